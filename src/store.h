@@ -1,0 +1,125 @@
+/*
+ * store: everything mend keeps in SQLite (SPEC section 9). The store owns SQL; no other module
+ * writes a query.
+ *
+ * Write path: every write joins the current batch, a transaction opened by the first write
+ * after a commit; mend_store_commit() ends it. The engine commits once per loop turn (group
+ * commit) and only then runs the code the batch's transitions announce: that is the write-ahead
+ * rule. A failed commit rolls the batch back and leaves the engine to stop; nothing committed
+ * before is touched.
+ *
+ * Read path: queries return jansson values (objects and arrays of plain fields) so that the Lua
+ * API, the CLI and the C API read the same shape. The caller owns (decrefs) what is returned.
+ *
+ * Schema (version MEND_SCHEMA_VERSION, kept in PRAGMA user_version and in meta):
+ *   meta(key TEXT PRIMARY KEY, value TEXT)
+ *   runs(id TEXT PRIMARY KEY, workflow TEXT, version TEXT, source TEXT, run_key TEXT UNIQUE,
+ *        status TEXT, input TEXT (JSON), error TEXT, attention INTEGER, created REAL, updated REAL)
+ *   steps(run_id TEXT, idx INTEGER, name TEXT, status TEXT, attempts INTEGER,
+ *         comp_attempts INTEGER, idem_key TEXT, custom_key INTEGER, result TEXT (JSON),
+ *         error TEXT, due REAL, last_delay REAL, updated REAL, PRIMARY KEY(run_id, idx))
+ *         + index on idem_key for custom keys
+ *   history(seq INTEGER PRIMARY KEY, run_id TEXT, step TEXT, at REAL, event TEXT,
+ *           from_status TEXT, to_status TEXT, attempt INTEGER, error TEXT, delay REAL,
+ *           detail TEXT) + index on run_id; append-only
+ *   breakers(key TEXT PRIMARY KEY, state TEXT, failures INTEGER, successes INTEGER,
+ *            opened_at REAL, open_until REAL, updated REAL)
+ *   dlq(run_id TEXT PRIMARY KEY, reason TEXT, step TEXT, error TEXT, detail TEXT, at REAL)
+ * Nullable text fields are passed as NULL; a delay or due time of < 0 is stored as NULL.
+ */
+#ifndef MEND_STORE_H
+#define MEND_STORE_H
+
+#include <jansson.h>
+#include "breaker.h"
+
+#define MEND_SCHEMA_VERSION 1
+
+typedef struct mend_store mend_store;
+
+typedef enum mend_durability {
+  MEND_DURABILITY_FULL,     /* synchronous=FULL: a commit survives power loss */
+  MEND_DURABILITY_PROCESS   /* synchronous=NORMAL: survives a process crash */
+} mend_durability;
+
+/* Opens (creating if needed) the database at `path` (":memory:" allowed), sets WAL, the
+ * synchronous mode, a busy timeout, creates or checks the schema and prepares every statement.
+ * Returns NULL on failure with a message naming the file and the cause in `err` ("mend.db: file
+ * is not a database", "mend.db: schema version 7 is newer than this mend (1)"). */
+mend_store *mend_store_open(const char *path, mend_durability durability, char *err, int errlen);
+void mend_store_close(mend_store *s);        /* rolls back an uncommitted batch */
+
+/* The last error, naming the file and the SQLite cause. Valid until the next call. */
+const char *mend_store_errmsg(mend_store *s);
+
+/* Ends the current batch. 0 if there was none or it committed; -1 on failure (the batch is
+ * rolled back; see errmsg). SQLITE_BUSY is waited out up to the busy timeout. */
+int mend_store_commit(mend_store *s);
+int mend_store_batch_open(const mend_store *s);   /* 1 if writes await commit */
+
+/* Writes. Each returns 0 or -1 (errmsg says why). */
+typedef struct mend_run_rec {
+  const char *id, *workflow, *version, *source, *run_key, *status, *input, *error;
+  int attention;
+  double created, updated;
+} mend_run_rec;
+
+typedef struct mend_step_rec {
+  const char *run_id;
+  int idx;
+  const char *name, *status;
+  int attempts, comp_attempts;
+  const char *idem_key;
+  int custom_key;          /* 1 if idem_key came from the step's own idempotency_key function */
+  const char *result;      /* JSON text or NULL */
+  const char *error;
+  double due;              /* when a wait ends; < 0 none */
+  double last_delay;       /* last backoff delay chosen; < 0 none */
+  double updated;
+} mend_step_rec;
+
+typedef struct mend_history_rec {
+  const char *run_id, *step;      /* step NULL for run-level events */
+  double at;
+  const char *event;              /* "step", "run", "attempt_failed", "alert", ... */
+  const char *from_status, *to_status;
+  int attempt;                    /* 0 when not about an attempt */
+  const char *error;
+  double delay;                   /* < 0 none */
+  const char *detail;             /* free text or JSON */
+} mend_history_rec;
+
+typedef struct mend_dlq_rec {
+  const char *run_id, *reason, *step, *error, *detail;
+  double at;
+} mend_dlq_rec;
+
+int mend_store_insert_run(mend_store *s, const mend_run_rec *r);
+int mend_store_update_run(mend_store *s, const char *id, const char *status, const char *error,
+                          int attention, double updated);
+int mend_store_put_step(mend_store *s, const mend_step_rec *st);      /* insert or replace */
+int mend_store_append_history(mend_store *s, const mend_history_rec *h);
+int mend_store_put_breaker(mend_store *s, const char *key, const mend_breaker *b, double updated);
+int mend_store_put_dlq(mend_store *s, const mend_dlq_rec *d);
+
+/* Point reads used by the engine while running. */
+/* 1 and the run id copied into id_out if a run with this key exists; 0 if not; -1 error. */
+int mend_store_find_run_key(mend_store *s, const char *run_key, char *id_out, int id_len);
+/* 1 and a malloc'ed JSON result in *result_out if some step with this custom idempotency key
+ * succeeded (any run); 0 if none; -1 error. */
+int mend_store_find_key_result(mend_store *s, const char *idem_key, char **result_out);
+/* 1 and *b filled if the breaker is stored (probes = 0); 0 if not; -1 error. */
+int mend_store_get_breaker(mend_store *s, const char *key, mend_breaker *b);
+
+/* Queries (see the header comment). NULL with errmsg set on error; a missing run gives NULL
+ * with errmsg "no run <id>". Fields are named as the columns, with `run_key` as "key",
+ * `from_status`/`to_status` as "from"/"to", JSON columns (input, result) decoded, NULLs left
+ * out of objects. */
+json_t *mend_store_run(mend_store *s, const char *id);         /* run object + "steps" array */
+json_t *mend_store_history(mend_store *s, const char *id);     /* array, in seq order */
+json_t *mend_store_dlq(mend_store *s);                         /* array, oldest first */
+json_t *mend_store_breakers(mend_store *s);                    /* array by key */
+json_t *mend_store_runs(mend_store *s, const char *status, const char *workflow, int limit);
+int     mend_store_schema_version(mend_store *s);
+
+#endif

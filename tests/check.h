@@ -1,0 +1,47 @@
+/*
+ * check: the smallest test harness that does the job. Each CHECK prints file:line and the
+ * failed expression, counts the failure and goes on; check_done() prints the closing line
+ * ("N passed, N failed") and returns the exit status.
+ */
+#ifndef MEND_CHECK_H
+#define MEND_CHECK_H
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static int check_passed, check_failed;
+
+#define CHECK(cond) do { \
+    if (cond) check_passed++; \
+    else { check_failed++; fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); } \
+  } while (0)
+
+#define CHECK_EQ_INT(a, b) do { \
+    long long check_a_ = (long long)(a), check_b_ = (long long)(b); \
+    if (check_a_ == check_b_) check_passed++; \
+    else { check_failed++; fprintf(stderr, "%s:%d: %s == %s failed: %lld != %lld\n", \
+                                   __FILE__, __LINE__, #a, #b, check_a_, check_b_); } \
+  } while (0)
+
+#define CHECK_NEAR(a, b, eps) do { \
+    double check_a_ = (double)(a), check_b_ = (double)(b); \
+    if (fabs(check_a_ - check_b_) <= (eps)) check_passed++; \
+    else { check_failed++; fprintf(stderr, "%s:%d: %s ~= %s failed: %.9g != %.9g\n", \
+                                   __FILE__, __LINE__, #a, #b, check_a_, check_b_); } \
+  } while (0)
+
+#define CHECK_STR(a, b) do { \
+    const char *check_a_ = (a), *check_b_ = (b); \
+    if (check_a_ && check_b_ && strcmp(check_a_, check_b_) == 0) check_passed++; \
+    else { check_failed++; fprintf(stderr, "%s:%d: %s == %s failed: \"%s\" != \"%s\"\n", \
+                                   __FILE__, __LINE__, #a, #b, check_a_ ? check_a_ : "(null)", \
+                                   check_b_ ? check_b_ : "(null)"); } \
+  } while (0)
+
+static int check_done(const char *suite) {
+  printf("%s: %d passed, %d failed\n", suite, check_passed, check_failed);
+  return check_failed ? 1 : 0;
+}
+
+#endif
