@@ -1,1 +1,1308 @@
-/* placeholder */
+/*
+ * engine: runs workflows (see engine.h).
+ *
+ * Shape of the machine. A run moves by actions: ADVANCE (decide the next transition and write
+ * it), EXECUTE and COMPENSATE (call into Lua), FINISH (let go of a run that ended). Every action
+ * is queued behind the batch being written and runs only from the pump after that batch has
+ * committed, which is how the write-ahead rule holds with one transaction per loop turn.
+ * Timers and child processes resume coroutines directly: a wait changes nothing durable, and
+ * what the resumed code decides is again written first and acted on after the commit.
+ *
+ * Must never: call Lua while a batch that announces that call is uncommitted; block; apply a
+ * transition the table in transition.c refuses.
+ */
+#include "engine.h"
+
+#include <lauxlib.h>
+#include <lualib.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "backoff.h"
+#include "breaker.h"
+#include "json.h"
+#include "lmend.h"
+#include "timers.h"
+#include "transition.h"
+
+#if LUA_VERSION_RELEASE_NUM >= 50406
+#define mend_closethread(L, from) lua_closethread((L), (from))
+#else
+#define mend_closethread(L, from) ((void)(from), lua_resetthread(L))
+#endif
+
+/* Coroutines of steps are found again from Lua through this registry table: thread -> run. */
+#define THREADS_KEY "mend.threads"
+/* CPU-bound Lua is interrupted by a count hook this often (instructions). */
+#define HOOK_EVERY 10000
+
+typedef enum action { ACT_NONE, ACT_ADVANCE, ACT_EXECUTE, ACT_COMPENSATE, ACT_FINISH } action;
+typedef enum wait_kind { WAIT_NONE, WAIT_RETRY, WAIT_BREAKER, WAIT_SLEEP, WAIT_COMP_RETRY } wait_kind;
+
+struct mend_breaker_slot {
+  char *key;
+  mend_breaker b;
+  mend_breaker_policy p;
+  struct mend_breaker_slot *next;
+};
+
+typedef struct step_rt {
+  mend_step_status status;
+  int attempts, comp_attempts;
+  char *idem_key;
+  int custom_key, key_ready;
+  char *result;           /* JSON */
+  char *error;
+  double due, last_delay;
+  int compensate_self;    /* failed with a compensable error: it is compensated too */
+} step_rt;
+
+typedef struct exec_req exec_req;
+
+struct mend_run {
+  mend_engine *E;
+  char id[MEND_RUN_ID_LEN];
+  mend_workflow *wf;
+  mend_run_status status;
+  int input_ref, results_ref;
+  int cur;                /* step going forward, or step being compensated going back */
+  step_rt *steps;
+  int attention;
+  char *error;
+  const char *reason;     /* why it failed for good: fatal, error, attempts_exhausted, ... */
+  int fail_step;
+  int alert_on_compensated;
+  /* the attempt in flight */
+  lua_State *co;
+  int co_ref;
+  int waiting;            /* yielded inside mend.sleep / mend.exec */
+  int timed_out;
+  double deadline_real;
+  mend_timer wait, deadline;
+  wait_kind wait_kind;
+  exec_req *exec;
+  /* queues */
+  action next_action;
+  mend_run *qnext;
+  mend_run *prev, *next;  /* runs in flight */
+};
+
+struct mend_engine {
+  lua_State *L;           /* the engine's own thread of the host state */
+  int thread_ref;
+  lua_State *owned_state; /* set when the engine made its own Lua state */
+  uv_loop_t *loop;
+  uv_loop_t own_loop;
+  int owns_loop;
+  uv_idle_t *pump;
+  mend_timers timers;
+  mend_store *store;
+  mend_rng rng;
+  mend_workflow *workflows;
+  struct mend_breaker_slot *breakers;
+  mend_run *runs;
+  int in_flight;
+  mend_run *q_head, *q_tail;
+  json_t *alerts;         /* fired after the batch that records them commits */
+  int externals;          /* child processes in flight */
+  int auto_advance;
+  int broken;
+  char errmsg[1024];
+  int ctx_mt_ref;
+  mend_engine_config cfg;
+};
+
+/* ---------------------------------------------------------------- small helpers */
+
+static char *dupstr(const char *s) {
+  if (!s) return NULL;
+  size_t n = strlen(s) + 1;
+  char *d = malloc(n);
+  if (d) memcpy(d, s, n);
+  return d;
+}
+
+static void set_str(char **slot, const char *s) {
+  free(*slot);
+  *slot = dupstr(s);
+}
+
+static void breakdown(mend_engine *E, const char *fmt, ...) {
+  if (E->broken) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(E->errmsg, sizeof E->errmsg, fmt, ap);
+  va_end(ap);
+  E->broken = 1;
+  mend_engine_log_line(E, "error", NULL, NULL, 0, "engine", E->errmsg);
+}
+
+static void store_failed(mend_engine *E) {
+  breakdown(E, "%s", mend_store_errmsg(E->store));
+}
+
+double mend_engine_now(const mend_engine *E) { return mend_timers_now(&E->timers); }
+mend_store *mend_engine_store(mend_engine *E) { return E->store; }
+lua_State *mend_engine_lua(mend_engine *E) { return E->L; }
+uv_loop_t *mend_engine_loop(mend_engine *E) { return E->loop; }
+int mend_engine_in_flight(const mend_engine *E) { return E->in_flight; }
+const char *mend_engine_error(const mend_engine *E) { return E->errmsg; }
+void mend_engine_note_error(mend_engine *E, const char *msg) {
+  if (!E->broken) snprintf(E->errmsg, sizeof E->errmsg, "%s", msg);
+}
+
+void mend_engine_log_line(mend_engine *E, const char *level, const char *run, const char *step,
+                          int attempt, const char *event, const char *message) {
+  if (!E->cfg.log) return;
+  mend_log_record rec = {level, mend_engine_now(E), run, step, attempt, event, message};
+  E->cfg.log(E->cfg.log_ud, &rec);
+}
+
+/* Crockford base32: time-ordered ids that sort by creation, with 30 random bits. */
+static void new_run_id(mend_engine *E, char out[MEND_RUN_ID_LEN]) {
+  static const char digits[] = "0123456789abcdefghjkmnpqrstvwxyz";
+  uint64_t ms = (uint64_t)(mend_real_now() * 1000.0);
+  uint64_t rnd;
+  if (getrandom(&rnd, sizeof rnd, 0) != sizeof rnd) rnd = mend_rng_next(&E->rng);
+  for (int i = 9; i >= 0; i--) { out[i] = digits[ms & 31]; ms >>= 5; }
+  for (int i = 15; i >= 10; i--) { out[i] = digits[rnd & 31]; rnd >>= 5; }
+  out[16] = 0;
+}
+
+/* ---------------------------------------------------------------- the pump */
+
+static void pump_cb(uv_idle_t *h);
+
+static void kick(mend_engine *E) {
+  if (!uv_is_active((uv_handle_t *)E->pump)) uv_idle_start(E->pump, pump_cb);
+}
+
+static void queue(mend_run *r, action a) {
+  mend_engine *E = r->E;
+  r->next_action = a;
+  r->qnext = NULL;
+  if (E->q_tail) E->q_tail->qnext = r;
+  else E->q_head = r;
+  E->q_tail = r;
+  kick(E);
+}
+
+static void arm(mend_run *r, mend_timer *t, double due) {
+  mend_engine *E = r->E;
+  if (mend_timer_arm(&E->timers, t, due)) { breakdown(E, "out of memory arming a timer"); return; }
+  if (E->timers.is_virtual) kick(E);
+  else if (t->slot == 1) mend_timers_sync(&E->timers);   /* it is the earliest */
+}
+
+/* ---------------------------------------------------------------- writes */
+
+static const char *step_name(mend_run *r, int i) { return r->wf->steps[i].name; }
+
+static void write_step(mend_run *r, int i) {
+  step_rt *st = &r->steps[i];
+  mend_step_rec rec = {
+    .run_id = r->id, .idx = i, .name = step_name(r, i), .status = mend_step_status_name(st->status),
+    .attempts = st->attempts, .comp_attempts = st->comp_attempts, .idem_key = st->idem_key,
+    .custom_key = st->custom_key, .result = st->result, .error = st->error, .due = st->due,
+    .last_delay = st->last_delay, .updated = mend_engine_now(r->E)};
+  if (mend_store_put_step(r->E->store, &rec)) store_failed(r->E);
+}
+
+static void history(mend_run *r, const char *step, const char *event, const char *from,
+                    const char *to, int attempt, const char *error, double delay,
+                    const char *detail) {
+  mend_history_rec h = {r->id, step, mend_engine_now(r->E), event, from, to, attempt, error,
+                        delay, detail};
+  if (mend_store_append_history(r->E->store, &h)) store_failed(r->E);
+}
+
+static void log_transition(mend_run *r, const char *step, int attempt, const char *from,
+                           const char *to, const char *error) {
+  char msg[512];
+  if (error) snprintf(msg, sizeof msg, "%s -> %s: %s", from, to, error);
+  else snprintf(msg, sizeof msg, "%s -> %s", from, to);
+  const char *level = error ? "warn" : "info";
+  mend_engine_log_line(r->E, level, r->id, step, attempt, step ? "step" : "run", msg);
+}
+
+/* The one place a step changes status. */
+static void step_to(mend_run *r, int i, mend_step_status to, const char *error, double delay,
+                    const char *detail) {
+  step_rt *st = &r->steps[i];
+  if (!mend_step_transition_ok(st->status, to)) {
+    breakdown(r->E, "bug: illegal step transition %s -> %s (run %s, step %s)",
+              mend_step_status_name(st->status), mend_step_status_name(to), r->id, step_name(r, i));
+    return;
+  }
+  const char *from = mend_step_status_name(st->status);
+  st->status = to;
+  if (error) set_str(&st->error, error);
+  int attempt = to >= MEND_STEP_COMPENSATING ? st->comp_attempts : st->attempts;
+  write_step(r, i);
+  history(r, step_name(r, i), "step", from, mend_step_status_name(to), attempt, error, delay, detail);
+  log_transition(r, step_name(r, i), attempt, from, mend_step_status_name(to), error);
+}
+
+static void run_to(mend_run *r, mend_run_status to) {
+  if (!mend_run_transition_ok(r->status, to)) {
+    breakdown(r->E, "bug: illegal run transition %s -> %s (run %s)",
+              mend_run_status_name(r->status), mend_run_status_name(to), r->id);
+    return;
+  }
+  const char *from = mend_run_status_name(r->status);
+  r->status = to;
+  if (mend_store_update_run(r->E->store, r->id, mend_run_status_name(to), r->error, r->attention,
+                            mend_engine_now(r->E)))
+    store_failed(r->E);
+  history(r, NULL, "run", from, mend_run_status_name(to), 0, NULL, -1, r->reason);
+  log_transition(r, NULL, 0, from, mend_run_status_name(to), NULL);
+}
+
+/* Records an alert in history now; the hook hears of it once the batch has committed. */
+static void alert(mend_run *r, const char *kind, int step, const char *reason, const char *error) {
+  mend_engine *E = r->E;
+  double now = mend_engine_now(E);
+  json_t *ev = json_pack("{s:s, s:s, s:s, s:f}", "kind", kind, "run_id", r->id, "workflow",
+                         r->wf->name, "at", now);
+  if (step >= 0) json_object_set_new(ev, "step", json_string(step_name(r, step)));
+  if (reason) json_object_set_new(ev, "reason", json_string(reason));
+  if (error) json_object_set_new(ev, "error", json_string(error));
+  char *text = json_dumps(ev, JSON_COMPACT);
+  history(r, step >= 0 ? step_name(r, step) : NULL, "alert", NULL, NULL, 0, error, -1, text);
+  free(text);
+  json_array_append_new(E->alerts, ev);
+}
+
+static void fire_alerts(mend_engine *E) {
+  if (!json_array_size(E->alerts)) return;
+  json_t *alerts = E->alerts;
+  E->alerts = json_array();
+  size_t i;
+  json_t *ev;
+  json_array_foreach(alerts, i, ev) {
+    char *text = json_dumps(ev, JSON_COMPACT);
+    mend_engine_log_line(E, "warn", json_string_value(json_object_get(ev, "run_id")), NULL, 0,
+                         "alert", text);
+    free(text);
+    if (E->cfg.alert) E->cfg.alert(E->cfg.alert_ud, ev);
+  }
+  json_decref(alerts);
+}
+
+static void dead_letter(mend_run *r, const char *reason, int step, const char *error,
+                        const char *detail) {
+  mend_dlq_rec d = {r->id, reason, step >= 0 ? step_name(r, step) : NULL, error, detail,
+                    mend_engine_now(r->E)};
+  if (mend_store_put_dlq(r->E->store, &d)) store_failed(r->E);
+  history(r, d.step, "dead_letter", NULL, NULL, 0, error, -1, reason);
+  alert(r, "dead_letter", step, reason, error);
+}
+
+/* ---------------------------------------------------------------- breakers */
+
+static struct mend_breaker_slot *breaker_slot(mend_engine *E, const char *key,
+                                              const mend_breaker_policy *p) {
+  for (struct mend_breaker_slot *s = E->breakers; s; s = s->next)
+    if (strcmp(s->key, key) == 0) return s;
+  struct mend_breaker_slot *s = calloc(1, sizeof *s);
+  s->key = dupstr(key);
+  s->p = *p;
+  int found = mend_store_get_breaker(E->store, key, &s->b);
+  if (found <= 0) mend_breaker_init(&s->b);
+  s->next = E->breakers;
+  E->breakers = s;
+  return s;
+}
+
+static void breaker_outcome(mend_run *r, int i, mend_breaker_outcome outcome) {
+  struct mend_breaker_slot *s = r->wf->steps[i].slot;
+  mend_breaker before = s->b;
+  int changed = mend_breaker_record(&s->b, &s->p, mend_engine_now(r->E), outcome);
+  if (changed || before.failures != s->b.failures || before.successes != s->b.successes) {
+    if (mend_store_put_breaker(r->E->store, s->key, &s->b, mend_engine_now(r->E)))
+      store_failed(r->E);
+  }
+  if (changed) {
+    history(r, step_name(r, i), "breaker", mend_breaker_state_name(before.state),
+            mend_breaker_state_name(s->b.state), r->steps[i].attempts, NULL, -1, s->key);
+    char msg[300];
+    snprintf(msg, sizeof msg, "breaker %s: %s -> %s", s->key, mend_breaker_state_name(before.state),
+             mend_breaker_state_name(s->b.state));
+    mend_engine_log_line(r->E, "warn", r->id, step_name(r, i), r->steps[i].attempts, "breaker", msg);
+  }
+}
+
+/* ---------------------------------------------------------------- forward */
+
+static void finish_failed(mend_run *r);
+static void backward(mend_run *r);
+
+static void set_result(mend_run *r, int i) {
+  lua_State *L = r->E->L;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, r->results_ref);
+  char err[256];
+  if (mend_json_decode(L, r->steps[i].result, strlen(r->steps[i].result), err, sizeof err))
+    lua_pushnil(L);
+  lua_setfield(L, -2, step_name(r, i));
+  lua_pop(L, 1);
+}
+
+/* Pushes a new ctx table for step i. [-0, +1, m] */
+static void push_ctx(mend_run *r, int i, int compensating) {
+  lua_State *L = r->E->L;
+  step_rt *st = &r->steps[i];
+  lua_createtable(L, 0, 9);
+  lua_pushstring(L, r->id); lua_setfield(L, -2, "run_id");
+  lua_pushstring(L, r->wf->name); lua_setfield(L, -2, "workflow");
+  lua_pushstring(L, step_name(r, i)); lua_setfield(L, -2, "step");
+  lua_pushinteger(L, compensating ? st->comp_attempts : st->attempts); lua_setfield(L, -2, "attempt");
+  if (st->idem_key) { lua_pushstring(L, st->idem_key); lua_setfield(L, -2, "idempotency_key"); }
+  lua_rawgeti(L, LUA_REGISTRYINDEX, r->input_ref); lua_setfield(L, -2, "input");
+  lua_rawgeti(L, LUA_REGISTRYINDEX, r->results_ref); lua_setfield(L, -2, "results");
+  lua_pushboolean(L, compensating); lua_setfield(L, -2, "compensating");
+  lua_rawgeti(L, LUA_REGISTRYINDEX, r->E->ctx_mt_ref);
+  lua_setmetatable(L, -2);
+}
+
+/* A step's own idempotency_key(ctx) is asked once; its answer is stored with the step. */
+static int ensure_key(mend_run *r, int i) {
+  step_rt *st = &r->steps[i];
+  const mend_step_def *def = &r->wf->steps[i];
+  if (st->key_ready || def->key_ref == LUA_NOREF) return 0;
+  lua_State *L = r->E->L;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, def->key_ref);
+  push_ctx(r, i, 0);
+  if (lua_pcall(L, 1, 1, 0) != LUA_OK || !lua_isstring(L, -1)) {
+    char msg[400];
+    snprintf(msg, sizeof msg, "idempotency_key: %s",
+             lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "must return a string");
+    lua_pop(L, 1);
+    set_str(&st->error, msg);
+    return -1;
+  }
+  set_str(&st->idem_key, lua_tostring(L, -1));
+  lua_pop(L, 1);
+  st->custom_key = 1;
+  st->key_ready = 1;
+  return 0;
+}
+
+static void fail_step(mend_run *r, int i, const mend_error_info *info);
+
+static void forward(mend_run *r) {
+  mend_engine *E = r->E;
+  while (r->cur < r->wf->nsteps && r->steps[r->cur].status == MEND_STEP_SUCCEEDED) r->cur++;
+  if (r->cur == r->wf->nsteps) {
+    run_to(r, MEND_RUN_SUCCEEDED);
+    queue(r, ACT_FINISH);
+    return;
+  }
+  int i = r->cur;
+  step_rt *st = &r->steps[i];
+  const mend_step_def *def = &r->wf->steps[i];
+  if (st->status != MEND_STEP_PENDING && st->status != MEND_STEP_RUNNING) return;  /* waiting */
+  if (st->status == MEND_STEP_PENDING) {
+    if (ensure_key(r, i)) {
+      st->attempts++;
+      step_to(r, i, MEND_STEP_RUNNING, NULL, -1, NULL);
+      mend_error_info info = {MEND_ERR_ERROR, st->error, -1, 0};
+      fail_step(r, i, &info);
+      return;
+    }
+    if (st->custom_key) {
+      char *found = NULL;
+      int r2 = mend_store_find_key_result(E->store, st->idem_key, &found);
+      if (r2 < 0) { store_failed(E); return; }
+      if (r2 == 1) {
+        set_str(&st->result, found);
+        free(found);
+        step_to(r, i, MEND_STEP_SUCCEEDED, NULL, -1, "result reused: idempotency key already succeeded");
+        set_result(r, i);
+        r->cur++;
+        queue(r, ACT_ADVANCE);
+        return;
+      }
+    }
+    double retry_at;
+    if (!mend_breaker_admit(&def->slot->b, &def->slot->p, mend_engine_now(E), &retry_at)) {
+      /* Spread the waiters so that they do not all probe at the same instant. */
+      double spread = 0.1 * mend_rng_uniform(&E->rng) * (def->slot->p.open_seconds > 1 ? 1 : def->slot->p.open_seconds);
+      st->due = retry_at + spread;
+      step_to(r, i, MEND_STEP_BREAKER_OPEN, NULL, st->due - mend_engine_now(E), def->breaker_key);
+      r->wait_kind = WAIT_BREAKER;
+      arm(r, &r->wait, st->due);
+      return;
+    }
+  }
+  /* pending, or running found after a crash: either way a new attempt with the same key */
+  st->attempts++;
+  st->due = -1;
+  step_to(r, i, MEND_STEP_RUNNING, NULL, -1, NULL);
+  queue(r, ACT_EXECUTE);
+}
+
+static void succeed_step(mend_run *r, int i, const char *result_json) {
+  step_rt *st = &r->steps[i];
+  breaker_outcome(r, i, MEND_OUTCOME_SUCCESS);
+  set_str(&st->result, result_json);
+  set_str(&st->error, NULL);
+  step_to(r, i, MEND_STEP_SUCCEEDED, NULL, -1, NULL);
+  set_result(r, i);
+  r->cur = i + 1;
+  queue(r, ACT_ADVANCE);
+}
+
+static void fail_step(mend_run *r, int i, const mend_error_info *info) {
+  mend_engine *E = r->E;
+  step_rt *st = &r->steps[i];
+  const mend_step_def *def = &r->wf->steps[i];
+  int retryable = info->kind == MEND_ERR_RETRYABLE || info->kind == MEND_ERR_TIMEOUT;
+  char msg[600];
+  snprintf(msg, sizeof msg, "%s: %s", mend_error_kind_name(info->kind), info->message ? info->message : "");
+  if (def->slot->b.state == MEND_BREAKER_HALF_OPEN || retryable || info->kind != MEND_ERR_ERROR)
+    breaker_outcome(r, i, retryable ? MEND_OUTCOME_RETRYABLE : MEND_OUTCOME_OTHER);
+  else
+    breaker_outcome(r, i, MEND_OUTCOME_OTHER);
+  if (retryable && st->attempts < def->retry.max_attempts) {
+    double delay = info->retry_after >= 0
+      ? mend_backoff_clamp_retry_after(&def->retry, info->retry_after)
+      : mend_backoff_delay(&def->retry, st->attempts, st->last_delay > 0 ? st->last_delay : 0, &E->rng);
+    st->last_delay = delay;
+    st->due = mend_engine_now(E) + delay;
+    step_to(r, i, MEND_STEP_RETRY_WAIT, msg, delay, NULL);
+    if (def->retry.attention_after > 0 && st->attempts >= def->retry.attention_after && !r->attention) {
+      r->attention = 1;
+      if (mend_store_update_run(E->store, r->id, mend_run_status_name(r->status), r->error, 1,
+                                mend_engine_now(E)))
+        store_failed(E);
+      alert(r, "attention", i, "attention_after", msg);
+    }
+    r->wait_kind = WAIT_RETRY;
+    arm(r, &r->wait, st->due);
+    return;
+  }
+  step_to(r, i, MEND_STEP_FAILED, msg, -1, NULL);
+  set_str(&r->error, msg);
+  r->fail_step = i;
+  if (info->kind == MEND_ERR_COMPENSABLE && info->severity >= 3) {
+    r->reason = "severity_3";
+    run_to(r, MEND_RUN_NEEDS_ATTENTION);
+    dead_letter(r, r->reason, i, msg, "severity 3: nothing compensated automatically");
+    queue(r, ACT_FINISH);
+    return;
+  }
+  r->reason = retryable ? "attempts_exhausted"
+            : info->kind == MEND_ERR_FATAL ? "fatal"
+            : info->kind == MEND_ERR_COMPENSABLE ? "compensable" : "error";
+  if (info->kind == MEND_ERR_COMPENSABLE) {
+    st->compensate_self = 1;
+    r->alert_on_compensated = info->severity == 2;
+  }
+  int anything = st->compensate_self;
+  for (int j = 0; j < i; j++) anything |= r->steps[j].status == MEND_STEP_SUCCEEDED;
+  if (!anything) { finish_failed(r); return; }
+  run_to(r, MEND_RUN_COMPENSATING);
+  r->cur = i;
+  queue(r, ACT_ADVANCE);
+}
+
+/* The run failed for good and compensation (if any) is over. */
+static void finish_failed(mend_run *r) {
+  if (strcmp(r->reason, "attempts_exhausted") == 0) {
+    run_to(r, MEND_RUN_NEEDS_ATTENTION);
+    dead_letter(r, r->reason, r->fail_step, r->error,
+                r->status == MEND_RUN_NEEDS_ATTENTION ? "attempts exhausted; completed steps compensated" : NULL);
+  } else if (r->status == MEND_RUN_COMPENSATING) {
+    run_to(r, MEND_RUN_COMPENSATED);
+    if (r->alert_on_compensated) alert(r, "compensated_with_alert", r->fail_step, "severity_2", r->error);
+  } else {
+    run_to(r, MEND_RUN_FAILED);
+  }
+  queue(r, ACT_FINISH);
+}
+
+/* ---------------------------------------------------------------- backward */
+
+static int needs_compensation(const mend_run *r, int i) {
+  const step_rt *st = &r->steps[i];
+  return st->status == MEND_STEP_SUCCEEDED || st->status == MEND_STEP_COMPENSATING ||
+         (st->status == MEND_STEP_FAILED && st->compensate_self);
+}
+
+static void backward(mend_run *r) {
+  for (; r->cur >= 0; r->cur--) {
+    int i = r->cur;
+    if (!needs_compensation(r, i)) continue;
+    if (r->wf->steps[i].compensate_ref == LUA_NOREF) {
+      history(r, step_name(r, i), "skip_compensate", NULL, NULL, 0, NULL, -1, "step has no compensate");
+      mend_engine_log_line(r->E, "info", r->id, step_name(r, i), 0, "skip_compensate",
+                           "no compensate function: skipped");
+      continue;
+    }
+    r->steps[i].comp_attempts++;
+    r->steps[i].due = -1;
+    step_to(r, i, MEND_STEP_COMPENSATING, NULL, -1, NULL);
+    queue(r, ACT_COMPENSATE);
+    return;
+  }
+  finish_failed(r);
+}
+
+static void compensated(mend_run *r, int i) {
+  step_to(r, i, MEND_STEP_COMPENSATED, NULL, -1, NULL);
+  r->cur = i - 1;
+  queue(r, ACT_ADVANCE);
+}
+
+static void compensation_failed(mend_run *r, int i, const mend_error_info *info) {
+  mend_engine *E = r->E;
+  step_rt *st = &r->steps[i];
+  const mend_retry_policy *p = &r->wf->steps[i].compensate_retry;
+  char msg[600];
+  snprintf(msg, sizeof msg, "%s: %s", mend_error_kind_name(info->kind), info->message ? info->message : "");
+  set_str(&st->error, msg);
+  if (st->comp_attempts < p->max_attempts) {
+    double delay = mend_backoff_delay(p, st->comp_attempts, st->last_delay > 0 ? st->last_delay : 0, &E->rng);
+    st->last_delay = delay;
+    st->due = mend_engine_now(E) + delay;
+    write_step(r, i);
+    history(r, step_name(r, i), "compensate_failed", NULL, NULL, st->comp_attempts, msg, delay, NULL);
+    mend_engine_log_line(E, "warn", r->id, step_name(r, i), st->comp_attempts, "compensate_failed", msg);
+    r->wait_kind = WAIT_COMP_RETRY;
+    arm(r, &r->wait, st->due);
+    return;
+  }
+  step_to(r, i, MEND_STEP_COMPENSATION_FAILED, msg, -1, NULL);
+  /* Name exactly what is left undone, so a person knows what to repair by hand. */
+  char left[1024] = "";
+  size_t used = 0;
+  for (int j = i; j >= 0; j--) {
+    if (j != i && !needs_compensation(r, j)) continue;
+    if (j != i && r->wf->steps[j].compensate_ref == LUA_NOREF) continue;
+    int n = snprintf(left + used, sizeof left - used, "%s%s", used ? ", " : "", step_name(r, j));
+    if (n < 0 || (size_t)n >= sizeof left - used) break;
+    used += (size_t)n;
+  }
+  char detail[1200];
+  snprintf(detail, sizeof detail, "not compensated: %s", left);
+  set_str(&r->error, msg);
+  r->reason = "compensation_failed";
+  run_to(r, MEND_RUN_NEEDS_ATTENTION);
+  dead_letter(r, "compensation_failed", i, msg, detail);
+  queue(r, ACT_FINISH);
+}
+
+/* ---------------------------------------------------------------- attempts in Lua */
+
+static void timeout_hook(lua_State *L, lua_Debug *ar) {
+  (void)ar;
+  mend_run *r = *(mend_run **)lua_getextraspace(L);
+  if (!r || mend_real_now() < r->deadline_real) return;
+  r->timed_out = 1;
+  mend_lua_push_error(L, MEND_ERR_TIMEOUT, "step exceeded its timeout", -1, 0);
+  lua_error(L);
+}
+
+static void end_attempt(mend_run *r) {
+  mend_engine *E = r->E;
+  mend_timer_disarm(&E->timers, &r->deadline);
+  if (r->wait_kind == WAIT_SLEEP) mend_timer_disarm(&E->timers, &r->wait);
+  r->wait_kind = WAIT_NONE;
+  r->waiting = 0;
+  if (!r->co) return;
+  lua_sethook(r->co, NULL, 0, 0);
+  *(mend_run **)lua_getextraspace(r->co) = NULL;
+  mend_closethread(r->co, E->L);
+  lua_getfield(E->L, LUA_REGISTRYINDEX, THREADS_KEY);
+  lua_rawgeti(E->L, LUA_REGISTRYINDEX, r->co_ref);
+  lua_pushnil(E->L);
+  lua_rawset(E->L, -3);
+  lua_pop(E->L, 1);
+  luaL_unref(E->L, LUA_REGISTRYINDEX, r->co_ref);
+  r->co = NULL;
+  r->co_ref = LUA_NOREF;
+}
+
+static void abandon_exec(mend_run *r);
+
+static void attempt_done(mend_run *r, int ok, mend_error_info *info, const char *result_json) {
+  int i = r->cur;
+  int back = r->status == MEND_RUN_COMPENSATING;
+  if (back) {
+    if (ok) compensated(r, i);
+    else compensation_failed(r, i, info);
+  } else {
+    if (ok) succeed_step(r, i, result_json);
+    else fail_step(r, i, info);
+  }
+}
+
+/* Resumes the attempt's coroutine with nargs values on its stack and deals with the outcome. */
+static void resume(mend_run *r, int nargs) {
+  mend_engine *E = r->E;
+  lua_State *co = r->co;
+  int nres = 0;
+  r->waiting = 0;
+  int status = lua_resume(co, E->L, nargs, &nres);
+  if (status == LUA_YIELD && r->waiting) {
+    lua_pop(co, nres);
+    return;
+  }
+  mend_error_info info = {MEND_ERR_ERROR, NULL, -1, 0};
+  char *result = NULL;
+  char msg[600];
+  int ok = 0;
+  if (status == LUA_YIELD) {
+    info.message = "step yielded outside mend.sleep or mend.exec (coroutine.yield in a step?)";
+  } else if (status == LUA_OK) {
+    if (nres > 0 && mend_lua_read_error(co, -nres, &info)) {
+      /* returning a mend error counts as raising it */
+    } else {
+      char err[400];
+      if (nres == 0) lua_pushnil(co), nres = 1;
+      result = mend_json_encode(co, -nres, "result", err, sizeof err);
+      if (result) ok = 1;
+      else {
+        snprintf(msg, sizeof msg, "result is not JSON-compatible: %s", err);
+        info.message = msg;
+      }
+    }
+  } else {
+    int is_mend = mend_lua_read_error(co, -1, &info);
+    if (!is_mend) {
+      /* An unknown error: keep the message, put the traceback in the log. */
+      snprintf(msg, sizeof msg, "%s", info.message ? info.message : luaL_tolstring(co, -1, NULL));
+      info.message = msg;
+      luaL_traceback(E->L, co, msg, 0);
+      mend_engine_log_line(E, "error", r->id, step_name(r, r->cur), r->steps[r->cur].attempts,
+                           "error", lua_tostring(E->L, -1));
+      lua_pop(E->L, 1);
+    } else {
+      snprintf(msg, sizeof msg, "%s", info.message ? info.message : "");
+      info.message = msg;
+    }
+  }
+  if (r->timed_out && !ok) { info.kind = MEND_ERR_TIMEOUT; info.retry_after = -1; }
+  end_attempt(r);
+  attempt_done(r, ok, &info, result);
+  free(result);
+}
+
+static void on_deadline(mend_timer *t) {
+  mend_run *r = t->data;
+  if (!r->co) return;
+  abandon_exec(r);
+  end_attempt(r);
+  mend_error_info info = {MEND_ERR_TIMEOUT, "step exceeded its timeout", -1, 0};
+  attempt_done(r, 0, &info, NULL);
+}
+
+static void start_attempt(mend_run *r, int compensating) {
+  mend_engine *E = r->E;
+  lua_State *L = E->L;
+  int i = r->cur;
+  const mend_step_def *def = &r->wf->steps[i];
+  lua_State *co = lua_newthread(L);
+  r->co = co;
+  r->timed_out = 0;
+  *(mend_run **)lua_getextraspace(co) = r;
+  lua_getfield(L, LUA_REGISTRYINDEX, THREADS_KEY);
+  lua_pushvalue(L, -2);
+  lua_pushlightuserdata(L, r);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+  r->co_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_rawgeti(co, LUA_REGISTRYINDEX, compensating ? def->compensate_ref : def->execute_ref);
+  push_ctx(r, i, compensating);
+  lua_xmove(L, co, 1);
+  if (compensating) {
+    char err[200];
+    const char *res = r->steps[i].result;
+    if (!res || mend_json_decode(co, res, strlen(res), err, sizeof err)) lua_pushnil(co);
+  } else {
+    lua_rawgeti(co, LUA_REGISTRYINDEX, r->input_ref);
+  }
+  if (def->timeout > 0) {
+    r->deadline_real = mend_real_now() + def->timeout;
+    lua_sethook(co, timeout_hook, LUA_MASKCOUNT, HOOK_EVERY);
+    arm(r, &r->deadline, mend_engine_now(E) + def->timeout);
+  }
+  resume(r, 2);
+}
+
+/* ---------------------------------------------------------------- waits from Lua */
+
+mend_run *mend_engine_current_run(lua_State *L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, THREADS_KEY);
+  if (!lua_istable(L, -1)) { lua_pop(L, 1); return NULL; }
+  lua_pushthread(L);
+  lua_rawget(L, -2);
+  mend_run *r = lua_touserdata(L, -1);
+  lua_pop(L, 2);
+  return r && r->co == L ? r : NULL;
+}
+
+static void on_wait(mend_timer *t) {
+  mend_run *r = t->data;
+  wait_kind kind = r->wait_kind;
+  r->wait_kind = WAIT_NONE;
+  switch (kind) {
+    case WAIT_SLEEP:
+      resume(r, 0);
+      break;
+    case WAIT_RETRY:
+    case WAIT_BREAKER:
+      step_to(r, r->cur, MEND_STEP_PENDING, NULL, -1, NULL);
+      forward(r);
+      break;
+    case WAIT_COMP_RETRY:
+      backward(r);
+      break;
+    case WAIT_NONE:
+      break;
+  }
+}
+
+int mend_engine_sleep(lua_State *L, double seconds, char *err, int errlen) {
+  mend_run *r = mend_engine_current_run(L);
+  if (!r) {
+    snprintf(err, (size_t)errlen, "must be called from a step's execute or compensate");
+    return -1;
+  }
+  if (!(seconds >= 0)) seconds = 0;
+  r->waiting = 1;
+  r->wait_kind = WAIT_SLEEP;
+  arm(r, &r->wait, mend_engine_now(r->E) + seconds);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- child processes */
+
+struct exec_req {
+  uv_process_t proc;
+  uv_pipe_t pipes[3];     /* stdin, stdout, stderr */
+  int open_handles;
+  mend_run *run;          /* NULL once the attempt was abandoned */
+  char *out[3];
+  size_t len[3], cap[3];
+  char *input;
+  size_t input_len;
+  uv_write_t write;
+  int64_t exit_status;
+  int term_signal;
+  int exited, eofs;
+  mend_engine *E;
+};
+
+static void exec_maybe_done(exec_req *x);
+
+static void exec_handle_closed(uv_handle_t *h) {
+  exec_req *x = h->data;
+  if (--x->open_handles == 0) {
+    for (int k = 0; k < 3; k++) free(x->out[k]);
+    free(x->input);
+    free(x);
+  }
+}
+
+static void exec_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  exec_req *x = h->data;
+  int k = (uv_pipe_t *)h == &x->pipes[1] ? 1 : 2;
+  if (x->cap[k] - x->len[k] < suggested) {
+    size_t cap = x->cap[k] ? x->cap[k] : 4096;
+    while (cap - x->len[k] < suggested) cap *= 2;
+    char *p = realloc(x->out[k], cap);
+    if (!p) { *buf = uv_buf_init(NULL, 0); return; }
+    x->out[k] = p;
+    x->cap[k] = cap;
+  }
+  *buf = uv_buf_init(x->out[k] + x->len[k], (unsigned)(x->cap[k] - x->len[k]));
+}
+
+static void exec_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
+  (void)buf;
+  exec_req *x = s->data;
+  int k = (uv_pipe_t *)s == &x->pipes[1] ? 1 : 2;
+  if (n > 0) { x->len[k] += (size_t)n; return; }
+  if (n < 0) {
+    uv_read_stop(s);
+    x->eofs++;
+    exec_maybe_done(x);
+  }
+}
+
+static void exec_exit(uv_process_t *p, int64_t status, int signal) {
+  exec_req *x = p->data;
+  x->exit_status = status;
+  x->term_signal = signal;
+  x->exited = 1;
+  exec_maybe_done(x);
+}
+
+static void exec_written(uv_write_t *w, int status) {
+  (void)status;
+  exec_req *x = w->data;
+  uv_close((uv_handle_t *)&x->pipes[0], exec_handle_closed);
+}
+
+static void exec_close_all(exec_req *x) {
+  uv_close((uv_handle_t *)&x->proc, exec_handle_closed);
+  uv_close((uv_handle_t *)&x->pipes[1], exec_handle_closed);
+  uv_close((uv_handle_t *)&x->pipes[2], exec_handle_closed);
+}
+
+static void exec_maybe_done(exec_req *x) {
+  if (!x->exited || x->eofs < 2) return;
+  mend_engine *E = x->E;
+  mend_run *r = x->run;
+  E->externals--;
+  if (r) {
+    r->exec = NULL;
+    lua_State *co = r->co;
+    lua_createtable(co, 0, 4);
+    lua_pushinteger(co, x->exit_status); lua_setfield(co, -2, "status");
+    lua_pushinteger(co, x->term_signal); lua_setfield(co, -2, "signal");
+    lua_pushlstring(co, x->out[1] ? x->out[1] : "", x->len[1]); lua_setfield(co, -2, "stdout");
+    lua_pushlstring(co, x->out[2] ? x->out[2] : "", x->len[2]); lua_setfield(co, -2, "stderr");
+  }
+  exec_close_all(x);
+  if (r) resume(r, 1);
+  kick(E);
+}
+
+static void abandon_exec(mend_run *r) {
+  if (!r->exec) return;
+  r->exec->run = NULL;
+  uv_process_kill(&r->exec->proc, SIGKILL);
+  r->exec = NULL;
+}
+
+int mend_engine_exec(lua_State *L, char *err, int errlen) {
+  mend_run *r = mend_engine_current_run(L);
+  if (!r) {
+    snprintf(err, (size_t)errlen, "must be called from a step's execute or compensate");
+    return -1;
+  }
+  mend_engine *E = r->E;
+  int n = (int)luaL_len(L, 1);
+  if (n < 1) { snprintf(err, (size_t)errlen, "needs a program: mend.exec{ \"prog\", \"arg\", ... }"); return -1; }
+  char **args = calloc((size_t)n + 1, sizeof *args);
+  for (int k = 0; k < n; k++) {
+    lua_geti(L, 1, k + 1);
+    args[k] = dupstr(luaL_tolstring(L, -1, NULL));
+    lua_pop(L, 2);
+  }
+  char **env = NULL;
+  if (lua_getfield(L, 1, "env") == LUA_TTABLE) {
+    int m = (int)luaL_len(L, -1);
+    env = calloc((size_t)m + 1, sizeof *env);
+    for (int k = 0; k < m; k++) {
+      lua_geti(L, -1, k + 1);
+      env[k] = dupstr(luaL_tolstring(L, -1, NULL));
+      lua_pop(L, 2);
+    }
+  }
+  lua_pop(L, 1);
+  const char *cwd = NULL;
+  if (lua_getfield(L, 1, "cwd") == LUA_TSTRING) cwd = lua_tostring(L, -1);
+  exec_req *x = calloc(1, sizeof *x);
+  x->E = E;
+  size_t in_len = 0;
+  if (lua_getfield(L, 1, "stdin") == LUA_TSTRING) {
+    const char *in = lua_tolstring(L, -1, &in_len);
+    x->input = malloc(in_len + 1);
+    memcpy(x->input, in, in_len);
+    x->input_len = in_len;
+  }
+  lua_pop(L, 1);
+  for (int k = 0; k < 3; k++) {
+    uv_pipe_init(E->loop, &x->pipes[k], 0);
+    x->pipes[k].data = x;
+  }
+  x->proc.data = x;
+  uv_stdio_container_t stdio[3] = {
+    {.flags = UV_CREATE_PIPE | UV_READABLE_PIPE, .data.stream = (uv_stream_t *)&x->pipes[0]},
+    {.flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE, .data.stream = (uv_stream_t *)&x->pipes[1]},
+    {.flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE, .data.stream = (uv_stream_t *)&x->pipes[2]},
+  };
+  uv_process_options_t opt = {.exit_cb = exec_exit, .file = args[0], .args = args, .env = env,
+                              .cwd = cwd, .stdio_count = 3, .stdio = stdio};
+  int rc = uv_spawn(E->loop, &x->proc, &opt);
+  lua_pop(L, 1);   /* cwd */
+  for (int k = 0; k < n; k++) free(args[k]);
+  free(args);
+  if (env) { for (int k = 0; env[k]; k++) free(env[k]); free(env); }
+  x->open_handles = 4;
+  if (rc) {
+    snprintf(err, (size_t)errlen, "cannot start %s: %s", lua_tostring(L, -1) ? "program" : "program", uv_strerror(rc));
+    for (int k = 0; k < 3; k++) uv_close((uv_handle_t *)&x->pipes[k], exec_handle_closed);
+    x->open_handles = 3;   /* the process handle was never initialised by a failed spawn */
+    return -1;
+  }
+  E->externals++;
+  x->run = r;
+  r->exec = x;
+  r->waiting = 1;
+  uv_read_start((uv_stream_t *)&x->pipes[1], exec_alloc, exec_read);
+  uv_read_start((uv_stream_t *)&x->pipes[2], exec_alloc, exec_read);
+  if (x->input_len) {
+    uv_buf_t b = uv_buf_init(x->input, (unsigned)x->input_len);
+    x->write.data = x;
+    uv_write(&x->write, (uv_stream_t *)&x->pipes[0], &b, 1, exec_written);
+  } else {
+    uv_close((uv_handle_t *)&x->pipes[0], exec_handle_closed);
+  }
+  return 0;
+}
+
+/* ---------------------------------------------------------------- runs */
+
+static void run_free(mend_run *r) {
+  mend_engine *E = r->E;
+  abandon_exec(r);
+  end_attempt(r);
+  mend_timer_disarm(&E->timers, &r->wait);
+  luaL_unref(E->L, LUA_REGISTRYINDEX, r->input_ref);
+  luaL_unref(E->L, LUA_REGISTRYINDEX, r->results_ref);
+  for (int i = 0; i < r->wf->nsteps; i++) {
+    free(r->steps[i].idem_key);
+    free(r->steps[i].result);
+    free(r->steps[i].error);
+  }
+  free(r->steps);
+  free(r->error);
+  if (r->prev) r->prev->next = r->next;
+  else E->runs = r->next;
+  if (r->next) r->next->prev = r->prev;
+  E->in_flight--;
+  free(r);
+}
+
+static void do_action(mend_run *r) {
+  action a = r->next_action;
+  r->next_action = ACT_NONE;
+  switch (a) {
+    case ACT_ADVANCE:
+      if (r->status == MEND_RUN_RUNNING) forward(r);
+      else if (r->status == MEND_RUN_COMPENSATING) backward(r);
+      break;
+    case ACT_EXECUTE: start_attempt(r, 0); break;
+    case ACT_COMPENSATE: start_attempt(r, 1); break;
+    case ACT_FINISH: run_free(r); break;
+    case ACT_NONE: break;
+  }
+}
+
+/* One turn: commit what the last turn wrote, then do what that commit allows. */
+static int pump_turn(mend_engine *E) {
+  if (E->broken) return -1;
+  if (mend_store_commit(E->store)) { store_failed(E); return -1; }
+  fire_alerts(E);
+  mend_run *r = E->q_head;
+  E->q_head = E->q_tail = NULL;
+  int did = 0;
+  while (r && !E->broken) {
+    mend_run *next = r->qnext;
+    do_action(r);
+    r = next;
+    did++;
+  }
+  return did;
+}
+
+static void pump_cb(uv_idle_t *h) {
+  mend_engine *E = h->data;
+  pump_turn(E);
+  int more = E->q_head || mend_store_batch_open(E->store);
+  if (!more && !E->broken && E->timers.is_virtual && E->auto_advance && !E->externals &&
+      E->timers.count) {
+    mend_timers_advance_to(&E->timers, mend_timers_next_due(&E->timers));
+    more = 1;
+  }
+  if (!more || E->broken) uv_idle_stop(E->pump);
+}
+
+int mend_engine_run(mend_engine *E) {
+  E->auto_advance = 1;
+  while (E->in_flight > 0 && !E->broken) {
+    kick(E);
+    uv_run(E->loop, UV_RUN_ONCE);
+  }
+  E->auto_advance = 0;
+  return E->broken ? -1 : 0;
+}
+
+static void drain(mend_engine *E) {
+  while (!E->broken && (E->q_head || mend_store_batch_open(E->store))) pump_turn(E);
+}
+
+int mend_engine_advance(mend_engine *E, double seconds) {
+  if (!E->timers.is_virtual) {
+    snprintf(E->errmsg, sizeof E->errmsg, "advance needs a virtual clock");
+    return -1;
+  }
+  double target = mend_engine_now(E) + (seconds > 0 ? seconds : 0);
+  drain(E);
+  while (!E->broken) {
+    uv_run(E->loop, UV_RUN_NOWAIT);
+    drain(E);
+    double next = mend_timers_next_due(&E->timers);
+    if (next < 0 || next > target) break;
+    mend_timers_advance_to(&E->timers, next);
+  }
+  if (!E->broken) mend_timers_advance_to(&E->timers, target);
+  drain(E);
+  return E->broken ? -1 : 0;
+}
+
+static int insert_run(mend_engine *E, mend_workflow *wf, const char *input_json,
+                      const char *run_key, mend_run *r, char *err, int errlen) {
+  double now = mend_engine_now(E);
+  mend_run_rec rec = {r->id, wf->name, wf->version, wf->source, run_key, "running", input_json,
+                      NULL, 0, now, now};
+  if (mend_store_insert_run(E->store, &rec)) {
+    snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store));
+    return -1;
+  }
+  for (int i = 0; i < wf->nsteps; i++) write_step(r, i);
+  history(r, NULL, "run", NULL, "running", 0, NULL, -1, run_key);
+  mend_engine_log_line(E, "info", r->id, NULL, 0, "run", "started");
+  return E->broken ? -1 : 0;
+}
+
+int mend_engine_start_value(mend_engine *E, lua_State *L, const char *workflow, int input_idx,
+                      const char *run_key, char id_out[MEND_RUN_ID_LEN], int *existed,
+                      char *err, int errlen) {
+  *existed = 0;
+  if (E->broken) { snprintf(err, (size_t)errlen, "%s", E->errmsg); return -1; }
+  mend_workflow *wf = mend_engine_workflow(E, workflow);
+  if (!wf) { snprintf(err, (size_t)errlen, "no workflow named \"%s\" is loaded", workflow); return -1; }
+  input_idx = lua_absindex(L, input_idx);
+  if (run_key) {
+    int found = mend_store_find_run_key(E->store, run_key, id_out, MEND_RUN_ID_LEN);
+    if (found < 0) { snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store)); return -1; }
+    if (found) { *existed = 1; return 0; }
+  }
+  char jerr[400];
+  char *input_json = mend_json_encode(L, input_idx, "input", jerr, sizeof jerr);
+  if (!input_json) { snprintf(err, (size_t)errlen, "%s", jerr); return -1; }
+  mend_run *r = calloc(1, sizeof *r);
+  r->E = E;
+  r->wf = wf;
+  r->status = MEND_RUN_RUNNING;
+  r->co_ref = LUA_NOREF;
+  r->fail_step = -1;
+  new_run_id(E, r->id);
+  r->steps = calloc((size_t)wf->nsteps, sizeof *r->steps);
+  for (int i = 0; i < wf->nsteps; i++) {
+    step_rt *st = &r->steps[i];
+    st->status = MEND_STEP_PENDING;
+    st->due = st->last_delay = -1;
+    size_t n = strlen(r->id) + strlen(wf->steps[i].name) + 2;
+    st->idem_key = malloc(n);
+    snprintf(st->idem_key, n, "%s/%s", r->id, wf->steps[i].name);
+  }
+  mend_timer_init(&r->wait, on_wait, r);
+  mend_timer_init(&r->deadline, on_deadline, r);
+  /* The run's input is the JSON form, as a restarted engine will see it. */
+  if (mend_json_decode(E->L, input_json, strlen(input_json), jerr, sizeof jerr)) lua_pushnil(E->L);
+  r->input_ref = luaL_ref(E->L, LUA_REGISTRYINDEX);
+  lua_newtable(E->L);
+  r->results_ref = luaL_ref(E->L, LUA_REGISTRYINDEX);
+  r->next = E->runs;
+  if (E->runs) E->runs->prev = r;
+  E->runs = r;
+  E->in_flight++;
+  int rc = insert_run(E, wf, input_json, run_key, r, err, errlen);
+  free(input_json);
+  if (rc) {
+    if (!E->broken) breakdown(E, "%s", err);
+    return -1;
+  }
+  memcpy(id_out, r->id, MEND_RUN_ID_LEN);
+  queue(r, ACT_ADVANCE);
+  return 0;
+}
+
+int mend_engine_start_json(mend_engine *E, const char *workflow, const char *input_json,
+                           const char *run_key, char id_out[MEND_RUN_ID_LEN], int *existed,
+                           char *err, int errlen) {
+  lua_State *L = E->L;
+  if (mend_json_decode(L, input_json ? input_json : "null", input_json ? strlen(input_json) : 4,
+                       err, errlen))
+    return -1;
+  int rc = mend_engine_start_value(E, L, workflow, -1, run_key, id_out, existed, err, errlen);
+  lua_pop(L, 1);
+  return rc;
+}
+
+/* ---------------------------------------------------------------- workflows */
+
+static mend_workflow *adopt(mend_engine *E, mend_workflow *wf) {
+  if (!wf) return NULL;
+  for (int i = 0; i < wf->nsteps; i++)
+    wf->steps[i].slot = breaker_slot(E, wf->steps[i].breaker_key, &wf->steps[i].breaker);
+  /* Newest first: a reloaded workflow serves new runs; the old one stays for runs in flight. */
+  wf->next = E->workflows;
+  E->workflows = wf;
+  return wf;
+}
+
+mend_workflow *mend_engine_load_file(mend_engine *E, const char *path, char *err, int errlen) {
+  return adopt(E, mend_workflow_load(E->L, path, err, errlen));
+}
+
+mend_workflow *mend_engine_register(mend_engine *E, int idx, char *err, int errlen) {
+  return adopt(E, mend_workflow_from_table(E->L, idx, "register", NULL, err, errlen));
+}
+
+mend_workflow *mend_engine_workflow(mend_engine *E, const char *name) {
+  for (mend_workflow *wf = E->workflows; wf; wf = wf->next)
+    if (strcmp(wf->name, name) == 0) return wf;
+  return NULL;
+}
+
+/* ---------------------------------------------------------------- life */
+
+static int ctx_log(lua_State *L) {
+  mend_engine *E = lua_touserdata(L, lua_upvalueindex(1));
+  luaL_checktype(L, 1, LUA_TTABLE);
+  int n = lua_gettop(L);
+  luaL_Buffer b;
+  /* ctx:log("charged %s", id) formats; ctx:log(a, b) joins like print. */
+  if (n >= 2 && lua_type(L, 2) == LUA_TSTRING && strchr(lua_tostring(L, 2), '%')) {
+    lua_getglobal(L, "string");
+    lua_getfield(L, -1, "format");
+    for (int k = 2; k <= n; k++) lua_pushvalue(L, k);
+    lua_call(L, n - 1, 1);
+  } else {
+    luaL_buffinit(L, &b);
+    for (int k = 2; k <= n; k++) {
+      if (k > 2) luaL_addchar(&b, ' ');
+      luaL_tolstring(L, k, NULL);
+      luaL_addvalue(&b);
+    }
+    luaL_pushresult(&b);
+  }
+  const char *msg = lua_tostring(L, -1);
+  lua_getfield(L, 1, "run_id");
+  lua_getfield(L, 1, "step");
+  lua_getfield(L, 1, "attempt");
+  const char *run = lua_tostring(L, -3), *step = lua_tostring(L, -2);
+  int attempt = (int)lua_tointeger(L, -1);
+  mend_engine_log_line(E, "info", run, step, attempt, "log", msg);
+  if (run) {
+    mend_history_rec h = {run, step, mend_engine_now(E), "log", NULL, NULL, attempt, NULL, -1, msg};
+    if (mend_store_append_history(E->store, &h)) store_failed(E);
+  }
+  return 0;
+}
+
+static int ctx_now(lua_State *L) {
+  mend_engine *E = lua_touserdata(L, lua_upvalueindex(1));
+  lua_pushnumber(L, mend_engine_now(E));
+  return 1;
+}
+
+static int ctx_sleep(lua_State *L) {
+  char err[200];
+  double s = luaL_checknumber(L, 2);
+  if (mend_engine_sleep(L, s, err, sizeof err)) return luaL_error(L, "ctx:sleep: %s", err);
+  return lua_yield(L, 0);
+}
+
+static void make_ctx_metatable(mend_engine *E) {
+  lua_State *L = E->L;
+  static const luaL_Reg methods[] = {{"log", ctx_log}, {"now", ctx_now}, {"sleep", ctx_sleep}, {NULL, NULL}};
+  lua_createtable(L, 0, 1);
+  lua_createtable(L, 0, 3);
+  lua_pushlightuserdata(L, E);
+  luaL_setfuncs(L, methods, 1);
+  lua_setfield(L, -2, "__index");
+  E->ctx_mt_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+}
+
+mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, char *err, int errlen) {
+  mend_engine *E = calloc(1, sizeof *E);
+  if (!E) { snprintf(err, (size_t)errlen, "out of memory"); return NULL; }
+  E->cfg = *cfg;
+  if (!host) {
+    host = E->owned_state = luaL_newstate();
+    if (!host) { free(E); snprintf(err, (size_t)errlen, "out of memory"); return NULL; }
+    luaL_openlibs(host);
+    luaL_requiref(host, "mend.core", mend_lua_open, 0);
+    lua_pop(host, 1);
+  }
+  lua_rawgeti(host, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
+  lua_State *main = lua_tothread(host, -1);
+  lua_pop(host, 1);
+  E->L = lua_newthread(main);
+  E->thread_ref = luaL_ref(main, LUA_REGISTRYINDEX);
+  lua_getfield(E->L, LUA_REGISTRYINDEX, THREADS_KEY);
+  if (lua_isnil(E->L, -1)) {
+    lua_newtable(E->L);
+    lua_setfield(E->L, LUA_REGISTRYINDEX, THREADS_KEY);
+  }
+  lua_pop(E->L, 1);
+  /* Typed errors need their metatable even when the module was not required yet. */
+  luaL_requiref(E->L, "mend.core", mend_lua_open, 0);
+  lua_pop(E->L, 1);
+  if (cfg->loop) E->loop = cfg->loop;
+  else {
+    uv_loop_init(&E->own_loop);
+    E->loop = &E->own_loop;
+    E->owns_loop = 1;
+  }
+  E->pump = malloc(sizeof *E->pump);
+  uv_idle_init(E->loop, E->pump);
+  E->pump->data = E;
+  mend_timers_init(&E->timers, E->loop, cfg->virtual_clock);
+  uint64_t seed = cfg->seed;
+  if (!cfg->has_seed && getrandom(&seed, sizeof seed, 0) != sizeof seed) seed = (uint64_t)mend_real_now();
+  mend_rng_seed(&E->rng, seed);
+  E->alerts = json_array();
+  make_ctx_metatable(E);
+  char serr[600];
+  E->store = mend_store_open(cfg->db_path ? cfg->db_path : ":memory:", cfg->durability, serr, sizeof serr);
+  if (!E->store) {
+    snprintf(err, (size_t)errlen, "%s", serr);
+    mend_engine_destroy(E);
+    return NULL;
+  }
+  return E;
+}
+
+static void free_on_close(uv_handle_t *h) { free(h); }
+
+void mend_engine_destroy(mend_engine *E) {
+  if (!E) return;
+  while (E->runs) run_free(E->runs);
+  if (E->store && !E->broken) mend_store_commit(E->store);
+  mend_store_close(E->store);
+  for (mend_workflow *wf = E->workflows, *next; wf; wf = next) {
+    next = wf->next;
+    mend_workflow_free(E->L, wf);
+  }
+  for (struct mend_breaker_slot *s = E->breakers, *next; s; s = next) {
+    next = s->next;
+    free(s->key);
+    free(s);
+  }
+  json_decref(E->alerts);
+  mend_timers_close(&E->timers);
+  uv_close((uv_handle_t *)E->pump, free_on_close);
+  if (E->owns_loop) {
+    uv_run(&E->own_loop, UV_RUN_NOWAIT);   /* let close callbacks run */
+    while (uv_loop_close(&E->own_loop) == UV_EBUSY) uv_run(&E->own_loop, UV_RUN_ONCE);
+  } else {
+    uv_run(E->loop, UV_RUN_NOWAIT);
+  }
+  luaL_unref(E->L, LUA_REGISTRYINDEX, E->ctx_mt_ref);
+  luaL_unref(E->L, LUA_REGISTRYINDEX, E->thread_ref);
+  if (E->owned_state) lua_close(E->owned_state);
+  free(E);
+}

@@ -1,1 +1,398 @@
-/* placeholder */
+/*
+ * json: Lua values <-> JSON through jansson. Owns the mapping between the two (which tables are
+ * arrays, what stands for null, integers versus floats) and the refusal, with a path, of what
+ * JSON cannot say. Never keeps Lua values or jansson values beyond one call.
+ */
+#include "json.h"
+
+#include <lauxlib.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_DEPTH 100
+
+/* The walk from Lua to jansson: where we are (for messages) and which tables enclose us (for
+ * cycles; a table shared by two branches is fine, one inside itself is not). */
+typedef struct enc {
+  lua_State *L;
+  char path[512];
+  size_t plen;
+  const void *open[MAX_DEPTH + 1];
+  int depth;
+  int precision;   /* digits the reals seen so far need to read back exactly */
+  char *err;
+  int errlen;
+} enc;
+
+static void fail(enc *e, const char *fmt, ...) {
+  if (!e->err || e->errlen <= 0) return;
+  /* A deep path would crowd out the reason: keep its start and its end. */
+  int n = e->plen > 160
+            ? snprintf(e->err, (size_t)e->errlen, "%.60s...%s: ", e->path, e->path + e->plen - 90)
+            : snprintf(e->err, (size_t)e->errlen, "%s: ", e->path);
+  if (n < 0 || n >= e->errlen) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(e->err + n, (size_t)(e->errlen - n), fmt, ap);
+  va_end(ap);
+}
+
+/* Appends a path segment and returns the length to restore afterwards. A path too long for the
+ * buffer ends in "..." rather than being cut mid-name without notice. */
+static size_t path_push(enc *e, const char *fmt, ...) {
+  size_t old = e->plen, room = sizeof e->path - old;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(e->path + old, room, fmt, ap);
+  va_end(ap);
+  if (n < 0 || (size_t)n >= room) {
+    memcpy(e->path + sizeof e->path - 4, "...", 4);
+    e->plen = sizeof e->path - 1;
+  } else {
+    e->plen = old + (size_t)n;
+  }
+  return old;
+}
+
+static void path_pop(enc *e, size_t old) {
+  e->plen = old;
+  e->path[old] = '\0';
+}
+
+static int is_identifier(const char *s, size_t n) {
+  if (n == 0 || !(s[0] == '_' || (s[0] >= 'a' && s[0] <= 'z') || (s[0] >= 'A' && s[0] <= 'Z')))
+    return 0;
+  for (size_t i = 1; i < n; i++) {
+    char c = s[i];
+    if (!(c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')))
+      return 0;
+  }
+  return 1;
+}
+
+static size_t path_push_key(enc *e, const char *k, size_t n) {
+  if (is_identifier(k, n)) return path_push(e, ".%.*s", (int)n, k);
+  return path_push(e, "[\"%.*s\"]", (int)(n > 64 ? 64 : n), k);
+}
+
+static json_t *value(enc *e, int idx);
+
+/* jansson prints every real with one precision (17 digits by default, so 0.1 comes out as
+ * 0.10000000000000001); the fewest digits from 15 up that give back the same double for every
+ * real in the value keep the text short and exact. */
+static int real_precision(double d, int so_far) {
+  char buf[40];
+  for (int p = so_far; p < 17; p++) {
+    snprintf(buf, sizeof buf, "%.*g", p, d);
+    if (strtod(buf, NULL) == d) return p;
+  }
+  return 17;
+}
+
+/* Array if the keys are exactly 1..n (n >= 1), object if they are all strings; an empty table
+ * is an object. Returns 1 array, 0 object, -1 refused. stack: unchanged */
+static int table_kind(enc *e, int idx, lua_Integer *n_out) {
+  lua_State *L = e->L;
+  lua_Integer count = 0, max = 0;
+  int strings = 0, integers = 0;
+  lua_pushnil(L);
+  while (lua_next(L, idx) != 0) {   /* stack: ..., key, value */
+    lua_pop(L, 1);
+    int kt = lua_type(L, -1);
+    if (kt == LUA_TSTRING) {
+      strings++;
+    } else if (kt == LUA_TNUMBER && lua_isinteger(L, -1)) {
+      lua_Integer k = lua_tointeger(L, -1);
+      if (k < 1) {
+        lua_pop(L, 1);
+        fail(e, "cannot encode a table with integer key %lld (arrays start at 1)", (long long)k);
+        return -1;
+      }
+      integers++;
+      count++;
+      if (k > max) max = k;
+    } else {
+      const char *tn = luaL_typename(L, -1);
+      lua_pop(L, 1);
+      fail(e, "cannot encode a table key of type %s", kt == LUA_TNUMBER ? "float" : tn);
+      return -1;
+    }
+  }
+  if (strings && integers) {
+    fail(e, "cannot encode a table that mixes array and object keys");
+    return -1;
+  }
+  if (integers && max != count) {
+    fail(e, "cannot encode a sparse array (keys are not 1..%lld)", (long long)count);
+    return -1;
+  }
+  *n_out = count;
+  return integers ? 1 : 0;
+}
+
+static json_t *table_value(enc *e, int idx) {
+  lua_State *L = e->L;
+  const void *self = lua_topointer(L, idx);
+  for (int i = 0; i < e->depth; i++) {
+    if (e->open[i] == self) {
+      fail(e, "cannot encode a cycle (the table contains itself)");
+      return NULL;
+    }
+  }
+  if (e->depth >= MAX_DEPTH) {
+    fail(e, "cannot encode nesting deeper than %d", MAX_DEPTH);
+    return NULL;
+  }
+  if (!lua_checkstack(L, 4)) {
+    fail(e, "Lua stack exhausted");
+    return NULL;
+  }
+  lua_Integer n;
+  int kind = table_kind(e, idx, &n);
+  if (kind < 0) return NULL;
+  e->open[e->depth++] = self;
+  json_t *out = kind ? json_array() : json_object();
+  if (!out) goto oom;
+  if (kind) {
+    for (lua_Integer i = 1; i <= n; i++) {
+      lua_rawgeti(L, idx, i);
+      size_t old = path_push(e, "[%lld]", (long long)i);
+      json_t *v = value(e, lua_gettop(L));
+      lua_pop(L, 1);
+      if (!v) goto fail;
+      path_pop(e, old);
+      if (json_array_append_new(out, v) != 0) goto oom;
+    }
+  } else {
+    lua_pushnil(L);
+    while (lua_next(L, idx) != 0) {   /* stack: ..., key, value */
+      size_t klen;
+      /* The key is known to be a string, so lua_tolstring does not disturb lua_next. */
+      const char *k = lua_tolstring(L, -2, &klen);
+      size_t old = path_push_key(e, k, klen);
+      json_t *v = value(e, lua_gettop(L));
+      if (!v) {
+        lua_pop(L, 2);
+        goto fail;
+      }
+      path_pop(e, old);
+      if (memchr(k, '\0', klen) || json_object_setn_new(out, k, klen, v) != 0) {
+        lua_pop(L, 2);
+        fail(e, "cannot encode key \"%s\" (not valid UTF-8 or contains a NUL byte)", k);
+        goto fail;
+      }
+      lua_pop(L, 1);
+    }
+  }
+  e->depth--;
+  return out;
+oom:
+  fail(e, "out of memory");
+fail:
+  e->depth--;
+  json_decref(out);
+  return NULL;
+}
+
+static json_t *value(enc *e, int idx) {
+  lua_State *L = e->L;
+  json_t *v = NULL;
+  switch (lua_type(L, idx)) {
+  case LUA_TNIL:
+    v = json_null();
+    break;
+  case LUA_TBOOLEAN:
+    v = json_boolean(lua_toboolean(L, idx));
+    break;
+  case LUA_TNUMBER:
+    if (lua_isinteger(L, idx)) {
+      v = json_integer((json_int_t)lua_tointeger(L, idx));
+    } else {
+      double d = lua_tonumber(L, idx);
+      if (isnan(d)) {
+        fail(e, "cannot encode NaN");
+        return NULL;
+      }
+      if (isinf(d)) {
+        fail(e, "cannot encode an infinity");
+        return NULL;
+      }
+      v = json_real(d);
+      e->precision = real_precision(d, e->precision);
+    }
+    break;
+  case LUA_TSTRING: {
+    size_t n;
+    const char *s = lua_tolstring(L, idx, &n);
+    v = json_stringn(s, n);
+    if (!v) {
+      fail(e, "cannot encode a string that is not valid UTF-8");
+      return NULL;
+    }
+    return v;
+  }
+  case LUA_TTABLE:
+    return table_value(e, idx);
+  case LUA_TLIGHTUSERDATA:
+    if (lua_touserdata(L, idx) == NULL) {
+      v = json_null();
+      break;
+    }
+    fail(e, "cannot encode a light userdata");
+    return NULL;
+  default:
+    fail(e, "cannot encode a %s", luaL_typename(L, idx));
+    return NULL;
+  }
+  if (!v) fail(e, "out of memory");
+  return v;
+}
+
+static json_t *from_lua(lua_State *L, int idx, const char *what, char *err, int errlen,
+                         int *precision) {
+  enc e;
+  e.L = L;
+  e.depth = 0;
+  e.precision = 15;
+  e.err = err;
+  e.errlen = errlen;
+  e.plen = 0;
+  e.path[0] = '\0';
+  path_push(&e, "%s", what ? what : "value");
+  json_t *v = value(&e, lua_absindex(L, idx));
+  if (precision) *precision = e.precision;
+  return v;
+}
+
+json_t *mend_json_from_lua(lua_State *L, int idx, const char *what, char *err, int errlen) {
+  return from_lua(L, idx, what, err, errlen, NULL);
+}
+
+char *mend_json_encode(lua_State *L, int idx, const char *what, char *err, int errlen) {
+  int precision;
+  json_t *v = from_lua(L, idx, what, err, errlen, &precision);
+  if (!v) return NULL;
+  char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER |
+                                 JSON_REAL_PRECISION(precision));
+  json_decref(v);
+  if (!text && err && errlen > 0)
+    snprintf(err, (size_t)errlen, "%s: out of memory", what ? what : "value");
+  return text;
+}
+
+/* ---- jansson -> Lua -------------------------------------------------------------------- */
+
+/* `nested`: JSON null inside a container is the sentinel; at the top it is plain nil. */
+static void push_value(lua_State *L, const json_t *v, int nested) {
+  luaL_checkstack(L, 3, "JSON nested too deeply");
+  switch (json_typeof(v)) {
+  case JSON_OBJECT: {
+    const char *k;
+    json_t *item;
+    lua_createtable(L, 0, (int)json_object_size(v));
+    json_object_foreach((json_t *)v, k, item) {
+      push_value(L, item, 1);
+      lua_setfield(L, -2, k);
+    }
+    break;
+  }
+  case JSON_ARRAY: {
+    size_t n = json_array_size(v);
+    lua_createtable(L, n > 1u << 20 ? 1 << 20 : (int)n, 0);
+    for (size_t i = 0; i < n; i++) {
+      push_value(L, json_array_get(v, i), 1);
+      lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+    break;
+  }
+  case JSON_STRING:
+    lua_pushlstring(L, json_string_value(v), json_string_length(v));
+    break;
+  case JSON_INTEGER:
+    lua_pushinteger(L, (lua_Integer)json_integer_value(v));
+    break;
+  case JSON_REAL:
+    lua_pushnumber(L, json_real_value(v));
+    break;
+  case JSON_TRUE:
+    lua_pushboolean(L, 1);
+    break;
+  case JSON_FALSE:
+    lua_pushboolean(L, 0);
+    break;
+  case JSON_NULL:
+    if (nested) lua_pushlightuserdata(L, NULL);
+    else lua_pushnil(L);
+    break;
+  }
+}
+
+void mend_json_push(lua_State *L, const json_t *v) {
+  if (!v) lua_pushnil(L);
+  else push_value(L, v, 0);
+}
+
+/* Runs the push under lua_pcall so that a memory error cannot leak the decoded document. */
+static int push_protected(lua_State *L) {
+  mend_json_push(L, (const json_t *)lua_touserdata(L, 1));
+  return 1;
+}
+
+int mend_json_decode(lua_State *L, const char *text, size_t len, char *err, int errlen) {
+  json_error_t je;
+  json_t *v = json_loadb(text, len, JSON_DECODE_ANY, &je);
+  if (!v) {
+    if (err && errlen > 0)
+      snprintf(err, (size_t)errlen, "line %d column %d: %s", je.line, je.column, je.text);
+    return -1;
+  }
+  lua_pushcfunction(L, push_protected);
+  lua_pushlightuserdata(L, v);
+  int rc = lua_pcall(L, 1, 1, 0);
+  json_decref(v);
+  if (rc != LUA_OK) {
+    if (err && errlen > 0)
+      snprintf(err, (size_t)errlen, "%s", lua_isstring(L, -1) ? lua_tostring(L, -1) : "error");
+    lua_pop(L, 1);
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- the mend.json module -------------------------------------------------------------- */
+
+/* encode(v) -> string  [-0, +1, e] */
+static int l_encode(lua_State *L) {
+  char err[512];
+  luaL_checkany(L, 1);
+  char *text = mend_json_encode(L, 1, "value", err, sizeof err);
+  if (!text) return luaL_error(L, "mend.json.encode: %s", err);
+  lua_pushstring(L, text);
+  free(text);
+  return 1;
+}
+
+/* decode(s) -> value  [-0, +1, e] */
+static int l_decode(lua_State *L) {
+  char err[512];
+  size_t len;
+  const char *s = luaL_checklstring(L, 1, &len);
+  if (mend_json_decode(L, s, len, err, sizeof err) != 0)
+    return luaL_error(L, "mend.json.decode: %s", err);
+  return 1;
+}
+
+int mend_json_open(lua_State *L) {
+  static const luaL_Reg funcs[] = {
+    {"encode", l_encode},
+    {"decode", l_decode},
+    {NULL, NULL},
+  };
+  luaL_newlib(L, funcs);
+  lua_pushlightuserdata(L, NULL);
+  lua_setfield(L, -2, "null");
+  return 1;
+}

@@ -1,1 +1,433 @@
-/* placeholder */
+/*
+ * lmend: the `mend.core` Lua module (see lmend.h). Typed errors are tables with the metatable
+ * "mend.error"; engines are userdata "mend.engine" holding a pointer, so that the engine's
+ * memory (and its libuv handles) never live inside memory Lua may collect first.
+ */
+#include "lmend.h"
+
+#include <lauxlib.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine.h"
+#include "json.h"
+#include "log.h"
+#include "mend.h"
+
+#define ERROR_MT "mend.error"
+#define ENGINE_MT "mend.engine"
+
+static const char *const kind_names[] = {"retryable", "fatal", "compensable", "timeout", "error"};
+
+const char *mend_error_kind_name(mend_error_kind k) {
+  return k >= MEND_ERR_RETRYABLE && k <= MEND_ERR_ERROR ? kind_names[k] : "error";
+}
+
+void mend_lua_push_error(lua_State *L, mend_error_kind kind, const char *message,
+                         double retry_after, int severity) {
+  lua_createtable(L, 0, 4);
+  lua_pushstring(L, mend_error_kind_name(kind));
+  lua_setfield(L, -2, "kind");
+  lua_pushstring(L, message ? message : "");
+  lua_setfield(L, -2, "message");
+  if (retry_after >= 0) { lua_pushnumber(L, retry_after); lua_setfield(L, -2, "retry_after"); }
+  if (severity > 0) { lua_pushinteger(L, severity); lua_setfield(L, -2, "severity"); }
+  luaL_setmetatable(L, ERROR_MT);
+}
+
+static int is_mend_error(lua_State *L, int idx) {
+  if (lua_type(L, idx) != LUA_TTABLE || !lua_getmetatable(L, idx)) return 0;
+  luaL_getmetatable(L, ERROR_MT);
+  int same = lua_rawequal(L, -1, -2);
+  lua_pop(L, 2);
+  return same;
+}
+
+int mend_lua_read_error(lua_State *L, int idx, mend_error_info *info) {
+  idx = lua_absindex(L, idx);
+  *info = (mend_error_info){MEND_ERR_ERROR, NULL, -1, 0};
+  if (!is_mend_error(L, idx)) {
+    if (lua_type(L, idx) == LUA_TSTRING) info->message = lua_tostring(L, idx);
+    return 0;
+  }
+  lua_getfield(L, idx, "kind");
+  const char *kind = lua_tostring(L, -1);
+  for (int k = MEND_ERR_RETRYABLE; k <= MEND_ERR_ERROR; k++)
+    if (kind && strcmp(kind, kind_names[k]) == 0) info->kind = (mend_error_kind)k;
+  lua_pop(L, 1);
+  lua_getfield(L, idx, "message");
+  info->message = lua_tostring(L, -1);   /* anchored in the error table */
+  lua_pop(L, 1);
+  lua_getfield(L, idx, "retry_after");
+  if (lua_isnumber(L, -1)) info->retry_after = lua_tonumber(L, -1);
+  lua_pop(L, 1);
+  lua_getfield(L, idx, "severity");
+  info->severity = (int)lua_tointeger(L, -1);
+  lua_pop(L, 1);
+  return 1;
+}
+
+/* ---------------------------------------------------------------- errors */
+
+/* The message argument as text; called last, since luaL_tolstring pushes. */
+static const char *error_message(lua_State *L) {
+  if (lua_isnoneornil(L, 1)) return "";
+  return luaL_tolstring(L, 1, NULL);
+}
+
+/* mend.retryable(msg [, {retry_after = s}]) -> error  [-0, +1, e] */
+static int l_retryable(lua_State *L) {
+  double retry_after = -1;
+  if (lua_istable(L, 2)) {
+    lua_getfield(L, 2, "retry_after");
+    if (!lua_isnil(L, -1)) {
+      if (!lua_isnumber(L, -1) || lua_tonumber(L, -1) < 0)
+        return luaL_argerror(L, 2, "retry_after must be a number >= 0");
+      retry_after = lua_tonumber(L, -1);
+    }
+    lua_pop(L, 1);
+  } else if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
+  mend_lua_push_error(L, MEND_ERR_RETRYABLE, error_message(L), retry_after, 0);
+  return 1;
+}
+
+/* mend.fatal(msg) -> error  [-0, +1, -] */
+static int l_fatal(lua_State *L) {
+  mend_lua_push_error(L, MEND_ERR_FATAL, error_message(L), -1, 0);
+  return 1;
+}
+
+/* mend.compensable(msg [, {severity = 1|2|3}]) -> error  [-0, +1, e] */
+static int l_compensable(lua_State *L) {
+  int severity = 1;
+  if (lua_istable(L, 2)) {
+    lua_getfield(L, 2, "severity");
+    if (!lua_isnil(L, -1)) {
+      lua_Integer s = lua_tointeger(L, -1);
+      if (s < 1 || s > 3) return luaL_argerror(L, 2, "severity must be 1, 2 or 3");
+      severity = (int)s;
+    }
+    lua_pop(L, 1);
+  } else if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
+  mend_lua_push_error(L, MEND_ERR_COMPENSABLE, error_message(L), -1, severity);
+  return 1;
+}
+
+/* mend.is_error(v) -> kind | nil  [-0, +1, -] */
+static int l_is_error(lua_State *L) {
+  if (!is_mend_error(L, 1)) { lua_pushnil(L); return 1; }
+  lua_getfield(L, 1, "kind");
+  return 1;
+}
+
+static int error_tostring(lua_State *L) {
+  lua_getfield(L, 1, "kind");
+  lua_getfield(L, 1, "message");
+  lua_pushfstring(L, "%s: %s", luaL_optstring(L, -2, "error"), luaL_optstring(L, -1, ""));
+  return 1;
+}
+
+/* ---------------------------------------------------------------- waits */
+
+/* mend.sleep(seconds): yields the step until the engine clock has moved on.  [-1, +0, e] */
+static int l_sleep(lua_State *L) {
+  double s = luaL_checknumber(L, 1);
+  char err[200];
+  if (mend_engine_sleep(L, s, err, sizeof err)) return luaL_error(L, "mend.sleep: %s", err);
+  return lua_yield(L, 0);
+}
+
+/* mend.exec{prog, args..., stdin=, cwd=, env=} -> {status, signal, stdout, stderr}  [-1, +1, e] */
+static int l_exec(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_settop(L, 1);
+  char err[300];
+  if (mend_engine_exec(L, err, sizeof err)) return luaL_error(L, "mend.exec: %s", err);
+  return lua_yield(L, 0);
+}
+
+/* ---------------------------------------------------------------- engines */
+
+typedef struct engine_box {
+  mend_engine *E;
+  lua_State *L;           /* main state, for callbacks */
+  int alert_ref, log_ref;
+  mend_log_sink sink;
+} engine_box;
+
+static engine_box *check_engine(lua_State *L) {
+  engine_box *b = luaL_checkudata(L, 1, ENGINE_MT);
+  if (!b->E) luaL_error(L, "engine is closed");
+  return b;
+}
+
+static void alert_to_lua(void *ud, json_t *ev) {
+  engine_box *b = ud;
+  lua_State *L = mend_engine_lua(b->E);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, b->alert_ref);
+  mend_json_push(L, ev);
+  if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
+    mend_engine_log_line(b->E, "error", NULL, NULL, 0, "alert", lua_tostring(L, -1));
+    lua_pop(L, 1);
+  }
+}
+
+static void log_to_lua(void *ud, const mend_log_record *rec) {
+  engine_box *b = ud;
+  lua_State *L = mend_engine_lua(b->E);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, b->log_ref);
+  lua_createtable(L, 0, 7);
+  lua_pushstring(L, rec->level); lua_setfield(L, -2, "level");
+  lua_pushnumber(L, rec->time); lua_setfield(L, -2, "time");
+  if (rec->run) { lua_pushstring(L, rec->run); lua_setfield(L, -2, "run"); }
+  if (rec->step) { lua_pushstring(L, rec->step); lua_setfield(L, -2, "step"); }
+  if (rec->attempt) { lua_pushinteger(L, rec->attempt); lua_setfield(L, -2, "attempt"); }
+  lua_pushstring(L, rec->event); lua_setfield(L, -2, "event");
+  lua_pushstring(L, rec->message ? rec->message : ""); lua_setfield(L, -2, "message");
+  if (lua_pcall(L, 1, 0, 0) != LUA_OK) lua_pop(L, 1);   /* a broken logger must not stop runs */
+}
+
+static const char *opt_field_string(lua_State *L, int idx, const char *field, const char *def) {
+  lua_getfield(L, idx, field);
+  const char *s = lua_isnil(L, -1) ? def : luaL_checkstring(L, -1);
+  lua_pop(L, 1);
+  return s;
+}
+
+/* mend.engine{db=, clock=, seed=, durability=, log=, alert=} -> engine  [-1, +1, e] */
+static int l_engine(lua_State *L) {
+  if (lua_isnoneornil(L, 1)) { lua_settop(L, 0); lua_newtable(L); }
+  luaL_checktype(L, 1, LUA_TTABLE);
+  static const char *const fields[] = {"db", "clock", "seed", "durability", "log", "alert", NULL};
+  lua_pushnil(L);
+  while (lua_next(L, 1)) {
+    lua_pop(L, 1);
+    int known = 0;
+    for (const char *const *f = fields; *f; f++)
+      known |= lua_type(L, -1) == LUA_TSTRING && strcmp(lua_tostring(L, -1), *f) == 0;
+    if (!known) return luaL_error(L, "mend.engine: unknown option %s", luaL_tolstring(L, -1, NULL));
+  }
+  mend_engine_config cfg = {0};
+  cfg.db_path = opt_field_string(L, 1, "db", ":memory:");
+  const char *clock = opt_field_string(L, 1, "clock", "real");
+  if (strcmp(clock, "virtual") == 0) cfg.virtual_clock = 1;
+  else if (strcmp(clock, "real") != 0) return luaL_error(L, "mend.engine: clock must be \"real\" or \"virtual\", got \"%s\"", clock);
+  const char *dur = opt_field_string(L, 1, "durability", "full");
+  if (strcmp(dur, "process") == 0) cfg.durability = MEND_DURABILITY_PROCESS;
+  else if (strcmp(dur, "full") != 0) return luaL_error(L, "mend.engine: durability must be \"full\" or \"process\", got \"%s\"", dur);
+  lua_getfield(L, 1, "seed");
+  if (!lua_isnil(L, -1)) {
+    if (!lua_isinteger(L, -1)) return luaL_error(L, "mend.engine: seed must be an integer");
+    cfg.has_seed = 1;
+    cfg.seed = (uint64_t)lua_tointeger(L, -1);
+  }
+  lua_pop(L, 1);
+  engine_box *b = lua_newuserdatauv(L, sizeof *b, 0);
+  *b = (engine_box){.alert_ref = LUA_NOREF, .log_ref = LUA_NOREF};
+  luaL_setmetatable(L, ENGINE_MT);
+  int t = lua_getfield(L, 1, "alert");
+  if (t == LUA_TFUNCTION) {
+    b->alert_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    cfg.alert = alert_to_lua;
+    cfg.alert_ud = b;
+  } else {
+    if (t != LUA_TNIL) return luaL_error(L, "mend.engine: alert must be a function");
+    lua_pop(L, 1);
+  }
+  t = lua_getfield(L, 1, "log");
+  if (t == LUA_TFUNCTION) {
+    b->log_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    cfg.log = log_to_lua;
+    cfg.log_ud = b;
+  } else {
+    if (t == LUA_TSTRING && strcmp(lua_tostring(L, -1), "stderr") == 0) {
+      mend_log_sink_init(&b->sink, stderr);
+      cfg.log = mend_log_to_sink;
+      cfg.log_ud = &b->sink;
+    } else if (t != LUA_TNIL && !(t == LUA_TBOOLEAN && !lua_toboolean(L, -1))) {
+      return luaL_error(L, "mend.engine: log must be false, \"stderr\" or a function");
+    }
+    lua_pop(L, 1);
+  }
+  char err[1024];
+  b->E = mend_engine_create(L, &cfg, err, sizeof err);
+  if (!b->E) return luaL_error(L, "%s", err);
+  return 1;
+}
+
+static int engine_close(lua_State *L) {
+  engine_box *b = luaL_checkudata(L, 1, ENGINE_MT);
+  if (b->E) {
+    mend_engine_destroy(b->E);
+    b->E = NULL;
+  }
+  luaL_unref(L, LUA_REGISTRYINDEX, b->alert_ref);
+  luaL_unref(L, LUA_REGISTRYINDEX, b->log_ref);
+  b->alert_ref = b->log_ref = LUA_NOREF;
+  return 0;
+}
+
+/* eng:load(path) -> name  [-0, +1, e] */
+static int engine_load(lua_State *L) {
+  engine_box *b = check_engine(L);
+  const char *path = luaL_checkstring(L, 2);
+  char err[1024];
+  mend_workflow *wf = mend_engine_load_file(b->E, path, err, sizeof err);
+  if (!wf) return luaL_error(L, "%s", err);
+  lua_pushstring(L, wf->name);
+  return 1;
+}
+
+/* eng:register(def) -> name  [-0, +1, e] */
+static int engine_register(lua_State *L) {
+  engine_box *b = check_engine(L);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  lua_State *EL = mend_engine_lua(b->E);
+  lua_pushvalue(L, 2);
+  lua_xmove(L, EL, 1);
+  char err[1024];
+  mend_workflow *wf = mend_engine_register(b->E, -1, err, sizeof err);
+  lua_pop(EL, 1);
+  if (!wf) return luaL_error(L, "%s", err);
+  lua_pushstring(L, wf->name);
+  return 1;
+}
+
+/* eng:start(name, input [, {key = k}]) -> run_id, existed  [-0, +2, e] */
+static int engine_start(lua_State *L) {
+  engine_box *b = check_engine(L);
+  const char *name = luaL_checkstring(L, 2);
+  const char *key = NULL;
+  if (!lua_isnoneornil(L, 4)) {
+    luaL_checktype(L, 4, LUA_TTABLE);
+    key = opt_field_string(L, 4, "key", NULL);
+  }
+  lua_settop(L, 4);
+  char id[MEND_RUN_ID_LEN], err[1024];
+  int existed;
+  if (mend_engine_start_value(b->E, L, name, 3, key, id, &existed, err, sizeof err))
+    return luaL_error(L, "start: %s", err);
+  lua_pushstring(L, id);
+  lua_pushboolean(L, existed);
+  return 2;
+}
+
+/* eng:run()  [-0, +0, e] */
+static int engine_run(lua_State *L) {
+  engine_box *b = check_engine(L);
+  if (mend_engine_run(b->E)) return luaL_error(L, "%s", mend_engine_error(b->E));
+  return 0;
+}
+
+/* eng:advance(seconds)  [-0, +0, e] */
+static int engine_advance(lua_State *L) {
+  engine_box *b = check_engine(L);
+  if (mend_engine_advance(b->E, luaL_checknumber(L, 2)))
+    return luaL_error(L, "%s", mend_engine_error(b->E));
+  return 0;
+}
+
+static int engine_now(lua_State *L) {
+  engine_box *b = check_engine(L);
+  lua_pushnumber(L, mend_engine_now(b->E));
+  return 1;
+}
+
+static int engine_in_flight(lua_State *L) {
+  engine_box *b = check_engine(L);
+  lua_pushinteger(L, mend_engine_in_flight(b->E));
+  return 1;
+}
+
+static int push_query(lua_State *L, engine_box *b, json_t *v) {
+  if (!v) return luaL_error(L, "%s", mend_store_errmsg(mend_engine_store(b->E)));
+  mend_json_push(L, v);
+  json_decref(v);
+  return 1;
+}
+
+static int engine_status(lua_State *L) {
+  engine_box *b = check_engine(L);
+  return push_query(L, b, mend_store_run(mend_engine_store(b->E), luaL_checkstring(L, 2)));
+}
+
+static int engine_history(lua_State *L) {
+  engine_box *b = check_engine(L);
+  return push_query(L, b, mend_store_history(mend_engine_store(b->E), luaL_checkstring(L, 2)));
+}
+
+static int engine_dlq(lua_State *L) {
+  engine_box *b = check_engine(L);
+  return push_query(L, b, mend_store_dlq(mend_engine_store(b->E)));
+}
+
+static int engine_breakers(lua_State *L) {
+  engine_box *b = check_engine(L);
+  return push_query(L, b, mend_store_breakers(mend_engine_store(b->E)));
+}
+
+/* eng:runs{status=, workflow=, limit=} -> list  [-0, +1, e] */
+static int engine_runs(lua_State *L) {
+  engine_box *b = check_engine(L);
+  const char *status = NULL, *workflow = NULL;
+  int limit = 0;
+  if (lua_istable(L, 2)) {
+    status = opt_field_string(L, 2, "status", NULL);
+    workflow = opt_field_string(L, 2, "workflow", NULL);
+    lua_getfield(L, 2, "limit");
+    limit = (int)luaL_optinteger(L, -1, 0);
+    lua_pop(L, 1);
+  }
+  return push_query(L, b, mend_store_runs(mend_engine_store(b->E), status, workflow, limit));
+}
+
+static int engine_tostring(lua_State *L) {
+  engine_box *b = luaL_checkudata(L, 1, ENGINE_MT);
+  lua_pushfstring(L, "mend.engine (%s)", b->E ? "open" : "closed");
+  return 1;
+}
+
+/* mend.isatty(fd) for the CLI's choice of output.  [-0, +1, -] */
+static int l_isatty(lua_State *L) {
+  lua_pushboolean(L, isatty((int)luaL_optinteger(L, 1, 1)));
+  return 1;
+}
+
+int mend_lua_open(lua_State *L) {
+  static const luaL_Reg engine_methods[] = {
+    {"load", engine_load}, {"register", engine_register}, {"start", engine_start},
+    {"run", engine_run}, {"advance", engine_advance}, {"now", engine_now},
+    {"in_flight", engine_in_flight}, {"status", engine_status}, {"history", engine_history},
+    {"dlq", engine_dlq}, {"breakers", engine_breakers}, {"runs", engine_runs},
+    {"close", engine_close}, {NULL, NULL}};
+  static const luaL_Reg funcs[] = {
+    {"retryable", l_retryable}, {"fatal", l_fatal}, {"compensable", l_compensable},
+    {"is_error", l_is_error}, {"sleep", l_sleep}, {"exec", l_exec}, {"engine", l_engine},
+    {"isatty", l_isatty}, {NULL, NULL}};
+  if (luaL_newmetatable(L, ERROR_MT)) {
+    lua_pushcfunction(L, error_tostring);
+    lua_setfield(L, -2, "__tostring");
+    lua_pushstring(L, "mend.error");
+    lua_setfield(L, -2, "__name");
+  }
+  lua_pop(L, 1);
+  if (luaL_newmetatable(L, ENGINE_MT)) {
+    luaL_newlib(L, engine_methods);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, engine_close);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, engine_close);
+    lua_setfield(L, -2, "__close");
+    lua_pushcfunction(L, engine_tostring);
+    lua_setfield(L, -2, "__tostring");
+  }
+  lua_pop(L, 1);
+  luaL_newlib(L, funcs);
+  mend_json_open(L);
+  lua_setfield(L, -2, "json");
+  lua_pushstring(L, MEND_VERSION_STRING);
+  lua_setfield(L, -2, "version");
+  return 1;
+}

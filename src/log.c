@@ -1,1 +1,41 @@
-/* placeholder */
+/*
+ * log: formats engine log records for a stream (see log.h). Never fails the caller: a record
+ * that cannot be written is dropped.
+ */
+#include "log.h"
+
+#include <jansson.h>
+#include <time.h>
+#include <unistd.h>
+
+void mend_log_sink_init(mend_log_sink *s, FILE *out) {
+  s->out = out;
+  s->human = isatty(fileno(out));
+}
+
+void mend_log_to_sink(void *ud, const mend_log_record *rec) {
+  mend_log_sink *s = ud;
+  if (!s->human) {
+    json_t *o = json_pack("{s:s, s:f, s:s, s:s}", "level", rec->level, "time", rec->time,
+                          "event", rec->event, "message", rec->message ? rec->message : "");
+    if (!o) return;
+    if (rec->run) json_object_set_new(o, "run", json_string(rec->run));
+    if (rec->step) json_object_set_new(o, "step", json_string(rec->step));
+    if (rec->attempt) json_object_set_new(o, "attempt", json_integer(rec->attempt));
+    char *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (line) fprintf(s->out, "%s\n", line);
+    free(line);
+    json_decref(o);
+    return;
+  }
+  time_t t = (time_t)rec->time;
+  struct tm tm;
+  localtime_r(&t, &tm);
+  char when[16];
+  strftime(when, sizeof when, "%H:%M:%S", &tm);
+  int ms = (int)((rec->time - (double)t) * 1000.0);
+  fprintf(s->out, "%s.%03d %-5s %s%s%s", when, ms, rec->level, rec->run ? rec->run : "",
+          rec->step ? " " : "", rec->step ? rec->step : "");
+  if (rec->attempt) fprintf(s->out, " #%d", rec->attempt);
+  fprintf(s->out, " %s: %s\n", rec->event, rec->message ? rec->message : "");
+}

@@ -1,1 +1,76 @@
-/* placeholder */
+/*
+ * main: the `mend` command. A thin host, as lua.c is for Lua: it makes a Lua state with the
+ * mend module, points `require` at mend's Lua files, and hands the arguments to mend.cli,
+ * which is written against the same Lua API that users have.
+ */
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "lmend.h"
+
+#ifndef MEND_LUA_DIR
+#define MEND_LUA_DIR "/usr/local/share/mend/lua"
+#endif
+
+static int traceback(lua_State *L) {
+  luaL_traceback(L, L, lua_tostring(L, 1), 1);
+  return 1;
+}
+
+/* Prepends mend's own Lua directory (MEND_LUA_DIR, or $MEND_LUA_DIR) to package.path. */
+static void set_path(lua_State *L) {
+  const char *dir = getenv("MEND_LUA_DIR");
+  if (!dir) dir = MEND_LUA_DIR;
+  lua_getglobal(L, "package");
+  lua_getfield(L, -1, "path");
+  lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;%s", dir, dir, lua_tostring(L, -1));
+  lua_setfield(L, -3, "path");
+  lua_pop(L, 2);
+}
+
+static int run_cli(lua_State *L) {
+  int argc = (int)lua_tointeger(L, 1);
+  char **argv = lua_touserdata(L, 2);
+  luaL_openlibs(L);
+  luaL_requiref(L, "mend.core", mend_lua_open, 0);
+  lua_pop(L, 1);
+  set_path(L);
+  lua_createtable(L, argc, 1);
+  for (int i = 0; i < argc; i++) {
+    lua_pushstring(L, argv[i]);
+    lua_rawseti(L, -2, i);
+  }
+  lua_setglobal(L, "arg");
+  lua_pushcfunction(L, traceback);
+  lua_getglobal(L, "require");
+  lua_pushstring(L, "mend.cli");
+  if (lua_pcall(L, 1, 1, -3) != LUA_OK) return lua_error(L);
+  lua_getfield(L, -1, "main");
+  lua_getglobal(L, "arg");
+  if (lua_pcall(L, 1, 1, -4) != LUA_OK) return lua_error(L);
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  lua_State *L = luaL_newstate();
+  if (!L) {
+    fprintf(stderr, "mend: out of memory\n");
+    return 1;
+  }
+  lua_pushcfunction(L, run_cli);
+  lua_pushinteger(L, argc);
+  lua_pushlightuserdata(L, argv);
+  int status = lua_pcall(L, 2, 1, 0);
+  int code;
+  if (status != LUA_OK) {
+    fprintf(stderr, "mend: %s\n", lua_tostring(L, -1));
+    code = 1;
+  } else {
+    code = lua_isinteger(L, -1) ? (int)lua_tointeger(L, -1) : 0;
+  }
+  lua_close(L);
+  return code;
+}

@@ -1,1 +1,153 @@
-/* placeholder */
+/*
+ * timers: a min-heap of caller-owned timers under one clock, real or virtual (see timers.h).
+ * Never blocks and never calls into Lua itself: callbacks are the engine's.
+ */
+#include "timers.h"
+
+#include <stdlib.h>
+#include <time.h>
+
+double mend_real_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int earlier(const mend_timer *a, const mend_timer *b) {
+  return a->due < b->due || (a->due == b->due && a->seq < b->seq);
+}
+
+static void place(mend_timers *ts, size_t i, mend_timer *t) {
+  ts->heap[i] = t;
+  t->slot = i + 1;
+}
+
+static void sift_up(mend_timers *ts, size_t i) {
+  mend_timer *t = ts->heap[i];
+  while (i > 0) {
+    size_t parent = (i - 1) / 2;
+    if (!earlier(t, ts->heap[parent])) break;
+    place(ts, i, ts->heap[parent]);
+    i = parent;
+  }
+  place(ts, i, t);
+}
+
+static void sift_down(mend_timers *ts, size_t i) {
+  mend_timer *t = ts->heap[i];
+  for (;;) {
+    size_t child = 2 * i + 1;
+    if (child >= ts->count) break;
+    if (child + 1 < ts->count && earlier(ts->heap[child + 1], ts->heap[child])) child++;
+    if (!earlier(ts->heap[child], t)) break;
+    place(ts, i, ts->heap[child]);
+    i = child;
+  }
+  place(ts, i, t);
+}
+
+static void on_uv_timer(uv_timer_t *h) {
+  mend_timers *ts = h->data;
+  mend_timers_fire_due(ts);
+  mend_timers_sync(ts);
+}
+
+int mend_timers_init(mend_timers *ts, uv_loop_t *loop, int is_virtual) {
+  *ts = (mend_timers){0};
+  ts->is_virtual = is_virtual;
+  ts->virtual_now = mend_real_now();
+  ts->loop = loop;
+  ts->cap = 64;
+  ts->heap = malloc(ts->cap * sizeof *ts->heap);
+  if (!ts->heap) return -1;
+  if (!is_virtual) {
+    ts->uv = malloc(sizeof *ts->uv);
+    if (!ts->uv) { free(ts->heap); ts->heap = NULL; return -1; }
+    uv_timer_init(loop, ts->uv);
+    ts->uv->data = ts;
+  }
+  return 0;
+}
+
+static void free_on_close(uv_handle_t *h) { free(h); }
+
+void mend_timers_close(mend_timers *ts) {
+  for (size_t i = 0; i < ts->count; i++) ts->heap[i]->slot = 0;
+  ts->count = 0;
+  free(ts->heap);
+  ts->heap = NULL;
+  if (ts->uv) {
+    uv_timer_stop(ts->uv);
+    uv_close((uv_handle_t *)ts->uv, free_on_close);
+    ts->uv = NULL;
+  }
+}
+
+double mend_timers_now(const mend_timers *ts) {
+  return ts->is_virtual ? ts->virtual_now : mend_real_now();
+}
+
+void mend_timer_init(mend_timer *t, mend_timer_fn fn, void *data) {
+  *t = (mend_timer){.fn = fn, .data = data};
+}
+
+int mend_timer_arm(mend_timers *ts, mend_timer *t, double due) {
+  if (t->slot) mend_timer_disarm(ts, t);
+  if (ts->count == ts->cap) {
+    size_t cap = ts->cap * 2;
+    mend_timer **heap = realloc(ts->heap, cap * sizeof *heap);
+    if (!heap) return -1;
+    ts->heap = heap;
+    ts->cap = cap;
+  }
+  t->due = due;
+  t->seq = ts->next_seq++;
+  place(ts, ts->count++, t);
+  sift_up(ts, ts->count - 1);
+  return 0;
+}
+
+void mend_timer_disarm(mend_timers *ts, mend_timer *t) {
+  if (!t->slot) return;
+  size_t i = t->slot - 1;
+  t->slot = 0;
+  ts->count--;
+  if (i == ts->count) return;
+  place(ts, i, ts->heap[ts->count]);
+  if (i > 0 && earlier(ts->heap[i], ts->heap[(i - 1) / 2])) sift_up(ts, i);
+  else sift_down(ts, i);
+}
+
+double mend_timers_next_due(const mend_timers *ts) {
+  return ts->count ? ts->heap[0]->due : -1;
+}
+
+static size_t fire_until(mend_timers *ts, double limit) {
+  size_t fired = 0;
+  while (ts->count && ts->heap[0]->due <= limit) {
+    mend_timer *t = ts->heap[0];
+    if (ts->is_virtual && t->due > ts->virtual_now) ts->virtual_now = t->due;
+    mend_timer_disarm(ts, t);
+    t->fn(t);
+    fired++;
+  }
+  return fired;
+}
+
+size_t mend_timers_fire_due(mend_timers *ts) {
+  return fire_until(ts, mend_timers_now(ts));
+}
+
+size_t mend_timers_advance_to(mend_timers *ts, double to) {
+  size_t fired = fire_until(ts, to);
+  if (to > ts->virtual_now) ts->virtual_now = to;
+  return fired;
+}
+
+void mend_timers_sync(mend_timers *ts) {
+  if (ts->is_virtual || !ts->uv) return;
+  if (!ts->count) { uv_timer_stop(ts->uv); return; }
+  double wait = ts->heap[0]->due - mend_real_now();
+  uint64_t ms = wait <= 0 ? 0 : (uint64_t)(wait * 1000.0 + 0.999);  /* never early */
+  uv_timer_start(ts->uv, on_uv_timer, ms, 0);
+}

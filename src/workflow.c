@@ -1,1 +1,361 @@
-/* placeholder */
+/*
+ * workflow: turns a definition table into a checked mend_workflow (see workflow.h).
+ *
+ * Unknown fields are refused everywhere: a misspelt `compensate` would otherwise silently
+ * leave a step without compensation, which is the kind of mistake a saga cannot afford.
+ */
+#include "workflow.h"
+
+#include <lauxlib.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char *dupstr(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *d = malloc(n);
+  if (d) memcpy(d, s, n);
+  return d;
+}
+
+static int fail(char *err, int errlen, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, (size_t)errlen, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+/* Refuses keys of the table at idx that are not in `allowed` (NULL-terminated). */
+static int check_fields(lua_State *L, int idx, const char *what, const char *const *allowed,
+                        char *err, int errlen) {
+  idx = lua_absindex(L, idx);
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    lua_pop(L, 1);
+    if (lua_type(L, -1) != LUA_TSTRING) {
+      lua_pop(L, 1);
+      return fail(err, errlen, "%s has a key that is not a field name", what);
+    }
+    const char *key = lua_tostring(L, -1);
+    int known = 0;
+    for (const char *const *a = allowed; *a; a++) known |= strcmp(*a, key) == 0;
+    if (!known) {
+      fail(err, errlen, "%s.%s is not a known field", what, key);
+      lua_pop(L, 1);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* Reads an optional number field; 1 if present, 0 if absent, -1 if of the wrong type. */
+static int opt_number(lua_State *L, int idx, const char *field, const char *what, double *out,
+                      char *err, int errlen) {
+  int t = lua_getfield(L, idx, field);
+  int r = 0;
+  if (t == LUA_TNUMBER) { *out = lua_tonumber(L, -1); r = 1; }
+  else if (t != LUA_TNIL)
+    r = fail(err, errlen, "%s.%s must be a number, got %s", what, field, lua_typename(L, t));
+  lua_pop(L, 1);
+  return r;
+}
+
+static int opt_int(lua_State *L, int idx, const char *field, const char *what, int *out,
+                   char *err, int errlen) {
+  double d;
+  int r = opt_number(L, idx, field, what, &d, err, errlen);
+  if (r == 1) {
+    if (d != (double)(int)d) return fail(err, errlen, "%s.%s must be an integer, got %g", what, field, d);
+    *out = (int)d;
+  }
+  return r;
+}
+
+static int opt_string(lua_State *L, int idx, const char *field, const char *what,
+                      const char **out, char *err, int errlen) {
+  int t = lua_getfield(L, idx, field);
+  int r = 0;
+  if (t == LUA_TSTRING) { *out = lua_tostring(L, -1); r = 1; }   /* anchored in the table */
+  else if (t != LUA_TNIL)
+    r = fail(err, errlen, "%s.%s must be a string, got %s", what, field, lua_typename(L, t));
+  lua_pop(L, 1);
+  return r;
+}
+
+int mend_parse_retry(lua_State *L, int idx, const char *what, mend_retry_policy *p,
+                     char *err, int errlen) {
+  static const char *const fields[] = {"max_attempts", "initial", "multiplier", "max_delay",
+    "jitter", "strategy", "jitter_mode", "max_retry_after", "attention_after", NULL};
+  idx = lua_absindex(L, idx);
+  if (!lua_istable(L, idx))
+    return fail(err, errlen, "%s must be a table, got %s", what, luaL_typename(L, idx));
+  if (check_fields(L, idx, what, fields, err, errlen)) return -1;
+  const char *name = NULL;
+  if (opt_int(L, idx, "max_attempts", what, &p->max_attempts, err, errlen) < 0 ||
+      opt_number(L, idx, "initial", what, &p->initial, err, errlen) < 0 ||
+      opt_number(L, idx, "multiplier", what, &p->multiplier, err, errlen) < 0 ||
+      opt_number(L, idx, "max_delay", what, &p->max_delay, err, errlen) < 0 ||
+      opt_number(L, idx, "jitter", what, &p->jitter, err, errlen) < 0 ||
+      opt_number(L, idx, "max_retry_after", what, &p->max_retry_after, err, errlen) < 0 ||
+      opt_int(L, idx, "attention_after", what, &p->attention_after, err, errlen) < 0)
+    return -1;
+  int r = opt_string(L, idx, "strategy", what, &name, err, errlen);
+  if (r < 0) return -1;
+  if (r == 1 && mend_strategy_parse(name, &p->strategy))
+    return fail(err, errlen, "%s.strategy must be exponential, linear or fixed, got \"%s\"", what, name);
+  r = opt_string(L, idx, "jitter_mode", what, &name, err, errlen);
+  if (r < 0) return -1;
+  if (r == 1 && mend_jitter_mode_parse(name, &p->jitter_mode))
+    return fail(err, errlen, "%s.jitter_mode must be proportional, full or decorrelated, got \"%s\"",
+                what, name);
+  char why[200];
+  if (mend_retry_policy_check(p, why, sizeof why))
+    return fail(err, errlen, "%s.%s", what, why);
+  return 0;
+}
+
+static int parse_breaker_table(lua_State *L, int idx, const char *what, mend_breaker_policy *p,
+                               const char **key, char *err, int errlen) {
+  static const char *const fields[] = {"key", "failure_threshold", "open_seconds",
+    "success_threshold", "half_open_max", NULL};
+  if (check_fields(L, idx, what, fields, err, errlen)) return -1;
+  if ((key && opt_string(L, idx, "key", what, key, err, errlen) < 0) ||
+      opt_int(L, idx, "failure_threshold", what, &p->failure_threshold, err, errlen) < 0 ||
+      opt_number(L, idx, "open_seconds", what, &p->open_seconds, err, errlen) < 0 ||
+      opt_int(L, idx, "success_threshold", what, &p->success_threshold, err, errlen) < 0 ||
+      opt_int(L, idx, "half_open_max", what, &p->half_open_max, err, errlen) < 0)
+    return -1;
+  if (p->failure_threshold < 1) return fail(err, errlen, "%s.failure_threshold must be >= 1, got %d", what, p->failure_threshold);
+  if (!(p->open_seconds >= 0)) return fail(err, errlen, "%s.open_seconds must be >= 0, got %g", what, p->open_seconds);
+  if (p->success_threshold < 1) return fail(err, errlen, "%s.success_threshold must be >= 1, got %d", what, p->success_threshold);
+  if (p->half_open_max < 1) return fail(err, errlen, "%s.half_open_max must be >= 1, got %d", what, p->half_open_max);
+  return 0;
+}
+
+/* Reads an optional function field into a registry reference. */
+static int opt_function_ref(lua_State *L, int idx, const char *field, const char *what,
+                            int *ref, char *err, int errlen) {
+  int t = lua_getfield(L, idx, field);
+  *ref = LUA_NOREF;
+  if (t == LUA_TFUNCTION) { *ref = luaL_ref(L, LUA_REGISTRYINDEX); return 1; }
+  lua_pop(L, 1);
+  if (t != LUA_TNIL)
+    return fail(err, errlen, "%s.%s must be a function, got %s", what, field, lua_typename(L, t));
+  return 0;
+}
+
+static void step_free(lua_State *L, mend_step_def *s) {
+  free(s->name);
+  free(s->breaker_key);
+  luaL_unref(L, LUA_REGISTRYINDEX, s->execute_ref);
+  luaL_unref(L, LUA_REGISTRYINDEX, s->compensate_ref);
+  luaL_unref(L, LUA_REGISTRYINDEX, s->key_ref);
+}
+
+static int parse_step(lua_State *L, int idx, int n, const mend_retry_policy *retry,
+                      const mend_retry_policy *comp, const mend_breaker_policy *breaker,
+                      mend_step_def *s, char *err, int errlen) {
+  static const char *const fields[] = {"name", "execute", "compensate", "retry",
+    "compensate_retry", "breaker", "timeout", "idempotency_key", "description", NULL};
+  char what[160];
+  *s = (mend_step_def){.execute_ref = LUA_NOREF, .compensate_ref = LUA_NOREF, .key_ref = LUA_NOREF};
+  if (!lua_istable(L, idx))
+    return fail(err, errlen, "step #%d must be a table, got %s", n, luaL_typename(L, idx));
+  const char *name = NULL;
+  snprintf(what, sizeof what, "step #%d", n);
+  if (opt_string(L, idx, "name", what, &name, err, errlen) < 0) return -1;
+  if (!name || !*name) return fail(err, errlen, "step #%d: name is missing", n);
+  snprintf(what, sizeof what, "step \"%s\"", name);
+  char prefix[200];
+  snprintf(prefix, sizeof prefix, "step \"%s\": ", name);
+  /* Field errors read `step "charge": retry.initial must be >= 0`. */
+  char sub[400];
+  if (check_fields(L, idx, "step", fields, sub, sizeof sub)) return fail(err, errlen, "%s%s", prefix, sub);
+  s->name = dupstr(name);
+  s->retry = *retry;
+  s->compensate_retry = *comp;
+  s->breaker = *breaker;
+  if (opt_function_ref(L, idx, "execute", "step", &s->execute_ref, sub, sizeof sub) < 0)
+    return fail(err, errlen, "%s%s", prefix, sub);
+  if (s->execute_ref == LUA_NOREF) return fail(err, errlen, "%sexecute is missing (a function is required)", prefix);
+  if (opt_function_ref(L, idx, "compensate", "step", &s->compensate_ref, sub, sizeof sub) < 0 ||
+      opt_function_ref(L, idx, "idempotency_key", "step", &s->key_ref, sub, sizeof sub) < 0 ||
+      opt_number(L, idx, "timeout", "step", &s->timeout, sub, sizeof sub) < 0)
+    return fail(err, errlen, "%s%s", prefix, sub);
+  if (!(s->timeout >= 0)) return fail(err, errlen, "%stimeout must be >= 0, got %g", prefix, s->timeout);
+  if (lua_getfield(L, idx, "retry") != LUA_TNIL &&
+      mend_parse_retry(L, -1, "retry", &s->retry, sub, sizeof sub)) {
+    lua_pop(L, 1);
+    return fail(err, errlen, "%s%s", prefix, sub);
+  }
+  lua_pop(L, 1);
+  if (lua_getfield(L, idx, "compensate_retry") != LUA_TNIL &&
+      mend_parse_retry(L, -1, "compensate_retry", &s->compensate_retry, sub, sizeof sub)) {
+    lua_pop(L, 1);
+    return fail(err, errlen, "%s%s", prefix, sub);
+  }
+  lua_pop(L, 1);
+  const char *key = name;
+  int t = lua_getfield(L, idx, "breaker");
+  if (t == LUA_TSTRING) key = lua_tostring(L, -1);
+  else if (t == LUA_TTABLE) {
+    if (parse_breaker_table(L, -1, "breaker", &s->breaker, &key, sub, sizeof sub)) {
+      lua_pop(L, 1);
+      return fail(err, errlen, "%s%s", prefix, sub);
+    }
+  } else if (t != LUA_TNIL) {
+    lua_pop(L, 1);
+    return fail(err, errlen, "%sbreaker must be a key (string) or a table, got %s", prefix, lua_typename(L, t));
+  }
+  s->breaker_key = dupstr(key && *key ? key : name);
+  lua_pop(L, 1);
+  return 0;
+}
+
+static uint64_t fnv1a(const char *s, size_t n) {
+  uint64_t h = 1469598103934665603ULL;
+  for (size_t i = 0; i < n; i++) { h ^= (unsigned char)s[i]; h *= 1099511628211ULL; }
+  return h;
+}
+
+mend_workflow *mend_workflow_from_table(lua_State *L, int idx, const char *source,
+                                        const char *version, char *err, int errlen) {
+  static const char *const fields[] = {"name", "retry", "compensate_retry", "breaker", "steps",
+    "description", NULL};
+  char sub[480];
+  idx = lua_absindex(L, idx);
+  if (!lua_istable(L, idx)) {
+    fail(err, errlen, "%s: a workflow must be a table (return { name = ..., steps = {...} }), got %s",
+         source, luaL_typename(L, idx));
+    return NULL;
+  }
+  if (check_fields(L, idx, "workflow", fields, sub, sizeof sub)) {
+    fail(err, errlen, "%s: %s", source, sub);
+    return NULL;
+  }
+  const char *name = NULL;
+  if (opt_string(L, idx, "name", "workflow", &name, sub, sizeof sub) < 0) {
+    fail(err, errlen, "%s: %s", source, sub);
+    return NULL;
+  }
+  if (!name || !*name) {
+    fail(err, errlen, "%s: workflow name is missing (name = \"...\")", source);
+    return NULL;
+  }
+  mend_retry_policy retry, comp;
+  mend_breaker_policy breaker;
+  mend_retry_policy_default(&retry);
+  mend_compensate_policy_default(&comp);
+  mend_breaker_policy_default(&breaker);
+  if ((lua_getfield(L, idx, "retry") != LUA_TNIL &&
+       mend_parse_retry(L, -1, "retry", &retry, sub, sizeof sub)) ||
+      (lua_pop(L, 1), lua_getfield(L, idx, "compensate_retry") != LUA_TNIL &&
+       mend_parse_retry(L, -1, "compensate_retry", &comp, sub, sizeof sub))) {
+    lua_pop(L, 1);
+    fail(err, errlen, "%s: workflow \"%s\": %s", source, name, sub);
+    return NULL;
+  }
+  lua_pop(L, 1);
+  int t = lua_getfield(L, idx, "breaker");
+  if (t != LUA_TNIL && (t != LUA_TTABLE || parse_breaker_table(L, -1, "breaker", &breaker, NULL, sub, sizeof sub))) {
+    if (t != LUA_TTABLE) snprintf(sub, sizeof sub, "breaker must be a table, got %s", lua_typename(L, t));
+    lua_pop(L, 1);
+    fail(err, errlen, "%s: workflow \"%s\": %s", source, name, sub);
+    return NULL;
+  }
+  lua_pop(L, 1);
+  if (lua_getfield(L, idx, "steps") != LUA_TTABLE || luaL_len(L, -1) < 1) {
+    lua_pop(L, 1);
+    fail(err, errlen, "%s: workflow \"%s\": steps must be a non-empty list of steps", source, name);
+    return NULL;
+  }
+  int steps = lua_absindex(L, -1);
+  int n = (int)luaL_len(L, steps);
+  mend_workflow *wf = calloc(1, sizeof *wf);
+  wf->steps = calloc((size_t)n, sizeof *wf->steps);
+  wf->name = dupstr(name);
+  wf->source = dupstr(source);
+  wf->def_ref = LUA_NOREF;
+  for (int i = 0; i < n; i++) {
+    lua_geti(L, steps, i + 1);
+    int r = parse_step(L, -1, i + 1, &retry, &comp, &breaker, &wf->steps[i], sub, sizeof sub);
+    lua_pop(L, 1);
+    wf->nsteps = i + 1;   /* so that free releases what this step took */
+    if (r) {
+      fail(err, errlen, "%s: %s", source, sub);
+      goto bad;
+    }
+    for (int j = 0; j < i; j++)
+      if (strcmp(wf->steps[j].name, wf->steps[i].name) == 0) {
+        fail(err, errlen, "%s: step \"%s\": name is used twice (steps #%d and #%d)", source,
+             wf->steps[i].name, j + 1, i + 1);
+        goto bad;
+      }
+  }
+  lua_pop(L, 1);   /* steps */
+  if (version) wf->version = dupstr(version);
+  else {
+    char v[20];
+    snprintf(v, sizeof v, "%016llx", (unsigned long long)fnv1a(name, strlen(name)));
+    wf->version = dupstr(v);
+  }
+  lua_pushvalue(L, idx);
+  wf->def_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  return wf;
+bad:
+  lua_pop(L, 1);
+  mend_workflow_free(L, wf);
+  return NULL;
+}
+
+mend_workflow *mend_workflow_load(lua_State *L, const char *path, char *err, int errlen) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    fail(err, errlen, "%s: cannot open workflow file", path);
+    return NULL;
+  }
+  size_t cap = 4096, len = 0;
+  char *text = malloc(cap);
+  size_t got;
+  while ((got = fread(text + len, 1, cap - len, f)) > 0) {
+    len += got;
+    if (len == cap) text = realloc(text, cap *= 2);
+  }
+  fclose(f);
+  char chunk[512], version[20];
+  snprintf(chunk, sizeof chunk, "@%s", path);
+  snprintf(version, sizeof version, "%016llx", (unsigned long long)fnv1a(text, len));
+  int top = lua_gettop(L);
+  int status = luaL_loadbuffer(L, text, len, chunk);
+  free(text);
+  if (status == LUA_OK) status = lua_pcall(L, 0, 1, 0);
+  if (status != LUA_OK) {
+    /* Lua's message already starts with the file name and line. */
+    fail(err, errlen, "%s", lua_tostring(L, -1) ? lua_tostring(L, -1) : "error loading workflow");
+    lua_settop(L, top);
+    return NULL;
+  }
+  mend_workflow *wf = mend_workflow_from_table(L, -1, path, version, err, errlen);
+  lua_settop(L, top);
+  return wf;
+}
+
+void mend_workflow_free(lua_State *L, mend_workflow *wf) {
+  if (!wf) return;
+  for (int i = 0; i < wf->nsteps; i++) step_free(L, &wf->steps[i]);
+  free(wf->steps);
+  luaL_unref(L, LUA_REGISTRYINDEX, wf->def_ref);
+  free(wf->name);
+  free(wf->version);
+  free(wf->source);
+  free(wf);
+}
+
+int mend_workflow_step_index(const mend_workflow *wf, const char *name) {
+  for (int i = 0; i < wf->nsteps; i++)
+    if (strcmp(wf->steps[i].name, name) == 0) return i;
+  return -1;
+}

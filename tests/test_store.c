@@ -1,1 +1,628 @@
-int main(void){return 0;}
+/*
+ * test_store: the store against a real SQLite file in a temporary directory: schema and its
+ * version, every record type written, committed and read back, batch visibility across
+ * connections, refusal of files that are not mend databases, and a full disk that fails a
+ * write without touching what was committed before.
+ */
+#include "check.h"
+#include "store.h"
+
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char dir[64];
+static char path_buf[128];
+
+static const char *file_in_dir(const char *name) {
+  snprintf(path_buf, sizeof path_buf, "%s/%s", dir, name);
+  return path_buf;
+}
+
+static void remove_db(const char *path) {
+  char p[160];
+  unlink(path);
+  snprintf(p, sizeof p, "%s-wal", path);
+  unlink(p);
+  snprintf(p, sizeof p, "%s-shm", path);
+  unlink(p);
+}
+
+/* A raw connection for what the store does not expose: checking the file from outside. */
+static sqlite3 *raw_open(const char *path) {
+  sqlite3 *db = NULL;
+  if (sqlite3_open(path, &db) != SQLITE_OK) {
+    fprintf(stderr, "raw open %s: %s\n", path, sqlite3_errmsg(db));
+    exit(2);
+  }
+  return db;
+}
+
+static char *raw_text(sqlite3 *db, const char *sql) {
+  sqlite3_stmt *q;
+  char *out = NULL;
+  if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK) return NULL;
+  if (sqlite3_step(q) == SQLITE_ROW && sqlite3_column_text(q, 0))
+    out = strdup((const char *)sqlite3_column_text(q, 0));
+  sqlite3_finalize(q);
+  return out;
+}
+
+static int raw_int(sqlite3 *db, const char *sql) {
+  char *t = raw_text(db, sql);
+  int v = t ? atoi(t) : -1;
+  free(t);
+  return v;
+}
+
+static const char *str_field(const json_t *o, const char *k) {
+  return json_string_value(json_object_get(o, k));
+}
+
+static mend_run_rec run_rec(const char *id, const char *key, const char *status, double created) {
+  mend_run_rec r = {.id = id, .workflow = "order", .version = "v1", .source = "order.lua",
+                    .run_key = key, .status = status, .input = "{\"order\":42,\"items\":[1,2.5]}",
+                    .error = NULL, .attention = 0, .created = created, .updated = created};
+  return r;
+}
+
+static mend_step_rec step_rec(const char *run, int idx, const char *name, const char *status) {
+  mend_step_rec st = {.run_id = run, .idx = idx, .name = name, .status = status, .attempts = 1,
+                      .comp_attempts = 0, .idem_key = NULL, .custom_key = 0, .result = NULL,
+                      .error = NULL, .due = -1, .last_delay = -1, .updated = 10};
+  return st;
+}
+
+static void test_schema(void) {
+  char err[512] = "";
+  const char *path = file_in_dir("schema.db");
+  mend_store *s = mend_store_open(path, MEND_DURABILITY_FULL, err, sizeof err);
+  CHECK(s != NULL);
+  if (!s) { fprintf(stderr, "open: %s\n", err); return; }
+  CHECK_EQ_INT(mend_store_schema_version(s), MEND_SCHEMA_VERSION);
+  CHECK_EQ_INT(mend_store_batch_open(s), 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);   /* nothing to commit is not an error */
+  mend_store_close(s);
+
+  sqlite3 *db = raw_open(path);
+  CHECK_EQ_INT(raw_int(db, "PRAGMA user_version"), MEND_SCHEMA_VERSION);
+  CHECK_EQ_INT(raw_int(db, "SELECT value FROM meta WHERE key = 'schema_version'"),
+               MEND_SCHEMA_VERSION);
+  char *mode = raw_text(db, "PRAGMA journal_mode");
+  CHECK_STR(mode, "wal");
+  free(mode);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table'"
+                           " AND name IN ('meta','runs','steps','history','breakers','dlq')"), 6);
+  sqlite3_close(db);
+
+  /* Reopening an existing database keeps it as it is. */
+  s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  CHECK(s != NULL);
+  if (s) CHECK_EQ_INT(mend_store_schema_version(s), MEND_SCHEMA_VERSION);
+  mend_store_close(s);
+
+  s = mend_store_open(":memory:", MEND_DURABILITY_FULL, err, sizeof err);
+  CHECK(s != NULL);
+  mend_store_close(s);
+}
+
+static void test_round_trip(void) {
+  char err[512] = "";
+  const char *path = file_in_dir("trip.db");
+  mend_store *s = mend_store_open(path, MEND_DURABILITY_FULL, err, sizeof err);
+  CHECK(s != NULL);
+  if (!s) { fprintf(stderr, "open: %s\n", err); return; }
+
+  mend_run_rec r1 = run_rec("r1", "order-42", "running", 100);
+  mend_run_rec r2 = run_rec("r2", NULL, "succeeded", 200);
+  r2.workflow = "refund";
+  r2.input = NULL;
+  mend_run_rec r3 = run_rec("r3", "order-43", "running", 300);
+  CHECK_EQ_INT(mend_store_insert_run(s, &r1), 0);
+  CHECK_EQ_INT(mend_store_batch_open(s), 1);
+  CHECK_EQ_INT(mend_store_insert_run(s, &r2), 0);
+  CHECK_EQ_INT(mend_store_insert_run(s, &r3), 0);
+
+  /* Written out of order: the query orders by idx. */
+  mend_step_rec s1 = step_rec("r1", 1, "charge", "retry_wait");
+  s1.error = "timeout";
+  s1.due = 150.5;
+  s1.last_delay = 2.25;
+  s1.attempts = 2;
+  mend_step_rec s0 = step_rec("r1", 0, "reserve", "succeeded");
+  s0.idem_key = "reserve-42";
+  s0.custom_key = 1;
+  s0.result = "{\"ok\":true,\"n\":3}";
+  CHECK_EQ_INT(mend_store_put_step(s, &s1), 0);
+  CHECK_EQ_INT(mend_store_put_step(s, &s0), 0);
+
+  mend_history_rec h[3] = {
+    {.run_id = "r1", .step = NULL, .at = 100, .event = "run", .from_status = NULL,
+     .to_status = "running", .attempt = 0, .error = NULL, .delay = -1, .detail = NULL},
+    {.run_id = "r1", .step = "charge", .at = 101, .event = "attempt_failed",
+     .from_status = "running", .to_status = "retry_wait", .attempt = 1, .error = "timeout",
+     .delay = 1.5, .detail = "{\"code\":504}"},
+    {.run_id = "r1", .step = "charge", .at = 103, .event = "step", .from_status = "retry_wait",
+     .to_status = "pending", .attempt = 0, .error = NULL, .delay = -1, .detail = NULL},
+  };
+  for (int i = 0; i < 3; i++) CHECK_EQ_INT(mend_store_append_history(s, &h[i]), 0);
+
+  mend_breaker b = {.state = MEND_BREAKER_OPEN, .failures = 5, .successes = 0, .probes = 1,
+                    .opened_at = 101, .open_until = 131};
+  CHECK_EQ_INT(mend_store_put_breaker(s, "payments", &b, 101), 0);
+  mend_dlq_rec d = {.run_id = "r3", .reason = "attempts exhausted", .step = "ship",
+                    .error = "carrier down", .detail = NULL, .at = 400};
+  CHECK_EQ_INT(mend_store_put_dlq(s, &d), 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  CHECK_EQ_INT(mend_store_batch_open(s), 0);
+
+  json_t *run = mend_store_run(s, "r1");
+  CHECK(run != NULL);
+  if (run) {
+    CHECK_STR(str_field(run, "id"), "r1");
+    CHECK_STR(str_field(run, "workflow"), "order");
+    CHECK_STR(str_field(run, "version"), "v1");
+    CHECK_STR(str_field(run, "source"), "order.lua");
+    CHECK_STR(str_field(run, "key"), "order-42");
+    CHECK_STR(str_field(run, "status"), "running");
+    CHECK(json_is_false(json_object_get(run, "attention")));
+    CHECK(json_object_get(run, "error") == NULL);        /* NULL columns are left out */
+    CHECK_NEAR(json_real_value(json_object_get(run, "created")), 100, 1e-9);
+    json_t *input = json_object_get(run, "input");
+    CHECK(json_is_object(input));
+    CHECK_EQ_INT(json_integer_value(json_object_get(input, "order")), 42);
+    CHECK(json_is_real(json_array_get(json_object_get(input, "items"), 1)));
+    json_t *steps = json_object_get(run, "steps");
+    CHECK_EQ_INT(json_array_size(steps), 2);
+    json_t *st0 = json_array_get(steps, 0), *st1 = json_array_get(steps, 1);
+    CHECK_EQ_INT(json_integer_value(json_object_get(st0, "idx")), 0);
+    CHECK_STR(str_field(st0, "name"), "reserve");
+    CHECK_STR(str_field(st0, "status"), "succeeded");
+    CHECK_STR(str_field(st0, "idempotency_key"), "reserve-42");
+    CHECK(json_is_true(json_object_get(st0, "custom_key")));
+    CHECK(json_is_true(json_object_get(json_object_get(st0, "result"), "ok")));
+    CHECK(json_object_get(st0, "due") == NULL);
+    CHECK(json_object_get(st0, "last_delay") == NULL);
+    CHECK(json_object_get(st0, "error") == NULL);
+    CHECK_EQ_INT(json_integer_value(json_object_get(st1, "idx")), 1);
+    CHECK_STR(str_field(st1, "error"), "timeout");
+    CHECK_EQ_INT(json_integer_value(json_object_get(st1, "attempts")), 2);
+    CHECK_EQ_INT(json_integer_value(json_object_get(st1, "comp_attempts")), 0);
+    CHECK(json_is_false(json_object_get(st1, "custom_key")));
+    CHECK_NEAR(json_real_value(json_object_get(st1, "due")), 150.5, 1e-9);
+    CHECK_NEAR(json_real_value(json_object_get(st1, "last_delay")), 2.25, 1e-9);
+    CHECK(json_object_get(st1, "result") == NULL);
+    json_decref(run);
+  }
+
+  json_t *hist = mend_store_history(s, "r1");
+  CHECK_EQ_INT(json_array_size(hist), 3);
+  if (json_array_size(hist) == 3) {
+    json_t *h0 = json_array_get(hist, 0), *h1 = json_array_get(hist, 1);
+    json_t *h2 = json_array_get(hist, 2);
+    CHECK(json_integer_value(json_object_get(h0, "seq")) <
+          json_integer_value(json_object_get(h1, "seq")));
+    CHECK(json_integer_value(json_object_get(h1, "seq")) <
+          json_integer_value(json_object_get(h2, "seq")));
+    CHECK_STR(str_field(h0, "event"), "run");
+    CHECK(json_object_get(h0, "step") == NULL);
+    CHECK(json_object_get(h0, "from") == NULL);
+    CHECK(json_object_get(h0, "attempt") == NULL);
+    CHECK(json_object_get(h0, "delay") == NULL);
+    CHECK_STR(str_field(h0, "to"), "running");
+    CHECK_STR(str_field(h1, "run_id"), "r1");
+    CHECK_STR(str_field(h1, "step"), "charge");
+    CHECK_STR(str_field(h1, "event"), "attempt_failed");
+    CHECK_STR(str_field(h1, "from"), "running");
+    CHECK_STR(str_field(h1, "to"), "retry_wait");
+    CHECK_EQ_INT(json_integer_value(json_object_get(h1, "attempt")), 1);
+    CHECK_STR(str_field(h1, "error"), "timeout");
+    CHECK_NEAR(json_real_value(json_object_get(h1, "delay")), 1.5, 1e-9);
+    CHECK_NEAR(json_real_value(json_object_get(h1, "at")), 101, 1e-9);
+    CHECK_STR(str_field(h1, "detail"), "{\"code\":504}");
+    CHECK_STR(str_field(h2, "to"), "pending");
+  }
+  json_decref(hist);
+  hist = mend_store_history(s, "nobody");
+  CHECK(json_is_array(hist) && json_array_size(hist) == 0);
+  json_decref(hist);
+
+  json_t *brs = mend_store_breakers(s);
+  CHECK_EQ_INT(json_array_size(brs), 1);
+  json_t *br = json_array_get(brs, 0);
+  CHECK_STR(str_field(br, "key"), "payments");
+  CHECK_STR(str_field(br, "state"), mend_breaker_state_name(MEND_BREAKER_OPEN));
+  CHECK_EQ_INT(json_integer_value(json_object_get(br, "failures")), 5);
+  CHECK_EQ_INT(json_integer_value(json_object_get(br, "successes")), 0);
+  CHECK_NEAR(json_real_value(json_object_get(br, "opened_at")), 101, 1e-9);
+  CHECK_NEAR(json_real_value(json_object_get(br, "open_until")), 131, 1e-9);
+  CHECK_NEAR(json_real_value(json_object_get(br, "updated")), 101, 1e-9);
+  json_decref(brs);
+
+  mend_breaker got;
+  CHECK_EQ_INT(mend_store_get_breaker(s, "payments", &got), 1);
+  CHECK_EQ_INT(got.state, MEND_BREAKER_OPEN);
+  CHECK_EQ_INT(got.failures, 5);
+  CHECK_EQ_INT(got.probes, 0);     /* probes are not persisted */
+  CHECK_NEAR(got.open_until, 131, 1e-9);
+  CHECK_EQ_INT(mend_store_get_breaker(s, "nothing", &got), 0);
+
+  /* A second put of the breaker replaces it. */
+  b.state = MEND_BREAKER_HALF_OPEN;
+  b.successes = 1;
+  CHECK_EQ_INT(mend_store_put_breaker(s, "payments", &b, 140), 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  CHECK_EQ_INT(mend_store_get_breaker(s, "payments", &got), 1);
+  CHECK_EQ_INT(got.state, MEND_BREAKER_HALF_OPEN);
+  CHECK_EQ_INT(got.successes, 1);
+
+  json_t *dlq = mend_store_dlq(s);
+  CHECK_EQ_INT(json_array_size(dlq), 1);
+  json_t *d0 = json_array_get(dlq, 0);
+  CHECK_STR(str_field(d0, "run_id"), "r3");
+  CHECK_STR(str_field(d0, "reason"), "attempts exhausted");
+  CHECK_STR(str_field(d0, "step"), "ship");
+  CHECK_STR(str_field(d0, "error"), "carrier down");
+  CHECK(json_object_get(d0, "detail") == NULL);
+  CHECK_NEAR(json_real_value(json_object_get(d0, "at")), 400, 1e-9);
+  json_decref(dlq);
+
+  /* Runs: newest first, filtered, limited, without steps. */
+  json_t *runs = mend_store_runs(s, NULL, NULL, 0);
+  CHECK_EQ_INT(json_array_size(runs), 3);
+  CHECK_STR(str_field(json_array_get(runs, 0), "id"), "r3");
+  CHECK_STR(str_field(json_array_get(runs, 2), "id"), "r1");
+  CHECK(json_object_get(json_array_get(runs, 0), "steps") == NULL);
+  CHECK(json_object_get(json_array_get(runs, 1), "input") == NULL);   /* r2 had no input */
+  json_decref(runs);
+  runs = mend_store_runs(s, "running", NULL, 0);
+  CHECK_EQ_INT(json_array_size(runs), 2);
+  json_decref(runs);
+  runs = mend_store_runs(s, NULL, "refund", 0);
+  CHECK_EQ_INT(json_array_size(runs), 1);
+  CHECK_STR(str_field(json_array_get(runs, 0), "id"), "r2");
+  json_decref(runs);
+  runs = mend_store_runs(s, "running", "order", 1);
+  CHECK_EQ_INT(json_array_size(runs), 1);
+  CHECK_STR(str_field(json_array_get(runs, 0), "id"), "r3");
+  json_decref(runs);
+  runs = mend_store_runs(s, "compensated", NULL, 10);
+  CHECK(json_is_array(runs) && json_array_size(runs) == 0);
+  json_decref(runs);
+
+  /* Updating a run and replacing a step. */
+  CHECK_EQ_INT(mend_store_update_run(s, "r1", "needs_attention", "charge failed", 1, 500), 0);
+  s1.status = "failed";
+  s1.due = -1;
+  s1.attempts = 3;
+  CHECK_EQ_INT(mend_store_put_step(s, &s1), 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  run = mend_store_run(s, "r1");
+  CHECK(run != NULL);
+  if (run) {
+    CHECK_STR(str_field(run, "status"), "needs_attention");
+    CHECK_STR(str_field(run, "error"), "charge failed");
+    CHECK(json_is_true(json_object_get(run, "attention")));
+    CHECK_NEAR(json_real_value(json_object_get(run, "updated")), 500, 1e-9);
+    json_t *st1 = json_array_get(json_object_get(run, "steps"), 1);
+    CHECK_EQ_INT(json_array_size(json_object_get(run, "steps")), 2);
+    CHECK_STR(str_field(st1, "status"), "failed");
+    CHECK_EQ_INT(json_integer_value(json_object_get(st1, "attempts")), 3);
+    CHECK(json_object_get(st1, "due") == NULL);
+    json_decref(run);
+  }
+
+  /* A run that does not exist. */
+  CHECK(mend_store_run(s, "r404") == NULL);
+  CHECK_STR(mend_store_errmsg(s), "no run r404");
+
+  /* Point reads. */
+  char id[64];
+  CHECK_EQ_INT(mend_store_find_run_key(s, "order-42", id, sizeof id), 1);
+  CHECK_STR(id, "r1");
+  CHECK_EQ_INT(mend_store_find_run_key(s, "order-99", id, sizeof id), 0);
+  CHECK_EQ_INT(mend_store_find_run_key(s, "order-42", id, 2), -1);   /* does not fit */
+
+  char *res = NULL;
+  CHECK_EQ_INT(mend_store_find_key_result(s, "reserve-42", &res), 1);
+  CHECK_STR(res, "{\"ok\":true,\"n\":3}");
+  free(res);
+  res = NULL;
+  /* Only succeeded steps whose key is custom count. */
+  mend_step_rec derived = step_rec("r2", 0, "refund", "succeeded");
+  derived.idem_key = "derived-1";
+  derived.result = "1";
+  mend_step_rec failed = step_rec("r2", 1, "notify", "failed");
+  failed.idem_key = "custom-failed";
+  failed.custom_key = 1;
+  failed.result = "2";
+  mend_step_rec running = step_rec("r3", 0, "ship", "running");
+  running.idem_key = "custom-running";
+  running.custom_key = 1;
+  CHECK_EQ_INT(mend_store_put_step(s, &derived), 0);
+  CHECK_EQ_INT(mend_store_put_step(s, &failed), 0);
+  CHECK_EQ_INT(mend_store_put_step(s, &running), 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  CHECK_EQ_INT(mend_store_find_key_result(s, "derived-1", &res), 0);
+  CHECK_EQ_INT(mend_store_find_key_result(s, "custom-failed", &res), 0);
+  CHECK_EQ_INT(mend_store_find_key_result(s, "custom-running", &res), 0);
+  CHECK_EQ_INT(mend_store_find_key_result(s, "unknown", &res), 0);
+  CHECK(res == NULL);
+  /* A succeeded custom step with no result gives JSON null. */
+  running.status = "succeeded";
+  CHECK_EQ_INT(mend_store_put_step(s, &running), 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  CHECK_EQ_INT(mend_store_find_key_result(s, "custom-running", &res), 1);
+  CHECK_STR(res, "null");
+  free(res);
+
+  /* A run key is unique: a second run with the same key fails with a clear message, and the
+   * failed write fails its whole batch. */
+  mend_run_rec dup = run_rec("r9", "order-42", "running", 900);
+  mend_run_rec other = run_rec("r10", NULL, "running", 901);
+  CHECK_EQ_INT(mend_store_insert_run(s, &other), 0);
+  CHECK_EQ_INT(mend_store_insert_run(s, &dup), -1);
+  CHECK(strstr(mend_store_errmsg(s), "trip.db: insert run: UNIQUE constraint failed") != NULL);
+  CHECK_EQ_INT(mend_store_commit(s), -1);
+  CHECK(strstr(mend_store_errmsg(s), "UNIQUE") != NULL);
+  CHECK_EQ_INT(mend_store_batch_open(s), 0);
+  CHECK(mend_store_run(s, "r10") == NULL);
+  /* Updating a run that does not exist is refused, not ignored. */
+  CHECK_EQ_INT(mend_store_update_run(s, "r404", "failed", NULL, 0, 1), -1);
+  CHECK(strstr(mend_store_errmsg(s), "no run r404") != NULL);
+  CHECK_EQ_INT(mend_store_commit(s), -1);
+  /* And the store goes on after a failed batch. */
+  CHECK_EQ_INT(mend_store_insert_run(s, &other), 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  json_t *r10 = mend_store_run(s, "r10");
+  CHECK(r10 != NULL);
+  json_decref(r10);
+
+  mend_store_close(s);
+
+  /* JSON columns that are not JSON come back as strings. */
+  sqlite3 *db = raw_open(path);
+  CHECK_EQ_INT(sqlite3_exec(db, "UPDATE runs SET input = 'not json{' WHERE id = 'r1';"
+                                "UPDATE steps SET result = '[1,' WHERE run_id = 'r1' AND idx = 0",
+                            NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(db);
+  s = mend_store_open(path, MEND_DURABILITY_FULL, err, sizeof err);
+  CHECK(s != NULL);
+  if (!s) return;
+  run = mend_store_run(s, "r1");
+  CHECK(run != NULL);
+  if (run) {
+    CHECK_STR(str_field(run, "input"), "not json{");
+    CHECK_STR(str_field(json_array_get(json_object_get(run, "steps"), 0), "result"), "[1,");
+    json_decref(run);
+  }
+  mend_store_close(s);
+}
+
+static void test_batch_visibility(void) {
+  char err[512] = "";
+  const char *path = file_in_dir("batch.db");
+  mend_store *a = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  CHECK(a != NULL);
+  if (!a) { fprintf(stderr, "open: %s\n", err); return; }
+  mend_run_rec r = run_rec("b1", "k1", "running", 1);
+  CHECK_EQ_INT(mend_store_insert_run(a, &r), 0);
+
+  /* A second connection opens while the first holds its batch, and does not see it. */
+  mend_store *b = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  CHECK(b != NULL);
+  if (!b) { fprintf(stderr, "open second: %s\n", err); mend_store_close(a); return; }
+  json_t *v = mend_store_run(b, "b1");
+  CHECK(v == NULL);
+  json_decref(v);
+  char id[64];
+  CHECK_EQ_INT(mend_store_find_run_key(b, "k1", id, sizeof id), 0);
+  /* The writing connection reads its own batch. */
+  v = mend_store_run(a, "b1");
+  CHECK(v != NULL);
+  json_decref(v);
+
+  CHECK_EQ_INT(mend_store_commit(a), 0);
+  v = mend_store_run(b, "b1");
+  CHECK(v != NULL);
+  json_decref(v);
+  CHECK_EQ_INT(mend_store_find_run_key(b, "k1", id, sizeof id), 1);
+
+  /* Closing with a batch open rolls it back. */
+  mend_run_rec r2 = run_rec("b2", "k2", "running", 2);
+  CHECK_EQ_INT(mend_store_insert_run(a, &r2), 0);
+  mend_store_close(a);
+  v = mend_store_run(b, "b2");
+  CHECK(v == NULL);
+  CHECK_STR(mend_store_errmsg(b), "no run b2");
+  /* And the write lock went with it: the other connection can write. */
+  CHECK_EQ_INT(mend_store_insert_run(b, &r2), 0);
+  CHECK_EQ_INT(mend_store_commit(b), 0);
+  mend_store_close(b);
+
+  a = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  CHECK(a != NULL);
+  if (!a) return;
+  v = mend_store_runs(a, NULL, NULL, 0);
+  CHECK_EQ_INT(json_array_size(v), 2);
+  json_decref(v);
+  mend_store_close(a);
+}
+
+static void test_refusals(void) {
+  char err[512] = "";
+  const char *path = file_in_dir("notes.txt");
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  if (!f) return;
+  for (int i = 0; i < 200; i++) fputs("these are notes, not a database\n", f);
+  fclose(f);
+  mend_store *s = mend_store_open(path, MEND_DURABILITY_FULL, err, sizeof err);
+  CHECK(s == NULL);
+  mend_store_close(s);
+  CHECK(strstr(err, "notes.txt") != NULL);
+  CHECK(strstr(err, "not a database") != NULL);
+  /* The file is left as it was. */
+  f = fopen(path, "r");
+  char line[64] = "";
+  CHECK(f && fgets(line, sizeof line, f));
+  if (f) fclose(f);
+  CHECK_STR(line, "these are notes, not a database\n");
+
+  path = file_in_dir("future.db");
+  sqlite3 *db = raw_open(path);
+  CHECK_EQ_INT(sqlite3_exec(db, "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);"
+                                "INSERT INTO meta VALUES('schema_version', '7');"
+                                "PRAGMA user_version = 7", NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(db);
+  err[0] = '\0';
+  s = mend_store_open(path, MEND_DURABILITY_FULL, err, sizeof err);
+  CHECK(s == NULL);
+  mend_store_close(s);
+  CHECK(strstr(err, "future.db") != NULL);
+  CHECK(strstr(err, "newer") != NULL);
+  CHECK(strstr(err, "7") != NULL);
+
+  path = file_in_dir("foreign.db");
+  db = raw_open(path);
+  CHECK_EQ_INT(sqlite3_exec(db, "CREATE TABLE contacts(name TEXT)", NULL, NULL, NULL),
+               SQLITE_OK);
+  sqlite3_close(db);
+  err[0] = '\0';
+  s = mend_store_open(path, MEND_DURABILITY_FULL, err, sizeof err);
+  CHECK(s == NULL);
+  mend_store_close(s);
+  CHECK(strstr(err, "foreign.db") != NULL);
+  CHECK(strstr(err, "not a mend database") != NULL);
+  /* Someone else's database is not touched: no mend tables, journal mode unchanged. */
+  db = raw_open(path);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM sqlite_master"), 1);
+  char *mode = raw_text(db, "PRAGMA journal_mode");
+  CHECK_STR(mode, "delete");
+  free(mode);
+  sqlite3_close(db);
+
+  /* user_version says mend but there is no meta: not ours either. */
+  path = file_in_dir("liar.db");
+  db = raw_open(path);
+  CHECK_EQ_INT(sqlite3_exec(db, "CREATE TABLE t(x); PRAGMA user_version = 1", NULL, NULL, NULL),
+               SQLITE_OK);
+  sqlite3_close(db);
+  err[0] = '\0';
+  s = mend_store_open(path, MEND_DURABILITY_FULL, err, sizeof err);
+  CHECK(s == NULL);
+  mend_store_close(s);
+  CHECK(strstr(err, "liar.db: not a mend database") != NULL);
+
+  err[0] = '\0';
+  s = mend_store_open("/nonexistent-dir/x/mend.db", MEND_DURABILITY_FULL, err, sizeof err);
+  CHECK(s == NULL);
+  CHECK(strstr(err, "/nonexistent-dir/x/mend.db: ") != NULL);
+}
+
+/* The store's own connection, caught as SQLite opens it, so that the test can cap the database
+ * size there (max_page_count is a per-connection setting) without a test hook in the store. */
+static sqlite3 *caught;
+
+static int catch_connection(sqlite3 *db, char **errmsg, const sqlite3_api_routines *api) {
+  (void)errmsg;
+  (void)api;
+  caught = db;
+  return SQLITE_OK;
+}
+
+static void test_disk_full(void) {
+  char err[512] = "";
+  const char *path = file_in_dir("full.db");
+  CHECK_EQ_INT(sqlite3_auto_extension((void (*)(void))catch_connection), SQLITE_OK);
+  mend_store *s = mend_store_open(path, MEND_DURABILITY_FULL, err, sizeof err);
+  sqlite3_cancel_auto_extension((void (*)(void))catch_connection);
+  CHECK(s != NULL && caught != NULL);
+  if (!s || !caught) return;
+
+  for (int i = 0; i < 20; i++) {
+    char rid[16];
+    snprintf(rid, sizeof rid, "f%d", i);
+    mend_run_rec r = run_rec(rid, NULL, "running", i);
+    CHECK_EQ_INT(mend_store_insert_run(s, &r), 0);
+    mend_history_rec h = {.run_id = rid, .at = i, .event = "run", .to_status = "running",
+                          .delay = -1};
+    CHECK_EQ_INT(mend_store_append_history(s, &h), 0);
+  }
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+
+  /* The disk is full: no page beyond those in use now. */
+  CHECK_EQ_INT(sqlite3_exec(caught, "PRAGMA max_page_count = 1", NULL, NULL, NULL), SQLITE_OK);
+  size_t big = 64 * 1024;
+  char *input = malloc(big + 3);
+  CHECK(input != NULL);
+  if (!input) return;
+  input[0] = '"';
+  memset(input + 1, 'x', big);
+  input[big + 1] = '"';
+  input[big + 2] = '\0';
+  mend_run_rec huge = run_rec("huge", NULL, "running", 1000);
+  huge.input = input;
+  mend_history_rec h = {.run_id = "f0", .at = 999, .event = "step", .to_status = "pending",
+                        .delay = -1};
+  CHECK_EQ_INT(mend_store_append_history(s, &h), 0);   /* fits: joins the batch */
+  int rc = mend_store_insert_run(s, &huge);
+  if (rc == 0) rc = mend_store_commit(s);
+  else CHECK_EQ_INT(mend_store_commit(s), -1);
+  CHECK_EQ_INT(rc, -1);
+  CHECK(strstr(mend_store_errmsg(s), "full.db: ") != NULL);
+  CHECK(strstr(mend_store_errmsg(s), "database or disk is full") != NULL);
+  CHECK_EQ_INT(mend_store_batch_open(s), 0);
+  free(input);
+
+  /* What was committed before is intact; the failed batch left nothing behind. */
+  sqlite3 *db = raw_open(path);
+  char *check = raw_text(db, "PRAGMA integrity_check");
+  CHECK_STR(check, "ok");
+  free(check);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM runs"), 20);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM history"), 20);
+  sqlite3_close(db);
+  json_t *runs = mend_store_runs(s, NULL, NULL, 0);
+  CHECK_EQ_INT(json_array_size(runs), 20);
+  json_decref(runs);
+  json_t *run = mend_store_run(s, "f7");
+  CHECK(run && json_is_object(json_object_get(run, "input")));
+  json_decref(run);
+  CHECK(mend_store_run(s, "huge") == NULL);
+
+  /* Space comes back: the store carries on. */
+  CHECK_EQ_INT(sqlite3_exec(caught, "PRAGMA max_page_count = 1000000", NULL, NULL, NULL),
+               SQLITE_OK);
+  CHECK_EQ_INT(mend_store_append_history(s, &h), 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  json_t *hist = mend_store_history(s, "f0");
+  CHECK_EQ_INT(json_array_size(hist), 2);
+  json_decref(hist);
+  mend_store_close(s);
+}
+
+int main(void) {
+  snprintf(dir, sizeof dir, "/tmp/mend-test-store-XXXXXX");
+  if (!mkdtemp(dir)) {
+    perror("mkdtemp");
+    return 2;
+  }
+  test_schema();
+  test_round_trip();
+  test_batch_visibility();
+  test_refusals();
+  test_disk_full();
+
+  const char *files[] = {"schema.db", "trip.db", "batch.db", "notes.txt", "future.db",
+                         "foreign.db", "liar.db", "full.db"};
+  for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+    char p[160];
+    snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+    remove_db(p);
+  }
+  if (rmdir(dir) != 0) perror(dir);
+  return check_done("store");
+}

@@ -1,0 +1,99 @@
+/*
+ * engine: runs workflows. Owns runs in flight, the order of their transitions, the group-commit
+ * pump, step attempts as Lua coroutines, retries, breakers, compensation, dead letters and
+ * alerts. The write-ahead rule lives here: whatever a transition announces (an execute, a
+ * compensate, the next step) runs only from the pump, after the batch holding that transition
+ * has committed. The engine asks the store for SQL and the timers for time; it never sleeps.
+ */
+#ifndef MEND_ENGINE_H
+#define MEND_ENGINE_H
+
+#include <jansson.h>
+#include <lua.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "store.h"
+#include "workflow.h"
+
+typedef struct mend_engine mend_engine;
+
+typedef struct mend_log_record {
+  const char *level;      /* "debug" | "info" | "warn" | "error" */
+  double time;
+  const char *run, *step; /* NULL when not about one */
+  int attempt;            /* 0 when not about one */
+  const char *event;      /* "step", "run", "log", "alert", ... */
+  const char *message;
+} mend_log_record;
+
+typedef void (*mend_engine_log_fn)(void *ud, const mend_log_record *rec);
+/* `event` is an object; the callee must not keep it (incref to keep). */
+typedef void (*mend_engine_alert_fn)(void *ud, json_t *event);
+
+typedef struct mend_engine_config {
+  const char *db_path;          /* ":memory:" by default */
+  mend_durability durability;
+  int virtual_clock;
+  int has_seed;
+  uint64_t seed;
+  mend_engine_log_fn log;       /* NULL: no log */
+  void *log_ud;
+  mend_engine_alert_fn alert;   /* NULL: alerts only in history */
+  void *alert_ud;
+  uv_loop_t *loop;              /* NULL: the engine owns a loop */
+} mend_engine_config;
+
+/* Creates an engine that runs its Lua on L's main state (workflow functions are values of that
+ * state). NULL with a message on failure (storage errors name the file). */
+mend_engine *mend_engine_create(lua_State *L, const mend_engine_config *cfg, char *err, int errlen);
+/* Abandons attempts in flight (they resume from the store later), closes the store. */
+void mend_engine_destroy(mend_engine *E);
+const char *mend_engine_error(const mend_engine *E);   /* the last failure, or "" */
+/* Remembers a failure of an operation (not of the engine) for mend_engine_error. */
+void mend_engine_note_error(mend_engine *E, const char *msg);
+
+/* Workflows. The engine owns a registered workflow; a second one of the same name replaces
+ * the first for new runs. Return the workflow or NULL (err says why). */
+mend_workflow *mend_engine_load_file(mend_engine *E, const char *path, char *err, int errlen);
+mend_workflow *mend_engine_register(mend_engine *E, int idx, char *err, int errlen); /* table at idx of E's state */
+mend_workflow *mend_engine_workflow(mend_engine *E, const char *name);
+
+#define MEND_RUN_ID_LEN 17    /* 16 characters and the terminator */
+
+/* Starts a run of `workflow` with the Lua value at input_idx as input (of the state L, any
+ * thread of E's state). With a run key that exists, copies the existing id and sets *existed.
+ * 0 ok; -1 with err. The run's first transition commits before its first step executes. */
+int mend_engine_start_value(mend_engine *E, lua_State *L, const char *workflow, int input_idx,
+                      const char *run_key, char id_out[MEND_RUN_ID_LEN], int *existed,
+                      char *err, int errlen);
+/* Same, with the input as JSON text. */
+int mend_engine_start_json(mend_engine *E, const char *workflow, const char *input_json,
+                           const char *run_key, char id_out[MEND_RUN_ID_LEN], int *existed,
+                           char *err, int errlen);
+
+/* Runs the loop until no run is in flight (a virtual clock jumps to each next timer). 0, or
+ * -1 on a storage failure (mend_engine_error says which; nothing uncommitted was announced). */
+int mend_engine_run(mend_engine *E);
+/* Virtual clock: moves time on by `seconds`, doing all the work that comes due on the way. */
+int mend_engine_advance(mend_engine *E, double seconds);
+double mend_engine_now(const mend_engine *E);
+int mend_engine_in_flight(const mend_engine *E);
+
+mend_store *mend_engine_store(mend_engine *E);
+lua_State  *mend_engine_lua(mend_engine *E);
+uv_loop_t  *mend_engine_loop(mend_engine *E);
+
+/* Called by the Lua bindings: the run whose attempt is executing on coroutine L (NULL if L is
+ * not a step's coroutine), and the waits a step can make. */
+typedef struct mend_run mend_run;
+mend_run *mend_engine_current_run(lua_State *L);
+/* Arms a wait of `seconds` for the attempt on L; the caller then yields. 0 or -1 (err). */
+int mend_engine_sleep(lua_State *L, double seconds, char *err, int errlen);
+/* Spawns a process for the attempt on L, which then yields; it is resumed with a result table.
+ * `opts` at stack index 1 is the mend.exec table. 0 or -1 (err). */
+int mend_engine_exec(lua_State *L, char *err, int errlen);
+void mend_engine_log_line(mend_engine *E, const char *level, const char *run, const char *step,
+                          int attempt, const char *event, const char *message);
+
+#endif

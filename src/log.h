@@ -1,0 +1,21 @@
+/*
+ * log: where the engine's log records go when the host gives no function of its own. JSON
+ * lines (level, time, run, step, attempt, event, message) when the stream is not a terminal,
+ * so that machines can read them; short readable lines when a person is watching.
+ */
+#ifndef MEND_LOG_H
+#define MEND_LOG_H
+
+#include <stdio.h>
+#include "engine.h"
+
+typedef struct mend_log_sink {
+  FILE *out;
+  int human;     /* 1 when out is a terminal */
+} mend_log_sink;
+
+void mend_log_sink_init(mend_log_sink *s, FILE *out);
+/* A mend_engine_log_fn: ud is a mend_log_sink. */
+void mend_log_to_sink(void *ud, const mend_log_record *rec);
+
+#endif

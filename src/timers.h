@@ -1,0 +1,61 @@
+/*
+ * timers: the engine's clock and its timers. The scheduler owns time: every wait in mend (a
+ * backoff, a breaker wait, mend.sleep, a step timeout) is a mend_timer here, never a sleep.
+ *
+ * A binary min-heap of caller-owned timers, ordered by due time then by arming order, so that
+ * timers due at the same instant fire in the order they were armed. With a real clock the heap
+ * drives one libuv timer armed for its earliest entry; with a virtual clock time stands still
+ * until the engine (or a caller) advances it, and then due timers fire in order at once.
+ * Times are seconds since the epoch as doubles.
+ */
+#ifndef MEND_TIMERS_H
+#define MEND_TIMERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+typedef struct mend_timer mend_timer;
+typedef void (*mend_timer_fn)(mend_timer *t);
+
+struct mend_timer {
+  double due;
+  uint64_t seq;
+  size_t slot;             /* index in the heap + 1; 0 when not armed */
+  mend_timer_fn fn;
+  void *data;              /* for the callback's use */
+};
+
+typedef struct mend_timers {
+  mend_timer **heap;
+  size_t count, cap;
+  uint64_t next_seq;
+  int is_virtual;
+  double virtual_now;
+  uv_loop_t *loop;
+  uv_timer_t *uv;          /* malloc'ed: closed through uv_close, freed in its close callback */
+} mend_timers;
+
+/* 0 or -1 (out of memory). `loop` drives the real clock; unused by a virtual one. */
+int    mend_timers_init(mend_timers *ts, uv_loop_t *loop, int is_virtual);
+void   mend_timers_close(mend_timers *ts);  /* disarms everything; closes the uv handle */
+double mend_timers_now(const mend_timers *ts);
+double mend_real_now(void);                 /* wall clock, seconds since the epoch */
+
+void   mend_timer_init(mend_timer *t, mend_timer_fn fn, void *data);
+int    mend_timer_arm(mend_timers *ts, mend_timer *t, double due);   /* re-arms if armed */
+void   mend_timer_disarm(mend_timers *ts, mend_timer *t);
+static inline int mend_timer_armed(const mend_timer *t) { return t->slot != 0; }
+
+/* Fires, in order, every timer due at or before the clock's present (the real clock's or the
+ * virtual one's). Returns how many fired. Callbacks may arm and disarm timers. */
+size_t mend_timers_fire_due(mend_timers *ts);
+/* Earliest due time, or -1 when nothing is armed. */
+double mend_timers_next_due(const mend_timers *ts);
+/* Virtual clock: moves time to `to` (never backwards), firing due timers in order on the way,
+ * each at its own due time. Returns how many fired. */
+size_t mend_timers_advance_to(mend_timers *ts, double to);
+/* Real clock: re-arms the uv timer for the earliest entry. */
+void   mend_timers_sync(mend_timers *ts);
+
+#endif

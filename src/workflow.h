@@ -1,0 +1,50 @@
+/*
+ * workflow: loading and checking workflow definitions (a Lua table, usually returned by a
+ * script). Owns the C form of a definition: names, policies parsed and checked, and registry
+ * references to the Lua functions. A definition that loads is complete and valid: the engine
+ * never meets a bad policy at run time. Messages name the file, the step and the field.
+ */
+#ifndef MEND_WORKFLOW_H
+#define MEND_WORKFLOW_H
+
+#include <lua.h>
+#include "backoff.h"
+#include "breaker.h"
+
+typedef struct mend_breaker_slot mend_breaker_slot;   /* the engine's, per breaker key */
+
+typedef struct mend_step_def {
+  char *name;
+  int execute_ref, compensate_ref, key_ref;   /* LUA_NOREF when absent */
+  mend_retry_policy retry, compensate_retry;
+  char *breaker_key;
+  mend_breaker_policy breaker;
+  double timeout;                             /* seconds; 0 = none */
+  mend_breaker_slot *slot;                    /* resolved by the engine at registration */
+} mend_step_def;
+
+typedef struct mend_workflow {
+  char *name;
+  char *version;        /* hash of the script (or of the definition's name for tables) */
+  char *source;         /* the file it came from, or "=register" */
+  int def_ref;          /* the definition table, kept alive */
+  int nsteps;
+  mend_step_def *steps;
+  struct mend_workflow *next;
+} mend_workflow;
+
+/* Runs the script at `path` in L and checks what it returns. NULL and a message in err on
+ * failure. [-0, +0, -] */
+mend_workflow *mend_workflow_load(lua_State *L, const char *path, char *err, int errlen);
+/* Checks the table at idx; `source` names it in messages. [-0, +0, -] */
+mend_workflow *mend_workflow_from_table(lua_State *L, int idx, const char *source,
+                                        const char *version, char *err, int errlen);
+void mend_workflow_free(lua_State *L, mend_workflow *wf);
+int  mend_workflow_step_index(const mend_workflow *wf, const char *name);  /* -1 if none */
+
+/* Parses a retry table at idx over `p` (which holds the defaults to override). Exposed for the
+ * engine options and tests. 0 ok; -1 with "retry.initial must be >= 0, got -1" style err. */
+int mend_parse_retry(lua_State *L, int idx, const char *what, mend_retry_policy *p,
+                     char *err, int errlen);
+
+#endif
