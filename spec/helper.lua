@@ -1,1 +1,199 @@
+-- Shared helpers for the specs: temporary databases and directories, engines on the virtual
+-- clock that are closed and removed after each test, and small readers of status and history.
+--
+-- Loaded by busted as --helper and required by each spec (`require "spec.helper"`); it only
+-- defines functions, so loading it twice is harmless.
 
+local H = {}
+
+local open_engines, temp_files, temp_dirs = {}, {}, {}
+
+-- A fresh database path from os.tmpname(). SQLite takes the empty file os.tmpname() creates
+-- as a new database. The file and its -wal, -shm and -journal are removed by H.cleanup().
+function H.tmp_db()
+  local path = os.tmpname()
+  temp_files[#temp_files + 1] = path
+  return path
+end
+
+-- A fresh empty directory, removed (with what it holds) by H.cleanup().
+function H.tmp_dir()
+  local path = os.tmpname()
+  os.remove(path)
+  assert(require("lfs").mkdir(path))
+  temp_dirs[#temp_dirs + 1] = path
+  return path
+end
+
+-- Writes `text` to dir/name and returns the path.
+function H.write_file(dir, name, text)
+  local path = dir .. "/" .. name
+  local f = assert(io.open(path, "w"))
+  f:write(text)
+  f:close()
+  return path
+end
+
+-- An engine on a new temporary database, virtual clock, seed 1; `opts` overrides or adds
+-- fields (alert, log, db, ...). Returns the engine and its database path.
+function H.new_engine(opts)
+  local o = { clock = "virtual", seed = 1 }
+  for k, v in pairs(opts or {}) do o[k] = v end
+  if o.db == nil then o.db = H.tmp_db() end
+  local eng = require("mend").engine(o)
+  open_engines[#open_engines + 1] = eng
+  return eng, o.db
+end
+
+-- A second engine on an existing database (as after a restart); closed by H.cleanup().
+function H.reopen(path, opts)
+  local o = { clock = "virtual", seed = 1 }
+  for k, v in pairs(opts or {}) do o[k] = v end
+  o.db = path
+  local eng = require("mend").engine(o)
+  open_engines[#open_engines + 1] = eng
+  return eng
+end
+
+-- An engine whose alert hook appends every event to the returned list.
+function H.engine_with_alerts(opts)
+  local alerts = {}
+  local o = {}
+  for k, v in pairs(opts or {}) do o[k] = v end
+  o.alert = function(event) alerts[#alerts + 1] = event end
+  local eng, path = H.new_engine(o)
+  return eng, alerts, path
+end
+
+-- Closes an engine now (as at a shutdown); H.cleanup() will not close it again.
+function H.close(eng)
+  for i = #open_engines, 1, -1 do
+    if open_engines[i] == eng then table.remove(open_engines, i) end
+  end
+  eng:close()
+end
+
+-- Closes every engine opened through these helpers and removes every temporary file.
+function H.cleanup()
+  for i = #open_engines, 1, -1 do
+    pcall(function() open_engines[i]:close() end)
+    open_engines[i] = nil
+  end
+  for i = #temp_files, 1, -1 do
+    local p = temp_files[i]
+    for _, suffix in ipairs { "", "-wal", "-shm", "-journal" } do os.remove(p .. suffix) end
+    temp_files[i] = nil
+  end
+  local lfs = require "lfs"
+  for i = #temp_dirs, 1, -1 do
+    local d = temp_dirs[i]
+    if lfs.attributes(d, "mode") == "directory" then
+      for entry in lfs.dir(d) do
+        if entry ~= "." and entry ~= ".." then os.remove(d .. "/" .. entry) end
+      end
+      lfs.rmdir(d)
+    end
+    temp_dirs[i] = nil
+  end
+end
+
+-- A workflow definition with one step; `step` gives the step's fields (name defaults to "work").
+function H.one_step(name, step, extra)
+  step.name = step.name or "work"
+  local def = { name = name, steps = { step } }
+  for k, v in pairs(extra or {}) do def[k] = v end
+  return def
+end
+
+-- The step table of a status, by name.
+function H.step(status, name)
+  for _, s in ipairs(status.steps or {}) do
+    if s.name == name then return s end
+  end
+  return nil
+end
+
+-- The history entries of a run that match every field of `filter` ({event=, step=, to=, ...}).
+function H.events(eng, run_id, filter)
+  local out = {}
+  for _, h in ipairs(eng:history(run_id)) do
+    local ok = true
+    for k, v in pairs(filter or {}) do
+      if h[k] ~= v then ok = false break end
+    end
+    if ok then out[#out + 1] = h end
+  end
+  return out
+end
+
+-- The `delay` of every step event of `step` that chose a wait before another attempt
+-- (a step transition into retry_wait), in order.
+function H.retry_delays(eng, run_id, step)
+  local out = {}
+  for _, h in ipairs(H.events(eng, run_id, { event = "step", step = step, to = "retry_wait" })) do
+    out[#out + 1] = h.delay
+  end
+  return out
+end
+
+-- "from->to" for every step event of `step`, in order.
+function H.transitions(eng, run_id, step)
+  local out = {}
+  for _, h in ipairs(H.events(eng, run_id, { event = "step", step = step })) do
+    out[#out + 1] = tostring(h.from) .. "->" .. tostring(h.to)
+  end
+  return out
+end
+
+-- Index of the first element equal to v, or nil.
+function H.index_of(list, v)
+  for i, x in ipairs(list) do if x == v then return i end end
+  return nil
+end
+
+-- The dead-letter entry of a run, or nil.
+function H.dlq_entry(eng, run_id)
+  for _, d in ipairs(eng:dlq()) do
+    if d.run_id == run_id then return d end
+  end
+  return nil
+end
+
+-- The breaker row of a key, or nil.
+function H.breaker(eng, key)
+  for _, b in ipairs(eng:breakers()) do
+    if b.key == key then return b end
+  end
+  return nil
+end
+
+-- Alerts of one kind.
+function H.alerts_of(alerts, kind)
+  local out = {}
+  for _, a in ipairs(alerts) do if a.kind == kind then out[#out + 1] = a end end
+  return out
+end
+
+-- Runs a query with the sqlite3 command-line shell against a database file and returns its
+-- output lines: the specs check what is committed with plain SQL, as an operator would.
+local function shell_quote(s)
+  return "'" .. s:gsub("'", "'\\''") .. "'"
+end
+
+function H.sql(path, query)
+  local p = assert(io.popen("sqlite3 -batch " .. shell_quote(path) .. " " .. shell_quote(query)
+    .. " 2>&1"))
+  local lines = {}
+  for line in p:lines() do lines[#lines + 1] = line end
+  local ok, how, code = p:close()
+  assert(ok, string.format("sqlite3 failed (%s %s): %s", tostring(how), tostring(code),
+    table.concat(lines, "\n")))
+  return lines
+end
+
+-- Wall-clock seconds (luasystem ships with busted).
+function H.wall()
+  return require("system").gettime()
+end
+
+return H

@@ -13,7 +13,8 @@
 
 /* [from][to] = 1 when legal. Designated initializers keep each row next to the header's list. */
 static const unsigned char step_ok[MEND_STEP__COUNT][MEND_STEP__COUNT] = {
-  [S(PENDING)] = {[S(RUNNING)] = 1, [S(BREAKER_OPEN)] = 1},
+  [S(PENDING)] = {[S(RUNNING)] = 1, [S(BREAKER_OPEN)] = 1,
+                  [S(SUCCEEDED)] = 1 /* its idempotency key already succeeded: result reused */},
   [S(RUNNING)] = {[S(SUCCEEDED)] = 1, [S(RETRY_WAIT)] = 1, [S(FAILED)] = 1,
                   [S(RUNNING)] = 1 /* re-execution after a crash */},
   [S(RETRY_WAIT)] = {[S(PENDING)] = 1, [S(BREAKER_OPEN)] = 1},
@@ -50,7 +51,8 @@ int mend_run_transition_ok(mend_run_status from, mend_run_status to) {
 }
 
 int mend_step_status_final(mend_step_status s) {
-  return s >= MEND_STEP_SUCCEEDED && s <= MEND_STEP_COMPENSATION_FAILED;
+  return s == MEND_STEP_SUCCEEDED || s == MEND_STEP_FAILED || s == MEND_STEP_COMPENSATED ||
+         s == MEND_STEP_COMPENSATION_FAILED;
 }
 
 int mend_run_status_final(mend_run_status s) {

@@ -32,7 +32,7 @@ typedef enum mend_run_status {
 } mend_run_status;
 
 /* 1 if from -> to is legal, 0 if not. Legal step transitions:
- *   pending -> running | breaker_open
+ *   pending -> running | breaker_open | succeeded (its key already succeeded: result reused)
  *   running -> succeeded | retry_wait | failed | running (re-execution after a crash)
  *   retry_wait -> pending | breaker_open
  *   breaker_open -> pending | breaker_open
@@ -47,7 +47,7 @@ typedef enum mend_run_status {
 int mend_step_transition_ok(mend_step_status from, mend_step_status to);
 int mend_run_transition_ok(mend_run_status from, mend_run_status to);
 
-int mend_step_status_final(mend_step_status s);  /* succeeded..compensation_failed: no attempt in flight */
+int mend_step_status_final(mend_step_status s);  /* succeeded, failed, compensated, compensation_failed */
 int mend_run_status_final(mend_run_status s);    /* succeeded, compensated, failed, needs_attention */
 
 const char *mend_step_status_name(mend_step_status s);  /* "retry_wait" */
