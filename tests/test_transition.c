@@ -137,7 +137,7 @@ static void it_allows_exactly_the_run_transitions_listed(void) {
 }
 
 static void it_knows_which_statuses_are_final(void) {
-  /* Steps: succeeded through compensation_failed, as the header documents. */
+  /* Steps: the settled statuses, with no attempt in flight or due. */
   const char *final_steps[] = {"succeeded", "failed", "compensated",
                                "compensation_failed"};
   for (int i = 0; i < MEND_STEP__COUNT; i++) {
