@@ -20,7 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/random.h>
+#include <unistd.h>
 
 #include "backoff.h"
 #include "breaker.h"
@@ -75,7 +77,6 @@ struct mend_run {
   char *error;
   const char *reason;     /* why it failed for good: fatal, error, attempts_exhausted, ... */
   int fail_step;
-  int alert_on_compensated;
   /* the attempt in flight */
   lua_State *co;
   int co_ref;
@@ -114,6 +115,14 @@ struct mend_engine {
   char errmsg[1024];
   int ctx_mt_ref;
   mend_engine_config cfg;
+  /* leases and serving */
+  char owner[96];         /* this engine as a lease holder: host:pid:random */
+  double lease_seconds;
+  uv_timer_t *lease_timer, *poll_timer;
+  uv_signal_t *signals[2];
+  int serving, draining, attempts;
+  int max_in_flight;
+  double grace_deadline;
 };
 
 /* ---------------------------------------------------------------- small helpers */
@@ -172,6 +181,30 @@ static void new_run_id(mend_engine *E, char out[MEND_RUN_ID_LEN]) {
   for (int i = 15; i >= 10; i--) { out[i] = digits[rnd & 31]; rnd >>= 5; }
   out[16] = 0;
 }
+
+/* ---------------------------------------------------------------- failpoints */
+
+#ifdef MEND_FAILPOINTS
+/* MEND_FAILPOINT="name:N" kills the process with SIGKILL at the Nth time it passes `name`, so
+ * crash tests can stop a worker at exactly the instant they mean to prove safe. */
+static void failpoint(const char *name) {
+  static const char *spec;
+  static long countdown = -1;
+  static char point[64];
+  if (!spec) {
+    spec = getenv("MEND_FAILPOINT");
+    if (!spec) spec = "";
+    const char *colon = strchr(spec, ':');
+    if (colon && (size_t)(colon - spec) < sizeof point) {
+      memcpy(point, spec, (size_t)(colon - spec));
+      countdown = atol(colon + 1);
+    }
+  }
+  if (countdown > 0 && strcmp(point, name) == 0 && --countdown == 0) raise(SIGKILL);
+}
+#else
+#define failpoint(name) ((void)0)
+#endif
 
 /* ---------------------------------------------------------------- the pump */
 
@@ -256,7 +289,7 @@ static void run_to(mend_run *r, mend_run_status to) {
   const char *from = mend_run_status_name(r->status);
   r->status = to;
   if (mend_store_update_run(r->E->store, r->id, mend_run_status_name(to), r->error, r->attention,
-                            mend_engine_now(r->E)))
+                            mend_engine_now(r->E), r->reason))
     store_failed(r->E);
   history(r, NULL, "run", from, mend_run_status_name(to), 0, NULL, -1, r->reason);
   log_transition(r, NULL, 0, from, mend_run_status_name(to), NULL);
@@ -318,21 +351,26 @@ static struct mend_breaker_slot *breaker_slot(mend_engine *E, const char *key,
   return s;
 }
 
+/* Persists a breaker whose state moved, and tells the history of the run that moved it. */
+static void breaker_changed(mend_run *r, int i, mend_breaker_state before) {
+  struct mend_breaker_slot *s = r->wf->steps[i].slot;
+  if (mend_store_put_breaker(r->E->store, s->key, &s->b, mend_engine_now(r->E))) store_failed(r->E);
+  history(r, step_name(r, i), "breaker", mend_breaker_state_name(before),
+          mend_breaker_state_name(s->b.state), r->steps[i].attempts, NULL, -1, s->key);
+  char msg[300];
+  snprintf(msg, sizeof msg, "breaker %s: %s -> %s", s->key, mend_breaker_state_name(before),
+           mend_breaker_state_name(s->b.state));
+  mend_engine_log_line(r->E, "warn", r->id, step_name(r, i), r->steps[i].attempts, "breaker", msg);
+}
+
 static void breaker_outcome(mend_run *r, int i, mend_breaker_outcome outcome) {
   struct mend_breaker_slot *s = r->wf->steps[i].slot;
   mend_breaker before = s->b;
   int changed = mend_breaker_record(&s->b, &s->p, mend_engine_now(r->E), outcome);
-  if (changed || before.failures != s->b.failures || before.successes != s->b.successes) {
+  if (changed) breaker_changed(r, i, before.state);
+  else if (before.failures != s->b.failures || before.successes != s->b.successes) {
     if (mend_store_put_breaker(r->E->store, s->key, &s->b, mend_engine_now(r->E)))
       store_failed(r->E);
-  }
-  if (changed) {
-    history(r, step_name(r, i), "breaker", mend_breaker_state_name(before.state),
-            mend_breaker_state_name(s->b.state), r->steps[i].attempts, NULL, -1, s->key);
-    char msg[300];
-    snprintf(msg, sizeof msg, "breaker %s: %s -> %s", s->key, mend_breaker_state_name(before.state),
-             mend_breaker_state_name(s->b.state));
-    mend_engine_log_line(r->E, "warn", r->id, step_name(r, i), r->steps[i].attempts, "breaker", msg);
   }
 }
 
@@ -405,6 +443,7 @@ static void forward(mend_run *r) {
   step_rt *st = &r->steps[i];
   const mend_step_def *def = &r->wf->steps[i];
   if (st->status != MEND_STEP_PENDING && st->status != MEND_STEP_RUNNING) return;  /* waiting */
+  if (E->draining) return;   /* parked: its lease is given back when the worker stops */
   if (st->status == MEND_STEP_PENDING) {
     if (ensure_key(r, i)) {
       st->attempts++;
@@ -428,7 +467,10 @@ static void forward(mend_run *r) {
       }
     }
     double retry_at;
-    if (!mend_breaker_admit(&def->slot->b, &def->slot->p, mend_engine_now(E), &retry_at)) {
+    mend_breaker_state before = def->slot->b.state;
+    int admitted = mend_breaker_admit(&def->slot->b, &def->slot->p, mend_engine_now(E), &retry_at);
+    if (def->slot->b.state != before) breaker_changed(r, i, before);
+    if (!admitted) {
       /* Spread the waiters so that they do not all probe at the same instant. */
       double spread = 0.1 * mend_rng_uniform(&E->rng) * (def->slot->p.open_seconds > 1 ? 1 : def->slot->p.open_seconds);
       st->due = retry_at + spread;
@@ -477,7 +519,7 @@ static void fail_step(mend_run *r, int i, const mend_error_info *info) {
     if (def->retry.attention_after > 0 && st->attempts >= def->retry.attention_after && !r->attention) {
       r->attention = 1;
       if (mend_store_update_run(E->store, r->id, mend_run_status_name(r->status), r->error, 1,
-                                mend_engine_now(E)))
+                                mend_engine_now(E), r->reason))
         store_failed(E);
       alert(r, "attention", i, "attention_after", msg);
     }
@@ -497,11 +539,9 @@ static void fail_step(mend_run *r, int i, const mend_error_info *info) {
   }
   r->reason = retryable ? "attempts_exhausted"
             : info->kind == MEND_ERR_FATAL ? "fatal"
-            : info->kind == MEND_ERR_COMPENSABLE ? "compensable" : "error";
-  if (info->kind == MEND_ERR_COMPENSABLE) {
-    st->compensate_self = 1;
-    r->alert_on_compensated = info->severity == 2;
-  }
+            : info->kind == MEND_ERR_COMPENSABLE ? (info->severity == 2 ? "severity_2" : "compensable")
+            : "error";
+  st->compensate_self = info->kind == MEND_ERR_COMPENSABLE;
   int anything = st->compensate_self;
   for (int j = 0; j < i; j++) anything |= r->steps[j].status == MEND_STEP_SUCCEEDED;
   if (!anything) { finish_failed(r); return; }
@@ -518,7 +558,8 @@ static void finish_failed(mend_run *r) {
                 r->status == MEND_RUN_NEEDS_ATTENTION ? "attempts exhausted; completed steps compensated" : NULL);
   } else if (r->status == MEND_RUN_COMPENSATING) {
     run_to(r, MEND_RUN_COMPENSATED);
-    if (r->alert_on_compensated) alert(r, "compensated_with_alert", r->fail_step, "severity_2", r->error);
+    if (strcmp(r->reason, "severity_2") == 0)
+      alert(r, "compensated_with_alert", r->fail_step, "severity_2", r->error);
   } else {
     run_to(r, MEND_RUN_FAILED);
   }
@@ -543,6 +584,7 @@ static void backward(mend_run *r) {
                            "no compensate function: skipped");
       continue;
     }
+    if (r->E->draining) return;
     r->steps[i].comp_attempts++;
     r->steps[i].due = -1;
     step_to(r, i, MEND_STEP_COMPENSATING, NULL, -1, NULL);
@@ -614,6 +656,7 @@ static void end_attempt(mend_run *r) {
   r->wait_kind = WAIT_NONE;
   r->waiting = 0;
   if (!r->co) return;
+  E->attempts--;
   lua_sethook(r->co, NULL, 0, 0);
   *(mend_run **)lua_getextraspace(r->co) = NULL;
   mend_closethread(r->co, E->L);
@@ -709,6 +752,8 @@ static void start_attempt(mend_run *r, int compensating) {
   lua_State *co = lua_newthread(L);
   r->co = co;
   r->timed_out = 0;
+  E->attempts++;
+  failpoint(compensating ? "compensate" : "execute");
   *(mend_run **)lua_getextraspace(co) = r;
   lua_getfield(L, LUA_REGISTRYINDEX, THREADS_KEY);
   lua_pushvalue(L, -2);
@@ -846,7 +891,8 @@ static void exec_exit(uv_process_t *p, int64_t status, int signal) {
 static void exec_written(uv_write_t *w, int status) {
   (void)status;
   exec_req *x = w->data;
-  uv_close((uv_handle_t *)&x->pipes[0], exec_handle_closed);
+  if (!uv_is_closing((uv_handle_t *)&x->pipes[0]))
+    uv_close((uv_handle_t *)&x->pipes[0], exec_handle_closed);
 }
 
 static void exec_close_all(exec_req *x) {
@@ -938,9 +984,12 @@ int mend_engine_exec(lua_State *L, char *err, int errlen) {
   if (env) { for (int k = 0; env[k]; k++) free(env[k]); free(env); }
   x->open_handles = 4;
   if (rc) {
-    snprintf(err, (size_t)errlen, "cannot start %s: %s", lua_tostring(L, -1) ? "program" : "program", uv_strerror(rc));
+    lua_geti(L, 1, 1);
+    snprintf(err, (size_t)errlen, "cannot start %s: %s", lua_tostring(L, -1), uv_strerror(rc));
+    lua_pop(L, 1);
+    /* A failed uv_spawn still leaves the process handle initialised: it must be closed too. */
+    uv_close((uv_handle_t *)&x->proc, exec_handle_closed);
     for (int k = 0; k < 3; k++) uv_close((uv_handle_t *)&x->pipes[k], exec_handle_closed);
-    x->open_handles = 3;   /* the process handle was never initialised by a failed spawn */
     return -1;
   }
   E->externals++;
@@ -1000,7 +1049,10 @@ static void do_action(mend_run *r) {
 /* One turn: commit what the last turn wrote, then do what that commit allows. */
 static int pump_turn(mend_engine *E) {
   if (E->broken) return -1;
+  int had_batch = mend_store_batch_open(E->store);
+  if (had_batch) failpoint("before_commit");
   if (mend_store_commit(E->store)) { store_failed(E); return -1; }
+  if (had_batch) failpoint("after_commit");
   fire_alerts(E);
   mend_run *r = E->q_head;
   E->q_head = E->q_tail = NULL;
@@ -1059,24 +1111,38 @@ int mend_engine_advance(mend_engine *E, double seconds) {
   return E->broken ? -1 : 0;
 }
 
-static int insert_run(mend_engine *E, mend_workflow *wf, const char *input_json,
-                      const char *run_key, mend_run *r, char *err, int errlen) {
-  double now = mend_engine_now(E);
-  mend_run_rec rec = {r->id, wf->name, wf->version, wf->source, run_key, "running", input_json,
-                      NULL, 0, now, now};
-  if (mend_store_insert_run(E->store, &rec)) {
-    snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store));
-    return -1;
+static mend_run *run_new(mend_engine *E, mend_workflow *wf, const char *id) {
+  mend_run *r = calloc(1, sizeof *r);
+  r->E = E;
+  r->wf = wf;
+  r->status = MEND_RUN_RUNNING;
+  r->co_ref = LUA_NOREF;
+  r->input_ref = r->results_ref = LUA_NOREF;
+  r->fail_step = -1;
+  snprintf(r->id, sizeof r->id, "%s", id);
+  r->steps = calloc((size_t)wf->nsteps, sizeof *r->steps);
+  for (int i = 0; i < wf->nsteps; i++) {
+    step_rt *st = &r->steps[i];
+    st->status = MEND_STEP_PENDING;
+    st->due = st->last_delay = -1;
+    st->key_ready = wf->steps[i].key_ref == LUA_NOREF;
   }
-  for (int i = 0; i < wf->nsteps; i++) write_step(r, i);
-  history(r, NULL, "run", NULL, "running", 0, NULL, -1, run_key);
-  mend_engine_log_line(E, "info", r->id, NULL, 0, "run", "started");
-  return E->broken ? -1 : 0;
+  mend_timer_init(&r->wait, on_wait, r);
+  mend_timer_init(&r->deadline, on_deadline, r);
+  lua_newtable(E->L);
+  r->results_ref = luaL_ref(E->L, LUA_REGISTRYINDEX);
+  r->next = E->runs;
+  if (E->runs) E->runs->prev = r;
+  E->runs = r;
+  E->in_flight++;
+  return r;
 }
 
+static double lease_until(const mend_engine *E) { return mend_real_now() + E->lease_seconds; }
+
 int mend_engine_start_value(mend_engine *E, lua_State *L, const char *workflow, int input_idx,
-                      const char *run_key, char id_out[MEND_RUN_ID_LEN], int *existed,
-                      char *err, int errlen) {
+                            const char *run_key, char id_out[MEND_RUN_ID_LEN], int *existed,
+                            int detached, char *err, int errlen) {
   *existed = 0;
   if (E->broken) { snprintf(err, (size_t)errlen, "%s", E->errmsg); return -1; }
   mend_workflow *wf = mend_engine_workflow(E, workflow);
@@ -1090,40 +1156,50 @@ int mend_engine_start_value(mend_engine *E, lua_State *L, const char *workflow, 
   char jerr[400];
   char *input_json = mend_json_encode(L, input_idx, "input", jerr, sizeof jerr);
   if (!input_json) { snprintf(err, (size_t)errlen, "%s", jerr); return -1; }
-  mend_run *r = calloc(1, sizeof *r);
-  r->E = E;
-  r->wf = wf;
-  r->status = MEND_RUN_RUNNING;
-  r->co_ref = LUA_NOREF;
-  r->fail_step = -1;
-  new_run_id(E, r->id);
-  r->steps = calloc((size_t)wf->nsteps, sizeof *r->steps);
+  char id[MEND_RUN_ID_LEN];
+  new_run_id(E, id);
+  double now = mend_engine_now(E);
+  mend_run_rec rec = {id, wf->name, wf->version, wf->source, run_key, "running", input_json,
+                      NULL, 0, now, now, detached ? NULL : E->owner, lease_until(E)};
+  int ins = mend_store_insert_run(E->store, &rec);
+  if (ins < 0) {
+    snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store));
+    free(input_json);
+    store_failed(E);
+    return -1;
+  }
+  if (ins == 1) {
+    /* Another process took the key between our look and our insert: theirs is the run. */
+    free(input_json);
+    *existed = 1;
+    return mend_store_find_run_key(E->store, run_key, id_out, MEND_RUN_ID_LEN) == 1 ? 0 : -1;
+  }
+  mend_run *r = run_new(E, wf, id);
   for (int i = 0; i < wf->nsteps; i++) {
     step_rt *st = &r->steps[i];
-    st->status = MEND_STEP_PENDING;
-    st->due = st->last_delay = -1;
     size_t n = strlen(r->id) + strlen(wf->steps[i].name) + 2;
     st->idem_key = malloc(n);
     snprintf(st->idem_key, n, "%s/%s", r->id, wf->steps[i].name);
+    write_step(r, i);
   }
-  mend_timer_init(&r->wait, on_wait, r);
-  mend_timer_init(&r->deadline, on_deadline, r);
+  history(r, NULL, "run", NULL, "running", 0, NULL, -1, run_key);
   /* The run's input is the JSON form, as a restarted engine will see it. */
   if (mend_json_decode(E->L, input_json, strlen(input_json), jerr, sizeof jerr)) lua_pushnil(E->L);
   r->input_ref = luaL_ref(E->L, LUA_REGISTRYINDEX);
-  lua_newtable(E->L);
-  r->results_ref = luaL_ref(E->L, LUA_REGISTRYINDEX);
-  r->next = E->runs;
-  if (E->runs) E->runs->prev = r;
-  E->runs = r;
-  E->in_flight++;
-  int rc = insert_run(E, wf, input_json, run_key, r, err, errlen);
   free(input_json);
-  if (rc) {
-    if (!E->broken) breakdown(E, "%s", err);
-    return -1;
-  }
   memcpy(id_out, r->id, MEND_RUN_ID_LEN);
+  if (E->broken) { snprintf(err, (size_t)errlen, "%s", E->errmsg); return -1; }
+  if (detached) {
+    /* Recorded for any worker to take; durable before the caller hears the id. */
+    if (mend_store_commit(E->store)) {
+      snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store));
+      run_free(r);
+      return -1;
+    }
+    run_free(r);
+    return 0;
+  }
+  mend_engine_log_line(E, "info", r->id, NULL, 0, "run", "started");
   queue(r, ACT_ADVANCE);
   return 0;
 }
@@ -1135,9 +1211,204 @@ int mend_engine_start_json(mend_engine *E, const char *workflow, const char *inp
   if (mend_json_decode(L, input_json ? input_json : "null", input_json ? strlen(input_json) : 4,
                        err, errlen))
     return -1;
-  int rc = mend_engine_start_value(E, L, workflow, -1, run_key, id_out, existed, err, errlen);
+  int rc = mend_engine_start_value(E, L, workflow, -1, run_key, id_out, existed, 0, err, errlen);
   lua_pop(L, 1);
   return rc;
+}
+
+/* ---------------------------------------------------------------- recovery */
+
+static int step_status_of(json_t *o, const char *field, mend_step_status *out) {
+  const char *v = json_string_value(json_object_get(o, field));
+  return v ? mend_step_status_parse(v, out) : -1;
+}
+
+static double real_field(json_t *o, const char *field) {
+  json_t *v = json_object_get(o, field);
+  return v ? json_number_value(v) : -1;
+}
+
+/* Rebuilds a run from the store alone, and sets it going from where the store says it stood.
+ * 0, or -1 when the run cannot be resumed by this engine (its workflow is not loaded or has
+ * other steps now); it is then left as it is for a person or another worker. */
+static int restore(mend_engine *E, const char *id) {
+  json_t *row = mend_store_run(E->store, id);
+  if (!row) { store_failed(E); return -1; }
+  const char *wf_name = json_string_value(json_object_get(row, "workflow"));
+  mend_workflow *wf = wf_name ? mend_engine_workflow(E, wf_name) : NULL;
+  json_t *steps = json_object_get(row, "steps");
+  char why[300] = "";
+  if (!wf) snprintf(why, sizeof why, "workflow \"%s\" is not loaded here", wf_name ? wf_name : "?");
+  else if ((int)json_array_size(steps) != wf->nsteps)
+    snprintf(why, sizeof why, "workflow \"%s\" now has %d steps, the run has %d", wf->name,
+             wf->nsteps, (int)json_array_size(steps));
+  for (int i = 0; !why[0] && i < wf->nsteps; i++) {
+    const char *name = json_string_value(json_object_get(json_array_get(steps, (size_t)i), "name"));
+    if (!name || strcmp(name, wf->steps[i].name) != 0)
+      snprintf(why, sizeof why, "step #%d is \"%s\" in the run but \"%s\" in the workflow", i + 1,
+               name ? name : "?", wf->steps[i].name);
+  }
+  if (why[0]) {
+    mend_engine_log_line(E, "error", id, NULL, 0, "recover", why);
+    if (mend_store_release(E->store, id, E->owner)) store_failed(E);
+    json_decref(row);
+    return -1;
+  }
+  mend_run *r = run_new(E, wf, id);
+  mend_run_status_parse(json_string_value(json_object_get(row, "status")), &r->status);
+  r->attention = json_is_true(json_object_get(row, "attention"));
+  r->error = dupstr(json_string_value(json_object_get(row, "error")));
+  /* The reason is one of the engine's own static strings; map the stored text back to it. */
+  static const char *const reasons[] = {"attempts_exhausted", "fatal", "severity_2", "compensable",
+                                        "error", "severity_3", "compensation_failed"};
+  const char *reason = json_string_value(json_object_get(row, "reason"));
+  for (size_t k = 0; reason && k < sizeof reasons / sizeof *reasons; k++)
+    if (strcmp(reason, reasons[k]) == 0) r->reason = reasons[k];
+  mend_json_push(E->L, json_object_get(row, "input"));
+  r->input_ref = luaL_ref(E->L, LUA_REGISTRYINDEX);
+  for (int i = 0; i < wf->nsteps; i++) {
+    json_t *so = json_array_get(steps, (size_t)i);
+    step_rt *st = &r->steps[i];
+    step_status_of(so, "status", &st->status);
+    st->attempts = (int)json_integer_value(json_object_get(so, "attempts"));
+    st->comp_attempts = (int)json_integer_value(json_object_get(so, "comp_attempts"));
+    st->idem_key = dupstr(json_string_value(json_object_get(so, "idempotency_key")));
+    st->custom_key = json_is_true(json_object_get(so, "custom_key"));
+    st->key_ready = st->custom_key || wf->steps[i].key_ref == LUA_NOREF;
+    st->error = dupstr(json_string_value(json_object_get(so, "error")));
+    st->due = real_field(so, "due");
+    st->last_delay = real_field(so, "last_delay");
+    json_t *result = json_object_get(so, "result");
+    if (result) {
+      st->result = json_dumps(result, JSON_COMPACT | JSON_ENCODE_ANY);
+      if (st->status == MEND_STEP_SUCCEEDED || st->status == MEND_STEP_COMPENSATING) set_result(r, i);
+    }
+    if (st->status == MEND_STEP_FAILED || st->status == MEND_STEP_COMPENSATION_FAILED) r->fail_step = i;
+    st->compensate_self = st->status == MEND_STEP_FAILED && r->reason &&
+      (strcmp(r->reason, "compensable") == 0 || strcmp(r->reason, "severity_2") == 0);
+  }
+  json_decref(row);
+  history(r, NULL, "recovered", NULL, mend_run_status_name(r->status), 0, NULL, -1, E->owner);
+  mend_engine_log_line(E, "info", r->id, NULL, 0, "recover", "resumed from the store");
+  double now = mend_engine_now(E);
+  if (r->status == MEND_RUN_RUNNING) {
+    r->cur = 0;
+    while (r->cur < wf->nsteps && r->steps[r->cur].status == MEND_STEP_SUCCEEDED) r->cur++;
+    step_rt *st = r->cur < wf->nsteps ? &r->steps[r->cur] : NULL;
+    if (st && (st->status == MEND_STEP_RETRY_WAIT || st->status == MEND_STEP_BREAKER_OPEN)) {
+      r->wait_kind = st->status == MEND_STEP_RETRY_WAIT ? WAIT_RETRY : WAIT_BREAKER;
+      arm(r, &r->wait, st->due > now ? st->due : now);   /* already due: now */
+      return 0;
+    }
+  } else {
+    r->cur = wf->nsteps - 1;
+    while (r->cur >= 0 && !needs_compensation(r, r->cur)) r->cur--;
+    step_rt *st = r->cur >= 0 ? &r->steps[r->cur] : NULL;
+    if (st && st->status == MEND_STEP_COMPENSATING && st->due >= 0) {
+      r->wait_kind = WAIT_COMP_RETRY;
+      arm(r, &r->wait, st->due > now ? st->due : now);
+      return 0;
+    }
+  }
+  queue(r, ACT_ADVANCE);
+  return 0;
+}
+
+/* Takes the unfinished runs that nobody holds and resumes them. Returns how many. */
+static int claim_and_restore(mend_engine *E, int limit) {
+  if (limit <= 0 || E->broken) return 0;
+  json_t *mine = json_array();
+  for (mend_run *r = E->runs; r; r = r->next) json_array_append_new(mine, json_string(r->id));
+  char *exclude = json_dumps(mine, JSON_COMPACT);
+  json_decref(mine);
+  json_t *ids = mend_store_claim(E->store, E->owner, mend_real_now(), lease_until(E), limit, exclude);
+  free(exclude);
+  if (!ids) { store_failed(E); return 0; }
+  size_t i;
+  json_t *id;
+  int n = 0;
+  /* The claim must be durable before any of these runs acts: commit it now. */
+  if (json_array_size(ids) && mend_store_commit(E->store)) { store_failed(E); json_decref(ids); return 0; }
+  json_array_foreach(ids, i, id) n += restore(E, json_string_value(id)) == 0;
+  json_decref(ids);
+  return n;
+}
+
+int mend_engine_recover(mend_engine *E, int limit) {
+  int n = claim_and_restore(E, limit > 0 ? limit : 1 << 30);
+  return E->broken ? -1 : n;
+}
+
+/* ---------------------------------------------------------------- serving */
+
+static void renew_leases(uv_timer_t *t) {
+  mend_engine *E = t->data;
+  if (E->broken || !E->in_flight) return;
+  if (mend_store_renew(E->store, E->owner, lease_until(E))) store_failed(E);
+  kick(E);   /* committed by the next turn */
+}
+
+static void poll_for_runs(uv_timer_t *t) {
+  mend_engine *E = t->data;
+  if (E->draining || E->broken) return;
+  int room = E->max_in_flight > 0 ? E->max_in_flight - E->in_flight : 1000;
+  if (room > 1000) room = 1000;
+  claim_and_restore(E, room);
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+  mend_engine *E = h->data;
+  mend_engine_log_line(E, "info", NULL, NULL, 0, "worker",
+                       signum == SIGINT ? "SIGINT: finishing attempts in flight" : "SIGTERM: finishing attempts in flight");
+  mend_engine_stop(E);
+}
+
+void mend_engine_stop(mend_engine *E) {
+  if (E->draining) return;
+  E->draining = 1;
+  E->grace_deadline = mend_real_now() + E->cfg.grace_seconds;
+  if (E->poll_timer) uv_timer_stop(E->poll_timer);
+  kick(E);
+}
+
+static void close_and_free(uv_handle_t *h) { free(h); }
+
+int mend_engine_serve(mend_engine *E, double poll_seconds, int max_in_flight) {
+  E->serving = 1;
+  E->max_in_flight = max_in_flight;
+  E->poll_timer = malloc(sizeof *E->poll_timer);
+  uv_timer_init(E->loop, E->poll_timer);
+  E->poll_timer->data = E;
+  uint64_t every = (uint64_t)(poll_seconds * 1000.0);
+  if (every < 1) every = 1;
+  uv_timer_start(E->poll_timer, poll_for_runs, 0, every);
+  int sigs[2] = {SIGINT, SIGTERM};
+  for (int k = 0; k < 2; k++) {
+    E->signals[k] = malloc(sizeof *E->signals[k]);
+    uv_signal_init(E->loop, E->signals[k]);
+    E->signals[k]->data = E;
+    uv_signal_start(E->signals[k], on_signal, sigs[k]);
+  }
+  E->auto_advance = 1;
+  while (!E->broken) {
+    if (E->draining && (E->attempts == 0 || mend_real_now() >= E->grace_deadline)) break;
+    uv_run(E->loop, UV_RUN_ONCE);
+  }
+  E->auto_advance = 0;
+  /* Give back every run still held so that another worker can take it at once. */
+  if (!E->broken) {
+    for (mend_run *r = E->runs; r; r = r->next)
+      if (mend_store_release(E->store, r->id, E->owner)) { store_failed(E); break; }
+    if (!E->broken && mend_store_commit(E->store)) store_failed(E);
+  }
+  uv_close((uv_handle_t *)E->poll_timer, close_and_free);
+  E->poll_timer = NULL;
+  for (int k = 0; k < 2; k++) {
+    uv_close((uv_handle_t *)E->signals[k], close_and_free);
+    E->signals[k] = NULL;
+  }
+  E->serving = 0;
+  return E->broken ? -1 : 0;
 }
 
 /* ---------------------------------------------------------------- workflows */
@@ -1266,6 +1537,19 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
   mend_rng_seed(&E->rng, seed);
   E->alerts = json_array();
   make_ctx_metatable(E);
+  E->lease_seconds = cfg->lease_seconds > 0 ? cfg->lease_seconds : 30;
+  if (E->cfg.grace_seconds <= 0) E->cfg.grace_seconds = 10;
+  char hostname[64] = "host";
+  gethostname(hostname, sizeof hostname - 1);
+  uint32_t tag;
+  if (getrandom(&tag, sizeof tag, 0) != sizeof tag) tag = (uint32_t)mend_rng_next(&E->rng);
+  snprintf(E->owner, sizeof E->owner, "%s:%d:%08x", hostname, (int)getpid(), tag);
+  E->lease_timer = malloc(sizeof *E->lease_timer);
+  uv_timer_init(E->loop, E->lease_timer);
+  E->lease_timer->data = E;
+  uint64_t renew_ms = (uint64_t)(E->lease_seconds * 1000.0 / 3.0);
+  uv_timer_start(E->lease_timer, renew_leases, renew_ms ? renew_ms : 1, renew_ms ? renew_ms : 1);
+  uv_unref((uv_handle_t *)E->lease_timer);   /* leases alone must not keep a host's loop alive */
   char serr[600];
   E->store = mend_store_open(cfg->db_path ? cfg->db_path : ":memory:", cfg->durability, serr, sizeof serr);
   if (!E->store) {
@@ -1273,10 +1557,18 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
     mend_engine_destroy(E);
     return NULL;
   }
+  mend_store_set_worker(E->store, E->owner);
   return E;
 }
 
 static void free_on_close(uv_handle_t *h) { free(h); }
+
+/* A handle still open at destroy belongs to a child process abandoned mid-flight (its pipes
+ * and process handle): closing it the usual way frees its request with the last one. */
+static void close_stray(uv_handle_t *h, void *arg) {
+  (void)arg;
+  if (!uv_is_closing(h)) uv_close(h, exec_handle_closed);
+}
 
 void mend_engine_destroy(mend_engine *E) {
   if (!E) return;
@@ -1294,10 +1586,14 @@ void mend_engine_destroy(mend_engine *E) {
   }
   json_decref(E->alerts);
   mend_timers_close(&E->timers);
+  if (E->lease_timer) uv_close((uv_handle_t *)E->lease_timer, free_on_close);
   uv_close((uv_handle_t *)E->pump, free_on_close);
   if (E->owns_loop) {
     uv_run(&E->own_loop, UV_RUN_NOWAIT);   /* let close callbacks run */
-    while (uv_loop_close(&E->own_loop) == UV_EBUSY) uv_run(&E->own_loop, UV_RUN_ONCE);
+    while (uv_loop_close(&E->own_loop) == UV_EBUSY) {
+      uv_walk(&E->own_loop, close_stray, NULL);
+      uv_run(&E->own_loop, UV_RUN_NOWAIT);
+    }
   } else {
     uv_run(E->loop, UV_RUN_NOWAIT);
   }

@@ -42,6 +42,8 @@ typedef struct mend_engine_config {
   mend_engine_alert_fn alert;   /* NULL: alerts only in history */
   void *alert_ud;
   uv_loop_t *loop;              /* NULL: the engine owns a loop */
+  double lease_seconds;         /* how long a run stays ours without renewal (30) */
+  double grace_seconds;         /* how long a stopping worker waits for attempts (10) */
 } mend_engine_config;
 
 /* Creates an engine that runs its Lua on L's main state (workflow functions are values of that
@@ -63,10 +65,11 @@ mend_workflow *mend_engine_workflow(mend_engine *E, const char *name);
 
 /* Starts a run of `workflow` with the Lua value at input_idx as input (of the state L, any
  * thread of E's state). With a run key that exists, copies the existing id and sets *existed.
- * 0 ok; -1 with err. The run's first transition commits before its first step executes. */
+ * 0 ok; -1 with err. The run's first transition commits before its first step executes.
+ * `detached`: only record the run, committed at once, for any worker to take. */
 int mend_engine_start_value(mend_engine *E, lua_State *L, const char *workflow, int input_idx,
-                      const char *run_key, char id_out[MEND_RUN_ID_LEN], int *existed,
-                      char *err, int errlen);
+                            const char *run_key, char id_out[MEND_RUN_ID_LEN], int *existed,
+                            int detached, char *err, int errlen);
 /* Same, with the input as JSON text. */
 int mend_engine_start_json(mend_engine *E, const char *workflow, const char *input_json,
                            const char *run_key, char id_out[MEND_RUN_ID_LEN], int *existed,
@@ -78,6 +81,17 @@ int mend_engine_run(mend_engine *E);
 /* Virtual clock: moves time on by `seconds`, doing all the work that comes due on the way. */
 int mend_engine_advance(mend_engine *E, double seconds);
 double mend_engine_now(const mend_engine *E);
+
+/* Recovery and workers. Every engine holds the runs it executes through a lease in the store
+ * (renewed while it works). recover claims up to `limit` (<= 0: all) unfinished runs that no
+ * live engine holds and resumes each from what the store says; returns how many, or -1. */
+int mend_engine_recover(mend_engine *E, int limit);
+/* Works as a worker until stopped (SIGINT, SIGTERM or mend_engine_stop): claims runs every
+ * poll_seconds, at most max_in_flight at once (<= 0: no cap). On stop it starts no new
+ * attempt, waits for those in flight up to the grace period, then gives back its leases.
+ * 0, or -1 on a storage failure. */
+int mend_engine_serve(mend_engine *E, double poll_seconds, int max_in_flight);
+void mend_engine_stop(mend_engine *E);
 int mend_engine_in_flight(const mend_engine *E);
 
 mend_store *mend_engine_store(mend_engine *E);

@@ -300,14 +300,18 @@ static int engine_start(lua_State *L) {
   engine_box *b = check_engine(L);
   const char *name = luaL_checkstring(L, 2);
   const char *key = NULL;
+  int detached = 0;
   if (!lua_isnoneornil(L, 4)) {
     luaL_checktype(L, 4, LUA_TTABLE);
     key = opt_field_string(L, 4, "key", NULL);
+    lua_getfield(L, 4, "detached");
+    detached = lua_toboolean(L, -1);
+    lua_pop(L, 1);
   }
   lua_settop(L, 4);
   char id[MEND_RUN_ID_LEN], err[1024];
   int existed;
-  if (mend_engine_start_value(b->E, L, name, 3, key, id, &existed, err, sizeof err))
+  if (mend_engine_start_value(b->E, L, name, 3, key, id, &existed, detached, err, sizeof err))
     return luaL_error(L, "start: %s", err);
   lua_pushstring(L, id);
   lua_pushboolean(L, existed);

@@ -20,6 +20,7 @@ enum {
   Q_BEGIN, Q_COMMIT, Q_ROLLBACK,
   Q_INSERT_RUN, Q_UPDATE_RUN, Q_PUT_STEP, Q_APPEND_HISTORY, Q_PUT_BREAKER, Q_PUT_DLQ,
   Q_FIND_RUN_KEY, Q_FIND_KEY_RESULT, Q_GET_BREAKER,
+  Q_CLAIM, Q_RENEW, Q_RELEASE, Q_OWNER,
   Q_RUN, Q_STEPS, Q_HISTORY, Q_DLQ, Q_BREAKERS, Q_RUNS,
   Q__COUNT
 };
@@ -30,9 +31,11 @@ static const char *const query_sql[Q__COUNT] = {
   [Q_ROLLBACK] = "ROLLBACK",
   [Q_INSERT_RUN] =
     "INSERT INTO runs(id, workflow, version, source, run_key, status, input, error, attention,"
-    " created, updated) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+    " created, updated, owner, lease_until) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11,"
+    " ?12, ?13) ON CONFLICT(run_key) DO NOTHING",
   [Q_UPDATE_RUN] =
-    "UPDATE runs SET status = ?2, error = ?3, attention = ?4, updated = ?5 WHERE id = ?1",
+    "UPDATE runs SET status = ?2, error = ?3, attention = ?4, updated = ?5, reason = ?6"
+    " WHERE id = ?1",
   [Q_PUT_STEP] =
     "INSERT INTO steps(run_id, idx, name, status, attempts, comp_attempts, idem_key, custom_key,"
     " result, error, due, last_delay, updated)"
@@ -44,7 +47,7 @@ static const char *const query_sql[Q__COUNT] = {
     " updated = excluded.updated",
   [Q_APPEND_HISTORY] =
     "INSERT INTO history(run_id, step, at, event, from_status, to_status, attempt, error, delay,"
-    " detail) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+    " detail, worker) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
   [Q_PUT_BREAKER] =
     "INSERT INTO breakers(key, state, failures, successes, opened_at, open_until, updated)"
     " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)"
@@ -62,16 +65,26 @@ static const char *const query_sql[Q__COUNT] = {
     " ORDER BY updated DESC LIMIT 1",
   [Q_GET_BREAKER] =
     "SELECT state, failures, successes, opened_at, open_until FROM breakers WHERE key = ?1",
+  /* Takes unfinished runs nobody holds (owner NULL or lease run out) for `owner`. */
+  [Q_CLAIM] =
+    "UPDATE runs SET owner = ?1, lease_until = ?2 WHERE id IN (SELECT id FROM runs"
+    " WHERE status IN ('running', 'compensating') AND (owner IS NULL OR lease_until < ?3"
+    " OR owner = ?1) AND id NOT IN (SELECT value FROM json_each(?5)) ORDER BY created LIMIT ?4)"
+    " RETURNING id",
+  [Q_RENEW] =
+    "UPDATE runs SET lease_until = ?2 WHERE owner = ?1 AND status IN ('running', 'compensating')",
+  [Q_RELEASE] = "UPDATE runs SET owner = NULL, lease_until = NULL WHERE id = ?1 AND owner = ?2",
+  [Q_OWNER] = "SELECT owner, lease_until FROM runs WHERE id = ?1",
   [Q_RUN] =
     "SELECT id, workflow, version, source, run_key AS key, status, input, error, attention,"
-    " created, updated FROM runs WHERE id = ?1",
+    " reason, owner, lease_until, created, updated FROM runs WHERE id = ?1",
   [Q_STEPS] =
     "SELECT idx, name, status, attempts, comp_attempts, idem_key AS idempotency_key,"
     " custom_key, result, error, due, last_delay, updated FROM steps WHERE run_id = ?1"
     " ORDER BY idx",
   [Q_HISTORY] =
     "SELECT seq, run_id, step, at, event, from_status AS \"from\", to_status AS \"to\", attempt,"
-    " error, delay, detail FROM history WHERE run_id = ?1 ORDER BY seq",
+    " error, delay, detail, worker FROM history WHERE run_id = ?1 ORDER BY seq",
   [Q_DLQ] = "SELECT run_id, reason, step, error, detail, at FROM dlq ORDER BY at, run_id",
   [Q_BREAKERS] =
     "SELECT key, state, failures, successes, opened_at, open_until, updated FROM breakers"
@@ -79,7 +92,7 @@ static const char *const query_sql[Q__COUNT] = {
   /* A negative LIMIT is no limit in SQLite. */
   [Q_RUNS] =
     "SELECT id, workflow, version, source, run_key AS key, status, input, error, attention,"
-    " created, updated FROM runs WHERE (?1 IS NULL OR status = ?1)"
+    " reason, owner, lease_until, created, updated FROM runs WHERE (?1 IS NULL OR status = ?1)"
     " AND (?2 IS NULL OR workflow = ?2) ORDER BY created DESC, rowid DESC LIMIT ?3",
 };
 
@@ -88,7 +101,8 @@ static const char *const migrations[MEND_SCHEMA_VERSION] = {
   "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);"
   "CREATE TABLE runs(id TEXT PRIMARY KEY, workflow TEXT NOT NULL, version TEXT, source TEXT,"
   " run_key TEXT UNIQUE, status TEXT NOT NULL, input TEXT, error TEXT,"
-  " attention INTEGER NOT NULL DEFAULT 0, created REAL, updated REAL);"
+  " attention INTEGER NOT NULL DEFAULT 0, reason TEXT, owner TEXT, lease_until REAL,"
+  " created REAL, updated REAL);"
   "CREATE INDEX runs_status ON runs(status);"
   "CREATE TABLE steps(run_id TEXT NOT NULL, idx INTEGER NOT NULL, name TEXT, status TEXT NOT NULL,"
   " attempts INTEGER NOT NULL DEFAULT 0, comp_attempts INTEGER NOT NULL DEFAULT 0, idem_key TEXT,"
@@ -97,7 +111,7 @@ static const char *const migrations[MEND_SCHEMA_VERSION] = {
   "CREATE INDEX steps_custom_key ON steps(idem_key) WHERE custom_key = 1;"
   "CREATE TABLE history(seq INTEGER PRIMARY KEY, run_id TEXT NOT NULL, step TEXT, at REAL,"
   " event TEXT NOT NULL, from_status TEXT, to_status TEXT, attempt INTEGER, error TEXT,"
-  " delay REAL, detail TEXT);"
+  " delay REAL, detail TEXT, worker TEXT);"
   "CREATE INDEX history_run ON history(run_id);"
   "CREATE TABLE breakers(key TEXT PRIMARY KEY, state TEXT NOT NULL, failures INTEGER,"
   " successes INTEGER, opened_at REAL, open_until REAL, updated REAL);"
@@ -113,6 +127,7 @@ struct mend_store {
    * recorded before the failure would be kept without the one that failed. */
   int batch_failed;
   int version;   /* schema version found or made at open */
+  char *worker;  /* written into every history row: who wrote it */
   sqlite3_stmt *q[Q__COUNT];
   char err[1024];
 };
@@ -403,6 +418,7 @@ void mend_store_close(mend_store *s) {
   /* close_v2 also rolls back whatever a half-finished open left behind. */
   sqlite3_close_v2(s->db);
   free(s->path);
+  free(s->worker);
   free(s);
 }
 
@@ -448,11 +464,14 @@ int mend_store_insert_run(mend_store *s, const mend_run_rec *r) {
   BIND(sqlite3_bind_int(q, 9, r->attention ? 1 : 0));
   BIND(sqlite3_bind_double(q, 10, r->created));
   BIND(sqlite3_bind_double(q, 11, r->updated));
-  return run_write(s, q, rc, "insert run");
+  BIND(bind_text(q, 12, r->owner));
+  BIND(bind_opt_real(q, 13, r->owner ? r->lease_until : -1));
+  if (run_write(s, q, rc, "insert run") != 0) return -1;
+  return sqlite3_changes(s->db) == 0 ? 1 : 0;   /* 1: the run key was taken */
 }
 
 int mend_store_update_run(mend_store *s, const char *id, const char *status, const char *error,
-                          int attention, double updated) {
+                          int attention, double updated, const char *reason) {
   if (batch_begin(s) != 0) return -1;
   sqlite3_stmt *q = s->q[Q_UPDATE_RUN];
   int rc = SQLITE_OK;
@@ -461,6 +480,7 @@ int mend_store_update_run(mend_store *s, const char *id, const char *status, con
   BIND(bind_text(q, 3, error));
   BIND(sqlite3_bind_int(q, 4, attention ? 1 : 0));
   BIND(sqlite3_bind_double(q, 5, updated));
+  BIND(bind_text(q, 6, reason));
   if (run_write(s, q, rc, "update run") != 0) return -1;
   if (sqlite3_changes(s->db) == 0) {
     /* An update that changes nothing would lose a transition silently. */
@@ -505,6 +525,7 @@ int mend_store_append_history(mend_store *s, const mend_history_rec *h) {
   BIND(bind_text(q, 8, h->error));
   BIND(bind_opt_real(q, 9, h->delay));
   BIND(bind_text(q, 10, h->detail));
+  BIND(bind_text(q, 11, s->worker));
   return run_write(s, q, rc, "append history");
 }
 
@@ -734,4 +755,72 @@ json_t *mend_store_runs(mend_store *s, const char *status, const char *workflow,
   BIND(bind_text(q, 2, workflow));
   BIND(sqlite3_bind_int(q, 3, limit > 0 ? limit : -1));
   return rows_array(s, q, rc, "read runs");
+}
+
+/* ---- leases ----------------------------------------------------------------------------- */
+
+void mend_store_set_worker(mend_store *s, const char *worker) {
+  free(s->worker);
+  s->worker = NULL;
+  if (worker) {
+    size_t n = strlen(worker) + 1;
+    s->worker = malloc(n);
+    if (s->worker) memcpy(s->worker, worker, n);
+  }
+}
+
+json_t *mend_store_claim(mend_store *s, const char *owner, double now, double lease_until,
+                         int limit, const char *exclude_json) {
+  if (batch_begin(s) != 0) return NULL;
+  sqlite3_stmt *q = s->q[Q_CLAIM];
+  int rc = SQLITE_OK;
+  BIND(bind_text(q, 1, owner));
+  BIND(sqlite3_bind_double(q, 2, lease_until));
+  BIND(sqlite3_bind_double(q, 3, now));
+  BIND(sqlite3_bind_int(q, 4, limit));
+  BIND(bind_text(q, 5, exclude_json ? exclude_json : "[]"));
+  json_t *ids = json_array();
+  while (rc == SQLITE_OK || rc == SQLITE_ROW) {
+    rc = sqlite3_step(q);
+    if (rc == SQLITE_ROW) json_array_append_new(ids, json_string((const char *)sqlite3_column_text(q, 0)));
+  }
+  if (rc != SQLITE_DONE) {
+    sql_err(s, "claim runs");
+    finish(q);
+    s->batch_failed = 1;
+    json_decref(ids);
+    return NULL;
+  }
+  finish(q);
+  return ids;
+}
+
+int mend_store_renew(mend_store *s, const char *owner, double lease_until) {
+  if (batch_begin(s) != 0) return -1;
+  sqlite3_stmt *q = s->q[Q_RENEW];
+  int rc = SQLITE_OK;
+  BIND(bind_text(q, 1, owner));
+  BIND(sqlite3_bind_double(q, 2, lease_until));
+  return run_write(s, q, rc, "renew leases");
+}
+
+int mend_store_release(mend_store *s, const char *id, const char *owner) {
+  if (batch_begin(s) != 0) return -1;
+  sqlite3_stmt *q = s->q[Q_RELEASE];
+  int rc = SQLITE_OK;
+  BIND(bind_text(q, 1, id));
+  BIND(bind_text(q, 2, owner));
+  return run_write(s, q, rc, "release lease");
+}
+
+int mend_store_owner(mend_store *s, const char *id, char *owner_out, int owner_len,
+                     double *lease_until) {
+  sqlite3_stmt *q = s->q[Q_OWNER];
+  int r = first_row(s, q, bind_text(q, 1, id), "read lease");
+  if (r != 1) return r;
+  const char *o = (const char *)sqlite3_column_text(q, 0);
+  set_msg(owner_out, owner_len, "%s", o ? o : "");
+  *lease_until = sqlite3_column_type(q, 1) == SQLITE_NULL ? -1 : sqlite3_column_double(q, 1);
+  finish(q);
+  return 1;
 }

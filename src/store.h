@@ -14,14 +14,16 @@
  * Schema (version MEND_SCHEMA_VERSION, kept in PRAGMA user_version and in meta):
  *   meta(key TEXT PRIMARY KEY, value TEXT)
  *   runs(id TEXT PRIMARY KEY, workflow TEXT, version TEXT, source TEXT, run_key TEXT UNIQUE,
- *        status TEXT, input TEXT (JSON), error TEXT, attention INTEGER, created REAL, updated REAL)
+ *        status TEXT, input TEXT (JSON), error TEXT, attention INTEGER, reason TEXT (why it
+ *        failed for good), owner TEXT, lease_until REAL (the worker executing it, and until
+ *        when), created REAL, updated REAL)
  *   steps(run_id TEXT, idx INTEGER, name TEXT, status TEXT, attempts INTEGER,
  *         comp_attempts INTEGER, idem_key TEXT, custom_key INTEGER, result TEXT (JSON),
  *         error TEXT, due REAL, last_delay REAL, updated REAL, PRIMARY KEY(run_id, idx))
  *         + index on idem_key for custom keys
  *   history(seq INTEGER PRIMARY KEY, run_id TEXT, step TEXT, at REAL, event TEXT,
  *           from_status TEXT, to_status TEXT, attempt INTEGER, error TEXT, delay REAL,
- *           detail TEXT) + index on run_id; append-only
+ *           detail TEXT, worker TEXT (who wrote it)) + index on run_id; append-only
  *   breakers(key TEXT PRIMARY KEY, state TEXT, failures INTEGER, successes INTEGER,
  *            opened_at REAL, open_until REAL, updated REAL)
  *   dlq(run_id TEXT PRIMARY KEY, reason TEXT, step TEXT, error TEXT, detail TEXT, at REAL)
@@ -62,6 +64,8 @@ typedef struct mend_run_rec {
   const char *id, *workflow, *version, *source, *run_key, *status, *input, *error;
   int attention;
   double created, updated;
+  const char *owner;       /* NULL: any worker may take it */
+  double lease_until;
 } mend_run_rec;
 
 typedef struct mend_step_rec {
@@ -94,9 +98,10 @@ typedef struct mend_dlq_rec {
   double at;
 } mend_dlq_rec;
 
+/* 0 inserted; 1 a run with this run key exists (nothing written); -1 error. */
 int mend_store_insert_run(mend_store *s, const mend_run_rec *r);
 int mend_store_update_run(mend_store *s, const char *id, const char *status, const char *error,
-                          int attention, double updated);
+                          int attention, double updated, const char *reason);
 int mend_store_put_step(mend_store *s, const mend_step_rec *st);      /* insert or replace */
 int mend_store_append_history(mend_store *s, const mend_history_rec *h);
 int mend_store_put_breaker(mend_store *s, const char *key, const mend_breaker *b, double updated);
@@ -121,5 +126,19 @@ json_t *mend_store_dlq(mend_store *s);                         /* array, oldest 
 json_t *mend_store_breakers(mend_store *s);                    /* array by key */
 json_t *mend_store_runs(mend_store *s, const char *status, const char *workflow, int limit);
 int     mend_store_schema_version(mend_store *s);
+
+/* Leases: which worker executes a run, until when (real time). A worker claims unfinished runs
+ * that nobody holds or whose lease ran out, renews its leases while it works, and releases a
+ * run it lets go of. Claims and renewals join the current batch. */
+void    mend_store_set_worker(mend_store *s, const char *worker);  /* tags history rows */
+/* Up to `limit` ids (array) now held by `owner`, skipping those in `exclude_json` (a JSON
+ * array of ids the caller already runs); NULL on error. */
+json_t *mend_store_claim(mend_store *s, const char *owner, double now, double lease_until,
+                         int limit, const char *exclude_json);
+int     mend_store_renew(mend_store *s, const char *owner, double lease_until);
+int     mend_store_release(mend_store *s, const char *id, const char *owner);
+/* 1 and the owner ("" if none) and lease_until (-1 if none); 0 no run; -1 error. */
+int     mend_store_owner(mend_store *s, const char *id, char *owner_out, int owner_len,
+                         double *lease_until);
 
 #endif

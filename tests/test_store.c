@@ -293,7 +293,7 @@ static void test_round_trip(void) {
   json_decref(runs);
 
   /* Updating a run and replacing a step. */
-  CHECK_EQ_INT(mend_store_update_run(s, "r1", "needs_attention", "charge failed", 1, 500), 0);
+  CHECK_EQ_INT(mend_store_update_run(s, "r1", "needs_attention", "charge failed", 1, 500, "compensation_failed"), 0);
   s1.status = "failed";
   s1.due = -1;
   s1.attempts = 3;
@@ -358,27 +358,37 @@ static void test_round_trip(void) {
   CHECK_STR(res, "null");
   free(res);
 
-  /* A run key is unique: a second run with the same key fails with a clear message, and the
-   * failed write fails its whole batch. */
+  /* A run key is unique: a second run with the same key is not written and says so (1), so
+   * that two processes starting the same key race safely; the batch goes on. */
   mend_run_rec dup = run_rec("r9", "order-42", "running", 900);
   mend_run_rec other = run_rec("r10", NULL, "running", 901);
   CHECK_EQ_INT(mend_store_insert_run(s, &other), 0);
-  CHECK_EQ_INT(mend_store_insert_run(s, &dup), -1);
+  CHECK_EQ_INT(mend_store_insert_run(s, &dup), 1);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  CHECK(mend_store_run(s, "r9") == NULL);
+  json_t *r10 = mend_store_run(s, "r10");
+  CHECK(r10 != NULL);
+  json_decref(r10);
+  /* A duplicate run id is a real failure, and the failed write fails its whole batch. */
+  mend_run_rec dup_id = run_rec("r10", NULL, "running", 902);
+  mend_run_rec r11 = run_rec("r11", NULL, "running", 903);
+  CHECK_EQ_INT(mend_store_insert_run(s, &r11), 0);
+  CHECK_EQ_INT(mend_store_insert_run(s, &dup_id), -1);
   CHECK(strstr(mend_store_errmsg(s), "trip.db: insert run: UNIQUE constraint failed") != NULL);
   CHECK_EQ_INT(mend_store_commit(s), -1);
   CHECK(strstr(mend_store_errmsg(s), "UNIQUE") != NULL);
   CHECK_EQ_INT(mend_store_batch_open(s), 0);
-  CHECK(mend_store_run(s, "r10") == NULL);
+  CHECK(mend_store_run(s, "r11") == NULL);
   /* Updating a run that does not exist is refused, not ignored. */
-  CHECK_EQ_INT(mend_store_update_run(s, "r404", "failed", NULL, 0, 1), -1);
+  CHECK_EQ_INT(mend_store_update_run(s, "r404", "failed", NULL, 0, 1, NULL), -1);
   CHECK(strstr(mend_store_errmsg(s), "no run r404") != NULL);
   CHECK_EQ_INT(mend_store_commit(s), -1);
   /* And the store goes on after a failed batch. */
-  CHECK_EQ_INT(mend_store_insert_run(s, &other), 0);
+  CHECK_EQ_INT(mend_store_insert_run(s, &r11), 0);
   CHECK_EQ_INT(mend_store_commit(s), 0);
-  json_t *r10 = mend_store_run(s, "r10");
-  CHECK(r10 != NULL);
-  json_decref(r10);
+  json_t *r11_row = mend_store_run(s, "r11");
+  CHECK(r11_row != NULL);
+  json_decref(r11_row);
 
   mend_store_close(s);
 

@@ -1,0 +1,94 @@
+-- Many runs in flight on one loop: a step that waits yields to the loop, so waits overlap
+-- instead of adding up.
+local mend = require "mend"
+local H = require "spec.helper"
+
+describe("an engine with many runs", function()
+  after_each(H.cleanup)
+
+  it("finishes 1,000 runs that each sleep 1 s in about 1 s of engine time", function()
+    local eng = H.new_engine()
+    local started, finished, in_flight, max_in_flight = 0, 0, 0, 0
+    eng:register(H.one_step("napper", { execute = function(_, input)
+      started = started + 1
+      in_flight = in_flight + 1
+      if in_flight > max_in_flight then max_in_flight = in_flight end
+      mend.sleep(1)
+      in_flight = in_flight - 1
+      finished = finished + 1
+      return input.i
+    end }))
+    local ids = {}
+    local t0 = eng:now()
+    for i = 1, 1000 do ids[i] = eng:start("napper", { i = i }) end
+    eng:run()
+    local elapsed = eng:now() - t0
+
+    assert.are.equal(1000, started)
+    assert.are.equal(1000, finished)
+    assert.are.equal(1000, max_in_flight)
+    assert.is_true(elapsed >= 1 - 1e-6 and elapsed < 1.5, "engine time " .. elapsed)
+    local ok = 0
+    for i, id in ipairs(ids) do
+      local st = eng:status(id)
+      if st.status == "succeeded" and H.step(st, "work").result == i then ok = ok + 1 end
+    end
+    assert.are.equal(1000, ok)
+  end)
+
+  it("does not let a long wait hold up a short one", function()
+    local eng = H.new_engine()
+    local done = {}
+    eng:register(H.one_step("waits", { execute = function(ctx, input)
+      mend.sleep(input.s)
+      done[#done + 1] = { name = input.name, at = ctx:now() }
+    end }))
+    local t0 = eng:now()
+    eng:start("waits", { name = "long", s = 10 })
+    eng:start("waits", { name = "short", s = 1 })
+    eng:run()
+    assert.are.equal("short", done[1].name)
+    assert.are.equal("long", done[2].name)
+    assert.near(t0 + 1, done[1].at, 1e-3)
+    assert.near(t0 + 10, done[2].at, 1e-3)
+  end)
+
+  it("keeps retry waits of different runs apart", function()
+    local eng = H.new_engine()
+    local calls = {}
+    eng:register(H.one_step("waitsretry", {
+      retry = { max_attempts = 2, initial = 5, jitter = 0 },
+      execute = function(ctx, input)
+        calls[input.n] = (calls[input.n] or 0) + 1
+        if input.fail and calls[input.n] == 1 then error(mend.retryable("busy")) end
+        return ctx:now()
+      end,
+    }))
+    local t0 = eng:now()
+    local a = eng:start("waitsretry", { n = 1, fail = true })
+    local b = eng:start("waitsretry", { n = 2 })
+    eng:run()
+    assert.near(t0, H.step(eng:status(b), "work").result, 1e-3)
+    assert.near(t0 + 5, H.step(eng:status(a), "work").result, 1e-3)
+    assert.are.same({ 2, 1 }, calls)
+  end)
+
+  it("runs child processes without blocking the loop", function()
+    local eng = H.new_engine()
+    eng:register(H.one_step("children", { execute = function(_, input)
+      return mend.exec { "sh", "-c", "sleep 0.5; echo $N", env = { "N=" .. input.n } }
+    end }))
+    local ids = {}
+    local w0 = H.wall()
+    for n = 1, 10 do ids[n] = eng:start("children", { n = n }) end
+    eng:run()
+    local wall = H.wall() - w0
+    for n, id in ipairs(ids) do
+      local r = H.step(eng:status(id), "work").result
+      assert.are.equal(0, r.status)
+      assert.are.equal(n .. "\n", r.stdout)
+    end
+    -- ten half-second children one after the other would take 5 s
+    assert.is_true(wall < 3, "took " .. wall .. " s")
+  end)
+end)

@@ -1,0 +1,379 @@
+-- The foundation: a run goes through its steps on the real engine, every transition is
+-- recorded and committed to the SQLite file, and a step can wait, run child processes and
+-- be stopped by its timeout.
+local mend = require "mend"
+local H = require "spec.helper"
+
+-- A copy of a table as it is now (ctx.results is read at the time of the attempt).
+local function snapshot(t)
+  local out = {}
+  for k, v in pairs(t) do out[k] = v end
+  return out
+end
+
+describe("a workflow run", function()
+  after_each(H.cleanup)
+
+  local function three_steps(seen)
+    return {
+      name = "happy",
+      steps = {
+        { name = "reserve",
+          execute = function(ctx, input)
+            seen.reserve = { input = input, results = snapshot(ctx.results) }
+            return { reservation = "r-" .. input.order, qty = input.qty }
+          end },
+        { name = "charge",
+          execute = function(ctx, input)
+            seen.charge = { reservation = ctx.results.reserve.reservation }
+            return { charge = "c-" .. input.order, amount = ctx.results.reserve.qty * 10 }
+          end },
+        { name = "ship",
+          execute = function(ctx)
+            seen.ship = { reserve = ctx.results.reserve, charge = ctx.results.charge }
+            return "shipped " .. ctx.results.charge.charge
+          end },
+      },
+    }
+  end
+
+  it("runs every step to success and passes each result to the later steps", function()
+    local eng = H.new_engine()
+    local seen = {}
+    assert.are.equal("happy", eng:register(three_steps(seen)))
+    local id, existed = eng:start("happy", { order = 17, qty = 3 })
+    assert.is_string(id)
+    assert.is_false(existed)
+    eng:run()
+
+    local st = eng:status(id)
+    assert.are.equal(id, st.id)
+    assert.are.equal("happy", st.workflow)
+    assert.are.equal("succeeded", st.status)
+    assert.are.same({ order = 17, qty = 3 }, st.input)
+    assert.are.equal(3, #st.steps)
+    for i, name in ipairs { "reserve", "charge", "ship" } do
+      assert.are.equal(name, st.steps[i].name)
+      assert.are.equal("succeeded", st.steps[i].status)
+      assert.are.equal(1, st.steps[i].attempts)
+    end
+    assert.are.same({ reservation = "r-17", qty = 3 }, H.step(st, "reserve").result)
+    assert.are.same({ charge = "c-17", amount = 30 }, H.step(st, "charge").result)
+    assert.are.equal("shipped c-17", H.step(st, "ship").result)
+
+    assert.are.same({ order = 17, qty = 3 }, seen.reserve.input)
+    assert.are.same({}, seen.reserve.results)
+    assert.are.equal("r-17", seen.charge.reservation)
+    assert.are.same({ reservation = "r-17", qty = 3 }, seen.ship.reserve)
+    assert.are.same({ charge = "c-17", amount = 30 }, seen.ship.charge)
+  end)
+
+  it("records running -> succeeded in the history of every step, after running was recorded",
+    function()
+      local eng = H.new_engine()
+      eng:register(three_steps({}))
+      local id = eng:start("happy", { order = 1, qty = 1 })
+      eng:run()
+      local hist = eng:history(id)
+      assert.is_true(#hist > 0)
+      for _, name in ipairs { "reserve", "charge", "ship" } do
+        local t = H.transitions(eng, id, name)
+        local ran
+        for i, tr in ipairs(t) do if tr:match("%->running$") then ran = ran or i end end
+        local done = H.index_of(t, "running->succeeded")
+        assert.is_not_nil(ran, name .. ": " .. table.concat(t, ", "))
+        assert.is_not_nil(done, name .. ": " .. table.concat(t, ", "))
+        assert.is_true(ran < done)
+        local ev = H.events(eng, id, { event = "step", step = name, to = "succeeded" })[1]
+        assert.are.equal(1, ev.attempt)
+      end
+      -- the steps ran in order
+      local order = {}
+      for _, h in ipairs(hist) do
+        if h.event == "step" and h.to == "succeeded" then order[#order + 1] = h.step end
+      end
+      assert.are.same({ "reserve", "charge", "ship" }, order)
+      -- and the run itself ended succeeded
+      local runs = H.events(eng, id, { event = "run", to = "succeeded" })
+      assert.are.equal(1, #runs)
+      -- seq grows
+      for i = 2, #hist do assert.is_true(hist[i].seq > hist[i - 1].seq) end
+    end)
+
+  it("has committed the run to the SQLite file: a second engine on the same file reads it",
+    function()
+      local eng, path = H.new_engine()
+      eng:register(three_steps({}))
+      local id = eng:start("happy", { order = 5, qty = 2 })
+      eng:run()
+
+      local eng2 = H.reopen(path)
+      local st = eng2:status(id)
+      assert.are.equal("succeeded", st.status)
+      assert.are.same({ order = 5, qty = 2 }, st.input)
+      for _, s in ipairs(st.steps) do assert.are.equal("succeeded", s.status) end
+      assert.are.same({ charge = "c-5", amount = 20 }, H.step(st, "charge").result)
+      local t = {}
+      for _, h in ipairs(eng2:history(id)) do
+        if h.event == "step" and h.from == "running" and h.to == "succeeded" then
+          t[#t + 1] = h.step
+        end
+      end
+      assert.are.same({ "reserve", "charge", "ship" }, t)
+
+      -- and plain SQL sees the same
+      assert.are.same({ "succeeded" },
+        H.sql(path, "SELECT status FROM runs WHERE id = '" .. id .. "'"))
+      assert.are.same({ "3" }, H.sql(path,
+        "SELECT count(*) FROM steps WHERE run_id = '" .. id .. "' AND status = 'succeeded'"))
+    end)
+
+  it("gives each attempt its context", function()
+    local eng = H.new_engine()
+    local ctxs = {}
+    eng:register {
+      name = "ctxwf",
+      steps = {
+        { name = "first", execute = function(ctx)
+            ctxs.first = { run_id = ctx.run_id, workflow = ctx.workflow, step = ctx.step,
+              attempt = ctx.attempt, key = ctx.idempotency_key, input = ctx.input,
+              compensating = ctx.compensating, now = ctx:now() }
+            return 1
+          end },
+        { name = "second", execute = function(ctx)
+            ctxs.second = { step = ctx.step, key = ctx.idempotency_key,
+              results = snapshot(ctx.results) }
+            return 2
+          end },
+      },
+    }
+    local t0 = eng:now()
+    local id = eng:start("ctxwf", { a = "b" })
+    eng:run()
+    assert.near(t0, ctxs.first.now, 1e-6)
+    assert.is_falsy(ctxs.first.compensating)
+    ctxs.first.now, ctxs.first.compensating = nil, nil
+    assert.are.same({ run_id = id, workflow = "ctxwf", step = "first", attempt = 1,
+      key = id .. "/first", input = { a = "b" } }, ctxs.first)
+    assert.are.same({ step = "second", key = id .. "/second", results = { first = 1 } },
+      ctxs.second)
+    local st = eng:status(id)
+    assert.are.equal(id .. "/first", H.step(st, "first").idempotency_key)
+    assert.are.equal(id .. "/second", H.step(st, "second").idempotency_key)
+  end)
+
+  it("records ctx:log lines in the run's history", function()
+    local eng = H.new_engine()
+    eng:register(H.one_step("logs", { execute = function(ctx)
+      ctx:log("charged %d cents", 250)
+    end }))
+    local id = eng:start("logs", {})
+    eng:run()
+    local logs = H.events(eng, id, { event = "log", step = "work" })
+    assert.are.equal(1, #logs)
+    assert.are.equal("charged 250 cents", logs[1].detail)
+  end)
+
+  it("fails a step that returns a function, with an error that says so, without retrying",
+    function()
+      local eng = H.new_engine()
+      local calls = 0
+      eng:register(H.one_step("badresult", {
+        retry = { max_attempts = 3, jitter = 0 },
+        execute = function() calls = calls + 1; return function() end end,
+      }))
+      local id = eng:start("badresult", {})
+      eng:run()
+      local st = eng:status(id)
+      assert.are.equal("failed", st.status)
+      local s = H.step(st, "work")
+      assert.are.equal("failed", s.status)
+      assert.are.equal(1, calls)
+      assert.are.equal(1, s.attempts)
+      assert.is_string(s.error)
+      assert.matches("function", s.error)
+    end)
+end)
+
+describe("mend.sleep", function()
+  after_each(H.cleanup)
+
+  it("moves the virtual clock on instead of blocking", function()
+    local eng = H.new_engine()
+    local before, after
+    eng:register(H.one_step("nap", { execute = function(ctx)
+      before = ctx:now()
+      mend.sleep(120)
+      after = ctx:now()
+      ctx:sleep(30)
+      return after - before
+    end }))
+    local t0 = eng:now()
+    local w0 = H.wall()
+    local id = eng:start("nap", {})
+    eng:run()
+    assert.are.equal("succeeded", eng:status(id).status)
+    assert.near(120, after - before, 1e-6)
+    assert.near(150, eng:now() - t0, 1e-3)
+    assert.is_true(H.wall() - w0 < 5)
+  end)
+end)
+
+describe("mend.exec", function()
+  after_each(H.cleanup)
+
+  local function exec_step(args)
+    local eng = H.new_engine()
+    eng:register(H.one_step("sh", { execute = function() return mend.exec(args) end }))
+    local id = eng:start("sh", {})
+    eng:run()
+    return eng:status(id)
+  end
+
+  it("runs a child process and returns its status and output", function()
+    local st = exec_step { "sh", "-c", "echo hi" }
+    assert.are.equal("succeeded", st.status)
+    local r = H.step(st, "work").result
+    assert.are.equal(0, r.status)
+    assert.are.equal("hi\n", r.stdout)
+    assert.are.equal("", r.stderr)
+  end)
+
+  it("feeds stdin and sets the working directory and environment", function()
+    local st = exec_step { "sh", "-c", "cat; pwd; echo \"$A\"; echo oops >&2; exit 3",
+      stdin = "text\n", cwd = "/tmp", env = { "A=1" } }
+    local r = H.step(st, "work").result
+    assert.are.equal(3, r.status)
+    assert.are.equal("text\n/tmp\n1\n", r.stdout)
+    assert.are.equal("oops\n", r.stderr)
+  end)
+
+  it("raises if the program cannot be started", function()
+    local eng = H.new_engine()
+    local ok, err
+    eng:register(H.one_step("nosuch", { execute = function()
+      ok, err = pcall(mend.exec, { "/nonexistent/mend-no-such-program" })
+      return ok
+    end }))
+    local id = eng:start("nosuch", {})
+    eng:run()
+    assert.are.equal("succeeded", eng:status(id).status)
+    assert.is_false(ok)
+    assert.is_not_nil(err)
+  end)
+end)
+
+describe("a step's timeout", function()
+  after_each(H.cleanup)
+
+  it("stops a CPU-bound step that never yields, and the run fails over it", function()
+    local eng = H.new_engine()
+    local escaped, undone = false, 0
+    eng:register {
+      name = "spin",
+      steps = {
+        { name = "prepare", execute = function() return "ready" end,
+          compensate = function() undone = undone + 1 end },
+        { name = "work",
+          timeout = 0.05,
+          retry = { max_attempts = 1 },
+          execute = function()
+            -- `while true do end`, bounded by wall time only so that a broken engine fails
+            -- this spec instead of hanging the suite
+            local t0 = os.clock()
+            while os.clock() - t0 < 20 do end
+            escaped = true
+            return "not stopped"
+          end },
+      },
+    }
+    local w0 = H.wall()
+    local id = eng:start("spin", {})
+    eng:run()
+    assert.is_false(escaped)
+    assert.is_true(H.wall() - w0 < 10)
+    local st = eng:status(id)
+    local s = H.step(st, "work")
+    assert.are.equal("failed", s.status)
+    assert.are.equal(1, s.attempts)
+    local errs = {}
+    for _, h in ipairs(eng:history(id)) do
+      if h.step == "work" and h.error then errs[#errs + 1] = h.error end
+    end
+    assert.is_true(#errs > 0)
+    assert.matches("timeout", errs[#errs])
+    assert.are.equal(1, undone)
+    assert.are.equal("compensated", H.step(st, "prepare").status)
+    -- a timeout is retryable, so its one allowed attempt is exhausted: the contract sends such
+    -- a run to the dead-letter queue after compensating
+    assert.are.equal("needs_attention", st.status)
+    assert.are.equal("attempts_exhausted", H.dlq_entry(eng, id).reason)
+  end)
+
+  it("fails a step waiting past its timeout with a retryable timeout error", function()
+    local eng = H.new_engine()
+    local calls = 0
+    eng:register(H.one_step("slow", {
+      timeout = 1,
+      retry = { max_attempts = 3, initial = 2, jitter = 0 },
+      execute = function()
+        calls = calls + 1
+        if calls == 1 then mend.sleep(10) end
+        return calls
+      end,
+    }))
+    local t0 = eng:now()
+    local id = eng:start("slow", {})
+    eng:run()
+    local st = eng:status(id)
+    assert.are.equal("succeeded", st.status)
+    assert.are.equal(2, calls)
+    assert.are.equal(2, H.step(st, "work").attempts)
+    local waits = H.events(eng, id, { event = "step", step = "work", to = "retry_wait" })
+    assert.are.equal(1, #waits)
+    assert.matches("timeout", waits[1].error)
+    assert.are.equal(2, waits[1].delay)
+    -- 1 s until the timeout, 2 s of backoff
+    assert.near(3, eng:now() - t0, 1e-3)
+  end)
+end)
+
+describe("mend errors", function()
+  it("carry their kind, message and fields", function()
+    local r = mend.retryable("overloaded", { retry_after = 2 })
+    assert.are.equal("retryable", r.kind)
+    assert.are.equal("overloaded", r.message)
+    assert.are.equal(2, r.retry_after)
+    assert.are.equal("retryable: overloaded", tostring(r))
+    assert.are.equal("retryable", mend.is_error(r))
+
+    local f = mend.fatal("card declined")
+    assert.are.equal("fatal", f.kind)
+    assert.are.equal("fatal: card declined", tostring(f))
+
+    local c = mend.compensable("half shipped", { severity = 2 })
+    assert.are.equal("compensable", c.kind)
+    assert.are.equal(2, c.severity)
+
+    assert.is_nil(mend.is_error("boom"))
+    assert.is_nil(mend.is_error(42))
+  end)
+
+  it("keep their kind when raised and caught", function()
+    local ok, e = pcall(error, mend.fatal("no"))
+    assert.is_false(ok)
+    assert.are.equal("fatal", mend.is_error(e))
+    local ok2, e2 = pcall(function() error(e) end)
+    assert.is_false(ok2)
+    assert.are.equal("fatal", mend.is_error(e2))
+    assert.are.equal("no", e2.message)
+  end)
+end)
+
+describe("mend.json", function()
+  it("round-trips JSON-compatible values and refuses functions", function()
+    local v = { a = 1, b = { 1, 2, 3 }, c = "x", d = true }
+    assert.are.same(v, mend.json.decode(mend.json.encode(v)))
+    assert.has_error(function() mend.json.encode({ f = function() end }) end)
+  end)
+end)

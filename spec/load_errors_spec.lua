@@ -1,0 +1,185 @@
+-- Loading workflow files: a good file loads and runs; a broken one is refused with a message
+-- that names the file, the step and the field, so that the author can fix it at once.
+local H = require "spec.helper"
+
+-- A step table in Lua source, with `fields` (source text) added to a valid step.
+local function wf_source(opts)
+  local steps = opts.steps or {
+    string.format('{ name = %q, execute = function() return 1 end%s }', "charge",
+      opts.step_fields and (", " .. opts.step_fields) or ""),
+  }
+  return string.format([[
+local mend = require "mend"
+return {
+  %s
+  %s
+  steps = { %s },
+}
+]], opts.no_name and "" or 'name = "order",', opts.wf_fields or "", table.concat(steps, ",\n"))
+end
+
+-- Writes `text` to a new file named `fname` and returns the path and the error of eng:load.
+local function load_broken(fname, text)
+  local eng = H.new_engine()
+  local path = H.write_file(H.tmp_dir(), fname, text)
+  local ok, err = pcall(eng.load, eng, path)
+  assert.is_false(ok, fname .. " loaded but should not have")
+  return path, tostring(err), eng
+end
+
+local function has(msg, s)
+  assert.is_truthy(msg:find(s, 1, true), "expected «" .. s .. "» in: " .. msg)
+end
+
+describe("a workflow file", function()
+  after_each(H.cleanup)
+
+  it("loads, returns its name and runs", function()
+    local eng = H.new_engine()
+    local path = H.write_file(H.tmp_dir(), "order.lua", wf_source {})
+    assert.are.equal("order", eng:load(path))
+    local id = eng:start("order", {})
+    eng:run()
+    assert.are.equal("succeeded", eng:status(id).status)
+  end)
+
+  it("with a syntax error is refused with a message naming the file", function()
+    local path, err = load_broken("syntax.lua", "return { name = \"x\", steps = { { name = } }\n")
+    has(err, "syntax.lua")
+    has(err, path)
+  end)
+
+  it("that raises while loading is refused with a message naming the file", function()
+    local _, err = load_broken("raises.lua", "error('cannot configure')\n")
+    has(err, "raises.lua")
+    has(err, "cannot configure")
+  end)
+
+  it("that does not return a table is refused with a message naming the file", function()
+    local _, err = load_broken("notable.lua", "return 42\n")
+    has(err, "notable.lua")
+  end)
+
+  it("that does not exist is refused with a message naming the file", function()
+    local eng = H.new_engine()
+    local path = H.tmp_dir() .. "/missing.lua"
+    local ok, err = pcall(eng.load, eng, path)
+    assert.is_false(ok)
+    has(tostring(err), "missing.lua")
+  end)
+
+  it("without a name is refused, naming the file and the field", function()
+    local _, err = load_broken("noname.lua", wf_source { no_name = true })
+    has(err, "noname.lua")
+    has(err, "name")
+  end)
+
+  it("with an empty name is refused, naming the file and the field", function()
+    local text = wf_source {}:gsub('name = "order"', 'name = ""')
+    local _, err = load_broken("emptyname.lua", text)
+    has(err, "emptyname.lua")
+    has(err, "name")
+  end)
+
+  it("with two steps of the same name is refused, naming the file and the step", function()
+    local _, err = load_broken("dup.lua", wf_source { steps = {
+      '{ name = "charge", execute = function() end }',
+      '{ name = "ship", execute = function() end }',
+      '{ name = "charge", execute = function() end }',
+    } })
+    has(err, "dup.lua")
+    has(err, "charge")
+    local lower = err:lower()
+    assert.is_truthy(lower:find("duplicate") or lower:find("twice") or lower:find("unique")
+      or lower:find("already"), "does not say the name is repeated: " .. err)
+  end)
+
+  it("with a step whose execute is not a function is refused, naming file, step and field",
+    function()
+      local _, err = load_broken("noexec.lua", wf_source { steps = {
+        '{ name = "charge", execute = "charge the card" }',
+      } })
+      has(err, "noexec.lua")
+      has(err, "charge")
+      has(err, "execute")
+    end)
+
+  it("with a step without execute is refused, naming file, step and field", function()
+    local _, err = load_broken("missingexec.lua", wf_source { steps = {
+      '{ name = "charge" }',
+    } })
+    has(err, "missingexec.lua")
+    has(err, "charge")
+    has(err, "execute")
+  end)
+
+  it("with a negative retry delay is refused with the documented message", function()
+    local path, err = load_broken("negative.lua",
+      wf_source { step_fields = "retry = { initial = -1 }" })
+    has(err, path .. ': step "charge": retry.initial must be >= 0, got -1')
+  end)
+
+  it("with an unknown strategy is refused, naming file, step and the strategy field",
+    function()
+      local _, err = load_broken("strategy.lua",
+        wf_source { step_fields = 'retry = { strategy = "random" }' })
+      has(err, "strategy.lua")
+      has(err, "charge")
+      has(err, "retry.strategy")
+    end)
+
+  it("with an unknown field in a retry table is refused, naming file, step and field",
+    function()
+      local _, err = load_broken("typo.lua",
+        wf_source { step_fields = "retry = { max_atempts = 3 }" })
+      has(err, "typo.lua")
+      has(err, "charge")
+      has(err, "max_atempts")
+    end)
+
+  it("with a bad workflow-level policy is refused, naming file and field", function()
+    local _, err = load_broken("wfretry.lua",
+      wf_source { wf_fields = "retry = { max_attempts = 0 }," })
+    has(err, "wfretry.lua")
+    has(err, "retry.max_attempts")
+  end)
+
+  it("with a bad compensate_retry is refused, naming file, step and field", function()
+    local _, err = load_broken("comp.lua",
+      wf_source { step_fields = "compensate_retry = { multiplier = 0.5 }" })
+    has(err, "comp.lua")
+    has(err, "charge")
+    has(err, "compensate_retry.multiplier")
+  end)
+
+  it("with a non-function compensate is refused, naming file, step and field", function()
+    local _, err = load_broken("comp2.lua",
+      wf_source { step_fields = "compensate = 3" })
+    has(err, "comp2.lua")
+    has(err, "charge")
+    has(err, "compensate")
+  end)
+
+  it("with a negative timeout is refused, naming file, step and field", function()
+    local _, err = load_broken("timeout.lua", wf_source { step_fields = "timeout = -2" })
+    has(err, "timeout.lua")
+    has(err, "charge")
+    has(err, "timeout")
+  end)
+end)
+
+describe("a registered definition", function()
+  after_each(H.cleanup)
+
+  it("goes through the same checks, named as register", function()
+    local eng = H.new_engine()
+    local ok, err = pcall(eng.register, eng, {
+      name = "inline",
+      steps = { { name = "charge", execute = function() end, retry = { initial = -1 } } },
+    })
+    assert.is_false(ok)
+    err = tostring(err)
+    has(err, "register")
+    has(err, 'step "charge": retry.initial must be >= 0, got -1')
+  end)
+end)
