@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <signal.h>
 #include <sys/random.h>
 #include <unistd.h>
@@ -1314,9 +1315,33 @@ static int restore(mend_engine *E, const char *id) {
   return 0;
 }
 
+/* A lease of a worker on this host whose process is gone need not be waited out: a restart
+ * after kill -9 takes its runs over at once. A reused pid only makes us wait for the lease. */
+static void release_dead_local_owners(mend_engine *E) {
+  json_t *owners = mend_store_lease_holders(E->store, mend_real_now());
+  if (!owners) { store_failed(E); return; }
+  const char *mine_host_end = strchr(E->owner, ':');
+  size_t host_len = mine_host_end ? (size_t)(mine_host_end - E->owner) : 0;
+  size_t i;
+  json_t *o;
+  json_array_foreach(owners, i, o) {
+    const char *owner = json_string_value(o);
+    if (!owner || strcmp(owner, E->owner) == 0 || strncmp(owner, E->owner, host_len + 1) != 0)
+      continue;
+    long pid = strtol(owner + host_len + 1, NULL, 10);
+    if (pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH) {
+      if (mend_store_release_owner(E->store, owner)) { store_failed(E); break; }
+      mend_engine_log_line(E, "info", NULL, NULL, 0, "recover", owner);
+    }
+  }
+  json_decref(owners);
+}
+
 /* Takes the unfinished runs that nobody holds and resumes them. Returns how many. */
 static int claim_and_restore(mend_engine *E, int limit) {
   if (limit <= 0 || E->broken) return 0;
+  release_dead_local_owners(E);
+  if (E->broken) return 0;
   json_t *mine = json_array();
   for (mend_run *r = E->runs; r; r = r->next) json_array_append_new(mine, json_string(r->id));
   char *exclude = json_dumps(mine, JSON_COMPACT);
@@ -1327,8 +1352,9 @@ static int claim_and_restore(mend_engine *E, int limit) {
   size_t i;
   json_t *id;
   int n = 0;
-  /* The claim must be durable before any of these runs acts: commit it now. */
-  if (json_array_size(ids) && mend_store_commit(E->store)) { store_failed(E); json_decref(ids); return 0; }
+  /* The claim must be durable before any of these runs acts, and the write lock must not be
+   * held while the loop waits: commit it now, claimed or not. */
+  if (mend_store_commit(E->store)) { store_failed(E); json_decref(ids); return 0; }
   json_array_foreach(ids, i, id) n += restore(E, json_string_value(id)) == 0;
   json_decref(ids);
   return n;

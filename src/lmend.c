@@ -5,16 +5,20 @@
  */
 #include "lmend.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <lauxlib.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "engine.h"
 #include "json.h"
 #include "log.h"
 #include "mend.h"
+#include "timers.h"
 
 #define ERROR_MT "mend.error"
 #define ENGINE_MT "mend.engine"
@@ -200,7 +204,8 @@ static const char *opt_field_string(lua_State *L, int idx, const char *field, co
 static int l_engine(lua_State *L) {
   if (lua_isnoneornil(L, 1)) { lua_settop(L, 0); lua_newtable(L); }
   luaL_checktype(L, 1, LUA_TTABLE);
-  static const char *const fields[] = {"db", "clock", "seed", "durability", "log", "alert", NULL};
+  static const char *const fields[] = {"db", "clock", "seed", "durability", "log", "alert",
+                                       "lease", "grace", NULL};
   lua_pushnil(L);
   while (lua_next(L, 1)) {
     lua_pop(L, 1);
@@ -224,6 +229,12 @@ static int l_engine(lua_State *L) {
     cfg.seed = (uint64_t)lua_tointeger(L, -1);
   }
   lua_pop(L, 1);
+  lua_getfield(L, 1, "lease");
+  cfg.lease_seconds = luaL_optnumber(L, -1, 30);
+  lua_getfield(L, 1, "grace");
+  cfg.grace_seconds = luaL_optnumber(L, -1, 10);
+  lua_pop(L, 2);
+  if (!(cfg.lease_seconds > 0)) return luaL_error(L, "mend.engine: lease must be > 0 seconds");
   engine_box *b = lua_newuserdatauv(L, sizeof *b, 0);
   *b = (engine_box){.alert_ref = LUA_NOREF, .log_ref = LUA_NOREF};
   luaL_setmetatable(L, ENGINE_MT);
@@ -333,6 +344,78 @@ static int engine_advance(lua_State *L) {
   return 0;
 }
 
+/* eng:recover([limit]) -> n: resumes unfinished runs nobody holds.  [-0, +1, e] */
+static int engine_recover(lua_State *L) {
+  engine_box *b = check_engine(L);
+  int n = mend_engine_recover(b->E, (int)luaL_optinteger(L, 2, 0));
+  if (n < 0) return luaL_error(L, "%s", mend_engine_error(b->E));
+  lua_pushinteger(L, n);
+  return 1;
+}
+
+/* eng:serve{poll = s, max_in_flight = n}: works as a worker until SIGINT/SIGTERM or
+ * eng:stop().  [-0, +0, e] */
+static int engine_serve(lua_State *L) {
+  engine_box *b = check_engine(L);
+  double poll = 0.1;
+  int max_in_flight = 0;
+  if (lua_istable(L, 2)) {
+    lua_getfield(L, 2, "poll");
+    poll = luaL_optnumber(L, -1, poll);
+    lua_getfield(L, 2, "max_in_flight");
+    max_in_flight = (int)luaL_optinteger(L, -1, 0);
+    lua_pop(L, 2);
+  }
+  if (!(poll > 0)) return luaL_error(L, "serve: poll must be > 0 seconds");
+  if (mend_engine_serve(b->E, poll, max_in_flight)) return luaL_error(L, "%s", mend_engine_error(b->E));
+  return 0;
+}
+
+static int engine_stop(lua_State *L) {
+  engine_box *b = check_engine(L);
+  mend_engine_stop(b->E);
+  return 0;
+}
+
+static int is_final_status(const char *st) {
+  return st && (strcmp(st, "succeeded") == 0 || strcmp(st, "compensated") == 0 ||
+                strcmp(st, "failed") == 0 || strcmp(st, "needs_attention") == 0);
+}
+
+/* eng:wait(run_id [, {timeout = s, poll = s}]) -> status | nil, "timeout". Blocks this process
+ * (it is for clients such as `mend wait`, not for steps) while another process works.  [-0, +1|2, e] */
+static int engine_wait(lua_State *L) {
+  engine_box *b = check_engine(L);
+  const char *id = luaL_checkstring(L, 2);
+  double timeout = -1, poll = 0.05;
+  if (lua_istable(L, 3)) {
+    lua_getfield(L, 3, "timeout");
+    timeout = luaL_optnumber(L, -1, -1);
+    lua_getfield(L, 3, "poll");
+    poll = luaL_optnumber(L, -1, poll);
+    lua_pop(L, 2);
+  }
+  double deadline = timeout >= 0 ? mend_real_now() + timeout : -1;
+  mend_store *st = mend_engine_store(b->E);
+  for (;;) {
+    json_t *run = mend_store_run(st, id);
+    if (!run) return luaL_error(L, "%s", mend_store_errmsg(st));
+    if (is_final_status(json_string_value(json_object_get(run, "status")))) {
+      mend_json_push(L, run);
+      json_decref(run);
+      return 1;
+    }
+    json_decref(run);
+    if (deadline >= 0 && mend_real_now() >= deadline) {
+      lua_pushnil(L);
+      lua_pushliteral(L, "timeout");
+      return 2;
+    }
+    struct timespec ts = {(time_t)poll, (long)((poll - (double)(time_t)poll) * 1e9)};
+    nanosleep(&ts, NULL);
+  }
+}
+
 static int engine_now(lua_State *L) {
   engine_box *b = check_engine(L);
   lua_pushnumber(L, mend_engine_now(b->E));
@@ -393,6 +476,23 @@ static int engine_tostring(lua_State *L) {
   return 1;
 }
 
+/* mend.listdir(path) -> {names} (without . and ..), or raises naming the path.  [-0, +1, e] */
+static int l_listdir(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  DIR *d = opendir(path);
+  if (!d) return luaL_error(L, "%s: %s", path, strerror(errno));
+  lua_newtable(L);
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    lua_pushstring(L, e->d_name);
+    lua_rawseti(L, -2, ++n);
+  }
+  closedir(d);
+  return 1;
+}
+
 /* mend.isatty(fd) for the CLI's choice of output.  [-0, +1, -] */
 static int l_isatty(lua_State *L) {
   lua_pushboolean(L, isatty((int)luaL_optinteger(L, 1, 1)));
@@ -405,11 +505,12 @@ int mend_lua_open(lua_State *L) {
     {"run", engine_run}, {"advance", engine_advance}, {"now", engine_now},
     {"in_flight", engine_in_flight}, {"status", engine_status}, {"history", engine_history},
     {"dlq", engine_dlq}, {"breakers", engine_breakers}, {"runs", engine_runs},
-    {"close", engine_close}, {NULL, NULL}};
+    {"recover", engine_recover}, {"serve", engine_serve}, {"stop", engine_stop},
+    {"wait", engine_wait}, {"close", engine_close}, {NULL, NULL}};
   static const luaL_Reg funcs[] = {
     {"retryable", l_retryable}, {"fatal", l_fatal}, {"compensable", l_compensable},
     {"is_error", l_is_error}, {"sleep", l_sleep}, {"exec", l_exec}, {"engine", l_engine},
-    {"isatty", l_isatty}, {NULL, NULL}};
+    {"isatty", l_isatty}, {"listdir", l_listdir}, {NULL, NULL}};
   if (luaL_newmetatable(L, ERROR_MT)) {
     lua_pushcfunction(L, error_tostring);
     lua_setfield(L, -2, "__tostring");

@@ -20,7 +20,7 @@ enum {
   Q_BEGIN, Q_COMMIT, Q_ROLLBACK,
   Q_INSERT_RUN, Q_UPDATE_RUN, Q_PUT_STEP, Q_APPEND_HISTORY, Q_PUT_BREAKER, Q_PUT_DLQ,
   Q_FIND_RUN_KEY, Q_FIND_KEY_RESULT, Q_GET_BREAKER,
-  Q_CLAIM, Q_RENEW, Q_RELEASE, Q_OWNER,
+  Q_CLAIM, Q_RENEW, Q_RELEASE, Q_OWNER, Q_HOLDERS, Q_RELEASE_OWNER,
   Q_RUN, Q_STEPS, Q_HISTORY, Q_DLQ, Q_BREAKERS, Q_RUNS,
   Q__COUNT
 };
@@ -75,6 +75,12 @@ static const char *const query_sql[Q__COUNT] = {
     "UPDATE runs SET lease_until = ?2 WHERE owner = ?1 AND status IN ('running', 'compensating')",
   [Q_RELEASE] = "UPDATE runs SET owner = NULL, lease_until = NULL WHERE id = ?1 AND owner = ?2",
   [Q_OWNER] = "SELECT owner, lease_until FROM runs WHERE id = ?1",
+  [Q_HOLDERS] =
+    "SELECT DISTINCT owner FROM runs WHERE status IN ('running', 'compensating')"
+    " AND owner IS NOT NULL AND lease_until >= ?1",
+  [Q_RELEASE_OWNER] =
+    "UPDATE runs SET owner = NULL, lease_until = NULL WHERE owner = ?1"
+    " AND status IN ('running', 'compensating')",
   [Q_RUN] =
     "SELECT id, workflow, version, source, run_key AS key, status, input, error, attention,"
     " reason, owner, lease_until, created, updated FROM runs WHERE id = ?1",
@@ -823,4 +829,28 @@ int mend_store_owner(mend_store *s, const char *id, char *owner_out, int owner_l
   *lease_until = sqlite3_column_type(q, 1) == SQLITE_NULL ? -1 : sqlite3_column_double(q, 1);
   finish(q);
   return 1;
+}
+
+json_t *mend_store_lease_holders(mend_store *s, double now) {
+  sqlite3_stmt *q = s->q[Q_HOLDERS];
+  int rc = sqlite3_bind_double(q, 1, now);
+  json_t *owners = json_array();
+  while (rc == SQLITE_OK || rc == SQLITE_ROW) {
+    rc = sqlite3_step(q);
+    if (rc == SQLITE_ROW) json_array_append_new(owners, json_string((const char *)sqlite3_column_text(q, 0)));
+  }
+  if (rc != SQLITE_DONE) {
+    sql_err(s, "read lease holders");
+    finish(q);
+    json_decref(owners);
+    return NULL;
+  }
+  finish(q);
+  return owners;
+}
+
+int mend_store_release_owner(mend_store *s, const char *owner) {
+  if (batch_begin(s) != 0) return -1;
+  sqlite3_stmt *q = s->q[Q_RELEASE_OWNER];
+  return run_write(s, q, bind_text(q, 1, owner), "release leases of a dead worker");
 }

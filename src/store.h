@@ -137,6 +137,10 @@ json_t *mend_store_claim(mend_store *s, const char *owner, double now, double le
                          int limit, const char *exclude_json);
 int     mend_store_renew(mend_store *s, const char *owner, double lease_until);
 int     mend_store_release(mend_store *s, const char *id, const char *owner);
+/* Owners holding a live lease on an unfinished run (array of strings); NULL on error. */
+json_t *mend_store_lease_holders(mend_store *s, double now);
+/* Gives back every unfinished run held by `owner` (a worker known to be dead). */
+int     mend_store_release_owner(mend_store *s, const char *owner);
 /* 1 and the owner ("" if none) and lease_until (-1 if none); 0 no run; -1 error. */
 int     mend_store_owner(mend_store *s, const char *id, char *owner_out, int owner_len,
                          double *lease_until);

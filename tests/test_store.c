@@ -22,7 +22,7 @@ static const char *file_in_dir(const char *name) {
 }
 
 static void remove_db(const char *path) {
-  char p[160];
+  char p[4096];
   unlink(path);
   snprintf(p, sizeof p, "%s-wal", path);
   unlink(p);
@@ -629,7 +629,7 @@ int main(void) {
   const char *files[] = {"schema.db", "trip.db", "batch.db", "notes.txt", "future.db",
                          "foreign.db", "liar.db", "full.db"};
   for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
-    char p[160];
+    char p[4096];
     snprintf(p, sizeof p, "%s/%s", dir, files[i]);
     remove_db(p);
   }

@@ -1,0 +1,69 @@
+# mend: a thin driver over CMake, as neovim's Makefile is. Everything real is in CMakeLists.txt.
+#
+#   make demo    install what is missing, build, run the order saga against ./mend.db
+#   make test    install what is missing, build, run ctest (C unit tests and busted specs)
+#   make crash-soak   thousands of kill -9 cycles of a real worker (CYCLES=3000)
+#
+# Variables: BUILD_TYPE (RelWithDebInfo), SANITIZE (OFF; ON builds with ASan and UBSan),
+# BUILD_DIR (build), JOBS (all processors).
+
+BUILD_TYPE ?= RelWithDebInfo
+SANITIZE   ?= OFF
+BUILD_DIR  ?= build
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE      ?= cmake
+MEND       := $(BUILD_DIR)/mend
+
+# Debian 12 packages needed to build and test (sqlite3: the specs read the database with its
+# shell, as an operator would).
+DEB_PACKAGES := liblua5.4-dev libuv1-dev libsqlite3-dev libjansson-dev libedit-dev \
+                lua5.4 lua-busted sqlite3 cmake gcc pkg-config make
+
+.PHONY: all deps build demo test crash-soak clean
+
+all: build
+
+deps:
+	@command -v dpkg-query >/dev/null 2>&1 || { \
+	  echo "deps: dpkg-query not found; install these (Debian names) by hand: $(DEB_PACKAGES)" >&2; \
+	  exit 1; }
+	@missing=""; \
+	for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" \
+	    || missing="$$missing $$p"; \
+	done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" -eq 0 ]; then \
+	  echo "deps: installing$$missing"; \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing; \
+	else \
+	  echo "deps: missing Debian packages. Install them with:" >&2; \
+	  echo "  sudo apt-get install -y$$missing" >&2; \
+	  exit 1; \
+	fi
+
+build: deps
+	$(CMAKE) -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DMEND_SANITIZE=$(SANITIZE)
+	$(CMAKE) --build $(BUILD_DIR) -j $(JOBS)
+
+# The declined card is expected to compensate: exit 3 is its success here.
+demo: build
+	@echo
+	@echo "== an order: reserve stock, charge the card (one transient failure), ship =="
+	$(MEND) run workflows/order.lua --db ./mend.db
+	@echo
+	@echo "== a declined card: the saga compensates in reverse (mend exits 3) =="
+	@$(MEND) run workflows/order.lua --db ./mend.db --input '{"card":"declined"}'; \
+	  rc=$$?; \
+	  if [ $$rc -ne 3 ]; then echo "demo: expected exit 3 (compensated), got $$rc" >&2; exit 1; fi
+
+test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure
+
+# Thousands of kill -9 / restart cycles of a real worker (make test runs 200).
+CYCLES ?= 3000
+crash-soak: build
+	cd $(BUILD_DIR) && MEND_CRASH_CYCLES=$(CYCLES) ctest --output-on-failure -R busted_crash
+
+clean:
+	rm -rf $(BUILD_DIR)

@@ -1,0 +1,575 @@
+-- mend.cli: the `mend` command. A client of the Lua API (docs/lua-api.md), as lua.c is of the
+-- Lua library: it parses arguments, drives an engine and prints. It never reads the database
+-- by itself and holds no workflow logic.
+--
+-- M.main(args) takes the arguments after the program name (args[1] is the command) and
+-- returns the exit code: 0 the run succeeded, 3 it was compensated or failed, 4 it needs
+-- attention, 1 mend itself failed, 2 usage error. status, history and dlq exit 0 when they
+-- could answer.
+
+local mend = require "mend"
+local json = mend.json
+
+local M = {}
+
+local EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+local OUTCOME_EXIT = { succeeded = 0, compensated = 3, failed = 3, needs_attention = 4 }
+
+---------------------------------------------------------------------------------------------
+-- Output and the CLI's own errors
+
+local function out(fmt, ...) io.stdout:write(fmt:format(...)) end
+local function say(fmt, ...) io.stderr:write(fmt:format(...)) end
+
+-- Errors of the CLI itself carry this metatable; anything else raised (a load error, a
+-- storage error) is the engine's and is reported as it is.
+local CliError = {}
+
+local function fail(fmt, ...)
+  error(setmetatable({ code = EXIT_FAILURE, message = fmt:format(...) }, CliError), 0)
+end
+
+local function usage_error(cmd, fmt, ...)
+  error(setmetatable({ code = EXIT_USAGE, command = cmd, message = fmt:format(...) }, CliError), 0)
+end
+
+---------------------------------------------------------------------------------------------
+-- Formatting
+
+local function present(v) return v ~= nil and v ~= json.null end
+
+local function fmt_seconds(s)
+  if math.type(s) == "integer" or s == math.floor(s) then return ("%ds"):format(s) end
+  return (("%.3f"):format(s):gsub("%.?0+$", "")) .. "s"
+end
+
+local function fmt_reltime(dt)
+  if dt < 60 then return ("+%.3fs"):format(dt) end
+  return ("+%dm%06.3fs"):format(dt // 60, dt % 60)
+end
+
+local function fmt_time(t)
+  if not present(t) then return "-" end
+  local ms = math.floor(t * 1000 + 0.5)
+  return ("%s.%03d UTC"):format(os.date("!%Y-%m-%d %H:%M:%S", ms // 1000), ms % 1000)
+end
+
+local function fmt_error(e)
+  if not present(e) then return nil end
+  if type(e) == "table" and not mend.is_error(e) then return json.encode(e) end
+  return tostring(e)
+end
+
+local function fmt_value(v, width)
+  local ok, text = pcall(json.encode, v)
+  text = ok and text or tostring(v)
+  if width and #text > width then text = text:sub(1, width - 3) .. "..." end
+  return text
+end
+
+-- JSON of a list: an empty Lua table would encode as an object.
+local function encode_list(list)
+  if #list == 0 then return "[]" end
+  return json.encode(list)
+end
+
+local function transition(e)
+  return ("%s -> %s"):format(e.from or "new", e.to or "?")
+end
+
+local function join(parts) return (table.concat(parts, "  "):gsub("%s+$", "")) end
+
+-- One renderer per history event; each returns the text after the time and step columns.
+local render = {
+  run = function(e)
+    return join({ ("%-28s"):format(transition(e)),
+                  present(e.detail) and ("(" .. tostring(e.detail) .. ")") or "" })
+  end,
+  step = function(e)
+    local parts = { ("%-28s"):format(transition(e)) }
+    if present(e.attempt) and e.attempt > 0 then parts[#parts + 1] = "attempt " .. e.attempt end
+    if present(e.delay) then parts[#parts + 1] = "delay " .. fmt_seconds(e.delay) end
+    if present(e.error) then parts[#parts + 1] = fmt_error(e.error) end
+    return join(parts)
+  end,
+  breaker = function(e)
+    return ("breaker %s %s"):format(e.detail or "?", transition(e))
+  end,
+  compensate_failed = function(e)
+    local n = present(e.attempt) and e.attempt > 0 and (" " .. e.attempt) or ""
+    return join({ ("compensation attempt%s failed: %s"):format(n, fmt_error(e.error) or "?"),
+                  present(e.delay) and ("retry in " .. fmt_seconds(e.delay)) or "" })
+  end,
+  recovered = function(e) return "recovered by worker " .. (e.detail or "?") end,
+  alert = function(e)
+    local ok, a = pcall(json.decode, e.detail or "")
+    if ok and type(a) == "table" and a.kind then
+      return join({ "alert " .. a.kind, a.reason or "", fmt_error(a.error) or "" })
+    end
+    return "alert: " .. (e.detail or fmt_error(e.error) or "")
+  end,
+  skip_compensate = function() return "no compensate function: nothing to undo" end,
+  dead_letter = function(e)
+    return join({ "dead letter: " .. (e.detail or ""), fmt_error(e.error) or "" })
+  end,
+  log = function(e) return "log: " .. (e.detail or "") end,
+}
+
+local function render_event(e)
+  local r = render[e.event]
+  if r then return r(e) end
+  local parts = { e.event or "?" }
+  if present(e.from) or present(e.to) then parts[#parts + 1] = transition(e) end
+  if present(e.detail) then parts[#parts + 1] = tostring(e.detail) end
+  if present(e.error) then parts[#parts + 1] = fmt_error(e.error) end
+  return join(parts)
+end
+
+local function print_timeline(history)
+  out("timeline:\n")
+  local t0 = history[1] and history[1].at or 0
+  for _, e in ipairs(history) do
+    if e.event == "run" and e.to == "compensating" then
+      out("  ---- turning back: compensating the completed steps in reverse ----\n")
+    end
+    local who = e.step or (e.event == "run" and "(run)" or "")
+    out("  %-10s %-16s %s\n", fmt_reltime((e.at or t0) - t0), who, render_event(e))
+  end
+end
+
+local function print_outcome(st)
+  out("%s run %s: %s\n", st.workflow or "?", st.id, st.status)
+  if present(st.error) then out("  error: %s\n", fmt_error(st.error)) end
+  if st.attention == true or st.attention == 1 then
+    out("  attention: a human was alerted\n")
+  end
+end
+
+local function print_status(st)
+  print_outcome(st)
+  local rows = {
+    { "key", st.key }, { "input", present(st.input) and fmt_value(st.input, 100) or nil },
+    { "created", fmt_time(st.created) }, { "updated", fmt_time(st.updated) },
+  }
+  for _, row in ipairs(rows) do
+    if present(row[2]) then out("  %-8s %s\n", row[1], row[2]) end
+  end
+  out("steps:\n")
+  for i, s in ipairs(st.steps or {}) do
+    local parts = { ("%2d %-16s %-20s attempts %d"):format(i, s.name, s.status, s.attempts or 0) }
+    if (s.comp_attempts or 0) > 0 then parts[#parts + 1] = "compensations " .. s.comp_attempts end
+    if present(s.error) then parts[#parts + 1] = fmt_error(s.error) end
+    if present(s.result) then parts[#parts + 1] = "result " .. fmt_value(s.result, 60) end
+    out("  %s\n", join(parts))
+  end
+end
+
+local function print_dlq(entries)
+  if #entries == 0 then
+    out("the dead-letter queue is empty\n")
+    return
+  end
+  for _, d in ipairs(entries) do
+    out("%s\n", join({ fmt_time(d.at), d.run_id, d.reason or "?", "step " .. (d.step or "-"),
+                       fmt_error(d.error) or "" }))
+  end
+end
+
+---------------------------------------------------------------------------------------------
+-- Engines
+
+-- Calls fn(eng) with a fresh engine and closes it, whatever fn does.
+local function with_engine(conf, fn)
+  local eng = mend.engine(conf)
+  local res = table.pack(pcall(fn, eng))
+  eng:close()
+  if not res[1] then error(res[2], 0) end
+  return table.unpack(res, 2, res.n)
+end
+
+-- The read-only commands must not create a database where there was none.
+local function existing_db(path)
+  if path ~= ":memory:" and not path:match("^file:") then
+    local f = io.open(path, "rb")
+    if not f then fail("no database %s", path) end
+    f:close()
+  end
+  return { db = path }
+end
+
+-- The status of run id; an unknown run is a failure of the command. The engine may return
+-- nil for it or raise "no run <id>"; any other error is the engine's own.
+local function run_status(eng, id)
+  local ok, st = pcall(eng.status, eng, id)
+  if not ok and not tostring(st):find("no run " .. id, 1, true) then error(st, 0) end
+  if not (ok and st) then fail("no run %s", id) end
+  return st
+end
+
+---------------------------------------------------------------------------------------------
+-- Commands
+
+local function decode_input(text)
+  if text == nil then return {} end
+  local ok, v = pcall(json.decode, text)
+  if not ok then fail("invalid --input JSON: %s", tostring(v)) end
+  return v
+end
+
+local function check_readable(file)
+  local f, err = io.open(file, "rb")
+  if not f then fail("cannot open workflow %s", err) end
+  f:close()
+end
+
+local function cmd_run(o, file)
+  local input = decode_input(o.input)
+  check_readable(file)
+  local conf = { db = o.db, clock = o.clock, seed = o.seed, durability = o.durability,
+                 log = "stderr" }
+  return with_engine(conf, function(eng)
+    local name = eng:load(file)
+    local id, existed = eng:start(name, input, { key = o.key })
+    if existed then say("mend: run key %s names the existing run %s\n", o.key, id) end
+    eng:run()
+    local st = run_status(eng, id)
+    if o.json then
+      out("%s\n", json.encode(st))
+    else
+      print_outcome(st)
+      print_timeline(eng:history(id))
+    end
+    local code = OUTCOME_EXIT[st.status]
+    if not code then fail("run %s stopped unfinished (%s)", id, tostring(st.status)) end
+    return code
+  end)
+end
+
+local function cmd_status(o, id)
+  return with_engine(existing_db(o.db), function(eng)
+    local st = run_status(eng, id)
+    if o.json then out("%s\n", json.encode(st)) else print_status(st) end
+    return EXIT_OK
+  end)
+end
+
+local function cmd_history(o, id)
+  return with_engine(existing_db(o.db), function(eng)
+    local st = run_status(eng, id)
+    local history = eng:history(id)
+    if o.json then
+      out("%s\n", encode_list(history))
+    else
+      print_outcome(st)
+      print_timeline(history)
+    end
+    return EXIT_OK
+  end)
+end
+
+local function cmd_dlq(o)
+  return with_engine(existing_db(o.db), function(eng)
+    local entries = eng:dlq()
+    if o.json then out("%s\n", encode_list(entries)) else print_dlq(entries) end
+    return EXIT_OK
+  end)
+end
+
+-- The workflow files of a directory, sorted, so that a worker loads them in a stable order.
+local function workflow_files(dir)
+  local ok, names = pcall(mend.listdir, dir)
+  if not ok then fail("cannot read workflows directory %s", tostring(names):gsub("^.-: ", "")) end
+  local files = {}
+  for _, name in ipairs(names) do
+    if name:match("%.lua$") then files[#files + 1] = dir .. "/" .. name end
+  end
+  table.sort(files)
+  return files
+end
+
+local function number_flag(o, name, default)
+  local v = o[name]
+  if v == nil then return default end
+  local n = tonumber(v)
+  if not n or n <= 0 then usage_error(o._command, "--%s must be a number > 0, got %s", name, v) end
+  return n
+end
+
+local function cmd_worker(o)
+  local files = workflow_files(o.workflows or "workflows")
+  if #files == 0 then fail("no workflow files (*.lua) in %s", o.workflows or "workflows") end
+  local conf = { db = o.db, durability = o.durability, log = "stderr",
+                 lease = number_flag(o, "lease", 30), grace = number_flag(o, "grace", 10) }
+  return with_engine(conf, function(eng)
+    for _, file in ipairs(files) do eng:load(file) end
+    eng:serve{ poll = number_flag(o, "poll", 0.1),
+               max_in_flight = math.tointeger(number_flag(o, "max-in-flight", 0)) or 0 }
+    return EXIT_OK
+  end)
+end
+
+-- WORKFLOW names a file, or a workflow NAME found as DIR/NAME.lua.
+local function workflow_file(o, workflow)
+  local f = io.open(workflow, "rb")
+  if f then f:close() return workflow end
+  local dir = o.workflows or "workflows"
+  local path = dir .. "/" .. workflow .. ".lua"
+  f = io.open(path, "rb")
+  if not f then fail("no workflow file %s, and no %s", workflow, path) end
+  f:close()
+  return path
+end
+
+local function cmd_start(o, workflow)
+  local input = decode_input(o.input)
+  local file = workflow_file(o, workflow)
+  return with_engine({ db = o.db, durability = o.durability }, function(eng)
+    local name = eng:load(file)
+    local id = eng:start(name, input, { key = o.key, detached = true })
+    out("%s\n", id)
+    return EXIT_OK
+  end)
+end
+
+local function cmd_wait(o, id)
+  return with_engine(existing_db(o.db), function(eng)
+    run_status(eng, id)
+    local timeout = o.timeout and number_flag(o, "timeout", nil)
+    local st = eng:wait(id, { timeout = timeout })
+    if not st then fail("run %s did not finish within %ss", id, o.timeout) end
+    if o.json then out("%s\n", json.encode(st)) else print_outcome(st) end
+    return OUTCOME_EXIT[st.status]
+  end)
+end
+
+local DB_HELP = "  --db PATH        the database (default mend.db)\n"
+
+-- Each command: its positional arguments, its flags ("value" takes one, "switch" does not),
+-- checks of flag values, its usage and help text, and the function that does it.
+local commands = {
+  run = {
+    args = { "FILE" },
+    flags = { input = "value", db = "value", key = "value", clock = "value", seed = "value",
+              durability = "value", json = "switch" },
+    choices = { clock = { virtual = true, real = true },
+                durability = { full = true, process = true } },
+    usage = "mend run FILE [--input JSON] [--db PATH] [--key K] [--clock virtual|real]\n" ..
+            "                [--seed N] [--durability full|process] [--json]",
+    help = "Runs one execution of the workflow in FILE to its end, then prints the outcome and\n" ..
+           "a timeline of every transition (or, with --json, the run's status as JSON).\n\n" ..
+           "  --input JSON     the run's input (default {})\n" .. DB_HELP ..
+           "  --key K          run key: a key that already names a run gives that run again\n" ..
+           "  --clock C        virtual (timers fire at once, in order) or real (default)\n" ..
+           "  --seed N         seed of the backoff jitter generator (default random)\n" ..
+           "  --durability D   full (default: survives power loss) or process\n" ..
+           "  --json           print the status object as JSON\n\n" ..
+           "Exit codes: 0 succeeded, 3 compensated or failed, 4 needs attention (dead-letter\n" ..
+           "queue), 1 mend failed (load, storage or input error), 2 usage error.\n",
+    action = cmd_run,
+  },
+  status = {
+    args = { "RUN" },
+    flags = { db = "value", json = "switch" },
+    usage = "mend status RUN [--db PATH] [--json]",
+    help = "Shows a run: its status, input, error and each step's status and attempts.\n\n" ..
+           DB_HELP .. "  --json           print the status object as JSON\n",
+    action = cmd_status,
+  },
+  history = {
+    args = { "RUN" },
+    flags = { db = "value", json = "switch" },
+    usage = "mend history RUN [--db PATH] [--json]",
+    help = "Shows a run's audit trail: every transition with its time, attempt, delay and\n" ..
+           "error.\n\n" .. DB_HELP .. "  --json           print the history as a JSON array\n",
+    action = cmd_history,
+  },
+  worker = {
+    args = {},
+    flags = { db = "value", workflows = "value", lease = "value", poll = "value",
+              grace = "value", ["max-in-flight"] = "value", durability = "value" },
+    choices = { durability = { full = true, process = true } },
+    usage = "mend worker [--db PATH] [--workflows DIR] [--lease S] [--poll S] [--grace S]\n" ..
+            "                   [--max-in-flight N] [--durability full|process]",
+    help = "Executes runs until stopped. On start it resumes every unfinished run that no live\n" ..
+           "worker holds, from the database alone; then it takes new runs as `mend start`\n" ..
+           "records them. Several workers may share one database: each run is executed by one\n" ..
+           "worker at a time, through a lease renewed while it works. SIGINT or SIGTERM: no new\n" ..
+           "attempts, attempts in flight may finish within the grace period, leases are given\n" ..
+           "back, exit 0.\n\n" .. DB_HELP ..
+           "  --workflows DIR  load every *.lua file there (default workflows)\n" ..
+           "  --lease S        how long a run stays this worker's without renewal (default 30)\n" ..
+           "  --poll S         how often to look for new runs (default 0.1)\n" ..
+           "  --grace S        how long a stopping worker waits for attempts (default 10)\n" ..
+           "  --max-in-flight N  runs held at once (default: no limit)\n" ..
+           "  --durability D   full (default: survives power loss) or process (survives a\n" ..
+           "                   crash of mend; the last commits may be lost on power loss)\n",
+    action = cmd_worker,
+  },
+  start = {
+    args = { "WORKFLOW" },
+    flags = { db = "value", input = "value", key = "value", workflows = "value",
+              durability = "value" },
+    choices = { durability = { full = true, process = true } },
+    usage = "mend start WORKFLOW [--input JSON] [--key K] [--db PATH] [--workflows DIR]",
+    help = "Records a new run for a worker to execute and prints its id at once. WORKFLOW is a\n" ..
+           "file, or a name looked up as DIR/NAME.lua. With a run key that was used before,\n" ..
+           "prints that run's id and records nothing.\n\n" ..
+           "  --input JSON     the run's input (default {})\n" ..
+           "  --key K          run key (idempotency of the start)\n" .. DB_HELP ..
+           "  --workflows DIR  where to look WORKFLOW up by name (default workflows)\n",
+    action = cmd_start,
+  },
+  wait = {
+    args = { "RUN" },
+    flags = { db = "value", timeout = "value", json = "switch" },
+    usage = "mend wait RUN [--db PATH] [--timeout S] [--json]",
+    help = "Blocks until the run ends and exits with its outcome: 0 succeeded, 3 compensated\n" ..
+           "or failed, 4 needs attention; 1 if --timeout passed first.\n\n" .. DB_HELP ..
+           "  --timeout S      give up after S seconds\n" ..
+           "  --json           print the final status as JSON\n",
+    action = cmd_wait,
+  },
+  dlq = {
+    args = {},
+    flags = { db = "value", json = "switch" },
+    usage = "mend dlq [--db PATH] [--json]",
+    help = "Lists the dead-letter queue: runs a machine could not settle, with the reason,\n" ..
+           "the step and the last error.\n\n" .. DB_HELP ..
+           "  --json           print the entries as a JSON array\n",
+    action = cmd_dlq,
+  },
+}
+
+local MAIN_USAGE = "mend <command> [options]"
+
+local MAIN_HELP = [[
+mend runs durable Lua workflows: sagas with typed retries, backoff, circuit breakers and
+compensation, recorded in SQLite.
+
+Commands:
+  run FILE      run one workflow to its end and print its timeline
+  worker        execute runs (and resume unfinished ones) until stopped
+  start WF      record a run for a worker and print its id
+  wait RUN      block until a run ends; exit with its outcome
+  status RUN    show a run and its steps
+  history RUN   show a run's audit trail
+  dlq           list the dead-letter queue
+
+Run 'mend <command> --help' for a command's options.
+
+Exit codes of mend run: 0 the run succeeded, 3 it was compensated or failed, 4 it needs
+attention (dead-letter queue). Of every command: 1 mend itself failed, 2 usage error;
+status, history and dlq exit 0 when they could answer.
+]]
+
+---------------------------------------------------------------------------------------------
+-- Arguments
+
+local function print_help(cmd_name)
+  local cmd = commands[cmd_name]
+  if cmd then
+    out("usage: %s\n\n%s", cmd.usage, cmd.help)
+  else
+    out("usage: %s\n\n%s", MAIN_USAGE, MAIN_HELP)
+  end
+  return EXIT_OK
+end
+
+local function check_choices(cmd_name, cmd, opts)
+  for flag, allowed in pairs(cmd.choices or {}) do
+    local v = opts[flag]
+    if v ~= nil and not allowed[v] then
+      usage_error(cmd_name, "bad value for --%s: %s", flag, v)
+    end
+  end
+  if opts.seed ~= nil then
+    local seed = math.tointeger(tonumber(opts.seed))
+    if not seed then usage_error(cmd_name, "--seed must be an integer, got %s", opts.seed) end
+    opts.seed = seed
+  end
+end
+
+-- Parses args[first..] for command cmd_name. Returns opts and the positional arguments, or
+-- nil when help was asked for.
+local function parse(cmd_name, args, first)
+  local cmd = commands[cmd_name]
+  local opts, positional, i, rest = {}, {}, first, false
+  while i <= #args do
+    local a = args[i]
+    if rest or a == "-" or a:sub(1, 1) ~= "-" then
+      positional[#positional + 1] = a
+    elseif a == "--" then
+      rest = true
+    elseif a == "--help" or a == "-h" then
+      return nil
+    else
+      local name, value = a:match("^%-%-([%w_-]+)=(.*)$")
+      name = name or a:match("^%-%-([%w_-]+)$")
+      local kind = name and cmd.flags[name]
+      if not kind then usage_error(cmd_name, "unknown flag %s", a) end
+      if kind == "switch" then
+        if value then usage_error(cmd_name, "--%s takes no value", name) end
+        opts[name] = true
+      else
+        if not value then i = i + 1; value = args[i] end
+        if value == nil then usage_error(cmd_name, "--%s needs a value", name) end
+        opts[name] = value
+      end
+    end
+    i = i + 1
+  end
+  if #positional < #cmd.args then usage_error(cmd_name, "missing %s", cmd.args[#positional + 1]) end
+  if #positional > #cmd.args then
+    usage_error(cmd_name, "unexpected argument %s", positional[#cmd.args + 1])
+  end
+  check_choices(cmd_name, cmd, opts)
+  opts.db = opts.db or "mend.db"
+  opts._command = cmd_name
+  return opts, positional
+end
+
+local function dispatch(args)
+  local name = args[1]
+  if name == nil then usage_error(nil, "no command given") end
+  if name == "--help" or name == "-h" then return print_help(nil) end
+  if name == "help" then
+    local topic = args[2]
+    if topic ~= nil and not commands[topic] then usage_error(nil, "unknown command %s", topic) end
+    return print_help(topic)
+  end
+  local cmd = commands[name]
+  if not cmd then usage_error(nil, "unknown command %s", name) end
+  local opts, positional = parse(name, args, 2)
+  if not opts then return print_help(name) end
+  return cmd.action(opts, table.unpack(positional))
+end
+
+local function report(e)
+  if getmetatable(e) == CliError then
+    say("mend: %s\n", e.message)
+    if e.code == EXIT_USAGE then
+      local cmd = commands[e.command]
+      say("usage: %s\n", cmd and cmd.usage or MAIN_USAGE)
+      say("Run 'mend %s--help' for more.\n", e.command and (e.command .. " ") or "")
+    end
+    return e.code
+  end
+  local msg = type(e) == "string" and e or tostring(e)
+  say("mend: %s\n", (msg:gsub("\n+$", "")))
+  return EXIT_FAILURE
+end
+
+--- Runs the command in args (args[1] is the command) and returns the exit code.
+function M.main(args)
+  args = args or {}
+  local ok, code = xpcall(dispatch, function(e)
+    if os.getenv("MEND_DEBUG") and getmetatable(e) ~= CliError then
+      io.stderr:write(debug.traceback(tostring(e), 2), "\n")
+    end
+    return e
+  end, args)
+  if ok then return code end
+  return report(code)
+end
+
+return M

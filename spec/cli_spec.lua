@@ -1,0 +1,372 @@
+-- The `mend` command, run as a real process against temporary SQLite databases.
+-- The binary is $MEND_BIN (ctest sets it), else /work/main/build/mend.
+
+local json = require("mend").json
+
+local MEND = os.getenv("MEND_BIN") or "/work/main/build/mend"
+local ROOT = debug.getinfo(1, "S").source:match("^@(.*)/spec/[^/]*$") or "."
+
+local function quote(s)
+  return "'" .. tostring(s):gsub("'", [['\'']]) .. "'"
+end
+
+local function slurp(path)
+  local f = assert(io.open(path, "rb"))
+  local text = f:read("a")
+  f:close()
+  return text
+end
+
+-- Runs mend with the given arguments from the repository root; returns the exit code, stdout
+-- and stderr.
+local function mend(...)
+  local words = {}
+  for i, a in ipairs({ ... }) do words[i] = quote(a) end
+  local errfile = os.tmpname()
+  local cmd = ("cd %s && %s %s 2>%s"):format(quote(ROOT), quote(MEND), table.concat(words, " "),
+                                            quote(errfile))
+  local p = assert(io.popen(cmd, "r"))
+  local stdout = p:read("a")
+  local _, how, code = p:close()
+  local stderr = slurp(errfile)
+  os.remove(errfile)
+  if how == "signal" then code = 128 + code end
+  return code, stdout, stderr
+end
+
+local function temp_db()
+  local path = os.tmpname()
+  os.remove(path)
+  return path .. ".db"
+end
+
+local function remove_db(path)
+  for _, suffix in ipairs({ "", "-wal", "-shm", "-journal" }) do os.remove(path .. suffix) end
+end
+
+local function lines_matching(text, pattern)
+  local found = {}
+  for line in text:gmatch("[^\n]+") do
+    if line:find(pattern) then found[#found + 1] = line end
+  end
+  return found
+end
+
+-- The line of mend's own error message ("mend: ..."); the engine may log before it.
+local function error_line(stderr)
+  return lines_matching(stderr, "^mend: ")[1] or ""
+end
+
+-- Position of the first line of text that contains all the plain strings given.
+local function line_index(text, ...)
+  local n, wanted = 0, { ... }
+  for line in text:gmatch("[^\n]+") do
+    n = n + 1
+    local all = true
+    for _, w in ipairs(wanted) do
+      if not line:find(w, 1, true) then all = false break end
+    end
+    if all then return n end
+  end
+  return nil
+end
+
+describe("the mend command", function()
+  local db
+
+  before_each(function() db = temp_db() end)
+  after_each(function() remove_db(db) end)
+
+  describe("mend run", function()
+    it("runs the order saga to success and exits 0", function()
+      local code, out, err = mend("run", "workflows/order.lua", "--clock", "virtual", "--db", db)
+      assert.are.equal(0, code, err)
+      assert.truthy(out:find("succeeded", 1, true), out)
+      assert.truthy(out:find("timeline:", 1, true), out)
+      assert.truthy(line_index(out, "ship", "running -> succeeded"), out)
+    end)
+
+    it("shows the retry of the flaky payment gateway with its delay", function()
+      local code, out, err = mend("run", "workflows/order.lua", "--clock", "virtual", "--db", db,
+                                  "--seed", "7")
+      assert.are.equal(0, code, err)
+      assert.truthy(line_index(out, "charge", "running -> retry_wait", "delay"), out)
+    end)
+
+    it("draws the same backoff delays for the same --seed", function()
+      local function delays(seed, path)
+        local _, out = mend("run", "workflows/order.lua", "--clock", "virtual", "--db", path,
+                            "--seed", seed, "--json")
+        local _, hout = mend("history", json.decode(out).id, "--db", path, "--json")
+        local found = {}
+        for _, e in ipairs(json.decode(hout)) do
+          if e.event == "step" and e.to == "retry_wait" then found[#found + 1] = e.delay end
+        end
+        return found
+      end
+      local other = temp_db()
+      local a, b = delays("11", db), delays("11", other)
+      remove_db(other)
+      assert.are.equal(1, #a)
+      assert.are.same(a, b)
+    end)
+
+    it("accepts --durability process and --flag=value", function()
+      local code, out, err = mend("run", "workflows/order.lua", "--clock=virtual", "--db=" .. db,
+                                  "--durability", "process")
+      assert.are.equal(0, code, err)
+      assert.truthy(out:find("succeeded", 1, true), out)
+    end)
+
+    it("compensates a declined card in reverse and exits 3", function()
+      local code, out, err = mend("run", "workflows/order.lua", "--clock", "virtual", "--db", db,
+                                  "--input", '{"card":"declined"}')
+      assert.are.equal(3, code, err)
+      assert.truthy(out:find("compensated", 1, true), out)
+      local declined = line_index(out, "charge", "card declined")
+      local turn = line_index(out, "turning back")
+      local compensating = line_index(out, "reserve", "-> compensating")
+      local compensated = line_index(out, "reserve", "compensating -> compensated")
+      assert.truthy(declined, out)
+      assert.truthy(turn, out)
+      assert.truthy(compensating, out)
+      assert.truthy(compensated, out)
+      assert.is_true(declined < turn and turn < compensating and compensating < compensated, out)
+      assert.are.same({}, lines_matching(out, "ship%s+%S+ %-> running"))
+    end)
+
+    it("prints the status object with --json", function()
+      local code, out, err = mend("run", "workflows/order.lua", "--clock", "virtual", "--db", db,
+                                  "--json")
+      assert.are.equal(0, code, err)
+      local st = json.decode(out)
+      assert.are.equal("succeeded", st.status)
+      assert.are.equal("order", st.workflow)
+      assert.are.equal(3, #st.steps)
+    end)
+
+    it("gives the same run for a run key used twice", function()
+      local _, out1 = mend("run", "workflows/order.lua", "--clock", "virtual", "--db", db,
+                           "--key", "order-17", "--json")
+      local code, out2, err = mend("run", "workflows/order.lua", "--clock", "virtual", "--db", db,
+                                   "--key", "order-17", "--json")
+      assert.are.equal(0, code, err)
+      assert.are.equal(json.decode(out1).id, json.decode(out2).id)
+      assert.are.equal("order-17", json.decode(out2).key)
+    end)
+
+    it("fails with exit 1 on invalid --input JSON, saying so", function()
+      local code, out, err = mend("run", "workflows/order.lua", "--clock", "virtual", "--db", db,
+                                  "--input", "{card: declined")
+      assert.are.equal(1, code)
+      assert.are.equal("", out)
+      assert.truthy(err:find("^mend: invalid %-%-input JSON"), err)
+    end)
+
+    it("fails with exit 1 naming a missing workflow file", function()
+      local code, _, err = mend("run", "workflows/no_such_flow.lua", "--db", db)
+      assert.are.equal(1, code)
+      assert.truthy(err:find("^mend: "), err)
+      assert.truthy(err:find("workflows/no_such_flow.lua", 1, true), err)
+    end)
+
+    it("fails with exit 1 naming a broken workflow file", function()
+      local broken = os.tmpname() .. ".lua"
+      local f = assert(io.open(broken, "w"))
+      f:write('return { name = "broken", steps = { { name = "a" } } }\n')
+      f:close()
+      local code, _, err = mend("run", broken, "--db", db)
+      os.remove(broken)
+      assert.are.equal(1, code)
+      assert.truthy(error_line(err):find(broken, 1, true), err)
+      assert.truthy(error_line(err):find('"a"', 1, true), err)
+    end)
+
+    it("refuses bad flag values with exit 2", function()
+      assert.are.equal(2, (mend("run", "workflows/order.lua", "--clock", "sundial")))
+      assert.are.equal(2, (mend("run", "workflows/order.lua", "--seed", "abc")))
+      assert.are.equal(2, (mend("run", "workflows/order.lua", "--durability", "forever")))
+    end)
+  end)
+
+  describe("usage errors", function()
+    it("exits 2 on an unknown command, with the usage on stderr", function()
+      local code, out, err = mend("frobnicate")
+      assert.are.equal(2, code)
+      assert.are.equal("", out)
+      assert.truthy(err:find("unknown command frobnicate", 1, true), err)
+      assert.truthy(err:find("usage: mend", 1, true), err)
+    end)
+
+    it("exits 2 without a command", function()
+      local code, _, err = mend()
+      assert.are.equal(2, code)
+      assert.truthy(err:find("usage: mend", 1, true), err)
+    end)
+
+    it("exits 2 on an unknown flag", function()
+      local code, _, err = mend("run", "workflows/order.lua", "--frob")
+      assert.are.equal(2, code)
+      assert.truthy(err:find("unknown flag --frob", 1, true), err)
+      assert.truthy(err:find("usage: mend run", 1, true), err)
+    end)
+
+    it("exits 2 on a missing argument", function()
+      assert.are.equal(2, (mend("run")))
+      assert.are.equal(2, (mend("status")))
+      assert.are.equal(2, (mend("history", "--db", db)))
+      assert.are.equal(2, (mend("run", "workflows/order.lua", "--input")))
+    end)
+
+    it("exits 2 on an extra argument", function()
+      assert.are.equal(2, (mend("dlq", "extra", "--db", db)))
+    end)
+  end)
+
+  describe("--help", function()
+    for _, args in ipairs({ { "--help" }, { "-h" }, { "help" }, { "run", "--help" },
+                            { "status", "--help" }, { "history", "-h" }, { "dlq", "--help" },
+                            { "help", "run" } }) do
+      it("exits 0 and prints the usage for mend " .. table.concat(args, " "), function()
+        local code, out, err = mend(table.unpack(args))
+        assert.are.equal(0, code, err)
+        assert.truthy(out:find("usage: mend", 1, true), out)
+      end)
+    end
+  end)
+
+  describe("mend status, history and dlq", function()
+    local function run_order(input)
+      local _, out = mend("run", "workflows/order.lua", "--clock", "virtual", "--db", db,
+                          "--input", input or "{}", "--json")
+      return json.decode(out).id
+    end
+
+    it("shows a run's status as JSON with its steps", function()
+      local id = run_order()
+      local code, out, err = mend("status", id, "--db", db, "--json")
+      assert.are.equal(0, code, err)
+      local st = json.decode(out)
+      assert.are.equal(id, st.id)
+      assert.are.equal("succeeded", st.status)
+      local names = {}
+      for i, s in ipairs(st.steps) do
+        names[i] = s.name
+        assert.are.equal("succeeded", s.status)
+      end
+      assert.are.same({ "reserve", "charge", "ship" }, names)
+      assert.are.equal(2, st.steps[2].attempts)
+    end)
+
+    it("shows a run's status readably", function()
+      local id = run_order('{"card":"declined"}')
+      local code, out, err = mend("status", id, "--db", db)
+      assert.are.equal(0, code, err)
+      assert.truthy(out:find(id, 1, true), out)
+      assert.truthy(line_index(out, "reserve", "compensated"), out)
+    end)
+
+    it("prints a run's history as a JSON array", function()
+      local id = run_order('{"card":"declined"}')
+      local code, out, err = mend("history", id, "--db", db, "--json")
+      assert.are.equal(0, code, err)
+      assert.truthy(out:find("^%s*%["), out)
+      local h = json.decode(out)
+      assert.is_true(#h > 0)
+      local events = {}
+      for _, e in ipairs(h) do
+        assert.is_number(e.at)
+        events[e.event] = true
+      end
+      assert.is_true(events.step)
+      assert.is_true(events.run)
+    end)
+
+    it("prints a readable timeline for mend history", function()
+      local id = run_order('{"card":"declined"}')
+      local code, out, err = mend("history", id, "--db", db)
+      assert.are.equal(0, code, err)
+      assert.truthy(out:find("turning back", 1, true), out)
+    end)
+
+    it("prints the dead-letter queue as a JSON array", function()
+      run_order()
+      local code, out, err = mend("dlq", "--db", db, "--json")
+      assert.are.equal(0, code, err)
+      assert.truthy(out:find("^%s*%["), out)
+      assert.are.same({}, json.decode(out))
+    end)
+
+    it("exits 4 for a run in the dead-letter queue, which mend dlq lists", function()
+      local file = os.tmpname() .. ".lua"
+      local f = assert(io.open(file, "w"))
+      f:write([[
+        local mend = require "mend"
+        return { name = "half_shipped", steps = {
+          { name = "ship", execute = function()
+              error(mend.compensable("half shipped", { severity = 3 }))
+            end } } }
+      ]])
+      f:close()
+      local code, out, err = mend("run", file, "--clock", "virtual", "--db", db, "--json")
+      os.remove(file)
+      assert.are.equal(4, code, err)
+      local id = json.decode(out).id
+      assert.are.equal("needs_attention", json.decode(out).status)
+      local dcode, dout = mend("dlq", "--db", db, "--json")
+      assert.are.equal(0, dcode)
+      local entries = json.decode(dout)
+      assert.are.equal(1, #entries)
+      assert.are.equal(id, entries[1].run_id)
+      local _, text = mend("dlq", "--db", db)
+      assert.truthy(line_index(text, id, "ship"), text)
+    end)
+
+    it("fails with exit 1 for an unknown run", function()
+      run_order()
+      for _, cmd in ipairs({ "status", "history" }) do
+        local code, out, err = mend(cmd, "no-such-run", "--db", db)
+        assert.are.equal(1, code)
+        assert.are.equal("", out)
+        assert.are.equal("mend: no run no-such-run", error_line(err))
+      end
+    end)
+
+    it("does not create a database that does not exist", function()
+      local code, _, err = mend("dlq", "--db", db)
+      assert.are.equal(1, code)
+      assert.truthy(err:find(db, 1, true), err)
+      assert.is_nil(io.open(db))
+    end)
+  end)
+
+  describe("the example workflows", function()
+    it("the flaky dependency shows its breaker opening and half-opening", function()
+      local code, out, err = mend("run", "workflows/flaky_breaker.lua", "--clock", "virtual",
+                                  "--db", db, "--seed", "1")
+      assert.are.equal(0, code, err)
+      assert.truthy(line_index(out, "breaker rates-api", "-> open"), out)
+      assert.truthy(line_index(out, "breaker rates-api", "-> half_open"), out)
+      assert.truthy(line_index(out, "fetch_rates", "-> breaker_open"), out)
+    end)
+
+    it("the flaky dependency succeeds on its 6th attempt, the breaker's waits not counted",
+       function()
+      local code, out, err = mend("run", "workflows/flaky_breaker.lua", "--clock", "virtual",
+                                  "--db", db, "--json")
+      assert.are.equal(0, code, err)
+      local st = json.decode(out)
+      assert.are.equal("succeeded", st.status)
+      assert.are.equal(6, st.steps[1].attempts)
+    end)
+
+    it("the idempotent payment charges once although its first response is lost", function()
+      local code, out, err = mend("run", "workflows/payment_idempotent.lua", "--clock",
+                                  "virtual", "--db", db, "--json")
+      assert.are.equal(0, code, err)
+      local st = json.decode(out)
+      assert.are.equal(2, st.steps[1].attempts)
+      assert.are.same({ charge_id = "ch-1", applied = 1, gateway_calls = 2 }, st.steps[2].result)
+    end)
+  end)
+end)

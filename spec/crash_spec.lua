@@ -1,0 +1,223 @@
+-- Crash tests: real `mend worker` processes on a real database, killed with SIGKILL at random
+-- moments and at chosen failpoints (before and after commits, inside execute and compensate),
+-- restarted, and audited against an external service that dedupes by idempotency key.
+--
+-- MEND_CRASH_CYCLES sets the number of kill/restart cycles (default 200; `make crash-soak`
+-- runs thousands).
+local H = require "spec.helper"
+local mend = require "mend"
+local effects = require "spec.support.effects"
+
+local MEND = os.getenv("MEND_BIN") or "./build/mend"
+local CYCLES = tonumber(os.getenv("MEND_CRASH_CYCLES") or "200")
+local FAILPOINTS = { "before_commit", "after_commit", "execute", "compensate" }
+
+local function sh(cmd) return os.execute(cmd) end
+
+local function sleep(s) sh(string.format("sleep %.3f", s)) end
+
+-- A killed worker whose parent shell is gone may linger as a zombie until something reaps
+-- it, and kill -0 still finds zombies: read the state instead.
+local function alive(pid)
+  local f = io.open("/proc/" .. pid .. "/stat")
+  if not f then return false end
+  local stat = f:read("a")
+  f:close()
+  local state = stat:match("^%d+ %b() (%a)")
+  return state ~= nil and state ~= "Z" and state ~= "X"
+end
+
+-- Starts a worker in the background; returns its pid.
+local function start_worker(db, env, log)
+  local cmd = string.format(
+    "%s sh -c 'exec %s worker --db %s --workflows spec/support/crash --lease 0.5 --poll 0.01 >>%s 2>&1' & echo $!",
+    env or "", MEND, db, log)
+  local p = assert(io.popen(cmd))
+  local pid = assert(tonumber(p:read("l")))
+  p:close()
+  return pid
+end
+
+local function kill9(pid)
+  sh("kill -9 " .. pid .. " 2>/dev/null")
+  for _ = 1, 200 do
+    if not alive(pid) then return end
+    sleep(0.005)
+  end
+end
+
+local function stop(pid)
+  sh("kill -TERM " .. pid .. " 2>/dev/null")
+  for _ = 1, 1000 do
+    if not alive(pid) then return end
+    sleep(0.01)
+  end
+  kill9(pid)
+end
+
+local function submit(eng, dir, n)
+  local input = { dir = dir, n = n, flaky = n % 3 == 0, fail = n % 4 == 0 }
+  local id = eng:start("crash_saga", input, { detached = true })
+  return id
+end
+
+local function finished(st)
+  return st == "succeeded" or st == "compensated" or st == "failed" or st == "needs_attention"
+end
+
+-- Waits until every run is finished, with one live worker; returns the number unfinished.
+local function settle(db, client, ids, log)
+  local pid = start_worker(db, nil, log)
+  local left
+  for _ = 1, 3000 do
+    left = 0
+    for _, id in ipairs(ids) do
+      if not finished(client:status(id).status) then left = left + 1 end
+    end
+    if left == 0 then break end
+    sleep(0.01)
+  end
+  stop(pid)
+  return left
+end
+
+-- Every invariant the crash tests promise, checked from the store and the service's files.
+local function audit(db, client, ids, dir)
+  local applied, undone = {}, {}
+  for _, e in ipairs(effects.read(dir)) do
+    local t = e.kind == "apply" and applied or undone
+    assert.is_nil(t[e.key], "effect applied twice for key " .. e.key)
+    t[e.key] = e
+  end
+  local request_keys = {}
+  for _, r in ipairs(effects.requests(dir)) do
+    local k = r.run .. "/" .. r.step
+    request_keys[k] = request_keys[k] or r.key
+    -- the key a step sends is the same on every attempt and after every restart
+    assert.are.equal(request_keys[k], r.key, "idempotency key changed for " .. k)
+  end
+  local rank = { reserve = 1, charge = 2, ship = 3 }
+  local counts = {}
+  for _, id in ipairs(ids) do
+    local st = client:status(id)   -- nothing acknowledged is lost: every id is there
+    assert.is_truthy(finished(st.status), "run " .. id .. " ended " .. st.status)
+    counts[st.status] = (counts[st.status] or 0) + 1
+    local undo_order = {}
+    for _, s in ipairs(st.steps) do
+      local did_succeed = s.status == "succeeded" or s.status == "compensated"
+      -- an effect is applied exactly once for every step that succeeded, and never otherwise
+      assert.are.equal(did_succeed, applied[s.idempotency_key] ~= nil,
+        id .. " " .. s.name .. " is " .. s.status .. " but its effect applied: " .. tostring(applied[s.idempotency_key] ~= nil))
+      local u = undone[s.idempotency_key]
+      if u then
+        -- compensated only steps that had succeeded, after their effect
+        assert.is_truthy(applied[s.idempotency_key], "undo without apply for " .. s.idempotency_key)
+        assert.is_truthy(u.at >= applied[s.idempotency_key].at)
+        undo_order[#undo_order + 1] = u
+      end
+      assert.are.equal(s.status == "compensated", u ~= nil, id .. " " .. s.name .. " undo vs status")
+    end
+    -- compensation runs in reverse order
+    table.sort(undo_order, function(a, b) return a.at < b.at end)
+    for i = 2, #undo_order do
+      assert.is_truthy(rank[undo_order[i - 1].step] > rank[undo_order[i].step], "compensation order in " .. id)
+    end
+    -- the history: times never go back, a succeeded step never runs again, and a run changes
+    -- hands between workers only through a recovery
+    local last_at, done, holder = -math.huge, {}, nil
+    for _, h in ipairs(client:history(id)) do
+      assert.is_truthy(h.at >= last_at - 1e-6, "history time went back in " .. id)
+      last_at = h.at
+      if h.event == "step" and h.to == "succeeded" then done[h.step] = true end
+      if h.event == "step" and h.to == "running" then
+        assert.is_falsy(done[h.step], "succeeded step " .. tostring(h.step) .. " ran again in " .. id)
+      end
+      if h.event == "recovered" then holder = h.worker
+      elseif holder then
+        assert.are.equal(holder, h.worker, "a second worker wrote to " .. id .. " without taking it over")
+      end
+    end
+  end
+  return counts
+end
+
+describe("a worker killed with SIGKILL", function()
+  after_each(H.cleanup)
+
+  it("leaves every run finished, every effect applied exactly once, across " .. CYCLES .. " kill/restart cycles", function()
+    local db, dir = H.tmp_db(), H.tmp_dir()
+    local log = dir .. "/worker.log"
+    local client = H.new_engine({ db = db, clock = "real" })
+    client:load("spec/support/crash/saga.lua")
+    local ids, n = {}, 0
+    local t0 = H.wall()
+    math.randomseed(tonumber(os.getenv("MEND_CRASH_SEED") or "7"))
+    local kills = { random = 0 }
+    for cycle = 1, CYCLES do
+      for _ = 1, 2 do n = n + 1; ids[#ids + 1] = submit(client, dir, n) end
+      local env, point
+      if cycle % 3 == 0 then
+        point = FAILPOINTS[(cycle // 3) % #FAILPOINTS + 1]
+        env = string.format("MEND_FAILPOINT=%s:%d", point, math.random(1, 12))
+      end
+      local pid = start_worker(db, env, log)
+      if point then
+        for _ = 1, 40 do
+          if not alive(pid) then break end
+          sleep(0.005)
+        end
+        kills[point] = (kills[point] or 0) + (alive(pid) and 0 or 1)
+      else
+        sleep(math.random() * 0.06)
+        kills.random = kills.random + 1
+      end
+      kill9(pid)
+    end
+    local t_settle = H.wall()
+    assert.are.equal(0, settle(db, client, ids, log))
+    t_settle = H.wall() - t_settle
+    local counts = audit(db, client, ids, dir)
+    print(string.format("\n  %d runs, %d cycles in %.1fs, settled in %.1fs: %s; kills %s", #ids,
+      CYCLES, H.wall() - t0, t_settle, mend.json.encode(counts), mend.json.encode(kills)))
+    assert.is_truthy((counts.succeeded or 0) > 0 and (counts.compensated or 0) > 0)
+    for _, point in ipairs(FAILPOINTS) do
+      assert.is_truthy((kills[point] or 0) > 0, "no kill at failpoint " .. point)
+    end
+    assert.are.same({ "ok" }, H.sql(db, "PRAGMA integrity_check"))
+  end)
+end)
+
+describe("two workers on one database", function()
+  after_each(H.cleanup)
+
+  it("never execute a run at the same time, and finish every run while either is killed", function()
+    local db, dir = H.tmp_db(), H.tmp_dir()
+    local log = dir .. "/worker.log"
+    local client = H.new_engine({ db = db, clock = "real" })
+    client:load("spec/support/crash/saga.lua")
+    local ids = {}
+    for n = 1, 120 do ids[#ids + 1] = submit(client, dir, n) end
+    local a, b = start_worker(db, nil, log), start_worker(db, nil, log)
+    math.randomseed(11)
+    for round = 1, 12 do
+      sleep(0.03 + math.random() * 0.05)
+      if round % 2 == 0 then kill9(a); a = start_worker(db, nil, log)
+      else kill9(b); b = start_worker(db, nil, log) end
+      for n = 1, 5 do ids[#ids + 1] = submit(client, dir, 1000 * round + n) end
+    end
+    stop(a)
+    stop(b)
+    assert.are.equal(0, settle(db, client, ids, log))
+    audit(db, client, ids, dir)
+    -- both workers did some of the work
+    local workers = {}
+    for _, id in ipairs(ids) do
+      for _, h in ipairs(client:history(id)) do
+        if h.event == "recovered" then workers[h.worker] = true end
+      end
+    end
+    local count = 0
+    for _ in pairs(workers) do count = count + 1 end
+    assert.is_truthy(count >= 3)
+  end)
+end)

@@ -1,0 +1,35 @@
+-- The saga the crash tests kill workers under: three steps with real effects in an external
+-- service (spec/support/effects.lua), short real waits so that kills land inside attempts,
+-- a retry on demand and a fatal last step on demand so that compensation is crashed too.
+local mend = require "mend"
+local effects = require "spec.support.effects"
+
+local function step(name, opts)
+  opts = opts or {}
+  return {
+    name = name,
+    execute = function(ctx, input)
+      mend.sleep(0.002)
+      if opts.flaky and input.flaky and ctx.attempt == 1 then
+        error(mend.retryable("flaky on first attempt"))
+      end
+      if opts.last and input.fail then error(mend.fatal("declined")) end
+      effects.call(input.dir, "apply", ctx, ctx.idempotency_key)
+      mend.sleep(0.002)
+      return { step = name, n = input.n }
+    end,
+    compensate = function(ctx, result)
+      mend.sleep(0.002)
+      effects.call(ctx.input.dir, "undo", ctx, ctx.idempotency_key)
+    end,
+  }
+end
+
+return {
+  name = "crash_saga",
+  retry = { initial = 0.005, max_delay = 0.02, jitter = 0.5 },
+  compensate_retry = { initial = 0.005 },
+  -- many runs fail once at "charge": its breaker opens and half-opens often, across crashes too
+  breaker = { open_seconds = 0.05 },
+  steps = { step("reserve"), step("charge", { flaky = true }), step("ship", { last = true }) },
+}
