@@ -21,13 +21,16 @@ static const char *file_in_dir(const char *name) {
   return path_buf;
 }
 
-static void remove_db(const char *path) {
+static void remove_with_suffix(const char *path, const char *suffix) {
   char p[4096];
+  int n = snprintf(p, sizeof p, "%s%s", path, suffix);
+  if (n > 0 && (size_t)n < sizeof p) unlink(p);
+}
+
+static void remove_db(const char *path) {
   unlink(path);
-  snprintf(p, sizeof p, "%s-wal", path);
-  unlink(p);
-  snprintf(p, sizeof p, "%s-shm", path);
-  unlink(p);
+  remove_with_suffix(path, "-wal");
+  remove_with_suffix(path, "-shm");
 }
 
 /* A raw connection for what the store does not expose: checking the file from outside. */
