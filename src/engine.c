@@ -44,7 +44,9 @@
 #define HOOK_EVERY 10000
 
 typedef enum action { ACT_NONE, ACT_ADVANCE, ACT_EXECUTE, ACT_COMPENSATE, ACT_FINISH } action;
-typedef enum wait_kind { WAIT_NONE, WAIT_RETRY, WAIT_BREAKER, WAIT_SLEEP, WAIT_COMP_RETRY } wait_kind;
+typedef enum wait_kind {
+  WAIT_NONE, WAIT_RETRY, WAIT_BREAKER, WAIT_SLEEP, WAIT_COMP_RETRY, WAIT_STEP_SLEEP
+} wait_kind;
 
 struct mend_breaker_slot {
   char *key;
@@ -62,6 +64,7 @@ typedef struct step_rt {
   char *error;
   double due, last_delay;
   int compensate_self;    /* failed with a compensable error: it is compensated too */
+  int slept;              /* its `sleep` wait is over */
 } step_rt;
 
 typedef struct exec_req exec_req;
@@ -242,7 +245,7 @@ static void write_step(mend_run *r, int i) {
     .run_id = r->id, .idx = i, .name = step_name(r, i), .status = mend_step_status_name(st->status),
     .attempts = st->attempts, .comp_attempts = st->comp_attempts, .idem_key = st->idem_key,
     .custom_key = st->custom_key, .result = st->result, .error = st->error, .due = st->due,
-    .last_delay = st->last_delay, .updated = mend_engine_now(r->E)};
+    .last_delay = st->last_delay, .updated = mend_engine_now(r->E), .slept = st->slept};
   if (mend_store_put_step(r->E->store, &rec)) store_failed(r->E);
 }
 
@@ -466,6 +469,22 @@ static void forward(mend_run *r) {
         queue(r, ACT_ADVANCE);
         return;
       }
+    }
+    if (def->sleep > 0 && !st->slept) {
+      /* A durable wait: only its due time is kept, in the step's row; no coroutine. */
+      st->due = mend_engine_now(E) + def->sleep;
+      step_to(r, i, MEND_STEP_SLEEPING, NULL, def->sleep, NULL);
+      r->wait_kind = WAIT_STEP_SLEEP;
+      arm(r, &r->wait, st->due);
+      return;
+    }
+    if (def->execute_ref == LUA_NOREF) {
+      step_to(r, i, MEND_STEP_SUCCEEDED, NULL, -1, "a wait step: nothing to execute");
+      set_str(&st->result, "null");
+      set_result(r, i);
+      r->cur = i + 1;
+      queue(r, ACT_ADVANCE);
+      return;
     }
     double retry_at;
     mend_breaker_state before = def->slot->b.state;
@@ -807,6 +826,12 @@ static void on_wait(mend_timer *t) {
       break;
     case WAIT_COMP_RETRY:
       backward(r);
+      break;
+    case WAIT_STEP_SLEEP:
+      r->steps[r->cur].slept = 1;
+      r->steps[r->cur].due = -1;
+      step_to(r, r->cur, MEND_STEP_PENDING, NULL, -1, NULL);
+      forward(r);
       break;
     case WAIT_NONE:
       break;
@@ -1278,6 +1303,7 @@ static int restore(mend_engine *E, const char *id) {
     st->key_ready = st->custom_key || wf->steps[i].key_ref == LUA_NOREF;
     st->error = dupstr(json_string_value(json_object_get(so, "error")));
     st->due = real_field(so, "due");
+    st->slept = json_is_true(json_object_get(so, "slept"));
     st->last_delay = real_field(so, "last_delay");
     json_t *result = json_object_get(so, "result");
     if (result) {
@@ -1296,8 +1322,10 @@ static int restore(mend_engine *E, const char *id) {
     r->cur = 0;
     while (r->cur < wf->nsteps && r->steps[r->cur].status == MEND_STEP_SUCCEEDED) r->cur++;
     step_rt *st = r->cur < wf->nsteps ? &r->steps[r->cur] : NULL;
-    if (st && (st->status == MEND_STEP_RETRY_WAIT || st->status == MEND_STEP_BREAKER_OPEN)) {
-      r->wait_kind = st->status == MEND_STEP_RETRY_WAIT ? WAIT_RETRY : WAIT_BREAKER;
+    if (st && (st->status == MEND_STEP_RETRY_WAIT || st->status == MEND_STEP_BREAKER_OPEN ||
+               st->status == MEND_STEP_SLEEPING)) {
+      r->wait_kind = st->status == MEND_STEP_RETRY_WAIT ? WAIT_RETRY
+                   : st->status == MEND_STEP_BREAKER_OPEN ? WAIT_BREAKER : WAIT_STEP_SLEEP;
       arm(r, &r->wait, st->due > now ? st->due : now);   /* already due: now */
       return 0;
     }
@@ -1598,6 +1626,11 @@ static void close_stray(uv_handle_t *h, void *arg) {
 
 void mend_engine_destroy(mend_engine *E) {
   if (!E) return;
+  /* Runs left unfinished stay in the store as they are; their leases are given back so that
+   * another engine can take them at once. */
+  if (E->store && !E->broken)
+    for (mend_run *r = E->runs; r; r = r->next)
+      if (mend_store_release(E->store, r->id, E->owner)) { store_failed(E); break; }
   while (E->runs) run_free(E->runs);
   if (E->store && !E->broken) mend_store_commit(E->store);
   mend_store_close(E->store);

@@ -38,13 +38,13 @@ static const char *const query_sql[Q__COUNT] = {
     " WHERE id = ?1",
   [Q_PUT_STEP] =
     "INSERT INTO steps(run_id, idx, name, status, attempts, comp_attempts, idem_key, custom_key,"
-    " result, error, due, last_delay, updated)"
-    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+    " result, error, due, last_delay, updated, slept)"
+    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
     " ON CONFLICT(run_id, idx) DO UPDATE SET name = excluded.name, status = excluded.status,"
     " attempts = excluded.attempts, comp_attempts = excluded.comp_attempts,"
     " idem_key = excluded.idem_key, custom_key = excluded.custom_key, result = excluded.result,"
     " error = excluded.error, due = excluded.due, last_delay = excluded.last_delay,"
-    " updated = excluded.updated",
+    " updated = excluded.updated, slept = excluded.slept",
   [Q_APPEND_HISTORY] =
     "INSERT INTO history(run_id, step, at, event, from_status, to_status, attempt, error, delay,"
     " detail, worker) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
@@ -86,7 +86,7 @@ static const char *const query_sql[Q__COUNT] = {
     " reason, owner, lease_until, created, updated FROM runs WHERE id = ?1",
   [Q_STEPS] =
     "SELECT idx, name, status, attempts, comp_attempts, idem_key AS idempotency_key,"
-    " custom_key, result, error, due, last_delay, updated FROM steps WHERE run_id = ?1"
+    " custom_key, result, error, due, last_delay, updated, slept FROM steps WHERE run_id = ?1"
     " ORDER BY idx",
   [Q_HISTORY] =
     "SELECT seq, run_id, step, at, event, from_status AS \"from\", to_status AS \"to\", attempt,"
@@ -113,7 +113,7 @@ static const char *const migrations[MEND_SCHEMA_VERSION] = {
   "CREATE TABLE steps(run_id TEXT NOT NULL, idx INTEGER NOT NULL, name TEXT, status TEXT NOT NULL,"
   " attempts INTEGER NOT NULL DEFAULT 0, comp_attempts INTEGER NOT NULL DEFAULT 0, idem_key TEXT,"
   " custom_key INTEGER NOT NULL DEFAULT 0, result TEXT, error TEXT, due REAL, last_delay REAL,"
-  " updated REAL, PRIMARY KEY(run_id, idx));"
+  " updated REAL, slept INTEGER NOT NULL DEFAULT 0, PRIMARY KEY(run_id, idx));"
   "CREATE INDEX steps_custom_key ON steps(idem_key) WHERE custom_key = 1;"
   "CREATE TABLE history(seq INTEGER PRIMARY KEY, run_id TEXT NOT NULL, step TEXT, at REAL,"
   " event TEXT NOT NULL, from_status TEXT, to_status TEXT, attempt INTEGER, error TEXT,"
@@ -514,6 +514,7 @@ int mend_store_put_step(mend_store *s, const mend_step_rec *st) {
   BIND(bind_opt_real(q, 11, st->due));
   BIND(bind_opt_real(q, 12, st->last_delay));
   BIND(sqlite3_bind_double(q, 13, st->updated));
+  BIND(sqlite3_bind_int(q, 14, st->slept ? 1 : 0));
   return run_write(s, q, rc, "put step");
 }
 
@@ -638,7 +639,8 @@ static int is_json_column(const char *name) {
 }
 
 static int is_bool_column(const char *name) {
-  return strcmp(name, "attention") == 0 || strcmp(name, "custom_key") == 0;
+  return strcmp(name, "attention") == 0 || strcmp(name, "custom_key") == 0 ||
+         strcmp(name, "slept") == 0;
 }
 
 /* Text that is not valid UTF-8 (written by hand with SQL, say) still comes back, with '?' for

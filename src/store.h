@@ -19,7 +19,8 @@
  *        when), created REAL, updated REAL)
  *   steps(run_id TEXT, idx INTEGER, name TEXT, status TEXT, attempts INTEGER,
  *         comp_attempts INTEGER, idem_key TEXT, custom_key INTEGER, result TEXT (JSON),
- *         error TEXT, due REAL, last_delay REAL, updated REAL, PRIMARY KEY(run_id, idx))
+ *         error TEXT, due REAL, last_delay REAL, updated REAL, slept INTEGER,
+ *         PRIMARY KEY(run_id, idx))
  *         + index on idem_key for custom keys
  *   history(seq INTEGER PRIMARY KEY, run_id TEXT, step TEXT, at REAL, event TEXT,
  *           from_status TEXT, to_status TEXT, attempt INTEGER, error TEXT, delay REAL,
@@ -80,6 +81,7 @@ typedef struct mend_step_rec {
   double due;              /* when a wait ends; < 0 none */
   double last_delay;       /* last backoff delay chosen; < 0 none */
   double updated;
+  int slept;               /* its `sleep` wait is over */
 } mend_step_rec;
 
 typedef struct mend_history_rec {

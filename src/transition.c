@@ -13,12 +13,13 @@
 
 /* [from][to] = 1 when legal. Designated initializers keep each row next to the header's list. */
 static const unsigned char step_ok[MEND_STEP__COUNT][MEND_STEP__COUNT] = {
-  [S(PENDING)] = {[S(RUNNING)] = 1, [S(BREAKER_OPEN)] = 1,
+  [S(PENDING)] = {[S(RUNNING)] = 1, [S(BREAKER_OPEN)] = 1, [S(SLEEPING)] = 1,
                   [S(SUCCEEDED)] = 1 /* its idempotency key already succeeded: result reused */},
   [S(RUNNING)] = {[S(SUCCEEDED)] = 1, [S(RETRY_WAIT)] = 1, [S(FAILED)] = 1,
                   [S(RUNNING)] = 1 /* re-execution after a crash */},
   [S(RETRY_WAIT)] = {[S(PENDING)] = 1, [S(BREAKER_OPEN)] = 1},
   [S(BREAKER_OPEN)] = {[S(PENDING)] = 1, [S(BREAKER_OPEN)] = 1 /* waits again, new retry_at */},
+  [S(SLEEPING)] = {[S(PENDING)] = 1},
   [S(SUCCEEDED)] = {[S(COMPENSATING)] = 1},
   [S(FAILED)] = {[S(COMPENSATING)] = 1},
   [S(COMPENSATING)] = {[S(COMPENSATED)] = 1, [S(COMPENSATION_FAILED)] = 1,
@@ -65,6 +66,7 @@ static const char *const step_names[MEND_STEP__COUNT] = {
   [S(RUNNING)] = "running",
   [S(RETRY_WAIT)] = "retry_wait",
   [S(BREAKER_OPEN)] = "breaker_open",
+  [S(SLEEPING)] = "sleeping",
   [S(SUCCEEDED)] = "succeeded",
   [S(FAILED)] = "failed",
   [S(COMPENSATING)] = "compensating",

@@ -159,7 +159,7 @@ static int parse_step(lua_State *L, int idx, int n, const mend_retry_policy *ret
                       const mend_retry_policy *comp, const mend_breaker_policy *breaker,
                       mend_step_def *s, char *err, int errlen) {
   static const char *const fields[] = {"name", "execute", "compensate", "retry",
-    "compensate_retry", "breaker", "timeout", "idempotency_key", "description", NULL};
+    "compensate_retry", "breaker", "timeout", "idempotency_key", "sleep", "description", NULL};
   char what[160];
   *s = (mend_step_def){.execute_ref = LUA_NOREF, .compensate_ref = LUA_NOREF, .key_ref = LUA_NOREF};
   if (!lua_istable(L, idx))
@@ -180,7 +180,12 @@ static int parse_step(lua_State *L, int idx, int n, const mend_retry_policy *ret
   s->breaker = *breaker;
   if (opt_function_ref(L, idx, "execute", "step", &s->execute_ref, sub, sizeof sub) < 0)
     return fail(err, errlen, "%s%s", prefix, sub);
-  if (s->execute_ref == LUA_NOREF) return fail(err, errlen, "%sexecute is missing (a function is required)", prefix);
+  if (opt_number(L, idx, "sleep", "step", &s->sleep, sub, sizeof sub) < 0)
+    return fail(err, errlen, "%s%s", prefix, sub);
+  if (!(s->sleep >= 0)) return fail(err, errlen, "%ssleep must be >= 0 seconds, got %g", prefix, s->sleep);
+  /* A step may be a pure wait: `sleep` and nothing to execute. */
+  if (s->execute_ref == LUA_NOREF && s->sleep <= 0)
+    return fail(err, errlen, "%sexecute is missing (a function is required)", prefix);
   if (opt_function_ref(L, idx, "compensate", "step", &s->compensate_ref, sub, sizeof sub) < 0 ||
       opt_function_ref(L, idx, "idempotency_key", "step", &s->key_ref, sub, sizeof sub) < 0 ||
       opt_number(L, idx, "timeout", "step", &s->timeout, sub, sizeof sub) < 0)

@@ -20,6 +20,7 @@ typedef struct mend_step_def {
   char *breaker_key;
   mend_breaker_policy breaker;
   double timeout;                             /* seconds; 0 = none */
+  double sleep;                               /* durable wait before executing; 0 = none */
   mend_breaker_slot *slot;                    /* resolved by the engine at registration */
 } mend_step_def;
 

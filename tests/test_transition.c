@@ -20,6 +20,8 @@ static const struct edge step_edges[] = {
   {"retry_wait", "breaker_open"},
   {"breaker_open", "pending"},
   {"breaker_open", "breaker_open"},
+  {"pending", "sleeping"},                 /* a durable wait before the step */
+  {"sleeping", "pending"},
   {"succeeded", "compensating"},
   {"failed", "compensating"},
   {"compensating", "compensated"},
@@ -42,7 +44,8 @@ static const struct edge run_edges[] = {
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 static const char *const step_names[] = {
-  "pending", "running", "retry_wait", "breaker_open", "succeeded", "failed", "compensating",
+  "pending", "running", "retry_wait", "breaker_open", "sleeping", "succeeded", "failed",
+  "compensating",
   "compensated", "compensation_failed"};
 static const char *const run_names[] = {
   "running", "compensating", "succeeded", "compensated", "failed", "needs_attention"};

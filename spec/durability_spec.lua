@@ -1,0 +1,185 @@
+-- Recovery from the store alone, and durable sleeps, through the Lua API: one engine stops
+-- mid-run (closed as at a shutdown, or its attempt cut short), a second engine on the same
+-- file resumes the run. The crash tests with real SIGKILLed processes are in crash_spec.lua.
+local H = require "spec.helper"
+local mend = require "mend"
+
+local function transitions(eng, id, step)
+  local out = {}
+  for _, h in ipairs(eng:history(id)) do
+    if h.event == "step" and h.step == step then out[#out + 1] = h.from .. ">" .. h.to end
+  end
+  return out
+end
+
+describe("a sleep step", function()
+  after_each(H.cleanup)
+
+  it("waits durably before executing, as long as it says, with no attempt in flight", function()
+    local eng = H.new_engine()
+    local ran_at
+    eng:register{ name = "cool", steps = {
+      { name = "first", execute = function() return 1 end },
+      { name = "cool_off", sleep = 3600 },
+      { name = "then", sleep = 5, execute = function(ctx) ran_at = ctx:now(); return 2 end },
+    } }
+    local t0 = eng:now()
+    local id = eng:start("cool", {})
+    eng:advance(1800)
+    local st = eng:status(id)
+    assert.are.equal("sleeping", H.step(st, "cool_off").status)
+    assert.are.equal(0, H.step(st, "cool_off").attempts)
+    assert.is_truthy(math.abs(H.step(st, "cool_off").due - (t0 + 3600)) < 1e-3)
+    eng:run()
+    assert.are.equal("succeeded", eng:status(id).status)
+    assert.is_truthy(math.abs(ran_at - (t0 + 3605)) < 1e-3)
+    assert.are.same({ "pending>sleeping", "sleeping>pending", "pending>succeeded" },
+      transitions(eng, id, "cool_off"))
+  end)
+
+  it("survives a restart and ends at its stored due time", function()
+    local def = { name = "nap", steps = {
+      { name = "nap", sleep = 600 },
+      { name = "after", execute = function(ctx) return ctx:now() end },
+    } }
+    local eng, db = H.new_engine()
+    eng:register(def)
+    local t0 = eng:now()
+    local id = eng:start("nap", {})
+    eng:advance(100)
+    H.close(eng)                               -- the process goes away mid-sleep
+    local eng2 = H.reopen(db)
+    eng2:register(def)
+    assert.are.equal(1, eng2:recover())
+    eng2:run()
+    local st = eng2:status(id)
+    assert.are.equal("succeeded", st.status)
+    -- the second engine's virtual clock starts from the wall clock again: the step ran at the
+    -- due time the first engine stored, not 600 s after the restart
+    assert.is_truthy(H.step(st, "after").result >= t0 + 600)
+    assert.is_truthy(H.step(st, "after").result < eng2:now() + 1)
+  end)
+
+  it("refuses a negative sleep with a message naming the step", function()
+    local eng = H.new_engine()
+    assert.has_error(function() eng:register{ name = "x", steps = { { name = "w", sleep = -1 } } } end,
+      'register: step "w": sleep must be >= 0 seconds, got -1')
+  end)
+end)
+
+describe("recovery", function()
+  after_each(H.cleanup)
+
+  it("executes again a step found running, with the same idempotency key, counting the attempt", function()
+    local keys, calls = {}, 0
+    local def = { name = "r", steps = {
+      { name = "pay", execute = function(ctx)
+          calls = calls + 1
+          keys[#keys + 1] = ctx.idempotency_key
+          mend.sleep(10)                       -- the engine stops while this attempt waits
+          return ctx.attempt
+        end },
+    } }
+    local eng, db = H.new_engine()
+    eng:register(def)
+    local id = eng:start("r", {})
+    eng:advance(1)
+    assert.are.equal("running", H.step(eng:status(id), "pay").status)
+    H.close(eng)
+    local eng2 = H.reopen(db)
+    eng2:register(def)
+    eng2:recover()
+    eng2:run()
+    local st = eng2:status(id)
+    assert.are.equal("succeeded", st.status)
+    assert.are.equal(2, calls)
+    assert.are.equal(keys[1], keys[2])
+    assert.are.equal(2, H.step(st, "pay").attempts)
+    assert.are.equal(2, H.step(st, "pay").result)
+    assert.are.same({ "pending>running", "running>running", "running>succeeded" },
+      transitions(eng2, id, "pay"))
+  end)
+
+  it("resumes a retry wait at its stored due time, and never re-executes a succeeded step", function()
+    local first, second = 0, 0
+    local def = { name = "w", retry = { initial = 100, jitter = 0 }, steps = {
+      { name = "one", execute = function() first = first + 1; return "done" end },
+      { name = "two", execute = function(ctx)
+          second = second + 1
+          if ctx.attempt == 1 then error(mend.retryable("busy")) end
+          return ctx.results.one
+        end },
+    } }
+    local eng, db = H.new_engine()
+    eng:register(def)
+    local id = eng:start("w", {})
+    eng:advance(10)
+    local due = H.step(eng:status(id), "two").due
+    H.close(eng)
+    local eng2 = H.reopen(db)
+    eng2:register(def)
+    eng2:recover()
+    eng2:run()
+    local st = eng2:status(id)
+    assert.are.equal("succeeded", st.status)
+    assert.are.equal(1, first)
+    assert.are.equal(2, second)
+    assert.are.equal("done", H.step(st, "two").result)
+    local ran
+    for _, h in ipairs(eng2:history(id)) do
+      if h.step == "two" and h.to == "running" and h.attempt == 2 then ran = h.at end
+    end
+    assert.is_truthy(ran >= due - 1e-6)
+  end)
+
+  it("resumes a compensation where it stopped, in reverse order, each compensation once", function()
+    local undone = {}
+    local function step(name, fail)
+      return { name = name,
+        execute = function() if fail then error(mend.fatal("declined")) end return name end,
+        compensate = function(ctx, result)
+          undone[#undone + 1] = result
+          if result == "b" and #undone == 1 then mend.sleep(50) end   -- stopped mid-compensation
+        end }
+    end
+    local def = { name = "c", steps = { step("a"), step("b"), step("c", true) } }
+    local eng, db = H.new_engine()
+    eng:register(def)
+    local id = eng:start("c", {})
+    eng:advance(1)
+    assert.are.equal("compensating", eng:status(id).status)
+    H.close(eng)
+    local eng2 = H.reopen(db)
+    eng2:register(def)
+    eng2:recover()
+    eng2:run()
+    assert.are.equal("compensated", eng2:status(id).status)
+    -- "b" was cut short and is compensated again (compensations are idempotent), then "a"
+    assert.are.same({ "b", "b", "a" }, undone)
+  end)
+
+  it("leaves a run whose workflow is not loaded alone, and says why in the log", function()
+    local lines = {}
+    local eng, db = H.new_engine()
+    eng:register{ name = "gone", steps = { { name = "s", execute = function() mend.sleep(5) end } } }
+    local id = eng:start("gone", {})
+    eng:advance(1)
+    H.close(eng)
+    local eng2 = H.reopen(db, { log = function(rec) lines[#lines + 1] = rec.message end })
+    assert.are.equal(0, eng2:recover())
+    assert.are.equal("running", eng2:status(id).status)
+    assert.is_truthy(table.concat(lines, "\n"):find('workflow "gone" is not loaded here', 1, true))
+  end)
+
+  it("gives back the leases of a closed engine so another can take its runs at once", function()
+    local def = { name = "l", steps = { { name = "s", execute = function() mend.sleep(5); return 1 end } } }
+    local eng, db = H.new_engine({ lease = 3600 })
+    eng:register(def)
+    eng:start("l", {})
+    eng:advance(1)
+    H.close(eng)
+    local eng2 = H.reopen(db)
+    eng2:register(def)
+    assert.are.equal(1, eng2:recover())
+  end)
+end)

@@ -1,0 +1,139 @@
+-- Storage faults through the real `mend` command: a full disk, a locked database, a file that
+-- is not a mend database, a database from a newer mend. Each gives a clear error naming the
+-- file and the cause, exits 1 (never a workflow outcome: 0, 3 or 4), and loses nothing that
+-- was committed.
+local H = require "spec.helper"
+
+local MEND = os.getenv("MEND_BIN") or "./build/mend"
+
+local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
+-- Runs a shell command; returns its exit code and its output (stdout and stderr).
+local function run(cmd)
+  local p = assert(io.popen(cmd .. " 2>&1; echo \"rc=$?\""))
+  local text = p:read("a")
+  p:close()
+  local rc = tonumber(text:match("rc=(%d+)%s*$"))
+  return rc, (text:gsub("rc=%d+%s*$", ""))
+end
+
+local function write(path, text)
+  local f = assert(io.open(path, "w"))
+  f:write(text)
+  f:close()
+end
+
+local BIG_STEP_WORKFLOW = [[
+return { name = "big", steps = {
+  { name = "one", execute = function(ctx, input) return string.rep("x", 40000) .. ctx.run_id end },
+  { name = "two", execute = function(ctx, input) return string.rep("y", 40000) .. ctx.run_id end },
+} }
+]]
+
+describe("a full disk", function()
+  local mnt
+  after_each(function()
+    if mnt then os.execute("umount " .. mnt .. " 2>/dev/null") end
+    H.cleanup()
+  end)
+
+  it("stops the worker with a clear error, keeps the database intact, and the runs finish once space is back", function()
+    mnt = H.tmp_dir()
+    local mounted = os.execute("mount -t tmpfs -o size=1m tmpfs " .. mnt .. " 2>/dev/null")
+    if not mounted then
+      pending("needs root to mount a small tmpfs")
+      mnt = nil
+      return
+    end
+    local wfdir = H.tmp_dir()
+    write(wfdir .. "/big.lua", BIG_STEP_WORKFLOW)
+    local db = mnt .. "/mend.db"
+    local ids = {}
+    for i = 1, 12 do
+      local rc, out = run(string.format("%s start big --db %s --workflows %s --input '{\"i\":%d}'", MEND, db, wfdir, i))
+      assert.are.equal(0, rc, out)
+      ids[#ids + 1] = out:match("(%S+)")
+    end
+    local rc, out = run(string.format("%s worker --db %s --workflows %s --poll 0.01 --lease 1", MEND, db, wfdir))
+    assert.are.equal(1, rc, out)
+    assert.matches(db .. ": [%w ]+: database or disk is full", out)
+    assert.are.same({ "ok" }, H.sql(db, "PRAGMA integrity_check"))
+    -- what was committed before the failure is all there
+    assert.are.equal(tostring(#ids), H.sql(db, "SELECT count(*) FROM runs")[1])
+    -- space comes back: a new worker finishes every run
+    assert.is_truthy(os.execute("mount -o remount,size=64m " .. mnt))
+    local pid_out = io.popen(string.format(
+      "sh -c 'exec %s worker --db %s --workflows %s --poll 0.01 --lease 1 >/dev/null 2>&1' & echo $!",
+      MEND, db, wfdir)):read("l")
+    for _, id in ipairs(ids) do
+      local wrc, wout = run(string.format("%s wait %s --db %s --timeout 30", MEND, id, db))
+      assert.are.equal(0, wrc, wout)
+    end
+    os.execute("kill -TERM " .. pid_out)
+    os.execute("sleep 0.3")
+    assert.are.same({ "ok" }, H.sql(db, "PRAGMA integrity_check"))
+  end)
+end)
+
+describe("a locked database", function()
+  after_each(H.cleanup)
+
+  it("makes `mend start` wait out the busy timeout, then fail naming the file, and work once the lock is gone", function()
+    local db = H.tmp_db()
+    local wfdir = H.tmp_dir()
+    write(wfdir .. "/big.lua", BIG_STEP_WORKFLOW)
+    local rc, out = run(string.format("%s start big --db %s --workflows %s", MEND, db, wfdir))
+    assert.are.equal(0, rc, out)
+    -- another process takes the write lock and keeps it
+    local holder = assert(io.popen("sqlite3 " .. q(db), "w"))
+    holder:write("BEGIN EXCLUSIVE; INSERT INTO meta VALUES('lock-test', 'x');\n")
+    holder:flush()
+    os.execute("sleep 0.2")
+    local t0 = H.wall()
+    rc, out = run(string.format("%s start big --db %s --workflows %s", MEND, db, wfdir))
+    assert.are.equal(1, rc, out)
+    assert.matches(db .. ".*database is locked", out)
+    assert.is_truthy(H.wall() - t0 >= 4.5)   -- it waited the busy timeout out first
+    holder:write("ROLLBACK;\n.quit\n")
+    holder:close()
+    rc, out = run(string.format("%s start big --db %s --workflows %s", MEND, db, wfdir))
+    assert.are.equal(0, rc, out)
+    assert.are.equal("2", H.sql(db, "SELECT count(*) FROM runs")[1])
+  end)
+end)
+
+describe("a file that is not a mend database", function()
+  after_each(H.cleanup)
+
+  it("is refused by name, and left untouched", function()
+    local dir = H.tmp_dir()
+    local path = dir .. "/notes.txt"
+    write(path, "these are my notes, not a database\n")
+    local rc, out = run(string.format("%s dlq --db %s", MEND, path))
+    assert.are.equal(1, rc)
+    assert.matches(path .. ": file is not a database", out)
+    local f = assert(io.open(path))
+    assert.are.equal("these are my notes, not a database\n", f:read("a"))
+    f:close()
+  end)
+
+  it("refuses a database of a newer mend, naming the versions", function()
+    local db = H.tmp_db()
+    local wfdir = H.tmp_dir()
+    write(wfdir .. "/big.lua", BIG_STEP_WORKFLOW)
+    assert.are.equal(0, (run(string.format("%s start big --db %s --workflows %s", MEND, db, wfdir))))
+    H.sql(db, "PRAGMA user_version = 99")
+    local rc, out = run(string.format("%s worker --db %s --workflows %s", MEND, db, wfdir))
+    assert.are.equal(1, rc)
+    assert.matches(db .. ": schema version 99 is newer than this mend %(1%)", out)
+  end)
+
+  it("refuses a SQLite database of another program", function()
+    local db = H.tmp_db()
+    H.sql(db, "CREATE TABLE invoices(id INTEGER PRIMARY KEY, total REAL)")
+    local rc, out = run(string.format("%s dlq --db %s", MEND, db))
+    assert.are.equal(1, rc)
+    assert.matches(db .. ": not a mend database", out)
+    assert.are.same({ "invoices" }, H.sql(db, "SELECT name FROM sqlite_master"))
+  end)
+end)
