@@ -127,6 +127,7 @@ struct mend_engine {
   int serving, draining, attempts;
   int max_in_flight;
   double grace_deadline;
+  double next_reload;     /* when a serving engine next reads breakers and cancel requests */
 };
 
 /* ---------------------------------------------------------------- small helpers */
@@ -591,6 +592,7 @@ static void finish_failed(mend_run *r) {
 static int needs_compensation(const mend_run *r, int i) {
   const step_rt *st = &r->steps[i];
   return st->status == MEND_STEP_SUCCEEDED || st->status == MEND_STEP_COMPENSATING ||
+         st->status == MEND_STEP_COMPENSATION_FAILED ||
          (st->status == MEND_STEP_FAILED && st->compensate_self);
 }
 
@@ -1254,31 +1256,29 @@ static double real_field(json_t *o, const char *field) {
   return v ? json_number_value(v) : -1;
 }
 
-/* Rebuilds a run from the store alone, and sets it going from where the store says it stood.
- * 0, or -1 when the run cannot be resumed by this engine (its workflow is not loaded or has
- * other steps now); it is then left as it is for a person or another worker. */
-static int restore(mend_engine *E, const char *id) {
+/* Rebuilds a run in memory from the store alone, without acting on it. NULL when the run
+ * cannot be resumed by this engine (its workflow is not loaded or has other steps now), with
+ * the reason in `why`; the run is then left as it is for a person or another worker. */
+static mend_run *rebuild(mend_engine *E, const char *id, char *why, int whylen) {
   json_t *row = mend_store_run(E->store, id);
-  if (!row) { store_failed(E); return -1; }
+  if (!row) { snprintf(why, (size_t)whylen, "%s", mend_store_errmsg(E->store)); return NULL; }
   const char *wf_name = json_string_value(json_object_get(row, "workflow"));
   mend_workflow *wf = wf_name ? mend_engine_workflow(E, wf_name) : NULL;
   json_t *steps = json_object_get(row, "steps");
-  char why[300] = "";
-  if (!wf) snprintf(why, sizeof why, "workflow \"%s\" is not loaded here", wf_name ? wf_name : "?");
+  why[0] = 0;
+  if (!wf) snprintf(why, (size_t)whylen, "workflow \"%s\" is not loaded here", wf_name ? wf_name : "?");
   else if ((int)json_array_size(steps) != wf->nsteps)
-    snprintf(why, sizeof why, "workflow \"%s\" now has %d steps, the run has %d", wf->name,
+    snprintf(why, (size_t)whylen, "workflow \"%s\" now has %d steps, the run has %d", wf->name,
              wf->nsteps, (int)json_array_size(steps));
   for (int i = 0; !why[0] && i < wf->nsteps; i++) {
     const char *name = json_string_value(json_object_get(json_array_get(steps, (size_t)i), "name"));
     if (!name || strcmp(name, wf->steps[i].name) != 0)
-      snprintf(why, sizeof why, "step #%d is \"%s\" in the run but \"%s\" in the workflow", i + 1,
+      snprintf(why, (size_t)whylen, "step #%d is \"%s\" in the run but \"%s\" in the workflow", i + 1,
                name ? name : "?", wf->steps[i].name);
   }
   if (why[0]) {
-    mend_engine_log_line(E, "error", id, NULL, 0, "recover", why);
-    if (mend_store_release(E->store, id, E->owner)) store_failed(E);
     json_decref(row);
-    return -1;
+    return NULL;
   }
   mend_run *r = run_new(E, wf, id);
   mend_run_status_parse(json_string_value(json_object_get(row, "status")), &r->status);
@@ -1315,9 +1315,13 @@ static int restore(mend_engine *E, const char *id) {
       (strcmp(r->reason, "compensable") == 0 || strcmp(r->reason, "severity_2") == 0);
   }
   json_decref(row);
-  history(r, NULL, "recovered", NULL, mend_run_status_name(r->status), 0, NULL, -1, E->owner);
-  mend_engine_log_line(E, "info", r->id, NULL, 0, "recover", "resumed from the store");
-  double now = mend_engine_now(E);
+  return r;
+}
+
+/* Sets a rebuilt run going from where the store says it stood. */
+static void schedule_restored(mend_run *r) {
+  const mend_workflow *wf = r->wf;
+  double now = mend_engine_now(r->E);
   if (r->status == MEND_RUN_RUNNING) {
     r->cur = 0;
     while (r->cur < wf->nsteps && r->steps[r->cur].status == MEND_STEP_SUCCEEDED) r->cur++;
@@ -1327,7 +1331,7 @@ static int restore(mend_engine *E, const char *id) {
       r->wait_kind = st->status == MEND_STEP_RETRY_WAIT ? WAIT_RETRY
                    : st->status == MEND_STEP_BREAKER_OPEN ? WAIT_BREAKER : WAIT_STEP_SLEEP;
       arm(r, &r->wait, st->due > now ? st->due : now);   /* already due: now */
-      return 0;
+      return;
     }
   } else {
     r->cur = wf->nsteps - 1;
@@ -1336,10 +1340,23 @@ static int restore(mend_engine *E, const char *id) {
     if (st && st->status == MEND_STEP_COMPENSATING && st->due >= 0) {
       r->wait_kind = WAIT_COMP_RETRY;
       arm(r, &r->wait, st->due > now ? st->due : now);
-      return 0;
+      return;
     }
   }
   queue(r, ACT_ADVANCE);
+}
+
+static int restore(mend_engine *E, const char *id) {
+  char why[300];
+  mend_run *r = rebuild(E, id, why, sizeof why);
+  if (!r) {
+    mend_engine_log_line(E, "error", id, NULL, 0, "recover", why);
+    if (mend_store_release(E->store, id, E->owner)) store_failed(E);
+    return -1;
+  }
+  history(r, NULL, "recovered", NULL, mend_run_status_name(r->status), 0, NULL, -1, E->owner);
+  mend_engine_log_line(E, "info", r->id, NULL, 0, "recover", "resumed from the store");
+  schedule_restored(r);
   return 0;
 }
 
@@ -1395,6 +1412,9 @@ int mend_engine_recover(mend_engine *E, int limit) {
 
 /* ---------------------------------------------------------------- serving */
 
+static void reload_breakers(mend_engine *E);
+static void take_cancel_requests(mend_engine *E);
+
 static void renew_leases(uv_timer_t *t) {
   mend_engine *E = t->data;
   if (E->broken || !E->in_flight) return;
@@ -1405,6 +1425,13 @@ static void renew_leases(uv_timer_t *t) {
 static void poll_for_runs(uv_timer_t *t) {
   mend_engine *E = t->data;
   if (E->draining || E->broken) return;
+  double now = mend_real_now();
+  if (now >= E->next_reload) {
+    E->next_reload = now + 1.0;
+    reload_breakers(E);
+    take_cancel_requests(E);
+    if (E->broken) return;
+  }
   int room = E->max_in_flight > 0 ? E->max_in_flight - E->in_flight : 1000;
   if (room > 1000) room = 1000;
   claim_and_restore(E, room);
@@ -1463,6 +1490,235 @@ int mend_engine_serve(mend_engine *E, double poll_seconds, int max_in_flight) {
   }
   E->serving = 0;
   return E->broken ? -1 : 0;
+}
+
+/* ---------------------------------------------------------------- repairs by people */
+
+static mend_run *find_run(mend_engine *E, const char *id) {
+  for (mend_run *r = E->runs; r; r = r->next)
+    if (strcmp(r->id, id) == 0) return r;
+  return NULL;
+}
+
+static int refuse(char *err, int errlen, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, (size_t)errlen, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+static void operator_entry(mend_engine *E, const char *id, const char *op, const char *who,
+                           const char *note) {
+  char detail[1200];
+  snprintf(detail, sizeof detail, "%s by %s%s%s", op, who ? who : "?", note ? ": " : "", note ? note : "");
+  mend_history_rec h = {id, NULL, mend_engine_now(E), "operator", NULL, NULL, 0, NULL, -1, detail};
+  if (mend_store_append_history(E->store, &h)) store_failed(E);
+  mend_engine_log_line(E, "info", id, NULL, 0, "operator", detail);
+}
+
+/* Reads a run's status and reason from the store; 0, or -1 with "no run <id>" in err. */
+static int stored_status(mend_engine *E, const char *id, char *status, char *reason, int len,
+                         char *err, int errlen) {
+  json_t *row = mend_store_run(E->store, id);
+  if (!row) return refuse(err, errlen, "%s", mend_store_errmsg(E->store));
+  const char *st = json_string_value(json_object_get(row, "status"));
+  const char *why = json_string_value(json_object_get(row, "reason"));
+  snprintf(status, (size_t)len, "%s", st ? st : "");
+  snprintf(reason, (size_t)len, "%s", why ? why : "");
+  json_decref(row);
+  return 0;
+}
+
+/* Brings a run that no live engine holds into this engine, holding its lease. */
+static mend_run *take_over(mend_engine *E, const char *id, char *err, int errlen) {
+  char owner[128];
+  double until;
+  if (mend_store_owner(E->store, id, owner, sizeof owner, &until) < 0) {
+    refuse(err, errlen, "%s", mend_store_errmsg(E->store));
+    return NULL;
+  }
+  if (owner[0] && strcmp(owner, E->owner) != 0 && until >= mend_real_now()) {
+    refuse(err, errlen, "run %s is held by worker %s (lease for %.0f s more)", id, owner,
+           until - mend_real_now());
+    return NULL;
+  }
+  mend_run *r = rebuild(E, id, err, errlen);
+  if (!r) return NULL;
+  if (mend_store_take(E->store, id, E->owner, lease_until(E))) store_failed(E);
+  return r;
+}
+
+/* Cancels a run held in memory: the attempt in flight is abandoned, the steps done are
+ * compensated in reverse. */
+static int cancel_now(mend_run *r, const char *who, char *err, int errlen) {
+  if (r->status != MEND_RUN_RUNNING)
+    return refuse(err, errlen, "run %s is %s: only a running run can be cancelled", r->id,
+                  mend_run_status_name(r->status));
+  mend_engine *E = r->E;
+  int i = r->cur;
+  step_rt *st = i < r->wf->nsteps ? &r->steps[i] : NULL;
+  int was_running = r->co != NULL || (st && st->status == MEND_STEP_RUNNING);
+  abandon_exec(r);
+  end_attempt(r);
+  mend_timer_disarm(&E->timers, &r->wait);
+  r->wait_kind = WAIT_NONE;
+  operator_entry(E, r->id, "cancel", who, NULL);
+  if (was_running && st && r->wf->steps[i].slot->b.state == MEND_BREAKER_HALF_OPEN)
+    mend_breaker_release(&r->wf->steps[i].slot->b);
+  char msg[300];
+  snprintf(msg, sizeof msg, "cancelled by %s", who ? who : "?");
+  if (st && st->status == MEND_STEP_RUNNING) step_to(r, i, MEND_STEP_FAILED, msg, -1, NULL);
+  else if (st && st->status != MEND_STEP_PENDING) step_to(r, i, MEND_STEP_PENDING, NULL, -1, NULL);
+  set_str(&r->error, msg);
+  r->reason = "cancelled";
+  r->fail_step = i;
+  int anything = 0;
+  for (int j = 0; j < i && j < r->wf->nsteps; j++) anything |= r->steps[j].status == MEND_STEP_SUCCEEDED;
+  if (!anything) {
+    run_to(r, MEND_RUN_FAILED);
+    queue(r, ACT_FINISH);
+  } else {
+    run_to(r, MEND_RUN_COMPENSATING);
+    r->cur = i - 1;
+    queue(r, ACT_ADVANCE);
+  }
+  return E->broken ? refuse(err, errlen, "%s", E->errmsg) : 0;
+}
+
+int mend_engine_cancel(mend_engine *E, const char *id, const char *who, char *err, int errlen) {
+  mend_run *r = find_run(E, id);
+  if (r) return cancel_now(r, who, err, errlen);
+  char status[64], reason[64];
+  if (stored_status(E, id, status, reason, sizeof status, err, errlen)) return -1;
+  if (strcmp(status, "running") != 0)
+    return refuse(err, errlen, "run %s is %s: only a running run can be cancelled", id, status);
+  char why[400];
+  r = take_over(E, id, why, sizeof why);
+  if (!r) {
+    /* Held by a live worker: ask it; it cancels at its next poll. */
+    if (mend_store_request_cancel(E->store, id)) store_failed(E);
+    operator_entry(E, id, "cancel requested", who, NULL);
+    if (E->broken || mend_store_commit(E->store)) return refuse(err, errlen, "%s", mend_store_errmsg(E->store));
+    return 1;
+  }
+  return cancel_now(r, who, err, errlen);
+}
+
+int mend_engine_dlq_retry(mend_engine *E, const char *id, const char *who, char *err, int errlen) {
+  char status[64], reason[64];
+  if (find_run(E, id)) return refuse(err, errlen, "run %s is in flight: it is not in the dead-letter queue", id);
+  if (stored_status(E, id, status, reason, sizeof status, err, errlen)) return -1;
+  if (strcmp(status, "needs_attention") != 0)
+    return refuse(err, errlen, "run %s is %s: only a run in the dead-letter queue can be retried", id, status);
+  if (strcmp(reason, "attempts_exhausted") == 0)
+    return refuse(err, errlen, "run %s was compensated after its attempts ran out: there is nothing left to "
+                  "resume; start a new run, or resolve this one with a note", id);
+  mend_run *r = take_over(E, id, err, errlen);
+  if (!r) return -1;
+  operator_entry(E, id, "dlq retry", who, NULL);
+  if (mend_store_dlq_remove(E->store, id)) store_failed(E);
+  if (strcmp(reason, "compensation_failed") == 0) {
+    int i = r->wf->nsteps - 1;
+    while (i >= 0 && r->steps[i].status != MEND_STEP_COMPENSATION_FAILED) i--;
+    if (i < 0) return refuse(err, errlen, "run %s: no step is compensation_failed", id);
+    r->steps[i].comp_attempts = 0;   /* fresh attempts */
+    r->steps[i].last_delay = -1;
+    run_to(r, MEND_RUN_COMPENSATING);
+    r->cur = i;
+  } else {   /* severity 3: the failed step again, with fresh attempts */
+    int i = r->fail_step;
+    if (i < 0) return refuse(err, errlen, "run %s: no step is failed", id);
+    r->steps[i].attempts = 0;
+    r->steps[i].last_delay = -1;
+    r->steps[i].compensate_self = 0;
+    set_str(&r->steps[i].error, NULL);
+    step_to(r, i, MEND_STEP_PENDING, NULL, -1, "retried from the dead-letter queue");
+    r->reason = NULL;
+    set_str(&r->error, NULL);
+    r->fail_step = -1;
+    run_to(r, MEND_RUN_RUNNING);
+    r->cur = i;
+  }
+  queue(r, ACT_ADVANCE);
+  return E->broken ? refuse(err, errlen, "%s", E->errmsg) : 0;
+}
+
+int mend_engine_resolve(mend_engine *E, const char *id, const char *who, const char *note,
+                        char *err, int errlen) {
+  char status[64], reason[64];
+  if (!note || !*note) return refuse(err, errlen, "resolving a run needs a note saying what was done");
+  if (stored_status(E, id, status, reason, sizeof status, err, errlen)) return -1;
+  if (strcmp(status, "needs_attention") != 0)
+    return refuse(err, errlen, "run %s is %s: only a run in the dead-letter queue can be resolved", id, status);
+  double now = mend_engine_now(E);
+  json_t *row = mend_store_run(E->store, id);
+  const char *error = row ? json_string_value(json_object_get(row, "error")) : NULL;
+  int attention = row ? json_is_true(json_object_get(row, "attention")) : 0;
+  if (mend_store_update_run(E->store, id, "resolved", error, attention, now, reason)) store_failed(E);
+  json_decref(row);
+  mend_history_rec h = {id, NULL, now, "run", "needs_attention", "resolved", 0, NULL, -1, note};
+  if (mend_store_append_history(E->store, &h)) store_failed(E);
+  operator_entry(E, id, "dlq resolve", who, note);
+  if (mend_store_dlq_remove(E->store, id)) store_failed(E);
+  if (E->broken || mend_store_commit(E->store)) return refuse(err, errlen, "%s", mend_store_errmsg(E->store));
+  return 0;
+}
+
+int mend_engine_breaker_set(mend_engine *E, const char *key, const char *op, double seconds,
+                            const char *who, char *err, int errlen) {
+  struct mend_breaker_slot *s = NULL;
+  for (struct mend_breaker_slot *x = E->breakers; x; x = x->next)
+    if (strcmp(x->key, key) == 0) s = x;
+  mend_breaker b;
+  int found = s ? 1 : mend_store_get_breaker(E->store, key, &b);
+  if (found < 0) return refuse(err, errlen, "%s", mend_store_errmsg(E->store));
+  if (!found) return refuse(err, errlen, "no breaker %s (a breaker exists once a step using it has run)", key);
+  if (s) b = s->b;
+  double now = mend_engine_now(E);
+  mend_breaker_state before = b.state;
+  if (strcmp(op, "reset") == 0 || strcmp(op, "close") == 0) {
+    mend_breaker_init(&b);
+  } else if (strcmp(op, "open") == 0) {
+    b.state = MEND_BREAKER_OPEN;
+    b.failures = b.successes = b.probes = 0;
+    b.opened_at = now;
+    b.open_until = now + (seconds > 0 ? seconds : s ? s->p.open_seconds : 30);
+  } else {
+    return refuse(err, errlen, "breaker operation must be reset, open or close, got %s", op);
+  }
+  if (s) s->b = b;
+  if (mend_store_put_breaker(E->store, key, &b, now)) store_failed(E);
+  char detail[200];
+  snprintf(detail, sizeof detail, "%s -> %s", mend_breaker_state_name(before), mend_breaker_state_name(b.state));
+  if (mend_store_audit(E->store, now, who, op, key, detail)) store_failed(E);
+  if (E->broken || mend_store_commit(E->store)) return refuse(err, errlen, "%s", mend_store_errmsg(E->store));
+  return 0;
+}
+
+/* Other processes change breakers (manual overrides, other workers): a serving engine reads
+ * them back now and then. */
+static void reload_breakers(mend_engine *E) {
+  for (struct mend_breaker_slot *s = E->breakers; s; s = s->next) {
+    mend_breaker b;
+    if (mend_store_get_breaker(E->store, s->key, &b) != 1) continue;
+    b.probes = b.state == s->b.state ? s->b.probes : 0;
+    s->b = b;
+  }
+}
+
+static void take_cancel_requests(mend_engine *E) {
+  json_t *ids = mend_store_cancel_requests(E->store, E->owner);
+  if (!ids) { store_failed(E); return; }
+  size_t i;
+  json_t *id;
+  json_array_foreach(ids, i, id) {
+    mend_run *r = find_run(E, json_string_value(id));
+    char err[300];
+    if (r && cancel_now(r, "an operator (requested)", err, sizeof err))
+      mend_engine_log_line(E, "warn", r->id, NULL, 0, "operator", err);
+  }
+  json_decref(ids);
 }
 
 /* ---------------------------------------------------------------- workflows */

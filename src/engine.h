@@ -92,6 +92,21 @@ int mend_engine_recover(mend_engine *E, int limit);
  * 0, or -1 on a storage failure. */
 int mend_engine_serve(mend_engine *E, double poll_seconds, int max_in_flight);
 void mend_engine_stop(mend_engine *E);
+
+/* Repairs by people (SPEC section 8). Each is recorded in the run's history (or, for breakers,
+ * in the audit table) with `who` did it, and refuses with a message when it makes no sense.
+ * cancel: a running run compensates what it did; returns 0, or 1 when the run is held by
+ * another live worker, which is asked to cancel it (it does within a second). dlq_retry: a run
+ * in the dead-letter queue resumes where it stopped (the failed compensation, or a severity-3
+ * step) with fresh attempts. resolve: a person settled it by hand; `note` says how. Runs
+ * that retry or cancel here are then executed by this engine (run or serve it). */
+int mend_engine_cancel(mend_engine *E, const char *id, const char *who, char *err, int errlen);
+int mend_engine_dlq_retry(mend_engine *E, const char *id, const char *who, char *err, int errlen);
+int mend_engine_resolve(mend_engine *E, const char *id, const char *who, const char *note,
+                        char *err, int errlen);
+/* op: "reset" | "open" | "close"; seconds: how long "open" lasts (<= 0: the policy's). */
+int mend_engine_breaker_set(mend_engine *E, const char *key, const char *op, double seconds,
+                            const char *who, char *err, int errlen);
 int mend_engine_in_flight(const mend_engine *E);
 
 mend_store *mend_engine_store(mend_engine *E);

@@ -455,19 +455,92 @@ static int engine_breakers(lua_State *L) {
   return push_query(L, b, mend_store_breakers(mend_engine_store(b->E)));
 }
 
-/* eng:runs{status=, workflow=, limit=} -> list  [-0, +1, e] */
+/* eng:runs{status=, workflow=, since=, attention=, limit=} -> list  [-0, +1, e] */
 static int engine_runs(lua_State *L) {
   engine_box *b = check_engine(L);
   const char *status = NULL, *workflow = NULL;
-  int limit = 0;
+  int limit = 0, attention = 0;
+  double since = -1;
   if (lua_istable(L, 2)) {
     status = opt_field_string(L, 2, "status", NULL);
     workflow = opt_field_string(L, 2, "workflow", NULL);
     lua_getfield(L, 2, "limit");
     limit = (int)luaL_optinteger(L, -1, 0);
+    lua_getfield(L, 2, "since");
+    since = luaL_optnumber(L, -1, -1);
+    lua_getfield(L, 2, "attention");
+    attention = lua_toboolean(L, -1);
+    lua_pop(L, 3);
+  }
+  return push_query(L, b, mend_store_runs_where(mend_engine_store(b->E), status, workflow, since,
+                                                attention, limit));
+}
+
+/* Who did an operation: opts.who, or the user and host of this process. [-0, +1, m] */
+static const char *push_who(lua_State *L, int opts) {
+  if (lua_istable(L, opts) && lua_getfield(L, opts, "who") == LUA_TSTRING) return lua_tostring(L, -1);
+  if (lua_istable(L, opts)) lua_pop(L, 1);
+  const char *user = getenv("USER");
+  char host[64] = "?";
+  gethostname(host, sizeof host - 1);
+  lua_pushfstring(L, "%s@%s", user ? user : "unknown", host);
+  return lua_tostring(L, -1);
+}
+
+/* eng:cancel(id [, {who=}]) -> "cancelled" | "requested"  [-0, +1, e] */
+static int engine_cancel(lua_State *L) {
+  engine_box *b = check_engine(L);
+  const char *id = luaL_checkstring(L, 2);
+  const char *who = push_who(L, 3);
+  char err[600];
+  int rc = mend_engine_cancel(b->E, id, who, err, sizeof err);
+  if (rc < 0) return luaL_error(L, "cancel: %s", err);
+  lua_pushstring(L, rc == 1 ? "requested" : "cancelled");
+  return 1;
+}
+
+/* eng:dlq_retry(id [, {who=}])  [-0, +0, e] */
+static int engine_dlq_retry(lua_State *L) {
+  engine_box *b = check_engine(L);
+  const char *id = luaL_checkstring(L, 2);
+  const char *who = push_who(L, 3);
+  char err[600];
+  if (mend_engine_dlq_retry(b->E, id, who, err, sizeof err)) return luaL_error(L, "dlq retry: %s", err);
+  return 0;
+}
+
+/* eng:resolve(id, {note = text [, who =]})  [-0, +0, e] */
+static int engine_resolve(lua_State *L) {
+  engine_box *b = check_engine(L);
+  const char *id = luaL_checkstring(L, 2);
+  const char *note = lua_istable(L, 3) ? opt_field_string(L, 3, "note", NULL) : NULL;
+  const char *who = push_who(L, 3);
+  char err[600];
+  if (mend_engine_resolve(b->E, id, who, note, err, sizeof err)) return luaL_error(L, "dlq resolve: %s", err);
+  return 0;
+}
+
+/* eng:breaker(key, "reset"|"open"|"close" [, {seconds=, who=}])  [-0, +0, e] */
+static int engine_breaker(lua_State *L) {
+  engine_box *b = check_engine(L);
+  const char *key = luaL_checkstring(L, 2);
+  const char *op = luaL_checkstring(L, 3);
+  double seconds = 0;
+  if (lua_istable(L, 4)) {
+    lua_getfield(L, 4, "seconds");
+    seconds = luaL_optnumber(L, -1, 0);
     lua_pop(L, 1);
   }
-  return push_query(L, b, mend_store_runs(mend_engine_store(b->E), status, workflow, limit));
+  const char *who = push_who(L, 4);
+  char err[600];
+  if (mend_engine_breaker_set(b->E, key, op, seconds, who, err, sizeof err))
+    return luaL_error(L, "breakers %s: %s", op, err);
+  return 0;
+}
+
+static int engine_audit(lua_State *L) {
+  engine_box *b = check_engine(L);
+  return push_query(L, b, mend_store_audit_list(mend_engine_store(b->E)));
 }
 
 static int engine_tostring(lua_State *L) {
@@ -506,7 +579,9 @@ int mend_lua_open(lua_State *L) {
     {"in_flight", engine_in_flight}, {"status", engine_status}, {"history", engine_history},
     {"dlq", engine_dlq}, {"breakers", engine_breakers}, {"runs", engine_runs},
     {"recover", engine_recover}, {"serve", engine_serve}, {"stop", engine_stop},
-    {"wait", engine_wait}, {"close", engine_close}, {NULL, NULL}};
+    {"wait", engine_wait}, {"cancel", engine_cancel}, {"dlq_retry", engine_dlq_retry},
+    {"resolve", engine_resolve}, {"breaker", engine_breaker}, {"audit", engine_audit},
+    {"close", engine_close}, {NULL, NULL}};
   static const luaL_Reg funcs[] = {
     {"retryable", l_retryable}, {"fatal", l_fatal}, {"compensable", l_compensable},
     {"is_error", l_is_error}, {"sleep", l_sleep}, {"exec", l_exec}, {"engine", l_engine},

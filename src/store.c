@@ -21,6 +21,7 @@ enum {
   Q_INSERT_RUN, Q_UPDATE_RUN, Q_PUT_STEP, Q_APPEND_HISTORY, Q_PUT_BREAKER, Q_PUT_DLQ,
   Q_FIND_RUN_KEY, Q_FIND_KEY_RESULT, Q_GET_BREAKER,
   Q_CLAIM, Q_RENEW, Q_RELEASE, Q_OWNER, Q_HOLDERS, Q_RELEASE_OWNER,
+  Q_DLQ_REMOVE, Q_REQUEST_CANCEL, Q_CANCEL_REQUESTS, Q_AUDIT, Q_AUDIT_LIST, Q_TAKE,
   Q_RUN, Q_STEPS, Q_HISTORY, Q_DLQ, Q_BREAKERS, Q_RUNS,
   Q__COUNT
 };
@@ -99,7 +100,16 @@ static const char *const query_sql[Q__COUNT] = {
   [Q_RUNS] =
     "SELECT id, workflow, version, source, run_key AS key, status, input, error, attention,"
     " reason, owner, lease_until, created, updated FROM runs WHERE (?1 IS NULL OR status = ?1)"
-    " AND (?2 IS NULL OR workflow = ?2) ORDER BY created DESC, rowid DESC LIMIT ?3",
+    " AND (?2 IS NULL OR workflow = ?2) AND (?4 IS NULL OR created >= ?4)"
+    " AND (?5 = 0 OR attention = 1 OR status = 'needs_attention')"
+    " ORDER BY created DESC, rowid DESC LIMIT ?3",
+  [Q_DLQ_REMOVE] = "DELETE FROM dlq WHERE run_id = ?1",
+  [Q_TAKE] = "UPDATE runs SET owner = ?2, lease_until = ?3, cancel_requested = 0 WHERE id = ?1",
+  [Q_REQUEST_CANCEL] = "UPDATE runs SET cancel_requested = 1 WHERE id = ?1",
+  [Q_CANCEL_REQUESTS] =
+    "SELECT id FROM runs WHERE owner = ?1 AND cancel_requested = 1 AND status = 'running'",
+  [Q_AUDIT] = "INSERT INTO audit(at, who, op, target, detail) VALUES(?1, ?2, ?3, ?4, ?5)",
+  [Q_AUDIT_LIST] = "SELECT seq, at, who, op, target, detail FROM audit ORDER BY seq",
 };
 
 /* Version 0 -> 1. Later versions append a migration here and bump MEND_SCHEMA_VERSION. */
@@ -108,7 +118,9 @@ static const char *const migrations[MEND_SCHEMA_VERSION] = {
   "CREATE TABLE runs(id TEXT PRIMARY KEY, workflow TEXT NOT NULL, version TEXT, source TEXT,"
   " run_key TEXT UNIQUE, status TEXT NOT NULL, input TEXT, error TEXT,"
   " attention INTEGER NOT NULL DEFAULT 0, reason TEXT, owner TEXT, lease_until REAL,"
-  " created REAL, updated REAL);"
+  " cancel_requested INTEGER NOT NULL DEFAULT 0, created REAL, updated REAL);"
+  "CREATE TABLE audit(seq INTEGER PRIMARY KEY, at REAL, who TEXT, op TEXT, target TEXT,"
+  " detail TEXT);"
   "CREATE INDEX runs_status ON runs(status);"
   "CREATE TABLE steps(run_id TEXT NOT NULL, idx INTEGER NOT NULL, name TEXT, status TEXT NOT NULL,"
   " attempts INTEGER NOT NULL DEFAULT 0, comp_attempts INTEGER NOT NULL DEFAULT 0, idem_key TEXT,"
@@ -757,12 +769,71 @@ json_t *mend_store_breakers(mend_store *s) {
 }
 
 json_t *mend_store_runs(mend_store *s, const char *status, const char *workflow, int limit) {
+  return mend_store_runs_where(s, status, workflow, -1, 0, limit);
+}
+
+json_t *mend_store_runs_where(mend_store *s, const char *status, const char *workflow,
+                              double since, int attention_only, int limit) {
   sqlite3_stmt *q = s->q[Q_RUNS];
   int rc = SQLITE_OK;
   BIND(bind_text(q, 1, status));
   BIND(bind_text(q, 2, workflow));
   BIND(sqlite3_bind_int(q, 3, limit > 0 ? limit : -1));
+  BIND(bind_opt_real(q, 4, since));
+  BIND(sqlite3_bind_int(q, 5, attention_only ? 1 : 0));
   return rows_array(s, q, rc, "read runs");
+}
+
+int mend_store_take(mend_store *s, const char *id, const char *owner, double lease_until) {
+  if (batch_begin(s) != 0) return -1;
+  sqlite3_stmt *q = s->q[Q_TAKE];
+  int rc = SQLITE_OK;
+  BIND(bind_text(q, 1, id));
+  BIND(bind_text(q, 2, owner));
+  BIND(sqlite3_bind_double(q, 3, lease_until));
+  return run_write(s, q, rc, "take run");
+}
+
+int mend_store_dlq_remove(mend_store *s, const char *run_id) {
+  if (batch_begin(s) != 0) return -1;
+  sqlite3_stmt *q = s->q[Q_DLQ_REMOVE];
+  return run_write(s, q, bind_text(q, 1, run_id), "remove from dlq");
+}
+
+int mend_store_request_cancel(mend_store *s, const char *run_id) {
+  if (batch_begin(s) != 0) return -1;
+  sqlite3_stmt *q = s->q[Q_REQUEST_CANCEL];
+  return run_write(s, q, bind_text(q, 1, run_id), "request cancel");
+}
+
+json_t *mend_store_cancel_requests(mend_store *s, const char *owner) {
+  sqlite3_stmt *q = s->q[Q_CANCEL_REQUESTS];
+  json_t *rows = rows_array(s, q, bind_text(q, 1, owner), "read cancel requests");
+  if (!rows) return NULL;
+  json_t *ids = json_array();
+  size_t i;
+  json_t *row;
+  json_array_foreach(rows, i, row) json_array_append(ids, json_object_get(row, "id"));
+  json_decref(rows);
+  return ids;
+}
+
+int mend_store_audit(mend_store *s, double at, const char *who, const char *op,
+                     const char *target, const char *detail) {
+  if (batch_begin(s) != 0) return -1;
+  sqlite3_stmt *q = s->q[Q_AUDIT];
+  int rc = SQLITE_OK;
+  BIND(sqlite3_bind_double(q, 1, at));
+  BIND(bind_text(q, 2, who));
+  BIND(bind_text(q, 3, op));
+  BIND(bind_text(q, 4, target));
+  BIND(bind_text(q, 5, detail));
+  return run_write(s, q, rc, "append audit");
+}
+
+json_t *mend_store_audit_list(mend_store *s) {
+  sqlite3_stmt *q = s->q[Q_AUDIT_LIST];
+  return rows_array(s, q, SQLITE_OK, "read audit");
 }
 
 /* ---- leases ----------------------------------------------------------------------------- */

@@ -28,6 +28,9 @@
  *   breakers(key TEXT PRIMARY KEY, state TEXT, failures INTEGER, successes INTEGER,
  *            opened_at REAL, open_until REAL, updated REAL)
  *   dlq(run_id TEXT PRIMARY KEY, reason TEXT, step TEXT, error TEXT, detail TEXT, at REAL)
+ *   audit(seq INTEGER PRIMARY KEY, at REAL, who TEXT, op TEXT, target TEXT, detail TEXT):
+ *        operations by people that concern no single run (breaker overrides)
+ *   runs also has cancel_requested INTEGER: a cancel asked for by another process
  * Nullable text fields are passed as NULL; a delay or due time of < 0 is stored as NULL.
  */
 #ifndef MEND_STORE_H
@@ -127,6 +130,21 @@ json_t *mend_store_history(mend_store *s, const char *id);     /* array, in seq 
 json_t *mend_store_dlq(mend_store *s);                         /* array, oldest first */
 json_t *mend_store_breakers(mend_store *s);                    /* array by key */
 json_t *mend_store_runs(mend_store *s, const char *status, const char *workflow, int limit);
+/* Same, also filtered by creation time (since < 0: any) and by attention (flagged or in the
+ * dead-letter queue). */
+json_t *mend_store_runs_where(mend_store *s, const char *status, const char *workflow,
+                              double since, int attention_only, int limit);
+json_t *mend_store_audit_list(mend_store *s);                  /* array, in seq order */
+
+/* Operations of people (repairs). Each joins the current batch. */
+int     mend_store_dlq_remove(mend_store *s, const char *run_id);
+/* Makes `owner` hold the run whatever its lease said (repairs, after checking it was free). */
+int     mend_store_take(mend_store *s, const char *id, const char *owner, double lease_until);
+int     mend_store_request_cancel(mend_store *s, const char *run_id);
+/* Ids of running runs held by owner whose cancel was asked for (array); NULL on error. */
+json_t *mend_store_cancel_requests(mend_store *s, const char *owner);
+int     mend_store_audit(mend_store *s, double at, const char *who, const char *op,
+                         const char *target, const char *detail);
 int     mend_store_schema_version(mend_store *s);
 
 /* Leases: which worker executes a run, until when (real time). A worker claims unfinished runs

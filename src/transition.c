@@ -21,7 +21,7 @@ static const unsigned char step_ok[MEND_STEP__COUNT][MEND_STEP__COUNT] = {
   [S(BREAKER_OPEN)] = {[S(PENDING)] = 1, [S(BREAKER_OPEN)] = 1 /* waits again, new retry_at */},
   [S(SLEEPING)] = {[S(PENDING)] = 1},
   [S(SUCCEEDED)] = {[S(COMPENSATING)] = 1},
-  [S(FAILED)] = {[S(COMPENSATING)] = 1},
+  [S(FAILED)] = {[S(COMPENSATING)] = 1, [S(PENDING)] = 1 /* repair: retried with fresh attempts */},
   [S(COMPENSATING)] = {[S(COMPENSATED)] = 1, [S(COMPENSATION_FAILED)] = 1,
                        [S(COMPENSATING)] = 1 /* a compensation retry */},
   [S(COMPENSATED)] = {0},
@@ -35,7 +35,9 @@ static const unsigned char run_ok[MEND_RUN__COUNT][MEND_RUN__COUNT] = {
   [R(SUCCEEDED)] = {0},
   [R(COMPENSATED)] = {0},
   [R(FAILED)] = {0},
-  [R(NEEDS_ATTENTION)] = {[R(RUNNING)] = 1, [R(COMPENSATING)] = 1 /* repair */},
+  [R(NEEDS_ATTENTION)] = {[R(RUNNING)] = 1, [R(COMPENSATING)] = 1 /* repair */,
+                          [R(RESOLVED)] = 1 /* settled by hand */},
+  [R(RESOLVED)] = {0},
 };
 
 /* Out-of-range values come from corrupt rows or bugs; they must be refused, not index past
@@ -58,7 +60,7 @@ int mend_step_status_final(mend_step_status s) {
 
 int mend_run_status_final(mend_run_status s) {
   return s == MEND_RUN_SUCCEEDED || s == MEND_RUN_COMPENSATED || s == MEND_RUN_FAILED ||
-         s == MEND_RUN_NEEDS_ATTENTION;
+         s == MEND_RUN_NEEDS_ATTENTION || s == MEND_RUN_RESOLVED;
 }
 
 static const char *const step_names[MEND_STEP__COUNT] = {
@@ -81,6 +83,7 @@ static const char *const run_names[MEND_RUN__COUNT] = {
   [R(COMPENSATED)] = "compensated",
   [R(FAILED)] = "failed",
   [R(NEEDS_ATTENTION)] = "needs_attention",
+  [R(RESOLVED)] = "resolved",
 };
 
 const char *mend_step_status_name(mend_step_status s) {

@@ -29,6 +29,7 @@ typedef enum mend_run_status {
   MEND_RUN_COMPENSATED,
   MEND_RUN_FAILED,         /* failed with nothing to compensate */
   MEND_RUN_NEEDS_ATTENTION,/* in the dead-letter queue */
+  MEND_RUN_RESOLVED,       /* taken out of the dead-letter queue by a person, with a note */
   MEND_RUN__COUNT
 } mend_run_status;
 
@@ -40,18 +41,19 @@ typedef enum mend_run_status {
  *   retry_wait -> pending | breaker_open
  *   breaker_open -> pending | breaker_open
  *   succeeded | failed -> compensating
+ *   failed -> pending (repair: a severity-3 step retried from the dead-letter queue)
  *   compensating -> compensated | compensation_failed | compensating (a compensation retry)
  *   compensation_failed -> compensating (repair from the dead-letter queue)
  * Legal run transitions:
  *   running -> compensating | succeeded | failed | needs_attention
  *   compensating -> compensated | needs_attention
- *   needs_attention -> running | compensating (repair)
+ *   needs_attention -> running | compensating (repair) | resolved (settled by hand)
  */
 int mend_step_transition_ok(mend_step_status from, mend_step_status to);
 int mend_run_transition_ok(mend_run_status from, mend_run_status to);
 
 int mend_step_status_final(mend_step_status s);  /* succeeded, failed, compensated, compensation_failed */
-int mend_run_status_final(mend_run_status s);    /* succeeded, compensated, failed, needs_attention */
+int mend_run_status_final(mend_run_status s);    /* succeeded, compensated, failed, needs_attention, resolved */
 
 const char *mend_step_status_name(mend_step_status s);  /* "retry_wait" */
 int         mend_step_status_parse(const char *name, mend_step_status *out); /* 0 ok, -1 */

@@ -28,6 +28,7 @@ static const struct edge step_edges[] = {
   {"compensating", "compensation_failed"},
   {"compensating", "compensating"},        /* a compensation retry */
   {"compensation_failed", "compensating"}, /* repair from the dead-letter queue */
+  {"failed", "pending"},                   /* repair: a severity-3 step retried */
 };
 
 static const struct edge run_edges[] = {
@@ -39,6 +40,7 @@ static const struct edge run_edges[] = {
   {"compensating", "needs_attention"},
   {"needs_attention", "running"},
   {"needs_attention", "compensating"},
+  {"needs_attention", "resolved"},         /* settled by hand, with a note */
 };
 
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -48,7 +50,8 @@ static const char *const step_names[] = {
   "compensating",
   "compensated", "compensation_failed"};
 static const char *const run_names[] = {
-  "running", "compensating", "succeeded", "compensated", "failed", "needs_attention"};
+  "running", "compensating", "succeeded", "compensated", "failed", "needs_attention",
+  "resolved"};
 
 static int expected(const struct edge *edges, int n, const char *from, const char *to) {
   for (int i = 0; i < n; i++)
@@ -110,7 +113,7 @@ static void it_allows_exactly_the_step_transitions_listed(void) {
   CHECK(!mend_step_transition_ok(MEND_STEP_BREAKER_OPEN, MEND_STEP_RUNNING));
   CHECK(!mend_step_transition_ok(MEND_STEP_SUCCEEDED, MEND_STEP_RUNNING));
   CHECK(!mend_step_transition_ok(MEND_STEP_COMPENSATED, MEND_STEP_COMPENSATING));
-  CHECK(!mend_step_transition_ok(MEND_STEP_FAILED, MEND_STEP_PENDING));
+  CHECK(!mend_step_transition_ok(MEND_STEP_FAILED, MEND_STEP_RUNNING));
   /* Out-of-range values are refused, not looked up. */
   CHECK(!mend_step_transition_ok(MEND_STEP__COUNT, MEND_STEP_RUNNING));
   CHECK(!mend_step_transition_ok(MEND_STEP_PENDING, MEND_STEP__COUNT));
@@ -149,7 +152,8 @@ static void it_knows_which_statuses_are_final(void) {
       if (strcmp(final_steps[j], step_names[i]) == 0) want = 1;
     CHECK_EQ_INT(mend_step_status_final((mend_step_status)i), want);
   }
-  const char *final_runs[] = {"succeeded", "compensated", "failed", "needs_attention"};
+  const char *final_runs[] = {"succeeded", "compensated", "failed", "needs_attention",
+                              "resolved"};
   for (int i = 0; i < MEND_RUN__COUNT; i++) {
     int want = 0;
     for (int j = 0; j < N(final_runs); j++)
