@@ -17,7 +17,7 @@ MEND       := $(BUILD_DIR)/mend
 # Debian 12 packages needed to build and test (sqlite3: the specs read the database with its
 # shell, as an operator would).
 DEB_PACKAGES := liblua5.4-dev libuv1-dev libsqlite3-dev libjansson-dev libedit-dev \
-                lua5.4 lua-busted sqlite3 cmake gcc pkg-config make
+                lua5.4 lua-busted sqlite3 cmake gcc pkg-config make tmux
 
 .PHONY: all deps build demo test crash-soak clean
 
@@ -64,6 +64,23 @@ test: build
 CYCLES ?= 3000
 crash-soak: build
 	cd $(BUILD_DIR) && MEND_CRASH_CYCLES=$(CYCLES) ctest --output-on-failure -R busted_crash
+
+# Benchmarks of issue 6 (bench/README.md): the full suite (under 10 minutes), and a quick
+# subset (under a minute) compared against bench/baseline.json; BENCH_ARGS=--update-baseline
+# rewrites it. They build into a directory of their own (BENCH_BUILD_DIR, same BUILD_TYPE), so
+# that a rebuild of build/ by someone else cannot swap the module under a running benchmark.
+BENCH_BUILD_DIR ?= build-bench
+BENCH_ENV := LUA_PATH="$(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;;" \
+             LUA_CPATH="$(CURDIR)/$(BENCH_BUILD_DIR)/lib/?.so;;"
+.PHONY: bench bench-quick bench-build
+bench-build:
+	$(MAKE) build BUILD_DIR=$(BENCH_BUILD_DIR)
+
+bench: bench-build
+	$(BENCH_ENV) lua5.4 bench/run.lua --suite full $(BENCH_ARGS)
+
+bench-quick: bench-build
+	$(BENCH_ENV) lua5.4 bench/run.lua --suite quick --compare bench/baseline.json $(BENCH_ARGS)
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -3,11 +3,25 @@
  *
  * This header is the whole public C API. An engine (mend_engine) loads workflow scripts,
  * starts runs, and executes them on a libuv loop with every state change committed to SQLite
- * before the code it announces runs. Handles are opaque; every function that can fail returns
- * a mend_status (MEND_OK is 0) and leaves a message in mend_engine_errmsg().
+ * before the code it announces runs. A host needs neither libuv nor Lua headers to use it.
  *
- * Threading: one engine belongs to one thread; no function may be called concurrently on the
- * same engine. Different engines on different threads are independent.
+ * Errors: every function that can fail returns a mend_status (MEND_OK is 0); the engine keeps
+ * a message naming the cause, read with mend_engine_errmsg().
+ *
+ * Threading: an engine belongs to the thread that created it. No function may be called on
+ * it from another thread, except mend_engine_wakeup(). Engines on different threads are
+ * independent. Callbacks (log, alert, event, host functions) run on the engine's thread,
+ * from inside mend_engine_run_all(), mend_engine_tick() or the host's own uv_run(); from a
+ * callback a host may call mend_call_return() and mend_call_fail(), and read the engine's
+ * queries, but must not free the engine.
+ *
+ * Three ways to drive an engine:
+ *  - it owns its loop, and mend_engine_run_all() blocks until no run is in flight;
+ *  - it attaches to the host's libuv loop (mend_options.uv_loop), and the host's uv_run()
+ *    drives it;
+ *  - the host calls mend_engine_tick() from its frame loop: mend does the work that is ready
+ *    for at most the budget and returns at once, never blocking; mend_engine_next_tick() says
+ *    when it next has work, so the host can sleep until then.
  */
 #ifndef MEND_H
 #define MEND_H
@@ -19,79 +33,150 @@
 extern "C" {
 #endif
 
+#if defined(__GNUC__)
+#define MEND_API __attribute__((visibility("default")))
+#else
+#define MEND_API
+#endif
+
 #define MEND_VERSION_MAJOR 0
 #define MEND_VERSION_MINOR 1
 #define MEND_VERSION_PATCH 0
 #define MEND_VERSION_STRING "0.1.0"
 
-/* The library's version as a string, "0.1.0". */
-const char *mend_version(void);
+/* The library's version as a string, "0.1.0" (may differ from the header's at run time). */
+MEND_API const char *mend_version(void);
 
 typedef enum mend_status {
   MEND_OK = 0,
-  MEND_EINVAL,      /* a bad argument */
+  MEND_EINVAL,      /* a bad argument (bad JSON, unknown option value) */
   MEND_ENOMEM,      /* out of memory */
   MEND_ELOAD,       /* a workflow script failed to load or check */
   MEND_ESTORE,      /* the database failed (full, locked, not a mend database, ...) */
   MEND_ENOTFOUND,   /* no such run or workflow */
-  MEND_ECLOCK       /* the operation needs a virtual clock */
+  MEND_ECLOCK,      /* the operation needs a virtual clock */
+  MEND_ESTATE       /* the operation makes no sense now (e.g. retrying a succeeded run) */
 } mend_status;
 
 /* A static description of a status code ("storage error"). */
-const char *mend_strerror(int status);
+MEND_API const char *mend_strerror(int status);
 
 typedef struct mend_engine mend_engine;
+typedef struct mend_call mend_call;
 
 typedef enum mend_durability_mode {
   MEND_SYNC_FULL = 0,   /* a committed transition survives power loss (SQLite synchronous=FULL) */
   MEND_SYNC_PROCESS = 1 /* survives a crash of the process, may lose the last commits on power loss */
 } mend_durability_mode;
 
+/* A log record: level is "debug" | "info" | "warn" | "error"; run and step may be NULL. */
+typedef void (*mend_log_fn)(void *ud, const char *level, double time, const char *run,
+                            const char *step, int attempt, const char *event, const char *message);
+/* An alert or event, as a JSON object (valid during the call only). Alerts: {"kind":
+ * "attention" | "dead_letter" | "compensated_with_alert", "run_id", "workflow", "step",
+ * "reason", "error", "at"}. Events: {"type": "run_finished" | "step_failed" |
+ * "breaker_changed", ...}. */
+typedef void (*mend_json_fn)(void *ud, const char *json);
+
+/* A host function that workflow steps call with mend.call(name, ...). `args_json` is a JSON
+ * array of the arguments. The host answers exactly once, with mend_call_return() or
+ * mend_call_fail(), either before returning (synchronous) or later from its loop
+ * (asynchronous); the step waits without blocking anything meanwhile. */
+typedef void (*mend_host_fn)(void *ud, mend_call *call, const char *args_json);
+
 typedef struct mend_options {
   const char *db_path;        /* SQLite file; NULL or ":memory:" keeps nothing on disk */
   mend_durability_mode durability;
-  int virtual_clock;          /* 1: time moves only when the engine has nothing else to do */
+  int virtual_clock;          /* 1: time moves only by mend_engine_advance_clock() or when
+                                 mend_engine_run_all() has nothing else to do */
   int has_seed;               /* 1: seed the random generator (backoff jitter) with `seed` */
   uint64_t seed;
-  int log_to_stderr;          /* 1: log records to stderr (JSON lines unless a terminal) */
+  void *uv_loop;              /* a uv_loop_t * of the host to attach to; NULL: the engine's own */
+  int max_concurrency;        /* attempts in flight at once; 0: no cap */
+  size_t memory_limit;        /* bytes that workflow code may hold in the engine's Lua VM;
+                                 an attempt over it fails (not retried); 0: no limit */
+  long instruction_budget;    /* Lua instructions per attempt; over it the attempt fails
+                                 (not retried); 0: no budget */
+  int sandbox;                /* 1: workflow code has no os.execute, os.exit, io, nor C modules */
+  const char *lua_path;       /* where mend's Lua files are (require "mend"); NULL: as built */
+  mend_log_fn log;            /* NULL and log_to_stderr 0: no log */
+  void *log_ud;
+  int log_to_stderr;          /* 1 and no log function: JSON lines (text on a terminal) */
+  mend_json_fn alert;         /* alerts (attention, dead letters); NULL: only in history */
+  void *alert_ud;
+  mend_json_fn on_event;      /* events for the host's metrics; NULL: none */
+  void *event_ud;
 } mend_options;
 
-/* Fills *opts with defaults: in-memory database, full durability, real clock, random seed. */
-void mend_options_init(mend_options *opts);
+/* Fills *opts with defaults: in-memory database, full durability, real clock, random seed,
+ * own loop, no limits, no sandbox, no log. */
+MEND_API void mend_options_init(mend_options *opts);
 
-/* Creates an engine with its own Lua state and its own loop. On failure returns the status and
- * sets *out to NULL; `err` (may be NULL) receives a message naming the cause. */
-int mend_engine_new(const mend_options *opts, mend_engine **out, char *err, size_t errlen);
-/* Destroys the engine. Runs in flight stay in the database as they are. */
-void mend_engine_free(mend_engine *engine);
+/* Creates an engine with its own Lua state. On failure returns the status, sets *out to NULL,
+ * and writes a message naming the cause into err (if not NULL). */
+MEND_API int mend_engine_new(const mend_options *opts, mend_engine **out, char *err, size_t errlen);
+/* Destroys the engine; not from a callback. Runs in flight stay in the database as they are,
+ * their leases given back, for this or another engine to resume. */
+MEND_API void mend_engine_free(mend_engine *engine);
 /* The message of the engine's last failure ("" if none). Valid until the next call. */
-const char *mend_engine_errmsg(mend_engine *engine);
+MEND_API const char *mend_engine_errmsg(mend_engine *engine);
 
 /* Loads a workflow script (a Lua file returning a definition). On success copies the
  * workflow's name into name_out (if not NULL). MEND_ELOAD names the file, step and field. */
-int mend_engine_load(mend_engine *engine, const char *path, char *name_out, size_t name_len);
+MEND_API int mend_engine_load(mend_engine *engine, const char *path, char *name_out, size_t name_len);
+
+/* Registers a host function under `name` for mend.call. Not from a callback. */
+MEND_API int mend_engine_register_function(mend_engine *engine, const char *name, mend_host_fn fn,
+                                           void *ud);
+/* Answers a host call with a JSON value (NULL: nil). MEND_EINVAL if the JSON is bad (the call
+ * stays open). Frees the call. */
+MEND_API int mend_call_return(mend_call *call, const char *result_json);
+/* Answers a host call with a typed error: kind "retryable" (retry_after >= 0 is the
+ * dependency's advice, < 0 none), "fatal", or "compensable" (severity 1..3). Frees the call. */
+MEND_API void mend_call_fail(mend_call *call, const char *kind, const char *message,
+                             double retry_after, int severity);
 
 /* Starts a run of `workflow` with `input_json` (NULL: null). With a non-NULL `run_key` that was
  * used before, returns the existing run's id instead and sets *existed (may be NULL) to 1.
- * run_id_out must hold 17 bytes. */
-int mend_engine_start(mend_engine *engine, const char *workflow, const char *input_json,
-                      const char *run_key, char run_id_out[17], int *existed);
+ * run_id_out must hold 17 bytes. The run executes as the engine is driven. */
+MEND_API int mend_engine_start(mend_engine *engine, const char *workflow, const char *input_json,
+                               const char *run_key, char run_id_out[17], int *existed);
+/* Resumes the unfinished runs of the database that no live engine holds. *count (may be NULL)
+ * receives how many. */
+MEND_API int mend_engine_recover(mend_engine *engine, int *count);
 
-/* Runs the engine's loop until no run is in flight. MEND_ESTORE if the database failed. */
-int mend_engine_run_all(mend_engine *engine);
+/* Runs the engine's own loop until no run is in flight. MEND_ESTORE if the database failed. */
+MEND_API int mend_engine_run_all(mend_engine *engine);
+/* Does the work that is ready for at most about `budget` seconds and returns; never blocks
+ * (an attempt's Lua code runs to its next wait within that time, or is stopped by its
+ * timeout or instruction budget). MEND_ESTORE if the database failed. */
+MEND_API int mend_engine_tick(mend_engine *engine, double budget);
+/* Seconds until the engine next has work: 0 at once, -1 nothing scheduled. */
+MEND_API double mend_engine_next_tick(mend_engine *engine);
+/* Thread-safe: wakes the loop the engine runs on. */
+MEND_API void mend_engine_wakeup(mend_engine *engine);
+/* Runs in flight (held in memory by this engine). */
+MEND_API int mend_engine_in_flight_count(mend_engine *engine);
 /* Virtual clock only: moves time on by `seconds`, doing the work that comes due. */
-int mend_engine_advance_clock(mend_engine *engine, double seconds);
+MEND_API int mend_engine_advance_clock(mend_engine *engine, double seconds);
 /* The engine's clock, seconds since the epoch. */
-double mend_engine_time(mend_engine *engine);
+MEND_API double mend_engine_time(mend_engine *engine);
 
 /* Queries. Each returns a JSON document in *json_out, to be released with mend_free().
  *  run:     {"id","workflow","status","input","key","error","attention","steps":[...]}
  *  history: [{"seq","at","step","event","from","to","attempt","error","delay","detail"}]
  *  dlq:     [{"run_id","reason","step","error","detail","at"}] */
-int mend_engine_run_json(mend_engine *engine, const char *run_id, char **json_out);
-int mend_engine_history_json(mend_engine *engine, const char *run_id, char **json_out);
-int mend_engine_dlq_json(mend_engine *engine, char **json_out);
-void mend_free(void *p);
+MEND_API int mend_engine_run_json(mend_engine *engine, const char *run_id, char **json_out);
+MEND_API int mend_engine_history_json(mend_engine *engine, const char *run_id, char **json_out);
+MEND_API int mend_engine_dlq_json(mend_engine *engine, char **json_out);
+MEND_API void mend_free(void *p);
+
+/* Repairs (recorded in the run's history with `who`): see the README, "Operating mend".
+ * MEND_ESTATE with a message when the operation makes no sense for the run. */
+MEND_API int mend_engine_cancel(mend_engine *engine, const char *run_id, const char *who);
+MEND_API int mend_engine_retry_dead_letter(mend_engine *engine, const char *run_id, const char *who);
+MEND_API int mend_engine_resolve_dead_letter(mend_engine *engine, const char *run_id,
+                                             const char *who, const char *note);
 
 #ifdef __cplusplus
 }

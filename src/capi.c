@@ -1,6 +1,7 @@
 /*
  * capi: the public C API of include/mend.h over the engine. Owns the mapping from internal
- * failures to mend_status codes and the JSON text handed to hosts; nothing else.
+ * failures to mend_status codes, the JSON text handed to hosts, and the adapters from the
+ * engine's callbacks to the host's. Nothing else.
  */
 #include "mend.h"
 
@@ -11,9 +12,13 @@
 #include "engine.h"
 #include "log.h"
 
-const char *mend_version(void) { return MEND_VERSION_STRING; }
+#ifndef MEND_LUA_DIR
+#define MEND_LUA_DIR "/usr/local/share/mend/lua"
+#endif
 
-const char *mend_strerror(int status) {
+MEND_API const char *mend_version(void) { return MEND_VERSION_STRING; }
+
+MEND_API const char *mend_strerror(int status) {
   switch (status) {
     case MEND_OK: return "ok";
     case MEND_EINVAL: return "invalid argument";
@@ -22,46 +27,123 @@ const char *mend_strerror(int status) {
     case MEND_ESTORE: return "storage error";
     case MEND_ENOTFOUND: return "not found";
     case MEND_ECLOCK: return "needs a virtual clock";
+    case MEND_ESTATE: return "not possible in the run's state";
     default: return "unknown error";
   }
 }
 
-void mend_options_init(mend_options *opts) {
+MEND_API void mend_options_init(mend_options *opts) {
   memset(opts, 0, sizeof *opts);
   opts->db_path = ":memory:";
 }
 
-/* One sink serves every engine that logs to stderr: it holds only the stream. */
-static mend_log_sink stderr_sink;
+/* The host's function behind a registered name. */
+typedef struct host_fn_box {
+  mend_host_fn fn;
+  void *ud;
+  struct host_fn_box *next;
+} host_fn_box;
 
-int mend_engine_new(const mend_options *opts, mend_engine **out, char *err, size_t errlen) {
+/* What a public engine keeps beside the engine: the host's callbacks and their adapters. */
+typedef struct host_side {
+  mend_options opts;
+  mend_log_sink sink;
+  host_fn_box *functions;
+} host_side;
+
+/* The engine is the handle; the host side hangs off a small registry keyed by engine. A host
+ * has few engines, so a list is enough. */
+typedef struct handle {
+  mend_engine *E;
+  host_side side;
+  struct handle *next;
+} handle;
+
+static handle *handles;
+
+static void log_adapter(void *ud, const mend_log_record *rec) {
+  host_side *s = ud;
+  s->opts.log(s->opts.log_ud, rec->level, rec->time, rec->run, rec->step, rec->attempt,
+              rec->event, rec->message);
+}
+
+static void json_adapter(mend_json_fn fn, void *ud, json_t *v) {
+  char *text = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  if (text) fn(ud, text);
+  free(text);
+}
+
+static void alert_adapter(void *ud, json_t *ev) {
+  host_side *s = ud;
+  json_adapter(s->opts.alert, s->opts.alert_ud, ev);
+}
+
+static void event_adapter(void *ud, json_t *ev) {
+  host_side *s = ud;
+  json_adapter(s->opts.on_event, s->opts.event_ud, ev);
+}
+
+MEND_API int mend_engine_new(const mend_options *opts, mend_engine **out, char *err, size_t errlen) {
   mend_options defaults;
   if (!opts) { mend_options_init(&defaults); opts = &defaults; }
+  handle *h = calloc(1, sizeof *h);
+  if (!h) return MEND_ENOMEM;
+  h->side.opts = *opts;
+  host_side *s = &h->side;
   mend_engine_config cfg = {0};
   cfg.db_path = opts->db_path ? opts->db_path : ":memory:";
   cfg.durability = opts->durability == MEND_SYNC_PROCESS ? MEND_DURABILITY_PROCESS : MEND_DURABILITY_FULL;
   cfg.virtual_clock = opts->virtual_clock;
   cfg.has_seed = opts->has_seed;
   cfg.seed = opts->seed;
-  if (opts->log_to_stderr) {
-    mend_log_sink_init(&stderr_sink, stderr);
+  cfg.loop = opts->uv_loop;
+  cfg.max_concurrency = opts->max_concurrency;
+  cfg.memory_limit = opts->memory_limit;
+  cfg.instruction_budget = opts->instruction_budget;
+  cfg.sandbox = opts->sandbox;
+  cfg.lua_path = opts->lua_path ? opts->lua_path : MEND_LUA_DIR;
+  if (opts->log) {
+    cfg.log = log_adapter;
+    cfg.log_ud = s;
+  } else if (opts->log_to_stderr) {
+    mend_log_sink_init(&s->sink, stderr);
     cfg.log = mend_log_to_sink;
-    cfg.log_ud = &stderr_sink;
+    cfg.log_ud = &s->sink;
   }
+  if (opts->alert) { cfg.alert = alert_adapter; cfg.alert_ud = s; }
+  if (opts->on_event) { cfg.on_event = event_adapter; cfg.event_ud = s; }
   char msg[1024];
   *out = mend_engine_create(NULL, &cfg, msg, sizeof msg);
   if (!*out) {
+    free(h);
     if (err && errlen) snprintf(err, errlen, "%s", msg);
     return MEND_ESTORE;
   }
+  h->E = *out;
+  h->next = handles;
+  handles = h;
   return MEND_OK;
 }
 
-void mend_engine_free(mend_engine *engine) { mend_engine_destroy(engine); }
+MEND_API void mend_engine_free(mend_engine *engine) {
+  if (!engine) return;
+  mend_engine_destroy(engine);
+  for (handle **p = &handles; *p; p = &(*p)->next)
+    if ((*p)->E == engine) {
+      handle *h = *p;
+      *p = h->next;
+      for (host_fn_box *b = h->side.functions, *next; b; b = next) {
+        next = b->next;
+        free(b);
+      }
+      free(h);
+      break;
+    }
+}
 
-const char *mend_engine_errmsg(mend_engine *engine) { return mend_engine_error(engine); }
+MEND_API const char *mend_engine_errmsg(mend_engine *engine) { return mend_engine_error(engine); }
 
-int mend_engine_load(mend_engine *engine, const char *path, char *name_out, size_t name_len) {
+MEND_API int mend_engine_load(mend_engine *engine, const char *path, char *name_out, size_t name_len) {
   char err[1024];
   mend_workflow *wf = mend_engine_load_file(engine, path, err, sizeof err);
   if (!wf) {
@@ -72,8 +154,40 @@ int mend_engine_load(mend_engine *engine, const char *path, char *name_out, size
   return MEND_OK;
 }
 
-int mend_engine_start(mend_engine *engine, const char *workflow, const char *input_json,
-                      const char *run_key, char run_id_out[17], int *existed) {
+/* The engine's host-call type is the public mend_call: one struct, two names. */
+static void host_adapter(void *ud, mend_host_call *call, json_t *args) {
+  host_fn_box *box = ud;
+  char *text = json_dumps(args, JSON_COMPACT | JSON_ENCODE_ANY);
+  box->fn(box->ud, (mend_call *)call, text ? text : "[]");
+  free(text);
+}
+
+MEND_API int mend_engine_register_function(mend_engine *engine, const char *name, mend_host_fn fn,
+                                           void *ud) {
+  if (!name || !fn) return MEND_EINVAL;
+  handle *h = handles;
+  while (h && h->E != engine) h = h->next;
+  if (!h) return MEND_EINVAL;
+  host_fn_box *box = malloc(sizeof *box);
+  if (!box) return MEND_ENOMEM;
+  box->fn = fn;
+  box->ud = ud;
+  box->next = h->side.functions;
+  h->side.functions = box;
+  return mend_engine_register_host(engine, name, host_adapter, box) ? MEND_ENOMEM : MEND_OK;
+}
+
+MEND_API int mend_call_return(mend_call *call, const char *result_json) {
+  return mend_host_return((mend_host_call *)call, result_json) ? MEND_EINVAL : MEND_OK;
+}
+
+MEND_API void mend_call_fail(mend_call *call, const char *kind, const char *message,
+                             double retry_after, int severity) {
+  mend_host_fail((mend_host_call *)call, kind, message, retry_after, severity);
+}
+
+MEND_API int mend_engine_start(mend_engine *engine, const char *workflow, const char *input_json,
+                               const char *run_key, char run_id_out[17], int *existed) {
   int ex = 0;
   char err[1024];
   if (!workflow || !run_id_out) return MEND_EINVAL;
@@ -90,33 +204,75 @@ int mend_engine_start(mend_engine *engine, const char *workflow, const char *inp
   return MEND_OK;
 }
 
-int mend_engine_run_all(mend_engine *engine) {
+MEND_API int mend_engine_recover(mend_engine *engine, int *count) {
+  int n = mend_engine_recover_runs(engine, 0);
+  if (n < 0) return MEND_ESTORE;
+  if (count) *count = n;
+  return MEND_OK;
+}
+
+MEND_API int mend_engine_run_all(mend_engine *engine) {
   return mend_engine_run(engine) ? MEND_ESTORE : MEND_OK;
 }
 
-int mend_engine_advance_clock(mend_engine *engine, double seconds) {
+MEND_API int mend_engine_tick(mend_engine *engine, double budget) {
+  return mend_engine_tick_for(engine, budget) < 0 ? MEND_ESTORE : MEND_OK;
+}
+
+MEND_API double mend_engine_next_tick(mend_engine *engine) { return mend_engine_next_due(engine); }
+
+MEND_API void mend_engine_wakeup(mend_engine *engine) { mend_engine_wake(engine); }
+
+MEND_API int mend_engine_in_flight_count(mend_engine *engine) { return mend_engine_in_flight(engine); }
+
+MEND_API int mend_engine_advance_clock(mend_engine *engine, double seconds) {
   return mend_engine_advance(engine, seconds) ? MEND_ECLOCK : MEND_OK;
 }
 
-double mend_engine_time(mend_engine *engine) { return mend_engine_now(engine); }
+MEND_API double mend_engine_time(mend_engine *engine) { return mend_engine_now(engine); }
 
-static int dump(json_t *v, char **out) {
-  if (!v) return MEND_ENOTFOUND;
+static int dump(mend_engine *engine, json_t *v, char **out) {
+  if (!v) {
+    mend_engine_note_error(engine, mend_store_errmsg(mend_engine_store(engine)));
+    return MEND_ENOTFOUND;
+  }
   *out = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
   json_decref(v);
   return *out ? MEND_OK : MEND_ENOMEM;
 }
 
-int mend_engine_run_json(mend_engine *engine, const char *run_id, char **json_out) {
-  return dump(mend_store_run(mend_engine_store(engine), run_id), json_out);
+MEND_API int mend_engine_run_json(mend_engine *engine, const char *run_id, char **json_out) {
+  return dump(engine, mend_store_run(mend_engine_store(engine), run_id), json_out);
 }
 
-int mend_engine_history_json(mend_engine *engine, const char *run_id, char **json_out) {
-  return dump(mend_store_history(mend_engine_store(engine), run_id), json_out);
+MEND_API int mend_engine_history_json(mend_engine *engine, const char *run_id, char **json_out) {
+  return dump(engine, mend_store_history(mend_engine_store(engine), run_id), json_out);
 }
 
-int mend_engine_dlq_json(mend_engine *engine, char **json_out) {
-  return dump(mend_store_dlq(mend_engine_store(engine)), json_out);
+MEND_API int mend_engine_dlq_json(mend_engine *engine, char **json_out) {
+  return dump(engine, mend_store_dlq(mend_engine_store(engine)), json_out);
 }
 
-void mend_free(void *p) { free(p); }
+MEND_API void mend_free(void *p) { free(p); }
+
+static int repair_status(mend_engine *engine, int rc, const char *err) {
+  if (rc >= 0) return MEND_OK;
+  mend_engine_note_error(engine, err);
+  return strstr(err, "no run ") ? MEND_ENOTFOUND : MEND_ESTATE;
+}
+
+MEND_API int mend_engine_cancel(mend_engine *engine, const char *run_id, const char *who) {
+  char err[700];
+  return repair_status(engine, mend_engine_cancel_run(engine, run_id, who, err, sizeof err), err);
+}
+
+MEND_API int mend_engine_retry_dead_letter(mend_engine *engine, const char *run_id, const char *who) {
+  char err[700];
+  return repair_status(engine, mend_engine_dlq_retry(engine, run_id, who, err, sizeof err), err);
+}
+
+MEND_API int mend_engine_resolve_dead_letter(mend_engine *engine, const char *run_id,
+                                             const char *who, const char *note) {
+  char err[700];
+  return repair_status(engine, mend_engine_resolve(engine, run_id, who, note, err, sizeof err), err);
+}

@@ -90,6 +90,11 @@ struct mend_run {
   mend_timer wait, deadline;
   wait_kind wait_kind;
   exec_req *exec;
+  mend_host_call *host_call;
+  long instructions_left; /* of the attempt's budget */
+  int over_budget;
+  mend_run *tnext;        /* waiting for a concurrency slot */
+  int queued;             /* in the queue behind the current batch */
   /* queues */
   action next_action;
   mend_run *qnext;
@@ -128,6 +133,13 @@ struct mend_engine {
   int max_in_flight;
   double grace_deadline;
   double next_reload;     /* when a serving engine next reads breakers and cancel requests */
+  double turn_deadline;   /* a ticking host's budget for this turn; 0: none */
+  mend_run *throttled_head, *throttled_tail;   /* attempts waiting under max_concurrency */
+  json_t *events;         /* for cfg.on_event, fired after the batch commits */
+  struct host_fn *hosts;
+  uv_async_t *wakeup;
+  size_t mem_used, mem_limit;
+  int limit_memory;       /* 1 while step code runs: only it is held to the limit */
 };
 
 /* ---------------------------------------------------------------- small helpers */
@@ -222,6 +234,8 @@ static void kick(mend_engine *E) {
 static void queue(mend_run *r, action a) {
   mend_engine *E = r->E;
   r->next_action = a;
+  if (r->queued) return;   /* already waiting for the commit: only its action changes */
+  r->queued = 1;
   r->qnext = NULL;
   if (E->q_tail) E->q_tail->qnext = r;
   else E->q_head = r;
@@ -315,7 +329,25 @@ static void alert(mend_run *r, const char *kind, int step, const char *reason, c
   json_array_append_new(E->alerts, ev);
 }
 
+/* An event for the host's metrics (cfg.on_event); like alerts, heard after the commit. */
+static void emit(mend_engine *E, json_t *ev) {
+  if (!E->cfg.on_event) { json_decref(ev); return; }
+  json_object_set_new(ev, "at", json_real(mend_engine_now(E)));
+  json_array_append_new(E->events, ev);
+}
+
+static void fire_events(mend_engine *E) {
+  if (!json_array_size(E->events)) return;
+  json_t *events = E->events;
+  E->events = json_array();
+  size_t i;
+  json_t *ev;
+  json_array_foreach(events, i, ev) E->cfg.on_event(E->cfg.event_ud, ev);
+  json_decref(events);
+}
+
 static void fire_alerts(mend_engine *E) {
+  fire_events(E);
   if (!json_array_size(E->alerts)) return;
   json_t *alerts = E->alerts;
   E->alerts = json_array();
@@ -366,6 +398,9 @@ static void breaker_changed(mend_run *r, int i, mend_breaker_state before) {
   snprintf(msg, sizeof msg, "breaker %s: %s -> %s", s->key, mend_breaker_state_name(before),
            mend_breaker_state_name(s->b.state));
   mend_engine_log_line(r->E, "warn", r->id, step_name(r, i), r->steps[i].attempts, "breaker", msg);
+  emit(r->E, json_pack("{s:s, s:s, s:s, s:s, s:s}", "type", "breaker_changed", "key", s->key,
+                       "from", mend_breaker_state_name(before), "to",
+                       mend_breaker_state_name(s->b.state), "run_id", r->id));
 }
 
 static void breaker_outcome(mend_run *r, int i, mend_breaker_outcome outcome) {
@@ -526,6 +561,9 @@ static void fail_step(mend_run *r, int i, const mend_error_info *info) {
   int retryable = info->kind == MEND_ERR_RETRYABLE || info->kind == MEND_ERR_TIMEOUT;
   char msg[600];
   snprintf(msg, sizeof msg, "%s: %s", mend_error_kind_name(info->kind), info->message ? info->message : "");
+  emit(E, json_pack("{s:s, s:s, s:s, s:s, s:i, s:s, s:b}", "type", "step_failed", "run_id", r->id,
+                    "workflow", r->wf->name, "step", step_name(r, i), "attempt", st->attempts,
+                    "error", msg, "will_retry", retryable && st->attempts < def->retry.max_attempts));
   if (def->slot->b.state == MEND_BREAKER_HALF_OPEN || retryable || info->kind != MEND_ERR_ERROR)
     breaker_outcome(r, i, retryable ? MEND_OUTCOME_RETRYABLE : MEND_OUTCOME_OTHER);
   else
@@ -662,13 +700,27 @@ static void compensation_failed(mend_run *r, int i, const mend_error_info *info)
 
 /* ---------------------------------------------------------------- attempts in Lua */
 
-static void timeout_hook(lua_State *L, lua_Debug *ar) {
+/* Runs every HOOK_EVERY instructions of a step: stops CPU-bound code at its timeout and at
+ * the engine's instruction budget, so that a bad script cannot take the host down. Once
+ * tripped it fires again at once if the step catches the error. */
+static void limits_hook(lua_State *L, lua_Debug *ar) {
   (void)ar;
   mend_run *r = *(mend_run **)lua_getextraspace(L);
-  if (!r || mend_real_now() < r->deadline_real) return;
-  r->timed_out = 1;
-  mend_lua_push_error(L, MEND_ERR_TIMEOUT, "step exceeded its timeout", -1, 0);
-  lua_error(L);
+  if (!r) return;
+  if (r->E->cfg.instruction_budget > 0) {
+    r->instructions_left -= HOOK_EVERY;
+    if (r->instructions_left <= 0) {
+      r->over_budget = 1;
+      lua_pushfstring(L, "step exceeded its instruction budget (%d instructions)",
+                      (int)r->E->cfg.instruction_budget);
+      lua_error(L);
+    }
+  }
+  if (r->deadline_real > 0 && mend_real_now() >= r->deadline_real) {
+    r->timed_out = 1;
+    mend_lua_push_error(L, MEND_ERR_TIMEOUT, "step exceeded its timeout", -1, 0);
+    lua_error(L);
+  }
 }
 
 static void end_attempt(mend_run *r) {
@@ -679,6 +731,12 @@ static void end_attempt(mend_run *r) {
   r->waiting = 0;
   if (!r->co) return;
   E->attempts--;
+  if (E->throttled_head) {
+    mend_run *next = E->throttled_head;
+    E->throttled_head = next->tnext;
+    if (!E->throttled_head) E->throttled_tail = NULL;
+    queue(next, next->next_action);
+  }
   lua_sethook(r->co, NULL, 0, 0);
   *(mend_run **)lua_getextraspace(r->co) = NULL;
   mend_closethread(r->co, E->L);
@@ -712,7 +770,9 @@ static void resume(mend_run *r, int nargs) {
   lua_State *co = r->co;
   int nres = 0;
   r->waiting = 0;
+  E->limit_memory = 1;
   int status = lua_resume(co, E->L, nargs, &nres);
+  E->limit_memory = 0;
   if (status == LUA_YIELD && r->waiting) {
     lua_pop(co, nres);
     return;
@@ -752,15 +812,24 @@ static void resume(mend_run *r, int nargs) {
     }
   }
   if (r->timed_out && !ok) { info.kind = MEND_ERR_TIMEOUT; info.retry_after = -1; }
+  if (r->over_budget && !ok) {
+    info.kind = MEND_ERR_ERROR;
+    snprintf(msg, sizeof msg, "step exceeded its instruction budget (%ld instructions)",
+             E->cfg.instruction_budget);
+    info.message = msg;
+  }
   end_attempt(r);
   attempt_done(r, ok, &info, result);
   free(result);
 }
 
+static void abandon_host_call(mend_run *r);
+
 static void on_deadline(mend_timer *t) {
   mend_run *r = t->data;
   if (!r->co) return;
   abandon_exec(r);
+  abandon_host_call(r);
   end_attempt(r);
   mend_error_info info = {MEND_ERR_TIMEOUT, "step exceeded its timeout", -1, 0};
   attempt_done(r, 0, &info, NULL);
@@ -793,11 +862,15 @@ static void start_attempt(mend_run *r, int compensating) {
   } else {
     lua_rawgeti(co, LUA_REGISTRYINDEX, r->input_ref);
   }
+  r->deadline_real = 0;
+  r->over_budget = 0;
+  r->instructions_left = E->cfg.instruction_budget;
   if (def->timeout > 0) {
     r->deadline_real = mend_real_now() + def->timeout;
-    lua_sethook(co, timeout_hook, LUA_MASKCOUNT, HOOK_EVERY);
     arm(r, &r->deadline, mend_engine_now(E) + def->timeout);
   }
+  if (def->timeout > 0 || E->cfg.instruction_budget > 0)
+    lua_sethook(co, limits_hook, LUA_MASKCOUNT, HOOK_EVERY);
   resume(r, 2);
 }
 
@@ -1036,10 +1109,183 @@ int mend_engine_exec(lua_State *L, char *err, int errlen) {
   return 0;
 }
 
+/* ---------------------------------------------------------------- host functions */
+
+struct host_fn {
+  char *name;
+  mend_engine_host_fn fn;
+  void *ud;
+  struct host_fn *next;
+};
+
+struct mend_host_call {
+  mend_engine *E;
+  mend_run *run;          /* NULL once the attempt was abandoned */
+  int dispatching;        /* the host is still inside its function */
+  int answered;
+  json_t *result;         /* answer given during dispatch */
+  json_t *error;          /* {kind, message, retry_after, severity} */
+};
+
+int mend_engine_register_host(mend_engine *E, const char *name, mend_engine_host_fn fn, void *ud) {
+  struct host_fn *h = calloc(1, sizeof *h);
+  if (!h) return -1;
+  h->name = dupstr(name);
+  h->fn = fn;
+  h->ud = ud;
+  h->next = E->hosts;
+  E->hosts = h;
+  return 0;
+}
+
+/* Pushes what mend.call's C half returns: true, value | false, error object. [-0, +2, m] */
+static void push_answer(lua_State *L, json_t *result, json_t *error) {
+  if (error) {
+    const char *kind = json_string_value(json_object_get(error, "kind"));
+    mend_error_kind k = MEND_ERR_ERROR;
+    if (kind && strcmp(kind, "retryable") == 0) k = MEND_ERR_RETRYABLE;
+    else if (kind && strcmp(kind, "fatal") == 0) k = MEND_ERR_FATAL;
+    else if (kind && strcmp(kind, "compensable") == 0) k = MEND_ERR_COMPENSABLE;
+    lua_pushboolean(L, 0);
+    mend_lua_push_error(L, k, json_string_value(json_object_get(error, "message")),
+                        json_number_value(json_object_get(error, "retry_after")),
+                        (int)json_integer_value(json_object_get(error, "severity")));
+  } else {
+    lua_pushboolean(L, 1);
+    mend_json_push(L, result);
+  }
+}
+
+static void answer(mend_host_call *call, json_t *result, json_t *error) {
+  mend_engine *E = call->E;
+  if (call->answered) { json_decref(result); json_decref(error); return; }
+  call->answered = 1;
+  if (call->dispatching) {   /* answered at once: mend.call returns without yielding */
+    call->result = result;
+    call->error = error;
+    return;
+  }
+  mend_run *r = call->run;
+  E->externals--;
+  if (r) {
+    r->host_call = NULL;
+    push_answer(r->co, result, error);
+  }
+  json_decref(result);
+  json_decref(error);
+  free(call);
+  if (r) resume(r, 2);
+  kick(E);
+}
+
+int mend_host_return(mend_host_call *call, const char *result_json) {
+  json_t *v = json_null();
+  if (result_json) {
+    json_error_t jerr;
+    v = json_loads(result_json, JSON_DECODE_ANY, &jerr);
+    if (!v) return -1;
+  }
+  answer(call, v, NULL);
+  return 0;
+}
+
+void mend_host_fail(mend_host_call *call, const char *kind, const char *message,
+                    double retry_after, int severity) {
+  json_t *e = json_pack("{s:s, s:s}", "kind", kind ? kind : "error", "message", message ? message : "");
+  if (retry_after >= 0) json_object_set_new(e, "retry_after", json_real(retry_after));
+  else json_object_set_new(e, "retry_after", json_real(-1));
+  if (severity > 0) json_object_set_new(e, "severity", json_integer(severity));
+  answer(call, NULL, e);
+}
+
+static void abandon_host_call(mend_run *r) {
+  if (!r->host_call) return;
+  r->host_call->run = NULL;   /* its answer, when it comes, frees it and goes nowhere */
+  r->host_call = NULL;
+}
+
+int mend_engine_host_call(lua_State *L, const char *name, int first_arg, char *err, int errlen) {
+  mend_run *r = mend_engine_current_run(L);
+  if (!r) {
+    snprintf(err, (size_t)errlen, "must be called from a step's execute or compensate");
+    return -1;
+  }
+  mend_engine *E = r->E;
+  struct host_fn *h = E->hosts;
+  while (h && strcmp(h->name, name) != 0) h = h->next;
+  if (!h) {
+    snprintf(err, (size_t)errlen, "no host function named \"%s\"", name);
+    return -1;
+  }
+  json_t *args = json_array();
+  for (int i = first_arg; i <= lua_gettop(L); i++) {
+    char jerr[300];
+    json_t *v = mend_json_from_lua(L, i, "argument", jerr, sizeof jerr);
+    if (!v) {
+      json_decref(args);
+      snprintf(err, (size_t)errlen, "%s", jerr);
+      return -1;
+    }
+    json_array_append_new(args, v);
+  }
+  mend_host_call *call = calloc(1, sizeof *call);
+  call->E = E;
+  call->run = r;
+  call->dispatching = 1;
+  E->externals++;
+  r->host_call = call;
+  h->fn(h->ud, call, args);
+  json_decref(args);
+  call->dispatching = 0;
+  if (call->answered) {
+    E->externals--;
+    r->host_call = NULL;
+    push_answer(L, call->result, call->error);
+    json_decref(call->result);
+    json_decref(call->error);
+    free(call);
+    return 1;
+  }
+  r->waiting = 1;
+  return 0;
+}
+
+/* ---------------------------------------------------------------- ticking hosts */
+
+int mend_engine_tick_for(mend_engine *E, double budget) {
+  double start = mend_real_now();
+  E->turn_deadline = start + (budget > 0 ? budget : 0);
+  int turns = 0;
+  do {
+    uv_run(E->loop, UV_RUN_NOWAIT);   /* I/O, due timers, and one pump turn */
+    turns++;
+  } while (!E->broken && (E->q_head || mend_store_batch_open(E->store)) &&
+           mend_real_now() < E->turn_deadline);
+  E->turn_deadline = 0;
+  return E->broken ? -1 : turns;
+}
+
+double mend_engine_next_due(mend_engine *E) {
+  if (E->q_head || mend_store_batch_open(E->store)) return 0;
+  double next = mend_timers_next_due(&E->timers);
+  if (next < 0) return -1;
+  double wait = next - mend_engine_now(E);
+  return wait > 0 ? wait : 0;
+}
+
+static void on_wakeup(uv_async_t *h) { kick(h->data); }
+
+void mend_engine_wake(mend_engine *E) { uv_async_send(E->wakeup); }
+
 /* ---------------------------------------------------------------- runs */
+
+static void unthrottle(mend_run *r);
+static void abandon_host_call(mend_run *r);
 
 static void run_free(mend_run *r) {
   mend_engine *E = r->E;
+  unthrottle(r);
+  abandon_host_call(r);
   abandon_exec(r);
   end_attempt(r);
   mend_timer_disarm(&E->timers, &r->wait);
@@ -1067,9 +1313,24 @@ static void do_action(mend_run *r) {
       if (r->status == MEND_RUN_RUNNING) forward(r);
       else if (r->status == MEND_RUN_COMPENSATING) backward(r);
       break;
-    case ACT_EXECUTE: start_attempt(r, 0); break;
-    case ACT_COMPENSATE: start_attempt(r, 1); break;
-    case ACT_FINISH: run_free(r); break;
+    case ACT_EXECUTE:
+    case ACT_COMPENSATE:
+      if (r->E->cfg.max_concurrency > 0 && r->E->attempts >= r->E->cfg.max_concurrency) {
+        /* at the cap: wait for a slot (the transition is committed; the call comes later) */
+        r->next_action = a;
+        r->tnext = NULL;
+        if (r->E->throttled_tail) r->E->throttled_tail->tnext = r;
+        else r->E->throttled_head = r;
+        r->E->throttled_tail = r;
+        break;
+      }
+      start_attempt(r, a == ACT_COMPENSATE);
+      break;
+    case ACT_FINISH:
+      emit(r->E, json_pack("{s:s, s:s, s:s, s:s}", "type", "run_finished", "run_id", r->id,
+                           "workflow", r->wf->name, "status", mend_run_status_name(r->status)));
+      run_free(r);
+      break;
     case ACT_NONE: break;
   }
 }
@@ -1087,6 +1348,16 @@ static int pump_turn(mend_engine *E) {
   int did = 0;
   while (r && !E->broken) {
     mend_run *next = r->qnext;
+    if (E->turn_deadline > 0 && mend_real_now() >= E->turn_deadline) {
+      /* a ticking host's budget is spent: the rest waits for the next tick, in order */
+      mend_run *last = r;
+      while (last->qnext) last = last->qnext;
+      last->qnext = E->q_head;
+      if (!E->q_head) E->q_tail = last;
+      E->q_head = r;
+      break;
+    }
+    r->queued = 0;
     do_action(r);
     r = next;
     did++;
@@ -1405,7 +1676,7 @@ static int claim_and_restore(mend_engine *E, int limit) {
   return n;
 }
 
-int mend_engine_recover(mend_engine *E, int limit) {
+int mend_engine_recover_runs(mend_engine *E, int limit) {
   int n = claim_and_restore(E, limit > 0 ? limit : 1 << 30);
   return E->broken ? -1 : n;
 }
@@ -1551,15 +1822,27 @@ static mend_run *take_over(mend_engine *E, const char *id, char *err, int errlen
 
 /* Cancels a run held in memory: the attempt in flight is abandoned, the steps done are
  * compensated in reverse. */
+static void unthrottle(mend_run *r) {
+  mend_engine *E = r->E;
+  for (mend_run **p = &E->throttled_head, *prev = NULL; *p; prev = *p, p = &(*p)->tnext) {
+    if (*p != r) continue;
+    *p = r->tnext;
+    if (E->throttled_tail == r) E->throttled_tail = prev;
+    return;
+  }
+}
+
 static int cancel_now(mend_run *r, const char *who, char *err, int errlen) {
   if (r->status != MEND_RUN_RUNNING)
     return refuse(err, errlen, "run %s is %s: only a running run can be cancelled", r->id,
                   mend_run_status_name(r->status));
   mend_engine *E = r->E;
+  unthrottle(r);
   int i = r->cur;
   step_rt *st = i < r->wf->nsteps ? &r->steps[i] : NULL;
   int was_running = r->co != NULL || (st && st->status == MEND_STEP_RUNNING);
   abandon_exec(r);
+  abandon_host_call(r);
   end_attempt(r);
   mend_timer_disarm(&E->timers, &r->wait);
   r->wait_kind = WAIT_NONE;
@@ -1586,7 +1869,7 @@ static int cancel_now(mend_run *r, const char *who, char *err, int errlen) {
   return E->broken ? refuse(err, errlen, "%s", E->errmsg) : 0;
 }
 
-int mend_engine_cancel(mend_engine *E, const char *id, const char *who, char *err, int errlen) {
+int mend_engine_cancel_run(mend_engine *E, const char *id, const char *who, char *err, int errlen) {
   mend_run *r = find_run(E, id);
   if (r) return cancel_now(r, who, err, errlen);
   char status[64], reason[64];
@@ -1807,16 +2090,65 @@ static void make_ctx_metatable(mend_engine *E) {
   E->ctx_mt_ref = luaL_ref(L, LUA_REGISTRYINDEX);
 }
 
+/* The allocator of an engine's own Lua state: step code is held to cfg.memory_limit, the
+ * engine's own bookkeeping is not (running out there would abort the host). */
+static void *limited_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
+  mend_engine *E = ud;
+  size_t old = ptr ? osize : 0;
+  if (nsize == 0) {
+    free(ptr);
+    E->mem_used -= old;
+    return NULL;
+  }
+  if (E->limit_memory && nsize > old && E->mem_used + (nsize - old) > E->mem_limit) return NULL;
+  void *p = realloc(ptr, nsize);
+  if (p) E->mem_used = E->mem_used - old + nsize;
+  return p;
+}
+
+/* Takes from workflow code what could harm the host: processes, files, native modules. */
+static void sandbox(lua_State *L) {
+  lua_pushnil(L);
+  lua_setglobal(L, "io");
+  lua_getglobal(L, "os");
+  static const char *const gone[] = {"execute", "exit", "remove", "rename", "tmpname", NULL};
+  for (const char *const *g = gone; *g; g++) {
+    lua_pushnil(L);
+    lua_setfield(L, -2, *g);
+  }
+  lua_pop(L, 1);
+  lua_getglobal(L, "package");
+  lua_pushnil(L);
+  lua_setfield(L, -2, "loadlib");
+  lua_pushliteral(L, "");
+  lua_setfield(L, -2, "cpath");
+  lua_getfield(L, -1, "searchers");
+  lua_pushnil(L);
+  lua_rawseti(L, -2, 4);   /* the all-in-one C loader */
+  lua_pushnil(L);
+  lua_rawseti(L, -2, 3);   /* the C loader */
+  lua_pop(L, 2);
+}
+
 mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, char *err, int errlen) {
   mend_engine *E = calloc(1, sizeof *E);
   if (!E) { snprintf(err, (size_t)errlen, "out of memory"); return NULL; }
   E->cfg = *cfg;
   if (!host) {
-    host = E->owned_state = luaL_newstate();
+    E->mem_limit = cfg->memory_limit > 0 ? cfg->memory_limit : (size_t)-1;
+    host = E->owned_state = lua_newstate(limited_alloc, E);
     if (!host) { free(E); snprintf(err, (size_t)errlen, "out of memory"); return NULL; }
     luaL_openlibs(host);
     luaL_requiref(host, "mend.core", mend_lua_open, 0);
     lua_pop(host, 1);
+    if (cfg->lua_path) {
+      lua_getglobal(host, "package");
+      lua_getfield(host, -1, "path");
+      lua_pushfstring(host, "%s/?.lua;%s/?/init.lua;%s", cfg->lua_path, cfg->lua_path, lua_tostring(host, -1));
+      lua_setfield(host, -3, "path");
+      lua_pop(host, 2);
+    }
+    if (cfg->sandbox) sandbox(host);
   }
   lua_rawgeti(host, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
   lua_State *main = lua_tothread(host, -1);
@@ -1860,6 +2192,11 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
   uint64_t renew_ms = (uint64_t)(E->lease_seconds * 1000.0 / 3.0);
   uv_timer_start(E->lease_timer, renew_leases, renew_ms ? renew_ms : 1, renew_ms ? renew_ms : 1);
   uv_unref((uv_handle_t *)E->lease_timer);   /* leases alone must not keep a host's loop alive */
+  E->wakeup = malloc(sizeof *E->wakeup);
+  uv_async_init(E->loop, E->wakeup, on_wakeup);
+  E->wakeup->data = E;
+  uv_unref((uv_handle_t *)E->wakeup);
+  E->events = json_array();
   char serr[600];
   E->store = mend_store_open(cfg->db_path ? cfg->db_path : ":memory:", cfg->durability, serr, sizeof serr);
   if (!E->store) {
@@ -1900,6 +2237,13 @@ void mend_engine_destroy(mend_engine *E) {
     free(s);
   }
   json_decref(E->alerts);
+  json_decref(E->events);
+  for (struct host_fn *h = E->hosts, *next; h; h = next) {
+    next = h->next;
+    free(h->name);
+    free(h);
+  }
+  if (E->wakeup) uv_close((uv_handle_t *)E->wakeup, free_on_close);
   mend_timers_close(&E->timers);
   if (E->lease_timer) uv_close((uv_handle_t *)E->lease_timer, free_on_close);
   uv_close((uv_handle_t *)E->pump, free_on_close);

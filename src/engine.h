@@ -31,6 +31,12 @@ typedef void (*mend_engine_log_fn)(void *ud, const mend_log_record *rec);
 /* `event` is an object; the callee must not keep it (incref to keep). */
 typedef void (*mend_engine_alert_fn)(void *ud, json_t *event);
 
+/* A host function called from a step (mend.call). `args` is a JSON array. The host answers
+ * through mend_host_return / mend_host_fail, now or later (asynchronously, from its loop);
+ * the step's coroutine waits meanwhile without blocking anything. */
+typedef struct mend_host_call mend_host_call;
+typedef void (*mend_engine_host_fn)(void *ud, mend_host_call *call, json_t *args);
+
 typedef struct mend_engine_config {
   const char *db_path;          /* ":memory:" by default */
   mend_durability durability;
@@ -44,6 +50,14 @@ typedef struct mend_engine_config {
   uv_loop_t *loop;              /* NULL: the engine owns a loop */
   double lease_seconds;         /* how long a run stays ours without renewal (30) */
   double grace_seconds;         /* how long a stopping worker waits for attempts (10) */
+  int max_concurrency;          /* attempts in flight at once; 0: no cap */
+  long instruction_budget;      /* Lua instructions per attempt; 0: no budget */
+  mend_engine_alert_fn on_event;/* run finished, step failed, breaker changed; NULL: none */
+  void *event_ud;
+  /* For an engine that makes its own Lua state (host == NULL) only: */
+  size_t memory_limit;          /* bytes step code may hold in the VM; 0: no limit */
+  int sandbox;                  /* no os.execute, os.exit, io, nor C modules for workflows */
+  const char *lua_path;         /* prepended to package.path (where `require "mend"` is) */
 } mend_engine_config;
 
 /* Creates an engine that runs its Lua on L's main state (workflow functions are values of that
@@ -85,13 +99,33 @@ double mend_engine_now(const mend_engine *E);
 /* Recovery and workers. Every engine holds the runs it executes through a lease in the store
  * (renewed while it works). recover claims up to `limit` (<= 0: all) unfinished runs that no
  * live engine holds and resumes each from what the store says; returns how many, or -1. */
-int mend_engine_recover(mend_engine *E, int limit);
+int mend_engine_recover_runs(mend_engine *E, int limit);
 /* Works as a worker until stopped (SIGINT, SIGTERM or mend_engine_stop): claims runs every
  * poll_seconds, at most max_in_flight at once (<= 0: no cap). On stop it starts no new
  * attempt, waits for those in flight up to the grace period, then gives back its leases.
  * 0, or -1 on a storage failure. */
 int mend_engine_serve(mend_engine *E, double poll_seconds, int max_in_flight);
 void mend_engine_stop(mend_engine *E);
+
+/* Game-loop hosts: does the work that is ready (commits, attempts, due timers, I/O) for at
+ * most about `budget` seconds and returns; never blocks. Returns how many actions it did. */
+int mend_engine_tick_for(mend_engine *E, double budget);
+/* Seconds until the engine next has work: 0 now, -1 nothing scheduled. */
+double mend_engine_next_due(mend_engine *E);
+/* Thread-safe: wakes the engine's loop (for a host completing calls from another thread, it
+ * must still call mend_host_return on the engine's thread). */
+void mend_engine_wake(mend_engine *E);
+
+int mend_engine_register_host(mend_engine *E, const char *name, mend_engine_host_fn fn, void *ud);
+/* Completes a host call: the step resumes with the value of `result` (JSON text; NULL: nil).
+ * Exactly one of return/fail per call; the call is freed by it. 0, or -1 if the JSON is bad. */
+int mend_host_return(mend_host_call *call, const char *result_json);
+/* kind: "retryable" | "fatal" | "compensable"; retry_after < 0 none; severity for compensable. */
+void mend_host_fail(mend_host_call *call, const char *kind, const char *message,
+                    double retry_after, int severity);
+/* Called by the Lua binding of mend.call: starts a host call for the attempt on L; the caller
+ * yields unless the host answered at once (returns 1 then, with the results pushed). */
+int mend_engine_host_call(lua_State *L, const char *name, int first_arg, char *err, int errlen);
 
 /* Repairs by people (SPEC section 8). Each is recorded in the run's history (or, for breakers,
  * in the audit table) with `who` did it, and refuses with a message when it makes no sense.
@@ -100,7 +134,7 @@ void mend_engine_stop(mend_engine *E);
  * in the dead-letter queue resumes where it stopped (the failed compensation, or a severity-3
  * step) with fresh attempts. resolve: a person settled it by hand; `note` says how. Runs
  * that retry or cancel here are then executed by this engine (run or serve it). */
-int mend_engine_cancel(mend_engine *E, const char *id, const char *who, char *err, int errlen);
+int mend_engine_cancel_run(mend_engine *E, const char *id, const char *who, char *err, int errlen);
 int mend_engine_dlq_retry(mend_engine *E, const char *id, const char *who, char *err, int errlen);
 int mend_engine_resolve(mend_engine *E, const char *id, const char *who, const char *note,
                         char *err, int errlen);

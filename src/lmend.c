@@ -152,6 +152,17 @@ static int l_exec(lua_State *L) {
   return lua_yield(L, 0);
 }
 
+/* mend.core._call(name, ...) -> true, value | false, error: a host function's answer, at once
+ * or after the step yielded (lua/mend/init.lua raises the error).  [-n, +2, e] */
+static int l_call(lua_State *L) {
+  const char *name = luaL_checkstring(L, 1);
+  char err[400];
+  int rc = mend_engine_host_call(L, name, 2, err, sizeof err);
+  if (rc < 0) return luaL_error(L, "mend.call: %s", err);
+  if (rc == 1) return 2;
+  return lua_yield(L, 0);
+}
+
 /* ---------------------------------------------------------------- engines */
 
 typedef struct engine_box {
@@ -205,7 +216,8 @@ static int l_engine(lua_State *L) {
   if (lua_isnoneornil(L, 1)) { lua_settop(L, 0); lua_newtable(L); }
   luaL_checktype(L, 1, LUA_TTABLE);
   static const char *const fields[] = {"db", "clock", "seed", "durability", "log", "alert",
-                                       "lease", "grace", NULL};
+                                       "lease", "grace", "max_concurrency",
+                                       "instruction_budget", NULL};
   lua_pushnil(L);
   while (lua_next(L, 1)) {
     lua_pop(L, 1);
@@ -229,6 +241,11 @@ static int l_engine(lua_State *L) {
     cfg.seed = (uint64_t)lua_tointeger(L, -1);
   }
   lua_pop(L, 1);
+  lua_getfield(L, 1, "max_concurrency");
+  cfg.max_concurrency = (int)luaL_optinteger(L, -1, 0);
+  lua_getfield(L, 1, "instruction_budget");
+  cfg.instruction_budget = (long)luaL_optinteger(L, -1, 0);
+  lua_pop(L, 2);
   lua_getfield(L, 1, "lease");
   cfg.lease_seconds = luaL_optnumber(L, -1, 30);
   lua_getfield(L, 1, "grace");
@@ -347,7 +364,7 @@ static int engine_advance(lua_State *L) {
 /* eng:recover([limit]) -> n: resumes unfinished runs nobody holds.  [-0, +1, e] */
 static int engine_recover(lua_State *L) {
   engine_box *b = check_engine(L);
-  int n = mend_engine_recover(b->E, (int)luaL_optinteger(L, 2, 0));
+  int n = mend_engine_recover_runs(b->E, (int)luaL_optinteger(L, 2, 0));
   if (n < 0) return luaL_error(L, "%s", mend_engine_error(b->E));
   lua_pushinteger(L, n);
   return 1;
@@ -493,7 +510,7 @@ static int engine_cancel(lua_State *L) {
   const char *id = luaL_checkstring(L, 2);
   const char *who = push_who(L, 3);
   char err[600];
-  int rc = mend_engine_cancel(b->E, id, who, err, sizeof err);
+  int rc = mend_engine_cancel_run(b->E, id, who, err, sizeof err);
   if (rc < 0) return luaL_error(L, "cancel: %s", err);
   lua_pushstring(L, rc == 1 ? "requested" : "cancelled");
   return 1;
@@ -585,7 +602,7 @@ int mend_lua_open(lua_State *L) {
   static const luaL_Reg funcs[] = {
     {"retryable", l_retryable}, {"fatal", l_fatal}, {"compensable", l_compensable},
     {"is_error", l_is_error}, {"sleep", l_sleep}, {"exec", l_exec}, {"engine", l_engine},
-    {"isatty", l_isatty}, {"listdir", l_listdir}, {NULL, NULL}};
+    {"isatty", l_isatty}, {"listdir", l_listdir}, {"_call", l_call}, {NULL, NULL}};
   if (luaL_newmetatable(L, ERROR_MT)) {
     lua_pushcfunction(L, error_tostring);
     lua_setfield(L, -2, "__tostring");
@@ -605,6 +622,7 @@ int mend_lua_open(lua_State *L) {
   }
   lua_pop(L, 1);
   luaL_newlib(L, funcs);
+  { int mend_repl_open(lua_State *L); mend_repl_open(L); lua_setfield(L, -2, "readline"); }
   mend_json_open(L);
   lua_setfield(L, -2, "json");
   lua_pushstring(L, MEND_VERSION_STRING);

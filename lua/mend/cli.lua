@@ -125,16 +125,22 @@ local function render_event(e)
   return join(parts)
 end
 
-local function print_timeline(history)
-  out("timeline:\n")
+-- Prints history[first..] (default all) as timeline lines, times relative to history[1].
+local function print_events(history, first)
   local t0 = history[1] and history[1].at or 0
-  for _, e in ipairs(history) do
+  for i = first or 1, #history do
+    local e = history[i]
     if e.event == "run" and e.to == "compensating" then
       out("  ---- turning back: compensating the completed steps in reverse ----\n")
     end
     local who = e.step or (e.event == "run" and "(run)" or "")
     out("  %-10s %-16s %s\n", fmt_reltime((e.at or t0) - t0), who, render_event(e))
   end
+end
+
+local function print_timeline(history)
+  out("timeline:\n")
+  print_events(history, 1)
 end
 
 local function print_outcome(st)
@@ -342,6 +348,10 @@ local function cmd_wait(o, id)
   end)
 end
 
+local function cmd_repl(o)
+  return require("mend.repl").main{ db = o.db, clock = o.clock or "virtual", seed = o.seed }
+end
+
 local DB_HELP = "  --db PATH        the database (default mend.db)\n"
 
 -- Each command: its positional arguments, its flags ("value" takes one, "switch" does not),
@@ -438,6 +448,22 @@ local commands = {
            "  --json           print the entries as a JSON array\n",
     action = cmd_dlq,
   },
+  repl = {
+    args = {},
+    flags = { db = "value", clock = "value", seed = "value" },
+    choices = { clock = { virtual = true, real = true } },
+    default_db = ":memory:",
+    usage = "mend repl [--db PATH] [--clock virtual|real] [--seed N]",
+    help = "An interactive Lua shell around one engine: load workflows, start runs, move the\n" ..
+           "virtual clock with advance(seconds), break simulated services (sim) and watch the\n" ..
+           "retries, breakers and compensations; help() lists what is in scope. On a terminal\n" ..
+           "it has line editing, history and TAB completion; otherwise it reads a script from\n" ..
+           "stdin, one chunk at a time, and prints the results.\n\n" ..
+           "  --db PATH        the database (default :memory:)\n" ..
+           "  --clock C        virtual (default: time moves only with advance and run) or real\n" ..
+           "  --seed N         seed of the backoff jitter generator (default random)\n",
+    action = cmd_repl,
+  },
 }
 
 local MAIN_USAGE = "mend <command> [options]"
@@ -454,6 +480,7 @@ Commands:
   status RUN    show a run and its steps
   history RUN   show a run's audit trail
   dlq           list the dead-letter queue
+  repl          an interactive shell: load, start, advance the clock, inspect
 
 Run 'mend <command> --help' for a command's options.
 
@@ -523,7 +550,7 @@ local function parse(cmd_name, args, first)
     usage_error(cmd_name, "unexpected argument %s", positional[#cmd.args + 1])
   end
   check_choices(cmd_name, cmd, opts)
-  opts.db = opts.db or "mend.db"
+  opts.db = opts.db or cmd.default_db or "mend.db"
   opts._command = cmd_name
   return opts, positional
 end
@@ -558,6 +585,10 @@ local function report(e)
   say("mend: %s\n", (msg:gsub("\n+$", "")))
   return EXIT_FAILURE
 end
+
+-- The printers, for other clients of the API (the REPL): they write to io.stdout.
+M.print_outcome, M.print_status, M.print_timeline = print_outcome, print_status, print_timeline
+M.print_events, M.print_dlq, M.render_event = print_events, print_dlq, render_event
 
 --- Runs the command in args (args[1] is the command) and returns the exit code.
 function M.main(args)

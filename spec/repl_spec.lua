@@ -1,0 +1,424 @@
+-- `mend repl`: a session read from stdin (a script, as a person would type it) with its
+-- expected output; the pretty printer and the completion function on their own; and the
+-- interactive REPL driven in a real terminal through tmux: line editing, history, completion.
+-- The binary is $MEND_BIN (ctest sets it), else /work/main/build/mend.
+
+local mend = require "mend"
+local repl = require "mend.repl"
+local json = mend.json
+
+local MEND = os.getenv("MEND_BIN") or "/work/main/build/mend"
+local ROOT = debug.getinfo(1, "S").source:match("^@(.*)/spec/[^/]*$") or "."
+
+local function quote(s)
+  return "'" .. tostring(s):gsub("'", [['\'']]) .. "'"
+end
+
+local function slurp(path)
+  local f = assert(io.open(path, "rb"))
+  local text = f:read("a")
+  f:close()
+  return text
+end
+
+-- Runs `mend repl ARGS` from the repository root with `script` on stdin; returns the exit
+-- code, stdout and stderr.
+local function repl_run(script, ...)
+  local words = {}
+  for i, a in ipairs({ ... }) do words[i] = quote(a) end
+  local infile, errfile = os.tmpname(), os.tmpname()
+  local f = assert(io.open(infile, "w"))
+  f:write(script)
+  f:close()
+  local cmd = ("cd %s && %s repl %s <%s 2>%s"):format(quote(ROOT), quote(MEND),
+    table.concat(words, " "), quote(infile), quote(errfile))
+  local p = assert(io.popen(cmd, "r"))
+  local stdout = p:read("a")
+  local _, _, code = p:close()
+  local stderr = slurp(errfile)
+  os.remove(infile)
+  os.remove(errfile)
+  return code, stdout, stderr
+end
+
+-- Run ids become <run1>, <run2>... in order of appearance; wall-clock dates become <time>;
+-- JSON objects of the status lines are printed with sorted keys.
+local function normalize(text)
+  local ids, n = {}, 0
+  text = text:gsub("%f[%w](0[%w][%w][%w][%w][%w][%w][%w][%w][%w][%w][%w][%w][%w][%w][%w])%f[^%w]",
+    function(id)
+      if not ids[id] then n = n + 1; ids[id] = ("<run%d>"):format(n) end
+      return ids[id]
+    end)
+  text = text:gsub("%d%d%d%d%-%d%d%-%d%d %d%d:%d%d:%d%d%.%d%d%d UTC", "<time>")
+  text = text:gsub("result (%b{})", function(obj) return "result " .. repl.pretty(json.decode(obj)) end)
+  return text
+end
+
+local function lines(text)
+  local out = {}
+  for line in text:gmatch("[^\n]*") do out[#out + 1] = line end
+  return out
+end
+
+describe("mend repl reading a script from stdin", function()
+  it("loads a workflow, starts a run, advances the clock and inspects it", function()
+    local code, stdout, stderr = repl_run([[
+load "playground"
+playground.break_payments(2)
+id = start("playground", { amount = 30 })
+advance(1)
+advance(2)
+advance(1)
+status(id)
+history(id)
+eng:status(id).steps[2].attempts
+show({ b = { 2, 1 }, a = "x" })
+]], "--seed", "1")
+    assert.are.equal("", stderr)
+    assert.are.equal(0, code)
+    assert.are.same(lines([[
+"playground"
+playground run <run1>: running
+  +0.000s    (run)            new -> running
+  +0.000s    reserve          pending -> running            attempt 1
+advanced 1s: clock +1.000s, 1 run in flight
+playground run <run1>: running
+  +0.050s    reserve          log: reserved res-1
+  +0.050s    reserve          running -> succeeded          attempt 1
+  +0.050s    charge           pending -> running            attempt 1
+  +0.250s    charge           running -> retry_wait         attempt 1  delay 1s  retryable: payments: injected failure (call 1)
+advanced 2s: clock +3.000s, 1 run in flight
+playground run <run1>: running
+  +1.250s    charge           retry_wait -> pending         attempt 1
+  +1.250s    charge           pending -> running            attempt 2
+  +1.450s    charge           running -> retry_wait         attempt 2  delay 2s  retryable: payments: injected failure (call 2)
+advanced 1s: clock +4.000s, 0 runs in flight
+playground run <run1>: succeeded
+  +3.450s    charge           retry_wait -> pending         attempt 2
+  +3.450s    charge           pending -> running            attempt 3
+  +3.650s    charge           log: charged 30 (ch-3)
+  +3.650s    charge           running -> succeeded          attempt 3
+  +3.650s    ship             pending -> running            attempt 1
+  +3.750s    ship             log: shipped, tracking trk-1
+  +3.750s    ship             running -> succeeded          attempt 1
+  +3.750s    (run)            running -> succeeded
+playground run <run1>: succeeded
+  input    {"amount":30}
+  created  <time>
+  updated  <time>
+steps:
+   1 reserve          succeeded            attempts 1  result { order = "o-1", reservation = "res-1" }
+   2 charge           succeeded            attempts 3  result { amount = 30, charge_id = "ch-3" }
+   3 ship             succeeded            attempts 1  result { tracking = "trk-1" }
+playground run <run1>: succeeded
+timeline:
+  +0.000s    (run)            new -> running
+  +0.000s    reserve          pending -> running            attempt 1
+  +0.050s    reserve          log: reserved res-1
+  +0.050s    reserve          running -> succeeded          attempt 1
+  +0.050s    charge           pending -> running            attempt 1
+  +0.250s    charge           running -> retry_wait         attempt 1  delay 1s  retryable: payments: injected failure (call 1)
+  +1.250s    charge           retry_wait -> pending         attempt 1
+  +1.250s    charge           pending -> running            attempt 2
+  +1.450s    charge           running -> retry_wait         attempt 2  delay 2s  retryable: payments: injected failure (call 2)
+  +3.450s    charge           retry_wait -> pending         attempt 2
+  +3.450s    charge           pending -> running            attempt 3
+  +3.650s    charge           log: charged 30 (ch-3)
+  +3.650s    charge           running -> succeeded          attempt 3
+  +3.650s    ship             pending -> running            attempt 1
+  +3.750s    ship             log: shipped, tracking trk-1
+  +3.750s    ship             running -> succeeded          attempt 1
+  +3.750s    (run)            running -> succeeded
+3
+{ a = "x", b = { 2, 1 } }
+]]), lines(normalize(stdout)))
+  end)
+
+  it("shows a broken dependency tripping its breaker, then the run in the dead-letter queue",
+     function()
+    local code, stdout, stderr = repl_run([[
+load "playground"
+playground.break_payments()
+id = start("playground", { order = "o-3" })
+advance(5)
+breakers()
+run()
+status(id)
+dlq()
+]], "--seed", "1")
+    assert.are.equal("", stderr)
+    assert.are.equal(0, code)
+    local out = normalize(stdout)
+    assert.truthy(out:find("advanced 5s: clock +5.000s, 1 run in flight", 1, true))
+    assert.truthy(out:find("charge           breaker payments closed -> open", 1, true))
+    assert.truthy(out:find("\npayments         open       failures 0  successes 0  half-opens in ",
+                           1, true))
+    assert.truthy(out:find("---- turning back: compensating the completed steps in reverse ----",
+                           1, true))
+    assert.truthy(out:find("reserve          log: released res-1", 1, true))
+    assert.truthy(out:find("ran until nothing was in flight: clock +", 1, true))
+    assert.truthy(out:find("playground run <run1>: needs_attention\n", 1, true))
+    assert.truthy(out:find("   2 charge           failed               attempts 6", 1, true))
+    assert.truthy(out:find("<time>  <run1>  attempts_exhausted  step charge  retryable: payments: "
+                           .. "injected random failure", 1, true))
+  end)
+
+  it("continues an incomplete chunk on the next line, as lua.c does", function()
+    local code, stdout, stderr = repl_run(table.concat({
+      "1 +", "  2", "for i = 1, 2 do", "  print('line ' .. i)", "end", "t = {", "  x = 1,",
+      "}", "t.x", "local function f()", "  return 'f'", "end", "" }, "\n"))
+    assert.are.equal("", stderr)
+    assert.are.equal(0, code)
+    assert.are.equal("3\nline 1\nline 2\n1\n", stdout)
+  end)
+
+  it("reports errors on stderr, goes on with the next chunk, and exits 1", function()
+    local code, stdout, stderr = repl_run(table.concat({
+      "nosuch()", "x = = 1", "error(mend.fatal('card declined'))", "status('zzz')", "'still here'",
+      "if true then", "" }, "\n"))
+    assert.are.equal(1, code)
+    assert.are.equal('"still here"\n', stdout)
+    assert.are.same({
+      "error: stdin:1: attempt to call a nil value (global 'nosuch')",
+      "error: stdin:1: unexpected symbol near '='",
+      "error: fatal: card declined",
+      "error: status: no run zzz",
+      "error: stdin:1: 'end' expected near <eof>",
+      "",
+    }, lines(stderr))
+  end)
+
+  it("prints every value a chunk returns, and nothing for statements", function()
+    local code, stdout = repl_run('x = 1\nx, "two", nil, { 3 }\nprint("p")\n')
+    assert.are.equal(0, code)
+    assert.are.equal('1\n"two"\nnil\n{ 3 }\np\n', stdout)
+  end)
+
+  it("refuses advance on a real clock, and run() works there", function()
+    local code, stdout, stderr = repl_run(
+      'load "playground"\nid = start("playground")\nadvance(1)\nrun()\n', "--clock", "real")
+    assert.are.equal(1, code)
+    assert.are.equal("error: advance needs the virtual clock (mend repl --clock virtual);"
+                     .. " use run()\n", stderr)
+    assert.truthy(stdout:find("ran until nothing was in flight", 1, true))
+    assert.truthy(normalize(stdout):find("playground run <run1>: succeeded", 1, true))
+  end)
+
+  it("uses the database given with --db, which the other commands then read", function()
+    local db = os.tmpname()
+    local code, stdout = repl_run('load "playground"\nstart("playground")\nrun()\n', "--db", db)
+    assert.are.equal(0, code)
+    local id = stdout:match('\n"(0%w+)"\n')
+    assert.truthy(id)
+    local p = assert(io.popen(("%s status %s --db %s"):format(quote(MEND), id, quote(db))))
+    local status_out = p:read("a")
+    p:close()
+    assert.truthy(status_out:find("playground run " .. id .. ": succeeded", 1, true))
+    for _, s in ipairs({ "", "-wal", "-shm", "-journal" }) do os.remove(db .. s) end
+  end)
+
+  it("lists its helpers with help(), and has usage and help as a command", function()
+    local code, stdout = repl_run("help()\n")
+    assert.are.equal(0, code)
+    for _, name in ipairs({ "load(path)", "start(name, input, opts)", "advance(seconds)", "run()",
+                            "status(id)", "history(id)", "dlq()", "breakers()", "show(value)",
+                            "sim" }) do
+      assert.truthy(stdout:find(name, 1, true), name)
+    end
+    local p = assert(io.popen(quote(MEND) .. " repl --help"))
+    local help = p:read("a")
+    p:close()
+    assert.truthy(help:find("usage: mend repl [--db PATH] [--clock virtual|real] [--seed N]", 1, true))
+    p = assert(io.popen(quote(MEND) .. " repl --clock sundial 2>&1"))
+    local bad = p:read("a")
+    local _, _, rc = p:close()
+    assert.are.equal(2, rc)
+    assert.truthy(bad:find("mend: bad value for --clock: sundial", 1, true))
+  end)
+end)
+
+describe("the REPL's pretty printer", function()
+  it("prints scalars as Lua literals", function()
+    assert.are.equal('"a\\nb\\"c"', repl.pretty('a\nb"c'))
+    assert.are.equal("42", repl.pretty(42))
+    assert.are.equal("1.5", repl.pretty(1.5))
+    assert.are.equal("nil", repl.pretty(nil))
+    assert.are.equal("null", repl.pretty(json.null))
+  end)
+
+  it("prints the array part first, then keys sorted, on one line when it fits", function()
+    assert.are.equal('{ "a", "b", [10] = true, ["end"] = 3, x = 1, ["y z"] = 2 }',
+      repl.pretty({ "a", "b", x = 1, ["y z"] = 2, [10] = true, ["end"] = 3 }))
+    assert.are.equal("{}", repl.pretty({}))
+  end)
+
+  it("breaks long tables over nested, indented lines", function()
+    local long = ("x"):rep(90)
+    assert.are.equal(table.concat({
+      "{",
+      "  a = 1,",
+      "  b = {",
+      '    "' .. long .. '",',
+      "  },",
+      "}" }, "\n"), repl.pretty({ a = 1, b = { long } }))
+  end)
+
+  it("marks cycles instead of looping", function()
+    local t = { name = "t" }
+    t.self = t
+    assert.are.equal('{ name = "t", self = <cycle> }', repl.pretty(t))
+  end)
+end)
+
+describe("the REPL's completion", function()
+  local env = setmetatable({ eng = mend.engine{ clock = "virtual" }, mend = mend,
+                             advance = function() end }, { __index = _G })
+  teardown(function() env.eng:close() end)
+
+  it("completes fields of mend", function()
+    assert.are.same({ "mend.retryable" }, repl.complete(env, "mend.ret"))
+    assert.are.same({ "mend.json.decode" }, repl.complete(env, "mend.json.dec"))
+  end)
+
+  it("completes the engine's methods after a colon", function()
+    assert.are.same({ "eng:start", "eng:status", "eng:stop" }, repl.complete(env, "eng:st"))
+  end)
+
+  it("completes globals, helpers and keywords, keeping what precedes the word", function()
+    assert.are.same({ "advance" }, repl.complete(env, "adv"))
+    assert.are.same({ "x=mend.fatal" }, repl.complete(env, "x=mend.fat"))
+    assert.truthy(#repl.complete(env, "pr") >= 1)
+    assert.are.same({ "function" }, repl.complete(env, "functio"))
+    assert.are.same({}, repl.complete(env, "nosuch.x"))
+  end)
+end)
+
+-- The interactive REPL in a real terminal: a tmux server of its own (its own socket, no
+-- configuration file), keys sent as a person types them, the screen read back.
+describe("mend repl in a terminal", function()
+  local sock = os.tmpname()      -- the server's socket: a path of our own, removed at the end
+  local tmux = "tmux -S " .. quote(sock) .. " -f /dev/null "
+  local sys = require "system"
+
+  local function sh(cmd)
+    local p = assert(io.popen(cmd .. " 2>&1"))
+    local out = p:read("a")
+    local ok = p:close()
+    return out, ok
+  end
+
+  local function keys(...)
+    local words = {}
+    for i, k in ipairs({ ... }) do words[i] = quote(k) end
+    sh(tmux .. "send-keys -t repl " .. table.concat(words, " "))
+  end
+
+  local function type_text(text) sh(tmux .. "send-keys -t repl -l " .. quote(text)) end
+
+  local function screen() return (sh(tmux .. "capture-pane -p -t repl -S -200")) end
+
+  -- capture-pane drops trailing blanks: a prompt reads "mend>" until something is typed.
+  -- Waits until the screen has `text` (plain) `count` times (default once); returns the screen.
+  local function wait_for(text, count)
+    count = count or 1
+    local deadline, s = sys.gettime() + 10, ""
+    while sys.gettime() < deadline do
+      s = screen()
+      local n, from = 0, 1
+      while true do
+        local i, j = s:find(text, from, true)
+        if not i then break end
+        n, from = n + 1, j + 1
+      end
+      if n >= count then return s end
+      sys.sleep(0.05)
+    end
+    error(("timed out waiting for %q (x%d); screen:\n%s"):format(text, count, s))
+  end
+
+  setup(function()
+    local _, found = sh("command -v tmux")
+    assert(found, "tmux is needed for this test (make deps installs it)")
+    local home = os.tmpname()
+    os.remove(home)
+    local cmd = ("cd %s && HOME=%s TERM=xterm %s repl --seed 1"):format(quote(ROOT), quote(home),
+                                                                       quote(MEND))
+    local out, ok = sh(tmux .. "new-session -d -s repl -x 120 -y 40 " .. quote(cmd))
+    assert(ok, out)
+    wait_for("mend>")
+  end)
+
+  teardown(function()
+    sh(tmux .. "kill-server")
+    os.remove(sock)
+  end)
+
+  it("edits the line: Ctrl-A goes to its start, Left moves back a character", function()
+    type_text("20 + 2)")
+    keys("C-a")
+    type_text("math.max(")
+    keys("Enter")
+    local s = wait_for("\n22\n")
+    assert.truthy(s:find("mend> math.max(20 + 2)\n22\n", 1, true))
+    type_text("1")
+    keys("Left")
+    type_text("4")
+    keys("Enter")
+    s = wait_for("\n41\n")
+    assert.truthy(s:find("mend> 41\n41\n", 1, true))
+  end)
+
+  it("recalls earlier lines with Up", function()
+    keys("Up", "Up", "Enter")
+    local s = wait_for("\n22\n", 2)
+    assert.truthy(select(2, s:gsub("mend> math%.max%(20 %+ 2%)\n22\n", "")) == 2)
+  end)
+
+  it("completes mend fields with TAB", function()
+    type_text("mend.ret")
+    keys("Tab")
+    wait_for("mend> mend.retryable")
+    type_text('("boom")')
+    keys("Enter")
+    wait_for('{ kind = "retryable", message = "boom" }')
+  end)
+
+  it("completes the engine's methods, listing them when there are several", function()
+    type_text("eng:adv")
+    keys("Tab")
+    wait_for("mend> eng:advance")
+    keys("C-u")
+    type_text("eng:st")
+    keys("Tab", "Tab")
+    local s = wait_for("eng:status")
+    assert.truthy(s:find("eng:start", 1, true))
+    assert.truthy(s:find("eng:stop", 1, true))
+    keys("C-u")
+  end)
+
+  it("continues an incomplete chunk with a continuation prompt", function()
+    type_text("for i = 1, 2 do")
+    keys("Enter")
+    wait_for("...>")
+    type_text("print('iteration ' .. i)")
+    keys("Enter")
+    type_text("end")
+    keys("Enter")
+    wait_for("iteration 2")
+  end)
+
+  it("runs the playground with the virtual clock, and leaves on Ctrl-D", function()
+    type_text('load "playground"; id = start("playground"); advance(5)')
+    keys("Enter")
+    wait_for("  +0.350s    (run)            running -> succeeded")
+    keys("C-d")
+    local deadline = sys.gettime() + 10
+    while sys.gettime() < deadline do
+      local _, alive = sh(tmux .. "has-session -t repl")
+      if not alive then return end
+      sys.sleep(0.05)
+    end
+    error("the REPL did not leave on Ctrl-D:\n" .. screen())
+  end)
+end)

@@ -1,0 +1,157 @@
+/*
+ * lrepl: line editing for `mend repl` (the table `mend.core.readline`), through libedit's
+ * readline emulation. It owns the process's one line editor, its in-memory history and the
+ * reference to the Lua completion function; it never evaluates what is typed (that is
+ * lua/mend/repl.lua's job) and is only used when stdin is a terminal.
+ *
+ * libedit keeps its state in globals, so this module does too: there is one terminal. The
+ * completer runs inside readline(), that is inside a Lua call of readline.read, on the state
+ * that made that call; it is called protected, so a Lua error cannot unwind through libedit.
+ */
+#include <lauxlib.h>
+#include <lua.h>
+#include <locale.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <editline/readline.h>
+
+/* The Lua side of completion: the state in readline.read and the completer's registry ref. */
+static lua_State *read_L;
+static int completer_ref = LUA_NOREF;
+static const void *completer_owner;   /* the main thread of the state holding completer_ref */
+
+static const void *main_thread(lua_State *L) {
+  lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
+  const void *p = lua_topointer(L, -1);
+  lua_pop(L, 1);
+  return p;
+}
+
+/* The matches of the completion in progress, handed out one by one by next_match. */
+static char **matches;
+static size_t nmatches, next_index;
+
+static void free_matches(void) {
+  for (size_t i = 0; i < nmatches; i++) free(matches[i]);
+  free(matches);
+  matches = NULL;
+  nmatches = next_index = 0;
+}
+
+/* Calls completer(text, line, start, finish) and keeps the strings of the list it returns.
+ * Errors of the completer mean "no matches": the line being edited must survive them. */
+static void collect_matches(const char *text, int start, int finish) {
+  lua_State *L = read_L;
+  free_matches();
+  if (!L || completer_ref == LUA_NOREF || main_thread(L) != completer_owner) return;
+  int top = lua_gettop(L);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, completer_ref);
+  lua_pushstring(L, text);
+  lua_pushstring(L, rl_line_buffer ? rl_line_buffer : "");
+  lua_pushinteger(L, start);
+  lua_pushinteger(L, finish);
+  if (lua_pcall(L, 4, 1, 0) == LUA_OK && lua_istable(L, -1)) {
+    size_t n = (size_t)luaL_len(L, -1);
+    matches = calloc(n ? n : 1, sizeof *matches);
+    for (size_t i = 1; matches && i <= n; i++) {
+      if (lua_rawgeti(L, -1, (lua_Integer)i) == LUA_TSTRING) {
+        char *s = strdup(lua_tostring(L, -1));
+        if (s) matches[nmatches++] = s;
+      }
+      lua_pop(L, 1);
+    }
+  }
+  lua_settop(L, top);
+}
+
+/* rl_completion_matches' generator: the kept matches in order; libedit frees what it gets. */
+static char *next_match(const char *text, int state) {
+  (void)text;
+  (void)state;
+  if (next_index >= nmatches) return NULL;
+  return strdup(matches[next_index++]);
+}
+
+static char *no_match(const char *text, int state) {
+  (void)text;
+  (void)state;
+  return NULL;
+}
+
+static char **complete(const char *text, int start, int finish) {
+  rl_attempted_completion_over = 1;    /* never fall back to file names */
+  collect_matches(text, start, finish);
+  char **result = nmatches ? rl_completion_matches(text, next_match) : NULL;
+  free_matches();
+  return result;
+}
+
+static void init_editor(void) {
+  static int done;
+  if (done) return;
+  done = 1;
+  setlocale(LC_CTYPE, "");             /* libedit decodes multibyte input by the locale */
+  rl_readline_name = "mend";           /* the application name in ~/.editrc */
+  /* '.' and ':' are not breaks: `mend.ret` and `eng:st` are completed as one word. */
+  rl_basic_word_break_characters = " \t\n\"\\'`@$><=;|&{}()[],+-*/%^#~";
+  rl_completion_append_character = '\0';
+  rl_attempted_completion_function = complete;
+  rl_completion_entry_function = no_match;
+  using_history();
+  stifle_history(1000);
+}
+
+/* readline.read(prompt) -> line (without its newline), or nil at end of input.  [-1, +1, m] */
+static int l_read(lua_State *L) {
+  const char *prompt = luaL_optstring(L, 1, "> ");
+  init_editor();
+  lua_State *outer = read_L;
+  read_L = L;
+  char *line = readline(prompt);
+  read_L = outer;
+  if (!line) {
+    lua_pushnil(L);
+    return 1;
+  }
+  lua_pushstring(L, line);
+  free(line);
+  return 1;
+}
+
+/* readline.add_history(line): appends to the history that Up and Down walk. Empty lines and
+ * a repeat of the last entry are not added.  [-1, +0, -] */
+static int l_add_history(lua_State *L) {
+  const char *line = luaL_checkstring(L, 1);
+  init_editor();
+  if (*line == '\0') return 0;
+  HIST_ENTRY *last = history_length > 0 ? history_get(history_base + history_length - 1) : NULL;
+  if (last && last->line && strcmp(last->line, line) == 0) return 0;
+  add_history(line);
+  return 0;
+}
+
+/* readline.set_completer(fn | nil): fn(text, line, start, finish) -> { full words } is called
+ * on TAB with the word before the cursor; `text` is what the words replace.  [-1, +0, e] */
+static int l_set_completer(lua_State *L) {
+  if (!lua_isnoneornil(L, 1)) luaL_checktype(L, 1, LUA_TFUNCTION);
+  if (completer_ref != LUA_NOREF && main_thread(L) == completer_owner)
+    luaL_unref(L, LUA_REGISTRYINDEX, completer_ref);
+  completer_ref = LUA_NOREF;
+  if (!lua_isnoneornil(L, 1)) {
+    lua_pushvalue(L, 1);
+    completer_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    completer_owner = main_thread(L);
+  }
+  return 0;
+}
+
+/* Pushes the table of line-editing functions (mend.core's `readline` field).  [-0, +1, m] */
+int mend_repl_open(lua_State *L) {
+  static const luaL_Reg funcs[] = {
+    {"read", l_read}, {"add_history", l_add_history}, {"set_completer", l_set_completer},
+    {NULL, NULL}};
+  luaL_newlib(L, funcs);
+  return 1;
+}
