@@ -6,16 +6,8 @@ local json = require("mend").json
 local MEND = os.getenv("MEND_BIN") or "/work/main/build/mend"
 local ROOT = debug.getinfo(1, "S").source:match("^@(.*)/spec/[^/]*$") or "."
 
-local function quote(s)
-  return "'" .. tostring(s):gsub("'", [['\'']]) .. "'"
-end
-
-local function slurp(path)
-  local f = assert(io.open(path, "rb"))
-  local text = f:read("a")
-  f:close()
-  return text
-end
+local H = require "spec.helper"
+local quote, slurp = H.quote, H.slurp
 
 -- Runs mend with the given arguments from the repository root; returns the exit code, stdout
 -- and stderr.

@@ -191,6 +191,30 @@ function H.sql(path, query)
   return lines
 end
 
+-- The mend binary under test ($MEND_BIN, set by ctest).
+H.MEND = os.getenv("MEND_BIN") or "./build/mend"
+
+-- A word for sh: single-quoted.
+function H.quote(s)
+  return "'" .. tostring(s):gsub("'", [['\'']]) .. "'"
+end
+
+-- The whole content of a file.
+function H.slurp(path)
+  local f = assert(io.open(path, "rb"))
+  local text = f:read("a")
+  f:close()
+  return text
+end
+
+-- Runs a shell command; returns its exit code and its output (stdout and stderr together).
+function H.shell(cmd)
+  local p = assert(io.popen(cmd .. " 2>&1; echo \"rc=$?\""))
+  local text = p:read("a")
+  p:close()
+  return tonumber(text:match("rc=(%d+)%s*$")), (text:gsub("rc=%d+%s*$", ""))
+end
+
 -- Wall-clock seconds (luasystem ships with busted).
 function H.wall()
   return require("system").gettime()

@@ -10,16 +10,8 @@ local json = mend.json
 local MEND = os.getenv("MEND_BIN") or "/work/main/build/mend"
 local ROOT = debug.getinfo(1, "S").source:match("^@(.*)/spec/[^/]*$") or "."
 
-local function quote(s)
-  return "'" .. tostring(s):gsub("'", [['\'']]) .. "'"
-end
-
-local function slurp(path)
-  local f = assert(io.open(path, "rb"))
-  local text = f:read("a")
-  f:close()
-  return text
-end
+local H = require "spec.helper"
+local quote, slurp = H.quote, H.slurp
 
 -- Runs `mend repl ARGS` from the repository root with `script` on stdin; returns the exit
 -- code, stdout and stderr.
@@ -160,8 +152,8 @@ dlq()
     assert.truthy(out:find("ran until nothing was in flight: clock +", 1, true))
     assert.truthy(out:find("playground run <run1>: needs_attention\n", 1, true))
     assert.truthy(out:find("   2 charge           failed               attempts 6", 1, true))
-    assert.truthy(out:find("<time>  <run1>  attempts_exhausted  step charge  retryable: payments: "
-                           .. "injected random failure", 1, true))
+    assert.truthy(out:find("<run1>%s+attempts_exhausted%s+charge%s+%d+[smhd]%s+retryable: payments: "
+                           .. "injected random failure"))
   end)
 
   it("continues an incomplete chunk on the next line, as lua.c does", function()

@@ -4,18 +4,7 @@
 -- was committed.
 local H = require "spec.helper"
 
-local MEND = os.getenv("MEND_BIN") or "./build/mend"
-
-local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
-
--- Runs a shell command; returns its exit code and its output (stdout and stderr).
-local function run(cmd)
-  local p = assert(io.popen(cmd .. " 2>&1; echo \"rc=$?\""))
-  local text = p:read("a")
-  p:close()
-  local rc = tonumber(text:match("rc=(%d+)%s*$"))
-  return rc, (text:gsub("rc=%d+%s*$", ""))
-end
+local MEND, q, run = H.MEND, H.quote, H.shell
 
 local function write(path, text)
   local f = assert(io.open(path, "w"))

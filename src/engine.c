@@ -43,6 +43,9 @@
 /* CPU-bound Lua is interrupted by a count hook this often (instructions). */
 #define HOOK_EVERY 10000
 
+/* Child processes of two kinds share the loop; the tag tells their handles apart at destroy. */
+enum { CHILD_EXEC = 1, CHILD_ALERT };
+
 typedef enum action { ACT_NONE, ACT_ADVANCE, ACT_EXECUTE, ACT_COMPENSATE, ACT_FINISH } action;
 typedef enum wait_kind {
   WAIT_NONE, WAIT_RETRY, WAIT_BREAKER, WAIT_SLEEP, WAIT_COMP_RETRY, WAIT_STEP_SLEEP
@@ -140,6 +143,7 @@ struct mend_engine {
   uv_async_t *wakeup;
   size_t mem_used, mem_limit;
   int limit_memory;       /* 1 while step code runs: only it is held to the limit */
+  int alert_commands;     /* alert commands still running */
 };
 
 /* ---------------------------------------------------------------- small helpers */
@@ -226,6 +230,13 @@ static void failpoint(const char *name) {
 /* ---------------------------------------------------------------- the pump */
 
 static void pump_cb(uv_idle_t *h);
+
+/* Work a pump turn would do now: actions queued, a batch to commit, or events and alerts
+ * waiting for the commit that comes before them (a run's last turn leaves those behind). */
+static int has_ready_work(const mend_engine *E) {
+  return E->q_head || mend_store_batch_open(E->store) || json_array_size(E->events) ||
+         json_array_size(E->alerts);
+}
 
 static void kick(mend_engine *E) {
   if (!uv_is_active((uv_handle_t *)E->pump)) uv_idle_start(E->pump, pump_cb);
@@ -346,6 +357,80 @@ static void fire_events(mend_engine *E) {
   json_decref(events);
 }
 
+/* ---- the alert command: fire and forget, the event as one JSON line on its stdin */
+
+typedef struct alert_proc {
+  int tag;                /* CHILD_ALERT */
+  mend_engine *E;
+  uv_process_t proc;
+  uv_pipe_t in;
+  uv_write_t write;
+  char *text;
+  int open;
+} alert_proc;
+
+static void alert_handle_closed(uv_handle_t *h) {
+  alert_proc *a = h->data;
+  if (--a->open == 0) {
+    free(a->text);
+    free(a);
+  }
+}
+
+static void alert_exited(uv_process_t *p, int64_t status, int signal) {
+  (void)signal;
+  alert_proc *a = p->data;
+  a->E->alert_commands--;
+  if (status != 0) mend_engine_log_line(a->E, "warn", NULL, NULL, 0, "alert", "alert command failed");
+  uv_close((uv_handle_t *)p, alert_handle_closed);
+}
+
+static void alert_written(uv_write_t *w, int status) {
+  (void)status;
+  alert_proc *a = w->data;
+  if (!uv_is_closing((uv_handle_t *)&a->in)) uv_close((uv_handle_t *)&a->in, alert_handle_closed);
+}
+
+static char *text_for_command(json_t *ev) {
+  char *t = json_dumps(ev, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  if (!t) return NULL;
+  size_t n = strlen(t);
+  char *line = realloc(t, n + 2);
+  if (!line) { free(t); return NULL; }
+  line[n] = '\n';
+  line[n + 1] = 0;
+  return line;
+}
+
+static void run_alert_command(mend_engine *E, char *text) {
+  if (!text) return;
+  alert_proc *a = calloc(1, sizeof *a);
+  a->tag = CHILD_ALERT;
+  a->E = E;
+  a->text = text;
+  uv_pipe_init(E->loop, &a->in, 0);
+  a->in.data = a->proc.data = a->write.data = a;
+  char *args[] = {"sh", "-c", (char *)E->cfg.alert_command, NULL};
+  uv_stdio_container_t stdio[3] = {
+    {.flags = UV_CREATE_PIPE | UV_READABLE_PIPE, .data.stream = (uv_stream_t *)&a->in},
+    {.flags = UV_INHERIT_FD, .data.fd = 2},   /* its output goes where mend's log goes */
+    {.flags = UV_INHERIT_FD, .data.fd = 2},
+  };
+  uv_process_options_t opt = {.exit_cb = alert_exited, .file = "sh", .args = args,
+                              .stdio_count = 3, .stdio = stdio};
+  a->open = 2;
+  int rc = uv_spawn(E->loop, &a->proc, &opt);
+  if (rc) {
+    mend_engine_log_line(E, "error", NULL, NULL, 0, "alert", uv_strerror(rc));
+    uv_close((uv_handle_t *)&a->proc, alert_handle_closed);
+    uv_close((uv_handle_t *)&a->in, alert_handle_closed);
+    return;
+  }
+  E->alert_commands++;
+  uv_buf_t b = uv_buf_init(a->text, (unsigned)strlen(a->text));
+  uv_write(&a->write, (uv_stream_t *)&a->in, &b, 1, alert_written);
+}
+
 static void fire_alerts(mend_engine *E) {
   fire_events(E);
   if (!json_array_size(E->alerts)) return;
@@ -359,6 +444,7 @@ static void fire_alerts(mend_engine *E) {
                          "alert", text);
     free(text);
     if (E->cfg.alert) E->cfg.alert(E->cfg.alert_ud, ev);
+    if (E->cfg.alert_command) run_alert_command(E, text_for_command(ev));
   }
   json_decref(alerts);
 }
@@ -382,7 +468,11 @@ static struct mend_breaker_slot *breaker_slot(mend_engine *E, const char *key,
   s->key = dupstr(key);
   s->p = *p;
   int found = mend_store_get_breaker(E->store, key, &s->b);
-  if (found <= 0) mend_breaker_init(&s->b);
+  if (found <= 0) {
+    mend_breaker_init(&s->b);
+    /* known from now on, so that people can list it and override it */
+    if (found == 0 && mend_store_put_breaker(E->store, key, &s->b, mend_engine_now(E))) store_failed(E);
+  }
   s->next = E->breakers;
   E->breakers = s;
   return s;
@@ -812,6 +902,10 @@ static void resume(mend_run *r, int nargs) {
     }
   }
   if (r->timed_out && !ok) { info.kind = MEND_ERR_TIMEOUT; info.retry_after = -1; }
+  if (status == LUA_ERRMEM && E->owned_state && E->cfg.memory_limit > 0) {
+    snprintf(msg, sizeof msg, "step exceeded the memory limit (%zu bytes)", E->cfg.memory_limit);
+    info.message = msg;
+  }
   if (r->over_budget && !ok) {
     info.kind = MEND_ERR_ERROR;
     snprintf(msg, sizeof msg, "step exceeded its instruction budget (%ld instructions)",
@@ -929,6 +1023,7 @@ int mend_engine_sleep(lua_State *L, double seconds, char *err, int errlen) {
 /* ---------------------------------------------------------------- child processes */
 
 struct exec_req {
+  int tag;                /* CHILD_EXEC */
   uv_process_t proc;
   uv_pipe_t pipes[3];     /* stdin, stdout, stderr */
   int open_handles;
@@ -1057,6 +1152,7 @@ int mend_engine_exec(lua_State *L, char *err, int errlen) {
   const char *cwd = NULL;
   if (lua_getfield(L, 1, "cwd") == LUA_TSTRING) cwd = lua_tostring(L, -1);
   exec_req *x = calloc(1, sizeof *x);
+  x->tag = CHILD_EXEC;
   x->E = E;
   size_t in_len = 0;
   if (lua_getfield(L, 1, "stdin") == LUA_TSTRING) {
@@ -1257,16 +1353,17 @@ int mend_engine_tick_for(mend_engine *E, double budget) {
   E->turn_deadline = start + (budget > 0 ? budget : 0);
   int turns = 0;
   do {
+    if (has_ready_work(E)) kick(E);   /* a write outside any run (a load) needs a turn too */
     uv_run(E->loop, UV_RUN_NOWAIT);   /* I/O, due timers, and one pump turn */
     turns++;
-  } while (!E->broken && (E->q_head || mend_store_batch_open(E->store)) &&
+  } while (!E->broken && has_ready_work(E) &&
            mend_real_now() < E->turn_deadline);
   E->turn_deadline = 0;
   return E->broken ? -1 : turns;
 }
 
 double mend_engine_next_due(mend_engine *E) {
-  if (E->q_head || mend_store_batch_open(E->store)) return 0;
+  if (has_ready_work(E)) return 0;
   double next = mend_timers_next_due(&E->timers);
   if (next < 0) return -1;
   double wait = next - mend_engine_now(E);
@@ -1327,6 +1424,8 @@ static void do_action(mend_run *r) {
       start_attempt(r, a == ACT_COMPENSATE);
       break;
     case ACT_FINISH:
+      /* an ended run is nobody's: a repair from another process need not wait for a lease */
+      if (mend_store_release(r->E->store, r->id, r->E->owner)) store_failed(r->E);
       emit(r->E, json_pack("{s:s, s:s, s:s, s:s}", "type", "run_finished", "run_id", r->id,
                            "workflow", r->wf->name, "status", mend_run_status_name(r->status)));
       run_free(r);
@@ -1368,7 +1467,7 @@ static int pump_turn(mend_engine *E) {
 static void pump_cb(uv_idle_t *h) {
   mend_engine *E = h->data;
   pump_turn(E);
-  int more = E->q_head || mend_store_batch_open(E->store);
+  int more = has_ready_work(E);
   if (!more && !E->broken && E->timers.is_virtual && E->auto_advance && !E->externals &&
       E->timers.count) {
     mend_timers_advance_to(&E->timers, mend_timers_next_due(&E->timers));
@@ -1379,16 +1478,20 @@ static void pump_cb(uv_idle_t *h) {
 
 int mend_engine_run(mend_engine *E) {
   E->auto_advance = 1;
-  while (E->in_flight > 0 && !E->broken) {
+  while ((E->in_flight > 0 || has_ready_work(E)) && !E->broken) {
     kick(E);
     uv_run(E->loop, UV_RUN_ONCE);
   }
   E->auto_advance = 0;
+  /* Alerts of the last runs must reach their command before a one-shot caller exits. */
+  double until = mend_real_now() + 5;
+  while (!E->broken && E->alert_commands > 0 && mend_real_now() < until)
+    uv_run(E->loop, UV_RUN_ONCE);
   return E->broken ? -1 : 0;
 }
 
 static void drain(mend_engine *E) {
-  while (!E->broken && (E->q_head || mend_store_batch_open(E->store))) pump_turn(E);
+  while (!E->broken && has_ready_work(E)) pump_turn(E);
 }
 
 int mend_engine_advance(mend_engine *E, double seconds) {
@@ -2134,6 +2237,7 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
   mend_engine *E = calloc(1, sizeof *E);
   if (!E) { snprintf(err, (size_t)errlen, "out of memory"); return NULL; }
   E->cfg = *cfg;
+  E->cfg.alert_command = cfg->alert_command ? dupstr(cfg->alert_command) : NULL;
   if (!host) {
     E->mem_limit = cfg->memory_limit > 0 ? cfg->memory_limit : (size_t)-1;
     host = E->owned_state = lua_newstate(limited_alloc, E);
@@ -2212,9 +2316,12 @@ static void free_on_close(uv_handle_t *h) { free(h); }
 
 /* A handle still open at destroy belongs to a child process abandoned mid-flight (its pipes
  * and process handle): closing it the usual way frees its request with the last one. */
+static void alert_handle_closed(uv_handle_t *h);
+
 static void close_stray(uv_handle_t *h, void *arg) {
   (void)arg;
-  if (!uv_is_closing(h)) uv_close(h, exec_handle_closed);
+  if (uv_is_closing(h) || !h->data) return;
+  uv_close(h, *(int *)h->data == CHILD_ALERT ? alert_handle_closed : exec_handle_closed);
 }
 
 void mend_engine_destroy(mend_engine *E) {
@@ -2259,5 +2366,6 @@ void mend_engine_destroy(mend_engine *E) {
   luaL_unref(E->L, LUA_REGISTRYINDEX, E->ctx_mt_ref);
   luaL_unref(E->L, LUA_REGISTRYINDEX, E->thread_ref);
   if (E->owned_state) lua_close(E->owned_state);
+  free((char *)E->cfg.alert_command);
   free(E);
 }

@@ -58,6 +58,7 @@ typedef struct mend_engine_config {
   size_t memory_limit;          /* bytes step code may hold in the VM; 0: no limit */
   int sandbox;                  /* no os.execute, os.exit, io, nor C modules for workflows */
   const char *lua_path;         /* prepended to package.path (where `require "mend"` is) */
+  const char *alert_command;    /* run with `sh -c` for each alert, the event as JSON on stdin */
 } mend_engine_config;
 
 /* Creates an engine that runs its Lua on L's main state (workflow functions are values of that

@@ -217,7 +217,7 @@ static int l_engine(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   static const char *const fields[] = {"db", "clock", "seed", "durability", "log", "alert",
                                        "lease", "grace", "max_concurrency",
-                                       "instruction_budget", NULL};
+                                       "instruction_budget", "alert_command", NULL};
   lua_pushnil(L);
   while (lua_next(L, 1)) {
     lua_pop(L, 1);
@@ -241,6 +241,7 @@ static int l_engine(lua_State *L) {
     cfg.seed = (uint64_t)lua_tointeger(L, -1);
   }
   lua_pop(L, 1);
+  cfg.alert_command = opt_field_string(L, 1, "alert_command", NULL);   /* anchored in opts */
   lua_getfield(L, 1, "max_concurrency");
   cfg.max_concurrency = (int)luaL_optinteger(L, -1, 0);
   lua_getfield(L, 1, "instruction_budget");
@@ -281,7 +282,10 @@ static int l_engine(lua_State *L) {
   }
   char err[1024];
   b->E = mend_engine_create(L, &cfg, err, sizeof err);
-  if (!b->E) return luaL_error(L, "%s", err);
+  if (!b->E) {
+    lua_pushstring(L, err);   /* the message names the file already: no Lua position */
+    return lua_error(L);
+  }
   return 1;
 }
 

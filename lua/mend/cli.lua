@@ -170,14 +170,46 @@ local function print_status(st)
   end
 end
 
+local function fmt_age(seconds)
+  if seconds < 120 then return ("%ds"):format(seconds // 1) end
+  if seconds < 7200 then return ("%dm"):format(seconds // 60) end
+  if seconds < 172800 then return ("%dh"):format(seconds // 3600) end
+  return ("%dd"):format(seconds // 86400)
+end
+
 local function print_dlq(entries)
   if #entries == 0 then
     out("the dead-letter queue is empty\n")
     return
   end
+  out("%-16s  %-20s  %-14s  %5s  %s\n", "RUN", "REASON", "STEP", "AGE", "LAST ERROR")
   for _, d in ipairs(entries) do
-    out("%s\n", join({ fmt_time(d.at), d.run_id, d.reason or "?", "step " .. (d.step or "-"),
-                       fmt_error(d.error) or "" }))
+    out("%-16s  %-20s  %-14s  %5s  %s\n", d.run_id, d.reason or "?", d.step or "-",
+        fmt_age(math.max(0, os.time() - (d.at or os.time()))), fmt_error(d.error) or "")
+  end
+end
+
+local function print_runs(runs)
+  if #runs == 0 then
+    out("no runs\n")
+    return
+  end
+  out("%-16s  %-18s  %-16s  %-9s  %-23s  %s\n", "RUN", "WORKFLOW", "STATUS", "ATTENTION", "CREATED", "ERROR")
+  for _, r in ipairs(runs) do
+    out("%-16s  %-18s  %-16s  %-9s  %-23s  %s\n", r.id, r.workflow, r.status,
+        r.attention == true and "yes" or "", fmt_time(r.created), fmt_error(r.error) or "")
+  end
+end
+
+local function print_breakers(list)
+  if #list == 0 then
+    out("no breakers yet (one appears once a step using it has run)\n")
+    return
+  end
+  out("%-20s  %-9s  %8s  %9s  %s\n", "KEY", "STATE", "FAILURES", "SUCCESSES", "OPEN UNTIL")
+  for _, b in ipairs(list) do
+    out("%-20s  %-9s  %8d  %9d  %s\n", b.key, b.state, b.failures or 0, b.successes or 0,
+        b.state == "open" and fmt_time(b.open_until) or "-")
   end
 end
 
@@ -228,6 +260,22 @@ local function check_readable(file)
   f:close()
 end
 
+local function number_flag(o, name, default)
+  local v = o[name]
+  if v == nil then return default end
+  local n = tonumber(v)
+  if not n or n <= 0 then usage_error(o._command, "--%s must be a number > 0, got %s", name, v) end
+  return n
+end
+
+-- Who does an operation, for the history: the user and host of this process.
+local function who()
+  local p = io.popen("id -un 2>/dev/null; hostname 2>/dev/null")
+  local user, host = p and p:read("l"), p and p:read("l")
+  if p then p:close() end
+  return ("%s@%s (mend cli)"):format(user or os.getenv("USER") or "unknown", host or "?")
+end
+
 local function cmd_run(o, file)
   local input = decode_input(o.input)
   check_readable(file)
@@ -273,6 +321,104 @@ local function cmd_history(o, id)
   end)
 end
 
+-- --since takes seconds ago ("90", "15m", "2h", "7d") or a time since the epoch.
+local function parse_since(o)
+  if o.since == nil then return nil end
+  local n, unit = o.since:match("^(%d+%.?%d*)([smhd]?)$")
+  n = tonumber(n)
+  if not n then usage_error(o._command, "--since must be like 90, 15m, 2h or 7d, got %s", o.since) end
+  if unit == "" and n > 1e9 then return n end   -- already a time
+  local scale = ({ [""] = 1, s = 1, m = 60, h = 3600, d = 86400 })[unit]
+  return os.time() - n * scale
+end
+
+local function cmd_runs(o)
+  local limit = o.limit and math.tointeger(tonumber(o.limit))
+  if o.limit and not (limit and limit > 0) then usage_error("runs", "--limit must be a positive integer") end
+  return with_engine(existing_db(o.db), function(eng)
+    local runs = eng:runs{ status = o.status, workflow = o.workflow, since = parse_since(o),
+                           attention = o.attention, limit = limit or 50 }
+    if o.json then out("%s\n", encode_list(runs)) else print_runs(runs) end
+    return EXIT_OK
+  end)
+end
+
+local function cmd_breakers(o, op, key)
+  if op == nil then
+    return with_engine(existing_db(o.db), function(eng)
+      local list = eng:breakers()
+      if o.json then out("%s\n", encode_list(list)) else print_breakers(list) end
+      return EXIT_OK
+    end)
+  end
+  if not ({ reset = true, open = true, close = true })[op] then
+    usage_error("breakers", "unknown breaker operation %s (reset, open or close)", op)
+  end
+  if key == nil then usage_error("breakers", "missing KEY") end
+  return with_engine(existing_db(o.db), function(eng)
+    local ok, err = pcall(eng.breaker, eng, key, op, { seconds = o["for"] and number_flag(o, "for"), who = who() })
+    if not ok then fail("%s", tostring(err):gsub("^.-breakers", "breakers")) end
+    out("breaker %s: %s\n", key, op == "open" and "opened" or op == "close" and "closed" or "reset")
+    return EXIT_OK
+  end)
+end
+
+-- Loads the workflow a stored run came from, so that this process can act on the run.
+local function load_run_workflow(eng, id)
+  local st = run_status(eng, id)
+  if not st.source or st.source == "register" then
+    fail("run %s came from a workflow registered in code; repair it from that program", id)
+  end
+  check_readable(st.source)
+  eng:load(st.source)
+  return st
+end
+
+local function cmd_dlq_retry(o, id)
+  local conf = existing_db(o.db)
+  conf.log = "stderr"
+  return with_engine(conf, function(eng)
+    load_run_workflow(eng, id)
+    local ok, err = pcall(eng.dlq_retry, eng, id, { who = who() })
+    if not ok then fail("%s", (tostring(err):gsub("^dlq retry: ", ""))) end
+    if o.detach then
+      out("run %s is back in the queue; a worker will resume it\n", id)
+      return EXIT_OK
+    end
+    eng:run()
+    local st = run_status(eng, id)
+    print_outcome(st)
+    return OUTCOME_EXIT[st.status] or EXIT_FAILURE
+  end)
+end
+
+local function cmd_dlq_resolve(o, id)
+  if not o.note then usage_error("dlq resolve", "--note TEXT is required: say what was done") end
+  return with_engine(existing_db(o.db), function(eng)
+    local ok, err = pcall(eng.resolve, eng, id, { note = o.note, who = who() })
+    if not ok then fail("%s", (tostring(err):gsub("^dlq resolve: ", ""))) end
+    out("run %s resolved\n", id)
+    return EXIT_OK
+  end)
+end
+
+local function cmd_cancel(o, id)
+  local conf = existing_db(o.db)
+  conf.log = "stderr"
+  return with_engine(conf, function(eng)
+    load_run_workflow(eng, id)
+    local ok, how = pcall(eng.cancel, eng, id, { who = who() })
+    if not ok then fail("%s", (tostring(how):gsub("^cancel: ", ""))) end
+    if how == "requested" then
+      out("run %s is held by a live worker; it was asked to cancel (within a second)\n", id)
+      return EXIT_OK
+    end
+    eng:run()
+    print_outcome(run_status(eng, id))
+    return EXIT_OK
+  end)
+end
+
 local function cmd_dlq(o)
   return with_engine(existing_db(o.db), function(eng)
     local entries = eng:dlq()
@@ -293,13 +439,6 @@ local function workflow_files(dir)
   return files
 end
 
-local function number_flag(o, name, default)
-  local v = o[name]
-  if v == nil then return default end
-  local n = tonumber(v)
-  if not n or n <= 0 then usage_error(o._command, "--%s must be a number > 0, got %s", name, v) end
-  return n
-end
 
 local function cmd_worker(o)
   local files = workflow_files(o.workflows or "workflows")
@@ -442,11 +581,74 @@ local commands = {
   dlq = {
     args = {},
     flags = { db = "value", json = "switch" },
-    usage = "mend dlq [--db PATH] [--json]",
+    usage = "mend dlq [--db PATH] [--json]\n" ..
+            "       mend dlq retry RUN [--detach] [--db PATH]\n" ..
+            "       mend dlq resolve RUN --note TEXT [--db PATH]",
     help = "Lists the dead-letter queue: runs a machine could not settle, with the reason,\n" ..
-           "the step and the last error.\n\n" .. DB_HELP ..
-           "  --json           print the entries as a JSON array\n",
+           "the step, the age and the last error.\n\n" .. DB_HELP ..
+           "  --json           print the entries as a JSON array\n\n" ..
+           "'mend dlq retry RUN' and 'mend dlq resolve RUN' repair an entry: see their --help.\n",
     action = cmd_dlq,
+  },
+  ["dlq retry"] = {
+    args = { "RUN" },
+    flags = { db = "value", detach = "switch" },
+    usage = "mend dlq retry RUN [--detach] [--db PATH]",
+    help = "Resumes a run of the dead-letter queue where it stopped, with fresh attempts: the\n" ..
+           "compensation that failed, or the step that failed with severity 3. The run then\n" ..
+           "executes here to its end (the workflow file it came from is loaded), or, with\n" ..
+           "--detach, is left for a worker. Recorded in the run's history with who did it.\n" ..
+           "Refused for a run that is not in the queue, and for one compensated after its\n" ..
+           "attempts ran out (nothing is left to resume: start a new run).\n\n" .. DB_HELP,
+    action = cmd_dlq_retry,
+  },
+  ["dlq resolve"] = {
+    args = { "RUN" },
+    flags = { db = "value", note = "value" },
+    usage = "mend dlq resolve RUN --note TEXT [--db PATH]",
+    help = "Takes a run out of the dead-letter queue because a person settled it by hand; the\n" ..
+           "run ends 'resolved' and the note is recorded in its history with who did it.\n\n" ..
+           DB_HELP .. "  --note TEXT      what was done (required)\n",
+    action = cmd_dlq_resolve,
+  },
+  cancel = {
+    args = { "RUN" },
+    flags = { db = "value" },
+    usage = "mend cancel RUN [--db PATH]",
+    help = "Cancels a running run: the attempt in flight is abandoned and the steps done are\n" ..
+           "compensated in reverse. If a live worker holds the run, it is asked to, and does\n" ..
+           "within a second; otherwise the compensation runs here. Refused for a run that has\n" ..
+           "ended.\n\n" .. DB_HELP,
+    action = cmd_cancel,
+  },
+  runs = {
+    args = {},
+    flags = { db = "value", json = "switch", status = "value", workflow = "value",
+              since = "value", limit = "value", attention = "switch" },
+    usage = "mend runs [--status S] [--workflow W] [--since T] [--limit N] [--attention]\n" ..
+            "                 [--db PATH] [--json]",
+    help = "Lists runs, newest first.\n\n" .. DB_HELP ..
+           "  --status S       only runs in this status (running, succeeded, compensated, ...)\n" ..
+           "  --workflow W     only runs of this workflow\n" ..
+           "  --since T        only runs created since T: 90, 15m, 2h, 7d ago, or epoch seconds\n" ..
+           "  --limit N        at most N runs (default 50)\n" ..
+           "  --attention      only runs flagged for attention or in the dead-letter queue\n" ..
+           "  --json           print a JSON array\n",
+    action = cmd_runs,
+  },
+  breakers = {
+    args = {},
+    optional = { "OP", "KEY" },
+    flags = { db = "value", json = "switch", ["for"] = "value" },
+    usage = "mend breakers [--db PATH] [--json]\n" ..
+            "       mend breakers reset|open|close KEY [--for S] [--db PATH]",
+    help = "Lists the circuit breakers (state, counts, open until), or overrides one by hand:\n" ..
+           "reset or close it (closed, counts cleared), or open it (for S seconds, default its\n" ..
+           "policy's). Overrides are recorded in the audit table with who did them; workers\n" ..
+           "read them within a second.\n\n" .. DB_HELP ..
+           "  --for S          how long 'open' lasts\n" ..
+           "  --json           print a JSON array\n",
+    action = cmd_breakers,
   },
   repl = {
     args = {},
@@ -479,7 +681,10 @@ Commands:
   wait RUN      block until a run ends; exit with its outcome
   status RUN    show a run and its steps
   history RUN   show a run's audit trail
-  dlq           list the dead-letter queue
+  dlq           list the dead-letter queue; dlq retry RUN, dlq resolve RUN --note T
+  runs          list runs (--status, --workflow, --since, --attention)
+  breakers      list breakers; breakers reset|open|close KEY
+  cancel RUN    stop a running run and compensate what it did
   repl          an interactive shell: load, start, advance the clock, inspect
 
 Run 'mend <command> --help' for a command's options.
@@ -546,8 +751,9 @@ local function parse(cmd_name, args, first)
     i = i + 1
   end
   if #positional < #cmd.args then usage_error(cmd_name, "missing %s", cmd.args[#positional + 1]) end
-  if #positional > #cmd.args then
-    usage_error(cmd_name, "unexpected argument %s", positional[#cmd.args + 1])
+  local most = #cmd.args + #(cmd.optional or {})
+  if #positional > most then
+    usage_error(cmd_name, "unexpected argument %s", positional[most + 1])
   end
   check_choices(cmd_name, cmd, opts)
   opts.db = opts.db or cmd.default_db or "mend.db"
@@ -564,9 +770,13 @@ local function dispatch(args)
     if topic ~= nil and not commands[topic] then usage_error(nil, "unknown command %s", topic) end
     return print_help(topic)
   end
+  local first = 2
+  if name == "dlq" and (args[2] == "retry" or args[2] == "resolve") then
+    name, first = "dlq " .. args[2], 3
+  end
   local cmd = commands[name]
   if not cmd then usage_error(nil, "unknown command %s", name) end
-  local opts, positional = parse(name, args, 2)
+  local opts, positional = parse(name, args, first)
   if not opts then return print_help(name) end
   return cmd.action(opts, table.unpack(positional))
 end

@@ -1,0 +1,201 @@
+-- Operating mend from the command line against a real database: listing runs and breakers,
+-- repairing dead letters, cancelling, overriding breakers, alert commands. Each operation is
+-- recorded with who did it; each refuses clearly when it makes no sense.
+local H = require "spec.helper"
+local mend = require "mend"
+
+local MEND, q, run = H.MEND, H.quote, H.shell
+
+local function mend_cmd(db, args) return run(MEND .. " " .. args .. " --db " .. q(db)) end
+
+local function json_of(db, args)
+  local rc, out = mend_cmd(db, args .. " --json")
+  assert.are.equal(0, rc, out)
+  return mend.json.decode(out)
+end
+
+-- A saga whose refund fails while the flag file exists.
+local REFUND = [[
+local mend = require "mend"
+return { name = "refund", compensate_retry = { max_attempts = 2, initial = 0.01, jitter = 0 },
+  steps = {
+    { name = "reserve", execute = function() return "r" end, compensate = function() end },
+    { name = "charge", breaker = "psp", execute = function() return "c" end,
+      compensate = function(ctx)
+        local f = io.open(ctx.input.flag)
+        if f then f:close(); error(mend.retryable("refund service down")) end
+      end },
+    { name = "ship", execute = function() error(mend.fatal("no courier")) end },
+  } }
+]]
+
+local function setup()
+  local dir = H.tmp_dir()
+  local db = dir .. "/ops.db"
+  local wf = H.write_file(dir, "refund.lua", REFUND)
+  local flag = H.write_file(dir, "refund-down", "")
+  local rc, out = mend_cmd(db, "run " .. wf .. " --input " .. q('{"flag":"' .. flag .. '"}'))
+  assert.are.equal(4, rc, out)
+  local id = json_of(db, "runs")[1].id
+  return db, dir, wf, flag, id
+end
+
+describe("mend runs, dlq and breakers", function()
+  after_each(H.cleanup)
+
+  it("list what an operator needs, as tables or JSON", function()
+    local db, _, _, _, id = setup()
+    local runs = json_of(db, "runs")
+    assert.are.equal(1, #runs)
+    assert.are.equal("needs_attention", runs[1].status)
+    assert.are.equal(id, json_of(db, "runs --attention")[1].id)
+    assert.are.equal(0, #json_of(db, "runs --status succeeded"))
+    assert.are.equal(1, #json_of(db, "runs --since 1000000001"))   -- epoch seconds, in 2001
+    assert.are.equal(0, #json_of(db, "runs --since 4000000000"))   -- a time not come yet
+    assert.are.equal(1, #json_of(db, "runs --since 1h"))
+    local dlq = json_of(db, "dlq")
+    assert.are.equal("compensation_failed", dlq[1].reason)
+    assert.are.equal("charge", dlq[1].step)
+    local rc, out = mend_cmd(db, "dlq")
+    assert.are.equal(0, rc)
+    assert.matches("RUN%s+REASON%s+STEP%s+AGE%s+LAST ERROR", out)
+    assert.matches(id .. "%s+compensation_failed%s+charge", out)
+    local breakers = json_of(db, "breakers")
+    local keys = {}
+    for _, b in ipairs(breakers) do keys[b.key] = b.state end
+    assert.are.same({ reserve = "closed", psp = "closed", ship = "closed" }, keys)
+    rc, out = mend_cmd(db, "runs --limit zero")
+    assert.are.equal(2, rc)
+    assert.matches("%-%-limit must be a positive integer", out)
+  end)
+end)
+
+describe("mend dlq retry", function()
+  after_each(H.cleanup)
+
+  it("refuses while the cause is still there, then finishes the compensation once it is fixed", function()
+    local db, _, _, flag, id = setup()
+    local rc, out = mend_cmd(db, "dlq retry " .. id)
+    assert.are.equal(4, rc, out)                 -- retried, failed again: back in the queue
+    os.remove(flag)                              -- the refund service is back
+    rc, out = mend_cmd(db, "dlq retry " .. id)
+    assert.are.equal(3, rc, out)
+    assert.matches("compensated", out)
+    assert.are.equal(0, #json_of(db, "dlq"))
+    local ops = {}
+    for _, h in ipairs(json_of(db, "history " .. id)) do
+      if h.event == "operator" then ops[#ops + 1] = h.detail end
+    end
+    assert.are.equal(2, #ops)
+    assert.matches("^dlq retry by .+@.+ %(mend cli%)$", ops[1])
+    rc, out = mend_cmd(db, "dlq retry " .. id)
+    assert.are.equal(1, rc)
+    assert.matches("is compensated: only a run in the dead%-letter queue can be retried", out)
+  end)
+end)
+
+describe("mend dlq resolve", function()
+  after_each(H.cleanup)
+
+  it("needs a note, records it, and ends the run resolved", function()
+    local db, _, _, _, id = setup()
+    local rc, out = mend_cmd(db, "dlq resolve " .. id)
+    assert.are.equal(2, rc)
+    assert.matches("%-%-note TEXT is required", out)
+    rc, out = mend_cmd(db, "dlq resolve " .. id .. " --note " .. q("refunded by hand"))
+    assert.are.equal(0, rc, out)
+    assert.are.equal("resolved", json_of(db, "status " .. id).status)
+    local found
+    for _, h in ipairs(json_of(db, "history " .. id)) do
+      if h.event == "operator" then found = h.detail end
+    end
+    assert.matches("^dlq resolve by .+: refunded by hand$", found)
+  end)
+end)
+
+describe("mend cancel", function()
+  after_each(H.cleanup)
+
+  it("refuses a run that has ended", function()
+    local db, _, _, _, id = setup()
+    local rc, out = mend_cmd(db, "cancel " .. id)
+    assert.are.equal(1, rc)
+    assert.matches("is needs_attention: only a running run can be cancelled", out)
+  end)
+
+  it("asks the live worker holding a run to cancel it, which compensates in reverse", function()
+    local dir = H.tmp_dir()
+    local db = dir .. "/c.db"
+    H.write_file(dir, "slow.lua", [[
+local mend = require "mend"
+return { name = "slow", steps = {
+  { name = "a", execute = function() return 1 end, compensate = function() end },
+  { name = "b", execute = function() mend.sleep(30) end },
+} }]])
+    local rc, out = mend_cmd(db, "start slow --workflows " .. dir)
+    assert.are.equal(0, rc, out)
+    local id = out:match("(%S+)")
+    local pid = io.popen(string.format("sh -c 'exec %s worker --db %s --workflows %s --poll 0.02 >/dev/null 2>&1' & echo $!",
+      MEND, q(db), q(dir))):read("l")
+    for _ = 1, 200 do
+      local st = json_of(db, "status " .. id)
+      if st.steps[2].status == "running" then break end
+      os.execute("sleep 0.02")
+    end
+    rc, out = mend_cmd(db, "cancel " .. id)
+    assert.are.equal(0, rc, out)
+    assert.matches("held by a live worker", out)
+    rc, out = mend_cmd(db, "wait " .. id .. " --timeout 10")
+    os.execute("kill -TERM " .. pid)
+    assert.are.equal(3, rc, out)
+    local st = json_of(db, "status " .. id)
+    assert.are.equal("compensated", st.status)
+    assert.are.equal("cancelled", st.reason)
+    assert.are.equal("compensated", st.steps[1].status)
+  end)
+end)
+
+describe("mend breakers", function()
+  after_each(H.cleanup)
+
+  it("opens and resets a breaker by hand, audited, and refuses an unknown one", function()
+    local db = setup()
+    local rc, out = mend_cmd(db, "breakers open psp --for 60")
+    assert.are.equal(0, rc, out)
+    local state
+    for _, b in ipairs(json_of(db, "breakers")) do if b.key == "psp" then state = b end end
+    assert.are.equal("open", state.state)
+    rc = mend_cmd(db, "breakers reset psp")
+    assert.are.equal(0, rc)
+    for _, b in ipairs(json_of(db, "breakers")) do if b.key == "psp" then state = b end end
+    assert.are.equal("closed", state.state)
+    local audit = H.sql(db, "SELECT op || ' ' || target FROM audit ORDER BY seq")
+    assert.are.same({ "open psp", "reset psp" }, audit)
+    rc, out = mend_cmd(db, "breakers open nope")
+    assert.are.equal(1, rc)
+    assert.matches("no breaker nope", out)
+    rc, out = mend_cmd(db, "breakers flip psp")
+    assert.are.equal(2, rc)
+    assert.matches("unknown breaker operation flip", out)
+  end)
+end)
+
+describe("the alert command", function()
+  after_each(H.cleanup)
+
+  it("gets each alert once, as JSON on its stdin", function()
+    local dir = H.tmp_dir()
+    local out_file = dir .. "/alerts.jsonl"
+    local eng = H.new_engine({ alert_command = "cat >> " .. q(out_file) })
+    eng:register{ name = "x", steps = {
+      { name = "a", execute = function() error(mend.compensable("half done", { severity = 3 })) end } } }
+    local id = eng:start("x", {})
+    eng:run()
+    local lines = {}
+    for line in io.lines(out_file) do lines[#lines + 1] = mend.json.decode(line) end
+    assert.are.equal(1, #lines)
+    assert.are.equal("dead_letter", lines[1].kind)
+    assert.are.equal(id, lines[1].run_id)
+    assert.are.equal("severity_3", lines[1].reason)
+  end)
+end)
