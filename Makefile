@@ -17,7 +17,7 @@ MEND       := $(BUILD_DIR)/mend
 # Debian 12 packages needed to build and test (sqlite3: the specs read the database with its
 # shell, as an operator would).
 DEB_PACKAGES := liblua5.4-dev libuv1-dev libsqlite3-dev libjansson-dev libedit-dev \
-                lua5.4 lua-busted sqlite3 cmake gcc pkg-config make tmux
+                lua5.4 lua-busted sqlite3 cmake gcc pkg-config make tmux valgrind
 
 .PHONY: all deps build demo test crash-soak clean
 

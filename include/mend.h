@@ -98,7 +98,9 @@ typedef struct mend_options {
   long instruction_budget;    /* Lua instructions per attempt; over it the attempt fails
                                  (not retried); 0: no budget */
   int sandbox;                /* 1: workflow code has no os.execute, os.exit, io, nor C modules */
-  const char *lua_path;       /* where mend's Lua files are (require "mend"); NULL: as built */
+  const char *lua_path;       /* where mend's Lua files are (require "mend"); NULL: $MEND_LUA_DIR,
+                                 else the source tree for a build-tree libmend, else the
+                                 install's share/mend/lua (found relative to libmend.so) */
   mend_log_fn log;            /* NULL and log_to_stderr 0: no log */
   void *log_ud;
   int log_to_stderr;          /* 1 and no log function: JSON lines (text on a terminal) */

@@ -11,10 +11,7 @@
 
 #include "engine.h"
 #include "log.h"
-
-#ifndef MEND_LUA_DIR
-#define MEND_LUA_DIR "/usr/local/share/mend/lua"
-#endif
+#include "luadir.h"
 
 MEND_API const char *mend_version(void) { return MEND_VERSION_STRING; }
 
@@ -101,7 +98,7 @@ MEND_API int mend_engine_new(const mend_options *opts, mend_engine **out, char *
   cfg.memory_limit = opts->memory_limit;
   cfg.instruction_budget = opts->instruction_budget;
   cfg.sandbox = opts->sandbox;
-  cfg.lua_path = opts->lua_path ? opts->lua_path : MEND_LUA_DIR;
+  cfg.lua_path = opts->lua_path ? opts->lua_path : mend_lua_dir_default();
   if (opts->log) {
     cfg.log = log_adapter;
     cfg.log_ud = s;

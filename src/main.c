@@ -10,20 +10,17 @@
 #include <stdlib.h>
 
 #include "lmend.h"
-
-#ifndef MEND_LUA_DIR
-#define MEND_LUA_DIR "/usr/local/share/mend/lua"
-#endif
+#include "luadir.h"
 
 static int traceback(lua_State *L) {
   luaL_traceback(L, L, lua_tostring(L, 1), 1);
   return 1;
 }
 
-/* Prepends mend's own Lua directory (MEND_LUA_DIR, or $MEND_LUA_DIR) to package.path. */
+/* Prepends mend's own Lua directory ($MEND_LUA_DIR, or the one it was built for) to
+ * package.path. */
 static void set_path(lua_State *L) {
-  const char *dir = getenv("MEND_LUA_DIR");
-  if (!dir) dir = MEND_LUA_DIR;
+  const char *dir = mend_lua_dir_default();
   lua_getglobal(L, "package");
   lua_getfield(L, -1, "path");
   lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;%s", dir, dir, lua_tostring(L, -1));

@@ -1,0 +1,461 @@
+/*
+ * test_embed: mend as a host program sees it, through include/mend.h alone. A specification of
+ * the embedding API (issue 5): the three ways to drive an engine, host functions answered now
+ * or later with a value or each kind of typed error, the limits that stop a hostile script and
+ * leave the engine usable, and the sandbox.
+ *
+ * It is built three ways by the test suite: against the build tree's libmend (c_embed, under
+ * AddressSanitizer in a sanitized build), and against the installed library with pkg-config
+ * and with find_package(mend) (tests/embed_*.sh). So it needs nothing but mend.h, libuv (for
+ * the attached mode) and the workflow files it writes itself.
+ */
+#include <mend.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "check.h"
+
+/* ---------------------------------------------------------------- helpers */
+
+static char dir[64];
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void write_workflow(const char *name, const char *text) {
+  char path[128];
+  snprintf(path, sizeof path, "%s/%s.lua", dir, name);
+  FILE *f = fopen(path, "w");
+  if (!f || fputs(text, f) < 0 || fclose(f)) {
+    perror(path);
+    exit(2);
+  }
+}
+
+static void load(mend_engine *E, const char *name) {
+  char path[128], loaded[64] = "";
+  snprintf(path, sizeof path, "%s/%s.lua", dir, name);
+  int rc = mend_engine_load(E, path, loaded, sizeof loaded);
+  if (rc != MEND_OK) fprintf(stderr, "load %s: %s\n", name, mend_engine_errmsg(E));
+  CHECK_EQ_INT(rc, MEND_OK);
+  CHECK_STR(loaded, name);
+}
+
+static mend_engine *engine(const mend_options *opts) {
+  mend_engine *E = NULL;
+  char err[512] = "";
+  int rc = mend_engine_new(opts, &E, err, sizeof err);
+  if (rc != MEND_OK) {
+    fprintf(stderr, "mend_engine_new: %s: %s\n", mend_strerror(rc), err);
+    exit(2);
+  }
+  return E;
+}
+
+static void start(mend_engine *E, const char *wf, const char *input, char id[17]) {
+  int rc = mend_engine_start(E, wf, input, NULL, id, NULL);
+  if (rc != MEND_OK) fprintf(stderr, "start %s: %s\n", wf, mend_engine_errmsg(E));
+  CHECK_EQ_INT(rc, MEND_OK);
+}
+
+/* The run's JSON (a fresh copy each call; the caller frees it with mend_free). */
+static char *run_json(mend_engine *E, const char *id) {
+  char *json = NULL;
+  CHECK_EQ_INT(mend_engine_run_json(E, id, &json), MEND_OK);
+  return json ? json : calloc(1, 1);
+}
+
+/* The first string field `name` of a JSON text: the run's own fields come before its steps.
+ * Good enough for the texts compared here (no escaped quotes in them). */
+static const char *field(const char *json, const char *name, char *out, size_t len) {
+  char key[64];
+  snprintf(key, sizeof key, "\"%s\":\"", name);
+  const char *p = strstr(json, key);
+  out[0] = 0;
+  if (!p) return out;
+  p += strlen(key);
+  const char *end = strchr(p, '"');
+  size_t n = end ? (size_t)(end - p) : strlen(p);
+  if (n >= len) n = len - 1;
+  memcpy(out, p, n);
+  out[n] = 0;
+  return out;
+}
+
+static const char *run_status(mend_engine *E, const char *id, char *out, size_t len) {
+  char *json = run_json(E, id);
+  field(json, "status", out, len);
+  mend_free(json);
+  return out;
+}
+
+/* Does the run's JSON (or history, with hist) contain `text`? Prints it when not. */
+static int run_has(mend_engine *E, const char *id, const char *text, int hist) {
+  char *json = NULL;
+  if (hist) mend_engine_history_json(E, id, &json);
+  else mend_engine_run_json(E, id, &json);
+  int has = json && strstr(json, text) != NULL;
+  if (!has) fprintf(stderr, "expected %s of run %s to contain <%s>: %s\n",
+                    hist ? "history" : "status", id, text, json ? json : "(none)");
+  mend_free(json);
+  return has;
+}
+
+/* ---------------------------------------------------------------- workflows */
+
+static const char basic_lua[] =
+  "local mend = require 'mend'\n"
+  "return { name = 'basic', steps = {\n"
+  "  { name = 'greet', execute = function(ctx, input) return mend.call('greet', input.who) end },\n"
+  "  { name = 'nap', execute = function(ctx) mend.sleep(0.01); return ctx.results.greet end },\n"
+  "} }\n";
+
+/* `remote` is answered by the host later; its mode (the input) chooses the answer. */
+static const char saga_lua[] =
+  "local mend = require 'mend'\n"
+  "return { name = 'saga',\n"
+  "  retry = { max_attempts = 3, initial = 0.01, max_delay = 0.05, jitter = 0 },\n"
+  "  steps = {\n"
+  "    { name = 'reserve', execute = function(ctx) return { held = true } end,\n"
+  "      compensate = function(ctx) mend.call('undo', 'reserve') end },\n"
+  "    { name = 'remote',\n"
+  "      execute = function(ctx, input) return mend.call('remote', input.mode, ctx.attempt) end,\n"
+  "      compensate = function(ctx) mend.call('undo', 'remote') end },\n"
+  "  } }\n";
+
+static const char hog_lua[] =
+  "return { name = 'hog', steps = { { name = 'eat', execute = function()\n"
+  "  local t, i = {}, 0\n"
+  "  while true do i = i + 1; t[i] = string.rep('x', 65536) .. i end\n"
+  "end } } }\n";
+
+static const char spin_lua[] =
+  "return { name = 'spin', steps = { { name = 'spin', execute = function()\n"
+  "  while true do end\n"
+  "end } } }\n";
+
+static const char escape_os_lua[] =
+  "return { name = 'escape_os', steps = { { name = 'shell', execute = function()\n"
+  "  return os.execute('echo pwned')\n"
+  "end } } }\n";
+
+static const char escape_io_lua[] =
+  "return { name = 'escape_io', steps = { { name = 'read', execute = function()\n"
+  "  return io.open('/etc/passwd'):read('a')\n"
+  "end } } }\n";
+
+static const char escape_c_lua[] =
+  "return { name = 'escape_c', steps = { { name = 'native', execute = function()\n"
+  "  return { loadlib = package.loadlib ~= nil, cpath = package.cpath }\n"
+  "end } } }\n";
+
+/* ---------------------------------------------------------------- host functions */
+
+/* greet(who): answered at once. */
+static int greet_calls;
+static void greet(void *ud, mend_call *call, const char *args) {
+  (void)ud;
+  greet_calls++;
+  char result[256];
+  snprintf(result, sizeof result, "{\"greeting\":\"hello\",\"args\":%s}", args);
+  CHECK_EQ_INT(mend_call_return(call, result), MEND_OK);
+}
+
+static int undo_calls;
+static void undo(void *ud, mend_call *call, const char *args) {
+  (void)ud;
+  (void)args;
+  undo_calls++;
+  mend_call_return(call, NULL);
+}
+
+/* remote(mode, attempt): kept, and answered by the driving loop some time later. */
+typedef struct pending {
+  mend_call *call;
+  char mode[32];
+  int attempt;
+  double due;
+} pending;
+
+static pending calls[64];
+static int ncalls;
+
+static void remote(void *ud, mend_call *call, const char *args) {
+  (void)ud;
+  pending *p = &calls[ncalls++];
+  p->call = call;
+  /* args: ["mode",attempt] */
+  if (sscanf(args, "[\"%31[^\"]\",%d]", p->mode, &p->attempt) != 2) {
+    fprintf(stderr, "remote: unexpected arguments %s\n", args);
+    p->mode[0] = 0;
+  }
+  p->due = now_s() + 0.02;
+}
+
+static void answer(pending *p) {
+  if (strcmp(p->mode, "value") == 0) {
+    mend_call_return(p->call, "{\"answer\":42}");
+  } else if (strcmp(p->mode, "retry") == 0) {
+    if (p->attempt == 1) mend_call_fail(p->call, "retryable", "busy, come back", 0.05, 0);
+    else mend_call_return(p->call, "{\"answer\":43}");
+  } else if (strcmp(p->mode, "fatal") == 0) {
+    mend_call_fail(p->call, "fatal", "no such account", -1, 0);
+  } else if (strcmp(p->mode, "half") == 0) {
+    mend_call_fail(p->call, "compensable", "half applied", -1, 2);
+  } else if (strcmp(p->mode, "stuck") == 0) {
+    mend_call_fail(p->call, "compensable", "state unknown", -1, 3);
+  } else {
+    mend_call_fail(p->call, "fatal", "bad mode", -1, 0);
+  }
+}
+
+/* Answers the calls that are due (an answer may start another call: it is kept too). */
+static void answer_due(void) {
+  pending look[64];
+  int n = ncalls;
+  memcpy(look, calls, sizeof look);
+  ncalls = 0;
+  double t = now_s();
+  for (int i = 0; i < n; i++) {
+    if (look[i].due <= t) answer(&look[i]);
+    else calls[ncalls++] = look[i];
+  }
+}
+
+static int alerts_with_alert, events_finished;
+static void on_alert(void *ud, const char *json) {
+  (void)ud;
+  if (strstr(json, "\"compensated_with_alert\"")) alerts_with_alert++;
+}
+static void on_event(void *ud, const char *json) {
+  (void)ud;
+  if (strstr(json, "\"run_finished\"")) events_finished++;
+}
+
+/* ---------------------------------------------------------------- specs */
+
+/* Mode (a): the engine owns its loop, and run_all blocks until every run has ended. */
+static void it_runs_on_its_own_loop(void) {
+  mend_options o;
+  mend_options_init(&o);
+  o.on_event = on_event;
+  mend_engine *E = engine(&o);
+  CHECK_STR(mend_version(), MEND_VERSION_STRING);
+  CHECK_EQ_INT(mend_engine_register_function(E, "greet", greet, NULL), MEND_OK);
+  load(E, "basic");
+  char id[3][17], st[32];
+  for (int i = 0; i < 3; i++) start(E, "basic", "{\"who\":\"bob\"}", id[i]);
+  CHECK_EQ_INT(mend_engine_in_flight_count(E), 3);
+  events_finished = 0;
+  CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+  CHECK_EQ_INT(mend_engine_in_flight_count(E), 0);
+  CHECK_EQ_INT(events_finished, 3);
+  for (int i = 0; i < 3; i++) {
+    CHECK_STR(run_status(E, id[i], st, sizeof st), "succeeded");
+    CHECK(run_has(E, id[i], "bob", 0));
+  }
+  CHECK_EQ_INT(mend_engine_start(E, "nope", NULL, NULL, id[0], NULL), MEND_ENOTFOUND);
+  CHECK(strstr(mend_engine_errmsg(E), "nope") != NULL);
+  mend_engine_free(E);
+}
+
+/* Mode (b): attached to the host's uv loop; the host's timers answer calls, and the host's
+ * uv_run returns once the runs have ended (the engine keeps no idle loop alive). */
+static void answer_on_timer(uv_timer_t *t) {
+  pending *p = t->data;
+  answer(p);
+  uv_close((uv_handle_t *)t, NULL);
+}
+
+static uv_timer_t host_timers[16];
+static pending host_pending[16];
+static int nhost;
+static void remote_on_host_loop(void *ud, mend_call *call, const char *args) {
+  uv_loop_t *loop = ud;
+  pending *p = &host_pending[nhost];
+  p->call = call;
+  sscanf(args, "[\"%31[^\"]\",%d]", p->mode, &p->attempt);
+  uv_timer_t *t = &host_timers[nhost++];
+  uv_timer_init(loop, t);
+  t->data = p;
+  uv_timer_start(t, answer_on_timer, 10, 0);
+}
+
+static void it_runs_on_the_hosts_loop(void) {
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  mend_options o;
+  mend_options_init(&o);
+  o.uv_loop = &loop;
+  mend_engine *E = engine(&o);
+  mend_engine_register_function(E, "remote", remote_on_host_loop, &loop);
+  mend_engine_register_function(E, "undo", undo, NULL);
+  load(E, "saga");
+  char a[17], b[17], st[32];
+  start(E, "saga", "{\"mode\":\"value\"}", a);
+  start(E, "saga", "{\"mode\":\"retry\"}", b);
+  double t0 = now_s();
+  uv_run(&loop, UV_RUN_DEFAULT);
+  CHECK(now_s() - t0 < 5);
+  CHECK_EQ_INT(mend_engine_in_flight_count(E), 0);
+  CHECK_STR(run_status(E, a, st, sizeof st), "succeeded");
+  CHECK_STR(run_status(E, b, st, sizeof st), "succeeded");
+  CHECK(run_has(E, b, "43", 0));
+  CHECK_EQ_INT(nhost, 3);   /* value, retry's first attempt, retry's second */
+  mend_engine_free(E);
+  CHECK_EQ_INT(uv_loop_close(&loop), 0);   /* the engine closed every handle it had */
+}
+
+/* Mode (c): the host ticks the engine from its frame loop; asynchronous answers come from
+ * the frame loop too, with a value or each kind of typed error. */
+static void it_is_ticked_and_answers_each_error_kind(void) {
+  mend_options o;
+  mend_options_init(&o);
+  o.alert = on_alert;
+  mend_engine *E = engine(&o);
+  mend_engine_register_function(E, "remote", remote, NULL);
+  mend_engine_register_function(E, "undo", undo, NULL);
+  load(E, "saga");
+  CHECK_EQ_INT(mend_engine_tick(E, 0.01), MEND_OK);   /* loading left a commit to do */
+  CHECK_NEAR(mend_engine_next_tick(E), -1, 0);        /* nothing to do */
+  static const char *const modes[] = {"value", "retry", "fatal", "half", "stuck"};
+  char id[5][17], st[32];
+  for (int i = 0; i < 5; i++) {
+    char input[64];
+    snprintf(input, sizeof input, "{\"mode\":\"%s\"}", modes[i]);
+    start(E, "saga", input, id[i]);
+  }
+  CHECK_NEAR(mend_engine_next_tick(E), 0, 0);   /* work is ready */
+  undo_calls = alerts_with_alert = 0;
+  double t0 = now_s(), worst = 0;
+  int frames = 0;
+  while ((mend_engine_in_flight_count(E) > 0 || ncalls) && now_s() - t0 < 10) {
+    double t = now_s();
+    CHECK_EQ_INT(mend_engine_tick(E, 0.002), MEND_OK);
+    if (now_s() - t > worst) worst = now_s() - t;
+    answer_due();
+    double next = mend_engine_next_tick(E);
+    if (next != 0) usleep(1000);   /* a frame's rest */
+    frames++;
+  }
+  printf("tick: %d frames, worst tick %.2f ms\n", frames, worst * 1e3);
+  CHECK_EQ_INT(mend_engine_in_flight_count(E), 0);
+  CHECK(worst < 0.1);
+
+  /* a value */
+  CHECK_STR(run_status(E, id[0], st, sizeof st), "succeeded");
+  CHECK(run_has(E, id[0], "42", 0));
+  /* retryable with retry_after: retried after the dependency's delay, then succeeded */
+  CHECK_STR(run_status(E, id[1], st, sizeof st), "succeeded");
+  CHECK(run_has(E, id[1], "busy, come back", 1));
+  CHECK(run_has(E, id[1], "\"delay\":0.05", 1));
+  /* fatal: not retried, the reservation is compensated */
+  CHECK_STR(run_status(E, id[2], st, sizeof st), "compensated");
+  CHECK(run_has(E, id[2], "no such account", 0));
+  /* compensable, severity 2: the step itself is compensated too, and an alert is raised */
+  CHECK_STR(run_status(E, id[3], st, sizeof st), "compensated");
+  CHECK(run_has(E, id[3], "half applied", 0));
+  CHECK_EQ_INT(alerts_with_alert, 1);
+  /* compensable, severity 3: into the dead-letter queue, nothing compensated */
+  CHECK_STR(run_status(E, id[4], st, sizeof st), "needs_attention");
+  char *dlq = NULL;
+  CHECK_EQ_INT(mend_engine_dlq_json(E, &dlq), MEND_OK);
+  CHECK(dlq && strstr(dlq, id[4]) && strstr(dlq, "state unknown"));
+  mend_free(dlq);
+  CHECK_EQ_INT(undo_calls, 1 + 2);   /* fatal: reserve; half: remote and reserve */
+  mend_engine_free(E);
+}
+
+/* A script that allocates without bound or never yields is stopped with an error that says
+ * why, and the engine goes on running other runs. */
+static void it_stops_hostile_scripts_and_stays_usable(void) {
+  mend_options o;
+  mend_options_init(&o);
+  o.memory_limit = 32u << 20;
+  o.instruction_budget = 5000000;
+  mend_engine *E = engine(&o);
+  mend_engine_register_function(E, "greet", greet, NULL);
+  load(E, "hog");
+  load(E, "spin");
+  load(E, "basic");
+  char hog[17], spin[17], ok[17], st[32];
+  start(E, "hog", NULL, hog);
+  CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+  CHECK_STR(run_status(E, hog, st, sizeof st), "failed");
+  CHECK(run_has(E, hog, "memory limit", 0));
+  start(E, "spin", NULL, spin);
+  double t0 = now_s();
+  CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+  CHECK(now_s() - t0 < 10);
+  CHECK_STR(run_status(E, spin, st, sizeof st), "failed");
+  CHECK(run_has(E, spin, "instruction budget", 0));
+  start(E, "basic", "{\"who\":\"after\"}", ok);
+  CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+  CHECK_STR(run_status(E, ok, st, sizeof st), "succeeded");
+  mend_engine_free(E);
+}
+
+/* Sandboxed workflow code has no shell, no files, no native modules; `require "mend"` works. */
+static void it_sandboxes_workflow_code(void) {
+  mend_options o;
+  mend_options_init(&o);
+  o.sandbox = 1;
+  mend_engine *E = engine(&o);
+  mend_engine_register_function(E, "greet", greet, NULL);
+  load(E, "escape_os");
+  load(E, "escape_io");
+  load(E, "escape_c");
+  load(E, "basic");
+  char os_run[17], io_run[17], c_run[17], ok[17], st[32];
+  start(E, "escape_os", NULL, os_run);
+  start(E, "escape_io", NULL, io_run);
+  start(E, "escape_c", NULL, c_run);
+  start(E, "basic", "{\"who\":\"sandboxed\"}", ok);
+  CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+  CHECK_STR(run_status(E, os_run, st, sizeof st), "failed");
+  CHECK(run_has(E, os_run, "field 'execute'", 0));
+  CHECK_STR(run_status(E, io_run, st, sizeof st), "failed");
+  CHECK(run_has(E, io_run, "global 'io'", 0));
+  CHECK_STR(run_status(E, c_run, st, sizeof st), "succeeded");
+  CHECK(run_has(E, c_run, "\"loadlib\":false", 0));
+  CHECK_STR(run_status(E, ok, st, sizeof st), "succeeded");
+  mend_engine_free(E);
+}
+
+int main(void) {
+  snprintf(dir, sizeof dir, "/tmp/mend-embed-XXXXXX");
+  if (!mkdtemp(dir)) {
+    perror("mkdtemp");
+    return 2;
+  }
+  write_workflow("basic", basic_lua);
+  write_workflow("saga", saga_lua);
+  write_workflow("hog", hog_lua);
+  write_workflow("spin", spin_lua);
+  write_workflow("escape_os", escape_os_lua);
+  write_workflow("escape_io", escape_io_lua);
+  write_workflow("escape_c", escape_c_lua);
+
+  it_runs_on_its_own_loop();
+  it_runs_on_the_hosts_loop();
+  it_is_ticked_and_answers_each_error_kind();
+  it_stops_hostile_scripts_and_stays_usable();
+  it_sandboxes_workflow_code();
+
+  static const char *const files[] = {"basic", "saga", "hog", "spin", "escape_os", "escape_io",
+                                      "escape_c"};
+  for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/%s.lua", dir, files[i]);
+    unlink(path);
+  }
+  rmdir(dir);
+  return check_done("test_embed");
+}
