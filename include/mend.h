@@ -179,6 +179,10 @@ MEND_API int mend_engine_cancel(mend_engine *engine, const char *run_id, const c
 MEND_API int mend_engine_retry_dead_letter(mend_engine *engine, const char *run_id, const char *who);
 MEND_API int mend_engine_resolve_dead_letter(mend_engine *engine, const char *run_id,
                                              const char *who, const char *note);
+/* Overrides a circuit breaker by hand (recorded in the audit table with `who`): op is "reset",
+ * "close" or "open" (for `seconds`, <= 0: its policy's). MEND_ENOTFOUND: no such breaker. */
+MEND_API int mend_engine_override_breaker(mend_engine *engine, const char *key, const char *op,
+                                          double seconds, const char *who);
 
 #ifdef __cplusplus
 }

@@ -258,6 +258,15 @@ static int repair_status(mend_engine *engine, int rc, const char *err) {
   return strstr(err, "no run ") ? MEND_ENOTFOUND : MEND_ESTATE;
 }
 
+MEND_API int mend_engine_override_breaker(mend_engine *engine, const char *key, const char *op,
+                                          double seconds, const char *who) {
+  char err[700];
+  if (!key || !op) return MEND_EINVAL;
+  if (mend_engine_breaker_set(engine, key, op, seconds, who, err, sizeof err) == 0) return MEND_OK;
+  mend_engine_note_error(engine, err);
+  return strstr(err, "no breaker ") ? MEND_ENOTFOUND : MEND_EINVAL;
+}
+
 MEND_API int mend_engine_cancel(mend_engine *engine, const char *run_id, const char *who) {
   char err[700];
   return repair_status(engine, mend_engine_cancel_run(engine, run_id, who, err, sizeof err), err);

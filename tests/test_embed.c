@@ -429,6 +429,37 @@ static void it_sandboxes_workflow_code(void) {
   mend_engine_free(E);
 }
 
+/* The repairs of the operators' issue, through the C API: each refuses with MEND_ESTATE when
+ * it makes no sense, and the breaker override is found by key. */
+static const char stuck_lua[] =
+  "local mend = require 'mend'\n"
+  "return { name = 'stuck', steps = { { name = 'half', breaker = 'psp', execute = function()\n"
+  "  error(mend.compensable('half applied', { severity = 3 })) end } } }\n";
+
+static void it_repairs_through_the_c_api(void) {
+  mend_options o;
+  mend_options_init(&o);
+  o.virtual_clock = 1;
+  mend_engine *E = engine(&o);
+  load(E, "stuck");
+  char id[17], st[32];
+  start(E, "stuck", NULL, id);
+  CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+  CHECK_STR(run_status(E, id, st, sizeof st), "needs_attention");
+  CHECK_EQ_INT(mend_engine_cancel(E, id, "ops"), MEND_ESTATE);
+  CHECK(strstr(mend_engine_errmsg(E), "only a running run can be cancelled") != NULL);
+  CHECK_EQ_INT(mend_engine_resolve_dead_letter(E, id, "ops", NULL), MEND_ESTATE);
+  CHECK_EQ_INT(mend_engine_resolve_dead_letter(E, id, "ops", "undone by hand"), MEND_OK);
+  CHECK_STR(run_status(E, id, st, sizeof st), "resolved");
+  CHECK(run_has(E, id, "dlq resolve by ops: undone by hand", 1));
+  CHECK_EQ_INT(mend_engine_retry_dead_letter(E, id, "ops"), MEND_ESTATE);
+  CHECK_EQ_INT(mend_engine_retry_dead_letter(E, "nope", "ops"), MEND_ENOTFOUND);
+  CHECK_EQ_INT(mend_engine_override_breaker(E, "psp", "open", 60, "ops"), MEND_OK);
+  CHECK_EQ_INT(mend_engine_override_breaker(E, "nope", "open", 60, "ops"), MEND_ENOTFOUND);
+  CHECK_EQ_INT(mend_engine_override_breaker(E, "psp", "flip", 0, "ops"), MEND_EINVAL);
+  mend_engine_free(E);
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/mend-embed-XXXXXX");
   if (!mkdtemp(dir)) {
@@ -442,15 +473,17 @@ int main(void) {
   write_workflow("escape_os", escape_os_lua);
   write_workflow("escape_io", escape_io_lua);
   write_workflow("escape_c", escape_c_lua);
+  write_workflow("stuck", stuck_lua);
 
   it_runs_on_its_own_loop();
   it_runs_on_the_hosts_loop();
   it_is_ticked_and_answers_each_error_kind();
   it_stops_hostile_scripts_and_stays_usable();
   it_sandboxes_workflow_code();
+  it_repairs_through_the_c_api();
 
   static const char *const files[] = {"basic", "saga", "hog", "spin", "escape_os", "escape_io",
-                                      "escape_c"};
+                                      "escape_c", "stuck"};
   for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
     char path[128];
     snprintf(path, sizeof path, "%s/%s.lua", dir, files[i]);
