@@ -20,6 +20,7 @@ void mend_breaker_policy_default(mend_breaker_policy *p) {
   p->open_seconds = 30.0;
   p->success_threshold = 3;
   p->half_open_max = 1;
+  p->max_concurrency = 0;
 }
 
 void mend_breaker_init(mend_breaker *b) {

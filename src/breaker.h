@@ -19,6 +19,7 @@ typedef struct mend_breaker_policy {
   double open_seconds;     /* how long it stays open before half-open (30) */
   int success_threshold;   /* consecutive half-open successes that close it (3) */
   int half_open_max;       /* probes admitted at once while half-open (1) */
+  int max_concurrency;     /* attempts through this breaker at once, in one engine; 0: no cap */
 } mend_breaker_policy;
 
 typedef struct mend_breaker {

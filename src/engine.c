@@ -51,7 +51,14 @@ typedef enum wait_kind {
   WAIT_NONE, WAIT_RETRY, WAIT_BREAKER, WAIT_SLEEP, WAIT_COMP_RETRY, WAIT_STEP_SLEEP
 } wait_kind;
 
+/* Runs waiting for a concurrency slot, first come first served; a run is in one at most. */
+typedef struct run_fifo {
+  struct mend_run *head, *tail;
+} run_fifo;
+
 struct mend_breaker_slot {
+  run_fifo waiting;       /* attempts held back by p.max_concurrency */
+  int in_flight;          /* attempts through this breaker now */
   char *key;
   mend_breaker b;
   mend_breaker_policy p;
@@ -97,6 +104,8 @@ struct mend_run {
   long instructions_left; /* of the attempt's budget */
   int over_budget;
   mend_run *tnext;        /* waiting for a concurrency slot */
+  run_fifo *waiting_in;   /* which list, if any */
+  struct mend_breaker_slot *held; /* the breaker whose concurrency the attempt counts in */
   int queued;             /* in the queue behind the current batch */
   /* queues */
   action next_action;
@@ -137,7 +146,7 @@ struct mend_engine {
   double grace_deadline;
   double next_reload;     /* when a serving engine next reads breakers and cancel requests */
   double turn_deadline;   /* a ticking host's budget for this turn; 0: none */
-  mend_run *throttled_head, *throttled_tail;   /* attempts waiting under max_concurrency */
+  run_fifo throttled;     /* attempts waiting under the global max_concurrency */
   json_t *events;         /* for cfg.on_event, fired after the batch commits */
   struct host_fn *hosts;
   uv_async_t *wakeup;
@@ -226,6 +235,25 @@ static void failpoint(const char *name) {
 #else
 #define failpoint(name) ((void)0)
 #endif
+
+/* ---------------------------------------------------------------- concurrency caps */
+
+static void fifo_push(run_fifo *f, mend_run *r) {
+  r->tnext = NULL;
+  r->waiting_in = f;
+  if (f->tail) f->tail->tnext = r;
+  else f->head = r;
+  f->tail = r;
+}
+
+static mend_run *fifo_pop(run_fifo *f) {
+  mend_run *r = f->head;
+  if (!r) return NULL;
+  f->head = r->tnext;
+  if (!f->head) f->tail = NULL;
+  r->waiting_in = NULL;
+  return r;
+}
 
 /* ---------------------------------------------------------------- the pump */
 
@@ -821,12 +849,15 @@ static void end_attempt(mend_run *r) {
   r->waiting = 0;
   if (!r->co) return;
   E->attempts--;
-  if (E->throttled_head) {
-    mend_run *next = E->throttled_head;
-    E->throttled_head = next->tnext;
-    if (!E->throttled_head) E->throttled_tail = NULL;
-    queue(next, next->next_action);
+  /* A slot came free: the next attempt waiting for this breaker, else for the engine. */
+  mend_run *next = NULL;
+  if (r->held) {
+    r->held->in_flight--;
+    next = fifo_pop(&r->held->waiting);
+    r->held = NULL;
   }
+  if (!next) next = fifo_pop(&E->throttled);
+  if (next) queue(next, next->next_action);
   lua_sethook(r->co, NULL, 0, 0);
   *(mend_run **)lua_getextraspace(r->co) = NULL;
   mend_closethread(r->co, E->L);
@@ -1411,18 +1442,23 @@ static void do_action(mend_run *r) {
       else if (r->status == MEND_RUN_COMPENSATING) backward(r);
       break;
     case ACT_EXECUTE:
-    case ACT_COMPENSATE:
-      if (r->E->cfg.max_concurrency > 0 && r->E->attempts >= r->E->cfg.max_concurrency) {
-        /* at the cap: wait for a slot (the transition is committed; the call comes later) */
+    case ACT_COMPENSATE: {
+      /* At a cap, wait for a slot: the transition is committed, the call comes later. */
+      struct mend_breaker_slot *slot = r->wf->steps[r->cur].slot;
+      run_fifo *wait = slot->p.max_concurrency > 0 && slot->in_flight >= slot->p.max_concurrency
+        ? &slot->waiting
+        : r->E->cfg.max_concurrency > 0 && r->E->attempts >= r->E->cfg.max_concurrency
+        ? &r->E->throttled : NULL;
+      if (wait) {
         r->next_action = a;
-        r->tnext = NULL;
-        if (r->E->throttled_tail) r->E->throttled_tail->tnext = r;
-        else r->E->throttled_head = r;
-        r->E->throttled_tail = r;
+        fifo_push(wait, r);
         break;
       }
+      slot->in_flight++;
+      r->held = slot;
       start_attempt(r, a == ACT_COMPENSATE);
       break;
+    }
     case ACT_FINISH:
       /* an ended run is nobody's: a repair from another process need not wait for a lease */
       if (mend_store_release(r->E->store, r->id, r->E->owner)) store_failed(r->E);
@@ -1926,13 +1962,15 @@ static mend_run *take_over(mend_engine *E, const char *id, char *err, int errlen
 /* Cancels a run held in memory: the attempt in flight is abandoned, the steps done are
  * compensated in reverse. */
 static void unthrottle(mend_run *r) {
-  mend_engine *E = r->E;
-  for (mend_run **p = &E->throttled_head, *prev = NULL; *p; prev = *p, p = &(*p)->tnext) {
+  run_fifo *f = r->waiting_in;
+  if (!f) return;
+  for (mend_run **p = &f->head, *prev = NULL; *p; prev = *p, p = &(*p)->tnext) {
     if (*p != r) continue;
     *p = r->tnext;
-    if (E->throttled_tail == r) E->throttled_tail = prev;
-    return;
+    if (f->tail == r) f->tail = prev;
+    break;
   }
+  r->waiting_in = NULL;
 }
 
 static int cancel_now(mend_run *r, const char *who, char *err, int errlen) {

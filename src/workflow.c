@@ -120,18 +120,20 @@ int mend_parse_retry(lua_State *L, int idx, const char *what, mend_retry_policy 
 static int parse_breaker_table(lua_State *L, int idx, const char *what, mend_breaker_policy *p,
                                const char **key, char *err, int errlen) {
   static const char *const fields[] = {"key", "failure_threshold", "open_seconds",
-    "success_threshold", "half_open_max", NULL};
+    "success_threshold", "half_open_max", "max_concurrency", NULL};
   if (check_fields(L, idx, what, fields, err, errlen)) return -1;
   if ((key && opt_string(L, idx, "key", what, key, err, errlen) < 0) ||
       opt_int(L, idx, "failure_threshold", what, &p->failure_threshold, err, errlen) < 0 ||
       opt_number(L, idx, "open_seconds", what, &p->open_seconds, err, errlen) < 0 ||
       opt_int(L, idx, "success_threshold", what, &p->success_threshold, err, errlen) < 0 ||
-      opt_int(L, idx, "half_open_max", what, &p->half_open_max, err, errlen) < 0)
+      opt_int(L, idx, "half_open_max", what, &p->half_open_max, err, errlen) < 0 ||
+      opt_int(L, idx, "max_concurrency", what, &p->max_concurrency, err, errlen) < 0)
     return -1;
   if (p->failure_threshold < 1) return fail(err, errlen, "%s.failure_threshold must be >= 1, got %d", what, p->failure_threshold);
   if (!(p->open_seconds >= 0)) return fail(err, errlen, "%s.open_seconds must be >= 0, got %g", what, p->open_seconds);
   if (p->success_threshold < 1) return fail(err, errlen, "%s.success_threshold must be >= 1, got %d", what, p->success_threshold);
   if (p->half_open_max < 1) return fail(err, errlen, "%s.half_open_max must be >= 1, got %d", what, p->half_open_max);
+  if (p->max_concurrency < 0) return fail(err, errlen, "%s.max_concurrency must be >= 0, got %d", what, p->max_concurrency);
   return 0;
 }
 
