@@ -118,7 +118,8 @@ MEND_API void mend_options_init(mend_options *opts);
  * and writes a message naming the cause into err (if not NULL). */
 MEND_API int mend_engine_new(const mend_options *opts, mend_engine **out, char *err, size_t errlen);
 /* Destroys the engine; not from a callback. Runs in flight stay in the database as they are,
- * their leases given back, for this or another engine to resume. */
+ * their leases given back, for this or another engine to resume. Host calls still open stay
+ * valid: answering them afterwards only frees them. */
 MEND_API void mend_engine_free(mend_engine *engine);
 /* The message of the engine's last failure ("" if none). Valid until the next call. */
 MEND_API const char *mend_engine_errmsg(mend_engine *engine);

@@ -149,6 +149,7 @@ struct mend_engine {
   run_fifo throttled;     /* attempts waiting under the global max_concurrency */
   json_t *events;         /* for cfg.on_event, fired after the batch commits */
   struct host_fn *hosts;
+  struct mend_host_call *open_calls;
   uv_async_t *wakeup;
   size_t mem_used, mem_limit;
   int limit_memory;       /* 1 while step code runs: only it is held to the limit */
@@ -1246,8 +1247,9 @@ struct host_fn {
 };
 
 struct mend_host_call {
-  mend_engine *E;
+  mend_engine *E;         /* NULL once the engine was destroyed: the answer only frees it */
   mend_run *run;          /* NULL once the attempt was abandoned */
+  mend_host_call *prev, *next;   /* the engine's open calls */
   int dispatching;        /* the host is still inside its function */
   int answered;
   json_t *result;         /* answer given during dispatch */
@@ -1292,6 +1294,15 @@ static void answer(mend_host_call *call, json_t *result, json_t *error) {
     call->error = error;
     return;
   }
+  if (!E) {                  /* the engine is gone: nothing waits for this answer */
+    json_decref(result);
+    json_decref(error);
+    free(call);
+    return;
+  }
+  if (call->prev) call->prev->next = call->next;
+  else E->open_calls = call->next;
+  if (call->next) call->next->prev = call->prev;
   mend_run *r = call->run;
   E->externals--;
   if (r) {
@@ -1364,6 +1375,11 @@ int mend_engine_host_call(lua_State *L, const char *name, int first_arg, char *e
   h->fn(h->ud, call, args);
   json_decref(args);
   call->dispatching = 0;
+  if (!call->answered) {     /* answered later: the engine keeps track until then */
+    call->next = E->open_calls;
+    if (E->open_calls) E->open_calls->prev = call;
+    E->open_calls = call;
+  }
   if (call->answered) {
     E->externals--;
     r->host_call = NULL;
@@ -2383,6 +2399,11 @@ void mend_engine_destroy(mend_engine *E) {
   }
   json_decref(E->alerts);
   json_decref(E->events);
+  /* Calls the host has not answered yet outlive the engine: their answers only free them. */
+  for (mend_host_call *c = E->open_calls; c; c = c->next) {
+    c->E = NULL;
+    c->run = NULL;
+  }
   for (struct host_fn *h = E->hosts, *next; h; h = next) {
     next = h->next;
     free(h->name);

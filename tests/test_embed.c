@@ -460,6 +460,35 @@ static void it_repairs_through_the_c_api(void) {
   mend_engine_free(E);
 }
 
+/* A host may hold a call across mend_engine_free: answering it then only frees it (checked
+ * for memory errors by the sanitized and valgrind builds of this test). */
+static const char hold_lua[] =
+  "local mend = require 'mend'\n"
+  "return { name = 'hold', steps = { { name = 'ask', execute = function()\n"
+  "  return mend.call('hold') end } } }\n";
+
+static mend_call *held_call;
+static void hold(void *ud, mend_call *call, const char *args) {
+  (void)ud;
+  (void)args;
+  held_call = call;
+}
+
+static void it_lets_go_of_calls_open_when_freed(void) {
+  mend_options o;
+  mend_options_init(&o);
+  mend_engine *E = engine(&o);
+  mend_engine_register_function(E, "hold", hold, NULL);
+  load(E, "hold");
+  char id[17];
+  start(E, "hold", NULL, id);
+  for (int i = 0; i < 100 && !held_call; i++) mend_engine_tick(E, 0.01);
+  CHECK(held_call != NULL);
+  CHECK_EQ_INT(mend_engine_in_flight_count(E), 1);
+  mend_engine_free(E);
+  if (held_call) CHECK_EQ_INT(mend_call_return(held_call, "42"), MEND_OK);
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/mend-embed-XXXXXX");
   if (!mkdtemp(dir)) {
@@ -474,6 +503,7 @@ int main(void) {
   write_workflow("escape_io", escape_io_lua);
   write_workflow("escape_c", escape_c_lua);
   write_workflow("stuck", stuck_lua);
+  write_workflow("hold", hold_lua);
 
   it_runs_on_its_own_loop();
   it_runs_on_the_hosts_loop();
@@ -481,9 +511,10 @@ int main(void) {
   it_stops_hostile_scripts_and_stays_usable();
   it_sandboxes_workflow_code();
   it_repairs_through_the_c_api();
+  it_lets_go_of_calls_open_when_freed();
 
   static const char *const files[] = {"basic", "saga", "hog", "spin", "escape_os", "escape_io",
-                                      "escape_c", "stuck"};
+                                      "escape_c", "stuck", "hold"};
   for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
     char path[128];
     snprintf(path, sizeof path, "%s/%s.lua", dir, files[i]);
