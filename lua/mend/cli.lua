@@ -343,6 +343,13 @@ local function cmd_runs(o)
   end)
 end
 
+-- Calls an engine operation; its refusal ("dlq retry: run ... is ...") becomes mend's error.
+local function operate(prefix, method, eng, ...)
+  local ok, res = pcall(method, eng, ...)
+  if not ok then fail("%s", (tostring(res):gsub("^" .. prefix .. ": ", ""))) end
+  return res
+end
+
 local function cmd_breakers(o, op, key)
   if op == nil then
     return with_engine(existing_db(o.db), function(eng)
@@ -356,8 +363,8 @@ local function cmd_breakers(o, op, key)
   end
   if key == nil then usage_error("breakers", "missing KEY") end
   return with_engine(existing_db(o.db), function(eng)
-    local ok, err = pcall(eng.breaker, eng, key, op, { seconds = o["for"] and number_flag(o, "for"), who = who() })
-    if not ok then fail("%s", tostring(err):gsub("^.-breakers", "breakers")) end
+    operate("breakers " .. op, eng.breaker, eng, key, op,
+            { seconds = o["for"] and number_flag(o, "for"), who = who() })
     out("breaker %s: %s\n", key, op == "open" and "opened" or op == "close" and "closed" or "reset")
     return EXIT_OK
   end)
@@ -374,13 +381,20 @@ local function load_run_workflow(eng, id)
   return st
 end
 
-local function cmd_dlq_retry(o, id)
+-- Runs fn(eng) in an engine that has loaded the workflow the run came from, so that a repair
+-- can carry the run on here.
+local function with_run_engine(o, id, fn)
   local conf = existing_db(o.db)
   conf.log = "stderr"
   return with_engine(conf, function(eng)
     load_run_workflow(eng, id)
-    local ok, err = pcall(eng.dlq_retry, eng, id, { who = who() })
-    if not ok then fail("%s", (tostring(err):gsub("^dlq retry: ", ""))) end
+    return fn(eng)
+  end)
+end
+
+local function cmd_dlq_retry(o, id)
+  return with_run_engine(o, id, function(eng)
+    operate("dlq retry", eng.dlq_retry, eng, id, { who = who() })
     if o.detach then
       out("run %s is back in the queue; a worker will resume it\n", id)
       return EXIT_OK
@@ -395,21 +409,15 @@ end
 local function cmd_dlq_resolve(o, id)
   if not o.note then usage_error("dlq resolve", "--note TEXT is required: say what was done") end
   return with_engine(existing_db(o.db), function(eng)
-    local ok, err = pcall(eng.resolve, eng, id, { note = o.note, who = who() })
-    if not ok then fail("%s", (tostring(err):gsub("^dlq resolve: ", ""))) end
+    operate("dlq resolve", eng.resolve, eng, id, { note = o.note, who = who() })
     out("run %s resolved\n", id)
     return EXIT_OK
   end)
 end
 
 local function cmd_cancel(o, id)
-  local conf = existing_db(o.db)
-  conf.log = "stderr"
-  return with_engine(conf, function(eng)
-    load_run_workflow(eng, id)
-    local ok, how = pcall(eng.cancel, eng, id, { who = who() })
-    if not ok then fail("%s", (tostring(how):gsub("^cancel: ", ""))) end
-    if how == "requested" then
+  return with_run_engine(o, id, function(eng)
+    if operate("cancel", eng.cancel, eng, id, { who = who() }) == "requested" then
       out("run %s is held by a live worker; it was asked to cancel (within a second)\n", id)
       return EXIT_OK
     end
