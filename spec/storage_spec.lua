@@ -64,6 +64,42 @@ describe("a full disk", function()
   end)
 end)
 
+describe("a read-only file system", function()
+  local mnt
+  after_each(function()
+    if mnt then os.execute("umount " .. mnt .. " 2>/dev/null") end
+    H.cleanup()
+  end)
+
+  it("refuses to open the database with the file and the cause named, and loses nothing", function()
+    mnt = H.tmp_dir()
+    if not os.execute("mount -t tmpfs -o size=4m tmpfs " .. mnt .. " 2>/dev/null") then
+      pending("needs root to mount a small tmpfs")
+      mnt = nil
+      return
+    end
+    local wfdir = H.tmp_dir()
+    write(wfdir .. "/big.lua", BIG_STEP_WORKFLOW)
+    local db = mnt .. "/mend.db"
+    local rc, out = run(string.format("%s start big --db %s --workflows %s", MEND, db, wfdir))
+    assert.are.equal(0, rc, out)
+    local id = out:match("(%S+)")
+    assert.is_truthy(os.execute("mount -o remount,ro " .. mnt))
+    rc, out = run(string.format("%s start big --db %s --workflows %s", MEND, db, wfdir))
+    assert.are.equal(1, rc, out)
+    assert.matches(db .. ": .*%(the file is read%-only: Read%-only file system%)", out)
+    -- WAL mode needs to write its shared-memory file even to read: reads fail as clearly
+    rc, out = run(string.format("%s status %s --db %s --json", MEND, id, db))
+    assert.are.equal(1, rc, out)
+    assert.matches("read%-only", out)
+    -- writable again: everything is there
+    assert.is_truthy(os.execute("mount -o remount,rw " .. mnt))
+    rc, out = run(string.format("%s status %s --db %s --json", MEND, id, db))
+    assert.are.equal(0, rc, out)
+    assert.are.same({ "ok" }, H.sql(db, "PRAGMA integrity_check"))
+  end)
+end)
+
 describe("a locked database", function()
   after_each(H.cleanup)
 

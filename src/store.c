@@ -11,7 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <time.h>
+#include <unistd.h>
 
 #define BUSY_TIMEOUT_MS 5000
 
@@ -413,6 +415,23 @@ static int open_db(mend_store *s, mend_durability durability) {
   return 0;
 }
 
+/* SQLite says "unable to open database file" when WAL mode cannot create its -shm file next to
+ * the database: name the likelier cause for a person when the file or its folder is read-only. */
+static void explain_read_only(mend_store *s) {
+  if (strcmp(s->path, ":memory:") == 0 || s->path[0] == 0) return;
+  char dir[4096];
+  set_msg(dir, sizeof dir, "%s", s->path);
+  char *slash = strrchr(dir, '/');
+  if (slash) *(slash == dir ? slash + 1 : slash) = 0;
+  else set_msg(dir, sizeof dir, ".");
+  int file_ro = access(s->path, F_OK) == 0 && access(s->path, W_OK) != 0;
+  int dir_ro = access(dir, W_OK) != 0;
+  if (!file_ro && !dir_ro) return;
+  size_t n = strlen(s->err);
+  set_msg(s->err + n, (int)(sizeof s->err - n), " (%s is read-only: %s)",
+          file_ro ? "the file" : "its folder", strerror(errno));
+}
+
 mend_store *mend_store_open(const char *path, mend_durability durability, char *err,
                             int errlen) {
   mend_store *s = calloc(1, sizeof *s);
@@ -422,6 +441,7 @@ mend_store *mend_store_open(const char *path, mend_durability durability, char *
     return NULL;
   }
   if (open_db(s, durability) != 0) {
+    explain_read_only(s);
     set_msg(err, errlen, "%s", s->err);
     mend_store_close(s);
     return NULL;
