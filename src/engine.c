@@ -40,6 +40,8 @@
 
 /* Coroutines of steps are found again from Lua through this registry table: thread -> run. */
 #define THREADS_KEY "mend.threads"
+/* Actions one loop turn may do before it commits and polls again. */
+#define MAX_TURN_ACTIONS 2048
 /* CPU-bound Lua is interrupted by a count hook this often (instructions). */
 #define HOOK_EVERY 10000
 
@@ -670,7 +672,9 @@ static void succeed_step(mend_run *r, int i, const char *result_json) {
   step_to(r, i, MEND_STEP_SUCCEEDED, NULL, -1, NULL);
   set_result(r, i);
   r->cur = i + 1;
-  queue(r, ACT_ADVANCE);
+  /* The next step's `running` joins this batch; its execute still waits for the commit that
+   * makes both durable. One turn per step instead of two. */
+  forward(r);
 }
 
 static void fail_step(mend_run *r, int i, const mend_error_info *info) {
@@ -776,7 +780,7 @@ static void backward(mend_run *r) {
 static void compensated(mend_run *r, int i) {
   step_to(r, i, MEND_STEP_COMPENSATED, NULL, -1, NULL);
   r->cur = i - 1;
-  queue(r, ACT_ADVANCE);
+  backward(r);   /* as succeed_step: the next compensate still waits for the commit */
 }
 
 static void compensation_failed(mend_run *r, int i, const mend_error_info *info) {
@@ -1499,7 +1503,10 @@ static int pump_turn(mend_engine *E) {
   int did = 0;
   while (r && !E->broken) {
     mend_run *next = r->qnext;
-    if (E->turn_deadline > 0 && mend_real_now() >= E->turn_deadline) {
+    /* A turn ends at a ticking host's budget, or after MAX_TURN_ACTIONS: a burst of starts
+     * must not keep the next commit (and the timers, and I/O) waiting behind all of it. */
+    if (did >= MAX_TURN_ACTIONS ||
+        (E->turn_deadline > 0 && mend_real_now() >= E->turn_deadline)) {
       /* a ticking host's budget is spent: the rest waits for the next tick, in order */
       mend_run *last = r;
       while (last->qnext) last = last->qnext;

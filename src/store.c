@@ -399,6 +399,8 @@ static int open_db(mend_store *s, mend_durability durability) {
                                                      : "PRAGMA synchronous = NORMAL",
                "set synchronous") != 0)
     return -1;
+  /* A large batch must not spill the page cache to disk in the middle of its transaction. */
+  if (exec_sql(s, "PRAGMA cache_size = -32768", "set cache size") != 0) return -1;
   /* Only a new or older database needs the write lock; an up-to-date one is opened without it,
    * so a second connection can open while the first holds a batch. */
   if (version < MEND_SCHEMA_VERSION) {
