@@ -97,7 +97,8 @@ typedef struct mend_options {
                                  an attempt over it fails (not retried); 0: no limit */
   long instruction_budget;    /* Lua instructions per attempt; over it the attempt fails
                                  (not retried); 0: no budget */
-  int sandbox;                /* 1: workflow code has no os.execute, os.exit, io, nor C modules */
+  int sandbox;                /* 1: workflow code has no os.execute, os.exit, io, C modules, nor
+                                 mend.exec */
   const char *lua_path;       /* where mend's Lua files are (require "mend"); NULL: $MEND_LUA_DIR,
                                  else the source tree for a build-tree libmend, else the
                                  install's share/mend/lua (found relative to libmend.so) */

@@ -1166,6 +1166,10 @@ int mend_engine_exec(lua_State *L, char *err, int errlen) {
     return -1;
   }
   mend_engine *E = r->E;
+  if (E->cfg.sandbox) {   /* a child process would be a way around the sandbox */
+    snprintf(err, (size_t)errlen, "not allowed in a sandboxed engine");
+    return -1;
+  }
   int n = (int)luaL_len(L, 1);
   if (n < 1) { snprintf(err, (size_t)errlen, "needs a program: mend.exec{ \"prog\", \"arg\", ... }"); return -1; }
   char **args = calloc((size_t)n + 1, sizeof *args);

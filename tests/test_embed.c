@@ -156,6 +156,12 @@ static const char escape_c_lua[] =
   "  return { loadlib = package.loadlib ~= nil, cpath = package.cpath }\n"
   "end } } }\n";
 
+static const char escape_exec_lua[] =
+  "local mend = require 'mend'\n"
+  "return { name = 'escape_exec', steps = { { name = 'spawn', execute = function()\n"
+  "  return mend.exec{ 'sh', '-c', 'echo escaped' }\n"
+  "end } } }\n";
+
 /* ---------------------------------------------------------------- host functions */
 
 /* greet(who): answered at once. */
@@ -412,11 +418,13 @@ static void it_sandboxes_workflow_code(void) {
   load(E, "escape_os");
   load(E, "escape_io");
   load(E, "escape_c");
+  load(E, "escape_exec");
   load(E, "basic");
-  char os_run[17], io_run[17], c_run[17], ok[17], st[32];
+  char os_run[17], io_run[17], c_run[17], exec_run[17], ok[17], st[32];
   start(E, "escape_os", NULL, os_run);
   start(E, "escape_io", NULL, io_run);
   start(E, "escape_c", NULL, c_run);
+  start(E, "escape_exec", NULL, exec_run);
   start(E, "basic", "{\"who\":\"sandboxed\"}", ok);
   CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
   CHECK_STR(run_status(E, os_run, st, sizeof st), "failed");
@@ -425,6 +433,8 @@ static void it_sandboxes_workflow_code(void) {
   CHECK(run_has(E, io_run, "global 'io'", 0));
   CHECK_STR(run_status(E, c_run, st, sizeof st), "succeeded");
   CHECK(run_has(E, c_run, "\"loadlib\":false", 0));
+  CHECK_STR(run_status(E, exec_run, st, sizeof st), "failed");
+  CHECK(run_has(E, exec_run, "mend.exec: not allowed in a sandboxed engine", 0));
   CHECK_STR(run_status(E, ok, st, sizeof st), "succeeded");
   mend_engine_free(E);
 }
@@ -502,6 +512,7 @@ int main(void) {
   write_workflow("escape_os", escape_os_lua);
   write_workflow("escape_io", escape_io_lua);
   write_workflow("escape_c", escape_c_lua);
+  write_workflow("escape_exec", escape_exec_lua);
   write_workflow("stuck", stuck_lua);
   write_workflow("hold", hold_lua);
 
@@ -514,7 +525,7 @@ int main(void) {
   it_lets_go_of_calls_open_when_freed();
 
   static const char *const files[] = {"basic", "saga", "hog", "spin", "escape_os", "escape_io",
-                                      "escape_c", "stuck", "hold"};
+                                      "escape_c", "escape_exec", "stuck", "hold"};
   for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
     char path[128];
     snprintf(path, sizeof path, "%s/%s.lua", dir, files[i]);
