@@ -10,6 +10,7 @@
  * the attached mode) and the workflow files it writes itself.
  */
 #include <mend.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -272,6 +273,32 @@ static void it_runs_on_its_own_loop(void) {
   mend_engine_free(E);
 }
 
+/* mend_engine_wakeup is the one function other threads may call: hammered from a second
+ * thread while the engine runs, it must neither crash nor disturb the runs. */
+static void *wake_often(void *engine) {
+  for (int i = 0; i < 2000; i++) {
+    mend_engine_wakeup(engine);
+    usleep(50);
+  }
+  return NULL;
+}
+
+static void it_can_be_woken_from_another_thread(void) {
+  mend_options o;
+  mend_options_init(&o);
+  mend_engine *E = engine(&o);
+  mend_engine_register_function(E, "greet", greet, NULL);
+  load(E, "basic");
+  char id[20][17], st[32];
+  for (int i = 0; i < 20; i++) start(E, "basic", "{\"who\":\"thread\"}", id[i]);
+  pthread_t t;
+  CHECK_EQ_INT(pthread_create(&t, NULL, wake_often, E), 0);
+  CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+  pthread_join(t, NULL);
+  for (int i = 0; i < 20; i++) CHECK_STR(run_status(E, id[i], st, sizeof st), "succeeded");
+  mend_engine_free(E);
+}
+
 /* Mode (b): attached to the host's uv loop; the host's timers answer calls, and the host's
  * uv_run returns once the runs have ended (the engine keeps no idle loop alive). */
 static void answer_on_timer(uv_timer_t *t) {
@@ -517,6 +544,7 @@ int main(void) {
   write_workflow("hold", hold_lua);
 
   it_runs_on_its_own_loop();
+  it_can_be_woken_from_another_thread();
   it_runs_on_the_hosts_loop();
   it_is_ticked_and_answers_each_error_kind();
   it_stops_hostile_scripts_and_stays_usable();
