@@ -153,6 +153,60 @@ describe("cancel", function()
   end)
 end)
 
+describe("a cancelled run stopped mid-compensation", function()
+  after_each(H.cleanup)
+
+  it("finishes its compensation after a restart", function()
+    local def = { name = "w", steps = {
+      { name = "a", execute = function() return 1 end,
+        compensate = function(ctx) if ctx.attempt == 1 then mend.sleep(100) end end },
+      { name = "b", execute = function() mend.sleep(50) return 2 end },
+    } }
+    local eng, db = H.new_engine()
+    eng:register(def)
+    local id = eng:start("w", {})
+    eng:advance(1)
+    eng:cancel(id)
+    eng:advance(1)
+    assert.are.equal("compensating", eng:status(id).status)
+    H.close(eng)
+    local eng2 = H.reopen(db)
+    eng2:register(def)
+    assert.are.equal(1, eng2:recover())
+    eng2:run()
+    local st = eng2:status(id)
+    assert.are.equal("compensated", st.status)
+    assert.are.equal("cancelled", st.reason)
+  end)
+end)
+
+describe("a wait where Lua cannot yield", function()
+  after_each(H.cleanup)
+
+  it("is refused with a clear error, and nothing it started reaches a later attempt", function()
+    local eng = H.new_engine({ clock = "real" })
+    local caught
+    eng:register{ name = "g", retry = { initial = 0.05, jitter = 0 }, steps = {
+      { name = "a", execute = function()
+          local ok, err = pcall(string.gsub, "a", "a", function() return mend.exec{ "sleep", "0.2" } end)
+          caught = err
+          return ok
+        end },
+      { name = "b", execute = function(ctx)
+          if ctx.attempt == 1 then error(mend.retryable("later")) end
+          mend.sleep(0.3)
+          return "b done"
+        end },
+    } }
+    local id = eng:start("g", {})
+    eng:run()
+    assert.matches("mend.exec: cannot wait here", caught)
+    local st = eng:status(id)
+    assert.are.equal("succeeded", st.status)
+    assert.are.equal("b done", st.steps[2].result)
+  end)
+end)
+
 describe("breaker overrides", function()
   after_each(H.cleanup)
 

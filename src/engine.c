@@ -45,8 +45,16 @@
 /* CPU-bound Lua is interrupted by a count hook this often (instructions). */
 #define HOOK_EVERY 10000
 
-/* Child processes of two kinds share the loop; the tag tells their handles apart at destroy. */
+/* Child processes of two kinds share the loop; the tag tells their handles apart at destroy.
+ * Each starts with this header: the engine lets go of its live children when destroyed (E is
+ * then NULL), since a child's callbacks may come after the engine is gone on a host's loop. */
 enum { CHILD_EXEC = 1, CHILD_ALERT };
+
+typedef struct child {
+  int tag;
+  struct mend_engine *E;
+  struct child *prev, *next;
+} child;
 
 typedef enum action { ACT_NONE, ACT_ADVANCE, ACT_EXECUTE, ACT_COMPENSATE, ACT_FINISH } action;
 typedef enum wait_kind {
@@ -156,6 +164,8 @@ struct mend_engine {
   size_t mem_used, mem_limit;
   int limit_memory;       /* 1 while step code runs: only it is held to the limit */
   int alert_commands;     /* alert commands still running */
+  child *children;        /* child processes whose callbacks may still come */
+  int destroying;
 };
 
 /* ---------------------------------------------------------------- small helpers */
@@ -185,6 +195,18 @@ static void breakdown(mend_engine *E, const char *fmt, ...) {
 
 static void store_failed(mend_engine *E) {
   breakdown(E, "%s", mend_store_errmsg(E->store));
+}
+
+/* Commits the batch now, outside the pump (an operation that must be durable before it
+ * returns). The batch may hold the pump's own transitions too: if it fails they are rolled
+ * back with it, so the engine stops rather than act on them. */
+static int commit_now(mend_engine *E) {
+  if (E->broken) return -1;
+  if (mend_store_commit(E->store)) {
+    store_failed(E);
+    return -1;
+  }
+  return 0;
 }
 
 double mend_engine_now(const mend_engine *E) { return mend_timers_now(&E->timers); }
@@ -270,7 +292,28 @@ static int has_ready_work(const mend_engine *E) {
 }
 
 static void kick(mend_engine *E) {
+  if (E->destroying) return;   /* the pump handle is closing */
   if (!uv_is_active((uv_handle_t *)E->pump)) uv_idle_start(E->pump, pump_cb);
+}
+
+static void child_link(mend_engine *E, child *c, int tag) {
+  c->tag = tag;
+  c->E = E;
+  c->prev = NULL;
+  c->next = E->children;
+  if (E->children) E->children->prev = c;
+  E->children = c;
+}
+
+/* The child's engine, unlinked; NULL if the engine is gone. */
+static mend_engine *child_unlink(child *c) {
+  mend_engine *E = c->E;
+  if (!E) return NULL;
+  if (c->prev) c->prev->next = c->next;
+  else E->children = c->next;
+  if (c->next) c->next->prev = c->prev;
+  c->E = NULL;
+  return E;
 }
 
 static void queue(mend_run *r, action a) {
@@ -391,8 +434,7 @@ static void fire_events(mend_engine *E) {
 /* ---- the alert command: fire and forget, the event as one JSON line on its stdin */
 
 typedef struct alert_proc {
-  int tag;                /* CHILD_ALERT */
-  mend_engine *E;
+  child base;             /* CHILD_ALERT */
   uv_process_t proc;
   uv_pipe_t in;
   uv_write_t write;
@@ -411,8 +453,11 @@ static void alert_handle_closed(uv_handle_t *h) {
 static void alert_exited(uv_process_t *p, int64_t status, int signal) {
   (void)signal;
   alert_proc *a = p->data;
-  a->E->alert_commands--;
-  if (status != 0) mend_engine_log_line(a->E, "warn", NULL, NULL, 0, "alert", "alert command failed");
+  mend_engine *E = child_unlink(&a->base);
+  if (E) {
+    E->alert_commands--;
+    if (status != 0) mend_engine_log_line(E, "warn", NULL, NULL, 0, "alert", "alert command failed");
+  }
   uv_close((uv_handle_t *)p, alert_handle_closed);
 }
 
@@ -436,8 +481,6 @@ static char *text_for_command(json_t *ev) {
 static void run_alert_command(mend_engine *E, char *text) {
   if (!text) return;
   alert_proc *a = calloc(1, sizeof *a);
-  a->tag = CHILD_ALERT;
-  a->E = E;
   a->text = text;
   uv_pipe_init(E->loop, &a->in, 0);
   a->in.data = a->proc.data = a->write.data = a;
@@ -458,6 +501,7 @@ static void run_alert_command(mend_engine *E, char *text) {
     return;
   }
   E->alert_commands++;
+  child_link(E, &a->base, CHILD_ALERT);
   uv_buf_t b = uv_buf_init(a->text, (unsigned)strlen(a->text));
   uv_write(&a->write, (uv_stream_t *)&a->in, &b, 1, alert_written);
 }
@@ -734,6 +778,7 @@ static void fail_step(mend_run *r, int i, const mend_error_info *info) {
 
 /* The run failed for good and compensation (if any) is over. */
 static void finish_failed(mend_run *r) {
+  if (!r->reason) r->reason = "error";
   if (strcmp(r->reason, "attempts_exhausted") == 0) {
     run_to(r, MEND_RUN_NEEDS_ATTENTION);
     dead_letter(r, r->reason, r->fail_step, r->error,
@@ -846,8 +891,14 @@ static void limits_hook(lua_State *L, lua_Debug *ar) {
   }
 }
 
+static void abandon_exec(mend_run *r);
+static void abandon_host_call(mend_run *r);
+
 static void end_attempt(mend_run *r) {
   mend_engine *E = r->E;
+  /* Whatever the attempt still waits for is let go: its answer must not reach a later one. */
+  abandon_exec(r);
+  abandon_host_call(r);
   mend_timer_disarm(&E->timers, &r->deadline);
   if (r->wait_kind == WAIT_SLEEP) mend_timer_disarm(&E->timers, &r->wait);
   r->wait_kind = WAIT_NONE;
@@ -1043,12 +1094,24 @@ static void on_wait(mend_timer *t) {
   }
 }
 
-int mend_engine_sleep(lua_State *L, double seconds, char *err, int errlen) {
+/* The run whose attempt may wait here: L is its coroutine and can yield now. */
+static mend_run *waiting_run(lua_State *L, char *err, int errlen) {
   mend_run *r = mend_engine_current_run(L);
   if (!r) {
     snprintf(err, (size_t)errlen, "must be called from a step's execute or compensate");
-    return -1;
+    return NULL;
   }
+  if (!lua_isyieldable(L)) {
+    snprintf(err, (size_t)errlen, "cannot wait here (inside a metamethod, an iterator of "
+             "string.gsub, a table.sort comparator, or another C function)");
+    return NULL;
+  }
+  return r;
+}
+
+int mend_engine_sleep(lua_State *L, double seconds, char *err, int errlen) {
+  mend_run *r = waiting_run(L, err, errlen);
+  if (!r) return -1;
   if (!(seconds >= 0)) seconds = 0;
   r->waiting = 1;
   r->wait_kind = WAIT_SLEEP;
@@ -1059,7 +1122,7 @@ int mend_engine_sleep(lua_State *L, double seconds, char *err, int errlen) {
 /* ---------------------------------------------------------------- child processes */
 
 struct exec_req {
-  int tag;                /* CHILD_EXEC */
+  child base;             /* CHILD_EXEC */
   uv_process_t proc;
   uv_pipe_t pipes[3];     /* stdin, stdout, stderr */
   int open_handles;
@@ -1072,7 +1135,6 @@ struct exec_req {
   int64_t exit_status;
   int term_signal;
   int exited, eofs;
-  mend_engine *E;
 };
 
 static void exec_maybe_done(exec_req *x);
@@ -1135,8 +1197,12 @@ static void exec_close_all(exec_req *x) {
 
 static void exec_maybe_done(exec_req *x) {
   if (!x->exited || x->eofs < 2) return;
-  mend_engine *E = x->E;
-  mend_run *r = x->run;
+  mend_engine *E = child_unlink(&x->base);
+  mend_run *r = E ? x->run : NULL;
+  if (!E) {                 /* the engine is gone: only close */
+    exec_close_all(x);
+    return;
+  }
   E->externals--;
   if (r) {
     r->exec = NULL;
@@ -1160,11 +1226,8 @@ static void abandon_exec(mend_run *r) {
 }
 
 int mend_engine_exec(lua_State *L, char *err, int errlen) {
-  mend_run *r = mend_engine_current_run(L);
-  if (!r) {
-    snprintf(err, (size_t)errlen, "must be called from a step's execute or compensate");
-    return -1;
-  }
+  mend_run *r = waiting_run(L, err, errlen);
+  if (!r) return -1;
   mend_engine *E = r->E;
   if (E->cfg.sandbox) {   /* a child process would be a way around the sandbox */
     snprintf(err, (size_t)errlen, "not allowed in a sandboxed engine");
@@ -1192,8 +1255,6 @@ int mend_engine_exec(lua_State *L, char *err, int errlen) {
   const char *cwd = NULL;
   if (lua_getfield(L, 1, "cwd") == LUA_TSTRING) cwd = lua_tostring(L, -1);
   exec_req *x = calloc(1, sizeof *x);
-  x->tag = CHILD_EXEC;
-  x->E = E;
   size_t in_len = 0;
   if (lua_getfield(L, 1, "stdin") == LUA_TSTRING) {
     const char *in = lua_tolstring(L, -1, &in_len);
@@ -1230,6 +1291,7 @@ int mend_engine_exec(lua_State *L, char *err, int errlen) {
     return -1;
   }
   E->externals++;
+  child_link(E, &x->base, CHILD_EXEC);
   x->run = r;
   r->exec = x;
   r->waiting = 1;
@@ -1351,11 +1413,8 @@ static void abandon_host_call(mend_run *r) {
 }
 
 int mend_engine_host_call(lua_State *L, const char *name, int first_arg, char *err, int errlen) {
-  mend_run *r = mend_engine_current_run(L);
-  if (!r) {
-    snprintf(err, (size_t)errlen, "must be called from a step's execute or compensate");
-    return -1;
-  }
+  mend_run *r = waiting_run(L, err, errlen);
+  if (!r) return -1;
   mend_engine *E = r->E;
   struct host_fn *h = E->hosts;
   while (h && strcmp(h->name, name) != 0) h = h->next;
@@ -1509,8 +1568,8 @@ static int pump_turn(mend_engine *E) {
     mend_run *next = r->qnext;
     /* A turn ends at a ticking host's budget, or after MAX_TURN_ACTIONS: a burst of starts
      * must not keep the next commit (and the timers, and I/O) waiting behind all of it. */
-    if (did >= MAX_TURN_ACTIONS ||
-        (E->turn_deadline > 0 && mend_real_now() >= E->turn_deadline)) {
+    if (did > 0 && (did >= MAX_TURN_ACTIONS ||
+                    (E->turn_deadline > 0 && mend_real_now() >= E->turn_deadline))) {
       /* a ticking host's budget is spent: the rest waits for the next tick, in order */
       mend_run *last = r;
       while (last->qnext) last = last->qnext;
@@ -1656,8 +1715,8 @@ int mend_engine_start_value(mend_engine *E, lua_State *L, const char *workflow, 
   if (E->broken) { snprintf(err, (size_t)errlen, "%s", E->errmsg); return -1; }
   if (detached) {
     /* Recorded for any worker to take; durable before the caller hears the id. */
-    if (mend_store_commit(E->store)) {
-      snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store));
+    if (commit_now(E)) {
+      snprintf(err, (size_t)errlen, "%s", E->errmsg);
       run_free(r);
       return -1;
     }
@@ -1723,10 +1782,13 @@ static mend_run *rebuild(mend_engine *E, const char *id, char *why, int whylen) 
   r->error = dupstr(json_string_value(json_object_get(row, "error")));
   /* The reason is one of the engine's own static strings; map the stored text back to it. */
   static const char *const reasons[] = {"attempts_exhausted", "fatal", "severity_2", "compensable",
-                                        "error", "severity_3", "compensation_failed"};
+                                        "error", "severity_3", "compensation_failed", "cancelled"};
   const char *reason = json_string_value(json_object_get(row, "reason"));
   for (size_t k = 0; reason && k < sizeof reasons / sizeof *reasons; k++)
     if (strcmp(reason, reasons[k]) == 0) r->reason = reasons[k];
+  /* A run going back always has a reason; one this mend does not know counts as an error. */
+  if (!r->reason && strcmp(json_string_value(json_object_get(row, "status")), "running") != 0)
+    r->reason = "error";
   mend_json_push(E->L, json_object_get(row, "input"));
   r->input_ref = luaL_ref(E->L, LUA_REGISTRYINDEX);
   for (int i = 0; i < wf->nsteps; i++) {
@@ -1771,8 +1833,11 @@ static void schedule_restored(mend_run *r) {
       return;
     }
   } else {
+    /* Steps without compensate stay succeeded when skipped: look past them for the one that
+     * was being compensated, which may be waiting for a retry. */
     r->cur = wf->nsteps - 1;
-    while (r->cur >= 0 && !needs_compensation(r, r->cur)) r->cur--;
+    while (r->cur >= 0 && (!needs_compensation(r, r->cur) || wf->steps[r->cur].compensate_ref == LUA_NOREF))
+      r->cur--;
     step_rt *st = r->cur >= 0 ? &r->steps[r->cur] : NULL;
     if (st && st->status == MEND_STEP_COMPENSATING && st->due >= 0) {
       r->wait_kind = WAIT_COMP_RETRY;
@@ -2007,6 +2072,13 @@ static int cancel_now(mend_run *r, const char *who, char *err, int errlen) {
   mend_engine *E = r->E;
   unthrottle(r);
   int i = r->cur;
+  if (r->queued && (r->next_action == ACT_EXECUTE || r->next_action == ACT_COMPENSATE) &&
+      i < r->wf->nsteps) {
+    /* It may have been woken for a concurrency slot it will not take now: pass it on. */
+    mend_run *next = fifo_pop(&r->wf->steps[i].slot->waiting);
+    if (!next) next = fifo_pop(&E->throttled);
+    if (next) queue(next, next->next_action);
+  }
   step_rt *st = i < r->wf->nsteps ? &r->steps[i] : NULL;
   int was_running = r->co != NULL || (st && st->status == MEND_STEP_RUNNING);
   abandon_exec(r);
@@ -2050,7 +2122,7 @@ int mend_engine_cancel_run(mend_engine *E, const char *id, const char *who, char
     /* Held by a live worker: ask it; it cancels at its next poll. */
     if (mend_store_request_cancel(E->store, id)) store_failed(E);
     operator_entry(E, id, "cancel requested", who, NULL);
-    if (E->broken || mend_store_commit(E->store)) return refuse(err, errlen, "%s", mend_store_errmsg(E->store));
+    if (commit_now(E)) return refuse(err, errlen, "%s", E->errmsg);
     return 1;
   }
   return cancel_now(r, who, err, errlen);
@@ -2067,19 +2139,22 @@ int mend_engine_dlq_retry(mend_engine *E, const char *id, const char *who, char 
                   "resume; start a new run, or resolve this one with a note", id);
   mend_run *r = take_over(E, id, err, errlen);
   if (!r) return -1;
+  /* The step to resume from, found before anything is written. */
+  int comp = strcmp(reason, "compensation_failed") == 0;
+  int i = r->wf->nsteps - 1;
+  if (comp) while (i >= 0 && r->steps[i].status != MEND_STEP_COMPENSATION_FAILED) i--;
+  else i = r->fail_step;
+  if (i < 0) {
+    run_free(r);
+    return refuse(err, errlen, "run %s: no step is %s", id, comp ? "compensation_failed" : "failed");
+  }
   operator_entry(E, id, "dlq retry", who, NULL);
   if (mend_store_dlq_remove(E->store, id)) store_failed(E);
-  if (strcmp(reason, "compensation_failed") == 0) {
-    int i = r->wf->nsteps - 1;
-    while (i >= 0 && r->steps[i].status != MEND_STEP_COMPENSATION_FAILED) i--;
-    if (i < 0) return refuse(err, errlen, "run %s: no step is compensation_failed", id);
+  if (comp) {
     r->steps[i].comp_attempts = 0;   /* fresh attempts */
     r->steps[i].last_delay = -1;
     run_to(r, MEND_RUN_COMPENSATING);
-    r->cur = i;
   } else {   /* severity 3: the failed step again, with fresh attempts */
-    int i = r->fail_step;
-    if (i < 0) return refuse(err, errlen, "run %s: no step is failed", id);
     r->steps[i].attempts = 0;
     r->steps[i].last_delay = -1;
     r->steps[i].compensate_self = 0;
@@ -2089,8 +2164,8 @@ int mend_engine_dlq_retry(mend_engine *E, const char *id, const char *who, char 
     set_str(&r->error, NULL);
     r->fail_step = -1;
     run_to(r, MEND_RUN_RUNNING);
-    r->cur = i;
   }
+  r->cur = i;
   queue(r, ACT_ADVANCE);
   return E->broken ? refuse(err, errlen, "%s", E->errmsg) : 0;
 }
@@ -2112,7 +2187,7 @@ int mend_engine_resolve(mend_engine *E, const char *id, const char *who, const c
   if (mend_store_append_history(E->store, &h)) store_failed(E);
   operator_entry(E, id, "dlq resolve", who, note);
   if (mend_store_dlq_remove(E->store, id)) store_failed(E);
-  if (E->broken || mend_store_commit(E->store)) return refuse(err, errlen, "%s", mend_store_errmsg(E->store));
+  if (commit_now(E)) return refuse(err, errlen, "%s", E->errmsg);
   return 0;
 }
 
@@ -2143,7 +2218,7 @@ int mend_engine_breaker_set(mend_engine *E, const char *key, const char *op, dou
   char detail[200];
   snprintf(detail, sizeof detail, "%s -> %s", mend_breaker_state_name(before), mend_breaker_state_name(b.state));
   if (mend_store_audit(E->store, now, who, op, key, detail)) store_failed(E);
-  if (E->broken || mend_store_commit(E->store)) return refuse(err, errlen, "%s", mend_store_errmsg(E->store));
+  if (commit_now(E)) return refuse(err, errlen, "%s", E->errmsg);
   return 0;
 }
 
@@ -2391,6 +2466,7 @@ static void close_stray(uv_handle_t *h, void *arg) {
 
 void mend_engine_destroy(mend_engine *E) {
   if (!E) return;
+  E->destroying = 1;
   /* Runs left unfinished stay in the store as they are; their leases are given back so that
    * another engine can take them at once. */
   if (E->store && !E->broken)
@@ -2408,6 +2484,8 @@ void mend_engine_destroy(mend_engine *E) {
     free(s->key);
     free(s);
   }
+  /* Children still running may report after the engine is gone (on a host's loop). */
+  while (E->children) child_unlink(E->children);
   json_decref(E->alerts);
   json_decref(E->events);
   /* Calls the host has not answered yet outlive the engine: their answers only free them. */
