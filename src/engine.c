@@ -1889,12 +1889,17 @@ static int claim_and_restore(mend_engine *E, int limit) {
   if (limit <= 0 || E->broken) return 0;
   release_dead_local_owners(E);
   if (E->broken) return 0;
-  json_t *mine = json_array();
-  for (mend_run *r = E->runs; r; r = r->next) json_array_append_new(mine, json_string(r->id));
-  char *exclude = json_dumps(mine, JSON_COMPACT);
-  json_decref(mine);
-  json_t *ids = mend_store_claim(E->store, E->owner, mend_real_now(), lease_until(E), limit, exclude);
-  free(exclude);
+  /* A serving worker takes the newest half first: new work must not wait behind a backlog
+   * being recovered, and the oldest half keeps the backlog moving. */
+  json_t *ids = mend_store_claim(E->store, E->owner, mend_real_now(), lease_until(E),
+                                 E->serving ? (limit + 1) / 2 : limit, E->serving);
+  if (ids && E->serving && (int)json_array_size(ids) < limit) {
+    json_t *more = mend_store_claim(E->store, E->owner, mend_real_now(), lease_until(E),
+                                    limit - (int)json_array_size(ids), 0);
+    if (more) json_array_extend(ids, more);
+    json_decref(more);
+    if (!more) { json_decref(ids); ids = NULL; }
+  }
   if (!ids) { store_failed(E); return 0; }
   size_t i;
   json_t *id;

@@ -69,10 +69,12 @@ static const char *const query_sql[Q__COUNT] = {
   [Q_GET_BREAKER] =
     "SELECT state, failures, successes, opened_at, open_until FROM breakers WHERE key = ?1",
   /* Takes unfinished runs nobody holds (owner NULL or lease run out) for `owner`. */
+  /* Never our own runs (they are in our memory, whatever their lease says); oldest first, or
+   * newest first (?5) so that new work does not wait behind a backlog. */
   [Q_CLAIM] =
     "UPDATE runs SET owner = ?1, lease_until = ?2 WHERE id IN (SELECT id FROM runs"
-    " WHERE status IN ('running', 'compensating') AND (owner IS NULL OR lease_until < ?3"
-    " OR owner = ?1) AND id NOT IN (SELECT value FROM json_each(?5)) ORDER BY created LIMIT ?4)"
+    " WHERE status IN ('running', 'compensating') AND (owner IS NULL OR (lease_until < ?3"
+    " AND owner IS NOT ?1)) ORDER BY CASE WHEN ?5 THEN -created ELSE created END LIMIT ?4)"
     " RETURNING id",
   [Q_RENEW] =
     "UPDATE runs SET lease_until = ?2 WHERE owner = ?1 AND status IN ('running', 'compensating')",
@@ -871,7 +873,7 @@ void mend_store_set_worker(mend_store *s, const char *worker) {
 }
 
 json_t *mend_store_claim(mend_store *s, const char *owner, double now, double lease_until,
-                         int limit, const char *exclude_json) {
+                         int limit, int newest_first) {
   if (batch_begin(s) != 0) return NULL;
   sqlite3_stmt *q = s->q[Q_CLAIM];
   int rc = SQLITE_OK;
@@ -879,7 +881,7 @@ json_t *mend_store_claim(mend_store *s, const char *owner, double now, double le
   BIND(sqlite3_bind_double(q, 2, lease_until));
   BIND(sqlite3_bind_double(q, 3, now));
   BIND(sqlite3_bind_int(q, 4, limit));
-  BIND(bind_text(q, 5, exclude_json ? exclude_json : "[]"));
+  BIND(sqlite3_bind_int(q, 5, newest_first ? 1 : 0));
   json_t *ids = json_array();
   while (rc == SQLITE_OK || rc == SQLITE_ROW) {
     rc = sqlite3_step(q);

@@ -151,10 +151,10 @@ int     mend_store_schema_version(mend_store *s);
  * that nobody holds or whose lease ran out, renews its leases while it works, and releases a
  * run it lets go of. Claims and renewals join the current batch. */
 void    mend_store_set_worker(mend_store *s, const char *worker);  /* tags history rows */
-/* Up to `limit` ids (array) now held by `owner`, skipping those in `exclude_json` (a JSON
- * array of ids the caller already runs); NULL on error. */
+/* Up to `limit` ids (array) of unfinished runs now held by `owner`: those nobody holds, or
+ * whose lease ran out (never the owner's own), oldest first or newest first; NULL on error. */
 json_t *mend_store_claim(mend_store *s, const char *owner, double now, double lease_until,
-                         int limit, const char *exclude_json);
+                         int limit, int newest_first);
 int     mend_store_renew(mend_store *s, const char *owner, double lease_until);
 int     mend_store_release(mend_store *s, const char *id, const char *owner);
 /* Owners holding a live lease on an unfinished run (array of strings); NULL on error. */
