@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backoff.h"
@@ -165,6 +166,9 @@ struct mend_engine {
   int limit_memory;       /* 1 while step code runs: only it is held to the limit */
   int alert_commands;     /* alert commands still running */
   child *children;        /* child processes whose callbacks may still come */
+  uv_timer_t *checkpoint_timer;
+  uv_work_t checkpoint_work;
+  int checkpointing;      /* a checkpoint runs on a worker thread */
   int destroying;
 };
 
@@ -1922,6 +1926,35 @@ int mend_engine_recover_runs(mend_engine *E, int limit) {
 static void reload_breakers(mend_engine *E);
 static void take_cancel_requests(mend_engine *E);
 
+/* ---- checkpoints, off the loop thread: a commit never stalls on one */
+
+/* Past this many WAL frames (about 64 MiB) passive checkpoints are not keeping up. */
+#define WAL_FRAMES_LIMIT 16384
+
+static void checkpoint_on_thread(uv_work_t *w) {
+  mend_engine *E = w->data;
+  int frames = 0;
+  mend_store_checkpoint(E->store, &frames);
+  /* Under steady writes the WAL never restarts by itself; most of it is copied now, so a
+   * restart checkpoint holds the writer back only for the rest. */
+  if (frames > WAL_FRAMES_LIMIT) mend_store_checkpoint_restart(E->store);
+}
+
+static void checkpoint_done(uv_work_t *w, int status) {
+  (void)status;
+  mend_engine *E = w->data;
+  E->checkpointing = 0;
+}
+
+static void start_checkpoint(uv_timer_t *t) {
+  mend_engine *E = t->data;
+  if (E->checkpointing || E->broken || E->destroying) return;
+  E->checkpointing = 1;
+  E->checkpoint_work.data = E;
+  if (uv_queue_work(E->loop, &E->checkpoint_work, checkpoint_on_thread, checkpoint_done))
+    E->checkpointing = 0;
+}
+
 static void renew_leases(uv_timer_t *t) {
   mend_engine *E = t->data;
   if (E->broken || !E->in_flight) return;
@@ -2454,6 +2487,13 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
     return NULL;
   }
   mend_store_set_worker(E->store, E->owner);
+  if (mend_store_has_checkpointer(E->store)) {
+    E->checkpoint_timer = malloc(sizeof *E->checkpoint_timer);
+    uv_timer_init(E->loop, E->checkpoint_timer);
+    E->checkpoint_timer->data = E;
+    uv_timer_start(E->checkpoint_timer, start_checkpoint, 1000, 1000);
+    uv_unref((uv_handle_t *)E->checkpoint_timer);
+  }
   return E;
 }
 
@@ -2472,6 +2512,15 @@ static void close_stray(uv_handle_t *h, void *arg) {
 void mend_engine_destroy(mend_engine *E) {
   if (!E) return;
   E->destroying = 1;
+  /* A checkpoint on a worker thread uses the store: let it end first. */
+  while (E->checkpointing) {
+    uv_run(E->loop, UV_RUN_NOWAIT);
+    if (E->checkpointing) {
+      struct timespec ts = {0, 1000000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  if (E->checkpoint_timer) uv_close((uv_handle_t *)E->checkpoint_timer, free_on_close);
   /* Runs left unfinished stay in the store as they are; their leases are given back so that
    * another engine can take them at once. */
   if (E->store && !E->broken)

@@ -143,6 +143,7 @@ static const char *const migrations[MEND_SCHEMA_VERSION] = {
 
 struct mend_store {
   sqlite3 *db;
+  sqlite3 *checkpointer;   /* a second connection, for checkpoints off the loop thread */
   char *path;
   int in_batch;
   /* A write of this batch failed: the whole batch must not commit, or the transitions
@@ -402,7 +403,21 @@ static int open_db(mend_store *s, mend_durability durability) {
                "set synchronous") != 0)
     return -1;
   /* A large batch must not spill the page cache to disk in the middle of its transaction. */
-  if (exec_sql(s, "PRAGMA cache_size = -32768", "set cache size") != 0) return -1;
+  if (exec_sql(s, "PRAGMA cache_size = -8192", "set cache size") != 0) return -1;
+  /* Checkpoints copy the WAL into the database file: done inside a commit they stall the
+   * loop for tens of milliseconds. A file database gets a connection of its own for them,
+   * which the engine drives from a worker thread (mend_store_checkpoint). */
+  if (strcmp(s->path, ":memory:") != 0 && s->path[0] &&
+      sqlite3_open_v2(s->path, &s->checkpointer, SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX,
+                      NULL) == SQLITE_OK) {
+    sqlite3_busy_timeout(s->checkpointer, BUSY_TIMEOUT_MS);
+    if (exec_sql(s, "PRAGMA wal_autocheckpoint = 0", "set wal_autocheckpoint") != 0 ||
+        exec_sql(s, "PRAGMA journal_size_limit = 67108864", "set journal_size_limit") != 0)
+      return -1;
+  } else if (s->checkpointer) {
+    sqlite3_close_v2(s->checkpointer);   /* a failed open still gives a handle to close */
+    s->checkpointer = NULL;
+  }
   /* Only a new or older database needs the write lock; an up-to-date one is opened without it,
    * so a second connection can open while the first holds a batch. */
   if (version < MEND_SCHEMA_VERSION) {
@@ -459,12 +474,34 @@ void mend_store_close(mend_store *s) {
   for (int i = 0; i < Q__COUNT; i++) sqlite3_finalize(s->q[i]);
   /* close_v2 also rolls back whatever a half-finished open left behind. */
   sqlite3_close_v2(s->db);
+  sqlite3_close_v2(s->checkpointer);   /* the last connection to close checkpoints the WAL */
   free(s->path);
   free(s->worker);
   free(s);
 }
 
 const char *mend_store_errmsg(mend_store *s) { return s ? s->err : "no store"; }
+
+int mend_store_has_checkpointer(const mend_store *s) { return s->checkpointer != NULL; }
+
+int mend_store_checkpoint(mend_store *s, int *wal_frames) {
+  if (wal_frames) *wal_frames = 0;
+  if (!s->checkpointer) return 0;
+  int log = 0, done = 0;
+  /* A connection that has read nothing does not know the file is in WAL mode, and its
+   * checkpoint would quietly do nothing: read first. */
+  sqlite3_exec(s->checkpointer, "SELECT 1 FROM sqlite_master LIMIT 1", NULL, NULL, NULL);
+  int rc = sqlite3_wal_checkpoint_v2(s->checkpointer, NULL, SQLITE_CHECKPOINT_PASSIVE, &log, &done);
+  if (wal_frames) *wal_frames = log > 0 ? log : 0;
+  if (rc == SQLITE_BUSY) return 0;
+  return rc == SQLITE_OK ? (done > 0 ? done : 0) : -1;
+}
+
+int mend_store_checkpoint_restart(mend_store *s) {
+  if (!s->checkpointer) return 0;
+  int rc = sqlite3_wal_checkpoint_v2(s->checkpointer, NULL, SQLITE_CHECKPOINT_RESTART, NULL, NULL);
+  return rc == SQLITE_OK || rc == SQLITE_BUSY ? 0 : -1;
+}
 
 int mend_store_batch_open(const mend_store *s) { return s->in_batch; }
 

@@ -55,6 +55,18 @@ typedef enum mend_durability {
 mend_store *mend_store_open(const char *path, mend_durability durability, char *err, int errlen);
 void mend_store_close(mend_store *s);        /* rolls back an uncommitted batch */
 
+/* Checkpoints: a file database does not checkpoint inside commits; the owner calls
+ * mend_store_checkpoint (a passive checkpoint on a connection of its own) now and then, from
+ * any one thread other than the loop's if it likes. Returns the WAL frames copied into the
+ * database (0 when busy: tried again next time), or -1 on error. */
+int mend_store_has_checkpointer(const mend_store *s);
+int mend_store_checkpoint(mend_store *s, int *wal_frames);   /* *wal_frames: the WAL's length */
+/* On the checkpointer (same thread rules): waits for the writer to pause, copies what passive
+ * checkpoints left, so that the next write starts the WAL over (and the file is cut back to
+ * 64 MiB). For when passive checkpoints cannot catch up with a steady stream of writes: the
+ * WAL restarts only once all of it has been copied. */
+int mend_store_checkpoint_restart(mend_store *s);
+
 /* The last error, naming the file and the SQLite cause. Valid until the next call. */
 const char *mend_store_errmsg(mend_store *s);
 

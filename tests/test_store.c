@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char dir[64];
@@ -539,10 +540,11 @@ static void test_refusals(void) {
  * size there (max_page_count is a per-connection setting) without a test hook in the store. */
 static sqlite3 *caught;
 
+/* The store's own connection is the first it opens (the second is its checkpointer). */
 static int catch_connection(sqlite3 *db, char **errmsg, const sqlite3_api_routines *api) {
   (void)errmsg;
   (void)api;
-  caught = db;
+  if (!caught) caught = db;
   return SQLITE_OK;
 }
 
@@ -617,6 +619,59 @@ static void test_disk_full(void) {
   mend_store_close(s);
 }
 
+/* Commits never checkpoint a file database; the owner's checkpoints (any thread) do, so the
+ * WAL does not grow without bound. An in-memory store has nothing to checkpoint. */
+static void test_checkpoints(void) {
+  char err[512] = "";
+  mend_store *mem = mend_store_open(":memory:", MEND_DURABILITY_FULL, err, sizeof err);
+  CHECK(mem != NULL && !mend_store_has_checkpointer(mem));
+  CHECK_EQ_INT(mend_store_checkpoint(mem, NULL), 0);
+  mend_store_close(mem);
+  const char *path = file_in_dir("ckpt.db");
+  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  CHECK(s != NULL && mend_store_has_checkpointer(s));
+  if (!s) return;
+  /* Enough commits for well over SQLite's default of 1000 WAL frames before a checkpoint. */
+  char *input = malloc(8192 + 3);
+  if (!input) return;
+  input[0] = '"';
+  memset(input + 1, 'y', 8192);
+  input[8193] = '"';
+  input[8194] = 0;
+  for (int i = 0; i < 400; i++) {
+    char rid[16];
+    snprintf(rid, sizeof rid, "c%d", i);
+    mend_run_rec r = run_rec(rid, NULL, "running", i);
+    r.input = input;
+    CHECK_EQ_INT(mend_store_insert_run(s, &r), 0);
+    CHECK_EQ_INT(mend_store_commit(s), 0);
+  }
+  free(input);
+  /* No commit checkpointed: ours copies every frame written since the store opened. */
+  int wal = 0;
+  int frames = mend_store_checkpoint(s, &wal);
+  if (frames <= 1000) fprintf(stderr, "checkpointed %d frames\n", frames);
+  CHECK(frames > 1000);
+  CHECK_EQ_INT(wal, frames);
+  CHECK_EQ_INT(mend_store_checkpoint(s, NULL), frames);   /* the WAL is not reset while it is open */
+  /* A restart checkpoint lets the next write start the WAL over, cut back to its limit. */
+  char wal_path[4200];
+  snprintf(wal_path, sizeof wal_path, "%s-wal", path);
+  struct stat st;
+  CHECK(stat(wal_path, &st) == 0 && st.st_size > 8 * 1024 * 1024);
+  CHECK_EQ_INT(mend_store_checkpoint_restart(s), 0);
+  mend_run_rec after = run_rec("after", NULL, "running", 1000);
+  CHECK_EQ_INT(mend_store_insert_run(s, &after), 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  int wal_after = 0;
+  mend_store_checkpoint(s, &wal_after);
+  CHECK(wal_after < 100);
+  sqlite3 *db = raw_open(path);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM runs"), 401);
+  sqlite3_close(db);
+  mend_store_close(s);
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/mend-test-store-XXXXXX");
   if (!mkdtemp(dir)) {
@@ -628,9 +683,10 @@ int main(void) {
   test_batch_visibility();
   test_refusals();
   test_disk_full();
+  test_checkpoints();
 
   const char *files[] = {"schema.db", "trip.db", "batch.db", "notes.txt", "future.db",
-                         "foreign.db", "liar.db", "full.db"};
+                         "foreign.db", "liar.db", "full.db", "ckpt.db"};
   for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
     char p[4096];
     snprintf(p, sizeof p, "%s/%s", dir, files[i]);
