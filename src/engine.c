@@ -32,6 +32,7 @@
 #include "lmend.h"
 #include "timers.h"
 #include "transition.h"
+#include "util.h"
 
 #if LUA_VERSION_RELEASE_NUM >= 50406
 #define mend_closethread(L, from) lua_closethread((L), (from))
@@ -174,17 +175,9 @@ struct mend_engine {
 
 /* ---------------------------------------------------------------- small helpers */
 
-static char *dupstr(const char *s) {
-  if (!s) return NULL;
-  size_t n = strlen(s) + 1;
-  char *d = malloc(n);
-  if (d) memcpy(d, s, n);
-  return d;
-}
-
 static void set_str(char **slot, const char *s) {
   free(*slot);
-  *slot = dupstr(s);
+  *slot = mend_dupstr(s);
 }
 
 static void breakdown(mend_engine *E, const char *fmt, ...) {
@@ -544,7 +537,7 @@ static struct mend_breaker_slot *breaker_slot(mend_engine *E, const char *key,
   for (struct mend_breaker_slot *s = E->breakers; s; s = s->next)
     if (strcmp(s->key, key) == 0) return s;
   struct mend_breaker_slot *s = calloc(1, sizeof *s);
-  s->key = dupstr(key);
+  s->key = mend_dupstr(key);
   s->p = *p;
   int found = mend_store_get_breaker(E->store, key, &s->b);
   if (found <= 0) {
@@ -931,8 +924,6 @@ static void end_attempt(mend_run *r) {
   r->co_ref = LUA_NOREF;
 }
 
-static void abandon_exec(mend_run *r);
-
 static void attempt_done(mend_run *r, int ok, mend_error_info *info, const char *result_json) {
   int i = r->cur;
   int back = r->status == MEND_RUN_COMPENSATING;
@@ -1008,14 +999,10 @@ static void resume(mend_run *r, int nargs) {
   free(result);
 }
 
-static void abandon_host_call(mend_run *r);
-
 static void on_deadline(mend_timer *t) {
   mend_run *r = t->data;
   if (!r->co) return;
-  abandon_exec(r);
-  abandon_host_call(r);
-  end_attempt(r);
+  end_attempt(r);   /* lets go of the child process or host call it waits for */
   mend_error_info info = {MEND_ERR_TIMEOUT, "step exceeded its timeout", -1, 0};
   attempt_done(r, 0, &info, NULL);
 }
@@ -1242,7 +1229,7 @@ int mend_engine_exec(lua_State *L, char *err, int errlen) {
   char **args = calloc((size_t)n + 1, sizeof *args);
   for (int k = 0; k < n; k++) {
     lua_geti(L, 1, k + 1);
-    args[k] = dupstr(luaL_tolstring(L, -1, NULL));
+    args[k] = mend_dupstr(luaL_tolstring(L, -1, NULL));
     lua_pop(L, 2);
   }
   char **env = NULL;
@@ -1251,7 +1238,7 @@ int mend_engine_exec(lua_State *L, char *err, int errlen) {
     env = calloc((size_t)m + 1, sizeof *env);
     for (int k = 0; k < m; k++) {
       lua_geti(L, -1, k + 1);
-      env[k] = dupstr(luaL_tolstring(L, -1, NULL));
+      env[k] = mend_dupstr(luaL_tolstring(L, -1, NULL));
       lua_pop(L, 2);
     }
   }
@@ -1333,7 +1320,7 @@ struct mend_host_call {
 int mend_engine_register_host(mend_engine *E, const char *name, mend_engine_host_fn fn, void *ud) {
   struct host_fn *h = calloc(1, sizeof *h);
   if (!h) return -1;
-  h->name = dupstr(name);
+  h->name = mend_dupstr(name);
   h->fn = fn;
   h->ud = ud;
   h->next = E->hosts;
@@ -1495,13 +1482,10 @@ void mend_engine_wake(mend_engine *E) { uv_async_send(E->wakeup); }
 /* ---------------------------------------------------------------- runs */
 
 static void unthrottle(mend_run *r);
-static void abandon_host_call(mend_run *r);
 
 static void run_free(mend_run *r) {
   mend_engine *E = r->E;
   unthrottle(r);
-  abandon_host_call(r);
-  abandon_exec(r);
   end_attempt(r);
   mend_timer_disarm(&E->timers, &r->wait);
   luaL_unref(E->L, LUA_REGISTRYINDEX, r->input_ref);
@@ -1783,7 +1767,7 @@ static mend_run *rebuild(mend_engine *E, const char *id, char *why, int whylen) 
   mend_run *r = run_new(E, wf, id);
   mend_run_status_parse(json_string_value(json_object_get(row, "status")), &r->status);
   r->attention = json_is_true(json_object_get(row, "attention"));
-  r->error = dupstr(json_string_value(json_object_get(row, "error")));
+  r->error = mend_dupstr(json_string_value(json_object_get(row, "error")));
   /* The reason is one of the engine's own static strings; map the stored text back to it. */
   static const char *const reasons[] = {"attempts_exhausted", "fatal", "severity_2", "compensable",
                                         "error", "severity_3", "compensation_failed", "cancelled"};
@@ -1801,10 +1785,10 @@ static mend_run *rebuild(mend_engine *E, const char *id, char *why, int whylen) 
     step_status_of(so, "status", &st->status);
     st->attempts = (int)json_integer_value(json_object_get(so, "attempts"));
     st->comp_attempts = (int)json_integer_value(json_object_get(so, "comp_attempts"));
-    st->idem_key = dupstr(json_string_value(json_object_get(so, "idempotency_key")));
+    st->idem_key = mend_dupstr(json_string_value(json_object_get(so, "idempotency_key")));
     st->custom_key = json_is_true(json_object_get(so, "custom_key"));
     st->key_ready = st->custom_key || wf->steps[i].key_ref == LUA_NOREF;
-    st->error = dupstr(json_string_value(json_object_get(so, "error")));
+    st->error = mend_dupstr(json_string_value(json_object_get(so, "error")));
     st->due = real_field(so, "due");
     st->slept = json_is_true(json_object_get(so, "slept"));
     st->last_delay = real_field(so, "last_delay");
@@ -2040,14 +2024,6 @@ static mend_run *find_run(mend_engine *E, const char *id) {
   return NULL;
 }
 
-static int refuse(char *err, int errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, (size_t)errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
-
 static void operator_entry(mend_engine *E, const char *id, const char *op, const char *who,
                            const char *note) {
   char detail[1200];
@@ -2061,7 +2037,7 @@ static void operator_entry(mend_engine *E, const char *id, const char *op, const
 static int stored_status(mend_engine *E, const char *id, char *status, char *reason, int len,
                          char *err, int errlen) {
   json_t *row = mend_store_run(E->store, id);
-  if (!row) return refuse(err, errlen, "%s", mend_store_errmsg(E->store));
+  if (!row) return mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
   const char *st = json_string_value(json_object_get(row, "status"));
   const char *why = json_string_value(json_object_get(row, "reason"));
   snprintf(status, (size_t)len, "%s", st ? st : "");
@@ -2075,11 +2051,11 @@ static mend_run *take_over(mend_engine *E, const char *id, char *err, int errlen
   char owner[128];
   double until;
   if (mend_store_owner(E->store, id, owner, sizeof owner, &until) < 0) {
-    refuse(err, errlen, "%s", mend_store_errmsg(E->store));
+    mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
     return NULL;
   }
   if (owner[0] && strcmp(owner, E->owner) != 0 && until >= mend_real_now()) {
-    refuse(err, errlen, "run %s is held by worker %s (lease for %.0f s more)", id, owner,
+    mend_errorf(err, errlen, "run %s is held by worker %s (lease for %.0f s more)", id, owner,
            until - mend_real_now());
     return NULL;
   }
@@ -2105,7 +2081,7 @@ static void unthrottle(mend_run *r) {
 
 static int cancel_now(mend_run *r, const char *who, char *err, int errlen) {
   if (r->status != MEND_RUN_RUNNING)
-    return refuse(err, errlen, "run %s is %s: only a running run can be cancelled", r->id,
+    return mend_errorf(err, errlen, "run %s is %s: only a running run can be cancelled", r->id,
                   mend_run_status_name(r->status));
   mend_engine *E = r->E;
   unthrottle(r);
@@ -2119,8 +2095,6 @@ static int cancel_now(mend_run *r, const char *who, char *err, int errlen) {
   }
   step_rt *st = i < r->wf->nsteps ? &r->steps[i] : NULL;
   int was_running = r->co != NULL || (st && st->status == MEND_STEP_RUNNING);
-  abandon_exec(r);
-  abandon_host_call(r);
   end_attempt(r);
   mend_timer_disarm(&E->timers, &r->wait);
   r->wait_kind = WAIT_NONE;
@@ -2144,7 +2118,7 @@ static int cancel_now(mend_run *r, const char *who, char *err, int errlen) {
     r->cur = i - 1;
     queue(r, ACT_ADVANCE);
   }
-  return E->broken ? refuse(err, errlen, "%s", E->errmsg) : 0;
+  return E->broken ? mend_errorf(err, errlen, "%s", E->errmsg) : 0;
 }
 
 int mend_engine_cancel_run(mend_engine *E, const char *id, const char *who, char *err, int errlen) {
@@ -2153,14 +2127,14 @@ int mend_engine_cancel_run(mend_engine *E, const char *id, const char *who, char
   char status[64], reason[64];
   if (stored_status(E, id, status, reason, sizeof status, err, errlen)) return -1;
   if (strcmp(status, "running") != 0)
-    return refuse(err, errlen, "run %s is %s: only a running run can be cancelled", id, status);
+    return mend_errorf(err, errlen, "run %s is %s: only a running run can be cancelled", id, status);
   char why[400];
   r = take_over(E, id, why, sizeof why);
   if (!r) {
     /* Held by a live worker: ask it; it cancels at its next poll. */
     if (mend_store_request_cancel(E->store, id)) store_failed(E);
     operator_entry(E, id, "cancel requested", who, NULL);
-    if (commit_now(E)) return refuse(err, errlen, "%s", E->errmsg);
+    if (commit_now(E)) return mend_errorf(err, errlen, "%s", E->errmsg);
     return 1;
   }
   return cancel_now(r, who, err, errlen);
@@ -2168,12 +2142,12 @@ int mend_engine_cancel_run(mend_engine *E, const char *id, const char *who, char
 
 int mend_engine_dlq_retry(mend_engine *E, const char *id, const char *who, char *err, int errlen) {
   char status[64], reason[64];
-  if (find_run(E, id)) return refuse(err, errlen, "run %s is in flight: it is not in the dead-letter queue", id);
+  if (find_run(E, id)) return mend_errorf(err, errlen, "run %s is in flight: it is not in the dead-letter queue", id);
   if (stored_status(E, id, status, reason, sizeof status, err, errlen)) return -1;
   if (strcmp(status, "needs_attention") != 0)
-    return refuse(err, errlen, "run %s is %s: only a run in the dead-letter queue can be retried", id, status);
+    return mend_errorf(err, errlen, "run %s is %s: only a run in the dead-letter queue can be retried", id, status);
   if (strcmp(reason, "attempts_exhausted") == 0)
-    return refuse(err, errlen, "run %s was compensated after its attempts ran out: there is nothing left to "
+    return mend_errorf(err, errlen, "run %s was compensated after its attempts ran out: there is nothing left to "
                   "resume; start a new run, or resolve this one with a note", id);
   mend_run *r = take_over(E, id, err, errlen);
   if (!r) return -1;
@@ -2184,7 +2158,7 @@ int mend_engine_dlq_retry(mend_engine *E, const char *id, const char *who, char 
   else i = r->fail_step;
   if (i < 0) {
     run_free(r);
-    return refuse(err, errlen, "run %s: no step is %s", id, comp ? "compensation_failed" : "failed");
+    return mend_errorf(err, errlen, "run %s: no step is %s", id, comp ? "compensation_failed" : "failed");
   }
   operator_entry(E, id, "dlq retry", who, NULL);
   if (mend_store_dlq_remove(E->store, id)) store_failed(E);
@@ -2205,16 +2179,16 @@ int mend_engine_dlq_retry(mend_engine *E, const char *id, const char *who, char 
   }
   r->cur = i;
   queue(r, ACT_ADVANCE);
-  return E->broken ? refuse(err, errlen, "%s", E->errmsg) : 0;
+  return E->broken ? mend_errorf(err, errlen, "%s", E->errmsg) : 0;
 }
 
 int mend_engine_resolve(mend_engine *E, const char *id, const char *who, const char *note,
                         char *err, int errlen) {
   char status[64], reason[64];
-  if (!note || !*note) return refuse(err, errlen, "resolving a run needs a note saying what was done");
+  if (!note || !*note) return mend_errorf(err, errlen, "resolving a run needs a note saying what was done");
   if (stored_status(E, id, status, reason, sizeof status, err, errlen)) return -1;
   if (strcmp(status, "needs_attention") != 0)
-    return refuse(err, errlen, "run %s is %s: only a run in the dead-letter queue can be resolved", id, status);
+    return mend_errorf(err, errlen, "run %s is %s: only a run in the dead-letter queue can be resolved", id, status);
   double now = mend_engine_now(E);
   json_t *row = mend_store_run(E->store, id);
   const char *error = row ? json_string_value(json_object_get(row, "error")) : NULL;
@@ -2225,7 +2199,7 @@ int mend_engine_resolve(mend_engine *E, const char *id, const char *who, const c
   if (mend_store_append_history(E->store, &h)) store_failed(E);
   operator_entry(E, id, "dlq resolve", who, note);
   if (mend_store_dlq_remove(E->store, id)) store_failed(E);
-  if (commit_now(E)) return refuse(err, errlen, "%s", E->errmsg);
+  if (commit_now(E)) return mend_errorf(err, errlen, "%s", E->errmsg);
   return 0;
 }
 
@@ -2236,8 +2210,8 @@ int mend_engine_breaker_set(mend_engine *E, const char *key, const char *op, dou
     if (strcmp(x->key, key) == 0) s = x;
   mend_breaker b;
   int found = s ? 1 : mend_store_get_breaker(E->store, key, &b);
-  if (found < 0) return refuse(err, errlen, "%s", mend_store_errmsg(E->store));
-  if (!found) return refuse(err, errlen, "no breaker %s (a breaker exists once a step using it has run)", key);
+  if (found < 0) return mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
+  if (!found) return mend_errorf(err, errlen, "no breaker %s (a breaker exists once a step using it has run)", key);
   if (s) b = s->b;
   double now = mend_engine_now(E);
   mend_breaker_state before = b.state;
@@ -2249,14 +2223,14 @@ int mend_engine_breaker_set(mend_engine *E, const char *key, const char *op, dou
     b.opened_at = now;
     b.open_until = now + (seconds > 0 ? seconds : s ? s->p.open_seconds : 30);
   } else {
-    return refuse(err, errlen, "breaker operation must be reset, open or close, got %s", op);
+    return mend_errorf(err, errlen, "breaker operation must be reset, open or close, got %s", op);
   }
   if (s) s->b = b;
   if (mend_store_put_breaker(E->store, key, &b, now)) store_failed(E);
   char detail[200];
   snprintf(detail, sizeof detail, "%s -> %s", mend_breaker_state_name(before), mend_breaker_state_name(b.state));
   if (mend_store_audit(E->store, now, who, op, key, detail)) store_failed(E);
-  if (commit_now(E)) return refuse(err, errlen, "%s", E->errmsg);
+  if (commit_now(E)) return mend_errorf(err, errlen, "%s", E->errmsg);
   return 0;
 }
 
@@ -2415,7 +2389,7 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
   mend_engine *E = calloc(1, sizeof *E);
   if (!E) { snprintf(err, (size_t)errlen, "out of memory"); return NULL; }
   E->cfg = *cfg;
-  E->cfg.alert_command = cfg->alert_command ? dupstr(cfg->alert_command) : NULL;
+  E->cfg.alert_command = cfg->alert_command ? mend_dupstr(cfg->alert_command) : NULL;
   if (!host) {
     E->mem_limit = cfg->memory_limit > 0 ? cfg->memory_limit : (size_t)-1;
     host = E->owned_state = lua_newstate(limited_alloc, E);

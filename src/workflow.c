@@ -5,6 +5,7 @@
  * leave a step without compensation, which is the kind of mistake a saga cannot afford.
  */
 #include "workflow.h"
+#include "util.h"
 
 #include <lauxlib.h>
 #include <stdarg.h>
@@ -12,21 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static char *dupstr(const char *s) {
-  size_t n = strlen(s) + 1;
-  char *d = malloc(n);
-  if (d) memcpy(d, s, n);
-  return d;
-}
-
-static int fail(char *err, int errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, (size_t)errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
 
 /* Refuses keys of the table at idx that are not in `allowed` (NULL-terminated). */
 static int check_fields(lua_State *L, int idx, const char *what, const char *const *allowed,
@@ -37,13 +23,13 @@ static int check_fields(lua_State *L, int idx, const char *what, const char *con
     lua_pop(L, 1);
     if (lua_type(L, -1) != LUA_TSTRING) {
       lua_pop(L, 1);
-      return fail(err, errlen, "%s has a key that is not a field name", what);
+      return mend_errorf(err, errlen, "%s has a key that is not a field name", what);
     }
     const char *key = lua_tostring(L, -1);
     int known = 0;
     for (const char *const *a = allowed; *a; a++) known |= strcmp(*a, key) == 0;
     if (!known) {
-      fail(err, errlen, "%s.%s is not a known field", what, key);
+      mend_errorf(err, errlen, "%s.%s is not a known field", what, key);
       lua_pop(L, 1);
       return -1;
     }
@@ -58,7 +44,7 @@ static int opt_number(lua_State *L, int idx, const char *field, const char *what
   int r = 0;
   if (t == LUA_TNUMBER) { *out = lua_tonumber(L, -1); r = 1; }
   else if (t != LUA_TNIL)
-    r = fail(err, errlen, "%s.%s must be a number, got %s", what, field, lua_typename(L, t));
+    r = mend_errorf(err, errlen, "%s.%s must be a number, got %s", what, field, lua_typename(L, t));
   lua_pop(L, 1);
   return r;
 }
@@ -68,7 +54,7 @@ static int opt_int(lua_State *L, int idx, const char *field, const char *what, i
   double d;
   int r = opt_number(L, idx, field, what, &d, err, errlen);
   if (r == 1) {
-    if (d != (double)(int)d) return fail(err, errlen, "%s.%s must be an integer, got %g", what, field, d);
+    if (d != (double)(int)d) return mend_errorf(err, errlen, "%s.%s must be an integer, got %g", what, field, d);
     *out = (int)d;
   }
   return r;
@@ -80,7 +66,7 @@ static int opt_string(lua_State *L, int idx, const char *field, const char *what
   int r = 0;
   if (t == LUA_TSTRING) { *out = lua_tostring(L, -1); r = 1; }   /* anchored in the table */
   else if (t != LUA_TNIL)
-    r = fail(err, errlen, "%s.%s must be a string, got %s", what, field, lua_typename(L, t));
+    r = mend_errorf(err, errlen, "%s.%s must be a string, got %s", what, field, lua_typename(L, t));
   lua_pop(L, 1);
   return r;
 }
@@ -91,7 +77,7 @@ int mend_parse_retry(lua_State *L, int idx, const char *what, mend_retry_policy 
     "jitter", "strategy", "jitter_mode", "max_retry_after", "attention_after", NULL};
   idx = lua_absindex(L, idx);
   if (!lua_istable(L, idx))
-    return fail(err, errlen, "%s must be a table, got %s", what, luaL_typename(L, idx));
+    return mend_errorf(err, errlen, "%s must be a table, got %s", what, luaL_typename(L, idx));
   if (check_fields(L, idx, what, fields, err, errlen)) return -1;
   const char *name = NULL;
   if (opt_int(L, idx, "max_attempts", what, &p->max_attempts, err, errlen) < 0 ||
@@ -105,15 +91,15 @@ int mend_parse_retry(lua_State *L, int idx, const char *what, mend_retry_policy 
   int r = opt_string(L, idx, "strategy", what, &name, err, errlen);
   if (r < 0) return -1;
   if (r == 1 && mend_strategy_parse(name, &p->strategy))
-    return fail(err, errlen, "%s.strategy must be exponential, linear or fixed, got \"%s\"", what, name);
+    return mend_errorf(err, errlen, "%s.strategy must be exponential, linear or fixed, got \"%s\"", what, name);
   r = opt_string(L, idx, "jitter_mode", what, &name, err, errlen);
   if (r < 0) return -1;
   if (r == 1 && mend_jitter_mode_parse(name, &p->jitter_mode))
-    return fail(err, errlen, "%s.jitter_mode must be proportional, full or decorrelated, got \"%s\"",
+    return mend_errorf(err, errlen, "%s.jitter_mode must be proportional, full or decorrelated, got \"%s\"",
                 what, name);
   char why[200];
   if (mend_retry_policy_check(p, why, sizeof why))
-    return fail(err, errlen, "%s.%s", what, why);
+    return mend_errorf(err, errlen, "%s.%s", what, why);
   return 0;
 }
 
@@ -129,11 +115,11 @@ static int parse_breaker_table(lua_State *L, int idx, const char *what, mend_bre
       opt_int(L, idx, "half_open_max", what, &p->half_open_max, err, errlen) < 0 ||
       opt_int(L, idx, "max_concurrency", what, &p->max_concurrency, err, errlen) < 0)
     return -1;
-  if (p->failure_threshold < 1) return fail(err, errlen, "%s.failure_threshold must be >= 1, got %d", what, p->failure_threshold);
-  if (!(p->open_seconds >= 0)) return fail(err, errlen, "%s.open_seconds must be >= 0, got %g", what, p->open_seconds);
-  if (p->success_threshold < 1) return fail(err, errlen, "%s.success_threshold must be >= 1, got %d", what, p->success_threshold);
-  if (p->half_open_max < 1) return fail(err, errlen, "%s.half_open_max must be >= 1, got %d", what, p->half_open_max);
-  if (p->max_concurrency < 0) return fail(err, errlen, "%s.max_concurrency must be >= 0, got %d", what, p->max_concurrency);
+  if (p->failure_threshold < 1) return mend_errorf(err, errlen, "%s.failure_threshold must be >= 1, got %d", what, p->failure_threshold);
+  if (!(p->open_seconds >= 0)) return mend_errorf(err, errlen, "%s.open_seconds must be >= 0, got %g", what, p->open_seconds);
+  if (p->success_threshold < 1) return mend_errorf(err, errlen, "%s.success_threshold must be >= 1, got %d", what, p->success_threshold);
+  if (p->half_open_max < 1) return mend_errorf(err, errlen, "%s.half_open_max must be >= 1, got %d", what, p->half_open_max);
+  if (p->max_concurrency < 0) return mend_errorf(err, errlen, "%s.max_concurrency must be >= 0, got %d", what, p->max_concurrency);
   return 0;
 }
 
@@ -145,7 +131,7 @@ static int opt_function_ref(lua_State *L, int idx, const char *field, const char
   if (t == LUA_TFUNCTION) { *ref = luaL_ref(L, LUA_REGISTRYINDEX); return 1; }
   lua_pop(L, 1);
   if (t != LUA_TNIL)
-    return fail(err, errlen, "%s.%s must be a function, got %s", what, field, lua_typename(L, t));
+    return mend_errorf(err, errlen, "%s.%s must be a function, got %s", what, field, lua_typename(L, t));
   return 0;
 }
 
@@ -165,44 +151,44 @@ static int parse_step(lua_State *L, int idx, int n, const mend_retry_policy *ret
   char what[160];
   *s = (mend_step_def){.execute_ref = LUA_NOREF, .compensate_ref = LUA_NOREF, .key_ref = LUA_NOREF};
   if (!lua_istable(L, idx))
-    return fail(err, errlen, "step #%d must be a table, got %s", n, luaL_typename(L, idx));
+    return mend_errorf(err, errlen, "step #%d must be a table, got %s", n, luaL_typename(L, idx));
   const char *name = NULL;
   snprintf(what, sizeof what, "step #%d", n);
   if (opt_string(L, idx, "name", what, &name, err, errlen) < 0) return -1;
-  if (!name || !*name) return fail(err, errlen, "step #%d: name is missing", n);
+  if (!name || !*name) return mend_errorf(err, errlen, "step #%d: name is missing", n);
   snprintf(what, sizeof what, "step \"%s\"", name);
   char prefix[200];
   snprintf(prefix, sizeof prefix, "step \"%s\": ", name);
   /* Field errors read `step "charge": retry.initial must be >= 0`. */
   char sub[400];
-  if (check_fields(L, idx, "step", fields, sub, sizeof sub)) return fail(err, errlen, "%s%s", prefix, sub);
-  s->name = dupstr(name);
+  if (check_fields(L, idx, "step", fields, sub, sizeof sub)) return mend_errorf(err, errlen, "%s%s", prefix, sub);
+  s->name = mend_dupstr(name);
   s->retry = *retry;
   s->compensate_retry = *comp;
   s->breaker = *breaker;
   if (opt_function_ref(L, idx, "execute", "step", &s->execute_ref, sub, sizeof sub) < 0)
-    return fail(err, errlen, "%s%s", prefix, sub);
+    return mend_errorf(err, errlen, "%s%s", prefix, sub);
   if (opt_number(L, idx, "sleep", "step", &s->sleep, sub, sizeof sub) < 0)
-    return fail(err, errlen, "%s%s", prefix, sub);
-  if (!(s->sleep >= 0)) return fail(err, errlen, "%ssleep must be >= 0 seconds, got %g", prefix, s->sleep);
+    return mend_errorf(err, errlen, "%s%s", prefix, sub);
+  if (!(s->sleep >= 0)) return mend_errorf(err, errlen, "%ssleep must be >= 0 seconds, got %g", prefix, s->sleep);
   /* A step may be a pure wait: `sleep` and nothing to execute. */
   if (s->execute_ref == LUA_NOREF && s->sleep <= 0)
-    return fail(err, errlen, "%sexecute is missing (a function is required)", prefix);
+    return mend_errorf(err, errlen, "%sexecute is missing (a function is required)", prefix);
   if (opt_function_ref(L, idx, "compensate", "step", &s->compensate_ref, sub, sizeof sub) < 0 ||
       opt_function_ref(L, idx, "idempotency_key", "step", &s->key_ref, sub, sizeof sub) < 0 ||
       opt_number(L, idx, "timeout", "step", &s->timeout, sub, sizeof sub) < 0)
-    return fail(err, errlen, "%s%s", prefix, sub);
-  if (!(s->timeout >= 0)) return fail(err, errlen, "%stimeout must be >= 0, got %g", prefix, s->timeout);
+    return mend_errorf(err, errlen, "%s%s", prefix, sub);
+  if (!(s->timeout >= 0)) return mend_errorf(err, errlen, "%stimeout must be >= 0, got %g", prefix, s->timeout);
   if (lua_getfield(L, idx, "retry") != LUA_TNIL &&
       mend_parse_retry(L, -1, "retry", &s->retry, sub, sizeof sub)) {
     lua_pop(L, 1);
-    return fail(err, errlen, "%s%s", prefix, sub);
+    return mend_errorf(err, errlen, "%s%s", prefix, sub);
   }
   lua_pop(L, 1);
   if (lua_getfield(L, idx, "compensate_retry") != LUA_TNIL &&
       mend_parse_retry(L, -1, "compensate_retry", &s->compensate_retry, sub, sizeof sub)) {
     lua_pop(L, 1);
-    return fail(err, errlen, "%s%s", prefix, sub);
+    return mend_errorf(err, errlen, "%s%s", prefix, sub);
   }
   lua_pop(L, 1);
   const char *key = name;
@@ -211,13 +197,13 @@ static int parse_step(lua_State *L, int idx, int n, const mend_retry_policy *ret
   else if (t == LUA_TTABLE) {
     if (parse_breaker_table(L, -1, "breaker", &s->breaker, &key, sub, sizeof sub)) {
       lua_pop(L, 1);
-      return fail(err, errlen, "%s%s", prefix, sub);
+      return mend_errorf(err, errlen, "%s%s", prefix, sub);
     }
   } else if (t != LUA_TNIL) {
     lua_pop(L, 1);
-    return fail(err, errlen, "%sbreaker must be a key (string) or a table, got %s", prefix, lua_typename(L, t));
+    return mend_errorf(err, errlen, "%sbreaker must be a key (string) or a table, got %s", prefix, lua_typename(L, t));
   }
-  s->breaker_key = dupstr(key && *key ? key : name);
+  s->breaker_key = mend_dupstr(key && *key ? key : name);
   lua_pop(L, 1);
   return 0;
 }
@@ -235,21 +221,21 @@ mend_workflow *mend_workflow_from_table(lua_State *L, int idx, const char *sourc
   char sub[480];
   idx = lua_absindex(L, idx);
   if (!lua_istable(L, idx)) {
-    fail(err, errlen, "%s: a workflow must be a table (return { name = ..., steps = {...} }), got %s",
+    mend_errorf(err, errlen, "%s: a workflow must be a table (return { name = ..., steps = {...} }), got %s",
          source, luaL_typename(L, idx));
     return NULL;
   }
   if (check_fields(L, idx, "workflow", fields, sub, sizeof sub)) {
-    fail(err, errlen, "%s: %s", source, sub);
+    mend_errorf(err, errlen, "%s: %s", source, sub);
     return NULL;
   }
   const char *name = NULL;
   if (opt_string(L, idx, "name", "workflow", &name, sub, sizeof sub) < 0) {
-    fail(err, errlen, "%s: %s", source, sub);
+    mend_errorf(err, errlen, "%s: %s", source, sub);
     return NULL;
   }
   if (!name || !*name) {
-    fail(err, errlen, "%s: workflow name is missing (name = \"...\")", source);
+    mend_errorf(err, errlen, "%s: workflow name is missing (name = \"...\")", source);
     return NULL;
   }
   mend_retry_policy retry, comp;
@@ -262,7 +248,7 @@ mend_workflow *mend_workflow_from_table(lua_State *L, int idx, const char *sourc
       (lua_pop(L, 1), lua_getfield(L, idx, "compensate_retry") != LUA_TNIL &&
        mend_parse_retry(L, -1, "compensate_retry", &comp, sub, sizeof sub))) {
     lua_pop(L, 1);
-    fail(err, errlen, "%s: workflow \"%s\": %s", source, name, sub);
+    mend_errorf(err, errlen, "%s: workflow \"%s\": %s", source, name, sub);
     return NULL;
   }
   lua_pop(L, 1);
@@ -270,21 +256,21 @@ mend_workflow *mend_workflow_from_table(lua_State *L, int idx, const char *sourc
   if (t != LUA_TNIL && (t != LUA_TTABLE || parse_breaker_table(L, -1, "breaker", &breaker, NULL, sub, sizeof sub))) {
     if (t != LUA_TTABLE) snprintf(sub, sizeof sub, "breaker must be a table, got %s", lua_typename(L, t));
     lua_pop(L, 1);
-    fail(err, errlen, "%s: workflow \"%s\": %s", source, name, sub);
+    mend_errorf(err, errlen, "%s: workflow \"%s\": %s", source, name, sub);
     return NULL;
   }
   lua_pop(L, 1);
   if (lua_getfield(L, idx, "steps") != LUA_TTABLE || luaL_len(L, -1) < 1) {
     lua_pop(L, 1);
-    fail(err, errlen, "%s: workflow \"%s\": steps must be a non-empty list of steps", source, name);
+    mend_errorf(err, errlen, "%s: workflow \"%s\": steps must be a non-empty list of steps", source, name);
     return NULL;
   }
   int steps = lua_absindex(L, -1);
   int n = (int)luaL_len(L, steps);
   mend_workflow *wf = calloc(1, sizeof *wf);
   wf->steps = calloc((size_t)n, sizeof *wf->steps);
-  wf->name = dupstr(name);
-  wf->source = dupstr(source);
+  wf->name = mend_dupstr(name);
+  wf->source = mend_dupstr(source);
   wf->def_ref = LUA_NOREF;
   for (int i = 0; i < n; i++) {
     lua_geti(L, steps, i + 1);
@@ -292,22 +278,22 @@ mend_workflow *mend_workflow_from_table(lua_State *L, int idx, const char *sourc
     lua_pop(L, 1);
     wf->nsteps = i + 1;   /* so that free releases what this step took */
     if (r) {
-      fail(err, errlen, "%s: %s", source, sub);
+      mend_errorf(err, errlen, "%s: %s", source, sub);
       goto bad;
     }
     for (int j = 0; j < i; j++)
       if (strcmp(wf->steps[j].name, wf->steps[i].name) == 0) {
-        fail(err, errlen, "%s: step \"%s\": name is used twice (steps #%d and #%d)", source,
+        mend_errorf(err, errlen, "%s: step \"%s\": name is used twice (steps #%d and #%d)", source,
              wf->steps[i].name, j + 1, i + 1);
         goto bad;
       }
   }
   lua_pop(L, 1);   /* steps */
-  if (version) wf->version = dupstr(version);
+  if (version) wf->version = mend_dupstr(version);
   else {
     char v[20];
     snprintf(v, sizeof v, "%016llx", (unsigned long long)fnv1a(name, strlen(name)));
-    wf->version = dupstr(v);
+    wf->version = mend_dupstr(v);
   }
   lua_pushvalue(L, idx);
   wf->def_ref = luaL_ref(L, LUA_REGISTRYINDEX);
@@ -321,7 +307,7 @@ bad:
 mend_workflow *mend_workflow_load(lua_State *L, const char *path, char *err, int errlen) {
   FILE *f = fopen(path, "rb");
   if (!f) {
-    fail(err, errlen, "%s: cannot open workflow file", path);
+    mend_errorf(err, errlen, "%s: cannot open workflow file", path);
     return NULL;
   }
   size_t cap = 4096, len = 0;
@@ -341,7 +327,7 @@ mend_workflow *mend_workflow_load(lua_State *L, const char *path, char *err, int
   if (status == LUA_OK) status = lua_pcall(L, 0, 1, 0);
   if (status != LUA_OK) {
     /* Lua's message already starts with the file name and line. */
-    fail(err, errlen, "%s", lua_tostring(L, -1) ? lua_tostring(L, -1) : "error loading workflow");
+    mend_errorf(err, errlen, "%s", lua_tostring(L, -1) ? lua_tostring(L, -1) : "error loading workflow");
     lua_settop(L, top);
     return NULL;
   }
