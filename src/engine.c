@@ -157,6 +157,7 @@ struct mend_engine {
   int max_in_flight;
   double grace_deadline;
   double next_reload;     /* when a serving engine next reads breakers and cancel requests */
+  double next_dead_check; /* when it next looks for dead workers on this host */
   double turn_deadline;   /* a ticking host's budget for this turn; 0: none */
   run_fifo throttled;     /* attempts waiting under the global max_concurrency */
   json_t *events;         /* for cfg.on_event, fired after the batch commits */
@@ -1853,7 +1854,11 @@ static int restore(mend_engine *E, const char *id) {
 /* A lease of a worker on this host whose process is gone need not be waited out: a restart
  * after kill -9 takes its runs over at once. A reused pid only makes us wait for the lease. */
 static void release_dead_local_owners(mend_engine *E) {
-  json_t *owners = mend_store_lease_holders(E->store, mend_real_now());
+  /* It reads every unfinished run's owner: once a second is enough, not every poll. */
+  double now = mend_real_now();
+  if (now < E->next_dead_check) return;
+  E->next_dead_check = now + 1.0;
+  json_t *owners = mend_store_lease_holders(E->store, now);
   if (!owners) { store_failed(E); return; }
   const char *mine_host_end = strchr(E->owner, ':');
   size_t host_len = mine_host_end ? (size_t)(mine_host_end - E->owner) : 0;
