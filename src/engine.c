@@ -357,6 +357,7 @@ static void history(mend_run *r, const char *step, const char *event, const char
 
 static void log_transition(mend_run *r, const char *step, int attempt, const char *from,
                            const char *to, const char *error) {
+  if (!r->E->cfg.log) return;
   char msg[512];
   if (error) snprintf(msg, sizeof msg, "%s -> %s: %s", from, to, error);
   else snprintf(msg, sizeof msg, "%s -> %s", from, to);
@@ -1532,9 +1533,9 @@ static void do_action(mend_run *r) {
       break;
     }
     case ACT_FINISH:
-      /* an ended run is nobody's: a repair from another process need not wait for a lease */
-      if (mend_store_release(r->E->store, r->id, r->E->owner)) store_failed(r->E);
-      emit(r->E, json_pack("{s:s, s:s, s:s, s:s}", "type", "run_finished", "run_id", r->id,
+      /* its last run_to already gave the lease back (mend_store_update_run) */
+      if (r->E->cfg.on_event)
+        emit(r->E, json_pack("{s:s, s:s, s:s, s:s}", "type", "run_finished", "run_id", r->id,
                            "workflow", r->wf->name, "status", mend_run_status_name(r->status)));
       run_free(r);
       break;
@@ -1550,7 +1551,7 @@ static int pump_turn(mend_engine *E) {
   if (mend_store_commit(E->store)) { store_failed(E); return -1; }
   if (had_batch) failpoint("after_commit");
   fire_alerts(E);
-  mend_run *r = E->q_head;
+  mend_run *r = E->q_head, *last = E->q_tail;
   E->q_head = E->q_tail = NULL;
   int did = 0;
   while (r && !E->broken) {
@@ -1559,9 +1560,8 @@ static int pump_turn(mend_engine *E) {
      * must not keep the next commit (and the timers, and I/O) waiting behind all of it. */
     if (did > 0 && (did >= MAX_TURN_ACTIONS ||
                     (E->turn_deadline > 0 && mend_real_now() >= E->turn_deadline))) {
-      /* a ticking host's budget is spent: the rest waits for the next tick, in order */
-      mend_run *last = r;
-      while (last->qnext) last = last->qnext;
+      /* a ticking host's budget is spent: the rest waits for the next tick, in order, ahead
+       * of what this turn queued */
       last->qnext = E->q_head;
       if (!E->q_head) E->q_tail = last;
       E->q_head = r;

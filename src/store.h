@@ -117,6 +117,7 @@ typedef struct mend_dlq_rec {
 
 /* 0 inserted; 1 a run with this run key exists (nothing written); -1 error. */
 int mend_store_insert_run(mend_store *s, const mend_run_rec *r);
+/* A status other than running or compensating also gives the run's lease back. */
 int mend_store_update_run(mend_store *s, const char *id, const char *status, const char *error,
                           int attention, double updated, const char *reason);
 int mend_store_put_step(mend_store *s, const mend_step_rec *st);      /* insert or replace */
