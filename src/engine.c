@@ -171,6 +171,8 @@ struct mend_engine {
   uv_timer_t *checkpoint_timer;
   uv_work_t checkpoint_work;
   int checkpointing;      /* a checkpoint runs on a worker thread */
+  int wal_frames;         /* the WAL's length, as the last checkpoint found it */
+  int wal_catch_up;       /* the WAL is long: copy the rest of it between two batches */
   int destroying;
 };
 
@@ -1550,6 +1552,10 @@ static int pump_turn(mend_engine *E) {
   if (had_batch) failpoint("before_commit");
   if (mend_store_commit(E->store)) { store_failed(E); return -1; }
   if (had_batch) failpoint("after_commit");
+  if (E->wal_catch_up && !E->checkpointing) {
+    E->wal_catch_up = 0;
+    if (mend_store_checkpoint_catch_up(E->store)) { store_failed(E); return -1; }
+  }
   fire_alerts(E);
   mend_run *r = E->q_head, *last = E->q_tail;
   E->q_head = E->q_tail = NULL;
@@ -1922,17 +1928,17 @@ static void take_cancel_requests(mend_engine *E);
 
 static void checkpoint_on_thread(uv_work_t *w) {
   mend_engine *E = w->data;
-  int frames = 0;
-  mend_store_checkpoint(E->store, &frames);
-  /* Under steady writes the WAL never restarts by itself; most of it is copied now, so a
-   * restart checkpoint holds the writer back only for the rest. */
-  if (frames > WAL_FRAMES_LIMIT) mend_store_checkpoint_restart(E->store);
+  E->wal_frames = 0;
+  mend_store_checkpoint(E->store, &E->wal_frames);
 }
 
 static void checkpoint_done(uv_work_t *w, int status) {
   (void)status;
   mend_engine *E = w->data;
   E->checkpointing = 0;
+  /* Under steady writes the WAL never restarts by itself; most of it is copied now, and the
+   * loop copies the rest between two batches (pump_turn). */
+  if (E->wal_frames > WAL_FRAMES_LIMIT) E->wal_catch_up = 1;
 }
 
 static void start_checkpoint(uv_timer_t *t) {

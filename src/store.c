@@ -504,9 +504,9 @@ int mend_store_checkpoint(mend_store *s, int *wal_frames) {
   return rc == SQLITE_OK ? (done > 0 ? done : 0) : -1;
 }
 
-int mend_store_checkpoint_restart(mend_store *s) {
-  if (!s->checkpointer) return 0;
-  int rc = sqlite3_wal_checkpoint_v2(s->checkpointer, NULL, SQLITE_CHECKPOINT_RESTART, NULL, NULL);
+int mend_store_checkpoint_catch_up(mend_store *s) {
+  if (!s->checkpointer || s->in_batch) return 0;
+  int rc = sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
   return rc == SQLITE_OK || rc == SQLITE_BUSY ? 0 : -1;
 }
 

@@ -61,11 +61,12 @@ void mend_store_close(mend_store *s);        /* rolls back an uncommitted batch 
  * database (0 when busy: tried again next time), or -1 on error. */
 int mend_store_has_checkpointer(const mend_store *s);
 int mend_store_checkpoint(mend_store *s, int *wal_frames);   /* *wal_frames: the WAL's length */
-/* On the checkpointer (same thread rules): waits for the writer to pause, copies what passive
- * checkpoints left, so that the next write starts the WAL over (and the file is cut back to
- * 64 MiB). For when passive checkpoints cannot catch up with a steady stream of writes: the
- * WAL restarts only once all of it has been copied. */
-int mend_store_checkpoint_restart(mend_store *s);
+/* On the loop's own connection, between batches: copies the frames written since the last
+ * checkpoint, so that the next write starts the WAL over (and cuts the file back to 64 MiB).
+ * Under a steady stream of writes passive checkpoints never copy all of the WAL, and it would
+ * grow without end. A checkpoint that waits for the writer instead (RESTART) held it back for
+ * 0.6-1.4 s on this machine; this copies only what the last passive checkpoint left. */
+int mend_store_checkpoint_catch_up(mend_store *s);
 
 /* The last error, naming the file and the SQLite cause. Valid until the next call. */
 const char *mend_store_errmsg(mend_store *s);

@@ -654,12 +654,12 @@ static void test_checkpoints(void) {
   CHECK(frames > 1000);
   CHECK_EQ_INT(wal, frames);
   CHECK_EQ_INT(mend_store_checkpoint(s, NULL), frames);   /* the WAL is not reset while it is open */
-  /* A restart checkpoint lets the next write start the WAL over, cut back to its limit. */
+  /* A catch-up between batches lets the next write start the WAL over, cut back to its limit. */
   char wal_path[4200];
   snprintf(wal_path, sizeof wal_path, "%s-wal", path);
   struct stat st;
   CHECK(stat(wal_path, &st) == 0 && st.st_size > 8 * 1024 * 1024);
-  CHECK_EQ_INT(mend_store_checkpoint_restart(s), 0);
+  CHECK_EQ_INT(mend_store_checkpoint_catch_up(s), 0);
   mend_run_rec after = run_rec("after", NULL, "running", 1000);
   CHECK_EQ_INT(mend_store_insert_run(s, &after), 0);
   CHECK_EQ_INT(mend_store_commit(s), 0);
