@@ -129,7 +129,9 @@ end
 
 local function new_engine(o)
   rmdb(o.db)
-  return mend.engine{ db = o.db, durability = o.durability, clock = "real", seed = 1 }
+  -- MEND_BENCH_WRITER=0: commits on the loop thread, to compare with the writer thread
+  return mend.engine{ db = o.db, durability = o.durability, clock = "real", seed = 1,
+                      writer_thread = os.getenv("MEND_BENCH_WRITER") ~= "0" }
 end
 
 -- A step that starts runs at a steady rate from inside the loop (open-loop arrivals), so that

@@ -122,6 +122,7 @@ struct mend_run {
   /* queues */
   action next_action;
   mend_run *qnext;
+  unsigned long wait_seq;   /* the batch its next action waits for */
   mend_run *prev, *next;  /* runs in flight */
 };
 
@@ -140,7 +141,14 @@ struct mend_engine {
   struct mend_breaker_slot *breakers;
   mend_run *runs;
   int in_flight;
-  mend_run *q_head, *q_tail;
+  /* Runs whose next action waits for a batch to be durable, by the batch's number (the store's
+   * open_seq when queued) modulo 4: at most the open batch and the one on the writer thread
+   * are not durable, and a run found too early is put back (wait_seq). */
+  struct { mend_run *head, *tail; } waiting[4];
+  unsigned long moved_seq;   /* lists of batches up to this one were moved to ready */
+  mend_run *ready_head, *ready_tail;   /* durable: their actions may run */
+  int writer;             /* a writer thread commits batches (mend_store_start_writer) */
+  json_t *alerts_handed, *events_handed;   /* of the batch on the writer thread */
   json_t *alerts;         /* fired after the batch that records them commits */
   int externals;          /* child processes in flight */
   int auto_advance;
@@ -286,9 +294,17 @@ static void pump_cb(uv_idle_t *h);
 
 /* Work a pump turn would do now: actions queued, a batch to commit, or events and alerts
  * waiting for the commit that comes before them (a run's last turn leaves those behind). */
+static int any_waiting(const mend_engine *E) {
+  for (int k = 0; k < 4; k++)
+    if (E->waiting[k].head) return 1;
+  return 0;
+}
+
 static int has_ready_work(const mend_engine *E) {
-  return E->q_head || mend_store_batch_open(E->store) || json_array_size(E->events) ||
-         json_array_size(E->alerts);
+  return E->ready_head || any_waiting(E) || mend_store_batch_open(E->store) ||
+         json_array_size(E->events) || json_array_size(E->alerts) ||
+         (E->writer && (mend_store_writer_busy(E->store) || json_array_size(E->alerts_handed) ||
+                        json_array_size(E->events_handed)));
 }
 
 static void kick(mend_engine *E) {
@@ -316,15 +332,26 @@ static mend_engine *child_unlink(child *c) {
   return E;
 }
 
+static void append(mend_run **head, mend_run **tail, mend_run *r) {
+  r->qnext = NULL;
+  if (*tail) (*tail)->qnext = r;
+  else *head = r;
+  *tail = r;
+}
+
+/* The run's next action is `a`, once what it wrote so far is durable. */
 static void queue(mend_run *r, action a) {
   mend_engine *E = r->E;
+  unsigned long seq = mend_store_open_seq(E->store);
   r->next_action = a;
-  if (r->queued) return;   /* already waiting for the commit: only its action changes */
+  if (r->queued) {
+    /* already in a list: only its action changes, and it waits for this batch too */
+    if (r->wait_seq < seq) r->wait_seq = seq;
+    return;
+  }
   r->queued = 1;
-  r->qnext = NULL;
-  if (E->q_tail) E->q_tail->qnext = r;
-  else E->q_head = r;
-  E->q_tail = r;
+  r->wait_seq = seq;
+  append(&E->waiting[seq % 4].head, &E->waiting[seq % 4].tail, r);
   kick(E);
 }
 
@@ -339,15 +366,18 @@ static void arm(mend_run *r, mend_timer *t, double due) {
 
 static const char *step_name(mend_run *r, int i) { return r->wf->steps[i].name; }
 
-static void write_step(mend_run *r, int i) {
+/* The step's row as it is now: a new row when its run starts, an update after. */
+static void write_step_row(mend_run *r, int i, int new_row) {
   step_rt *st = &r->steps[i];
   mend_step_rec rec = {
     .run_id = r->id, .idx = i, .name = step_name(r, i), .status = mend_step_status_name(st->status),
     .attempts = st->attempts, .comp_attempts = st->comp_attempts, .idem_key = st->idem_key,
     .custom_key = st->custom_key, .result = st->result, .error = st->error, .due = st->due,
     .last_delay = st->last_delay, .updated = mend_engine_now(r->E), .slept = st->slept};
-  if (mend_store_put_step(r->E->store, &rec)) store_failed(r->E);
+  if ((new_row ? mend_store_put_step : mend_store_update_step)(r->E->store, &rec)) store_failed(r->E);
 }
+
+static void write_step(mend_run *r, int i) { write_step_row(r, i, 0); }
 
 static void history(mend_run *r, const char *step, const char *event, const char *from,
                     const char *to, int attempt, const char *error, double delay,
@@ -422,10 +452,7 @@ static void emit(mend_engine *E, json_t *ev) {
   json_array_append_new(E->events, ev);
 }
 
-static void fire_events(mend_engine *E) {
-  if (!json_array_size(E->events)) return;
-  json_t *events = E->events;
-  E->events = json_array();
+static void fire_events(mend_engine *E, json_t *events) {
   size_t i;
   json_t *ev;
   json_array_foreach(events, i, ev) E->cfg.on_event(E->cfg.event_ud, ev);
@@ -507,11 +534,9 @@ static void run_alert_command(mend_engine *E, char *text) {
   uv_write(&a->write, (uv_stream_t *)&a->in, &b, 1, alert_written);
 }
 
-static void fire_alerts(mend_engine *E) {
-  fire_events(E);
-  if (!json_array_size(E->alerts)) return;
-  json_t *alerts = E->alerts;
-  E->alerts = json_array();
+/* The alerts and events of a batch that is durable now; takes both arrays. */
+static void fire_batch(mend_engine *E, json_t *alerts, json_t *events) {
+  fire_events(E, events);
   size_t i;
   json_t *ev;
   json_array_foreach(alerts, i, ev) {
@@ -1479,7 +1504,19 @@ double mend_engine_next_due(mend_engine *E) {
   return wait > 0 ? wait : 0;
 }
 
-static void on_wakeup(uv_async_t *h) { kick(h->data); }
+static void on_wakeup(uv_async_t *h) {
+  mend_engine *E = h->data;
+  kick(E);
+  /* Held while the writer thread has a batch, so that the loop waits for it; idle otherwise,
+   * as a host's loop must not be kept alive by it. */
+  if (!E->writer || !mend_store_writer_busy(E->store)) uv_unref((uv_handle_t *)h);
+}
+
+/* On the writer thread, after a batch: the loop takes it from there. */
+static void writer_done(void *ud) {
+  mend_engine *E = ud;
+  uv_async_send(E->wakeup);
+}
 
 void mend_engine_wake(mend_engine *E) { uv_async_send(E->wakeup); }
 
@@ -1545,37 +1582,88 @@ static void do_action(mend_run *r) {
   }
 }
 
-/* One turn: commit what the last turn wrote, then do what that commit allows. */
-static int pump_turn(mend_engine *E) {
-  if (E->broken) return -1;
-  int had_batch = mend_store_batch_open(E->store);
-  if (had_batch) failpoint("before_commit");
-  if (mend_store_commit(E->store)) { store_failed(E); return -1; }
-  if (had_batch) failpoint("after_commit");
+static json_t *take_array(json_t **a) {
+  json_t *taken = *a;
+  *a = json_array();
+  return taken;
+}
+
+/* Ends the open batch: committed here, or handed to the writer thread. Alerts and events are
+ * heard once their batch is durable. */
+static int end_batch(mend_engine *E) {
+  if (!E->writer) {
+    if (mend_store_commit(E->store)) { store_failed(E); return -1; }
+    if (E->wal_catch_up && !E->checkpointing) {
+      E->wal_catch_up = 0;
+      if (mend_store_checkpoint_catch_up(E->store)) { store_failed(E); return -1; }
+    }
+    fire_batch(E, take_array(&E->alerts), take_array(&E->events));
+    return 0;
+  }
+  if (mend_store_writer_busy(E->store)) return 0;   /* the open batch waits its turn */
+  /* The writer is idle: the batch it had is durable (hand_off fails if it was not). */
+  json_t *alerts = take_array(&E->alerts_handed), *events = take_array(&E->events_handed);
   if (E->wal_catch_up && !E->checkpointing) {
     E->wal_catch_up = 0;
-    if (mend_store_checkpoint_catch_up(E->store)) { store_failed(E); return -1; }
+    if (mend_store_checkpoint_catch_up(E->store)) {
+      store_failed(E);
+      json_decref(alerts);
+      json_decref(events);
+      return -1;
+    }
   }
-  fire_alerts(E);
-  mend_run *r = E->q_head, *last = E->q_tail;
-  E->q_head = E->q_tail = NULL;
+  unsigned long open = mend_store_open_seq(E->store);
+  if (mend_store_hand_off(E->store)) {
+    store_failed(E);
+    json_decref(alerts);
+    json_decref(events);
+    return -1;
+  }
+  if (mend_store_writer_busy(E->store)) uv_ref((uv_handle_t *)E->wakeup);
+  fire_batch(E, alerts, events);
+  json_array_extend(E->alerts_handed, E->alerts);
+  json_array_extend(E->events_handed, E->events);
+  json_array_clear(E->alerts);
+  json_array_clear(E->events);
+  /* nothing was written since the last hand-off: all of it is durable already */
+  if (mend_store_durable_seq(E->store) >= open)
+    fire_batch(E, take_array(&E->alerts_handed), take_array(&E->events_handed));
+  return 0;
+}
+
+/* One turn: end the batch the last turn wrote, then do what the batches now durable allow. */
+static int pump_turn(mend_engine *E) {
+  if (E->broken) return -1;
+  if (end_batch(E)) return -1;
+  unsigned long durable = mend_store_durable_seq(E->store);
+  for (int k = 0; k < 4 && E->moved_seq < durable; k++) {
+    unsigned long seq = ++E->moved_seq;
+    mend_run *head = E->waiting[seq % 4].head;
+    if (!head) continue;
+    if (E->ready_tail) E->ready_tail->qnext = head;
+    else E->ready_head = head;
+    E->ready_tail = E->waiting[seq % 4].tail;
+    E->waiting[seq % 4].head = E->waiting[seq % 4].tail = NULL;
+  }
+  if (E->moved_seq < durable) E->moved_seq = durable;   /* every list was moved */
   int did = 0;
-  while (r && !E->broken) {
-    mend_run *next = r->qnext;
+  while (E->ready_head && !E->broken) {
     /* A turn ends at a ticking host's budget, or after MAX_TURN_ACTIONS: a burst of starts
-     * must not keep the next commit (and the timers, and I/O) waiting behind all of it. */
+     * must not keep the next commit (and the timers, and I/O) waiting behind all of it. The
+     * rest stays ready, ahead of what this turn queues. */
     if (did > 0 && (did >= MAX_TURN_ACTIONS ||
-                    (E->turn_deadline > 0 && mend_real_now() >= E->turn_deadline))) {
-      /* a ticking host's budget is spent: the rest waits for the next tick, in order, ahead
-       * of what this turn queued */
-      last->qnext = E->q_head;
-      if (!E->q_head) E->q_tail = last;
-      E->q_head = r;
+                    (E->turn_deadline > 0 && mend_real_now() >= E->turn_deadline)))
       break;
+    mend_run *r = E->ready_head;
+    E->ready_head = r->qnext;
+    if (!E->ready_head) E->ready_tail = NULL;
+    if (r->wait_seq > durable) {
+      /* it wrote again after it was queued: it waits for that batch too */
+      append(&E->waiting[r->wait_seq % 4].head, &E->waiting[r->wait_seq % 4].tail, r);
+      continue;
     }
     r->queued = 0;
     do_action(r);
-    r = next;
     did++;
   }
   return did;
@@ -1584,7 +1672,9 @@ static int pump_turn(mend_engine *E) {
 static void pump_cb(uv_idle_t *h) {
   mend_engine *E = h->data;
   pump_turn(E);
-  int more = has_ready_work(E);
+  /* While the writer thread holds the only batch there is, the loop sleeps until it is done
+   * (it wakes the loop), rather than spinning. */
+  int more = E->ready_head || (!(E->writer && mend_store_writer_busy(E->store)) && has_ready_work(E));
   if (!more && !E->broken && E->timers.is_virtual && E->auto_advance && !E->externals &&
       E->timers.count) {
     mend_timers_advance_to(&E->timers, mend_timers_next_due(&E->timers));
@@ -1699,7 +1789,7 @@ int mend_engine_start_value(mend_engine *E, lua_State *L, const char *workflow, 
     size_t n = strlen(r->id) + strlen(wf->steps[i].name) + 2;
     st->idem_key = malloc(n);
     snprintf(st->idem_key, n, "%s/%s", r->id, wf->steps[i].name);
-    write_step(r, i);
+    write_step_row(r, i, 1);
   }
   history(r, NULL, "run", NULL, "running", 0, NULL, -1, run_key);
   /* The run's input is the JSON form, as a restarted engine will see it. */
@@ -2464,6 +2554,8 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
   E->wakeup->data = E;
   uv_unref((uv_handle_t *)E->wakeup);
   E->events = json_array();
+  E->alerts_handed = json_array();
+  E->events_handed = json_array();
   char serr[600];
   E->store = mend_store_open(cfg->db_path ? cfg->db_path : ":memory:", cfg->durability, serr, sizeof serr);
   if (!E->store) {
@@ -2472,6 +2564,20 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
     return NULL;
   }
   mend_store_set_worker(E->store, E->owner);
+#ifdef MEND_FAILPOINTS
+  mend_store_set_commit_hook(E->store, failpoint);
+#endif
+  /* Statements and commits on a thread of their own, while the loop goes on with the next
+   * batch: for an engine on its own loop with a real clock and a file (a virtual clock wants
+   * every turn to end in a commit). */
+  if (cfg->writer_thread && !cfg->virtual_clock && !cfg->loop && mend_store_has_checkpointer(E->store)) {
+    if (mend_store_start_writer(E->store, writer_done, E)) {
+      snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store));
+      mend_engine_destroy(E);
+      return NULL;
+    }
+    E->writer = 1;
+  }
   if (mend_store_has_checkpointer(E->store)) {
     E->checkpoint_timer = malloc(sizeof *E->checkpoint_timer);
     uv_timer_init(E->loop, E->checkpoint_timer);
@@ -2527,6 +2633,8 @@ void mend_engine_destroy(mend_engine *E) {
   while (E->children) child_unlink(E->children);
   json_decref(E->alerts);
   json_decref(E->events);
+  json_decref(E->alerts_handed);
+  json_decref(E->events_handed);
   /* Calls the host has not answered yet outlive the engine: their answers only free them. */
   for (mend_host_call *c = E->open_calls; c; c = c->next) {
     c->E = NULL;

@@ -54,6 +54,7 @@ typedef struct mend_engine_config {
   long instruction_budget;      /* Lua instructions per attempt; 0: no budget */
   mend_engine_alert_fn on_event;/* run finished, step failed, breaker changed; NULL: none */
   void *event_ud;
+  int writer_thread;            /* commit on a thread of the store's (real clock, file db) */
   /* For an engine that makes its own Lua state (host == NULL) only: */
   size_t memory_limit;          /* bytes step code may hold in the VM; 0: no limit */
   int sandbox;                  /* no os.execute, os.exit, io, nor C modules for workflows */

@@ -217,7 +217,8 @@ static int l_engine(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   static const char *const fields[] = {"db", "clock", "seed", "durability", "log", "alert",
                                        "lease", "grace", "max_concurrency",
-                                       "instruction_budget", "alert_command", NULL};
+                                       "instruction_budget", "alert_command", "writer_thread",
+                                       NULL};
   lua_pushnil(L);
   while (lua_next(L, 1)) {
     lua_pop(L, 1);
@@ -242,6 +243,9 @@ static int l_engine(lua_State *L) {
   }
   lua_pop(L, 1);
   cfg.alert_command = opt_field_string(L, 1, "alert_command", NULL);   /* anchored in opts */
+  lua_getfield(L, 1, "writer_thread");
+  cfg.writer_thread = lua_isnil(L, -1) || lua_toboolean(L, -1);
+  lua_pop(L, 1);
   lua_getfield(L, 1, "max_concurrency");
   cfg.max_concurrency = (int)luaL_optinteger(L, -1, 0);
   lua_getfield(L, 1, "instruction_budget");

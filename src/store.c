@@ -6,6 +6,7 @@
  */
 #include "store.h"
 
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -20,7 +21,7 @@
 /* One table of statements so that open prepares them all and close finalizes them all. */
 enum {
   Q_BEGIN, Q_COMMIT, Q_ROLLBACK,
-  Q_INSERT_RUN, Q_UPDATE_RUN, Q_PUT_STEP, Q_APPEND_HISTORY, Q_PUT_BREAKER, Q_PUT_DLQ,
+  Q_INSERT_RUN, Q_UPDATE_RUN, Q_PUT_STEP, Q_UPDATE_STEP, Q_APPEND_HISTORY, Q_PUT_BREAKER, Q_PUT_DLQ,
   Q_FIND_RUN_KEY, Q_FIND_KEY_RESULT, Q_GET_BREAKER,
   Q_CLAIM, Q_RENEW, Q_RELEASE, Q_OWNER, Q_HOLDERS, Q_RELEASE_OWNER,
   Q_DLQ_REMOVE, Q_REQUEST_CANCEL, Q_CANCEL_REQUESTS, Q_AUDIT, Q_AUDIT_LIST, Q_TAKE,
@@ -51,6 +52,11 @@ static const char *const query_sql[Q__COUNT] = {
     " idem_key = excluded.idem_key, custom_key = excluded.custom_key, result = excluded.result,"
     " error = excluded.error, due = excluded.due, last_delay = excluded.last_delay,"
     " updated = excluded.updated, slept = excluded.slept",
+  /* The row exists (written when the run started): only what a transition changes. */
+  [Q_UPDATE_STEP] =
+    "UPDATE steps SET status = ?3, attempts = ?4, comp_attempts = ?5, idem_key = ?6,"
+    " custom_key = ?7, result = ?8, error = ?9, due = ?10, last_delay = ?11, updated = ?12,"
+    " slept = ?13 WHERE run_id = ?1 AND idx = ?2",
   [Q_APPEND_HISTORY] =
     "INSERT INTO history(run_id, step, at, event, from_status, to_status, attempt, error, delay,"
     " detail, worker) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
@@ -144,6 +150,43 @@ static const char *const migrations[MEND_SCHEMA_VERSION] = {
   " at REAL);",
 };
 
+/* ---- the write log ----------------------------------------------------------------------
+ * The writes of a step (runs, steps, history, breakers, dead letters) are recorded here, values
+ * copied, and run as statements at the next flush: at once on a store without a writer thread;
+ * with one, on the writer thread when the batch is handed off, or on the caller's thread before
+ * any other statement (a read must see them). Either way they run in the order written. */
+enum { V_NULL, V_INT, V_REAL, V_TEXT };
+typedef struct wval {
+  int type;
+  sqlite3_int64 i;
+  double d;
+  size_t off, len;   /* V_TEXT: where in the log's text */
+} wval;
+typedef struct wrec { int q, first, n; } wrec;
+typedef struct wlog {
+  wrec *recs;
+  int nrec, caprec;
+  wval *vals;
+  int nval, capval;
+  char *text;
+  size_t ntext, captext;
+  int oom;           /* a record could not be kept: the batch must fail */
+} wlog;
+
+/* The writer thread: commits handed-off batches while the loop goes on with the next one. */
+typedef struct writer {
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  wlog *job;         /* a batch handed off, being written and committed */
+  int busy, stop;
+  int in_done;       /* done() is running: the store must not go away under it */
+  int failed;        /* a batch failed: the store's errmsg says why; every later call fails */
+  unsigned long job_seq;
+  void (*done)(void *ud);   /* called on the writer thread after each batch */
+  void *ud;
+} writer;
+
 struct mend_store {
   sqlite3 *db;
   sqlite3 *checkpointer;   /* a second connection, for checkpoints off the loop thread */
@@ -156,6 +199,11 @@ struct mend_store {
   char *worker;  /* written into every history row: who wrote it */
   sqlite3_stmt *q[Q__COUNT];
   char err[1024];
+  wlog logs[2];
+  wlog *cur;              /* the log this thread records into */
+  writer *w;              /* NULL: writes run at once, commits on the caller's thread */
+  unsigned long open_seq, durable_seq;   /* batch numbers: recording, last committed */
+  void (*commit_hook)(const char *phase);
 };
 
 static void set_msg(char *buf, int len, const char *fmt, ...) {
@@ -244,6 +292,10 @@ static int bind_opt_real(sqlite3_stmt *q, int i, double v) {
 
 /* Chains binds: the first failing result code wins and later binds are skipped. */
 #define BIND(call) do { if (rc == SQLITE_OK) rc = (call); } while (0)
+
+static int sync_point(mend_store *s);
+static void stop_writer(mend_store *s);
+static void log_free(wlog *log);
 
 /* ---- open / close ---------------------------------------------------------------------- */
 
@@ -466,6 +518,8 @@ mend_store *mend_store_open(const char *path, mend_durability durability, char *
     free(s);
     return NULL;
   }
+  s->cur = &s->logs[0];
+  s->open_seq = 1;
   if (open_db(s, durability) != 0) {
     explain_read_only(s);
     set_msg(err, errlen, "%s", s->err);
@@ -477,6 +531,7 @@ mend_store *mend_store_open(const char *path, mend_durability durability, char *
 
 void mend_store_close(mend_store *s) {
   if (!s) return;
+  stop_writer(s);   /* a batch it holds is finished first */
   if (s->db && s->in_batch && s->q[Q_ROLLBACK]) rollback(s);
   for (int i = 0; i < Q__COUNT; i++) sqlite3_finalize(s->q[i]);
   /* close_v2 also rolls back whatever a half-finished open left behind. */
@@ -484,6 +539,8 @@ void mend_store_close(mend_store *s) {
   sqlite3_close_v2(s->checkpointer);   /* the last connection to close checkpoints the WAL */
   free(s->path);
   free(s->worker);
+  log_free(&s->logs[0]);
+  log_free(&s->logs[1]);
   free(s);
 }
 
@@ -505,20 +562,24 @@ int mend_store_checkpoint(mend_store *s, int *wal_frames) {
 }
 
 int mend_store_checkpoint_catch_up(mend_store *s) {
-  if (!s->checkpointer || s->in_batch) return 0;
+  if (!s->checkpointer || mend_store_writer_busy(s) || s->in_batch || s->cur->nrec) return 0;
   int rc = sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
   return rc == SQLITE_OK || rc == SQLITE_BUSY ? 0 : -1;
 }
 
-int mend_store_batch_open(const mend_store *s) { return s->in_batch; }
+int mend_store_batch_open(mend_store *s) {
+  return s->cur->nrec > 0 || (!mend_store_writer_busy(s) && s->in_batch);
+}
 
-int mend_store_commit(mend_store *s) {
+/* Ends the open transaction, if any (on whichever thread holds the connection now). */
+static int commit_batch(mend_store *s) {
   if (!s->in_batch) return 0;
   if (s->batch_failed) {
     /* errmsg keeps the write that failed: that is the cause worth reporting. */
     rollback(s);
     return -1;
   }
+  if (s->commit_hook) s->commit_hook("before_commit");
   int rc = step_busy_retry(s->q[Q_COMMIT]);
   if (rc != SQLITE_DONE) {
     sql_err(s, "commit");
@@ -528,119 +589,378 @@ int mend_store_commit(mend_store *s) {
   }
   sqlite3_reset(s->q[Q_COMMIT]);
   s->in_batch = 0;
+  if (s->commit_hook) s->commit_hook("after_commit");
+  return 0;
+}
+
+int mend_store_commit(mend_store *s) {
+  if (sync_point(s) != 0) {
+    if (!s->w || !s->w->failed) rollback(s);
+    return -1;
+  }
+  if (commit_batch(s) != 0) return -1;
+  s->durable_seq = s->open_seq++;
   return 0;
 }
 
 int mend_store_schema_version(mend_store *s) { return s->version; }
 
-/* ---- writes ---------------------------------------------------------------------------- */
+/* ---- the write log and the writer thread ------------------------------------------------ */
 
-int mend_store_insert_run(mend_store *s, const mend_run_rec *r) {
-  if (batch_begin(s) != 0) return -1;
-  sqlite3_stmt *q = s->q[Q_INSERT_RUN];
-  int rc = SQLITE_OK;
-  BIND(bind_text(q, 1, r->id));
-  BIND(bind_text(q, 2, r->workflow));
-  BIND(bind_text(q, 3, r->version));
-  BIND(bind_text(q, 4, r->source));
-  BIND(bind_text(q, 5, r->run_key));
-  BIND(bind_text(q, 6, r->status));
-  BIND(bind_text(q, 7, r->input));
-  BIND(bind_text(q, 8, r->error));
-  BIND(sqlite3_bind_int(q, 9, r->attention ? 1 : 0));
-  BIND(sqlite3_bind_double(q, 10, r->created));
-  BIND(sqlite3_bind_double(q, 11, r->updated));
-  BIND(bind_text(q, 12, r->owner));
-  BIND(bind_opt_real(q, 13, r->owner ? r->lease_until : -1));
-  if (run_write(s, q, rc, "insert run") != 0) return -1;
-  return sqlite3_changes(s->db) == 0 ? 1 : 0;   /* 1: the run key was taken */
+static const char *const record_what[Q__COUNT] = {
+  [Q_INSERT_RUN] = "insert run", [Q_UPDATE_RUN] = "update run", [Q_PUT_STEP] = "put step",
+  [Q_UPDATE_STEP] = "update step", [Q_APPEND_HISTORY] = "append history",
+  [Q_PUT_BREAKER] = "put breaker", [Q_PUT_DLQ] = "put dlq",
+};
+
+static int grow(void **p, int *cap, int need, size_t size) {
+  if (need <= *cap) return 0;
+  int n = *cap ? *cap * 2 : 256;
+  while (n < need) n *= 2;
+  void *q = realloc(*p, (size_t)n * size);
+  if (!q) return -1;
+  *p = q;
+  *cap = n;
+  return 0;
 }
 
-int mend_store_update_run(mend_store *s, const char *id, const char *status, const char *error,
-                          int attention, double updated, const char *reason) {
-  if (batch_begin(s) != 0) return -1;
-  sqlite3_stmt *q = s->q[Q_UPDATE_RUN];
-  int rc = SQLITE_OK;
-  BIND(bind_text(q, 1, id));
-  BIND(bind_text(q, 2, status));
-  BIND(bind_text(q, 3, error));
-  BIND(sqlite3_bind_int(q, 4, attention ? 1 : 0));
-  BIND(sqlite3_bind_double(q, 5, updated));
-  BIND(bind_text(q, 6, reason));
-  if (run_write(s, q, rc, "update run") != 0) return -1;
-  if (sqlite3_changes(s->db) == 0) {
-    /* An update that changes nothing would lose a transition silently. */
-    set_msg(s->err, sizeof s->err, "%s: update run: no run %s", s->path, id ? id : "(null)");
+static void log_free(wlog *log) {
+  free(log->recs);
+  free(log->vals);
+  free(log->text);
+  memset(log, 0, sizeof *log);
+}
+
+/* Starts a record of statement q in the current log; its values follow in order. */
+static void rec_begin(mend_store *s, int q) {
+  wlog *log = s->cur;
+  if (grow((void **)&log->recs, &log->caprec, log->nrec + 1, sizeof *log->recs)) { log->oom = 1; return; }
+  log->recs[log->nrec++] = (wrec){q, log->nval, 0};
+}
+
+static wval *rec_value(mend_store *s) {
+  wlog *log = s->cur;
+  if (log->oom || grow((void **)&log->vals, &log->capval, log->nval + 1, sizeof *log->vals)) {
+    log->oom = 1;
+    return NULL;
+  }
+  log->recs[log->nrec - 1].n++;
+  return &log->vals[log->nval++];
+}
+
+static void rec_text(mend_store *s, const char *t) {
+  wval *v = rec_value(s);
+  if (!v) return;
+  if (!t) { v->type = V_NULL; return; }
+  wlog *log = s->cur;
+  size_t n = strlen(t);
+  if (log->ntext + n + 1 > log->captext) {
+    size_t cap = log->captext ? log->captext * 2 : 4096;
+    while (cap < log->ntext + n + 1) cap *= 2;
+    char *text = realloc(log->text, cap);
+    if (!text) { log->oom = 1; v->type = V_NULL; return; }
+    log->text = text;
+    log->captext = cap;
+  }
+  memcpy(log->text + log->ntext, t, n + 1);
+  *v = (wval){.type = V_TEXT, .off = log->ntext, .len = n};
+  log->ntext += n + 1;
+}
+
+static void rec_int(mend_store *s, sqlite3_int64 i) {
+  wval *v = rec_value(s);
+  if (v) *v = (wval){.type = V_INT, .i = i};
+}
+
+static void rec_real(mend_store *s, double d) {
+  wval *v = rec_value(s);
+  if (v) *v = (wval){.type = V_REAL, .d = d};
+}
+
+static void rec_opt_real(mend_store *s, double d) {
+  wval *v = rec_value(s);
+  if (v) *v = d < 0 ? (wval){.type = V_NULL} : (wval){.type = V_REAL, .d = d};
+}
+
+/* Runs the statements of `log` in the open transaction (begun if need be), then empties it. */
+static int flush_log(mend_store *s, wlog *log) {
+  int ok = 1;
+  if (log->oom) {
+    set_msg(s->err, sizeof s->err, "%s: recording a write: out of memory", s->path);
     s->batch_failed = 1;
+    ok = 0;
+  } else if (log->nrec && batch_begin(s) != 0) {
+    ok = 0;
+  }
+  for (int k = 0; ok && k < log->nrec; k++) {
+    const wrec *r = &log->recs[k];
+    sqlite3_stmt *q = s->q[r->q];
+    int rc = SQLITE_OK;
+    for (int j = 0; j < r->n; j++) {
+      const wval *v = &log->vals[r->first + j];
+      switch (v->type) {
+      case V_INT: BIND(sqlite3_bind_int64(q, j + 1, v->i)); break;
+      case V_REAL: BIND(sqlite3_bind_double(q, j + 1, v->d)); break;
+      case V_TEXT: BIND(sqlite3_bind_text(q, j + 1, log->text + v->off, (int)v->len, SQLITE_STATIC)); break;
+      default: BIND(sqlite3_bind_null(q, j + 1)); break;
+      }
+    }
+    if (run_write(s, q, rc, record_what[r->q]) != 0) {
+      ok = 0;
+    } else if ((r->q == Q_UPDATE_RUN || r->q == Q_UPDATE_STEP) && sqlite3_changes(s->db) == 0) {
+      /* An update that changes nothing would lose a transition silently. */
+      const wval *id = &log->vals[r->first];
+      set_msg(s->err, sizeof s->err, "%s: %s: no %s %s", s->path, record_what[r->q],
+              r->q == Q_UPDATE_RUN ? "run" : "step of run",
+              id->type == V_TEXT ? log->text + id->off : "(null)");
+      s->batch_failed = 1;
+      ok = 0;
+    }
+  }
+  log->nrec = log->nval = 0;
+  log->ntext = 0;
+  log->oom = 0;
+  return ok ? 0 : -1;
+}
+
+/* Ends a record: without a writer thread it runs now, as every write did before there was one;
+ * with one, a record that could not be kept fails now. */
+static int rec_end(mend_store *s) {
+  if (s->batch_failed) return -1;
+  if (s->w && !s->cur->oom) return 0;
+  return flush_log(s, s->cur);
+}
+
+static void *writer_main(void *arg) {
+  mend_store *s = arg;
+  writer *w = s->w;
+  pthread_mutex_lock(&w->mu);
+  for (;;) {
+    while (!w->job && !w->stop) pthread_cond_wait(&w->cv, &w->mu);
+    if (!w->job) break;
+    wlog *job = w->job;
+    pthread_mutex_unlock(&w->mu);
+    flush_log(s, job);
+    int rc = commit_batch(s);   /* rolls back if the flush failed */
+    pthread_mutex_lock(&w->mu);
+    w->job = NULL;
+    w->busy = 0;
+    if (rc != 0) w->failed = 1;
+    pthread_cond_broadcast(&w->cv);
+    if (w->done) {
+      w->in_done = 1;
+      pthread_mutex_unlock(&w->mu);
+      w->done(w->ud);
+      pthread_mutex_lock(&w->mu);
+      w->in_done = 0;
+      pthread_cond_broadcast(&w->cv);
+    }
+  }
+  pthread_mutex_unlock(&w->mu);
+  return NULL;
+}
+
+/* Waits for the writer thread to be done with the connection; -1 if a batch of it failed. */
+static int writer_wait(mend_store *s) {
+  writer *w = s->w;
+  if (!w) return 0;
+  pthread_mutex_lock(&w->mu);
+  while (w->busy || w->in_done) pthread_cond_wait(&w->cv, &w->mu);
+  int failed = w->failed;
+  if (!failed && w->job_seq > s->durable_seq) s->durable_seq = w->job_seq;
+  pthread_mutex_unlock(&w->mu);
+  return failed ? -1 : 0;
+}
+
+/* Before any statement but a recorded write: the connection is this thread's again and the
+ * writes recorded so far have run (in the open transaction). */
+static int sync_point(mend_store *s) {
+  if (writer_wait(s) != 0) return -1;
+  if (s->batch_failed) return -1;
+  return flush_log(s, s->cur);
+}
+
+int mend_store_start_writer(mend_store *s, void (*done)(void *ud), void *ud) {
+  if (s->w) return 0;
+  writer *w = calloc(1, sizeof *w);
+  if (!w) { set_msg(s->err, sizeof s->err, "%s: writer thread: out of memory", s->path); return -1; }
+  w->done = done;
+  w->ud = ud;
+  pthread_mutex_init(&w->mu, NULL);
+  pthread_cond_init(&w->cv, NULL);
+  s->w = w;
+  int rc = pthread_create(&w->thread, NULL, writer_main, s);
+  if (rc != 0) {
+    s->w = NULL;
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    free(w);
+    set_msg(s->err, sizeof s->err, "%s: writer thread: %s", s->path, strerror(rc));
     return -1;
   }
   return 0;
 }
 
+static void stop_writer(mend_store *s) {
+  writer *w = s->w;
+  if (!w) return;
+  pthread_mutex_lock(&w->mu);
+  w->stop = 1;
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+  pthread_join(w->thread, NULL);
+  pthread_mutex_destroy(&w->mu);
+  pthread_cond_destroy(&w->cv);
+  free(w);
+  s->w = NULL;
+}
+
+int mend_store_writer_busy(mend_store *s) {
+  writer *w = s->w;
+  if (!w) return 0;
+  pthread_mutex_lock(&w->mu);
+  int busy = w->busy;
+  if (!busy && !w->failed && w->job_seq > s->durable_seq) s->durable_seq = w->job_seq;
+  pthread_mutex_unlock(&w->mu);
+  return busy;
+}
+
+int mend_store_hand_off(mend_store *s) {
+  if (!s->w) return mend_store_commit(s);
+  if (writer_wait(s) != 0) return -1;
+  if (s->cur->oom) return flush_log(s, s->cur);
+  if (!s->cur->nrec && !s->in_batch) {
+    s->durable_seq = s->open_seq++;   /* nothing to write: all so far is durable */
+    return 0;
+  }
+  writer *w = s->w;
+  pthread_mutex_lock(&w->mu);
+  w->job = s->cur;
+  w->job_seq = s->open_seq++;
+  w->busy = 1;
+  s->cur = s->cur == &s->logs[0] ? &s->logs[1] : &s->logs[0];
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+  return 0;
+}
+
+unsigned long mend_store_open_seq(const mend_store *s) { return s->open_seq; }
+unsigned long mend_store_durable_seq(const mend_store *s) { return s->durable_seq; }
+void mend_store_set_commit_hook(mend_store *s, void (*hook)(const char *phase)) {
+  s->commit_hook = hook;
+}
+
+/* ---- writes ---------------------------------------------------------------------------- */
+
+int mend_store_insert_run(mend_store *s, const mend_run_rec *r) {
+  /* With a run key the caller must hear at once whether the key was taken. */
+  if (r->run_key && sync_point(s) != 0) return -1;
+  rec_begin(s, Q_INSERT_RUN);
+  rec_text(s, r->id);
+  rec_text(s, r->workflow);
+  rec_text(s, r->version);
+  rec_text(s, r->source);
+  rec_text(s, r->run_key);
+  rec_text(s, r->status);
+  rec_text(s, r->input);
+  rec_text(s, r->error);
+  rec_int(s, r->attention ? 1 : 0);
+  rec_real(s, r->created);
+  rec_real(s, r->updated);
+  rec_text(s, r->owner);
+  rec_opt_real(s, r->owner ? r->lease_until : -1);
+  if (!r->run_key) return rec_end(s);
+  if (flush_log(s, s->cur) != 0) return -1;
+  return sqlite3_changes(s->db) == 0 ? 1 : 0;   /* 1: the run key was taken */
+}
+
+int mend_store_update_run(mend_store *s, const char *id, const char *status, const char *error,
+                          int attention, double updated, const char *reason) {
+  rec_begin(s, Q_UPDATE_RUN);
+  rec_text(s, id);
+  rec_text(s, status);
+  rec_text(s, error);
+  rec_int(s, attention ? 1 : 0);
+  rec_real(s, updated);
+  rec_text(s, reason);
+  return rec_end(s);
+}
+
 int mend_store_put_step(mend_store *s, const mend_step_rec *st) {
-  if (batch_begin(s) != 0) return -1;
-  sqlite3_stmt *q = s->q[Q_PUT_STEP];
-  int rc = SQLITE_OK;
-  BIND(bind_text(q, 1, st->run_id));
-  BIND(sqlite3_bind_int(q, 2, st->idx));
-  BIND(bind_text(q, 3, st->name));
-  BIND(bind_text(q, 4, st->status));
-  BIND(sqlite3_bind_int(q, 5, st->attempts));
-  BIND(sqlite3_bind_int(q, 6, st->comp_attempts));
-  BIND(bind_text(q, 7, st->idem_key));
-  BIND(sqlite3_bind_int(q, 8, st->custom_key ? 1 : 0));
-  BIND(bind_text(q, 9, st->result));
-  BIND(bind_text(q, 10, st->error));
-  BIND(bind_opt_real(q, 11, st->due));
-  BIND(bind_opt_real(q, 12, st->last_delay));
-  BIND(sqlite3_bind_double(q, 13, st->updated));
-  BIND(sqlite3_bind_int(q, 14, st->slept ? 1 : 0));
-  return run_write(s, q, rc, "put step");
+  rec_begin(s, Q_PUT_STEP);
+  rec_text(s, st->run_id);
+  rec_int(s, st->idx);
+  rec_text(s, st->name);
+  rec_text(s, st->status);
+  rec_int(s, st->attempts);
+  rec_int(s, st->comp_attempts);
+  rec_text(s, st->idem_key);
+  rec_int(s, st->custom_key ? 1 : 0);
+  rec_text(s, st->result);
+  rec_text(s, st->error);
+  rec_opt_real(s, st->due);
+  rec_opt_real(s, st->last_delay);
+  rec_real(s, st->updated);
+  rec_int(s, st->slept ? 1 : 0);
+  return rec_end(s);
+}
+
+int mend_store_update_step(mend_store *s, const mend_step_rec *st) {
+  rec_begin(s, Q_UPDATE_STEP);
+  rec_text(s, st->run_id);
+  rec_int(s, st->idx);
+  rec_text(s, st->status);
+  rec_int(s, st->attempts);
+  rec_int(s, st->comp_attempts);
+  rec_text(s, st->idem_key);
+  rec_int(s, st->custom_key ? 1 : 0);
+  rec_text(s, st->result);
+  rec_text(s, st->error);
+  rec_opt_real(s, st->due);
+  rec_opt_real(s, st->last_delay);
+  rec_real(s, st->updated);
+  rec_int(s, st->slept ? 1 : 0);
+  return rec_end(s);
 }
 
 int mend_store_append_history(mend_store *s, const mend_history_rec *h) {
-  if (batch_begin(s) != 0) return -1;
-  sqlite3_stmt *q = s->q[Q_APPEND_HISTORY];
-  int rc = SQLITE_OK;
-  BIND(bind_text(q, 1, h->run_id));
-  BIND(bind_text(q, 2, h->step));
-  BIND(sqlite3_bind_double(q, 3, h->at));
-  BIND(bind_text(q, 4, h->event));
-  BIND(bind_text(q, 5, h->from_status));
-  BIND(bind_text(q, 6, h->to_status));
-  BIND(h->attempt ? sqlite3_bind_int(q, 7, h->attempt) : sqlite3_bind_null(q, 7));
-  BIND(bind_text(q, 8, h->error));
-  BIND(bind_opt_real(q, 9, h->delay));
-  BIND(bind_text(q, 10, h->detail));
-  BIND(bind_text(q, 11, s->worker));
-  return run_write(s, q, rc, "append history");
+  rec_begin(s, Q_APPEND_HISTORY);
+  rec_text(s, h->run_id);
+  rec_text(s, h->step);
+  rec_real(s, h->at);
+  rec_text(s, h->event);
+  rec_text(s, h->from_status);
+  rec_text(s, h->to_status);
+  if (h->attempt) rec_int(s, h->attempt);
+  else rec_text(s, NULL);
+  rec_text(s, h->error);
+  rec_opt_real(s, h->delay);
+  rec_text(s, h->detail);
+  rec_text(s, s->worker);
+  return rec_end(s);
 }
 
 int mend_store_put_breaker(mend_store *s, const char *key, const mend_breaker *b, double updated) {
-  if (batch_begin(s) != 0) return -1;
-  sqlite3_stmt *q = s->q[Q_PUT_BREAKER];
-  int rc = SQLITE_OK;
-  BIND(bind_text(q, 1, key));
-  BIND(bind_text(q, 2, mend_breaker_state_name(b->state)));
-  BIND(sqlite3_bind_int(q, 3, b->failures));
-  BIND(sqlite3_bind_int(q, 4, b->successes));
-  BIND(sqlite3_bind_double(q, 5, b->opened_at));
-  BIND(sqlite3_bind_double(q, 6, b->open_until));
-  BIND(sqlite3_bind_double(q, 7, updated));
-  return run_write(s, q, rc, "put breaker");
+  rec_begin(s, Q_PUT_BREAKER);
+  rec_text(s, key);
+  rec_text(s, mend_breaker_state_name(b->state));
+  rec_int(s, b->failures);
+  rec_int(s, b->successes);
+  rec_real(s, b->opened_at);
+  rec_real(s, b->open_until);
+  rec_real(s, updated);
+  return rec_end(s);
 }
 
 int mend_store_put_dlq(mend_store *s, const mend_dlq_rec *d) {
-  if (batch_begin(s) != 0) return -1;
-  sqlite3_stmt *q = s->q[Q_PUT_DLQ];
-  int rc = SQLITE_OK;
-  BIND(bind_text(q, 1, d->run_id));
-  BIND(bind_text(q, 2, d->reason));
-  BIND(bind_text(q, 3, d->step));
-  BIND(bind_text(q, 4, d->error));
-  BIND(bind_text(q, 5, d->detail));
-  BIND(sqlite3_bind_double(q, 6, d->at));
-  return run_write(s, q, rc, "put dlq");
+  rec_begin(s, Q_PUT_DLQ);
+  rec_text(s, d->run_id);
+  rec_text(s, d->reason);
+  rec_text(s, d->step);
+  rec_text(s, d->error);
+  rec_text(s, d->detail);
+  rec_real(s, d->at);
+  return rec_end(s);
 }
 
 /* ---- point reads ----------------------------------------------------------------------- */
@@ -659,6 +979,7 @@ static int first_row(mend_store *s, sqlite3_stmt *q, int rc, const char *what) {
 }
 
 int mend_store_find_run_key(mend_store *s, const char *run_key, char *id_out, int id_len) {
+  if (sync_point(s) != 0) return -1;
   sqlite3_stmt *q = s->q[Q_FIND_RUN_KEY];
   int r = first_row(s, q, bind_text(q, 1, run_key), "find run key");
   if (r != 1) return r;
@@ -676,6 +997,7 @@ int mend_store_find_run_key(mend_store *s, const char *run_key, char *id_out, in
 }
 
 int mend_store_find_key_result(mend_store *s, const char *idem_key, char **result_out) {
+  if (sync_point(s) != 0) return -1;
   sqlite3_stmt *q = s->q[Q_FIND_KEY_RESULT];
   int r = first_row(s, q, bind_text(q, 1, idem_key), "find key result");
   if (r != 1) return r;
@@ -691,6 +1013,7 @@ int mend_store_find_key_result(mend_store *s, const char *idem_key, char **resul
 }
 
 int mend_store_get_breaker(mend_store *s, const char *key, mend_breaker *b) {
+  if (sync_point(s) != 0) return -1;
   sqlite3_stmt *q = s->q[Q_GET_BREAKER];
   int r = first_row(s, q, bind_text(q, 1, key), "get breaker");
   if (r != 1) return r;
@@ -801,6 +1124,7 @@ static json_t *rows_array(mend_store *s, sqlite3_stmt *q, int rc, const char *wh
 }
 
 json_t *mend_store_run(mend_store *s, const char *id) {
+  if (sync_point(s) != 0) return NULL;
   sqlite3_stmt *q = s->q[Q_RUN];
   int r = first_row(s, q, bind_text(q, 1, id), "read run");
   if (r < 0) return NULL;
@@ -824,15 +1148,18 @@ json_t *mend_store_run(mend_store *s, const char *id) {
 }
 
 json_t *mend_store_history(mend_store *s, const char *id) {
+  if (sync_point(s) != 0) return NULL;
   sqlite3_stmt *q = s->q[Q_HISTORY];
   return rows_array(s, q, bind_text(q, 1, id), "read history");
 }
 
 json_t *mend_store_dlq(mend_store *s) {
+  if (sync_point(s) != 0) return NULL;
   return rows_array(s, s->q[Q_DLQ], SQLITE_OK, "read dlq");
 }
 
 json_t *mend_store_breakers(mend_store *s) {
+  if (sync_point(s) != 0) return NULL;
   return rows_array(s, s->q[Q_BREAKERS], SQLITE_OK, "read breakers");
 }
 
@@ -842,6 +1169,7 @@ json_t *mend_store_runs(mend_store *s, const char *status, const char *workflow,
 
 json_t *mend_store_runs_where(mend_store *s, const char *status, const char *workflow,
                               double since, int attention_only, int limit) {
+  if (sync_point(s) != 0) return NULL;
   sqlite3_stmt *q = s->q[Q_RUNS];
   int rc = SQLITE_OK;
   BIND(bind_text(q, 1, status));
@@ -853,7 +1181,7 @@ json_t *mend_store_runs_where(mend_store *s, const char *status, const char *wor
 }
 
 int mend_store_take(mend_store *s, const char *id, const char *owner, double lease_until) {
-  if (batch_begin(s) != 0) return -1;
+  if (sync_point(s) != 0 || batch_begin(s) != 0) return -1;
   sqlite3_stmt *q = s->q[Q_TAKE];
   int rc = SQLITE_OK;
   BIND(bind_text(q, 1, id));
@@ -863,18 +1191,19 @@ int mend_store_take(mend_store *s, const char *id, const char *owner, double lea
 }
 
 int mend_store_dlq_remove(mend_store *s, const char *run_id) {
-  if (batch_begin(s) != 0) return -1;
+  if (sync_point(s) != 0 || batch_begin(s) != 0) return -1;
   sqlite3_stmt *q = s->q[Q_DLQ_REMOVE];
   return run_write(s, q, bind_text(q, 1, run_id), "remove from dlq");
 }
 
 int mend_store_request_cancel(mend_store *s, const char *run_id) {
-  if (batch_begin(s) != 0) return -1;
+  if (sync_point(s) != 0 || batch_begin(s) != 0) return -1;
   sqlite3_stmt *q = s->q[Q_REQUEST_CANCEL];
   return run_write(s, q, bind_text(q, 1, run_id), "request cancel");
 }
 
 json_t *mend_store_cancel_requests(mend_store *s, const char *owner) {
+  if (sync_point(s) != 0) return NULL;
   sqlite3_stmt *q = s->q[Q_CANCEL_REQUESTS];
   json_t *rows = rows_array(s, q, bind_text(q, 1, owner), "read cancel requests");
   if (!rows) return NULL;
@@ -888,7 +1217,7 @@ json_t *mend_store_cancel_requests(mend_store *s, const char *owner) {
 
 int mend_store_audit(mend_store *s, double at, const char *who, const char *op,
                      const char *target, const char *detail) {
-  if (batch_begin(s) != 0) return -1;
+  if (sync_point(s) != 0 || batch_begin(s) != 0) return -1;
   sqlite3_stmt *q = s->q[Q_AUDIT];
   int rc = SQLITE_OK;
   BIND(sqlite3_bind_double(q, 1, at));
@@ -900,6 +1229,7 @@ int mend_store_audit(mend_store *s, double at, const char *who, const char *op,
 }
 
 json_t *mend_store_audit_list(mend_store *s) {
+  if (sync_point(s) != 0) return NULL;
   sqlite3_stmt *q = s->q[Q_AUDIT_LIST];
   return rows_array(s, q, SQLITE_OK, "read audit");
 }
@@ -918,7 +1248,7 @@ void mend_store_set_worker(mend_store *s, const char *worker) {
 
 json_t *mend_store_claim(mend_store *s, const char *owner, double now, double lease_until,
                          int limit, int newest_first) {
-  if (batch_begin(s) != 0) return NULL;
+  if (sync_point(s) != 0 || batch_begin(s) != 0) return NULL;
   sqlite3_stmt *q = s->q[Q_CLAIM];
   int rc = SQLITE_OK;
   BIND(bind_text(q, 1, owner));
@@ -943,7 +1273,7 @@ json_t *mend_store_claim(mend_store *s, const char *owner, double now, double le
 }
 
 int mend_store_renew(mend_store *s, const char *owner, double lease_until) {
-  if (batch_begin(s) != 0) return -1;
+  if (sync_point(s) != 0 || batch_begin(s) != 0) return -1;
   sqlite3_stmt *q = s->q[Q_RENEW];
   int rc = SQLITE_OK;
   BIND(bind_text(q, 1, owner));
@@ -952,7 +1282,7 @@ int mend_store_renew(mend_store *s, const char *owner, double lease_until) {
 }
 
 int mend_store_release(mend_store *s, const char *id, const char *owner) {
-  if (batch_begin(s) != 0) return -1;
+  if (sync_point(s) != 0 || batch_begin(s) != 0) return -1;
   sqlite3_stmt *q = s->q[Q_RELEASE];
   int rc = SQLITE_OK;
   BIND(bind_text(q, 1, id));
@@ -962,6 +1292,7 @@ int mend_store_release(mend_store *s, const char *id, const char *owner) {
 
 int mend_store_owner(mend_store *s, const char *id, char *owner_out, int owner_len,
                      double *lease_until) {
+  if (sync_point(s) != 0) return -1;
   sqlite3_stmt *q = s->q[Q_OWNER];
   int r = first_row(s, q, bind_text(q, 1, id), "read lease");
   if (r != 1) return r;
@@ -973,6 +1304,7 @@ int mend_store_owner(mend_store *s, const char *id, char *owner_out, int owner_l
 }
 
 json_t *mend_store_lease_holders(mend_store *s, double now) {
+  if (sync_point(s) != 0) return NULL;
   sqlite3_stmt *q = s->q[Q_HOLDERS];
   int rc = sqlite3_bind_double(q, 1, now);
   json_t *owners = json_array();
@@ -991,7 +1323,7 @@ json_t *mend_store_lease_holders(mend_store *s, double now) {
 }
 
 int mend_store_release_owner(mend_store *s, const char *owner) {
-  if (batch_begin(s) != 0) return -1;
+  if (sync_point(s) != 0 || batch_begin(s) != 0) return -1;
   sqlite3_stmt *q = s->q[Q_RELEASE_OWNER];
   return run_write(s, q, bind_text(q, 1, owner), "release leases of a dead worker");
 }

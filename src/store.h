@@ -74,7 +74,28 @@ const char *mend_store_errmsg(mend_store *s);
 /* Ends the current batch. 0 if there was none or it committed; -1 on failure (the batch is
  * rolled back; see errmsg). SQLITE_BUSY is waited out up to the busy timeout. */
 int mend_store_commit(mend_store *s);
-int mend_store_batch_open(const mend_store *s);   /* 1 if writes await commit */
+int mend_store_batch_open(mend_store *s);   /* 1 if writes await a commit or a hand-off */
+
+/* The writer thread. Once started, writes are recorded (values copied) rather than run, and
+ * mend_store_hand_off() gives the recorded batch to a thread of the store's own, which runs its
+ * statements and commits while the caller records the next batch. That thread is the only one
+ * using the connection until it is done; every other call (reads, immediate writes,
+ * mend_store_commit) first waits for it, then runs the recorded writes in the open transaction,
+ * so it sees them. `done` is called on the writer thread after each batch (to wake a loop).
+ * A failed batch is rolled back and every later call fails with its message.
+ *
+ * Batches are numbered: writes recorded now belong to batch mend_store_open_seq(); every batch
+ * up to mend_store_durable_seq() is committed. A caller that must not act before some writes
+ * are durable notes the open number and waits for the durable one to reach it. Without a
+ * writer thread hand-off is mend_store_commit and the numbers move the same way. */
+int  mend_store_start_writer(mend_store *s, void (*done)(void *ud), void *ud);
+int  mend_store_hand_off(mend_store *s);    /* 0, or -1 (errmsg) */
+int  mend_store_writer_busy(mend_store *s); /* 1 while a handed-off batch is being written */
+unsigned long mend_store_open_seq(const mend_store *s);
+unsigned long mend_store_durable_seq(const mend_store *s);
+/* Called with "before_commit" and "after_commit" around each commit, on whichever thread
+ * commits (crash tests kill the process there). */
+void mend_store_set_commit_hook(mend_store *s, void (*hook)(const char *phase));
 
 /* Writes. Each returns 0 or -1 (errmsg says why). */
 typedef struct mend_run_rec {
@@ -122,6 +143,8 @@ int mend_store_insert_run(mend_store *s, const mend_run_rec *r);
 int mend_store_update_run(mend_store *s, const char *id, const char *status, const char *error,
                           int attention, double updated, const char *reason);
 int mend_store_put_step(mend_store *s, const mend_step_rec *st);      /* insert or replace */
+/* A step row that exists (put when its run started); fails if there is none. `name` unused. */
+int mend_store_update_step(mend_store *s, const mend_step_rec *st);
 int mend_store_append_history(mend_store *s, const mend_history_rec *h);
 int mend_store_put_breaker(mend_store *s, const char *key, const mend_breaker *b, double updated);
 int mend_store_put_dlq(mend_store *s, const mend_dlq_rec *d);
