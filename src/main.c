@@ -11,6 +11,7 @@
 
 #include "lmend.h"
 #include "luadir.h"
+#include "store.h"
 
 static int traceback(lua_State *L) {
   luaL_traceback(L, L, lua_tostring(L, 1), 1);
@@ -52,6 +53,7 @@ static int run_cli(lua_State *L) {
 }
 
 int main(int argc, char **argv) {
+  mend_store_quiet_memstatus();
   lua_State *L = luaL_newstate();
   if (!L) {
     fprintf(stderr, "mend: out of memory\n");

@@ -16,15 +16,16 @@
  *   runs(id TEXT PRIMARY KEY, workflow TEXT, version TEXT, source TEXT, run_key TEXT UNIQUE,
  *        status TEXT, input TEXT (JSON), error TEXT, attention INTEGER, reason TEXT (why it
  *        failed for good), owner TEXT, lease_until REAL (the worker executing it, and until
- *        when), created REAL, updated REAL)
+ *        when), created REAL, updated REAL) + index on status for unfinished runs only
  *   steps(run_id TEXT, idx INTEGER, name TEXT, status TEXT, attempts INTEGER,
  *         comp_attempts INTEGER, idem_key TEXT, custom_key INTEGER, result TEXT (JSON),
  *         error TEXT, due REAL, last_delay REAL, updated REAL, slept INTEGER,
  *         PRIMARY KEY(run_id, idx))
  *         + index on idem_key for custom keys
- *   history(seq INTEGER PRIMARY KEY, run_id TEXT, step TEXT, at REAL, event TEXT,
- *           from_status TEXT, to_status TEXT, attempt INTEGER, error TEXT, delay REAL,
- *           detail TEXT, worker TEXT (who wrote it)) + index on run_id; append-only
+ *   history(run_id TEXT, seq INTEGER (1, 2, ... within the run), step TEXT, at REAL,
+ *           event TEXT, from_status TEXT, to_status TEXT, attempt INTEGER, error TEXT,
+ *           delay REAL, detail TEXT, worker TEXT (who wrote it),
+ *           PRIMARY KEY(run_id, seq)) WITHOUT ROWID; append-only
  *   breakers(key TEXT PRIMARY KEY, state TEXT, failures INTEGER, successes INTEGER,
  *            opened_at REAL, open_until REAL, updated REAL)
  *   dlq(run_id TEXT PRIMARY KEY, reason TEXT, step TEXT, error TEXT, detail TEXT, at REAL)
@@ -39,7 +40,7 @@
 #include <jansson.h>
 #include "breaker.h"
 
-#define MEND_SCHEMA_VERSION 1
+#define MEND_SCHEMA_VERSION 2
 
 typedef struct mend_store mend_store;
 
@@ -54,6 +55,10 @@ typedef enum mend_durability {
  * is not a database", "mend.db: schema version 7 is newer than this mend (1)"). */
 mend_store *mend_store_open(const char *path, mend_durability durability, char *err, int errlen);
 void mend_store_close(mend_store *s);        /* rolls back an uncommitted batch */
+/* Turns SQLite's memory statistics off for the whole process, if SQLite has not started yet:
+ * they take a global mutex around every allocation, 9% of the writer thread's work. The mend
+ * program and the Lua module call it; a host embedding libmend decides for its own process. */
+void mend_store_quiet_memstatus(void);
 
 /* Checkpoints: a file database does not checkpoint inside commits; the owner calls
  * mend_store_checkpoint (a passive checkpoint on a connection of its own) now and then, from

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static char dir[64];
@@ -672,6 +673,144 @@ static void test_checkpoints(void) {
   mend_store_close(s);
 }
 
+/* A database written by schema version 1 (as the first release left it) is upgraded in place:
+ * nothing is lost, and each run's history is numbered 1, 2, ... in its old order. */
+static void test_upgrade_from_1(void) {
+  const char *path = file_in_dir("v1.db");
+  sqlite3 *db = raw_open(path);
+  CHECK_EQ_INT(sqlite3_exec(db,
+    "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);"
+    "CREATE TABLE runs(id TEXT PRIMARY KEY, workflow TEXT NOT NULL, version TEXT, source TEXT,"
+    " run_key TEXT UNIQUE, status TEXT NOT NULL, input TEXT, error TEXT,"
+    " attention INTEGER NOT NULL DEFAULT 0, reason TEXT, owner TEXT, lease_until REAL,"
+    " cancel_requested INTEGER NOT NULL DEFAULT 0, created REAL, updated REAL);"
+    "CREATE TABLE audit(seq INTEGER PRIMARY KEY, at REAL, who TEXT, op TEXT, target TEXT,"
+    " detail TEXT);"
+    "CREATE INDEX runs_status ON runs(status);"
+    "CREATE TABLE steps(run_id TEXT NOT NULL, idx INTEGER NOT NULL, name TEXT, status TEXT NOT NULL,"
+    " attempts INTEGER NOT NULL DEFAULT 0, comp_attempts INTEGER NOT NULL DEFAULT 0, idem_key TEXT,"
+    " custom_key INTEGER NOT NULL DEFAULT 0, result TEXT, error TEXT, due REAL, last_delay REAL,"
+    " updated REAL, slept INTEGER NOT NULL DEFAULT 0, PRIMARY KEY(run_id, idx));"
+    "CREATE INDEX steps_custom_key ON steps(idem_key) WHERE custom_key = 1;"
+    "CREATE TABLE history(seq INTEGER PRIMARY KEY, run_id TEXT NOT NULL, step TEXT, at REAL,"
+    " event TEXT NOT NULL, from_status TEXT, to_status TEXT, attempt INTEGER, error TEXT,"
+    " delay REAL, detail TEXT, worker TEXT);"
+    "CREATE INDEX history_run ON history(run_id);"
+    "CREATE TABLE breakers(key TEXT PRIMARY KEY, state TEXT NOT NULL, failures INTEGER,"
+    " successes INTEGER, opened_at REAL, open_until REAL, updated REAL);"
+    "CREATE TABLE dlq(run_id TEXT PRIMARY KEY, reason TEXT, step TEXT, error TEXT, detail TEXT,"
+    " at REAL);"
+    "INSERT INTO meta VALUES('schema_version', '1');"
+    "INSERT INTO runs(id, workflow, status, input, created, updated) VALUES"
+    " ('a', 'wf', 'running', '{\"n\":1}', 1, 1), ('b', 'wf', 'succeeded', 'null', 2, 2);"
+    "INSERT INTO steps(run_id, idx, name, status, attempts, idem_key, custom_key, result) VALUES"
+    " ('a', 0, 'one', 'running', 1, 'a/one', 0, NULL),"
+    " ('b', 0, 'one', 'succeeded', 1, 'k1', 1, '{\"x\":1}');"
+    "INSERT INTO history(seq, run_id, event, to_status, at) VALUES"
+    " (10, 'a', 'run', 'running', 1), (11, 'b', 'run', 'running', 2),"
+    " (12, 'a', 'step', 'running', 3), (13, 'b', 'run', 'succeeded', 4);"
+    "PRAGMA user_version = 1;", NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(db);
+
+  char err[512] = "";
+  mend_store *s = mend_store_open(path, MEND_DURABILITY_FULL, err, sizeof err);
+  if (!s) fprintf(stderr, "upgrade: %s\n", err);
+  CHECK(s != NULL);
+  if (!s) return;
+  CHECK_EQ_INT(mend_store_schema_version(s), 2);
+  json_t *h = mend_store_history(s, "a");
+  CHECK(h && json_array_size(h) == 2);
+  CHECK_EQ_INT((int)json_integer_value(json_object_get(json_array_get(h, 0), "seq")), 1);
+  CHECK_EQ_INT((int)json_integer_value(json_object_get(json_array_get(h, 1), "seq")), 2);
+  CHECK(strcmp(json_string_value(json_object_get(json_array_get(h, 1), "event")), "step") == 0);
+  json_decref(h);
+  /* history goes on after the old rows */
+  mend_history_rec more = {"a", "one", 5, "step", "running", "succeeded", 1, NULL, -1, NULL};
+  CHECK_EQ_INT(mend_store_append_history(s, &more), 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  h = mend_store_history(s, "a");
+  CHECK(h && json_array_size(h) == 3);
+  CHECK_EQ_INT((int)json_integer_value(json_object_get(json_array_get(h, 2), "seq")), 3);
+  json_decref(h);
+  json_t *run = mend_store_run(s, "a");
+  CHECK(run && json_array_size(json_object_get(run, "steps")) == 1);
+  CHECK_EQ_INT((int)json_integer_value(json_object_get(json_object_get(run, "input"), "n")), 1);
+  json_decref(run);
+  char *found = NULL;
+  CHECK_EQ_INT(mend_store_find_key_result(s, "k1", &found), 1);
+  CHECK(found && strcmp(found, "{\"x\":1}") == 0);
+  free(found);
+  mend_store_close(s);
+  db = raw_open(path);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE name = 'runs_live'"), 1);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE name = 'history_run'"), 0);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM history"), 5);
+  sqlite3_close(db);
+}
+
+static int writer_batches;
+static void count_batch(void *ud) {
+  (void)ud;
+  __atomic_add_fetch(&writer_batches, 1, __ATOMIC_SEQ_CST);
+}
+
+/* With the writer thread: recorded writes reach the file only at the hand-off, a batch is
+ * durable once its number is, and reads in between see what was recorded. */
+static void test_writer_thread(void) {
+  const char *path = file_in_dir("writer.db");
+  char err[512] = "";
+  mend_store *s = mend_store_open(path, MEND_DURABILITY_FULL, err, sizeof err);
+  CHECK(s != NULL);
+  if (!s) return;
+  CHECK_EQ_INT(mend_store_start_writer(s, count_batch, NULL), 0);
+  unsigned long first = mend_store_open_seq(s);
+  CHECK(mend_store_durable_seq(s) < first);
+  mend_run_rec r = run_rec("w1", NULL, "running", 1);
+  CHECK_EQ_INT(mend_store_insert_run(s, &r), 0);
+  mend_history_rec h = {"w1", NULL, 1, "run", NULL, "running", 0, NULL, -1, NULL};
+  CHECK_EQ_INT(mend_store_append_history(s, &h), 0);
+  CHECK(mend_store_batch_open(s));
+  /* nothing has run yet: another connection sees no run */
+  sqlite3 *db = raw_open(path);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM runs"), 0);
+  CHECK_EQ_INT(mend_store_hand_off(s), 0);
+  CHECK_EQ_INT(mend_store_open_seq(s), first + 1);
+  /* the next batch is recorded while the first may still be written */
+  mend_history_rec h2 = {"w1", NULL, 2, "run", "running", "succeeded", 0, NULL, -1, NULL};
+  CHECK_EQ_INT(mend_store_append_history(s, &h2), 0);
+  CHECK_EQ_INT(mend_store_update_run(s, "w1", "succeeded", NULL, 0, 2, NULL), 0);
+  /* a read waits for the writer, then sees both batches (the second not yet committed) */
+  json_t *hist = mend_store_history(s, "w1");
+  CHECK(hist && json_array_size(hist) == 2);
+  json_decref(hist);
+  CHECK(mend_store_durable_seq(s) >= first);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM history"), 1);
+  CHECK_EQ_INT(mend_store_hand_off(s), 0);
+  while (mend_store_writer_busy(s)) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  CHECK(mend_store_durable_seq(s) >= first + 1);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM history"), 2);
+  char *status = raw_text(db, "SELECT status FROM runs WHERE id = 'w1'");
+  CHECK(status && strcmp(status, "succeeded") == 0);
+  free(status);
+  CHECK(__atomic_load_n(&writer_batches, __ATOMIC_SEQ_CST) >= 1);
+  /* nothing recorded: a hand-off makes the open batch durable at once */
+  unsigned long open = mend_store_open_seq(s);
+  CHECK_EQ_INT(mend_store_hand_off(s), 0);
+  CHECK_EQ_INT(mend_store_durable_seq(s), open);
+  /* a failing batch (an update of no run) fails every later call with its cause */
+  CHECK_EQ_INT(mend_store_update_run(s, "nobody", "succeeded", NULL, 0, 3, NULL), 0);
+  CHECK_EQ_INT(mend_store_hand_off(s), 0);
+  CHECK_EQ_INT(mend_store_commit(s), -1);
+  CHECK(strstr(mend_store_errmsg(s), "update run: no run nobody") != NULL);
+  CHECK(mend_store_history(s, "w1") == NULL);
+  mend_store_close(s);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM history"), 2);
+  sqlite3_close(db);
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/mend-test-store-XXXXXX");
   if (!mkdtemp(dir)) {
@@ -684,9 +823,11 @@ int main(void) {
   test_refusals();
   test_disk_full();
   test_checkpoints();
+  test_upgrade_from_1();
+  test_writer_thread();
 
   const char *files[] = {"schema.db", "trip.db", "batch.db", "notes.txt", "future.db",
-                         "foreign.db", "liar.db", "full.db", "ckpt.db"};
+                         "foreign.db", "liar.db", "full.db", "ckpt.db", "v1.db", "writer.db"};
   for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
     char p[4096];
     snprintf(p, sizeof p, "%s/%s", dir, files[i]);
