@@ -149,6 +149,7 @@ struct mend_engine {
   mend_run *ready_head, *ready_tail;   /* durable: their actions may run */
   int writer;             /* a writer thread commits batches (mend_store_start_writer) */
   json_t *alerts_handed, *events_handed;   /* of the batch on the writer thread */
+  unsigned long handed_seq;  /* that batch's number */
   json_t *alerts;         /* fired after the batch that records them commits */
   int externals;          /* child processes in flight */
   int auto_advance;
@@ -1588,53 +1589,48 @@ static json_t *take_array(json_t **a) {
   return taken;
 }
 
-/* Ends the open batch: committed here, or handed to the writer thread. Alerts and events are
- * heard once their batch is durable. */
+/* With the writer thread: once it is idle, the alerts and events of the batch it had are heard
+ * (if that batch failed, durable_seq did not move and hand_off reports the failure). */
+static void settle_writer(mend_engine *E) {
+  if (mend_store_writer_busy(E->store)) return;
+  if (mend_store_durable_seq(E->store) >= E->handed_seq &&
+      (json_array_size(E->alerts_handed) || json_array_size(E->events_handed)))
+    fire_batch(E, take_array(&E->alerts_handed), take_array(&E->events_handed));
+}
+
+/* Ends the open batch: committed here, or handed to the writer thread if it is idle (else the
+ * batch grows until it is). Alerts and events are heard once their batch is durable. */
 static int end_batch(mend_engine *E) {
-  if (!E->writer) {
+  if (E->writer && mend_store_writer_busy(E->store)) return 0;
+  if (E->wal_catch_up && !E->checkpointing) {
+    E->wal_catch_up = 0;
+    if (mend_store_checkpoint_catch_up(E->store)) { store_failed(E); return -1; }
+  }
+  /* With nothing else ready the loop would only wait for the writer thread: committing here
+   * is as fast and saves a hand-off per transition (latency at moderate load). Only a backlog
+   * is worth a second thread: the loop works through it while the thread writes. */
+  if (!E->writer || !E->ready_head) {
     if (mend_store_commit(E->store)) { store_failed(E); return -1; }
-    if (E->wal_catch_up && !E->checkpointing) {
-      E->wal_catch_up = 0;
-      if (mend_store_checkpoint_catch_up(E->store)) { store_failed(E); return -1; }
-    }
     fire_batch(E, take_array(&E->alerts), take_array(&E->events));
     return 0;
   }
-  if (mend_store_writer_busy(E->store)) return 0;   /* the open batch waits its turn */
-  /* The writer is idle: the batch it had is durable (hand_off fails if it was not). */
-  json_t *alerts = take_array(&E->alerts_handed), *events = take_array(&E->events_handed);
-  if (E->wal_catch_up && !E->checkpointing) {
-    E->wal_catch_up = 0;
-    if (mend_store_checkpoint_catch_up(E->store)) {
-      store_failed(E);
-      json_decref(alerts);
-      json_decref(events);
-      return -1;
-    }
-  }
-  unsigned long open = mend_store_open_seq(E->store);
-  if (mend_store_hand_off(E->store)) {
-    store_failed(E);
-    json_decref(alerts);
-    json_decref(events);
-    return -1;
-  }
-  if (mend_store_writer_busy(E->store)) uv_ref((uv_handle_t *)E->wakeup);
-  fire_batch(E, alerts, events);
+  E->handed_seq = mend_store_open_seq(E->store);
   json_array_extend(E->alerts_handed, E->alerts);
   json_array_extend(E->events_handed, E->events);
   json_array_clear(E->alerts);
   json_array_clear(E->events);
-  /* nothing was written since the last hand-off: all of it is durable already */
-  if (mend_store_durable_seq(E->store) >= open)
-    fire_batch(E, take_array(&E->alerts_handed), take_array(&E->events_handed));
+  if (mend_store_hand_off(E->store)) { store_failed(E); return -1; }
+  if (mend_store_writer_busy(E->store)) uv_ref((uv_handle_t *)E->wakeup);
+  else settle_writer(E);   /* nothing was written: durable at once */
   return 0;
 }
 
-/* One turn: end the batch the last turn wrote, then do what the batches now durable allow. */
+/* One turn: do what the durable batches allow, then end the batch that wrote (so that a run
+ * released by a commit has its next transition in the very next one). */
 static int pump_turn(mend_engine *E) {
   if (E->broken) return -1;
-  if (end_batch(E)) return -1;
+  if (E->writer) settle_writer(E);
+  else if (end_batch(E)) return -1;   /* what the last turn wrote, before acting on it */
   unsigned long durable = mend_store_durable_seq(E->store);
   for (int k = 0; k < 4 && E->moved_seq < durable; k++) {
     unsigned long seq = ++E->moved_seq;
@@ -1666,6 +1662,7 @@ static int pump_turn(mend_engine *E) {
     do_action(r);
     did++;
   }
+  if (E->writer && !E->broken && end_batch(E)) return -1;
   return did;
 }
 
