@@ -1598,6 +1598,10 @@ static void settle_writer(mend_engine *E) {
     fire_batch(E, take_array(&E->alerts_handed), take_array(&E->events_handed));
 }
 
+/* A batch of at least this many writes is worth the writer thread even with nothing else
+ * ready: timers and I/O go on while it is written. */
+#define HAND_OFF_WRITES 1024
+
 /* Ends the open batch: committed here, or handed to the writer thread if it is idle (else the
  * batch grows until it is). Alerts and events are heard once their batch is durable. */
 static int end_batch(mend_engine *E) {
@@ -1606,10 +1610,10 @@ static int end_batch(mend_engine *E) {
     E->wal_catch_up = 0;
     if (mend_store_checkpoint_catch_up(E->store)) { store_failed(E); return -1; }
   }
-  /* With nothing else ready the loop would only wait for the writer thread: committing here
-   * is as fast and saves a hand-off per transition (latency at moderate load). Only a backlog
-   * is worth a second thread: the loop works through it while the thread writes. */
-  if (!E->writer || !E->ready_head) {
+  /* With nothing else ready the loop would only wait for the writer thread: committing a small
+   * batch here is as fast and saves a hand-off per transition (latency at moderate load). A
+   * backlog is worth a second thread: the loop works through it while the thread writes. */
+  if (!E->writer || (!E->ready_head && mend_store_batch_writes(E->store) < HAND_OFF_WRITES)) {
     if (mend_store_commit(E->store)) { store_failed(E); return -1; }
     fire_batch(E, take_array(&E->alerts), take_array(&E->events));
     return 0;
@@ -1990,9 +1994,14 @@ static int claim_and_restore(mend_engine *E, int limit) {
   size_t i;
   json_t *id;
   int n = 0;
-  /* The claim must be durable before any of these runs acts, and the write lock must not be
-   * held while the loop waits: commit it now, claimed or not. */
-  if (mend_store_commit(E->store)) { store_failed(E); json_decref(ids); return 0; }
+  /* The claim is durable before any of these runs acts: each is queued behind the batch that
+   * holds it. With nothing claimed the write lock must not wait for a turn: commit now. */
+  if (json_array_size(ids) == 0) {
+    if (mend_store_commit(E->store)) store_failed(E);
+    json_decref(ids);
+    return 0;
+  }
+  kick(E);
   json_array_foreach(ids, i, id) n += restore(E, json_string_value(id)) == 0;
   json_decref(ids);
   return n;
@@ -2056,6 +2065,7 @@ static void poll_for_runs(uv_timer_t *t) {
   }
   int room = E->max_in_flight > 0 ? E->max_in_flight - E->in_flight : 1000;
   if (room > 1000) room = 1000;
+  if (room > 0 && !mend_store_claimable(E->store, E->owner, now)) return;
   claim_and_restore(E, room);
 }
 

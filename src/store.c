@@ -207,6 +207,8 @@ typedef struct writer {
 struct mend_store {
   sqlite3 *db;
   sqlite3 *checkpointer;   /* a second connection, for checkpoints off the loop thread */
+  sqlite3 *reader;         /* a third, read-only: looks that need not see our own batch */
+  sqlite3_stmt *q_claimable;
   char *path;
   int in_batch;
   /* A write of this batch failed: the whole batch must not commit, or the transitions
@@ -558,6 +560,8 @@ void mend_store_close(mend_store *s) {
   for (int i = 0; i < Q__COUNT; i++) sqlite3_finalize(s->q[i]);
   /* close_v2 also rolls back whatever a half-finished open left behind. */
   sqlite3_close_v2(s->db);
+  sqlite3_finalize(s->q_claimable);
+  sqlite3_close_v2(s->reader);
   sqlite3_close_v2(s->checkpointer);   /* the last connection to close checkpoints the WAL */
   free(s->path);
   free(s->worker);
@@ -866,6 +870,7 @@ int mend_store_hand_off(mend_store *s) {
   return 0;
 }
 
+int mend_store_batch_writes(const mend_store *s) { return s->cur->nrec; }
 unsigned long mend_store_open_seq(const mend_store *s) { return s->open_seq; }
 unsigned long mend_store_durable_seq(const mend_store *s) { return s->durable_seq; }
 void mend_store_set_commit_hook(mend_store *s, void (*hook)(const char *phase)) {
@@ -1266,6 +1271,30 @@ void mend_store_set_worker(mend_store *s, const char *worker) {
     s->worker = malloc(n);
     if (s->worker) memcpy(s->worker, worker, n);
   }
+}
+
+int mend_store_claimable(mend_store *s, const char *owner, double now) {
+  if (!s->checkpointer) return 1;   /* in memory: only the claim itself can look */
+  if (!s->reader) {
+    if (sqlite3_open_v2(s->path, &s->reader, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL)
+          != SQLITE_OK ||
+        sqlite3_prepare_v3(s->reader,
+          "SELECT 1 FROM runs WHERE status IN ('running', 'compensating') AND (owner IS NULL"
+          " OR (lease_until < ?2 AND owner IS NOT ?1)) LIMIT 1", -1, SQLITE_PREPARE_PERSISTENT,
+          &s->q_claimable, NULL) != SQLITE_OK) {
+      sqlite3_close_v2(s->reader);
+      s->reader = NULL;
+      return 1;   /* the claim will say what is wrong */
+    }
+    sqlite3_busy_timeout(s->reader, BUSY_TIMEOUT_MS);
+  }
+  sqlite3_stmt *q = s->q_claimable;
+  int rc = SQLITE_OK;
+  BIND(bind_text(q, 1, owner));
+  BIND(sqlite3_bind_double(q, 2, now));
+  if (rc == SQLITE_OK) rc = sqlite3_step(q);
+  sqlite3_reset(q);
+  return rc == SQLITE_DONE ? 0 : 1;
 }
 
 json_t *mend_store_claim(mend_store *s, const char *owner, double now, double lease_until,

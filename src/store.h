@@ -96,6 +96,7 @@ int mend_store_batch_open(mend_store *s);   /* 1 if writes await a commit or a h
 int  mend_store_start_writer(mend_store *s, void (*done)(void *ud), void *ud);
 int  mend_store_hand_off(mend_store *s);    /* 0, or -1 (errmsg) */
 int  mend_store_writer_busy(mend_store *s); /* 1 while a handed-off batch is being written */
+int  mend_store_batch_writes(const mend_store *s);   /* writes recorded and not yet run */
 unsigned long mend_store_open_seq(const mend_store *s);
 unsigned long mend_store_durable_seq(const mend_store *s);
 /* Called with "before_commit" and "after_commit" around each commit, on whichever thread
@@ -197,6 +198,10 @@ void    mend_store_set_worker(mend_store *s, const char *worker);  /* tags histo
  * whose lease ran out (never the owner's own), oldest first or newest first; NULL on error. */
 json_t *mend_store_claim(mend_store *s, const char *owner, double now, double lease_until,
                          int limit, int newest_first);
+/* 0 if a claim now would surely find nothing; 1 otherwise. It reads committed rows through a
+ * connection of its own, so it neither waits for the writer thread nor ends a batch early: a
+ * serving worker looks every poll, and most polls find nothing. */
+int     mend_store_claimable(mend_store *s, const char *owner, double now);
 int     mend_store_renew(mend_store *s, const char *owner, double lease_until);
 int     mend_store_release(mend_store *s, const char *id, const char *owner);
 /* Owners holding a live lease on an unfinished run (array of strings); NULL on error. */

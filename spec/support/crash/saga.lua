@@ -1,6 +1,8 @@
 -- The saga the crash tests kill workers under: three steps with real effects in an external
 -- service (spec/support/effects.lua), short real waits so that kills land inside attempts,
 -- a retry on demand and a fatal last step on demand so that compensation is crashed too.
+-- input.fast leaves the waits out: hundreds of runs then move in step, and the worker hands
+-- its large batches to the writer thread.
 local mend = require "mend"
 local effects = require "spec.support.effects"
 
@@ -9,17 +11,17 @@ local function step(name, opts)
   return {
     name = name,
     execute = function(ctx, input)
-      mend.sleep(0.002)
+      if not input.fast then mend.sleep(0.002) end
       if opts.flaky and input.flaky and ctx.attempt == 1 then
         error(mend.retryable("flaky on first attempt"))
       end
       if opts.last and input.fail then error(mend.fatal("declined")) end
       effects.call(input.dir, "apply", ctx, ctx.idempotency_key)
-      mend.sleep(0.002)
+      if not input.fast then mend.sleep(0.002) end
       return { step = name, n = input.n }
     end,
     compensate = function(ctx, result)
-      mend.sleep(0.002)
+      if not ctx.input.fast then mend.sleep(0.002) end
       effects.call(ctx.input.dir, "undo", ctx, ctx.idempotency_key)
     end,
   }
