@@ -181,6 +181,8 @@ struct mend_engine {
   uv_work_t checkpoint_work;
   int checkpointing;      /* a checkpoint runs on a worker thread */
   int wal_frames;         /* the WAL's length, as the last checkpoint found it */
+  int wal_copied;         /* of which copied into the database */
+  int wal_behind;         /* checkpoints in a row that left a long WAL behind */
   int wal_catch_up;       /* the WAL is long: copy the rest of it between two batches */
   int destroying;
 };
@@ -2025,16 +2027,24 @@ static void take_cancel_requests(mend_engine *E);
 static void checkpoint_on_thread(uv_work_t *w) {
   mend_engine *E = w->data;
   E->wal_frames = 0;
-  mend_store_checkpoint(E->store, &E->wal_frames);
+  E->wal_copied = mend_store_checkpoint(E->store, &E->wal_frames);
 }
 
 static void checkpoint_done(uv_work_t *w, int status) {
   (void)status;
   mend_engine *E = w->data;
   E->checkpointing = 0;
-  /* Under steady writes the WAL never restarts by itself; most of it is copied now, and the
-   * loop copies the rest between two batches (pump_turn). */
-  if (E->wal_frames > WAL_FRAMES_LIMIT) E->wal_catch_up = 1;
+  /* A checkpoint that copied all of the WAL lets the next write start it over. Under steady
+   * writes none does, and the WAL would grow without end: after three such checkpoints in a
+   * row the loop copies the rest itself between two batches (end_batch). Not after a mere
+   * burst: copying its tail stalled the loop for 70 ms (W4), and the next checkpoint would
+   * have done it for nothing. */
+  E->wal_behind = E->wal_frames > WAL_FRAMES_LIMIT && E->wal_copied < E->wal_frames
+                    ? E->wal_behind + 1 : 0;
+  if (E->wal_behind >= 3) {
+    E->wal_catch_up = 1;
+    E->wal_behind = 0;
+  }
 }
 
 static void start_checkpoint(uv_timer_t *t) {

@@ -4,6 +4,7 @@
  * of rows into jansson values. No other module writes a query; this one never decides what a
  * transition means.
  */
+#define _GNU_SOURCE   /* mremap */
 #include "store.h"
 
 #include <pthread.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 #include <errno.h>
 #include <time.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #define BUSY_TIMEOUT_MS 5000
@@ -639,11 +641,24 @@ static const char *const record_what[Q__COUNT] = {
   [Q_PUT_BREAKER] = "put breaker", [Q_PUT_DLQ] = "put dlq",
 };
 
+/* A log's arrays live in pages of their own (mmap), not in the heap: a burst grows them to
+ * megabytes, and the heap would keep that memory once they are given back (300 B per parked
+ * run in W4), while munmap returns it at once. */
+static void *pages_resize(void *p, size_t old_bytes, size_t new_bytes) {
+  void *q = p ? mremap(p, old_bytes, new_bytes, MREMAP_MAYMOVE)
+              : mmap(NULL, new_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return q == MAP_FAILED ? NULL : q;
+}
+
+static void pages_free(void *p, size_t bytes) {
+  if (p) munmap(p, bytes);
+}
+
 static int grow(void **p, int *cap, int need, size_t size) {
   if (need <= *cap) return 0;
-  int n = *cap ? *cap * 2 : 256;
+  int n = *cap ? *cap * 2 : 1024;
   while (n < need) n *= 2;
-  void *q = realloc(*p, (size_t)n * size);
+  void *q = pages_resize(*p, (size_t)*cap * size, (size_t)n * size);
   if (!q) return -1;
   *p = q;
   *cap = n;
@@ -651,9 +666,9 @@ static int grow(void **p, int *cap, int need, size_t size) {
 }
 
 static void log_free(wlog *log) {
-  free(log->recs);
-  free(log->vals);
-  free(log->text);
+  pages_free(log->recs, (size_t)log->caprec * sizeof *log->recs);
+  pages_free(log->vals, (size_t)log->capval * sizeof *log->vals);
+  pages_free(log->text, log->captext);
   memset(log, 0, sizeof *log);
 }
 
@@ -681,9 +696,9 @@ static void rec_text(mend_store *s, const char *t) {
   wlog *log = s->cur;
   size_t n = strlen(t);
   if (log->ntext + n + 1 > log->captext) {
-    size_t cap = log->captext ? log->captext * 2 : 4096;
+    size_t cap = log->captext ? log->captext * 2 : 65536;
     while (cap < log->ntext + n + 1) cap *= 2;
-    char *text = realloc(log->text, cap);
+    char *text = pages_resize(log->text, log->captext, cap);
     if (!text) { log->oom = 1; v->type = V_NULL; return; }
     log->text = text;
     log->captext = cap;
@@ -746,15 +761,22 @@ static int flush_log(mend_store *s, wlog *log) {
   log->nrec = log->nval = 0;
   log->ntext = 0;
   log->oom = 0;
+  /* What a burst grew is given back, so that memory once the runs wait is what they need. */
+  if (log->caprec > 4096) log_free(log);
   return ok ? 0 : -1;
 }
 
+/* A log holds at most this many records: a burst larger than that (a host starting 100k runs
+ * in one turn) runs its statements on the caller's thread, in the same batch, rather than
+ * holding them all in memory. About 8 MB of log. */
+#define LOG_MAX_RECORDS 65536
+
 /* Ends a record: without a writer thread it runs now, as every write did before there was one;
- * with one, a record that could not be kept fails now. */
+ * with one, a record that could not be kept fails now, and a full log is run now. */
 static int rec_end(mend_store *s) {
   if (s->batch_failed) return -1;
-  if (s->w && !s->cur->oom) return 0;
-  return flush_log(s, s->cur);
+  if (s->w && !s->cur->oom && s->cur->nrec < LOG_MAX_RECORDS) return 0;
+  return sync_point(s);
 }
 
 static void *writer_main(void *arg) {
