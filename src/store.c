@@ -935,11 +935,12 @@ int mend_store_update_run(mend_store *s, const char *id, const char *status, con
   return rec_end(s);
 }
 
-int mend_store_put_step(mend_store *s, const mend_step_rec *st) {
-  rec_begin(s, Q_PUT_STEP);
+/* A step row: Q_PUT_STEP names the step, Q_UPDATE_STEP keeps the name it has. */
+static int rec_step(mend_store *s, int q, const mend_step_rec *st) {
+  rec_begin(s, q);
   rec_text(s, st->run_id);
   rec_int(s, st->idx);
-  rec_text(s, st->name);
+  if (q == Q_PUT_STEP) rec_text(s, st->name);
   rec_text(s, st->status);
   rec_int(s, st->attempts);
   rec_int(s, st->comp_attempts);
@@ -954,22 +955,10 @@ int mend_store_put_step(mend_store *s, const mend_step_rec *st) {
   return rec_end(s);
 }
 
+int mend_store_put_step(mend_store *s, const mend_step_rec *st) { return rec_step(s, Q_PUT_STEP, st); }
+
 int mend_store_update_step(mend_store *s, const mend_step_rec *st) {
-  rec_begin(s, Q_UPDATE_STEP);
-  rec_text(s, st->run_id);
-  rec_int(s, st->idx);
-  rec_text(s, st->status);
-  rec_int(s, st->attempts);
-  rec_int(s, st->comp_attempts);
-  rec_text(s, st->idem_key);
-  rec_int(s, st->custom_key ? 1 : 0);
-  rec_text(s, st->result);
-  rec_text(s, st->error);
-  rec_opt_real(s, st->due);
-  rec_opt_real(s, st->last_delay);
-  rec_real(s, st->updated);
-  rec_int(s, st->slept ? 1 : 0);
-  return rec_end(s);
+  return rec_step(s, Q_UPDATE_STEP, st);
 }
 
 int mend_store_append_history(mend_store *s, const mend_history_rec *h) {
