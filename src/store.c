@@ -246,6 +246,19 @@ static double now_mono(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* Waits out another connection's write lock, up to BUSY_TIMEOUT_MS. SQLite's own handler backs
+ * off to sleeps of 100 ms: against another worker's steady batches the lock is free only for
+ * moments, and a waiter asleep that long misses them, then gives up after 5 s (two workers on
+ * a backlog of 5,000 runs: one of them exited, or both took twice as long as one). */
+static int busy_wait(void *ud, int count) {
+  (void)ud;
+  enum { WAIT_US = 250 };
+  if ((long)count * WAIT_US >= BUSY_TIMEOUT_MS * 1000L) return 0;
+  struct timespec ts = {0, WAIT_US * 1000L};
+  nanosleep(&ts, NULL);
+  return 1;
+}
+
 /* The busy handler already waits; this covers the cases where SQLite returns SQLITE_BUSY without
  * calling it (WAL recovery by another connection, for one), still bounded by the busy timeout. */
 static int step_busy_retry(sqlite3_stmt *q) {
@@ -467,7 +480,7 @@ static int open_db(mend_store *s, mend_durability durability) {
     return -1;
   }
   sqlite3_extended_result_codes(s->db, 1);
-  if (sqlite3_busy_timeout(s->db, BUSY_TIMEOUT_MS) != SQLITE_OK) {
+  if (sqlite3_busy_handler(s->db, busy_wait, NULL) != SQLITE_OK) {
     sql_err(s, "set busy timeout");
     return -1;
   }
