@@ -603,9 +603,10 @@ int mend_store_checkpoint(mend_store *s, int *wal_frames) {
 }
 
 int mend_store_checkpoint_catch_up(mend_store *s) {
-  if (!s->checkpointer || mend_store_writer_busy(s) || s->in_batch || s->cur->nrec) return 0;
+  if (!s->checkpointer) return 1;
+  if (mend_store_writer_busy(s) || s->in_batch || s->cur->nrec) return 0;
   int rc = sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
-  return rc == SQLITE_OK || rc == SQLITE_BUSY ? 0 : -1;
+  return rc == SQLITE_OK ? 1 : rc == SQLITE_BUSY ? 0 : -1;
 }
 
 int mend_store_batch_open(mend_store *s) {

@@ -70,7 +70,8 @@ int mend_store_checkpoint(mend_store *s, int *wal_frames);   /* *wal_frames: the
  * checkpoint, so that the next write starts the WAL over (and cuts the file back to 64 MiB).
  * Under a steady stream of writes passive checkpoints never copy all of the WAL, and it would
  * grow without end. A checkpoint that waits for the writer instead (RESTART) held it back for
- * 0.6-1.4 s on this machine; this copies only what the last passive checkpoint left. */
+ * 0.6-1.4 s on this machine; this copies only what the last passive checkpoint left.
+ * 1 done; 0 not now (a batch is open, or another checkpoint runs): try again later; -1 error. */
 int mend_store_checkpoint_catch_up(mend_store *s);
 
 /* The last error, naming the file and the SQLite cause. Valid until the next call. */
