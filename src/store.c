@@ -225,6 +225,7 @@ struct mend_store {
   writer *w;              /* NULL: writes run at once, commits on the caller's thread */
   unsigned long open_seq, durable_seq;   /* batch numbers: recording, last committed */
   void (*commit_hook)(const char *phase);
+  int wal_frames;         /* the WAL's length after the last commit (sqlite3_wal_hook) */
 };
 
 static void set_msg(char *buf, int len, const char *fmt, ...) {
@@ -250,6 +251,13 @@ static double now_mono(void) {
  * off to sleeps of 100 ms: against another worker's steady batches the lock is free only for
  * moments, and a waiter asleep that long misses them, then gives up after 5 s (two workers on
  * a backlog of 5,000 runs: one of them exited, or both took twice as long as one). */
+static int note_wal(void *ud, sqlite3 *db, const char *name, int frames) {
+  (void)db;
+  (void)name;
+  ((mend_store *)ud)->wal_frames = frames;
+  return SQLITE_OK;
+}
+
 static int busy_wait(void *ud, int count) {
   (void)ud;
   enum { WAIT_US = 250 };
@@ -507,6 +515,8 @@ static int open_db(mend_store *s, mend_durability durability) {
     if (exec_sql(s, "PRAGMA wal_autocheckpoint = 0", "set wal_autocheckpoint") != 0 ||
         exec_sql(s, "PRAGMA journal_size_limit = 67108864", "set journal_size_limit") != 0)
       return -1;
+    /* after the pragma, which would take the hook away: it keeps the WAL's length */
+    sqlite3_wal_hook(s->db, note_wal, s);
   } else if (s->checkpointer) {
     sqlite3_close_v2(s->checkpointer);   /* a failed open still gives a handle to close */
     s->checkpointer = NULL;
@@ -907,6 +917,7 @@ int mend_store_hand_off(mend_store *s) {
 }
 
 int mend_store_batch_writes(const mend_store *s) { return s->cur->nrec; }
+int mend_store_wal_frames(const mend_store *s) { return s->wal_frames; }
 unsigned long mend_store_open_seq(const mend_store *s) { return s->open_seq; }
 unsigned long mend_store_durable_seq(const mend_store *s) { return s->durable_seq; }
 void mend_store_set_commit_hook(mend_store *s, void (*hook)(const char *phase)) {

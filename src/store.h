@@ -73,6 +73,8 @@ int mend_store_checkpoint(mend_store *s, int *wal_frames);   /* *wal_frames: the
  * 0.6-1.4 s on this machine; this copies only what the last passive checkpoint left.
  * 1 done; 0 not now (a batch is open, or another checkpoint runs): try again later; -1 error. */
 int mend_store_checkpoint_catch_up(mend_store *s);
+/* The WAL's length in frames after the last commit (read once the writer thread is idle). */
+int mend_store_wal_frames(const mend_store *s);
 
 /* The last error, naming the file and the SQLite cause. Valid until the next call. */
 const char *mend_store_errmsg(mend_store *s);
