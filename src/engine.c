@@ -2103,7 +2103,9 @@ static void poll_for_runs(uv_timer_t *t) {
   }
   int room = E->max_in_flight > 0 ? E->max_in_flight - E->in_flight : 1000;
   if (room > 1000) room = 1000;
-  if (room > 0 && !mend_store_claimable(E->store, E->owner, now)) return;
+  /* A dead worker's runs must become claimable first: they are not, until given back. */
+  release_dead_local_owners(E);
+  if (E->broken || (room > 0 && !mend_store_claimable(E->store, E->owner, now))) return;
   claim_and_restore(E, room);
 }
 
