@@ -308,14 +308,15 @@ static mend_run *fifo_pop(run_fifo *f) {
 
 static void pump_cb(uv_idle_t *h);
 
-/* Work a pump turn would do now: actions queued, a batch to commit, or events and alerts
- * waiting for the commit that comes before them (a run's last turn leaves those behind). */
 static int any_waiting(const mend_engine *E) {
   for (int k = 0; k < 4; k++)
     if (E->waiting[k].head) return 1;
   return 0;
 }
 
+/* Work a pump turn would do now: actions queued, a batch to commit or being committed, or
+ * events and alerts waiting for the commit that comes before them (a run's last turn leaves
+ * those behind). */
 static int has_ready_work(const mend_engine *E) {
   return E->ready_head || any_waiting(E) || mend_store_batch_open(E->store) ||
          json_array_size(E->events) || json_array_size(E->alerts) ||
@@ -1703,7 +1704,8 @@ static void pump_cb(uv_idle_t *h) {
   pump_turn(E);
   /* While the writer thread holds the only batch there is, the loop sleeps until it is done
    * (it wakes the loop), rather than spinning. */
-  int more = E->ready_head || (!(E->writer && mend_store_writer_busy(E->store)) && has_ready_work(E));
+  int writing = E->writer && mend_store_writer_busy(E->store);
+  int more = E->ready_head || (!writing && has_ready_work(E));
   if (!more && !E->broken && E->timers.is_virtual && E->auto_advance && !E->externals &&
       E->timers.count) {
     mend_timers_advance_to(&E->timers, mend_timers_next_due(&E->timers));
