@@ -30,6 +30,7 @@
 #include "breaker.h"
 #include "json.h"
 #include "lmend.h"
+#include "refs.h"
 #include "timers.h"
 #include "transition.h"
 #include "util.h"
@@ -96,7 +97,8 @@ struct mend_run {
   char id[MEND_RUN_ID_LEN];
   mend_workflow *wf;
   mend_run_status status;
-  int input_ref, results_ref;
+  int input_ref, results_ref;   /* in E->refs, shard ref_shard */
+  int ref_shard;
   int cur;                /* step going forward, or step being compensated going back */
   step_rt *steps;
   int attention;
@@ -157,6 +159,7 @@ struct mend_engine {
   int broken;
   char errmsg[1024];
   int ctx_mt_ref;
+  mend_refs refs;         /* the runs' long-lived Lua values (refs.h) */
   mend_engine_config cfg;
   /* leases and serving */
   char owner[96];         /* this engine as a lease holder: host:pid:random */
@@ -629,7 +632,7 @@ static void backward(mend_run *r);
 
 static void set_result(mend_run *r, int i) {
   lua_State *L = r->E->L;
-  lua_rawgeti(L, LUA_REGISTRYINDEX, r->results_ref);
+  mend_refs_push(&r->E->refs, L, r->results_ref);
   char err[256];
   if (mend_json_decode(L, r->steps[i].result, strlen(r->steps[i].result), err, sizeof err))
     lua_pushnil(L);
@@ -647,8 +650,8 @@ static void push_ctx(mend_run *r, int i, int compensating) {
   lua_pushstring(L, step_name(r, i)); lua_setfield(L, -2, "step");
   lua_pushinteger(L, compensating ? st->comp_attempts : st->attempts); lua_setfield(L, -2, "attempt");
   if (st->idem_key) { lua_pushstring(L, st->idem_key); lua_setfield(L, -2, "idempotency_key"); }
-  lua_rawgeti(L, LUA_REGISTRYINDEX, r->input_ref); lua_setfield(L, -2, "input");
-  lua_rawgeti(L, LUA_REGISTRYINDEX, r->results_ref); lua_setfield(L, -2, "results");
+  mend_refs_push(&r->E->refs, L, r->input_ref); lua_setfield(L, -2, "input");
+  mend_refs_push(&r->E->refs, L, r->results_ref); lua_setfield(L, -2, "results");
   lua_pushboolean(L, compensating); lua_setfield(L, -2, "compensating");
   lua_rawgeti(L, LUA_REGISTRYINDEX, r->E->ctx_mt_ref);
   lua_setmetatable(L, -2);
@@ -1078,7 +1081,7 @@ static void start_attempt(mend_run *r, int compensating) {
     const char *res = r->steps[i].result;
     if (!res || mend_json_decode(co, res, strlen(res), err, sizeof err)) lua_pushnil(co);
   } else {
-    lua_rawgeti(co, LUA_REGISTRYINDEX, r->input_ref);
+    mend_refs_push(&E->refs, co, r->input_ref);
   }
   r->deadline_real = 0;
   r->over_budget = 0;
@@ -1546,8 +1549,8 @@ static void run_free(mend_run *r) {
   unthrottle(r);
   end_attempt(r);
   mend_timer_disarm(&E->timers, &r->wait);
-  luaL_unref(E->L, LUA_REGISTRYINDEX, r->input_ref);
-  luaL_unref(E->L, LUA_REGISTRYINDEX, r->results_ref);
+  mend_refs_drop(&E->refs, E->L, r->input_ref);
+  mend_refs_drop(&E->refs, E->L, r->results_ref);
   for (int i = 0; i < r->wf->nsteps; i++) {
     free(r->steps[i].idem_key);
     free(r->steps[i].result);
@@ -1769,8 +1772,9 @@ static mend_run *run_new(mend_engine *E, mend_workflow *wf, const char *id) {
   }
   mend_timer_init(&r->wait, on_wait, r);
   mend_timer_init(&r->deadline, on_deadline, r);
+  r->ref_shard = mend_refs_shard(&E->refs, E->L);
   lua_newtable(E->L);
-  r->results_ref = luaL_ref(E->L, LUA_REGISTRYINDEX);
+  r->results_ref = mend_refs_put(&E->refs, E->L, r->ref_shard);
   r->next = E->runs;
   if (E->runs) E->runs->prev = r;
   E->runs = r;
@@ -1825,7 +1829,7 @@ int mend_engine_start_value(mend_engine *E, lua_State *L, const char *workflow, 
   history(r, NULL, "run", NULL, "running", 0, NULL, -1, run_key);
   /* The run's input is the JSON form, as a restarted engine will see it. */
   if (mend_json_decode(E->L, input_json, strlen(input_json), jerr, sizeof jerr)) lua_pushnil(E->L);
-  r->input_ref = luaL_ref(E->L, LUA_REGISTRYINDEX);
+  r->input_ref = mend_refs_put(&E->refs, E->L, r->ref_shard);
   free(input_json);
   memcpy(id_out, r->id, MEND_RUN_ID_LEN);
   if (E->broken) { snprintf(err, (size_t)errlen, "%s", E->errmsg); return -1; }
@@ -1906,7 +1910,7 @@ static mend_run *rebuild(mend_engine *E, const char *id, char *why, int whylen) 
   if (!r->reason && strcmp(json_string_value(json_object_get(row, "status")), "running") != 0)
     r->reason = "error";
   mend_json_push(E->L, json_object_get(row, "input"));
-  r->input_ref = luaL_ref(E->L, LUA_REGISTRYINDEX);
+  r->input_ref = mend_refs_put(&E->refs, E->L, r->ref_shard);
   for (int i = 0; i < wf->nsteps; i++) {
     json_t *so = json_array_get(steps, (size_t)i);
     step_rt *st = &r->steps[i];
@@ -2561,6 +2565,7 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
   lua_pop(host, 1);
   E->L = lua_newthread(main);
   E->thread_ref = luaL_ref(main, LUA_REGISTRYINDEX);
+  mend_refs_init(&E->refs, E->L);
   lua_getfield(E->L, LUA_REGISTRYINDEX, THREADS_KEY);
   if (lua_isnil(E->L, -1)) {
     lua_newtable(E->L);
@@ -2708,6 +2713,7 @@ void mend_engine_destroy(mend_engine *E) {
     uv_run(E->loop, UV_RUN_NOWAIT);
   }
   luaL_unref(E->L, LUA_REGISTRYINDEX, E->ctx_mt_ref);
+  mend_refs_free(&E->refs, E->L);
   luaL_unref(E->L, LUA_REGISTRYINDEX, E->thread_ref);
   if (E->owned_state) lua_close(E->owned_state);
   free((char *)E->cfg.alert_command);
