@@ -247,10 +247,7 @@ static double now_mono(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* Waits out another connection's write lock, up to BUSY_TIMEOUT_MS. SQLite's own handler backs
- * off to sleeps of 100 ms: against another worker's steady batches the lock is free only for
- * moments, and a waiter asleep that long misses them, then gives up after 5 s (two workers on
- * a backlog of 5,000 runs: one of them exited, or both took twice as long as one). */
+/* sqlite3_wal_hook: the WAL's length after each commit. */
 static int note_wal(void *ud, sqlite3 *db, const char *name, int frames) {
   (void)db;
   (void)name;
@@ -258,6 +255,10 @@ static int note_wal(void *ud, sqlite3 *db, const char *name, int frames) {
   return SQLITE_OK;
 }
 
+/* Waits out another connection's write lock, up to BUSY_TIMEOUT_MS. SQLite's own handler backs
+ * off to sleeps of 100 ms: against another worker's steady batches the lock is free only for
+ * moments, and a waiter asleep that long misses them, then gives up after 5 s (two workers on
+ * a backlog of 5,000 runs: one of them exited, or both took twice as long as one). */
 static int busy_wait(void *ud, int count) {
   (void)ud;
   enum { WAIT_US = 250 };
@@ -792,7 +793,7 @@ static int flush_log(mend_store *s, wlog *log) {
 
 /* A log holds at most this many records: a burst larger than that (a host starting 100k runs
  * in one turn) runs its statements on the caller's thread, in the same batch, rather than
- * holding them all in memory. About 8 MB of log. */
+ * holding them all in memory. At most about 35 MB of log (40 B a value, ~13 values a record). */
 #define LOG_MAX_RECORDS 65536
 
 /* Ends a record: without a writer thread it runs now, as every write did before there was one;
@@ -832,6 +833,12 @@ static void *writer_main(void *arg) {
   return NULL;
 }
 
+/* With the writer's lock held and the writer idle: its last batch, if it committed, is durable. */
+static void note_durable(mend_store *s) {
+  writer *w = s->w;
+  if (!w->failed && w->job_seq > s->durable_seq) s->durable_seq = w->job_seq;
+}
+
 /* Waits for the writer thread to be done with the connection; -1 if a batch of it failed. */
 static int writer_wait(mend_store *s) {
   writer *w = s->w;
@@ -839,7 +846,7 @@ static int writer_wait(mend_store *s) {
   pthread_mutex_lock(&w->mu);
   while (w->busy || w->in_done) pthread_cond_wait(&w->cv, &w->mu);
   int failed = w->failed;
-  if (!failed && w->job_seq > s->durable_seq) s->durable_seq = w->job_seq;
+  note_durable(s);
   pthread_mutex_unlock(&w->mu);
   return failed ? -1 : 0;
 }
@@ -892,7 +899,7 @@ int mend_store_writer_busy(mend_store *s) {
   if (!w) return 0;
   pthread_mutex_lock(&w->mu);
   int busy = w->busy;
-  if (!busy && !w->failed && w->job_seq > s->durable_seq) s->durable_seq = w->job_seq;
+  if (!busy) note_durable(s);
   pthread_mutex_unlock(&w->mu);
   return busy;
 }
