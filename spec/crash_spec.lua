@@ -28,10 +28,10 @@ local function alive(pid)
 end
 
 -- Starts a worker in the background; returns its pid.
-local function start_worker(db, env, log)
+local function start_worker(db, env, log, flags)
   local cmd = string.format(
-    "%s sh -c 'exec %s worker --db %s --workflows spec/support/crash --lease 0.5 --poll 0.01 >>%s 2>&1' & echo $!",
-    env or "", MEND, db, log)
+    "%s sh -c 'exec %s worker --db %s --workflows spec/support/crash --lease 0.5 --poll 0.01 %s >>%s 2>&1' & echo $!",
+    env or "", MEND, db, flags or "", log)
   local p = assert(io.popen(cmd))
   local pid = assert(tonumber(p:read("l")))
   p:close()
@@ -219,6 +219,54 @@ describe("two workers on one database", function()
     local count = 0
     for _ in pairs(workers) do count = count + 1 end
     assert.is_truthy(count >= 3)
+  end)
+end)
+
+describe("a worker stopped past its lease", function()
+  after_each(H.cleanup)
+
+  -- SIGSTOP freezes a worker with attempts in flight and writes recorded; its leases run out
+  -- and a second worker takes some of its runs (it holds 20 at a time). Woken up, the first
+  -- must not write one row to a run it lost, nor start an attempt of one: it lets them go and
+  -- goes on with the runs it still holds.
+  it("writes nothing to the runs another worker took, and drops them", function()
+    local db, dir = H.tmp_db(), H.tmp_dir()
+    local log = dir .. "/worker.log"
+    local client = H.new_engine({ db = db, clock = "real" })
+    client:load("spec/support/crash/saga.lua")
+    local ids = {}
+    for n = 1, 400 do ids[#ids + 1] = submit(client, dir, n) end
+    local a = start_worker(db, nil, log)
+    -- a frozen worker holds some runs mid-attempt, whatever this machine's speed
+    local held = 0
+    for _ = 1, 500 do
+      held = tonumber(H.sql(db, "SELECT count(*) FROM history WHERE event = 'step' AND to_status = 'running'")[1])
+      if held >= 20 then break end
+      sleep(0.005)
+    end
+    sh("kill -STOP " .. a)
+    sleep(0.8)   -- its 0.5 s leases run out
+    local b = start_worker(db, nil, log, "--max-in-flight 20")
+    local taken = 0   -- runs recovered a second time: by the second worker
+    for _ = 1, 500 do
+      taken = tonumber(H.sql(db, "SELECT count(*) FROM (SELECT run_id FROM history WHERE"
+        .. " event = 'recovered' GROUP BY run_id HAVING count(*) >= 2)")[1])
+      if taken >= 20 then break end
+      sleep(0.01)
+    end
+    sh("kill -CONT " .. a)
+    sleep(0.5)
+    stop(a)
+    stop(b)
+    assert.is_truthy(taken >= 20, "the second worker took " .. taken .. " runs")
+    -- the first heard that it had lost them (its log says so, run by run)
+    local f = assert(io.open(log))
+    local _, let_go = f:read("a"):gsub("stalled past its lease", "")
+    f:close()
+    assert.is_truthy(let_go >= 1 and let_go < 400, let_go .. " runs were let go")
+    assert.are.equal(0, settle(db, client, ids, log))
+    audit(db, client, ids, dir)
+    assert.are.same({ "ok" }, H.sql(db, "PRAGMA integrity_check"))
   end)
 end)
 

@@ -12,6 +12,7 @@
  * transition the table in transition.c refuses.
  */
 #include "engine.h"
+#include "idset.h"
 
 #include <lauxlib.h>
 #include <lualib.h>
@@ -121,6 +122,7 @@ struct mend_run {
   run_fifo *waiting_in;   /* which list, if any */
   struct mend_breaker_slot *held; /* the breaker whose concurrency the attempt counts in */
   int queued;             /* in the queue behind the current batch */
+  int lost;               /* another worker took it: let go when its queued action comes up */
   /* queues */
   action next_action;
   mend_run *qnext;
@@ -164,6 +166,7 @@ struct mend_engine {
   /* leases and serving */
   char owner[96];         /* this engine as a lease holder: host:pid:random */
   double lease_seconds;
+  double fence_until;     /* our leases last at least until then (the last renewal's) */
   uv_timer_t *lease_timer, *poll_timer;
   uv_signal_t *signals[2];
   int serving, draining, attempts;
@@ -1566,6 +1569,10 @@ static void run_free(mend_run *r) {
 }
 
 static void do_action(mend_run *r) {
+  if (r->lost) {
+    run_free(r);
+    return;
+  }
   action a = r->next_action;
   r->next_action = ACT_NONE;
   switch (a) {
@@ -1661,12 +1668,82 @@ static int end_batch(mend_engine *E) {
   return 0;
 }
 
+/* ---------------------------------------------------------------- fencing */
+
+/* The store drops every write to a run another worker took while this one stalled past its
+ * lease (store.c, "fencing"); here such runs are let go, wherever they are, and the leases
+ * renewed before they can run out under a long turn. */
+
+static double lease_until(const mend_engine *E);
+
+static void renew_now(mend_engine *E) {
+  if (E->broken || !E->in_flight) return;
+  double until = lease_until(E);
+  if (mend_store_renew(E->store, E->owner, until)) { store_failed(E); return; }
+  E->fence_until = until;
+  kick(E);   /* committed by the next turn */
+}
+
+typedef struct id_list { mend_idset set; int oom; } id_list;
+
+static void add_id(void *ud, const char *id) {
+  id_list *l = ud;
+  if (mend_idset_add(&l->set, id, strlen(id)) < 0) l->oom = 1;
+}
+
+static int in_hand(const mend_run *r) {
+  return r->status == MEND_RUN_RUNNING || r->status == MEND_RUN_COMPENSATING;
+}
+
+/* Before the turn acts: no action may start for a run that is no longer ours. */
+static void check_fence(mend_engine *E) {
+  if (E->broken) return;
+  /* The renewal timer is late (turns are long): renew now, while a third of the lease is left. */
+  if (mend_real_now() >= E->fence_until - E->lease_seconds / 3) renew_now(E);
+  id_list lost = {0}, mine = {0};
+  if (mend_store_fence_news(E->store, add_id, &lost)) {
+    /* A batch began late: which runs does the store say are ours? The rest are not. */
+    json_t *held = mend_store_held(E->store);
+    if (!held) {
+      store_failed(E);
+      mend_idset_clear(&lost.set);
+      return;
+    }
+    mend_store_fence_news(E->store, add_id, &lost);   /* found by the flush just now */
+    size_t i;
+    json_t *id;
+    json_array_foreach(held, i, id) add_id(&mine, json_string_value(id));
+    json_decref(held);
+    for (mend_run *r = E->runs; r && !mine.oom; r = r->next) {
+      if (!in_hand(r) || r->lost || mend_idset_has(&mine.set, r->id, strlen(r->id))) continue;
+      add_id(&lost, r->id);
+      if (mend_store_add_lost(E->store, r->id)) store_failed(E);
+    }
+    mend_idset_clear(&mine.set);
+    if (!mine.oom) mend_store_fence_verified(E->store);   /* else the store keeps looking up */
+  }
+  if (lost.oom || mine.oom) breakdown(E, "out of memory keeping track of lost leases");
+  if (lost.set.count) {
+    for (mend_run *r = E->runs, *next; r; r = next) {
+      next = r->next;
+      if (r->lost || !mend_idset_has(&lost.set, r->id, strlen(r->id))) continue;
+      mend_engine_log_line(E, "warn", r->id, NULL, 0, "lease",
+                           "another worker took this run while this one stalled past its lease:"
+                           " let go here, nothing more written");
+      if (r->queued) r->lost = 1;
+      else run_free(r);
+    }
+  }
+  mend_idset_clear(&lost.set);
+}
+
 /* One turn: do what the durable batches allow, then end the batch that wrote (so that a run
  * released by a commit has its next transition in the very next one). */
 static int pump_turn(mend_engine *E) {
   if (E->broken) return -1;
   if (E->writer) settle_writer(E);
   else if (end_batch(E)) return -1;   /* what the last turn wrote, before acting on it */
+  check_fence(E);
   unsigned long durable = mend_store_durable_seq(E->store);
   for (int k = 0; k < 4 && E->moved_seq < durable; k++) {
     unsigned long seq = ++E->moved_seq;
@@ -2036,6 +2113,7 @@ static int claim_and_restore(mend_engine *E, int limit) {
     return 0;
   }
   kick(E);
+  check_fence(E);   /* a run we lost and now claim again must be let go before it returns */
   json_array_foreach(ids, i, id) n += restore(E, json_string_value(id)) == 0;
   json_decref(ids);
   return n;
@@ -2090,12 +2168,7 @@ static void checkpoint_now(mend_engine *E) {
 
 static void start_checkpoint(uv_timer_t *t) { checkpoint_now(t->data); }
 
-static void renew_leases(uv_timer_t *t) {
-  mend_engine *E = t->data;
-  if (E->broken || !E->in_flight) return;
-  if (mend_store_renew(E->store, E->owner, lease_until(E))) store_failed(E);
-  kick(E);   /* committed by the next turn */
-}
+static void renew_leases(uv_timer_t *t) { renew_now(t->data); }
 
 static void poll_for_runs(uv_timer_t *t) {
   mend_engine *E = t->data;
@@ -2287,7 +2360,9 @@ int mend_engine_cancel_run(mend_engine *E, const char *id, const char *who, char
   if (!r) {
     /* Held by a live worker: ask it; it cancels at its next poll. */
     if (mend_store_request_cancel(E->store, id)) store_failed(E);
+    mend_store_repairing(E->store, 1);   /* a note in its history, not a transition */
     operator_entry(E, id, "cancel requested", who, NULL);
+    mend_store_repairing(E->store, 0);
     if (commit_now(E)) return mend_errorf(err, errlen, "%s", E->errmsg);
     return 1;
   }
@@ -2347,11 +2422,13 @@ int mend_engine_resolve(mend_engine *E, const char *id, const char *who, const c
   json_t *row = mend_store_run(E->store, id);
   const char *error = row ? json_string_value(json_object_get(row, "error")) : NULL;
   int attention = row ? json_is_true(json_object_get(row, "attention")) : 0;
+  mend_store_repairing(E->store, 1);   /* a dead letter is nobody's: no lease to fence */
   if (mend_store_update_run(E->store, id, "resolved", error, attention, now, reason)) store_failed(E);
   json_decref(row);
   mend_history_rec h = {id, NULL, now, "run", "needs_attention", "resolved", 0, NULL, -1, note};
   if (mend_store_append_history(E->store, &h)) store_failed(E);
   operator_entry(E, id, "dlq resolve", who, note);
+  mend_store_repairing(E->store, 0);
   if (mend_store_dlq_remove(E->store, id)) store_failed(E);
   if (commit_now(E)) return mend_errorf(err, errlen, "%s", E->errmsg);
   return 0;
@@ -2618,6 +2695,13 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
     return NULL;
   }
   mend_store_set_worker(E->store, E->owner);
+  /* Every lease this engine takes from now on lasts at least this long. */
+  E->fence_until = lease_until(E);
+  if (mend_store_set_fence(E->store, E->owner, E->lease_seconds, E->fence_until)) {
+    snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store));
+    mend_engine_destroy(E);
+    return NULL;
+  }
 #ifdef MEND_FAILPOINTS
   mend_store_set_commit_hook(E->store, failpoint);
 #endif

@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE   /* mremap */
 #include "store.h"
+#include "idset.h"
 
 #include <pthread.h>
 #include <sqlite3.h>
@@ -25,7 +26,7 @@ enum {
   Q_BEGIN, Q_COMMIT, Q_ROLLBACK,
   Q_INSERT_RUN, Q_UPDATE_RUN, Q_PUT_STEP, Q_UPDATE_STEP, Q_APPEND_HISTORY, Q_PUT_BREAKER, Q_PUT_DLQ,
   Q_FIND_RUN_KEY, Q_FIND_KEY_RESULT, Q_GET_BREAKER,
-  Q_CLAIM, Q_RENEW, Q_RELEASE, Q_OWNER, Q_HOLDERS, Q_RELEASE_OWNER,
+  Q_CLAIM, Q_RENEW, Q_RELEASE, Q_OWNER, Q_HOLDERS, Q_RELEASE_OWNER, Q_HELD,
   Q_DLQ_REMOVE, Q_REQUEST_CANCEL, Q_CANCEL_REQUESTS, Q_AUDIT, Q_AUDIT_LIST, Q_TAKE,
   Q_RUN, Q_STEPS, Q_HISTORY, Q_DLQ, Q_BREAKERS, Q_RUNS,
   Q__COUNT
@@ -95,6 +96,7 @@ static const char *const query_sql[Q__COUNT] = {
   [Q_HOLDERS] =
     "SELECT DISTINCT owner FROM runs WHERE status IN ('running', 'compensating')"
     " AND owner IS NOT NULL AND lease_until >= ?1",
+  [Q_HELD] = "SELECT id FROM runs WHERE owner = ?1 AND status IN ('running', 'compensating')",
   [Q_RELEASE_OWNER] =
     "UPDATE runs SET owner = NULL, lease_until = NULL WHERE owner = ?1"
     " AND status IN ('running', 'compensating')",
@@ -181,7 +183,7 @@ typedef struct wval {
   double d;
   size_t off, len;   /* V_TEXT: where in the log's text */
 } wval;
-typedef struct wrec { int q, first, n; } wrec;
+typedef struct wrec { int q, first, n, repair; } wrec;   /* repair: see mend_store_repairing */
 typedef struct wlog {
   wrec *recs;
   int nrec, caprec;
@@ -226,6 +228,18 @@ struct mend_store {
   unsigned long open_seq, durable_seq;   /* batch numbers: recording, last committed */
   void (*commit_hook)(const char *phase);
   int wal_frames;         /* the WAL's length after the last commit (sqlite3_wal_hook) */
+  /* The fence (see "fencing" below). fence_news, lost_new and nlost_new are shared with the
+   * loop and guarded by the writer's mutex; the rest belongs to whichever thread writes. */
+  char *fence_owner;
+  double fence_lease, fence_until;
+  int fence_checking;       /* a transaction began late: each run's holder is looked up */
+  int repairing;            /* writes recorded now are a person's repair (not fenced) */
+  int fence_always_late;    /* a test's: every transaction takes the late path */
+  mend_idset fence_checked; /* runs looked up since then, and still ours */
+  mend_idset lost;          /* runs another worker took: their writes are dropped */
+  int fence_news;           /* a transaction began late since the engine last heard */
+  char **lost_new;          /* lost, and not yet told to the engine */
+  int nlost_new, caplost_new;
 };
 
 static void set_msg(char *buf, int len, const char *fmt, ...) {
@@ -288,6 +302,8 @@ static void finish(sqlite3_stmt *q) {
   sqlite3_clear_bindings(q);
 }
 
+static int fence_at_begin(mend_store *s);
+
 static int batch_begin(mend_store *s) {
   if (s->batch_failed) return -1;   /* errmsg still names the first failure */
   if (s->in_batch) return 0;
@@ -299,7 +315,7 @@ static int batch_begin(mend_store *s) {
   }
   sqlite3_reset(s->q[Q_BEGIN]);
   s->in_batch = 1;
-  return 0;
+  return fence_at_begin(s);
 }
 
 static void rollback(mend_store *s) {
@@ -591,6 +607,11 @@ void mend_store_close(mend_store *s) {
   sqlite3_close_v2(s->checkpointer);   /* the last connection to close checkpoints the WAL */
   free(s->path);
   free(s->worker);
+  free(s->fence_owner);
+  mend_idset_clear(&s->fence_checked);
+  mend_idset_clear(&s->lost);
+  for (int i = 0; i < s->nlost_new; i++) free(s->lost_new[i]);
+  free(s->lost_new);
   log_free(&s->logs[0]);
   log_free(&s->logs[1]);
   free(s);
@@ -701,7 +722,7 @@ static void log_free(wlog *log) {
 static void rec_begin(mend_store *s, int q) {
   wlog *log = s->cur;
   if (grow((void **)&log->recs, &log->caprec, log->nrec + 1, sizeof *log->recs)) { log->oom = 1; return; }
-  log->recs[log->nrec++] = (wrec){q, log->nval, 0};
+  log->recs[log->nrec++] = (wrec){q, log->nval, 0, s->repairing};
 }
 
 static wval *rec_value(mend_store *s) {
@@ -748,6 +769,8 @@ static void rec_opt_real(mend_store *s, double d) {
   if (v) *v = d < 0 ? (wval){.type = V_NULL} : (wval){.type = V_REAL, .d = d};
 }
 
+static int fence_drops(mend_store *s, const wlog *log, const wrec *r);
+
 /* Runs the statements of `log` in the open transaction (begun if need be), then empties it. */
 static int flush_log(mend_store *s, wlog *log) {
   int ok = 1;
@@ -760,6 +783,11 @@ static int flush_log(mend_store *s, wlog *log) {
   }
   for (int k = 0; ok && k < log->nrec; k++) {
     const wrec *r = &log->recs[k];
+    int drop = fence_drops(s, log, r);
+    if (drop) {
+      if (drop < 0) ok = 0;
+      continue;
+    }
     sqlite3_stmt *q = s->q[r->q];
     int rc = SQLITE_OK;
     for (int j = 0; j < r->n; j++) {
@@ -1105,6 +1133,167 @@ int mend_store_get_breaker(mend_store *s, const char *key, mend_breaker *b) {
   return 1;
 }
 
+/* ---- fencing ----------------------------------------------------------------------------
+ * A worker holds its runs only while their leases last. One that stalls past them (stopped,
+ * swapped out, waiting on a lock) may find that another worker took some, and what it then
+ * wrote to them would mix two workers' transitions in one run. So each transaction checks,
+ * once it holds the write lock (no claim can commit while it does), that it began before our
+ * leases ran out (fence_until; claims compare lease_until against the same wall clock). One
+ * that began late renews what is still ours, then looks up the holder of each run it writes
+ * to, once per run. A run another worker holds is lost: its writes are dropped, in this batch
+ * and every later one, and the engine hears of it (mend_store_fence_news) and lets it go.
+ * Looking up goes on until the engine has matched its runs against those the store says it
+ * holds (mend_store_held, mend_store_fence_verified). */
+
+static double wall_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* What the loop reads of the fence is guarded by the writer's mutex, if there is a writer. */
+static void news_lock(mend_store *s) { if (s->w) pthread_mutex_lock(&s->w->mu); }
+static void news_unlock(mend_store *s) { if (s->w) pthread_mutex_unlock(&s->w->mu); }
+
+static int fence_oom(mend_store *s) {
+  set_msg(s->err, sizeof s->err, "%s: keeping track of lost leases: out of memory", s->path);
+  s->batch_failed = 1;
+  return -1;
+}
+
+static int fence_at_begin(mend_store *s) {
+  if (!s->fence_owner || (wall_now() < s->fence_until && !s->fence_always_late)) return 0;
+  double until = wall_now() + s->fence_lease;
+  sqlite3_stmt *q = s->q[Q_RENEW];
+  int rc = SQLITE_OK;
+  BIND(bind_text(q, 1, s->fence_owner));
+  BIND(sqlite3_bind_double(q, 2, until));
+  if (run_write(s, q, rc, "renew leases") != 0) return -1;
+  s->fence_until = until;
+  s->fence_checking = 1;
+  mend_idset_clear(&s->fence_checked);
+  news_lock(s);
+  s->fence_news = 1;
+  news_unlock(s);
+  return 0;
+}
+
+static int note_lost(mend_store *s, const char *id, size_t len) {
+  char *copy = malloc(len + 1);
+  if (!copy) return -1;
+  memcpy(copy, id, len);
+  copy[len] = '\0';
+  news_lock(s);
+  int ok = 1;
+  if (s->nlost_new == s->caplost_new) {
+    int cap = s->caplost_new ? s->caplost_new * 2 : 16;
+    char **more = realloc(s->lost_new, (size_t)cap * sizeof *more);
+    if (more) {
+      s->lost_new = more;
+      s->caplost_new = cap;
+    } else {
+      ok = 0;
+    }
+  }
+  if (ok) s->lost_new[s->nlost_new++] = copy;
+  news_unlock(s);
+  if (!ok) free(copy);
+  return ok ? 0 : -1;
+}
+
+/* 1 if the record must not run (it writes to a run this worker no longer holds), -1 on error.
+ * A run is ours only while its owner is us: a run another worker finished has no owner, and
+ * our stale writes must not reopen it. */
+static int fence_drops(mend_store *s, const wlog *log, const wrec *r) {
+  if ((!s->fence_checking && !s->lost.count) || r->repair) return 0;
+  const wval *v = &log->vals[r->first];
+  if (r->q == Q_PUT_BREAKER || v->type != V_TEXT) return 0;   /* not a run's */
+  const char *id = log->text + v->off;
+  size_t len = v->len;
+  if (r->q == Q_INSERT_RUN)   /* ours from the start */
+    return s->fence_checking && mend_idset_add(&s->fence_checked, id, len) < 0 ? fence_oom(s) : 0;
+  if (mend_idset_has(&s->lost, id, len)) return 1;
+  if (!s->fence_checking || mend_idset_has(&s->fence_checked, id, len)) return 0;
+  sqlite3_stmt *q = s->q[Q_OWNER];
+  int row = first_row(s, q, sqlite3_bind_text(q, 1, id, (int)len, SQLITE_STATIC),
+                      "look up who holds a run");
+  if (row < 0) {
+    s->batch_failed = 1;
+    return -1;
+  }
+  const char *owner = row ? (const char *)sqlite3_column_text(q, 0) : NULL;
+  int other = row && (!owner || strcmp(owner, s->fence_owner) != 0);
+  if (row) finish(q);
+  if (!other) return mend_idset_add(&s->fence_checked, id, len) < 0 ? fence_oom(s) : 0;
+  if (mend_idset_add(&s->lost, id, len) < 0 || note_lost(s, id, len) != 0) return fence_oom(s);
+  return 1;
+}
+
+int mend_store_set_fence(mend_store *s, const char *owner, double lease_seconds, double until) {
+  char *copy = strdup(owner);
+  if (!copy) return fence_oom(s);
+  free(s->fence_owner);
+  s->fence_owner = copy;
+  s->fence_lease = lease_seconds;
+  s->fence_until = until;
+#ifdef MEND_FAILPOINTS
+  /* The late path, taken by every transaction: the specs run under it to show that a worker
+   * holding all its leases loses nothing to the lookups (MEND_FENCE_LATE=1 make test). */
+  s->fence_always_late = getenv("MEND_FENCE_LATE") != NULL;
+#endif
+  return 0;
+}
+
+int mend_store_fence_news(mend_store *s, void (*lost)(void *ud, const char *id), void *ud) {
+  news_lock(s);
+  char **ids = s->lost_new;
+  int n = s->nlost_new, late = s->fence_news;
+  s->lost_new = NULL;
+  s->nlost_new = s->caplost_new = 0;
+  s->fence_news = 0;
+  news_unlock(s);
+  for (int i = 0; i < n; i++) {
+    lost(ud, ids[i]);
+    free(ids[i]);
+  }
+  free(ids);
+  return late;
+}
+
+void mend_store_repairing(mend_store *s, int on) { s->repairing = on; }
+
+int mend_store_add_lost(mend_store *s, const char *id) {
+  return mend_idset_add(&s->lost, id, strlen(id)) < 0 ? fence_oom(s) : 0;
+}
+
+/* The id column of every row of a bound statement, as an array of strings; NULL on error. */
+static json_t *strings_of(mend_store *s, sqlite3_stmt *q, int rc, const char *what) {
+  json_t *out = json_array();
+  while (rc == SQLITE_OK || rc == SQLITE_ROW) {
+    rc = sqlite3_step(q);
+    if (rc == SQLITE_ROW) json_array_append_new(out, json_string((const char *)sqlite3_column_text(q, 0)));
+  }
+  if (rc != SQLITE_DONE) {
+    sql_err(s, what);
+    json_decref(out);
+    out = NULL;
+  }
+  finish(q);
+  return out;
+}
+
+json_t *mend_store_held(mend_store *s) {
+  if (sync_point(s) != 0) return NULL;
+  sqlite3_stmt *q = s->q[Q_HELD];
+  return strings_of(s, q, bind_text(q, 1, s->fence_owner), "read the runs this worker holds");
+}
+
+void mend_store_fence_verified(mend_store *s) {
+  if (writer_wait(s) != 0) return;
+  s->fence_checking = 0;
+  mend_idset_clear(&s->fence_checked);
+}
+
 /* ---- queries --------------------------------------------------------------------------- */
 
 static int is_json_column(const char *name) {
@@ -1257,7 +1446,9 @@ int mend_store_take(mend_store *s, const char *id, const char *owner, double lea
   BIND(bind_text(q, 1, id));
   BIND(bind_text(q, 2, owner));
   BIND(sqlite3_bind_double(q, 3, lease_until));
-  return run_write(s, q, rc, "take run");
+  if (run_write(s, q, rc, "take run") != 0) return -1;
+  mend_idset_remove(&s->lost, id, strlen(id));   /* ours again */
+  return 0;
 }
 
 int mend_store_dlq_remove(mend_store *s, const char *run_id) {
@@ -1353,7 +1544,10 @@ json_t *mend_store_claim(mend_store *s, const char *owner, double now, double le
   json_t *ids = json_array();
   while (rc == SQLITE_OK || rc == SQLITE_ROW) {
     rc = sqlite3_step(q);
-    if (rc == SQLITE_ROW) json_array_append_new(ids, json_string((const char *)sqlite3_column_text(q, 0)));
+    if (rc != SQLITE_ROW) continue;
+    const char *id = (const char *)sqlite3_column_text(q, 0);
+    json_array_append_new(ids, json_string(id));
+    mend_idset_remove(&s->lost, id, strlen(id));   /* ours again */
   }
   if (rc != SQLITE_DONE) {
     sql_err(s, "claim runs");
@@ -1372,7 +1566,10 @@ int mend_store_renew(mend_store *s, const char *owner, double lease_until) {
   int rc = SQLITE_OK;
   BIND(bind_text(q, 1, owner));
   BIND(sqlite3_bind_double(q, 2, lease_until));
-  return run_write(s, q, rc, "renew leases");
+  if (run_write(s, q, rc, "renew leases") != 0) return -1;
+  if (s->fence_owner && strcmp(owner, s->fence_owner) == 0 && lease_until > s->fence_until)
+    s->fence_until = lease_until;
+  return 0;
 }
 
 int mend_store_release(mend_store *s, const char *id, const char *owner) {
@@ -1400,20 +1597,7 @@ int mend_store_owner(mend_store *s, const char *id, char *owner_out, int owner_l
 json_t *mend_store_lease_holders(mend_store *s, double now) {
   if (sync_point(s) != 0) return NULL;
   sqlite3_stmt *q = s->q[Q_HOLDERS];
-  int rc = sqlite3_bind_double(q, 1, now);
-  json_t *owners = json_array();
-  while (rc == SQLITE_OK || rc == SQLITE_ROW) {
-    rc = sqlite3_step(q);
-    if (rc == SQLITE_ROW) json_array_append_new(owners, json_string((const char *)sqlite3_column_text(q, 0)));
-  }
-  if (rc != SQLITE_DONE) {
-    sql_err(s, "read lease holders");
-    finish(q);
-    json_decref(owners);
-    return NULL;
-  }
-  finish(q);
-  return owners;
+  return strings_of(s, q, sqlite3_bind_double(q, 1, now), "read lease holders");
 }
 
 int mend_store_release_owner(mend_store *s, const char *owner) {

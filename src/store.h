@@ -211,6 +211,21 @@ int     mend_store_release(mend_store *s, const char *id, const char *owner);
 json_t *mend_store_lease_holders(mend_store *s, double now);
 /* Gives back every unfinished run held by `owner` (a worker known to be dead). */
 int     mend_store_release_owner(mend_store *s, const char *owner);
+/* The fence (store.c, "fencing"): a transaction that begins after this worker's leases ran out
+ * (`until`, moved on by each renewal) renews them and drops every write to a run another
+ * worker took meanwhile. set_fence names the worker and its lease, once, before any write.
+ * fence_news calls `lost` with each run found lost since the last call and returns 1 if a
+ * transaction began late meanwhile: the engine then matches its runs against mend_store_held
+ * (an array of ids; NULL on error), lets go of the others (add_lost), and calls
+ * fence_verified. */
+int     mend_store_set_fence(mend_store *s, const char *owner, double lease_seconds, double until);
+int     mend_store_fence_news(mend_store *s, void (*lost)(void *ud, const char *id), void *ud);
+json_t *mend_store_held(mend_store *s);
+int     mend_store_add_lost(mend_store *s, const char *id);
+void    mend_store_fence_verified(mend_store *s);
+/* While on, the writes recorded are a person's repair of a run nobody holds (resolving a dead
+ * letter): the fence lets them through. */
+void    mend_store_repairing(mend_store *s, int on);
 /* 1 and the owner ("" if none) and lease_until (-1 if none); 0 no run; -1 error. */
 int     mend_store_owner(mend_store *s, const char *id, char *owner_out, int owner_len,
                          double *lease_until);

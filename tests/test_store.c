@@ -811,6 +811,100 @@ static void test_writer_thread(void) {
   sqlite3_close(db);
 }
 
+static void note_lost_id(void *ud, const char *id) {
+  char *seen = ud;
+  size_t n = strlen(seen);
+  snprintf(seen + n, 128 - n, "%s%s", n ? "," : "", id);
+}
+
+static int history_rows(sqlite3 *db, const char *run) {
+  char sql[128];
+  snprintf(sql, sizeof sql, "SELECT count(*) FROM history WHERE run_id = '%s'", run);
+  return raw_int(db, sql);
+}
+
+/* The fence: a worker whose leases ran out (a stall) while another took one of its runs.
+ * Its next transaction renews what is still its own and drops every write to the run it lost,
+ * then and later, until it takes the run back; the engine hears which run that was. */
+static void test_fence(void) {
+  const char *path = file_in_dir("fence.db");
+  char err[512] = "";
+  double now = (double)time(NULL);
+  mend_store *a = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  mend_store *b = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  CHECK(a && b);
+  if (!a || !b) return;
+  mend_store_set_worker(a, "wa");
+  CHECK_EQ_INT(mend_store_set_fence(a, "wa", 30, now + 30), 0);
+  const char *ids[] = {"f1", "f2", "f3"};
+  for (int i = 0; i < 3; i++) {
+    mend_run_rec r = run_rec(ids[i], NULL, "running", i + 1);
+    r.owner = "wa";
+    r.lease_until = now - 5;   /* run out: a stalled */
+    CHECK_EQ_INT(mend_store_insert_run(a, &r), 0);
+    mend_step_rec st = step_rec(ids[i], 0, "reserve", "running");
+    CHECK_EQ_INT(mend_store_put_step(a, &st), 0);
+  }
+  CHECK_EQ_INT(mend_store_commit(a), 0);
+  char seen[128] = "";
+  CHECK_EQ_INT(mend_store_fence_news(a, note_lost_id, seen), 0);   /* on time so far */
+
+  /* b takes the oldest of a's runs, and finishes the next one */
+  json_t *taken = mend_store_claim(b, "wb", now, now + 30, 1, 0);
+  CHECK(taken && json_array_size(taken) == 1 && strcmp(json_string_value(json_array_get(taken, 0)), "f1") == 0);
+  json_decref(taken);
+  CHECK_EQ_INT(mend_store_commit(b), 0);
+  CHECK_EQ_INT(mend_store_take(b, "f2", "wb", now + 30), 0);
+  CHECK_EQ_INT(mend_store_update_run(b, "f2", "succeeded", NULL, 0, 5, NULL), 0);
+  CHECK_EQ_INT(mend_store_commit(b), 0);
+
+  /* a wakes up past its fence and writes to all three */
+  CHECK_EQ_INT(mend_store_set_fence(a, "wa", 30, now - 5), 0);
+  for (int i = 0; i < 3; i++) {
+    mend_history_rec h = {ids[i], "reserve", 6, "step", "running", "succeeded", 1, NULL, -1, NULL};
+    CHECK_EQ_INT(mend_store_append_history(a, &h), 0);
+    mend_step_rec st = step_rec(ids[i], 0, "reserve", "succeeded");
+    CHECK_EQ_INT(mend_store_update_step(a, &st), 0);
+  }
+  CHECK_EQ_INT(mend_store_commit(a), 0);
+  sqlite3 *db = raw_open(path);
+  CHECK_EQ_INT(history_rows(db, "f1"), 0);
+  CHECK_EQ_INT(history_rows(db, "f2"), 0);   /* finished by b: no owner now, and not ours */
+  CHECK_EQ_INT(history_rows(db, "f3"), 1);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM steps WHERE status = 'succeeded'"), 1);
+  /* the lease a still holds was renewed */
+  CHECK_EQ_INT(raw_int(db, "SELECT lease_until > strftime('%s','now') FROM runs WHERE id = 'f3'"), 1);
+  CHECK_EQ_INT(mend_store_fence_news(a, note_lost_id, seen), 1);
+  CHECK_STR(seen, "f1,f2");
+  json_t *held = mend_store_held(a);
+  CHECK(held && json_array_size(held) == 1 && strcmp(json_string_value(json_array_get(held, 0)), "f3") == 0);
+  json_decref(held);
+  mend_store_fence_verified(a);
+
+  /* on time again, writes to a lost run are still dropped; a repair by a person is not */
+  mend_history_rec late = {"f1", "reserve", 7, "step", "succeeded", "running", 2, NULL, -1, NULL};
+  CHECK_EQ_INT(mend_store_append_history(a, &late), 0);
+  mend_store_repairing(a, 1);
+  mend_history_rec note = {"f2", NULL, 7, "operator", NULL, NULL, 0, NULL, -1, "looked at"};
+  CHECK_EQ_INT(mend_store_append_history(a, &note), 0);
+  mend_store_repairing(a, 0);
+  CHECK_EQ_INT(mend_store_commit(a), 0);
+  CHECK_EQ_INT(history_rows(db, "f1"), 0);
+  CHECK_EQ_INT(history_rows(db, "f2"), 1);
+  seen[0] = '\0';
+  CHECK_EQ_INT(mend_store_fence_news(a, note_lost_id, seen), 0);
+  CHECK_STR(seen, "");
+
+  /* taken back, it is a's again */
+  CHECK_EQ_INT(mend_store_take(a, "f1", "wa", now + 30), 0);
+  CHECK_EQ_INT(mend_store_append_history(a, &late), 0);
+  CHECK_EQ_INT(mend_store_commit(a), 0);
+  CHECK_EQ_INT(history_rows(db, "f1"), 1);
+  sqlite3_close(db);
+  mend_store_close(a);
+  mend_store_close(b);
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/mend-test-store-XXXXXX");
   if (!mkdtemp(dir)) {
@@ -825,9 +919,10 @@ int main(void) {
   test_checkpoints();
   test_upgrade_from_1();
   test_writer_thread();
+  test_fence();
 
   const char *files[] = {"schema.db", "trip.db", "batch.db", "notes.txt", "future.db",
-                         "foreign.db", "liar.db", "full.db", "ckpt.db", "v1.db", "writer.db"};
+                         "foreign.db", "liar.db", "full.db", "ckpt.db", "v1.db", "writer.db", "fence.db"};
   for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
     char p[4096];
     snprintf(p, sizeof p, "%s/%s", dir, files[i]);

@@ -27,7 +27,8 @@ function M.call(dir, kind, ctx, key)
   append(dir .. "/requests.log", table.concat({ kind, ctx.run_id, ctx.step, key, ctx.attempt }, " "))
   local final = dir .. "/" .. kind .. "-" .. safe(key)
   if exists(final) then return false end
-  local tmp = final .. ".tmp"
+  -- a name of its own: a worker that lost its lease may still be finishing the same call
+  local tmp = string.format("%s.%d.tmp", final, math.random(1 << 30))
   local f = assert(io.open(tmp, "w"))
   f:write(string.format("%s %s %s %.6f\n", ctx.run_id, ctx.step, key, ctx:now()))
   f:close()
