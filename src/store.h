@@ -16,7 +16,7 @@
  *   runs(id TEXT PRIMARY KEY, workflow TEXT, version TEXT, source TEXT, run_key TEXT UNIQUE,
  *        status TEXT, input TEXT (JSON), error TEXT, attention INTEGER, reason TEXT (why it
  *        failed for good), owner TEXT, lease_until REAL (the worker executing it, and until
- *        when), created REAL, updated REAL) + index on status for unfinished runs only
+ *        when), created REAL, updated REAL) + index on created for unfinished runs only
  *   steps(run_id TEXT, idx INTEGER, name TEXT, status TEXT, attempts INTEGER,
  *         comp_attempts INTEGER, idem_key TEXT, custom_key INTEGER, result TEXT (JSON),
  *         error TEXT, due REAL, last_delay REAL, updated REAL, slept INTEGER,
@@ -31,7 +31,8 @@
  *   dlq(run_id TEXT PRIMARY KEY, reason TEXT, step TEXT, error TEXT, detail TEXT, at REAL)
  *   audit(seq INTEGER PRIMARY KEY, at REAL, who TEXT, op TEXT, target TEXT, detail TEXT):
  *        operations by people that concern no single run (breaker overrides)
- *   runs also has cancel_requested INTEGER: a cancel asked for by another process
+ *   runs also has cancel_requested INTEGER: a cancel asked for by another process (indexed by
+ *        owner where set)
  * Nullable text fields are passed as NULL; a delay or due time of < 0 is stored as NULL.
  */
 #ifndef MEND_STORE_H
@@ -40,7 +41,7 @@
 #include <jansson.h>
 #include "breaker.h"
 
-#define MEND_SCHEMA_VERSION 2
+#define MEND_SCHEMA_VERSION 3
 
 typedef struct mend_store mend_store;
 
