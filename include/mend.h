@@ -109,6 +109,8 @@ typedef struct mend_options {
   void *alert_ud;
   mend_json_fn on_event;      /* events for the host's metrics; NULL: none */
   void *event_ud;
+  const char *log_level;      /* the least level logged: "debug", "info" (NULL), "warn" or
+                                 "error"; transitions are info, failures warn */
 } mend_options;
 
 /* Fills *opts with defaults: in-memory database, full durability, real clock, random seed,

@@ -85,6 +85,14 @@ describe("the mend command", function()
       assert.truthy(line_index(out, "charge", "running -> retry_wait", "delay"), out)
     end)
 
+    it("logs only failures to stderr with --log-level warn", function()
+      local code, _, err = mend("run", "workflows/order.lua", "--clock", "virtual", "--db", db,
+                                "--seed", "7", "--log-level", "warn")
+      assert.are.equal(0, code, err)
+      assert.truthy(err:find('"level":"warn"', 1, true), err)
+      assert.falsy(err:find('"level":"info"', 1, true), err)
+    end)
+
     it("draws the same backoff delays for the same --seed", function()
       local function delays(seed, path)
         local _, out = mend("run", "workflows/order.lua", "--clock", "virtual", "--db", path,

@@ -377,3 +377,45 @@ describe("mend.json", function()
     assert.has_error(function() mend.json.encode({ f = function() end }) end)
   end)
 end)
+
+describe("the engine's log", function()
+  after_each(H.cleanup)
+
+  local flaky = {
+    name = "flaky",
+    retry = { initial = 0.1, jitter = 0 },
+    steps = { { name = "call", execute = function(ctx)
+      ctx:log("attempt %d", ctx.attempt)
+      if ctx.attempt == 1 then error(mend.retryable("busy")) end
+      return true
+    end } },
+  }
+
+  local function levels_logged(level)
+    local seen = {}
+    local eng = H.new_engine({ log_level = level, log = function(rec)
+      seen[#seen + 1] = rec.level .. " " .. rec.event .. " " .. rec.message
+    end })
+    eng:register(flaky)
+    eng:start("flaky", {})
+    eng:run()
+    return table.concat(seen, "\n")
+  end
+
+  it("gives every transition at info, the default", function()
+    local all = levels_logged(nil)
+    assert.truthy(all:find("info step pending -> running", 1, true), all)
+    assert.truthy(all:find("info log attempt 2", 1, true), all)
+    assert.truthy(all:find("warn step running -> retry_wait: retryable: busy", 1, true), all)
+  end)
+
+  it("gives only failures at warn", function()
+    local warn = levels_logged("warn")
+    assert.are.equal("warn step running -> retry_wait: retryable: busy", warn)
+  end)
+
+  it("refuses a level it does not know, naming the choices", function()
+    assert.has_error(function() H.new_engine({ log_level = "loud" }) end,
+      'mend.engine: log_level must be "debug", "info", "warn" or "error", got "loud"')
+  end)
+end)

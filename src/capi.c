@@ -83,6 +83,7 @@ static void event_adapter(void *ud, json_t *ev) {
 MEND_API int mend_engine_new(const mend_options *opts, mend_engine **out, char *err, size_t errlen) {
   mend_options defaults;
   if (!opts) { mend_options_init(&defaults); opts = &defaults; }
+  *out = NULL;
   handle *h = calloc(1, sizeof *h);
   if (!h) return MEND_ENOMEM;
   h->side.opts = *opts;
@@ -99,6 +100,15 @@ MEND_API int mend_engine_new(const mend_options *opts, mend_engine **out, char *
   cfg.instruction_budget = opts->instruction_budget;
   cfg.sandbox = opts->sandbox;
   cfg.lua_path = opts->lua_path ? opts->lua_path : mend_lua_dir_default();
+  cfg.log_level = mend_log_level_of(opts->log_level ? opts->log_level : "info");
+  if (!cfg.log_level) {
+    if (err && errlen)
+      snprintf(err, errlen, "log_level must be \"debug\", \"info\", \"warn\" or \"error\", got \"%s\"",
+               opts->log_level);
+    free(h);
+    *out = NULL;
+    return MEND_EINVAL;
+  }
   if (opts->log) {
     cfg.log = log_adapter;
     cfg.log_ud = s;

@@ -13,6 +13,7 @@
  */
 #include "engine.h"
 #include "idset.h"
+#include "log.h"
 
 #include <lauxlib.h>
 #include <lualib.h>
@@ -237,9 +238,13 @@ void mend_engine_note_error(mend_engine *E, const char *msg) {
   if (!E->broken) snprintf(E->errmsg, sizeof E->errmsg, "%s", msg);
 }
 
+static int logs(const mend_engine *E, const char *level) {
+  return E->cfg.log && mend_log_level_of(level) >= E->cfg.log_level;
+}
+
 void mend_engine_log_line(mend_engine *E, const char *level, const char *run, const char *step,
                           int attempt, const char *event, const char *message) {
-  if (!E->cfg.log) return;
+  if (!logs(E, level)) return;
   mend_log_record rec = {level, mend_engine_now(E), run, step, attempt, event, message};
   E->cfg.log(E->cfg.log_ud, &rec);
 }
@@ -413,11 +418,11 @@ static void history(mend_run *r, const char *step, const char *event, const char
 
 static void log_transition(mend_run *r, const char *step, int attempt, const char *from,
                            const char *to, const char *error) {
-  if (!r->E->cfg.log) return;
+  const char *level = error ? "warn" : "info";
+  if (!logs(r->E, level)) return;
   char msg[512];
   if (error) snprintf(msg, sizeof msg, "%s -> %s: %s", from, to, error);
   else snprintf(msg, sizeof msg, "%s -> %s", from, to);
-  const char *level = error ? "warn" : "info";
   mend_engine_log_line(r->E, level, r->id, step, attempt, step ? "step" : "run", msg);
 }
 
@@ -2631,6 +2636,7 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
   mend_engine *E = calloc(1, sizeof *E);
   if (!E) { snprintf(err, (size_t)errlen, "out of memory"); return NULL; }
   E->cfg = *cfg;
+  if (!E->cfg.log_level) E->cfg.log_level = MEND_LOG_INFO;
   E->cfg.alert_command = cfg->alert_command ? mend_dupstr(cfg->alert_command) : NULL;
   if (!host) {
     E->mem_limit = cfg->memory_limit > 0 ? cfg->memory_limit : (size_t)-1;

@@ -45,6 +45,7 @@ typedef struct mend_engine_config {
   uint64_t seed;
   mend_engine_log_fn log;       /* NULL: no log */
   void *log_ud;
+  int log_level;                /* records below it are not made (mend_log_level_of); 0: info */
   mend_engine_alert_fn alert;   /* NULL: alerts only in history */
   void *alert_ud;
   uv_loop_t *loop;              /* NULL: the engine owns a loop */

@@ -211,14 +211,14 @@ static const char *opt_field_string(lua_State *L, int idx, const char *field, co
   return s;
 }
 
-/* mend.engine{db=, clock=, seed=, durability=, log=, alert=} -> engine  [-1, +1, e] */
+/* mend.engine{db=, clock=, seed=, durability=, log=, log_level=, alert=, ...} -> engine  [-1, +1, e] */
 static int l_engine(lua_State *L) {
   if (lua_isnoneornil(L, 1)) { lua_settop(L, 0); lua_newtable(L); }
   luaL_checktype(L, 1, LUA_TTABLE);
   static const char *const fields[] = {"db", "clock", "seed", "durability", "log", "alert",
                                        "lease", "grace", "max_concurrency",
                                        "instruction_budget", "alert_command", "writer_thread",
-                                       NULL};
+                                       "log_level", NULL};
   lua_pushnil(L);
   while (lua_next(L, 1)) {
     lua_pop(L, 1);
@@ -243,6 +243,10 @@ static int l_engine(lua_State *L) {
   }
   lua_pop(L, 1);
   cfg.alert_command = opt_field_string(L, 1, "alert_command", NULL);   /* anchored in opts */
+  const char *level = opt_field_string(L, 1, "log_level", "info");
+  cfg.log_level = mend_log_level_of(level);
+  if (!cfg.log_level)
+    return luaL_error(L, "mend.engine: log_level must be \"debug\", \"info\", \"warn\" or \"error\", got \"%s\"", level);
   lua_getfield(L, 1, "writer_thread");
   cfg.writer_thread = lua_isnil(L, -1) || lua_toboolean(L, -1);
   lua_pop(L, 1);

@@ -5,8 +5,16 @@
 #include "log.h"
 
 #include <jansson.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+int mend_log_level_of(const char *name) {
+  static const char *const names[] = {"debug", "info", "warn", "error"};
+  for (int i = 0; name && i < 4; i++)
+    if (strcmp(name, names[i]) == 0) return i + 1;
+  return 0;
+}
 
 void mend_log_sink_init(mend_log_sink *s, FILE *out) {
   s->out = out;

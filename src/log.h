@@ -14,6 +14,10 @@ typedef struct mend_log_sink {
   int human;     /* 1 when out is a terminal */
 } mend_log_sink;
 
+/* Levels by rank: debug 1, info 2, warn 3, error 4; 0 for a name that is none of them. */
+enum { MEND_LOG_DEBUG = 1, MEND_LOG_INFO, MEND_LOG_WARN, MEND_LOG_ERROR };
+int mend_log_level_of(const char *name);
+
 void mend_log_sink_init(mend_log_sink *s, FILE *out);
 /* A mend_engine_log_fn: ud is a mend_log_sink. */
 void mend_log_to_sink(void *ud, const mend_log_record *rec);

@@ -526,6 +526,46 @@ static void it_lets_go_of_calls_open_when_freed(void) {
   if (held_call) CHECK_EQ_INT(mend_call_return(held_call, "42"), MEND_OK);
 }
 
+static int logged_info;
+static void count_levels(void *ud, const char *level, double time, const char *run,
+                         const char *step, int attempt, const char *event, const char *message) {
+  (void)ud; (void)time; (void)run; (void)step; (void)attempt; (void)event; (void)message;
+  if (strcmp(level, "info") == 0) logged_info++;
+}
+
+/* log_level: a host that wants only failures gets only failures; a level that does not exist
+ * is refused with the choices. */
+static void it_logs_from_the_level_asked(void) {
+  mend_options o;
+  mend_options_init(&o);
+  o.virtual_clock = 1;
+  o.log = count_levels;
+  o.log_level = "warn";
+  mend_engine *E = engine(&o);
+  load(E, "basic");
+  CHECK_EQ_INT(mend_engine_register_function(E, "greet", greet, NULL), MEND_OK);
+  char id[17];
+  start(E, "basic", "{\"who\":\"al\"}", id);
+  logged_info = 0;
+  CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+  CHECK_EQ_INT(logged_info, 0);
+  mend_engine_free(E);
+  o.log_level = "info";
+  E = engine(&o);
+  load(E, "basic");
+  CHECK_EQ_INT(mend_engine_register_function(E, "greet", greet, NULL), MEND_OK);
+  start(E, "basic", "{\"who\":\"al\"}", id);
+  CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+  CHECK(logged_info > 0);
+  mend_engine_free(E);
+  o.log_level = "loud";
+  char err[256] = "";
+  E = (mend_engine *)&o;   /* must come back NULL */
+  CHECK_EQ_INT(mend_engine_new(&o, &E, err, sizeof err), MEND_EINVAL);
+  CHECK(E == NULL);
+  CHECK(strstr(err, "log_level must be") && strstr(err, "\"loud\""));
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/mend-embed-XXXXXX");
   if (!mkdtemp(dir)) {
@@ -551,6 +591,7 @@ int main(void) {
   it_sandboxes_workflow_code();
   it_repairs_through_the_c_api();
   it_lets_go_of_calls_open_when_freed();
+  it_logs_from_the_level_asked();
 
   static const char *const files[] = {"basic", "saga", "hog", "spin", "escape_os", "escape_io",
                                       "escape_c", "escape_exec", "stuck", "hold"};

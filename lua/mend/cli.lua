@@ -280,7 +280,7 @@ local function cmd_run(o, file)
   local input = decode_input(o.input)
   check_readable(file)
   local conf = { db = o.db, clock = o.clock, seed = o.seed, durability = o.durability,
-                 log = "stderr" }
+                 log = "stderr", log_level = o["log-level"] }
   return with_engine(conf, function(eng)
     local name = eng:load(file)
     local id, existed = eng:start(name, input, { key = o.key })
@@ -452,6 +452,7 @@ local function cmd_worker(o)
   local files = workflow_files(o.workflows or "workflows")
   if #files == 0 then fail("no workflow files (*.lua) in %s", o.workflows or "workflows") end
   local conf = { db = o.db, durability = o.durability, log = "stderr",
+                 log_level = o["log-level"],
                  lease = number_flag(o, "lease", 30), grace = number_flag(o, "grace", 10) }
   return with_engine(conf, function(eng)
     for _, file in ipairs(files) do eng:load(file) end
@@ -500,6 +501,10 @@ local function cmd_repl(o)
 end
 
 local DB_HELP = "  --db PATH        the database (default mend.db)\n"
+local LOG_LEVELS = { debug = true, info = true, warn = true, error = true }
+local LOG_LEVEL_HELP =
+  "  --log-level L    the least level logged to stderr: debug, info (default: every\n" ..
+  "                   transition), warn (failures, retries, lost leases) or error\n"
 
 -- Each command: its positional arguments, its flags ("value" takes one, "switch" does not),
 -- checks of flag values, its usage and help text, and the function that does it.
@@ -507,11 +512,12 @@ local commands = {
   run = {
     args = { "FILE" },
     flags = { input = "value", db = "value", key = "value", clock = "value", seed = "value",
-              durability = "value", json = "switch" },
+              durability = "value", json = "switch", ["log-level"] = "value" },
     choices = { clock = { virtual = true, real = true },
-                durability = { full = true, process = true } },
+                durability = { full = true, process = true }, ["log-level"] = LOG_LEVELS },
     usage = "mend run FILE [--input JSON] [--db PATH] [--key K] [--clock virtual|real]\n" ..
-            "                [--seed N] [--durability full|process] [--json]",
+            "                [--seed N] [--durability full|process] [--json]\n" ..
+            "                [--log-level debug|info|warn|error]",
     help = "Runs one execution of the workflow in FILE to its end, then prints the outcome and\n" ..
            "a timeline of every transition (or, with --json, the run's status as JSON).\n\n" ..
            "  --input JSON     the run's input (default {})\n" .. DB_HELP ..
@@ -519,7 +525,7 @@ local commands = {
            "  --clock C        virtual (timers fire at once, in order) or real (default)\n" ..
            "  --seed N         seed of the backoff jitter generator (default random)\n" ..
            "  --durability D   full (default: survives power loss) or process\n" ..
-           "  --json           print the status object as JSON\n\n" ..
+           "  --json           print the status object as JSON\n" .. LOG_LEVEL_HELP .. "\n" ..
            "Exit codes: 0 succeeded, 3 compensated or failed, 4 needs attention (dead-letter\n" ..
            "queue), 1 mend failed (load, storage or input error), 2 usage error.\n",
     action = cmd_run,
@@ -543,10 +549,12 @@ local commands = {
   worker = {
     args = {},
     flags = { db = "value", workflows = "value", lease = "value", poll = "value",
-              grace = "value", ["max-in-flight"] = "value", durability = "value" },
-    choices = { durability = { full = true, process = true } },
+              grace = "value", ["max-in-flight"] = "value", durability = "value",
+              ["log-level"] = "value" },
+    choices = { durability = { full = true, process = true }, ["log-level"] = LOG_LEVELS },
     usage = "mend worker [--db PATH] [--workflows DIR] [--lease S] [--poll S] [--grace S]\n" ..
-            "                   [--max-in-flight N] [--durability full|process]",
+            "                   [--max-in-flight N] [--durability full|process]\n" ..
+            "                   [--log-level debug|info|warn|error]",
     help = "Executes runs until stopped. On start it resumes every unfinished run that no live\n" ..
            "worker holds, from the database alone; then it takes new runs as `mend start`\n" ..
            "records them. Several workers may share one database: each run is executed by one\n" ..
@@ -559,7 +567,8 @@ local commands = {
            "  --grace S        how long a stopping worker waits for attempts (default 10)\n" ..
            "  --max-in-flight N  runs held at once (default: no limit)\n" ..
            "  --durability D   full (default: survives power loss) or process (survives a\n" ..
-           "                   crash of mend; the last commits may be lost on power loss)\n",
+           "                   crash of mend; the last commits may be lost on power loss)\n" ..
+           LOG_LEVEL_HELP,
     action = cmd_worker,
   },
   start = {
