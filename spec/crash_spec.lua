@@ -244,15 +244,22 @@ describe("a worker stopped past its lease", function()
       if held >= 20 then break end
       sleep(0.005)
     end
-    sh("kill -STOP " .. a)
-    sleep(0.8)   -- its 0.5 s leases run out
-    local b = start_worker(db, nil, log, "--max-in-flight 20")
-    local taken = 0   -- runs recovered a second time: by the second worker
-    for _ = 1, 500 do
-      taken = tonumber(H.sql(db, "SELECT count(*) FROM (SELECT run_id FROM history WHERE"
-        .. " event = 'recovered' GROUP BY run_id HAVING count(*) >= 2)")[1])
+    -- A stop that lands inside a transaction holds SQLite's one write lock: the second worker
+    -- can take nothing until the first goes on. Then let it go on a moment and stop it again.
+    local b, taken = nil, 0   -- runs recovered a second time: by the second worker
+    for _ = 1, 6 do
+      sh("kill -STOP " .. a)
+      sleep(0.8)   -- its 0.5 s leases run out
+      b = b or start_worker(db, nil, log, "--max-in-flight 20")
+      for _ = 1, 100 do
+        taken = tonumber(H.sql(db, "SELECT count(*) FROM (SELECT run_id FROM history WHERE"
+          .. " event = 'recovered' GROUP BY run_id HAVING count(*) >= 2)")[1])
+        if taken >= 20 then break end
+        sleep(0.01)
+      end
       if taken >= 20 then break end
-      sleep(0.01)
+      sh("kill -CONT " .. a)
+      sleep(0.05)
     end
     sh("kill -CONT " .. a)
     sleep(0.5)

@@ -92,6 +92,31 @@ describe("a step's idempotency key", function()
     assert.are.equal(id .. "/charge", H.step(eng:status(id), "charge").idempotency_key)
   end)
 
+  it("is run_id/step whole for a step with a long name, and kept after a restart", function()
+    local name = "charge_" .. string.rep("x", 400)
+    local eng, db = H.new_engine()
+    local keys = {}
+    local def = H.one_step("long", {
+      name = name,
+      retry = { max_attempts = 3, initial = 1, jitter = 0 },
+      execute = function(ctx)
+        keys[#keys + 1] = ctx.idempotency_key
+        if #keys == 1 then mend.sleep(5) end
+        return "ok"
+      end,
+    })
+    eng:register(def)
+    local id = eng:start("long", {})
+    eng:advance(1)
+    H.close(eng)
+    local again = H.reopen(db)
+    again:register(def)
+    again:recover()
+    again:run()
+    assert.are.same({ id .. "/" .. name, id .. "/" .. name }, keys)
+    assert.are.equal(id .. "/" .. name, H.step(again:status(id), name).idempotency_key)
+  end)
+
   it("is given to compensate too", function()
     local eng = H.new_engine()
     local exec_key, comp_key

@@ -80,55 +80,60 @@ struct mend_breaker_slot {
   struct mend_breaker_slot *next;
 };
 
+/* Kept for every step of every run in memory, parked ones too (a waiting run must cost at
+ * most 1 KiB): small fields are small, and the default key "<run id>/<step>" is made when
+ * needed rather than kept. */
 typedef struct step_rt {
   mend_step_status status;
   int attempts, comp_attempts;
-  char *idem_key;
-  int custom_key, key_ready;
-  char *result;           /* JSON */
+  unsigned char custom_key;       /* idem_key is the step's own key(ctx), not the default */
+  unsigned char key_ready;
+  unsigned char compensate_self;  /* failed with a compensable error: it is compensated too */
+  unsigned char slept;            /* its `sleep` wait is over */
+  char *idem_key;                 /* a custom key only; NULL: the default */
+  char *result;                   /* JSON */
   char *error;
   double due, last_delay;
-  int compensate_self;    /* failed with a compensable error: it is compensated too */
-  int slept;              /* its `sleep` wait is over */
 } step_rt;
 
 typedef struct exec_req exec_req;
 
+/* Ordered by size, so that a parked run (most of them, with 1M waiting) pays no padding. */
 struct mend_run {
   mend_engine *E;
-  char id[MEND_RUN_ID_LEN];
   mend_workflow *wf;
+  step_rt *steps;
+  char *error;
+  const char *reason;     /* why it failed for good: fatal, error, attempts_exhausted, ... */
+  /* the attempt in flight */
+  lua_State *co;
+  double deadline_real;
+  mend_timer wait, deadline;
+  exec_req *exec;
+  mend_host_call *host_call;
+  long instructions_left; /* of the attempt's budget */
+  mend_run *tnext;        /* waiting for a concurrency slot */
+  run_fifo *waiting_in;   /* which list, if any */
+  struct mend_breaker_slot *held; /* the breaker whose concurrency the attempt counts in */
+  /* queues */
+  mend_run *qnext;
+  unsigned long wait_seq;   /* the batch its next action waits for */
+  mend_run *prev, *next;  /* runs in flight */
   mend_run_status status;
   int input_ref, results_ref;   /* in E->refs, shard ref_shard */
   int ref_shard;
   int cur;                /* step going forward, or step being compensated going back */
-  step_rt *steps;
-  int attention;
-  char *error;
-  const char *reason;     /* why it failed for good: fatal, error, attempts_exhausted, ... */
   int fail_step;
-  /* the attempt in flight */
-  lua_State *co;
   int co_ref;
-  int waiting;            /* yielded inside mend.sleep / mend.exec */
-  int timed_out;
-  double deadline_real;
-  mend_timer wait, deadline;
   wait_kind wait_kind;
-  exec_req *exec;
-  mend_host_call *host_call;
-  long instructions_left; /* of the attempt's budget */
-  int over_budget;
-  mend_run *tnext;        /* waiting for a concurrency slot */
-  run_fifo *waiting_in;   /* which list, if any */
-  struct mend_breaker_slot *held; /* the breaker whose concurrency the attempt counts in */
-  int queued;             /* in the queue behind the current batch */
-  int lost;               /* another worker took it: let go when its queued action comes up */
-  /* queues */
   action next_action;
-  mend_run *qnext;
-  unsigned long wait_seq;   /* the batch its next action waits for */
-  mend_run *prev, *next;  /* runs in flight */
+  unsigned char attention;
+  unsigned char waiting;      /* yielded inside mend.sleep / mend.exec */
+  unsigned char timed_out;
+  unsigned char over_budget;
+  unsigned char queued;       /* in the queue behind the current batch */
+  unsigned char lost;         /* another worker took it: let go when its queued action comes up */
+  char id[MEND_RUN_ID_LEN];
 };
 
 struct mend_engine {
@@ -395,15 +400,28 @@ static void arm(mend_run *r, mend_timer *t, double due) {
 
 static const char *step_name(mend_run *r, int i) { return r->wf->steps[i].name; }
 
-/* The step's row as it is now: a new row when its run starts, an update after. */
+/* The step's row as it is now: a new row when its run starts, an update after. An update
+ * names the key only when it is the step's own (the default one is in the row already). */
 static void write_step_row(mend_run *r, int i, int new_row) {
   step_rt *st = &r->steps[i];
+  char key[256];
+  const char *idem_key = st->custom_key ? st->idem_key : NULL;
+  char *long_key = NULL;
+  if (new_row && !idem_key) {
+    size_t n = (size_t)snprintf(key, sizeof key, "%s/%s", r->id, step_name(r, i)) + 1;
+    if (n > sizeof key) {
+      if (!(long_key = malloc(n))) { breakdown(r->E, "out of memory writing a step"); return; }
+      snprintf(long_key, n, "%s/%s", r->id, step_name(r, i));
+    }
+    idem_key = long_key ? long_key : key;
+  }
   mend_step_rec rec = {
     .run_id = r->id, .idx = i, .name = step_name(r, i), .status = mend_step_status_name(st->status),
-    .attempts = st->attempts, .comp_attempts = st->comp_attempts, .idem_key = st->idem_key,
+    .attempts = st->attempts, .comp_attempts = st->comp_attempts, .idem_key = idem_key,
     .custom_key = st->custom_key, .result = st->result, .error = st->error, .due = st->due,
     .last_delay = st->last_delay, .updated = mend_engine_now(r->E), .slept = st->slept};
   if ((new_row ? mend_store_put_step : mend_store_update_step)(r->E->store, &rec)) store_failed(r->E);
+  free(long_key);
 }
 
 static void write_step(mend_run *r, int i) { write_step_row(r, i, 0); }
@@ -658,7 +676,9 @@ static void push_ctx(mend_run *r, int i, int compensating) {
   lua_pushstring(L, r->wf->name); lua_setfield(L, -2, "workflow");
   lua_pushstring(L, step_name(r, i)); lua_setfield(L, -2, "step");
   lua_pushinteger(L, compensating ? st->comp_attempts : st->attempts); lua_setfield(L, -2, "attempt");
-  if (st->idem_key) { lua_pushstring(L, st->idem_key); lua_setfield(L, -2, "idempotency_key"); }
+  if (st->custom_key) lua_pushstring(L, st->idem_key);
+  else lua_pushfstring(L, "%s/%s", r->id, step_name(r, i));
+  lua_setfield(L, -2, "idempotency_key");
   mend_refs_push(&r->E->refs, L, r->input_ref); lua_setfield(L, -2, "input");
   mend_refs_push(&r->E->refs, L, r->results_ref); lua_setfield(L, -2, "results");
   lua_pushboolean(L, compensating); lua_setfield(L, -2, "compensating");
@@ -1902,13 +1922,7 @@ int mend_engine_start_value(mend_engine *E, lua_State *L, const char *workflow, 
     return mend_store_find_run_key(E->store, run_key, id_out, MEND_RUN_ID_LEN) == 1 ? 0 : -1;
   }
   mend_run *r = run_new(E, wf, id);
-  for (int i = 0; i < wf->nsteps; i++) {
-    step_rt *st = &r->steps[i];
-    size_t n = strlen(r->id) + strlen(wf->steps[i].name) + 2;
-    st->idem_key = malloc(n);
-    snprintf(st->idem_key, n, "%s/%s", r->id, wf->steps[i].name);
-    write_step_row(r, i, 1);
-  }
+  for (int i = 0; i < wf->nsteps; i++) write_step_row(r, i, 1);
   history(r, NULL, "run", NULL, "running", 0, NULL, -1, run_key);
   /* The run's input is the JSON form, as a restarted engine will see it. */
   if (mend_json_decode(E->L, input_json, strlen(input_json), jerr, sizeof jerr)) lua_pushnil(E->L);
@@ -2000,8 +2014,8 @@ static mend_run *rebuild(mend_engine *E, const char *id, char *why, int whylen) 
     step_status_of(so, "status", &st->status);
     st->attempts = (int)json_integer_value(json_object_get(so, "attempts"));
     st->comp_attempts = (int)json_integer_value(json_object_get(so, "comp_attempts"));
-    st->idem_key = mend_dupstr(json_string_value(json_object_get(so, "idempotency_key")));
     st->custom_key = json_is_true(json_object_get(so, "custom_key"));
+    if (st->custom_key) st->idem_key = mend_dupstr(json_string_value(json_object_get(so, "idempotency_key")));
     st->key_ready = st->custom_key || wf->steps[i].key_ref == LUA_NOREF;
     st->error = mend_dupstr(json_string_value(json_object_get(so, "error")));
     st->due = real_field(so, "due");

@@ -55,9 +55,11 @@ static const char *const query_sql[Q__COUNT] = {
     " idem_key = excluded.idem_key, custom_key = excluded.custom_key, result = excluded.result,"
     " error = excluded.error, due = excluded.due, last_delay = excluded.last_delay,"
     " updated = excluded.updated, slept = excluded.slept",
-  /* The row exists (written when the run started): only what a transition changes. */
+  /* The row exists (written when the run started): only what a transition changes. A NULL
+   * key keeps the one the row has (the engine names a key only once it is the step's own). */
   [Q_UPDATE_STEP] =
-    "UPDATE steps SET status = ?3, attempts = ?4, comp_attempts = ?5, idem_key = ?6,"
+    "UPDATE steps SET status = ?3, attempts = ?4, comp_attempts = ?5,"
+    " idem_key = coalesce(?6, idem_key),"
     " custom_key = ?7, result = ?8, error = ?9, due = ?10, last_delay = ?11, updated = ?12,"
     " slept = ?13 WHERE run_id = ?1 AND idx = ?2",
   [Q_APPEND_HISTORY] =

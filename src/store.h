@@ -121,7 +121,7 @@ typedef struct mend_step_rec {
   int idx;
   const char *name, *status;
   int attempts, comp_attempts;
-  const char *idem_key;
+  const char *idem_key;    /* in an update, NULL keeps the row's */
   int custom_key;          /* 1 if idem_key came from the step's own idempotency_key function */
   const char *result;      /* JSON text or NULL */
   const char *error;
