@@ -3,7 +3,7 @@
 --   lua5.4 bench/run.lua [--suite full|quick] [--only W1,W3] [--dir DIR] [--repeat N]
 --                        [--compare bench/baseline.json] [--update-baseline] [--json-out FILE]
 --   lua5.4 bench/run.lua --one WORKLOAD --n N --durability full|process --dir DIR [--rate R]
---                        [--wait retry|sleep|step|serve]
+--                        [--wait retry|sleep|step|serve] [--probes N]
 --
 -- Without --one it is the orchestrator: every workload runs in a child process of its own (so
 -- that peak RSS is the workload's), each child prints one JSON line, and the orchestrator
@@ -484,7 +484,8 @@ local SUITES = {
     { "W3", 10000, "full" }, { "W3", 10000, "process" },
     { "W4", 100000, "process", wait = "retry" }, { "W4", 100000, "process", wait = "sleep" },
     { "W4", 100000, "process", wait = "step" },
-    { "W4", 1000000, "process", wait = "retry" },
+    -- probes for 12 s: the window holds a renewal of all 1M leases (every 10 s)
+    { "W4", 1000000, "process", wait = "retry", probes = 24000 },
     { "W5", 10000, "full" }, { "W5", 10000, "process" },
     { "W6", 100000, "full" }, { "W6", 100000, "process" },
     { "W6", 100000, "process", wait = "serve" },
@@ -608,6 +609,7 @@ local function parse_args(a)
     elseif k == "--durability" then o.durability = val()
     elseif k == "--rate" then o.rate = tonumber(val())
     elseif k == "--wait" then o.wait = val()
+    elseif k == "--probes" then o.probes = tonumber(val())
     else error("unknown option " .. k) end
     i = i + 1
   end
@@ -643,6 +645,7 @@ local function main()
         sh_quote(SELF), name, n, dur, sh_quote(dir))
       if w.rate then cmd = cmd .. " --rate " .. w.rate end
       if w.wait then cmd = cmd .. " --wait " .. w.wait end
+      if w.probes then cmd = cmd .. " --probes " .. w.probes end
       local best
       for rep = 1, o.repeat_n do
         local p = io.popen(cmd)

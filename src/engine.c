@@ -1667,7 +1667,8 @@ static int end_batch(mend_engine *E) {
    * backlog is worth a second thread: the loop works through it while the thread writes. A
    * long WAL is caught up here too, once the commit leaves nothing open. */
   if (!E->writer || E->wal_catch_up ||
-      (!E->ready_head && mend_store_batch_writes(E->store) < HAND_OFF_WRITES)) {
+      (!E->ready_head && mend_store_batch_writes(E->store) < HAND_OFF_WRITES &&
+       !mend_store_batch_heavy(E->store))) {
     if (mend_store_commit(E->store)) { store_failed(E); return -1; }
     if (E->wal_catch_up && !E->checkpointing) {
       /* Only a short tail is copied here; a long one (the end of a burst) goes back to the

@@ -206,7 +206,10 @@ json_t *mend_store_claim(mend_store *s, const char *owner, double now, double le
  * connection of its own, so it neither waits for the writer thread nor ends a batch early: a
  * serving worker looks every poll, and most polls find nothing. */
 int     mend_store_claimable(mend_store *s, const char *owner, double now);
+/* Recorded in the batch like a transition (it runs on the writer thread, if there is one). */
 int     mend_store_renew(mend_store *s, const char *owner, double lease_until);
+/* 1 if the open batch renews leases: heavy with many runs held, worth the writer thread. */
+int     mend_store_batch_heavy(const mend_store *s);
 int     mend_store_release(mend_store *s, const char *id, const char *owner);
 /* Owners holding a live lease on an unfinished run (array of strings); NULL on error. */
 json_t *mend_store_lease_holders(mend_store *s, double now);

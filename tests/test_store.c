@@ -903,6 +903,20 @@ static void test_fence(void) {
   CHECK_EQ_INT(mend_store_append_history(a, &late), 0);
   CHECK_EQ_INT(mend_store_commit(a), 0);
   CHECK_EQ_INT(history_rows(db, "f1"), 1);
+
+  /* A renewal is recorded like a write and moves the fence once it has run: the transaction
+   * after it is on time, though the late path's own renewal (a lease of 1 ms) is long over. */
+  CHECK_EQ_INT(mend_store_set_fence(a, "wa", 0.001, now - 5), 0);
+  CHECK_EQ_INT(mend_store_renew(a, "wa", now + 30), 0);
+  CHECK_EQ_INT(mend_store_commit(a), 0);
+  CHECK_EQ_INT(raw_int(db, "SELECT lease_until >= strftime('%s','now') + 20 FROM runs WHERE id = 'f3'"), 1);
+  CHECK_EQ_INT(mend_store_fence_news(a, note_lost_id, seen), 1);   /* that one began late */
+  mend_store_fence_verified(a);
+  struct timespec pause = {0, 20 * 1000 * 1000};   /* the 1 ms lease is over */
+  nanosleep(&pause, NULL);
+  CHECK_EQ_INT(mend_store_append_history(a, &late), 0);
+  CHECK_EQ_INT(mend_store_commit(a), 0);
+  CHECK_EQ_INT(mend_store_fence_news(a, note_lost_id, seen), 0);
   sqlite3_close(db);
   mend_store_close(a);
   mend_store_close(b);
