@@ -125,6 +125,7 @@ struct mend_run {
   int cur;                /* step going forward, or step being compensated going back */
   int fail_step;
   int co_ref;
+  int history_seq;        /* the last row of its history: this engine numbers the next ones */
   wait_kind wait_kind;
   action next_action;
   unsigned char attention;
@@ -430,7 +431,7 @@ static void history(mend_run *r, const char *step, const char *event, const char
                     const char *to, int attempt, const char *error, double delay,
                     const char *detail) {
   mend_history_rec h = {r->id, step, mend_engine_now(r->E), event, from, to, attempt, error,
-                        delay, detail};
+                        delay, detail, ++r->history_seq};
   if (mend_store_append_history(r->E->store, &h)) store_failed(r->E);
 }
 
@@ -1994,7 +1995,14 @@ static mend_run *rebuild(mend_engine *E, const char *id, char *why, int whylen) 
     json_decref(row);
     return NULL;
   }
+  long seq = mend_store_last_history_seq(E->store, id);
+  if (seq < 0) {
+    snprintf(why, (size_t)whylen, "%s", mend_store_errmsg(E->store));
+    json_decref(row);
+    return NULL;
+  }
   mend_run *r = run_new(E, wf, id);
+  r->history_seq = (int)seq;
   mend_run_status_parse(json_string_value(json_object_get(row, "status")), &r->status);
   r->attention = json_is_true(json_object_get(row, "attention"));
   r->error = mend_dupstr(json_string_value(json_object_get(row, "error")));
@@ -2282,11 +2290,13 @@ static mend_run *find_run(mend_engine *E, const char *id) {
   return NULL;
 }
 
-static void operator_entry(mend_engine *E, const char *id, const char *op, const char *who,
-                           const char *note) {
+/* r: the run, if this engine holds it (it numbers the row); else NULL and the id. */
+static void operator_entry(mend_engine *E, mend_run *r, const char *id, const char *op,
+                           const char *who, const char *note) {
   char detail[1200];
   snprintf(detail, sizeof detail, "%s by %s%s%s", op, who ? who : "?", note ? ": " : "", note ? note : "");
-  mend_history_rec h = {id, NULL, mend_engine_now(E), "operator", NULL, NULL, 0, NULL, -1, detail};
+  mend_history_rec h = {id, NULL, mend_engine_now(E), "operator", NULL, NULL, 0, NULL, -1, detail,
+                        r ? ++r->history_seq : 0};
   if (mend_store_append_history(E->store, &h)) store_failed(E);
   mend_engine_log_line(E, "info", id, NULL, 0, "operator", detail);
 }
@@ -2356,7 +2366,7 @@ static int cancel_now(mend_run *r, const char *who, char *err, int errlen) {
   end_attempt(r);
   mend_timer_disarm(&E->timers, &r->wait);
   r->wait_kind = WAIT_NONE;
-  operator_entry(E, r->id, "cancel", who, NULL);
+  operator_entry(E, r, r->id, "cancel", who, NULL);
   if (was_running && st && r->wf->steps[i].slot->b.state == MEND_BREAKER_HALF_OPEN)
     mend_breaker_release(&r->wf->steps[i].slot->b);
   char msg[300];
@@ -2392,7 +2402,7 @@ int mend_engine_cancel_run(mend_engine *E, const char *id, const char *who, char
     /* Held by a live worker: ask it; it cancels at its next poll. */
     if (mend_store_request_cancel(E->store, id)) store_failed(E);
     mend_store_repairing(E->store, 1);   /* a note in its history, not a transition */
-    operator_entry(E, id, "cancel requested", who, NULL);
+    operator_entry(E, NULL, id, "cancel requested", who, NULL);
     mend_store_repairing(E->store, 0);
     if (commit_now(E)) return mend_errorf(err, errlen, "%s", E->errmsg);
     return 1;
@@ -2420,7 +2430,7 @@ int mend_engine_dlq_retry(mend_engine *E, const char *id, const char *who, char 
     run_free(r);
     return mend_errorf(err, errlen, "run %s: no step is %s", id, comp ? "compensation_failed" : "failed");
   }
-  operator_entry(E, id, "dlq retry", who, NULL);
+  operator_entry(E, r, id, "dlq retry", who, NULL);
   if (mend_store_dlq_remove(E->store, id)) store_failed(E);
   if (comp) {
     r->steps[i].comp_attempts = 0;   /* fresh attempts */
@@ -2456,9 +2466,9 @@ int mend_engine_resolve(mend_engine *E, const char *id, const char *who, const c
   mend_store_repairing(E->store, 1);   /* a dead letter is nobody's: no lease to fence */
   if (mend_store_update_run(E->store, id, "resolved", error, attention, now, reason)) store_failed(E);
   json_decref(row);
-  mend_history_rec h = {id, NULL, now, "run", "needs_attention", "resolved", 0, NULL, -1, note};
+  mend_history_rec h = {id, NULL, now, "run", "needs_attention", "resolved", 0, NULL, -1, note, 0};
   if (mend_store_append_history(E->store, &h)) store_failed(E);
-  operator_entry(E, id, "dlq resolve", who, note);
+  operator_entry(E, NULL, id, "dlq resolve", who, note);
   mend_store_repairing(E->store, 0);
   if (mend_store_dlq_remove(E->store, id)) store_failed(E);
   if (commit_now(E)) return mend_errorf(err, errlen, "%s", E->errmsg);
@@ -2577,7 +2587,9 @@ static int ctx_log(lua_State *L) {
   int attempt = (int)lua_tointeger(L, -1);
   mend_engine_log_line(E, "info", run, step, attempt, "log", msg);
   if (run) {
-    mend_history_rec h = {run, step, mend_engine_now(E), "log", NULL, NULL, attempt, NULL, -1, msg};
+    mend_run *r = mend_engine_current_run(L);
+    mend_history_rec h = {run, step, mend_engine_now(E), "log", NULL, NULL, attempt, NULL, -1, msg,
+                          r && strcmp(r->id, run) == 0 ? ++r->history_seq : 0};
     if (mend_store_append_history(E->store, &h)) store_failed(E);
   }
   return 0;

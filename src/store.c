@@ -25,7 +25,7 @@
 enum {
   Q_BEGIN, Q_COMMIT, Q_ROLLBACK,
   Q_INSERT_RUN, Q_UPDATE_RUN, Q_PUT_STEP, Q_UPDATE_STEP, Q_APPEND_HISTORY, Q_PUT_BREAKER, Q_PUT_DLQ,
-  Q_FIND_RUN_KEY, Q_FIND_KEY_RESULT, Q_GET_BREAKER,
+  Q_FIND_RUN_KEY, Q_FIND_KEY_RESULT, Q_GET_BREAKER, Q_LAST_SEQ,
   Q_CLAIM_OLDEST, Q_CLAIM_NEWEST, Q_RENEW, Q_RELEASE, Q_OWNER, Q_HOLDERS, Q_RELEASE_OWNER, Q_HELD,
   Q_DLQ_REMOVE, Q_REQUEST_CANCEL, Q_CANCEL_REQUESTS, Q_AUDIT, Q_AUDIT_LIST, Q_TAKE,
   Q_RUN, Q_STEPS, Q_HISTORY, Q_DLQ, Q_BREAKERS, Q_RUNS,
@@ -62,10 +62,14 @@ static const char *const query_sql[Q__COUNT] = {
     " idem_key = coalesce(?6, idem_key),"
     " custom_key = ?7, result = ?8, error = ?9, due = ?10, last_delay = ?11, updated = ?12,"
     " slept = ?13 WHERE run_id = ?1 AND idx = ?2",
+  /* ?12 is the number the run's holder keeps count of (no look-up: 12% of the writer thread's
+   * work in W1); NULL, or a number another process took meanwhile, makes it the next free one
+   * (flush_log runs it again without). */
   [Q_APPEND_HISTORY] =
     "INSERT INTO history(run_id, seq, step, at, event, from_status, to_status, attempt, error,"
-    " delay, detail, worker) VALUES(?1, coalesce((SELECT max(seq) FROM history WHERE"
-    " run_id = ?1), 0) + 1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+    " delay, detail, worker) VALUES(?1, coalesce(?12, coalesce((SELECT max(seq) FROM history"
+    " WHERE run_id = ?1), 0) + 1), ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
+    " ON CONFLICT(run_id, seq) DO NOTHING",
   [Q_PUT_BREAKER] =
     "INSERT INTO breakers(key, state, failures, successes, opened_at, open_until, updated)"
     " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)"
@@ -77,6 +81,7 @@ static const char *const query_sql[Q__COUNT] = {
     " ON CONFLICT(run_id) DO UPDATE SET reason = excluded.reason, step = excluded.step,"
     " error = excluded.error, detail = excluded.detail, at = excluded.at",
   [Q_FIND_RUN_KEY] = "SELECT id FROM runs WHERE run_key = ?1",
+  [Q_LAST_SEQ] = "SELECT coalesce(max(seq), 0) FROM history WHERE run_id = ?1",
   /* custom_key = 1 lets SQLite use the partial index on idem_key. */
   [Q_FIND_KEY_RESULT] =
     "SELECT result FROM steps WHERE idem_key = ?1 AND custom_key = 1 AND status = 'succeeded'"
@@ -786,6 +791,23 @@ static void rec_opt_real(mend_store *s, double d) {
 static int fence_drops(mend_store *s, const wlog *log, const wrec *r);
 static void renewed(mend_store *s, const wlog *log, const wrec *r);
 
+/* Binds a record's values to q; with null_last, its last one as NULL. The first failing
+ * result code, if any. */
+static int bind_record(sqlite3_stmt *q, const wlog *log, const wrec *r, int null_last) {
+  int rc = SQLITE_OK;
+  for (int j = 0; j < r->n; j++) {
+    const wval *v = &log->vals[r->first + j];
+    int type = null_last && j == r->n - 1 ? V_NULL : v->type;
+    switch (type) {
+    case V_INT: BIND(sqlite3_bind_int64(q, j + 1, v->i)); break;
+    case V_REAL: BIND(sqlite3_bind_double(q, j + 1, v->d)); break;
+    case V_TEXT: BIND(sqlite3_bind_text(q, j + 1, log->text + v->off, (int)v->len, SQLITE_STATIC)); break;
+    default: BIND(sqlite3_bind_null(q, j + 1)); break;
+    }
+  }
+  return rc;
+}
+
 /* Runs the statements of `log` in the open transaction (begun if need be), then empties it. */
 static int flush_log(mend_store *s, wlog *log) {
   int ok = 1;
@@ -804,18 +826,11 @@ static int flush_log(mend_store *s, wlog *log) {
       continue;
     }
     sqlite3_stmt *q = s->q[r->q];
-    int rc = SQLITE_OK;
-    for (int j = 0; j < r->n; j++) {
-      const wval *v = &log->vals[r->first + j];
-      switch (v->type) {
-      case V_INT: BIND(sqlite3_bind_int64(q, j + 1, v->i)); break;
-      case V_REAL: BIND(sqlite3_bind_double(q, j + 1, v->d)); break;
-      case V_TEXT: BIND(sqlite3_bind_text(q, j + 1, log->text + v->off, (int)v->len, SQLITE_STATIC)); break;
-      default: BIND(sqlite3_bind_null(q, j + 1)); break;
-      }
-    }
-    if (run_write(s, q, rc, record_what[r->q]) != 0) {
+    if (run_write(s, q, bind_record(q, log, r, 0), record_what[r->q]) != 0) {
       ok = 0;
+    } else if (r->q == Q_APPEND_HISTORY && sqlite3_changes(s->db) == 0) {
+      /* Its number was taken (another process wrote to the run's history): the next free one. */
+      if (run_write(s, q, bind_record(q, log, r, 1), record_what[r->q]) != 0) ok = 0;
     } else if (r->q == Q_RENEW) {
       renewed(s, log, r);
     } else if ((r->q == Q_UPDATE_RUN || r->q == Q_UPDATE_STEP) && sqlite3_changes(s->db) == 0) {
@@ -1053,8 +1068,11 @@ int mend_store_append_history(mend_store *s, const mend_history_rec *h) {
   rec_opt_real(s, h->delay);
   rec_text(s, h->detail);
   rec_text(s, s->worker);
+  if (h->seq > 0) rec_int(s, h->seq);
+  else rec_text(s, NULL);
   return rec_end(s);
 }
+
 
 int mend_store_put_breaker(mend_store *s, const char *key, const mend_breaker *b, double updated) {
   rec_begin(s, Q_PUT_BREAKER);
@@ -1092,6 +1110,16 @@ static int first_row(mend_store *s, sqlite3_stmt *q, int rc, const char *what) {
   sql_err(s, what);
   finish(q);
   return -1;
+}
+
+long mend_store_last_history_seq(mend_store *s, const char *run_id) {
+  if (sync_point(s) != 0) return -1;
+  sqlite3_stmt *q = s->q[Q_LAST_SEQ];
+  int r = first_row(s, q, bind_text(q, 1, run_id), "read the history's length");
+  if (r < 0) return -1;
+  long seq = r ? (long)sqlite3_column_int64(q, 0) : 0;
+  if (r) finish(q);
+  return seq;
 }
 
 int mend_store_find_run_key(mend_store *s, const char *run_key, char *id_out, int id_len) {

@@ -140,7 +140,12 @@ typedef struct mend_history_rec {
   const char *error;
   double delay;                   /* < 0 none */
   const char *detail;             /* free text or JSON */
+  long seq;                       /* > 0: its number in the run's history, counted by the run's
+                                     holder; 0: the next free one, looked up */
 } mend_history_rec;
+
+/* The last number in a run's history (0: none), for its holder to count on from; -1 error. */
+long mend_store_last_history_seq(mend_store *s, const char *run_id);
 
 typedef struct mend_dlq_rec {
   const char *run_id, *reason, *step, *error, *detail;

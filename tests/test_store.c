@@ -725,7 +725,7 @@ static void test_upgrade_from_1(void) {
   CHECK(strcmp(json_string_value(json_object_get(json_array_get(h, 1), "event")), "step") == 0);
   json_decref(h);
   /* history goes on after the old rows */
-  mend_history_rec more = {"a", "one", 5, "step", "running", "succeeded", 1, NULL, -1, NULL};
+  mend_history_rec more = {"a", "one", 5, "step", "running", "succeeded", 1, NULL, -1, NULL, 0};
   CHECK_EQ_INT(mend_store_append_history(s, &more), 0);
   CHECK_EQ_INT(mend_store_commit(s), 0);
   h = mend_store_history(s, "a");
@@ -770,7 +770,7 @@ static void test_writer_thread(void) {
   CHECK(mend_store_durable_seq(s) < first);
   mend_run_rec r = run_rec("w1", NULL, "running", 1);
   CHECK_EQ_INT(mend_store_insert_run(s, &r), 0);
-  mend_history_rec h = {"w1", NULL, 1, "run", NULL, "running", 0, NULL, -1, NULL};
+  mend_history_rec h = {"w1", NULL, 1, "run", NULL, "running", 0, NULL, -1, NULL, 0};
   CHECK_EQ_INT(mend_store_append_history(s, &h), 0);
   CHECK(mend_store_batch_open(s));
   /* nothing has run yet: another connection sees no run */
@@ -779,7 +779,7 @@ static void test_writer_thread(void) {
   CHECK_EQ_INT(mend_store_hand_off(s), 0);
   CHECK_EQ_INT(mend_store_open_seq(s), first + 1);
   /* the next batch is recorded while the first may still be written */
-  mend_history_rec h2 = {"w1", NULL, 2, "run", "running", "succeeded", 0, NULL, -1, NULL};
+  mend_history_rec h2 = {"w1", NULL, 2, "run", "running", "succeeded", 0, NULL, -1, NULL, 0};
   CHECK_EQ_INT(mend_store_append_history(s, &h2), 0);
   CHECK_EQ_INT(mend_store_update_run(s, "w1", "succeeded", NULL, 0, 2, NULL), 0);
   /* a read waits for the writer, then sees both batches (the second not yet committed) */
@@ -864,7 +864,7 @@ static void test_fence(void) {
   /* a wakes up past its fence and writes to all three */
   CHECK_EQ_INT(mend_store_set_fence(a, "wa", 30, now - 5), 0);
   for (int i = 0; i < 3; i++) {
-    mend_history_rec h = {ids[i], "reserve", 6, "step", "running", "succeeded", 1, NULL, -1, NULL};
+    mend_history_rec h = {ids[i], "reserve", 6, "step", "running", "succeeded", 1, NULL, -1, NULL, 0};
     CHECK_EQ_INT(mend_store_append_history(a, &h), 0);
     mend_step_rec st = step_rec(ids[i], 0, "reserve", "succeeded");
     CHECK_EQ_INT(mend_store_update_step(a, &st), 0);
@@ -885,10 +885,10 @@ static void test_fence(void) {
   mend_store_fence_verified(a);
 
   /* on time again, writes to a lost run are still dropped; a repair by a person is not */
-  mend_history_rec late = {"f1", "reserve", 7, "step", "succeeded", "running", 2, NULL, -1, NULL};
+  mend_history_rec late = {"f1", "reserve", 7, "step", "succeeded", "running", 2, NULL, -1, NULL, 0};
   CHECK_EQ_INT(mend_store_append_history(a, &late), 0);
   mend_store_repairing(a, 1);
-  mend_history_rec note = {"f2", NULL, 7, "operator", NULL, NULL, 0, NULL, -1, "looked at"};
+  mend_history_rec note = {"f2", NULL, 7, "operator", NULL, NULL, 0, NULL, -1, "looked at", 0};
   CHECK_EQ_INT(mend_store_append_history(a, &note), 0);
   mend_store_repairing(a, 0);
   CHECK_EQ_INT(mend_store_commit(a), 0);
@@ -922,6 +922,45 @@ static void test_fence(void) {
   mend_store_close(b);
 }
 
+/* History rows are numbered by the run's holder (no look-up); a row without a number, or
+ * whose number another process took meanwhile, gets the next free one. */
+static void test_history_numbers(void) {
+  const char *path = file_in_dir("hist.db");
+  char err[512] = "";
+  mend_store *a = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  mend_store *b = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  CHECK(a && b);
+  if (!a || !b) return;
+  mend_run_rec r = run_rec("h1", NULL, "running", 1);
+  CHECK_EQ_INT(mend_store_insert_run(a, &r), 0);
+  for (long n = 1; n <= 3; n++) {
+    mend_history_rec h = {"h1", NULL, (double)n, "step", NULL, "running", 0, NULL, -1, NULL, n};
+    CHECK_EQ_INT(mend_store_append_history(a, &h), 0);
+  }
+  CHECK_EQ_INT(mend_store_commit(a), 0);
+  CHECK_EQ_INT(mend_store_last_history_seq(b, "h1"), 3);
+  CHECK_EQ_INT(mend_store_last_history_seq(b, "nobody"), 0);
+  /* another process adds a note (no number: the next free one, 4) */
+  mend_history_rec note = {"h1", NULL, 4, "operator", NULL, NULL, 0, NULL, -1, "cancel requested", 0};
+  CHECK_EQ_INT(mend_store_append_history(b, &note), 0);
+  CHECK_EQ_INT(mend_store_commit(b), 0);
+  /* the holder's count says 4 and 5: 4 is taken, so its rows become 5 and 6, in order */
+  for (long n = 4; n <= 5; n++) {
+    mend_history_rec h = {"h1", NULL, (double)n + 1, "step", "running", "succeeded", 1, NULL, -1, NULL, n};
+    CHECK_EQ_INT(mend_store_append_history(a, &h), 0);
+  }
+  CHECK_EQ_INT(mend_store_commit(a), 0);
+  json_t *hist = mend_store_history(a, "h1");
+  CHECK(hist && json_array_size(hist) == 6);
+  for (size_t i = 0; hist && i < json_array_size(hist); i++)
+    CHECK_EQ_INT(json_integer_value(json_object_get(json_array_get(hist, i), "seq")), (long long)i + 1);
+  CHECK_STR(str_field(json_array_get(hist, 3), "event"), "operator");
+  CHECK_STR(str_field(json_array_get(hist, 5), "to"), "succeeded");
+  json_decref(hist);
+  mend_store_close(a);
+  mend_store_close(b);
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/mend-test-store-XXXXXX");
   if (!mkdtemp(dir)) {
@@ -937,9 +976,10 @@ int main(void) {
   test_upgrade_from_1();
   test_writer_thread();
   test_fence();
+  test_history_numbers();
 
   const char *files[] = {"schema.db", "trip.db", "batch.db", "notes.txt", "future.db",
-                         "foreign.db", "liar.db", "full.db", "ckpt.db", "v1.db", "writer.db", "fence.db"};
+                         "foreign.db", "liar.db", "full.db", "ckpt.db", "v1.db", "writer.db", "fence.db", "hist.db"};
   for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
     char p[4096];
     snprintf(p, sizeof p, "%s/%s", dir, files[i]);
