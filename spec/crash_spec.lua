@@ -61,6 +61,17 @@ local function submit(eng, dir, n, fast)
   return id
 end
 
+-- A database, the effect service's directory, a worker log, a client engine with the saga
+-- loaded, and n runs submitted (none when n is 0).
+local function new_setup(n, fast)
+  local db, dir = H.tmp_db(), H.tmp_dir()
+  local client = H.new_engine({ db = db, clock = "real" })
+  client:load("spec/support/crash/saga.lua")
+  local ids = {}
+  for i = 1, n do ids[#ids + 1] = submit(client, dir, i, fast) end
+  return db, dir, dir .. "/worker.log", client, ids
+end
+
 local function finished(st)
   return st == "succeeded" or st == "compensated" or st == "failed" or st == "needs_attention"
 end
@@ -145,11 +156,8 @@ describe("a worker killed with SIGKILL", function()
   after_each(H.cleanup)
 
   it("leaves every run finished, every effect applied exactly once, across " .. CYCLES .. " kill/restart cycles", function()
-    local db, dir = H.tmp_db(), H.tmp_dir()
-    local log = dir .. "/worker.log"
-    local client = H.new_engine({ db = db, clock = "real" })
-    client:load("spec/support/crash/saga.lua")
-    local ids, n = {}, 0
+    local db, dir, log, client, ids = new_setup(0)
+    local n = 0
     local t0 = H.wall()
     math.randomseed(tonumber(os.getenv("MEND_CRASH_SEED") or "7"))
     local kills = { random = 0 }
@@ -191,12 +199,7 @@ describe("two workers on one database", function()
   after_each(H.cleanup)
 
   it("never execute a run at the same time, and finish every run while either is killed", function()
-    local db, dir = H.tmp_db(), H.tmp_dir()
-    local log = dir .. "/worker.log"
-    local client = H.new_engine({ db = db, clock = "real" })
-    client:load("spec/support/crash/saga.lua")
-    local ids = {}
-    for n = 1, 120 do ids[#ids + 1] = submit(client, dir, n) end
+    local db, dir, log, client, ids = new_setup(120)
     local a, b = start_worker(db, nil, log), start_worker(db, nil, log)
     math.randomseed(11)
     for round = 1, 12 do
@@ -230,12 +233,7 @@ describe("a worker stopped past its lease", function()
   -- must not write one row to a run it lost, nor start an attempt of one: it lets them go and
   -- goes on with the runs it still holds.
   it("writes nothing to the runs another worker took, and drops them", function()
-    local db, dir = H.tmp_db(), H.tmp_dir()
-    local log = dir .. "/worker.log"
-    local client = H.new_engine({ db = db, clock = "real" })
-    client:load("spec/support/crash/saga.lua")
-    local ids = {}
-    for n = 1, 400 do ids[#ids + 1] = submit(client, dir, n) end
+    local db, dir, log, client, ids = new_setup(400)
     local a = start_worker(db, nil, log)
     -- a frozen worker holds some runs mid-attempt, whatever this machine's speed
     local held = 0
@@ -284,12 +282,7 @@ describe("a worker with a backlog, killed while its writer thread commits", func
   -- through the next ones, so kills land with two batches in the air (and at the commit
   -- failpoints, which fire on the writer thread).
   it("loses nothing and applies every effect exactly once", function()
-    local db, dir = H.tmp_db(), H.tmp_dir()
-    local log = dir .. "/worker.log"
-    local client = H.new_engine({ db = db, clock = "real" })
-    client:load("spec/support/crash/saga.lua")
-    local ids = {}
-    for n = 1, 1500 do ids[#ids + 1] = submit(client, dir, n, true) end
+    local db, dir, log, client, ids = new_setup(1500, true)
     math.randomseed(23)
     local points = { "before_commit", "after_commit" }
     for cycle = 1, 16 do

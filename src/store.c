@@ -347,30 +347,20 @@ static void rollback(mend_store *s) {
   s->batch_failed = 0;
 }
 
-/* Runs a bound write statement; `rc` carries the first binding failure, if any. */
-static int run_write(mend_store *s, sqlite3_stmt *q, int rc, const char *what) {
+/* Runs a bound write statement; `rc` carries the first binding failure, if any. Its bindings
+ * are cleared after, unless kept: a recorded write binds every parameter again. */
+static int run_bound(mend_store *s, sqlite3_stmt *q, int rc, const char *what, int keep) {
   if (rc == SQLITE_OK) rc = sqlite3_step(q);
-  if (rc != SQLITE_DONE) {
-    sql_err(s, what);
-    finish(q);
-    s->batch_failed = 1;
-    return -1;
-  }
-  finish(q);
-  return 0;
+  if (rc != SQLITE_DONE) sql_err(s, what);   /* before the reset, which may change it */
+  if (keep) sqlite3_reset(q);
+  else finish(q);
+  if (rc == SQLITE_DONE) return 0;
+  s->batch_failed = 1;
+  return -1;
 }
 
-/* run_write for a recorded write, whose every parameter is bound again next time. */
-static int run_record(mend_store *s, sqlite3_stmt *q, int rc, const char *what) {
-  if (rc == SQLITE_OK) rc = sqlite3_step(q);
-  if (rc != SQLITE_DONE) {
-    sql_err(s, what);
-    sqlite3_reset(q);
-    s->batch_failed = 1;
-    return -1;
-  }
-  sqlite3_reset(q);
-  return 0;
+static int run_write(mend_store *s, sqlite3_stmt *q, int rc, const char *what) {
+  return run_bound(s, q, rc, what, 0);
 }
 
 static int bind_text(sqlite3_stmt *q, int i, const char *v) {
@@ -841,11 +831,11 @@ static int flush_log(mend_store *s, wlog *log) {
       continue;
     }
     sqlite3_stmt *q = s->q[r->q];
-    if (run_record(s, q, bind_record(q, log, r, 0), record_what[r->q]) != 0) {
+    if (run_bound(s, q, bind_record(q, log, r, 0), record_what[r->q], 1) != 0) {
       ok = 0;
     } else if (r->q == Q_APPEND_HISTORY && sqlite3_changes(s->db) == 0) {
       /* Its number was taken (another process wrote to the run's history): the next free one. */
-      if (run_record(s, q, bind_record(q, log, r, 1), record_what[r->q]) != 0) ok = 0;
+      if (run_bound(s, q, bind_record(q, log, r, 1), record_what[r->q], 1) != 0) ok = 0;
     } else if (r->q == Q_RENEW) {
       renewed(s, log, r);
     } else if ((r->q == Q_UPDATE_RUN || r->q == Q_UPDATE_STEP) && sqlite3_changes(s->db) == 0) {
