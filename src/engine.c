@@ -174,6 +174,7 @@ struct mend_engine {
   char owner[96];         /* this engine as a lease holder: host:pid:random */
   double lease_seconds;
   double fence_until;     /* our leases last at least until then (the last renewal's) */
+  int fence_was_late;     /* a batch began after our leases ran out, at least once */
   uv_timer_t *lease_timer, *poll_timer;
   uint64_t poll_ms;
   uv_signal_t *signals[2];
@@ -1723,6 +1724,18 @@ static int in_hand(const mend_run *r) {
   return r->status == MEND_RUN_RUNNING || r->status == MEND_RUN_COMPENSATING;
 }
 
+/* Lets go of the runs in memory whose ids are in `ids`: freed, or, if queued, when their action
+ * comes up. Nothing more is written for them. */
+static void let_go(mend_engine *E, const mend_idset *ids, const char *why) {
+  for (mend_run *r = E->runs, *next; r; r = next) {
+    next = r->next;
+    if (r->lost || !mend_idset_has(ids, r->id, strlen(r->id))) continue;
+    mend_engine_log_line(E, "warn", r->id, NULL, 0, "lease", why);
+    if (r->queued) r->lost = 1;
+    else run_free(r);
+  }
+}
+
 /* Before the turn acts: no action may start for a run that is no longer ours. */
 static void check_fence(mend_engine *E) {
   if (E->broken) return;
@@ -1730,6 +1743,7 @@ static void check_fence(mend_engine *E) {
   if (mend_real_now() >= E->fence_until - E->lease_seconds / 3) renew_now(E);
   id_list lost = {0}, mine = {0};
   if (mend_store_fence_news(E->store, add_id, &lost)) {
+    E->fence_was_late = 1;
     /* A batch began late: which runs does the store say are ours? The rest are not. */
     json_t *held = mend_store_held(E->store);
     if (!held) {
@@ -1751,17 +1765,8 @@ static void check_fence(mend_engine *E) {
     if (!mine.oom) mend_store_fence_verified(E->store);   /* else the store keeps looking up */
   }
   if (lost.oom || mine.oom) breakdown(E, "out of memory keeping track of lost leases");
-  if (lost.set.count) {
-    for (mend_run *r = E->runs, *next; r; r = next) {
-      next = r->next;
-      if (r->lost || !mend_idset_has(&lost.set, r->id, strlen(r->id))) continue;
-      mend_engine_log_line(E, "warn", r->id, NULL, 0, "lease",
-                           "another worker took this run while this one stalled past its lease:"
-                           " let go here, nothing more written");
-      if (r->queued) r->lost = 1;
-      else run_free(r);
-    }
-  }
+  if (lost.set.count) let_go(E, &lost.set, "another worker took this run while this one stalled"
+                             " past its lease: let go here, nothing more written");
   mend_idset_clear(&lost.set);
 }
 
@@ -2149,6 +2154,15 @@ static int claim_and_restore(mend_engine *E, int limit) {
   }
   kick(E);
   check_fence(E);   /* a run we lost and now claim again must be let go before it returns */
+  if (E->fence_was_late) {
+    /* One this engine still has in memory from before a stall (another worker took it, then
+     * gave it back) is stale: the store's copy is the run now. */
+    id_list claimed = {0};
+    json_array_foreach(ids, i, id) add_id(&claimed, json_string_value(id));
+    if (claimed.oom) breakdown(E, "out of memory keeping track of lost leases");
+    else let_go(E, &claimed.set, "claimed again after a stall: the stored run replaces this copy");
+    mend_idset_clear(&claimed.set);
+  }
   json_array_foreach(ids, i, id) n += restore(E, json_string_value(id)) == 0;
   json_decref(ids);
   return n;
