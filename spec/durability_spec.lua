@@ -183,3 +183,34 @@ describe("recovery", function()
     assert.are.equal(1, eng2:recover())
   end)
 end)
+
+describe("an engine that stalled past its lease", function()
+  after_each(H.cleanup)
+
+  -- The engine does not turn between calls here, which is a stall: its 0.1 s leases run out
+  -- while the test sleeps. A second engine takes the run, then closes (giving it back); the
+  -- first claims it again before it has heard that it lost it.
+  it("claims a run back from the store, not from its stale copy", function()
+    local def = { name = "nap", steps = {
+      { name = "wait", execute = function() mend.sleep(10) return "ok" end },
+      { name = "after", execute = function() return "done" end } } }
+    local a, db = H.new_engine({ lease = 0.1 })
+    a:register(def)
+    local id = a:start("nap", {})
+    a:advance(1)   -- in the attempt, asleep until t = 10
+    os.execute("sleep 0.3")
+    local b = H.reopen(db)
+    b:register(def)
+    assert.are.equal(1, b:recover())
+    H.close(b)   -- gives the lease back
+    assert.are.equal(1, a:recover())
+    assert.are.equal(1, a:in_flight())   -- the stored run, not the stale copy beside it
+    a:advance(30)
+    assert.are.equal("succeeded", a:status(id).status)
+    local done = 0
+    for _, h in ipairs(a:history(id)) do
+      if h.event == "step" and h.to == "succeeded" and h.step == "wait" then done = done + 1 end
+    end
+    assert.are.equal(1, done)
+  end)
+end)
