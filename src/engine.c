@@ -1596,9 +1596,26 @@ static void run_free(mend_run *r) {
   free(r);
 }
 
+/* Frees a run this engine lets go of (another worker took it): what it held is passed on, as
+ * cancel_now does: a concurrency slot it was woken for, and a half-open probe in flight. */
+static void drop_run(mend_run *r, int was_queued) {
+  mend_engine *E = r->E;
+  int i = r->cur;
+  if (i >= 0 && i < r->wf->nsteps) {
+    struct mend_breaker_slot *slot = r->wf->steps[i].slot;
+    if (was_queued && (r->next_action == ACT_EXECUTE || r->next_action == ACT_COMPENSATE)) {
+      mend_run *next = fifo_pop(&slot->waiting);
+      if (!next) next = fifo_pop(&E->throttled);
+      if (next) queue(next, next->next_action);
+    }
+    if (r->co && slot->b.state == MEND_BREAKER_HALF_OPEN) mend_breaker_release(&slot->b);
+  }
+  run_free(r);
+}
+
 static void do_action(mend_run *r) {
   if (r->lost) {
-    run_free(r);
+    drop_run(r, 1);   /* popped from the queue just now */
     return;
   }
   action a = r->next_action;
@@ -1732,7 +1749,7 @@ static void let_go(mend_engine *E, const mend_idset *ids, const char *why) {
     if (r->lost || !mend_idset_has(ids, r->id, strlen(r->id))) continue;
     mend_engine_log_line(E, "warn", r->id, NULL, 0, "lease", why);
     if (r->queued) r->lost = 1;
-    else run_free(r);
+    else drop_run(r, 0);
   }
 }
 
@@ -2300,7 +2317,7 @@ int mend_engine_serve(mend_engine *E, double poll_seconds, int max_in_flight) {
 
 static mend_run *find_run(mend_engine *E, const char *id) {
   for (mend_run *r = E->runs; r; r = r->next)
-    if (strcmp(r->id, id) == 0) return r;
+    if (!r->lost && strcmp(r->id, id) == 0) return r;   /* a lost copy is no longer the run */
   return NULL;
 }
 

@@ -100,8 +100,10 @@ static const char *const query_sql[Q__COUNT] = {
     "UPDATE runs SET owner = ?1, lease_until = ?2 WHERE id IN (SELECT id FROM runs"
     " WHERE status IN ('running', 'compensating') AND (owner IS NULL OR (lease_until < ?3"
     " AND owner IS NOT ?1)) ORDER BY created DESC LIMIT ?4) RETURNING id",
+  /* Never shorter: a renewal recorded before a stall may run after the late path renewed. */
   [Q_RENEW] =
-    "UPDATE runs SET lease_until = ?2 WHERE owner = ?1 AND status IN ('running', 'compensating')",
+    "UPDATE runs SET lease_until = max(coalesce(lease_until, 0), ?2) WHERE owner = ?1"
+    " AND status IN ('running', 'compensating')",
   [Q_RELEASE] = "UPDATE runs SET owner = NULL, lease_until = NULL WHERE id = ?1 AND owner = ?2",
   [Q_OWNER] = "SELECT owner, lease_until FROM runs WHERE id = ?1",
   [Q_HOLDERS] =
@@ -793,6 +795,7 @@ static void rec_opt_real(mend_store *s, double d) {
 
 static int fence_drops(mend_store *s, const wlog *log, const wrec *r);
 static void renewed(mend_store *s, const wlog *log, const wrec *r);
+static void inserted(mend_store *s, const wlog *log, const wrec *r);
 
 /* Binds a record's values to q, and NULL to any parameter past them, so that no value of an
  * earlier record stays bound (flush_log resets without clearing: 3% of the writer thread).
@@ -838,6 +841,8 @@ static int flush_log(mend_store *s, wlog *log) {
       if (run_bound(s, q, bind_record(q, log, r, 1), record_what[r->q], 1) != 0) ok = 0;
     } else if (r->q == Q_RENEW) {
       renewed(s, log, r);
+    } else if (r->q == Q_INSERT_RUN) {
+      inserted(s, log, r);
     } else if ((r->q == Q_UPDATE_RUN || r->q == Q_UPDATE_STEP) && sqlite3_changes(s->db) == 0) {
       /* An update that changes nothing would lose a transition silently. */
       const wval *id = &log->vals[r->first];
@@ -1290,6 +1295,34 @@ static void renewed(mend_store *s, const wlog *log, const wrec *r) {
   if (until->d > s->fence_until) s->fence_until = until->d;
 }
 
+/* A run of ours was stored with a lease of `until`: the fence holds no longer than that (an
+ * insert recorded before a stall runs after the late path renewed the others). */
+static void leased(mend_store *s, const char *owner, size_t len, double until) {
+  if (!s->fence_owner || !owner || strlen(s->fence_owner) != len ||
+      memcmp(s->fence_owner, owner, len) != 0)
+    return;
+  if (until < s->fence_until) s->fence_until = until;
+}
+
+static void inserted(mend_store *s, const wlog *log, const wrec *r) {
+  const wval *owner = &log->vals[r->first + 11], *until = &log->vals[r->first + 12];
+  if (owner->type == V_TEXT && until->type == V_REAL)
+    leased(s, log->text + owner->off, owner->len, until->d);
+}
+
+/* A run is ours again (claimed, taken): its writes count, and a notice that it was lost, not
+ * yet given to the engine, is taken back, or the engine would let the new copy go. */
+static void ours_again(mend_store *s, const char *id) {
+  mend_idset_remove(&s->lost, id, strlen(id));
+  news_lock(s);
+  for (int i = 0; i < s->nlost_new; i++) {
+    if (strcmp(s->lost_new[i], id) != 0) continue;
+    free(s->lost_new[i]);
+    s->lost_new[i--] = s->lost_new[--s->nlost_new];
+  }
+  news_unlock(s);
+}
+
 int mend_store_batch_heavy(const mend_store *s) { return s->cur->heavy; }
 
 int mend_store_set_fence(mend_store *s, const char *owner, double lease_seconds, double until) {
@@ -1510,7 +1543,8 @@ int mend_store_take(mend_store *s, const char *id, const char *owner, double lea
   BIND(bind_text(q, 2, owner));
   BIND(sqlite3_bind_double(q, 3, lease_until));
   if (run_write(s, q, rc, "take run") != 0) return -1;
-  mend_idset_remove(&s->lost, id, strlen(id));   /* ours again */
+  ours_again(s, id);
+  leased(s, owner, strlen(owner), lease_until);
   return 0;
 }
 
@@ -1609,7 +1643,8 @@ json_t *mend_store_claim(mend_store *s, const char *owner, double now, double le
     if (rc != SQLITE_ROW) continue;
     const char *id = (const char *)sqlite3_column_text(q, 0);
     json_array_append_new(ids, json_string(id));
-    mend_idset_remove(&s->lost, id, strlen(id));   /* ours again */
+    ours_again(s, id);
+    leased(s, owner, strlen(owner), lease_until);
   }
   if (rc != SQLITE_DONE) {
     sql_err(s, "claim runs");

@@ -917,6 +917,29 @@ static void test_fence(void) {
   CHECK_EQ_INT(mend_store_append_history(a, &late), 0);
   CHECK_EQ_INT(mend_store_commit(a), 0);
   CHECK_EQ_INT(mend_store_fence_news(a, note_lost_id, seen), 0);
+
+  /* Writes recorded before a stall run after the late path's renewal: a renewal then never
+   * shortens a lease, and a run inserted with a short one brings the fence down to it, so the
+   * transaction after that lease ran out is late again (not on time, with a run claimable). */
+  struct timespec wall;
+  clock_gettime(CLOCK_REALTIME, &wall);
+  double t = (double)wall.tv_sec + (double)wall.tv_nsec / 1e9;
+  CHECK_EQ_INT(mend_store_set_fence(a, "wa", 30, t - 1), 0);
+  CHECK_EQ_INT(mend_store_renew(a, "wa", t + 0.2), 0);
+  mend_run_rec r4 = run_rec("f4", NULL, "running", 9);
+  r4.owner = "wa";
+  r4.lease_until = t + 0.2;
+  CHECK_EQ_INT(mend_store_insert_run(a, &r4), 0);
+  CHECK_EQ_INT(mend_store_commit(a), 0);
+  CHECK_EQ_INT(raw_int(db, "SELECT lease_until >= strftime('%s','now') + 20 FROM runs WHERE id = 'f3'"), 1);
+  CHECK_EQ_INT(mend_store_fence_news(a, note_lost_id, seen), 1);
+  mend_store_fence_verified(a);
+  struct timespec past = {0, 300 * 1000 * 1000};
+  nanosleep(&past, NULL);
+  mend_history_rec h4 = {"f4", NULL, 9, "run", NULL, "running", 0, NULL, -1, NULL, 0};
+  CHECK_EQ_INT(mend_store_append_history(a, &h4), 0);
+  CHECK_EQ_INT(mend_store_commit(a), 0);
+  CHECK_EQ_INT(mend_store_fence_news(a, note_lost_id, seen), 1);
   sqlite3_close(db);
   mend_store_close(a);
   mend_store_close(b);
