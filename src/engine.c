@@ -1596,20 +1596,24 @@ static void run_free(mend_run *r) {
   free(r);
 }
 
-/* Frees a run this engine lets go of (another worker took it): what it held is passed on, as
- * cancel_now does: a concurrency slot it was woken for, and a half-open probe in flight. */
-static void drop_run(mend_run *r, int was_queued) {
+/* A run leaving its step before the attempt ends (cancelled, or let go): a concurrency slot
+ * it was woken for is passed on, and a half-open probe it made is given back. */
+static void give_back(mend_run *r, int was_queued, int was_running) {
   mend_engine *E = r->E;
   int i = r->cur;
-  if (i >= 0 && i < r->wf->nsteps) {
-    struct mend_breaker_slot *slot = r->wf->steps[i].slot;
-    if (was_queued && (r->next_action == ACT_EXECUTE || r->next_action == ACT_COMPENSATE)) {
-      mend_run *next = fifo_pop(&slot->waiting);
-      if (!next) next = fifo_pop(&E->throttled);
-      if (next) queue(next, next->next_action);
-    }
-    if (r->co && slot->b.state == MEND_BREAKER_HALF_OPEN) mend_breaker_release(&slot->b);
+  if (i < 0 || i >= r->wf->nsteps) return;
+  struct mend_breaker_slot *slot = r->wf->steps[i].slot;
+  if (was_queued && (r->next_action == ACT_EXECUTE || r->next_action == ACT_COMPENSATE)) {
+    mend_run *next = fifo_pop(&slot->waiting);
+    if (!next) next = fifo_pop(&E->throttled);
+    if (next) queue(next, next->next_action);
   }
+  if (was_running && slot->b.state == MEND_BREAKER_HALF_OPEN) mend_breaker_release(&slot->b);
+}
+
+/* Frees a run this engine lets go of (another worker took it). */
+static void drop_run(mend_run *r, int was_queued) {
+  give_back(r, was_queued, r->co != NULL);
   run_free(r);
 }
 
@@ -2385,21 +2389,13 @@ static int cancel_now(mend_run *r, const char *who, char *err, int errlen) {
   mend_engine *E = r->E;
   unthrottle(r);
   int i = r->cur;
-  if (r->queued && (r->next_action == ACT_EXECUTE || r->next_action == ACT_COMPENSATE) &&
-      i < r->wf->nsteps) {
-    /* It may have been woken for a concurrency slot it will not take now: pass it on. */
-    mend_run *next = fifo_pop(&r->wf->steps[i].slot->waiting);
-    if (!next) next = fifo_pop(&E->throttled);
-    if (next) queue(next, next->next_action);
-  }
   step_rt *st = i < r->wf->nsteps ? &r->steps[i] : NULL;
   int was_running = r->co != NULL || (st && st->status == MEND_STEP_RUNNING);
+  give_back(r, r->queued, was_running);
   end_attempt(r);
   mend_timer_disarm(&E->timers, &r->wait);
   r->wait_kind = WAIT_NONE;
   operator_entry(E, r, r->id, "cancel", who, NULL);
-  if (was_running && st && r->wf->steps[i].slot->b.state == MEND_BREAKER_HALF_OPEN)
-    mend_breaker_release(&r->wf->steps[i].slot->b);
   char msg[300];
   snprintf(msg, sizeof msg, "cancelled by %s", who ? who : "?");
   if (st && st->status == MEND_STEP_RUNNING) step_to(r, i, MEND_STEP_FAILED, msg, -1, NULL);
