@@ -1286,22 +1286,22 @@ static int fence_drops(mend_store *s, const wlog *log, const wrec *r) {
 }
 
 /* A renewal has run: our leases last until its time (if it renewed ours). */
+static int fence_is(const mend_store *s, const char *owner, size_t len) {
+  return s->fence_owner && owner && strlen(s->fence_owner) == len &&
+         memcmp(s->fence_owner, owner, len) == 0;
+}
+
 static void renewed(mend_store *s, const wlog *log, const wrec *r) {
   const wval *owner = &log->vals[r->first], *until = &log->vals[r->first + 1];
-  if (!s->fence_owner || owner->type != V_TEXT || until->type != V_REAL) return;
-  if (strlen(s->fence_owner) != owner->len ||
-      memcmp(s->fence_owner, log->text + owner->off, owner->len) != 0)
-    return;
-  if (until->d > s->fence_until) s->fence_until = until->d;
+  if (owner->type != V_TEXT || until->type != V_REAL) return;
+  if (fence_is(s, log->text + owner->off, owner->len) && until->d > s->fence_until)
+    s->fence_until = until->d;
 }
 
 /* A run of ours was stored with a lease of `until`: the fence holds no longer than that (an
  * insert recorded before a stall runs after the late path renewed the others). */
 static void leased(mend_store *s, const char *owner, size_t len, double until) {
-  if (!s->fence_owner || !owner || strlen(s->fence_owner) != len ||
-      memcmp(s->fence_owner, owner, len) != 0)
-    return;
-  if (until < s->fence_until) s->fence_until = until;
+  if (fence_is(s, owner, len) && until < s->fence_until) s->fence_until = until;
 }
 
 static void inserted(mend_store *s, const wlog *log, const wrec *r) {
