@@ -128,6 +128,53 @@ describe("a workflow run", function()
         "SELECT count(*) FROM steps WHERE run_id = '" .. id .. "' AND status = 'succeeded'"))
     end)
 
+  it("writes a step's row at its first transition, and lists the steps not begun as pending",
+    function()
+      local eng, path = H.new_engine()
+      local wf = {
+        name = "stops_early",
+        steps = {
+          { name = "first", execute = function() return 1 end },
+          { name = "second", execute = function() error(mend.fatal("no")) end },
+          { name = "third", execute = function() return 3 end },
+        },
+      }
+      eng:register(wf)
+      -- started for a worker, not run here: no step has begun
+      local waiting = eng:start("stops_early", {}, { detached = true })
+      local st = eng:status(waiting)
+      assert.are.same({ "first", "second", "third" },
+        { st.steps[1].name, st.steps[2].name, st.steps[3].name })
+      for i, s in ipairs(st.steps) do
+        assert.are.equal("pending", s.status)
+        assert.are.equal(0, s.attempts)
+        assert.are.equal(i - 1, s.idx)
+        assert.are.equal(waiting .. "/" .. s.name, s.idempotency_key)
+      end
+      assert.is_nil(st.step_names)
+      assert.are.same({ "0" }, H.sql(path,
+        "SELECT count(*) FROM steps WHERE run_id = '" .. waiting .. "'"))
+
+      local id = eng:start("stops_early", {})
+      eng:run()
+      st = eng:status(id)
+      assert.are.equal("compensated", st.status)
+      assert.are.same({ "succeeded", "failed", "pending" },
+        { st.steps[1].status, st.steps[2].status, st.steps[3].status })
+      assert.are.same({ "first|succeeded", "second|failed" }, H.sql(path,
+        "SELECT name || '|' || status FROM steps WHERE run_id = '" .. id .. "' ORDER BY idx"))
+
+      -- a worker takes the waiting run from the store alone, and runs it the same way
+      local eng2 = H.reopen(path)
+      eng2:register(wf)
+      eng2:recover()
+      eng2:run()
+      local st2 = eng2:status(waiting)
+      assert.are.equal("compensated", st2.status)
+      assert.are.same({ "succeeded", "failed", "pending" },
+        { st2.steps[1].status, st2.steps[2].status, st2.steps[3].status })
+    end)
+
   it("gives each attempt its context", function()
     local eng = H.new_engine()
     local ctxs = {}

@@ -86,10 +86,11 @@ struct mend_breaker_slot {
 typedef struct step_rt {
   mend_step_status status;
   int attempts, comp_attempts;
-  unsigned char custom_key;       /* idem_key is the step's own key(ctx), not the default */
-  unsigned char key_ready;
-  unsigned char compensate_self;  /* failed with a compensable error: it is compensated too */
-  unsigned char slept;            /* its `sleep` wait is over */
+  unsigned custom_key : 1;        /* idem_key is the step's own key(ctx), not the default */
+  unsigned key_ready : 1;
+  unsigned compensate_self : 1;   /* failed with a compensable error: it is compensated too */
+  unsigned slept : 1;             /* its `sleep` wait is over */
+  unsigned has_row : 1;           /* the store has its row (written at its first transition) */
   char *idem_key;                 /* a custom key only; NULL: the default */
   char *result;                   /* JSON */
   char *error;
@@ -402,10 +403,12 @@ static void arm(mend_run *r, mend_timer *t, double due) {
 
 static const char *step_name(mend_run *r, int i) { return r->wf->steps[i].name; }
 
-/* The step's row as it is now: a new row when its run starts, an update after. An update
- * names the key only when it is the step's own (the default one is in the row already). */
-static void write_step_row(mend_run *r, int i, int new_row) {
+/* The step's row as it is now: the whole row at its first transition (a step not begun has
+ * none: schema 4), an update after. An update names the key only when it is the step's own
+ * (the default one is in the row already). */
+static void write_step(mend_run *r, int i) {
   step_rt *st = &r->steps[i];
+  int new_row = !st->has_row;
   char key[256];
   const char *idem_key = st->custom_key ? st->idem_key : NULL;
   char *long_key = NULL;
@@ -423,10 +426,9 @@ static void write_step_row(mend_run *r, int i, int new_row) {
     .custom_key = st->custom_key, .result = st->result, .error = st->error, .due = st->due,
     .last_delay = st->last_delay, .updated = mend_engine_now(r->E), .slept = st->slept};
   if ((new_row ? mend_store_put_step : mend_store_update_step)(r->E->store, &rec)) store_failed(r->E);
+  else st->has_row = 1;
   free(long_key);
 }
-
-static void write_step(mend_run *r, int i) { write_step_row(r, i, 0); }
 
 static void history(mend_run *r, const char *step, const char *event, const char *from,
                     const char *to, int attempt, const char *error, double delay,
@@ -1935,7 +1937,8 @@ int mend_engine_start_value(mend_engine *E, lua_State *L, const char *workflow, 
   new_run_id(E, id);
   double now = mend_engine_now(E);
   mend_run_rec rec = {id, wf->name, wf->version, wf->source, run_key, "running", input_json,
-                      NULL, 0, now, now, detached ? NULL : E->owner, lease_until(E)};
+                      NULL, 0, now, now, detached ? NULL : E->owner, lease_until(E),
+                      wf->step_names};
   int ins = mend_store_insert_run(E->store, &rec);
   if (ins < 0) {
     snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store));
@@ -1950,7 +1953,6 @@ int mend_engine_start_value(mend_engine *E, lua_State *L, const char *workflow, 
     return mend_store_find_run_key(E->store, run_key, id_out, MEND_RUN_ID_LEN) == 1 ? 0 : -1;
   }
   mend_run *r = run_new(E, wf, id);
-  for (int i = 0; i < wf->nsteps; i++) write_step_row(r, i, 1);
   history(r, NULL, "run", NULL, "running", 0, NULL, -1, run_key);
   /* The run's input is the JSON form, as a restarted engine will see it. */
   if (mend_json_decode(E->L, input_json, strlen(input_json), jerr, sizeof jerr)) lua_pushnil(E->L);
@@ -2055,6 +2057,9 @@ static mend_run *rebuild(mend_engine *E, const char *id, char *why, int whylen) 
     st->error = mend_dupstr(json_string_value(json_object_get(so, "error")));
     st->due = real_field(so, "due");
     st->slept = json_is_true(json_object_get(so, "slept"));
+    /* A pending step with no attempt may be one listed from step_names: its first write puts
+     * the whole row, which is right for a row that exists too. */
+    st->has_row = st->status != MEND_STEP_PENDING || st->attempts > 0 || st->comp_attempts > 0;
     st->last_delay = real_field(so, "last_delay");
     json_t *result = json_object_get(so, "result");
     if (result) {

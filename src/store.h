@@ -16,12 +16,14 @@
  *   runs(id TEXT PRIMARY KEY, workflow TEXT, version TEXT, source TEXT, run_key TEXT UNIQUE,
  *        status TEXT, input TEXT (JSON), error TEXT, attention INTEGER, reason TEXT (why it
  *        failed for good), owner TEXT, lease_until REAL (the worker executing it, and until
- *        when), created REAL, updated REAL) + index on created for unfinished runs only
+ *        when), created REAL, updated REAL, step_names TEXT (JSON array: its steps, in
+ *        order)) + index on created for unfinished runs only
  *   steps(run_id TEXT, idx INTEGER, name TEXT, status TEXT, attempts INTEGER,
  *         comp_attempts INTEGER, idem_key TEXT, custom_key INTEGER, result TEXT (JSON),
  *         error TEXT, due REAL, last_delay REAL, updated REAL, slept INTEGER,
  *         PRIMARY KEY(run_id, idx))
- *         + index on idem_key for custom keys
+ *         + index on idem_key for custom keys; a step has a row from its first transition
+ *         on (before that it is pending, listed from runs.step_names)
  *   history(run_id TEXT, seq INTEGER (1, 2, ... within the run), step TEXT, at REAL,
  *           event TEXT, from_status TEXT, to_status TEXT, attempt INTEGER, error TEXT,
  *           delay REAL, detail TEXT, worker TEXT (who wrote it),
@@ -41,7 +43,7 @@
 #include <jansson.h>
 #include "breaker.h"
 
-#define MEND_SCHEMA_VERSION 3
+#define MEND_SCHEMA_VERSION 4
 
 typedef struct mend_store mend_store;
 
@@ -114,6 +116,7 @@ typedef struct mend_run_rec {
   double created, updated;
   const char *owner;       /* NULL: any worker may take it */
   double lease_until;
+  const char *step_names;  /* JSON array of its steps' names: the rows not yet written */
 } mend_run_rec;
 
 typedef struct mend_step_rec {
@@ -158,7 +161,8 @@ int mend_store_insert_run(mend_store *s, const mend_run_rec *r);
 int mend_store_update_run(mend_store *s, const char *id, const char *status, const char *error,
                           int attention, double updated, const char *reason);
 int mend_store_put_step(mend_store *s, const mend_step_rec *st);      /* insert or replace */
-/* A step row that exists (put when its run started); fails if there is none. `name` unused. */
+/* A step row that exists (put at its first transition); fails if there is none. `name`
+ * unused. */
 int mend_store_update_step(mend_store *s, const mend_step_rec *st);
 int mend_store_append_history(mend_store *s, const mend_history_rec *h);
 int mend_store_put_breaker(mend_store *s, const char *key, const mend_breaker *b, double updated);

@@ -7,6 +7,7 @@
 #include "workflow.h"
 #include "util.h"
 
+#include <jansson.h>
 #include <lauxlib.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -214,6 +215,27 @@ static uint64_t fnv1a(const char *s, size_t n) {
   return h;
 }
 
+/* The steps' names as a JSON array, or NULL with the reason in err. */
+static char *names_json(const mend_workflow *wf, const char *source, char *err, int errlen) {
+  json_t *a = json_array();
+  for (int i = 0; a && i < wf->nsteps; i++) {
+    json_t *name = json_string(wf->steps[i].name);
+    if (!name) {
+      mend_errorf(err, errlen, "%s: step #%d: its name is not valid UTF-8", source, i + 1);
+      json_decref(a);
+      return NULL;
+    }
+    if (json_array_append_new(a, name) != 0) {
+      json_decref(a);
+      a = NULL;
+    }
+  }
+  char *text = a ? json_dumps(a, JSON_COMPACT) : NULL;
+  json_decref(a);
+  if (!text) mend_errorf(err, errlen, "%s: out of memory", source);
+  return text;
+}
+
 mend_workflow *mend_workflow_from_table(lua_State *L, int idx, const char *source,
                                         const char *version, char *err, int errlen) {
   static const char *const fields[] = {"name", "retry", "compensate_retry", "breaker", "steps",
@@ -288,6 +310,7 @@ mend_workflow *mend_workflow_from_table(lua_State *L, int idx, const char *sourc
         goto bad;
       }
   }
+  if (!(wf->step_names = names_json(wf, source, err, errlen))) goto bad;
   lua_pop(L, 1);   /* steps */
   if (version) wf->version = mend_dupstr(version);
   else {
@@ -344,6 +367,7 @@ void mend_workflow_free(lua_State *L, mend_workflow *wf) {
   free(wf->name);
   free(wf->version);
   free(wf->source);
+  free(wf->step_names);
   free(wf);
 }
 

@@ -31,6 +31,7 @@ typedef struct mend_workflow {
   int def_ref;          /* the definition table, kept alive */
   int nsteps;
   mend_step_def *steps;
+  char *step_names;     /* JSON array of the steps' names, kept with each run it starts */
   struct mend_workflow *next;
 } mend_workflow;
 

@@ -748,6 +748,7 @@ static void test_upgrade_from_1(void) {
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE name = 'runs_cancel'"), 1);
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE name = 'history_run'"), 0);
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM history"), 5);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'step_names'"), 1);
   sqlite3_close(db);
 }
 
@@ -984,6 +985,50 @@ static void test_history_numbers(void) {
   mend_store_close(b);
 }
 
+/* A step's row is written at its first transition: the run's step_names list the others, as
+ * pending, in their places, with the default key; step_names that are not a list of names
+ * are refused by name, not read as no steps. */
+static void test_pending_steps(void) {
+  const char *path = file_in_dir("pending.db");
+  char err[512] = "";
+  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  CHECK(s != NULL);
+  if (!s) return;
+  mend_run_rec r = run_rec("p1", NULL, "running", 7);
+  r.step_names = "[\"reserve\",\"charge\",\"ship\"]";
+  CHECK_EQ_INT(mend_store_insert_run(s, &r), 0);
+  mend_step_rec st = step_rec("p1", 1, "charge", "running");
+  st.idem_key = "p1/charge";
+  CHECK_EQ_INT(mend_store_put_step(s, &st), 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  json_t *run = mend_store_run(s, "p1");
+  CHECK(run != NULL);
+  json_t *steps = json_object_get(run, "steps");
+  CHECK_EQ_INT((long long)json_array_size(steps), 3);
+  const char *names[] = {"reserve", "charge", "ship"};
+  const char *status[] = {"pending", "running", "pending"};
+  for (size_t i = 0; i < 3 && i < json_array_size(steps); i++) {
+    json_t *o = json_array_get(steps, i);
+    CHECK_EQ_INT(json_integer_value(json_object_get(o, "idx")), (long long)i);
+    CHECK_STR(str_field(o, "name"), names[i]);
+    CHECK_STR(str_field(o, "status"), status[i]);
+    CHECK_EQ_INT(json_integer_value(json_object_get(o, "attempts")), i == 1 ? 1 : 0);
+  }
+  CHECK_STR(str_field(json_array_get(steps, 2), "idempotency_key"), "p1/ship");
+  CHECK(json_is_false(json_object_get(json_array_get(steps, 0), "custom_key")));
+  CHECK(json_object_get(run, "step_names") == NULL);
+  json_decref(run);
+
+  sqlite3 *db = raw_open(path);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM steps WHERE run_id = 'p1'"), 1);
+  CHECK_EQ_INT(sqlite3_exec(db, "UPDATE runs SET step_names = '{\"a\":1}' WHERE id = 'p1'", NULL,
+                            NULL, NULL), SQLITE_OK);
+  sqlite3_close(db);
+  CHECK(mend_store_run(s, "p1") == NULL);
+  CHECK(strstr(mend_store_errmsg(s), "run p1: step_names is not a JSON array of names") != NULL);
+  mend_store_close(s);
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/mend-test-store-XXXXXX");
   if (!mkdtemp(dir)) {
@@ -1000,9 +1045,11 @@ int main(void) {
   test_writer_thread();
   test_fence();
   test_history_numbers();
+  test_pending_steps();
 
   const char *files[] = {"schema.db", "trip.db", "batch.db", "notes.txt", "future.db",
-                         "foreign.db", "liar.db", "full.db", "ckpt.db", "v1.db", "writer.db", "fence.db", "hist.db"};
+                         "foreign.db", "liar.db", "full.db", "ckpt.db", "v1.db", "writer.db", "fence.db", "hist.db",
+                         "pending.db"};
   for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
     char p[4096];
     snprintf(p, sizeof p, "%s/%s", dir, files[i]);
