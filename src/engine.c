@@ -1847,7 +1847,10 @@ static void pump_cb(uv_idle_t *h) {
     mend_timers_advance_to(&E->timers, mend_timers_next_due(&E->timers));
     more = 1;
   }
-  if (!more || E->broken) uv_idle_stop(E->pump);
+  if (!more || E->broken) {
+    uv_idle_stop(E->pump);
+    if (!writing) mend_store_trim(E->store);   /* the runs wait: what a burst grew goes back */
+  }
 }
 
 int mend_engine_run(mend_engine *E) {

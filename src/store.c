@@ -858,12 +858,15 @@ static int flush_log(mend_store *s, wlog *log) {
       ok = 0;
     }
   }
+  /* What a burst grew is given back once batches are small again (or the engine is idle:
+   * mend_store_trim), so that memory once the runs wait is what they need; not while the
+   * burst goes on, where each batch would fault its pages in again and each unmap stop the
+   * other core for a TLB shootdown (W1 10k full: 38k -> 55k steps/s). */
+  if (log->caprec > 4096 && log->nrec < log->caprec / 8) log_free(log);
   log->nrec = log->nval = 0;
   log->ntext = 0;
   log->oom = 0;
   log->heavy = 0;
-  /* What a burst grew is given back, so that memory once the runs wait is what they need. */
-  if (log->caprec > 4096) log_free(log);
   return ok ? 0 : -1;
 }
 
@@ -997,6 +1000,18 @@ int mend_store_hand_off(mend_store *s) {
   pthread_cond_broadcast(&w->cv);
   pthread_mutex_unlock(&w->mu);
   return 0;
+}
+
+void mend_store_trim(mend_store *s) {
+  if (s->cur->nrec || s->in_batch) return;
+  int idle = 1;
+  if (s->w) {
+    pthread_mutex_lock(&s->w->mu);
+    idle = !s->w->job;
+    pthread_mutex_unlock(&s->w->mu);
+  }
+  for (int k = 0; idle && k < 2; k++)
+    if (s->logs[k].caprec > 4096) log_free(&s->logs[k]);
 }
 
 int mend_store_batch_writes(const mend_store *s) { return s->cur->nrec; }

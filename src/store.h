@@ -103,6 +103,9 @@ int  mend_store_start_writer(mend_store *s, void (*done)(void *ud), void *ud);
 int  mend_store_hand_off(mend_store *s);    /* 0, or -1 (errmsg) */
 int  mend_store_writer_busy(mend_store *s); /* 1 while a handed-off batch is being written */
 int  mend_store_batch_writes(const mend_store *s);   /* writes recorded and not yet run */
+/* Gives back the memory a burst of writes grew, if no batch is using it: for an engine gone
+ * idle (its runs all waiting). */
+void mend_store_trim(mend_store *s);
 unsigned long mend_store_open_seq(const mend_store *s);
 unsigned long mend_store_durable_seq(const mend_store *s);
 /* Called with "before_commit" and "after_commit" around each commit, on whichever thread
