@@ -392,6 +392,18 @@ static void queue(mend_run *r, action a) {
   kick(E);
 }
 
+/* The run's next action is `a` in this turn or the next, without waiting for a commit: for an
+ * action that only writes (the write-ahead rule holds its execute back, not its writes). */
+static void queue_now(mend_run *r, action a) {
+  mend_engine *E = r->E;
+  r->next_action = a;
+  if (r->queued) return;
+  r->queued = 1;
+  r->wait_seq = 0;
+  append(&E->ready_head, &E->ready_tail, r);
+  kick(E);
+}
+
 static void arm(mend_run *r, mend_timer *t, double due) {
   mend_engine *E = r->E;
   if (mend_timer_arm(&E->timers, t, due)) { breakdown(E, "out of memory arming a timer"); return; }
@@ -1974,7 +1986,9 @@ int mend_engine_start_value(mend_engine *E, lua_State *L, const char *workflow, 
     return 0;
   }
   mend_engine_log_line(E, "info", r->id, NULL, 0, "run", "started");
-  queue(r, ACT_ADVANCE);
+  /* Its first step's `running` joins the batch of its start: one commit less before the
+   * first execute. */
+  queue_now(r, ACT_ADVANCE);
   return 0;
 }
 
