@@ -1708,8 +1708,7 @@ static int end_batch(mend_engine *E) {
    * backlog is worth a second thread: the loop works through it while the thread writes. A
    * long WAL is caught up here too, once the commit leaves nothing open. */
   if (!E->writer || E->wal_catch_up ||
-      (!E->ready_head && mend_store_batch_writes(E->store) < HAND_OFF_WRITES &&
-       !mend_store_batch_heavy(E->store))) {
+      (!E->ready_head && mend_store_batch_writes(E->store) < HAND_OFF_WRITES)) {
     if (mend_store_commit(E->store)) { store_failed(E); return -1; }
     checkpoint_if_grown(E);
     if (E->wal_catch_up && !E->checkpointing) {
@@ -1957,8 +1956,7 @@ int mend_engine_start_value(mend_engine *E, lua_State *L, const char *workflow, 
   new_run_id(E, id);
   double now = mend_engine_now(E);
   mend_run_rec rec = {id, wf->name, wf->version, wf->source, run_key, "running", input_json,
-                      NULL, 0, now, now, detached ? NULL : E->owner, lease_until(E),
-                      wf->step_names};
+                      NULL, 0, now, now, detached ? NULL : E->owner, wf->step_names};
   int ins = mend_store_insert_run(E->store, &rec);
   if (ins < 0) {
     snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store));

@@ -27,6 +27,7 @@ enum {
   Q_INSERT_RUN, Q_UPDATE_RUN, Q_PUT_STEP, Q_UPDATE_STEP, Q_APPEND_HISTORY, Q_PUT_BREAKER, Q_PUT_DLQ,
   Q_FIND_RUN_KEY, Q_FIND_KEY_RESULT, Q_GET_BREAKER, Q_LAST_SEQ,
   Q_CLAIM_OLDEST, Q_CLAIM_NEWEST, Q_RENEW, Q_RELEASE, Q_OWNER, Q_HOLDERS, Q_RELEASE_OWNER, Q_HELD,
+  Q_FORGET_WORKER,
   Q_DLQ_REMOVE, Q_REQUEST_CANCEL, Q_CANCEL_REQUESTS, Q_AUDIT, Q_AUDIT_LIST, Q_TAKE,
   Q_RUN, Q_STEPS, Q_HISTORY, Q_DLQ, Q_BREAKERS, Q_RUNS,
   Q__COUNT
@@ -38,14 +39,13 @@ static const char *const query_sql[Q__COUNT] = {
   [Q_ROLLBACK] = "ROLLBACK",
   [Q_INSERT_RUN] =
     "INSERT INTO runs(id, workflow, version, source, run_key, status, input, error, attention,"
-    " created, updated, owner, lease_until, step_names) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9,"
-    " ?10, ?11, ?12, ?13, ?14) ON CONFLICT(run_key) DO NOTHING",
+    " created, updated, owner, step_names) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11,"
+    " ?12, ?13) ON CONFLICT(run_key) DO NOTHING",
   /* A run that is neither running nor compensating is nobody's: repairs from another process
    * need not wait for its lease, and claims never look at it. */
   [Q_UPDATE_RUN] =
     "UPDATE runs SET status = ?2, error = ?3, attention = ?4, updated = ?5, reason = ?6,"
-    " owner = iif(?2 IN ('running', 'compensating'), owner, NULL),"
-    " lease_until = iif(?2 IN ('running', 'compensating'), lease_until, NULL) WHERE id = ?1",
+    " owner = iif(?2 IN ('running', 'compensating'), owner, NULL) WHERE id = ?1",
   [Q_PUT_STEP] =
     "INSERT INTO steps(run_id, idx, name, status, attempts, comp_attempts, idem_key, custom_key,"
     " result, error, due, last_delay, updated, slept)"
@@ -88,34 +88,39 @@ static const char *const query_sql[Q__COUNT] = {
     " ORDER BY updated DESC LIMIT 1",
   [Q_GET_BREAKER] =
     "SELECT state, failures, successes, opened_at, open_until FROM breakers WHERE key = ?1",
-  /* Takes unfinished runs nobody holds (owner NULL or lease run out) for `owner`. */
-  /* Never our own runs (they are in our memory, whatever their lease says); oldest first, or
+  /* Takes unfinished runs nobody holds (no owner, or one whose lease ran out) for `owner`.
+   * Never our own runs (they are in our memory, whatever our lease says); oldest first, or
    * newest first so that new work does not wait behind a backlog. Both walk the index of
    * unfinished runs by creation time: a claim costs what it takes, not what is waiting. */
   [Q_CLAIM_OLDEST] =
-    "UPDATE runs SET owner = ?1, lease_until = ?2 WHERE id IN (SELECT id FROM runs"
-    " WHERE status IN ('running', 'compensating') AND (owner IS NULL OR (lease_until < ?3"
-    " AND owner IS NOT ?1)) ORDER BY created LIMIT ?4) RETURNING id",
+    "UPDATE runs SET owner = ?1, lease_until = NULL WHERE id IN (SELECT id FROM runs"
+    " WHERE status IN ('running', 'compensating') AND (owner IS NULL OR (owner IS NOT ?1"
+    " AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.owner = runs.owner"
+    " AND w.lease_until >= ?2))) ORDER BY created LIMIT ?3) RETURNING id",
   [Q_CLAIM_NEWEST] =
-    "UPDATE runs SET owner = ?1, lease_until = ?2 WHERE id IN (SELECT id FROM runs"
-    " WHERE status IN ('running', 'compensating') AND (owner IS NULL OR (lease_until < ?3"
-    " AND owner IS NOT ?1)) ORDER BY created DESC LIMIT ?4) RETURNING id",
-  /* Never shorter: a renewal recorded before a stall may run after the late path renewed. */
+    "UPDATE runs SET owner = ?1, lease_until = NULL WHERE id IN (SELECT id FROM runs"
+    " WHERE status IN ('running', 'compensating') AND (owner IS NULL OR (owner IS NOT ?1"
+    " AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.owner = runs.owner"
+    " AND w.lease_until >= ?2))) ORDER BY created DESC LIMIT ?3) RETURNING id",
+  /* One row however many runs the worker holds. Never shorter: a renewal recorded before a
+   * stall may run after the late path renewed. */
   [Q_RENEW] =
-    "UPDATE runs SET lease_until = max(coalesce(lease_until, 0), ?2) WHERE owner = ?1"
-    " AND status IN ('running', 'compensating')",
+    "INSERT INTO workers(owner, lease_until) VALUES(?1, ?2) ON CONFLICT(owner)"
+    " DO UPDATE SET lease_until = max(lease_until, excluded.lease_until)",
   [Q_RELEASE] = "UPDATE runs SET owner = NULL, lease_until = NULL WHERE id = ?1 AND owner = ?2",
-  [Q_OWNER] = "SELECT owner, lease_until FROM runs WHERE id = ?1",
-  [Q_HOLDERS] =
-    "SELECT DISTINCT owner FROM runs WHERE status IN ('running', 'compensating')"
-    " AND owner IS NOT NULL AND lease_until >= ?1",
+  [Q_OWNER] =
+    "SELECT r.owner, w.lease_until FROM runs r LEFT JOIN workers w ON w.owner = r.owner"
+    " WHERE r.id = ?1",
+  [Q_HOLDERS] = "SELECT owner FROM workers WHERE lease_until >= ?1",
   [Q_HELD] = "SELECT id FROM runs WHERE owner = ?1 AND status IN ('running', 'compensating')",
   [Q_RELEASE_OWNER] =
     "UPDATE runs SET owner = NULL, lease_until = NULL WHERE owner = ?1"
     " AND status IN ('running', 'compensating')",
+  [Q_FORGET_WORKER] = "DELETE FROM workers WHERE owner = ?1",
   [Q_RUN] =
     "SELECT id, workflow, version, source, run_key AS key, status, input, error, attention,"
-    " reason, owner, lease_until, created, updated, step_names FROM runs WHERE id = ?1",
+    " reason, owner, (SELECT w.lease_until FROM workers w WHERE w.owner = runs.owner)"
+    " AS lease_until, created, updated, step_names FROM runs WHERE id = ?1",
   [Q_STEPS] =
     "SELECT idx, name, status, attempts, comp_attempts, idem_key AS idempotency_key,"
     " custom_key, result, error, due, last_delay, updated, slept FROM steps WHERE run_id = ?1"
@@ -130,12 +135,13 @@ static const char *const query_sql[Q__COUNT] = {
   /* A negative LIMIT is no limit in SQLite. */
   [Q_RUNS] =
     "SELECT id, workflow, version, source, run_key AS key, status, input, error, attention,"
-    " reason, owner, lease_until, created, updated FROM runs WHERE (?1 IS NULL OR status = ?1)"
+    " reason, owner, (SELECT w.lease_until FROM workers w WHERE w.owner = runs.owner)"
+    " AS lease_until, created, updated FROM runs WHERE (?1 IS NULL OR status = ?1)"
     " AND (?2 IS NULL OR workflow = ?2) AND (?4 IS NULL OR created >= ?4)"
     " AND (?5 = 0 OR attention = 1 OR status = 'needs_attention')"
     " ORDER BY created DESC, rowid DESC LIMIT ?3",
   [Q_DLQ_REMOVE] = "DELETE FROM dlq WHERE run_id = ?1",
-  [Q_TAKE] = "UPDATE runs SET owner = ?2, lease_until = ?3, cancel_requested = 0 WHERE id = ?1",
+  [Q_TAKE] = "UPDATE runs SET owner = ?2, lease_until = NULL, cancel_requested = 0 WHERE id = ?1",
   [Q_REQUEST_CANCEL] = "UPDATE runs SET cancel_requested = 1 WHERE id = ?1",
   [Q_CANCEL_REQUESTS] =   /* runs_cancel */
     "SELECT id FROM runs WHERE owner = ?1 AND cancel_requested = 1 AND status = 'running'",
@@ -193,7 +199,14 @@ static const char *const migrations[MEND_SCHEMA_VERSION] = {
    * inserts of a 3-step run were 16% of the writer thread in W1); the run keeps its steps'
    * names, so that a listing still shows the ones not begun as pending. Runs started before
    * have every row, and no names. */
-  "ALTER TABLE runs ADD COLUMN step_names TEXT;",
+  "ALTER TABLE runs ADD COLUMN step_names TEXT;"
+  /* A lease is the worker's, not each run's: a run is held while its owner's row here lasts.
+   * Renewing every run's lease rewrote every row a worker held (2.7 s and 130 MB of WAL each
+   * 10 s with 1M runs parked); now it is one row. runs.lease_until is no longer written. */
+  "CREATE TABLE workers(owner TEXT PRIMARY KEY, lease_until REAL NOT NULL) WITHOUT ROWID;"
+  "INSERT INTO workers SELECT owner, max(lease_until) FROM runs WHERE owner IS NOT NULL"
+  " AND lease_until IS NOT NULL AND status IN ('running', 'compensating') GROUP BY owner;"
+  "UPDATE runs SET lease_until = NULL WHERE lease_until IS NOT NULL;",
 };
 
 /* ---- the write log ----------------------------------------------------------------------
@@ -217,7 +230,6 @@ typedef struct wlog {
   char *text;
   size_t ntext, captext;
   int oom;           /* a record could not be kept: the batch must fail */
-  int heavy;         /* holds a renewal of every lease: worth the writer thread */
 } wlog;
 
 /* The writer thread: commits handed-off batches while the loop goes on with the next one. */
@@ -259,6 +271,7 @@ struct mend_store {
   char *fence_owner;
   double fence_lease, fence_until;
   int fence_checking;       /* a transaction began late: each run's holder is looked up */
+  int fence_registered;     /* the worker's row (its lease) is in the database */
   int repairing;            /* writes recorded now are a person's repair (not fenced) */
   int fence_always_late;    /* a test's: every transaction takes the late path */
   mend_idset fence_checked; /* runs looked up since then, and still ours */
@@ -628,6 +641,12 @@ void mend_store_close(mend_store *s) {
   if (!s) return;
   stop_writer(s);   /* a batch it holds is finished first */
   if (s->db && s->in_batch && s->q[Q_ROLLBACK]) rollback(s);
+  /* Gone: the runs it still owns are for any worker to take now, not when its lease ends. */
+  if (s->fence_registered && s->q[Q_FORGET_WORKER]) {
+    sqlite3_stmt *q = s->q[Q_FORGET_WORKER];
+    if (sqlite3_bind_text(q, 1, s->fence_owner, -1, SQLITE_STATIC) == SQLITE_OK) sqlite3_step(q);
+    finish(q);
+  }
   for (int i = 0; i < Q__COUNT; i++) sqlite3_finalize(s->q[i]);
   /* close_v2 also rolls back whatever a half-finished open left behind. */
   sqlite3_close_v2(s->db);
@@ -713,7 +732,7 @@ int mend_store_schema_version(mend_store *s) { return s->version; }
 static const char *const record_what[Q__COUNT] = {
   [Q_INSERT_RUN] = "insert run", [Q_UPDATE_RUN] = "update run", [Q_PUT_STEP] = "put step",
   [Q_UPDATE_STEP] = "update step", [Q_APPEND_HISTORY] = "append history",
-  [Q_PUT_BREAKER] = "put breaker", [Q_PUT_DLQ] = "put dlq", [Q_RENEW] = "renew leases",
+  [Q_PUT_BREAKER] = "put breaker", [Q_PUT_DLQ] = "put dlq", [Q_RENEW] = "renew the lease",
 };
 
 /* A log's arrays live in pages of their own (mmap), not in the heap: a burst grows them to
@@ -800,7 +819,6 @@ static void rec_opt_real(mend_store *s, double d) {
 
 static int fence_drops(mend_store *s, const wlog *log, const wrec *r);
 static void renewed(mend_store *s, const wlog *log, const wrec *r);
-static void inserted(mend_store *s, const wlog *log, const wrec *r);
 
 /* Binds a record's values to q, and NULL to any parameter past them, so that no value of an
  * earlier record stays bound (flush_log resets without clearing: 3% of the writer thread).
@@ -846,8 +864,6 @@ static int flush_log(mend_store *s, wlog *log) {
       if (run_bound(s, q, bind_record(q, log, r, 1), record_what[r->q], 1) != 0) ok = 0;
     } else if (r->q == Q_RENEW) {
       renewed(s, log, r);
-    } else if (r->q == Q_INSERT_RUN) {
-      inserted(s, log, r);
     } else if ((r->q == Q_UPDATE_RUN || r->q == Q_UPDATE_STEP) && sqlite3_changes(s->db) == 0) {
       /* An update that changes nothing would lose a transition silently. */
       const wval *id = &log->vals[r->first];
@@ -866,7 +882,6 @@ static int flush_log(mend_store *s, wlog *log) {
   log->nrec = log->nval = 0;
   log->ntext = 0;
   log->oom = 0;
-  log->heavy = 0;
   return ok ? 0 : -1;
 }
 
@@ -1040,7 +1055,6 @@ int mend_store_insert_run(mend_store *s, const mend_run_rec *r) {
   rec_real(s, r->created);
   rec_real(s, r->updated);
   rec_text(s, r->owner);
-  rec_opt_real(s, r->owner ? r->lease_until : -1);
   rec_text(s, r->step_names);
   if (!r->run_key) return rec_end(s);
   if (flush_log(s, s->cur) != 0) return -1;
@@ -1238,14 +1252,15 @@ static int fence_oom(mend_store *s) {
   return -1;
 }
 
+static int lease_at_least(mend_store *s, const char *owner, double until);
+
+/* Also where the worker's row is first written: before any run it owns can commit. */
 static int fence_at_begin(mend_store *s) {
-  if (!s->fence_owner || (wall_now() < s->fence_until && !s->fence_always_late)) return 0;
+  if (!s->fence_owner) return 0;
+  int late = wall_now() >= s->fence_until || s->fence_always_late;
+  if (!late) return s->fence_registered ? 0 : lease_at_least(s, s->fence_owner, s->fence_until);
   double until = wall_now() + s->fence_lease;
-  sqlite3_stmt *q = s->q[Q_RENEW];
-  int rc = SQLITE_OK;
-  BIND(bind_text(q, 1, s->fence_owner));
-  BIND(sqlite3_bind_double(q, 2, until));
-  if (run_write(s, q, rc, "renew leases") != 0) return -1;
+  if (lease_at_least(s, s->fence_owner, until) != 0) return -1;
   s->fence_until = until;
   s->fence_checking = 1;
   mend_idset_clear(&s->fence_checked);
@@ -1319,16 +1334,18 @@ static void renewed(mend_store *s, const wlog *log, const wrec *r) {
     s->fence_until = until->d;
 }
 
-/* A run of ours was stored with a lease of `until`: the fence holds no longer than that (an
- * insert recorded before a stall runs after the late path renewed the others). */
-static void leased(mend_store *s, const char *owner, size_t len, double until) {
-  if (fence_is(s, owner, len) && until < s->fence_until) s->fence_until = until;
-}
-
-static void inserted(mend_store *s, const wlog *log, const wrec *r) {
-  const wval *owner = &log->vals[r->first + 11], *until = &log->vals[r->first + 12];
-  if (owner->type == V_TEXT && until->type == V_REAL)
-    leased(s, log->text + owner->off, owner->len, until->d);
+/* Our lease lasts at least until `until` (renewed now, in the open transaction). */
+static int lease_at_least(mend_store *s, const char *owner, double until) {
+  sqlite3_stmt *q = s->q[Q_RENEW];
+  int rc = SQLITE_OK;
+  BIND(bind_text(q, 1, owner));
+  BIND(sqlite3_bind_double(q, 2, until));
+  if (run_write(s, q, rc, "renew the lease") != 0) return -1;
+  if (fence_is(s, owner, strlen(owner))) {
+    s->fence_registered = 1;
+    if (until > s->fence_until) s->fence_until = until;
+  }
+  return 0;
 }
 
 /* A run is ours again (claimed, taken): its writes count, and a notice that it was lost, not
@@ -1344,11 +1361,11 @@ static void ours_again(mend_store *s, const char *id) {
   news_unlock(s);
 }
 
-int mend_store_batch_heavy(const mend_store *s) { return s->cur->heavy; }
 
 int mend_store_set_fence(mend_store *s, const char *owner, double lease_seconds, double until) {
   char *copy = strdup(owner);
   if (!copy) return fence_oom(s);
+  if (!s->fence_owner || strcmp(s->fence_owner, owner) != 0) s->fence_registered = 0;
   free(s->fence_owner);
   s->fence_owner = copy;
   s->fence_lease = lease_seconds;
@@ -1594,15 +1611,14 @@ json_t *mend_store_runs_where(mend_store *s, const char *status, const char *wor
 }
 
 int mend_store_take(mend_store *s, const char *id, const char *owner, double lease_until) {
-  if (sync_point(s) != 0 || batch_begin(s) != 0) return -1;
+  if (sync_point(s) != 0 || batch_begin(s) != 0 || lease_at_least(s, owner, lease_until) != 0)
+    return -1;
   sqlite3_stmt *q = s->q[Q_TAKE];
   int rc = SQLITE_OK;
   BIND(bind_text(q, 1, id));
   BIND(bind_text(q, 2, owner));
-  BIND(sqlite3_bind_double(q, 3, lease_until));
   if (run_write(s, q, rc, "take run") != 0) return -1;
   ours_again(s, id);
-  leased(s, owner, strlen(owner), lease_until);
   return 0;
 }
 
@@ -1669,7 +1685,9 @@ int mend_store_claimable(mend_store *s, const char *owner, double now) {
           != SQLITE_OK ||
         sqlite3_prepare_v3(s->reader,
           "SELECT 1 FROM runs WHERE status IN ('running', 'compensating') AND (owner IS NULL"
-          " OR (lease_until < ?2 AND owner IS NOT ?1)) ORDER BY created DESC LIMIT 1", -1, SQLITE_PREPARE_PERSISTENT,
+          " OR (owner IS NOT ?1 AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.owner ="
+          " runs.owner AND w.lease_until >= ?2))) ORDER BY created DESC LIMIT 1", -1,
+          SQLITE_PREPARE_PERSISTENT,
           &s->q_claimable, NULL) != SQLITE_OK) {
       sqlite3_close_v2(s->reader);
       s->reader = NULL;
@@ -1688,13 +1706,13 @@ int mend_store_claimable(mend_store *s, const char *owner, double now) {
 
 json_t *mend_store_claim(mend_store *s, const char *owner, double now, double lease_until,
                          int limit, int newest_first) {
-  if (sync_point(s) != 0 || batch_begin(s) != 0) return NULL;
+  if (sync_point(s) != 0 || batch_begin(s) != 0 || lease_at_least(s, owner, lease_until) != 0)
+    return NULL;
   sqlite3_stmt *q = s->q[newest_first ? Q_CLAIM_NEWEST : Q_CLAIM_OLDEST];
   int rc = SQLITE_OK;
   BIND(bind_text(q, 1, owner));
-  BIND(sqlite3_bind_double(q, 2, lease_until));
-  BIND(sqlite3_bind_double(q, 3, now));
-  BIND(sqlite3_bind_int(q, 4, limit));
+  BIND(sqlite3_bind_double(q, 2, now));
+  BIND(sqlite3_bind_int(q, 3, limit));
   json_t *ids = json_array();
   while (rc == SQLITE_OK || rc == SQLITE_ROW) {
     rc = sqlite3_step(q);
@@ -1702,7 +1720,6 @@ json_t *mend_store_claim(mend_store *s, const char *owner, double now, double le
     const char *id = (const char *)sqlite3_column_text(q, 0);
     json_array_append_new(ids, json_string(id));
     ours_again(s, id);
-    leased(s, owner, strlen(owner), lease_until);
   }
   if (rc != SQLITE_DONE) {
     sql_err(s, "claim runs");
@@ -1715,13 +1732,11 @@ json_t *mend_store_claim(mend_store *s, const char *owner, double now, double le
   return ids;
 }
 
-/* Recorded like a transition, so that with a writer thread the loop does not wait for it:
- * it rewrites every lease the worker holds, 0.6-0.8 s with 1M runs parked. */
+/* Recorded like a transition, in the order of the writes around it. */
 int mend_store_renew(mend_store *s, const char *owner, double lease_until) {
   rec_begin(s, Q_RENEW);
   rec_text(s, owner);
   rec_real(s, lease_until);
-  s->cur->heavy = 1;
   return rec_end(s);
 }
 
@@ -1756,5 +1771,7 @@ json_t *mend_store_lease_holders(mend_store *s, double now) {
 int mend_store_release_owner(mend_store *s, const char *owner) {
   if (sync_point(s) != 0 || batch_begin(s) != 0) return -1;
   sqlite3_stmt *q = s->q[Q_RELEASE_OWNER];
-  return run_write(s, q, bind_text(q, 1, owner), "release leases of a dead worker");
+  if (run_write(s, q, bind_text(q, 1, owner), "release the runs of a dead worker") != 0) return -1;
+  q = s->q[Q_FORGET_WORKER];
+  return run_write(s, q, bind_text(q, 1, owner), "forget a dead worker");
 }

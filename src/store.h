@@ -15,9 +15,11 @@
  *   meta(key TEXT PRIMARY KEY, value TEXT)
  *   runs(id TEXT PRIMARY KEY, workflow TEXT, version TEXT, source TEXT, run_key TEXT UNIQUE,
  *        status TEXT, input TEXT (JSON), error TEXT, attention INTEGER, reason TEXT (why it
- *        failed for good), owner TEXT, lease_until REAL (the worker executing it, and until
- *        when), created REAL, updated REAL, step_names TEXT (JSON array: its steps, in
- *        order)) + index on created for unfinished runs only
+ *        failed for good), owner TEXT (the worker executing it), lease_until REAL (not
+ *        written since schema 4: see workers), created REAL, updated REAL, step_names TEXT
+ *        (JSON array: its steps, in order)) + index on created for unfinished runs only
+ *   workers(owner TEXT PRIMARY KEY, lease_until REAL) WITHOUT ROWID: a worker holds its
+ *        runs while its lease lasts; one row renewed, however many runs it holds
  *   steps(run_id TEXT, idx INTEGER, name TEXT, status TEXT, attempts INTEGER,
  *         comp_attempts INTEGER, idem_key TEXT, custom_key INTEGER, result TEXT (JSON),
  *         error TEXT, due REAL, last_delay REAL, updated REAL, slept INTEGER,
@@ -117,8 +119,7 @@ typedef struct mend_run_rec {
   const char *id, *workflow, *version, *source, *run_key, *status, *input, *error;
   int attention;
   double created, updated;
-  const char *owner;       /* NULL: any worker may take it */
-  double lease_until;
+  const char *owner;       /* NULL: any worker may take it; else held while the owner's lease lasts */
   const char *step_names;  /* JSON array of its steps' names: the rows not yet written */
 } mend_run_rec;
 
@@ -197,7 +198,8 @@ json_t *mend_store_audit_list(mend_store *s);                  /* array, in seq 
 
 /* Operations of people (repairs). Each joins the current batch. */
 int     mend_store_dlq_remove(mend_store *s, const char *run_id);
-/* Makes `owner` hold the run whatever its lease said (repairs, after checking it was free). */
+/* Makes `owner` hold the run whatever its lease said (repairs, after checking it was free);
+ * owner's lease then lasts at least until lease_until. */
 int     mend_store_take(mend_store *s, const char *id, const char *owner, double lease_until);
 int     mend_store_request_cancel(mend_store *s, const char *run_id);
 /* Ids of running runs held by owner whose cancel was asked for (array); NULL on error. */
@@ -206,26 +208,28 @@ int     mend_store_audit(mend_store *s, double at, const char *who, const char *
                          const char *target, const char *detail);
 int     mend_store_schema_version(mend_store *s);
 
-/* Leases: which worker executes a run, until when (real time). A worker claims unfinished runs
- * that nobody holds or whose lease ran out, renews its leases while it works, and releases a
- * run it lets go of. Claims and renewals join the current batch. */
+/* Leases: which worker executes a run (runs.owner), and until when its lease lasts (one row
+ * per worker, real time). A worker claims unfinished runs that nobody holds or whose owner's
+ * lease ran out, renews its lease while it works, and releases a run it lets go of. Claims
+ * and renewals join the current batch; closing the store ends the lease. */
 void    mend_store_set_worker(mend_store *s, const char *worker);  /* tags history rows */
 /* Up to `limit` ids (array) of unfinished runs now held by `owner`: those nobody holds, or
- * whose lease ran out (never the owner's own), oldest first or newest first; NULL on error. */
+ * whose owner's lease ran out (never the owner's own), oldest first or newest first; owner's
+ * lease then lasts at least until lease_until. NULL on error. */
 json_t *mend_store_claim(mend_store *s, const char *owner, double now, double lease_until,
                          int limit, int newest_first);
 /* 0 if a claim now would surely find nothing; 1 otherwise. It reads committed rows through a
  * connection of its own, so it neither waits for the writer thread nor ends a batch early: a
  * serving worker looks every poll, and most polls find nothing. */
 int     mend_store_claimable(mend_store *s, const char *owner, double now);
-/* Recorded in the batch like a transition (it runs on the writer thread, if there is one). */
+/* Recorded in the batch like a transition (it runs on the writer thread, if there is one);
+ * never shortens the lease. */
 int     mend_store_renew(mend_store *s, const char *owner, double lease_until);
-/* 1 if the open batch renews leases: heavy with many runs held, worth the writer thread. */
-int     mend_store_batch_heavy(const mend_store *s);
 int     mend_store_release(mend_store *s, const char *id, const char *owner);
-/* Owners holding a live lease on an unfinished run (array of strings); NULL on error. */
+/* Workers whose lease is live (array of strings); NULL on error. */
 json_t *mend_store_lease_holders(mend_store *s, double now);
-/* Gives back every unfinished run held by `owner` (a worker known to be dead). */
+/* Gives back every unfinished run held by `owner` (a worker known to be dead), and forgets
+ * its lease. */
 int     mend_store_release_owner(mend_store *s, const char *owner);
 /* The fence (store.c, "fencing"): a transaction that begins after this worker's leases ran out
  * (`until`, moved on by each renewal) renews them and drops every write to a run another
@@ -242,7 +246,7 @@ void    mend_store_fence_verified(mend_store *s);
 /* While on, the writes recorded are a person's repair of a run nobody holds (resolving a dead
  * letter): the fence lets them through. */
 void    mend_store_repairing(mend_store *s, int on);
-/* 1 and the owner ("" if none) and lease_until (-1 if none); 0 no run; -1 error. */
+/* 1 and the owner ("" if none) and its lease_until (-1 if none); 0 no run; -1 error. */
 int     mend_store_owner(mend_store *s, const char *id, char *owner_out, int owner_len,
                          double *lease_until);
 
