@@ -322,13 +322,17 @@ W.W4 = function(o)
     local t0 = now()
     local started = 0
     -- park in slices so that a slice's work commits while the next is being started
+    local last
     while parked < o.n do
       local upto = math.min(o.n, started + 20000)
-      while started < upto do started = started + 1 eng:start("park", { i = started }) end
+      while started < upto do started = started + 1 last = eng:start("park", { i = started }) end
       mend.sleep(0.001)
     end
     local park_s = now() - t0
-    mend.sleep(o.wait == "step" and 1.0 or 0.2)   -- let the last batches commit
+    -- A read waits for every batch in flight (the writer thread may be seconds behind a loop
+    -- that parks 50k runs/s); then the engine goes idle and gives back what the burst grew.
+    eng:status(last)
+    mend.sleep(o.wait == "step" and 1.0 or 0.2)
     local rss1 = rss_kb()
     -- probes: short sleeps while the N waits are armed, at a modest steady rate
     local p0 = now()

@@ -1025,8 +1025,7 @@ void mend_store_trim(mend_store *s) {
     idle = !s->w->job;
     pthread_mutex_unlock(&s->w->mu);
   }
-  for (int k = 0; idle && k < 2; k++)
-    if (s->logs[k].caprec > 4096) log_free(&s->logs[k]);
+  for (int k = 0; idle && k < 2; k++) log_free(&s->logs[k]);
 }
 
 int mend_store_batch_writes(const mend_store *s) { return s->cur->nrec; }
