@@ -19,6 +19,7 @@
 #include <lualib.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1095,7 +1096,7 @@ static void resume(mend_run *r, int nargs) {
 }
 
 static void on_deadline(mend_timer *t) {
-  mend_run *r = t->data;
+  mend_run *r = (mend_run *)(void *)((char *)t - offsetof(mend_run, deadline));
   if (!r->co) return;
   end_attempt(r);   /* lets go of the child process or host call it waits for */
   mend_error_info info = {MEND_ERR_TIMEOUT, "step exceeded its timeout", -1, 0};
@@ -1154,7 +1155,7 @@ mend_run *mend_engine_current_run(lua_State *L) {
 }
 
 static void on_wait(mend_timer *t) {
-  mend_run *r = t->data;
+  mend_run *r = (mend_run *)(void *)((char *)t - offsetof(mend_run, wait));
   wait_kind kind = r->wait_kind;
   r->wait_kind = WAIT_NONE;
   switch (kind) {
@@ -1679,11 +1680,11 @@ static json_t *take_array(json_t **a) {
   return taken;
 }
 
-/* With the writer thread: once it is idle, the alerts and events of the batch it had are heard
- * (if that batch failed, durable_seq did not move and hand_off reports the failure). */
 static void checkpoint_now(mend_engine *E);
 static void checkpoint_if_grown(mend_engine *E);
 
+/* With the writer thread: once it is idle, the alerts and events of the batch it had are heard
+ * (if that batch failed, durable_seq did not move and hand_off reports the failure). */
 static void settle_writer(mend_engine *E) {
   if (mend_store_writer_busy(E->store)) return;
   checkpoint_if_grown(E);
@@ -1922,8 +1923,8 @@ static mend_run *run_new(mend_engine *E, mend_workflow *wf, const char *id) {
     st->due = st->last_delay = -1;
     st->key_ready = wf->steps[i].key_ref == LUA_NOREF;
   }
-  mend_timer_init(&r->wait, on_wait, r);
-  mend_timer_init(&r->deadline, on_deadline, r);
+  mend_timer_init(&r->wait, on_wait);
+  mend_timer_init(&r->deadline, on_deadline);
   r->ref_shard = mend_refs_shard(&E->refs, E->L);
   lua_newtable(E->L);
   r->results_ref = mend_refs_put(&E->refs, E->L, r->ref_shard);

@@ -87,9 +87,7 @@ double mend_timers_now(const mend_timers *ts) {
   return ts->is_virtual ? ts->virtual_now : mend_real_now();
 }
 
-void mend_timer_init(mend_timer *t, mend_timer_fn fn, void *data) {
-  *t = (mend_timer){.fn = fn, .data = data};
-}
+void mend_timer_init(mend_timer *t, mend_timer_fn fn) { *t = (mend_timer){.fn = fn}; }
 
 int mend_timer_arm(mend_timers *ts, mend_timer *t, double due) {
   if (t->slot) mend_timer_disarm(ts, t);

@@ -22,8 +22,8 @@ struct mend_timer {
   double due;
   uint64_t seq;
   size_t slot;             /* index in the heap + 1; 0 when not armed */
-  mend_timer_fn fn;
-  void *data;              /* for the callback's use */
+  mend_timer_fn fn;        /* finds its own data from t (a timer is embedded in it): a parked
+                            * run has two, and a pointer each is 16 B of its memory */
 };
 
 typedef struct mend_timers {
@@ -42,7 +42,7 @@ void   mend_timers_close(mend_timers *ts);  /* disarms everything; closes the uv
 double mend_timers_now(const mend_timers *ts);
 double mend_real_now(void);                 /* wall clock, seconds since the epoch */
 
-void   mend_timer_init(mend_timer *t, mend_timer_fn fn, void *data);
+void   mend_timer_init(mend_timer *t, mend_timer_fn fn);
 int    mend_timer_arm(mend_timers *ts, mend_timer *t, double due);   /* re-arms if armed */
 void   mend_timer_disarm(mend_timers *ts, mend_timer *t);
 static inline int mend_timer_armed(const mend_timer *t) { return t->slot != 0; }
