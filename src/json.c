@@ -271,7 +271,24 @@ json_t *mend_json_from_lua(lua_State *L, int idx, const char *what, char *err, i
   return from_lua(L, idx, what, err, errlen, NULL);
 }
 
+/* The text of a nil or a boolean, which most step results are ("return true"): no jansson
+ * value built and printed for them (3k instructions a step in W1). NULL for any other. */
+static const char *scalar_text(lua_State *L, int idx) {
+  switch (lua_type(L, idx)) {
+  case LUA_TNIL: return "null";
+  case LUA_TBOOLEAN: return lua_toboolean(L, idx) ? "true" : "false";
+  default: return NULL;
+  }
+}
+
 char *mend_json_encode(lua_State *L, int idx, const char *what, char *err, int errlen) {
+  const char *scalar = scalar_text(L, idx);
+  if (scalar) {
+    char *text = strdup(scalar);
+    if (!text && err && errlen > 0)
+      snprintf(err, (size_t)errlen, "%s: out of memory", what ? what : "value");
+    return text;
+  }
   int precision;
   json_t *v = from_lua(L, idx, what, err, errlen, &precision);
   if (!v) return NULL;
@@ -342,6 +359,15 @@ static int push_protected(lua_State *L) {
 }
 
 int mend_json_decode(lua_State *L, const char *text, size_t len, char *err, int errlen) {
+  /* the texts scalar_text writes, read back without jansson (null at the top is nil) */
+  if ((len == 4 && memcmp(text, "true", 4) == 0) || (len == 5 && memcmp(text, "false", 5) == 0)) {
+    lua_pushboolean(L, len == 4);
+    return 0;
+  }
+  if (len == 4 && memcmp(text, "null", 4) == 0) {
+    lua_pushnil(L);
+    return 0;
+  }
   json_error_t je;
   json_t *v = json_loadb(text, len, JSON_DECODE_ANY, &je);
   if (!v) {

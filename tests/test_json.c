@@ -193,6 +193,18 @@ static void test_decode(void) {
   CHECK(lua_islightuserdata(L, -1) && lua_touserdata(L, -1) == NULL);
   lua_settop(L, 0);
 
+  /* true and false at the top (read without jansson); longer texts that begin alike are not */
+  CHECK_EQ_INT(mend_json_decode(L, "true", 4, err, sizeof err), 0);
+  CHECK(lua_type(L, -1) == LUA_TBOOLEAN && lua_toboolean(L, -1));
+  CHECK_EQ_INT(mend_json_decode(L, "false", 5, err, sizeof err), 0);
+  CHECK(lua_type(L, -1) == LUA_TBOOLEAN && !lua_toboolean(L, -1));
+  lua_settop(L, 0);
+  CHECK_EQ_INT(mend_json_decode(L, "truex", 5, err, sizeof err), -1);
+  CHECK_EQ_INT(mend_json_decode(L, "nul", 3, err, sizeof err), -1);
+  CHECK_EQ_INT(mend_json_decode(L, " true", 5, err, sizeof err), 0);   /* jansson's way */
+  CHECK(lua_toboolean(L, -1));
+  lua_settop(L, 0);
+
   /* Errors carry the position and push nothing. */
   CHECK_EQ_INT(mend_json_decode(L, "{\"a\": }", 7, err, sizeof err), -1);
   CHECK_EQ_INT(lua_gettop(L), 0);
