@@ -1703,7 +1703,12 @@ static void settle_writer(mend_engine *E) {
 /* Ends the open batch: committed here, or handed to the writer thread if it is idle (else the
  * batch grows until it is). Alerts and events are heard once their batch is durable. */
 static int end_batch(mend_engine *E) {
-  if (E->writer && mend_store_writer_busy(E->store)) return 0;
+  /* A part of this batch on the thread (store.h) is no batch to wait for: the hand-off below
+   * follows it. */
+  if (E->writer && mend_store_writer_busy(E->store) && !mend_store_writer_part(E->store)) {
+    uv_ref((uv_handle_t *)E->wakeup);
+    return 0;
+  }
   /* With nothing else ready the loop would only wait for the writer thread: committing a small
    * batch here is as fast and saves a hand-off per transition (latency at moderate load). A
    * backlog is worth a second thread: the loop works through it while the thread writes. A

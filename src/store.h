@@ -104,7 +104,12 @@ int mend_store_batch_open(mend_store *s);   /* 1 if writes await a commit or a h
 int  mend_store_start_writer(mend_store *s, void (*done)(void *ud), void *ud);
 int  mend_store_hand_off(mend_store *s);    /* 0, or -1 (errmsg) */
 int  mend_store_writer_busy(mend_store *s); /* 1 while a handed-off batch is being written */
-int  mend_store_batch_writes(const mend_store *s);   /* writes recorded and not yet run */
+/* The recorded writes of the open batch also go to the thread in parts while the caller records
+ * (a full log, or a part while the thread is idle), written in the open transaction but not
+ * committed: nothing is durable before the hand-off. 1 while the thread writes such a part
+ * (a hand-off waits for it; it is not a batch to wait for). */
+int  mend_store_writer_part(mend_store *s);
+int  mend_store_batch_writes(const mend_store *s);   /* writes of the open batch not committed */
 /* Gives back the memory a burst of writes grew, if no batch is using it: for an engine gone
  * idle (its runs all waiting). */
 void mend_store_trim(mend_store *s);

@@ -819,6 +819,62 @@ static void test_writer_thread(void) {
   sqlite3_close(db);
 }
 
+static void count_job(void *ud) { __atomic_add_fetch((int *)ud, 1, __ATOMIC_SEQ_CST); }
+
+/* More writes in one batch than a log holds (70,000 rows; a log holds 65,536 records): parts
+ * go to the writer thread while the rest is recorded, and the batch stays one transaction: nothing is seen or durable before the hand-off, and a failure anywhere in it
+ * leaves none of it. */
+static void writer_parts(const char *name, int fail) {
+  const char *path = file_in_dir(name);
+  char err[512] = "";
+  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  CHECK(s != NULL);
+  if (!s) return;
+  int jobs = 0;
+  CHECK_EQ_INT(mend_store_start_writer(s, count_job, &jobs), 0);
+  mend_run_rec r = run_rec("big", NULL, "running", 1);
+  CHECK_EQ_INT(mend_store_insert_run(s, &r), 0);
+  unsigned long open = mend_store_open_seq(s), durable = mend_store_durable_seq(s);
+  enum { ROWS = 70000 };
+  for (int i = 1; i <= ROWS; i++) {
+    mend_history_rec h = {"big", NULL, i, "note", NULL, NULL, 0, NULL, -1, "x", i};
+    if (mend_store_append_history(s, &h) != 0) { CHECK(0); break; }
+  }
+  /* parts went to the thread (it says so when done with each, as after a batch) */
+  for (int ms = 0; ms < 10000 && !__atomic_load_n(&jobs, __ATOMIC_SEQ_CST); ms++) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  CHECK(__atomic_load_n(&jobs, __ATOMIC_SEQ_CST) >= 1);
+  CHECK_EQ_INT(mend_store_batch_writes(s), ROWS + 1);   /* passed in parts or not, all counted */
+  sqlite3 *db = raw_open(path);
+  CHECK(mend_store_batch_open(s));
+  CHECK_EQ_INT(mend_store_open_seq(s), open);          /* the part took no batch number */
+  CHECK_EQ_INT(mend_store_durable_seq(s), durable);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM history"), 0);
+  if (fail) CHECK_EQ_INT(mend_store_update_run(s, "nobody", "succeeded", NULL, 0, 3, NULL), 0);
+  CHECK_EQ_INT(mend_store_hand_off(s), 0);
+  if (fail) {
+    CHECK_EQ_INT(mend_store_commit(s), -1);
+    CHECK(strstr(mend_store_errmsg(s), "update run: no run nobody") != NULL);
+    CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM runs"), 0);
+    CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM history"), 0);
+  } else {
+    CHECK_EQ_INT(mend_store_commit(s), 0);
+    CHECK(mend_store_durable_seq(s) >= open);
+    CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM history WHERE run_id = 'big'"), ROWS);
+    CHECK_EQ_INT(raw_int(db, "SELECT max(seq) FROM history"), ROWS);
+  }
+  mend_store_close(s);
+  sqlite3_close(db);
+  remove_db(path);
+}
+
+static void test_writer_parts(void) {
+  writer_parts("parts.db", 0);
+  writer_parts("parts-fail.db", 1);
+}
+
 static void note_lost_id(void *ud, const char *id) {
   char *seen = ud;
   size_t n = strlen(seen);
@@ -1053,6 +1109,7 @@ int main(void) {
   test_checkpoints();
   test_upgrade_from_1();
   test_writer_thread();
+  test_writer_parts();
   test_fence();
   test_history_numbers();
   test_pending_steps();
