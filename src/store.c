@@ -238,7 +238,9 @@ typedef struct writer {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   wlog *job;         /* a batch handed off, being written and committed */
-  int part;          /* the job is a full log of the open batch: written, not committed */
+  int part;          /* the job is a part of the open batch: written, not committed */
+  wlog *next;        /* the rest of that batch, handed off while the part is written */
+  unsigned long next_seq;
   int busy, stop;
   int in_done;       /* done() is running: the store must not go away under it */
   int failed;        /* a batch failed: the store's errmsg says why; every later call fails */
@@ -261,7 +263,7 @@ struct mend_store {
   char *worker;  /* written into every history row: who wrote it */
   sqlite3_stmt *q[Q__COUNT];
   char err[1024];
-  wlog logs[2];
+  wlog logs[3];   /* recording, and up to two with the writer thread (a part, the rest) */
   wlog *cur;              /* the log this thread records into */
   int parted;             /* records of the open batch passed to the writer thread in parts */
   writer *w;              /* NULL: writes run at once, commits on the caller's thread */
@@ -663,8 +665,7 @@ void mend_store_close(mend_store *s) {
   mend_idset_clear(&s->lost);
   for (int i = 0; i < s->nlost_new; i++) free(s->lost_new[i]);
   free(s->lost_new);
-  log_free(&s->logs[0]);
-  log_free(&s->logs[1]);
+  for (int k = 0; k < 3; k++) log_free(&s->logs[k]);
   free(s);
 }
 
@@ -933,10 +934,18 @@ static void *writer_main(void *arg) {
     int rc = flush_log(s, job);
     if (!part) rc = commit_batch(s);   /* rolls back if the flush failed */
     pthread_mutex_lock(&w->mu);
+    if (rc != 0) w->failed = 1;
+    if (part && w->next) {
+      /* the rest of the batch came while its part was written: on with it */
+      w->job = w->next;
+      w->job_seq = w->next_seq;
+      w->next = NULL;
+      w->part = 0;
+      continue;
+    }
     w->job = NULL;
     w->part = 0;
     w->busy = 0;
-    if (rc != 0) w->failed = 1;
     pthread_cond_broadcast(&w->cv);
     if (w->done) {
       w->in_done = 1;
@@ -1022,21 +1031,42 @@ int mend_store_writer_busy(mend_store *s) {
   return busy;
 }
 
+/* With the writer's lock held: a log neither recording nor with the thread. */
+static wlog *free_log(mend_store *s) {
+  writer *w = s->w;
+  wlog *log = s->logs;
+  while (log == s->cur || log == w->job || log == w->next) log++;
+  return log;
+}
+
 int mend_store_hand_off(mend_store *s) {
   if (!s->w) return mend_store_commit(s);
+  writer *w = s->w;
+  if (!s->cur->oom) {
+    /* A part of this batch on the thread: the rest follows it there, no waiting here. */
+    pthread_mutex_lock(&w->mu);
+    int queued = w->busy && w->part && !w->next && !w->failed;
+    if (queued) {
+      w->next = s->cur;
+      w->next_seq = s->open_seq++;
+      s->cur = free_log(s);
+      s->parted = 0;
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (queued) return 0;
+  }
   if (writer_wait(s) != 0) return -1;
   if (s->cur->oom) return flush_log(s, s->cur);
   if (!s->cur->nrec && !s->in_batch) {
     s->durable_seq = s->open_seq++;   /* nothing to write: all so far is durable */
     return 0;
   }
-  writer *w = s->w;
   s->parted = 0;
   pthread_mutex_lock(&w->mu);
   w->job = s->cur;
   w->job_seq = s->open_seq++;
   w->busy = 1;
-  s->cur = s->cur == &s->logs[0] ? &s->logs[1] : &s->logs[0];
+  s->cur = free_log(s);
   pthread_cond_broadcast(&w->cv);
   pthread_mutex_unlock(&w->mu);
   return 0;
@@ -1055,7 +1085,7 @@ static int pass_part(mend_store *s) {
   w->job = s->cur;
   w->part = 1;
   w->busy = 1;
-  s->cur = s->cur == &s->logs[0] ? &s->logs[1] : &s->logs[0];
+  s->cur = free_log(s);
   pthread_cond_broadcast(&w->cv);
   pthread_mutex_unlock(&w->mu);
   return 0;
@@ -1073,7 +1103,7 @@ int mend_store_writer_part(mend_store *s) {
   writer *w = s->w;
   if (!w) return 0;
   pthread_mutex_lock(&w->mu);
-  int part = w->busy && w->part;
+  int part = w->busy && w->part && !w->next;
   pthread_mutex_unlock(&w->mu);
   return part;
 }
@@ -1086,7 +1116,7 @@ void mend_store_trim(mend_store *s) {
     idle = !s->w->job;
     pthread_mutex_unlock(&s->w->mu);
   }
-  for (int k = 0; idle && k < 2; k++) log_free(&s->logs[k]);
+  for (int k = 0; idle && k < 3; k++) log_free(&s->logs[k]);
 }
 
 int mend_store_batch_writes(const mend_store *s) { return s->cur->nrec + s->parted; }
