@@ -870,9 +870,58 @@ static void writer_parts(const char *name, int fail) {
   remove_db(path);
 }
 
+/* A hand-off while the thread writes a part of the same batch (held up here by another
+ * connection's write lock) queues the rest behind it and returns at once; the batch is
+ * durable, whole, only once the thread has committed it. */
+static void writer_queued_rest(void) {
+  const char *path = file_in_dir("queued.db");
+  char err[512] = "";
+  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  CHECK(s != NULL);
+  if (!s) return;
+  int jobs = 0;
+  CHECK_EQ_INT(mend_store_start_writer(s, count_job, &jobs), 0);
+  sqlite3 *db = raw_open(path);
+  CHECK(sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK);
+  mend_run_rec r = run_rec("q", NULL, "running", 1);
+  CHECK_EQ_INT(mend_store_insert_run(s, &r), 0);
+  enum { ROWS = 3000 };   /* the thread is idle at record 1,024: a part goes, and waits */
+  for (int i = 1; i <= ROWS; i++) {
+    mend_history_rec h = {"q", NULL, i, "note", NULL, NULL, 0, NULL, -1, NULL, i};
+    if (mend_store_append_history(s, &h) != 0) { CHECK(0); break; }
+  }
+  CHECK(mend_store_writer_part(s));
+  unsigned long seq = mend_store_open_seq(s);
+  CHECK_EQ_INT(mend_store_hand_off(s), 0);
+  CHECK_EQ_INT(mend_store_open_seq(s), seq + 1);
+  CHECK(mend_store_writer_busy(s));          /* returned with the part still held up */
+  CHECK(!mend_store_writer_part(s));         /* and the rest queued: no second hand-off */
+  CHECK(mend_store_durable_seq(s) < seq);
+  /* the next batch is recorded meanwhile */
+  CHECK_EQ_INT(mend_store_update_run(s, "q", "succeeded", NULL, 0, 2, NULL), 0);
+  CHECK(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK);
+  for (int ms = 0; ms < 10000 && mend_store_writer_busy(s); ms++) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  CHECK(mend_store_durable_seq(s) >= seq);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM history WHERE run_id = 'q'"), ROWS);
+  char *status = raw_text(db, "SELECT status FROM runs WHERE id = 'q'");
+  CHECK(status && strcmp(status, "running") == 0);   /* the next batch is not committed */
+  free(status);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  status = raw_text(db, "SELECT status FROM runs WHERE id = 'q'");
+  CHECK(status && strcmp(status, "succeeded") == 0);
+  free(status);
+  mend_store_close(s);
+  sqlite3_close(db);
+  remove_db(path);
+}
+
 static void test_writer_parts(void) {
   writer_parts("parts.db", 0);
   writer_parts("parts-fail.db", 1);
+  writer_queued_rest();
 }
 
 static void note_lost_id(void *ud, const char *id) {
