@@ -21,11 +21,14 @@
 #include <unistd.h>
 
 #define BUSY_TIMEOUT_MS 5000
+#define HISTORY_GROUP 8
+#define HISTORY_VALUES 12   /* the values of a history record (mend_store_append_history) */
 
 /* One table of statements so that open prepares them all and close finalizes them all. */
 enum {
   Q_BEGIN, Q_COMMIT, Q_ROLLBACK,
   Q_INSERT_RUN, Q_UPDATE_RUN, Q_PUT_STEP, Q_UPDATE_STEP, Q_APPEND_HISTORY, Q_PUT_BREAKER, Q_PUT_DLQ,
+  Q_HISTORY_GROUP, Q_HISTORY_UNDO,
   Q_FIND_RUN_KEY, Q_FIND_KEY_RESULT, Q_GET_BREAKER, Q_LAST_SEQ,
   Q_CLAIM_OLDEST, Q_CLAIM_NEWEST, Q_RENEW, Q_RELEASE, Q_OWNER, Q_HOLDERS, Q_RELEASE_OWNER, Q_HELD,
   Q_FORGET_WORKER,
@@ -71,6 +74,10 @@ static const char *const query_sql[Q__COUNT] = {
     " delay, detail, worker) VALUES(?1, coalesce(?12, coalesce((SELECT max(seq) FROM history"
     " WHERE run_id = ?1), 0) + 1), ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
     " ON CONFLICT(run_id, seq) DO NOTHING",
+  /* Q_HISTORY_GROUP is HISTORY_GROUP numbered rows in one statement (history_group_sql).
+   * A row of ours taken back, found by its number, worker and time: */
+  [Q_HISTORY_UNDO] =
+    "DELETE FROM history WHERE run_id = ?1 AND seq = ?2 AND worker IS ?3 AND at IS ?4",
   [Q_PUT_BREAKER] =
     "INSERT INTO breakers(key, state, failures, successes, opened_at, open_until, updated)"
     " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)"
@@ -406,6 +413,7 @@ static int bind_opt_real(sqlite3_stmt *q, int i, double v) {
 
 static int sync_point(mend_store *s);
 static void note_durable(mend_store *s);
+static void history_group_sql(char *buf, size_t len);
 static void stop_writer(mend_store *s);
 static void log_free(wlog *log);
 
@@ -597,14 +605,34 @@ static int open_db(mend_store *s, mend_durability durability) {
     if (upgrade_schema(s) != 0 || check_meta(s, MEND_SCHEMA_VERSION) != 0) return -1;
   }
   s->version = MEND_SCHEMA_VERSION;
+  char group_sql[HISTORY_GROUP * 80 + 256];
+  history_group_sql(group_sql, sizeof group_sql);
   for (int i = 0; i < Q__COUNT; i++) {
-    if (sqlite3_prepare_v3(s->db, query_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &s->q[i], NULL)
+    const char *sql = i == Q_HISTORY_GROUP ? group_sql : query_sql[i];
+    if (sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &s->q[i], NULL)
         != SQLITE_OK) {
       sql_err(s, "prepare");
       return -1;
     }
   }
   return 0;
+}
+
+/* Numbered history rows go HISTORY_GROUP to a statement: an INSERT's own cost (cursors
+ * opened and closed, the statement begun and ended) is a fifth of a small row's, and a run
+ * writes eight of them (W1). A row's values are bound as its record holds them (run_id, step,
+ * at, event, from, to, attempt, error, delay, detail, worker, seq). */
+static void history_group_sql(char *buf, size_t len) {
+  size_t n = (size_t)snprintf(buf, len, "INSERT INTO history(run_id, seq, step, at, event,"
+                              " from_status, to_status, attempt, error, delay, detail, worker)"
+                              " VALUES");
+  for (int r = 0; r < HISTORY_GROUP && n < len; r++) {
+    int b = r * HISTORY_VALUES;
+    n += (size_t)snprintf(buf + n, len - n, "%s(?%d,?%d", r ? "," : "", b + 1, b + 12);
+    for (int j = 2; j <= 11 && n < len; j++) n += (size_t)snprintf(buf + n, len - n, ",?%d", b + j);
+    if (n < len) n += (size_t)snprintf(buf + n, len - n, ")");
+  }
+  if (n < len) snprintf(buf + n, len - n, " ON CONFLICT(run_id, seq) DO NOTHING");
 }
 
 /* SQLite says "unable to open database file" when WAL mode cannot create its -shm file next to
@@ -751,6 +779,7 @@ int mend_store_schema_version(mend_store *s) { return s->version; }
 static const char *const record_what[Q__COUNT] = {
   [Q_INSERT_RUN] = "insert run", [Q_UPDATE_RUN] = "update run", [Q_PUT_STEP] = "put step",
   [Q_UPDATE_STEP] = "update step", [Q_APPEND_HISTORY] = "append history",
+  [Q_HISTORY_GROUP] = "append history",
   [Q_PUT_BREAKER] = "put breaker", [Q_PUT_DLQ] = "put dlq", [Q_RENEW] = "renew the lease",
 };
 
@@ -843,20 +872,69 @@ static void renewed(mend_store *s, const wlog *log, const wrec *r);
 /* Binds a record's values to q, and NULL to any parameter past them, so that no value of an
  * earlier record stays bound (flush_log resets without clearing: 3% of the writer thread).
  * With null_last, its last value as NULL. The first failing result code, if any. */
-static int bind_record(sqlite3_stmt *q, const wlog *log, const wrec *r, int null_last) {
+static int bind_values(sqlite3_stmt *q, const wlog *log, const wrec *r, int at, int null_last) {
   int rc = SQLITE_OK;
-  for (int j = r->n; j < sqlite3_bind_parameter_count(q); j++) BIND(sqlite3_bind_null(q, j + 1));
   for (int j = 0; j < r->n; j++) {
     const wval *v = &log->vals[r->first + j];
     int type = null_last && j == r->n - 1 ? V_NULL : v->type;
     switch (type) {
-    case V_INT: BIND(sqlite3_bind_int64(q, j + 1, v->i)); break;
-    case V_REAL: BIND(sqlite3_bind_double(q, j + 1, v->d)); break;
-    case V_TEXT: BIND(sqlite3_bind_text(q, j + 1, log->text + v->off, (int)v->len, SQLITE_STATIC)); break;
-    default: BIND(sqlite3_bind_null(q, j + 1)); break;
+    case V_INT: BIND(sqlite3_bind_int64(q, at + j + 1, v->i)); break;
+    case V_REAL: BIND(sqlite3_bind_double(q, at + j + 1, v->d)); break;
+    case V_TEXT: BIND(sqlite3_bind_text(q, at + j + 1, log->text + v->off, (int)v->len, SQLITE_STATIC)); break;
+    default: BIND(sqlite3_bind_null(q, at + j + 1)); break;
     }
   }
   return rc;
+}
+
+static int bind_record(sqlite3_stmt *q, const wlog *log, const wrec *r, int null_last) {
+  int rc = SQLITE_OK;
+  for (int j = r->n; j < sqlite3_bind_parameter_count(q); j++) BIND(sqlite3_bind_null(q, j + 1));
+  BIND(bind_values(q, log, r, 0, null_last));
+  return rc;
+}
+
+/* One history row. Its number taken (another process wrote to the run's history): the next
+ * free one. */
+static int append_one(mend_store *s, const wlog *log, const wrec *r) {
+  sqlite3_stmt *q = s->q[Q_APPEND_HISTORY];
+  if (run_bound(s, q, bind_record(q, log, r, 0), record_what[r->q], 1) != 0) return -1;
+  if (sqlite3_changes(s->db) > 0) return 0;
+  return run_bound(s, q, bind_record(q, log, r, 1), record_what[r->q], 1);
+}
+
+/* HISTORY_GROUP numbered rows in one statement. Should one of their numbers be taken, the
+ * rows it wrote are taken back and all go one by one (append_one), so that a run's rows stay
+ * in the order they were recorded. */
+static int append_group(mend_store *s, const wlog *log, const int *ks) {
+  sqlite3_stmt *q = s->q[Q_HISTORY_GROUP];
+  int rc = SQLITE_OK;
+  for (int g = 0; g < HISTORY_GROUP; g++)
+    BIND(bind_values(q, log, &log->recs[ks[g]], g * HISTORY_VALUES, 0));
+  if (run_bound(s, q, rc, record_what[Q_HISTORY_GROUP], 1) != 0) return -1;
+  if (sqlite3_changes(s->db) == HISTORY_GROUP) return 0;
+  sqlite3_stmt *undo = s->q[Q_HISTORY_UNDO];
+  for (int g = 0; g < HISTORY_GROUP; g++) {
+    const wrec *r = &log->recs[ks[g]];
+    const wval *v = &log->vals[r->first];
+    rc = SQLITE_OK;
+    BIND(sqlite3_bind_text(undo, 1, log->text + v[0].off, (int)v[0].len, SQLITE_STATIC));
+    BIND(sqlite3_bind_int64(undo, 2, v[11].i));
+    BIND(v[10].type == V_TEXT
+             ? sqlite3_bind_text(undo, 3, log->text + v[10].off, (int)v[10].len, SQLITE_STATIC)
+             : sqlite3_bind_null(undo, 3));
+    BIND(sqlite3_bind_double(undo, 4, v[2].d));
+    if (run_bound(s, undo, rc, "append history", 1) != 0) return -1;
+  }
+  for (int g = 0; g < HISTORY_GROUP; g++)
+    if (append_one(s, log, &log->recs[ks[g]]) != 0) return -1;
+  return 0;
+}
+
+/* A record that can go in a group: a history row of the usual shape with its number. */
+static int groupable(const wlog *log, const wrec *r) {
+  return r->q == Q_APPEND_HISTORY && r->n == HISTORY_VALUES &&
+         log->vals[r->first + 11].type == V_INT && log->vals[r->first + 2].type == V_REAL;
 }
 
 /* Runs the statements of `log` in the open transaction (begun if need be), then empties it. */
@@ -869,6 +947,10 @@ static int flush_log(mend_store *s, wlog *log) {
   } else if (log->nrec && batch_begin(s) != 0) {
     ok = 0;
   }
+  /* Numbered history rows wait for a group; nothing else in a batch reads history, and their
+   * numbers, not their order, place them. A row without a number (the next free one) goes
+   * after those before it. */
+  int group[HISTORY_GROUP], ng = 0;
   for (int k = 0; ok && k < log->nrec; k++) {
     const wrec *r = &log->recs[k];
     int drop = fence_drops(s, log, r);
@@ -876,12 +958,21 @@ static int flush_log(mend_store *s, wlog *log) {
       if (drop < 0) ok = 0;
       continue;
     }
+    if (groupable(log, r)) {
+      group[ng++] = k;
+      if (ng == HISTORY_GROUP) {
+        if (append_group(s, log, group) != 0) ok = 0;
+        ng = 0;
+      }
+      continue;
+    }
     sqlite3_stmt *q = s->q[r->q];
-    if (run_bound(s, q, bind_record(q, log, r, 0), record_what[r->q], 1) != 0) {
+    if (r->q == Q_APPEND_HISTORY) {
+      for (int g = 0; ok && g < ng; g++) if (append_one(s, log, &log->recs[group[g]]) != 0) ok = 0;
+      ng = 0;
+      if (ok && append_one(s, log, r) != 0) ok = 0;
+    } else if (run_bound(s, q, bind_record(q, log, r, 0), record_what[r->q], 1) != 0) {
       ok = 0;
-    } else if (r->q == Q_APPEND_HISTORY && sqlite3_changes(s->db) == 0) {
-      /* Its number was taken (another process wrote to the run's history): the next free one. */
-      if (run_bound(s, q, bind_record(q, log, r, 1), record_what[r->q], 1) != 0) ok = 0;
     } else if (r->q == Q_RENEW) {
       renewed(s, log, r);
     } else if ((r->q == Q_UPDATE_RUN || r->q == Q_UPDATE_STEP) && sqlite3_changes(s->db) == 0) {
@@ -894,6 +985,7 @@ static int flush_log(mend_store *s, wlog *log) {
       ok = 0;
     }
   }
+  for (int g = 0; ok && g < ng; g++) if (append_one(s, log, &log->recs[group[g]]) != 0) ok = 0;
   /* What a burst grew is given back once batches are small again (or the engine is idle:
    * mend_store_trim), so that memory once the runs wait is what they need; not while the
    * burst goes on, where each batch would fault its pages in again and each unmap stop the

@@ -1070,6 +1070,8 @@ static void test_history_numbers(void) {
   mend_store *b = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
   CHECK(a && b);
   if (!a || !b) return;
+  /* a records its writes (and runs them in groups) as an engine's store does */
+  CHECK_EQ_INT(mend_store_start_writer(a, NULL, NULL), 0);
   mend_run_rec r = run_rec("h1", NULL, "running", 1);
   CHECK_EQ_INT(mend_store_insert_run(a, &r), 0);
   for (long n = 1; n <= 3; n++) {
@@ -1095,6 +1097,36 @@ static void test_history_numbers(void) {
     CHECK_EQ_INT(json_integer_value(json_object_get(json_array_get(hist, i), "seq")), (long long)i + 1);
   CHECK_STR(str_field(json_array_get(hist, 3), "event"), "operator");
   CHECK_STR(str_field(json_array_get(hist, 5), "to"), "succeeded");
+  json_decref(hist);
+  /* The same with more rows than go in one statement (8): the holder's 7..18 become 8..19,
+   * still in the order recorded, whichever statement wrote them. */
+  mend_history_rec note2 = {"h1", NULL, 7, "operator", NULL, NULL, 0, NULL, -1, "pause", 0};
+  CHECK_EQ_INT(mend_store_append_history(b, &note2), 0);
+  CHECK_EQ_INT(mend_store_commit(b), 0);
+  for (long n = 7; n <= 18; n++) {
+    mend_history_rec h = {"h1", NULL, 100.0 + (double)n, "step", NULL, "running", 1, NULL, -1, NULL, n};
+    CHECK_EQ_INT(mend_store_append_history(a, &h), 0);
+  }
+  CHECK_EQ_INT(mend_store_commit(a), 0);
+  hist = mend_store_history(a, "h1");
+  CHECK(hist && json_array_size(hist) == 19);
+  for (size_t i = 0; hist && i < json_array_size(hist); i++) {
+    json_t *row = json_array_get(hist, i);
+    CHECK_EQ_INT(json_integer_value(json_object_get(row, "seq")), (long long)i + 1);
+    if (i >= 7) CHECK(json_real_value(json_object_get(row, "at")) == 100.0 + (double)i);
+  }
+  CHECK_STR(str_field(json_array_get(hist, 6), "detail"), "pause");
+  json_decref(hist);
+  /* Without a taken number, sixteen rows go in two statements, numbered as recorded. */
+  for (long n = 20; n <= 35; n++) {
+    mend_history_rec h = {"h1", NULL, 100.0 + (double)n, "step", NULL, "running", 1, NULL, -1, NULL, n};
+    CHECK_EQ_INT(mend_store_append_history(a, &h), 0);
+  }
+  CHECK_EQ_INT(mend_store_commit(a), 0);
+  hist = mend_store_history(a, "h1");
+  CHECK(hist && json_array_size(hist) == 35);
+  for (size_t i = 19; hist && i < json_array_size(hist); i++)
+    CHECK(json_real_value(json_object_get(json_array_get(hist, i), "at")) == 100.0 + (double)i + 1);
   json_decref(hist);
   mend_store_close(a);
   mend_store_close(b);
