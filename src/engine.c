@@ -1956,7 +1956,8 @@ int mend_engine_start_value(mend_engine *E, lua_State *L, const char *workflow, 
     if (found) { *existed = 1; return 0; }
   }
   char jerr[400];
-  char *input_json = mend_json_encode(L, input_idx, "input", jerr, sizeof jerr);
+  json_t *input_doc;
+  char *input_json = mend_json_encode_doc(L, input_idx, "input", jerr, sizeof jerr, &input_doc);
   if (!input_json) { snprintf(err, (size_t)errlen, "%s", jerr); return -1; }
   char id[MEND_RUN_ID_LEN];
   new_run_id(E, id);
@@ -1967,21 +1968,27 @@ int mend_engine_start_value(mend_engine *E, lua_State *L, const char *workflow, 
   if (ins < 0) {
     snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store));
     free(input_json);
+    json_decref(input_doc);
     store_failed(E);
     return -1;
   }
   if (ins == 1) {
     /* Another process took the key between our look and our insert: theirs is the run. */
     free(input_json);
+    json_decref(input_doc);
     *existed = 1;
     return mend_store_find_run_key(E->store, run_key, id_out, MEND_RUN_ID_LEN) == 1 ? 0 : -1;
   }
   mend_run *r = run_new(E, wf, id);
   history(r, NULL, "run", NULL, "running", 0, NULL, -1, run_key);
-  /* The run's input is the JSON form, as a restarted engine will see it. */
-  if (mend_json_decode(E->L, input_json, strlen(input_json), jerr, sizeof jerr)) lua_pushnil(E->L);
+  /* The run's input is the JSON form, as a restarted engine will see it: the document the
+   * text was printed from, not the text parsed again (5k instructions a start). */
+  if (input_doc ? mend_json_push_doc(E->L, input_doc, jerr, sizeof jerr)
+                : mend_json_decode(E->L, input_json, strlen(input_json), jerr, sizeof jerr))
+    lua_pushnil(E->L);
   r->input_ref = mend_refs_put(&E->refs, E->L, r->ref_shard);
   free(input_json);
+  json_decref(input_doc);
   memcpy(id_out, r->id, MEND_RUN_ID_LEN);
   if (E->broken) { snprintf(err, (size_t)errlen, "%s", E->errmsg); return -1; }
   if (detached) {

@@ -282,6 +282,12 @@ static const char *scalar_text(lua_State *L, int idx) {
 }
 
 char *mend_json_encode(lua_State *L, int idx, const char *what, char *err, int errlen) {
+  return mend_json_encode_doc(L, idx, what, err, errlen, NULL);
+}
+
+char *mend_json_encode_doc(lua_State *L, int idx, const char *what, char *err, int errlen,
+                           json_t **doc) {
+  if (doc) *doc = NULL;
   const char *scalar = scalar_text(L, idx);
   if (scalar) {
     char *text = strdup(scalar);
@@ -294,7 +300,8 @@ char *mend_json_encode(lua_State *L, int idx, const char *what, char *err, int e
   if (!v) return NULL;
   char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER |
                                  JSON_REAL_PRECISION(precision));
-  json_decref(v);
+  if (text && doc) *doc = v;
+  else json_decref(v);
   if (!text && err && errlen > 0)
     snprintf(err, (size_t)errlen, "%s: out of memory", what ? what : "value");
   return text;
@@ -358,6 +365,16 @@ static int push_protected(lua_State *L) {
   return 1;
 }
 
+int mend_json_push_doc(lua_State *L, const json_t *doc, char *err, int errlen) {
+  lua_pushcfunction(L, push_protected);
+  lua_pushlightuserdata(L, (void *)doc);
+  if (lua_pcall(L, 1, 1, 0) == LUA_OK) return 0;
+  if (err && errlen > 0)
+    snprintf(err, (size_t)errlen, "%s", lua_isstring(L, -1) ? lua_tostring(L, -1) : "error");
+  lua_pop(L, 1);
+  return -1;
+}
+
 int mend_json_decode(lua_State *L, const char *text, size_t len, char *err, int errlen) {
   /* the texts scalar_text writes, read back without jansson (null at the top is nil) */
   if ((len == 4 && memcmp(text, "true", 4) == 0) || (len == 5 && memcmp(text, "false", 5) == 0)) {
@@ -375,17 +392,9 @@ int mend_json_decode(lua_State *L, const char *text, size_t len, char *err, int 
       snprintf(err, (size_t)errlen, "line %d column %d: %s", je.line, je.column, je.text);
     return -1;
   }
-  lua_pushcfunction(L, push_protected);
-  lua_pushlightuserdata(L, v);
-  int rc = lua_pcall(L, 1, 1, 0);
+  int rc = mend_json_push_doc(L, v, err, errlen);
   json_decref(v);
-  if (rc != LUA_OK) {
-    if (err && errlen > 0)
-      snprintf(err, (size_t)errlen, "%s", lua_isstring(L, -1) ? lua_tostring(L, -1) : "error");
-    lua_pop(L, 1);
-    return -1;
-  }
-  return 0;
+  return rc;
 }
 
 /* ---- the mend.json module -------------------------------------------------------------- */

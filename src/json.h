@@ -22,6 +22,14 @@ void mend_json_push(lua_State *L, const json_t *v);
 
 /* Lua value at idx -> malloc'ed compact JSON text; NULL and err on failure. */
 char *mend_json_encode(lua_State *L, int idx, const char *what, char *err, int errlen);
+/* The same, also giving the jansson document the text was printed from (NULL for the texts of
+ * nil and booleans, which are printed without one): what decoding the text would build, for
+ * mend_json_push_doc. The caller json_decref()s it. */
+char *mend_json_encode_doc(lua_State *L, int idx, const char *what, char *err, int errlen,
+                           json_t **doc);
+/* Pushes the Lua form of doc, as mend_json_decode of its text would; 0, or -1 with err set and
+ * nothing pushed (out of memory). */
+int mend_json_push_doc(lua_State *L, const json_t *doc, char *err, int errlen);
 /* Decodes text and pushes it; returns 0, or -1 with err set ("line 1 column 5: ...") and
  * nothing pushed. Any JSON value is accepted at the top, not only objects and arrays. */
 int mend_json_decode(lua_State *L, const char *text, size_t len, char *err, int errlen);

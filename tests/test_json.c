@@ -244,6 +244,48 @@ static void test_decode(void) {
   CHECK_STR(err, "input.list[3]: cannot encode a function");
 }
 
+/* The document a text was printed from pushes what decoding the text gives: the same types
+ * (integers, floats like 7.0), the null sentinel inside, reals to the last bit. */
+static void check_doc_as_text(const char *expr) {
+  char err[256] = "";
+  eval(expr);
+  json_t *doc = NULL;
+  char *text = mend_json_encode_doc(L, -1, "input", err, sizeof err, &doc);
+  lua_pop(L, 1);
+  CHECK(text != NULL);
+  if (!text) return;
+  if (doc) CHECK_EQ_INT(mend_json_push_doc(L, doc, err, sizeof err), 0);
+  else CHECK_EQ_INT(mend_json_decode(L, text, strlen(text), err, sizeof err), 0);
+  CHECK_EQ_INT(mend_json_decode(L, text, strlen(text), err, sizeof err), 0);
+  luaL_dostring(L,
+    "local function same(a, b)\n"
+    "  if type(a) ~= type(b) or math.type(a) ~= math.type(b) then return false end\n"
+    "  if type(a) ~= 'table' then return a == b end\n"
+    "  for k, v in pairs(a) do if not same(v, b[k]) then return false end end\n"
+    "  for k in pairs(b) do if a[k] == nil then return false end end\n"
+    "  return true\n"
+    "end\n"
+    "return same");
+  lua_insert(L, -3);
+  lua_call(L, 2, 1);
+  if (!lua_toboolean(L, -1)) fprintf(stderr, "doc and text differ for %s (%s)\n", expr, text);
+  CHECK(lua_toboolean(L, -1));
+  lua_pop(L, 1);
+  json_decref(doc);
+  free(text);
+}
+
+static void test_doc(void) {
+  check_doc_as_text("{i = 1}");
+  check_doc_as_text("{a = 7.0, b = 0.1, c = 1e300, d = -0.0, e = 2^53, f = 1/3, g = 123456789012345678}");
+  check_doc_as_text("{items = {1, 'two', {x = mend_null}, {}}, empty = {}, s = 'caf\\u{e9}'}");
+  check_doc_as_text("{1, 2.5, mend_null, true, false}");
+  check_doc_as_text("'text'");
+  check_doc_as_text("42");
+  check_doc_as_text("true");
+  check_doc_as_text("nil");
+}
+
 static void test_module(void) {
   mend_json_open(L);
   lua_setglobal(L, "json");
@@ -281,6 +323,7 @@ int main(void) {
   test_refusals();
   test_depth();
   test_decode();
+  test_doc();
   test_module();
   CHECK_EQ_INT(lua_gettop(L), 0);
 
