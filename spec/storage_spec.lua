@@ -150,7 +150,7 @@ describe("a file that is not a mend database", function()
     H.sql(db, "PRAGMA user_version = 99")
     local rc, out = run(string.format("%s worker --db %s --workflows %s", MEND, db, wfdir))
     assert.are.equal(1, rc)
-    assert.matches(db .. ": schema version 99 is newer than this mend %(4%)", out)
+    assert.matches(db .. ": schema version 99 is newer than this mend %(%d+%)", out)
   end)
 
   it("refuses a SQLite database of another program", function()

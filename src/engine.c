@@ -418,22 +418,12 @@ static void arm(mend_run *r, mend_timer *t, double due) {
 static const char *step_name(mend_run *r, int i) { return r->wf->steps[i].name; }
 
 /* The step's row as it is now: the whole row at its first transition (a step not begun has
- * none: schema 4), an update after. An update names the key only when it is the step's own
- * (the default one is in the row already). */
+ * none: schema 4), an update after. The key is written only when it is the step's own: the
+ * default one (run_id/name) is what a row without one reads as (schema 5). */
 static void write_step(mend_run *r, int i) {
   step_rt *st = &r->steps[i];
   int new_row = !st->has_row;
-  char key[256];
   const char *idem_key = st->custom_key ? st->idem_key : NULL;
-  char *long_key = NULL;
-  if (new_row && !idem_key) {
-    size_t n = (size_t)snprintf(key, sizeof key, "%s/%s", r->id, step_name(r, i)) + 1;
-    if (n > sizeof key) {
-      if (!(long_key = malloc(n))) { breakdown(r->E, "out of memory writing a step"); return; }
-      snprintf(long_key, n, "%s/%s", r->id, step_name(r, i));
-    }
-    idem_key = long_key ? long_key : key;
-  }
   mend_step_rec rec = {
     .run_id = r->id, .idx = i, .name = step_name(r, i), .status = mend_step_status_name(st->status),
     .attempts = st->attempts, .comp_attempts = st->comp_attempts, .idem_key = idem_key,
@@ -441,7 +431,6 @@ static void write_step(mend_run *r, int i) {
     .last_delay = st->last_delay, .updated = mend_engine_now(r->E), .slept = st->slept};
   if ((new_row ? mend_store_put_step : mend_store_update_step)(r->E->store, &rec)) store_failed(r->E);
   else st->has_row = 1;
-  free(long_key);
 }
 
 static void history(mend_run *r, const char *step, const char *event, const char *from,

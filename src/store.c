@@ -28,7 +28,7 @@
 enum {
   Q_BEGIN, Q_COMMIT, Q_ROLLBACK,
   Q_INSERT_RUN, Q_UPDATE_RUN, Q_PUT_STEP, Q_UPDATE_STEP, Q_APPEND_HISTORY, Q_PUT_BREAKER, Q_PUT_DLQ,
-  Q_HISTORY_GROUP, Q_HISTORY_UNDO,
+  Q_HISTORY_GROUP, Q_HISTORY_UNDO, Q_NAME_WORKER, Q_WORKER_ID,
   Q_FIND_RUN_KEY, Q_FIND_KEY_RESULT, Q_GET_BREAKER, Q_LAST_SEQ,
   Q_CLAIM_OLDEST, Q_CLAIM_NEWEST, Q_RENEW, Q_RELEASE, Q_OWNER, Q_HOLDERS, Q_RELEASE_OWNER, Q_HELD,
   Q_FORGET_WORKER,
@@ -78,6 +78,8 @@ static const char *const query_sql[Q__COUNT] = {
    * A row of ours taken back, found by its number, worker and time: */
   [Q_HISTORY_UNDO] =
     "DELETE FROM history WHERE run_id = ?1 AND seq = ?2 AND worker IS ?3 AND at IS ?4",
+  [Q_NAME_WORKER] = "INSERT INTO worker_names(name) VALUES(?1) ON CONFLICT(name) DO NOTHING",
+  [Q_WORKER_ID] = "SELECT id FROM worker_names WHERE name = ?1",
   [Q_PUT_BREAKER] =
     "INSERT INTO breakers(key, state, failures, successes, opened_at, open_until, updated)"
     " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)"
@@ -130,12 +132,15 @@ static const char *const query_sql[Q__COUNT] = {
     " reason, owner, (SELECT w.lease_until FROM workers w WHERE w.owner = runs.owner)"
     " AS lease_until, created, updated, step_names FROM runs WHERE id = ?1",
   [Q_STEPS] =
-    "SELECT idx, name, status, attempts, comp_attempts, idem_key AS idempotency_key,"
+    "SELECT idx, name, status, attempts, comp_attempts,"
+    " coalesce(idem_key, run_id || '/' || name) AS idempotency_key,"
     " custom_key, result, error, due, last_delay, updated, slept FROM steps WHERE run_id = ?1"
     " ORDER BY idx",
   [Q_HISTORY] =
     "SELECT seq, run_id, step, at, event, from_status AS \"from\", to_status AS \"to\", attempt,"
-    " error, delay, detail, worker FROM history WHERE run_id = ?1 ORDER BY seq",
+    " error, delay, detail,"
+    " coalesce((SELECT name FROM worker_names w WHERE w.id = history.worker), worker) AS worker"
+    " FROM history WHERE run_id = ?1 ORDER BY seq",
   [Q_DLQ] = "SELECT run_id, reason, step, error, detail, at FROM dlq ORDER BY at, run_id",
   [Q_BREAKERS] =
     "SELECT key, state, failures, successes, opened_at, open_until, updated FROM breakers"
@@ -215,6 +220,11 @@ static const char *const migrations[MEND_SCHEMA_VERSION] = {
   "INSERT INTO workers SELECT owner, max(lease_until) FROM runs WHERE owner IS NOT NULL"
   " AND lease_until IS NOT NULL AND status IN ('running', 'compensating') GROUP BY owner;"
   "UPDATE runs SET lease_until = NULL WHERE lease_until IS NOT NULL;",
+  /* 4 -> 5: fewer bytes a row (bench/README.md, "Session of 2026-12-03"). A history row names
+   * its worker by a number here (17 bytes -> 1 or 2 in every row: 12% of a W1 database); the
+   * rows before keep their names, and a read gives names either way. A step's default key is
+   * no longer stored (steps.idem_key NULL: read as run_id/name). */
+  "CREATE TABLE worker_names(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);",
 };
 
 /* ---- the write log ----------------------------------------------------------------------
@@ -222,7 +232,7 @@ static const char *const migrations[MEND_SCHEMA_VERSION] = {
  * copied, and run as statements at the next flush: at once on a store without a writer thread;
  * with one, on the writer thread when the batch is handed off, or on the caller's thread before
  * any other statement (a read must see them). Either way they run in the order written. */
-enum { V_NULL, V_INT, V_REAL, V_TEXT };
+enum { V_NULL, V_INT, V_REAL, V_TEXT, V_WORKER };   /* V_WORKER: the store's worker */
 /* 16 bytes: a burst records some 200 of these a run, written on the loop's core and read on
  * the writer's (at 40 bytes, reading them was 7% of the writer thread). */
 typedef struct wval {
@@ -274,6 +284,9 @@ struct mend_store {
   int batch_failed;
   int version;   /* schema version found or made at open */
   char *worker;  /* written into every history row: who wrote it */
+  sqlite3_int64 worker_id;  /* its number in worker_names, once the open batch or one before
+                             * has it; 0: not yet */
+  int worker_named;         /* the open batch gave it the number: gone if it rolls back */
   sqlite3_stmt *q[Q__COUNT];
   char err[1024];
   wlog logs[3];   /* recording, and up to two with the writer thread (a part, the rest) */
@@ -360,6 +373,28 @@ static void finish(sqlite3_stmt *q) {
 
 static int fence_at_begin(mend_store *s);
 
+static int run_bound(mend_store *s, sqlite3_stmt *q, int rc, const char *what, int keep);
+
+/* The number of this store's worker in worker_names, in the batch just begun (its history
+ * rows are written with it). */
+static int name_worker(mend_store *s) {
+  sqlite3_stmt *q = s->q[Q_NAME_WORKER];
+  if (run_bound(s, q, sqlite3_bind_text(q, 1, s->worker, -1, SQLITE_STATIC), "name worker", 1))
+    return -1;
+  q = s->q[Q_WORKER_ID];
+  int rc = sqlite3_bind_text(q, 1, s->worker, -1, SQLITE_STATIC);
+  if (rc == SQLITE_OK) rc = sqlite3_step(q);
+  if (rc == SQLITE_ROW) {
+    s->worker_id = sqlite3_column_int64(q, 0);
+    s->worker_named = 1;
+  } else {
+    sql_err(s, "name worker");
+    s->batch_failed = 1;
+  }
+  sqlite3_reset(q);
+  return rc == SQLITE_ROW ? 0 : -1;
+}
+
 static int batch_begin(mend_store *s) {
   if (s->batch_failed) return -1;   /* errmsg still names the first failure */
   if (s->in_batch) return 0;
@@ -371,7 +406,8 @@ static int batch_begin(mend_store *s) {
   }
   sqlite3_reset(s->q[Q_BEGIN]);
   s->in_batch = 1;
-  return fence_at_begin(s);
+  if (fence_at_begin(s) != 0) return -1;
+  return s->worker && !s->worker_id ? name_worker(s) : 0;
 }
 
 static void rollback(mend_store *s) {
@@ -382,6 +418,8 @@ static void rollback(mend_store *s) {
   }
   s->in_batch = 0;
   s->batch_failed = 0;
+  if (s->worker_named) s->worker_id = 0;   /* its name went with the batch */
+  s->worker_named = 0;
 }
 
 /* Runs a bound write statement; `rc` carries the first binding failure, if any. Its bindings
@@ -757,6 +795,7 @@ static int commit_batch(mend_store *s) {
   }
   sqlite3_reset(s->q[Q_COMMIT]);
   s->in_batch = 0;
+  s->worker_named = 0;
   if (s->commit_hook) s->commit_hook("after_commit");
   return 0;
 }
@@ -851,6 +890,12 @@ static void rec_text(mend_store *s, const char *t) {
   log->ntext += n + 1;
 }
 
+/* The store's worker, named when the row is written (bind_worker): no text kept. */
+static void rec_worker(mend_store *s) {
+  wval *v = rec_value(s);
+  if (v) *v = s->worker ? (wval){.type = V_WORKER} : (wval){.type = V_NULL};
+}
+
 static void rec_int(mend_store *s, sqlite3_int64 i) {
   wval *v = rec_value(s);
   if (v) *v = (wval){.type = V_INT, .i = i};
@@ -872,7 +917,14 @@ static void renewed(mend_store *s, const wlog *log, const wrec *r);
 /* Binds a record's values to q, and NULL to any parameter past them, so that no value of an
  * earlier record stays bound (flush_log resets without clearing: 3% of the writer thread).
  * With null_last, its last value as NULL. The first failing result code, if any. */
-static int bind_values(sqlite3_stmt *q, const wlog *log, const wrec *r, int at, int null_last) {
+/* The worker's number (batch_begin got it); its name if the number could not be had. */
+static int bind_worker(const mend_store *s, sqlite3_stmt *q, int i) {
+  if (s->worker_id) return sqlite3_bind_int64(q, i, s->worker_id);
+  return s->worker ? sqlite3_bind_text(q, i, s->worker, -1, SQLITE_STATIC) : sqlite3_bind_null(q, i);
+}
+
+static int bind_values(const mend_store *s, sqlite3_stmt *q, const wlog *log, const wrec *r,
+                       int at, int null_last) {
   int rc = SQLITE_OK;
   for (int j = 0; j < r->n; j++) {
     const wval *v = &log->vals[r->first + j];
@@ -881,16 +933,18 @@ static int bind_values(sqlite3_stmt *q, const wlog *log, const wrec *r, int at, 
     case V_INT: BIND(sqlite3_bind_int64(q, at + j + 1, v->i)); break;
     case V_REAL: BIND(sqlite3_bind_double(q, at + j + 1, v->d)); break;
     case V_TEXT: BIND(sqlite3_bind_text(q, at + j + 1, log->text + v->off, (int)v->len, SQLITE_STATIC)); break;
+    case V_WORKER: BIND(bind_worker(s, q, at + j + 1)); break;
     default: BIND(sqlite3_bind_null(q, at + j + 1)); break;
     }
   }
   return rc;
 }
 
-static int bind_record(sqlite3_stmt *q, const wlog *log, const wrec *r, int null_last) {
+static int bind_record(const mend_store *s, sqlite3_stmt *q, const wlog *log, const wrec *r,
+                       int null_last) {
   int rc = SQLITE_OK;
   for (int j = r->n; j < sqlite3_bind_parameter_count(q); j++) BIND(sqlite3_bind_null(q, j + 1));
-  BIND(bind_values(q, log, r, 0, null_last));
+  BIND(bind_values(s, q, log, r, 0, null_last));
   return rc;
 }
 
@@ -898,9 +952,9 @@ static int bind_record(sqlite3_stmt *q, const wlog *log, const wrec *r, int null
  * free one. */
 static int append_one(mend_store *s, const wlog *log, const wrec *r) {
   sqlite3_stmt *q = s->q[Q_APPEND_HISTORY];
-  if (run_bound(s, q, bind_record(q, log, r, 0), record_what[r->q], 1) != 0) return -1;
+  if (run_bound(s, q, bind_record(s, q, log, r, 0), record_what[r->q], 1) != 0) return -1;
   if (sqlite3_changes(s->db) > 0) return 0;
-  return run_bound(s, q, bind_record(q, log, r, 1), record_what[r->q], 1);
+  return run_bound(s, q, bind_record(s, q, log, r, 1), record_what[r->q], 1);
 }
 
 /* HISTORY_GROUP numbered rows in one statement. Should one of their numbers be taken, the
@@ -910,7 +964,7 @@ static int append_group(mend_store *s, const wlog *log, const int *ks) {
   sqlite3_stmt *q = s->q[Q_HISTORY_GROUP];
   int rc = SQLITE_OK;
   for (int g = 0; g < HISTORY_GROUP; g++)
-    BIND(bind_values(q, log, &log->recs[ks[g]], g * HISTORY_VALUES, 0));
+    BIND(bind_values(s, q, log, &log->recs[ks[g]], g * HISTORY_VALUES, 0));
   if (run_bound(s, q, rc, record_what[Q_HISTORY_GROUP], 1) != 0) return -1;
   if (sqlite3_changes(s->db) == HISTORY_GROUP) return 0;
   sqlite3_stmt *undo = s->q[Q_HISTORY_UNDO];
@@ -920,7 +974,8 @@ static int append_group(mend_store *s, const wlog *log, const int *ks) {
     rc = SQLITE_OK;
     BIND(sqlite3_bind_text(undo, 1, log->text + v[0].off, (int)v[0].len, SQLITE_STATIC));
     BIND(sqlite3_bind_int64(undo, 2, v[11].i));
-    BIND(v[10].type == V_TEXT
+    BIND(v[10].type == V_WORKER ? bind_worker(s, undo, 3)
+         : v[10].type == V_TEXT
              ? sqlite3_bind_text(undo, 3, log->text + v[10].off, (int)v[10].len, SQLITE_STATIC)
              : sqlite3_bind_null(undo, 3));
     BIND(sqlite3_bind_double(undo, 4, v[2].d));
@@ -971,7 +1026,7 @@ static int flush_log(mend_store *s, wlog *log) {
       for (int g = 0; ok && g < ng; g++) if (append_one(s, log, &log->recs[group[g]]) != 0) ok = 0;
       ng = 0;
       if (ok && append_one(s, log, r) != 0) ok = 0;
-    } else if (run_bound(s, q, bind_record(q, log, r, 0), record_what[r->q], 1) != 0) {
+    } else if (run_bound(s, q, bind_record(s, q, log, r, 0), record_what[r->q], 1) != 0) {
       ok = 0;
     } else if (r->q == Q_RENEW) {
       renewed(s, log, r);
@@ -1301,7 +1356,7 @@ int mend_store_append_history(mend_store *s, const mend_history_rec *h) {
   rec_text(s, h->error);
   rec_opt_real(s, h->delay);
   rec_text(s, h->detail);
-  rec_text(s, s->worker);
+  rec_worker(s);
   if (h->seq > 0) rec_int(s, h->seq);
   else rec_text(s, NULL);
   return rec_end(s);
@@ -1860,6 +1915,7 @@ json_t *mend_store_audit_list(mend_store *s) {
 void mend_store_set_worker(mend_store *s, const char *worker) {
   free(s->worker);
   s->worker = NULL;
+  s->worker_id = 0;
   if (worker) {
     size_t n = strlen(worker) + 1;
     s->worker = malloc(n);

@@ -21,15 +21,18 @@
  *   workers(owner TEXT PRIMARY KEY, lease_until REAL) WITHOUT ROWID: a worker holds its
  *        runs while its lease lasts; one row renewed, however many runs it holds
  *   steps(run_id TEXT, idx INTEGER, name TEXT, status TEXT, attempts INTEGER,
- *         comp_attempts INTEGER, idem_key TEXT, custom_key INTEGER, result TEXT (JSON),
+ *         comp_attempts INTEGER, idem_key TEXT (NULL: the default, run_id/name, and read
+ *         as that), custom_key INTEGER, result TEXT (JSON),
  *         error TEXT, due REAL, last_delay REAL, updated REAL, slept INTEGER,
  *         PRIMARY KEY(run_id, idx))
  *         + index on idem_key for custom keys; a step has a row from its first transition
  *         on (before that it is pending, listed from runs.step_names)
  *   history(run_id TEXT, seq INTEGER (1, 2, ... within the run), step TEXT, at REAL,
  *           event TEXT, from_status TEXT, to_status TEXT, attempt INTEGER, error TEXT,
- *           delay REAL, detail TEXT, worker TEXT (who wrote it),
- *           PRIMARY KEY(run_id, seq)) WITHOUT ROWID; append-only
+ *           delay REAL, detail TEXT, worker TEXT (who wrote it: since schema 5 the id of its
+ *           name in worker_names, as text by the column's type; before, the name; read as
+ *           the name), PRIMARY KEY(run_id, seq)) WITHOUT ROWID; append-only
+ *   worker_names(id INTEGER PRIMARY KEY, name TEXT UNIQUE): the workers that wrote history
  *   breakers(key TEXT PRIMARY KEY, state TEXT, failures INTEGER, successes INTEGER,
  *            opened_at REAL, open_until REAL, updated REAL)
  *   dlq(run_id TEXT PRIMARY KEY, reason TEXT, step TEXT, error TEXT, detail TEXT, at REAL)
@@ -45,7 +48,7 @@
 #include <jansson.h>
 #include "breaker.h"
 
-#define MEND_SCHEMA_VERSION 4
+#define MEND_SCHEMA_VERSION 5
 
 typedef struct mend_store mend_store;
 

@@ -924,6 +924,65 @@ static void test_writer_parts(void) {
   writer_queued_rest();
 }
 
+/* Schema 5 writes fewer bytes: a history row names its worker by a number (worker_names), a
+ * step's default key is not stored; reads give the name and the key as before, rows written
+ * before (a name in history.worker) read as they were, and a number given in a batch that
+ * rolls back is asked for again. */
+static void test_compact_rows(void) {
+  const char *path = file_in_dir("compact.db");
+  char err[512] = "";
+  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  CHECK(s != NULL);
+  if (!s) return;
+  mend_store_set_worker(s, "host:1:abc");
+  CHECK_EQ_INT(mend_store_start_writer(s, NULL, NULL), 0);
+  /* a batch that fails: the worker's number goes with it */
+  CHECK_EQ_INT(mend_store_update_run(s, "nobody", "succeeded", NULL, 0, 3, NULL), 0);
+  CHECK_EQ_INT(mend_store_commit(s), -1);
+  mend_store_close(s);
+  s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  CHECK(s != NULL);
+  if (!s) return;
+  mend_store_set_worker(s, "host:1:abc");
+  mend_run_rec r = run_rec("c1", NULL, "running", 1);
+  CHECK_EQ_INT(mend_store_insert_run(s, &r), 0);
+  mend_step_rec st = step_rec("c1", 0, "reserve", "running");
+  CHECK_EQ_INT(mend_store_put_step(s, &st), 0);
+  mend_step_rec own = step_rec("c1", 1, "charge", "running");
+  own.idem_key = "order-42";
+  own.custom_key = 1;
+  CHECK_EQ_INT(mend_store_put_step(s, &own), 0);
+  for (long n = 1; n <= 10; n++) {   /* in a group of eight and one by one */
+    mend_history_rec h = {"c1", NULL, (double)n, "step", NULL, "running", 0, NULL, -1, NULL, n};
+    CHECK_EQ_INT(mend_store_append_history(s, &h), 0);
+  }
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  sqlite3 *db = raw_open(path);
+  /* a row from before schema 5, its worker by name */
+  CHECK(sqlite3_exec(db, "INSERT INTO history(run_id, seq, at, event, worker)"
+                         " VALUES('c1', 11, 11, 'note', 'old:2:def')", NULL, NULL, NULL) == SQLITE_OK);
+  /* the number, kept as text by the column's type: one byte instead of the name's ten */
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM history WHERE worker = '1'"), 10);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM worker_names"), 1);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM history h JOIN worker_names w ON w.id = h.worker"
+                           " WHERE w.name = 'host:1:abc'"), 10);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM steps WHERE idem_key IS NULL"), 1);
+  json_t *hist = mend_store_history(s, "c1");
+  CHECK(hist && json_array_size(hist) == 11);
+  for (size_t i = 0; hist && i < 10; i++)
+    CHECK_STR(str_field(json_array_get(hist, i), "worker"), "host:1:abc");
+  CHECK_STR(str_field(json_array_get(hist, 10), "worker"), "old:2:def");
+  json_decref(hist);
+  json_t *run = mend_store_run(s, "c1");
+  json_t *steps = json_object_get(run, "steps");
+  CHECK_STR(str_field(json_array_get(steps, 0), "idempotency_key"), "c1/reserve");
+  CHECK_STR(str_field(json_array_get(steps, 1), "idempotency_key"), "order-42");
+  json_decref(run);
+  sqlite3_close(db);
+  mend_store_close(s);
+  remove_db(path);
+}
+
 static void note_lost_id(void *ud, const char *id) {
   char *seen = ud;
   size_t n = strlen(seen);
@@ -1071,6 +1130,7 @@ static void test_history_numbers(void) {
   CHECK(a && b);
   if (!a || !b) return;
   /* a records its writes (and runs them in groups) as an engine's store does */
+  mend_store_set_worker(a, "holder:1:a");
   CHECK_EQ_INT(mend_store_start_writer(a, NULL, NULL), 0);
   mend_run_rec r = run_rec("h1", NULL, "running", 1);
   CHECK_EQ_INT(mend_store_insert_run(a, &r), 0);
@@ -1191,6 +1251,7 @@ int main(void) {
   test_upgrade_from_1();
   test_writer_thread();
   test_writer_parts();
+  test_compact_rows();
   test_fence();
   test_history_numbers();
   test_pending_steps();
