@@ -231,7 +231,9 @@ static const char *const migrations[MEND_SCHEMA_VERSION] = {
  * The writes of a step (runs, steps, history, breakers, dead letters) are recorded here, values
  * copied, and run as statements at the next flush: at once on a store without a writer thread;
  * with one, on the writer thread when the batch is handed off, or on the caller's thread before
- * any other statement (a read must see them). Either way they run in the order written. */
+ * any other statement (a read must see them). Either way they run in the order written, but
+ * for numbered history rows, which go in groups (flush_log): only a history row without a number
+ * reads them, and it goes after them. */
 enum { V_NULL, V_INT, V_REAL, V_TEXT, V_WORKER };   /* V_WORKER: the store's worker */
 /* 16 bytes: a burst records some 200 of these a run, written on the loop's core and read on
  * the writer's (at 40 bytes, reading them was 7% of the writer thread). */
@@ -1193,6 +1195,20 @@ static wlog *free_log(mend_store *s) {
   return log;
 }
 
+/* With the writer thread idle: the log recorded so far becomes its job, the batch (numbered)
+ * or a part of it, and recording goes on in a free log. */
+static void give_job(mend_store *s, int part) {
+  writer *w = s->w;
+  pthread_mutex_lock(&w->mu);
+  w->job = s->cur;
+  w->part = part;
+  if (!part) w->job_seq = s->open_seq++;
+  w->busy = 1;
+  s->cur = free_log(s);
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
 int mend_store_hand_off(mend_store *s) {
   if (!s->w) return mend_store_commit(s);
   writer *w = s->w;
@@ -1216,32 +1232,19 @@ int mend_store_hand_off(mend_store *s) {
     return 0;
   }
   s->parted = 0;
-  pthread_mutex_lock(&w->mu);
-  w->job = s->cur;
-  w->job_seq = s->open_seq++;
-  w->busy = 1;
-  s->cur = free_log(s);
-  pthread_cond_broadcast(&w->cv);
-  pthread_mutex_unlock(&w->mu);
+  give_job(s, 0);
   return 0;
 }
 
 /* A full log of the open batch goes to the writer thread, to be written in the transaction
- * and not committed: the caller goes on recording into the other log. Written here instead,
+ * and not committed: the caller goes on recording into another log. Written here instead,
  * these parts were a sixth of the loop thread's time in W1 (it waited for the thread, then
  * ran the statements itself). The batch's sequence number is not taken: nothing is durable
  * until it is handed off whole. */
 static int pass_part(mend_store *s) {
   if (writer_wait(s) != 0 || s->batch_failed) return -1;
-  writer *w = s->w;
   s->parted += s->cur->nrec;
-  pthread_mutex_lock(&w->mu);
-  w->job = s->cur;
-  w->part = 1;
-  w->busy = 1;
-  s->cur = free_log(s);
-  pthread_cond_broadcast(&w->cv);
-  pthread_mutex_unlock(&w->mu);
+  give_job(s, 1);
   return 0;
 }
 
