@@ -918,9 +918,38 @@ static void writer_queued_rest(void) {
   remove_db(path);
 }
 
+/* A write that fails in an early part: later calls fail with its cause (not at once: the
+ * thread finds it while the caller records), and nothing of the batch is committed. */
+static void writer_part_fails(void) {
+  const char *path = file_in_dir("part-fails.db");
+  char err[512] = "";
+  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  CHECK(s != NULL);
+  if (!s) return;
+  CHECK_EQ_INT(mend_store_start_writer(s, NULL, NULL), 0);
+  mend_run_rec r = run_rec("early", NULL, "running", 1);
+  CHECK_EQ_INT(mend_store_insert_run(s, &r), 0);
+  CHECK_EQ_INT(mend_store_update_run(s, "nobody", "succeeded", NULL, 0, 3, NULL), 0);
+  int refused = 0;
+  for (int i = 1; i <= 200000 && !refused; i++) {
+    mend_history_rec h = {"early", NULL, i, "note", NULL, NULL, 0, NULL, -1, NULL, i};
+    refused = mend_store_append_history(s, &h) != 0;
+  }
+  CHECK(refused);   /* at the latest when a full log waits for the failed part */
+  CHECK(strstr(mend_store_errmsg(s), "update run: no run nobody") != NULL);
+  CHECK_EQ_INT(mend_store_commit(s), -1);
+  mend_store_close(s);
+  sqlite3 *db = raw_open(path);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM runs"), 0);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM history"), 0);
+  sqlite3_close(db);
+  remove_db(path);
+}
+
 static void test_writer_parts(void) {
   writer_parts("parts.db", 0);
   writer_parts("parts-fail.db", 1);
+  writer_part_fails();
   writer_queued_rest();
 }
 
