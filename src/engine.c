@@ -1466,7 +1466,7 @@ int mend_host_return(mend_host_call *call, const char *result_json) {
   json_t *v = json_null();
   if (result_json) {
     json_error_t jerr;
-    v = json_loads(result_json, JSON_DECODE_ANY, &jerr);
+    v = json_loads(result_json, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
     if (!v) return -1;
   }
   answer(call, v, NULL);

@@ -386,7 +386,7 @@ int mend_json_decode(lua_State *L, const char *text, size_t len, char *err, int 
     return 0;
   }
   json_error_t je;
-  json_t *v = json_loadb(text, len, JSON_DECODE_ANY, &je);
+  json_t *v = json_loadb(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
   if (!v) {
     if (err && errlen > 0)
       snprintf(err, (size_t)errlen, "line %d column %d: %s", je.line, je.column, je.text);

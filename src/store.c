@@ -28,7 +28,7 @@
 enum {
   Q_BEGIN, Q_COMMIT, Q_ROLLBACK,
   Q_INSERT_RUN, Q_UPDATE_RUN, Q_PUT_STEP, Q_UPDATE_STEP, Q_APPEND_HISTORY, Q_PUT_BREAKER, Q_PUT_DLQ,
-  Q_HISTORY_GROUP, Q_HISTORY_UNDO, Q_NAME_WORKER, Q_WORKER_ID,
+  Q_HISTORY_GROUP, Q_NAME_WORKER, Q_WORKER_ID,
   Q_FIND_RUN_KEY, Q_FIND_KEY_RESULT, Q_GET_BREAKER, Q_LAST_SEQ,
   Q_CLAIM_OLDEST, Q_CLAIM_NEWEST, Q_RENEW, Q_RELEASE, Q_OWNER, Q_HOLDERS, Q_RELEASE_OWNER, Q_HELD,
   Q_FORGET_WORKER,
@@ -74,10 +74,7 @@ static const char *const query_sql[Q__COUNT] = {
     " delay, detail, worker) VALUES(?1, coalesce(?12, coalesce((SELECT max(seq) FROM history"
     " WHERE run_id = ?1), 0) + 1), ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
     " ON CONFLICT(run_id, seq) DO NOTHING",
-  /* Q_HISTORY_GROUP is HISTORY_GROUP numbered rows in one statement (history_group_sql).
-   * A row of ours taken back, found by its number, worker and time: */
-  [Q_HISTORY_UNDO] =
-    "DELETE FROM history WHERE run_id = ?1 AND seq = ?2 AND worker IS ?3 AND at IS ?4",
+  /* Q_HISTORY_GROUP is HISTORY_GROUP numbered rows in one statement (history_group_sql). */
   [Q_NAME_WORKER] = "INSERT INTO worker_names(name) VALUES(?1) ON CONFLICT(name) DO NOTHING",
   [Q_WORKER_ID] = "SELECT id FROM worker_names WHERE name = ?1",
   [Q_PUT_BREAKER] =
@@ -672,7 +669,7 @@ static void history_group_sql(char *buf, size_t len) {
     for (int j = 2; j <= 11 && n < len; j++) n += (size_t)snprintf(buf + n, len - n, ",?%d", b + j);
     if (n < len) n += (size_t)snprintf(buf + n, len - n, ")");
   }
-  if (n < len) snprintf(buf + n, len - n, " ON CONFLICT(run_id, seq) DO NOTHING");
+  /* No ON CONFLICT: a number taken aborts the statement and backs out its rows (append_group). */
 }
 
 /* SQLite says "unable to open database file" when WAL mode cannot create its -shm file next to
@@ -959,29 +956,22 @@ static int append_one(mend_store *s, const wlog *log, const wrec *r) {
   return run_bound(s, q, bind_record(s, q, log, r, 1), record_what[r->q], 1);
 }
 
-/* HISTORY_GROUP numbered rows in one statement. Should one of their numbers be taken, the
- * rows it wrote are taken back and all go one by one (append_one), so that a run's rows stay
- * in the order they were recorded. */
+/* HISTORY_GROUP numbered rows in one statement. Should one of their numbers be taken (another
+ * process wrote to the run's history), SQLite backs out the statement's rows, and they all go
+ * one by one (append_one), so that a run's rows stay in the order recorded. */
 static int append_group(mend_store *s, const wlog *log, const int *ks) {
   sqlite3_stmt *q = s->q[Q_HISTORY_GROUP];
   int rc = SQLITE_OK;
   for (int g = 0; g < HISTORY_GROUP; g++)
     BIND(bind_values(s, q, log, &log->recs[ks[g]], g * HISTORY_VALUES, 0));
-  if (run_bound(s, q, rc, record_what[Q_HISTORY_GROUP], 1) != 0) return -1;
-  if (sqlite3_changes(s->db) == HISTORY_GROUP) return 0;
-  sqlite3_stmt *undo = s->q[Q_HISTORY_UNDO];
-  for (int g = 0; g < HISTORY_GROUP; g++) {
-    const wrec *r = &log->recs[ks[g]];
-    const wval *v = &log->vals[r->first];
-    rc = SQLITE_OK;
-    BIND(sqlite3_bind_text(undo, 1, log->text + v[0].off, (int)v[0].len, SQLITE_STATIC));
-    BIND(sqlite3_bind_int64(undo, 2, v[11].i));
-    BIND(v[10].type == V_WORKER ? bind_worker(s, undo, 3)
-         : v[10].type == V_TEXT
-             ? sqlite3_bind_text(undo, 3, log->text + v[10].off, (int)v[10].len, SQLITE_STATIC)
-             : sqlite3_bind_null(undo, 3));
-    BIND(sqlite3_bind_double(undo, 4, v[2].d));
-    if (run_bound(s, undo, rc, "append history", 1) != 0) return -1;
+  if (rc == SQLITE_OK) rc = sqlite3_step(q);
+  int taken = rc != SQLITE_DONE && sqlite3_extended_errcode(s->db) == SQLITE_CONSTRAINT_PRIMARYKEY;
+  if (rc != SQLITE_DONE && !taken) sql_err(s, record_what[Q_HISTORY_GROUP]);
+  sqlite3_reset(q);
+  if (rc == SQLITE_DONE) return 0;
+  if (!taken) {
+    s->batch_failed = 1;
+    return -1;
   }
   for (int g = 0; g < HISTORY_GROUP; g++)
     if (append_one(s, log, &log->recs[ks[g]]) != 0) return -1;
@@ -992,6 +982,12 @@ static int append_group(mend_store *s, const wlog *log, const int *ks) {
 static int groupable(const wlog *log, const wrec *r) {
   return r->q == Q_APPEND_HISTORY && r->n == HISTORY_VALUES &&
          log->vals[r->first + 11].type == V_INT && log->vals[r->first + 2].type == V_REAL;
+}
+
+static void log_clear(wlog *log) {
+  log->nrec = log->nval = 0;
+  log->ntext = 0;
+  log->oom = 0;
 }
 
 /* Runs the statements of `log` in the open transaction (begun if need be), then empties it. */
@@ -1048,9 +1044,7 @@ static int flush_log(mend_store *s, wlog *log) {
    * burst goes on, where each batch would fault its pages in again and each unmap stop the
    * other core for a TLB shootdown (W1 10k full: 38k -> 55k steps/s). */
   if (log->caprec > 4096 && log->nrec < log->caprec / 8) log_free(log);
-  log->nrec = log->nval = 0;
-  log->ntext = 0;
-  log->oom = 0;
+  log_clear(log);
   return ok ? 0 : -1;
 }
 
@@ -1070,8 +1064,10 @@ static int writer_idle(mend_store *s);
 /* Ends a record: without a writer thread it runs now, as every write did before there was one;
  * with one, a record that could not be kept fails now, and a full log goes to the thread. */
 static int rec_end(mend_store *s) {
-  if (s->batch_failed) return -1;
-  if (!s->w || s->cur->oom) return sync_point(s);
+  /* With a writer thread, batch_failed is the thread's: a failure is heard through
+   * writer_wait (sync_point, pass_part). */
+  if (!s->w) return s->batch_failed ? -1 : sync_point(s);
+  if (s->cur->oom) return sync_point(s);
   if (s->cur->nrec >= LOG_MAX_RECORDS) return pass_part(s);
   if (s->cur->nrec % PART_RECORDS == 0 && writer_idle(s)) return pass_part(s);
   return 0;
@@ -1088,9 +1084,18 @@ static void *writer_main(void *arg) {
     int part = w->part;
     pthread_mutex_unlock(&w->mu);
     int rc = flush_log(s, job);
-    if (!part) rc = commit_batch(s);   /* rolls back if the flush failed */
+    if (!part) {
+      int committed = commit_batch(s);   /* rolls back if the flush failed */
+      if (rc == 0) rc = committed;       /* (a BEGIN that failed left nothing to roll back) */
+    } else if (rc != 0) {
+      rollback(s);   /* the batch is lost: its write lock is not kept for the rest */
+    }
     pthread_mutex_lock(&w->mu);
     if (rc != 0) w->failed = 1;
+    if (part && w->next && w->failed) {
+      log_clear(w->next);   /* the rest of a failed batch is never written on its own */
+      w->next = NULL;
+    }
     if (part && w->next) {
       /* the rest of the batch came while its part was written: on with it */
       w->job = w->next;
@@ -1722,7 +1727,7 @@ static json_t *row_object(sqlite3_stmt *q) {
       const char *t = (const char *)sqlite3_column_text(q, i);
       size_t len = (size_t)sqlite3_column_bytes(q, i);
       if (!t) continue;
-      if (is_json_column(name)) v = json_loadb(t, len, JSON_DECODE_ANY, NULL);
+      if (is_json_column(name)) v = json_loadb(t, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
       if (!v) v = text_value(t, len);   /* not JSON after all: keep the text */
       break;
     }

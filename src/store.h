@@ -110,7 +110,8 @@ int  mend_store_writer_busy(mend_store *s); /* 1 while a handed-off batch is bei
 /* The recorded writes of the open batch also go to the thread in parts while the caller records
  * (a full log, or a part while the thread is idle), written in the open transaction but not
  * committed: nothing is durable before the hand-off. 1 while the thread writes such a part
- * (a hand-off waits for it; it is not a batch to wait for). */
+ * with nothing queued behind it: not a batch to wait for (a hand-off now queues the rest
+ * behind the part and returns). A part that fails rolls the whole batch back. */
 int  mend_store_writer_part(mend_store *s);
 int  mend_store_batch_writes(const mend_store *s);   /* writes of the open batch not committed */
 /* Gives back the memory a burst of writes grew, if no batch is using it: for an engine gone
@@ -220,7 +221,8 @@ int     mend_store_schema_version(mend_store *s);
  * per worker, real time). A worker claims unfinished runs that nobody holds or whose owner's
  * lease ran out, renews its lease while it works, and releases a run it lets go of. Claims
  * and renewals join the current batch; closing the store ends the lease. */
-void    mend_store_set_worker(mend_store *s, const char *worker);  /* tags history rows */
+/* Tags history rows; before mend_store_start_writer (the thread names rows with it). */
+void    mend_store_set_worker(mend_store *s, const char *worker);
 /* Up to `limit` ids (array) of unfinished runs now held by `owner`: those nobody holds, or
  * whose owner's lease ran out (never the owner's own), oldest first or newest first; owner's
  * lease then lasts at least until lease_until. NULL on error. */

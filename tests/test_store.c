@@ -937,11 +937,43 @@ static void writer_part_fails(void) {
   }
   CHECK(refused);   /* at the latest when a full log waits for the failed part */
   CHECK(strstr(mend_store_errmsg(s), "update run: no run nobody") != NULL);
+  /* the failed batch's write lock is let go at once, not kept until the store closes */
+  sqlite3 *db = raw_open(path);
+  CHECK(sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK);
+  CHECK(sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL) == SQLITE_OK);
   CHECK_EQ_INT(mend_store_commit(s), -1);
   mend_store_close(s);
-  sqlite3 *db = raw_open(path);
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM runs"), 0);
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM history"), 0);
+  sqlite3_close(db);
+  remove_db(path);
+}
+
+/* The writer thread cannot begin its transaction (another process holds the write lock past
+ * the busy timeout, 5 s): the batch is not durable, and the store says why. */
+static void writer_begin_fails(void) {
+  const char *path = file_in_dir("begin-fails.db");
+  char err[512] = "";
+  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  CHECK(s != NULL);
+  if (!s) return;
+  CHECK_EQ_INT(mend_store_start_writer(s, NULL, NULL), 0);
+  sqlite3 *db = raw_open(path);
+  CHECK(sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK);
+  mend_run_rec r = run_rec("b1", NULL, "running", 1);
+  CHECK_EQ_INT(mend_store_insert_run(s, &r), 0);
+  unsigned long seq = mend_store_open_seq(s);
+  CHECK_EQ_INT(mend_store_hand_off(s), 0);
+  for (int ms = 0; ms < 20000 && mend_store_writer_busy(s); ms++) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  CHECK(mend_store_durable_seq(s) < seq);
+  CHECK_EQ_INT(mend_store_commit(s), -1);
+  CHECK(strstr(mend_store_errmsg(s), "begin") != NULL);
+  CHECK(sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL) == SQLITE_OK);
+  mend_store_close(s);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM runs"), 0);
   sqlite3_close(db);
   remove_db(path);
 }
@@ -950,6 +982,7 @@ static void test_writer_parts(void) {
   writer_parts("parts.db", 0);
   writer_parts("parts-fail.db", 1);
   writer_part_fails();
+  writer_begin_fails();
   writer_queued_rest();
 }
 
@@ -964,15 +997,14 @@ static void test_compact_rows(void) {
   CHECK(s != NULL);
   if (!s) return;
   mend_store_set_worker(s, "host:1:abc");
-  CHECK_EQ_INT(mend_store_start_writer(s, NULL, NULL), 0);
-  /* a batch that fails: the worker's number goes with it */
-  CHECK_EQ_INT(mend_store_update_run(s, "nobody", "succeeded", NULL, 0, 3, NULL), 0);
+  /* a batch that fails (no writer thread: the store goes on after it): the worker's number
+   * goes with it, and another process's worker takes that number meanwhile */
+  CHECK(mend_store_update_run(s, "nobody", "succeeded", NULL, 0, 3, NULL) != 0);
   CHECK_EQ_INT(mend_store_commit(s), -1);
-  mend_store_close(s);
-  s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
-  CHECK(s != NULL);
-  if (!s) return;
-  mend_store_set_worker(s, "host:1:abc");
+  sqlite3 *db = raw_open(path);
+  CHECK(sqlite3_exec(db, "INSERT INTO worker_names(name) VALUES('other:9:z')", NULL, NULL, NULL)
+        == SQLITE_OK);
+  CHECK_EQ_INT(mend_store_start_writer(s, NULL, NULL), 0);
   mend_run_rec r = run_rec("c1", NULL, "running", 1);
   CHECK_EQ_INT(mend_store_insert_run(s, &r), 0);
   mend_step_rec st = step_rec("c1", 0, "reserve", "running");
@@ -986,13 +1018,13 @@ static void test_compact_rows(void) {
     CHECK_EQ_INT(mend_store_append_history(s, &h), 0);
   }
   CHECK_EQ_INT(mend_store_commit(s), 0);
-  sqlite3 *db = raw_open(path);
   /* a row from before schema 5, its worker by name */
   CHECK(sqlite3_exec(db, "INSERT INTO history(run_id, seq, at, event, worker)"
                          " VALUES('c1', 11, 11, 'note', 'old:2:def')", NULL, NULL, NULL) == SQLITE_OK);
-  /* the number, kept as text by the column's type: one byte instead of the name's ten */
-  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM history WHERE worker = '1'"), 10);
-  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM worker_names"), 1);
+  /* the number (2: the other worker took 1), kept as text by the column's type: one byte
+   * instead of the name's ten */
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM history WHERE worker = '2'"), 10);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM worker_names"), 2);
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM history h JOIN worker_names w ON w.id = h.worker"
                            " WHERE w.name = 'host:1:abc'"), 10);
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM steps WHERE idem_key IS NULL"), 1);
@@ -1219,6 +1251,24 @@ static void test_history_numbers(void) {
     if (i >= 7) CHECK(json_real_value(json_object_get(row, "at")) == 100.0 + (double)i);
   }
   CHECK_STR(str_field(json_array_get(hist, 6), "detail"), "pause");
+  json_decref(hist);
+  /* Rows of one time (a virtual clock, or one turn) whose numbers collide with the holder's
+   * own earlier rows once another process took one: none lost, all in order. */
+  mend_run_rec r2 = run_rec("h2", NULL, "running", 1);
+  CHECK_EQ_INT(mend_store_insert_run(a, &r2), 0);
+  CHECK_EQ_INT(mend_store_commit(a), 0);
+  mend_history_rec first = {"h2", NULL, 50, "operator", NULL, NULL, 0, NULL, -1, "note", 0};
+  CHECK_EQ_INT(mend_store_append_history(b, &first), 0);
+  CHECK_EQ_INT(mend_store_commit(b), 0);
+  for (long n = 1; n <= 16; n++) {
+    mend_history_rec h = {"h2", NULL, 60, "step", NULL, "running", (int)n, NULL, -1, NULL, n};
+    CHECK_EQ_INT(mend_store_append_history(a, &h), 0);
+  }
+  CHECK_EQ_INT(mend_store_commit(a), 0);
+  hist = mend_store_history(a, "h2");
+  CHECK(hist && json_array_size(hist) == 17);
+  for (size_t i = 1; hist && i < json_array_size(hist); i++)
+    CHECK_EQ_INT(json_integer_value(json_object_get(json_array_get(hist, i), "attempt")), (long long)i);
   json_decref(hist);
   /* Without a taken number, sixteen rows go in two statements, numbered as recorded. */
   for (long n = 20; n <= 35; n++) {
