@@ -819,6 +819,22 @@ static void test_writer_thread(void) {
   sqlite3_close(db);
 }
 
+/* A store on a file of the test directory, with its writer thread (done(ud) after each job). */
+static mend_store *writer_store(const char *path, void (*done)(void *ud), void *ud) {
+  char err[512] = "";
+  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  if (!s) {
+    fprintf(stderr, "open %s: %s\n", path, err);
+    return NULL;
+  }
+  if (mend_store_start_writer(s, done, ud) != 0) {
+    fprintf(stderr, "writer thread: %s\n", mend_store_errmsg(s));
+    mend_store_close(s);
+    return NULL;
+  }
+  return s;
+}
+
 static void count_job(void *ud) { __atomic_add_fetch((int *)ud, 1, __ATOMIC_SEQ_CST); }
 
 /* More writes in one batch than a log holds (70,000 rows; a log holds 65,536 records): parts
@@ -826,12 +842,10 @@ static void count_job(void *ud) { __atomic_add_fetch((int *)ud, 1, __ATOMIC_SEQ_
  * leaves none of it. */
 static void writer_parts(const char *name, int fail) {
   const char *path = file_in_dir(name);
-  char err[512] = "";
-  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  int jobs = 0;
+  mend_store *s = writer_store(path, count_job, &jobs);
   CHECK(s != NULL);
   if (!s) return;
-  int jobs = 0;
-  CHECK_EQ_INT(mend_store_start_writer(s, count_job, &jobs), 0);
   mend_run_rec r = run_rec("big", NULL, "running", 1);
   CHECK_EQ_INT(mend_store_insert_run(s, &r), 0);
   unsigned long open = mend_store_open_seq(s), durable = mend_store_durable_seq(s);
@@ -875,12 +889,10 @@ static void writer_parts(const char *name, int fail) {
  * durable, whole, only once the thread has committed it. */
 static void writer_queued_rest(void) {
   const char *path = file_in_dir("queued.db");
-  char err[512] = "";
-  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  int jobs = 0;
+  mend_store *s = writer_store(path, count_job, &jobs);
   CHECK(s != NULL);
   if (!s) return;
-  int jobs = 0;
-  CHECK_EQ_INT(mend_store_start_writer(s, count_job, &jobs), 0);
   sqlite3 *db = raw_open(path);
   CHECK(sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK);
   mend_run_rec r = run_rec("q", NULL, "running", 1);
@@ -922,11 +934,9 @@ static void writer_queued_rest(void) {
  * thread finds it while the caller records), and nothing of the batch is committed. */
 static void writer_part_fails(void) {
   const char *path = file_in_dir("part-fails.db");
-  char err[512] = "";
-  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  mend_store *s = writer_store(path, NULL, NULL);
   CHECK(s != NULL);
   if (!s) return;
-  CHECK_EQ_INT(mend_store_start_writer(s, NULL, NULL), 0);
   mend_run_rec r = run_rec("early", NULL, "running", 1);
   CHECK_EQ_INT(mend_store_insert_run(s, &r), 0);
   CHECK_EQ_INT(mend_store_update_run(s, "nobody", "succeeded", NULL, 0, 3, NULL), 0);
@@ -953,11 +963,9 @@ static void writer_part_fails(void) {
  * the busy timeout, 5 s): the batch is not durable, and the store says why. */
 static void writer_begin_fails(void) {
   const char *path = file_in_dir("begin-fails.db");
-  char err[512] = "";
-  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  mend_store *s = writer_store(path, NULL, NULL);
   CHECK(s != NULL);
   if (!s) return;
-  CHECK_EQ_INT(mend_store_start_writer(s, NULL, NULL), 0);
   sqlite3 *db = raw_open(path);
   CHECK(sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK);
   mend_run_rec r = run_rec("b1", NULL, "running", 1);
