@@ -125,6 +125,34 @@ describe("a locked database", function()
     assert.are.equal(0, rc, out)
     assert.are.equal("2", H.sql(db, "SELECT count(*) FROM runs")[1])
   end)
+
+  it("is waited for by the writer thread while the loop sleeps instead of spinning", function()
+    local eng, db = H.new_engine({ clock = "real" })   -- a file and the real clock: the writer thread
+    eng:register{ name = "quick", steps = { { name = "one", execute = function() return 1 end } } }
+    eng:start("quick", {})
+    eng:run()   -- the schema and the worker's first rows are in before the lock is taken
+    -- another process holds the write lock for a second, then lets go (well inside the busy
+    -- timeout); the marker says it has the lock
+    local marker = H.tmp_db()
+    os.remove(marker)
+    local holder = assert(io.popen("sqlite3 " .. q(db) .. " >/dev/null", "w"))
+    holder:write(".bail on\nBEGIN IMMEDIATE;\n", ".system touch " .. q(marker) .. "\n",
+                 ".system sleep 1\n", "ROLLBACK;\n.quit\n")
+    holder:flush()
+    local deadline = H.wall() + 10
+    while not io.open(marker) and H.wall() < deadline do os.execute("sleep 0.01") end
+    assert.is_truthy(io.open(marker), "the holder never took the lock")
+    local w0, c0 = H.wall(), os.clock()
+    for i = 1, 2000 do eng:start("quick", { i = i }) end   -- batches for the thread
+    eng:run()
+    local wall, cpu = H.wall() - w0, os.clock() - c0
+    holder:close()
+    assert.are.equal("2001", H.sql(db, "SELECT count(*) FROM runs WHERE status = 'succeeded'")[1])
+    assert.is_truthy(wall >= 0.5, "the lock was not in the way: run() took " .. wall .. " s")
+    -- the runs themselves take well under 0.3 s of CPU; a loop polling while the thread waits
+    -- would take the whole wait
+    assert.is_truthy(cpu < 0.5 * wall, string.format("%.2f s of CPU in %.2f s", cpu, wall))
+  end)
 end)
 
 describe("a file that is not a mend database", function()
