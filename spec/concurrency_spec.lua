@@ -73,6 +73,19 @@ describe("an engine with many runs", function()
     assert.are.same({ 2, 1 }, calls)
   end)
 
+  it("sleeps while its runs wait, instead of keeping a core busy", function()
+    -- the real clock: the wait is half a second of wall time, and run() must spend it asleep
+    local eng = H.new_engine({ clock = "real" })
+    eng:register(H.one_step("naps", { execute = function() mend.sleep(0.5); return true end }))
+    local id = eng:start("naps", {})
+    local w0, c0 = H.wall(), os.clock()
+    eng:run()
+    local wall, cpu = H.wall() - w0, os.clock() - c0
+    assert.are.equal("succeeded", eng:status(id).status)
+    assert.is_true(wall >= 0.5, "took " .. wall .. " s")
+    assert.is_true(cpu < 0.2, string.format("%.2f s of CPU in %.2f s", cpu, wall))
+  end)
+
   it("runs child processes without blocking the loop", function()
     local eng = H.new_engine()
     eng:register(H.one_step("children", { execute = function(_, input)
