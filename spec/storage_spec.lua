@@ -100,6 +100,21 @@ describe("a read-only file system", function()
   end)
 end)
 
+describe("a database in a folder that does not exist", function()
+  after_each(H.cleanup)
+
+  it("is refused with the folder named as missing, and nothing is created", function()
+    local wfdir = H.tmp_dir()
+    write(wfdir .. "/big.lua", BIG_STEP_WORKFLOW)
+    local missing = H.tmp_dir() .. "/not/there"
+    local rc, out = run(string.format("%s start big --db %s/mend.db --workflows %s", MEND,
+                                      missing, wfdir))
+    assert.are.equal(1, rc, out)
+    assert.matches("its folder " .. missing:gsub("%p", "%%%0") .. " does not exist", out)
+    assert.is_nil(io.open(missing))
+  end)
+end)
+
 describe("a locked database", function()
   after_each(H.cleanup)
 

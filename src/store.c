@@ -672,21 +672,26 @@ static void history_group_sql(char *buf, size_t len) {
   /* No ON CONFLICT: a number taken aborts the statement and backs out its rows (append_group). */
 }
 
-/* SQLite says "unable to open database file" when WAL mode cannot create its -shm file next to
- * the database: name the likelier cause for a person when the file or its folder is read-only. */
-static void explain_read_only(mend_store *s) {
+/* SQLite says "unable to open database file" when it cannot create the file, or WAL mode its
+ * -shm file next to the database: name the likelier cause for a person (a folder that does not
+ * exist, or a file or folder that is read-only). */
+static void explain_open_failure(mend_store *s) {
   if (strcmp(s->path, ":memory:") == 0 || s->path[0] == 0) return;
   char dir[4096];
   set_msg(dir, sizeof dir, "%s", s->path);
   char *slash = strrchr(dir, '/');
   if (slash) *(slash == dir ? slash + 1 : slash) = 0;
   else set_msg(dir, sizeof dir, ".");
-  int file_ro = access(s->path, F_OK) == 0 && access(s->path, W_OK) != 0;
-  int dir_ro = access(dir, W_OK) != 0;
-  if (!file_ro && !dir_ro) return;
   size_t n = strlen(s->err);
-  set_msg(s->err + n, (int)(sizeof s->err - n), " (%s is read-only: %s)",
-          file_ro ? "the file" : "its folder", strerror(errno));
+  int room = (int)(sizeof s->err - n);
+  if (access(s->path, F_OK) == 0 && access(s->path, W_OK) != 0) {
+    set_msg(s->err + n, room, " (the file is read-only: %s)", strerror(errno));
+  } else if (access(dir, W_OK) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR)
+      set_msg(s->err + n, room, " (its folder %s does not exist)", dir);
+    else
+      set_msg(s->err + n, room, " (its folder is read-only: %s)", strerror(errno));
+  }
 }
 
 void mend_store_quiet_memstatus(void) {
@@ -705,7 +710,7 @@ mend_store *mend_store_open(const char *path, mend_durability durability, char *
   s->cur = &s->logs[0];
   s->open_seq = 1;
   if (open_db(s, durability) != 0) {
-    explain_read_only(s);
+    explain_open_failure(s);
     set_msg(err, errlen, "%s", s->err);
     mend_store_close(s);
     return NULL;
