@@ -100,6 +100,44 @@ describe("recovery", function()
       transitions(eng2, id, "pay"))
   end)
 
+  it("counts a retry's attempt in flight across a restart, as the store reads it", function()
+    -- the step's row says what attempt 1 came to (a retry wait, then pending); attempt 2 is
+    -- only in history when the engine stops, and must read and resume as attempt 2
+    local seen = {}
+    local def = { name = "again", retry = { max_attempts = 5, initial = 1, jitter = 0 }, steps = {
+      { name = "call", execute = function(ctx)
+          seen[#seen + 1] = ctx.attempt
+          if ctx.attempt == 1 then error(mend.retryable("busy")) end
+          if ctx.attempt == 2 then mend.sleep(10) end   -- the engine stops while this waits
+          return ctx.attempt
+        end },
+    } }
+    local eng, db = H.new_engine()
+    eng:register(def)
+    local id = eng:start("again", {})
+    eng:advance(2)
+    local call = H.step(eng:status(id), "call")
+    assert.are.equal("running", call.status)
+    assert.are.equal(2, call.attempts)
+    assert.are.same({ "pending" }, H.sql(db, "SELECT status FROM steps WHERE run_id = '" .. id .. "'"))
+    H.close(eng)
+    local eng2 = H.reopen(db)
+    eng2:register(def)
+    call = H.step(eng2:status(id), "call")
+    assert.are.equal("running", call.status)   -- read from the file alone
+    assert.are.equal(2, call.attempts)
+    eng2:recover()
+    eng2:run()
+    local st = eng2:status(id)
+    assert.are.equal("succeeded", st.status)
+    assert.are.same({ 1, 2, 3 }, seen)
+    assert.are.equal(3, H.step(st, "call").attempts)
+    assert.are.equal(3, H.step(st, "call").result)
+    assert.are.same({ "pending>running", "running>retry_wait", "retry_wait>pending",
+                      "pending>running", "running>running", "running>succeeded" },
+      transitions(eng2, id, "call"))
+  end)
+
   it("resumes a retry wait at its stored due time, and never re-executes a succeeded step", function()
     local first, second = 0, 0
     local def = { name = "w", retry = { initial = 100, jitter = 0 }, steps = {

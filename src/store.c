@@ -33,7 +33,7 @@ enum {
   Q_CLAIM_OLDEST, Q_CLAIM_NEWEST, Q_RENEW, Q_RELEASE, Q_OWNER, Q_HOLDERS, Q_RELEASE_OWNER, Q_HELD,
   Q_FORGET_WORKER,
   Q_DLQ_REMOVE, Q_REQUEST_CANCEL, Q_CANCEL_REQUESTS, Q_AUDIT, Q_AUDIT_LIST, Q_TAKE,
-  Q_RUN, Q_STEPS, Q_HISTORY, Q_DLQ, Q_BREAKERS, Q_RUNS,
+  Q_RUN, Q_STEPS, Q_IN_FLIGHT, Q_HISTORY, Q_DLQ, Q_BREAKERS, Q_RUNS,
   Q__COUNT
 };
 
@@ -133,6 +133,12 @@ static const char *const query_sql[Q__COUNT] = {
     " coalesce(idem_key, run_id || '/' || name) AS idempotency_key,"
     " custom_key, result, error, due, last_delay, updated, slept FROM steps WHERE run_id = ?1"
     " ORDER BY idx",
+  /* The attempts begun and not ended: a step whose last transition is to running (its row is
+   * not written when an attempt begins: schema 6). */
+  [Q_IN_FLIGHT] =
+    "SELECT step, attempt, at FROM (SELECT step, to_status, attempt, at,"
+    " row_number() OVER (PARTITION BY step ORDER BY seq DESC) AS latest FROM history"
+    " WHERE run_id = ?1 AND event = 'step') WHERE latest = 1 AND to_status = 'running'",
   [Q_HISTORY] =
     "SELECT seq, run_id, step, at, event, from_status AS \"from\", to_status AS \"to\", attempt,"
     " error, delay, detail,"
@@ -222,6 +228,10 @@ static const char *const migrations[MEND_SCHEMA_VERSION] = {
    * rows before keep their names, and a read gives names either way. A step's default key is
    * no longer stored (steps.idem_key NULL: read as run_id/name). */
   "CREATE TABLE worker_names(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);",
+  /* 5 -> 6: no table changes. A step's row is no longer written when an attempt begins; its
+   * `-> running` history row is what says it is in flight (mend_store_run). A mend before this
+   * would read such a step as not begun, and resume it one attempt short: it must refuse. */
+  "UPDATE meta SET value = value WHERE 0;",
 };
 
 /* ---- the write log ----------------------------------------------------------------------
@@ -1810,6 +1820,35 @@ static int list_pending(mend_store *s, json_t *run, json_t *steps) {
   return 0;
 }
 
+/* A step's row says what its last attempt came to; an attempt begun since is only in history
+ * (the `-> running` row written with it), so that a step costs one row write, not two. Those
+ * steps read as running, with that attempt's number and time. */
+static int show_in_flight(mend_store *s, const char *id, json_t *steps) {
+  sqlite3_stmt *q = s->q[Q_IN_FLIGHT];
+  int rc = bind_text(q, 1, id);
+  if (rc == SQLITE_OK) rc = sqlite3_step(q);
+  for (; rc == SQLITE_ROW; rc = sqlite3_step(q)) {
+    const char *name = (const char *)sqlite3_column_text(q, 0);
+    size_t i;
+    json_t *st;
+    json_array_foreach(steps, i, st) {
+      const char *n = json_string_value(json_object_get(st, "name"));
+      if (!name || !n || strcmp(n, name) != 0) continue;
+      if (json_object_set_new(st, "status", json_string("running")) != 0 ||
+          json_object_set_new(st, "attempts", json_integer(sqlite3_column_int64(q, 1))) != 0 ||
+          json_object_set_new(st, "updated", json_real(sqlite3_column_double(q, 2))) != 0) {
+        finish(q);
+        set_msg(s->err, sizeof s->err, "%s: read steps: out of memory", s->path);
+        return -1;
+      }
+      break;
+    }
+  }
+  if (rc != SQLITE_DONE) sql_err(s, "read attempts in flight");
+  finish(q);
+  return rc == SQLITE_DONE ? 0 : -1;
+}
+
 json_t *mend_store_run(mend_store *s, const char *id) {
   if (sync_point(s) != 0) return NULL;
   sqlite3_stmt *q = s->q[Q_RUN];
@@ -1828,6 +1867,13 @@ json_t *mend_store_run(mend_store *s, const char *id) {
   sqlite3_stmt *qs = s->q[Q_STEPS];
   json_t *steps = rows_array(s, qs, bind_text(qs, 1, id), "read steps");
   if (!steps || json_object_set_new(run, "steps", steps) != 0 || list_pending(s, run, steps) != 0) {
+    json_decref(run);
+    return NULL;
+  }
+  /* A finished run has no attempt in flight. */
+  const char *status = json_string_value(json_object_get(run, "status"));
+  if (status && (strcmp(status, "running") == 0 || strcmp(status, "compensating") == 0) &&
+      show_in_flight(s, id, steps) != 0) {
     json_decref(run);
     return NULL;
   }

@@ -26,7 +26,9 @@
  *         error TEXT, due REAL, last_delay REAL, updated REAL, slept INTEGER,
  *         PRIMARY KEY(run_id, idx))
  *         + index on idem_key for custom keys; a step has a row from its first transition
- *         on (before that it is pending, listed from runs.step_names)
+ *         on (before that it is pending, listed from runs.step_names); a row is not written
+ *         when an attempt begins (schema 6): a step whose last history row is `-> running`
+ *         reads as running, with that attempt
  *   history(run_id TEXT, seq INTEGER (1, 2, ... within the run), step TEXT, at REAL,
  *           event TEXT, from_status TEXT, to_status TEXT, attempt INTEGER, error TEXT,
  *           delay REAL, detail TEXT, worker TEXT (who wrote it: since schema 5 the id of its
@@ -48,7 +50,7 @@
 #include <jansson.h>
 #include "breaker.h"
 
-#define MEND_SCHEMA_VERSION 5
+#define MEND_SCHEMA_VERSION 6
 
 typedef struct mend_store mend_store;
 

@@ -1337,6 +1337,90 @@ static void test_pending_steps(void) {
   mend_store_close(s);
 }
 
+/* A step's attempt in flight has no row of its own (schema 6): it reads as running from its
+ * `-> running` history row, over an older row or none; a later transition's row wins. */
+static void hist(mend_store *s, const char *run, const char *step, long seq, const char *from,
+                 const char *to, int attempt, double at) {
+  mend_history_rec h = {.run_id = run, .step = step, .at = at, .event = "step",
+                        .from_status = from, .to_status = to, .attempt = attempt, .delay = -1,
+                        .seq = seq};
+  CHECK_EQ_INT(mend_store_append_history(s, &h), 0);
+}
+
+static const char *step_status(mend_store *s, const char *run, int idx, long long *attempts) {
+  static char out[32];
+  json_t *r = mend_store_run(s, run);
+  CHECK(r != NULL);
+  if (!r) return "";
+  json_t *st = json_array_get(json_object_get(r, "steps"), (size_t)idx);
+  snprintf(out, sizeof out, "%s", str_field(st, "status"));
+  *attempts = json_integer_value(json_object_get(st, "attempts"));
+  json_decref(r);
+  return out;
+}
+
+static void test_attempts_in_flight(void) {
+  const char *path = file_in_dir("in_flight.db");
+  char err[512] = "";
+  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  CHECK(s != NULL);
+  if (!s) return;
+  mend_run_rec r = run_rec("f1", NULL, "running", 7);
+  r.step_names = "[\"first\",\"second\",\"third\"]";
+  CHECK_EQ_INT(mend_store_insert_run(s, &r), 0);
+  /* first: done, and its row says so */
+  hist(s, "f1", "first", 1, "pending", "running", 1, 8);
+  mend_step_rec st = step_rec("f1", 0, "first", "succeeded");
+  st.attempts = 1;
+  CHECK_EQ_INT(mend_store_put_step(s, &st), 0);
+  hist(s, "f1", "first", 2, "running", "succeeded", 1, 9);
+  /* second: attempt 1 went to a retry wait and back to pending (the row), attempt 2 began */
+  hist(s, "f1", "second", 3, "pending", "running", 1, 9);
+  st = step_rec("f1", 1, "second", "pending");
+  st.attempts = 1;
+  st.error = "retryable: busy";
+  CHECK_EQ_INT(mend_store_put_step(s, &st), 0);
+  hist(s, "f1", "second", 4, "running", "retry_wait", 1, 10);
+  hist(s, "f1", "second", 5, "retry_wait", "pending", 1, 11);
+  hist(s, "f1", "second", 6, "pending", "running", 2, 11);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+
+  long long attempts = -1;
+  CHECK_STR(step_status(s, "f1", 0, &attempts), "succeeded");
+  CHECK_EQ_INT(attempts, 1);
+  CHECK_STR(step_status(s, "f1", 1, &attempts), "running");
+  CHECK_EQ_INT(attempts, 2);
+  CHECK_STR(step_status(s, "f1", 2, &attempts), "pending");
+  CHECK_EQ_INT(attempts, 0);
+  json_t *run = mend_store_run(s, "f1");
+  json_t *second = json_array_get(json_object_get(run, "steps"), 1);
+  CHECK(json_real_value(json_object_get(second, "updated")) == 11.0);
+  CHECK_STR(str_field(second, "error"), "retryable: busy");   /* what the row says */
+  json_decref(run);
+
+  /* third begins with no row at all; second's attempt 2 ends, and its row wins */
+  hist(s, "f1", "third", 7, "pending", "running", 1, 12);
+  CHECK_STR(step_status(s, "f1", 2, &attempts), "running");
+  CHECK_EQ_INT(attempts, 1);
+  st = step_rec("f1", 1, "second", "succeeded");
+  st.attempts = 2;
+  CHECK_EQ_INT(mend_store_update_step(s, &st), 0);
+  hist(s, "f1", "second", 8, "running", "succeeded", 2, 13);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  CHECK_STR(step_status(s, "f1", 1, &attempts), "succeeded");
+  CHECK_EQ_INT(attempts, 2);
+  sqlite3 *db = raw_open(path);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM steps WHERE run_id = 'f1'"), 2);
+  sqlite3_close(db);
+
+  /* a run that ended has nothing in flight, whatever its history's last rows say */
+  CHECK_EQ_INT(mend_store_update_run(s, "f1", "failed", "stopped", 0, 14, "error"), 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  CHECK_STR(step_status(s, "f1", 2, &attempts), "pending");
+  mend_store_close(s);
+  remove_db(path);
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/mend-test-store-XXXXXX");
   if (!mkdtemp(dir)) {
@@ -1356,6 +1440,7 @@ int main(void) {
   test_fence();
   test_history_numbers();
   test_pending_steps();
+  test_attempts_in_flight();
 
   const char *files[] = {"schema.db", "trip.db", "batch.db", "notes.txt", "future.db",
                          "foreign.db", "liar.db", "full.db", "ckpt.db", "v1.db", "writer.db", "fence.db", "hist.db",
