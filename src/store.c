@@ -136,9 +136,8 @@ static const char *const query_sql[Q__COUNT] = {
   /* The attempts begun and not ended: a step whose last transition is to running (its row is
    * not written when an attempt begins: schema 6). */
   [Q_IN_FLIGHT] =
-    "SELECT step, attempt, at FROM (SELECT step, to_status, attempt, at,"
-    " row_number() OVER (PARTITION BY step ORDER BY seq DESC) AS latest FROM history"
-    " WHERE run_id = ?1 AND event = 'step') WHERE latest = 1 AND to_status = 'running'",
+    "SELECT step, to_status = 'running', attempt, at FROM history"
+    " WHERE run_id = ?1 AND event = 'step' ORDER BY seq",
   [Q_HISTORY] =
     "SELECT seq, run_id, step, at, event, from_status AS \"from\", to_status AS \"to\", attempt,"
     " error, delay, detail,"
@@ -1824,28 +1823,39 @@ static int list_pending(mend_store *s, json_t *run, json_t *steps) {
  * (the `-> running` row written with it), so that a step costs one row write, not two. Those
  * steps read as running, with that attempt's number and time. */
 static int show_in_flight(mend_store *s, const char *id, json_t *steps) {
+  size_t n = json_array_size(steps);
+  /* per step, its last transition in history: 1 + the attempt if it was to running, else 0 */
+  struct last { long long attempt_1; double at; } *last = calloc(n ? n : 1, sizeof *last);
+  if (!last) {
+    set_msg(s->err, sizeof s->err, "%s: read steps: out of memory", s->path);
+    return -1;
+  }
   sqlite3_stmt *q = s->q[Q_IN_FLIGHT];
   int rc = bind_text(q, 1, id);
   if (rc == SQLITE_OK) rc = sqlite3_step(q);
   for (; rc == SQLITE_ROW; rc = sqlite3_step(q)) {
     const char *name = (const char *)sqlite3_column_text(q, 0);
-    size_t i;
-    json_t *st;
-    json_array_foreach(steps, i, st) {
-      const char *n = json_string_value(json_object_get(st, "name"));
-      if (!name || !n || strcmp(n, name) != 0) continue;
-      if (json_object_set_new(st, "status", json_string("running")) != 0 ||
-          json_object_set_new(st, "attempts", json_integer(sqlite3_column_int64(q, 1))) != 0 ||
-          json_object_set_new(st, "updated", json_real(sqlite3_column_double(q, 2))) != 0) {
-        finish(q);
-        set_msg(s->err, sizeof s->err, "%s: read steps: out of memory", s->path);
-        return -1;
-      }
+    for (size_t i = 0; name && i < n; i++) {
+      const char *step = json_string_value(json_object_get(json_array_get(steps, i), "name"));
+      if (!step || strcmp(step, name) != 0) continue;
+      last[i].attempt_1 = sqlite3_column_int(q, 1) ? 1 + sqlite3_column_int64(q, 2) : 0;
+      last[i].at = sqlite3_column_double(q, 3);
       break;
     }
   }
   if (rc != SQLITE_DONE) sql_err(s, "read attempts in flight");
   finish(q);
+  for (size_t i = 0; rc == SQLITE_DONE && i < n; i++) {
+    if (!last[i].attempt_1) continue;
+    json_t *st = json_array_get(steps, i);
+    if (json_object_set_new(st, "status", json_string("running")) != 0 ||
+        json_object_set_new(st, "attempts", json_integer(last[i].attempt_1 - 1)) != 0 ||
+        json_object_set_new(st, "updated", json_real(last[i].at)) != 0) {
+      set_msg(s->err, sizeof s->err, "%s: read steps: out of memory", s->path);
+      rc = SQLITE_NOMEM;
+    }
+  }
+  free(last);
   return rc == SQLITE_DONE ? 0 : -1;
 }
 
