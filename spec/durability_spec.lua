@@ -100,6 +100,34 @@ describe("recovery", function()
       transitions(eng2, id, "pay"))
   end)
 
+  it("keeps a step's own idempotency key, asked once, for the attempt after a restart", function()
+    -- a key function that would answer differently if asked again: the stored key must come back
+    local asked, keys = 0, {}
+    local def = { name = "keyed", steps = {
+      { name = "charge",
+        idempotency_key = function() asked = asked + 1; return "charge-" .. asked end,
+        execute = function(ctx)
+          keys[#keys + 1] = ctx.idempotency_key
+          if #keys == 1 then mend.sleep(10) end   -- the engine stops while this waits
+          return true
+        end },
+    } }
+    local eng, db = H.new_engine()
+    eng:register(def)
+    local id = eng:start("keyed", {})
+    eng:advance(1)
+    assert.are.equal("running", H.step(eng:status(id), "charge").status)
+    H.close(eng)
+    local eng2 = H.reopen(db)
+    eng2:register(def)
+    eng2:recover()
+    eng2:run()
+    assert.are.equal("succeeded", eng2:status(id).status)
+    assert.are.same({ "charge-1", "charge-1" }, keys)
+    assert.are.equal(1, asked)
+    assert.are.equal("charge-1", H.step(eng2:status(id), "charge").idempotency_key)
+  end)
+
   it("counts a retry's attempt in flight across a restart, as the store reads it", function()
     -- the step's row says what attempt 1 came to (a retry wait, then pending); attempt 2 is
     -- only in history when the engine stops, and must read and resume as attempt 2

@@ -437,7 +437,9 @@ static const char *step_name(mend_run *r, int i) { return r->wf->steps[i].name; 
  * work in W1). */
 static void write_step(mend_run *r, int i) {
   step_rt *st = &r->steps[i];
-  if (st->status == MEND_STEP_RUNNING) return;
+  /* ...but for a key of the step's own just asked for: it is stored before the attempt uses it,
+   * as the same key must come back after a crash (ensure_key asks once). */
+  if (st->status == MEND_STEP_RUNNING && (st->has_row || !st->custom_key)) return;
   int new_row = !st->has_row;
   const char *idem_key = st->custom_key ? st->idem_key : NULL;
   mend_step_rec rec = {
