@@ -12,6 +12,23 @@ local function transitions(eng, id, step)
   return out
 end
 
+-- Starts a run of `def`, lets the virtual clock go `seconds` (an attempt of `step` is then in
+-- flight), closes the engine as at a shutdown, and resumes the run with a second engine on the
+-- same file until it ends. Returns the second engine and the run's id.
+local function resume_after_stop(def, seconds, step)
+  local eng, db = H.new_engine()
+  eng:register(def)
+  local id = eng:start(def.name, {})
+  eng:advance(seconds)
+  assert.are.equal("running", H.step(eng:status(id), step).status)
+  H.close(eng)
+  local eng2 = H.reopen(db)
+  eng2:register(def)
+  eng2:recover()
+  eng2:run()
+  return eng2, id
+end
+
 describe("a sleep step", function()
   after_each(H.cleanup)
 
@@ -80,16 +97,7 @@ describe("recovery", function()
           return ctx.attempt
         end },
     } }
-    local eng, db = H.new_engine()
-    eng:register(def)
-    local id = eng:start("r", {})
-    eng:advance(1)
-    assert.are.equal("running", H.step(eng:status(id), "pay").status)
-    H.close(eng)
-    local eng2 = H.reopen(db)
-    eng2:register(def)
-    eng2:recover()
-    eng2:run()
+    local eng2, id = resume_after_stop(def, 1, "pay")
     local st = eng2:status(id)
     assert.are.equal("succeeded", st.status)
     assert.are.equal(2, calls)
@@ -112,16 +120,7 @@ describe("recovery", function()
           return true
         end },
     } }
-    local eng, db = H.new_engine()
-    eng:register(def)
-    local id = eng:start("keyed", {})
-    eng:advance(1)
-    assert.are.equal("running", H.step(eng:status(id), "charge").status)
-    H.close(eng)
-    local eng2 = H.reopen(db)
-    eng2:register(def)
-    eng2:recover()
-    eng2:run()
+    local eng2, id = resume_after_stop(def, 1, "charge")
     assert.are.equal("succeeded", eng2:status(id).status)
     assert.are.same({ "charge-1", "charge-1" }, keys)
     assert.are.equal(1, asked)
