@@ -105,3 +105,57 @@ describe("an engine with many runs", function()
     assert.is_true(wall < 3, "took " .. wall .. " s")
   end)
 end)
+
+describe("a run read from another process while a worker runs it", function()
+  after_each(H.cleanup)
+
+  it("is read whole, never with a later step ahead of an earlier one", function()
+    -- the worker: another process, 20 runs of 400 quick steps each
+    local db = H.tmp_db()
+    local dir = H.tmp_dir()
+    local ids_file = dir .. "/ids"
+    H.write_file(dir, "worker.lua", [[
+      local mend = require "mend"
+      local eng = mend.engine{ db = arg[1], clock = "real" }
+      local steps = {}
+      for k = 1, 400 do steps[k] = { name = "s" .. k, execute = function() return k end } end
+      eng:register{ name = "long", steps = steps }
+      local ids = {}
+      for i = 1, 20 do ids[i] = eng:start("long", { i = i }) end
+      local f = io.open(arg[2], "w") f:write(table.concat(ids, "\n"), "\n") f:close()
+      eng:run()
+    ]])
+    local worker = assert(io.popen("lua5.4 " .. H.quote(dir .. "/worker.lua") .. " " ..
+                                   H.quote(db) .. " " .. H.quote(ids_file) .. " 2>&1"))
+    local deadline = H.wall() + 10
+    while not io.open(ids_file) and H.wall() < deadline do os.execute("sleep 0.01") end
+    os.execute("sleep 0.05")   -- the ids are written whole
+    local ids = {}
+    for l in io.lines(ids_file) do ids[#ids + 1] = l end
+    assert.are.equal(20, #ids)
+    local eng = H.reopen(db, { clock = "real" })
+    local reads, finished, wrong = 0, 0, {}
+    while finished < #ids and H.wall() < deadline do
+      finished = 0
+      for _, id in ipairs(ids) do
+        local st = eng:status(id)
+        reads = reads + 1
+        if st.status == "succeeded" then finished = finished + 1 end
+        local k = 1
+        while st.steps[k] and st.steps[k].status == "succeeded" do k = k + 1 end
+        for j = k + 1, #st.steps do
+          if st.steps[j].status ~= "pending" then
+            wrong[#wrong + 1] = string.format("%s: %s %s, then %s %s", id, st.steps[k].name,
+              st.steps[k].status, st.steps[j].name, st.steps[j].status)
+            break
+          end
+        end
+      end
+    end
+    local out = worker:read("a")
+    assert.is_true(worker:close(), out)
+    assert.are.equal(#ids, finished)
+    assert.is_true(reads > 100, "only " .. reads .. " reads")
+    assert.are.same({}, wrong)
+  end)
+end)

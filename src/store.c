@@ -26,7 +26,7 @@
 
 /* One table of statements so that open prepares them all and close finalizes them all. */
 enum {
-  Q_BEGIN, Q_COMMIT, Q_ROLLBACK,
+  Q_BEGIN, Q_COMMIT, Q_ROLLBACK, Q_BEGIN_READ,
   Q_INSERT_RUN, Q_UPDATE_RUN, Q_PUT_STEP, Q_UPDATE_STEP, Q_APPEND_HISTORY, Q_PUT_BREAKER, Q_PUT_DLQ,
   Q_HISTORY_GROUP, Q_NAME_WORKER, Q_WORKER_ID,
   Q_FIND_RUN_KEY, Q_FIND_KEY_RESULT, Q_GET_BREAKER, Q_LAST_SEQ,
@@ -41,6 +41,7 @@ static const char *const query_sql[Q__COUNT] = {
   [Q_BEGIN] = "BEGIN IMMEDIATE",
   [Q_COMMIT] = "COMMIT",
   [Q_ROLLBACK] = "ROLLBACK",
+  [Q_BEGIN_READ] = "BEGIN",
   [Q_INSERT_RUN] =
     "INSERT INTO runs(id, workflow, version, source, run_key, status, input, error, attention,"
     " created, updated, owner, step_names) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11,"
@@ -1859,8 +1860,32 @@ static int show_in_flight(mend_store *s, const char *id, json_t *steps) {
   return rc == SQLITE_DONE ? 0 : -1;
 }
 
+static json_t *read_run(mend_store *s, const char *id);
+
+/* A run is read in three statements (its row, its steps, its history): without a batch open
+ * they share one read transaction, so that a worker's commits in between cannot make a step
+ * read as pending while a later one reads as running. */
+static int step_read_txn(mend_store *s, int which) {
+  sqlite3_stmt *q = s->q[which];
+  int rc = sqlite3_step(q);
+  if (rc != SQLITE_DONE) sql_err(s, "read run");
+  sqlite3_reset(q);
+  return rc == SQLITE_DONE ? 0 : -1;
+}
+
 json_t *mend_store_run(mend_store *s, const char *id) {
   if (sync_point(s) != 0) return NULL;
+  int own = sqlite3_get_autocommit(s->db);
+  if (own && step_read_txn(s, Q_BEGIN_READ) != 0) return NULL;
+  json_t *run = read_run(s, id);
+  if (own && step_read_txn(s, Q_COMMIT) != 0) {
+    json_decref(run);
+    return NULL;
+  }
+  return run;
+}
+
+static json_t *read_run(mend_store *s, const char *id) {
   sqlite3_stmt *q = s->q[Q_RUN];
   int r = first_row(s, q, bind_text(q, 1, id), "read run");
   if (r < 0) return NULL;
