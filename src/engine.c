@@ -1879,25 +1879,13 @@ static void pump_cb(uv_idle_t *h) {
   }
 }
 
-/* A timer due sooner than this is waited for awake: libuv counts its timers and the poll's
- * timeout in milliseconds, and a sleeping thread takes a while to wake on this VM, so a timer
- * could fire 1-3 ms late (W4 probe lateness p99 3.1 ms with 1M timers armed). */
-#define TIMER_SPIN 0.002
-
 /* One pass of a loop that blocks (run, serve): a turn if there is work for one, else sleep
- * until something happens, but for the last moments before a timer. */
+ * until something happens. Kicked only with work for a turn: a turn started while the writer
+ * thread has the batch does nothing, and the idle pump keeps the loop from sleeping, so kicking
+ * every time made the loop spin through the thread's whole write (110k empty turns for 10k
+ * runs) and through every wait of its runs. Timers wake it on time (timers.c: a timerfd). */
 static void loop_once(mend_engine *E) {
-  /* Kicked only with work for a turn: a turn started while the writer thread has the batch
-   * does nothing, and the idle pump keeps the loop from sleeping, so kicking every time made
-   * the loop spin through the thread's whole write (110k empty turns for 10k runs) and through
-   * every wait of its runs. */
   if (turn_has_work(E) || virtual_timers_to_advance(E)) kick(E);
-  if (!E->timers.is_virtual && !uv_is_active((uv_handle_t *)E->pump) && E->timers.count &&
-      mend_timers_next_due(&E->timers) - mend_real_now() < TIMER_SPIN) {
-    uv_run(E->loop, UV_RUN_NOWAIT);
-    if (mend_timers_fire_due(&E->timers)) mend_timers_sync(&E->timers);
-    return;
-  }
   uv_run(E->loop, UV_RUN_ONCE);
 }
 

@@ -6,6 +6,10 @@
 
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <sys/timerfd.h>
+#endif
 
 double mend_real_now(void) {
   struct timespec ts;
@@ -52,6 +56,65 @@ static void on_uv_timer(uv_timer_t *h) {
   mend_timers_sync(ts);
 }
 
+#ifdef __linux__
+typedef struct timer_fd {
+  uv_poll_t poll;   /* first: the handle's address is the struct's */
+  int fd;
+} timer_fd;
+
+static int fd_of(uv_poll_t *p) { return ((timer_fd *)p)->fd; }
+
+static void on_timerfd(uv_poll_t *h, int status, int events) {
+  (void)status;
+  (void)events;
+  mend_timers *ts = h->data;
+  uint64_t expirations;
+  if (read(fd_of(h), &expirations, sizeof expirations) < 0) { /* EAGAIN: nothing to clear */ }
+  mend_timers_fire_due(ts);
+  mend_timers_sync(ts);
+}
+
+/* The poll handle is closed first; its timerfd once libuv no longer watches it. */
+static void close_timerfd(uv_handle_t *h) {
+  close(fd_of((uv_poll_t *)h));
+  free(h);
+}
+
+static void open_timerfd(mend_timers *ts) {
+  int fd = timerfd_create(CLOCK_REALTIME, TFD_NONBLOCK | TFD_CLOEXEC);
+  if (fd < 0) return;   /* the uv timer does it, to the millisecond */
+  timer_fd *t = malloc(sizeof *t);
+  if (!t || uv_poll_init(ts->loop, &t->poll, fd) != 0) {
+    free(t);
+    close(fd);
+    return;
+  }
+  t->fd = fd;
+  t->poll.data = ts;
+  ts->fd_poll = &t->poll;
+}
+
+static void arm_timerfd(mend_timers *ts, double due) {
+  /* A microsecond past the due time: the clock read as a double must not come out before it
+   * (at 1.8e9 s a double's step is 0.24 us), or the timer would fire and find nothing due. */
+  due += 1e-6;
+  struct itimerspec its = {0};
+  its.it_value.tv_sec = (time_t)due;
+  its.it_value.tv_nsec = (long)((due - (double)its.it_value.tv_sec) * 1e9);
+  if (its.it_value.tv_nsec < 0) its.it_value.tv_nsec = 0;
+  if (its.it_value.tv_nsec > 999999999) its.it_value.tv_nsec = 999999999;
+  if (its.it_value.tv_sec <= 0) its.it_value = (struct timespec){0, 1};   /* 0 would disarm it */
+  timerfd_settime(fd_of(ts->fd_poll), TFD_TIMER_ABSTIME, &its, NULL);
+  if (!uv_is_active((uv_handle_t *)ts->fd_poll)) uv_poll_start(ts->fd_poll, UV_READABLE, on_timerfd);
+}
+
+static void disarm_timerfd(mend_timers *ts) {
+  struct itimerspec off = {0};
+  timerfd_settime(fd_of(ts->fd_poll), 0, &off, NULL);
+  uv_poll_stop(ts->fd_poll);   /* an armed timer keeps the loop alive; none must not */
+}
+#endif
+
 int mend_timers_init(mend_timers *ts, uv_loop_t *loop, int is_virtual) {
   *ts = (mend_timers){0};
   ts->is_virtual = is_virtual;
@@ -65,6 +128,9 @@ int mend_timers_init(mend_timers *ts, uv_loop_t *loop, int is_virtual) {
     if (!ts->uv) { free(ts->heap); ts->heap = NULL; return -1; }
     uv_timer_init(loop, ts->uv);
     ts->uv->data = ts;
+#ifdef __linux__
+    open_timerfd(ts);
+#endif
   }
   return 0;
 }
@@ -81,6 +147,13 @@ void mend_timers_close(mend_timers *ts) {
     uv_close((uv_handle_t *)ts->uv, free_on_close);
     ts->uv = NULL;
   }
+#ifdef __linux__
+  if (ts->fd_poll) {
+    uv_poll_stop(ts->fd_poll);
+    uv_close((uv_handle_t *)ts->fd_poll, close_timerfd);
+    ts->fd_poll = NULL;
+  }
+#endif
 }
 
 double mend_timers_now(const mend_timers *ts) {
@@ -144,6 +217,13 @@ size_t mend_timers_advance_to(mend_timers *ts, double to) {
 
 void mend_timers_sync(mend_timers *ts) {
   if (ts->is_virtual || !ts->uv) return;
+#ifdef __linux__
+  if (ts->fd_poll) {
+    if (ts->count) arm_timerfd(ts, ts->heap[0]->due);
+    else disarm_timerfd(ts);
+    return;
+  }
+#endif
   if (!ts->count) { uv_timer_stop(ts->uv); return; }
   double wait = ts->heap[0]->due - mend_real_now();
   uint64_t ms = wait <= 0 ? 0 : (uint64_t)(wait * 1000.0 + 0.999);  /* never early */

@@ -6,6 +6,8 @@
  * timers due at the same instant fire in the order they were armed. With a real clock the heap
  * drives one libuv timer armed for its earliest entry; with a virtual clock time stands still
  * until the engine (or a caller) advances it, and then due timers fire in order at once.
+ * On Linux the real clock's timer is a timerfd watched by the loop: a libuv timer fires up to
+ * 2 ms late, as libuv counts time and its poll's timeout in milliseconds.
  * Times are seconds since the epoch as doubles.
  */
 #ifndef MEND_TIMERS_H
@@ -34,6 +36,8 @@ typedef struct mend_timers {
   double virtual_now;
   uv_loop_t *loop;
   uv_timer_t *uv;          /* malloc'ed: closed through uv_close, freed in its close callback */
+  uv_poll_t *fd_poll;      /* Linux: a timerfd armed for the earliest entry, to the nanosecond
+                            * (libuv's timers count milliseconds); then `uv` stays idle */
 } mend_timers;
 
 /* 0 or -1 (out of memory). `loop` drives the real clock; unused by a virtual one. */
@@ -55,7 +59,7 @@ double mend_timers_next_due(const mend_timers *ts);
 /* Virtual clock: moves time to `to` (never backwards), firing due timers in order on the way,
  * each at its own due time. Returns how many fired. */
 size_t mend_timers_advance_to(mend_timers *ts, double to);
-/* Real clock: re-arms the uv timer for the earliest entry. */
+/* Real clock: re-arms the timerfd (or the uv timer) for the earliest entry. */
 void   mend_timers_sync(mend_timers *ts);
 
 #endif
