@@ -141,6 +141,33 @@ describe("cancel", function()
       "cancel: run " .. id .. " is compensated: only a running run can be cancelled")
   end)
 
+  it("of a run no live engine holds, past its first step, compensates what it did", function()
+    -- its worker stopped with step b in flight; the cancel comes from another engine
+    local undone = {}
+    local function step(name, wait)
+      return { name = name,
+        execute = function() if wait then mend.sleep(3600) end return name end,
+        compensate = function(_, r) undone[#undone + 1] = r end }
+    end
+    local def = { name = "long", steps = { step("a"), step("b", true), step("c") } }
+    local eng, db = H.new_engine()
+    eng:register(def)
+    local id = eng:start("long", {})
+    eng:advance(10)
+    assert.are.equal("running", H.step(eng:status(id), "b").status)
+    H.close(eng)
+    local other = H.reopen(db)
+    other:register(def)
+    assert.are.equal("cancelled", other:cancel(id, { who = "ops" }))
+    other:run()
+    local st = other:status(id)
+    assert.are.equal("compensated", st.status)
+    assert.are.equal("cancelled", st.reason)
+    assert.are.same({ "a" }, undone)
+    assert.are.same({ "compensated", "failed", "pending" },
+      { H.step(st, "a").status, H.step(st, "b").status, H.step(st, "c").status })
+  end)
+
   it("of a run another live engine holds, asks that engine", function()
     local eng, db = H.new_engine({ lease = 60 })
     eng:register{ name = "w", steps = { { name = "s", execute = function() mend.sleep(60) end } } }

@@ -2121,12 +2121,26 @@ static mend_run *rebuild(mend_engine *E, const char *id, char *why, int whylen) 
 }
 
 /* Sets a rebuilt run going from where the store says it stood. */
-static void schedule_restored(mend_run *r) {
+/* A run rebuilt from the store: the step it is at, going forward (the first not succeeded) or
+ * back (the one being compensated: steps without compensate stay succeeded when skipped, so
+ * look past them). */
+static void find_current_step(mend_run *r) {
   const mend_workflow *wf = r->wf;
-  double now = mend_engine_now(r->E);
   if (r->status == MEND_RUN_RUNNING) {
     r->cur = 0;
     while (r->cur < wf->nsteps && r->steps[r->cur].status == MEND_STEP_SUCCEEDED) r->cur++;
+  } else {
+    r->cur = wf->nsteps - 1;
+    while (r->cur >= 0 && (!needs_compensation(r, r->cur) || wf->steps[r->cur].compensate_ref == LUA_NOREF))
+      r->cur--;
+  }
+}
+
+static void schedule_restored(mend_run *r) {
+  const mend_workflow *wf = r->wf;
+  double now = mend_engine_now(r->E);
+  find_current_step(r);
+  if (r->status == MEND_RUN_RUNNING) {
     step_rt *st = r->cur < wf->nsteps ? &r->steps[r->cur] : NULL;
     if (st && (st->status == MEND_STEP_RETRY_WAIT || st->status == MEND_STEP_BREAKER_OPEN ||
                st->status == MEND_STEP_SLEEPING)) {
@@ -2136,11 +2150,6 @@ static void schedule_restored(mend_run *r) {
       return;
     }
   } else {
-    /* Steps without compensate stay succeeded when skipped: look past them for the one that
-     * was being compensated, which may be waiting for a retry. */
-    r->cur = wf->nsteps - 1;
-    while (r->cur >= 0 && (!needs_compensation(r, r->cur) || wf->steps[r->cur].compensate_ref == LUA_NOREF))
-      r->cur--;
     step_rt *st = r->cur >= 0 ? &r->steps[r->cur] : NULL;
     if (st && st->status == MEND_STEP_COMPENSATING && st->due >= 0) {
       r->wait_kind = WAIT_COMP_RETRY;
@@ -2434,6 +2443,7 @@ static mend_run *take_over(mend_engine *E, const char *id, char *err, int errlen
   }
   mend_run *r = rebuild(E, id, err, errlen);
   if (!r) return NULL;
+  find_current_step(r);   /* a cancel acts on it */
   if (mend_store_take(E->store, id, E->owner, lease_until(E))) store_failed(E);
   return r;
 }
