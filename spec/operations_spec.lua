@@ -116,14 +116,16 @@ end)
 
 describe("cancel", function()
   after_each(H.cleanup)
+  local undone
+  -- a step that records its compensation in `undone`; with `wait`, its execute parks an hour
+  local function step(name, wait)
+    return { name = name,
+      execute = function() if wait then mend.sleep(3600) end return name end,
+      compensate = function(_, r) undone[#undone + 1] = r end }
+  end
 
   it("stops a running run and compensates what it did, in reverse", function()
-    local undone = {}
-    local function step(name, wait)
-      return { name = name,
-        execute = function() if wait then mend.sleep(3600) end return name end,
-        compensate = function(_, r) undone[#undone + 1] = r end }
-    end
+    undone = {}
     local eng = H.new_engine()
     eng:register{ name = "long", steps = { step("a"), step("b"), step("c", true) } }
     local id = eng:start("long", {})
@@ -143,12 +145,7 @@ describe("cancel", function()
 
   it("of a run no live engine holds, past its first step, compensates what it did", function()
     -- its worker stopped with step b in flight; the cancel comes from another engine
-    local undone = {}
-    local function step(name, wait)
-      return { name = name,
-        execute = function() if wait then mend.sleep(3600) end return name end,
-        compensate = function(_, r) undone[#undone + 1] = r end }
-    end
+    undone = {}
     local def = { name = "long", steps = { step("a"), step("b", true), step("c") } }
     local eng, db = H.new_engine()
     eng:register(def)
