@@ -2120,7 +2120,6 @@ static mend_run *rebuild(mend_engine *E, const char *id, char *why, int whylen) 
   return r;
 }
 
-/* Sets a rebuilt run going from where the store says it stood. */
 /* A run rebuilt from the store: the step it is at, going forward (the first not succeeded) or
  * back (the one being compensated: steps without compensate stay succeeded when skipped, so
  * look past them). */
@@ -2136,6 +2135,7 @@ static void find_current_step(mend_run *r) {
   }
 }
 
+/* Sets a rebuilt run going from where the store says it stood. */
 static void schedule_restored(mend_run *r) {
   const mend_workflow *wf = r->wf;
   double now = mend_engine_now(r->E);

@@ -1860,31 +1860,6 @@ static int show_in_flight(mend_store *s, const char *id, json_t *steps) {
   return rc == SQLITE_DONE ? 0 : -1;
 }
 
-static json_t *read_run(mend_store *s, const char *id);
-
-/* A run is read in three statements (its row, its steps, its history): without a batch open
- * they share one read transaction, so that a worker's commits in between cannot make a step
- * read as pending while a later one reads as running. */
-static int step_read_txn(mend_store *s, int which) {
-  sqlite3_stmt *q = s->q[which];
-  int rc = sqlite3_step(q);
-  if (rc != SQLITE_DONE) sql_err(s, "read run");
-  sqlite3_reset(q);
-  return rc == SQLITE_DONE ? 0 : -1;
-}
-
-json_t *mend_store_run(mend_store *s, const char *id) {
-  if (sync_point(s) != 0) return NULL;
-  int own = sqlite3_get_autocommit(s->db);
-  if (own && step_read_txn(s, Q_BEGIN_READ) != 0) return NULL;
-  json_t *run = read_run(s, id);
-  if (own && step_read_txn(s, Q_COMMIT) != 0) {
-    json_decref(run);
-    return NULL;
-  }
-  return run;
-}
-
 static json_t *read_run(mend_store *s, const char *id) {
   sqlite3_stmt *q = s->q[Q_RUN];
   int r = first_row(s, q, bind_text(q, 1, id), "read run");
@@ -1909,6 +1884,29 @@ static json_t *read_run(mend_store *s, const char *id) {
   const char *status = json_string_value(json_object_get(run, "status"));
   if (status && (strcmp(status, "running") == 0 || strcmp(status, "compensating") == 0) &&
       show_in_flight(s, id, steps) != 0) {
+    json_decref(run);
+    return NULL;
+  }
+  return run;
+}
+
+static int step_read_txn(mend_store *s, int which) {
+  sqlite3_stmt *q = s->q[which];
+  int rc = sqlite3_step(q);
+  if (rc != SQLITE_DONE) sql_err(s, "read run");
+  sqlite3_reset(q);
+  return rc == SQLITE_DONE ? 0 : -1;
+}
+
+/* A run is read in three statements (its row, its steps, its history): without a batch open
+ * they share one read transaction, so that a worker's commits in between cannot make a step
+ * read as pending while a later one reads as running. */
+json_t *mend_store_run(mend_store *s, const char *id) {
+  if (sync_point(s) != 0) return NULL;
+  int own = sqlite3_get_autocommit(s->db);
+  if (own && step_read_txn(s, Q_BEGIN_READ) != 0) return NULL;
+  json_t *run = read_run(s, id);
+  if (own && step_read_txn(s, Q_COMMIT) != 0) {
     json_decref(run);
     return NULL;
   }
