@@ -928,9 +928,6 @@ static void rec_opt_real(mend_store *s, double d) {
 static int fence_drops(mend_store *s, const wlog *log, const wrec *r);
 static void renewed(mend_store *s, const wlog *log, const wrec *r);
 
-/* Binds a record's values to q, and NULL to any parameter past them, so that no value of an
- * earlier record stays bound (flush_log resets without clearing: 3% of the writer thread).
- * With null_last, its last value as NULL. The first failing result code, if any. */
 /* The worker's number (batch_begin got it); its name if the number could not be had. */
 static int bind_worker(const mend_store *s, sqlite3_stmt *q, int i) {
   if (s->worker_id) return sqlite3_bind_int64(q, i, s->worker_id);
@@ -954,6 +951,9 @@ static int bind_values(const mend_store *s, sqlite3_stmt *q, const wlog *log, co
   return rc;
 }
 
+/* Binds a record's values to q, and NULL to any parameter past them, so that no value of an
+ * earlier record stays bound (flush_log resets without clearing: 3% of the writer thread).
+ * With null_last, its last value as NULL. The first failing result code, if any. */
 static int bind_record(const mend_store *s, sqlite3_stmt *q, const wlog *log, const wrec *r,
                        int null_last) {
   int rc = SQLITE_OK;
@@ -969,6 +969,13 @@ static int append_one(mend_store *s, const wlog *log, const wrec *r) {
   if (run_bound(s, q, bind_record(s, q, log, r, 0), record_what[r->q], 1) != 0) return -1;
   if (sqlite3_changes(s->db) > 0) return 0;
   return run_bound(s, q, bind_record(s, q, log, r, 1), record_what[r->q], 1);
+}
+
+/* Numbered history rows one by one, in order (a group not full, or one backed out). */
+static int append_each(mend_store *s, const wlog *log, const int *ks, int n) {
+  for (int g = 0; g < n; g++)
+    if (append_one(s, log, &log->recs[ks[g]]) != 0) return -1;
+  return 0;
 }
 
 /* HISTORY_GROUP numbered rows in one statement. Should one of their numbers be taken (another
@@ -988,9 +995,7 @@ static int append_group(mend_store *s, const wlog *log, const int *ks) {
     s->batch_failed = 1;
     return -1;
   }
-  for (int g = 0; g < HISTORY_GROUP; g++)
-    if (append_one(s, log, &log->recs[ks[g]]) != 0) return -1;
-  return 0;
+  return append_each(s, log, ks, HISTORY_GROUP);
 }
 
 /* A record that can go in a group: a history row of the usual shape with its number. */
@@ -1036,7 +1041,7 @@ static int flush_log(mend_store *s, wlog *log) {
     }
     sqlite3_stmt *q = s->q[r->q];
     if (r->q == Q_APPEND_HISTORY) {
-      for (int g = 0; ok && g < ng; g++) if (append_one(s, log, &log->recs[group[g]]) != 0) ok = 0;
+      if (ok && append_each(s, log, group, ng) != 0) ok = 0;
       ng = 0;
       if (ok && append_one(s, log, r) != 0) ok = 0;
     } else if (run_bound(s, q, bind_record(s, q, log, r, 0), record_what[r->q], 1) != 0) {
@@ -1053,7 +1058,7 @@ static int flush_log(mend_store *s, wlog *log) {
       ok = 0;
     }
   }
-  for (int g = 0; ok && g < ng; g++) if (append_one(s, log, &log->recs[group[g]]) != 0) ok = 0;
+  if (ok && append_each(s, log, group, ng) != 0) ok = 0;
   /* What a burst grew is given back once batches are small again (or the engine is idle:
    * mend_store_trim), so that memory once the runs wait is what they need; not while the
    * burst goes on, where each batch would fault its pages in again and each unmap stop the
