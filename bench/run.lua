@@ -84,7 +84,7 @@ end
 local function step_latencies(db, workflow)
   local rows = sql_rows(db, [[
     WITH ev AS (
-      SELECT h.run_id, h.seq, h.at, h.event FROM history h JOIN runs r ON r.id = h.run_id
+      SELECT h.run_id, h.seq, h.at, h.event FROM history_named h JOIN runs r ON r.id = h.run_id
       WHERE r.workflow = ']] .. workflow .. [[' AND (
         (h.event = 'run' AND h.from_status IS NULL) OR
         (h.event = 'step' AND h.to_status IN ('succeeded', 'failed', 'compensated'))))
@@ -100,7 +100,7 @@ end
 -- Run latency: from the run's first row to its last run-status row.
 local function run_latencies(db, workflow)
   local rows = sql_rows(db, [[
-    SELECT (max(h.at) - min(h.at)) * 1000.0 FROM history h JOIN runs r ON r.id = h.run_id
+    SELECT (max(h.at) - min(h.at)) * 1000.0 FROM history_named h JOIN runs r ON r.id = h.run_id
     WHERE r.workflow = ']] .. workflow .. [[' AND h.event = 'run' GROUP BY h.run_id]])
   local out = {}
   for _, r in ipairs(rows) do out[#out + 1] = tonumber(r[1]) end
@@ -253,7 +253,7 @@ W.W3 = function(o)
   local secs = now() - t0
   eng:close()
   -- due of attempt k+1 = at + delay of the row that ended attempt k
-  local rows = sql_rows(o.db, [[SELECT run_id, attempt + 1, at + delay FROM history
+  local rows = sql_rows(o.db, [[SELECT run_id, attempt + 1, at + delay FROM history_named
     WHERE event = 'step' AND to_status = 'retry_wait']])
   local late, fire = {}, {}
   for _, r in ipairs(rows) do
@@ -262,11 +262,11 @@ W.W3 = function(o)
   end
   table.sort(late)
   -- timer firing alone: the retry_wait -> pending row is written from the timer callback
-  local frows = sql_rows(o.db, [[SELECT (p.at - (w.at + w.delay)) * 1000.0 FROM history w
-    JOIN history p ON p.run_id = w.run_id AND p.step = w.step AND p.event = 'step'
+  local frows = sql_rows(o.db, [[SELECT (p.at - (w.at + w.delay)) * 1000.0 FROM history_named w
+    JOIN history_named p ON p.run_id = w.run_id AND p.step = w.step AND p.event = 'step'
      AND p.from_status = 'retry_wait' AND p.to_status = 'pending' AND p.seq > w.seq
     WHERE w.event = 'step' AND w.to_status = 'retry_wait'
-     AND NOT EXISTS (SELECT 1 FROM history x WHERE x.run_id = w.run_id AND x.step = w.step
+     AND NOT EXISTS (SELECT 1 FROM history_named x WHERE x.run_id = w.run_id AND x.step = w.step
        AND x.event = 'step' AND x.from_status = 'retry_wait' AND x.seq > w.seq AND x.seq < p.seq)]])
   for _, r in ipairs(frows) do fire[#fire + 1] = tonumber(r[1]) end
   table.sort(fire)

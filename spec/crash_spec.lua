@@ -238,7 +238,7 @@ describe("a worker stopped past its lease", function()
     -- a frozen worker holds some runs mid-attempt, whatever this machine's speed
     local held = 0
     for _ = 1, 500 do
-      held = tonumber(H.sql(db, "SELECT count(*) FROM history WHERE event = 'step' AND to_status = 'running'")[1])
+      held = tonumber(H.sql(db, "SELECT count(*) FROM history_named WHERE event = 'step' AND to_status = 'running'")[1])
       if held >= 20 then break end
       sleep(0.005)
     end
@@ -250,7 +250,7 @@ describe("a worker stopped past its lease", function()
       sleep(0.8)   -- its 0.5 s leases run out
       b = b or start_worker(db, nil, log, "--max-in-flight 20")
       for _ = 1, 100 do
-        taken = tonumber(H.sql(db, "SELECT count(*) FROM (SELECT run_id FROM history WHERE"
+        taken = tonumber(H.sql(db, "SELECT count(*) FROM (SELECT run_id FROM history_named WHERE"
           .. " event = 'recovered' GROUP BY run_id HAVING count(*) >= 2)")[1])
         if taken >= 20 then break end
         sleep(0.01)

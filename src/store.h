@@ -30,11 +30,15 @@
  *         when an attempt begins (schema 6): a step whose last history row is `-> running`
  *         reads as running, with that attempt
  *   history(run_id TEXT, seq INTEGER (1, 2, ... within the run), step TEXT, at REAL,
- *           event TEXT, from_status TEXT, to_status TEXT, attempt INTEGER, error TEXT,
+ *           event TEXT, from_status TEXT, to_status TEXT (since schema 7 the code of a name
+ *           in labels, as text by the column's type, or the name if labels has none; before,
+ *           the name; read as the name), attempt INTEGER, error TEXT,
  *           delay REAL, detail TEXT, worker TEXT (who wrote it: since schema 5 the id of its
  *           name in worker_names, as text by the column's type; before, the name; read as
  *           the name), PRIMARY KEY(run_id, seq)) WITHOUT ROWID; append-only
  *   worker_names(id INTEGER PRIMARY KEY, name TEXT UNIQUE): the workers that wrote history
+ *   labels(code INTEGER PRIMARY KEY, name TEXT UNIQUE): event and status names history codes
+ *   history_named: a view of history with codes and worker numbers read as names
  *   breakers(key TEXT PRIMARY KEY, state TEXT, failures INTEGER, successes INTEGER,
  *            opened_at REAL, open_until REAL, updated REAL)
  *   dlq(run_id TEXT PRIMARY KEY, reason TEXT, step TEXT, error TEXT, detail TEXT, at REAL)
@@ -50,7 +54,7 @@
 #include <jansson.h>
 #include "breaker.h"
 
-#define MEND_SCHEMA_VERSION 6
+#define MEND_SCHEMA_VERSION 7
 
 typedef struct mend_store mend_store;
 

@@ -5,7 +5,9 @@
  * write without touching what was committed before.
  */
 #include "check.h"
+#include "breaker.h"
 #include "store.h"
+#include "transition.h"
 
 #include <sqlite3.h>
 #include <stdio.h>
@@ -488,9 +490,12 @@ static void test_refusals(void) {
 
   path = file_in_dir("future.db");
   sqlite3 *db = raw_open(path);
-  CHECK_EQ_INT(sqlite3_exec(db, "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);"
-                                "INSERT INTO meta VALUES('schema_version', '7');"
-                                "PRAGMA user_version = 7", NULL, NULL, NULL), SQLITE_OK);
+  char future[256], newer[8];
+  snprintf(newer, sizeof newer, "%d", MEND_SCHEMA_VERSION + 1);
+  snprintf(future, sizeof future, "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);"
+           "INSERT INTO meta VALUES('schema_version', '%s'); PRAGMA user_version = %s",
+           newer, newer);
+  CHECK_EQ_INT(sqlite3_exec(db, future, NULL, NULL, NULL), SQLITE_OK);
   sqlite3_close(db);
   err[0] = '\0';
   s = mend_store_open(path, MEND_DURABILITY_FULL, err, sizeof err);
@@ -498,7 +503,7 @@ static void test_refusals(void) {
   mend_store_close(s);
   CHECK(strstr(err, "future.db") != NULL);
   CHECK(strstr(err, "newer") != NULL);
-  CHECK(strstr(err, "7") != NULL);
+  CHECK(strstr(err, newer) != NULL);
 
   path = file_in_dir("foreign.db");
   db = raw_open(path);
@@ -732,6 +737,10 @@ static void test_upgrade_from_1(void) {
   h = mend_store_history(s, "a");
   CHECK(h && json_array_size(h) == 3);
   CHECK_EQ_INT((int)json_integer_value(json_object_get(json_array_get(h, 2), "seq")), 3);
+  CHECK_STR(str_field(json_array_get(h, 0), "event"), "run");   /* named, as written then */
+  CHECK_STR(str_field(json_array_get(h, 0), "to"), "running");
+  CHECK_STR(str_field(json_array_get(h, 2), "event"), "step");  /* a code, read as its name */
+  CHECK_STR(str_field(json_array_get(h, 2), "to"), "succeeded");
   json_decref(h);
   json_t *run = mend_store_run(s, "a");
   CHECK(run && json_array_size(json_object_get(run, "steps")) == 1);
@@ -1025,23 +1034,58 @@ static void test_compact_rows(void) {
     mend_history_rec h = {"c1", NULL, (double)n, "step", NULL, "running", 0, NULL, -1, NULL, n};
     CHECK_EQ_INT(mend_store_append_history(s, &h), 0);
   }
+  /* a name labels does not have goes as it is */
+  mend_history_rec odd = {"c1", NULL, 12, "custom", "running", "elsewhere", 0, NULL, -1, NULL, 12};
+  CHECK_EQ_INT(mend_store_append_history(s, &odd), 0);
   CHECK_EQ_INT(mend_store_commit(s), 0);
   /* a row from before schema 5, its worker by name */
   CHECK(sqlite3_exec(db, "INSERT INTO history(run_id, seq, at, event, worker)"
                          " VALUES('c1', 11, 11, 'note', 'old:2:def')", NULL, NULL, NULL) == SQLITE_OK);
   /* the number (2: the other worker took 1), kept as text by the column's type: one byte
    * instead of the name's ten */
-  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM history WHERE worker = '2'"), 10);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM history WHERE worker = '2'"), 11);
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM worker_names"), 2);
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM history h JOIN worker_names w ON w.id = h.worker"
-                           " WHERE w.name = 'host:1:abc'"), 10);
+                           " WHERE w.name = 'host:1:abc'"), 11);
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM steps WHERE idem_key IS NULL"), 1);
+  /* event and statuses as the codes of their names (schema 7), kept as text as well: 1 byte
+   * instead of 4 and 7 */
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM history WHERE event = '0' AND to_status = '3'"
+                           " AND from_status IS NULL"), 10);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM history WHERE event = 'custom'"
+                           " AND from_status = '3' AND to_status = 'elsewhere'"), 1);
+  /* history_named spells all of them out, for the sqlite3 shell */
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM history_named WHERE event = 'step'"
+                           " AND to_status = 'running' AND worker = 'host:1:abc'"), 10);
   json_t *hist = mend_store_history(s, "c1");
-  CHECK(hist && json_array_size(hist) == 11);
-  for (size_t i = 0; hist && i < 10; i++)
+  CHECK(hist && json_array_size(hist) == 12);
+  for (size_t i = 0; hist && i < 10; i++) {
     CHECK_STR(str_field(json_array_get(hist, i), "worker"), "host:1:abc");
+    CHECK_STR(str_field(json_array_get(hist, i), "event"), "step");
+    CHECK_STR(str_field(json_array_get(hist, i), "to"), "running");
+  }
   CHECK_STR(str_field(json_array_get(hist, 10), "worker"), "old:2:def");
+  CHECK_STR(str_field(json_array_get(hist, 10), "event"), "note");
+  CHECK_STR(str_field(json_array_get(hist, 11), "event"), "custom");
+  CHECK_STR(str_field(json_array_get(hist, 11), "from"), "running");
+  CHECK_STR(str_field(json_array_get(hist, 11), "to"), "elsewhere");
   json_decref(hist);
+  /* every status and breaker state the engine writes has a code */
+  sqlite3_stmt *q;
+  CHECK_EQ_INT(sqlite3_prepare_v2(db, "SELECT count(*) FROM labels WHERE name = ?1", -1, &q, NULL),
+               SQLITE_OK);
+  const char *names[MEND_STEP__COUNT + MEND_RUN__COUNT + 3];
+  int n = 0;
+  for (int i = 0; i < MEND_STEP__COUNT; i++) names[n++] = mend_step_status_name((mend_step_status)i);
+  for (int i = 0; i < MEND_RUN__COUNT; i++) names[n++] = mend_run_status_name((mend_run_status)i);
+  for (int i = 0; i < 3; i++) names[n++] = mend_breaker_state_name((mend_breaker_state)i);
+  for (int i = 0; i < n; i++) {
+    sqlite3_bind_text(q, 1, names[i], -1, SQLITE_STATIC);
+    CHECK(sqlite3_step(q) == SQLITE_ROW && sqlite3_column_int(q, 0) == 1);
+    if (sqlite3_column_int(q, 0) != 1) fprintf(stderr, "no code for %s\n", names[i]);
+    sqlite3_reset(q);
+  }
+  sqlite3_finalize(q);
   json_t *run = mend_store_run(s, "c1");
   json_t *steps = json_object_get(run, "steps");
   CHECK_STR(str_field(json_array_get(steps, 0), "idempotency_key"), "c1/reserve");
@@ -1412,6 +1456,22 @@ static void test_attempts_in_flight(void) {
   sqlite3 *db = raw_open(path);
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM steps WHERE run_id = 'f1'"), 2);
   sqlite3_close(db);
+
+  /* rows from before schema 7 name their event and statuses */
+  mend_run_rec old = run_rec("f2", NULL, "running", 7);
+  old.step_names = "[\"first\"]";
+  CHECK_EQ_INT(mend_store_insert_run(s, &old), 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  db = raw_open(path);
+  CHECK(sqlite3_exec(db, "INSERT INTO history(run_id, seq, step, at, event, from_status, to_status,"
+                         " attempt) VALUES('f2', 1, 'first', 8, 'step', 'pending', 'running', 1)",
+                     NULL, NULL, NULL) == SQLITE_OK);
+  sqlite3_close(db);
+  CHECK_STR(step_status(s, "f2", 0, &attempts), "running");
+  CHECK_EQ_INT(attempts, 1);
+  hist(s, "f2", "first", 2, "running", "failed", 1, 9);   /* and a later row, coded, wins */
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  CHECK_STR(step_status(s, "f2", 0, &attempts), "pending");
 
   /* a run that ended has nothing in flight, whatever its history's last rows say */
   CHECK_EQ_INT(mend_store_update_run(s, "f1", "failed", "stopped", 0, 14, "error"), 0);
