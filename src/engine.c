@@ -185,6 +185,7 @@ struct mend_engine {
   double grace_deadline;
   double next_reload;     /* when a serving engine next reads breakers and cancel requests */
   double next_dead_check; /* when it next looks for dead workers on this host */
+  double next_thorough_look;   /* claimable(): when it next walks every run held */
   double turn_deadline;   /* a ticking host's budget for this turn; 0: none */
   run_fifo throttled;     /* attempts waiting under the global max_concurrency */
   json_t *events;         /* for cfg.on_event, fired after the batch commits */
@@ -2319,6 +2320,16 @@ static void start_checkpoint(uv_timer_t *t) { checkpoint_now(t->data); }
 
 static void renew_leases(uv_timer_t *t) { renew_now(t->data); }
 
+/* The quick look every poll; the thorough one (it walks every run held: 27 ms with 100k) at the
+ * first poll, then at most once in 30 s and in a hundredth of the loop's time. */
+static int claimable(mend_engine *E, double now) {
+  if (now < E->next_thorough_look) return mend_store_claimable(E->store, E->owner, now, 0);
+  int found = mend_store_claimable(E->store, E->owner, now, 1);
+  double took = mend_real_now() - now;
+  E->next_thorough_look = now + (took * 100 > 30.0 ? took * 100 : 30.0);
+  return found;
+}
+
 static void poll_for_runs(uv_timer_t *t) {
   mend_engine *E = t->data;
   if (E->draining || E->broken) return;
@@ -2334,7 +2345,7 @@ static void poll_for_runs(uv_timer_t *t) {
   /* A dead worker's runs must become claimable first: they are not, until given back. The
    * look of the read-only connection cannot see that yet. */
   int released = release_dead_local_owners(E);
-  if (!E->broken && room > 0 && (released || mend_store_claimable(E->store, E->owner, now)))
+  if (!E->broken && room > 0 && (released || claimable(E, now)))
     claim_and_restore(E, room);
   /* The next poll is an interval after this one ends, not after it began: a poll that takes
    * longer than the interval must not run back to back and leave the loop no turn between. */

@@ -236,8 +236,12 @@ json_t *mend_store_claim(mend_store *s, const char *owner, double now, double le
                          int limit, int newest_first);
 /* 0 if a claim now would surely find nothing; 1 otherwise. It reads committed rows through a
  * connection of its own, so it neither waits for the writer thread nor ends a batch early: a
- * serving worker looks every poll, and most polls find nothing. */
-int     mend_store_claimable(mend_store *s, const char *owner, double now);
+ * serving worker looks every poll, and most polls find nothing. The quick look costs what
+ * there is to take. It relies on every holder of a run having a row in workers, which a worker
+ * writes before the first run it holds commits and deletes only when it holds none. The
+ * thorough one does not: it walks every run held, and is the once-in-a-while check that no run
+ * is left with a holder that has no row (a database from before schema 7, or a bug). */
+int     mend_store_claimable(mend_store *s, const char *owner, double now, int thorough);
 /* Recorded in the batch like a transition (it runs on the writer thread, if there is one);
  * never shortens the lease. */
 int     mend_store_renew(mend_store *s, const char *owner, double lease_until);

@@ -1150,6 +1150,8 @@ static void test_fence(void) {
   /* the first transaction wrote a's lease, one row for all its runs */
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM workers WHERE owner = 'wa'"), 1);
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM runs WHERE lease_until IS NOT NULL"), 0);
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 0), 0);   /* a's lease lasts */
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 1), 0);
   json_t *none = mend_store_claim(b, "wb", now, now + 30, 10, 0);
   CHECK(none && json_array_size(none) == 0);   /* a's lease lasts: nothing to take */
   json_decref(none);
@@ -1161,10 +1163,15 @@ static void test_fence(void) {
   /* a stalls past its lease; b takes the oldest of a's runs, and finishes the next one */
   CHECK_EQ_INT(sqlite3_exec(db, "UPDATE workers SET lease_until = lease_until - 60 WHERE owner = 'wa'",
                             NULL, NULL, NULL), SQLITE_OK);
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 0), 1);
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 1), 1);
   json_t *taken = mend_store_claim(b, "wb", now, now + 30, 1, 0);
   CHECK(taken && json_array_size(taken) == 1 && strcmp(json_string_value(json_array_get(taken, 0)), "f1") == 0);
   json_decref(taken);
   CHECK_EQ_INT(mend_store_commit(b), 0);
+  /* it took what it asked for, not all there was: a's row stays, and says there is more */
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM workers WHERE owner = 'wa'"), 1);
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 0), 1);
   CHECK_EQ_INT(mend_store_take(b, "f2", "wb", now + 30), 0);
   CHECK_EQ_INT(mend_store_update_run(b, "f2", "succeeded", NULL, 0, 5, NULL), 0);
   CHECK_EQ_INT(mend_store_commit(b), 0);
@@ -1235,16 +1242,80 @@ static void test_fence(void) {
   CHECK_EQ_INT(mend_store_commit(a), 0);
   CHECK_EQ_INT(raw_int(db, "SELECT lease_until >= strftime('%s','now') + 20 FROM workers WHERE owner = 'wa'"), 1);
 
-  /* a closes: its lease ends at once, and what it still held is b's to take */
+  /* a closes: its lease ends at once, and what it still held is b's to take: nobody's, so
+   * that the quick look finds it */
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 0), 0);
   mend_store_close(a);
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM workers WHERE owner = 'wa'"), 0);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM runs WHERE owner IS NULL AND status = 'running'"), 2);
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 0), 1);
   taken = mend_store_claim(b, "wb", now, now + 30, 10, 0);
   CHECK(taken && json_array_size(taken) == 2);   /* f1 and f3 */
   json_decref(taken);
   CHECK_EQ_INT(mend_store_commit(b), 0);
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 0), 0);
   sqlite3_close(db);
   mend_store_close(b);
   restore_env("MEND_FENCE_LATE", late_saved);
+}
+
+/* A serving worker looks for work every poll. The quick look finds runs nobody holds and
+ * workers whose lease ran out, whatever the number of runs held; a claim that took all there
+ * was forgets those workers, or the look would find them forever. The thorough look also
+ * finds a run whose holder has no row at all. */
+static void test_claimable(void) {
+  const char *path = file_in_dir("claimable.db");
+  char err[512] = "";
+  double now = (double)time(NULL);
+  mend_store *a = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  mend_store *b = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  CHECK(a && b);
+  if (!a || !b) return;
+  mend_store_set_worker(a, "wa");
+  CHECK_EQ_INT(mend_store_set_fence(a, "wa", 30, now + 30), 0);
+  mend_run_rec r = run_rec("g1", NULL, "running", 1);
+  r.owner = "wa";
+  CHECK_EQ_INT(mend_store_insert_run(a, &r), 0);
+  CHECK_EQ_INT(mend_store_commit(a), 0);
+  sqlite3 *db = raw_open(path);
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 0), 0);
+
+  /* a worker that crashed long ago, its runs long taken: its row is forgotten by a claim that
+   * took all there was, with the runs of one that stalled */
+  CHECK_EQ_INT(sqlite3_exec(db, "INSERT INTO workers VALUES('crashed', 1);"
+                                "UPDATE workers SET lease_until = 2 WHERE owner = 'wa'",
+                            NULL, NULL, NULL), SQLITE_OK);
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 0), 1);
+  json_t *taken = mend_store_claim(b, "wb", now, now + 30, 10, 0);
+  CHECK(taken && json_array_size(taken) == 1);   /* g1 */
+  json_decref(taken);
+  CHECK_EQ_INT(mend_store_commit(b), 0);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM workers"), 1);   /* wb */
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 0), 0);
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 1), 0);
+  /* the one that stalled writes its row again with its next batch, late as it is */
+  CHECK_EQ_INT(mend_store_set_fence(a, "wa", 30, now - 5), 0);
+  mend_history_rec h = {"g1", NULL, 3, "step", NULL, "running", 1, NULL, -1, NULL, 0};
+  CHECK_EQ_INT(mend_store_append_history(a, &h), 0);
+  CHECK_EQ_INT(mend_store_commit(a), 0);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM workers WHERE owner = 'wa' AND lease_until > 100"), 1);
+  CHECK_EQ_INT(history_rows(db, "g1"), 0);   /* g1 is b's now */
+
+  /* a run whose holder has no row (before schema 7, or a bug): only the thorough look sees it */
+  CHECK_EQ_INT(sqlite3_exec(db, "INSERT INTO runs(id, workflow, status, created, updated, owner)"
+                                " VALUES('g2', 'wf', 'running', 5, 5, 'nobody')",
+                            NULL, NULL, NULL), SQLITE_OK);
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 0), 0);
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 1), 1);
+  taken = mend_store_claim(b, "wb", now, now + 30, 10, 0);
+  CHECK(taken && json_array_size(taken) == 1);
+  json_decref(taken);
+  CHECK_EQ_INT(mend_store_commit(b), 0);
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 1), 0);
+  sqlite3_close(db);
+  mend_store_close(a);
+  mend_store_close(b);
+  remove_db(path);
 }
 
 /* History rows are numbered by the run's holder (no look-up); a row without a number, or
@@ -1501,6 +1572,7 @@ int main(void) {
   test_history_numbers();
   test_pending_steps();
   test_attempts_in_flight();
+  test_claimable();
 
   const char *files[] = {"schema.db", "trip.db", "batch.db", "notes.txt", "future.db",
                          "foreign.db", "liar.db", "full.db", "ckpt.db", "v1.db", "writer.db", "fence.db", "hist.db",
