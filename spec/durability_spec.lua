@@ -279,3 +279,35 @@ describe("an engine that stalled past its lease", function()
     assert.are.equal(1, done)
   end)
 end)
+
+describe("a serving worker", function()
+  after_each(H.cleanup)
+
+  -- Each poll asks only for runs nobody holds and for workers whose lease ran out: that costs
+  -- what there is to take, not what the worker holds. A run whose holder left no row at all
+  -- (a database from before schema 7) is found by the look that walks every run, which comes
+  -- first.
+  it("takes at its first look a run whose holder left no lease behind", function()
+    local a, db = H.new_engine()
+    a:register{ name = "orphan", steps = { { name = "s", execute = function() mend.sleep(5) return 1 end } } }
+    local id = a:start("orphan", {})
+    a:advance(1)
+    H.close(a)
+    H.sql(db, "UPDATE runs SET owner = 'gone:1:0' WHERE id = " .. H.quote(id))
+    assert.are.equal("0", H.sql(db, "SELECT count(*) FROM workers")[1])
+    local b = H.reopen(db, { clock = "real" })
+    local ran = false
+    b:register{ name = "orphan", steps = { { name = "s", execute = function()
+      ran = true
+      b:stop()
+      return 1
+    end } } }
+    -- if the run is never taken, this stops the worker (the test then fails, not hangs); a
+    -- durable wait, so that stopping does not wait for it
+    b:register{ name = "guard", steps = { { name = "nap", sleep = 10 },
+      { name = "g", execute = function() b:stop() return 1 end } } }
+    b:start("guard", {})
+    b:serve{ poll = 0.01 }
+    assert.is_true(ran)
+  end)
+end)
