@@ -3,7 +3,7 @@
 --   lua5.4 bench/run.lua [--suite full|quick] [--only W1,W3] [--dir DIR] [--repeat N]
 --                        [--compare bench/baseline.json] [--update-baseline] [--json-out FILE]
 --   lua5.4 bench/run.lua --one WORKLOAD --n N --durability full|process --dir DIR [--rate R]
---                        [--wait retry|sleep|step|serve] [--probes N]
+--                        [--wait retry|sleep|step|serve] [--probes N] [--serve]
 --
 -- Without --one it is the orchestrator: every workload runs in a child process of its own (so
 -- that peak RSS is the workload's), each child prints one JSON line, and the orchestrator
@@ -284,6 +284,9 @@ end
 -- short timers while those N are armed. o.wait = "retry" (a retryable failure with a long
 -- retry_after: the run waits in retry_wait, no coroutine) or "sleep" (mend.sleep inside the
 -- step: a live coroutine). The parked runs never wake: the process exits once measured.
+-- idle_cpu_ms_per_s is the CPU the process takes in a second with nothing to do but hold them;
+-- o.serve holds them in eng:serve{poll = 0.1}, as `mend worker` does, which looks for work to
+-- claim every poll.
 W.W4 = function(o)
   local eng = new_engine(o)
   local parked = 0
@@ -334,6 +337,9 @@ W.W4 = function(o)
     eng:status(last)
     mend.sleep(o.wait == "step" and 1.0 or 0.2)
     local rss1 = rss_kb()
+    local c0 = os.clock()
+    mend.sleep(1.0)
+    local idle_cpu = (os.clock() - c0) * 1000
     -- probes: short sleeps while the N waits are armed, at a modest steady rate
     local p0 = now()
     local sent = 0
@@ -351,6 +357,7 @@ W.W4 = function(o)
       lateness_p50_ms = round(pct(probe_late, 50)), lateness_p99_ms = round(pct(probe_late, 99)),
       rss_before_kb = rss0, rss_parked_kb = rss1,
       bytes_per_waiting_run = round((rss1 - rss0) * 1024 / o.n, 0),
+      idle_cpu_ms_per_s = round(idle_cpu, 1), mode = o.serve and "serve" or nil,
       wait = o.wait, db_bytes = db_bytes(o.db) })
     print(encode_line(out))
     io.stdout:flush()
@@ -359,7 +366,7 @@ W.W4 = function(o)
   collectgarbage()
   BASE_RSS = rss_kb()
   eng:start("w4driver", {})
-  eng:run()
+  if o.serve then eng:serve{ poll = 0.1 } else eng:run() end
 end
 
 -- W5: compensation. Three steps with compensate; the last fails fatally, so the second and the
@@ -488,6 +495,7 @@ local SUITES = {
     { "W3", 10000, "full" }, { "W3", 10000, "process" },
     { "W4", 100000, "process", wait = "retry" }, { "W4", 100000, "process", wait = "sleep" },
     { "W4", 100000, "process", wait = "step" },
+    { "W4", 100000, "process", wait = "retry", serve = true },
     -- probes for 12 s: the window holds a renewal of all 1M leases (every 10 s)
     { "W4", 1000000, "process", wait = "retry", probes = 24000 },
     { "W5", 10000, "full" }, { "W5", 10000, "process" },
@@ -501,6 +509,7 @@ local SUITES = {
     { "W2", 2000, "full" },
     { "W3", 2000, "full" },
     { "W4", 20000, "process", wait = "retry" },
+    { "W4", 20000, "process", wait = "retry", serve = true },
     { "W5", 3000, "full" },
     { "W6", 10000, "process" },
     { "W7", 20000000, "n/a" },
@@ -520,7 +529,7 @@ end
 local GUARDED = {
   { "steps_per_s", 1, 0 }, { "p50_ms", -1, 5 }, { "p99_ms", -1, 25 },
   { "lateness_p99_ms", -1, 25 }, { "bytes_per_waiting_run", -1, 64 }, { "ready_s", -1, 0.25 },
-  { "ns_per_check", -1, 1 },
+  { "ns_per_check", -1, 1 }, { "idle_cpu_ms_per_s", -1, 20 },
 }
 
 local function fmt(v, w)
@@ -543,6 +552,7 @@ local function table_print(results)
   for _, r in ipairs(results) do
     local extra = {}
     if r.bytes_per_waiting_run then extra[#extra + 1] = "B/waiting run=" .. r.bytes_per_waiting_run end
+    if r.idle_cpu_ms_per_s then extra[#extra + 1] = "idle CPU=" .. r.idle_cpu_ms_per_s .. "ms/s" end
     if r.ready_s then
       extra[#extra + 1] = "ready_s=" .. r.ready_s .. (r.recover_call_s and (" recover()=" .. r.recover_call_s .. "s") or "")
     end
@@ -614,6 +624,7 @@ local function parse_args(a)
     elseif k == "--rate" then o.rate = tonumber(val())
     elseif k == "--wait" then o.wait = val()
     elseif k == "--probes" then o.probes = tonumber(val())
+    elseif k == "--serve" then o.serve = true
     else error("unknown option " .. k) end
     i = i + 1
   end
@@ -650,6 +661,7 @@ local function main()
       if w.rate then cmd = cmd .. " --rate " .. w.rate end
       if w.wait then cmd = cmd .. " --wait " .. w.wait end
       if w.probes then cmd = cmd .. " --probes " .. w.probes end
+      if w.serve then cmd = cmd .. " --serve" end
       local best
       for rep = 1, o.repeat_n do
         local p = io.popen(cmd)
