@@ -40,11 +40,11 @@ extern "C" {
 #endif
 
 #define MEND_VERSION_MAJOR 0
-#define MEND_VERSION_MINOR 1
+#define MEND_VERSION_MINOR 2
 #define MEND_VERSION_PATCH 0
-#define MEND_VERSION_STRING "0.1.0"
+#define MEND_VERSION_STRING "0.2.0"
 
-/* The library's version as a string, "0.1.0" (may differ from the header's at run time). */
+/* The library's version as a string, "0.2.0" (may differ from the header's at run time). */
 MEND_API const char *mend_version(void);
 
 typedef enum mend_status {
@@ -85,6 +85,10 @@ typedef void (*mend_json_fn)(void *ud, const char *json);
 typedef void (*mend_host_fn)(void *ud, mend_call *call, const char *args_json);
 
 typedef struct mend_options {
+  size_t size;                /* sizeof(mend_options) where the host was compiled, set by
+                                 mend_options_init: a later libmend, whose options have grown,
+                                 reads the host's as they were, and the fields it adds keep
+                                 their defaults */
   const char *db_path;        /* SQLite file; NULL or ":memory:" keeps nothing on disk */
   mend_durability_mode durability;
   int virtual_clock;          /* 1: time moves only by mend_engine_advance_clock() or when
@@ -111,11 +115,17 @@ typedef struct mend_options {
   void *event_ud;
   const char *log_level;      /* the least level logged: "debug", "info" (NULL), "warn" or
                                  "error"; transitions are info, failures warn */
+  int commit_thread;          /* 1: statements and commits on a thread of mend's own, while the
+                                 loop goes on with the next batch (more throughput from a file
+                                 database); with the engine's own loop and a real clock only,
+                                 else ignored. 0: on the thread that drives the engine */
 } mend_options;
 
 /* Fills *opts with defaults: in-memory database, full durability, real clock, random seed,
- * own loop, no limits, no sandbox, no log. */
-MEND_API void mend_options_init(mend_options *opts);
+ * own loop, no limits, no sandbox, no log, commits on the loop's thread. Call it first: it
+ * sets `size`, without which mend_engine_new refuses the options. */
+#define mend_options_init(opts) mend_options_init_size((opts), sizeof(mend_options))
+MEND_API void mend_options_init_size(mend_options *opts, size_t size);
 
 /* Creates an engine with its own Lua state. On failure returns the status, sets *out to NULL,
  * and writes a message naming the cause into err (if not NULL). */

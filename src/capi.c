@@ -29,9 +29,15 @@ MEND_API const char *mend_strerror(int status) {
   }
 }
 
-MEND_API void mend_options_init(mend_options *opts) {
-  memset(opts, 0, sizeof *opts);
-  opts->db_path = ":memory:";
+/* Writes no more than the host's `size` bytes: its options may be older than ours. */
+MEND_API void mend_options_init_size(mend_options *opts, size_t size) {
+  if (!opts || size < sizeof opts->size) return;
+  mend_options d;
+  memset(&d, 0, sizeof d);
+  d.db_path = ":memory:";
+  memset(opts, 0, size);
+  memcpy(opts, &d, size < sizeof d ? size : sizeof d);
+  opts->size = size;
 }
 
 /* The host's function behind a registered name. */
@@ -80,10 +86,29 @@ static void event_adapter(void *ud, json_t *ev) {
   json_adapter(s->opts.on_event, s->opts.event_ud, ev);
 }
 
-MEND_API int mend_engine_new(const mend_options *opts, mend_engine **out, char *err, size_t errlen) {
-  mend_options defaults;
-  if (!opts) { mend_options_init(&defaults); opts = &defaults; }
+MEND_API int mend_engine_new(const mend_options *host_opts, mend_engine **out, char *err,
+                             size_t errlen) {
   *out = NULL;
+  /* The host's options as far as it knows them; what it does not know keeps its default. */
+  mend_options all;
+  mend_options_init(&all);
+  if (host_opts && host_opts->size == 0) {
+    if (err && errlen)
+      snprintf(err, errlen, "mend_options.size is 0: set the options up with mend_options_init()");
+    return MEND_EINVAL;
+  }
+  if (host_opts && host_opts->size > sizeof all) {
+    if (err && errlen)
+      snprintf(err, errlen, "mend_options of %zu bytes come from a newer mend.h than this libmend "
+               "(%s, %zu bytes): build against the header of the library you link",
+               host_opts->size, MEND_VERSION_STRING, sizeof all);
+    return MEND_EINVAL;
+  }
+  if (host_opts) {
+    memcpy(&all, host_opts, host_opts->size);
+    all.size = sizeof all;
+  }
+  const mend_options *opts = &all;
   handle *h = calloc(1, sizeof *h);
   if (!h) return MEND_ENOMEM;
   h->side.opts = *opts;
@@ -99,6 +124,7 @@ MEND_API int mend_engine_new(const mend_options *opts, mend_engine **out, char *
   cfg.memory_limit = opts->memory_limit;
   cfg.instruction_budget = opts->instruction_budget;
   cfg.sandbox = opts->sandbox;
+  cfg.writer_thread = opts->commit_thread;
   cfg.lua_path = opts->lua_path ? opts->lua_path : mend_lua_dir_default();
   cfg.log_level = mend_log_level_of(opts->log_level ? opts->log_level : "info");
   if (!cfg.log_level) {

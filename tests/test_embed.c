@@ -9,8 +9,10 @@
  * and with find_package(mend) (tests/embed_*.sh). So it needs nothing but mend.h, libuv (for
  * the attached mode) and the workflow files it writes itself.
  */
+#include <dirent.h>
 #include <mend.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -533,6 +535,70 @@ static void count_levels(void *ud, const char *level, double time, const char *r
   if (strcmp(level, "info") == 0) logged_info++;
 }
 
+/* The threads of this process (its entries in /proc/self/task). */
+static int thread_count(void) {
+  DIR *d = opendir("/proc/self/task");
+  if (!d) return -1;
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+/* Runs `basic` once on a new engine with these options; how many threads the engine added. */
+static int threads_of_an_engine(const mend_options *o) {
+  int before = thread_count();
+  mend_engine *E = engine(o);
+  int added = thread_count() - before;
+  mend_engine_register_function(E, "greet", greet, NULL);
+  load(E, "basic");
+  char id[17], st[32];
+  start(E, "basic", "{\"who\":\"kim\"}", id);
+  CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+  CHECK_STR(run_status(E, id, st, sizeof st), "succeeded");
+  mend_engine_free(E);
+  return added;
+}
+
+/* mend_options carry their size, so that a later libmend reads an older host's options as they
+ * were; commit_thread, the first field added since, is how that is tested. */
+static void it_reads_options_by_their_size(void) {
+  char db[160], err[256] = "";
+  snprintf(db, sizeof db, "%s/commit_thread.db", dir);
+  mend_options o;
+  mend_options_init(&o);
+  CHECK(o.size == sizeof o);
+  o.db_path = db;
+  o.commit_thread = 1;   /* a file, the engine's own loop, a real clock: the thread starts */
+  CHECK_EQ_INT(threads_of_an_engine(&o), 1);
+  o.commit_thread = 0;
+  CHECK_EQ_INT(threads_of_an_engine(&o), 0);
+  /* a host built before commit_thread: what follows its options is not read */
+  o.commit_thread = 1;
+  o.size = offsetof(mend_options, commit_thread);
+  CHECK_EQ_INT(threads_of_an_engine(&o), 0);
+  /* nor are options not set up, or from a newer header */
+  mend_engine *E = NULL;
+  o.size = 0;
+  CHECK_EQ_INT(mend_engine_new(&o, &E, err, sizeof err), MEND_EINVAL);
+  CHECK(E == NULL && strstr(err, "mend_options_init") != NULL);
+  o.size = sizeof o + 8;
+  CHECK_EQ_INT(mend_engine_new(&o, &E, err, sizeof err), MEND_EINVAL);
+  CHECK(E == NULL && strstr(err, "newer mend.h") != NULL);
+  /* an older host's init writes no more than its options hold */
+  unsigned char older[offsetof(mend_options, commit_thread) + 16];
+  memset(older, 0xAB, sizeof older);
+  mend_options_init_size((mend_options *)(void *)older, offsetof(mend_options, commit_thread));
+  CHECK(older[offsetof(mend_options, commit_thread)] == 0xAB);
+  CHECK(((mend_options *)(void *)older)->size == offsetof(mend_options, commit_thread));
+  static const char *const files[] = {"", "-wal", "-shm"};
+  for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+    char path[200];
+    snprintf(path, sizeof path, "%s%s", db, files[i]);
+    unlink(path);
+  }
+}
+
 /* log_level: a host that wants only failures gets only failures; a level that does not exist
  * is refused with the choices. */
 static void it_logs_from_the_level_asked(void) {
@@ -592,6 +658,7 @@ int main(void) {
   it_repairs_through_the_c_api();
   it_lets_go_of_calls_open_when_freed();
   it_logs_from_the_level_asked();
+  it_reads_options_by_their_size();
 
   static const char *const files[] = {"basic", "saga", "hog", "spin", "escape_os", "escape_io",
                                       "escape_c", "escape_exec", "stuck", "hold"};
