@@ -2207,18 +2207,20 @@ static int release_dead_local_owners(mend_engine *E) {
   return released;
 }
 
-/* Takes the unfinished runs that nobody holds and resumes them. Returns how many. */
-static int claim_and_restore(mend_engine *E, int limit) {
+/* Takes the unfinished runs that nobody holds and resumes them; with MEND_CLAIM_FREE in `how`,
+ * not those of workers whose lease ran out. Returns how many. */
+static int claim_and_restore(mend_engine *E, int limit, int how) {
   if (limit <= 0 || E->broken) return 0;
   release_dead_local_owners(E);
   if (E->broken) return 0;
   /* A serving worker takes the newest half first: new work must not wait behind a backlog
    * being recovered, and the oldest half keeps the backlog moving. */
   json_t *ids = mend_store_claim(E->store, E->owner, mend_real_now(), lease_until(E),
-                                 E->serving ? (limit + 1) / 2 : limit, E->serving);
+                                 E->serving ? (limit + 1) / 2 : limit,
+                                 how | (E->serving ? MEND_CLAIM_NEWEST : 0));
   if (ids && E->serving && (int)json_array_size(ids) < limit) {
     json_t *more = mend_store_claim(E->store, E->owner, mend_real_now(), lease_until(E),
-                                    limit - (int)json_array_size(ids), 0);
+                                    limit - (int)json_array_size(ids), how);
     if (more) json_array_extend(ids, more);
     json_decref(more);
     if (!more) { json_decref(ids); ids = NULL; }
@@ -2251,7 +2253,7 @@ static int claim_and_restore(mend_engine *E, int limit) {
 }
 
 int mend_engine_recover_runs(mend_engine *E, int limit) {
-  int n = claim_and_restore(E, limit > 0 ? limit : 1 << 30);
+  int n = claim_and_restore(E, limit > 0 ? limit : 1 << 30, 0);
   return E->broken ? -1 : n;
 }
 
@@ -2345,8 +2347,13 @@ static void poll_for_runs(uv_timer_t *t) {
   /* A dead worker's runs must become claimable first: they are not, until given back. The
    * look of the read-only connection cannot see that yet. */
   int released = release_dead_local_owners(E);
-  if (!E->broken && room > 0 && (released || claimable(E, now)))
-    claim_and_restore(E, room);
+  if (!E->broken && room > 0) {
+    /* Runs given back just now are nobody's, in a batch the look cannot see yet. */
+    int found = claimable(E, now) | (released ? MEND_CLAIMABLE_FREE : 0);
+    /* Runs nobody holds are taken without walking the runs others hold, which is what a
+     * claim of every kind costs: only a lease that ran out asks for that. */
+    if (found) claim_and_restore(E, room, found & MEND_CLAIMABLE_GONE ? 0 : MEND_CLAIM_FREE);
+  }
   /* The next poll is an interval after this one ends, not after it began: a poll that takes
    * longer than the interval must not run back to back and leave the loop no turn between. */
   if (!E->broken) uv_timer_start(t, poll_for_runs, E->poll_ms, 0);

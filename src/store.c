@@ -31,7 +31,7 @@ enum {
   Q_INSERT_RUN, Q_UPDATE_RUN, Q_PUT_STEP, Q_UPDATE_STEP, Q_APPEND_HISTORY, Q_PUT_BREAKER, Q_PUT_DLQ,
   Q_HISTORY_GROUP, Q_NAME_WORKER, Q_WORKER_ID,
   Q_FIND_RUN_KEY, Q_FIND_KEY_RESULT, Q_GET_BREAKER, Q_LAST_SEQ,
-  Q_CLAIM_OLDEST, Q_CLAIM_NEWEST, Q_RENEW, Q_RELEASE, Q_OWNER, Q_HOLDERS, Q_RELEASE_OWNER, Q_HELD,
+  Q_CLAIM_OLDEST, Q_CLAIM_NEWEST, Q_CLAIM_FREE_OLDEST, Q_CLAIM_FREE_NEWEST, Q_RENEW, Q_RELEASE, Q_OWNER, Q_HOLDERS, Q_RELEASE_OWNER, Q_HELD,
   Q_FORGET_WORKER, Q_FORGET_GONE,
   Q_DLQ_REMOVE, Q_REQUEST_CANCEL, Q_CANCEL_REQUESTS, Q_AUDIT, Q_AUDIT_LIST, Q_TAKE,
   Q_RUN, Q_STEPS, Q_IN_FLIGHT, Q_HISTORY, Q_DLQ, Q_BREAKERS, Q_RUNS,
@@ -111,6 +111,15 @@ static const char *const query_sql[Q__COUNT] = {
     " WHERE status IN ('running', 'compensating') AND (owner IS NULL OR (owner IS NOT ?1"
     " AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.owner = runs.owner"
     " AND w.lease_until >= ?2))) ORDER BY created DESC LIMIT ?3) RETURNING id",
+  /* Only runs nobody holds (runs_free): what a worker takes when no lease has run out. */
+  [Q_CLAIM_FREE_OLDEST] =
+    "UPDATE runs SET owner = ?1, lease_until = NULL WHERE id IN (SELECT id FROM runs"
+    " WHERE owner IS NULL AND status IN ('running', 'compensating') ORDER BY created LIMIT ?2)"
+    " RETURNING id",
+  [Q_CLAIM_FREE_NEWEST] =
+    "UPDATE runs SET owner = ?1, lease_until = NULL WHERE id IN (SELECT id FROM runs"
+    " WHERE owner IS NULL AND status IN ('running', 'compensating') ORDER BY created DESC"
+    " LIMIT ?2) RETURNING id",
   /* One row however many runs the worker holds. Never shorter: a renewal recorded before a
    * stall may run after the late path renewed. */
   [Q_RENEW] =
@@ -2110,49 +2119,58 @@ void mend_store_set_worker(mend_store *s, const char *worker) {
   }
 }
 
-/* Quick: a run nobody holds (runs_free), or a worker other than this one whose lease ran out
- * (its row goes once a claim took its runs). Thorough: every unfinished run's holder, which
- * walks every run held (see mend_store_claimable). */
+/* Quick: a run nobody holds (runs_free), and a worker other than this one whose lease ran out
+ * (its row goes once a claim took its runs), as MEND_CLAIMABLE_* bits. Thorough: any unfinished
+ * run nobody holds by a live lease, which walks every run held (see mend_store_claimable). */
 static const char *const claimable_sql[2] = {
-  "SELECT 1 FROM runs WHERE owner IS NULL AND status IN ('running', 'compensating')"
-  " UNION ALL SELECT 1 FROM workers WHERE lease_until < ?2 AND owner IS NOT ?1 LIMIT 1",
-  "SELECT 1 FROM runs WHERE status IN ('running', 'compensating') AND (owner IS NULL"
+  "SELECT EXISTS (SELECT 1 FROM runs WHERE owner IS NULL AND status IN ('running',"
+  " 'compensating')) + 2 * EXISTS (SELECT 1 FROM workers WHERE lease_until < ?2"
+  " AND owner IS NOT ?1)",
+  "SELECT 3 FROM runs WHERE status IN ('running', 'compensating') AND (owner IS NULL"
   " OR (owner IS NOT ?1 AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.owner ="
   " runs.owner AND w.lease_until >= ?2))) ORDER BY created DESC LIMIT 1",
 };
 
 int mend_store_claimable(mend_store *s, const char *owner, double now, int thorough) {
-  if (!s->checkpointer) return 1;   /* in memory: only the claim itself can look */
+  const int anything = MEND_CLAIMABLE_FREE | MEND_CLAIMABLE_GONE;
+  if (!s->checkpointer) return anything;   /* in memory: only the claim itself can look */
   if (!s->reader) {
     if (sqlite3_open_v2(s->path, &s->reader, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL)
         != SQLITE_OK) {
       sqlite3_close_v2(s->reader);
       s->reader = NULL;
-      return 1;   /* the claim will say what is wrong */
+      return anything;   /* the claim will say what is wrong */
     }
     sqlite3_busy_timeout(s->reader, BUSY_TIMEOUT_MS);
   }
   sqlite3_stmt **q = &s->q_claimable[thorough ? 1 : 0];
   if (!*q && sqlite3_prepare_v3(s->reader, claimable_sql[thorough ? 1 : 0], -1,
                                 SQLITE_PREPARE_PERSISTENT, q, NULL) != SQLITE_OK)
-    return 1;
+    return anything;
   int rc = SQLITE_OK;
   BIND(bind_text(*q, 1, owner));
   BIND(sqlite3_bind_double(*q, 2, now));
   if (rc == SQLITE_OK) rc = sqlite3_step(*q);
+  int found = rc == SQLITE_ROW ? sqlite3_column_int(*q, 0) : rc == SQLITE_DONE ? 0 : anything;
   sqlite3_reset(*q);
-  return rc == SQLITE_DONE ? 0 : 1;
+  return found;
 }
 
 json_t *mend_store_claim(mend_store *s, const char *owner, double now, double lease_until,
-                         int limit, int newest_first) {
+                         int limit, int how) {
   if (sync_point(s) != 0 || batch_begin(s) != 0 || lease_at_least(s, owner, lease_until) != 0)
     return NULL;
-  sqlite3_stmt *q = s->q[newest_first ? Q_CLAIM_NEWEST : Q_CLAIM_OLDEST];
+  int newest = how & MEND_CLAIM_NEWEST, free_only = how & MEND_CLAIM_FREE;
+  sqlite3_stmt *q = s->q[free_only ? (newest ? Q_CLAIM_FREE_NEWEST : Q_CLAIM_FREE_OLDEST)
+                                   : (newest ? Q_CLAIM_NEWEST : Q_CLAIM_OLDEST)];
   int rc = SQLITE_OK;
   BIND(bind_text(q, 1, owner));
-  BIND(sqlite3_bind_double(q, 2, now));
-  BIND(sqlite3_bind_int(q, 3, limit));
+  if (free_only) {
+    BIND(sqlite3_bind_int(q, 2, limit));
+  } else {
+    BIND(sqlite3_bind_double(q, 2, now));
+    BIND(sqlite3_bind_int(q, 3, limit));
+  }
   json_t *ids = json_array();
   while (rc == SQLITE_OK || rc == SQLITE_ROW) {
     rc = sqlite3_step(q);
@@ -2172,7 +2190,7 @@ json_t *mend_store_claim(mend_store *s, const char *owner, double now, double le
   /* It took all there was, in this transaction: a worker whose lease ran out (never this one)
    * holds no run now, and its row would only keep mend_store_claimable looking. A worker that
    * was only stalled writes its row again with its next batch (fence_at_begin). */
-  if ((int)json_array_size(ids) < limit) {
+  if (!free_only && (int)json_array_size(ids) < limit) {
     q = s->q[Q_FORGET_GONE];
     rc = bind_text(q, 1, owner);
     if (rc == SQLITE_OK) rc = sqlite3_bind_double(q, 2, now);

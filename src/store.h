@@ -230,17 +230,24 @@ int     mend_store_schema_version(mend_store *s);
 /* Tags history rows; before mend_store_start_writer (the thread names rows with it). */
 void    mend_store_set_worker(mend_store *s, const char *worker);
 /* Up to `limit` ids (array) of unfinished runs now held by `owner`: those nobody holds, or
- * whose owner's lease ran out (never the owner's own), oldest first or newest first; owner's
- * lease then lasts at least until lease_until. NULL on error. */
+ * whose owner's lease ran out (never the owner's own), oldest first or, with
+ * MEND_CLAIM_NEWEST, newest first. MEND_CLAIM_FREE takes only runs nobody holds, without
+ * walking the runs held by others. The owner's lease then lasts at least until lease_until.
+ * NULL on error. */
+enum { MEND_CLAIM_NEWEST = 1, MEND_CLAIM_FREE = 2 };
 json_t *mend_store_claim(mend_store *s, const char *owner, double now, double lease_until,
-                         int limit, int newest_first);
-/* 0 if a claim now would surely find nothing; 1 otherwise. It reads committed rows through a
- * connection of its own, so it neither waits for the writer thread nor ends a batch early: a
- * serving worker looks every poll, and most polls find nothing. The quick look costs what
- * there is to take. It relies on every holder of a run having a row in workers, which a worker
- * writes before the first run it holds commits and deletes only when it holds none. The
- * thorough one does not: it walks every run held, and is the once-in-a-while check that no run
- * is left with a holder that has no row (a database from before schema 7, or a bug). */
+                         int limit, int how);
+/* 0 if a claim now would surely find nothing; else MEND_CLAIMABLE_FREE if there are runs
+ * nobody holds (MEND_CLAIM_FREE takes them) and MEND_CLAIMABLE_GONE if there may be runs of a
+ * worker whose lease ran out (only a claim of every kind takes them). It reads committed rows
+ * through a connection of its own, so it neither waits for the writer thread nor ends a batch
+ * early: a serving worker looks every poll, and most polls find nothing.
+ * The quick look costs what there is to take. It relies on every holder of a run having a
+ * row in workers, which a worker writes before the first run it holds commits and deletes
+ * only when it holds none. The thorough one does not: it walks every run held, and is the
+ * once-in-a-while check that no run is left with a holder that has no row (a database from
+ * before schema 7, or a bug); it says FREE | GONE for anything it finds. */
+enum { MEND_CLAIMABLE_FREE = 1, MEND_CLAIMABLE_GONE = 2 };
 int     mend_store_claimable(mend_store *s, const char *owner, double now, int thorough);
 /* Recorded in the batch like a transition (it runs on the writer thread, if there is one);
  * never shortens the lease. */

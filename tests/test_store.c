@@ -1163,15 +1163,15 @@ static void test_fence(void) {
   /* a stalls past its lease; b takes the oldest of a's runs, and finishes the next one */
   CHECK_EQ_INT(sqlite3_exec(db, "UPDATE workers SET lease_until = lease_until - 60 WHERE owner = 'wa'",
                             NULL, NULL, NULL), SQLITE_OK);
-  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 0), 1);
-  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 1), 1);
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 0), MEND_CLAIMABLE_GONE);
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 1), MEND_CLAIMABLE_FREE | MEND_CLAIMABLE_GONE);
   json_t *taken = mend_store_claim(b, "wb", now, now + 30, 1, 0);
   CHECK(taken && json_array_size(taken) == 1 && strcmp(json_string_value(json_array_get(taken, 0)), "f1") == 0);
   json_decref(taken);
   CHECK_EQ_INT(mend_store_commit(b), 0);
   /* it took what it asked for, not all there was: a's row stays, and says there is more */
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM workers WHERE owner = 'wa'"), 1);
-  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 0), 1);
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 0), MEND_CLAIMABLE_GONE);
   CHECK_EQ_INT(mend_store_take(b, "f2", "wb", now + 30), 0);
   CHECK_EQ_INT(mend_store_update_run(b, "f2", "succeeded", NULL, 0, 5, NULL), 0);
   CHECK_EQ_INT(mend_store_commit(b), 0);
@@ -1248,7 +1248,7 @@ static void test_fence(void) {
   mend_store_close(a);
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM workers WHERE owner = 'wa'"), 0);
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM runs WHERE owner IS NULL AND status = 'running'"), 2);
-  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 0), 1);
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 0), MEND_CLAIMABLE_FREE);
   taken = mend_store_claim(b, "wb", now, now + 30, 10, 0);
   CHECK(taken && json_array_size(taken) == 2);   /* f1 and f3 */
   json_decref(taken);
@@ -1285,9 +1285,21 @@ static void test_claimable(void) {
   CHECK_EQ_INT(sqlite3_exec(db, "INSERT INTO workers VALUES('crashed', 1);"
                                 "UPDATE workers SET lease_until = 2 WHERE owner = 'wa'",
                             NULL, NULL, NULL), SQLITE_OK);
-  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 0), 1);
-  json_t *taken = mend_store_claim(b, "wb", now, now + 30, 10, 0);
-  CHECK(taken && json_array_size(taken) == 1);   /* g1 */
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 0), MEND_CLAIMABLE_GONE);
+  /* a run nobody holds (as `mend start` records it): a claim of those only takes it, and
+   * neither a's run nor the rows of workers gone */
+  mend_run_rec free_run = run_rec("g0", NULL, "running", 0.5);
+  CHECK_EQ_INT(mend_store_insert_run(b, &free_run), 0);
+  CHECK_EQ_INT(mend_store_commit(b), 0);
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 0), MEND_CLAIMABLE_FREE | MEND_CLAIMABLE_GONE);
+  json_t *taken = mend_store_claim(b, "wb", now, now + 30, 10, MEND_CLAIM_FREE);
+  CHECK(taken && json_array_size(taken) == 1 && strcmp(json_string_value(json_array_get(taken, 0)), "g0") == 0);
+  json_decref(taken);
+  CHECK_EQ_INT(mend_store_commit(b), 0);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM workers"), 3);
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 0), MEND_CLAIMABLE_GONE);
+  taken = mend_store_claim(b, "wb", now, now + 30, 10, 0);
+  CHECK(taken && json_array_size(taken) == 1 && strcmp(json_string_value(json_array_get(taken, 0)), "g1") == 0);
   json_decref(taken);
   CHECK_EQ_INT(mend_store_commit(b), 0);
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM workers"), 1);   /* wb */
@@ -1306,7 +1318,7 @@ static void test_claimable(void) {
                                 " VALUES('g2', 'wf', 'running', 5, 5, 'nobody')",
                             NULL, NULL, NULL), SQLITE_OK);
   CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 0), 0);
-  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 1), 1);
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 1), MEND_CLAIMABLE_FREE | MEND_CLAIMABLE_GONE);
   taken = mend_store_claim(b, "wb", now, now + 30, 10, 0);
   CHECK(taken && json_array_size(taken) == 1);
   json_decref(taken);
