@@ -2326,8 +2326,9 @@ static void renew_leases(uv_timer_t *t) { renew_now(t->data); }
  * first poll, then at most once in 30 s and in a hundredth of the loop's time. */
 static int claimable(mend_engine *E, double now) {
   if (now < E->next_thorough_look) return mend_store_claimable(E->store, E->owner, now, 0);
+  double began = mend_real_now();   /* not `now`: the poll may have waited for the writer */
   int found = mend_store_claimable(E->store, E->owner, now, 1);
-  double took = mend_real_now() - now;
+  double took = mend_real_now() - began;
   E->next_thorough_look = now + (took * 100 > 30.0 ? took * 100 : 30.0);
   return found;
 }

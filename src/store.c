@@ -266,7 +266,11 @@ static const char *const migrations[MEND_SCHEMA_VERSION] = {
    * to take, not what it holds (the runs_live walk: 27 ms a poll with 100k runs held). A run
    * started by its worker is never in it. */
   "CREATE INDEX runs_free ON runs(created) WHERE owner IS NULL"
-  " AND status IN ('running', 'compensating');",
+  " AND status IN ('running', 'compensating');"
+  /* A holder with no row in workers (a worker that closed broken) held nothing by then: its
+   * runs are nobody's, where the quick look finds them. */
+  "UPDATE runs SET owner = NULL WHERE status IN ('running', 'compensating')"
+  " AND owner IS NOT NULL AND owner NOT IN (SELECT owner FROM workers);",
 };
 
 /* ---- the write log ----------------------------------------------------------------------

@@ -6,7 +6,11 @@ lib=$(find "$MEND_PREFIX" -name 'libmend.so.*.*.*' | head -n 1)
 test -n "$lib"
 soname=$(readelf -d "$lib" | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/p')
 echo "$lib: SONAME $soname"
-test "$soname" = "libmend.so.$(sed -n 's/#define MEND_VERSION_MAJOR //p' "$MEND_SRC/include/mend.h")"
+major=$(sed -n 's/#define MEND_VERSION_MAJOR //p' "$MEND_SRC/include/mend.h")
+minor=$(sed -n 's/#define MEND_VERSION_MINOR //p' "$MEND_SRC/include/mend.h")
+# before 1.0 a minor version may change the ABI: it is part of the soname
+if [ "$major" = 0 ]; then want="libmend.so.0.$minor"; else want="libmend.so.$major"; fi
+test "$soname" = "$want"
 nm -D --defined-only "$lib" | awk '{print $3}' | sort > "$MEND_HOSTS.symbols"
 others=$(grep -v '^mend_' "$MEND_HOSTS.symbols" || true)
 if [ -n "$others" ]; then

@@ -586,11 +586,11 @@ static void it_reads_options_by_their_size(void) {
   CHECK_EQ_INT(mend_engine_new(&o, &E, err, sizeof err), MEND_EINVAL);
   CHECK(E == NULL && strstr(err, "newer mend.h") != NULL);
   /* an older host's init writes no more than its options hold */
-  unsigned char older[offsetof(mend_options, commit_thread) + 16];
-  memset(older, 0xAB, sizeof older);
-  mend_options_init_size((mend_options *)(void *)older, offsetof(mend_options, commit_thread));
-  CHECK(older[offsetof(mend_options, commit_thread)] == 0xAB);
-  CHECK(((mend_options *)(void *)older)->size == offsetof(mend_options, commit_thread));
+  union { mend_options o; unsigned char bytes[sizeof(mend_options)]; } older;
+  memset(older.bytes, 0xAB, sizeof older.bytes);
+  mend_options_init_size(&older.o, offsetof(mend_options, commit_thread));
+  CHECK(older.bytes[offsetof(mend_options, commit_thread)] == 0xAB);
+  CHECK(older.o.size == offsetof(mend_options, commit_thread));
   static const char *const files[] = {"", "-wal", "-shm"};
   for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
     char path[200];

@@ -708,7 +708,7 @@ static void test_upgrade_from_1(void) {
     "INSERT INTO meta VALUES('schema_version', '1');"
     "INSERT INTO runs(id, workflow, status, input, created, updated, owner, lease_until) VALUES"
     " ('a', 'wf', 'running', '{\"n\":1}', 1, 1, 'old', 99), ('b', 'wf', 'succeeded', 'null', 2, 2,"
-    " NULL, NULL);"
+    " NULL, NULL), ('c', 'wf', 'running', 'null', 3, 3, 'gone', NULL);"
     "INSERT INTO steps(run_id, idx, name, status, attempts, idem_key, custom_key, result) VALUES"
     " ('a', 0, 'one', 'running', 1, 'a/one', 0, NULL),"
     " ('b', 0, 'one', 'succeeded', 1, 'k1', 1, '{\"x\":1}');"
@@ -762,6 +762,9 @@ static void test_upgrade_from_1(void) {
   /* the lease of run a became its owner's */
   CHECK_EQ_INT(raw_int(db, "SELECT lease_until FROM workers WHERE owner = 'old'"), 99);
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM runs WHERE lease_until IS NOT NULL"), 0);
+  /* a holder with no lease at all left its run to nobody (schema 7), where a look finds it */
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM runs WHERE id = 'c' AND owner IS NULL"), 1);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM runs WHERE id = 'a' AND owner = 'old'"), 1);
   sqlite3_close(db);
 }
 
