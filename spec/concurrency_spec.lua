@@ -134,7 +134,7 @@ describe("a run read from another process while a worker runs it", function()
     for l in io.lines(ids_file) do ids[#ids + 1] = l end
     assert.are.equal(20, #ids)
     local eng = H.reopen(db, { clock = "real" })
-    local reads, finished, wrong = 0, 0, {}
+    local reads, midway, finished, wrong = 0, 0, 0, {}
     while finished < #ids and H.wall() < deadline do
       finished = 0
       for _, id in ipairs(ids) do
@@ -143,6 +143,7 @@ describe("a run read from another process while a worker runs it", function()
         if st.status == "succeeded" then finished = finished + 1 end
         local k = 1
         while st.steps[k] and st.steps[k].status == "succeeded" do k = k + 1 end
+        if k > 1 and st.steps[k] then midway = midway + 1 end
         for j = k + 1, #st.steps do
           if st.steps[j].status ~= "pending" then
             wrong[#wrong + 1] = string.format("%s: %s %s, then %s %s", id, st.steps[k].name,
@@ -155,7 +156,8 @@ describe("a run read from another process while a worker runs it", function()
     local out = worker:read("a")
     assert.is_true(worker:close(), out)
     assert.are.equal(#ids, finished)
-    assert.is_true(reads > 100, "only " .. reads .. " reads")
     assert.are.same({}, wrong)
+    -- what makes the test: reads that met a run between its first step and its last
+    assert.is_true(midway > 0, "no read met a run in progress (" .. reads .. " reads)")
   end)
 end)
