@@ -29,7 +29,7 @@
 enum {
   Q_BEGIN, Q_COMMIT, Q_ROLLBACK, Q_BEGIN_READ,
   Q_INSERT_RUN, Q_UPDATE_RUN, Q_PUT_STEP, Q_UPDATE_STEP, Q_APPEND_HISTORY, Q_PUT_BREAKER, Q_PUT_DLQ,
-  Q_HISTORY_GROUP, Q_NAME_WORKER, Q_WORKER_ID,
+  Q_HISTORY_GROUP, Q_NAME_WORKER, Q_WORKER_ID, Q_PUT_VERSION, Q_VERSION_ID,
   Q_FIND_RUN_KEY, Q_FIND_KEY_RESULT, Q_GET_BREAKER, Q_LAST_SEQ,
   Q_CLAIM_OLDEST, Q_CLAIM_NEWEST, Q_CLAIM_FREE_OLDEST, Q_CLAIM_FREE_NEWEST, Q_RENEW, Q_RELEASE, Q_OWNER, Q_HOLDERS, Q_RELEASE_OWNER, Q_HELD,
   Q_FORGET_WORKER, Q_FORGET_GONE,
@@ -43,10 +43,19 @@ static const char *const query_sql[Q__COUNT] = {
   [Q_COMMIT] = "COMMIT",
   [Q_ROLLBACK] = "ROLLBACK",
   [Q_BEGIN_READ] = "BEGIN",
+  /* version, source and step_names are the workflow version's (workflow_version), and NULL
+   * here since schema 7. */
   [Q_INSERT_RUN] =
-    "INSERT INTO runs(id, workflow, version, source, run_key, status, input, error, attention,"
-    " created, updated, owner, step_names) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11,"
-    " ?12, ?13) ON CONFLICT(run_key) DO NOTHING",
+    "INSERT INTO runs(id, workflow, run_key, status, input, error, attention, created, updated,"
+    " owner, workflow_version) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
+    " ON CONFLICT(run_key) DO NOTHING",
+  [Q_PUT_VERSION] =
+    "INSERT INTO workflow_versions(workflow, version, source, step_names) SELECT ?1, ?2, ?3, ?4"
+    " WHERE NOT EXISTS (SELECT 1 FROM workflow_versions WHERE workflow = ?1 AND version IS ?2"
+    " AND source IS ?3 AND step_names IS ?4)",
+  [Q_VERSION_ID] =
+    "SELECT id FROM workflow_versions WHERE workflow = ?1 AND version IS ?2 AND source IS ?3"
+    " AND step_names IS ?4",
   /* A run that is neither running nor compensating is nobody's: repairs from another process
    * need not wait for its lease, and claims never look at it. */
   [Q_UPDATE_RUN] =
@@ -137,10 +146,14 @@ static const char *const query_sql[Q__COUNT] = {
   [Q_FORGET_WORKER] = "DELETE FROM workers WHERE owner = ?1",
   /* After a claim that took all it could: a worker whose lease ran out holds nothing now. */
   [Q_FORGET_GONE] = "DELETE FROM workers WHERE lease_until < ?2 AND owner IS NOT ?1",
+  /* A run's own version, source and step_names are those of runs from before schema 7. */
   [Q_RUN] =
-    "SELECT id, workflow, version, source, run_key AS key, status, input, error, attention,"
-    " reason, owner, (SELECT w.lease_until FROM workers w WHERE w.owner = runs.owner)"
-    " AS lease_until, created, updated, step_names FROM runs WHERE id = ?1",
+    "SELECT r.id, r.workflow, coalesce(r.version, v.version) AS version,"
+    " coalesce(r.source, v.source) AS source, r.run_key AS key, r.status, r.input, r.error,"
+    " r.attention, r.reason, r.owner,"
+    " (SELECT w.lease_until FROM workers w WHERE w.owner = r.owner) AS lease_until,"
+    " r.created, r.updated, coalesce(r.step_names, v.step_names) AS step_names"
+    " FROM runs r LEFT JOIN workflow_versions v ON v.id = r.workflow_version WHERE r.id = ?1",
   [Q_STEPS] =
     "SELECT idx, name, status, attempts, comp_attempts,"
     " coalesce(idem_key, run_id || '/' || name) AS idempotency_key,"
@@ -161,12 +174,15 @@ static const char *const query_sql[Q__COUNT] = {
     " ORDER BY key",
   /* A negative LIMIT is no limit in SQLite. */
   [Q_RUNS] =
-    "SELECT id, workflow, version, source, run_key AS key, status, input, error, attention,"
-    " reason, owner, (SELECT w.lease_until FROM workers w WHERE w.owner = runs.owner)"
-    " AS lease_until, created, updated FROM runs WHERE (?1 IS NULL OR status = ?1)"
-    " AND (?2 IS NULL OR workflow = ?2) AND (?4 IS NULL OR created >= ?4)"
-    " AND (?5 = 0 OR attention = 1 OR status = 'needs_attention')"
-    " ORDER BY created DESC, rowid DESC LIMIT ?3",
+    "SELECT r.id, r.workflow, coalesce(r.version, v.version) AS version,"
+    " coalesce(r.source, v.source) AS source, r.run_key AS key, r.status, r.input, r.error,"
+    " r.attention, r.reason, r.owner,"
+    " (SELECT w.lease_until FROM workers w WHERE w.owner = r.owner) AS lease_until,"
+    " r.created, r.updated FROM runs r LEFT JOIN workflow_versions v ON v.id = r.workflow_version"
+    " WHERE (?1 IS NULL OR r.status = ?1) AND (?2 IS NULL OR r.workflow = ?2)"
+    " AND (?4 IS NULL OR r.created >= ?4)"
+    " AND (?5 = 0 OR r.attention = 1 OR r.status = 'needs_attention')"
+    " ORDER BY r.created DESC, r.rowid DESC LIMIT ?3",
   [Q_DLQ_REMOVE] = "DELETE FROM dlq WHERE run_id = ?1",
   [Q_TAKE] = "UPDATE runs SET owner = ?2, lease_until = NULL, cancel_requested = 0 WHERE id = ?1",
   [Q_REQUEST_CANCEL] = "UPDATE runs SET cancel_requested = 1 WHERE id = ?1",
@@ -270,7 +286,13 @@ static const char *const migrations[MEND_SCHEMA_VERSION] = {
   /* A holder with no row in workers (a worker that closed broken) held nothing by then: its
    * runs are nobody's, where the quick look finds them. */
   "UPDATE runs SET owner = NULL WHERE status IN ('running', 'compensating')"
-  " AND owner IS NOT NULL AND owner NOT IN (SELECT owner FROM workers);",
+  " AND owner IS NOT NULL AND owner NOT IN (SELECT owner FROM workers);"
+  /* A run names its workflow's version by a number: its version, source and step names are
+   * written once a version, not in every run (about 50 bytes a run: W1 +9%). */
+  "CREATE TABLE workflow_versions(id INTEGER PRIMARY KEY, workflow TEXT NOT NULL, version TEXT,"
+  " source TEXT, step_names TEXT);"
+  "CREATE INDEX workflow_versions_of ON workflow_versions(workflow, version);"
+  "ALTER TABLE runs ADD COLUMN workflow_version INTEGER;",
 };
 
 /* ---- the write log ----------------------------------------------------------------------
@@ -335,6 +357,10 @@ struct mend_store {
   sqlite3_int64 worker_id;  /* its number in worker_names, once the open batch or one before
                              * has it; 0: not yet */
   int worker_named;         /* the open batch gave it the number: gone if it rolls back */
+  /* The workflow versions this store knows the number of (workflow_versions); those from
+   * versions_committed on were numbered by the open batch, and go if it rolls back. */
+  struct wf_version { char *workflow, *version, *source, *step_names; sqlite3_int64 id; } *versions;
+  int nversions, capversions, versions_committed;
   /* The names history rows write as codes (schema 7), read from labels at open. */
   struct label { char name[32]; int code; } labels[LABELS_MAX];
   int nlabels;
@@ -462,6 +488,18 @@ static int batch_begin(mend_store *s) {
   return s->worker && !s->worker_id ? name_worker(s) : 0;
 }
 
+/* Drops the known workflow versions from `from` on. */
+static void forget_versions(mend_store *s, int from) {
+  while (s->nversions > from) {
+    struct wf_version *v = &s->versions[--s->nversions];
+    free(v->workflow);
+    free(v->version);
+    free(v->source);
+    free(v->step_names);
+  }
+  if (s->versions_committed > s->nversions) s->versions_committed = s->nversions;
+}
+
 static void rollback(mend_store *s) {
   /* SQLite may already have rolled back on its own (SQLITE_FULL, SQLITE_IOERR, ...). */
   if (!sqlite3_get_autocommit(s->db)) {
@@ -472,6 +510,7 @@ static void rollback(mend_store *s) {
   s->batch_failed = 0;
   if (s->worker_named) s->worker_id = 0;   /* its name went with the batch */
   s->worker_named = 0;
+  forget_versions(s, s->versions_committed);   /* their rows went with the batch */
 }
 
 /* Runs a bound write statement; `rc` carries the first binding failure, if any. Its bindings
@@ -836,6 +875,8 @@ void mend_store_close(mend_store *s) {
   sqlite3_close_v2(s->checkpointer);   /* the last connection to close checkpoints the WAL */
   free(s->path);
   free(s->worker);
+  forget_versions(s, 0);
+  free(s->versions);
   free(s->fence_owner);
   mend_idset_clear(&s->fence_checked);
   mend_idset_clear(&s->lost);
@@ -900,6 +941,7 @@ static int commit_batch(mend_store *s) {
   sqlite3_reset(s->q[Q_COMMIT]);
   s->in_batch = 0;
   s->worker_named = 0;
+  s->versions_committed = s->nversions;
   if (s->commit_hook) s->commit_hook("after_commit");
   return 0;
 }
@@ -1401,14 +1443,81 @@ void mend_store_set_commit_hook(mend_store *s, void (*hook)(const char *phase)) 
 
 /* ---- writes ---------------------------------------------------------------------------- */
 
+static int first_row(mend_store *s, sqlite3_stmt *q, int rc, const char *what);
+
+static int same_text(const char *a, const char *b) {
+  return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+static char *copy_text(const char *t, int *oom) {
+  if (!t) return NULL;
+  size_t n = strlen(t) + 1;
+  char *c = malloc(n);
+  if (c) memcpy(c, t, n);
+  else *oom = 1;
+  return c;
+}
+
+/* The number of a run's workflow version in workflow_versions: known, or written (once a
+ * version and process) in the open batch, which it joins before the run is recorded. */
+static int workflow_version(mend_store *s, const mend_run_rec *r, sqlite3_int64 *id) {
+  for (int i = 0; i < s->nversions; i++) {
+    const struct wf_version *v = &s->versions[i];
+    if (same_text(v->workflow, r->workflow) && same_text(v->version, r->version) &&
+        same_text(v->source, r->source) && same_text(v->step_names, r->step_names)) {
+      *id = v->id;
+      return 0;
+    }
+  }
+  if (sync_point(s) != 0 || batch_begin(s) != 0) return -1;
+  const char *values[4] = {r->workflow, r->version, r->source, r->step_names};
+  sqlite3_stmt *q = s->q[Q_PUT_VERSION];
+  int rc = SQLITE_OK;
+  for (int k = 0; k < 4; k++) BIND(bind_text(q, k + 1, values[k]));
+  if (run_write(s, q, rc, "number a workflow version") != 0) return -1;
+  q = s->q[Q_VERSION_ID];
+  for (int k = 0; k < 4; k++) BIND(bind_text(q, k + 1, values[k]));
+  int found = first_row(s, q, rc, "number a workflow version");
+  if (found <= 0) {
+    if (found == 0) set_msg(s->err, sizeof s->err, "%s: workflow version of %s not found after"
+                            " writing it", s->path, r->workflow);
+    s->batch_failed = 1;
+    return -1;
+  }
+  *id = sqlite3_column_int64(q, 0);
+  finish(q);
+  int oom = 0;
+  if (s->nversions == s->capversions) {
+    int cap = s->capversions ? s->capversions * 2 : 8;
+    struct wf_version *more = realloc(s->versions, (size_t)cap * sizeof *more);
+    if (more) {
+      s->versions = more;
+      s->capversions = cap;
+    } else {
+      oom = 1;
+    }
+  }
+  struct wf_version v = {copy_text(r->workflow, &oom), copy_text(r->version, &oom),
+                         copy_text(r->source, &oom), copy_text(r->step_names, &oom), *id};
+  if (!oom) {
+    s->versions[s->nversions++] = v;
+  } else {   /* not kept: the next run asks the database again */
+    free(v.workflow);
+    free(v.version);
+    free(v.source);
+    free(v.step_names);
+  }
+  return 0;
+}
+
 int mend_store_insert_run(mend_store *s, const mend_run_rec *r) {
+  sqlite3_int64 version_id;
+  if (workflow_version(s, r, &version_id) != 0) return -1;
   /* With a run key the caller must hear at once whether the key was taken. */
   if (r->run_key && sync_point(s) != 0) return -1;
   rec_begin(s, Q_INSERT_RUN);
   rec_text(s, r->id);
   rec_text(s, r->workflow);
-  rec_text(s, r->version);
-  rec_text(s, r->source);
   rec_text(s, r->run_key);
   rec_text(s, r->status);
   rec_text(s, r->input);
@@ -1417,7 +1526,7 @@ int mend_store_insert_run(mend_store *s, const mend_run_rec *r) {
   rec_real(s, r->created);
   rec_real(s, r->updated);
   rec_text(s, r->owner);
-  rec_text(s, r->step_names);
+  rec_int(s, version_id);
   if (!r->run_key) return rec_end(s);
   if (flush_log(s, s->cur) != 0) return -1;
   return sqlite3_changes(s->db) == 0 ? 1 : 0;   /* 1: the run key was taken */

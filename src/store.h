@@ -17,7 +17,11 @@
  *        status TEXT, input TEXT (JSON), error TEXT, attention INTEGER, reason TEXT (why it
  *        failed for good), owner TEXT (the worker executing it), lease_until REAL (not
  *        written since schema 4: see workers), created REAL, updated REAL, step_names TEXT
- *        (JSON array: its steps, in order)) + index on created for unfinished runs only
+ *        (JSON array: its steps, in order), workflow_version INTEGER (since schema 7, where
+ *        version, source and step_names are; they are NULL in the run then))
+ *        + indexes on created for unfinished runs, and for those nobody holds (runs_free)
+ *   workflow_versions(id INTEGER PRIMARY KEY, workflow TEXT, version TEXT, source TEXT,
+ *        step_names TEXT): written by the first run of a version a store sees, at once
  *   workers(owner TEXT PRIMARY KEY, lease_until REAL) WITHOUT ROWID: a worker holds its
  *        runs while its lease lasts; one row renewed, however many runs it holds
  *   steps(run_id TEXT, idx INTEGER, name TEXT, status TEXT, attempts INTEGER,
@@ -174,7 +178,9 @@ typedef struct mend_dlq_rec {
   double at;
 } mend_dlq_rec;
 
-/* 0 inserted; 1 a run with this run key exists (nothing written); -1 error. */
+/* 0 inserted; 1 a run with this run key exists (nothing written); -1 error. The first run
+ * of a workflow version this store sees writes the version's row at once, in the open batch
+ * (as a read, it waits for the writer thread and the write lock); later ones only record. */
 int mend_store_insert_run(mend_store *s, const mend_run_rec *r);
 /* A status other than running or compensating also gives the run's lease back. */
 int mend_store_update_run(mend_store *s, const char *id, const char *status, const char *error,

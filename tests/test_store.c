@@ -896,6 +896,15 @@ static void writer_parts(const char *name, int fail) {
   remove_db(path);
 }
 
+/* The first run of a workflow version writes the version's row at once (it waits for the
+ * write lock); the tests below hold the lock from another connection before the run they
+ * record, so the store knows the version from a run before. */
+static void know_version(mend_store *s) {
+  mend_run_rec r = run_rec("known", NULL, "succeeded", 0.5);
+  CHECK_EQ_INT(mend_store_insert_run(s, &r), 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+}
+
 /* A hand-off while the thread writes a part of the same batch (held up here by another
  * connection's write lock) queues the rest behind it and returns at once; the batch is
  * durable, whole, only once the thread has committed it. */
@@ -905,6 +914,7 @@ static void writer_queued_rest(void) {
   mend_store *s = writer_store(path, count_job, &jobs);
   CHECK(s != NULL);
   if (!s) return;
+  know_version(s);
   sqlite3 *db = raw_open(path);
   CHECK(sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK);
   mend_run_rec r = run_rec("q", NULL, "running", 1);
@@ -978,6 +988,7 @@ static void writer_begin_fails(void) {
   mend_store *s = writer_store(path, NULL, NULL);
   CHECK(s != NULL);
   if (!s) return;
+  know_version(s);
   sqlite3 *db = raw_open(path);
   CHECK(sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK);
   mend_run_rec r = run_rec("b1", NULL, "running", 1);
@@ -993,7 +1004,7 @@ static void writer_begin_fails(void) {
   CHECK(strstr(mend_store_errmsg(s), "begin") != NULL);
   CHECK(sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL) == SQLITE_OK);
   mend_store_close(s);
-  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM runs"), 0);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM runs WHERE id = 'b1'"), 0);
   sqlite3_close(db);
   remove_db(path);
 }
@@ -1260,6 +1271,70 @@ static void test_fence(void) {
   sqlite3_close(db);
   mend_store_close(b);
   restore_env("MEND_FENCE_LATE", late_saved);
+}
+
+/* A run names its workflow version by a number (schema 7): the version, source and step names
+ * are written once a version, and read with the run as before. A version numbered in a batch
+ * that rolls back is numbered again; another process finds the row there. */
+static void test_workflow_versions(void) {
+  const char *path = file_in_dir("versions.db");
+  char err[512] = "";
+  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  mend_store *other = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  CHECK(s && other);
+  if (!s || !other) return;
+  mend_run_rec r = run_rec("v1", NULL, "running", 1);
+  r.step_names = "[\"a\",\"b\"]";
+  CHECK_EQ_INT(mend_store_insert_run(s, &r), 0);
+  r.id = "v2";
+  CHECK_EQ_INT(mend_store_insert_run(s, &r), 0);
+  mend_run_rec r2 = r;
+  r2.id = "v3";
+  r2.version = "v2";   /* the workflow changed */
+  CHECK_EQ_INT(mend_store_insert_run(s, &r2), 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  sqlite3 *db = raw_open(path);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM workflow_versions"), 2);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM runs WHERE version IS NULL AND source IS NULL"
+                           " AND step_names IS NULL AND workflow_version IS NOT NULL"), 3);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(DISTINCT workflow_version) FROM runs"), 2);
+  json_t *run = mend_store_run(s, "v3");
+  CHECK_STR(str_field(run, "version"), "v2");
+  CHECK_STR(str_field(run, "source"), "order.lua");
+  CHECK_EQ_INT((long long)json_array_size(json_object_get(run, "steps")), 2);
+  CHECK_STR(str_field(json_array_get(json_object_get(run, "steps"), 1), "name"), "b");
+  json_decref(run);
+  json_t *list = mend_store_runs(s, NULL, NULL, 10);
+  CHECK(list && json_array_size(list) == 3);
+  CHECK_STR(str_field(json_array_get(list, 0), "version"), "v2");   /* newest first */
+  CHECK_STR(str_field(json_array_get(list, 2), "version"), "v1");
+  json_decref(list);
+
+  /* another process has the row already */
+  r.id = "v4";
+  CHECK_EQ_INT(mend_store_insert_run(other, &r), 0);
+  CHECK_EQ_INT(mend_store_commit(other), 0);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM workflow_versions"), 2);
+
+  /* a version numbered in a batch that fails is gone with it, and numbered again */
+  mend_run_rec r3 = r;
+  r3.id = "v5";
+  r3.version = "v3";
+  CHECK_EQ_INT(mend_store_insert_run(s, &r3), 0);
+  CHECK(mend_store_update_run(s, "nobody", "succeeded", NULL, 0, 3, NULL) != 0);
+  CHECK_EQ_INT(mend_store_commit(s), -1);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM workflow_versions"), 2);
+  r3.id = "v6";
+  CHECK_EQ_INT(mend_store_insert_run(s, &r3), 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM workflow_versions"), 3);
+  run = mend_store_run(s, "v6");
+  CHECK_STR(str_field(run, "version"), "v3");
+  json_decref(run);
+  sqlite3_close(db);
+  mend_store_close(other);
+  mend_store_close(s);
+  remove_db(path);
 }
 
 /* A serving worker looks for work every poll. The quick look finds runs nobody holds and
@@ -1588,6 +1663,7 @@ int main(void) {
   test_pending_steps();
   test_attempts_in_flight();
   test_claimable();
+  test_workflow_versions();
 
   const char *files[] = {"schema.db", "trip.db", "batch.db", "notes.txt", "future.db",
                          "foreign.db", "liar.db", "full.db", "ckpt.db", "v1.db", "writer.db", "fence.db", "hist.db",
