@@ -510,7 +510,10 @@ static void rollback(mend_store *s) {
   s->batch_failed = 0;
   if (s->worker_named) s->worker_id = 0;   /* its name went with the batch */
   s->worker_named = 0;
-  forget_versions(s, s->versions_committed);   /* their rows went with the batch */
+  /* Their rows went with the batch. Not from the writer thread: the loop may be reading them,
+   * and a batch that fails there fails the store for good. */
+  if (!s->w || !pthread_equal(pthread_self(), s->w->thread))
+    forget_versions(s, s->versions_committed);
 }
 
 /* Runs a bound write statement; `rc` carries the first binding failure, if any. Its bindings
