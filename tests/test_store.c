@@ -1009,11 +1009,34 @@ static void writer_begin_fails(void) {
   remove_db(path);
 }
 
+/* A batch that fails on the writer thread, while the loop records the next run of a workflow
+ * version that batch numbered: the store fails, and says why (TSan: no race on the versions
+ * the store knows). */
+static void writer_fails_with_new_version(void) {
+  const char *path = file_in_dir("fails-version.db");
+  for (int round = 0; round < 20; round++) {
+    mend_store *s = writer_store(path, NULL, NULL);
+    CHECK(s != NULL);
+    if (!s) return;
+    mend_run_rec r = run_rec("n1", NULL, "running", 1);
+    CHECK_EQ_INT(mend_store_insert_run(s, &r), 0);
+    CHECK_EQ_INT(mend_store_update_run(s, "nobody", "succeeded", NULL, 0, 2, NULL), 0);
+    CHECK_EQ_INT(mend_store_hand_off(s), 0);
+    r.id = "n2";
+    mend_store_insert_run(s, &r);   /* may hear of the failure already, or not yet */
+    CHECK_EQ_INT(mend_store_commit(s), -1);
+    CHECK(strstr(mend_store_errmsg(s), "no run nobody") != NULL);
+    mend_store_close(s);
+    remove_db(path);
+  }
+}
+
 static void test_writer_parts(void) {
   writer_parts("parts.db", 0);
   writer_parts("parts-fail.db", 1);
   writer_part_fails();
   writer_begin_fails();
+  writer_fails_with_new_version();
   writer_queued_rest();
 }
 
