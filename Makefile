@@ -4,7 +4,8 @@
 #   make test    install what is missing, build, run ctest (C unit tests and busted specs)
 #   make crash-soak   thousands of kill -9 cycles of a real worker (CYCLES=3000)
 #
-# Variables: BUILD_TYPE (RelWithDebInfo), SANITIZE (OFF; ON builds with ASan and UBSan),
+# Variables: BUILD_TYPE (RelWithDebInfo), SANITIZE (OFF; ON builds with ASan and UBSan, thread
+# with TSan, which runs the C tests only),
 # BUILD_DIR (build), JOBS (all processors).
 
 BUILD_TYPE ?= RelWithDebInfo

@@ -2,11 +2,12 @@
 # tests/test_embed_cycles.c (20 create/run/destroy cycles) under valgrind: no invalid access,
 # nothing lost. Exit 77 (skipped) without valgrind or in a sanitized build, where c_embed runs
 # the same API under AddressSanitizer instead.
-#   embed_valgrind.sh PROGRAM SANITIZED
+#   embed_valgrind.sh PROGRAM SANITIZER (off, on, address or thread)
 set -u
 prog=$1
-case "${2:-OFF}" in
-  ON|on|1|TRUE|true) echo "embed_valgrind: skipped: the build is sanitized (ASan and valgrind exclude each other)"; exit 77 ;;
+case "${2:-off}" in
+  off|0|false|no|"") ;;
+  *) echo "embed_valgrind: skipped: the build is sanitized ($2; a sanitizer and valgrind exclude each other)"; exit 77 ;;
 esac
 if ! command -v valgrind > /dev/null 2>&1; then
   echo "embed_valgrind: skipped: valgrind is not installed (apt-get install valgrind)"
