@@ -2069,6 +2069,9 @@ static int show_in_flight(mend_store *s, const char *id, json_t *steps) {
   for (size_t i = 0; rc == SQLITE_DONE && i < n; i++) {
     if (!last[i].attempt_1) continue;
     json_t *st = json_array_get(steps, i);
+    /* no due time: the wait the row tells of is over (as the engine has it, and as the row
+     * said when it was written at each attempt, before schema 6) */
+    json_object_del(st, "due");
     if (json_object_set_new(st, "status", json_string("running")) != 0 ||
         json_object_set_new(st, "attempts", json_integer(last[i].attempt_1 - 1)) != 0 ||
         json_object_set_new(st, "updated", json_real(last[i].at)) != 0) {

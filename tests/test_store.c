@@ -1607,6 +1607,7 @@ static void test_attempts_in_flight(void) {
   st = step_rec("f1", 1, "second", "pending");
   st.attempts = 1;
   st.error = "retryable: busy";
+  st.due = 11;   /* the retry wait's end, written with the row */
   CHECK_EQ_INT(mend_store_put_step(s, &st), 0);
   hist(s, "f1", "second", 4, "running", "retry_wait", 1, 10);
   hist(s, "f1", "second", 5, "retry_wait", "pending", 1, 11);
@@ -1623,7 +1624,8 @@ static void test_attempts_in_flight(void) {
   json_t *run = mend_store_run(s, "f1");
   json_t *second = json_array_get(json_object_get(run, "steps"), 1);
   CHECK(json_real_value(json_object_get(second, "updated")) == 11.0);
-  CHECK_STR(str_field(second, "error"), "retryable: busy");   /* what the row says */
+  CHECK_STR(str_field(second, "error"), "retryable: busy");   /* the last error, as the row says */
+  CHECK(json_object_get(second, "due") == NULL);   /* but that wait is over */
   json_decref(run);
 
   /* third begins with no row at all; second's attempt 2 ends, and its row wins */
