@@ -490,15 +490,16 @@ static int batch_begin(mend_store *s) {
   return s->worker && !s->worker_id ? name_worker(s) : 0;
 }
 
+static void free_version(struct wf_version *v) {
+  free(v->workflow);
+  free(v->version);
+  free(v->source);
+  free(v->step_names);
+}
+
 /* Drops the known workflow versions from `from` on. */
 static void forget_versions(mend_store *s, int from) {
-  while (s->nversions > from) {
-    struct wf_version *v = &s->versions[--s->nversions];
-    free(v->workflow);
-    free(v->version);
-    free(v->source);
-    free(v->step_names);
-  }
+  while (s->nversions > from) free_version(&s->versions[--s->nversions]);
   if (s->versions_committed > s->nversions) s->versions_committed = s->nversions;
 }
 
@@ -866,10 +867,7 @@ void mend_store_close(mend_store *s) {
     }
     if (rc == SQLITE_DONE) rc = step_busy_retry(s->q[Q_COMMIT]);
     sqlite3_reset(s->q[Q_COMMIT]);
-    if (rc != SQLITE_DONE && !sqlite3_get_autocommit(s->db)) {
-      sqlite3_step(s->q[Q_ROLLBACK]);
-      sqlite3_reset(s->q[Q_ROLLBACK]);
-    }
+    if (rc != SQLITE_DONE) rollback(s);
   }
   for (int i = 0; i < Q__COUNT; i++) sqlite3_finalize(s->q[i]);
   /* close_v2 also rolls back whatever a half-finished open left behind. */
@@ -1507,10 +1505,7 @@ static int workflow_version(mend_store *s, const mend_run_rec *r, sqlite3_int64 
   if (!oom) {
     s->versions[s->nversions++] = v;
   } else {   /* not kept: the next run asks the database again */
-    free(v.workflow);
-    free(v.version);
-    free(v.source);
-    free(v.step_names);
+    free_version(&v);
   }
   return 0;
 }
