@@ -10,7 +10,9 @@
 #define MEND_WALVFS_NAME "mend-wal"
 
 /* Registers the VFS once (not as the default); its name, or NULL where it cannot be (the
- * default VFS is too old), and the caller opens with the default VFS instead. */
+ * default VFS is too old), and the caller opens with the default VFS instead. It is built on
+ * the VFS that is the default at that first call: a host that makes its own VFS the default
+ * does so before it opens its first engine. */
 const char *mend_walvfs(void);
 
 #endif
