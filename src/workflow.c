@@ -139,6 +139,7 @@ static int opt_function_ref(lua_State *L, int idx, const char *field, const char
 static void step_free(lua_State *L, mend_step_def *s) {
   free(s->name);
   free(s->breaker_key);
+  luaL_unref(L, LUA_REGISTRYINDEX, s->name_ref);
   luaL_unref(L, LUA_REGISTRYINDEX, s->execute_ref);
   luaL_unref(L, LUA_REGISTRYINDEX, s->compensate_ref);
   luaL_unref(L, LUA_REGISTRYINDEX, s->key_ref);
@@ -150,7 +151,8 @@ static int parse_step(lua_State *L, int idx, int n, const mend_retry_policy *ret
   static const char *const fields[] = {"name", "execute", "compensate", "retry",
     "compensate_retry", "breaker", "timeout", "idempotency_key", "sleep", "description", NULL};
   char what[160];
-  *s = (mend_step_def){.execute_ref = LUA_NOREF, .compensate_ref = LUA_NOREF, .key_ref = LUA_NOREF};
+  *s = (mend_step_def){.name_ref = LUA_NOREF, .execute_ref = LUA_NOREF,
+                       .compensate_ref = LUA_NOREF, .key_ref = LUA_NOREF};
   if (!lua_istable(L, idx))
     return mend_errorf(err, errlen, "step #%d must be a table, got %s", n, luaL_typename(L, idx));
   const char *name = NULL;
@@ -164,6 +166,8 @@ static int parse_step(lua_State *L, int idx, int n, const mend_retry_policy *ret
   char sub[400];
   if (check_fields(L, idx, "step", fields, sub, sizeof sub)) return mend_errorf(err, errlen, "%s%s", prefix, sub);
   s->name = mend_dupstr(name);
+  lua_pushstring(L, name);
+  s->name_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   s->retry = *retry;
   s->compensate_retry = *comp;
   s->breaker = *breaker;
@@ -292,6 +296,8 @@ mend_workflow *mend_workflow_from_table(lua_State *L, int idx, const char *sourc
   mend_workflow *wf = calloc(1, sizeof *wf);
   wf->steps = calloc((size_t)n, sizeof *wf->steps);
   wf->name = mend_dupstr(name);
+  lua_pushstring(L, name);
+  wf->name_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   wf->source = mend_dupstr(source);
   wf->def_ref = LUA_NOREF;
   for (int i = 0; i < n; i++) {
@@ -364,6 +370,7 @@ void mend_workflow_free(lua_State *L, mend_workflow *wf) {
   for (int i = 0; i < wf->nsteps; i++) step_free(L, &wf->steps[i]);
   free(wf->steps);
   luaL_unref(L, LUA_REGISTRYINDEX, wf->def_ref);
+  luaL_unref(L, LUA_REGISTRYINDEX, wf->name_ref);
   free(wf->name);
   free(wf->version);
   free(wf->source);

@@ -15,6 +15,7 @@ typedef struct mend_breaker_slot mend_breaker_slot;   /* the engine's, per break
 
 typedef struct mend_step_def {
   char *name;
+  int name_ref;                               /* the name as a Lua string (ctx.step) */
   int execute_ref, compensate_ref, key_ref;   /* LUA_NOREF when absent */
   mend_retry_policy retry, compensate_retry;
   char *breaker_key;
@@ -26,6 +27,7 @@ typedef struct mend_step_def {
 
 typedef struct mend_workflow {
   char *name;
+  int name_ref;         /* the name as a Lua string (ctx.workflow) */
   char *version;        /* hash of the script (or of the definition's name for tables) */
   char *source;         /* the file it came from, or "=register" */
   int def_ref;          /* the definition table, kept alive */
