@@ -14,12 +14,23 @@
 
 #define MAX_DEPTH 100
 
+/* A step of the path to where the walk is: a key (valid while it is on the Lua stack), or an
+ * array index when key is NULL. */
+typedef struct path_seg {
+  const char *key;
+  size_t len;
+  lua_Integer index;
+} path_seg;
+
 /* The walk from Lua to jansson: where we are (for messages) and which tables enclose us (for
- * cycles; a table shared by two branches is fine, one inside itself is not). */
+ * cycles; a table shared by two branches is fine, one inside itself is not). The path is kept
+ * as steps and spelled out only for a message: printing it at every key was two snprintf
+ * calls a run's start in W1. */
 typedef struct enc {
   lua_State *L;
-  char path[512];
-  size_t plen;
+  const char *what;
+  path_seg segs[MAX_DEPTH + 1];
+  int nsegs;
   const void *open[MAX_DEPTH + 1];
   int depth;
   int precision;   /* digits the reals seen so far need to read back exactly */
@@ -27,12 +38,47 @@ typedef struct enc {
   int errlen;
 } enc;
 
+/* Appends a path segment to buf (of `cap` bytes, `*len` used). A path too long for the buffer
+ * ends in "..." rather than being cut mid-name without notice; 0 once it has. */
+static int path_add(char *buf, size_t cap, size_t *len, const char *fmt, ...) {
+  size_t room = cap - *len;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(buf + *len, room, fmt, ap);
+  va_end(ap);
+  if (n < 0 || (size_t)n >= room) {
+    memcpy(buf + cap - 4, "...", 4);
+    *len = cap - 1;
+    return 0;
+  }
+  *len += (size_t)n;
+  return 1;
+}
+
+static int is_identifier(const char *s, size_t n);
+
+/* The path spelled out: `input.items[3]["a b"]`. Its length. */
+static size_t path_text(const enc *e, char *buf, size_t cap) {
+  size_t len = 0;
+  buf[0] = '\0';
+  int more = path_add(buf, cap, &len, "%s", e->what);
+  for (int i = 0; more && i < e->nsegs; i++) {
+    const path_seg *g = &e->segs[i];
+    if (!g->key) more = path_add(buf, cap, &len, "[%lld]", (long long)g->index);
+    else if (is_identifier(g->key, g->len)) more = path_add(buf, cap, &len, ".%.*s", (int)g->len, g->key);
+    else more = path_add(buf, cap, &len, "[\"%.*s\"]", (int)(g->len > 64 ? 64 : g->len), g->key);
+  }
+  return len;
+}
+
 static void fail(enc *e, const char *fmt, ...) {
   if (!e->err || e->errlen <= 0) return;
+  char path[512];
+  size_t plen = path_text(e, path, sizeof path);
   /* A deep path would crowd out the reason: keep its start and its end. */
-  int n = e->plen > 160
-            ? snprintf(e->err, (size_t)e->errlen, "%.60s...%s: ", e->path, e->path + e->plen - 90)
-            : snprintf(e->err, (size_t)e->errlen, "%s: ", e->path);
+  int n = plen > 160
+            ? snprintf(e->err, (size_t)e->errlen, "%.60s...%s: ", path, path + plen - 90)
+            : snprintf(e->err, (size_t)e->errlen, "%s: ", path);
   if (n < 0 || n >= e->errlen) return;
   va_list ap;
   va_start(ap, fmt);
@@ -40,27 +86,12 @@ static void fail(enc *e, const char *fmt, ...) {
   va_end(ap);
 }
 
-/* Appends a path segment and returns the length to restore afterwards. A path too long for the
- * buffer ends in "..." rather than being cut mid-name without notice. */
-static size_t path_push(enc *e, const char *fmt, ...) {
-  size_t old = e->plen, room = sizeof e->path - old;
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(e->path + old, room, fmt, ap);
-  va_end(ap);
-  if (n < 0 || (size_t)n >= room) {
-    memcpy(e->path + sizeof e->path - 4, "...", 4);
-    e->plen = sizeof e->path - 1;
-  } else {
-    e->plen = old + (size_t)n;
-  }
-  return old;
+/* Enters a key or an index of the table being walked (the depth check keeps it in bounds). */
+static void path_push(enc *e, const char *key, size_t len, lua_Integer index) {
+  e->segs[e->nsegs++] = (path_seg){key, len, index};
 }
 
-static void path_pop(enc *e, size_t old) {
-  e->plen = old;
-  e->path[old] = '\0';
-}
+static void path_pop(enc *e) { e->nsegs--; }
 
 static int is_identifier(const char *s, size_t n) {
   if (n == 0 || !(s[0] == '_' || (s[0] >= 'a' && s[0] <= 'z') || (s[0] >= 'A' && s[0] <= 'Z')))
@@ -71,11 +102,6 @@ static int is_identifier(const char *s, size_t n) {
       return 0;
   }
   return 1;
-}
-
-static size_t path_push_key(enc *e, const char *k, size_t n) {
-  if (is_identifier(k, n)) return path_push(e, ".%.*s", (int)n, k);
-  return path_push(e, "[\"%.*s\"]", (int)(n > 64 ? 64 : n), k);
 }
 
 static json_t *value(enc *e, int idx);
@@ -159,11 +185,11 @@ static json_t *table_value(enc *e, int idx) {
   if (kind) {
     for (lua_Integer i = 1; i <= n; i++) {
       lua_rawgeti(L, idx, i);
-      size_t old = path_push(e, "[%lld]", (long long)i);
+      path_push(e, NULL, 0, i);
       json_t *v = value(e, lua_gettop(L));
       lua_pop(L, 1);
       if (!v) goto fail;
-      path_pop(e, old);
+      path_pop(e);
       if (json_array_append_new(out, v) != 0) goto oom;
     }
   } else {
@@ -172,13 +198,13 @@ static json_t *table_value(enc *e, int idx) {
       size_t klen;
       /* The key is known to be a string, so lua_tolstring does not disturb lua_next. */
       const char *k = lua_tolstring(L, -2, &klen);
-      size_t old = path_push_key(e, k, klen);
+      path_push(e, k, klen, 0);
       json_t *v = value(e, lua_gettop(L));
       if (!v) {
         lua_pop(L, 2);
         goto fail;
       }
-      path_pop(e, old);
+      path_pop(e);
       if (memchr(k, '\0', klen) || json_object_setn_new(out, k, klen, v) != 0) {
         lua_pop(L, 2);
         fail(e, "cannot encode key \"%s\" (not valid UTF-8 or contains a NUL byte)", k);
@@ -259,9 +285,8 @@ static json_t *from_lua(lua_State *L, int idx, const char *what, char *err, int 
   e.precision = 15;
   e.err = err;
   e.errlen = errlen;
-  e.plen = 0;
-  e.path[0] = '\0';
-  path_push(&e, "%s", what ? what : "value");
+  e.what = what ? what : "value";
+  e.nsegs = 0;
   json_t *v = value(&e, lua_absindex(L, idx));
   if (precision) *precision = e.precision;
   return v;
