@@ -385,6 +385,72 @@ describe("a step's timeout", function()
   end)
 end)
 
+-- The engine keeps the coroutines of attempts that ended cleanly for later attempts: whatever
+-- way an attempt ends, the next one starts with nothing of it.
+describe("an attempt's coroutine", function()
+  after_each(H.cleanup)
+
+  it("closes its to-be-closed variables however the attempt ends, and hands nothing on", function()
+    local eng = H.new_engine()
+    local closed, seen = {}, {}
+    local function guard(ctx)
+      return setmetatable({}, { __close = function()
+        closed[#closed + 1] = ctx.run_id .. " " .. ctx.step .. " " .. ctx.attempt
+      end })
+    end
+    eng:register {
+      name = "hygiene",
+      steps = {
+        { name = "fails_once", retry = { max_attempts = 2, initial = 1, jitter = 0 },
+          execute = function(ctx)
+            local g <close> = guard(ctx)
+            if ctx.attempt == 1 then error(mend.retryable("first try fails")) end
+            return "ok"
+          end },
+        { name = "nested", execute = function(ctx)
+            local g <close> = guard(ctx)
+            -- a coroutine of its own inside the step, left suspended
+            local inner = coroutine.create(function() coroutine.yield(1); return 2 end)
+            local ok, v = coroutine.resume(inner)
+            assert(ok and v == 1)
+            mend.sleep(1)   -- the step's own coroutine yields to the engine and comes back
+            seen[#seen + 1] = ctx.run_id
+            return coroutine.status(inner)
+          end },
+        { name = "times_out", timeout = 1, retry = { max_attempts = 2, initial = 1, jitter = 0 },
+          execute = function(ctx)
+            local g <close> = guard(ctx)
+            if ctx.attempt == 1 then mend.sleep(10) end   -- stopped by its timeout, suspended
+            return ctx.attempt
+          end },
+      },
+    }
+    local ids = {}
+    for i = 1, 3 do ids[i] = eng:start("hygiene", { i = i }) end
+    eng:run()
+    for _, id in ipairs(ids) do
+      local st = eng:status(id)
+      assert.are.equal("succeeded", st.status)
+      assert.are.equal("suspended", H.step(st, "nested").result)
+      assert.are.equal(2, H.step(st, "times_out").result)
+      assert.are.equal(2, H.step(st, "times_out").attempts)
+    end
+    -- every attempt closed its variable: the failed one, the one stopped while suspended, and
+    -- the ones that returned; once each
+    local count = {}
+    for _, c in ipairs(closed) do count[c] = (count[c] or 0) + 1 end
+    for _, id in ipairs(ids) do
+      for _, attempt in ipairs { "fails_once 1", "fails_once 2", "nested 1", "times_out 1",
+                                 "times_out 2" } do
+        assert.are.equal(1, count[id .. " " .. attempt], id .. " " .. attempt)
+      end
+    end
+    assert.are.equal(15, #closed)
+    -- a step's coroutine is found by mend.sleep in every attempt: each nested step came back
+    assert.are.equal(3, #seen)
+  end)
+end)
+
 describe("mend errors", function()
   it("carry their kind, message and fields", function()
     local r = mend.retryable("overloaded", { retry_after = 2 })

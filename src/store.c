@@ -1021,6 +1021,10 @@ static void rec_begin(mend_store *s, int q) {
 
 static wval *rec_value(mend_store *s) {
   wlog *log = s->cur;
+  if (log->nval < log->capval && !log->oom) {   /* the way of all but a few: 4% of the loop */
+    log->recs[log->nrec - 1].n++;
+    return &log->vals[log->nval++];
+  }
   if (log->oom || grow((void **)&log->vals, &log->capval, log->nval + 1, sizeof *log->vals)) {
     log->oom = 1;
     return NULL;
