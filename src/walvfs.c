@@ -4,13 +4,16 @@
  * then its page; a W1 burst of 10k runs commits some 4,300 frames, and those 8,600 pwrites were
  * a fifth of the writer thread's time on this VM, where a system call is dear.
  *
- * Appends to a WAL go into a buffer and reach the file when the frame that ends a commit is
- * complete (its header carries the database size, which no other frame does), so that a commit
- * that cannot be written fails as it did before, with its error, and is never announced. Anything
- * else that touches the WAL (a read, a sync, a size, a truncation, a write elsewhere, a lock
- * of the wal-index, closing) writes what is held first, so SQLite sees the file it wrote. The
- * frames are in the file before the commit returns, as before: what survives a crash of the
- * process, or (with synchronous=FULL) of the machine, is unchanged.
+ * What is held: appends that begin at the WAL's header or at the header of a frame that does
+ * not end a commit, and whatever follows them without a gap. The frame that ends a commit (its
+ * header carries the database size, which no other frame's does) is the last of them: once its
+ * page is in, all of it goes to the file in that same write call, so a commit that cannot be
+ * written fails with its error, as without this VFS, and is never announced. Anything else
+ * (a commit of one frame, padding, a checksum or page rewritten in place, the rest of a write
+ * split at a sync point) goes to the file at once and answers for itself. Before anything else
+ * touches the WAL (a read, a sync, a size, a truncation, closing, a lock of the wal-index)
+ * what is held is written first, so SQLite sees the file it wrote; when the write lock is let
+ * go, what is still held belongs to a transaction that did not commit, and is dropped.
  *
  * Only the WAL of a connection opened with this VFS is buffered; every other file, and every
  * other method, goes straight to the default VFS (locks included, so connections of either VFS
@@ -28,8 +31,10 @@
  * takes a shorter write for a full disk. */
 #define WRITE_MAX (64 * 1024)
 /* A frame header (wal.c, "WAL_FRAME_HDRSIZE"): its bytes 4-7 are the database size in pages
- * after a commit, for the frame that ends one, and 0 for every other frame. */
+ * after a commit, for the frame that ends one, and 0 for every other frame. The WAL's own
+ * header (WAL_HDRSIZE) is at offset 0. */
 #define FRAME_HEADER_BYTES 24
+#define WAL_HEADER_BYTES 32
 
 typedef struct wal_file {
   sqlite3_file base;
@@ -38,7 +43,8 @@ typedef struct wal_file {
   struct wal_file *db;         /* a WAL: its main database file */
   int buffered;                /* a WAL: appends are held */
   int commit_frame;            /* the last write was the header of a commit's last frame */
-  int failed;                  /* a flush failed where it could not say so: every later call fails */
+  int failed;                  /* a flush failed where it could not say so (its code): every
+                                * later call fails with it */
   char *buf;
   sqlite3_int64 buf_at;        /* the file offset of buf[0] */
   int buf_len;
@@ -50,7 +56,7 @@ static sqlite3_vfs *root;
 static sqlite3_file *real_of(sqlite3_file *f) { return ((wal_file *)f)->real; }
 
 static int flush(wal_file *w) {
-  if (w->failed) return SQLITE_IOERR_WRITE;
+  if (w->failed) return w->failed;
   int rc = SQLITE_OK;
   for (int done = 0; rc == SQLITE_OK && done < w->buf_len; done += WRITE_MAX) {
     int n = w->buf_len - done < WRITE_MAX ? w->buf_len - done : WRITE_MAX;
@@ -80,28 +86,30 @@ static int io_read(sqlite3_file *f, void *p, int n, sqlite3_int64 at) {
   return real_of(f)->pMethods->xRead(real_of(f), p, n, at);
 }
 
+static int ends_commit(const unsigned char *h) { return (h[4] | h[5] | h[6] | h[7]) != 0; }
+
 static int io_write(sqlite3_file *f, const void *p, int n, sqlite3_int64 at) {
   wal_file *w = (wal_file *)f;
   if (!w->buffered) return w->real->pMethods->xWrite(w->real, p, n, at);
-  if (w->failed) return SQLITE_IOERR_WRITE;
+  if (w->failed) return w->failed;
+  const unsigned char *h = p;
+  int follows = w->buf_len > 0 && at == w->buf_at + w->buf_len;
+  int starts = (n == WAL_HEADER_BYTES && at == 0) || (n == FRAME_HEADER_BYTES && !ends_commit(h));
   int rc = SQLITE_OK;
-  if (w->buf_len > 0 &&
-      (at != w->buf_at + w->buf_len || w->buf_len + n > WAL_BUFFER_BYTES || n > WRITE_MAX))
+  if (w->buf_len > 0 && (!follows || w->buf_len + n > WAL_BUFFER_BYTES || n > WRITE_MAX))
     rc = flush(w);
   if (rc != SQLITE_OK) return rc;
-  if (n > WRITE_MAX) {
-    rc = w->real->pMethods->xWrite(w->real, p, n, at);
-  } else {
-    if (w->buf_len == 0) w->buf_at = at;
-    memcpy(w->buf + w->buf_len, p, (size_t)n);
-    w->buf_len += n;
+  if (n > WRITE_MAX || !(follows || starts)) {
+    w->commit_frame = 0;
+    return w->real->pMethods->xWrite(w->real, p, n, at);
   }
+  if (w->buf_len == 0) w->buf_at = at;
+  memcpy(w->buf + w->buf_len, p, (size_t)n);
+  w->buf_len += n;
   /* The page after a commit's last frame header ends the commit: it goes to the file now. */
-  int ends_commit = w->commit_frame;
-  const unsigned char *h = p;
-  w->commit_frame = n == FRAME_HEADER_BYTES && (h[4] | h[5] | h[6] | h[7]) != 0;
-  if (rc == SQLITE_OK && ends_commit) rc = flush(w);
-  return rc;
+  int last = w->commit_frame;
+  w->commit_frame = n == FRAME_HEADER_BYTES && ends_commit(h);
+  return last ? flush(w) : SQLITE_OK;
 }
 
 static int io_truncate(sqlite3_file *f, sqlite3_int64 size) {
@@ -149,29 +157,40 @@ static int io_device_characteristics(sqlite3_file *f) {
 }
 
 /* The wal-index belongs to the main database file. Before it says that frames are in the WAL
- * (a barrier, then its header), or before its locks change hands, they must be: a commit's were
- * written with its last frame, and this catches any that were not. */
-static int flush_wal_of(wal_file *db) {
-  wal_file *w = db->wal;
-  if (!w || !w->buffered || w->buf_len == 0) return SQLITE_OK;
-  int rc = flush(w);
-  if (rc != SQLITE_OK) w->failed = 1;
-  return rc;
+ * (a barrier, then its header), they must be: a commit's were written with its last frame, and
+ * this catches any that were not. A failure here cannot be told to SQLite: every later call
+ * fails instead. */
+static void io_shm_barrier(sqlite3_file *f) {
+  wal_file *w = ((wal_file *)f)->wal;
+  if (w && w->buf_len > 0) {
+    int rc = flush(w);
+    if (rc != SQLITE_OK && !w->failed) w->failed = rc;
+  }
+  real_of(f)->pMethods->xShmBarrier(real_of(f));
 }
 
 static int io_shm_map(sqlite3_file *f, int page, int size, int extend, void volatile **p) {
   return real_of(f)->pMethods->xShmMap(real_of(f), page, size, extend, p);
 }
 
+/* Letting go of the write lock (lock 0, wal.c "WAL_WRITE_LOCK") with appends still held ends a
+ * transaction that did not commit: SQLite has given up its frames, and another connection may
+ * write over them next, so they are dropped, not written. Before any other change of locks
+ * they are written, so that no other connection can read the WAL short of them. An unlock is
+ * never held back. */
 static int io_shm_lock(sqlite3_file *f, int offset, int n, int flags) {
-  int rc = flush_wal_of((wal_file *)f);
-  if (rc != SQLITE_OK) return rc;
+  wal_file *w = ((wal_file *)f)->wal;
+  int unlock = (flags & SQLITE_SHM_UNLOCK) != 0;
+  if (w && w->buf_len > 0) {
+    if (unlock && offset == 0) {
+      w->buf_len = 0;
+      w->commit_frame = 0;
+    } else {
+      int rc = flush(w);
+      if (rc != SQLITE_OK && !unlock) return rc;
+    }
+  }
   return real_of(f)->pMethods->xShmLock(real_of(f), offset, n, flags);
-}
-
-static void io_shm_barrier(sqlite3_file *f) {
-  flush_wal_of((wal_file *)f);
-  real_of(f)->pMethods->xShmBarrier(real_of(f));
 }
 
 static int io_shm_unmap(sqlite3_file *f, int delete_flag) {
@@ -212,8 +231,7 @@ static int vfs_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *f, int fla
   w->base.pMethods = &io_methods[(version < 1 ? 1 : version > 3 ? 3 : version) - 1];
   if (rc == SQLITE_OK && (flags & SQLITE_OPEN_WAL) && name) {
     sqlite3_file *db = sqlite3_database_file_object(name);
-    w->buf = malloc(WAL_BUFFER_BYTES);
-    if (w->buf && is_ours(db)) {
+    if (is_ours(db) && (w->buf = malloc(WAL_BUFFER_BYTES)) != NULL) {
       w->db = (wal_file *)db;
       w->db->wal = w;
       w->buffered = 1;
