@@ -1090,12 +1090,15 @@ static int bind_worker(const mend_store *s, sqlite3_stmt *q, int i) {
   return s->worker ? sqlite3_bind_text(q, i, s->worker, -1, SQLITE_STATIC) : sqlite3_bind_null(q, i);
 }
 
-static const char *const code_digits[LABELS_MAX] = {
+static const char *const code_digits[] = {
   "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16",
   "17", "18", "19", "20", "21", "22", "23", "24", "25", "26", "27", "28", "29", "30", "31", "32",
   "33", "34", "35", "36", "37", "38", "39", "40", "41", "42", "43", "44", "45", "46", "47", "48",
   "49", "50", "51", "52", "53", "54", "55", "56", "57", "58", "59", "60", "61", "62", "63",
 };
+/* a code below LABELS_MAX has its digits here, one or two of them (bind_values) */
+_Static_assert(sizeof code_digits / sizeof *code_digits == LABELS_MAX && LABELS_MAX <= 100,
+               "code_digits holds the codes below LABELS_MAX");
 
 static int bind_values(const mend_store *s, sqlite3_stmt *q, const wlog *log, const wrec *r,
                        int at, int null_last) {
