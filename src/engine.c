@@ -1701,6 +1701,10 @@ static void do_action(mend_run *r) {
       break;
     case ACT_EXECUTE:
     case ACT_COMPENSATE: {
+      /* A stopping worker starts no call: its runs are given back, and the next holder makes
+       * the attempt their committed `running` row asks for (as forward() parks). Started here,
+       * a call would run on a run another worker may already hold. */
+      if (r->E->draining || r->E->destroying) break;
       /* At a cap, wait for a slot: the transition is committed, the call comes later. */
       struct mend_breaker_slot *slot = r->wf->steps[r->cur].slot;
       run_fifo *wait = slot->p.max_concurrency > 0 && slot->in_flight >= slot->p.max_concurrency

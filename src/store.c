@@ -2365,7 +2365,10 @@ int mend_store_release(mend_store *s, const char *id, const char *owner) {
   int rc = SQLITE_OK;
   BIND(bind_text(q, 1, id));
   BIND(bind_text(q, 2, owner));
-  return run_write(s, q, rc, "release lease");
+  if (run_write(s, q, rc, "release lease") != 0) return -1;
+  /* Given back, the run is another worker's to take: nothing more this store records for it is
+   * written, unless it takes the run again (ours_again). */
+  return mend_idset_add(&s->lost, id, strlen(id)) < 0 ? fence_oom(s) : 0;
 }
 
 int mend_store_owner(mend_store *s, const char *id, char *owner_out, int owner_len,

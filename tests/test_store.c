@@ -1154,6 +1154,55 @@ static void restore_env(const char *name, char *value) {
   free(value);
 }
 
+/* A run a worker gave back is no longer its to write: what it records for the run after the
+ * release (a stopping worker's attempt that ended late) is dropped, even while its lease is
+ * good, and another worker's state of the run stands. Taken back, the run is written again. */
+static void test_released_run_is_fenced(void) {
+  const char *path = file_in_dir("released.db");
+  char err[512] = "";
+  double now = (double)time(NULL);
+  mend_store *a = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  mend_store *b = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  CHECK(a && b);
+  if (!a || !b) return;
+  mend_store_set_worker(a, "wa");
+  CHECK_EQ_INT(mend_store_set_fence(a, "wa", 30, now + 30), 0);
+  mend_run_rec r = run_rec("g1", NULL, "running", 1);
+  r.owner = "wa";
+  CHECK_EQ_INT(mend_store_insert_run(a, &r), 0);
+  CHECK_EQ_INT(mend_store_commit(a), 0);
+  CHECK_EQ_INT(mend_store_release(a, "g1", "wa"), 0);
+  CHECK_EQ_INT(mend_store_commit(a), 0);
+  /* another worker takes it and finishes it */
+  CHECK_EQ_INT(mend_store_take(b, "g1", "wb", now + 30), 0);
+  CHECK_EQ_INT(mend_store_update_run(b, "g1", "succeeded", NULL, 0, 5, NULL), 0);
+  CHECK_EQ_INT(mend_store_commit(b), 0);
+  /* the first worker's late writes: dropped, not an error */
+  CHECK_EQ_INT(mend_store_update_run(a, "g1", "compensating", NULL, 0, 6, NULL), 0);
+  mend_step_rec st = step_rec("g1", 0, "reserve", "failed");
+  CHECK_EQ_INT(mend_store_put_step(a, &st), 0);
+  mend_history_rec h = {"g1", "reserve", 6, "step", "running", "failed", 1, NULL, -1, NULL, 9};
+  CHECK_EQ_INT(mend_store_append_history(a, &h), 0);
+  CHECK_EQ_INT(mend_store_commit(a), 0);
+  sqlite3 *db = raw_open(path);
+  char *status = raw_text(db, "SELECT status FROM runs WHERE id = 'g1'");
+  CHECK_STR(status, "succeeded");
+  free(status);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM steps WHERE run_id = 'g1'"), 0);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM history WHERE run_id = 'g1'"), 0);
+  /* taken back (a repair hands it to a again), it is a's to write once more */
+  CHECK_EQ_INT(mend_store_take(a, "g1", "wa", now + 30), 0);
+  CHECK_EQ_INT(mend_store_update_run(a, "g1", "failed", NULL, 0, 7, NULL), 0);
+  CHECK_EQ_INT(mend_store_commit(a), 0);
+  status = raw_text(db, "SELECT status FROM runs WHERE id = 'g1'");
+  CHECK_STR(status, "failed");
+  free(status);
+  sqlite3_close(db);
+  mend_store_close(a);
+  mend_store_close(b);
+  remove_db(path);
+}
+
 static void test_fence(void) {
   /* This test takes the on-time and the late path on purpose, so not the late path for every
    * transaction that MEND_FENCE_LATE=1 asks of the specs. */
@@ -1684,6 +1733,7 @@ int main(void) {
   test_writer_parts();
   test_compact_rows();
   test_fence();
+  test_released_run_is_fenced();
   test_history_numbers();
   test_pending_steps();
   test_attempts_in_flight();
