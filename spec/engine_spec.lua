@@ -385,8 +385,8 @@ describe("a step's timeout", function()
   end)
 end)
 
--- The engine keeps the coroutines of attempts that ended cleanly for later attempts: whatever
--- way an attempt ends, the next one starts with nothing of it.
+-- Whatever way an attempt ends, its coroutine is closed (to-be-closed variables once each),
+-- and the next attempt starts with nothing of it.
 describe("an attempt's coroutine", function()
   after_each(H.cleanup)
 

@@ -46,11 +46,6 @@
 
 /* Coroutines of steps are found again from Lua through this registry table: thread -> run. */
 #define THREADS_KEY "mend.threads"
-
-/* An attempt's coroutine is a kilobyte of stack and state, and making one, anchoring it and
- * letting it go were a tenth of the loop thread's work a step in W1: one that ended cleanly is
- * reset and kept for the next attempt, up to this many (attempts that wait hold their own). */
-#define SPARE_THREADS 64
 /* Actions one loop turn may do before it commits and polls again. */
 #define MAX_TURN_ACTIONS 2048
 /* CPU-bound Lua is interrupted by a count hook this often (instructions). */
@@ -175,9 +170,6 @@ struct mend_engine {
   int broken;
   char errmsg[1024];
   int ctx_mt_ref;
-  /* Coroutines of attempts that ended cleanly, kept for the next ones (spare_thread). */
-  struct spare_thread { lua_State *co; int ref; } spare[SPARE_THREADS];
-  int nspare;
   mend_refs refs;         /* the runs' long-lived Lua values (refs.h) */
   mend_engine_config cfg;
   /* leases and serving */
@@ -1048,31 +1040,15 @@ static void end_attempt(mend_run *r) {
   if (next) queue(next, next->next_action);
   lua_sethook(r->co, NULL, 0, 0);
   *(mend_run **)lua_getextraspace(r->co) = NULL;
-  int closed = mend_closethread(r->co, E->L);
+  mend_closethread(r->co, E->L);
   lua_getfield(E->L, LUA_REGISTRYINDEX, THREADS_KEY);
   lua_rawgeti(E->L, LUA_REGISTRYINDEX, r->co_ref);
   lua_pushnil(E->L);
   lua_rawset(E->L, -3);
   lua_pop(E->L, 1);
-  /* A thread whose closing raised (a to-be-closed variable's error) is not used again. */
-  if (closed == LUA_OK && E->nspare < SPARE_THREADS)
-    E->spare[E->nspare++] = (struct spare_thread){r->co, r->co_ref};
-  else
-    luaL_unref(E->L, LUA_REGISTRYINDEX, r->co_ref);
+  luaL_unref(E->L, LUA_REGISTRYINDEX, r->co_ref);
   r->co = NULL;
   r->co_ref = LUA_NOREF;
-}
-
-/* A coroutine for an attempt, anchored in the registry by *ref: a spare one if there is. */
-static lua_State *take_thread(mend_engine *E, int *ref) {
-  if (E->nspare > 0) {
-    struct spare_thread t = E->spare[--E->nspare];
-    *ref = t.ref;
-    return t.co;
-  }
-  lua_State *co = lua_newthread(E->L);
-  *ref = luaL_ref(E->L, LUA_REGISTRYINDEX);
-  return co;
 }
 
 static void attempt_done(mend_run *r, int ok, mend_error_info *info, const char *result_json) {
@@ -1163,17 +1139,18 @@ static void start_attempt(mend_run *r, int compensating) {
   lua_State *L = E->L;
   int i = r->cur;
   const mend_step_def *def = &r->wf->steps[i];
-  lua_State *co = take_thread(E, &r->co_ref);
+  lua_State *co = lua_newthread(L);
   r->co = co;
   r->timed_out = 0;
   E->attempts++;
   failpoint(compensating ? "compensate" : "execute");
   *(mend_run **)lua_getextraspace(co) = r;
   lua_getfield(L, LUA_REGISTRYINDEX, THREADS_KEY);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, r->co_ref);
+  lua_pushvalue(L, -2);
   lua_pushlightuserdata(L, r);
   lua_rawset(L, -3);
   lua_pop(L, 1);
+  r->co_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   lua_rawgeti(co, LUA_REGISTRYINDEX, compensating ? def->compensate_ref : def->execute_ref);
   push_ctx(r, i, compensating);
   lua_xmove(L, co, 1);
@@ -3019,7 +2996,6 @@ void mend_engine_destroy(mend_engine *E) {
     uv_run(E->loop, UV_RUN_NOWAIT);
   }
   luaL_unref(E->L, LUA_REGISTRYINDEX, E->ctx_mt_ref);
-  while (E->nspare > 0) luaL_unref(E->L, LUA_REGISTRYINDEX, E->spare[--E->nspare].ref);
   mend_refs_free(&E->refs, E->L);
   luaL_unref(E->L, LUA_REGISTRYINDEX, E->thread_ref);
   if (E->owned_state) lua_close(E->owned_state);
