@@ -1154,23 +1154,30 @@ static void restore_env(const char *name, char *value) {
   free(value);
 }
 
+/* Two stores on one file; a's worker "wa" holds run g1 (committed), its lease good till now + 30. */
+static int two_workers_one_run(const char *path, double now, mend_store **a, mend_store **b) {
+  char err[512] = "";
+  *a = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  *b = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  CHECK(*a && *b);
+  if (!*a || !*b) return -1;
+  mend_store_set_worker(*a, "wa");
+  CHECK_EQ_INT(mend_store_set_fence(*a, "wa", 30, now + 30), 0);
+  mend_run_rec r = run_rec("g1", NULL, "running", 1);
+  r.owner = "wa";
+  CHECK_EQ_INT(mend_store_insert_run(*a, &r), 0);
+  CHECK_EQ_INT(mend_store_commit(*a), 0);
+  return 0;
+}
+
 /* A run a worker gave back is no longer its to write: what it records for the run after the
  * release (a stopping worker's attempt that ended late) is dropped, even while its lease is
  * good, and another worker's state of the run stands. Taken back, the run is written again. */
 static void test_released_run_is_fenced(void) {
   const char *path = file_in_dir("released.db");
-  char err[512] = "";
   double now = (double)time(NULL);
-  mend_store *a = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
-  mend_store *b = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
-  CHECK(a && b);
-  if (!a || !b) return;
-  mend_store_set_worker(a, "wa");
-  CHECK_EQ_INT(mend_store_set_fence(a, "wa", 30, now + 30), 0);
-  mend_run_rec r = run_rec("g1", NULL, "running", 1);
-  r.owner = "wa";
-  CHECK_EQ_INT(mend_store_insert_run(a, &r), 0);
-  CHECK_EQ_INT(mend_store_commit(a), 0);
+  mend_store *a, *b;
+  if (two_workers_one_run(path, now, &a, &b) != 0) return;
   CHECK_EQ_INT(mend_store_release(a, "g1", "wa"), 0);
   CHECK_EQ_INT(mend_store_commit(a), 0);
   /* another worker takes it and finishes it */
@@ -1415,18 +1422,9 @@ static void test_workflow_versions(void) {
  * finds a run whose holder has no row at all. */
 static void test_claimable(void) {
   const char *path = file_in_dir("claimable.db");
-  char err[512] = "";
   double now = (double)time(NULL);
-  mend_store *a = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
-  mend_store *b = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
-  CHECK(a && b);
-  if (!a || !b) return;
-  mend_store_set_worker(a, "wa");
-  CHECK_EQ_INT(mend_store_set_fence(a, "wa", 30, now + 30), 0);
-  mend_run_rec r = run_rec("g1", NULL, "running", 1);
-  r.owner = "wa";
-  CHECK_EQ_INT(mend_store_insert_run(a, &r), 0);
-  CHECK_EQ_INT(mend_store_commit(a), 0);
+  mend_store *a, *b;
+  if (two_workers_one_run(path, now, &a, &b) != 0) return;
   sqlite3 *db = raw_open(path);
   CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 0), 0);
 
