@@ -693,7 +693,6 @@ static void set_result(mend_run *r, int i) {
   lua_pop(L, 1);
 }
 
-/* Pushes a new ctx table for step i. [-0, +1, m] */
 /* A step's default idempotency key, run_id/step. */
 static void push_default_key(lua_State *L, const char *run_id, const char *step) {
   char buf[256];
@@ -708,7 +707,8 @@ static void push_default_key(lua_State *L, const char *run_id, const char *step)
   lua_pushlstring(L, buf, a + 1 + b);
 }
 
-/* One ctx an attempt: a third of the loop thread's work in W1 (7.4k instructions), most of it
+/* Pushes a new ctx table for step i. [-0, +1, m]
+ * One ctx an attempt: a third of the loop thread's work in W1 (7.4k instructions), most of it
  * the table's slots and the garbage they make. Seven fields fill a table of eight slots, where
  * eight took sixteen: `compensating` is set only when true, and reads false through the
  * metatable otherwise (make_ctx_metatable); names come from references made at registration,
