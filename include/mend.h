@@ -55,7 +55,9 @@ typedef enum mend_status {
   MEND_ESTORE,      /* the database failed (full, locked, not a mend database, ...) */
   MEND_ENOTFOUND,   /* no such run or workflow */
   MEND_ECLOCK,      /* the operation needs a virtual clock */
-  MEND_ESTATE       /* the operation makes no sense now (e.g. retrying a succeeded run) */
+  MEND_ESTATE,      /* the operation makes no sense now (e.g. retrying a succeeded run) */
+  MEND_EBROKEN      /* the engine stopped for good after an internal failure (its message
+                       says which); free it and make a new one */
 } mend_status;
 
 /* A static description of a status code ("storage error"). */

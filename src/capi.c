@@ -5,6 +5,7 @@
  */
 #include "mend.h"
 
+#include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,20 @@
 #include "engine.h"
 #include "log.h"
 #include "luadir.h"
+
+/* The entry points that run workflow code run between these two: an error of Lua's outside
+ * every protected call (a bug of mend's, or memory running out for the engine itself) comes
+ * back here through the state's panic handler, and the engine is broken rather than the host
+ * aborted. */
+#define PANIC_EXIT(E)                                            \
+  if (mend_engine_panicked(E)) return MEND_EBROKEN;               \
+  jmp_buf panic_jb;                                              \
+  void *panic_saved = mend_engine_set_panic_exit((E), &panic_jb); \
+  if (setjmp(panic_jb)) {                                        \
+    mend_engine_set_panic_exit((E), panic_saved);                \
+    return MEND_EBROKEN;                                         \
+  }
+#define PANIC_EXIT_END(E) mend_engine_set_panic_exit((E), panic_saved)
 
 MEND_API const char *mend_version(void) { return MEND_VERSION_STRING; }
 
@@ -25,6 +40,7 @@ MEND_API const char *mend_strerror(int status) {
     case MEND_ENOTFOUND: return "not found";
     case MEND_ECLOCK: return "needs a virtual clock";
     case MEND_ESTATE: return "not possible in the run's state";
+    case MEND_EBROKEN: return "the engine stopped after an internal failure";
     default: return "unknown error";
   }
 }
@@ -178,7 +194,9 @@ MEND_API const char *mend_engine_errmsg(mend_engine *engine) { return mend_engin
 
 MEND_API int mend_engine_load(mend_engine *engine, const char *path, char *name_out, size_t name_len) {
   char err[1024];
+  PANIC_EXIT(engine);
   mend_workflow *wf = mend_engine_load_file(engine, path, err, sizeof err);
+  PANIC_EXIT_END(engine);
   if (!wf) {
     mend_engine_note_error(engine, err);
     return MEND_ELOAD;
@@ -238,18 +256,26 @@ MEND_API int mend_engine_start(mend_engine *engine, const char *workflow, const 
 }
 
 MEND_API int mend_engine_recover(mend_engine *engine, int *count) {
+  PANIC_EXIT(engine);
   int n = mend_engine_recover_runs(engine, 0);
+  PANIC_EXIT_END(engine);
   if (n < 0) return MEND_ESTORE;
   if (count) *count = n;
   return MEND_OK;
 }
 
 MEND_API int mend_engine_run_all(mend_engine *engine) {
-  return mend_engine_run(engine) ? MEND_ESTORE : MEND_OK;
+  PANIC_EXIT(engine);
+  int rc = mend_engine_run(engine);
+  PANIC_EXIT_END(engine);
+  return rc ? MEND_ESTORE : MEND_OK;
 }
 
 MEND_API int mend_engine_tick(mend_engine *engine, double budget) {
-  return mend_engine_tick_for(engine, budget) < 0 ? MEND_ESTORE : MEND_OK;
+  PANIC_EXIT(engine);
+  int rc = mend_engine_tick_for(engine, budget);
+  PANIC_EXIT_END(engine);
+  return rc < 0 ? MEND_ESTORE : MEND_OK;
 }
 
 MEND_API double mend_engine_next_tick(mend_engine *engine) { return mend_engine_next_due(engine); }
@@ -259,7 +285,10 @@ MEND_API void mend_engine_wakeup(mend_engine *engine) { mend_engine_wake(engine)
 MEND_API int mend_engine_in_flight_count(mend_engine *engine) { return mend_engine_in_flight(engine); }
 
 MEND_API int mend_engine_advance_clock(mend_engine *engine, double seconds) {
-  return mend_engine_advance(engine, seconds) ? MEND_ECLOCK : MEND_OK;
+  PANIC_EXIT(engine);
+  int rc = mend_engine_advance(engine, seconds);
+  PANIC_EXIT_END(engine);
+  return rc ? MEND_ECLOCK : MEND_OK;
 }
 
 MEND_API double mend_engine_time(mend_engine *engine) { return mend_engine_now(engine); }

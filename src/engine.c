@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <sys/random.h>
 #include <time.h>
@@ -32,8 +33,10 @@
 #include "backoff.h"
 #include "breaker.h"
 #include "json.h"
+#include "guard.h"
 #include "lmend.h"
 #include "refs.h"
+#include "sandbox.h"
 #include "timers.h"
 #include "transition.h"
 #include "util.h"
@@ -48,8 +51,12 @@
 #define THREADS_KEY "mend.threads"
 /* Actions one loop turn may do before it commits and polls again. */
 #define MAX_TURN_ACTIONS 2048
-/* CPU-bound Lua is interrupted by a count hook this often (instructions). */
-#define HOOK_EVERY 10000
+/* Calls into workflow code outside attempts (a file's top level as it loads, a step's
+ * idempotency_key) get this long in real seconds, with an instruction budget or without. */
+#define CALL_SECONDS 10.0
+/* What the engine may spend on the text of a value that workflow code raised. */
+#define DESCRIBE_BUDGET 1000000
+#define DESCRIBE_SECONDS 0.05
 
 /* Child processes of two kinds share the loop; the tag tells their handles apart at destroy.
  * Each starts with this header: the engine lets go of its live children when destroyed (E is
@@ -109,11 +116,10 @@ struct mend_run {
   const char *reason;     /* why it failed for good: fatal, error, attempts_exhausted, ... */
   /* the attempt in flight */
   lua_State *co;
-  double deadline_real;
+  mend_limits limits;     /* its instruction budget and real-time deadline */
   mend_timer wait, deadline;
   exec_req *exec;
   mend_host_call *host_call;
-  long instructions_left; /* of the attempt's budget */
   mend_run *tnext;        /* waiting for a concurrency slot */
   run_fifo *waiting_in;   /* which list, if any */
   struct mend_breaker_slot *held; /* the breaker whose concurrency the attempt counts in */
@@ -132,8 +138,6 @@ struct mend_run {
   action next_action;
   unsigned char attention;
   unsigned char waiting;      /* yielded inside mend.sleep / mend.exec */
-  unsigned char timed_out;
-  unsigned char over_budget;
   unsigned char queued;       /* in the queue behind the current batch */
   unsigned char lost;         /* another worker took it: let go when its queued action comes up */
   char id[MEND_RUN_ID_LEN];
@@ -204,6 +208,8 @@ struct mend_engine {
   int checkpoint_from;    /* the WAL's length when the last checkpoint began */
   int wal_catch_up;       /* the WAL is long: copy the rest of it between two batches */
   int destroying;
+  void *panic_exit;       /* a jmp_buf of the C API's entry point that is running */
+  int panicked;
 };
 
 /* ---------------------------------------------------------------- small helpers */
@@ -682,6 +688,8 @@ static void breaker_outcome(mend_run *r, int i, mend_breaker_outcome outcome) {
 
 static void finish_failed(mend_run *r);
 static void backward(mend_run *r);
+static int guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres);
+static const char *describe(mend_engine *E, lua_State *from, int idx, char *buf, size_t len);
 
 static void set_result(mend_run *r, int i) {
   lua_State *L = r->E->L;
@@ -740,13 +748,17 @@ static int ensure_key(mend_run *r, int i) {
   step_rt *st = &r->steps[i];
   const mend_step_def *def = &r->wf->steps[i];
   if (st->key_ready || def->key_ref == LUA_NOREF) return 0;
-  lua_State *L = r->E->L;
+  mend_engine *E = r->E;
+  lua_State *L = E->L;
   lua_rawgeti(L, LUA_REGISTRYINDEX, def->key_ref);
   push_ctx(r, i, 0);
-  if (lua_pcall(L, 1, 1, 0) != LUA_OK || !lua_isstring(L, -1)) {
-    char msg[400];
+  mend_limits lim;
+  mend_limits_init(&lim, "idempotency_key", E->cfg.instruction_budget, CALL_SECONDS);
+  int status = guarded_pcall(E, &lim, 1, 1);
+  if (status != LUA_OK || !lua_isstring(L, -1)) {
+    char msg[400], text[300];
     snprintf(msg, sizeof msg, "idempotency_key: %s",
-             lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "must return a string");
+             status != LUA_OK ? describe(E, L, -1, text, sizeof text) : "must return a string");
     lua_pop(L, 1);
     set_str(&st->error, msg);
     return -1;
@@ -992,27 +1004,53 @@ static void compensation_failed(mend_run *r, int i, const mend_error_info *info)
 
 /* ---------------------------------------------------------------- attempts in Lua */
 
-/* Runs every HOOK_EVERY instructions of a step: stops CPU-bound code at its timeout and at
- * the engine's instruction budget, so that a bad script cannot take the host down. Once
- * tripped it fires again at once if the step catches the error. */
-static void limits_hook(lua_State *L, lua_Debug *ar) {
-  (void)ar;
-  mend_run *r = *(mend_run **)lua_getextraspace(L);
-  if (!r) return;
-  if (r->E->cfg.instruction_budget > 0) {
-    r->instructions_left -= HOOK_EVERY;
-    if (r->instructions_left <= 0) {
-      r->over_budget = 1;
-      lua_pushfstring(L, "step exceeded its instruction budget (%d instructions)",
-                      (int)r->E->cfg.instruction_budget);
-      lua_error(L);
-    }
+/* Calls into workflow code from C go through here: under `lim`, held to the memory limit,
+ * protected. The hook watches E->L for the time of the call, so that the coroutines the code
+ * makes on it are watched too. nargs arguments above the function; leaves nres results or the
+ * error value. */
+static int guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres) {
+  mend_limits_watch(E->L);
+  mend_limits_enter(E->L, lim);
+  int limit_was = E->limit_memory;
+  E->limit_memory = 1;
+  int status = lua_pcall(E->L, nargs, nres, 0);
+  E->limit_memory = limit_was;
+  mend_limits_leave(E->L, lim);
+  mend_limits_unwatch(E->L);
+  return status;
+}
+
+static int push_tostring(lua_State *L) {
+  luaL_tolstring(L, 1, NULL);
+  return 1;
+}
+
+/* The text of an error value that workflow code raised or returned, into buf. Strings and
+ * numbers are what they say; for anything else, a __tostring of its own gets a small budget
+ * and no second chance: the engine never trusts what a workflow's metamethods do. */
+static const char *describe(mend_engine *E, lua_State *from, int idx, char *buf, size_t len) {
+  idx = lua_absindex(from, idx);
+  int t = lua_type(from, idx);
+  if (t == LUA_TSTRING || t == LUA_TNUMBER) {
+    snprintf(buf, len, "%s", lua_tostring(from, idx));
+    return buf;
   }
-  if (r->deadline_real > 0 && mend_real_now() >= r->deadline_real) {
-    r->timed_out = 1;
-    mend_lua_push_error(L, MEND_ERR_TIMEOUT, "step exceeded its timeout", -1, 0);
-    lua_error(L);
-  }
+  snprintf(buf, len, "(error object is a %s value)", lua_typename(from, t));
+  if (!luaL_getmetafield(from, idx, "__tostring")) return buf;
+  lua_pop(from, 1);
+  lua_pushcfunction(E->L, push_tostring);
+  lua_pushvalue(from, idx);
+  lua_xmove(from, E->L, 1);
+  mend_limits lim;
+  mend_limits_init(&lim, "the error's __tostring", DESCRIBE_BUDGET, DESCRIBE_SECONDS);
+  if (guarded_pcall(E, &lim, 1, 1) == LUA_OK && lua_type(E->L, -1) == LUA_TSTRING)
+    snprintf(buf, len, "%s", lua_tostring(E->L, -1));
+  else if (lua_type(E->L, -1) == LUA_TSTRING)
+    snprintf(buf, len, "(error object whose __tostring failed: %s)", lua_tostring(E->L, -1));
+  else
+    snprintf(buf, len, "(error object whose __tostring failed)");
+  lua_pop(E->L, 1);
+  return buf;
 }
 
 static void abandon_exec(mend_run *r);
@@ -1070,7 +1108,9 @@ static void resume(mend_run *r, int nargs) {
   int nres = 0;
   r->waiting = 0;
   E->limit_memory = 1;
+  mend_limits_enter(E->L, &r->limits);
   int status = lua_resume(co, E->L, nargs, &nres);
+  mend_limits_leave(E->L, &r->limits);
   E->limit_memory = 0;
   if (status == LUA_YIELD && r->waiting) {
     lua_pop(co, nres);
@@ -1099,8 +1139,7 @@ static void resume(mend_run *r, int nargs) {
     int is_mend = mend_lua_read_error(co, -1, &info);
     if (!is_mend) {
       /* An unknown error: keep the message, put the traceback in the log. */
-      snprintf(msg, sizeof msg, "%s", info.message ? info.message : luaL_tolstring(co, -1, NULL));
-      info.message = msg;
+      info.message = describe(E, co, -1, msg, sizeof msg);
       luaL_traceback(E->L, co, msg, 0);
       mend_engine_log_line(E, "error", r->id, step_name(r, r->cur), r->steps[r->cur].attempts,
                            "error", lua_tostring(E->L, -1));
@@ -1110,16 +1149,21 @@ static void resume(mend_run *r, int nargs) {
       info.message = msg;
     }
   }
-  if (r->timed_out && !ok) { info.kind = MEND_ERR_TIMEOUT; info.retry_after = -1; }
+  if (r->limits.tripped) {
+    /* Whatever the code did with the limit's error (caught it, raised another), this is why
+     * the attempt ended. */
+    ok = 0;
+    free(result);
+    result = NULL;
+    mend_limits_message(&r->limits, msg, sizeof msg);
+    info.message = msg;
+    info.retry_after = -1;
+    info.kind = r->limits.tripped == MEND_LIMIT_TIMEOUT ? MEND_ERR_TIMEOUT : MEND_ERR_ERROR;
+  }
   if (status == LUA_ERRMEM && E->owned_state && E->cfg.memory_limit > 0) {
     snprintf(msg, sizeof msg, "step exceeded the memory limit (%zu bytes)", E->cfg.memory_limit);
     info.message = msg;
-  }
-  if (r->over_budget && !ok) {
     info.kind = MEND_ERR_ERROR;
-    snprintf(msg, sizeof msg, "step exceeded its instruction budget (%ld instructions)",
-             E->cfg.instruction_budget);
-    info.message = msg;
   }
   end_attempt(r);
   attempt_done(r, ok, &info, result);
@@ -1141,7 +1185,6 @@ static void start_attempt(mend_run *r, int compensating) {
   const mend_step_def *def = &r->wf->steps[i];
   lua_State *co = lua_newthread(L);
   r->co = co;
-  r->timed_out = 0;
   E->attempts++;
   failpoint(compensating ? "compensate" : "execute");
   *(mend_run **)lua_getextraspace(co) = r;
@@ -1161,15 +1204,10 @@ static void start_attempt(mend_run *r, int compensating) {
   } else {
     mend_refs_push(&E->refs, co, r->input_ref);
   }
-  r->deadline_real = 0;
-  r->over_budget = 0;
-  r->instructions_left = E->cfg.instruction_budget;
-  if (def->timeout > 0) {
-    r->deadline_real = mend_real_now() + def->timeout;
-    arm(r, &r->deadline, mend_engine_now(E) + def->timeout);
-  }
-  if (def->timeout > 0 || E->cfg.instruction_budget > 0)
-    lua_sethook(co, limits_hook, LUA_MASKCOUNT, HOOK_EVERY);
+  mend_limits_init(&r->limits, "step", E->cfg.instruction_budget, def->timeout);
+  r->limits.timeout_typed = 1;
+  if (def->timeout > 0) arm(r, &r->deadline, mend_engine_now(E) + def->timeout);
+  if (def->timeout > 0 || E->cfg.instruction_budget > 0) mend_limits_watch(co);
   resume(r, 2);
 }
 
@@ -2696,8 +2734,57 @@ static mend_workflow *adopt(mend_engine *E, mend_workflow *wf) {
   return wf;
 }
 
+/* Runs a workflow's text (its top level, under the engine's limits and, in a sandboxed engine,
+ * in an environment of its own) and checks the definition it returns. `path` names it in
+ * messages and is where its `require` looks in a sandbox. */
+static mend_workflow *load_text(mend_engine *E, const char *text, size_t len, const char *path,
+                                const char *version, char *err, int errlen) {
+  lua_State *L = E->L;
+  int top = lua_gettop(L);
+  lua_pushfstring(L, "@%s", path);
+  int status = luaL_loadbufferx(L, text, len, lua_tostring(L, -1), "t");
+  if (status == LUA_OK && E->cfg.sandbox && E->owned_state) {
+    const char *slash = strrchr(path, '/');
+    lua_pushlstring(L, path, slash ? (size_t)(slash - path) : 0);
+    mend_sandbox_env(L, lua_tostring(L, -1), E->cfg.lua_path);
+    lua_setupvalue(L, -3, 1);
+    lua_pop(L, 1);
+  }
+  if (status == LUA_OK) {
+    mend_limits lim;
+    mend_limits_init(&lim, "workflow file", E->cfg.instruction_budget, CALL_SECONDS);
+    status = guarded_pcall(E, &lim, 0, 1);
+    if (status != LUA_OK && lim.tripped) {
+      char why[200];
+      mend_errorf(err, errlen, "%s: %s while it loaded", path, mend_limits_message(&lim, why, sizeof why));
+      lua_settop(L, top);
+      return NULL;
+    }
+  }
+  if (status != LUA_OK) {
+    char text_of[600];
+    if (status == LUA_ERRMEM && E->owned_state && E->cfg.memory_limit > 0)
+      mend_errorf(err, errlen, "%s: exceeded the memory limit (%zu bytes) while it loaded", path,
+                  E->cfg.memory_limit);
+    else   /* Lua's message already starts with the file name and line */
+      mend_errorf(err, errlen, "%s", describe(E, L, -1, text_of, sizeof text_of));
+    lua_settop(L, top);
+    return NULL;
+  }
+  mend_workflow *wf = mend_workflow_from_table(L, -1, path, version, err, errlen);
+  lua_settop(L, top);
+  return wf;
+}
+
 mend_workflow *mend_engine_load_file(mend_engine *E, const char *path, char *err, int errlen) {
-  return adopt(E, mend_workflow_load(E->L, path, err, errlen));
+  size_t len;
+  char *text = mend_workflow_read(path, &len, err, errlen);
+  if (!text) return NULL;
+  char version[20];
+  mend_workflow_version_of(text, len, version);
+  mend_workflow *wf = load_text(E, text, len, path, version, err, errlen);
+  free(text);
+  return adopt(E, wf);
 }
 
 mend_workflow *mend_engine_register(mend_engine *E, int idx, char *err, int errlen) {
@@ -2764,13 +2851,15 @@ static int ctx_sleep(lua_State *L) {
 static void make_ctx_metatable(mend_engine *E) {
   lua_State *L = E->L;
   static const luaL_Reg methods[] = {{"log", ctx_log}, {"now", ctx_now}, {"sleep", ctx_sleep}, {NULL, NULL}};
-  lua_createtable(L, 0, 1);
+  lua_createtable(L, 0, 2);
   lua_createtable(L, 0, 4);
   lua_pushlightuserdata(L, E);
   luaL_setfuncs(L, methods, 1);
   lua_pushboolean(L, 0);
   lua_setfield(L, -2, "compensating");   /* what ctx.compensating reads outside compensate */
   lua_setfield(L, -2, "__index");
+  lua_pushliteral(L, "ctx");
+  lua_setfield(L, -2, "__metatable");   /* every run's ctx shares it: not workflow code's to change */
   E->ctx_mt_ref = luaL_ref(L, LUA_REGISTRYINDEX);
 }
 
@@ -2790,28 +2879,29 @@ static void *limited_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   return p;
 }
 
-/* Takes from workflow code what could harm the host: processes, files, native modules. */
-static void sandbox(lua_State *L) {
-  lua_pushnil(L);
-  lua_setglobal(L, "io");
-  lua_getglobal(L, "os");
-  static const char *const gone[] = {"execute", "exit", "remove", "rename", "tmpname", NULL};
-  for (const char *const *g = gone; *g; g++) {
-    lua_pushnil(L);
-    lua_setfield(L, -2, *g);
+void *mend_engine_set_panic_exit(mend_engine *E, void *jmpbuf) {
+  void *before = E->panic_exit;
+  E->panic_exit = jmpbuf;
+  return before;
+}
+
+int mend_engine_panicked(const mend_engine *E) { return E->panicked; }
+
+/* An error outside every protected call of an engine's own state: Lua would abort the process
+ * when this returns, so it goes back to the C API's entry point instead, the engine broken. */
+static int on_panic(lua_State *L) {
+  void *ud;
+  lua_getallocf(L, &ud);
+  mend_engine *E = ud;
+  const char *msg = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "(not a string)";
+  breakdown(E, "mend: an error escaped every protected call of the engine's Lua state (a bug of "
+            "mend's, or memory running out): %s", msg);
+  if (E->panic_exit) {
+    E->panicked = 1;
+    longjmp(*(jmp_buf *)E->panic_exit, 1);
   }
-  lua_pop(L, 1);
-  lua_getglobal(L, "package");
-  lua_pushnil(L);
-  lua_setfield(L, -2, "loadlib");
-  lua_pushliteral(L, "");
-  lua_setfield(L, -2, "cpath");
-  lua_getfield(L, -1, "searchers");
-  lua_pushnil(L);
-  lua_rawseti(L, -2, 4);   /* the all-in-one C loader */
-  lua_pushnil(L);
-  lua_rawseti(L, -2, 3);   /* the C loader */
-  lua_pop(L, 2);
+  fprintf(stderr, "%s\n", E->errmsg);
+  return 0;
 }
 
 mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, char *err, int errlen) {
@@ -2834,7 +2924,8 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
       lua_setfield(host, -3, "path");
       lua_pop(host, 2);
     }
-    if (cfg->sandbox) sandbox(host);
+    lua_atpanic(host, on_panic);
+    if (cfg->sandbox) mend_sandbox_prepare(host);
   }
   lua_rawgeti(host, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
   lua_State *main = lua_tothread(host, -1);

@@ -146,6 +146,12 @@ int mend_engine_breaker_set(mend_engine *E, const char *key, const char *op, dou
                             const char *who, char *err, int errlen);
 int mend_engine_in_flight(const mend_engine *E);
 
+/* Where a Lua panic in an engine that owns its state goes (a jmp_buf of the caller's, which
+ * the panic handler longjmps to); returns the one before. mend_engine_panicked: it happened,
+ * and the engine must not be used again but to be destroyed. */
+void *mend_engine_set_panic_exit(mend_engine *E, void *jmpbuf);
+int mend_engine_panicked(const mend_engine *E);
+
 mend_store *mend_engine_store(mend_engine *E);
 lua_State  *mend_engine_lua(mend_engine *E);
 uv_loop_t  *mend_engine_loop(mend_engine *E);

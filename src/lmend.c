@@ -49,6 +49,12 @@ static int is_mend_error(lua_State *L, int idx) {
   return same;
 }
 
+/* e[field], raw: an error's fields are read without running any code of the workflow's. */
+static int raw_field(lua_State *L, int idx, const char *field) {
+  lua_pushstring(L, field);
+  return lua_rawget(L, idx);
+}
+
 int mend_lua_read_error(lua_State *L, int idx, mend_error_info *info) {
   idx = lua_absindex(L, idx);
   *info = (mend_error_info){MEND_ERR_ERROR, NULL, -1, 0};
@@ -56,19 +62,24 @@ int mend_lua_read_error(lua_State *L, int idx, mend_error_info *info) {
     if (lua_type(L, idx) == LUA_TSTRING) info->message = lua_tostring(L, idx);
     return 0;
   }
-  lua_getfield(L, idx, "kind");
+  raw_field(L, idx, "kind");
   const char *kind = lua_tostring(L, -1);
   for (int k = MEND_ERR_RETRYABLE; k <= MEND_ERR_ERROR; k++)
     if (kind && strcmp(kind, kind_names[k]) == 0) info->kind = (mend_error_kind)k;
   lua_pop(L, 1);
-  lua_getfield(L, idx, "message");
-  info->message = lua_tostring(L, -1);   /* anchored in the error table */
+  /* A message that is not a string stays NULL: converting a number in place would change
+   * the error table's field under a lua_next of someone's. */
+  if (raw_field(L, idx, "message") == LUA_TSTRING)
+    info->message = lua_tostring(L, -1);   /* anchored in the error table */
   lua_pop(L, 1);
-  lua_getfield(L, idx, "retry_after");
-  if (lua_isnumber(L, -1)) info->retry_after = lua_tonumber(L, -1);
+  if (raw_field(L, idx, "retry_after") == LUA_TNUMBER) {
+    double ra = lua_tonumber(L, -1);
+    if (ra >= 0) info->retry_after = ra;
+  }
   lua_pop(L, 1);
-  lua_getfield(L, idx, "severity");
-  info->severity = (int)lua_tointeger(L, -1);
+  raw_field(L, idx, "severity");
+  lua_Integer sev = lua_tointeger(L, -1);
+  info->severity = sev >= 1 && sev <= 3 ? (int)sev : 0;
   lua_pop(L, 1);
   return 1;
 }
@@ -122,14 +133,16 @@ static int l_compensable(lua_State *L) {
 /* mend.is_error(v) -> kind | nil  [-0, +1, -] */
 static int l_is_error(lua_State *L) {
   if (!is_mend_error(L, 1)) { lua_pushnil(L); return 1; }
-  lua_getfield(L, 1, "kind");
+  raw_field(L, 1, "kind");
   return 1;
 }
 
 static int error_tostring(lua_State *L) {
-  lua_getfield(L, 1, "kind");
-  lua_getfield(L, 1, "message");
-  lua_pushfstring(L, "%s: %s", luaL_optstring(L, -2, "error"), luaL_optstring(L, -1, ""));
+  luaL_checktype(L, 1, LUA_TTABLE);
+  int tk = raw_field(L, 1, "kind");
+  int tm = raw_field(L, 1, "message");
+  lua_pushfstring(L, "%s: %s", tk == LUA_TSTRING ? lua_tostring(L, -2) : "error",
+                  tm == LUA_TSTRING ? lua_tostring(L, -1) : "");
   return 1;
 }
 
@@ -620,6 +633,9 @@ int mend_lua_open(lua_State *L) {
     lua_setfield(L, -2, "__tostring");
     lua_pushstring(L, "mend.error");
     lua_setfield(L, -2, "__name");
+    /* Shared by every error of every workflow: getmetatable answers its name instead. */
+    lua_pushstring(L, "mend.error");
+    lua_setfield(L, -2, "__metatable");
   }
   lua_pop(L, 1);
   if (luaL_newmetatable(L, ENGINE_MT)) {

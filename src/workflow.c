@@ -3,13 +3,17 @@
  *
  * Unknown fields are refused everywhere: a misspelt `compensate` would otherwise silently
  * leave a step without compensation, which is the kind of mistake a saga cannot afford.
+ * Definitions are read raw (no __index, no __len): reading one runs no code of the workflow,
+ * and no size is taken from it on trust.
  */
 #include "workflow.h"
 #include "util.h"
 
 #include <jansson.h>
 #include <lauxlib.h>
+#include <math.h>
 #include <stdarg.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,9 +43,16 @@ static int check_fields(lua_State *L, int idx, const char *what, const char *con
 }
 
 /* Reads an optional number field; 1 if present, 0 if absent, -1 if of the wrong type. */
+/* t[field] without metamethods. [-0, +1, m] */
+static int raw_field(lua_State *L, int idx, const char *field) {
+  idx = lua_absindex(L, idx);
+  lua_pushstring(L, field);
+  return lua_rawget(L, idx);
+}
+
 static int opt_number(lua_State *L, int idx, const char *field, const char *what, double *out,
                       char *err, int errlen) {
-  int t = lua_getfield(L, idx, field);
+  int t = raw_field(L, idx, field);
   int r = 0;
   if (t == LUA_TNUMBER) { *out = lua_tonumber(L, -1); r = 1; }
   else if (t != LUA_TNIL)
@@ -52,10 +63,11 @@ static int opt_number(lua_State *L, int idx, const char *field, const char *what
 
 static int opt_int(lua_State *L, int idx, const char *field, const char *what, int *out,
                    char *err, int errlen) {
-  double d;
+  double d = 0;
   int r = opt_number(L, idx, field, what, &d, err, errlen);
   if (r == 1) {
-    if (d != (double)(int)d) return mend_errorf(err, errlen, "%s.%s must be an integer, got %g", what, field, d);
+    if (!(d >= INT_MIN && d <= INT_MAX) || d != floor(d))
+      return mend_errorf(err, errlen, "%s.%s must be an integer, got %g", what, field, d);
     *out = (int)d;
   }
   return r;
@@ -63,7 +75,7 @@ static int opt_int(lua_State *L, int idx, const char *field, const char *what, i
 
 static int opt_string(lua_State *L, int idx, const char *field, const char *what,
                       const char **out, char *err, int errlen) {
-  int t = lua_getfield(L, idx, field);
+  int t = raw_field(L, idx, field);
   int r = 0;
   if (t == LUA_TSTRING) { *out = lua_tostring(L, -1); r = 1; }   /* anchored in the table */
   else if (t != LUA_TNIL)
@@ -127,7 +139,7 @@ static int parse_breaker_table(lua_State *L, int idx, const char *what, mend_bre
 /* Reads an optional function field into a registry reference. */
 static int opt_function_ref(lua_State *L, int idx, const char *field, const char *what,
                             int *ref, char *err, int errlen) {
-  int t = lua_getfield(L, idx, field);
+  int t = raw_field(L, idx, field);
   *ref = LUA_NOREF;
   if (t == LUA_TFUNCTION) { *ref = luaL_ref(L, LUA_REGISTRYINDEX); return 1; }
   lua_pop(L, 1);
@@ -184,20 +196,20 @@ static int parse_step(lua_State *L, int idx, int n, const mend_retry_policy *ret
       opt_number(L, idx, "timeout", "step", &s->timeout, sub, sizeof sub) < 0)
     return mend_errorf(err, errlen, "%s%s", prefix, sub);
   if (!(s->timeout >= 0)) return mend_errorf(err, errlen, "%stimeout must be >= 0, got %g", prefix, s->timeout);
-  if (lua_getfield(L, idx, "retry") != LUA_TNIL &&
+  if (raw_field(L, idx, "retry") != LUA_TNIL &&
       mend_parse_retry(L, -1, "retry", &s->retry, sub, sizeof sub)) {
     lua_pop(L, 1);
     return mend_errorf(err, errlen, "%s%s", prefix, sub);
   }
   lua_pop(L, 1);
-  if (lua_getfield(L, idx, "compensate_retry") != LUA_TNIL &&
+  if (raw_field(L, idx, "compensate_retry") != LUA_TNIL &&
       mend_parse_retry(L, -1, "compensate_retry", &s->compensate_retry, sub, sizeof sub)) {
     lua_pop(L, 1);
     return mend_errorf(err, errlen, "%s%s", prefix, sub);
   }
   lua_pop(L, 1);
   const char *key = name;
-  int t = lua_getfield(L, idx, "breaker");
+  int t = raw_field(L, idx, "breaker");
   if (t == LUA_TSTRING) key = lua_tostring(L, -1);
   else if (t == LUA_TTABLE) {
     if (parse_breaker_table(L, -1, "breaker", &s->breaker, &key, sub, sizeof sub)) {
@@ -269,16 +281,16 @@ mend_workflow *mend_workflow_from_table(lua_State *L, int idx, const char *sourc
   mend_retry_policy_default(&retry);
   mend_compensate_policy_default(&comp);
   mend_breaker_policy_default(&breaker);
-  if ((lua_getfield(L, idx, "retry") != LUA_TNIL &&
+  if ((raw_field(L, idx, "retry") != LUA_TNIL &&
        mend_parse_retry(L, -1, "retry", &retry, sub, sizeof sub)) ||
-      (lua_pop(L, 1), lua_getfield(L, idx, "compensate_retry") != LUA_TNIL &&
+      (lua_pop(L, 1), raw_field(L, idx, "compensate_retry") != LUA_TNIL &&
        mend_parse_retry(L, -1, "compensate_retry", &comp, sub, sizeof sub))) {
     lua_pop(L, 1);
     mend_errorf(err, errlen, "%s: workflow \"%s\": %s", source, name, sub);
     return NULL;
   }
   lua_pop(L, 1);
-  int t = lua_getfield(L, idx, "breaker");
+  int t = raw_field(L, idx, "breaker");
   if (t != LUA_TNIL && (t != LUA_TTABLE || parse_breaker_table(L, -1, "breaker", &breaker, NULL, sub, sizeof sub))) {
     if (t != LUA_TTABLE) snprintf(sub, sizeof sub, "breaker must be a table, got %s", lua_typename(L, t));
     lua_pop(L, 1);
@@ -286,13 +298,19 @@ mend_workflow *mend_workflow_from_table(lua_State *L, int idx, const char *sourc
     return NULL;
   }
   lua_pop(L, 1);
-  if (lua_getfield(L, idx, "steps") != LUA_TTABLE || luaL_len(L, -1) < 1) {
+  if (raw_field(L, idx, "steps") != LUA_TTABLE || lua_rawlen(L, -1) < 1) {
     lua_pop(L, 1);
     mend_errorf(err, errlen, "%s: workflow \"%s\": steps must be a non-empty list of steps", source, name);
     return NULL;
   }
   int steps = lua_absindex(L, -1);
-  int n = (int)luaL_len(L, steps);
+  if (lua_rawlen(L, steps) > MEND_MAX_STEPS) {
+    mend_errorf(err, errlen, "%s: workflow \"%s\": %llu steps, over the most a workflow may have (%d)",
+                source, name, (unsigned long long)lua_rawlen(L, steps), MEND_MAX_STEPS);
+    lua_pop(L, 1);
+    return NULL;
+  }
+  int n = (int)lua_rawlen(L, steps);
   mend_workflow *wf = calloc(1, sizeof *wf);
   wf->steps = calloc((size_t)n, sizeof *wf->steps);
   wf->name = mend_dupstr(name);
@@ -301,7 +319,7 @@ mend_workflow *mend_workflow_from_table(lua_State *L, int idx, const char *sourc
   wf->source = mend_dupstr(source);
   wf->def_ref = LUA_NOREF;
   for (int i = 0; i < n; i++) {
-    lua_geti(L, steps, i + 1);
+    lua_rawgeti(L, steps, i + 1);
     int r = parse_step(L, -1, i + 1, &retry, &comp, &breaker, &wf->steps[i], sub, sizeof sub);
     lua_pop(L, 1);
     wf->nsteps = i + 1;   /* so that free releases what this step took */
@@ -333,36 +351,39 @@ bad:
   return NULL;
 }
 
-mend_workflow *mend_workflow_load(lua_State *L, const char *path, char *err, int errlen) {
+char *mend_workflow_read(const char *path, size_t *len, char *err, int errlen) {
   FILE *f = fopen(path, "rb");
   if (!f) {
     mend_errorf(err, errlen, "%s: cannot open workflow file", path);
     return NULL;
   }
-  size_t cap = 4096, len = 0;
+  size_t cap = 4096, n = 0, got;
   char *text = malloc(cap);
-  size_t got;
-  while ((got = fread(text + len, 1, cap - len, f)) > 0) {
-    len += got;
-    if (len == cap) text = realloc(text, cap *= 2);
+  while (text && (got = fread(text + n, 1, cap - n, f)) > 0) {
+    n += got;
+    if (n < cap) continue;
+    char *more = cap < MEND_MAX_SOURCE ? realloc(text, cap *= 2) : NULL;
+    if (!more) {
+      mend_errorf(err, errlen, "%s: larger than %d bytes, or out of memory", path, MEND_MAX_SOURCE);
+      free(text);
+      fclose(f);
+      return NULL;
+    }
+    text = more;
   }
+  int failed = ferror(f);
   fclose(f);
-  char chunk[512], version[20];
-  snprintf(chunk, sizeof chunk, "@%s", path);
-  snprintf(version, sizeof version, "%016llx", (unsigned long long)fnv1a(text, len));
-  int top = lua_gettop(L);
-  int status = luaL_loadbuffer(L, text, len, chunk);
-  free(text);
-  if (status == LUA_OK) status = lua_pcall(L, 0, 1, 0);
-  if (status != LUA_OK) {
-    /* Lua's message already starts with the file name and line. */
-    mend_errorf(err, errlen, "%s", lua_tostring(L, -1) ? lua_tostring(L, -1) : "error loading workflow");
-    lua_settop(L, top);
+  if (!text || failed) {
+    free(text);
+    mend_errorf(err, errlen, "%s: cannot read workflow file", path);
     return NULL;
   }
-  mend_workflow *wf = mend_workflow_from_table(L, -1, path, version, err, errlen);
-  lua_settop(L, top);
-  return wf;
+  *len = n;
+  return text;
+}
+
+void mend_workflow_version_of(const char *text, size_t len, char out[20]) {
+  snprintf(out, 20, "%016llx", (unsigned long long)fnv1a(text, len));
 }
 
 void mend_workflow_free(lua_State *L, mend_workflow *wf) {

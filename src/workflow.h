@@ -37,10 +37,17 @@ typedef struct mend_workflow {
   struct mend_workflow *next;
 } mend_workflow;
 
-/* Runs the script at `path` in L and checks what it returns. NULL and a message in err on
- * failure. [-0, +0, -] */
-mend_workflow *mend_workflow_load(lua_State *L, const char *path, char *err, int errlen);
-/* Checks the table at idx; `source` names it in messages. [-0, +0, -] */
+/* The most steps a workflow may have, and the largest workflow file. */
+#define MEND_MAX_STEPS 10000
+#define MEND_MAX_SOURCE (16 << 20)
+
+/* The text of the workflow file at `path` (malloc'ed, *len bytes), or NULL and a message. The
+ * engine runs it (under its limits, in its sandbox) and checks what it returns with
+ * mend_workflow_from_table. */
+char *mend_workflow_read(const char *path, size_t *len, char *err, int errlen);
+/* A file's version: a hash of its text, as 16 hexadecimal digits. */
+void mend_workflow_version_of(const char *text, size_t len, char out[20]);
+/* Checks the table at idx, reading it raw; `source` names it in messages. [-0, +0, m] */
 mend_workflow *mend_workflow_from_table(lua_State *L, int idx, const char *source,
                                         const char *version, char *err, int errlen);
 void mend_workflow_free(lua_State *L, mend_workflow *wf);

@@ -1,0 +1,101 @@
+/*
+ * guard: instruction budgets and deadlines for calls into workflow code (see guard.h).
+ *
+ * The limits in force are found from the registry, not from the thread the hook runs on: a
+ * coroutine made by one attempt and resumed by another (through a table that both can reach)
+ * is charged to the attempt that resumes it, and a thread never holds a pointer to limits that
+ * may be gone.
+ */
+#include "guard.h"
+
+#include <lauxlib.h>
+#include <stdio.h>
+
+#include "lmend.h"
+#include "timers.h"
+
+/* The registry key (its address) of the limits in force, a light userdata. */
+static const char current_key = 'L';
+
+mend_limits *mend_limits_current(lua_State *L) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &current_key);
+  mend_limits *lim = lua_touserdata(L, -1);
+  lua_pop(L, 1);
+  return lim;
+}
+
+void mend_limits_init(mend_limits *lim, const char *what, long budget, double seconds) {
+  *lim = (mend_limits){.budget = budget > 0 ? budget : 0, .left = budget, .what = what};
+  if (seconds > 0) lim->deadline = mend_real_now() + seconds;
+}
+
+void mend_limits_enter(lua_State *L, mend_limits *lim) {
+  lim->prev = mend_limits_current(L);
+  lua_pushlightuserdata(L, lim);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &current_key);
+}
+
+void mend_limits_leave(lua_State *L, mend_limits *lim) {
+  if (lim->prev) lua_pushlightuserdata(L, lim->prev);
+  else lua_pushnil(L);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &current_key);
+  lim->prev = NULL;
+}
+
+const char *mend_limits_message(const mend_limits *lim, char *buf, size_t len) {
+  if (lim->tripped == MEND_LIMIT_BUDGET)
+    snprintf(buf, len, "%s exceeded its instruction budget (%ld instructions)", lim->what,
+             lim->budget);
+  else if (lim->tripped == MEND_LIMIT_TIMEOUT)
+    snprintf(buf, len, "%s exceeded its timeout", lim->what);
+  else
+    snprintf(buf, len, "%s is within its limits", lim->what);
+  return buf;
+}
+
+static void hook(lua_State *L, lua_Debug *ar);
+
+/* Takes `spent` instructions from lim and looks at the clock: 1 if lim is now tripped. */
+static int spend(mend_limits *lim, double spent) {
+  if (lim->tripped) return 1;
+  if (lim->budget > 0) {
+    lim->left = spent >= (double)lim->left ? 0 : lim->left - (long)spent;
+    if (lim->left <= 0) lim->tripped = MEND_LIMIT_BUDGET;
+  }
+  if (!lim->tripped && lim->deadline > 0 && mend_real_now() >= lim->deadline)
+    lim->tripped = MEND_LIMIT_TIMEOUT;
+  return lim->tripped != MEND_LIMIT_OK;
+}
+
+static int trip_error(lua_State *L, const mend_limits *lim) {
+  /* From now on every instruction raises again: a pcall that caught the error gets to run
+   * one instruction of its caller before the error is on its way up once more. */
+  if (lua_gethookcount(L) != 1 || lua_gethook(L) != hook) lua_sethook(L, hook, LUA_MASKCOUNT, 1);
+  char msg[200];
+  mend_limits_message(lim, msg, sizeof msg);
+  if (lim->tripped == MEND_LIMIT_TIMEOUT && lim->timeout_typed)
+    mend_lua_push_error(L, MEND_ERR_TIMEOUT, msg, -1, 0);
+  else
+    lua_pushstring(L, msg);
+  return lua_error(L);
+}
+
+static void hook(lua_State *L, lua_Debug *ar) {
+  (void)ar;
+  mend_limits *lim = mend_limits_current(L);
+  int every = lua_gethookcount(L);
+  if (lim && spend(lim, every)) {
+    trip_error(L, lim);
+    return;
+  }
+  /* A thread left at every instruction by a call that tripped works for a new one. */
+  if (every != MEND_LIMITS_EVERY) lua_sethook(L, hook, LUA_MASKCOUNT, MEND_LIMITS_EVERY);
+}
+
+void mend_limits_charge(lua_State *L, double instructions) {
+  mend_limits *lim = mend_limits_current(L);
+  if (lim && spend(lim, instructions)) trip_error(L, lim);
+}
+
+void mend_limits_watch(lua_State *co) { lua_sethook(co, hook, LUA_MASKCOUNT, MEND_LIMITS_EVERY); }
+void mend_limits_unwatch(lua_State *co) { lua_sethook(co, NULL, 0, 0); }
