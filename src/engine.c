@@ -1076,9 +1076,17 @@ static void end_attempt(mend_run *r) {
   }
   if (!next) next = fifo_pop(&E->throttled);
   if (next) queue(next, next->next_action);
+  /* Closing runs the __close handlers of the attempt's pending to-be-closed variables: under
+   * its limits, and not at all once a limit stopped it (Lua would run them unhooked). */
+  if (!r->limits.tripped && !mend_limits_stopped(E->L, r->co)) {
+    int limit_was = E->limit_memory;
+    E->limit_memory = 1;
+    mend_limits_enter(E->L, &r->limits);
+    mend_closethread(r->co, E->L);
+    mend_limits_leave(E->L, &r->limits);
+    E->limit_memory = limit_was;
+  }
   lua_sethook(r->co, NULL, 0, 0);
-  *(mend_run **)lua_getextraspace(r->co) = NULL;
-  mend_closethread(r->co, E->L);
   lua_getfield(E->L, LUA_REGISTRYINDEX, THREADS_KEY);
   lua_rawgeti(E->L, LUA_REGISTRYINDEX, r->co_ref);
   lua_pushnil(E->L);
@@ -1187,7 +1195,6 @@ static void start_attempt(mend_run *r, int compensating) {
   r->co = co;
   E->attempts++;
   failpoint(compensating ? "compensate" : "execute");
-  *(mend_run **)lua_getextraspace(co) = r;
   lua_getfield(L, LUA_REGISTRYINDEX, THREADS_KEY);
   lua_pushvalue(L, -2);
   lua_pushlightuserdata(L, r);

@@ -16,6 +16,10 @@
 
 /* The registry key (its address) of the limits in force, a light userdata. */
 static const char current_key = 'L';
+/* The registry key of a table with weak keys: the threads a trip raised on. Lua calls no hook
+ * in code that runs while an error raised by a hook is on its way (a message handler) nor,
+ * once such an error killed a coroutine, in the __close handlers that closing it would run. */
+static const char stopped_key = 'S';
 
 mend_limits *mend_limits_current(lua_State *L) {
   lua_rawgetp(L, LUA_REGISTRYINDEX, &current_key);
@@ -67,10 +71,40 @@ static int spend(mend_limits *lim, double spent) {
   return lim->tripped != MEND_LIMIT_OK;
 }
 
+static void mark_stopped(lua_State *L) {
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &stopped_key) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_createtable(L, 0, 1);
+    lua_pushliteral(L, "k");
+    lua_setfield(L, -2, "__mode");
+    lua_setmetatable(L, -2);
+    lua_pushvalue(L, -1);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &stopped_key);
+  }
+  lua_pushthread(L);
+  lua_pushboolean(L, 1);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+}
+
+int mend_limits_stopped(lua_State *L, lua_State *co) {
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &stopped_key) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    return 0;
+  }
+  lua_pushthread(co);
+  lua_xmove(co, L, 1);
+  int stopped = lua_rawget(L, -2) != LUA_TNIL;
+  lua_pop(L, 2);
+  return stopped;
+}
+
 static int trip_error(lua_State *L, const mend_limits *lim) {
   /* From now on every instruction raises again: a pcall that caught the error gets to run
    * one instruction of its caller before the error is on its way up once more. */
   if (lua_gethookcount(L) != 1 || lua_gethook(L) != hook) lua_sethook(L, hook, LUA_MASKCOUNT, 1);
+  mark_stopped(L);
   char msg[200];
   mend_limits_message(lim, msg, sizeof msg);
   if (lim->tripped == MEND_LIMIT_TIMEOUT && lim->timeout_typed)

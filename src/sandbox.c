@@ -98,13 +98,21 @@ static size_t set_end(const char *p, size_t plen, size_t i) {
   return j < plen ? j + 1 : plen;
 }
 
+/* Is nothing but closing parentheses and the end anchor left of the pattern from i? */
+static int only_closing(const char *p, size_t plen, size_t i) {
+  while (i < plen && p[i] == ')') i++;
+  return i == plen || (i + 1 == plen && p[i] == '$');
+}
+
 /* log10 of the most steps a backtracking match of p over s can take: the start positions
  * tried, times the lengths each repetition can take (the longest run of its class in s),
- * times two for each optional item, times the pattern's length (or the subject's, when a
- * %b or a back reference scans it). An upper bound, loose for most patterns. */
+ * times two for each optional item, times the work at the end of each path: the pattern's
+ * length, plus the last repetition's run when nothing follows it (it is tried only once
+ * per path), plus the subject's length when a %b or a back reference scans it. An upper
+ * bound, loose for most patterns. */
 static double cost_log10(const char *s, size_t n, const char *p, size_t plen, int anchored_ok) {
   size_t i = 0;
-  double lg = log10((double)plen + 1);
+  double lg = 0, leaf = (double)plen + 1;
   if (anchored_ok && plen > 0 && p[0] == '^') i = 1;
   else lg += log10((double)n + 1);
   int scans = 0;
@@ -129,15 +137,17 @@ static double cost_log10(const char *s, size_t n, const char *p, size_t plen, in
     }
     i += clen;
     if (i < plen && (p[i] == '*' || p[i] == '+' || p[i] == '-')) {
-      lg += log10((double)longest_run(s, n, p + cls, clen) + 1);
+      double run = (double)longest_run(s, n, p + cls, clen);
       i++;
+      if (only_closing(p, plen, i)) leaf += run;
+      else lg += log10(run + 1);
     } else if (i < plen && p[i] == '?') {
       lg += log10(2.0);
       i++;
     }
   }
-  if (scans) lg += log10((double)n + 1);
-  return lg;
+  if (scans) leaf += (double)n;
+  return lg + log10(leaf);
 }
 
 enum { PAT_FIND, PAT_MATCH, PAT_GMATCH, PAT_GSUB };
@@ -153,10 +163,13 @@ static int bounded_pattern(lua_State *L) {
     const char *s = lua_tolstring(L, 1, &n);
     const char *p = lua_tolstring(L, 2, &plen);
     double lg = cost_log10(s, n, p, plen, which != PAT_GMATCH || LUA_VERSION_RELEASE_NUM >= 50400);
-    if (lg > log10(MEND_SANDBOX_PATTERN_STEPS))
-      return luaL_error(L, "string.%s: the pattern may take up to 10^%.0f steps on a subject of "
-                        "%zu bytes, over the sandbox's bound of %.0e (README: Limits and "
-                        "sandbox)", pattern_fn[which], lg, n, MEND_SANDBOX_PATTERN_STEPS);
+    if (lg > log10(MEND_SANDBOX_PATTERN_STEPS)) {
+      char msg[300];
+      snprintf(msg, sizeof msg, "string.%s: the pattern may take up to 10^%.0f steps on a subject "
+               "of %zu bytes, over the sandbox's bound of %.0e (README: Limits and sandbox)",
+               pattern_fn[which], lg, n, MEND_SANDBOX_PATTERN_STEPS);
+      return luaL_error(L, "%s", msg);
+    }
     mend_limits_charge(L, pow(10.0, lg));
   }
   lua_pushvalue(L, lua_upvalueindex(1));
@@ -233,7 +246,85 @@ static int safe_load(lua_State *L) {
   if (given_env) lua_pushvalue(L, 4);
   else lua_pushvalue(L, lua_upvalueindex(1));
   lua_call(L, 4, 2);
-  return lua_isnil(L, -2) ? 2 : 1;
+  if (lua_isnil(L, -2)) return 2;   /* nil and the message */
+  lua_pop(L, 1);
+  return 1;
+}
+
+/* xpcall(f, msgh, ...): the message handler runs once the error has unwound, not on top of
+ * it as Lua's does, because Lua runs it with hooks off when the error came from a hook (a
+ * limit), out of reach of every limit. A traceback is not to be had in a sandbox anyway. */
+static int safe_xpcall(lua_State *L) {
+  int n = lua_gettop(L);
+  luaL_checktype(L, 2, LUA_TFUNCTION);
+  lua_pushvalue(L, 1);
+  lua_rotate(L, 3, 1);   /* f above msgh, then the arguments */
+  if (lua_pcall(L, n - 2, LUA_MULTRET, 0) == LUA_OK) {
+    lua_pushboolean(L, 1);
+    lua_replace(L, 2);   /* true in place of msgh */
+    return lua_gettop(L) - 1;
+  }
+  lua_pushvalue(L, 2);
+  lua_insert(L, -2);
+  if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
+    lua_pop(L, 1);
+    lua_pushliteral(L, "error in error handling");
+  }
+  lua_pushboolean(L, 0);
+  lua_insert(L, -2);
+  return 2;
+}
+
+/* coroutine.wrap's function: upvalue 1 the coroutine. Like Lua's, but a coroutine that a limit
+ * stopped is not closed (that would run its __close handlers with hooks off). */
+static int wrapped_resume(lua_State *L) {
+  lua_State *co = lua_tothread(L, lua_upvalueindex(1));
+  int n = lua_gettop(L), nres;
+  if (!lua_checkstack(co, n)) return luaL_error(L, "too many arguments to resume");
+  lua_xmove(L, co, n);
+  int status = lua_resume(co, L, n, &nres);
+  if (status == LUA_OK || status == LUA_YIELD) {
+    if (!lua_checkstack(L, nres + 1)) return luaL_error(L, "too many results to resume");
+    lua_xmove(co, L, nres);
+    return nres;
+  }
+  lua_xmove(co, L, 1);   /* the error */
+  if (!mend_limits_stopped(L, co)) {
+#if LUA_VERSION_RELEASE_NUM >= 50406
+    lua_closethread(co, L);
+#else
+    lua_resetthread(co);
+#endif
+  }
+  if (lua_type(L, -1) == LUA_TSTRING) {
+    luaL_where(L, 1);
+    lua_insert(L, -2);
+    lua_concat(L, 2);
+  }
+  return lua_error(L);
+}
+
+static int safe_wrap(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  lua_State *co = lua_newthread(L);
+  lua_pushvalue(L, 1);
+  lua_xmove(L, co, 1);
+  lua_pushcclosure(L, wrapped_resume, 1);
+  return 1;
+}
+
+/* coroutine.close, but not of a coroutine that a limit stopped. Upvalue 1: Lua's. */
+static int safe_close(lua_State *L) {
+  lua_State *co = lua_tothread(L, 1);
+  if (co && mend_limits_stopped(L, co)) {
+    lua_pushboolean(L, 0);
+    lua_pushliteral(L, "the coroutine was stopped by a limit of the sandbox");
+    return 2;
+  }
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  return lua_gettop(L);
 }
 
 /* collectgarbage: what a program may ask of the collector without changing it for the host. */
@@ -380,7 +471,7 @@ static void push_mend(lua_State *L) {
 
 void mend_sandbox_env(lua_State *L, const char *dir, const char *lua_dir) {
   static const char *const base[] = {"assert", "error", "ipairs", "next", "pairs", "pcall",
-    "xpcall", "rawequal", "rawget", "rawlen", "rawset", "select", "tonumber", "tostring",
+    "rawequal", "rawget", "rawlen", "rawset", "select", "tonumber", "tostring",
     "type", "getmetatable", "print", "_VERSION", NULL};
   static const char *const os_names[] = {"time", "clock", "date", "difftime", NULL};
   static const char *const string_names[] = {"byte", "char", "find", "format", "gmatch", "gsub",
@@ -409,6 +500,15 @@ void mend_sandbox_env(lua_State *L, const char *dir, const char *lua_dir) {
   copy_library(L, env, "math", NULL);
   copy_library(L, env, "utf8", NULL);
   copy_library(L, env, "coroutine", NULL);
+  lua_getfield(L, env, "coroutine");
+  lua_pushcfunction(L, safe_wrap);
+  lua_setfield(L, -2, "wrap");
+  lua_getfield(L, -1, "close");
+  lua_pushcclosure(L, safe_close, 1);
+  lua_setfield(L, -2, "close");
+  lua_pop(L, 1);
+  lua_pushcfunction(L, safe_xpcall);
+  lua_setfield(L, env, "xpcall");
   copy_library(L, env, "os", os_names);
   /* require, with its own table of what it loaded: "mend" is there from the start. */
   lua_newtable(L);

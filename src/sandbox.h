@@ -16,7 +16,7 @@
 
 /* The bound of the pattern functions of a sandbox: estimated steps of one call (README,
  * "Limits and sandbox"). */
-#define MEND_SANDBOX_PATTERN_STEPS 1e8
+#define MEND_SANDBOX_PATTERN_STEPS 2e7
 
 /* Changes what every chunk of L shares so that a sandbox holds: removes string.dump, bounds
  * string.find/match/gmatch/gsub, hides the string metatable. Once, on a state the engine owns,

@@ -1,0 +1,5 @@
+-- expect: failed __tostring failed
+local mend = require "mend"
+return { name = "c01_tostring_raises", steps = { { name = "s", execute = function(ctx, input)
+  error(setmetatable({}, { __tostring = function() error("boom") end }))
+end } } }

@@ -1,0 +1,5 @@
+-- expect: failed __tostring failed
+local mend = require "mend"
+return { name = "c03_tostring_not_string", steps = { { name = "s", execute = function(ctx, input)
+  error(setmetatable({}, { __tostring = function() return {} end }))
+end } } }

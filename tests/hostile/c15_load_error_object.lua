@@ -1,0 +1,2 @@
+-- expect: load __tostring failed
+error(setmetatable({}, { __tostring = function() error("boom") end }))

@@ -1,0 +1,8 @@
+-- expect: failed step exceeded its instruction budget
+local mend = require "mend"
+return { name = "f18_wrap_close_after_trip", steps = { { name = "s", execute = function(ctx, input)
+  while true do pcall(coroutine.wrap(function()
+    local x <close> = setmetatable({}, { __close = function() while true do end end })
+    while true do end
+  end)) end
+end } } }

@@ -1,0 +1,183 @@
+/*
+ * test_hostile: a corpus of hostile and broken workflows (the .lua files of tests/hostile) run through the
+ * C API as a server would run untrusted code: sandbox on, a 64 MiB memory limit, a budget of
+ * 10M instructions, one engine for the whole corpus. Each file says on its first line what must
+ * become of it:
+ *
+ *   -- expect: load <text>          mend_engine_load refuses it with a message holding <text>
+ *   -- expect: <status> <text>      it loads; its run ends <status>, its JSON holding <text>
+ *
+ * and for every file: the host is alive (this process), nothing was written in the directory
+ * the scripts are pointed at (ctx.input.outside), the engine is not broken, and a benign run
+ * in the same engine succeeds right after. Files run in the order of their names, so that a
+ * later one sees what an earlier one did to the state they share.
+ */
+#include <dirent.h>
+#include <mend.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+
+static const char benign_lua[] =
+  "local mend = require 'mend'\n"
+  "return { name = 'benign', steps = {\n"
+  "  { name = 'one', execute = function(ctx, input)\n"
+  "      return { upper = string.upper('ok'), n = #('abc'):rep(3), json = mend.json.encode({1}) }\n"
+  "    end } } }\n";
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int by_name(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int entries(const char *path) {
+  DIR *d = opendir(path);
+  if (!d) return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
+  closedir(d);
+  return n;
+}
+
+/* The first line's expectation: "load" or a status, and the text to find. */
+static int read_expectation(const char *path, char *kind, size_t klen, char *text, size_t tlen) {
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  char line[512] = "";
+  char *got = fgets(line, sizeof line, f);
+  fclose(f);
+  if (!got || strncmp(line, "-- expect: ", 11) != 0) return -1;
+  char *p = line + 11, *sp = strchr(p, ' ');
+  if (!sp) return -1;
+  snprintf(kind, klen, "%.*s", (int)(sp - p), p);
+  snprintf(text, tlen, "%s", sp + 1);
+  text[strcspn(text, "\n")] = 0;
+  return 0;
+}
+
+static char *run_json(mend_engine *E, const char *id) {
+  char *json = NULL;
+  if (mend_engine_run_json(E, id, &json) != MEND_OK) return NULL;
+  return json;
+}
+
+static void benign_run(mend_engine *E, const char *after) {
+  char id[17];
+  CHECK_EQ_INT(mend_engine_start(E, "benign", "{}", NULL, id, NULL), MEND_OK);
+  CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+  char *json = run_json(E, id);
+  int ok = json && strstr(json, "\"status\":\"succeeded\"") &&
+           strstr(json, "\"upper\":\"OK\"") && strstr(json, "\"n\":9");
+  if (!ok) fprintf(stderr, "benign run after %s: %s\n", after, json ? json : "(none)");
+  CHECK(ok);
+  mend_free(json);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: test_hostile CORPUS_DIR\n");
+    return 2;
+  }
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  const char *corpus = argv[1];
+  char scratch[] = "/tmp/mend-hostile-XXXXXX", outside[] = "/tmp/mend-outside-XXXXXX";
+  if (!mkdtemp(scratch) || !mkdtemp(outside)) return 2;
+  char db[128], benign[128], input[256];
+  snprintf(db, sizeof db, "%s/hostile.db", scratch);
+  snprintf(benign, sizeof benign, "%s/benign.lua", scratch);
+  snprintf(input, sizeof input, "{\"outside\":\"%s/pwned\"}", outside);
+  FILE *f = fopen(benign, "w");
+  if (!f || fputs(benign_lua, f) < 0 || fclose(f)) return 2;
+
+  mend_options o;
+  mend_options_init(&o);
+  o.db_path = db;
+  o.durability = MEND_SYNC_PROCESS;
+  o.sandbox = 1;
+  o.memory_limit = 64u << 20;
+  o.instruction_budget = 10000000;
+  o.log_to_stderr = 0;
+  mend_engine *E = NULL;
+  char err[512];
+  if (mend_engine_new(&o, &E, err, sizeof err) != MEND_OK) {
+    fprintf(stderr, "mend_engine_new: %s\n", err);
+    return 2;
+  }
+  CHECK_EQ_INT(mend_engine_load(E, benign, NULL, 0), MEND_OK);
+
+  DIR *d = opendir(corpus);
+  if (!d) {
+    perror(corpus);
+    return 2;
+  }
+  char *names[256];
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) && n < 256) {
+    size_t len = strlen(e->d_name);
+    if (len > 4 && strcmp(e->d_name + len - 4, ".lua") == 0) names[n++] = strdup(e->d_name);
+  }
+  closedir(d);
+  qsort(names, (size_t)n, sizeof *names, by_name);
+  CHECK(n >= 30);
+
+  for (int i = 0; i < n; i++) {
+    char path[512], kind[32], want[400], loaded[128] = "";
+    snprintf(path, sizeof path, "%s/%s", corpus, names[i]);
+    if (read_expectation(path, kind, sizeof kind, want, sizeof want)) {
+      fprintf(stderr, "%s: no '-- expect: ' first line\n", names[i]);
+      CHECK(0);
+      continue;
+    }
+    double t0 = now_s();
+    int rc = mend_engine_load(E, path, loaded, sizeof loaded);
+    const char *msg = rc == MEND_OK ? "" : mend_engine_errmsg(E);
+    if (strcmp(kind, "load") == 0) {
+      int ok = rc == MEND_ELOAD && strstr(msg, want);
+      if (!ok) fprintf(stderr, "%s: load: want refusal with \"%s\", got %s: %s\n", names[i], want,
+                       mend_strerror(rc), msg);
+      CHECK(ok);
+    } else if (rc != MEND_OK) {
+      fprintf(stderr, "%s: load failed: %s\n", names[i], msg);
+      CHECK(0);
+    } else {
+      char id[17];
+      CHECK_EQ_INT(mend_engine_start(E, loaded, input, NULL, id, NULL), MEND_OK);
+      int run_rc = mend_engine_run_all(E);
+      CHECK_EQ_INT(run_rc, MEND_OK);
+      char *json = run_json(E, id), status[64];
+      snprintf(status, sizeof status, "\"status\":\"%s\"", kind);
+      int ok = json && strstr(json, status) && strstr(json, want);
+      if (!ok) fprintf(stderr, "%s: want %s with \"%s\": %s\n", names[i], kind, want,
+                       json ? json : "(no run)");
+      CHECK(ok);
+      mend_free(json);
+    }
+    double took = now_s() - t0;
+    printf("%-36s %-10s %7.1f ms\n", names[i], kind, took * 1000);
+    /* A generous bound that only a freeze breaks: timeouts in the corpus are under 1 s. */
+    CHECK(took < 5.0);
+    int written = entries(outside);
+    if (written != 0) fprintf(stderr, "%s: wrote %d entries outside\n", names[i], written);
+    CHECK_EQ_INT(written, 0);
+    benign_run(E, names[i]);
+    free(names[i]);
+  }
+  mend_engine_free(E);
+  char cmd[160];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", scratch, outside);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", scratch);
+  return check_done("test_hostile");
+}
