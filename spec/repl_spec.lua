@@ -1,6 +1,9 @@
 -- `mend repl`: a session read from stdin (a script, as a person would type it) with its
--- expected output; the pretty printer and the completion function on their own; and the
--- interactive REPL driven in a real terminal through tmux: line editing, history, completion.
+-- expected output; the helpers (help, cancel, dlq_retry, resolve, Lua's load left alone,
+-- errors on the user's line) against real runs; the README's walk-through replayed from the
+-- README; the pretty printer and the completion function on their own; and the interactive
+-- REPL driven in a real terminal through tmux: line editing, completion, and the history
+-- file across sessions.
 -- The binary is $MEND_BIN (ctest sets it), else /work/main/build/mend.
 
 local mend = require "mend"
