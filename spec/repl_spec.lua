@@ -1,6 +1,9 @@
 -- `mend repl`: a session read from stdin (a script, as a person would type it) with its
--- expected output; the pretty printer and the completion function on their own; and the
--- interactive REPL driven in a real terminal through tmux: line editing, history, completion.
+-- expected output; the helpers (help, cancel, dlq_retry, resolve, Lua's load left alone,
+-- errors on the user's line) against real runs; the README's walk-through replayed from the
+-- README; the pretty printer and the completion function on their own; and the interactive
+-- REPL driven in a real terminal through tmux: line editing, completion, and the history
+-- file across sessions.
 -- The binary is $MEND_BIN (ctest sets it), else /work/main/build/mend.
 
 local mend = require "mend"
@@ -56,7 +59,7 @@ end
 describe("mend repl reading a script from stdin", function()
   it("loads a workflow, starts a run, advances the clock and inspects it", function()
     local code, stdout, stderr = repl_run([[
-load "playground"
+use "playground"
 playground.break_payments(2)
 id = start("playground", { amount = 30 })
 advance(1)
@@ -130,7 +133,7 @@ timeline:
   it("shows a broken dependency tripping its breaker, then the run in the dead-letter queue",
      function()
     local code, stdout, stderr = repl_run([[
-load "playground"
+use "playground"
 playground.break_payments()
 id = start("playground", { order = "o-3" })
 advance(5)
@@ -175,7 +178,7 @@ dlq()
       "error: stdin:1: attempt to call a nil value (global 'nosuch')",
       "error: stdin:1: unexpected symbol near '='",
       "error: fatal: card declined",
-      "error: status: no run zzz",
+      "error: stdin:1: status: no run zzz",
       "error: stdin:1: 'end' expected near <eof>",
       "",
     }, lines(stderr))
@@ -189,9 +192,9 @@ dlq()
 
   it("refuses advance on a real clock, and run() works there", function()
     local code, stdout, stderr = repl_run(
-      'load "playground"\nid = start("playground")\nadvance(1)\nrun()\n', "--clock", "real")
+      'use "playground"\nid = start("playground")\nadvance(1)\nrun()\n', "--clock", "real")
     assert.are.equal(1, code)
-    assert.are.equal("error: advance needs the virtual clock (mend repl --clock virtual);"
+    assert.are.equal("error: stdin:1: advance needs the virtual clock (mend repl --clock virtual);"
                      .. " use run()\n", stderr)
     assert.truthy(stdout:find("ran until nothing was in flight", 1, true))
     assert.truthy(normalize(stdout):find("playground run <run1>: succeeded", 1, true))
@@ -199,7 +202,7 @@ dlq()
 
   it("uses the database given with --db, which the other commands then read", function()
     local db = os.tmpname()
-    local code, stdout = repl_run('load "playground"\nstart("playground")\nrun()\n', "--db", db)
+    local code, stdout = repl_run('use "playground"\nstart("playground")\nrun()\n', "--db", db)
     assert.are.equal(0, code)
     local id = stdout:match('\n"(0%w+)"\n')
     assert.truthy(id)
@@ -213,8 +216,8 @@ dlq()
   it("lists its helpers with help(), and has usage and help as a command", function()
     local code, stdout = repl_run("help()\n")
     assert.are.equal(0, code)
-    for _, name in ipairs({ "load(path)", "start(name, input, opts)", "advance(seconds)", "run()",
-                            "status(id)", "history(id)", "dlq()", "breakers()", "show(value)",
+    for _, name in ipairs({ "use(path)", "start(name, input, opts)", "advance(seconds)", "run()",
+                            "status(id)", "history(id)", "dlq()", "breakers()", "show(value, ...)",
                             "sim" }) do
       assert.truthy(stdout:find(name, 1, true), name)
     end
@@ -227,6 +230,214 @@ dlq()
     local _, _, rc = p:close()
     assert.are.equal(2, rc)
     assert.truthy(bad:find("mend: bad value for --clock: sundial", 1, true))
+  end)
+end)
+
+describe("the REPL's helpers", function()
+  after_each(H.cleanup)
+
+  it("describes each helper with help(fn): a paragraph and an example that compiles", function()
+    local entries = repl.help_entries
+    assert.truthy(#entries >= 16)
+    local script = {}
+    for _, h in ipairs(entries) do
+      assert.truthy(#h.text > 60, h.name)
+      assert.truthy(load(h.example, "=example") or load("return " .. h.example, "=example"),
+                    h.name .. ": " .. h.example)
+      script[#script + 1] = ("help(%s)"):format(h.name)
+    end
+    script[#script + 1] = 'help "dlq_retry"'
+    local code, stdout, stderr = repl_run(table.concat(script, "\n") .. "\n")
+    assert.are.equal("", stderr)
+    assert.are.equal(0, code)
+    local from = 1
+    for _, h in ipairs(entries) do
+      -- usage line, the paragraph indented, "example:", the example: in the order asked for
+      local i, j = stdout:find(h.usage .. "\n  ", from, true)
+      assert.truthy(i, h.name)
+      local e = stdout:find("\nexample:\n  " .. h.example .. "\n", j, true)
+      assert.truthy(e, h.name)
+      from = e
+    end
+    assert.truthy(stdout:find("dlq_retry(id)\n  Takes a run out of the dead-letter queue", from, true))
+  end)
+
+  it("lists every helper with help(), cancel, dlq_retry and resolve among them", function()
+    local _, stdout = repl_run("help()\n")
+    for _, h in ipairs(repl.help_entries) do
+      assert.truthy(stdout:find("\n  " .. h.usage, 1, true), h.usage)
+    end
+    assert.truthy(stdout:find("  signal(...)             not yet: mend has no events", 1, true))
+  end)
+
+  it("keeps Lua's own load, and loads workflows with use", function()
+    local code, stdout, stderr = repl_run(table.concat({
+      'load("return 6 * 7")()', "rawequal(load, _G.load)", 'use "playground"',
+      'use "workflows/order.lua"', "help(load)", "" }, "\n"))
+    assert.are.equal("", stderr)
+    assert.are.equal(0, code)
+    assert.are.same({ "42", "true", '"playground"', '"order"',
+                      "load is Lua's own: see the Lua 5.4 manual (https://www.lua.org/manual/5.4/)",
+                      "" }, lines(stdout))
+  end)
+
+  it("names the user's line in errors, never one of its own", function()
+    local code, stdout, stderr = repl_run(table.concat({
+      "x = 1",
+      "if x then",
+      "  start(42)",
+      "end",
+      "cancel('nosuch')",
+      "use 'playground'",
+      "function f(id)",
+      "  status(id)",
+      "end",
+      "f('zzz')",
+      "advance(-1)",
+      "start('nosuch')",
+      "id = start('playground'); run()",
+      "cancel(id)",
+      "local ok, e = pcall(dlq_retry, id); print(e)",
+      "resolve(id)",
+      "signal(id)",
+      "help(42)",
+      "" }, "\n"))
+    assert.are.equal(1, code)
+    assert.truthy(stdout:find("stdin:1: dlq retry: run %w+ is succeeded: only a run in the "
+                              .. "dead%-letter queue can be retried\n"))
+    local errs = lines(normalize(stderr))
+    assert.are.same({
+      "error: stdin:2: start: a workflow name expected",
+      "error: stdin:1: cancel: no run nosuch",
+      "error: stdin:2: status: no run zzz",
+      "error: stdin:1: advance: seconds must be a number >= 0",
+      'error: stdin:1: start: no workflow named "nosuch" is loaded',
+      "error: stdin:1: cancel: run <run1> is succeeded: only a running run can be cancelled",
+      'error: stdin:1: resolve: a note saying what was done expected: resolve(id, "refunded by hand")',
+      "error: stdin:1: signal: mend has no events yet (a later change); nothing was sent",
+      "error: stdin:1: help: 42 is not one of the REPL's helpers; help() lists them",
+      "",
+    }, errs)
+    assert.falsy(stderr:find("repl.lua", 1, true))
+  end)
+
+  -- The operations against real runs in a database file, checked afterwards by the mend
+  -- command as another process would see them.
+  it("cancels a running run, retries a dead letter and resolves one with a note", function()
+    local db = H.tmp_db()
+    local code, stdout, stderr = repl_run([[
+use "playground"
+c = start("playground"); advance(0.1)
+cancel(c); run()
+playground.break_shipping()
+r = start("playground"); advance(1)
+playground.break_payments()
+run()
+eng:status(r).status, eng:status(r).reason
+playground.fix_payments()
+dlq_retry(r); run()
+playground.fix_shipping(); playground.break_payments()
+d = start("playground"); run()
+resolve(d, "told the customer; order dropped")
+#eng:dlq()
+print(c, r, d)
+]], "--db", db, "--seed", "1")
+    assert.are.equal("", stderr)
+    assert.are.equal(0, code)
+    local c, r, d = stdout:match("\n(0%w+)\t(0%w+)\t(0%w+)\n$")
+    assert.truthy(c, stdout)
+    assert.truthy(stdout:find('\n"needs_attention"\n"compensation_failed"\n', 1, true))
+    assert.truthy(stdout:find("\n0\n", 1, true))     -- the queue is empty at the end
+
+    local function mend_json(...)
+      local p = assert(io.popen(table.concat({ quote(MEND), ... }, " ") .. " --json --db "
+                                .. quote(db)))
+      local text = p:read("a")
+      p:close()
+      return json.decode(text)
+    end
+    local function operator_notes(id)
+      local notes = {}
+      for _, e in ipairs(mend_json("history", id)) do
+        if e.event == "operator" then notes[#notes + 1] = e end
+      end
+      return notes
+    end
+
+    local st = mend_json("status", c)
+    assert.are.equal("compensated", st.status)
+    assert.are.equal("cancelled", st.reason)
+    assert.are.equal("compensated", st.steps[1].status)
+    assert.truthy(json.encode(operator_notes(c)):find("cancel", 1, true))
+
+    st = mend_json("status", r)
+    assert.are.equal("compensated", st.status)
+    assert.are.equal("compensated", st.steps[2].status)     -- the refund, retried
+    assert.are.equal("compensated", st.steps[1].status)
+    assert.truthy(json.encode(operator_notes(r)):find("dlq retry", 1, true))
+
+    st = mend_json("status", d)
+    assert.are.equal("resolved", st.status)
+    local notes = json.encode(operator_notes(d))
+    assert.truthy(notes:find("dlq resolve", 1, true))
+    assert.truthy(notes:find("told the customer; order dropped", 1, true))
+    assert.truthy(notes:find("(mend repl)", 1, true))
+  end)
+end)
+
+-- The README's walk-through of the REPL, as printed there: each line typed in turn, and what
+-- its comment says checked in the output, in order.
+describe("the README's REPL walk-through", function()
+  it("does what each line says: a success, a cancel, two dead letters retried and resolved",
+     function()
+    local readme = slurp(ROOT .. "/README.md")
+    local block = readme:match("\n%$ %./build/mend repl %-%-seed 1\n(.-)\n```")
+    assert.truthy(block, "the walk-through block in README.md")
+    local typed = {}
+    for line in block:gmatch("[^\n]+") do
+      local code = line:match("^mend> (.*)$")
+      if code then typed[#typed + 1] = code end
+    end
+    assert.are.equal(18, #typed)
+    local code, stdout, stderr = repl_run(table.concat(typed, "\n") .. "\n", "--seed", "1")
+    assert.are.equal("", stderr)
+    assert.are.equal(0, code)
+    local out = normalize(stdout)
+    local from = 1
+    local function next_is(text, pattern)
+      local i, j = out:find(text, from, not pattern)
+      assert.truthy(i, ("after offset %d: %s\n%s"):format(from, text, out:sub(from, from + 3000)))
+      from = j + 1
+    end
+    next_is('"playground"\n')
+    next_is("playground run <run1>: succeeded\n")
+    next_is("  +0.050s    charge           pending -> running            attempt 1\n")
+    next_is("playground run <run2>: compensating\n")
+    next_is("operator  cancel by ")
+    next_is("reserve          log: released res-2")
+    next_is("(run)            compensating -> compensated   (cancelled)")
+    next_is("  +0.250s    charge           log: charged 42 (ch-3)")
+    next_is("ship             running -> retry_wait         attempt 1")
+    next_is("playground run <run3>: needs_attention\n")
+    next_is("charge           compensating -> compensation_failed")
+    next_is("dead letter: compensation_failed")
+    next_is("\n<run3>  compensation_failed   charge ")                       -- dlq()
+    next_is("operator  dlq retry by ")
+    next_is("charge           log: refunded ch-3")
+    next_is("(run)            compensating -> compensated   (compensation_failed)")
+    next_is("advanced 5s: ")
+    next_is("  +1.450s    charge           running -> retry_wait         attempt 2  delay 2s")
+    next_is("charge           breaker payments closed -> open\n  +3.650s    charge           "
+            .. "running -> retry_wait         attempt 3")
+    next_is("\npayments         open       failures 0  successes 0  half-opens in 8.65s\n")
+    next_is("playground run <run4>: needs_attention\n")
+    next_is("log: released res-6")
+    next_is("dead letter: attempts_exhausted")
+    next_is("\n<run4>  attempts_exhausted    charge ")                         -- dlq()
+    next_is("playground run <run4>: resolved\n")
+    next_is("(run)            needs_attention -> resolved   (told the customer; order dropped)")
+    next_is("playground run <run4>: resolved\n  error: [^\n]+\ntimeline:\n", true)  -- history(id)
+    next_is("dlq resolve by [^\n]+: told the customer; order dropped\n$", true)
   end)
 end)
 
@@ -286,12 +497,12 @@ describe("the REPL's completion", function()
   end)
 end)
 
--- The interactive REPL in a real terminal: a tmux server of its own (its own socket, no
--- configuration file), keys sent as a person types them, the screen read back.
-describe("mend repl in a terminal", function()
-  local sock = os.tmpname()      -- the server's socket: a path of our own, removed at the end
-  local tmux = "tmux -S " .. quote(sock) .. " -f /dev/null "
+-- A terminal of a test's own: a tmux server on its own socket (no configuration file) running
+-- `mend repl` in a session, keys sent as a person types them, the screen read back.
+local function terminal()
   local sys = require "system"
+  local t = { sock = os.tmpname() }   -- the server's socket: a path of our own, removed by close
+  local tmux = "tmux -S " .. quote(t.sock) .. " -f /dev/null "
 
   local function sh(cmd)
     local p = assert(io.popen(cmd .. " 2>&1"))
@@ -300,23 +511,23 @@ describe("mend repl in a terminal", function()
     return out, ok
   end
 
-  local function keys(...)
+  function t.keys(...)
     local words = {}
     for i, k in ipairs({ ... }) do words[i] = quote(k) end
     sh(tmux .. "send-keys -t repl " .. table.concat(words, " "))
   end
 
-  local function type_text(text) sh(tmux .. "send-keys -t repl -l " .. quote(text)) end
+  function t.type_text(text) sh(tmux .. "send-keys -t repl -l " .. quote(text)) end
 
-  local function screen() return (sh(tmux .. "capture-pane -p -t repl -S -200")) end
+  function t.screen() return (sh(tmux .. "capture-pane -p -t repl -S -200")) end
 
   -- capture-pane drops trailing blanks: a prompt reads "mend>" until something is typed.
   -- Waits until the screen has `text` (plain) `count` times (default once); returns the screen.
-  local function wait_for(text, count)
+  function t.wait_for(text, count)
     count = count or 1
     local deadline, s = sys.gettime() + 10, ""
     while sys.gettime() < deadline do
-      s = screen()
+      s = t.screen()
       local n, from = 0, 1
       while true do
         local i, j = s:find(text, from, true)
@@ -329,21 +540,50 @@ describe("mend repl in a terminal", function()
     error(("timed out waiting for %q (x%d); screen:\n%s"):format(text, count, s))
   end
 
-  setup(function()
+  -- Starts `env mend repl --seed 1` from the repository's root in the session "repl", with a
+  -- home of its own (that does not exist), and waits for its prompt.
+  function t.start(env)
     local _, found = sh("command -v tmux")
     assert(found, "tmux is needed for this test (make deps installs it)")
     local home = os.tmpname()
     os.remove(home)
-    local cmd = ("cd %s && HOME=%s TERM=xterm %s repl --seed 1"):format(quote(ROOT), quote(home),
-                                                                       quote(MEND))
+    local cmd = ("cd %s && HOME=%s TERM=xterm %s %s repl --seed 1"):format(quote(ROOT),
+      quote(home), env or "", quote(MEND))
     local out, ok = sh(tmux .. "new-session -d -s repl -x 120 -y 40 " .. quote(cmd))
     assert(ok, out)
-    wait_for("mend>")
-  end)
+    t.wait_for("mend>")
+  end
+
+  -- Sends Ctrl-D and waits until the REPL has left (its session ends with it).
+  function t.leave()
+    t.keys("C-d")
+    local deadline = sys.gettime() + 10
+    while sys.gettime() < deadline do
+      local _, alive = sh(tmux .. "has-session -t repl")
+      if not alive then return end
+      sys.sleep(0.05)
+    end
+    error("the REPL did not leave on Ctrl-D:\n" .. t.screen())
+  end
+
+  function t.close()
+    sh(tmux .. "kill-server")
+    os.remove(t.sock)
+  end
+
+  return t
+end
+
+describe("mend repl in a terminal", function()
+  local term = terminal()
+  local keys, type_text, wait_for = term.keys, term.type_text, term.wait_for
+  local histfile = os.tmpname()
+
+  setup(function() term.start("MEND_HISTFILE=" .. quote(histfile)) end)
 
   teardown(function()
-    sh(tmux .. "kill-server")
-    os.remove(sock)
+    term.close()
+    os.remove(histfile)
   end)
 
   it("edits the line: Ctrl-A goes to its start, Left moves back a character", function()
@@ -401,16 +641,85 @@ describe("mend repl in a terminal", function()
   end)
 
   it("runs the playground with the virtual clock, and leaves on Ctrl-D", function()
-    type_text('load "playground"; id = start("playground"); advance(5)')
+    type_text('use "playground"; id = start("playground"); advance(5)')
     keys("Enter")
     wait_for("  +0.350s    (run)            running -> succeeded")
-    keys("C-d")
-    local deadline = sys.gettime() + 10
-    while sys.gettime() < deadline do
-      local _, alive = sh(tmux .. "has-session -t repl")
-      if not alive then return end
-      sys.sleep(0.05)
+    term.leave()
+  end)
+end)
+
+describe("mend repl's history", function()
+  local histfile = os.tmpname()
+  os.remove(histfile)
+  local term
+
+  after_each(function()
+    if term then term.close() end
+    term = nil
+    H.cleanup()
+  end)
+
+  teardown(function() os.remove(histfile) end)
+
+  -- libedit's history file: a header line, then one line per entry, with spaces, newlines and
+  -- backslashes written as octal escapes.
+  local function entries(path)
+    local text = slurp(path)
+    local out = {}
+    for line in text:gmatch("[^\n]+") do
+      out[#out + 1] = line:gsub("\\(%d%d%d)", function(o) return string.char(tonumber(o, 8)) end)
     end
-    error("the REPL did not leave on Ctrl-D:\n" .. screen())
+    assert.are.equal("_HiStOrY_V2_", table.remove(out, 1))
+    return out
+  end
+
+  it("is written to MEND_HISTFILE as lines are typed, readable by its owner only", function()
+    term = terminal()
+    term.start("MEND_HISTFILE=" .. quote(histfile))
+    term.type_text("6 * 7")
+    term.keys("Enter")
+    term.wait_for("\n42\n")
+    term.type_text("for i = 1, 2 do")
+    term.keys("Enter")
+    term.type_text("print('pass ' .. i) end")
+    term.keys("Enter")
+    term.wait_for("pass 2")
+    term.leave()
+    assert.are.same({ "6 * 7", "for i = 1, 2 do\nprint('pass ' .. i) end" }, entries(histfile))
+    local p = assert(io.popen("stat -c %a " .. quote(histfile)))
+    assert.are.equal("600", p:read("l"))
+    p:close()
+  end)
+
+  it("is read back by the next session: Up recalls the last one's lines", function()
+    term = terminal()
+    term.start("MEND_HISTFILE=" .. quote(histfile))
+    term.keys("Up", "Up", "Enter")
+    local s = term.wait_for("\n42\n")
+    assert.truthy(s:find("mend> 6 * 7\n42\n", 1, true))
+    term.keys("Up", "Up", "Enter")
+    term.wait_for("pass 2")
+    term.leave()
+    assert.are.same({ "6 * 7", "for i = 1, 2 do\nprint('pass ' .. i) end", "6 * 7",
+                      "for i = 1, 2 do\nprint('pass ' .. i) end" }, entries(histfile))
+  end)
+
+  it("goes to ~/.mend_history without MEND_HISTFILE, and nowhere with it empty", function()
+    local home = H.tmp_dir()
+    term = terminal()
+    term.start("HOME=" .. quote(home) .. " MEND_HISTFILE=")
+    term.type_text("1 + 1")
+    term.keys("Enter")
+    term.wait_for("\n2\n")
+    term.leave()
+    assert.is_nil(io.open(home .. "/.mend_history"))
+    term.close()
+    term = terminal()
+    term.start("HOME=" .. quote(home) .. " MEND_HISTFILE= env -u MEND_HISTFILE")
+    term.type_text("2 + 2")
+    term.keys("Enter")
+    term.wait_for("\n4\n")
+    term.leave()
+    assert.are.same({ "2 + 2" }, entries(home .. "/.mend_history"))
   end)
 end)

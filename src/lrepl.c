@@ -1,8 +1,9 @@
 /*
  * lrepl: line editing for `mend repl` (the table `mend.core.readline`), through libedit's
- * readline emulation. It owns the process's one line editor, its in-memory history and the
- * reference to the Lua completion function; it never evaluates what is typed (that is
- * lua/mend/repl.lua's job) and is only used when stdin is a terminal.
+ * readline emulation. It owns the process's one line editor, its history (in memory, and read
+ * from and written to the file it is given) and the reference to the Lua completion function;
+ * it never evaluates what is typed (that is lua/mend/repl.lua's job), never chooses where the
+ * history file is (the REPL does), and is only used when stdin is a terminal.
  *
  * libedit keeps its state in globals, so this module does too: there is one terminal. The
  * completer runs inside readline(), that is inside a Lua call of readline.read, on the state
@@ -10,10 +11,12 @@
  */
 #include <lauxlib.h>
 #include <lua.h>
+#include <errno.h>
 #include <locale.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <editline/readline.h>
 
@@ -132,6 +135,44 @@ static int l_add_history(lua_State *L) {
   return 0;
 }
 
+/* Pushes true, or nil and "PATH: reason" for a libedit history call's result (0 or an errno). */
+static int push_file_result(lua_State *L, int rc, const char *path) {
+  if (rc == 0) {
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  lua_pushnil(L);
+  lua_pushfstring(L, "%s: %s", path, strerror(rc));
+  return 2;
+}
+
+/* readline.read_history(path) -> true | nil, message: appends the lines of a history file
+ * written by write_history, so that Up walks back into earlier sessions. A file that does not
+ * exist yet, or is empty, is an empty history.  [-1, +(1|2), m] */
+static int l_read_history(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  init_editor();
+  struct stat st;
+  int found = stat(path, &st) == 0;
+  if (found ? S_ISREG(st.st_mode) && st.st_size == 0 : errno == ENOENT) return push_file_result(L, 0, path);
+  int rc = read_history(path);
+  if (rc == EINVAL) {   /* libedit's word for a file without its header */
+    lua_pushnil(L);
+    lua_pushfstring(L, "%s: not a history file of mend repl (libedit's format)", path);
+    return 2;
+  }
+  return push_file_result(L, rc, path);
+}
+
+/* readline.write_history(path) -> true | nil, message: replaces the file with the
+ * history in memory (the last 1000 lines); libedit makes it readable by its owner only, as
+ * what was typed may hold secrets.  [-1, +(1|2), m] */
+static int l_write_history(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  init_editor();
+  return push_file_result(L, write_history(path), path);
+}
+
 /* readline.set_completer(fn | nil): fn(text, line, start, finish) -> { full words } is called
  * on TAB with the word before the cursor; `text` is what the words replace.  [-1, +0, e] */
 static int l_set_completer(lua_State *L) {
@@ -150,8 +191,8 @@ static int l_set_completer(lua_State *L) {
 /* Pushes the table of line-editing functions (mend.core's `readline` field).  [-0, +1, m] */
 int mend_repl_open(lua_State *L) {
   static const luaL_Reg funcs[] = {
-    {"read", l_read}, {"add_history", l_add_history}, {"set_completer", l_set_completer},
-    {NULL, NULL}};
+    {"read", l_read}, {"add_history", l_add_history}, {"read_history", l_read_history},
+    {"write_history", l_write_history}, {"set_completer", l_set_completer}, {NULL, NULL}};
   luaL_newlib(L, funcs);
   return 1;
 }

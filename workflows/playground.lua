@@ -1,7 +1,8 @@
--- The playground: an order saga for `mend repl`, with a payment service you break and fix.
+-- The playground: an order saga for `mend repl`, with payment and shipping services you break
+-- and fix (README.md, "Playing with it", walks through it to two dead letters).
 --
 --   $ mend repl --seed 1
---   mend> load "playground"                     --> "playground"
+--   mend> use "playground"                      --> "playground"
 --   mend> id = start("playground", { amount = 30 })
 --   mend> run()                                 -- succeeds: reserve, charge, ship
 --   mend> playground.break_payments()           -- every payment call fails from now on
@@ -35,21 +36,26 @@ if not pg then
   rawset(_G, "playground", pg)
 end
 
---- The next n payment calls fail with a retryable error (every call, when n is nil).
-function pg.break_payments(n)
-  local p = pg.payments
+-- The next n calls of svc fail with a retryable error (every call, when n is nil).
+local function break_service(svc, n)
   if n then
-    p.fail_first, p.fail_rate = p.calls + n, 0
+    svc.fail_first, svc.fail_rate = svc.calls + n, 0
   else
-    p.fail_first, p.fail_rate = p.calls, 1
+    svc.fail_first, svc.fail_rate = svc.calls, 1
   end
 end
 
+-- Calls of svc succeed again from the next one on.
+local function fix_service(svc) svc.fail_first, svc.fail_rate = svc.calls, 0 end
+
+--- The next n payment calls (charges and refunds) fail (every call, when n is nil).
+function pg.break_payments(n) break_service(pg.payments, n) end
 --- Payment calls succeed again from the next one on.
-function pg.fix_payments()
-  local p = pg.payments
-  p.fail_first, p.fail_rate = p.calls, 0
-end
+function pg.fix_payments() fix_service(pg.payments) end
+--- The next n shipping calls fail (every call, when n is nil).
+function pg.break_shipping(n) break_service(pg.shipping, n) end
+--- Shipping calls succeed again from the next one on.
+function pg.fix_shipping() fix_service(pg.shipping) end
 
 local function undo_key(ctx, what) return what .. ":" .. ctx.idempotency_key end
 

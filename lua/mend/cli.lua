@@ -673,10 +673,11 @@ local commands = {
     choices = { clock = { virtual = true, real = true } },
     default_db = ":memory:",
     usage = "mend repl [--db PATH] [--clock virtual|real] [--seed N]",
-    help = "An interactive Lua shell around one engine: load workflows, start runs, move the\n" ..
-           "virtual clock with advance(seconds), break simulated services (sim) and watch the\n" ..
-           "retries, breakers and compensations; help() lists what is in scope. On a terminal\n" ..
-           "it has line editing, history and TAB completion; otherwise it reads a script from\n" ..
+    help = "An interactive Lua shell around one engine: load workflows (use), start runs, move\n" ..
+           "the virtual clock with advance(seconds), break simulated services (sim) and watch\n" ..
+           "the retries, breakers and compensations; help() lists what is in scope. On a\n" ..
+           "terminal it has line editing, TAB completion and a history kept in ~/.mend_history\n" ..
+           "($MEND_HISTFILE names another file; empty: none); otherwise it reads a script from\n" ..
            "stdin, one chunk at a time, and prints the results.\n\n" ..
            "  --db PATH        the database (default :memory:)\n" ..
            "  --clock C        virtual (default: time moves only with advance and run) or real\n" ..
@@ -702,7 +703,7 @@ Commands:
   runs          list runs (--status, --workflow, --since, --attention)
   breakers      list breakers; breakers reset|open|close KEY
   cancel RUN    stop a running run and compensate what it did
-  repl          an interactive shell: load, start, advance the clock, inspect
+  repl          an interactive shell: use a workflow, start, advance the clock, inspect
 
 Run 'mend <command> --help' for a command's options.
 

@@ -1,13 +1,16 @@
 -- mend.repl: the interactive shell of `mend repl`. A client of the Lua API, as mend.cli is: it
 -- holds one engine (`eng`), evaluates what is typed in an environment with a few helpers
--- (load, start, advance, run, status, history, runs, dlq, breakers, show, help, quit), prints
--- returned values as nested, sorted Lua tables, and after every helper that moves the engine
--- prints what happened, with the CLI's own timeline renderer.
+-- (use, start, advance, run, status, history, runs, dlq, breakers, cancel, dlq_retry,
+-- resolve, show, help, quit), prints returned values as nested, sorted Lua tables, and after
+-- every helper that moves the engine prints what happened, with the CLI's own timeline
+-- renderer. It never hides a Lua global (the workflow loader is `use`, not `load`), and its
+-- errors name the user's line ("stdin:1:"), never one of its own.
 --
--- On a terminal it reads lines through mend.core's readline (libedit: line editing, history,
--- TAB completion of globals, `mend.` fields and `eng:` methods); otherwise it reads stdin,
--- with no prompt, so a script can be piped in and its output checked. A chunk that is
--- incomplete (Lua's "<eof>" syntax error) continues on the next line, as in lua.c.
+-- On a terminal it reads lines through mend.core's readline (libedit: line editing, history
+-- kept across sessions in M.history_file(), TAB completion of globals, `mend.` fields and
+-- `eng:` methods); otherwise it reads stdin, with no prompt and no history, so a script can
+-- be piped in and its output checked. A chunk that is incomplete (Lua's "<eof>" syntax error)
+-- continues on the next line, as in lua.c.
 --
 -- M.main{db=, clock=, seed=} runs the shell and returns the exit code: 0, or 1 when reading
 -- a script from stdin and one of its chunks failed.
@@ -163,7 +166,8 @@ end
 ---------------------------------------------------------------------------------------------
 -- The session: an engine and what has been reported of its runs
 
-local FINAL = { succeeded = true, compensated = true, failed = true, needs_attention = true }
+local FINAL = { succeeded = true, compensated = true, failed = true, needs_attention = true,
+                resolved = true }
 
 local Session = {}
 Session.__index = Session
@@ -182,6 +186,14 @@ end
 
 function Session:clock_text()
   return ("+%.3fs"):format(self.eng:now() - self.t0)
+end
+
+-- An ended run's events are not counted (seen = -1: nothing more is expected of it). Before an
+-- operation that moves one again (dlq_retry, resolve), they are, so that only what the
+-- operation adds is news.
+function Session:count_seen(id)
+  local ok, st = pcall(self.eng.status, self.eng, id)
+  if ok and st then self.runs[id] = { status = st.status, seen = #self.eng:history(id) } end
 end
 
 -- Prints the events of every run that changed since the last report, as timeline lines
@@ -221,6 +233,25 @@ function Session:after(what)
   if self:report_news() == 0 then out("  (nothing happened)\n") end
 end
 
+-- After an operation: on the virtual clock, what it made due is done at once (time does not
+-- move); then the news.
+function Session:settle()
+  if self.opts.clock == "virtual" then self.eng:advance(0) end
+  self:report_news()
+end
+
+-- Who did an operation, as the run's history records it.
+function Session:who()
+  if not self.who_text then
+    local p = io.popen("id -un 2>/dev/null; hostname 2>/dev/null")
+    local user, host = p and p:read("l"), p and p:read("l")
+    if p then p:close() end
+    self.who_text = ("%s@%s (mend repl)"):format(user or os.getenv("USER") or "unknown",
+                                                 host or "?")
+  end
+  return self.who_text
+end
+
 local function check_virtual(self, name)
   if self.opts.clock ~= "virtual" then
     error(name .. " needs the virtual clock (mend repl --clock virtual); use run()", 0)
@@ -232,55 +263,223 @@ local function fmt_seconds(s)
 end
 
 ---------------------------------------------------------------------------------------------
--- The helpers in scope. Their errors carry no position: a helper typed alone is a tail call
--- of the chunk ("return advance(1)"), which leaves no line to point at.
+-- Where an error happened: the user's line, as lua.c names it ("stdin:3: ..."). A helper's
+-- own errors carry no position, and an engine method's error names its caller, a line of
+-- this file; both are given the position of the innermost line the user typed instead.
 
-local HELP = [[
-In scope, besides Lua's own globals:
-  eng                     the engine (eng:status(id), eng:history(id), eng:runs{} ... return
-                          tables; see docs/lua-api.md)
-  mend, json, sim         the mend module, mend.json, and mend.sim (simulated services)
-  load(path)              loads a workflow file (or workflows/NAME.lua); returns its name
-  start(name, input, opts)  starts a run (opts.key: run key); does what is due at once and
-                          returns the run id
-  advance(seconds)        virtual clock: jumps ahead, doing the work that comes due, and
-                          prints what happened
-  run()                   works (moving the virtual clock) until no run is in flight
-  status(id)              a run and its steps (id: default the last run started)
-  history(id)             a run's timeline
-  runs()                  every run in the database
-  dlq()                   the dead-letter queue
-  breakers()              the circuit breakers
-  show(value)             prints a value as a nested Lua table
-  help()                  this text
-  quit()                  leaves, as Ctrl-D (end of input) does
-An expression typed alone prints its value; an incomplete chunk continues on the next line.
-TAB completes names, `mend.` fields and `eng:` methods. Ctrl-D leaves.
-With workflows/playground.lua loaded, `playground.payments` is its payment service:
-playground.break_payments() and playground.fix_payments() break and fix it.
+local THIS_FILE = debug.getinfo(1, "S").short_src
+local CHUNKNAME = "=stdin"
+
+local function user_position()
+  for level = 2, 200 do
+    local info = debug.getinfo(level, "Sl")
+    if not info then break end
+    if info.source == CHUNKNAME and info.currentline > 0 then
+      return ("stdin:%d: "):format(info.currentline)
+    end
+  end
+  return ""
+end
+
+local function this_file_prefix(msg)
+  local n = #THIS_FILE
+  return msg:sub(1, n + 1) == THIS_FILE .. ":" and msg:match("^:%d+: ", n + 1)
+end
+
+-- fn, with its errors placed on the user's line. Called from a chunk as `advance(1)`, the
+-- chunk is still on the stack: chunks are compiled so that what is typed is never a tail call.
+local function on_user_line(fn)
+  return function(...)
+    local res = table.pack(pcall(fn, ...))
+    if res[1] then return table.unpack(res, 2, res.n) end
+    local e = res[2]
+    if type(e) == "string" then
+      local prefix = this_file_prefix(e)
+      if prefix then e = e:sub(#THIS_FILE + #prefix + 1) end
+      e = user_position() .. e
+    end
+    error(e, 0)
+  end
+end
+
+---------------------------------------------------------------------------------------------
+-- The helpers in scope, and what help() says of them: a usage line, one line for the list,
+-- a paragraph, and an example that works when typed in a session started as
+-- `mend repl --seed 1` from the repository's root (with `id` a run of the playground).
+
+local HELP = {
+  { name = "eng", usage = "eng",
+    line = "the engine (eng:status(id), eng:history(id), eng:runs{} ... return tables)",
+    text = "The engine of this session, as mend.engine{} makes it (see docs/lua-api.md). Its "
+      .. "methods return tables where the helpers print; the helpers are built on them.",
+    example = "eng:status(id).steps[2].attempts" },
+  { name = "mend", usage = "mend",
+    line = "the mend module: mend.retryable, mend.fatal, mend.engine ...",
+    text = "The module workflows require: typed errors (mend.retryable, mend.fatal, "
+      .. "mend.compensable), mend.sleep, mend.json, mend.engine. See docs/lua-api.md.",
+    example = 'mend.retryable("overloaded", { retry_after = 2 })' },
+  { name = "json", usage = "json", line = "mend.json: encode and decode",
+    text = "mend.json, the JSON codec the engine stores inputs and results with; json.null "
+      .. "stands for JSON's null.",
+    example = 'json.decode(\'{"a": [1, 2]}\')' },
+  { name = "sim", usage = "sim", line = "mend.sim: simulated services",
+    text = "mend.sim, the simulated services of the examples: deterministic failures, "
+      .. "latency and dedupe by idempotency key (lua/mend/sim.lua says how).",
+    example = 'svc = sim.service{ name = "mail", fail_first = 1 }' },
+  { name = "use", usage = "use(path)",
+    line = "loads a workflow file (or workflows/NAME.lua); returns its name",
+    text = "Loads a workflow file into the engine and returns the workflow's name. A name "
+      .. "without a slash that is not a file is looked for as workflows/NAME.lua, from the "
+      .. "directory the REPL was started in. (This is the REPL's workflow loader; `load` is "
+      .. "Lua's own, which compiles a chunk.)",
+    example = 'use "playground"' },
+  { name = "start", usage = "start(name, input, opts)",
+    line = "starts a run (opts.key: run key); returns its id",
+    text = "Starts a run of a loaded workflow (a NAME.lua path is loaded first) with the "
+      .. "input table (default {}) and returns its id; opts.key makes the start idempotent: "
+      .. "the same key names the same run. On the virtual clock what is due at once is done "
+      .. "and printed; advance() or run() does the rest.",
+    example = 'id = start("playground", { amount = 30 }, { key = "order-1" })' },
+  { name = "advance", usage = "advance(seconds)",
+    line = "virtual clock: jumps ahead, doing the work that comes due; prints it",
+    text = "Moves the virtual clock ahead by seconds (default 0), doing every attempt, retry, "
+      .. "breaker probe and compensation that comes due on the way, and prints what happened "
+      .. "to each run. Only with the virtual clock (the default of mend repl).",
+    example = "advance(5)" },
+  { name = "run", usage = "run()",
+    line = "works (moving the virtual clock) until no run is in flight",
+    text = "Works until no run is in flight, moving the virtual clock as far as needed (on the "
+      .. "real clock, waiting), and prints what happened.",
+    example = "run()" },
+  { name = "status", usage = "status(id)",
+    line = "a run and its steps (id: default the last run started)",
+    text = "Prints a run's outcome, input and steps with their attempts, results and errors, "
+      .. "as `mend status` does. Without an id, the last run started in this session.",
+    example = "status(id)" },
+  { name = "history", usage = "history(id)", line = "a run's timeline (id: as status)",
+    text = "Prints a run's whole timeline: every transition with its time since the start, "
+      .. "attempt, delay and error, and the operators' entries, as `mend history` does.",
+    example = "history(id)" },
+  { name = "runs", usage = "runs()", line = "every run in the database",
+    text = "Lists every run in the database, oldest first: id, workflow and status.",
+    example = "runs()" },
+  { name = "dlq", usage = "dlq()", line = "the dead-letter queue",
+    text = "Prints the dead-letter queue, as `mend dlq` does: the runs that need a person, "
+      .. "with why (attempts_exhausted, compensation_failed, severity_3), the step and the "
+      .. "last error. dlq_retry and resolve take runs out of it.",
+    example = "dlq()" },
+  { name = "breakers", usage = "breakers()", line = "the circuit breakers",
+    text = "Prints every circuit breaker with its state and counts, and when an open one "
+      .. "half-opens.",
+    example = "breakers()" },
+  { name = "cancel", usage = "cancel(id)",
+    line = "cancels a running run: the completed steps are compensated",
+    text = "Cancels a running run, as `mend cancel` does: the attempt in flight is abandoned, "
+      .. "the cancel is recorded with who asked, and the completed steps are compensated in "
+      .. "reverse (a run with none ends failed). On the virtual clock what is due at once is "
+      .. "done and printed; advance() or run() does the rest. A run that another live engine "
+      .. "holds is asked to cancel instead. Refused for a run that has ended.",
+    example = 'id = start("playground"); cancel(id); run()' },
+  { name = "dlq_retry", usage = "dlq_retry(id)",
+    line = "resumes a dead letter where it stopped, with fresh attempts",
+    text = "Takes a run out of the dead-letter queue and resumes it where it stopped, as "
+      .. "`mend dlq retry` does: the compensation that failed, or the step that failed with "
+      .. "severity 3, with fresh attempts. Its workflow must be loaded (use). Refused for a "
+      .. "run compensated after its attempts ran out: nothing is left to resume (resolve it, "
+      .. "or start a new run).",
+    example = "playground.fix_payments(); dlq_retry(id); run()" },
+  { name = "resolve", usage = "resolve(id, note)",
+    line = "a person settled a dead letter by hand: it ends resolved",
+    text = "Takes a run out of the dead-letter queue because a person settled it by hand, as "
+      .. "`mend dlq resolve` does: the run ends `resolved`, and the note (required: say what "
+      .. "was done) is recorded in its history with who did it.",
+    example = 'resolve(id, "refunded in the PSP console, ticket 4411")' },
+  { name = "signal", usage = "signal(...)", line = "not yet: mend has no events",
+    text = "Sending an event to a run that waits for one is not in this version of mend: "
+      .. "events are a later change. This name is kept for it; today signal() only says so.",
+    example = "signal()" },
+  { name = "show", usage = "show(value, ...)", line = "prints values as nested Lua tables",
+    text = "Prints each value as an expression typed alone would: scalars as Lua literals, "
+      .. "tables nested and indented, keys sorted.",
+    example = "show(eng:status(id))" },
+  { name = "help", usage = "help(fn)", line = "describes fn (help() lists the helpers)",
+    text = "help() lists the helpers; help(fn), or help \"fn\", describes one with an example.",
+    example = "help(start)" },
+  { name = "quit", usage = "quit()", line = "leaves, as Ctrl-D (end of input) does",
+    text = "Leaves the REPL, as Ctrl-D does; exit() is the same. The engine is closed: with "
+      .. "--db, runs in flight stay in the database for a worker or a later session.",
+    example = "quit()" },
+}
+
+--- What help() says of each helper, in its order: { name, usage, line, text, example }.
+M.help_entries = HELP
+
+local HELP_BY_NAME = {}
+for _, h in ipairs(HELP) do HELP_BY_NAME[h.name] = h end
+HELP_BY_NAME.exit = HELP_BY_NAME.quit
+
+local function help_list()
+  local lines = { "In scope, besides Lua's own globals (load among them):" }
+  for _, h in ipairs(HELP) do
+    local usage = h.usage
+    if #usage > 22 then
+      lines[#lines + 1] = "  " .. usage
+      usage = ""
+    end
+    lines[#lines + 1] = ("  %-22s  %s"):format(usage, h.line)
+  end
+  lines[#lines + 1] = [[
+help(fn) describes one of them with an example. An expression typed alone prints its value;
+an incomplete chunk continues on the next line. TAB completes names, `mend.` fields and
+`eng:` methods; Up and Down walk the history, kept across sessions in ~/.mend_history
+(MEND_HISTFILE names another file; empty: none). Ctrl-D leaves.
+With workflows/playground.lua loaded (use "playground"), `playground.payments` and
+`playground.shipping` are its services: playground.break_payments(),
+playground.fix_payments(), playground.break_shipping() and playground.fix_shipping().
 ]]
+  return table.concat(lines, "\n")
+end
+
+-- text in lines of at most `width` characters, each after `indent`.
+local function wrap(text, indent, width)
+  local lines, line = {}, nil
+  for word in text:gmatch("%S+") do
+    if line and #indent + #line + 1 + #word > width then
+      lines[#lines + 1] = indent .. line
+      line = nil
+    end
+    line = line and (line .. " " .. word) or word
+  end
+  if line then lines[#lines + 1] = indent .. line end
+  return table.concat(lines, "\n")
+end
+
+local function help_text(h)
+  return ("%s\n%s\nexample:\n  %s\n"):format(h.usage, wrap(h.text, "  ", WIDTH), h.example)
+end
 
 function Session:helpers(env)
   local eng = self.eng
+  local f = {}      -- the helpers themselves; env gets them placed on the user's line
 
   env.eng, env.mend, env.json, env.sim = eng, mend, json, sim
 
-  function env.load(path)
-    if type(path) ~= "string" then error("load: a workflow file path expected", 0) end
+  function f.use(path)
+    if type(path) ~= "string" then error("use: a workflow file path expected", 0) end
     local file = path
-    local f = io.open(file, "rb")
-    if not f and not path:find("/", 1, true) then
+    local fh = io.open(file, "rb")
+    if not fh and not path:find("/", 1, true) then
       file = "workflows/" .. path .. (path:match("%.lua$") and "" or ".lua")
-      f = io.open(file, "rb")
+      fh = io.open(file, "rb")
     end
-    if not f then error(("load: no workflow file %s"):format(path), 0) end
-    f:close()
+    if not fh then error(("use: no workflow file %s"):format(path), 0) end
+    fh:close()
     return eng:load(file)
   end
 
-  function env.start(name, input, opts)
+  function f.start(name, input, opts)
     if type(name) ~= "string" then error("start: a workflow name expected", 0) end
-    if name:match("%.lua$") then name = env.load(name) end
+    if name:match("%.lua$") then name = f.use(name) end
     local id, existed = eng:start(name, input or {}, opts)
     self.last_run = id
     if existed then out("run key %s names the existing run %s\n", tostring(opts.key), id) end
@@ -291,7 +490,7 @@ function Session:helpers(env)
     return id
   end
 
-  function env.advance(seconds)
+  function f.advance(seconds)
     check_virtual(self, "advance")
     seconds = seconds or 0
     if type(seconds) ~= "number" or seconds < 0 then
@@ -301,7 +500,7 @@ function Session:helpers(env)
     self:after("advanced " .. fmt_seconds(seconds))
   end
 
-  function env.run()
+  function f.run()
     eng:run()
     self:after("ran until nothing was in flight")
   end
@@ -314,18 +513,18 @@ function Session:helpers(env)
     return id, st
   end
 
-  function env.status(id)
+  function f.status(id)
     local _, st = run_id(id, "status")
     cli.print_status(st)
   end
 
-  function env.history(id)
+  function f.history(id)
     local rid, st = run_id(id, "history")
     cli.print_outcome(st)
     cli.print_timeline(eng:history(rid))
   end
 
-  function env.runs()
+  function f.runs()
     local list = eng:runs{}
     if #list == 0 then out("no runs\n") return end
     table.sort(list, function(a, b) return (a.created or 0) < (b.created or 0) end)
@@ -334,9 +533,9 @@ function Session:helpers(env)
     end
   end
 
-  function env.dlq() cli.print_dlq(eng:dlq()) end
+  function f.dlq() cli.print_dlq(eng:dlq()) end
 
-  function env.breakers()
+  function f.breakers()
     local list = eng:breakers()
     if #list == 0 then out("no breakers yet\n") return end
     table.sort(list, function(a, b) return a.key < b.key end)
@@ -351,21 +550,97 @@ function Session:helpers(env)
     end
   end
 
-  function env.show(...)
+  -- The operations take the run's id always: cancelling or settling "the last run" by
+  -- default would act on a run the user did not name.
+  local function given_id(id, who)
+    if type(id) ~= "string" then error(who .. ": a run id expected, as start() returns it", 0) end
+    return id
+  end
+
+  function f.cancel(id)
+    given_id(id, "cancel")
+    if eng:cancel(id, { who = self:who() }) == "requested" then
+      out("run %s is held by another live engine; it was asked to cancel\n", id)
+    end
+    self:settle()
+  end
+
+  function f.dlq_retry(id)
+    given_id(id, "dlq_retry")
+    self:count_seen(id)
+    eng:dlq_retry(id, { who = self:who() })
+    self:settle()
+  end
+
+  function f.resolve(id, note)
+    given_id(id, "resolve")
+    if type(note) ~= "string" or not note:find("%S") then
+      error("resolve: a note saying what was done expected: resolve(id, \"refunded by hand\")", 0)
+    end
+    self:count_seen(id)
+    eng:resolve(id, { note = note, who = self:who() })
+    self:report_news()
+  end
+
+  -- The place of events: once the engine can deliver them (an eng:signal method), this sends
+  -- one to a waiting run and prints what it woke. Until then it says so rather than pretend.
+  function f.signal()
+    error("signal: mend has no events yet (a later change); nothing was sent", 0)
+  end
+
+  function f.show(...)
     for i = 1, select("#", ...) do out("%s\n", M.pretty((select(i, ...)))) end
   end
 
-  function env.help() out("%s", HELP) end
+  function f.help(what)
+    if what == nil then out("%s", help_list()) return end
+    local h = type(what) == "string" and HELP_BY_NAME[what]
+    if not h then
+      for name, entry in pairs(HELP_BY_NAME) do
+        if rawequal(rawget(env, name), what) then h = entry end
+      end
+    end
+    if h then out("%s", help_text(h)) return end
+    for name, v in pairs(_G) do
+      if rawequal(v, what) and type(v) == "function" then
+        out("%s is Lua's own: see the Lua 5.4 manual (https://www.lua.org/manual/5.4/)\n", name)
+        return
+      end
+    end
+    error(("help: %s is not one of the REPL's helpers; help() lists them")
+          :format(type(what) == "string" and what or M.pretty(what)), 0)
+  end
 
-  function env.quit() self.done = true end
+  function f.quit() self.done = true end
+
+  for name, fn in pairs(f) do env[name] = on_user_line(fn) end
   env.exit = env.quit
 end
 
 ---------------------------------------------------------------------------------------------
 -- Reading, evaluating, printing
 
--- Reads one chunk with read(prompt). Returns the compiled function, nil and the chunk's text;
--- or nil, a syntax error and the text; or false for a blank line; or nothing at the end.
+-- Compiles what was typed. An expression is compiled as `return (...)(EXPR\n)` and called
+-- with table.pack: the same values as `return EXPR`, but what EXPR calls is never a tail call
+-- of the chunk, so the chunk's line is still on the stack when a helper fails in it. An
+-- expression with `...` in it (the chunk's own, empty, varargs) keeps the plain form.
+-- Returns the function and whether it is an expression, or nil and the error of each form.
+local function compile(text, env)
+  local f, experr = load("return " .. text, CHUNKNAME, "t", env)
+  if f then
+    if text:find("...", 1, true) then return f, false end
+    local g = load("return (...)(" .. text .. "\n)", CHUNKNAME, "t", env)
+    return g or f, g ~= nil
+  end
+  local err
+  f, err = load(text, CHUNKNAME, "t", env)
+  if f then return f, false end
+  return nil, err, experr
+end
+
+-- Reads one chunk with read(prompt). Returns the compiled function, nil, the chunk's text and
+-- whether it is an expression; or nil, a syntax error and the text; or false for a blank
+-- line; or nothing at the end.
 local function read_chunk(read, env)
   local line = read(PROMPT)
   if line == nil then return end
@@ -374,11 +649,8 @@ local function read_chunk(read, env)
   while true do
     -- An expression prints its values; else a statement. Either may be unfinished ("1 +",
     -- "for i = 1, 3 do"): then the next line continues it.
-    local f, experr = load("return " .. text, "=stdin", "t", env)
-    if f then return f, nil, text end
-    local err
-    f, err = load(text, "=stdin", "t", env)
-    if f then return f, nil, text end
+    local f, err, experr = compile(text, env)
+    if f then return f, nil, text, err end
     if not (err:find("<eof>$") or experr:find("<eof>$")) then return nil, err, text end
     local more = read(PROMPT2)
     if more == nil then return nil, err, text end
@@ -410,6 +682,15 @@ local function handler(e)
   return msg
 end
 
+--- The history file: $MEND_HISTFILE (empty: none), else ~/.mend_history; nil for none.
+function M.history_file()
+  local path = os.getenv("MEND_HISTFILE")
+  if path then return path ~= "" and path or nil end
+  local home = os.getenv("HOME")
+  if home and home ~= "" then return home .. "/.mend_history" end
+  return nil
+end
+
 --- Runs the shell. opts: db (default ":memory:"), clock (default "virtual"), seed.
 function M.main(opts)
   opts = opts or {}
@@ -419,11 +700,19 @@ function M.main(opts)
   self:helpers(env)
 
   local interactive = mend.isatty(0) and mend.readline ~= nil
-  local read
+  local read, histfile
   if interactive then
     local rl = mend.readline
     rl.set_completer(function(text) return M.complete(env, text) end)
     read = rl.read
+    histfile = M.history_file()
+    if histfile then
+      local ok, err = rl.read_history(histfile)
+      if not ok then
+        io.stderr:write("mend: history not read: ", err, "\n")
+        histfile = nil    -- writing it would replace what could not be read
+      end
+    end
     out("mend %s, engine on %s (%s clock). help() lists the helpers; Ctrl-D leaves.\n",
         mend.version or "", opts.db, opts.clock)
   else
@@ -432,15 +721,32 @@ function M.main(opts)
 
   local failed = false
   while not self.done do
-    local f, err, text = read_chunk(read, env)
+    local f, err, text, expr = read_chunk(read, env)
     if f == nil and err == nil then break end                -- end of input
-    if interactive and text then mend.readline.add_history(text) end
+    if interactive and text then
+      mend.readline.add_history(text)
+      -- Written at once, so that a session that is killed keeps what was typed in it.
+      if histfile then
+        local ok, werr = mend.readline.write_history(histfile)
+        if not ok then
+          io.stderr:write("mend: history not saved: ", werr, "\n")
+          histfile = nil
+        end
+      end
+    end
     if f then
-      local res = table.pack(xpcall(f, handler))
-      if res[1] then
-        print_results(table.pack(table.unpack(res, 2, res.n)))
+      local ok, res
+      if expr then
+        ok, res = xpcall(f, handler, table.pack)
       else
-        report_error(res[2])
+        local r = table.pack(xpcall(f, handler))
+        ok, res = r[1], r[2]
+        if ok then res = table.pack(table.unpack(r, 2, r.n)) end
+      end
+      if ok then
+        print_results(res)
+      else
+        report_error(res)
         failed = true
       end
     elseif f == nil then
