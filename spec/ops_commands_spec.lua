@@ -374,3 +374,16 @@ describe("what mend run prints", function()
     assert.matches("mend history %S+ prints it again", out)
   end)
 end)
+
+describe("a host whose mend Lua files are not where it looks", function()
+  it("is told MEND_LUA_DIR and pkg-config --variable=luadir mend", function()
+    local host = MEND:gsub("[^/]*$", "") .. "example_game_loop"
+    -- without the specs' LUA_PATH, through which it would find them anyway
+    local rc, out = sh("env -u LUA_PATH -u LUA_PATH_5_4 MEND_LUA_DIR=/nonexistent/mend-lua "
+                       .. q(host) .. " examples/quest.lua 1")
+    assert.are_not.equal(0, rc)
+    assert.is_truthy(out:find("mend's Lua files are not in /nonexistent/mend-lua: set MEND_LUA_DIR "
+                              .. "(or mend_options.lua_path) to the directory "
+                              .. "`pkg-config --variable=luadir mend` prints", 1, true), out)
+  end)
+end)
