@@ -824,10 +824,8 @@ local commands = {
 
 local MAIN_USAGE = "mend <command> [options]"
 
-local MAIN_HELP = "mend " .. mend.version .. [[
-
-mend runs durable Lua workflows: sagas with typed retries, backoff, circuit breakers and
-compensation, recorded in SQLite.
+local MAIN_HELP = "mend " .. mend.version .. [[ runs durable Lua workflows: sagas with typed
+retries, backoff, circuit breakers and compensation, recorded in SQLite.
 
 Commands:
   run FILE      run one workflow to its end and print its timeline
