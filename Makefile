@@ -6,7 +6,8 @@
 #
 # Variables: BUILD_TYPE (RelWithDebInfo), SANITIZE (OFF; ON builds with ASan and UBSan, thread
 # with TSan, which runs the C tests only),
-# BUILD_DIR (build), JOBS (all processors).
+# BUILD_DIR (build), JOBS (all processors). Builds made here treat warnings as errors
+# (MEND_WERROR=ON); a plain `cmake` build does not.
 
 BUILD_TYPE ?= RelWithDebInfo
 SANITIZE   ?= OFF
@@ -16,9 +17,10 @@ CMAKE      ?= cmake
 MEND       := $(BUILD_DIR)/mend
 
 # Debian 12 packages needed to build and test (sqlite3: the specs read the database with its
-# shell, as an operator would).
+# shell, as an operator would). Not make itself: it must be there to read this file
+# (README: `apt-get install -y make git` first on a minimal Debian).
 DEB_PACKAGES := liblua5.4-dev libuv1-dev libsqlite3-dev libjansson-dev libedit-dev \
-                lua5.4 lua-busted sqlite3 cmake gcc pkg-config make tmux valgrind
+                lua5.4 lua-busted sqlite3 cmake gcc pkg-config tmux valgrind
 
 .PHONY: all deps build demo test crash-soak clean
 
@@ -44,7 +46,8 @@ deps:
 	fi
 
 build: deps
-	$(CMAKE) -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DMEND_SANITIZE=$(SANITIZE)
+	$(CMAKE) -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DMEND_SANITIZE=$(SANITIZE) \
+	  -DMEND_WERROR=ON
 	$(CMAKE) --build $(BUILD_DIR) -j $(JOBS)
 
 # The declined card is expected to compensate: exit 3 is its success here.

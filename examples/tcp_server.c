@@ -54,7 +54,7 @@ static waiter *waiters;
 
 typedef struct write_req {
   uv_write_t req;
-  char text[64];
+  char text[300];   /* the longest line sent: an error line, which must keep its newline */
 } write_req;
 
 static void written(uv_write_t *req, int status) {

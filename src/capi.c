@@ -1,10 +1,13 @@
 /*
  * capi: the public C API of include/mend.h over the engine. Owns the mapping from internal
- * failures to mend_status codes, the JSON text handed to hosts, and the adapters from the
- * engine's callbacks to the host's. Nothing else.
+ * failures to mend_status codes, the JSON text handed to hosts, the adapters from the
+ * engine's callbacks to the host's, and the hint a host gets when mend's own Lua files are not
+ * where it looked. Nothing else.
  */
 #include "mend.h"
 
+#include <lauxlib.h>
+#include <lua.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +32,29 @@
 #define PANIC_EXIT_END(E) mend_engine_set_panic_exit((E), panic_saved)
 
 MEND_API const char *mend_version(void) { return MEND_VERSION_STRING; }
+
+/* The last of package.searchers: a host linking libmend.a outside the prefix it was configured
+ * for finds no mend Lua files, and Lua's list of paths tried does not say what to do. Its
+ * upvalue is the directory that was looked in. */
+static int lua_dir_hint(lua_State *L) {
+  const char *name = luaL_checkstring(L, 1);
+  if (strcmp(name, "mend") != 0 && strncmp(name, "mend.", 5) != 0) return 0;
+  lua_pushfstring(L, "mend's Lua files are not in %s: set MEND_LUA_DIR (or mend_options.lua_path) "
+                     "to the directory `pkg-config --variable=luadir mend` prints",
+                  lua_tostring(L, lua_upvalueindex(1)));
+  return 1;
+}
+
+static void add_lua_dir_hint(lua_State *L, const char *dir) {
+  int top = lua_gettop(L);
+  if (lua_getglobal(L, "package") == LUA_TTABLE &&
+      lua_getfield(L, -1, "searchers") == LUA_TTABLE) {
+    lua_pushstring(L, dir);
+    lua_pushcclosure(L, lua_dir_hint, 1);
+    lua_rawseti(L, -2, (lua_Integer)lua_rawlen(L, -2) + 1);
+  }
+  lua_settop(L, top);
+}
 
 MEND_API const char *mend_strerror(int status) {
   switch (status) {
@@ -168,6 +194,7 @@ MEND_API int mend_engine_new(const mend_options *host_opts, mend_engine **out, c
     if (err && errlen) snprintf(err, errlen, "%s", msg);
     return MEND_ESTORE;
   }
+  add_lua_dir_hint(mend_engine_lua(*out), cfg.lua_path);
   h->E = *out;
   h->next = handles;
   handles = h;

@@ -518,6 +518,30 @@ static int engine_runs(lua_State *L) {
                                                 attention, limit));
 }
 
+/* eng:prune{older_than = s, status =, dry_run =} -> {runs = {status = n}, steps =, history =,
+ * dlq =, before =}: ended runs last updated before `before`, s seconds ago on the engine's
+ * clock (see store.h).
+ * [-0, +1, e] */
+static int engine_prune(lua_State *L) {
+  engine_box *b = check_engine(L);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  lua_getfield(L, 2, "older_than");
+  int ok;
+  double older = lua_tonumberx(L, -1, &ok);
+  lua_pop(L, 1);
+  if (!ok || !(older >= 0)) return luaL_error(L, "prune: older_than must be seconds >= 0");
+  const char *status = opt_field_string(L, 2, "status", NULL);
+  lua_getfield(L, 2, "dry_run");
+  int dry = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  mend_store *st = mend_engine_store(b->E);
+  double before = mend_engine_now(b->E) - older;
+  json_t *v = mend_store_prune(st, before, status, dry);
+  if (!v) return luaL_error(L, "prune: %s", mend_store_errmsg(st));
+  json_object_set_new(v, "before", json_real(before));
+  return push_query(L, b, v);
+}
+
 /* Who did an operation: opts.who, or the user and host of this process. [-0, +1, m] */
 static const char *push_who(lua_State *L, int opts) {
   if (lua_istable(L, opts) && lua_getfield(L, opts, "who") == LUA_TSTRING) return lua_tostring(L, -1);
@@ -623,6 +647,7 @@ int mend_lua_open(lua_State *L) {
     {"recover", engine_recover}, {"serve", engine_serve}, {"stop", engine_stop},
     {"wait", engine_wait}, {"cancel", engine_cancel}, {"dlq_retry", engine_dlq_retry},
     {"resolve", engine_resolve}, {"breaker", engine_breaker}, {"audit", engine_audit},
+    {"prune", engine_prune},
     {"close", engine_close}, {NULL, NULL}};
   static const luaL_Reg funcs[] = {
     {"retryable", l_retryable}, {"fatal", l_fatal}, {"compensable", l_compensable},

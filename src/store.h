@@ -228,6 +228,14 @@ json_t *mend_store_cancel_requests(mend_store *s, const char *owner);
 int     mend_store_audit(mend_store *s, double at, const char *who, const char *op,
                          const char *target, const char *detail);
 int     mend_store_schema_version(mend_store *s);
+/* Removes the runs that ended (succeeded, compensated, failed, resolved) and were last updated
+ * before `before`, only those of `status` if not NULL, with their steps, history and
+ * dead-letter rows, in one transaction of its own (a batch this store has open is committed
+ * first). Unfinished runs and runs in the dead-letter queue (needs_attention) are never
+ * removed. Their run keys and custom idempotency keys are forgotten with them. dry_run: counts
+ * only. Returns {"runs": {status: n, ...}, "steps": n, "history": n, "dlq": n}, or NULL
+ * (errmsg). */
+json_t *mend_store_prune(mend_store *s, double before, const char *status, int dry_run);
 
 /* Leases: which worker executes a run (runs.owner), and until when its lease lasts (one row
  * per worker, real time). A worker claims unfinished runs that nobody holds or whose owner's

@@ -63,7 +63,7 @@ static int opt_number(lua_State *L, int idx, const char *field, const char *what
 
 static int opt_int(lua_State *L, int idx, const char *field, const char *what, int *out,
                    char *err, int errlen) {
-  double d = 0;
+  double d = 0;   /* set when r == 1; gcc 12 -O3 cannot see that */
   int r = opt_number(L, idx, field, what, &d, err, errlen);
   if (r == 1) {
     if (!(d >= INT_MIN && d <= INT_MAX) || d != floor(d))

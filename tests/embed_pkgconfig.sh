@@ -20,6 +20,8 @@ luadir=$(pkg-config --variable=luadir mend)
 echo "cflags: $cflags"
 echo "libs:   $libs"
 test -f "$luadir/mend/init.lua"
+# mend.h needs no other headers: --cflags names mend's include directory and nothing else.
+test "$(echo $cflags)" = "-I$(pkg-config --variable=includedir mend)"
 test -f "$(pkg-config --variable=includedir mend)/mend.h"
 
 # shellcheck disable=SC2086  # flags are word lists

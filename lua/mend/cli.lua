@@ -125,9 +125,10 @@ local function render_event(e)
   return join(parts)
 end
 
--- Prints history[first..] (default all) as timeline lines, times relative to history[1].
-local function print_events(history, first)
-  local t0 = history[1] and history[1].at or 0
+-- Prints history[first..] (default all) as timeline lines, times relative to t0 (default
+-- history[1]'s).
+local function print_events(history, first, t0)
+  t0 = t0 or history[1] and history[1].at or 0
   for i = first or 1, #history do
     local e = history[i]
     if e.event == "run" and e.to == "compensating" then
@@ -143,11 +144,14 @@ local function print_timeline(history)
   print_events(history, 1)
 end
 
-local function print_outcome(st)
+-- `alerted` says where this process sent the run's alert, when it knows.
+local function print_outcome(st, alerted)
   out("%s run %s: %s\n", st.workflow or "?", st.id, st.status)
   if present(st.error) then out("  error: %s\n", fmt_error(st.error)) end
-  if st.attention == true or st.attention == 1 then
-    out("  attention: a human was alerted\n")
+  local dead_letter = st.status == "needs_attention"
+  if dead_letter or st.attention == true or st.attention == 1 then
+    out("  attention: %s\n", alerted or (dead_letter and "in the dead-letter queue (mend dlq)")
+                              or "flagged for a person (mend runs --attention)")
   end
 end
 
@@ -276,11 +280,29 @@ local function who()
   return ("%s@%s (mend cli)"):format(user or os.getenv("USER") or "unknown", host or "?")
 end
 
+-- Where an alert of this process goes, for the outcome's "attention" line.
+local function alert_target(o, level)
+  if o["alert-command"] then return "the alert was sent to the --alert-command" end
+  if level == "error" then return "no alert was sent: no --alert-command, and --log-level error" end
+  return "the alert went to the log only (stderr): no --alert-command was given"
+end
+
+-- On a terminal the timeline printed at the end shows every transition, so the live log shows
+-- only what goes wrong (warn), unless --log-level asks for more: then the live log is the
+-- record and the timeline is not printed again. Elsewhere the log is JSON lines on stderr.
+local function run_output(o)
+  local level = o["log-level"]
+  if o.json or not (mend.isatty(1) and mend.isatty(2)) then return level, false end
+  level = level or "warn"
+  return level, level == "info" or level == "debug"
+end
+
 local function cmd_run(o, file)
   local input = decode_input(o.input)
   check_readable(file)
+  local level, live = run_output(o)
   local conf = { db = o.db, clock = o.clock, seed = o.seed, durability = o.durability,
-                 log = "stderr", log_level = o["log-level"] }
+                 log = "stderr", log_level = level, alert_command = o["alert-command"] }
   return with_engine(conf, function(eng)
     local name = eng:load(file)
     local id, existed = eng:start(name, input, { key = o.key })
@@ -290,8 +312,9 @@ local function cmd_run(o, file)
     if o.json then
       out("%s\n", json.encode(st))
     else
-      print_outcome(st)
-      print_timeline(eng:history(id))
+      print_outcome(st, alert_target(o, level))
+      if live then out("(the log above is its timeline; mend history %s prints it again)\n", id)
+      else print_timeline(eng:history(id)) end
     end
     local code = OUTCOME_EXIT[st.status]
     if not code then fail("run %s stopped unfinished (%s)", id, tostring(st.status)) end
@@ -307,15 +330,46 @@ local function cmd_status(o, id)
   end)
 end
 
+local function positive_int(o, name)
+  local v = o[name]
+  if v == nil then return nil end
+  local n = math.tointeger(tonumber(v))
+  if not (n and n > 0) then usage_error(o._command, "--%s must be a positive integer, got %s", name, v) end
+  return n
+end
+
+-- The events of history about step (all if nil), the last `tail` of them (all if nil).
+local function select_events(st, history, step, tail)
+  local list = history
+  if step then
+    local names = {}
+    for _, s in ipairs(st.steps or {}) do names[#names + 1] = s.name end
+    local known = false
+    for _, n in ipairs(names) do known = known or n == step end
+    if not known then
+      fail("run %s has no step %s (its steps: %s)", st.id, step, table.concat(names, ", "))
+    end
+    list = {}
+    for _, e in ipairs(history) do
+      if e.step == step then list[#list + 1] = e end
+    end
+  end
+  if tail and #list > tail then list = table.move(list, #list - tail + 1, #list, 1, {}) end
+  return list
+end
+
 local function cmd_history(o, id)
+  local tail = positive_int(o, "tail")
   return with_engine(existing_db(o.db), function(eng)
     local st = run_status(eng, id)
     local history = eng:history(id)
+    local events = select_events(st, history, o.step, tail)
     if o.json then
-      out("%s\n", encode_list(history))
+      out("%s\n", encode_list(events))
     else
       print_outcome(st)
-      print_timeline(history)
+      out("timeline:\n")
+      print_events(events, 1, history[1] and history[1].at)
     end
     return EXIT_OK
   end)
@@ -332,13 +386,66 @@ local function parse_since(o)
   return os.time() - n * scale
 end
 
+local RUN_STATUSES = { "running", "compensating", "succeeded", "compensated", "failed",
+                       "needs_attention", "resolved" }
+-- Ended for good: what prune may remove (needs_attention waits for a person).
+local ENDED = { "succeeded", "compensated", "failed", "resolved" }
+
+local function check_status(o, allowed, what)
+  if o.status == nil then return end
+  for _, s in ipairs(allowed) do
+    if s == o.status then return end
+  end
+  usage_error(o._command, "--status %s: %s is one of %s", o.status, what, table.concat(allowed, ", "))
+end
+
 local function cmd_runs(o)
+  check_status(o, RUN_STATUSES, "a run's status")
   local limit = o.limit and math.tointeger(tonumber(o.limit))
   if o.limit and not (limit and limit > 0) then usage_error("runs", "--limit must be a positive integer") end
   return with_engine(existing_db(o.db), function(eng)
     local runs = eng:runs{ status = o.status, workflow = o.workflow, since = parse_since(o),
                            attention = o.attention, limit = limit or 50 }
     if o.json then out("%s\n", encode_list(runs)) else print_runs(runs) end
+    return EXIT_OK
+  end)
+end
+
+-- A duration: 30d, 12h, 90m, 45s (or w, weeks). Seconds.
+local function duration_flag(o, name)
+  local v = o[name]
+  local n, unit = tostring(v):match("^(%d+%.?%d*)([smhdw])$")
+  if not n then
+    usage_error(o._command, "--%s must be a duration like 30d, 12h, 90m or 45s, got %s", name, v)
+  end
+  return tonumber(n) * ({ s = 1, m = 60, h = 3600, d = 86400, w = 604800 })[unit]
+end
+
+local function print_pruned(r)
+  local parts = {}
+  for _, s in ipairs(ENDED) do
+    if (r.runs[s] or 0) > 0 then parts[#parts + 1] = ("%d %s"):format(r.runs[s], s) end
+  end
+  if r.total == 0 then
+    out("no runs ended before %s: nothing to prune\n", fmt_time(r.before))
+    return
+  end
+  out("%s %d run%s that ended before %s: %s\n", r.dry_run and "would prune" or "pruned",
+      r.total, r.total == 1 and "" or "s", fmt_time(r.before), table.concat(parts, ", "))
+  out("  with %d step rows, %d history rows and %d dead letters%s\n", r.steps, r.history, r.dlq,
+      r.dry_run and " (dry run: nothing was removed)" or "")
+end
+
+local function cmd_prune(o)
+  if not o["older-than"] then usage_error("prune", "--older-than is required (like 30d)") end
+  local older = duration_flag(o, "older-than")
+  check_status(o, ENDED, "prune takes runs that ended; their status")
+  return with_engine(existing_db(o.db), function(eng)
+    local r = eng:prune{ older_than = older, status = o.status, dry_run = o["dry-run"] }
+    r.total = 0
+    for _, n in pairs(r.runs) do r.total = r.total + n end
+    r.dry_run, r.older_than = o["dry-run"] == true, older
+    if o.json then out("%s\n", json.encode(r)) else print_pruned(r) end
     return EXIT_OK
   end)
 end
@@ -452,7 +559,7 @@ local function cmd_worker(o)
   local files = workflow_files(o.workflows or "workflows")
   if #files == 0 then fail("no workflow files (*.lua) in %s", o.workflows or "workflows") end
   local conf = { db = o.db, durability = o.durability, log = "stderr",
-                 log_level = o["log-level"],
+                 log_level = o["log-level"], alert_command = o["alert-command"],
                  lease = number_flag(o, "lease", 30), grace = number_flag(o, "grace", 10) }
   return with_engine(conf, function(eng)
     for _, file in ipairs(files) do eng:load(file) end
@@ -505,6 +612,10 @@ local LOG_LEVELS = { debug = true, info = true, warn = true, error = true }
 local LOG_LEVEL_HELP =
   "  --log-level L    the least level logged to stderr: debug, info (default: every\n" ..
   "                   transition), warn (failures, retries, lost leases) or error\n"
+local ALERT_HELP =
+  "  --alert-command CMD  run with sh -c for each alert (a run in the dead-letter queue),\n" ..
+  "                   the alert as one line of JSON on its stdin; without it alerts are\n" ..
+  "                   only logged\n"
 
 -- Each command: its positional arguments, its flags ("value" takes one, "switch" does not),
 -- checks of flag values, its usage and help text, and the function that does it.
@@ -512,20 +623,25 @@ local commands = {
   run = {
     args = { "FILE" },
     flags = { input = "value", db = "value", key = "value", clock = "value", seed = "value",
-              durability = "value", json = "switch", ["log-level"] = "value" },
+              durability = "value", json = "switch", ["log-level"] = "value",
+              ["alert-command"] = "value" },
     choices = { clock = { virtual = true, real = true },
                 durability = { full = true, process = true }, ["log-level"] = LOG_LEVELS },
     usage = "mend run FILE [--input JSON] [--db PATH] [--key K] [--clock virtual|real]\n" ..
             "                [--seed N] [--durability full|process] [--json]\n" ..
-            "                [--log-level debug|info|warn|error]",
+            "                [--log-level debug|info|warn|error] [--alert-command CMD]",
     help = "Runs one execution of the workflow in FILE to its end, then prints the outcome and\n" ..
-           "a timeline of every transition (or, with --json, the run's status as JSON).\n\n" ..
+           "a timeline of every transition (or, with --json, the run's status as JSON). The\n" ..
+           "log goes to stderr: JSON lines, or, on a terminal, readable lines of what went\n" ..
+           "wrong (--log-level info shows every transition live, and the timeline is not\n" ..
+           "printed again).\n\n" ..
            "  --input JSON     the run's input (default {})\n" .. DB_HELP ..
            "  --key K          run key: a key that already names a run gives that run again\n" ..
            "  --clock C        virtual (timers fire at once, in order) or real (default)\n" ..
            "  --seed N         seed of the backoff jitter generator (default random)\n" ..
            "  --durability D   full (default: survives power loss) or process\n" ..
-           "  --json           print the status object as JSON\n" .. LOG_LEVEL_HELP .. "\n" ..
+           "  --json           print the status object as JSON\n" .. LOG_LEVEL_HELP ..
+           ALERT_HELP .. "\n" ..
            "Exit codes: 0 succeeded, 3 compensated or failed, 4 needs attention (dead-letter\n" ..
            "queue), 1 mend failed (load, storage or input error), 2 usage error.\n",
     action = cmd_run,
@@ -540,21 +656,24 @@ local commands = {
   },
   history = {
     args = { "RUN" },
-    flags = { db = "value", json = "switch" },
-    usage = "mend history RUN [--db PATH] [--json]",
+    flags = { db = "value", json = "switch", step = "value", tail = "value" },
+    usage = "mend history RUN [--step S] [--tail N] [--db PATH] [--json]",
     help = "Shows a run's audit trail: every transition with its time, attempt, delay and\n" ..
-           "error.\n\n" .. DB_HELP .. "  --json           print the history as a JSON array\n",
+           "error (times from the run's start).\n\n" .. DB_HELP ..
+           "  --step S         only the events of step S\n" ..
+           "  --tail N         only the last N events (of step S, with --step)\n" ..
+           "  --json           print the history as a JSON array\n",
     action = cmd_history,
   },
   worker = {
     args = {},
     flags = { db = "value", workflows = "value", lease = "value", poll = "value",
               grace = "value", ["max-in-flight"] = "value", durability = "value",
-              ["log-level"] = "value" },
+              ["log-level"] = "value", ["alert-command"] = "value" },
     choices = { durability = { full = true, process = true }, ["log-level"] = LOG_LEVELS },
     usage = "mend worker [--db PATH] [--workflows DIR] [--lease S] [--poll S] [--grace S]\n" ..
             "                   [--max-in-flight N] [--durability full|process]\n" ..
-            "                   [--log-level debug|info|warn|error]",
+            "                   [--log-level debug|info|warn|error] [--alert-command CMD]",
     help = "Executes runs until stopped. On start it resumes every unfinished run that no live\n" ..
            "worker holds, from the database alone; then it takes new runs as `mend start`\n" ..
            "records them. Several workers may share one database: each run is executed by one\n" ..
@@ -568,7 +687,7 @@ local commands = {
            "  --max-in-flight N  runs held at once (default: no limit)\n" ..
            "  --durability D   full (default: survives power loss) or process (survives a\n" ..
            "                   crash of mend; the last commits may be lost on power loss)\n" ..
-           LOG_LEVEL_HELP,
+           LOG_LEVEL_HELP .. ALERT_HELP,
     action = cmd_worker,
   },
   start = {
@@ -645,13 +764,31 @@ local commands = {
     usage = "mend runs [--status S] [--workflow W] [--since T] [--limit N] [--attention]\n" ..
             "                 [--db PATH] [--json]",
     help = "Lists runs, newest first.\n\n" .. DB_HELP ..
-           "  --status S       only runs in this status (running, succeeded, compensated, ...)\n" ..
+           "  --status S       only runs in this status: running, compensating, succeeded,\n" ..
+           "                   compensated, failed, needs_attention, resolved\n" ..
            "  --workflow W     only runs of this workflow\n" ..
            "  --since T        only runs created since T: 90, 15m, 2h, 7d ago, or epoch seconds\n" ..
            "  --limit N        at most N runs (default 50)\n" ..
            "  --attention      only runs flagged for attention or in the dead-letter queue\n" ..
            "  --json           print a JSON array\n",
     action = cmd_runs,
+  },
+  prune = {
+    args = {},
+    flags = { db = "value", json = "switch", status = "value", ["older-than"] = "value",
+              ["dry-run"] = "switch" },
+    usage = "mend prune --older-than D [--status S] [--dry-run] [--db PATH] [--json]",
+    help = "Removes the runs that ended more than D ago (succeeded, compensated, failed, or\n" ..
+           "resolved from the dead-letter queue), with their steps, history and dead-letter\n" ..
+           "rows, in one transaction, and says how many of each status it removed. Never a\n" ..
+           "run that is unfinished or waits in the dead-letter queue (resolve it first). A\n" ..
+           "pruned run's key (--key) and its steps' custom idempotency keys are forgotten: a\n" ..
+           "new run may use them again. SQLite reuses the space; VACUUM gives it back.\n\n" ..
+           "  --older-than D   ended before D ago: 30d, 12h, 90m, 45s (required)\n" ..
+           "  --status S       only runs of this status: succeeded, compensated, failed, resolved\n" ..
+           "  --dry-run        report what would be removed, remove nothing\n" .. DB_HELP ..
+           "  --json           print the counts as JSON\n",
+    action = cmd_prune,
   },
   breakers = {
     args = {},
@@ -688,9 +825,8 @@ local commands = {
 
 local MAIN_USAGE = "mend <command> [options]"
 
-local MAIN_HELP = [[
-mend runs durable Lua workflows: sagas with typed retries, backoff, circuit breakers and
-compensation, recorded in SQLite.
+local MAIN_HELP = "mend " .. mend.version .. [[ runs durable Lua workflows: sagas with typed
+retries, backoff, circuit breakers and compensation, recorded in SQLite.
 
 Commands:
   run FILE      run one workflow to its end and print its timeline
@@ -698,14 +834,15 @@ Commands:
   start WF      record a run for a worker and print its id
   wait RUN      block until a run ends; exit with its outcome
   status RUN    show a run and its steps
-  history RUN   show a run's audit trail
+  history RUN   show a run's audit trail (--step S, --tail N)
   dlq           list the dead-letter queue; dlq retry RUN, dlq resolve RUN --note T
   runs          list runs (--status, --workflow, --since, --attention)
   breakers      list breakers; breakers reset|open|close KEY
   cancel RUN    stop a running run and compensate what it did
+  prune         remove runs that ended long ago (--older-than 30d, --dry-run)
   repl          an interactive shell: use a workflow, start, advance the clock, inspect
 
-Run 'mend <command> --help' for a command's options.
+Run 'mend <command> --help' for a command's options; 'mend --version' prints the version.
 
 Exit codes of mend run: 0 the run succeeded, 3 it was compensated or failed, 4 it needs
 attention (dead-letter queue). Of every command: 1 mend itself failed, 2 usage error;
@@ -783,6 +920,10 @@ local function dispatch(args)
   local name = args[1]
   if name == nil then usage_error(nil, "no command given") end
   if name == "--help" or name == "-h" then return print_help(nil) end
+  if name == "--version" then
+    out("mend %s\n", mend.version)
+    return EXIT_OK
+  end
   if name == "help" then
     local topic = args[2]
     if topic ~= nil and not commands[topic] then usage_error(nil, "unknown command %s", topic) end
