@@ -210,6 +210,13 @@ struct mend_engine {
   int destroying;
   void *panic_exit;       /* a jmp_buf of the C API's entry point that is running */
   int panicked;
+  /* Another process holds the database's write lock (lock_wait): the batch is kept and its
+   * commit tried again at lock_retry_at, after lock_delay, doubled at each try up to 1 s. */
+  double lock_since;      /* 0: not locked */
+  double lock_warned;     /* when the last warning was logged */
+  double lock_retry_at, lock_delay;
+  uv_timer_t *lock_timer;
+  int fence_recheck;      /* a match of our runs against the store's was cut short by a lock */
 };
 
 /* ---------------------------------------------------------------- small helpers */
@@ -229,16 +236,34 @@ static void breakdown(mend_engine *E, const char *fmt, ...) {
   mend_engine_log_line(E, "error", NULL, NULL, 0, "engine", E->errmsg);
 }
 
+static void lock_wait(mend_engine *E);
+
+/* A lock held by another process is no failure: nothing was lost, the batch is kept, and the
+ * engine waits it out (lock_wait). Anything else stops the engine. */
 static void store_failed(mend_engine *E) {
-  breakdown(E, "%s", mend_store_errmsg(E->store));
+  if (mend_store_locked(E->store)) lock_wait(E);
+  else breakdown(E, "%s", mend_store_errmsg(E->store));
 }
+
+/* How long one statement of the loop waits for another process's lock; longer locks are
+ * waited out on a timer (lock_wait), so that the loop goes on. */
+#define LOOP_BUSY_MS 100
+/* Warnings while the lock lasts, this far apart (seconds). */
+#define LOCK_WARN_EVERY 3.0
 
 /* Commits the batch now, outside the pump (an operation that must be durable before it
  * returns). The batch may hold the pump's own transitions too: if it fails they are rolled
- * back with it, so the engine stops rather than act on them. */
+ * back with it, so the engine stops rather than act on them. A lock held by another process
+ * is waited for up to the store's default busy wait; then the operation fails, the engine
+ * goes on, and the batch is committed once the lock goes. */
 static int commit_now(mend_engine *E) {
   if (E->broken) return -1;
-  if (mend_store_commit(E->store)) {
+  mend_store_set_busy_wait(E->store, 0);
+  int rc = mend_store_commit(E->store);
+  mend_store_set_busy_wait(E->store, LOOP_BUSY_MS);
+  if (rc) {
+    if (rc == MEND_STORE_BUSY)
+      snprintf(E->errmsg, sizeof E->errmsg, "%s", mend_store_errmsg(E->store));
     store_failed(E);
     return -1;
   }
@@ -355,8 +380,12 @@ static int has_ready_work(const mend_engine *E) {
 
 /* Work a turn can do now. While the writer thread holds the only batch there is, a turn would
  * find nothing to do: the thread wakes the loop when it is done (on_wakeup). */
+static int lock_waiting(const mend_engine *E) {
+  return E->lock_since > 0 && mend_real_now() < E->lock_retry_at;
+}
+
 static int turn_has_work(const mend_engine *E) {
-  int writing = E->writer && mend_store_writer_busy(E->store);
+  int writing = (E->writer && mend_store_writer_busy(E->store)) || lock_waiting(E);
   return E->ready_head || (!writing && has_ready_work(E));
 }
 
@@ -796,7 +825,11 @@ static void forward(mend_run *r) {
     if (st->custom_key) {
       char *found = NULL;
       int r2 = mend_store_find_key_result(E->store, st->idem_key, &found);
-      if (r2 < 0) { store_failed(E); return; }
+      if (r2 < 0) {
+        store_failed(E);
+        if (!E->broken) queue(r, ACT_ADVANCE);   /* a lock elsewhere: again after the commit */
+        return;
+      }
       if (r2 == 1) {
         set_str(&st->result, found);
         free(found);
@@ -1795,7 +1828,10 @@ static int end_batch(mend_engine *E) {
    * long WAL is caught up here too, once the commit leaves nothing open. */
   if (!E->writer || E->wal_catch_up ||
       (!E->ready_head && mend_store_batch_writes(E->store) < HAND_OFF_WRITES)) {
-    if (mend_store_commit(E->store)) { store_failed(E); return -1; }
+    if (lock_waiting(E)) return 0;   /* its timer kicks the next try */
+    int rc = mend_store_commit(E->store);
+    if (rc == MEND_STORE_BUSY) { lock_wait(E); return 0; }
+    if (rc) { store_failed(E); return -1; }
     checkpoint_if_grown(E);
     if (E->wal_catch_up && !E->checkpointing) {
       /* Only a short tail is copied here; a long one (the end of a burst) goes back to the
@@ -1816,10 +1852,79 @@ static int end_batch(mend_engine *E) {
   json_array_extend(E->events_handed, E->events);
   json_array_clear(E->alerts);
   json_array_clear(E->events);
-  if (mend_store_hand_off(E->store)) { store_failed(E); return -1; }
+  int rc = mend_store_hand_off(E->store);
+  if (rc == MEND_STORE_BUSY) { lock_wait(E); return 0; }
+  if (rc) { store_failed(E); return -1; }
   if (mend_store_writer_busy(E->store)) uv_ref((uv_handle_t *)E->wakeup);
   else settle_writer(E);   /* nothing was written: durable at once */
   return 0;
+}
+
+/* ---------------------------------------------------------------- a lock held elsewhere */
+
+/* Another process holds the database's write lock (the sqlite3 shell inside a transaction, a
+ * process stopped mid-write). Nothing is lost: the batch stays recorded and nothing it
+ * announces runs until it commits (the write-ahead rule), so the runs simply wait. Without a
+ * writer thread the commit is tried again on a timer, 50 ms doubling to 1 s; the writer thread
+ * retries its batch by itself (store.c). Either way a warning is logged every few seconds,
+ * and a line when the lock goes. Leases are not renewed meanwhile: a lock longer than the
+ * lease is a stall like any other, and the fence sorts out what another worker took. */
+
+static void lock_retry(uv_timer_t *t) {
+  mend_engine *E = t->data;
+  kick(E);
+}
+
+static void lock_warn(mend_engine *E, double now) {
+  char msg[1200];
+  snprintf(msg, sizeof msg, "the database is locked by another process: writes wait"
+           " (%.0f s so far), retrying; %s", now - E->lock_since, mend_store_errmsg(E->store));
+  mend_engine_log_line(E, "warn", NULL, NULL, 0, "store", msg);
+  E->lock_warned = now;
+}
+
+static void lock_wait(mend_engine *E) {
+  if (E->broken || E->destroying) return;
+  double now = mend_real_now();
+  if (E->lock_since <= 0) {
+    E->lock_since = now;
+    E->lock_delay = 0.05;
+    lock_warn(E, now);
+  } else {
+    E->lock_delay = E->lock_delay * 2 > 1 ? 1 : E->lock_delay * 2;
+    if (now - E->lock_warned >= LOCK_WARN_EVERY) lock_warn(E, now);
+  }
+  E->lock_retry_at = now + E->lock_delay;
+  if (!E->lock_timer) {
+    E->lock_timer = malloc(sizeof *E->lock_timer);
+    if (!E->lock_timer) { breakdown(E, "out of memory waiting for a lock"); return; }
+    uv_timer_init(E->loop, E->lock_timer);
+    E->lock_timer->data = E;
+  }
+  uv_timer_start(E->lock_timer, lock_retry, (uint64_t)(E->lock_delay * 1000) + 1, 0);
+}
+
+/* At each turn: the writer thread's wait heard of, and the end of a lock told. */
+static void watch_lock(mend_engine *E) {
+  if (mend_store_locked(E->store)) {
+    if (E->writer && mend_store_writer_busy(E->store)) {
+      double now = mend_real_now();
+      if (E->lock_since <= 0) {
+        E->lock_since = now;
+        lock_warn(E, now);
+      } else if (now - E->lock_warned >= LOCK_WARN_EVERY) {
+        lock_warn(E, now);
+      }
+    }
+    return;
+  }
+  if (E->lock_since <= 0) return;
+  char msg[160];
+  snprintf(msg, sizeof msg, "the database lock is gone after %.1f s: going on",
+           mend_real_now() - E->lock_since);
+  mend_engine_log_line(E, "info", NULL, NULL, 0, "store", msg);
+  E->lock_since = E->lock_retry_at = 0;
+  if (E->lock_timer) uv_timer_stop(E->lock_timer);
 }
 
 /* ---------------------------------------------------------------- fencing */
@@ -1867,12 +1972,16 @@ static void check_fence(mend_engine *E) {
   /* The renewal timer is late (turns are long): renew now, while a third of the lease is left. */
   if (mend_real_now() >= E->fence_until - E->lease_seconds / 3) renew_now(E);
   id_list lost = {0}, mine = {0};
-  if (mend_store_fence_news(E->store, add_id, &lost)) {
+  if (mend_store_fence_news(E->store, add_id, &lost) || E->fence_recheck) {
     E->fence_was_late = 1;
     /* A batch began late: which runs does the store say are ours? The rest are not. */
     json_t *held = mend_store_held(E->store);
+    E->fence_recheck = !held && mend_store_locked(E->store);   /* again at the next turn */
     if (!held) {
       store_failed(E);
+      if (lost.set.count && !E->broken) let_go(E, &lost.set, "another worker took this run"
+                                               " while this one stalled past its lease: let go"
+                                               " here, nothing more written");
       mend_idset_clear(&lost.set);
       return;
     }
@@ -1901,6 +2010,7 @@ static int pump_turn(mend_engine *E) {
   if (E->broken) return -1;
   if (E->writer) settle_writer(E);
   else if (end_batch(E)) return -1;   /* what the last turn wrote, before acting on it */
+  watch_lock(E);
   check_fence(E);
   unsigned long durable = mend_store_durable_seq(E->store);
   for (int k = 0; k < 4 && E->moved_seq < durable; k++) {
@@ -1974,7 +2084,7 @@ int mend_engine_run(mend_engine *E) {
 }
 
 static void drain(mend_engine *E) {
-  while (!E->broken && has_ready_work(E)) pump_turn(E);
+  while (!E->broken && (E->ready_head || (has_ready_work(E) && !lock_waiting(E)))) pump_turn(E);
 }
 
 int mend_engine_advance(mend_engine *E, double seconds) {
@@ -2026,9 +2136,24 @@ static mend_run *run_new(mend_engine *E, mend_workflow *wf, const char *id) {
 
 static double lease_until(const mend_engine *E) { return mend_real_now() + E->lease_seconds; }
 
+static int start_value(mend_engine *E, lua_State *L, const char *workflow, int input_idx,
+                       const char *run_key, char id_out[MEND_RUN_ID_LEN], int *existed,
+                       int detached, char *err, int errlen);
+
+/* A start is an answer to its caller: it waits for another process's lock up to the store's
+ * default busy wait, then fails naming the lock (the loop's own writes wait on a timer). */
 int mend_engine_start_value(mend_engine *E, lua_State *L, const char *workflow, int input_idx,
                             const char *run_key, char id_out[MEND_RUN_ID_LEN], int *existed,
                             int detached, char *err, int errlen) {
+  if (E->store) mend_store_set_busy_wait(E->store, 0);
+  int rc = start_value(E, L, workflow, input_idx, run_key, id_out, existed, detached, err, errlen);
+  if (E->store) mend_store_set_busy_wait(E->store, LOOP_BUSY_MS);
+  return rc;
+}
+
+static int start_value(mend_engine *E, lua_State *L, const char *workflow, int input_idx,
+                       const char *run_key, char id_out[MEND_RUN_ID_LEN], int *existed,
+                       int detached, char *err, int errlen) {
   *existed = 0;
   if (E->broken) { snprintf(err, (size_t)errlen, "%s", E->errmsg); return -1; }
   mend_workflow *wf = mend_engine_workflow(E, workflow);
@@ -2408,6 +2533,11 @@ static int claimable(mend_engine *E, double now) {
 static void poll_for_runs(uv_timer_t *t) {
   mend_engine *E = t->data;
   if (E->draining || E->broken) return;
+  /* No look for work while another process holds the lock: it would wait for the lock too. */
+  if (mend_store_locked(E->store)) {
+    uv_timer_start(t, poll_for_runs, E->poll_ms, 0);
+    return;
+  }
   double now = mend_real_now();
   if (now >= E->next_reload) {
     E->next_reload = now + 1.0;
@@ -2992,6 +3122,7 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
     return NULL;
   }
   mend_store_set_worker(E->store, E->owner);
+  mend_store_set_busy_wait(E->store, LOOP_BUSY_MS);
   /* Every lease this engine takes from now on lasts at least this long. */
   E->fence_until = lease_until(E);
   if (mend_store_set_fence(E->store, E->owner, E->lease_seconds, E->fence_until)) {
@@ -3083,6 +3214,7 @@ void mend_engine_destroy(mend_engine *E) {
   if (E->wakeup) uv_close((uv_handle_t *)E->wakeup, free_on_close);
   mend_timers_close(&E->timers);
   if (E->lease_timer) uv_close((uv_handle_t *)E->lease_timer, free_on_close);
+  if (E->lock_timer) uv_close((uv_handle_t *)E->lock_timer, free_on_close);
   uv_close((uv_handle_t *)E->pump, free_on_close);
   if (E->owns_loop) {
     uv_run(&E->own_loop, UV_RUN_NOWAIT);   /* let close callbacks run */

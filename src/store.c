@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -378,6 +379,12 @@ struct mend_store {
   wlog logs[3];   /* recording, and up to two with the writer thread (a part, the rest) */
   wlog *cur;              /* the log this thread records into */
   int parted;             /* records of the open batch passed to the writer thread in parts */
+  /* How long one statement waits for another connection's lock (busy_wait); the engine's
+   * loop asks for a short one and waits out a longer lock on a timer instead. */
+  int busy_ms;
+  /* The last batch could not begin: another connection holds the write lock. Written on
+   * whichever thread begins batches, read by the loop (mend_store_locked). */
+  atomic_int locked;
   writer *w;              /* NULL: writes run at once, commits on the caller's thread */
   unsigned long open_seq, durable_seq;   /* batch numbers: recording, last committed */
   void (*commit_hook)(const char *phase);
@@ -407,7 +414,12 @@ static void set_msg(char *buf, int len, const char *fmt, ...) {
 
 /* "<path>: <what>: <sqlite errmsg>", read before any reset can change the message. */
 static void sql_err(mend_store *s, const char *what) {
-  set_msg(s->err, sizeof s->err, "%s: %s: %s", s->path, what, sqlite3_errmsg(s->db));
+  int code = sqlite3_extended_errcode(s->db) & 0xff;
+  if (code == SQLITE_BUSY || code == SQLITE_LOCKED)
+    set_msg(s->err, sizeof s->err, "%s: %s: database is locked by another process (waited %.1f s)",
+            s->path, what, s->busy_ms / 1000.0);
+  else
+    set_msg(s->err, sizeof s->err, "%s: %s: %s", s->path, what, sqlite3_errmsg(s->db));
 }
 
 static double now_mono(void) {
@@ -424,23 +436,23 @@ static int note_wal(void *ud, sqlite3 *db, const char *name, int frames) {
   return SQLITE_OK;
 }
 
-/* Waits out another connection's write lock, up to BUSY_TIMEOUT_MS. SQLite's own handler backs
+/* Waits out another connection's write lock, up to busy_ms. SQLite's own handler backs
  * off to sleeps of 100 ms: against another worker's steady batches the lock is free only for
  * moments, and a waiter asleep that long misses them, then gives up after 5 s (two workers on
  * a backlog of 5,000 runs: one of them exited, or both took twice as long as one). */
 static int busy_wait(void *ud, int count) {
-  (void)ud;
+  const mend_store *s = ud;
   enum { WAIT_US = 250 };
-  if ((long)count * WAIT_US >= BUSY_TIMEOUT_MS * 1000L) return 0;
+  if ((long)count * WAIT_US >= s->busy_ms * 1000L) return 0;
   struct timespec ts = {0, WAIT_US * 1000L};
   nanosleep(&ts, NULL);
   return 1;
 }
 
 /* The busy handler already waits; this covers the cases where SQLite returns SQLITE_BUSY without
- * calling it (WAL recovery by another connection, for one), still bounded by the busy timeout. */
-static int step_busy_retry(sqlite3_stmt *q) {
-  double deadline = now_mono() + BUSY_TIMEOUT_MS / 1000.0;
+ * calling it (WAL recovery by another connection, for one), still bounded by busy_ms. */
+static int step_busy_retry(const mend_store *s, sqlite3_stmt *q) {
+  double deadline = now_mono() + s->busy_ms / 1000.0;
   int rc;
   for (;;) {
     rc = sqlite3_step(q);
@@ -483,16 +495,21 @@ static int name_worker(mend_store *s) {
   return rc == SQLITE_ROW ? 0 : -1;
 }
 
+/* MEND_STORE_BUSY when another connection holds the write lock: nothing has run, and the
+ * caller keeps what it was about to write. */
 static int batch_begin(mend_store *s) {
   if (s->batch_failed) return -1;   /* errmsg still names the first failure */
   if (s->in_batch) return 0;
-  int rc = step_busy_retry(s->q[Q_BEGIN]);
+  int rc = step_busy_retry(s, s->q[Q_BEGIN]);
   if (rc != SQLITE_DONE) {
     sql_err(s, "begin");
     sqlite3_reset(s->q[Q_BEGIN]);
-    return -1;
+    if ((rc & 0xff) != SQLITE_BUSY && (rc & 0xff) != SQLITE_LOCKED) return -1;
+    atomic_store(&s->locked, 1);
+    return MEND_STORE_BUSY;
   }
   sqlite3_reset(s->q[Q_BEGIN]);
+  atomic_store(&s->locked, 0);
   s->in_batch = 1;
   if (fence_at_begin(s) != 0) return -1;
   return s->worker && !s->worker_id ? name_worker(s) : 0;
@@ -631,7 +648,7 @@ static int set_journal_wal(mend_store *s) {
     sql_err(s, "set WAL mode");
     return -1;
   }
-  int rc = step_busy_retry(q);
+  int rc = step_busy_retry(s, q);
   if (rc != SQLITE_ROW) {
     if ((rc & 0xff) == SQLITE_NOTADB)
       set_msg(s->err, sizeof s->err, "%s: file is not a database", s->path);
@@ -742,7 +759,7 @@ static int open_db(mend_store *s, mend_durability durability) {
     return -1;
   }
   sqlite3_extended_result_codes(s->db, 1);
-  if (sqlite3_busy_handler(s->db, busy_wait, NULL) != SQLITE_OK) {
+  if (sqlite3_busy_handler(s->db, busy_wait, s) != SQLITE_OK) {
     sql_err(s, "set busy timeout");
     return -1;
   }
@@ -849,6 +866,7 @@ mend_store *mend_store_open(const char *path, mend_durability durability, char *
   }
   s->cur = &s->logs[0];
   s->open_seq = 1;
+  s->busy_ms = BUSY_TIMEOUT_MS;
   if (open_db(s, durability) != 0) {
     explain_open_failure(s);
     set_msg(err, errlen, "%s", s->err);
@@ -867,7 +885,7 @@ void mend_store_close(mend_store *s) {
    * index of their own (runs_free), and the workers that hold runs by their leases. Either
    * both happen or neither, and then the lease runs out as it would after a crash. */
   if (s->fence_registered && s->q[Q_FORGET_WORKER] && sqlite3_get_autocommit(s->db)) {
-    int rc = step_busy_retry(s->q[Q_BEGIN]);
+    int rc = step_busy_retry(s, s->q[Q_BEGIN]);
     sqlite3_reset(s->q[Q_BEGIN]);
     for (int i = 0; rc == SQLITE_DONE && i < 2; i++) {
       sqlite3_stmt *q = s->q[i == 0 ? Q_RELEASE_OWNER : Q_FORGET_WORKER];
@@ -875,7 +893,7 @@ void mend_store_close(mend_store *s) {
       if (rc == SQLITE_OK) rc = sqlite3_step(q);
       finish(q);
     }
-    if (rc == SQLITE_DONE) rc = step_busy_retry(s->q[Q_COMMIT]);
+    if (rc == SQLITE_DONE) rc = step_busy_retry(s, s->q[Q_COMMIT]);
     sqlite3_reset(s->q[Q_COMMIT]);
     if (rc != SQLITE_DONE) rollback(s);
   }
@@ -944,7 +962,7 @@ static int commit_batch(mend_store *s) {
     return -1;
   }
   if (s->commit_hook) s->commit_hook("before_commit");
-  int rc = step_busy_retry(s->q[Q_COMMIT]);
+  int rc = step_busy_retry(s, s->q[Q_COMMIT]);
   if (rc != SQLITE_DONE) {
     sql_err(s, "commit");
     sqlite3_reset(s->q[Q_COMMIT]);
@@ -960,7 +978,9 @@ static int commit_batch(mend_store *s) {
 }
 
 int mend_store_commit(mend_store *s) {
-  if (sync_point(s) != 0) {
+  int rc = sync_point(s);
+  if (rc == MEND_STORE_BUSY) return rc;   /* nothing began: the batch is kept whole */
+  if (rc != 0) {
     if (!s->w || !s->w->failed) rollback(s);
     return -1;
   }
@@ -1178,15 +1198,19 @@ static void log_clear(wlog *log) {
   log->oom = 0;
 }
 
-/* Runs the statements of `log` in the open transaction (begun if need be), then empties it. */
+/* Runs the statements of `log` in the open transaction (begun if need be), then empties it;
+ * or, if the transaction cannot begin for another connection's lock, runs none of them and
+ * keeps them (MEND_STORE_BUSY). */
 static int flush_log(mend_store *s, wlog *log) {
   int ok = 1;
   if (log->oom) {
     set_msg(s->err, sizeof s->err, "%s: recording a write: out of memory", s->path);
     s->batch_failed = 1;
     ok = 0;
-  } else if (log->nrec && batch_begin(s) != 0) {
-    ok = 0;
+  } else if (log->nrec) {
+    int begun = batch_begin(s);
+    if (begun == MEND_STORE_BUSY) return begun;   /* the log is kept for the next try */
+    if (begun != 0) ok = 0;
   }
   /* Numbered history rows wait for a group; nothing else in a batch reads history, and their
    * numbers, not their order, place them. A row without a number (the next free one) goes
@@ -1254,11 +1278,53 @@ static int writer_idle(mend_store *s);
 static int rec_end(mend_store *s) {
   /* With a writer thread, batch_failed is the thread's: a failure is heard through
    * writer_wait (sync_point, pass_part). */
-  if (!s->w) return s->batch_failed ? -1 : sync_point(s);
+  /* While another connection holds the lock, writes are only recorded: the commit that
+   * follows it runs them, rather than each write waiting for the lock. */
+  if (!s->w) return s->batch_failed ? -1 : atomic_load(&s->locked) ? 0 : sync_point(s);
   if (s->cur->oom) return sync_point(s);
   if (s->cur->nrec >= LOG_MAX_RECORDS) return pass_part(s);
   if (s->cur->nrec % PART_RECORDS == 0 && writer_idle(s)) return pass_part(s);
   return 0;
+}
+
+/* Calls done() outside the lock, so that the loop hears of the thread (store.h). */
+static void writer_tell(writer *w) {
+  if (!w->done) return;
+  w->in_done = 1;
+  pthread_mutex_unlock(&w->mu);
+  w->done(w->ud);
+  pthread_mutex_lock(&w->mu);
+  w->in_done = 0;
+  pthread_cond_broadcast(&w->cv);
+}
+
+/* A batch that cannot begin for another connection's lock is tried again, after 50 ms, then
+ * twice as long each time up to 1 s, for as long as the lock lasts: this thread may wait, the
+ * loop goes on recording the next batch. Once the store is closing it tries for
+ * BUSY_TIMEOUT_MS more, then gives the batch up (as a crash would: nothing in it was acted on). */
+static int writer_flush(mend_store *s, wlog *job) {
+  writer *w = s->w;
+  double delay = 0.05, give_up = -1;
+  int rc;
+  while ((rc = flush_log(s, job)) == MEND_STORE_BUSY) {
+    pthread_mutex_lock(&w->mu);
+    writer_tell(w);   /* the loop warns while it lasts (mend_store_locked) */
+    if (w->stop && give_up < 0) give_up = now_mono() + BUSY_TIMEOUT_MS / 1000.0;
+    if (give_up >= 0 && now_mono() >= give_up) {
+      pthread_mutex_unlock(&w->mu);
+      log_clear(job);
+      return -1;
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    long ns = until.tv_nsec + (long)(delay * 1e9);
+    until.tv_sec += ns / 1000000000L;
+    until.tv_nsec = ns % 1000000000L;
+    if (!w->stop) pthread_cond_timedwait(&w->cv, &w->mu, &until);
+    pthread_mutex_unlock(&w->mu);
+    delay = delay * 2 > 1 ? 1 : delay * 2;
+  }
+  return rc;
 }
 
 static void *writer_main(void *arg) {
@@ -1271,7 +1337,7 @@ static void *writer_main(void *arg) {
     wlog *job = w->job;
     int part = w->part;
     pthread_mutex_unlock(&w->mu);
-    int rc = flush_log(s, job);
+    int rc = writer_flush(s, job);
     if (!part) {
       int committed = commit_batch(s);   /* rolls back if the flush failed */
       if (rc == 0) rc = committed;       /* (a BEGIN that failed left nothing to roll back) */
@@ -1296,14 +1362,7 @@ static void *writer_main(void *arg) {
     w->part = 0;
     w->busy = 0;
     pthread_cond_broadcast(&w->cv);
-    if (w->done) {
-      w->in_done = 1;
-      pthread_mutex_unlock(&w->mu);
-      w->done(w->ud);
-      pthread_mutex_lock(&w->mu);
-      w->in_done = 0;
-      pthread_cond_broadcast(&w->cv);
-    }
+    writer_tell(w);
   }
   pthread_mutex_unlock(&w->mu);
   return NULL;
@@ -1470,6 +1529,8 @@ void mend_store_trim(mend_store *s) {
 }
 
 int mend_store_batch_writes(const mend_store *s) { return s->cur->nrec + s->parted; }
+int mend_store_locked(mend_store *s) { return atomic_load(&s->locked); }
+void mend_store_set_busy_wait(mend_store *s, int ms) { s->busy_ms = ms > 0 ? ms : BUSY_TIMEOUT_MS; }
 int mend_store_wal_frames(const mend_store *s) { return s->wal_frames; }
 unsigned long mend_store_open_seq(const mend_store *s) { return s->open_seq; }
 unsigned long mend_store_durable_seq(const mend_store *s) { return s->durable_seq; }

@@ -98,8 +98,19 @@ int mend_store_wal_frames(const mend_store *s);
 const char *mend_store_errmsg(mend_store *s);
 
 /* Ends the current batch. 0 if there was none or it committed; -1 on failure (the batch is
- * rolled back; see errmsg). SQLITE_BUSY is waited out up to the busy timeout. */
+ * rolled back; see errmsg); MEND_STORE_BUSY if another connection held the write lock for
+ * longer than the busy wait: nothing was written and the batch is kept whole, to be committed
+ * by a later call. */
+#define MEND_STORE_BUSY (-2)
 int mend_store_commit(mend_store *s);
+/* 1 while the last batch that tried to begin could not, for another connection's write lock
+ * (until one begins): a call that failed then lost nothing, and may be made again later.
+ * Without a writer thread, writes are only recorded meanwhile; the writer thread tries its
+ * batch again by itself, calling `done` at each try. Safe from any thread. */
+int mend_store_locked(mend_store *s);
+/* How long one statement waits for another connection's lock before giving up (default
+ * 5000 ms; <= 0 restores it). */
+void mend_store_set_busy_wait(mend_store *s, int ms);
 int mend_store_batch_open(mend_store *s);   /* 1 if writes await a commit or a hand-off */
 
 /* The writer thread. Once started, writes are recorded (values copied) rather than run, and
@@ -107,7 +118,8 @@ int mend_store_batch_open(mend_store *s);   /* 1 if writes await a commit or a h
  * statements and commits while the caller records the next batch. That thread is the only one
  * using the connection until it is done; every other call (reads, immediate writes,
  * mend_store_commit) first waits for it, then runs the recorded writes in the open transaction,
- * so it sees them. `done` is called on the writer thread after each batch (to wake a loop).
+ * so it sees them. `done` is called on the writer thread after each batch (to wake a loop),
+ * and at each try of a batch that waits for another connection's lock (mend_store_locked).
  * A failed batch is rolled back and every later call fails with its message.
  *
  * Batches are numbered: writes recorded now belong to batch mend_store_open_seq(); every batch
