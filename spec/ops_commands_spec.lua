@@ -378,9 +378,17 @@ end)
 describe("a host whose mend Lua files are not where it looks", function()
   it("is told MEND_LUA_DIR and pkg-config --variable=luadir mend", function()
     local host = MEND:gsub("[^/]*$", "") .. "example_game_loop"
+    -- A sandboxed host needs mend's Lua files only for mend.sim: a quest that requires it.
+    local dir = H.tmp_dir()
+    local f = assert(io.open("examples/quest.lua"))
+    local text = f:read("a")
+    f:close()
+    f = assert(io.open(dir .. "/quest.lua", "w"))
+    f:write('local sim = require "mend.sim"\n', text)
+    f:close()
     -- without the specs' LUA_PATH, through which it would find them anyway
     local rc, out = sh("env -u LUA_PATH -u LUA_PATH_5_4 MEND_LUA_DIR=/nonexistent/mend-lua "
-                       .. q(host) .. " examples/quest.lua 1")
+                       .. q(host) .. " " .. q(dir .. "/quest.lua") .. " 1")
     assert.are_not.equal(0, rc)
     assert.is_truthy(out:find("mend's Lua files are not in /nonexistent/mend-lua: set MEND_LUA_DIR "
                               .. "(or mend_options.lua_path) to the directory "

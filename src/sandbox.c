@@ -389,9 +389,13 @@ static int safe_require(lua_State *L) {
   const char *path = lua_tostring(L, -1);
   size_t len;
   char *text = read_module(L, path, &len);
+  if (!text && ours)
+    return luaL_error(L, "require: module \"%s\" not found: mend's Lua files are not in %s: set "
+                      "MEND_LUA_DIR (or mend_options.lua_path) to the directory `pkg-config "
+                      "--variable=luadir mend` prints", name, lua_tostring(L, lua_upvalueindex(4)));
   if (!text)
     return luaL_error(L, "require: module \"%s\" not found (a sandboxed workflow may require "
-                      "\"mend\" and the Lua modules beside its file)", name);
+                      "\"mend\", \"mend.sim\" and the Lua modules beside its file)", name);
   lua_pushfstring(L, "@%s", path);
   int status = luaL_loadbufferx(L, text, len, lua_tostring(L, -1), "t");
   free(text);

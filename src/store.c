@@ -2340,7 +2340,7 @@ static int prune_sql(mend_store *s, const char *sql, double before, const char *
     if (rc == SQLITE_OK) rc = bind_text(q, 2, status);
   }
   while (rc == SQLITE_OK || rc == SQLITE_ROW) {
-    rc = step_busy_retry(q);
+    rc = step_busy_retry(s, q);
     if (rc != SQLITE_ROW) break;
     const char *name = sqlite3_column_count(q) == 2 ? (const char *)sqlite3_column_text(q, 0) : key;
     json_t *n = json_integer(sqlite3_column_int64(q, sqlite3_column_count(q) - 1));
