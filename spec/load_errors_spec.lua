@@ -166,6 +166,21 @@ describe("a workflow file", function()
     has(err, "charge")
     has(err, "timeout")
   end)
+
+  it("with an integer field beyond int's range is refused, naming file and field", function()
+    local _, err = load_broken("huge.lua",
+      wf_source { step_fields = "retry = { max_attempts = 1e300 }" })
+    has(err, "huge.lua")
+    has(err, "retry.max_attempts must be an integer from -2147483648 to 2147483647, got 1e+300")
+  end)
+
+  it("whose steps claim more entries than the limit (a __len) is refused", function()
+    local _, err = load_broken("len.lua", [[
+return { name = "len", steps = setmetatable({}, { __len = function() return 1e9 end }) }
+]])
+    has(err, "len.lua")
+    has(err, "steps: at most 10000 steps, got 1000000000")
+  end)
 end)
 
 describe("a registered definition", function()

@@ -8,6 +8,7 @@
 #include "util.h"
 
 #include <jansson.h>
+#include <limits.h>
 #include <lauxlib.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -55,7 +56,10 @@ static int opt_int(lua_State *L, int idx, const char *field, const char *what, i
   double d;
   int r = opt_number(L, idx, field, what, &d, err, errlen);
   if (r == 1) {
-    if (d != (double)(int)d) return mend_errorf(err, errlen, "%s.%s must be an integer, got %g", what, field, d);
+    /* The range first: converting a double outside int's is undefined behaviour. */
+    if (!(d >= INT_MIN && d <= INT_MAX) || d != (double)(int)d)
+      return mend_errorf(err, errlen, "%s.%s must be an integer from %d to %d, got %g", what,
+                         field, INT_MIN, INT_MAX, d);
     *out = (int)d;
   }
   return r;
@@ -286,15 +290,27 @@ mend_workflow *mend_workflow_from_table(lua_State *L, int idx, const char *sourc
     return NULL;
   }
   lua_pop(L, 1);
-  if (lua_getfield(L, idx, "steps") != LUA_TTABLE || luaL_len(L, -1) < 1) {
+  /* The length is asked once and bounded: a __len may answer anything, and differently twice. */
+  lua_Integer len = lua_getfield(L, idx, "steps") == LUA_TTABLE ? luaL_len(L, -1) : 0;
+  if (len < 1 || len > MEND_MAX_STEPS) {
     lua_pop(L, 1);
-    mend_errorf(err, errlen, "%s: workflow \"%s\": steps must be a non-empty list of steps", source, name);
+    if (len < 1)
+      mend_errorf(err, errlen, "%s: workflow \"%s\": steps must be a non-empty list of steps", source, name);
+    else
+      mend_errorf(err, errlen, "%s: workflow \"%s\": steps: at most %d steps, got %lld", source, name,
+                  MEND_MAX_STEPS, (long long)len);
     return NULL;
   }
   int steps = lua_absindex(L, -1);
-  int n = (int)luaL_len(L, steps);
+  int n = (int)len;
   mend_workflow *wf = calloc(1, sizeof *wf);
-  wf->steps = calloc((size_t)n, sizeof *wf->steps);
+  if (wf) wf->steps = calloc((size_t)n, sizeof *wf->steps);
+  if (!wf || !wf->steps) {
+    free(wf);
+    lua_pop(L, 1);
+    mend_errorf(err, errlen, "%s: out of memory", source);
+    return NULL;
+  }
   wf->name = mend_dupstr(name);
   lua_pushstring(L, name);
   wf->name_ref = luaL_ref(L, LUA_REGISTRYINDEX);
