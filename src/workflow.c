@@ -8,9 +8,10 @@
 #include "util.h"
 
 #include <jansson.h>
-#include <limits.h>
 #include <lauxlib.h>
+#include <math.h>
 #include <stdarg.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +41,13 @@ static int check_fields(lua_State *L, int idx, const char *what, const char *con
 }
 
 /* Reads an optional number field; 1 if present, 0 if absent, -1 if of the wrong type. */
+/* t[field] without metamethods. [-0, +1, m] */
+static int raw_field(lua_State *L, int idx, const char *field) {
+  idx = lua_absindex(L, idx);
+  lua_pushstring(L, field);
+  return lua_rawget(L, idx);
+}
+
 static int opt_number(lua_State *L, int idx, const char *field, const char *what, double *out,
                       char *err, int errlen) {
   int t = lua_getfield(L, idx, field);
@@ -53,13 +61,11 @@ static int opt_number(lua_State *L, int idx, const char *field, const char *what
 
 static int opt_int(lua_State *L, int idx, const char *field, const char *what, int *out,
                    char *err, int errlen) {
-  double d;
+  double d = 0;
   int r = opt_number(L, idx, field, what, &d, err, errlen);
   if (r == 1) {
-    /* The range first: converting a double outside int's is undefined behaviour. */
-    if (!(d >= INT_MIN && d <= INT_MAX) || d != (double)(int)d)
-      return mend_errorf(err, errlen, "%s.%s must be an integer from %d to %d, got %g", what,
-                         field, INT_MIN, INT_MAX, d);
+    if (!(d >= INT_MIN && d <= INT_MAX) || d != floor(d))
+      return mend_errorf(err, errlen, "%s.%s must be an integer, got %g", what, field, d);
     *out = (int)d;
   }
   return r;
@@ -217,6 +223,11 @@ static int parse_step(lua_State *L, int idx, int n, const mend_retry_policy *ret
   return 0;
 }
 
+/* The most steps a workflow may have (workflow.h has it where the engine reads it). */
+#ifndef MEND_MAX_STEPS
+#define MEND_MAX_STEPS 10000
+#endif
+
 static uint64_t fnv1a(const char *s, size_t n) {
   uint64_t h = 1469598103934665603ULL;
   for (size_t i = 0; i < n; i++) { h ^= (unsigned char)s[i]; h *= 1099511628211ULL; }
@@ -290,27 +301,21 @@ mend_workflow *mend_workflow_from_table(lua_State *L, int idx, const char *sourc
     return NULL;
   }
   lua_pop(L, 1);
-  /* The length is asked once and bounded: a __len may answer anything, and differently twice. */
-  lua_Integer len = lua_getfield(L, idx, "steps") == LUA_TTABLE ? luaL_len(L, -1) : 0;
-  if (len < 1 || len > MEND_MAX_STEPS) {
+  if (raw_field(L, idx, "steps") != LUA_TTABLE || lua_rawlen(L, -1) < 1) {
     lua_pop(L, 1);
-    if (len < 1)
-      mend_errorf(err, errlen, "%s: workflow \"%s\": steps must be a non-empty list of steps", source, name);
-    else
-      mend_errorf(err, errlen, "%s: workflow \"%s\": steps: at most %d steps, got %lld", source, name,
-                  MEND_MAX_STEPS, (long long)len);
+    mend_errorf(err, errlen, "%s: workflow \"%s\": steps must be a non-empty list of steps", source, name);
     return NULL;
   }
   int steps = lua_absindex(L, -1);
-  int n = (int)len;
-  mend_workflow *wf = calloc(1, sizeof *wf);
-  if (wf) wf->steps = calloc((size_t)n, sizeof *wf->steps);
-  if (!wf || !wf->steps) {
-    free(wf);
+  if (lua_rawlen(L, steps) > MEND_MAX_STEPS) {
+    mend_errorf(err, errlen, "%s: workflow \"%s\": %llu steps, over the most a workflow may have (%d)",
+                source, name, (unsigned long long)lua_rawlen(L, steps), MEND_MAX_STEPS);
     lua_pop(L, 1);
-    mend_errorf(err, errlen, "%s: out of memory", source);
     return NULL;
   }
+  int n = (int)lua_rawlen(L, steps);
+  mend_workflow *wf = calloc(1, sizeof *wf);
+  wf->steps = calloc((size_t)n, sizeof *wf->steps);
   wf->name = mend_dupstr(name);
   lua_pushstring(L, name);
   wf->name_ref = luaL_ref(L, LUA_REGISTRYINDEX);

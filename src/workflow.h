@@ -13,9 +13,6 @@
 
 typedef struct mend_breaker_slot mend_breaker_slot;   /* the engine's, per breaker key */
 
-/* The most steps a definition may have: its length comes from workflow code. */
-#define MEND_MAX_STEPS 10000
-
 typedef struct mend_step_def {
   char *name;
   int name_ref;                               /* the name as a Lua string (ctx.step) */
