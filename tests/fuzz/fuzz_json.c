@@ -3,9 +3,10 @@
  *
  * Any byte string is decoded into a fresh Lua state whose allocator refuses past 64 MiB. What
  * decodes must survive the trip back: encoded again (when the encoder accepts it: it refuses
- * nesting deeper than 100 and keys holding a NUL byte, which the decoder takes), that text must
- * decode to an equal value, integers staying integers. A difference aborts, so that libFuzzer
- * keeps the input. Never writes anything but its Lua state; built only with MEND_FUZZ (see
+ * nesting deeper than 100), that text must decode to an equal value, integers staying
+ * integers, and the document the text was printed from must push that same value (the
+ * engine's shortcut, mend_json_push_doc). A difference aborts, so that libFuzzer keeps the
+ * input. Never writes anything but its Lua state; built only with MEND_FUZZ (see
  * tests/fuzz/README.md).
  */
 #include "json.h"
@@ -77,11 +78,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!L) return 0;
   char err[512];
   if (mend_json_decode(L, (const char *)data, size, err, sizeof err) == 0) {
-    char *text = mend_json_encode(L, -1, "value", err, sizeof err);
+    json_t *doc = NULL;
+    char *text = mend_json_encode_doc(L, -1, "value", err, sizeof err, &doc);
     if (text) {
       if (mend_json_decode(L, text, strlen(text), err, sizeof err) == 0) {
         if (!same(L, -2, -1)) {
           fprintf(stderr, "fuzz_json: the value changed on its way back through %s\n", text);
+          abort();
+        }
+        if (doc && mend_json_push_doc(L, doc, err, sizeof err) == 0 && !same(L, -2, -1)) {
+          fprintf(stderr, "fuzz_json: the document of %s pushes another value\n", text);
           abort();
         }
       } else if (!strstr(err, "not enough memory")) {
@@ -90,6 +96,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       }
       free(text);
     }
+    json_decref(doc);
   }
   lua_close(L);
   return 0;
