@@ -3,6 +3,8 @@
  *
  * Unknown fields are refused everywhere: a misspelt `compensate` would otherwise silently
  * leave a step without compensation, which is the kind of mistake a saga cannot afford.
+ * Definitions are read raw (no __index, no __len): reading one runs no code of the workflow,
+ * and no size is taken from it on trust.
  */
 #include "workflow.h"
 #include "util.h"
@@ -50,7 +52,7 @@ static int raw_field(lua_State *L, int idx, const char *field) {
 
 static int opt_number(lua_State *L, int idx, const char *field, const char *what, double *out,
                       char *err, int errlen) {
-  int t = lua_getfield(L, idx, field);
+  int t = raw_field(L, idx, field);
   int r = 0;
   if (t == LUA_TNUMBER) { *out = lua_tonumber(L, -1); r = 1; }
   else if (t != LUA_TNIL)
@@ -73,7 +75,7 @@ static int opt_int(lua_State *L, int idx, const char *field, const char *what, i
 
 static int opt_string(lua_State *L, int idx, const char *field, const char *what,
                       const char **out, char *err, int errlen) {
-  int t = lua_getfield(L, idx, field);
+  int t = raw_field(L, idx, field);
   int r = 0;
   if (t == LUA_TSTRING) { *out = lua_tostring(L, -1); r = 1; }   /* anchored in the table */
   else if (t != LUA_TNIL)
@@ -137,7 +139,7 @@ static int parse_breaker_table(lua_State *L, int idx, const char *what, mend_bre
 /* Reads an optional function field into a registry reference. */
 static int opt_function_ref(lua_State *L, int idx, const char *field, const char *what,
                             int *ref, char *err, int errlen) {
-  int t = lua_getfield(L, idx, field);
+  int t = raw_field(L, idx, field);
   *ref = LUA_NOREF;
   if (t == LUA_TFUNCTION) { *ref = luaL_ref(L, LUA_REGISTRYINDEX); return 1; }
   lua_pop(L, 1);
@@ -194,20 +196,20 @@ static int parse_step(lua_State *L, int idx, int n, const mend_retry_policy *ret
       opt_number(L, idx, "timeout", "step", &s->timeout, sub, sizeof sub) < 0)
     return mend_errorf(err, errlen, "%s%s", prefix, sub);
   if (!(s->timeout >= 0)) return mend_errorf(err, errlen, "%stimeout must be >= 0, got %g", prefix, s->timeout);
-  if (lua_getfield(L, idx, "retry") != LUA_TNIL &&
+  if (raw_field(L, idx, "retry") != LUA_TNIL &&
       mend_parse_retry(L, -1, "retry", &s->retry, sub, sizeof sub)) {
     lua_pop(L, 1);
     return mend_errorf(err, errlen, "%s%s", prefix, sub);
   }
   lua_pop(L, 1);
-  if (lua_getfield(L, idx, "compensate_retry") != LUA_TNIL &&
+  if (raw_field(L, idx, "compensate_retry") != LUA_TNIL &&
       mend_parse_retry(L, -1, "compensate_retry", &s->compensate_retry, sub, sizeof sub)) {
     lua_pop(L, 1);
     return mend_errorf(err, errlen, "%s%s", prefix, sub);
   }
   lua_pop(L, 1);
   const char *key = name;
-  int t = lua_getfield(L, idx, "breaker");
+  int t = raw_field(L, idx, "breaker");
   if (t == LUA_TSTRING) key = lua_tostring(L, -1);
   else if (t == LUA_TTABLE) {
     if (parse_breaker_table(L, -1, "breaker", &s->breaker, &key, sub, sizeof sub)) {
@@ -284,16 +286,16 @@ mend_workflow *mend_workflow_from_table(lua_State *L, int idx, const char *sourc
   mend_retry_policy_default(&retry);
   mend_compensate_policy_default(&comp);
   mend_breaker_policy_default(&breaker);
-  if ((lua_getfield(L, idx, "retry") != LUA_TNIL &&
+  if ((raw_field(L, idx, "retry") != LUA_TNIL &&
        mend_parse_retry(L, -1, "retry", &retry, sub, sizeof sub)) ||
-      (lua_pop(L, 1), lua_getfield(L, idx, "compensate_retry") != LUA_TNIL &&
+      (lua_pop(L, 1), raw_field(L, idx, "compensate_retry") != LUA_TNIL &&
        mend_parse_retry(L, -1, "compensate_retry", &comp, sub, sizeof sub))) {
     lua_pop(L, 1);
     mend_errorf(err, errlen, "%s: workflow \"%s\": %s", source, name, sub);
     return NULL;
   }
   lua_pop(L, 1);
-  int t = lua_getfield(L, idx, "breaker");
+  int t = raw_field(L, idx, "breaker");
   if (t != LUA_TNIL && (t != LUA_TTABLE || parse_breaker_table(L, -1, "breaker", &breaker, NULL, sub, sizeof sub))) {
     if (t != LUA_TTABLE) snprintf(sub, sizeof sub, "breaker must be a table, got %s", lua_typename(L, t));
     lua_pop(L, 1);
@@ -322,7 +324,7 @@ mend_workflow *mend_workflow_from_table(lua_State *L, int idx, const char *sourc
   wf->source = mend_dupstr(source);
   wf->def_ref = LUA_NOREF;
   for (int i = 0; i < n; i++) {
-    lua_geti(L, steps, i + 1);
+    lua_rawgeti(L, steps, i + 1);
     int r = parse_step(L, -1, i + 1, &retry, &comp, &breaker, &wf->steps[i], sub, sizeof sub);
     lua_pop(L, 1);
     wf->nsteps = i + 1;   /* so that free releases what this step took */
