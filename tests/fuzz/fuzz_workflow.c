@@ -5,7 +5,7 @@
  * Each input is loaded as a text chunk (never a binary one) into a fresh Lua state, run, and
  * what it returns is checked as a definition, then freed. The state is kept from hanging and
  * from exhausting the fuzzer: its allocator refuses past 16 MiB (a definition needs kilobytes;
- * under ASan, filling 64 MiB took seconds an input), and a count hook raises after about a
+ * under ASan, filling 64 MiB took seconds per input), and a count hook raises after about a
  * million instructions (and then at every instruction, so that a pcall in a loop cannot
  * swallow it). Only the pure parts of the standard library are opened, without what reaches
  * files or the process; the C functions of Lua whose time no hook bounds (pattern matching,
