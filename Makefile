@@ -3,6 +3,7 @@
 #   make demo    install what is missing, build, run the order saga against ./mend.db
 #   make test    install what is missing, build, run ctest (C unit tests and busted specs)
 #   make crash-soak   thousands of kill -9 cycles of a real worker (CYCLES=3000)
+#   make fuzz    the libFuzzer targets of tests/fuzz, FUZZ_SECONDS (60) each, in build-fuzz/
 #
 # Variables: BUILD_TYPE (RelWithDebInfo), SANITIZE (OFF; ON builds with ASan and UBSan, thread
 # with TSan, which runs the C tests only),
@@ -17,10 +18,17 @@ CMAKE      ?= cmake
 MEND       := $(BUILD_DIR)/mend
 
 # Debian 12 packages needed to build and test (sqlite3: the specs read the database with its
+<<<<<<< HEAD
 # shell, as an operator would). Not make itself: it must be there to read this file
 # (README: `apt-get install -y make git` first on a minimal Debian).
 DEB_PACKAGES := liblua5.4-dev libuv1-dev libsqlite3-dev libjansson-dev libedit-dev \
                 lua5.4 lua-busted sqlite3 cmake gcc pkg-config tmux valgrind
+=======
+# shell, as an operator would; clang and libclang-rt-14-dev: the fuzz targets, libFuzzer).
+DEB_PACKAGES := liblua5.4-dev libuv1-dev libsqlite3-dev libjansson-dev libedit-dev \
+                lua5.4 lua-busted sqlite3 cmake gcc pkg-config make tmux valgrind \
+                clang libclang-rt-14-dev
+>>>>>>> fuzz
 
 .PHONY: all deps build demo test crash-soak clean
 
@@ -85,6 +93,17 @@ bench: bench-build
 
 bench-quick: bench-build
 	$(BENCH_ENV) lua5.4 bench/run.lua --suite quick --compare bench/baseline.json $(BENCH_ARGS)
+
+# The fuzz targets (tests/fuzz/README.md), built with clang in a directory of their own and run
+# on copies of their seed corpora; `make test` runs each for 30 s.
+FUZZ_BUILD_DIR ?= build-fuzz
+FUZZ_SECONDS   ?= 60
+FUZZ_CC        ?= clang
+.PHONY: fuzz
+fuzz: deps
+	CC=$(FUZZ_CC) CMAKE=$(CMAKE) sh tests/fuzz/run.sh $(CURDIR) $(FUZZ_BUILD_DIR) $(FUZZ_SECONDS) $(JOBS); \
+	  rc=$$?; if [ $$rc -eq 77 ]; then echo "fuzz: needs clang and libFuzzer" >&2; exit 1; fi; \
+	  exit $$rc
 
 clean:
 	rm -rf $(BUILD_DIR)

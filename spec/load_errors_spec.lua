@@ -166,6 +166,21 @@ describe("a workflow file", function()
     has(err, "charge")
     has(err, "timeout")
   end)
+
+  it("with an integer field beyond int's range is refused, naming file and field", function()
+    local _, err = load_broken("huge.lua",
+      wf_source { step_fields = "retry = { max_attempts = 1e300 }" })
+    has(err, "huge.lua")
+    has(err, "retry.max_attempts must be an integer")
+  end)
+
+  it("whose steps claim a billion entries (a __len) is refused, naming file and field", function()
+    local _, err = load_broken("len.lua", [[
+return { name = "len", steps = setmetatable({}, { __len = function() return 1e9 end }) }
+]])
+    has(err, "len.lua")
+    has(err, "steps")
+  end)
 end)
 
 describe("a registered definition", function()

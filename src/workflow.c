@@ -225,6 +225,8 @@ static int parse_step(lua_State *L, int idx, int n, const mend_retry_policy *ret
   return 0;
 }
 
+/* The most steps a workflow may have (workflow.h has it where the engine reads it). */
+
 static uint64_t fnv1a(const char *s, size_t n) {
   uint64_t h = 1469598103934665603ULL;
   for (size_t i = 0; i < n; i++) { h ^= (unsigned char)s[i]; h *= 1099511628211ULL; }

@@ -1,0 +1,1 @@
+return { name = "x", retry = { strategy = "random" }, steps = { { name = "a", execute = function() end } } }

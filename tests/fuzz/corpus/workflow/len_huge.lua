@@ -1,0 +1,1 @@
+return { name = "x", steps = setmetatable({}, { __len = function() return 1e9 end }) }

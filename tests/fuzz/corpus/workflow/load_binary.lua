@@ -1,0 +1,1 @@
+return load("return { name = 1 }", "x", "b")()

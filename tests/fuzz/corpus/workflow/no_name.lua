@@ -1,0 +1,1 @@
+return { steps = { { name = "a", execute = function() end } } }

@@ -1,0 +1,1 @@
+return { name = "x", [1] = true, steps = { { name = "a", execute = function() end } } }

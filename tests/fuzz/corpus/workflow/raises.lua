@@ -1,0 +1,1 @@
+error('cannot configure')

@@ -1,0 +1,1 @@
+return { name = "x", steps = { { name = "a", execute = function() end, compensat = function() end } } }
