@@ -18,17 +18,12 @@ CMAKE      ?= cmake
 MEND       := $(BUILD_DIR)/mend
 
 # Debian 12 packages needed to build and test (sqlite3: the specs read the database with its
-<<<<<<< HEAD
-# shell, as an operator would). Not make itself: it must be there to read this file
-# (README: `apt-get install -y make git` first on a minimal Debian).
+# shell, as an operator would; clang and libclang-rt-14-dev: the fuzz targets, libFuzzer). Not
+# make itself: it must be there to read this file (README: `apt-get install -y make git` first
+# on a minimal Debian).
 DEB_PACKAGES := liblua5.4-dev libuv1-dev libsqlite3-dev libjansson-dev libedit-dev \
-                lua5.4 lua-busted sqlite3 cmake gcc pkg-config tmux valgrind
-=======
-# shell, as an operator would; clang and libclang-rt-14-dev: the fuzz targets, libFuzzer).
-DEB_PACKAGES := liblua5.4-dev libuv1-dev libsqlite3-dev libjansson-dev libedit-dev \
-                lua5.4 lua-busted sqlite3 cmake gcc pkg-config make tmux valgrind \
+                lua5.4 lua-busted sqlite3 cmake gcc pkg-config tmux valgrind \
                 clang libclang-rt-14-dev
->>>>>>> fuzz
 
 .PHONY: all deps build demo test crash-soak clean
 
