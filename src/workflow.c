@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 #include <lauxlib.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -176,6 +177,7 @@ static int parse_step(lua_State *L, int idx, int n, const mend_retry_policy *ret
   if (opt_number(L, idx, "sleep", "step", &s->sleep, sub, sizeof sub) < 0)
     return mend_errorf(err, errlen, "%s%s", prefix, sub);
   if (!(s->sleep >= 0)) return mend_errorf(err, errlen, "%ssleep must be >= 0 seconds, got %g", prefix, s->sleep);
+  if (isinf(s->sleep)) return mend_errorf(err, errlen, "%ssleep must be a finite number of seconds, got %g", prefix, s->sleep);
   /* A step may be a pure wait: `sleep` and nothing to execute. */
   if (s->execute_ref == LUA_NOREF && s->sleep <= 0)
     return mend_errorf(err, errlen, "%sexecute is missing (a function is required)", prefix);
@@ -347,12 +349,18 @@ mend_workflow *mend_workflow_load(lua_State *L, const char *path, char *err, int
     if (len == cap) text = realloc(text, cap *= 2);
   }
   fclose(f);
+  mend_workflow *wf = mend_workflow_load_text(L, text, len, path, err, errlen);
+  free(text);
+  return wf;
+}
+
+mend_workflow *mend_workflow_load_text(lua_State *L, const char *text, size_t len,
+                                       const char *path, char *err, int errlen) {
   char chunk[512], version[20];
   snprintf(chunk, sizeof chunk, "@%s", path);
   snprintf(version, sizeof version, "%016llx", (unsigned long long)fnv1a(text, len));
   int top = lua_gettop(L);
   int status = luaL_loadbuffer(L, text, len, chunk);
-  free(text);
   if (status == LUA_OK) status = lua_pcall(L, 0, 1, 0);
   if (status != LUA_OK) {
     /* Lua's message already starts with the file name and line. */
@@ -362,6 +370,16 @@ mend_workflow *mend_workflow_load(lua_State *L, const char *path, char *err, int
   }
   mend_workflow *wf = mend_workflow_from_table(L, -1, path, version, err, errlen);
   lua_settop(L, top);
+  /* A script with a NUL byte is not kept: it could not come back whole as text. */
+  if (wf && memchr(text, 0, len) == NULL && !(wf->script = malloc(len + 1))) {
+    mend_errorf(err, errlen, "%s: out of memory", path);
+    mend_workflow_free(L, wf);
+    return NULL;
+  }
+  if (wf && wf->script) {
+    memcpy(wf->script, text, len);
+    wf->script[len] = 0;
+  }
   return wf;
 }
 
@@ -374,6 +392,7 @@ void mend_workflow_free(lua_State *L, mend_workflow *wf) {
   free(wf->name);
   free(wf->version);
   free(wf->source);
+  free(wf->script);
   free(wf->step_names);
   free(wf);
 }

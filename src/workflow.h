@@ -30,6 +30,7 @@ typedef struct mend_workflow {
   int name_ref;         /* the name as a Lua string (ctx.workflow) */
   char *version;        /* hash of the script (or of the definition's name for tables) */
   char *source;         /* the file it came from, or "=register" */
+  char *script;         /* the file's text, kept with its runs; NULL for tables */
   int def_ref;          /* the definition table, kept alive */
   int nsteps;
   mend_step_def *steps;
@@ -40,6 +41,9 @@ typedef struct mend_workflow {
 /* Runs the script at `path` in L and checks what it returns. NULL and a message in err on
  * failure. [-0, +0, -] */
 mend_workflow *mend_workflow_load(lua_State *L, const char *path, char *err, int errlen);
+/* The same with the script's text at hand; `path` names it (messages, source). [-0, +0, -] */
+mend_workflow *mend_workflow_load_text(lua_State *L, const char *text, size_t len,
+                                       const char *path, char *err, int errlen);
 /* Checks the table at idx; `source` names it in messages. [-0, +0, -] */
 mend_workflow *mend_workflow_from_table(lua_State *L, int idx, const char *source,
                                         const char *version, char *err, int errlen);
