@@ -314,6 +314,27 @@ describe("history times", function()
     assert_ordered(db, id)
   end)
 
+  it("never go back when a run on the virtual clock is resumed by a new engine", function()
+    local def = { name = "naps", steps = {
+      { name = "a", sleep = 3600 }, { name = "b", sleep = 3600 },
+      { name = "c", execute = function() return 1 end } } }
+    local eng, db = H.new_engine()
+    eng:register(def)
+    local id = eng:start("naps", {})
+    eng:advance(3700)                              -- a slept, b sleeps: an hour ahead of real time
+    eng:close()
+    local again = H.reopen(db)
+    again:register(def)
+    assert.are.equal(1, again:recover())
+    again:run()
+    assert.are.equal("succeeded", again:status(id).status)
+    local prev
+    for _, h in ipairs(again:history(id)) do
+      if prev then assert.is_true(h.at >= prev, ("row %d (%s) at %.3f before %.3f"):format(h.seq, h.event, h.at, prev)) end
+      prev = h.at
+    end
+  end)
+
   it("never go back when a virtual-clock run is retried by a new engine", function()
     local dir, db, flag, id = dead_letter()
     os.remove(flag)
