@@ -2544,6 +2544,7 @@ int mend_engine_holder(mend_engine *E, const char *id, char *owner, int len) {
   int found = mend_store_owner(E->store, id, owner, len, &until);
   if (found < 0) return mend_errorf(owner, len, "%s", mend_store_errmsg(E->store));
   if (found == 0) owner[0] = 0;
+  if (found && strcmp(owner, E->owner) == 0) return find_run(E, id) != NULL;   /* this engine */
   return found && holder_live(E, owner, until);
 }
 

@@ -109,8 +109,8 @@ double mend_engine_now(const mend_engine *E);
  * (renewed while it works). recover claims up to `limit` (<= 0: all) unfinished runs that no
  * live engine holds and resumes each from what the store says; returns how many, or -1. */
 int mend_engine_recover_runs(mend_engine *E, int limit);
-/* 1 when another engine holds run id and is alive (its lease lasts and, on this host, its
- * process is there), its name in owner; 0 when none does (owner: the last holder, or ""); -1
+/* 1 when an engine holds run id and is alive (this one, or another whose lease lasts and, on
+ * this host, whose process is there), its name in owner; 0 when none does (owner: the last holder, or ""); -1
  * with the error in owner. */
 int mend_engine_holder(mend_engine *E, const char *id, char *owner, int len);
 /* Carries on here an unfinished run that no live engine holds (as recovery would, a cancel
