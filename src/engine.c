@@ -117,6 +117,7 @@ struct mend_run {
   /* the attempt in flight */
   lua_State *co;
   mend_limits limits;     /* its instruction budget and real-time deadline */
+  double last_at;         /* the time of its last history row: none is written before it */
   mend_timer wait, deadline;
   exec_req *exec;
   mend_host_call *host_call;
@@ -140,6 +141,8 @@ struct mend_run {
   unsigned char waiting;      /* yielded inside mend.sleep / mend.exec */
   unsigned char queued;       /* in the queue behind the current batch */
   unsigned char lost;         /* another worker took it: let go when its queued action comes up */
+  unsigned char admitted;     /* its breaker let the next attempt through already (on_wait) */
+  unsigned char cancel_asked; /* rebuilt with a cancel requested: whoever takes it cancels it */
   char id[MEND_RUN_ID_LEN];
 };
 
@@ -487,10 +490,18 @@ static void write_step(mend_run *r, int i) {
   else st->has_row = 1;
 }
 
+/* A run carried on by another engine (a virtual clock elsewhere, a clock set back) keeps its
+ * history in order: no row is older than the one before. */
+static double history_time(mend_run *r) {
+  double now = mend_engine_now(r->E);
+  if (now > r->last_at) r->last_at = now;
+  return r->last_at;
+}
+
 static void history(mend_run *r, const char *step, const char *event, const char *from,
                     const char *to, int attempt, const char *error, double delay,
                     const char *detail) {
-  mend_history_rec h = {r->id, step, mend_engine_now(r->E), event, from, to, attempt, error,
+  mend_history_rec h = {r->id, step, history_time(r), event, from, to, attempt, error,
                         delay, detail, ++r->history_seq};
   if (mend_store_append_history(r->E->store, &h)) store_failed(r->E);
 }
@@ -801,8 +812,30 @@ static int ensure_key(mend_run *r, int i) {
 
 static void fail_step(mend_run *r, int i, const mend_error_info *info);
 
+/* Asks the breaker of step i for an attempt. When it refuses, the step waits in breaker_open,
+ * from pending, retry_wait or breaker_open alike (SPEC section 2), and 1 is returned. */
+static int breaker_refuses(mend_run *r, int i) {
+  mend_engine *E = r->E;
+  step_rt *st = &r->steps[i];
+  const mend_step_def *def = &r->wf->steps[i];
+  double retry_at;
+  mend_breaker_state before = def->slot->b.state;
+  int admitted = mend_breaker_admit(&def->slot->b, &def->slot->p, mend_engine_now(E), &retry_at);
+  if (def->slot->b.state != before) breaker_changed(r, i, before);
+  if (admitted) return 0;
+  /* Spread the waiters so that they do not all probe at the same instant. */
+  double spread = 0.1 * mend_rng_uniform(&E->rng) * (def->slot->p.open_seconds > 1 ? 1 : def->slot->p.open_seconds);
+  st->due = retry_at + spread;
+  step_to(r, i, MEND_STEP_BREAKER_OPEN, NULL, st->due - mend_engine_now(E), def->breaker_key);
+  r->wait_kind = WAIT_BREAKER;
+  arm(r, &r->wait, st->due);
+  return 1;
+}
+
 static void forward(mend_run *r) {
   mend_engine *E = r->E;
+  int admitted = r->admitted;   /* for this attempt only */
+  r->admitted = 0;
   while (r->cur < r->wf->nsteps && r->steps[r->cur].status == MEND_STEP_SUCCEEDED) r->cur++;
   if (r->cur == r->wf->nsteps) {
     run_to(r, MEND_RUN_SUCCEEDED);
@@ -856,19 +889,7 @@ static void forward(mend_run *r) {
       queue(r, ACT_ADVANCE);
       return;
     }
-    double retry_at;
-    mend_breaker_state before = def->slot->b.state;
-    int admitted = mend_breaker_admit(&def->slot->b, &def->slot->p, mend_engine_now(E), &retry_at);
-    if (def->slot->b.state != before) breaker_changed(r, i, before);
-    if (!admitted) {
-      /* Spread the waiters so that they do not all probe at the same instant. */
-      double spread = 0.1 * mend_rng_uniform(&E->rng) * (def->slot->p.open_seconds > 1 ? 1 : def->slot->p.open_seconds);
-      st->due = retry_at + spread;
-      step_to(r, i, MEND_STEP_BREAKER_OPEN, NULL, st->due - mend_engine_now(E), def->breaker_key);
-      r->wait_kind = WAIT_BREAKER;
-      arm(r, &r->wait, st->due);
-      return;
-    }
+    if (!admitted && breaker_refuses(r, i)) return;
   }
   /* pending, or running found after a crash: either way a new attempt with the same key */
   st->attempts++;
@@ -1273,6 +1294,11 @@ static void on_wait(mend_timer *t) {
       break;
     case WAIT_RETRY:
     case WAIT_BREAKER:
+      /* A step whose breaker is (still) open goes on waiting there, not through pending. */
+      if (!r->E->draining && r->wf->steps[r->cur].execute_ref != LUA_NOREF) {
+        if (breaker_refuses(r, r->cur)) break;
+        r->admitted = 1;
+      }
       step_to(r, r->cur, MEND_STEP_PENDING, NULL, -1, NULL);
       forward(r);
       break;
@@ -2172,7 +2198,7 @@ static int start_value(mend_engine *E, lua_State *L, const char *workflow, int i
   new_run_id(E, id);
   double now = mend_engine_now(E);
   mend_run_rec rec = {id, wf->name, wf->version, wf->source, run_key, "running", input_json,
-                      NULL, 0, now, now, detached ? NULL : E->owner, wf->step_names};
+                      NULL, 0, now, now, detached ? NULL : E->owner, wf->step_names, wf->script};
   int ins = mend_store_insert_run(E->store, &rec);
   if (ins < 0) {
     snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store));
@@ -2265,7 +2291,8 @@ static mend_run *rebuild(mend_engine *E, const char *id, char *why, int whylen) 
     json_decref(row);
     return NULL;
   }
-  long seq = mend_store_last_history_seq(E->store, id);
+  double last_at;
+  long seq = mend_store_last_history(E->store, id, &last_at);
   if (seq < 0) {
     snprintf(why, (size_t)whylen, "%s", mend_store_errmsg(E->store));
     json_decref(row);
@@ -2273,6 +2300,10 @@ static mend_run *rebuild(mend_engine *E, const char *id, char *why, int whylen) 
   }
   mend_run *r = run_new(E, wf, id);
   r->history_seq = (int)seq;
+  r->last_at = last_at;
+  /* A virtual clock starts at the real time: one behind the run's own moves on to it. */
+  mend_timers_not_before(&E->timers, last_at);
+  r->cancel_asked = json_is_true(json_object_get(row, "cancel_requested"));
   mend_run_status_parse(json_string_value(json_object_get(row, "status")), &r->status);
   r->attention = json_is_true(json_object_get(row, "attention"));
   r->error = mend_dupstr(json_string_value(json_object_get(row, "error")));
@@ -2358,6 +2389,20 @@ static void schedule_restored(mend_run *r) {
   queue(r, ACT_ADVANCE);
 }
 
+static int cancel_now(mend_run *r, const char *who, char *err, int errlen);
+
+/* Sets a rebuilt run going, or cancels it when a cancel was asked for while nobody held it: the
+ * request binds whoever takes the run next. */
+static void carry_on(mend_run *r) {
+  char err[300];
+  if (r->cancel_asked && r->status == MEND_RUN_RUNNING) {
+    find_current_step(r);
+    if (cancel_now(r, "an operator (requested)", err, sizeof err) == 0) return;
+    mend_engine_log_line(r->E, "warn", r->id, NULL, 0, "operator", err);
+  }
+  schedule_restored(r);
+}
+
 static int restore(mend_engine *E, const char *id) {
   char why[300];
   mend_run *r = rebuild(E, id, why, sizeof why);
@@ -2368,7 +2413,7 @@ static int restore(mend_engine *E, const char *id) {
   }
   history(r, NULL, "recovered", NULL, mend_run_status_name(r->status), 0, NULL, -1, E->owner);
   mend_engine_log_line(E, "info", r->id, NULL, 0, "recover", "resumed from the store");
-  schedule_restored(r);
+  carry_on(r);
   return 0;
 }
 
@@ -2625,13 +2670,20 @@ static mend_run *find_run(mend_engine *E, const char *id) {
   return NULL;
 }
 
+/* The time for a row of a run this engine does not hold: now, or its last row's if later. */
+static double entry_time(mend_engine *E, const char *id) {
+  double now = mend_engine_now(E), last = -1;
+  if (mend_store_last_history(E->store, id, &last) < 0) store_failed(E);
+  return last > now ? last : now;
+}
+
 /* r: the run, if this engine holds it (it numbers the row); else NULL and the id. */
 static void operator_entry(mend_engine *E, mend_run *r, const char *id, const char *op,
                            const char *who, const char *note) {
   char detail[1200];
   snprintf(detail, sizeof detail, "%s by %s%s%s", op, who ? who : "?", note ? ": " : "", note ? note : "");
-  mend_history_rec h = {id, NULL, mend_engine_now(E), "operator", NULL, NULL, 0, NULL, -1, detail,
-                        r ? ++r->history_seq : 0};
+  mend_history_rec h = {id, NULL, r ? history_time(r) : entry_time(E, id), "operator", NULL, NULL,
+                        0, NULL, -1, detail, r ? ++r->history_seq : 0};
   if (mend_store_append_history(E->store, &h)) store_failed(E);
   mend_engine_log_line(E, "info", id, NULL, 0, "operator", detail);
 }
@@ -2649,6 +2701,28 @@ static int stored_status(mend_engine *E, const char *id, char *status, char *rea
   return 0;
 }
 
+/* 1 when `owner` (host:pid:tag) is another engine that holds its runs now: its lease lasts
+ * and, on this host, its process is there (one killed leaves a lease nobody will renew). */
+static int holder_live(const mend_engine *E, const char *owner, double until) {
+  if (!owner[0] || strcmp(owner, E->owner) == 0 || until < mend_real_now()) return 0;
+  const char *host_end = strchr(E->owner, ':');
+  size_t host_len = host_end ? (size_t)(host_end - E->owner) + 1 : 0;
+  if (host_len && strncmp(owner, E->owner, host_len) == 0) {
+    long pid = strtol(owner + host_len, NULL, 10);
+    if (pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH) return 0;
+  }
+  return 1;
+}
+
+int mend_engine_holder(mend_engine *E, const char *id, char *owner, int len) {
+  double until;
+  int found = mend_store_owner(E->store, id, owner, len, &until);
+  if (found < 0) return mend_errorf(owner, len, "%s", mend_store_errmsg(E->store));
+  if (found == 0) owner[0] = 0;
+  if (found && strcmp(owner, E->owner) == 0) return find_run(E, id) != NULL;   /* this engine */
+  return found && holder_live(E, owner, until);
+}
+
 /* Brings a run that no live engine holds into this engine, holding its lease. */
 static mend_run *take_over(mend_engine *E, const char *id, char *err, int errlen) {
   char owner[128];
@@ -2657,7 +2731,7 @@ static mend_run *take_over(mend_engine *E, const char *id, char *err, int errlen
     mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
     return NULL;
   }
-  if (owner[0] && strcmp(owner, E->owner) != 0 && until >= mend_real_now()) {
+  if (holder_live(E, owner, until)) {
     mend_errorf(err, errlen, "run %s is held by worker %s (lease for %.0f s more)", id, owner,
            until - mend_real_now());
     return NULL;
@@ -2724,18 +2798,39 @@ int mend_engine_cancel_run(mend_engine *E, const char *id, const char *who, char
   if (stored_status(E, id, status, reason, sizeof status, err, errlen)) return -1;
   if (strcmp(status, "running") != 0)
     return mend_errorf(err, errlen, "run %s is %s: only a running run can be cancelled", id, status);
-  char why[400];
-  r = take_over(E, id, why, sizeof why);
+  char owner[128];
+  int live = mend_engine_holder(E, id, owner, sizeof owner);
+  if (live < 0) return mend_errorf(err, errlen, "%s", owner);
+  char why[400] = "";
+  r = live ? NULL : take_over(E, id, why, sizeof why);
   if (!r) {
-    /* Held by a live worker: ask it; it cancels at its next poll. */
+    /* Held by a live worker, which cancels at its next poll; or not to be rebuilt here (its
+     * workflow is not loaded): whoever takes it next cancels it (carry_on). */
     if (mend_store_request_cancel(E->store, id)) store_failed(E);
     mend_store_repairing(E->store, 1);   /* a note in its history, not a transition */
-    operator_entry(E, NULL, id, "cancel requested", who, NULL);
+    operator_entry(E, NULL, id, "cancel requested", who, live ? NULL : why);
     mend_store_repairing(E->store, 0);
     if (commit_now(E)) return mend_errorf(err, errlen, "%s", E->errmsg);
-    return 1;
+    if (!live) snprintf(err, (size_t)errlen, "%s", why);
+    return live ? 1 : 2;
   }
   return cancel_now(r, who, err, errlen);
+}
+
+int mend_engine_resume_run(mend_engine *E, const char *id, char *err, int errlen) {
+  if (find_run(E, id)) return 0;
+  char status[64], reason[64];
+  if (stored_status(E, id, status, reason, sizeof status, err, errlen)) return -1;
+  if (strcmp(status, "running") != 0 && strcmp(status, "compensating") != 0)
+    return mend_errorf(err, errlen, "run %s is %s: it has ended", id, status);
+  int live = mend_engine_holder(E, id, err, errlen);
+  if (live) return live < 0 ? -1 : 1;   /* err: the holder */
+  mend_run *r = take_over(E, id, err, errlen);
+  if (!r) return -1;
+  history(r, NULL, "recovered", NULL, mend_run_status_name(r->status), 0, NULL, -1, E->owner);
+  mend_engine_log_line(E, "info", r->id, NULL, 0, "recover", "resumed from the store");
+  carry_on(r);
+  return E->broken ? mend_errorf(err, errlen, "%s", E->errmsg) : 0;
 }
 
 int mend_engine_dlq_retry(mend_engine *E, const char *id, const char *who, char *err, int errlen) {
@@ -2787,7 +2882,7 @@ int mend_engine_resolve(mend_engine *E, const char *id, const char *who, const c
   if (stored_status(E, id, status, reason, sizeof status, err, errlen)) return -1;
   if (strcmp(status, "needs_attention") != 0)
     return mend_errorf(err, errlen, "run %s is %s: only a run in the dead-letter queue can be resolved", id, status);
-  double now = mend_engine_now(E);
+  double now = entry_time(E, id);
   json_t *row = mend_store_run(E->store, id);
   const char *error = row ? json_string_value(json_object_get(row, "error")) : NULL;
   int attention = row ? json_is_true(json_object_get(row, "attention")) : 0;
@@ -2910,6 +3005,49 @@ static mend_workflow *load_text(mend_engine *E, const char *text, size_t len, co
   }
   mend_workflow *wf = mend_workflow_from_table(L, -1, path, version, err, errlen);
   lua_settop(L, top);
+  /* A script with a NUL byte is not kept: it could not come back whole as text. */
+  if (wf && memchr(text, 0, len) == NULL && !(wf->script = malloc(len + 1))) {
+    mend_errorf(err, errlen, "%s: out of memory", path);
+    mend_workflow_free(L, wf);
+    return NULL;
+  }
+  if (wf && wf->script) {
+    memcpy(wf->script, text, len);
+    wf->script[len] = 0;
+  }
+  return wf;
+}
+
+mend_workflow *mend_engine_load_version(mend_engine *E, const char *name, const char *version,
+                                        char *err, int errlen) {
+  for (mend_workflow *wf = E->workflows; wf; wf = wf->next)
+    if (strcmp(wf->name, name) == 0 && wf->version && strcmp(wf->version, version) == 0) return wf;
+  char *source = NULL;
+  char *text = mend_store_version_script(E->store, name, version, &source);
+  if (!text) {
+    mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
+    return NULL;
+  }
+  size_t len = strlen(text);
+  char v[20];
+  mend_workflow_version_of(text, len, v);
+  mend_workflow *wf = load_text(E, text, len, source ? source : name, v, err, errlen);
+  free(text);
+  free(source);
+  if (wf && strcmp(wf->name, name) != 0) {
+    mend_errorf(err, errlen, "the script kept for %s version %s names workflow \"%s\"", name,
+                version, wf->name);
+    mend_workflow_free(E->L, wf);
+    return NULL;
+  }
+  if (!wf || !mend_engine_workflow(E, name)) return adopt(E, wf);
+  /* An older version: it carries its runs on, and the newest one loaded still serves new runs. */
+  mend_workflow **tail = &E->workflows;
+  while (*tail) tail = &(*tail)->next;
+  adopt(E, wf);
+  E->workflows = wf->next;
+  wf->next = NULL;
+  *tail = wf;
   return wf;
 }
 

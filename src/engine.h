@@ -77,6 +77,12 @@ void mend_engine_note_error(mend_engine *E, const char *msg);
 mend_workflow *mend_engine_load_file(mend_engine *E, const char *path, char *err, int errlen);
 mend_workflow *mend_engine_register(mend_engine *E, int idx, char *err, int errlen); /* table at idx of E's state */
 mend_workflow *mend_engine_workflow(mend_engine *E, const char *name);
+/* Loads a version of a workflow from the script the store keeps for it (each version started
+ * in a store keeps its file's text there), or returns the one loaded already. A version older
+ * than one loaded carries its runs on but starts no new ones. NULL with err when the store
+ * keeps no script for it or it does not load. */
+mend_workflow *mend_engine_load_version(mend_engine *E, const char *name, const char *version,
+                                        char *err, int errlen);
 
 #define MEND_RUN_ID_LEN 17    /* 16 characters and the terminator */
 
@@ -103,6 +109,14 @@ double mend_engine_now(const mend_engine *E);
  * (renewed while it works). recover claims up to `limit` (<= 0: all) unfinished runs that no
  * live engine holds and resumes each from what the store says; returns how many, or -1. */
 int mend_engine_recover_runs(mend_engine *E, int limit);
+/* 1 when an engine holds run id and is alive (this one, or another whose lease lasts and, on
+ * this host, whose process is there), its name in owner; 0 when none does (owner: the last holder, or ""); -1
+ * with the error in owner. */
+int mend_engine_holder(mend_engine *E, const char *id, char *owner, int len);
+/* Carries on here an unfinished run that no live engine holds (as recovery would, a cancel
+ * asked for meanwhile included). 0 resumed (or in flight here already); 1 a live engine holds
+ * it (err names it); -1 with err (an ended run, a workflow not loaded here). */
+int mend_engine_resume_run(mend_engine *E, const char *id, char *err, int errlen);
 /* Works as a worker until stopped (SIGINT, SIGTERM or mend_engine_stop): claims runs every
  * poll_seconds, at most max_in_flight at once (<= 0: no cap). On stop it starts no new
  * attempt, waits for those in flight up to the grace period, then gives back its leases.
@@ -133,7 +147,9 @@ int mend_engine_host_call(lua_State *L, const char *name, int first_arg, char *e
 /* Repairs by people (SPEC section 8). Each is recorded in the run's history (or, for breakers,
  * in the audit table) with `who` did it, and refuses with a message when it makes no sense.
  * cancel: a running run compensates what it did; returns 0, or 1 when the run is held by
- * another live worker, which is asked to cancel it (it does within a second). dlq_retry: a run
+ * another live worker, which is asked to cancel it (it does within a second), or 2 when it
+ * cannot be carried on here (err says why): the request is recorded, and whoever takes the
+ * run next cancels it. dlq_retry: a run
  * in the dead-letter queue resumes where it stopped (the failed compensation, or a severity-3
  * step) with fresh attempts. resolve: a person settled it by hand; `note` says how. Runs
  * that retry or cancel here are then executed by this engine (run or serve it). */

@@ -477,9 +477,44 @@ static int push_query(lua_State *L, engine_box *b, json_t *v) {
   return 1;
 }
 
+/* eng:status(id) -> the run's row and steps; held_by names the live worker that holds it, if
+ * one does.  [-0, +1, e] */
 static int engine_status(lua_State *L) {
   engine_box *b = check_engine(L);
-  return push_query(L, b, mend_store_run(mend_engine_store(b->E), luaL_checkstring(L, 2)));
+  const char *id = luaL_checkstring(L, 2);
+  json_t *run = mend_store_run(mend_engine_store(b->E), id);
+  char owner[128];
+  if (run && mend_engine_holder(b->E, id, owner, sizeof owner) == 1)
+    json_object_set_new(run, "held_by", json_string(owner));
+  return push_query(L, b, run);
+}
+
+/* eng:resume(id) -> "resumed" | "held", worker: carries on here a run no live worker holds
+ * (then eng:run() it), or names the one that does.  [-0, +1|2, e] */
+static int engine_resume(lua_State *L) {
+  engine_box *b = check_engine(L);
+  char err[600];
+  int rc = mend_engine_resume_run(b->E, luaL_checkstring(L, 2), err, sizeof err);
+  if (rc < 0) return luaL_error(L, "resume: %s", err);
+  if (rc == 0) {
+    lua_pushliteral(L, "resumed");
+    return 1;
+  }
+  lua_pushliteral(L, "held");
+  lua_pushstring(L, err);
+  return 2;
+}
+
+/* eng:load_version(name, version) -> name: that version, from the script the store keeps.
+ * [-0, +1, e] */
+static int engine_load_version(lua_State *L) {
+  engine_box *b = check_engine(L);
+  char err[1024];
+  mend_workflow *wf = mend_engine_load_version(b->E, luaL_checkstring(L, 2), luaL_checkstring(L, 3),
+                                               err, sizeof err);
+  if (!wf) return luaL_error(L, "%s", err);
+  lua_pushstring(L, wf->name);
+  return 1;
 }
 
 static int engine_history(lua_State *L) {
@@ -553,7 +588,7 @@ static const char *push_who(lua_State *L, int opts) {
   return lua_tostring(L, -1);
 }
 
-/* eng:cancel(id [, {who=}]) -> "cancelled" | "requested"  [-0, +1, e] */
+/* eng:cancel(id [, {who=}]) -> "cancelled" | "requested" | "recorded", why  [-0, +1|2, e] */
 static int engine_cancel(lua_State *L) {
   engine_box *b = check_engine(L);
   const char *id = luaL_checkstring(L, 2);
@@ -561,8 +596,10 @@ static int engine_cancel(lua_State *L) {
   char err[600];
   int rc = mend_engine_cancel_run(b->E, id, who, err, sizeof err);
   if (rc < 0) return luaL_error(L, "cancel: %s", err);
-  lua_pushstring(L, rc == 1 ? "requested" : "cancelled");
-  return 1;
+  lua_pushstring(L, rc == 1 ? "requested" : rc == 2 ? "recorded" : "cancelled");
+  if (rc != 2) return 1;
+  lua_pushstring(L, err);   /* why it is not carried on here */
+  return 2;
 }
 
 /* eng:dlq_retry(id [, {who=}])  [-0, +0, e] */
@@ -648,6 +685,7 @@ int mend_lua_open(lua_State *L) {
     {"wait", engine_wait}, {"cancel", engine_cancel}, {"dlq_retry", engine_dlq_retry},
     {"resolve", engine_resolve}, {"breaker", engine_breaker}, {"audit", engine_audit},
     {"prune", engine_prune},
+    {"resume", engine_resume}, {"load_version", engine_load_version},
     {"close", engine_close}, {NULL, NULL}};
   static const luaL_Reg funcs[] = {
     {"retryable", l_retryable}, {"fatal", l_fatal}, {"compensable", l_compensable},

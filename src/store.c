@@ -9,7 +9,9 @@
 #include "idset.h"
 #include "walvfs.h"
 
+#include <float.h>
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdarg.h>
@@ -37,6 +39,7 @@ enum {
   Q_RENEW, Q_RELEASE, Q_OWNER, Q_HOLDERS, Q_RELEASE_OWNER, Q_HELD,
   Q_FORGET_WORKER, Q_FORGET_GONE,
   Q_DLQ_REMOVE, Q_REQUEST_CANCEL, Q_CANCEL_REQUESTS, Q_AUDIT, Q_AUDIT_LIST, Q_TAKE,
+  Q_VERSION_SCRIPT, Q_KEEP_SCRIPT,
   Q_RUN, Q_STEPS, Q_IN_FLIGHT, Q_HISTORY, Q_DLQ, Q_BREAKERS, Q_RUNS,
   Q__COUNT
 };
@@ -102,7 +105,7 @@ static const char *const query_sql[Q__COUNT] = {
     " ON CONFLICT(run_id) DO UPDATE SET reason = excluded.reason, step = excluded.step,"
     " error = excluded.error, detail = excluded.detail, at = excluded.at",
   [Q_FIND_RUN_KEY] = "SELECT id FROM runs WHERE run_key = ?1",
-  [Q_LAST_SEQ] = "SELECT coalesce(max(seq), 0) FROM history WHERE run_id = ?1",
+  [Q_LAST_SEQ] = "SELECT seq, at FROM history WHERE run_id = ?1 ORDER BY seq DESC LIMIT 1",
   /* custom_key = 1 lets SQLite use the partial index on idem_key. */
   [Q_FIND_KEY_RESULT] =
     "SELECT result FROM steps WHERE idem_key = ?1 AND custom_key = 1 AND status = 'succeeded'"
@@ -155,7 +158,8 @@ static const char *const query_sql[Q__COUNT] = {
     " coalesce(r.source, v.source) AS source, r.run_key AS key, r.status, r.input, r.error,"
     " r.attention, r.reason, r.owner,"
     " (SELECT w.lease_until FROM workers w WHERE w.owner = r.owner) AS lease_until,"
-    " r.created, r.updated, coalesce(r.step_names, v.step_names) AS step_names"
+    " r.created, r.updated, coalesce(r.step_names, v.step_names) AS step_names,"
+    " nullif(r.cancel_requested, 0) AS cancel_requested"
     " FROM runs r LEFT JOIN workflow_versions v ON v.id = r.workflow_version WHERE r.id = ?1",
   [Q_STEPS] =
     "SELECT idx, name, status, attempts, comp_attempts,"
@@ -193,6 +197,11 @@ static const char *const query_sql[Q__COUNT] = {
     "SELECT id FROM runs WHERE owner = ?1 AND cancel_requested = 1 AND status = 'running'",
   [Q_AUDIT] = "INSERT INTO audit(at, who, op, target, detail) VALUES(?1, ?2, ?3, ?4, ?5)",
   [Q_AUDIT_LIST] = "SELECT seq, at, who, op, target, detail FROM audit ORDER BY seq",
+  /* The text of a version is the same wherever it was loaded from (the version is its hash). */
+  [Q_VERSION_SCRIPT] =
+    "SELECT script, source FROM workflow_versions WHERE workflow = ?1 AND version = ?2"
+    " AND script IS NOT NULL ORDER BY id DESC LIMIT 1",
+  [Q_KEEP_SCRIPT] = "UPDATE workflow_versions SET script = ?2 WHERE id = ?1 AND script IS NULL",
 };
 
 /* migrations[v] takes a database from version v to v + 1; a new version appends one here and
@@ -297,6 +306,9 @@ static const char *const migrations[MEND_SCHEMA_VERSION] = {
   " source TEXT, step_names TEXT);"
   "CREATE INDEX workflow_versions_of ON workflow_versions(workflow, version);"
   "ALTER TABLE runs ADD COLUMN workflow_version INTEGER;",
+  /* A version's script, so that its runs can be carried on where the file is not (another
+   * directory, a file changed since). */
+  "ALTER TABLE workflow_versions ADD COLUMN script TEXT;",
 };
 
 /* ---- the write log ----------------------------------------------------------------------
@@ -1583,6 +1595,13 @@ static int workflow_version(mend_store *s, const mend_run_rec *r, sqlite3_int64 
   }
   *id = sqlite3_column_int64(q, 0);
   finish(q);
+  if (r->script) {
+    q = s->q[Q_KEEP_SCRIPT];
+    rc = SQLITE_OK;
+    BIND(sqlite3_bind_int64(q, 1, *id));
+    BIND(bind_text(q, 2, r->script));
+    if (run_write(s, q, rc, "keep a workflow version's script") != 0) return -1;
+  }
   int oom = 0;
   if (s->nversions == s->capversions) {
     int cap = s->capversions ? s->capversions * 2 : 8;
@@ -1729,14 +1748,46 @@ static int first_row(mend_store *s, sqlite3_stmt *q, int rc, const char *what) {
   return -1;
 }
 
-long mend_store_last_history_seq(mend_store *s, const char *run_id) {
+long mend_store_last_history(mend_store *s, const char *run_id, double *at) {
   if (sync_point(s) != 0) return -1;
   sqlite3_stmt *q = s->q[Q_LAST_SEQ];
   int r = first_row(s, q, bind_text(q, 1, run_id), "read the history's length");
   if (r < 0) return -1;
   long seq = r ? (long)sqlite3_column_int64(q, 0) : 0;
+  if (at) *at = r && sqlite3_column_type(q, 1) != SQLITE_NULL ? sqlite3_column_double(q, 1) : -1;
   if (r) finish(q);
   return seq;
+}
+
+long mend_store_last_history_seq(mend_store *s, const char *run_id) {
+  return mend_store_last_history(s, run_id, NULL);
+}
+
+char *mend_store_version_script(mend_store *s, const char *workflow, const char *version,
+                                char **source) {
+  if (source) *source = NULL;
+  if (sync_point(s) != 0) return NULL;
+  sqlite3_stmt *q = s->q[Q_VERSION_SCRIPT];
+  int rc = SQLITE_OK;
+  BIND(bind_text(q, 1, workflow));
+  BIND(bind_text(q, 2, version));
+  int r = first_row(s, q, rc, "read a workflow version's script");
+  if (r <= 0) {
+    if (r == 0) set_msg(s->err, sizeof s->err, "%s: no script of workflow %s version %s is kept",
+                        s->path, workflow, version);
+    return NULL;
+  }
+  int oom = 0;
+  char *text = copy_text((const char *)sqlite3_column_text(q, 0), &oom);
+  if (source && !oom) *source = copy_text((const char *)sqlite3_column_text(q, 1), &oom);
+  finish(q);
+  if (oom) {
+    free(text);
+    if (source) { free(*source); *source = NULL; }
+    set_msg(s->err, sizeof s->err, "%s: out of memory reading a workflow version", s->path);
+    return NULL;
+  }
+  return text;
 }
 
 int mend_store_find_run_key(mend_store *s, const char *run_key, char *id_out, int id_len) {
@@ -2009,7 +2060,7 @@ static int is_json_column(const char *name) {
 
 static int is_bool_column(const char *name) {
   return strcmp(name, "attention") == 0 || strcmp(name, "custom_key") == 0 ||
-         strcmp(name, "slept") == 0;
+         strcmp(name, "slept") == 0 || strcmp(name, "cancel_requested") == 0;
 }
 
 /* Text that is not valid UTF-8 (written by hand with SQL, say) still comes back, with '?' for
@@ -2040,9 +2091,12 @@ static json_t *row_object(sqlite3_stmt *q) {
       v = is_bool_column(name) ? json_boolean(sqlite3_column_int64(q, i) != 0)
                                : json_integer(sqlite3_column_int64(q, i));
       break;
-    case SQLITE_FLOAT:
-      v = json_real(sqlite3_column_double(q, i));
+    case SQLITE_FLOAT: {
+      /* JSON has no infinity: a row written with one (a wait of math.huge) still reads. */
+      double d = sqlite3_column_double(q, i);
+      v = json_real(isinf(d) ? (d > 0 ? DBL_MAX : -DBL_MAX) : d);
       break;
+    }
     default: {
       const char *t = (const char *)sqlite3_column_text(q, i);
       size_t len = (size_t)sqlite3_column_bytes(q, i);

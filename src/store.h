@@ -21,7 +21,8 @@
  *        version, source and step_names are; they are NULL in the run then))
  *        + indexes on created for unfinished runs, and for those nobody holds (runs_free)
  *   workflow_versions(id INTEGER PRIMARY KEY, workflow TEXT, version TEXT, source TEXT,
- *        step_names TEXT): written by the first run of a version a store sees, at once
+ *        step_names TEXT, script TEXT (the file's text, since schema 8; NULL for workflows
+ *        registered in code)): written by the first run of a version a store sees, at once
  *   workers(owner TEXT PRIMARY KEY, lease_until REAL) WITHOUT ROWID: a worker holds its
  *        runs while its lease lasts; one row renewed, however many runs it holds
  *   steps(run_id TEXT, idx INTEGER, name TEXT, status TEXT, attempts INTEGER,
@@ -58,7 +59,7 @@
 #include <jansson.h>
 #include "breaker.h"
 
-#define MEND_SCHEMA_VERSION 7
+#define MEND_SCHEMA_VERSION 8
 
 typedef struct mend_store mend_store;
 
@@ -152,6 +153,7 @@ typedef struct mend_run_rec {
   double created, updated;
   const char *owner;       /* NULL: any worker may take it; else held while the owner's lease lasts */
   const char *step_names;  /* JSON array of its steps' names: the rows not yet written */
+  const char *script;      /* the version's text, kept with it (NULL: none, as registered) */
 } mend_run_rec;
 
 typedef struct mend_step_rec {
@@ -184,6 +186,13 @@ typedef struct mend_history_rec {
 
 /* The last number in a run's history (0: none), for its holder to count on from; -1 error. */
 long mend_store_last_history_seq(mend_store *s, const char *run_id);
+/* Same, and the time of that last row in *at (-1: no history). */
+long mend_store_last_history(mend_store *s, const char *run_id, double *at);
+/* The text kept for a version of a workflow (malloc'ed), and where it was loaded from in
+ * *source (malloc'ed, or NULL) when source is not NULL; NULL when none is kept or on error
+ * (errmsg says which). */
+char *mend_store_version_script(mend_store *s, const char *workflow, const char *version,
+                                char **source);
 
 typedef struct mend_dlq_rec {
   const char *run_id, *reason, *step, *error, *detail;

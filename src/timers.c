@@ -215,6 +215,10 @@ size_t mend_timers_advance_to(mend_timers *ts, double to) {
   return fired;
 }
 
+void mend_timers_not_before(mend_timers *ts, double t) {
+  if (ts->is_virtual && t > ts->virtual_now) ts->virtual_now = t;
+}
+
 void mend_timers_sync(mend_timers *ts) {
   if (ts->is_virtual || !ts->uv) return;
 #ifdef __linux__

@@ -59,6 +59,9 @@ double mend_timers_next_due(const mend_timers *ts);
 /* Virtual clock: moves time to `to` (never backwards), firing due timers in order on the way,
  * each at its own due time. Returns how many fired. */
 size_t mend_timers_advance_to(mend_timers *ts, double to);
+/* Virtual clock: moves time on to t if it is behind, firing nothing now (timers due before t
+ * fire at the next mend_timers_fire_due). A real clock is left alone. */
+void   mend_timers_not_before(mend_timers *ts, double t);
 /* Real clock: re-arms the timerfd (or the uv timer) for the earliest entry. */
 void   mend_timers_sync(mend_timers *ts);
 

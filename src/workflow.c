@@ -188,6 +188,7 @@ static int parse_step(lua_State *L, int idx, int n, const mend_retry_policy *ret
   if (opt_number(L, idx, "sleep", "step", &s->sleep, sub, sizeof sub) < 0)
     return mend_errorf(err, errlen, "%s%s", prefix, sub);
   if (!(s->sleep >= 0)) return mend_errorf(err, errlen, "%ssleep must be >= 0 seconds, got %g", prefix, s->sleep);
+  if (isinf(s->sleep)) return mend_errorf(err, errlen, "%ssleep must be a finite number of seconds, got %g", prefix, s->sleep);
   /* A step may be a pure wait: `sleep` and nothing to execute. */
   if (s->execute_ref == LUA_NOREF && s->sleep <= 0)
     return mend_errorf(err, errlen, "%sexecute is missing (a function is required)", prefix);
@@ -397,6 +398,7 @@ void mend_workflow_free(lua_State *L, mend_workflow *wf) {
   free(wf->name);
   free(wf->version);
   free(wf->source);
+  free(wf->script);
   free(wf->step_names);
   free(wf);
 }

@@ -30,6 +30,7 @@ typedef struct mend_workflow {
   int name_ref;         /* the name as a Lua string (ctx.workflow) */
   char *version;        /* hash of the script (or of the definition's name for tables) */
   char *source;         /* the file it came from, or "=register" */
+  char *script;         /* the file's text, kept with its runs; NULL for tables */
   int def_ref;          /* the definition table, kept alive */
   int nsteps;
   mend_step_def *steps;

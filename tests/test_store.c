@@ -1416,6 +1416,52 @@ static void test_workflow_versions(void) {
   remove_db(path);
 }
 
+/* A version keeps its script (schema 8), written with its first run, kept by a row from before
+ * that lacked it once a run of the version brings it, and read back for that version only. */
+static void test_version_scripts(void) {
+  const char *path = file_in_dir("scripts.db");
+  char err[512] = "";
+  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  CHECK(s);
+  if (!s) return;
+  mend_run_rec r = run_rec("s1", NULL, "running", 1);
+  r.script = "return { name = 'order' }";
+  CHECK_EQ_INT(mend_store_insert_run(s, &r), 0);
+  mend_run_rec bare = r;   /* a version whose script was not kept (registered in code) */
+  bare.id = "s2";
+  bare.version = "v9";
+  bare.script = NULL;
+  CHECK_EQ_INT(mend_store_insert_run(s, &bare), 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  char *source = NULL;
+  char *text = mend_store_version_script(s, "order", r.version, &source);
+  CHECK_STR(text, "return { name = 'order' }");
+  CHECK_STR(source, "order.lua");
+  free(text);
+  free(source);
+  CHECK(mend_store_version_script(s, "order", "v9", NULL) == NULL);
+  CHECK(strstr(mend_store_errmsg(s), "no script of workflow order version v9 is kept") != NULL);
+  CHECK(mend_store_version_script(s, "refund", r.version, NULL) == NULL);
+  mend_store_close(s);
+
+  /* another process (a restart) brings the script of a version whose row lacks it */
+  s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  CHECK(s);
+  if (!s) return;
+  bare.id = "s3";
+  bare.script = "return { name = 'order', v = 9 }";
+  CHECK_EQ_INT(mend_store_insert_run(s, &bare), 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  text = mend_store_version_script(s, "order", "v9", NULL);
+  CHECK_STR(text, "return { name = 'order', v = 9 }");
+  free(text);
+  sqlite3 *db = raw_open(path);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM workflow_versions"), 2);
+  sqlite3_close(db);
+  mend_store_close(s);
+  remove_db(path);
+}
+
 /* A serving worker looks for work every poll. The quick look finds runs nobody holds and
  * workers whose lease ran out, whatever the number of runs held; a claim that took all there
  * was forgets those workers, or the look would find them forever. The thorough look also
@@ -1814,6 +1860,7 @@ int main(void) {
   test_claimable();
   test_workflow_versions();
   test_locked();
+  test_version_scripts();
 
   const char *files[] = {"schema.db", "trip.db", "batch.db", "notes.txt", "future.db",
                          "foreign.db", "liar.db", "full.db", "ckpt.db", "v1.db", "writer.db", "fence.db", "hist.db",

@@ -38,18 +38,24 @@ end
 
 local function present(v) return v ~= nil and v ~= json.null end
 
+-- Times and delays that no clock reaches (a `sleep = 1e308` step) are printed as numbers.
+local FAR = 1e12
+
 local function fmt_seconds(s)
+  if math.abs(s) >= FAR then return ("%.6gs"):format(s) end
   if math.type(s) == "integer" or s == math.floor(s) then return ("%ds"):format(s) end
   return (("%.3f"):format(s):gsub("%.?0+$", "")) .. "s"
 end
 
 local function fmt_reltime(dt)
+  if math.abs(dt) >= FAR then return ("+%.6gs"):format(dt) end
   if dt < 60 then return ("+%.3fs"):format(dt) end
   return ("+%dm%06.3fs"):format(dt // 60, dt % 60)
 end
 
 local function fmt_time(t)
   if not present(t) then return "-" end
+  if math.abs(t) >= FAR * 100 then return ("%.6g (epoch seconds)"):format(t) end
   local ms = math.floor(t * 1000 + 0.5)
   return ("%s.%03d UTC"):format(os.date("!%Y-%m-%d %H:%M:%S", ms // 1000), ms % 1000)
 end
@@ -155,11 +161,46 @@ local function print_outcome(st, alerted)
   end
 end
 
-local function print_status(st)
+local function unfinished(st) return st.status == "running" or st.status == "compensating" end
+
+-- "in 12 s" or "12 s ago", from now.
+local function fmt_due(due, now)
+  local dt = due - now
+  if math.abs(dt) >= FAR then return ("in %.6g s"):format(dt) end
+  local text = dt >= 1 and ("%d s"):format(math.floor(dt + 0.5)) or dt <= -1 and ("%d s"):format(math.floor(-dt + 0.5))
+               or ("%.1f s"):format(math.abs(dt))
+  return dt >= 0 and "in " .. text or text .. " ago"
+end
+
+-- Who carries an unfinished run on: the live worker holding it, or nobody yet.
+local function holder_line(st)
+  if not unfinished(st) then return nil end
+  if present(st.held_by) then return "held by worker " .. st.held_by end
+  return "waiting for a worker: no live worker holds this run (start one: mend worker)"
+end
+
+local WAITS = { sleeping = true, retry_wait = true, breaker_open = true, compensating = true }
+
+-- "b sleeping, due 2026-12-03 15:55:32.769 UTC (in 12 s)" for each step waiting for a time.
+local function due_lines(st, now)
+  local lines = {}
+  for _, s in ipairs(st.steps or {}) do
+    if unfinished(st) and WAITS[s.status] and present(s.due) then
+      lines[#lines + 1] = ("%s %s, due %s (%s)"):format(s.name, s.status, fmt_time(s.due),
+                                                     fmt_due(s.due, now))
+    end
+  end
+  return lines
+end
+
+local function print_status(st, now)
   print_outcome(st)
   local rows = {
     { "key", st.key }, { "input", present(st.input) and fmt_value(st.input, 100) or nil },
     { "created", fmt_time(st.created) }, { "updated", fmt_time(st.updated) },
+    { "worker", holder_line(st) },
+    { "cancel", st.cancel_requested == true and unfinished(st)
+                and "requested; the worker that holds or next takes the run cancels it" or nil },
   }
   for _, row in ipairs(rows) do
     if present(row[2]) then out("  %-8s %s\n", row[1], row[2]) end
@@ -172,6 +213,7 @@ local function print_status(st)
     if present(s.result) then parts[#parts + 1] = "result " .. fmt_value(s.result, 60) end
     out("  %s\n", join(parts))
   end
+  for _, line in ipairs(due_lines(st, now)) do out("  due: %s\n", line) end
 end
 
 local function fmt_age(seconds)
@@ -203,6 +245,15 @@ local function print_runs(runs)
     out("%-16s  %-18s  %-16s  %-9s  %-23s  %s\n", r.id, r.workflow, r.status,
         r.attention == true and "yes" or "", fmt_time(r.created), fmt_error(r.error) or "")
   end
+end
+
+-- An open breaker whose time is up lets the next call through as a probe: it is half-open,
+-- whatever its row says until a worker next uses it.
+local function breakers_now(list, now)
+  for _, b in ipairs(list) do
+    if b.state == "open" and present(b.open_until) and b.open_until <= now then b.state = "half_open" end
+  end
+  return list
 end
 
 local function print_breakers(list)
@@ -306,7 +357,22 @@ local function cmd_run(o, file)
   return with_engine(conf, function(eng)
     local name = eng:load(file)
     local id, existed = eng:start(name, input, { key = o.key })
-    if existed then say("mend: run key %s names the existing run %s\n", o.key, id) end
+    if existed then
+      say("mend: run key %s names the existing run %s\n", o.key, id)
+      -- Left unfinished: carried on here, or waited for while a live worker holds it (and
+      -- carried on here if that worker dies meanwhile).
+      local told
+      while unfinished(run_status(eng, id)) do
+        local how, worker = eng:resume(id)
+        if how == "resumed" then
+          say("mend: run %s was left unfinished and no live worker holds it; resuming it here\n", id)
+          break
+        end
+        if not told then say("mend: run %s is held by worker %s; waiting for its end\n", id, worker) end
+        told = true
+        eng:wait(id, { timeout = 1 })
+      end
+    end
     eng:run()
     local st = run_status(eng, id)
     if o.json then
@@ -325,7 +391,7 @@ end
 local function cmd_status(o, id)
   return with_engine(existing_db(o.db), function(eng)
     local st = run_status(eng, id)
-    if o.json then out("%s\n", json.encode(st)) else print_status(st) end
+    if o.json then out("%s\n", json.encode(st)) else print_status(st, eng:now()) end
     return EXIT_OK
   end)
 end
@@ -452,15 +518,15 @@ end
 
 -- Calls an engine operation; its refusal ("dlq retry: run ... is ...") becomes mend's error.
 local function operate(prefix, method, eng, ...)
-  local ok, res = pcall(method, eng, ...)
-  if not ok then fail("%s", (tostring(res):gsub("^" .. prefix .. ": ", ""))) end
-  return res
+  local res = table.pack(pcall(method, eng, ...))
+  if not res[1] then fail("%s", (tostring(res[2]):gsub("^" .. prefix .. ": ", ""))) end
+  return table.unpack(res, 2, res.n)
 end
 
 local function cmd_breakers(o, op, key)
   if op == nil then
     return with_engine(existing_db(o.db), function(eng)
-      local list = eng:breakers()
+      local list = breakers_now(eng:breakers(), eng:now())
       if o.json then out("%s\n", encode_list(list)) else print_breakers(list) end
       return EXIT_OK
     end)
@@ -477,24 +543,33 @@ local function cmd_breakers(o, op, key)
   end)
 end
 
--- Loads the workflow a stored run came from, so that this process can act on the run.
+-- Loads the workflow version a stored run started with, so that this process can act on the
+-- run: from the script the store keeps for it, from any directory; for a run from before
+-- stores kept scripts, from the file it came from.
 local function load_run_workflow(eng, id)
   local st = run_status(eng, id)
-  if not st.source or st.source == "register" then
+  if not st.source or st.source:match("^=?register$") then
     fail("run %s came from a workflow registered in code; repair it from that program", id)
   end
-  check_readable(st.source)
+  local ok, err = pcall(eng.load_version, eng, st.workflow, st.version)
+  if ok then return st end
+  local f = io.open(st.source, "rb")
+  if not f then
+    fail("cannot load the workflow of run %s: %s; and %s cannot be opened from here",
+         id, tostring(err):gsub("^.-: ", "", 1), st.source)
+  end
+  f:close()
   eng:load(st.source)
   return st
 end
 
 -- Runs fn(eng) in an engine that has loaded the workflow the run came from, so that a repair
--- can carry the run on here.
-local function with_run_engine(o, id, fn)
+-- can carry the run on here. `optional`: go on without it (the engine says what it can do).
+local function with_run_engine(o, id, fn, optional)
   local conf = existing_db(o.db)
   conf.log = "stderr"
   return with_engine(conf, function(eng)
-    load_run_workflow(eng, id)
+    if optional then pcall(load_run_workflow, eng, id) else load_run_workflow(eng, id) end
     return fn(eng)
   end)
 end
@@ -524,14 +599,21 @@ end
 
 local function cmd_cancel(o, id)
   return with_run_engine(o, id, function(eng)
-    if operate("cancel", eng.cancel, eng, id, { who = who() }) == "requested" then
-      out("run %s is held by a live worker; it was asked to cancel (within a second)\n", id)
+    local how, why = operate("cancel", eng.cancel, eng, id, { who = who() })
+    if how == "requested" then
+      local st = run_status(eng, id)
+      out("run %s is held by a live worker (%s); it was asked to cancel (within a second)\n", id,
+          present(st.held_by) and st.held_by or "?")
+      return EXIT_OK
+    elseif how == "recorded" then
+      out("run %s is held by no live worker and cannot be carried on here (%s); the cancel is"
+          .. " recorded: the worker that next takes the run cancels it\n", id, why or "?")
       return EXIT_OK
     end
     eng:run()
     print_outcome(run_status(eng, id))
     return EXIT_OK
-  end)
+  end, true)
 end
 
 local function cmd_dlq(o)
@@ -594,7 +676,12 @@ end
 
 local function cmd_wait(o, id)
   return with_engine(existing_db(o.db), function(eng)
-    run_status(eng, id)
+    local st = run_status(eng, id)
+    if unfinished(st) and not present(st.held_by) then
+      local due = due_lines(st, eng:now())
+      say("mend: run %s is waiting for a worker: no live worker holds it (start one: mend worker"
+          .. " --db %s)%s\n", id, o.db, #due > 0 and ("; " .. table.concat(due, "; ")) or "")
+    end
     local timeout = o.timeout and number_flag(o, "timeout", nil)
     local st = eng:wait(id, { timeout = timeout })
     if not st then fail("run %s did not finish within %ss", id, o.timeout) end

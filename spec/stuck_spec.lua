@@ -1,0 +1,436 @@
+-- No run stuck without a sign: what `mend` says and does about runs that no live worker holds
+-- (status, wait, cancel, run --key, dlq retry from elsewhere), history times that never go
+-- back, waits too long for any clock, breaker waits as SPEC section 2 draws them, and breakers
+-- whose open time is up. Real `mend` processes (workers, killed and stopped ones included)
+-- against real database files.
+local H = require "spec.helper"
+local mend = require "mend"
+local json = mend.json
+
+local MEND, q = H.MEND, H.quote
+
+-- Runs `mend ARGS --db DB` in directory `dir` (default: here); returns the exit code, stdout
+-- and stderr.
+local function mend_in(dir, db, args)
+  local errfile = os.tmpname()
+  local cmd = ("%s%s %s --db %s 2>%s"):format(dir and ("cd " .. q(dir) .. " && ") or "", MEND,
+                                             args, q(db), q(errfile))
+  local p = assert(io.popen(cmd, "r"))
+  local stdout = p:read("a")
+  local _, _, code = p:close()
+  local stderr = H.slurp(errfile)
+  os.remove(errfile)
+  return code, stdout, stderr
+end
+
+local function json_of(db, args)
+  local rc, out, err = mend_in(nil, db, args .. " --json")
+  assert.are.equal(0, rc, err)
+  return json.decode(out)
+end
+
+-- Starts `mend ARGS --db DB` in the background from `dir`; returns its pid.
+local function spawn(dir, db, args)
+  local p = io.popen(("cd %s && sh -c 'exec %s %s --db %s >/dev/null 2>&1' & echo $!")
+    :format(q(dir), MEND, args, q(db)))
+  local pid = p:read("l")
+  p:close()
+  return pid
+end
+
+local function signal(pid, sig) os.execute(("kill -%s %s 2>/dev/null"):format(sig, pid)) end
+
+-- Waits (up to 10 s) until pred(status) holds for run id.
+local function until_status(db, id, pred)
+  for _ = 1, 500 do
+    local rc, out = mend_in(nil, db, "status " .. id .. " --json")
+    if rc == 0 then
+      local st = json.decode(out)
+      if pred(st) then return st end
+    end
+    os.execute("sleep 0.02")
+  end
+  error("run " .. id .. " never reached the state waited for")
+end
+
+local function step_is(name, status)
+  return function(st)
+    for _, s in ipairs(st.steps) do if s.name == name then return s.status == status end end
+    return false
+  end
+end
+
+-- Kills a process and waits until it is gone (a dead process no longer holds its runs).
+local function kill_dead(pid)
+  signal(pid, "KILL")
+  for _ = 1, 500 do
+    if not os.execute("kill -0 " .. pid .. " 2>/dev/null") then return end
+    os.execute("sleep 0.01")
+  end
+end
+
+-- step a, then a durable wait of `nap` seconds, then c; a compensates.
+local function slow(nap)
+  return ([[
+local mend = require "mend"
+return { name = "slow", steps = {
+  { name = "a", execute = function() return 1 end, compensate = function() end },
+  { name = "b", sleep = %s },
+  { name = "c", execute = function() return 3 end },
+} }]]):format(nap)
+end
+
+local function setup(nap)
+  local dir = H.tmp_dir()
+  H.write_file(dir, "slow.lua", slow(nap or 30))
+  return dir, dir .. "/jobs.db"
+end
+
+local function start(dir, db, extra)
+  local rc, out, err = mend_in(dir, db, "start slow --workflows . " .. (extra or ""))
+  assert.are.equal(0, rc, err)
+  return out:match("(%S+)")
+end
+
+-- Every history row at or after the one before.
+local function assert_ordered(db, id)
+  local prev
+  for _, h in ipairs(json_of(db, "history " .. id)) do
+    if prev then assert.is_true(h.at >= prev, ("row %d at %.3f before %.3f"):format(h.seq, h.at, prev)) end
+    prev = h.at
+  end
+end
+
+local function operators(db, id)
+  local ops = {}
+  for _, h in ipairs(json_of(db, "history " .. id)) do
+    if h.event == "operator" then ops[#ops + 1] = h.detail end
+  end
+  return ops
+end
+
+describe("a run that no live worker holds", function()
+  after_each(H.cleanup)
+
+  it("is shown waiting for a worker, with its waiting step's due time; wait says why it waits", function()
+    local dir, db = setup(30)
+    local id = start(dir, db)
+    local worker = spawn(dir, db, "worker --workflows . --poll 0.02")
+    local st = until_status(db, id, step_is("b", "sleeping"))
+    local rc, out = mend_in(nil, db, "status " .. id)
+    assert.are.equal(0, rc)
+    assert.matches("held by worker %S+", out)
+    assert.is_nil(out:find("waiting for a worker", 1, true))
+    signal(worker, "TERM")                       -- gives its lease back, leaves b sleeping
+    until_status(db, id, function(s) return s.owner == nil end)
+    rc, out = mend_in(nil, db, "status " .. id)
+    assert.are.equal(0, rc)
+    assert.matches("waiting for a worker: no live worker holds this run", out)
+    local due = st.steps[2].due
+    local stamp = os.date("!%Y-%m-%d %H:%M:%S", math.floor(due * 1000 + 0.5) // 1000):gsub("%-", "%%-")
+    assert.matches("due: b sleeping, due " .. stamp .. "%.%d%d%d UTC %(in %d+ s%)", out)
+    local secs = tonumber(out:match("%(in (%d+) s%)"))
+    assert.is_true(secs > 0 and secs <= 30, out)
+    local err
+    rc, out, err = mend_in(nil, db, "wait " .. id .. " --timeout 0.3")
+    assert.are.equal(1, rc)
+    local _, said = err:gsub("is waiting for a worker", "")
+    assert.are.equal(1, said, err)
+    assert.matches("no live worker holds it %(start one: mend worker", err)
+    assert.matches("b sleeping, due .- UTC %(in %d+ s%)", err)
+    assert.matches("did not finish within 0.3s", err)
+  end)
+end)
+
+describe("mend cancel", function()
+  after_each(H.cleanup)
+
+  it("cancels here a run whose worker was killed with its lease still running", function()
+    local dir, db = setup(30)
+    local id = start(dir, db)
+    local worker = spawn(dir, db, "worker --workflows . --poll 0.02 --lease 30")
+    until_status(db, id, step_is("b", "sleeping"))
+    kill_dead(worker)
+    local rc, out, err = mend_in(nil, db, "cancel " .. id)
+    assert.are.equal(0, rc, err)
+    assert.is_nil(out:find("live worker", 1, true), out)
+    assert.matches("compensated", out)
+    local st = json_of(db, "status " .. id)
+    assert.are.equal("compensated", st.status)
+    assert.are.equal("cancelled", st.reason)
+    assert.are.equal("pending", st.steps[3].status)
+    assert_ordered(db, id)
+  end)
+
+  it("asks a live worker; if it dies before it could, the next worker honours the request", function()
+    local dir, db = setup(30)
+    local id = start(dir, db)
+    local first = spawn(dir, db, "worker --workflows . --poll 0.02")
+    until_status(db, id, step_is("b", "sleeping"))
+    signal(first, "STOP")                        -- alive, holding its lease, polling nothing
+    local rc, out, err = mend_in(nil, db, "cancel " .. id)
+    assert.are.equal(0, rc, err)
+    assert.matches("held by a live worker %(%S+%); it was asked to cancel", out)
+    rc, out = mend_in(nil, db, "status " .. id)
+    assert.matches("cancel%s+requested", out)
+    kill_dead(first)
+    local second = spawn(dir, db, "worker --workflows . --poll 0.02")
+    rc, out, err = mend_in(nil, db, "wait " .. id .. " --timeout 20")
+    signal(second, "TERM")
+    assert.are.equal(3, rc, out .. err)
+    local st = json_of(db, "status " .. id)
+    assert.are.equal("compensated", st.status)
+    assert.are.equal("cancelled", st.reason)
+    assert.are.equal("compensated", st.steps[1].status)
+    assert.are.equal("pending", st.steps[3].status)   -- c never ran
+    local ops = operators(db, id)
+    assert.matches("^cancel requested by .+", ops[1])
+    assert.are.equal("cancel by an operator (requested)", ops[2])
+  end)
+
+  it("records the request when the run cannot be carried on here; the next worker cancels it", function()
+    local dir, db = setup(30)
+    local id = start(dir, db)
+    -- Its version's script gone from the store (a database of an older mend), and its file
+    -- out of reach of the directory the cancel comes from.
+    H.sql(db, "UPDATE workflow_versions SET script = NULL")
+    local elsewhere = H.tmp_dir()
+    local rc, out, err = mend_in(elsewhere, db, "cancel " .. id)
+    assert.are.equal(0, rc, err)
+    assert.is_nil(out:find("live worker;", 1, true), out)
+    assert.matches("held by no live worker and cannot be carried on here %(workflow \"slow\" is not loaded here%); the cancel is recorded: the worker that next takes the run cancels it", out)
+    assert.is_true(json_of(db, "status " .. id).cancel_requested)
+    local worker = spawn(dir, db, "worker --workflows . --poll 0.02")
+    rc, out, err = mend_in(nil, db, "wait " .. id .. " --timeout 20")
+    signal(worker, "TERM")
+    assert.are.equal(3, rc, out .. err)
+    local st = json_of(db, "status " .. id)
+    assert.are.equal("failed", st.status)            -- nothing was done: nothing to compensate
+    assert.are.equal("cancelled", st.reason)
+    assert.are.equal("pending", st.steps[1].status)
+  end)
+end)
+
+describe("mend run FILE --key K again", function()
+  after_each(H.cleanup)
+
+  it("resumes here a run of that key that no live worker holds, and waits for its end", function()
+    local dir, db = setup(30)
+    local runner = spawn(dir, db, "run slow.lua --key order-1")
+    local id
+    for _ = 1, 500 do
+      local rc, out = mend_in(nil, db, "runs --json")
+      id = rc == 0 and out:match('"id":"(%w+)"')
+      if id then break end
+      os.execute("sleep 0.02")
+    end
+    until_status(db, id, step_is("b", "sleeping"))
+    kill_dead(runner)
+    local rc, out, err = mend_in(dir, db, "run slow.lua --key order-1 --clock virtual")
+    assert.are.equal(0, rc, out .. err)
+    assert.matches("names the existing run " .. id, err)
+    assert.matches("resuming it here", err)
+    assert.matches("slow run " .. id .. ": succeeded", out)
+    local st = json_of(db, "status " .. id)
+    assert.are.equal("succeeded", st.status)
+    assert.are.equal(1, st.steps[1].attempts)        -- a was not run again
+    assert_ordered(db, id)
+  end)
+
+  it("waits for the end of a run that a live worker holds, and says so", function()
+    local dir, db = setup(1)
+    local id = start(dir, db, "--key order-2")
+    local worker = spawn(dir, db, "worker --workflows . --poll 0.02")
+    until_status(db, id, step_is("b", "sleeping"))
+    local rc, out, err = mend_in(dir, db, "run slow.lua --key order-2")
+    signal(worker, "TERM")
+    assert.are.equal(0, rc, out .. err)
+    assert.matches("is held by worker %S+; waiting for its end", err)
+    assert.matches("slow run " .. id .. ": succeeded", out)
+  end)
+end)
+
+-- A saga whose refund fails while the flag file exists; its compensation retries wait an hour.
+local REFUND = [[
+local mend = require "mend"
+return { name = "refund", compensate_retry = { max_attempts = 2, initial = 3600, max_delay = 7200, jitter = 0 },
+  steps = {
+    { name = "reserve", execute = function() return "r" end, compensate = function() end },
+    { name = "charge", execute = function() return "c" end,
+      compensate = function(ctx)
+        local f = io.open(ctx.input.flag)
+        if f then f:close(); error(mend.retryable("refund service down")) end
+      end },
+    { name = "ship", execute = function() error(mend.fatal("no courier")) end },
+  } }
+]]
+
+local function dead_letter(args)
+  local dir = H.tmp_dir()
+  local db = dir .. "/ops.db"
+  H.write_file(dir, "refund.lua", REFUND)
+  local flag = H.write_file(dir, "refund-down", "")
+  local rc, out, err = mend_in(dir, db, "run refund.lua --clock virtual " .. (args or "") ..
+                               " --input " .. q('{"flag":"' .. flag .. '"}'))
+  assert.are.equal(4, rc, out .. err)
+  return dir, db, flag, json_of(db, "dlq")[1].run_id
+end
+
+describe("mend dlq retry", function()
+  after_each(H.cleanup)
+
+  it("works from any directory, with the script the store keeps for the run's version", function()
+    local dir, db, flag, id = dead_letter()
+    os.remove(flag)                                  -- the refund service is back
+    -- the file changed since (and is not reachable from where the repair runs anyway)
+    H.write_file(dir, "refund.lua", "error('not this version')")
+    local rc, out, err = mend_in(H.tmp_dir(), db, "dlq retry " .. id)
+    assert.are.equal(3, rc, out .. err)
+    assert.matches("refund run " .. id .. ": compensated", out)
+    assert.are.equal("compensated", json_of(db, "status " .. id).status)
+    assert_ordered(db, id)
+  end)
+
+  it("says what is missing when neither the script nor the file is at hand", function()
+    local _, db, _, id = dead_letter()
+    H.sql(db, "UPDATE workflow_versions SET script = NULL")
+    local rc, _, err = mend_in(H.tmp_dir(), db, "dlq retry " .. id)
+    assert.are.equal(1, rc)
+    assert.matches("cannot load the workflow of run " .. id .. ": .*no script of workflow refund"
+                   .. " version %x+ is kept; and refund.lua cannot be opened from here", err)
+    assert.are.equal("needs_attention", json_of(db, "status " .. id).status)
+  end)
+end)
+
+describe("history times", function()
+  after_each(H.cleanup)
+
+  it("never go back when a run on the virtual clock is repaired by another process", function()
+    local _, db, _, id = dead_letter()
+    local last = json_of(db, "history " .. id)
+    assert.is_true(last[#last].at > os.time() + 3000)   -- virtual time an hour ahead
+    local rc, out, err = mend_in(nil, db, "dlq resolve " .. id .. " --note " .. q("by hand"))
+    assert.are.equal(0, rc, out .. err)
+    assert_ordered(db, id)
+  end)
+
+  it("never go back when a run on the virtual clock is resumed by a new engine", function()
+    local def = { name = "naps", steps = {
+      { name = "a", sleep = 3600 }, { name = "b", sleep = 3600 },
+      { name = "c", execute = function() return 1 end } } }
+    local eng, db = H.new_engine()
+    eng:register(def)
+    local id = eng:start("naps", {})
+    eng:advance(3700)                              -- a slept, b sleeps: an hour ahead of real time
+    eng:close()
+    local again = H.reopen(db)
+    again:register(def)
+    assert.are.equal(1, again:recover())
+    again:run()
+    assert.are.equal("succeeded", again:status(id).status)
+    local prev
+    for _, h in ipairs(again:history(id)) do
+      if prev then assert.is_true(h.at >= prev, ("row %d (%s) at %.3f before %.3f"):format(h.seq, h.event, h.at, prev)) end
+      prev = h.at
+    end
+  end)
+
+  it("never go back when a virtual-clock run is retried by a new engine", function()
+    local dir, db, flag, id = dead_letter()
+    os.remove(flag)
+    local rc, out, err = mend_in(dir, db, "dlq retry " .. id)
+    assert.are.equal(3, rc, out .. err)
+    assert_ordered(db, id)
+  end)
+end)
+
+describe("a wait longer than any clock", function()
+  after_each(H.cleanup)
+
+  it("sleep = 1e308: status and history show the run, as text and JSON", function()
+    local dir = H.tmp_dir()
+    local db = dir .. "/far.db"
+    H.write_file(dir, "far.lua", [[
+return { name = "far", steps = {
+  { name = "a", execute = function() return 1 end },
+  { name = "b", sleep = 1e308 } } }]])
+    local rc, out, err = mend_in(dir, db, "start far --workflows .")
+    assert.are.equal(0, rc, err)
+    local id = out:match("(%S+)")
+    local worker = spawn(dir, db, "worker --workflows . --poll 0.02")
+    until_status(db, id, step_is("b", "sleeping"))
+    signal(worker, "TERM")
+    rc, out, err = mend_in(nil, db, "status " .. id)
+    assert.are.equal(0, rc, err)
+    assert.matches("due: b sleeping, due 1e%+308", out)
+    rc, out, err = mend_in(nil, db, "history " .. id)
+    assert.are.equal(0, rc, err)
+    assert.matches("delay 1e%+308s", out)
+    assert.is_true(json_of(db, "status " .. id).steps[2].due >= 1e308)
+    local history = json_of(db, "history " .. id)
+    assert.are.equal("sleeping", history[#history].to)
+    -- the same on the virtual clock, which gets there at once
+    rc, out, err = mend_in(dir, db, "run far.lua --clock virtual")
+    assert.are.equal(0, rc, out .. err)
+    local vid = out:match("far run (%S+): succeeded")
+    assert.truthy(vid, out)
+    rc, out, err = mend_in(nil, db, "history " .. vid)
+    assert.are.equal(0, rc, err)
+    assert.matches("%+1e%+308s%s+b%s+sleeping %-> pending", out)
+  end)
+
+  it("sleep = math.huge is refused when the workflow loads, naming the step", function()
+    local dir = H.tmp_dir()
+    H.write_file(dir, "inf.lua", [[return { name = "inf", steps = { { name = "b", sleep = math.huge } } }]])
+    local rc, _, err = mend_in(dir, dir .. "/inf.db", "run inf.lua --clock virtual")
+    assert.are.equal(1, rc)
+    assert.matches('step "b": sleep must be a finite number of seconds, got inf', err)
+  end)
+end)
+
+describe("breakers", function()
+  after_each(H.cleanup)
+
+  it("a step that waited to retry goes straight to breaker_open while its breaker is open", function()
+    local eng = H.new_engine()
+    local calls = 0
+    eng:register{ name = "flaky", retry = { max_attempts = 10, initial = 1, jitter = 0 },
+      steps = { { name = "call", breaker = { key = "dep", failure_threshold = 2, open_seconds = 30 },
+        execute = function()
+          calls = calls + 1
+          if calls <= 2 then error(mend.retryable("down")) end
+          return "ok"
+        end } } }
+    local id = eng:start("flaky", {})
+    eng:run()
+    assert.are.equal("succeeded", eng:status(id).status)
+    local t = H.transitions(eng, id, "call")
+    local i = assert(H.index_of(t, "retry_wait->breaker_open"), table.concat(t, " "))
+    assert.are.equal("breaker_open->pending", t[i + 1])
+    for k = 1, #t - 1 do
+      assert.is_false(t[k] == "retry_wait->pending" and t[k + 1] == "pending->breaker_open",
+                      table.concat(t, " "))
+    end
+  end)
+
+  it("mend breakers shows an open breaker whose time is up as half-open", function()
+    local dir = H.tmp_dir()
+    local db = dir .. "/b.db"
+    H.write_file(dir, "one.lua", [[return { name = "one", steps = {
+      { name = "call", breaker = "psp", execute = function() return 1 end } } }]])
+    local rc, out, err = mend_in(dir, db, "run one.lua")
+    assert.are.equal(0, rc, err)
+    rc, out, err = mend_in(nil, db, "breakers open psp --for 60")
+    assert.are.equal(0, rc, err)
+    rc, out = mend_in(nil, db, "breakers")
+    assert.matches("psp%s+open%s+0%s+0%s+%d%d%d%d%-", out)
+    rc, out, err = mend_in(nil, db, "breakers open psp --for 0.05")
+    assert.are.equal(0, rc, err)
+    os.execute("sleep 0.1")
+    rc, out = mend_in(nil, db, "breakers")
+    assert.matches("psp%s+half_open%s+0%s+0%s+%-", out)
+    for _, b in ipairs(json_of(db, "breakers")) do
+      if b.key == "psp" then assert.are.equal("half_open", b.state) end
+    end
+  end)
+end)
