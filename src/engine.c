@@ -669,6 +669,13 @@ static void fire_batch(mend_engine *E, json_t *alerts, json_t *events) {
   json_decref(alerts);
 }
 
+void mend_engine_alert(mend_engine *E, json_t *ev) {
+  if (!json_object_get(ev, "at")) json_object_set_new(ev, "at", json_real(mend_engine_now(E)));
+  json_t *one = json_array();
+  json_array_append(one, ev);
+  fire_batch(E, one, json_array());
+}
+
 static void dead_letter(mend_run *r, const char *reason, int step, const char *error,
                         const char *detail) {
   mend_dlq_rec d = {r->id, reason, step >= 0 ? step_name(r, step) : NULL, error, detail,

@@ -183,5 +183,8 @@ int mend_engine_sleep(lua_State *L, double seconds, char *err, int errlen);
 int mend_engine_exec(lua_State *L, char *err, int errlen);
 void mend_engine_log_line(mend_engine *E, const char *level, const char *run, const char *step,
                           int attempt, const char *event, const char *message);
+/* Fires an alert that belongs to no run (a workflow file that does not load): logged, given
+ * to cfg.alert and the alert command at once, as nothing durable announces it. */
+void mend_engine_alert(mend_engine *E, json_t *ev);
 
 #endif

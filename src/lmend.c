@@ -397,19 +397,89 @@ static int engine_recover(lua_State *L) {
 
 /* eng:serve{poll = s, max_in_flight = n}: works as a worker until SIGINT/SIGTERM or
  * eng:stop().  [-0, +0, e] */
+/* A function of the serving program's, called every `every` seconds while it serves. */
+typedef struct serve_tick {
+  uv_timer_t timer;
+  engine_box *b;
+  int ref;
+} serve_tick;
+
+static void on_serve_tick(uv_timer_t *t) {
+  serve_tick *st = t->data;
+  lua_State *L = mend_engine_lua(st->b->E);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, st->ref);
+  if (lua_pcall(L, 0, 0, 0) != LUA_OK) {   /* a broken tick must not stop the worker */
+    mend_engine_log_line(st->b->E, "error", NULL, NULL, 0, "tick",
+                         lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "(not a string)");
+    lua_pop(L, 1);
+  }
+}
+
+static void free_serve_tick(uv_handle_t *h) { free(h->data); }
+
+/* eng:serve{poll =, max_in_flight =, every =, tick = function() end} */
 static int engine_serve(lua_State *L) {
   engine_box *b = check_engine(L);
-  double poll = 0.1;
-  int max_in_flight = 0;
+  double poll = 0.1, every = 1;
+  int max_in_flight = 0, tick = LUA_NOREF;
   if (lua_istable(L, 2)) {
     lua_getfield(L, 2, "poll");
     poll = luaL_optnumber(L, -1, poll);
     lua_getfield(L, 2, "max_in_flight");
     max_in_flight = (int)luaL_optinteger(L, -1, 0);
-    lua_pop(L, 2);
+    lua_getfield(L, 2, "every");
+    every = luaL_optnumber(L, -1, every);
+    lua_pop(L, 3);
+    if (lua_getfield(L, 2, "tick") == LUA_TFUNCTION) tick = luaL_ref(L, LUA_REGISTRYINDEX);
+    else if (!lua_isnil(L, -1)) return luaL_error(L, "serve: tick must be a function");
+    else lua_pop(L, 1);
   }
   if (!(poll > 0)) return luaL_error(L, "serve: poll must be > 0 seconds");
-  if (mend_engine_serve(b->E, poll, max_in_flight)) return luaL_error(L, "%s", mend_engine_error(b->E));
+  if (!(every > 0)) return luaL_error(L, "serve: every must be > 0 seconds");
+  serve_tick *st = NULL;
+  if (tick != LUA_NOREF) {
+    st = malloc(sizeof *st);
+    if (!st) return luaL_error(L, "serve: out of memory");
+    st->b = b;
+    st->ref = tick;
+    st->timer.data = st;
+    uv_timer_init(mend_engine_loop(b->E), &st->timer);
+    uint64_t ms = (uint64_t)(every * 1000);
+    uv_timer_start(&st->timer, on_serve_tick, ms ? ms : 1, ms ? ms : 1);
+    uv_unref((uv_handle_t *)&st->timer);
+  }
+  int rc = mend_engine_serve(b->E, poll, max_in_flight);
+  if (st) {
+    luaL_unref(L, LUA_REGISTRYINDEX, st->ref);
+    uv_close((uv_handle_t *)&st->timer, free_serve_tick);
+    uv_run(mend_engine_loop(b->E), UV_RUN_NOWAIT);
+  }
+  if (rc) return luaL_error(L, "%s", mend_engine_error(b->E));
+  return 0;
+}
+
+/* eng:log(level, event, message): a line of the engine's log, as its own are. */
+static int engine_log(lua_State *L) {
+  engine_box *b = check_engine(L);
+  static const char *const levels[] = {"debug", "info", "warn", "error", NULL};
+  int level = luaL_checkoption(L, 2, NULL, levels);
+  mend_engine_log_line(b->E, levels[level], NULL, NULL, 0, luaL_checkstring(L, 3),
+                       luaL_checkstring(L, 4));
+  return 0;
+}
+
+/* eng:alert{kind =, ...}: an alert that belongs to no run, to wherever the engine's go. */
+static int engine_alert(lua_State *L) {
+  engine_box *b = check_engine(L);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  char err[300];
+  json_t *ev = mend_json_from_lua(L, 2, "alert", err, sizeof err);
+  if (!ev || !json_is_object(ev)) {
+    json_decref(ev);
+    return luaL_error(L, "alert: %s", ev ? "must be a table of fields" : err);
+  }
+  mend_engine_alert(b->E, ev);
+  json_decref(ev);
   return 0;
 }
 
@@ -686,6 +756,7 @@ int mend_lua_open(lua_State *L) {
     {"resolve", engine_resolve}, {"breaker", engine_breaker}, {"audit", engine_audit},
     {"prune", engine_prune},
     {"resume", engine_resume}, {"load_version", engine_load_version},
+    {"log", engine_log}, {"alert", engine_alert},
     {"close", engine_close}, {NULL, NULL}};
   static const luaL_Reg funcs[] = {
     {"retryable", l_retryable}, {"fatal", l_fatal}, {"compensable", l_compensable},

@@ -348,12 +348,24 @@ local function run_output(o)
   return level, level == "info" or level == "debug"
 end
 
+-- --instruction-budget N: a whole number of instructions, or nil.
+local function budget_flag(o)
+  if o["instruction-budget"] == nil then return nil end
+  local n = math.tointeger(tonumber(o["instruction-budget"]))
+  if not n or n < 1 then
+    usage_error(o._command, "--instruction-budget must be a whole number >= 1, got %s",
+                o["instruction-budget"])
+  end
+  return n
+end
+
 local function cmd_run(o, file)
   local input = decode_input(o.input)
   check_readable(file)
   local level, live = run_output(o)
   local conf = { db = o.db, clock = o.clock, seed = o.seed, durability = o.durability,
-                 log = "stderr", log_level = level, alert_command = o["alert-command"] }
+                 log = "stderr", log_level = level, alert_command = o["alert-command"],
+                 instruction_budget = budget_flag(o) }
   return with_engine(conf, function(eng)
     local name = eng:load(file)
     local id, existed = eng:start(name, input, { key = o.key })
@@ -637,16 +649,50 @@ local function workflow_files(dir)
 end
 
 
+-- Loads the files of the workflows directory that are new or changed since it last looked. One
+-- that does not load is logged and alerted once per text, and the others are served: a broken
+-- file must not take every workflow down. Looked at again every few seconds while serving, so
+-- that a file fixed (or added) is taken up without a restart.
+local function workflow_loader(eng, dir)
+  local seen = {}
+  return function(first)
+    local ok, files = pcall(workflow_files, dir)
+    if not ok then
+      if first then error(files, 0) end
+      return
+    end
+    for _, file in ipairs(files) do
+      local f = io.open(file, "rb")
+      local text = f and f:read("a")
+      if f then f:close() end
+      if text and text ~= seen[file] then
+        seen[file] = text
+        local loaded, err = pcall(eng.load, eng, file)
+        if loaded then
+          if not first then eng:log("info", "workflow", "loaded " .. file .. " (" .. err .. ")") end
+        else
+          err = tostring(err)
+          eng:log("error", "workflow", err)
+          eng:alert{ kind = "workflow_load_failed", file = file, error = err }
+        end
+      end
+    end
+  end
+end
+
 local function cmd_worker(o)
   local files = workflow_files(o.workflows or "workflows")
   if #files == 0 then fail("no workflow files (*.lua) in %s", o.workflows or "workflows") end
   local conf = { db = o.db, durability = o.durability, log = "stderr",
                  log_level = o["log-level"], alert_command = o["alert-command"],
+                 instruction_budget = budget_flag(o),
                  lease = number_flag(o, "lease", 30), grace = number_flag(o, "grace", 10) }
   return with_engine(conf, function(eng)
-    for _, file in ipairs(files) do eng:load(file) end
+    local load_new = workflow_loader(eng, o.workflows or "workflows")
+    load_new(true)
     eng:serve{ poll = number_flag(o, "poll", 0.1),
-               max_in_flight = math.tointeger(number_flag(o, "max-in-flight", 0)) or 0 }
+               max_in_flight = math.tointeger(number_flag(o, "max-in-flight", 0)) or 0,
+               every = 2, tick = load_new }
     return EXIT_OK
   end)
 end
@@ -699,6 +745,9 @@ local LOG_LEVELS = { debug = true, info = true, warn = true, error = true }
 local LOG_LEVEL_HELP =
   "  --log-level L    the least level logged to stderr: debug, info (default: every\n" ..
   "                   transition), warn (failures, retries, lost leases) or error\n"
+local BUDGET_HELP =
+  "  --instruction-budget N  Lua instructions one attempt may run (default: no budget); over\n" ..
+  "                   it the attempt fails, not retried, and the worker goes on\n"
 local ALERT_HELP =
   "  --alert-command CMD  run with sh -c for each alert (a run in the dead-letter queue),\n" ..
   "                   the alert as one line of JSON on its stdin; without it alerts are\n" ..
@@ -711,12 +760,13 @@ local commands = {
     args = { "FILE" },
     flags = { input = "value", db = "value", key = "value", clock = "value", seed = "value",
               durability = "value", json = "switch", ["log-level"] = "value",
-              ["alert-command"] = "value" },
+              ["alert-command"] = "value", ["instruction-budget"] = "value" },
     choices = { clock = { virtual = true, real = true },
                 durability = { full = true, process = true }, ["log-level"] = LOG_LEVELS },
     usage = "mend run FILE [--input JSON] [--db PATH] [--key K] [--clock virtual|real]\n" ..
             "                [--seed N] [--durability full|process] [--json]\n" ..
-            "                [--log-level debug|info|warn|error] [--alert-command CMD]",
+            "                [--log-level debug|info|warn|error] [--alert-command CMD]\n" ..
+            "                [--instruction-budget N]",
     help = "Runs one execution of the workflow in FILE to its end, then prints the outcome and\n" ..
            "a timeline of every transition (or, with --json, the run's status as JSON). The\n" ..
            "log goes to stderr: JSON lines, or, on a terminal, readable lines of what went\n" ..
@@ -728,7 +778,7 @@ local commands = {
            "  --seed N         seed of the backoff jitter generator (default random)\n" ..
            "  --durability D   full (default: survives power loss) or process\n" ..
            "  --json           print the status object as JSON\n" .. LOG_LEVEL_HELP ..
-           ALERT_HELP .. "\n" ..
+           ALERT_HELP .. BUDGET_HELP .. "\n" ..
            "Exit codes: 0 succeeded, 3 compensated or failed, 4 needs attention (dead-letter\n" ..
            "queue), 1 mend failed (load, storage or input error), 2 usage error.\n",
     action = cmd_run,
@@ -756,25 +806,29 @@ local commands = {
     args = {},
     flags = { db = "value", workflows = "value", lease = "value", poll = "value",
               grace = "value", ["max-in-flight"] = "value", durability = "value",
-              ["log-level"] = "value", ["alert-command"] = "value" },
+              ["log-level"] = "value", ["alert-command"] = "value",
+              ["instruction-budget"] = "value" },
     choices = { durability = { full = true, process = true }, ["log-level"] = LOG_LEVELS },
     usage = "mend worker [--db PATH] [--workflows DIR] [--lease S] [--poll S] [--grace S]\n" ..
             "                   [--max-in-flight N] [--durability full|process]\n" ..
-            "                   [--log-level debug|info|warn|error] [--alert-command CMD]",
+            "                   [--log-level debug|info|warn|error] [--alert-command CMD]\n" ..
+            "                   [--instruction-budget N]",
     help = "Executes runs until stopped. On start it resumes every unfinished run that no live\n" ..
            "worker holds, from the database alone; then it takes new runs as `mend start`\n" ..
            "records them. Several workers may share one database: each run is executed by one\n" ..
            "worker at a time, through a lease renewed while it works. SIGINT or SIGTERM: no new\n" ..
            "attempts, attempts in flight may finish within the grace period, leases are given\n" ..
            "back, exit 0.\n\n" .. DB_HELP ..
-           "  --workflows DIR  load every *.lua file there (default workflows)\n" ..
+           "  --workflows DIR  load every *.lua file there (default workflows); a file that\n" ..
+           "                   does not load is logged and alerted, the others are served,\n" ..
+           "                   and the directory is looked at again every 2 s\n" ..
            "  --lease S        how long a run stays this worker's without renewal (default 30)\n" ..
            "  --poll S         how often to look for new runs (default 0.1)\n" ..
            "  --grace S        how long a stopping worker waits for attempts (default 10)\n" ..
            "  --max-in-flight N  runs held at once (default: no limit)\n" ..
            "  --durability D   full (default: survives power loss) or process (survives a\n" ..
            "                   crash of mend; the last commits may be lost on power loss)\n" ..
-           LOG_LEVEL_HELP .. ALERT_HELP,
+           LOG_LEVEL_HELP .. ALERT_HELP .. BUDGET_HELP,
     action = cmd_worker,
   },
   start = {

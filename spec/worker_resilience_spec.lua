@@ -1,0 +1,134 @@
+-- What a run's code or a broken file can do to a real `mend worker` (issue 16): nothing that
+-- stops it. A workflow file that does not load is logged and alerted once and the others are
+-- served; fixed, it is taken up without a restart. A run whose step raises an error object
+-- with a raising or endless __tostring, or loops for ever under --instruction-budget, fails
+-- with a clear message while a good run beside it succeeds, and the worker goes on.
+
+local H = require "spec.helper"
+
+local MEND, q, sh = H.MEND, H.quote, H.shell
+
+local GOOD = [[
+return { name = "good", steps = {
+  { name = "a", execute = function() return { ok = true } end },
+  { name = "nap", sleep = 0.2 },
+  { name = "b", execute = function(ctx) return ctx.results.a end } } }
+]]
+
+local BROKEN = [[
+return { name = "fixed", steps = { { name = "a", execute = function() return 1 end } }
+]]   -- one closing brace short
+
+local FIXED = [[
+return { name = "fixed", steps = { { name = "a", execute = function() return 1 end } } }
+]]
+
+local POISON = [[
+local mend = require "mend"
+return { name = "poison", steps = {
+  { name = "tostring_raises", execute = function(ctx, input)
+      if input.how == "raise" then
+        error(setmetatable({}, { __tostring = function() error("boom") end }))
+      elseif input.how == "loop" then
+        error(setmetatable({}, { __tostring = function() while true do end end }))
+      elseif input.how == "spin" then
+        while true do pcall(function() while true do end end) end
+      elseif input.how == "metatable" then
+        getmetatable(mend.fatal("x")).__index = function() error("boom") end
+      end
+    end } } }
+]]
+
+local function wait_for(what, pred, seconds)
+  local deadline = H.wall() + seconds
+  while H.wall() < deadline do
+    if pred() then return end
+    os.execute("sleep 0.05")
+  end
+  error("timed out waiting for " .. what)
+end
+
+local function read(path)
+  local f = io.open(path, "rb")
+  if not f then return "" end
+  local text = f:read("a")
+  f:close()
+  return text
+end
+
+local function alive(pid) return (sh("kill -0 " .. pid)) == 0 end
+
+describe("a worker", function()
+  local pid
+  after_each(function()
+    if pid then os.execute("kill -9 " .. pid .. " 2>/dev/null") end
+    pid = nil
+    H.cleanup()
+  end)
+
+  it("serves good workflows beside a broken file and poison runs, and takes the fixed file up", function()
+    local dir = H.tmp_dir()
+    local wf, db = dir .. "/wf", dir .. "/jobs.db"
+    assert(require("lfs").mkdir(wf))
+    H.write_file(wf, "good.lua", GOOD)
+    H.write_file(wf, "fixed.lua", BROKEN)
+    H.write_file(wf, "poison.lua", POISON)
+    local alerts, log = dir .. "/alerts", dir .. "/worker.log"
+    H.write_file(dir, "alert.sh", "cat >> " .. q(alerts) .. "; echo >> " .. q(alerts) .. "\n")
+    local _, out = sh(string.format(
+      "%s worker --db %s --workflows %s --instruction-budget 5000000 --alert-command %s"
+      .. " >%s 2>&1 & echo $!", MEND, q(db), q(wf), q("sh " .. dir .. "/alert.sh"), q(log)))
+    pid = assert(tonumber(out:match("%d+")))
+
+    -- the broken file is logged once and alerted once; the worker serves the others
+    wait_for("the load alert", function() return read(alerts):find("workflow_load_failed", 1, true) end, 10)
+    local text = read(log)
+    assert.matches('"level":"error"[^\n]*fixed%.lua:%d+', text)
+    assert.is_true(alive(pid))
+
+    local ids = {}
+    for _, how in ipairs({ "raise", "loop", "spin", "metatable" }) do
+      local rc, id = sh(string.format("%s start poison --db %s --workflows %s --input '{\"how\":%q}'",
+                                      MEND, q(db), q(wf), how))
+      assert.are.equal(0, rc, id)
+      ids[how] = id:match("%S+")
+    end
+    local rc, good = sh(string.format("%s start good --db %s --workflows %s", MEND, q(db), q(wf)))
+    assert.are.equal(0, rc, good)
+    good = good:match("%S+")
+
+    local function status(id)
+      local _, json = sh(string.format("%s status %s --db %s --json", MEND, id, q(db)))
+      return require("mend").json.decode(json)
+    end
+    wait_for("every run to end", function()
+      for _, id in pairs(ids) do
+        if status(id).status ~= "failed" then return false end
+      end
+      return status(good).status == "succeeded"
+    end, 20)
+    assert.matches("__tostring failed: [^\n]*boom", status(ids.raise).error)
+    assert.matches("__tostring failed: [^\n]*exceeded its instruction budget", status(ids.loop).error)
+    assert.matches("step exceeded its instruction budget %(5000000 instructions%)", status(ids.spin).error)
+    assert.matches("attempt to index a string value", status(ids.metatable).error)
+    assert.is_true(alive(pid))
+
+    -- the file fixed: the worker loads it within its next look (every 2 s) and runs it
+    H.write_file(wf, "fixed.lua", FIXED)
+    wait_for("the fixed file to load", function() return read(log):find("loaded [^\n]*fixed%.lua") end, 10)
+    local fixed
+    rc, fixed = sh(string.format("%s start fixed --db %s --workflows %s", MEND, q(db), q(wf)))
+    assert.are.equal(0, rc, fixed)
+    fixed = fixed:match("%S+")
+    wait_for("the fixed workflow's run", function() return status(fixed).status == "succeeded" end, 10)
+
+    -- one alert for the broken text, not one a look
+    local n = 0
+    for _ in read(alerts):gmatch("workflow_load_failed") do n = n + 1 end
+    assert.are.equal(1, n)
+    assert.is_true(alive(pid))
+    assert.are.equal(0, (sh("kill -TERM " .. pid)))
+    wait_for("the worker to stop", function() return not alive(pid) end, 15)
+    pid = nil
+  end)
+end)
