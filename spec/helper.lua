@@ -216,6 +216,25 @@ function H.shell(cmd)
 end
 
 -- Wall-clock seconds (luasystem ships with busted).
+-- Polls pred every 50 ms until it is true, for at most `seconds` of wall time.
+function H.wait_for(what, pred, seconds)
+  local deadline = H.wall() + seconds
+  while H.wall() < deadline do
+    if pred() then return end
+    os.execute("sleep 0.05")
+  end
+  error("timed out waiting for " .. what)
+end
+
+-- The text of a file, or "" when there is none (yet).
+function H.read(path)
+  local f = io.open(path, "rb")
+  if not f then return "" end
+  local text = f:read("a")
+  f:close()
+  return text
+end
+
 function H.wall()
   return require("system").gettime()
 end

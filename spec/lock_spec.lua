@@ -32,15 +32,6 @@ return {
 }
 ]]
 
-local function wait_for(what, pred, seconds)
-  local deadline = H.wall() + seconds
-  while H.wall() < deadline do
-    if pred() then return end
-    os.execute("sleep 0.05")
-  end
-  error("timed out waiting for " .. what)
-end
-
 local function read_number(path)
   local f = io.open(path)
   if not f then return nil end
@@ -78,7 +69,7 @@ describe("a lock held by another process for 10 s", function()
       ids[#ids + 1] = out:match("(%S+)")
     end
     -- every run has done `a` and sleeps in `nap` (its wait ends while the lock is held)
-    wait_for("the runs to reach nap", function()
+    H.wait_for("the runs to reach nap", function()
       return H.sql(db, "SELECT count(*) FROM history_named WHERE step = 'nap'"
                        .. " AND to_status = 'sleeping'")[1] == "5"
     end, 10)
@@ -92,7 +83,7 @@ describe("a lock held by another process for 10 s", function()
                  ".system date +%s.%N >" .. q(freed) .. "\n",
                  "ROLLBACK;\n.quit\n")
     holder:flush()
-    wait_for("the holder to take the lock", function() return read_number(took) end, 10)
+    H.wait_for("the holder to take the lock", function() return read_number(took) end, 10)
     -- meanwhile the worker lives on and says why nothing moves
     os.execute("sleep 5")
     assert.are.equal(0, (run("kill -0 " .. worker_pid)), "the worker exited while locked")
@@ -103,7 +94,7 @@ describe("a lock held by another process for 10 s", function()
     assert.matches("hops run " .. ids[1], out)
     holder:close()   -- returns once the shell has rolled back
     local t_free = assert(read_number(freed))
-    wait_for("every run to succeed", function()
+    H.wait_for("every run to succeed", function()
       return H.sql(db, "SELECT count(*) FROM runs WHERE status = 'succeeded'")[1] == "5"
     end, 15)
     assert.are.equal(0, (run("kill -0 " .. worker_pid)), "the worker exited")
@@ -138,7 +129,7 @@ describe("a lock held by another process for 10 s", function()
     end
     -- and it stops as usual
     assert.are.equal(0, (run("kill -TERM " .. worker_pid)))
-    wait_for("the worker to exit", function() return run("kill -0 " .. worker_pid) ~= 0 end, 15)
+    H.wait_for("the worker to exit", function() return run("kill -0 " .. worker_pid) ~= 0 end, 15)
     worker_pid = nil
   end)
 end)

@@ -39,23 +39,6 @@ return { name = "poison", steps = {
     end } } }
 ]]
 
-local function wait_for(what, pred, seconds)
-  local deadline = H.wall() + seconds
-  while H.wall() < deadline do
-    if pred() then return end
-    os.execute("sleep 0.05")
-  end
-  error("timed out waiting for " .. what)
-end
-
-local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return "" end
-  local text = f:read("a")
-  f:close()
-  return text
-end
-
 local function alive(pid) return (sh("kill -0 " .. pid)) == 0 end
 
 describe("a worker", function()
@@ -81,8 +64,8 @@ describe("a worker", function()
     pid = assert(tonumber(out:match("%d+")))
 
     -- the broken file is logged once and alerted once; the worker serves the others
-    wait_for("the load alert", function() return read(alerts):find("workflow_load_failed", 1, true) end, 10)
-    local text = read(log)
+    H.wait_for("the load alert", function() return H.read(alerts):find("workflow_load_failed", 1, true) end, 10)
+    local text = H.read(log)
     assert.matches('"level":"error"[^\n]*fixed%.lua:%d+', text)
     assert.is_true(alive(pid))
 
@@ -101,7 +84,7 @@ describe("a worker", function()
       local _, json = sh(string.format("%s status %s --db %s --json", MEND, id, q(db)))
       return require("mend").json.decode(json)
     end
-    wait_for("every run to end", function()
+    H.wait_for("every run to end", function()
       for _, id in pairs(ids) do
         if status(id).status ~= "failed" then return false end
       end
@@ -115,20 +98,20 @@ describe("a worker", function()
 
     -- the file fixed: the worker loads it within its next look (every 2 s) and runs it
     H.write_file(wf, "fixed.lua", FIXED)
-    wait_for("the fixed file to load", function() return read(log):find("loaded [^\n]*fixed%.lua") end, 10)
+    H.wait_for("the fixed file to load", function() return H.read(log):find("loaded [^\n]*fixed%.lua") end, 10)
     local fixed
     rc, fixed = sh(string.format("%s start fixed --db %s --workflows %s", MEND, q(db), q(wf)))
     assert.are.equal(0, rc, fixed)
     fixed = fixed:match("%S+")
-    wait_for("the fixed workflow's run", function() return status(fixed).status == "succeeded" end, 10)
+    H.wait_for("the fixed workflow's run", function() return status(fixed).status == "succeeded" end, 10)
 
     -- one alert for the broken text, not one a look
     local n = 0
-    for _ in read(alerts):gmatch("workflow_load_failed") do n = n + 1 end
+    for _ in H.read(alerts):gmatch("workflow_load_failed") do n = n + 1 end
     assert.are.equal(1, n)
     assert.is_true(alive(pid))
     assert.are.equal(0, (sh("kill -TERM " .. pid)))
-    wait_for("the worker to stop", function() return not alive(pid) end, 15)
+    H.wait_for("the worker to stop", function() return not alive(pid) end, 15)
     pid = nil
   end)
 end)

@@ -39,6 +39,9 @@ pids=""
 for t in json workflow; do
   mkdir -p "$dir/corpus/$t"
   cp "$src/tests/fuzz/corpus/$t/"* "$dir/corpus/$t/"
+  if [ "$t" = workflow ]; then   # the workflows people copy are seeds as they are
+    for f in "$src"/workflows/*.lua "$src"/examples/*.lua; do cp "$f" "$dir/corpus/$t/seed-$(basename "$f")"; done
+  fi
   # -timeout: an input that runs 30 s is a hang (the workflow target's limits end any input in
   # well under a second without the sanitizers, a few with them on a busy machine).
   # -rss_limit_mb: ASan's allocator keeps what the 16 MiB Lua states freed, and the process
