@@ -329,7 +329,11 @@ describe("what mend run prints", function()
 
   -- stdout and stderr of a command run in a pseudo-terminal (util-linux script).
   local function on_terminal(cmd)
-    local rc, out = sh("script -qec " .. q(cmd) .. " /dev/null")
+    -- script(1) itself is not ours: in a sanitized build (ASan preloaded into every process)
+    -- its own leaks must not decide the exit status; the command inside gets the preload back.
+    local preload = os.getenv("LD_PRELOAD")
+    if preload then cmd = "LD_PRELOAD=" .. q(preload) .. " " .. cmd end
+    local rc, out = sh("env -u LD_PRELOAD script -qec " .. q(cmd) .. " /dev/null")
     return rc, (out:gsub("\r", ""))
   end
 
