@@ -41,186 +41,8 @@
 #include "transition.h"
 #include "util.h"
 
-#if LUA_VERSION_RELEASE_NUM >= 50406
-#define mend_closethread(L, from) lua_closethread((L), (from))
-#else
-#define mend_closethread(L, from) ((void)(from), lua_resetthread(L))
-#endif
+#include "engine/engine_int.h"
 
-/* Coroutines of steps are found again from Lua through this registry table: thread -> run. */
-#define THREADS_KEY "mend.threads"
-/* Actions one loop turn may do before it commits and polls again. */
-#define MAX_TURN_ACTIONS 2048
-/* Calls into workflow code outside attempts (a file's top level as it loads, a step's
- * idempotency_key) get this long in real seconds, with an instruction budget or without. */
-#define CALL_SECONDS 10.0
-/* What the engine may spend on the text of a value that workflow code raised. */
-#define DESCRIBE_BUDGET 1000000
-#define DESCRIBE_SECONDS 0.05
-
-/* Child processes of two kinds share the loop; the tag tells their handles apart at destroy.
- * Each starts with this header: the engine lets go of its live children when destroyed (E is
- * then NULL), since a child's callbacks may come after the engine is gone on a host's loop. */
-enum { CHILD_EXEC = 1, CHILD_ALERT };
-
-typedef struct child {
-  int tag;
-  struct mend_engine *E;
-  struct child *prev, *next;
-} child;
-
-typedef enum action { ACT_NONE, ACT_ADVANCE, ACT_EXECUTE, ACT_COMPENSATE, ACT_FINISH } action;
-typedef enum wait_kind {
-  WAIT_NONE, WAIT_RETRY, WAIT_BREAKER, WAIT_SLEEP, WAIT_COMP_RETRY, WAIT_STEP_SLEEP
-} wait_kind;
-
-/* Runs waiting for a concurrency slot, first come first served; a run is in one at most. */
-typedef struct run_fifo {
-  struct mend_run *head, *tail;
-} run_fifo;
-
-struct mend_breaker_slot {
-  run_fifo waiting;       /* attempts held back by p.max_concurrency */
-  int in_flight;          /* attempts through this breaker now */
-  char *key;
-  mend_breaker b;
-  mend_breaker_policy p;
-  struct mend_breaker_slot *next;
-};
-
-/* Kept for every step of every run in memory, parked ones too (a waiting run must cost at
- * most 1 KiB): small fields are small, and the default key "<run id>/<step>" is made when
- * needed rather than kept. */
-typedef struct step_rt {
-  mend_step_status status;
-  int attempts, comp_attempts;
-  unsigned custom_key : 1;        /* idem_key is the step's own key(ctx), not the default */
-  unsigned key_ready : 1;
-  unsigned compensate_self : 1;   /* failed with a compensable error: it is compensated too */
-  unsigned slept : 1;             /* its `sleep` wait is over */
-  unsigned has_row : 1;           /* the store has its row (written at its first transition) */
-  char *idem_key;                 /* a custom key only; NULL: the default */
-  char *result;                   /* JSON */
-  char *error;
-  double due, last_delay;
-} step_rt;
-
-typedef struct exec_req exec_req;
-
-/* Ordered by size, so that a parked run (most of them, with 1M waiting) pays no padding. */
-struct mend_run {
-  mend_engine *E;
-  mend_workflow *wf;
-  step_rt *steps;
-  char *error;
-  const char *reason;     /* why it failed for good: fatal, error, attempts_exhausted, ... */
-  /* the attempt in flight */
-  lua_State *co;
-  mend_limits limits;     /* its instruction budget and real-time deadline */
-  double last_at;         /* the time of its last history row: none is written before it */
-  mend_timer wait, deadline;
-  exec_req *exec;
-  mend_host_call *host_call;
-  mend_run *tnext;        /* waiting for a concurrency slot */
-  run_fifo *waiting_in;   /* which list, if any */
-  struct mend_breaker_slot *held; /* the breaker whose concurrency the attempt counts in */
-  /* queues */
-  mend_run *qnext;
-  unsigned long wait_seq;   /* the batch its next action waits for */
-  mend_run *prev, *next;  /* runs in flight */
-  mend_run_status status;
-  int input_ref, results_ref;   /* in E->refs, shard ref_shard */
-  int ref_shard;
-  int cur;                /* step going forward, or step being compensated going back */
-  int fail_step;
-  int co_ref;
-  int history_seq;        /* the last row of its history: this engine numbers the next ones */
-  wait_kind wait_kind;
-  action next_action;
-  unsigned char attention;
-  unsigned char waiting;      /* yielded inside mend.sleep / mend.exec */
-  unsigned char queued;       /* in the queue behind the current batch */
-  unsigned char lost;         /* another worker took it: let go when its queued action comes up */
-  unsigned char admitted;     /* its breaker let the next attempt through already (on_wait) */
-  unsigned char cancel_asked; /* rebuilt with a cancel requested: whoever takes it cancels it */
-  char id[MEND_RUN_ID_LEN];
-};
-
-struct mend_engine {
-  lua_State *L;           /* the engine's own thread of the host state */
-  int thread_ref;
-  lua_State *owned_state; /* set when the engine made its own Lua state */
-  uv_loop_t *loop;
-  uv_loop_t own_loop;
-  int owns_loop;
-  uv_idle_t *pump;
-  mend_timers timers;
-  mend_store *store;
-  mend_rng rng;
-  uint64_t id_ms, id_rnd;   /* the last run id made (new_run_id) */
-  mend_workflow *workflows;
-  struct mend_breaker_slot *breakers;
-  mend_run *runs;
-  int in_flight;
-  /* Runs whose next action waits for a batch to be durable, by the batch's number (the store's
-   * open_seq when queued) modulo 4: at most the open batch and the one on the writer thread
-   * are not durable, and a run found too early is put back (wait_seq). */
-  struct { mend_run *head, *tail; } waiting[4];
-  unsigned long moved_seq;   /* lists of batches up to this one were moved to ready */
-  mend_run *ready_head, *ready_tail;   /* durable: their actions may run */
-  int writer;             /* a writer thread commits batches (mend_store_start_writer) */
-  json_t *alerts_handed, *events_handed;   /* of the batch on the writer thread */
-  unsigned long handed_seq;  /* that batch's number */
-  json_t *alerts;         /* fired after the batch that records them commits */
-  int externals;          /* child processes in flight */
-  int auto_advance;
-  int broken;
-  char errmsg[1024];
-  int ctx_mt_ref;
-  mend_refs refs;         /* the runs' long-lived Lua values (refs.h) */
-  mend_engine_config cfg;
-  /* leases and serving */
-  char owner[96];         /* this engine as a lease holder: host:pid:random */
-  double lease_seconds;
-  double fence_until;     /* our leases last at least until then (the last renewal's) */
-  int fence_was_late;     /* a batch began after our leases ran out, at least once */
-  uv_timer_t *lease_timer, *poll_timer;
-  uint64_t poll_ms;
-  uv_signal_t *signals[2];
-  int serving, draining, attempts;
-  int max_in_flight;
-  double grace_deadline;
-  double next_reload;     /* when a serving engine next reads breakers and cancel requests */
-  double next_dead_check; /* when it next looks for dead workers on this host */
-  double next_thorough_look;   /* claimable(): when it next walks every run held */
-  double turn_deadline;   /* a ticking host's budget for this turn; 0: none */
-  run_fifo throttled;     /* attempts waiting under the global max_concurrency */
-  json_t *events;         /* for cfg.on_event, fired after the batch commits */
-  struct host_fn *hosts;
-  struct mend_host_call *open_calls;
-  uv_async_t *wakeup;
-  size_t mem_used, mem_limit;
-  int limit_memory;       /* 1 while step code runs: only it is held to the limit */
-  int alert_commands;     /* alert commands still running */
-  child *children;        /* child processes whose callbacks may still come */
-  uv_timer_t *checkpoint_timer;
-  uv_work_t checkpoint_work;
-  int checkpointing;      /* a checkpoint runs on a worker thread */
-  int wal_frames;         /* the WAL's length, as the last checkpoint found it */
-  int wal_copied;         /* of which copied into the database */
-  int checkpoint_from;    /* the WAL's length when the last checkpoint began */
-  int wal_catch_up;       /* the WAL is long: copy the rest of it between two batches */
-  int destroying;
-  void *panic_exit;       /* a jmp_buf of the C API's entry point that is running */
-  int panicked;
-  /* Another process holds the database's write lock (lock_wait): the batch is kept and its
-   * commit tried again at lock_retry_at, after lock_delay, doubled at each try up to 1 s. */
-  double lock_since;      /* 0: not locked */
-  double lock_warned;     /* when the last warning was logged */
-  double lock_retry_at, lock_delay;
-  uv_timer_t *lock_timer;
-  int fence_recheck;      /* a match of our runs against the store's was cut short by a lock */
-};
 
 /* ---------------------------------------------------------------- small helpers */
 
@@ -397,12 +219,12 @@ static int virtual_timers_to_advance(const mend_engine *E) {
   return E->timers.is_virtual && E->auto_advance && !E->externals && E->timers.count;
 }
 
-static void kick(mend_engine *E) {
+void mend__kick(mend_engine *E) {
   if (E->destroying) return;   /* the pump handle is closing */
   if (!uv_is_active((uv_handle_t *)E->pump)) uv_idle_start(E->pump, pump_cb);
 }
 
-static void child_link(mend_engine *E, child *c, int tag) {
+void mend__child_link(mend_engine *E, child *c, int tag) {
   c->tag = tag;
   c->E = E;
   c->prev = NULL;
@@ -412,7 +234,7 @@ static void child_link(mend_engine *E, child *c, int tag) {
 }
 
 /* The child's engine, unlinked; NULL if the engine is gone. */
-static mend_engine *child_unlink(child *c) {
+mend_engine *mend__child_unlink(child *c) {
   mend_engine *E = c->E;
   if (!E) return NULL;
   if (c->prev) c->prev->next = c->next;
@@ -430,7 +252,7 @@ static void append(mend_run **head, mend_run **tail, mend_run *r) {
 }
 
 /* The run's next action is `a`, once what it wrote so far is durable. */
-static void queue(mend_run *r, action a) {
+void mend__queue(mend_run *r, action a) {
   mend_engine *E = r->E;
   unsigned long seq = mend_store_open_seq(E->store);
   r->next_action = a;
@@ -442,7 +264,7 @@ static void queue(mend_run *r, action a) {
   r->queued = 1;
   r->wait_seq = seq;
   append(&E->waiting[seq % 4].head, &E->waiting[seq % 4].tail, r);
-  kick(E);
+  mend__kick(E);
 }
 
 /* The run's next action is `a` in this turn or the next, without waiting for a commit: for an
@@ -454,19 +276,19 @@ static void queue_now(mend_run *r, action a) {
   r->queued = 1;
   r->wait_seq = 0;
   append(&E->ready_head, &E->ready_tail, r);
-  kick(E);
+  mend__kick(E);
 }
 
-static void arm(mend_run *r, mend_timer *t, double due) {
+void mend__arm(mend_run *r, mend_timer *t, double due) {
   mend_engine *E = r->E;
   if (mend_timer_arm(&E->timers, t, due)) { breakdown(E, "out of memory arming a timer"); return; }
-  if (E->timers.is_virtual) kick(E);
+  if (E->timers.is_virtual) mend__kick(E);
   else if (t->slot == 1) mend_timers_sync(&E->timers);   /* it is the earliest */
 }
 
 /* ---------------------------------------------------------------- writes */
 
-static const char *step_name(mend_run *r, int i) { return r->wf->steps[i].name; }
+const char *mend__step_name(mend_run *r, int i) { return r->wf->steps[i].name; }
 
 /* The step's row as it is now: the whole row at its first transition (a step not begun has
  * none: schema 4), an update after. The key is written only when it is the step's own: the
@@ -482,7 +304,7 @@ static void write_step(mend_run *r, int i) {
   int new_row = !st->has_row;
   const char *idem_key = st->custom_key ? st->idem_key : NULL;
   mend_step_rec rec = {
-    .run_id = r->id, .idx = i, .name = step_name(r, i), .status = mend_step_status_name(st->status),
+    .run_id = r->id, .idx = i, .name = mend__step_name(r, i), .status = mend_step_status_name(st->status),
     .attempts = st->attempts, .comp_attempts = st->comp_attempts, .idem_key = idem_key,
     .custom_key = st->custom_key, .result = st->result, .error = st->error, .due = st->due,
     .last_delay = st->last_delay, .updated = mend_engine_now(r->E), .slept = st->slept};
@@ -522,7 +344,7 @@ static void step_to(mend_run *r, int i, mend_step_status to, const char *error, 
   step_rt *st = &r->steps[i];
   if (!mend_step_transition_ok(st->status, to)) {
     breakdown(r->E, "bug: illegal step transition %s -> %s (run %s, step %s)",
-              mend_step_status_name(st->status), mend_step_status_name(to), r->id, step_name(r, i));
+              mend_step_status_name(st->status), mend_step_status_name(to), r->id, mend__step_name(r, i));
     return;
   }
   const char *from = mend_step_status_name(st->status);
@@ -530,8 +352,8 @@ static void step_to(mend_run *r, int i, mend_step_status to, const char *error, 
   if (error) set_str(&st->error, error);
   int attempt = to >= MEND_STEP_COMPENSATING ? st->comp_attempts : st->attempts;
   write_step(r, i);
-  history(r, step_name(r, i), "step", from, mend_step_status_name(to), attempt, error, delay, detail);
-  log_transition(r, step_name(r, i), attempt, from, mend_step_status_name(to), error);
+  history(r, mend__step_name(r, i), "step", from, mend_step_status_name(to), attempt, error, delay, detail);
+  log_transition(r, mend__step_name(r, i), attempt, from, mend_step_status_name(to), error);
 }
 
 static void run_to(mend_run *r, mend_run_status to) {
@@ -555,11 +377,11 @@ static void alert(mend_run *r, const char *kind, int step, const char *reason, c
   double now = mend_engine_now(E);
   json_t *ev = json_pack("{s:s, s:s, s:s, s:f}", "kind", kind, "run_id", r->id, "workflow",
                          r->wf->name, "at", now);
-  if (step >= 0) json_object_set_new(ev, "step", json_string(step_name(r, step)));
+  if (step >= 0) json_object_set_new(ev, "step", json_string(mend__step_name(r, step)));
   if (reason) json_object_set_new(ev, "reason", json_string(reason));
   if (error) json_object_set_new(ev, "error", json_string(error));
   char *text = json_dumps(ev, JSON_COMPACT);
-  history(r, step >= 0 ? step_name(r, step) : NULL, "alert", NULL, NULL, 0, error, -1, text);
+  history(r, step >= 0 ? mend__step_name(r, step) : NULL, "alert", NULL, NULL, 0, error, -1, text);
   free(text);
   json_array_append_new(E->alerts, ev);
 }
@@ -600,7 +422,7 @@ static void alert_handle_closed(uv_handle_t *h) {
 static void alert_exited(uv_process_t *p, int64_t status, int signal) {
   (void)signal;
   alert_proc *a = p->data;
-  mend_engine *E = child_unlink(&a->base);
+  mend_engine *E = mend__child_unlink(&a->base);
   if (E) {
     E->alert_commands--;
     if (status != 0) mend_engine_log_line(E, "warn", NULL, NULL, 0, "alert", "alert command failed");
@@ -648,7 +470,7 @@ static void run_alert_command(mend_engine *E, char *text) {
     return;
   }
   E->alert_commands++;
-  child_link(E, &a->base, CHILD_ALERT);
+  mend__child_link(E, &a->base, CHILD_ALERT);
   uv_buf_t b = uv_buf_init(a->text, (unsigned)strlen(a->text));
   uv_write(&a->write, (uv_stream_t *)&a->in, &b, 1, alert_written);
 }
@@ -678,7 +500,7 @@ void mend_engine_alert(mend_engine *E, json_t *ev) {
 
 static void dead_letter(mend_run *r, const char *reason, int step, const char *error,
                         const char *detail) {
-  mend_dlq_rec d = {r->id, reason, step >= 0 ? step_name(r, step) : NULL, error, detail,
+  mend_dlq_rec d = {r->id, reason, step >= 0 ? mend__step_name(r, step) : NULL, error, detail,
                     mend_engine_now(r->E)};
   if (mend_store_put_dlq(r->E->store, &d)) store_failed(r->E);
   history(r, d.step, "dead_letter", NULL, NULL, 0, error, -1, reason);
@@ -709,12 +531,12 @@ static struct mend_breaker_slot *breaker_slot(mend_engine *E, const char *key,
 static void breaker_changed(mend_run *r, int i, mend_breaker_state before) {
   struct mend_breaker_slot *s = r->wf->steps[i].slot;
   if (mend_store_put_breaker(r->E->store, s->key, &s->b, mend_engine_now(r->E))) store_failed(r->E);
-  history(r, step_name(r, i), "breaker", mend_breaker_state_name(before),
+  history(r, mend__step_name(r, i), "breaker", mend_breaker_state_name(before),
           mend_breaker_state_name(s->b.state), r->steps[i].attempts, NULL, -1, s->key);
   char msg[300];
   snprintf(msg, sizeof msg, "breaker %s: %s -> %s", s->key, mend_breaker_state_name(before),
            mend_breaker_state_name(s->b.state));
-  mend_engine_log_line(r->E, "warn", r->id, step_name(r, i), r->steps[i].attempts, "breaker", msg);
+  mend_engine_log_line(r->E, "warn", r->id, mend__step_name(r, i), r->steps[i].attempts, "breaker", msg);
   emit(r->E, json_pack("{s:s, s:s, s:s, s:s, s:s}", "type", "breaker_changed", "key", s->key,
                        "from", mend_breaker_state_name(before), "to",
                        mend_breaker_state_name(s->b.state), "run_id", r->id));
@@ -744,7 +566,7 @@ static void set_result(mend_run *r, int i) {
   char err[256];
   if (mend_json_decode(L, r->steps[i].result, strlen(r->steps[i].result), err, sizeof err))
     lua_pushnil(L);
-  lua_setfield(L, -2, step_name(r, i));
+  lua_setfield(L, -2, mend__step_name(r, i));
   lua_pop(L, 1);
 }
 
@@ -835,7 +657,7 @@ static int breaker_refuses(mend_run *r, int i) {
   st->due = retry_at + spread;
   step_to(r, i, MEND_STEP_BREAKER_OPEN, NULL, st->due - mend_engine_now(E), def->breaker_key);
   r->wait_kind = WAIT_BREAKER;
-  arm(r, &r->wait, st->due);
+  mend__arm(r, &r->wait, st->due);
   return 1;
 }
 
@@ -846,7 +668,7 @@ static void forward(mend_run *r) {
   while (r->cur < r->wf->nsteps && r->steps[r->cur].status == MEND_STEP_SUCCEEDED) r->cur++;
   if (r->cur == r->wf->nsteps) {
     run_to(r, MEND_RUN_SUCCEEDED);
-    queue(r, ACT_FINISH);
+    mend__queue(r, ACT_FINISH);
     return;
   }
   int i = r->cur;
@@ -867,7 +689,7 @@ static void forward(mend_run *r) {
       int r2 = mend_store_find_key_result(E->store, st->idem_key, &found);
       if (r2 < 0) {
         store_failed(E);
-        if (!E->broken) queue(r, ACT_ADVANCE);   /* a lock elsewhere: again after the commit */
+        if (!E->broken) mend__queue(r, ACT_ADVANCE);   /* a lock elsewhere: again after the commit */
         return;
       }
       if (r2 == 1) {
@@ -876,7 +698,7 @@ static void forward(mend_run *r) {
         step_to(r, i, MEND_STEP_SUCCEEDED, NULL, -1, "result reused: idempotency key already succeeded");
         set_result(r, i);
         r->cur++;
-        queue(r, ACT_ADVANCE);
+        mend__queue(r, ACT_ADVANCE);
         return;
       }
     }
@@ -885,7 +707,7 @@ static void forward(mend_run *r) {
       st->due = mend_engine_now(E) + def->sleep;
       step_to(r, i, MEND_STEP_SLEEPING, NULL, def->sleep, NULL);
       r->wait_kind = WAIT_STEP_SLEEP;
-      arm(r, &r->wait, st->due);
+      mend__arm(r, &r->wait, st->due);
       return;
     }
     if (def->execute_ref == LUA_NOREF) {
@@ -893,7 +715,7 @@ static void forward(mend_run *r) {
       set_str(&st->result, "null");
       set_result(r, i);
       r->cur = i + 1;
-      queue(r, ACT_ADVANCE);
+      mend__queue(r, ACT_ADVANCE);
       return;
     }
     if (!admitted && breaker_refuses(r, i)) return;
@@ -902,7 +724,7 @@ static void forward(mend_run *r) {
   st->attempts++;
   st->due = -1;
   step_to(r, i, MEND_STEP_RUNNING, NULL, -1, NULL);
-  queue(r, ACT_EXECUTE);
+  mend__queue(r, ACT_EXECUTE);
 }
 
 static void succeed_step(mend_run *r, int i, const char *result_json) {
@@ -926,7 +748,7 @@ static void fail_step(mend_run *r, int i, const mend_error_info *info) {
   char msg[600];
   snprintf(msg, sizeof msg, "%s: %s", mend_error_kind_name(info->kind), info->message ? info->message : "");
   emit(E, json_pack("{s:s, s:s, s:s, s:s, s:i, s:s, s:b}", "type", "step_failed", "run_id", r->id,
-                    "workflow", r->wf->name, "step", step_name(r, i), "attempt", st->attempts,
+                    "workflow", r->wf->name, "step", mend__step_name(r, i), "attempt", st->attempts,
                     "error", msg, "will_retry", retryable && st->attempts < def->retry.max_attempts));
   if (def->slot->b.state == MEND_BREAKER_HALF_OPEN || retryable || info->kind != MEND_ERR_ERROR)
     breaker_outcome(r, i, retryable ? MEND_OUTCOME_RETRYABLE : MEND_OUTCOME_OTHER);
@@ -947,7 +769,7 @@ static void fail_step(mend_run *r, int i, const mend_error_info *info) {
       alert(r, "attention", i, "attention_after", msg);
     }
     r->wait_kind = WAIT_RETRY;
-    arm(r, &r->wait, st->due);
+    mend__arm(r, &r->wait, st->due);
     return;
   }
   step_to(r, i, MEND_STEP_FAILED, msg, -1, NULL);
@@ -957,7 +779,7 @@ static void fail_step(mend_run *r, int i, const mend_error_info *info) {
     r->reason = "severity_3";
     run_to(r, MEND_RUN_NEEDS_ATTENTION);
     dead_letter(r, r->reason, i, msg, "severity 3: nothing compensated automatically");
-    queue(r, ACT_FINISH);
+    mend__queue(r, ACT_FINISH);
     return;
   }
   r->reason = retryable ? "attempts_exhausted"
@@ -970,7 +792,7 @@ static void fail_step(mend_run *r, int i, const mend_error_info *info) {
   if (!anything) { finish_failed(r); return; }
   run_to(r, MEND_RUN_COMPENSATING);
   r->cur = i;
-  queue(r, ACT_ADVANCE);
+  mend__queue(r, ACT_ADVANCE);
 }
 
 /* The run failed for good and compensation (if any) is over. */
@@ -987,7 +809,7 @@ static void finish_failed(mend_run *r) {
   } else {
     run_to(r, MEND_RUN_FAILED);
   }
-  queue(r, ACT_FINISH);
+  mend__queue(r, ACT_FINISH);
 }
 
 /* ---------------------------------------------------------------- backward */
@@ -1004,8 +826,8 @@ static void backward(mend_run *r) {
     int i = r->cur;
     if (!needs_compensation(r, i)) continue;
     if (r->wf->steps[i].compensate_ref == LUA_NOREF) {
-      history(r, step_name(r, i), "skip_compensate", NULL, NULL, 0, NULL, -1, "step has no compensate");
-      mend_engine_log_line(r->E, "info", r->id, step_name(r, i), 0, "skip_compensate",
+      history(r, mend__step_name(r, i), "skip_compensate", NULL, NULL, 0, NULL, -1, "step has no compensate");
+      mend_engine_log_line(r->E, "info", r->id, mend__step_name(r, i), 0, "skip_compensate",
                            "no compensate function: skipped");
       continue;
     }
@@ -1013,7 +835,7 @@ static void backward(mend_run *r) {
     r->steps[i].comp_attempts++;
     r->steps[i].due = -1;
     step_to(r, i, MEND_STEP_COMPENSATING, NULL, -1, NULL);
-    queue(r, ACT_COMPENSATE);
+    mend__queue(r, ACT_COMPENSATE);
     return;
   }
   finish_failed(r);
@@ -1037,10 +859,10 @@ static void compensation_failed(mend_run *r, int i, const mend_error_info *info)
     st->last_delay = delay;
     st->due = mend_engine_now(E) + delay;
     write_step(r, i);
-    history(r, step_name(r, i), "compensate_failed", NULL, NULL, st->comp_attempts, msg, delay, NULL);
-    mend_engine_log_line(E, "warn", r->id, step_name(r, i), st->comp_attempts, "compensate_failed", msg);
+    history(r, mend__step_name(r, i), "compensate_failed", NULL, NULL, st->comp_attempts, msg, delay, NULL);
+    mend_engine_log_line(E, "warn", r->id, mend__step_name(r, i), st->comp_attempts, "compensate_failed", msg);
     r->wait_kind = WAIT_COMP_RETRY;
-    arm(r, &r->wait, st->due);
+    mend__arm(r, &r->wait, st->due);
     return;
   }
   step_to(r, i, MEND_STEP_COMPENSATION_FAILED, msg, -1, NULL);
@@ -1050,7 +872,7 @@ static void compensation_failed(mend_run *r, int i, const mend_error_info *info)
   for (int j = i; j >= 0; j--) {
     if (j != i && !needs_compensation(r, j)) continue;
     if (j != i && r->wf->steps[j].compensate_ref == LUA_NOREF) continue;
-    int n = snprintf(left + used, sizeof left - used, "%s%s", used ? ", " : "", step_name(r, j));
+    int n = snprintf(left + used, sizeof left - used, "%s%s", used ? ", " : "", mend__step_name(r, j));
     if (n < 0 || (size_t)n >= sizeof left - used) break;
     used += (size_t)n;
   }
@@ -1060,7 +882,7 @@ static void compensation_failed(mend_run *r, int i, const mend_error_info *info)
   r->reason = "compensation_failed";
   run_to(r, MEND_RUN_NEEDS_ATTENTION);
   dead_letter(r, "compensation_failed", i, msg, detail);
-  queue(r, ACT_FINISH);
+  mend__queue(r, ACT_FINISH);
 }
 
 /* ---------------------------------------------------------------- attempts in Lua */
@@ -1114,14 +936,12 @@ static const char *describe(mend_engine *E, lua_State *from, int idx, char *buf,
   return buf;
 }
 
-static void abandon_exec(mend_run *r);
-static void abandon_host_call(mend_run *r);
 
 static void end_attempt(mend_run *r) {
   mend_engine *E = r->E;
   /* Whatever the attempt still waits for is let go: its answer must not reach a later one. */
-  abandon_exec(r);
-  abandon_host_call(r);
+  mend__abandon_exec(r);
+  mend__abandon_host_call(r);
   mend_timer_disarm(&E->timers, &r->deadline);
   if (r->wait_kind == WAIT_SLEEP) mend_timer_disarm(&E->timers, &r->wait);
   r->wait_kind = WAIT_NONE;
@@ -1136,7 +956,7 @@ static void end_attempt(mend_run *r) {
     r->held = NULL;
   }
   if (!next) next = fifo_pop(&E->throttled);
-  if (next) queue(next, next->next_action);
+  if (next) mend__queue(next, next->next_action);
   /* Closing runs the __close handlers of the attempt's pending to-be-closed variables: under
    * its limits, and not at all once a limit stopped it (Lua would run them unhooked). */
   if (!r->limits.tripped && !mend_limits_stopped(E->L, r->co)) {
@@ -1171,7 +991,7 @@ static void attempt_done(mend_run *r, int ok, mend_error_info *info, const char 
 }
 
 /* Resumes the attempt's coroutine with nargs values on its stack and deals with the outcome. */
-static void resume(mend_run *r, int nargs) {
+void mend__resume(mend_run *r, int nargs) {
   mend_engine *E = r->E;
   lua_State *co = r->co;
   int nres = 0;
@@ -1210,7 +1030,7 @@ static void resume(mend_run *r, int nargs) {
       /* An unknown error: keep the message, put the traceback in the log. */
       info.message = describe(E, co, -1, msg, sizeof msg);
       luaL_traceback(E->L, co, msg, 0);
-      mend_engine_log_line(E, "error", r->id, step_name(r, r->cur), r->steps[r->cur].attempts,
+      mend_engine_log_line(E, "error", r->id, mend__step_name(r, r->cur), r->steps[r->cur].attempts,
                            "error", lua_tostring(E->L, -1));
       lua_pop(E->L, 1);
     } else {
@@ -1274,9 +1094,9 @@ static void start_attempt(mend_run *r, int compensating) {
   }
   mend_limits_init(&r->limits, "step", E->cfg.instruction_budget, def->timeout);
   r->limits.timeout_typed = 1;
-  if (def->timeout > 0) arm(r, &r->deadline, mend_engine_now(E) + def->timeout);
+  if (def->timeout > 0) mend__arm(r, &r->deadline, mend_engine_now(E) + def->timeout);
   if (def->timeout > 0 || E->cfg.instruction_budget > 0) mend_limits_watch(co);
-  resume(r, 2);
+  mend__resume(r, 2);
 }
 
 /* ---------------------------------------------------------------- waits from Lua */
@@ -1297,7 +1117,7 @@ static void on_wait(mend_timer *t) {
   r->wait_kind = WAIT_NONE;
   switch (kind) {
     case WAIT_SLEEP:
-      resume(r, 0);
+      mend__resume(r, 0);
       break;
     case WAIT_RETRY:
     case WAIT_BREAKER:
@@ -1324,7 +1144,7 @@ static void on_wait(mend_timer *t) {
 }
 
 /* The run whose attempt may wait here: L is its coroutine and can yield now. */
-static mend_run *waiting_run(lua_State *L, char *err, int errlen) {
+mend_run *mend__waiting_run(lua_State *L, char *err, int errlen) {
   mend_run *r = mend_engine_current_run(L);
   if (!r) {
     snprintf(err, (size_t)errlen, "must be called from a step's execute or compensate");
@@ -1339,353 +1159,12 @@ static mend_run *waiting_run(lua_State *L, char *err, int errlen) {
 }
 
 int mend_engine_sleep(lua_State *L, double seconds, char *err, int errlen) {
-  mend_run *r = waiting_run(L, err, errlen);
+  mend_run *r = mend__waiting_run(L, err, errlen);
   if (!r) return -1;
   if (!(seconds >= 0)) seconds = 0;
   r->waiting = 1;
   r->wait_kind = WAIT_SLEEP;
-  arm(r, &r->wait, mend_engine_now(r->E) + seconds);
-  return 0;
-}
-
-/* ---------------------------------------------------------------- child processes */
-
-struct exec_req {
-  child base;             /* CHILD_EXEC */
-  uv_process_t proc;
-  uv_pipe_t pipes[3];     /* stdin, stdout, stderr */
-  int open_handles;
-  mend_run *run;          /* NULL once the attempt was abandoned */
-  char *out[3];
-  size_t len[3], cap[3];
-  char *input;
-  size_t input_len;
-  uv_write_t write;
-  int64_t exit_status;
-  int term_signal;
-  int exited, eofs;
-};
-
-static void exec_maybe_done(exec_req *x);
-
-static void exec_handle_closed(uv_handle_t *h) {
-  exec_req *x = h->data;
-  if (--x->open_handles == 0) {
-    for (int k = 0; k < 3; k++) free(x->out[k]);
-    free(x->input);
-    free(x);
-  }
-}
-
-static void exec_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
-  exec_req *x = h->data;
-  int k = (uv_pipe_t *)h == &x->pipes[1] ? 1 : 2;
-  if (x->cap[k] - x->len[k] < suggested) {
-    size_t cap = x->cap[k] ? x->cap[k] : 4096;
-    while (cap - x->len[k] < suggested) cap *= 2;
-    char *p = realloc(x->out[k], cap);
-    if (!p) { *buf = uv_buf_init(NULL, 0); return; }
-    x->out[k] = p;
-    x->cap[k] = cap;
-  }
-  *buf = uv_buf_init(x->out[k] + x->len[k], (unsigned)(x->cap[k] - x->len[k]));
-}
-
-static void exec_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
-  (void)buf;
-  exec_req *x = s->data;
-  int k = (uv_pipe_t *)s == &x->pipes[1] ? 1 : 2;
-  if (n > 0) { x->len[k] += (size_t)n; return; }
-  if (n < 0) {
-    uv_read_stop(s);
-    x->eofs++;
-    exec_maybe_done(x);
-  }
-}
-
-static void exec_exit(uv_process_t *p, int64_t status, int signal) {
-  exec_req *x = p->data;
-  x->exit_status = status;
-  x->term_signal = signal;
-  x->exited = 1;
-  exec_maybe_done(x);
-}
-
-static void exec_written(uv_write_t *w, int status) {
-  (void)status;
-  exec_req *x = w->data;
-  if (!uv_is_closing((uv_handle_t *)&x->pipes[0]))
-    uv_close((uv_handle_t *)&x->pipes[0], exec_handle_closed);
-}
-
-static void exec_close_all(exec_req *x) {
-  uv_close((uv_handle_t *)&x->proc, exec_handle_closed);
-  uv_close((uv_handle_t *)&x->pipes[1], exec_handle_closed);
-  uv_close((uv_handle_t *)&x->pipes[2], exec_handle_closed);
-}
-
-static void exec_maybe_done(exec_req *x) {
-  if (!x->exited || x->eofs < 2) return;
-  mend_engine *E = child_unlink(&x->base);
-  mend_run *r = E ? x->run : NULL;
-  if (!E) {                 /* the engine is gone: only close */
-    exec_close_all(x);
-    return;
-  }
-  E->externals--;
-  if (r) {
-    r->exec = NULL;
-    lua_State *co = r->co;
-    lua_createtable(co, 0, 4);
-    lua_pushinteger(co, x->exit_status); lua_setfield(co, -2, "status");
-    lua_pushinteger(co, x->term_signal); lua_setfield(co, -2, "signal");
-    lua_pushlstring(co, x->out[1] ? x->out[1] : "", x->len[1]); lua_setfield(co, -2, "stdout");
-    lua_pushlstring(co, x->out[2] ? x->out[2] : "", x->len[2]); lua_setfield(co, -2, "stderr");
-  }
-  exec_close_all(x);
-  if (r) resume(r, 1);
-  kick(E);
-}
-
-static void abandon_exec(mend_run *r) {
-  if (!r->exec) return;
-  r->exec->run = NULL;
-  uv_process_kill(&r->exec->proc, SIGKILL);
-  r->exec = NULL;
-}
-
-int mend_engine_exec(lua_State *L, char *err, int errlen) {
-  mend_run *r = waiting_run(L, err, errlen);
-  if (!r) return -1;
-  mend_engine *E = r->E;
-  if (E->cfg.sandbox) {   /* a child process would be a way around the sandbox */
-    snprintf(err, (size_t)errlen, "not allowed in a sandboxed engine");
-    return -1;
-  }
-  int n = (int)luaL_len(L, 1);
-  if (n < 1) { snprintf(err, (size_t)errlen, "needs a program: mend.exec{ \"prog\", \"arg\", ... }"); return -1; }
-  char **args = calloc((size_t)n + 1, sizeof *args);
-  for (int k = 0; k < n; k++) {
-    lua_geti(L, 1, k + 1);
-    args[k] = mend_dupstr(luaL_tolstring(L, -1, NULL));
-    lua_pop(L, 2);
-  }
-  char **env = NULL;
-  if (lua_getfield(L, 1, "env") == LUA_TTABLE) {
-    int m = (int)luaL_len(L, -1);
-    env = calloc((size_t)m + 1, sizeof *env);
-    for (int k = 0; k < m; k++) {
-      lua_geti(L, -1, k + 1);
-      env[k] = mend_dupstr(luaL_tolstring(L, -1, NULL));
-      lua_pop(L, 2);
-    }
-  }
-  lua_pop(L, 1);
-  const char *cwd = NULL;
-  if (lua_getfield(L, 1, "cwd") == LUA_TSTRING) cwd = lua_tostring(L, -1);
-  exec_req *x = calloc(1, sizeof *x);
-  size_t in_len = 0;
-  if (lua_getfield(L, 1, "stdin") == LUA_TSTRING) {
-    const char *in = lua_tolstring(L, -1, &in_len);
-    x->input = malloc(in_len + 1);
-    memcpy(x->input, in, in_len);
-    x->input_len = in_len;
-  }
-  lua_pop(L, 1);
-  for (int k = 0; k < 3; k++) {
-    uv_pipe_init(E->loop, &x->pipes[k], 0);
-    x->pipes[k].data = x;
-  }
-  x->proc.data = x;
-  uv_stdio_container_t stdio[3] = {
-    {.flags = UV_CREATE_PIPE | UV_READABLE_PIPE, .data.stream = (uv_stream_t *)&x->pipes[0]},
-    {.flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE, .data.stream = (uv_stream_t *)&x->pipes[1]},
-    {.flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE, .data.stream = (uv_stream_t *)&x->pipes[2]},
-  };
-  uv_process_options_t opt = {.exit_cb = exec_exit, .file = args[0], .args = args, .env = env,
-                              .cwd = cwd, .stdio_count = 3, .stdio = stdio};
-  int rc = uv_spawn(E->loop, &x->proc, &opt);
-  lua_pop(L, 1);   /* cwd */
-  for (int k = 0; k < n; k++) free(args[k]);
-  free(args);
-  if (env) { for (int k = 0; env[k]; k++) free(env[k]); free(env); }
-  x->open_handles = 4;
-  if (rc) {
-    lua_geti(L, 1, 1);
-    snprintf(err, (size_t)errlen, "cannot start %s: %s", lua_tostring(L, -1), uv_strerror(rc));
-    lua_pop(L, 1);
-    /* A failed uv_spawn still leaves the process handle initialised: it must be closed too. */
-    uv_close((uv_handle_t *)&x->proc, exec_handle_closed);
-    for (int k = 0; k < 3; k++) uv_close((uv_handle_t *)&x->pipes[k], exec_handle_closed);
-    return -1;
-  }
-  E->externals++;
-  child_link(E, &x->base, CHILD_EXEC);
-  x->run = r;
-  r->exec = x;
-  r->waiting = 1;
-  uv_read_start((uv_stream_t *)&x->pipes[1], exec_alloc, exec_read);
-  uv_read_start((uv_stream_t *)&x->pipes[2], exec_alloc, exec_read);
-  if (x->input_len) {
-    uv_buf_t b = uv_buf_init(x->input, (unsigned)x->input_len);
-    x->write.data = x;
-    uv_write(&x->write, (uv_stream_t *)&x->pipes[0], &b, 1, exec_written);
-  } else {
-    uv_close((uv_handle_t *)&x->pipes[0], exec_handle_closed);
-  }
-  return 0;
-}
-
-/* ---------------------------------------------------------------- host functions */
-
-struct host_fn {
-  char *name;
-  mend_engine_host_fn fn;
-  void *ud;
-  struct host_fn *next;
-};
-
-struct mend_host_call {
-  mend_engine *E;         /* NULL once the engine was destroyed: the answer only frees it */
-  mend_run *run;          /* NULL once the attempt was abandoned */
-  mend_host_call *prev, *next;   /* the engine's open calls */
-  int dispatching;        /* the host is still inside its function */
-  int answered;
-  json_t *result;         /* answer given during dispatch */
-  json_t *error;          /* {kind, message, retry_after, severity} */
-};
-
-int mend_engine_register_host(mend_engine *E, const char *name, mend_engine_host_fn fn, void *ud) {
-  struct host_fn *h = calloc(1, sizeof *h);
-  if (!h) return -1;
-  h->name = mend_dupstr(name);
-  h->fn = fn;
-  h->ud = ud;
-  h->next = E->hosts;
-  E->hosts = h;
-  return 0;
-}
-
-/* Pushes what mend.call's C half returns: true, value | false, error object. [-0, +2, m] */
-static void push_answer(lua_State *L, json_t *result, json_t *error) {
-  if (error) {
-    const char *kind = json_string_value(json_object_get(error, "kind"));
-    mend_error_kind k = MEND_ERR_ERROR;
-    if (kind && strcmp(kind, "retryable") == 0) k = MEND_ERR_RETRYABLE;
-    else if (kind && strcmp(kind, "fatal") == 0) k = MEND_ERR_FATAL;
-    else if (kind && strcmp(kind, "compensable") == 0) k = MEND_ERR_COMPENSABLE;
-    lua_pushboolean(L, 0);
-    mend_lua_push_error(L, k, json_string_value(json_object_get(error, "message")),
-                        json_number_value(json_object_get(error, "retry_after")),
-                        (int)json_integer_value(json_object_get(error, "severity")));
-  } else {
-    lua_pushboolean(L, 1);
-    mend_json_push(L, result);
-  }
-}
-
-static void answer(mend_host_call *call, json_t *result, json_t *error) {
-  mend_engine *E = call->E;
-  if (call->answered) { json_decref(result); json_decref(error); return; }
-  call->answered = 1;
-  if (call->dispatching) {   /* answered at once: mend.call returns without yielding */
-    call->result = result;
-    call->error = error;
-    return;
-  }
-  if (!E) {                  /* the engine is gone: nothing waits for this answer */
-    json_decref(result);
-    json_decref(error);
-    free(call);
-    return;
-  }
-  if (call->prev) call->prev->next = call->next;
-  else E->open_calls = call->next;
-  if (call->next) call->next->prev = call->prev;
-  mend_run *r = call->run;
-  E->externals--;
-  if (r) {
-    r->host_call = NULL;
-    push_answer(r->co, result, error);
-  }
-  json_decref(result);
-  json_decref(error);
-  free(call);
-  if (r) resume(r, 2);
-  kick(E);
-}
-
-int mend_host_return(mend_host_call *call, const char *result_json) {
-  json_t *v = json_null();
-  if (result_json) {
-    json_error_t jerr;
-    v = json_loads(result_json, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
-    if (!v) return -1;
-  }
-  answer(call, v, NULL);
-  return 0;
-}
-
-void mend_host_fail(mend_host_call *call, const char *kind, const char *message,
-                    double retry_after, int severity) {
-  json_t *e = json_pack("{s:s, s:s}", "kind", kind ? kind : "error", "message", message ? message : "");
-  if (retry_after >= 0) json_object_set_new(e, "retry_after", json_real(retry_after));
-  else json_object_set_new(e, "retry_after", json_real(-1));
-  if (severity > 0) json_object_set_new(e, "severity", json_integer(severity));
-  answer(call, NULL, e);
-}
-
-static void abandon_host_call(mend_run *r) {
-  if (!r->host_call) return;
-  r->host_call->run = NULL;   /* its answer, when it comes, frees it and goes nowhere */
-  r->host_call = NULL;
-}
-
-int mend_engine_host_call(lua_State *L, const char *name, int first_arg, char *err, int errlen) {
-  mend_run *r = waiting_run(L, err, errlen);
-  if (!r) return -1;
-  mend_engine *E = r->E;
-  struct host_fn *h = E->hosts;
-  while (h && strcmp(h->name, name) != 0) h = h->next;
-  if (!h) {
-    snprintf(err, (size_t)errlen, "no host function named \"%s\"", name);
-    return -1;
-  }
-  json_t *args = json_array();
-  for (int i = first_arg; i <= lua_gettop(L); i++) {
-    char jerr[300];
-    json_t *v = mend_json_from_lua(L, i, "argument", jerr, sizeof jerr);
-    if (!v) {
-      json_decref(args);
-      snprintf(err, (size_t)errlen, "%s", jerr);
-      return -1;
-    }
-    json_array_append_new(args, v);
-  }
-  mend_host_call *call = calloc(1, sizeof *call);
-  call->E = E;
-  call->run = r;
-  call->dispatching = 1;
-  E->externals++;
-  r->host_call = call;
-  h->fn(h->ud, call, args);
-  json_decref(args);
-  call->dispatching = 0;
-  if (!call->answered) {     /* answered later: the engine keeps track until then */
-    call->next = E->open_calls;
-    if (E->open_calls) E->open_calls->prev = call;
-    E->open_calls = call;
-  }
-  if (call->answered) {
-    E->externals--;
-    r->host_call = NULL;
-    push_answer(L, call->result, call->error);
-    json_decref(call->result);
-    json_decref(call->error);
-    free(call);
-    return 1;
-  }
-  r->waiting = 1;
+  mend__arm(r, &r->wait, mend_engine_now(r->E) + seconds);
   return 0;
 }
 
@@ -1696,7 +1175,7 @@ int mend_engine_tick_for(mend_engine *E, double budget) {
   E->turn_deadline = start + (budget > 0 ? budget : 0);
   int turns = 0;
   do {
-    if (turn_has_work(E)) kick(E);   /* a write outside any run (a load) needs a turn too */
+    if (turn_has_work(E)) mend__kick(E);   /* a write outside any run (a load) needs a turn too */
     uv_run(E->loop, UV_RUN_NOWAIT);   /* I/O, due timers, and one pump turn */
     turns++;
   } while (!E->broken && turn_has_work(E) &&   /* not while only the writer thread works */
@@ -1715,7 +1194,7 @@ double mend_engine_next_due(mend_engine *E) {
 
 static void on_wakeup(uv_async_t *h) {
   mend_engine *E = h->data;
-  kick(E);
+  mend__kick(E);
   /* Held while the writer thread has a batch, so that the loop waits for it; idle otherwise,
    * as a host's loop must not be kept alive by it. */
   if (!E->writer || !mend_store_writer_busy(E->store)) uv_unref((uv_handle_t *)h);
@@ -1764,7 +1243,7 @@ static void give_back(mend_run *r, int was_queued, int was_running) {
   if (was_queued && (r->next_action == ACT_EXECUTE || r->next_action == ACT_COMPENSATE)) {
     mend_run *next = fifo_pop(&slot->waiting);
     if (!next) next = fifo_pop(&E->throttled);
-    if (next) queue(next, next->next_action);
+    if (next) mend__queue(next, next->next_action);
   }
   if (was_running && slot->b.state == MEND_BREAKER_HALF_OPEN) mend_breaker_release(&slot->b);
 }
@@ -1905,7 +1384,7 @@ static int end_batch(mend_engine *E) {
 
 static void lock_retry(uv_timer_t *t) {
   mend_engine *E = t->data;
-  kick(E);
+  mend__kick(E);
 }
 
 static void lock_warn(mend_engine *E, double now) {
@@ -1973,7 +1452,7 @@ static void renew_now(mend_engine *E) {
   double until = lease_until(E);
   if (mend_store_renew(E->store, E->owner, until)) { store_failed(E); return; }
   E->fence_until = until;
-  kick(E);   /* committed by the next turn */
+  mend__kick(E);   /* committed by the next turn */
 }
 
 typedef struct id_list { mend_idset set; int oom; } id_list;
@@ -2101,7 +1580,7 @@ static void pump_cb(uv_idle_t *h) {
  * every time made the loop spin through the thread's whole write (110k empty turns for 10k
  * runs) and through every wait of its runs. Timers wake it on time (timers.c: a timerfd). */
 static void loop_once(mend_engine *E) {
-  if (turn_has_work(E) || virtual_timers_to_advance(E)) kick(E);
+  if (turn_has_work(E) || virtual_timers_to_advance(E)) mend__kick(E);
   uv_run(E->loop, UV_RUN_ONCE);
 }
 
@@ -2382,18 +1861,18 @@ static void schedule_restored(mend_run *r) {
                st->status == MEND_STEP_SLEEPING)) {
       r->wait_kind = st->status == MEND_STEP_RETRY_WAIT ? WAIT_RETRY
                    : st->status == MEND_STEP_BREAKER_OPEN ? WAIT_BREAKER : WAIT_STEP_SLEEP;
-      arm(r, &r->wait, st->due > now ? st->due : now);   /* already due: now */
+      mend__arm(r, &r->wait, st->due > now ? st->due : now);   /* already due: now */
       return;
     }
   } else {
     step_rt *st = r->cur >= 0 ? &r->steps[r->cur] : NULL;
     if (st && st->status == MEND_STEP_COMPENSATING && st->due >= 0) {
       r->wait_kind = WAIT_COMP_RETRY;
-      arm(r, &r->wait, st->due > now ? st->due : now);
+      mend__arm(r, &r->wait, st->due > now ? st->due : now);
       return;
     }
   }
-  queue(r, ACT_ADVANCE);
+  mend__queue(r, ACT_ADVANCE);
 }
 
 static int cancel_now(mend_run *r, const char *who, char *err, int errlen);
@@ -2485,7 +1964,7 @@ static int claim_and_restore(mend_engine *E, int limit, int how) {
     json_decref(ids);
     return 0;
   }
-  kick(E);
+  mend__kick(E);
   check_fence(E);   /* a run we lost and now claim again must be let go before it returns */
   if (E->fence_was_late) {
     /* One this engine still has in memory from before a stall (another worker took it, then
@@ -2626,7 +2105,7 @@ void mend_engine_stop(mend_engine *E) {
   E->draining = 1;
   E->grace_deadline = mend_real_now() + E->cfg.grace_seconds;
   if (E->poll_timer) uv_timer_stop(E->poll_timer);
-  kick(E);
+  mend__kick(E);
 }
 
 static void close_and_free(uv_handle_t *h) { free(h); }
@@ -2789,11 +2268,11 @@ static int cancel_now(mend_run *r, const char *who, char *err, int errlen) {
   for (int j = 0; j < i && j < r->wf->nsteps; j++) anything |= r->steps[j].status == MEND_STEP_SUCCEEDED;
   if (!anything) {
     run_to(r, MEND_RUN_FAILED);
-    queue(r, ACT_FINISH);
+    mend__queue(r, ACT_FINISH);
   } else {
     run_to(r, MEND_RUN_COMPENSATING);
     r->cur = i - 1;
-    queue(r, ACT_ADVANCE);
+    mend__queue(r, ACT_ADVANCE);
   }
   return E->broken ? mend_errorf(err, errlen, "%s", E->errmsg) : 0;
 }
@@ -2878,7 +2357,7 @@ int mend_engine_dlq_retry(mend_engine *E, const char *id, const char *who, char 
     run_to(r, MEND_RUN_RUNNING);
   }
   r->cur = i;
-  queue(r, ACT_ADVANCE);
+  mend__queue(r, ACT_ADVANCE);
   return E->broken ? mend_errorf(err, errlen, "%s", E->errmsg) : 0;
 }
 
@@ -3308,7 +2787,7 @@ static void alert_handle_closed(uv_handle_t *h);
 static void close_stray(uv_handle_t *h, void *arg) {
   (void)arg;
   if (uv_is_closing(h) || !h->data) return;
-  uv_close(h, *(int *)h->data == CHILD_ALERT ? alert_handle_closed : exec_handle_closed);
+  uv_close(h, *(int *)h->data == CHILD_ALERT ? alert_handle_closed : mend__exec_handle_closed);
 }
 
 void mend_engine_destroy(mend_engine *E) {
@@ -3341,21 +2820,12 @@ void mend_engine_destroy(mend_engine *E) {
     free(s);
   }
   /* Children still running may report after the engine is gone (on a host's loop). */
-  while (E->children) child_unlink(E->children);
+  while (E->children) mend__child_unlink(E->children);
   json_decref(E->alerts);
   json_decref(E->events);
   json_decref(E->alerts_handed);
   json_decref(E->events_handed);
-  /* Calls the host has not answered yet outlive the engine: their answers only free them. */
-  for (mend_host_call *c = E->open_calls; c; c = c->next) {
-    c->E = NULL;
-    c->run = NULL;
-  }
-  for (struct host_fn *h = E->hosts, *next; h; h = next) {
-    next = h->next;
-    free(h->name);
-    free(h);
-  }
+  mend__forget_host_calls(E);
   if (E->wakeup) uv_close((uv_handle_t *)E->wakeup, free_on_close);
   mend_timers_close(&E->timers);
   if (E->lease_timer) uv_close((uv_handle_t *)E->lease_timer, free_on_close);

@@ -1,0 +1,220 @@
+/*
+ * engine_int: the insides of the engine, shared by its files (src/engine.c and src/engine/)
+ * and by nothing else: the engine and run structures, the action and wait kinds, and the
+ * functions one engine file calls in another (named mend__*, as libuv names its own).
+ * Everything outside the engine goes through engine.h.
+ */
+#ifndef MEND_ENGINE_INT_H
+#define MEND_ENGINE_INT_H
+
+#include <jansson.h>
+#include <lua.h>
+#include <uv.h>
+
+#include "backoff.h"
+#include "breaker.h"
+#include "engine.h"
+#include "guard.h"
+#include "refs.h"
+#include "timers.h"
+#include "transition.h"
+
+#if LUA_VERSION_RELEASE_NUM >= 50406
+#define mend_closethread(L, from) lua_closethread((L), (from))
+#else
+#define mend_closethread(L, from) ((void)(from), lua_resetthread(L))
+#endif
+
+/* Coroutines of steps are found again from Lua through this registry table: thread -> run. */
+#define THREADS_KEY "mend.threads"
+/* Actions one loop turn may do before it commits and polls again. */
+#define MAX_TURN_ACTIONS 2048
+/* Calls into workflow code outside attempts (a file's top level as it loads, a step's
+ * idempotency_key) get this long in real seconds, with an instruction budget or without. */
+#define CALL_SECONDS 10.0
+/* What the engine may spend on the text of a value that workflow code raised. */
+#define DESCRIBE_BUDGET 1000000
+#define DESCRIBE_SECONDS 0.05
+
+/* Child processes of two kinds share the loop; the tag tells their handles apart at destroy.
+ * Each starts with this header: the engine lets go of its live children when destroyed (E is
+ * then NULL), since a child's callbacks may come after the engine is gone on a host's loop. */
+enum { CHILD_EXEC = 1, CHILD_ALERT };
+
+typedef struct child {
+  int tag;
+  struct mend_engine *E;
+  struct child *prev, *next;
+} child;
+
+typedef enum action { ACT_NONE, ACT_ADVANCE, ACT_EXECUTE, ACT_COMPENSATE, ACT_FINISH } action;
+typedef enum wait_kind {
+  WAIT_NONE, WAIT_RETRY, WAIT_BREAKER, WAIT_SLEEP, WAIT_COMP_RETRY, WAIT_STEP_SLEEP
+} wait_kind;
+
+/* Runs waiting for a concurrency slot, first come first served; a run is in one at most. */
+typedef struct run_fifo {
+  struct mend_run *head, *tail;
+} run_fifo;
+
+struct mend_breaker_slot {
+  run_fifo waiting;       /* attempts held back by p.max_concurrency */
+  int in_flight;          /* attempts through this breaker now */
+  char *key;
+  mend_breaker b;
+  mend_breaker_policy p;
+  struct mend_breaker_slot *next;
+};
+
+/* Kept for every step of every run in memory, parked ones too (a waiting run must cost at
+ * most 1 KiB): small fields are small, and the default key "<run id>/<step>" is made when
+ * needed rather than kept. */
+typedef struct step_rt {
+  mend_step_status status;
+  int attempts, comp_attempts;
+  unsigned custom_key : 1;        /* idem_key is the step's own key(ctx), not the default */
+  unsigned key_ready : 1;
+  unsigned compensate_self : 1;   /* failed with a compensable error: it is compensated too */
+  unsigned slept : 1;             /* its `sleep` wait is over */
+  unsigned has_row : 1;           /* the store has its row (written at its first transition) */
+  char *idem_key;                 /* a custom key only; NULL: the default */
+  char *result;                   /* JSON */
+  char *error;
+  double due, last_delay;
+} step_rt;
+
+typedef struct exec_req exec_req;
+
+/* Ordered by size, so that a parked run (most of them, with 1M waiting) pays no padding. */
+struct mend_run {
+  mend_engine *E;
+  mend_workflow *wf;
+  step_rt *steps;
+  char *error;
+  const char *reason;     /* why it failed for good: fatal, error, attempts_exhausted, ... */
+  /* the attempt in flight */
+  lua_State *co;
+  mend_limits limits;     /* its instruction budget and real-time deadline */
+  double last_at;         /* the time of its last history row: none is written before it */
+  mend_timer wait, deadline;
+  exec_req *exec;
+  mend_host_call *host_call;
+  mend_run *tnext;        /* waiting for a concurrency slot */
+  run_fifo *waiting_in;   /* which list, if any */
+  struct mend_breaker_slot *held; /* the breaker whose concurrency the attempt counts in */
+  /* queues */
+  mend_run *qnext;
+  unsigned long wait_seq;   /* the batch its next action waits for */
+  mend_run *prev, *next;  /* runs in flight */
+  mend_run_status status;
+  int input_ref, results_ref;   /* in E->refs, shard ref_shard */
+  int ref_shard;
+  int cur;                /* step going forward, or step being compensated going back */
+  int fail_step;
+  int co_ref;
+  int history_seq;        /* the last row of its history: this engine numbers the next ones */
+  wait_kind wait_kind;
+  action next_action;
+  unsigned char attention;
+  unsigned char waiting;      /* yielded inside mend.sleep / mend.exec */
+  unsigned char queued;       /* in the queue behind the current batch */
+  unsigned char lost;         /* another worker took it: let go when its queued action comes up */
+  unsigned char admitted;     /* its breaker let the next attempt through already (on_wait) */
+  unsigned char cancel_asked; /* rebuilt with a cancel requested: whoever takes it cancels it */
+  char id[MEND_RUN_ID_LEN];
+};
+
+struct mend_engine {
+  lua_State *L;           /* the engine's own thread of the host state */
+  int thread_ref;
+  lua_State *owned_state; /* set when the engine made its own Lua state */
+  uv_loop_t *loop;
+  uv_loop_t own_loop;
+  int owns_loop;
+  uv_idle_t *pump;
+  mend_timers timers;
+  mend_store *store;
+  mend_rng rng;
+  uint64_t id_ms, id_rnd;   /* the last run id made (new_run_id) */
+  mend_workflow *workflows;
+  struct mend_breaker_slot *breakers;
+  mend_run *runs;
+  int in_flight;
+  /* Runs whose next action waits for a batch to be durable, by the batch's number (the store's
+   * open_seq when queued) modulo 4: at most the open batch and the one on the writer thread
+   * are not durable, and a run found too early is put back (wait_seq). */
+  struct { mend_run *head, *tail; } waiting[4];
+  unsigned long moved_seq;   /* lists of batches up to this one were moved to ready */
+  mend_run *ready_head, *ready_tail;   /* durable: their actions may run */
+  int writer;             /* a writer thread commits batches (mend_store_start_writer) */
+  json_t *alerts_handed, *events_handed;   /* of the batch on the writer thread */
+  unsigned long handed_seq;  /* that batch's number */
+  json_t *alerts;         /* fired after the batch that records them commits */
+  int externals;          /* child processes in flight */
+  int auto_advance;
+  int broken;
+  char errmsg[1024];
+  int ctx_mt_ref;
+  mend_refs refs;         /* the runs' long-lived Lua values (refs.h) */
+  mend_engine_config cfg;
+  /* leases and serving */
+  char owner[96];         /* this engine as a lease holder: host:pid:random */
+  double lease_seconds;
+  double fence_until;     /* our leases last at least until then (the last renewal's) */
+  int fence_was_late;     /* a batch began after our leases ran out, at least once */
+  uv_timer_t *lease_timer, *poll_timer;
+  uint64_t poll_ms;
+  uv_signal_t *signals[2];
+  int serving, draining, attempts;
+  int max_in_flight;
+  double grace_deadline;
+  double next_reload;     /* when a serving engine next reads breakers and cancel requests */
+  double next_dead_check; /* when it next looks for dead workers on this host */
+  double next_thorough_look;   /* claimable(): when it next walks every run held */
+  double turn_deadline;   /* a ticking host's budget for this turn; 0: none */
+  run_fifo throttled;     /* attempts waiting under the global max_concurrency */
+  json_t *events;         /* for cfg.on_event, fired after the batch commits */
+  struct host_fn *hosts;
+  struct mend_host_call *open_calls;
+  uv_async_t *wakeup;
+  size_t mem_used, mem_limit;
+  int limit_memory;       /* 1 while step code runs: only it is held to the limit */
+  int alert_commands;     /* alert commands still running */
+  child *children;        /* child processes whose callbacks may still come */
+  uv_timer_t *checkpoint_timer;
+  uv_work_t checkpoint_work;
+  int checkpointing;      /* a checkpoint runs on a worker thread */
+  int wal_frames;         /* the WAL's length, as the last checkpoint found it */
+  int wal_copied;         /* of which copied into the database */
+  int checkpoint_from;    /* the WAL's length when the last checkpoint began */
+  int wal_catch_up;       /* the WAL is long: copy the rest of it between two batches */
+  int destroying;
+  void *panic_exit;       /* a jmp_buf of the C API's entry point that is running */
+  int panicked;
+  /* Another process holds the database's write lock (lock_wait): the batch is kept and its
+   * commit tried again at lock_retry_at, after lock_delay, doubled at each try up to 1 s. */
+  double lock_since;      /* 0: not locked */
+  double lock_warned;     /* when the last warning was logged */
+  double lock_retry_at, lock_delay;
+  uv_timer_t *lock_timer;
+  int fence_recheck;      /* a match of our runs against the store's was cut short by a lock */
+};
+/* ---- engine.c */
+void mend__queue(mend_run *r, action a);
+void mend__kick(mend_engine *E);
+void mend__arm(mend_run *r, mend_timer *t, double due);
+void mend__child_link(mend_engine *E, child *c, int tag);
+mend_engine *mend__child_unlink(child *c);
+void mend__resume(mend_run *r, int nargs);
+mend_run *mend__waiting_run(lua_State *L, char *err, int errlen);
+const char *mend__step_name(mend_run *r, int i);
+
+/* ---- exec.c: mend.exec's child processes */
+void mend__abandon_exec(mend_run *r);
+void mend__exec_handle_closed(uv_handle_t *h);
+
+/* ---- hostcall.c: functions of the host, called from steps */
+void mend__abandon_host_call(mend_run *r);
+void mend__forget_host_calls(mend_engine *E);
+
+#endif

@@ -1,0 +1,181 @@
+/*
+ * hostcall: functions of the program that embeds mend, called from steps through mend.call.
+ * Owns the registry of host functions and the life of a call: its arguments as JSON, an
+ * answer given at once or later (from the host's own loop), and a call whose attempt or engine
+ * went away meanwhile (its answer then only frees it). Must never: resume an attempt with an
+ * answer meant for an earlier one.
+ */
+#include "engine_int.h"
+
+#include <lauxlib.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json.h"
+#include "lmend.h"
+#include "util.h"
+
+
+struct host_fn {
+  char *name;
+  mend_engine_host_fn fn;
+  void *ud;
+  struct host_fn *next;
+};
+
+struct mend_host_call {
+  mend_engine *E;         /* NULL once the engine was destroyed: the answer only frees it */
+  mend_run *run;          /* NULL once the attempt was abandoned */
+  mend_host_call *prev, *next;   /* the engine's open calls */
+  int dispatching;        /* the host is still inside its function */
+  int answered;
+  json_t *result;         /* answer given during dispatch */
+  json_t *error;          /* {kind, message, retry_after, severity} */
+};
+
+int mend_engine_register_host(mend_engine *E, const char *name, mend_engine_host_fn fn, void *ud) {
+  struct host_fn *h = calloc(1, sizeof *h);
+  if (!h) return -1;
+  h->name = mend_dupstr(name);
+  h->fn = fn;
+  h->ud = ud;
+  h->next = E->hosts;
+  E->hosts = h;
+  return 0;
+}
+
+/* Pushes what mend.call's C half returns: true, value | false, error object. [-0, +2, m] */
+static void push_answer(lua_State *L, json_t *result, json_t *error) {
+  if (error) {
+    const char *kind = json_string_value(json_object_get(error, "kind"));
+    mend_error_kind k = MEND_ERR_ERROR;
+    if (kind && strcmp(kind, "retryable") == 0) k = MEND_ERR_RETRYABLE;
+    else if (kind && strcmp(kind, "fatal") == 0) k = MEND_ERR_FATAL;
+    else if (kind && strcmp(kind, "compensable") == 0) k = MEND_ERR_COMPENSABLE;
+    lua_pushboolean(L, 0);
+    mend_lua_push_error(L, k, json_string_value(json_object_get(error, "message")),
+                        json_number_value(json_object_get(error, "retry_after")),
+                        (int)json_integer_value(json_object_get(error, "severity")));
+  } else {
+    lua_pushboolean(L, 1);
+    mend_json_push(L, result);
+  }
+}
+
+static void answer(mend_host_call *call, json_t *result, json_t *error) {
+  mend_engine *E = call->E;
+  if (call->answered) { json_decref(result); json_decref(error); return; }
+  call->answered = 1;
+  if (call->dispatching) {   /* answered at once: mend.call returns without yielding */
+    call->result = result;
+    call->error = error;
+    return;
+  }
+  if (!E) {                  /* the engine is gone: nothing waits for this answer */
+    json_decref(result);
+    json_decref(error);
+    free(call);
+    return;
+  }
+  if (call->prev) call->prev->next = call->next;
+  else E->open_calls = call->next;
+  if (call->next) call->next->prev = call->prev;
+  mend_run *r = call->run;
+  E->externals--;
+  if (r) {
+    r->host_call = NULL;
+    push_answer(r->co, result, error);
+  }
+  json_decref(result);
+  json_decref(error);
+  free(call);
+  if (r) mend__resume(r, 2);
+  mend__kick(E);
+}
+
+int mend_host_return(mend_host_call *call, const char *result_json) {
+  json_t *v = json_null();
+  if (result_json) {
+    json_error_t jerr;
+    v = json_loads(result_json, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+    if (!v) return -1;
+  }
+  answer(call, v, NULL);
+  return 0;
+}
+
+void mend_host_fail(mend_host_call *call, const char *kind, const char *message,
+                    double retry_after, int severity) {
+  json_t *e = json_pack("{s:s, s:s}", "kind", kind ? kind : "error", "message", message ? message : "");
+  if (retry_after >= 0) json_object_set_new(e, "retry_after", json_real(retry_after));
+  else json_object_set_new(e, "retry_after", json_real(-1));
+  if (severity > 0) json_object_set_new(e, "severity", json_integer(severity));
+  answer(call, NULL, e);
+}
+
+void mend__abandon_host_call(mend_run *r) {
+  if (!r->host_call) return;
+  r->host_call->run = NULL;   /* its answer, when it comes, frees it and goes nowhere */
+  r->host_call = NULL;
+}
+
+int mend_engine_host_call(lua_State *L, const char *name, int first_arg, char *err, int errlen) {
+  mend_run *r = mend__waiting_run(L, err, errlen);
+  if (!r) return -1;
+  mend_engine *E = r->E;
+  struct host_fn *h = E->hosts;
+  while (h && strcmp(h->name, name) != 0) h = h->next;
+  if (!h) {
+    snprintf(err, (size_t)errlen, "no host function named \"%s\"", name);
+    return -1;
+  }
+  json_t *args = json_array();
+  for (int i = first_arg; i <= lua_gettop(L); i++) {
+    char jerr[300];
+    json_t *v = mend_json_from_lua(L, i, "argument", jerr, sizeof jerr);
+    if (!v) {
+      json_decref(args);
+      snprintf(err, (size_t)errlen, "%s", jerr);
+      return -1;
+    }
+    json_array_append_new(args, v);
+  }
+  mend_host_call *call = calloc(1, sizeof *call);
+  call->E = E;
+  call->run = r;
+  call->dispatching = 1;
+  E->externals++;
+  r->host_call = call;
+  h->fn(h->ud, call, args);
+  json_decref(args);
+  call->dispatching = 0;
+  if (!call->answered) {     /* answered later: the engine keeps track until then */
+    call->next = E->open_calls;
+    if (E->open_calls) E->open_calls->prev = call;
+    E->open_calls = call;
+  }
+  if (call->answered) {
+    E->externals--;
+    r->host_call = NULL;
+    push_answer(L, call->result, call->error);
+    json_decref(call->result);
+    json_decref(call->error);
+    free(call);
+    return 1;
+  }
+  r->waiting = 1;
+  return 0;
+}
+
+void mend__forget_host_calls(mend_engine *E) {
+  /* Calls the host has not answered yet outlive the engine: their answers only free them. */
+  for (mend_host_call *c = E->open_calls; c; c = c->next) {
+    c->E = NULL;
+    c->run = NULL;
+  }
+  for (struct host_fn *h = E->hosts, *next; h; h = next) {
+    next = h->next;
+    free(h->name);
+    free(h);
+  }
+}
