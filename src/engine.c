@@ -46,7 +46,7 @@
 
 /* ---------------------------------------------------------------- small helpers */
 
-static void set_str(char **slot, const char *s) {
+void mend__set_str(char **slot, const char *s) {
   free(*slot);
   *slot = mend_dupstr(s);
 }
@@ -65,7 +65,7 @@ static void lock_wait(mend_engine *E);
 
 /* A lock held by another process is no failure: nothing was lost, the batch is kept, and the
  * engine waits it out (lock_wait). Anything else stops the engine. */
-static void store_failed(mend_engine *E) {
+void mend__store_failed(mend_engine *E) {
   if (mend_store_locked(E->store)) lock_wait(E);
   else breakdown(E, "%s", mend_store_errmsg(E->store));
 }
@@ -89,7 +89,7 @@ static int commit_now(mend_engine *E) {
   if (rc) {
     if (rc == MEND_STORE_BUSY)
       snprintf(E->errmsg, sizeof E->errmsg, "%s", mend_store_errmsg(E->store));
-    store_failed(E);
+    mend__store_failed(E);
     return -1;
   }
   return 0;
@@ -145,7 +145,7 @@ static void new_run_id(mend_engine *E, char out[MEND_RUN_ID_LEN]) {
 #ifdef MEND_FAILPOINTS
 /* MEND_FAILPOINT="name:N" kills the process with SIGKILL at the Nth time it passes `name`, so
  * crash tests can stop a worker at exactly the instant they mean to prove safe. */
-static void failpoint(const char *name) {
+void mend__failpoint(const char *name) {
   static const char *spec;
   static long countdown = -1;
   static char point[64];
@@ -161,7 +161,7 @@ static void failpoint(const char *name) {
   if (countdown > 0 && strcmp(point, name) == 0 && --countdown == 0) raise(SIGKILL);
 }
 #else
-#define failpoint(name) ((void)0)
+#define mend__failpoint(name) ((void)0)
 #endif
 
 /* ---------------------------------------------------------------- concurrency caps */
@@ -174,7 +174,7 @@ static void fifo_push(run_fifo *f, mend_run *r) {
   f->tail = r;
 }
 
-static mend_run *fifo_pop(run_fifo *f) {
+mend_run *mend__fifo_pop(run_fifo *f) {
   mend_run *r = f->head;
   if (!r) return NULL;
   f->head = r->tnext;
@@ -308,7 +308,7 @@ static void write_step(mend_run *r, int i) {
     .attempts = st->attempts, .comp_attempts = st->comp_attempts, .idem_key = idem_key,
     .custom_key = st->custom_key, .result = st->result, .error = st->error, .due = st->due,
     .last_delay = st->last_delay, .updated = mend_engine_now(r->E), .slept = st->slept};
-  if ((new_row ? mend_store_put_step : mend_store_update_step)(r->E->store, &rec)) store_failed(r->E);
+  if ((new_row ? mend_store_put_step : mend_store_update_step)(r->E->store, &rec)) mend__store_failed(r->E);
   else st->has_row = 1;
 }
 
@@ -325,7 +325,7 @@ static void history(mend_run *r, const char *step, const char *event, const char
                     const char *detail) {
   mend_history_rec h = {r->id, step, history_time(r), event, from, to, attempt, error,
                         delay, detail, ++r->history_seq};
-  if (mend_store_append_history(r->E->store, &h)) store_failed(r->E);
+  if (mend_store_append_history(r->E->store, &h)) mend__store_failed(r->E);
 }
 
 static void log_transition(mend_run *r, const char *step, int attempt, const char *from,
@@ -349,7 +349,7 @@ static void step_to(mend_run *r, int i, mend_step_status to, const char *error, 
   }
   const char *from = mend_step_status_name(st->status);
   st->status = to;
-  if (error) set_str(&st->error, error);
+  if (error) mend__set_str(&st->error, error);
   int attempt = to >= MEND_STEP_COMPENSATING ? st->comp_attempts : st->attempts;
   write_step(r, i);
   history(r, mend__step_name(r, i), "step", from, mend_step_status_name(to), attempt, error, delay, detail);
@@ -366,7 +366,7 @@ static void run_to(mend_run *r, mend_run_status to) {
   r->status = to;
   if (mend_store_update_run(r->E->store, r->id, mend_run_status_name(to), r->error, r->attention,
                             mend_engine_now(r->E), r->reason))
-    store_failed(r->E);
+    mend__store_failed(r->E);
   history(r, NULL, "run", from, mend_run_status_name(to), 0, NULL, -1, r->reason);
   log_transition(r, NULL, 0, from, mend_run_status_name(to), NULL);
 }
@@ -502,7 +502,7 @@ static void dead_letter(mend_run *r, const char *reason, int step, const char *e
                         const char *detail) {
   mend_dlq_rec d = {r->id, reason, step >= 0 ? mend__step_name(r, step) : NULL, error, detail,
                     mend_engine_now(r->E)};
-  if (mend_store_put_dlq(r->E->store, &d)) store_failed(r->E);
+  if (mend_store_put_dlq(r->E->store, &d)) mend__store_failed(r->E);
   history(r, d.step, "dead_letter", NULL, NULL, 0, error, -1, reason);
   alert(r, "dead_letter", step, reason, error);
 }
@@ -520,7 +520,7 @@ static struct mend_breaker_slot *breaker_slot(mend_engine *E, const char *key,
   if (found <= 0) {
     mend_breaker_init(&s->b);
     /* known from now on, so that people can list it and override it */
-    if (found == 0 && mend_store_put_breaker(E->store, key, &s->b, mend_engine_now(E))) store_failed(E);
+    if (found == 0 && mend_store_put_breaker(E->store, key, &s->b, mend_engine_now(E))) mend__store_failed(E);
   }
   s->next = E->breakers;
   E->breakers = s;
@@ -530,7 +530,7 @@ static struct mend_breaker_slot *breaker_slot(mend_engine *E, const char *key,
 /* Persists a breaker whose state moved, and tells the history of the run that moved it. */
 static void breaker_changed(mend_run *r, int i, mend_breaker_state before) {
   struct mend_breaker_slot *s = r->wf->steps[i].slot;
-  if (mend_store_put_breaker(r->E->store, s->key, &s->b, mend_engine_now(r->E))) store_failed(r->E);
+  if (mend_store_put_breaker(r->E->store, s->key, &s->b, mend_engine_now(r->E))) mend__store_failed(r->E);
   history(r, mend__step_name(r, i), "breaker", mend_breaker_state_name(before),
           mend_breaker_state_name(s->b.state), r->steps[i].attempts, NULL, -1, s->key);
   char msg[300];
@@ -549,7 +549,7 @@ static void breaker_outcome(mend_run *r, int i, mend_breaker_outcome outcome) {
   if (changed) breaker_changed(r, i, before.state);
   else if (before.failures != s->b.failures || before.successes != s->b.successes) {
     if (mend_store_put_breaker(r->E->store, s->key, &s->b, mend_engine_now(r->E)))
-      store_failed(r->E);
+      mend__store_failed(r->E);
   }
 }
 
@@ -557,8 +557,8 @@ static void breaker_outcome(mend_run *r, int i, mend_breaker_outcome outcome) {
 
 static void finish_failed(mend_run *r);
 static void backward(mend_run *r);
-static int guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres);
-static const char *describe(mend_engine *E, lua_State *from, int idx, char *buf, size_t len);
+int mend__guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres);
+const char *mend__describe(mend_engine *E, lua_State *from, int idx, char *buf, size_t len);
 
 static void set_result(mend_run *r, int i) {
   lua_State *L = r->E->L;
@@ -568,75 +568,6 @@ static void set_result(mend_run *r, int i) {
     lua_pushnil(L);
   lua_setfield(L, -2, mend__step_name(r, i));
   lua_pop(L, 1);
-}
-
-/* A step's default idempotency key, run_id/step. */
-static void push_default_key(lua_State *L, const char *run_id, const char *step) {
-  char buf[256];
-  size_t a = strlen(run_id), b = strlen(step);
-  if (a + 1 + b > sizeof buf) {
-    lua_pushfstring(L, "%s/%s", run_id, step);
-    return;
-  }
-  memcpy(buf, run_id, a);
-  buf[a] = '/';
-  memcpy(buf + a + 1, step, b);
-  lua_pushlstring(L, buf, a + 1 + b);
-}
-
-/* Pushes a new ctx table for step i. [-0, +1, m]
- * One ctx an attempt: a third of the loop thread's work in W1 (7.4k instructions), most of it
- * the table's slots and the garbage they make. Seven fields fill a table of eight slots, where
- * eight took sixteen: `compensating` is set only when true, and reads false through the
- * metatable otherwise (make_ctx_metatable); names come from references made at registration,
- * the key from one copy instead of lua_pushfstring's pieces. */
-static void push_ctx(mend_run *r, int i, int compensating) {
-  lua_State *L = r->E->L;
-  step_rt *st = &r->steps[i];
-  const mend_step_def *def = &r->wf->steps[i];
-  lua_createtable(L, 0, 8);
-  lua_pushstring(L, r->id); lua_setfield(L, -2, "run_id");
-  lua_rawgeti(L, LUA_REGISTRYINDEX, r->wf->name_ref); lua_setfield(L, -2, "workflow");
-  lua_rawgeti(L, LUA_REGISTRYINDEX, def->name_ref); lua_setfield(L, -2, "step");
-  lua_pushinteger(L, compensating ? st->comp_attempts : st->attempts); lua_setfield(L, -2, "attempt");
-  if (st->custom_key) lua_pushstring(L, st->idem_key);
-  else push_default_key(L, r->id, def->name);
-  lua_setfield(L, -2, "idempotency_key");
-  mend_refs_push(&r->E->refs, L, r->input_ref); lua_setfield(L, -2, "input");
-  mend_refs_push(&r->E->refs, L, r->results_ref); lua_setfield(L, -2, "results");
-  if (compensating) {
-    lua_pushboolean(L, 1);
-    lua_setfield(L, -2, "compensating");
-  }
-  lua_rawgeti(L, LUA_REGISTRYINDEX, r->E->ctx_mt_ref);
-  lua_setmetatable(L, -2);
-}
-
-/* A step's own idempotency_key(ctx) is asked once; its answer is stored with the step. */
-static int ensure_key(mend_run *r, int i) {
-  step_rt *st = &r->steps[i];
-  const mend_step_def *def = &r->wf->steps[i];
-  if (st->key_ready || def->key_ref == LUA_NOREF) return 0;
-  mend_engine *E = r->E;
-  lua_State *L = E->L;
-  lua_rawgeti(L, LUA_REGISTRYINDEX, def->key_ref);
-  push_ctx(r, i, 0);
-  mend_limits lim;
-  mend_limits_init(&lim, "idempotency_key", E->cfg.instruction_budget, CALL_SECONDS);
-  int status = guarded_pcall(E, &lim, 1, 1);
-  if (status != LUA_OK || !lua_isstring(L, -1)) {
-    char msg[400], text[300];
-    snprintf(msg, sizeof msg, "idempotency_key: %s",
-             status != LUA_OK ? describe(E, L, -1, text, sizeof text) : "must return a string");
-    lua_pop(L, 1);
-    set_str(&st->error, msg);
-    return -1;
-  }
-  set_str(&st->idem_key, lua_tostring(L, -1));
-  lua_pop(L, 1);
-  st->custom_key = 1;
-  st->key_ready = 1;
-  return 0;
 }
 
 static void fail_step(mend_run *r, int i, const mend_error_info *info);
@@ -677,7 +608,7 @@ static void forward(mend_run *r) {
   if (st->status != MEND_STEP_PENDING && st->status != MEND_STEP_RUNNING) return;  /* waiting */
   if (E->draining) return;   /* parked: its lease is given back when the worker stops */
   if (st->status == MEND_STEP_PENDING) {
-    if (ensure_key(r, i)) {
+    if (mend__ensure_key(r, i)) {
       st->attempts++;
       step_to(r, i, MEND_STEP_RUNNING, NULL, -1, NULL);
       mend_error_info info = {MEND_ERR_ERROR, st->error, -1, 0};
@@ -688,12 +619,12 @@ static void forward(mend_run *r) {
       char *found = NULL;
       int r2 = mend_store_find_key_result(E->store, st->idem_key, &found);
       if (r2 < 0) {
-        store_failed(E);
+        mend__store_failed(E);
         if (!E->broken) mend__queue(r, ACT_ADVANCE);   /* a lock elsewhere: again after the commit */
         return;
       }
       if (r2 == 1) {
-        set_str(&st->result, found);
+        mend__set_str(&st->result, found);
         free(found);
         step_to(r, i, MEND_STEP_SUCCEEDED, NULL, -1, "result reused: idempotency key already succeeded");
         set_result(r, i);
@@ -712,7 +643,7 @@ static void forward(mend_run *r) {
     }
     if (def->execute_ref == LUA_NOREF) {
       step_to(r, i, MEND_STEP_SUCCEEDED, NULL, -1, "a wait step: nothing to execute");
-      set_str(&st->result, "null");
+      mend__set_str(&st->result, "null");
       set_result(r, i);
       r->cur = i + 1;
       mend__queue(r, ACT_ADVANCE);
@@ -730,8 +661,8 @@ static void forward(mend_run *r) {
 static void succeed_step(mend_run *r, int i, const char *result_json) {
   step_rt *st = &r->steps[i];
   breaker_outcome(r, i, MEND_OUTCOME_SUCCESS);
-  set_str(&st->result, result_json);
-  set_str(&st->error, NULL);
+  mend__set_str(&st->result, result_json);
+  mend__set_str(&st->error, NULL);
   step_to(r, i, MEND_STEP_SUCCEEDED, NULL, -1, NULL);
   set_result(r, i);
   r->cur = i + 1;
@@ -765,7 +696,7 @@ static void fail_step(mend_run *r, int i, const mend_error_info *info) {
       r->attention = 1;
       if (mend_store_update_run(E->store, r->id, mend_run_status_name(r->status), r->error, 1,
                                 mend_engine_now(E), r->reason))
-        store_failed(E);
+        mend__store_failed(E);
       alert(r, "attention", i, "attention_after", msg);
     }
     r->wait_kind = WAIT_RETRY;
@@ -773,7 +704,7 @@ static void fail_step(mend_run *r, int i, const mend_error_info *info) {
     return;
   }
   step_to(r, i, MEND_STEP_FAILED, msg, -1, NULL);
-  set_str(&r->error, msg);
+  mend__set_str(&r->error, msg);
   r->fail_step = i;
   if (info->kind == MEND_ERR_COMPENSABLE && info->severity >= 3) {
     r->reason = "severity_3";
@@ -853,7 +784,7 @@ static void compensation_failed(mend_run *r, int i, const mend_error_info *info)
   const mend_retry_policy *p = &r->wf->steps[i].compensate_retry;
   char msg[600];
   snprintf(msg, sizeof msg, "%s: %s", mend_error_kind_name(info->kind), info->message ? info->message : "");
-  set_str(&st->error, msg);
+  mend__set_str(&st->error, msg);
   if (st->comp_attempts < p->max_attempts) {
     double delay = mend_backoff_delay(p, st->comp_attempts, st->last_delay > 0 ? st->last_delay : 0, &E->rng);
     st->last_delay = delay;
@@ -878,7 +809,7 @@ static void compensation_failed(mend_run *r, int i, const mend_error_info *info)
   }
   char detail[1200];
   snprintf(detail, sizeof detail, "not compensated: %s", left);
-  set_str(&r->error, msg);
+  mend__set_str(&r->error, msg);
   r->reason = "compensation_failed";
   run_to(r, MEND_RUN_NEEDS_ATTENTION);
   dead_letter(r, "compensation_failed", i, msg, detail);
@@ -887,98 +818,8 @@ static void compensation_failed(mend_run *r, int i, const mend_error_info *info)
 
 /* ---------------------------------------------------------------- attempts in Lua */
 
-/* Calls into workflow code from C go through here: under `lim`, held to the memory limit,
- * protected. The hook watches E->L for the time of the call, so that the coroutines the code
- * makes on it are watched too. nargs arguments above the function; leaves nres results or the
- * error value. */
-static int guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres) {
-  mend_limits_watch(E->L);
-  mend_limits_enter(E->L, lim);
-  int limit_was = E->limit_memory;
-  E->limit_memory = 1;
-  int status = lua_pcall(E->L, nargs, nres, 0);
-  E->limit_memory = limit_was;
-  mend_limits_leave(E->L, lim);
-  mend_limits_unwatch(E->L);
-  return status;
-}
 
-static int push_tostring(lua_State *L) {
-  luaL_tolstring(L, 1, NULL);
-  return 1;
-}
-
-/* The text of an error value that workflow code raised or returned, into buf. Strings and
- * numbers are what they say; for anything else, a __tostring of its own gets a small budget
- * and no second chance: the engine never trusts what a workflow's metamethods do. */
-static const char *describe(mend_engine *E, lua_State *from, int idx, char *buf, size_t len) {
-  idx = lua_absindex(from, idx);
-  int t = lua_type(from, idx);
-  if (t == LUA_TSTRING || t == LUA_TNUMBER) {
-    snprintf(buf, len, "%s", lua_tostring(from, idx));
-    return buf;
-  }
-  snprintf(buf, len, "(error object is a %s value)", lua_typename(from, t));
-  if (!luaL_getmetafield(from, idx, "__tostring")) return buf;
-  lua_pop(from, 1);
-  lua_pushcfunction(E->L, push_tostring);
-  lua_pushvalue(from, idx);
-  lua_xmove(from, E->L, 1);
-  mend_limits lim;
-  mend_limits_init(&lim, "the error's __tostring", DESCRIBE_BUDGET, DESCRIBE_SECONDS);
-  if (guarded_pcall(E, &lim, 1, 1) == LUA_OK && lua_type(E->L, -1) == LUA_TSTRING)
-    snprintf(buf, len, "%s", lua_tostring(E->L, -1));
-  else if (lua_type(E->L, -1) == LUA_TSTRING)
-    snprintf(buf, len, "(error object whose __tostring failed: %s)", lua_tostring(E->L, -1));
-  else
-    snprintf(buf, len, "(error object whose __tostring failed)");
-  lua_pop(E->L, 1);
-  return buf;
-}
-
-
-static void end_attempt(mend_run *r) {
-  mend_engine *E = r->E;
-  /* Whatever the attempt still waits for is let go: its answer must not reach a later one. */
-  mend__abandon_exec(r);
-  mend__abandon_host_call(r);
-  mend_timer_disarm(&E->timers, &r->deadline);
-  if (r->wait_kind == WAIT_SLEEP) mend_timer_disarm(&E->timers, &r->wait);
-  r->wait_kind = WAIT_NONE;
-  r->waiting = 0;
-  if (!r->co) return;
-  E->attempts--;
-  /* A slot came free: the next attempt waiting for this breaker, else for the engine. */
-  mend_run *next = NULL;
-  if (r->held) {
-    r->held->in_flight--;
-    next = fifo_pop(&r->held->waiting);
-    r->held = NULL;
-  }
-  if (!next) next = fifo_pop(&E->throttled);
-  if (next) mend__queue(next, next->next_action);
-  /* Closing runs the __close handlers of the attempt's pending to-be-closed variables: under
-   * its limits, and not at all once a limit stopped it (Lua would run them unhooked). */
-  if (!r->limits.tripped && !mend_limits_stopped(E->L, r->co)) {
-    int limit_was = E->limit_memory;
-    E->limit_memory = 1;
-    mend_limits_enter(E->L, &r->limits);
-    mend_closethread(r->co, E->L);
-    mend_limits_leave(E->L, &r->limits);
-    E->limit_memory = limit_was;
-  }
-  lua_sethook(r->co, NULL, 0, 0);
-  lua_getfield(E->L, LUA_REGISTRYINDEX, THREADS_KEY);
-  lua_rawgeti(E->L, LUA_REGISTRYINDEX, r->co_ref);
-  lua_pushnil(E->L);
-  lua_rawset(E->L, -3);
-  lua_pop(E->L, 1);
-  luaL_unref(E->L, LUA_REGISTRYINDEX, r->co_ref);
-  r->co = NULL;
-  r->co_ref = LUA_NOREF;
-}
-
-static void attempt_done(mend_run *r, int ok, mend_error_info *info, const char *result_json) {
+void mend__attempt_done(mend_run *r, int ok, mend_error_info *info, const char *result_json) {
   int i = r->cur;
   int back = r->status == MEND_RUN_COMPENSATING;
   if (back) {
@@ -990,126 +831,7 @@ static void attempt_done(mend_run *r, int ok, mend_error_info *info, const char 
   }
 }
 
-/* Resumes the attempt's coroutine with nargs values on its stack and deals with the outcome. */
-void mend__resume(mend_run *r, int nargs) {
-  mend_engine *E = r->E;
-  lua_State *co = r->co;
-  int nres = 0;
-  r->waiting = 0;
-  E->limit_memory = 1;
-  mend_limits_enter(E->L, &r->limits);
-  int status = lua_resume(co, E->L, nargs, &nres);
-  mend_limits_leave(E->L, &r->limits);
-  E->limit_memory = 0;
-  if (status == LUA_YIELD && r->waiting) {
-    lua_pop(co, nres);
-    return;
-  }
-  mend_error_info info = {MEND_ERR_ERROR, NULL, -1, 0};
-  char *result = NULL;
-  char msg[600];
-  int ok = 0;
-  if (status == LUA_YIELD) {
-    info.message = "step yielded outside mend.sleep or mend.exec (coroutine.yield in a step?)";
-  } else if (status == LUA_OK) {
-    if (nres > 0 && mend_lua_read_error(co, -nres, &info)) {
-      /* returning a mend error counts as raising it */
-    } else {
-      char err[400];
-      if (nres == 0) lua_pushnil(co), nres = 1;
-      result = mend_json_encode(co, -nres, "result", err, sizeof err);
-      if (result) ok = 1;
-      else {
-        snprintf(msg, sizeof msg, "result is not JSON-compatible: %s", err);
-        info.message = msg;
-      }
-    }
-  } else {
-    int is_mend = mend_lua_read_error(co, -1, &info);
-    if (!is_mend) {
-      /* An unknown error: keep the message, put the traceback in the log. */
-      info.message = describe(E, co, -1, msg, sizeof msg);
-      luaL_traceback(E->L, co, msg, 0);
-      mend_engine_log_line(E, "error", r->id, mend__step_name(r, r->cur), r->steps[r->cur].attempts,
-                           "error", lua_tostring(E->L, -1));
-      lua_pop(E->L, 1);
-    } else {
-      snprintf(msg, sizeof msg, "%s", info.message ? info.message : "");
-      info.message = msg;
-    }
-  }
-  if (r->limits.tripped) {
-    /* Whatever the code did with the limit's error (caught it, raised another), this is why
-     * the attempt ended. */
-    ok = 0;
-    free(result);
-    result = NULL;
-    mend_limits_message(&r->limits, msg, sizeof msg);
-    info.message = msg;
-    info.retry_after = -1;
-    info.kind = r->limits.tripped == MEND_LIMIT_TIMEOUT ? MEND_ERR_TIMEOUT : MEND_ERR_ERROR;
-  }
-  if (status == LUA_ERRMEM && E->owned_state && E->cfg.memory_limit > 0) {
-    snprintf(msg, sizeof msg, "step exceeded the memory limit (%zu bytes)", E->cfg.memory_limit);
-    info.message = msg;
-    info.kind = MEND_ERR_ERROR;
-  }
-  end_attempt(r);
-  attempt_done(r, ok, &info, result);
-  free(result);
-}
-
-static void on_deadline(mend_timer *t) {
-  mend_run *r = (mend_run *)(void *)((char *)t - offsetof(mend_run, deadline));
-  if (!r->co) return;
-  end_attempt(r);   /* lets go of the child process or host call it waits for */
-  mend_error_info info = {MEND_ERR_TIMEOUT, "step exceeded its timeout", -1, 0};
-  attempt_done(r, 0, &info, NULL);
-}
-
-static void start_attempt(mend_run *r, int compensating) {
-  mend_engine *E = r->E;
-  lua_State *L = E->L;
-  int i = r->cur;
-  const mend_step_def *def = &r->wf->steps[i];
-  lua_State *co = lua_newthread(L);
-  r->co = co;
-  E->attempts++;
-  failpoint(compensating ? "compensate" : "execute");
-  lua_getfield(L, LUA_REGISTRYINDEX, THREADS_KEY);
-  lua_pushvalue(L, -2);
-  lua_pushlightuserdata(L, r);
-  lua_rawset(L, -3);
-  lua_pop(L, 1);
-  r->co_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  lua_rawgeti(co, LUA_REGISTRYINDEX, compensating ? def->compensate_ref : def->execute_ref);
-  push_ctx(r, i, compensating);
-  lua_xmove(L, co, 1);
-  if (compensating) {
-    char err[200];
-    const char *res = r->steps[i].result;
-    if (!res || mend_json_decode(co, res, strlen(res), err, sizeof err)) lua_pushnil(co);
-  } else {
-    mend_refs_push(&E->refs, co, r->input_ref);
-  }
-  mend_limits_init(&r->limits, "step", E->cfg.instruction_budget, def->timeout);
-  r->limits.timeout_typed = 1;
-  if (def->timeout > 0) mend__arm(r, &r->deadline, mend_engine_now(E) + def->timeout);
-  if (def->timeout > 0 || E->cfg.instruction_budget > 0) mend_limits_watch(co);
-  mend__resume(r, 2);
-}
-
 /* ---------------------------------------------------------------- waits from Lua */
-
-mend_run *mend_engine_current_run(lua_State *L) {
-  lua_getfield(L, LUA_REGISTRYINDEX, THREADS_KEY);
-  if (!lua_istable(L, -1)) { lua_pop(L, 1); return NULL; }
-  lua_pushthread(L);
-  lua_rawget(L, -2);
-  mend_run *r = lua_touserdata(L, -1);
-  lua_pop(L, 2);
-  return r && r->co == L ? r : NULL;
-}
 
 static void on_wait(mend_timer *t) {
   mend_run *r = (mend_run *)(void *)((char *)t - offsetof(mend_run, wait));
@@ -1141,31 +863,6 @@ static void on_wait(mend_timer *t) {
     case WAIT_NONE:
       break;
   }
-}
-
-/* The run whose attempt may wait here: L is its coroutine and can yield now. */
-mend_run *mend__waiting_run(lua_State *L, char *err, int errlen) {
-  mend_run *r = mend_engine_current_run(L);
-  if (!r) {
-    snprintf(err, (size_t)errlen, "must be called from a step's execute or compensate");
-    return NULL;
-  }
-  if (!lua_isyieldable(L)) {
-    snprintf(err, (size_t)errlen, "cannot wait here (inside a metamethod, an iterator of "
-             "string.gsub, a table.sort comparator, or another C function)");
-    return NULL;
-  }
-  return r;
-}
-
-int mend_engine_sleep(lua_State *L, double seconds, char *err, int errlen) {
-  mend_run *r = mend__waiting_run(L, err, errlen);
-  if (!r) return -1;
-  if (!(seconds >= 0)) seconds = 0;
-  r->waiting = 1;
-  r->wait_kind = WAIT_SLEEP;
-  mend__arm(r, &r->wait, mend_engine_now(r->E) + seconds);
-  return 0;
 }
 
 /* ---------------------------------------------------------------- ticking hosts */
@@ -1215,7 +912,7 @@ static void unthrottle(mend_run *r);
 static void run_free(mend_run *r) {
   mend_engine *E = r->E;
   unthrottle(r);
-  end_attempt(r);
+  mend__end_attempt(r);
   mend_timer_disarm(&E->timers, &r->wait);
   mend_refs_drop(&E->refs, E->L, r->input_ref);
   mend_refs_drop(&E->refs, E->L, r->results_ref);
@@ -1241,8 +938,8 @@ static void give_back(mend_run *r, int was_queued, int was_running) {
   if (i < 0 || i >= r->wf->nsteps) return;
   struct mend_breaker_slot *slot = r->wf->steps[i].slot;
   if (was_queued && (r->next_action == ACT_EXECUTE || r->next_action == ACT_COMPENSATE)) {
-    mend_run *next = fifo_pop(&slot->waiting);
-    if (!next) next = fifo_pop(&E->throttled);
+    mend_run *next = mend__fifo_pop(&slot->waiting);
+    if (!next) next = mend__fifo_pop(&E->throttled);
     if (next) mend__queue(next, next->next_action);
   }
   if (was_running && slot->b.state == MEND_BREAKER_HALF_OPEN) mend_breaker_release(&slot->b);
@@ -1285,7 +982,7 @@ static void do_action(mend_run *r) {
       }
       slot->in_flight++;
       r->held = slot;
-      start_attempt(r, a == ACT_COMPENSATE);
+      mend__start_attempt(r, a == ACT_COMPENSATE);
       break;
     }
     case ACT_FINISH:
@@ -1343,7 +1040,7 @@ static int end_batch(mend_engine *E) {
     if (lock_waiting(E)) return 0;   /* its timer kicks the next try */
     int rc = mend_store_commit(E->store);
     if (rc == MEND_STORE_BUSY) { lock_wait(E); return 0; }
-    if (rc) { store_failed(E); return -1; }
+    if (rc) { mend__store_failed(E); return -1; }
     checkpoint_if_grown(E);
     if (E->wal_catch_up && !E->checkpointing) {
       /* Only a short tail is copied here; a long one (the end of a burst) goes back to the
@@ -1352,7 +1049,7 @@ static int end_batch(mend_engine *E) {
         checkpoint_now(E);
       } else {
         int done = mend_store_checkpoint_catch_up(E->store);
-        if (done < 0) { store_failed(E); return -1; }
+        if (done < 0) { mend__store_failed(E); return -1; }
         if (done) E->wal_catch_up = 0;
       }
     }
@@ -1366,7 +1063,7 @@ static int end_batch(mend_engine *E) {
   json_array_clear(E->events);
   int rc = mend_store_hand_off(E->store);
   if (rc == MEND_STORE_BUSY) { lock_wait(E); return 0; }
-  if (rc) { store_failed(E); return -1; }
+  if (rc) { mend__store_failed(E); return -1; }
   if (mend_store_writer_busy(E->store)) uv_ref((uv_handle_t *)E->wakeup);
   else settle_writer(E);   /* nothing was written: durable at once */
   return 0;
@@ -1450,7 +1147,7 @@ static double lease_until(const mend_engine *E);
 static void renew_now(mend_engine *E) {
   if (E->broken || !E->in_flight) return;
   double until = lease_until(E);
-  if (mend_store_renew(E->store, E->owner, until)) { store_failed(E); return; }
+  if (mend_store_renew(E->store, E->owner, until)) { mend__store_failed(E); return; }
   E->fence_until = until;
   mend__kick(E);   /* committed by the next turn */
 }
@@ -1490,7 +1187,7 @@ static void check_fence(mend_engine *E) {
     json_t *held = mend_store_held(E->store);
     E->fence_recheck = !held && mend_store_locked(E->store);   /* again at the next turn */
     if (!held) {
-      store_failed(E);
+      mend__store_failed(E);
       if (lost.set.count && !E->broken) let_go(E, &lost.set, "another worker took this run"
                                                " while this one stalled past its lease: let go"
                                                " here, nothing more written");
@@ -1505,7 +1202,7 @@ static void check_fence(mend_engine *E) {
     for (mend_run *r = E->runs; r && !mine.oom; r = r->next) {
       if (!in_hand(r) || r->lost || mend_idset_has(&mine.set, r->id, strlen(r->id))) continue;
       add_id(&lost, r->id);
-      if (mend_store_add_lost(E->store, r->id)) store_failed(E);
+      if (mend_store_add_lost(E->store, r->id)) mend__store_failed(E);
     }
     mend_idset_clear(&mine.set);
     if (!mine.oom) mend_store_fence_verified(E->store);   /* else the store keeps looking up */
@@ -1635,7 +1332,7 @@ static mend_run *run_new(mend_engine *E, mend_workflow *wf, const char *id) {
     st->key_ready = wf->steps[i].key_ref == LUA_NOREF;
   }
   mend_timer_init(&r->wait, on_wait);
-  mend_timer_init(&r->deadline, on_deadline);
+  mend_timer_init(&r->deadline, mend__on_deadline);
   r->ref_shard = mend_refs_shard(&E->refs, E->L);
   lua_newtable(E->L);
   r->results_ref = mend_refs_put(&E->refs, E->L, r->ref_shard);
@@ -1690,7 +1387,7 @@ static int start_value(mend_engine *E, lua_State *L, const char *workflow, int i
     snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store));
     free(input_json);
     json_decref(input_doc);
-    store_failed(E);
+    mend__store_failed(E);
     return -1;
   }
   if (ins == 1) {
@@ -1894,7 +1591,7 @@ static int restore(mend_engine *E, const char *id) {
   mend_run *r = rebuild(E, id, why, sizeof why);
   if (!r) {
     mend_engine_log_line(E, "error", id, NULL, 0, "recover", why);
-    if (mend_store_release(E->store, id, E->owner)) store_failed(E);
+    if (mend_store_release(E->store, id, E->owner)) mend__store_failed(E);
     return -1;
   }
   history(r, NULL, "recovered", NULL, mend_run_status_name(r->status), 0, NULL, -1, E->owner);
@@ -1915,7 +1612,7 @@ static int release_dead_local_owners(mend_engine *E) {
   json_t *owners = mend_store_lease_holders(E->store, now);
   double took = mend_real_now() - now;
   E->next_dead_check = now + (took * 20 > 1.0 ? took * 20 : 1.0);
-  if (!owners) { store_failed(E); return 0; }
+  if (!owners) { mend__store_failed(E); return 0; }
   const char *mine_host_end = strchr(E->owner, ':');
   size_t host_len = mine_host_end ? (size_t)(mine_host_end - E->owner) : 0;
   size_t i;
@@ -1926,7 +1623,7 @@ static int release_dead_local_owners(mend_engine *E) {
       continue;
     long pid = strtol(owner + host_len + 1, NULL, 10);
     if (pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH) {
-      if (mend_store_release_owner(E->store, owner)) { store_failed(E); break; }
+      if (mend_store_release_owner(E->store, owner)) { mend__store_failed(E); break; }
       mend_engine_log_line(E, "info", NULL, NULL, 0, "recover", owner);
       released++;
     }
@@ -1953,14 +1650,14 @@ static int claim_and_restore(mend_engine *E, int limit, int how) {
     json_decref(more);
     if (!more) { json_decref(ids); ids = NULL; }
   }
-  if (!ids) { store_failed(E); return 0; }
+  if (!ids) { mend__store_failed(E); return 0; }
   size_t i;
   json_t *id;
   int n = 0;
   /* The claim is durable before any of these runs acts: each is queued behind the batch that
    * holds it. With nothing claimed the write lock must not wait for a turn: commit now. */
   if (json_array_size(ids) == 0) {
-    if (mend_store_commit(E->store)) store_failed(E);
+    if (mend_store_commit(E->store)) mend__store_failed(E);
     json_decref(ids);
     return 0;
   }
@@ -2135,8 +1832,8 @@ int mend_engine_serve(mend_engine *E, double poll_seconds, int max_in_flight) {
   /* Give back every run still held so that another worker can take it at once. */
   if (!E->broken) {
     for (mend_run *r = E->runs; r; r = r->next)
-      if (mend_store_release(E->store, r->id, E->owner)) { store_failed(E); break; }
-    if (!E->broken && mend_store_commit(E->store)) store_failed(E);
+      if (mend_store_release(E->store, r->id, E->owner)) { mend__store_failed(E); break; }
+    if (!E->broken && mend_store_commit(E->store)) mend__store_failed(E);
   }
   uv_close((uv_handle_t *)E->poll_timer, close_and_free);
   E->poll_timer = NULL;
@@ -2159,7 +1856,7 @@ static mend_run *find_run(mend_engine *E, const char *id) {
 /* The time for a row of a run this engine does not hold: now, or its last row's if later. */
 static double entry_time(mend_engine *E, const char *id) {
   double now = mend_engine_now(E), last = -1;
-  if (mend_store_last_history(E->store, id, &last) < 0) store_failed(E);
+  if (mend_store_last_history(E->store, id, &last) < 0) mend__store_failed(E);
   return last > now ? last : now;
 }
 
@@ -2170,7 +1867,7 @@ static void operator_entry(mend_engine *E, mend_run *r, const char *id, const ch
   snprintf(detail, sizeof detail, "%s by %s%s%s", op, who ? who : "?", note ? ": " : "", note ? note : "");
   mend_history_rec h = {id, NULL, r ? history_time(r) : entry_time(E, id), "operator", NULL, NULL,
                         0, NULL, -1, detail, r ? ++r->history_seq : 0};
-  if (mend_store_append_history(E->store, &h)) store_failed(E);
+  if (mend_store_append_history(E->store, &h)) mend__store_failed(E);
   mend_engine_log_line(E, "info", id, NULL, 0, "operator", detail);
 }
 
@@ -2225,7 +1922,7 @@ static mend_run *take_over(mend_engine *E, const char *id, char *err, int errlen
   mend_run *r = rebuild(E, id, err, errlen);
   if (!r) return NULL;
   find_current_step(r);   /* a cancel acts on it */
-  if (mend_store_take(E->store, id, E->owner, lease_until(E))) store_failed(E);
+  if (mend_store_take(E->store, id, E->owner, lease_until(E))) mend__store_failed(E);
   return r;
 }
 
@@ -2253,7 +1950,7 @@ static int cancel_now(mend_run *r, const char *who, char *err, int errlen) {
   step_rt *st = i < r->wf->nsteps ? &r->steps[i] : NULL;
   int was_running = r->co != NULL || (st && st->status == MEND_STEP_RUNNING);
   give_back(r, r->queued, was_running);
-  end_attempt(r);
+  mend__end_attempt(r);
   mend_timer_disarm(&E->timers, &r->wait);
   r->wait_kind = WAIT_NONE;
   operator_entry(E, r, r->id, "cancel", who, NULL);
@@ -2261,7 +1958,7 @@ static int cancel_now(mend_run *r, const char *who, char *err, int errlen) {
   snprintf(msg, sizeof msg, "cancelled by %s", who ? who : "?");
   if (st && st->status == MEND_STEP_RUNNING) step_to(r, i, MEND_STEP_FAILED, msg, -1, NULL);
   else if (st && st->status != MEND_STEP_PENDING) step_to(r, i, MEND_STEP_PENDING, NULL, -1, NULL);
-  set_str(&r->error, msg);
+  mend__set_str(&r->error, msg);
   r->reason = "cancelled";
   r->fail_step = i;
   int anything = 0;
@@ -2292,7 +1989,7 @@ int mend_engine_cancel_run(mend_engine *E, const char *id, const char *who, char
   if (!r) {
     /* Held by a live worker, which cancels at its next poll; or not to be rebuilt here (its
      * workflow is not loaded): whoever takes it next cancels it (carry_on). */
-    if (mend_store_request_cancel(E->store, id)) store_failed(E);
+    if (mend_store_request_cancel(E->store, id)) mend__store_failed(E);
     mend_store_repairing(E->store, 1);   /* a note in its history, not a transition */
     operator_entry(E, NULL, id, "cancel requested", who, live ? NULL : why);
     mend_store_repairing(E->store, 0);
@@ -2340,7 +2037,7 @@ int mend_engine_dlq_retry(mend_engine *E, const char *id, const char *who, char 
     return mend_errorf(err, errlen, "run %s: no step is %s", id, comp ? "compensation_failed" : "failed");
   }
   operator_entry(E, r, id, "dlq retry", who, NULL);
-  if (mend_store_dlq_remove(E->store, id)) store_failed(E);
+  if (mend_store_dlq_remove(E->store, id)) mend__store_failed(E);
   if (comp) {
     r->steps[i].comp_attempts = 0;   /* fresh attempts */
     r->steps[i].last_delay = -1;
@@ -2349,10 +2046,10 @@ int mend_engine_dlq_retry(mend_engine *E, const char *id, const char *who, char 
     r->steps[i].attempts = 0;
     r->steps[i].last_delay = -1;
     r->steps[i].compensate_self = 0;
-    set_str(&r->steps[i].error, NULL);
+    mend__set_str(&r->steps[i].error, NULL);
     step_to(r, i, MEND_STEP_PENDING, NULL, -1, "retried from the dead-letter queue");
     r->reason = NULL;
-    set_str(&r->error, NULL);
+    mend__set_str(&r->error, NULL);
     r->fail_step = -1;
     run_to(r, MEND_RUN_RUNNING);
   }
@@ -2373,13 +2070,13 @@ int mend_engine_resolve(mend_engine *E, const char *id, const char *who, const c
   const char *error = row ? json_string_value(json_object_get(row, "error")) : NULL;
   int attention = row ? json_is_true(json_object_get(row, "attention")) : 0;
   mend_store_repairing(E->store, 1);   /* a dead letter is nobody's: no lease to fence */
-  if (mend_store_update_run(E->store, id, "resolved", error, attention, now, reason)) store_failed(E);
+  if (mend_store_update_run(E->store, id, "resolved", error, attention, now, reason)) mend__store_failed(E);
   json_decref(row);
   mend_history_rec h = {id, NULL, now, "run", "needs_attention", "resolved", 0, NULL, -1, note, 0};
-  if (mend_store_append_history(E->store, &h)) store_failed(E);
+  if (mend_store_append_history(E->store, &h)) mend__store_failed(E);
   operator_entry(E, NULL, id, "dlq resolve", who, note);
   mend_store_repairing(E->store, 0);
-  if (mend_store_dlq_remove(E->store, id)) store_failed(E);
+  if (mend_store_dlq_remove(E->store, id)) mend__store_failed(E);
   if (commit_now(E)) return mend_errorf(err, errlen, "%s", E->errmsg);
   return 0;
 }
@@ -2407,10 +2104,10 @@ int mend_engine_breaker_set(mend_engine *E, const char *key, const char *op, dou
     return mend_errorf(err, errlen, "breaker operation must be reset, open or close, got %s", op);
   }
   if (s) s->b = b;
-  if (mend_store_put_breaker(E->store, key, &b, now)) store_failed(E);
+  if (mend_store_put_breaker(E->store, key, &b, now)) mend__store_failed(E);
   char detail[200];
   snprintf(detail, sizeof detail, "%s -> %s", mend_breaker_state_name(before), mend_breaker_state_name(b.state));
-  if (mend_store_audit(E->store, now, who, op, key, detail)) store_failed(E);
+  if (mend_store_audit(E->store, now, who, op, key, detail)) mend__store_failed(E);
   if (commit_now(E)) return mend_errorf(err, errlen, "%s", E->errmsg);
   return 0;
 }
@@ -2428,7 +2125,7 @@ static void reload_breakers(mend_engine *E) {
 
 static void take_cancel_requests(mend_engine *E) {
   json_t *ids = mend_store_cancel_requests(E->store, E->owner);
-  if (!ids) { store_failed(E); return; }
+  if (!ids) { mend__store_failed(E); return; }
   size_t i;
   json_t *id;
   json_array_foreach(ids, i, id) {
@@ -2471,7 +2168,7 @@ static mend_workflow *load_text(mend_engine *E, const char *text, size_t len, co
   if (status == LUA_OK) {
     mend_limits lim;
     mend_limits_init(&lim, "workflow file", E->cfg.instruction_budget, CALL_SECONDS);
-    status = guarded_pcall(E, &lim, 0, 1);
+    status = mend__guarded_pcall(E, &lim, 0, 1);
     if (status != LUA_OK && lim.tripped) {
       char why[200];
       mend_errorf(err, errlen, "%s: %s while it loaded", path, mend_limits_message(&lim, why, sizeof why));
@@ -2485,7 +2182,7 @@ static mend_workflow *load_text(mend_engine *E, const char *text, size_t len, co
       mend_errorf(err, errlen, "%s: exceeded the memory limit (%zu bytes) while it loaded", path,
                   E->cfg.memory_limit);
     else   /* Lua's message already starts with the file name and line */
-      mend_errorf(err, errlen, "%s", describe(E, L, -1, text_of, sizeof text_of));
+      mend_errorf(err, errlen, "%s", mend__describe(E, L, -1, text_of, sizeof text_of));
     lua_settop(L, top);
     return NULL;
   }
@@ -2559,70 +2256,6 @@ mend_workflow *mend_engine_workflow(mend_engine *E, const char *name) {
 }
 
 /* ---------------------------------------------------------------- life */
-
-static int ctx_log(lua_State *L) {
-  mend_engine *E = lua_touserdata(L, lua_upvalueindex(1));
-  luaL_checktype(L, 1, LUA_TTABLE);
-  int n = lua_gettop(L);
-  luaL_Buffer b;
-  /* ctx:log("charged %s", id) formats; ctx:log(a, b) joins like print. */
-  if (n >= 2 && lua_type(L, 2) == LUA_TSTRING && strchr(lua_tostring(L, 2), '%')) {
-    lua_getglobal(L, "string");
-    lua_getfield(L, -1, "format");
-    for (int k = 2; k <= n; k++) lua_pushvalue(L, k);
-    lua_call(L, n - 1, 1);
-  } else {
-    luaL_buffinit(L, &b);
-    for (int k = 2; k <= n; k++) {
-      if (k > 2) luaL_addchar(&b, ' ');
-      luaL_tolstring(L, k, NULL);
-      luaL_addvalue(&b);
-    }
-    luaL_pushresult(&b);
-  }
-  const char *msg = lua_tostring(L, -1);
-  lua_getfield(L, 1, "run_id");
-  lua_getfield(L, 1, "step");
-  lua_getfield(L, 1, "attempt");
-  const char *run = lua_tostring(L, -3), *step = lua_tostring(L, -2);
-  int attempt = (int)lua_tointeger(L, -1);
-  mend_engine_log_line(E, "info", run, step, attempt, "log", msg);
-  if (run) {
-    mend_run *r = mend_engine_current_run(L);
-    mend_history_rec h = {run, step, mend_engine_now(E), "log", NULL, NULL, attempt, NULL, -1, msg,
-                          r && strcmp(r->id, run) == 0 ? ++r->history_seq : 0};
-    if (mend_store_append_history(E->store, &h)) store_failed(E);
-  }
-  return 0;
-}
-
-static int ctx_now(lua_State *L) {
-  mend_engine *E = lua_touserdata(L, lua_upvalueindex(1));
-  lua_pushnumber(L, mend_engine_now(E));
-  return 1;
-}
-
-static int ctx_sleep(lua_State *L) {
-  char err[200];
-  double s = luaL_checknumber(L, 2);
-  if (mend_engine_sleep(L, s, err, sizeof err)) return luaL_error(L, "ctx:sleep: %s", err);
-  return lua_yield(L, 0);
-}
-
-static void make_ctx_metatable(mend_engine *E) {
-  lua_State *L = E->L;
-  static const luaL_Reg methods[] = {{"log", ctx_log}, {"now", ctx_now}, {"sleep", ctx_sleep}, {NULL, NULL}};
-  lua_createtable(L, 0, 2);
-  lua_createtable(L, 0, 4);
-  lua_pushlightuserdata(L, E);
-  luaL_setfuncs(L, methods, 1);
-  lua_pushboolean(L, 0);
-  lua_setfield(L, -2, "compensating");   /* what ctx.compensating reads outside compensate */
-  lua_setfield(L, -2, "__index");
-  lua_pushliteral(L, "ctx");
-  lua_setfield(L, -2, "__metatable");   /* every run's ctx shares it: not workflow code's to change */
-  E->ctx_mt_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-}
 
 /* The allocator of an engine's own Lua state: step code is held to cfg.memory_limit, the
  * engine's own bookkeeping is not (running out there would abort the host). */
@@ -2717,7 +2350,7 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
   if (!cfg->has_seed && getrandom(&seed, sizeof seed, 0) != sizeof seed) seed = (uint64_t)mend_real_now();
   mend_rng_seed(&E->rng, seed);
   E->alerts = json_array();
-  make_ctx_metatable(E);
+  mend__make_ctx_metatable(E);
   E->lease_seconds = cfg->lease_seconds > 0 ? cfg->lease_seconds : 30;
   if (E->cfg.grace_seconds <= 0) E->cfg.grace_seconds = 10;
   char hostname[64] = "host";
@@ -2755,7 +2388,7 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
     return NULL;
   }
 #ifdef MEND_FAILPOINTS
-  mend_store_set_commit_hook(E->store, failpoint);
+  mend_store_set_commit_hook(E->store, mend__failpoint);
 #endif
   /* Statements and commits on a thread of their own, while the loop goes on with the next
    * batch: for an engine on its own loop with a real clock and a file (a virtual clock wants
@@ -2806,7 +2439,7 @@ void mend_engine_destroy(mend_engine *E) {
    * another engine can take them at once. */
   if (E->store && !E->broken)
     for (mend_run *r = E->runs; r; r = r->next)
-      if (mend_store_release(E->store, r->id, E->owner)) { store_failed(E); break; }
+      if (mend_store_release(E->store, r->id, E->owner)) { mend__store_failed(E); break; }
   while (E->runs) run_free(E->runs);
   if (E->store && !E->broken) mend_store_commit(E->store);
   mend_store_close(E->store);

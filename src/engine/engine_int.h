@@ -15,6 +15,7 @@
 #include "breaker.h"
 #include "engine.h"
 #include "guard.h"
+#include "lmend.h"
 #include "refs.h"
 #include "timers.h"
 #include "transition.h"
@@ -208,6 +209,20 @@ mend_engine *mend__child_unlink(child *c);
 void mend__resume(mend_run *r, int nargs);
 mend_run *mend__waiting_run(lua_State *L, char *err, int errlen);
 const char *mend__step_name(mend_run *r, int i);
+void mend__attempt_done(mend_run *r, int ok, mend_error_info *info, const char *result_json);
+void mend__failpoint(const char *name);
+mend_run *mend__fifo_pop(run_fifo *f);
+void mend__store_failed(mend_engine *E);
+void mend__set_str(char **slot, const char *s);
+void mend__on_deadline(mend_timer *t);
+
+/* ---- attempt.c: attempts as coroutines, and every call into workflow code */
+int mend__guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres);
+const char *mend__describe(mend_engine *E, lua_State *from, int idx, char *buf, size_t len);
+void mend__start_attempt(mend_run *r, int compensating);
+void mend__end_attempt(mend_run *r);
+int mend__ensure_key(mend_run *r, int i);
+void mend__make_ctx_metatable(mend_engine *E);
 
 /* ---- exec.c: mend.exec's child processes */
 void mend__abandon_exec(mend_run *r);

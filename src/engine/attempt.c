@@ -1,0 +1,387 @@
+/*
+ * attempt: an attempt of a step as a coroutine of the engine's Lua state. Owns its start
+ * (the ctx a step sees, its idempotency key), its resumptions under its limits (budget,
+ * deadline, memory), what its end means as an outcome for the saga, and the safe text of
+ * what workflow code raised. Also the waits a step makes from Lua (mend.sleep, ctx:sleep) and
+ * every other call from C into workflow code (guarded_pcall). Must never: call workflow code
+ * unprotected or outside its limits; run a __close handler of an attempt a limit stopped.
+ */
+#include "engine_int.h"
+
+#include <lauxlib.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json.h"
+#include "lmend.h"
+#include "log.h"
+#include "util.h"
+
+/* A step's default idempotency key, run_id/step. */
+static void push_default_key(lua_State *L, const char *run_id, const char *step) {
+  char buf[256];
+  size_t a = strlen(run_id), b = strlen(step);
+  if (a + 1 + b > sizeof buf) {
+    lua_pushfstring(L, "%s/%s", run_id, step);
+    return;
+  }
+  memcpy(buf, run_id, a);
+  buf[a] = '/';
+  memcpy(buf + a + 1, step, b);
+  lua_pushlstring(L, buf, a + 1 + b);
+}
+
+/* Pushes a new ctx table for step i. [-0, +1, m]
+ * One ctx an attempt: a third of the loop thread's work in W1 (7.4k instructions), most of it
+ * the table's slots and the garbage they make. Seven fields fill a table of eight slots, where
+ * eight took sixteen: `compensating` is set only when true, and reads false through the
+ * metatable otherwise (make_ctx_metatable); names come from references made at registration,
+ * the key from one copy instead of lua_pushfstring's pieces. */
+static void push_ctx(mend_run *r, int i, int compensating) {
+  lua_State *L = r->E->L;
+  step_rt *st = &r->steps[i];
+  const mend_step_def *def = &r->wf->steps[i];
+  lua_createtable(L, 0, 8);
+  lua_pushstring(L, r->id); lua_setfield(L, -2, "run_id");
+  lua_rawgeti(L, LUA_REGISTRYINDEX, r->wf->name_ref); lua_setfield(L, -2, "workflow");
+  lua_rawgeti(L, LUA_REGISTRYINDEX, def->name_ref); lua_setfield(L, -2, "step");
+  lua_pushinteger(L, compensating ? st->comp_attempts : st->attempts); lua_setfield(L, -2, "attempt");
+  if (st->custom_key) lua_pushstring(L, st->idem_key);
+  else push_default_key(L, r->id, def->name);
+  lua_setfield(L, -2, "idempotency_key");
+  mend_refs_push(&r->E->refs, L, r->input_ref); lua_setfield(L, -2, "input");
+  mend_refs_push(&r->E->refs, L, r->results_ref); lua_setfield(L, -2, "results");
+  if (compensating) {
+    lua_pushboolean(L, 1);
+    lua_setfield(L, -2, "compensating");
+  }
+  lua_rawgeti(L, LUA_REGISTRYINDEX, r->E->ctx_mt_ref);
+  lua_setmetatable(L, -2);
+}
+
+/* A step's own idempotency_key(ctx) is asked once; its answer is stored with the step. */
+int mend__ensure_key(mend_run *r, int i) {
+  step_rt *st = &r->steps[i];
+  const mend_step_def *def = &r->wf->steps[i];
+  if (st->key_ready || def->key_ref == LUA_NOREF) return 0;
+  mend_engine *E = r->E;
+  lua_State *L = E->L;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, def->key_ref);
+  push_ctx(r, i, 0);
+  mend_limits lim;
+  mend_limits_init(&lim, "idempotency_key", E->cfg.instruction_budget, CALL_SECONDS);
+  int status = mend__guarded_pcall(E, &lim, 1, 1);
+  if (status != LUA_OK || !lua_isstring(L, -1)) {
+    char msg[400], text[300];
+    snprintf(msg, sizeof msg, "idempotency_key: %s",
+             status != LUA_OK ? mend__describe(E, L, -1, text, sizeof text) : "must return a string");
+    lua_pop(L, 1);
+    mend__set_str(&st->error, msg);
+    return -1;
+  }
+  mend__set_str(&st->idem_key, lua_tostring(L, -1));
+  lua_pop(L, 1);
+  st->custom_key = 1;
+  st->key_ready = 1;
+  return 0;
+}
+
+/* Calls into workflow code from C go through here: under `lim`, held to the memory limit,
+ * protected. The hook watches E->L for the time of the call, so that the coroutines the code
+ * makes on it are watched too. nargs arguments above the function; leaves nres results or the
+ * error value. */
+int mend__guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres) {
+  mend_limits_watch(E->L);
+  mend_limits_enter(E->L, lim);
+  int limit_was = E->limit_memory;
+  E->limit_memory = 1;
+  int status = lua_pcall(E->L, nargs, nres, 0);
+  E->limit_memory = limit_was;
+  mend_limits_leave(E->L, lim);
+  mend_limits_unwatch(E->L);
+  return status;
+}
+
+static int push_tostring(lua_State *L) {
+  luaL_tolstring(L, 1, NULL);
+  return 1;
+}
+
+/* The text of an error value that workflow code raised or returned, into buf. Strings and
+ * numbers are what they say; for anything else, a __tostring of its own gets a small budget
+ * and no second chance: the engine never trusts what a workflow's metamethods do. */
+const char *mend__describe(mend_engine *E, lua_State *from, int idx, char *buf, size_t len) {
+  idx = lua_absindex(from, idx);
+  int t = lua_type(from, idx);
+  if (t == LUA_TSTRING || t == LUA_TNUMBER) {
+    snprintf(buf, len, "%s", lua_tostring(from, idx));
+    return buf;
+  }
+  snprintf(buf, len, "(error object is a %s value)", lua_typename(from, t));
+  if (!luaL_getmetafield(from, idx, "__tostring")) return buf;
+  lua_pop(from, 1);
+  lua_pushcfunction(E->L, push_tostring);
+  lua_pushvalue(from, idx);
+  lua_xmove(from, E->L, 1);
+  mend_limits lim;
+  mend_limits_init(&lim, "the error's __tostring", DESCRIBE_BUDGET, DESCRIBE_SECONDS);
+  if (mend__guarded_pcall(E, &lim, 1, 1) == LUA_OK && lua_type(E->L, -1) == LUA_TSTRING)
+    snprintf(buf, len, "%s", lua_tostring(E->L, -1));
+  else if (lua_type(E->L, -1) == LUA_TSTRING)
+    snprintf(buf, len, "(error object whose __tostring failed: %s)", lua_tostring(E->L, -1));
+  else
+    snprintf(buf, len, "(error object whose __tostring failed)");
+  lua_pop(E->L, 1);
+  return buf;
+}
+
+void mend__end_attempt(mend_run *r) {
+  mend_engine *E = r->E;
+  /* Whatever the attempt still waits for is let go: its answer must not reach a later one. */
+  mend__abandon_exec(r);
+  mend__abandon_host_call(r);
+  mend_timer_disarm(&E->timers, &r->deadline);
+  if (r->wait_kind == WAIT_SLEEP) mend_timer_disarm(&E->timers, &r->wait);
+  r->wait_kind = WAIT_NONE;
+  r->waiting = 0;
+  if (!r->co) return;
+  E->attempts--;
+  /* A slot came free: the next attempt waiting for this breaker, else for the engine. */
+  mend_run *next = NULL;
+  if (r->held) {
+    r->held->in_flight--;
+    next = mend__fifo_pop(&r->held->waiting);
+    r->held = NULL;
+  }
+  if (!next) next = mend__fifo_pop(&E->throttled);
+  if (next) mend__queue(next, next->next_action);
+  /* Closing runs the __close handlers of the attempt's pending to-be-closed variables: under
+   * its limits, and not at all once a limit stopped it (Lua would run them unhooked). */
+  if (!r->limits.tripped && !mend_limits_stopped(E->L, r->co)) {
+    int limit_was = E->limit_memory;
+    E->limit_memory = 1;
+    mend_limits_enter(E->L, &r->limits);
+    mend_closethread(r->co, E->L);
+    mend_limits_leave(E->L, &r->limits);
+    E->limit_memory = limit_was;
+  }
+  lua_sethook(r->co, NULL, 0, 0);
+  lua_getfield(E->L, LUA_REGISTRYINDEX, THREADS_KEY);
+  lua_rawgeti(E->L, LUA_REGISTRYINDEX, r->co_ref);
+  lua_pushnil(E->L);
+  lua_rawset(E->L, -3);
+  lua_pop(E->L, 1);
+  luaL_unref(E->L, LUA_REGISTRYINDEX, r->co_ref);
+  r->co = NULL;
+  r->co_ref = LUA_NOREF;
+}
+
+/* Resumes the attempt's coroutine with nargs values on its stack and deals with the outcome. */
+void mend__resume(mend_run *r, int nargs) {
+  mend_engine *E = r->E;
+  lua_State *co = r->co;
+  int nres = 0;
+  r->waiting = 0;
+  E->limit_memory = 1;
+  mend_limits_enter(E->L, &r->limits);
+  int status = lua_resume(co, E->L, nargs, &nres);
+  mend_limits_leave(E->L, &r->limits);
+  E->limit_memory = 0;
+  if (status == LUA_YIELD && r->waiting) {
+    lua_pop(co, nres);
+    return;
+  }
+  mend_error_info info = {MEND_ERR_ERROR, NULL, -1, 0};
+  char *result = NULL;
+  char msg[600];
+  int ok = 0;
+  if (status == LUA_YIELD) {
+    info.message = "step yielded outside mend.sleep or mend.exec (coroutine.yield in a step?)";
+  } else if (status == LUA_OK) {
+    if (nres > 0 && mend_lua_read_error(co, -nres, &info)) {
+      /* returning a mend error counts as raising it */
+    } else {
+      char err[400];
+      if (nres == 0) lua_pushnil(co), nres = 1;
+      result = mend_json_encode(co, -nres, "result", err, sizeof err);
+      if (result) ok = 1;
+      else {
+        snprintf(msg, sizeof msg, "result is not JSON-compatible: %s", err);
+        info.message = msg;
+      }
+    }
+  } else {
+    int is_mend = mend_lua_read_error(co, -1, &info);
+    if (!is_mend) {
+      /* An unknown error: keep the message, put the traceback in the log. */
+      info.message = mend__describe(E, co, -1, msg, sizeof msg);
+      luaL_traceback(E->L, co, msg, 0);
+      mend_engine_log_line(E, "error", r->id, mend__step_name(r, r->cur), r->steps[r->cur].attempts,
+                           "error", lua_tostring(E->L, -1));
+      lua_pop(E->L, 1);
+    } else {
+      snprintf(msg, sizeof msg, "%s", info.message ? info.message : "");
+      info.message = msg;
+    }
+  }
+  if (r->limits.tripped) {
+    /* Whatever the code did with the limit's error (caught it, raised another), this is why
+     * the attempt ended. */
+    ok = 0;
+    free(result);
+    result = NULL;
+    mend_limits_message(&r->limits, msg, sizeof msg);
+    info.message = msg;
+    info.retry_after = -1;
+    info.kind = r->limits.tripped == MEND_LIMIT_TIMEOUT ? MEND_ERR_TIMEOUT : MEND_ERR_ERROR;
+  }
+  if (status == LUA_ERRMEM && E->owned_state && E->cfg.memory_limit > 0) {
+    snprintf(msg, sizeof msg, "step exceeded the memory limit (%zu bytes)", E->cfg.memory_limit);
+    info.message = msg;
+    info.kind = MEND_ERR_ERROR;
+  }
+  mend__end_attempt(r);
+  mend__attempt_done(r, ok, &info, result);
+  free(result);
+}
+
+void mend__on_deadline(mend_timer *t) {
+  mend_run *r = (mend_run *)(void *)((char *)t - offsetof(mend_run, deadline));
+  if (!r->co) return;
+  mend__end_attempt(r);   /* lets go of the child process or host call it waits for */
+  mend_error_info info = {MEND_ERR_TIMEOUT, "step exceeded its timeout", -1, 0};
+  mend__attempt_done(r, 0, &info, NULL);
+}
+
+void mend__start_attempt(mend_run *r, int compensating) {
+  mend_engine *E = r->E;
+  lua_State *L = E->L;
+  int i = r->cur;
+  const mend_step_def *def = &r->wf->steps[i];
+  lua_State *co = lua_newthread(L);
+  r->co = co;
+  E->attempts++;
+  mend__failpoint(compensating ? "compensate" : "execute");
+  lua_getfield(L, LUA_REGISTRYINDEX, THREADS_KEY);
+  lua_pushvalue(L, -2);
+  lua_pushlightuserdata(L, r);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+  r->co_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_rawgeti(co, LUA_REGISTRYINDEX, compensating ? def->compensate_ref : def->execute_ref);
+  push_ctx(r, i, compensating);
+  lua_xmove(L, co, 1);
+  if (compensating) {
+    char err[200];
+    const char *res = r->steps[i].result;
+    if (!res || mend_json_decode(co, res, strlen(res), err, sizeof err)) lua_pushnil(co);
+  } else {
+    mend_refs_push(&E->refs, co, r->input_ref);
+  }
+  mend_limits_init(&r->limits, "step", E->cfg.instruction_budget, def->timeout);
+  r->limits.timeout_typed = 1;
+  if (def->timeout > 0) mend__arm(r, &r->deadline, mend_engine_now(E) + def->timeout);
+  if (def->timeout > 0 || E->cfg.instruction_budget > 0) mend_limits_watch(co);
+  mend__resume(r, 2);
+}
+
+mend_run *mend_engine_current_run(lua_State *L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, THREADS_KEY);
+  if (!lua_istable(L, -1)) { lua_pop(L, 1); return NULL; }
+  lua_pushthread(L);
+  lua_rawget(L, -2);
+  mend_run *r = lua_touserdata(L, -1);
+  lua_pop(L, 2);
+  return r && r->co == L ? r : NULL;
+}
+
+/* The run whose attempt may wait here: L is its coroutine and can yield now. */
+mend_run *mend__waiting_run(lua_State *L, char *err, int errlen) {
+  mend_run *r = mend_engine_current_run(L);
+  if (!r) {
+    snprintf(err, (size_t)errlen, "must be called from a step's execute or compensate");
+    return NULL;
+  }
+  if (!lua_isyieldable(L)) {
+    snprintf(err, (size_t)errlen, "cannot wait here (inside a metamethod, an iterator of "
+             "string.gsub, a table.sort comparator, or another C function)");
+    return NULL;
+  }
+  return r;
+}
+
+int mend_engine_sleep(lua_State *L, double seconds, char *err, int errlen) {
+  mend_run *r = mend__waiting_run(L, err, errlen);
+  if (!r) return -1;
+  if (!(seconds >= 0)) seconds = 0;
+  r->waiting = 1;
+  r->wait_kind = WAIT_SLEEP;
+  mend__arm(r, &r->wait, mend_engine_now(r->E) + seconds);
+  return 0;
+}
+
+static int ctx_log(lua_State *L) {
+  mend_engine *E = lua_touserdata(L, lua_upvalueindex(1));
+  luaL_checktype(L, 1, LUA_TTABLE);
+  int n = lua_gettop(L);
+  luaL_Buffer b;
+  /* ctx:log("charged %s", id) formats; ctx:log(a, b) joins like print. */
+  if (n >= 2 && lua_type(L, 2) == LUA_TSTRING && strchr(lua_tostring(L, 2), '%')) {
+    lua_getglobal(L, "string");
+    lua_getfield(L, -1, "format");
+    for (int k = 2; k <= n; k++) lua_pushvalue(L, k);
+    lua_call(L, n - 1, 1);
+  } else {
+    luaL_buffinit(L, &b);
+    for (int k = 2; k <= n; k++) {
+      if (k > 2) luaL_addchar(&b, ' ');
+      luaL_tolstring(L, k, NULL);
+      luaL_addvalue(&b);
+    }
+    luaL_pushresult(&b);
+  }
+  const char *msg = lua_tostring(L, -1);
+  lua_getfield(L, 1, "run_id");
+  lua_getfield(L, 1, "step");
+  lua_getfield(L, 1, "attempt");
+  const char *run = lua_tostring(L, -3), *step = lua_tostring(L, -2);
+  int attempt = (int)lua_tointeger(L, -1);
+  mend_engine_log_line(E, "info", run, step, attempt, "log", msg);
+  if (run) {
+    mend_run *r = mend_engine_current_run(L);
+    mend_history_rec h = {run, step, mend_engine_now(E), "log", NULL, NULL, attempt, NULL, -1, msg,
+                          r && strcmp(r->id, run) == 0 ? ++r->history_seq : 0};
+    if (mend_store_append_history(E->store, &h)) mend__store_failed(E);
+  }
+  return 0;
+}
+
+static int ctx_now(lua_State *L) {
+  mend_engine *E = lua_touserdata(L, lua_upvalueindex(1));
+  lua_pushnumber(L, mend_engine_now(E));
+  return 1;
+}
+
+static int ctx_sleep(lua_State *L) {
+  char err[200];
+  double s = luaL_checknumber(L, 2);
+  if (mend_engine_sleep(L, s, err, sizeof err)) return luaL_error(L, "ctx:sleep: %s", err);
+  return lua_yield(L, 0);
+}
+
+void mend__make_ctx_metatable(mend_engine *E) {
+  lua_State *L = E->L;
+  static const luaL_Reg methods[] = {{"log", ctx_log}, {"now", ctx_now}, {"sleep", ctx_sleep}, {NULL, NULL}};
+  lua_createtable(L, 0, 2);
+  lua_createtable(L, 0, 4);
+  lua_pushlightuserdata(L, E);
+  luaL_setfuncs(L, methods, 1);
+  lua_pushboolean(L, 0);
+  lua_setfield(L, -2, "compensating");   /* what ctx.compensating reads outside compensate */
+  lua_setfield(L, -2, "__index");
+  lua_pushliteral(L, "ctx");
+  lua_setfield(L, -2, "__metatable");   /* every run's ctx shares it: not workflow code's to change */
+  E->ctx_mt_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+}
