@@ -320,7 +320,7 @@ static double history_time(mend_run *r) {
   return r->last_at;
 }
 
-static void history(mend_run *r, const char *step, const char *event, const char *from,
+void mend__history(mend_run *r, const char *step, const char *event, const char *from,
                     const char *to, int attempt, const char *error, double delay,
                     const char *detail) {
   mend_history_rec h = {r->id, step, history_time(r), event, from, to, attempt, error,
@@ -352,7 +352,7 @@ static void step_to(mend_run *r, int i, mend_step_status to, const char *error, 
   if (error) mend__set_str(&st->error, error);
   int attempt = to >= MEND_STEP_COMPENSATING ? st->comp_attempts : st->attempts;
   write_step(r, i);
-  history(r, mend__step_name(r, i), "step", from, mend_step_status_name(to), attempt, error, delay, detail);
+  mend__history(r, mend__step_name(r, i), "step", from, mend_step_status_name(to), attempt, error, delay, detail);
   log_transition(r, mend__step_name(r, i), attempt, from, mend_step_status_name(to), error);
 }
 
@@ -367,135 +367,8 @@ static void run_to(mend_run *r, mend_run_status to) {
   if (mend_store_update_run(r->E->store, r->id, mend_run_status_name(to), r->error, r->attention,
                             mend_engine_now(r->E), r->reason))
     mend__store_failed(r->E);
-  history(r, NULL, "run", from, mend_run_status_name(to), 0, NULL, -1, r->reason);
+  mend__history(r, NULL, "run", from, mend_run_status_name(to), 0, NULL, -1, r->reason);
   log_transition(r, NULL, 0, from, mend_run_status_name(to), NULL);
-}
-
-/* Records an alert in history now; the hook hears of it once the batch has committed. */
-static void alert(mend_run *r, const char *kind, int step, const char *reason, const char *error) {
-  mend_engine *E = r->E;
-  double now = mend_engine_now(E);
-  json_t *ev = json_pack("{s:s, s:s, s:s, s:f}", "kind", kind, "run_id", r->id, "workflow",
-                         r->wf->name, "at", now);
-  if (step >= 0) json_object_set_new(ev, "step", json_string(mend__step_name(r, step)));
-  if (reason) json_object_set_new(ev, "reason", json_string(reason));
-  if (error) json_object_set_new(ev, "error", json_string(error));
-  char *text = json_dumps(ev, JSON_COMPACT);
-  history(r, step >= 0 ? mend__step_name(r, step) : NULL, "alert", NULL, NULL, 0, error, -1, text);
-  free(text);
-  json_array_append_new(E->alerts, ev);
-}
-
-/* An event for the host's metrics (cfg.on_event); like alerts, heard after the commit. */
-static void emit(mend_engine *E, json_t *ev) {
-  if (!E->cfg.on_event) { json_decref(ev); return; }
-  json_object_set_new(ev, "at", json_real(mend_engine_now(E)));
-  json_array_append_new(E->events, ev);
-}
-
-static void fire_events(mend_engine *E, json_t *events) {
-  size_t i;
-  json_t *ev;
-  json_array_foreach(events, i, ev) E->cfg.on_event(E->cfg.event_ud, ev);
-  json_decref(events);
-}
-
-/* ---- the alert command: fire and forget, the event as one JSON line on its stdin */
-
-typedef struct alert_proc {
-  child base;             /* CHILD_ALERT */
-  uv_process_t proc;
-  uv_pipe_t in;
-  uv_write_t write;
-  char *text;
-  int open;
-} alert_proc;
-
-static void alert_handle_closed(uv_handle_t *h) {
-  alert_proc *a = h->data;
-  if (--a->open == 0) {
-    free(a->text);
-    free(a);
-  }
-}
-
-static void alert_exited(uv_process_t *p, int64_t status, int signal) {
-  (void)signal;
-  alert_proc *a = p->data;
-  mend_engine *E = mend__child_unlink(&a->base);
-  if (E) {
-    E->alert_commands--;
-    if (status != 0) mend_engine_log_line(E, "warn", NULL, NULL, 0, "alert", "alert command failed");
-  }
-  uv_close((uv_handle_t *)p, alert_handle_closed);
-}
-
-static void alert_written(uv_write_t *w, int status) {
-  (void)status;
-  alert_proc *a = w->data;
-  if (!uv_is_closing((uv_handle_t *)&a->in)) uv_close((uv_handle_t *)&a->in, alert_handle_closed);
-}
-
-static char *text_for_command(json_t *ev) {
-  char *t = json_dumps(ev, JSON_COMPACT | JSON_PRESERVE_ORDER);
-  if (!t) return NULL;
-  size_t n = strlen(t);
-  char *line = realloc(t, n + 2);
-  if (!line) { free(t); return NULL; }
-  line[n] = '\n';
-  line[n + 1] = 0;
-  return line;
-}
-
-static void run_alert_command(mend_engine *E, char *text) {
-  if (!text) return;
-  alert_proc *a = calloc(1, sizeof *a);
-  a->text = text;
-  uv_pipe_init(E->loop, &a->in, 0);
-  a->in.data = a->proc.data = a->write.data = a;
-  char *args[] = {"sh", "-c", (char *)E->cfg.alert_command, NULL};
-  uv_stdio_container_t stdio[3] = {
-    {.flags = UV_CREATE_PIPE | UV_READABLE_PIPE, .data.stream = (uv_stream_t *)&a->in},
-    {.flags = UV_INHERIT_FD, .data.fd = 2},   /* its output goes where mend's log goes */
-    {.flags = UV_INHERIT_FD, .data.fd = 2},
-  };
-  uv_process_options_t opt = {.exit_cb = alert_exited, .file = "sh", .args = args,
-                              .stdio_count = 3, .stdio = stdio};
-  a->open = 2;
-  int rc = uv_spawn(E->loop, &a->proc, &opt);
-  if (rc) {
-    mend_engine_log_line(E, "error", NULL, NULL, 0, "alert", uv_strerror(rc));
-    uv_close((uv_handle_t *)&a->proc, alert_handle_closed);
-    uv_close((uv_handle_t *)&a->in, alert_handle_closed);
-    return;
-  }
-  E->alert_commands++;
-  mend__child_link(E, &a->base, CHILD_ALERT);
-  uv_buf_t b = uv_buf_init(a->text, (unsigned)strlen(a->text));
-  uv_write(&a->write, (uv_stream_t *)&a->in, &b, 1, alert_written);
-}
-
-/* The alerts and events of a batch that is durable now; takes both arrays. */
-static void fire_batch(mend_engine *E, json_t *alerts, json_t *events) {
-  fire_events(E, events);
-  size_t i;
-  json_t *ev;
-  json_array_foreach(alerts, i, ev) {
-    char *text = json_dumps(ev, JSON_COMPACT);
-    mend_engine_log_line(E, "warn", json_string_value(json_object_get(ev, "run_id")), NULL, 0,
-                         "alert", text);
-    free(text);
-    if (E->cfg.alert) E->cfg.alert(E->cfg.alert_ud, ev);
-    if (E->cfg.alert_command) run_alert_command(E, text_for_command(ev));
-  }
-  json_decref(alerts);
-}
-
-void mend_engine_alert(mend_engine *E, json_t *ev) {
-  if (!json_object_get(ev, "at")) json_object_set_new(ev, "at", json_real(mend_engine_now(E)));
-  json_t *one = json_array();
-  json_array_append(one, ev);
-  fire_batch(E, one, json_array());
 }
 
 static void dead_letter(mend_run *r, const char *reason, int step, const char *error,
@@ -503,8 +376,8 @@ static void dead_letter(mend_run *r, const char *reason, int step, const char *e
   mend_dlq_rec d = {r->id, reason, step >= 0 ? mend__step_name(r, step) : NULL, error, detail,
                     mend_engine_now(r->E)};
   if (mend_store_put_dlq(r->E->store, &d)) mend__store_failed(r->E);
-  history(r, d.step, "dead_letter", NULL, NULL, 0, error, -1, reason);
-  alert(r, "dead_letter", step, reason, error);
+  mend__history(r, d.step, "dead_letter", NULL, NULL, 0, error, -1, reason);
+  mend__alert(r, "dead_letter", step, reason, error);
 }
 
 /* ---------------------------------------------------------------- breakers */
@@ -531,13 +404,13 @@ static struct mend_breaker_slot *breaker_slot(mend_engine *E, const char *key,
 static void breaker_changed(mend_run *r, int i, mend_breaker_state before) {
   struct mend_breaker_slot *s = r->wf->steps[i].slot;
   if (mend_store_put_breaker(r->E->store, s->key, &s->b, mend_engine_now(r->E))) mend__store_failed(r->E);
-  history(r, mend__step_name(r, i), "breaker", mend_breaker_state_name(before),
+  mend__history(r, mend__step_name(r, i), "breaker", mend_breaker_state_name(before),
           mend_breaker_state_name(s->b.state), r->steps[i].attempts, NULL, -1, s->key);
   char msg[300];
   snprintf(msg, sizeof msg, "breaker %s: %s -> %s", s->key, mend_breaker_state_name(before),
            mend_breaker_state_name(s->b.state));
   mend_engine_log_line(r->E, "warn", r->id, mend__step_name(r, i), r->steps[i].attempts, "breaker", msg);
-  emit(r->E, json_pack("{s:s, s:s, s:s, s:s, s:s}", "type", "breaker_changed", "key", s->key,
+  mend__emit(r->E, json_pack("{s:s, s:s, s:s, s:s, s:s}", "type", "breaker_changed", "key", s->key,
                        "from", mend_breaker_state_name(before), "to",
                        mend_breaker_state_name(s->b.state), "run_id", r->id));
 }
@@ -678,7 +551,7 @@ static void fail_step(mend_run *r, int i, const mend_error_info *info) {
   int retryable = info->kind == MEND_ERR_RETRYABLE || info->kind == MEND_ERR_TIMEOUT;
   char msg[600];
   snprintf(msg, sizeof msg, "%s: %s", mend_error_kind_name(info->kind), info->message ? info->message : "");
-  emit(E, json_pack("{s:s, s:s, s:s, s:s, s:i, s:s, s:b}", "type", "step_failed", "run_id", r->id,
+  mend__emit(E, json_pack("{s:s, s:s, s:s, s:s, s:i, s:s, s:b}", "type", "step_failed", "run_id", r->id,
                     "workflow", r->wf->name, "step", mend__step_name(r, i), "attempt", st->attempts,
                     "error", msg, "will_retry", retryable && st->attempts < def->retry.max_attempts));
   if (def->slot->b.state == MEND_BREAKER_HALF_OPEN || retryable || info->kind != MEND_ERR_ERROR)
@@ -697,7 +570,7 @@ static void fail_step(mend_run *r, int i, const mend_error_info *info) {
       if (mend_store_update_run(E->store, r->id, mend_run_status_name(r->status), r->error, 1,
                                 mend_engine_now(E), r->reason))
         mend__store_failed(E);
-      alert(r, "attention", i, "attention_after", msg);
+      mend__alert(r, "attention", i, "attention_after", msg);
     }
     r->wait_kind = WAIT_RETRY;
     mend__arm(r, &r->wait, st->due);
@@ -736,7 +609,7 @@ static void finish_failed(mend_run *r) {
   } else if (r->status == MEND_RUN_COMPENSATING) {
     run_to(r, MEND_RUN_COMPENSATED);
     if (strcmp(r->reason, "severity_2") == 0)
-      alert(r, "compensated_with_alert", r->fail_step, "severity_2", r->error);
+      mend__alert(r, "compensated_with_alert", r->fail_step, "severity_2", r->error);
   } else {
     run_to(r, MEND_RUN_FAILED);
   }
@@ -757,7 +630,7 @@ static void backward(mend_run *r) {
     int i = r->cur;
     if (!needs_compensation(r, i)) continue;
     if (r->wf->steps[i].compensate_ref == LUA_NOREF) {
-      history(r, mend__step_name(r, i), "skip_compensate", NULL, NULL, 0, NULL, -1, "step has no compensate");
+      mend__history(r, mend__step_name(r, i), "skip_compensate", NULL, NULL, 0, NULL, -1, "step has no compensate");
       mend_engine_log_line(r->E, "info", r->id, mend__step_name(r, i), 0, "skip_compensate",
                            "no compensate function: skipped");
       continue;
@@ -790,7 +663,7 @@ static void compensation_failed(mend_run *r, int i, const mend_error_info *info)
     st->last_delay = delay;
     st->due = mend_engine_now(E) + delay;
     write_step(r, i);
-    history(r, mend__step_name(r, i), "compensate_failed", NULL, NULL, st->comp_attempts, msg, delay, NULL);
+    mend__history(r, mend__step_name(r, i), "compensate_failed", NULL, NULL, st->comp_attempts, msg, delay, NULL);
     mend_engine_log_line(E, "warn", r->id, mend__step_name(r, i), st->comp_attempts, "compensate_failed", msg);
     r->wait_kind = WAIT_COMP_RETRY;
     mend__arm(r, &r->wait, st->due);
@@ -988,7 +861,7 @@ static void do_action(mend_run *r) {
     case ACT_FINISH:
       /* its last run_to already gave the lease back (mend_store_update_run) */
       if (r->E->cfg.on_event)
-        emit(r->E, json_pack("{s:s, s:s, s:s, s:s}", "type", "run_finished", "run_id", r->id,
+        mend__emit(r->E, json_pack("{s:s, s:s, s:s, s:s}", "type", "run_finished", "run_id", r->id,
                            "workflow", r->wf->name, "status", mend_run_status_name(r->status)));
       run_free(r);
       break;
@@ -1012,7 +885,7 @@ static void settle_writer(mend_engine *E) {
   checkpoint_if_grown(E);
   if (mend_store_durable_seq(E->store) >= E->handed_seq &&
       (json_array_size(E->alerts_handed) || json_array_size(E->events_handed)))
-    fire_batch(E, take_array(&E->alerts_handed), take_array(&E->events_handed));
+    mend__fire_batch(E, take_array(&E->alerts_handed), take_array(&E->events_handed));
 }
 
 /* A batch of at least this many writes is worth the writer thread even with nothing else
@@ -1053,7 +926,7 @@ static int end_batch(mend_engine *E) {
         if (done) E->wal_catch_up = 0;
       }
     }
-    fire_batch(E, take_array(&E->alerts), take_array(&E->events));
+    mend__fire_batch(E, take_array(&E->alerts), take_array(&E->events));
     return 0;
   }
   E->handed_seq = mend_store_open_seq(E->store);
@@ -1398,7 +1271,7 @@ static int start_value(mend_engine *E, lua_State *L, const char *workflow, int i
     return mend_store_find_run_key(E->store, run_key, id_out, MEND_RUN_ID_LEN) == 1 ? 0 : -1;
   }
   mend_run *r = run_new(E, wf, id);
-  history(r, NULL, "run", NULL, "running", 0, NULL, -1, run_key);
+  mend__history(r, NULL, "run", NULL, "running", 0, NULL, -1, run_key);
   /* The run's input is the JSON form, as a restarted engine will see it: the document the
    * text was printed from, not the text parsed again (5k instructions a start). */
   if (input_doc ? mend_json_push_doc(E->L, input_doc, jerr, sizeof jerr)
@@ -1594,7 +1467,7 @@ static int restore(mend_engine *E, const char *id) {
     if (mend_store_release(E->store, id, E->owner)) mend__store_failed(E);
     return -1;
   }
-  history(r, NULL, "recovered", NULL, mend_run_status_name(r->status), 0, NULL, -1, E->owner);
+  mend__history(r, NULL, "recovered", NULL, mend_run_status_name(r->status), 0, NULL, -1, E->owner);
   mend_engine_log_line(E, "info", r->id, NULL, 0, "recover", "resumed from the store");
   carry_on(r);
   return 0;
@@ -2010,7 +1883,7 @@ int mend_engine_resume_run(mend_engine *E, const char *id, char *err, int errlen
   if (live) return live < 0 ? -1 : 1;   /* err: the holder */
   mend_run *r = take_over(E, id, err, errlen);
   if (!r) return -1;
-  history(r, NULL, "recovered", NULL, mend_run_status_name(r->status), 0, NULL, -1, E->owner);
+  mend__history(r, NULL, "recovered", NULL, mend_run_status_name(r->status), 0, NULL, -1, E->owner);
   mend_engine_log_line(E, "info", r->id, NULL, 0, "recover", "resumed from the store");
   carry_on(r);
   return E->broken ? mend_errorf(err, errlen, "%s", E->errmsg) : 0;
@@ -2415,12 +2288,11 @@ static void free_on_close(uv_handle_t *h) { free(h); }
 
 /* A handle still open at destroy belongs to a child process abandoned mid-flight (its pipes
  * and process handle): closing it the usual way frees its request with the last one. */
-static void alert_handle_closed(uv_handle_t *h);
 
 static void close_stray(uv_handle_t *h, void *arg) {
   (void)arg;
   if (uv_is_closing(h) || !h->data) return;
-  uv_close(h, *(int *)h->data == CHILD_ALERT ? alert_handle_closed : mend__exec_handle_closed);
+  uv_close(h, *(int *)h->data == CHILD_ALERT ? mend__alert_handle_closed : mend__exec_handle_closed);
 }
 
 void mend_engine_destroy(mend_engine *E) {

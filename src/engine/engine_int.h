@@ -215,6 +215,9 @@ mend_run *mend__fifo_pop(run_fifo *f);
 void mend__store_failed(mend_engine *E);
 void mend__set_str(char **slot, const char *s);
 void mend__on_deadline(mend_timer *t);
+void mend__history(mend_run *r, const char *step, const char *event, const char *from,
+                   const char *to, int attempt, const char *error, double delay,
+                   const char *detail);
 
 /* ---- attempt.c: attempts as coroutines, and every call into workflow code */
 int mend__guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres);
@@ -223,6 +226,12 @@ void mend__start_attempt(mend_run *r, int compensating);
 void mend__end_attempt(mend_run *r);
 int mend__ensure_key(mend_run *r, int i);
 void mend__make_ctx_metatable(mend_engine *E);
+
+/* ---- notify.c: alerts and events, heard after the batch that records them commits */
+void mend__alert(mend_run *r, const char *kind, int step, const char *reason, const char *error);
+void mend__emit(mend_engine *E, json_t *ev);
+void mend__fire_batch(mend_engine *E, json_t *alerts, json_t *events);
+void mend__alert_handle_closed(uv_handle_t *h);
 
 /* ---- exec.c: mend.exec's child processes */
 void mend__abandon_exec(mend_run *r);

@@ -1,0 +1,141 @@
+/*
+ * notify: what the engine tells the world besides its store. Owns alerts (a run that needs a
+ * person: recorded in the run's history with the batch, heard after the batch commits, by the
+ * host's alert function and the alert command, fire and forget, the event as one JSON line on
+ * its stdin) and events for the host's metrics. Must never: make an alert heard before the
+ * batch that records it is durable; wait for an alert command.
+ */
+#include "engine_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "util.h"
+
+/* Records an alert in history now; the hook hears of it once the batch has committed. */
+void mend__alert(mend_run *r, const char *kind, int step, const char *reason, const char *error) {
+  mend_engine *E = r->E;
+  double now = mend_engine_now(E);
+  json_t *ev = json_pack("{s:s, s:s, s:s, s:f}", "kind", kind, "run_id", r->id, "workflow",
+                         r->wf->name, "at", now);
+  if (step >= 0) json_object_set_new(ev, "step", json_string(mend__step_name(r, step)));
+  if (reason) json_object_set_new(ev, "reason", json_string(reason));
+  if (error) json_object_set_new(ev, "error", json_string(error));
+  char *text = json_dumps(ev, JSON_COMPACT);
+  mend__history(r, step >= 0 ? mend__step_name(r, step) : NULL, "alert", NULL, NULL, 0, error, -1, text);
+  free(text);
+  json_array_append_new(E->alerts, ev);
+}
+
+/* An event for the host's metrics (cfg.on_event); like alerts, heard after the commit. */
+void mend__emit(mend_engine *E, json_t *ev) {
+  if (!E->cfg.on_event) { json_decref(ev); return; }
+  json_object_set_new(ev, "at", json_real(mend_engine_now(E)));
+  json_array_append_new(E->events, ev);
+}
+
+static void fire_events(mend_engine *E, json_t *events) {
+  size_t i;
+  json_t *ev;
+  json_array_foreach(events, i, ev) E->cfg.on_event(E->cfg.event_ud, ev);
+  json_decref(events);
+}
+
+/* ---- the alert command: fire and forget, the event as one JSON line on its stdin */
+
+typedef struct alert_proc {
+  child base;             /* CHILD_ALERT */
+  uv_process_t proc;
+  uv_pipe_t in;
+  uv_write_t write;
+  char *text;
+  int open;
+} alert_proc;
+
+void mend__alert_handle_closed(uv_handle_t *h) {
+  alert_proc *a = h->data;
+  if (--a->open == 0) {
+    free(a->text);
+    free(a);
+  }
+}
+
+static void alert_exited(uv_process_t *p, int64_t status, int signal) {
+  (void)signal;
+  alert_proc *a = p->data;
+  mend_engine *E = mend__child_unlink(&a->base);
+  if (E) {
+    E->alert_commands--;
+    if (status != 0) mend_engine_log_line(E, "warn", NULL, NULL, 0, "alert", "alert command failed");
+  }
+  uv_close((uv_handle_t *)p, mend__alert_handle_closed);
+}
+
+static void alert_written(uv_write_t *w, int status) {
+  (void)status;
+  alert_proc *a = w->data;
+  if (!uv_is_closing((uv_handle_t *)&a->in)) uv_close((uv_handle_t *)&a->in, mend__alert_handle_closed);
+}
+
+static char *text_for_command(json_t *ev) {
+  char *t = json_dumps(ev, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  if (!t) return NULL;
+  size_t n = strlen(t);
+  char *line = realloc(t, n + 2);
+  if (!line) { free(t); return NULL; }
+  line[n] = '\n';
+  line[n + 1] = 0;
+  return line;
+}
+
+static void run_alert_command(mend_engine *E, char *text) {
+  if (!text) return;
+  alert_proc *a = calloc(1, sizeof *a);
+  a->text = text;
+  uv_pipe_init(E->loop, &a->in, 0);
+  a->in.data = a->proc.data = a->write.data = a;
+  char *args[] = {"sh", "-c", (char *)E->cfg.alert_command, NULL};
+  uv_stdio_container_t stdio[3] = {
+    {.flags = UV_CREATE_PIPE | UV_READABLE_PIPE, .data.stream = (uv_stream_t *)&a->in},
+    {.flags = UV_INHERIT_FD, .data.fd = 2},   /* its output goes where mend's log goes */
+    {.flags = UV_INHERIT_FD, .data.fd = 2},
+  };
+  uv_process_options_t opt = {.exit_cb = alert_exited, .file = "sh", .args = args,
+                              .stdio_count = 3, .stdio = stdio};
+  a->open = 2;
+  int rc = uv_spawn(E->loop, &a->proc, &opt);
+  if (rc) {
+    mend_engine_log_line(E, "error", NULL, NULL, 0, "alert", uv_strerror(rc));
+    uv_close((uv_handle_t *)&a->proc, mend__alert_handle_closed);
+    uv_close((uv_handle_t *)&a->in, mend__alert_handle_closed);
+    return;
+  }
+  E->alert_commands++;
+  mend__child_link(E, &a->base, CHILD_ALERT);
+  uv_buf_t b = uv_buf_init(a->text, (unsigned)strlen(a->text));
+  uv_write(&a->write, (uv_stream_t *)&a->in, &b, 1, alert_written);
+}
+
+/* The alerts and events of a batch that is durable now; takes both arrays. */
+void mend__fire_batch(mend_engine *E, json_t *alerts, json_t *events) {
+  fire_events(E, events);
+  size_t i;
+  json_t *ev;
+  json_array_foreach(alerts, i, ev) {
+    char *text = json_dumps(ev, JSON_COMPACT);
+    mend_engine_log_line(E, "warn", json_string_value(json_object_get(ev, "run_id")), NULL, 0,
+                         "alert", text);
+    free(text);
+    if (E->cfg.alert) E->cfg.alert(E->cfg.alert_ud, ev);
+    if (E->cfg.alert_command) run_alert_command(E, text_for_command(ev));
+  }
+  json_decref(alerts);
+}
+
+void mend_engine_alert(mend_engine *E, json_t *ev) {
+  if (!json_object_get(ev, "at")) json_object_set_new(ev, "at", json_real(mend_engine_now(E)));
+  json_t *one = json_array();
+  json_array_append(one, ev);
+  mend__fire_batch(E, one, json_array());
+}
