@@ -2286,8 +2286,15 @@ static mend_workflow *run_workflow(mend_engine *E, const char *name, const char 
   }
   char err[600];
   mend_workflow *wf = mend_engine_load_version(E, name, version, err, sizeof err);
-  if (!wf) mend_errorf(why, whylen, "workflow %s version %s cannot be loaded: %s", name, version, err);
-  return wf;
+  if (wf) return wf;
+  /* Nothing of that name here and no script of it kept (a workflow registered in code): */
+  char *kept = mend_engine_workflow(E, name) ? NULL : mend_store_version_script(E->store, name, version, NULL);
+  if (!mend_engine_workflow(E, name) && !kept)
+    mend_errorf(why, whylen, "workflow \"%s\" is not loaded here", name);
+  else
+    mend_errorf(why, whylen, "workflow %s version %s cannot be loaded: %s", name, version, err);
+  free(kept);
+  return NULL;
 }
 
 /* Rebuilds a run in memory from the store alone, without acting on it. NULL when the run
@@ -2464,6 +2471,7 @@ static void flag_unavailable(mend_engine *E, const char *id, const char *why, in
                          "at", mend_engine_now(E));
   json_decref(row);
   if (!ev) { breakdown(E, "out of memory flagging run %s", id); return; }
+  mend_engine_log_line(E, "warn", id, NULL, 0, "recover", why);
   if (mend_store_set_unavailable(E->store, id, why)) store_failed(E);
   char *text = json_dumps(ev, JSON_COMPACT);
   mend_history_rec h = {id, NULL, entry_time(E, id), "alert", NULL, NULL, 0, why, -1, text, 0};
@@ -2978,7 +2986,7 @@ static int resolve_unavailable(mend_engine *E, const char *id, const char *who, 
   }
   double now = entry_time(E, id);
   mend_store_repairing(E->store, 1);   /* nobody holds it: no lease to fence */
-  if (mend_store_update_run(E->store, id, "resolved", why, 1, now, "workflow_unavailable") ||
+  if (mend_store_update_run(E->store, id, "resolved", why, 0, now, "workflow_unavailable") ||
       mend_store_set_unavailable(E->store, id, NULL))
     store_failed(E);
   mend_history_rec a = {id, NULL, now, "run", st, "needs_attention", 0, why, -1, "workflow_unavailable", 0};
@@ -3005,12 +3013,12 @@ int mend_engine_upgrade_run(mend_engine *E, const char *id, const char *version,
   int live = 0;
   if (!st || (strcmp(st, "running") != 0 && strcmp(st, "compensating") != 0)) {
     mend_errorf(err, errlen, "run %s is %s: only an unfinished run can be upgraded", id, st ? st : "?");
+  } else if (was && strcmp(was, version) == 0) {
+    rc = 1;   /* on that version already */
   } else if ((live = mend_engine_holder(E, id, owner, sizeof owner)) != 0) {
     if (live < 0) mend_errorf(err, errlen, "%s", owner);
     else mend_errorf(err, errlen, "run %s is held by worker %s, which runs it with the version it has: "
                      "stop that worker first (it gives its runs back on SIGTERM), then upgrade", id, owner);
-  } else if (was && strcmp(was, version) == 0) {
-    rc = 1;   /* on that version already */
   } else if (!name || !(wf = mend_engine_load_version(E, name, version, lerr, sizeof lerr))) {
     mend_errorf(err, errlen, "version %s of workflow %s cannot be loaded: %s", version,
                 name ? name : "?", lerr);

@@ -198,8 +198,9 @@ local function print_status(st, now)
   local rows = {
     { "key", st.key }, { "input", present(st.input) and fmt_value(st.input, 100) or nil },
     { "created", fmt_time(st.created) }, { "updated", fmt_time(st.updated) },
-    { "version", present(st.version) and (st.version .. (present(st.source) and
-                 (" (" .. st.source .. ")") or "")) or nil },
+    -- the code that carries an unfinished run on (--json gives it for every run)
+    { "version", unfinished(st) and present(st.version) and (st.version ..
+                 (present(st.source) and (" (" .. st.source .. ")") or "")) or nil },
     { "worker", holder_line(st) },
     { "blocked", unfinished(st) and present(st.unavailable) and
                  ("cannot progress: " .. st.unavailable .. "; fix it, or move the run to"
