@@ -101,7 +101,8 @@ describe("mend dlq resolve", function()
     assert.are.equal(0, #eng:dlq())
     assert.are.same({ "dlq resolve by ana: refunded by hand in the PSP console" }, operator_entries(eng, id))
     assert.has_error(function() eng:resolve(id, { note = "again" }) end,
-      "dlq resolve: run " .. id .. " is resolved: only a run in the dead-letter queue can be resolved")
+      "dlq resolve: run " .. id .. " is resolved: only a run in the dead-letter queue, or one that cannot"
+      .. " progress (mend runs --attention), can be resolved")
   end)
 
   it("needs a note", function()

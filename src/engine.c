@@ -1323,22 +1323,58 @@ static double real_field(json_t *o, const char *field) {
   return v ? json_number_value(v) : -1;
 }
 
+/* The workflow a run executes: the version it started with (SPEC section 13), loaded here
+ * or from the script the store keeps; by name only for a run that names no version. NULL with
+ * the reason in `why` when that version cannot be loaded. */
+static mend_workflow *run_workflow(mend_engine *E, const char *name, const char *version,
+                                   char *why, int whylen) {
+  if (!name) {
+    mend_errorf(why, whylen, "the run names no workflow");
+    return NULL;
+  }
+  if (!version) {
+    mend_workflow *wf = mend_engine_workflow(E, name);
+    if (!wf) mend_errorf(why, whylen, "workflow \"%s\" is not loaded here", name);
+    return wf;
+  }
+  char err[600];
+  mend_workflow *wf = mend_engine_load_version(E, name, version, err, sizeof err);
+  if (wf) return wf;
+  /* Nothing of that name here and no script of it kept (a workflow registered in code): */
+  char *kept = mend_engine_workflow(E, name) ? NULL : mend_store_version_script(E->store, name, version, NULL);
+  if (!mend_engine_workflow(E, name) && !kept)
+    mend_errorf(why, whylen, "workflow \"%s\" is not loaded here", name);
+  else
+    mend_errorf(why, whylen, "workflow %s version %s cannot be loaded: %s", name, version, err);
+  free(kept);
+  return NULL;
+}
+
 /* Rebuilds a run in memory from the store alone, without acting on it. NULL when the run
- * cannot be resumed by this engine (its workflow is not loaded or has other steps now), with
- * the reason in `why`; the run is then left as it is for a person or another worker. */
-static mend_run *rebuild(mend_engine *E, const char *id, char *why, int whylen) {
+ * cannot be resumed by this engine, with the reason in `why`; the run is then left as it is
+ * for a person or another worker. *unavailable (if given) says when the reason is that its
+ * version cannot be loaded here: 1, or 2 when the store says so already. */
+static mend_run *rebuild(mend_engine *E, const char *id, char *why, int whylen, int *unavailable) {
+  if (unavailable) *unavailable = 0;
   json_t *row = mend_store_run(E->store, id);
   if (!row) { snprintf(why, (size_t)whylen, "%s", mend_store_errmsg(E->store)); return NULL; }
   const char *wf_name = json_string_value(json_object_get(row, "workflow"));
-  mend_workflow *wf = wf_name ? mend_engine_workflow(E, wf_name) : NULL;
+  const char *flagged = json_string_value(json_object_get(row, "unavailable"));
   json_t *steps = json_object_get(row, "steps");
   why[0] = 0;
-  if (!wf) snprintf(why, (size_t)whylen, "workflow \"%s\" is not loaded here", wf_name ? wf_name : "?");
-  else if ((int)json_array_size(steps) != wf->nsteps)
+  mend_workflow *wf = run_workflow(E, wf_name, json_string_value(json_object_get(row, "version")),
+                                   why, whylen);
+  if (!wf && unavailable) *unavailable = flagged ? 2 : 1;
+  if (!wf) {
+    json_decref(row);
+    return NULL;
+  }
+  if ((int)json_array_size(steps) != wf->nsteps)
     snprintf(why, (size_t)whylen, "workflow \"%s\" now has %d steps, the run has %d", wf->name,
              wf->nsteps, (int)json_array_size(steps));
   for (int i = 0; !why[0] && i < wf->nsteps; i++) {
     const char *name = json_string_value(json_object_get(json_array_get(steps, (size_t)i), "name"));
+    /* a version is its text: only a run without one, or a damaged row, gets here */
     if (!name || strcmp(name, wf->steps[i].name) != 0)
       snprintf(why, (size_t)whylen, "step #%d is \"%s\" in the run but \"%s\" in the workflow", i + 1,
                name ? name : "?", wf->steps[i].name);
@@ -1354,6 +1390,8 @@ static mend_run *rebuild(mend_engine *E, const char *id, char *why, int whylen) 
     json_decref(row);
     return NULL;
   }
+  /* It loads here: whoever looks for runs to take may take it again. */
+  if (flagged && mend_store_set_unavailable(E->store, id, NULL)) mend__store_failed(E);
   mend_run *r = run_new(E, wf, id);
   r->history_seq = (int)seq;
   r->last_at = last_at;
@@ -1447,6 +1485,16 @@ static void schedule_restored(mend_run *r) {
 
 static int cancel_now(mend_run *r, const char *who, char *err, int errlen);
 
+/* The history says who carries the run on, and with which version of its workflow. */
+static void recovered_entry(mend_run *r) {
+  char detail[700];
+  const mend_workflow *wf = r->wf;
+  snprintf(detail, sizeof detail, "%s, version %s%s%s%s", r->E->owner,
+           wf->version ? wf->version : "?", wf->source ? " (" : "", wf->source ? wf->source : "",
+           wf->source ? ")" : "");
+  mend__history(r, NULL, "recovered", NULL, mend_run_status_name(r->status), 0, NULL, -1, detail);
+}
+
 /* Sets a rebuilt run going, or cancels it when a cancel was asked for while nobody held it: the
  * request binds whoever takes the run next. */
 static void carry_on(mend_run *r) {
@@ -1459,15 +1507,43 @@ static void carry_on(mend_run *r) {
   schedule_restored(r);
 }
 
+static double entry_time(mend_engine *E, const char *id);
+
+/* A run whose version cannot be loaded here cannot progress: the store says why, once, with an
+ * alert in its history; no worker takes it again before it looks for such runs on purpose
+ * (poll_for_runs), and none alerts or logs again while the reason stands. */
+static void flag_unavailable(mend_engine *E, const char *id, const char *why, int already) {
+  if (already) {
+    mend_engine_log_line(E, "debug", id, NULL, 0, "recover", why);
+    return;
+  }
+  json_t *row = mend_store_run(E->store, id);
+  const char *wf = row ? json_string_value(json_object_get(row, "workflow")) : NULL;
+  json_t *ev = json_pack("{s:s, s:s, s:s, s:s, s:s, s:f}", "kind", "attention", "run_id", id,
+                         "workflow", wf ? wf : "?", "reason", "workflow_unavailable", "error", why,
+                         "at", mend_engine_now(E));
+  json_decref(row);
+  if (!ev) { breakdown(E, "out of memory flagging run %s", id); return; }
+  mend_engine_log_line(E, "warn", id, NULL, 0, "recover", why);
+  if (mend_store_set_unavailable(E->store, id, why)) mend__store_failed(E);
+  char *text = json_dumps(ev, JSON_COMPACT);
+  mend_history_rec h = {id, NULL, entry_time(E, id), "alert", NULL, NULL, 0, why, -1, text, 0};
+  if (mend_store_append_history(E->store, &h)) mend__store_failed(E);
+  free(text);
+  json_array_append_new(E->alerts, ev);   /* logged and sent once the batch commits */
+}
+
 static int restore(mend_engine *E, const char *id) {
-  char why[300];
-  mend_run *r = rebuild(E, id, why, sizeof why);
+  char why[700];
+  int unavailable;
+  mend_run *r = rebuild(E, id, why, sizeof why, &unavailable);
   if (!r) {
-    mend_engine_log_line(E, "error", id, NULL, 0, "recover", why);
+    if (unavailable) flag_unavailable(E, id, why, unavailable == 2);
+    else mend_engine_log_line(E, "error", id, NULL, 0, "recover", why);
     if (mend_store_release(E->store, id, E->owner)) mend__store_failed(E);
     return -1;
   }
-  mend__history(r, NULL, "recovered", NULL, mend_run_status_name(r->status), 0, NULL, -1, E->owner);
+  recovered_entry(r);
   mend_engine_log_line(E, "info", r->id, NULL, 0, "recover", "resumed from the store");
   carry_on(r);
   return 0;
@@ -1551,7 +1627,7 @@ static int claim_and_restore(mend_engine *E, int limit, int how) {
 }
 
 int mend_engine_recover_runs(mend_engine *E, int limit) {
-  int n = claim_and_restore(E, limit > 0 ? limit : 1 << 30, 0);
+  int n = claim_and_restore(E, limit > 0 ? limit : 1 << 30, MEND_CLAIM_UNAVAILABLE);
   return E->broken ? -1 : n;
 }
 
@@ -1654,9 +1730,17 @@ static void poll_for_runs(uv_timer_t *t) {
   if (!E->broken && room > 0) {
     /* Runs given back just now are nobody's, in a batch the look cannot see yet. */
     int found = claimable(E, now) | (released ? MEND_CLAIMABLE_FREE : 0);
+    /* Runs whose version no worker could load: at the first poll (this worker may load
+     * them) and then now and then (a module they require may be back), never every poll. */
+    int unavailable = now >= E->next_unavailable_look ? MEND_CLAIM_UNAVAILABLE : 0;
+    if (unavailable) {
+      E->next_unavailable_look = now + UNAVAILABLE_LOOK_SECONDS;
+      found |= MEND_CLAIMABLE_FREE;
+    }
     /* Runs nobody holds are taken without walking the runs others hold, which is what a
      * claim of every kind costs: only a lease that ran out asks for that. */
-    if (found) claim_and_restore(E, room, found & MEND_CLAIMABLE_GONE ? 0 : MEND_CLAIM_FREE);
+    if (found)
+      claim_and_restore(E, room, (found & MEND_CLAIMABLE_GONE ? 0 : MEND_CLAIM_FREE) | unavailable);
   }
   /* The next poll is an interval after this one ends, not after it began: a poll that takes
    * longer than the interval must not run back to back and leave the loop no turn between. */
@@ -1792,7 +1876,7 @@ static mend_run *take_over(mend_engine *E, const char *id, char *err, int errlen
            until - mend_real_now());
     return NULL;
   }
-  mend_run *r = rebuild(E, id, err, errlen);
+  mend_run *r = rebuild(E, id, err, errlen, NULL);
   if (!r) return NULL;
   find_current_step(r);   /* a cancel acts on it */
   if (mend_store_take(E->store, id, E->owner, lease_until(E))) mend__store_failed(E);
@@ -1883,7 +1967,7 @@ int mend_engine_resume_run(mend_engine *E, const char *id, char *err, int errlen
   if (live) return live < 0 ? -1 : 1;   /* err: the holder */
   mend_run *r = take_over(E, id, err, errlen);
   if (!r) return -1;
-  mend__history(r, NULL, "recovered", NULL, mend_run_status_name(r->status), 0, NULL, -1, E->owner);
+  recovered_entry(r);
   mend_engine_log_line(E, "info", r->id, NULL, 0, "recover", "resumed from the store");
   carry_on(r);
   return E->broken ? mend_errorf(err, errlen, "%s", E->errmsg) : 0;
@@ -1931,13 +2015,114 @@ int mend_engine_dlq_retry(mend_engine *E, const char *id, const char *who, char 
   return E->broken ? mend_errorf(err, errlen, "%s", E->errmsg) : 0;
 }
 
+/* A run that cannot progress (no engine can load its version) and that no live worker holds:
+ * it goes to the dead-letter queue's end state as a dead letter would, running ->
+ * needs_attention -> resolved, with nothing of its code run. */
+static int resolve_unavailable(mend_engine *E, const char *id, const char *who, const char *note,
+                               char *err, int errlen) {
+  json_t *row = mend_store_run(E->store, id);
+  if (!row) return mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
+  const char *st = json_string_value(json_object_get(row, "status"));
+  const char *why = json_string_value(json_object_get(row, "unavailable"));
+  mend_run_status from;
+  char owner[128];
+  int live = 0;
+  if (!st || mend_run_status_parse(st, &from) ||
+      !mend_run_transition_ok(from, MEND_RUN_NEEDS_ATTENTION) || !why ||
+      (live = mend_engine_holder(E, id, owner, sizeof owner)) != 0) {
+    if (live > 0) mend_errorf(err, errlen, "run %s is held by worker %s, which can carry it on", id, owner);
+    else if (live < 0) mend_errorf(err, errlen, "%s", owner);
+    else mend_errorf(err, errlen, "run %s is %s: only a run in the dead-letter queue, or one that cannot "
+                     "progress (mend runs --attention), can be resolved", id, st ? st : "?");
+    json_decref(row);
+    return -1;
+  }
+  double now = entry_time(E, id);
+  mend_store_repairing(E->store, 1);   /* nobody holds it: no lease to fence */
+  if (mend_store_update_run(E->store, id, "resolved", why, 0, now, "workflow_unavailable") ||
+      mend_store_set_unavailable(E->store, id, NULL))
+    mend__store_failed(E);
+  mend_history_rec a = {id, NULL, now, "run", st, "needs_attention", 0, why, -1, "workflow_unavailable", 0};
+  mend_history_rec b = {id, NULL, now, "run", "needs_attention", "resolved", 0, NULL, -1, note, 0};
+  if (mend_store_append_history(E->store, &a) || mend_store_append_history(E->store, &b)) mend__store_failed(E);
+  operator_entry(E, NULL, id, "dlq resolve", who, note);
+  mend_store_repairing(E->store, 0);
+  json_decref(row);
+  return commit_now(E) ? mend_errorf(err, errlen, "%s", E->errmsg) : 0;
+}
+
+int mend_engine_upgrade_run(mend_engine *E, const char *id, const char *version, const char *who,
+                            char *err, int errlen) {
+  if (find_run(E, id)) return mend_errorf(err, errlen, "run %s is in flight here", id);
+  json_t *row = mend_store_run(E->store, id);
+  if (!row) return mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
+  int rc = -1;
+  const char *st = json_string_value(json_object_get(row, "status"));
+  const char *name = json_string_value(json_object_get(row, "workflow"));
+  const char *was = json_string_value(json_object_get(row, "version"));
+  json_t *steps = json_object_get(row, "steps");
+  char owner[128], lerr[600];
+  mend_workflow *wf = NULL;
+  int live = 0;
+  if (!st || (strcmp(st, "running") != 0 && strcmp(st, "compensating") != 0)) {
+    mend_errorf(err, errlen, "run %s is %s: only an unfinished run can be upgraded", id, st ? st : "?");
+  } else if (was && strcmp(was, version) == 0) {
+    rc = 1;   /* on that version already */
+  } else if ((live = mend_engine_holder(E, id, owner, sizeof owner)) != 0) {
+    if (live < 0) mend_errorf(err, errlen, "%s", owner);
+    else mend_errorf(err, errlen, "run %s is held by worker %s, which runs it with the version it has: "
+                     "stop that worker first (it gives its runs back on SIGTERM), then upgrade", id, owner);
+  } else if (!name || !(wf = mend_engine_load_version(E, name, version, lerr, sizeof lerr))) {
+    mend_errorf(err, errlen, "version %s of workflow %s cannot be loaded: %s", version,
+                name ? name : "?", lerr);
+  } else {
+    /* The steps the run has begun keep their rows, results and keys: the new version must
+     * have the same ones, in the same places. */
+    int begun = -1, n = (int)json_array_size(steps);
+    for (int i = 0; i < n; i++) {
+      const char *s_st = json_string_value(json_object_get(json_array_get(steps, (size_t)i), "status"));
+      if (s_st && strcmp(s_st, "pending") != 0) begun = i;
+    }
+    int bad = 0;
+    for (int i = 0; !bad && i <= begun; i++) {
+      const char *sn = json_string_value(json_object_get(json_array_get(steps, (size_t)i), "name"));
+      if (i >= wf->nsteps)
+        bad = mend_errorf(err, errlen, "refused: step #%d \"%s\" has begun in run %s, but version %s of %s "
+                          "has only %d step%s", i + 1, sn ? sn : "?", id, wf->version, name,
+                          wf->nsteps, wf->nsteps == 1 ? "" : "s");
+      else if (!sn || strcmp(sn, wf->steps[i].name) != 0)
+        bad = mend_errorf(err, errlen, "refused: step #%d is \"%s\" in run %s but \"%s\" in version %s of "
+                          "%s: a new version must keep the steps a run has begun, in their order",
+                          i + 1, sn ? sn : "?", id, wf->steps[i].name, wf->version, name);
+    }
+    if (!bad) {
+      long long vid;
+      mend_run_rec rec = {.workflow = wf->name, .version = wf->version, .source = wf->source,
+                          .step_names = wf->step_names, .script = wf->script,
+                          .created = mend_engine_now(E)};
+      char note[400];
+      snprintf(note, sizeof note, "version %s -> %s (%s)", was ? was : "?", wf->version,
+               wf->source ? wf->source : "?");
+      mend_store_repairing(E->store, 1);   /* nobody holds it: no lease to fence */
+      if (mend_store_version_number(E->store, &rec, &vid) ||
+          mend_store_move_run(E->store, id, vid, begun + 1))
+        mend__store_failed(E);
+      operator_entry(E, NULL, id, "upgrade", who, note);
+      mend_store_repairing(E->store, 0);
+      rc = commit_now(E) ? mend_errorf(err, errlen, "%s", E->errmsg) : 0;
+    }
+  }
+  json_decref(row);
+  return rc;
+}
+
 int mend_engine_resolve(mend_engine *E, const char *id, const char *who, const char *note,
                         char *err, int errlen) {
   char status[64], reason[64];
   if (!note || !*note) return mend_errorf(err, errlen, "resolving a run needs a note saying what was done");
   if (stored_status(E, id, status, reason, sizeof status, err, errlen)) return -1;
   if (strcmp(status, "needs_attention") != 0)
-    return mend_errorf(err, errlen, "run %s is %s: only a run in the dead-letter queue can be resolved", id, status);
+    return resolve_unavailable(E, id, who, note, err, errlen);
   double now = entry_time(E, id);
   json_t *row = mend_store_run(E->store, id);
   const char *error = row ? json_string_value(json_object_get(row, "error")) : NULL;

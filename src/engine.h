@@ -157,6 +157,13 @@ int mend_engine_cancel_run(mend_engine *E, const char *id, const char *who, char
 int mend_engine_dlq_retry(mend_engine *E, const char *id, const char *who, char *err, int errlen);
 int mend_engine_resolve(mend_engine *E, const char *id, const char *who, const char *note,
                         char *err, int errlen);
+/* Moves an unfinished run that no live worker holds to `version` of its workflow (loaded, or
+ * from the store's script), recorded in its history with `who`: 0 moved, 1 on that version
+ * already, -1 with err, which names the step when the version does not keep the steps the
+ * run has begun (same names, same order). resolve also settles a run that cannot progress
+ * (its version cannot be loaded) and that no live worker holds. */
+int mend_engine_upgrade_run(mend_engine *E, const char *id, const char *version, const char *who,
+                            char *err, int errlen);
 /* op: "reset" | "open" | "close"; seconds: how long "open" lasts (<= 0: the policy's). */
 int mend_engine_breaker_set(mend_engine *E, const char *key, const char *op, double seconds,
                             const char *who, char *err, int errlen);

@@ -672,6 +672,33 @@ static int engine_cancel(lua_State *L) {
   return 2;
 }
 
+/* eng:upgrade(id, version [, {who=}]) -> "upgraded" | "already"  [-0, +1, e] */
+static int engine_upgrade(lua_State *L) {
+  engine_box *b = check_engine(L);
+  const char *id = luaL_checkstring(L, 2);
+  const char *version = luaL_checkstring(L, 3);
+  const char *who = push_who(L, 4);
+  char err[1200];
+  int rc = mend_engine_upgrade_run(b->E, id, version, who, err, sizeof err);
+  if (rc < 0) return luaL_error(L, "upgrade: %s", err);
+  lua_pushstring(L, rc == 1 ? "already" : "upgraded");
+  return 1;
+}
+
+/* eng:loaded_version(name) -> the version that serves new runs here, or nil  [-0, +1, e] */
+static int engine_loaded_version(lua_State *L) {
+  engine_box *b = check_engine(L);
+  mend_workflow *wf = mend_engine_workflow(b->E, luaL_checkstring(L, 2));
+  lua_pushstring(L, wf ? wf->version : NULL);
+  return 1;
+}
+
+/* eng:workflows([name]) -> the versions the store knows (mend_store_workflows)  [-0, +1, e] */
+static int engine_workflows(lua_State *L) {
+  engine_box *b = check_engine(L);
+  return push_query(L, b, mend_store_workflows(mend_engine_store(b->E), luaL_optstring(L, 2, NULL)));
+}
+
 /* eng:dlq_retry(id [, {who=}])  [-0, +0, e] */
 static int engine_dlq_retry(lua_State *L) {
   engine_box *b = check_engine(L);
@@ -757,6 +784,8 @@ int mend_lua_open(lua_State *L) {
     {"prune", engine_prune},
     {"resume", engine_resume}, {"load_version", engine_load_version},
     {"log", engine_log}, {"alert", engine_alert},
+    {"upgrade", engine_upgrade}, {"workflows", engine_workflows},
+    {"loaded_version", engine_loaded_version},
     {"close", engine_close}, {NULL, NULL}};
   static const luaL_Reg funcs[] = {
     {"retryable", l_retryable}, {"fatal", l_fatal}, {"compensable", l_compensable},

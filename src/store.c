@@ -39,7 +39,7 @@ enum {
   Q_RENEW, Q_RELEASE, Q_OWNER, Q_HOLDERS, Q_RELEASE_OWNER, Q_HELD,
   Q_FORGET_WORKER, Q_FORGET_GONE,
   Q_DLQ_REMOVE, Q_REQUEST_CANCEL, Q_CANCEL_REQUESTS, Q_AUDIT, Q_AUDIT_LIST, Q_TAKE,
-  Q_VERSION_SCRIPT, Q_KEEP_SCRIPT,
+  Q_VERSION_SCRIPT, Q_KEEP_SCRIPT, Q_SET_UNAVAILABLE, Q_MOVE_RUN, Q_DROP_STEPS_FROM, Q_WORKFLOWS,
   Q_RUN, Q_STEPS, Q_IN_FLIGHT, Q_HISTORY, Q_DLQ, Q_BREAKERS, Q_RUNS,
   Q__COUNT
 };
@@ -56,7 +56,8 @@ static const char *const query_sql[Q__COUNT] = {
     " owner, workflow_version) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
     " ON CONFLICT(run_key) DO NOTHING",
   [Q_PUT_VERSION] =
-    "INSERT INTO workflow_versions(workflow, version, source, step_names) SELECT ?1, ?2, ?3, ?4"
+    "INSERT INTO workflow_versions(workflow, version, source, step_names, first_seen)"
+    " SELECT ?1, ?2, ?3, ?4, ?5"
     " WHERE NOT EXISTS (SELECT 1 FROM workflow_versions WHERE workflow = ?1 AND version IS ?2"
     " AND source IS ?3 AND step_names IS ?4)",
   [Q_VERSION_ID] =
@@ -120,21 +121,23 @@ static const char *const query_sql[Q__COUNT] = {
     "UPDATE runs SET owner = ?1, lease_until = NULL WHERE id IN (SELECT id FROM runs"
     " WHERE status IN ('running', 'compensating') AND (owner IS NULL OR (owner IS NOT ?1"
     " AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.owner = runs.owner"
-    " AND w.lease_until >= ?2))) ORDER BY created LIMIT ?3) RETURNING id",
+    " AND w.lease_until >= ?2))) AND (?4 OR unavailable IS NULL) ORDER BY created LIMIT ?3)"
+    " RETURNING id",
   [Q_CLAIM_NEWEST] =
     "UPDATE runs SET owner = ?1, lease_until = NULL WHERE id IN (SELECT id FROM runs"
     " WHERE status IN ('running', 'compensating') AND (owner IS NULL OR (owner IS NOT ?1"
     " AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.owner = runs.owner"
-    " AND w.lease_until >= ?2))) ORDER BY created DESC LIMIT ?3) RETURNING id",
+    " AND w.lease_until >= ?2))) AND (?4 OR unavailable IS NULL) ORDER BY created DESC"
+    " LIMIT ?3) RETURNING id",
   /* Only runs nobody holds (runs_free): what a worker takes when no lease has run out. */
   [Q_CLAIM_FREE_OLDEST] =
     "UPDATE runs SET owner = ?1, lease_until = NULL WHERE id IN (SELECT id FROM runs"
-    " WHERE owner IS NULL AND status IN ('running', 'compensating') ORDER BY created LIMIT ?2)"
-    " RETURNING id",
+    " WHERE owner IS NULL AND status IN ('running', 'compensating')"
+    " AND (?3 OR unavailable IS NULL) ORDER BY created LIMIT ?2) RETURNING id",
   [Q_CLAIM_FREE_NEWEST] =
     "UPDATE runs SET owner = ?1, lease_until = NULL WHERE id IN (SELECT id FROM runs"
-    " WHERE owner IS NULL AND status IN ('running', 'compensating') ORDER BY created DESC"
-    " LIMIT ?2) RETURNING id",
+    " WHERE owner IS NULL AND status IN ('running', 'compensating')"
+    " AND (?3 OR unavailable IS NULL) ORDER BY created DESC LIMIT ?2) RETURNING id",
   /* One row however many runs the worker holds. Never shorter: a renewal recorded before a
    * stall may run after the late path renewed. */
   [Q_RENEW] =
@@ -159,7 +162,7 @@ static const char *const query_sql[Q__COUNT] = {
     " r.attention, r.reason, r.owner,"
     " (SELECT w.lease_until FROM workers w WHERE w.owner = r.owner) AS lease_until,"
     " r.created, r.updated, coalesce(r.step_names, v.step_names) AS step_names,"
-    " nullif(r.cancel_requested, 0) AS cancel_requested"
+    " nullif(r.cancel_requested, 0) AS cancel_requested, r.unavailable"
     " FROM runs r LEFT JOIN workflow_versions v ON v.id = r.workflow_version WHERE r.id = ?1",
   [Q_STEPS] =
     "SELECT idx, name, status, attempts, comp_attempts,"
@@ -185,11 +188,11 @@ static const char *const query_sql[Q__COUNT] = {
     " coalesce(r.source, v.source) AS source, r.run_key AS key, r.status, r.input, r.error,"
     " r.attention, r.reason, r.owner,"
     " (SELECT w.lease_until FROM workers w WHERE w.owner = r.owner) AS lease_until,"
-    " r.created, r.updated FROM runs r LEFT JOIN workflow_versions v ON v.id = r.workflow_version"
-    " WHERE (?1 IS NULL OR r.status = ?1) AND (?2 IS NULL OR r.workflow = ?2)"
+    " r.created, r.updated, r.unavailable FROM runs r"
+    " LEFT JOIN workflow_versions v ON v.id = r.workflow_version WHERE (?1 IS NULL OR r.status = ?1) AND (?2 IS NULL OR r.workflow = ?2)"
     " AND (?4 IS NULL OR r.created >= ?4)"
-    " AND (?5 = 0 OR r.attention = 1 OR r.status = 'needs_attention')"
-    " ORDER BY r.created DESC, r.rowid DESC LIMIT ?3",
+    " AND (?5 = 0 OR r.attention = 1 OR r.status = 'needs_attention'"
+    " OR r.unavailable IS NOT NULL) ORDER BY r.created DESC, r.rowid DESC LIMIT ?3",
   [Q_DLQ_REMOVE] = "DELETE FROM dlq WHERE run_id = ?1",
   [Q_TAKE] = "UPDATE runs SET owner = ?2, lease_until = NULL, cancel_requested = 0 WHERE id = ?1",
   [Q_REQUEST_CANCEL] = "UPDATE runs SET cancel_requested = 1 WHERE id = ?1",
@@ -202,6 +205,28 @@ static const char *const query_sql[Q__COUNT] = {
     "SELECT script, source FROM workflow_versions WHERE workflow = ?1 AND version = ?2"
     " AND script IS NOT NULL ORDER BY id DESC LIMIT 1",
   [Q_KEEP_SCRIPT] = "UPDATE workflow_versions SET script = ?2 WHERE id = ?1 AND script IS NULL",
+  [Q_SET_UNAVAILABLE] = "UPDATE runs SET unavailable = ?2 WHERE id = ?1",
+  /* Its own version, source and step names (runs from before schema 7) give way to the
+   * version's. */
+  [Q_MOVE_RUN] =
+    "UPDATE runs SET workflow_version = ?2, version = NULL, source = NULL, step_names = NULL,"
+    " unavailable = NULL WHERE id = ?1",
+  [Q_DROP_STEPS_FROM] = "DELETE FROM steps WHERE run_id = ?1 AND idx >= ?2",
+  /* A version is its text: the rows of one version loaded from several paths are one. */
+  [Q_WORKFLOWS] =
+    "SELECT v.workflow, v.version, min(v.first_seen) AS first_seen,"
+    " json_group_array(DISTINCT v.source) AS sources, max(v.script IS NOT NULL) AS kept,"
+    " (SELECT w.step_names FROM workflow_versions w WHERE w.workflow = v.workflow"
+    " AND w.version IS v.version ORDER BY w.id DESC LIMIT 1) AS step_names,"
+    " (SELECT count(*) FROM runs r WHERE r.status IN ('running', 'compensating')"
+    " AND r.workflow_version IN (SELECT w.id FROM workflow_versions w"
+    " WHERE w.workflow = v.workflow AND w.version IS v.version)) AS unfinished,"
+    " (SELECT count(*) FROM runs r WHERE r.status IN ('running', 'compensating')"
+    " AND r.unavailable IS NOT NULL AND r.workflow_version IN (SELECT w.id FROM"
+    " workflow_versions w WHERE w.workflow = v.workflow AND w.version IS v.version))"
+    " AS unavailable, max(v.id) AS newest"
+    " FROM workflow_versions v WHERE ?1 IS NULL OR v.workflow = ?1"
+    " GROUP BY v.workflow, v.version ORDER BY v.workflow, newest DESC",
 };
 
 /* migrations[v] takes a database from version v to v + 1; a new version appends one here and
@@ -309,6 +334,13 @@ static const char *const migrations[MEND_SCHEMA_VERSION] = {
   /* A version's script, so that its runs can be carried on where the file is not (another
    * directory, a file changed since). */
   "ALTER TABLE workflow_versions ADD COLUMN script TEXT;",
+  /* 8 -> 9: a run that no engine here can load the version of says why (NULL: none known),
+   * and is claimed only when a worker looks for such runs on purpose; a version says when it
+   * was first seen (for versions before, their first run's start). */
+  "ALTER TABLE runs ADD COLUMN unavailable TEXT;"
+  "ALTER TABLE workflow_versions ADD COLUMN first_seen REAL;"
+  "UPDATE workflow_versions SET first_seen = (SELECT min(created) FROM runs r"
+  " WHERE r.workflow_version = workflow_versions.id);",
 };
 
 /* ---- the write log ----------------------------------------------------------------------
@@ -1583,6 +1615,7 @@ static int workflow_version(mend_store *s, const mend_run_rec *r, sqlite3_int64 
   sqlite3_stmt *q = s->q[Q_PUT_VERSION];
   int rc = SQLITE_OK;
   for (int k = 0; k < 4; k++) BIND(bind_text(q, k + 1, values[k]));
+  BIND(sqlite3_bind_double(q, 5, r->created));
   if (run_write(s, q, rc, "number a workflow version") != 0) return -1;
   q = s->q[Q_VERSION_ID];
   for (int k = 0; k < 4; k++) BIND(bind_text(q, k + 1, values[k]));
@@ -2055,11 +2088,12 @@ void mend_store_fence_verified(mend_store *s) {
 
 static int is_json_column(const char *name) {
   return strcmp(name, "input") == 0 || strcmp(name, "result") == 0 ||
-         strcmp(name, "step_names") == 0;
+         strcmp(name, "step_names") == 0 || strcmp(name, "sources") == 0;
 }
 
 static int is_bool_column(const char *name) {
   return strcmp(name, "attention") == 0 || strcmp(name, "custom_key") == 0 ||
+         strcmp(name, "kept") == 0 ||
          strcmp(name, "slept") == 0 || strcmp(name, "cancel_requested") == 0;
 }
 
@@ -2326,6 +2360,40 @@ int mend_store_take(mend_store *s, const char *id, const char *owner, double lea
   return 0;
 }
 
+int mend_store_set_unavailable(mend_store *s, const char *id, const char *why) {
+  rec_begin(s, Q_SET_UNAVAILABLE);
+  rec_text(s, id);
+  rec_text(s, why);
+  return rec_end(s);
+}
+
+int mend_store_version_number(mend_store *s, const mend_run_rec *r, long long *id) {
+  sqlite3_int64 n;
+  if (workflow_version(s, r, &n) != 0) return -1;
+  *id = (long long)n;
+  return 0;
+}
+
+int mend_store_move_run(mend_store *s, const char *id, long long version_id, int keep_steps) {
+  if (sync_point(s) != 0 || batch_begin(s) != 0) return -1;
+  sqlite3_stmt *q = s->q[Q_MOVE_RUN];
+  int rc = SQLITE_OK;
+  BIND(bind_text(q, 1, id));
+  BIND(sqlite3_bind_int64(q, 2, (sqlite3_int64)version_id));
+  if (run_write(s, q, rc, "move a run to another version") != 0) return -1;
+  q = s->q[Q_DROP_STEPS_FROM];
+  rc = SQLITE_OK;
+  BIND(bind_text(q, 1, id));
+  BIND(sqlite3_bind_int(q, 2, keep_steps));
+  return run_write(s, q, rc, "move a run to another version");
+}
+
+json_t *mend_store_workflows(mend_store *s, const char *workflow) {
+  if (sync_point(s) != 0) return NULL;
+  sqlite3_stmt *q = s->q[Q_WORKFLOWS];
+  return rows_array(s, q, bind_text(q, 1, workflow), "read workflow versions");
+}
+
 int mend_store_dlq_remove(mend_store *s, const char *run_id) {
   if (sync_point(s) != 0 || batch_begin(s) != 0) return -1;
   sqlite3_stmt *q = s->q[Q_DLQ_REMOVE];
@@ -2458,9 +2526,10 @@ void mend_store_set_worker(mend_store *s, const char *worker) {
  * run nobody holds by a live lease, which walks every run held (see mend_store_claimable). */
 static const char *const claimable_sql[2] = {
   "SELECT EXISTS (SELECT 1 FROM runs WHERE owner IS NULL AND status IN ('running',"
-  " 'compensating')) + 2 * EXISTS (SELECT 1 FROM workers WHERE lease_until < ?2"
+  " 'compensating') AND unavailable IS NULL) + 2 * EXISTS (SELECT 1 FROM workers WHERE lease_until < ?2"
   " AND owner IS NOT ?1)",
-  "SELECT 3 FROM runs WHERE status IN ('running', 'compensating') AND (owner IS NULL"
+  "SELECT 3 FROM runs WHERE status IN ('running', 'compensating') AND unavailable IS NULL"
+  " AND (owner IS NULL"
   " OR (owner IS NOT ?1 AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.owner ="
   " runs.owner AND w.lease_until >= ?2))) ORDER BY created DESC LIMIT 1",
 };
@@ -2495,15 +2564,18 @@ json_t *mend_store_claim(mend_store *s, const char *owner, double now, double le
   if (sync_point(s) != 0 || batch_begin(s) != 0 || lease_at_least(s, owner, lease_until) != 0)
     return NULL;
   int newest = how & MEND_CLAIM_NEWEST, free_only = how & MEND_CLAIM_FREE;
+  int unavailable = (how & MEND_CLAIM_UNAVAILABLE) != 0;
   sqlite3_stmt *q = s->q[free_only ? (newest ? Q_CLAIM_FREE_NEWEST : Q_CLAIM_FREE_OLDEST)
                                    : (newest ? Q_CLAIM_NEWEST : Q_CLAIM_OLDEST)];
   int rc = SQLITE_OK;
   BIND(bind_text(q, 1, owner));
   if (free_only) {
     BIND(sqlite3_bind_int(q, 2, limit));
+    BIND(sqlite3_bind_int(q, 3, unavailable));
   } else {
     BIND(sqlite3_bind_double(q, 2, now));
     BIND(sqlite3_bind_int(q, 3, limit));
+    BIND(sqlite3_bind_int(q, 4, unavailable));
   }
   json_t *ids = json_array();
   while (rc == SQLITE_OK || rc == SQLITE_ROW) {

@@ -18,11 +18,14 @@
  *        failed for good), owner TEXT (the worker executing it), lease_until REAL (not
  *        written since schema 4: see workers), created REAL, updated REAL, step_names TEXT
  *        (JSON array: its steps, in order), workflow_version INTEGER (since schema 7, where
- *        version, source and step_names are; they are NULL in the run then))
+ *        version, source and step_names are; they are NULL in the run then), unavailable
+ *        TEXT (since schema 9: why no engine could load its version; such runs are claimed
+ *        only on purpose, now and then))
  *        + indexes on created for unfinished runs, and for those nobody holds (runs_free)
  *   workflow_versions(id INTEGER PRIMARY KEY, workflow TEXT, version TEXT, source TEXT,
  *        step_names TEXT, script TEXT (the file's text, since schema 8; NULL for workflows
- *        registered in code)): written by the first run of a version a store sees, at once
+ *        registered in code), first_seen REAL (since schema 9)): written by the first run of
+ *        a version a store sees, at once, or when a version is recorded for an upgrade
  *   workers(owner TEXT PRIMARY KEY, lease_until REAL) WITHOUT ROWID: a worker holds its
  *        runs while its lease lasts; one row renewed, however many runs it holds
  *   steps(run_id TEXT, idx INTEGER, name TEXT, status TEXT, attempts INTEGER,
@@ -59,7 +62,7 @@
 #include <jansson.h>
 #include "breaker.h"
 
-#define MEND_SCHEMA_VERSION 8
+#define MEND_SCHEMA_VERSION 9
 
 typedef struct mend_store mend_store;
 
@@ -242,6 +245,17 @@ json_t *mend_store_audit_list(mend_store *s);                  /* array, in seq 
 int     mend_store_dlq_remove(mend_store *s, const char *run_id);
 /* Makes `owner` hold the run whatever its lease said (repairs, after checking it was free);
  * owner's lease then lasts at least until lease_until. */
+/* Why no engine could load the run's version (recorded like a transition); NULL: it loads. */
+int     mend_store_set_unavailable(mend_store *s, const char *id, const char *why);
+/* The number of a workflow version in workflow_versions (r's workflow, version, source,
+ * step_names and script; created: when first seen), written in the open batch if new. */
+int     mend_store_version_number(mend_store *s, const mend_run_rec *r, long long *id);
+/* Moves a run to version `version_id`; step rows from index `keep_steps` on go (the new
+ * version's steps from there are not begun). Clears `unavailable`. */
+int     mend_store_move_run(mend_store *s, const char *id, long long version_id, int keep_steps);
+/* Versions of every workflow (or of `workflow`), newest first within each: workflow, version,
+ * first_seen, sources, kept (the script is kept), step_names, unfinished, unavailable. */
+json_t *mend_store_workflows(mend_store *s, const char *workflow);
 int     mend_store_take(mend_store *s, const char *id, const char *owner, double lease_until);
 int     mend_store_request_cancel(mend_store *s, const char *run_id);
 /* Ids of running runs held by owner whose cancel was asked for (array); NULL on error. */
@@ -267,9 +281,10 @@ void    mend_store_set_worker(mend_store *s, const char *worker);
 /* Up to `limit` ids (array) of unfinished runs now held by `owner`: those nobody holds, or
  * whose owner's lease ran out (never the owner's own), oldest first or, with
  * MEND_CLAIM_NEWEST, newest first. MEND_CLAIM_FREE takes only runs nobody holds, without
- * walking the runs held by others. The owner's lease then lasts at least until lease_until.
+ * walking the runs held by others; runs whose version could not be loaded (unavailable) are
+ * taken only with MEND_CLAIM_UNAVAILABLE. The owner's lease then lasts at least until lease_until.
  * NULL on error. */
-enum { MEND_CLAIM_NEWEST = 1, MEND_CLAIM_FREE = 2 };
+enum { MEND_CLAIM_NEWEST = 1, MEND_CLAIM_FREE = 2, MEND_CLAIM_UNAVAILABLE = 4 };
 json_t *mend_store_claim(mend_store *s, const char *owner, double now, double lease_until,
                          int limit, int how);
 /* 0 if a claim now would surely find nothing; else MEND_CLAIMABLE_FREE if there are runs

@@ -198,7 +198,13 @@ local function print_status(st, now)
   local rows = {
     { "key", st.key }, { "input", present(st.input) and fmt_value(st.input, 100) or nil },
     { "created", fmt_time(st.created) }, { "updated", fmt_time(st.updated) },
+    -- the code that carries an unfinished run on (--json gives it for every run)
+    { "version", unfinished(st) and present(st.version) and (st.version ..
+                 (present(st.source) and (" (" .. st.source .. ")") or "")) or nil },
     { "worker", holder_line(st) },
+    { "blocked", unfinished(st) and present(st.unavailable) and
+                 ("cannot progress: " .. st.unavailable .. "; fix it, or move the run to"
+                  .. " another version (mend upgrade), cancel or resolve it") or nil },
     { "cancel", st.cancel_requested == true and unfinished(st)
                 and "requested; the worker that holds or next takes the run cancels it" or nil },
   }
@@ -242,8 +248,10 @@ local function print_runs(runs)
   end
   out("%-16s  %-18s  %-16s  %-9s  %-23s  %s\n", "RUN", "WORKFLOW", "STATUS", "ATTENTION", "CREATED", "ERROR")
   for _, r in ipairs(runs) do
+    local blocked = present(r.unavailable) and (r.status == "running" or r.status == "compensating")
     out("%-16s  %-18s  %-16s  %-9s  %-23s  %s\n", r.id, r.workflow, r.status,
-        r.attention == true and "yes" or "", fmt_time(r.created), fmt_error(r.error) or "")
+        blocked and "blocked" or r.attention == true and "yes" or "", fmt_time(r.created),
+        blocked and ("workflow_unavailable: " .. r.unavailable) or fmt_error(r.error) or "")
   end
 end
 
@@ -609,6 +617,96 @@ local function cmd_dlq_resolve(o, id)
   end)
 end
 
+local function print_workflows(list)
+  if #list == 0 then
+    out("no workflow versions recorded yet (a version is recorded with its first run)\n")
+    return
+  end
+  out("%-18s  %-16s  %-27s  %-10s  %s\n", "WORKFLOW", "VERSION", "FIRST SEEN", "UNFINISHED", "SOURCE")
+  local newest = {}
+  for _, v in ipairs(list) do
+    local sources = {}
+    for _, src in ipairs(type(v.sources) == "table" and v.sources or {}) do
+      if present(src) then sources[#sources + 1] = src end
+    end
+    local notes = {}
+    if not newest[v.workflow] then newest[v.workflow] = true; notes[#notes + 1] = "newest" end
+    if (v.unavailable or 0) > 0 then notes[#notes + 1] = v.unavailable .. " cannot progress" end
+    if v.kept ~= true then notes[#notes + 1] = "no script kept" end
+    out("%-18s  %-16s  %-27s  %-10d  %s%s\n", v.workflow, v.version or "-", fmt_time(v.first_seen),
+        v.unfinished or 0, table.concat(sources, ", "),
+        #notes > 0 and ("  (" .. table.concat(notes, ", ") .. ")") or "")
+  end
+end
+
+local function cmd_workflows(o)
+  return with_engine(existing_db(o.db), function(eng)
+    local list = eng:workflows(o.workflow)
+    if o.json then out("%s\n", encode_list(list)) else print_workflows(list) end
+    return EXIT_OK
+  end)
+end
+
+-- The version `mend upgrade` moves runs to: the one the file given has (loading it here
+-- records it with the runs it takes), the one --to names (a prefix is enough), or the newest
+-- the store knows.
+local function upgrade_target(o, eng, name)
+  if o.file then
+    check_readable(o.file)
+    local loaded = eng:load(o.file)
+    if loaded ~= name then fail("%s defines workflow %s, not %s", o.file, loaded, name) end
+    local v = eng:loaded_version(name)
+    if o.to and v:sub(1, #o.to) ~= o.to then fail("%s is version %s, not %s", o.file, v, o.to) end
+    return v
+  end
+  local versions = eng:workflows(name)
+  if #versions == 0 then fail("the store knows no version of workflow %s", name) end
+  if not o.to then return versions[1].version end
+  local found = {}
+  for _, v in ipairs(versions) do
+    if present(v.version) and v.version:sub(1, #o.to) == o.to then found[#found + 1] = v.version end
+  end
+  if #found == 0 then fail("workflow %s has no version %s (mend workflows lists them)", name, o.to) end
+  if #found > 1 then fail("version %s of %s is ambiguous: %s", o.to, name, table.concat(found, ", ")) end
+  return found[1]
+end
+
+local function cmd_upgrade(o, id)
+  if (id == nil) == (o.workflow == nil) then
+    usage_error("upgrade", "give either a RUN or --workflow W")
+  end
+  return with_engine(existing_db(o.db), function(eng)
+    local runs, name = {}, o.workflow
+    if id then
+      local st = run_status(eng, id)
+      runs[1], name = st, st.workflow
+    else
+      for _, status in ipairs{ "running", "compensating" } do
+        for _, r in ipairs(eng:runs{ status = status, workflow = name }) do runs[#runs + 1] = r end
+      end
+    end
+    local target = upgrade_target(o, eng, name)
+    local refused = 0
+    for _, r in ipairs(runs) do
+      local ok, how = pcall(eng.upgrade, eng, r.id, target, { who = who() })
+      if id and not ok then fail("%s", (tostring(how):gsub("^upgrade: ", ""))) end
+      if not ok then
+        refused = refused + 1
+        say("mend: %s\n", (tostring(how):gsub("^upgrade: ", "")))
+      elseif how == "already" then
+        out("run %s is on version %s already%s\n", r.id, target, o.file and "" or
+            " (the newest this database knows of; --file PATH moves it to a file's version)")
+      else
+        out("run %s: version %s -> %s\n", r.id, present(r.version) and r.version or "?", target)
+      end
+    end
+    if not id then
+      out("%d unfinished run%s of %s, %d refused\n", #runs, #runs == 1 and "" or "s", name, refused)
+    end
+    return refused > 0 and EXIT_FAILURE or EXIT_OK
+  end)
+end
+
 local function cmd_cancel(o, id)
   return with_run_engine(o, id, function(eng)
     local how, why = operate("cancel", eng.cancel, eng, id, { who = who() })
@@ -898,6 +996,36 @@ local commands = {
            "ended.\n\n" .. DB_HELP,
     action = cmd_cancel,
   },
+  workflows = {
+    args = {},
+    flags = { db = "value", json = "switch", workflow = "value" },
+    usage = "mend workflows [--workflow W] [--db PATH] [--json]",
+    help = "Lists the versions of each workflow the database knows, newest first: the version\n" ..
+           "(a hash of the file's text), when it was first seen, how many of its runs are\n" ..
+           "unfinished (and how many of those cannot progress), and the files it came from.\n" ..
+           "A run executes the version it started with; mend upgrade moves runs on purpose.\n\n" ..
+           DB_HELP ..
+           "  --workflow W     only this workflow\n" ..
+           "  --json           print a JSON array\n",
+    action = cmd_workflows,
+  },
+  upgrade = {
+    args = {},
+    optional = { "RUN" },
+    flags = { db = "value", workflow = "value", to = "value", file = "value" },
+    usage = "mend upgrade RUN|--workflow W [--to VERSION] [--file PATH] [--db PATH]",
+    help = "Moves an unfinished run (or every unfinished run of workflow W) to another version\n" ..
+           "of its workflow: the newest the database knows, the one --to names (a prefix of it\n" ..
+           "is enough), or the one in the file --file gives (recorded as a version). Refused,\n" ..
+           "naming the step, when the new version does not keep the steps the run has begun\n" ..
+           "(same names, same order), and for a run a live worker holds (stop it first).\n" ..
+           "Recorded in the run's history with who did it. Exit 1 if any run was refused.\n\n" ..
+           DB_HELP ..
+           "  --workflow W     every unfinished run of this workflow\n" ..
+           "  --to VERSION     the version to move to (mend workflows lists them)\n" ..
+           "  --file PATH      the version in this workflow file\n",
+    action = cmd_upgrade,
+  },
   runs = {
     args = {},
     flags = { db = "value", json = "switch", status = "value", workflow = "value",
@@ -980,6 +1108,8 @@ Commands:
   runs          list runs (--status, --workflow, --since, --attention)
   breakers      list breakers; breakers reset|open|close KEY
   cancel RUN    stop a running run and compensate what it did
+  workflows     list workflow versions and their unfinished runs
+  upgrade RUN   move unfinished runs to another version (--workflow W, --to V, --file F)
   prune         remove runs that ended long ago (--older-than 30d, --dry-run)
   repl          an interactive shell: use a workflow, start, advance the clock, inspect
 

@@ -28,6 +28,8 @@
 
 /* Coroutines of steps are found again from Lua through this registry table: thread -> run. */
 #define THREADS_KEY "mend.threads"
+/* How often a serving engine tries again the runs whose version no engine could load. */
+#define UNAVAILABLE_LOOK_SECONDS 30.0
 /* Actions one loop turn may do before it commits and polls again. */
 #define MAX_TURN_ACTIONS 2048
 /* Calls into workflow code outside attempts (a file's top level as it loads, a step's
@@ -172,6 +174,7 @@ struct mend_engine {
   double next_reload;     /* when a serving engine next reads breakers and cancel requests */
   double next_dead_check; /* when it next looks for dead workers on this host */
   double next_thorough_look;   /* claimable(): when it next walks every run held */
+  double next_unavailable_look;   /* when it next tries runs no worker could load */
   double turn_deadline;   /* a ticking host's budget for this turn; 0: none */
   run_fifo throttled;     /* attempts waiting under the global max_concurrency */
   json_t *events;         /* for cfg.on_event, fired after the batch commits */
