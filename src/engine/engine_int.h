@@ -15,6 +15,7 @@
 #include "breaker.h"
 #include "engine.h"
 #include "guard.h"
+#include "idset.h"
 #include "lmend.h"
 #include "refs.h"
 #include "timers.h"
@@ -203,38 +204,82 @@ struct mend_engine {
   uv_timer_t *lock_timer;
   int fence_recheck;      /* a match of our runs against the store's was cut short by a lock */
 };
-/* ---- engine.c */
-void mend__queue(mend_run *r, action a);
-void mend__kick(mend_engine *E);
+/* Run ids gathered from the store (the fence, claims); oom: one could not be kept. */
+typedef struct id_list { mend_idset set; int oom; } id_list;
+
+/* ---- engine.c: the engine itself: life, the pump and its batches, writes, runs, the loop */
+void mend__append(mend_run **head, mend_run **tail, mend_run *r);
 void mend__arm(mend_run *r, mend_timer *t, double due);
+void mend__breakdown(mend_engine *E, const char *fmt, ...);
 void mend__child_link(mend_engine *E, child *c, int tag);
 mend_engine *mend__child_unlink(child *c);
-void mend__resume(mend_run *r, int nargs);
-mend_run *mend__waiting_run(lua_State *L, char *err, int errlen);
-const char *mend__step_name(mend_run *r, int i);
-void mend__attempt_done(mend_run *r, int ok, mend_error_info *info, const char *result_json);
+int mend__commit_now(mend_engine *E);
+void mend__dead_letter(mend_run *r, const char *reason, int step, const char *error,
+                       const char *detail);
+void mend__do_action(mend_run *r);
+void mend__drop_run(mend_run *r, int was_queued);
+int mend__end_batch(mend_engine *E);
 void mend__failpoint(const char *name);
-mend_run *mend__fifo_pop(run_fifo *f);
-void mend__store_failed(mend_engine *E);
-void mend__set_str(char **slot, const char *s);
-void mend__on_deadline(mend_timer *t);
+void mend__give_back(mend_run *r, int was_queued, int was_running);
+int mend__has_ready_work(const mend_engine *E);
 void mend__history(mend_run *r, const char *step, const char *event, const char *from,
                    const char *to, int attempt, const char *error, double delay,
                    const char *detail);
+double mend__history_time(mend_run *r);
+void mend__kick(mend_engine *E);
+double mend__lease_until(const mend_engine *E);
+int mend__lock_waiting(const mend_engine *E);
+void mend__loop_once(mend_engine *E);
+void mend__new_run_id(mend_engine *E, char out[MEND_RUN_ID_LEN]);
+void mend__pump_cb(uv_idle_t *h);
+void mend__queue(mend_run *r, action a);
+void mend__queue_now(mend_run *r, action a);
+void mend__run_free(mend_run *r);
+mend_run *mend__run_new(mend_engine *E, mend_workflow *wf, const char *id);
+void mend__run_to(mend_run *r, mend_run_status to);
+void mend__set_str(char **slot, const char *s);
+void mend__settle_writer(mend_engine *E);
+const char *mend__step_name(mend_run *r, int i);
+void mend__step_to(mend_run *r, int i, mend_step_status to, const char *error, double delay,
+                   const char *detail);
+void mend__store_failed(mend_engine *E);
+int mend__turn_has_work(const mend_engine *E);
+int mend__virtual_timers_to_advance(const mend_engine *E);
+void mend__watch_lock(mend_engine *E);
+void mend__write_step(mend_run *r, int i);
+
+/* ---- saga.c: what outcomes mean: forward, backward, the ends of waits */
+void mend__attempt_done(mend_run *r, int ok, mend_error_info *info, const char *result_json);
+void mend__backward(mend_run *r);
+void mend__forward(mend_run *r);
+int mend__needs_compensation(const mend_run *r, int i);
+void mend__on_wait(mend_timer *t);
+void mend__set_result(mend_run *r, int i);
 
 /* ---- attempt.c: attempts as coroutines, and every call into workflow code */
-int mend__guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres);
 const char *mend__describe(mend_engine *E, lua_State *from, int idx, char *buf, size_t len);
-void mend__start_attempt(mend_run *r, int compensating);
 void mend__end_attempt(mend_run *r);
 int mend__ensure_key(mend_run *r, int i);
+int mend__guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres);
 void mend__make_ctx_metatable(mend_engine *E);
+void mend__on_deadline(mend_timer *t);
+void mend__resume(mend_run *r, int nargs);
+void mend__start_attempt(mend_run *r, int compensating);
+mend_run *mend__waiting_run(lua_State *L, char *err, int errlen);
+
+/* ---- admit.c: breaker slots and concurrency caps */
+void mend__breaker_changed(mend_run *r, int i, mend_breaker_state before);
+void mend__breaker_outcome(mend_run *r, int i, mend_breaker_outcome outcome);
+struct mend_breaker_slot *mend__breaker_slot(mend_engine *E, const char *key,
+                                             const mend_breaker_policy *p);
+mend_run *mend__fifo_pop(run_fifo *f);
+void mend__fifo_push(run_fifo *f, mend_run *r);
 
 /* ---- notify.c: alerts and events, heard after the batch that records them commits */
 void mend__alert(mend_run *r, const char *kind, int step, const char *reason, const char *error);
+void mend__alert_handle_closed(uv_handle_t *h);
 void mend__emit(mend_engine *E, json_t *ev);
 void mend__fire_batch(mend_engine *E, json_t *alerts, json_t *events);
-void mend__alert_handle_closed(uv_handle_t *h);
 
 /* ---- exec.c: mend.exec's child processes */
 void mend__abandon_exec(mend_run *r);
@@ -243,5 +288,29 @@ void mend__exec_handle_closed(uv_handle_t *h);
 /* ---- hostcall.c: functions of the host, called from steps */
 void mend__abandon_host_call(mend_run *r);
 void mend__forget_host_calls(mend_engine *E);
+
+/* ---- recover.c: runs rebuilt from the store, claims */
+void mend__carry_on(mend_run *r);
+int mend__claim_and_restore(mend_engine *E, int limit, int how);
+void mend__find_current_step(mend_run *r);
+mend_run *mend__rebuild(mend_engine *E, const char *id, char *why, int whylen, int *unavailable);
+void mend__recovered_entry(mend_run *r);
+int mend__release_dead_local_owners(mend_engine *E);
+
+/* ---- worker.c: leases, the fence, serving, checkpoints */
+void mend__add_id(void *ud, const char *id);
+void mend__check_fence(mend_engine *E);
+void mend__checkpoint_if_grown(mend_engine *E);
+void mend__checkpoint_now(mend_engine *E);
+void mend__let_go(mend_engine *E, const mend_idset *ids, const char *why);
+void mend__renew_leases(uv_timer_t *t);
+void mend__start_checkpoint(uv_timer_t *t);
+
+/* ---- repair.c: people's repairs */
+int mend__cancel_now(mend_run *r, const char *who, char *err, int errlen);
+double mend__entry_time(mend_engine *E, const char *id);
+void mend__reload_breakers(mend_engine *E);
+void mend__take_cancel_requests(mend_engine *E);
+void mend__unthrottle(mend_run *r);
 
 #endif

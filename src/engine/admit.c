@@ -1,0 +1,78 @@
+/*
+ * admit: may an attempt start now. Owns the breaker slots of an engine (one per breaker key:
+ * the breaker's state, its half-open probes, max_concurrency and the attempts waiting for it)
+ * and the engine-wide concurrency cap, first come first served. Must never: let an attempt
+ * through a breaker that refuses it; lose a waiting attempt when a slot comes free.
+ */
+#include "engine_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "json.h"
+#include "util.h"
+
+/* ---------------------------------------------------------------- concurrency caps */
+
+void mend__fifo_push(run_fifo *f, mend_run *r) {
+  r->tnext = NULL;
+  r->waiting_in = f;
+  if (f->tail) f->tail->tnext = r;
+  else f->head = r;
+  f->tail = r;
+}
+
+mend_run *mend__fifo_pop(run_fifo *f) {
+  mend_run *r = f->head;
+  if (!r) return NULL;
+  f->head = r->tnext;
+  if (!f->head) f->tail = NULL;
+  r->waiting_in = NULL;
+  return r;
+}
+
+/* ---------------------------------------------------------------- breakers */
+
+struct mend_breaker_slot *mend__breaker_slot(mend_engine *E, const char *key,
+                                              const mend_breaker_policy *p) {
+  for (struct mend_breaker_slot *s = E->breakers; s; s = s->next)
+    if (strcmp(s->key, key) == 0) return s;
+  struct mend_breaker_slot *s = calloc(1, sizeof *s);
+  s->key = mend_dupstr(key);
+  s->p = *p;
+  int found = mend_store_get_breaker(E->store, key, &s->b);
+  if (found <= 0) {
+    mend_breaker_init(&s->b);
+    /* known from now on, so that people can list it and override it */
+    if (found == 0 && mend_store_put_breaker(E->store, key, &s->b, mend_engine_now(E))) mend__store_failed(E);
+  }
+  s->next = E->breakers;
+  E->breakers = s;
+  return s;
+}
+
+/* Persists a breaker whose state moved, and tells the history of the run that moved it. */
+void mend__breaker_changed(mend_run *r, int i, mend_breaker_state before) {
+  struct mend_breaker_slot *s = r->wf->steps[i].slot;
+  if (mend_store_put_breaker(r->E->store, s->key, &s->b, mend_engine_now(r->E))) mend__store_failed(r->E);
+  mend__history(r, mend__step_name(r, i), "breaker", mend_breaker_state_name(before),
+          mend_breaker_state_name(s->b.state), r->steps[i].attempts, NULL, -1, s->key);
+  char msg[300];
+  snprintf(msg, sizeof msg, "breaker %s: %s -> %s", s->key, mend_breaker_state_name(before),
+           mend_breaker_state_name(s->b.state));
+  mend_engine_log_line(r->E, "warn", r->id, mend__step_name(r, i), r->steps[i].attempts, "breaker", msg);
+  mend__emit(r->E, json_pack("{s:s, s:s, s:s, s:s, s:s}", "type", "breaker_changed", "key", s->key,
+                       "from", mend_breaker_state_name(before), "to",
+                       mend_breaker_state_name(s->b.state), "run_id", r->id));
+}
+
+void mend__breaker_outcome(mend_run *r, int i, mend_breaker_outcome outcome) {
+  struct mend_breaker_slot *s = r->wf->steps[i].slot;
+  mend_breaker before = s->b;
+  int changed = mend_breaker_record(&s->b, &s->p, mend_engine_now(r->E), outcome);
+  if (changed) mend__breaker_changed(r, i, before.state);
+  else if (before.failures != s->b.failures || before.successes != s->b.successes) {
+    if (mend_store_put_breaker(r->E->store, s->key, &s->b, mend_engine_now(r->E)))
+      mend__store_failed(r->E);
+  }
+}

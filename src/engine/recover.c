@@ -1,0 +1,340 @@
+/*
+ * recover: carrying on runs from the store alone. Owns rebuilding a run in memory from what
+ * the store says (the version it started with, its steps, its waits), flagging a run whose
+ * version cannot be loaded (once), taking over the runs of dead workers on this host, and
+ * claiming unfinished runs that nobody holds. Must never: act on a run before the claim that
+ * makes it ours is durable; resume a run with another version's steps.
+ */
+#include "engine_int.h"
+
+#include <errno.h>
+#include <lauxlib.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "idset.h"
+#include "json.h"
+#include "log.h"
+#include "util.h"
+
+/* ---------------------------------------------------------------- recovery */
+
+static int step_status_of(json_t *o, const char *field, mend_step_status *out) {
+  const char *v = json_string_value(json_object_get(o, field));
+  return v ? mend_step_status_parse(v, out) : -1;
+}
+
+static double real_field(json_t *o, const char *field) {
+  json_t *v = json_object_get(o, field);
+  return v ? json_number_value(v) : -1;
+}
+
+/* The workflow a run executes: the version it started with (SPEC section 13), loaded here
+ * or from the script the store keeps; by name only for a run that names no version. NULL with
+ * the reason in `why` when that version cannot be loaded. */
+static mend_workflow *run_workflow(mend_engine *E, const char *name, const char *version,
+                                   char *why, int whylen) {
+  if (!name) {
+    mend_errorf(why, whylen, "the run names no workflow");
+    return NULL;
+  }
+  if (!version) {
+    mend_workflow *wf = mend_engine_workflow(E, name);
+    if (!wf) mend_errorf(why, whylen, "workflow \"%s\" is not loaded here", name);
+    return wf;
+  }
+  char err[600];
+  mend_workflow *wf = mend_engine_load_version(E, name, version, err, sizeof err);
+  if (wf) return wf;
+  /* Nothing of that name here and no script of it kept (a workflow registered in code): */
+  char *kept = mend_engine_workflow(E, name) ? NULL : mend_store_version_script(E->store, name, version, NULL);
+  if (!mend_engine_workflow(E, name) && !kept)
+    mend_errorf(why, whylen, "workflow \"%s\" is not loaded here", name);
+  else
+    mend_errorf(why, whylen, "workflow %s version %s cannot be loaded: %s", name, version, err);
+  free(kept);
+  return NULL;
+}
+
+/* Rebuilds a run in memory from the store alone, without acting on it. NULL when the run
+ * cannot be resumed by this engine, with the reason in `why`; the run is then left as it is
+ * for a person or another worker. *unavailable (if given) says when the reason is that its
+ * version cannot be loaded here: 1, or 2 when the store says so already. */
+mend_run *mend__rebuild(mend_engine *E, const char *id, char *why, int whylen, int *unavailable) {
+  if (unavailable) *unavailable = 0;
+  json_t *row = mend_store_run(E->store, id);
+  if (!row) { snprintf(why, (size_t)whylen, "%s", mend_store_errmsg(E->store)); return NULL; }
+  const char *wf_name = json_string_value(json_object_get(row, "workflow"));
+  const char *flagged = json_string_value(json_object_get(row, "unavailable"));
+  json_t *steps = json_object_get(row, "steps");
+  why[0] = 0;
+  mend_workflow *wf = run_workflow(E, wf_name, json_string_value(json_object_get(row, "version")),
+                                   why, whylen);
+  if (!wf && unavailable) *unavailable = flagged ? 2 : 1;
+  if (!wf) {
+    json_decref(row);
+    return NULL;
+  }
+  if ((int)json_array_size(steps) != wf->nsteps)
+    snprintf(why, (size_t)whylen, "workflow \"%s\" now has %d steps, the run has %d", wf->name,
+             wf->nsteps, (int)json_array_size(steps));
+  for (int i = 0; !why[0] && i < wf->nsteps; i++) {
+    const char *name = json_string_value(json_object_get(json_array_get(steps, (size_t)i), "name"));
+    /* a version is its text: only a run without one, or a damaged row, gets here */
+    if (!name || strcmp(name, wf->steps[i].name) != 0)
+      snprintf(why, (size_t)whylen, "step #%d is \"%s\" in the run but \"%s\" in the workflow", i + 1,
+               name ? name : "?", wf->steps[i].name);
+  }
+  if (why[0]) {
+    json_decref(row);
+    return NULL;
+  }
+  double last_at;
+  long seq = mend_store_last_history(E->store, id, &last_at);
+  if (seq < 0) {
+    snprintf(why, (size_t)whylen, "%s", mend_store_errmsg(E->store));
+    json_decref(row);
+    return NULL;
+  }
+  /* It loads here: whoever looks for runs to take may take it again. */
+  if (flagged && mend_store_set_unavailable(E->store, id, NULL)) mend__store_failed(E);
+  mend_run *r = mend__run_new(E, wf, id);
+  r->history_seq = (int)seq;
+  r->last_at = last_at;
+  /* A virtual clock starts at the real time: one behind the run's own moves on to it. */
+  mend_timers_not_before(&E->timers, last_at);
+  r->cancel_asked = json_is_true(json_object_get(row, "cancel_requested"));
+  mend_run_status_parse(json_string_value(json_object_get(row, "status")), &r->status);
+  r->attention = json_is_true(json_object_get(row, "attention"));
+  r->error = mend_dupstr(json_string_value(json_object_get(row, "error")));
+  /* The reason is one of the engine's own static strings; map the stored text back to it. */
+  static const char *const reasons[] = {"attempts_exhausted", "fatal", "severity_2", "compensable",
+                                        "error", "severity_3", "compensation_failed", "cancelled"};
+  const char *reason = json_string_value(json_object_get(row, "reason"));
+  for (size_t k = 0; reason && k < sizeof reasons / sizeof *reasons; k++)
+    if (strcmp(reason, reasons[k]) == 0) r->reason = reasons[k];
+  /* A run going back always has a reason; one this mend does not know counts as an error. */
+  if (!r->reason && strcmp(json_string_value(json_object_get(row, "status")), "running") != 0)
+    r->reason = "error";
+  mend_json_push(E->L, json_object_get(row, "input"));
+  r->input_ref = mend_refs_put(&E->refs, E->L, r->ref_shard);
+  for (int i = 0; i < wf->nsteps; i++) {
+    json_t *so = json_array_get(steps, (size_t)i);
+    step_rt *st = &r->steps[i];
+    step_status_of(so, "status", &st->status);
+    st->attempts = (int)json_integer_value(json_object_get(so, "attempts"));
+    st->comp_attempts = (int)json_integer_value(json_object_get(so, "comp_attempts"));
+    st->custom_key = json_is_true(json_object_get(so, "custom_key"));
+    if (st->custom_key) st->idem_key = mend_dupstr(json_string_value(json_object_get(so, "idempotency_key")));
+    st->key_ready = st->custom_key || wf->steps[i].key_ref == LUA_NOREF;
+    st->error = mend_dupstr(json_string_value(json_object_get(so, "error")));
+    st->due = real_field(so, "due");
+    st->slept = json_is_true(json_object_get(so, "slept"));
+    /* A pending step with no attempt may be one listed from step_names, and a running one may
+     * be only in history (mend__write_step): their first write puts the whole row, which is right for
+     * a row that exists too. */
+    st->has_row = st->status != MEND_STEP_RUNNING &&
+                  (st->status != MEND_STEP_PENDING || st->attempts > 0 || st->comp_attempts > 0);
+    st->last_delay = real_field(so, "last_delay");
+    json_t *result = json_object_get(so, "result");
+    if (result) {
+      st->result = json_dumps(result, JSON_COMPACT | JSON_ENCODE_ANY);
+      if (st->status == MEND_STEP_SUCCEEDED || st->status == MEND_STEP_COMPENSATING) mend__set_result(r, i);
+    }
+    if (st->status == MEND_STEP_FAILED || st->status == MEND_STEP_COMPENSATION_FAILED) r->fail_step = i;
+    st->compensate_self = st->status == MEND_STEP_FAILED && r->reason &&
+      (strcmp(r->reason, "compensable") == 0 || strcmp(r->reason, "severity_2") == 0);
+  }
+  json_decref(row);
+  return r;
+}
+
+/* A run rebuilt from the store: the step it is at, going mend__forward (the first not succeeded) or
+ * back (the one being compensated: steps without compensate stay succeeded when skipped, so
+ * look past them). */
+void mend__find_current_step(mend_run *r) {
+  const mend_workflow *wf = r->wf;
+  if (r->status == MEND_RUN_RUNNING) {
+    r->cur = 0;
+    while (r->cur < wf->nsteps && r->steps[r->cur].status == MEND_STEP_SUCCEEDED) r->cur++;
+  } else {
+    r->cur = wf->nsteps - 1;
+    while (r->cur >= 0 && (!mend__needs_compensation(r, r->cur) || wf->steps[r->cur].compensate_ref == LUA_NOREF))
+      r->cur--;
+  }
+}
+
+/* Sets a rebuilt run going from where the store says it stood. */
+static void schedule_restored(mend_run *r) {
+  const mend_workflow *wf = r->wf;
+  double now = mend_engine_now(r->E);
+  mend__find_current_step(r);
+  if (r->status == MEND_RUN_RUNNING) {
+    step_rt *st = r->cur < wf->nsteps ? &r->steps[r->cur] : NULL;
+    if (st && (st->status == MEND_STEP_RETRY_WAIT || st->status == MEND_STEP_BREAKER_OPEN ||
+               st->status == MEND_STEP_SLEEPING)) {
+      r->wait_kind = st->status == MEND_STEP_RETRY_WAIT ? WAIT_RETRY
+                   : st->status == MEND_STEP_BREAKER_OPEN ? WAIT_BREAKER : WAIT_STEP_SLEEP;
+      mend__arm(r, &r->wait, st->due > now ? st->due : now);   /* already due: now */
+      return;
+    }
+  } else {
+    step_rt *st = r->cur >= 0 ? &r->steps[r->cur] : NULL;
+    if (st && st->status == MEND_STEP_COMPENSATING && st->due >= 0) {
+      r->wait_kind = WAIT_COMP_RETRY;
+      mend__arm(r, &r->wait, st->due > now ? st->due : now);
+      return;
+    }
+  }
+  mend__queue(r, ACT_ADVANCE);
+}
+
+int mend__cancel_now(mend_run *r, const char *who, char *err, int errlen);
+
+/* The history says who carries the run on, and with which version of its workflow. */
+void mend__recovered_entry(mend_run *r) {
+  char detail[700];
+  const mend_workflow *wf = r->wf;
+  snprintf(detail, sizeof detail, "%s, version %s%s%s%s", r->E->owner,
+           wf->version ? wf->version : "?", wf->source ? " (" : "", wf->source ? wf->source : "",
+           wf->source ? ")" : "");
+  mend__history(r, NULL, "recovered", NULL, mend_run_status_name(r->status), 0, NULL, -1, detail);
+}
+
+/* Sets a rebuilt run going, or cancels it when a cancel was asked for while nobody held it: the
+ * request binds whoever takes the run next. */
+void mend__carry_on(mend_run *r) {
+  char err[300];
+  if (r->cancel_asked && r->status == MEND_RUN_RUNNING) {
+    mend__find_current_step(r);
+    if (mend__cancel_now(r, "an operator (requested)", err, sizeof err) == 0) return;
+    mend_engine_log_line(r->E, "warn", r->id, NULL, 0, "operator", err);
+  }
+  schedule_restored(r);
+}
+
+double mend__entry_time(mend_engine *E, const char *id);
+
+/* A run whose version cannot be loaded here cannot progress: the store says why, once, with an
+ * alert in its history; no worker takes it again before it looks for such runs on purpose
+ * (poll_for_runs), and none alerts or logs again while the reason stands. */
+static void flag_unavailable(mend_engine *E, const char *id, const char *why, int already) {
+  if (already) {
+    mend_engine_log_line(E, "debug", id, NULL, 0, "recover", why);
+    return;
+  }
+  json_t *row = mend_store_run(E->store, id);
+  const char *wf = row ? json_string_value(json_object_get(row, "workflow")) : NULL;
+  json_t *ev = json_pack("{s:s, s:s, s:s, s:s, s:s, s:f}", "kind", "attention", "run_id", id,
+                         "workflow", wf ? wf : "?", "reason", "workflow_unavailable", "error", why,
+                         "at", mend_engine_now(E));
+  json_decref(row);
+  if (!ev) { mend__breakdown(E, "out of memory flagging run %s", id); return; }
+  mend_engine_log_line(E, "warn", id, NULL, 0, "recover", why);
+  if (mend_store_set_unavailable(E->store, id, why)) mend__store_failed(E);
+  char *text = json_dumps(ev, JSON_COMPACT);
+  mend_history_rec h = {id, NULL, mend__entry_time(E, id), "alert", NULL, NULL, 0, why, -1, text, 0};
+  if (mend_store_append_history(E->store, &h)) mend__store_failed(E);
+  free(text);
+  json_array_append_new(E->alerts, ev);   /* logged and sent once the batch commits */
+}
+
+static int restore(mend_engine *E, const char *id) {
+  char why[700];
+  int unavailable;
+  mend_run *r = mend__rebuild(E, id, why, sizeof why, &unavailable);
+  if (!r) {
+    if (unavailable) flag_unavailable(E, id, why, unavailable == 2);
+    else mend_engine_log_line(E, "error", id, NULL, 0, "recover", why);
+    if (mend_store_release(E->store, id, E->owner)) mend__store_failed(E);
+    return -1;
+  }
+  mend__recovered_entry(r);
+  mend_engine_log_line(E, "info", r->id, NULL, 0, "recover", "resumed from the store");
+  mend__carry_on(r);
+  return 0;
+}
+
+/* A lease of a worker on this host whose process is gone need not be waited out: a restart
+ * after kill -9 takes its runs over at once. A reused pid only makes us wait for the lease. */
+int mend__release_dead_local_owners(mend_engine *E) {
+  /* It reads every unfinished run's owner: once a second is enough, not every poll, and less
+   * often when that read is long (40 ms with 100k runs held), so that it costs the loop at
+   * most a twentieth of its time. */
+  double now = mend_real_now();
+  if (now < E->next_dead_check) return 0;
+  int released = 0;
+  json_t *owners = mend_store_lease_holders(E->store, now);
+  double took = mend_real_now() - now;
+  E->next_dead_check = now + (took * 20 > 1.0 ? took * 20 : 1.0);
+  if (!owners) { mend__store_failed(E); return 0; }
+  const char *mine_host_end = strchr(E->owner, ':');
+  size_t host_len = mine_host_end ? (size_t)(mine_host_end - E->owner) : 0;
+  size_t i;
+  json_t *o;
+  json_array_foreach(owners, i, o) {
+    const char *owner = json_string_value(o);
+    if (!owner || strcmp(owner, E->owner) == 0 || strncmp(owner, E->owner, host_len + 1) != 0)
+      continue;
+    long pid = strtol(owner + host_len + 1, NULL, 10);
+    if (pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH) {
+      if (mend_store_release_owner(E->store, owner)) { mend__store_failed(E); break; }
+      mend_engine_log_line(E, "info", NULL, NULL, 0, "recover", owner);
+      released++;
+    }
+  }
+  json_decref(owners);
+  return released;
+}
+
+/* Takes the unfinished runs that nobody holds and resumes them; with MEND_CLAIM_FREE in `how`,
+ * not those of workers whose lease ran out. Returns how many. */
+int mend__claim_and_restore(mend_engine *E, int limit, int how) {
+  if (limit <= 0 || E->broken) return 0;
+  mend__release_dead_local_owners(E);
+  if (E->broken) return 0;
+  /* A serving worker takes the newest half first: new work must not wait behind a backlog
+   * being recovered, and the oldest half keeps the backlog moving. */
+  json_t *ids = mend_store_claim(E->store, E->owner, mend_real_now(), mend__lease_until(E),
+                                 E->serving ? (limit + 1) / 2 : limit,
+                                 how | (E->serving ? MEND_CLAIM_NEWEST : 0));
+  if (ids && E->serving && (int)json_array_size(ids) < limit) {
+    json_t *more = mend_store_claim(E->store, E->owner, mend_real_now(), mend__lease_until(E),
+                                    limit - (int)json_array_size(ids), how);
+    if (more) json_array_extend(ids, more);
+    json_decref(more);
+    if (!more) { json_decref(ids); ids = NULL; }
+  }
+  if (!ids) { mend__store_failed(E); return 0; }
+  size_t i;
+  json_t *id;
+  int n = 0;
+  /* The claim is durable before any of these runs acts: each is queued behind the batch that
+   * holds it. With nothing claimed the write lock must not wait for a turn: commit now. */
+  if (json_array_size(ids) == 0) {
+    if (mend_store_commit(E->store)) mend__store_failed(E);
+    json_decref(ids);
+    return 0;
+  }
+  mend__kick(E);
+  mend__check_fence(E);   /* a run we lost and now claim again must be let go before it returns */
+  if (E->fence_was_late) {
+    /* One this engine still has in memory from before a stall (another worker took it, then
+     * gave it back) is stale: the store's copy is the run now. */
+    id_list claimed = {0};
+    json_array_foreach(ids, i, id) mend__add_id(&claimed, json_string_value(id));
+    if (claimed.oom) mend__breakdown(E, "out of memory keeping track of lost leases");
+    else mend__let_go(E, &claimed.set, "claimed again after a stall: the stored run replaces this copy");
+    mend_idset_clear(&claimed.set);
+  }
+  json_array_foreach(ids, i, id) n += restore(E, json_string_value(id)) == 0;
+  json_decref(ids);
+  return n;
+}
+
+int mend_engine_recover_runs(mend_engine *E, int limit) {
+  int n = mend__claim_and_restore(E, limit > 0 ? limit : 1 << 30, MEND_CLAIM_UNAVAILABLE);
+  return E->broken ? -1 : n;
+}

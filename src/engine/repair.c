@@ -1,0 +1,409 @@
+/*
+ * repair: what people do to runs (SPEC section 8): cancel, retry a dead letter, resolve with a
+ * note, move a run to another version, override a breaker, and the cancel requests a worker
+ * takes from the store. Each is recorded in the run's history (or the audit table) with who did
+ * it, and refused with a message when it makes no sense now. Must never: repair a run a live
+ * worker holds behind its back.
+ */
+#include "engine_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json.h"
+#include "log.h"
+#include "util.h"
+
+/* ---------------------------------------------------------------- repairs by people */
+
+static mend_run *find_run(mend_engine *E, const char *id) {
+  for (mend_run *r = E->runs; r; r = r->next)
+    if (!r->lost && strcmp(r->id, id) == 0) return r;   /* a lost copy is no longer the run */
+  return NULL;
+}
+
+/* The time for a row of a run this engine does not hold: now, or its last row's if later. */
+double mend__entry_time(mend_engine *E, const char *id) {
+  double now = mend_engine_now(E), last = -1;
+  if (mend_store_last_history(E->store, id, &last) < 0) mend__store_failed(E);
+  return last > now ? last : now;
+}
+
+/* r: the run, if this engine holds it (it numbers the row); else NULL and the id. */
+static void operator_entry(mend_engine *E, mend_run *r, const char *id, const char *op,
+                           const char *who, const char *note) {
+  char detail[1200];
+  snprintf(detail, sizeof detail, "%s by %s%s%s", op, who ? who : "?", note ? ": " : "", note ? note : "");
+  mend_history_rec h = {id, NULL, r ? mend__history_time(r) : mend__entry_time(E, id), "operator", NULL, NULL,
+                        0, NULL, -1, detail, r ? ++r->history_seq : 0};
+  if (mend_store_append_history(E->store, &h)) mend__store_failed(E);
+  mend_engine_log_line(E, "info", id, NULL, 0, "operator", detail);
+}
+
+/* Reads a run's status and reason from the store; 0, or -1 with "no run <id>" in err. */
+static int stored_status(mend_engine *E, const char *id, char *status, char *reason, int len,
+                         char *err, int errlen) {
+  json_t *row = mend_store_run(E->store, id);
+  if (!row) return mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
+  const char *st = json_string_value(json_object_get(row, "status"));
+  const char *why = json_string_value(json_object_get(row, "reason"));
+  snprintf(status, (size_t)len, "%s", st ? st : "");
+  snprintf(reason, (size_t)len, "%s", why ? why : "");
+  json_decref(row);
+  return 0;
+}
+
+/* 1 when `owner` (host:pid:tag) is another engine that holds its runs now: its lease lasts
+ * and, on this host, its process is there (one killed leaves a lease nobody will renew). */
+static int holder_live(const mend_engine *E, const char *owner, double until) {
+  if (!owner[0] || strcmp(owner, E->owner) == 0 || until < mend_real_now()) return 0;
+  const char *host_end = strchr(E->owner, ':');
+  size_t host_len = host_end ? (size_t)(host_end - E->owner) + 1 : 0;
+  if (host_len && strncmp(owner, E->owner, host_len) == 0) {
+    long pid = strtol(owner + host_len, NULL, 10);
+    if (pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH) return 0;
+  }
+  return 1;
+}
+
+int mend_engine_holder(mend_engine *E, const char *id, char *owner, int len) {
+  double until;
+  int found = mend_store_owner(E->store, id, owner, len, &until);
+  if (found < 0) return mend_errorf(owner, len, "%s", mend_store_errmsg(E->store));
+  if (found == 0) owner[0] = 0;
+  if (found && strcmp(owner, E->owner) == 0) return find_run(E, id) != NULL;   /* this engine */
+  return found && holder_live(E, owner, until);
+}
+
+/* Brings a run that no live engine holds into this engine, holding its lease. */
+static mend_run *take_over(mend_engine *E, const char *id, char *err, int errlen) {
+  char owner[128];
+  double until;
+  if (mend_store_owner(E->store, id, owner, sizeof owner, &until) < 0) {
+    mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
+    return NULL;
+  }
+  if (holder_live(E, owner, until)) {
+    mend_errorf(err, errlen, "run %s is held by worker %s (lease for %.0f s more)", id, owner,
+           until - mend_real_now());
+    return NULL;
+  }
+  mend_run *r = mend__rebuild(E, id, err, errlen, NULL);
+  if (!r) return NULL;
+  mend__find_current_step(r);   /* a cancel acts on it */
+  if (mend_store_take(E->store, id, E->owner, mend__lease_until(E))) mend__store_failed(E);
+  return r;
+}
+
+/* Cancels a run held in memory: the attempt in flight is abandoned, the steps done are
+ * compensated in reverse. */
+void mend__unthrottle(mend_run *r) {
+  run_fifo *f = r->waiting_in;
+  if (!f) return;
+  for (mend_run **p = &f->head, *prev = NULL; *p; prev = *p, p = &(*p)->tnext) {
+    if (*p != r) continue;
+    *p = r->tnext;
+    if (f->tail == r) f->tail = prev;
+    break;
+  }
+  r->waiting_in = NULL;
+}
+
+int mend__cancel_now(mend_run *r, const char *who, char *err, int errlen) {
+  if (r->status != MEND_RUN_RUNNING)
+    return mend_errorf(err, errlen, "run %s is %s: only a running run can be cancelled", r->id,
+                  mend_run_status_name(r->status));
+  mend_engine *E = r->E;
+  mend__unthrottle(r);
+  int i = r->cur;
+  step_rt *st = i < r->wf->nsteps ? &r->steps[i] : NULL;
+  int was_running = r->co != NULL || (st && st->status == MEND_STEP_RUNNING);
+  mend__give_back(r, r->queued, was_running);
+  mend__end_attempt(r);
+  mend_timer_disarm(&E->timers, &r->wait);
+  r->wait_kind = WAIT_NONE;
+  operator_entry(E, r, r->id, "cancel", who, NULL);
+  char msg[300];
+  snprintf(msg, sizeof msg, "cancelled by %s", who ? who : "?");
+  if (st && st->status == MEND_STEP_RUNNING) mend__step_to(r, i, MEND_STEP_FAILED, msg, -1, NULL);
+  else if (st && st->status != MEND_STEP_PENDING) mend__step_to(r, i, MEND_STEP_PENDING, NULL, -1, NULL);
+  mend__set_str(&r->error, msg);
+  r->reason = "cancelled";
+  r->fail_step = i;
+  int anything = 0;
+  for (int j = 0; j < i && j < r->wf->nsteps; j++) anything |= r->steps[j].status == MEND_STEP_SUCCEEDED;
+  if (!anything) {
+    mend__run_to(r, MEND_RUN_FAILED);
+    mend__queue(r, ACT_FINISH);
+  } else {
+    mend__run_to(r, MEND_RUN_COMPENSATING);
+    r->cur = i - 1;
+    mend__queue(r, ACT_ADVANCE);
+  }
+  return E->broken ? mend_errorf(err, errlen, "%s", E->errmsg) : 0;
+}
+
+int mend_engine_cancel_run(mend_engine *E, const char *id, const char *who, char *err, int errlen) {
+  mend_run *r = find_run(E, id);
+  if (r) return mend__cancel_now(r, who, err, errlen);
+  char status[64], reason[64];
+  if (stored_status(E, id, status, reason, sizeof status, err, errlen)) return -1;
+  if (strcmp(status, "running") != 0)
+    return mend_errorf(err, errlen, "run %s is %s: only a running run can be cancelled", id, status);
+  char owner[128];
+  int live = mend_engine_holder(E, id, owner, sizeof owner);
+  if (live < 0) return mend_errorf(err, errlen, "%s", owner);
+  char why[400] = "";
+  r = live ? NULL : take_over(E, id, why, sizeof why);
+  if (!r) {
+    /* Held by a live worker, which cancels at its next poll; or not to be rebuilt here (its
+     * workflow is not loaded): whoever takes it next cancels it (mend__carry_on). */
+    if (mend_store_request_cancel(E->store, id)) mend__store_failed(E);
+    mend_store_repairing(E->store, 1);   /* a note in its history, not a transition */
+    operator_entry(E, NULL, id, "cancel requested", who, live ? NULL : why);
+    mend_store_repairing(E->store, 0);
+    if (mend__commit_now(E)) return mend_errorf(err, errlen, "%s", E->errmsg);
+    if (!live) snprintf(err, (size_t)errlen, "%s", why);
+    return live ? 1 : 2;
+  }
+  return mend__cancel_now(r, who, err, errlen);
+}
+
+int mend_engine_resume_run(mend_engine *E, const char *id, char *err, int errlen) {
+  if (find_run(E, id)) return 0;
+  char status[64], reason[64];
+  if (stored_status(E, id, status, reason, sizeof status, err, errlen)) return -1;
+  if (strcmp(status, "running") != 0 && strcmp(status, "compensating") != 0)
+    return mend_errorf(err, errlen, "run %s is %s: it has ended", id, status);
+  int live = mend_engine_holder(E, id, err, errlen);
+  if (live) return live < 0 ? -1 : 1;   /* err: the holder */
+  mend_run *r = take_over(E, id, err, errlen);
+  if (!r) return -1;
+  mend__recovered_entry(r);
+  mend_engine_log_line(E, "info", r->id, NULL, 0, "recover", "resumed from the store");
+  mend__carry_on(r);
+  return E->broken ? mend_errorf(err, errlen, "%s", E->errmsg) : 0;
+}
+
+int mend_engine_dlq_retry(mend_engine *E, const char *id, const char *who, char *err, int errlen) {
+  char status[64], reason[64];
+  if (find_run(E, id)) return mend_errorf(err, errlen, "run %s is in flight: it is not in the dead-letter queue", id);
+  if (stored_status(E, id, status, reason, sizeof status, err, errlen)) return -1;
+  if (strcmp(status, "needs_attention") != 0)
+    return mend_errorf(err, errlen, "run %s is %s: only a run in the dead-letter queue can be retried", id, status);
+  if (strcmp(reason, "attempts_exhausted") == 0)
+    return mend_errorf(err, errlen, "run %s was compensated after its attempts ran out: there is nothing left to "
+                  "resume; start a new run, or resolve this one with a note", id);
+  mend_run *r = take_over(E, id, err, errlen);
+  if (!r) return -1;
+  /* The step to resume from, found before anything is written. */
+  int comp = strcmp(reason, "compensation_failed") == 0;
+  int i = r->wf->nsteps - 1;
+  if (comp) while (i >= 0 && r->steps[i].status != MEND_STEP_COMPENSATION_FAILED) i--;
+  else i = r->fail_step;
+  if (i < 0) {
+    mend__run_free(r);
+    return mend_errorf(err, errlen, "run %s: no step is %s", id, comp ? "compensation_failed" : "failed");
+  }
+  operator_entry(E, r, id, "dlq retry", who, NULL);
+  if (mend_store_dlq_remove(E->store, id)) mend__store_failed(E);
+  if (comp) {
+    r->steps[i].comp_attempts = 0;   /* fresh attempts */
+    r->steps[i].last_delay = -1;
+    mend__run_to(r, MEND_RUN_COMPENSATING);
+  } else {   /* severity 3: the failed step again, with fresh attempts */
+    r->steps[i].attempts = 0;
+    r->steps[i].last_delay = -1;
+    r->steps[i].compensate_self = 0;
+    mend__set_str(&r->steps[i].error, NULL);
+    mend__step_to(r, i, MEND_STEP_PENDING, NULL, -1, "retried from the dead-letter queue");
+    r->reason = NULL;
+    mend__set_str(&r->error, NULL);
+    r->fail_step = -1;
+    mend__run_to(r, MEND_RUN_RUNNING);
+  }
+  r->cur = i;
+  mend__queue(r, ACT_ADVANCE);
+  return E->broken ? mend_errorf(err, errlen, "%s", E->errmsg) : 0;
+}
+
+/* A run that cannot progress (no engine can load its version) and that no live worker holds:
+ * it goes to the dead-letter queue's end state as a dead letter would, running ->
+ * needs_attention -> resolved, with nothing of its code run. */
+static int resolve_unavailable(mend_engine *E, const char *id, const char *who, const char *note,
+                               char *err, int errlen) {
+  json_t *row = mend_store_run(E->store, id);
+  if (!row) return mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
+  const char *st = json_string_value(json_object_get(row, "status"));
+  const char *why = json_string_value(json_object_get(row, "unavailable"));
+  mend_run_status from;
+  char owner[128];
+  int live = 0;
+  if (!st || mend_run_status_parse(st, &from) ||
+      !mend_run_transition_ok(from, MEND_RUN_NEEDS_ATTENTION) || !why ||
+      (live = mend_engine_holder(E, id, owner, sizeof owner)) != 0) {
+    if (live > 0) mend_errorf(err, errlen, "run %s is held by worker %s, which can carry it on", id, owner);
+    else if (live < 0) mend_errorf(err, errlen, "%s", owner);
+    else mend_errorf(err, errlen, "run %s is %s: only a run in the dead-letter queue, or one that cannot "
+                     "progress (mend runs --attention), can be resolved", id, st ? st : "?");
+    json_decref(row);
+    return -1;
+  }
+  double now = mend__entry_time(E, id);
+  mend_store_repairing(E->store, 1);   /* nobody holds it: no lease to fence */
+  if (mend_store_update_run(E->store, id, "resolved", why, 0, now, "workflow_unavailable") ||
+      mend_store_set_unavailable(E->store, id, NULL))
+    mend__store_failed(E);
+  mend_history_rec a = {id, NULL, now, "run", st, "needs_attention", 0, why, -1, "workflow_unavailable", 0};
+  mend_history_rec b = {id, NULL, now, "run", "needs_attention", "resolved", 0, NULL, -1, note, 0};
+  if (mend_store_append_history(E->store, &a) || mend_store_append_history(E->store, &b)) mend__store_failed(E);
+  operator_entry(E, NULL, id, "dlq resolve", who, note);
+  mend_store_repairing(E->store, 0);
+  json_decref(row);
+  return mend__commit_now(E) ? mend_errorf(err, errlen, "%s", E->errmsg) : 0;
+}
+
+int mend_engine_upgrade_run(mend_engine *E, const char *id, const char *version, const char *who,
+                            char *err, int errlen) {
+  if (find_run(E, id)) return mend_errorf(err, errlen, "run %s is in flight here", id);
+  json_t *row = mend_store_run(E->store, id);
+  if (!row) return mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
+  int rc = -1;
+  const char *st = json_string_value(json_object_get(row, "status"));
+  const char *name = json_string_value(json_object_get(row, "workflow"));
+  const char *was = json_string_value(json_object_get(row, "version"));
+  json_t *steps = json_object_get(row, "steps");
+  char owner[128], lerr[600];
+  mend_workflow *wf = NULL;
+  int live = 0;
+  if (!st || (strcmp(st, "running") != 0 && strcmp(st, "compensating") != 0)) {
+    mend_errorf(err, errlen, "run %s is %s: only an unfinished run can be upgraded", id, st ? st : "?");
+  } else if (was && strcmp(was, version) == 0) {
+    rc = 1;   /* on that version already */
+  } else if ((live = mend_engine_holder(E, id, owner, sizeof owner)) != 0) {
+    if (live < 0) mend_errorf(err, errlen, "%s", owner);
+    else mend_errorf(err, errlen, "run %s is held by worker %s, which runs it with the version it has: "
+                     "stop that worker first (it gives its runs back on SIGTERM), then upgrade", id, owner);
+  } else if (!name || !(wf = mend_engine_load_version(E, name, version, lerr, sizeof lerr))) {
+    mend_errorf(err, errlen, "version %s of workflow %s cannot be loaded: %s", version,
+                name ? name : "?", lerr);
+  } else {
+    /* The steps the run has begun keep their rows, results and keys: the new version must
+     * have the same ones, in the same places. */
+    int begun = -1, n = (int)json_array_size(steps);
+    for (int i = 0; i < n; i++) {
+      const char *s_st = json_string_value(json_object_get(json_array_get(steps, (size_t)i), "status"));
+      if (s_st && strcmp(s_st, "pending") != 0) begun = i;
+    }
+    int bad = 0;
+    for (int i = 0; !bad && i <= begun; i++) {
+      const char *sn = json_string_value(json_object_get(json_array_get(steps, (size_t)i), "name"));
+      if (i >= wf->nsteps)
+        bad = mend_errorf(err, errlen, "refused: step #%d \"%s\" has begun in run %s, but version %s of %s "
+                          "has only %d step%s", i + 1, sn ? sn : "?", id, wf->version, name,
+                          wf->nsteps, wf->nsteps == 1 ? "" : "s");
+      else if (!sn || strcmp(sn, wf->steps[i].name) != 0)
+        bad = mend_errorf(err, errlen, "refused: step #%d is \"%s\" in run %s but \"%s\" in version %s of "
+                          "%s: a new version must keep the steps a run has begun, in their order",
+                          i + 1, sn ? sn : "?", id, wf->steps[i].name, wf->version, name);
+    }
+    if (!bad) {
+      long long vid;
+      mend_run_rec rec = {.workflow = wf->name, .version = wf->version, .source = wf->source,
+                          .step_names = wf->step_names, .script = wf->script,
+                          .created = mend_engine_now(E)};
+      char note[400];
+      snprintf(note, sizeof note, "version %s -> %s (%s)", was ? was : "?", wf->version,
+               wf->source ? wf->source : "?");
+      mend_store_repairing(E->store, 1);   /* nobody holds it: no lease to fence */
+      if (mend_store_version_number(E->store, &rec, &vid) ||
+          mend_store_move_run(E->store, id, vid, begun + 1))
+        mend__store_failed(E);
+      operator_entry(E, NULL, id, "upgrade", who, note);
+      mend_store_repairing(E->store, 0);
+      rc = mend__commit_now(E) ? mend_errorf(err, errlen, "%s", E->errmsg) : 0;
+    }
+  }
+  json_decref(row);
+  return rc;
+}
+
+int mend_engine_resolve(mend_engine *E, const char *id, const char *who, const char *note,
+                        char *err, int errlen) {
+  char status[64], reason[64];
+  if (!note || !*note) return mend_errorf(err, errlen, "resolving a run needs a note saying what was done");
+  if (stored_status(E, id, status, reason, sizeof status, err, errlen)) return -1;
+  if (strcmp(status, "needs_attention") != 0)
+    return resolve_unavailable(E, id, who, note, err, errlen);
+  double now = mend__entry_time(E, id);
+  json_t *row = mend_store_run(E->store, id);
+  const char *error = row ? json_string_value(json_object_get(row, "error")) : NULL;
+  int attention = row ? json_is_true(json_object_get(row, "attention")) : 0;
+  mend_store_repairing(E->store, 1);   /* a dead letter is nobody's: no lease to fence */
+  if (mend_store_update_run(E->store, id, "resolved", error, attention, now, reason)) mend__store_failed(E);
+  json_decref(row);
+  mend_history_rec h = {id, NULL, now, "run", "needs_attention", "resolved", 0, NULL, -1, note, 0};
+  if (mend_store_append_history(E->store, &h)) mend__store_failed(E);
+  operator_entry(E, NULL, id, "dlq resolve", who, note);
+  mend_store_repairing(E->store, 0);
+  if (mend_store_dlq_remove(E->store, id)) mend__store_failed(E);
+  if (mend__commit_now(E)) return mend_errorf(err, errlen, "%s", E->errmsg);
+  return 0;
+}
+
+int mend_engine_breaker_set(mend_engine *E, const char *key, const char *op, double seconds,
+                            const char *who, char *err, int errlen) {
+  struct mend_breaker_slot *s = NULL;
+  for (struct mend_breaker_slot *x = E->breakers; x; x = x->next)
+    if (strcmp(x->key, key) == 0) s = x;
+  mend_breaker b;
+  int found = s ? 1 : mend_store_get_breaker(E->store, key, &b);
+  if (found < 0) return mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
+  if (!found) return mend_errorf(err, errlen, "no breaker %s (a breaker exists once a step using it has run)", key);
+  if (s) b = s->b;
+  double now = mend_engine_now(E);
+  mend_breaker_state before = b.state;
+  if (strcmp(op, "reset") == 0 || strcmp(op, "close") == 0) {
+    mend_breaker_init(&b);
+  } else if (strcmp(op, "open") == 0) {
+    b.state = MEND_BREAKER_OPEN;
+    b.failures = b.successes = b.probes = 0;
+    b.opened_at = now;
+    b.open_until = now + (seconds > 0 ? seconds : s ? s->p.open_seconds : 30);
+  } else {
+    return mend_errorf(err, errlen, "breaker operation must be reset, open or close, got %s", op);
+  }
+  if (s) s->b = b;
+  if (mend_store_put_breaker(E->store, key, &b, now)) mend__store_failed(E);
+  char detail[200];
+  snprintf(detail, sizeof detail, "%s -> %s", mend_breaker_state_name(before), mend_breaker_state_name(b.state));
+  if (mend_store_audit(E->store, now, who, op, key, detail)) mend__store_failed(E);
+  if (mend__commit_now(E)) return mend_errorf(err, errlen, "%s", E->errmsg);
+  return 0;
+}
+
+/* Other processes change breakers (manual overrides, other workers): a serving engine reads
+ * them back now and then. */
+void mend__reload_breakers(mend_engine *E) {
+  for (struct mend_breaker_slot *s = E->breakers; s; s = s->next) {
+    mend_breaker b;
+    if (mend_store_get_breaker(E->store, s->key, &b) != 1) continue;
+    b.probes = b.state == s->b.state ? s->b.probes : 0;
+    s->b = b;
+  }
+}
+
+void mend__take_cancel_requests(mend_engine *E) {
+  json_t *ids = mend_store_cancel_requests(E->store, E->owner);
+  if (!ids) { mend__store_failed(E); return; }
+  size_t i;
+  json_t *id;
+  json_array_foreach(ids, i, id) {
+    mend_run *r = find_run(E, json_string_value(id));
+    char err[300];
+    if (r && mend__cancel_now(r, "an operator (requested)", err, sizeof err))
+      mend_engine_log_line(E, "warn", r->id, NULL, 0, "operator", err);
+  }
+  json_decref(ids);
+}

@@ -1,0 +1,331 @@
+/*
+ * saga: what an outcome means for a run (SPEC sections 2 to 6). Owns going mend__forward (the next
+ * step, its sleep, its breaker, its attempt), what a success or a failure of an attempt
+ * decides (a retry and its delay, compensation, a dead letter), going backward through the
+ * compensations in reverse, and the timers that end a run's waits. Must never: change a
+ * status anywhere but through step_to and mend__run_to; act before what it decided is durable (it
+ * queues actions behind the batch).
+ */
+#include "engine_int.h"
+
+#include <lauxlib.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json.h"
+#include "log.h"
+#include "util.h"
+
+/* ---------------------------------------------------------------- forward */
+
+static void finish_failed(mend_run *r);
+void mend__backward(mend_run *r);
+int mend__guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres);
+const char *mend__describe(mend_engine *E, lua_State *from, int idx, char *buf, size_t len);
+
+void mend__set_result(mend_run *r, int i) {
+  lua_State *L = r->E->L;
+  mend_refs_push(&r->E->refs, L, r->results_ref);
+  char err[256];
+  if (mend_json_decode(L, r->steps[i].result, strlen(r->steps[i].result), err, sizeof err))
+    lua_pushnil(L);
+  lua_setfield(L, -2, mend__step_name(r, i));
+  lua_pop(L, 1);
+}
+
+static void fail_step(mend_run *r, int i, const mend_error_info *info);
+
+/* Asks the breaker of step i for an attempt. When it refuses, the step waits in breaker_open,
+ * from pending, retry_wait or breaker_open alike (SPEC section 2), and 1 is returned. */
+static int breaker_refuses(mend_run *r, int i) {
+  mend_engine *E = r->E;
+  step_rt *st = &r->steps[i];
+  const mend_step_def *def = &r->wf->steps[i];
+  double retry_at;
+  mend_breaker_state before = def->slot->b.state;
+  int admitted = mend_breaker_admit(&def->slot->b, &def->slot->p, mend_engine_now(E), &retry_at);
+  if (def->slot->b.state != before) mend__breaker_changed(r, i, before);
+  if (admitted) return 0;
+  /* Spread the waiters so that they do not all probe at the same instant. */
+  double spread = 0.1 * mend_rng_uniform(&E->rng) * (def->slot->p.open_seconds > 1 ? 1 : def->slot->p.open_seconds);
+  st->due = retry_at + spread;
+  mend__step_to(r, i, MEND_STEP_BREAKER_OPEN, NULL, st->due - mend_engine_now(E), def->breaker_key);
+  r->wait_kind = WAIT_BREAKER;
+  mend__arm(r, &r->wait, st->due);
+  return 1;
+}
+
+void mend__forward(mend_run *r) {
+  mend_engine *E = r->E;
+  int admitted = r->admitted;   /* for this attempt only */
+  r->admitted = 0;
+  while (r->cur < r->wf->nsteps && r->steps[r->cur].status == MEND_STEP_SUCCEEDED) r->cur++;
+  if (r->cur == r->wf->nsteps) {
+    mend__run_to(r, MEND_RUN_SUCCEEDED);
+    mend__queue(r, ACT_FINISH);
+    return;
+  }
+  int i = r->cur;
+  step_rt *st = &r->steps[i];
+  const mend_step_def *def = &r->wf->steps[i];
+  if (st->status != MEND_STEP_PENDING && st->status != MEND_STEP_RUNNING) return;  /* waiting */
+  if (E->draining) return;   /* parked: its lease is given back when the worker stops */
+  if (st->status == MEND_STEP_PENDING) {
+    if (mend__ensure_key(r, i)) {
+      st->attempts++;
+      mend__step_to(r, i, MEND_STEP_RUNNING, NULL, -1, NULL);
+      mend_error_info info = {MEND_ERR_ERROR, st->error, -1, 0};
+      fail_step(r, i, &info);
+      return;
+    }
+    if (st->custom_key) {
+      char *found = NULL;
+      int r2 = mend_store_find_key_result(E->store, st->idem_key, &found);
+      if (r2 < 0) {
+        mend__store_failed(E);
+        if (!E->broken) mend__queue(r, ACT_ADVANCE);   /* a lock elsewhere: again after the commit */
+        return;
+      }
+      if (r2 == 1) {
+        mend__set_str(&st->result, found);
+        free(found);
+        mend__step_to(r, i, MEND_STEP_SUCCEEDED, NULL, -1, "result reused: idempotency key already succeeded");
+        mend__set_result(r, i);
+        r->cur++;
+        mend__queue(r, ACT_ADVANCE);
+        return;
+      }
+    }
+    if (def->sleep > 0 && !st->slept) {
+      /* A durable wait: only its due time is kept, in the step's row; no coroutine. */
+      st->due = mend_engine_now(E) + def->sleep;
+      mend__step_to(r, i, MEND_STEP_SLEEPING, NULL, def->sleep, NULL);
+      r->wait_kind = WAIT_STEP_SLEEP;
+      mend__arm(r, &r->wait, st->due);
+      return;
+    }
+    if (def->execute_ref == LUA_NOREF) {
+      mend__step_to(r, i, MEND_STEP_SUCCEEDED, NULL, -1, "a wait step: nothing to execute");
+      mend__set_str(&st->result, "null");
+      mend__set_result(r, i);
+      r->cur = i + 1;
+      mend__queue(r, ACT_ADVANCE);
+      return;
+    }
+    if (!admitted && breaker_refuses(r, i)) return;
+  }
+  /* pending, or running found after a crash: either way a new attempt with the same key */
+  st->attempts++;
+  st->due = -1;
+  mend__step_to(r, i, MEND_STEP_RUNNING, NULL, -1, NULL);
+  mend__queue(r, ACT_EXECUTE);
+}
+
+static void succeed_step(mend_run *r, int i, const char *result_json) {
+  step_rt *st = &r->steps[i];
+  mend__breaker_outcome(r, i, MEND_OUTCOME_SUCCESS);
+  mend__set_str(&st->result, result_json);
+  mend__set_str(&st->error, NULL);
+  mend__step_to(r, i, MEND_STEP_SUCCEEDED, NULL, -1, NULL);
+  mend__set_result(r, i);
+  r->cur = i + 1;
+  /* The next step's `running` joins this batch; its execute still waits for the commit that
+   * makes both durable. One turn per step instead of two. */
+  mend__forward(r);
+}
+
+static void fail_step(mend_run *r, int i, const mend_error_info *info) {
+  mend_engine *E = r->E;
+  step_rt *st = &r->steps[i];
+  const mend_step_def *def = &r->wf->steps[i];
+  int retryable = info->kind == MEND_ERR_RETRYABLE || info->kind == MEND_ERR_TIMEOUT;
+  char msg[600];
+  snprintf(msg, sizeof msg, "%s: %s", mend_error_kind_name(info->kind), info->message ? info->message : "");
+  mend__emit(E, json_pack("{s:s, s:s, s:s, s:s, s:i, s:s, s:b}", "type", "step_failed", "run_id", r->id,
+                    "workflow", r->wf->name, "step", mend__step_name(r, i), "attempt", st->attempts,
+                    "error", msg, "will_retry", retryable && st->attempts < def->retry.max_attempts));
+  if (def->slot->b.state == MEND_BREAKER_HALF_OPEN || retryable || info->kind != MEND_ERR_ERROR)
+    mend__breaker_outcome(r, i, retryable ? MEND_OUTCOME_RETRYABLE : MEND_OUTCOME_OTHER);
+  else
+    mend__breaker_outcome(r, i, MEND_OUTCOME_OTHER);
+  if (retryable && st->attempts < def->retry.max_attempts) {
+    double delay = info->retry_after >= 0
+      ? mend_backoff_clamp_retry_after(&def->retry, info->retry_after)
+      : mend_backoff_delay(&def->retry, st->attempts, st->last_delay > 0 ? st->last_delay : 0, &E->rng);
+    st->last_delay = delay;
+    st->due = mend_engine_now(E) + delay;
+    mend__step_to(r, i, MEND_STEP_RETRY_WAIT, msg, delay, NULL);
+    if (def->retry.attention_after > 0 && st->attempts >= def->retry.attention_after && !r->attention) {
+      r->attention = 1;
+      if (mend_store_update_run(E->store, r->id, mend_run_status_name(r->status), r->error, 1,
+                                mend_engine_now(E), r->reason))
+        mend__store_failed(E);
+      mend__alert(r, "attention", i, "attention_after", msg);
+    }
+    r->wait_kind = WAIT_RETRY;
+    mend__arm(r, &r->wait, st->due);
+    return;
+  }
+  mend__step_to(r, i, MEND_STEP_FAILED, msg, -1, NULL);
+  mend__set_str(&r->error, msg);
+  r->fail_step = i;
+  if (info->kind == MEND_ERR_COMPENSABLE && info->severity >= 3) {
+    r->reason = "severity_3";
+    mend__run_to(r, MEND_RUN_NEEDS_ATTENTION);
+    mend__dead_letter(r, r->reason, i, msg, "severity 3: nothing compensated automatically");
+    mend__queue(r, ACT_FINISH);
+    return;
+  }
+  r->reason = retryable ? "attempts_exhausted"
+            : info->kind == MEND_ERR_FATAL ? "fatal"
+            : info->kind == MEND_ERR_COMPENSABLE ? (info->severity == 2 ? "severity_2" : "compensable")
+            : "error";
+  st->compensate_self = info->kind == MEND_ERR_COMPENSABLE;
+  int anything = st->compensate_self;
+  for (int j = 0; j < i; j++) anything |= r->steps[j].status == MEND_STEP_SUCCEEDED;
+  if (!anything) { finish_failed(r); return; }
+  mend__run_to(r, MEND_RUN_COMPENSATING);
+  r->cur = i;
+  mend__queue(r, ACT_ADVANCE);
+}
+
+/* The run failed for good and compensation (if any) is over. */
+static void finish_failed(mend_run *r) {
+  if (!r->reason) r->reason = "error";
+  if (strcmp(r->reason, "attempts_exhausted") == 0) {
+    mend__run_to(r, MEND_RUN_NEEDS_ATTENTION);
+    mend__dead_letter(r, r->reason, r->fail_step, r->error,
+                r->status == MEND_RUN_NEEDS_ATTENTION ? "attempts exhausted; completed steps compensated" : NULL);
+  } else if (r->status == MEND_RUN_COMPENSATING) {
+    mend__run_to(r, MEND_RUN_COMPENSATED);
+    if (strcmp(r->reason, "severity_2") == 0)
+      mend__alert(r, "compensated_with_alert", r->fail_step, "severity_2", r->error);
+  } else {
+    mend__run_to(r, MEND_RUN_FAILED);
+  }
+  mend__queue(r, ACT_FINISH);
+}
+
+/* ---------------------------------------------------------------- backward */
+
+int mend__needs_compensation(const mend_run *r, int i) {
+  const step_rt *st = &r->steps[i];
+  return st->status == MEND_STEP_SUCCEEDED || st->status == MEND_STEP_COMPENSATING ||
+         st->status == MEND_STEP_COMPENSATION_FAILED ||
+         (st->status == MEND_STEP_FAILED && st->compensate_self);
+}
+
+void mend__backward(mend_run *r) {
+  for (; r->cur >= 0; r->cur--) {
+    int i = r->cur;
+    if (!mend__needs_compensation(r, i)) continue;
+    if (r->wf->steps[i].compensate_ref == LUA_NOREF) {
+      mend__history(r, mend__step_name(r, i), "skip_compensate", NULL, NULL, 0, NULL, -1, "step has no compensate");
+      mend_engine_log_line(r->E, "info", r->id, mend__step_name(r, i), 0, "skip_compensate",
+                           "no compensate function: skipped");
+      continue;
+    }
+    if (r->E->draining) return;
+    r->steps[i].comp_attempts++;
+    r->steps[i].due = -1;
+    mend__step_to(r, i, MEND_STEP_COMPENSATING, NULL, -1, NULL);
+    mend__queue(r, ACT_COMPENSATE);
+    return;
+  }
+  finish_failed(r);
+}
+
+static void compensated(mend_run *r, int i) {
+  mend__step_to(r, i, MEND_STEP_COMPENSATED, NULL, -1, NULL);
+  r->cur = i - 1;
+  mend__backward(r);   /* as succeed_step: the next compensate still waits for the commit */
+}
+
+static void compensation_failed(mend_run *r, int i, const mend_error_info *info) {
+  mend_engine *E = r->E;
+  step_rt *st = &r->steps[i];
+  const mend_retry_policy *p = &r->wf->steps[i].compensate_retry;
+  char msg[600];
+  snprintf(msg, sizeof msg, "%s: %s", mend_error_kind_name(info->kind), info->message ? info->message : "");
+  mend__set_str(&st->error, msg);
+  if (st->comp_attempts < p->max_attempts) {
+    double delay = mend_backoff_delay(p, st->comp_attempts, st->last_delay > 0 ? st->last_delay : 0, &E->rng);
+    st->last_delay = delay;
+    st->due = mend_engine_now(E) + delay;
+    mend__write_step(r, i);
+    mend__history(r, mend__step_name(r, i), "compensate_failed", NULL, NULL, st->comp_attempts, msg, delay, NULL);
+    mend_engine_log_line(E, "warn", r->id, mend__step_name(r, i), st->comp_attempts, "compensate_failed", msg);
+    r->wait_kind = WAIT_COMP_RETRY;
+    mend__arm(r, &r->wait, st->due);
+    return;
+  }
+  mend__step_to(r, i, MEND_STEP_COMPENSATION_FAILED, msg, -1, NULL);
+  /* Name exactly what is left undone, so a person knows what to repair by hand. */
+  char left[1024] = "";
+  size_t used = 0;
+  for (int j = i; j >= 0; j--) {
+    if (j != i && !mend__needs_compensation(r, j)) continue;
+    if (j != i && r->wf->steps[j].compensate_ref == LUA_NOREF) continue;
+    int n = snprintf(left + used, sizeof left - used, "%s%s", used ? ", " : "", mend__step_name(r, j));
+    if (n < 0 || (size_t)n >= sizeof left - used) break;
+    used += (size_t)n;
+  }
+  char detail[1200];
+  snprintf(detail, sizeof detail, "not compensated: %s", left);
+  mend__set_str(&r->error, msg);
+  r->reason = "compensation_failed";
+  mend__run_to(r, MEND_RUN_NEEDS_ATTENTION);
+  mend__dead_letter(r, "compensation_failed", i, msg, detail);
+  mend__queue(r, ACT_FINISH);
+}
+
+/* ---------------------------------------------------------------- outcomes of attempts */
+
+
+void mend__attempt_done(mend_run *r, int ok, mend_error_info *info, const char *result_json) {
+  int i = r->cur;
+  int back = r->status == MEND_RUN_COMPENSATING;
+  if (back) {
+    if (ok) compensated(r, i);
+    else compensation_failed(r, i, info);
+  } else {
+    if (ok) succeed_step(r, i, result_json);
+    else fail_step(r, i, info);
+  }
+}
+
+/* ---------------------------------------------------------------- the ends of waits */
+
+void mend__on_wait(mend_timer *t) {
+  mend_run *r = (mend_run *)(void *)((char *)t - offsetof(mend_run, wait));
+  wait_kind kind = r->wait_kind;
+  r->wait_kind = WAIT_NONE;
+  switch (kind) {
+    case WAIT_SLEEP:
+      mend__resume(r, 0);
+      break;
+    case WAIT_RETRY:
+    case WAIT_BREAKER:
+      /* A step whose breaker is (still) open goes on waiting there, not through pending. */
+      if (!r->E->draining && r->wf->steps[r->cur].execute_ref != LUA_NOREF) {
+        if (breaker_refuses(r, r->cur)) break;
+        r->admitted = 1;
+      }
+      mend__step_to(r, r->cur, MEND_STEP_PENDING, NULL, -1, NULL);
+      mend__forward(r);
+      break;
+    case WAIT_COMP_RETRY:
+      mend__backward(r);
+      break;
+    case WAIT_STEP_SLEEP:
+      r->steps[r->cur].slept = 1;
+      r->steps[r->cur].due = -1;
+      mend__step_to(r, r->cur, MEND_STEP_PENDING, NULL, -1, NULL);
+      mend__forward(r);
+      break;
+    case WAIT_NONE:
+      break;
+  }
+}

@@ -1,0 +1,263 @@
+/*
+ * worker: an engine as one of several workers on a database. Owns its leases (renewed while it
+ * works), the fence (after a stall, the runs another worker took are let go, unwritten), the
+ * polling and claiming of runs, serving until stopped (signals, the grace period), and the
+ * WAL checkpoints it runs off the loop. Must never: write to a run it no longer holds; start an
+ * attempt once it stops.
+ */
+#include "engine_int.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "util.h"
+
+/* ---------------------------------------------------------------- fencing */
+
+/* The store drops every write to a run another worker took while this one stalled past its
+ * lease (store.c, "fencing"); here such runs are let go, wherever they are, and the leases
+ * renewed before they can run out under a long turn. */
+
+double mend__lease_until(const mend_engine *E);
+
+static void renew_now(mend_engine *E) {
+  if (E->broken || !E->in_flight) return;
+  double until = mend__lease_until(E);
+  if (mend_store_renew(E->store, E->owner, until)) { mend__store_failed(E); return; }
+  E->fence_until = until;
+  mend__kick(E);   /* committed by the next turn */
+}
+
+
+void mend__add_id(void *ud, const char *id) {
+  id_list *l = ud;
+  if (mend_idset_add(&l->set, id, strlen(id)) < 0) l->oom = 1;
+}
+
+static int in_hand(const mend_run *r) {
+  return r->status == MEND_RUN_RUNNING || r->status == MEND_RUN_COMPENSATING;
+}
+
+/* Lets go of the runs in memory whose ids are in `ids`: freed, or, if queued, when their action
+ * comes up. Nothing more is written for them. */
+void mend__let_go(mend_engine *E, const mend_idset *ids, const char *why) {
+  for (mend_run *r = E->runs, *next; r; r = next) {
+    next = r->next;
+    if (r->lost || !mend_idset_has(ids, r->id, strlen(r->id))) continue;
+    mend_engine_log_line(E, "warn", r->id, NULL, 0, "lease", why);
+    if (r->queued) r->lost = 1;
+    else mend__drop_run(r, 0);
+  }
+}
+
+/* Before the turn acts: no action may start for a run that is no longer ours. */
+void mend__check_fence(mend_engine *E) {
+  if (E->broken) return;
+  /* The renewal timer is late (turns are long): renew now, while a third of the lease is left. */
+  if (mend_real_now() >= E->fence_until - E->lease_seconds / 3) renew_now(E);
+  id_list lost = {0}, mine = {0};
+  if (mend_store_fence_news(E->store, mend__add_id, &lost) || E->fence_recheck) {
+    E->fence_was_late = 1;
+    /* A batch began late: which runs does the store say are ours? The rest are not. */
+    json_t *held = mend_store_held(E->store);
+    E->fence_recheck = !held && mend_store_locked(E->store);   /* again at the next turn */
+    if (!held) {
+      mend__store_failed(E);
+      if (lost.set.count && !E->broken) mend__let_go(E, &lost.set, "another worker took this run"
+                                               " while this one stalled past its lease: let go"
+                                               " here, nothing more written");
+      mend_idset_clear(&lost.set);
+      return;
+    }
+    mend_store_fence_news(E->store, mend__add_id, &lost);   /* found by the flush just now */
+    size_t i;
+    json_t *id;
+    json_array_foreach(held, i, id) mend__add_id(&mine, json_string_value(id));
+    json_decref(held);
+    for (mend_run *r = E->runs; r && !mine.oom; r = r->next) {
+      if (!in_hand(r) || r->lost || mend_idset_has(&mine.set, r->id, strlen(r->id))) continue;
+      mend__add_id(&lost, r->id);
+      if (mend_store_add_lost(E->store, r->id)) mend__store_failed(E);
+    }
+    mend_idset_clear(&mine.set);
+    if (!mine.oom) mend_store_fence_verified(E->store);   /* else the store keeps looking up */
+  }
+  if (lost.oom || mine.oom) mend__breakdown(E, "out of memory keeping track of lost leases");
+  if (lost.set.count) mend__let_go(E, &lost.set, "another worker took this run while this one stalled"
+                             " past its lease: let go here, nothing more written");
+  mend_idset_clear(&lost.set);
+}
+
+/* ---------------------------------------------------------------- serving */
+
+void mend__reload_breakers(mend_engine *E);
+void mend__take_cancel_requests(mend_engine *E);
+
+/* ---- checkpoints, off the loop thread: a commit never stalls on one */
+
+/* Past this many WAL frames (about 32 MiB) passive checkpoints are not keeping up, and the loop
+ * lets the WAL start over (wal_catch_up): two fdatasyncs while no commit can happen, which cost
+ * more the more WAL is waiting to be written back. At 64 MiB they were 10 and 26 ms, every
+ * 0.6 s at 50k steps/s (process durability), and p99 step latency 8.7 ms over 9 s; at 32 MiB,
+ * 4.1 ms, with W1 and W3 unchanged (at 16 MiB bursts slowed: W3 lateness +30%). */
+#define WAL_FRAMES_LIMIT 8192
+/* A checkpoint starts each time the WAL grew by this many frames (about 4 MiB), besides the
+ * one a second. A second's worth of small commits (60 MB of WAL at 25k steps/s) copied and
+ * synced at once held every commit behind it for 10-30 ms: the database's sync and the WAL's
+ * share the disk and ext4's journal (W1p p99 6-10 ms; 2.2-3.3 ms at 500-1000 frames). */
+#define CHECKPOINT_FRAMES 1000
+
+/* After a commit: a checkpoint if the WAL grew enough since the last one began. */
+void mend__checkpoint_if_grown(mend_engine *E) {
+  if (!E->checkpoint_timer) return;   /* no file, or no second connection for checkpoints */
+  int frames = mend_store_wal_frames(E->store);
+  if (frames < E->checkpoint_from) E->checkpoint_from = 0;   /* the WAL started over */
+  if (E->checkpointing || frames - E->checkpoint_from < CHECKPOINT_FRAMES) return;
+  E->checkpoint_from = frames;
+  mend__checkpoint_now(E);
+}
+
+static void checkpoint_on_thread(uv_work_t *w) {
+  mend_engine *E = w->data;
+  E->wal_frames = 0;
+  E->wal_copied = mend_store_checkpoint(E->store, &E->wal_frames);
+  /* A long WAL is copied again at once, a few times: each pass copies only what was committed
+   * during the one before, so what the loop copies itself (mend__end_batch) is a few milliseconds of
+   * writes, not the second's worth that one pass leaves (a 72 ms stall of the loop in W4). */
+  for (int pass = 0; pass < 3 && E->wal_frames > WAL_FRAMES_LIMIT; pass++) {
+    int before = E->wal_frames;
+    E->wal_copied = mend_store_checkpoint(E->store, &E->wal_frames);
+    if (E->wal_frames == before) break;   /* nothing new since: the loop has nothing to copy */
+  }
+}
+
+static void checkpoint_done(uv_work_t *w, int status) {
+  (void)status;
+  mend_engine *E = w->data;
+  E->checkpointing = 0;
+  /* The WAL starts over at the first write after a checkpoint that left nothing behind.
+   * Under steady writes there is no such moment, and the WAL would grow without end (to GBs
+   * in W4 with 1M runs): the loop copies the last few frames itself between two batches. */
+  if (E->wal_frames > WAL_FRAMES_LIMIT) E->wal_catch_up = 1;
+}
+
+void mend__checkpoint_now(mend_engine *E) {
+  if (E->checkpointing || E->broken || E->destroying) return;
+  E->checkpointing = 1;
+  E->checkpoint_work.data = E;
+  if (uv_queue_work(E->loop, &E->checkpoint_work, checkpoint_on_thread, checkpoint_done))
+    E->checkpointing = 0;
+}
+
+void mend__start_checkpoint(uv_timer_t *t) { mend__checkpoint_now(t->data); }
+
+void mend__renew_leases(uv_timer_t *t) { renew_now(t->data); }
+
+/* The quick look every poll; the thorough one (it walks every run held: 27 ms with 100k) at the
+ * first poll, then at most once in 30 s and in a hundredth of the loop's time. */
+static int claimable(mend_engine *E, double now) {
+  if (now < E->next_thorough_look) return mend_store_claimable(E->store, E->owner, now, 0);
+  double began = mend_real_now();   /* not `now`: the poll may have waited for the writer */
+  int found = mend_store_claimable(E->store, E->owner, now, 1);
+  double took = mend_real_now() - began;
+  E->next_thorough_look = now + (took * 100 > 30.0 ? took * 100 : 30.0);
+  return found;
+}
+
+static void poll_for_runs(uv_timer_t *t) {
+  mend_engine *E = t->data;
+  if (E->draining || E->broken) return;
+  /* No look for work while another process holds the lock: it would wait for the lock too. */
+  if (mend_store_locked(E->store)) {
+    uv_timer_start(t, poll_for_runs, E->poll_ms, 0);
+    return;
+  }
+  double now = mend_real_now();
+  if (now >= E->next_reload) {
+    E->next_reload = now + 1.0;
+    mend__reload_breakers(E);
+    mend__take_cancel_requests(E);
+    if (E->broken) return;
+  }
+  int room = E->max_in_flight > 0 ? E->max_in_flight - E->in_flight : 1000;
+  if (room > 1000) room = 1000;
+  /* A dead worker's runs must become claimable first: they are not, until given back. The
+   * look of the read-only connection cannot see that yet. */
+  int released = mend__release_dead_local_owners(E);
+  if (!E->broken && room > 0) {
+    /* Runs given back just now are nobody's, in a batch the look cannot see yet. */
+    int found = claimable(E, now) | (released ? MEND_CLAIMABLE_FREE : 0);
+    /* Runs whose version no worker could load: at the first poll (this worker may load
+     * them) and then now and then (a module they require may be back), never every poll. */
+    int unavailable = now >= E->next_unavailable_look ? MEND_CLAIM_UNAVAILABLE : 0;
+    if (unavailable) {
+      E->next_unavailable_look = now + UNAVAILABLE_LOOK_SECONDS;
+      found |= MEND_CLAIMABLE_FREE;
+    }
+    /* Runs nobody holds are taken without walking the runs others hold, which is what a
+     * claim of every kind costs: only a lease that ran out asks for that. */
+    if (found)
+      mend__claim_and_restore(E, room, (found & MEND_CLAIMABLE_GONE ? 0 : MEND_CLAIM_FREE) | unavailable);
+  }
+  /* The next poll is an interval after this one ends, not after it began: a poll that takes
+   * longer than the interval must not run back to back and leave the loop no turn between. */
+  if (!E->broken) uv_timer_start(t, poll_for_runs, E->poll_ms, 0);
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+  mend_engine *E = h->data;
+  mend_engine_log_line(E, "info", NULL, NULL, 0, "worker",
+                       signum == SIGINT ? "SIGINT: finishing attempts in flight" : "SIGTERM: finishing attempts in flight");
+  mend_engine_stop(E);
+}
+
+void mend_engine_stop(mend_engine *E) {
+  if (E->draining) return;
+  E->draining = 1;
+  E->grace_deadline = mend_real_now() + E->cfg.grace_seconds;
+  if (E->poll_timer) uv_timer_stop(E->poll_timer);
+  mend__kick(E);
+}
+
+static void close_and_free(uv_handle_t *h) { free(h); }
+
+int mend_engine_serve(mend_engine *E, double poll_seconds, int max_in_flight) {
+  E->serving = 1;
+  E->max_in_flight = max_in_flight;
+  E->poll_timer = malloc(sizeof *E->poll_timer);
+  uv_timer_init(E->loop, E->poll_timer);
+  E->poll_timer->data = E;
+  E->poll_ms = (uint64_t)(poll_seconds * 1000.0);
+  if (E->poll_ms < 1) E->poll_ms = 1;
+  uv_timer_start(E->poll_timer, poll_for_runs, 0, 0);   /* re-armed by each poll */
+  int sigs[2] = {SIGINT, SIGTERM};
+  for (int k = 0; k < 2; k++) {
+    E->signals[k] = malloc(sizeof *E->signals[k]);
+    uv_signal_init(E->loop, E->signals[k]);
+    E->signals[k]->data = E;
+    uv_signal_start(E->signals[k], on_signal, sigs[k]);
+  }
+  E->auto_advance = 1;
+  while (!E->broken) {
+    if (E->draining && (E->attempts == 0 || mend_real_now() >= E->grace_deadline)) break;
+    mend__loop_once(E);
+  }
+  E->auto_advance = 0;
+  /* Give back every run still held so that another worker can take it at once. */
+  if (!E->broken) {
+    for (mend_run *r = E->runs; r; r = r->next)
+      if (mend_store_release(E->store, r->id, E->owner)) { mend__store_failed(E); break; }
+    if (!E->broken && mend_store_commit(E->store)) mend__store_failed(E);
+  }
+  uv_close((uv_handle_t *)E->poll_timer, close_and_free);
+  E->poll_timer = NULL;
+  for (int k = 0; k < 2; k++) {
+    uv_close((uv_handle_t *)E->signals[k], close_and_free);
+    E->signals[k] = NULL;
+  }
+  E->serving = 0;
+  return E->broken ? -1 : 0;
+}
