@@ -344,10 +344,20 @@ MEND_API int mend_engine_dlq_json(mend_engine *engine, char **json_out) {
 
 MEND_API void mend_free(void *p) { free(p); }
 
+static int refusal_status(mend_engine *engine) {
+  switch (mend_engine_refusal(engine)) {
+    case MEND_REFUSED_NOT_FOUND: return MEND_ENOTFOUND;
+    case MEND_REFUSED_INVALID: return MEND_EINVAL;
+    case MEND_REFUSED_STORE: return MEND_ESTORE;
+    case MEND_REFUSED_STATE: break;
+  }
+  return MEND_ESTATE;
+}
+
 static int repair_status(mend_engine *engine, int rc, const char *err) {
   if (rc >= 0) return MEND_OK;
   mend_engine_note_error(engine, err);
-  return strstr(err, "no run ") ? MEND_ENOTFOUND : MEND_ESTATE;
+  return refusal_status(engine);
 }
 
 MEND_API int mend_engine_override_breaker(mend_engine *engine, const char *key, const char *op,
@@ -356,7 +366,7 @@ MEND_API int mend_engine_override_breaker(mend_engine *engine, const char *key, 
   if (!key || !op) return MEND_EINVAL;
   if (mend_engine_breaker_set(engine, key, op, seconds, who, err, sizeof err) == 0) return MEND_OK;
   mend_engine_note_error(engine, err);
-  return strstr(err, "no breaker ") ? MEND_ENOTFOUND : MEND_EINVAL;
+  return refusal_status(engine);
 }
 
 MEND_API int mend_engine_cancel(mend_engine *engine, const char *run_id, const char *who) {

@@ -154,6 +154,12 @@ int mend_engine_host_call(lua_State *L, const char *name, int first_arg, char *e
  * step) with fresh attempts. resolve: a person settled it by hand; `note` says how. Runs
  * that retry or cancel here are then executed by this engine (run or serve it). */
 int mend_engine_cancel_run(mend_engine *E, const char *id, const char *who, char *err, int errlen);
+/* Why the last repair above refused: the C API maps it to a status; the message is for
+ * people and is never matched. */
+typedef enum mend_refusal {
+  MEND_REFUSED_STATE, MEND_REFUSED_NOT_FOUND, MEND_REFUSED_INVALID, MEND_REFUSED_STORE
+} mend_refusal;
+mend_refusal mend_engine_refusal(const mend_engine *E);
 int mend_engine_dlq_retry(mend_engine *E, const char *id, const char *who, char *err, int errlen);
 int mend_engine_resolve(mend_engine *E, const char *id, const char *who, const char *note,
                         char *err, int errlen);

@@ -420,6 +420,7 @@ struct mend_store {
   int code_step, code_running;   /* -1: not in labels */
   sqlite3_stmt *q[Q__COUNT];
   char err[1024];
+  int not_found;            /* the last read of a run found none */
   wlog logs[3];   /* recording, and up to two with the writer thread (a part, the rest) */
   wlog *cur;              /* the log this thread records into */
   int parted;             /* records of the open batch passed to the writer thread in parts */
@@ -960,6 +961,8 @@ void mend_store_close(mend_store *s) {
   for (int k = 0; k < 3; k++) log_free(&s->logs[k]);
   free(s);
 }
+
+int mend_store_not_found(const mend_store *s) { return s->not_found; }
 
 const char *mend_store_errmsg(mend_store *s) { return s ? s->err : "no store"; }
 
@@ -2265,6 +2268,7 @@ static int show_in_flight(mend_store *s, const char *id, json_t *steps) {
 static json_t *read_run(mend_store *s, const char *id) {
   sqlite3_stmt *q = s->q[Q_RUN];
   int r = first_row(s, q, bind_text(q, 1, id), "read run");
+  s->not_found = r == 0;
   if (r < 0) return NULL;
   if (r == 0) {
     set_msg(s->err, sizeof s->err, "no run %s", id ? id : "(null)");

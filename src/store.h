@@ -100,6 +100,8 @@ int mend_store_wal_frames(const mend_store *s);
 
 /* The last error, naming the file and the SQLite cause. Valid until the next call. */
 const char *mend_store_errmsg(mend_store *s);
+/* 1 when the last read of a run found none (errmsg: "no run <id>"), 0 after one that did. */
+int mend_store_not_found(const mend_store *s);
 
 /* Ends the current batch. 0 if there was none or it committed; -1 on failure (the batch is
  * rolled back; see errmsg); MEND_STORE_BUSY if another connection held the write lock for

@@ -194,6 +194,7 @@ struct mend_engine {
   int checkpoint_from;    /* the WAL's length when the last checkpoint began */
   int wal_catch_up;       /* the WAL is long: copy the rest of it between two batches */
   int destroying;
+  mend_refusal refusal;   /* why the last repair refused */
   void *panic_exit;       /* a jmp_buf of the C API's entry point that is running */
   int panicked;
   /* Another process holds the database's write lock (lock_wait): the batch is kept and its

@@ -45,7 +45,10 @@ static void operator_entry(mend_engine *E, mend_run *r, const char *id, const ch
 static int stored_status(mend_engine *E, const char *id, char *status, char *reason, int len,
                          char *err, int errlen) {
   json_t *row = mend_store_run(E->store, id);
-  if (!row) return mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
+  if (!row) {
+    E->refusal = mend_store_not_found(E->store) ? MEND_REFUSED_NOT_FOUND : MEND_REFUSED_STORE;
+    return mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
+  }
   const char *st = json_string_value(json_object_get(row, "status"));
   const char *why = json_string_value(json_object_get(row, "reason"));
   snprintf(status, (size_t)len, "%s", st ? st : "");
@@ -144,7 +147,10 @@ int mend__cancel_now(mend_run *r, const char *who, char *err, int errlen) {
   return E->broken ? mend_errorf(err, errlen, "%s", E->errmsg) : 0;
 }
 
+mend_refusal mend_engine_refusal(const mend_engine *E) { return E->refusal; }
+
 int mend_engine_cancel_run(mend_engine *E, const char *id, const char *who, char *err, int errlen) {
+  E->refusal = MEND_REFUSED_STATE;
   mend_run *r = find_run(E, id);
   if (r) return mend__cancel_now(r, who, err, errlen);
   char status[64], reason[64];
@@ -171,6 +177,7 @@ int mend_engine_cancel_run(mend_engine *E, const char *id, const char *who, char
 }
 
 int mend_engine_resume_run(mend_engine *E, const char *id, char *err, int errlen) {
+  E->refusal = MEND_REFUSED_STATE;
   if (find_run(E, id)) return 0;
   char status[64], reason[64];
   if (stored_status(E, id, status, reason, sizeof status, err, errlen)) return -1;
@@ -187,6 +194,7 @@ int mend_engine_resume_run(mend_engine *E, const char *id, char *err, int errlen
 }
 
 int mend_engine_dlq_retry(mend_engine *E, const char *id, const char *who, char *err, int errlen) {
+  E->refusal = MEND_REFUSED_STATE;
   char status[64], reason[64];
   if (find_run(E, id)) return mend_errorf(err, errlen, "run %s is in flight: it is not in the dead-letter queue", id);
   if (stored_status(E, id, status, reason, sizeof status, err, errlen)) return -1;
@@ -234,7 +242,10 @@ int mend_engine_dlq_retry(mend_engine *E, const char *id, const char *who, char 
 static int resolve_unavailable(mend_engine *E, const char *id, const char *who, const char *note,
                                char *err, int errlen) {
   json_t *row = mend_store_run(E->store, id);
-  if (!row) return mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
+  if (!row) {
+    E->refusal = mend_store_not_found(E->store) ? MEND_REFUSED_NOT_FOUND : MEND_REFUSED_STORE;
+    return mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
+  }
   const char *st = json_string_value(json_object_get(row, "status"));
   const char *why = json_string_value(json_object_get(row, "unavailable"));
   mend_run_status from;
@@ -266,9 +277,13 @@ static int resolve_unavailable(mend_engine *E, const char *id, const char *who, 
 
 int mend_engine_upgrade_run(mend_engine *E, const char *id, const char *version, const char *who,
                             char *err, int errlen) {
+  E->refusal = MEND_REFUSED_STATE;
   if (find_run(E, id)) return mend_errorf(err, errlen, "run %s is in flight here", id);
   json_t *row = mend_store_run(E->store, id);
-  if (!row) return mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
+  if (!row) {
+    E->refusal = mend_store_not_found(E->store) ? MEND_REFUSED_NOT_FOUND : MEND_REFUSED_STORE;
+    return mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
+  }
   int rc = -1;
   const char *st = json_string_value(json_object_get(row, "status"));
   const char *name = json_string_value(json_object_get(row, "workflow"));
@@ -331,6 +346,7 @@ int mend_engine_upgrade_run(mend_engine *E, const char *id, const char *version,
 
 int mend_engine_resolve(mend_engine *E, const char *id, const char *who, const char *note,
                         char *err, int errlen) {
+  E->refusal = MEND_REFUSED_STATE;
   char status[64], reason[64];
   if (!note || !*note) return mend_errorf(err, errlen, "resolving a run needs a note saying what was done");
   if (stored_status(E, id, status, reason, sizeof status, err, errlen)) return -1;
@@ -354,12 +370,17 @@ int mend_engine_resolve(mend_engine *E, const char *id, const char *who, const c
 
 int mend_engine_breaker_set(mend_engine *E, const char *key, const char *op, double seconds,
                             const char *who, char *err, int errlen) {
+  E->refusal = MEND_REFUSED_INVALID;
   struct mend_breaker_slot *s = NULL;
   for (struct mend_breaker_slot *x = E->breakers; x; x = x->next)
     if (strcmp(x->key, key) == 0) s = x;
   mend_breaker b;
   int found = s ? 1 : mend_store_get_breaker(E->store, key, &b);
-  if (found < 0) return mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
+  if (found < 0) {
+    E->refusal = MEND_REFUSED_STORE;
+    return mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
+  }
+  if (!found) E->refusal = MEND_REFUSED_NOT_FOUND;
   if (!found) return mend_errorf(err, errlen, "no breaker %s (a breaker exists once a step using it has run)", key);
   if (s) b = s->b;
   double now = mend_engine_now(E);
