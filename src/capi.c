@@ -15,6 +15,7 @@
 
 #include "engine.h"
 #include "log.h"
+#include "lmend.h"
 #include "luadir.h"
 
 /* The entry points that run workflow code run between these two: an error of Lua's outside
@@ -166,6 +167,7 @@ MEND_API int mend_engine_new(const mend_options *host_opts, mend_engine **out, c
   cfg.memory_limit = opts->memory_limit;
   cfg.instruction_budget = opts->instruction_budget;
   cfg.sandbox = opts->sandbox;
+  cfg.open_module = mend_lua_open;
   cfg.writer_thread = opts->commit_thread;
   cfg.lua_path = opts->lua_path ? opts->lua_path : mend_lua_dir_default();
   cfg.log_level = mend_log_level_of(opts->log_level ? opts->log_level : "info");

@@ -42,7 +42,7 @@
 #include "breaker.h"
 #include "json.h"
 #include "guard.h"
-#include "lmend.h"
+#include "lerror.h"
 #include "refs.h"
 #include "sandbox.h"
 #include "timers.h"
@@ -1041,8 +1041,10 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
     host = E->owned_state = lua_newstate(limited_alloc, E);
     if (!host) { free(E); snprintf(err, (size_t)errlen, "out of memory"); return NULL; }
     luaL_openlibs(host);
-    luaL_requiref(host, "mend.core", mend_lua_open, 0);
-    lua_pop(host, 1);
+    if (cfg->open_module) {   /* what `require "mend"` finds: the binding is the C API's */
+      luaL_requiref(host, "mend.core", cfg->open_module, 0);
+      lua_pop(host, 1);
+    }
     if (cfg->lua_path) {
       lua_getglobal(host, "package");
       lua_getfield(host, -1, "path");
@@ -1066,8 +1068,7 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
   }
   lua_pop(E->L, 1);
   /* Typed errors need their metatable even when the module was not required yet. */
-  luaL_requiref(E->L, "mend.core", mend_lua_open, 0);
-  lua_pop(E->L, 1);
+  mend_lerror_open(E->L);
   if (cfg->loop) E->loop = cfg->loop;
   else {
     uv_loop_init(&E->own_loop);

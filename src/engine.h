@@ -13,19 +13,11 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "log.h"
 #include "store.h"
 #include "workflow.h"
 
 typedef struct mend_engine mend_engine;
-
-typedef struct mend_log_record {
-  const char *level;      /* "debug" | "info" | "warn" | "error" */
-  double time;
-  const char *run, *step; /* NULL when not about one */
-  int attempt;            /* 0 when not about one */
-  const char *event;      /* "step", "run", "log", "alert", ... */
-  const char *message;
-} mend_log_record;
 
 typedef void (*mend_engine_log_fn)(void *ud, const mend_log_record *rec);
 /* `event` is an object; the callee must not keep it (incref to keep). */
@@ -58,7 +50,8 @@ typedef struct mend_engine_config {
   int writer_thread;            /* commit on a thread of the store's (real clock, file db) */
   /* For an engine that makes its own Lua state (host == NULL) only: */
   size_t memory_limit;          /* bytes step code may hold in the VM; 0: no limit */
-  int sandbox;                  /* no os.execute, os.exit, io, nor C modules for workflows */
+  int sandbox;                  /* workflow code in an environment of its own (sandbox.h) */
+  lua_CFunction open_module;    /* opens mend.core in a state the engine makes; NULL: none */
   const char *lua_path;         /* prepended to package.path (where `require "mend"` is) */
   const char *alert_command;    /* run with `sh -c` for each alert, the event as JSON on stdin */
 } mend_engine_config;

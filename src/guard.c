@@ -11,7 +11,7 @@
 #include <lauxlib.h>
 #include <stdio.h>
 
-#include "lmend.h"
+#include "lerror.h"
 #include "timers.h"
 
 /* The registry key (its address) of the limits in force, a light userdata. */

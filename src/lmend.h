@@ -7,25 +7,7 @@
 
 #include <lua.h>
 
-/* Error kinds a step can raise. MEND_ERR_ERROR is any error that is not a mend error. */
-typedef enum mend_error_kind {
-  MEND_ERR_RETRYABLE, MEND_ERR_FATAL, MEND_ERR_COMPENSABLE, MEND_ERR_TIMEOUT, MEND_ERR_ERROR
-} mend_error_kind;
-
-typedef struct mend_error_info {
-  mend_error_kind kind;
-  const char *message;   /* valid while the value stays on the stack */
-  double retry_after;    /* < 0 when not given */
-  int severity;          /* 1..3 for compensable, else 0 */
-} mend_error_info;
-
-/* Pushes a new mend error object. [-0, +1, m] */
-void mend_lua_push_error(lua_State *L, mend_error_kind kind, const char *message,
-                         double retry_after, int severity);
-/* Reads the value at idx: 1 and *info if it is a mend error, else 0 with kind ERROR and, for a
- * string, the string as message (NULL for other values). Pushes nothing. [-0, +0, -] */
-int mend_lua_read_error(lua_State *L, int idx, mend_error_info *info);
-const char *mend_error_kind_name(mend_error_kind k);
+#include "lerror.h"
 
 /* Opens mend.core (pushes the module table) and registers its metatables. */
 int mend_lua_open(lua_State *L);

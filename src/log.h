@@ -1,13 +1,23 @@
 /*
  * log: where the engine's log records go when the host gives no function of its own. JSON
  * lines (level, time, run, step, attempt, event, message) when the stream is not a terminal,
- * so that machines can read them; short readable lines when a person is watching.
+ * so that machines can read them; short readable lines when a person is watching. Owns the
+ * record a log line is; knows nothing of the engine.
  */
 #ifndef MEND_LOG_H
 #define MEND_LOG_H
 
 #include <stdio.h>
-#include "engine.h"
+
+/* One line of an engine's log, as it is given to a log function. */
+typedef struct mend_log_record {
+  const char *level;      /* "debug" | "info" | "warn" | "error" */
+  double time;
+  const char *run, *step; /* NULL when not about one */
+  int attempt;            /* 0 when not about one */
+  const char *event;      /* "step", "run", "log", "alert", ... */
+  const char *message;
+} mend_log_record;
 
 typedef struct mend_log_sink {
   FILE *out;

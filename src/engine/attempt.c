@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "json.h"
-#include "lmend.h"
+#include "lerror.h"
 #include "log.h"
 #include "util.h"
 

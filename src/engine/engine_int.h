@@ -16,7 +16,7 @@
 #include "engine.h"
 #include "guard.h"
 #include "idset.h"
-#include "lmend.h"
+#include "lerror.h"
 #include "refs.h"
 #include "timers.h"
 #include "transition.h"

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "json.h"
-#include "lmend.h"
+#include "lerror.h"
 #include "util.h"
 
 
