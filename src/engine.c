@@ -10,11 +10,11 @@
  *
  * This file owns the machine's middle: the pump and its batches (the write-ahead rule), the one
  * place statuses change (step_to, run_to) and the history they write, runs in memory and their
- * start, the loop, a lock held by another process, the workflows loaded, and an engine's life.
+ * start, the loop, a lock held by another process, and an engine's life.
  * The rest is in src/engine/, one concern a file, behind src/engine/engine_int.h: saga.c (what
  * outcomes mean), attempt.c (coroutines and every call into workflow code), admit.c (breakers
- * and caps), notify.c (alerts and events), exec.c, hostcall.c, recover.c, worker.c (leases,
- * fence, serving), repair.c.
+ * and caps), notify.c (alerts and events), exec.c, hostcall.c, load.c (workflows and their
+ * versions), recover.c, worker.c (leases, fence, serving), repair.c.
  *
  * Must never: call Lua while a batch that announces that call is uncommitted; block; apply a
  * transition the table in transition.c refuses.
@@ -867,124 +867,6 @@ int mend_engine_start_json(mend_engine *E, const char *workflow, const char *inp
   int rc = mend_engine_start_value(E, L, workflow, -1, run_key, id_out, existed, 0, err, errlen);
   lua_pop(L, 1);
   return rc;
-}
-
-/* ---------------------------------------------------------------- workflows */
-
-static mend_workflow *adopt(mend_engine *E, mend_workflow *wf) {
-  if (!wf) return NULL;
-  for (int i = 0; i < wf->nsteps; i++)
-    wf->steps[i].slot = mend__breaker_slot(E, wf->steps[i].breaker_key, &wf->steps[i].breaker);
-  /* Newest first: a reloaded workflow serves new runs; the old one stays for runs in flight. */
-  wf->next = E->workflows;
-  E->workflows = wf;
-  return wf;
-}
-
-/* Runs a workflow's text (its top level, under the engine's limits and, in a sandboxed engine,
- * in an environment of its own) and checks the definition it returns. `path` names it in
- * messages and is where its `require` looks in a sandbox. */
-static mend_workflow *load_text(mend_engine *E, const char *text, size_t len, const char *path,
-                                const char *version, char *err, int errlen) {
-  lua_State *L = E->L;
-  int top = lua_gettop(L);
-  lua_pushfstring(L, "@%s", path);
-  int status = luaL_loadbufferx(L, text, len, lua_tostring(L, -1), "t");
-  if (status == LUA_OK && E->cfg.sandbox && E->owned_state) {
-    const char *slash = strrchr(path, '/');
-    lua_pushlstring(L, path, slash ? (size_t)(slash - path) : 0);
-    mend_sandbox_env(L, lua_tostring(L, -1), E->cfg.lua_path);
-    lua_setupvalue(L, -3, 1);
-    lua_pop(L, 1);
-  }
-  if (status == LUA_OK) {
-    mend_limits lim;
-    mend_limits_init(&lim, "workflow file", E->cfg.instruction_budget, CALL_SECONDS);
-    status = mend__guarded_pcall(E, &lim, 0, 1);
-    if (status != LUA_OK && lim.tripped) {
-      char why[200];
-      mend_errorf(err, errlen, "%s: %s while it loaded", path, mend_limits_message(&lim, why, sizeof why));
-      lua_settop(L, top);
-      return NULL;
-    }
-  }
-  if (status != LUA_OK) {
-    char text_of[600];
-    if (status == LUA_ERRMEM && E->owned_state && E->cfg.memory_limit > 0)
-      mend_errorf(err, errlen, "%s: exceeded the memory limit (%zu bytes) while it loaded", path,
-                  E->cfg.memory_limit);
-    else   /* Lua's message already starts with the file name and line */
-      mend_errorf(err, errlen, "%s", mend__describe(E, L, -1, text_of, sizeof text_of));
-    lua_settop(L, top);
-    return NULL;
-  }
-  mend_workflow *wf = mend_workflow_from_table(L, -1, path, version, err, errlen);
-  lua_settop(L, top);
-  /* A script with a NUL byte is not kept: it could not come back whole as text. */
-  if (wf && memchr(text, 0, len) == NULL && !(wf->script = malloc(len + 1))) {
-    mend_errorf(err, errlen, "%s: out of memory", path);
-    mend_workflow_free(L, wf);
-    return NULL;
-  }
-  if (wf && wf->script) {
-    memcpy(wf->script, text, len);
-    wf->script[len] = 0;
-  }
-  return wf;
-}
-
-mend_workflow *mend_engine_load_version(mend_engine *E, const char *name, const char *version,
-                                        char *err, int errlen) {
-  for (mend_workflow *wf = E->workflows; wf; wf = wf->next)
-    if (strcmp(wf->name, name) == 0 && wf->version && strcmp(wf->version, version) == 0) return wf;
-  char *source = NULL;
-  char *text = mend_store_version_script(E->store, name, version, &source);
-  if (!text) {
-    mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
-    return NULL;
-  }
-  size_t len = strlen(text);
-  char v[20];
-  mend_workflow_version_of(text, len, v);
-  mend_workflow *wf = load_text(E, text, len, source ? source : name, v, err, errlen);
-  free(text);
-  free(source);
-  if (wf && strcmp(wf->name, name) != 0) {
-    mend_errorf(err, errlen, "the script kept for %s version %s names workflow \"%s\"", name,
-                version, wf->name);
-    mend_workflow_free(E->L, wf);
-    return NULL;
-  }
-  if (!wf || !mend_engine_workflow(E, name)) return adopt(E, wf);
-  /* An older version: it carries its runs on, and the newest one loaded still serves new runs. */
-  mend_workflow **tail = &E->workflows;
-  while (*tail) tail = &(*tail)->next;
-  adopt(E, wf);
-  E->workflows = wf->next;
-  wf->next = NULL;
-  *tail = wf;
-  return wf;
-}
-
-mend_workflow *mend_engine_load_file(mend_engine *E, const char *path, char *err, int errlen) {
-  size_t len;
-  char *text = mend_workflow_read(path, &len, err, errlen);
-  if (!text) return NULL;
-  char version[20];
-  mend_workflow_version_of(text, len, version);
-  mend_workflow *wf = load_text(E, text, len, path, version, err, errlen);
-  free(text);
-  return adopt(E, wf);
-}
-
-mend_workflow *mend_engine_register(mend_engine *E, int idx, char *err, int errlen) {
-  return adopt(E, mend_workflow_from_table(E->L, idx, "register", NULL, err, errlen));
-}
-
-mend_workflow *mend_engine_workflow(mend_engine *E, const char *name) {
-  for (mend_workflow *wf = E->workflows; wf; wf = wf->next)
-    if (strcmp(wf->name, name) == 0) return wf;
-  return NULL;
 }
 
 /* ---------------------------------------------------------------- life */
