@@ -1,8 +1,9 @@
 -- What a run's code or a broken file can do to a real `mend worker` (issue 16): nothing that
 -- stops it. A workflow file that does not load is logged and alerted once and the others are
 -- served; fixed, it is taken up without a restart. A run whose step raises an error object
--- with a raising or endless __tostring, or loops for ever under --instruction-budget, fails
--- with a clear message while a good run beside it succeeds, and the worker goes on.
+-- with a raising or endless __tostring, or loops for ever under --instruction-budget, is a
+-- dead letter (workflow_error, alerted) with a clear message while a good run beside it
+-- succeeds, and the worker goes on.
 
 local H = require "spec.helper"
 
@@ -84,16 +85,34 @@ describe("a worker", function()
       local _, json = sh(string.format("%s status %s --db %s --json", MEND, id, q(db)))
       return require("mend").json.decode(json)
     end
+    -- what the engine had to stop is a dead letter (workflow_error) for a person; an ordinary
+    -- error of the step's own fails the run as any error does
+    local ended = { failed = true, needs_attention = true }
     H.wait_for("every run to end", function()
       for _, id in pairs(ids) do
-        if status(id).status ~= "failed" then return false end
+        if not ended[status(id).status] then return false end
       end
       return status(good).status == "succeeded"
     end, 20)
+    for _, how in ipairs({ "raise", "loop", "spin" }) do
+      local st = status(ids[how])
+      assert.are.equal("needs_attention", st.status, how)
+      assert.are.equal("workflow_error", st.reason, how)
+    end
     assert.matches("__tostring failed: [^\n]*boom", status(ids.raise).error)
     assert.matches("__tostring failed: [^\n]*exceeded its instruction budget", status(ids.loop).error)
     assert.matches("step exceeded its instruction budget %(5000000 instructions%)", status(ids.spin).error)
+    assert.are.equal("failed", status(ids.metatable).status)
     assert.matches("attempt to index a string value", status(ids.metatable).error)
+    local _, dlq = sh(string.format("%s dlq --db %s --json", MEND, q(db)))
+    for _, how in ipairs({ "raise", "loop", "spin" }) do
+      assert.is_truthy(dlq:find(ids[how], 1, true), how)
+    end
+    H.wait_for("the dead letters' alerts", function()
+      local n = 0
+      for _ in H.read(alerts):gmatch('"kind":"dead_letter"') do n = n + 1 end
+      return n == 3
+    end, 10)
     assert.is_true(alive(pid))
 
     -- the file fixed: the worker loads it within its next look (every 2 s) and runs it

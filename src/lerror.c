@@ -43,7 +43,7 @@ static int raw_field(lua_State *L, int idx, const char *field) {
 
 int mend_lua_read_error(lua_State *L, int idx, mend_error_info *info) {
   idx = lua_absindex(L, idx);
-  *info = (mend_error_info){MEND_ERR_ERROR, NULL, -1, 0};
+  *info = (mend_error_info){MEND_ERR_ERROR, NULL, -1, 0, 0};
   if (!is_mend_error(L, idx)) {
     if (lua_type(L, idx) == LUA_TSTRING) info->message = lua_tostring(L, idx);
     return 0;

@@ -19,6 +19,8 @@ typedef struct mend_error_info {
   const char *message;   /* valid while the value stays on the stack */
   double retry_after;    /* < 0 when not given */
   int severity;          /* 1..3 for compensable, else 0 */
+  int stopped;           /* the engine stopped the code (a limit, or an error value it could
+                            not read): a workflow_error, for a person to look at */
 } mend_error_info;
 
 /* Pushes a new mend error object. [-0, +1, m] */

@@ -61,7 +61,9 @@ static void push_ctx(mend_run *r, int i, int compensating) {
   lua_setmetatable(L, -2);
 }
 
-/* A step's own idempotency_key(ctx) is asked once; its answer is stored with the step. */
+/* A step's own idempotency_key(ctx) is asked once; its answer is stored with the step. 0; -1
+ * when it failed (st->error says why); -2 when the engine stopped it (a limit, an error value
+ * it could not read). */
 int mend__ensure_key(mend_run *r, int i) {
   step_rt *st = &r->steps[i];
   const mend_step_def *def = &r->wf->steps[i];
@@ -75,11 +77,13 @@ int mend__ensure_key(mend_run *r, int i) {
   int status = mend__guarded_pcall(E, &lim, 1, 1);
   if (status != LUA_OK || !lua_isstring(L, -1)) {
     char msg[400], text[300];
+    int failed = 0;
     snprintf(msg, sizeof msg, "idempotency_key: %s",
-             status != LUA_OK ? mend__describe(E, L, -1, text, sizeof text) : "must return a string");
+             status != LUA_OK ? mend__describe(E, L, -1, text, sizeof text, &failed)
+                              : "must return a string");
     lua_pop(L, 1);
     mend__set_str(&st->error, msg);
-    return -1;
+    return lim.tripped || failed ? -2 : -1;
   }
   mend__set_str(&st->idem_key, lua_tostring(L, -1));
   lua_pop(L, 1);
@@ -112,7 +116,9 @@ static int push_tostring(lua_State *L) {
 /* The text of an error value that workflow code raised or returned, into buf. Strings and
  * numbers are what they say; for anything else, a __tostring of its own gets a small budget
  * and no second chance: the engine never trusts what a workflow's metamethods do. */
-const char *mend__describe(mend_engine *E, lua_State *from, int idx, char *buf, size_t len) {
+const char *mend__describe(mend_engine *E, lua_State *from, int idx, char *buf, size_t len,
+                           int *failed) {
+  if (failed) *failed = 0;
   idx = lua_absindex(from, idx);
   int t = lua_type(from, idx);
   if (t == LUA_TSTRING || t == LUA_TNUMBER) {
@@ -127,12 +133,15 @@ const char *mend__describe(mend_engine *E, lua_State *from, int idx, char *buf, 
   lua_xmove(from, E->L, 1);
   mend_limits lim;
   mend_limits_init(&lim, "the error's __tostring", DESCRIBE_BUDGET, DESCRIBE_SECONDS);
-  if (mend__guarded_pcall(E, &lim, 1, 1) == LUA_OK && lua_type(E->L, -1) == LUA_TSTRING)
+  if (mend__guarded_pcall(E, &lim, 1, 1) == LUA_OK && lua_type(E->L, -1) == LUA_TSTRING) {
     snprintf(buf, len, "%s", lua_tostring(E->L, -1));
-  else if (lua_type(E->L, -1) == LUA_TSTRING)
-    snprintf(buf, len, "(error object whose __tostring failed: %s)", lua_tostring(E->L, -1));
-  else
-    snprintf(buf, len, "(error object whose __tostring failed)");
+  } else {
+    if (failed) *failed = 1;
+    if (lua_type(E->L, -1) == LUA_TSTRING)
+      snprintf(buf, len, "(error object whose __tostring failed: %s)", lua_tostring(E->L, -1));
+    else
+      snprintf(buf, len, "(error object whose __tostring failed)");
+  }
   lua_pop(E->L, 1);
   return buf;
 }
@@ -193,7 +202,7 @@ void mend__resume(mend_run *r, int nargs) {
     lua_pop(co, nres);
     return;
   }
-  mend_error_info info = {MEND_ERR_ERROR, NULL, -1, 0};
+  mend_error_info info = {MEND_ERR_ERROR, NULL, -1, 0, 0};
   char *result = NULL;
   char msg[600];
   int ok = 0;
@@ -216,7 +225,7 @@ void mend__resume(mend_run *r, int nargs) {
     int is_mend = mend_lua_read_error(co, -1, &info);
     if (!is_mend) {
       /* An unknown error: keep the message, put the traceback in the log. */
-      info.message = mend__describe(E, co, -1, msg, sizeof msg);
+      info.message = mend__describe(E, co, -1, msg, sizeof msg, &info.stopped);
       luaL_traceback(E->L, co, msg, 0);
       mend_engine_log_line(E, "error", r->id, mend__step_name(r, r->cur), r->steps[r->cur].attempts,
                            "error", lua_tostring(E->L, -1));
@@ -236,11 +245,13 @@ void mend__resume(mend_run *r, int nargs) {
     info.message = msg;
     info.retry_after = -1;
     info.kind = r->limits.tripped == MEND_LIMIT_TIMEOUT ? MEND_ERR_TIMEOUT : MEND_ERR_ERROR;
+    info.stopped = r->limits.tripped == MEND_LIMIT_BUDGET;
   }
   if (status == LUA_ERRMEM && E->owned_state && E->cfg.memory_limit > 0) {
     snprintf(msg, sizeof msg, "step exceeded the memory limit (%zu bytes)", E->cfg.memory_limit);
     info.message = msg;
     info.kind = MEND_ERR_ERROR;
+    info.stopped = 1;
   }
   mend__end_attempt(r);
   mend__attempt_done(r, ok, &info, result);
@@ -251,7 +262,7 @@ void mend__on_deadline(mend_timer *t) {
   mend_run *r = (mend_run *)(void *)((char *)t - offsetof(mend_run, deadline));
   if (!r->co) return;
   mend__end_attempt(r);   /* lets go of the child process or host call it waits for */
-  mend_error_info info = {MEND_ERR_TIMEOUT, "step exceeded its timeout", -1, 0};
+  mend_error_info info = {MEND_ERR_TIMEOUT, "step exceeded its timeout", -1, 0, 0};
   mend__attempt_done(r, 0, &info, NULL);
 }
 

@@ -258,7 +258,8 @@ void mend__on_wait(mend_timer *t);
 void mend__set_result(mend_run *r, int i);
 
 /* ---- attempt.c: attempts as coroutines, and every call into workflow code */
-const char *mend__describe(mend_engine *E, lua_State *from, int idx, char *buf, size_t len);
+const char *mend__describe(mend_engine *E, lua_State *from, int idx, char *buf, size_t len,
+                           int *failed);
 void mend__end_attempt(mend_run *r);
 int mend__ensure_key(mend_run *r, int i);
 int mend__guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres);

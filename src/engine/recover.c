@@ -111,7 +111,8 @@ mend_run *mend__rebuild(mend_engine *E, const char *id, char *why, int whylen, i
   r->error = mend_dupstr(json_string_value(json_object_get(row, "error")));
   /* The reason is one of the engine's own static strings; map the stored text back to it. */
   static const char *const reasons[] = {"attempts_exhausted", "fatal", "severity_2", "compensable",
-                                        "error", "severity_3", "compensation_failed", "cancelled"};
+                                        "error", "severity_3", "compensation_failed", "cancelled",
+                                        "workflow_error"};
   const char *reason = json_string_value(json_object_get(row, "reason"));
   for (size_t k = 0; reason && k < sizeof reasons / sizeof *reasons; k++)
     if (strcmp(reason, reasons[k]) == 0) r->reason = reasons[k];

@@ -22,8 +22,6 @@
 
 static void finish_failed(mend_run *r);
 void mend__backward(mend_run *r);
-int mend__guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres);
-const char *mend__describe(mend_engine *E, lua_State *from, int idx, char *buf, size_t len);
 
 void mend__set_result(mend_run *r, int i) {
   lua_State *L = r->E->L;
@@ -73,10 +71,11 @@ void mend__forward(mend_run *r) {
   if (st->status != MEND_STEP_PENDING && st->status != MEND_STEP_RUNNING) return;  /* waiting */
   if (E->draining) return;   /* parked: its lease is given back when the worker stops */
   if (st->status == MEND_STEP_PENDING) {
-    if (mend__ensure_key(r, i)) {
+    int key = mend__ensure_key(r, i);
+    if (key) {
       st->attempts++;
       mend__step_to(r, i, MEND_STEP_RUNNING, NULL, -1, NULL);
-      mend_error_info info = {MEND_ERR_ERROR, st->error, -1, 0};
+      mend_error_info info = {MEND_ERR_ERROR, st->error, -1, 0, key == -2};
       fail_step(r, i, &info);
       return;
     }
@@ -175,6 +174,17 @@ static void fail_step(mend_run *r, int i, const mend_error_info *info) {
     r->reason = "severity_3";
     mend__run_to(r, MEND_RUN_NEEDS_ATTENTION);
     mend__dead_letter(r, r->reason, i, msg, "severity 3: nothing compensated automatically");
+    mend__queue(r, ACT_FINISH);
+    return;
+  }
+  if (info->stopped) {
+    /* The engine stopped the step's code: a bug of the workflow's, not an answer of the
+     * world's. A person looks before anything is undone on its account. */
+    r->reason = "workflow_error";
+    mend__run_to(r, MEND_RUN_NEEDS_ATTENTION);
+    mend__dead_letter(r, r->reason, i, msg,
+                      "the engine stopped the step's code: nothing compensated automatically; "
+                      "fix the workflow (mend upgrade) and mend dlq retry, or resolve");
     mend__queue(r, ACT_FINISH);
     return;
   }

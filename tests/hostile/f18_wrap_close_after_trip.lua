@@ -1,4 +1,4 @@
--- expect: failed step exceeded its instruction budget
+-- expect: needs_attention step exceeded its instruction budget
 local mend = require "mend"
 return { name = "f18_wrap_close_after_trip", steps = { { name = "s", execute = function(ctx, input)
   while true do pcall(coroutine.wrap(function()

@@ -1,4 +1,4 @@
--- expect: failed step exceeded its instruction budget
+-- expect: needs_attention step exceeded its instruction budget
 local mend = require "mend"
 return { name = "f19_close_coroutine", steps = { { name = "s", execute = function(ctx, input)
   local co = coroutine.create(function()

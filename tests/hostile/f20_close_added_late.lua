@@ -1,4 +1,4 @@
--- expect: failed step exceeded its instruction budget
+-- expect: needs_attention step exceeded its instruction budget
 local mend = require "mend"
 return { name = "f20_close_added_late", steps = { { name = "s", execute = function(ctx, input)
   local mt = { __close = true }

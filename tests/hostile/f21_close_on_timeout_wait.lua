@@ -1,4 +1,4 @@
--- expect: failed step exceeded its timeout
+-- expect: needs_attention step exceeded its timeout
 local mend = require "mend"
 return { name = "f21", steps = { { name = "s", timeout = 0.2, retry = { max_attempts = 1 },
   execute = function()
