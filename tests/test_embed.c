@@ -409,7 +409,7 @@ static void it_is_ticked_and_answers_each_error_kind(void) {
 }
 
 /* A script that allocates without bound or never yields is stopped with an error that says
- * why, and the engine goes on running other runs. */
+ * why, parked as a workflow_error for a person, and the engine goes on running other runs. */
 static void it_stops_hostile_scripts_and_stays_usable(void) {
   mend_options o;
   mend_options_init(&o);
@@ -423,14 +423,15 @@ static void it_stops_hostile_scripts_and_stays_usable(void) {
   char hog[17], spin[17], ok[17], st[32];
   start(E, "hog", NULL, hog);
   CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
-  CHECK_STR(run_status(E, hog, st, sizeof st), "failed");
+  CHECK_STR(run_status(E, hog, st, sizeof st), "needs_attention");
   CHECK(run_has(E, hog, "memory limit", 0));
   start(E, "spin", NULL, spin);
   double t0 = now_s();
   CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
   CHECK(now_s() - t0 < 10);
-  CHECK_STR(run_status(E, spin, st, sizeof st), "failed");
+  CHECK_STR(run_status(E, spin, st, sizeof st), "needs_attention");
   CHECK(run_has(E, spin, "instruction budget", 0));
+  CHECK(run_has(E, spin, "\"reason\":\"workflow_error\"", 0));
   start(E, "basic", "{\"who\":\"after\"}", ok);
   CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
   CHECK_STR(run_status(E, ok, st, sizeof st), "succeeded");
