@@ -103,8 +103,9 @@ typedef struct mend_options {
                                  an attempt over it fails (not retried); 0: no limit */
   long instruction_budget;    /* Lua instructions per attempt; over it the attempt fails
                                  (not retried); 0: no budget */
-  int sandbox;                /* 1: workflow code has no os.execute, os.exit, io, C modules, nor
-                                 mend.exec */
+  int sandbox;                /* 1: each workflow file runs in an environment of its own, built
+                                 from an allow-list: no io, os.execute, debug, package, binary
+                                 chunks, mend.exec (README: Limits and sandbox) */
   const char *lua_path;       /* where mend's Lua files are (require "mend"); NULL: $MEND_LUA_DIR,
                                  else the source tree for a build-tree libmend, else the
                                  install's share/mend/lua (found relative to libmend.so) */
