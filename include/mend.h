@@ -101,8 +101,9 @@ typedef struct mend_options {
   int max_concurrency;        /* attempts in flight at once; 0: no cap */
   size_t memory_limit;        /* bytes that workflow code may hold in the engine's Lua VM;
                                  an attempt over it fails (not retried); 0: no limit */
-  long instruction_budget;    /* Lua instructions per attempt; over it the attempt fails
-                                 (not retried); 0: no budget */
+  long instruction_budget;    /* Lua instructions per attempt; over it the attempt is stopped
+                                 and the run parked in the dead-letter queue (workflow_error);
+                                 0: no budget */
   int sandbox;                /* 1: each workflow file runs in an environment of its own, built
                                  from an allow-list: no io, os.execute, debug, package, binary
                                  chunks, mend.exec (README: Limits and sandbox) */
