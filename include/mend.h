@@ -100,7 +100,8 @@ typedef struct mend_options {
   void *uv_loop;              /* a uv_loop_t * of the host to attach to; NULL: the engine's own */
   int max_concurrency;        /* attempts in flight at once; 0: no cap */
   size_t memory_limit;        /* bytes that workflow code may hold in the engine's Lua VM;
-                                 an attempt over it fails (not retried); 0: no limit */
+                                 an attempt over it is stopped like one over its budget;
+                                 0: no limit */
   long instruction_budget;    /* Lua instructions per attempt; over it the attempt is stopped
                                  and the run parked in the dead-letter queue (workflow_error);
                                  0: no budget */
