@@ -29,6 +29,9 @@
 
 /* Coroutines of steps are found again from Lua through this registry table: thread -> run. */
 #define THREADS_KEY "mend.threads"
+/* How long one statement of the loop waits for another process's lock; longer locks are
+ * waited out on a timer (lock_wait), so that the loop goes on. */
+#define LOOP_BUSY_MS 100
 /* How often a serving engine tries again the runs whose version no engine could load. */
 #define UNAVAILABLE_LOOK_SECONDS 30.0
 /* Actions one loop turn may do before it commits and polls again. */
@@ -208,7 +211,7 @@ struct mend_engine {
 /* Run ids gathered from the store (the fence, claims); oom: one could not be kept. */
 typedef struct id_list { mend_idset set; int oom; } id_list;
 
-/* ---- engine.c: the engine itself: life, the pump and its batches, writes, runs, the loop */
+/* ---- engine.c: the engine itself: the pump and its batches, writes, actions, the loop, life */
 void mend__append(mend_run **head, mend_run **tail, mend_run *r);
 void mend__arm(mend_run *r, mend_timer *t, double due);
 void mend__breakdown(mend_engine *E, const char *fmt, ...);
@@ -218,25 +221,19 @@ int mend__commit_now(mend_engine *E);
 void mend__dead_letter(mend_run *r, const char *reason, int step, const char *error,
                        const char *detail);
 void mend__do_action(mend_run *r);
-void mend__drop_run(mend_run *r, int was_queued);
 int mend__end_batch(mend_engine *E);
 void mend__failpoint(const char *name);
-void mend__give_back(mend_run *r, int was_queued, int was_running);
 int mend__has_ready_work(const mend_engine *E);
 void mend__history(mend_run *r, const char *step, const char *event, const char *from,
-                   const char *to, int attempt, const char *error, double delay,
-                   const char *detail);
+                   const char *to, int attempt, const char *error, double delay, const char *detail);
 double mend__history_time(mend_run *r);
 void mend__kick(mend_engine *E);
-double mend__lease_until(const mend_engine *E);
 int mend__lock_waiting(const mend_engine *E);
 void mend__loop_once(mend_engine *E);
 void mend__new_run_id(mend_engine *E, char out[MEND_RUN_ID_LEN]);
 void mend__pump_cb(uv_idle_t *h);
 void mend__queue(mend_run *r, action a);
 void mend__queue_now(mend_run *r, action a);
-void mend__run_free(mend_run *r);
-mend_run *mend__run_new(mend_engine *E, mend_workflow *wf, const char *id);
 void mend__run_to(mend_run *r, mend_run_status to);
 void mend__set_str(char **slot, const char *s);
 void mend__settle_writer(mend_engine *E);
@@ -248,6 +245,13 @@ int mend__turn_has_work(const mend_engine *E);
 int mend__virtual_timers_to_advance(const mend_engine *E);
 void mend__watch_lock(mend_engine *E);
 void mend__write_step(mend_run *r, int i);
+
+/* ---- run.c: runs in memory, and their start */
+void mend__drop_run(mend_run *r, int was_queued);
+void mend__give_back(mend_run *r, int was_queued, int was_running);
+double mend__lease_until(const mend_engine *E);
+void mend__run_free(mend_run *r);
+mend_run *mend__run_new(mend_engine *E, mend_workflow *wf, const char *id);
 
 /* ---- saga.c: what outcomes mean: forward, backward, the ends of waits */
 void mend__attempt_done(mend_run *r, int ok, mend_error_info *info, const char *result_json);

@@ -1,0 +1,185 @@
+/*
+ * run: a run in memory. Owns making one (from a start, or for a run rebuilt from the store)
+ * with its steps and Lua values, starting a run (idempotently by run key; its first
+ * transition written into the open batch, its first action queued behind it), and letting a
+ * run go (given back to the store's pool, or dropped once it ended). Must never: act on a run
+ * before the batch that records its start is durable.
+ */
+#include "engine_int.h"
+
+#include <lauxlib.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json.h"
+#include "util.h"
+
+/* ---------------------------------------------------------------- starting runs */
+
+mend_run *mend__run_new(mend_engine *E, mend_workflow *wf, const char *id) {
+  mend_run *r = calloc(1, sizeof *r);
+  r->E = E;
+  r->wf = wf;
+  r->status = MEND_RUN_RUNNING;
+  r->co_ref = LUA_NOREF;
+  r->input_ref = r->results_ref = LUA_NOREF;
+  r->fail_step = -1;
+  snprintf(r->id, sizeof r->id, "%s", id);
+  r->steps = calloc((size_t)wf->nsteps, sizeof *r->steps);
+  for (int i = 0; i < wf->nsteps; i++) {
+    step_rt *st = &r->steps[i];
+    st->status = MEND_STEP_PENDING;
+    st->due = st->last_delay = -1;
+    st->key_ready = wf->steps[i].key_ref == LUA_NOREF;
+  }
+  mend_timer_init(&r->wait, mend__on_wait);
+  mend_timer_init(&r->deadline, mend__on_deadline);
+  r->ref_shard = mend_refs_shard(&E->refs, E->L);
+  lua_newtable(E->L);
+  r->results_ref = mend_refs_put(&E->refs, E->L, r->ref_shard);
+  r->next = E->runs;
+  if (E->runs) E->runs->prev = r;
+  E->runs = r;
+  E->in_flight++;
+  return r;
+}
+
+double mend__lease_until(const mend_engine *E) { return mend_real_now() + E->lease_seconds; }
+
+static int start_value(mend_engine *E, lua_State *L, const char *workflow, int input_idx,
+                       const char *run_key, char id_out[MEND_RUN_ID_LEN], int *existed,
+                       int detached, char *err, int errlen);
+
+/* A start is an answer to its caller: it waits for another process's lock up to the store's
+ * default busy wait, then fails naming the lock (the loop's own writes wait on a timer). */
+int mend_engine_start_value(mend_engine *E, lua_State *L, const char *workflow, int input_idx,
+                            const char *run_key, char id_out[MEND_RUN_ID_LEN], int *existed,
+                            int detached, char *err, int errlen) {
+  if (E->store) mend_store_set_busy_wait(E->store, 0);
+  int rc = start_value(E, L, workflow, input_idx, run_key, id_out, existed, detached, err, errlen);
+  if (E->store) mend_store_set_busy_wait(E->store, LOOP_BUSY_MS);
+  return rc;
+}
+
+static int start_value(mend_engine *E, lua_State *L, const char *workflow, int input_idx,
+                       const char *run_key, char id_out[MEND_RUN_ID_LEN], int *existed,
+                       int detached, char *err, int errlen) {
+  *existed = 0;
+  if (E->broken) { snprintf(err, (size_t)errlen, "%s", E->errmsg); return -1; }
+  mend_workflow *wf = mend_engine_workflow(E, workflow);
+  if (!wf) { snprintf(err, (size_t)errlen, "no workflow named \"%s\" is loaded", workflow); return -1; }
+  input_idx = lua_absindex(L, input_idx);
+  if (run_key) {
+    int found = mend_store_find_run_key(E->store, run_key, id_out, MEND_RUN_ID_LEN);
+    if (found < 0) { snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store)); return -1; }
+    if (found) { *existed = 1; return 0; }
+  }
+  char jerr[400];
+  json_t *input_doc;
+  char *input_json = mend_json_encode_doc(L, input_idx, "input", jerr, sizeof jerr, &input_doc);
+  if (!input_json) { snprintf(err, (size_t)errlen, "%s", jerr); return -1; }
+  char id[MEND_RUN_ID_LEN];
+  mend__new_run_id(E, id);
+  double now = mend_engine_now(E);
+  mend_run_rec rec = {id, wf->name, wf->version, wf->source, run_key, "running", input_json,
+                      NULL, 0, now, now, detached ? NULL : E->owner, wf->step_names, wf->script};
+  int ins = mend_store_insert_run(E->store, &rec);
+  if (ins < 0) {
+    snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store));
+    free(input_json);
+    json_decref(input_doc);
+    mend__store_failed(E);
+    return -1;
+  }
+  if (ins == 1) {
+    /* Another process took the key between our look and our insert: theirs is the run. */
+    free(input_json);
+    json_decref(input_doc);
+    *existed = 1;
+    return mend_store_find_run_key(E->store, run_key, id_out, MEND_RUN_ID_LEN) == 1 ? 0 : -1;
+  }
+  mend_run *r = mend__run_new(E, wf, id);
+  mend__history(r, NULL, "run", NULL, "running", 0, NULL, -1, run_key);
+  /* The run's input is the JSON form, as a restarted engine will see it: the document the
+   * text was printed from, not the text parsed again (5k instructions a start). */
+  if (input_doc ? mend_json_push_doc(E->L, input_doc, jerr, sizeof jerr)
+                : mend_json_decode(E->L, input_json, strlen(input_json), jerr, sizeof jerr))
+    lua_pushnil(E->L);
+  r->input_ref = mend_refs_put(&E->refs, E->L, r->ref_shard);
+  free(input_json);
+  json_decref(input_doc);
+  memcpy(id_out, r->id, MEND_RUN_ID_LEN);
+  if (E->broken) { snprintf(err, (size_t)errlen, "%s", E->errmsg); return -1; }
+  if (detached) {
+    /* Recorded for any worker to take; durable before the caller hears the id. */
+    if (mend__commit_now(E)) {
+      snprintf(err, (size_t)errlen, "%s", E->errmsg);
+      mend__run_free(r);
+      return -1;
+    }
+    mend__run_free(r);
+    return 0;
+  }
+  mend_engine_log_line(E, "info", r->id, NULL, 0, "run", "started");
+  /* Its first step's `running` joins the batch of its start: one commit less before the
+   * first execute. */
+  mend__queue_now(r, ACT_ADVANCE);
+  return 0;
+}
+
+int mend_engine_start_json(mend_engine *E, const char *workflow, const char *input_json,
+                           const char *run_key, char id_out[MEND_RUN_ID_LEN], int *existed,
+                           char *err, int errlen) {
+  lua_State *L = E->L;
+  if (mend_json_decode(L, input_json ? input_json : "null", input_json ? strlen(input_json) : 4,
+                       err, errlen))
+    return -1;
+  int rc = mend_engine_start_value(E, L, workflow, -1, run_key, id_out, existed, 0, err, errlen);
+  lua_pop(L, 1);
+  return rc;
+}
+
+/* ---------------------------------------------------------------- letting runs go */
+
+void mend__run_free(mend_run *r) {
+  mend_engine *E = r->E;
+  mend__unthrottle(r);
+  mend__end_attempt(r);
+  mend_timer_disarm(&E->timers, &r->wait);
+  mend_refs_drop(&E->refs, E->L, r->input_ref);
+  mend_refs_drop(&E->refs, E->L, r->results_ref);
+  for (int i = 0; i < r->wf->nsteps; i++) {
+    free(r->steps[i].idem_key);
+    free(r->steps[i].result);
+    free(r->steps[i].error);
+  }
+  free(r->steps);
+  free(r->error);
+  if (r->prev) r->prev->next = r->next;
+  else E->runs = r->next;
+  if (r->next) r->next->prev = r->prev;
+  E->in_flight--;
+  free(r);
+}
+
+/* A run leaving its step before the attempt ends (cancelled, or let go): a concurrency slot
+ * it was woken for is passed on, and a half-open probe it made is given back. */
+void mend__give_back(mend_run *r, int was_queued, int was_running) {
+  mend_engine *E = r->E;
+  int i = r->cur;
+  if (i < 0 || i >= r->wf->nsteps) return;
+  struct mend_breaker_slot *slot = r->wf->steps[i].slot;
+  if (was_queued && (r->next_action == ACT_EXECUTE || r->next_action == ACT_COMPENSATE)) {
+    mend_run *next = mend__fifo_pop(&slot->waiting);
+    if (!next) next = mend__fifo_pop(&E->throttled);
+    if (next) mend__queue(next, next->next_action);
+  }
+  if (was_running && slot->b.state == MEND_BREAKER_HALF_OPEN) mend_breaker_release(&slot->b);
+}
+
+/* Frees a run this engine lets go of (another worker took it). */
+void mend__drop_run(mend_run *r, int was_queued) {
+  mend__give_back(r, was_queued, r->co != NULL);
+  mend__run_free(r);
+}
