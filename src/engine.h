@@ -154,6 +154,17 @@ int mend_engine_host_call(lua_State *L, const char *name, int first_arg, char *e
  * step) with fresh attempts. resolve: a person settled it by hand; `note` says how. Runs
  * that retry or cancel here are then executed by this engine (run or serve it). */
 int mend_engine_cancel_run(mend_engine *E, const char *id, const char *who, char *err, int errlen);
+/* Sends event `name` to a running run, by its id or (id NULL) by its run key, with a payload
+ * (JSON text; NULL: null) and an optional key (the same key twice is one event). Durable when
+ * it returns: 0 sent, 1 the run has an event of this key already (nothing sent), or one of
+ * MEND_EVENT_* with the reason in err. The run's id goes to run_id_out (may be NULL). A run
+ * held here and waiting for it goes on at once; one held by a worker elsewhere, at its next
+ * poll; one nobody holds, when a worker takes it. */
+enum { MEND_EVENT_EINVAL = -1, MEND_EVENT_ENOTFOUND = -2, MEND_EVENT_EENDED = -3,
+       MEND_EVENT_ESTORE = -4 };
+int mend_engine_send_event(mend_engine *E, const char *id, const char *run_key, const char *name,
+                           const char *payload, const char *key, char run_id_out[MEND_RUN_ID_LEN],
+                           char *err, int errlen);
 int mend_engine_dlq_retry(mend_engine *E, const char *id, const char *who, char *err, int errlen);
 int mend_engine_resolve(mend_engine *E, const char *id, const char *who, const char *note,
                         char *err, int errlen);
