@@ -159,7 +159,11 @@ int mend_engine_send_event(mend_engine *E, const char *id, const char *run_key, 
   }
   /* A run going back, or ended, waits for nothing any more: the event would never be taken. */
   if (!status || strcmp(status, "running") != 0) {
-    mend_errorf(err, errlen, "run %s is %s: events go only to running runs", id, status ? status : "?");
+    mend_run_status rs;
+    int ended = status && mend_run_status_parse(status, &rs) == 0 && mend_run_status_final(rs);
+    mend_errorf(err, errlen, ended ? "run %s has ended (%s): events go only to running runs"
+                                   : "run %s is %s: events go only to running runs",
+                id, status ? status : "?");
     json_decref(row);
     free(text);
     return MEND_EVENT_EENDED;
