@@ -364,7 +364,8 @@ static const char *const migrations[MEND_SCHEMA_VERSION] = {
   " name TEXT NOT NULL, payload TEXT, key TEXT, sent REAL, consumed REAL, step TEXT);"
   "CREATE UNIQUE INDEX inbox_key ON inbox(run_id, key) WHERE key IS NOT NULL;"
   "CREATE INDEX inbox_waiting ON inbox(run_id, name, seq) WHERE consumed IS NULL;"
-  "ALTER TABLE steps ADD COLUMN awaits TEXT;",
+  "ALTER TABLE steps ADD COLUMN awaits TEXT;"
+  "INSERT INTO labels(code, name) VALUES (25, 'waiting'), (26, 'event');",
 };
 
 /* ---- the write log ----------------------------------------------------------------------
