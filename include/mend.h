@@ -198,6 +198,17 @@ MEND_API int mend_engine_cancel(mend_engine *engine, const char *run_id, const c
 MEND_API int mend_engine_retry_dead_letter(mend_engine *engine, const char *run_id, const char *who);
 MEND_API int mend_engine_resolve_dead_letter(mend_engine *engine, const char *run_id,
                                              const char *who, const char *note);
+/* Sends event `name` to a running run: a step `wait_for = name` takes the oldest one it has
+ * not taken, and its payload (JSON text; NULL: null) is the step's result. The event is durable
+ * when this returns, whether the run waits for it yet or not. With a non-NULL `key`, sending
+ * the same key to the same run again is one event (MEND_OK, nothing sent). MEND_ENOTFOUND: no
+ * such run; MEND_ESTATE: the run has ended (or is compensating); MEND_EINVAL: bad JSON.
+ * by_key: the run is the one started with that run key. */
+MEND_API int mend_engine_signal(mend_engine *engine, const char *run_id, const char *name,
+                                const char *payload_json, const char *key);
+MEND_API int mend_engine_signal_by_key(mend_engine *engine, const char *run_key,
+                                       const char *name, const char *payload_json,
+                                       const char *key);
 /* Overrides a circuit breaker by hand (recorded in the audit table with `who`): op is "reset",
  * "close" or "open" (for `seconds`, <= 0: its policy's). MEND_ENOTFOUND: no such breaker. */
 MEND_API int mend_engine_override_breaker(mend_engine *engine, const char *key, const char *op,

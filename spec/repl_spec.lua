@@ -267,7 +267,7 @@ describe("the REPL's helpers", function()
     for _, h in ipairs(repl.help_entries) do
       assert.truthy(stdout:find("\n  " .. h.usage, 1, true), h.usage)
     end
-    assert.truthy(stdout:find("  signal(...)             not yet: mend has no events", 1, true))
+    assert.truthy(stdout:find("sends an event to a run; a step wait_for = name takes it", 1, true))
   end)
 
   it("keeps Lua's own load, and loads workflows with use", function()
@@ -314,7 +314,7 @@ describe("the REPL's helpers", function()
       'error: stdin:1: start: no workflow named "nosuch" is loaded',
       "error: stdin:1: cancel: run <run1> is succeeded: only a running run can be cancelled",
       'error: stdin:1: resolve: a note saying what was done expected: resolve(id, "refunded by hand")',
-      "error: stdin:1: signal: mend has no events yet (a later change); nothing was sent",
+      'error: stdin:1: signal: an event name expected: signal(id, "boss_killed", data)',
       "error: stdin:1: help: 42 is not one of the REPL's helpers; help() lists them",
       "",
     }, errs)

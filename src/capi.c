@@ -376,6 +376,31 @@ MEND_API int mend_engine_cancel(mend_engine *engine, const char *run_id, const c
   return repair_status(engine, mend_engine_cancel_run(engine, run_id, who, err, sizeof err), err);
 }
 
+static int signal_status(mend_engine *engine, const char *run_id, const char *run_key,
+                         const char *name, const char *payload_json, const char *key) {
+  char err[1200];
+  if (!name || (!run_id && !run_key)) return MEND_EINVAL;
+  int rc = mend_engine_send_event(engine, run_id, run_key, name, payload_json, key, NULL, err,
+                                  sizeof err);
+  if (rc >= 0) return MEND_OK;
+  mend_engine_note_error(engine, err);
+  return rc == MEND_EVENT_ENOTFOUND ? MEND_ENOTFOUND
+       : rc == MEND_EVENT_EENDED ? MEND_ESTATE
+       : rc == MEND_EVENT_EINVAL ? MEND_EINVAL : MEND_ESTORE;
+}
+
+MEND_API int mend_engine_signal(mend_engine *engine, const char *run_id, const char *name,
+                                const char *payload_json, const char *key) {
+  if (!run_id) return MEND_EINVAL;
+  return signal_status(engine, run_id, NULL, name, payload_json, key);
+}
+
+MEND_API int mend_engine_signal_by_key(mend_engine *engine, const char *run_key, const char *name,
+                                       const char *payload_json, const char *key) {
+  if (!run_key) return MEND_EINVAL;
+  return signal_status(engine, NULL, run_key, name, payload_json, key);
+}
+
 MEND_API int mend_engine_retry_dead_letter(mend_engine *engine, const char *run_id, const char *who) {
   char err[700];
   return repair_status(engine, mend_engine_dlq_retry(engine, run_id, who, err, sizeof err), err);

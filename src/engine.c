@@ -293,7 +293,8 @@ void mend__write_step(mend_run *r, int i) {
     .run_id = r->id, .idx = i, .name = mend__step_name(r, i), .status = mend_step_status_name(st->status),
     .attempts = st->attempts, .comp_attempts = st->comp_attempts, .idem_key = idem_key,
     .custom_key = st->custom_key, .result = st->result, .error = st->error, .due = st->due,
-    .last_delay = st->last_delay, .updated = mend_engine_now(r->E), .slept = st->slept};
+    .last_delay = st->last_delay, .updated = mend_engine_now(r->E), .slept = st->slept,
+    .awaits = st->status == MEND_STEP_WAITING ? r->wf->steps[i].wait_for : NULL};
   if ((new_row ? mend_store_put_step : mend_store_update_step)(r->E->store, &rec)) mend__store_failed(r->E);
   else st->has_row = 1;
 }

@@ -153,6 +153,17 @@ typedef enum mend_refusal {
   MEND_REFUSED_STATE, MEND_REFUSED_NOT_FOUND, MEND_REFUSED_INVALID, MEND_REFUSED_STORE
 } mend_refusal;
 mend_refusal mend_engine_refusal(const mend_engine *E);
+/* Sends event `name` to a running run, by its id or (id NULL) by its run key, with a payload
+ * (JSON text; NULL: null) and an optional key (the same key twice is one event). Durable when
+ * it returns: 0 sent, 1 the run has an event of this key already (nothing sent), or one of
+ * MEND_EVENT_* with the reason in err. The run's id goes to run_id_out (may be NULL). A run
+ * held here and waiting for it goes on at once; one held by a worker elsewhere, at its next
+ * poll; one nobody holds, when a worker takes it. */
+enum { MEND_EVENT_EINVAL = -1, MEND_EVENT_ENOTFOUND = -2, MEND_EVENT_EENDED = -3,
+       MEND_EVENT_ESTORE = -4 };
+int mend_engine_send_event(mend_engine *E, const char *id, const char *run_key, const char *name,
+                           const char *payload, const char *key, char run_id_out[MEND_RUN_ID_LEN],
+                           char *err, int errlen);
 int mend_engine_dlq_retry(mend_engine *E, const char *id, const char *who, char *err, int errlen);
 int mend_engine_resolve(mend_engine *E, const char *id, const char *who, const char *note,
                         char *err, int errlen);

@@ -602,6 +602,34 @@ static int engine_cancel(lua_State *L) {
   return 2;
 }
 
+/* eng:signal(id, name [, payload [, {key=, run_key=}]]) -> "sent" | "duplicate", run id: sends
+ * an event to a running run, by its id or (id nil) by opts.run_key.  [-0, +2, e] */
+static int engine_signal(lua_State *L) {
+  engine_box *b = check_engine(L);
+  const char *id = luaL_optstring(L, 2, NULL);
+  const char *name = luaL_checkstring(L, 3);
+  const char *key = NULL, *run_key = NULL;
+  if (!lua_isnoneornil(L, 5)) {
+    luaL_checktype(L, 5, LUA_TTABLE);
+    key = opt_field_string(L, 5, "key", NULL);
+    run_key = opt_field_string(L, 5, "run_key", NULL);
+  }
+  if (!id && !run_key) return luaL_error(L, "signal: a run id, or opts.run_key, is required");
+  char err[1024];
+  char *payload = NULL;
+  if (!lua_isnoneornil(L, 4)) {
+    payload = mend_json_encode(L, 4, "payload", err, sizeof err);
+    if (!payload) return luaL_error(L, "signal: %s", err);
+  }
+  char run_id[MEND_RUN_ID_LEN];
+  int rc = mend_engine_send_event(b->E, id, run_key, name, payload, key, run_id, err, sizeof err);
+  free(payload);
+  if (rc < 0) return luaL_error(L, "signal: %s", err);
+  lua_pushstring(L, rc == 1 ? "duplicate" : "sent");
+  lua_pushstring(L, run_id);
+  return 2;
+}
+
 /* eng:upgrade(id, version [, {who=}]) -> "upgraded" | "already"  [-0, +1, e] */
 static int engine_upgrade(lua_State *L) {
   engine_box *b = check_engine(L);
@@ -709,7 +737,7 @@ int mend_lua_open(lua_State *L) {
     {"in_flight", engine_in_flight}, {"status", engine_status}, {"history", engine_history},
     {"dlq", engine_dlq}, {"breakers", engine_breakers}, {"runs", engine_runs},
     {"recover", engine_recover}, {"serve", engine_serve}, {"stop", engine_stop},
-    {"wait", engine_wait}, {"cancel", engine_cancel}, {"dlq_retry", engine_dlq_retry},
+    {"wait", engine_wait}, {"cancel", engine_cancel}, {"signal", engine_signal}, {"dlq_retry", engine_dlq_retry},
     {"resolve", engine_resolve}, {"breaker", engine_breaker}, {"audit", engine_audit},
     {"prune", engine_prune},
     {"resume", engine_resume}, {"load_version", engine_load_version},

@@ -41,6 +41,7 @@ enum {
   Q_DLQ_REMOVE, Q_REQUEST_CANCEL, Q_CANCEL_REQUESTS, Q_AUDIT, Q_AUDIT_LIST, Q_TAKE,
   Q_VERSION_SCRIPT, Q_KEEP_SCRIPT, Q_SET_UNAVAILABLE, Q_MOVE_RUN, Q_DROP_STEPS_FROM, Q_WORKFLOWS,
   Q_RUN, Q_STEPS, Q_IN_FLIGHT, Q_HISTORY, Q_DLQ, Q_BREAKERS, Q_RUNS,
+  Q_SEND_EVENT, Q_NEXT_EVENT, Q_CONSUME_EVENT, Q_LAST_EVENT, Q_INBOX,
   Q__COUNT
 };
 
@@ -70,20 +71,20 @@ static const char *const query_sql[Q__COUNT] = {
     " owner = iif(?2 IN ('running', 'compensating'), owner, NULL) WHERE id = ?1",
   [Q_PUT_STEP] =
     "INSERT INTO steps(run_id, idx, name, status, attempts, comp_attempts, idem_key, custom_key,"
-    " result, error, due, last_delay, updated, slept)"
-    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
+    " result, error, due, last_delay, updated, slept, awaits)"
+    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
     " ON CONFLICT(run_id, idx) DO UPDATE SET name = excluded.name, status = excluded.status,"
     " attempts = excluded.attempts, comp_attempts = excluded.comp_attempts,"
     " idem_key = excluded.idem_key, custom_key = excluded.custom_key, result = excluded.result,"
     " error = excluded.error, due = excluded.due, last_delay = excluded.last_delay,"
-    " updated = excluded.updated, slept = excluded.slept",
+    " updated = excluded.updated, slept = excluded.slept, awaits = excluded.awaits",
   /* The row exists (written when the run started): only what a transition changes. A NULL
    * key keeps the one the row has (the engine names a key only once it is the step's own). */
   [Q_UPDATE_STEP] =
     "UPDATE steps SET status = ?3, attempts = ?4, comp_attempts = ?5,"
     " idem_key = coalesce(?6, idem_key),"
     " custom_key = ?7, result = ?8, error = ?9, due = ?10, last_delay = ?11, updated = ?12,"
-    " slept = ?13 WHERE run_id = ?1 AND idx = ?2",
+    " slept = ?13, awaits = ?14 WHERE run_id = ?1 AND idx = ?2",
   /* ?12 is the number the run's holder keeps count of (no look-up: 12% of the writer thread's
    * work in W1); NULL, or a number another process took meanwhile, makes it the next free one
    * (flush_log runs it again without). */
@@ -167,7 +168,8 @@ static const char *const query_sql[Q__COUNT] = {
   [Q_STEPS] =
     "SELECT idx, name, status, attempts, comp_attempts,"
     " coalesce(idem_key, run_id || '/' || name) AS idempotency_key,"
-    " custom_key, result, error, due, last_delay, updated, slept FROM steps WHERE run_id = ?1"
+    " custom_key, result, error, due, last_delay, updated, slept, awaits FROM steps"
+    " WHERE run_id = ?1"
     " ORDER BY idx",
   /* The attempts begun and not ended: a step whose last transition is to running (its row is
    * not written when an attempt begins: schema 6). ?2 and ?3 are the codes of "step" and
@@ -200,6 +202,19 @@ static const char *const query_sql[Q__COUNT] = {
     "SELECT id FROM runs WHERE owner = ?1 AND cancel_requested = 1 AND status = 'running'",
   [Q_AUDIT] = "INSERT INTO audit(at, who, op, target, detail) VALUES(?1, ?2, ?3, ?4, ?5)",
   [Q_AUDIT_LIST] = "SELECT seq, at, who, op, target, detail FROM audit ORDER BY seq",
+  /* A run's inbox (schema 10). The same key twice is one event (inbox_key). */
+  [Q_SEND_EVENT] =
+    "INSERT OR IGNORE INTO inbox(run_id, name, payload, key, sent) VALUES(?1, ?2, ?3, ?4, ?5)",
+  [Q_NEXT_EVENT] =   /* inbox_waiting */
+    "SELECT seq, payload, key FROM inbox WHERE run_id = ?1 AND name = ?2 AND consumed IS NULL"
+    " ORDER BY seq LIMIT 1",
+  /* Recorded with the step's success, so that both commit or neither (run_id first: the fence
+   * drops it with the run's other writes). */
+  [Q_CONSUME_EVENT] =
+    "UPDATE inbox SET consumed = ?3, step = ?4 WHERE run_id = ?1 AND seq = ?2 AND consumed IS NULL",
+  [Q_LAST_EVENT] = "SELECT coalesce(max(seq), 0) FROM inbox",
+  [Q_INBOX] =
+    "SELECT seq, name, payload, key, sent, consumed, step FROM inbox WHERE run_id = ?1 ORDER BY seq",
   /* The text of a version is the same wherever it was loaded from (the version is its hash). */
   [Q_VERSION_SCRIPT] =
     "SELECT script, source FROM workflow_versions WHERE workflow = ?1 AND version = ?2"
@@ -341,6 +356,16 @@ static const char *const migrations[MEND_SCHEMA_VERSION] = {
   "ALTER TABLE workflow_versions ADD COLUMN first_seen REAL;"
   "UPDATE workflow_versions SET first_seen = (SELECT min(created) FROM runs r"
   " WHERE r.workflow_version = workflow_versions.id);",
+  /* 9 -> 10: events sent to runs, kept until the run ends whether consumed or not (a key sent
+   * again after its event was consumed is still the same event); AUTOINCREMENT keeps seq
+   * growing in commit order, which a worker's look for new events relies on. A waiting step
+   * names the event it waits for. */
+  "CREATE TABLE inbox(seq INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL,"
+  " name TEXT NOT NULL, payload TEXT, key TEXT, sent REAL, consumed REAL, step TEXT);"
+  "CREATE UNIQUE INDEX inbox_key ON inbox(run_id, key) WHERE key IS NOT NULL;"
+  "CREATE INDEX inbox_waiting ON inbox(run_id, name, seq) WHERE consumed IS NULL;"
+  "ALTER TABLE steps ADD COLUMN awaits TEXT;"
+  "INSERT INTO labels(code, name) VALUES (25, 'waiting'), (26, 'event');",
 };
 
 /* ---- the write log ----------------------------------------------------------------------
@@ -398,6 +423,7 @@ struct mend_store {
   sqlite3 *checkpointer;   /* a second connection, for checkpoints off the loop thread */
   sqlite3 *reader;         /* a third, read-only: looks that need not see our own batch */
   sqlite3_stmt *q_claimable[2];   /* on reader: quick, thorough (mend_store_claimable) */
+  sqlite3_stmt *q_events_after;   /* on reader: mend_store_events_after */
   char *path;
   int in_batch;
   /* A write of this batch failed: the whole batch must not commit, or the transitions
@@ -947,6 +973,7 @@ void mend_store_close(mend_store *s) {
   sqlite3_close_v2(s->db);
   sqlite3_finalize(s->q_claimable[0]);
   sqlite3_finalize(s->q_claimable[1]);
+  sqlite3_finalize(s->q_events_after);
   sqlite3_close_v2(s->reader);
   sqlite3_close_v2(s->checkpointer);   /* the last connection to close checkpoints the WAL */
   free(s->path);
@@ -1046,6 +1073,7 @@ static const char *const record_what[Q__COUNT] = {
   [Q_UPDATE_STEP] = "update step", [Q_APPEND_HISTORY] = "append history",
   [Q_HISTORY_GROUP] = "append history",
   [Q_PUT_BREAKER] = "put breaker", [Q_PUT_DLQ] = "put dlq", [Q_RENEW] = "renew the lease",
+  [Q_CONSUME_EVENT] = "consume an event",
 };
 
 /* A log's arrays live in pages of their own (mmap), not in the heap: a burst grows them to
@@ -1287,11 +1315,13 @@ static int flush_log(mend_store *s, wlog *log) {
       ok = 0;
     } else if (r->q == Q_RENEW) {
       renewed(s, log, r);
-    } else if ((r->q == Q_UPDATE_RUN || r->q == Q_UPDATE_STEP) && sqlite3_changes(s->db) == 0) {
-      /* An update that changes nothing would lose a transition silently. */
+    } else if ((r->q == Q_UPDATE_RUN || r->q == Q_UPDATE_STEP || r->q == Q_CONSUME_EVENT) &&
+               sqlite3_changes(s->db) == 0) {
+      /* An update that changes nothing would lose a transition silently; an event found
+       * consumed already would be consumed twice. */
       const wval *id = &log->vals[r->first];
       set_msg(s->err, sizeof s->err, "%s: %s: no %s %s", s->path, record_what[r->q],
-              r->q == Q_UPDATE_RUN ? "run" : "step of run",
+              r->q == Q_UPDATE_RUN ? "run" : r->q == Q_UPDATE_STEP ? "step of run" : "unconsumed event of run",
               id->type == V_TEXT ? log->text + id->off : "(null)");
       s->batch_failed = 1;
       ok = 0;
@@ -1710,6 +1740,7 @@ static int rec_step(mend_store *s, int q, const mend_step_rec *st) {
   rec_opt_real(s, st->last_delay);
   rec_real(s, st->updated);
   rec_int(s, st->slept ? 1 : 0);
+  rec_text(s, st->awaits);
   return rec_end(s);
 }
 
@@ -2436,6 +2467,113 @@ int mend_store_audit(mend_store *s, double at, const char *who, const char *op,
   return run_write(s, q, rc, "append audit");
 }
 
+/* ---- events ---------------------------------------------------------------------------- */
+
+static int open_reader(mend_store *s);
+
+int mend_store_send_event(mend_store *s, const char *run_id, const char *name,
+                          const char *payload, const char *key, double sent) {
+  if (sync_point(s) != 0 || batch_begin(s) != 0) return -1;
+  sqlite3_stmt *q = s->q[Q_SEND_EVENT];
+  int rc = SQLITE_OK;
+  BIND(bind_text(q, 1, run_id));
+  BIND(bind_text(q, 2, name));
+  BIND(bind_text(q, 3, payload));
+  BIND(bind_text(q, 4, key));
+  BIND(sqlite3_bind_double(q, 5, sent));
+  if (run_write(s, q, rc, "send an event") != 0) return -1;
+  return sqlite3_changes(s->db) == 0 ? 1 : 0;
+}
+
+int mend_store_next_event(mend_store *s, const char *run_id, const char *name,
+                          long long *seq, char **payload, char **key) {
+  *payload = *key = NULL;
+  if (sync_point(s) != 0) return -1;
+  sqlite3_stmt *q = s->q[Q_NEXT_EVENT];
+  int rc = SQLITE_OK;
+  BIND(bind_text(q, 1, run_id));
+  BIND(bind_text(q, 2, name));
+  int r = first_row(s, q, rc, "read a run's inbox");
+  if (r <= 0) return r;
+  int oom = 0;
+  *seq = (long long)sqlite3_column_int64(q, 0);
+  const char *p = (const char *)sqlite3_column_text(q, 1);
+  *payload = copy_text(p ? p : "null", &oom);
+  *key = copy_text((const char *)sqlite3_column_text(q, 2), &oom);
+  finish(q);
+  if (oom) {
+    free(*payload);
+    free(*key);
+    *payload = *key = NULL;
+    set_msg(s->err, sizeof s->err, "%s: read a run's inbox: out of memory", s->path);
+    return -1;
+  }
+  return 1;
+}
+
+int mend_store_consume_event(mend_store *s, const char *run_id, long long seq,
+                             const char *step, double at) {
+  rec_begin(s, Q_CONSUME_EVENT);
+  rec_text(s, run_id);
+  rec_int(s, (sqlite3_int64)seq);
+  rec_real(s, at);
+  rec_text(s, step);
+  return rec_end(s);
+}
+
+long long mend_store_last_event(mend_store *s) {
+  if (sync_point(s) != 0) return -1;
+  sqlite3_stmt *q = s->q[Q_LAST_EVENT];
+  int r = first_row(s, q, SQLITE_OK, "read the inbox");
+  if (r <= 0) return r;
+  long long seq = (long long)sqlite3_column_int64(q, 0);
+  finish(q);
+  return seq;
+}
+
+long long mend_store_events_after(mend_store *s, long long after, int limit,
+                                  void (*fn)(void *ud, const char *run_id), void *ud) {
+  static const char sql[] = "SELECT seq, run_id FROM inbox WHERE seq > ?1 ORDER BY seq LIMIT ?2";
+  sqlite3_stmt *q;
+  if (open_reader(s) == 0) {
+    /* committed events only, and no wait for the writer thread: the look of every poll */
+    if (!s->q_events_after && sqlite3_prepare_v3(s->reader, sql, -1, SQLITE_PREPARE_PERSISTENT,
+                                                 &s->q_events_after, NULL) != SQLITE_OK) {
+      set_msg(s->err, sizeof s->err, "%s: look for new events: %s", s->path,
+              sqlite3_errmsg(s->reader));
+      return -1;
+    }
+    q = s->q_events_after;
+  } else {
+    if (sync_point(s) != 0) return -1;
+    if (sqlite3_prepare_v2(s->db, sql, -1, &q, NULL) != SQLITE_OK) {
+      sql_err(s, "look for new events");
+      return -1;
+    }
+  }
+  int rc = SQLITE_OK;
+  BIND(sqlite3_bind_int64(q, 1, (sqlite3_int64)after));
+  BIND(sqlite3_bind_int(q, 2, limit));
+  long long last = after;
+  while (rc == SQLITE_OK && (rc = sqlite3_step(q)) == SQLITE_ROW) {
+    last = (long long)sqlite3_column_int64(q, 0);
+    fn(ud, (const char *)sqlite3_column_text(q, 1));
+    rc = SQLITE_OK;
+  }
+  if (rc != SQLITE_DONE)
+    set_msg(s->err, sizeof s->err, "%s: look for new events: %s", s->path,
+            sqlite3_errmsg(q == s->q_events_after ? s->reader : s->db));
+  if (q == s->q_events_after) sqlite3_reset(q);
+  else sqlite3_finalize(q);
+  return rc == SQLITE_DONE ? last : -1;
+}
+
+json_t *mend_store_inbox(mend_store *s, const char *run_id) {
+  if (sync_point(s) != 0) return NULL;
+  sqlite3_stmt *q = s->q[Q_INBOX];
+  return rows_array(s, q, bind_text(q, 1, run_id), "read a run's inbox");
+}
+
 json_t *mend_store_audit_list(mend_store *s) {
   if (sync_point(s) != 0) return NULL;
   sqlite3_stmt *q = s->q[Q_AUDIT_LIST];
@@ -2501,6 +2639,7 @@ json_t *mend_store_prune(mend_store *s, double before, const char *status, int d
     failed = prune_sql(s, "DELETE FROM dlq WHERE run_id IN (" PRUNE_RUNS ")", before, status, NULL, NULL) ||
              prune_sql(s, "DELETE FROM history WHERE run_id IN (" PRUNE_RUNS ")", before, status, NULL, NULL) ||
              prune_sql(s, "DELETE FROM steps WHERE run_id IN (" PRUNE_RUNS ")", before, status, NULL, NULL) ||
+             prune_sql(s, "DELETE FROM inbox WHERE run_id IN (" PRUNE_RUNS ")", before, status, NULL, NULL) ||
              prune_sql(s, "DELETE FROM runs WHERE id IN (" PRUNE_RUNS ")", before, status, NULL, NULL);
   if (!failed) failed = prune_sql(s, "COMMIT", 0, NULL, NULL, NULL);
   json_decref(runs);
@@ -2538,18 +2677,24 @@ static const char *const claimable_sql[2] = {
   " runs.owner AND w.lease_until >= ?2))) ORDER BY created DESC LIMIT 1",
 };
 
+/* The read-only connection, opened at its first use: 0, or -1 (in memory, or it failed). */
+static int open_reader(mend_store *s) {
+  if (!s->checkpointer) return -1;   /* in memory: no other connection sees it */
+  if (s->reader) return 0;
+  if (sqlite3_open_v2(s->path, &s->reader, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL)
+      != SQLITE_OK) {
+    sqlite3_close_v2(s->reader);
+    s->reader = NULL;
+    return -1;
+  }
+  sqlite3_busy_timeout(s->reader, BUSY_TIMEOUT_MS);
+  return 0;
+}
+
 int mend_store_claimable(mend_store *s, const char *owner, double now, int thorough) {
   const int anything = MEND_CLAIMABLE_FREE | MEND_CLAIMABLE_GONE;
-  if (!s->checkpointer) return anything;   /* in memory: only the claim itself can look */
-  if (!s->reader) {
-    if (sqlite3_open_v2(s->path, &s->reader, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL)
-        != SQLITE_OK) {
-      sqlite3_close_v2(s->reader);
-      s->reader = NULL;
-      return anything;   /* the claim will say what is wrong */
-    }
-    sqlite3_busy_timeout(s->reader, BUSY_TIMEOUT_MS);
-  }
+  /* in memory, or no reader: only the claim itself can look (and say what is wrong) */
+  if (open_reader(s) != 0) return anything;
   sqlite3_stmt **q = &s->q_claimable[thorough ? 1 : 0];
   if (!*q && sqlite3_prepare_v3(s->reader, claimable_sql[thorough ? 1 : 0], -1,
                                 SQLITE_PREPARE_PERSISTENT, q, NULL) != SQLITE_OK)

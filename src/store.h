@@ -52,6 +52,11 @@
  *   dlq(run_id TEXT PRIMARY KEY, reason TEXT, step TEXT, error TEXT, detail TEXT, at REAL)
  *   audit(seq INTEGER PRIMARY KEY, at REAL, who TEXT, op TEXT, target TEXT, detail TEXT):
  *        operations by people that concern no single run (breaker overrides)
+ *   inbox(seq INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT, name TEXT, payload TEXT (JSON),
+ *        key TEXT (UNIQUE with run_id where set), sent REAL, consumed REAL, step TEXT (the
+ *        step that consumed it)) (schema 10): events sent to runs, consumed once each, in seq
+ *        order; + index on (run_id, name, seq) of those not consumed. steps.awaits (schema
+ *        10): the event a waiting step waits for
  *   runs also has cancel_requested INTEGER: a cancel asked for by another process (indexed by
  *        owner where set)
  * Nullable text fields are passed as NULL; a delay or due time of < 0 is stored as NULL.
@@ -62,7 +67,7 @@
 #include <jansson.h>
 #include "breaker.h"
 
-#define MEND_SCHEMA_VERSION 9
+#define MEND_SCHEMA_VERSION 10
 
 typedef struct mend_store mend_store;
 
@@ -174,6 +179,7 @@ typedef struct mend_step_rec {
   double last_delay;       /* last backoff delay chosen; < 0 none */
   double updated;
   int slept;               /* its `sleep` wait is over */
+  const char *awaits;      /* the event a waiting step waits for; NULL otherwise */
 } mend_step_rec;
 
 typedef struct mend_history_rec {
@@ -273,6 +279,29 @@ int     mend_store_schema_version(mend_store *s);
  * only. Returns {"runs": {status: n, ...}, "steps": n, "history": n, "dlq": n}, or NULL
  * (errmsg). */
 json_t *mend_store_prune(mend_store *s, double before, const char *status, int dry_run);
+
+/* Events (schema 10). send: puts an event in a run's inbox at once, in the open batch (a
+ * caller commits it); 0 sent, 1 the run's inbox has an event with this key already (nothing
+ * written), -1 error. payload: JSON text or NULL (null). */
+int     mend_store_send_event(mend_store *s, const char *run_id, const char *name,
+                              const char *payload, const char *key, double sent);
+/* The oldest event of `name` the run has not consumed, seeing the open batch: 1 and its seq,
+ * payload (malloc'ed JSON text, "null" for none) and key (malloc'ed or NULL); 0 none; -1
+ * error. */
+int     mend_store_next_event(mend_store *s, const char *run_id, const char *name,
+                              long long *seq, char **payload, char **key);
+/* Marks it consumed by `step`, recorded in the batch like a transition: the batch fails if
+ * it was consumed already. */
+int     mend_store_consume_event(mend_store *s, const char *run_id, long long seq,
+                                 const char *step, double at);
+/* The highest seq sent so far (0: none); -1 error. */
+long long mend_store_last_event(mend_store *s);
+/* Runs with events sent after seq `after` (committed ones, through a connection of its own
+ * when the database is a file): calls fn for each, in seq order, at most `limit`; returns the
+ * highest seq seen (`after` if none), or -1 on error. */
+long long mend_store_events_after(mend_store *s, long long after, int limit,
+                                  void (*fn)(void *ud, const char *run_id), void *ud);
+json_t *mend_store_inbox(mend_store *s, const char *run_id);   /* array, in seq order */
 
 /* Leases: which worker executes a run (runs.owner), and until when its lease lasts (one row
  * per worker, real time). A worker claims unfinished runs that nobody holds or whose owner's

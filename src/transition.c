@@ -13,13 +13,15 @@
 
 /* [from][to] = 1 when legal. Designated initializers keep each row next to the header's list. */
 static const unsigned char step_ok[MEND_STEP__COUNT][MEND_STEP__COUNT] = {
-  [S(PENDING)] = {[S(RUNNING)] = 1, [S(BREAKER_OPEN)] = 1, [S(SLEEPING)] = 1,
+  [S(PENDING)] = {[S(RUNNING)] = 1, [S(BREAKER_OPEN)] = 1, [S(SLEEPING)] = 1, [S(WAITING)] = 1,
                   [S(SUCCEEDED)] = 1 /* its idempotency key already succeeded: result reused */},
   [S(RUNNING)] = {[S(SUCCEEDED)] = 1, [S(RETRY_WAIT)] = 1, [S(FAILED)] = 1,
                   [S(RUNNING)] = 1 /* re-execution after a crash */},
   [S(RETRY_WAIT)] = {[S(PENDING)] = 1, [S(BREAKER_OPEN)] = 1},
   [S(BREAKER_OPEN)] = {[S(PENDING)] = 1, [S(BREAKER_OPEN)] = 1 /* waits again, new retry_at */},
   [S(SLEEPING)] = {[S(PENDING)] = 1},
+  [S(WAITING)] = {[S(SUCCEEDED)] = 1 /* its event consumed */, [S(RETRY_WAIT)] = 1,
+                  [S(FAILED)] = 1 /* timed out */, [S(PENDING)] = 1 /* cancelled */},
   [S(SUCCEEDED)] = {[S(COMPENSATING)] = 1},
   [S(FAILED)] = {[S(COMPENSATING)] = 1, [S(PENDING)] = 1 /* repair: retried with fresh attempts */},
   [S(COMPENSATING)] = {[S(COMPENSATED)] = 1, [S(COMPENSATION_FAILED)] = 1,
@@ -69,6 +71,7 @@ static const char *const step_names[MEND_STEP__COUNT] = {
   [S(RETRY_WAIT)] = "retry_wait",
   [S(BREAKER_OPEN)] = "breaker_open",
   [S(SLEEPING)] = "sleeping",
+  [S(WAITING)] = "waiting",
   [S(SUCCEEDED)] = "succeeded",
   [S(FAILED)] = "failed",
   [S(COMPENSATING)] = "compensating",

@@ -14,6 +14,7 @@ typedef enum mend_step_status {
   MEND_STEP_RETRY_WAIT,
   MEND_STEP_BREAKER_OPEN,
   MEND_STEP_SLEEPING,      /* a durable wait before the step executes (`sleep = seconds`) */
+  MEND_STEP_WAITING,       /* waits for a named event instead of executing (`wait_for`) */
   MEND_STEP_SUCCEEDED,
   MEND_STEP_FAILED,
   MEND_STEP_COMPENSATING,
@@ -34,9 +35,11 @@ typedef enum mend_run_status {
 } mend_run_status;
 
 /* 1 if from -> to is legal, 0 if not. Legal step transitions:
- *   pending -> running | breaker_open | sleeping
+ *   pending -> running | breaker_open | sleeping | waiting
  *           | succeeded (its key already succeeded: result reused; or a pure wait step ended)
  *   sleeping -> pending
+ *   waiting -> succeeded (its event consumed) | retry_wait | failed (timed out)
+ *            | pending (cancelled)
  *   running -> succeeded | retry_wait | failed | running (re-execution after a crash)
  *   retry_wait -> pending | breaker_open
  *   breaker_open -> pending | breaker_open

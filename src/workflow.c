@@ -151,6 +151,7 @@ static int opt_function_ref(lua_State *L, int idx, const char *field, const char
 static void step_free(lua_State *L, mend_step_def *s) {
   free(s->name);
   free(s->breaker_key);
+  free(s->wait_for);
   luaL_unref(L, LUA_REGISTRYINDEX, s->name_ref);
   luaL_unref(L, LUA_REGISTRYINDEX, s->execute_ref);
   luaL_unref(L, LUA_REGISTRYINDEX, s->compensate_ref);
@@ -161,7 +162,7 @@ static int parse_step(lua_State *L, int idx, int n, const mend_retry_policy *ret
                       const mend_retry_policy *comp, const mend_breaker_policy *breaker,
                       mend_step_def *s, char *err, int errlen) {
   static const char *const fields[] = {"name", "execute", "compensate", "retry",
-    "compensate_retry", "breaker", "timeout", "idempotency_key", "sleep", "description", NULL};
+    "compensate_retry", "breaker", "timeout", "idempotency_key", "sleep", "description", "wait_for", NULL};
   char what[160];
   *s = (mend_step_def){.name_ref = LUA_NOREF, .execute_ref = LUA_NOREF,
                        .compensate_ref = LUA_NOREF, .key_ref = LUA_NOREF};
@@ -189,14 +190,32 @@ static int parse_step(lua_State *L, int idx, int n, const mend_retry_policy *ret
     return mend_errorf(err, errlen, "%s%s", prefix, sub);
   if (!(s->sleep >= 0)) return mend_errorf(err, errlen, "%ssleep must be >= 0 seconds, got %g", prefix, s->sleep);
   if (isinf(s->sleep)) return mend_errorf(err, errlen, "%ssleep must be a finite number of seconds, got %g", prefix, s->sleep);
+  const char *wait_for = NULL;
+  if (opt_string(L, idx, "wait_for", "step", &wait_for, sub, sizeof sub) < 0)
+    return mend_errorf(err, errlen, "%s%s", prefix, sub);
+  if (wait_for && !*wait_for) return mend_errorf(err, errlen, "%swait_for must name an event, got \"\"", prefix);
+  /* A step that waits takes its result from the event: there is nothing of its own to run. */
+  if (wait_for && s->execute_ref != LUA_NOREF)
+    return mend_errorf(err, errlen, "%swait_for and execute cannot go together: a step either waits"
+                       " for an event (its payload is the result) or executes", prefix);
+  if (wait_for && raw_field(L, idx, "idempotency_key") != LUA_TNIL) {
+    lua_pop(L, 1);
+    return mend_errorf(err, errlen, "%swait_for and idempotency_key cannot go together: a step that"
+                       " waits executes nothing to key", prefix);
+  }
+  if (wait_for) lua_pop(L, 1);
+  if (wait_for) s->wait_for = mend_dupstr(wait_for);
   /* A step may be a pure wait: `sleep` and nothing to execute. */
-  if (s->execute_ref == LUA_NOREF && s->sleep <= 0)
+  if (s->execute_ref == LUA_NOREF && s->sleep <= 0 && !wait_for)
     return mend_errorf(err, errlen, "%sexecute is missing (a function is required)", prefix);
   if (opt_function_ref(L, idx, "compensate", "step", &s->compensate_ref, sub, sizeof sub) < 0 ||
       opt_function_ref(L, idx, "idempotency_key", "step", &s->key_ref, sub, sizeof sub) < 0 ||
       opt_number(L, idx, "timeout", "step", &s->timeout, sub, sizeof sub) < 0)
     return mend_errorf(err, errlen, "%s%s", prefix, sub);
   if (!(s->timeout >= 0)) return mend_errorf(err, errlen, "%stimeout must be >= 0, got %g", prefix, s->timeout);
+  /* A wait that times out is not retried unless the step says so: waiting a week again is a
+   * decision, not a default (the workflow's retry is for steps that execute). */
+  if (wait_for) s->retry.max_attempts = 1;
   if (raw_field(L, idx, "retry") != LUA_TNIL &&
       mend_parse_retry(L, -1, "retry", &s->retry, sub, sizeof sub)) {
     lua_pop(L, 1);

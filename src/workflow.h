@@ -22,6 +22,8 @@ typedef struct mend_step_def {
   mend_breaker_policy breaker;
   double timeout;                             /* seconds; 0 = none */
   double sleep;                               /* durable wait before executing; 0 = none */
+  char *wait_for;       /* the event it waits for instead of executing; NULL: it executes.
+                         * timeout is then how long it waits (0: for ever) */
   mend_breaker_slot *slot;                    /* resolved by the engine at registration */
 } mend_step_def;
 

@@ -469,6 +469,46 @@ static void it_sandboxes_workflow_code(void) {
   mend_engine_free(E);
 }
 
+/* Events through the C API (issue 18): a host hands a player's action to the run that waits
+ * for it; by run id or by the run's key, once per key, refused for an ended or unknown run. */
+static const char wait_lua[] =
+  "return { name = 'wait', steps = {\n"
+  "  { name = 'kill', wait_for = 'boss_killed', timeout = 3600 },\n"
+  "  { name = 'reward', execute = function(ctx) return ctx.results.kill.gold end } } }\n";
+
+static void it_sends_events_through_the_c_api(void) {
+  mend_options o;
+  mend_options_init(&o);
+  o.virtual_clock = 1;
+  mend_engine *E = engine(&o);
+  load(E, "wait");
+  char id[17], id2[17], st[32];
+  start(E, "wait", NULL, id);
+  CHECK_EQ_INT(mend_engine_advance_clock(E, 1), MEND_OK);
+  CHECK(run_has(E, id, "\"waiting\"", 0));
+  CHECK_EQ_INT(mend_engine_signal(E, id, "boss_killed", "{\"gold\":50}", "k1"), MEND_OK);
+  CHECK_EQ_INT(mend_engine_signal(E, id, "boss_killed", "{\"gold\":99}", "k1"), MEND_OK);
+  CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+  CHECK_STR(run_status(E, id, st, sizeof st), "succeeded");
+  CHECK(run_has(E, id, "\"result\":50", 0));
+  CHECK(!run_has(E, id, "\"gold\":99", 0));
+  CHECK(run_has(E, id, "\"key\\\":\\\"k1\\\"", 1));
+  CHECK_EQ_INT(mend_engine_signal(E, id, "boss_killed", NULL, NULL), MEND_ESTATE);
+  CHECK(strstr(mend_engine_errmsg(E), "has ended (succeeded)") != NULL);
+  CHECK_EQ_INT(mend_engine_signal(E, "nosuchrun", "boss_killed", NULL, NULL), MEND_ENOTFOUND);
+  CHECK_EQ_INT(mend_engine_signal(E, id, NULL, NULL, NULL), MEND_EINVAL);
+
+  int existed = 0;
+  CHECK_EQ_INT(mend_engine_start(E, "wait", NULL, "quest-17", id2, &existed), MEND_OK);
+  CHECK_EQ_INT(mend_engine_signal_by_key(E, "quest-17", "boss_killed", "{bad", NULL), MEND_EINVAL);
+  CHECK_EQ_INT(mend_engine_signal_by_key(E, "quest-17", "boss_killed", "{\"gold\":7}", NULL), MEND_OK);
+  CHECK_EQ_INT(mend_engine_signal_by_key(E, "nokey", "boss_killed", NULL, NULL), MEND_ENOTFOUND);
+  CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+  CHECK_STR(run_status(E, id2, st, sizeof st), "succeeded");
+  CHECK(run_has(E, id2, "\"result\":7", 0));
+  mend_engine_free(E);
+}
+
 /* The repairs of the operators' issue, through the C API: each refuses with MEND_ESTATE when
  * it makes no sense, and the breaker override is found by key. */
 static const char stuck_lua[] =
@@ -649,6 +689,7 @@ int main(void) {
   write_workflow("escape_exec", escape_exec_lua);
   write_workflow("stuck", stuck_lua);
   write_workflow("hold", hold_lua);
+  write_workflow("wait", wait_lua);
 
   it_runs_on_its_own_loop();
   it_can_be_woken_from_another_thread();
@@ -657,12 +698,13 @@ int main(void) {
   it_stops_hostile_scripts_and_stays_usable();
   it_sandboxes_workflow_code();
   it_repairs_through_the_c_api();
+  it_sends_events_through_the_c_api();
   it_lets_go_of_calls_open_when_freed();
   it_logs_from_the_level_asked();
   it_reads_options_by_their_size();
 
   static const char *const files[] = {"basic", "saga", "hog", "spin", "escape_os", "escape_io",
-                                      "escape_c", "escape_exec", "stuck", "hold"};
+                                      "escape_c", "escape_exec", "stuck", "hold", "wait"};
   for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
     char path[128];
     snprintf(path, sizeof path, "%s/%s.lua", dir, files[i]);

@@ -1836,6 +1836,68 @@ static void test_locked(void) {
   sqlite3_close(holder);
 }
 
+/* A run's inbox (schema 10): a key sent twice is one event; the oldest event of a name is
+ * taken first; an event is consumed once, and a second consumption fails its batch rather
+ * than take it twice. Another connection sees only committed events, by seq. */
+static int seen_count;
+static void count_seen(void *ud, const char *id) {
+  (void)ud;
+  if (id && strcmp(id, "e1") == 0) seen_count++;
+}
+
+static void test_inbox(void) {
+  char err[512] = "";
+  const char *path = file_in_dir("inbox.db");
+  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  CHECK(s != NULL);
+  if (!s) return;
+  mend_run_rec r = run_rec("e1", NULL, "running", 100);
+  CHECK_EQ_INT(mend_store_insert_run(s, &r), 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  CHECK_EQ_INT((int)mend_store_last_event(s), 0);
+  CHECK_EQ_INT(mend_store_send_event(s, "e1", "tick", "{\"n\":1}", "k1", 101), 0);
+  CHECK_EQ_INT(mend_store_send_event(s, "e1", "tick", "{\"n\":9}", "k1", 102), 1);
+  CHECK_EQ_INT(mend_store_send_event(s, "e1", "tick", NULL, NULL, 103), 0);
+  CHECK_EQ_INT(mend_store_send_event(s, "e1", "other", "2", NULL, 104), 0);
+  /* not committed yet: the look of another connection does not see them */
+  seen_count = 0;
+  CHECK_EQ_INT((int)mend_store_events_after(s, 0, 100, count_seen, NULL), 0);
+  CHECK_EQ_INT(seen_count, 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  /* seq grows with each event (a duplicate may use a number up) */
+  long long last = mend_store_events_after(s, 0, 100, count_seen, NULL);
+  CHECK(last >= 3);
+  CHECK_EQ_INT(seen_count, 3);
+  CHECK_EQ_INT((int)mend_store_events_after(s, last, 100, count_seen, NULL), (int)last);
+  CHECK_EQ_INT(seen_count, 3);
+  CHECK_EQ_INT((int)mend_store_last_event(s), (int)last);
+  long long seq = 0;
+  char *payload = NULL, *key = NULL;
+  CHECK_EQ_INT(mend_store_next_event(s, "e1", "tick", &seq, &payload, &key), 1);
+  long long first = seq;
+  CHECK_STR(payload, "{\"n\":1}");
+  CHECK_STR(key, "k1");
+  free(payload);
+  free(key);
+  CHECK_EQ_INT(mend_store_consume_event(s, "e1", seq, "first", 110), 0);
+  /* the open batch is seen: the next one is the second, with null for no payload */
+  CHECK_EQ_INT(mend_store_next_event(s, "e1", "tick", &seq, &payload, &key), 1);
+  CHECK(seq > first);
+  CHECK_STR(payload, "null");
+  CHECK(key == NULL);
+  free(payload);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  CHECK_EQ_INT(mend_store_next_event(s, "e2", "tick", &seq, &payload, &key), 0);
+  /* consumed twice: the batch fails, and nothing of it is kept */
+  mend_store_consume_event(s, "e1", first, "again", 120);
+  CHECK(mend_store_commit(s) != 0);
+  mend_store_close(s);
+  sqlite3 *db = raw_open(path);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM inbox WHERE step = 'first'"), 1);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM inbox WHERE step = 'again'"), 0);
+  sqlite3_close(db);
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/mend-test-store-XXXXXX");
   if (!mkdtemp(dir)) {
@@ -1861,10 +1923,11 @@ int main(void) {
   test_workflow_versions();
   test_locked();
   test_version_scripts();
+  test_inbox();
 
   const char *files[] = {"schema.db", "trip.db", "batch.db", "notes.txt", "future.db",
                          "foreign.db", "liar.db", "full.db", "ckpt.db", "v1.db", "writer.db", "fence.db", "hist.db",
-                         "pending.db", "locked.db"};
+                         "pending.db", "locked.db", "inbox.db"};
   for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
     char p[4096];
     snprintf(p, sizeof p, "%s/%s", dir, files[i]);

@@ -22,6 +22,11 @@ static const struct edge step_edges[] = {
   {"breaker_open", "breaker_open"},
   {"pending", "sleeping"},                 /* a durable wait before the step */
   {"sleeping", "pending"},
+  {"pending", "waiting"},                  /* waits for an event instead of executing */
+  {"waiting", "succeeded"},                /* its event consumed */
+  {"waiting", "retry_wait"},               /* timed out, retried: it waits again */
+  {"waiting", "failed"},                   /* timed out for good */
+  {"waiting", "pending"},                  /* cancelled while waiting */
   {"succeeded", "compensating"},
   {"failed", "compensating"},
   {"compensating", "compensated"},
@@ -46,7 +51,7 @@ static const struct edge run_edges[] = {
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 static const char *const step_names[] = {
-  "pending", "running", "retry_wait", "breaker_open", "sleeping", "succeeded", "failed",
+  "pending", "running", "retry_wait", "breaker_open", "sleeping", "waiting", "succeeded", "failed",
   "compensating",
   "compensated", "compensation_failed"};
 static const char *const run_names[] = {

@@ -93,6 +93,7 @@ local render = {
   end,
   step = function(e)
     local parts = { ("%-28s"):format(transition(e)) }
+    if e.to == "waiting" and present(e.detail) then parts[#parts + 1] = "for event " .. e.detail end
     if present(e.attempt) and e.attempt > 0 then parts[#parts + 1] = "attempt " .. e.attempt end
     if present(e.delay) then parts[#parts + 1] = "delay " .. fmt_seconds(e.delay) end
     if present(e.error) then parts[#parts + 1] = fmt_error(e.error) end
@@ -119,6 +120,12 @@ local render = {
     return join({ "dead letter: " .. (e.detail or ""), fmt_error(e.error) or "" })
   end,
   log = function(e) return "log: " .. (e.detail or "") end,
+  event = function(e)
+    local ok, ev = pcall(json.decode, e.detail or "")
+    if not (ok and type(ev) == "table") then return "event " .. (e.detail or "?") end
+    return ("event %s consumed%s"):format(tostring(ev.name),
+                                          present(ev.key) and (" (key " .. tostring(ev.key) .. ")") or "")
+  end,
 }
 
 local function render_event(e)
@@ -179,15 +186,19 @@ local function holder_line(st)
   return "waiting for a worker: no live worker holds this run (start one: mend worker)"
 end
 
-local WAITS = { sleeping = true, retry_wait = true, breaker_open = true, compensating = true }
+local WAITS = { sleeping = true, retry_wait = true, breaker_open = true, compensating = true,
+                waiting = true }
 
 -- "b sleeping, due 2026-12-03 15:55:32.769 UTC (in 12 s)" for each step waiting for a time.
 local function due_lines(st, now)
   local lines = {}
   for _, s in ipairs(st.steps or {}) do
+    local what = present(s.awaits) and (" for event " .. s.awaits) or ""
     if unfinished(st) and WAITS[s.status] and present(s.due) then
-      lines[#lines + 1] = ("%s %s, due %s (%s)"):format(s.name, s.status, fmt_time(s.due),
-                                                     fmt_due(s.due, now))
+      lines[#lines + 1] = ("%s %s%s, due %s (%s)"):format(s.name, s.status, what, fmt_time(s.due),
+                                                       fmt_due(s.due, now))
+    elseif unfinished(st) and s.status == "waiting" then
+      lines[#lines + 1] = ("%s waiting%s, no timeout"):format(s.name, what)
     end
   end
   return lines
@@ -726,6 +737,32 @@ local function cmd_cancel(o, id)
   end, true)
 end
 
+local function cmd_signal(o, first, second)
+  local id, name = first, second
+  if o["run-key"] then
+    if second ~= nil then usage_error("signal", "give RUN or --run-key, not both") end
+    id, name = nil, first
+  elseif second == nil then
+    usage_error("signal", "missing NAME")
+  end
+  local data = nil
+  if o.data then
+    local ok, v = pcall(json.decode, o.data)
+    if not ok then fail("--data is not JSON: %s", tostring(v)) end
+    data = v
+  end
+  return with_engine(existing_db(o.db), function(eng)
+    local how, run = operate("signal", eng.signal, eng, id, name, data,
+                             { key = o.key, run_key = o["run-key"] })
+    if how == "duplicate" then
+      out("run %s has event %s with key %s already: nothing sent\n", run, name, o.key)
+    else
+      out("event %s sent to run %s\n", name, run)
+    end
+    return EXIT_OK
+  end)
+end
+
 local function cmd_dlq(o)
   return with_engine(existing_db(o.db), function(eng)
     local entries = eng:dlq()
@@ -996,6 +1033,21 @@ local commands = {
            "ended.\n\n" .. DB_HELP,
     action = cmd_cancel,
   },
+  signal = {
+    args = { "RUN" },
+    optional = { "NAME" },
+    flags = { db = "value", data = "value", key = "value", ["run-key"] = "value" },
+    usage = "mend signal RUN NAME [--data JSON] [--key K] [--db PATH]\n" ..
+            "       mend signal --run-key K NAME [--data JSON] [--key K] [--db PATH]",
+    help = "Sends event NAME to a running run: a step `wait_for = NAME` takes it, and the data\n" ..
+           "is that step's result. The event is kept in the run's inbox until a step takes it,\n" ..
+           "each once, in the order sent; a worker holding the run takes it at its next poll.\n" ..
+           "Refused (exit 1) for a run that has ended or does not exist.\n\n" .. DB_HELP ..
+           "  --data JSON      the event's payload (default null)\n" ..
+           "  --key K          idempotency: the same key sent to the run again is one event\n" ..
+           "  --run-key K      the run started with this run key (mend start --key), not RUN\n",
+    action = cmd_signal,
+  },
   workflows = {
     args = {},
     flags = { db = "value", json = "switch", workflow = "value" },
@@ -1108,6 +1160,7 @@ Commands:
   runs          list runs (--status, --workflow, --since, --attention)
   breakers      list breakers; breakers reset|open|close KEY
   cancel RUN    stop a running run and compensate what it did
+  signal RUN E  send event E to a run waiting for it (--data JSON, --key K, --run-key K)
   workflows     list workflow versions and their unfinished runs
   upgrade RUN   move unfinished runs to another version (--workflow W, --to V, --file F)
   prune         remove runs that ended long ago (--older-than 30d, --dry-run)

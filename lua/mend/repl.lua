@@ -394,10 +394,17 @@ local HELP = {
       .. "`mend dlq resolve` does: the run ends `resolved`, and the note (required: say what "
       .. "was done) is recorded in its history with who did it.",
     example = 'resolve(id, "refunded in the PSP console, ticket 4411")' },
-  { name = "signal", usage = "signal(...)", line = "not yet: mend has no events",
-    text = "Sending an event to a run that waits for one is not in this version of mend: "
-      .. "events are a later change. This name is kept for it; today signal() only says so.",
-    example = "signal()" },
+  { name = "signal", usage = "signal(id, name, data, opts)",
+    line = "sends an event to a run; a step wait_for = name takes it",
+    text = "Sends event name to a running run, as `mend signal` does: a step with "
+      .. "wait_for = name takes it (the oldest not taken) and data becomes its result. Sent "
+      .. "before the run waits, it is kept in the run's inbox. opts.key makes it idempotent "
+      .. "(the same key again is one event); with opts.run_key, id may be nil and the run is "
+      .. "the one started with that key. On the virtual clock what it wakes is done and "
+      .. "printed at once; a wait's timeout (timeout = 7 * 86400) passes with advance(). "
+      .. "Refused for a run that has ended.",
+    example = 'id = start("quest", { player = 17, quest = "rats" }); '
+      .. 'signal(id, "boss_killed", { gold = 50 }, { key = "kill-1" })' },
   { name = "show", usage = "show(value, ...)", line = "prints values as nested Lua tables",
     text = "Prints each value as an expression typed alone would: scalars as Lua literals, "
       .. "tables nested and indented, keys sorted.",
@@ -515,7 +522,7 @@ function Session:helpers(env)
 
   function f.status(id)
     local _, st = run_id(id, "status")
-    cli.print_status(st)
+    cli.print_status(st, eng:now())
   end
 
   function f.history(id)
@@ -582,10 +589,21 @@ function Session:helpers(env)
     self:report_news()
   end
 
-  -- The place of events: once the engine can deliver them (an eng:signal method), this sends
-  -- one to a waiting run and prints what it woke. Until then it says so rather than pretend.
-  function f.signal()
-    error("signal: mend has no events yet (a later change); nothing was sent", 0)
+  function f.signal(id, name, data, opts)
+    if opts ~= nil and type(opts) ~= "table" then error("signal: opts must be a table", 0) end
+    if id == nil and not (opts and opts.run_key) then
+      error("signal: a run id expected (or opts.run_key), as start() returns it", 0)
+    end
+    if id ~= nil then given_id(id, "signal") end
+    if type(name) ~= "string" then
+      error('signal: an event name expected: signal(id, "boss_killed", data)', 0)
+    end
+    local how, run = eng:signal(id, name, data, opts)
+    if how == "duplicate" then
+      out("run %s has event %s with key %s already: nothing sent\n", run, name, tostring(opts.key))
+    end
+    self:settle()
+    return how
   end
 
   function f.show(...)

@@ -56,7 +56,8 @@ typedef struct child {
 
 typedef enum action { ACT_NONE, ACT_ADVANCE, ACT_EXECUTE, ACT_COMPENSATE, ACT_FINISH } action;
 typedef enum wait_kind {
-  WAIT_NONE, WAIT_RETRY, WAIT_BREAKER, WAIT_SLEEP, WAIT_COMP_RETRY, WAIT_STEP_SLEEP
+  WAIT_NONE, WAIT_RETRY, WAIT_BREAKER, WAIT_SLEEP, WAIT_COMP_RETRY, WAIT_STEP_SLEEP,
+  WAIT_EVENT   /* a `wait_for` step; the timer is armed only with a timeout */
 } wait_kind;
 
 /* Runs waiting for a concurrency slot, first come first served; a run is in one at most. */
@@ -207,6 +208,7 @@ struct mend_engine {
   double lock_retry_at, lock_delay;
   uv_timer_t *lock_timer;
   int fence_recheck;      /* a match of our runs against the store's was cut short by a lock */
+  long long inbox_seen;   /* a serving engine has looked at the events sent up to this seq */
 };
 /* Run ids gathered from the store (the fence, claims); oom: one could not be kept. */
 typedef struct id_list { mend_idset set; int oom; } id_list;
@@ -286,6 +288,13 @@ void mend__alert(mend_run *r, const char *kind, int step, const char *reason, co
 void mend__alert_handle_closed(uv_handle_t *h);
 void mend__emit(mend_engine *E, json_t *ev);
 void mend__fire_batch(mend_engine *E, json_t *alerts, json_t *events);
+
+/* ---- events.c: steps that wait for events; the inbox */
+void mend__await_event(mend_run *r, int i);
+int mend__event_due(mend_run *r, int i, char *msg, size_t len);
+int mend__events_start(mend_engine *E);
+int mend__take_event(mend_run *r, int i);
+void mend__take_events(mend_engine *E);
 
 /* ---- exec.c: mend.exec's child processes */
 void mend__abandon_exec(mend_run *r);

@@ -112,7 +112,7 @@ mend_run *mend__rebuild(mend_engine *E, const char *id, char *why, int whylen, i
   /* The reason is one of the engine's own static strings; map the stored text back to it. */
   static const char *const reasons[] = {"attempts_exhausted", "fatal", "severity_2", "compensable",
                                         "error", "severity_3", "compensation_failed", "cancelled",
-                                        "workflow_error"};
+                                        "workflow_error", "timeout"};
   const char *reason = json_string_value(json_object_get(row, "reason"));
   for (size_t k = 0; reason && k < sizeof reasons / sizeof *reasons; k++)
     if (strcmp(reason, reasons[k]) == 0) r->reason = reasons[k];
@@ -174,6 +174,14 @@ static void schedule_restored(mend_run *r) {
   mend__find_current_step(r);
   if (r->status == MEND_RUN_RUNNING) {
     step_rt *st = r->cur < wf->nsteps ? &r->steps[r->cur] : NULL;
+    if (st && st->status == MEND_STEP_WAITING) {
+      /* Its timeout at the stored due time; its event, from the inbox once the claim is
+       * durable (the advance takes it). */
+      r->wait_kind = WAIT_EVENT;
+      if (st->due >= 0) mend__arm(r, &r->wait, st->due > now ? st->due : now);
+      mend__queue(r, ACT_ADVANCE);
+      return;
+    }
     if (st && (st->status == MEND_STEP_RETRY_WAIT || st->status == MEND_STEP_BREAKER_OPEN ||
                st->status == MEND_STEP_SLEEPING)) {
       r->wait_kind = st->status == MEND_STEP_RETRY_WAIT ? WAIT_RETRY

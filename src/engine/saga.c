@@ -68,6 +68,10 @@ void mend__forward(mend_run *r) {
   int i = r->cur;
   step_rt *st = &r->steps[i];
   const mend_step_def *def = &r->wf->steps[i];
+  if (st->status == MEND_STEP_WAITING) {   /* rebuilt waiting: its event may be in the inbox */
+    mend__take_event(r, i);
+    return;
+  }
   if (st->status != MEND_STEP_PENDING && st->status != MEND_STEP_RUNNING) return;  /* waiting */
   if (E->draining) return;   /* parked: its lease is given back when the worker stops */
   if (st->status == MEND_STEP_PENDING) {
@@ -103,6 +107,10 @@ void mend__forward(mend_run *r) {
       mend__step_to(r, i, MEND_STEP_SLEEPING, NULL, def->sleep, NULL);
       r->wait_kind = WAIT_STEP_SLEEP;
       mend__arm(r, &r->wait, st->due);
+      return;
+    }
+    if (def->wait_for) {
+      mend__await_event(r, i);
       return;
     }
     if (def->execute_ref == LUA_NOREF) {
@@ -145,7 +153,9 @@ static void fail_step(mend_run *r, int i, const mend_error_info *info) {
   mend__emit(E, json_pack("{s:s, s:s, s:s, s:s, s:i, s:s, s:b}", "type", "step_failed", "run_id", r->id,
                     "workflow", r->wf->name, "step", mend__step_name(r, i), "attempt", st->attempts,
                     "error", msg, "will_retry", retryable && st->attempts < def->retry.max_attempts));
-  if (def->slot->b.state == MEND_BREAKER_HALF_OPEN || retryable || info->kind != MEND_ERR_ERROR)
+  if (def->wait_for)
+    ;   /* nothing was called: no breaker has anything to count */
+  else if (def->slot->b.state == MEND_BREAKER_HALF_OPEN || retryable || info->kind != MEND_ERR_ERROR)
     mend__breaker_outcome(r, i, retryable ? MEND_OUTCOME_RETRYABLE : MEND_OUTCOME_OTHER);
   else
     mend__breaker_outcome(r, i, MEND_OUTCOME_OTHER);
@@ -188,7 +198,10 @@ static void fail_step(mend_run *r, int i, const mend_error_info *info) {
     mend__queue(r, ACT_FINISH);
     return;
   }
-  r->reason = retryable ? "attempts_exhausted"
+  /* A wait that timed out for good is an outcome the workflow planned for (its compensation),
+   * not a dependency that kept failing: no dead letter. */
+  r->reason = retryable && def->wait_for ? "timeout"
+            : retryable ? "attempts_exhausted"
             : info->kind == MEND_ERR_FATAL ? "fatal"
             : info->kind == MEND_ERR_COMPENSABLE ? (info->severity == 2 ? "severity_2" : "compensable")
             : "error";
@@ -335,6 +348,14 @@ void mend__on_wait(mend_timer *t) {
       mend__step_to(r, r->cur, MEND_STEP_PENDING, NULL, -1, NULL);
       mend__forward(r);
       break;
+    case WAIT_EVENT: {
+      char msg[300];
+      if (mend__event_due(r, r->cur, msg, sizeof msg)) break;
+      mend_error_info info = {MEND_ERR_TIMEOUT, msg, -1, 0, 0};
+      r->steps[r->cur].due = -1;
+      fail_step(r, r->cur, &info);
+      break;
+    }
     case WAIT_NONE:
       break;
   }

@@ -182,6 +182,8 @@ static void poll_for_runs(uv_timer_t *t) {
     mend__take_cancel_requests(E);
     if (E->broken) return;
   }
+  mend__take_events(E);   /* sent by other processes to runs held here */
+  if (E->broken) return;
   int room = E->max_in_flight > 0 ? E->max_in_flight - E->in_flight : 1000;
   if (room > 1000) room = 1000;
   /* A dead worker's runs must become claimable first: they are not, until given back. The
@@ -227,6 +229,7 @@ static void close_and_free(uv_handle_t *h) { free(h); }
 int mend_engine_serve(mend_engine *E, double poll_seconds, int max_in_flight) {
   E->serving = 1;
   E->max_in_flight = max_in_flight;
+  if (mend__events_start(E)) return -1;
   E->poll_timer = malloc(sizeof *E->poll_timer);
   uv_timer_init(E->loop, E->poll_timer);
   E->poll_timer->data = E;

@@ -1,0 +1,313 @@
+-- Steps that wait for a named event (wait_for, issue 18): the run's inbox, consumption once
+-- and in order, idempotent sends, timeouts handled by the step's policy, and waits that last
+-- across restarts; first through the Lua API on the virtual clock, then with real `mend
+-- worker` processes and the `mend signal` command.
+local H = require "spec.helper"
+local json = require("mend").json
+
+local MEND = H.MEND
+local q = H.quote
+
+local function quest(extra)
+  local taken_back = {}
+  local kill = { name = "kill", wait_for = "boss_killed", timeout = 7 * 86400 }
+  for k, v in pairs(extra or {}) do kill[k] = v end
+  local def = { name = "quest", steps = {
+    { name = "accept", execute = function(_, input) return { item = input.quest .. "-map" } end,
+      compensate = function(_, accepted) taken_back[#taken_back + 1] = accepted.item end },
+    kill,
+    { name = "reward", execute = function(ctx) return { gold = (ctx.results.kill or {}).gold } end },
+  } }
+  return def, taken_back
+end
+
+local function step(eng, id, name) return H.step(eng:status(id), name) end
+
+local function inbox(db, id)
+  return H.sql(db, ("SELECT name || ' ' || coalesce(key, '-') || ' ' || coalesce(step, '-')"
+    .. " FROM inbox WHERE run_id = '%s' ORDER BY seq"):format(id))
+end
+
+describe("a step with wait_for", function()
+  after_each(H.cleanup)
+
+  it("waits for its event, whose payload becomes its result, sent after the wait began", function()
+    local eng, db = H.new_engine()
+    local def = quest()
+    eng:register(def)
+    local t0 = eng:now()
+    local id = eng:start("quest", { quest = "rats" })
+    eng:advance(60)
+    local kill = step(eng, id, "kill")
+    assert.are.equal("waiting", kill.status)
+    assert.are.equal("boss_killed", kill.awaits)
+    assert.is_true(math.abs(kill.due - (t0 + 7 * 86400)) < 1, tostring(kill.due - t0))
+    assert.are.equal(1, eng:in_flight())
+    assert.are.same({ "sent", id }, { eng:signal(id, "boss_killed", { gold = 50 }, { key = "k1" }) })
+    eng:run()
+    local st = eng:status(id)
+    assert.are.equal("succeeded", st.status)
+    assert.are.same({ gold = 50 }, H.step(st, "kill").result)
+    assert.are.same({ gold = 50 }, H.step(st, "reward").result)
+    assert.are.same({ "pending->waiting", "waiting->succeeded" }, H.transitions(eng, id, "kill"))
+    local ev = H.events(eng, id, { event = "event", step = "kill" })
+    assert.are.equal(1, #ev)
+    assert.matches('"name":"boss_killed"', ev[1].detail)
+    assert.matches('"key":"k1"', ev[1].detail)
+    assert.are.same({ "boss_killed k1 kill" }, inbox(db, id))
+  end)
+
+  it("takes an event sent before the run reached the wait from its inbox", function()
+    local eng = H.new_engine()
+    eng:register(quest())
+    local id = eng:start("quest", { quest = "rats" })
+    eng:signal(id, "boss_killed", { gold = 7 })   -- nothing has run yet: the step is pending
+    assert.are.equal("pending", step(eng, id, "kill").status)
+    eng:run()
+    assert.are.equal("succeeded", eng:status(id).status)
+    assert.are.same({ gold = 7 }, step(eng, id, "reward").result)
+  end)
+
+  it("keeps one event for a key sent twice, and two events of one name for two waits, in order",
+     function()
+    local eng, db = H.new_engine()
+    eng:register{ name = "two", steps = {
+      { name = "first", wait_for = "tick" },
+      { name = "second", wait_for = "tick" },
+    } }
+    local id = eng:start("two", {})
+    assert.are.equal("sent", (eng:signal(id, "tick", "a", { key = "k1" })))
+    assert.are.equal("duplicate", (eng:signal(id, "tick", "a again", { key = "k1" })))
+    eng:advance(1)
+    assert.are.equal("a", step(eng, id, "first").result)
+    assert.are.equal("waiting", step(eng, id, "second").status)   -- the duplicate was not an event
+    assert.are.equal("duplicate", (eng:signal(id, "tick", "a late copy", { key = "k1" })))
+    eng:advance(1)
+    assert.are.equal("waiting", step(eng, id, "second").status)
+    eng:signal(id, "tick", "b", { key = "k2" })
+    eng:run()
+    assert.are.equal("succeeded", eng:status(id).status)
+    assert.are.equal("b", step(eng, id, "second").result)
+    assert.are.same({ "tick k1 first", "tick k2 second" }, inbox(db, id))
+
+    -- sent before either wait: taken in the order sent
+    local id2 = eng:start("two", {})
+    eng:signal(id2, "tick", { n = 1 })
+    eng:signal(id2, "tick", { n = 2 })
+    eng:run()
+    assert.are.same({ n = 1 }, step(eng, id2, "first").result)
+    assert.are.same({ n = 2 }, step(eng, id2, "second").result)
+  end)
+
+  it("fails with a timeout when no event comes in time, and the run compensates", function()
+    local eng = H.new_engine()
+    local def, taken_back = quest()
+    eng:register(def)
+    local id = eng:start("quest", { quest = "rats" })
+    eng:advance(7 * 86400 - 1)
+    assert.are.equal("waiting", step(eng, id, "kill").status)
+    eng:advance(2)   -- a week on the virtual clock, at once
+    local st = eng:status(id)
+    assert.are.equal("compensated", st.status)
+    assert.are.equal("timeout", st.reason)
+    assert.are.equal("failed", H.step(st, "kill").status)
+    assert.matches("^timeout: no event boss_killed", H.step(st, "kill").error)
+    assert.are.same({ "rats-map" }, taken_back)
+    assert.is_nil(H.dlq_entry(eng, id))
+    local ok, err = pcall(eng.signal, eng, id, "boss_killed")
+    assert.is_false(ok)
+    assert.matches("has ended %(compensated%): events go only to running runs", err)
+  end)
+
+  it("waits again after a timeout when its retry policy says so", function()
+    local eng = H.new_engine()
+    eng:register((quest{ timeout = 100, retry = { max_attempts = 2, initial = 5, jitter = 0 } }))
+    local id = eng:start("quest", { quest = "rats" })
+    eng:advance(101)
+    local kill = step(eng, id, "kill")
+    assert.are.equal("retry_wait", kill.status)
+    eng:advance(6)
+    assert.are.equal("waiting", step(eng, id, "kill").status)
+    assert.are.equal(2, step(eng, id, "kill").attempts)
+    eng:signal(id, "boss_killed", { gold = 1 })
+    eng:run()
+    assert.are.equal("succeeded", eng:status(id).status)
+    assert.are.same({ "pending->waiting", "waiting->retry_wait", "retry_wait->pending",
+                      "pending->waiting", "waiting->succeeded" }, H.transitions(eng, id, "kill"))
+  end)
+
+  it("waits across a restart: its due time from the store, an event sent while nobody ran it",
+     function()
+    local eng, db = H.new_engine()
+    local def = quest()
+    eng:register(def)
+    local id = eng:start("quest", { quest = "rats" })
+    eng:advance(10)
+    local due = step(eng, id, "kill").due
+    H.close(eng)
+    -- another process sends it: the run is held by no engine now
+    local sender = H.reopen(db)
+    assert.are.equal("sent", (sender:signal(id, "boss_killed", { gold = 3 })))
+    H.close(sender)
+    local eng2 = H.reopen(db)
+    eng2:register(def)
+    assert.are.equal(1, eng2:recover())
+    eng2:run()
+    assert.are.equal("succeeded", eng2:status(id).status)
+    assert.are.same({ gold = 3 }, step(eng2, id, "reward").result)
+
+    -- and with no event, the timeout comes at the stored due time
+    local id2 = eng2:start("quest", { quest = "bats" })
+    eng2:advance(10)
+    due = step(eng2, id2, "kill").due
+    H.close(eng2)
+    local eng3 = H.reopen(db)
+    eng3:register(def)
+    eng3:recover()
+    eng3:advance(due - eng3:now() - 1)
+    assert.are.equal("waiting", step(eng3, id2, "kill").status)
+    eng3:advance(2)
+    assert.are.equal("compensated", eng3:status(id2).status)
+  end)
+
+  it("is cancelled while it waits like any other step", function()
+    local eng = H.new_engine()
+    local def, taken_back = quest()
+    eng:register(def)
+    local id = eng:start("quest", { quest = "rats" })
+    eng:advance(1)
+    eng:cancel(id)
+    eng:run()
+    assert.are.equal("compensated", eng:status(id).status)
+    assert.are.same({ "rats-map" }, taken_back)
+  end)
+
+  it("is addressed by run key, and refuses unknown runs and bad names", function()
+    local eng = H.new_engine()
+    eng:register(quest())
+    local id = eng:start("quest", { quest = "rats" }, { key = "quest-17" })
+    local how, run = eng:signal(nil, "boss_killed", { gold = 9 }, { run_key = "quest-17" })
+    assert.are.same({ "sent", id }, { how, run })
+    eng:run()
+    assert.are.same({ gold = 9 }, step(eng, id, "reward").result)
+    local ok, err = pcall(eng.signal, eng, "nosuchrun", "boss_killed")
+    assert.is_false(ok)
+    assert.matches("no run nosuchrun", err)
+    ok, err = pcall(eng.signal, eng, nil, "boss_killed", nil, { run_key = "nope" })
+    assert.is_false(ok)
+    assert.matches("no run with key nope", err)
+    ok, err = pcall(eng.signal, eng, id, "")
+    assert.is_false(ok)
+    assert.matches("an event needs a name", err)
+  end)
+
+  it("refuses a definition that waits and executes, with a clear load error", function()
+    local eng = H.new_engine()
+    local ok, err = pcall(eng.register, eng, { name = "bad", steps = {
+      { name = "kill", wait_for = "boss_killed", execute = function() end } } })
+    assert.is_false(ok)
+    assert.matches('step "kill": wait_for and execute cannot go together', err)
+    ok, err = pcall(eng.register, eng, { name = "bad2", steps = {
+      { name = "kill", wait_for = 42 } } })
+    assert.is_false(ok)
+    assert.matches("wait_for must be a string", err)
+  end)
+end)
+
+-- With real processes: mend start, mend worker, mend signal, mend status.
+local function mend_cmd(db, args)
+  return H.shell(("%s %s --db %s"):format(MEND, args, q(db)))
+end
+
+local function worker(db, dir, log)
+  local p = io.popen(("sh -c 'exec %s worker --db %s --workflows %s --poll 0.05 2>>%s' >/dev/null & echo $!")
+    :format(MEND, q(db), q(dir), q(log)))
+  local pid = p:read("l")
+  p:close()
+  return pid
+end
+
+local function stop(pid)
+  os.execute("kill -TERM " .. pid)
+  for _ = 1, 500 do
+    if not os.execute("kill -0 " .. pid .. " 2>/dev/null") then return end
+    os.execute("sleep 0.01")
+  end
+  error("worker " .. pid .. " did not stop")
+end
+
+local function status_json(db, id)
+  local rc, out = mend_cmd(db, "status " .. id .. " --json")
+  assert.are.equal(0, rc, out)
+  return json.decode(out)
+end
+
+local function kill_status(db, id)
+  for _, s in ipairs(status_json(db, id).steps) do if s.name == "kill" then return s.status end end
+end
+
+describe("mend signal with a real worker", function()
+  after_each(H.cleanup)
+
+  local function setup()
+    local dir = H.tmp_dir()
+    H.write_file(dir, "quest.lua", H.slurp("workflows/quest.lua"))
+    return dir, dir .. "/q.db", dir .. "/worker.log"
+  end
+
+  it("wakes the run a worker holds, by run key; mend status shows the wait and its due time",
+     function()
+    local dir, db, log = setup()
+    local rc, out = mend_cmd(db, "start quest --workflows " .. q(dir)
+      .. [[ --input '{"player":17,"quest":"rats"}' --key quest-17]])
+    assert.are.equal(0, rc, out)
+    local id = out:match("(%S+)")
+    local pid = worker(db, dir, log)
+    H.wait_for("the wait", function() return kill_status(db, id) == "waiting" end, 10)
+    rc, out = mend_cmd(db, "status " .. id)
+    assert.matches("due: kill waiting for event boss_killed, due %d+%-%d+%-%d+ [%d:.]+ UTC %(in 604[78]%d%d s%)", out)
+    rc, out = mend_cmd(db, [[signal --run-key quest-17 boss_killed --data '{"gold":50}' --key k1]])
+    assert.are.equal(0, rc, out)
+    assert.matches("event boss_killed sent to run " .. id, out)
+    rc, out = mend_cmd(db, "wait " .. id .. " --timeout 10")
+    stop(pid)
+    assert.are.equal(0, rc, out .. H.read(log))
+    local st = status_json(db, id)
+    assert.are.same({ gold = 50 }, st.steps[3].result)
+    rc, out = mend_cmd(db, "history " .. id)
+    assert.matches("event boss_killed consumed %(key k1%)", out)
+    -- a duplicate, an ended run, an unknown run
+    rc, out = mend_cmd(db, "signal " .. id .. " boss_killed --key k1")
+    assert.are.equal(1, rc)
+    assert.matches("has ended %(succeeded%): events go only to running runs", out)
+    rc, out = mend_cmd(db, "signal nosuchrun boss_killed")
+    assert.are.equal(1, rc)
+    assert.matches("no run nosuchrun", out)
+    rc, out = mend_cmd(db, "signal " .. id .. " boss_killed --data '{bad'")
+    assert.are.equal(1, rc)
+    assert.matches("%-%-data is not JSON", out)
+  end)
+
+  it("keeps an event sent while no worker runs for the next one, after a restart", function()
+    local dir, db, log = setup()
+    local rc, out = mend_cmd(db, "start quest --workflows " .. q(dir)
+      .. [[ --input '{"player":18,"quest":"bats"}']])
+    assert.are.equal(0, rc, out)
+    local id = out:match("(%S+)")
+    local pid = worker(db, dir, log)
+    H.wait_for("the wait", function() return kill_status(db, id) == "waiting" end, 10)
+    stop(pid)
+    rc, out = mend_cmd(db, "signal " .. id .. [[ boss_killed --data '{"gold":5}' --key once]])
+    assert.are.equal(0, rc, out)
+    rc, out = mend_cmd(db, "signal " .. id .. [[ boss_killed --data '{"gold":6}' --key once]])
+    assert.are.equal(0, rc, out)
+    assert.matches("nothing sent", out)
+    assert.are.equal("waiting", kill_status(db, id))
+    pid = worker(db, dir, log)
+    rc, out = mend_cmd(db, "wait " .. id .. " --timeout 10")
+    stop(pid)
+    assert.are.equal(0, rc, out .. H.read(log))
+    assert.are.same({ gold = 5 }, status_json(db, id).steps[3].result)
+    assert.are.same({ "1" }, H.sql(db, "SELECT count(*) FROM inbox"))
+  end)
+end)

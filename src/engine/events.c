@@ -1,0 +1,229 @@
+/*
+ * events: steps that wait for a named event instead of executing (`wait_for`, SPEC section
+ * 11). Owns sending an event to a run's inbox (by run id or run key), a step's wait (its
+ * status, its due time for the timeout), taking the oldest event of that name from the inbox
+ * as the step's result, and a worker's look for events other processes sent to the runs it
+ * holds. Must never: consume an event in a batch other than the one that records the step's
+ * success (both commit or neither); consume one twice, or out of the order sent; keep a
+ * coroutine for a waiting run.
+ */
+#include "engine_int.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "util.h"
+
+static mend_run *find_run(mend_engine *E, const char *id) {
+  for (mend_run *r = E->runs; r; r = r->next)
+    if (!r->lost && strcmp(r->id, id) == 0) return r;   /* a lost copy is no longer the run */
+  return NULL;
+}
+
+/* Takes the oldest event the waiting step i waits for, if the inbox has one: the consumption
+ * is recorded in this batch with the step's success. 1 taken, 0 none (or the store failed). */
+int mend__take_event(mend_run *r, int i) {
+  mend_engine *E = r->E;
+  step_rt *st = &r->steps[i];
+  const mend_step_def *def = &r->wf->steps[i];
+  if (st->status != MEND_STEP_WAITING || r->status != MEND_RUN_RUNNING || !def->wait_for) return 0;
+  long long seq;
+  char *payload, *key;
+  int found = mend_store_next_event(E->store, r->id, def->wait_for, &seq, &payload, &key);
+  if (found < 0) mend__store_failed(E);
+  if (found <= 0) return 0;
+  mend_timer_disarm(&E->timers, &r->wait);
+  r->wait_kind = WAIT_NONE;
+  if (mend_store_consume_event(E->store, r->id, seq, def->name, mend_engine_now(E)))
+    mend__store_failed(E);
+  json_t *what = json_pack("{s:s, s:s?, s:I}", "name", def->wait_for, "key", key, "seq", (json_int_t)seq);
+  char *detail = what ? json_dumps(what, JSON_COMPACT) : NULL;
+  json_decref(what);
+  mend__history(r, def->name, "event", NULL, NULL, st->attempts, NULL, -1, detail);
+  free(detail);
+  char msg[300];
+  snprintf(msg, sizeof msg, "event %s%s%s consumed", def->wait_for, key ? " key " : "", key ? key : "");
+  mend_engine_log_line(E, "info", r->id, def->name, st->attempts, "event", msg);
+  free(key);
+  st->due = -1;
+  free(st->result);
+  st->result = payload;
+  mend__set_str(&st->error, NULL);
+  mend__step_to(r, i, MEND_STEP_SUCCEEDED, NULL, -1, NULL);
+  mend__set_result(r, i);
+  r->cur = i + 1;
+  mend__forward(r);   /* the next step's writes join this batch; its execute waits for it */
+  return 1;
+}
+
+/* Step i, pending, waits for its event: from now on only its row and, with a timeout, a timer
+ * say so. The inbox may have the event already. */
+void mend__await_event(mend_run *r, int i) {
+  mend_engine *E = r->E;
+  step_rt *st = &r->steps[i];
+  const mend_step_def *def = &r->wf->steps[i];
+  int timed = def->timeout > 0 && !isinf(def->timeout);
+  st->attempts++;
+  st->due = timed ? mend_engine_now(E) + def->timeout : -1;
+  mend__step_to(r, i, MEND_STEP_WAITING, NULL, timed ? def->timeout : -1, def->wait_for);
+  if (mend__take_event(r, i)) return;
+  r->wait_kind = WAIT_EVENT;
+  if (timed) mend__arm(r, &r->wait, st->due);
+}
+
+/* The wait's timeout came: an event sent at the last moment still counts. 1 if one was taken;
+ * 0: the step failed with a timeout (the caller's policy decides). */
+int mend__event_due(mend_run *r, int i, char *msg, size_t len) {
+  if (mend__take_event(r, i)) return 1;
+  const mend_step_def *def = &r->wf->steps[i];
+  snprintf(msg, len, "no event %s within %g s", def->wait_for, def->timeout);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- sending */
+
+int mend_engine_send_event(mend_engine *E, const char *id, const char *run_key, const char *name,
+                           const char *payload, const char *key, char run_id_out[MEND_RUN_ID_LEN],
+                           char *err, int errlen) {
+  char found_id[MEND_RUN_ID_LEN];
+  if (E->broken) {
+    mend_errorf(err, errlen, "%s", E->errmsg);
+    return MEND_EVENT_ESTORE;
+  }
+  if (!name || !*name) {
+    mend_errorf(err, errlen, "an event needs a name");
+    return MEND_EVENT_EINVAL;
+  }
+  if (!id && (!run_key || !*run_key)) {
+    mend_errorf(err, errlen, "an event needs a run: its id or its run key");
+    return MEND_EVENT_EINVAL;
+  }
+  char *text = NULL;
+  if (payload) {
+    json_error_t jerr;
+    json_t *v = json_loads(payload, JSON_DECODE_ANY, &jerr);
+    if (!v) {
+      mend_errorf(err, errlen, "the event's payload is not JSON: %s", jerr.text);
+      return MEND_EVENT_EINVAL;
+    }
+    text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    json_decref(v);
+    if (!text) {
+      mend_errorf(err, errlen, "out of memory");
+      return MEND_EVENT_ESTORE;
+    }
+  }
+  int rc = 0;
+  if (!id) {
+    int f = mend_store_find_run_key(E->store, run_key, found_id, sizeof found_id);
+    if (f < 0) rc = MEND_EVENT_ESTORE;
+    else if (f == 0) rc = MEND_EVENT_ENOTFOUND;
+    if (rc) {
+      if (rc == MEND_EVENT_ESTORE) mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
+      else mend_errorf(err, errlen, "no run with key %s", run_key);
+      free(text);
+      return rc;
+    }
+    id = found_id;
+  }
+  if (strlen(id) >= MEND_RUN_ID_LEN) {
+    mend_errorf(err, errlen, "no run %s", id);
+    free(text);
+    return MEND_EVENT_ENOTFOUND;
+  }
+  mend_run *r = find_run(E, id);
+  const char *status = NULL;
+  json_t *row = NULL;
+  if (r) {
+    status = mend_run_status_name(r->status);
+  } else {
+    char owner[128];
+    double until;
+    int f = mend_store_owner(E->store, id, owner, sizeof owner, &until);
+    if (f > 0) row = mend_store_run(E->store, id);
+    if (f < 0 || (f > 0 && !row)) {
+      mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
+      free(text);
+      return MEND_EVENT_ESTORE;
+    }
+    if (f == 0) {
+      mend_errorf(err, errlen, "no run %s", id);
+      free(text);
+      return MEND_EVENT_ENOTFOUND;
+    }
+    status = json_string_value(json_object_get(row, "status"));
+  }
+  /* A run going back, or ended, waits for nothing any more: the event would never be taken. */
+  if (!status || strcmp(status, "running") != 0) {
+    mend_run_status rs;
+    int ended = status && mend_run_status_parse(status, &rs) == 0 && mend_run_status_final(rs);
+    mend_errorf(err, errlen, ended ? "run %s has ended (%s): events go only to running runs"
+                                   : "run %s is %s: events go only to running runs",
+                id, status ? status : "?");
+    json_decref(row);
+    free(text);
+    return MEND_EVENT_EENDED;
+  }
+  json_decref(row);
+  if (run_id_out) snprintf(run_id_out, MEND_RUN_ID_LEN, "%s", id);
+  int sent = mend_store_send_event(E->store, id, name, text, key, mend_engine_now(E));
+  free(text);
+  /* Durable now, whoever holds the run: a worker elsewhere sees it at its next poll. */
+  if (sent < 0 || mend__commit_now(E)) {
+    mend__store_failed(E);
+    mend_errorf(err, errlen, "%s", E->errmsg[0] ? E->errmsg : mend_store_errmsg(E->store));
+    return MEND_EVENT_ESTORE;
+  }
+  char msg[300];
+  snprintf(msg, sizeof msg, "event %s%s%s %s", name, key ? " key " : "", key ? key : "",
+           sent == 1 ? "sent before: kept once" : "sent");
+  mend_engine_log_line(E, "info", id, NULL, 0, "event", msg);
+  /* Held here and waiting for it: it goes on at once. */
+  if (r && sent == 0 && r->wait_kind == WAIT_EVENT && r->cur < r->wf->nsteps &&
+      r->wf->steps[r->cur].wait_for && strcmp(r->wf->steps[r->cur].wait_for, name) == 0) {
+    mend__take_event(r, r->cur);
+    mend__kick(E);
+  }
+  return sent;
+}
+
+/* ---------------------------------------------------------------- events from other processes */
+
+static void note_run(void *ud, const char *id) {
+  if (id) json_array_append_new((json_t *)ud, json_string(id));
+}
+
+/* A serving worker's look, each poll, for events sent since the last one: a range of the
+ * inbox's primary key. Only the runs it holds in memory and that wait are woken; any other
+ * takes its event when it reaches its wait (or is rebuilt). */
+void mend__take_events(mend_engine *E) {
+  json_t *ids = json_array();
+  if (!ids) return;
+  long long last = mend_store_events_after(E->store, E->inbox_seen, 1000, note_run, ids);
+  if (last < 0) {
+    mend_engine_log_line(E, "warn", NULL, NULL, 0, "event", mend_store_errmsg(E->store));
+    json_decref(ids);
+    return;
+  }
+  E->inbox_seen = last;
+  size_t k;
+  json_t *id;
+  json_array_foreach(ids, k, id) {
+    mend_run *r = find_run(E, json_string_value(id));
+    if (r && r->wait_kind == WAIT_EVENT && r->cur < r->wf->nsteps) mend__take_event(r, r->cur);
+  }
+  json_decref(ids);
+}
+
+/* From where a serving worker starts looking: the events sent before it are taken by runs as
+ * they reach their waits or are rebuilt. */
+int mend__events_start(mend_engine *E) {
+  long long last = mend_store_last_event(E->store);
+  if (last < 0) { mend__store_failed(E); return -1; }
+  E->inbox_seen = last;
+  return 0;
+}
