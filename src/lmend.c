@@ -477,12 +477,16 @@ static int push_query(lua_State *L, engine_box *b, json_t *v) {
   return 1;
 }
 
-/* eng:status(id) -> the run's row and steps; held_by names the live worker that holds it, if
- * one does.  [-0, +1, e] */
+/* eng:status(id) -> the run's row and steps, or nil when there is no such run; held_by names
+ * the live worker that holds it, if one does.  [-0, +1, e] */
 static int engine_status(lua_State *L) {
   engine_box *b = check_engine(L);
   const char *id = luaL_checkstring(L, 2);
   json_t *run = mend_store_run(mend_engine_store(b->E), id);
+  if (!run && mend_store_not_found(mend_engine_store(b->E))) {
+    lua_pushnil(L);
+    return 1;
+  }
   char owner[128];
   if (run && mend_engine_holder(b->E, id, owner, sizeof owner) == 1)
     json_object_set_new(run, "held_by", json_string(owner));

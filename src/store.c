@@ -2339,6 +2339,7 @@ static int step_read_txn(mend_store *s, int which) {
  * they share one read transaction, so that a worker's commits in between cannot make a step
  * read as pending while a later one reads as running. */
 json_t *mend_store_run(mend_store *s, const char *id) {
+  s->not_found = 0;
   if (sync_point(s) != 0) return NULL;
   int own = sqlite3_get_autocommit(s->db);
   if (own && step_read_txn(s, Q_BEGIN_READ) != 0) return NULL;

@@ -16,7 +16,7 @@
 -- a script from stdin and one of its chunks failed.
 
 local mend = require "mend"
-local cli = require "mend.cli"
+local show = require "mend.render"   -- how runs are shown, shared with the CLI
 local sim = require "mend.sim"
 local json = mend.json
 
@@ -215,8 +215,8 @@ function Session:report_news()
       local history = self.eng:history(r.id)
       local first = math.max(known.seen, 0) + 1
       if first <= #history then
-        cli.print_outcome(self.eng:status(r.id))
-        cli.print_events(history, first)
+        show.print_outcome(self.eng:status(r.id))
+        show.print_events(history, first)
         printed = printed + #history - first + 1
       end
       known.seen = FINAL[r.status] and -1 or #history
@@ -515,20 +515,20 @@ function Session:helpers(env)
   local function run_id(id, who)
     id = id or self.last_run
     if id == nil then error(who .. ": no run id given, and no run started yet", 0) end
-    local ok, st = pcall(eng.status, eng, id)
-    if not (ok and st) then error(("%s: no run %s"):format(who, tostring(id)), 0) end
+    local st = type(id) == "string" and eng:status(id) or nil
+    if not st then error(("%s: no run %s"):format(who, tostring(id)), 0) end
     return id, st
   end
 
   function f.status(id)
     local _, st = run_id(id, "status")
-    cli.print_status(st, eng:now())
+    show.print_status(st, eng:now())
   end
 
   function f.history(id)
     local rid, st = run_id(id, "history")
-    cli.print_outcome(st)
-    cli.print_timeline(eng:history(rid))
+    show.print_outcome(st)
+    show.print_timeline(eng:history(rid))
   end
 
   function f.runs()
@@ -540,7 +540,7 @@ function Session:helpers(env)
     end
   end
 
-  function f.dlq() cli.print_dlq(eng:dlq()) end
+  function f.dlq() show.print_dlq(eng:dlq()) end
 
   function f.breakers()
     local list = eng:breakers()

@@ -1,0 +1,278 @@
+-- mend.render: how mend shows runs to people, shared by the `mend` command and the REPL:
+-- times and delays, one line per history event (a renderer per event), timelines, a run's
+-- outcome and status (who carries it on, when its steps are due), the dead-letter queue, runs
+-- and breakers. It prints to stdout and reads nothing but what it is given.
+
+local mend = require "mend"
+local json = mend.json
+
+local function out(fmt, ...) io.stdout:write(fmt:format(...)) end
+
+local function present(v) return v ~= nil and v ~= json.null end
+
+-- Times and delays that no clock reaches (a `sleep = 1e308` step) are printed as numbers.
+local FAR = 1e12
+
+local function fmt_seconds(s)
+  if math.abs(s) >= FAR then return ("%.6gs"):format(s) end
+  if math.type(s) == "integer" or s == math.floor(s) then return ("%ds"):format(s) end
+  return (("%.3f"):format(s):gsub("%.?0+$", "")) .. "s"
+end
+
+local function fmt_reltime(dt)
+  if math.abs(dt) >= FAR then return ("+%.6gs"):format(dt) end
+  if dt < 60 then return ("+%.3fs"):format(dt) end
+  return ("+%dm%06.3fs"):format(dt // 60, dt % 60)
+end
+
+local function fmt_time(t)
+  if not present(t) then return "-" end
+  if math.abs(t) >= FAR * 100 then return ("%.6g (epoch seconds)"):format(t) end
+  local ms = math.floor(t * 1000 + 0.5)
+  return ("%s.%03d UTC"):format(os.date("!%Y-%m-%d %H:%M:%S", ms // 1000), ms % 1000)
+end
+
+local function fmt_error(e)
+  if not present(e) then return nil end
+  if type(e) == "table" and not mend.is_error(e) then return json.encode(e) end
+  return tostring(e)
+end
+
+local function fmt_value(v, width)
+  local ok, text = pcall(json.encode, v)
+  text = ok and text or tostring(v)
+  if width and #text > width then text = text:sub(1, width - 3) .. "..." end
+  return text
+end
+
+-- JSON of a list: an empty Lua table would encode as an object.
+local function encode_list(list)
+  if #list == 0 then return "[]" end
+  return json.encode(list)
+end
+
+local function transition(e)
+  return ("%s -> %s"):format(e.from or "new", e.to or "?")
+end
+
+local function join(parts) return (table.concat(parts, "  "):gsub("%s+$", "")) end
+
+-- One renderer per history event; each returns the text after the time and step columns.
+local render = {
+  run = function(e)
+    return join({ ("%-28s"):format(transition(e)),
+                  present(e.detail) and ("(" .. tostring(e.detail) .. ")") or "" })
+  end,
+  step = function(e)
+    local parts = { ("%-28s"):format(transition(e)) }
+    if e.to == "waiting" and present(e.detail) then parts[#parts + 1] = "for event " .. e.detail end
+    if present(e.attempt) and e.attempt > 0 then parts[#parts + 1] = "attempt " .. e.attempt end
+    if present(e.delay) then parts[#parts + 1] = "delay " .. fmt_seconds(e.delay) end
+    if present(e.error) then parts[#parts + 1] = fmt_error(e.error) end
+    return join(parts)
+  end,
+  breaker = function(e)
+    return ("breaker %s %s"):format(e.detail or "?", transition(e))
+  end,
+  compensate_failed = function(e)
+    local n = present(e.attempt) and e.attempt > 0 and (" " .. e.attempt) or ""
+    return join({ ("compensation attempt%s failed: %s"):format(n, fmt_error(e.error) or "?"),
+                  present(e.delay) and ("retry in " .. fmt_seconds(e.delay)) or "" })
+  end,
+  recovered = function(e) return "recovered by worker " .. (e.detail or "?") end,
+  alert = function(e)
+    local ok, a = pcall(json.decode, e.detail or "")
+    if ok and type(a) == "table" and a.kind then
+      return join({ "alert " .. a.kind, a.reason or "", fmt_error(a.error) or "" })
+    end
+    return "alert: " .. (e.detail or fmt_error(e.error) or "")
+  end,
+  skip_compensate = function() return "no compensate function: nothing to undo" end,
+  dead_letter = function(e)
+    return join({ "dead letter: " .. (e.detail or ""), fmt_error(e.error) or "" })
+  end,
+  log = function(e) return "log: " .. (e.detail or "") end,
+  event = function(e)
+    local ok, ev = pcall(json.decode, e.detail or "")
+    if not (ok and type(ev) == "table") then return "event " .. (e.detail or "?") end
+    return ("event %s consumed%s"):format(tostring(ev.name),
+                                          present(ev.key) and (" (key " .. tostring(ev.key) .. ")") or "")
+  end,
+}
+
+local function render_event(e)
+  local r = render[e.event]
+  if r then return r(e) end
+  local parts = { e.event or "?" }
+  if present(e.from) or present(e.to) then parts[#parts + 1] = transition(e) end
+  if present(e.detail) then parts[#parts + 1] = tostring(e.detail) end
+  if present(e.error) then parts[#parts + 1] = fmt_error(e.error) end
+  return join(parts)
+end
+
+-- Prints history[first..] (default all) as timeline lines, times relative to t0 (default
+-- history[1]'s).
+local function print_events(history, first, t0)
+  t0 = t0 or history[1] and history[1].at or 0
+  for i = first or 1, #history do
+    local e = history[i]
+    if e.event == "run" and e.to == "compensating" then
+      out("  ---- turning back: compensating the completed steps in reverse ----\n")
+    end
+    local who = e.step or (e.event == "run" and "(run)" or "")
+    out("  %-10s %-16s %s\n", fmt_reltime((e.at or t0) - t0), who, render_event(e))
+  end
+end
+
+local function print_timeline(history)
+  out("timeline:\n")
+  print_events(history, 1)
+end
+
+-- `alerted` says where this process sent the run's alert, when it knows.
+local function print_outcome(st, alerted)
+  out("%s run %s: %s\n", st.workflow or "?", st.id, st.status)
+  if present(st.error) then out("  error: %s\n", fmt_error(st.error)) end
+  local dead_letter = st.status == "needs_attention"
+  if dead_letter or st.attention == true or st.attention == 1 then
+    out("  attention: %s\n", alerted or (dead_letter and "in the dead-letter queue (mend dlq)")
+                              or "flagged for a person (mend runs --attention)")
+  end
+end
+
+local function unfinished(st) return st.status == "running" or st.status == "compensating" end
+
+-- "in 12 s" or "12 s ago", from now.
+local function fmt_due(due, now)
+  local dt = due - now
+  if math.abs(dt) >= FAR then return ("in %.6g s"):format(dt) end
+  local text = dt >= 1 and ("%d s"):format(math.floor(dt + 0.5)) or dt <= -1 and ("%d s"):format(math.floor(-dt + 0.5))
+               or ("%.1f s"):format(math.abs(dt))
+  return dt >= 0 and "in " .. text or text .. " ago"
+end
+
+-- Who carries an unfinished run on: the live worker holding it, or nobody yet.
+local function holder_line(st)
+  if not unfinished(st) then return nil end
+  if present(st.held_by) then return "held by worker " .. st.held_by end
+  return "waiting for a worker: no live worker holds this run (start one: mend worker)"
+end
+
+local WAITS = { sleeping = true, retry_wait = true, breaker_open = true, compensating = true,
+                waiting = true }
+
+-- "b sleeping, due 2026-12-03 15:55:32.769 UTC (in 12 s)" for each step waiting for a time.
+local function due_lines(st, now)
+  local lines = {}
+  for _, s in ipairs(st.steps or {}) do
+    local what = present(s.awaits) and (" for event " .. s.awaits) or ""
+    if unfinished(st) and WAITS[s.status] and present(s.due) then
+      lines[#lines + 1] = ("%s %s%s, due %s (%s)"):format(s.name, s.status, what, fmt_time(s.due),
+                                                       fmt_due(s.due, now))
+    elseif unfinished(st) and s.status == "waiting" then
+      lines[#lines + 1] = ("%s waiting%s, no timeout"):format(s.name, what)
+    end
+  end
+  return lines
+end
+
+local function print_status(st, now)
+  print_outcome(st)
+  local rows = {
+    { "key", st.key }, { "input", present(st.input) and fmt_value(st.input, 100) or nil },
+    { "created", fmt_time(st.created) }, { "updated", fmt_time(st.updated) },
+    -- the code that carries an unfinished run on (--json gives it for every run)
+    { "version", unfinished(st) and present(st.version) and (st.version ..
+                 (present(st.source) and (" (" .. st.source .. ")") or "")) or nil },
+    { "worker", holder_line(st) },
+    { "blocked", unfinished(st) and present(st.unavailable) and
+                 ("cannot progress: " .. st.unavailable .. "; fix it, or move the run to"
+                  .. " another version (mend upgrade), cancel or resolve it") or nil },
+    { "cancel", st.cancel_requested == true and unfinished(st)
+                and "requested; the worker that holds or next takes the run cancels it" or nil },
+  }
+  for _, row in ipairs(rows) do
+    if present(row[2]) then out("  %-8s %s\n", row[1], row[2]) end
+  end
+  out("steps:\n")
+  for i, s in ipairs(st.steps or {}) do
+    local parts = { ("%2d %-16s %-20s attempts %d"):format(i, s.name, s.status, s.attempts or 0) }
+    if (s.comp_attempts or 0) > 0 then parts[#parts + 1] = "compensations " .. s.comp_attempts end
+    if present(s.error) then parts[#parts + 1] = fmt_error(s.error) end
+    if present(s.result) then parts[#parts + 1] = "result " .. fmt_value(s.result, 60) end
+    out("  %s\n", join(parts))
+  end
+  for _, line in ipairs(due_lines(st, now)) do out("  due: %s\n", line) end
+end
+
+local function fmt_age(seconds)
+  if seconds < 120 then return ("%ds"):format(seconds // 1) end
+  if seconds < 7200 then return ("%dm"):format(seconds // 60) end
+  if seconds < 172800 then return ("%dh"):format(seconds // 3600) end
+  return ("%dd"):format(seconds // 86400)
+end
+
+local function print_dlq(entries)
+  if #entries == 0 then
+    out("the dead-letter queue is empty\n")
+    return
+  end
+  out("%-16s  %-20s  %-14s  %5s  %s\n", "RUN", "REASON", "STEP", "AGE", "LAST ERROR")
+  for _, d in ipairs(entries) do
+    out("%-16s  %-20s  %-14s  %5s  %s\n", d.run_id, d.reason or "?", d.step or "-",
+        fmt_age(math.max(0, os.time() - (d.at or os.time()))), fmt_error(d.error) or "")
+  end
+end
+
+local function print_runs(runs)
+  if #runs == 0 then
+    out("no runs\n")
+    return
+  end
+  out("%-16s  %-18s  %-16s  %-9s  %-23s  %s\n", "RUN", "WORKFLOW", "STATUS", "ATTENTION", "CREATED", "ERROR")
+  for _, r in ipairs(runs) do
+    local blocked = present(r.unavailable) and (r.status == "running" or r.status == "compensating")
+    out("%-16s  %-18s  %-16s  %-9s  %-23s  %s\n", r.id, r.workflow, r.status,
+        blocked and "blocked" or r.attention == true and "yes" or "", fmt_time(r.created),
+        blocked and ("workflow_unavailable: " .. r.unavailable) or fmt_error(r.error) or "")
+  end
+end
+
+-- An open breaker whose time is up lets the next call through as a probe: it is half-open,
+-- whatever its row says until a worker next uses it.
+local function breakers_now(list, now)
+  for _, b in ipairs(list) do
+    if b.state == "open" and present(b.open_until) and b.open_until <= now then b.state = "half_open" end
+  end
+  return list
+end
+
+local function print_breakers(list)
+  if #list == 0 then
+    out("no breakers yet (one appears once a step using it has run)\n")
+    return
+  end
+  out("%-20s  %-9s  %8s  %9s  %s\n", "KEY", "STATE", "FAILURES", "SUCCESSES", "OPEN UNTIL")
+  for _, b in ipairs(list) do
+    out("%-20s  %-9s  %8d  %9d  %s\n", b.key, b.state, b.failures or 0, b.successes or 0,
+        b.state == "open" and fmt_time(b.open_until) or "-")
+  end
+end
+
+return {
+  breakers_now = breakers_now,
+  due_lines = due_lines,
+  encode_list = encode_list,
+  fmt_time = fmt_time,
+  present = present,
+  print_breakers = print_breakers,
+  print_dlq = print_dlq,
+  print_events = print_events,
+  print_outcome = print_outcome,
+  print_runs = print_runs,
+  print_status = print_status,
+  print_timeline = print_timeline,
+  render_event = render_event,
+  transition = transition,
+  unfinished = unfinished,
+}
