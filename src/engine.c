@@ -424,7 +424,7 @@ void mend__do_action(mend_run *r) {
     case ACT_EXECUTE:
     case ACT_COMPENSATE: {
       /* A stopping worker starts no call: its runs are given back, and the next holder makes
-       * the attempt their committed `running` row asks for (as mend__forward() parks). Started here,
+       * the attempt their committed `running` row asks for (as forward() parks). Started here,
        * a call would run on a run another worker may already hold. */
       if (r->E->draining || r->E->destroying) break;
       /* At a cap, wait for a slot: the transition is committed, the call comes later. */

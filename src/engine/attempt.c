@@ -235,6 +235,12 @@ void mend__resume(mend_run *r, int nargs) {
       info.message = msg;
     }
   }
+  if (status == LUA_ERRMEM && E->owned_state && E->cfg.memory_limit > 0) {
+    snprintf(msg, sizeof msg, "step exceeded the memory limit (%zu bytes)", E->cfg.memory_limit);
+    info.message = msg;
+    info.kind = MEND_ERR_ERROR;
+    info.stopped = 1;
+  }
   if (r->limits.tripped) {
     /* Whatever the code did with the limit's error (caught it, raised another), this is why
      * the attempt ended. */
@@ -246,12 +252,6 @@ void mend__resume(mend_run *r, int nargs) {
     info.retry_after = -1;
     info.kind = r->limits.tripped == MEND_LIMIT_TIMEOUT ? MEND_ERR_TIMEOUT : MEND_ERR_ERROR;
     info.stopped = r->limits.tripped == MEND_LIMIT_BUDGET;
-  }
-  if (status == LUA_ERRMEM && E->owned_state && E->cfg.memory_limit > 0) {
-    snprintf(msg, sizeof msg, "step exceeded the memory limit (%zu bytes)", E->cfg.memory_limit);
-    info.message = msg;
-    info.kind = MEND_ERR_ERROR;
-    info.stopped = 1;
   }
   mend__end_attempt(r);
   mend__attempt_done(r, ok, &info, result);

@@ -134,7 +134,7 @@ mend_run *mend__rebuild(mend_engine *E, const char *id, char *why, int whylen, i
     st->due = real_field(so, "due");
     st->slept = json_is_true(json_object_get(so, "slept"));
     /* A pending step with no attempt may be one listed from step_names, and a running one may
-     * be only in history (mend__write_step): their first write puts the whole row, which is right for
+     * be only in history (write_step): their first write puts the whole row, which is right for
      * a row that exists too. */
     st->has_row = st->status != MEND_STEP_RUNNING &&
                   (st->status != MEND_STEP_PENDING || st->attempts > 0 || st->comp_attempts > 0);
@@ -152,7 +152,7 @@ mend_run *mend__rebuild(mend_engine *E, const char *id, char *why, int whylen, i
   return r;
 }
 
-/* A run rebuilt from the store: the step it is at, going mend__forward (the first not succeeded) or
+/* A run rebuilt from the store: the step it is at, going forward (the first not succeeded) or
  * back (the one being compensated: steps without compensate stay succeeded when skipped, so
  * look past them). */
 void mend__find_current_step(mend_run *r) {

@@ -164,7 +164,7 @@ int mend_engine_cancel_run(mend_engine *E, const char *id, const char *who, char
   r = live ? NULL : take_over(E, id, why, sizeof why);
   if (!r) {
     /* Held by a live worker, which cancels at its next poll; or not to be rebuilt here (its
-     * workflow is not loaded): whoever takes it next cancels it (mend__carry_on). */
+     * workflow is not loaded): whoever takes it next cancels it (carry_on). */
     if (mend_store_request_cancel(E->store, id)) mend__store_failed(E);
     mend_store_repairing(E->store, 1);   /* a note in its history, not a transition */
     operator_entry(E, NULL, id, "cancel requested", who, live ? NULL : why);

@@ -1,9 +1,9 @@
 /*
- * saga: what an outcome means for a run (SPEC sections 2 to 6). Owns going mend__forward (the next
+ * saga: what an outcome means for a run (SPEC sections 2 to 6). Owns going forward (the next
  * step, its sleep, its breaker, its attempt), what a success or a failure of an attempt
  * decides (a retry and its delay, compensation, a dead letter), going backward through the
  * compensations in reverse, and the timers that end a run's waits. Must never: change a
- * status anywhere but through step_to and mend__run_to; act before what it decided is durable (it
+ * status anywhere but through step_to and run_to; act before what it decided is durable (it
  * queues actions behind the batch).
  */
 #include "engine_int.h"

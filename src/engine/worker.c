@@ -125,7 +125,7 @@ static void checkpoint_on_thread(uv_work_t *w) {
   E->wal_frames = 0;
   E->wal_copied = mend_store_checkpoint(E->store, &E->wal_frames);
   /* A long WAL is copied again at once, a few times: each pass copies only what was committed
-   * during the one before, so what the loop copies itself (mend__end_batch) is a few milliseconds of
+   * during the one before, so what the loop copies itself (end_batch) is a few milliseconds of
    * writes, not the second's worth that one pass leaves (a 72 ms stall of the loop in W4). */
   for (int pass = 0; pass < 3 && E->wal_frames > WAL_FRAMES_LIMIT; pass++) {
     int before = E->wal_frames;

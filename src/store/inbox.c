@@ -1,0 +1,137 @@
+/*
+ * inbox: the events sent to runs, kept until the run ends: sent once per key, consumed once,
+ * in the order sent, in the transaction of the step that takes them. Must never: hand one
+ * event to two waits.
+ */
+#define _GNU_SOURCE   /* mremap */
+#include "store_int.h"
+
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/mman.h>
+
+#include "walvfs.h"
+
+/* ---- events ---------------------------------------------------------------------------- */
+
+int mend__open_reader(mend_store *s);
+
+int mend_store_send_event(mend_store *s, const char *run_id, const char *name,
+                          const char *payload, const char *key, double sent) {
+  if (mend__sync_point(s) != 0 || mend__batch_begin(s) != 0) return -1;
+  sqlite3_stmt *q = s->q[Q_SEND_EVENT];
+  int rc = SQLITE_OK;
+  BIND(mend__bind_text(q, 1, run_id));
+  BIND(mend__bind_text(q, 2, name));
+  BIND(mend__bind_text(q, 3, payload));
+  BIND(mend__bind_text(q, 4, key));
+  BIND(sqlite3_bind_double(q, 5, sent));
+  if (mend__run_write(s, q, rc, "send an event") != 0) return -1;
+  return sqlite3_changes(s->db) == 0 ? 1 : 0;
+}
+
+int mend_store_next_event(mend_store *s, const char *run_id, const char *name,
+                          long long *seq, char **payload, char **key) {
+  *payload = *key = NULL;
+  if (mend__sync_point(s) != 0) return -1;
+  sqlite3_stmt *q = s->q[Q_NEXT_EVENT];
+  int rc = SQLITE_OK;
+  BIND(mend__bind_text(q, 1, run_id));
+  BIND(mend__bind_text(q, 2, name));
+  int r = mend__first_row(s, q, rc, "read a run's inbox");
+  if (r <= 0) return r;
+  int oom = 0;
+  *seq = (long long)sqlite3_column_int64(q, 0);
+  const char *p = (const char *)sqlite3_column_text(q, 1);
+  *payload = mend__copy_text(p ? p : "null", &oom);
+  *key = mend__copy_text((const char *)sqlite3_column_text(q, 2), &oom);
+  mend__finish(q);
+  if (oom) {
+    free(*payload);
+    free(*key);
+    *payload = *key = NULL;
+    mend__set_msg(s->err, sizeof s->err, "%s: read a run's inbox: out of memory", s->path);
+    return -1;
+  }
+  return 1;
+}
+
+int mend_store_consume_event(mend_store *s, const char *run_id, long long seq,
+                             const char *step, double at) {
+  mend__rec_begin(s, Q_CONSUME_EVENT);
+  mend__rec_text(s, run_id);
+  mend__rec_int(s, (sqlite3_int64)seq);
+  mend__rec_real(s, at);
+  mend__rec_text(s, step);
+  return mend__rec_end(s);
+}
+
+long long mend_store_last_event(mend_store *s) {
+  if (mend__sync_point(s) != 0) return -1;
+  sqlite3_stmt *q = s->q[Q_LAST_EVENT];
+  int r = mend__first_row(s, q, SQLITE_OK, "read the inbox");
+  if (r <= 0) return r;
+  long long seq = (long long)sqlite3_column_int64(q, 0);
+  mend__finish(q);
+  return seq;
+}
+
+long long mend_store_events_after(mend_store *s, long long after, int limit,
+                                  void (*fn)(void *ud, const char *run_id), void *ud) {
+  static const char sql[] = "SELECT seq, run_id FROM inbox WHERE seq > ?1 ORDER BY seq LIMIT ?2";
+  sqlite3_stmt *q;
+  if (mend__open_reader(s) == 0) {
+    /* committed events only, and no wait for the writer thread: the look of every poll */
+    if (!s->q_events_after && sqlite3_prepare_v3(s->reader, sql, -1, SQLITE_PREPARE_PERSISTENT,
+                                                 &s->q_events_after, NULL) != SQLITE_OK) {
+      mend__set_msg(s->err, sizeof s->err, "%s: look for new events: %s", s->path,
+              sqlite3_errmsg(s->reader));
+      return -1;
+    }
+    q = s->q_events_after;
+  } else {
+    if (mend__sync_point(s) != 0) return -1;
+    if (sqlite3_prepare_v2(s->db, sql, -1, &q, NULL) != SQLITE_OK) {
+      mend__sql_err(s, "look for new events");
+      return -1;
+    }
+  }
+  int rc = SQLITE_OK;
+  BIND(sqlite3_bind_int64(q, 1, (sqlite3_int64)after));
+  BIND(sqlite3_bind_int(q, 2, limit));
+  long long last = after;
+  while (rc == SQLITE_OK && (rc = sqlite3_step(q)) == SQLITE_ROW) {
+    last = (long long)sqlite3_column_int64(q, 0);
+    fn(ud, (const char *)sqlite3_column_text(q, 1));
+    rc = SQLITE_OK;
+  }
+  if (rc != SQLITE_DONE)
+    mend__set_msg(s->err, sizeof s->err, "%s: look for new events: %s", s->path,
+            sqlite3_errmsg(q == s->q_events_after ? s->reader : s->db));
+  if (q == s->q_events_after) sqlite3_reset(q);
+  else sqlite3_finalize(q);
+  return rc == SQLITE_DONE ? last : -1;
+}
+
+json_t *mend_store_inbox(mend_store *s, const char *run_id) {
+  if (mend__sync_point(s) != 0) return NULL;
+  sqlite3_stmt *q = s->q[Q_INBOX];
+  return mend__rows_array(s, q, mend__bind_text(q, 1, run_id), "read a run's inbox");
+}
+
+json_t *mend_store_audit_list(mend_store *s) {
+  if (mend__sync_point(s) != 0) return NULL;
+  sqlite3_stmt *q = s->q[Q_AUDIT_LIST];
+  return mend__rows_array(s, q, SQLITE_OK, "read audit");
+}

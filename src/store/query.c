@@ -1,0 +1,489 @@
+/*
+ * query: the store's reads: point reads for the engine and the views for people (a run and its
+ * steps as JSON, history, dead letters, runs, breakers), including the steps it derives
+ * (pending, in flight). Must never: write; show a person a row the write log has not flushed.
+ */
+#define _GNU_SOURCE   /* mremap */
+#include "store_int.h"
+
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/mman.h>
+
+#include "walvfs.h"
+
+/* ---- point reads ----------------------------------------------------------------------- */
+
+/* Steps a bound read statement to its first row: 1 row, 0 none, -1 error (statement reset). */
+int mend__first_row(mend_store *s, sqlite3_stmt *q, int rc, const char *what) {
+  if (rc == SQLITE_OK) rc = sqlite3_step(q);
+  if (rc == SQLITE_ROW) return 1;
+  if (rc == SQLITE_DONE) {
+    mend__finish(q);
+    return 0;
+  }
+  mend__sql_err(s, what);
+  mend__finish(q);
+  return -1;
+}
+
+long mend_store_last_history(mend_store *s, const char *run_id, double *at) {
+  if (mend__sync_point(s) != 0) return -1;
+  sqlite3_stmt *q = s->q[Q_LAST_SEQ];
+  int r = mend__first_row(s, q, mend__bind_text(q, 1, run_id), "read the history's length");
+  if (r < 0) return -1;
+  long seq = r ? (long)sqlite3_column_int64(q, 0) : 0;
+  if (at) *at = r && sqlite3_column_type(q, 1) != SQLITE_NULL ? sqlite3_column_double(q, 1) : -1;
+  if (r) mend__finish(q);
+  return seq;
+}
+
+long mend_store_last_history_seq(mend_store *s, const char *run_id) {
+  return mend_store_last_history(s, run_id, NULL);
+}
+
+char *mend_store_version_script(mend_store *s, const char *workflow, const char *version,
+                                char **source) {
+  if (source) *source = NULL;
+  if (mend__sync_point(s) != 0) return NULL;
+  sqlite3_stmt *q = s->q[Q_VERSION_SCRIPT];
+  int rc = SQLITE_OK;
+  BIND(mend__bind_text(q, 1, workflow));
+  BIND(mend__bind_text(q, 2, version));
+  int r = mend__first_row(s, q, rc, "read a workflow version's script");
+  if (r <= 0) {
+    if (r == 0) mend__set_msg(s->err, sizeof s->err, "%s: no script of workflow %s version %s is kept",
+                        s->path, workflow, version);
+    return NULL;
+  }
+  int oom = 0;
+  char *text = mend__copy_text((const char *)sqlite3_column_text(q, 0), &oom);
+  if (source && !oom) *source = mend__copy_text((const char *)sqlite3_column_text(q, 1), &oom);
+  mend__finish(q);
+  if (oom) {
+    free(text);
+    if (source) { free(*source); *source = NULL; }
+    mend__set_msg(s->err, sizeof s->err, "%s: out of memory reading a workflow version", s->path);
+    return NULL;
+  }
+  return text;
+}
+
+int mend_store_find_run_key(mend_store *s, const char *run_key, char *id_out, int id_len) {
+  if (mend__sync_point(s) != 0) return -1;
+  sqlite3_stmt *q = s->q[Q_FIND_RUN_KEY];
+  int r = mend__first_row(s, q, mend__bind_text(q, 1, run_key), "find run key");
+  if (r != 1) return r;
+  const char *id = (const char *)sqlite3_column_text(q, 0);
+  int n = sqlite3_column_bytes(q, 0);
+  if (!id || n >= id_len) {
+    mend__set_msg(s->err, sizeof s->err, "%s: find run key: run id does not fit in %d bytes", s->path,
+            id_len);
+    mend__finish(q);
+    return -1;
+  }
+  memcpy(id_out, id, (size_t)n + 1);
+  mend__finish(q);
+  return 1;
+}
+
+int mend_store_find_key_result(mend_store *s, const char *idem_key, char **result_out) {
+  if (mend__sync_point(s) != 0) return -1;
+  sqlite3_stmt *q = s->q[Q_FIND_KEY_RESULT];
+  int r = mend__first_row(s, q, mend__bind_text(q, 1, idem_key), "find key result");
+  if (r != 1) return r;
+  const char *res = (const char *)sqlite3_column_text(q, 0);
+  /* A step that returned nothing has a NULL result, which is JSON null to the caller. */
+  *result_out = strdup(res ? res : "null");
+  mend__finish(q);
+  if (!*result_out) {
+    mend__set_msg(s->err, sizeof s->err, "%s: find key result: out of memory", s->path);
+    return -1;
+  }
+  return 1;
+}
+
+int mend_store_get_breaker(mend_store *s, const char *key, mend_breaker *b) {
+  if (mend__sync_point(s) != 0) return -1;
+  sqlite3_stmt *q = s->q[Q_GET_BREAKER];
+  int r = mend__first_row(s, q, mend__bind_text(q, 1, key), "get breaker");
+  if (r != 1) return r;
+  const char *state = (const char *)sqlite3_column_text(q, 0);
+  mend_breaker_state st;
+  if (!state || mend_breaker_state_parse(state, &st) != 0) {
+    mend__set_msg(s->err, sizeof s->err, "%s: get breaker %s: unknown state %s", s->path, key,
+            state ? state : "null");
+    mend__finish(q);
+    return -1;
+  }
+  b->state = st;
+  b->failures = sqlite3_column_int(q, 1);
+  b->successes = sqlite3_column_int(q, 2);
+  b->probes = 0;
+  b->opened_at = sqlite3_column_double(q, 3);
+  b->open_until = sqlite3_column_double(q, 4);
+  mend__finish(q);
+  return 1;
+}
+
+
+/* ---- queries --------------------------------------------------------------------------- */
+
+static int is_json_column(const char *name) {
+  return strcmp(name, "input") == 0 || strcmp(name, "result") == 0 ||
+         strcmp(name, "step_names") == 0 || strcmp(name, "sources") == 0;
+}
+
+static int is_bool_column(const char *name) {
+  return strcmp(name, "attention") == 0 || strcmp(name, "custom_key") == 0 ||
+         strcmp(name, "kept") == 0 ||
+         strcmp(name, "slept") == 0 || strcmp(name, "cancel_requested") == 0;
+}
+
+/* Text that is not valid UTF-8 (written by hand with SQL, say) still comes back, with '?' for
+ * the bytes jansson refuses, rather than being dropped or crashing a listing. */
+static json_t *text_value(const char *t, size_t n) {
+  json_t *v = json_stringn(t, n);
+  if (v) return v;
+  char *copy = malloc(n + 1);
+  if (!copy) return NULL;
+  for (size_t i = 0; i < n; i++) copy[i] = (t[i] & 0x80) || t[i] == 0 ? '?' : t[i];
+  v = json_stringn(copy, n);
+  free(copy);
+  return v;
+}
+
+/* The current row as an object keyed by column names; NULL columns are left out. */
+static json_t *row_object(sqlite3_stmt *q) {
+  json_t *o = json_object();
+  if (!o) return NULL;
+  int n = sqlite3_column_count(q);
+  for (int i = 0; i < n; i++) {
+    const char *name = sqlite3_column_name(q, i);
+    json_t *v = NULL;
+    switch (sqlite3_column_type(q, i)) {
+    case SQLITE_NULL:
+      continue;
+    case SQLITE_INTEGER:
+      v = is_bool_column(name) ? json_boolean(sqlite3_column_int64(q, i) != 0)
+                               : json_integer(sqlite3_column_int64(q, i));
+      break;
+    case SQLITE_FLOAT: {
+      /* JSON has no infinity: a row written with one (a wait of math.huge) still reads. */
+      double d = sqlite3_column_double(q, i);
+      v = json_real(isinf(d) ? (d > 0 ? DBL_MAX : -DBL_MAX) : d);
+      break;
+    }
+    default: {
+      const char *t = (const char *)sqlite3_column_text(q, i);
+      size_t len = (size_t)sqlite3_column_bytes(q, i);
+      if (!t) continue;
+      if (is_json_column(name)) v = json_loadb(t, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+      if (!v) v = text_value(t, len);   /* not JSON after all: keep the text */
+      break;
+    }
+    }
+    if (!v || json_object_set_new(o, name, v) != 0) {
+      json_decref(o);
+      return NULL;
+    }
+  }
+  return o;
+}
+
+/* All rows of a bound statement as an array of objects; NULL on error (errmsg set). */
+json_t *mend__rows_array(mend_store *s, sqlite3_stmt *q, int rc, const char *what) {
+  json_t *a = json_array();
+  if (!a) {
+    mend__finish(q);
+    mend__set_msg(s->err, sizeof s->err, "%s: %s: out of memory", s->path, what);
+    return NULL;
+  }
+  while (rc == SQLITE_OK || rc == SQLITE_ROW) {
+    rc = sqlite3_step(q);
+    if (rc != SQLITE_ROW) break;
+    json_t *o = row_object(q);
+    if (!o || json_array_append_new(a, o) != 0) {
+      mend__finish(q);
+      json_decref(a);
+      mend__set_msg(s->err, sizeof s->err, "%s: %s: out of memory", s->path, what);
+      return NULL;
+    }
+  }
+  if (rc != SQLITE_DONE) {
+    mend__sql_err(s, what);
+    mend__finish(q);
+    json_decref(a);
+    return NULL;
+  }
+  mend__finish(q);
+  return a;
+}
+
+/* A step has no row until its first transition: the run's step_names give the ones not begun,
+ * listed as their row would say (pending, no attempt, the default key). step_names itself is
+ * not part of the run as read. */
+static int list_pending(mend_store *s, json_t *run, json_t *steps) {
+  json_t *names = json_object_get(run, "step_names");
+  if (!names) return 0;   /* a run from before schema 4: every step has its row */
+  const char *id = json_string_value(json_object_get(run, "id"));
+  json_t *created = json_object_get(run, "created");
+  size_t i;
+  json_t *name;
+  int rc = json_is_array(names) && id ? 0 : -1;
+  json_array_foreach(names, i, name) {
+    if (rc != 0) break;
+    json_t *row = json_array_get(steps, i);
+    if (row && json_integer_value(json_object_get(row, "idx")) == (json_int_t)i) continue;
+    const char *n = json_string_value(name);
+    if (!n) { rc = -1; break; }
+    json_t *p = json_pack("{s:I, s:s, s:s, s:i, s:i, s:o, s:b, s:b}", "idx", (json_int_t)i,
+                          "name", n, "status", "pending", "attempts", 0, "comp_attempts", 0,
+                          "idempotency_key", json_sprintf("%s/%s", id, n), "custom_key", 0,
+                          "slept", 0);
+    if (!p || (created && json_object_set(p, "updated", created) != 0) ||
+        json_array_insert_new(steps, i, p) != 0) {
+      mend__set_msg(s->err, sizeof s->err, "%s: read steps: out of memory", s->path);
+      return -1;
+    }
+  }
+  if (rc != 0) {
+    mend__set_msg(s->err, sizeof s->err, "%s: run %s: step_names is not a JSON array of names",
+            s->path, id ? id : "?");
+    return -1;
+  }
+  json_object_del(run, "step_names");
+  return 0;
+}
+
+static int bind_code(sqlite3_stmt *q, int i, int code) {
+  return code >= 0 ? sqlite3_bind_int(q, i, code) : sqlite3_bind_null(q, i);
+}
+
+/* A step's row says what its last attempt came to; an attempt begun since is only in history
+ * (the `-> running` row written with it), so that a step costs one row write, not two. Those
+ * steps read as running, with that attempt's number and time. */
+static int show_in_flight(mend_store *s, const char *id, json_t *steps) {
+  size_t n = json_array_size(steps);
+  /* per step, its last transition in history: 1 + the attempt if it was to running, else 0 */
+  struct last { long long attempt_1; double at; } *last = calloc(n ? n : 1, sizeof *last);
+  if (!last) {
+    mend__set_msg(s->err, sizeof s->err, "%s: read steps: out of memory", s->path);
+    return -1;
+  }
+  sqlite3_stmt *q = s->q[Q_IN_FLIGHT];
+  int rc = mend__bind_text(q, 1, id);
+  if (rc == SQLITE_OK) rc = bind_code(q, 2, s->code_step);
+  if (rc == SQLITE_OK) rc = bind_code(q, 3, s->code_running);
+  if (rc == SQLITE_OK) rc = sqlite3_step(q);
+  for (; rc == SQLITE_ROW; rc = sqlite3_step(q)) {
+    const char *name = (const char *)sqlite3_column_text(q, 0);
+    for (size_t i = 0; name && i < n; i++) {
+      const char *step = json_string_value(json_object_get(json_array_get(steps, i), "name"));
+      if (!step || strcmp(step, name) != 0) continue;
+      last[i].attempt_1 = sqlite3_column_int(q, 1) ? 1 + sqlite3_column_int64(q, 2) : 0;
+      last[i].at = sqlite3_column_double(q, 3);
+      break;
+    }
+  }
+  if (rc != SQLITE_DONE) mend__sql_err(s, "read attempts in flight");
+  mend__finish(q);
+  for (size_t i = 0; rc == SQLITE_DONE && i < n; i++) {
+    if (!last[i].attempt_1) continue;
+    json_t *st = json_array_get(steps, i);
+    /* no due time: the wait the row tells of is over (as the engine has it, and as the row
+     * said when it was written at each attempt, before schema 6) */
+    json_object_del(st, "due");
+    if (json_object_set_new(st, "status", json_string("running")) != 0 ||
+        json_object_set_new(st, "attempts", json_integer(last[i].attempt_1 - 1)) != 0 ||
+        json_object_set_new(st, "updated", json_real(last[i].at)) != 0) {
+      mend__set_msg(s->err, sizeof s->err, "%s: read steps: out of memory", s->path);
+      rc = SQLITE_NOMEM;
+    }
+  }
+  free(last);
+  return rc == SQLITE_DONE ? 0 : -1;
+}
+
+static json_t *read_run(mend_store *s, const char *id) {
+  sqlite3_stmt *q = s->q[Q_RUN];
+  int r = mend__first_row(s, q, mend__bind_text(q, 1, id), "read run");
+  s->not_found = r == 0;
+  if (r < 0) return NULL;
+  if (r == 0) {
+    mend__set_msg(s->err, sizeof s->err, "no run %s", id ? id : "(null)");
+    return NULL;
+  }
+  json_t *run = row_object(q);
+  mend__finish(q);
+  if (!run) {
+    mend__set_msg(s->err, sizeof s->err, "%s: read run: out of memory", s->path);
+    return NULL;
+  }
+  sqlite3_stmt *qs = s->q[Q_STEPS];
+  json_t *steps = mend__rows_array(s, qs, mend__bind_text(qs, 1, id), "read steps");
+  if (!steps || json_object_set_new(run, "steps", steps) != 0 || list_pending(s, run, steps) != 0) {
+    json_decref(run);
+    return NULL;
+  }
+  /* A finished run has no attempt in flight. */
+  const char *status = json_string_value(json_object_get(run, "status"));
+  if (status && (strcmp(status, "running") == 0 || strcmp(status, "compensating") == 0) &&
+      show_in_flight(s, id, steps) != 0) {
+    json_decref(run);
+    return NULL;
+  }
+  return run;
+}
+
+static int step_read_txn(mend_store *s, int which) {
+  sqlite3_stmt *q = s->q[which];
+  int rc = sqlite3_step(q);
+  if (rc != SQLITE_DONE) mend__sql_err(s, "read run");
+  sqlite3_reset(q);
+  return rc == SQLITE_DONE ? 0 : -1;
+}
+
+/* A run is read in three statements (its row, its steps, its history): without a batch open
+ * they share one read transaction, so that a worker's commits in between cannot make a step
+ * read as pending while a later one reads as running. */
+json_t *mend_store_run(mend_store *s, const char *id) {
+  s->not_found = 0;
+  if (mend__sync_point(s) != 0) return NULL;
+  int own = sqlite3_get_autocommit(s->db);
+  if (own && step_read_txn(s, Q_BEGIN_READ) != 0) return NULL;
+  json_t *run = read_run(s, id);
+  if (own && step_read_txn(s, Q_COMMIT) != 0) {
+    json_decref(run);
+    return NULL;
+  }
+  return run;
+}
+
+json_t *mend_store_history(mend_store *s, const char *id) {
+  if (mend__sync_point(s) != 0) return NULL;
+  sqlite3_stmt *q = s->q[Q_HISTORY];
+  return mend__rows_array(s, q, mend__bind_text(q, 1, id), "read history");
+}
+
+json_t *mend_store_dlq(mend_store *s) {
+  if (mend__sync_point(s) != 0) return NULL;
+  return mend__rows_array(s, s->q[Q_DLQ], SQLITE_OK, "read dlq");
+}
+
+json_t *mend_store_breakers(mend_store *s) {
+  if (mend__sync_point(s) != 0) return NULL;
+  return mend__rows_array(s, s->q[Q_BREAKERS], SQLITE_OK, "read breakers");
+}
+
+json_t *mend_store_runs(mend_store *s, const char *status, const char *workflow, int limit) {
+  return mend_store_runs_where(s, status, workflow, -1, 0, limit);
+}
+
+json_t *mend_store_runs_where(mend_store *s, const char *status, const char *workflow,
+                              double since, int attention_only, int limit) {
+  if (mend__sync_point(s) != 0) return NULL;
+  sqlite3_stmt *q = s->q[Q_RUNS];
+  int rc = SQLITE_OK;
+  BIND(mend__bind_text(q, 1, status));
+  BIND(mend__bind_text(q, 2, workflow));
+  BIND(sqlite3_bind_int(q, 3, limit > 0 ? limit : -1));
+  BIND(mend__bind_opt_real(q, 4, since));
+  BIND(sqlite3_bind_int(q, 5, attention_only ? 1 : 0));
+  return mend__rows_array(s, q, rc, "read runs");
+}
+
+int mend_store_take(mend_store *s, const char *id, const char *owner, double lease_until) {
+  if (mend__sync_point(s) != 0 || mend__batch_begin(s) != 0 || mend__lease_at_least(s, owner, lease_until) != 0)
+    return -1;
+  sqlite3_stmt *q = s->q[Q_TAKE];
+  int rc = SQLITE_OK;
+  BIND(mend__bind_text(q, 1, id));
+  BIND(mend__bind_text(q, 2, owner));
+  if (mend__run_write(s, q, rc, "take run") != 0) return -1;
+  mend__ours_again(s, id);
+  return 0;
+}
+
+int mend_store_set_unavailable(mend_store *s, const char *id, const char *why) {
+  mend__rec_begin(s, Q_SET_UNAVAILABLE);
+  mend__rec_text(s, id);
+  mend__rec_text(s, why);
+  return mend__rec_end(s);
+}
+
+int mend_store_version_number(mend_store *s, const mend_run_rec *r, long long *id) {
+  sqlite3_int64 n;
+  if (mend__workflow_version(s, r, &n) != 0) return -1;
+  *id = (long long)n;
+  return 0;
+}
+
+int mend_store_move_run(mend_store *s, const char *id, long long version_id, int keep_steps) {
+  if (mend__sync_point(s) != 0 || mend__batch_begin(s) != 0) return -1;
+  sqlite3_stmt *q = s->q[Q_MOVE_RUN];
+  int rc = SQLITE_OK;
+  BIND(mend__bind_text(q, 1, id));
+  BIND(sqlite3_bind_int64(q, 2, (sqlite3_int64)version_id));
+  if (mend__run_write(s, q, rc, "move a run to another version") != 0) return -1;
+  q = s->q[Q_DROP_STEPS_FROM];
+  rc = SQLITE_OK;
+  BIND(mend__bind_text(q, 1, id));
+  BIND(sqlite3_bind_int(q, 2, keep_steps));
+  return mend__run_write(s, q, rc, "move a run to another version");
+}
+
+json_t *mend_store_workflows(mend_store *s, const char *workflow) {
+  if (mend__sync_point(s) != 0) return NULL;
+  sqlite3_stmt *q = s->q[Q_WORKFLOWS];
+  return mend__rows_array(s, q, mend__bind_text(q, 1, workflow), "read workflow versions");
+}
+
+int mend_store_dlq_remove(mend_store *s, const char *run_id) {
+  if (mend__sync_point(s) != 0 || mend__batch_begin(s) != 0) return -1;
+  sqlite3_stmt *q = s->q[Q_DLQ_REMOVE];
+  return mend__run_write(s, q, mend__bind_text(q, 1, run_id), "remove from dlq");
+}
+
+int mend_store_request_cancel(mend_store *s, const char *run_id) {
+  if (mend__sync_point(s) != 0 || mend__batch_begin(s) != 0) return -1;
+  sqlite3_stmt *q = s->q[Q_REQUEST_CANCEL];
+  return mend__run_write(s, q, mend__bind_text(q, 1, run_id), "request cancel");
+}
+
+json_t *mend_store_cancel_requests(mend_store *s, const char *owner) {
+  if (mend__sync_point(s) != 0) return NULL;
+  sqlite3_stmt *q = s->q[Q_CANCEL_REQUESTS];
+  json_t *rows = mend__rows_array(s, q, mend__bind_text(q, 1, owner), "read cancel requests");
+  if (!rows) return NULL;
+  json_t *ids = json_array();
+  size_t i;
+  json_t *row;
+  json_array_foreach(rows, i, row) json_array_append(ids, json_object_get(row, "id"));
+  json_decref(rows);
+  return ids;
+}
+
+int mend_store_audit(mend_store *s, double at, const char *who, const char *op,
+                     const char *target, const char *detail) {
+  if (mend__sync_point(s) != 0 || mend__batch_begin(s) != 0) return -1;
+  sqlite3_stmt *q = s->q[Q_AUDIT];
+  int rc = SQLITE_OK;
+  BIND(sqlite3_bind_double(q, 1, at));
+  BIND(mend__bind_text(q, 2, who));
+  BIND(mend__bind_text(q, 3, op));
+  BIND(mend__bind_text(q, 4, target));
+  BIND(mend__bind_text(q, 5, detail));
+  return mend__run_write(s, q, rc, "append audit");
+}

@@ -1,0 +1,331 @@
+/*
+ * schema: every SQL text of the SQLite store: the statements prepared once at open (numbered
+ * by the Q_ enum of store_int.h) and the migrations from each schema version to the next, each
+ * with its reason. Must never: hold a statement anywhere else; change a migration that has
+ * shipped (add the next one).
+ */
+#include "store_int.h"
+
+const char *const mend__query_sql[Q__COUNT] = {
+  [Q_BEGIN] = "BEGIN IMMEDIATE",
+  [Q_COMMIT] = "COMMIT",
+  [Q_ROLLBACK] = "ROLLBACK",
+  [Q_BEGIN_READ] = "BEGIN",
+  /* version, source and step_names are the workflow version's (workflow_version), and NULL
+   * here since schema 7. */
+  [Q_INSERT_RUN] =
+    "INSERT INTO runs(id, workflow, run_key, status, input, error, attention, created, updated,"
+    " owner, workflow_version) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
+    " ON CONFLICT(run_key) DO NOTHING",
+  [Q_PUT_VERSION] =
+    "INSERT INTO workflow_versions(workflow, version, source, step_names, first_seen)"
+    " SELECT ?1, ?2, ?3, ?4, ?5"
+    " WHERE NOT EXISTS (SELECT 1 FROM workflow_versions WHERE workflow = ?1 AND version IS ?2"
+    " AND source IS ?3 AND step_names IS ?4)",
+  [Q_VERSION_ID] =
+    "SELECT id FROM workflow_versions WHERE workflow = ?1 AND version IS ?2 AND source IS ?3"
+    " AND step_names IS ?4",
+  /* A run that is neither running nor compensating is nobody's: repairs from another process
+   * need not wait for its lease, and claims never look at it. */
+  [Q_UPDATE_RUN] =
+    "UPDATE runs SET status = ?2, error = ?3, attention = ?4, updated = ?5, reason = ?6,"
+    " owner = iif(?2 IN ('running', 'compensating'), owner, NULL) WHERE id = ?1",
+  [Q_PUT_STEP] =
+    "INSERT INTO steps(run_id, idx, name, status, attempts, comp_attempts, idem_key, custom_key,"
+    " result, error, due, last_delay, updated, slept, awaits)"
+    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
+    " ON CONFLICT(run_id, idx) DO UPDATE SET name = excluded.name, status = excluded.status,"
+    " attempts = excluded.attempts, comp_attempts = excluded.comp_attempts,"
+    " idem_key = excluded.idem_key, custom_key = excluded.custom_key, result = excluded.result,"
+    " error = excluded.error, due = excluded.due, last_delay = excluded.last_delay,"
+    " updated = excluded.updated, slept = excluded.slept, awaits = excluded.awaits",
+  /* The row exists (written when the run started): only what a transition changes. A NULL
+   * key keeps the one the row has (the engine names a key only once it is the step's own). */
+  [Q_UPDATE_STEP] =
+    "UPDATE steps SET status = ?3, attempts = ?4, comp_attempts = ?5,"
+    " idem_key = coalesce(?6, idem_key),"
+    " custom_key = ?7, result = ?8, error = ?9, due = ?10, last_delay = ?11, updated = ?12,"
+    " slept = ?13, awaits = ?14 WHERE run_id = ?1 AND idx = ?2",
+  /* ?12 is the number the run's holder keeps count of (no look-up: 12% of the writer thread's
+   * work in W1); NULL, or a number another process took meanwhile, makes it the next free one
+   * (flush_log runs it again without). */
+  [Q_APPEND_HISTORY] =
+    "INSERT INTO history(run_id, seq, step, at, event, from_status, to_status, attempt, error,"
+    " delay, detail, worker) VALUES(?1, coalesce(?12, coalesce((SELECT max(seq) FROM history"
+    " WHERE run_id = ?1), 0) + 1), ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
+    " ON CONFLICT(run_id, seq) DO NOTHING",
+  /* Q_HISTORY_GROUP is HISTORY_GROUP numbered rows in one statement (history_group_sql). */
+  [Q_NAME_WORKER] = "INSERT INTO worker_names(name) VALUES(?1) ON CONFLICT(name) DO NOTHING",
+  [Q_WORKER_ID] = "SELECT id FROM worker_names WHERE name = ?1",
+  [Q_PUT_BREAKER] =
+    "INSERT INTO breakers(key, state, failures, successes, opened_at, open_until, updated)"
+    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+    " ON CONFLICT(key) DO UPDATE SET state = excluded.state, failures = excluded.failures,"
+    " successes = excluded.successes, opened_at = excluded.opened_at,"
+    " open_until = excluded.open_until, updated = excluded.updated",
+  [Q_PUT_DLQ] =
+    "INSERT INTO dlq(run_id, reason, step, error, detail, at) VALUES(?1, ?2, ?3, ?4, ?5, ?6)"
+    " ON CONFLICT(run_id) DO UPDATE SET reason = excluded.reason, step = excluded.step,"
+    " error = excluded.error, detail = excluded.detail, at = excluded.at",
+  [Q_FIND_RUN_KEY] = "SELECT id FROM runs WHERE run_key = ?1",
+  [Q_LAST_SEQ] = "SELECT seq, at FROM history WHERE run_id = ?1 ORDER BY seq DESC LIMIT 1",
+  /* custom_key = 1 lets SQLite use the partial index on idem_key. */
+  [Q_FIND_KEY_RESULT] =
+    "SELECT result FROM steps WHERE idem_key = ?1 AND custom_key = 1 AND status = 'succeeded'"
+    " ORDER BY updated DESC LIMIT 1",
+  [Q_GET_BREAKER] =
+    "SELECT state, failures, successes, opened_at, open_until FROM breakers WHERE key = ?1",
+  /* Takes unfinished runs nobody holds (no owner, or one whose lease ran out) for `owner`.
+   * Never our own runs (they are in our memory, whatever our lease says); oldest first, or
+   * newest first so that new work does not wait behind a backlog. Both walk the index of
+   * unfinished runs by creation time: a claim costs what it takes, not what is waiting. */
+  [Q_CLAIM_OLDEST] =
+    "UPDATE runs SET owner = ?1, lease_until = NULL WHERE id IN (SELECT id FROM runs"
+    " WHERE status IN ('running', 'compensating') AND (owner IS NULL OR (owner IS NOT ?1"
+    " AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.owner = runs.owner"
+    " AND w.lease_until >= ?2))) AND (?4 OR unavailable IS NULL) ORDER BY created LIMIT ?3)"
+    " RETURNING id",
+  [Q_CLAIM_NEWEST] =
+    "UPDATE runs SET owner = ?1, lease_until = NULL WHERE id IN (SELECT id FROM runs"
+    " WHERE status IN ('running', 'compensating') AND (owner IS NULL OR (owner IS NOT ?1"
+    " AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.owner = runs.owner"
+    " AND w.lease_until >= ?2))) AND (?4 OR unavailable IS NULL) ORDER BY created DESC"
+    " LIMIT ?3) RETURNING id",
+  /* Only runs nobody holds (runs_free): what a worker takes when no lease has run out. */
+  [Q_CLAIM_FREE_OLDEST] =
+    "UPDATE runs SET owner = ?1, lease_until = NULL WHERE id IN (SELECT id FROM runs"
+    " WHERE owner IS NULL AND status IN ('running', 'compensating')"
+    " AND (?3 OR unavailable IS NULL) ORDER BY created LIMIT ?2) RETURNING id",
+  [Q_CLAIM_FREE_NEWEST] =
+    "UPDATE runs SET owner = ?1, lease_until = NULL WHERE id IN (SELECT id FROM runs"
+    " WHERE owner IS NULL AND status IN ('running', 'compensating')"
+    " AND (?3 OR unavailable IS NULL) ORDER BY created DESC LIMIT ?2) RETURNING id",
+  /* One row however many runs the worker holds. Never shorter: a renewal recorded before a
+   * stall may run after the late path renewed. */
+  [Q_RENEW] =
+    "INSERT INTO workers(owner, lease_until) VALUES(?1, ?2) ON CONFLICT(owner)"
+    " DO UPDATE SET lease_until = max(lease_until, excluded.lease_until)",
+  [Q_RELEASE] = "UPDATE runs SET owner = NULL, lease_until = NULL WHERE id = ?1 AND owner = ?2",
+  [Q_OWNER] =
+    "SELECT r.owner, w.lease_until FROM runs r LEFT JOIN workers w ON w.owner = r.owner"
+    " WHERE r.id = ?1",
+  [Q_HOLDERS] = "SELECT owner FROM workers WHERE lease_until >= ?1",
+  [Q_HELD] = "SELECT id FROM runs WHERE owner = ?1 AND status IN ('running', 'compensating')",
+  [Q_RELEASE_OWNER] =
+    "UPDATE runs SET owner = NULL, lease_until = NULL WHERE owner = ?1"
+    " AND status IN ('running', 'compensating')",
+  [Q_FORGET_WORKER] = "DELETE FROM workers WHERE owner = ?1",
+  /* After a claim that took all it could: a worker whose lease ran out holds nothing now. */
+  [Q_FORGET_GONE] = "DELETE FROM workers WHERE lease_until < ?2 AND owner IS NOT ?1",
+  /* A run's own version, source and step_names are those of runs from before schema 7. */
+  [Q_RUN] =
+    "SELECT r.id, r.workflow, coalesce(r.version, v.version) AS version,"
+    " coalesce(r.source, v.source) AS source, r.run_key AS key, r.status, r.input, r.error,"
+    " r.attention, r.reason, r.owner,"
+    " (SELECT w.lease_until FROM workers w WHERE w.owner = r.owner) AS lease_until,"
+    " r.created, r.updated, coalesce(r.step_names, v.step_names) AS step_names,"
+    " nullif(r.cancel_requested, 0) AS cancel_requested, r.unavailable"
+    " FROM runs r LEFT JOIN workflow_versions v ON v.id = r.workflow_version WHERE r.id = ?1",
+  [Q_STEPS] =
+    "SELECT idx, name, status, attempts, comp_attempts,"
+    " coalesce(idem_key, run_id || '/' || name) AS idempotency_key,"
+    " custom_key, result, error, due, last_delay, updated, slept, awaits FROM steps"
+    " WHERE run_id = ?1"
+    " ORDER BY idx",
+  /* The attempts begun and not ended: a step whose last transition is to running (its row is
+   * not written when an attempt begins: schema 6). ?2 and ?3 are the codes of "step" and
+   * "running" (labels); rows from before schema 7 spell them out. */
+  [Q_IN_FLIGHT] =
+    "SELECT step, to_status IN (?3, 'running'), attempt, at FROM history"
+    " WHERE run_id = ?1 AND event IN (?2, 'step') ORDER BY seq",
+  [Q_HISTORY] =
+    "SELECT seq, run_id, step, at, event, from_status AS \"from\", to_status AS \"to\", attempt,"
+    " error, delay, detail, worker FROM history_named WHERE run_id = ?1 ORDER BY seq",
+  [Q_DLQ] = "SELECT run_id, reason, step, error, detail, at FROM dlq ORDER BY at, run_id",
+  [Q_BREAKERS] =
+    "SELECT key, state, failures, successes, opened_at, open_until, updated FROM breakers"
+    " ORDER BY key",
+  /* A negative LIMIT is no limit in SQLite. */
+  [Q_RUNS] =
+    "SELECT r.id, r.workflow, coalesce(r.version, v.version) AS version,"
+    " coalesce(r.source, v.source) AS source, r.run_key AS key, r.status, r.input, r.error,"
+    " r.attention, r.reason, r.owner,"
+    " (SELECT w.lease_until FROM workers w WHERE w.owner = r.owner) AS lease_until,"
+    " r.created, r.updated, r.unavailable FROM runs r"
+    " LEFT JOIN workflow_versions v ON v.id = r.workflow_version WHERE (?1 IS NULL OR r.status = ?1) AND (?2 IS NULL OR r.workflow = ?2)"
+    " AND (?4 IS NULL OR r.created >= ?4)"
+    " AND (?5 = 0 OR r.attention = 1 OR r.status = 'needs_attention'"
+    " OR r.unavailable IS NOT NULL) ORDER BY r.created DESC, r.rowid DESC LIMIT ?3",
+  [Q_DLQ_REMOVE] = "DELETE FROM dlq WHERE run_id = ?1",
+  [Q_TAKE] = "UPDATE runs SET owner = ?2, lease_until = NULL, cancel_requested = 0 WHERE id = ?1",
+  [Q_REQUEST_CANCEL] = "UPDATE runs SET cancel_requested = 1 WHERE id = ?1",
+  [Q_CANCEL_REQUESTS] =   /* runs_cancel */
+    "SELECT id FROM runs WHERE owner = ?1 AND cancel_requested = 1 AND status = 'running'",
+  [Q_AUDIT] = "INSERT INTO audit(at, who, op, target, detail) VALUES(?1, ?2, ?3, ?4, ?5)",
+  [Q_AUDIT_LIST] = "SELECT seq, at, who, op, target, detail FROM audit ORDER BY seq",
+  /* A run's inbox (schema 10). The same key twice is one event (inbox_key). */
+  [Q_SEND_EVENT] =
+    "INSERT OR IGNORE INTO inbox(run_id, name, payload, key, sent) VALUES(?1, ?2, ?3, ?4, ?5)",
+  [Q_NEXT_EVENT] =   /* inbox_waiting */
+    "SELECT seq, payload, key FROM inbox WHERE run_id = ?1 AND name = ?2 AND consumed IS NULL"
+    " ORDER BY seq LIMIT 1",
+  /* Recorded with the step's success, so that both commit or neither (run_id first: the fence
+   * drops it with the run's other writes). */
+  [Q_CONSUME_EVENT] =
+    "UPDATE inbox SET consumed = ?3, step = ?4 WHERE run_id = ?1 AND seq = ?2 AND consumed IS NULL",
+  [Q_LAST_EVENT] = "SELECT coalesce(max(seq), 0) FROM inbox",
+  [Q_INBOX] =
+    "SELECT seq, name, payload, key, sent, consumed, step FROM inbox WHERE run_id = ?1 ORDER BY seq",
+  /* The text of a version is the same wherever it was loaded from (the version is its hash). */
+  [Q_VERSION_SCRIPT] =
+    "SELECT script, source FROM workflow_versions WHERE workflow = ?1 AND version = ?2"
+    " AND script IS NOT NULL ORDER BY id DESC LIMIT 1",
+  [Q_KEEP_SCRIPT] = "UPDATE workflow_versions SET script = ?2 WHERE id = ?1 AND script IS NULL",
+  [Q_SET_UNAVAILABLE] = "UPDATE runs SET unavailable = ?2 WHERE id = ?1",
+  /* Its own version, source and step names (runs from before schema 7) give way to the
+   * version's. */
+  [Q_MOVE_RUN] =
+    "UPDATE runs SET workflow_version = ?2, version = NULL, source = NULL, step_names = NULL,"
+    " unavailable = NULL WHERE id = ?1",
+  [Q_DROP_STEPS_FROM] = "DELETE FROM steps WHERE run_id = ?1 AND idx >= ?2",
+  /* A version is its text: the rows of one version loaded from several paths are one. */
+  [Q_WORKFLOWS] =
+    "SELECT v.workflow, v.version, min(v.first_seen) AS first_seen,"
+    " json_group_array(DISTINCT v.source) AS sources, max(v.script IS NOT NULL) AS kept,"
+    " (SELECT w.step_names FROM workflow_versions w WHERE w.workflow = v.workflow"
+    " AND w.version IS v.version ORDER BY w.id DESC LIMIT 1) AS step_names,"
+    " (SELECT count(*) FROM runs r WHERE r.status IN ('running', 'compensating')"
+    " AND r.workflow_version IN (SELECT w.id FROM workflow_versions w"
+    " WHERE w.workflow = v.workflow AND w.version IS v.version)) AS unfinished,"
+    " (SELECT count(*) FROM runs r WHERE r.status IN ('running', 'compensating')"
+    " AND r.unavailable IS NOT NULL AND r.workflow_version IN (SELECT w.id FROM"
+    " workflow_versions w WHERE w.workflow = v.workflow AND w.version IS v.version))"
+    " AS unavailable, max(v.id) AS newest"
+    " FROM workflow_versions v WHERE ?1 IS NULL OR v.workflow = ?1"
+    " GROUP BY v.workflow, v.version ORDER BY v.workflow, newest DESC",
+};
+
+/* migrations[v] takes a database from version v to v + 1; a new version appends one here and
+ * bumps MEND_SCHEMA_VERSION. Each runs inside the transaction of upgrade_schema. */
+const char *const mend__migrations[MEND_SCHEMA_VERSION] = {
+  "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);"
+  "CREATE TABLE runs(id TEXT PRIMARY KEY, workflow TEXT NOT NULL, version TEXT, source TEXT,"
+  " run_key TEXT UNIQUE, status TEXT NOT NULL, input TEXT, error TEXT,"
+  " attention INTEGER NOT NULL DEFAULT 0, reason TEXT, owner TEXT, lease_until REAL,"
+  " cancel_requested INTEGER NOT NULL DEFAULT 0, created REAL, updated REAL);"
+  "CREATE TABLE audit(seq INTEGER PRIMARY KEY, at REAL, who TEXT, op TEXT, target TEXT,"
+  " detail TEXT);"
+  "CREATE INDEX runs_status ON runs(status);"
+  "CREATE TABLE steps(run_id TEXT NOT NULL, idx INTEGER NOT NULL, name TEXT, status TEXT NOT NULL,"
+  " attempts INTEGER NOT NULL DEFAULT 0, comp_attempts INTEGER NOT NULL DEFAULT 0, idem_key TEXT,"
+  " custom_key INTEGER NOT NULL DEFAULT 0, result TEXT, error TEXT, due REAL, last_delay REAL,"
+  " updated REAL, slept INTEGER NOT NULL DEFAULT 0, PRIMARY KEY(run_id, idx));"
+  "CREATE INDEX steps_custom_key ON steps(idem_key) WHERE custom_key = 1;"
+  "CREATE TABLE history(seq INTEGER PRIMARY KEY, run_id TEXT NOT NULL, step TEXT, at REAL,"
+  " event TEXT NOT NULL, from_status TEXT, to_status TEXT, attempt INTEGER, error TEXT,"
+  " delay REAL, detail TEXT, worker TEXT);"
+  "CREATE INDEX history_run ON history(run_id);"
+  "CREATE TABLE breakers(key TEXT PRIMARY KEY, state TEXT NOT NULL, failures INTEGER,"
+  " successes INTEGER, opened_at REAL, open_until REAL, updated REAL);"
+  "CREATE TABLE dlq(run_id TEXT PRIMARY KEY, reason TEXT, step TEXT, error TEXT, detail TEXT,"
+  " at REAL);",
+  /* 1 -> 2: fewer b-trees written per step (bench/README.md, "Schema 2"). History is
+   * clustered by run (WITHOUT ROWID), so a row is one b-tree insert instead of a table row and
+   * an index entry; a history row's seq becomes its number within its run. Only unfinished runs
+   * are indexed by status: claims look for nothing else. (Steps clustered the same way cost
+   * more: a transition rewrites the whole row in the key's b-tree.) */
+  "CREATE TABLE history2(run_id TEXT NOT NULL, seq INTEGER NOT NULL, step TEXT, at REAL,"
+  " event TEXT NOT NULL, from_status TEXT, to_status TEXT, attempt INTEGER, error TEXT,"
+  " delay REAL, detail TEXT, worker TEXT, PRIMARY KEY(run_id, seq)) WITHOUT ROWID;"
+  "INSERT INTO history2 SELECT run_id, row_number() OVER (PARTITION BY run_id ORDER BY seq),"
+  " step, at, event, from_status, to_status, attempt, error, delay, detail, worker FROM history;"
+  "DROP TABLE history;"
+  "ALTER TABLE history2 RENAME TO history;"
+  "DROP INDEX runs_status;"
+  "CREATE INDEX runs_live ON runs(status) WHERE status IN ('running', 'compensating');",
+  /* 2 -> 3: unfinished runs indexed by creation time, so that a claim of the oldest (or the
+   * newest) walks the index instead of sorting every unfinished run: 0.1 s a poll with 100k
+   * waiting, which kept a recovering worker from new work (bench/README.md, W6). */
+  "DROP INDEX runs_live;"
+  "CREATE INDEX runs_live ON runs(created) WHERE status IN ('running', 'compensating');"
+  /* A worker asks every second whether a cancel was requested for one of its runs: this
+   * index holds only the runs that have one, instead of a walk over every unfinished run. */
+  "CREATE INDEX runs_cancel ON runs(owner) WHERE cancel_requested = 1;",
+  /* 3 -> 4: a step's row is written at its first transition, not when its run starts (three
+   * inserts of a 3-step run were 16% of the writer thread in W1); the run keeps its steps'
+   * names, so that a listing still shows the ones not begun as pending. Runs started before
+   * have every row, and no names. */
+  "ALTER TABLE runs ADD COLUMN step_names TEXT;"
+  /* A lease is the worker's, not each run's: a run is held while its owner's row here lasts.
+   * Renewing every run's lease rewrote every row a worker held (2.7 s and 130 MB of WAL each
+   * 10 s with 1M runs parked); now it is one row. runs.lease_until is no longer written. */
+  "CREATE TABLE workers(owner TEXT PRIMARY KEY, lease_until REAL NOT NULL) WITHOUT ROWID;"
+  "INSERT INTO workers SELECT owner, max(lease_until) FROM runs WHERE owner IS NOT NULL"
+  " AND lease_until IS NOT NULL AND status IN ('running', 'compensating') GROUP BY owner;"
+  "UPDATE runs SET lease_until = NULL WHERE lease_until IS NOT NULL;",
+  /* 4 -> 5: fewer bytes a row (bench/README.md, "Session of 2026-12-03"). A history row names
+   * its worker by a number here (17 bytes -> 1 or 2 in every row: 12% of a W1 database); the
+   * rows before keep their names, and a read gives names either way. A step's default key is
+   * no longer stored (steps.idem_key NULL: read as run_id/name). */
+  "CREATE TABLE worker_names(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);",
+  /* 5 -> 6: no table changes. A step's row is no longer written when an attempt begins; its
+   * `-> running` history row is what says it is in flight (mend_store_run). A mend before this
+   * would read such a step as not begun, and resume it one attempt short: it must refuse. */
+  "UPDATE meta SET value = value WHERE 0;",
+  /* 6 -> 7: fewer bytes a row again. A history row's event and statuses are the codes of
+   * their names in labels (17 bytes -> 3 in most rows: 13% of a W1 database); a name that is
+   * not there is written out. Rows before keep their names, so that opening a large database
+   * does not rewrite its history; history_named reads either as names, for the sqlite3 shell
+   * as for mend. Codes are never reused: a new name is a new row. */
+  "CREATE TABLE labels(code INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);"
+  "INSERT INTO labels(code, name) VALUES (0, 'step'), (1, 'run'), (2, 'pending'), (3, 'running'),"
+  " (4, 'succeeded'), (5, 'failed'), (6, 'retry_wait'), (7, 'breaker_open'), (8, 'sleeping'),"
+  " (9, 'compensating'), (10, 'compensated'), (11, 'compensation_failed'),"
+  " (12, 'needs_attention'), (13, 'resolved'), (14, 'closed'), (15, 'open'), (16, 'half_open'),"
+  " (17, 'alert'), (18, 'dead_letter'), (19, 'breaker'), (20, 'skip_compensate'),"
+  " (21, 'compensate_failed'), (22, 'recovered'), (23, 'operator'), (24, 'log');"
+  "CREATE VIEW history_named AS SELECT run_id, seq, step, at,"
+  " coalesce((SELECT name FROM labels WHERE code = h.event), h.event) AS event,"
+  " coalesce((SELECT name FROM labels WHERE code = h.from_status), h.from_status) AS from_status,"
+  " coalesce((SELECT name FROM labels WHERE code = h.to_status), h.to_status) AS to_status,"
+  " attempt, error, delay, detail,"
+  " coalesce((SELECT name FROM worker_names w WHERE w.id = h.worker), h.worker) AS worker"
+  " FROM history h;"
+  /* Unfinished runs nobody holds, so that a serving worker's look for work costs what there is
+   * to take, not what it holds (the runs_live walk: 27 ms a poll with 100k runs held). A run
+   * started by its worker is never in it. */
+  "CREATE INDEX runs_free ON runs(created) WHERE owner IS NULL"
+  " AND status IN ('running', 'compensating');"
+  /* A holder with no row in workers (a worker that closed broken) held nothing by then: its
+   * runs are nobody's, where the quick look finds them. */
+  "UPDATE runs SET owner = NULL WHERE status IN ('running', 'compensating')"
+  " AND owner IS NOT NULL AND owner NOT IN (SELECT owner FROM workers);"
+  /* A run names its workflow's version by a number: its version, source and step names are
+   * written once a version, not in every run (about 50 bytes a run: database -5.6%, W1
+   * +2.5%). */
+  "CREATE TABLE workflow_versions(id INTEGER PRIMARY KEY, workflow TEXT NOT NULL, version TEXT,"
+  " source TEXT, step_names TEXT);"
+  "CREATE INDEX workflow_versions_of ON workflow_versions(workflow, version);"
+  "ALTER TABLE runs ADD COLUMN workflow_version INTEGER;",
+  /* A version's script, so that its runs can be carried on where the file is not (another
+   * directory, a file changed since). */
+  "ALTER TABLE workflow_versions ADD COLUMN script TEXT;",
+  /* 8 -> 9: a run that no engine here can load the version of says why (NULL: none known),
+   * and is claimed only when a worker looks for such runs on purpose; a version says when it
+   * was first seen (for versions before, their first run's start). */
+  "ALTER TABLE runs ADD COLUMN unavailable TEXT;"
+  "ALTER TABLE workflow_versions ADD COLUMN first_seen REAL;"
+  "UPDATE workflow_versions SET first_seen = (SELECT min(created) FROM runs r"
+  " WHERE r.workflow_version = workflow_versions.id);",
+  /* 9 -> 10: events sent to runs, kept until the run ends whether consumed or not (a key sent
+   * again after its event was consumed is still the same event); AUTOINCREMENT keeps seq
+   * growing in commit order, which a worker's look for new events relies on. A waiting step
+   * names the event it waits for. */
+  "CREATE TABLE inbox(seq INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL,"
+  " name TEXT NOT NULL, payload TEXT, key TEXT, sent REAL, consumed REAL, step TEXT);"
+  "CREATE UNIQUE INDEX inbox_key ON inbox(run_id, key) WHERE key IS NOT NULL;"
+  "CREATE INDEX inbox_waiting ON inbox(run_id, name, seq) WHERE consumed IS NULL;"
+  "ALTER TABLE steps ADD COLUMN awaits TEXT;"
+  "INSERT INTO labels(code, name) VALUES (25, 'waiting'), (26, 'event');",
+};
+

@@ -1,0 +1,195 @@
+/*
+ * store_int: the insides of the SQLite store, shared by its files (src/store.c and
+ * src/store/) and by nothing else: the statement numbers, the write log, the writer thread,
+ * struct mend_store, and the functions one store file calls in another (mend__*). Nothing
+ * outside the store includes this header, nor sqlite3.h.
+ */
+#ifndef MEND_STORE_INT_H
+#define MEND_STORE_INT_H
+
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include "idset.h"
+#include "store.h"
+
+#define BUSY_TIMEOUT_MS 5000
+#define HISTORY_GROUP 8
+#define HISTORY_VALUES 12   /* the values of a history record (mend_store_append_history) */
+#define LABELS_MAX 64       /* more names than that are written out, as before schema 7 */
+
+enum {
+  Q_BEGIN, Q_COMMIT, Q_ROLLBACK, Q_BEGIN_READ,
+  Q_INSERT_RUN, Q_UPDATE_RUN, Q_PUT_STEP, Q_UPDATE_STEP, Q_APPEND_HISTORY, Q_PUT_BREAKER, Q_PUT_DLQ,
+  Q_HISTORY_GROUP, Q_NAME_WORKER, Q_WORKER_ID, Q_PUT_VERSION, Q_VERSION_ID,
+  Q_FIND_RUN_KEY, Q_FIND_KEY_RESULT, Q_GET_BREAKER, Q_LAST_SEQ,
+  Q_CLAIM_OLDEST, Q_CLAIM_NEWEST, Q_CLAIM_FREE_OLDEST, Q_CLAIM_FREE_NEWEST,
+  Q_RENEW, Q_RELEASE, Q_OWNER, Q_HOLDERS, Q_RELEASE_OWNER, Q_HELD,
+  Q_FORGET_WORKER, Q_FORGET_GONE,
+  Q_DLQ_REMOVE, Q_REQUEST_CANCEL, Q_CANCEL_REQUESTS, Q_AUDIT, Q_AUDIT_LIST, Q_TAKE,
+  Q_VERSION_SCRIPT, Q_KEEP_SCRIPT, Q_SET_UNAVAILABLE, Q_MOVE_RUN, Q_DROP_STEPS_FROM, Q_WORKFLOWS,
+  Q_RUN, Q_STEPS, Q_IN_FLIGHT, Q_HISTORY, Q_DLQ, Q_BREAKERS, Q_RUNS,
+  Q_SEND_EVENT, Q_NEXT_EVENT, Q_CONSUME_EVENT, Q_LAST_EVENT, Q_INBOX,
+  Q__COUNT
+};
+
+/* ---- the write log ----------------------------------------------------------------------
+ * The writes of a step (runs, steps, history, breakers, dead letters) are recorded here, values
+ * copied, and run as statements at the next flush: at once on a store without a writer thread;
+ * with one, on the writer thread when the batch is handed off, or on the caller's thread before
+ * any other statement (a read must see them). Either way they run in the order written, but
+ * for numbered history rows, which go in groups (flush_log): only a history row without a number
+ * reads them, and it goes after them. */
+/* V_WORKER: the store's worker. V_CODE: a label's code (schema 7), for a column declared TEXT:
+ * bound as its digits, which the column keeps as they are, rather than as a number SQLite turns
+ * into them (sqlite3VdbeMemStringify, 3.5% of the writer thread in W1; -1.5% net). */
+enum { V_NULL, V_INT, V_REAL, V_TEXT, V_WORKER, V_CODE };
+/* 16 bytes: a burst records some 200 of these a run, written on the loop's core and read on
+ * the writer's (at 40 bytes, reading them was 7% of the writer thread). */
+typedef struct wval {
+  int type;
+  unsigned len;      /* V_TEXT: its length (SQLite takes no more than INT_MAX) */
+  union {
+    sqlite3_int64 i;
+    double d;
+    size_t off;      /* V_TEXT: where in the log's text */
+  };
+} wval;
+typedef struct wrec { int q, first, n, repair; } wrec;   /* repair: see mend_store_repairing */
+typedef struct wlog {
+  wrec *recs;
+  int nrec, caprec;
+  wval *vals;
+  int nval, capval;
+  char *text;
+  size_t ntext, captext;
+  int oom;           /* a record could not be kept: the batch must fail */
+} wlog;
+
+/* The writer thread: commits handed-off batches while the loop goes on with the next one. */
+typedef struct writer {
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  wlog *job;         /* a batch handed off, being written and committed */
+  int part;          /* the job is a part of the open batch: written, not committed */
+  wlog *next;        /* the rest of that batch, handed off while the part is written */
+  unsigned long next_seq;
+  int busy, stop;
+  int in_done;       /* done() is running: the store must not go away under it */
+  int failed;        /* a batch failed: the store's errmsg says why; every later call fails */
+  unsigned long job_seq;
+  void (*done)(void *ud);   /* called on the writer thread after each batch */
+  void *ud;
+} writer;
+
+struct mend_store {
+  sqlite3 *db;
+  sqlite3 *checkpointer;   /* a second connection, for checkpoints off the loop thread */
+  sqlite3 *reader;         /* a third, read-only: looks that need not see our own batch */
+  sqlite3_stmt *q_claimable[2];   /* on reader: quick, thorough (mend_store_claimable) */
+  sqlite3_stmt *q_events_after;   /* on reader: mend_store_events_after */
+  char *path;
+  int in_batch;
+  /* A write of this batch failed: the whole batch must not commit, or the transitions
+   * recorded before the failure would be kept without the one that failed. */
+  int batch_failed;
+  int version;   /* schema version found or made at open */
+  char *worker;  /* written into every history row: who wrote it */
+  char worker_digits[24];   /* worker_id as history.worker keeps it (text, as a V_CODE) */
+  int worker_ndigits;
+  sqlite3_int64 worker_id;  /* its number in worker_names, once the open batch or one before
+                             * has it; 0: not yet */
+  int worker_named;         /* the open batch gave it the number: gone if it rolls back */
+  /* The workflow versions this store knows the number of (workflow_versions); those from
+   * versions_committed on were numbered by the open batch, and go if it rolls back. */
+  struct wf_version { char *workflow, *version, *source, *step_names; sqlite3_int64 id; } *versions;
+  int nversions, capversions, versions_committed;
+  /* The names history rows write as codes (schema 7), read from labels at open. */
+  struct label { char name[32]; int code; } labels[LABELS_MAX];
+  int nlabels;
+  int code_step, code_running;   /* -1: not in labels */
+  sqlite3_stmt *q[Q__COUNT];
+  char err[1024];
+  int not_found;            /* the last read of a run found none */
+  wlog logs[3];   /* recording, and up to two with the writer thread (a part, the rest) */
+  wlog *cur;              /* the log this thread records into */
+  int parted;             /* records of the open batch passed to the writer thread in parts */
+  /* How long one statement waits for another connection's lock (busy_wait); the engine's
+   * loop asks for a short one and waits out a longer lock on a timer instead. */
+  int busy_ms;
+  /* The last batch could not begin: another connection holds the write lock. Written on
+   * whichever thread begins batches, read by the loop (mend_store_locked). */
+  atomic_int locked;
+  writer *w;              /* NULL: writes run at once, commits on the caller's thread */
+  unsigned long open_seq, durable_seq;   /* batch numbers: recording, last committed */
+  void (*commit_hook)(const char *phase);
+  int wal_frames;         /* the WAL's length after the last commit (sqlite3_wal_hook) */
+  /* The fence (see "fencing" below). fence_news, lost_new and nlost_new are shared with the
+   * loop and guarded by the writer's mutex; the rest belongs to whichever thread writes. */
+  char *fence_owner;
+  double fence_lease, fence_until;
+  int fence_checking;       /* a transaction began late: each run's holder is looked up */
+  int fence_registered;     /* the worker's row (its lease) is in the database */
+  int repairing;            /* writes recorded now are a person's repair (not fenced) */
+  int fence_always_late;    /* a test's: every transaction takes the late path */
+  mend_idset fence_checked; /* runs looked up since then, and still ours */
+  mend_idset lost;          /* runs another worker took: their writes are dropped */
+  int fence_news;           /* a transaction began late since the engine last heard */
+  char **lost_new;          /* lost, and not yet told to the engine */
+  int nlost_new, caplost_new;
+};
+
+/* Chains binds: the first failing result code wins and later binds are skipped. */
+#define BIND(call) do { if (rc == SQLITE_OK) rc = (call); } while (0)
+
+/* ---- schema.c: every SQL text of the store */
+extern const char *const mend__query_sql[Q__COUNT];
+extern const char *const mend__migrations[MEND_SCHEMA_VERSION];
+
+/* ---- store.c: open and close, connections, errors, versions, pruning */
+int mend__batch_begin(mend_store *s);
+int mend__bind_opt_real(sqlite3_stmt *q, int i, double v);
+int mend__bind_text(sqlite3_stmt *q, int i, const char *v);
+int mend__commit_batch(mend_store *s);
+void mend__finish(sqlite3_stmt *q);
+void mend__free_version(struct wf_version *v);
+int mend__label_code(const mend_store *s, const char *name);
+double mend__now_mono(void);
+void mend__rollback(mend_store *s);
+int mend__run_bound(mend_store *s, sqlite3_stmt *q, int rc, const char *what, int keep);
+int mend__run_write(mend_store *s, sqlite3_stmt *q, int rc, const char *what);
+__attribute__((format(printf, 3, 4)))
+void mend__set_msg(char *buf, int len, const char *fmt,
+              ...);
+void mend__sql_err(mend_store *s, const char *what);
+
+/* ---- writer.c: the write log, the writer thread, writes */
+char *mend__copy_text(const char *t, int *oom);
+void mend__log_free(wlog *log);
+void mend__note_durable(mend_store *s);
+void mend__rec_begin(mend_store *s, int q);
+int mend__rec_end(mend_store *s);
+void mend__rec_int(mend_store *s, sqlite3_int64 i);
+void mend__rec_real(mend_store *s, double d);
+void mend__rec_text(mend_store *s, const char *t);
+void mend__stop_writer(mend_store *s);
+int mend__sync_point(mend_store *s);
+int mend__workflow_version(mend_store *s, const mend_run_rec *r, sqlite3_int64 *id);
+int mend__writer_wait(mend_store *s);
+
+/* ---- query.c: reads and views */
+int mend__first_row(mend_store *s, sqlite3_stmt *q, int rc, const char *what);
+json_t *mend__rows_array(mend_store *s, sqlite3_stmt *q, int rc, const char *what);
+
+/* ---- fence.c: leases and the fence */
+int mend__fence_at_begin(mend_store *s);
+int mend__fence_drops(mend_store *s, const wlog *log, const wrec *r);
+int mend__lease_at_least(mend_store *s, const char *owner, double until);
+int mend__open_reader(mend_store *s);
+void mend__ours_again(mend_store *s, const char *id);
+void mend__renewed(mend_store *s, const wlog *log, const wrec *r);
+
+#endif

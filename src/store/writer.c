@@ -1,0 +1,760 @@
+/*
+ * writer: how the store writes. Owns the write log (a step's writes recorded with their values
+ * and run as statements at the next flush, in the order written), the writer thread that
+ * commits handed-off batches while the loop goes on, and the write operations themselves.
+ * Must never: let a read miss a write recorded before it; report a batch durable before its
+ * COMMIT returned.
+ */
+#define _GNU_SOURCE   /* mremap */
+#include "store_int.h"
+
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/mman.h>
+
+#include "walvfs.h"
+
+/* ---- the write log and the writer thread ------------------------------------------------ */
+
+static const char *const record_what[Q__COUNT] = {
+  [Q_INSERT_RUN] = "insert run", [Q_UPDATE_RUN] = "update run", [Q_PUT_STEP] = "put step",
+  [Q_UPDATE_STEP] = "update step", [Q_APPEND_HISTORY] = "append history",
+  [Q_HISTORY_GROUP] = "append history",
+  [Q_PUT_BREAKER] = "put breaker", [Q_PUT_DLQ] = "put dlq", [Q_RENEW] = "renew the lease",
+  [Q_CONSUME_EVENT] = "consume an event",
+};
+
+/* A log's arrays live in pages of their own (mmap), not in the heap: a burst grows them to
+ * megabytes, and the heap would keep that memory once they are given back (300 B per parked
+ * run in W4), while munmap returns it at once. */
+static void *pages_resize(void *p, size_t old_bytes, size_t new_bytes) {
+  void *q = p ? mremap(p, old_bytes, new_bytes, MREMAP_MAYMOVE)
+              : mmap(NULL, new_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return q == MAP_FAILED ? NULL : q;
+}
+
+static void pages_free(void *p, size_t bytes) {
+  if (p) munmap(p, bytes);
+}
+
+static int grow(void **p, int *cap, int need, size_t size) {
+  if (need <= *cap) return 0;
+  int n = *cap ? *cap * 2 : 1024;
+  while (n < need) n *= 2;
+  void *q = pages_resize(*p, (size_t)*cap * size, (size_t)n * size);
+  if (!q) return -1;
+  *p = q;
+  *cap = n;
+  return 0;
+}
+
+void mend__log_free(wlog *log) {
+  pages_free(log->recs, (size_t)log->caprec * sizeof *log->recs);
+  pages_free(log->vals, (size_t)log->capval * sizeof *log->vals);
+  pages_free(log->text, log->captext);
+  memset(log, 0, sizeof *log);
+}
+
+/* Starts a record of statement q in the current log; its values follow in order. */
+void mend__rec_begin(mend_store *s, int q) {
+  wlog *log = s->cur;
+  if (grow((void **)&log->recs, &log->caprec, log->nrec + 1, sizeof *log->recs)) { log->oom = 1; return; }
+  log->recs[log->nrec++] = (wrec){q, log->nval, 0, s->repairing};
+}
+
+static wval *rec_value(mend_store *s) {
+  wlog *log = s->cur;
+  if (log->nval < log->capval && !log->oom) {   /* all but a few: rec_value was 5% of the loop */
+    log->recs[log->nrec - 1].n++;
+    return &log->vals[log->nval++];
+  }
+  if (log->oom || grow((void **)&log->vals, &log->capval, log->nval + 1, sizeof *log->vals)) {
+    log->oom = 1;
+    return NULL;
+  }
+  log->recs[log->nrec - 1].n++;
+  return &log->vals[log->nval++];
+}
+
+void mend__rec_text(mend_store *s, const char *t) {
+  wval *v = rec_value(s);
+  if (!v) return;
+  if (!t) { v->type = V_NULL; return; }
+  wlog *log = s->cur;
+  size_t n = strlen(t);
+  if (n > INT_MAX) { log->oom = 1; v->type = V_NULL; return; }   /* no bigger text binds */
+  if (log->ntext + n + 1 > log->captext) {
+    size_t cap = log->captext ? log->captext * 2 : 65536;
+    while (cap < log->ntext + n + 1) cap *= 2;
+    char *text = pages_resize(log->text, log->captext, cap);
+    if (!text) { log->oom = 1; v->type = V_NULL; return; }
+    log->text = text;
+    log->captext = cap;
+  }
+  memcpy(log->text + log->ntext, t, n + 1);
+  *v = (wval){.type = V_TEXT, .len = (unsigned)n, .off = log->ntext};
+  log->ntext += n + 1;
+}
+
+/* The store's worker, named when the row is written (bind_worker): no text kept. */
+static void rec_worker(mend_store *s) {
+  wval *v = rec_value(s);
+  if (v) *v = s->worker ? (wval){.type = V_WORKER} : (wval){.type = V_NULL};
+}
+
+void mend__rec_int(mend_store *s, sqlite3_int64 i) {
+  wval *v = rec_value(s);
+  if (v) *v = (wval){.type = V_INT, .i = i};
+}
+
+/* A label's code: as its digits if they are at hand (code_digits), else as a number. */
+static void rec_code(mend_store *s, int code) {
+  wval *v = rec_value(s);
+  if (v) *v = (wval){.type = code >= 0 && code < LABELS_MAX ? V_CODE : V_INT, .i = code};
+}
+
+void mend__rec_real(mend_store *s, double d) {
+  wval *v = rec_value(s);
+  if (v) *v = (wval){.type = V_REAL, .d = d};
+}
+
+static void rec_opt_real(mend_store *s, double d) {
+  wval *v = rec_value(s);
+  if (v) *v = d < 0 ? (wval){.type = V_NULL} : (wval){.type = V_REAL, .d = d};
+}
+
+int mend__fence_drops(mend_store *s, const wlog *log, const wrec *r);
+void mend__renewed(mend_store *s, const wlog *log, const wrec *r);
+
+/* The worker's number (batch_begin got it); its name if the number could not be had. */
+static int bind_worker(const mend_store *s, sqlite3_stmt *q, int i) {
+  if (s->worker_id)
+    return sqlite3_bind_text(q, i, s->worker_digits, s->worker_ndigits, SQLITE_STATIC);
+  return s->worker ? sqlite3_bind_text(q, i, s->worker, -1, SQLITE_STATIC) : sqlite3_bind_null(q, i);
+}
+
+static const char *const code_digits[] = {
+  "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16",
+  "17", "18", "19", "20", "21", "22", "23", "24", "25", "26", "27", "28", "29", "30", "31", "32",
+  "33", "34", "35", "36", "37", "38", "39", "40", "41", "42", "43", "44", "45", "46", "47", "48",
+  "49", "50", "51", "52", "53", "54", "55", "56", "57", "58", "59", "60", "61", "62", "63",
+};
+/* a code below LABELS_MAX has its digits here, one or two of them (bind_values) */
+_Static_assert(sizeof code_digits / sizeof *code_digits == LABELS_MAX && LABELS_MAX <= 100,
+               "code_digits holds the codes below LABELS_MAX");
+
+static int bind_values(const mend_store *s, sqlite3_stmt *q, const wlog *log, const wrec *r,
+                       int at, int null_last) {
+  int rc = SQLITE_OK;
+  for (int j = 0; j < r->n; j++) {
+    const wval *v = &log->vals[r->first + j];
+    int type = null_last && j == r->n - 1 ? V_NULL : v->type;
+    switch (type) {
+    case V_INT: BIND(sqlite3_bind_int64(q, at + j + 1, v->i)); break;
+    case V_REAL: BIND(sqlite3_bind_double(q, at + j + 1, v->d)); break;
+    case V_TEXT: BIND(sqlite3_bind_text(q, at + j + 1, log->text + v->off, (int)v->len, SQLITE_STATIC)); break;
+    case V_WORKER: BIND(bind_worker(s, q, at + j + 1)); break;
+    case V_CODE: BIND(sqlite3_bind_text(q, at + j + 1, code_digits[v->i], v->i < 10 ? 1 : 2,
+                                     SQLITE_STATIC)); break;
+    default: BIND(sqlite3_bind_null(q, at + j + 1)); break;
+    }
+  }
+  return rc;
+}
+
+/* Binds a record's values to q, and NULL to any parameter past them, so that no value of an
+ * earlier record stays bound (flush_log resets without clearing: 3% of the writer thread).
+ * With null_last, its last value as NULL. The first failing result code, if any. */
+static int bind_record(const mend_store *s, sqlite3_stmt *q, const wlog *log, const wrec *r,
+                       int null_last) {
+  int rc = SQLITE_OK;
+  for (int j = r->n; j < sqlite3_bind_parameter_count(q); j++) BIND(sqlite3_bind_null(q, j + 1));
+  BIND(bind_values(s, q, log, r, 0, null_last));
+  return rc;
+}
+
+/* One history row. Its number taken (another process wrote to the run's history): the next
+ * free one. */
+static int append_one(mend_store *s, const wlog *log, const wrec *r) {
+  sqlite3_stmt *q = s->q[Q_APPEND_HISTORY];
+  if (mend__run_bound(s, q, bind_record(s, q, log, r, 0), record_what[r->q], 1) != 0) return -1;
+  if (sqlite3_changes(s->db) > 0) return 0;
+  return mend__run_bound(s, q, bind_record(s, q, log, r, 1), record_what[r->q], 1);
+}
+
+/* Numbered history rows one by one, in order (a group not full, or one backed out). */
+static int append_each(mend_store *s, const wlog *log, const int *ks, int n) {
+  for (int g = 0; g < n; g++)
+    if (append_one(s, log, &log->recs[ks[g]]) != 0) return -1;
+  return 0;
+}
+
+/* HISTORY_GROUP numbered rows in one statement. Should one of their numbers be taken (another
+ * process wrote to the run's history), SQLite backs out the statement's rows, and they all go
+ * one by one (append_one), so that a run's rows stay in the order recorded. */
+static int append_group(mend_store *s, const wlog *log, const int *ks) {
+  sqlite3_stmt *q = s->q[Q_HISTORY_GROUP];
+  int rc = SQLITE_OK;
+  for (int g = 0; g < HISTORY_GROUP; g++)
+    BIND(bind_values(s, q, log, &log->recs[ks[g]], g * HISTORY_VALUES, 0));
+  if (rc == SQLITE_OK) rc = sqlite3_step(q);
+  int taken = rc != SQLITE_DONE && sqlite3_extended_errcode(s->db) == SQLITE_CONSTRAINT_PRIMARYKEY;
+  if (rc != SQLITE_DONE && !taken) mend__sql_err(s, record_what[Q_HISTORY_GROUP]);
+  sqlite3_reset(q);
+  if (rc == SQLITE_DONE) return 0;
+  if (!taken) {
+    s->batch_failed = 1;
+    return -1;
+  }
+  return append_each(s, log, ks, HISTORY_GROUP);
+}
+
+/* A record that can go in a group: a history row of the usual shape with its number. */
+static int groupable(const wlog *log, const wrec *r) {
+  return r->q == Q_APPEND_HISTORY && r->n == HISTORY_VALUES &&
+         log->vals[r->first + 11].type == V_INT && log->vals[r->first + 2].type == V_REAL;
+}
+
+static void log_clear(wlog *log) {
+  log->nrec = log->nval = 0;
+  log->ntext = 0;
+  log->oom = 0;
+}
+
+/* Runs the statements of `log` in the open transaction (begun if need be), then empties it;
+ * or, if the transaction cannot begin for another connection's lock, runs none of them and
+ * keeps them (MEND_STORE_BUSY). */
+static int flush_log(mend_store *s, wlog *log) {
+  int ok = 1;
+  if (log->oom) {
+    mend__set_msg(s->err, sizeof s->err, "%s: recording a write: out of memory", s->path);
+    s->batch_failed = 1;
+    ok = 0;
+  } else if (log->nrec) {
+    int begun = mend__batch_begin(s);
+    if (begun == MEND_STORE_BUSY) return begun;   /* the log is kept for the next try */
+    if (begun != 0) ok = 0;
+  }
+  /* Numbered history rows wait for a group; nothing else in a batch reads history, and their
+   * numbers, not their order, place them. A row without a number (the next free one) goes
+   * after those before it. */
+  int group[HISTORY_GROUP], ng = 0;
+  for (int k = 0; ok && k < log->nrec; k++) {
+    const wrec *r = &log->recs[k];
+    int drop = mend__fence_drops(s, log, r);
+    if (drop) {
+      if (drop < 0) ok = 0;
+      continue;
+    }
+    if (groupable(log, r)) {
+      group[ng++] = k;
+      if (ng == HISTORY_GROUP) {
+        if (append_group(s, log, group) != 0) ok = 0;
+        ng = 0;
+      }
+      continue;
+    }
+    sqlite3_stmt *q = s->q[r->q];
+    if (r->q == Q_APPEND_HISTORY) {
+      if (ok && append_each(s, log, group, ng) != 0) ok = 0;
+      ng = 0;
+      if (ok && append_one(s, log, r) != 0) ok = 0;
+    } else if (mend__run_bound(s, q, bind_record(s, q, log, r, 0), record_what[r->q], 1) != 0) {
+      ok = 0;
+    } else if (r->q == Q_RENEW) {
+      mend__renewed(s, log, r);
+    } else if ((r->q == Q_UPDATE_RUN || r->q == Q_UPDATE_STEP || r->q == Q_CONSUME_EVENT) &&
+               sqlite3_changes(s->db) == 0) {
+      /* An update that changes nothing would lose a transition silently; an event found
+       * consumed already would be consumed twice. */
+      const wval *id = &log->vals[r->first];
+      mend__set_msg(s->err, sizeof s->err, "%s: %s: no %s %s", s->path, record_what[r->q],
+              r->q == Q_UPDATE_RUN ? "run" : r->q == Q_UPDATE_STEP ? "step of run" : "unconsumed event of run",
+              id->type == V_TEXT ? log->text + id->off : "(null)");
+      s->batch_failed = 1;
+      ok = 0;
+    }
+  }
+  if (ok && append_each(s, log, group, ng) != 0) ok = 0;
+  /* What a burst grew is given back once batches are small again (or the engine is idle:
+   * mend_store_trim), so that memory once the runs wait is what they need; not while the
+   * burst goes on, where each batch would fault its pages in again and each unmap stop the
+   * other core for a TLB shootdown (W1 10k full: 38k -> 55k steps/s). */
+  if (log->caprec > 4096 && log->nrec < log->caprec / 8) mend__log_free(log);
+  log_clear(log);
+  return ok ? 0 : -1;
+}
+
+/* A log holds at most this many records: a burst larger than that (a host starting 100k runs
+ * in one turn) is written in parts, in the same batch, rather than held all in memory. At most
+ * about 14 MB of values (16 B each, ~13 a record) besides their text. */
+#define LOG_MAX_RECORDS 65536
+
+/* A part of the open batch goes to an idle writer thread every this many records: the
+ * thread runs statements while the loop records more, rather than wait for the whole batch.
+ * Without, in a W1 burst each thread idled a quarter of the time, one waiting for the other. */
+#define PART_RECORDS 1024
+
+static int pass_part(mend_store *s);
+static int writer_idle(mend_store *s);
+
+/* Ends a record: without a writer thread it runs now, as every write did before there was one;
+ * with one, a record that could not be kept fails now, and a full log goes to the thread. */
+int mend__rec_end(mend_store *s) {
+  /* With a writer thread, batch_failed is the thread's: a failure is heard through
+   * writer_wait (sync_point, pass_part). */
+  /* While another connection holds the lock, writes are only recorded: the commit that
+   * follows it runs them, rather than each write waiting for the lock. */
+  if (!s->w) return s->batch_failed ? -1 : atomic_load(&s->locked) ? 0 : mend__sync_point(s);
+  if (s->cur->oom) return mend__sync_point(s);
+  if (s->cur->nrec >= LOG_MAX_RECORDS) return pass_part(s);
+  if (s->cur->nrec % PART_RECORDS == 0 && writer_idle(s)) return pass_part(s);
+  return 0;
+}
+
+/* Calls done() outside the lock, so that the loop hears of the thread (store.h). */
+static void writer_tell(writer *w) {
+  if (!w->done) return;
+  w->in_done = 1;
+  pthread_mutex_unlock(&w->mu);
+  w->done(w->ud);
+  pthread_mutex_lock(&w->mu);
+  w->in_done = 0;
+  pthread_cond_broadcast(&w->cv);
+}
+
+/* A batch that cannot begin for another connection's lock is tried again, after 50 ms, then
+ * twice as long each time up to 1 s, for as long as the lock lasts: this thread may wait, the
+ * loop goes on recording the next batch. Once the store is closing it tries for
+ * BUSY_TIMEOUT_MS more, then gives the batch up (as a crash would: nothing in it was acted on). */
+static int writer_flush(mend_store *s, wlog *job) {
+  writer *w = s->w;
+  double delay = 0.05, give_up = -1;
+  int rc;
+  while ((rc = flush_log(s, job)) == MEND_STORE_BUSY) {
+    pthread_mutex_lock(&w->mu);
+    writer_tell(w);   /* the loop warns while it lasts (mend_store_locked) */
+    if (w->stop && give_up < 0) give_up = mend__now_mono() + BUSY_TIMEOUT_MS / 1000.0;
+    if (give_up >= 0 && mend__now_mono() >= give_up) {
+      pthread_mutex_unlock(&w->mu);
+      log_clear(job);
+      return -1;
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    long ns = until.tv_nsec + (long)(delay * 1e9);
+    until.tv_sec += ns / 1000000000L;
+    until.tv_nsec = ns % 1000000000L;
+    if (!w->stop) pthread_cond_timedwait(&w->cv, &w->mu, &until);
+    pthread_mutex_unlock(&w->mu);
+    delay = delay * 2 > 1 ? 1 : delay * 2;
+  }
+  return rc;
+}
+
+static void *writer_main(void *arg) {
+  mend_store *s = arg;
+  writer *w = s->w;
+  pthread_mutex_lock(&w->mu);
+  for (;;) {
+    while (!w->job && !w->stop) pthread_cond_wait(&w->cv, &w->mu);
+    if (!w->job) break;
+    wlog *job = w->job;
+    int part = w->part;
+    pthread_mutex_unlock(&w->mu);
+    int rc = writer_flush(s, job);
+    if (!part) {
+      int committed = mend__commit_batch(s);   /* rolls back if the flush failed */
+      if (rc == 0) rc = committed;       /* (a BEGIN that failed left nothing to roll back) */
+    } else if (rc != 0) {
+      mend__rollback(s);   /* the batch is lost: its write lock is not kept for the rest */
+    }
+    pthread_mutex_lock(&w->mu);
+    if (rc != 0) w->failed = 1;
+    if (part && w->next && w->failed) {
+      log_clear(w->next);   /* the rest of a failed batch is never written on its own */
+      w->next = NULL;
+    }
+    if (part && w->next) {
+      /* the rest of the batch came while its part was written: on with it */
+      w->job = w->next;
+      w->job_seq = w->next_seq;
+      w->next = NULL;
+      w->part = 0;
+      continue;
+    }
+    w->job = NULL;
+    w->part = 0;
+    w->busy = 0;
+    pthread_cond_broadcast(&w->cv);
+    writer_tell(w);
+  }
+  pthread_mutex_unlock(&w->mu);
+  return NULL;
+}
+
+/* With the writer's lock held and the writer idle: its last batch, if it committed, is durable. */
+void mend__note_durable(mend_store *s) {
+  writer *w = s->w;
+  if (!w->failed && w->job_seq > s->durable_seq) s->durable_seq = w->job_seq;
+}
+
+/* Waits for the writer thread to be done with the connection; -1 if a batch of it failed. */
+int mend__writer_wait(mend_store *s) {
+  writer *w = s->w;
+  if (!w) return 0;
+  pthread_mutex_lock(&w->mu);
+  while (w->busy || w->in_done) pthread_cond_wait(&w->cv, &w->mu);
+  int failed = w->failed;
+  mend__note_durable(s);
+  pthread_mutex_unlock(&w->mu);
+  return failed ? -1 : 0;
+}
+
+/* Before any statement but a recorded write: the connection is this thread's again and the
+ * writes recorded so far have run (in the open transaction). */
+int mend__sync_point(mend_store *s) {
+  if (mend__writer_wait(s) != 0) return -1;
+  if (s->batch_failed) return -1;
+  return flush_log(s, s->cur);
+}
+
+int mend_store_start_writer(mend_store *s, void (*done)(void *ud), void *ud) {
+  if (s->w) return 0;
+  writer *w = calloc(1, sizeof *w);
+  if (!w) { mend__set_msg(s->err, sizeof s->err, "%s: writer thread: out of memory", s->path); return -1; }
+  w->done = done;
+  w->ud = ud;
+  pthread_mutex_init(&w->mu, NULL);
+  pthread_cond_init(&w->cv, NULL);
+  s->w = w;
+  int rc = pthread_create(&w->thread, NULL, writer_main, s);
+  if (rc != 0) {
+    s->w = NULL;
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    free(w);
+    mend__set_msg(s->err, sizeof s->err, "%s: writer thread: %s", s->path, strerror(rc));
+    return -1;
+  }
+  return 0;
+}
+
+void mend__stop_writer(mend_store *s) {
+  writer *w = s->w;
+  if (!w) return;
+  pthread_mutex_lock(&w->mu);
+  w->stop = 1;
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+  pthread_join(w->thread, NULL);
+  pthread_mutex_destroy(&w->mu);
+  pthread_cond_destroy(&w->cv);
+  free(w);
+  s->w = NULL;
+}
+
+int mend_store_writer_busy(mend_store *s) {
+  writer *w = s->w;
+  if (!w) return 0;
+  pthread_mutex_lock(&w->mu);
+  int busy = w->busy;
+  if (!busy) mend__note_durable(s);
+  pthread_mutex_unlock(&w->mu);
+  return busy;
+}
+
+/* With the writer's lock held: a log neither recording nor with the thread. */
+static wlog *free_log(mend_store *s) {
+  writer *w = s->w;
+  wlog *log = s->logs;
+  while (log == s->cur || log == w->job || log == w->next) log++;
+  return log;
+}
+
+/* With the writer thread idle: the log recorded so far becomes its job, the batch (numbered)
+ * or a part of it, and recording goes on in a free log. */
+static void give_job(mend_store *s, int part) {
+  writer *w = s->w;
+  pthread_mutex_lock(&w->mu);
+  w->job = s->cur;
+  w->part = part;
+  if (!part) w->job_seq = s->open_seq++;
+  w->busy = 1;
+  s->cur = free_log(s);
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
+int mend_store_hand_off(mend_store *s) {
+  if (!s->w) return mend_store_commit(s);
+  writer *w = s->w;
+  if (!s->cur->oom) {
+    /* A part of this batch on the thread: the rest follows it there, no waiting here. */
+    pthread_mutex_lock(&w->mu);
+    int queued = w->busy && w->part && !w->next && !w->failed;
+    if (queued) {
+      w->next = s->cur;
+      w->next_seq = s->open_seq++;
+      s->cur = free_log(s);
+      s->parted = 0;
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (queued) return 0;
+  }
+  if (mend__writer_wait(s) != 0) return -1;
+  if (s->cur->oom) return flush_log(s, s->cur);
+  if (!s->cur->nrec && !s->in_batch) {
+    s->durable_seq = s->open_seq++;   /* nothing to write: all so far is durable */
+    return 0;
+  }
+  s->parted = 0;
+  give_job(s, 0);
+  return 0;
+}
+
+/* A full log of the open batch goes to the writer thread, to be written in the transaction
+ * and not committed: the caller goes on recording into another log. Written here instead,
+ * these parts were a sixth of the loop thread's time in W1 (it waited for the thread, then
+ * ran the statements itself). The batch's sequence number is not taken: nothing is durable
+ * until it is handed off whole. */
+static int pass_part(mend_store *s) {
+  if (mend__writer_wait(s) != 0 || s->batch_failed) return -1;
+  s->parted += s->cur->nrec;
+  give_job(s, 1);
+  return 0;
+}
+
+static int writer_idle(mend_store *s) {
+  writer *w = s->w;
+  pthread_mutex_lock(&w->mu);
+  int idle = !w->busy && !w->in_done;
+  pthread_mutex_unlock(&w->mu);
+  return idle;
+}
+
+int mend_store_writer_part(mend_store *s) {
+  writer *w = s->w;
+  if (!w) return 0;
+  pthread_mutex_lock(&w->mu);
+  int part = w->busy && w->part && !w->next;
+  pthread_mutex_unlock(&w->mu);
+  return part;
+}
+
+void mend_store_trim(mend_store *s) {
+  if (s->cur->nrec || s->in_batch) return;
+  int idle = 1;
+  if (s->w) {
+    pthread_mutex_lock(&s->w->mu);
+    idle = !s->w->job;
+    pthread_mutex_unlock(&s->w->mu);
+  }
+  for (int k = 0; idle && k < 3; k++) mend__log_free(&s->logs[k]);
+}
+
+int mend_store_batch_writes(const mend_store *s) { return s->cur->nrec + s->parted; }
+int mend_store_locked(mend_store *s) { return atomic_load(&s->locked); }
+void mend_store_set_busy_wait(mend_store *s, int ms) { s->busy_ms = ms > 0 ? ms : BUSY_TIMEOUT_MS; }
+int mend_store_wal_frames(const mend_store *s) { return s->wal_frames; }
+unsigned long mend_store_open_seq(const mend_store *s) { return s->open_seq; }
+unsigned long mend_store_durable_seq(const mend_store *s) { return s->durable_seq; }
+void mend_store_set_commit_hook(mend_store *s, void (*hook)(const char *phase)) {
+  s->commit_hook = hook;
+}
+
+/* ---- writes ---------------------------------------------------------------------------- */
+
+int mend__first_row(mend_store *s, sqlite3_stmt *q, int rc, const char *what);
+
+static int same_text(const char *a, const char *b) {
+  return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+char *mend__copy_text(const char *t, int *oom) {
+  if (!t) return NULL;
+  size_t n = strlen(t) + 1;
+  char *c = malloc(n);
+  if (c) memcpy(c, t, n);
+  else *oom = 1;
+  return c;
+}
+
+/* The number of a run's workflow version in workflow_versions: known, or written (once a
+ * version and process) in the open batch, which it joins before the run is recorded. */
+int mend__workflow_version(mend_store *s, const mend_run_rec *r, sqlite3_int64 *id) {
+  for (int i = 0; i < s->nversions; i++) {
+    const struct wf_version *v = &s->versions[i];
+    if (same_text(v->workflow, r->workflow) && same_text(v->version, r->version) &&
+        same_text(v->source, r->source) && same_text(v->step_names, r->step_names)) {
+      *id = v->id;
+      return 0;
+    }
+  }
+  if (mend__sync_point(s) != 0 || mend__batch_begin(s) != 0) return -1;
+  const char *values[4] = {r->workflow, r->version, r->source, r->step_names};
+  sqlite3_stmt *q = s->q[Q_PUT_VERSION];
+  int rc = SQLITE_OK;
+  for (int k = 0; k < 4; k++) BIND(mend__bind_text(q, k + 1, values[k]));
+  BIND(sqlite3_bind_double(q, 5, r->created));
+  if (mend__run_write(s, q, rc, "number a workflow version") != 0) return -1;
+  q = s->q[Q_VERSION_ID];
+  for (int k = 0; k < 4; k++) BIND(mend__bind_text(q, k + 1, values[k]));
+  int found = mend__first_row(s, q, rc, "number a workflow version");
+  if (found <= 0) {
+    if (found == 0) mend__set_msg(s->err, sizeof s->err, "%s: workflow version of %s not found after"
+                            " writing it", s->path, r->workflow);
+    s->batch_failed = 1;
+    return -1;
+  }
+  *id = sqlite3_column_int64(q, 0);
+  mend__finish(q);
+  if (r->script) {
+    q = s->q[Q_KEEP_SCRIPT];
+    rc = SQLITE_OK;
+    BIND(sqlite3_bind_int64(q, 1, *id));
+    BIND(mend__bind_text(q, 2, r->script));
+    if (mend__run_write(s, q, rc, "keep a workflow version's script") != 0) return -1;
+  }
+  int oom = 0;
+  if (s->nversions == s->capversions) {
+    int cap = s->capversions ? s->capversions * 2 : 8;
+    struct wf_version *more = realloc(s->versions, (size_t)cap * sizeof *more);
+    if (more) {
+      s->versions = more;
+      s->capversions = cap;
+    } else {
+      oom = 1;
+    }
+  }
+  struct wf_version v = {mend__copy_text(r->workflow, &oom), mend__copy_text(r->version, &oom),
+                         mend__copy_text(r->source, &oom), mend__copy_text(r->step_names, &oom), *id};
+  if (!oom) {
+    s->versions[s->nversions++] = v;
+  } else {   /* not kept: the next run asks the database again */
+    mend__free_version(&v);
+  }
+  return 0;
+}
+
+int mend_store_insert_run(mend_store *s, const mend_run_rec *r) {
+  sqlite3_int64 version_id;
+  if (mend__workflow_version(s, r, &version_id) != 0) return -1;
+  /* With a run key the caller must hear at once whether the key was taken. */
+  if (r->run_key && mend__sync_point(s) != 0) return -1;
+  mend__rec_begin(s, Q_INSERT_RUN);
+  mend__rec_text(s, r->id);
+  mend__rec_text(s, r->workflow);
+  mend__rec_text(s, r->run_key);
+  mend__rec_text(s, r->status);
+  mend__rec_text(s, r->input);
+  mend__rec_text(s, r->error);
+  mend__rec_int(s, r->attention ? 1 : 0);
+  mend__rec_real(s, r->created);
+  mend__rec_real(s, r->updated);
+  mend__rec_text(s, r->owner);
+  mend__rec_int(s, version_id);
+  if (!r->run_key) return mend__rec_end(s);
+  if (flush_log(s, s->cur) != 0) return -1;
+  return sqlite3_changes(s->db) == 0 ? 1 : 0;   /* 1: the run key was taken */
+}
+
+int mend_store_update_run(mend_store *s, const char *id, const char *status, const char *error,
+                          int attention, double updated, const char *reason) {
+  mend__rec_begin(s, Q_UPDATE_RUN);
+  mend__rec_text(s, id);
+  mend__rec_text(s, status);
+  mend__rec_text(s, error);
+  mend__rec_int(s, attention ? 1 : 0);
+  mend__rec_real(s, updated);
+  mend__rec_text(s, reason);
+  return mend__rec_end(s);
+}
+
+/* A step row: Q_PUT_STEP names the step, Q_UPDATE_STEP keeps the name it has. */
+static int rec_step(mend_store *s, int q, const mend_step_rec *st) {
+  mend__rec_begin(s, q);
+  mend__rec_text(s, st->run_id);
+  mend__rec_int(s, st->idx);
+  if (q == Q_PUT_STEP) mend__rec_text(s, st->name);
+  mend__rec_text(s, st->status);
+  mend__rec_int(s, st->attempts);
+  mend__rec_int(s, st->comp_attempts);
+  mend__rec_text(s, st->idem_key);
+  mend__rec_int(s, st->custom_key ? 1 : 0);
+  mend__rec_text(s, st->result);
+  mend__rec_text(s, st->error);
+  rec_opt_real(s, st->due);
+  rec_opt_real(s, st->last_delay);
+  mend__rec_real(s, st->updated);
+  mend__rec_int(s, st->slept ? 1 : 0);
+  mend__rec_text(s, st->awaits);
+  return mend__rec_end(s);
+}
+
+int mend_store_put_step(mend_store *s, const mend_step_rec *st) { return rec_step(s, Q_PUT_STEP, st); }
+
+int mend_store_update_step(mend_store *s, const mend_step_rec *st) {
+  return rec_step(s, Q_UPDATE_STEP, st);
+}
+
+/* A name in labels goes as its code (schema 7); any other, as it is. */
+static void rec_label(mend_store *s, const char *name) {
+  int code = name ? mend__label_code(s, name) : -1;
+  if (code >= 0) rec_code(s, code);
+  else mend__rec_text(s, name);
+}
+
+int mend_store_append_history(mend_store *s, const mend_history_rec *h) {
+  mend__rec_begin(s, Q_APPEND_HISTORY);
+  mend__rec_text(s, h->run_id);
+  mend__rec_text(s, h->step);
+  mend__rec_real(s, h->at);
+  rec_label(s, h->event);
+  rec_label(s, h->from_status);
+  rec_label(s, h->to_status);
+  if (h->attempt) mend__rec_int(s, h->attempt);
+  else mend__rec_text(s, NULL);
+  mend__rec_text(s, h->error);
+  rec_opt_real(s, h->delay);
+  mend__rec_text(s, h->detail);
+  rec_worker(s);
+  if (h->seq > 0) mend__rec_int(s, h->seq);
+  else mend__rec_text(s, NULL);
+  return mend__rec_end(s);
+}
+
+
+int mend_store_put_breaker(mend_store *s, const char *key, const mend_breaker *b, double updated) {
+  mend__rec_begin(s, Q_PUT_BREAKER);
+  mend__rec_text(s, key);
+  mend__rec_text(s, mend_breaker_state_name(b->state));
+  mend__rec_int(s, b->failures);
+  mend__rec_int(s, b->successes);
+  mend__rec_real(s, b->opened_at);
+  mend__rec_real(s, b->open_until);
+  mend__rec_real(s, updated);
+  return mend__rec_end(s);
+}
+
+int mend_store_put_dlq(mend_store *s, const mend_dlq_rec *d) {
+  mend__rec_begin(s, Q_PUT_DLQ);
+  mend__rec_text(s, d->run_id);
+  mend__rec_text(s, d->reason);
+  mend__rec_text(s, d->step);
+  mend__rec_text(s, d->error);
+  mend__rec_text(s, d->detail);
+  mend__rec_real(s, d->at);
+  return mend__rec_end(s);
+}
