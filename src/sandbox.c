@@ -11,6 +11,7 @@
 #include "sandbox.h"
 
 #include <ctype.h>
+#include <limits.h>
 #include <lauxlib.h>
 #include <lualib.h>
 #include <math.h>
@@ -115,6 +116,11 @@ static double cost_log10(const char *s, size_t n, const char *p, size_t plen, in
   double lg = 0, leaf = (double)plen + 1;
   if (anchored_ok && plen > 0 && p[0] == '^') i = 1;
   else lg += log10((double)n + 1);
+  /* Each repetition's run is a pass over the subject: the estimate itself must not cost more
+   * than the bound (a pattern of thousands of "a*" anchored on a long subject). Every item is
+   * tried at least once at each start, so an estimate already over the bound is not refined. */
+  if (lg + log10(leaf) > log10(MEND_SANDBOX_PATTERN_STEPS)) return lg + log10(leaf);
+  double scanned = 0;
   int scans = 0;
   while (i < plen) {
     char c = p[i];
@@ -137,6 +143,7 @@ static double cost_log10(const char *s, size_t n, const char *p, size_t plen, in
     }
     i += clen;
     if (i < plen && (p[i] == '*' || p[i] == '+' || p[i] == '-')) {
+      if ((scanned += (double)n) > MEND_SANDBOX_PATTERN_STEPS) return HUGE_VAL;
       double run = (double)longest_run(s, n, p + cls, clen);
       i++;
       if (only_closing(p, plen, i)) leaf += run;
@@ -157,17 +164,24 @@ static const char *const pattern_fn[] = {"find", "match", "gmatch", "gsub"};
 static int bounded_pattern(lua_State *L) {
   int which = (int)lua_tointeger(L, lua_upvalueindex(2));
   int ts = lua_type(L, 1), tp = lua_type(L, 2);
-  if ((ts == LUA_TSTRING || ts == LUA_TNUMBER) && (tp == LUA_TSTRING || tp == LUA_TNUMBER) &&
-      !(which == PAT_FIND && lua_toboolean(L, 4))) {
+  if ((ts == LUA_TSTRING || ts == LUA_TNUMBER) && (tp == LUA_TSTRING || tp == LUA_TNUMBER)) {
     size_t n, plen;
     const char *s = lua_tolstring(L, 1, &n);
     const char *p = lua_tolstring(L, 2, &plen);
-    double lg = cost_log10(s, n, p, plen, which != PAT_GMATCH || LUA_VERSION_RELEASE_NUM >= 50400);
+    /* A plain find compares the needle at every start (Lua's lmemfind): quadratic too. */
+    double lg = which == PAT_FIND && lua_toboolean(L, 4)
+      ? log10((double)n + 1) + log10((double)plen + 1)
+      : cost_log10(s, n, p, plen, which != PAT_GMATCH || LUA_VERSION_RELEASE_NUM >= 50400);
     if (lg > log10(MEND_SANDBOX_PATTERN_STEPS)) {
       char msg[300];
-      snprintf(msg, sizeof msg, "string.%s: the pattern may take up to 10^%.0f steps on a subject "
-               "of %zu bytes, over the sandbox's bound of %.0e (README: Limits and sandbox)",
-               pattern_fn[which], lg, n, MEND_SANDBOX_PATTERN_STEPS);
+      if (isinf(lg))
+        snprintf(msg, sizeof msg, "string.%s: the pattern has too many repetitions for a subject "
+                 "of %zu bytes (the sandbox's bound of %.0e steps, README: Limits and sandbox)",
+                 pattern_fn[which], n, MEND_SANDBOX_PATTERN_STEPS);
+      else
+        snprintf(msg, sizeof msg, "string.%s: the pattern may take up to 10^%.0f steps on a "
+                 "subject of %zu bytes, over the sandbox's bound of %.0e (README: Limits and "
+                 "sandbox)", pattern_fn[which], lg, n, MEND_SANDBOX_PATTERN_STEPS);
       return luaL_error(L, "%s", msg);
     }
     mend_limits_charge(L, pow(10.0, lg));
@@ -189,6 +203,131 @@ static int charged_sort(lua_State *L) {
   return 0;
 }
 
+/* ---------------------------------------------------------------- C functions of bounded cost
+ *
+ * No hook runs inside a C function: one that loops over a count its caller chose (not over
+ * memory it holds) is charged that count before it starts, and refused when the count alone is
+ * over the bound of one call. */
+
+static void charge_count(lua_State *L, const char *fn, double count) {
+  if (count > MEND_SANDBOX_PATTERN_STEPS) {
+    char msg[200];
+    snprintf(msg, sizeof msg, "%s: %.0f elements in one call, over the sandbox's bound of %.0e "
+             "(README: Limits and sandbox)", fn, count, MEND_SANDBOX_PATTERN_STEPS);
+    luaL_error(L, "%s", msg);
+  }
+  if (count > 1) mend_limits_charge(L, count);
+}
+
+/* Calls upvalue 1 with the arguments, returning all it returns. */
+static int call_original(lua_State *L) {
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+/* string.rep: Lua's loops n times even when each copy is empty. */
+static int bounded_rep(lua_State *L) {
+  size_t l, lsep;
+  luaL_checklstring(L, 1, &l);
+  lua_Integer n = luaL_checkinteger(L, 2);
+  luaL_optlstring(L, 3, "", &lsep);
+  if (n <= 0 || l + lsep == 0) {
+    lua_pushliteral(L, "");
+    return 1;
+  }
+  return call_original(L);
+}
+
+/* table.move(a1, f, e, t [, a2]): e - f + 1 gets and sets. */
+static int bounded_move(lua_State *L) {
+  lua_Integer f = luaL_checkinteger(L, 2), e = luaL_checkinteger(L, 3);
+  if (e >= f) charge_count(L, "table.move", (double)e - (double)f + 1);
+  return call_original(L);
+}
+
+/* table.insert and table.remove, as Lua's (ltablib.c) but asking for the length once: the
+ * elements they shift are counted from it. */
+static lua_Integer table_length(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  return luaL_len(L, 1);
+}
+
+static int bounded_insert(lua_State *L) {
+  lua_Integer e = table_length(L) + 1, pos;
+  switch (lua_gettop(L)) {
+    case 2:
+      pos = e;
+      break;
+    case 3:
+      pos = luaL_checkinteger(L, 2);
+      luaL_argcheck(L, (lua_Unsigned)pos - 1u < (lua_Unsigned)e, 2, "position out of bounds");
+      charge_count(L, "table.insert", (double)e - (double)pos);
+      for (lua_Integer i = e; i > pos; i--) {
+        lua_geti(L, 1, i - 1);
+        lua_seti(L, 1, i);
+      }
+      break;
+    default:
+      return luaL_error(L, "wrong number of arguments to 'insert'");
+  }
+  lua_seti(L, 1, pos);
+  return 0;
+}
+
+static int bounded_remove(lua_State *L) {
+  lua_Integer size = table_length(L);
+  lua_Integer pos = luaL_optinteger(L, 2, size);
+  if (pos != size)
+    luaL_argcheck(L, (lua_Unsigned)pos - 1u <= (lua_Unsigned)size, 2, "position out of bounds");
+  if (pos < size) charge_count(L, "table.remove", (double)size - (double)pos);
+  lua_geti(L, 1, pos);
+  for (; pos < size; pos++) {
+    lua_geti(L, 1, pos + 1);
+    lua_seti(L, 1, pos);
+  }
+  lua_pushnil(L);
+  lua_seti(L, 1, pos);
+  return 1;
+}
+
+/* table.unpack(t [, i [, j]]), as Lua's, charged j - i + 1. */
+static int bounded_unpack(lua_State *L) {
+  lua_Integer i = luaL_optinteger(L, 2, 1);
+  lua_Integer e = luaL_opt(L, luaL_checkinteger, 3, luaL_len(L, 1));
+  if (i > e) return 0;
+  lua_Unsigned n = (lua_Unsigned)e - i;
+  if (n >= (unsigned int)INT_MAX || !lua_checkstack(L, (int)(++n)))
+    return luaL_error(L, "too many results to unpack");
+  charge_count(L, "table.unpack", (double)n);
+  for (; i < e; i++) lua_geti(L, 1, i);
+  lua_geti(L, 1, e);
+  return (int)n;
+}
+
+/* string.byte and utf8.codepoint (s [, i [, j]]): charged the bytes of s they may look at. */
+static int charged_slice(lua_State *L) {
+  size_t l;
+  luaL_checklstring(L, 1, &l);
+  lua_Integer i = luaL_optinteger(L, 2, 1);
+  lua_Integer j = luaL_optinteger(L, 3, i);
+  if (i < 0) i = (lua_Integer)l + i + 1;
+  if (j < 0) j = (lua_Integer)l + j + 1;
+  if (i < 1) i = 1;
+  if (j > (lua_Integer)l) j = (lua_Integer)l;
+  if (j >= i) mend_limits_charge(L, (double)(j - i + 1));
+  return call_original(L);
+}
+
+/* utf8.len and utf8.offset walk the string. */
+static int charged_walk(lua_State *L) {
+  size_t l;
+  luaL_checklstring(L, 1, &l);
+  mend_limits_charge(L, (double)l);
+  return call_original(L);
+}
+
 void mend_sandbox_prepare(lua_State *L) {
   lua_getglobal(L, "string");
   lua_pushnil(L);
@@ -199,11 +338,37 @@ void mend_sandbox_prepare(lua_State *L) {
     lua_pushcclosure(L, bounded_pattern, 2);
     lua_setfield(L, -2, pattern_fn[k]);
   }
+  lua_getfield(L, -1, "rep");
+  lua_pushcclosure(L, bounded_rep, 1);
+  lua_setfield(L, -2, "rep");
+  lua_getfield(L, -1, "byte");
+  lua_pushcclosure(L, charged_slice, 1);
+  lua_setfield(L, -2, "byte");
   lua_pop(L, 1);
   lua_getglobal(L, "table");
   lua_getfield(L, -1, "sort");
   lua_pushcclosure(L, charged_sort, 1);
   lua_setfield(L, -2, "sort");
+  lua_getfield(L, -1, "move");
+  lua_pushcclosure(L, bounded_move, 1);
+  lua_setfield(L, -2, "move");
+  lua_pushcfunction(L, bounded_insert);
+  lua_setfield(L, -2, "insert");
+  lua_pushcfunction(L, bounded_remove);
+  lua_setfield(L, -2, "remove");
+  lua_pushcfunction(L, bounded_unpack);
+  lua_setfield(L, -2, "unpack");
+  lua_pop(L, 1);
+  lua_getglobal(L, "utf8");
+  lua_getfield(L, -1, "codepoint");
+  lua_pushcclosure(L, charged_slice, 1);
+  lua_setfield(L, -2, "codepoint");
+  lua_getfield(L, -1, "len");
+  lua_pushcclosure(L, charged_walk, 1);
+  lua_setfield(L, -2, "len");
+  lua_getfield(L, -1, "offset");
+  lua_pushcclosure(L, charged_walk, 1);
+  lua_setfield(L, -2, "offset");
   lua_pop(L, 1);
   /* Every string reaches this metatable; getmetatable("") now answers false. */
   lua_pushliteral(L, "");
@@ -239,6 +404,15 @@ static int safe_load(lua_State *L) {
   const char *mode = luaL_optstring(L, 3, "bt");
   if (!strchr(mode, 't'))
     return luaL_error(L, "load: binary chunks are not available in a sandbox");
+  /* Compiling is C work no hook sees; a chunk read through a function is charged as the
+   * function runs. */
+  size_t len;
+  if (lua_type(L, 1) == LUA_TSTRING && lua_tolstring(L, 1, &len)) {
+    if (len > MAX_MODULE_BYTES)
+      return luaL_error(L, "load: a chunk of %I bytes, over the sandbox's bound of %d",
+                        (lua_Integer)len, (int)MAX_MODULE_BYTES);
+    mend_limits_charge(L, (double)len);
+  }
   lua_pushvalue(L, lua_upvalueindex(2));
   lua_pushvalue(L, 1);
   lua_pushvalue(L, 2);
@@ -330,7 +504,9 @@ static int safe_close(lua_State *L) {
 /* collectgarbage: what a program may ask of the collector without changing it for the host. */
 static int safe_collectgarbage(lua_State *L) {
   static const char *const allowed[] = {"collect", "count", "step", "isrunning", NULL};
-  luaL_checkoption(L, 1, "collect", allowed);
+  int opt = luaL_checkoption(L, 1, "collect", allowed);
+  /* A full collection walks the whole state, the engine's part and every workflow's. */
+  if (opt == 0 || opt == 2) mend_limits_charge(L, 32.0 * lua_gc(L, LUA_GCCOUNT));
   lua_pushvalue(L, lua_upvalueindex(1));
   lua_insert(L, 1);
   lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
@@ -502,6 +678,12 @@ void mend_sandbox_env(lua_State *L, const char *dir, const char *lua_dir) {
   copy_library(L, env, "string", string_names);
   copy_library(L, env, "table", NULL);
   copy_library(L, env, "math", NULL);
+  /* The generator is the state's: a seed set by one workflow would set the numbers another
+   * draws. */
+  lua_getfield(L, env, "math");
+  lua_pushnil(L);
+  lua_setfield(L, -2, "randomseed");
+  lua_pop(L, 1);
   copy_library(L, env, "utf8", NULL);
   copy_library(L, env, "coroutine", NULL);
   lua_getfield(L, env, "coroutine");
