@@ -57,6 +57,10 @@
 /* What the engine may spend on the text of a value that workflow code raised. */
 #define DESCRIBE_BUDGET 1000000
 #define DESCRIBE_SECONDS 0.05
+/* Allocations from this size on are charged to the call's limits, at this many bytes an
+ * instruction (what filling fresh pages costs against one Lua instruction). */
+#define ALLOC_CHARGED (64u << 10)
+#define ALLOC_BYTES_PER_INSTRUCTION 8.0
 
 /* Child processes of two kinds share the loop; the tag tells their handles apart at destroy.
  * Each starts with this header: the engine lets go of its live children when destroyed (E is
@@ -201,6 +205,7 @@ struct mend_engine {
   uv_async_t *wakeup;
   size_t mem_used, mem_limit;
   int limit_memory;       /* 1 while step code runs: only it is held to the limit */
+  mend_limits *alloc_limits; /* the limits of the call running, charged for large allocations */
   int alert_commands;     /* alert commands still running */
   child *children;        /* child processes whose callbacks may still come */
   uv_timer_t *checkpoint_timer;
@@ -1073,9 +1078,12 @@ static int guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres) 
   mend_limits_watch(E->L);
   mend_limits_enter(E->L, lim);
   int limit_was = E->limit_memory;
+  mend_limits *charged_was = E->alloc_limits;
   E->limit_memory = 1;
+  E->alloc_limits = lim;
   int status = lua_pcall(E->L, nargs, nres, 0);
   E->limit_memory = limit_was;
+  E->alloc_limits = charged_was;
   mend_limits_leave(E->L, lim);
   mend_limits_unwatch(E->L);
   return status;
@@ -1141,11 +1149,14 @@ static void end_attempt(mend_run *r) {
    * its limits, and not at all once a limit stopped it (Lua would run them unhooked). */
   if (!r->limits.tripped && !mend_limits_stopped(E->L, r->co)) {
     int limit_was = E->limit_memory;
+    mend_limits *charged_was = E->alloc_limits;
     E->limit_memory = 1;
+    E->alloc_limits = &r->limits;
     mend_limits_enter(E->L, &r->limits);
     mend_closethread(r->co, E->L);
     mend_limits_leave(E->L, &r->limits);
     E->limit_memory = limit_was;
+    E->alloc_limits = charged_was;
   }
   lua_sethook(r->co, NULL, 0, 0);
   lua_getfield(E->L, LUA_REGISTRYINDEX, THREADS_KEY);
@@ -1177,10 +1188,12 @@ static void resume(mend_run *r, int nargs) {
   int nres = 0;
   r->waiting = 0;
   E->limit_memory = 1;
+  E->alloc_limits = &r->limits;
   mend_limits_enter(E->L, &r->limits);
   int status = lua_resume(co, E->L, nargs, &nres);
   mend_limits_leave(E->L, &r->limits);
   E->limit_memory = 0;
+  E->alloc_limits = NULL;
   if (status == LUA_YIELD && r->waiting) {
     lua_pop(co, nres);
     return;
@@ -1229,7 +1242,7 @@ static void resume(mend_run *r, int nargs) {
     info.retry_after = -1;
     info.kind = r->limits.tripped == MEND_LIMIT_TIMEOUT ? MEND_ERR_TIMEOUT : MEND_ERR_ERROR;
   }
-  if (status == LUA_ERRMEM && E->owned_state && E->cfg.memory_limit > 0) {
+  if (status == LUA_ERRMEM && !r->limits.tripped && E->owned_state && E->cfg.memory_limit > 0) {
     snprintf(msg, sizeof msg, "step exceeded the memory limit (%zu bytes)", E->cfg.memory_limit);
     info.message = msg;
     info.kind = MEND_ERR_ERROR;
@@ -3155,7 +3168,15 @@ static void *limited_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
     E->mem_used -= old;
     return NULL;
   }
-  if (E->limit_memory && nsize > old && E->mem_used + (nsize - old) > E->mem_limit) return NULL;
+  if (E->limit_memory && nsize > old) {
+    if (E->mem_used + (nsize - old) > E->mem_limit) return NULL;
+    /* What an allocation is for (a concatenation, string.rep, string.format...) is work no
+     * count hook sees, one instruction for any size: a large one is charged its bytes and
+     * looks at the clock, and fails once the call is over its limits. */
+    if (E->alloc_limits && nsize - old >= ALLOC_CHARGED &&
+        mend_limits_spend(E->alloc_limits, (double)(nsize - old) / ALLOC_BYTES_PER_INSTRUCTION))
+      return NULL;
+  }
   void *p = realloc(ptr, nsize);
   if (p) E->mem_used = E->mem_used - old + nsize;
   return p;
