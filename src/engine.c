@@ -206,6 +206,7 @@ struct mend_engine {
   size_t mem_used, mem_limit;
   int limit_memory;       /* 1 while step code runs: only it is held to the limit */
   mend_limits *alloc_limits; /* the limits of the call running, charged for large allocations */
+  int over_limit;         /* an allocation was refused for the memory limit: collect after */
   int alert_commands;     /* alert commands still running */
   child *children;        /* child processes whose callbacks may still come */
   uv_timer_t *checkpoint_timer;
@@ -1074,6 +1075,15 @@ static void compensation_failed(mend_run *r, int i, const mend_error_info *info)
  * protected. The hook watches E->L for the time of the call, so that the coroutines the code
  * makes on it are watched too. nargs arguments above the function; leaves nres results or the
  * error value. */
+/* After a call that met the memory limit: what it left is garbage, but lauxlib's buffers
+ * (string.rep, table.concat, string.format...) allocate without the emergency collection
+ * that Lua's own allocations get, and would fail the limit on it in the next call. */
+static void collect_if_over(mend_engine *E) {
+  if (!E->over_limit || E->limit_memory) return;
+  E->over_limit = 0;
+  lua_gc(E->L, LUA_GCCOLLECT, 0);
+}
+
 static int guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres) {
   mend_limits_watch(E->L);
   mend_limits_enter(E->L, lim);
@@ -1086,6 +1096,7 @@ static int guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres) 
   E->alloc_limits = charged_was;
   mend_limits_leave(E->L, lim);
   mend_limits_unwatch(E->L);
+  collect_if_over(E);
   return status;
 }
 
@@ -1167,6 +1178,7 @@ static void end_attempt(mend_run *r) {
   luaL_unref(E->L, LUA_REGISTRYINDEX, r->co_ref);
   r->co = NULL;
   r->co_ref = LUA_NOREF;
+  collect_if_over(E);
 }
 
 static void attempt_done(mend_run *r, int ok, mend_error_info *info, const char *result_json) {
@@ -3169,7 +3181,10 @@ static void *limited_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
     return NULL;
   }
   if (E->limit_memory && nsize > old) {
-    if (E->mem_used + (nsize - old) > E->mem_limit) return NULL;
+    if (E->mem_used + (nsize - old) > E->mem_limit) {
+      E->over_limit = 1;
+      return NULL;
+    }
     /* What an allocation is for (a concatenation, string.rep, string.format...) is work no
      * count hook sees, one instruction for any size: a large one is charged its bytes and
      * looks at the clock, and fails once the call is over its limits. */

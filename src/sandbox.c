@@ -23,6 +23,8 @@
 
 /* Modules a sandbox reads from disk are Lua source of a sensible size. */
 #define MAX_MODULE_BYTES (16u << 20)
+/* The longest text mend.json.decode takes in a sandbox. */
+#define MAX_JSON_TEXT (4u << 20)
 
 /* ---------------------------------------------------------------- bounded patterns */
 
@@ -195,6 +197,10 @@ static int bounded_pattern(lua_State *L) {
 /* table.sort of a sandbox: a sort without a comparator runs in C alone, so it is charged. */
 static int charged_sort(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
+  /* Lua's sort asks __len itself, which may answer more than the table holds (its __index
+   * then serving a table sorted in C alone) or more than it answered here. */
+  if (luaL_getmetafield(L, 1, "__len") != LUA_TNIL)
+    return luaL_error(L, "table.sort: a table with a __len metamethod is not sorted in a sandbox");
   double n = (double)lua_rawlen(L, 1);
   if (n > 1) mend_limits_charge(L, n * log2(n));
   lua_pushvalue(L, lua_upvalueindex(1));
@@ -306,6 +312,29 @@ static int bounded_unpack(lua_State *L) {
   return (int)n;
 }
 
+/* table.concat(t [, sep [, i [, j]]]), as Lua's, charged j - i + 1: empty strings make it a
+ * loop that allocates nothing. */
+static int bounded_concat(lua_State *L) {
+  lua_Integer last = table_length(L);
+  size_t lsep;
+  const char *sep = luaL_optlstring(L, 2, "", &lsep);
+  lua_Integer i = luaL_optinteger(L, 3, 1);
+  last = luaL_optinteger(L, 4, last);
+  if (i <= last) charge_count(L, "table.concat", (double)last - (double)i + 1);
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  for (; i <= last; i++) {
+    lua_geti(L, 1, i);
+    if (!lua_isstring(L, -1))
+      return luaL_error(L, "invalid value (at index %I) in table for 'concat'", (LUAI_UACINT)i);
+    luaL_addvalue(&b);
+    if (i < last) luaL_addlstring(&b, sep, lsep);
+    if (i == LUA_MAXINTEGER) break;
+  }
+  luaL_pushresult(&b);
+  return 1;
+}
+
 /* string.byte and utf8.codepoint (s [, i [, j]]): charged the bytes of s they may look at. */
 static int charged_slice(lua_State *L) {
   size_t l;
@@ -358,6 +387,8 @@ void mend_sandbox_prepare(lua_State *L) {
   lua_setfield(L, -2, "remove");
   lua_pushcfunction(L, bounded_unpack);
   lua_setfield(L, -2, "unpack");
+  lua_pushcfunction(L, bounded_concat);
+  lua_setfield(L, -2, "concat");
   lua_pop(L, 1);
   lua_getglobal(L, "utf8");
   lua_getfield(L, -1, "codepoint");
@@ -396,6 +427,25 @@ static int safe_setmetatable(lua_State *L) {
   return 1;
 }
 
+/* A reader function for load, charged the text it hands over. Upvalues: 1 the workflow's
+ * reader, 2 the bytes read so far. */
+static int charged_reader(lua_State *L) {
+  lua_settop(L, 0);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_call(L, 0, 1);
+  size_t n;
+  if (lua_type(L, 1) == LUA_TSTRING && lua_tolstring(L, 1, &n) && n > 0) {
+    lua_Integer total = lua_tointeger(L, lua_upvalueindex(2)) + (lua_Integer)n;
+    if (total > (lua_Integer)MAX_MODULE_BYTES)
+      return luaL_error(L, "load: a chunk of more than %d bytes, over the sandbox's bound",
+                        (int)MAX_MODULE_BYTES);
+    lua_pushinteger(L, total);
+    lua_replace(L, lua_upvalueindex(2));
+    mend_limits_charge(L, (double)n);
+  }
+  return 1;
+}
+
 /* load(chunk [, name [, mode [, env]]]): text only, and the workflow's own environment by
  * default. Upvalue 1: the environment, 2: the library's load. */
 static int safe_load(lua_State *L) {
@@ -404,14 +454,20 @@ static int safe_load(lua_State *L) {
   const char *mode = luaL_optstring(L, 3, "bt");
   if (!strchr(mode, 't'))
     return luaL_error(L, "load: binary chunks are not available in a sandbox");
-  /* Compiling is C work no hook sees; a chunk read through a function is charged as the
-   * function runs. */
   size_t len;
   if (lua_type(L, 1) == LUA_TSTRING && lua_tolstring(L, 1, &len)) {
     if (len > MAX_MODULE_BYTES)
       return luaL_error(L, "load: a chunk of %I bytes, over the sandbox's bound of %d",
                         (lua_Integer)len, (int)MAX_MODULE_BYTES);
     mend_limits_charge(L, (double)len);
+  }
+  /* Compiling is C work no hook sees: a string chunk is charged at once, a reader function
+   * piece by piece. */
+  if (lua_type(L, 1) == LUA_TFUNCTION) {
+    lua_pushvalue(L, 1);
+    lua_pushinteger(L, 0);
+    lua_pushcclosure(L, charged_reader, 2);
+    lua_replace(L, 1);
   }
   lua_pushvalue(L, lua_upvalueindex(2));
   lua_pushvalue(L, 1);
@@ -612,6 +668,28 @@ static void copy_library(lua_State *L, int env, const char *lib, const char *con
   lua_pop(L, 1);
 }
 
+/* mend.json.decode: jansson builds the whole document outside the Lua state (and its memory
+ * limit), some twenty times the text's size, before a Lua value is made of it. Upvalue 1:
+ * the function. */
+static int bounded_decode(lua_State *L) {
+  size_t n;
+  luaL_checklstring(L, 1, &n);
+  if (n > MAX_JSON_TEXT)
+    return luaL_error(L, "mend.json.decode: a text of %I bytes, over the sandbox's bound of %d",
+                      (lua_Integer)n, (int)MAX_JSON_TEXT);
+  mend_limits_charge(L, (double)n);
+  return call_original(L);
+}
+
+/* mend.json.encode: charged the text it made (up to a million values walked in C). */
+static int charged_encode(lua_State *L) {
+  int n = call_original(L);
+  size_t len;
+  if (n >= 1 && lua_type(L, 1) == LUA_TSTRING && lua_tolstring(L, 1, &len))
+    mend_limits_charge(L, (double)len);
+  return n;
+}
+
 /* mend as a step sees it: errors, waits, host calls, JSON. */
 static void push_mend(lua_State *L) {
   static const char *const names[] = {"retryable", "fatal", "compensable", "is_error", "sleep",
@@ -633,6 +711,12 @@ static void push_mend(lua_State *L) {
     lua_rawset(L, -5);
   }
   lua_pop(L, 1);
+  lua_getfield(L, -1, "decode");
+  lua_pushcclosure(L, bounded_decode, 1);
+  lua_setfield(L, -2, "decode");
+  lua_getfield(L, -1, "encode");
+  lua_pushcclosure(L, charged_encode, 1);
+  lua_setfield(L, -2, "encode");
   lua_setfield(L, -2, "json");
   /* mend.call raises the host's error as lua/mend/init.lua does. */
   luaL_loadstring(L, "local call, error = ...\n"
