@@ -349,6 +349,14 @@ static int charged_slice(lua_State *L) {
   return call_original(L);
 }
 
+/* tonumber and the arithmetic metamethods of strings ("10" + 1) read a numeric string to its
+ * end: charged the length of each string argument. */
+static int charged_strings(lua_State *L) {
+  for (int i = 1, n = lua_gettop(L); i <= n; i++)
+    if (lua_type(L, i) == LUA_TSTRING) mend_limits_charge(L, (double)lua_rawlen(L, i));
+  return call_original(L);
+}
+
 /* utf8.len and utf8.offset walk the string. */
 static int charged_walk(lua_State *L) {
   size_t l;
@@ -401,9 +409,22 @@ void mend_sandbox_prepare(lua_State *L) {
   lua_pushcclosure(L, charged_walk, 1);
   lua_setfield(L, -2, "offset");
   lua_pop(L, 1);
+  lua_getglobal(L, "tonumber");
+  lua_pushcclosure(L, charged_strings, 1);
+  lua_setglobal(L, "tonumber");
   /* Every string reaches this metatable; getmetatable("") now answers false. */
   lua_pushliteral(L, "");
   if (lua_getmetatable(L, -1)) {
+    static const char *const arith[] = {"__add", "__sub", "__mul", "__mod", "__pow", "__div",
+                                        "__idiv", "__unm", NULL};
+    for (const char *const *nm = arith; *nm; nm++) {
+      if (lua_getfield(L, -1, *nm) != LUA_TFUNCTION) {
+        lua_pop(L, 1);
+        continue;
+      }
+      lua_pushcclosure(L, charged_strings, 1);
+      lua_setfield(L, -2, *nm);
+    }
     lua_pushboolean(L, 0);
     lua_setfield(L, -2, "__metatable");
     lua_pop(L, 1);
