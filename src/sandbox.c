@@ -757,7 +757,7 @@ static void push_mend(lua_State *L) {
 void mend_sandbox_env(lua_State *L, const char *dir, const char *lua_dir) {
   static const char *const base[] = {"assert", "error", "ipairs", "next", "pairs", "pcall",
     "rawequal", "rawget", "rawlen", "rawset", "select", "tonumber", "tostring",
-    "type", "getmetatable", "print", "_VERSION", NULL};
+    "type", "getmetatable", "_VERSION", NULL};
   static const char *const os_names[] = {"time", "clock", "date", "difftime", NULL};
   static const char *const string_names[] = {"byte", "char", "find", "format", "gmatch", "gsub",
     "len", "lower", "match", "rep", "reverse", "sub", "upper", "pack", "packsize", "unpack",
@@ -773,6 +773,10 @@ void mend_sandbox_env(lua_State *L, const char *dir, const char *lua_dir) {
   lua_getglobal(L, "setmetatable");
   lua_pushcclosure(L, safe_setmetatable, 1);
   lua_setfield(L, env, "setmetatable");
+  /* print writes to the host's stdout, a byte for each byte it is given. */
+  lua_getglobal(L, "print");
+  lua_pushcclosure(L, charged_strings, 1);
+  lua_setfield(L, env, "print");
   lua_pushvalue(L, env);
   lua_getglobal(L, "load");
   lua_pushcclosure(L, safe_load, 2);
