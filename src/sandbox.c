@@ -357,6 +357,18 @@ static int charged_strings(lua_State *L) {
   return call_original(L);
 }
 
+/* os.date calls strftime once for each conversion of its format: no format of a sensible
+ * length needs more than this. */
+#define MAX_DATE_FORMAT 4096
+
+static int bounded_date(lua_State *L) {
+  size_t n;
+  if (lua_type(L, 1) == LUA_TSTRING && lua_tolstring(L, 1, &n) && n > MAX_DATE_FORMAT)
+    return luaL_error(L, "os.date: a format of %I bytes, over the sandbox's bound of %d",
+                      (lua_Integer)n, MAX_DATE_FORMAT);
+  return call_original(L);
+}
+
 /* utf8.len and utf8.offset walk the string. */
 static int charged_walk(lua_State *L) {
   size_t l;
@@ -805,6 +817,11 @@ void mend_sandbox_env(lua_State *L, const char *dir, const char *lua_dir) {
   lua_pushcfunction(L, safe_xpcall);
   lua_setfield(L, env, "xpcall");
   copy_library(L, env, "os", os_names);
+  lua_getfield(L, env, "os");
+  lua_getfield(L, -1, "date");
+  lua_pushcclosure(L, bounded_date, 1);
+  lua_setfield(L, -2, "date");
+  lua_pop(L, 1);
   /* require, with its own table of what it loaded: "mend" is there from the start. */
   lua_newtable(L);
   int loaded = lua_gettop(L);
