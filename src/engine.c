@@ -1199,13 +1199,14 @@ static void resume(mend_run *r, int nargs) {
   lua_State *co = r->co;
   int nres = 0;
   r->waiting = 0;
+  mend_limits *charged_was = E->alloc_limits;
   E->limit_memory = 1;
   E->alloc_limits = &r->limits;
   mend_limits_enter(E->L, &r->limits);
   int status = lua_resume(co, E->L, nargs, &nres);
   mend_limits_leave(E->L, &r->limits);
   E->limit_memory = 0;
-  E->alloc_limits = NULL;
+  E->alloc_limits = charged_was;
   if (status == LUA_YIELD && r->waiting) {
     lua_pop(co, nres);
     return;
