@@ -708,7 +708,18 @@ static void *limited_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
     E->mem_used -= old;
     return NULL;
   }
-  if (E->limit_memory && nsize > old && E->mem_used + (nsize - old) > E->mem_limit) return NULL;
+  if (E->limit_memory && nsize > old) {
+    if (E->mem_used + (nsize - old) > E->mem_limit) {
+      E->over_limit = 1;
+      return NULL;
+    }
+    /* What an allocation is for (a concatenation, string.rep, string.format...) is work no
+     * count hook sees, one instruction for any size: a large one is charged its bytes and
+     * looks at the clock, and fails once the call is over its limits. */
+    if (E->alloc_limits && nsize - old >= ALLOC_CHARGED &&
+        mend_limits_spend(E->alloc_limits, (double)(nsize - old) / ALLOC_BYTES_PER_INSTRUCTION))
+      return NULL;
+  }
   void *p = realloc(ptr, nsize);
   if (p) E->mem_used = E->mem_used - old + nsize;
   return p;

@@ -59,8 +59,7 @@ const char *mend_limits_message(const mend_limits *lim, char *buf, size_t len) {
 
 static void hook(lua_State *L, lua_Debug *ar);
 
-/* Takes `spent` instructions from lim and looks at the clock: 1 if lim is now tripped. */
-static int spend(mend_limits *lim, double spent) {
+int mend_limits_spend(mend_limits *lim, double spent) {
   if (lim->tripped) return 1;
   if (lim->budget > 0) {
     lim->left = spent >= (double)lim->left ? 0 : lim->left - (long)spent;
@@ -118,7 +117,7 @@ static void hook(lua_State *L, lua_Debug *ar) {
   (void)ar;
   mend_limits *lim = mend_limits_current(L);
   int every = lua_gethookcount(L);
-  if (lim && spend(lim, every)) {
+  if (lim && mend_limits_spend(lim, every)) {
     trip_error(L, lim);
     return;
   }
@@ -128,7 +127,7 @@ static void hook(lua_State *L, lua_Debug *ar) {
 
 void mend_limits_charge(lua_State *L, double instructions) {
   mend_limits *lim = mend_limits_current(L);
-  if (lim && spend(lim, instructions)) trip_error(L, lim);
+  if (lim && mend_limits_spend(lim, instructions)) trip_error(L, lim);
 }
 
 void mend_limits_watch(lua_State *co) { lua_sethook(co, hook, LUA_MASKCOUNT, MEND_LIMITS_EVERY); }

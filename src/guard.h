@@ -44,6 +44,9 @@ mend_limits *mend_limits_current(lua_State *L);
 /* Charges work done in C on behalf of workflow code (`instructions` of it) to the limits in
  * force and looks at the clock; raises as the hook does when they trip. [-0, +0, v] */
 void mend_limits_charge(lua_State *L, double instructions);
+/* Takes `instructions` from lim and looks at the clock, without raising (for the engine's
+ * allocator, which charges what large allocations copy): 1 if lim is tripped. */
+int mend_limits_spend(mend_limits *lim, double instructions);
 /* Was co stopped by a trip? Its __close handlers must not run then: Lua would run them
  * with hooks off. [-0, +0, m] */
 int mend_limits_stopped(lua_State *L, lua_State *co);

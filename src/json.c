@@ -13,6 +13,9 @@
 #include <string.h>
 
 #define MAX_DEPTH 100
+/* Values one encoding may produce: a table shared by two branches is encoded twice, so a
+ * small Lua value can stand for an exponential document, built outside any memory limit. */
+#define MAX_VALUES (1L << 20)
 
 /* A step of the path to where the walk is: a key (valid while it is on the Lua stack), or an
  * array index when key is NULL. */
@@ -34,6 +37,7 @@ typedef struct enc {
   const void *open[MAX_DEPTH + 1];
   int depth;
   int precision;   /* digits the reals seen so far need to read back exactly */
+  long values;     /* produced so far */
   char *err;
   int errlen;
 } enc;
@@ -226,6 +230,11 @@ fail:
 static json_t *value(enc *e, int idx) {
   lua_State *L = e->L;
   json_t *v = NULL;
+  if (++e->values > MAX_VALUES) {
+    fail(e, "cannot encode more than %ld values (a table shared by several branches counts "
+         "each time)", MAX_VALUES);
+    return NULL;
+  }
   switch (lua_type(L, idx)) {
   case LUA_TNIL:
     v = json_null();
@@ -282,6 +291,7 @@ static json_t *from_lua(lua_State *L, int idx, const char *what, char *err, int 
   enc e;
   e.L = L;
   e.depth = 0;
+  e.values = 0;
   e.precision = 15;
   e.err = err;
   e.errlen = errlen;

@@ -11,6 +11,7 @@
 #include "sandbox.h"
 
 #include <ctype.h>
+#include <limits.h>
 #include <lauxlib.h>
 #include <lualib.h>
 #include <math.h>
@@ -22,6 +23,8 @@
 
 /* Modules a sandbox reads from disk are Lua source of a sensible size. */
 #define MAX_MODULE_BYTES (16u << 20)
+/* The longest text mend.json.decode takes in a sandbox. */
+#define MAX_JSON_TEXT (4u << 20)
 
 /* ---------------------------------------------------------------- bounded patterns */
 
@@ -115,6 +118,11 @@ static double cost_log10(const char *s, size_t n, const char *p, size_t plen, in
   double lg = 0, leaf = (double)plen + 1;
   if (anchored_ok && plen > 0 && p[0] == '^') i = 1;
   else lg += log10((double)n + 1);
+  /* Each repetition's run is a pass over the subject: the estimate itself must not cost more
+   * than the bound (a pattern of thousands of "a*" anchored on a long subject). Every item is
+   * tried at least once at each start, so an estimate already over the bound is not refined. */
+  if (lg + log10(leaf) > log10(MEND_SANDBOX_PATTERN_STEPS)) return lg + log10(leaf);
+  double scanned = 0;
   int scans = 0;
   while (i < plen) {
     char c = p[i];
@@ -137,6 +145,7 @@ static double cost_log10(const char *s, size_t n, const char *p, size_t plen, in
     }
     i += clen;
     if (i < plen && (p[i] == '*' || p[i] == '+' || p[i] == '-')) {
+      if ((scanned += (double)n) > MEND_SANDBOX_PATTERN_STEPS) return HUGE_VAL;
       double run = (double)longest_run(s, n, p + cls, clen);
       i++;
       if (only_closing(p, plen, i)) leaf += run;
@@ -157,17 +166,24 @@ static const char *const pattern_fn[] = {"find", "match", "gmatch", "gsub"};
 static int bounded_pattern(lua_State *L) {
   int which = (int)lua_tointeger(L, lua_upvalueindex(2));
   int ts = lua_type(L, 1), tp = lua_type(L, 2);
-  if ((ts == LUA_TSTRING || ts == LUA_TNUMBER) && (tp == LUA_TSTRING || tp == LUA_TNUMBER) &&
-      !(which == PAT_FIND && lua_toboolean(L, 4))) {
+  if ((ts == LUA_TSTRING || ts == LUA_TNUMBER) && (tp == LUA_TSTRING || tp == LUA_TNUMBER)) {
     size_t n, plen;
     const char *s = lua_tolstring(L, 1, &n);
     const char *p = lua_tolstring(L, 2, &plen);
-    double lg = cost_log10(s, n, p, plen, which != PAT_GMATCH || LUA_VERSION_RELEASE_NUM >= 50400);
+    /* A plain find compares the needle at every start (Lua's lmemfind): quadratic too. */
+    double lg = which == PAT_FIND && lua_toboolean(L, 4)
+      ? log10((double)n + 1) + log10((double)plen + 1)
+      : cost_log10(s, n, p, plen, which != PAT_GMATCH || LUA_VERSION_RELEASE_NUM >= 50400);
     if (lg > log10(MEND_SANDBOX_PATTERN_STEPS)) {
       char msg[300];
-      snprintf(msg, sizeof msg, "string.%s: the pattern may take up to 10^%.0f steps on a subject "
-               "of %zu bytes, over the sandbox's bound of %.0e (README: Limits and sandbox)",
-               pattern_fn[which], lg, n, MEND_SANDBOX_PATTERN_STEPS);
+      if (isinf(lg))
+        snprintf(msg, sizeof msg, "string.%s: the pattern has too many repetitions for a subject "
+                 "of %zu bytes (the sandbox's bound of %.0e steps, README: Limits and sandbox)",
+                 pattern_fn[which], n, MEND_SANDBOX_PATTERN_STEPS);
+      else
+        snprintf(msg, sizeof msg, "string.%s: the pattern may take up to 10^%.0f steps on a "
+                 "subject of %zu bytes, over the sandbox's bound of %.0e (README: Limits and "
+                 "sandbox)", pattern_fn[which], lg, n, MEND_SANDBOX_PATTERN_STEPS);
       return luaL_error(L, "%s", msg);
     }
     mend_limits_charge(L, pow(10.0, lg));
@@ -181,12 +197,184 @@ static int bounded_pattern(lua_State *L) {
 /* table.sort of a sandbox: a sort without a comparator runs in C alone, so it is charged. */
 static int charged_sort(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
+  /* Lua's sort asks __len itself, which may answer more than the table holds (its __index
+   * then serving a table sorted in C alone) or more than it answered here. */
+  if (luaL_getmetafield(L, 1, "__len") != LUA_TNIL)
+    return luaL_error(L, "table.sort: a table with a __len metamethod is not sorted in a sandbox");
   double n = (double)lua_rawlen(L, 1);
   if (n > 1) mend_limits_charge(L, n * log2(n));
   lua_pushvalue(L, lua_upvalueindex(1));
   lua_insert(L, 1);
   lua_call(L, lua_gettop(L) - 1, 0);
   return 0;
+}
+
+/* ---------------------------------------------------------------- C functions of bounded cost
+ *
+ * No hook runs inside a C function: one that loops over a count its caller chose (not over
+ * memory it holds) is charged that count before it starts, and refused when the count alone is
+ * over the bound of one call. */
+
+static void charge_count(lua_State *L, const char *fn, double count) {
+  if (count > MEND_SANDBOX_PATTERN_STEPS) {
+    char msg[200];
+    snprintf(msg, sizeof msg, "%s: %.0f elements in one call, over the sandbox's bound of %.0e "
+             "(README: Limits and sandbox)", fn, count, MEND_SANDBOX_PATTERN_STEPS);
+    luaL_error(L, "%s", msg);
+  }
+  if (count > 1) mend_limits_charge(L, count);
+}
+
+/* Calls upvalue 1 with the arguments, returning all it returns. */
+static int call_original(lua_State *L) {
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+/* string.rep: Lua's loops n times even when each copy is empty. */
+static int bounded_rep(lua_State *L) {
+  size_t l, lsep;
+  luaL_checklstring(L, 1, &l);
+  lua_Integer n = luaL_checkinteger(L, 2);
+  luaL_optlstring(L, 3, "", &lsep);
+  if (n <= 0 || l + lsep == 0) {
+    lua_pushliteral(L, "");
+    return 1;
+  }
+  return call_original(L);
+}
+
+/* table.move(a1, f, e, t [, a2]): e - f + 1 gets and sets. */
+static int bounded_move(lua_State *L) {
+  lua_Integer f = luaL_checkinteger(L, 2), e = luaL_checkinteger(L, 3);
+  if (e >= f) charge_count(L, "table.move", (double)e - (double)f + 1);
+  return call_original(L);
+}
+
+/* table.insert and table.remove, as Lua's (ltablib.c) but asking for the length once: the
+ * elements they shift are counted from it. */
+static lua_Integer table_length(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  return luaL_len(L, 1);
+}
+
+static int bounded_insert(lua_State *L) {
+  lua_Integer e = table_length(L) + 1, pos;
+  switch (lua_gettop(L)) {
+    case 2:
+      pos = e;
+      break;
+    case 3:
+      pos = luaL_checkinteger(L, 2);
+      luaL_argcheck(L, (lua_Unsigned)pos - 1u < (lua_Unsigned)e, 2, "position out of bounds");
+      charge_count(L, "table.insert", (double)e - (double)pos);
+      for (lua_Integer i = e; i > pos; i--) {
+        lua_geti(L, 1, i - 1);
+        lua_seti(L, 1, i);
+      }
+      break;
+    default:
+      return luaL_error(L, "wrong number of arguments to 'insert'");
+  }
+  lua_seti(L, 1, pos);
+  return 0;
+}
+
+static int bounded_remove(lua_State *L) {
+  lua_Integer size = table_length(L);
+  lua_Integer pos = luaL_optinteger(L, 2, size);
+  if (pos != size)
+    luaL_argcheck(L, (lua_Unsigned)pos - 1u <= (lua_Unsigned)size, 2, "position out of bounds");
+  if (pos < size) charge_count(L, "table.remove", (double)size - (double)pos);
+  lua_geti(L, 1, pos);
+  for (; pos < size; pos++) {
+    lua_geti(L, 1, pos + 1);
+    lua_seti(L, 1, pos);
+  }
+  lua_pushnil(L);
+  lua_seti(L, 1, pos);
+  return 1;
+}
+
+/* table.unpack(t [, i [, j]]), as Lua's, charged j - i + 1. */
+static int bounded_unpack(lua_State *L) {
+  lua_Integer i = luaL_optinteger(L, 2, 1);
+  lua_Integer e = luaL_opt(L, luaL_checkinteger, 3, luaL_len(L, 1));
+  if (i > e) return 0;
+  lua_Unsigned n = (lua_Unsigned)e - i;
+  if (n >= (unsigned int)INT_MAX || !lua_checkstack(L, (int)(++n)))
+    return luaL_error(L, "too many results to unpack");
+  charge_count(L, "table.unpack", (double)n);
+  for (; i < e; i++) lua_geti(L, 1, i);
+  lua_geti(L, 1, e);
+  return (int)n;
+}
+
+/* table.concat(t [, sep [, i [, j]]]), as Lua's, charged j - i + 1: empty strings make it a
+ * loop that allocates nothing. */
+static int bounded_concat(lua_State *L) {
+  lua_Integer last = table_length(L);
+  size_t lsep;
+  const char *sep = luaL_optlstring(L, 2, "", &lsep);
+  lua_Integer i = luaL_optinteger(L, 3, 1);
+  last = luaL_optinteger(L, 4, last);
+  if (i <= last) charge_count(L, "table.concat", (double)last - (double)i + 1);
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  for (; i <= last; i++) {
+    lua_geti(L, 1, i);
+    if (!lua_isstring(L, -1))
+      return luaL_error(L, "invalid value (at index %I) in table for 'concat'", (LUAI_UACINT)i);
+    luaL_addvalue(&b);
+    if (i < last) luaL_addlstring(&b, sep, lsep);
+    if (i == LUA_MAXINTEGER) break;
+  }
+  luaL_pushresult(&b);
+  return 1;
+}
+
+/* string.byte and utf8.codepoint (s [, i [, j]]): charged the bytes of s they may look at. */
+static int charged_slice(lua_State *L) {
+  size_t l;
+  luaL_checklstring(L, 1, &l);
+  lua_Integer i = luaL_optinteger(L, 2, 1);
+  lua_Integer j = luaL_optinteger(L, 3, i);
+  if (i < 0) i = (lua_Integer)l + i + 1;
+  if (j < 0) j = (lua_Integer)l + j + 1;
+  if (i < 1) i = 1;
+  if (j > (lua_Integer)l) j = (lua_Integer)l;
+  if (j >= i) mend_limits_charge(L, (double)(j - i + 1));
+  return call_original(L);
+}
+
+/* tonumber and the arithmetic metamethods of strings ("10" + 1) read a numeric string to its
+ * end: charged the length of each string argument. */
+static int charged_strings(lua_State *L) {
+  for (int i = 1, n = lua_gettop(L); i <= n; i++)
+    if (lua_type(L, i) == LUA_TSTRING) mend_limits_charge(L, (double)lua_rawlen(L, i));
+  return call_original(L);
+}
+
+/* os.date calls strftime once for each conversion of its format: no format of a sensible
+ * length needs more than this. */
+#define MAX_DATE_FORMAT 4096
+
+static int bounded_date(lua_State *L) {
+  size_t n;
+  if (lua_type(L, 1) == LUA_TSTRING && lua_tolstring(L, 1, &n) && n > MAX_DATE_FORMAT)
+    return luaL_error(L, "os.date: a format of %I bytes, over the sandbox's bound of %d",
+                      (lua_Integer)n, MAX_DATE_FORMAT);
+  return call_original(L);
+}
+
+/* utf8.len and utf8.offset walk the string. */
+static int charged_walk(lua_State *L) {
+  size_t l;
+  luaL_checklstring(L, 1, &l);
+  mend_limits_charge(L, (double)l);
+  return call_original(L);
 }
 
 void mend_sandbox_prepare(lua_State *L) {
@@ -199,15 +387,56 @@ void mend_sandbox_prepare(lua_State *L) {
     lua_pushcclosure(L, bounded_pattern, 2);
     lua_setfield(L, -2, pattern_fn[k]);
   }
+  lua_getfield(L, -1, "rep");
+  lua_pushcclosure(L, bounded_rep, 1);
+  lua_setfield(L, -2, "rep");
+  lua_getfield(L, -1, "byte");
+  lua_pushcclosure(L, charged_slice, 1);
+  lua_setfield(L, -2, "byte");
   lua_pop(L, 1);
   lua_getglobal(L, "table");
   lua_getfield(L, -1, "sort");
   lua_pushcclosure(L, charged_sort, 1);
   lua_setfield(L, -2, "sort");
+  lua_getfield(L, -1, "move");
+  lua_pushcclosure(L, bounded_move, 1);
+  lua_setfield(L, -2, "move");
+  lua_pushcfunction(L, bounded_insert);
+  lua_setfield(L, -2, "insert");
+  lua_pushcfunction(L, bounded_remove);
+  lua_setfield(L, -2, "remove");
+  lua_pushcfunction(L, bounded_unpack);
+  lua_setfield(L, -2, "unpack");
+  lua_pushcfunction(L, bounded_concat);
+  lua_setfield(L, -2, "concat");
   lua_pop(L, 1);
+  lua_getglobal(L, "utf8");
+  lua_getfield(L, -1, "codepoint");
+  lua_pushcclosure(L, charged_slice, 1);
+  lua_setfield(L, -2, "codepoint");
+  lua_getfield(L, -1, "len");
+  lua_pushcclosure(L, charged_walk, 1);
+  lua_setfield(L, -2, "len");
+  lua_getfield(L, -1, "offset");
+  lua_pushcclosure(L, charged_walk, 1);
+  lua_setfield(L, -2, "offset");
+  lua_pop(L, 1);
+  lua_getglobal(L, "tonumber");
+  lua_pushcclosure(L, charged_strings, 1);
+  lua_setglobal(L, "tonumber");
   /* Every string reaches this metatable; getmetatable("") now answers false. */
   lua_pushliteral(L, "");
   if (lua_getmetatable(L, -1)) {
+    static const char *const arith[] = {"__add", "__sub", "__mul", "__mod", "__pow", "__div",
+                                        "__idiv", "__unm", NULL};
+    for (const char *const *nm = arith; *nm; nm++) {
+      if (lua_getfield(L, -1, *nm) != LUA_TFUNCTION) {
+        lua_pop(L, 1);
+        continue;
+      }
+      lua_pushcclosure(L, charged_strings, 1);
+      lua_setfield(L, -2, *nm);
+    }
     lua_pushboolean(L, 0);
     lua_setfield(L, -2, "__metatable");
     lua_pop(L, 1);
@@ -231,6 +460,25 @@ static int safe_setmetatable(lua_State *L) {
   return 1;
 }
 
+/* A reader function for load, charged the text it hands over. Upvalues: 1 the workflow's
+ * reader, 2 the bytes read so far. */
+static int charged_reader(lua_State *L) {
+  lua_settop(L, 0);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_call(L, 0, 1);
+  size_t n;
+  if (lua_type(L, 1) == LUA_TSTRING && lua_tolstring(L, 1, &n) && n > 0) {
+    lua_Integer total = lua_tointeger(L, lua_upvalueindex(2)) + (lua_Integer)n;
+    if (total > (lua_Integer)MAX_MODULE_BYTES)
+      return luaL_error(L, "load: a chunk of more than %d bytes, over the sandbox's bound",
+                        (int)MAX_MODULE_BYTES);
+    lua_pushinteger(L, total);
+    lua_replace(L, lua_upvalueindex(2));
+    mend_limits_charge(L, (double)n);
+  }
+  return 1;
+}
+
 /* load(chunk [, name [, mode [, env]]]): text only, and the workflow's own environment by
  * default. Upvalue 1: the environment, 2: the library's load. */
 static int safe_load(lua_State *L) {
@@ -239,6 +487,21 @@ static int safe_load(lua_State *L) {
   const char *mode = luaL_optstring(L, 3, "bt");
   if (!strchr(mode, 't'))
     return luaL_error(L, "load: binary chunks are not available in a sandbox");
+  size_t len;
+  if (lua_type(L, 1) == LUA_TSTRING && lua_tolstring(L, 1, &len)) {
+    if (len > MAX_MODULE_BYTES)
+      return luaL_error(L, "load: a chunk of %I bytes, over the sandbox's bound of %d",
+                        (lua_Integer)len, (int)MAX_MODULE_BYTES);
+    mend_limits_charge(L, (double)len);
+  }
+  /* Compiling is C work no hook sees: a string chunk is charged at once, a reader function
+   * piece by piece. */
+  if (lua_type(L, 1) == LUA_TFUNCTION) {
+    lua_pushvalue(L, 1);
+    lua_pushinteger(L, 0);
+    lua_pushcclosure(L, charged_reader, 2);
+    lua_replace(L, 1);
+  }
   lua_pushvalue(L, lua_upvalueindex(2));
   lua_pushvalue(L, 1);
   lua_pushvalue(L, 2);
@@ -330,7 +593,9 @@ static int safe_close(lua_State *L) {
 /* collectgarbage: what a program may ask of the collector without changing it for the host. */
 static int safe_collectgarbage(lua_State *L) {
   static const char *const allowed[] = {"collect", "count", "step", "isrunning", NULL};
-  luaL_checkoption(L, 1, "collect", allowed);
+  int opt = luaL_checkoption(L, 1, "collect", allowed);
+  /* A full collection walks the whole state, the engine's part and every workflow's. */
+  if (opt == 0 || opt == 2) mend_limits_charge(L, 32.0 * lua_gc(L, LUA_GCCOUNT));
   lua_pushvalue(L, lua_upvalueindex(1));
   lua_insert(L, 1);
   lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
@@ -436,6 +701,28 @@ static void copy_library(lua_State *L, int env, const char *lib, const char *con
   lua_pop(L, 1);
 }
 
+/* mend.json.decode: jansson builds the whole document outside the Lua state (and its memory
+ * limit), some twenty times the text's size, before a Lua value is made of it. Upvalue 1:
+ * the function. */
+static int bounded_decode(lua_State *L) {
+  size_t n;
+  luaL_checklstring(L, 1, &n);
+  if (n > MAX_JSON_TEXT)
+    return luaL_error(L, "mend.json.decode: a text of %I bytes, over the sandbox's bound of %d",
+                      (lua_Integer)n, (int)MAX_JSON_TEXT);
+  mend_limits_charge(L, (double)n);
+  return call_original(L);
+}
+
+/* mend.json.encode: charged the text it made (up to a million values walked in C). */
+static int charged_encode(lua_State *L) {
+  int n = call_original(L);
+  size_t len;
+  if (n >= 1 && lua_type(L, 1) == LUA_TSTRING && lua_tolstring(L, 1, &len))
+    mend_limits_charge(L, (double)len);
+  return n;
+}
+
 /* mend as a step sees it: errors, waits, host calls, JSON. */
 static void push_mend(lua_State *L) {
   static const char *const names[] = {"retryable", "fatal", "compensable", "is_error", "sleep",
@@ -457,6 +744,12 @@ static void push_mend(lua_State *L) {
     lua_rawset(L, -5);
   }
   lua_pop(L, 1);
+  lua_getfield(L, -1, "decode");
+  lua_pushcclosure(L, bounded_decode, 1);
+  lua_setfield(L, -2, "decode");
+  lua_getfield(L, -1, "encode");
+  lua_pushcclosure(L, charged_encode, 1);
+  lua_setfield(L, -2, "encode");
   lua_setfield(L, -2, "json");
   /* mend.call raises the host's error as lua/mend/init.lua does. */
   luaL_loadstring(L, "local call, error = ...\n"
@@ -476,7 +769,7 @@ static void push_mend(lua_State *L) {
 void mend_sandbox_env(lua_State *L, const char *dir, const char *lua_dir) {
   static const char *const base[] = {"assert", "error", "ipairs", "next", "pairs", "pcall",
     "rawequal", "rawget", "rawlen", "rawset", "select", "tonumber", "tostring",
-    "type", "getmetatable", "print", "_VERSION", NULL};
+    "type", "getmetatable", "_VERSION", NULL};
   static const char *const os_names[] = {"time", "clock", "date", "difftime", NULL};
   static const char *const string_names[] = {"byte", "char", "find", "format", "gmatch", "gsub",
     "len", "lower", "match", "rep", "reverse", "sub", "upper", "pack", "packsize", "unpack",
@@ -492,6 +785,10 @@ void mend_sandbox_env(lua_State *L, const char *dir, const char *lua_dir) {
   lua_getglobal(L, "setmetatable");
   lua_pushcclosure(L, safe_setmetatable, 1);
   lua_setfield(L, env, "setmetatable");
+  /* print writes to the host's stdout, a byte for each byte it is given. */
+  lua_getglobal(L, "print");
+  lua_pushcclosure(L, charged_strings, 1);
+  lua_setfield(L, env, "print");
   lua_pushvalue(L, env);
   lua_getglobal(L, "load");
   lua_pushcclosure(L, safe_load, 2);
@@ -502,6 +799,12 @@ void mend_sandbox_env(lua_State *L, const char *dir, const char *lua_dir) {
   copy_library(L, env, "string", string_names);
   copy_library(L, env, "table", NULL);
   copy_library(L, env, "math", NULL);
+  /* The generator is the state's: a seed set by one workflow would set the numbers another
+   * draws. */
+  lua_getfield(L, env, "math");
+  lua_pushnil(L);
+  lua_setfield(L, -2, "randomseed");
+  lua_pop(L, 1);
   copy_library(L, env, "utf8", NULL);
   copy_library(L, env, "coroutine", NULL);
   lua_getfield(L, env, "coroutine");
@@ -514,6 +817,11 @@ void mend_sandbox_env(lua_State *L, const char *dir, const char *lua_dir) {
   lua_pushcfunction(L, safe_xpcall);
   lua_setfield(L, env, "xpcall");
   copy_library(L, env, "os", os_names);
+  lua_getfield(L, env, "os");
+  lua_getfield(L, -1, "date");
+  lua_pushcclosure(L, bounded_date, 1);
+  lua_setfield(L, -2, "date");
+  lua_pop(L, 1);
   /* require, with its own table of what it loaded: "mend" is there from the start. */
   lua_newtable(L);
   int loaded = lua_gettop(L);

@@ -92,6 +92,15 @@ int mend__ensure_key(mend_run *r, int i) {
   return 0;
 }
 
+/* After a call that met the memory limit: what it left is garbage, but lauxlib's buffers
+ * (string.rep, table.concat, string.format...) allocate without the emergency collection
+ * that Lua's own allocations get, and would fail the limit on it in the next call. */
+static void collect_if_over(mend_engine *E) {
+  if (!E->over_limit || E->limit_memory) return;
+  E->over_limit = 0;
+  lua_gc(E->L, LUA_GCCOLLECT, 0);
+}
+
 /* Calls into workflow code from C go through here: under `lim`, held to the memory limit,
  * protected. The hook watches E->L for the time of the call, so that the coroutines the code
  * makes on it are watched too. nargs arguments above the function; leaves nres results or the
@@ -100,11 +109,15 @@ int mend__guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres) {
   mend_limits_watch(E->L);
   mend_limits_enter(E->L, lim);
   int limit_was = E->limit_memory;
+  mend_limits *charged_was = E->alloc_limits;
   E->limit_memory = 1;
+  E->alloc_limits = lim;
   int status = lua_pcall(E->L, nargs, nres, 0);
   E->limit_memory = limit_was;
+  E->alloc_limits = charged_was;
   mend_limits_leave(E->L, lim);
   mend_limits_unwatch(E->L);
+  collect_if_over(E);
   return status;
 }
 
@@ -170,11 +183,14 @@ void mend__end_attempt(mend_run *r) {
    * its limits, and not at all once a limit stopped it (Lua would run them unhooked). */
   if (!r->limits.tripped && !mend_limits_stopped(E->L, r->co)) {
     int limit_was = E->limit_memory;
+    mend_limits *charged_was = E->alloc_limits;
     E->limit_memory = 1;
+    E->alloc_limits = &r->limits;
     mend_limits_enter(E->L, &r->limits);
     mend_closethread(r->co, E->L);
     mend_limits_leave(E->L, &r->limits);
     E->limit_memory = limit_was;
+    E->alloc_limits = charged_was;
   }
   lua_sethook(r->co, NULL, 0, 0);
   lua_getfield(E->L, LUA_REGISTRYINDEX, THREADS_KEY);
@@ -185,6 +201,7 @@ void mend__end_attempt(mend_run *r) {
   luaL_unref(E->L, LUA_REGISTRYINDEX, r->co_ref);
   r->co = NULL;
   r->co_ref = LUA_NOREF;
+  collect_if_over(E);
 }
 
 /* Resumes the attempt's coroutine with nargs values on its stack and deals with the outcome. */
@@ -193,11 +210,14 @@ void mend__resume(mend_run *r, int nargs) {
   lua_State *co = r->co;
   int nres = 0;
   r->waiting = 0;
+  mend_limits *charged_was = E->alloc_limits;
   E->limit_memory = 1;
+  E->alloc_limits = &r->limits;
   mend_limits_enter(E->L, &r->limits);
   int status = lua_resume(co, E->L, nargs, &nres);
   mend_limits_leave(E->L, &r->limits);
   E->limit_memory = 0;
+  E->alloc_limits = charged_was;
   if (status == LUA_YIELD && r->waiting) {
     lua_pop(co, nres);
     return;

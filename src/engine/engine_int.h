@@ -42,6 +42,10 @@
 /* What the engine may spend on the text of a value that workflow code raised. */
 #define DESCRIBE_BUDGET 1000000
 #define DESCRIBE_SECONDS 0.05
+/* Allocations from this size on are charged to the call's limits, at this many bytes an
+ * instruction (what filling fresh pages costs against one Lua instruction). */
+#define ALLOC_CHARGED (64u << 10)
+#define ALLOC_BYTES_PER_INSTRUCTION 32.0
 
 /* Child processes of two kinds share the loop; the tag tells their handles apart at destroy.
  * Each starts with this header: the engine lets go of its live children when destroyed (E is
@@ -188,6 +192,8 @@ struct mend_engine {
   uv_async_t *wakeup;
   size_t mem_used, mem_limit;
   int limit_memory;       /* 1 while step code runs: only it is held to the limit */
+  mend_limits *alloc_limits; /* the limits of the call running, charged for large allocations */
+  int over_limit;         /* an allocation was refused for the memory limit: collect after */
   int alert_commands;     /* alert commands still running */
   child *children;        /* child processes whose callbacks may still come */
   uv_timer_t *checkpoint_timer;
