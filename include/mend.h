@@ -121,6 +121,11 @@ typedef struct mend_options {
                                  loop goes on with the next batch (more throughput from a file
                                  database); with the engine's own loop and a real clock only,
                                  else ignored. 0: on the thread that drives the engine */
+  const char *http_allow;     /* the hosts mend.http may call, comma-separated (a host name
+                                 never holds a comma): "payments.internal,*.example.com", where
+                                 "*.example.com" is any name under example.com. NULL: any host,
+                                 except in a sandbox, where NULL allows none. Copied by
+                                 mend_engine_new */
 } mend_options;
 
 /* Fills *opts with defaults: in-memory database, full durability, real clock, random seed,
