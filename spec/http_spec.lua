@@ -222,6 +222,17 @@ describe("mend.http", function()
     assert.matches("[Tt]imeout", rw[1].error)
   end)
 
+  it("lets go of the request of an attempt over its step timeout; the next attempt answers", function()
+    script({ ["/stall"] = { { status = 200, delay = 3, body = "late" },
+                            { status = 200, body = "on time" } } })
+    local eng, id, box = run_http(function() return { url = server.base .. "/stall" } end,
+      { max_attempts = 3, initial = 0.1, jitter = 0 }, { clock = "real" }, { timeout = 0.3 })
+    assert.are.equal("succeeded", eng:status(id).status)
+    assert.are.equal("on time", box.res.body)
+    local rw = H.events(eng, id, { event = "step", to = "retry_wait" })
+    assert.are.equal(1, #rw)
+  end)
+
   it("fails a response over max_bytes with an error that says so", function()
     script({ ["/big"] = { { status = 200, size = 5000 } } })
     local eng, id = run_http(function() return { url = server.base .. "/big", max_bytes = 1000 } end)
