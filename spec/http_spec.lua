@@ -146,6 +146,33 @@ describe("mend.http", function()
     assert.are.equal('{"amount":5}', reqs[1].body)
   end)
 
+  it("sends the same Idempotency-Key after a restart", function()
+    script({ ["/again"] = { { status = 503, headers = { ["Retry-After"] = "600" } },
+                            { status = 200, body = "done" } } })
+    local def = H.one_step("again", { retry = { max_attempts = 3, initial = 1, jitter = 0 },
+      execute = function() return mend.http{ method = "POST", url = server.base .. "/again" }.body end })
+    local eng, db = H.new_engine()
+    eng:register(def)
+    local id = eng:start("again", {})
+    -- the first attempt's answer comes back in real time: step the virtual clock by nothing
+    for _ = 1, 200 do
+      eng:advance(0)
+      if H.step(eng:status(id), "work").status == "retry_wait" then break end
+      os.execute("sleep 0.02")
+    end
+    assert.are.equal("retry_wait", H.step(eng:status(id), "work").status)
+    H.close(eng)
+    local eng2 = H.reopen(db)
+    eng2:register(def)
+    eng2:recover()
+    eng2:run()
+    assert.are.equal("succeeded", eng2:status(id).status)
+    local reqs = seen("/again")
+    assert.are.equal(2, #reqs)
+    assert.are.equal(id .. "/work", reqs[2].idempotency_key)
+    assert.are.equal(reqs[1].idempotency_key, reqs[2].idempotency_key)
+  end)
+
   it("sends no Idempotency-Key on GET, nor when the call turns it off or sets its own", function()
     script({ ["/k"] = { { status = 200 } } })
     local eng = H.new_engine()
@@ -165,6 +192,21 @@ describe("mend.http", function()
     assert.are.equal(mend.json.null, reqs[1].idempotency_key)
     assert.are.equal(mend.json.null, reqs[2].idempotency_key)
     assert.are.equal("mine", reqs[3].idempotency_key)
+  end)
+
+  it("reuses a kept-alive connection for the next request", function()
+    script({ ["/ka"] = { { status = 200, body = "1" } } })
+    local eng = H.new_engine()
+    eng:register({ name = "ka", steps = {
+      { name = "a", execute = function() return mend.http{ url = server.base .. "/ka" }.body end },
+      { name = "b", execute = function() return mend.http{ url = server.base .. "/ka" }.body end },
+    } })
+    local id = eng:start("ka", {})
+    eng:run()
+    assert.are.equal("succeeded", eng:status(id).status)
+    local reqs = seen("/ka")
+    assert.are.equal(2, #reqs)
+    assert.are.equal(reqs[1].client_port, reqs[2].client_port)
   end)
 
   it("fails a 400 for good, without retry, and compensates what went before", function()

@@ -7,7 +7,8 @@ that a spec can change it) and answers with the entry of the request's path: a l
 responses, the n-th request to the path getting the n-th one and every later request the last.
 A response is {"status", "headers": {...}, "body", "size": n (a body of n bytes of "x"),
 "delay": seconds before answering}; a path not in the script gets 404. Every request is
-appended to LOG as one JSON line: {"method", "path", "idempotency_key", "body"}.
+appended to LOG as one JSON line: {"method", "path", "idempotency_key", "body",
+"client_port"} (the same port twice: the client reused its connection).
 It must never decide anything a spec asserts beyond what the script says.
 """
 import json
@@ -38,7 +39,8 @@ class Handler(BaseHTTPRequestHandler):
             with open(LOG, "a") as f:
                 f.write(json.dumps({"method": self.command, "path": path,
                                     "idempotency_key": self.headers.get("Idempotency-Key"),
-                                    "body": body_in}) + "\n")
+                                    "body": body_in,
+                                    "client_port": self.client_address[1]}) + "\n")
             try:
                 with open(SCRIPT) as f:
                     script = json.load(f)
