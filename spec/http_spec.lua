@@ -6,20 +6,26 @@ local H = require "spec.helper"
 
 local server = {}
 
--- Starts the server once for the file; S.script(tbl) rewrites what it answers.
+-- Starts the server (tests/http_server.py) on `script` and `log`, over TLS with `tls`
+-- ({cert, key}); returns its port, pid and the pipe it printed them on.
+local function spawn(script_path, log_path, tls)
+  local extra = tls and (" " .. tls.cert .. " " .. tls.key) or ""
+  local p = assert(io.popen("python3 tests/http_server.py " .. script_path .. " " .. log_path
+                            .. extra .. " & echo", "r"))
+  local line = p:read("l")
+  while line == "" do line = p:read("l") end
+  local port, pid = tostring(line):match("^(%d+) (%d+)$")
+  assert(port, "the test server did not start: " .. tostring(line))
+  return tonumber(port), tonumber(pid), p
+end
+
+-- Starts the server once for the file; script(tbl) rewrites what it answers.
 local function start_server()
   -- not H.tmp_dir(): that is removed after each test, and the server outlives them
   server.script_path = os.tmpname()
   server.log_path = os.tmpname()
-  local p = assert(io.popen("python3 tests/http_server.py " .. server.script_path .. " "
-                            .. server.log_path .. " & echo", "r"))
-  local line = p:read("l")
-  while line == "" do line = p:read("l") end
-  server.pipe = p
-  local port, pid = line:match("^(%d+) (%d+)$")
-  assert(port, "the test server did not start: " .. tostring(line))
-  server.port, server.pid = tonumber(port), tonumber(pid)
-  server.base = "http://127.0.0.1:" .. port
+  server.port, server.pid, server.pipe = spawn(server.script_path, server.log_path)
+  server.base = "http://127.0.0.1:" .. server.port
 end
 
 local function script(tbl)
@@ -302,6 +308,30 @@ describe("mend.http", function()
       { http_allow = { "payments.internal", "127.0.0.1" } })
     assert.are.equal("succeeded", eng:status(id).status)
     assert.are.equal(1, #seen("/a"))
+  end)
+
+  it("refuses a self-signed certificate, and accepts it given as ca_file", function()
+    local dir = H.tmp_dir()
+    local cert, key = dir .. "/cert.pem", dir .. "/key.pem"
+    assert(os.execute("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1"
+                      .. " -addext subjectAltName=IP:127.0.0.1 -keyout " .. key .. " -out " .. cert
+                      .. " >/dev/null 2>&1"))
+    H.write_file(dir, "script.json", mend.json.encode({ ["/tls"] = { { status = 200, body = "secure" } } }))
+    H.write_file(dir, "log.jsonl", "")
+    local port, pid, pipe = spawn(dir .. "/script.json", dir .. "/log.jsonl", { cert = cert, key = key })
+    local url = "https://127.0.0.1:" .. port .. "/tls"
+    local ok, err = pcall(function()
+      local eng, id = run_http(function() return { url = url } end)
+      assert.are.equal("failed", eng:status(id).status)   -- fatal: not retried
+      local f = H.events(eng, id, { event = "step", to = "failed" })[1]
+      assert.matches("certificate", f.error)
+      local eng2, id2, box = run_http(function() return { url = url, ca_file = cert } end)
+      assert.are.equal("succeeded", eng2:status(id2).status)
+      assert.are.equal("secure", box.res.body)
+    end)
+    os.execute("kill " .. pid)
+    pipe:close()
+    assert(ok, err)
   end)
 
   it("carries 200 concurrent requests on one loop", function()

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """http_server: a scripted HTTP/1.1 server on 127.0.0.1 for the specs of mend.http.
 
-Usage: http_server.py SCRIPT LOG. It listens on a free port and prints "PORT PID" on its first
+Usage: http_server.py SCRIPT LOG [CERT KEY]: with CERT and KEY (PEM files) it speaks HTTPS.
+It listens on a free port and prints "PORT PID" on its first
 line of output. For each request it reads SCRIPT (a JSON object, re-read at every request so
 that a spec can change it) and answers with the entry of the request's path: a list of
 responses, the n-th request to the path getting the n-th one and every later request the last.
@@ -13,6 +14,7 @@ It must never decide anything a spec asserts beyond what the script says.
 """
 import json
 import os
+import ssl
 import sys
 import threading
 import time
@@ -76,6 +78,10 @@ class Server(ThreadingHTTPServer):
 
 def main():
     server = Server(("127.0.0.1", 0), Handler)
+    if len(sys.argv) > 4:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(sys.argv[3], sys.argv[4])
+        server.socket = ctx.wrap_socket(server.socket, server_side=True)
     print(server.server_address[1], os.getpid(), flush=True)
     server.serve_forever()
 
