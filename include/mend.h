@@ -174,7 +174,8 @@ MEND_API int mend_engine_run_all(mend_engine *engine);
  * (an attempt's Lua code runs to its next wait within that time, or is stopped by its
  * timeout or instruction budget). MEND_ESTORE if the database failed. */
 MEND_API int mend_engine_tick(mend_engine *engine, double budget);
-/* Seconds until the engine next has work: 0 at once, -1 nothing scheduled. */
+/* Seconds until the engine next has work: 0 at once, -1 nothing scheduled. While HTTP requests
+ * or child processes of steps are in flight, at most 0.01: their answers arrive on the loop. */
 MEND_API double mend_engine_next_tick(mend_engine *engine);
 /* Thread-safe: wakes the loop the engine runs on. */
 MEND_API void mend_engine_wakeup(mend_engine *engine);

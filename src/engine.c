@@ -390,12 +390,17 @@ int mend_engine_tick_for(mend_engine *E, double budget) {
   return E->broken ? -1 : turns;
 }
 
+/* HTTP requests and child processes answer on the loop, at no time a timer knows: a host that
+ * ticks is asked back soon while any is in flight. */
+#define EXTERNAL_POLL_SECONDS 0.01
+
 double mend_engine_next_due(mend_engine *E) {
   if (mend__has_ready_work(E)) return 0;
   double next = mend_timers_next_due(&E->timers);
-  if (next < 0) return -1;
-  double wait = next - mend_engine_now(E);
-  return wait > 0 ? wait : 0;
+  double wait = next < 0 ? -1 : next - mend_engine_now(E);
+  if (next >= 0 && wait < 0) wait = 0;
+  if (E->externals && (wait < 0 || wait > EXTERNAL_POLL_SECONDS)) wait = EXTERNAL_POLL_SECONDS;
+  return wait;
 }
 
 static void on_wakeup(uv_async_t *h) {
