@@ -199,7 +199,6 @@ static struct mend_http *http_state(mend_engine *E) {
   return H;
 }
 
-
 static void req_free(http_req *q) {
   struct mend_http *H = q->H;
   if (q->prev) q->prev->next = q->next;
@@ -440,6 +439,8 @@ static double opt_seconds(lua_State *L, const char *field, double def, char *err
     if (t != LUA_TNUMBER || !(v > 0)) {
       snprintf(err, (size_t)errlen, "%s must be a number of seconds > 0", field);
       v = -1;
+    } else if (v > 1e6) {
+      v = 1e6;   /* about 11 days: any longer is "no limit", and stays a long in ms */
     }
   }
   lua_pop(L, 1);
@@ -617,8 +618,9 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
   double timeout = opt_seconds(L, "timeout", HTTP_TIMEOUT, err, errlen);
   double connect = opt_seconds(L, "connect_timeout", HTTP_CONNECT_TIMEOUT, err, errlen);
   if (timeout < 0 || connect < 0) return -1;
-  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)(timeout * 1000));
-  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)(connect * 1000));
+  /* 0 ms would mean no timeout to curl: a tiny one is 1 ms */
+  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout * 1000 < 1 ? 1L : (long)(timeout * 1000));
+  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, connect * 1000 < 1 ? 1L : (long)(connect * 1000));
   q->max_bytes = HTTP_MAX_BYTES;
   if (lua_getfield(L, 1, "max_bytes") != LUA_TNIL) {
     lua_Integer v = lua_tointeger(L, -1);
