@@ -41,6 +41,8 @@ describe("workflows/order_http.lua", function()
     assert.matches("HTTP 429 from POST", out)
     assert.matches("delay 1s", out)          -- the gateway's Retry-After, not the backoff
     assert.matches("HTTP 503 from POST", out)
+    -- the timeline names each attempt's request
+    assert.matches("%[POST http://127%.0%.0%.1:%d+/payments/charge %-> 429 %(", out)
     local s = stats()
     assert.are.equal(2, s.calls["/payments/charge"])
     assert.are.equal(1, s.effects["/payments/charge"])

@@ -334,8 +334,8 @@ static void push_outcome(mend_run *r, http_req *q, CURLcode rc) {
     return;
   }
   if (rc != CURLE_OK) {
-    snprintf(msg, sizeof msg, "mend.http %s %s: %s%s%s", q->method, q->url,
-             curl_easy_strerror(rc), q->errbuf[0] ? ": " : "", q->errbuf);
+    snprintf(msg, sizeof msg, "mend.http %s %s: %s", q->method, q->url,
+             q->errbuf[0] ? q->errbuf : curl_easy_strerror(rc));   /* errbuf says more */
     note(r, q, curl_easy_strerror(rc));
     lua_pushboolean(co, 0);
     mend_lua_push_error(co, transient(rc) ? MEND_ERR_RETRYABLE : MEND_ERR_FATAL, msg, -1, 0);
