@@ -124,6 +124,11 @@ typedef struct mend_options {
                                  loop goes on with the next batch (more throughput from a file
                                  database); with the engine's own loop and a real clock only,
                                  else ignored. 0: on the thread that drives the engine */
+  const char *http_allow;     /* the hosts mend.http may call, comma-separated (a host name
+                                 never holds a comma): "payments.internal,*.example.com", where
+                                 "*.example.com" is any name under example.com. NULL: any host,
+                                 except in a sandbox, where NULL allows none. Copied by
+                                 mend_engine_new */
 } mend_options;
 
 /* Fills *opts with defaults: in-memory database, full durability, real clock, random seed,
@@ -172,7 +177,8 @@ MEND_API int mend_engine_run_all(mend_engine *engine);
  * (an attempt's Lua code runs to its next wait within that time, or is stopped by its
  * timeout or instruction budget). MEND_ESTORE if the database failed. */
 MEND_API int mend_engine_tick(mend_engine *engine, double budget);
-/* Seconds until the engine next has work: 0 at once, -1 nothing scheduled. */
+/* Seconds until the engine next has work: 0 at once, -1 nothing scheduled. While HTTP requests
+ * or child processes of steps are in flight, at most 0.01: their answers arrive on the loop. */
 MEND_API double mend_engine_next_tick(mend_engine *engine);
 /* Thread-safe: wakes the loop the engine runs on. */
 MEND_API void mend_engine_wakeup(mend_engine *engine);

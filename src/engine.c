@@ -339,7 +339,12 @@ void mend__step_to(mend_run *r, int i, mend_step_status to, const char *error, d
   if (error) mend__set_str(&st->error, error);
   int attempt = to >= MEND_STEP_COMPENSATING ? st->comp_attempts : st->attempts;
   mend__write_step(r, i);
-  mend__history(r, mend__step_name(r, i), "step", from, mend_step_status_name(to), attempt, error, delay, detail);
+  /* The first row after an attempt with HTTP requests (its outcome) names them. */
+  char *http = detail ? NULL : r->http_detail;
+  if (http) r->http_detail = NULL;
+  mend__history(r, mend__step_name(r, i), "step", from, mend_step_status_name(to), attempt, error, delay,
+                http ? http : detail);
+  free(http);
   log_transition(r, mend__step_name(r, i), attempt, from, mend_step_status_name(to), error);
 }
 
@@ -383,12 +388,17 @@ int mend_engine_tick_for(mend_engine *E, double budget) {
   return E->broken ? -1 : turns;
 }
 
+/* HTTP requests and child processes answer on the loop, at no time a timer knows: a host that
+ * ticks is asked back soon while any is in flight. */
+#define EXTERNAL_POLL_SECONDS 0.01
+
 double mend_engine_next_due(mend_engine *E) {
   if (mend__has_ready_work(E)) return 0;
   double next = mend_timers_next_due(&E->timers);
-  if (next < 0) return -1;
-  double wait = next - mend_engine_now(E);
-  return wait > 0 ? wait : 0;
+  double wait = next < 0 ? -1 : next - mend_engine_now(E);
+  if (next >= 0 && wait < 0) wait = 0;
+  if (E->externals && (wait < 0 || wait > EXTERNAL_POLL_SECONDS)) wait = EXTERNAL_POLL_SECONDS;
+  return wait;
 }
 
 static void on_wakeup(uv_async_t *h) {
@@ -756,6 +766,7 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
   E->cfg = *cfg;
   if (!E->cfg.log_level) E->cfg.log_level = MEND_LOG_INFO;
   E->cfg.alert_command = cfg->alert_command ? mend_dupstr(cfg->alert_command) : NULL;
+  E->cfg.http_allow = cfg->http_allow ? mend_dupstr(cfg->http_allow) : NULL;
   if (!host) {
     E->mem_limit = cfg->memory_limit > 0 ? cfg->memory_limit : (size_t)-1;
     host = E->owned_state = lua_newstate(limited_alloc, E);
@@ -893,6 +904,7 @@ void mend_engine_destroy(mend_engine *E) {
     for (mend_run *r = E->runs; r; r = r->next)
       if (mend_store_release(E->store, r->id, E->owner)) { mend__store_failed(E); break; }
   while (E->runs) mend__run_free(E->runs);
+  mend__http_close(E);
   if (E->store && !E->broken) mend_store_commit(E->store);
   mend_store_close(E->store);
   for (mend_workflow *wf = E->workflows, *next; wf; wf = next) {
@@ -930,5 +942,6 @@ void mend_engine_destroy(mend_engine *E) {
   luaL_unref(E->L, LUA_REGISTRYINDEX, E->thread_ref);
   if (E->owned_state) lua_close(E->owned_state);
   free((char *)E->cfg.alert_command);
+  free((char *)E->cfg.http_allow);
   free(E);
 }

@@ -54,6 +54,8 @@ typedef struct mend_engine_config {
   lua_CFunction open_module;    /* opens mend.core in a state the engine makes; NULL: none */
   const char *lua_path;         /* prepended to package.path (where `require "mend"` is) */
   const char *alert_command;    /* run with `sh -c` for each alert, the event as JSON on stdin */
+  const char *http_allow;       /* hosts mend.http may call, comma-separated ("*.x.com" for
+                                   names under x.com); NULL: any, or none when sandboxed */
 } mend_engine_config;
 
 /* Creates an engine that runs its Lua on L's main state (workflow functions are values of that
@@ -198,6 +200,9 @@ int mend_engine_sleep(lua_State *L, double seconds, char *err, int errlen);
 /* Spawns a process for the attempt on L, which then yields; it is resumed with a result table.
  * `opts` at stack index 1 is the mend.exec table. 0 or -1 (err). */
 int mend_engine_exec(lua_State *L, char *err, int errlen);
+/* mend.http{...} from a step: starts the request; the step yields and is resumed with (true,
+ * response) or (false, mend error). 0, or -1 and err (the request cannot be made). */
+int mend_engine_http(lua_State *L, char *err, int errlen);
 void mend_engine_log_line(mend_engine *E, const char *level, const char *run, const char *step,
                           int attempt, const char *event, const char *message);
 /* Fires an alert that belongs to no run (a workflow file that does not load): logged, given

@@ -95,6 +95,26 @@ static int l_exec(lua_State *L) {
   return lua_yield(L, 0);
 }
 
+/* mend.http{url=, method=, headers=, body= | json=, ...} -> {status, headers, body, json}, or
+ * raises the mend error its outcome maps to (engine/http.c).  [-1, +1, e] */
+static int http_k(lua_State *L, int status, lua_KContext ctx) {
+  (void)status; (void)ctx;
+  if (!lua_toboolean(L, -2)) return lua_error(L);
+  return 1;
+}
+
+static int l_http(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_settop(L, 1);
+  char err[600], msg[640];
+  if (mend_engine_http(L, err, sizeof err)) {
+    snprintf(msg, sizeof msg, "mend.http: %s", err);
+    mend_lua_push_error(L, MEND_ERR_FATAL, msg, -1, 0);
+    return lua_error(L);
+  }
+  return lua_yieldk(L, 0, 0, http_k);
+}
+
 /* mend.core._call(name, ...) -> true, value | false, error: a host function's answer, at once
  * or after the step yielded (lua/mend/init.lua raises the error).  [-n, +2, e] */
 static int l_call(lua_State *L) {
@@ -161,7 +181,7 @@ static int l_engine(lua_State *L) {
   static const char *const fields[] = {"db", "clock", "seed", "durability", "log", "alert",
                                        "lease", "grace", "max_concurrency",
                                        "instruction_budget", "alert_command", "writer_thread",
-                                       "log_level", NULL};
+                                       "log_level", "http_allow", NULL};
   lua_pushnil(L);
   while (lua_next(L, 1)) {
     lua_pop(L, 1);
@@ -204,6 +224,22 @@ static int l_engine(lua_State *L) {
   cfg.grace_seconds = luaL_optnumber(L, -1, 10);
   lua_pop(L, 2);
   if (!(cfg.lease_seconds > 0)) return luaL_error(L, "mend.engine: lease must be > 0 seconds");
+  /* http_allow = {"a.example", "*.example.com"}: joined with commas, as mend_options has it;
+   * the string stays on the stack until the engine has copied it. */
+  int at = lua_getfield(L, 1, "http_allow");
+  if (at == LUA_TTABLE) {
+    int list = lua_gettop(L), parts = 0;
+    for (lua_Integer k = 1, n = luaL_len(L, list); k <= n; k++) {
+      if (lua_geti(L, list, k) != LUA_TSTRING || strchr(lua_tostring(L, -1), ','))
+        return luaL_error(L, "mend.engine: http_allow must be a list of host names");
+      if (parts++) { lua_pushliteral(L, ","); lua_insert(L, -2); parts++; }
+    }
+    lua_concat(L, parts);
+    lua_remove(L, list);
+  } else if (at != LUA_TNIL && at != LUA_TSTRING) {
+    return luaL_error(L, "mend.engine: http_allow must be a list of host names");
+  }
+  cfg.http_allow = lua_tostring(L, -1);   /* NULL when not given */
   engine_box *b = lua_newuserdatauv(L, sizeof *b, 0);
   *b = (engine_box){.alert_ref = LUA_NOREF, .log_ref = LUA_NOREF};
   luaL_setmetatable(L, ENGINE_MT);
@@ -751,7 +787,7 @@ int mend_lua_open(lua_State *L) {
     {"close", engine_close}, {NULL, NULL}};
   static const luaL_Reg funcs[] = {
     {"retryable", l_retryable}, {"fatal", l_fatal}, {"compensable", l_compensable},
-    {"is_error", l_is_error}, {"sleep", l_sleep}, {"exec", l_exec}, {"engine", l_engine},
+    {"is_error", l_is_error}, {"sleep", l_sleep}, {"exec", l_exec}, {"http", l_http}, {"engine", l_engine},
     {"isatty", l_isatty}, {"listdir", l_listdir}, {"_call", l_call}, {NULL, NULL}};
   mend_lerror_open(L);
   if (luaL_newmetatable(L, ENGINE_MT)) {

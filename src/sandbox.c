@@ -726,7 +726,7 @@ static int charged_encode(lua_State *L) {
 /* mend as a step sees it: errors, waits, host calls, JSON. */
 static void push_mend(lua_State *L) {
   static const char *const names[] = {"retryable", "fatal", "compensable", "is_error", "sleep",
-                                      "version", NULL};
+                                      "version", "http", NULL};   /* http: under http_allow */
   lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
   lua_getfield(L, -1, "mend.core");
   int core = lua_gettop(L);

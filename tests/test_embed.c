@@ -165,6 +165,12 @@ static const char escape_exec_lua[] =
   "  return mend.exec{ 'sh', '-c', 'echo escaped' }\n"
   "end } } }\n";
 
+static const char http_call_lua[] =
+  "local mend = require 'mend'\n"
+  "return { name = 'http_call', steps = { { name = 'get', execute = function(ctx)\n"
+  "  return mend.http{ url = ctx.input.url }.body\n"
+  "end } } }\n";
+
 /* ---------------------------------------------------------------- host functions */
 
 /* greet(who): answered at once. */
@@ -673,6 +679,109 @@ static void it_logs_from_the_level_asked(void) {
   CHECK(strstr(err, "log_level must be") && strstr(err, "\"loud\""));
 }
 
+/* A tiny HTTP server on the host's loop: every request, once its headers are in, gets
+ * "200 pong" and the connection is closed. It counts the requests it answered. */
+typedef struct pong_conn { uv_tcp_t tcp; char buf[4096]; size_t len; uv_write_t w; } pong_conn;
+static int pongs;
+static const char pong_reply[] =
+  "HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\npong";
+
+static void pong_closed(uv_handle_t *h) { free(h); }
+static void pong_written(uv_write_t *w, int status) {
+  (void)status;
+  uv_close((uv_handle_t *)w->handle, pong_closed);
+}
+static void pong_alloc(uv_handle_t *h, size_t n, uv_buf_t *b) {
+  (void)n;
+  pong_conn *c = (pong_conn *)h;
+  *b = uv_buf_init(c->buf + c->len, (unsigned)(sizeof c->buf - 1 - c->len));
+}
+static void pong_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b) {
+  (void)b;
+  pong_conn *c = (pong_conn *)s;
+  if (n < 0) { uv_close((uv_handle_t *)s, pong_closed); return; }
+  c->len += (size_t)n;
+  c->buf[c->len] = 0;
+  if (!strstr(c->buf, "\r\n\r\n")) return;
+  uv_read_stop(s);
+  pongs++;
+  uv_buf_t out = uv_buf_init((char *)pong_reply, sizeof pong_reply - 1);
+  uv_write(&c->w, s, &out, 1, pong_written);
+}
+static void pong_accept(uv_stream_t *server, int status) {
+  if (status < 0) return;
+  pong_conn *c = calloc(1, sizeof *c);
+  uv_tcp_init(server->loop, &c->tcp);
+  if (uv_accept(server, (uv_stream_t *)&c->tcp)) { uv_close((uv_handle_t *)&c->tcp, pong_closed); return; }
+  uv_read_start((uv_stream_t *)&c->tcp, pong_alloc, pong_read);
+}
+
+/* A sandboxed engine calls over HTTP only the hosts the host allows by name; a refused host is
+ * a fatal error naming it, and no request leaves. */
+static void it_lets_a_sandbox_call_only_allowed_hosts(void) {
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  uv_tcp_t server;
+  uv_tcp_init(&loop, &server);
+  struct sockaddr_in addr;
+  uv_ip4_addr("127.0.0.1", 0, &addr);
+  CHECK_EQ_INT(uv_tcp_bind(&server, (const struct sockaddr *)&addr, 0), 0);
+  CHECK_EQ_INT(uv_listen((uv_stream_t *)&server, 64, pong_accept), 0);
+  struct sockaddr_in bound;
+  int blen = sizeof bound;
+  uv_tcp_getsockname(&server, (struct sockaddr *)&bound, &blen);
+  char input[128];
+  snprintf(input, sizeof input, "{\"url\":\"http://127.0.0.1:%d/ping\"}", ntohs(bound.sin_port));
+  static const char *const allow[] = {"payments.internal,127.0.0.1", "payments.internal,*.example.com", NULL};
+  for (int k = 0; k < 3; k++) {
+    mend_options o;
+    mend_options_init(&o);
+    o.sandbox = 1;
+    o.uv_loop = &loop;
+    o.http_allow = allow[k];
+    mend_engine *E = engine(&o);
+    load(E, "http_call");
+    char id[17], st[32];
+    start(E, "http_call", input, id);
+    int before = pongs;
+    while (mend_engine_in_flight_count(E) > 0) uv_run(&loop, UV_RUN_ONCE);
+    if (k == 0) {
+      CHECK_STR(run_status(E, id, st, sizeof st), "succeeded");
+      CHECK(run_has(E, id, "pong", 0));
+      CHECK(run_has(E, id, "GET http://127.0.0.1", 1));   /* the request, in the history */
+      CHECK_EQ_INT(pongs, before + 1);
+    } else {
+      CHECK_STR(run_status(E, id, st, sizeof st), "failed");
+      CHECK(run_has(E, id, "host \\\"127.0.0.1\\\" is not allowed", 0));
+      CHECK_EQ_INT(pongs, before);
+    }
+    mend_engine_free(E);
+  }
+  /* A ticking host that sleeps as mend_engine_next_tick says still sees the answer come. */
+  mend_options o;
+  mend_options_init(&o);
+  o.http_allow = "127.0.0.1";
+  mend_engine *E = engine(&o);
+  load(E, "http_call");
+  char id[17], st[32];
+  start(E, "http_call", input, id);
+  double t0 = now_s();
+  while (mend_engine_in_flight_count(E) > 0 && now_s() - t0 < 10) {
+    CHECK_EQ_INT(mend_engine_tick(E, 0.005), MEND_OK);
+    uv_run(&loop, UV_RUN_NOWAIT);   /* the server's turn */
+    double next = mend_engine_next_tick(E);
+    if (mend_engine_in_flight_count(E) == 0) break;
+    if (next < 0) { CHECK(next >= 0); break; }   /* it would sleep for ever */
+    struct timespec ts = {0, (long)((next < 0.05 ? next : 0.05) * 1e9)};
+    nanosleep(&ts, NULL);
+  }
+  CHECK_STR(run_status(E, id, st, sizeof st), "succeeded");
+  mend_engine_free(E);
+  uv_close((uv_handle_t *)&server, NULL);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  CHECK_EQ_INT(uv_loop_close(&loop), 0);   /* the engine closed every handle it had */
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/mend-embed-XXXXXX");
   if (!mkdtemp(dir)) {
@@ -690,6 +799,7 @@ int main(void) {
   write_workflow("stuck", stuck_lua);
   write_workflow("hold", hold_lua);
   write_workflow("wait", wait_lua);
+  write_workflow("http_call", http_call_lua);
 
   it_runs_on_its_own_loop();
   it_can_be_woken_from_another_thread();
@@ -702,9 +812,11 @@ int main(void) {
   it_lets_go_of_calls_open_when_freed();
   it_logs_from_the_level_asked();
   it_reads_options_by_their_size();
+  it_lets_a_sandbox_call_only_allowed_hosts();
 
   static const char *const files[] = {"basic", "saga", "hog", "spin", "escape_os", "escape_io",
-                                      "escape_c", "escape_exec", "stuck", "hold", "wait"};
+                                      "escape_c", "escape_exec", "stuck", "hold", "wait",
+                                      "http_call"};
   for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
     char path[128];
     snprintf(path, sizeof path, "%s/%s.lua", dir, files[i]);

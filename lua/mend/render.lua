@@ -69,6 +69,7 @@ local render = {
     if present(e.attempt) and e.attempt > 0 then parts[#parts + 1] = "attempt " .. e.attempt end
     if present(e.delay) then parts[#parts + 1] = "delay " .. fmt_seconds(e.delay) end
     if present(e.error) then parts[#parts + 1] = fmt_error(e.error) end
+    if present(e.detail) then parts[#parts + 1] = "[" .. tostring(e.detail) .. "]" end   -- e.g. mend.http's requests
     return join(parts)
   end,
   breaker = function(e)

@@ -163,6 +163,7 @@ void mend__end_attempt(mend_run *r) {
   mend_engine *E = r->E;
   /* Whatever the attempt still waits for is let go: its answer must not reach a later one. */
   mend__abandon_exec(r);
+  mend__abandon_http(r);
   mend__abandon_host_call(r);
   mend_timer_disarm(&E->timers, &r->deadline);
   if (r->wait_kind == WAIT_SLEEP) mend_timer_disarm(&E->timers, &r->wait);

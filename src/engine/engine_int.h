@@ -96,6 +96,7 @@ typedef struct step_rt {
 } step_rt;
 
 typedef struct exec_req exec_req;
+typedef struct http_req http_req;
 
 /* Ordered by size, so that a parked run (most of them, with 1M waiting) pays no padding. */
 struct mend_run {
@@ -110,6 +111,8 @@ struct mend_run {
   double last_at;         /* the time of its last history row: none is written before it */
   mend_timer wait, deadline;
   exec_req *exec;
+  http_req *http;         /* mend.http's request in flight */
+  char *http_detail;      /* its requests, for the history row of its outcome */
   mend_host_call *host_call;
   mend_run *tnext;        /* waiting for a concurrency slot */
   run_fifo *waiting_in;   /* which list, if any */
@@ -215,6 +218,7 @@ struct mend_engine {
   uv_timer_t *lock_timer;
   int fence_recheck;      /* a match of our runs against the store's was cut short by a lock */
   long long inbox_seen;   /* a serving engine has looked at the events sent up to this seq */
+  struct mend_http *http; /* mend.http's libcurl multi handle, made at the first request */
 };
 /* Run ids gathered from the store (the fence, claims); oom: one could not be kept. */
 typedef struct id_list { mend_idset set; int oom; } id_list;
@@ -305,6 +309,10 @@ void mend__take_events(mend_engine *E);
 /* ---- exec.c: mend.exec's child processes */
 void mend__abandon_exec(mend_run *r);
 void mend__exec_handle_closed(uv_handle_t *h);
+
+/* ---- http.c: mend.http's requests on the loop */
+void mend__abandon_http(mend_run *r);
+void mend__http_close(mend_engine *E);
 
 /* ---- hostcall.c: functions of the host, called from steps */
 void mend__abandon_host_call(mend_run *r);

@@ -156,6 +156,7 @@ void mend__run_free(mend_run *r) {
   }
   free(r->steps);
   free(r->error);
+  free(r->http_detail);
   if (r->prev) r->prev->next = r->next;
   else E->runs = r->next;
   if (r->next) r->next->prev = r->prev;

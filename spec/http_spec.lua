@@ -1,0 +1,353 @@
+-- mend.http against a real HTTP server on 127.0.0.1 (tests/http_server.py, scripted per path):
+-- what each status and transport failure means for the step, Retry-After, the idempotency
+-- header, limits, the host allow-list, the history detail, and many requests on one loop.
+local mend = require "mend"
+local H = require "spec.helper"
+
+local server = {}
+
+-- Starts the server (tests/http_server.py) on `script` and `log`, over TLS with `tls`
+-- ({cert, key}); returns its port, pid and the pipe it printed them on.
+local function spawn(script_path, log_path, tls)
+  local extra = tls and (" " .. tls.cert .. " " .. tls.key) or ""
+  local p = assert(io.popen("python3 tests/http_server.py " .. script_path .. " " .. log_path
+                            .. extra .. " & echo", "r"))
+  local line = p:read("l")
+  while line == "" do line = p:read("l") end
+  local port, pid = tostring(line):match("^(%d+) (%d+)$")
+  assert(port, "the test server did not start: " .. tostring(line))
+  return tonumber(port), tonumber(pid), p
+end
+
+-- Starts the server once for the file; script(tbl) rewrites what it answers.
+local function start_server()
+  -- not H.tmp_dir(): that is removed after each test, and the server outlives them
+  server.script_path = os.tmpname()
+  server.log_path = os.tmpname()
+  server.port, server.pid, server.pipe = spawn(server.script_path, server.log_path)
+  server.base = "http://127.0.0.1:" .. server.port
+end
+
+local function script(tbl)
+  local f = assert(io.open(server.script_path, "w"))
+  f:write(mend.json.encode(tbl))
+  f:close()
+  f = assert(io.open(server.log_path, "w"))
+  f:close()
+end
+
+-- The requests the server saw, in order.
+local function seen(path)
+  local out = {}
+  for line in io.lines(server.log_path) do
+    local r = mend.json.decode(line)
+    if not path or r.path == path then out[#out + 1] = r end
+  end
+  return out
+end
+
+-- A free port with nothing listening: bound and closed by python.
+local function closed_port()
+  local p = assert(io.popen("python3 -c 'import socket; s=socket.socket(); "
+                            .. "s.bind((\"127.0.0.1\",0)); print(s.getsockname()[1]); s.close()'"))
+  local port = p:read("n")
+  p:close()
+  return port
+end
+
+-- Runs one step calling mend.http(call(ctx)) with `retry`; returns the engine, run id, the
+-- values the step returned or raised, and the box of what it saw.
+local function run_http(call, retry, opts, extra)
+  local eng = H.new_engine(opts)
+  local box = {}
+  local step = {
+    retry = retry or { max_attempts = 3, initial = 1, jitter = 0 },
+    execute = function(ctx)
+      local res = mend.http(call(ctx))
+      box.res = res
+      return { status = res.status, body = res.body }
+    end,
+  }
+  for k, v in pairs(extra or {}) do step[k] = v end
+  eng:register(H.one_step("h", step))
+  local id = eng:start("h", {})
+  eng:run()
+  return eng, id, box
+end
+
+describe("mend.http", function()
+  setup(start_server)
+  teardown(function()
+    if server.pid then os.execute("kill " .. server.pid) end
+    if server.pipe then server.pipe:close() end
+    os.remove(server.script_path)
+    os.remove(server.log_path)
+  end)
+  after_each(H.cleanup)
+
+  it("returns status, headers, body and decoded json of a 200", function()
+    script({ ["/ok"] = { { status = 200, headers = { ["Content-Type"] = "application/json",
+                                                    ["X-Thing"] = "a" },
+                           body = '{"n": 3}' } } })
+    local eng, id, box = run_http(function() return { url = server.base .. "/ok" } end)
+    assert.are.equal("succeeded", eng:status(id).status)
+    assert.are.equal(200, box.res.status)
+    assert.are.equal(3, box.res.json.n)
+    assert.are.equal("a", box.res.headers["x-thing"])
+    assert.are.equal('{"n": 3}', box.res.body)
+    -- the history row of the outcome names the request
+    local ok = H.events(eng, id, { event = "step", to = "succeeded" })[1]
+    assert.matches("GET http://127.0.0.1:%d+/ok %-> 200", ok.detail)
+  end)
+
+  it("waits exactly Retry-After seconds after a 429, not the backoff", function()
+    script({ ["/rl"] = { { status = 429, headers = { ["Retry-After"] = "3" }, body = "slow down" },
+                         { status = 200, body = "done" } } })
+    local eng, id = run_http(function() return { method = "POST", url = server.base .. "/rl" } end,
+      { max_attempts = 3, initial = 100, jitter = 0 })
+    assert.are.equal("succeeded", eng:status(id).status)
+    assert.are.same({ 3 }, H.retry_delays(eng, id, "work"))
+    local rw = H.events(eng, id, { event = "step", to = "retry_wait" })[1]
+    assert.matches("POST http://127.0.0.1:%d+/rl %-> 429", rw.detail)
+    assert.matches("HTTP 429", rw.error)
+  end)
+
+  it("reads Retry-After as an HTTP date against the engine's clock", function()
+    local eng = H.new_engine()
+    local at = math.floor(eng:now()) + 10
+    script({ ["/date"] = { { status = 503, headers = {
+                               ["Retry-After"] = os.date("!%a, %d %b %Y %H:%M:%S GMT", at) } },
+                           { status = 200 } } })
+    eng:register(H.one_step("h", {
+      retry = { max_attempts = 3, initial = 100, jitter = 0 },
+      execute = function() return mend.http{ url = server.base .. "/date" }.status end,
+    }))
+    local id = eng:start("h", {})
+    eng:run()
+    assert.are.equal("succeeded", eng:status(id).status)
+    local d = H.retry_delays(eng, id, "work")[1]
+    assert.is_true(d > 8.9 and d <= 10, "delay " .. tostring(d))
+  end)
+
+  it("clamps a Retry-After above max_retry_after", function()
+    script({ ["/long"] = { { status = 429, headers = { ["Retry-After"] = "3600" } },
+                           { status = 200 } } })
+    local eng, id = run_http(function() return { url = server.base .. "/long" } end,
+      { max_attempts = 3, initial = 1, jitter = 0, max_retry_after = 7 })
+    assert.are.equal("succeeded", eng:status(id).status)
+    assert.are.same({ 7 }, H.retry_delays(eng, id, "work"))
+  end)
+
+  it("retries a 503 and takes the 200 that follows, with the same Idempotency-Key", function()
+    script({ ["/pay"] = { { status = 503 }, { status = 503 }, { status = 200, body = "paid" } } })
+    local eng, id, box = run_http(function()
+      return { method = "POST", url = server.base .. "/pay", json = { amount = 5 } }
+    end, { max_attempts = 5, initial = 1, jitter = 0 })
+    assert.are.equal("succeeded", eng:status(id).status)
+    assert.are.equal("paid", box.res.body)
+    local reqs = seen("/pay")
+    assert.are.equal(3, #reqs)
+    assert.are.equal(id .. "/work", reqs[1].idempotency_key)
+    for _, r in ipairs(reqs) do assert.are.equal(reqs[1].idempotency_key, r.idempotency_key) end
+    assert.are.equal('{"amount":5}', reqs[1].body)
+  end)
+
+  it("sends the same Idempotency-Key after a restart", function()
+    script({ ["/again"] = { { status = 503, headers = { ["Retry-After"] = "600" } },
+                            { status = 200, body = "done" } } })
+    local def = H.one_step("again", { retry = { max_attempts = 3, initial = 1, jitter = 0 },
+      execute = function() return mend.http{ method = "POST", url = server.base .. "/again" }.body end })
+    local eng, db = H.new_engine()
+    eng:register(def)
+    local id = eng:start("again", {})
+    -- the first attempt's answer comes back in real time: step the virtual clock by nothing
+    for _ = 1, 200 do
+      eng:advance(0)
+      if H.step(eng:status(id), "work").status == "retry_wait" then break end
+      os.execute("sleep 0.02")
+    end
+    assert.are.equal("retry_wait", H.step(eng:status(id), "work").status)
+    H.close(eng)
+    local eng2 = H.reopen(db)
+    eng2:register(def)
+    eng2:recover()
+    eng2:run()
+    assert.are.equal("succeeded", eng2:status(id).status)
+    local reqs = seen("/again")
+    assert.are.equal(2, #reqs)
+    assert.are.equal(id .. "/work", reqs[2].idempotency_key)
+    assert.are.equal(reqs[1].idempotency_key, reqs[2].idempotency_key)
+  end)
+
+  it("sends no Idempotency-Key on GET, nor when the call turns it off or sets its own", function()
+    script({ ["/k"] = { { status = 200 } } })
+    local eng = H.new_engine()
+    eng:register({ name = "k", steps = {
+      { name = "a", execute = function() mend.http{ url = server.base .. "/k" } end },
+      { name = "b", execute = function()
+          mend.http{ method = "POST", url = server.base .. "/k", idempotency_header = false } end },
+      { name = "c", execute = function()
+          mend.http{ method = "PUT", url = server.base .. "/k",
+                     headers = { ["idempotency-key"] = "mine" } } end },
+    } })
+    local id = eng:start("k", {})
+    eng:run()
+    assert.are.equal("succeeded", eng:status(id).status)
+    local reqs = seen("/k")
+    assert.are.equal(3, #reqs)
+    assert.are.equal(mend.json.null, reqs[1].idempotency_key)
+    assert.are.equal(mend.json.null, reqs[2].idempotency_key)
+    assert.are.equal("mine", reqs[3].idempotency_key)
+  end)
+
+  it("reuses a kept-alive connection for the next request", function()
+    script({ ["/ka"] = { { status = 200, body = "1" } } })
+    local eng = H.new_engine()
+    eng:register({ name = "ka", steps = {
+      { name = "a", execute = function() return mend.http{ url = server.base .. "/ka" }.body end },
+      { name = "b", execute = function() return mend.http{ url = server.base .. "/ka" }.body end },
+    } })
+    local id = eng:start("ka", {})
+    eng:run()
+    assert.are.equal("succeeded", eng:status(id).status)
+    local reqs = seen("/ka")
+    assert.are.equal(2, #reqs)
+    assert.are.equal(reqs[1].client_port, reqs[2].client_port)
+  end)
+
+  it("fails a 400 for good, without retry, and compensates what went before", function()
+    script({ ["/bad"] = { { status = 400, body = "card declined" } } })
+    local eng = H.new_engine()
+    local undone = false
+    eng:register({ name = "o", steps = {
+      { name = "reserve", execute = function() return 1 end,
+        compensate = function() undone = true end },
+      { name = "charge", retry = { max_attempts = 5, initial = 1, jitter = 0 },
+        execute = function() return mend.http{ method = "POST", url = server.base .. "/bad" } end },
+    } })
+    local id = eng:start("o", {})
+    eng:run()
+    assert.are.equal("compensated", eng:status(id).status)
+    assert.is_true(undone)
+    assert.are.equal(1, #seen("/bad"))
+    local f = H.events(eng, id, { event = "step", step = "charge", to = "failed" })[1]
+    assert.matches("HTTP 400 from POST", f.error)
+    assert.matches("card declined", f.error)
+  end)
+
+  it("maps per call: retry_on, fatal_on, accept and raise = false", function()
+    script({ ["/c"] = { { status = 409 }, { status = 404 } }, ["/d"] = { { status = 500 } } })
+    local eng, id, box = run_http(function() return { url = server.base .. "/c", retry_on = { 409 },
+                                                     accept = { 404 } } end)
+    assert.are.equal("succeeded", eng:status(id).status)
+    assert.are.equal(404, box.res.status)
+    assert.are.equal(2, #seen("/c"))
+    eng, id = run_http(function() return { url = server.base .. "/d", fatal_on = { 500 } } end)
+    assert.are.equal("failed", eng:status(id).status)
+    assert.are.equal(1, #seen("/d"))
+    eng, id, box = run_http(function() return { url = server.base .. "/d", raise = false } end)
+    assert.are.equal("succeeded", eng:status(id).status)
+    assert.are.equal(500, box.res.status)
+  end)
+
+  it("retries a refused connection as retryable", function()
+    local port = closed_port()
+    local eng, id = run_http(function() return { url = "http://127.0.0.1:" .. port .. "/x" } end,
+      { max_attempts = 2, initial = 1, jitter = 0 })
+    assert.are.equal("needs_attention", eng:status(id).status)   -- attempts exhausted
+    local rw = H.events(eng, id, { event = "step", to = "retry_wait" })
+    assert.are.equal(1, #rw)
+    assert.matches("Couldn't connect", rw[1].error)
+  end)
+
+  it("gives up on a response slower than timeout, as retryable", function()
+    script({ ["/slow"] = { { status = 200, delay = 2 } } })
+    local eng, id = run_http(function() return { url = server.base .. "/slow", timeout = 0.2 } end,
+      { max_attempts = 2, initial = 1, jitter = 0 })
+    assert.are.equal("needs_attention", eng:status(id).status)
+    local rw = H.events(eng, id, { event = "step", to = "retry_wait" })
+    assert.are.equal(1, #rw)
+    assert.matches("timed out", rw[1].error)
+  end)
+
+  it("lets go of the request of an attempt over its step timeout; the next attempt answers", function()
+    script({ ["/stall"] = { { status = 200, delay = 3, body = "late" },
+                            { status = 200, body = "on time" } } })
+    local eng, id, box = run_http(function() return { url = server.base .. "/stall" } end,
+      { max_attempts = 3, initial = 0.1, jitter = 0 }, { clock = "real" }, { timeout = 0.3 })
+    assert.are.equal("succeeded", eng:status(id).status)
+    assert.are.equal("on time", box.res.body)
+    local rw = H.events(eng, id, { event = "step", to = "retry_wait" })
+    assert.are.equal(1, #rw)
+  end)
+
+  it("fails a response over max_bytes with an error that says so", function()
+    script({ ["/big"] = { { status = 200, size = 5000 } } })
+    local eng, id = run_http(function() return { url = server.base .. "/big", max_bytes = 1000 } end)
+    assert.are.equal("failed", eng:status(id).status)
+    local f = H.events(eng, id, { event = "step", to = "failed" })[1]
+    assert.matches("larger than max_bytes %(1000 bytes%)", f.error)
+  end)
+
+  it("refuses a URL that is not http or https, naming it", function()
+    local eng, id = run_http(function() return { url = "file:///etc/passwd" } end)
+    assert.are.equal("failed", eng:status(id).status)
+    local f = H.events(eng, id, { event = "step", to = "failed" })[1]
+    assert.matches("is not http or https", f.error)
+  end)
+
+  it("refuses a host outside http_allow and calls one inside it", function()
+    script({ ["/a"] = { { status = 200 } } })
+    local eng, id = run_http(function() return { url = server.base .. "/a" } end, nil,
+      { http_allow = { "*.example.com", "payments.internal" } })
+    assert.are.equal("failed", eng:status(id).status)
+    local f = H.events(eng, id, { event = "step", to = "failed" })[1]
+    assert.matches('host "127.0.0.1" is not allowed', f.error)
+    assert.are.equal(0, #seen("/a"))
+    eng, id = run_http(function() return { url = server.base .. "/a" } end, nil,
+      { http_allow = { "payments.internal", "127.0.0.1" } })
+    assert.are.equal("succeeded", eng:status(id).status)
+    assert.are.equal(1, #seen("/a"))
+  end)
+
+  it("refuses a self-signed certificate, and accepts it given as ca_file", function()
+    local dir = H.tmp_dir()
+    local cert, key = dir .. "/cert.pem", dir .. "/key.pem"
+    assert(os.execute("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1"
+                      .. " -addext subjectAltName=IP:127.0.0.1 -keyout " .. key .. " -out " .. cert
+                      .. " >/dev/null 2>&1"))
+    H.write_file(dir, "script.json", mend.json.encode({ ["/tls"] = { { status = 200, body = "secure" } } }))
+    H.write_file(dir, "log.jsonl", "")
+    local port, pid, pipe = spawn(dir .. "/script.json", dir .. "/log.jsonl", { cert = cert, key = key })
+    local url = "https://127.0.0.1:" .. port .. "/tls"
+    local ok, err = pcall(function()
+      local eng, id = run_http(function() return { url = url } end)
+      assert.are.equal("failed", eng:status(id).status)   -- fatal: not retried
+      local f = H.events(eng, id, { event = "step", to = "failed" })[1]
+      assert.matches("certificate", f.error)
+      local eng2, id2, box = run_http(function() return { url = url, ca_file = cert } end)
+      assert.are.equal("succeeded", eng2:status(id2).status)
+      assert.are.equal("secure", box.res.body)
+    end)
+    os.execute("kill " .. pid)
+    pipe:close()
+    assert(ok, err)
+  end)
+
+  it("carries 200 concurrent requests on one loop", function()
+    script({ ["/many"] = { { status = 200, delay = 0.2, body = "ok" } } })
+    local eng = H.new_engine()
+    eng:register(H.one_step("m", { execute = function(ctx)
+      return mend.http{ method = "POST", url = server.base .. "/many", json = ctx.input }.body
+    end }))
+    local ids = {}
+    for i = 1, 200 do ids[i] = eng:start("m", { i = i }) end
+    eng:run()
+    for i = 1, 200 do assert.are.equal("succeeded", eng:status(ids[i]).status) end
+    local keys = {}
+    for _, r in ipairs(seen("/many")) do keys[r.idempotency_key] = true end
+    local n = 0
+    for _ in pairs(keys) do n = n + 1 end
+    assert.are.equal(200, n)
+  end)
+end)

@@ -1,0 +1,689 @@
+/*
+ * http: the requests of mend.http. Owns the engine's libcurl multi handle driven by the loop
+ * (a uv_poll per socket curl asks about, one uv_timer for curl's timer), one request per
+ * waiting attempt from its start to the step's resumption with (true, response) or (false,
+ * error), what a status code means (retryable, fatal, returned), the Idempotency-Key header,
+ * the host allow-list and the text each request leaves in its attempt's history detail.
+ * Must never: block the loop (no easy_perform, no blocking resolver wait on the loop's
+ * thread beyond what libcurl's own threaded resolver does); resume an attempt that is no
+ * longer the request's; send a request to a host the allow-list refuses.
+ */
+#include "engine_int.h"
+
+#include <curl/curl.h>
+#include <ctype.h>
+#include <lauxlib.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "json.h"
+#include "mend.h"
+#include "util.h"
+
+#define HTTP_MAX_BYTES (16u << 20)
+#define HTTP_TIMEOUT 60.0           /* seconds, the whole request, unless the call says */
+#define HTTP_CONNECT_TIMEOUT 10.0
+#define HTTP_MAX_CODES 16
+#define HTTP_DETAIL_MAX 4000        /* what an attempt's requests may add to its history row */
+#define HTTP_BODY_IN_MESSAGE 200
+
+struct mend_http {
+  mend_engine *E;
+  CURLM *multi;
+  uv_timer_t *timer;
+  struct http_sock *socks;
+  struct http_req *reqs;     /* in flight, abandoned ones too */
+};
+
+typedef struct http_sock {
+  uv_poll_t poll;
+  curl_socket_t fd;
+  struct mend_http *H;
+  struct http_sock *prev, *next;
+} http_sock;
+
+typedef struct codes { int n; long v[HTTP_MAX_CODES]; } codes;
+
+struct http_req {
+  struct mend_http *H;
+  CURL *easy;
+  mend_run *run;              /* NULL once the attempt was abandoned */
+  struct curl_slist *headers;
+  char *body;
+  char *out, *hdr;
+  size_t len, cap, hlen, hcap, max_bytes;
+  int too_big, raise;
+  codes retry_on, fatal_on, accept;
+  char method[16];
+  char *url;                  /* without credentials: for messages and history */
+  double started;             /* real seconds */
+  char errbuf[CURL_ERROR_SIZE];
+  struct http_req *prev, *next;
+};
+
+/* ---------------------------------------------------------------- buffers */
+
+static int grow(char **buf, size_t *cap, size_t need) {
+  if (need <= *cap) return 0;
+  size_t c = *cap ? *cap : 4096;
+  while (c < need) c *= 2;
+  char *p = realloc(*buf, c);
+  if (!p) return -1;
+  *buf = p;
+  *cap = c;
+  return 0;
+}
+
+static size_t on_body(char *data, size_t size, size_t n, void *ud) {
+  http_req *q = ud;
+  size_t k = size * n;
+  if (q->len + k > q->max_bytes) { q->too_big = 1; return 0; }
+  if (grow(&q->out, &q->cap, q->len + k + 1)) return 0;
+  memcpy(q->out + q->len, data, k);
+  q->len += k;
+  return k;
+}
+
+/* Headers of the final response only: a redirect's or a 100's are dropped when the next
+ * status line comes. */
+static size_t on_header(char *data, size_t size, size_t n, void *ud) {
+  http_req *q = ud;
+  size_t k = size * n;
+  if (k >= 5 && strncmp(data, "HTTP/", 5) == 0) q->hlen = 0;
+  if (q->hlen + k > q->max_bytes) { q->too_big = 1; return 0; }
+  if (grow(&q->hdr, &q->hcap, q->hlen + k + 1)) return 0;
+  memcpy(q->hdr + q->hlen, data, k);
+  q->hlen += k;
+  q->hdr[q->hlen] = 0;
+  return k;
+}
+
+/* ---------------------------------------------------------------- the loop drives curl */
+
+static void check_done(struct mend_http *H);
+
+static void sock_closed(uv_handle_t *h) { free(h->data); }
+
+static void sock_close(http_sock *s) {
+  struct mend_http *H = s->H;
+  if (s->prev) s->prev->next = s->next;
+  else H->socks = s->next;
+  if (s->next) s->next->prev = s->prev;
+  uv_poll_stop(&s->poll);
+  uv_close((uv_handle_t *)&s->poll, sock_closed);
+}
+
+static void on_poll(uv_poll_t *p, int status, int events) {
+  http_sock *s = p->data;
+  struct mend_http *H = s->H;
+  int flags = 0;
+  if (status < 0) flags = CURL_CSELECT_ERR;
+  if (events & UV_READABLE) flags |= CURL_CSELECT_IN;
+  if (events & UV_WRITABLE) flags |= CURL_CSELECT_OUT;
+  int running;
+  curl_multi_socket_action(H->multi, s->fd, flags, &running);
+  check_done(H);
+}
+
+static int on_socket(CURL *easy, curl_socket_t fd, int what, void *ud, void *sockp) {
+  (void)easy;
+  struct mend_http *H = ud;
+  http_sock *s = sockp;
+  if (what == CURL_POLL_REMOVE) {
+    if (s) {
+      sock_close(s);
+      curl_multi_assign(H->multi, fd, NULL);
+    }
+    return 0;
+  }
+  if (!s) {
+    s = calloc(1, sizeof *s);
+    if (!s) return -1;
+    s->fd = fd;
+    s->H = H;
+    if (uv_poll_init_socket(H->E->loop, &s->poll, fd)) { free(s); return -1; }
+    s->poll.data = s;
+    s->next = H->socks;
+    if (H->socks) H->socks->prev = s;
+    H->socks = s;
+    curl_multi_assign(H->multi, fd, s);
+  }
+  int ev = 0;
+  if (what & CURL_POLL_IN) ev |= UV_READABLE;
+  if (what & CURL_POLL_OUT) ev |= UV_WRITABLE;
+  uv_poll_start(&s->poll, ev, on_poll);
+  return 0;
+}
+
+static void on_timer(uv_timer_t *t) {
+  struct mend_http *H = t->data;
+  int running;
+  curl_multi_socket_action(H->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+  check_done(H);
+}
+
+/* curl asks for its timer; it is acted on from the loop, never from inside this callback. */
+static int on_curl_timer(CURLM *multi, long ms, void *ud) {
+  (void)multi;
+  struct mend_http *H = ud;
+  if (ms < 0) uv_timer_stop(H->timer);
+  else uv_timer_start(H->timer, on_timer, (uint64_t)ms, 0);
+  return 0;
+}
+
+static void global_init(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
+
+static struct mend_http *http_state(mend_engine *E) {
+  if (E->http) return E->http;
+  static uv_once_t once = UV_ONCE_INIT;
+  uv_once(&once, global_init);
+  struct mend_http *H = calloc(1, sizeof *H);
+  if (!H) return NULL;
+  H->E = E;
+  H->multi = curl_multi_init();
+  H->timer = malloc(sizeof *H->timer);
+  if (!H->multi || !H->timer) {
+    if (H->multi) curl_multi_cleanup(H->multi);
+    free(H->timer);
+    free(H);
+    return NULL;
+  }
+  uv_timer_init(E->loop, H->timer);
+  H->timer->data = H;
+  curl_multi_setopt(H->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+  curl_multi_setopt(H->multi, CURLMOPT_SOCKETDATA, H);
+  curl_multi_setopt(H->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
+  curl_multi_setopt(H->multi, CURLMOPT_TIMERDATA, H);
+  E->http = H;
+  return H;
+}
+
+static void req_free(http_req *q) {
+  struct mend_http *H = q->H;
+  if (q->prev) q->prev->next = q->next;
+  else H->reqs = q->next;
+  if (q->next) q->next->prev = q->prev;
+  curl_multi_remove_handle(H->multi, q->easy);
+  curl_easy_cleanup(q->easy);
+  curl_slist_free_all(q->headers);
+  free(q->body);
+  free(q->out);
+  free(q->hdr);
+  free(q->url);
+  free(q);
+}
+
+static void timer_closed(uv_handle_t *h) { free(h); }
+
+void mend__http_close(mend_engine *E) {
+  struct mend_http *H = E->http;
+  if (!H) return;
+  while (H->reqs) {
+    if (H->reqs->run) H->reqs->run->http = NULL;
+    req_free(H->reqs);
+  }
+  curl_multi_cleanup(H->multi);
+  while (H->socks) sock_close(H->socks);
+  uv_timer_stop(H->timer);
+  uv_close((uv_handle_t *)H->timer, timer_closed);
+  free(H);
+  E->http = NULL;
+}
+
+void mend__abandon_http(mend_run *r) {
+  if (!r->http) return;
+  r->http->run = NULL;
+  req_free(r->http);
+  r->http = NULL;
+  r->E->externals--;
+}
+
+/* ---------------------------------------------------------------- outcomes */
+
+static int has_code(const codes *c, long v) {
+  for (int k = 0; k < c->n; k++) if (c->v[k] == v) return 1;
+  return 0;
+}
+
+/* Retry-After in seconds, or as an HTTP date against the engine's clock; -1: none. */
+static double retry_after(mend_engine *E, const char *v) {
+  if (!v) return -1;
+  while (*v == ' ') v++;
+  if (isdigit((unsigned char)*v)) {
+    char *end;
+    double s = strtod(v, &end);
+    while (*end == ' ' || *end == '\r') end++;
+    if (*end == 0) return s;
+  }
+  time_t t = curl_getdate(v, NULL);
+  if (t < 0) return -1;
+  double d = (double)t - mend_engine_now(E);
+  return d > 0 ? d : 0;
+}
+
+/* Pushes the headers as a table of lower-case names; a repeated one is joined with ", ". */
+static void push_headers(lua_State *co, http_req *q, const char **retry_after_v) {
+  lua_newtable(co);
+  if (!q->hdr) return;
+  char *line = q->hdr;
+  while (*line) {
+    char *eol = strchr(line, '\n');
+    char *next = eol ? eol + 1 : line + strlen(line);
+    if (eol) *eol = 0;
+    size_t n = strlen(line);
+    if (n && line[n - 1] == '\r') line[--n] = 0;
+    char *colon = strncmp(line, "HTTP/", 5) == 0 ? NULL : strchr(line, ':');
+    if (colon) {
+      *colon = 0;
+      for (char *p = line; *p; p++) *p = (char)tolower((unsigned char)*p);
+      char *v = colon + 1;
+      while (*v == ' ' || *v == '\t') v++;
+      if (strcmp(line, "retry-after") == 0) *retry_after_v = v;
+      if (lua_getfield(co, -1, line) == LUA_TSTRING) {
+        lua_pushstring(co, ", ");
+        lua_pushstring(co, v);
+        lua_concat(co, 3);
+      } else {
+        lua_pop(co, 1);
+        lua_pushstring(co, v);
+      }
+      lua_setfield(co, -2, line);
+    }
+    line = next;
+  }
+}
+
+/* Adds what the request did to the attempt's history detail. */
+static void note(mend_run *r, http_req *q, const char *outcome) {
+  char line[600];
+  snprintf(line, sizeof line, "%s %s -> %s (%.3f s)", q->method, q->url, outcome,
+           mend_real_now() - q->started);
+  size_t have = r->http_detail ? strlen(r->http_detail) : 0;
+  if (have + strlen(line) + 3 > HTTP_DETAIL_MAX) return;
+  char *d = realloc(r->http_detail, have + strlen(line) + 3);
+  if (!d) return;
+  if (have) memcpy(d + have, "; ", 2), have += 2;
+  strcpy(d + have, line);
+  r->http_detail = d;
+}
+
+static int transient(CURLcode rc) {
+  switch (rc) {
+    case CURLE_COULDNT_CONNECT: case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_RESOLVE_PROXY: case CURLE_OPERATION_TIMEDOUT: case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR: case CURLE_GOT_NOTHING: case CURLE_PARTIAL_FILE:
+    case CURLE_HTTP2: case CURLE_HTTP2_STREAM: case CURLE_SSL_CONNECT_ERROR:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+/* Pushes (true, response) or (false, error) on the attempt's coroutine. */
+static void push_outcome(mend_run *r, http_req *q, CURLcode rc) {
+  mend_engine *E = r->E;
+  lua_State *co = r->co;
+  char msg[700], what[64];
+  if (q->too_big || rc == CURLE_FILESIZE_EXCEEDED) {
+    snprintf(msg, sizeof msg, "mend.http %s %s: response larger than max_bytes (%zu bytes)",
+             q->method, q->url, q->max_bytes);
+    note(r, q, "too large");
+    lua_pushboolean(co, 0);
+    mend_lua_push_error(co, MEND_ERR_FATAL, msg, -1, 0);
+    return;
+  }
+  if (rc != CURLE_OK) {
+    snprintf(msg, sizeof msg, "mend.http %s %s: %s", q->method, q->url,
+             q->errbuf[0] ? q->errbuf : curl_easy_strerror(rc));   /* errbuf says more */
+    note(r, q, curl_easy_strerror(rc));
+    lua_pushboolean(co, 0);
+    mend_lua_push_error(co, transient(rc) ? MEND_ERR_RETRYABLE : MEND_ERR_FATAL, msg, -1, 0);
+    return;
+  }
+  long status = 0;
+  curl_easy_getinfo(q->easy, CURLINFO_RESPONSE_CODE, &status);
+  snprintf(what, sizeof what, "%ld", status);
+  note(r, q, what);
+  int kind = -1;   /* -1: returned */
+  if (q->raise && !has_code(&q->accept, status)) {
+    if (has_code(&q->retry_on, status)) kind = MEND_ERR_RETRYABLE;
+    else if (has_code(&q->fatal_on, status)) kind = MEND_ERR_FATAL;
+    else if (status == 408 || status == 429 || status == 500 || status == 502 ||
+             status == 503 || status == 504) kind = MEND_ERR_RETRYABLE;
+    else if (status >= 400) kind = MEND_ERR_FATAL;
+  }
+  const char *ra = NULL;
+  lua_createtable(co, 0, 4);
+  lua_pushinteger(co, status); lua_setfield(co, -2, "status");
+  push_headers(co, q, &ra);
+  const char *ctype = NULL;
+  if (lua_getfield(co, -1, "content-type") == LUA_TSTRING) ctype = lua_tostring(co, -1);
+  int is_json = ctype && strstr(ctype, "json");
+  lua_pop(co, 1);
+  lua_setfield(co, -2, "headers");
+  lua_pushlstring(co, q->out ? q->out : "", q->len); lua_setfield(co, -2, "body");
+  if (is_json && q->len) {
+    char err[200];
+    if (mend_json_decode(co, q->out, q->len, err, sizeof err) == 0) lua_setfield(co, -2, "json");
+  }
+  if (kind < 0) {
+    lua_pushboolean(co, 1);
+    lua_insert(co, -2);
+    return;
+  }
+  lua_pop(co, 1);
+  int body = (int)(q->len < HTTP_BODY_IN_MESSAGE ? q->len : HTTP_BODY_IN_MESSAGE);
+  snprintf(msg, sizeof msg, "HTTP %ld from %s %s%s%.*s", status, q->method, q->url,
+           body ? ": " : "", body, q->out ? q->out : "");
+  lua_pushboolean(co, 0);
+  mend_lua_push_error(co, (mend_error_kind)kind, msg,
+                      kind == MEND_ERR_RETRYABLE ? retry_after(E, ra) : -1, 0);
+}
+
+static void check_done(struct mend_http *H) {
+  mend_engine *E = H->E;
+  CURLMsg *m;
+  int left;
+  while ((m = curl_multi_info_read(H->multi, &left))) {
+    if (m->msg != CURLMSG_DONE) continue;
+    http_req *q = NULL;
+    curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&q);
+    CURLcode rc = m->data.result;
+    mend_run *r = q->run;
+    if (r) {
+      r->http = NULL;
+      E->externals--;
+      push_outcome(r, q, rc);
+    }
+    req_free(q);
+    if (r) mend__resume(r, 2);
+  }
+  mend__kick(E);
+}
+
+/* ---------------------------------------------------------------- the call */
+
+static int read_codes(lua_State *L, const char *field, codes *c, char *err, int errlen) {
+  c->n = 0;
+  int t = lua_getfield(L, 1, field);
+  if (t == LUA_TNIL) { lua_pop(L, 1); return 0; }
+  if (t != LUA_TTABLE) {
+    snprintf(err, (size_t)errlen, "%s must be a list of status codes", field);
+    lua_pop(L, 1);
+    return -1;
+  }
+  int n = (int)luaL_len(L, -1);
+  for (int k = 1; k <= n; k++) {
+    lua_geti(L, -1, k);
+    int ok;
+    lua_Integer v = lua_tointegerx(L, -1, &ok);
+    lua_pop(L, 1);
+    if (!ok || v < 100 || v > 599 || c->n == HTTP_MAX_CODES) {
+      snprintf(err, (size_t)errlen, "%s must be a list of at most %d status codes (100-599)",
+               field, HTTP_MAX_CODES);
+      lua_pop(L, 1);
+      return -1;
+    }
+    c->v[c->n++] = (long)v;
+  }
+  lua_pop(L, 1);
+  return 0;
+}
+
+static double opt_seconds(lua_State *L, const char *field, double def, char *err, int errlen) {
+  int t = lua_getfield(L, 1, field);
+  double v = def;
+  if (t != LUA_TNIL) {
+    v = lua_tonumber(L, -1);
+    if (t != LUA_TNUMBER || !(v > 0)) {
+      snprintf(err, (size_t)errlen, "%s must be a number of seconds > 0", field);
+      v = -1;
+    } else if (v > 1e6) {
+      v = 1e6;   /* about 11 days: any longer is "no limit", and stays a long in ms */
+    }
+  }
+  lua_pop(L, 1);
+  return v;
+}
+
+static int opt_bool(lua_State *L, const char *field, int def) {
+  int t = lua_getfield(L, 1, field);
+  int v = t == LUA_TNIL ? def : lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
+/* pattern "*.example.com" matches any name under example.com; others match exactly. */
+static int host_allowed(const char *list, const char *host) {
+  if (!list) return 0;
+  size_t hn = strlen(host);
+  const char *p = list;
+  while (*p) {
+    while (*p == ' ' || *p == ',') p++;
+    const char *e = p;
+    while (*e && *e != ',') e++;
+    size_t n = (size_t)(e - p);
+    while (n && p[n - 1] == ' ') n--;
+    if (n >= 2 && p[0] == '*' && p[1] == '.') {
+      size_t sn = n - 1;   /* ".example.com" */
+      if (hn > sn && strncasecmp(host + hn - sn, p + 1, sn) == 0) return 1;
+    } else if (n && n == hn && strncasecmp(host, p, n) == 0) {
+      return 1;
+    }
+    p = e;
+  }
+  return 0;
+}
+
+/* Parses and checks the URL: http or https, a host the engine allows. Sets q->url (without
+ * user and password). */
+static int check_url(mend_engine *E, http_req *q, const char *url, char *err, int errlen) {
+  CURLU *u = curl_url();
+  if (!u) { snprintf(err, (size_t)errlen, "out of memory"); return -1; }
+  char *scheme = NULL, *host = NULL;
+  int rc = -1;
+  if (curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK) {
+    snprintf(err, (size_t)errlen, "bad url \"%.200s\"", url);
+    goto out;
+  }
+  curl_url_get(u, CURLUPART_SCHEME, &scheme, 0);
+  if (!scheme || (strcasecmp(scheme, "http") && strcasecmp(scheme, "https"))) {
+    snprintf(err, (size_t)errlen, "url \"%.200s\" is not http or https", url);
+    goto out;
+  }
+  if (curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK || !host) {
+    snprintf(err, (size_t)errlen, "url \"%.200s\" has no host", url);
+    goto out;
+  }
+  if ((E->cfg.sandbox || E->cfg.http_allow) && !host_allowed(E->cfg.http_allow, host)) {
+    snprintf(err, (size_t)errlen, "host \"%.200s\" is not allowed (http_allow: %.200s)", host,
+             E->cfg.http_allow ? E->cfg.http_allow : "none");
+    goto out;
+  }
+  curl_url_set(u, CURLUPART_USER, NULL, 0);
+  curl_url_set(u, CURLUPART_PASSWORD, NULL, 0);
+  char *clean = NULL;
+  if (curl_url_get(u, CURLUPART_URL, &clean, 0) == CURLUE_OK) {
+    q->url = mend_dupstr(clean);
+    curl_free(clean);
+  }
+  rc = q->url ? 0 : -1;
+  if (rc) snprintf(err, (size_t)errlen, "out of memory");
+out:
+  curl_free(scheme);
+  curl_free(host);
+  curl_url_cleanup(u);
+  return rc;
+}
+
+static int add_header(http_req *q, const char *name, const char *value) {
+  char line[1200];
+  snprintf(line, sizeof line, "%s: %s", name, value);
+  struct curl_slist *l = curl_slist_append(q->headers, line);
+  if (!l) return -1;
+  q->headers = l;
+  return 0;
+}
+
+/* Reads the call's table (at 1), sets the request up and starts it. 0: the step yields; -1:
+ * err says why it cannot be made (a fatal error for the step). */
+static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) {
+  mend_engine *E = r->E;
+  if (lua_getfield(L, 1, "url") != LUA_TSTRING) {
+    snprintf(err, (size_t)errlen, "needs a url: mend.http{ url = \"https://...\" }");
+    return -1;
+  }
+  const char *url = lua_tostring(L, -1);
+  if (check_url(E, q, url, err, errlen)) return -1;
+  CURL *c = q->easy;
+  curl_easy_setopt(c, CURLOPT_URL, url);
+  lua_pop(L, 1);
+  /* the body: a string, or json = value encoded */
+  int has_type = 0, has_key = 0;
+  size_t body_len = 0;
+  int bt = lua_getfield(L, 1, "body");
+  int jt = lua_getfield(L, 1, "json");
+  if (bt != LUA_TNIL && jt != LUA_TNIL) {
+    snprintf(err, (size_t)errlen, "give body or json, not both");
+    return -1;
+  }
+  if (bt != LUA_TNIL) {
+    if (bt != LUA_TSTRING) { snprintf(err, (size_t)errlen, "body must be a string"); return -1; }
+    const char *b = lua_tolstring(L, -2, &body_len);
+    q->body = malloc(body_len + 1);
+    if (!q->body) { snprintf(err, (size_t)errlen, "out of memory"); return -1; }
+    memcpy(q->body, b, body_len);
+  } else if (jt != LUA_TNIL) {
+    char jerr[300];
+    q->body = mend_json_encode(L, -1, "json", jerr, sizeof jerr);
+    if (!q->body) { snprintf(err, (size_t)errlen, "%s", jerr); return -1; }
+    body_len = strlen(q->body);
+  }
+  lua_pop(L, 2);
+  int mt = lua_getfield(L, 1, "method");
+  const char *method = mt == LUA_TSTRING ? lua_tostring(L, -1) : q->body ? "POST" : "GET";
+  size_t mn = strlen(method);
+  if (mn == 0 || mn >= sizeof q->method) {
+    snprintf(err, (size_t)errlen, "bad method");
+    return -1;
+  }
+  for (size_t k = 0; k <= mn; k++) q->method[k] = (char)toupper((unsigned char)method[k]);
+  for (size_t k = 0; k < mn; k++)
+    if (!isalpha((unsigned char)q->method[k])) { snprintf(err, (size_t)errlen, "bad method \"%s\"", method); return -1; }
+  lua_pop(L, 1);
+  if (strcmp(q->method, "HEAD") == 0) curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+  else if (strcmp(q->method, "GET") != 0) curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, q->method);
+  if (q->body) {
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, q->body);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
+  }
+  /* headers */
+  int ht = lua_getfield(L, 1, "headers");
+  if (ht == LUA_TTABLE) {
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+      if (lua_type(L, -2) != LUA_TSTRING || !lua_isstring(L, -1)) {
+        snprintf(err, (size_t)errlen, "headers must map names to strings");
+        return -1;
+      }
+      const char *name = lua_tostring(L, -2);
+      if (strpbrk(name, ":\r\n") || strpbrk(lua_tostring(L, -1), "\r\n")) {
+        snprintf(err, (size_t)errlen, "header \"%.100s\" has a newline or a colon", name);
+        return -1;
+      }
+      if (strcasecmp(name, "content-type") == 0) has_type = 1;
+      if (strcasecmp(name, "idempotency-key") == 0) has_key = 1;
+      if (add_header(q, name, lua_tostring(L, -1))) { snprintf(err, (size_t)errlen, "out of memory"); return -1; }
+      lua_pop(L, 1);
+    }
+  } else if (ht != LUA_TNIL) {
+    snprintf(err, (size_t)errlen, "headers must be a table");
+    return -1;
+  }
+  lua_pop(L, 1);
+  if (jt != LUA_TNIL && !has_type && add_header(q, "Content-Type", "application/json")) return -1;
+  if (!has_key && opt_bool(L, "idempotency_header", 1) && strcmp(q->method, "GET") &&
+      strcmp(q->method, "HEAD")) {
+    int i = r->cur;
+    const step_rt *st = &r->steps[i];
+    char key[600];
+    if (st->custom_key && st->idem_key) snprintf(key, sizeof key, "%s", st->idem_key);
+    else snprintf(key, sizeof key, "%s/%s", r->id, r->wf->steps[i].name);
+    if (strpbrk(key, "\r\n")) { snprintf(err, (size_t)errlen, "the idempotency key has a newline"); return -1; }
+    if (add_header(q, "Idempotency-Key", key)) return -1;
+  }
+  if (q->headers) curl_easy_setopt(c, CURLOPT_HTTPHEADER, q->headers);
+  /* limits and mapping */
+  double timeout = opt_seconds(L, "timeout", HTTP_TIMEOUT, err, errlen);
+  double connect = opt_seconds(L, "connect_timeout", HTTP_CONNECT_TIMEOUT, err, errlen);
+  if (timeout < 0 || connect < 0) return -1;
+  /* 0 ms would mean no timeout to curl: a tiny one is 1 ms */
+  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout * 1000 < 1 ? 1L : (long)(timeout * 1000));
+  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, connect * 1000 < 1 ? 1L : (long)(connect * 1000));
+  q->max_bytes = HTTP_MAX_BYTES;
+  if (lua_getfield(L, 1, "max_bytes") != LUA_TNIL) {
+    lua_Integer v = lua_tointeger(L, -1);
+    if (v <= 0) { snprintf(err, (size_t)errlen, "max_bytes must be an integer > 0"); return -1; }
+    q->max_bytes = (size_t)v;
+  }
+  lua_pop(L, 1);
+  curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)q->max_bytes);
+  if (lua_getfield(L, 1, "ca_file") == LUA_TSTRING)
+    curl_easy_setopt(c, CURLOPT_CAINFO, lua_tostring(L, -1));   /* copied by curl */
+  lua_pop(L, 1);
+  if (read_codes(L, "retry_on", &q->retry_on, err, errlen) ||
+      read_codes(L, "fatal_on", &q->fatal_on, err, errlen) ||
+      read_codes(L, "accept", &q->accept, err, errlen)) return -1;
+  q->raise = opt_bool(L, "raise", 1);
+  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(c, CURLOPT_ERRORBUFFER, q->errbuf);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, q);
+  curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(c, CURLOPT_HEADERDATA, q);
+  curl_easy_setopt(c, CURLOPT_PRIVATE, q);
+  curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, "");
+  curl_easy_setopt(c, CURLOPT_USERAGENT, "mend/" MEND_VERSION_STRING);
+  return 0;
+}
+
+int mend_engine_http(lua_State *L, char *err, int errlen) {
+  mend_run *r = mend__waiting_run(L, err, errlen);
+  if (!r) return -1;
+  mend_engine *E = r->E;
+  luaL_checktype(L, 1, LUA_TTABLE);
+  struct mend_http *H = http_state(E);
+  http_req *q = H ? calloc(1, sizeof *q) : NULL;
+  if (q) q->easy = curl_easy_init();
+  if (!q || !q->easy) {
+    if (q) free(q);
+    snprintf(err, (size_t)errlen, "out of memory");
+    return -1;
+  }
+  q->H = H;
+  q->next = H->reqs;
+  if (H->reqs) H->reqs->prev = q;
+  H->reqs = q;
+  int top = lua_gettop(L);
+  int rc = setup(r, q, L, err, errlen);
+  lua_settop(L, top);
+  if (rc == 0) {
+    q->started = mend_real_now();
+    if (curl_multi_add_handle(H->multi, q->easy) != CURLM_OK) {
+      snprintf(err, (size_t)errlen, "cannot start the request");
+      rc = -1;
+    }
+  }
+  if (rc) {
+    req_free(q);
+    return -1;
+  }
+  E->externals++;
+  q->run = r;
+  r->http = q;
+  r->waiting = 1;
+  return 0;
+}

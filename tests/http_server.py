@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""http_server: a scripted HTTP/1.1 server on 127.0.0.1 for the specs of mend.http.
+
+Usage: http_server.py SCRIPT LOG [CERT KEY]: with CERT and KEY (PEM files) it speaks HTTPS.
+It listens on a free port and prints "PORT PID" on its first
+line of output. For each request it reads SCRIPT (a JSON object, re-read at every request so
+that a spec can change it) and answers with the entry of the request's path: a list of
+responses, the n-th request to the path getting the n-th one and every later request the last.
+A response is {"status", "headers": {...}, "body", "size": n (a body of n bytes of "x"),
+"delay": seconds before answering}; a path not in the script gets 404. Every request is
+appended to LOG as one JSON line: {"method", "path", "idempotency_key", "body",
+"client_port"} (the same port twice: the client reused its connection).
+It must never decide anything a spec asserts beyond what the script says.
+"""
+import json
+import os
+import ssl
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+SCRIPT, LOG = sys.argv[1], sys.argv[2]
+counts = {}
+lock = threading.Lock()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def answer(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        body_in = self.rfile.read(length).decode("utf-8", "replace") if length else ""
+        path = self.path.split("?", 1)[0]
+        with lock:
+            n = counts.get(path, 0)
+            counts[path] = n + 1
+            with open(LOG, "a") as f:
+                f.write(json.dumps({"method": self.command, "path": path,
+                                    "idempotency_key": self.headers.get("Idempotency-Key"),
+                                    "body": body_in,
+                                    "client_port": self.client_address[1]}) + "\n")
+            try:
+                with open(SCRIPT) as f:
+                    script = json.load(f)
+            except (OSError, ValueError):
+                script = {}
+        entries = script.get(path)
+        if not entries:
+            r = {"status": 404, "body": "no such path"}
+        else:
+            r = entries[min(n, len(entries) - 1)]
+        if r.get("delay"):
+            time.sleep(r["delay"])
+        body = ("x" * r["size"]) if "size" in r else r.get("body", "")
+        data = body.encode()
+        self.send_response(r.get("status", 200))
+        for k, v in (r.get("headers") or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            try:
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = answer
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024   # the listen backlog: hundreds of clients connect at once
+
+
+def main():
+    server = Server(("127.0.0.1", 0), Handler)
+    if len(sys.argv) > 4:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(sys.argv[3], sys.argv[4])
+        server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    print(server.server_address[1], os.getpid(), flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
