@@ -13,7 +13,8 @@
  * loop, a lock held by another process, and an engine's life.
  * The rest is in src/engine/, one concern a file, behind src/engine/engine_int.h: saga.c (what
  * outcomes mean), attempt.c (coroutines and every call into workflow code), admit.c (breakers
- * and caps), notify.c (alerts and events), exec.c, hostcall.c, load.c (workflows and their
+ * and caps), notify.c (alerts and events for the host), events.c (events sent to runs and
+ * the steps that wait for them), exec.c, http.c, hostcall.c, load.c (workflows and their
  * versions), recover.c, run.c (runs in memory, and their start), worker.c (leases, fence,
  * serving), repair.c.
  *

@@ -264,6 +264,27 @@ static int query_int(mend_store *s, const char *sql, const char *what, int *out)
   return -1;
 }
 
+/* 1 when the database has tables of its own (not SQLite's), 0 when none; -1 on error. */
+static int has_tables(mend_store *s) {
+  int tables;
+  if (query_int(s, "SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'",
+                "read schema", &tables) != 0)
+    return -1;
+  return tables > 0;
+}
+
+/* The schema version meta names, or 0 when there is no meta table or row. */
+static int meta_version(mend_store *s) {
+  sqlite3_stmt *q;
+  if (sqlite3_prepare_v2(s->db, "SELECT value FROM meta WHERE key = 'schema_version'", -1, &q,
+                         NULL) != SQLITE_OK)
+    return 0;
+  int v = sqlite3_step(q) == SQLITE_ROW ? sqlite3_column_int(q, 0) : 0;
+  sqlite3_finalize(q);
+  return v;
+}
+
+
 static int set_journal_wal(mend_store *s) {
   sqlite3_stmt *q;
   if (sqlite3_prepare_v2(s->db, "PRAGMA journal_mode = WAL", -1, &q, NULL) != SQLITE_OK) {
@@ -304,26 +325,35 @@ static int check_version(mend_store *s, int version) {
 }
 
 /* Creates or upgrades the schema inside one write transaction; the version is read again there
- * because another process may have created it since the first look. */
-static int count_foreign(mend_store *s) {
-  int foreign;
-  if (query_int(s, "SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'",
-                "read schema", &foreign) != 0)
-    return -1;
-  if (foreign > 0) {
-    mend__set_msg(s->err, sizeof s->err,
-            "%s: not a mend database (it has tables of its own and no mend schema)", s->path);
-    return -1;
-  }
-  return 0;
-}
-
+ * because another process may have created it since the first look. Two processes creating a
+ * new file at once have been seen to find the other's tables with user_version still 0: meta,
+ * written in the same transaction, then says which version they are; tables and no meta are
+ * given a moment (the other's transaction may not be visible whole yet) before the file is
+ * called someone else's. */
 static int upgrade_schema(mend_store *s) {
   int version;
-  if (exec_sql(s, "BEGIN IMMEDIATE", "create schema") != 0) return -1;
-  if (query_int(s, "PRAGMA user_version", "read schema version", &version) != 0) goto fail;
-  if (check_version(s, version) != 0) goto fail;
-  if (version == 0 && count_foreign(s) != 0) goto fail;
+  for (int tries = 0;; tries++) {
+    if (exec_sql(s, "BEGIN IMMEDIATE", "create schema") != 0) return -1;
+    if (query_int(s, "PRAGMA user_version", "read schema version", &version) != 0) goto fail;
+    if (check_version(s, version) != 0) goto fail;
+    if (version != 0) break;
+    int tables = has_tables(s);
+    if (tables < 0) goto fail;
+    if (!tables) break;
+    version = meta_version(s);
+    if (version > 0) {
+      if (check_version(s, version) != 0) goto fail;
+      break;
+    }
+    sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    if (tries == 40) {
+      mend__set_msg(s->err, sizeof s->err,
+                    "%s: not a mend database (it has tables of its own and no mend schema)", s->path);
+      return -1;
+    }
+    struct timespec ts = {0, 50 * 1000000};
+    nanosleep(&ts, NULL);
+  }
   for (int v = version; v < MEND_SCHEMA_VERSION; v++)
     if (exec_sql(s, mend__migrations[v], "create schema") != 0) goto fail;
   if (version < MEND_SCHEMA_VERSION) {
@@ -389,8 +419,22 @@ static int open_db(mend_store *s, mend_durability durability) {
   /* First read of the file: a file that is not a database is refused here. */
   if (query_int(s, "PRAGMA user_version", "read schema version", &version) != 0) return -1;
   if (check_version(s, version) != 0) return -1;
-  /* Someone else's database is refused before anything about it (its journal mode) changes. */
-  if (version == 0 ? count_foreign(s) != 0 : check_meta(s, version) != 0) return -1;
+  /* Someone else's database is refused before anything about it (its journal mode) changes.
+   * The two reads are two snapshots: tables seen after a user_version of 0 may be those of a
+   * mend that created the file in between, whose version is then read again. */
+  if (version == 0) {
+    int tables = has_tables(s);
+    if (tables < 0) return -1;
+    if (tables && query_int(s, "PRAGMA user_version", "read schema version", &version) != 0)
+      return -1;
+    if (tables && version == 0 && meta_version(s) == 0) {
+      mend__set_msg(s->err, sizeof s->err,
+                    "%s: not a mend database (it has tables of its own and no mend schema)", s->path);
+      return -1;
+    }
+    if (check_version(s, version) != 0) return -1;
+  }
+  if (version > 0 && check_meta(s, version) != 0) return -1;
   if (set_journal_wal(s) != 0) return -1;
   if (exec_sql(s, durability == MEND_DURABILITY_FULL ? "PRAGMA synchronous = FULL"
                                                      : "PRAGMA synchronous = NORMAL",
