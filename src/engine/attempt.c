@@ -228,7 +228,8 @@ void mend__resume(mend_run *r, int nargs) {
   char msg[600];
   int ok = 0;
   if (status == LUA_YIELD) {
-    info.message = "step yielded outside mend.sleep or mend.exec (coroutine.yield in a step?)";
+    info.message = "step yielded outside mend.sleep, mend.exec, mend.http or mend.call "
+                   "(coroutine.yield in a step?)";
   } else if (status == LUA_OK) {
     if (nres > 0 && mend_lua_read_error(co, -nres, &info)) {
       /* returning a mend error counts as raising it */
