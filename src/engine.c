@@ -10,13 +10,13 @@
  *
  * This file owns the machine's middle: the pump and its batches (the write-ahead rule), the one
  * place statuses change (step_to, run_to) and the history they write, the actions of runs, the
- * loop, a lock held by another process, and an engine's life.
+ * loop, and an engine's life.
  * The rest is in src/engine/, one concern a file, behind src/engine/engine_int.h: saga.c (what
  * outcomes mean), attempt.c (coroutines and every call into workflow code), admit.c (breakers
  * and caps), notify.c (alerts and events for the host), events.c (events sent to runs and
  * the steps that wait for them), exec.c, http.c, hostcall.c, load.c (workflows and their
- * versions), recover.c, run.c (runs in memory, and their start), worker.c (leases, fence,
- * serving), repair.c.
+ * versions), lock.c (a lock held by another process, waited out), recover.c, run.c (runs in
+ * memory, and their start), worker.c (leases, fence, serving), repair.c.
  *
  * Must never: call Lua while a batch that announces that call is uncommitted; block; apply a
  * transition the table in transition.c refuses.
@@ -71,17 +71,13 @@ void mend__breakdown(mend_engine *E, const char *fmt, ...) {
   mend_engine_log_line(E, "error", NULL, NULL, 0, "engine", E->errmsg);
 }
 
-static void lock_wait(mend_engine *E);
-
 /* A lock held by another process is no failure: nothing was lost, the batch is kept, and the
- * engine waits it out (lock_wait). Anything else stops the engine. */
+ * engine waits it out (lock.c). Anything else stops the engine. */
 void mend__store_failed(mend_engine *E) {
-  if (mend_store_locked(E->store)) lock_wait(E);
+  if (mend_store_locked(E->store)) mend__lock_wait(E);
   else mend__breakdown(E, "%s", mend_store_errmsg(E->store));
 }
 
-/* Warnings while the lock lasts, this far apart (seconds). */
-#define LOCK_WARN_EVERY 3.0
 
 /* Commits the batch now, outside the pump (an operation that must be durable before it
  * returns). The batch may hold the pump's own transitions too: if it fails they are rolled
@@ -192,10 +188,6 @@ int mend__has_ready_work(const mend_engine *E) {
 
 /* Work a turn can do now. While the writer thread holds the only batch there is, a turn would
  * find nothing to do: the thread wakes the loop when it is done (on_wakeup). */
-int mend__lock_waiting(const mend_engine *E) {
-  return E->lock_since > 0 && mend_real_now() < E->lock_retry_at;
-}
-
 int mend__turn_has_work(const mend_engine *E) {
   int writing = (E->writer && mend_store_writer_busy(E->store)) || mend__lock_waiting(E);
   return E->ready_head || (!writing && mend__has_ready_work(E));
@@ -506,7 +498,7 @@ int mend__end_batch(mend_engine *E) {
       (!E->ready_head && mend_store_batch_writes(E->store) < HAND_OFF_WRITES)) {
     if (mend__lock_waiting(E)) return 0;   /* its timer kicks the next try */
     int rc = mend_store_commit(E->store);
-    if (rc == MEND_STORE_BUSY) { lock_wait(E); return 0; }
+    if (rc == MEND_STORE_BUSY) { mend__lock_wait(E); return 0; }
     if (rc) { mend__store_failed(E); return -1; }
     mend__checkpoint_if_grown(E);
     if (E->wal_catch_up && !E->checkpointing) {
@@ -529,78 +521,11 @@ int mend__end_batch(mend_engine *E) {
   json_array_clear(E->alerts);
   json_array_clear(E->events);
   int rc = mend_store_hand_off(E->store);
-  if (rc == MEND_STORE_BUSY) { lock_wait(E); return 0; }
+  if (rc == MEND_STORE_BUSY) { mend__lock_wait(E); return 0; }
   if (rc) { mend__store_failed(E); return -1; }
   if (mend_store_writer_busy(E->store)) uv_ref((uv_handle_t *)E->wakeup);
   else mend__settle_writer(E);   /* nothing was written: durable at once */
   return 0;
-}
-
-/* ---------------------------------------------------------------- a lock held elsewhere */
-
-/* Another process holds the database's write lock (the sqlite3 shell inside a transaction, a
- * process stopped mid-write). Nothing is lost: the batch stays recorded and nothing it
- * announces runs until it commits (the write-ahead rule), so the runs simply wait. Without a
- * writer thread the commit is tried again on a timer, 50 ms doubling to 1 s; the writer thread
- * retries its batch by itself (store.c). Either way a warning is logged every few seconds,
- * and a line when the lock goes. Leases are not renewed meanwhile: a lock longer than the
- * lease is a stall like any other, and the fence sorts out what another worker took. */
-
-static void lock_retry(uv_timer_t *t) {
-  mend_engine *E = t->data;
-  mend__kick(E);
-}
-
-static void lock_warn(mend_engine *E, double now) {
-  char msg[1200];
-  snprintf(msg, sizeof msg, "the database is locked by another process: writes wait"
-           " (%.0f s so far), retrying; %s", now - E->lock_since, mend_store_errmsg(E->store));
-  mend_engine_log_line(E, "warn", NULL, NULL, 0, "store", msg);
-  E->lock_warned = now;
-}
-
-static void lock_wait(mend_engine *E) {
-  if (E->broken || E->destroying) return;
-  double now = mend_real_now();
-  if (E->lock_since <= 0) {
-    E->lock_since = now;
-    E->lock_delay = 0.05;
-    lock_warn(E, now);
-  } else {
-    E->lock_delay = E->lock_delay * 2 > 1 ? 1 : E->lock_delay * 2;
-    if (now - E->lock_warned >= LOCK_WARN_EVERY) lock_warn(E, now);
-  }
-  E->lock_retry_at = now + E->lock_delay;
-  if (!E->lock_timer) {
-    E->lock_timer = malloc(sizeof *E->lock_timer);
-    if (!E->lock_timer) { mend__breakdown(E, "out of memory waiting for a lock"); return; }
-    uv_timer_init(E->loop, E->lock_timer);
-    E->lock_timer->data = E;
-  }
-  uv_timer_start(E->lock_timer, lock_retry, (uint64_t)(E->lock_delay * 1000) + 1, 0);
-}
-
-/* At each turn: the writer thread's wait heard of, and the end of a lock told. */
-void mend__watch_lock(mend_engine *E) {
-  if (mend_store_locked(E->store)) {
-    if (E->writer && mend_store_writer_busy(E->store)) {
-      double now = mend_real_now();
-      if (E->lock_since <= 0) {
-        E->lock_since = now;
-        lock_warn(E, now);
-      } else if (now - E->lock_warned >= LOCK_WARN_EVERY) {
-        lock_warn(E, now);
-      }
-    }
-    return;
-  }
-  if (E->lock_since <= 0) return;
-  char msg[160];
-  snprintf(msg, sizeof msg, "the database lock is gone after %.1f s: going on",
-           mend_real_now() - E->lock_since);
-  mend_engine_log_line(E, "info", NULL, NULL, 0, "store", msg);
-  E->lock_since = E->lock_retry_at = 0;
-  if (E->lock_timer) uv_timer_stop(E->lock_timer);
 }
 
 /* ---------------------------------------------------------------- the loop */

@@ -240,7 +240,6 @@ void mend__history(mend_run *r, const char *step, const char *event, const char 
                    const char *to, int attempt, const char *error, double delay, const char *detail);
 double mend__history_time(mend_run *r);
 void mend__kick(mend_engine *E);
-int mend__lock_waiting(const mend_engine *E);
 void mend__loop_once(mend_engine *E);
 void mend__new_run_id(mend_engine *E, char out[MEND_RUN_ID_LEN]);
 void mend__pump_cb(uv_idle_t *h);
@@ -255,7 +254,6 @@ void mend__step_to(mend_run *r, int i, mend_step_status to, const char *error, d
 void mend__store_failed(mend_engine *E);
 int mend__turn_has_work(const mend_engine *E);
 int mend__virtual_timers_to_advance(const mend_engine *E);
-void mend__watch_lock(mend_engine *E);
 void mend__write_step(mend_run *r, int i);
 
 /* ---- run.c: runs in memory, and their start */
@@ -264,6 +262,11 @@ void mend__give_back(mend_run *r, int was_queued, int was_running);
 double mend__lease_until(const mend_engine *E);
 void mend__run_free(mend_run *r);
 mend_run *mend__run_new(mend_engine *E, mend_workflow *wf, const char *id);
+
+/* ---- lock.c: a write lock held by another process, waited out */
+void mend__lock_wait(mend_engine *E);
+int mend__lock_waiting(const mend_engine *E);
+void mend__watch_lock(mend_engine *E);
 
 /* ---- saga.c: what outcomes mean: forward, backward, the ends of waits */
 void mend__attempt_done(mend_run *r, int ok, mend_error_info *info, const char *result_json);
@@ -341,5 +344,4 @@ double mend__entry_time(mend_engine *E, const char *id);
 void mend__reload_breakers(mend_engine *E);
 void mend__take_cancel_requests(mend_engine *E);
 void mend__unthrottle(mend_run *r);
-
 #endif

@@ -1,0 +1,85 @@
+/*
+ * lock: waiting out a write lock that another process holds on the database (someone in the
+ * sqlite3 shell, a process stopped mid-write). Owns the retry of the kept batch on a timer with
+ * backoff, and the warnings while it lasts. Must never: block the loop on the lock; let an
+ * action run before the batch that announces it is durable.
+ */
+#include "engine_int.h"
+
+#include <stdio.h>
+
+#include "log.h"
+
+/* Warnings while the lock lasts, this far apart (seconds). */
+#define LOCK_WARN_EVERY 3.0
+
+/* ---------------------------------------------------------------- a lock held elsewhere */
+
+/* Another process holds the database's write lock (the sqlite3 shell inside a transaction, a
+ * process stopped mid-write). Nothing is lost: the batch stays recorded and nothing it
+ * announces runs until it commits (the write-ahead rule), so the runs simply wait. Without a
+ * writer thread the commit is tried again on a timer, 50 ms doubling to 1 s; the writer thread
+ * retries its batch by itself (store.c). Either way a warning is logged every few seconds,
+ * and a line when the lock goes. Leases are not renewed meanwhile: a lock longer than the
+ * lease is a stall like any other, and the fence sorts out what another worker took. */
+
+static void lock_retry(uv_timer_t *t) {
+  mend_engine *E = t->data;
+  mend__kick(E);
+}
+
+static void lock_warn(mend_engine *E, double now) {
+  char msg[1200];
+  snprintf(msg, sizeof msg, "the database is locked by another process: writes wait"
+           " (%.0f s so far), retrying; %s", now - E->lock_since, mend_store_errmsg(E->store));
+  mend_engine_log_line(E, "warn", NULL, NULL, 0, "store", msg);
+  E->lock_warned = now;
+}
+
+void mend__lock_wait(mend_engine *E) {
+  if (E->broken || E->destroying) return;
+  double now = mend_real_now();
+  if (E->lock_since <= 0) {
+    E->lock_since = now;
+    E->lock_delay = 0.05;
+    lock_warn(E, now);
+  } else {
+    E->lock_delay = E->lock_delay * 2 > 1 ? 1 : E->lock_delay * 2;
+    if (now - E->lock_warned >= LOCK_WARN_EVERY) lock_warn(E, now);
+  }
+  E->lock_retry_at = now + E->lock_delay;
+  if (!E->lock_timer) {
+    E->lock_timer = malloc(sizeof *E->lock_timer);
+    if (!E->lock_timer) { mend__breakdown(E, "out of memory waiting for a lock"); return; }
+    uv_timer_init(E->loop, E->lock_timer);
+    E->lock_timer->data = E;
+  }
+  uv_timer_start(E->lock_timer, lock_retry, (uint64_t)(E->lock_delay * 1000) + 1, 0);
+}
+
+/* At each turn: the writer thread's wait heard of, and the end of a lock told. */
+void mend__watch_lock(mend_engine *E) {
+  if (mend_store_locked(E->store)) {
+    if (E->writer && mend_store_writer_busy(E->store)) {
+      double now = mend_real_now();
+      if (E->lock_since <= 0) {
+        E->lock_since = now;
+        lock_warn(E, now);
+      } else if (now - E->lock_warned >= LOCK_WARN_EVERY) {
+        lock_warn(E, now);
+      }
+    }
+    return;
+  }
+  if (E->lock_since <= 0) return;
+  char msg[160];
+  snprintf(msg, sizeof msg, "the database lock is gone after %.1f s: going on",
+           mend_real_now() - E->lock_since);
+  mend_engine_log_line(E, "info", NULL, NULL, 0, "store", msg);
+  E->lock_since = E->lock_retry_at = 0;
+  if (E->lock_timer) uv_timer_stop(E->lock_timer);
+}
+
+int mend__lock_waiting(const mend_engine *E) {
+  return E->lock_since > 0 && mend_real_now() < E->lock_retry_at;
+}
