@@ -227,14 +227,7 @@ local function worker(db, dir, log)
   return pid
 end
 
-local function stop(pid)
-  os.execute("kill -TERM " .. pid)
-  for _ = 1, 500 do
-    if not os.execute("kill -0 " .. pid .. " 2>/dev/null") then return end
-    os.execute("sleep 0.01")
-  end
-  error("worker " .. pid .. " did not stop")
-end
+local stop = H.stop_worker   -- SIGTERM, and the exit
 
 local function status_json(db, id)
   local rc, out = mend_cmd(db, "status " .. id .. " --json")

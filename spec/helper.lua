@@ -226,6 +226,16 @@ function H.wait_for(what, pred, seconds)
   error("timed out waiting for " .. what)
 end
 
+-- SIGTERM to a worker, and its exit within 5 s (it gives its runs back first).
+function H.stop_worker(pid)
+  os.execute("kill -TERM " .. pid)
+  for _ = 1, 500 do
+    if not os.execute("kill -0 " .. pid .. " 2>/dev/null") then return end
+    os.execute("sleep 0.01")
+  end
+  error("worker " .. pid .. " did not stop")
+end
+
 -- The text of a file, or "" when there is none (yet).
 function H.read(path)
   local f = io.open(path, "rb")

@@ -42,15 +42,7 @@ local function worker(db, dir, log)
   return pid
 end
 
--- SIGTERM: the worker gives its runs back and exits (a sleeping step is no attempt in flight).
-local function stop(pid)
-  os.execute("kill -TERM " .. pid)
-  for _ = 1, 500 do
-    if not os.execute("kill -0 " .. pid .. " 2>/dev/null") then return end
-    os.execute("sleep 0.01")
-  end
-  error("worker " .. pid .. " did not stop")
-end
+local stop = H.stop_worker   -- the worker gives its runs back and exits
 
 local function until_true(what, pred)
   for _ = 1, 500 do
