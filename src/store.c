@@ -1,9 +1,11 @@
 /*
- * store: everything mend keeps in SQLite (SPEC section 9). This file owns opening and closing
- * (three connections, pragmas, the schema's creation and version check, statements prepared
- * once), errors, the batch that group commit ends, workflow versions and pruning. The rest is in
+ * store: the SQLite backend of the storage interface (store.h): everything mend keeps, in a
+ * SQLite file (SPEC section 9). This file owns opening and closing (three connections, pragmas,
+ * the schema's creation and version check, statements prepared once), errors, the batch that
+ * group commit ends, workflow versions, and the backend's table of methods. The rest is in
  * src/store/ behind store_int.h: schema.c (every SQL text), writer.c (the write log, the writer
- * thread, writes), query.c (reads and views), fence.c (leases, the fence), inbox.c (events).
+ * thread, writes), checkpoint.c (the WAL), query.c (reads and views), fence.c (leases, the
+ * fence), inbox.c (events), prune.c (forgetting ended runs).
  * No other module writes a query; the store never decides what a transition means.
  */
 #define _GNU_SOURCE   /* mremap */
@@ -75,7 +77,7 @@ static int busy_wait(void *ud, int count) {
 
 /* The busy handler already waits; this covers the cases where SQLite returns SQLITE_BUSY without
  * calling it (WAL recovery by another connection, for one), still bounded by busy_ms. */
-static int step_busy_retry(const mend_store *s, sqlite3_stmt *q) {
+int mend__step_busy_retry(const mend_store *s, sqlite3_stmt *q) {
   double deadline = mend__now_mono() + s->busy_ms / 1000.0;
   int rc;
   for (;;) {
@@ -124,7 +126,7 @@ static int name_worker(mend_store *s) {
 int mend__batch_begin(mend_store *s) {
   if (s->batch_failed) return -1;   /* errmsg still names the first failure */
   if (s->in_batch) return 0;
-  int rc = step_busy_retry(s, s->q[Q_BEGIN]);
+  int rc = mend__step_busy_retry(s, s->q[Q_BEGIN]);
   if (rc != SQLITE_DONE) {
     mend__sql_err(s, "begin");
     sqlite3_reset(s->q[Q_BEGIN]);
@@ -291,7 +293,7 @@ static int set_journal_wal(mend_store *s) {
     mend__sql_err(s, "set WAL mode");
     return -1;
   }
-  int rc = step_busy_retry(s, q);
+  int rc = mend__step_busy_retry(s, q);
   if (rc != SQLITE_ROW) {
     if ((rc & 0xff) == SQLITE_NOTADB)
       mend__set_msg(s->err, sizeof s->err, "%s: file is not a database", s->path);
@@ -552,7 +554,7 @@ void mend__sqlite_close(mend_store *s) {
    * index of their own (runs_free), and the workers that hold runs by their leases. Either
    * both happen or neither, and then the lease runs out as it would after a crash. */
   if (s->fence_registered && s->q[Q_FORGET_WORKER] && sqlite3_get_autocommit(s->db)) {
-    int rc = step_busy_retry(s, s->q[Q_BEGIN]);
+    int rc = mend__step_busy_retry(s, s->q[Q_BEGIN]);
     sqlite3_reset(s->q[Q_BEGIN]);
     for (int i = 0; rc == SQLITE_DONE && i < 2; i++) {
       sqlite3_stmt *q = s->q[i == 0 ? Q_RELEASE_OWNER : Q_FORGET_WORKER];
@@ -560,7 +562,7 @@ void mend__sqlite_close(mend_store *s) {
       if (rc == SQLITE_OK) rc = sqlite3_step(q);
       mend__finish(q);
     }
-    if (rc == SQLITE_DONE) rc = step_busy_retry(s, s->q[Q_COMMIT]);
+    if (rc == SQLITE_DONE) rc = mend__step_busy_retry(s, s->q[Q_COMMIT]);
     sqlite3_reset(s->q[Q_COMMIT]);
     if (rc != SQLITE_DONE) mend__rollback(s);
   }
@@ -626,7 +628,7 @@ int mend__commit_batch(mend_store *s) {
     return -1;
   }
   if (s->commit_hook) s->commit_hook("before_commit");
-  int rc = step_busy_retry(s, s->q[Q_COMMIT]);
+  int rc = mend__step_busy_retry(s, s->q[Q_COMMIT]);
   if (rc != SQLITE_DONE) {
     mend__sql_err(s, "commit");
     sqlite3_reset(s->q[Q_COMMIT]);
@@ -657,77 +659,6 @@ int mend__sqlite_commit(mend_store *s) {
 }
 
 int mend__sqlite_schema_version(mend_store *s) { return s->version; }
-
-/* ---- pruning ---------------------------------------------------------------------------- */
-
-/* The runs a prune takes: ended (succeeded, compensated, failed, resolved), last updated before
- * ?1, of status ?2 if given. Never running or compensating, and never needs_attention: a run in
- * the dead-letter queue waits for a person, who resolves it first. */
-#define PRUNE_RUNS "SELECT id FROM runs WHERE status IN ('succeeded', 'compensated', 'failed', " \
-                   "'resolved') AND updated < ?1 AND (?2 IS NULL OR status = ?2)"
-
-/* Prunes are rare: their statements are prepared when used, not at open. Runs sql with the
- * prune's two parameters; with `counts`, adds each row's (name, count) to it, or, for a one
- * column row, sets counts[key]. */
-static int prune_sql(mend_store *s, const char *sql, double before, const char *status,
-                     json_t *counts, const char *key) {
-  sqlite3_stmt *q;
-  if (sqlite3_prepare_v2(s->db, sql, -1, &q, NULL) != SQLITE_OK) {
-    mend__sql_err(s, "prune");
-    return -1;
-  }
-  int rc = SQLITE_OK;
-  if (sqlite3_bind_parameter_count(q) == 2) {
-    rc = sqlite3_bind_double(q, 1, before);
-    if (rc == SQLITE_OK) rc = mend__bind_text(q, 2, status);
-  }
-  while (rc == SQLITE_OK || rc == SQLITE_ROW) {
-    rc = step_busy_retry(s, q);
-    if (rc != SQLITE_ROW) break;
-    const char *name = sqlite3_column_count(q) == 2 ? (const char *)sqlite3_column_text(q, 0) : key;
-    json_t *n = json_integer(sqlite3_column_int64(q, sqlite3_column_count(q) - 1));
-    if (!name || !n || json_object_set_new(counts, name, n) != 0) rc = SQLITE_NOMEM;
-  }
-  if (rc != SQLITE_DONE) mend__sql_err(s, "prune");
-  sqlite3_finalize(q);
-  return rc == SQLITE_DONE ? 0 : -1;
-}
-
-json_t *mend__sqlite_prune(mend_store *s, double before, const char *status, int dry_run) {
-  /* A transaction of its own: whatever this store recorded before is committed first. */
-  if (mend__sqlite_commit(s) != 0) return NULL;
-  json_t *res = json_object(), *runs = json_object();
-  if (!res || !runs || json_object_set(res, "runs", runs) != 0) {
-    json_decref(res);
-    json_decref(runs);
-    mend__set_msg(s->err, sizeof s->err, "%s: prune: out of memory", s->path);
-    return NULL;
-  }
-  int failed =
-      prune_sql(s, dry_run ? "BEGIN" : "BEGIN IMMEDIATE", 0, NULL, NULL, NULL) ||
-      prune_sql(s, "SELECT status, count(*) FROM runs WHERE id IN (" PRUNE_RUNS ") GROUP BY status",
-                before, status, runs, NULL) ||
-      prune_sql(s, "SELECT count(*) FROM steps WHERE run_id IN (" PRUNE_RUNS ")", before, status,
-                res, "steps") ||
-      prune_sql(s, "SELECT count(*) FROM history WHERE run_id IN (" PRUNE_RUNS ")", before,
-                status, res, "history") ||
-      prune_sql(s, "SELECT count(*) FROM dlq WHERE run_id IN (" PRUNE_RUNS ")", before, status,
-                res, "dlq");
-  if (!failed && !dry_run)
-    failed = prune_sql(s, "DELETE FROM dlq WHERE run_id IN (" PRUNE_RUNS ")", before, status, NULL, NULL) ||
-             prune_sql(s, "DELETE FROM history WHERE run_id IN (" PRUNE_RUNS ")", before, status, NULL, NULL) ||
-             prune_sql(s, "DELETE FROM steps WHERE run_id IN (" PRUNE_RUNS ")", before, status, NULL, NULL) ||
-             prune_sql(s, "DELETE FROM inbox WHERE run_id IN (" PRUNE_RUNS ")", before, status, NULL, NULL) ||
-             prune_sql(s, "DELETE FROM runs WHERE id IN (" PRUNE_RUNS ")", before, status, NULL, NULL);
-  if (!failed) failed = prune_sql(s, "COMMIT", 0, NULL, NULL, NULL);
-  json_decref(runs);
-  if (failed) {
-    if (!sqlite3_get_autocommit(s->db)) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
-    json_decref(res);
-    return NULL;
-  }
-  return res;
-}
 
 const mend_store_methods mend__sqlite_methods = {
   .name = "sqlite",

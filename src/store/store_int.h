@@ -194,6 +194,8 @@ json_t *mend__rows_array(mend_store *s, sqlite3_stmt *q, int rc, const char *wha
 int mend__fence_at_begin(mend_store *s);
 int mend__fence_drops(mend_store *s, const wlog *log, const wrec *r);
 double mend__wall_now(void);
+/* sqlite3_step, retried on SQLITE_BUSY for as long as the busy wait allows. */
+int mend__step_busy_retry(const mend_store *s, sqlite3_stmt *q);
 int mend__lease_at_least(mend_store *s, const char *owner, double until);
 int mend__open_reader(mend_store *s);
 void mend__ours_again(mend_store *s, const char *id);
