@@ -24,6 +24,9 @@ MEND       := $(BUILD_DIR)/mend
 DEB_PACKAGES := liblua5.4-dev libuv1-dev libsqlite3-dev libjansson-dev libedit-dev \
                 lua5.4 lua-busted sqlite3 cmake gcc pkg-config tmux valgrind \
                 clang libclang-rt-14-dev libcurl4-openssl-dev python3 openssl
+# The benchmarks' own: nginx, the keep-alive server of the HTTP benchmark (W8; not started as a
+# service: the benchmark runs its own on a free loopback port).
+BENCH_PACKAGES := nginx-light
 
 .PHONY: all deps build demo test crash-soak clean
 
@@ -31,10 +34,10 @@ all: build
 
 deps:
 	@command -v dpkg-query >/dev/null 2>&1 || { \
-	  echo "deps: dpkg-query not found; install these (Debian names) by hand: $(DEB_PACKAGES)" >&2; \
+	  echo "deps: dpkg-query not found; install these (Debian names) by hand: $(DEB_PACKAGES) $(BENCH_PACKAGES)" >&2; \
 	  exit 1; }
 	@missing=""; \
-	for p in $(DEB_PACKAGES); do \
+	for p in $(DEB_PACKAGES) $(BENCH_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" \
 	    || missing="$$missing $$p"; \
 	done; \

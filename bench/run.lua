@@ -483,6 +483,95 @@ W.W7 = function(o)
   return t
 end
 
+-- W8: mend.http against raw libcurl (bench/http_raw.c), both against one nginx on loopback
+-- (kept-alive connections, a fixed JSON answer): N runs of one step that POSTs a small JSON
+-- body, at most HTTP_CONCURRENCY in flight (the step's breaker caps it), beside N requests of
+-- the raw client at the same concurrency, before and after. Target (issue 22): mend at least
+-- 80% of the better raw figure.
+local HTTP_CONCURRENCY = tonumber(os.getenv("MEND_BENCH_HTTP_C") or "") or 64
+
+local function start_nginx(dir)
+  local p = io.popen("python3 -c 'import socket; s = socket.socket(); s.bind((\"127.0.0.1\", 0));"
+                     .. " print(s.getsockname()[1])'")
+  local port = assert(tonumber(p:read("l")), "W8: no free port")
+  p:close()
+  local ndir = dir .. "/nginx"
+  os.execute("mkdir -p " .. sh_quote(ndir))
+  local conf = ndir .. "/nginx.conf"
+  local f = assert(io.open(conf, "w"))
+  f:write(string.format([[
+worker_processes 1;
+pid %s/nginx.pid;
+error_log %s/error.log;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 10000000;
+  keepalive_timeout 60s;
+  client_body_temp_path %s/body;
+  server {
+    listen 127.0.0.1:%d;
+    location / { default_type application/json; return 200 '{"ok":true}'; }
+  }
+}
+]], ndir, ndir, ndir, port))
+  f:close()
+  assert(os.execute("nginx -p " .. sh_quote(ndir) .. " -c " .. sh_quote(conf)),
+         "W8: nginx did not start (is Debian's nginx-light installed? make bench-build installs it)")
+  for _ = 1, 50 do
+    if fsize(ndir .. "/nginx.pid") > 0 then break end
+    os.execute("sleep 0.1")
+  end
+  return "http://127.0.0.1:" .. port .. "/echo", function()
+    os.execute("kill $(cat " .. sh_quote(ndir .. "/nginx.pid") .. ") 2>/dev/null")
+  end
+end
+
+W.W8 = function(o)
+  local exe = o.dir .. "/http_raw"
+  local cc = string.format("cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -o %s %s/http_raw.c -lcurl",
+    sh_quote(exe), sh_quote(BENCH_DIR))
+  assert(os.execute(cc), "W8: cannot build http_raw (libcurl4-openssl-dev)")
+  local url, stop = start_nginx(o.dir)
+  local function raw()
+    local p = io.popen(string.format("%s %s %d %d", sh_quote(exe), sh_quote(url), o.n, HTTP_CONCURRENCY))
+    local line = p:read("a")
+    p:close()
+    local t = json.decode(line:match("(%b{})") or "{}")
+    assert(t.rps and t.failed == 0, "W8: the raw client failed: " .. line)
+    return t.rps
+  end
+  local ok, r = pcall(function()
+    local raw_before = raw()
+    local eng = new_engine(o)
+    eng:register{ name = "call", steps = { {
+      name = "post",
+      breaker = { key = "nginx", max_concurrency = HTTP_CONCURRENCY },
+      execute = function(ctx)
+        return mend.http{ method = "POST", url = url, json = ctx.input }.status
+      end } } }
+    local t0 = now()
+    local ids = {}
+    for i = 1, o.n do ids[i] = eng:start("call", { i = i }) end
+    eng:run()
+    local secs = now() - t0
+    local bad = 0
+    for i = 1, o.n do if eng:status(ids[i]).status ~= "succeeded" then bad = bad + 1 end end
+    eng:close()
+    assert(bad == 0, "W8: " .. bad .. " runs did not succeed")
+    local raw_after = raw()
+    local best_raw = math.max(raw_before, raw_after)
+    return result(o, {
+      seconds = round(secs, 3), runs_per_s = round(o.n / secs, 1),
+      raw_rps = round(best_raw, 1), raw_rps_before = round(raw_before, 1),
+      raw_rps_after = round(raw_after, 1), of_raw = round(o.n / secs / best_raw, 3),
+      concurrency = HTTP_CONCURRENCY, latency = "none" })
+  end)
+  stop()
+  if not ok then error(r, 0) end
+  return r
+end
+
 -- ------------------------------------------------------------------ suites
 
 local SUITES = {
@@ -502,6 +591,7 @@ local SUITES = {
     { "W6", 100000, "full" }, { "W6", 100000, "process" },
     { "W6", 100000, "process", wait = "serve" },
     { "W7", 20000000, "n/a" },
+    { "W8", 10000, "process" },
   },
   quick = {
     { "W1", 10000, "full" }, { "W1", 10000, "process" },

@@ -9,7 +9,8 @@ responses, the n-th request to the path getting the n-th one and every later req
 A response is {"status", "headers": {...}, "body", "size": n (a body of n bytes of "x"),
 "delay": seconds before answering}; a path not in the script gets 404. Every request is
 appended to LOG as one JSON line: {"method", "path", "idempotency_key", "body",
-"client_port"} (the same port twice: the client reused its connection).
+"client_port" (the same port twice: the client reused its connection), "in_flight" (requests
+being answered when it arrived, itself included: how many a client had open at once)}.
 It must never decide anything a spec asserts beyond what the script says.
 """
 import json
@@ -22,6 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 SCRIPT, LOG = sys.argv[1], sys.argv[2]
 counts = {}
+in_flight = [0]
 lock = threading.Lock()
 
 
@@ -38,16 +40,25 @@ class Handler(BaseHTTPRequestHandler):
         with lock:
             n = counts.get(path, 0)
             counts[path] = n + 1
+            in_flight[0] += 1
             with open(LOG, "a") as f:
                 f.write(json.dumps({"method": self.command, "path": path,
                                     "idempotency_key": self.headers.get("Idempotency-Key"),
                                     "body": body_in,
-                                    "client_port": self.client_address[1]}) + "\n")
+                                    "client_port": self.client_address[1],
+                                    "in_flight": in_flight[0]}) + "\n")
             try:
                 with open(SCRIPT) as f:
                     script = json.load(f)
             except (OSError, ValueError):
                 script = {}
+        try:
+            self.respond(script, path, n)
+        finally:
+            with lock:
+                in_flight[0] -= 1
+
+    def respond(self, script, path, n):
         entries = script.get(path)
         if not entries:
             r = {"status": 404, "body": "no such path"}

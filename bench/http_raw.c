@@ -1,0 +1,95 @@
+/*
+ * http_raw: the ceiling mend.http is measured against (bench/run.lua, W8). It sends what a
+ * step's mend.http sends (a POST of a small JSON body with Content-Type and Idempotency-Key
+ * headers) N times to one URL, at most C requests in flight on one libcurl multi handle with
+ * kept-alive connections, and nothing else: no engine, no store, no Lua. Prints one JSON line.
+ *
+ *   http_raw URL N C
+ */
+#include <curl/curl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static size_t discard(char *p, size_t size, size_t n, void *ud) {
+  (void)p;
+  (void)ud;
+  return size * n;
+}
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+struct slot {
+  CURL *easy;
+  struct curl_slist *headers;
+  char body[64];
+};
+
+static void start(CURLM *multi, struct slot *s, const char *url, int k) {
+  char key[64];
+  snprintf(key, sizeof key, "Idempotency-Key: raw/%d", k);
+  curl_slist_free_all(s->headers);
+  s->headers = curl_slist_append(NULL, "Content-Type: application/json");
+  s->headers = curl_slist_append(s->headers, key);
+  snprintf(s->body, sizeof s->body, "{\"i\":%d}", k);
+  curl_easy_setopt(s->easy, CURLOPT_URL, url);
+  curl_easy_setopt(s->easy, CURLOPT_HTTPHEADER, s->headers);
+  curl_easy_setopt(s->easy, CURLOPT_POSTFIELDS, s->body);
+  curl_easy_setopt(s->easy, CURLOPT_WRITEFUNCTION, discard);
+  curl_easy_setopt(s->easy, CURLOPT_PRIVATE, s);
+  curl_multi_add_handle(multi, s->easy);
+}
+
+int main(int argc, char **argv) {
+  if (argc != 4) {
+    fprintf(stderr, "usage: http_raw URL N C\n");
+    return 2;
+  }
+  const char *url = argv[1];
+  int n = atoi(argv[2]), c = atoi(argv[3]);
+  if (n < 1 || c < 1) return 2;
+  if (c > n) c = n;
+  curl_global_init(CURL_GLOBAL_DEFAULT);
+  CURLM *multi = curl_multi_init();
+  struct slot *slots = calloc((size_t)c, sizeof *slots);
+  if (!multi || !slots) return 1;
+  int sent = 0, done = 0, failed = 0;
+  double t0 = now();
+  for (int i = 0; i < c; i++) {
+    slots[i].easy = curl_easy_init();
+    start(multi, &slots[i], url, ++sent);
+  }
+  while (done < n) {
+    int running = 0;
+    curl_multi_perform(multi, &running);
+    CURLMsg *m;
+    int left;
+    while ((m = curl_multi_info_read(multi, &left))) {
+      if (m->msg != CURLMSG_DONE) continue;
+      struct slot *s;
+      long status = 0;
+      curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&s);
+      curl_easy_getinfo(m->easy_handle, CURLINFO_RESPONSE_CODE, &status);
+      if (m->data.result != CURLE_OK || status != 200) failed++;
+      done++;
+      curl_multi_remove_handle(multi, s->easy);
+      if (sent < n) start(multi, s, url, ++sent);   /* the same handle: its connection kept */
+    }
+    if (done < n) curl_multi_poll(multi, NULL, 0, 100, NULL);
+  }
+  double secs = now() - t0;
+  printf("{\"requests\":%d,\"concurrency\":%d,\"seconds\":%.3f,\"rps\":%.1f,\"failed\":%d}\n", n, c,
+         secs, n / secs, failed);
+  for (int i = 0; i < c; i++) {
+    curl_easy_cleanup(slots[i].easy);
+    curl_slist_free_all(slots[i].headers);
+  }
+  free(slots);
+  curl_multi_cleanup(multi);
+  curl_global_cleanup();
+  return failed ? 1 : 0;
+}
