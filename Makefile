@@ -24,7 +24,7 @@ MEND       := $(BUILD_DIR)/mend
 DEB_PACKAGES := liblua5.4-dev libuv1-dev libsqlite3-dev libjansson-dev libedit-dev \
                 lua5.4 lua-busted sqlite3 cmake gcc pkg-config tmux valgrind \
                 clang libclang-rt-14-dev libcurl4-openssl-dev python3 openssl
-# The benchmarks' own: nginx, the keep-alive server of the HTTP benchmark (W8; not started as a
+# The benchmarks' own: nginx, the keep-alive server of the HTTP benchmark (W9; not started as a
 # service: the benchmark runs its own on a free loopback port).
 BENCH_PACKAGES := nginx-light
 

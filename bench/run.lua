@@ -483,7 +483,7 @@ W.W7 = function(o)
   return t
 end
 
--- W8: mend.http against raw libcurl (bench/http_raw.c), both against one nginx on loopback
+-- W9: mend.http against raw libcurl (bench/http_raw.c), both against one nginx on loopback
 -- (kept-alive connections, a fixed JSON answer): N runs of one step that POSTs a small JSON
 -- body, at most HTTP_CONCURRENCY in flight (the step's breaker caps it), beside N requests of
 -- the raw client at the same concurrency, before and after. Target (issue 22): mend at least
@@ -493,7 +493,7 @@ local HTTP_CONCURRENCY = tonumber(os.getenv("MEND_BENCH_HTTP_C") or "") or 64
 local function start_nginx(dir)
   local p = io.popen("python3 -c 'import socket; s = socket.socket(); s.bind((\"127.0.0.1\", 0));"
                      .. " print(s.getsockname()[1])'")
-  local port = assert(tonumber(p:read("l")), "W8: no free port")
+  local port = assert(tonumber(p:read("l")), "W9: no free port")
   p:close()
   local ndir = dir .. "/nginx"
   os.execute("mkdir -p " .. sh_quote(ndir))
@@ -517,7 +517,7 @@ http {
 ]], ndir, ndir, ndir, port))
   f:close()
   assert(os.execute("nginx -p " .. sh_quote(ndir) .. " -c " .. sh_quote(conf)),
-         "W8: nginx did not start (is Debian's nginx-light installed? make bench-build installs it)")
+         "W9: nginx did not start (is Debian's nginx-light installed? make bench-build installs it)")
   for _ = 1, 50 do
     if fsize(ndir .. "/nginx.pid") > 0 then break end
     os.execute("sleep 0.1")
@@ -527,18 +527,18 @@ http {
   end
 end
 
-W.W8 = function(o)
+W.W9 = function(o)
   local exe = o.dir .. "/http_raw"
   local cc = string.format("cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -o %s %s/http_raw.c -lcurl",
     sh_quote(exe), sh_quote(BENCH_DIR))
-  assert(os.execute(cc), "W8: cannot build http_raw (libcurl4-openssl-dev)")
+  assert(os.execute(cc), "W9: cannot build http_raw (libcurl4-openssl-dev)")
   local url, stop = start_nginx(o.dir)
   local function raw()
     local p = io.popen(string.format("%s %s %d %d", sh_quote(exe), sh_quote(url), o.n, HTTP_CONCURRENCY))
     local line = p:read("a")
     p:close()
     local t = json.decode(line:match("(%b{})") or "{}")
-    assert(t.rps and t.failed == 0, "W8: the raw client failed: " .. line)
+    assert(t.rps and t.failed == 0, "W9: the raw client failed: " .. line)
     return t.rps
   end
   local ok, r = pcall(function()
@@ -558,7 +558,7 @@ W.W8 = function(o)
     local bad = 0
     for i = 1, o.n do if eng:status(ids[i]).status ~= "succeeded" then bad = bad + 1 end end
     eng:close()
-    assert(bad == 0, "W8: " .. bad .. " runs did not succeed")
+    assert(bad == 0, "W9: " .. bad .. " runs did not succeed")
     local raw_after = raw()
     local best_raw = math.max(raw_before, raw_after)
     return result(o, {
@@ -591,7 +591,7 @@ local SUITES = {
     { "W6", 100000, "full" }, { "W6", 100000, "process" },
     { "W6", 100000, "process", wait = "serve" },
     { "W7", 20000000, "n/a" },
-    { "W8", 10000, "process" },
+    { "W9", 10000, "process" },
   },
   quick = {
     { "W1", 10000, "full" }, { "W1", 10000, "process" },
