@@ -23,7 +23,12 @@ mend_store *mend_store_open(const char *path, mend_durability durability, char *
 #ifdef MEND_WITH_PG
     return mend__pg_open(path, durability, err, errlen);
 #else
-    snprintf(err, (size_t)errlen, "%s: this mend was built without PostgreSQL (libpq)", path);
+    /* The name may carry a password (user:secret@host): only what follows the '@' is shown. */
+    const char *rest = strstr(path, "://") + 3;
+    const char *at = strchr(rest, '@'), *slash = strchr(rest, '/');
+    if (at && (!slash || at < slash)) rest = at + 1;
+    snprintf(err, (size_t)errlen, "postgresql://%s: this mend was built without PostgreSQL (libpq)",
+             rest);
     return NULL;
 #endif
   }
