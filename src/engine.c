@@ -649,6 +649,8 @@ static void *limited_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
       E->over_limit = 1;
       return NULL;
     }
+    if (E->alloc_limits && E->cfg.sandbox && mend_limits_refuse_table(E->alloc_limits, ptr, osize, nsize))
+      return NULL;
     /* What an allocation is for (a concatenation, string.rep, string.format...) is work no
      * count hook sees, one instruction for any size: a large one is charged its bytes and
      * looks at the clock, and fails once the call is over its limits. */

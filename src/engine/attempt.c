@@ -188,7 +188,9 @@ void mend__end_attempt(mend_run *r) {
     E->limit_memory = 1;
     E->alloc_limits = &r->limits;
     mend_limits_enter(E->L, &r->limits);
+    int depth = mend_limits_run_on(r->co);
     mend_closethread(r->co, E->L);
+    mend_limits_run_off(depth);
     mend_limits_leave(E->L, &r->limits);
     E->limit_memory = limit_was;
     E->alloc_limits = charged_was;
@@ -215,7 +217,9 @@ void mend__resume(mend_run *r, int nargs) {
   E->limit_memory = 1;
   E->alloc_limits = &r->limits;
   mend_limits_enter(E->L, &r->limits);
+  int depth = mend_limits_run_on(co);
   int status = lua_resume(co, E->L, nargs, &nres);
+  mend_limits_run_off(depth);
   mend_limits_leave(E->L, &r->limits);
   E->limit_memory = 0;
   E->alloc_limits = charged_was;
@@ -257,7 +261,13 @@ void mend__resume(mend_run *r, int nargs) {
       info.message = msg;
     }
   }
-  if (status == LUA_ERRMEM && E->owned_state && E->cfg.memory_limit > 0) {
+  if (status == LUA_ERRMEM && r->limits.refused_table) {
+    snprintf(msg, sizeof msg, "step made a table of more than %d keys outside 1..n, over the "
+             "sandbox's bound (README: Limits and sandbox)", MEND_TABLE_NODES);
+    info.message = msg;
+    info.kind = MEND_ERR_ERROR;
+    info.stopped = 1;
+  } else if (status == LUA_ERRMEM && E->owned_state && E->cfg.memory_limit > 0) {
     snprintf(msg, sizeof msg, "step exceeded the memory limit (%zu bytes)", E->cfg.memory_limit);
     info.message = msg;
     info.kind = MEND_ERR_ERROR;
