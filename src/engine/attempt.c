@@ -327,7 +327,18 @@ void mend__start_attempt(mend_run *r, int compensating) {
   r->limits.timeout_typed = 1;
   if (def->timeout > 0) mend__arm(r, &r->deadline, mend_engine_now(E) + def->timeout);
   if (def->timeout > 0 || E->cfg.instruction_budget > 0) mend_limits_watch(co);
+  /* A suspect of a crash loop (recover.c): that its code runs is durable before it does, and
+   * what it did right after, so that a crash now is told apart from one of another run's. */
+  int suspect = r->suspect;
+  r->suspect = 0;
+  if (suspect) {
+    mend__history(r, def->name, "suspect_ran", NULL, NULL,
+                  compensating ? r->steps[i].comp_attempts : r->steps[i].attempts, NULL, -1,
+                  "taken again after its worker stopped during an attempt");
+    mend__commit_now(E);   /* a failure breaks the engine, or it waits for the lock */
+  }
   mend__resume(r, 2);
+  if (suspect) mend__commit_now(E);
 }
 
 mend_run *mend_engine_current_run(lua_State *L) {
