@@ -680,6 +680,11 @@ static int on_panic(lua_State *L) {
   const char *msg = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "(not a string)";
   mend__breakdown(E, "mend: an error escaped every protected call of the engine's Lua state (a bug of "
             "mend's, or memory running out): %s", msg);
+  /* The calls the error jumps over leave no limits behind them for the allocator or the
+   * watchdog to touch. */
+  E->limit_memory = 0;
+  E->alloc_limits = NULL;
+  mend_limits_watchdog_reset();
   if (E->panic_exit) {
     E->panicked = 1;
     longjmp(*(jmp_buf *)E->panic_exit, 1);
