@@ -269,6 +269,55 @@ static int bounded_rep(lua_State *L) {
   return 1;
 }
 
+/* string.upper/lower/reverse: one pass over the string in C, 290 ms for 32 MiB on a loaded
+ * machine, that no hook or watchdog can stop. Here in pieces of 1 MiB, the limits looked at
+ * between two. Upvalue 1: 'u', 'l' or 'r'. */
+#define PIECE_BYTES ((size_t)1 << 20)
+
+static int chunked_bytes(lua_State *L) {
+  size_t l;
+  const char *s = luaL_checklstring(L, 1, &l);
+  int op = (int)lua_tointeger(L, lua_upvalueindex(1));
+  luaL_Buffer b;
+  char *p = luaL_buffinitsize(L, &b, l);
+  for (size_t i = 0; i < l;) {
+    size_t end = l - i > PIECE_BYTES ? i + PIECE_BYTES : l;
+    if (op == 'u')
+      for (; i < end; i++) p[i] = (char)toupper((unsigned char)s[i]);
+    else if (op == 'l')
+      for (; i < end; i++) p[i] = (char)tolower((unsigned char)s[i]);
+    else
+      for (; i < end; i++) p[i] = s[l - 1 - i];
+    mend_limits_charge(L, (double)PIECE_BYTES / ALLOC_BYTES_PER_CHARGE);
+  }
+  luaL_pushresultsize(&b, l);
+  return 1;
+}
+
+/* string.format: %q writes a string a byte at a time with a test for each (20 ms for 1 MiB
+ * on a loaded machine): a larger one is refused. Upvalue 1: Lua's format. */
+#define MAX_QUOTED_BYTES ((size_t)1 << 20)
+
+static int bounded_format(lua_State *L) {
+  size_t flen;
+  const char *f = luaL_checklstring(L, 1, &flen), *end = f + flen;
+  int arg = 1;
+  while (f < end) {
+    if (*f++ != '%') continue;
+    if (f < end && *f == '%') { f++; continue; }
+    while (f < end && strchr("-+ #0123456789.", *f)) f++;
+    if (f >= end) break;
+    arg++;
+    size_t len;
+    if (*f++ == 'q' && lua_type(L, arg) == LUA_TSTRING && lua_tolstring(L, arg, &len) &&
+        len > MAX_QUOTED_BYTES)
+      return luaL_error(L, "string.format: %%q of a string of %I bytes, over the sandbox's bound "
+                        "of %d (README: Limits and sandbox)", (lua_Integer)len,
+                        (int)MAX_QUOTED_BYTES);
+  }
+  return call_original(L);
+}
+
 /* table.move(a1, f, e, t [, a2]): e - f + 1 gets and sets. */
 static int bounded_move(lua_State *L) {
   lua_Integer f = luaL_checkinteger(L, 2), e = luaL_checkinteger(L, 3);
@@ -416,6 +465,15 @@ void mend_sandbox_prepare(lua_State *L) {
   lua_getfield(L, -1, "byte");
   lua_pushcclosure(L, charged_slice, 1);
   lua_setfield(L, -2, "byte");
+  static const char *const piecewise[] = {"upper", "lower", "reverse"};
+  for (int k = 0; k < 3; k++) {
+    lua_pushinteger(L, "ulr"[k]);
+    lua_pushcclosure(L, chunked_bytes, 1);
+    lua_setfield(L, -2, piecewise[k]);
+  }
+  lua_getfield(L, -1, "format");
+  lua_pushcclosure(L, bounded_format, 1);
+  lua_setfield(L, -2, "format");
   lua_pop(L, 1);
   lua_getglobal(L, "table");
   lua_getfield(L, -1, "sort");

@@ -7,7 +7,7 @@
 return { name = "w08", steps = { { name = "w08", timeout = 1, retry = { max_attempts = 1 },
   execute = function(ctx)
     local t0 = ctx:now()
-    local a = string.rep("x", 8 << 20)
+    local a = string.rep("x", 4 << 20)
     local b = a:sub(1, -2) .. "x"
     local co = coroutine.wrap(function()
       while true do
