@@ -59,12 +59,14 @@ static void hook(lua_State *L, lua_Debug *ar);
 /* Deeper nesting of coroutines than this is left to the count hook (Lua allows about 200). */
 #define WATCH_THREADS 256
 #define REPOKE_NS 10000000L
+#define MAX_REPOKES 10
 
 typedef struct watchdog {
   timer_t timer;
   int armed;
   int forked;                    /* a child of fork: the timer stayed with the parent */
   volatile sig_atomic_t depth;
+  volatile sig_atomic_t repokes;   /* since the timer was last armed */
   lua_State *volatile threads[WATCH_THREADS];
 } watchdog;
 
@@ -93,8 +95,11 @@ static void on_watchdog(int sig, siginfo_t *si, void *uc) {
   if (!w) return;
   int saved = errno;
   int n = watch_poke(w);
-  /* Again soon, while a call runs: a poke can be undone by the hook it interrupted. */
-  if (n > 0) {
+  /* Again soon, a few times, while a call runs: a poke can be undone by the hook it
+   * interrupted. Not for ever: a host function that blocks past the deadline would see its
+   * system calls interrupted every 10 ms. */
+  if (n > 0 && w->repokes < MAX_REPOKES) {
+    w->repokes++;
     struct itimerspec again = {{0, 0}, {0, REPOKE_NS}};
     timer_settime(w->timer, 0, &again, NULL);
   }
@@ -178,6 +183,7 @@ static void watch_arm(watchdog *w, double deadline) {
     its.it_value.tv_sec = (time_t)deadline;
     its.it_value.tv_nsec = (long)((deadline - (double)its.it_value.tv_sec) * 1e9);
     if (its.it_value.tv_nsec >= 1000000000L) its.it_value.tv_nsec = 999999999L;
+    w->repokes = 0;
     if (timer_settime(w->timer, TIMER_ABSTIME, &its, NULL) == 0) w->armed = 1;
   } else if (w->armed) {
     timer_settime(w->timer, 0, &its, NULL);

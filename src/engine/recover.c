@@ -255,23 +255,28 @@ static void flag_unavailable(mend_engine *E, const char *id, const char *why, in
 
 /* A run whose step takes its process down (a host function that segfaults, a C module's
  * bug) is taken again by the next worker, which goes down too, and so on, while no other run
- * gets done. The store alone cannot tell the run that crashed its worker from the others the
- * worker had begun: a run taken again with an attempt its dead worker began is a suspect, and
- * its next attempt leaves a `suspect_ran` row in its history, committed before its code runs,
- * and commits what the code did at once after (attempt.c). A run whose code was not the last
- * to run before a crash has no such row, or its outcome after it. At this many such rows with
- * no outcome since, each take within a few leases of the next, the run is not run again. */
-#define CRASH_LOOP_RUNS 3
+ * gets done. Each take leaves a `recovered` row in the run's history, and each attempt a
+ * `-> running` row, both committed before the step's code runs; but so has every other run the
+ * dead worker had begun, and the store cannot tell the one whose code crashed. A run taken
+ * again that many times in a row with an attempt begun and no outcome between is a suspect:
+ * its next attempt leaves a `suspect_ran` row committed before its code runs, and commits what
+ * the code did right after (attempt.c), so that a run whose code did not crash the worker has
+ * no such row, or an outcome after it. At CRASH_LOOP_RUNS such rows with no outcome since, the
+ * run is not run again. (Committing around every attempt of a run taken again would hold up a
+ * worker that takes the runs of one stopped mid-transaction.) */
+#define CRASH_SUSPECT_TAKES 2
+#define CRASH_LOOP_RUNS 2
 
 /* Since the run's last outcome (a step or the run going to anything but running): how many
- * of its suspect attempts the crash of their worker ended (*ran), and whether an attempt
- * began (*began). 0; -1 when its history cannot be read. A take more than a few leases after
- * the previous one ends the count: a run whose step waits an hour for a host's answer is
- * taken again at each deploy, not in a loop. */
-static int since_outcome(mend_engine *E, const char *id, int *ran, int *began) {
+ * of its suspect attempts ended with their worker (*ran), and how many takes of it were
+ * followed by an attempt (*takes). 0; -1 when its history cannot be read. A take more than a
+ * few leases after the next ends the count: a run whose step waits an hour for a host's answer
+ * is taken again at each deploy, not in a loop. */
+static int since_outcome(mend_engine *E, const char *id, int *ran, int *takes) {
   json_t *rows = mend_store_history(E->store, id);
   if (!rows) return -1;
-  *ran = *began = 0;
+  *ran = *takes = 0;
+  int began = 0;
   double later = mend_engine_now(E), window = 5 * E->lease_seconds;
   for (size_t k = json_array_size(rows); k-- > 0;) {
     json_t *row = json_array_get(rows, k);
@@ -282,10 +287,12 @@ static int since_outcome(mend_engine *E, const char *id, int *ran, int *began) {
       double at = json_number_value(json_object_get(row, "at"));
       if (later - at > window) break;
       later = at;
+      *takes += began;
+      began = 0;
     } else if (strcmp(event, "suspect_ran") == 0) {
       ++*ran;
     } else if (to && strcmp(to, "running") == 0) {
-      *began = 1;
+      began = 1;
     } else if (to) {
       break;
     }
@@ -310,8 +317,9 @@ static void put_aside(mend_run *r, int crashes) {
   char msg[300];
   int i = r->cur;
   step_rt *st = &r->steps[i];
-  snprintf(msg, sizeof msg, "crash_loop: the worker stopped while this run's step ran, %d times in "
-           "a row (a host function or C module that crashes?); the run is not run again", crashes);
+  snprintf(msg, sizeof msg, "crash_loop: the worker stopped during this run's step, %d times in a "
+           "row after it was taken again (a host function or C module that crashes?); the run is "
+           "not run again", crashes);
   if (r->status == MEND_RUN_COMPENSATING) {
     mend__step_to(r, i, MEND_STEP_COMPENSATION_FAILED, msg, -1, NULL);
   } else {
@@ -344,13 +352,14 @@ static int restore(mend_engine *E, const char *id) {
     if (mend_store_release(E->store, id, E->owner)) mend__store_failed(E);
     return -1;
   }
-  int ran = 0, began = 0;
-  if (runs_code_at_once(r) && since_outcome(E, id, &ran, &began) == 0) r->suspect = ran || began;
+  int ran = 0, takes = 0;
+  if (runs_code_at_once(r) && since_outcome(E, id, &ran, &takes) == 0)
+    r->suspect = ran > 0 || takes >= CRASH_SUSPECT_TAKES;
   mend__recovered_entry(r);
   if (ran >= CRASH_LOOP_RUNS) {
     mend_engine_log_line(E, "error", r->id, NULL, 0, "recover",
                          "its worker stopped each time its step ran: a crash loop");
-    put_aside(r, ran);
+    put_aside(r, takes);
     return 0;
   }
   mend_engine_log_line(E, "info", r->id, NULL, 0, "recover", "resumed from the store");
