@@ -63,10 +63,11 @@ static void hook(lua_State *L, lua_Debug *ar);
 
 typedef struct watchdog {
   timer_t timer;
-  int armed;
-  int forked;                    /* a child of fork: the timer stayed with the parent */
+  int forked;                      /* a child of fork: the timer stayed with the parent */
+  _Atomic long long deadline_ns;   /* the call in force's deadline, CLOCK_REALTIME; 0: none */
+  _Atomic long long armed_ns;      /* when the timer fires; 0: it does not */
   volatile sig_atomic_t depth;
-  volatile sig_atomic_t repokes;   /* since the timer was last armed */
+  volatile sig_atomic_t repokes;   /* since the deadline passed */
   lua_State *volatile threads[WATCH_THREADS];
 } watchdog;
 
@@ -87,6 +88,25 @@ static int watch_poke(watchdog *w) {
   return n;
 }
 
+static long long now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* The timer at `at` (CLOCK_REALTIME nanoseconds). Safe from the handler. */
+static void timer_at(watchdog *w, long long at) {
+  struct itimerspec its;
+  memset(&its, 0, sizeof its);
+  its.it_value.tv_sec = (time_t)(at / 1000000000LL);
+  its.it_value.tv_nsec = (long)(at % 1000000000LL);
+  if (timer_settime(w->timer, TIMER_ABSTIME, &its, NULL) == 0)
+    atomic_store_explicit(&w->armed_ns, at, memory_order_relaxed);
+}
+
+/* The timer is left armed when a call ends (two system calls for every resumption of an
+ * attempt cost a frame loop milliseconds a tick): firing for a call that is over, it arms
+ * itself for the deadline of the call now in force, if any. */
 static void on_watchdog(int sig, siginfo_t *si, void *uc) {
   (void)sig;
   (void)uc;
@@ -94,14 +114,17 @@ static void on_watchdog(int sig, siginfo_t *si, void *uc) {
   watchdog *w = si->si_value.sival_ptr;
   if (!w) return;
   int saved = errno;
-  int n = watch_poke(w);
-  /* Again soon, a few times, while a call runs: a poke can be undone by the hook it
-   * interrupted. Not for ever: a host function that blocks past the deadline would see its
-   * system calls interrupted every 10 ms. */
-  if (n > 0 && w->repokes < MAX_REPOKES) {
+  atomic_store_explicit(&w->armed_ns, 0, memory_order_relaxed);
+  long long deadline = atomic_load_explicit(&w->deadline_ns, memory_order_relaxed);
+  long long now = now_ns();
+  if (deadline > now) {
+    timer_at(w, deadline);
+  } else if (deadline > 0 && watch_poke(w) > 0 && w->repokes < MAX_REPOKES) {
+    /* Again soon, a few times, while the call runs: a poke can be undone by the hook it
+     * interrupted. Not for ever: a host function that blocks past the deadline would see its
+     * system calls interrupted every 10 ms. */
     w->repokes++;
-    struct itimerspec again = {{0, 0}, {0, REPOKE_NS}};
-    timer_settime(w->timer, 0, &again, NULL);
+    timer_at(w, now + REPOKE_NS);
   }
   errno = saved;
 }
@@ -153,7 +176,8 @@ static watchdog *get_watchdog(void) {
     return NULL;
   }
   w->forked = 0;
-  w->armed = 0;
+  atomic_store(&w->deadline_ns, 0);
+  atomic_store(&w->armed_ns, 0);
   w->depth = 0;
   tl_watchdog = w;
   pthread_setspecific(watch_key, w);
@@ -175,20 +199,13 @@ static void watch_pop(watchdog *w, int depth) {
   atomic_signal_fence(memory_order_seq_cst);
 }
 
-/* The timer at `deadline` (mend_real_now seconds), or stopped for 0. */
-static void watch_arm(watchdog *w, double deadline) {
-  struct itimerspec its;
-  memset(&its, 0, sizeof its);
-  if (deadline > 0) {
-    its.it_value.tv_sec = (time_t)deadline;
-    its.it_value.tv_nsec = (long)((deadline - (double)its.it_value.tv_sec) * 1e9);
-    if (its.it_value.tv_nsec >= 1000000000L) its.it_value.tv_nsec = 999999999L;
-    w->repokes = 0;
-    if (timer_settime(w->timer, TIMER_ABSTIME, &its, NULL) == 0) w->armed = 1;
-  } else if (w->armed) {
-    timer_settime(w->timer, 0, &its, NULL);
-    w->armed = 0;
-  }
+/* `deadline` (mend_real_now seconds; 0: none) is the one in force: the timer fires by then. */
+static void watch_deadline(watchdog *w, double deadline) {
+  long long at = deadline > 0 ? (long long)(deadline * 1e9) : 0;
+  atomic_store_explicit(&w->deadline_ns, at, memory_order_relaxed);
+  w->repokes = 0;
+  long long armed = atomic_load_explicit(&w->armed_ns, memory_order_relaxed);
+  if (at > 0 && (armed == 0 || armed > at)) timer_at(w, at);
 }
 
 int mend_limits_run_on(lua_State *co) {
@@ -212,7 +229,7 @@ void mend_limits_watchdog_reset(void) {
   watchdog *w = tl_watchdog;
   if (!w || w->forked) return;
   watch_pop(w, 0);
-  watch_arm(w, 0);
+  watch_deadline(w, 0);
 }
 
 static void watch_enter(lua_State *L, mend_limits *lim) {
@@ -220,15 +237,14 @@ static void watch_enter(lua_State *L, mend_limits *lim) {
   lim->watch_depth = 0;
   if (!w) return;
   lim->watch_depth = watch_push(w, L);
-  if (lim->deadline > 0 || w->armed) watch_arm(w, lim->deadline);
+  watch_deadline(w, lim->deadline);
 }
 
 static void watch_leave(mend_limits *lim) {
   watchdog *w = tl_watchdog;
   if (!w || w->forked) return;
   watch_pop(w, lim->watch_depth);
-  double outer = lim->prev ? lim->prev->deadline : 0;
-  if (outer > 0 || w->armed) watch_arm(w, outer);
+  watch_deadline(w, lim->prev ? lim->prev->deadline : 0);
 }
 #else
 int mend_limits_run_on(lua_State *co) { (void)co; return 0; }
