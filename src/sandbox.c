@@ -25,6 +25,8 @@
 #define MAX_MODULE_BYTES (16u << 20)
 /* The longest string string.rep makes (Lua's own limit is the memory limit, below it). */
 #define MAX_REP_BYTES ((size_t)1 << 40)
+/* The most bytes a sandboxed C function goes through between two looks at the limits. */
+#define PIECE_BYTES ((size_t)1 << 20)
 /* Bytes of a copy charged as one instruction (as the engine's allocator charges). */
 #define ALLOC_BYTES_PER_CHARGE 32.0
 /* The longest text mend.json.decode takes in a sandbox. */
@@ -263,16 +265,16 @@ static int bounded_rep(lua_State *L) {
     size_t chunk = filled < total - filled ? filled : total - filled;
     memcpy(p + filled, p, chunk);
     filled += chunk;
-    mend_limits_charge(L, (double)chunk / ALLOC_BYTES_PER_CHARGE);
+    /* Small copies are charged as the allocation of the result is: not at all. */
+    if (chunk >= PIECE_BYTES) mend_limits_charge(L, (double)chunk / ALLOC_BYTES_PER_CHARGE);
   }
   luaL_pushresultsize(&b, total);
   return 1;
 }
 
 /* string.upper/lower/reverse: one pass over the string in C, 290 ms for 32 MiB on a loaded
- * machine, that no hook or watchdog can stop. Here in pieces of 1 MiB, the limits looked at
- * between two. Upvalue 1: 'u', 'l' or 'r'. */
-#define PIECE_BYTES ((size_t)1 << 20)
+ * machine, that no hook or watchdog can stop. Here in pieces of PIECE_BYTES, the limits
+ * looked at between two. Upvalue 1: 'u', 'l' or 'r'. */
 
 static int chunked_bytes(lua_State *L) {
   size_t l;
@@ -281,14 +283,15 @@ static int chunked_bytes(lua_State *L) {
   luaL_Buffer b;
   char *p = luaL_buffinitsize(L, &b, l);
   for (size_t i = 0; i < l;) {
-    size_t end = l - i > PIECE_BYTES ? i + PIECE_BYTES : l;
+    size_t start = i, end = l - i > PIECE_BYTES ? i + PIECE_BYTES : l;
     if (op == 'u')
       for (; i < end; i++) p[i] = (char)toupper((unsigned char)s[i]);
     else if (op == 'l')
       for (; i < end; i++) p[i] = (char)tolower((unsigned char)s[i]);
     else
       for (; i < end; i++) p[i] = s[l - 1 - i];
-    mend_limits_charge(L, (double)PIECE_BYTES / ALLOC_BYTES_PER_CHARGE);
+    /* Small strings are charged as the allocation of the result is: not at all. */
+    if (l > PIECE_BYTES) mend_limits_charge(L, (double)(end - start) / ALLOC_BYTES_PER_CHARGE);
   }
   luaL_pushresultsize(&b, l);
   return 1;
