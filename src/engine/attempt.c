@@ -338,7 +338,14 @@ void mend__start_attempt(mend_run *r, int compensating) {
     mend__commit_now(E);   /* a failure breaks the engine, or it waits for the lock */
   }
   mend__resume(r, 2);
-  if (suspect) mend__commit_now(E);
+  if (suspect) {
+    /* Its code waits now (a host's answer, a timer): a crash from here on is not its code's. */
+    if (r->co && r->waiting)
+      mend__history(r, def->name, "suspect_waits", NULL, NULL,
+                    compensating ? r->steps[i].comp_attempts : r->steps[i].attempts, NULL, -1,
+                    NULL);
+    mend__commit_now(E);
+  }
 }
 
 mend_run *mend_engine_current_run(lua_State *L) {

@@ -261,9 +261,10 @@ static void flag_unavailable(mend_engine *E, const char *id, const char *why, in
  * again that many times in a row with an attempt begun and no outcome between is a suspect:
  * its next attempt leaves a `suspect_ran` row committed before its code runs, and commits what
  * the code did right after (attempt.c), so that a run whose code did not crash the worker has
- * no such row, or an outcome after it. At CRASH_LOOP_RUNS such rows with no outcome since, the
- * run is not run again. (Committing around every attempt of a run taken again would hold up a
- * worker that takes the runs of one stopped mid-transaction.) */
+ * no such row, or an outcome after it, or a `suspect_waits` row when its code went on to wait
+ * (for a host's answer: the crash was not in its code). At CRASH_LOOP_RUNS such rows with no
+ * outcome since, the run is not run again. (Committing around every attempt of a run taken
+ * again would hold up a worker that takes the runs of one stopped mid-transaction.) */
 #define CRASH_SUSPECT_TAKES 2
 #define CRASH_LOOP_RUNS 2
 
@@ -276,7 +277,7 @@ static int since_outcome(mend_engine *E, const char *id, int *ran, int *takes) {
   json_t *rows = mend_store_history(E->store, id);
   if (!rows) return -1;
   *ran = *takes = 0;
-  int began = 0;
+  int began = 0, waited = 0;
   double later = mend_engine_now(E), window = 5 * E->lease_seconds;
   for (size_t k = json_array_size(rows); k-- > 0;) {
     json_t *row = json_array_get(rows, k);
@@ -289,8 +290,11 @@ static int since_outcome(mend_engine *E, const char *id, int *ran, int *takes) {
       later = at;
       *takes += began;
       began = 0;
+    } else if (strcmp(event, "suspect_waits") == 0) {
+      waited = 1;
     } else if (strcmp(event, "suspect_ran") == 0) {
-      ++*ran;
+      if (!waited) ++*ran;
+      waited = 0;
     } else if (to && strcmp(to, "running") == 0) {
       began = 1;
     } else if (to) {
