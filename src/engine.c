@@ -631,6 +631,8 @@ static void *limited_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
       E->over_limit = 1;
       return NULL;
     }
+    if (E->alloc_limits && E->cfg.sandbox && mend_limits_refuse_table(E->alloc_limits, ptr, osize, nsize))
+      return NULL;
     /* What an allocation is for (a concatenation, string.rep, string.format...) is work no
      * count hook sees, one instruction for any size: a large one is charged its bytes and
      * looks at the clock, and fails once the call is over its limits. */
@@ -660,6 +662,11 @@ static int on_panic(lua_State *L) {
   const char *msg = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "(not a string)";
   mend__breakdown(E, "mend: an error escaped every protected call of the engine's Lua state (a bug of "
             "mend's, or memory running out): %s", msg);
+  /* The calls the error jumps over leave no limits behind them for the allocator or the
+   * watchdog to touch. */
+  E->limit_memory = 0;
+  E->alloc_limits = NULL;
+  mend_limits_watchdog_reset();
   if (E->panic_exit) {
     E->panicked = 1;
     longjmp(*(jmp_buf *)E->panic_exit, 1);

@@ -5,11 +5,23 @@
  * coroutine made by one attempt and resumed by another (through a table that both can reach)
  * is charged to the attempt that resumes it, and a thread never holds a pointer to limits that
  * may be gone.
+ *
+ * The watchdog (Linux): each OS thread that runs limited calls has a POSIX timer that sends
+ * it a real-time signal at the deadline of the call in force, and again every 10 ms while a
+ * call runs past it. The handler runs on that thread, between two of its instructions or
+ * inside a C function, and only calls lua_sethook (safe from a signal, lua.h) on the threads
+ * that this OS thread is running calls on: the stack of threads that mend_limits_enter and
+ * mend_limits_run_on keep, a thread pushed before it runs and popped before it may be freed.
+ * Nothing is shared with another OS thread, so there is nothing to race on.
  */
+#define _GNU_SOURCE
 #include "guard.h"
 
+#include <errno.h>
 #include <lauxlib.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "lerror.h"
 #include "timers.h"
@@ -33,13 +45,227 @@ void mend_limits_init(mend_limits *lim, const char *what, long budget, double se
   if (seconds > 0) lim->deadline = mend_real_now() + seconds;
 }
 
+static void hook(lua_State *L, lua_Debug *ar);
+
+/* ---------------------------------------------------------------- the watchdog */
+
+#if defined(__linux__) && defined(SIGEV_THREAD_ID)
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Deeper nesting of coroutines than this is left to the count hook (Lua allows about 200). */
+#define WATCH_THREADS 256
+#define REPOKE_NS 10000000L
+#define MAX_REPOKES 10
+
+typedef struct watchdog {
+  timer_t timer;
+  int forked;                      /* a child of fork: the timer stayed with the parent */
+  _Atomic long long deadline_ns;   /* the call in force's deadline, CLOCK_REALTIME; 0: none */
+  _Atomic long long armed_ns;      /* when the timer fires; 0: it does not */
+  volatile sig_atomic_t depth;
+  volatile sig_atomic_t repokes;   /* since the deadline passed */
+  lua_State *volatile threads[WATCH_THREADS];
+} watchdog;
+
+static _Thread_local watchdog *tl_watchdog;
+static _Thread_local int tl_no_timer;
+static pthread_once_t watch_once = PTHREAD_ONCE_INIT;
+static pthread_key_t watch_key;
+static int watch_signal;   /* 0: the watchdog is off in this process */
+
+/* Every thread the calls of this OS thread run on stops at its next instruction. */
+static int watch_poke(watchdog *w) {
+  int n = w->depth;
+  for (int i = 0; i < n && i < WATCH_THREADS; i++) {
+    lua_State *t = w->threads[i];
+    /* A thread without the hook is not under limits (or is trusted code's own hook). */
+    if (t && lua_gethook(t) == hook) lua_sethook(t, hook, LUA_MASKCOUNT, 1);
+  }
+  return n;
+}
+
+static long long now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* The timer at `at` (CLOCK_REALTIME nanoseconds). Safe from the handler. */
+static void timer_at(watchdog *w, long long at) {
+  struct itimerspec its;
+  memset(&its, 0, sizeof its);
+  its.it_value.tv_sec = (time_t)(at / 1000000000LL);
+  its.it_value.tv_nsec = (long)(at % 1000000000LL);
+  if (timer_settime(w->timer, TIMER_ABSTIME, &its, NULL) == 0)
+    atomic_store_explicit(&w->armed_ns, at, memory_order_relaxed);
+}
+
+/* The timer is left armed when a call ends (two system calls for every resumption of an
+ * attempt cost a frame loop milliseconds a tick): firing for a call that is over, it arms
+ * itself for the deadline of the call now in force, if any. */
+static void on_watchdog(int sig, siginfo_t *si, void *uc) {
+  (void)sig;
+  (void)uc;
+  if (si->si_code != SI_TIMER) return;
+  watchdog *w = si->si_value.sival_ptr;
+  if (!w) return;
+  int saved = errno;
+  atomic_store_explicit(&w->armed_ns, 0, memory_order_relaxed);
+  long long deadline = atomic_load_explicit(&w->deadline_ns, memory_order_relaxed);
+  long long now = now_ns();
+  if (deadline > now) {
+    timer_at(w, deadline);
+  } else if (deadline > 0 && watch_poke(w) > 0 && w->repokes < MAX_REPOKES) {
+    /* Again soon, a few times, while the call runs: a poke can be undone by the hook it
+     * interrupted. Not for ever: a host function that blocks past the deadline would see its
+     * system calls interrupted every 10 ms. */
+    w->repokes++;
+    timer_at(w, now + REPOKE_NS);
+  }
+  errno = saved;
+}
+
+static void free_watchdog(void *p) {
+  watchdog *w = p;
+  if (!w->forked) timer_delete(w->timer);
+  free(w);
+}
+
+static void after_fork(void) {
+  if (tl_watchdog) tl_watchdog->forked = 1;
+}
+
+static void watch_init(void) {
+  if (pthread_key_create(&watch_key, free_watchdog)) return;
+  pthread_atfork(NULL, NULL, after_fork);
+  /* A signal the host handles already is the host's: the count hook alone then. */
+  int sig = SIGRTMAX - 3;
+  struct sigaction old;
+  if (sigaction(sig, NULL, &old) != 0 || old.sa_handler != SIG_DFL) return;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_watchdog;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  if (sigaction(sig, &sa, NULL) == 0) watch_signal = sig;
+}
+
+/* This OS thread's watchdog, made the first time a call is limited on it; NULL: none. */
+static watchdog *get_watchdog(void) {
+  watchdog *w = tl_watchdog;
+  if (w && !w->forked) return w;
+  if (tl_no_timer) return NULL;
+  pthread_once(&watch_once, watch_init);
+  if (!watch_signal) return NULL;
+  if (!w && !(w = calloc(1, sizeof *w))) return NULL;
+  struct sigevent ev;
+  memset(&ev, 0, sizeof ev);
+  ev.sigev_notify = SIGEV_THREAD_ID;
+  ev.sigev_signo = watch_signal;
+  ev.sigev_value.sival_ptr = w;
+  ev._sigev_un._tid = gettid();
+  if (timer_create(CLOCK_REALTIME, &ev, &w->timer) != 0) {
+    free(w);
+    tl_watchdog = NULL;
+    pthread_setspecific(watch_key, NULL);
+    tl_no_timer = 1;
+    return NULL;
+  }
+  w->forked = 0;
+  atomic_store(&w->deadline_ns, 0);
+  atomic_store(&w->armed_ns, 0);
+  w->depth = 0;
+  tl_watchdog = w;
+  pthread_setspecific(watch_key, w);
+  return w;
+}
+
+static int watch_push(watchdog *w, lua_State *co) {
+  int d = w->depth;
+  if (d < WATCH_THREADS) {
+    w->threads[d] = co;
+    atomic_signal_fence(memory_order_seq_cst);
+    w->depth = d + 1;
+  }
+  return d;
+}
+
+static void watch_pop(watchdog *w, int depth) {
+  if (depth < w->depth) w->depth = depth;
+  atomic_signal_fence(memory_order_seq_cst);
+}
+
+/* `deadline` (mend_real_now seconds; 0: none) is the one in force: the timer fires by then. */
+static void watch_deadline(watchdog *w, double deadline) {
+  long long at = deadline > 0 ? (long long)(deadline * 1e9) : 0;
+  atomic_store_explicit(&w->deadline_ns, at, memory_order_relaxed);
+  w->repokes = 0;
+  long long armed = atomic_load_explicit(&w->armed_ns, memory_order_relaxed);
+  if (at > 0 && (armed == 0 || armed > at)) timer_at(w, at);
+}
+
+int mend_limits_run_on(lua_State *co) {
+  watchdog *w = tl_watchdog;
+  return w && !w->forked ? watch_push(w, co) : 0;
+}
+
+void mend_limits_run_off(int depth) {
+  watchdog *w = tl_watchdog;
+  if (w && !w->forked) watch_pop(w, depth);
+}
+
+/* A trip stops the threads that resumed the one it raised on too, not 10,000 instructions
+ * later: each of those may be a long one. */
+static void watch_poke_all(void) {
+  watchdog *w = tl_watchdog;
+  if (w && !w->forked) watch_poke(w);
+}
+
+void mend_limits_watchdog_reset(void) {
+  watchdog *w = tl_watchdog;
+  if (!w || w->forked) return;
+  watch_pop(w, 0);
+  watch_deadline(w, 0);
+}
+
+static void watch_enter(lua_State *L, mend_limits *lim) {
+  watchdog *w = get_watchdog();
+  lim->watch_depth = 0;
+  if (!w) return;
+  lim->watch_depth = watch_push(w, L);
+  watch_deadline(w, lim->deadline);
+}
+
+static void watch_leave(mend_limits *lim) {
+  watchdog *w = tl_watchdog;
+  if (!w || w->forked) return;
+  watch_pop(w, lim->watch_depth);
+  watch_deadline(w, lim->prev ? lim->prev->deadline : 0);
+}
+#else
+int mend_limits_run_on(lua_State *co) { (void)co; return 0; }
+void mend_limits_run_off(int depth) { (void)depth; }
+void mend_limits_watchdog_reset(void) {}
+static void watch_poke_all(void) {}
+static void watch_enter(lua_State *L, mend_limits *lim) { (void)L; (void)lim; }
+static void watch_leave(mend_limits *lim) { (void)lim; }
+#endif
+
+/* ---------------------------------------------------------------- limits in force */
+
 void mend_limits_enter(lua_State *L, mend_limits *lim) {
   lim->prev = mend_limits_current(L);
   lua_pushlightuserdata(L, lim);
   lua_rawsetp(L, LUA_REGISTRYINDEX, &current_key);
+  watch_enter(L, lim);
 }
 
 void mend_limits_leave(lua_State *L, mend_limits *lim) {
+  watch_leave(lim);
   if (lim->prev) lua_pushlightuserdata(L, lim->prev);
   else lua_pushnil(L);
   lua_rawsetp(L, LUA_REGISTRYINDEX, &current_key);
@@ -57,8 +283,6 @@ const char *mend_limits_message(const mend_limits *lim, char *buf, size_t len) {
   return buf;
 }
 
-static void hook(lua_State *L, lua_Debug *ar);
-
 int mend_limits_spend(mend_limits *lim, double spent) {
   if (lim->tripped) return 1;
   if (lim->budget > 0) {
@@ -68,6 +292,33 @@ int mend_limits_spend(mend_limits *lim, double spent) {
   if (!lim->tripped && lim->deadline > 0 && mend_real_now() >= lim->deadline)
     lim->tripped = MEND_LIMIT_TIMEOUT;
   return lim->tripped != MEND_LIMIT_OK;
+}
+
+/* sizeof(Node) of Lua 5.4 with 64-bit values and pointers (lobject.h). */
+#if LUA_VERSION_NUM == 504 && !LUA_32BITS
+#define NODE_BYTES 24u
+#else
+#define NODE_BYTES 0u
+#endif
+
+/* The block lauxlib's buffers keep their text in is allocated afresh too, right after the
+ * 16-byte full userdata that holds it (newbox, then resizebox, in lauxlib.c): 48 bytes with
+ * Lua 5.4's tag of a userdata. */
+#define BOX_TAG 7u
+#define BOX_BYTES 48u
+
+int mend_limits_refuse_table(mend_limits *lim, const void *ptr, size_t osize, size_t nsize) {
+  int after_box = lim->after_box;
+  lim->after_box = !ptr && osize == BOX_TAG && nsize == BOX_BYTES;
+  /* Lua allocates a node vector afresh (luaM_newvector: no block, tag 0) before it moves a
+   * single key, so refusing it fails the assignment with a memory error and changes nothing. */
+  if (!NODE_BYTES || ptr || osize != 0 || after_box ||
+      nsize <= (size_t)NODE_BYTES * MEND_TABLE_NODES || nsize % NODE_BYTES)
+    return 0;
+  size_t nodes = nsize / NODE_BYTES;
+  if (nodes & (nodes - 1)) return 0;
+  lim->refused_table = 1;
+  return 1;
 }
 
 static void mark_stopped(lua_State *L) {
@@ -103,6 +354,7 @@ static int trip_error(lua_State *L, const mend_limits *lim) {
   /* From now on every instruction raises again: a pcall that caught the error gets to run
    * one instruction of its caller before the error is on its way up once more. */
   if (lua_gethookcount(L) != 1 || lua_gethook(L) != hook) lua_sethook(L, hook, LUA_MASKCOUNT, 1);
+  watch_poke_all();
   mark_stopped(L);
   char msg[200];
   mend_limits_message(lim, msg, sizeof msg);

@@ -4,9 +4,15 @@
  * runs on, and the bookkeeping of which limits are in force. The engine owns the memory limit
  * (its allocator) and decides what a tripped limit means for a run.
  *
+ * Also owns the watchdog: the hook counts instructions, and one instruction may take seconds
+ * (comparing long strings, copying a million arguments, next over a large emptied array), so
+ * while a call with a deadline runs, a timer of the thread signals it at the deadline and the
+ * signal's handler makes every thread the call runs on stop at its next instruction.
+ *
  * Must never: let Lua code of a call go on once its limits tripped (the hook then raises at
  * every instruction, so pcall, xpcall or a coroutine cannot swallow the error for long);
- * run workflow code itself.
+ * run workflow code itself; touch from the signal handler a thread that is not running a
+ * call of this OS thread, or anything but the hook of one.
  */
 #ifndef MEND_GUARD_H
 #define MEND_GUARD_H
@@ -28,6 +34,9 @@ typedef struct mend_limits {
   const char *what;            /* "step", "workflow load", ...: names the call in messages */
   unsigned char tripped;       /* a mend_limit_trip */
   unsigned char timeout_typed; /* a trip by time raises a mend timeout error, not a string */
+  int watch_depth;             /* the watchdog's threads when these began */
+  unsigned char refused_table; /* an allocation was refused: a table over MEND_TABLE_NODES */
+  unsigned char after_box;     /* the last allocation was the box of a lauxlib buffer */
 } mend_limits;
 
 /* Sets lim up for a new call: `budget` instructions (0: none), `seconds` of real time (<= 0:
@@ -39,6 +48,13 @@ void mend_limits_leave(lua_State *L, mend_limits *lim);
 /* Installs the hook on a thread that will run workflow code. Threads it creates inherit it. */
 void mend_limits_watch(lua_State *co);
 void mend_limits_unwatch(lua_State *co);
+/* co is resumed (mend_limits_run_on) and back (run_off, given what run_on returned) under
+ * the limits in force: the watchdog stops it at the deadline too. Calls nest. */
+int mend_limits_run_on(lua_State *co);
+void mend_limits_run_off(int depth);
+/* Forgets every thread the watchdog knew and stops its timer (a Lua panic left calls without
+ * their leave: their threads may go). */
+void mend_limits_watchdog_reset(void);
 /* The limits in force in L's state, or NULL. */
 mend_limits *mend_limits_current(lua_State *L);
 /* Charges work done in C on behalf of workflow code (`instructions` of it) to the limits in
@@ -47,6 +63,17 @@ void mend_limits_charge(lua_State *L, double instructions);
 /* Takes `instructions` from lim and looks at the clock, without raising (for the engine's
  * allocator, which charges what large allocations copy): 1 if lim is tripped. */
 int mend_limits_spend(mend_limits *lim, double instructions);
+/* The most keys a table holds outside its array part (1..n) in sandboxed code. Lua hashes
+ * integer and float keys without a seed: keys that all collide make the rehash that grows a
+ * table quadratic in its size, one instruction that nothing can stop (85 ms at this size on a
+ * loaded machine, 20 s at 16 times it). */
+#define MEND_TABLE_NODES 16384
+/* For the allocator of a sandboxed state, every allocation while workflow code runs under
+ * lim: 1 when the block asked for is the hash part of a table larger than MEND_TABLE_NODES,
+ * to be refused: a new block of a power of two of Lua 5.4's 24-byte nodes, and not a string
+ * buffer's. An array made at once ({...}, table.pack, a decoded JSON array) of exactly 3 *
+ * 2^k / 2 values, 49152 or more, has that size too and is refused as well. */
+int mend_limits_refuse_table(mend_limits *lim, const void *ptr, size_t osize, size_t nsize);
 /* Was co stopped by a trip? Its __close handlers must not run then: Lua would run them
  * with hooks off. [-0, +0, m] */
 int mend_limits_stopped(lua_State *L, lua_State *co);

@@ -23,6 +23,12 @@
 
 /* Modules a sandbox reads from disk are Lua source of a sensible size. */
 #define MAX_MODULE_BYTES (16u << 20)
+/* The longest string string.rep makes (Lua's own limit is the memory limit, below it). */
+#define MAX_REP_BYTES ((size_t)1 << 40)
+/* The most bytes a sandboxed C function goes through between two looks at the limits. */
+#define PIECE_BYTES ((size_t)1 << 20)
+/* Bytes of a copy charged as one instruction (as the engine's allocator charges). */
+#define ALLOC_BYTES_PER_CHARGE 32.0
 /* The longest text mend.json.decode takes in a sandbox. */
 #define MAX_JSON_TEXT (4u << 20)
 
@@ -233,15 +239,84 @@ static int call_original(lua_State *L) {
   return lua_gettop(L);
 }
 
-/* string.rep: Lua's loops n times even when each copy is empty. */
+/* string.rep: Lua's copies the string n times, one memcpy each (an 8 MiB string of one
+ * byte: 8M calls, tens of milliseconds that no hook or watchdog can stop), and loops n times
+ * even when each copy is empty. Here the result doubles what it holds at each copy, a few
+ * dozen copies in all, and looks at the limits between two. */
 static int bounded_rep(lua_State *L) {
   size_t l, lsep;
-  luaL_checklstring(L, 1, &l);
+  const char *s = luaL_checklstring(L, 1, &l);
   lua_Integer n = luaL_checkinteger(L, 2);
-  luaL_optlstring(L, 3, "", &lsep);
+  const char *sep = luaL_optlstring(L, 3, "", &lsep);
   if (n <= 0 || l + lsep == 0) {
     lua_pushliteral(L, "");
     return 1;
+  }
+  size_t unit = l + lsep;
+  if (unit < l || (lua_Unsigned)n > (MAX_REP_BYTES + lsep) / unit)
+    return luaL_error(L, "resulting string too large");
+  size_t total = unit * (size_t)n - lsep, filled = 0;
+  luaL_Buffer b;
+  char *p = luaL_buffinitsize(L, &b, total);
+  memcpy(p, s, l);
+  if (lsep > 0 && n > 1) memcpy(p + l, sep, lsep);
+  filled = n > 1 ? unit : l;
+  while (filled < total) {
+    size_t chunk = filled < total - filled ? filled : total - filled;
+    memcpy(p + filled, p, chunk);
+    filled += chunk;
+    /* Small copies are charged as the allocation of the result is: not at all. */
+    if (chunk >= PIECE_BYTES) mend_limits_charge(L, (double)chunk / ALLOC_BYTES_PER_CHARGE);
+  }
+  luaL_pushresultsize(&b, total);
+  return 1;
+}
+
+/* string.upper/lower/reverse: one pass over the string in C, 290 ms for 32 MiB on a loaded
+ * machine, that no hook or watchdog can stop. Here in pieces of PIECE_BYTES, the limits
+ * looked at between two. Upvalue 1: 'u', 'l' or 'r'. */
+
+static int chunked_bytes(lua_State *L) {
+  size_t l;
+  const char *s = luaL_checklstring(L, 1, &l);
+  int op = (int)lua_tointeger(L, lua_upvalueindex(1));
+  luaL_Buffer b;
+  char *p = luaL_buffinitsize(L, &b, l);
+  for (size_t i = 0; i < l;) {
+    size_t start = i, end = l - i > PIECE_BYTES ? i + PIECE_BYTES : l;
+    if (op == 'u')
+      for (; i < end; i++) p[i] = (char)toupper((unsigned char)s[i]);
+    else if (op == 'l')
+      for (; i < end; i++) p[i] = (char)tolower((unsigned char)s[i]);
+    else
+      for (; i < end; i++) p[i] = s[l - 1 - i];
+    /* Small strings are charged as the allocation of the result is: not at all. */
+    if (l > PIECE_BYTES) mend_limits_charge(L, (double)(end - start) / ALLOC_BYTES_PER_CHARGE);
+  }
+  luaL_pushresultsize(&b, l);
+  return 1;
+}
+
+/* string.format: %q writes a string a byte at a time with a test for each (20 ms for 1 MiB
+ * on a loaded machine): a larger one is refused. Upvalue 1: Lua's format. */
+#define MAX_QUOTED_BYTES ((size_t)1 << 20)
+
+static int bounded_format(lua_State *L) {
+  size_t flen;
+  const char *f = luaL_checklstring(L, 1, &flen), *end = f + flen;
+  int arg = 1;
+  while (f < end) {
+    if (*f++ != '%') continue;
+    if (f < end && *f == '%') { f++; continue; }
+    while (f < end && strchr("-+ #0123456789.", *f)) f++;
+    if (f >= end) break;
+    arg++;
+    size_t len;
+    if (*f++ == 'q' && lua_type(L, arg) == LUA_TSTRING && lua_tolstring(L, arg, &len) &&
+        len > MAX_QUOTED_BYTES)
+      return luaL_error(L, "string.format: %%q of a string of %I bytes, over the sandbox's bound "
+                        "of %d (README: Limits and sandbox)", (lua_Integer)len,
+                        (int)MAX_QUOTED_BYTES);
   }
   return call_original(L);
 }
@@ -393,6 +468,15 @@ void mend_sandbox_prepare(lua_State *L) {
   lua_getfield(L, -1, "byte");
   lua_pushcclosure(L, charged_slice, 1);
   lua_setfield(L, -2, "byte");
+  static const char *const piecewise[] = {"upper", "lower", "reverse"};
+  for (int k = 0; k < 3; k++) {
+    lua_pushinteger(L, "ulr"[k]);
+    lua_pushcclosure(L, chunked_bytes, 1);
+    lua_setfield(L, -2, piecewise[k]);
+  }
+  lua_getfield(L, -1, "format");
+  lua_pushcclosure(L, bounded_format, 1);
+  lua_setfield(L, -2, "format");
   lua_pop(L, 1);
   lua_getglobal(L, "table");
   lua_getfield(L, -1, "sort");
@@ -538,6 +622,33 @@ static int safe_xpcall(lua_State *L) {
   return 2;
 }
 
+/* Is co the coroutine of a step's attempt (the engine's table of them, THREADS_KEY in
+ * engine_int.h)? Only the engine resumes or closes one: a step that kept another run's
+ * (coroutine.running()) would otherwise end that attempt early or run it out of turn. */
+static int attempt_thread(lua_State *L, lua_State *co) {
+  if (lua_getfield(L, LUA_REGISTRYINDEX, "mend.threads") != LUA_TTABLE) {
+    lua_pop(L, 1);
+    return 0;
+  }
+  lua_pushthread(co);
+  lua_xmove(co, L, 1);
+  int found = lua_rawget(L, -2) != LUA_TNIL;
+  lua_pop(L, 2);
+  return found;
+}
+
+static int close_thread(lua_State *co, lua_State *from) {
+  int depth = mend_limits_run_on(co);   /* its __close handlers run on it */
+#if LUA_VERSION_RELEASE_NUM >= 50406
+  int status = lua_closethread(co, from);
+#else
+  (void)from;
+  int status = lua_resetthread(co);
+#endif
+  mend_limits_run_off(depth);
+  return status;
+}
+
 /* coroutine.wrap's function: upvalue 1 the coroutine. Like Lua's, but a coroutine that a limit
  * stopped is not closed (that would run its __close handlers with hooks off). */
 static int wrapped_resume(lua_State *L) {
@@ -545,20 +656,16 @@ static int wrapped_resume(lua_State *L) {
   int n = lua_gettop(L), nres;
   if (!lua_checkstack(co, n)) return luaL_error(L, "too many arguments to resume");
   lua_xmove(L, co, n);
+  int depth = mend_limits_run_on(co);
   int status = lua_resume(co, L, n, &nres);
+  mend_limits_run_off(depth);
   if (status == LUA_OK || status == LUA_YIELD) {
     if (!lua_checkstack(L, nres + 1)) return luaL_error(L, "too many results to resume");
     lua_xmove(co, L, nres);
     return nres;
   }
   lua_xmove(co, L, 1);   /* the error */
-  if (!mend_limits_stopped(L, co)) {
-#if LUA_VERSION_RELEASE_NUM >= 50406
-    lua_closethread(co, L);
-#else
-    lua_resetthread(co);
-#endif
-  }
+  if (!mend_limits_stopped(L, co)) close_thread(co, L);
   if (lua_type(L, -1) == LUA_TSTRING) {
     luaL_where(L, 1);
     lua_insert(L, -2);
@@ -576,12 +683,65 @@ static int safe_wrap(lua_State *L) {
   return 1;
 }
 
-/* coroutine.close, but not of a coroutine that a limit stopped. Upvalue 1: Lua's. */
+/* coroutine.resume, as Lua's, but the watchdog knows the coroutine runs, and an attempt's
+ * coroutine is not resumed. */
+static int safe_resume(lua_State *L) {
+  lua_State *co = lua_tothread(L, 1);
+  luaL_argexpected(L, co, 1, "coroutine");
+  if (attempt_thread(L, co)) {
+    lua_pushboolean(L, 0);
+    lua_pushliteral(L, "cannot resume the coroutine of a step's attempt (the engine runs it)");
+    return 2;
+  }
+  int n = lua_gettop(L) - 1, nres;
+  if (!lua_checkstack(co, n)) {
+    lua_pushboolean(L, 0);
+    lua_pushliteral(L, "too many arguments to resume");
+    return 2;
+  }
+  lua_xmove(L, co, n);
+  int depth = mend_limits_run_on(co);
+  int status = lua_resume(co, L, n, &nres);
+  mend_limits_run_off(depth);
+  if (status == LUA_OK || status == LUA_YIELD) {
+    if (!lua_checkstack(L, nres + 1)) {
+      lua_pop(co, nres);
+      lua_pushboolean(L, 0);
+      lua_pushliteral(L, "too many results to resume");
+      return 2;
+    }
+    lua_pushboolean(L, 1);
+    lua_xmove(co, L, nres);
+    return nres + 1;
+  }
+  lua_pushboolean(L, 0);
+  lua_xmove(co, L, 1);
+  return 2;
+}
+
+/* coroutine.close, but not of a coroutine that a limit stopped, nor of an attempt's.
+ * Upvalue 1: Lua's. */
 static int safe_close(lua_State *L) {
   lua_State *co = lua_tothread(L, 1);
   if (co && mend_limits_stopped(L, co)) {
     lua_pushboolean(L, 0);
     lua_pushliteral(L, "the coroutine was stopped by a limit of the sandbox");
+    return 2;
+  }
+  if (co && attempt_thread(L, co)) {
+    lua_pushboolean(L, 0);
+    lua_pushliteral(L, "cannot close the coroutine of a step's attempt (the engine runs it)");
+    return 2;
+  }
+  /* Lua's close raises for a running or normal coroutine: only the others are closed here. */
+  lua_Debug ar;
+  if (co && co != L && (lua_status(co) != LUA_OK || !lua_getstack(co, 0, &ar))) {
+    if (close_thread(co, L) == LUA_OK) {
+      lua_pushboolean(L, 1);
+      return 1;
+    }
+    lua_pushboolean(L, 0);
+    lua_xmove(co, L, 1);
     return 2;
   }
   lua_pushvalue(L, lua_upvalueindex(1));
@@ -813,6 +973,8 @@ void mend_sandbox_env(lua_State *L, const char *dir, const char *lua_dir) {
   lua_getfield(L, -1, "close");
   lua_pushcclosure(L, safe_close, 1);
   lua_setfield(L, -2, "close");
+  lua_pushcfunction(L, safe_resume);
+  lua_setfield(L, -2, "resume");
   lua_pop(L, 1);
   lua_pushcfunction(L, safe_xpcall);
   lua_setfield(L, env, "xpcall");

@@ -188,7 +188,9 @@ void mend__end_attempt(mend_run *r) {
     E->limit_memory = 1;
     E->alloc_limits = &r->limits;
     mend_limits_enter(E->L, &r->limits);
+    int depth = mend_limits_run_on(r->co);
     mend_closethread(r->co, E->L);
+    mend_limits_run_off(depth);
     mend_limits_leave(E->L, &r->limits);
     E->limit_memory = limit_was;
     E->alloc_limits = charged_was;
@@ -215,7 +217,9 @@ void mend__resume(mend_run *r, int nargs) {
   E->limit_memory = 1;
   E->alloc_limits = &r->limits;
   mend_limits_enter(E->L, &r->limits);
+  int depth = mend_limits_run_on(co);
   int status = lua_resume(co, E->L, nargs, &nres);
+  mend_limits_run_off(depth);
   mend_limits_leave(E->L, &r->limits);
   E->limit_memory = 0;
   E->alloc_limits = charged_was;
@@ -257,7 +261,13 @@ void mend__resume(mend_run *r, int nargs) {
       info.message = msg;
     }
   }
-  if (status == LUA_ERRMEM && E->owned_state && E->cfg.memory_limit > 0) {
+  if (status == LUA_ERRMEM && r->limits.refused_table) {
+    snprintf(msg, sizeof msg, "step made a table of more than %d keys outside 1..n, over the "
+             "sandbox's bound (README: Limits and sandbox)", MEND_TABLE_NODES);
+    info.message = msg;
+    info.kind = MEND_ERR_ERROR;
+    info.stopped = 1;
+  } else if (status == LUA_ERRMEM && E->owned_state && E->cfg.memory_limit > 0) {
     snprintf(msg, sizeof msg, "step exceeded the memory limit (%zu bytes)", E->cfg.memory_limit);
     info.message = msg;
     info.kind = MEND_ERR_ERROR;
@@ -317,7 +327,25 @@ void mend__start_attempt(mend_run *r, int compensating) {
   r->limits.timeout_typed = 1;
   if (def->timeout > 0) mend__arm(r, &r->deadline, mend_engine_now(E) + def->timeout);
   if (def->timeout > 0 || E->cfg.instruction_budget > 0) mend_limits_watch(co);
+  /* A suspect of a crash loop (recover.c): that its code runs is durable before it does, and
+   * what it did right after, so that a crash now is told apart from one of another run's. */
+  int suspect = r->suspect;
+  r->suspect = 0;
+  if (suspect) {
+    mend__history(r, def->name, "suspect_ran", NULL, NULL,
+                  compensating ? r->steps[i].comp_attempts : r->steps[i].attempts, NULL, -1,
+                  "taken again after its worker stopped during an attempt");
+    mend__commit_now(E);   /* a failure breaks the engine, or it waits for the lock */
+  }
   mend__resume(r, 2);
+  if (suspect) {
+    /* Its code waits now (a host's answer, a timer): a crash from here on is not its code's. */
+    if (r->co && r->waiting)
+      mend__history(r, def->name, "suspect_waits", NULL, NULL,
+                    compensating ? r->steps[i].comp_attempts : r->steps[i].attempts, NULL, -1,
+                    NULL);
+    mend__commit_now(E);
+  }
 }
 
 mend_run *mend_engine_current_run(lua_State *L) {

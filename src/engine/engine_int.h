@@ -132,6 +132,7 @@ struct mend_run {
   action next_action;
   unsigned char attention;
   unsigned char waiting;      /* yielded inside mend.sleep / mend.exec */
+  unsigned char suspect;      /* taken again with an attempt its dead worker began (recover.c) */
   unsigned char queued;       /* in the queue behind the current batch */
   unsigned char lost;         /* another worker took it: let go when its queued action comes up */
   unsigned char admitted;     /* its breaker let the next attempt through already (on_wait) */

@@ -2,8 +2,9 @@
  * recover: carrying on runs from the store alone. Owns rebuilding a run in memory from what
  * the store says (the version it started with, its steps, its waits), flagging a run whose
  * version cannot be loaded (once), taking over the runs of dead workers on this host, and
- * claiming unfinished runs that nobody holds. Must never: act on a run before the claim that
- * makes it ours is durable; resume a run with another version's steps.
+ * claiming unfinished runs that nobody holds, and putting aside a run that took down every
+ * worker that ran it (a crash loop). Must never: act on a run before the claim that makes it
+ * ours is durable; resume a run with another version's steps.
  */
 #include "engine_int.h"
 
@@ -112,7 +113,7 @@ mend_run *mend__rebuild(mend_engine *E, const char *id, char *why, int whylen, i
   /* The reason is one of the engine's own static strings; map the stored text back to it. */
   static const char *const reasons[] = {"attempts_exhausted", "fatal", "severity_2", "compensable",
                                         "error", "severity_3", "compensation_failed", "cancelled",
-                                        "workflow_error", "timeout"};
+                                        "workflow_error", "timeout", "crash_loop"};
   const char *reason = json_string_value(json_object_get(row, "reason"));
   for (size_t k = 0; reason && k < sizeof reasons / sizeof *reasons; k++)
     if (strcmp(reason, reasons[k]) == 0) r->reason = reasons[k];
@@ -250,6 +251,101 @@ static void flag_unavailable(mend_engine *E, const char *id, const char *why, in
   json_array_append_new(E->alerts, ev);   /* logged and sent once the batch commits */
 }
 
+/* ---------------------------------------------------------------- crash loops */
+
+/* A run whose step takes its process down (a host function that segfaults, a C module's
+ * bug) is taken again by the next worker, which goes down too, and so on, while no other run
+ * gets done. Each take leaves a `recovered` row in the run's history, and each attempt a
+ * `-> running` row, both committed before the step's code runs; but so has every other run the
+ * dead worker had begun, and the store cannot tell the one whose code crashed. A run taken
+ * again that many times in a row with an attempt begun and no outcome between is a suspect:
+ * its next attempt leaves a `suspect_ran` row committed before its code runs, and commits what
+ * the code did right after (attempt.c), so that a run whose code did not crash the worker has
+ * no such row, or an outcome after it, or a `suspect_waits` row when its code went on to wait
+ * (for a host's answer: the crash was not in its code). At CRASH_LOOP_RUNS such rows with no
+ * outcome since, the run is not run again. (Committing around every attempt of a run taken
+ * again would hold up a worker that takes the runs of one stopped mid-transaction.) */
+#define CRASH_SUSPECT_TAKES 2
+#define CRASH_LOOP_RUNS 2
+
+/* Since the run's last outcome (a step or the run going to anything but running): how many
+ * of its suspect attempts ended with their worker (*ran), and how many takes of it were
+ * followed by an attempt (*takes). 0; -1 when its history cannot be read. A take more than a
+ * few leases after the next ends the count: a run whose step waits an hour for a host's answer
+ * is taken again at each deploy, not in a loop. */
+static int since_outcome(mend_engine *E, const char *id, int *ran, int *takes) {
+  json_t *rows = mend_store_history(E->store, id);
+  if (!rows) return -1;
+  *ran = *takes = 0;
+  int began = 0, waited = 0;
+  double later = mend_engine_now(E), window = 5 * E->lease_seconds;
+  for (size_t k = json_array_size(rows); k-- > 0;) {
+    json_t *row = json_array_get(rows, k);
+    const char *event = json_string_value(json_object_get(row, "event"));
+    const char *to = json_string_value(json_object_get(row, "to"));
+    if (!event) continue;
+    if (strcmp(event, "recovered") == 0) {
+      double at = json_number_value(json_object_get(row, "at"));
+      if (later - at > window) break;
+      later = at;
+      *takes += began;
+      began = 0;
+    } else if (strcmp(event, "suspect_waits") == 0) {
+      waited = 1;
+    } else if (strcmp(event, "suspect_ran") == 0) {
+      if (!waited) ++*ran;
+      waited = 0;
+    } else if (to && strcmp(to, "running") == 0) {
+      began = 1;
+    } else if (to) {
+      break;
+    }
+  }
+  json_decref(rows);
+  return 0;
+}
+
+/* Will the rebuilt run run workflow code as soon as it goes on (no wait in the future)? */
+static int runs_code_at_once(mend_run *r) {
+  if (r->status != MEND_RUN_RUNNING && r->status != MEND_RUN_COMPENSATING) return 0;
+  mend__find_current_step(r);
+  if (r->cur < 0 || r->cur >= r->wf->nsteps) return 0;
+  const step_rt *st = &r->steps[r->cur];
+  if (st->status == MEND_STEP_WAITING) return 0;
+  return !(st->due > mend_engine_now(r->E));
+}
+
+/* The run goes to the dead-letter queue with reason crash_loop: its step failed (the attempt
+ * that crashed counted), nothing compensated on its account. */
+static void put_aside(mend_run *r, int crashes) {
+  char msg[300];
+  int i = r->cur;
+  step_rt *st = &r->steps[i];
+  snprintf(msg, sizeof msg, "crash_loop: the worker stopped during this run's step, %d times in a "
+           "row after it was taken again (a host function or C module that crashes?); the run is "
+           "not run again", crashes);
+  if (r->status == MEND_RUN_COMPENSATING) {
+    mend__step_to(r, i, MEND_STEP_COMPENSATION_FAILED, msg, -1, NULL);
+  } else {
+    if (st->status == MEND_STEP_RETRY_WAIT || st->status == MEND_STEP_BREAKER_OPEN ||
+        st->status == MEND_STEP_SLEEPING)
+      mend__step_to(r, i, MEND_STEP_PENDING, NULL, -1, NULL);
+    if (st->status == MEND_STEP_PENDING) {
+      st->attempts++;
+      mend__step_to(r, i, MEND_STEP_RUNNING, NULL, -1, NULL);
+    }
+    mend__step_to(r, i, MEND_STEP_FAILED, msg, -1, NULL);
+  }
+  mend__set_str(&r->error, msg);
+  r->fail_step = i;
+  r->reason = "crash_loop";
+  mend__run_to(r, MEND_RUN_NEEDS_ATTENTION);
+  mend__dead_letter(r, r->reason, i, msg,
+                    "its worker crashed each time it ran the step: nothing compensated "
+                    "automatically; fix the host function, then mend dlq retry, or resolve");
+  mend__queue(r, ACT_FINISH);
+}
+
 static int restore(mend_engine *E, const char *id) {
   char why[700];
   int unavailable;
@@ -260,7 +356,16 @@ static int restore(mend_engine *E, const char *id) {
     if (mend_store_release(E->store, id, E->owner)) mend__store_failed(E);
     return -1;
   }
+  int ran = 0, takes = 0;
+  if (runs_code_at_once(r) && since_outcome(E, id, &ran, &takes) == 0)
+    r->suspect = ran > 0 || takes >= CRASH_SUSPECT_TAKES;
   mend__recovered_entry(r);
+  if (ran >= CRASH_LOOP_RUNS) {
+    mend_engine_log_line(E, "error", r->id, NULL, 0, "recover",
+                         "its worker stopped each time its step ran: a crash loop");
+    put_aside(r, takes);
+    return 0;
+  }
   mend_engine_log_line(E, "info", r->id, NULL, 0, "recover", "resumed from the store");
   mend__carry_on(r);
   return 0;

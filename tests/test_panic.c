@@ -1,0 +1,109 @@
+/*
+ * test_panic: a Lua error outside every protected call of the engine's own state (a bug of
+ * mend's; memory running out for the engine itself) must break the engine, not abort the
+ * host. The error is raised here from a host callback that the engine calls from C (an event),
+ * on the engine's Lua thread, as a bug of mend's would: mend_engine_run_all must return
+ * MEND_EBROKEN with a message saying so, every later call too, the process must live on,
+ * freeing the engine must be clean, and a new engine on the same database must finish the run.
+ */
+#include <lua.h>
+#include <mend.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "engine.h"
+
+static const char workflow_lua[] =
+  "local mend = require 'mend'\n"
+  "return { name = 'two', steps = {\n"
+  "  { name = 'one', retry = { max_attempts = 3, initial = 0.01 }, execute = function(ctx)\n"
+  "      if ctx.attempt == 1 then error(mend.retryable('not yet')) end\n"
+  "      return 1\n"
+  "    end },\n"
+  "  { name = 'two', execute = function() return 2 end } } }\n";
+
+static mend_engine *engine;
+static int armed, raised;
+
+/* A step's event, from C outside any Lua call: the engine's thread has no protected call. */
+static void on_event(void *ud, const char *json) {
+  (void)ud;
+  if (!armed || !strstr(json, "step_failed")) return;
+  armed = 0;
+  raised = 1;
+  lua_State *L = mend_engine_lua(engine);
+  lua_pushliteral(L, "simulated bug of the engine's");
+  lua_error(L);
+}
+
+static mend_engine *open_engine(const char *db, const char *wf) {
+  mend_options o;
+  mend_options_init(&o);
+  o.db_path = db;
+  o.durability = MEND_SYNC_PROCESS;
+  o.sandbox = 1;
+  o.memory_limit = 64u << 20;
+  o.instruction_budget = 1000000;
+  o.on_event = on_event;
+  mend_engine *E = NULL;
+  char err[300];
+  if (mend_engine_new(&o, &E, err, sizeof err) != MEND_OK) {
+    fprintf(stderr, "mend_engine_new: %s\n", err);
+    return NULL;
+  }
+  if (mend_engine_load(E, wf, NULL, 0) != MEND_OK) {
+    fprintf(stderr, "load: %s\n", mend_engine_errmsg(E));
+    mend_engine_free(E);
+    return NULL;
+  }
+  return E;
+}
+
+int main(void) {
+  char dir[] = "/tmp/mend-panic-XXXXXX";
+  if (!mkdtemp(dir)) return 2;
+  char db[128], wf[128];
+  snprintf(db, sizeof db, "%s/runs.db", dir);
+  snprintf(wf, sizeof wf, "%s/two.lua", dir);
+  FILE *f = fopen(wf, "w");
+  if (!f || fputs(workflow_lua, f) < 0 || fclose(f)) return 2;
+
+  engine = open_engine(db, wf);
+  CHECK(engine != NULL);
+  if (!engine) return check_done("test_panic");
+  char id[17];
+  CHECK_EQ_INT(mend_engine_start(engine, "two", "{}", NULL, id, NULL), MEND_OK);
+  armed = 1;
+  CHECK_EQ_INT(mend_engine_run_all(engine), MEND_EBROKEN);
+  CHECK(raised);
+  const char *msg = mend_engine_errmsg(engine);
+  printf("errmsg: %s\n", msg);
+  CHECK(strstr(msg, "escaped every protected call") && strstr(msg, "simulated bug"));
+  /* Broken for good: no call runs Lua on that state again. */
+  CHECK_EQ_INT(mend_engine_run_all(engine), MEND_EBROKEN);
+  CHECK_EQ_INT(mend_engine_tick(engine, 0.01), MEND_EBROKEN);
+  CHECK_EQ_INT(mend_engine_load(engine, wf, NULL, 0), MEND_EBROKEN);
+  mend_engine_free(engine);
+
+  /* The run is in the database as it was: a new engine finishes it. */
+  engine = open_engine(db, wf);
+  CHECK(engine != NULL);
+  if (!engine) return check_done("test_panic");
+  int recovered = 0;
+  CHECK_EQ_INT(mend_engine_recover(engine, &recovered), MEND_OK);
+  CHECK_EQ_INT(recovered, 1);
+  CHECK_EQ_INT(mend_engine_run_all(engine), MEND_OK);
+  char *json = NULL;
+  CHECK_EQ_INT(mend_engine_run_json(engine, id, &json), MEND_OK);
+  printf("run: %s\n", json ? json : "(none)");
+  CHECK(json && strstr(json, "\"status\":\"succeeded\""));
+  mend_free(json);
+  mend_engine_free(engine);
+  char cmd[160];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+  return check_done("test_panic");
+}
