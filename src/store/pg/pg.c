@@ -1,0 +1,209 @@
+/*
+ * pg: the PostgreSQL store's connections, errors, opening and closing. The rest is behind
+ * pg_int.h: pg_schema.c (every SQL text, the schema's creation), pg_batch.c (the write log,
+ * pipelines, the writer thread), pg_ops.c (writes, engine reads, events), pg_lease.c (leases,
+ * claims, the fence). Must never: put a password in a message; decide what a transition means.
+ *
+ * Why a writer thread and not the loop's socket: the SQLite store already hands batches to a
+ * thread of its own, and the engine's contract (start_writer, hand_off, writer_busy, done
+ * called from any thread) is built for that. The thread uses blocking libpq calls, but in
+ * pipeline mode, so a batch is still one round trip (every statement, then COMMIT, then one
+ * sync); the loop records the next batch meanwhile. Watching the socket from libuv would save
+ * the thread but put libpq's state machine into the engine's loop for no fewer round trips.
+ */
+#include "pg_int.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+void mend__pg_msg(char *buf, int len, const char *fmt, ...) {
+  va_list ap;
+  if (!buf || len <= 0) return;
+  va_start(ap, fmt);
+  vsnprintf(buf, (size_t)len, fmt, ap);
+  va_end(ap);
+}
+
+double mend__pg_mono(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The first line of a libpq message, without its "ERROR:  " and trailing newline. */
+static void first_line(char *out, size_t len, const char *msg) {
+  if (!msg || !*msg) msg = "unknown error";
+  if (strncmp(msg, "ERROR:  ", 8) == 0) msg += 8;
+  size_t n = strcspn(msg, "\n");
+  if (n >= len) n = len - 1;
+  memcpy(out, msg, n);
+  out[n] = 0;
+}
+
+int mend__pg_fail(mend_pg *p, PGconn *c, const PGresult *r, const char *what) {
+  char cause[1024];
+  const char *m = r ? PQresultErrorMessage(r) : NULL;
+  if (!m || !*m) m = c ? PQerrorMessage(c) : NULL;
+  first_line(cause, sizeof cause, m);
+  if (c && PQstatus(c) == CONNECTION_BAD)
+    mend__pg_msg(p->err, sizeof p->err, "%s: %s: connection lost: %s", p->server, what, cause);
+  else
+    mend__pg_msg(p->err, sizeof p->err, "%s: %s: %s", p->server, what, cause);
+  return -1;
+}
+
+int mend__pg_exec(mend_pg *p, PGconn *c, const char *sql, const char *what) {
+  PGresult *r = PQexec(c, sql);
+  ExecStatusType st = PQresultStatus(r);
+  int ok = st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;
+  if (!ok) mend__pg_fail(p, c, r, what);
+  PQclear(r);
+  return ok ? 0 : -1;
+}
+
+PGresult *mend__pg_run(mend_pg *p, int q, const char *sql, int n, const char *const *vals,
+                       const char *what) {
+  PGresult *r;
+  if (q >= 0) {
+    char name[16];
+    snprintf(name, sizeof name, "m%d", q);
+    r = PQexecPrepared(p->conn, name, n, vals, NULL, NULL, 0);
+  } else {
+    r = PQexecParams(p->conn, sql, n, NULL, vals, NULL, NULL, 0);
+  }
+  ExecStatusType st = PQresultStatus(r);
+  if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return r;
+  mend__pg_fail(p, p->conn, r, what);
+  PQclear(r);
+  if (p->in_batch) p->batch_failed = 1;
+  return NULL;
+}
+
+/* "host:port/dbname" from the connection, or from the URI when there is none. */
+static void name_server(mend_pg *p, PGconn *c) {
+  const char *host = c ? PQhost(c) : NULL, *port = c ? PQport(c) : NULL, *db = c ? PQdb(c) : NULL;
+  mend__pg_msg(p->server, sizeof p->server, "%s:%s/%s", host && *host ? host : "localhost",
+               port && *port ? port : "5432", db && *db ? db : "?");
+}
+
+int mend__pg_connect(mend_pg *p, PGconn **out) {
+  /* Earlier keywords are defaults the URI overrides. */
+  const char *const keys[] = {"connect_timeout", "fallback_application_name", "dbname", NULL};
+  const char *const vals[] = {"10", "mend", p->conninfo, NULL};
+  PGconn *c = PQconnectdbParams(keys, vals, 1);
+  if (!c) {
+    mend__pg_msg(p->err, sizeof p->err, "%s: cannot connect: out of memory", p->server);
+    return -1;
+  }
+  name_server(p, c);
+  if (PQstatus(c) != CONNECTION_OK) {
+    char cause[1024];
+    first_line(cause, sizeof cause, PQerrorMessage(c));
+    /* libpq's own words, which say whether it was the address, the password or the database;
+     * a message never repeats the password, but a malformed URI could be echoed: cut it. */
+    PQconninfoOption *opts = PQconninfoParse(p->conninfo, NULL);
+    for (PQconninfoOption *o = opts; o && o->keyword; o++) {
+      if (strcmp(o->keyword, "password") != 0 || !o->val || !*o->val) continue;
+      char *at;
+      while ((at = strstr(cause, o->val))) memset(at, '*', strlen(o->val));
+    }
+    PQconninfoFree(opts);
+    mend__pg_msg(p->err, sizeof p->err, "%s: cannot connect: %s", p->server, cause);
+    PQfinish(c);
+    return -1;
+  }
+  const char *setup = p->sync_commit ? "SET synchronous_commit = on"
+                                     : "SET synchronous_commit = off";
+  if (mend__pg_exec(p, c, setup, "set synchronous_commit") != 0 ||
+      mend__pg_exec(p, c, "SET client_min_messages = warning", "set client_min_messages") != 0) {
+    PQfinish(c);
+    return -1;
+  }
+  *out = c;
+  return 0;
+}
+
+int mend__pg_aux(mend_pg *p) {
+  if (p->aux && PQstatus(p->aux) == CONNECTION_OK) return 0;
+  if (p->aux) {
+    PQfinish(p->aux);
+    p->aux = NULL;
+  }
+  char keep[sizeof p->err];
+  memcpy(keep, p->err, sizeof keep);   /* a look that fails must not hide the last error */
+  PGconn *c;
+  int rc = mend__pg_connect(p, &c) == 0 && mend__pg_prepare(p, c) == 0 ? 0 : -1;
+  if (rc == 0) p->aux = c;
+  memcpy(p->err, keep, sizeof keep);
+  return rc;
+}
+
+void mend__pg_close(mend_store *s);
+extern const struct mend_store_methods mend__pg_methods;
+
+mend_store *mend__pg_open(const char *uri, mend_durability d, char *err, int errlen) {
+  mend_pg *p = calloc(1, sizeof *p);
+  if (!p || !uri || !(p->conninfo = strdup(uri))) {
+    mend__pg_msg(err, errlen, "%s: out of memory", "postgres");
+    free(p);
+    return NULL;
+  }
+  p->m = &mend__pg_methods;
+  p->cur = &p->logs[0];
+  p->open_seq = 1;
+  p->sync_commit = d == MEND_DURABILITY_FULL;
+  mend__pg_msg(p->server, sizeof p->server, "postgres");
+  if (mend__pg_connect(p, &p->conn) != 0 || mend__pg_schema(p) != 0 ||
+      mend__pg_prepare(p, p->conn) != 0) {
+    mend__pg_msg(err, errlen, "%s", p->err);
+    mend__pg_close((mend_store *)(void *)p);
+    return NULL;
+  }
+  return (mend_store *)(void *)p;
+}
+
+const char *mend__pg_errmsg(mend_store *s) { return s ? PG(s)->err : "no store"; }
+int mend__pg_not_found(const mend_store *s) { return PG(s)->not_found; }
+int mend__pg_schema_version(mend_store *s) { return PG(s)->schema_version; }
+
+void mend__pg_close(mend_store *s) {
+  mend_pg *p = PG(s);
+  if (!p) return;
+  mend__pg_stop_writer(p);
+  if (p->conn && p->in_batch) mend__pg_rollback(p);
+  /* Gone: its runs are for any worker to take now, not when its lease ends (as SQLite). */
+  if (p->conn && p->fence_registered && PQstatus(p->conn) == CONNECTION_OK) {
+    const char *v[1] = {p->fence_owner};
+    PGresult *r;
+    int ok = mend__pg_exec(p, p->conn, "BEGIN", "close") == 0;
+    for (int i = 0; ok && i < 2; i++) {
+      r = mend__pg_run(p, i == 0 ? P_FORGET_WORKER : P_RELEASE_OWNER, NULL, 1, v, "close");
+      ok = r != NULL;
+      PQclear(r);
+    }
+    if (!ok || mend__pg_exec(p, p->conn, "COMMIT", "close") != 0)
+      PQclear(PQexec(p->conn, "ROLLBACK"));
+  }
+  if (p->conn) PQfinish(p->conn);
+  if (p->aux) PQfinish(p->aux);
+  free(p->conninfo);
+  free(p->worker);
+  free(p->fence_owner);
+  mend_idset_clear(&p->fence_checked);
+  mend_idset_clear(&p->lost);
+  for (int i = 0; i < p->nlost_new; i++) free(p->lost_new[i]);
+  free(p->lost_new);
+  for (int i = 0; i < p->nversions; i++) {
+    struct pg_version *v = &p->versions[i];
+    free(v->workflow);
+    free(v->version);
+    free(v->source);
+    free(v->step_names);
+  }
+  free(p->versions);
+  for (int k = 0; k < 2; k++) mend__pg_log_free(&p->logs[k]);
+  free(p);
+}
