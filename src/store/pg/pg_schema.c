@@ -195,7 +195,7 @@ const char *const mend__pg_migrations[MEND_PG_SCHEMA_VERSION] = {
   "CREATE INDEX runs_owner ON runs(owner) WHERE owner IS NOT NULL;"
   "CREATE INDEX runs_cancel ON runs(owner) WHERE cancel_requested = 1;"
   "CREATE INDEX runs_created ON runs(created);"
-  "CREATE TABLE workers(owner TEXT PRIMARY KEY, lease_until TIMESTAMPTZ NOT NULL);"
+  "CREATE TABLE workers(owner TEXT PRIMARY KEY, lease_until TIMESTAMPTZ);"
   "CREATE TABLE steps(run_id TEXT NOT NULL, idx BIGINT NOT NULL, name TEXT, status TEXT NOT NULL,"
   " attempts BIGINT NOT NULL DEFAULT 0, comp_attempts BIGINT NOT NULL DEFAULT 0, idem_key TEXT,"
   " custom_key BIGINT NOT NULL DEFAULT 0, result TEXT, error TEXT, due DOUBLE PRECISION,"
