@@ -426,10 +426,20 @@ int mend__pg_begin(mend_pg *p) {
   return flush(p, p->cur, 0, 1);
 }
 
-/* Without a writer thread a write runs at once, as SQLite's does: a failure is heard now. */
+/* A log holds at most this many records: a larger burst is sent in parts, in the open
+ * transaction, rather than held all in memory. */
+#define LOG_MAX_RECORDS 65536
+
+/* A write is only recorded: sent at the next read, commit or hand-off, so that a batch costs
+ * one round trip however many writes it has (sent at once, each would cost one). Its failure
+ * is heard then, and fails the whole batch. Statements go one a record: sending a batch's
+ * history rows as unnest() arrays measured no faster here (1.75 s against 1.83 s for 40,000
+ * rows and 10,000 run writes), the rows' own cost being most of it, and would lose the
+ * renumbering of a row whose number another process took. */
 int mend__pg_rec_end(mend_pg *p) {
-  if (p->w) return p->cur->oom ? -1 : 0;
-  return mend__pg_sync(p);
+  if (p->cur->oom) return -1;
+  if (p->cur->nrec < LOG_MAX_RECORDS) return 0;
+  return p->w ? 0 : mend__pg_sync(p);
 }
 
 int mend__pg_start_writer(mend_store *s, void (*done)(void *ud), void *ud) {
@@ -478,7 +488,10 @@ int mend__pg_commit(mend_store *s) {
     log_clear(p->cur);
     return -1;
   }
-  if (flush(p, p->cur, 1, 0) != 0) return -1;
+  if (flush(p, p->cur, 1, 0) != 0) {
+    p->batch_failed = 0;   /* told now: the next batch is a batch of its own */
+    return -1;
+  }
   p->durable_seq = p->open_seq++;
   return 0;
 }
