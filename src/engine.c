@@ -772,7 +772,7 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
   mend_store_set_busy_wait(E->store, LOOP_BUSY_MS);
   /* Every lease this engine takes from now on lasts at least this long. */
   E->fence_until = mend__lease_until(E);
-  if (mend_store_set_fence(E->store, E->owner, E->lease_seconds, E->fence_until)) {
+  if (mend_store_set_fence(E->store, E->owner, E->lease_seconds)) {
     snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store));
     mend_engine_destroy(E);
     return NULL;

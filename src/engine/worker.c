@@ -26,7 +26,7 @@ double mend__lease_until(const mend_engine *E);
 static void renew_now(mend_engine *E) {
   if (E->broken || !E->in_flight) return;
   double until = mend__lease_until(E);
-  if (mend_store_renew(E->store, E->owner, until)) { mend__store_failed(E); return; }
+  if (mend_store_renew(E->store, E->owner, E->lease_seconds)) { mend__store_failed(E); return; }
   E->fence_until = until;
   mend__kick(E);   /* committed by the next turn */
 }
@@ -159,9 +159,9 @@ void mend__renew_leases(uv_timer_t *t) { renew_now(t->data); }
 /* The quick look every poll; the thorough one (it walks every run held: 27 ms with 100k) at the
  * first poll, then at most once in 30 s and in a hundredth of the loop's time. */
 static int claimable(mend_engine *E, double now) {
-  if (now < E->next_thorough_look) return mend_store_claimable(E->store, E->owner, now, 0);
+  if (now < E->next_thorough_look) return mend_store_claimable(E->store, E->owner, 0);
   double began = mend_real_now();   /* not `now`: the poll may have waited for the writer */
-  int found = mend_store_claimable(E->store, E->owner, now, 1);
+  int found = mend_store_claimable(E->store, E->owner, 1);
   double took = mend_real_now() - began;
   E->next_thorough_look = now + (took * 100 > 30.0 ? took * 100 : 30.0);
   return found;
