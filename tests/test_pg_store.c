@@ -18,10 +18,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Until store.h has its table of methods (issue 19), the backend's is a stand-in here. */
-struct mend_store_methods { int unused; };
-const struct mend_store_methods mend__pg_methods = {0};
-
 static const char *base;     /* MEND_TEST_PG */
 static PGconn *admin;        /* to create and drop the cases' databases */
 static char conninfo[2048];  /* the current case's database */

@@ -142,7 +142,7 @@ int mend__pg_aux(mend_pg *p) {
 }
 
 void mend__pg_close(mend_store *s);
-extern const struct mend_store_methods mend__pg_methods;
+extern const mend_store_methods mend__pg_methods;
 
 mend_store *mend__pg_open(const char *uri, mend_durability d, char *err, int errlen) {
   mend_pg *p = calloc(1, sizeof *p);
@@ -207,3 +207,159 @@ void mend__pg_close(mend_store *s) {
   for (int k = 0; k < 2; k++) mend__pg_log_free(&p->logs[k]);
   free(p);
 }
+
+/* ---- the views for people (pg_view.c, pg-views' half) -------------------------------------
+ * Each sees the open batch (sent first, in the open transaction) and names the server in its
+ * message. Built without pg_view.c, they say so. */
+
+#if defined(__has_include)
+#if __has_include("pg_view.h")
+#define MEND_PG_VIEWS 1
+#include "pg_view.h"
+#endif
+#endif
+
+/* The view's message, prefixed with the server's name; NULL through. */
+static json_t *viewed(mend_pg *p, json_t *v, const char *msg) {
+  if (!v) mend__pg_msg(p->err, sizeof p->err, "%s: %s", p->server, msg);
+  return v;
+}
+
+#ifdef MEND_PG_VIEWS
+#define VIEW(p, call)                                                        \
+  do {                                                                       \
+    char verr_[sizeof (p)->err];                                             \
+    verr_[0] = 0;                                                            \
+    if (mend__pg_sync(p) != 0) return NULL;                                  \
+    json_t *v_ = call;                                                       \
+    return viewed((p), v_, verr_);                                           \
+  } while (0)
+#define E_ verr_, sizeof verr_
+#else
+#define VIEW(p, call)                                                        \
+  do {                                                                       \
+    return viewed((p), NULL, "this mend was built without the PostgreSQL views"); \
+  } while (0)
+#endif
+
+static json_t *pg_run(mend_store *s, const char *id) {
+  mend_pg *p = PG(s);
+  p->not_found = 0;
+  (void)id;
+  VIEW(p, mend__pg_view_run(p->conn, id, E_, &p->not_found));
+}
+static json_t *pg_history(mend_store *s, const char *id) {
+  mend_pg *p = PG(s);
+  (void)id;
+  VIEW(p, mend__pg_view_history(p->conn, id, E_));
+}
+static json_t *pg_dlq(mend_store *s) {
+  mend_pg *p = PG(s);
+  VIEW(p, mend__pg_view_dlq(p->conn, E_));
+}
+static json_t *pg_breakers(mend_store *s) {
+  mend_pg *p = PG(s);
+  VIEW(p, mend__pg_view_breakers(p->conn, E_));
+}
+static json_t *pg_runs(mend_store *s, const char *status, const char *workflow, int limit) {
+  mend_pg *p = PG(s);
+  (void)status, (void)workflow, (void)limit;
+  VIEW(p, mend__pg_view_runs(p->conn, status, workflow, limit, E_));
+}
+static json_t *pg_runs_where(mend_store *s, const char *status, const char *workflow,
+                             double since, int attention_only, int limit) {
+  mend_pg *p = PG(s);
+  (void)status, (void)workflow, (void)since, (void)attention_only, (void)limit;
+  VIEW(p, mend__pg_view_runs_where(p->conn, status, workflow, since, attention_only, limit, E_));
+}
+static json_t *pg_audit_list(mend_store *s) {
+  mend_pg *p = PG(s);
+  VIEW(p, mend__pg_view_audit_list(p->conn, E_));
+}
+static json_t *pg_workflows(mend_store *s, const char *workflow) {
+  mend_pg *p = PG(s);
+  (void)workflow;
+  VIEW(p, mend__pg_view_workflows(p->conn, workflow, E_));
+}
+static json_t *pg_inbox(mend_store *s, const char *run_id) {
+  mend_pg *p = PG(s);
+  (void)run_id;
+  VIEW(p, mend__pg_view_inbox(p->conn, run_id, E_));
+}
+/* A transaction of its own: what this store recorded before is committed first. */
+static json_t *pg_prune(mend_store *s, double before, const char *status, int dry_run) {
+  mend_pg *p = PG(s);
+  (void)before, (void)status, (void)dry_run;
+  if (mend__pg_commit(s) != 0) return NULL;
+  VIEW(p, mend__pg_view_prune(p->conn, before, status, dry_run, E_));
+}
+
+/* ---- the table ------------------------------------------------------------------------------
+ * SQLite's policies (checkpoints, the write lock's busy wait, parts of a batch, trimming the
+ * log) are left out: the dispatcher answers for them. */
+const mend_store_methods mend__pg_methods = {
+  .name = "postgres",
+  .close = mend__pg_close,
+  .errmsg = mend__pg_errmsg,
+  .not_found = mend__pg_not_found,
+  .commit = mend__pg_commit,
+  .batch_open = mend__pg_batch_open,
+  .start_writer = mend__pg_start_writer,
+  .hand_off = mend__pg_hand_off,
+  .writer_busy = mend__pg_writer_busy,
+  .batch_writes = mend__pg_batch_writes,
+  .open_seq = mend__pg_open_seq,
+  .durable_seq = mend__pg_durable_seq,
+  .set_commit_hook = mend__pg_set_commit_hook,
+  .last_history_seq = mend__pg_last_history_seq,
+  .last_history = mend__pg_last_history,
+  .version_script = mend__pg_version_script,
+  .insert_run = mend__pg_insert_run,
+  .update_run = mend__pg_update_run,
+  .put_step = mend__pg_put_step,
+  .update_step = mend__pg_update_step,
+  .append_history = mend__pg_append_history,
+  .put_breaker = mend__pg_put_breaker,
+  .put_dlq = mend__pg_put_dlq,
+  .find_run_key = mend__pg_find_run_key,
+  .find_key_result = mend__pg_find_key_result,
+  .get_breaker = mend__pg_get_breaker,
+  .run = pg_run,
+  .history = pg_history,
+  .dlq = pg_dlq,
+  .breakers = pg_breakers,
+  .runs = pg_runs,
+  .runs_where = pg_runs_where,
+  .audit_list = pg_audit_list,
+  .dlq_remove = mend__pg_dlq_remove,
+  .set_unavailable = mend__pg_set_unavailable,
+  .version_number = mend__pg_version_number,
+  .move_run = mend__pg_move_run,
+  .workflows = pg_workflows,
+  .take = mend__pg_take,
+  .request_cancel = mend__pg_request_cancel,
+  .cancel_requests = mend__pg_cancel_requests,
+  .audit = mend__pg_audit,
+  .schema_version = mend__pg_schema_version,
+  .prune = pg_prune,
+  .send_event = mend__pg_send_event,
+  .next_event = mend__pg_next_event,
+  .consume_event = mend__pg_consume_event,
+  .last_event = mend__pg_last_event,
+  .events_after = mend__pg_events_after,
+  .inbox = pg_inbox,
+  .set_worker = mend__pg_set_worker,
+  .claim = mend__pg_claim,
+  .claimable = mend__pg_claimable,
+  .renew = mend__pg_renew,
+  .release = mend__pg_release,
+  .lease_holders = mend__pg_lease_holders,
+  .release_owner = mend__pg_release_owner,
+  .set_fence = mend__pg_set_fence,
+  .fence_news = mend__pg_fence_news,
+  .held = mend__pg_held,
+  .add_lost = mend__pg_add_lost,
+  .fence_verified = mend__pg_fence_verified,
+  .repairing = mend__pg_repairing,
+  .owner = mend__pg_owner,
+};

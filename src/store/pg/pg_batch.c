@@ -536,6 +536,8 @@ int mend__pg_batch_open(mend_store *s) {
   return busy ? 0 : p->in_batch;
 }
 
+int mend__pg_batch_writes(const mend_store *s) { return PG(s)->cur->nrec; }
+
 /* The numbers are read and moved under the writer's lock when there is one. */
 unsigned long mend__pg_open_seq(const mend_store *s) { return PG(s)->open_seq; }
 unsigned long mend__pg_durable_seq(const mend_store *s) {

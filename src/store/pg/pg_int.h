@@ -67,7 +67,7 @@ typedef struct pg_writer {
 struct pg_version { char *workflow, *version, *source, *step_names; long long id; };
 
 typedef struct mend_pg {
-  const struct mend_store_methods *m;   /* first: the dispatcher reads it (store.h) */
+  const mend_store_methods *m;   /* first: the dispatcher reads it (store.h) */
   PGconn *conn, *aux;
   char *conninfo;
   char server[300];            /* host:port/dbname, for messages: never the password */
@@ -147,6 +147,7 @@ int mend__pg_commit(mend_store *s);
 int mend__pg_hand_off(mend_store *s);
 int mend__pg_writer_busy(mend_store *s);
 int mend__pg_batch_open(mend_store *s);
+int mend__pg_batch_writes(const mend_store *s);
 unsigned long mend__pg_open_seq(const mend_store *s);
 unsigned long mend__pg_durable_seq(const mend_store *s);
 void mend__pg_set_commit_hook(mend_store *s, void (*hook)(const char *phase));
