@@ -444,7 +444,7 @@ static int open_db(mend_store *s, mend_durability durability) {
   if (exec_sql(s, "PRAGMA cache_size = -8192", "set cache size") != 0) return -1;
   /* Checkpoints copy the WAL into the database file: done inside a commit they stall the
    * loop for tens of milliseconds. A file database gets a connection of its own for them,
-   * which the engine drives from a worker thread (mend_store_checkpoint). */
+   * which a thread of the store's own drives (src/store/checkpoint.c). */
   if (strcmp(s->path, ":memory:") != 0 && s->path[0] &&
       sqlite3_open_v2(s->path, &s->checkpointer, SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX,
                       NULL) == SQLITE_OK) {
@@ -571,6 +571,7 @@ void mend__sqlite_close(mend_store *s) {
   sqlite3_finalize(s->q_claimable[1]);
   sqlite3_finalize(s->q_events_after);
   sqlite3_close_v2(s->reader);
+  mend__ckpt_stop(s);
   sqlite3_close_v2(s->checkpointer);   /* the last connection to close checkpoints the WAL */
   free(s->path);
   free(s->worker);
@@ -589,8 +590,8 @@ int mend__sqlite_not_found(const mend_store *s) { return s->not_found; }
 
 const char *mend__sqlite_errmsg(mend_store *s) { return s ? s->err : "no store"; }
 
-int mend__sqlite_has_checkpointer(const mend_store *s) { return s->checkpointer != NULL; }
-
+/* A passive checkpoint on the checkpointer's connection: the frames copied (0 when busy), and
+ * the WAL's length in *wal_frames; -1 on error. */
 int mend__sqlite_checkpoint(mend_store *s, int *wal_frames) {
   if (wal_frames) *wal_frames = 0;
   if (!s->checkpointer) return 0;
@@ -602,13 +603,6 @@ int mend__sqlite_checkpoint(mend_store *s, int *wal_frames) {
   if (wal_frames) *wal_frames = log > 0 ? log : 0;
   if (rc == SQLITE_BUSY) return 0;
   return rc == SQLITE_OK ? (done > 0 ? done : 0) : -1;
-}
-
-int mend__sqlite_checkpoint_catch_up(mend_store *s) {
-  if (!s->checkpointer) return 1;
-  if (mend__sqlite_writer_busy(s) || s->in_batch || s->cur->nrec) return 0;
-  int rc = sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
-  return rc == SQLITE_OK ? 1 : rc == SQLITE_BUSY ? 0 : -1;
 }
 
 int mend__sqlite_batch_open(mend_store *s) {
@@ -657,6 +651,8 @@ int mend__sqlite_commit(mend_store *s) {
   s->parted = 0;
   if (mend__commit_batch(s) != 0) return -1;
   s->durable_seq = s->open_seq++;
+  mend__ckpt_after_commit(s);
+  mend__ckpt_between_batches(s);
   return 0;
 }
 
@@ -736,10 +732,6 @@ json_t *mend__sqlite_prune(mend_store *s, double before, const char *status, int
 const mend_store_methods mend__sqlite_methods = {
   .name = "sqlite",
   .close = mend__sqlite_close,
-  .has_checkpointer = mend__sqlite_has_checkpointer,
-  .checkpoint = mend__sqlite_checkpoint,
-  .checkpoint_catch_up = mend__sqlite_checkpoint_catch_up,
-  .wal_frames = mend__sqlite_wal_frames,
   .errmsg = mend__sqlite_errmsg,
   .not_found = mend__sqlite_not_found,
   .commit = mend__sqlite_commit,

@@ -100,22 +100,6 @@ typedef struct mend_store_methods {
   const char *name;   /* "sqlite", "postgres" */
   void (*close)(mend_store *s);        /* rolls back an uncommitted batch; NULL: nothing */
 
-  /* Optional (SQLite's): checkpoints. A file database does not checkpoint inside commits; the owner calls
-   * mend_store_checkpoint (a passive checkpoint on a connection of its own) now and then, from
-   * any one thread other than the loop's if it likes. Returns the WAL frames copied into the
-   * database (0 when busy: tried again next time), or -1 on error. */
-  int (*has_checkpointer)(const mend_store *s);
-  int (*checkpoint)(mend_store *s, int *wal_frames);   /* *wal_frames: the WAL's length */
-  /* On the loop's own connection, between batches: copies the frames written since the last
-   * checkpoint, so that the next write starts the WAL over (and cuts the file back to 64 MiB).
-   * Under a steady stream of writes passive checkpoints never copy all of the WAL, and it would
-   * grow without end. A checkpoint that waits for the writer instead (RESTART) held it back for
-   * 0.6-1.4 s on this machine; this copies only what the last passive checkpoint left.
-   * 1 done; 0 not now (a batch is open, or another checkpoint runs): try again later; -1 error. */
-  int (*checkpoint_catch_up)(mend_store *s);
-  /* The WAL's length in frames after the last commit (read once the writer thread is idle). */
-  int (*wal_frames)(const mend_store *s);
-
   /* The last error, naming the database and the backend's cause. Valid until the next call. */
   const char *(*errmsg)(mend_store *s);
   /* 1 when the last read of a run found none (errmsg: "no run <id>"), 0 after one that did. */
@@ -148,7 +132,9 @@ typedef struct mend_store_methods {
    * Batches are numbered: writes recorded now belong to batch mend_store_open_seq(); every batch
    * up to mend_store_durable_seq() is committed. A caller that must not act before some writes
    * are durable notes the open number and waits for the durable one to reach it. Without a
-   * writer thread hand-off is mend_store_commit and the numbers move the same way. */
+   * writer thread hand-off is mend_store_commit and the numbers move the same way.
+   * start_writer: 0 started; 1 declined (a database no other thread could share, such as one in
+   * memory: commits stay on the caller's thread); -1 error. */
   int (*start_writer)(mend_store *s, void (*done)(void *ud), void *ud);
   int (*hand_off)(mend_store *s);    /* 0, or -1 (errmsg) */
   int (*writer_busy)(mend_store *s); /* 1 while a handed-off batch is being written */
@@ -338,18 +324,6 @@ void mend_store_quiet_memstatus(void);
 /* The dispatchers: one per method, with the method's name and arguments. */
 static inline void mend_store_close(mend_store *s) {
   if (s) MEND_STORE_M(s)->close(s);
-}
-static inline int mend_store_has_checkpointer(const mend_store *s) {
-  return MEND_STORE_M(s)->has_checkpointer ? MEND_STORE_M(s)->has_checkpointer(s) : 0;
-}
-static inline int mend_store_checkpoint(mend_store *s, int *wal_frames) {
-  return MEND_STORE_M(s)->checkpoint ? MEND_STORE_M(s)->checkpoint(s, wal_frames) : 0;
-}
-static inline int mend_store_checkpoint_catch_up(mend_store *s) {
-  return MEND_STORE_M(s)->checkpoint_catch_up ? MEND_STORE_M(s)->checkpoint_catch_up(s) : 1;
-}
-static inline int mend_store_wal_frames(const mend_store *s) {
-  return MEND_STORE_M(s)->wal_frames ? MEND_STORE_M(s)->wal_frames(s) : 0;
 }
 static inline const char *mend_store_errmsg(mend_store *s) {
   return s ? MEND_STORE_M(s)->errmsg(s) : "no store";

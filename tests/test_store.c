@@ -626,56 +626,82 @@ static void test_disk_full(void) {
   mend_store_close(s);
 }
 
-/* Commits never checkpoint a file database; the owner's checkpoints (any thread) do, so the
- * WAL does not grow without bound. An in-memory store has nothing to checkpoint. */
-static void test_checkpoints(void) {
-  char err[512] = "";
-  mend_store *mem = mend_store_open(":memory:", MEND_DURABILITY_FULL, err, sizeof err);
-  CHECK(mem != NULL && !mend_store_has_checkpointer(mem));
-  CHECK_EQ_INT(mend_store_checkpoint(mem, NULL), 0);
-  mend_store_close(mem);
-  const char *path = file_in_dir("ckpt.db");
-  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
-  CHECK(s != NULL && mend_store_has_checkpointer(s));
-  if (!s) return;
-  /* Enough commits for well over SQLite's default of 1000 WAL frames before a checkpoint. */
+/* 400 commits of an 8 KiB input each: well over SQLite's default of 1000 WAL frames. */
+static void write_big_runs(mend_store *s, const char *prefix, int n) {
   char *input = malloc(8192 + 3);
   if (!input) return;
   input[0] = '"';
   memset(input + 1, 'y', 8192);
   input[8193] = '"';
   input[8194] = 0;
-  for (int i = 0; i < 400; i++) {
+  for (int i = 0; i < n; i++) {
     char rid[16];
-    snprintf(rid, sizeof rid, "c%d", i);
+    snprintf(rid, sizeof rid, "%s%d", prefix, i);
     mend_run_rec r = run_rec(rid, NULL, "running", i);
     r.input = input;
     CHECK_EQ_INT(mend_store_insert_run(s, &r), 0);
     CHECK_EQ_INT(mend_store_commit(s), 0);
   }
   free(input);
+}
+
+static long file_size(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+/* Commits never checkpoint a file database; the backend's checkpoints do (on its own
+ * connection), so the WAL does not grow without bound. An in-memory store has none. */
+static void test_checkpoints(void) {
+  char err[512] = "";
+  mend_store *mem = mend_store_open(":memory:", MEND_DURABILITY_FULL, err, sizeof err);
+  CHECK(mem != NULL && mem->checkpointer == NULL);
+  CHECK_EQ_INT(mend__sqlite_checkpoint(mem, NULL), 0);
+  mend_store_close(mem);
+  const char *path = file_in_dir("ckpt.db");
+  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  CHECK(s != NULL && s->checkpointer != NULL);
+  if (!s) return;
+  s->no_auto_checkpoint = 1;   /* by hand here; the thread's policy is tested below */
+  write_big_runs(s, "c", 400);
   /* No commit checkpointed: ours copies every frame written since the store opened. */
   int wal = 0;
-  int frames = mend_store_checkpoint(s, &wal);
+  int frames = mend__sqlite_checkpoint(s, &wal);
   if (frames <= 1000) fprintf(stderr, "checkpointed %d frames\n", frames);
   CHECK(frames > 1000);
   CHECK_EQ_INT(wal, frames);
-  CHECK_EQ_INT(mend_store_checkpoint(s, NULL), frames);   /* the WAL is not reset while it is open */
-  /* A catch-up between batches lets the next write start the WAL over, cut back to its limit. */
+  CHECK_EQ_INT(mend__sqlite_checkpoint(s, NULL), frames);   /* the WAL is not reset while it is open */
+  /* A passive checkpoint on the writing connection between batches lets the next write start
+   * the WAL over, cut back to its limit. */
   char wal_path[4200];
   snprintf(wal_path, sizeof wal_path, "%s-wal", path);
-  struct stat st;
-  CHECK(stat(wal_path, &st) == 0 && st.st_size > 8 * 1024 * 1024);
-  CHECK_EQ_INT(mend_store_checkpoint_catch_up(s), 1);
+  CHECK(file_size(wal_path) > 8 * 1024 * 1024);
+  CHECK_EQ_INT(sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL), SQLITE_OK);
   mend_run_rec after = run_rec("after", NULL, "running", 1000);
   CHECK_EQ_INT(mend_store_insert_run(s, &after), 0);
   CHECK_EQ_INT(mend_store_commit(s), 0);
   int wal_after = 0;
-  mend_store_checkpoint(s, &wal_after);
+  mend__sqlite_checkpoint(s, &wal_after);
   CHECK(wal_after < 100);
   sqlite3 *db = raw_open(path);
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM runs"), 401);
   sqlite3_close(db);
+  mend_store_close(s);
+
+  /* Left to itself, the store's thread copies the WAL into the database as it grows: the
+   * database file holds the rows without anyone asking. */
+  const char *auto_path = file_in_dir("ckpt-auto.db");
+  s = mend_store_open(auto_path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  CHECK(s != NULL);
+  if (!s) return;
+  write_big_runs(s, "a", 400);
+  long size = 0;
+  for (int i = 0; i < 100 && (size = file_size(auto_path)) < 3 * 1024 * 1024; i++) {
+    struct timespec pause = {0, 50 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+  }
+  if (size < 3 * 1024 * 1024) fprintf(stderr, "database file %ld bytes\n", size);
+  CHECK(size >= 3 * 1024 * 1024);
   mend_store_close(s);
 }
 

@@ -131,6 +131,8 @@ struct mend_store {
   unsigned long open_seq, durable_seq;   /* batch numbers: recording, last committed */
   void (*commit_hook)(const char *phase);
   int wal_frames;         /* the WAL's length after the last commit (sqlite3_wal_hook) */
+  struct ckpt *ckpt;      /* the checkpoint thread (checkpoint.c), from the first commit on */
+  int no_auto_checkpoint; /* tests that checkpoint by hand */
   /* The fence (see "fencing" below). fence_news, lost_new and nlost_new are shared with the
    * loop and guarded by the writer's mutex; the rest belongs to whichever thread writes. */
   char *fence_owner;
@@ -198,13 +200,16 @@ void mend__ours_again(mend_store *s, const char *id);
 void mend__renewed(mend_store *s, const wlog *log, const wrec *r);
 
 
+/* ---- checkpoint.c: the WAL policy. after_commit on the thread that just committed; between
+ * batches on the thread that holds the writing connection, with no transaction open. */
+void mend__ckpt_after_commit(mend_store *s);
+void mend__ckpt_between_batches(mend_store *s);
+void mend__ckpt_stop(mend_store *s);
+
 /* ---- the methods (store.h says what each does), and their table ---- */
 extern const mend_store_methods mend__sqlite_methods;
 void mend__sqlite_close(mend_store *s);
-int mend__sqlite_has_checkpointer(const mend_store *s);
 int mend__sqlite_checkpoint(mend_store *s, int *wal_frames);
-int mend__sqlite_checkpoint_catch_up(mend_store *s);
-int mend__sqlite_wal_frames(const mend_store *s);
 const char *mend__sqlite_errmsg(mend_store *s);
 int mend__sqlite_not_found(const mend_store *s);
 int mend__sqlite_commit(mend_store *s);

@@ -373,10 +373,12 @@ static void *writer_main(void *arg) {
     wlog *job = w->job;
     int part = w->part;
     pthread_mutex_unlock(&w->mu);
+    mend__ckpt_between_batches(s);
     int rc = writer_flush(s, job);
     if (!part) {
       int committed = mend__commit_batch(s);   /* rolls back if the flush failed */
       if (rc == 0) rc = committed;       /* (a BEGIN that failed left nothing to roll back) */
+      if (committed == 0) mend__ckpt_after_commit(s);
     } else if (rc != 0) {
       mend__rollback(s);   /* the batch is lost: its write lock is not kept for the rest */
     }
@@ -432,6 +434,8 @@ int mend__sync_point(mend_store *s) {
 
 int mend__sqlite_start_writer(mend_store *s, void (*done)(void *ud), void *ud) {
   if (s->w) return 0;
+  /* In memory, the thread would gain nothing: no fsync to wait for, no second connection. */
+  if (!s->checkpointer) return 1;
   writer *w = calloc(1, sizeof *w);
   if (!w) { mend__set_msg(s->err, sizeof s->err, "%s: writer thread: out of memory", s->path); return -1; }
   w->done = done;
@@ -567,7 +571,6 @@ void mend__sqlite_trim(mend_store *s) {
 int mend__sqlite_batch_writes(const mend_store *s) { return s->cur->nrec + s->parted; }
 int mend__sqlite_locked(mend_store *s) { return atomic_load(&s->locked); }
 void mend__sqlite_set_busy_wait(mend_store *s, int ms) { s->busy_ms = ms > 0 ? ms : BUSY_TIMEOUT_MS; }
-int mend__sqlite_wal_frames(const mend_store *s) { return s->wal_frames; }
 unsigned long mend__sqlite_open_seq(const mend_store *s) { return s->open_seq; }
 unsigned long mend__sqlite_durable_seq(const mend_store *s) { return s->durable_seq; }
 void mend__sqlite_set_commit_hook(mend_store *s, void (*hook)(const char *phase)) {
