@@ -126,17 +126,28 @@ int mend__pg_connect(mend_pg *p, PGconn **out) {
   return 0;
 }
 
+/* Opened again when lost (a server restart), at most once a backoff that doubles from 0.1 s to
+ * 10 s while it fails: a serving worker looks through it every poll. */
 int mend__pg_aux(mend_pg *p) {
   if (p->aux && PQstatus(p->aux) == CONNECTION_OK) return 0;
   if (p->aux) {
     PQfinish(p->aux);
     p->aux = NULL;
   }
+  double now = mend__pg_mono();
+  if (now < p->aux_retry_at) return -1;
   char keep[sizeof p->err];
   memcpy(keep, p->err, sizeof keep);   /* a look that fails must not hide the last error */
   PGconn *c;
-  int rc = mend__pg_connect(p, &c) == 0 && mend__pg_prepare(p, c) == 0 ? 0 : -1;
+  int rc = mend__pg_connect(p, &c);
+  if (rc == 0 && mend__pg_prepare(p, c) != 0) {
+    PQfinish(c);
+    rc = -1;
+  }
   if (rc == 0) p->aux = c;
+  p->aux_backoff = rc == 0 ? 0 : p->aux_backoff ? (p->aux_backoff * 2 > 10 ? 10 : p->aux_backoff * 2)
+                                                 : 0.1;
+  p->aux_retry_at = rc == 0 ? 0 : now + p->aux_backoff;
   memcpy(p->err, keep, sizeof keep);
   return rc;
 }

@@ -406,7 +406,7 @@ static void *writer_main(void *arg) {
 
 /* Waits for the writer thread to be done with the connection; -1 if a batch of it failed
  * (every later call fails with its message). */
-static int writer_wait(mend_pg *p) {
+int mend__pg_writer_wait(mend_pg *p) {
   pg_writer *w = p->w;
   if (!w) return 0;
   pthread_mutex_lock(&w->mu);
@@ -417,12 +417,12 @@ static int writer_wait(mend_pg *p) {
 }
 
 int mend__pg_sync(mend_pg *p) {
-  if (writer_wait(p) != 0 || p->batch_failed) return -1;
+  if (mend__pg_writer_wait(p) != 0 || p->batch_failed) return -1;
   return flush(p, p->cur, 0, 0);
 }
 
 int mend__pg_begin(mend_pg *p) {
-  if (writer_wait(p) != 0 || p->batch_failed) return -1;
+  if (mend__pg_writer_wait(p) != 0 || p->batch_failed) return -1;
   return flush(p, p->cur, 0, 1);
 }
 
@@ -482,7 +482,7 @@ void mend__pg_stop_writer(mend_pg *p) {
 
 int mend__pg_commit(mend_store *s) {
   mend_pg *p = PG(s);
-  if (writer_wait(p) != 0) return -1;
+  if (mend__pg_writer_wait(p) != 0) return -1;
   if (p->batch_failed) {   /* the failure was told when it happened; the batch is gone */
     mend__pg_rollback(p);
     log_clear(p->cur);
@@ -500,7 +500,7 @@ int mend__pg_hand_off(mend_store *s) {
   mend_pg *p = PG(s);
   pg_writer *w = p->w;
   if (!w) return mend__pg_commit(s);
-  if (writer_wait(p) != 0) return -1;
+  if (mend__pg_writer_wait(p) != 0) return -1;
   if (p->batch_failed) return mend__pg_commit(s);
   pthread_mutex_lock(&w->mu);
   if (!p->cur->nrec && !p->in_batch) {

@@ -69,6 +69,7 @@ struct pg_version { char *workflow, *version, *source, *step_names; long long id
 typedef struct mend_pg {
   const mend_store_methods *m;   /* first: the dispatcher reads it (store.h) */
   PGconn *conn, *aux;
+  double aux_retry_at, aux_backoff;   /* reconnecting aux (pg.c) */
   char *conninfo;
   char server[300];            /* host:port/dbname, for messages: never the password */
   char err[1536];
@@ -112,6 +113,7 @@ int mend__pg_aux(mend_pg *p);   /* opens aux if need be: 0, or -1 */
 
 /* pg_batch.c: before any statement but a recorded write (reads see the open batch). */
 int  mend__pg_sync(mend_pg *p);
+int  mend__pg_writer_wait(mend_pg *p);      /* the connection is the caller's: 0, or -1 */
 int  mend__pg_begin(mend_pg *p);            /* opens the transaction (fenced): 0 or -1 */
 void mend__pg_rollback(mend_pg *p);
 void mend__pg_rec_begin(mend_pg *p, int q);

@@ -229,6 +229,7 @@ void mend__pg_repairing(mend_store *s, int on) { PG(s)->repairing = on; }
 
 int mend__pg_add_lost(mend_store *s, const char *id) {
   mend_pg *p = PG(s);
+  mend__pg_writer_wait(p);   /* the writer thread reads the set while it writes */
   return mend_idset_add(&p->lost, id, strlen(id)) < 0 ? fence_oom(p) : 0;
 }
 
