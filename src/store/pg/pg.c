@@ -230,10 +230,13 @@ void mend__pg_close(mend_store *s) {
 #endif
 #endif
 
-/* The view's message, prefixed with the server's name; NULL through. */
+/* The view's message, prefixed with the server's name (but "no run <id>", as SQLite's);
+ * NULL through. */
 static json_t *viewed(mend_pg *p, json_t *v, const char *msg) {
-  if (!v) mend__pg_msg(p->err, sizeof p->err, "%s: %s", p->server, msg);
-  return v;
+  if (v) return v;
+  if (p->not_found) mend__pg_msg(p->err, sizeof p->err, "%s", msg);
+  else mend__pg_msg(p->err, sizeof p->err, "%s: %s", p->server, msg);
+  return NULL;
 }
 
 #ifdef MEND_PG_VIEWS
