@@ -108,6 +108,12 @@ static void test_errors(void) {
   CHECK(strstr(err, "127.0.0.1:1/nowhere") != NULL);
   CHECK(strstr(err, "cannot connect") != NULL);
 
+  /* through the storage interface: a postgres:// name is PostgreSQL's */
+  s = mend_store_open("postgres://127.0.0.1:1/elsewhere?connect_timeout=3", MEND_DURABILITY_FULL,
+                      err, sizeof err);
+  CHECK(s == NULL);
+  CHECK(strstr(err, "127.0.0.1:1/elsewhere: cannot connect") != NULL);
+
   new_case();
   /* a wrong password: named as such, never repeated (only over TCP with a password method) */
   conninfo_for(ci, sizeof ci, "postgres", "wrong-Pa55word");
@@ -134,6 +140,7 @@ static void test_errors(void) {
   new_case();
   s = open_store();
   CHECK(s != NULL);
+  if (s) CHECK_STR(MEND_STORE_M(s)->name, "postgres");
   mend__pg_close(s);
   c = raw();
   sql(c, "UPDATE meta SET value = '99' WHERE key = 'schema_version'");
