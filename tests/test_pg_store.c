@@ -6,7 +6,8 @@
  * the schema at once, reading the open batch, commit and the batch numbers, the writer thread,
  * a failed write failing its whole batch, claims and leases on the server's clock, the fence
  * (a stalled worker's writes to a run another took are dropped and reported), a connection
- * killed mid-batch (not acknowledged, nothing written), and events.
+ * killed between batches (opened again, nothing lost) and mid-batch (not acknowledged,
+ * nothing written), and events.
  */
 #include "check.h"
 #include "store/pg/pg_int.h"
@@ -387,6 +388,14 @@ static void test_fence(void) {
   drop_case();
 }
 
+/* Ends every other session on the case's database, and waits until they are gone. */
+static void terminate_others(void) {
+  PGconn *c = raw();
+  sql(c, "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE"
+         " datname = current_database() AND pid <> pg_backend_pid()");
+  PQfinish(c);
+}
+
 static void test_dropped_connection(void) {
   new_case();
   mend_store *s = open_store();
@@ -394,17 +403,25 @@ static void test_dropped_connection(void) {
   mend_run_rec r = run_rec("r1", NULL);
   CHECK_EQ_INT(mend__pg_insert_run(s, &r), 0);
   CHECK_EQ_INT(mend__pg_commit(s), 0);
+  /* lost between batches (a server restart, a terminated backend): opened again, nothing lost */
+  terminate_others();
+  mend_history_rec h0 = hist("r1", 1);
+  mend__pg_append_history(s, &h0);
+  int rc0 = mend__pg_commit(s);
+  if (rc0) fprintf(stderr, "commit after a lost connection: %s\n", mend__pg_errmsg(s));
+  CHECK_EQ_INT(rc0, 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM history"), 1);
+  terminate_others();
+  CHECK_EQ_INT(mend__pg_last_history(s, "r1", NULL), 1);
+  PGconn *d = raw();
+  sql(d, "DELETE FROM history");
+  PQfinish(d);
   CHECK_EQ_INT(mend__pg_start_writer(s, NULL, NULL), 0);
   unsigned long durable = mend__pg_durable_seq(s);
   mend_history_rec h = hist("r1", 1);
   mend__pg_append_history(s, &h);
   CHECK_EQ_INT(mend__pg_last_history(s, "r1", NULL), 1);   /* the batch's transaction is open */
-  PGconn *c = raw();
-  char q[200];
-  snprintf(q, sizeof q, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE"
-                        " datname = current_database() AND pid <> pg_backend_pid()");
-  sql(c, q);
-  PQfinish(c);
+  terminate_others();   /* inside the batch's transaction: that batch fails */
   h.seq = 2;
   mend__pg_append_history(s, &h);
   CHECK_EQ_INT(mend__pg_hand_off(s), 0);

@@ -128,6 +128,19 @@ int mend__pg_connect(mend_pg *p, PGconn **out) {
 
 /* Opened again when lost (a server restart), at most once a backoff that doubles from 0.1 s to
  * 10 s while it fails: a serving worker looks through it every poll. */
+/* A message the server sends on an idle connection is a notice to libpq; FATAL is the server
+ * saying it ends the session (a restart, pg_terminate_backend) before the socket closes. */
+static void on_notice(void *arg, const PGresult *r) {
+  const char *severity = PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED);
+  if (severity && (strcmp(severity, "FATAL") == 0 || strcmp(severity, "PANIC") == 0))
+    ((mend_pg *)arg)->conn_doomed = 1;
+}
+
+void mend__pg_watch(mend_pg *p) {
+  p->conn_doomed = 0;
+  PQsetNoticeReceiver(p->conn, on_notice, p);
+}
+
 int mend__pg_aux(mend_pg *p) {
   if (p->aux && PQstatus(p->aux) == CONNECTION_OK) return 0;
   if (p->aux) {
@@ -167,8 +180,8 @@ mend_store *mend__pg_open(const char *uri, mend_durability d, char *err, int err
   p->open_seq = 1;
   p->sync_commit = d == MEND_DURABILITY_FULL;
   mend__pg_msg(p->server, sizeof p->server, "postgres");
-  if (mend__pg_connect(p, &p->conn) != 0 || mend__pg_schema(p) != 0 ||
-      mend__pg_prepare(p, p->conn) != 0) {
+  if (mend__pg_connect(p, &p->conn) == 0) mend__pg_watch(p);
+  if (!p->conn || mend__pg_schema(p) != 0 || mend__pg_prepare(p, p->conn) != 0) {
     mend__pg_msg(err, errlen, "%s", p->err);
     mend__pg_close((mend_store *)(void *)p);
     return NULL;

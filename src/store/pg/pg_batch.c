@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- the log ---------------------------------------------------------------------------- */
 
@@ -342,6 +343,48 @@ done:
   return 0;
 }
 
+/* Between transactions: a connection the server closed (a restart, a terminated backend) is
+ * opened again before anything is sent on it, trying for up to RECONNECT_SECONDS with a backoff
+ * that doubles from 0.1 s. Nothing is lost: no transaction was open, and the batch is still in
+ * the log. A connection lost inside a transaction is not reopened: that batch fails. The
+ * look is a read of what the socket holds, without waiting: the server's last words (FATAL)
+ * or the socket's end. */
+#define RECONNECT_SECONDS 10.0
+
+static int ensure_connected(mend_pg *p) {
+  if (p->in_batch) return 0;
+  /* PQisBusy parses what was read: a FATAL notice sets conn_doomed */
+  if (PQstatus(p->conn) == CONNECTION_OK && PQconsumeInput(p->conn) && !PQisBusy(p->conn) &&
+      PQstatus(p->conn) == CONNECTION_OK && !p->conn_doomed)
+    return 0;
+  char first[sizeof p->err];
+  mend__pg_msg(first, sizeof first, "%s: connection lost: %s", p->server,
+               PQerrorMessage(p->conn));
+  double give_up = mend__pg_mono() + RECONNECT_SECONDS, delay = 0.1;
+  for (;;) {
+    PGconn *c;
+    if (mend__pg_connect(p, &c) == 0) {
+      if (mend__pg_prepare(p, c) == 0) {
+        PQfinish(p->conn);
+        p->conn = c;
+        mend__pg_watch(p);
+        return 0;
+      }
+      PQfinish(c);
+    }
+    if (mend__pg_mono() + delay > give_up) break;
+    struct timespec ts = {(time_t)delay, (long)((delay - (double)(time_t)delay) * 1e9)};
+    nanosleep(&ts, NULL);
+    delay = delay * 2 > 2 ? 2 : delay * 2;
+  }
+  /* the cause of the last try, after the first's */
+  char last[sizeof p->err];
+  mend__pg_msg(last, sizeof last, "%s", p->err);
+  mend__pg_msg(p->err, sizeof p->err, "%s; reconnecting for %.0f s failed: %s", first,
+               RECONNECT_SECONDS, last);
+  return -1;
+}
+
 /* Sends the log's writes in the open transaction (begun if need be, or if `begin`), and
  * COMMIT after them with `commit`; empties the log. A failure rolls the whole batch back. */
 static int flush(mend_pg *p, pg_log *log, int commit, int begin) {
@@ -349,6 +392,11 @@ static int flush(mend_pg *p, pg_log *log, int commit, int begin) {
     mend__pg_msg(p->err, sizeof p->err, "%s: recording a write: out of memory", p->server);
     log_clear(log);
     mend__pg_rollback(p);
+    p->batch_failed = 1;
+    return -1;
+  }
+  if (!p->in_batch && ensure_connected(p) != 0) {
+    log_clear(log);
     p->batch_failed = 1;
     return -1;
   }

@@ -70,6 +70,7 @@ typedef struct mend_pg {
   const mend_store_methods *m;   /* first: the dispatcher reads it (store.h) */
   PGconn *conn, *aux;
   double aux_retry_at, aux_backoff;   /* reconnecting aux (pg.c) */
+  int conn_doomed;             /* the server said it ends conn's session (mend__pg_watch) */
   char *conninfo;
   char server[300];            /* host:port/dbname, for messages: never the password */
   char err[1536];
@@ -110,6 +111,7 @@ PGresult *mend__pg_run(mend_pg *p, int q, const char *sql, int n, const char *co
 int mend__pg_exec(mend_pg *p, PGconn *c, const char *sql, const char *what);
 int mend__pg_connect(mend_pg *p, PGconn **out);
 int mend__pg_aux(mend_pg *p);   /* opens aux if need be: 0, or -1 */
+void mend__pg_watch(mend_pg *p);   /* conn_doomed from conn's notices */
 
 /* pg_batch.c: before any statement but a recorded write (reads see the open batch). */
 int  mend__pg_sync(mend_pg *p);
