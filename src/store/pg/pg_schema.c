@@ -306,19 +306,43 @@ fail:
   return -1;
 }
 
+/* Every statement in one round trip (a pipeline): a worker's start is one connection's
+ * work, not forty-odd round trips of it. */
 int mend__pg_prepare(mend_pg *p, PGconn *c) {
-  for (int i = 0; i < P__COUNT; i++) {
+  int ok = PQenterPipelineMode(c);
+  for (int i = 0; ok && i < P__COUNT; i++) {
     char name[16];
     snprintf(name, sizeof name, "m%d", i);
-    PGresult *r = PQprepare(c, name, mend__pg_sql[i], 0, NULL);
-    int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-    if (!ok) {
+    ok = PQsendPrepare(c, name, mend__pg_sql[i], 0, NULL);
+  }
+  if (!ok || !PQpipelineSync(c)) {
+    mend__pg_fail(p, c, NULL, "prepare statements");
+    PQexitPipelineMode(c);
+    return -1;
+  }
+  int failed = 0;
+  for (int i = 0; i < P__COUNT; i++) {
+    PGresult *r = PQgetResult(c);
+    if (!r) {
+      if (!failed) mend__pg_fail(p, c, NULL, "prepare statements");
+      failed = 1;
+      break;
+    }
+    if (PQresultStatus(r) != PGRES_COMMAND_OK && !failed) {
       char what[40];
       snprintf(what, sizeof what, "prepare statement %d", i);
       mend__pg_fail(p, c, r, what);
+      failed = 1;
     }
     PQclear(r);
-    if (!ok) return -1;
+    while ((r = PQgetResult(c))) PQclear(r);   /* the NULL that ends each one's results */
   }
-  return 0;
+  PGresult *r;
+  while ((r = PQgetResult(c))) {   /* the sync */
+    ExecStatusType st = PQresultStatus(r);
+    PQclear(r);
+    if (st == PGRES_PIPELINE_SYNC) break;
+  }
+  PQexitPipelineMode(c);
+  return failed ? -1 : 0;
 }
