@@ -1,0 +1,392 @@
+/*
+ * pg: the PostgreSQL store's connections, errors, opening and closing. The rest is behind
+ * pg_int.h: pg_schema.c (every SQL text, the schema's creation), pg_batch.c (the write log,
+ * pipelines, the writer thread), pg_ops.c (writes, engine reads, events), pg_lease.c (leases,
+ * claims, the fence). Must never: put a password in a message; decide what a transition means.
+ *
+ * Why a writer thread and not the loop's socket: the SQLite store already hands batches to a
+ * thread of its own, and the engine's contract (start_writer, hand_off, writer_busy, done
+ * called from any thread) is built for that. The thread uses blocking libpq calls, but in
+ * pipeline mode, so a batch is still one round trip (every statement, then COMMIT, then one
+ * sync); the loop records the next batch meanwhile. Watching the socket from libuv would save
+ * the thread but put libpq's state machine into the engine's loop for no fewer round trips.
+ */
+#include "pg_int.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+void mend__pg_msg(char *buf, int len, const char *fmt, ...) {
+  va_list ap;
+  if (!buf || len <= 0) return;
+  va_start(ap, fmt);
+  vsnprintf(buf, (size_t)len, fmt, ap);
+  va_end(ap);
+}
+
+double mend__pg_mono(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The first line of a libpq message, without its "ERROR:  " and trailing newline. */
+static void first_line(char *out, size_t len, const char *msg) {
+  if (!msg || !*msg) msg = "unknown error";
+  if (strncmp(msg, "ERROR:  ", 8) == 0) msg += 8;
+  size_t n = strcspn(msg, "\n");
+  if (n >= len) n = len - 1;
+  memcpy(out, msg, n);
+  out[n] = 0;
+}
+
+int mend__pg_fail(mend_pg *p, PGconn *c, const PGresult *r, const char *what) {
+  char cause[1024];
+  const char *m = r ? PQresultErrorMessage(r) : NULL;
+  if (!m || !*m) m = c ? PQerrorMessage(c) : NULL;
+  first_line(cause, sizeof cause, m);
+  if (c && PQstatus(c) == CONNECTION_BAD)
+    mend__pg_msg(p->err, sizeof p->err, "%s: %s: connection lost: %s", p->server, what, cause);
+  else
+    mend__pg_msg(p->err, sizeof p->err, "%s: %s: %s", p->server, what, cause);
+  return -1;
+}
+
+int mend__pg_exec(mend_pg *p, PGconn *c, const char *sql, const char *what) {
+  PGresult *r = PQexec(c, sql);
+  ExecStatusType st = PQresultStatus(r);
+  int ok = st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;
+  if (!ok) mend__pg_fail(p, c, r, what);
+  PQclear(r);
+  return ok ? 0 : -1;
+}
+
+PGresult *mend__pg_run(mend_pg *p, int q, const char *sql, int n, const char *const *vals,
+                       const char *what) {
+  PGresult *r;
+  if (q >= 0) {
+    char name[16];
+    snprintf(name, sizeof name, "m%d", q);
+    r = PQexecPrepared(p->conn, name, n, vals, NULL, NULL, 0);
+  } else {
+    r = PQexecParams(p->conn, sql, n, NULL, vals, NULL, NULL, 0);
+  }
+  ExecStatusType st = PQresultStatus(r);
+  if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return r;
+  mend__pg_fail(p, p->conn, r, what);
+  PQclear(r);
+  if (p->in_batch) p->batch_failed = 1;
+  return NULL;
+}
+
+/* "host:port/dbname" from the connection, or from the URI when there is none. */
+static void name_server(mend_pg *p, PGconn *c) {
+  const char *host = c ? PQhost(c) : NULL, *port = c ? PQport(c) : NULL, *db = c ? PQdb(c) : NULL;
+  mend__pg_msg(p->server, sizeof p->server, "%s:%s/%s", host && *host ? host : "localhost",
+               port && *port ? port : "5432", db && *db ? db : "?");
+}
+
+int mend__pg_connect(mend_pg *p, PGconn **out) {
+  /* Earlier keywords are defaults the URI overrides. */
+  const char *const keys[] = {"connect_timeout", "fallback_application_name", "dbname", NULL};
+  const char *const vals[] = {"10", "mend", p->conninfo, NULL};
+  PGconn *c = PQconnectdbParams(keys, vals, 1);
+  if (!c) {
+    mend__pg_msg(p->err, sizeof p->err, "%s: cannot connect: out of memory", p->server);
+    return -1;
+  }
+  name_server(p, c);
+  if (PQstatus(c) != CONNECTION_OK) {
+    char cause[1024];
+    first_line(cause, sizeof cause, PQerrorMessage(c));
+    /* libpq's own words, which say whether it was the address, the password or the database;
+     * a message never repeats the password, but a malformed URI could be echoed: cut it. */
+    PQconninfoOption *opts = PQconninfoParse(p->conninfo, NULL);
+    for (PQconninfoOption *o = opts; o && o->keyword; o++) {
+      if (strcmp(o->keyword, "password") != 0 || !o->val || !*o->val) continue;
+      char *at;
+      while ((at = strstr(cause, o->val))) memset(at, '*', strlen(o->val));
+    }
+    PQconninfoFree(opts);
+    mend__pg_msg(p->err, sizeof p->err, "%s: cannot connect: %s", p->server, cause);
+    PQfinish(c);
+    return -1;
+  }
+  const char *setup = p->sync_commit ? "SET synchronous_commit = on"
+                                     : "SET synchronous_commit = off";
+  if (mend__pg_exec(p, c, setup, "set synchronous_commit") != 0 ||
+      mend__pg_exec(p, c, "SET client_min_messages = warning", "set client_min_messages") != 0) {
+    PQfinish(c);
+    return -1;
+  }
+  *out = c;
+  return 0;
+}
+
+/* Opened again when lost (a server restart), at most once a backoff that doubles from 0.1 s to
+ * 10 s while it fails: a serving worker looks through it every poll. */
+/* A message the server sends on an idle connection is a notice to libpq; FATAL is the server
+ * saying it ends the session (a restart, pg_terminate_backend) before the socket closes. */
+static void on_notice(void *arg, const PGresult *r) {
+  const char *severity = PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED);
+  if (severity && (strcmp(severity, "FATAL") == 0 || strcmp(severity, "PANIC") == 0))
+    ((mend_pg *)arg)->conn_doomed = 1;
+}
+
+void mend__pg_watch(mend_pg *p) {
+  p->conn_doomed = 0;
+  PQsetNoticeReceiver(p->conn, on_notice, p);
+}
+
+int mend__pg_aux(mend_pg *p) {
+  if (p->aux && PQstatus(p->aux) == CONNECTION_OK) return 0;
+  if (p->aux) {
+    PQfinish(p->aux);
+    p->aux = NULL;
+  }
+  double now = mend__pg_mono();
+  if (now < p->aux_retry_at) return -1;
+  char keep[sizeof p->err];
+  memcpy(keep, p->err, sizeof keep);   /* a look that fails must not hide the last error */
+  PGconn *c;
+  int rc = mend__pg_connect(p, &c);
+  if (rc == 0 && mend__pg_prepare(p, c) != 0) {
+    PQfinish(c);
+    rc = -1;
+  }
+  if (rc == 0) p->aux = c;
+  p->aux_backoff = rc == 0 ? 0 : p->aux_backoff ? (p->aux_backoff * 2 > 10 ? 10 : p->aux_backoff * 2)
+                                                 : 0.1;
+  p->aux_retry_at = rc == 0 ? 0 : now + p->aux_backoff;
+  memcpy(p->err, keep, sizeof keep);
+  return rc;
+}
+
+void mend__pg_close(mend_store *s);
+extern const mend_store_methods mend__pg_methods;
+
+mend_store *mend__pg_open(const char *uri, mend_durability d, char *err, int errlen) {
+  mend_pg *p = calloc(1, sizeof *p);
+  if (!p || !uri || !(p->conninfo = strdup(uri))) {
+    mend__pg_msg(err, errlen, "%s: out of memory", "postgres");
+    free(p);
+    return NULL;
+  }
+  p->m = &mend__pg_methods;
+  p->cur = &p->logs[0];
+  p->open_seq = 1;
+  p->sync_commit = d == MEND_DURABILITY_FULL;
+  mend__pg_msg(p->server, sizeof p->server, "postgres");
+  if (mend__pg_connect(p, &p->conn) == 0) mend__pg_watch(p);
+  if (!p->conn || mend__pg_schema(p) != 0 || mend__pg_prepare(p, p->conn) != 0) {
+    mend__pg_msg(err, errlen, "%s", p->err);
+    mend__pg_close((mend_store *)(void *)p);
+    return NULL;
+  }
+  return (mend_store *)(void *)p;
+}
+
+const char *mend__pg_errmsg(mend_store *s) { return s ? PG(s)->err : "no store"; }
+int mend__pg_not_found(const mend_store *s) { return PG(s)->not_found; }
+int mend__pg_schema_version(mend_store *s) { return PG(s)->schema_version; }
+
+void mend__pg_close(mend_store *s) {
+  mend_pg *p = PG(s);
+  if (!p) return;
+  mend__pg_stop_writer(p);
+  if (p->conn && p->in_batch) mend__pg_rollback(p);
+  /* Gone: its runs are for any worker to take now, not when its lease ends (as SQLite). */
+  if (p->conn && p->fence_registered && PQstatus(p->conn) == CONNECTION_OK) {
+    const char *v[1] = {p->fence_owner};
+    PGresult *r;
+    int ok = mend__pg_exec(p, p->conn, "BEGIN", "close") == 0;
+    for (int i = 0; ok && i < 2; i++) {
+      r = mend__pg_run(p, i == 0 ? P_FORGET_WORKER : P_RELEASE_OWNER, NULL, 1, v, "close");
+      ok = r != NULL;
+      PQclear(r);
+    }
+    if (!ok || mend__pg_exec(p, p->conn, "COMMIT", "close") != 0)
+      PQclear(PQexec(p->conn, "ROLLBACK"));
+  }
+  if (p->conn) PQfinish(p->conn);
+  if (p->aux) PQfinish(p->aux);
+  free(p->conninfo);
+  free(p->worker);
+  free(p->fence_owner);
+  mend_idset_clear(&p->fence_checked);
+  mend_idset_clear(&p->lost);
+  for (int i = 0; i < p->nlost_new; i++) free(p->lost_new[i]);
+  free(p->lost_new);
+  for (int i = 0; i < p->nversions; i++) {
+    struct pg_version *v = &p->versions[i];
+    free(v->workflow);
+    free(v->version);
+    free(v->source);
+    free(v->step_names);
+  }
+  free(p->versions);
+  for (int k = 0; k < 2; k++) mend__pg_log_free(&p->logs[k]);
+  free(p);
+}
+
+/* ---- the views for people (pg_view.c, pg-views' half) -------------------------------------
+ * Each sees the open batch (sent first, in the open transaction) and names the server in its
+ * message. Built without pg_view.c, they say so. */
+
+#if defined(__has_include)
+#if __has_include("pg_view.h")
+#define MEND_PG_VIEWS 1
+#include "pg_view.h"
+#endif
+#endif
+
+/* The view's message, prefixed with the server's name (but "no run <id>", as SQLite's);
+ * NULL through. */
+static json_t *viewed(mend_pg *p, json_t *v, const char *msg) {
+  if (v) return v;
+  if (p->not_found) mend__pg_msg(p->err, sizeof p->err, "%s", msg);
+  else mend__pg_msg(p->err, sizeof p->err, "%s: %s", p->server, msg);
+  return NULL;
+}
+
+#ifdef MEND_PG_VIEWS
+#define VIEW(p, call)                                                        \
+  do {                                                                       \
+    char verr_[sizeof (p)->err];                                             \
+    verr_[0] = 0;                                                            \
+    if (mend__pg_sync(p) != 0) return NULL;                                  \
+    json_t *v_ = call;                                                       \
+    return viewed((p), v_, verr_);                                           \
+  } while (0)
+#define E_ verr_, sizeof verr_
+#else
+#define VIEW(p, call)                                                        \
+  do {                                                                       \
+    return viewed((p), NULL, "this mend was built without the PostgreSQL views"); \
+  } while (0)
+#endif
+
+static json_t *pg_run(mend_store *s, const char *id) {
+  mend_pg *p = PG(s);
+  p->not_found = 0;
+  (void)id;
+  VIEW(p, mend__pg_view_run(p->conn, id, E_, &p->not_found));
+}
+static json_t *pg_history(mend_store *s, const char *id) {
+  mend_pg *p = PG(s);
+  (void)id;
+  VIEW(p, mend__pg_view_history(p->conn, id, E_));
+}
+static json_t *pg_dlq(mend_store *s) {
+  mend_pg *p = PG(s);
+  VIEW(p, mend__pg_view_dlq(p->conn, E_));
+}
+static json_t *pg_breakers(mend_store *s) {
+  mend_pg *p = PG(s);
+  VIEW(p, mend__pg_view_breakers(p->conn, E_));
+}
+static json_t *pg_runs(mend_store *s, const char *status, const char *workflow, int limit) {
+  mend_pg *p = PG(s);
+  (void)status, (void)workflow, (void)limit;
+  VIEW(p, mend__pg_view_runs(p->conn, status, workflow, limit, E_));
+}
+static json_t *pg_runs_where(mend_store *s, const char *status, const char *workflow,
+                             double since, int attention_only, int limit) {
+  mend_pg *p = PG(s);
+  (void)status, (void)workflow, (void)since, (void)attention_only, (void)limit;
+  VIEW(p, mend__pg_view_runs_where(p->conn, status, workflow, since, attention_only, limit, E_));
+}
+static json_t *pg_audit_list(mend_store *s) {
+  mend_pg *p = PG(s);
+  VIEW(p, mend__pg_view_audit_list(p->conn, E_));
+}
+static json_t *pg_workflows(mend_store *s, const char *workflow) {
+  mend_pg *p = PG(s);
+  (void)workflow;
+  VIEW(p, mend__pg_view_workflows(p->conn, workflow, E_));
+}
+static json_t *pg_inbox(mend_store *s, const char *run_id) {
+  mend_pg *p = PG(s);
+  (void)run_id;
+  VIEW(p, mend__pg_view_inbox(p->conn, run_id, E_));
+}
+/* A transaction of its own: what this store recorded before is committed first. */
+static json_t *pg_prune(mend_store *s, double before, const char *status, int dry_run) {
+  mend_pg *p = PG(s);
+  (void)before, (void)status, (void)dry_run;
+  if (mend__pg_commit(s) != 0) return NULL;
+  VIEW(p, mend__pg_view_prune(p->conn, before, status, dry_run, E_));
+}
+
+/* ---- the table ------------------------------------------------------------------------------
+ * SQLite's policies (checkpoints, the write lock's busy wait, parts of a batch, trimming the
+ * log) are left out: the dispatcher answers for them. */
+const mend_store_methods mend__pg_methods = {
+  .name = "postgres",
+  .close = mend__pg_close,
+  .errmsg = mend__pg_errmsg,
+  .not_found = mend__pg_not_found,
+  .commit = mend__pg_commit,
+  .batch_open = mend__pg_batch_open,
+  .start_writer = mend__pg_start_writer,
+  .hand_off = mend__pg_hand_off,
+  .writer_busy = mend__pg_writer_busy,
+  .batch_writes = mend__pg_batch_writes,
+  .open_seq = mend__pg_open_seq,
+  .durable_seq = mend__pg_durable_seq,
+  .set_commit_hook = mend__pg_set_commit_hook,
+  .last_history_seq = mend__pg_last_history_seq,
+  .last_history = mend__pg_last_history,
+  .version_script = mend__pg_version_script,
+  .insert_run = mend__pg_insert_run,
+  .update_run = mend__pg_update_run,
+  .put_step = mend__pg_put_step,
+  .update_step = mend__pg_update_step,
+  .append_history = mend__pg_append_history,
+  .put_breaker = mend__pg_put_breaker,
+  .put_dlq = mend__pg_put_dlq,
+  .find_run_key = mend__pg_find_run_key,
+  .find_key_result = mend__pg_find_key_result,
+  .get_breaker = mend__pg_get_breaker,
+  .run = pg_run,
+  .history = pg_history,
+  .dlq = pg_dlq,
+  .breakers = pg_breakers,
+  .runs = pg_runs,
+  .runs_where = pg_runs_where,
+  .audit_list = pg_audit_list,
+  .dlq_remove = mend__pg_dlq_remove,
+  .set_unavailable = mend__pg_set_unavailable,
+  .version_number = mend__pg_version_number,
+  .move_run = mend__pg_move_run,
+  .workflows = pg_workflows,
+  .take = mend__pg_take,
+  .request_cancel = mend__pg_request_cancel,
+  .cancel_requests = mend__pg_cancel_requests,
+  .audit = mend__pg_audit,
+  .schema_version = mend__pg_schema_version,
+  .prune = pg_prune,
+  .send_event = mend__pg_send_event,
+  .next_event = mend__pg_next_event,
+  .consume_event = mend__pg_consume_event,
+  .last_event = mend__pg_last_event,
+  .events_after = mend__pg_events_after,
+  .inbox = pg_inbox,
+  .set_worker = mend__pg_set_worker,
+  .claim = mend__pg_claim,
+  .claimable = mend__pg_claimable,
+  .renew = mend__pg_renew,
+  .release = mend__pg_release,
+  .lease_holders = mend__pg_lease_holders,
+  .release_owner = mend__pg_release_owner,
+  .set_fence = mend__pg_set_fence,
+  .fence_news = mend__pg_fence_news,
+  .held = mend__pg_held,
+  .add_lost = mend__pg_add_lost,
+  .fence_verified = mend__pg_fence_verified,
+  .repairing = mend__pg_repairing,
+  .owner = mend__pg_owner,
+};

@@ -1,0 +1,211 @@
+/*
+ * pg_int: the insides of the PostgreSQL store, shared by the files of src/store/pg/ and by
+ * nothing else: struct mend_pg, the write log, the statement numbers, and the helpers one file
+ * calls in another (mend__pg_*). Must never: be included outside src/store/pg/.
+ *
+ * Threads: the connection `conn` belongs to the loop's thread, except while the writer thread
+ * writes a handed-off batch on it (w->busy); every call that uses it first waits for the
+ * writer (mend__pg_sync). `aux` is a second connection, opened at its first use, for looks
+ * at committed rows that must not wait for the writer (claimable, events_after).
+ */
+#ifndef MEND_STORE_PG_INT_H
+#define MEND_STORE_PG_INT_H
+
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <stddef.h>
+
+#include "../../idset.h"
+#include "../../store.h"
+#include "pg.h"
+
+/* PostgreSQL's own schema versions (meta 'schema_version'), unrelated to SQLite's. */
+#define MEND_PG_SCHEMA_VERSION 1
+
+/* Statements prepared on every connection at open (pg_schema.c holds their text). The write
+ * statements (P_INSERT_RUN .. P_SET_UNAVAILABLE) are the ones a batch records. */
+enum {
+  P_INSERT_RUN, P_UPDATE_RUN, P_PUT_STEP, P_UPDATE_STEP, P_APPEND_HISTORY, P_PUT_BREAKER,
+  P_PUT_DLQ, P_RENEW, P_CONSUME_EVENT, P_SET_UNAVAILABLE,
+  P_LEASE_LIVE, P_LEASE_CHECK, P_PUT_VERSION, P_VERSION_ID, P_KEEP_SCRIPT,
+  P_FIND_RUN_KEY, P_FIND_KEY_RESULT, P_GET_BREAKER, P_LAST_SEQ, P_VERSION_SCRIPT,
+  P_CLAIM_OLDEST, P_CLAIM_NEWEST, P_CLAIM_FREE_OLDEST, P_CLAIM_FREE_NEWEST, P_FORGET_GONE,
+  P_RELEASE, P_OWNER, P_HOLDERS, P_RELEASE_OWNER, P_FORGET_WORKER, P_HELD,
+  P_CLAIMABLE_QUICK, P_CLAIMABLE_THOROUGH,
+  P_TAKE, P_REQUEST_CANCEL, P_CANCEL_REQUESTS, P_DLQ_REMOVE, P_AUDIT,
+  P_MOVE_RUN, P_DROP_STEPS_FROM,
+  P_SEND_EVENT, P_NEXT_EVENT, P_LAST_EVENT, P_EVENTS_AFTER,
+  P__COUNT
+};
+extern const char *const mend__pg_sql[P__COUNT];
+extern const char *const mend__pg_migrations[MEND_PG_SCHEMA_VERSION];
+
+/* The write log: a batch's writes with their values copied (text, as libpq sends them), sent
+ * as one pipeline at the next flush, in the order written. */
+typedef struct pg_rec { int q, first, n, repair; } pg_rec;
+typedef struct pg_log {
+  pg_rec *recs;
+  int nrec, caprec;
+  long *vals;          /* offset of each value in text, or -1 for NULL */
+  int nval, capval;
+  char *text;
+  size_t ntext, captext;
+  int oom;
+} pg_log;
+
+typedef struct pg_writer {
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  pg_log *job;                 /* the batch being written */
+  unsigned long job_seq;
+  int busy, stop, failed, in_done;
+  void (*done)(void *ud);
+  void *ud;
+} pg_writer;
+
+struct pg_version { char *workflow, *version, *source, *step_names; long long id; };
+
+typedef struct mend_pg {
+  const mend_store_methods *m;   /* first: the dispatcher reads it (store.h) */
+  PGconn *conn, *aux;
+  double aux_retry_at, aux_backoff;   /* reconnecting aux (pg.c) */
+  int conn_doomed;             /* the server said it ends conn's session (mend__pg_watch) */
+  char *conninfo;
+  char server[300];            /* host:port/dbname, for messages: never the password */
+  char err[1536];
+  int in_batch;                /* a transaction is open on conn */
+  int batch_failed;
+  int not_found;
+  pg_log logs[2], *cur;
+  pg_writer *w;
+  unsigned long open_seq, durable_seq;
+  void (*commit_hook)(const char *phase);
+  int schema_version;
+  int sync_commit;             /* 1: synchronous_commit stays on (MEND_DURABILITY_FULL) */
+  char *worker;                /* names the history rows this store writes */
+  /* fence (pg_lease.c) */
+  char *fence_owner;
+  double fence_lease;
+  double fence_until;          /* our lease lasts at least until then, by the monotonic clock */
+  int fence_registered, fence_checking, fence_late, fence_late_always, repairing;
+  mend_idset fence_checked, lost;
+  char **lost_new;
+  int nlost_new, caplost_new;
+  struct pg_version *versions;
+  int nversions, capversions, versions_committed;
+} mend_pg;
+
+#define PG(s) ((mend_pg *)(void *)(s))
+
+/* pg.c */
+void mend__pg_msg(char *buf, int len, const char *fmt, ...);
+/* err = "<server>: <what>: <PostgreSQL's message>" (first line); returns -1. */
+int mend__pg_fail(mend_pg *p, PGconn *c, const PGresult *r, const char *what);
+double mend__pg_mono(void);
+/* Runs a prepared statement (P_*) or, with q < 0, sql, on conn in the open transaction (or
+ * none): the result (PQclear it), or NULL with err set and, in a batch, the batch failed. */
+PGresult *mend__pg_run(mend_pg *p, int q, const char *sql, int n, const char *const *vals,
+                       const char *what);
+/* A one-off statement outside any batch on a connection: 0 or -1 (err). */
+int mend__pg_exec(mend_pg *p, PGconn *c, const char *sql, const char *what);
+int mend__pg_connect(mend_pg *p, PGconn **out);
+int mend__pg_aux(mend_pg *p);   /* opens aux if need be: 0, or -1 */
+void mend__pg_watch(mend_pg *p);   /* conn_doomed from conn's notices */
+
+/* pg_batch.c: before any statement but a recorded write (reads see the open batch). */
+int  mend__pg_sync(mend_pg *p);
+int  mend__pg_writer_wait(mend_pg *p);      /* the connection is the caller's: 0, or -1 */
+int  mend__pg_begin(mend_pg *p);            /* opens the transaction (fenced): 0 or -1 */
+void mend__pg_rollback(mend_pg *p);
+void mend__pg_rec_begin(mend_pg *p, int q);
+void mend__pg_rec_text(mend_pg *p, const char *t);
+void mend__pg_rec_int(mend_pg *p, long long i);
+void mend__pg_rec_real(mend_pg *p, double d);
+void mend__pg_rec_opt_real(mend_pg *p, double d);   /* < 0: NULL */
+int  mend__pg_rec_end(mend_pg *p);
+void mend__pg_log_free(pg_log *log);
+void mend__pg_stop_writer(mend_pg *p);
+
+/* pg_lease.c */
+int  mend__pg_fence_begin(mend_pg *p);      /* in a transaction just begun */
+int  mend__pg_fence_check(mend_pg *p, const pg_log *log);   /* late: which runs are lost */
+int  mend__pg_fence_drops(mend_pg *p, const pg_log *log, const pg_rec *r);
+void mend__pg_renewed(mend_pg *p, double sent_at, double lease_seconds);
+int  mend__pg_lease_at_least(mend_pg *p, const char *owner, double lease_seconds);
+void mend__pg_ours_again(mend_pg *p, const char *id);
+
+/* pg_schema.c */
+int mend__pg_schema(mend_pg *p);            /* creates, upgrades, checks: 0 or -1 */
+int mend__pg_prepare(mend_pg *p, PGconn *c);
+
+/* The methods (store.h's table of them is filled in pg.c), by file. */
+/* pg.c */
+const char *mend__pg_errmsg(mend_store *s);
+int mend__pg_not_found(const mend_store *s);
+int mend__pg_schema_version(mend_store *s);
+void mend__pg_close(mend_store *s);
+/* pg_batch.c */
+int mend__pg_start_writer(mend_store *s, void (*done)(void *ud), void *ud);
+int mend__pg_commit(mend_store *s);
+int mend__pg_hand_off(mend_store *s);
+int mend__pg_writer_busy(mend_store *s);
+int mend__pg_batch_open(mend_store *s);
+int mend__pg_batch_writes(const mend_store *s);
+unsigned long mend__pg_open_seq(const mend_store *s);
+unsigned long mend__pg_durable_seq(const mend_store *s);
+void mend__pg_set_commit_hook(mend_store *s, void (*hook)(const char *phase));
+/* pg_lease.c */
+int mend__pg_set_fence(mend_store *s, const char *owner, double lease_seconds);
+int mend__pg_fence_news(mend_store *s, void (*lost)(void *ud, const char *id), void *ud);
+void mend__pg_repairing(mend_store *s, int on);
+int mend__pg_add_lost(mend_store *s, const char *id);
+json_t *mend__pg_held(mend_store *s);
+void mend__pg_fence_verified(mend_store *s);
+void mend__pg_set_worker(mend_store *s, const char *worker);
+int mend__pg_claimable(mend_store *s, const char *owner, int thorough);
+json_t *mend__pg_claim(mend_store *s, const char *owner, double lease_seconds, int limit, int how);
+int mend__pg_renew(mend_store *s, const char *owner, double lease_seconds);
+int mend__pg_release(mend_store *s, const char *id, const char *owner);
+int mend__pg_owner(mend_store *s, const char *id, char *owner_out, int owner_len,
+                   double *lease_left);
+json_t *mend__pg_lease_holders(mend_store *s);
+int mend__pg_release_owner(mend_store *s, const char *owner);
+int mend__pg_take(mend_store *s, const char *id, const char *owner, double lease_seconds);
+/* pg_ops.c */
+int mend__pg_version_number(mend_store *s, const mend_run_rec *r, long long *id);
+int mend__pg_insert_run(mend_store *s, const mend_run_rec *r);
+int mend__pg_update_run(mend_store *s, const char *id, const char *status, const char *error,
+                        int attention, double updated, const char *reason);
+int mend__pg_put_step(mend_store *s, const mend_step_rec *st);
+int mend__pg_update_step(mend_store *s, const mend_step_rec *st);
+int mend__pg_append_history(mend_store *s, const mend_history_rec *h);
+int mend__pg_put_breaker(mend_store *s, const char *key, const mend_breaker *b, double updated);
+int mend__pg_put_dlq(mend_store *s, const mend_dlq_rec *d);
+int mend__pg_set_unavailable(mend_store *s, const char *id, const char *why);
+int mend__pg_move_run(mend_store *s, const char *id, long long version_id, int keep_steps);
+int mend__pg_dlq_remove(mend_store *s, const char *run_id);
+int mend__pg_request_cancel(mend_store *s, const char *run_id);
+int mend__pg_audit(mend_store *s, double at, const char *who, const char *op,
+                   const char *target, const char *detail);
+json_t *mend__pg_cancel_requests(mend_store *s, const char *owner);
+long mend__pg_last_history(mend_store *s, const char *run_id, double *at);
+long mend__pg_last_history_seq(mend_store *s, const char *run_id);
+char *mend__pg_version_script(mend_store *s, const char *workflow, const char *version,
+                              char **source);
+int mend__pg_find_run_key(mend_store *s, const char *run_key, char *id_out, int id_len);
+int mend__pg_find_key_result(mend_store *s, const char *idem_key, char **result_out);
+int mend__pg_get_breaker(mend_store *s, const char *key, mend_breaker *b);
+int mend__pg_send_event(mend_store *s, const char *run_id, const char *name,
+                        const char *payload, const char *key, double sent);
+int mend__pg_next_event(mend_store *s, const char *run_id, const char *name, long long *seq,
+                        char **payload, char **key);
+int mend__pg_consume_event(mend_store *s, const char *run_id, long long seq, const char *step,
+                           double at);
+long long mend__pg_last_event(mend_store *s);
+long long mend__pg_events_after(mend_store *s, long long after, int limit,
+                                void (*fn)(void *ud, const char *run_id), void *ud);
+
+#define PG_TEXT(r, row, col) (PQgetisnull((r), (row), (col)) ? NULL : PQgetvalue((r), (row), (col)))
+
+#endif

@@ -1,0 +1,348 @@
+/*
+ * pg_schema: every SQL text of the PostgreSQL store (the statements prepared on each connection,
+ * numbered by the P_ enum of pg_int.h), the migrations from each of its schema versions to the
+ * next, and the open-time work on the schema: creating or upgrading it under an advisory lock,
+ * and refusing a database that is not mend's or is newer than this mend. Must never: hold a
+ * statement anywhere else; change a migration that has shipped (add the next one).
+ *
+ * Lease times are the server's: clock_timestamp(), not now(). now() is when the transaction
+ * began, and a batch's transaction may have begun a while before a renewal in it runs: a lease
+ * counted from then would end before the worker's own reckoning (sent time + lease) says.
+ * Every other time is the engine's clock, stored as given.
+ */
+#include "pg_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LIVE "('running', 'compensating')"
+
+/* An update that changes nothing would lose a transition silently (or consume an event twice):
+ * it fails the batch, inside the server, before COMMIT is reached. */
+#define CHANGED(what) \
+  " RETURNING 1) SELECT mend_changed(count(*), '" what "' || $1::text) FROM u"
+
+const char *const mend__pg_sql[P__COUNT] = {
+  [P_INSERT_RUN] =
+    "INSERT INTO runs(id, workflow, run_key, status, input, error, attention, created, updated,"
+    " owner, workflow_version) VALUES($1::text, $2::text, $3::text, $4::text, $5::text, $6::text,"
+    " $7::bigint, $8::float8, $9::float8, $10::text, $11::bigint) ON CONFLICT (run_key) DO NOTHING",
+  /* A run that is neither running nor compensating is nobody's. */
+  [P_UPDATE_RUN] =
+    "WITH u AS (UPDATE runs SET status = $2::text, error = $3::text, attention = $4::bigint,"
+    " updated = $5::float8, reason = $6::text,"
+    " owner = CASE WHEN $2::text IN " LIVE " THEN owner END WHERE id = $1::text" CHANGED("no run "),
+  [P_PUT_STEP] =
+    "INSERT INTO steps(run_id, idx, name, status, attempts, comp_attempts, idem_key, custom_key,"
+    " result, error, due, last_delay, updated, slept, awaits) VALUES($1::text, $2::bigint,"
+    " $3::text, $4::text, $5::bigint, $6::bigint, $7::text, $8::bigint, $9::text, $10::text,"
+    " $11::float8, $12::float8, $13::float8, $14::bigint, $15::text)"
+    " ON CONFLICT (run_id, idx) DO UPDATE SET name = excluded.name, status = excluded.status,"
+    " attempts = excluded.attempts, comp_attempts = excluded.comp_attempts,"
+    " idem_key = excluded.idem_key, custom_key = excluded.custom_key, result = excluded.result,"
+    " error = excluded.error, due = excluded.due, last_delay = excluded.last_delay,"
+    " updated = excluded.updated, slept = excluded.slept, awaits = excluded.awaits",
+  [P_UPDATE_STEP] =
+    "WITH u AS (UPDATE steps SET status = $3::text, attempts = $4::bigint, comp_attempts = $5::bigint,"
+    " idem_key = coalesce($6::text, idem_key), custom_key = $7::bigint, result = $8::text,"
+    " error = $9::text, due = $10::float8, last_delay = $11::float8, updated = $12::float8,"
+    " slept = $13::bigint, awaits = $14::text WHERE run_id = $1::text AND idx = $2::bigint"
+    CHANGED("no step of run "),
+  /* $12: the number the run's holder counts; NULL, or one taken meanwhile by another process
+   * (a person's repair), gives the next free one. */
+  [P_APPEND_HISTORY] =
+    "INSERT INTO history(run_id, seq, step, at, event, from_status, to_status, attempt, error,"
+    " delay, detail, worker) SELECT $1::text, CASE WHEN $12::bigint IS NOT NULL AND NOT EXISTS"
+    " (SELECT 1 FROM history WHERE run_id = $1::text AND seq = $12::bigint) THEN $12::bigint"
+    " ELSE coalesce((SELECT max(seq) FROM history WHERE run_id = $1::text), 0) + 1 END,"
+    " $2::text, $3::float8, $4::text, $5::text, $6::text, $7::bigint, $8::text, $9::float8,"
+    " $10::text, $11::text",
+  [P_PUT_BREAKER] =
+    "INSERT INTO breakers(key, state, failures, successes, opened_at, open_until, updated)"
+    " VALUES($1::text, $2::text, $3::bigint, $4::bigint, $5::float8, $6::float8, $7::float8)"
+    " ON CONFLICT (key) DO UPDATE SET state = excluded.state, failures = excluded.failures,"
+    " successes = excluded.successes, opened_at = excluded.opened_at,"
+    " open_until = excluded.open_until, updated = excluded.updated",
+  [P_PUT_DLQ] =
+    "INSERT INTO dlq(run_id, reason, step, error, detail, at) VALUES($1::text, $2::text,"
+    " $3::text, $4::text, $5::text, $6::float8) ON CONFLICT (run_id) DO UPDATE SET"
+    " reason = excluded.reason, step = excluded.step, error = excluded.error,"
+    " detail = excluded.detail, at = excluded.at",
+  /* Never shorter: a renewal recorded before a stall may run after the late path renewed. */
+  [P_RENEW] =
+    "INSERT INTO workers(owner, lease_until) VALUES($1::text,"
+    " clock_timestamp() + $2::float8 * interval '1 second') ON CONFLICT (owner) DO UPDATE"
+    " SET lease_until = greatest(workers.lease_until, excluded.lease_until)",
+  [P_CONSUME_EVENT] =
+    "WITH u AS (UPDATE inbox SET consumed = $3::float8, step = $4::text WHERE run_id = $1::text"
+    " AND seq = $2::bigint AND consumed IS NULL" CHANGED("no unconsumed event of run "),
+  [P_SET_UNAVAILABLE] = "UPDATE runs SET unavailable = $2::text WHERE id = $1::text",
+  /* The first statement of a fenced transaction (pg_lease.c): renews a lease that has not run
+   * out, holding the worker's row until commit, or fails with SQLSTATE MENDL. */
+  [P_LEASE_LIVE] = "SELECT mend_lease_live($1::text, $2::float8)",
+  /* The late path: who holds the runs a batch writes, each locked until commit. */
+  [P_LEASE_CHECK] = "SELECT id, owner FROM runs WHERE id = ANY($1::text[]) FOR UPDATE",
+  [P_PUT_VERSION] =
+    "INSERT INTO workflow_versions(workflow, version, source, step_names, first_seen)"
+    " SELECT $1::text, $2::text, $3::text, $4::text, $5::float8 WHERE NOT EXISTS (SELECT 1 FROM"
+    " workflow_versions WHERE workflow = $1::text AND version IS NOT DISTINCT FROM $2::text)"
+    " ON CONFLICT (workflow, version) DO NOTHING",
+  [P_VERSION_ID] =
+    "SELECT id FROM workflow_versions WHERE workflow = $1::text"
+    " AND version IS NOT DISTINCT FROM $2::text ORDER BY id LIMIT 1",
+  [P_KEEP_SCRIPT] =
+    "UPDATE workflow_versions SET script = $2::text WHERE id = $1::bigint AND script IS NULL",
+  [P_FIND_RUN_KEY] = "SELECT id FROM runs WHERE run_key = $1::text",
+  [P_FIND_KEY_RESULT] =
+    "SELECT result FROM steps WHERE idem_key = $1::text AND custom_key = 1"
+    " AND status = 'succeeded' ORDER BY updated DESC LIMIT 1",
+  [P_GET_BREAKER] =
+    "SELECT state, failures, successes, opened_at, open_until FROM breakers WHERE key = $1::text",
+  [P_LAST_SEQ] =
+    "SELECT seq, at FROM history WHERE run_id = $1::text ORDER BY seq DESC LIMIT 1",
+  [P_VERSION_SCRIPT] =
+    "SELECT script, source FROM workflow_versions WHERE workflow = $1::text"
+    " AND version = $2::text AND script IS NOT NULL ORDER BY id DESC LIMIT 1",
+  /* Claims (SKIP LOCKED: workers never wait for each other's claims). A worker whose lease ran
+   * out is locked here before its runs are taken; a worker that renews locks its own row first
+   * (P_LEASE_LIVE), so exactly one of the two goes on: the fence. Runs whose holder has no row
+   * at all are anyone's. Never our own runs. */
+#define CLAIM(order) \
+    "WITH gone AS (SELECT owner FROM workers WHERE lease_until < clock_timestamp()" \
+    " AND owner <> $1::text FOR UPDATE SKIP LOCKED)," \
+    " c AS (SELECT id FROM runs WHERE status IN " LIVE " AND ($3::boolean OR unavailable IS NULL)" \
+    " AND (owner IS NULL OR owner IN (SELECT owner FROM gone) OR (owner <> $1::text AND NOT EXISTS" \
+    " (SELECT 1 FROM workers w WHERE w.owner = runs.owner)))" \
+    " ORDER BY created " order " LIMIT $2::bigint FOR UPDATE SKIP LOCKED)," \
+    " u AS (UPDATE runs r SET owner = $1::text, fence = r.fence + 1 FROM c WHERE r.id = c.id" \
+    " RETURNING r.id, r.created) SELECT id FROM u ORDER BY created " order
+#define CLAIM_FREE(order) \
+    "WITH c AS (SELECT id FROM runs WHERE owner IS NULL AND status IN " LIVE \
+    " AND ($3::boolean OR unavailable IS NULL) ORDER BY created " order \
+    " LIMIT $2::bigint FOR UPDATE SKIP LOCKED)," \
+    " u AS (UPDATE runs r SET owner = $1::text, fence = r.fence + 1 FROM c WHERE r.id = c.id" \
+    " RETURNING r.id, r.created) SELECT id FROM u ORDER BY created " order
+  [P_CLAIM_OLDEST] = CLAIM("ASC"),
+  [P_CLAIM_NEWEST] = CLAIM("DESC"),
+  [P_CLAIM_FREE_OLDEST] = CLAIM_FREE("ASC"),
+  [P_CLAIM_FREE_NEWEST] = CLAIM_FREE("DESC"),
+  [P_FORGET_GONE] =
+    "DELETE FROM workers WHERE owner IN (SELECT owner FROM workers"
+    " WHERE lease_until < clock_timestamp() AND owner <> $1::text FOR UPDATE SKIP LOCKED)",
+  [P_RELEASE] = "UPDATE runs SET owner = NULL WHERE id = $1::text AND owner = $2::text",
+  [P_OWNER] =
+    "SELECT r.owner, extract(epoch FROM w.lease_until - clock_timestamp())::float8"
+    " FROM runs r LEFT JOIN workers w ON w.owner = r.owner WHERE r.id = $1::text",
+  [P_HOLDERS] =
+    "SELECT owner FROM workers WHERE lease_until >= clock_timestamp() ORDER BY owner",
+  [P_RELEASE_OWNER] =
+    "UPDATE runs SET owner = NULL WHERE owner = $1::text AND status IN " LIVE,
+  /* Deleted first, so that its row is locked: the worker, if it lives, is then late. */
+  [P_FORGET_WORKER] = "DELETE FROM workers WHERE owner = $1::text",
+  [P_HELD] = "SELECT id FROM runs WHERE owner = $1::text AND status IN " LIVE,
+  [P_CLAIMABLE_QUICK] =
+    "SELECT (EXISTS (SELECT 1 FROM runs WHERE owner IS NULL AND status IN " LIVE
+    " AND unavailable IS NULL))::int + 2 * (EXISTS (SELECT 1 FROM workers"
+    " WHERE lease_until < clock_timestamp() AND owner <> $1::text))::int",
+  [P_CLAIMABLE_THOROUGH] =
+    "SELECT 3 FROM runs WHERE status IN " LIVE " AND unavailable IS NULL AND (owner IS NULL"
+    " OR (owner <> $1::text AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.owner = runs.owner"
+    " AND w.lease_until >= clock_timestamp()))) LIMIT 1",
+  [P_TAKE] =
+    "UPDATE runs SET owner = $2::text, fence = fence + 1, cancel_requested = 0"
+    " WHERE id = $1::text",
+  [P_REQUEST_CANCEL] = "UPDATE runs SET cancel_requested = 1 WHERE id = $1::text",
+  [P_CANCEL_REQUESTS] =
+    "SELECT id FROM runs WHERE owner = $1::text AND cancel_requested = 1 AND status = 'running'",
+  [P_DLQ_REMOVE] = "DELETE FROM dlq WHERE run_id = $1::text",
+  [P_AUDIT] =
+    "INSERT INTO audit(at, who, op, target, detail) VALUES($1::float8, $2::text, $3::text,"
+    " $4::text, $5::text)",
+  [P_MOVE_RUN] =
+    "UPDATE runs SET workflow_version = $2::bigint, version = NULL, source = NULL,"
+    " step_names = NULL, unavailable = NULL WHERE id = $1::text",
+  [P_DROP_STEPS_FROM] = "DELETE FROM steps WHERE run_id = $1::text AND idx >= $2::bigint",
+  /* Sent under an advisory lock held until commit (pg_ops.c), so that seqs commit in the order
+   * they are taken: a look for events after seq n never misses an earlier one committed late. */
+  [P_SEND_EVENT] =
+    "INSERT INTO inbox(run_id, name, payload, key, sent) VALUES($1::text, $2::text, $3::text,"
+    " $4::text, $5::float8) ON CONFLICT (run_id, key) DO NOTHING",
+  [P_NEXT_EVENT] =
+    "SELECT seq, payload, key FROM inbox WHERE run_id = $1::text AND name = $2::text"
+    " AND consumed IS NULL ORDER BY seq LIMIT 1",
+  [P_LAST_EVENT] = "SELECT coalesce(max(seq), 0) FROM inbox",
+  [P_EVENTS_AFTER] =
+    "SELECT seq, run_id FROM inbox WHERE seq > $1::bigint ORDER BY seq LIMIT $2::bigint",
+};
+
+/* migrations[v] takes a database from version v to v + 1, in the transaction of
+ * mend__pg_schema. The tables are SQLite's logical schema (store.h, "Schema"), with the
+ * names written out instead of labels and worker numbers, and the server's clock in workers. */
+const char *const mend__pg_migrations[MEND_PG_SCHEMA_VERSION] = {
+  "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);"
+  "CREATE TABLE workflow_versions(id BIGSERIAL PRIMARY KEY, workflow TEXT NOT NULL,"
+  " version TEXT, source TEXT, step_names TEXT, script TEXT, first_seen DOUBLE PRECISION,"
+  " UNIQUE (workflow, version));"
+  "CREATE TABLE runs(id TEXT PRIMARY KEY, workflow TEXT NOT NULL, version TEXT, source TEXT,"
+  " run_key TEXT UNIQUE, status TEXT NOT NULL, input TEXT, error TEXT,"
+  " attention BIGINT NOT NULL DEFAULT 0, reason TEXT, owner TEXT, created DOUBLE PRECISION,"
+  " updated DOUBLE PRECISION, step_names TEXT, workflow_version BIGINT, unavailable TEXT,"
+  " cancel_requested BIGINT NOT NULL DEFAULT 0, fence BIGINT NOT NULL DEFAULT 0);"
+  /* exactly the claim predicates: a claim walks what it may take, not what is held */
+  "CREATE INDEX runs_live ON runs(created) WHERE status IN " LIVE ";"
+  "CREATE INDEX runs_free ON runs(created) WHERE owner IS NULL AND status IN " LIVE ";"
+  "CREATE INDEX runs_owner ON runs(owner) WHERE owner IS NOT NULL;"
+  "CREATE INDEX runs_cancel ON runs(owner) WHERE cancel_requested = 1;"
+  "CREATE INDEX runs_created ON runs(created);"
+  "CREATE TABLE workers(owner TEXT PRIMARY KEY, lease_until TIMESTAMPTZ);"
+  "CREATE TABLE steps(run_id TEXT NOT NULL, idx BIGINT NOT NULL, name TEXT, status TEXT NOT NULL,"
+  " attempts BIGINT NOT NULL DEFAULT 0, comp_attempts BIGINT NOT NULL DEFAULT 0, idem_key TEXT,"
+  " custom_key BIGINT NOT NULL DEFAULT 0, result TEXT, error TEXT, due DOUBLE PRECISION,"
+  " last_delay DOUBLE PRECISION, updated DOUBLE PRECISION, slept BIGINT NOT NULL DEFAULT 0,"
+  " awaits TEXT, PRIMARY KEY (run_id, idx));"
+  "CREATE INDEX steps_custom_key ON steps(idem_key) WHERE custom_key = 1;"
+  "CREATE TABLE history(run_id TEXT NOT NULL, seq BIGINT NOT NULL, step TEXT,"
+  " at DOUBLE PRECISION, event TEXT NOT NULL, from_status TEXT, to_status TEXT, attempt BIGINT,"
+  " error TEXT, delay DOUBLE PRECISION, detail TEXT, worker TEXT, PRIMARY KEY (run_id, seq));"
+  "CREATE TABLE breakers(key TEXT PRIMARY KEY, state TEXT NOT NULL, failures BIGINT,"
+  " successes BIGINT, opened_at DOUBLE PRECISION, open_until DOUBLE PRECISION,"
+  " updated DOUBLE PRECISION);"
+  "CREATE TABLE dlq(run_id TEXT PRIMARY KEY, reason TEXT, step TEXT, error TEXT, detail TEXT,"
+  " at DOUBLE PRECISION);"
+  "CREATE TABLE audit(seq BIGSERIAL PRIMARY KEY, at DOUBLE PRECISION, who TEXT, op TEXT,"
+  " target TEXT, detail TEXT);"
+  "CREATE TABLE inbox(seq BIGSERIAL PRIMARY KEY, run_id TEXT NOT NULL, name TEXT NOT NULL,"
+  " payload TEXT, key TEXT, sent DOUBLE PRECISION, consumed DOUBLE PRECISION, step TEXT,"
+  " UNIQUE (run_id, key));"
+  "CREATE INDEX inbox_waiting ON inbox(run_id, name, seq) WHERE consumed IS NULL;"
+  /* P_LEASE_LIVE: a lease still live is renewed (its row locked until commit); one that ran
+   * out is not, and the transaction fails with a code of mend's own. */
+  "CREATE FUNCTION mend_lease_live(w TEXT, secs DOUBLE PRECISION) RETURNS void"
+  " LANGUAGE plpgsql AS $f$ BEGIN"
+  " UPDATE workers SET lease_until = greatest(lease_until,"
+  " clock_timestamp() + secs * interval '1 second')"
+  " WHERE owner = w AND lease_until >= clock_timestamp();"
+  " IF NOT FOUND THEN RAISE EXCEPTION 'the lease of % ran out', w USING ERRCODE = 'MENDL';"
+  " END IF; END $f$;"
+  "CREATE FUNCTION mend_changed(n BIGINT, what TEXT) RETURNS void LANGUAGE plpgsql AS $f$"
+  " BEGIN IF n = 0 THEN RAISE EXCEPTION '%', what USING ERRCODE = 'MENDN'; END IF; END $f$;",
+};
+
+/* The advisory lock that makes creating and upgrading the schema one worker's at a time
+ * ("mend" in ASCII). */
+#define SCHEMA_LOCK "4d454e44"
+
+static PGresult *one(mend_pg *p, const char *sql, const char *what) {
+  PGresult *r = PQexec(p->conn, sql);
+  if (PQresultStatus(r) != PGRES_TUPLES_OK && PQresultStatus(r) != PGRES_COMMAND_OK) {
+    mend__pg_fail(p, p->conn, r, what);
+    PQclear(r);
+    return NULL;
+  }
+  return r;
+}
+
+int mend__pg_schema(mend_pg *p) {
+  PGresult *r;
+  if (mend__pg_exec(p, p->conn, "BEGIN", "create schema") != 0) return -1;
+  if (mend__pg_exec(p, p->conn, "SELECT pg_advisory_xact_lock(x'" SCHEMA_LOCK "'::int)",
+                    "wait for another mend creating the schema") != 0)
+    goto fail;
+  if (!(r = one(p, "SELECT current_schema(), to_regclass('meta') IS NOT NULL,"
+                   " (SELECT count(*) FROM pg_tables WHERE schemaname = current_schema())",
+                "read schema")))
+    goto fail;
+  if (PQgetisnull(r, 0, 0)) {
+    PQclear(r);
+    mend__pg_msg(p->err, sizeof p->err,
+                 "%s: no schema to create mend's tables in (search_path names none that exists)",
+                 p->server);
+    goto fail;
+  }
+  int has_meta = strcmp(PQgetvalue(r, 0, 1), "t") == 0;
+  long tables = atol(PQgetvalue(r, 0, 2));
+  PQclear(r);
+  int version = 0;
+  if (has_meta) {
+    if (!(r = one(p, "SELECT (SELECT value FROM meta WHERE key = 'application'),"
+                     " (SELECT value FROM meta WHERE key = 'schema_version')", "read meta")))
+      goto fail;
+    const char *app = PG_TEXT(r, 0, 0), *v = PG_TEXT(r, 0, 1);
+    if (!app || strcmp(app, "mend") != 0 || !v) {
+      mend__pg_msg(p->err, sizeof p->err,
+                   "%s: not a mend database (its meta table does not say application = mend)",
+                   p->server);
+      PQclear(r);
+      goto fail;
+    }
+    version = atoi(v);
+    PQclear(r);
+    if (version > MEND_PG_SCHEMA_VERSION || version < 1) {
+      mend__pg_msg(p->err, sizeof p->err, "%s: schema version %d is newer than this mend (%d)",
+                   p->server, version, MEND_PG_SCHEMA_VERSION);
+      goto fail;
+    }
+  } else if (tables > 0) {
+    mend__pg_msg(p->err, sizeof p->err,
+                 "%s: not a mend database (it has tables of its own and no mend schema)",
+                 p->server);
+    goto fail;
+  }
+  for (int v = version; v < MEND_PG_SCHEMA_VERSION; v++)
+    if (mend__pg_exec(p, p->conn, mend__pg_migrations[v], "create schema") != 0) goto fail;
+  if (version < MEND_PG_SCHEMA_VERSION) {
+    char sql[300];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO meta(key, value) VALUES ('application', 'mend'), ('schema_version', '%d')"
+             " ON CONFLICT (key) DO UPDATE SET value = excluded.value", MEND_PG_SCHEMA_VERSION);
+    if (mend__pg_exec(p, p->conn, sql, "write schema version") != 0) goto fail;
+  }
+  if (mend__pg_exec(p, p->conn, "COMMIT", "create schema") != 0) goto fail;
+  p->schema_version = MEND_PG_SCHEMA_VERSION;
+  return 0;
+fail:
+  PQclear(PQexec(p->conn, "ROLLBACK"));
+  return -1;
+}
+
+/* Every statement in one round trip (a pipeline): a worker's start is one connection's
+ * work, not forty-odd round trips of it. */
+int mend__pg_prepare(mend_pg *p, PGconn *c) {
+  int ok = PQenterPipelineMode(c);
+  for (int i = 0; ok && i < P__COUNT; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "m%d", i);
+    ok = PQsendPrepare(c, name, mend__pg_sql[i], 0, NULL);
+  }
+  if (!ok || !PQpipelineSync(c)) {
+    mend__pg_fail(p, c, NULL, "prepare statements");
+    PQexitPipelineMode(c);
+    return -1;
+  }
+  int failed = 0;
+  for (int i = 0; i < P__COUNT; i++) {
+    PGresult *r = PQgetResult(c);
+    if (!r) {
+      if (!failed) mend__pg_fail(p, c, NULL, "prepare statements");
+      failed = 1;
+      break;
+    }
+    if (PQresultStatus(r) != PGRES_COMMAND_OK && !failed) {
+      char what[40];
+      snprintf(what, sizeof what, "prepare statement %d", i);
+      mend__pg_fail(p, c, r, what);
+      failed = 1;
+    }
+    PQclear(r);
+    while ((r = PQgetResult(c))) PQclear(r);   /* the NULL that ends each one's results */
+  }
+  PGresult *r;
+  while ((r = PQgetResult(c))) {   /* the sync */
+    ExecStatusType st = PQresultStatus(r);
+    PQclear(r);
+    if (st == PGRES_PIPELINE_SYNC) break;
+  }
+  PQexitPipelineMode(c);
+  return failed ? -1 : 0;
+}

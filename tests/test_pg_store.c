@@ -1,0 +1,503 @@
+/*
+ * test_pg_store: the PostgreSQL store against a real server, named by MEND_TEST_PG (a libpq
+ * URI or conninfo of a role that may create databases); skipped, saying so, without one. Each
+ * case gets a database of its own, dropped after. Covers: errors naming the server (unreachable,
+ * wrong password never repeated, someone else's database, a newer schema), two stores creating
+ * the schema at once, reading the open batch, commit and the batch numbers, the writer thread,
+ * a failed write failing its whole batch, claims and leases on the server's clock, the fence
+ * (a stalled worker's writes to a run another took are dropped and reported), a connection
+ * killed between batches (opened again, nothing lost) and mid-batch (not acknowledged,
+ * nothing written), and events.
+ */
+#include "check.h"
+#include "store/pg/pg_int.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *base;     /* MEND_TEST_PG */
+static PGconn *admin;        /* to create and drop the cases' databases */
+static char conninfo[2048];  /* the current case's database */
+static int ncase;
+
+static void sleep_s(double s) {
+  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+  nanosleep(&ts, NULL);
+}
+
+static void sql(PGconn *c, const char *q) {
+  PGresult *r = PQexec(c, q);
+  if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK)
+    fprintf(stderr, "test_pg_store: %s: %s", q, PQerrorMessage(c));
+  PQclear(r);
+}
+
+/* base's parameters with dbname (and, if given, password) replaced, as a conninfo string. */
+static void conninfo_for(char *out, size_t len, const char *dbname, const char *password) {
+  PQconninfoOption *opts = PQconninfoParse(base, NULL);
+  size_t n = 0;
+  out[0] = 0;
+  for (PQconninfoOption *o = opts; o && o->keyword; o++) {
+    const char *v = o->val;
+    if (strcmp(o->keyword, "dbname") == 0) v = dbname;
+    if (strcmp(o->keyword, "password") == 0 && password) v = password;
+    if (!v || !*v) continue;
+    n += (size_t)snprintf(out + n, len - n, "%s='%s' ", o->keyword, v);
+  }
+  if (password && !strstr(out, "password=")) snprintf(out + n, len - n, "password='%s'", password);
+  PQconninfoFree(opts);
+}
+
+static void new_case(void) {
+  char q[128], db[64];
+  snprintf(db, sizeof db, "mend_test_%d_%d", (int)getpid(), ++ncase);
+  snprintf(q, sizeof q, "DROP DATABASE IF EXISTS %s", db);
+  sql(admin, q);
+  snprintf(q, sizeof q, "CREATE DATABASE %s", db);
+  sql(admin, q);
+  conninfo_for(conninfo, sizeof conninfo, db, NULL);
+}
+
+static void drop_case(void) {
+  char q[160];
+  snprintf(q, sizeof q, "DROP DATABASE IF EXISTS mend_test_%d_%d WITH (FORCE)", (int)getpid(), ncase);
+  sql(admin, q);
+}
+
+static mend_store *open_store(void) {
+  char err[1024];
+  mend_store *s = mend__pg_open(conninfo, MEND_DURABILITY_FULL, err, sizeof err);
+  if (!s) fprintf(stderr, "open: %s\n", err);
+  return s;
+}
+
+static PGconn *raw(void) { return PQconnectdb(conninfo); }
+
+static long long count(const char *q) {
+  PGconn *c = raw();
+  PGresult *r = PQexec(c, q);
+  long long n = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) ? atoll(PQgetvalue(r, 0, 0)) : -1;
+  PQclear(r);
+  PQfinish(c);
+  return n;
+}
+
+static mend_run_rec run_rec(const char *id, const char *owner) {
+  return (mend_run_rec){.id = id, .workflow = "order", .version = "v1", .source = "order.lua",
+                        .status = "running", .input = "{}", .created = 1, .updated = 1,
+                        .owner = owner, .step_names = "[\"a\"]"};
+}
+
+static mend_history_rec hist(const char *run, long seq) {
+  return (mend_history_rec){.run_id = run, .step = "a", .at = 2, .event = "step",
+                            .from_status = "pending", .to_status = "running", .attempt = 1,
+                            .delay = -1, .seq = seq};
+}
+
+/* ---- cases -------------------------------------------------------------------------------- */
+
+static void test_errors(void) {
+  char err[1024], ci[2048];
+  /* unreachable: nothing listens on port 1 */
+  mend_store *s = mend__pg_open("postgresql://127.0.0.1:1/nowhere?connect_timeout=3",
+                                MEND_DURABILITY_FULL, err, sizeof err);
+  CHECK(s == NULL);
+  CHECK(strstr(err, "127.0.0.1:1/nowhere") != NULL);
+  CHECK(strstr(err, "cannot connect") != NULL);
+
+  /* through the storage interface: a postgres:// name is PostgreSQL's */
+  s = mend_store_open("postgres://127.0.0.1:1/elsewhere?connect_timeout=3", MEND_DURABILITY_FULL,
+                      err, sizeof err);
+  CHECK(s == NULL);
+  CHECK(strstr(err, "127.0.0.1:1/elsewhere: cannot connect") != NULL);
+
+  new_case();
+  /* a wrong password: named as such, never repeated (only over TCP with a password method) */
+  conninfo_for(ci, sizeof ci, "postgres", "wrong-Pa55word");
+  s = mend__pg_open(ci, MEND_DURABILITY_FULL, err, sizeof err);
+  if (s) {
+    printf("  (the server trusts this connection: no password check)\n");
+    mend__pg_close(s);
+  } else {
+    CHECK(strstr(err, "wrong-Pa55word") == NULL);
+    CHECK(strstr(err, "password") != NULL);
+  }
+
+  /* someone else's database */
+  PGconn *c = raw();
+  sql(c, "CREATE TABLE orders(id int)");
+  PQfinish(c);
+  s = mend__pg_open(conninfo, MEND_DURABILITY_FULL, err, sizeof err);
+  CHECK(s == NULL);
+  CHECK(strstr(err, "not a mend database") != NULL);
+  CHECK(strstr(err, "mend_test_") != NULL);   /* names the database */
+  drop_case();
+
+  /* a newer schema */
+  new_case();
+  s = open_store();
+  CHECK(s != NULL);
+  if (s) CHECK_STR(MEND_STORE_M(s)->name, "postgres");
+  mend__pg_close(s);
+  c = raw();
+  sql(c, "UPDATE meta SET value = '99' WHERE key = 'schema_version'");
+  PQfinish(c);
+  s = mend__pg_open(conninfo, MEND_DURABILITY_FULL, err, sizeof err);
+  CHECK(s == NULL);
+  CHECK(strstr(err, "schema version 99 is newer than this mend") != NULL);
+  drop_case();
+}
+
+static void *open_in_thread(void *arg) {
+  char err[1024];
+  mend_store *s = mend__pg_open(conninfo, MEND_DURABILITY_FULL, err, sizeof err);
+  if (!s) fprintf(stderr, "open in thread: %s\n", err);
+  *(int *)arg = s != NULL;
+  mend__pg_close(s);
+  return NULL;
+}
+
+static void test_schema_race(void) {
+  new_case();
+  pthread_t t[4];
+  int ok[4] = {0};
+  for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, open_in_thread, &ok[i]);
+  for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+  for (int i = 0; i < 4; i++) CHECK(ok[i]);
+  CHECK_EQ_INT(count("SELECT value::int FROM meta WHERE key = 'schema_version'"),
+               MEND_PG_SCHEMA_VERSION);
+  drop_case();
+}
+
+static void test_batches(void) {
+  new_case();
+  mend_store *s = open_store(), *other = open_store();
+  if (!s || !other) return;
+  mend__pg_set_worker(s, "w1");
+  unsigned long seq = mend__pg_open_seq(s);
+  mend_run_rec r = run_rec("r1", NULL);
+  CHECK_EQ_INT(mend__pg_insert_run(s, &r), 0);
+  mend_history_rec h = hist("r1", 1);
+  CHECK_EQ_INT(mend__pg_append_history(s, &h), 0);
+  h.seq = 2;
+  CHECK_EQ_INT(mend__pg_append_history(s, &h), 0);
+  /* read your own writes: the open batch */
+  double at;
+  CHECK_EQ_INT(mend__pg_last_history(s, "r1", &at), 2);
+  CHECK_NEAR(at, 2, 1e-9);
+  /* and nobody else's before the commit */
+  CHECK_EQ_INT(mend__pg_last_history(other, "r1", NULL), 0);
+  CHECK_EQ_INT(mend__pg_commit(other), 0);
+  CHECK(mend__pg_durable_seq(s) < seq);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK(mend__pg_durable_seq(s) >= seq);
+  CHECK_EQ_INT(mend__pg_last_history(other, "r1", NULL), 2);
+  CHECK_EQ_INT(mend__pg_commit(other), 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM history WHERE worker = 'w1'"), 2);
+  /* a history number taken: the next free one */
+  h.seq = 2;
+  CHECK_EQ_INT(mend__pg_append_history(s, &h), 0);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(count("SELECT max(seq) FROM history WHERE run_id = 'r1'"), 3);
+
+  /* a run key: taken is 1, at once */
+  mend_run_rec k = run_rec("r2", NULL);
+  k.run_key = "key-1";
+  CHECK_EQ_INT(mend__pg_insert_run(s, &k), 0);
+  k.id = "r3";
+  CHECK_EQ_INT(mend__pg_insert_run(s, &k), 1);
+  char id[64];
+  CHECK_EQ_INT(mend__pg_find_run_key(s, "key-1", id, sizeof id), 1);
+  CHECK_STR(id, "r2");
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+
+  /* steps, the custom key's result, breakers */
+  mend_step_rec st = {.run_id = "r1", .idx = 0, .name = "a", .status = "succeeded",
+                      .attempts = 1, .idem_key = "card-7", .custom_key = 1,
+                      .result = "{\"ok\":true}", .due = -1, .last_delay = -1, .updated = 3};
+  CHECK_EQ_INT(mend__pg_put_step(s, &st), 0);
+  char *res = NULL;
+  CHECK_EQ_INT(mend__pg_find_key_result(s, "card-7", &res), 1);
+  CHECK_STR(res, "{\"ok\":true}");
+  free(res);
+  mend_breaker b = {.state = MEND_BREAKER_OPEN, .failures = 3, .opened_at = 10, .open_until = 40};
+  CHECK_EQ_INT(mend__pg_put_breaker(s, "payments", &b, 11), 0);
+  mend_breaker got;
+  CHECK_EQ_INT(mend__pg_get_breaker(s, "payments", &got), 1);
+  CHECK_EQ_INT(got.state, MEND_BREAKER_OPEN);
+  CHECK_EQ_INT(got.failures, 3);
+  CHECK_NEAR(got.open_until, 40, 1e-9);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+
+  /* a write that changes nothing fails its whole batch, and nothing of it is written */
+  CHECK_EQ_INT(mend__pg_update_run(s, "r1", "succeeded", NULL, 0, 5, NULL), 0);
+  mend__pg_update_run(s, "no-such-run", "succeeded", NULL, 0, 5, NULL);
+  CHECK(mend__pg_commit(s) != 0);
+  CHECK(strstr(mend__pg_errmsg(s), "no run no-such-run") != NULL);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'r1' AND status = 'running'"), 1);
+  /* the next batch is a batch of its own */
+  CHECK_EQ_INT(mend__pg_update_run(s, "r1", "succeeded", NULL, 0, 5, NULL), 0);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'r1' AND status = 'succeeded'"), 1);
+  mend__pg_close(other);
+  mend__pg_close(s);
+  drop_case();
+}
+
+static pthread_mutex_t done_mu = PTHREAD_MUTEX_INITIALIZER;
+static int dones;
+static void on_done(void *ud) {
+  (void)ud;
+  pthread_mutex_lock(&done_mu);
+  dones++;
+  pthread_mutex_unlock(&done_mu);
+}
+
+static void test_writer_thread(void) {
+  new_case();
+  mend_store *s = open_store();
+  if (!s) return;
+  CHECK_EQ_INT(mend__pg_start_writer(s, on_done, NULL), 0);
+  unsigned long last = 0;
+  for (int b = 0; b < 20; b++) {
+    char id[32];
+    snprintf(id, sizeof id, "run-%d", b);
+    mend_run_rec r = run_rec(id, NULL);
+    CHECK_EQ_INT(mend__pg_insert_run(s, &r), 0);
+    for (int i = 1; i <= 700; i++) {   /* more than one chunk of a pipeline */
+      mend_history_rec h = hist(id, i);
+      mend__pg_append_history(s, &h);
+    }
+    last = mend__pg_open_seq(s);
+    CHECK_EQ_INT(mend__pg_hand_off(s), 0);
+  }
+  while (mend__pg_writer_busy(s)) sleep_s(0.01);
+  CHECK(mend__pg_durable_seq(s) >= last);
+  CHECK(dones >= 1);
+  CHECK_EQ_INT(count("SELECT count(*) FROM history"), 20 * 700);
+  /* a read waits for the thread and sees everything */
+  CHECK_EQ_INT(mend__pg_last_history(s, "run-19", NULL), 700);
+  mend__pg_close(s);
+  drop_case();
+}
+
+static void test_claims(void) {
+  new_case();
+  mend_store *a = open_store(), *b = open_store();
+  if (!a || !b) return;
+  mend__pg_set_fence(a, "a", 30);
+  mend__pg_set_fence(b, "b", 30);
+  for (int i = 0; i < 5; i++) {
+    char id[16];
+    snprintf(id, sizeof id, "free-%d", i);
+    mend_run_rec r = run_rec(id, NULL);
+    r.created = i;
+    mend__pg_insert_run(a, &r);
+  }
+  CHECK_EQ_INT(mend__pg_commit(a), 0);
+  CHECK(mend__pg_claimable(b, "b", 0) & MEND_CLAIMABLE_FREE);
+  json_t *got = mend__pg_claim(b, "b", 30, 3, MEND_CLAIM_FREE);
+  CHECK(got && json_array_size(got) == 3);
+  CHECK_STR(json_string_value(json_array_get(got, 0)), "free-0");
+  json_decref(got);
+  /* b's claim is not committed: its rows are locked, a skips them, never waits */
+  got = mend__pg_claim(a, "a", 30, 10, 0);
+  CHECK(got && json_array_size(got) == 2);
+  CHECK_STR(json_string_value(json_array_get(got, 0)), "free-3");
+  json_decref(got);
+  CHECK_EQ_INT(mend__pg_commit(a), 0);
+  CHECK_EQ_INT(mend__pg_commit(b), 0);
+  CHECK_EQ_INT(mend__pg_claimable(b, "b", 1), 0);
+  char owner[64];
+  double left;
+  CHECK_EQ_INT(mend__pg_owner(a, "free-0", owner, sizeof owner, &left), 1);
+  CHECK_STR(owner, "b");
+  CHECK(left > 20 && left <= 30);
+  json_t *holders = mend__pg_lease_holders(a);
+  CHECK(holders && json_array_size(holders) == 2);
+  json_decref(holders);
+  json_t *held = mend__pg_held(a);
+  CHECK(held && json_array_size(held) == 2);
+  json_decref(held);
+  /* closing gives its runs back at once */
+  mend__pg_close(b);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE owner IS NULL"), 3);
+  CHECK_EQ_INT(count("SELECT count(*) FROM workers WHERE owner = 'b'"), 0);
+  mend__pg_close(a);
+  drop_case();
+}
+
+static int nlost;
+static char lost_id[64];
+static void on_lost(void *ud, const char *id) {
+  (void)ud;
+  nlost++;
+  snprintf(lost_id, sizeof lost_id, "%s", id);
+}
+
+static void test_fence(void) {
+  new_case();
+  mend_store *a = open_store(), *b = open_store();
+  if (!a || !b) return;
+  mend__pg_set_fence(a, "a", 1);
+  mend__pg_set_fence(b, "b", 30);
+  mend_run_rec r = run_rec("r1", "a");
+  mend_run_rec r2 = run_rec("r2", "a");
+  CHECK_EQ_INT(mend__pg_insert_run(a, &r), 0);
+  CHECK_EQ_INT(mend__pg_insert_run(a, &r2), 0);
+  CHECK_EQ_INT(mend__pg_commit(a), 0);
+  CHECK_EQ_INT(mend__pg_fence_news(a, on_lost, NULL), 0);
+  /* a stalls past its lease; b takes one of its runs (the limit), r1 */
+  sleep_s(1.5);
+  CHECK(mend__pg_claimable(b, "b", 0) & MEND_CLAIMABLE_GONE);
+  json_t *got = mend__pg_claim(b, "b", 30, 1, 0);
+  CHECK(got && json_array_size(got) == 1);
+  CHECK_STR(json_string_value(json_array_get(got, 0)), "r1");
+  json_decref(got);
+  CHECK_EQ_INT(mend__pg_commit(b), 0);
+  /* a wakes up and writes to both: r1's writes are dropped and reported, r2's go */
+  mend_history_rec h = hist("r1", 1);
+  mend__pg_append_history(a, &h);
+  mend__pg_update_run(a, "r1", "failed", "late", 0, 9, NULL);
+  h.run_id = "r2";
+  mend__pg_append_history(a, &h);
+  mend__pg_update_run(a, "r2", "succeeded", NULL, 0, 9, NULL);
+  CHECK_EQ_INT(mend__pg_commit(a), 0);
+  nlost = 0;
+  CHECK_EQ_INT(mend__pg_fence_news(a, on_lost, NULL), 1);
+  CHECK_EQ_INT(nlost, 1);
+  CHECK_STR(lost_id, "r1");
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'r1' AND status = 'running'"
+                     " AND owner = 'b'"), 1);
+  CHECK_EQ_INT(count("SELECT count(*) FROM history WHERE run_id = 'r1'"), 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'r2' AND status = 'succeeded'"), 1);
+  /* later writes to the lost run are dropped too */
+  mend__pg_update_run(a, "r1", "failed", "later", 0, 10, NULL);
+  CHECK_EQ_INT(mend__pg_commit(a), 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'r1' AND status = 'running'"), 1);
+  json_t *held = mend__pg_held(a);
+  CHECK(held && json_array_size(held) == 0);
+  json_decref(held);
+  mend__pg_fence_verified(a);
+  mend__pg_close(a);
+  mend__pg_close(b);
+  drop_case();
+}
+
+/* Ends every other session on the case's database, and waits until they are gone. */
+static void terminate_others(void) {
+  PGconn *c = raw();
+  sql(c, "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE"
+         " datname = current_database() AND pid <> pg_backend_pid()");
+  PQfinish(c);
+}
+
+static void test_dropped_connection(void) {
+  new_case();
+  mend_store *s = open_store();
+  if (!s) return;
+  mend_run_rec r = run_rec("r1", NULL);
+  CHECK_EQ_INT(mend__pg_insert_run(s, &r), 0);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  /* lost between batches (a server restart, a terminated backend): opened again, nothing lost */
+  terminate_others();
+  mend_history_rec h0 = hist("r1", 1);
+  mend__pg_append_history(s, &h0);
+  int rc0 = mend__pg_commit(s);
+  if (rc0) fprintf(stderr, "commit after a lost connection: %s\n", mend__pg_errmsg(s));
+  CHECK_EQ_INT(rc0, 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM history"), 1);
+  terminate_others();
+  CHECK_EQ_INT(mend__pg_last_history(s, "r1", NULL), 1);
+  PGconn *d = raw();
+  sql(d, "DELETE FROM history");
+  PQfinish(d);
+  CHECK_EQ_INT(mend__pg_start_writer(s, NULL, NULL), 0);
+  unsigned long durable = mend__pg_durable_seq(s);
+  mend_history_rec h = hist("r1", 1);
+  mend__pg_append_history(s, &h);
+  CHECK_EQ_INT(mend__pg_last_history(s, "r1", NULL), 1);   /* the batch's transaction is open */
+  terminate_others();   /* inside the batch's transaction: that batch fails */
+  h.seq = 2;
+  mend__pg_append_history(s, &h);
+  CHECK_EQ_INT(mend__pg_hand_off(s), 0);
+  while (mend__pg_writer_busy(s)) sleep_s(0.01);
+  CHECK_EQ_INT(mend__pg_durable_seq(s), durable);   /* not acknowledged */
+  CHECK(mend__pg_commit(s) != 0);                   /* and the engine is told */
+  CHECK(strstr(mend__pg_errmsg(s), "mend_test_") != NULL);
+  CHECK_EQ_INT(count("SELECT count(*) FROM history"), 0);
+  mend__pg_close(s);
+  drop_case();
+}
+
+static void on_event(void *ud, const char *run_id) {
+  (void)run_id;
+  (*(int *)ud)++;
+}
+
+static void test_events(void) {
+  new_case();
+  mend_store *s = open_store();
+  if (!s) return;
+  mend_run_rec r = run_rec("r1", NULL);
+  mend__pg_insert_run(s, &r);
+  CHECK_EQ_INT(mend__pg_send_event(s, "r1", "paid", "{\"n\":1}", "k1", 5), 0);
+  CHECK_EQ_INT(mend__pg_send_event(s, "r1", "paid", "{\"n\":2}", "k1", 6), 1);
+  CHECK_EQ_INT(mend__pg_send_event(s, "r1", "paid", NULL, NULL, 7), 0);
+  long long seq;
+  char *payload, *key;
+  CHECK_EQ_INT(mend__pg_next_event(s, "r1", "paid", &seq, &payload, &key), 1);
+  CHECK_STR(payload, "{\"n\":1}");
+  CHECK_STR(key, "k1");
+  free(payload);
+  free(key);
+  CHECK_EQ_INT(mend__pg_consume_event(s, "r1", seq, "a", 8), 0);
+  long long seq2;
+  CHECK_EQ_INT(mend__pg_next_event(s, "r1", "paid", &seq2, &payload, &key), 1);
+  CHECK(seq2 > seq);
+  CHECK_STR(payload, "null");
+  free(payload);
+  free(key);
+  int seen = 0;
+  CHECK_EQ_INT(mend__pg_events_after(s, 0, 10, on_event, &seen), 0);   /* not committed yet */
+  CHECK_EQ_INT(seen, 0);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(mend__pg_last_event(s), seq2);
+  CHECK_EQ_INT(mend__pg_events_after(s, 0, 10, on_event, &seen), seq2);
+  CHECK_EQ_INT(seen, 2);
+  /* consumed twice: the batch fails */
+  mend__pg_consume_event(s, "r1", seq, "a", 9);
+  CHECK(mend__pg_commit(s) != 0);
+  mend__pg_close(s);
+  drop_case();
+}
+
+int main(void) {
+  base = getenv("MEND_TEST_PG");
+  if (!base || !*base) {
+    printf("test_pg_store: skipped: MEND_TEST_PG names no PostgreSQL server"
+           " (a libpq URI, e.g. postgresql://postgres@localhost:5432/postgres)\n");
+    return 0;
+  }
+  admin = PQconnectdb(base);
+  if (PQstatus(admin) != CONNECTION_OK) {
+    printf("test_pg_store: skipped: cannot reach MEND_TEST_PG: %s", PQerrorMessage(admin));
+    PQfinish(admin);
+    return 0;
+  }
+  sql(admin, "SET client_min_messages = warning");
+  test_errors();
+  test_schema_race();
+  test_batches();
+  test_writer_thread();
+  test_claims();
+  test_fence();
+  test_dropped_connection();
+  test_events();
+  PQfinish(admin);
+  return check_done("test_pg_store");
+}
