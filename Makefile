@@ -18,12 +18,14 @@ CMAKE      ?= cmake
 MEND       := $(BUILD_DIR)/mend
 
 # Debian 12 packages needed to build and test (sqlite3: the specs read the database with its
-# shell, as an operator would; clang and libclang-rt-14-dev: the fuzz targets, libFuzzer; python3 and openssl: the specs' HTTP server and its certificate). Not
+# shell, as an operator would; clang and libclang-rt-14-dev: the fuzz targets, libFuzzer; python3 and openssl: the specs' HTTP server and its certificate;
+# postgresql and libpq-dev: the PostgreSQL store, and the throw-away server its tests start). Not
 # make itself: it must be there to read this file (README: `apt-get install -y make git` first
 # on a minimal Debian).
 DEB_PACKAGES := liblua5.4-dev libuv1-dev libsqlite3-dev libjansson-dev libedit-dev \
                 lua5.4 lua-busted sqlite3 cmake gcc pkg-config tmux valgrind \
-                clang libclang-rt-14-dev libcurl4-openssl-dev python3 openssl
+                clang libclang-rt-14-dev libcurl4-openssl-dev python3 openssl \
+                postgresql libpq-dev
 
 .PHONY: all deps build demo test crash-soak clean
 
@@ -64,8 +66,12 @@ demo: build
 	  rc=$$?; \
 	  if [ $$rc -ne 3 ]; then echo "demo: expected exit 3 (compensated), got $$rc" >&2; exit 1; fi
 
+# ctest starts a throw-away PostgreSQL cluster for the tests that need one and stops it after
+# them (tests/pg/cluster.sh); the trap stops it too when ctest itself is interrupted.
 test: build
-	cd $(BUILD_DIR) && ctest --output-on-failure
+	@state="$$(cd $(BUILD_DIR) && pwd)/pg-cluster"; script="$(CURDIR)/tests/pg/cluster.sh"; \
+	  trap 'sh "$$script" stop "$$state"' EXIT INT TERM; \
+	  cd $(BUILD_DIR) && ctest --output-on-failure
 
 # Thousands of kill -9 / restart cycles of a real worker (make test runs 200).
 CYCLES ?= 3000
