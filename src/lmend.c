@@ -770,7 +770,10 @@ static int l_copy(lua_State *L) {
   char err[512] = "";
   json_t *counts = mend_store_copy(luaL_checkstring(L, 1), luaL_checkstring(L, 2), err,
                                    (int)sizeof err);
-  if (!counts) return luaL_error(L, "%s", err);
+  if (!counts) {
+    lua_pushstring(L, err);
+    return lua_error(L);
+  }
   mend_json_push(L, counts);
   json_decref(counts);
   return 1;

@@ -319,6 +319,28 @@ json_t *mend__pg_copy_into(sqlite3 *src, PGconn *dst, char *err, size_t errlen) 
   return counts;
 }
 
+/* A message that quotes the URI, or part of it, shows its password as ***. */
+static void redact(char *err, size_t errlen, const char *uri) {
+  const char *scheme = strstr(uri, "://");
+  const char *at = scheme ? strchr(scheme + 3, '@') : NULL;
+  const char *colon = scheme ? strchr(scheme + 3, ':') : NULL;
+  if (!err || !at || !colon || colon > at || at == colon + 1) return;
+  size_t pwlen = (size_t)(at - colon - 1);
+  char out[1024];
+  size_t o = 0;
+  for (const char *p = err; *p && o + 4 < sizeof out;) {
+    if (strncmp(p, colon + 1, pwlen) == 0) {
+      memcpy(out + o, "***", 3);
+      o += 3;
+      p += pwlen;
+    } else {
+      out[o++] = *p++;
+    }
+  }
+  out[o] = 0;
+  snprintf(err, errlen, "%s", out);
+}
+
 static int is_pg_uri(const char *s) {
   return strncmp(s, "postgres://", 11) == 0 || strncmp(s, "postgresql://", 13) == 0;
 }
@@ -394,6 +416,7 @@ json_t *mend_store_copy(const char *from, const char *to, char *err, int errlen)
   /* The target's schema is the PostgreSQL store's to make or check. */
   mend_store *t = mend_store_open(to, MEND_DURABILITY_FULL, err, errlen);
   if (!t) {
+    redact(err, el, to);
     sqlite3_close(src);
     return NULL;
   }
