@@ -468,7 +468,6 @@ static json_t *take_array(json_t **a) {
  * (if that batch failed, durable_seq did not move and hand_off reports the failure). */
 void mend__settle_writer(mend_engine *E) {
   if (mend_store_writer_busy(E->store)) return;
-  mend__checkpoint_if_grown(E);
   if (mend_store_durable_seq(E->store) >= E->handed_seq &&
       (json_array_size(E->alerts_handed) || json_array_size(E->events_handed)))
     mend__fire_batch(E, take_array(&E->alerts_handed), take_array(&E->events_handed));
@@ -477,9 +476,6 @@ void mend__settle_writer(mend_engine *E) {
 /* A batch of at least this many writes is worth the writer thread even with nothing else
  * ready: timers and I/O go on while it is written. */
 #define HAND_OFF_WRITES 1024
-
-/* The most WAL frames the loop copies itself to let the WAL start over (about 8 MiB). */
-#define CATCH_UP_FRAMES 2048
 
 /* Ends the open batch: committed here, or handed to the writer thread if it is idle (else the
  * batch grows until it is). Alerts and events are heard once their batch is durable. */
@@ -492,26 +488,12 @@ int mend__end_batch(mend_engine *E) {
   }
   /* With nothing else ready the loop would only wait for the writer thread: committing a small
    * batch here is as fast and saves a hand-off per transition (latency at moderate load). A
-   * backlog is worth a second thread: the loop works through it while the thread writes. A
-   * long WAL is caught up here too, once the commit leaves nothing open. */
-  if (!E->writer || E->wal_catch_up ||
-      (!E->ready_head && mend_store_batch_writes(E->store) < HAND_OFF_WRITES)) {
+   * backlog is worth a second thread: the loop works through it while the thread writes. */
+  if (!E->writer || (!E->ready_head && mend_store_batch_writes(E->store) < HAND_OFF_WRITES)) {
     if (mend__lock_waiting(E)) return 0;   /* its timer kicks the next try */
     int rc = mend_store_commit(E->store);
     if (rc == MEND_STORE_BUSY) { mend__lock_wait(E); return 0; }
     if (rc) { mend__store_failed(E); return -1; }
-    mend__checkpoint_if_grown(E);
-    if (E->wal_catch_up && !E->checkpointing) {
-      /* Only a short tail is copied here; a long one (the end of a burst) goes back to the
-       * thread first: 0.4 s on the loop with 1M runs parked. */
-      if (mend_store_wal_frames(E->store) - E->wal_copied > CATCH_UP_FRAMES) {
-        mend__checkpoint_now(E);
-      } else {
-        int done = mend_store_checkpoint_catch_up(E->store);
-        if (done < 0) { mend__store_failed(E); return -1; }
-        if (done) E->wal_catch_up = 0;
-      }
-    }
     mend__fire_batch(E, take_array(&E->alerts), take_array(&E->events));
     return 0;
   }
@@ -772,7 +754,7 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
   mend_store_set_busy_wait(E->store, LOOP_BUSY_MS);
   /* Every lease this engine takes from now on lasts at least this long. */
   E->fence_until = mend__lease_until(E);
-  if (mend_store_set_fence(E->store, E->owner, E->lease_seconds, E->fence_until)) {
+  if (mend_store_set_fence(E->store, E->owner, E->lease_seconds)) {
     snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store));
     mend_engine_destroy(E);
     return NULL;
@@ -783,20 +765,14 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
   /* Statements and commits on a thread of their own, while the loop goes on with the next
    * batch: for an engine on its own loop with a real clock and a file (a virtual clock wants
    * every turn to end in a commit). */
-  if (cfg->writer_thread && !cfg->virtual_clock && !cfg->loop && mend_store_has_checkpointer(E->store)) {
-    if (mend_store_start_writer(E->store, writer_done, E)) {
+  if (cfg->writer_thread && !cfg->virtual_clock && !cfg->loop) {
+    int rc = mend_store_start_writer(E->store, writer_done, E);
+    if (rc < 0) {
       snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store));
       mend_engine_destroy(E);
       return NULL;
     }
-    E->writer = 1;
-  }
-  if (mend_store_has_checkpointer(E->store)) {
-    E->checkpoint_timer = malloc(sizeof *E->checkpoint_timer);
-    uv_timer_init(E->loop, E->checkpoint_timer);
-    E->checkpoint_timer->data = E;
-    uv_timer_start(E->checkpoint_timer, mend__start_checkpoint, 1000, 1000);
-    uv_unref((uv_handle_t *)E->checkpoint_timer);
+    E->writer = rc == 0;
   }
   return E;
 }
@@ -815,15 +791,6 @@ static void close_stray(uv_handle_t *h, void *arg) {
 void mend_engine_destroy(mend_engine *E) {
   if (!E) return;
   E->destroying = 1;
-  /* A checkpoint on a worker thread uses the store: let it end first. */
-  while (E->checkpointing) {
-    uv_run(E->loop, UV_RUN_NOWAIT);
-    if (E->checkpointing) {
-      struct timespec ts = {0, 1000000};
-      nanosleep(&ts, NULL);
-    }
-  }
-  if (E->checkpoint_timer) uv_close((uv_handle_t *)E->checkpoint_timer, free_on_close);
   /* Runs left unfinished stay in the store as they are; their leases are given back so that
    * another engine can take them at once. */
   if (E->store && !E->broken)

@@ -444,7 +444,7 @@ static int open_db(mend_store *s, mend_durability durability) {
   if (exec_sql(s, "PRAGMA cache_size = -8192", "set cache size") != 0) return -1;
   /* Checkpoints copy the WAL into the database file: done inside a commit they stall the
    * loop for tens of milliseconds. A file database gets a connection of its own for them,
-   * which the engine drives from a worker thread (mend_store_checkpoint). */
+   * which a thread of the store's own drives (src/store/checkpoint.c). */
   if (strcmp(s->path, ":memory:") != 0 && s->path[0] &&
       sqlite3_open_v2(s->path, &s->checkpointer, SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX,
                       NULL) == SQLITE_OK) {
@@ -522,9 +522,10 @@ void mend_store_quiet_memstatus(void) {
   sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
 }
 
-mend_store *mend_store_open(const char *path, mend_durability durability, char *err,
+mend_store *mend__sqlite_open(const char *path, mend_durability durability, char *err,
                             int errlen) {
   mend_store *s = calloc(1, sizeof *s);
+  if (s) s->m = &mend__sqlite_methods;
   if (!s || !path || !(s->path = strdup(path))) {
     mend__set_msg(err, errlen, "%s: out of memory", path ? path : "(null)");
     free(s);
@@ -536,13 +537,13 @@ mend_store *mend_store_open(const char *path, mend_durability durability, char *
   if (open_db(s, durability) != 0) {
     explain_open_failure(s);
     mend__set_msg(err, errlen, "%s", s->err);
-    mend_store_close(s);
+    mend__sqlite_close(s);
     return NULL;
   }
   return s;
 }
 
-void mend_store_close(mend_store *s) {
+void mend__sqlite_close(mend_store *s) {
   if (!s) return;
   mend__stop_writer(s);   /* a batch it holds is finished first */
   if (s->db && s->in_batch && s->q[Q_ROLLBACK]) mend__rollback(s);
@@ -570,6 +571,7 @@ void mend_store_close(mend_store *s) {
   sqlite3_finalize(s->q_claimable[1]);
   sqlite3_finalize(s->q_events_after);
   sqlite3_close_v2(s->reader);
+  mend__ckpt_stop(s);
   sqlite3_close_v2(s->checkpointer);   /* the last connection to close checkpoints the WAL */
   free(s->path);
   free(s->worker);
@@ -584,13 +586,13 @@ void mend_store_close(mend_store *s) {
   free(s);
 }
 
-int mend_store_not_found(const mend_store *s) { return s->not_found; }
+int mend__sqlite_not_found(const mend_store *s) { return s->not_found; }
 
-const char *mend_store_errmsg(mend_store *s) { return s ? s->err : "no store"; }
+const char *mend__sqlite_errmsg(mend_store *s) { return s ? s->err : "no store"; }
 
-int mend_store_has_checkpointer(const mend_store *s) { return s->checkpointer != NULL; }
-
-int mend_store_checkpoint(mend_store *s, int *wal_frames) {
+/* A passive checkpoint on the checkpointer's connection: the frames copied (0 when busy), and
+ * the WAL's length in *wal_frames; -1 on error. */
+int mend__sqlite_checkpoint(mend_store *s, int *wal_frames) {
   if (wal_frames) *wal_frames = 0;
   if (!s->checkpointer) return 0;
   int log = 0, done = 0;
@@ -603,14 +605,7 @@ int mend_store_checkpoint(mend_store *s, int *wal_frames) {
   return rc == SQLITE_OK ? (done > 0 ? done : 0) : -1;
 }
 
-int mend_store_checkpoint_catch_up(mend_store *s) {
-  if (!s->checkpointer) return 1;
-  if (mend_store_writer_busy(s) || s->in_batch || s->cur->nrec) return 0;
-  int rc = sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
-  return rc == SQLITE_OK ? 1 : rc == SQLITE_BUSY ? 0 : -1;
-}
-
-int mend_store_batch_open(mend_store *s) {
+int mend__sqlite_batch_open(mend_store *s) {
   if (s->cur->nrec > 0) return 1;
   writer *w = s->w;
   if (!w) return s->in_batch;
@@ -646,7 +641,7 @@ int mend__commit_batch(mend_store *s) {
   return 0;
 }
 
-int mend_store_commit(mend_store *s) {
+int mend__sqlite_commit(mend_store *s) {
   int rc = mend__sync_point(s);
   if (rc == MEND_STORE_BUSY) return rc;   /* nothing began: the batch is kept whole */
   if (rc != 0) {
@@ -656,10 +651,12 @@ int mend_store_commit(mend_store *s) {
   s->parted = 0;
   if (mend__commit_batch(s) != 0) return -1;
   s->durable_seq = s->open_seq++;
+  mend__ckpt_after_commit(s);
+  mend__ckpt_between_batches(s);
   return 0;
 }
 
-int mend_store_schema_version(mend_store *s) { return s->version; }
+int mend__sqlite_schema_version(mend_store *s) { return s->version; }
 
 /* ---- pruning ---------------------------------------------------------------------------- */
 
@@ -696,9 +693,9 @@ static int prune_sql(mend_store *s, const char *sql, double before, const char *
   return rc == SQLITE_DONE ? 0 : -1;
 }
 
-json_t *mend_store_prune(mend_store *s, double before, const char *status, int dry_run) {
+json_t *mend__sqlite_prune(mend_store *s, double before, const char *status, int dry_run) {
   /* A transaction of its own: whatever this store recorded before is committed first. */
-  if (mend_store_commit(s) != 0) return NULL;
+  if (mend__sqlite_commit(s) != 0) return NULL;
   json_t *res = json_object(), *runs = json_object();
   if (!res || !runs || json_object_set(res, "runs", runs) != 0) {
     json_decref(res);
@@ -732,3 +729,73 @@ json_t *mend_store_prune(mend_store *s, double before, const char *status, int d
   return res;
 }
 
+const mend_store_methods mend__sqlite_methods = {
+  .name = "sqlite",
+  .close = mend__sqlite_close,
+  .errmsg = mend__sqlite_errmsg,
+  .not_found = mend__sqlite_not_found,
+  .commit = mend__sqlite_commit,
+  .locked = mend__sqlite_locked,
+  .set_busy_wait = mend__sqlite_set_busy_wait,
+  .batch_open = mend__sqlite_batch_open,
+  .start_writer = mend__sqlite_start_writer,
+  .hand_off = mend__sqlite_hand_off,
+  .writer_busy = mend__sqlite_writer_busy,
+  .writer_part = mend__sqlite_writer_part,
+  .batch_writes = mend__sqlite_batch_writes,
+  .trim = mend__sqlite_trim,
+  .open_seq = mend__sqlite_open_seq,
+  .durable_seq = mend__sqlite_durable_seq,
+  .set_commit_hook = mend__sqlite_set_commit_hook,
+  .last_history_seq = mend__sqlite_last_history_seq,
+  .last_history = mend__sqlite_last_history,
+  .version_script = mend__sqlite_version_script,
+  .insert_run = mend__sqlite_insert_run,
+  .update_run = mend__sqlite_update_run,
+  .put_step = mend__sqlite_put_step,
+  .update_step = mend__sqlite_update_step,
+  .append_history = mend__sqlite_append_history,
+  .put_breaker = mend__sqlite_put_breaker,
+  .put_dlq = mend__sqlite_put_dlq,
+  .find_run_key = mend__sqlite_find_run_key,
+  .find_key_result = mend__sqlite_find_key_result,
+  .get_breaker = mend__sqlite_get_breaker,
+  .run = mend__sqlite_run,
+  .history = mend__sqlite_history,
+  .dlq = mend__sqlite_dlq,
+  .breakers = mend__sqlite_breakers,
+  .runs = mend__sqlite_runs,
+  .runs_where = mend__sqlite_runs_where,
+  .audit_list = mend__sqlite_audit_list,
+  .dlq_remove = mend__sqlite_dlq_remove,
+  .set_unavailable = mend__sqlite_set_unavailable,
+  .version_number = mend__sqlite_version_number,
+  .move_run = mend__sqlite_move_run,
+  .workflows = mend__sqlite_workflows,
+  .take = mend__sqlite_take,
+  .request_cancel = mend__sqlite_request_cancel,
+  .cancel_requests = mend__sqlite_cancel_requests,
+  .audit = mend__sqlite_audit,
+  .schema_version = mend__sqlite_schema_version,
+  .prune = mend__sqlite_prune,
+  .send_event = mend__sqlite_send_event,
+  .next_event = mend__sqlite_next_event,
+  .consume_event = mend__sqlite_consume_event,
+  .last_event = mend__sqlite_last_event,
+  .events_after = mend__sqlite_events_after,
+  .inbox = mend__sqlite_inbox,
+  .set_worker = mend__sqlite_set_worker,
+  .claim = mend__sqlite_claim,
+  .claimable = mend__sqlite_claimable,
+  .renew = mend__sqlite_renew,
+  .release = mend__sqlite_release,
+  .lease_holders = mend__sqlite_lease_holders,
+  .release_owner = mend__sqlite_release_owner,
+  .set_fence = mend__sqlite_set_fence,
+  .fence_news = mend__sqlite_fence_news,
+  .held = mend__sqlite_held,
+  .add_lost = mend__sqlite_add_lost,
+  .fence_verified = mend__sqlite_fence_verified,
+  .repairing = mend__sqlite_repairing,
+  .owner = mend__sqlite_owner,
+};

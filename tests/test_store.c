@@ -7,6 +7,7 @@
 #include "check.h"
 #include "breaker.h"
 #include "store.h"
+#include "store/store_int.h"   /* stall(): a test of the SQLite backend itself */
 #include "transition.h"
 
 #include <sqlite3.h>
@@ -625,56 +626,82 @@ static void test_disk_full(void) {
   mend_store_close(s);
 }
 
-/* Commits never checkpoint a file database; the owner's checkpoints (any thread) do, so the
- * WAL does not grow without bound. An in-memory store has nothing to checkpoint. */
-static void test_checkpoints(void) {
-  char err[512] = "";
-  mend_store *mem = mend_store_open(":memory:", MEND_DURABILITY_FULL, err, sizeof err);
-  CHECK(mem != NULL && !mend_store_has_checkpointer(mem));
-  CHECK_EQ_INT(mend_store_checkpoint(mem, NULL), 0);
-  mend_store_close(mem);
-  const char *path = file_in_dir("ckpt.db");
-  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
-  CHECK(s != NULL && mend_store_has_checkpointer(s));
-  if (!s) return;
-  /* Enough commits for well over SQLite's default of 1000 WAL frames before a checkpoint. */
+/* 400 commits of an 8 KiB input each: well over SQLite's default of 1000 WAL frames. */
+static void write_big_runs(mend_store *s, const char *prefix, int n) {
   char *input = malloc(8192 + 3);
   if (!input) return;
   input[0] = '"';
   memset(input + 1, 'y', 8192);
   input[8193] = '"';
   input[8194] = 0;
-  for (int i = 0; i < 400; i++) {
+  for (int i = 0; i < n; i++) {
     char rid[16];
-    snprintf(rid, sizeof rid, "c%d", i);
+    snprintf(rid, sizeof rid, "%s%d", prefix, i);
     mend_run_rec r = run_rec(rid, NULL, "running", i);
     r.input = input;
     CHECK_EQ_INT(mend_store_insert_run(s, &r), 0);
     CHECK_EQ_INT(mend_store_commit(s), 0);
   }
   free(input);
+}
+
+static long file_size(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+/* Commits never checkpoint a file database; the backend's checkpoints do (on its own
+ * connection), so the WAL does not grow without bound. An in-memory store has none. */
+static void test_checkpoints(void) {
+  char err[512] = "";
+  mend_store *mem = mend_store_open(":memory:", MEND_DURABILITY_FULL, err, sizeof err);
+  CHECK(mem != NULL && mem->checkpointer == NULL);
+  CHECK_EQ_INT(mend__sqlite_checkpoint(mem, NULL), 0);
+  mend_store_close(mem);
+  const char *path = file_in_dir("ckpt.db");
+  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  CHECK(s != NULL && s->checkpointer != NULL);
+  if (!s) return;
+  s->no_auto_checkpoint = 1;   /* by hand here; the thread's policy is tested below */
+  write_big_runs(s, "c", 400);
   /* No commit checkpointed: ours copies every frame written since the store opened. */
   int wal = 0;
-  int frames = mend_store_checkpoint(s, &wal);
+  int frames = mend__sqlite_checkpoint(s, &wal);
   if (frames <= 1000) fprintf(stderr, "checkpointed %d frames\n", frames);
   CHECK(frames > 1000);
   CHECK_EQ_INT(wal, frames);
-  CHECK_EQ_INT(mend_store_checkpoint(s, NULL), frames);   /* the WAL is not reset while it is open */
-  /* A catch-up between batches lets the next write start the WAL over, cut back to its limit. */
+  CHECK_EQ_INT(mend__sqlite_checkpoint(s, NULL), frames);   /* the WAL is not reset while it is open */
+  /* A passive checkpoint on the writing connection between batches lets the next write start
+   * the WAL over, cut back to its limit. */
   char wal_path[4200];
   snprintf(wal_path, sizeof wal_path, "%s-wal", path);
-  struct stat st;
-  CHECK(stat(wal_path, &st) == 0 && st.st_size > 8 * 1024 * 1024);
-  CHECK_EQ_INT(mend_store_checkpoint_catch_up(s), 1);
+  CHECK(file_size(wal_path) > 8 * 1024 * 1024);
+  CHECK_EQ_INT(sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL), SQLITE_OK);
   mend_run_rec after = run_rec("after", NULL, "running", 1000);
   CHECK_EQ_INT(mend_store_insert_run(s, &after), 0);
   CHECK_EQ_INT(mend_store_commit(s), 0);
   int wal_after = 0;
-  mend_store_checkpoint(s, &wal_after);
+  mend__sqlite_checkpoint(s, &wal_after);
   CHECK(wal_after < 100);
   sqlite3 *db = raw_open(path);
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM runs"), 401);
   sqlite3_close(db);
+  mend_store_close(s);
+
+  /* Left to itself, the store's thread copies the WAL into the database as it grows: the
+   * database file holds the rows without anyone asking. */
+  const char *auto_path = file_in_dir("ckpt-auto.db");
+  s = mend_store_open(auto_path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  CHECK(s != NULL);
+  if (!s) return;
+  write_big_runs(s, "a", 400);
+  long size = 0;
+  for (int i = 0; i < 100 && (size = file_size(auto_path)) < 3 * 1024 * 1024; i++) {
+    struct timespec pause = {0, 50 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+  }
+  if (size < 3 * 1024 * 1024) fprintf(stderr, "database file %ld bytes\n", size);
+  CHECK(size >= 3 * 1024 * 1024);
   mend_store_close(s);
 }
 
@@ -1154,15 +1181,18 @@ static void restore_env(const char *name, char *value) {
   free(value);
 }
 
+/* The worker of `s` stalled: its leases ran out 5 s ago, as far as its fence knows. */
+static void stall(mend_store *s) { s->fence_until = (double)time(NULL) - 5; }
+
 /* Two stores on one file; a's worker "wa" holds run g1 (committed), its lease good till now + 30. */
-static int two_workers_one_run(const char *path, double now, mend_store **a, mend_store **b) {
+static int two_workers_one_run(const char *path, mend_store **a, mend_store **b) {
   char err[512] = "";
   *a = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
   *b = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
   CHECK(*a && *b);
   if (!*a || !*b) return -1;
   mend_store_set_worker(*a, "wa");
-  CHECK_EQ_INT(mend_store_set_fence(*a, "wa", 30, now + 30), 0);
+  CHECK_EQ_INT(mend_store_set_fence(*a, "wa", 30), 0);
   mend_run_rec r = run_rec("g1", NULL, "running", 1);
   r.owner = "wa";
   CHECK_EQ_INT(mend_store_insert_run(*a, &r), 0);
@@ -1175,13 +1205,12 @@ static int two_workers_one_run(const char *path, double now, mend_store **a, men
  * good, and another worker's state of the run stands. Taken back, the run is written again. */
 static void test_released_run_is_fenced(void) {
   const char *path = file_in_dir("released.db");
-  double now = (double)time(NULL);
   mend_store *a, *b;
-  if (two_workers_one_run(path, now, &a, &b) != 0) return;
+  if (two_workers_one_run(path, &a, &b) != 0) return;
   CHECK_EQ_INT(mend_store_release(a, "g1", "wa"), 0);
   CHECK_EQ_INT(mend_store_commit(a), 0);
   /* another worker takes it and finishes it */
-  CHECK_EQ_INT(mend_store_take(b, "g1", "wb", now + 30), 0);
+  CHECK_EQ_INT(mend_store_take(b, "g1", "wb", 30), 0);
   CHECK_EQ_INT(mend_store_update_run(b, "g1", "succeeded", NULL, 0, 5, NULL), 0);
   CHECK_EQ_INT(mend_store_commit(b), 0);
   /* the first worker's late writes: dropped, not an error */
@@ -1198,7 +1227,7 @@ static void test_released_run_is_fenced(void) {
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM steps WHERE run_id = 'g1'"), 0);
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM history WHERE run_id = 'g1'"), 0);
   /* taken back (a repair hands it to a again), it is a's to write once more */
-  CHECK_EQ_INT(mend_store_take(a, "g1", "wa", now + 30), 0);
+  CHECK_EQ_INT(mend_store_take(a, "g1", "wa", 30), 0);
   CHECK_EQ_INT(mend_store_update_run(a, "g1", "failed", NULL, 0, 7, NULL), 0);
   CHECK_EQ_INT(mend_store_commit(a), 0);
   status = raw_text(db, "SELECT status FROM runs WHERE id = 'g1'");
@@ -1218,7 +1247,6 @@ static void test_fence(void) {
   unsetenv("MEND_FENCE_LATE");
   const char *path = file_in_dir("fence.db");
   char err[512] = "";
-  double now = (double)time(NULL);
   mend_store *a = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
   mend_store *b = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
   CHECK(a && b);
@@ -1227,7 +1255,7 @@ static void test_fence(void) {
     return;
   }
   mend_store_set_worker(a, "wa");
-  CHECK_EQ_INT(mend_store_set_fence(a, "wa", 30, now + 30), 0);
+  CHECK_EQ_INT(mend_store_set_fence(a, "wa", 30), 0);
   const char *ids[] = {"f1", "f2", "f3"};
   for (int i = 0; i < 3; i++) {
     mend_run_rec r = run_rec(ids[i], NULL, "running", i + 1);
@@ -1243,34 +1271,34 @@ static void test_fence(void) {
   /* the first transaction wrote a's lease, one row for all its runs */
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM workers WHERE owner = 'wa'"), 1);
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM runs WHERE lease_until IS NOT NULL"), 0);
-  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 0), 0);   /* a's lease lasts */
-  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 1), 0);
-  json_t *none = mend_store_claim(b, "wb", now, now + 30, 10, 0);
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", 0), 0);   /* a's lease lasts */
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", 1), 0);
+  json_t *none = mend_store_claim(b, "wb", 30, 10, 0);
   CHECK(none && json_array_size(none) == 0);   /* a's lease lasts: nothing to take */
   json_decref(none);
   CHECK_EQ_INT(mend_store_commit(b), 0);
-  json_t *holders = mend_store_lease_holders(b, now);
+  json_t *holders = mend_store_lease_holders(b);
   CHECK(holders && json_array_size(holders) == 2);   /* wa, and wb since its claim */
   json_decref(holders);
 
   /* a stalls past its lease; b takes the oldest of a's runs, and finishes the next one */
   CHECK_EQ_INT(sqlite3_exec(db, "UPDATE workers SET lease_until = lease_until - 60 WHERE owner = 'wa'",
                             NULL, NULL, NULL), SQLITE_OK);
-  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 0), MEND_CLAIMABLE_GONE);
-  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 1), MEND_CLAIMABLE_FREE | MEND_CLAIMABLE_GONE);
-  json_t *taken = mend_store_claim(b, "wb", now, now + 30, 1, 0);
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", 0), MEND_CLAIMABLE_GONE);
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", 1), MEND_CLAIMABLE_FREE | MEND_CLAIMABLE_GONE);
+  json_t *taken = mend_store_claim(b, "wb", 30, 1, 0);
   CHECK(taken && json_array_size(taken) == 1 && strcmp(json_string_value(json_array_get(taken, 0)), "f1") == 0);
   json_decref(taken);
   CHECK_EQ_INT(mend_store_commit(b), 0);
   /* it took what it asked for, not all there was: a's row stays, and says there is more */
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM workers WHERE owner = 'wa'"), 1);
-  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 0), MEND_CLAIMABLE_GONE);
-  CHECK_EQ_INT(mend_store_take(b, "f2", "wb", now + 30), 0);
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", 0), MEND_CLAIMABLE_GONE);
+  CHECK_EQ_INT(mend_store_take(b, "f2", "wb", 30), 0);
   CHECK_EQ_INT(mend_store_update_run(b, "f2", "succeeded", NULL, 0, 5, NULL), 0);
   CHECK_EQ_INT(mend_store_commit(b), 0);
 
   /* a wakes up past its fence and writes to all three */
-  CHECK_EQ_INT(mend_store_set_fence(a, "wa", 30, now - 5), 0);
+  stall(a);
   for (int i = 0; i < 3; i++) {
     mend_history_rec h = {ids[i], "reserve", 6, "step", "running", "succeeded", 1, NULL, -1, NULL, 0};
     CHECK_EQ_INT(mend_store_append_history(a, &h), 0);
@@ -1284,7 +1312,7 @@ static void test_fence(void) {
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM steps WHERE status = 'succeeded'"), 1);
   /* the lease a holds was renewed, and f3 is a's again for everyone */
   CHECK_EQ_INT(raw_int(db, "SELECT lease_until > strftime('%s','now') FROM workers WHERE owner = 'wa'"), 1);
-  none = mend_store_claim(b, "wb", now, now + 30, 10, 0);
+  none = mend_store_claim(b, "wb", 30, 10, 0);
   CHECK(none && json_array_size(none) == 0);
   json_decref(none);
   CHECK_EQ_INT(mend_store_commit(b), 0);
@@ -1310,15 +1338,16 @@ static void test_fence(void) {
   CHECK_STR(seen, "");
 
   /* taken back, it is a's again */
-  CHECK_EQ_INT(mend_store_take(a, "f1", "wa", now + 30), 0);
+  CHECK_EQ_INT(mend_store_take(a, "f1", "wa", 30), 0);
   CHECK_EQ_INT(mend_store_append_history(a, &late), 0);
   CHECK_EQ_INT(mend_store_commit(a), 0);
   CHECK_EQ_INT(history_rows(db, "f1"), 1);
 
   /* A renewal is recorded like a write and moves the fence once it has run: the transaction
    * after it is on time, though the late path's own renewal (a lease of 1 ms) is long over. */
-  CHECK_EQ_INT(mend_store_set_fence(a, "wa", 0.001, now - 5), 0);
-  CHECK_EQ_INT(mend_store_renew(a, "wa", now + 30), 0);
+  CHECK_EQ_INT(mend_store_set_fence(a, "wa", 0.001), 0);
+  stall(a);
+  CHECK_EQ_INT(mend_store_renew(a, "wa", 30), 0);
   CHECK_EQ_INT(mend_store_commit(a), 0);
   CHECK_EQ_INT(raw_int(db, "SELECT lease_until >= strftime('%s','now') + 20 FROM workers WHERE owner = 'wa'"), 1);
   CHECK_EQ_INT(mend_store_fence_news(a, note_lost_id, seen), 1);   /* that one began late */
@@ -1331,22 +1360,22 @@ static void test_fence(void) {
 
   /* A renewal recorded before a stall may run after the late path renewed: it never shortens
    * the lease. */
-  CHECK_EQ_INT(mend_store_renew(a, "wa", now + 1), 0);
+  CHECK_EQ_INT(mend_store_renew(a, "wa", 1), 0);
   CHECK_EQ_INT(mend_store_commit(a), 0);
   CHECK_EQ_INT(raw_int(db, "SELECT lease_until >= strftime('%s','now') + 20 FROM workers WHERE owner = 'wa'"), 1);
 
   /* a closes: its lease ends at once, and what it still held is b's to take: nobody's, so
    * that the quick look finds it */
-  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 0), 0);
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", 0), 0);
   mend_store_close(a);
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM workers WHERE owner = 'wa'"), 0);
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM runs WHERE owner IS NULL AND status = 'running'"), 2);
-  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 0), MEND_CLAIMABLE_FREE);
-  taken = mend_store_claim(b, "wb", now, now + 30, 10, 0);
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", 0), MEND_CLAIMABLE_FREE);
+  taken = mend_store_claim(b, "wb", 30, 10, 0);
   CHECK(taken && json_array_size(taken) == 2);   /* f1 and f3 */
   json_decref(taken);
   CHECK_EQ_INT(mend_store_commit(b), 0);
-  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 0), 0);
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", 0), 0);
   sqlite3_close(db);
   mend_store_close(b);
   restore_env("MEND_FENCE_LATE", late_saved);
@@ -1468,39 +1497,38 @@ static void test_version_scripts(void) {
  * finds a run whose holder has no row at all. */
 static void test_claimable(void) {
   const char *path = file_in_dir("claimable.db");
-  double now = (double)time(NULL);
   mend_store *a, *b;
-  if (two_workers_one_run(path, now, &a, &b) != 0) return;
+  if (two_workers_one_run(path, &a, &b) != 0) return;
   sqlite3 *db = raw_open(path);
-  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 0), 0);
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", 0), 0);
 
   /* a worker that crashed long ago, its runs long taken: its row is forgotten by a claim that
    * took all there was, with the runs of one that stalled */
   CHECK_EQ_INT(sqlite3_exec(db, "INSERT INTO workers VALUES('crashed', 1);"
                                 "UPDATE workers SET lease_until = 2 WHERE owner = 'wa'",
                             NULL, NULL, NULL), SQLITE_OK);
-  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 0), MEND_CLAIMABLE_GONE);
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", 0), MEND_CLAIMABLE_GONE);
   /* a run nobody holds (as `mend start` records it): a claim of those only takes it, and
    * neither a's run nor the rows of workers gone */
   mend_run_rec free_run = run_rec("g0", NULL, "running", 0.5);
   CHECK_EQ_INT(mend_store_insert_run(b, &free_run), 0);
   CHECK_EQ_INT(mend_store_commit(b), 0);
-  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 0), MEND_CLAIMABLE_FREE | MEND_CLAIMABLE_GONE);
-  json_t *taken = mend_store_claim(b, "wb", now, now + 30, 10, MEND_CLAIM_FREE);
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", 0), MEND_CLAIMABLE_FREE | MEND_CLAIMABLE_GONE);
+  json_t *taken = mend_store_claim(b, "wb", 30, 10, MEND_CLAIM_FREE);
   CHECK(taken && json_array_size(taken) == 1 && strcmp(json_string_value(json_array_get(taken, 0)), "g0") == 0);
   json_decref(taken);
   CHECK_EQ_INT(mend_store_commit(b), 0);
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM workers"), 3);
-  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 0), MEND_CLAIMABLE_GONE);
-  taken = mend_store_claim(b, "wb", now, now + 30, 10, 0);
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", 0), MEND_CLAIMABLE_GONE);
+  taken = mend_store_claim(b, "wb", 30, 10, 0);
   CHECK(taken && json_array_size(taken) == 1 && strcmp(json_string_value(json_array_get(taken, 0)), "g1") == 0);
   json_decref(taken);
   CHECK_EQ_INT(mend_store_commit(b), 0);
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM workers"), 1);   /* wb */
-  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 0), 0);
-  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 1), 0);
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", 0), 0);
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", 1), 0);
   /* the one that stalled writes its row again with its next batch, late as it is */
-  CHECK_EQ_INT(mend_store_set_fence(a, "wa", 30, now - 5), 0);
+  stall(a);
   mend_history_rec h = {"g1", NULL, 3, "step", NULL, "running", 1, NULL, -1, NULL, 0};
   CHECK_EQ_INT(mend_store_append_history(a, &h), 0);
   CHECK_EQ_INT(mend_store_commit(a), 0);
@@ -1511,13 +1539,13 @@ static void test_claimable(void) {
   CHECK_EQ_INT(sqlite3_exec(db, "INSERT INTO runs(id, workflow, status, created, updated, owner)"
                                 " VALUES('g2', 'wf', 'running', 5, 5, 'nobody')",
                             NULL, NULL, NULL), SQLITE_OK);
-  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 0), 0);
-  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 1), MEND_CLAIMABLE_FREE | MEND_CLAIMABLE_GONE);
-  taken = mend_store_claim(b, "wb", now, now + 30, 10, 0);
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", 0), 0);
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", 1), MEND_CLAIMABLE_FREE | MEND_CLAIMABLE_GONE);
+  taken = mend_store_claim(b, "wb", 30, 10, 0);
   CHECK(taken && json_array_size(taken) == 1);
   json_decref(taken);
   CHECK_EQ_INT(mend_store_commit(b), 0);
-  CHECK_EQ_INT(mend_store_claimable(b, "wb", now, 1), 0);
+  CHECK_EQ_INT(mend_store_claimable(b, "wb", 1), 0);
   sqlite3_close(db);
   mend_store_close(a);
   mend_store_close(b);

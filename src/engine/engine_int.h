@@ -199,13 +199,6 @@ struct mend_engine {
   int over_limit;         /* an allocation was refused for the memory limit: collect after */
   int alert_commands;     /* alert commands still running */
   child *children;        /* child processes whose callbacks may still come */
-  uv_timer_t *checkpoint_timer;
-  uv_work_t checkpoint_work;
-  int checkpointing;      /* a checkpoint runs on a worker thread */
-  int wal_frames;         /* the WAL's length, as the last checkpoint found it */
-  int wal_copied;         /* of which copied into the database */
-  int checkpoint_from;    /* the WAL's length when the last checkpoint began */
-  int wal_catch_up;       /* the WAL is long: copy the rest of it between two batches */
   int destroying;
   mend_refusal refusal;   /* why the last repair refused */
   void *panic_exit;       /* a jmp_buf of the C API's entry point that is running */
@@ -329,14 +322,11 @@ mend_run *mend__rebuild(mend_engine *E, const char *id, char *why, int whylen, i
 void mend__recovered_entry(mend_run *r);
 int mend__release_dead_local_owners(mend_engine *E);
 
-/* ---- worker.c: leases, the fence, serving, checkpoints */
+/* ---- worker.c: leases, the fence, serving */
 void mend__add_id(void *ud, const char *id);
 void mend__check_fence(mend_engine *E);
-void mend__checkpoint_if_grown(mend_engine *E);
-void mend__checkpoint_now(mend_engine *E);
 void mend__let_go(mend_engine *E, const mend_idset *ids, const char *why);
 void mend__renew_leases(uv_timer_t *t);
-void mend__start_checkpoint(uv_timer_t *t);
 
 /* ---- repair.c: people's repairs */
 int mend__cancel_now(mend_run *r, const char *who, char *err, int errlen);

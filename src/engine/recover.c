@@ -275,7 +275,7 @@ int mend__release_dead_local_owners(mend_engine *E) {
   double now = mend_real_now();
   if (now < E->next_dead_check) return 0;
   int released = 0;
-  json_t *owners = mend_store_lease_holders(E->store, now);
+  json_t *owners = mend_store_lease_holders(E->store);
   double took = mend_real_now() - now;
   E->next_dead_check = now + (took * 20 > 1.0 ? took * 20 : 1.0);
   if (!owners) { mend__store_failed(E); return 0; }
@@ -306,12 +306,11 @@ int mend__claim_and_restore(mend_engine *E, int limit, int how) {
   if (E->broken) return 0;
   /* A serving worker takes the newest half first: new work must not wait behind a backlog
    * being recovered, and the oldest half keeps the backlog moving. */
-  json_t *ids = mend_store_claim(E->store, E->owner, mend_real_now(), mend__lease_until(E),
+  json_t *ids = mend_store_claim(E->store, E->owner, E->lease_seconds,
                                  E->serving ? (limit + 1) / 2 : limit,
                                  how | (E->serving ? MEND_CLAIM_NEWEST : 0));
   if (ids && E->serving && (int)json_array_size(ids) < limit) {
-    json_t *more = mend_store_claim(E->store, E->owner, mend_real_now(), mend__lease_until(E),
-                                    limit - (int)json_array_size(ids), how);
+    json_t *more = mend_store_claim(E->store, E->owner, E->lease_seconds, limit - (int)json_array_size(ids), how);
     if (more) json_array_extend(ids, more);
     json_decref(more);
     if (!more) { json_decref(ids); ids = NULL; }

@@ -59,8 +59,8 @@ static int stored_status(mend_engine *E, const char *id, char *status, char *rea
 
 /* 1 when `owner` (host:pid:tag) is another engine that holds its runs now: its lease lasts
  * and, on this host, its process is there (one killed leaves a lease nobody will renew). */
-static int holder_live(const mend_engine *E, const char *owner, double until) {
-  if (!owner[0] || strcmp(owner, E->owner) == 0 || until < mend_real_now()) return 0;
+static int holder_live(const mend_engine *E, const char *owner, double lease_left) {
+  if (!owner[0] || strcmp(owner, E->owner) == 0 || lease_left < 0) return 0;
   const char *host_end = strchr(E->owner, ':');
   size_t host_len = host_end ? (size_t)(host_end - E->owner) + 1 : 0;
   if (host_len && strncmp(owner, E->owner, host_len) == 0) {
@@ -71,31 +71,31 @@ static int holder_live(const mend_engine *E, const char *owner, double until) {
 }
 
 int mend_engine_holder(mend_engine *E, const char *id, char *owner, int len) {
-  double until;
-  int found = mend_store_owner(E->store, id, owner, len, &until);
+  double left;
+  int found = mend_store_owner(E->store, id, owner, len, &left);
   if (found < 0) return mend_errorf(owner, len, "%s", mend_store_errmsg(E->store));
   if (found == 0) owner[0] = 0;
   if (found && strcmp(owner, E->owner) == 0) return find_run(E, id) != NULL;   /* this engine */
-  return found && holder_live(E, owner, until);
+  return found && holder_live(E, owner, left);
 }
 
 /* Brings a run that no live engine holds into this engine, holding its lease. */
 static mend_run *take_over(mend_engine *E, const char *id, char *err, int errlen) {
   char owner[128];
-  double until;
-  if (mend_store_owner(E->store, id, owner, sizeof owner, &until) < 0) {
+  double left;
+  if (mend_store_owner(E->store, id, owner, sizeof owner, &left) < 0) {
     mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
     return NULL;
   }
-  if (holder_live(E, owner, until)) {
+  if (holder_live(E, owner, left)) {
     mend_errorf(err, errlen, "run %s is held by worker %s (lease for %.0f s more)", id, owner,
-           until - mend_real_now());
+           left);
     return NULL;
   }
   mend_run *r = mend__rebuild(E, id, err, errlen, NULL);
   if (!r) return NULL;
   mend__find_current_step(r);   /* a cancel acts on it */
-  if (mend_store_take(E->store, id, E->owner, mend__lease_until(E))) mend__store_failed(E);
+  if (mend_store_take(E->store, id, E->owner, E->lease_seconds)) mend__store_failed(E);
   return r;
 }
 

@@ -1,9 +1,8 @@
 /*
  * worker: an engine as one of several workers on a database. Owns its leases (renewed while it
  * works), the fence (after a stall, the runs another worker took are let go, unwritten), the
- * polling and claiming of runs, serving until stopped (signals, the grace period), and the
- * WAL checkpoints it runs off the loop. Must never: write to a run it no longer holds; start an
- * attempt once it stops.
+ * polling and claiming of runs, and serving until stopped (signals, the grace period). Must
+ * never: write to a run it no longer holds; start an attempt once it stops.
  */
 #include "engine_int.h"
 
@@ -26,7 +25,7 @@ double mend__lease_until(const mend_engine *E);
 static void renew_now(mend_engine *E) {
   if (E->broken || !E->in_flight) return;
   double until = mend__lease_until(E);
-  if (mend_store_renew(E->store, E->owner, until)) { mend__store_failed(E); return; }
+  if (mend_store_renew(E->store, E->owner, E->lease_seconds)) { mend__store_failed(E); return; }
   E->fence_until = until;
   mend__kick(E);   /* committed by the next turn */
 }
@@ -96,72 +95,14 @@ void mend__check_fence(mend_engine *E) {
 void mend__reload_breakers(mend_engine *E);
 void mend__take_cancel_requests(mend_engine *E);
 
-/* ---- checkpoints, off the loop thread: a commit never stalls on one */
-
-/* Past this many WAL frames (about 32 MiB) passive checkpoints are not keeping up, and the loop
- * lets the WAL start over (wal_catch_up): two fdatasyncs while no commit can happen, which cost
- * more the more WAL is waiting to be written back. At 64 MiB they were 10 and 26 ms, every
- * 0.6 s at 50k steps/s (process durability), and p99 step latency 8.7 ms over 9 s; at 32 MiB,
- * 4.1 ms, with W1 and W3 unchanged (at 16 MiB bursts slowed: W3 lateness +30%). */
-#define WAL_FRAMES_LIMIT 8192
-/* A checkpoint starts each time the WAL grew by this many frames (about 4 MiB), besides the
- * one a second. A second's worth of small commits (60 MB of WAL at 25k steps/s) copied and
- * synced at once held every commit behind it for 10-30 ms: the database's sync and the WAL's
- * share the disk and ext4's journal (W1p p99 6-10 ms; 2.2-3.3 ms at 500-1000 frames). */
-#define CHECKPOINT_FRAMES 1000
-
-/* After a commit: a checkpoint if the WAL grew enough since the last one began. */
-void mend__checkpoint_if_grown(mend_engine *E) {
-  if (!E->checkpoint_timer) return;   /* no file, or no second connection for checkpoints */
-  int frames = mend_store_wal_frames(E->store);
-  if (frames < E->checkpoint_from) E->checkpoint_from = 0;   /* the WAL started over */
-  if (E->checkpointing || frames - E->checkpoint_from < CHECKPOINT_FRAMES) return;
-  E->checkpoint_from = frames;
-  mend__checkpoint_now(E);
-}
-
-static void checkpoint_on_thread(uv_work_t *w) {
-  mend_engine *E = w->data;
-  E->wal_frames = 0;
-  E->wal_copied = mend_store_checkpoint(E->store, &E->wal_frames);
-  /* A long WAL is copied again at once, a few times: each pass copies only what was committed
-   * during the one before, so what the loop copies itself (end_batch) is a few milliseconds of
-   * writes, not the second's worth that one pass leaves (a 72 ms stall of the loop in W4). */
-  for (int pass = 0; pass < 3 && E->wal_frames > WAL_FRAMES_LIMIT; pass++) {
-    int before = E->wal_frames;
-    E->wal_copied = mend_store_checkpoint(E->store, &E->wal_frames);
-    if (E->wal_frames == before) break;   /* nothing new since: the loop has nothing to copy */
-  }
-}
-
-static void checkpoint_done(uv_work_t *w, int status) {
-  (void)status;
-  mend_engine *E = w->data;
-  E->checkpointing = 0;
-  /* The WAL starts over at the first write after a checkpoint that left nothing behind.
-   * Under steady writes there is no such moment, and the WAL would grow without end (to GBs
-   * in W4 with 1M runs): the loop copies the last few frames itself between two batches. */
-  if (E->wal_frames > WAL_FRAMES_LIMIT) E->wal_catch_up = 1;
-}
-
-void mend__checkpoint_now(mend_engine *E) {
-  if (E->checkpointing || E->broken || E->destroying) return;
-  E->checkpointing = 1;
-  E->checkpoint_work.data = E;
-  if (uv_queue_work(E->loop, &E->checkpoint_work, checkpoint_on_thread, checkpoint_done))
-    E->checkpointing = 0;
-}
-
-void mend__start_checkpoint(uv_timer_t *t) { mend__checkpoint_now(t->data); }
-
 void mend__renew_leases(uv_timer_t *t) { renew_now(t->data); }
 
 /* The quick look every poll; the thorough one (it walks every run held: 27 ms with 100k) at the
  * first poll, then at most once in 30 s and in a hundredth of the loop's time. */
 static int claimable(mend_engine *E, double now) {
-  if (now < E->next_thorough_look) return mend_store_claimable(E->store, E->owner, now, 0);
+  if (now < E->next_thorough_look) return mend_store_claimable(E->store, E->owner, 0);
   double began = mend_real_now();   /* not `now`: the poll may have waited for the writer */
-  int found = mend_store_claimable(E->store, E->owner, now, 1);
+  int found = mend_store_claimable(E->store, E->owner, 1);
   double took = mend_real_now() - began;
   E->next_thorough_look = now + (took * 100 > 30.0 ? took * 100 : 30.0);
   return found;

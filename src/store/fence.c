@@ -36,7 +36,8 @@
  * Looking up goes on until the engine has matched its runs against those the store says it
  * holds (mend_store_held, mend_store_fence_verified). */
 
-static double wall_now(void) {
+/* The clock leases are kept on: the wall clock, which other processes on this host share. */
+double mend__wall_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
@@ -57,9 +58,9 @@ int mend__lease_at_least(mend_store *s, const char *owner, double until);
 /* Also where the worker's row is first written: before any run it owns can commit. */
 int mend__fence_at_begin(mend_store *s) {
   if (!s->fence_owner) return 0;
-  int late = wall_now() >= s->fence_until || s->fence_always_late;
+  int late = mend__wall_now() >= s->fence_until || s->fence_always_late;
   if (!late) return s->fence_registered ? 0 : mend__lease_at_least(s, s->fence_owner, s->fence_until);
-  double until = wall_now() + s->fence_lease;
+  double until = mend__wall_now() + s->fence_lease;
   if (mend__lease_at_least(s, s->fence_owner, until) != 0) return -1;
   s->fence_until = until;
   s->fence_checking = 1;
@@ -162,14 +163,14 @@ void mend__ours_again(mend_store *s, const char *id) {
 }
 
 
-int mend_store_set_fence(mend_store *s, const char *owner, double lease_seconds, double until) {
+int mend__sqlite_set_fence(mend_store *s, const char *owner, double lease_seconds) {
   char *copy = strdup(owner);
   if (!copy) return fence_oom(s);
   if (!s->fence_owner || strcmp(s->fence_owner, owner) != 0) s->fence_registered = 0;
   free(s->fence_owner);
   s->fence_owner = copy;
   s->fence_lease = lease_seconds;
-  s->fence_until = until;
+  s->fence_until = mend__wall_now() + lease_seconds;
 #ifdef MEND_FAILPOINTS
   /* The late path, taken by every transaction: the specs run under it to show that a worker
    * holding all its leases loses nothing to the lookups (MEND_FENCE_LATE=1 make test). */
@@ -178,7 +179,7 @@ int mend_store_set_fence(mend_store *s, const char *owner, double lease_seconds,
   return 0;
 }
 
-int mend_store_fence_news(mend_store *s, void (*lost)(void *ud, const char *id), void *ud) {
+int mend__sqlite_fence_news(mend_store *s, void (*lost)(void *ud, const char *id), void *ud) {
   news_lock(s);
   char **ids = s->lost_new;
   int n = s->nlost_new, late = s->fence_news;
@@ -194,9 +195,9 @@ int mend_store_fence_news(mend_store *s, void (*lost)(void *ud, const char *id),
   return late;
 }
 
-void mend_store_repairing(mend_store *s, int on) { s->repairing = on; }
+void mend__sqlite_repairing(mend_store *s, int on) { s->repairing = on; }
 
-int mend_store_add_lost(mend_store *s, const char *id) {
+int mend__sqlite_add_lost(mend_store *s, const char *id) {
   return mend_idset_add(&s->lost, id, strlen(id)) < 0 ? fence_oom(s) : 0;
 }
 
@@ -216,13 +217,13 @@ static json_t *strings_of(mend_store *s, sqlite3_stmt *q, int rc, const char *wh
   return out;
 }
 
-json_t *mend_store_held(mend_store *s) {
+json_t *mend__sqlite_held(mend_store *s) {
   if (mend__sync_point(s) != 0) return NULL;
   sqlite3_stmt *q = s->q[Q_HELD];
   return strings_of(s, q, mend__bind_text(q, 1, s->fence_owner), "read the runs this worker holds");
 }
 
-void mend_store_fence_verified(mend_store *s) {
+void mend__sqlite_fence_verified(mend_store *s) {
   if (mend__writer_wait(s) != 0) return;
   s->fence_checking = 0;
   mend_idset_clear(&s->fence_checked);
@@ -231,7 +232,7 @@ void mend_store_fence_verified(mend_store *s) {
 
 /* ---- leases ----------------------------------------------------------------------------- */
 
-void mend_store_set_worker(mend_store *s, const char *worker) {
+void mend__sqlite_set_worker(mend_store *s, const char *worker) {
   free(s->worker);
   s->worker = NULL;
   s->worker_id = 0;
@@ -269,7 +270,8 @@ int mend__open_reader(mend_store *s) {
   return 0;
 }
 
-int mend_store_claimable(mend_store *s, const char *owner, double now, int thorough) {
+int mend__sqlite_claimable(mend_store *s, const char *owner, int thorough) {
+  double now = mend__wall_now();
   const int anything = MEND_CLAIMABLE_FREE | MEND_CLAIMABLE_GONE;
   /* in memory, or no reader: only the claim itself can look (and say what is wrong) */
   if (mend__open_reader(s) != 0) return anything;
@@ -286,8 +288,9 @@ int mend_store_claimable(mend_store *s, const char *owner, double now, int thoro
   return found;
 }
 
-json_t *mend_store_claim(mend_store *s, const char *owner, double now, double lease_until,
-                         int limit, int how) {
+json_t *mend__sqlite_claim(mend_store *s, const char *owner, double lease_seconds, int limit,
+                         int how) {
+  double now = mend__wall_now(), lease_until = now + lease_seconds;
   if (mend__sync_point(s) != 0 || mend__batch_begin(s) != 0 || mend__lease_at_least(s, owner, lease_until) != 0)
     return NULL;
   int newest = how & MEND_CLAIM_NEWEST, free_only = how & MEND_CLAIM_FREE;
@@ -336,14 +339,14 @@ json_t *mend_store_claim(mend_store *s, const char *owner, double now, double le
 }
 
 /* Recorded like a transition, in the order of the writes around it. */
-int mend_store_renew(mend_store *s, const char *owner, double lease_until) {
+int mend__sqlite_renew(mend_store *s, const char *owner, double lease_seconds) {
   mend__rec_begin(s, Q_RENEW);
   mend__rec_text(s, owner);
-  mend__rec_real(s, lease_until);
+  mend__rec_real(s, mend__wall_now() + lease_seconds);
   return mend__rec_end(s);
 }
 
-int mend_store_release(mend_store *s, const char *id, const char *owner) {
+int mend__sqlite_release(mend_store *s, const char *id, const char *owner) {
   if (mend__sync_point(s) != 0 || mend__batch_begin(s) != 0) return -1;
   sqlite3_stmt *q = s->q[Q_RELEASE];
   int rc = SQLITE_OK;
@@ -355,26 +358,27 @@ int mend_store_release(mend_store *s, const char *id, const char *owner) {
   return mend_idset_add(&s->lost, id, strlen(id)) < 0 ? fence_oom(s) : 0;
 }
 
-int mend_store_owner(mend_store *s, const char *id, char *owner_out, int owner_len,
-                     double *lease_until) {
+int mend__sqlite_owner(mend_store *s, const char *id, char *owner_out, int owner_len,
+                     double *lease_left) {
   if (mend__sync_point(s) != 0) return -1;
   sqlite3_stmt *q = s->q[Q_OWNER];
   int r = mend__first_row(s, q, mend__bind_text(q, 1, id), "read lease");
   if (r != 1) return r;
   const char *o = (const char *)sqlite3_column_text(q, 0);
   mend__set_msg(owner_out, owner_len, "%s", o ? o : "");
-  *lease_until = sqlite3_column_type(q, 1) == SQLITE_NULL ? -1 : sqlite3_column_double(q, 1);
+  *lease_left = sqlite3_column_type(q, 1) == SQLITE_NULL ? -1e300
+                                                         : sqlite3_column_double(q, 1) - mend__wall_now();
   mend__finish(q);
   return 1;
 }
 
-json_t *mend_store_lease_holders(mend_store *s, double now) {
+json_t *mend__sqlite_lease_holders(mend_store *s) {
   if (mend__sync_point(s) != 0) return NULL;
   sqlite3_stmt *q = s->q[Q_HOLDERS];
-  return strings_of(s, q, sqlite3_bind_double(q, 1, now), "read lease holders");
+  return strings_of(s, q, sqlite3_bind_double(q, 1, mend__wall_now()), "read lease holders");
 }
 
-int mend_store_release_owner(mend_store *s, const char *owner) {
+int mend__sqlite_release_owner(mend_store *s, const char *owner) {
   if (mend__sync_point(s) != 0 || mend__batch_begin(s) != 0) return -1;
   sqlite3_stmt *q = s->q[Q_RELEASE_OWNER];
   if (mend__run_write(s, q, mend__bind_text(q, 1, owner), "release the runs of a dead worker") != 0) return -1;

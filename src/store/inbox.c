@@ -27,7 +27,7 @@
 
 int mend__open_reader(mend_store *s);
 
-int mend_store_send_event(mend_store *s, const char *run_id, const char *name,
+int mend__sqlite_send_event(mend_store *s, const char *run_id, const char *name,
                           const char *payload, const char *key, double sent) {
   if (mend__sync_point(s) != 0 || mend__batch_begin(s) != 0) return -1;
   sqlite3_stmt *q = s->q[Q_SEND_EVENT];
@@ -41,7 +41,7 @@ int mend_store_send_event(mend_store *s, const char *run_id, const char *name,
   return sqlite3_changes(s->db) == 0 ? 1 : 0;
 }
 
-int mend_store_next_event(mend_store *s, const char *run_id, const char *name,
+int mend__sqlite_next_event(mend_store *s, const char *run_id, const char *name,
                           long long *seq, char **payload, char **key) {
   *payload = *key = NULL;
   if (mend__sync_point(s) != 0) return -1;
@@ -67,7 +67,7 @@ int mend_store_next_event(mend_store *s, const char *run_id, const char *name,
   return 1;
 }
 
-int mend_store_consume_event(mend_store *s, const char *run_id, long long seq,
+int mend__sqlite_consume_event(mend_store *s, const char *run_id, long long seq,
                              const char *step, double at) {
   mend__rec_begin(s, Q_CONSUME_EVENT);
   mend__rec_text(s, run_id);
@@ -77,7 +77,7 @@ int mend_store_consume_event(mend_store *s, const char *run_id, long long seq,
   return mend__rec_end(s);
 }
 
-long long mend_store_last_event(mend_store *s) {
+long long mend__sqlite_last_event(mend_store *s) {
   if (mend__sync_point(s) != 0) return -1;
   sqlite3_stmt *q = s->q[Q_LAST_EVENT];
   int r = mend__first_row(s, q, SQLITE_OK, "read the inbox");
@@ -87,7 +87,7 @@ long long mend_store_last_event(mend_store *s) {
   return seq;
 }
 
-long long mend_store_events_after(mend_store *s, long long after, int limit,
+long long mend__sqlite_events_after(mend_store *s, long long after, int limit,
                                   void (*fn)(void *ud, const char *run_id), void *ud) {
   static const char sql[] = "SELECT seq, run_id FROM inbox WHERE seq > ?1 ORDER BY seq LIMIT ?2";
   sqlite3_stmt *q;
@@ -124,13 +124,13 @@ long long mend_store_events_after(mend_store *s, long long after, int limit,
   return rc == SQLITE_DONE ? last : -1;
 }
 
-json_t *mend_store_inbox(mend_store *s, const char *run_id) {
+json_t *mend__sqlite_inbox(mend_store *s, const char *run_id) {
   if (mend__sync_point(s) != 0) return NULL;
   sqlite3_stmt *q = s->q[Q_INBOX];
   return mend__rows_array(s, q, mend__bind_text(q, 1, run_id), "read a run's inbox");
 }
 
-json_t *mend_store_audit_list(mend_store *s) {
+json_t *mend__sqlite_audit_list(mend_store *s) {
   if (mend__sync_point(s) != 0) return NULL;
   sqlite3_stmt *q = s->q[Q_AUDIT_LIST];
   return mend__rows_array(s, q, SQLITE_OK, "read audit");

@@ -38,7 +38,7 @@ int mend__first_row(mend_store *s, sqlite3_stmt *q, int rc, const char *what) {
   return -1;
 }
 
-long mend_store_last_history(mend_store *s, const char *run_id, double *at) {
+long mend__sqlite_last_history(mend_store *s, const char *run_id, double *at) {
   if (mend__sync_point(s) != 0) return -1;
   sqlite3_stmt *q = s->q[Q_LAST_SEQ];
   int r = mend__first_row(s, q, mend__bind_text(q, 1, run_id), "read the history's length");
@@ -49,11 +49,11 @@ long mend_store_last_history(mend_store *s, const char *run_id, double *at) {
   return seq;
 }
 
-long mend_store_last_history_seq(mend_store *s, const char *run_id) {
-  return mend_store_last_history(s, run_id, NULL);
+long mend__sqlite_last_history_seq(mend_store *s, const char *run_id) {
+  return mend__sqlite_last_history(s, run_id, NULL);
 }
 
-char *mend_store_version_script(mend_store *s, const char *workflow, const char *version,
+char *mend__sqlite_version_script(mend_store *s, const char *workflow, const char *version,
                                 char **source) {
   if (source) *source = NULL;
   if (mend__sync_point(s) != 0) return NULL;
@@ -80,7 +80,7 @@ char *mend_store_version_script(mend_store *s, const char *workflow, const char 
   return text;
 }
 
-int mend_store_find_run_key(mend_store *s, const char *run_key, char *id_out, int id_len) {
+int mend__sqlite_find_run_key(mend_store *s, const char *run_key, char *id_out, int id_len) {
   if (mend__sync_point(s) != 0) return -1;
   sqlite3_stmt *q = s->q[Q_FIND_RUN_KEY];
   int r = mend__first_row(s, q, mend__bind_text(q, 1, run_key), "find run key");
@@ -98,7 +98,7 @@ int mend_store_find_run_key(mend_store *s, const char *run_key, char *id_out, in
   return 1;
 }
 
-int mend_store_find_key_result(mend_store *s, const char *idem_key, char **result_out) {
+int mend__sqlite_find_key_result(mend_store *s, const char *idem_key, char **result_out) {
   if (mend__sync_point(s) != 0) return -1;
   sqlite3_stmt *q = s->q[Q_FIND_KEY_RESULT];
   int r = mend__first_row(s, q, mend__bind_text(q, 1, idem_key), "find key result");
@@ -114,7 +114,7 @@ int mend_store_find_key_result(mend_store *s, const char *idem_key, char **resul
   return 1;
 }
 
-int mend_store_get_breaker(mend_store *s, const char *key, mend_breaker *b) {
+int mend__sqlite_get_breaker(mend_store *s, const char *key, mend_breaker *b) {
   if (mend__sync_point(s) != 0) return -1;
   sqlite3_stmt *q = s->q[Q_GET_BREAKER];
   int r = mend__first_row(s, q, mend__bind_text(q, 1, key), "get breaker");
@@ -358,7 +358,7 @@ static int step_read_txn(mend_store *s, int which) {
 /* A run is read in three statements (its row, its steps, its history): without a batch open
  * they share one read transaction, so that a worker's commits in between cannot make a step
  * read as pending while a later one reads as running. */
-json_t *mend_store_run(mend_store *s, const char *id) {
+json_t *mend__sqlite_run(mend_store *s, const char *id) {
   s->not_found = 0;
   if (mend__sync_point(s) != 0) return NULL;
   int own = sqlite3_get_autocommit(s->db);
@@ -371,27 +371,27 @@ json_t *mend_store_run(mend_store *s, const char *id) {
   return run;
 }
 
-json_t *mend_store_history(mend_store *s, const char *id) {
+json_t *mend__sqlite_history(mend_store *s, const char *id) {
   if (mend__sync_point(s) != 0) return NULL;
   sqlite3_stmt *q = s->q[Q_HISTORY];
   return mend__rows_array(s, q, mend__bind_text(q, 1, id), "read history");
 }
 
-json_t *mend_store_dlq(mend_store *s) {
+json_t *mend__sqlite_dlq(mend_store *s) {
   if (mend__sync_point(s) != 0) return NULL;
   return mend__rows_array(s, s->q[Q_DLQ], SQLITE_OK, "read dlq");
 }
 
-json_t *mend_store_breakers(mend_store *s) {
+json_t *mend__sqlite_breakers(mend_store *s) {
   if (mend__sync_point(s) != 0) return NULL;
   return mend__rows_array(s, s->q[Q_BREAKERS], SQLITE_OK, "read breakers");
 }
 
-json_t *mend_store_runs(mend_store *s, const char *status, const char *workflow, int limit) {
-  return mend_store_runs_where(s, status, workflow, -1, 0, limit);
+json_t *mend__sqlite_runs(mend_store *s, const char *status, const char *workflow, int limit) {
+  return mend__sqlite_runs_where(s, status, workflow, -1, 0, limit);
 }
 
-json_t *mend_store_runs_where(mend_store *s, const char *status, const char *workflow,
+json_t *mend__sqlite_runs_where(mend_store *s, const char *status, const char *workflow,
                               double since, int attention_only, int limit) {
   if (mend__sync_point(s) != 0) return NULL;
   sqlite3_stmt *q = s->q[Q_RUNS];
@@ -404,8 +404,9 @@ json_t *mend_store_runs_where(mend_store *s, const char *status, const char *wor
   return mend__rows_array(s, q, rc, "read runs");
 }
 
-int mend_store_take(mend_store *s, const char *id, const char *owner, double lease_until) {
-  if (mend__sync_point(s) != 0 || mend__batch_begin(s) != 0 || mend__lease_at_least(s, owner, lease_until) != 0)
+int mend__sqlite_take(mend_store *s, const char *id, const char *owner, double lease_seconds) {
+  if (mend__sync_point(s) != 0 || mend__batch_begin(s) != 0 ||
+      mend__lease_at_least(s, owner, mend__wall_now() + lease_seconds) != 0)
     return -1;
   sqlite3_stmt *q = s->q[Q_TAKE];
   int rc = SQLITE_OK;
@@ -416,21 +417,21 @@ int mend_store_take(mend_store *s, const char *id, const char *owner, double lea
   return 0;
 }
 
-int mend_store_set_unavailable(mend_store *s, const char *id, const char *why) {
+int mend__sqlite_set_unavailable(mend_store *s, const char *id, const char *why) {
   mend__rec_begin(s, Q_SET_UNAVAILABLE);
   mend__rec_text(s, id);
   mend__rec_text(s, why);
   return mend__rec_end(s);
 }
 
-int mend_store_version_number(mend_store *s, const mend_run_rec *r, long long *id) {
+int mend__sqlite_version_number(mend_store *s, const mend_run_rec *r, long long *id) {
   sqlite3_int64 n;
   if (mend__workflow_version(s, r, &n) != 0) return -1;
   *id = (long long)n;
   return 0;
 }
 
-int mend_store_move_run(mend_store *s, const char *id, long long version_id, int keep_steps) {
+int mend__sqlite_move_run(mend_store *s, const char *id, long long version_id, int keep_steps) {
   if (mend__sync_point(s) != 0 || mend__batch_begin(s) != 0) return -1;
   sqlite3_stmt *q = s->q[Q_MOVE_RUN];
   int rc = SQLITE_OK;
@@ -444,25 +445,25 @@ int mend_store_move_run(mend_store *s, const char *id, long long version_id, int
   return mend__run_write(s, q, rc, "move a run to another version");
 }
 
-json_t *mend_store_workflows(mend_store *s, const char *workflow) {
+json_t *mend__sqlite_workflows(mend_store *s, const char *workflow) {
   if (mend__sync_point(s) != 0) return NULL;
   sqlite3_stmt *q = s->q[Q_WORKFLOWS];
   return mend__rows_array(s, q, mend__bind_text(q, 1, workflow), "read workflow versions");
 }
 
-int mend_store_dlq_remove(mend_store *s, const char *run_id) {
+int mend__sqlite_dlq_remove(mend_store *s, const char *run_id) {
   if (mend__sync_point(s) != 0 || mend__batch_begin(s) != 0) return -1;
   sqlite3_stmt *q = s->q[Q_DLQ_REMOVE];
   return mend__run_write(s, q, mend__bind_text(q, 1, run_id), "remove from dlq");
 }
 
-int mend_store_request_cancel(mend_store *s, const char *run_id) {
+int mend__sqlite_request_cancel(mend_store *s, const char *run_id) {
   if (mend__sync_point(s) != 0 || mend__batch_begin(s) != 0) return -1;
   sqlite3_stmt *q = s->q[Q_REQUEST_CANCEL];
   return mend__run_write(s, q, mend__bind_text(q, 1, run_id), "request cancel");
 }
 
-json_t *mend_store_cancel_requests(mend_store *s, const char *owner) {
+json_t *mend__sqlite_cancel_requests(mend_store *s, const char *owner) {
   if (mend__sync_point(s) != 0) return NULL;
   sqlite3_stmt *q = s->q[Q_CANCEL_REQUESTS];
   json_t *rows = mend__rows_array(s, q, mend__bind_text(q, 1, owner), "read cancel requests");
@@ -475,7 +476,7 @@ json_t *mend_store_cancel_requests(mend_store *s, const char *owner) {
   return ids;
 }
 
-int mend_store_audit(mend_store *s, double at, const char *who, const char *op,
+int mend__sqlite_audit(mend_store *s, double at, const char *who, const char *op,
                      const char *target, const char *detail) {
   if (mend__sync_point(s) != 0 || mend__batch_begin(s) != 0) return -1;
   sqlite3_stmt *q = s->q[Q_AUDIT];

@@ -3,6 +3,56 @@
  * by the Q_ enum of store_int.h) and the migrations from each schema version to the next, each
  * with its reason. Must never: hold a statement anywhere else; change a migration that has
  * shipped (add the next one).
+ *
+ * Schema (version MEND_SCHEMA_VERSION, kept in PRAGMA user_version and in meta):
+ *   meta(key TEXT PRIMARY KEY, value TEXT)
+ *   runs(id TEXT PRIMARY KEY, workflow TEXT, version TEXT, source TEXT, run_key TEXT UNIQUE,
+ *        status TEXT, input TEXT (JSON), error TEXT, attention INTEGER, reason TEXT (why it
+ *        failed for good), owner TEXT (the worker executing it), lease_until REAL (not
+ *        written since schema 4: see workers), created REAL, updated REAL, step_names TEXT
+ *        (JSON array: its steps, in order), workflow_version INTEGER (since schema 7, where
+ *        version, source and step_names are; they are NULL in the run then), unavailable
+ *        TEXT (since schema 9: why no engine could load its version; such runs are claimed
+ *        only on purpose, now and then))
+ *        + indexes on created for unfinished runs, and for those nobody holds (runs_free)
+ *   workflow_versions(id INTEGER PRIMARY KEY, workflow TEXT, version TEXT, source TEXT,
+ *        step_names TEXT, script TEXT (the file's text, since schema 8; NULL for workflows
+ *        registered in code), first_seen REAL (since schema 9)): written by the first run of
+ *        a version a store sees, at once, or when a version is recorded for an upgrade
+ *   workers(owner TEXT PRIMARY KEY, lease_until REAL) WITHOUT ROWID: a worker holds its
+ *        runs while its lease lasts; one row renewed, however many runs it holds
+ *   steps(run_id TEXT, idx INTEGER, name TEXT, status TEXT, attempts INTEGER,
+ *         comp_attempts INTEGER, idem_key TEXT (NULL: the default, run_id/name, and read
+ *         as that), custom_key INTEGER, result TEXT (JSON),
+ *         error TEXT, due REAL, last_delay REAL, updated REAL, slept INTEGER,
+ *         PRIMARY KEY(run_id, idx))
+ *         + index on idem_key for custom keys; a step has a row from its first transition
+ *         on (before that it is pending, listed from runs.step_names); a row is not written
+ *         when an attempt begins (schema 6): a step whose last history row is `-> running`
+ *         reads as running, with that attempt
+ *   history(run_id TEXT, seq INTEGER (1, 2, ... within the run), step TEXT, at REAL,
+ *           event TEXT, from_status TEXT, to_status TEXT (since schema 7 the code of a name
+ *           in labels, as text by the column's type, or the name if labels has none; before,
+ *           the name; read as the name), attempt INTEGER, error TEXT,
+ *           delay REAL, detail TEXT, worker TEXT (who wrote it: since schema 5 the id of its
+ *           name in worker_names, as text by the column's type; before, the name; read as
+ *           the name), PRIMARY KEY(run_id, seq)) WITHOUT ROWID; append-only
+ *   worker_names(id INTEGER PRIMARY KEY, name TEXT UNIQUE): the workers that wrote history
+ *   labels(code INTEGER PRIMARY KEY, name TEXT UNIQUE): event and status names history codes
+ *   history_named: a view of history with codes and worker numbers read as names
+ *   breakers(key TEXT PRIMARY KEY, state TEXT, failures INTEGER, successes INTEGER,
+ *            opened_at REAL, open_until REAL, updated REAL)
+ *   dlq(run_id TEXT PRIMARY KEY, reason TEXT, step TEXT, error TEXT, detail TEXT, at REAL)
+ *   audit(seq INTEGER PRIMARY KEY, at REAL, who TEXT, op TEXT, target TEXT, detail TEXT):
+ *        operations by people that concern no single run (breaker overrides)
+ *   inbox(seq INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT, name TEXT, payload TEXT (JSON),
+ *        key TEXT (UNIQUE with run_id where set), sent REAL, consumed REAL, step TEXT (the
+ *        step that consumed it)) (schema 10): events sent to runs, consumed once each, in seq
+ *        order; + index on (run_id, name, seq) of those not consumed. steps.awaits (schema
+ *        10): the event a waiting step waits for
+ *   runs also has cancel_requested INTEGER: a cancel asked for by another process (indexed by
+ *        owner where set)
+ * Nullable text fields are passed as NULL; a delay or due time of < 0 is stored as NULL.
  */
 #include "store_int.h"
 

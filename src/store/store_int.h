@@ -14,6 +14,9 @@
 
 #include "idset.h"
 #include "store.h"
+#include "store/sqlite.h"
+
+#define MEND_SCHEMA_VERSION 10   /* kept in PRAGMA user_version and in meta */
 
 #define BUSY_TIMEOUT_MS 5000
 #define HISTORY_GROUP 8
@@ -86,6 +89,7 @@ typedef struct writer {
 } writer;
 
 struct mend_store {
+  const mend_store_methods *m;   /* first: the dispatchers of store.h read it */
   sqlite3 *db;
   sqlite3 *checkpointer;   /* a second connection, for checkpoints off the loop thread */
   sqlite3 *reader;         /* a third, read-only: looks that need not see our own batch */
@@ -127,6 +131,8 @@ struct mend_store {
   unsigned long open_seq, durable_seq;   /* batch numbers: recording, last committed */
   void (*commit_hook)(const char *phase);
   int wal_frames;         /* the WAL's length after the last commit (sqlite3_wal_hook) */
+  struct ckpt *ckpt;      /* the checkpoint thread (checkpoint.c), from the first commit on */
+  int no_auto_checkpoint; /* tests that checkpoint by hand */
   /* The fence (see "fencing" below). fence_news, lost_new and nlost_new are shared with the
    * loop and guarded by the writer's mutex; the rest belongs to whichever thread writes. */
   char *fence_owner;
@@ -187,9 +193,88 @@ json_t *mend__rows_array(mend_store *s, sqlite3_stmt *q, int rc, const char *wha
 /* ---- fence.c: leases and the fence */
 int mend__fence_at_begin(mend_store *s);
 int mend__fence_drops(mend_store *s, const wlog *log, const wrec *r);
+double mend__wall_now(void);
 int mend__lease_at_least(mend_store *s, const char *owner, double until);
 int mend__open_reader(mend_store *s);
 void mend__ours_again(mend_store *s, const char *id);
 void mend__renewed(mend_store *s, const wlog *log, const wrec *r);
+
+
+/* ---- checkpoint.c: the WAL policy. after_commit on the thread that just committed; between
+ * batches on the thread that holds the writing connection, with no transaction open. */
+void mend__ckpt_after_commit(mend_store *s);
+void mend__ckpt_between_batches(mend_store *s);
+void mend__ckpt_stop(mend_store *s);
+
+/* ---- the methods (store.h says what each does), and their table ---- */
+extern const mend_store_methods mend__sqlite_methods;
+void mend__sqlite_close(mend_store *s);
+int mend__sqlite_checkpoint(mend_store *s, int *wal_frames);
+const char *mend__sqlite_errmsg(mend_store *s);
+int mend__sqlite_not_found(const mend_store *s);
+int mend__sqlite_commit(mend_store *s);
+int mend__sqlite_locked(mend_store *s);
+void mend__sqlite_set_busy_wait(mend_store *s, int ms);
+int mend__sqlite_batch_open(mend_store *s);
+int mend__sqlite_start_writer(mend_store *s, void (*done)(void *ud), void *ud);
+int mend__sqlite_hand_off(mend_store *s);
+int mend__sqlite_writer_busy(mend_store *s);
+int mend__sqlite_writer_part(mend_store *s);
+int mend__sqlite_batch_writes(const mend_store *s);
+void mend__sqlite_trim(mend_store *s);
+unsigned long mend__sqlite_open_seq(const mend_store *s);
+unsigned long mend__sqlite_durable_seq(const mend_store *s);
+void mend__sqlite_set_commit_hook(mend_store *s, void (*hook)(const char *phase));
+long mend__sqlite_last_history_seq(mend_store *s, const char *run_id);
+long mend__sqlite_last_history(mend_store *s, const char *run_id, double *at);
+char *mend__sqlite_version_script(mend_store *s, const char *workflow, const char *version, char **source);
+int mend__sqlite_insert_run(mend_store *s, const mend_run_rec *r);
+int mend__sqlite_update_run(mend_store *s, const char *id, const char *status, const char *error, int attention, double updated, const char *reason);
+int mend__sqlite_put_step(mend_store *s, const mend_step_rec *st);
+int mend__sqlite_update_step(mend_store *s, const mend_step_rec *st);
+int mend__sqlite_append_history(mend_store *s, const mend_history_rec *h);
+int mend__sqlite_put_breaker(mend_store *s, const char *key, const mend_breaker *b, double updated);
+int mend__sqlite_put_dlq(mend_store *s, const mend_dlq_rec *d);
+int mend__sqlite_find_run_key(mend_store *s, const char *run_key, char *id_out, int id_len);
+int mend__sqlite_find_key_result(mend_store *s, const char *idem_key, char **result_out);
+int mend__sqlite_get_breaker(mend_store *s, const char *key, mend_breaker *b);
+json_t *mend__sqlite_run(mend_store *s, const char *id);
+json_t *mend__sqlite_history(mend_store *s, const char *id);
+json_t *mend__sqlite_dlq(mend_store *s);
+json_t *mend__sqlite_breakers(mend_store *s);
+json_t *mend__sqlite_runs(mend_store *s, const char *status, const char *workflow, int limit);
+json_t *mend__sqlite_runs_where(mend_store *s, const char *status, const char *workflow, double since, int attention_only, int limit);
+json_t *mend__sqlite_audit_list(mend_store *s);
+int mend__sqlite_dlq_remove(mend_store *s, const char *run_id);
+int mend__sqlite_set_unavailable(mend_store *s, const char *id, const char *why);
+int mend__sqlite_version_number(mend_store *s, const mend_run_rec *r, long long *id);
+int mend__sqlite_move_run(mend_store *s, const char *id, long long version_id, int keep_steps);
+json_t *mend__sqlite_workflows(mend_store *s, const char *workflow);
+int mend__sqlite_take(mend_store *s, const char *id, const char *owner, double lease_seconds);
+int mend__sqlite_request_cancel(mend_store *s, const char *run_id);
+json_t *mend__sqlite_cancel_requests(mend_store *s, const char *owner);
+int mend__sqlite_audit(mend_store *s, double at, const char *who, const char *op, const char *target, const char *detail);
+int mend__sqlite_schema_version(mend_store *s);
+json_t *mend__sqlite_prune(mend_store *s, double before, const char *status, int dry_run);
+int mend__sqlite_send_event(mend_store *s, const char *run_id, const char *name, const char *payload, const char *key, double sent);
+int mend__sqlite_next_event(mend_store *s, const char *run_id, const char *name, long long *seq, char **payload, char **key);
+int mend__sqlite_consume_event(mend_store *s, const char *run_id, long long seq, const char *step, double at);
+long long mend__sqlite_last_event(mend_store *s);
+long long mend__sqlite_events_after(mend_store *s, long long after, int limit, void (*fn)(void *ud, const char *run_id), void *ud);
+json_t *mend__sqlite_inbox(mend_store *s, const char *run_id);
+void mend__sqlite_set_worker(mend_store *s, const char *worker);
+json_t *mend__sqlite_claim(mend_store *s, const char *owner, double lease_seconds, int limit, int how);
+int mend__sqlite_claimable(mend_store *s, const char *owner, int thorough);
+int mend__sqlite_renew(mend_store *s, const char *owner, double lease_seconds);
+int mend__sqlite_release(mend_store *s, const char *id, const char *owner);
+json_t *mend__sqlite_lease_holders(mend_store *s);
+int mend__sqlite_release_owner(mend_store *s, const char *owner);
+int mend__sqlite_set_fence(mend_store *s, const char *owner, double lease_seconds);
+int mend__sqlite_fence_news(mend_store *s, void (*lost)(void *ud, const char *id), void *ud);
+json_t *mend__sqlite_held(mend_store *s);
+int mend__sqlite_add_lost(mend_store *s, const char *id);
+void mend__sqlite_fence_verified(mend_store *s);
+void mend__sqlite_repairing(mend_store *s, int on);
+int mend__sqlite_owner(mend_store *s, const char *id, char *owner_out, int owner_len, double *lease_left);
 
 #endif

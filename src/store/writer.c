@@ -373,10 +373,12 @@ static void *writer_main(void *arg) {
     wlog *job = w->job;
     int part = w->part;
     pthread_mutex_unlock(&w->mu);
+    mend__ckpt_between_batches(s);
     int rc = writer_flush(s, job);
     if (!part) {
       int committed = mend__commit_batch(s);   /* rolls back if the flush failed */
       if (rc == 0) rc = committed;       /* (a BEGIN that failed left nothing to roll back) */
+      if (committed == 0) mend__ckpt_after_commit(s);
     } else if (rc != 0) {
       mend__rollback(s);   /* the batch is lost: its write lock is not kept for the rest */
     }
@@ -430,8 +432,10 @@ int mend__sync_point(mend_store *s) {
   return flush_log(s, s->cur);
 }
 
-int mend_store_start_writer(mend_store *s, void (*done)(void *ud), void *ud) {
+int mend__sqlite_start_writer(mend_store *s, void (*done)(void *ud), void *ud) {
   if (s->w) return 0;
+  /* In memory, the thread would gain nothing: no fsync to wait for, no second connection. */
+  if (!s->checkpointer) return 1;
   writer *w = calloc(1, sizeof *w);
   if (!w) { mend__set_msg(s->err, sizeof s->err, "%s: writer thread: out of memory", s->path); return -1; }
   w->done = done;
@@ -465,7 +469,7 @@ void mend__stop_writer(mend_store *s) {
   s->w = NULL;
 }
 
-int mend_store_writer_busy(mend_store *s) {
+int mend__sqlite_writer_busy(mend_store *s) {
   writer *w = s->w;
   if (!w) return 0;
   pthread_mutex_lock(&w->mu);
@@ -497,8 +501,8 @@ static void give_job(mend_store *s, int part) {
   pthread_mutex_unlock(&w->mu);
 }
 
-int mend_store_hand_off(mend_store *s) {
-  if (!s->w) return mend_store_commit(s);
+int mend__sqlite_hand_off(mend_store *s) {
+  if (!s->w) return mend__sqlite_commit(s);
   writer *w = s->w;
   if (!s->cur->oom) {
     /* A part of this batch on the thread: the rest follows it there, no waiting here. */
@@ -544,7 +548,7 @@ static int writer_idle(mend_store *s) {
   return idle;
 }
 
-int mend_store_writer_part(mend_store *s) {
+int mend__sqlite_writer_part(mend_store *s) {
   writer *w = s->w;
   if (!w) return 0;
   pthread_mutex_lock(&w->mu);
@@ -553,7 +557,7 @@ int mend_store_writer_part(mend_store *s) {
   return part;
 }
 
-void mend_store_trim(mend_store *s) {
+void mend__sqlite_trim(mend_store *s) {
   if (s->cur->nrec || s->in_batch) return;
   int idle = 1;
   if (s->w) {
@@ -564,13 +568,12 @@ void mend_store_trim(mend_store *s) {
   for (int k = 0; idle && k < 3; k++) mend__log_free(&s->logs[k]);
 }
 
-int mend_store_batch_writes(const mend_store *s) { return s->cur->nrec + s->parted; }
-int mend_store_locked(mend_store *s) { return atomic_load(&s->locked); }
-void mend_store_set_busy_wait(mend_store *s, int ms) { s->busy_ms = ms > 0 ? ms : BUSY_TIMEOUT_MS; }
-int mend_store_wal_frames(const mend_store *s) { return s->wal_frames; }
-unsigned long mend_store_open_seq(const mend_store *s) { return s->open_seq; }
-unsigned long mend_store_durable_seq(const mend_store *s) { return s->durable_seq; }
-void mend_store_set_commit_hook(mend_store *s, void (*hook)(const char *phase)) {
+int mend__sqlite_batch_writes(const mend_store *s) { return s->cur->nrec + s->parted; }
+int mend__sqlite_locked(mend_store *s) { return atomic_load(&s->locked); }
+void mend__sqlite_set_busy_wait(mend_store *s, int ms) { s->busy_ms = ms > 0 ? ms : BUSY_TIMEOUT_MS; }
+unsigned long mend__sqlite_open_seq(const mend_store *s) { return s->open_seq; }
+unsigned long mend__sqlite_durable_seq(const mend_store *s) { return s->durable_seq; }
+void mend__sqlite_set_commit_hook(mend_store *s, void (*hook)(const char *phase)) {
   s->commit_hook = hook;
 }
 
@@ -648,7 +651,7 @@ int mend__workflow_version(mend_store *s, const mend_run_rec *r, sqlite3_int64 *
   return 0;
 }
 
-int mend_store_insert_run(mend_store *s, const mend_run_rec *r) {
+int mend__sqlite_insert_run(mend_store *s, const mend_run_rec *r) {
   sqlite3_int64 version_id;
   if (mend__workflow_version(s, r, &version_id) != 0) return -1;
   /* With a run key the caller must hear at once whether the key was taken. */
@@ -670,7 +673,7 @@ int mend_store_insert_run(mend_store *s, const mend_run_rec *r) {
   return sqlite3_changes(s->db) == 0 ? 1 : 0;   /* 1: the run key was taken */
 }
 
-int mend_store_update_run(mend_store *s, const char *id, const char *status, const char *error,
+int mend__sqlite_update_run(mend_store *s, const char *id, const char *status, const char *error,
                           int attention, double updated, const char *reason) {
   mend__rec_begin(s, Q_UPDATE_RUN);
   mend__rec_text(s, id);
@@ -703,9 +706,9 @@ static int rec_step(mend_store *s, int q, const mend_step_rec *st) {
   return mend__rec_end(s);
 }
 
-int mend_store_put_step(mend_store *s, const mend_step_rec *st) { return rec_step(s, Q_PUT_STEP, st); }
+int mend__sqlite_put_step(mend_store *s, const mend_step_rec *st) { return rec_step(s, Q_PUT_STEP, st); }
 
-int mend_store_update_step(mend_store *s, const mend_step_rec *st) {
+int mend__sqlite_update_step(mend_store *s, const mend_step_rec *st) {
   return rec_step(s, Q_UPDATE_STEP, st);
 }
 
@@ -716,7 +719,7 @@ static void rec_label(mend_store *s, const char *name) {
   else mend__rec_text(s, name);
 }
 
-int mend_store_append_history(mend_store *s, const mend_history_rec *h) {
+int mend__sqlite_append_history(mend_store *s, const mend_history_rec *h) {
   mend__rec_begin(s, Q_APPEND_HISTORY);
   mend__rec_text(s, h->run_id);
   mend__rec_text(s, h->step);
@@ -736,7 +739,7 @@ int mend_store_append_history(mend_store *s, const mend_history_rec *h) {
 }
 
 
-int mend_store_put_breaker(mend_store *s, const char *key, const mend_breaker *b, double updated) {
+int mend__sqlite_put_breaker(mend_store *s, const char *key, const mend_breaker *b, double updated) {
   mend__rec_begin(s, Q_PUT_BREAKER);
   mend__rec_text(s, key);
   mend__rec_text(s, mend_breaker_state_name(b->state));
@@ -748,7 +751,7 @@ int mend_store_put_breaker(mend_store *s, const char *key, const mend_breaker *b
   return mend__rec_end(s);
 }
 
-int mend_store_put_dlq(mend_store *s, const mend_dlq_rec *d) {
+int mend__sqlite_put_dlq(mend_store *s, const mend_dlq_rec *d) {
   mend__rec_begin(s, Q_PUT_DLQ);
   mend__rec_text(s, d->run_id);
   mend__rec_text(s, d->reason);
