@@ -19,6 +19,10 @@
 #include "store.h"
 #include "store/pg/pg_copy.h"
 #include "store/pg/pg_view.h"
+#include "store/store_int.h"   /* MEND_SCHEMA_VERSION: the copy must read the current schema */
+
+_Static_assert(MEND_COPY_SQLITE_SCHEMA == MEND_SCHEMA_VERSION,
+               "pg_copy.c reads the columns of another SQLite schema: update its SELECTs");
 
 static char err[1024];
 

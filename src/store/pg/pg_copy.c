@@ -383,14 +383,14 @@ json_t *mend_store_copy(const char *from, const char *to, char *err, int errlen)
   char msg[160];
   if (version < 0) why = sqlite3_errmsg(src);
   else if (version == 0 || !app) why = "not a mend database";
-  else if (version < MEND_SCHEMA_VERSION) {
+  else if (version < MEND_COPY_SQLITE_SCHEMA) {
     snprintf(msg, sizeof msg, "schema version %lld is older than this mend's (%d): open it once"
              " with this mend (mend runs --db %s) to upgrade it first", version,
-             MEND_SCHEMA_VERSION, from);
+             MEND_COPY_SQLITE_SCHEMA, from);
     why = msg;
-  } else if (version > MEND_SCHEMA_VERSION) {
+  } else if (version > MEND_COPY_SQLITE_SCHEMA) {
     snprintf(msg, sizeof msg, "schema version %lld is newer than this mend (%d)", version,
-             MEND_SCHEMA_VERSION);
+             MEND_COPY_SQLITE_SCHEMA);
     why = msg;
   }
   if (why) {
