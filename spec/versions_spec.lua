@@ -87,7 +87,7 @@ describe("versions: in-flight runs keep their code", function()
 
   before_each(function()
     dir = H.tmp_dir()
-    db, wf, log = dir .. "/v.db", dir .. "/wf", dir .. "/worker.log"
+    db, wf, log = H.new_db(dir, "v.db"), dir .. "/wf", dir .. "/worker.log"
     os.execute("mkdir -p " .. q(wf))
   end)
 
