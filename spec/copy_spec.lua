@@ -41,6 +41,20 @@ describe("mend copy", function()
   end)
 
   local it_pg = H.PG and it or pending
+
+  it_pg("says a wrong password is wrong, naming the server and not the password", function()
+    local dir = H.tmp_dir()
+    H.write_file(dir, "ok.lua", WORKFLOWS["ok.lua"])
+    local src = dir .. "/src.db"
+    local rc, out = mend("run", dir .. "/ok.lua", "--clock", "virtual", "--db", src)
+    assert.are.equal(0, rc, out)
+    local wrong = H.pg_wrong_password(H.new_db():match("/([%w_]+)$"))
+    rc, out = mend("copy", "--from", src, "--to", wrong)
+    assert.are.equal(1, rc, out)
+    assert.truthy(out:find("127.0.0.1", 1, true), out)
+    assert.truthy(out:find("password", 1, true), out)
+    assert.falsy(out:find("not-the-password", 1, true), out)
+  end)
   it_pg("copies every kind of run, which mend status, history and dlq read back on PostgreSQL",
         function()
     local dir = H.tmp_dir()

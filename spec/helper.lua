@@ -41,6 +41,12 @@ function H.pg_uri(name)
   return (base:gsub("^(%a+://[^/]*)/?.*$", "%1")) .. "/" .. name .. query
 end
 
+-- The URI of database `name` (default the server's own) with a wrong password: for the
+-- specs of a refused login.
+function H.pg_wrong_password(name)
+  return (H.pg_uri(name or "mend"):gsub("^(%a+://[^:/@]+:)[^@]*@", "%1not-the-password@"))
+end
+
 -- Runs statements on the test server as the mend role (its own database), each in a
 -- transaction of its own (CREATE and DROP DATABASE refuse to run in one); raises on failure.
 local function pg_admin(...)
