@@ -69,8 +69,12 @@ demo: build
 	  rc=$$?; \
 	  if [ $$rc -ne 3 ]; then echo "demo: expected exit 3 (compensated), got $$rc" >&2; exit 1; fi
 
+# ctest starts a throw-away PostgreSQL cluster for the tests that need one and stops it after
+# them (tests/pg/cluster.sh); the trap stops it too when ctest itself is interrupted.
 test: build
-	cd $(BUILD_DIR) && ctest --output-on-failure
+	@state="$$(cd $(BUILD_DIR) && pwd)/pg-cluster"; script="$(CURDIR)/tests/pg/cluster.sh"; \
+	  trap 'sh "$$script" stop "$$state"' EXIT INT TERM; \
+	  cd $(BUILD_DIR) && ctest --output-on-failure
 
 # Thousands of kill -9 / restart cycles of a real worker (make test runs 200).
 CYCLES ?= 3000

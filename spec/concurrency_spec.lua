@@ -111,7 +111,7 @@ describe("a run read from another process while a worker runs it", function()
 
   it("is read whole, never with a later step ahead of an earlier one", function()
     -- the worker: another process, 20 runs of 400 quick steps each
-    local db = H.tmp_db()
+    local db = H.new_db()
     local dir = H.tmp_dir()
     local ids_file = dir .. "/ids"
     H.write_file(dir, "worker.lua", [[

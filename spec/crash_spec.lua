@@ -152,6 +152,8 @@ local function audit(db, client, ids, dir)
   return counts
 end
 
+-- SQLite only: busted_crash runs this file against a database file (it checks the file with
+-- PRAGMA integrity_check); the crash harness on PostgreSQL (issue 20) is a spec of its own.
 describe("a worker killed with SIGKILL", function()
   after_each(H.cleanup)
 

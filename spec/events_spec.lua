@@ -245,7 +245,7 @@ describe("mend signal with a real worker", function()
   local function setup()
     local dir = H.tmp_dir()
     H.write_file(dir, "quest.lua", H.slurp("workflows/quest.lua"))
-    return dir, dir .. "/q.db", dir .. "/worker.log"
+    return dir, H.new_db(dir, "q.db"), dir .. "/worker.log"
   end
 
   it("wakes the run a worker holds, by run key; mend status shows the wait and its due time",

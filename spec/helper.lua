@@ -25,6 +25,58 @@ function H.tmp_dir()
   return path
 end
 
+-- The database of a test, for the backend the run is for: a fresh SQLite file (dir/name when
+-- a directory is given, else a temporary file), or, with MEND_TEST_PG set (the URI of a
+-- role that may create databases: tests/pg/cluster.sh run), a fresh PostgreSQL database on
+-- that server, whose URI is returned. Dropped by H.cleanup(). A spec that needs what only a
+-- file has (its WAL, its locks, its bytes) uses H.tmp_db() and is tagged #sqlite.
+H.PG = os.getenv("MEND_TEST_PG")
+if H.PG == "" then H.PG = nil end
+local pg_dbs, pg_serial = {}, 0
+
+-- The URI of the test server's database `name` (H.PG with its path replaced).
+function H.pg_uri(name)
+  local base, query = H.PG:match("^(.-)(%?.*)$")
+  base, query = base or H.PG, query or ""
+  return (base:gsub("^(%a+://[^/]*)/?.*$", "%1")) .. "/" .. name .. query
+end
+
+-- The URI of database `name` (default the server's own) with a wrong password: for the
+-- specs of a refused login.
+function H.pg_wrong_password(name)
+  return (H.pg_uri(name or "mend"):gsub("^(%a+://[^:/@]+:)[^@]*@", "%1not-the-password@"))
+end
+
+-- Runs statements on the test server as the mend role (its own database), each in a
+-- transaction of its own (CREATE and DROP DATABASE refuse to run in one); raises on failure.
+local function pg_admin(...)
+  local cmd = "psql -X -q -v ON_ERROR_STOP=1 " .. H.quote(H.PG)
+  for _, sql in ipairs { ... } do cmd = cmd .. " -c " .. H.quote(sql) end
+  local p = assert(io.popen(cmd .. " 2>&1"))
+  local text = p:read("a")
+  local ok = p:close()
+  assert(ok, "psql failed: " .. table.concat({ ... }, "; ") .. ": " .. text)
+end
+
+function H.new_db(dir, name)
+  if not H.PG then
+    if dir then return dir .. "/" .. (name or "mend.db") end
+    return H.tmp_db()
+  end
+  pg_serial = pg_serial + 1
+  local tmp = os.tmpname()   -- a unique word for this process's databases
+  os.remove(tmp)
+  local db = ("mend_t%d_%s"):format(pg_serial, tmp:match("([%w_]+)$"):lower())
+  pg_admin("CREATE DATABASE " .. db)
+  pg_dbs[#pg_dbs + 1] = db
+  return H.pg_uri(db)
+end
+
+-- True when db names a PostgreSQL database rather than a file.
+function H.is_pg(db)
+  return type(db) == "string" and db:match("^postgres") ~= nil
+end
+
 -- Writes `text` to dir/name and returns the path.
 function H.write_file(dir, name, text)
   local path = dir .. "/" .. name
@@ -39,7 +91,7 @@ end
 function H.new_engine(opts)
   local o = { clock = "virtual", seed = 1 }
   for k, v in pairs(opts or {}) do o[k] = v end
-  if o.db == nil then o.db = H.tmp_db() end
+  if o.db == nil then o.db = H.new_db() end
   local eng = require("mend").engine(o)
   open_engines[#open_engines + 1] = eng
   return eng, o.db
@@ -83,6 +135,15 @@ function H.cleanup()
     local p = temp_files[i]
     for _, suffix in ipairs { "", "-wal", "-shm", "-journal" } do os.remove(p .. suffix) end
     temp_files[i] = nil
+  end
+  -- WITH (FORCE): a worker process a test left behind must not keep its database.
+  if #pg_dbs > 0 then
+    local drops = {}
+    for i = #pg_dbs, 1, -1 do
+      drops[#drops + 1] = "DROP DATABASE IF EXISTS " .. pg_dbs[i] .. " WITH (FORCE)"
+      pg_dbs[i] = nil
+    end
+    pcall(pg_admin, table.unpack(drops))
   end
   local lfs = require "lfs"
   for i = #temp_dirs, 1, -1 do
@@ -180,9 +241,15 @@ local function shell_quote(s)
   return "'" .. s:gsub("'", "'\\''") .. "'"
 end
 
+-- On a PostgreSQL database (H.is_pg), psql prints the rows in the same shape (columns joined
+-- by '|', no header); the query must then be one both dialects take.
 function H.sql(path, query)
-  local p = assert(io.popen("sqlite3 -batch " .. shell_quote(path) .. " " .. shell_quote(query)
-    .. " 2>&1"))
+  local cmd = "sqlite3 -batch " .. shell_quote(path) .. " " .. shell_quote(query)
+  if H.is_pg(path) then
+    cmd = "psql -X -q -A -t -F '|' -v ON_ERROR_STOP=1 " .. shell_quote(path) .. " -c "
+      .. shell_quote(query)
+  end
+  local p = assert(io.popen(cmd .. " 2>&1"))
   local lines = {}
   for line in p:lines() do lines[#lines + 1] = line end
   local ok, how, code = p:close()

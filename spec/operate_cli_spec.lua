@@ -31,7 +31,7 @@ return { name = "refund", compensate_retry = { max_attempts = 2, initial = 0.01,
 
 local function setup()
   local dir = H.tmp_dir()
-  local db = dir .. "/ops.db"
+  local db = H.new_db(dir, "ops.db")
   local wf = H.write_file(dir, "refund.lua", REFUND)
   local flag = H.write_file(dir, "refund-down", "")
   local rc, out = mend_cmd(db, "run " .. wf .. " --input " .. q('{"flag":"' .. flag .. '"}'))
@@ -125,7 +125,7 @@ describe("mend cancel", function()
 
   it("asks the live worker holding a run to cancel it, which compensates in reverse", function()
     local dir = H.tmp_dir()
-    local db = dir .. "/c.db"
+    local db = H.new_db(dir, "c.db")
     H.write_file(dir, "slow.lua", [[
 local mend = require "mend"
 return { name = "slow", steps = {

@@ -17,7 +17,7 @@ end
 local function run(input)
   input.service = svc.base
   return H.shell(H.MEND .. " run workflows/order_http.lua --clock virtual --log-level error --db "
-                 .. H.tmp_db() .. " --input " .. H.quote(mend.json.encode(input)))
+                 .. H.quote(H.new_db()) .. " --input " .. H.quote(mend.json.encode(input)))
 end
 
 describe("workflows/order_http.lua", function()

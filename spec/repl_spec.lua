@@ -324,7 +324,7 @@ describe("the REPL's helpers", function()
   -- The operations against real runs in a database file, checked afterwards by the mend
   -- command as another process would see them.
   it("cancels a running run, retries a dead letter and resolves one with a note", function()
-    local db = H.tmp_db()
+    local db = H.new_db()
     local code, stdout, stderr = repl_run([[
 use "playground"
 c = start("playground"); advance(0.1)

@@ -2,6 +2,9 @@
 -- is not a mend database, a database from a newer mend. Each gives a clear error naming the
 -- file and the cause, exits 1 (never a workflow outcome: 0, 3 or 4), and loses nothing that
 -- was committed.
+-- SQLite only (#sqlite): each fault here is one of a database file (its disk, its folder,
+-- its file lock, its bytes, its user_version); PostgreSQL's faults (a server down, a wrong
+-- password, a database that is not mend's) are the PostgreSQL store's own specs.
 local H = require "spec.helper"
 
 local MEND, q, run = H.MEND, H.quote, H.shell
@@ -19,7 +22,7 @@ return { name = "big", steps = {
 } }
 ]]
 
-describe("a full disk", function()
+describe("a full disk #sqlite", function()
   local mnt
   after_each(function()
     if mnt then os.execute("umount " .. mnt .. " 2>/dev/null") end
@@ -64,7 +67,7 @@ describe("a full disk", function()
   end)
 end)
 
-describe("a read-only file system", function()
+describe("a read-only file system #sqlite", function()
   local mnt
   after_each(function()
     if mnt then os.execute("umount " .. mnt .. " 2>/dev/null") end
@@ -100,7 +103,7 @@ describe("a read-only file system", function()
   end)
 end)
 
-describe("a database in a folder that does not exist", function()
+describe("a database in a folder that does not exist #sqlite", function()
   after_each(H.cleanup)
 
   it("is refused with the folder named as missing, and nothing is created", function()
@@ -115,7 +118,7 @@ describe("a database in a folder that does not exist", function()
   end)
 end)
 
-describe("a locked database", function()
+describe("a locked database #sqlite", function()
   after_each(H.cleanup)
 
   it("makes `mend start` wait out the busy timeout, then fail naming the file, and work once the lock is gone", function()
@@ -173,7 +176,7 @@ describe("a locked database", function()
   end)
 end)
 
-describe("a file that is not a mend database", function()
+describe("a file that is not a mend database #sqlite", function()
   after_each(H.cleanup)
 
   it("is refused by name, and left untouched", function()

@@ -83,7 +83,7 @@ end
 local function setup(nap)
   local dir = H.tmp_dir()
   H.write_file(dir, "slow.lua", slow(nap or 30))
-  return dir, dir .. "/jobs.db"
+  return dir, H.new_db(dir, "jobs.db")
 end
 
 local function start(dir, db, extra)
@@ -267,7 +267,7 @@ return { name = "refund", compensate_retry = { max_attempts = 2, initial = 3600,
 
 local function dead_letter(args)
   local dir = H.tmp_dir()
-  local db = dir .. "/ops.db"
+  local db = H.new_db(dir, "ops.db")
   H.write_file(dir, "refund.lua", REFUND)
   local flag = H.write_file(dir, "refund-down", "")
   local rc, out, err = mend_in(dir, db, "run refund.lua --clock virtual " .. (args or "") ..
@@ -349,7 +349,7 @@ describe("a wait longer than any clock", function()
 
   it("sleep = 1e308: status and history show the run, as text and JSON", function()
     local dir = H.tmp_dir()
-    local db = dir .. "/far.db"
+    local db = H.new_db(dir, "far.db")
     H.write_file(dir, "far.lua", [[
 return { name = "far", steps = {
   { name = "a", execute = function() return 1 end },
@@ -382,7 +382,7 @@ return { name = "far", steps = {
   it("sleep = math.huge is refused when the workflow loads, naming the step", function()
     local dir = H.tmp_dir()
     H.write_file(dir, "inf.lua", [[return { name = "inf", steps = { { name = "b", sleep = math.huge } } }]])
-    local rc, _, err = mend_in(dir, dir .. "/inf.db", "run inf.lua --clock virtual")
+    local rc, _, err = mend_in(dir, H.new_db(dir, "inf.db"), "run inf.lua --clock virtual")
     assert.are.equal(1, rc)
     assert.matches('step "b": sleep must be a finite number of seconds, got inf', err)
   end)
@@ -415,7 +415,7 @@ describe("breakers", function()
 
   it("mend breakers shows an open breaker whose time is up as half-open", function()
     local dir = H.tmp_dir()
-    local db = dir .. "/b.db"
+    local db = H.new_db(dir, "b.db")
     H.write_file(dir, "one.lua", [[return { name = "one", steps = {
       { name = "call", breaker = "psp", execute = function() return 1 end } } }]])
     local rc, out, err = mend_in(dir, db, "run one.lua")

@@ -87,14 +87,16 @@ describe("versions: in-flight runs keep their code", function()
 
   before_each(function()
     dir = H.tmp_dir()
-    db, wf, log = dir .. "/v.db", dir .. "/wf", dir .. "/worker.log"
+    db, wf, log = H.new_db(dir, "v.db"), dir .. "/wf", dir .. "/worker.log"
     os.execute("mkdir -p " .. q(wf))
   end)
 
   after_each(H.cleanup)
 
   it("finishes each old run with its own version after a body change, a rename, an insert and a removal", function()
-    local NAP = 1.5
+    -- Long enough for `mend status` to see each run asleep in b: each look is a new process,
+    -- and on PostgreSQL a new connection too.
+    local NAP = H.PG and 4 or 1.5
     local v1 = { { "a", "v1-a" }, { "b" }, { "c", "v1-c" } }
     local v2 = {
       body = { { "a", "v2-a" }, { "b" }, { "c", "v2-c" } },

@@ -52,7 +52,7 @@ describe("a worker", function()
 
   it("serves good workflows beside a broken file and poison runs, and takes the fixed file up", function()
     local dir = H.tmp_dir()
-    local wf, db = dir .. "/wf", dir .. "/jobs.db"
+    local wf, db = dir .. "/wf", H.new_db(dir, "jobs.db")
     assert(require("lfs").mkdir(wf))
     H.write_file(wf, "good.lua", GOOD)
     H.write_file(wf, "fixed.lua", BROKEN)

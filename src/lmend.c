@@ -764,6 +764,21 @@ static int l_listdir(lua_State *L) {
   return 1;
 }
 
+/* mend.copy(from, to) -> {table = rows copied} (mend copy: store.h, mend_store_copy), or
+ * raises with the reason.  [-0, +1, e] */
+static int l_copy(lua_State *L) {
+  char err[512] = "";
+  json_t *counts = mend_store_copy(luaL_checkstring(L, 1), luaL_checkstring(L, 2), err,
+                                   (int)sizeof err);
+  if (!counts) {
+    lua_pushstring(L, err);
+    return lua_error(L);
+  }
+  mend_json_push(L, counts);
+  json_decref(counts);
+  return 1;
+}
+
 /* mend.isatty(fd) for the CLI's choice of output.  [-0, +1, -] */
 static int l_isatty(lua_State *L) {
   lua_pushboolean(L, isatty((int)luaL_optinteger(L, 1, 1)));
@@ -788,7 +803,7 @@ int mend_lua_open(lua_State *L) {
   static const luaL_Reg funcs[] = {
     {"retryable", l_retryable}, {"fatal", l_fatal}, {"compensable", l_compensable},
     {"is_error", l_is_error}, {"sleep", l_sleep}, {"exec", l_exec}, {"http", l_http}, {"engine", l_engine},
-    {"isatty", l_isatty}, {"listdir", l_listdir}, {"_call", l_call}, {NULL, NULL}};
+    {"isatty", l_isatty}, {"listdir", l_listdir}, {"copy", l_copy}, {"_call", l_call}, {NULL, NULL}};
   mend_lerror_open(L);
   if (luaL_newmetatable(L, ENGINE_MT)) {
     luaL_newlib(L, engine_methods);

@@ -524,4 +524,13 @@ static inline int mend_store_owner(mend_store *s, const char *id, char *owner_ou
   return MEND_STORE_M(s)->owner(s, id, owner_out, owner_len, lease_left);
 }
 
+/* new: pg-views */
+/* `mend copy`: every run, step, history row, breaker, dead letter, workflow version, inbox
+ * event and audit row of the SQLite store at `from` into the empty PostgreSQL store `to`
+ * (a libpq URI; its schema made or checked by the PostgreSQL store's open), in one
+ * transaction committed only when every count matches. Refused while a worker's lease on
+ * `from` lasts, and when `to` has rows. Nobody holds a run after. Returns the counts copied
+ * ({"runs": n, ...}) or NULL with a message in err (naming no password). src/store/pg/pg_copy.c */
+json_t *mend_store_copy(const char *from, const char *to, char *err, int errlen);
+
 #endif

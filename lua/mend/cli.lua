@@ -64,7 +64,7 @@ end
 
 -- The read-only commands must not create a database where there was none.
 local function existing_db(path)
-  if path ~= ":memory:" and not path:match("^file:") then
+  if path ~= ":memory:" and not path:match("^file:") and not path:match("^postgres") then
     local f = io.open(path, "rb")
     if not f then fail("no database %s", path) end
     f:close()
@@ -418,6 +418,21 @@ local function cmd_workflows(o)
     if o.json then out("%s\n", encode_list(list)) else print_workflows(list) end
     return EXIT_OK
   end)
+end
+
+-- mend copy: the whole store, into an empty PostgreSQL one (the counts are checked there).
+local COPY_ORDER = { "runs", "steps", "history", "breakers", "dlq", "workflow_versions", "inbox",
+                     "audit" }
+local function cmd_copy(o)
+  if not o.from then usage_error("copy", "--from is required (the SQLite database)") end
+  if not o.to then usage_error("copy", "--to is required (postgres://...)") end
+  existing_db(o.from)
+  local counts = mend.copy(o.from, o.to)
+  if o.json then out("%s\n", json.encode(counts)) return EXIT_OK end
+  local parts = {}
+  for _, t in ipairs(COPY_ORDER) do parts[#parts + 1] = ("%s %d"):format(t, counts[t] or 0) end
+  out("copied %s\n", table.concat(parts, ", "))
+  return EXIT_OK
 end
 
 -- The version `mend upgrade` moves runs to: the one the file given has (loading it here
@@ -856,6 +871,21 @@ local commands = {
            "  --json           print a JSON array\n",
     action = cmd_runs,
   },
+  copy = {
+    args = {},
+    flags = { from = "value", to = "value", json = "switch" },
+    usage = "mend copy --from PATH --to postgres://... [--json]",
+    help = "Copies a SQLite store into a new PostgreSQL one, to move workers onto many machines:\n" ..
+           "runs, steps, history, breakers, dead letters, workflow versions (with their\n" ..
+           "scripts), events and the audit, in one transaction that commits only if every\n" ..
+           "count matches. Stop every worker first: refused while a worker's lease on the\n" ..
+           "source lasts, and when the target already has runs. The source is only read.\n" ..
+           "After the copy nobody holds a run: the workers started on PostgreSQL claim them.\n\n" ..
+           "  --from PATH      the SQLite database (at this mend's schema: open it once first)\n" ..
+           "  --to URI         the PostgreSQL database (a libpq URI; its schema is created)\n" ..
+           "  --json           print the counts as JSON\n",
+    action = cmd_copy,
+  },
   prune = {
     args = {},
     flags = { db = "value", json = "switch", status = "value", ["older-than"] = "value",
@@ -926,6 +956,7 @@ Commands:
   workflows     list workflow versions and their unfinished runs
   upgrade RUN   move unfinished runs to another version (--workflow W, --to V, --file F)
   prune         remove runs that ended long ago (--older-than 30d, --dry-run)
+  copy          copy a SQLite store into a new PostgreSQL one (--from, --to)
   repl          an interactive shell: use a workflow, start, advance the clock, inspect
 
 Run 'mend <command> --help' for a command's options; 'mend --version' prints the version.

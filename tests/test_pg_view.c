@@ -1,0 +1,299 @@
+/*
+ * test_pg_view: the PostgreSQL store's views (src/store/pg/pg_view.c) return what the SQLite
+ * store's return for the same rows, and mend copy's core (pg_copy.c) moves those rows. A
+ * SQLite store is written through the store API with runs of every kind (finished, failed,
+ * waiting with a step in flight and one not begun, dead-lettered, compensated), breakers,
+ * audit rows, events and versions; it is copied into a fresh database of the test cluster
+ * (MEND_TEST_PG, tests/pg/cluster.sh run), and every view is compared with json_equal.
+ *
+ * argv[1]: tests/pg/schema.sql, the agreed tables, for a build without the PostgreSQL store
+ * (whose open makes them otherwise).
+ */
+#include <libpq-fe.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "store.h"
+#include "store/pg/pg_copy.h"
+#include "store/pg/pg_view.h"
+#include "store/store_int.h"   /* MEND_SCHEMA_VERSION: the copy must read the current schema */
+
+_Static_assert(MEND_COPY_SQLITE_SCHEMA == MEND_SCHEMA_VERSION,
+               "pg_copy.c reads the columns of another SQLite schema: update its SELECTs");
+
+static char err[1024];
+
+static void same(const char *what, json_t *sqlite_v, json_t *pg_v) {
+  int eq = sqlite_v && pg_v && json_equal(sqlite_v, pg_v);
+  CHECK(eq);
+  if (!eq) {
+    char *a = sqlite_v ? json_dumps(sqlite_v, JSON_SORT_KEYS | JSON_INDENT(1)) : NULL;
+    char *b = pg_v ? json_dumps(pg_v, JSON_SORT_KEYS | JSON_INDENT(1)) : NULL;
+    fprintf(stderr, "%s differs (pg error: %s)\n--- sqlite:\n%s\n--- postgresql:\n%s\n", what,
+            pg_v ? "" : err, a ? a : "(null)", b ? b : "(null)");
+    free(a);
+    free(b);
+  }
+  json_decref(sqlite_v);
+  json_decref(pg_v);
+}
+
+/* uri with its database replaced by db. */
+static char *with_db(const char *uri, const char *db) {
+  static char out[1024];
+  const char *host = strstr(uri, "://");
+  const char *slash = host ? strchr(host + 3, '/') : NULL;
+  const char *q = strchr(uri, '?');
+  size_t keep = slash ? (size_t)(slash - uri) : (q ? (size_t)(q - uri) : strlen(uri));
+  snprintf(out, sizeof out, "%.*s/%s%s", (int)keep, uri, db, q ? q : "");
+  return out;
+}
+
+static int run_sql(PGconn *c, const char *sql) {
+  PGresult *r = PQexec(c, sql);
+  int ok = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK;
+  if (!ok) fprintf(stderr, "sql failed: %s: %s\n", sql, PQerrorMessage(c));
+  PQclear(r);
+  return ok ? 0 : -1;
+}
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  static char text[1 << 16];
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[n] = 0;
+  return text;
+}
+
+static mend_run_rec run_rec(const char *id, const char *wf, const char *version,
+                            const char *status, double created) {
+  mend_run_rec r = {.id = id, .workflow = wf, .version = version, .source = "wf/order.lua",
+                    .status = status, .input = "{\"order\":42,\"items\":[1,2.5],\"s\":\"a\\tb\\n\"}",
+                    .created = created, .updated = created + 0.25,
+                    .step_names = "[\"reserve\",\"charge\",\"ship\"]",
+                    .script = "return { name = 'order' }\n"};
+  return r;
+}
+
+static mend_step_rec step_rec(const char *run, int idx, const char *name, const char *status,
+                              double at) {
+  mend_step_rec st = {.run_id = run, .idx = idx, .name = name, .status = status,
+                      .attempts = 1, .due = -1, .last_delay = -1, .updated = at};
+  return st;
+}
+
+static void history(mend_store *s, const char *run, const char *step, double at,
+                    const char *event, const char *from, const char *to, int attempt,
+                    const char *error, double delay, const char *detail) {
+  mend_history_rec h = {.run_id = run, .step = step, .at = at, .event = event,
+                        .from_status = from, .to_status = to, .attempt = attempt,
+                        .error = error, .delay = delay, .detail = detail};
+  CHECK_EQ_INT(mend_store_append_history(s, &h), 0);
+}
+
+/* The rows: five runs of two workflows (three versions), of every kind a person looks at. */
+static void fill(mend_store *s) {
+  double t0 = 1765000000.123456789;
+  mend_store_set_worker(s, "host-a:1:0");
+  mend_run_rec r = run_rec("01aaaaaaaa000001", "order", "v1", "succeeded", t0);
+  r.run_key = "order-17";
+  CHECK_EQ_INT(mend_store_insert_run(s, &r), 0);
+  for (int i = 0; i < 3; i++) {
+    static const char *const names[] = {"reserve", "charge", "ship"};
+    mend_step_rec st = step_rec(r.id, i, names[i], "succeeded", t0 + i);
+    st.result = i == 1 ? "{\"charge\":\"ch_1\",\"amount\":12.5}" : NULL;
+    if (i == 1) { st.idem_key = "charge-order-42"; st.custom_key = 1; st.attempts = 2; }
+    CHECK_EQ_INT(mend_store_put_step(s, &st), 0);
+    history(s, r.id, names[i], t0 + i, "step", "pending", "running", 1, NULL, -1, NULL);
+    history(s, r.id, names[i], t0 + i + 0.5, "step", "running", "succeeded", 1, NULL, -1, NULL);
+  }
+  history(s, r.id, NULL, t0 + 3, "run", "running", "succeeded", 0, NULL, -1, NULL);
+
+  mend_run_rec f = run_rec("01aaaaaaaa000002", "order", "v1", "failed", t0);   /* same created */
+  f.error = "card declined";
+  CHECK_EQ_INT(mend_store_insert_run(s, &f), 0);
+  CHECK_EQ_INT(mend_store_update_run(s, f.id, "failed", "card declined", 1, t0 + 9, "fatal"), 0);
+  mend_step_rec fs = step_rec(f.id, 0, "reserve", "failed", t0 + 1);
+  fs.error = "fatal: card declined";
+  fs.last_delay = 1.5;
+  CHECK_EQ_INT(mend_store_put_step(s, &fs), 0);
+  history(s, f.id, "reserve", t0 + 1, "attempt_failed", "running", "retry_wait", 1,
+          "timeout", 1.5, "{\"kind\":\"retryable\"}");
+
+  mend_run_rec w = run_rec("01aaaaaaaa000003", "order", "v2", "running", t0 + 10);
+  CHECK_EQ_INT(mend_store_insert_run(s, &w), 0);
+  mend_step_rec ws = step_rec(w.id, 0, "reserve", "succeeded", t0 + 11);
+  CHECK_EQ_INT(mend_store_put_step(s, &ws), 0);
+  mend_step_rec wc = step_rec(w.id, 1, "charge", "retry_wait", t0 + 12);
+  wc.due = t0 + 100;
+  wc.last_delay = 2;
+  CHECK_EQ_INT(mend_store_put_step(s, &wc), 0);
+  /* an attempt begun since its row: in flight, in history only */
+  history(s, w.id, "charge", t0 + 13, "step", "retry_wait", "running", 2, NULL, -1, NULL);
+  CHECK_EQ_INT(mend_store_send_event(s, w.id, "approved", "{\"by\":\"ann\"}", "k1", t0 + 14), 0);
+  CHECK_EQ_INT(mend_store_send_event(s, w.id, "approved", NULL, NULL, t0 + 15), 0);
+
+  mend_run_rec d = run_rec("01aaaaaaaa000004", "ship", "s1", "needs_attention", t0 + 20);
+  d.source = "wf/ship.lua";
+  d.step_names = "[\"label\",\"pickup\"]";
+  d.script = NULL;
+  CHECK_EQ_INT(mend_store_insert_run(s, &d), 0);
+  CHECK_EQ_INT(mend_store_update_run(s, d.id, "needs_attention", "compensation failed", 1,
+                                     t0 + 21, "compensation_failed"), 0);
+  mend_step_rec dl = step_rec(d.id, 0, "label", "compensation_failed", t0 + 21);
+  dl.due = 1.0 / 0.0;   /* a wait of math.huge */
+  CHECK_EQ_INT(mend_store_put_step(s, &dl), 0);
+  mend_dlq_rec q = {.run_id = d.id, .reason = "compensation_failed", .step = "label",
+                    .error = "printer on fire", .detail = "{\"tries\":3}", .at = t0 + 21};
+  CHECK_EQ_INT(mend_store_put_dlq(s, &q), 0);
+
+  mend_run_rec c = run_rec("01aaaaaaaa000005", "order", "v2", "compensated", t0 + 30);
+  CHECK_EQ_INT(mend_store_insert_run(s, &c), 0);
+  CHECK_EQ_INT(mend_store_request_cancel(s, c.id), 0);
+
+  mend_breaker b = {.state = MEND_BREAKER_OPEN, .failures = 5, .successes = 0,
+                    .opened_at = t0 + 5, .open_until = t0 + 35};
+  CHECK_EQ_INT(mend_store_put_breaker(s, "payments", &b, t0 + 5), 0);
+  mend_breaker b2 = {.state = MEND_BREAKER_CLOSED};
+  CHECK_EQ_INT(mend_store_put_breaker(s, "Labels", &b2, t0 + 6), 0);
+  CHECK_EQ_INT(mend_store_audit(s, t0 + 40, "ann@host", "breaker_reset", "payments", NULL), 0);
+  CHECK_EQ_INT(mend_store_audit(s, t0 + 41, "bob@host", "breaker_open", "Labels",
+                                "{\"for\":30}"), 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+}
+
+int main(int argc, char **argv) {
+  const char *admin = getenv("MEND_TEST_PG");
+  if (!admin || !*admin || argc < 2) {
+    fprintf(stderr, "test_pg_view: needs MEND_TEST_PG (tests/pg/cluster.sh run) and schema.sql\n");
+    return 1;
+  }
+  PGconn *a = PQconnectdb(admin);
+  if (PQstatus(a) != CONNECTION_OK) {
+    fprintf(stderr, "connect: %s", PQerrorMessage(a));
+    return 1;
+  }
+  run_sql(a, "DROP DATABASE IF EXISTS mend_pg_view WITH (FORCE)");
+  CHECK_EQ_INT(run_sql(a, "CREATE DATABASE mend_pg_view"), 0);
+  PGconn *c = PQconnectdb(with_db(admin, "mend_pg_view"));
+  CHECK(PQstatus(c) == CONNECTION_OK);
+  /* The PostgreSQL store's own tables where this build has it; else the agreed ones. */
+  mend_store *made = mend_store_open(with_db(admin, "mend_pg_view"), MEND_DURABILITY_FULL, err,
+                                     sizeof err);
+  if (made) {
+    mend_store_close(made);
+  } else {
+    const char *schema = slurp(argv[1]);
+    CHECK(schema != NULL);
+    if (!schema || PQstatus(c) != CONNECTION_OK || run_sql(c, schema) != 0)
+      return check_done("pg_view");
+  }
+
+  char dir[] = "/tmp/mend_pg_view.XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  char path[256];
+  snprintf(path, sizeof path, "%s/src.db", dir);
+  mend_store *s = mend_store_open(path, MEND_DURABILITY_FULL, err, sizeof err);
+  CHECK(s != NULL);
+  if (!s) { fprintf(stderr, "open: %s\n", err); return check_done("pg_view"); }
+  fill(s);
+  /* a run started in the open batch: the copy reads committed rows only, as SQLite does */
+
+  sqlite3 *src = NULL;
+  CHECK_EQ_INT(sqlite3_open_v2(path, &src, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  json_t *counts = mend__pg_copy_into(src, c, err, sizeof err);
+  CHECK(counts != NULL);
+  if (!counts) fprintf(stderr, "copy: %s\n", err);
+  CHECK_EQ_INT(json_integer_value(json_object_get(counts, "runs")), 5);
+  CHECK_EQ_INT(json_integer_value(json_object_get(counts, "history")), 9);
+  CHECK_EQ_INT(json_integer_value(json_object_get(counts, "workflow_versions")), 3);
+  CHECK_EQ_INT(json_integer_value(json_object_get(counts, "inbox")), 2);
+  json_decref(counts);
+  /* a second copy into the same (now full) store is refused, and writes nothing */
+  json_t *again = mend__pg_copy_into(src, c, err, sizeof err);
+  CHECK(again == NULL);
+  CHECK(strstr(err, "not empty") != NULL);
+  json_decref(again);
+
+  static const char *const ids[] = {"01aaaaaaaa000001", "01aaaaaaaa000002", "01aaaaaaaa000003",
+                                    "01aaaaaaaa000004", "01aaaaaaaa000005"};
+  char what[64];
+  for (int i = 0; i < 5; i++) {
+    int nf = -1;
+    snprintf(what, sizeof what, "run %s", ids[i]);
+    same(what, mend_store_run(s, ids[i]), mend__pg_view_run(c, ids[i], err, sizeof err, &nf));
+    CHECK_EQ_INT(nf, 0);
+    snprintf(what, sizeof what, "history %s", ids[i]);
+    same(what, mend_store_history(s, ids[i]), mend__pg_view_history(c, ids[i], err, sizeof err));
+    snprintf(what, sizeof what, "inbox %s", ids[i]);
+    same(what, mend_store_inbox(s, ids[i]), mend__pg_view_inbox(c, ids[i], err, sizeof err));
+  }
+  int nf = 0;
+  json_t *none = mend__pg_view_run(c, "nope", err, sizeof err, &nf);
+  CHECK(none == NULL);
+  CHECK_EQ_INT(nf, 1);
+  CHECK_STR(err, "no run nope");
+  CHECK_EQ_INT(PQtransactionStatus(c), PQTRANS_IDLE);
+
+  same("dlq", mend_store_dlq(s), mend__pg_view_dlq(c, err, sizeof err));
+  same("breakers", mend_store_breakers(s), mend__pg_view_breakers(c, err, sizeof err));
+  same("audit", mend_store_audit_list(s), mend__pg_view_audit_list(c, err, sizeof err));
+  same("workflows", mend_store_workflows(s, NULL), mend__pg_view_workflows(c, NULL, err, sizeof err));
+  same("workflows order", mend_store_workflows(s, "order"),
+       mend__pg_view_workflows(c, "order", err, sizeof err));
+  same("runs", mend_store_runs(s, NULL, NULL, 0), mend__pg_view_runs(c, NULL, NULL, 0, err, sizeof err));
+  same("runs running", mend_store_runs(s, "running", NULL, 0),
+       mend__pg_view_runs(c, "running", NULL, 0, err, sizeof err));
+  same("runs order 2", mend_store_runs(s, NULL, "order", 2),
+       mend__pg_view_runs(c, NULL, "order", 2, err, sizeof err));
+  same("runs since, attention", mend_store_runs_where(s, NULL, NULL, 1765000000.2, 1, 0),
+       mend__pg_view_runs_where(c, NULL, NULL, 1765000000.2, 1, 0, err, sizeof err));
+
+  char *src_a = NULL, *src_b = NULL;
+  int nn = -1;
+  char *sa = mend_store_version_script(s, "order", "v2", &src_a);
+  char *sb = mend__pg_view_version_script(c, "order", "v2", &src_b, err, sizeof err, &nn);
+  CHECK(sa && sb && strcmp(sa, sb) == 0);
+  CHECK(src_a && src_b && strcmp(src_a, src_b) == 0);
+  CHECK_EQ_INT(nn, 0);
+  free(sa); free(sb); free(src_a); free(src_b);
+  CHECK(mend__pg_view_version_script(c, "ship", "s1", NULL, err, sizeof err, &nn) == NULL);
+  CHECK_EQ_INT(nn, 1);
+
+  /* Reads inside an open transaction see its writes and leave it open. */
+  CHECK_EQ_INT(run_sql(c, "BEGIN"), 0);
+  CHECK_EQ_INT(run_sql(c, "UPDATE runs SET status = 'succeeded' WHERE id = '01aaaaaaaa000003'"), 0);
+  json_t *seen = mend__pg_view_run(c, "01aaaaaaaa000003", err, sizeof err, &nf);
+  CHECK_STR(json_string_value(json_object_get(seen, "status")), "succeeded");
+  json_decref(seen);
+  CHECK_EQ_INT(PQtransactionStatus(c), PQTRANS_INTRANS);
+  json_t *busy = mend__pg_view_prune(c, 1e12, NULL, 0, err, sizeof err);
+  CHECK(busy == NULL);
+  CHECK_EQ_INT(run_sql(c, "ROLLBACK"), 0);
+
+  /* prune: the same counts, dry and for real, and the same runs left */
+  double before = 1765000000.123456789 + 20;
+  same("prune dry", mend_store_prune(s, before, NULL, 1),
+       mend__pg_view_prune(c, before, NULL, 1, err, sizeof err));
+  same("prune failed", mend_store_prune(s, before, "failed", 0),
+       mend__pg_view_prune(c, before, "failed", 0, err, sizeof err));
+  same("prune", mend_store_prune(s, 1e12, NULL, 0), mend__pg_view_prune(c, 1e12, NULL, 0, err, sizeof err));
+  same("runs after prune", mend_store_runs(s, NULL, NULL, 0),
+       mend__pg_view_runs(c, NULL, NULL, 0, err, sizeof err));
+
+  sqlite3_close(src);
+  mend_store_close(s);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  CHECK_EQ_INT(system(cmd), 0);
+  PQfinish(c);
+  run_sql(a, "DROP DATABASE IF EXISTS mend_pg_view WITH (FORCE)");
+  PQfinish(a);
+  return check_done("pg_view");
+}
