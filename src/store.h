@@ -57,6 +57,10 @@
  *        step that consumed it)) (schema 10): events sent to runs, consumed once each, in seq
  *        order; + index on (run_id, name, seq) of those not consumed. steps.awaits (schema
  *        10): the event a waiting step waits for
+ *   tokens(token TEXT PRIMARY KEY, run_id TEXT, step TEXT, attempt INTEGER, made REAL, used
+ *        REAL, outcome TEXT (JSON)) (schema 11): completion tokens, one an attempt that asked
+ *        for one (UNIQUE(run_id, step, attempt)); used once. runs.parent_run, runs.parent_step
+ *        (schema 11): the run and step that started a child run (indexed where set)
  *   runs also has cancel_requested INTEGER: a cancel asked for by another process (indexed by
  *        owner where set)
  * Nullable text fields are passed as NULL; a delay or due time of < 0 is stored as NULL.
@@ -67,7 +71,7 @@
 #include <jansson.h>
 #include "breaker.h"
 
-#define MEND_SCHEMA_VERSION 10
+#define MEND_SCHEMA_VERSION 11
 
 typedef struct mend_store mend_store;
 
@@ -357,5 +361,30 @@ void    mend_store_repairing(mend_store *s, int on);
 /* 1 and the owner ("" if none) and its lease_until (-1 if none); 0 no run; -1 error. */
 int     mend_store_owner(mend_store *s, const char *id, char *owner_out, int owner_len,
                          double *lease_until);
+
+/* new: tokens */
+/* Completion tokens (schema 11). put: records the token of a run's step's attempt at once in
+ * the open batch (a caller commits it); 0, -1 error. of_attempt: that attempt's token if it
+ * has one: 1 and *token (malloc'ed), 0 none, -1 error. */
+int     mend_store_put_token(mend_store *s, const char *token, const char *run_id,
+                             const char *step, int attempt, double made);
+int     mend_store_token_of_attempt(mend_store *s, const char *run_id, const char *step,
+                                    int attempt, char **token);
+/* The token's row {token, run_id, step, attempt, made, used, outcome} or NULL: none (errmsg
+ * empty) or an error (errmsg says). */
+json_t *mend_store_token(mend_store *s, const char *token);
+/* Marks it used with its outcome (JSON text), in the open batch: 0 done, 1 it was used
+ * already (nothing written), -1 error. */
+int     mend_store_use_token(mend_store *s, const char *token, const char *outcome, double at);
+/* Child runs (schema 11). set_parent: names the parent of a run, in the open batch. children:
+ * [{run_id, step, workflow, status}] of a parent, in the order started. */
+int     mend_store_set_parent(mend_store *s, const char *id, const char *parent,
+                              const char *parent_step);
+json_t *mend_store_children(mend_store *s, const char *parent);
+/* Reopens a child run that succeeded so that its own saga is reversed (its parent
+ * compensates): status compensating with `reason`, held by `owner` (NULL: nobody), in the
+ * open batch. 1 reopened, 0 it had not succeeded (nothing written), -1 error. */
+int     mend_store_reopen_run(mend_store *s, const char *id, const char *reason,
+                              const char *owner, double at);
 
 #endif
