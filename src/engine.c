@@ -287,7 +287,7 @@ void mend__write_step(mend_run *r, int i) {
     .attempts = st->attempts, .comp_attempts = st->comp_attempts, .idem_key = idem_key,
     .custom_key = st->custom_key, .result = st->result, .error = st->error, .due = st->due,
     .last_delay = st->last_delay, .updated = mend_engine_now(r->E), .slept = st->slept,
-    .awaits = st->status == MEND_STEP_WAITING ? r->wf->steps[i].wait_for : NULL};
+    .awaits = mend__awaits(r, i)};
   if ((new_row ? mend_store_put_step : mend_store_update_step)(r->E->store, &rec)) mend__store_failed(r->E);
   else st->has_row = 1;
 }
@@ -354,6 +354,8 @@ void mend__run_to(mend_run *r, mend_run_status to) {
     mend__store_failed(r->E);
   mend__history(r, NULL, "run", from, mend_run_status_name(to), 0, NULL, -1, r->reason);
   log_transition(r, NULL, 0, from, mend_run_status_name(to), NULL);
+  if (r->is_child && (mend_run_status_final(to) || to == MEND_RUN_NEEDS_ATTENTION))
+    mend__child_ended(r, to);
 }
 
 void mend__dead_letter(mend_run *r, const char *reason, int step, const char *error,

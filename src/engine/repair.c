@@ -122,6 +122,7 @@ int mend__cancel_now(mend_run *r, const char *who, char *err, int errlen) {
   int i = r->cur;
   step_rt *st = i < r->wf->nsteps ? &r->steps[i] : NULL;
   int was_running = r->co != NULL || (st && st->status == MEND_STEP_RUNNING);
+  int child_waits = st && st->status == MEND_STEP_WAITING && r->wf->steps[i].child;
   mend__give_back(r, r->queued, was_running);
   mend__end_attempt(r);
   mend_timer_disarm(&E->timers, &r->wait);
@@ -144,6 +145,7 @@ int mend__cancel_now(mend_run *r, const char *who, char *err, int errlen) {
     r->cur = i - 1;
     mend__queue(r, ACT_ADVANCE);
   }
+  if (child_waits) mend__cancel_child(r, i, who);   /* once this run no longer waits for it */
   return E->broken ? mend_errorf(err, errlen, "%s", E->errmsg) : 0;
 }
 
