@@ -165,8 +165,15 @@ local WAITS = { sleeping = true, retry_wait = true, breaker_open = true, compens
 -- "b sleeping, due 2026-12-03 15:55:32.769 UTC (in 12 s)" for each step waiting for a time.
 local function due_lines(st, now)
   local lines = {}
+  local child_of = {}
+  for _, c in ipairs(st.children or {}) do child_of[c.step] = c end
   for _, s in ipairs(st.steps or {}) do
     local what = present(s.awaits) and (" for event " .. s.awaits) or ""
+    if child_of[s.name] then
+      what = (" for child run %s (%s)"):format(child_of[s.name].run_id, child_of[s.name].workflow)
+    elseif s.awaits == "token" then
+      what = " for a token"
+    end
     if unfinished(st) and WAITS[s.status] and present(s.due) then
       lines[#lines + 1] = ("%s %s%s, due %s (%s)"):format(s.name, s.status, what, fmt_time(s.due),
                                                        fmt_due(s.due, now))
@@ -204,6 +211,15 @@ local function print_status(st, now)
     out("  %s\n", join(parts))
   end
   for _, line in ipairs(due_lines(st, now)) do out("  due: %s\n", line) end
+  if present(st.parent_run) then
+    out("parent:\n  %s (step %s)\n", st.parent_run, present(st.parent_step) and st.parent_step or "?")
+  end
+  if st.children and #st.children > 0 then
+    out("children:\n")
+    for _, c in ipairs(st.children) do
+      out("  %-16s %-16s %-18s %s\n", c.step or "?", c.run_id, c.workflow or "?", c.status or "?")
+    end
+  end
 end
 
 local function fmt_age(seconds)
