@@ -65,11 +65,14 @@ local render = {
   end,
   step = function(e)
     local parts = { ("%-28s"):format(transition(e)) }
-    if e.to == "waiting" and present(e.detail) then parts[#parts + 1] = "for event " .. e.detail end
+    -- from pending: an event's name; from running: what the step started waiting for after
+    -- its execute (a token, a child run)
+    local waits = e.to == "waiting" and present(e.detail)
+    if waits then parts[#parts + 1] = (e.from == "running" and "for " or "for event ") .. e.detail end
     if present(e.attempt) and e.attempt > 0 then parts[#parts + 1] = "attempt " .. e.attempt end
     if present(e.delay) then parts[#parts + 1] = "delay " .. fmt_seconds(e.delay) end
     if present(e.error) then parts[#parts + 1] = fmt_error(e.error) end
-    if present(e.detail) then parts[#parts + 1] = "[" .. tostring(e.detail) .. "]" end   -- e.g. mend.http's requests
+    if present(e.detail) and not waits then parts[#parts + 1] = "[" .. tostring(e.detail) .. "]" end   -- e.g. mend.http's requests
     return join(parts)
   end,
   breaker = function(e)

@@ -88,24 +88,48 @@ void mend__start_child(mend_run *r, int i) {
   if (E->runs != head && E->runs && strcmp(E->runs->id, id) == 0) E->runs->is_child = 1;
   if (mend_store_set_parent(E->store, id, r->id, def->name)) mend__store_failed(E);
   char detail[300];
-  snprintf(detail, sizeof detail, "child %s %s%s", def->child, id, existed ? " (started before)" : "");
+  snprintf(detail, sizeof detail, "child run %s (%s)%s", id, def->child, existed ? ", started before" : "");
   mend__step_to(r, i, MEND_STEP_WAITING, NULL, -1, detail);
   r->wait_kind = WAIT_EVENT;
   mend__take_child(r, i);   /* a child started before may have ended already */
 }
 
+/* Puts a child's end in its parent's inbox, in this batch, and wakes the parent when it is
+ * held here and waits for it. row: the child's stored run (its links); results: a JSON
+ * object (taken), or NULL. */
+static void tell_parent(mend_engine *E, const char *id, json_t *row, const char *status,
+                        int undo, const char *error, json_t *results) {
+  const char *parent = json_string_value(json_object_get(row, "parent_run"));
+  const char *pstep = json_string_value(json_object_get(row, "parent_step"));
+  if (!parent || !pstep) {
+    json_decref(results);
+    return;
+  }
+  json_t *p = json_pack("{s:s, s:s, s:s, s:b, s:s?, s:o}", "child", id, "step", pstep,
+                        "status", status, "undo", undo, "error", error,
+                        "results", results ? results : json_object());
+  char *text = p ? json_dumps(p, JSON_COMPACT) : NULL;
+  json_decref(p);
+  char key[MEND_RUN_ID_LEN + 8];
+  snprintf(key, sizeof key, "%s%s", id, undo ? "/undone" : "");
+  if (!text || mend_store_send_event(E->store, parent, CHILD_EVENT, text, key, mend_engine_now(E)) < 0)
+    mend__store_failed(E);
+  free(text);
+  mend_run *pr = find_run(E, parent);
+  if (pr && pr->wait_kind == WAIT_EVENT && pr->cur >= 0 && pr->cur < pr->wf->nsteps &&
+      pr->wf->steps[pr->cur].child)
+    mend__take_child(pr, pr->cur);
+}
+
 /* The child run r reached `to`, an end (or the dead-letter queue, when its parent waits for
- * its compensation): its parent hears of it through its inbox, in this batch. */
+ * its compensation): its parent hears of it. */
 void mend__child_ended(mend_run *r, mend_run_status to) {
   mend_engine *E = r->E;
   int undo = r->reason && strcmp(r->reason, UNDO_REASON) == 0;
   if (to == MEND_RUN_NEEDS_ATTENTION && !undo) return;   /* a person may yet retry it */
   json_t *row = mend_store_run(E->store, r->id);
-  const char *parent = row ? json_string_value(json_object_get(row, "parent_run")) : NULL;
-  const char *pstep = row ? json_string_value(json_object_get(row, "parent_step")) : NULL;
-  if (!parent || !pstep) {
-    if (!row) mend__store_failed(E);
-    json_decref(row);
+  if (!row) {
+    mend__store_failed(E);
     return;
   }
   json_t *results = json_object();
@@ -113,23 +137,23 @@ void mend__child_ended(mend_run *r, mend_run_status to) {
     json_t *v = r->steps[i].result ? json_loads(r->steps[i].result, JSON_DECODE_ANY, NULL) : NULL;
     json_object_set_new(results, mend__step_name(r, i), v ? v : json_null());
   }
-  json_t *p = json_pack("{s:s, s:s, s:s, s:b, s:s?, s:o}", "child", r->id, "step", pstep,
-                        "status", mend_run_status_name(to), "undo", undo, "error", r->error,
-                        "results", results);
-  char *text = p ? json_dumps(p, JSON_COMPACT) : NULL;
-  json_decref(p);
-  char key[MEND_RUN_ID_LEN + 8];
-  snprintf(key, sizeof key, "%s%s", r->id, undo ? "/undone" : "");
-  char pid[MEND_RUN_ID_LEN];
-  snprintf(pid, sizeof pid, "%s", parent);
+  tell_parent(E, r->id, row, mend_run_status_name(to), undo, r->error, results);
   json_decref(row);
-  if (!text || mend_store_send_event(E->store, pid, CHILD_EVENT, text, key, mend_engine_now(E)) < 0)
+}
+
+/* A person resolved child run `id` by hand (it was in the dead-letter queue): going forward
+ * its parent's step fails; a compensation settled by hand counts as done. */
+void mend__child_resolved(mend_engine *E, const char *id) {
+  json_t *row = mend_store_run(E->store, id);
+  if (!row) {
     mend__store_failed(E);
-  free(text);
-  mend_run *pr = find_run(E, pid);
-  if (pr && pr->wait_kind == WAIT_EVENT && pr->cur >= 0 && pr->cur < pr->wf->nsteps &&
-      pr->wf->steps[pr->cur].child)
-    mend__take_child(pr, pr->cur);
+    return;
+  }
+  const char *reason = json_string_value(json_object_get(row, "reason"));
+  int undo = reason && strcmp(reason, UNDO_REASON) == 0;
+  tell_parent(E, id, row, undo ? "compensated" : "resolved", undo,
+              json_string_value(json_object_get(row, "error")), NULL);
+  json_decref(row);
 }
 
 /* The outcome of step i's child, from the inbox, when it is there: 1 taken (in this batch), 0
@@ -203,7 +227,7 @@ void mend__undo_child(mend_run *r, int i) {
   }
   r->wait_kind = WAIT_EVENT;
   if (!find_run(E, id)) {
-    int reopened = mend_store_reopen_run(E->store, id, UNDO_REASON, E->owner, mend_engine_now(E));
+    int reopened = mend_store_reopen_run(E->store, id, UNDO_REASON, NULL, mend_engine_now(E));
     if (reopened < 0) mend__store_failed(E);
     if (reopened == 1) {
       char detail[300];
@@ -216,10 +240,10 @@ void mend__undo_child(mend_run *r, int i) {
       mend_run *c = mend__rebuild(E, id, why, sizeof why, NULL);
       if (c) {
         c->is_child = 1;
+        if (mend_store_take(E->store, id, E->owner, mend__lease_until(E))) mend__store_failed(E);
         mend__carry_on(c);
       } else {
-        /* Not loaded here: any worker that can takes it. */
-        if (mend_store_release(E->store, id, E->owner)) mend__store_failed(E);
+        /* Not loaded here: nobody's, for any worker that can to take. */
         mend_engine_log_line(E, "warn", id, NULL, 0, "child", why);
       }
     }

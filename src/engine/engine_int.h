@@ -320,6 +320,7 @@ int mend__token_due(mend_run *r, int i, char *msg, size_t len);
 /* ---- child.c: child runs (child = "workflow") */
 void mend__cancel_child(mend_run *r, int i, const char *who);
 void mend__child_ended(mend_run *r, mend_run_status to);
+void mend__child_resolved(mend_engine *E, const char *id);
 void mend__start_child(mend_run *r, int i);
 int mend__take_child(mend_run *r, int i);
 void mend__undo_child(mend_run *r, int i);

@@ -366,6 +366,7 @@ int mend_engine_resolve(mend_engine *E, const char *id, const char *who, const c
   operator_entry(E, NULL, id, "dlq resolve", who, note);
   mend_store_repairing(E->store, 0);
   if (mend_store_dlq_remove(E->store, id)) mend__store_failed(E);
+  mend__child_resolved(E, id);   /* a parent waiting for it hears of it */
   if (mend__commit_now(E)) return mend_errorf(err, errlen, "%s", E->errmsg);
   return 0;
 }

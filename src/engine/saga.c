@@ -127,6 +127,10 @@ void mend__forward(mend_run *r) {
     }
     if (!admitted && breaker_refuses(r, i)) return;
   }
+  if (def->child) {   /* running found after a crash: its start again finds the child it made */
+    mend__start_child(r, i);
+    return;
+  }
   /* pending, or running found after a crash: either way a new attempt with the same key */
   st->attempts++;
   st->due = -1;

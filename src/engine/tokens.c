@@ -100,7 +100,7 @@ void mend__await_token(mend_run *r, int i) {
   int timed = def->timeout > 0 && !isinf(def->timeout);
   st->due = timed ? mend_engine_now(E) + def->timeout : -1;
   mend__set_str(&st->result, NULL);
-  mend__step_to(r, i, MEND_STEP_WAITING, NULL, timed ? def->timeout : -1, "token");
+  mend__step_to(r, i, MEND_STEP_WAITING, NULL, timed ? def->timeout : -1, "a token");
   if (mend__take_token(r, i)) return;
   r->wait_kind = WAIT_EVENT;
   if (timed) mend__arm(r, &r->wait, st->due);
