@@ -602,7 +602,14 @@ void mend__loop_once(mend_engine *E) {
 
 int mend_engine_run(mend_engine *E) {
   E->auto_advance = 1;
-  while ((E->in_flight > 0 || mend__has_ready_work(E)) && !E->broken) mend__loop_once(E);
+  while ((E->in_flight > 0 || mend__has_ready_work(E)) && !E->broken) {
+    /* On the virtual clock, runs left waiting for the world alone (an event, a token, a child
+     * with no timeout) would wait here for ever: nothing but a caller can wake them. */
+    if (E->timers.is_virtual && !E->timers.count && !E->attempts && !E->externals &&
+        !mend__has_ready_work(E))
+      break;
+    mend__loop_once(E);
+  }
   E->auto_advance = 0;
   /* Alerts of the last runs must reach their command before a one-shot caller exits. */
   double until = mend_real_now() + 5;
