@@ -271,6 +271,41 @@ describe("mend complete and mend fail with a real worker", function()
     assert.are.equal("compensated", H.step(st, "open").status)
   end)
 
+  it("refuses with exit 1 the token of an earlier attempt, once the next one waits", function()
+    local dir, db, log = setup()
+    -- the first attempt asks for its token, then fails: the second hands out its own
+    H.write_file(dir, "ask.lua", [[
+local mend = require "mend"
+return { name = "ask", steps = {
+  { name = "approve", wait = "token", timeout = 3600,
+    retry = { max_attempts = 2, initial = 0.1, jitter = 0 },
+    execute = function(ctx)
+      ctx:log("token %s", ctx:token())
+      if ctx.attempt == 1 then error(mend.retryable("mail server busy")) end
+    end } } }
+]])
+    local rc, out = mend_cmd(db, "start ask --workflows " .. q(dir))
+    assert.are.equal(0, rc, out)
+    local id = out:match("(%S+)")
+    local pid = worker(db, dir, log)
+    H.wait_for("the second attempt's wait", function()
+      local s = approve_step(db, id)
+      return s.status == "waiting" and s.attempts == 2
+    end, 10)
+    local tokens = H.sql(db, ("SELECT token FROM tokens WHERE run_id = '%s' ORDER BY attempt"):format(id))
+    assert.are.equal(2, #tokens)
+    rc, out = mend_cmd(db, "complete " .. tokens[1])
+    assert.are.equal(1, rc)
+    assert.matches("the token is of attempt 1 of step approve, which is at attempt 2 now: a token"
+                   .. " of an earlier attempt is refused", out)
+    rc, out = mend_cmd(db, "complete " .. tokens[2] .. " --result 7")
+    assert.are.equal(0, rc, out)
+    rc, out = mend_cmd(db, "wait " .. id .. " --timeout 10")
+    H.stop_worker(pid)
+    assert.are.equal(0, rc, out .. H.read(log))
+    assert.are.equal(7, approve_step(db, id).result)
+  end)
+
   it("keeps a completion sent while no worker runs for the next worker", function()
     local dir, db, log = setup()
     local id = start(db, dir)

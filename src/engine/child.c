@@ -110,8 +110,10 @@ static void tell_parent(mend_engine *E, const char *id, json_t *row, const char 
                         "results", results ? results : json_object());
   char *text = p ? json_dumps(p, JSON_COMPACT) : NULL;
   json_decref(p);
-  char key[MEND_RUN_ID_LEN + 8];
-  snprintf(key, sizeof key, "%s%s", id, undo ? "/undone" : "");
+  /* One event an end: a child's compensation that failed, retried from the dead-letter queue,
+   * ends again, and its parent must hear of that too. */
+  char key[MEND_RUN_ID_LEN + 48];
+  snprintf(key, sizeof key, "%s%s/%s", id, undo ? "/undone" : "", status);
   if (!text || mend_store_send_event(E->store, parent, CHILD_EVENT, text, key, mend_engine_now(E)) < 0)
     mend__store_failed(E);
   free(text);
