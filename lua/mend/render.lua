@@ -96,6 +96,11 @@ local render = {
     return join({ "dead letter: " .. (e.detail or ""), fmt_error(e.error) or "" })
   end,
   log = function(e) return "log: " .. (e.detail or "") end,
+  -- a completion token's outcome taken (or one of another attempt, ignored)
+  token = function(e)
+    return join({ "token " .. (e.detail or "outcome"), present(e.error) and fmt_error(e.error) or "" })
+  end,
+  child = function(e) return e.detail or "child run ended" end,   -- "child run <id> succeeded"
   event = function(e)
     local ok, ev = pcall(json.decode, e.detail or "")
     if not (ok and type(ev) == "table") then return "event " .. (e.detail or "?") end

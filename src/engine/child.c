@@ -189,7 +189,7 @@ int mend__take_child(mend_run *r, int i) {
     }
     r->wait_kind = WAIT_NONE;
     char detail[300];
-    snprintf(detail, sizeof detail, "child %s %s", child ? child : "?", status);
+    snprintf(detail, sizeof detail, "child run %s %s", child ? child : "?", status);
     mend__history(r, def->name, "child", NULL, NULL, back ? st->comp_attempts : st->attempts,
                   NULL, -1, detail);
     const char *error = json_string_value(json_object_get(p, "error"));
@@ -228,7 +228,10 @@ void mend__undo_child(mend_run *r, int i) {
     return;
   }
   r->wait_kind = WAIT_EVENT;
-  if (!find_run(E, id)) {
+  /* A copy here that ended is one about to be let go (its last action queued): the store's
+   * run is the one reopened. One still going is being undone already. */
+  mend_run *here = find_run(E, id);
+  if (!here || mend_run_status_final(here->status)) {
     int reopened = mend_store_reopen_run(E->store, id, UNDO_REASON, NULL, mend_engine_now(E));
     if (reopened < 0) mend__store_failed(E);
     if (reopened == 1) {
