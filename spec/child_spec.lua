@@ -176,6 +176,21 @@ describe("a step with child", function()
     assert.are.same({ "refund" }, log)
   end)
 
+  it("adopts a run started by hand with the child's key, ended or not", function()
+    for _, first in ipairs { true, false } do
+      local eng, log = setup()
+      local id = eng:start("order", { id = "o7" })
+      local cid = eng:start("shipping", { order = "by-hand" }, { key = id .. "/ship" })
+      if first then eng:advance(1) end   -- else both go side by side
+      eng:run()
+      local st = eng:status(id)
+      assert.are.equal("succeeded", st.status)
+      assert.are.equal(cid, st.children[1].run_id)
+      assert.are.same({ tracking = "trk-by-hand" }, H.step(st, "ship").result.label)
+      assert.are.same({ "pack by-hand" }, log)
+    end
+  end)
+
   it("refuses bad definitions, and fails the step for a workflow not loaded", function()
     local eng = H.new_engine()
     local ok, err = pcall(eng.register, eng, H.one_step("a", { child = "x", execute = function() end }))

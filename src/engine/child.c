@@ -43,6 +43,8 @@ static int child_of(mend_run *r, int i, char id[MEND_RUN_ID_LEN]) {
   return f;
 }
 
+static void ended_before(mend_engine *E, const char *id);
+
 static void fail_now(mend_run *r, mend_error_kind kind, const char *msg) {
   mend_error_info info = {kind, msg, -1, 0, 0};
   mend__attempt_done(r, 0, &info, NULL);
@@ -86,12 +88,14 @@ void mend__start_child(mend_run *r, int i) {
     return;
   }
   if (E->runs != head && E->runs && strcmp(E->runs->id, id) == 0) E->runs->is_child = 1;
+  else if (find_run(E, id)) find_run(E, id)->is_child = 1;   /* started here before */
   if (mend_store_set_parent(E->store, id, r->id, def->name)) mend__store_failed(E);
   char detail[300];
   snprintf(detail, sizeof detail, "child run %s (%s)%s", id, def->child, existed ? ", started before" : "");
   mend__step_to(r, i, MEND_STEP_WAITING, NULL, -1, detail);
   r->wait_kind = WAIT_EVENT;
-  mend__take_child(r, i);   /* a child started before may have ended already */
+  if (existed) ended_before(E, id);
+  mend__take_child(r, i);
 }
 
 /* Puts a child's end in its parent's inbox, in this batch, and wakes the parent when it is
@@ -121,6 +125,33 @@ static void tell_parent(mend_engine *E, const char *id, json_t *row, const char 
   if (pr && pr->wait_kind == WAIT_EVENT && pr->cur >= 0 && pr->cur < pr->wf->nsteps &&
       pr->wf->steps[pr->cur].child)
     mend__take_child(pr, pr->cur);
+}
+
+/* A run of this key existed before the step started it (a run started by hand with the key):
+ * if it has ended already, no end of it will come to say so. */
+static void ended_before(mend_engine *E, const char *id) {
+  json_t *row = mend_store_run(E->store, id);
+  if (!row) {
+    mend__store_failed(E);
+    return;
+  }
+  const char *status = json_string_value(json_object_get(row, "status"));
+  mend_run_status rs;
+  if (status && mend_run_status_parse(status, &rs) == 0 && mend_run_status_final(rs) &&
+      rs != MEND_RUN_NEEDS_ATTENTION) {
+    json_t *results = json_object();
+    size_t k;
+    json_t *s;
+    json_array_foreach(json_object_get(row, "steps"), k, s) {
+      const char *name = json_string_value(json_object_get(s, "name"));
+      json_t *v = json_object_get(s, "result");
+      if (name) json_object_set(results, name, v ? v : json_null());
+    }
+    tell_parent(E, id, row, status, 0, json_string_value(json_object_get(row, "error")),
+                rs == MEND_RUN_SUCCEEDED ? results : NULL);
+    if (rs != MEND_RUN_SUCCEEDED) json_decref(results);
+  }
+  json_decref(row);
 }
 
 /* The child run r reached `to`, an end (or the dead-letter queue, when its parent waits for
