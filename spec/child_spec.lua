@@ -176,6 +176,37 @@ describe("a step with child", function()
     assert.are.same({ "refund" }, log)
   end)
 
+  it("puts the parent in the dead-letter queue when its child's compensation fails", function()
+    local eng = H.new_engine()
+    local log = {}
+    local broken = true
+    eng:register{ name = "shipping", steps = {
+      { name = "pack", execute = function() return { box = 1 } end,
+        compensate_retry = { max_attempts = 1 },
+        compensate = function() if broken then error("the warehouse is closed") end end } } }
+    eng:register(order(log))
+    local id = eng:start("order", { id = "o8", fail_last = true })
+    eng:run()
+    local st = eng:status(id)
+    local c = st.children[1]
+    assert.are.equal("needs_attention", eng:status(c.run_id).status)
+    assert.are.equal("compensation_failed", eng:status(c.run_id).reason)
+    assert.are.equal("needs_attention", st.status)
+    assert.are.equal("compensation_failed", st.reason)
+    assert.are.equal("compensation_failed", H.step(st, "ship").status)
+    assert.matches("child run " .. c.run_id .. " needs_attention", H.step(st, "ship").error)
+    assert.are.same({}, log)   -- charge is not undone past a step that could not be
+    -- the child repaired and retried; then the parent, whose compensation finds it undone
+    broken = false
+    eng:dlq_retry(c.run_id)
+    eng:run()
+    assert.are.equal("compensated", eng:status(c.run_id).status)
+    eng:dlq_retry(id)
+    eng:run()
+    assert.are.equal("compensated", eng:status(id).status)
+    assert.are.same({ "refund" }, log)
+  end)
+
   it("adopts a run started by hand with the child's key, ended or not", function()
     for _, first in ipairs { true, false } do
       local eng, log = setup()

@@ -99,25 +99,25 @@ void mend__start_child(mend_run *r, int i) {
 }
 
 /* Puts a child's end in its parent's inbox, in this batch, and wakes the parent when it is
- * held here and waits for it. row: the child's stored run (its links); results: a JSON
- * object (taken), or NULL. */
+ * held here and waits for it. row: the child's stored run (its links); seq: its history's
+ * length at this end, which makes the event's key (one event an end: a child retried from the
+ * dead-letter queue ends again); results: a JSON object (taken), or NULL. What the end means
+ * is the parent's to say, by where it stands (take_child). */
 static void tell_parent(mend_engine *E, const char *id, json_t *row, const char *status,
-                        int undo, const char *error, json_t *results) {
+                        long seq, const char *error, json_t *results) {
   const char *parent = json_string_value(json_object_get(row, "parent_run"));
   const char *pstep = json_string_value(json_object_get(row, "parent_step"));
   if (!parent || !pstep) {
     json_decref(results);
     return;
   }
-  json_t *p = json_pack("{s:s, s:s, s:s, s:b, s:s?, s:o}", "child", id, "step", pstep,
-                        "status", status, "undo", undo, "error", error,
+  json_t *p = json_pack("{s:s, s:s, s:s, s:s?, s:o}", "child", id, "step", pstep,
+                        "status", status, "error", error,
                         "results", results ? results : json_object());
   char *text = p ? json_dumps(p, JSON_COMPACT) : NULL;
   json_decref(p);
-  /* One event an end: a child's compensation that failed, retried from the dead-letter queue,
-   * ends again, and its parent must hear of that too. */
   char key[MEND_RUN_ID_LEN + 48];
-  snprintf(key, sizeof key, "%s%s/%s", id, undo ? "/undone" : "", status);
+  snprintf(key, sizeof key, "%s/%ld", id, seq);
   if (!text || mend_store_send_event(E->store, parent, CHILD_EVENT, text, key, mend_engine_now(E)) < 0)
     mend__store_failed(E);
   free(text);
@@ -147,19 +147,17 @@ static void ended_before(mend_engine *E, const char *id) {
       json_t *v = json_object_get(s, "result");
       if (name) json_object_set(results, name, v ? v : json_null());
     }
-    tell_parent(E, id, row, status, 0, json_string_value(json_object_get(row, "error")),
+    long seq = mend_store_last_history(E->store, id, NULL);
+    tell_parent(E, id, row, status, seq, json_string_value(json_object_get(row, "error")),
                 rs == MEND_RUN_SUCCEEDED ? results : NULL);
     if (rs != MEND_RUN_SUCCEEDED) json_decref(results);
   }
   json_decref(row);
 }
 
-/* The child run r reached `to`, an end (or the dead-letter queue, when its parent waits for
- * its compensation): its parent hears of it. */
+/* The child run r reached `to`, an end (the dead-letter queue too): its parent hears of it. */
 void mend__child_ended(mend_run *r, mend_run_status to) {
   mend_engine *E = r->E;
-  int undo = r->reason && strcmp(r->reason, UNDO_REASON) == 0;
-  if (to == MEND_RUN_NEEDS_ATTENTION && !undo) return;   /* a person may yet retry it */
   json_t *row = mend_store_run(E->store, r->id);
   if (!row) {
     mend__store_failed(E);
@@ -170,7 +168,7 @@ void mend__child_ended(mend_run *r, mend_run_status to) {
     json_t *v = r->steps[i].result ? json_loads(r->steps[i].result, JSON_DECODE_ANY, NULL) : NULL;
     json_object_set_new(results, mend__step_name(r, i), v ? v : json_null());
   }
-  tell_parent(E, r->id, row, mend_run_status_name(to), undo, r->error, results);
+  tell_parent(E, r->id, row, mend_run_status_name(to), r->history_seq, r->error, results);
   json_decref(row);
 }
 
@@ -182,16 +180,17 @@ void mend__child_resolved(mend_engine *E, const char *id) {
     mend__store_failed(E);
     return;
   }
-  const char *reason = json_string_value(json_object_get(row, "reason"));
-  int undo = reason && strcmp(reason, UNDO_REASON) == 0;
-  tell_parent(E, id, row, undo ? "compensated" : "resolved", undo,
-              json_string_value(json_object_get(row, "error")), NULL);
+  long seq = mend_store_last_history(E->store, id, NULL);
+  tell_parent(E, id, row, "resolved", seq, json_string_value(json_object_get(row, "error")), NULL);
   json_decref(row);
 }
 
 /* The outcome of step i's child, from the inbox, when it is there: 1 taken (in this batch), 0
- * not yet. Going forward the step waits for the child's end; going back, for the end of its
- * undoing. An outcome that is neither (a child cancelled with its parent) is consumed. */
+ * not yet. Going forward the step waits for the child's end: succeeded gives the result;
+ * compensated, failed or resolved fail the step; the dead-letter queue is no end yet (a
+ * person may retry it). Going back, for the end of its undoing: compensated (or resolved by a
+ * person) is done, the dead-letter queue or failed is a compensation that failed. Anything
+ * else (an end of another step's child, or of one cancelled) is consumed and passed over. */
 int mend__take_child(mend_run *r, int i) {
   mend_engine *E = r->E;
   step_rt *st = &r->steps[i];
@@ -213,8 +212,10 @@ int mend__take_child(mend_run *r, int i) {
     const char *step = json_string_value(json_object_get(p, "step"));
     const char *child = json_string_value(json_object_get(p, "child"));
     const char *status = json_string_value(json_object_get(p, "status"));
-    int undo = json_is_true(json_object_get(p, "undo"));
-    if (!p || !step || !status || strcmp(step, def->name) != 0 || undo != back) {
+    int done = status && (strcmp(status, "compensated") == 0 || strcmp(status, "resolved") == 0);
+    int relevant = status && (forward ? strcmp(status, "needs_attention") != 0
+                                      : strcmp(status, "succeeded") != 0);
+    if (!p || !step || !relevant || strcmp(step, def->name) != 0) {
       json_decref(p);
       continue;
     }
@@ -233,7 +234,7 @@ int mend__take_child(mend_run *r, int i) {
       free(text);
     } else if (forward) {
       fail_now(r, MEND_ERR_FATAL, msg);
-    } else if (strcmp(status, "compensated") == 0) {
+    } else if (done) {
       mend__attempt_done(r, 1, NULL, NULL);
     } else {
       /* The child's own compensation failed: retrying here would change nothing that its
