@@ -184,6 +184,30 @@ describe("a step with wait = \"token\"", function()
   end)
 end)
 
+describe("the REPL's complete() and fail()", function()
+  after_each(H.cleanup)
+
+  it("complete a token, refuse it again, and fail another", function()
+    local dir = H.tmp_dir()
+    local wf = H.write_file(dir, "tok.lua", [[
+return { name = "tok", steps = {
+  { name = "ask", wait = "token", retry = { max_attempts = 1 },
+    execute = function(ctx) LAST_TOKEN = ctx:token() end },
+  { name = "done", execute = function(ctx) return ctx.results.ask end } } }
+]])
+    local script = H.write_file(dir, "script.lua", table.concat({
+      ("use %q"):format(wf), 'id = start("tok")', "advance(1)",
+      'complete(LAST_TOKEN, { by = "alice" })', "complete(LAST_TOKEN)",
+      'id2 = start("tok")', "advance(1)", 'fail(LAST_TOKEN, "fatal", "rejected")', "" }, "\n"))
+    local rc, out = H.shell(("%s repl < %s"):format(MEND, q(script)))
+    assert.are.equal(1, rc, out)   -- the refused complete() is an error of the script
+    assert.matches("tok run %w+: succeeded", out)
+    assert.matches("ask%s+token completed", out)
+    assert.matches("complete: token of run %w+ step ask attempt 1 was used already", out)
+    assert.matches("tok run %w+: failed\n  error: fatal: rejected", out)
+  end)
+end)
+
 -- With real processes: mend start, mend worker, mend complete / fail, mend status.
 local function mend_cmd(db, args)
   return H.shell(("%s %s --db %s"):format(MEND, args, q(db)))
