@@ -381,6 +381,10 @@ int     mend_store_use_token(mend_store *s, const char *token, const char *outco
 int     mend_store_set_parent(mend_store *s, const char *id, const char *parent,
                               const char *parent_step);
 json_t *mend_store_children(mend_store *s, const char *parent);
+/* Puts event `name` in the inbox of the parent of run `child` (none: nothing), recorded in the
+ * batch like a transition of the child's (the fence drops it with them). */
+int     mend_store_child_end(mend_store *s, const char *child, const char *name,
+                             const char *payload, const char *key, double sent);
 /* Reopens a child run that succeeded so that its own saga is reversed (its parent
  * compensates): status compensating with `reason`, held by `owner` (NULL: nobody), in the
  * open batch. 1 reopened, 0 it had not succeeded (nothing written), -1 error. */

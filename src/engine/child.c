@@ -118,7 +118,7 @@ static void tell_parent(mend_engine *E, const char *id, json_t *row, const char 
   json_decref(p);
   char key[MEND_RUN_ID_LEN + 48];
   snprintf(key, sizeof key, "%s/%ld", id, seq);
-  if (!text || mend_store_send_event(E->store, parent, CHILD_EVENT, text, key, mend_engine_now(E)) < 0)
+  if (!text || mend_store_child_end(E->store, id, CHILD_EVENT, text, key, mend_engine_now(E)))
     mend__store_failed(E);
   free(text);
   mend_run *pr = find_run(E, parent);

@@ -188,6 +188,11 @@ const char *const mend__query_sql[Q__COUNT] = {
   [Q_CHILDREN] =   /* runs_parent */
     "SELECT id AS run_id, parent_step AS step, workflow, status FROM runs WHERE parent_run = ?1"
     " ORDER BY created, rowid",
+  /* A child's end, to its parent's inbox: recorded in the write log with the child's id first,
+   * so that the fence drops it with the child's other writes when the child is lost. */
+  [Q_CHILD_END] =
+    "INSERT OR IGNORE INTO inbox(run_id, name, payload, key, sent)"
+    " SELECT parent_run, ?2, ?3, ?4, ?5 FROM runs WHERE id = ?1 AND parent_run IS NOT NULL",
   /* A succeeded run is nobody's (Q_UPDATE_RUN): reopened, it is `owner`'s or any worker's. */
   [Q_REOPEN_RUN] =
     "UPDATE runs SET status = 'compensating', reason = ?2, owner = ?3, updated = ?4,"

@@ -83,6 +83,17 @@ json_t *mend_store_children(mend_store *s, const char *parent) {
   return mend__rows_array(s, q, mend__bind_text(q, 1, parent), "read child runs");
 }
 
+int mend_store_child_end(mend_store *s, const char *child, const char *name, const char *payload,
+                         const char *key, double sent) {
+  mend__rec_begin(s, Q_CHILD_END);
+  mend__rec_text(s, child);
+  mend__rec_text(s, name);
+  mend__rec_text(s, payload);
+  mend__rec_text(s, key);
+  mend__rec_real(s, sent);
+  return mend__rec_end(s);
+}
+
 int mend_store_reopen_run(mend_store *s, const char *id, const char *reason, const char *owner,
                           double at) {
   if (mend__sync_point(s) != 0 || mend__batch_begin(s) != 0) return -1;
