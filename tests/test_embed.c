@@ -525,6 +525,15 @@ static const char token_lua[] =
   "    execute = function(ctx) mend.call('hand_out', ctx:token()) end },\n"
   "  { name = 'done', execute = function(ctx) return ctx.results.ask end } } }\n";
 
+static const char token2_lua[] =
+  "local mend = require 'mend'\n"
+  "return { name = 'token2', steps = {\n"
+  "  { name = 'ask', wait = 'token', retry = { max_attempts = 2, initial = 1, jitter = 0 },\n"
+  "    execute = function(ctx)\n"
+  "      mend.call('hand_out', ctx:token())\n"
+  "      if ctx.attempt == 1 then error(mend.retryable('mail server busy')) end\n"
+  "    end } } }\n";
+
 static char handed[80];
 static void hand_out(void *ud, mend_call *call, const char *args) {
   (void)ud;
@@ -565,6 +574,23 @@ static void it_completes_tokens_through_the_c_api(void) {
   CHECK_STR(run_status(E, id2, st, sizeof st), "failed");
   CHECK(run_has(E, id2, "fatal: rejected by the host", 0));
   CHECK_EQ_INT(mend_engine_fail(E, handed, "fatal", NULL), MEND_EUSED);
+
+  /* The first attempt hands its token out, then fails: its token is refused from then on. */
+  char id3[17];
+  load(E, "token2");
+  start(E, "token2", NULL, id3);
+  CHECK_EQ_INT(mend_engine_advance_clock(E, 0.5), MEND_OK);
+  snprintf(first, sizeof first, "%s", handed);
+  CHECK(run_has(E, id3, "\"retry_wait\"", 0));
+  CHECK_EQ_INT(mend_engine_complete(E, first, NULL), MEND_ESTALE);
+  CHECK(strstr(mend_engine_errmsg(E), "attempt 1 of step ask is over (retry_wait)") != NULL);
+  CHECK_EQ_INT(mend_engine_advance_clock(E, 2), MEND_OK);
+  CHECK(strcmp(handed, first) != 0);
+  CHECK_EQ_INT(mend_engine_complete(E, first, NULL), MEND_ESTALE);
+  CHECK(strstr(mend_engine_errmsg(E), "a token of an earlier attempt is refused") != NULL);
+  CHECK_EQ_INT(mend_engine_complete(E, handed, "2"), MEND_OK);
+  CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+  CHECK_STR(run_status(E, id3, st, sizeof st), "succeeded");
   mend_engine_free(E);
 }
 
@@ -853,6 +879,7 @@ int main(void) {
   write_workflow("hold", hold_lua);
   write_workflow("wait", wait_lua);
   write_workflow("token", token_lua);
+  write_workflow("token2", token2_lua);
   write_workflow("http_call", http_call_lua);
 
   it_runs_on_its_own_loop();
@@ -871,7 +898,7 @@ int main(void) {
 
   static const char *const files[] = {"basic", "saga", "hog", "spin", "escape_os", "escape_io",
                                       "escape_c", "escape_exec", "stuck", "hold", "wait",
-                                      "http_call", "token"};
+                                      "http_call", "token", "token2"};
   for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
     char path[128];
     snprintf(path, sizeof path, "%s/%s.lua", dir, files[i]);
