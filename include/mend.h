@@ -56,8 +56,10 @@ typedef enum mend_status {
   MEND_ENOTFOUND,   /* no such run or workflow */
   MEND_ECLOCK,      /* the operation needs a virtual clock */
   MEND_ESTATE,      /* the operation makes no sense now (e.g. retrying a succeeded run) */
-  MEND_EBROKEN      /* the engine stopped for good after an internal failure (its message
+  MEND_EBROKEN,     /* the engine stopped for good after an internal failure (its message
                        says which); free it and make a new one */
+  MEND_EUSED,       /* a completion token that was completed or failed already */
+  MEND_ESTALE       /* a completion token of an attempt that no longer waits for it */
 } mend_status;
 
 /* A static description of a status code ("storage error"). */
@@ -215,6 +217,16 @@ MEND_API int mend_engine_signal(mend_engine *engine, const char *run_id, const c
 MEND_API int mend_engine_signal_by_key(mend_engine *engine, const char *run_key,
                                        const char *name, const char *payload_json,
                                        const char *key);
+/* Completes the token a step's attempt handed out (ctx:token(); the step declares wait =
+ * "token"): result_json (NULL: null) becomes the step's result. fail: the step fails as if
+ * its execute had raised an error of `kind` ("retryable", "fatal" or "compensable") with
+ * `message` (may be NULL), and its policy handles it. Durable when it returns MEND_OK.
+ * MEND_ENOTFOUND: no such token; MEND_EUSED: it was completed or failed already (a token is
+ * single use); MEND_ESTALE: it is of an attempt that no longer waits (an earlier attempt, one
+ * that timed out); MEND_ESTATE: its run has ended; MEND_EINVAL: bad JSON or kind. */
+MEND_API int mend_engine_complete(mend_engine *engine, const char *token, const char *result_json);
+MEND_API int mend_engine_fail(mend_engine *engine, const char *token, const char *kind,
+                              const char *message);
 /* Overrides a circuit breaker by hand (recorded in the audit table with `who`): op is "reset",
  * "close" or "open" (for `seconds`, <= 0: its policy's). MEND_ENOTFOUND: no such breaker. */
 MEND_API int mend_engine_override_breaker(mend_engine *engine, const char *key, const char *op,

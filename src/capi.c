@@ -68,6 +68,8 @@ MEND_API const char *mend_strerror(int status) {
     case MEND_ECLOCK: return "needs a virtual clock";
     case MEND_ESTATE: return "not possible in the run's state";
     case MEND_EBROKEN: return "the engine stopped after an internal failure";
+    case MEND_EUSED: return "the token was used already";
+    case MEND_ESTALE: return "the token is of an attempt that no longer waits for it";
     default: return "unknown error";
   }
 }
@@ -400,6 +402,29 @@ MEND_API int mend_engine_signal_by_key(mend_engine *engine, const char *run_key,
                                        const char *payload_json, const char *key) {
   if (!run_key) return MEND_EINVAL;
   return signal_status(engine, NULL, run_key, name, payload_json, key);
+}
+
+static int token_status(mend_engine *engine, const char *token, int ok, const char *result,
+                        const char *kind, const char *message) {
+  char err[1200];
+  if (!token) return MEND_EINVAL;
+  int rc = mend_engine_settle_token(engine, token, ok, result, kind, message, NULL, err, sizeof err);
+  if (rc >= 0) return MEND_OK;
+  mend_engine_note_error(engine, err);
+  return rc == MEND_TOKEN_ENOTFOUND ? MEND_ENOTFOUND
+       : rc == MEND_TOKEN_EUSED ? MEND_EUSED
+       : rc == MEND_TOKEN_ESTALE ? MEND_ESTALE
+       : rc == MEND_TOKEN_EENDED ? MEND_ESTATE
+       : rc == MEND_TOKEN_EINVAL ? MEND_EINVAL : MEND_ESTORE;
+}
+
+MEND_API int mend_engine_complete(mend_engine *engine, const char *token, const char *result_json) {
+  return token_status(engine, token, 1, result_json, NULL, NULL);
+}
+
+MEND_API int mend_engine_fail(mend_engine *engine, const char *token, const char *kind,
+                              const char *message) {
+  return token_status(engine, token, 0, NULL, kind, message);
 }
 
 MEND_API int mend_engine_retry_dead_letter(mend_engine *engine, const char *run_id, const char *who) {

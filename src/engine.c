@@ -287,7 +287,7 @@ void mend__write_step(mend_run *r, int i) {
     .attempts = st->attempts, .comp_attempts = st->comp_attempts, .idem_key = idem_key,
     .custom_key = st->custom_key, .result = st->result, .error = st->error, .due = st->due,
     .last_delay = st->last_delay, .updated = mend_engine_now(r->E), .slept = st->slept,
-    .awaits = st->status == MEND_STEP_WAITING ? r->wf->steps[i].wait_for : NULL};
+    .awaits = mend__awaits(r, i)};
   if ((new_row ? mend_store_put_step : mend_store_update_step)(r->E->store, &rec)) mend__store_failed(r->E);
   else st->has_row = 1;
 }
@@ -354,6 +354,8 @@ void mend__run_to(mend_run *r, mend_run_status to) {
     mend__store_failed(r->E);
   mend__history(r, NULL, "run", from, mend_run_status_name(to), 0, NULL, -1, r->reason);
   log_transition(r, NULL, 0, from, mend_run_status_name(to), NULL);
+  if (r->is_child && (mend_run_status_final(to) || to == MEND_RUN_NEEDS_ATTENTION))
+    mend__child_ended(r, to);
 }
 
 void mend__dead_letter(mend_run *r, const char *reason, int step, const char *error,
@@ -582,7 +584,14 @@ void mend__loop_once(mend_engine *E) {
 
 int mend_engine_run(mend_engine *E) {
   E->auto_advance = 1;
-  while ((E->in_flight > 0 || mend__has_ready_work(E)) && !E->broken) mend__loop_once(E);
+  while ((E->in_flight > 0 || mend__has_ready_work(E)) && !E->broken) {
+    /* On the virtual clock, runs left waiting for the world alone (an event, a token, a child
+     * with no timeout) would wait here for ever: nothing but a caller can wake them. */
+    if (E->timers.is_virtual && !E->timers.count && !E->attempts && !E->externals &&
+        !mend__has_ready_work(E))
+      break;
+    mend__loop_once(E);
+  }
   E->auto_advance = 0;
   /* Alerts of the last runs must reach their command before a one-shot caller exits. */
   double until = mend_real_now() + 5;

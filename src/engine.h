@@ -166,6 +166,20 @@ enum { MEND_EVENT_EINVAL = -1, MEND_EVENT_ENOTFOUND = -2, MEND_EVENT_EENDED = -3
 int mend_engine_send_event(mend_engine *E, const char *id, const char *run_key, const char *name,
                            const char *payload, const char *key, char run_id_out[MEND_RUN_ID_LEN],
                            char *err, int errlen);
+/* Completes (ok) or fails the token a step's attempt handed out (ctx:token()): result is
+ * JSON text (NULL: null) and becomes the step's result; a failure has a kind (retryable,
+ * fatal, compensable) and a message, and the step's policy handles it as if its execute had
+ * raised it. Durable when it returns 0 (the run's id in run_id_out, may be NULL); a run held
+ * here goes on at once, one held elsewhere at its holder's next poll, one nobody holds when a
+ * worker takes it. Or one of MEND_TOKEN_* with the reason in err: no such token, used already,
+ * of an attempt that is not the one waiting, the run ended. */
+enum { MEND_TOKEN_EINVAL = -1, MEND_TOKEN_ENOTFOUND = -2, MEND_TOKEN_EUSED = -3,
+       MEND_TOKEN_ESTALE = -4, MEND_TOKEN_EENDED = -5, MEND_TOKEN_ESTORE = -6 };
+int mend_engine_settle_token(mend_engine *E, const char *token, int ok, const char *result,
+                             const char *kind, const char *message,
+                             char run_id_out[MEND_RUN_ID_LEN], char *err, int errlen);
+/* The children a run's steps started: [{run_id, step, workflow, status}], or NULL (errmsg). */
+json_t *mend_engine_children(mend_engine *E, const char *id);
 int mend_engine_dlq_retry(mend_engine *E, const char *id, const char *who, char *err, int errlen);
 int mend_engine_resolve(mend_engine *E, const char *id, const char *who, const char *note,
                         char *err, int errlen);

@@ -526,6 +526,13 @@ static int engine_status(lua_State *L) {
   char owner[128];
   if (run && mend_engine_holder(b->E, id, owner, sizeof owner) == 1)
     json_object_set_new(run, "held_by", json_string(owner));
+  json_t *children = run ? mend_engine_children(b->E, id) : NULL;
+  if (run && !children) {
+    json_decref(run);
+    run = NULL;
+  }
+  if (children && json_array_size(children)) json_object_set_new(run, "children", children);
+  else json_decref(children);
   return push_query(L, b, run);
 }
 
@@ -670,6 +677,40 @@ static int engine_signal(lua_State *L) {
   return 2;
 }
 
+/* eng:complete(token [, result]) -> run id: completes the token a step's attempt handed out;
+ * result (any JSON value) is the step's result.  [-0, +1, e] */
+static int engine_complete(lua_State *L) {
+  engine_box *b = check_engine(L);
+  const char *token = luaL_checkstring(L, 2);
+  char err[1024];
+  char *result = NULL;
+  if (!lua_isnoneornil(L, 3)) {
+    result = mend_json_encode(L, 3, "result", err, sizeof err);
+    if (!result) return luaL_error(L, "complete: %s", err);
+  }
+  char run_id[MEND_RUN_ID_LEN];
+  int rc = mend_engine_settle_token(b->E, token, 1, result, NULL, NULL, run_id, err, sizeof err);
+  free(result);
+  if (rc < 0) return luaL_error(L, "complete: %s", err);
+  lua_pushstring(L, run_id);
+  return 1;
+}
+
+/* eng:fail(token, {kind = "retryable"|"fatal"|"compensable", message = }) -> run id: fails the
+ * token's step as if its execute had raised that error.  [-0, +1, e] */
+static int engine_fail(lua_State *L) {
+  engine_box *b = check_engine(L);
+  const char *token = luaL_checkstring(L, 2);
+  luaL_checktype(L, 3, LUA_TTABLE);
+  const char *kind = opt_field_string(L, 3, "kind", NULL);
+  const char *message = opt_field_string(L, 3, "message", NULL);
+  char err[1024], run_id[MEND_RUN_ID_LEN];
+  int rc = mend_engine_settle_token(b->E, token, 0, NULL, kind, message, run_id, err, sizeof err);
+  if (rc < 0) return luaL_error(L, "fail: %s", err);
+  lua_pushstring(L, run_id);
+  return 1;
+}
+
 /* eng:upgrade(id, version [, {who=}]) -> "upgraded" | "already"  [-0, +1, e] */
 static int engine_upgrade(lua_State *L) {
   engine_box *b = check_engine(L);
@@ -792,7 +833,8 @@ int mend_lua_open(lua_State *L) {
     {"in_flight", engine_in_flight}, {"status", engine_status}, {"history", engine_history},
     {"dlq", engine_dlq}, {"breakers", engine_breakers}, {"runs", engine_runs},
     {"recover", engine_recover}, {"serve", engine_serve}, {"stop", engine_stop},
-    {"wait", engine_wait}, {"cancel", engine_cancel}, {"signal", engine_signal}, {"dlq_retry", engine_dlq_retry},
+    {"wait", engine_wait}, {"cancel", engine_cancel}, {"signal", engine_signal},
+    {"complete", engine_complete}, {"fail", engine_fail}, {"dlq_retry", engine_dlq_retry},
     {"resolve", engine_resolve}, {"breaker", engine_breaker}, {"audit", engine_audit},
     {"prune", engine_prune},
     {"resume", engine_resume}, {"load_version", engine_load_version},

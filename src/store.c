@@ -729,4 +729,12 @@ const mend_store_methods mend__sqlite_methods = {
   .fence_verified = mend__sqlite_fence_verified,
   .repairing = mend__sqlite_repairing,
   .owner = mend__sqlite_owner,
+  .put_token = mend__sqlite_put_token,
+  .token_of_attempt = mend__sqlite_token_of_attempt,
+  .token = mend__sqlite_token,
+  .use_token = mend__sqlite_use_token,
+  .set_parent = mend__sqlite_set_parent,
+  .children = mend__sqlite_children,
+  .child_end = mend__sqlite_child_end,
+  .reopen_run = mend__sqlite_reopen_run,
 };

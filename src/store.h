@@ -304,6 +304,28 @@ typedef struct mend_store_methods {
   void (*repairing)(mend_store *s, int on);
   /* 1 and the owner ("" if none) and its lease_until (-1 if none); 0 no run; -1 error. */
   int (*owner)(mend_store *s, const char *id, char *owner_out, int owner_len,                          double *lease_left);
+  /* Completion tokens (schema 11). put: records the token of a run's step's attempt at once in
+   * the open batch (a caller commits it); 0, -1 error. of_attempt: that attempt's token if it
+   * has one: 1 and *token (malloc'ed), 0 none, -1 error. */
+  int (*put_token)(mend_store *s, const char *token, const char *run_id, const char *step, int attempt, double made);
+  int (*token_of_attempt)(mend_store *s, const char *run_id, const char *step, int attempt, char **token);
+  /* The token's row {token, run_id, step, attempt, made, used, outcome} or NULL: none (errmsg
+   * empty) or an error (errmsg says). */
+  json_t *(*token)(mend_store *s, const char *token);
+  /* Marks it used with its outcome (JSON text), in the open batch: 0 done, 1 it was used
+   * already (nothing written), -1 error. */
+  int (*use_token)(mend_store *s, const char *token, const char *outcome, double at);
+  /* Child runs (schema 11). set_parent: names the parent of a run, in the open batch. children:
+   * [{run_id, step, workflow, status}] of a parent, in the order started. */
+  int (*set_parent)(mend_store *s, const char *id, const char *parent, const char *parent_step);
+  json_t *(*children)(mend_store *s, const char *parent);
+  /* Puts event `name` in the inbox of the parent of run `child` (none: nothing), recorded in the
+   * batch like a transition of the child's (the fence drops it with them). */
+  int (*child_end)(mend_store *s, const char *child, const char *name, const char *payload, const char *key, double sent);
+  /* Reopens a child run that succeeded so that its own saga is reversed (its parent
+   * compensates): status compensating with `reason`, held by `owner` (NULL: nobody), in the
+   * open batch. 1 reopened, 0 it had not succeeded (nothing written), -1 error. */
+  int (*reopen_run)(mend_store *s, const char *id, const char *reason, const char *owner, double at);
 } mend_store_methods;
 
 #define MEND_STORE_M(s) (*(const mend_store_methods *const *)(const void *)(s))
@@ -532,5 +554,30 @@ static inline int mend_store_owner(mend_store *s, const char *id, char *owner_ou
  * `from` lasts, and when `to` has rows. Nobody holds a run after. Returns the counts copied
  * ({"runs": n, ...}) or NULL with a message in err (naming no password). src/store/pg/pg_copy.c */
 json_t *mend_store_copy(const char *from, const char *to, char *err, int errlen);
+
+static inline int mend_store_put_token(mend_store *s, const char *token, const char *run_id, const char *step, int attempt, double made) {
+  return MEND_STORE_M(s)->put_token(s, token, run_id, step, attempt, made);
+}
+static inline int mend_store_token_of_attempt(mend_store *s, const char *run_id, const char *step, int attempt, char **token) {
+  return MEND_STORE_M(s)->token_of_attempt(s, run_id, step, attempt, token);
+}
+static inline json_t *mend_store_token(mend_store *s, const char *token) {
+  return MEND_STORE_M(s)->token(s, token);
+}
+static inline int mend_store_use_token(mend_store *s, const char *token, const char *outcome, double at) {
+  return MEND_STORE_M(s)->use_token(s, token, outcome, at);
+}
+static inline int mend_store_set_parent(mend_store *s, const char *id, const char *parent, const char *parent_step) {
+  return MEND_STORE_M(s)->set_parent(s, id, parent, parent_step);
+}
+static inline json_t *mend_store_children(mend_store *s, const char *parent) {
+  return MEND_STORE_M(s)->children(s, parent);
+}
+static inline int mend_store_child_end(mend_store *s, const char *child, const char *name, const char *payload, const char *key, double sent) {
+  return MEND_STORE_M(s)->child_end(s, child, name, payload, key, sent);
+}
+static inline int mend_store_reopen_run(mend_store *s, const char *id, const char *reason, const char *owner, double at) {
+  return MEND_STORE_M(s)->reopen_run(s, id, reason, owner, at);
+}
 
 #endif

@@ -16,6 +16,7 @@ static const unsigned char step_ok[MEND_STEP__COUNT][MEND_STEP__COUNT] = {
   [S(PENDING)] = {[S(RUNNING)] = 1, [S(BREAKER_OPEN)] = 1, [S(SLEEPING)] = 1, [S(WAITING)] = 1,
                   [S(SUCCEEDED)] = 1 /* its idempotency key already succeeded: result reused */},
   [S(RUNNING)] = {[S(SUCCEEDED)] = 1, [S(RETRY_WAIT)] = 1, [S(FAILED)] = 1,
+                  [S(WAITING)] = 1 /* executed: waits for its token, or started its child */,
                   [S(RUNNING)] = 1 /* re-execution after a crash */},
   [S(RETRY_WAIT)] = {[S(PENDING)] = 1, [S(BREAKER_OPEN)] = 1},
   [S(BREAKER_OPEN)] = {[S(PENDING)] = 1, [S(BREAKER_OPEN)] = 1 /* waits again, new retry_at */},

@@ -41,6 +41,7 @@ typedef enum mend_run_status {
  *   waiting -> succeeded (its event consumed) | retry_wait | failed (timed out)
  *            | pending (cancelled)
  *   running -> succeeded | retry_wait | failed | running (re-execution after a crash)
+ *            | waiting (executed, waits for its token; or started its child)
  *   retry_wait -> pending | breaker_open
  *   breaker_open -> pending | breaker_open
  *   succeeded | failed -> compensating

@@ -152,20 +152,58 @@ static void step_free(lua_State *L, mend_step_def *s) {
   free(s->name);
   free(s->breaker_key);
   free(s->wait_for);
+  free(s->child);
+  luaL_unref(L, LUA_REGISTRYINDEX, s->child_input_ref);
   luaL_unref(L, LUA_REGISTRYINDEX, s->name_ref);
   luaL_unref(L, LUA_REGISTRYINDEX, s->execute_ref);
   luaL_unref(L, LUA_REGISTRYINDEX, s->compensate_ref);
   luaL_unref(L, LUA_REGISTRYINDEX, s->key_ref);
 }
 
+/* The two waits for the world besides wait_for: `wait = "token"` (execute hands a token out,
+ * the step waits for it) and `child = "workflow"` (a run of its own, waited for). */
+static int parse_outside_waits(lua_State *L, int idx, mend_step_def *s, const char *prefix,
+                               char *err, int errlen) {
+  char sub[400];
+  const char *wait = NULL, *child = NULL;
+  if (opt_string(L, idx, "wait", "step", &wait, sub, sizeof sub) < 0 ||
+      opt_string(L, idx, "child", "step", &child, sub, sizeof sub) < 0)
+    return mend_errorf(err, errlen, "%s%s", prefix, sub);
+  if (wait && strcmp(wait, "token") != 0)
+    return mend_errorf(err, errlen, "%swait must be \"token\", got \"%s\"", prefix, wait);
+  if (wait && s->execute_ref == LUA_NOREF)
+    return mend_errorf(err, errlen, "%swait = \"token\" needs execute: it hands ctx:token() to"
+                       " whoever completes it", prefix);
+  if (wait && s->wait_for)
+    return mend_errorf(err, errlen, "%swait and wait_for cannot go together", prefix);
+  s->wait_token = wait != NULL;
+  if (child && !*child) return mend_errorf(err, errlen, "%schild must name a workflow, got \"\"", prefix);
+  if (child && (s->execute_ref != LUA_NOREF || s->wait_for || wait))
+    return mend_errorf(err, errlen, "%schild cannot go with execute, wait_for or wait: the child"
+                       " run's results are the step's result", prefix);
+  if (child && raw_field(L, idx, "idempotency_key") != LUA_TNIL) {
+    lua_pop(L, 1);
+    return mend_errorf(err, errlen, "%schild and idempotency_key cannot go together: the child run"
+                       " is keyed by its parent and step", prefix);
+  }
+  if (child) lua_pop(L, 1);
+  if (opt_function_ref(L, idx, "input", "step", &s->child_input_ref, sub, sizeof sub) < 0)
+    return mend_errorf(err, errlen, "%s%s", prefix, sub);
+  if (s->child_input_ref != LUA_NOREF && !child)
+    return mend_errorf(err, errlen, "%sinput goes only with child", prefix);
+  if (child) s->child = mend_dupstr(child);
+  return 0;
+}
+
 static int parse_step(lua_State *L, int idx, int n, const mend_retry_policy *retry,
                       const mend_retry_policy *comp, const mend_breaker_policy *breaker,
                       mend_step_def *s, char *err, int errlen) {
   static const char *const fields[] = {"name", "execute", "compensate", "retry",
-    "compensate_retry", "breaker", "timeout", "idempotency_key", "sleep", "description", "wait_for", NULL};
+    "compensate_retry", "breaker", "timeout", "idempotency_key", "sleep", "description", "wait_for", "wait", "child", "input", NULL};
   char what[160];
   *s = (mend_step_def){.name_ref = LUA_NOREF, .execute_ref = LUA_NOREF,
-                       .compensate_ref = LUA_NOREF, .key_ref = LUA_NOREF};
+                       .compensate_ref = LUA_NOREF, .key_ref = LUA_NOREF,
+                       .child_input_ref = LUA_NOREF};
   if (!lua_istable(L, idx))
     return mend_errorf(err, errlen, "step #%d must be a table, got %s", n, luaL_typename(L, idx));
   const char *name = NULL;
@@ -205,17 +243,24 @@ static int parse_step(lua_State *L, int idx, int n, const mend_retry_policy *ret
   }
   if (wait_for) lua_pop(L, 1);
   if (wait_for) s->wait_for = mend_dupstr(wait_for);
+  if (parse_outside_waits(L, idx, s, prefix, err, errlen)) return -1;
   /* A step may be a pure wait: `sleep` and nothing to execute. */
-  if (s->execute_ref == LUA_NOREF && s->sleep <= 0 && !wait_for)
+  if (s->execute_ref == LUA_NOREF && s->sleep <= 0 && !wait_for && !s->child)
     return mend_errorf(err, errlen, "%sexecute is missing (a function is required)", prefix);
   if (opt_function_ref(L, idx, "compensate", "step", &s->compensate_ref, sub, sizeof sub) < 0 ||
       opt_function_ref(L, idx, "idempotency_key", "step", &s->key_ref, sub, sizeof sub) < 0 ||
       opt_number(L, idx, "timeout", "step", &s->timeout, sub, sizeof sub) < 0)
     return mend_errorf(err, errlen, "%s%s", prefix, sub);
   if (!(s->timeout >= 0)) return mend_errorf(err, errlen, "%stimeout must be >= 0, got %g", prefix, s->timeout);
+  if (s->child && s->timeout > 0)
+    return mend_errorf(err, errlen, "%schild and timeout cannot go together: a child run ends in"
+                       " its own time (give its own steps timeouts)", prefix);
   /* A wait that times out is not retried unless the step says so: waiting a week again is a
    * decision, not a default (the workflow's retry is for steps that execute). */
-  if (wait_for) s->retry.max_attempts = 1;
+  if (wait_for || s->child) s->retry.max_attempts = 1;
+  if (s->child && s->compensate_ref != LUA_NOREF)
+    return mend_errorf(err, errlen, "%schild and compensate cannot go together: a child run that"
+                       " succeeded is compensated as a whole, by its own saga", prefix);
   if (raw_field(L, idx, "retry") != LUA_TNIL &&
       mend_parse_retry(L, -1, "retry", &s->retry, sub, sizeof sub)) {
     lua_pop(L, 1);

@@ -24,6 +24,10 @@ typedef struct mend_step_def {
   double sleep;                               /* durable wait before executing; 0 = none */
   char *wait_for;       /* the event it waits for instead of executing; NULL: it executes.
                          * timeout is then how long it waits (0: for ever) */
+  int wait_token;       /* `wait = "token"`: after execute, waits for its attempt's token to be
+                         * completed or failed (timeout: how long, counted from execute's end) */
+  char *child;          /* the workflow of the run it starts and waits for; NULL: none */
+  int child_input_ref;  /* input(ctx) -> the child's input; LUA_NOREF: the parent's input */
   mend_breaker_slot *slot;                    /* resolved by the engine at registration */
 } mend_step_def;
 

@@ -515,6 +515,85 @@ static void it_sends_events_through_the_c_api(void) {
   mend_engine_free(E);
 }
 
+/* Completion tokens through the C API (issue 18): the step hands its token to the host (here
+ * through a host function; in practice to any system), which completes or fails it later;
+ * a token is single use, and each refusal has its code. */
+static const char token_lua[] =
+  "local mend = require 'mend'\n"
+  "return { name = 'token', steps = {\n"
+  "  { name = 'ask', wait = 'token', retry = { max_attempts = 1 },\n"
+  "    execute = function(ctx) mend.call('hand_out', ctx:token()) end },\n"
+  "  { name = 'done', execute = function(ctx) return ctx.results.ask end } } }\n";
+
+static const char token2_lua[] =
+  "local mend = require 'mend'\n"
+  "return { name = 'token2', steps = {\n"
+  "  { name = 'ask', wait = 'token', retry = { max_attempts = 2, initial = 1, jitter = 0 },\n"
+  "    execute = function(ctx)\n"
+  "      mend.call('hand_out', ctx:token())\n"
+  "      if ctx.attempt == 1 then error(mend.retryable('mail server busy')) end\n"
+  "    end } } }\n";
+
+static char handed[80];
+static void hand_out(void *ud, mend_call *call, const char *args) {
+  (void)ud;
+  /* args is ["mtk_..."] */
+  snprintf(handed, sizeof handed, "%.*s", (int)(strlen(args) > 4 ? strlen(args) - 4 : 0), args + 2);
+  mend_call_return(call, NULL);
+}
+
+static void it_completes_tokens_through_the_c_api(void) {
+  mend_options o;
+  mend_options_init(&o);
+  o.virtual_clock = 1;
+  mend_engine *E = engine(&o);
+  CHECK_EQ_INT(mend_engine_register_function(E, "hand_out", hand_out, NULL), MEND_OK);
+  load(E, "token");
+  char id[17], id2[17], st[32], first[80];
+  start(E, "token", NULL, id);
+  CHECK_EQ_INT(mend_engine_advance_clock(E, 1), MEND_OK);
+  CHECK(strncmp(handed, "mtk_", 4) == 0 && strlen(handed) == 36);
+  CHECK(run_has(E, id, "\"waiting\"", 0));
+  snprintf(first, sizeof first, "%s", handed);
+  CHECK_EQ_INT(mend_engine_complete(E, first, "{bad"), MEND_EINVAL);
+  CHECK_EQ_INT(mend_engine_complete(E, first, "{\"by\":\"host\"}"), MEND_OK);
+  CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+  CHECK_STR(run_status(E, id, st, sizeof st), "succeeded");
+  CHECK(run_has(E, id, "\"by\":\"host\"", 0));
+  CHECK_EQ_INT(mend_engine_complete(E, first, NULL), MEND_EUSED);
+  CHECK(strstr(mend_engine_errmsg(E), "a token is single use") != NULL);
+  CHECK_STR(mend_strerror(MEND_EUSED), "the token was used already");
+  CHECK_EQ_INT(mend_engine_complete(E, "mtk_nosuch", NULL), MEND_ENOTFOUND);
+
+  start(E, "token", NULL, id2);
+  CHECK_EQ_INT(mend_engine_advance_clock(E, 1), MEND_OK);
+  CHECK(strcmp(handed, first) != 0);
+  CHECK_EQ_INT(mend_engine_fail(E, handed, "maybe", NULL), MEND_EINVAL);
+  CHECK_EQ_INT(mend_engine_fail(E, handed, "fatal", "rejected by the host"), MEND_OK);
+  CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+  CHECK_STR(run_status(E, id2, st, sizeof st), "failed");
+  CHECK(run_has(E, id2, "fatal: rejected by the host", 0));
+  CHECK_EQ_INT(mend_engine_fail(E, handed, "fatal", NULL), MEND_EUSED);
+
+  /* The first attempt hands its token out, then fails: its token is refused from then on. */
+  char id3[17];
+  load(E, "token2");
+  start(E, "token2", NULL, id3);
+  CHECK_EQ_INT(mend_engine_advance_clock(E, 0.5), MEND_OK);
+  snprintf(first, sizeof first, "%s", handed);
+  CHECK(run_has(E, id3, "\"retry_wait\"", 0));
+  CHECK_EQ_INT(mend_engine_complete(E, first, NULL), MEND_ESTALE);
+  CHECK(strstr(mend_engine_errmsg(E), "attempt 1 of step ask is over (retry_wait)") != NULL);
+  CHECK_EQ_INT(mend_engine_advance_clock(E, 2), MEND_OK);
+  CHECK(strcmp(handed, first) != 0);
+  CHECK_EQ_INT(mend_engine_complete(E, first, NULL), MEND_ESTALE);
+  CHECK(strstr(mend_engine_errmsg(E), "a token of an earlier attempt is refused") != NULL);
+  CHECK_EQ_INT(mend_engine_complete(E, handed, "2"), MEND_OK);
+  CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+  CHECK_STR(run_status(E, id3, st, sizeof st), "succeeded");
+  mend_engine_free(E);
+}
+
 /* The repairs of the operators' issue, through the C API: each refuses with MEND_ESTATE when
  * it makes no sense, and the breaker override is found by key. */
 static const char stuck_lua[] =
@@ -799,6 +878,8 @@ int main(void) {
   write_workflow("stuck", stuck_lua);
   write_workflow("hold", hold_lua);
   write_workflow("wait", wait_lua);
+  write_workflow("token", token_lua);
+  write_workflow("token2", token2_lua);
   write_workflow("http_call", http_call_lua);
 
   it_runs_on_its_own_loop();
@@ -809,6 +890,7 @@ int main(void) {
   it_sandboxes_workflow_code();
   it_repairs_through_the_c_api();
   it_sends_events_through_the_c_api();
+  it_completes_tokens_through_the_c_api();
   it_lets_go_of_calls_open_when_freed();
   it_logs_from_the_level_asked();
   it_reads_options_by_their_size();
@@ -816,7 +898,7 @@ int main(void) {
 
   static const char *const files[] = {"basic", "saga", "hog", "spin", "escape_os", "escape_io",
                                       "escape_c", "escape_exec", "stuck", "hold", "wait",
-                                      "http_call"};
+                                      "http_call", "token", "token2"};
   for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
     char path[128];
     snprintf(path, sizeof path, "%s/%s.lua", dir, files[i]);

@@ -27,6 +27,7 @@ static const struct edge step_edges[] = {
   {"waiting", "retry_wait"},               /* timed out, retried: it waits again */
   {"waiting", "failed"},                   /* timed out for good */
   {"waiting", "pending"},                  /* cancelled while waiting */
+  {"running", "waiting"},                  /* executed: waits for its token; or started its child */
   {"succeeded", "compensating"},
   {"failed", "compensating"},
   {"compensating", "compensated"},

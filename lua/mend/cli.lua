@@ -540,6 +540,29 @@ local function cmd_signal(o, first, second)
   end)
 end
 
+local function cmd_complete(o, token)
+  local result = nil
+  if o.result then
+    local ok, v = pcall(json.decode, o.result)
+    if not ok then fail("--result is not JSON: %s", tostring(v)) end
+    result = v
+  end
+  return with_engine(existing_db(o.db), function(eng)
+    local run = operate("complete", eng.complete, eng, token, result)
+    out("token completed: run %s goes on\n", run)
+    return EXIT_OK
+  end)
+end
+
+local function cmd_fail(o, token)
+  if not o.kind then usage_error("fail", "missing --kind (retryable, fatal or compensable)") end
+  return with_engine(existing_db(o.db), function(eng)
+    local run = operate("fail", eng.fail, eng, token, { kind = o.kind, message = o.message })
+    out("token failed (%s): run %s handles it\n", o.kind, run)
+    return EXIT_OK
+  end)
+end
+
 local function cmd_dlq(o)
   return with_engine(existing_db(o.db), function(eng)
     local entries = eng:dlq()
@@ -825,6 +848,31 @@ local commands = {
            "  --run-key K      the run started with this run key (mend start --key), not RUN\n",
     action = cmd_signal,
   },
+  complete = {
+    args = { "TOKEN" },
+    flags = { db = "value", result = "value" },
+    usage = "mend complete TOKEN [--result JSON] [--db PATH]",
+    help = "Completes the token a step handed out (ctx:token() in a step with wait = \"token\"):\n" ..
+           "the step succeeds with the result and its run goes on. A token is single use and\n" ..
+           "belongs to the attempt that made it: a token used already, of an earlier attempt,\n" ..
+           "or of a run that ended is refused (exit 1). A worker holding the run takes it at its\n" ..
+           "next poll; with no worker running, the next one does.\n\n" .. DB_HELP ..
+           "  --result JSON    the step's result (default null)\n",
+    action = cmd_complete,
+  },
+  fail = {
+    args = { "TOKEN" },
+    flags = { db = "value", kind = "value", message = "value" },
+    choices = { kind = { retryable = true, fatal = true, compensable = true } },
+    usage = "mend fail TOKEN --kind retryable|fatal|compensable [--message M] [--db PATH]",
+    help = "Fails the token a step handed out: the step fails as if its execute had raised\n" ..
+           "that error, and its policy handles it (retryable: a new attempt, with a new token,\n" ..
+           "while attempts remain; fatal or compensable: the run compensates). Refused (exit 1)\n" ..
+           "as mend complete is.\n\n" .. DB_HELP ..
+           "  --kind K         retryable, fatal or compensable (required)\n" ..
+           "  --message M      why (recorded as the step's error)\n",
+    action = cmd_fail,
+  },
   workflows = {
     args = {},
     flags = { db = "value", json = "switch", workflow = "value" },
@@ -953,6 +1001,7 @@ Commands:
   breakers      list breakers; breakers reset|open|close KEY
   cancel RUN    stop a running run and compensate what it did
   signal RUN E  send event E to a run waiting for it (--data JSON, --key K, --run-key K)
+  complete TOK  complete a step's token (--result JSON); fail TOK --kind K [--message M]
   workflows     list workflow versions and their unfinished runs
   upgrade RUN   move unfinished runs to another version (--workflow W, --to V, --file F)
   prune         remove runs that ended long ago (--older-than 30d, --dry-run)

@@ -65,11 +65,14 @@ local render = {
   end,
   step = function(e)
     local parts = { ("%-28s"):format(transition(e)) }
-    if e.to == "waiting" and present(e.detail) then parts[#parts + 1] = "for event " .. e.detail end
+    -- from pending: an event's name; from running: what the step started waiting for after
+    -- its execute (a token, a child run)
+    local waits = e.to == "waiting" and present(e.detail)
+    if waits then parts[#parts + 1] = (e.from == "running" and "for " or "for event ") .. e.detail end
     if present(e.attempt) and e.attempt > 0 then parts[#parts + 1] = "attempt " .. e.attempt end
     if present(e.delay) then parts[#parts + 1] = "delay " .. fmt_seconds(e.delay) end
     if present(e.error) then parts[#parts + 1] = fmt_error(e.error) end
-    if present(e.detail) then parts[#parts + 1] = "[" .. tostring(e.detail) .. "]" end   -- e.g. mend.http's requests
+    if present(e.detail) and not waits then parts[#parts + 1] = "[" .. tostring(e.detail) .. "]" end   -- e.g. mend.http's requests
     return join(parts)
   end,
   breaker = function(e)
@@ -93,6 +96,11 @@ local render = {
     return join({ "dead letter: " .. (e.detail or ""), fmt_error(e.error) or "" })
   end,
   log = function(e) return "log: " .. (e.detail or "") end,
+  -- a completion token's outcome taken (or one of another attempt, ignored)
+  token = function(e)
+    return join({ "token " .. (e.detail or "outcome"), present(e.error) and fmt_error(e.error) or "" })
+  end,
+  child = function(e) return e.detail or "child run ended" end,   -- "child run <id> succeeded"
   event = function(e)
     local ok, ev = pcall(json.decode, e.detail or "")
     if not (ok and type(ev) == "table") then return "event " .. (e.detail or "?") end
@@ -165,8 +173,15 @@ local WAITS = { sleeping = true, retry_wait = true, breaker_open = true, compens
 -- "b sleeping, due 2026-12-03 15:55:32.769 UTC (in 12 s)" for each step waiting for a time.
 local function due_lines(st, now)
   local lines = {}
+  local child_of = {}
+  for _, c in ipairs(st.children or {}) do child_of[c.step] = c end
   for _, s in ipairs(st.steps or {}) do
     local what = present(s.awaits) and (" for event " .. s.awaits) or ""
+    if child_of[s.name] then
+      what = (" for child run %s (%s)"):format(child_of[s.name].run_id, child_of[s.name].workflow)
+    elseif s.awaits == "token" then
+      what = " for a token"
+    end
     if unfinished(st) and WAITS[s.status] and present(s.due) then
       lines[#lines + 1] = ("%s %s%s, due %s (%s)"):format(s.name, s.status, what, fmt_time(s.due),
                                                        fmt_due(s.due, now))
@@ -204,6 +219,15 @@ local function print_status(st, now)
     out("  %s\n", join(parts))
   end
   for _, line in ipairs(due_lines(st, now)) do out("  due: %s\n", line) end
+  if present(st.parent_run) then
+    out("parent:\n  %s (step %s)\n", st.parent_run, present(st.parent_step) and st.parent_step or "?")
+  end
+  if st.children and #st.children > 0 then
+    out("children:\n")
+    for _, c in ipairs(st.children) do
+      out("  %-16s %-16s %-18s %s\n", c.step or "?", c.run_id, c.workflow or "?", c.status or "?")
+    end
+  end
 end
 
 local function fmt_age(seconds)

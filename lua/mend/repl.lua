@@ -405,6 +405,21 @@ local HELP = {
       .. "Refused for a run that has ended.",
     example = 'id = start("quest", { player = 17, quest = "rats" }); '
       .. 'signal(id, "boss_killed", { gold = 50 }, { key = "kill-1" })' },
+  { name = "complete", usage = "complete(token, result)",
+    line = "completes a step's token; a step wait = \"token\" goes on",
+    text = "Completes the token a step handed out with ctx:token(), as `mend complete` does: "
+      .. "the step (wait = \"token\") succeeds with result, and its run goes on, printed at "
+      .. "once on the virtual clock. A token is single use and good for the attempt that made "
+      .. "it only: a token used already, of an earlier attempt, or of a run that ended is "
+      .. "refused. workflows/approval.lua logs its token.",
+    example = 'complete("mtk_0123456789abcdef0123456789abcdef", { by = "alice" })' },
+  { name = "fail", usage = "fail(token, kind, message)",
+    line = "fails a step's token: its policy handles the error",
+    text = "Fails the token a step handed out, as `mend fail` does: the step fails as if its "
+      .. "execute had raised an error of kind (\"retryable\": a new attempt and a new token "
+      .. "while attempts remain; \"fatal\" or \"compensable\": the run compensates). Refused "
+      .. "as complete is.",
+    example = 'fail("mtk_0123456789abcdef0123456789abcdef", "fatal", "not eligible")' },
   { name = "show", usage = "show(value, ...)", line = "prints values as nested Lua tables",
     text = "Prints each value as an expression typed alone would: scalars as Lua literals, "
       .. "tables nested and indented, keys sorted.",
@@ -604,6 +619,22 @@ function Session:helpers(env)
     end
     self:settle()
     return how
+  end
+
+  function f.complete(token, result)
+    if type(token) ~= "string" then
+      error("complete: a token expected (the text ctx:token() gave): complete(token, result)", 0)
+    end
+    eng:complete(token, result)
+    self:settle()
+  end
+
+  function f.fail(token, kind, message)
+    if type(token) ~= "string" or type(kind) ~= "string" then
+      error('fail: a token and a kind expected: fail(token, "fatal", "why")', 0)
+    end
+    eng:fail(token, { kind = kind, message = message })
+    self:settle()
   end
 
   function f.show(...)

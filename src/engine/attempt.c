@@ -61,6 +61,8 @@ static void push_ctx(mend_run *r, int i, int compensating) {
   lua_setmetatable(L, -2);
 }
 
+void mend__push_ctx(mend_run *r, int i) { push_ctx(r, i, 0); }
+
 /* A step's own idempotency_key(ctx) is asked once; its answer is stored with the step. 0; -1
  * when it failed (st->error says why); -2 when the engine stopped it (a limit, an error value
  * it could not read). */
@@ -434,7 +436,8 @@ static int ctx_sleep(lua_State *L) {
 
 void mend__make_ctx_metatable(mend_engine *E) {
   lua_State *L = E->L;
-  static const luaL_Reg methods[] = {{"log", ctx_log}, {"now", ctx_now}, {"sleep", ctx_sleep}, {NULL, NULL}};
+  static const luaL_Reg methods[] = {{"log", ctx_log}, {"now", ctx_now}, {"sleep", ctx_sleep},
+                                     {"token", mend__ctx_token}, {NULL, NULL}};
   lua_createtable(L, 0, 2);
   lua_createtable(L, 0, 4);
   lua_pushlightuserdata(L, E);

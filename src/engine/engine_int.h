@@ -137,6 +137,7 @@ struct mend_run {
   unsigned char lost;         /* another worker took it: let go when its queued action comes up */
   unsigned char admitted;     /* its breaker let the next attempt through already (on_wait) */
   unsigned char cancel_asked; /* rebuilt with a cancel requested: whoever takes it cancels it */
+  unsigned char is_child;     /* started by a parent's step: its end is told to the parent */
   char id[MEND_RUN_ID_LEN];
 };
 
@@ -277,6 +278,7 @@ void mend__end_attempt(mend_run *r);
 int mend__ensure_key(mend_run *r, int i);
 int mend__guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres);
 void mend__make_ctx_metatable(mend_engine *E);
+void mend__push_ctx(mend_run *r, int i);
 void mend__on_deadline(mend_timer *t);
 void mend__resume(mend_run *r, int nargs);
 void mend__start_attempt(mend_run *r, int compensating);
@@ -302,6 +304,24 @@ int mend__event_due(mend_run *r, int i, char *msg, size_t len);
 int mend__events_start(mend_engine *E);
 int mend__take_event(mend_run *r, int i);
 void mend__take_events(mend_engine *E);
+
+/* ---- tokens.c: completion tokens (wait = "token") */
+void mend__await_token(mend_run *r, int i);
+int mend__ctx_token(lua_State *L);
+int mend__take_token(mend_run *r, int i);
+int mend__token_due(mend_run *r, int i, char *msg, size_t len);
+
+/* ---- child.c: child runs (child = "workflow") */
+void mend__cancel_child(mend_run *r, int i, const char *who);
+void mend__child_ended(mend_run *r, mend_run_status to);
+void mend__child_resolved(mend_engine *E, const char *id);
+void mend__start_child(mend_run *r, int i);
+int mend__take_child(mend_run *r, int i);
+void mend__undo_child(mend_run *r, int i);
+/* A step has something to undo when it compensates: its compensate, or its child's saga. */
+#define mend__compensable(def) ((def)->compensate_ref != LUA_NOREF || (def)->child != NULL)
+/* What a waiting step's row says it waits for (steps.awaits). */
+const char *mend__awaits(const mend_run *r, int i);
 
 /* ---- exec.c: mend.exec's child processes */
 void mend__abandon_exec(mend_run *r);

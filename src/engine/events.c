@@ -30,6 +30,9 @@ int mend__take_event(mend_run *r, int i) {
   mend_engine *E = r->E;
   step_rt *st = &r->steps[i];
   const mend_step_def *def = &r->wf->steps[i];
+  /* The other waits for the world come through the inbox too (tokens.c, child.c). */
+  if (def->wait_token) return mend__take_token(r, i);
+  if (def->child) return mend__take_child(r, i);
   if (st->status != MEND_STEP_WAITING || r->status != MEND_RUN_RUNNING || !def->wait_for) return 0;
   long long seq;
   char *payload, *key;
@@ -78,10 +81,17 @@ void mend__await_event(mend_run *r, int i) {
 /* The wait's timeout came: an event sent at the last moment still counts. 1 if one was taken;
  * 0: the step failed with a timeout (the caller's policy decides). */
 int mend__event_due(mend_run *r, int i, char *msg, size_t len) {
+  if (r->wf->steps[i].wait_token) return mend__token_due(r, i, msg, len);
   if (mend__take_event(r, i)) return 1;
   const mend_step_def *def = &r->wf->steps[i];
   snprintf(msg, len, "no event %s within %g s", def->wait_for, def->timeout);
   return 0;
+}
+
+const char *mend__awaits(const mend_run *r, int i) {
+  const mend_step_def *def = &r->wf->steps[i];
+  if (r->steps[i].status != MEND_STEP_WAITING) return NULL;
+  return def->wait_token ? "token" : def->child ? def->child : def->wait_for;
 }
 
 /* ---------------------------------------------------------------- sending */
@@ -214,7 +224,8 @@ void mend__take_events(mend_engine *E) {
   json_t *id;
   json_array_foreach(ids, k, id) {
     mend_run *r = find_run(E, json_string_value(id));
-    if (r && r->wait_kind == WAIT_EVENT && r->cur < r->wf->nsteps) mend__take_event(r, r->cur);
+    if (r && r->wait_kind == WAIT_EVENT && r->cur >= 0 && r->cur < r->wf->nsteps)
+      mend__take_event(r, r->cur);
   }
   json_decref(ids);
 }

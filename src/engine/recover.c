@@ -107,13 +107,15 @@ mend_run *mend__rebuild(mend_engine *E, const char *id, char *why, int whylen, i
   /* A virtual clock starts at the real time: one behind the run's own moves on to it. */
   mend_timers_not_before(&E->timers, last_at);
   r->cancel_asked = json_is_true(json_object_get(row, "cancel_requested"));
+  r->is_child = json_is_string(json_object_get(row, "parent_run"));
   mend_run_status_parse(json_string_value(json_object_get(row, "status")), &r->status);
   r->attention = json_is_true(json_object_get(row, "attention"));
   r->error = mend_dupstr(json_string_value(json_object_get(row, "error")));
   /* The reason is one of the engine's own static strings; map the stored text back to it. */
   static const char *const reasons[] = {"attempts_exhausted", "fatal", "severity_2", "compensable",
                                         "error", "severity_3", "compensation_failed", "cancelled",
-                                        "workflow_error", "timeout", "crash_loop"};
+                                        "workflow_error", "timeout", "crash_loop",
+                                        "parent_compensated"};
   const char *reason = json_string_value(json_object_get(row, "reason"));
   for (size_t k = 0; reason && k < sizeof reasons / sizeof *reasons; k++)
     if (strcmp(reason, reasons[k]) == 0) r->reason = reasons[k];
@@ -163,7 +165,7 @@ void mend__find_current_step(mend_run *r) {
     while (r->cur < wf->nsteps && r->steps[r->cur].status == MEND_STEP_SUCCEEDED) r->cur++;
   } else {
     r->cur = wf->nsteps - 1;
-    while (r->cur >= 0 && (!mend__needs_compensation(r, r->cur) || wf->steps[r->cur].compensate_ref == LUA_NOREF))
+    while (r->cur >= 0 && (!mend__needs_compensation(r, r->cur) || !mend__compensable(&wf->steps[r->cur])))
       r->cur--;
   }
 }

@@ -122,6 +122,7 @@ int mend__cancel_now(mend_run *r, const char *who, char *err, int errlen) {
   int i = r->cur;
   step_rt *st = i < r->wf->nsteps ? &r->steps[i] : NULL;
   int was_running = r->co != NULL || (st && st->status == MEND_STEP_RUNNING);
+  int child_waits = st && st->status == MEND_STEP_WAITING && r->wf->steps[i].child;
   mend__give_back(r, r->queued, was_running);
   mend__end_attempt(r);
   mend_timer_disarm(&E->timers, &r->wait);
@@ -144,6 +145,7 @@ int mend__cancel_now(mend_run *r, const char *who, char *err, int errlen) {
     r->cur = i - 1;
     mend__queue(r, ACT_ADVANCE);
   }
+  if (child_waits) mend__cancel_child(r, i, who);   /* once this run no longer waits for it */
   return E->broken ? mend_errorf(err, errlen, "%s", E->errmsg) : 0;
 }
 
@@ -364,6 +366,7 @@ int mend_engine_resolve(mend_engine *E, const char *id, const char *who, const c
   operator_entry(E, NULL, id, "dlq resolve", who, note);
   mend_store_repairing(E->store, 0);
   if (mend_store_dlq_remove(E->store, id)) mend__store_failed(E);
+  mend__child_resolved(E, id);   /* a parent waiting for it hears of it */
   if (mend__commit_now(E)) return mend_errorf(err, errlen, "%s", E->errmsg);
   return 0;
 }

@@ -113,6 +113,10 @@ void mend__forward(mend_run *r) {
       mend__await_event(r, i);
       return;
     }
+    if (def->child) {
+      mend__start_child(r, i);
+      return;
+    }
     if (def->execute_ref == LUA_NOREF) {
       mend__step_to(r, i, MEND_STEP_SUCCEEDED, NULL, -1, "a wait step: nothing to execute");
       mend__set_str(&st->result, "null");
@@ -123,6 +127,10 @@ void mend__forward(mend_run *r) {
     }
     if (!admitted && breaker_refuses(r, i)) return;
   }
+  if (def->child) {   /* running found after a crash: its start again finds the child it made */
+    mend__start_child(r, i);
+    return;
+  }
   /* pending, or running found after a crash: either way a new attempt with the same key */
   st->attempts++;
   st->due = -1;
@@ -132,7 +140,12 @@ void mend__forward(mend_run *r) {
 
 static void succeed_step(mend_run *r, int i, const char *result_json) {
   step_rt *st = &r->steps[i];
-  mend__breaker_outcome(r, i, MEND_OUTCOME_SUCCESS);
+  int was_waiting = st->status == MEND_STEP_WAITING;
+  if (!was_waiting) mend__breaker_outcome(r, i, MEND_OUTCOME_SUCCESS);
+  if (r->wf->steps[i].wait_token && !was_waiting) {   /* executed: now its token */
+    mend__await_token(r, i);
+    return;
+  }
   mend__set_str(&st->result, result_json);
   mend__set_str(&st->error, NULL);
   mend__step_to(r, i, MEND_STEP_SUCCEEDED, NULL, -1, NULL);
@@ -153,8 +166,9 @@ static void fail_step(mend_run *r, int i, const mend_error_info *info) {
   mend__emit(E, json_pack("{s:s, s:s, s:s, s:s, s:i, s:s, s:b}", "type", "step_failed", "run_id", r->id,
                     "workflow", r->wf->name, "step", mend__step_name(r, i), "attempt", st->attempts,
                     "error", msg, "will_retry", retryable && st->attempts < def->retry.max_attempts));
-  if (def->wait_for)
-    ;   /* nothing was called: no breaker has anything to count */
+  int was_waiting = st->status == MEND_STEP_WAITING;
+  if (def->wait_for || def->child || was_waiting)
+    ;   /* nothing was called (or its call counted already): no breaker has anything to count */
   else if (def->slot->b.state == MEND_BREAKER_HALF_OPEN || retryable || info->kind != MEND_ERR_ERROR)
     mend__breaker_outcome(r, i, retryable ? MEND_OUTCOME_RETRYABLE : MEND_OUTCOME_OTHER);
   else
@@ -200,7 +214,7 @@ static void fail_step(mend_run *r, int i, const mend_error_info *info) {
   }
   /* A wait that timed out for good is an outcome the workflow planned for (its compensation),
    * not a dependency that kept failing: no dead letter. */
-  r->reason = retryable && def->wait_for ? "timeout"
+  r->reason = retryable && (def->wait_for || (was_waiting && info->kind == MEND_ERR_TIMEOUT)) ? "timeout"
             : retryable ? "attempts_exhausted"
             : info->kind == MEND_ERR_FATAL ? "fatal"
             : info->kind == MEND_ERR_COMPENSABLE ? (info->severity == 2 ? "severity_2" : "compensable")
@@ -244,7 +258,7 @@ void mend__backward(mend_run *r) {
   for (; r->cur >= 0; r->cur--) {
     int i = r->cur;
     if (!mend__needs_compensation(r, i)) continue;
-    if (r->wf->steps[i].compensate_ref == LUA_NOREF) {
+    if (!mend__compensable(&r->wf->steps[i])) {
       mend__history(r, mend__step_name(r, i), "skip_compensate", NULL, NULL, 0, NULL, -1, "step has no compensate");
       mend_engine_log_line(r->E, "info", r->id, mend__step_name(r, i), 0, "skip_compensate",
                            "no compensate function: skipped");
@@ -254,7 +268,8 @@ void mend__backward(mend_run *r) {
     r->steps[i].comp_attempts++;
     r->steps[i].due = -1;
     mend__step_to(r, i, MEND_STEP_COMPENSATING, NULL, -1, NULL);
-    mend__queue(r, ACT_COMPENSATE);
+    if (r->wf->steps[i].child) mend__undo_child(r, i);   /* its child's saga, reversed */
+    else mend__queue(r, ACT_COMPENSATE);
     return;
   }
   finish_failed(r);
@@ -290,7 +305,7 @@ static void compensation_failed(mend_run *r, int i, const mend_error_info *info)
   size_t used = 0;
   for (int j = i; j >= 0; j--) {
     if (j != i && !mend__needs_compensation(r, j)) continue;
-    if (j != i && r->wf->steps[j].compensate_ref == LUA_NOREF) continue;
+    if (j != i && !mend__compensable(&r->wf->steps[j])) continue;
     int n = snprintf(left + used, sizeof left - used, "%s%s", used ? ", " : "", mend__step_name(r, j));
     if (n < 0 || (size_t)n >= sizeof left - used) break;
     used += (size_t)n;

@@ -50,6 +50,10 @@
  *        step that consumed it)) (schema 10): events sent to runs, consumed once each, in seq
  *        order; + index on (run_id, name, seq) of those not consumed. steps.awaits (schema
  *        10): the event a waiting step waits for
+ *   tokens(token TEXT PRIMARY KEY, run_id TEXT, step TEXT, attempt INTEGER, made REAL, used
+ *        REAL, outcome TEXT (JSON)) (schema 11): completion tokens, one an attempt that asked
+ *        for one (UNIQUE(run_id, step, attempt)); used once. runs.parent_run, runs.parent_step
+ *        (schema 11): the run and step that started a child run (indexed where set)
  *   runs also has cancel_requested INTEGER: a cancel asked for by another process (indexed by
  *        owner where set)
  * Nullable text fields are passed as NULL; a delay or due time of < 0 is stored as NULL.
@@ -174,7 +178,8 @@ const char *const mend__query_sql[Q__COUNT] = {
     " r.attention, r.reason, r.owner,"
     " (SELECT w.lease_until FROM workers w WHERE w.owner = r.owner) AS lease_until,"
     " r.created, r.updated, coalesce(r.step_names, v.step_names) AS step_names,"
-    " nullif(r.cancel_requested, 0) AS cancel_requested, r.unavailable"
+    " nullif(r.cancel_requested, 0) AS cancel_requested, r.unavailable, r.parent_run,"
+    " r.parent_step"
     " FROM runs r LEFT JOIN workflow_versions v ON v.id = r.workflow_version WHERE r.id = ?1",
   [Q_STEPS] =
     "SELECT idx, name, status, attempts, comp_attempts,"
@@ -226,6 +231,26 @@ const char *const mend__query_sql[Q__COUNT] = {
   [Q_LAST_EVENT] = "SELECT coalesce(max(seq), 0) FROM inbox",
   [Q_INBOX] =
     "SELECT seq, name, payload, key, sent, consumed, step FROM inbox WHERE run_id = ?1 ORDER BY seq",
+  /* Completion tokens and child runs (schema 11). */
+  [Q_PUT_TOKEN] =
+    "INSERT INTO tokens(token, run_id, step, attempt, made) VALUES(?1, ?2, ?3, ?4, ?5)",
+  [Q_TOKEN_OF_ATTEMPT] =   /* tokens_attempt */
+    "SELECT token FROM tokens WHERE run_id = ?1 AND step = ?2 AND attempt = ?3",
+  [Q_TOKEN] = "SELECT token, run_id, step, attempt, made, used, outcome FROM tokens WHERE token = ?1",
+  [Q_USE_TOKEN] = "UPDATE tokens SET used = ?2, outcome = ?3 WHERE token = ?1 AND used IS NULL",
+  [Q_SET_PARENT] = "UPDATE runs SET parent_run = ?2, parent_step = ?3 WHERE id = ?1",
+  [Q_CHILDREN] =   /* runs_parent */
+    "SELECT id AS run_id, parent_step AS step, workflow, status FROM runs WHERE parent_run = ?1"
+    " ORDER BY created, rowid",
+  /* A child's end, to its parent's inbox: recorded in the write log with the child's id first,
+   * so that the fence drops it with the child's other writes when the child is lost. */
+  [Q_CHILD_END] =
+    "INSERT OR IGNORE INTO inbox(run_id, name, payload, key, sent)"
+    " SELECT parent_run, ?2, ?3, ?4, ?5 FROM runs WHERE id = ?1 AND parent_run IS NOT NULL",
+  /* A succeeded run is nobody's (Q_UPDATE_RUN): reopened, it is `owner`'s or any worker's. */
+  [Q_REOPEN_RUN] =
+    "UPDATE runs SET status = 'compensating', reason = ?2, owner = ?3, updated = ?4,"
+    " error = 'compensated with its parent' WHERE id = ?1 AND status = 'succeeded'",
   /* The text of a version is the same wherever it was loaded from (the version is its hash). */
   [Q_VERSION_SCRIPT] =
     "SELECT script, source FROM workflow_versions WHERE workflow = ?1 AND version = ?2"
@@ -377,5 +402,15 @@ const char *const mend__migrations[MEND_SCHEMA_VERSION] = {
   "CREATE INDEX inbox_waiting ON inbox(run_id, name, seq) WHERE consumed IS NULL;"
   "ALTER TABLE steps ADD COLUMN awaits TEXT;"
   "INSERT INTO labels(code, name) VALUES (25, 'waiting'), (26, 'event');",
+  /* 10 -> 11: completion tokens, one an attempt (a token of an earlier attempt is known, and
+   * refused as such), used once; kept with the run. A child run names its parent and the
+   * parent's step, so that either can be found from the other. */
+  "CREATE TABLE tokens(token TEXT PRIMARY KEY, run_id TEXT NOT NULL, step TEXT NOT NULL,"
+  " attempt INTEGER NOT NULL, made REAL, used REAL, outcome TEXT) WITHOUT ROWID;"
+  "CREATE UNIQUE INDEX tokens_attempt ON tokens(run_id, step, attempt);"
+  "ALTER TABLE runs ADD COLUMN parent_run TEXT;"
+  "ALTER TABLE runs ADD COLUMN parent_step TEXT;"
+  "CREATE INDEX runs_parent ON runs(parent_run) WHERE parent_run IS NOT NULL;"
+  "INSERT INTO labels(code, name) VALUES (27, 'token'), (28, 'child');",
 };
 

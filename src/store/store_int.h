@@ -16,7 +16,7 @@
 #include "store.h"
 #include "store/sqlite.h"
 
-#define MEND_SCHEMA_VERSION 10   /* kept in PRAGMA user_version and in meta */
+#define MEND_SCHEMA_VERSION 11   /* kept in PRAGMA user_version and in meta */
 
 #define BUSY_TIMEOUT_MS 5000
 #define HISTORY_GROUP 8
@@ -35,6 +35,9 @@ enum {
   Q_VERSION_SCRIPT, Q_KEEP_SCRIPT, Q_SET_UNAVAILABLE, Q_MOVE_RUN, Q_DROP_STEPS_FROM, Q_WORKFLOWS,
   Q_RUN, Q_STEPS, Q_IN_FLIGHT, Q_HISTORY, Q_DLQ, Q_BREAKERS, Q_RUNS,
   Q_SEND_EVENT, Q_NEXT_EVENT, Q_CONSUME_EVENT, Q_LAST_EVENT, Q_INBOX,
+  /* new: tokens */
+  Q_PUT_TOKEN, Q_TOKEN_OF_ATTEMPT, Q_TOKEN, Q_USE_TOKEN, Q_SET_PARENT, Q_CHILDREN, Q_REOPEN_RUN,
+  Q_CHILD_END,
   Q__COUNT
 };
 
@@ -278,5 +281,15 @@ int mend__sqlite_add_lost(mend_store *s, const char *id);
 void mend__sqlite_fence_verified(mend_store *s);
 void mend__sqlite_repairing(mend_store *s, int on);
 int mend__sqlite_owner(mend_store *s, const char *id, char *owner_out, int owner_len, double *lease_left);
+
+/* completion tokens and child runs (tokens.c) */
+int mend__sqlite_put_token(mend_store *s, const char *token, const char *run_id, const char *step, int attempt, double made);
+int mend__sqlite_token_of_attempt(mend_store *s, const char *run_id, const char *step, int attempt, char **token);
+json_t *mend__sqlite_token(mend_store *s, const char *token);
+int mend__sqlite_use_token(mend_store *s, const char *token, const char *outcome, double at);
+int mend__sqlite_set_parent(mend_store *s, const char *id, const char *parent, const char *parent_step);
+json_t *mend__sqlite_children(mend_store *s, const char *parent);
+int mend__sqlite_child_end(mend_store *s, const char *child, const char *name, const char *payload, const char *key, double sent);
+int mend__sqlite_reopen_run(mend_store *s, const char *id, const char *reason, const char *owner, double at);
 
 #endif

@@ -27,6 +27,11 @@ void mend__pg_msg(char *buf, int len, const char *fmt, ...) {
   va_end(ap);
 }
 
+void mend__pg_unsupported(mend_store *s, const char *what) {
+  mend__pg_msg(PG(s)->err, sizeof PG(s)->err, "%s: %s: not supported on PostgreSQL yet",
+               PG(s)->server, what);
+}
+
 double mend__pg_mono(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -389,4 +394,12 @@ const mend_store_methods mend__pg_methods = {
   .fence_verified = mend__pg_fence_verified,
   .repairing = mend__pg_repairing,
   .owner = mend__pg_owner,
+  .put_token = mend__pg_no_put_token,
+  .token_of_attempt = mend__pg_no_token_of_attempt,
+  .token = mend__pg_no_token,
+  .use_token = mend__pg_no_use_token,
+  .set_parent = mend__pg_no_set_parent,
+  .children = mend__pg_no_children,
+  .child_end = mend__pg_no_child_end,
+  .reopen_run = mend__pg_no_reopen_run,
 };

@@ -100,6 +100,8 @@ typedef struct mend_pg {
 
 /* pg.c */
 void mend__pg_msg(char *buf, int len, const char *fmt, ...);
+/* Sets the error of a method the PostgreSQL store does not have yet (names `what`). */
+void mend__pg_unsupported(mend_store *s, const char *what);
 /* err = "<server>: <what>: <PostgreSQL's message>" (first line); returns -1. */
 int mend__pg_fail(mend_pg *p, PGconn *c, const PGresult *r, const char *what);
 double mend__pg_mono(void);
@@ -207,5 +209,15 @@ long long mend__pg_events_after(mend_store *s, long long after, int limit,
                                 void (*fn)(void *ud, const char *run_id), void *ud);
 
 #define PG_TEXT(r, row, col) (PQgetisnull((r), (row), (col)) ? NULL : PQgetvalue((r), (row), (col)))
+
+/* completion tokens and child runs (pg_tokens.c): refused for now */
+int mend__pg_no_put_token(mend_store *s, const char *token, const char *run_id, const char *step, int attempt, double made);
+int mend__pg_no_token_of_attempt(mend_store *s, const char *run_id, const char *step, int attempt, char **token);
+json_t *mend__pg_no_token(mend_store *s, const char *token);
+int mend__pg_no_use_token(mend_store *s, const char *token, const char *outcome, double at);
+int mend__pg_no_set_parent(mend_store *s, const char *id, const char *parent, const char *parent_step);
+json_t *mend__pg_no_children(mend_store *s, const char *parent);
+int mend__pg_no_child_end(mend_store *s, const char *child, const char *name, const char *payload, const char *key, double sent);
+int mend__pg_no_reopen_run(mend_store *s, const char *id, const char *reason, const char *owner, double at);
 
 #endif

@@ -1,0 +1,372 @@
+-- Child runs (child = "workflow", issue 18): a step starts a run of another workflow, keyed by
+-- its parent and step, waits for its end without a coroutine, and takes its outcome; a parent
+-- that compensates reverses a child that succeeded as a whole; cancelling the parent cancels a
+-- running child; status shows the links both ways. First through the Lua API on the virtual
+-- clock, then with real `mend worker` processes.
+local H = require "spec.helper"
+local json = require("mend").json
+
+local MEND = H.MEND
+local q = H.quote
+
+-- shipping: pack, then (optionally) wait for the carrier's pickup event, then label.
+local function shipping(log, opts)
+  opts = opts or {}
+  local steps = {
+    { name = "pack", execute = function(_, input)
+        if input.broken then error(require("mend").fatal("nothing to pack")) end
+        log[#log + 1] = "pack " .. input.order
+        return { box = "box-" .. input.order }
+      end,
+      compensate = function(_, r) log[#log + 1] = "unpack " .. r.box end },
+  }
+  if opts.pickup then steps[#steps + 1] = { name = "pickup", wait_for = "picked_up" } end
+  steps[#steps + 1] = { name = "label", execute = function(_, input)
+      return { tracking = "trk-" .. input.order } end,
+    compensate = function(_, r) log[#log + 1] = "void " .. r.tracking end }
+  return { name = "shipping", steps = steps }
+end
+
+-- order: charge, ship (the child), then a last step that may fail.
+local function order(log)
+  return { name = "order", steps = {
+    { name = "charge", execute = function() return { charged = 5 } end,
+      compensate = function() log[#log + 1] = "refund" end },
+    { name = "ship", child = "shipping",
+      input = function(ctx) return { order = ctx.input.id, broken = ctx.input.broken } end },
+    { name = "confirm", execute = function(ctx)
+        if ctx.input.fail_last then error(require("mend").fatal("confirmation refused")) end
+        return { tracking = ctx.results.ship.label.tracking }
+      end },
+  } }
+end
+
+local function setup(opts)
+  local eng, db = H.new_engine()
+  local log = {}
+  eng:register(shipping(log, opts))
+  eng:register(order(log))
+  return eng, log, db
+end
+
+local function child_of(eng, id)
+  local st = eng:status(id)
+  return st.children and st.children[1]
+end
+
+describe("a step with child", function()
+  after_each(H.cleanup)
+
+  it("starts the child, waits for it, and takes its results; links show both ways", function()
+    local eng, log = setup()
+    local id = eng:start("order", { id = "o1" })
+    eng:run()
+    local st = eng:status(id)
+    assert.are.equal("succeeded", st.status)
+    local c = st.children[1]
+    assert.are.equal("ship", c.step)
+    assert.are.equal("shipping", c.workflow)
+    assert.are.equal("succeeded", c.status)
+    assert.are.same({ pack = { box = "box-o1" }, label = { tracking = "trk-o1" } },
+                    H.step(st, "ship").result)
+    assert.are.same({ tracking = "trk-o1" }, H.step(st, "confirm").result)
+    local cst = eng:status(c.run_id)
+    assert.are.equal(id, cst.parent_run)
+    assert.are.equal("ship", cst.parent_step)
+    assert.are.equal(id .. "/ship", cst.key)
+    assert.are.same({ "pending->running", "running->waiting", "waiting->succeeded" },
+                    H.transitions(eng, id, "ship"))
+    assert.are.same({ "pack o1" }, log)
+  end)
+
+  it("fails the step (fatal) when the child fails or compensates, and the parent compensates",
+     function()
+    local eng, log = setup()
+    local id = eng:start("order", { id = "o2", broken = true })
+    eng:run()
+    local st = eng:status(id)
+    assert.are.equal("compensated", st.status)
+    assert.are.equal("fatal", st.reason)
+    local c = child_of(eng, id)
+    assert.are.equal("failed", c.status)
+    assert.matches("^fatal: child run " .. c.run_id .. " failed: fatal: nothing to pack",
+                   H.step(st, "ship").error)
+    assert.are.same({ "refund" }, log)
+  end)
+
+  it("compensates a child that succeeded as a whole when the parent compensates", function()
+    local eng, log = setup()
+    local id = eng:start("order", { id = "o3", fail_last = true })
+    eng:run()
+    local st = eng:status(id)
+    assert.are.equal("compensated", st.status)
+    assert.are.equal("compensated", H.step(st, "ship").status)
+    local c = child_of(eng, id)
+    assert.are.equal("compensated", c.status)
+    -- the child's own saga, reversed, before the parent's earlier steps
+    assert.are.same({ "pack o3", "void trk-o3", "unpack box-o3", "refund" }, log)
+    local cst = eng:status(c.run_id)
+    assert.are.equal("parent_compensated", cst.reason)
+    local runs = {}
+    for _, e in ipairs(eng:history(c.run_id)) do
+      if e.event == "run" then runs[#runs + 1] = (e.from or "") .. "->" .. e.to end
+    end
+    assert.are.same({ "->running", "running->succeeded", "succeeded->compensating",
+                      "compensating->compensated" }, runs)
+    assert.are.same({ "pending->running", "running->waiting", "waiting->succeeded",
+                      "succeeded->compensating", "compensating->compensated" },
+                    H.transitions(eng, id, "ship"))
+  end)
+
+  it("cancels a running child with its parent", function()
+    local eng, log = setup{ pickup = true }
+    local id = eng:start("order", { id = "o4" })
+    eng:advance(1)
+    local c = child_of(eng, id)
+    assert.are.equal("running", c.status)
+    assert.are.equal("waiting", H.step(eng:status(c.run_id), "pickup").status)
+    assert.are.equal("waiting", H.step(eng:status(id), "ship").status)
+    eng:cancel(id)
+    eng:run()
+    assert.are.equal("compensated", eng:status(id).status)
+    local cst = eng:status(c.run_id)
+    assert.are.equal("compensated", cst.status)
+    assert.are.equal("cancelled", cst.reason)
+    table.sort(log)   -- the two runs compensate side by side
+    assert.are.same({ "pack o4", "refund", "unpack box-o4" }, log)
+  end)
+
+  it("waits across a restart, and takes the end of a child that ended meanwhile", function()
+    local eng, _, db = setup{ pickup = true }
+    local id = eng:start("order", { id = "o5" })
+    eng:advance(1)
+    local c = child_of(eng, id)
+    H.close(eng)
+    local log2 = {}
+    local eng2 = H.reopen(db)
+    eng2:register(shipping(log2, { pickup = true }))
+    eng2:register(order(log2))
+    assert.are.equal(2, eng2:recover())
+    eng2:signal(c.run_id, "picked_up", { at = "dock 3" })
+    eng2:run()
+    assert.are.equal("succeeded", eng2:status(c.run_id).status)
+    assert.are.equal("succeeded", eng2:status(id).status)
+    assert.are.same({ at = "dock 3" }, H.step(eng2:status(id), "ship").result.pickup)
+  end)
+
+  it("keeps waiting for a child in the dead-letter queue, and fails once it is resolved",
+     function()
+    local eng = H.new_engine()
+    local log = {}
+    eng:register{ name = "shipping", steps = {
+      { name = "pack", retry = { max_attempts = 1 },
+        execute = function() error(require("mend").retryable("carrier down")) end } } }
+    eng:register(order(log))
+    local id = eng:start("order", { id = "o6" })
+    eng:run()
+    local c = child_of(eng, id)
+    assert.are.equal("needs_attention", c.status)
+    assert.are.equal("running", eng:status(id).status)
+    assert.are.equal("waiting", H.step(eng:status(id), "ship").status)
+    eng:resolve(c.run_id, { note = "shipped by hand" })
+    eng:run()
+    local st = eng:status(id)
+    assert.are.equal("compensated", st.status)
+    assert.matches("child run " .. c.run_id .. " resolved", H.step(st, "ship").error)
+    assert.are.same({ "refund" }, log)
+  end)
+
+  it("puts the parent in the dead-letter queue when its child's compensation fails", function()
+    local eng = H.new_engine()
+    local log = {}
+    local broken = true
+    eng:register{ name = "shipping", steps = {
+      { name = "pack", execute = function() return { box = 1 } end,
+        compensate_retry = { max_attempts = 1 },
+        compensate = function() if broken then error("the warehouse is closed") end end } } }
+    eng:register(order(log))
+    local id = eng:start("order", { id = "o8", fail_last = true })
+    eng:run()
+    local st = eng:status(id)
+    local c = st.children[1]
+    assert.are.equal("needs_attention", eng:status(c.run_id).status)
+    assert.are.equal("compensation_failed", eng:status(c.run_id).reason)
+    assert.are.equal("needs_attention", st.status)
+    assert.are.equal("compensation_failed", st.reason)
+    assert.are.equal("compensation_failed", H.step(st, "ship").status)
+    assert.matches("child run " .. c.run_id .. " needs_attention", H.step(st, "ship").error)
+    assert.are.same({}, log)   -- charge is not undone past a step that could not be
+    -- the child repaired and retried; then the parent, whose compensation finds it undone
+    broken = false
+    eng:dlq_retry(c.run_id)
+    eng:run()
+    assert.are.equal("compensated", eng:status(c.run_id).status)
+    eng:dlq_retry(id)
+    eng:run()
+    assert.are.equal("compensated", eng:status(id).status)
+    assert.are.same({ "refund" }, log)
+  end)
+
+  it("adopts a run started by hand with the child's key, ended or not", function()
+    for _, first in ipairs { true, false } do
+      local eng, log = setup()
+      local id = eng:start("order", { id = "o7" })
+      local cid = eng:start("shipping", { order = "by-hand" }, { key = id .. "/ship" })
+      if first then eng:advance(1) end   -- else both go side by side
+      eng:run()
+      local st = eng:status(id)
+      assert.are.equal("succeeded", st.status)
+      assert.are.equal(cid, st.children[1].run_id)
+      assert.are.same({ tracking = "trk-by-hand" }, H.step(st, "ship").result.label)
+      assert.are.same({ "pack by-hand" }, log)
+    end
+  end)
+
+  it("refuses bad definitions, and fails the step for a workflow not loaded", function()
+    local eng = H.new_engine()
+    local ok, err = pcall(eng.register, eng, H.one_step("a", { child = "x", execute = function() end }))
+    assert.is_false(ok)
+    assert.matches("child cannot go with execute", err)
+    ok, err = pcall(eng.register, eng, H.one_step("b", { child = "x", compensate = function() end }))
+    assert.is_false(ok)
+    assert.matches("child and compensate cannot go together", err)
+    ok, err = pcall(eng.register, eng, H.one_step("c", { execute = function() end, input = function() end }))
+    assert.is_false(ok)
+    assert.matches("input goes only with child", err)
+    eng:register(H.one_step("lonely", { child = "nowhere" }))
+    local id = eng:start("lonely", {})
+    eng:run()
+    local st = eng:status(id)
+    assert.are.equal("failed", st.status)
+    assert.matches('child nowhere could not start: no workflow named "nowhere" is loaded',
+                   H.step(st, "work").error)
+  end)
+end)
+
+-- With real processes.
+local function mend_cmd(db, args)
+  return H.shell(("%s %s --db %s"):format(MEND, args, q(db)))
+end
+
+local function worker(db, dir, log)
+  local p = io.popen(("sh -c 'exec %s worker --db %s --workflows %s --poll 0.05 2>>%s' >/dev/null & echo $!")
+    :format(MEND, q(db), q(dir), q(log)))
+  local pid = p:read("l")
+  p:close()
+  return pid
+end
+
+local function status_json(db, id)
+  local rc, out = mend_cmd(db, "status " .. id .. " --json")
+  assert.are.equal(0, rc, out)
+  return json.decode(out)
+end
+
+local SHIPPING = [[
+return { name = "shipping", steps = {
+  { name = "pack", execute = function(ctx, input) return { box = "box-" .. input.order } end,
+    compensate = function(ctx, r) ctx:log("unpacked %s", r.box) end },
+  { name = "pickup", wait_for = "picked_up" },
+} }
+]]
+
+local ORDER = [[
+local mend = require "mend"
+return { name = "order", steps = {
+  { name = "charge", execute = function() return { charged = 5 } end,
+    compensate = function(ctx) ctx:log("refunded") end },
+  { name = "ship", child = "shipping", input = function(ctx) return { order = ctx.input.id } end },
+  { name = "confirm", wait_for = "confirmed" },
+  { name = "close", execute = function(ctx)
+      if ctx.results.confirm.ok ~= true then error(mend.fatal("not confirmed")) end
+      return "closed"
+    end },
+} }
+]]
+
+describe("child runs with real workers", function()
+  after_each(H.cleanup)
+
+  local function setup()
+    local dir = H.tmp_dir()
+    H.write_file(dir, "shipping.lua", SHIPPING)
+    H.write_file(dir, "order.lua", ORDER)
+    return dir, dir .. "/c.db", dir .. "/worker.log"
+  end
+
+  local function start(db, dir, input)
+    local rc, out = mend_cmd(db, "start order --workflows " .. q(dir) .. " --input '" .. input .. "'")
+    assert.are.equal(0, rc, out)
+    return out:match("(%S+)")
+  end
+
+  local function waiting_child(db, id)
+    local c
+    H.wait_for("the child's wait", function()
+      local st = status_json(db, id)
+      c = st.children and st.children[1]
+      return c and H.step(status_json(db, c.run_id), "pickup").status == "waiting"
+    end, 10)
+    return c.run_id
+  end
+
+  it("wakes the parent when a child ends in another process; status shows the links", function()
+    local dir, db, log = setup()
+    local id = start(db, dir, '{"id":"o1"}')
+    local pid = worker(db, dir, log)
+    local child = waiting_child(db, id)
+    local rc, out = mend_cmd(db, "status " .. id)
+    assert.matches("due: ship waiting for child run " .. child .. " %(shipping%), no timeout", out)
+    assert.matches("children:\n  ship%s+" .. child .. "%s+shipping%s+running", out)
+    rc, out = mend_cmd(db, "status " .. child)
+    assert.matches("parent:\n  " .. id .. " %(step ship%)", out)
+    H.stop_worker(pid)
+    -- the child's event is sent while no worker runs: the next one carries both on
+    rc, out = mend_cmd(db, "signal " .. child .. " picked_up")
+    assert.are.equal(0, rc, out)
+    pid = worker(db, dir, log)
+    H.wait_for("the parent's next wait", function()
+      return H.step(status_json(db, id), "confirm").status == "waiting"
+    end, 10)
+    rc, out = mend_cmd(db, "signal " .. id .. [[ confirmed --data '{"ok":true}']])
+    assert.are.equal(0, rc, out)
+    rc, out = mend_cmd(db, "wait " .. id .. " --timeout 10")
+    H.stop_worker(pid)
+    assert.are.equal(0, rc, out .. H.read(log))
+    local st = status_json(db, id)
+    assert.are.same({ box = "box-o1" }, H.step(st, "ship").result.pack)
+    assert.are.equal(child, st.children[1].run_id)
+    assert.are.equal(id, status_json(db, child).parent_run)
+  end)
+
+  it("compensates the child with its parent, and cancels a running child with its parent",
+     function()
+    local dir, db, log = setup()
+    local id = start(db, dir, '{"id":"o2"}')
+    local pid = worker(db, dir, log)
+    local child = waiting_child(db, id)
+    assert.are.equal(0, (mend_cmd(db, "signal " .. child .. " picked_up")))
+    H.wait_for("the parent's next wait", function()
+      return H.step(status_json(db, id), "confirm").status == "waiting"
+    end, 10)
+    assert.are.equal(0, (mend_cmd(db, "signal " .. id .. [[ confirmed --data '{"ok":false}']])))
+    local rc, out = mend_cmd(db, "wait " .. id .. " --timeout 10")
+    assert.are.equal(3, rc, out .. H.read(log))
+    assert.are.equal("compensated", status_json(db, child).status)
+    assert.are.equal("parent_compensated", status_json(db, child).reason)
+    rc, out = mend_cmd(db, "history " .. child)
+    assert.matches("unpacked box%-o2", out)
+
+    -- cancel: the parent waits for a running child
+    local id2 = start(db, dir, '{"id":"o3"}')
+    local child2 = waiting_child(db, id2)
+    rc, out = mend_cmd(db, "cancel " .. id2)
+    assert.are.equal(0, rc, out)
+    rc, out = mend_cmd(db, "wait " .. id2 .. " --timeout 10")
+    assert.are.equal(3, rc, out .. H.read(log))
+    rc, out = mend_cmd(db, "wait " .. child2 .. " --timeout 10")
+    H.stop_worker(pid)
+    assert.are.equal(3, rc, out .. H.read(log))
+    assert.are.equal("cancelled", status_json(db, child2).reason)
+  end)
+end)

@@ -1,0 +1,348 @@
+-- Completion tokens (wait = "token", issue 18): a step's execute hands ctx:token() to the
+-- outside world and the step waits until the token is completed or failed; tokens are single
+-- use and tied to their attempt; a timeout is a typed failure the step's policy handles. First
+-- through the Lua API on the virtual clock, then with real `mend worker` processes and the
+-- `mend complete` / `mend fail` commands.
+local H = require "spec.helper"
+local json = require("mend").json
+
+local MEND = H.MEND
+local q = H.quote
+
+-- A refund that asks a person: the token of each attempt goes to `sent`.
+local function refund(extra)
+  local sent, undone = {}, {}
+  local ask = { name = "approve", wait = "token", timeout = 48 * 3600,
+    execute = function(ctx)
+      local t = ctx:token()
+      assert(ctx:token() == t, "one token an attempt")
+      sent[#sent + 1] = t
+      return "asked"
+    end }
+  for k, v in pairs(extra or {}) do ask[k] = v end
+  local def = { name = "refund", steps = {
+    { name = "hold", execute = function() return { held = 10 } end,
+      compensate = function(_, r) undone[#undone + 1] = r.held end },
+    ask,
+    { name = "pay", execute = function(ctx) return { paid = ctx.results.approve } end },
+  } }
+  return def, sent, undone
+end
+
+local function step(eng, id, name) return H.step(eng:status(id), name) end
+
+local function refused(fn, pattern)
+  local ok, err = pcall(fn)
+  assert.is_false(ok)
+  assert.matches(pattern, tostring(err))
+end
+
+describe("a step with wait = \"token\"", function()
+  after_each(H.cleanup)
+
+  it("waits after execute for its token; complete gives the step its result", function()
+    local eng, db = H.new_engine()
+    local def, sent = refund()
+    eng:register(def)
+    local t0 = eng:now()
+    local id = eng:start("refund", {})
+    eng:advance(60)
+    local s = step(eng, id, "approve")
+    assert.are.equal("waiting", s.status)
+    assert.are.equal("token", s.awaits)
+    assert.is_true(math.abs(s.due - (t0 + 48 * 3600)) < 1)
+    assert.are.equal(1, #sent)
+    assert.matches("^mtk_%x+$", sent[1])
+    assert.is_true(#sent[1] >= 4 + 32, "at least 128 bits")
+    assert.are.equal(id, eng:complete(sent[1], { ok = "by alice" }))
+    eng:run()
+    local st = eng:status(id)
+    assert.are.equal("succeeded", st.status)
+    assert.are.same({ ok = "by alice" }, H.step(st, "approve").result)
+    assert.are.same({ paid = { ok = "by alice" } }, H.step(st, "pay").result)
+    assert.are.same({ "pending->running", "running->waiting", "waiting->succeeded" },
+                    H.transitions(eng, id, "approve"))
+    assert.are.same({ "1" }, H.sql(db, "SELECT count(*) FROM tokens WHERE used IS NOT NULL"))
+    -- single use
+    refused(function() eng:complete(sent[1], "again") end, "was used already: a token is single use")
+    refused(function() eng:fail(sent[1], { kind = "fatal" }) end, "was used already")
+    refused(function() eng:complete("mtk_nosuch") end, "no token mtk_nosuch")
+  end)
+
+  it("fails with each kind: fatal and compensable compensate, retryable makes a new attempt",
+     function()
+    for _, kind in ipairs { "fatal", "compensable" } do
+      local eng = H.new_engine()
+      local def, sent, undone = refund()
+      eng:register(def)
+      local id = eng:start("refund", {})
+      eng:advance(1)
+      eng:fail(sent[1], { kind = kind, message = "rejected by bob" })
+      eng:run()
+      local st = eng:status(id)
+      assert.are.equal("compensated", st.status, kind)
+      assert.are.equal(kind, st.reason)
+      assert.matches("^" .. kind .. ": rejected by bob", H.step(st, "approve").error)
+      assert.are.same({ 10 }, undone)
+    end
+    local eng = H.new_engine()
+    local def, sent = refund{ retry = { max_attempts = 2, initial = 5, jitter = 0 } }
+    eng:register(def)
+    local id = eng:start("refund", {})
+    eng:advance(1)
+    eng:fail(sent[1], { kind = "retryable", message = "ask again" })
+    eng:advance(1)
+    assert.are.equal("retry_wait", step(eng, id, "approve").status)
+    eng:advance(5)
+    assert.are.equal("waiting", step(eng, id, "approve").status)
+    assert.are.equal(2, #sent)
+    assert.are_not.equal(sent[1], sent[2])
+    -- the token of the first attempt is refused now; the second's completes
+    refused(function() eng:complete(sent[1], "late") end, "was used already")
+    eng:complete(sent[2], "yes")
+    eng:run()
+    assert.are.equal("succeeded", eng:status(id).status)
+    assert.are.equal("yes", step(eng, id, "pay").result.paid)
+    refused(function() eng:fail(sent[1], { kind = "bogus" }) end,
+            "must be retryable, fatal or compensable, got bogus")
+  end)
+
+  it("refuses a token of an earlier attempt, one never used", function()
+    local eng = H.new_engine()
+    local def, sent = refund{ timeout = 100, retry = { max_attempts = 2, initial = 5, jitter = 0 } }
+    eng:register(def)
+    local id = eng:start("refund", {})
+    eng:advance(101)   -- the first attempt's wait timed out
+    assert.are.equal("retry_wait", step(eng, id, "approve").status)
+    refused(function() eng:complete(sent[1], "too late") end,
+            "attempt 1 of step approve is over %(retry_wait%): its token is refused")
+    eng:advance(6)
+    assert.are.equal(2, #sent)
+    refused(function() eng:complete(sent[1], "too late") end,
+            "the token is of attempt 1 of step approve, which is at attempt 2 now: a token of an"
+            .. " earlier attempt is refused")
+    eng:complete(sent[2], "in time")
+    eng:run()
+    assert.are.equal("succeeded", eng:status(id).status)
+  end)
+
+  it("times out: a timeout failure, and the run compensates", function()
+    local eng = H.new_engine()
+    local def, sent, undone = refund{ retry = { max_attempts = 1 } }
+    eng:register(def)
+    local id = eng:start("refund", {})
+    eng:advance(48 * 3600 - 1)
+    assert.are.equal("waiting", step(eng, id, "approve").status)
+    eng:advance(2)   -- two days on the virtual clock, at once
+    local st = eng:status(id)
+    assert.are.equal("compensated", st.status)
+    assert.are.equal("timeout", st.reason)
+    assert.matches("^timeout: no completion of the token within 172800 s",
+                   H.step(st, "approve").error)
+    assert.are.same({ 10 }, undone)
+    refused(function() eng:complete(sent[1], "late") end, "run %w+ is compensated: its tokens are of no use any more")
+  end)
+
+  it("waits across a restart: a completion sent while nobody holds the run", function()
+    local eng, db = H.new_engine()
+    local def, sent = refund()
+    eng:register(def)
+    local id = eng:start("refund", {})
+    eng:advance(10)
+    H.close(eng)
+    local sender = H.reopen(db)
+    assert.are.equal(id, sender:complete(sent[1], { by = "carol" }))
+    H.close(sender)
+    local eng2 = H.reopen(db)
+    eng2:register(def)
+    assert.are.equal(1, eng2:recover())
+    eng2:run()
+    assert.are.equal("succeeded", eng2:status(id).status)
+    assert.are.same({ by = "carol" }, step(eng2, id, "approve").result)
+  end)
+
+  it("refuses bad definitions and a step that asks no token", function()
+    local eng = H.new_engine()
+    refused(function() eng:register(H.one_step("a", { wait = "token" })) end,
+            'wait = "token" needs execute')
+    refused(function() eng:register(H.one_step("b", { wait = "event", execute = function() end })) end,
+            'wait must be "token", got "event"')
+    refused(function()
+      eng:register(H.one_step("c", { wait = "token", wait_for = "x", execute = function() end }))
+    end, "wait_for and execute cannot go together")
+    eng:register(H.one_step("notoken", { wait = "token", execute = function() return 1 end }))
+    local id = eng:start("notoken", {})
+    eng:run()
+    local st = eng:status(id)
+    assert.are.equal("failed", st.status)
+    assert.matches("execute returned without asking for ctx:token%(%)", H.step(st, "work").error)
+    eng:register(H.one_step("plain", { execute = function(ctx) return ctx:token() end }))
+    id = eng:start("plain", {})
+    eng:run()
+    assert.matches('does not wait for a token %(declare wait = "token"%)',
+                   step(eng, id, "work").error)
+  end)
+end)
+
+describe("the REPL's complete() and fail()", function()
+  after_each(H.cleanup)
+
+  it("complete a token, refuse it again, and fail another", function()
+    local dir = H.tmp_dir()
+    local wf = H.write_file(dir, "tok.lua", [[
+return { name = "tok", steps = {
+  { name = "ask", wait = "token", retry = { max_attempts = 1 },
+    execute = function(ctx) LAST_TOKEN = ctx:token() end },
+  { name = "done", execute = function(ctx) return ctx.results.ask end } } }
+]])
+    local script = H.write_file(dir, "script.lua", table.concat({
+      ("use %q"):format(wf), 'id = start("tok")', "advance(1)",
+      'complete(LAST_TOKEN, { by = "alice" })', "complete(LAST_TOKEN)",
+      'id2 = start("tok")', "advance(1)", 'fail(LAST_TOKEN, "fatal", "rejected")', "" }, "\n"))
+    local rc, out = H.shell(("%s repl < %s"):format(MEND, q(script)))
+    assert.are.equal(1, rc, out)   -- the refused complete() is an error of the script
+    assert.matches("tok run %w+: succeeded", out)
+    assert.matches("ask%s+token completed", out)
+    assert.matches("complete: token of run %w+ step ask attempt 1 was used already", out)
+    assert.matches("tok run %w+: failed\n  error: fatal: rejected", out)
+  end)
+end)
+
+-- With real processes: mend start, mend worker, mend complete / fail, mend status.
+local function mend_cmd(db, args)
+  return H.shell(("%s %s --db %s"):format(MEND, args, q(db)))
+end
+
+local function worker(db, dir, log)
+  local p = io.popen(("sh -c 'exec %s worker --db %s --workflows %s --poll 0.05 2>>%s' >/dev/null & echo $!")
+    :format(MEND, q(db), q(dir), q(log)))
+  local pid = p:read("l")
+  p:close()
+  return pid
+end
+
+local function status_json(db, id)
+  local rc, out = mend_cmd(db, "status " .. id .. " --json")
+  assert.are.equal(0, rc, out)
+  return json.decode(out)
+end
+
+local function approve_step(db, id) return H.step(status_json(db, id), "approve") end
+
+-- The token the run's approve step handed out: workflows/approval.lua logs it.
+local function token_of(db, id)
+  local rows = H.sql(db, ("SELECT token FROM tokens WHERE run_id = '%s' ORDER BY attempt DESC"):format(id))
+  return rows[1]
+end
+
+describe("mend complete and mend fail with a real worker", function()
+  after_each(H.cleanup)
+
+  local function setup()
+    local dir = H.tmp_dir()
+    H.write_file(dir, "approval.lua", H.slurp("workflows/approval.lua"))
+    return dir, dir .. "/a.db", dir .. "/worker.log"
+  end
+
+  local function start(db, dir)
+    local rc, out = mend_cmd(db, "start approval --workflows " .. q(dir)
+      .. [[ --input '{"order":"o-1","amount":25}']])
+    assert.are.equal(0, rc, out)
+    return out:match("(%S+)")
+  end
+
+  it("completes a token; status shows the wait; a reused token is refused with exit 1", function()
+    local dir, db, log = setup()
+    local id = start(db, dir)
+    local pid = worker(db, dir, log)
+    H.wait_for("the wait", function() return approve_step(db, id).status == "waiting" end, 10)
+    local rc, out = mend_cmd(db, "status " .. id)
+    assert.matches("approve waiting for a token, due ", out)
+    local token = token_of(db, id)
+    rc, out = H.shell(("%s complete %s --result '{\"by\":\"alice\"}' --db %s"):format(MEND, token, q(db)))
+    assert.are.equal(0, rc, out)
+    assert.matches("token completed: run " .. id, out)
+    rc, out = mend_cmd(db, "wait " .. id .. " --timeout 10")
+    assert.are.equal(0, rc, out .. H.read(log))
+    assert.are.same({ by = "alice" }, approve_step(db, id).result)
+    rc, out = mend_cmd(db, "complete " .. token)
+    assert.are.equal(1, rc)
+    assert.matches("was used already: a token is single use", out)
+    rc, out = mend_cmd(db, "fail " .. token .. " --kind fatal")
+    assert.are.equal(1, rc)
+    assert.matches("was used already", out)
+    rc, out = mend_cmd(db, "fail " .. token .. " --kind maybe")
+    assert.are.equal(2, rc)
+    rc, out = mend_cmd(db, "complete mtk_0000")
+    assert.are.equal(1, rc)
+    assert.matches("no token mtk_0000", out)
+    H.stop_worker(pid)
+  end)
+
+  it("fails a token (a rejection): the refund compensates", function()
+    local dir, db, log = setup()
+    local id = start(db, dir)
+    local pid = worker(db, dir, log)
+    H.wait_for("the wait", function() return approve_step(db, id).status == "waiting" end, 10)
+    local rc, out = mend_cmd(db, "fail " .. token_of(db, id) .. " --kind fatal --message 'not eligible'")
+    assert.are.equal(0, rc, out)
+    rc, out = mend_cmd(db, "wait " .. id .. " --timeout 10")
+    H.stop_worker(pid)
+    assert.are.equal(3, rc, out .. H.read(log))
+    local st = status_json(db, id)
+    assert.are.equal("compensated", st.status)
+    assert.matches("fatal: not eligible", H.step(st, "approve").error)
+    assert.are.equal("compensated", H.step(st, "open").status)
+  end)
+
+  it("refuses with exit 1 the token of an earlier attempt, once the next one waits", function()
+    local dir, db, log = setup()
+    -- the first attempt asks for its token, then fails: the second hands out its own
+    H.write_file(dir, "ask.lua", [[
+local mend = require "mend"
+return { name = "ask", steps = {
+  { name = "approve", wait = "token", timeout = 3600,
+    retry = { max_attempts = 2, initial = 0.1, jitter = 0 },
+    execute = function(ctx)
+      ctx:log("token %s", ctx:token())
+      if ctx.attempt == 1 then error(mend.retryable("mail server busy")) end
+    end } } }
+]])
+    local rc, out = mend_cmd(db, "start ask --workflows " .. q(dir))
+    assert.are.equal(0, rc, out)
+    local id = out:match("(%S+)")
+    local pid = worker(db, dir, log)
+    H.wait_for("the second attempt's wait", function()
+      local s = approve_step(db, id)
+      return s.status == "waiting" and s.attempts == 2
+    end, 10)
+    local tokens = H.sql(db, ("SELECT token FROM tokens WHERE run_id = '%s' ORDER BY attempt"):format(id))
+    assert.are.equal(2, #tokens)
+    rc, out = mend_cmd(db, "complete " .. tokens[1])
+    assert.are.equal(1, rc)
+    assert.matches("the token is of attempt 1 of step approve, which is at attempt 2 now: a token"
+                   .. " of an earlier attempt is refused", out)
+    rc, out = mend_cmd(db, "complete " .. tokens[2] .. " --result 7")
+    assert.are.equal(0, rc, out)
+    rc, out = mend_cmd(db, "wait " .. id .. " --timeout 10")
+    H.stop_worker(pid)
+    assert.are.equal(0, rc, out .. H.read(log))
+    assert.are.equal(7, approve_step(db, id).result)
+  end)
+
+  it("keeps a completion sent while no worker runs for the next worker", function()
+    local dir, db, log = setup()
+    local id = start(db, dir)
+    local pid = worker(db, dir, log)
+    H.wait_for("the wait", function() return approve_step(db, id).status == "waiting" end, 10)
+    H.stop_worker(pid)
+    local rc, out = mend_cmd(db, "complete " .. token_of(db, id) .. [[ --result '"ok"']])
+    assert.are.equal(0, rc, out)
+    assert.are.equal("waiting", approve_step(db, id).status)
+    pid = worker(db, dir, log)
+    rc, out = mend_cmd(db, "wait " .. id .. " --timeout 10")
+    H.stop_worker(pid)
+    assert.are.equal(0, rc, out .. H.read(log))
+    assert.are.equal("ok", approve_step(db, id).result)
+  end)
+end)

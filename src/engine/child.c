@@ -1,0 +1,303 @@
+/*
+ * child: steps that start a run of another workflow and wait for its end (`child = "name"`,
+ * issue 18). Owns starting the child (idempotently: its run key is "<parent id>/<step>", and
+ * the link to its parent is written in the batch that starts it), telling the parent of the
+ * child's end (an event named mend.child in the parent's inbox, so that a parent held
+ * anywhere, or by nobody, learns of it as of any event), taking that outcome as the step's,
+ * compensating a child that succeeded when its parent compensates (the child run is reopened
+ * and its own saga reversed: its history tells it), and cancelling a running child with its
+ * parent. Must never: start two children for one step; take a child's outcome outside the
+ * batch that records the step's end; keep a coroutine for a waiting parent.
+ */
+#include "engine_int.h"
+
+#include <jansson.h>
+#include <lauxlib.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json.h"
+#include "log.h"
+#include "util.h"
+
+#define CHILD_EVENT "mend.child"
+#define UNDO_REASON "parent_compensated"
+
+static mend_run *find_run(mend_engine *E, const char *id) {
+  for (mend_run *r = E->runs; r; r = r->next)
+    if (!r->lost && strcmp(r->id, id) == 0) return r;
+  return NULL;
+}
+
+static void child_key(mend_run *r, int i, char *out, size_t len) {
+  snprintf(out, len, "%s/%s", r->id, mend__step_name(r, i));
+}
+
+/* The id of step i's child, if it has one: 1, 0 none, -1 error. */
+static int child_of(mend_run *r, int i, char id[MEND_RUN_ID_LEN]) {
+  char key[400];
+  child_key(r, i, key, sizeof key);
+  int f = mend_store_find_run_key(r->E->store, key, id, MEND_RUN_ID_LEN);
+  if (f < 0) mend__store_failed(r->E);
+  return f;
+}
+
+static void ended_before(mend_engine *E, const char *id);
+
+static void fail_now(mend_run *r, mend_error_kind kind, const char *msg) {
+  mend_error_info info = {kind, msg, -1, 0, 0};
+  mend__attempt_done(r, 0, &info, NULL);
+}
+
+/* Step i, pending, starts its child and waits for it. The child's input is input(ctx)'s
+ * answer, or the parent's own input. */
+void mend__start_child(mend_run *r, int i) {
+  mend_engine *E = r->E;
+  lua_State *L = E->L;
+  step_rt *st = &r->steps[i];
+  const mend_step_def *def = &r->wf->steps[i];
+  st->attempts++;
+  st->due = -1;
+  mend__step_to(r, i, MEND_STEP_RUNNING, NULL, -1, NULL);
+  if (def->child_input_ref != LUA_NOREF) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, def->child_input_ref);
+    mend__push_ctx(r, i);
+    mend_limits lim;
+    mend_limits_init(&lim, "input", E->cfg.instruction_budget, CALL_SECONDS);
+    if (mend__guarded_pcall(E, &lim, 1, 1) != LUA_OK) {
+      char msg[400], text[300];
+      snprintf(msg, sizeof msg, "input: %s", mend__describe(E, L, -1, text, sizeof text, NULL));
+      lua_pop(L, 1);
+      fail_now(r, MEND_ERR_ERROR, msg);
+      return;
+    }
+  } else {
+    mend_refs_push(&E->refs, L, r->input_ref);
+  }
+  char key[400], id[MEND_RUN_ID_LEN], err[600];
+  child_key(r, i, key, sizeof key);
+  int existed = 0;
+  mend_run *head = E->runs;
+  int rc = mend_engine_start_value(E, L, def->child, -1, key, id, &existed, 0, err, sizeof err);
+  lua_pop(L, 1);
+  if (rc) {
+    char msg[800];
+    snprintf(msg, sizeof msg, "child %s could not start: %s", def->child, err);
+    fail_now(r, MEND_ERR_FATAL, msg);
+    return;
+  }
+  if (E->runs != head && E->runs && strcmp(E->runs->id, id) == 0) E->runs->is_child = 1;
+  else if (find_run(E, id)) find_run(E, id)->is_child = 1;   /* started here before */
+  if (mend_store_set_parent(E->store, id, r->id, def->name)) mend__store_failed(E);
+  char detail[300];
+  snprintf(detail, sizeof detail, "child run %s (%s)%s", id, def->child, existed ? ", started before" : "");
+  mend__step_to(r, i, MEND_STEP_WAITING, NULL, -1, detail);
+  r->wait_kind = WAIT_EVENT;
+  if (existed) ended_before(E, id);
+  mend__take_child(r, i);
+}
+
+/* Puts a child's end in its parent's inbox, in this batch, and wakes the parent when it is
+ * held here and waits for it. row: the child's stored run (its links); seq: its history's
+ * length at this end, which makes the event's key (one event an end: a child retried from the
+ * dead-letter queue ends again); results: a JSON object (taken), or NULL. What the end means
+ * is the parent's to say, by where it stands (take_child). */
+static void tell_parent(mend_engine *E, const char *id, json_t *row, const char *status,
+                        long seq, const char *error, json_t *results) {
+  const char *parent = json_string_value(json_object_get(row, "parent_run"));
+  const char *pstep = json_string_value(json_object_get(row, "parent_step"));
+  if (!parent || !pstep) {
+    json_decref(results);
+    return;
+  }
+  json_t *p = json_pack("{s:s, s:s, s:s, s:s?, s:o}", "child", id, "step", pstep,
+                        "status", status, "error", error,
+                        "results", results ? results : json_object());
+  char *text = p ? json_dumps(p, JSON_COMPACT) : NULL;
+  json_decref(p);
+  char key[MEND_RUN_ID_LEN + 48];
+  snprintf(key, sizeof key, "%s/%ld", id, seq);
+  if (!text || mend_store_child_end(E->store, id, CHILD_EVENT, text, key, mend_engine_now(E)))
+    mend__store_failed(E);
+  free(text);
+  mend_run *pr = find_run(E, parent);
+  if (pr && pr->wait_kind == WAIT_EVENT && pr->cur >= 0 && pr->cur < pr->wf->nsteps &&
+      pr->wf->steps[pr->cur].child)
+    mend__take_child(pr, pr->cur);
+}
+
+/* A run of this key existed before the step started it (a run started by hand with the key):
+ * if it has ended already, no end of it will come to say so. */
+static void ended_before(mend_engine *E, const char *id) {
+  json_t *row = mend_store_run(E->store, id);
+  if (!row) {
+    mend__store_failed(E);
+    return;
+  }
+  const char *status = json_string_value(json_object_get(row, "status"));
+  mend_run_status rs;
+  if (status && mend_run_status_parse(status, &rs) == 0 && mend_run_status_final(rs) &&
+      rs != MEND_RUN_NEEDS_ATTENTION) {
+    json_t *results = json_object();
+    size_t k;
+    json_t *s;
+    json_array_foreach(json_object_get(row, "steps"), k, s) {
+      const char *name = json_string_value(json_object_get(s, "name"));
+      json_t *v = json_object_get(s, "result");
+      if (name) json_object_set(results, name, v ? v : json_null());
+    }
+    long seq = mend_store_last_history(E->store, id, NULL);
+    tell_parent(E, id, row, status, seq, json_string_value(json_object_get(row, "error")),
+                rs == MEND_RUN_SUCCEEDED ? results : NULL);
+    if (rs != MEND_RUN_SUCCEEDED) json_decref(results);
+  }
+  json_decref(row);
+}
+
+/* The child run r reached `to`, an end (the dead-letter queue too): its parent hears of it. */
+void mend__child_ended(mend_run *r, mend_run_status to) {
+  mend_engine *E = r->E;
+  json_t *row = mend_store_run(E->store, r->id);
+  if (!row) {
+    mend__store_failed(E);
+    return;
+  }
+  json_t *results = json_object();
+  for (int i = 0; to == MEND_RUN_SUCCEEDED && i < r->wf->nsteps; i++) {
+    json_t *v = r->steps[i].result ? json_loads(r->steps[i].result, JSON_DECODE_ANY, NULL) : NULL;
+    json_object_set_new(results, mend__step_name(r, i), v ? v : json_null());
+  }
+  tell_parent(E, r->id, row, mend_run_status_name(to), r->history_seq, r->error, results);
+  json_decref(row);
+}
+
+/* A person resolved child run `id` by hand (it was in the dead-letter queue): going forward
+ * its parent's step fails; a compensation settled by hand counts as done. */
+void mend__child_resolved(mend_engine *E, const char *id) {
+  json_t *row = mend_store_run(E->store, id);
+  if (!row) {
+    mend__store_failed(E);
+    return;
+  }
+  long seq = mend_store_last_history(E->store, id, NULL);
+  tell_parent(E, id, row, "resolved", seq, json_string_value(json_object_get(row, "error")), NULL);
+  json_decref(row);
+}
+
+/* The outcome of step i's child, from the inbox, when it is there: 1 taken (in this batch), 0
+ * not yet. Going forward the step waits for the child's end: succeeded gives the result;
+ * compensated, failed or resolved fail the step; the dead-letter queue is no end yet (a
+ * person may retry it). Going back, for the end of its undoing: compensated (or resolved by a
+ * person) is done, the dead-letter queue or failed is a compensation that failed. Anything
+ * else (an end of another step's child, or of one cancelled) is consumed and passed over. */
+int mend__take_child(mend_run *r, int i) {
+  mend_engine *E = r->E;
+  step_rt *st = &r->steps[i];
+  const mend_step_def *def = &r->wf->steps[i];
+  int forward = r->status == MEND_RUN_RUNNING && st->status == MEND_STEP_WAITING;
+  int back = r->status == MEND_RUN_COMPENSATING && st->status == MEND_STEP_COMPENSATING;
+  if (!forward && !back) return 0;
+  for (;;) {
+    long long seq;
+    char *payload, *key;
+    int found = mend_store_next_event(E->store, r->id, CHILD_EVENT, &seq, &payload, &key);
+    if (found < 0) mend__store_failed(E);
+    if (found <= 0) return 0;
+    free(key);
+    if (mend_store_consume_event(E->store, r->id, seq, def->name, mend_engine_now(E)))
+      mend__store_failed(E);
+    json_t *p = json_loads(payload, 0, NULL);
+    free(payload);
+    const char *step = json_string_value(json_object_get(p, "step"));
+    const char *child = json_string_value(json_object_get(p, "child"));
+    const char *status = json_string_value(json_object_get(p, "status"));
+    int done = status && (strcmp(status, "compensated") == 0 || strcmp(status, "resolved") == 0);
+    int relevant = status && (forward ? strcmp(status, "needs_attention") != 0
+                                      : strcmp(status, "succeeded") != 0);
+    if (!p || !step || !relevant || strcmp(step, def->name) != 0) {
+      json_decref(p);
+      continue;
+    }
+    r->wait_kind = WAIT_NONE;
+    char detail[300];
+    snprintf(detail, sizeof detail, "child run %s %s", child ? child : "?", status);
+    mend__history(r, def->name, "child", NULL, NULL, back ? st->comp_attempts : st->attempts,
+                  NULL, -1, detail);
+    const char *error = json_string_value(json_object_get(p, "error"));
+    char msg[900];
+    snprintf(msg, sizeof msg, "child run %s %s%s%s", child ? child : "?", status,
+             error ? ": " : "", error ? error : "");
+    if (forward && strcmp(status, "succeeded") == 0) {
+      char *text = json_dumps(json_object_get(p, "results"), JSON_COMPACT);
+      mend__attempt_done(r, 1, NULL, text ? text : "{}");
+      free(text);
+    } else if (forward) {
+      fail_now(r, MEND_ERR_FATAL, msg);
+    } else if (done) {
+      mend__attempt_done(r, 1, NULL, NULL);
+    } else {
+      /* The child's own compensation failed: retrying here would change nothing that its
+       * dead letter does not say better. */
+      st->comp_attempts = def->compensate_retry.max_attempts;
+      mend_error_info info = {MEND_ERR_ERROR, msg, -1, 0, 0};
+      mend__attempt_done(r, 0, &info, NULL);
+    }
+    json_decref(p);
+    return 1;
+  }
+}
+
+/* Step i's child succeeded and the parent compensates: the child run is reopened to reverse
+ * its own saga, here when its workflow is loaded here, else by whichever worker takes it.
+ * The step stays compensating until the child's undoing ends. */
+void mend__undo_child(mend_run *r, int i) {
+  mend_engine *E = r->E;
+  char id[MEND_RUN_ID_LEN];
+  int f = child_of(r, i, id);
+  if (f <= 0) {
+    mend__attempt_done(r, 1, NULL, NULL);   /* nothing was started: nothing to undo */
+    return;
+  }
+  r->wait_kind = WAIT_EVENT;
+  /* A copy here that ended is one about to be let go (its last action queued): the store's
+   * run is the one reopened. One still going is being undone already. */
+  mend_run *here = find_run(E, id);
+  if (!here || mend_run_status_final(here->status)) {
+    int reopened = mend_store_reopen_run(E->store, id, UNDO_REASON, NULL, mend_engine_now(E));
+    if (reopened < 0) mend__store_failed(E);
+    if (reopened == 1) {
+      char detail[300];
+      snprintf(detail, sizeof detail, "compensated with its parent %s (step %s)", r->id,
+               mend__step_name(r, i));
+      mend_history_rec h = {id, NULL, mend__history_time(r), "run", "succeeded", "compensating",
+                            0, NULL, -1, detail, 0};
+      if (mend_store_append_history(E->store, &h)) mend__store_failed(E);
+      char why[400];
+      mend_run *c = mend__rebuild(E, id, why, sizeof why, NULL);
+      if (c) {
+        c->is_child = 1;
+        if (mend_store_take(E->store, id, E->owner, mend__lease_until(E))) mend__store_failed(E);
+        mend__carry_on(c);
+      } else {
+        /* Not loaded here: nobody's, for any worker that can to take. */
+        mend_engine_log_line(E, "warn", id, NULL, 0, "child", why);
+      }
+    }
+  }
+  mend__take_child(r, i);
+}
+
+/* The parent r was cancelled while step i waited for its child: the child is cancelled too
+ * (here, or asked of the worker that holds it). */
+void mend__cancel_child(mend_run *r, int i, const char *who) {
+  char id[MEND_RUN_ID_LEN], err[600], by[300];
+  if (child_of(r, i, id) <= 0) return;
+  snprintf(by, sizeof by, "%s (its parent %s was cancelled)", who ? who : "?", r->id);
+  if (mend_engine_cancel_run(r->E, id, by, err, sizeof err) < 0)
+    mend_engine_log_line(r->E, "warn", id, NULL, 0, "child", err);
+}
+
+json_t *mend_engine_children(mend_engine *E, const char *id) {
+  return mend_store_children(E->store, id);
+}
