@@ -295,6 +295,7 @@ void mend__write_step(mend_run *r, int i) {
 /* A run carried on by another engine (a virtual clock elsewhere, a clock set back) keeps its
  * history in order: no row is older than the one before. */
 double mend__history_time(mend_run *r) {
+  r = mend__root(r);
   double now = mend_engine_now(r->E);
   if (now > r->last_at) r->last_at = now;
   return r->last_at;
@@ -303,6 +304,7 @@ double mend__history_time(mend_run *r) {
 void mend__history(mend_run *r, const char *step, const char *event, const char *from,
                     const char *to, int attempt, const char *error, double delay,
                     const char *detail) {
+  r = mend__root(r);   /* a lane's rows are its run's */
   mend_history_rec h = {r->id, step, mend__history_time(r), event, from, to, attempt, error,
                         delay, detail, ++r->history_seq};
   if (mend_store_append_history(r->E->store, &h)) mend__store_failed(r->E);

@@ -92,6 +92,30 @@ int mend__ensure_key(mend_run *r, int i) {
   return 0;
 }
 
+/* Asks step i's when(ctx): 1 run it, 0 skip it (false or nil); -1 when it raised (st->error
+ * says why), -2 when the engine stopped it. */
+int mend__ask_when(mend_run *r, int i) {
+  step_rt *st = &r->steps[i];
+  mend_engine *E = r->E;
+  lua_State *L = E->L;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, r->wf->steps[i].when_ref);
+  push_ctx(r, i, 0);
+  mend_limits lim;
+  mend_limits_init(&lim, "when", E->cfg.instruction_budget, CALL_SECONDS);
+  int status = mend__guarded_pcall(E, &lim, 1, 1);
+  if (status != LUA_OK) {
+    char msg[400], text[300];
+    int failed = 0;
+    snprintf(msg, sizeof msg, "when: %s", mend__describe(E, L, -1, text, sizeof text, &failed));
+    lua_pop(L, 1);
+    mend__set_str(&st->error, msg);
+    return lim.tripped || failed ? -2 : -1;
+  }
+  int yes = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return yes;
+}
+
 /* After a call that met the memory limit: what it left is garbage, but lauxlib's buffers
  * (string.rep, table.concat, string.format...) allocate without the emergency collection
  * that Lua's own allocations get, and would fail the limit on it in the next call. */
@@ -384,6 +408,7 @@ static int ctx_log(lua_State *L) {
   mend_engine_log_line(E, "info", run, step, attempt, "log", msg);
   if (run) {
     mend_run *r = mend_engine_current_run(L);
+    if (r) r = mend__root(r);   /* a branch's lane writes in its run's history */
     mend_history_rec h = {run, step, mend_engine_now(E), "log", NULL, NULL, attempt, NULL, -1, msg,
                           r && strcmp(r->id, run) == 0 ? ++r->history_seq : 0};
     if (mend_store_append_history(E->store, &h)) mend__store_failed(E);

@@ -149,6 +149,7 @@ mend_run *mend__rebuild(mend_engine *E, const char *id, char *why, int whylen, i
       (strcmp(r->reason, "compensable") == 0 || strcmp(r->reason, "severity_2") == 0);
   }
   json_decref(row);
+  mend__group_restore(r);   /* when(ctx)'s answers, the order its branches ended in */
   return r;
 }
 
@@ -159,7 +160,9 @@ void mend__find_current_step(mend_run *r) {
   const mend_workflow *wf = r->wf;
   if (r->status == MEND_RUN_RUNNING) {
     r->cur = 0;
-    while (r->cur < wf->nsteps && r->steps[r->cur].status == MEND_STEP_SUCCEEDED) r->cur++;
+    while (r->cur < wf->nsteps && (r->steps[r->cur].status == MEND_STEP_SUCCEEDED ||
+                                   r->steps[r->cur].status == MEND_STEP_SKIPPED))
+      r->cur = mend__next_top(wf, r->cur);
   } else {
     r->cur = wf->nsteps - 1;
     while (r->cur >= 0 && (!mend__needs_compensation(r, r->cur) || wf->steps[r->cur].compensate_ref == LUA_NOREF))

@@ -129,19 +129,21 @@ int mend__cancel_now(mend_run *r, const char *who, char *err, int errlen) {
   operator_entry(E, r, r->id, "cancel", who, NULL);
   char msg[300];
   snprintf(msg, sizeof msg, "cancelled by %s", who ? who : "?");
+  mend__group_stop(r, msg);   /* a group's branches in flight let go too */
   if (st && st->status == MEND_STEP_RUNNING) mend__step_to(r, i, MEND_STEP_FAILED, msg, -1, NULL);
   else if (st && st->status != MEND_STEP_PENDING) mend__step_to(r, i, MEND_STEP_PENDING, NULL, -1, NULL);
   mend__set_str(&r->error, msg);
   r->reason = "cancelled";
   r->fail_step = i;
   int anything = 0;
-  for (int j = 0; j < i && j < r->wf->nsteps; j++) anything |= r->steps[j].status == MEND_STEP_SUCCEEDED;
+  for (int j = 0; j < r->wf->nsteps; j++) anything |= j != i && r->steps[j].status == MEND_STEP_SUCCEEDED;
   if (!anything) {
     mend__run_to(r, MEND_RUN_FAILED);
     mend__queue(r, ACT_FINISH);
   } else {
     mend__run_to(r, MEND_RUN_COMPENSATING);
-    r->cur = i - 1;
+    /* a group cancelled in flight undoes its branches that succeeded */
+    r->cur = i < r->wf->nsteps && r->wf->steps[i].nbranches ? i + r->wf->steps[i].nbranches : i - 1;
     mend__queue(r, ACT_ADVANCE);
   }
   return E->broken ? mend_errorf(err, errlen, "%s", E->errmsg) : 0;

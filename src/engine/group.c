@@ -1,0 +1,407 @@
+/*
+ * group: parallel groups (SPEC section 12). Owns a run's lanes, one per branch in flight, each
+ * a mend_run of its own for an attempt's state (coroutine, timers, breaker slot) over the
+ * run's shared steps, so that saga.c and attempt.c drive a branch as they drive a step; which
+ * branch starts when (at most max_concurrency at once, those begun before a restart first);
+ * the group's end (its result, a table by branch name) or its failure (no new attempt once a
+ * branch failed for good; attempts in flight end and are recorded first); the order of
+ * completion that compensation undoes in reverse, read back from the history after a restart,
+ * with when(ctx)'s answers. Must never: write a row for a lane that is not its run's (rows are
+ * the run's, through step_to and history); leave a lane armed or queued once its run is gone.
+ */
+#include "engine_int.h"
+
+#include <jansson.h>
+#include <lauxlib.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json.h"
+#include "log.h"
+#include "util.h"
+
+struct mend_group {
+  int g;                  /* the group going forward now; -1: none */
+  int nlanes;
+  mend_run **lanes;       /* a lane is idle when its cur is -1 */
+  int stopping;           /* a branch failed for good: no attempt of another starts */
+  int fail_branch;
+  mend_error_info info;   /* how it failed; its text is fail_msg */
+  char *fail_msg;
+  int *done_seq;          /* per step: the history row that settled it (compensation order) */
+};
+
+static struct mend_group *group_of(mend_run *r) {
+  if (r->group) return r->group;
+  struct mend_group *G = calloc(1, sizeof *G);
+  int *done = G ? calloc((size_t)r->wf->nsteps, sizeof *done) : NULL;
+  if (!done) {
+    free(G);
+    mend__breakdown(r->E, "out of memory for the parallel group of run %s", r->id);
+    return NULL;
+  }
+  G->g = -1;
+  G->done_seq = done;
+  r->group = G;
+  return G;
+}
+
+mend_run *mend__lane_at(mend_run *r, int k) {
+  return r->group && k < r->group->nlanes ? r->group->lanes[k] : NULL;
+}
+
+static mend_run *new_lane(mend_run *r) {
+  struct mend_group *G = r->group;
+  mend_run **more = realloc(G->lanes, (size_t)(G->nlanes + 1) * sizeof *more);
+  mend_run *l = more ? calloc(1, sizeof *l) : NULL;
+  if (more) G->lanes = more;
+  if (!l) {
+    mend__breakdown(r->E, "out of memory for a branch of run %s", r->id);
+    return NULL;
+  }
+  l->E = r->E;
+  l->wf = r->wf;
+  l->steps = r->steps;
+  l->status = MEND_RUN_RUNNING;
+  l->co_ref = LUA_NOREF;
+  l->input_ref = r->input_ref;
+  l->results_ref = r->results_ref;
+  l->ref_shard = r->ref_shard;
+  l->fail_step = -1;
+  l->cur = -1;
+  l->parent = r;
+  l->lane = 1;
+  memcpy(l->id, r->id, sizeof l->id);
+  mend_timer_init(&l->wait, mend__on_wait);
+  mend_timer_init(&l->deadline, mend__on_deadline);
+  G->lanes[G->nlanes++] = l;
+  return l;
+}
+
+/* Sets a lane going on branch b from where its row says it stands (a restart finds branches
+ * waiting, sleeping or running). Its first move waits for the batch that holds the group's
+ * `running`. */
+static void start_branch(mend_run *l, int b) {
+  step_rt *st = &l->steps[b];
+  double now = mend_engine_now(l->E);
+  l->cur = b;
+  l->wait_kind = WAIT_NONE;
+  switch (st->status) {
+    case MEND_STEP_RETRY_WAIT:
+    case MEND_STEP_BREAKER_OPEN:
+    case MEND_STEP_SLEEPING:
+      l->wait_kind = st->status == MEND_STEP_RETRY_WAIT ? WAIT_RETRY
+                   : st->status == MEND_STEP_BREAKER_OPEN ? WAIT_BREAKER : WAIT_STEP_SLEEP;
+      mend__arm(l, &l->wait, st->due > now ? st->due : now);
+      break;
+    case MEND_STEP_WAITING:
+      l->wait_kind = WAIT_EVENT;
+      if (st->due >= 0) mend__arm(l, &l->wait, st->due > now ? st->due : now);
+      mend__queue(l, ACT_ADVANCE);
+      break;
+    default:
+      mend__queue(l, ACT_ADVANCE);
+  }
+}
+
+static int settled(mend_step_status s) {
+  return s == MEND_STEP_SUCCEEDED || s == MEND_STEP_SKIPPED || s == MEND_STEP_FAILED;
+}
+
+static void settle(mend_run *r);
+
+/* Starts the branches a lane is free for, then settles the group once no lane is busy. */
+static void pump(mend_run *r) {
+  struct mend_group *G = r->group;
+  int g = G->g;
+  const mend_step_def *def = &r->wf->steps[g];
+  int busy = 0;
+  for (int k = 0; k < G->nlanes; k++) busy += G->lanes[k]->cur >= 0;
+  /* Branches begun before a restart first: they held the slots then. */
+  for (int pass = 0; pass < 2 && !G->stopping && !r->E->broken; pass++)
+    for (int b = g + 1; b <= g + def->nbranches && busy < def->max_concurrency; b++) {
+      const step_rt *st = &r->steps[b];
+      int begun = st->status != MEND_STEP_PENDING || st->attempts > 0 || st->slept;
+      if (settled(st->status) || begun != (pass == 0)) continue;
+      mend_run *l = NULL;
+      int taken = 0;
+      for (int k = 0; k < G->nlanes; k++) {
+        if (G->lanes[k]->cur == b) taken = 1;
+        if (G->lanes[k]->cur < 0 && !G->lanes[k]->queued && !l) l = G->lanes[k];
+      }
+      if (taken) continue;
+      if (!l && !(l = new_lane(r))) return;
+      start_branch(l, b);
+      busy++;
+    }
+  if (busy == 0 && !r->E->broken) settle(r);
+}
+
+void mend__group_forward(mend_run *r, int g) {
+  struct mend_group *G = group_of(r);
+  if (!G) return;
+  step_rt *st = &r->steps[g];
+  const mend_step_def *def = &r->wf->steps[g];
+  if (st->status == MEND_STEP_PENDING) {
+    if (r->E->draining) return;
+    char detail[120];
+    snprintf(detail, sizeof detail, "%d branches, at most %d at once", def->nbranches,
+             def->max_concurrency);
+    st->attempts++;
+    mend__step_to(r, g, MEND_STEP_RUNNING, NULL, -1, detail);
+  }
+  if (G->g != g) {
+    G->g = g;
+    G->stopping = 0;
+  }
+  pump(r);
+}
+
+/* No lane is busy: the group ends, succeeded (its result a table by branch name, skipped ones
+ * left out) or failed with the first branch that failed for good. */
+static void settle(mend_run *r) {
+  struct mend_group *G = r->group;
+  int g = G->g;
+  const mend_step_def *def = &r->wf->steps[g];
+  G->g = -1;
+  if (G->stopping) {
+    G->stopping = 0;
+    char *msg = G->fail_msg;
+    G->fail_msg = NULL;
+    mend_error_info info = G->info;
+    info.message = msg;
+    char detail[300];
+    snprintf(detail, sizeof detail, "branch %s failed for good", r->wf->steps[G->fail_branch].branch);
+    mend__step_to(r, g, MEND_STEP_FAILED, msg, -1, detail);
+    mend__fail_run(r, G->fail_branch, &info, msg ? msg : "");
+    free(msg);
+    return;
+  }
+  json_t *result = json_object();
+  for (int b = g + 1; result && b <= g + def->nbranches; b++) {
+    if (r->steps[b].status != MEND_STEP_SUCCEEDED) continue;
+    const char *text = r->steps[b].result ? r->steps[b].result : "null";
+    json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
+    json_object_set_new(result, r->wf->steps[b].branch, v ? v : json_null());
+  }
+  char *text = result ? json_dumps(result, JSON_COMPACT) : NULL;
+  json_decref(result);
+  if (!text) {
+    mend__breakdown(r->E, "out of memory for the result of group %s of run %s", def->name, r->id);
+    return;
+  }
+  step_rt *st = &r->steps[g];
+  free(st->result);
+  st->result = text;
+  mend__set_str(&st->error, NULL);
+  mend__step_to(r, g, MEND_STEP_SUCCEEDED, NULL, -1, NULL);
+  mend__set_result(r, g);
+  mend__after_success(r, g, 0);
+}
+
+/* The history row just written settled step i: compensation undoes it in that order. */
+static void note_done(mend_run *r, int i) {
+  if (r->group && i >= 0 && !r->group->done_seq[i]) r->group->done_seq[i] = r->history_seq;
+}
+
+void mend__lane_done(mend_run *l) {
+  mend_run *r = l->parent;
+  note_done(r, l->cur);
+  l->cur = -1;
+  l->wait_kind = WAIT_NONE;
+  pump(r);
+}
+
+int mend__group_stopping(const mend_run *l) {
+  return l->parent && l->parent->group && l->parent->group->stopping;
+}
+
+/* A lane with an attempt in flight, or about to make the call its committed `running`
+ * announces: it ends and is recorded before the group gives up. */
+static int in_flight(const mend_run *l) {
+  return l->co || l->waiting_in || (l->queued && l->next_action == ACT_EXECUTE);
+}
+
+/* A lane whose branch waits (or has not begun its attempt) is let go: its wait ends, the
+ * branch goes back to pending, with why. */
+static void stop_lane(mend_run *l) {
+  mend_run *r = l->parent;
+  int b = l->cur;
+  if (b < 0) return;
+  mend_timer_disarm(&l->E->timers, &l->wait);
+  l->wait_kind = WAIT_NONE;
+  if (l->queued) l->next_action = ACT_NONE;
+  switch (l->steps[b].status) {
+    case MEND_STEP_RETRY_WAIT:
+    case MEND_STEP_BREAKER_OPEN:
+    case MEND_STEP_SLEEPING:
+    case MEND_STEP_WAITING:
+      l->steps[b].due = -1;
+      mend__step_to(l, b, MEND_STEP_PENDING, NULL, -1, "stopped: another branch failed for good");
+      break;
+    case MEND_STEP_RUNNING:   /* found running after a restart: not executed again */
+      mend__step_to(l, b, MEND_STEP_FAILED, "not executed again: another branch failed for good", -1, NULL);
+      note_done(r, b);
+      break;
+    default:
+      break;
+  }
+  l->cur = -1;
+}
+
+void mend__lane_stop(mend_run *l) {
+  mend_run *r = l->parent;
+  stop_lane(l);
+  if (r->group && r->group->g >= 0) pump(r);
+}
+
+void mend__lane_failed(mend_run *l, int i, const mend_error_info *info, const char *msg) {
+  mend_run *r = l->parent;
+  struct mend_group *G = r->group;
+  note_done(r, i);
+  l->cur = -1;
+  l->wait_kind = WAIT_NONE;
+  if (!G->stopping) {
+    G->stopping = 1;
+    G->fail_branch = i;
+    G->info = *info;
+    G->info.message = NULL;
+    G->fail_msg = mend_dupstr(msg);
+    mend_engine_log_line(r->E, "warn", r->id, mend__step_name(r, i), r->steps[i].attempts, "group",
+                         "failed for good: no new attempt of the other branches starts");
+    for (int k = 0; k < G->nlanes; k++)
+      if (G->lanes[k]->cur >= 0 && !in_flight(G->lanes[k])) stop_lane(G->lanes[k]);
+  }
+  pump(r);
+}
+
+/* Cancelled while the group goes on: every lane lets go now, its attempt abandoned. */
+void mend__group_stop(mend_run *r, const char *why) {
+  struct mend_group *G = r->group;
+  if (!G || G->g < 0) return;
+  for (int k = 0; k < G->nlanes; k++) {
+    mend_run *l = G->lanes[k];
+    int b = l->cur;
+    if (b < 0) continue;
+    int was_running = l->co != NULL || r->steps[b].status == MEND_STEP_RUNNING;
+    mend__unthrottle(l);
+    mend__give_back(l, l->queued, was_running);
+    mend__end_attempt(l);
+    mend_timer_disarm(&l->E->timers, &l->wait);
+    l->wait_kind = WAIT_NONE;
+    if (l->queued) l->next_action = ACT_NONE;
+    if (r->steps[b].status == MEND_STEP_RUNNING) mend__step_to(l, b, MEND_STEP_FAILED, why, -1, NULL);
+    else if (r->steps[b].status != MEND_STEP_PENDING) mend__step_to(l, b, MEND_STEP_PENDING, NULL, -1, why);
+    l->cur = -1;
+  }
+  G->g = -1;
+  G->stopping = 0;
+}
+
+/* ---------------------------------------------------------------- backward */
+
+/* Undoes the next branch of group g, latest completed first. 1 when one was begun (or waits
+ * for its retry); 0 when none is left, r->cur back at g. */
+int mend__group_backward(mend_run *r, int g) {
+  struct mend_group *G = group_of(r);
+  if (!G) return 1;
+  const mend_step_def *def = &r->wf->steps[g];
+  double now = mend_engine_now(r->E);
+  for (;;) {
+    int next = -1;
+    for (int b = g + 1; b <= g + def->nbranches; b++) {
+      if (!mend__needs_compensation(r, b) || r->steps[b].comp_skipped) continue;
+      if (next < 0 || G->done_seq[b] > G->done_seq[next] ||
+          (G->done_seq[b] == G->done_seq[next] && b > next))
+        next = b;
+    }
+    if (next < 0) break;
+    step_rt *st = &r->steps[next];
+    if (r->wf->steps[next].compensate_ref == LUA_NOREF) {
+      st->comp_skipped = 1;
+      mend__history(r, mend__step_name(r, next), "skip_compensate", NULL, NULL, 0, NULL, -1,
+                    "step has no compensate");
+      mend_engine_log_line(r->E, "info", r->id, mend__step_name(r, next), 0, "skip_compensate",
+                           "no compensate function: skipped");
+      continue;
+    }
+    if (r->E->draining) return 1;
+    r->cur = next;
+    if (st->status == MEND_STEP_COMPENSATING && st->due > now) {   /* its retry, after a restart */
+      r->wait_kind = WAIT_COMP_RETRY;
+      mend__arm(r, &r->wait, st->due);
+      return 1;
+    }
+    st->comp_attempts++;
+    st->due = -1;
+    mend__step_to(r, next, MEND_STEP_COMPENSATING, NULL, -1, NULL);
+    mend__queue(r, ACT_COMPENSATE);
+    return 1;
+  }
+  r->cur = g;
+  return 0;
+}
+
+/* ---------------------------------------------------------------- life */
+
+/* A run rebuilt from the store: the order its branches settled in and the when(ctx) answers
+ * recorded, from its history. */
+void mend__group_restore(mend_run *r) {
+  if (!r->wf->has_branching) return;
+  struct mend_group *G = group_of(r);
+  if (!G) return;
+  json_t *rows = mend_store_history(r->E->store, r->id);
+  if (!rows) {
+    mend__store_failed(r->E);
+    return;
+  }
+  size_t k;
+  json_t *row;
+  json_array_foreach(rows, k, row) {
+    const char *step = json_string_value(json_object_get(row, "step"));
+    const char *event = json_string_value(json_object_get(row, "event"));
+    const char *to = json_string_value(json_object_get(row, "to"));
+    if (!step || !event) continue;
+    int i = mend_workflow_step_index(r->wf, step);
+    if (i < 0) continue;
+    if (strcmp(event, "when") == 0) r->steps[i].when_done = 1;
+    else if (strcmp(event, "step") == 0 && to &&
+             (strcmp(to, "succeeded") == 0 || strcmp(to, "failed") == 0))
+      G->done_seq[i] = (int)json_integer_value(json_object_get(row, "seq"));
+  }
+  json_decref(rows);
+}
+
+void mend__lane_free(mend_run *l) {
+  mend__unthrottle(l);
+  mend__end_attempt(l);
+  mend_timer_disarm(&l->E->timers, &l->wait);
+  free(l->http_detail);
+  free(l);
+}
+
+/* The run is let go: its lanes with it. One still in the pump's queue is freed when it comes
+ * up (do_action drops a lost run). */
+void mend__group_free(mend_run *r) {
+  struct mend_group *G = r->group;
+  if (!G) return;
+  for (int k = 0; k < G->nlanes; k++) {
+    mend_run *l = G->lanes[k];
+    mend__unthrottle(l);
+    mend__end_attempt(l);
+    mend_timer_disarm(&l->E->timers, &l->wait);
+    l->cur = -1;
+    if (l->queued && !l->E->destroying) {
+      l->lost = 1;
+      l->parent = NULL;
+    } else {
+      mend__lane_free(l);
+    }
+  }
+  free(G->lanes);
+  free(G->done_seq);
+  free(G->fail_msg);
+  free(G);
+  r->group = NULL;
+}
