@@ -57,6 +57,7 @@
  *        step that consumed it)) (schema 10): events sent to runs, consumed once each, in seq
  *        order; + index on (run_id, name, seq) of those not consumed. steps.awaits (schema
  *        10): the event a waiting step waits for
+ *   labels gain `skipped` and `when` (schema 11: steps skipped by their when(ctx))
  *   runs also has cancel_requested INTEGER: a cancel asked for by another process (indexed by
  *        owner where set)
  * Nullable text fields are passed as NULL; a delay or due time of < 0 is stored as NULL.
@@ -67,7 +68,7 @@
 #include <jansson.h>
 #include "breaker.h"
 
-#define MEND_SCHEMA_VERSION 10
+#define MEND_SCHEMA_VERSION 11
 
 typedef struct mend_store mend_store;
 

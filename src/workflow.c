@@ -282,6 +282,7 @@ static int parse_group(lua_State *L, int idx, int n, const mend_retry_policy *re
     "breaker", "timeout", "idempotency_key", "sleep", "wait_for", NULL};
   char what[80], sub[400], prefix[200];
   const char *name = NULL;
+  idx = lua_absindex(L, idx);   /* the list of branches goes above it */
   snprintf(what, sizeof what, "step #%d", n);
   if (opt_string(L, idx, "name", what, &name, err, errlen) < 0) return -1;
   if (!name || !*name) return mend_errorf(err, errlen, "step #%d: name is missing", n);

@@ -184,7 +184,7 @@ end
 local function cmd_status(o, id)
   return with_engine(existing_db(o.db), function(eng)
     local st = run_status(eng, id)
-    if o.json then out("%s\n", json.encode(st)) else print_status(st, eng:now()) end
+    if o.json then out("%s\n", json.encode(render.nest_branches(st))) else print_status(st, eng:now()) end
     return EXIT_OK
   end)
 end

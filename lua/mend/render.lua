@@ -93,6 +93,7 @@ local render = {
     return join({ "dead letter: " .. (e.detail or ""), fmt_error(e.error) or "" })
   end,
   log = function(e) return "log: " .. (e.detail or "") end,
+  when = function(e) return (e.detail or "when(ctx) answered") .. ": the step runs" end,
   event = function(e)
     local ok, ev = pcall(json.decode, e.detail or "")
     if not (ok and type(ev) == "table") then return "event " .. (e.detail or "?") end
@@ -196,14 +197,46 @@ local function print_status(st, now)
     if present(row[2]) then out("  %-8s %s\n", row[1], row[2]) end
   end
   out("steps:\n")
-  for i, s in ipairs(st.steps or {}) do
-    local parts = { ("%2d %-16s %-20s attempts %d"):format(i, s.name, s.status, s.attempts or 0) }
+  local group, n = nil, 0
+  for _, s in ipairs(st.steps or {}) do
+    -- a group's branches ("prepare/stock" after "prepare") are listed under it, indented
+    local branch = group and s.name:sub(1, #group + 1) == group .. "/" and s.name:sub(#group + 2)
+    local head
+    if branch then
+      head = ("   \u{2514} %-14s %-20s attempts %d"):format(branch, s.status, s.attempts or 0)
+    else
+      n, group = n + 1, s.name
+      head = ("%2d %-16s %-20s attempts %d"):format(n, s.name, s.status, s.attempts or 0)
+    end
+    local parts = { head }
     if (s.comp_attempts or 0) > 0 then parts[#parts + 1] = "compensations " .. s.comp_attempts end
     if present(s.error) then parts[#parts + 1] = fmt_error(s.error) end
     if present(s.result) then parts[#parts + 1] = "result " .. fmt_value(s.result, 60) end
     out("  %s\n", join(parts))
   end
   for _, line in ipairs(due_lines(st, now)) do out("  due: %s\n", line) end
+end
+
+-- The status with each group's branches nested in it as `branches` (by their own names, the
+-- step's full name as `step`), as `mend status --json` gives it; the engine and the store keep
+-- one flat list, a branch named "<group>/<branch>" right after its group.
+local function nest_branches(st)
+  local steps, group = {}, nil
+  for _, s in ipairs(st.steps or {}) do
+    local prefix = group and group.name .. "/"
+    if prefix and s.name:sub(1, #prefix) == prefix then
+      local b = {}
+      for k, v in pairs(s) do b[k] = v end
+      b.step, b.name = s.name, s.name:sub(#prefix + 1)
+      group.branches = group.branches or {}
+      group.branches[#group.branches + 1] = b
+    else
+      steps[#steps + 1] = s
+      group = s
+    end
+  end
+  st.steps = steps
+  return st
 end
 
 local function fmt_age(seconds)
@@ -265,6 +298,7 @@ return {
   due_lines = due_lines,
   encode_list = encode_list,
   fmt_time = fmt_time,
+  nest_branches = nest_branches,
   present = present,
   print_breakers = print_breakers,
   print_dlq = print_dlq,

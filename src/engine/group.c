@@ -143,6 +143,12 @@ void mend__group_forward(mend_run *r, int g) {
   if (!G) return;
   step_rt *st = &r->steps[g];
   const mend_step_def *def = &r->wf->steps[g];
+  if (st->status == MEND_STEP_FAILED) {
+    /* retried from the dead-letter queue: its branches that failed get fresh attempts */
+    mend__step_to(r, g, MEND_STEP_PENDING, NULL, -1, "retried");
+    for (int b = g + 1; b <= g + def->nbranches; b++)
+      if (r->steps[b].status == MEND_STEP_FAILED) mend__step_to(r, b, MEND_STEP_PENDING, NULL, -1, "retried");
+  }
   if (st->status == MEND_STEP_PENDING) {
     if (r->E->draining) return;
     char detail[120];

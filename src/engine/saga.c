@@ -99,7 +99,7 @@ static int decide_when(mend_run *r, int i) {
   st->when_done = 1;
   if (w) {
     /* The answer is in the history: a restart does not ask again (group.c reads it back). */
-    mend__history(r, mend__step_name(r, i), "when", NULL, NULL, 0, NULL, -1, "true: the step runs");
+    mend__history(r, mend__step_name(r, i), "when", NULL, NULL, 0, NULL, -1, "when(ctx) returned true");
     return 1;
   }
   mend__step_to(r, i, MEND_STEP_SKIPPED, NULL, -1, "when(ctx) returned false");

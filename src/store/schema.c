@@ -327,5 +327,8 @@ const char *const mend__migrations[MEND_SCHEMA_VERSION] = {
   "CREATE INDEX inbox_waiting ON inbox(run_id, name, seq) WHERE consumed IS NULL;"
   "ALTER TABLE steps ADD COLUMN awaits TEXT;"
   "INSERT INTO labels(code, name) VALUES (25, 'waiting'), (26, 'event');",
+  /* 10 -> 11: a step skipped by its when(ctx), and the row that records a when(ctx) that said
+   * yes (issue 21), as codes like every other status. */
+  "INSERT INTO labels(code, name) VALUES (27, 'skipped'), (28, 'when');",
 };
 
