@@ -2,7 +2,8 @@
 -- service (spec/support/effects.lua), short real waits so that kills land inside attempts,
 -- a retry on demand and a fatal last step on demand so that compensation is crashed too.
 -- input.fast leaves the waits out: hundreds of runs then move in step, and the worker hands
--- its large batches to the writer thread.
+-- its large batches to the writer thread. The middle steps are the branches of a parallel
+-- group, so that kills land inside groups too (their compensation order is the history's).
 local mend = require "mend"
 local effects = require "spec.support.effects"
 
@@ -33,5 +34,7 @@ return {
   compensate_retry = { initial = 0.005 },
   -- many runs fail once at "charge": its breaker opens and half-opens often, across crashes too
   breaker = { open_seconds = 0.05 },
-  steps = { step("reserve"), step("charge", { flaky = true }), step("ship", { last = true }) },
+  steps = { step("reserve"),
+            { name = "prepare", parallel = { step("charge", { flaky = true }), step("pack") } },
+            step("ship", { last = true }) },
 }
