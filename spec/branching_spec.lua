@@ -153,6 +153,30 @@ describe("a parallel group", function()
     assert.is_true(eng:now() - t0 < 60, "the retry was waited for")
   end)
 
+  it("is undone as a whole when a later step fails: the group compensated, its branches"
+     .. " latest first", function()
+    local eng = H.new_engine()
+    local undone = {}
+    local function undo(ctx) undone[#undone + 1] = ctx.step end
+    eng:register{ name = "later", steps = {
+      { name = "g", parallel = {
+        { name = "slow", execute = (sleeper(2, 1)), compensate = undo },
+        { name = "none", execute = (sleeper(3, 2)) },
+        { name = "quick", execute = (sleeper(1, 3)), compensate = undo },
+      } },
+      { name = "boom", execute = function() error(mend.fatal("boom")) end },
+    } }
+    local id = eng:start("later", {})
+    eng:run()
+    local st = eng:status(id)
+    assert.are.equal("compensated", st.status)
+    assert.are.same({ "g/slow", "g/quick" }, undone)
+    assert.are.same({ "pending->running", "running->succeeded", "succeeded->compensating",
+                      "compensating->compensated" }, H.transitions(eng, id, "g"))
+    assert.are.equal("succeeded", H.step(st, "g/none").status)   -- nothing to undo
+    assert.are.equal(1, #H.events(eng, id, { event = "skip_compensate", step = "g/none" }))
+  end)
+
   it("takes a branch that waits for an event, whose payload is the branch's result", function()
     local eng = H.new_engine()
     eng:register{ name = "ev", steps = {

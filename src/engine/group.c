@@ -314,6 +314,12 @@ int mend__group_backward(mend_run *r, int g) {
   if (!G) return 1;
   const mend_step_def *def = &r->wf->steps[g];
   double now = mend_engine_now(r->E);
+  step_rt *gs = &r->steps[g];
+  if (gs->status == MEND_STEP_SUCCEEDED) {   /* undone as a whole: its status says so */
+    if (r->E->draining) return 1;
+    gs->comp_attempts++;
+    mend__step_to(r, g, MEND_STEP_COMPENSATING, NULL, -1, NULL);
+  }
   for (;;) {
     int next = -1;
     for (int b = g + 1; b <= g + def->nbranches; b++) {
@@ -345,6 +351,7 @@ int mend__group_backward(mend_run *r, int g) {
     mend__queue(r, ACT_COMPENSATE);
     return 1;
   }
+  if (gs->status == MEND_STEP_COMPENSATING) mend__step_to(r, g, MEND_STEP_COMPENSATED, NULL, -1, NULL);
   r->cur = g;
   return 0;
 }

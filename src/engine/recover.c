@@ -165,7 +165,9 @@ void mend__find_current_step(mend_run *r) {
       r->cur = mend__next_top(wf, r->cur);
   } else {
     r->cur = wf->nsteps - 1;
-    while (r->cur >= 0 && (!mend__needs_compensation(r, r->cur) || wf->steps[r->cur].compensate_ref == LUA_NOREF))
+    /* a group is undone through its branches: it has no compensate of its own */
+    while (r->cur >= 0 && (!mend__needs_compensation(r, r->cur) ||
+                           (wf->steps[r->cur].compensate_ref == LUA_NOREF && !wf->steps[r->cur].nbranches)))
       r->cur--;
   }
 }
