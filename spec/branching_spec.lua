@@ -403,6 +403,46 @@ return { name = "dup", steps = { { name = "g", parallel = {
   end)
 end)
 
+describe("workflows/order_parallel.lua with the mend command", function()
+  after_each(H.cleanup)
+
+  local function mend_cmd(db, args)
+    return H.shell(("%s %s --db %s 2>/dev/null"):format(H.MEND, args, H.quote(db)))
+  end
+
+  it("shows the branches in the timeline, the status (indented, nested in --json) and the"
+     .. " history of their group", function()
+    local db = H.tmp_db()
+    local rc, out = mend_cmd(db, "run workflows/order_parallel.lua --clock virtual")
+    assert.are.equal(0, rc, out)
+    assert.matches("prepare/label%s+running %-> retry_wait", out)
+    assert.matches("wrap%s+pending %-> skipped%s+%[when%(ctx%) returned false%]", out)
+    -- three branches of 1.5 s, 2 s and 2 x 0.5 s side by side: shipped at about +2.3 s
+    assert.matches("%+2%.3%d*s%s+%(run%)%s+running %-> succeeded", out)
+    rc, out = mend_cmd(db, [[run workflows/order_parallel.lua --clock virtual --input '{"north":"empty"}']])
+    assert.are.equal(3, rc, out)
+    local id = out:match("run (%w+): compensated")
+    assert.is_truthy(id, out)
+    rc, out = mend_cmd(db, "status " .. id)
+    assert.are.equal(0, rc, out)
+    assert.matches("2 prepare%s+failed", out)
+    assert.matches("\n%s+\u{2514} north%s+failed%s+attempts 1%s+fatal: no stock", out)
+    assert.matches("\n%s+\u{2514} south%s+compensated", out)
+    rc, out = mend_cmd(db, "status " .. id .. " --json")
+    local st = json.decode(out)
+    assert.are.equal("prepare", st.steps[2].name)
+    assert.are.same({ "north", "south", "label" },
+      { st.steps[2].branches[1].name, st.steps[2].branches[2].name, st.steps[2].branches[3].name })
+    assert.are.equal("prepare/south", st.steps[2].branches[2].step)
+    assert.are.equal("wrap", st.steps[3].name)
+    rc, out = mend_cmd(db, "history " .. id .. " --step prepare")
+    assert.are.equal(0, rc, out)
+    assert.matches("prepare/north%s+running %-> failed", out)
+    assert.matches("prepare%s+running %-> failed", out)
+    assert.is_nil(out:find("charge", 1, true))
+  end)
+end)
+
 -- With a real worker killed (SIGKILL) in the middle of a group, and another one started.
 describe("a group with a real worker killed mid-group", function()
   after_each(H.cleanup)
