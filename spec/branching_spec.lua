@@ -272,6 +272,25 @@ describe("a step with when", function()
     assert.is_true(H.step(st, "after").result)
   end)
 
+  it("skips a branch of a group, which leaves it out of the group's result", function()
+    local eng = H.new_engine()
+    eng:register{ name = "sb", steps = {
+      { name = "g", parallel = {
+        { name = "always", execute = function() return "a" end },
+        { name = "gift", when = function(ctx) return ctx.input.gift end,
+          execute = function() return "wrapped" end, compensate = function() error("never") end },
+      } },
+      { name = "boom", execute = function() error(mend.fatal("boom")) end },
+    } }
+    local id = eng:start("sb", { gift = false })
+    eng:run()
+    local st = eng:status(id)
+    assert.are.equal("compensated", st.status)
+    assert.are.equal("skipped", H.step(st, "g/gift").status)
+    assert.are.same({ always = "a" }, H.step(st, "g").result)
+    assert.are.same({ "pending->skipped" }, H.transitions(eng, id, "g/gift"))
+  end)
+
   it("is asked once: a restart does not ask again", function()
     local asked = 0
     local def = { name = "once", steps = {
