@@ -362,6 +362,43 @@ describe("a group after a restart", function()
   end)
 end)
 
+describe("a group's waits after a restart", function()
+  after_each(H.cleanup)
+
+  it("keep their stored due times: a sleeping branch and one waiting for its retry", function()
+    local calls = 0
+    local def = { name = "wt", steps = {
+      { name = "g", parallel = {
+        { name = "nap", sleep = 600, execute = function(ctx) return ctx:now() end },
+        { name = "again", retry = { initial = 300, max_delay = 300, jitter = 0, max_attempts = 2 },
+          execute = function(ctx)
+            calls = calls + 1
+            if ctx.attempt == 1 then error(mend.retryable("later")) end
+            return ctx:now()
+          end },
+      } },
+    } }
+    local eng, db = H.new_engine()
+    eng:register(def)
+    local t0 = eng:now()
+    local id = eng:start("wt", {})
+    eng:advance(100)
+    local st = eng:status(id)
+    assert.are.equal("sleeping", H.step(st, "g/nap").status)
+    assert.are.equal("retry_wait", H.step(st, "g/again").status)
+    H.close(eng)
+    local eng2 = H.reopen(db)
+    eng2:register(def)
+    assert.are.equal(1, eng2:recover())
+    eng2:run()
+    st = eng2:status(id)
+    assert.are.equal("succeeded", st.status)
+    assert.is_true(math.abs(H.step(st, "g").result.nap - (t0 + 600)) < 1e-3)
+    assert.is_true(math.abs(H.step(st, "g").result.again - (t0 + 300)) < 1e-3)
+    assert.are.equal(2, calls)
+  end)
+end)
+
 describe("a parallel group at load", function()
   after_each(H.cleanup)
 
