@@ -569,3 +569,158 @@ return { name = "grp", steps = {
     assert.matches("\n%s+└ fast%s+succeeded", out)
   end)
 end)
+
+describe("a map", function()
+  after_each(H.cleanup)
+
+  local function items_def(opts)
+    opts = opts or {}
+    local seen = { asked = 0, keys = {}, undone = {} }
+    local def = { name = "m", steps = {
+      { name = "first", execute = function() return "f" end,
+        compensate = function() seen.undone[#seen.undone + 1] = "first" end },
+      { name = "charge", max_concurrency = opts.max or 8,
+        map = function(ctx) seen.asked = seen.asked + 1; return ctx.input.items end,
+        step = {
+          execute = function(ctx, item)
+            seen.keys[#seen.keys + 1] = ctx.idempotency_key
+            if item.t then ctx:sleep(item.t) end
+            if item.bad then error(mend.fatal("bad item " .. item.sku)) end
+            return item.sku
+          end,
+          compensate = function(ctx, sku) seen.undone[#seen.undone + 1] = sku end,
+        } },
+      { name = "total", execute = function(ctx) return table.concat(ctx.results.charge, ",") end },
+    } }
+    return def, seen
+  end
+
+  it("runs one item-attempt an element, results in the list's order, keys run/step/index", function()
+    local eng = H.new_engine()
+    local def, seen = items_def{ max = 2 }
+    eng:register(def)
+    local t0 = eng:now()
+    local id = eng:start("m", { items = { { sku = "a", t = 3 }, { sku = "b", t = 1 }, { sku = "c", t = 1 } } })
+    eng:run()
+    local st = eng:status(id)
+    assert.are.equal("succeeded", st.status)
+    assert.are.same({ "a", "b", "c" }, H.step(st, "charge").result)
+    assert.are.equal("a,b,c", H.step(st, "total").result)
+    table.sort(seen.keys)
+    assert.are.same({ id .. "/charge/1", id .. "/charge/2", id .. "/charge/3" }, seen.keys)
+    -- two at once: c starts when b ends at +1, and ends at +2; a at +3
+    assert.are.same({ 1 }, at(eng, id, t0, { step = "charge/3", to = "running" }))
+    assert.are.same({ 3 }, at(eng, id, t0, { step = "charge", to = "succeeded" }))
+    assert.are.equal(1, #H.events(eng, id, { event = "map", step = "charge" }))
+  end)
+
+  it("never has more than max_concurrency items in flight, over 1,000 items", function()
+    local eng = H.new_engine()
+    local def = items_def{ max = 8 }
+    eng:register(def)
+    local items = {}
+    for k = 1, 1000 do items[k] = { sku = "s" .. k, t = (k % 7) * 0.1 } end
+    local id = eng:start("m", { items = items })
+    eng:run()
+    assert.are.equal("succeeded", eng:status(id).status)
+    local going, most, started = 0, 0, 0
+    for _, h in ipairs(H.events(eng, id, { event = "step" })) do
+      if h.step:match("^charge/") then
+        if h.to == "running" then going, started = going + 1, started + 1 end
+        if h.to == "succeeded" then going = going - 1 end
+        most = math.max(most, going)
+      end
+    end
+    assert.are.equal(8, most)
+    assert.are.equal(1000, started)
+    assert.are.equal(1000, #H.step(eng:status(id), "charge").result)
+  end)
+
+  it("compensates the items that succeeded, latest completed first, then the earlier steps",
+     function()
+    local eng = H.new_engine()
+    local def, seen = items_def{ max = 2 }
+    eng:register(def)
+    local id = eng:start("m", { items = { { sku = "a", t = 1 }, { sku = "b", t = 3 }, { sku = "c", t = 1 },
+                                          { sku = "d", t = 1, bad = true }, { sku = "e", t = 1 } } })
+    eng:run()
+    local st = eng:status(id)
+    assert.are.equal("compensated", st.status)
+    assert.matches("bad item d", st.error)
+    assert.are.same({ "b", "c", "a", "first" }, seen.undone)
+    assert.is_nil(H.step(st, "charge/5"))   -- never begun: no new attempt after d failed
+    assert.are.equal("failed", H.step(st, "charge").status)
+  end)
+
+  it("resumes exactly after a restart: the same list, no item that succeeded executed again",
+     function()
+    local def, seen = items_def{ max = 2 }
+    local eng, db = H.new_engine()
+    eng:register(def)
+    local id = eng:start("m", { items = { { sku = "a", t = 1 }, { sku = "b", t = 5 }, { sku = "c", t = 1 },
+                                          { sku = "d", t = 1 } } })
+    eng:advance(2.5)                            -- a and c succeeded, b and d in flight
+    H.close(eng)
+    local eng2 = H.reopen(db)
+    eng2:register(def)
+    assert.are.equal(1, eng2:recover())
+    eng2:run()
+    local st = eng2:status(id)
+    assert.are.equal("succeeded", st.status)
+    assert.are.same({ "a", "b", "c", "d" }, H.step(st, "charge").result)
+    assert.are.equal(1, seen.asked)             -- the list recorded at the start, not asked again
+    local count = {}
+    for _, k in ipairs(seen.keys) do count[k] = (count[k] or 0) + 1 end
+    assert.are.same({ [id .. "/charge/1"] = 1, [id .. "/charge/2"] = 2, [id .. "/charge/3"] = 1,
+                      [id .. "/charge/4"] = 2 }, count)
+  end)
+
+  it("keeps the compensation order across a restart", function()
+    local def, seen = items_def{ max = 3 }
+    local eng, db = H.new_engine()
+    eng:register(def)
+    local id = eng:start("m", { items = { { sku = "a", t = 2 }, { sku = "b", t = 1 },
+                                          { sku = "c", t = 10, bad = true } } })
+    eng:advance(5)                              -- b then a succeeded; c in flight
+    H.close(eng)
+    local eng2 = H.reopen(db)
+    eng2:register(def)
+    eng2:recover()
+    eng2:run()
+    assert.are.equal("compensated", eng2:status(id).status)
+    assert.are.same({ "a", "b", "first" }, seen.undone)
+  end)
+
+  it("fails its step when map does not return a list, naming why", function()
+    local eng = H.new_engine()
+    local def = items_def()
+    eng:register(def)
+    local id = eng:start("m", { items = { a = 1 } })
+    eng:run()
+    local st = eng:status(id)
+    assert.are.equal("compensated", st.status)
+    assert.matches("map: must return a list", H.step(st, "charge").error)
+  end)
+
+  it("is refused at load when it cannot run, naming the step and the field", function()
+    local function refused(step, message)
+      local eng = H.new_engine()
+      local ok, err = pcall(eng.register, eng, { name = "x", steps = { step } })
+      assert.is_false(ok)
+      assert.matches(message, err, 1, true)
+    end
+    local function ex() return 1 end
+    refused({ name = "m", map = function() return {} end },
+      'step "m": step is missing: a map needs the step each item runs')
+    refused({ name = "m", map = true, step = { execute = ex } },
+      'step "m": step.map must be a function, got boolean')
+    refused({ name = "m", map = function() end, step = { compensate = ex } },
+      'step "m": execute is missing (a function is required)')
+    refused({ name = "m", map = function() end, step = { execute = ex }, max_concurrency = 0 },
+      'step "m": max_concurrency must be a positive integer, got 0')
+    refused({ name = "m", map = function() end, step = { name = "x", execute = ex } },
+      "step \"m\": step.name: a map's step is named by each item's index")
+    refused({ name = "m", map = function() end, execute = ex, step = { execute = ex } },
+      "step \"m\": execute belongs in the map's step")
+  end)
+end)

@@ -267,7 +267,7 @@ void mend__arm(mend_run *r, mend_timer *t, double due) {
 
 /* ---------------------------------------------------------------- writes */
 
-const char *mend__step_name(mend_run *r, int i) { return r->wf->steps[i].name; }
+const char *mend__step_name(mend_run *r, int i) { return r->item_name ? r->item_name : r->wf->steps[i].name; }
 
 /* The step's row as it is now: the whole row at its first transition (a step not begun has
  * none: schema 4), an update after. The key is written only when it is the step's own: the
@@ -279,11 +279,11 @@ void mend__write_step(mend_run *r, int i) {
   step_rt *st = &r->steps[i];
   /* ...but for a key of the step's own just asked for: it is stored before the attempt uses it,
    * as the same key must come back after a crash (ensure_key asks once). */
-  if (st->status == MEND_STEP_RUNNING && (st->has_row || !st->custom_key)) return;
+  if (st->status == MEND_STEP_RUNNING && (st->has_row || !st->custom_key) && !r->item) return;
   int new_row = !st->has_row;
   const char *idem_key = st->custom_key ? st->idem_key : NULL;
   mend_step_rec rec = {
-    .run_id = r->id, .idx = i, .name = mend__step_name(r, i), .status = mend_step_status_name(st->status),
+    .run_id = r->id, .idx = i + r->row_base, .name = mend__step_name(r, i), .status = mend_step_status_name(st->status),
     .attempts = st->attempts, .comp_attempts = st->comp_attempts, .idem_key = idem_key,
     .custom_key = st->custom_key, .result = st->result, .error = st->error, .due = st->due,
     .last_delay = st->last_delay, .updated = mend_engine_now(r->E), .slept = st->slept,

@@ -157,6 +157,8 @@ static void step_free(lua_State *L, mend_step_def *s) {
   luaL_unref(L, LUA_REGISTRYINDEX, s->compensate_ref);
   luaL_unref(L, LUA_REGISTRYINDEX, s->key_ref);
   luaL_unref(L, LUA_REGISTRYINDEX, s->when_ref);
+  luaL_unref(L, LUA_REGISTRYINDEX, s->map_ref);
+  if (s->item_wf) mend_workflow_free(L, s->item_wf);
 }
 
 /* A step, or with `group` the name of its parallel group, a branch of it (named
@@ -170,7 +172,7 @@ static int parse_step(lua_State *L, int idx, int n, const char *group, const men
   char what[200], in[160] = "";
   *s = (mend_step_def){.name_ref = LUA_NOREF, .execute_ref = LUA_NOREF,
                        .compensate_ref = LUA_NOREF, .key_ref = LUA_NOREF, .when_ref = LUA_NOREF,
-                       .group = -1};
+                       .group = -1, .map_ref = LUA_NOREF};
   if (group) snprintf(in, sizeof in, "step \"%s\": ", group);
   const char *kind = group ? "branch" : "step";
   if (!lua_istable(L, idx))
@@ -178,11 +180,17 @@ static int parse_step(lua_State *L, int idx, int n, const char *group, const men
   const char *name = NULL;
   snprintf(what, sizeof what, "%s%s #%d", in, kind, n);
   if (opt_string(L, idx, "name", what, &name, err, errlen) < 0) return -1;
+  if (n == 0) {   /* a map's step: its items are named by their index */
+    if (name) return mend_errorf(err, errlen, "%sstep.name: a map's step is named by each item's index", in);
+    name = "item";
+    kind = "step";
+  }
   if (!name || !*name) return mend_errorf(err, errlen, "%s%s #%d: name is missing", in, kind, n);
   if (group && strchr(name, '/'))
     return mend_errorf(err, errlen, "%sbranch \"%s\": a branch's name cannot hold a slash", in, name);
   char prefix[400];
-  snprintf(prefix, sizeof prefix, "%s%s \"%s\": ", in, kind, name);
+  if (n == 0) snprintf(prefix, sizeof prefix, "%s", in);
+  else snprintf(prefix, sizeof prefix, "%s%s \"%s\": ", in, kind, name);
   /* Field errors read `step "charge": retry.initial must be >= 0`. */
   char sub[400];
   if (group && raw_field(L, idx, "parallel") != LUA_TNIL) {
@@ -330,7 +338,7 @@ static int parse_group(lua_State *L, int idx, int n, const mend_retry_policy *re
   mend_step_def *s = &wf->steps[g];
   *s = (mend_step_def){.name_ref = LUA_NOREF, .execute_ref = LUA_NOREF, .compensate_ref = LUA_NOREF,
                        .key_ref = LUA_NOREF, .when_ref = LUA_NOREF, .group = -1,
-                       .retry = *retry, .compensate_retry = *comp, .breaker = *breaker,
+                       .map_ref = LUA_NOREF, .retry = *retry, .compensate_retry = *comp, .breaker = *breaker,
                        .nbranches = (int)len, .max_concurrency = max};
   s->name = mend_dupstr(name);
   s->breaker_key = mend_dupstr(name);
@@ -353,6 +361,84 @@ static int parse_group(lua_State *L, int idx, int n, const mend_retry_policy *re
     }
   }
   lua_pop(L, 1);   /* parallel */
+  return 0;
+}
+
+/* A map at steps[*at]: the step each item runs is kept in a one-step workflow of its own
+ * (item_wf), which the engine runs for each item. */
+static int parse_map(lua_State *L, int idx, int n, const mend_retry_policy *retry,
+                     const mend_retry_policy *comp, const mend_breaker_policy *breaker,
+                     mend_workflow *wf, int *at, char *err, int errlen) {
+  static const char *const fields[] = {"name", "map", "step", "max_concurrency", "when",
+    "description", NULL};
+  static const char *const elsewhere[] = {"execute", "compensate", "retry", "compensate_retry",
+    "breaker", "timeout", "idempotency_key", "sleep", "wait_for", "parallel", NULL};
+  char what[80], sub[400], prefix[200];
+  const char *name = NULL;
+  idx = lua_absindex(L, idx);
+  snprintf(what, sizeof what, "step #%d", n);
+  if (opt_string(L, idx, "name", what, &name, err, errlen) < 0) return -1;
+  if (!name || !*name) return mend_errorf(err, errlen, "step #%d: name is missing", n);
+  snprintf(prefix, sizeof prefix, "step \"%s\": ", name);
+  if (strchr(name, '/')) return mend_errorf(err, errlen, "%sa map's name cannot hold a slash", prefix);
+  for (const char *const *f = elsewhere; *f; f++) {
+    int t = raw_field(L, idx, *f);
+    lua_pop(L, 1);
+    if (t != LUA_TNIL)
+      return mend_errorf(err, errlen, "%s%s belongs in the map's step (step = {...}): a map"
+                         " executes nothing itself", prefix, *f);
+  }
+  if (check_fields(L, idx, "step", fields, sub, sizeof sub)) return mend_errorf(err, errlen, "%s%s", prefix, sub);
+  double d = 0;
+  int max = 8;
+  int r = opt_number(L, idx, "max_concurrency", "", &d, sub, sizeof sub);
+  if (r < 0) return mend_errorf(err, errlen, "%smax_concurrency must be a positive integer, got %s",
+                                prefix, strrchr(sub, ' ') + 1);
+  if (r == 1 && (!(d >= 1 && d <= INT_MAX) || d != floor(d)))
+    return mend_errorf(err, errlen, "%smax_concurrency must be a positive integer, got %g", prefix, d);
+  if (r == 1) max = (int)d;
+  int t = raw_field(L, idx, "step");
+  lua_pop(L, 1);
+  if (t == LUA_TNIL) return mend_errorf(err, errlen, "%sstep is missing: a map needs the step each item runs", prefix);
+  if (t != LUA_TTABLE) return mend_errorf(err, errlen, "%sstep must be a table, got %s", prefix, lua_typename(L, t));
+  int g = *at;
+  mend_step_def *s = &wf->steps[g];
+  *s = (mend_step_def){.name_ref = LUA_NOREF, .execute_ref = LUA_NOREF, .compensate_ref = LUA_NOREF,
+                       .key_ref = LUA_NOREF, .when_ref = LUA_NOREF, .group = -1,
+                       .map_ref = LUA_NOREF, .retry = *retry, .compensate_retry = *comp,
+                       .breaker = *breaker, .max_concurrency = max};
+  s->name = mend_dupstr(name);
+  s->breaker_key = mend_dupstr(name);
+  wf->nsteps = ++*at;
+  lua_pushstring(L, name);
+  s->name_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  if (opt_function_ref(L, idx, "when", "step", &s->when_ref, sub, sizeof sub) < 0 ||
+      opt_function_ref(L, idx, "map", "step", &s->map_ref, sub, sizeof sub) < 0)
+    return mend_errorf(err, errlen, "%s%s", prefix, sub);
+  if (s->map_ref == LUA_NOREF)
+    return mend_errorf(err, errlen, "%smap is missing (a function that returns the list)", prefix);
+  mend_workflow *iw = calloc(1, sizeof *iw);
+  if (iw) iw->steps = calloc(1, sizeof *iw->steps);
+  if (!iw || !iw->steps) {
+    free(iw);
+    return mend_errorf(err, errlen, "%sout of memory", prefix);
+  }
+  s->item_wf = iw;
+  iw->name = mend_dupstr(wf->name);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, wf->name_ref);
+  iw->name_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  iw->def_ref = LUA_NOREF;
+  raw_field(L, idx, "step");
+  r = parse_step(L, -1, 0, name, retry, comp, breaker, &iw->steps[0], err, errlen);
+  lua_pop(L, 1);
+  iw->nsteps = 1;
+  if (r) return -1;
+  const mend_step_def *item = &iw->steps[0];
+  if (item->wait_for || item->when_ref != LUA_NOREF || item->execute_ref == LUA_NOREF)
+    return mend_errorf(err, errlen, "%sstep: %s", prefix,
+                       item->wait_for ? "wait_for: an item executes, it does not wait for an event"
+                       : item->when_ref != LUA_NOREF ? "when: put it on the map step itself"
+                       : "execute is missing (a function is required)");
   return 0;
 }
 
@@ -472,13 +558,16 @@ mend_workflow *mend_workflow_from_table(lua_State *L, int idx, const char *sourc
   for (int i = 0; i < n; i++) {
     int first = at;
     lua_rawgeti(L, steps, i + 1);
-    int grouped = 0;
+    int grouped = 0, mapped = 0;
     if (lua_istable(L, -1)) {
       grouped = raw_field(L, -1, "parallel") != LUA_TNIL;
-      lua_pop(L, 1);
+      mapped = !grouped && raw_field(L, -2, "map") != LUA_TNIL;
+      lua_pop(L, grouped ? 1 : 2);
     }
     int r = grouped ? parse_group(L, -1, i + 1, &retry, &comp, &breaker, wf, &at, sub, sizeof sub)
-                    : parse_step(L, -1, i + 1, NULL, &retry, &comp, &breaker, &wf->steps[at], sub, sizeof sub);
+          : mapped ? parse_map(L, -1, i + 1, &retry, &comp, &breaker, wf, &at, sub, sizeof sub)
+          : parse_step(L, -1, i + 1, NULL, &retry, &comp, &breaker, &wf->steps[at], sub, sizeof sub);
+    if (mapped) grouped = 1;   /* it counted itself in wf->nsteps */
     lua_pop(L, 1);
     if (!grouped) wf->nsteps = ++at;   /* so that free releases what this step took */
     if (r) {
@@ -487,7 +576,7 @@ mend_workflow *mend_workflow_from_table(lua_State *L, int idx, const char *sourc
     }
     for (int k = first; k < at; k++) {
       const mend_step_def *d = &wf->steps[k];
-      wf->has_branching |= d->nbranches > 0 || d->when_ref != LUA_NOREF;
+      wf->has_branching |= d->nbranches > 0 || d->when_ref != LUA_NOREF || d->map_ref != LUA_NOREF;
       for (int j = 0; j < k; j++) {
         if (strcmp(wf->steps[j].name, d->name) != 0) continue;
         if (d->group >= 0 && wf->steps[j].group == d->group)

@@ -32,6 +32,11 @@ typedef struct mend_step_def {
    * (-1 for any other step); `branch` is its own name, the part after the slash. */
   int nbranches, max_concurrency, group;
   const char *branch;
+  /* A map (`map = function(ctx) return list end, step = {...}`): map_ref gives the list when
+   * the step begins, and item_wf holds the step each item runs (its steps[0]), at most
+   * max_concurrency items at once. LUA_NOREF and NULL for any other step. */
+  int map_ref;
+  struct mend_workflow *item_wf;
 } mend_step_def;
 
 typedef struct mend_workflow {

@@ -94,6 +94,11 @@ local render = {
   end,
   log = function(e) return "log: " .. (e.detail or "") end,
   when = function(e) return (e.detail or "when(ctx) answered") .. ": the step runs" end,
+  map = function(e)
+    local ok, list = pcall(json.decode, e.detail or "")
+    return ok and type(list) == "table" and ("map over a list of %d item(s), recorded"):format(#list)
+           or "map over a list, recorded"
+  end,
   event = function(e)
     local ok, ev = pcall(json.decode, e.detail or "")
     if not (ok and type(ev) == "table") then return "event " .. (e.detail or "?") end
@@ -178,6 +183,31 @@ local function due_lines(st, now)
   return lines
 end
 
+-- The status with each group's branches and each map's items nested in it as `branches` (by
+-- their own names, the step's full name as `step`), as `mend status --json` gives it; the
+-- engine and the store keep one flat list ("prepare/stock" right after its group, "charge/3"
+-- after every step).
+local function nest_branches(st)
+  local names = {}
+  for _, s in ipairs(st.steps or {}) do names[s.name] = s end
+  local steps = {}
+  for _, s in ipairs(st.steps or {}) do
+    local parent, own = s.name:match("^(.*)/([^/]+)$")
+    local group = parent and names[parent]
+    if group and group ~= s then
+      local b = {}
+      for k, v in pairs(s) do b[k] = v end
+      b.step, b.name = s.name, own
+      group.branches = group.branches or {}
+      group.branches[#group.branches + 1] = b
+    else
+      steps[#steps + 1] = s
+    end
+  end
+  st.steps = steps
+  return st
+end
+
 local function print_status(st, now)
   print_outcome(st)
   local rows = {
@@ -197,46 +227,23 @@ local function print_status(st, now)
     if present(row[2]) then out("  %-8s %s\n", row[1], row[2]) end
   end
   out("steps:\n")
-  local group, n = nil, 0
-  for _, s in ipairs(st.steps or {}) do
-    -- a group's branches ("prepare/stock" after "prepare") are listed under it, indented
-    local branch = group and s.name:sub(1, #group + 1) == group .. "/" and s.name:sub(#group + 2)
-    local head
-    if branch then
-      head = ("   \u{2514} %-14s %-20s attempts %d"):format(branch, s.status, s.attempts or 0)
-    else
-      n, group = n + 1, s.name
-      head = ("%2d %-16s %-20s attempts %d"):format(n, s.name, s.status, s.attempts or 0)
-    end
-    local parts = { head }
+  -- a group's branches and a map's items ("prepare/stock", "charge/3") are listed under it,
+  -- indented
+  local nested = nest_branches({ steps = st.steps })
+  local rows = {}
+  for n, s in ipairs(nested.steps) do
+    rows[#rows + 1] = { s, ("%2d %-16s"):format(n, s.name) }
+    for _, b in ipairs(s.branches or {}) do rows[#rows + 1] = { b, ("   \u{2514} %-14s"):format(b.name) } end
+  end
+  for _, row in ipairs(rows) do
+    local s = row[1]
+    local parts = { ("%s %-20s attempts %d"):format(row[2], s.status, s.attempts or 0) }
     if (s.comp_attempts or 0) > 0 then parts[#parts + 1] = "compensations " .. s.comp_attempts end
     if present(s.error) then parts[#parts + 1] = fmt_error(s.error) end
     if present(s.result) then parts[#parts + 1] = "result " .. fmt_value(s.result, 60) end
     out("  %s\n", join(parts))
   end
   for _, line in ipairs(due_lines(st, now)) do out("  due: %s\n", line) end
-end
-
--- The status with each group's branches nested in it as `branches` (by their own names, the
--- step's full name as `step`), as `mend status --json` gives it; the engine and the store keep
--- one flat list, a branch named "<group>/<branch>" right after its group.
-local function nest_branches(st)
-  local steps, group = {}, nil
-  for _, s in ipairs(st.steps or {}) do
-    local prefix = group and group.name .. "/"
-    if prefix and s.name:sub(1, #prefix) == prefix then
-      local b = {}
-      for k, v in pairs(s) do b[k] = v end
-      b.step, b.name = s.name, s.name:sub(#prefix + 1)
-      group.branches = group.branches or {}
-      group.branches[#group.branches + 1] = b
-    else
-      steps[#steps + 1] = s
-      group = s
-    end
-  end
-  st.steps = steps
-  return st
 end
 
 local function fmt_age(seconds)

@@ -143,6 +143,10 @@ struct mend_run {
   unsigned char admitted;     /* its breaker let the next attempt through already (on_wait) */
   unsigned char cancel_asked; /* rebuilt with a cancel requested: whoever takes it cancels it */
   unsigned char lane;         /* a lane of a group (parent NULL once its run is gone) */
+  /* A lane on an item of a map: its number from 1 (0: none), its name ("charge/3"), and where
+   * its row is among the run's rows (MEND_MAP_ROWS). */
+  int item, row_base;
+  char *item_name;
   char id[MEND_RUN_ID_LEN];
 };
 
@@ -290,6 +294,7 @@ const char *mend__describe(mend_engine *E, lua_State *from, int idx, char *buf, 
                            int *failed);
 void mend__end_attempt(mend_run *r);
 int mend__ask_when(mend_run *r, int i);
+char *mend__ask_map(mend_run *r, int i);
 int mend__ensure_key(mend_run *r, int i);
 int mend__guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres);
 void mend__make_ctx_metatable(mend_engine *E);
@@ -316,7 +321,7 @@ void mend__fire_batch(mend_engine *E, json_t *alerts, json_t *events);
 int mend__group_backward(mend_run *r, int g);
 void mend__group_forward(mend_run *r, int g);
 void mend__group_free(mend_run *r);
-void mend__group_restore(mend_run *r);
+void mend__group_restore(mend_run *r, json_t *rows);
 void mend__group_stop(mend_run *r, const char *why);
 int mend__group_stopping(const mend_run *lane);
 void mend__lane_done(mend_run *lane);
@@ -324,6 +329,13 @@ void mend__lane_failed(mend_run *lane, int i, const mend_error_info *info, const
 void mend__lane_free(mend_run *lane);
 mend_run *mend__lane_at(mend_run *r, int k);
 void mend__lane_stop(mend_run *lane);
+void mend__lane_backward(mend_run *lane);
+void mend__lane_compensated(mend_run *lane);
+int mend__map_backward(mend_run *r, int m);
+void mend__push_item(mend_run *lane, lua_State *co);
+void mend__set_item_result(mend_run *lane);
+/* An item's row: (m + 1) * MEND_MAP_ROWS + its index, m its map step's; past any step's. */
+#define MEND_MAP_ROWS (1 << 20)
 
 /* The run a lane belongs to: history rows and the run's own fields are its. */
 static inline mend_run *mend__root(mend_run *r) { return r->parent ? r->parent : r; }

@@ -26,6 +26,10 @@ void mend__backward(mend_run *r);
 /* ctx.results[name] = the step's result; a branch's goes in its group's table, by the
  * branch's own name (ctx.results.prepare.stock). */
 void mend__set_result(mend_run *r, int i) {
+  if (r->item) {
+    mend__set_item_result(r);
+    return;
+  }
   lua_State *L = r->E->L;
   const mend_step_def *def = &r->wf->steps[i];
   mend_refs_push(&r->E->refs, L, r->results_ref);
@@ -137,7 +141,8 @@ void mend__forward(mend_run *r) {
     if (w == 0) return;
     if (w == 1) break;
   }
-  if (r->wf->steps[r->cur].nbranches) mend__group_forward(r, r->cur);
+  if (r->wf->steps[r->cur].nbranches || r->wf->steps[r->cur].map_ref != LUA_NOREF)
+    mend__group_forward(r, r->cur);
   else forward_step(r, r->cur, admitted);
 }
 
@@ -335,9 +340,17 @@ int mend__needs_compensation(const mend_run *r, int i) {
 }
 
 void mend__backward(mend_run *r) {
+  if (r->parent) {   /* an item of a map: its compensation again, after its delay */
+    mend__lane_backward(r);
+    return;
+  }
   for (; r->cur >= 0; r->cur--) {
     int i = r->cur;
     const mend_step_def *def = &r->wf->steps[i];
+    if (def->map_ref != LUA_NOREF) {
+      if (mend__map_backward(r, i)) return;
+      continue;
+    }
     if (def->group >= 0) continue;   /* its group undoes its branches, latest completed first */
     if (def->nbranches) {
       if (mend__group_backward(r, i)) return;
@@ -362,6 +375,10 @@ void mend__backward(mend_run *r) {
 
 static void compensated(mend_run *r, int i) {
   mend__step_to(r, i, MEND_STEP_COMPENSATED, NULL, -1, NULL);
+  if (r->parent) {   /* an item of a map: its run goes on with the next */
+    mend__lane_compensated(r);
+    return;
+  }
   r->cur = i - 1;
   mend__backward(r);   /* as succeed_step: the next compensate still waits for the commit */
 }
@@ -397,11 +414,12 @@ static void compensation_failed(mend_run *r, int i, const mend_error_info *info)
   }
   char detail[1200];
   snprintf(detail, sizeof detail, "not compensated: %s", left);
-  mend__set_str(&r->error, msg);
-  r->reason = "compensation_failed";
-  mend__run_to(r, MEND_RUN_NEEDS_ATTENTION);
+  mend_run *run = mend__root(r);   /* an item's lane: the run is its parent's */
+  mend__set_str(&run->error, msg);
+  run->reason = "compensation_failed";
+  mend__run_to(run, MEND_RUN_NEEDS_ATTENTION);
   mend__dead_letter(r, "compensation_failed", i, msg, detail);
-  mend__queue(r, ACT_FINISH);
+  mend__queue(run, ACT_FINISH);
 }
 
 /* ---------------------------------------------------------------- outcomes of attempts */
