@@ -724,3 +724,34 @@ describe("a map", function()
       "step \"m\": execute belongs in the map's step")
   end)
 end)
+
+describe("a map that fails or is cancelled with only items done", function()
+  after_each(H.cleanup)
+
+  it("compensates its items though no step before it succeeded", function()
+    local undone = {}
+    local def = { name = "only", steps = {
+      { name = "m", max_concurrency = 4, map = function(ctx) return ctx.input end,
+        step = { execute = function(ctx, item)
+            ctx:sleep(item.t)
+            if item.bad then error(mend.fatal("bad")) end
+            return item.n
+          end, compensate = function(_, n) undone[#undone + 1] = n end } },
+    } }
+    local eng = H.new_engine()
+    eng:register(def)
+    local id = eng:start("only", { { n = 1, t = 1 }, { n = 2, t = 2 }, { n = 3, t = 3, bad = true } })
+    eng:run()
+    assert.are.equal("compensated", eng:status(id).status)
+    assert.are.same({ 2, 1 }, undone)
+    undone = {}
+    local id2 = eng:start("only", { { n = 1, t = 1 }, { n = 2, t = 50 } })
+    eng:advance(5)
+    eng:cancel(id2)
+    eng:run()
+    local st = eng:status(id2)
+    assert.are.equal("compensated", st.status)
+    assert.are.same({ 1 }, undone)
+    assert.are.equal("failed", H.step(st, "m/2").status)
+  end)
+end)

@@ -333,6 +333,7 @@ void mend__lane_backward(mend_run *lane);
 void mend__lane_compensated(mend_run *lane);
 int mend__map_backward(mend_run *r, int m);
 void mend__push_item(mend_run *lane, lua_State *co);
+int mend__items_succeeded(const mend_run *r);
 void mend__set_item_result(mend_run *lane);
 /* An item's row: (m + 1) * MEND_MAP_ROWS + its index, m its map step's; past any step's. */
 #define MEND_MAP_ROWS (1 << 20)

@@ -286,6 +286,13 @@ static int begin_map(mend_run *r, int m) {
   return ms == NULL;
 }
 
+int mend__items_succeeded(const mend_run *r) {
+  for (int j = 0; r->group && j < r->group->nmaps; j++)
+    for (int k = 0; k < r->group->maps[j].n; k++)
+      if (r->group->maps[j].items[k].status == MEND_STEP_SUCCEEDED) return 1;
+  return 0;
+}
+
 void mend__push_item(mend_run *l, lua_State *co) {
   struct map_state *ms = l->parent && l->parent->group ? map_of(l->parent, l->parent->group->g) : NULL;
   if (!ms) {

@@ -7,6 +7,7 @@
  */
 #include "engine_int.h"
 
+#include <lauxlib.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,13 +138,15 @@ int mend__cancel_now(mend_run *r, const char *who, char *err, int errlen) {
   r->fail_step = i;
   int anything = 0;
   for (int j = 0; j < r->wf->nsteps; j++) anything |= j != i && r->steps[j].status == MEND_STEP_SUCCEEDED;
+  anything |= mend__items_succeeded(r);
   if (!anything) {
     mend__run_to(r, MEND_RUN_FAILED);
     mend__queue(r, ACT_FINISH);
   } else {
     mend__run_to(r, MEND_RUN_COMPENSATING);
-    /* a group cancelled in flight undoes its branches that succeeded */
-    r->cur = i < r->wf->nsteps && r->wf->steps[i].nbranches ? i + r->wf->steps[i].nbranches : i - 1;
+    /* a group or a map cancelled in flight undoes its branches or items that succeeded */
+    const mend_step_def *def = i < r->wf->nsteps ? &r->wf->steps[i] : NULL;
+    r->cur = def && def->nbranches ? i + def->nbranches : def && def->map_ref != LUA_NOREF ? i : i - 1;
     mend__queue(r, ACT_ADVANCE);
   }
   return E->broken ? mend_errorf(err, errlen, "%s", E->errmsg) : 0;

@@ -306,6 +306,7 @@ void mend__fail_run(mend_run *r, int i, const mend_error_info *info, const char 
   int anything = st->compensate_self;
   /* every step, not only those before: a branch's siblings may have succeeded after it */
   for (int j = 0; j < r->wf->nsteps; j++) anything |= r->steps[j].status == MEND_STEP_SUCCEEDED;
+  anything |= mend__items_succeeded(r);
   if (!anything) { finish_failed(r); return; }
   mend__run_to(r, MEND_RUN_COMPENSATING);
   /* going back from the failed step, or from the last branch of its group */
