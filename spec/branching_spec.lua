@@ -499,6 +499,33 @@ describe("workflows/order_parallel.lua with the mend command", function()
   end)
 end)
 
+describe("workflows/charge_items.lua with the mend command", function()
+  after_each(H.cleanup)
+
+  it("lists the items under their map, in the status and nested in --json", function()
+    local db = H.tmp_db()
+    local rc, out = H.shell(("%s run workflows/charge_items.lua --clock virtual --db %s 2>/dev/null")
+      :format(H.MEND, H.quote(db)))
+    assert.are.equal(0, rc, out)
+    assert.matches("charge%s+map over a list of 20 item%(s%), recorded", out)
+    rc, out = H.shell(("%s run workflows/charge_items.lua --clock virtual --db %s --input %s 2>/dev/null")
+      :format(H.MEND, H.quote(db), H.quote('{"lines":[{"sku":"a","price":3},{"sku":"c","price":2},'
+        .. '{"sku":"b","price":-1}]}')))
+    assert.are.equal(3, rc, out)
+    assert.matches("charge/1%s+retry_wait %-> pending.*stopped: another item failed for good", out)
+    local id = out:match("run (%w+): compensated")
+    rc, out = H.shell(("%s status %s --db %s"):format(H.MEND, id, H.quote(db)))
+    assert.matches("1 charge%s+failed", out)
+    assert.matches("\n%s+\u{2514} 2%s+compensated%s+attempts 1%s+compensations 1", out)
+    rc, out = H.shell(("%s status %s --db %s --json"):format(H.MEND, id, H.quote(db)))
+    local st = json.decode(out)
+    assert.are.equal(2, #st.steps)
+    assert.are.same({ "1", "2", "3" }, { st.steps[1].branches[1].name, st.steps[1].branches[2].name,
+                                         st.steps[1].branches[3].name })
+    assert.are.equal(id .. "/charge/2", st.steps[1].branches[2].idempotency_key)
+  end)
+end)
+
 -- With a real worker killed (SIGKILL) in the middle of a group, and another one started.
 describe("a group with a real worker killed mid-group", function()
   after_each(H.cleanup)

@@ -479,10 +479,12 @@ static void stop_lane(mend_run *l) {
     case MEND_STEP_SLEEPING:
     case MEND_STEP_WAITING:
       l->steps[b].due = -1;
-      mend__step_to(l, b, MEND_STEP_PENDING, NULL, -1, "stopped: another branch failed for good");
+      mend__step_to(l, b, MEND_STEP_PENDING, NULL, -1, l->item ? "stopped: another item failed for good"
+                                                               : "stopped: another branch failed for good");
       break;
     case MEND_STEP_RUNNING:   /* found running after a restart: not executed again */
-      mend__step_to(l, b, MEND_STEP_FAILED, "not executed again: another branch failed for good", -1, NULL);
+      mend__step_to(l, b, MEND_STEP_FAILED, l->item ? "not executed again: another item failed for good"
+                                                    : "not executed again: another branch failed for good", -1, NULL);
       note_lane_done(l);
       break;
     default:
