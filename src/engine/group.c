@@ -46,6 +46,8 @@ struct map_state {
   int list_ref;           /* the list, a Lua table: item k is execute's second argument */
   int *order, pos;        /* compensation: items latest completed first, how far */
   int skip_logged;
+  int next;               /* items before it were started (the pump goes through the list once) */
+  int resumed;            /* the items begun before a restart have their lanes again */
 };
 
 static struct map_state *map_of(mend_run *r, int m) {
@@ -105,9 +107,6 @@ static mend_run *new_lane(mend_run *r) {
   return l;
 }
 
-/* Sets a lane going on branch b from where its row says it stands (a restart finds branches
- * waiting, sleeping or running). Its first move waits for the batch that holds the group's
- * `running`. */
 static void resume_lane(mend_run *l, int b);
 
 static void start_branch(mend_run *l, int b) {
@@ -142,6 +141,9 @@ static void start_item(mend_run *l, struct map_state *ms, int k) {
   resume_lane(l, 0);
 }
 
+/* Sets a lane going on branch b (or its item) from where its row says it stands (a restart
+ * finds branches waiting, sleeping or running). Its first move waits for the batch that holds
+ * the group's `running`. */
 static void resume_lane(mend_run *l, int b) {
   step_rt *st = &l->steps[b];
   double now = mend_engine_now(l->E);
@@ -179,24 +181,30 @@ static mend_run *idle_lane(mend_run *r) {
   return new_lane(r);
 }
 
-/* A map's pump: items in list order; a lane keeps the item it has. */
+/* A map's pump: the items begun before a restart first, then the others in list order, each
+ * once (a cursor, not a walk of the list at every item's end). */
 static void map_pump(mend_run *r, int busy) {
   struct mend_group *G = r->group;
   struct map_state *ms = map_of(r, G->g);
   int max = r->wf->steps[G->g].max_concurrency;
-  for (int pass = 0; pass < 2 && !G->stopping && !r->E->broken; pass++)
-    for (int k = 0; k < ms->n && busy < max; k++) {
-      const step_rt *st = &ms->items[k];
-      int begun = st->status != MEND_STEP_PENDING || st->attempts > 0;
-      if (settled(st->status) || begun != (pass == 0)) continue;
-      int taken = 0;
-      for (int j = 0; j < G->nlanes && !taken; j++) taken = G->lanes[j]->cur >= 0 && G->lanes[j]->item == k + 1;
-      if (taken) continue;
-      mend_run *l = idle_lane(r);
-      if (!l) return;
-      start_item(l, ms, k);
-      busy++;
-    }
+  for (int k = 0; !ms->resumed && k < ms->n && !G->stopping && !r->E->broken; k++) {
+    const step_rt *st = &ms->items[k];
+    if (settled(st->status) || (st->status == MEND_STEP_PENDING && st->attempts == 0)) continue;
+    mend_run *l = idle_lane(r);
+    if (!l) return;
+    start_item(l, ms, k);
+    busy++;
+  }
+  ms->resumed = 1;
+  while (busy < max && ms->next < ms->n && !G->stopping && !r->E->broken) {
+    int k = ms->next++;
+    const step_rt *st = &ms->items[k];
+    if (settled(st->status) || st->status != MEND_STEP_PENDING || st->attempts > 0) continue;
+    mend_run *l = idle_lane(r);
+    if (!l) return;
+    start_item(l, ms, k);
+    busy++;
+  }
   if (busy == 0 && !r->E->broken) settle(r);
 }
 
@@ -281,6 +289,7 @@ static int begin_map(mend_run *r, int m) {
     return 1;
   }
   struct map_state *ms = add_map(r, m, json);
+  if (ms) ms->resumed = 1;   /* nothing of it was begun */
   if (ms) mend__history(r, mend__step_name(r, m), "map", NULL, NULL, 0, NULL, -1, json);
   free(json);
   return ms == NULL;
@@ -333,10 +342,17 @@ void mend__group_forward(mend_run *r, int g) {
     mend__step_to(r, g, MEND_STEP_PENDING, NULL, -1, "retried");
     for (int b = g + 1; b <= g + def->nbranches; b++)
       if (r->steps[b].status == MEND_STEP_FAILED) mend__step_to(r, b, MEND_STEP_PENDING, NULL, -1, "retried");
+    struct map_state *ms = map_of(r, g);   /* a map keeps its list; its failed items go again */
+    for (int k = 0; ms && k < ms->n; k++)
+      if (ms->items[k].status == MEND_STEP_FAILED) {
+        ms->items[k].status = MEND_STEP_PENDING;
+        ms->items[k].attempts = 0;
+      }
+    if (ms) ms->next = ms->resumed = 0;
   }
   if (st->status == MEND_STEP_PENDING) {
     if (r->E->draining) return;
-    if (is_map(r, g) && begin_map(r, g)) return;
+    if (is_map(r, g) && !map_of(r, g) && begin_map(r, g)) return;
     char detail[120];
     snprintf(detail, sizeof detail, "%d %s, at most %d at once",
              is_map(r, g) ? map_of(r, g)->n : def->nbranches, is_map(r, g) ? "items" : "branches",

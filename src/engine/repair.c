@@ -313,6 +313,8 @@ int mend_engine_upgrade_run(mend_engine *E, const char *id, const char *version,
      * have the same ones, in the same places. */
     int begun = -1, n = (int)json_array_size(steps);
     for (int i = 0; i < n; i++) {
+      /* a map's items come after the steps: their map's place is what must be kept */
+      if (json_integer_value(json_object_get(json_array_get(steps, (size_t)i), "idx")) >= MEND_MAP_ROWS) break;
       const char *s_st = json_string_value(json_object_get(json_array_get(steps, (size_t)i), "status"));
       if (s_st && strcmp(s_st, "pending") != 0) begun = i;
     }
