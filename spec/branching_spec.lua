@@ -177,6 +177,34 @@ describe("a parallel group", function()
     assert.are.equal(1, #H.events(eng, id, { event = "skip_compensate", step = "g/none" }))
   end)
 
+  it("gives each branch its own timeout, retries and breaker", function()
+    local eng = H.new_engine()
+    local t0
+    eng:register{ name = "own", steps = {
+      { name = "g", parallel = {
+        { name = "slow", timeout = 1, retry = { max_attempts = 3, initial = 0.5, jitter = 0 },
+          execute = function(ctx)
+            if ctx.attempt < 3 then ctx:sleep(5) end   -- cut at 1 s, twice
+            return ctx.attempt
+          end },
+        { name = "calm", execute = function(ctx) ctx:sleep(2); return "ok" end },
+      } },
+    } }
+    t0 = eng:now()
+    local id = eng:start("own", {})
+    eng:run()
+    local st = eng:status(id)
+    assert.are.equal("succeeded", st.status)
+    assert.are.same({ slow = 3, calm = "ok" }, H.step(st, "g").result)
+    local timeouts = H.events(eng, id, { step = "g/slow", to = "retry_wait" })
+    assert.are.equal(2, #timeouts)
+    assert.matches("^timeout", timeouts[1].error)
+    assert.are.same({ 2 }, at(eng, id, t0, { step = "g/calm", to = "succeeded" }))
+    -- the breakers are the branches' own, keyed by their names
+    assert.is_truthy(H.breaker(eng, "g/slow"))
+    assert.is_truthy(H.breaker(eng, "g/calm"))
+  end)
+
   it("takes a branch that waits for an event, whose payload is the branch's result", function()
     local eng = H.new_engine()
     eng:register{ name = "ev", steps = {
