@@ -381,6 +381,29 @@ W.W5 = function(o)
   return r
 end
 
+-- W8: one run mapping N trivial items (issue 21), eight at a time: items per second and the
+-- peak memory of one run with N items held.
+W.W8 = function(o)
+  local eng = new_engine(o)
+  eng:register{ name = "mapn", steps = { {
+    name = "items", max_concurrency = 8,
+    map = function(ctx)
+      local list = {}
+      for k = 1, ctx.input.n do list[k] = k end
+      return list
+    end,
+    step = { execute = function(_, item) return item end } } } }
+  local t0 = now()
+  eng:start("mapn", { n = o.n })
+  eng:run()
+  local secs = now() - t0
+  eng:close()
+  local status = sql_rows(o.db, "SELECT status FROM runs WHERE workflow = 'mapn'")[1][1]
+  assert(status == "succeeded", "the map run ended " .. tostring(status))
+  return result(o, { seconds = round(secs, 3), runs_per_s = round(1 / secs, 3),
+                     steps_per_s = round(o.n / secs, 1), items_per_s = round(o.n / secs, 1) })
+end
+
 -- W6: recovery. A victim process starts N runs whose first step parks (mend.sleep); once all
 -- N are executing, it is killed with SIGKILL. Then a new engine opens the database and
 -- eng:recover()s: ready_s is the time from opening until a run started after the recovery has
@@ -589,6 +612,7 @@ local SUITES = {
     { "W4", 1000000, "process", wait = "retry", probes = 24000 },
     { "W5", 10000, "full" }, { "W5", 10000, "process" },
     { "W6", 100000, "full" }, { "W6", 100000, "process" },
+    { "W8", 100000, "full" },
     { "W6", 100000, "process", wait = "serve" },
     { "W7", 20000000, "n/a" },
     { "W9", 10000, "process" },

@@ -267,7 +267,7 @@ void mend__arm(mend_run *r, mend_timer *t, double due) {
 
 /* ---------------------------------------------------------------- writes */
 
-const char *mend__step_name(mend_run *r, int i) { return r->wf->steps[i].name; }
+const char *mend__step_name(mend_run *r, int i) { return r->item_name ? r->item_name : r->wf->steps[i].name; }
 
 /* The step's row as it is now: the whole row at its first transition (a step not begun has
  * none: schema 4), an update after. The key is written only when it is the step's own: the
@@ -279,11 +279,11 @@ void mend__write_step(mend_run *r, int i) {
   step_rt *st = &r->steps[i];
   /* ...but for a key of the step's own just asked for: it is stored before the attempt uses it,
    * as the same key must come back after a crash (ensure_key asks once). */
-  if (st->status == MEND_STEP_RUNNING && (st->has_row || !st->custom_key)) return;
+  if (st->status == MEND_STEP_RUNNING && (st->has_row || !st->custom_key) && !r->item) return;
   int new_row = !st->has_row;
   const char *idem_key = st->custom_key ? st->idem_key : NULL;
   mend_step_rec rec = {
-    .run_id = r->id, .idx = i, .name = mend__step_name(r, i), .status = mend_step_status_name(st->status),
+    .run_id = r->id, .idx = i + r->row_base, .name = mend__step_name(r, i), .status = mend_step_status_name(st->status),
     .attempts = st->attempts, .comp_attempts = st->comp_attempts, .idem_key = idem_key,
     .custom_key = st->custom_key, .result = st->result, .error = st->error, .due = st->due,
     .last_delay = st->last_delay, .updated = mend_engine_now(r->E), .slept = st->slept,
@@ -295,6 +295,7 @@ void mend__write_step(mend_run *r, int i) {
 /* A run carried on by another engine (a virtual clock elsewhere, a clock set back) keeps its
  * history in order: no row is older than the one before. */
 double mend__history_time(mend_run *r) {
+  r = mend__root(r);
   double now = mend_engine_now(r->E);
   if (now > r->last_at) r->last_at = now;
   return r->last_at;
@@ -303,6 +304,7 @@ double mend__history_time(mend_run *r) {
 void mend__history(mend_run *r, const char *step, const char *event, const char *from,
                     const char *to, int attempt, const char *error, double delay,
                     const char *detail) {
+  r = mend__root(r);   /* a lane's rows are its run's */
   mend_history_rec h = {r->id, step, mend__history_time(r), event, from, to, attempt, error,
                         delay, detail, ++r->history_seq};
   if (mend_store_append_history(r->E->store, &h)) mend__store_failed(r->E);

@@ -14,7 +14,8 @@
 /* [from][to] = 1 when legal. Designated initializers keep each row next to the header's list. */
 static const unsigned char step_ok[MEND_STEP__COUNT][MEND_STEP__COUNT] = {
   [S(PENDING)] = {[S(RUNNING)] = 1, [S(BREAKER_OPEN)] = 1, [S(SLEEPING)] = 1, [S(WAITING)] = 1,
-                  [S(SUCCEEDED)] = 1 /* its idempotency key already succeeded: result reused */},
+                  [S(SUCCEEDED)] = 1 /* its idempotency key already succeeded: result reused */,
+                  [S(SKIPPED)] = 1 /* when(ctx) said no */},
   [S(RUNNING)] = {[S(SUCCEEDED)] = 1, [S(RETRY_WAIT)] = 1, [S(FAILED)] = 1,
                   [S(WAITING)] = 1 /* executed: waits for its token, or started its child */,
                   [S(RUNNING)] = 1 /* re-execution after a crash */},
@@ -23,6 +24,7 @@ static const unsigned char step_ok[MEND_STEP__COUNT][MEND_STEP__COUNT] = {
   [S(SLEEPING)] = {[S(PENDING)] = 1},
   [S(WAITING)] = {[S(SUCCEEDED)] = 1 /* its event consumed */, [S(RETRY_WAIT)] = 1,
                   [S(FAILED)] = 1 /* timed out */, [S(PENDING)] = 1 /* cancelled */},
+  [S(SKIPPED)] = {0},
   [S(SUCCEEDED)] = {[S(COMPENSATING)] = 1},
   [S(FAILED)] = {[S(COMPENSATING)] = 1, [S(PENDING)] = 1 /* repair: retried with fresh attempts */},
   [S(COMPENSATING)] = {[S(COMPENSATED)] = 1, [S(COMPENSATION_FAILED)] = 1,
@@ -57,7 +59,8 @@ int mend_run_transition_ok(mend_run_status from, mend_run_status to) {
 }
 
 int mend_step_status_final(mend_step_status s) {
-  return s == MEND_STEP_SUCCEEDED || s == MEND_STEP_FAILED || s == MEND_STEP_COMPENSATED ||
+  return s == MEND_STEP_SUCCEEDED || s == MEND_STEP_FAILED || s == MEND_STEP_SKIPPED ||
+         s == MEND_STEP_COMPENSATED ||
          s == MEND_STEP_COMPENSATION_FAILED;
 }
 
@@ -73,6 +76,7 @@ static const char *const step_names[MEND_STEP__COUNT] = {
   [S(BREAKER_OPEN)] = "breaker_open",
   [S(SLEEPING)] = "sleeping",
   [S(WAITING)] = "waiting",
+  [S(SKIPPED)] = "skipped",
   [S(SUCCEEDED)] = "succeeded",
   [S(FAILED)] = "failed",
   [S(COMPENSATING)] = "compensating",

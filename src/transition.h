@@ -15,6 +15,7 @@ typedef enum mend_step_status {
   MEND_STEP_BREAKER_OPEN,
   MEND_STEP_SLEEPING,      /* a durable wait before the step executes (`sleep = seconds`) */
   MEND_STEP_WAITING,       /* waits for a named event instead of executing (`wait_for`) */
+  MEND_STEP_SKIPPED,       /* its `when(ctx)` said no: never executed, never compensated */
   MEND_STEP_SUCCEEDED,
   MEND_STEP_FAILED,
   MEND_STEP_COMPENSATING,
@@ -37,6 +38,7 @@ typedef enum mend_run_status {
 /* 1 if from -> to is legal, 0 if not. Legal step transitions:
  *   pending -> running | breaker_open | sleeping | waiting
  *           | succeeded (its key already succeeded: result reused; or a pure wait step ended)
+ *           | skipped (its `when(ctx)` returned false, or its group was skipped)
  *   sleeping -> pending
  *   waiting -> succeeded (its event consumed) | retry_wait | failed (timed out)
  *            | pending (cancelled)
@@ -56,7 +58,7 @@ typedef enum mend_run_status {
 int mend_step_transition_ok(mend_step_status from, mend_step_status to);
 int mend_run_transition_ok(mend_run_status from, mend_run_status to);
 
-int mend_step_status_final(mend_step_status s);  /* succeeded, failed, compensated, compensation_failed */
+int mend_step_status_final(mend_step_status s);  /* succeeded, failed, skipped, compensated, compensation_failed */
 int mend_run_status_final(mend_run_status s);    /* succeeded, compensated, failed, needs_attention, resolved */
 
 const char *mend_step_status_name(mend_step_status s);  /* "retry_wait" */

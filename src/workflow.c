@@ -158,6 +158,9 @@ static void step_free(lua_State *L, mend_step_def *s) {
   luaL_unref(L, LUA_REGISTRYINDEX, s->execute_ref);
   luaL_unref(L, LUA_REGISTRYINDEX, s->compensate_ref);
   luaL_unref(L, LUA_REGISTRYINDEX, s->key_ref);
+  luaL_unref(L, LUA_REGISTRYINDEX, s->when_ref);
+  luaL_unref(L, LUA_REGISTRYINDEX, s->map_ref);
+  if (s->item_wf) mend_workflow_free(L, s->item_wf);
 }
 
 /* The two waits for the world besides wait_for: `wait = "token"` (execute hands a token out,
@@ -195,30 +198,61 @@ static int parse_outside_waits(lua_State *L, int idx, mend_step_def *s, const ch
   return 0;
 }
 
-static int parse_step(lua_State *L, int idx, int n, const mend_retry_policy *retry,
+/* A step, or with `group` the name of its parallel group, a branch of it (named
+ * "<group>/<name>"). */
+static int parse_step(lua_State *L, int idx, int n, const char *group, const mend_retry_policy *retry,
                       const mend_retry_policy *comp, const mend_breaker_policy *breaker,
                       mend_step_def *s, char *err, int errlen) {
   static const char *const fields[] = {"name", "execute", "compensate", "retry",
-    "compensate_retry", "breaker", "timeout", "idempotency_key", "sleep", "description", "wait_for", "wait", "child", "input", NULL};
-  char what[160];
+    "compensate_retry", "breaker", "timeout", "idempotency_key", "sleep", "description", "wait_for",
+    "when", "wait", "child", "input", NULL};
+  char what[200], in[160] = "";
   *s = (mend_step_def){.name_ref = LUA_NOREF, .execute_ref = LUA_NOREF,
-                       .compensate_ref = LUA_NOREF, .key_ref = LUA_NOREF,
+                       .compensate_ref = LUA_NOREF, .key_ref = LUA_NOREF, .when_ref = LUA_NOREF,
+                       .group = -1, .map_ref = LUA_NOREF,
                        .child_input_ref = LUA_NOREF};
+  if (group) snprintf(in, sizeof in, "step \"%s\": ", group);
+  const char *kind = group ? "branch" : "step";
   if (!lua_istable(L, idx))
-    return mend_errorf(err, errlen, "step #%d must be a table, got %s", n, luaL_typename(L, idx));
+    return mend_errorf(err, errlen, "%s%s #%d must be a table, got %s", in, kind, n, luaL_typename(L, idx));
   const char *name = NULL;
-  snprintf(what, sizeof what, "step #%d", n);
+  snprintf(what, sizeof what, "%s%s #%d", in, kind, n);
   if (opt_string(L, idx, "name", what, &name, err, errlen) < 0) return -1;
-  if (!name || !*name) return mend_errorf(err, errlen, "step #%d: name is missing", n);
-  snprintf(what, sizeof what, "step \"%s\"", name);
-  char prefix[200];
-  snprintf(prefix, sizeof prefix, "step \"%s\": ", name);
+  if (n == 0) {   /* a map's step: its items are named by their index */
+    if (name) return mend_errorf(err, errlen, "%sstep.name: a map's step is named by each item's index", in);
+    name = "item";
+    kind = "step";
+  }
+  if (!name || !*name) return mend_errorf(err, errlen, "%s%s #%d: name is missing", in, kind, n);
+  if (group && strchr(name, '/'))
+    return mend_errorf(err, errlen, "%sbranch \"%s\": a branch's name cannot hold a slash", in, name);
+  char prefix[400];
+  if (n == 0) snprintf(prefix, sizeof prefix, "%s", in);
+  else snprintf(prefix, sizeof prefix, "%s%s \"%s\": ", in, kind, name);
   /* Field errors read `step "charge": retry.initial must be >= 0`. */
   char sub[400];
+  if (group && raw_field(L, idx, "parallel") != LUA_TNIL) {
+    lua_pop(L, 1);
+    return mend_errorf(err, errlen, "%sa branch cannot be a parallel group itself (groups do not nest)", prefix);
+  }
+  if (group) lua_pop(L, 1);
   if (check_fields(L, idx, "step", fields, sub, sizeof sub)) return mend_errorf(err, errlen, "%s%s", prefix, sub);
-  s->name = mend_dupstr(name);
+  if (group) {
+    size_t gl = strlen(group), nl = strlen(name);
+    s->name = malloc(gl + 1 + nl + 1);
+    if (!s->name) return mend_errorf(err, errlen, "%sout of memory", prefix);
+    memcpy(s->name, group, gl);
+    s->name[gl] = '/';
+    memcpy(s->name + gl + 1, name, nl + 1);
+    s->branch = s->name + gl + 1;
+  } else {
+    s->name = mend_dupstr(name);
+  }
+  name = s->name;
   lua_pushstring(L, name);
   s->name_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  if (opt_function_ref(L, idx, "when", "step", &s->when_ref, sub, sizeof sub) < 0)
+    return mend_errorf(err, errlen, "%s%s", prefix, sub);
   s->retry = *retry;
   s->compensate_retry = *comp;
   s->breaker = *breaker;
@@ -244,6 +278,11 @@ static int parse_step(lua_State *L, int idx, int n, const mend_retry_policy *ret
   if (wait_for) lua_pop(L, 1);
   if (wait_for) s->wait_for = mend_dupstr(wait_for);
   if (parse_outside_waits(L, idx, s, prefix, err, errlen)) return -1;
+  /* A lane's waits are woken by its group, which knows events and sleeps but not yet the
+   * completions of tokens or the ends of child runs. */
+  if (group && (s->wait_token || s->child))
+    return mend_errorf(err, errlen, "%s%s cannot go in a parallel group or a map yet: give it a"
+                       " step of its own", prefix, s->child ? "child" : "wait = \"token\"");
   /* A step may be a pure wait: `sleep` and nothing to execute. */
   if (s->execute_ref == LUA_NOREF && s->sleep <= 0 && !wait_for && !s->child)
     return mend_errorf(err, errlen, "%sexecute is missing (a function is required)", prefix);
@@ -287,6 +326,169 @@ static int parse_step(lua_State *L, int idx, int n, const mend_retry_policy *ret
   }
   s->breaker_key = mend_dupstr(key && *key ? key : name);
   lua_pop(L, 1);
+  return 0;
+}
+
+/* A parallel group at steps[*at], its branches after it; *at moves past them. The group itself
+ * executes nothing: the fields of a step that executes belong in its branches. */
+static int parse_group(lua_State *L, int idx, int n, const mend_retry_policy *retry,
+                       const mend_retry_policy *comp, const mend_breaker_policy *breaker,
+                       mend_workflow *wf, int *at, char *err, int errlen) {
+  static const char *const fields[] = {"name", "parallel", "max_concurrency", "when",
+    "description", NULL};
+  static const char *const elsewhere[] = {"execute", "compensate", "retry", "compensate_retry",
+    "breaker", "timeout", "idempotency_key", "sleep", "wait_for", NULL};
+  char what[80], sub[400], prefix[200];
+  const char *name = NULL;
+  idx = lua_absindex(L, idx);   /* the list of branches goes above it */
+  snprintf(what, sizeof what, "step #%d", n);
+  if (opt_string(L, idx, "name", what, &name, err, errlen) < 0) return -1;
+  if (!name || !*name) return mend_errorf(err, errlen, "step #%d: name is missing", n);
+  snprintf(prefix, sizeof prefix, "step \"%s\": ", name);
+  if (strchr(name, '/'))
+    return mend_errorf(err, errlen, "%sa parallel group's name cannot hold a slash", prefix);
+  for (const char *const *f = elsewhere; *f; f++) {
+    int t = raw_field(L, idx, *f);
+    lua_pop(L, 1);
+    if (t != LUA_TNIL)
+      return mend_errorf(err, errlen, "%s%s belongs in the group's branches: a parallel group"
+                         " executes nothing itself", prefix, *f);
+  }
+  if (check_fields(L, idx, "step", fields, sub, sizeof sub)) return mend_errorf(err, errlen, "%s%s", prefix, sub);
+  if (raw_field(L, idx, "parallel") != LUA_TTABLE) {
+    lua_pop(L, 1);
+    return mend_errorf(err, errlen, "%sparallel must be a non-empty list of steps (its branches)", prefix);
+  }
+  int list = lua_absindex(L, -1);
+  lua_Unsigned len = lua_rawlen(L, list);
+  /* A list and nothing else: a branch under a key would be silently left out. */
+  int keys = 0, listed = len >= 1;
+  lua_pushnil(L);
+  while (listed && lua_next(L, list)) {
+    lua_pop(L, 1);
+    keys++;
+    listed = lua_isinteger(L, -1) && lua_tointeger(L, -1) >= 1 && (lua_Unsigned)lua_tointeger(L, -1) <= len;
+    if (!listed) lua_pop(L, 1);
+  }
+  if (!listed || (lua_Unsigned)keys != len) {
+    lua_pop(L, 1);
+    return mend_errorf(err, errlen, "%sparallel must be a non-empty list of steps (its branches)", prefix);
+  }
+  int max = (int)len;
+  double d = 0;
+  int r = opt_number(L, idx, "max_concurrency", "", &d, sub, sizeof sub);
+  if (r < 0 || (r == 1 && (!(d >= 1 && d <= INT_MAX) || d != floor(d)))) {
+    lua_pop(L, 1);
+    if (r < 0) return mend_errorf(err, errlen, "%smax_concurrency must be a positive integer, got %s",
+                                  prefix, strrchr(sub, ' ') + 1);
+    return mend_errorf(err, errlen, "%smax_concurrency must be a positive integer, got %g", prefix, d);
+  }
+  if (r == 1 && d < max) max = (int)d;
+  int g = *at;
+  mend_step_def *s = &wf->steps[g];
+  *s = (mend_step_def){.name_ref = LUA_NOREF, .execute_ref = LUA_NOREF, .compensate_ref = LUA_NOREF,
+                       .key_ref = LUA_NOREF, .when_ref = LUA_NOREF, .group = -1,
+                       .map_ref = LUA_NOREF, .retry = *retry, .compensate_retry = *comp, .breaker = *breaker,
+                       .nbranches = (int)len, .max_concurrency = max};
+  s->name = mend_dupstr(name);
+  s->breaker_key = mend_dupstr(name);
+  wf->nsteps = ++*at;
+  lua_pushstring(L, name);
+  s->name_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  if (opt_function_ref(L, idx, "when", "step", &s->when_ref, sub, sizeof sub) < 0) {
+    lua_pop(L, 1);
+    return mend_errorf(err, errlen, "%s%s", prefix, sub);
+  }
+  for (lua_Unsigned b = 1; b <= len; b++) {
+    lua_rawgeti(L, list, (lua_Integer)b);
+    r = parse_step(L, -1, (int)b, name, retry, comp, breaker, &wf->steps[*at], err, errlen);
+    lua_pop(L, 1);
+    wf->steps[*at].group = g;
+    wf->nsteps = ++*at;   /* so that free releases what this branch took */
+    if (r) {
+      lua_pop(L, 1);
+      return -1;
+    }
+  }
+  lua_pop(L, 1);   /* parallel */
+  return 0;
+}
+
+/* A map at steps[*at]: the step each item runs is kept in a one-step workflow of its own
+ * (item_wf), which the engine runs for each item. */
+static int parse_map(lua_State *L, int idx, int n, const mend_retry_policy *retry,
+                     const mend_retry_policy *comp, const mend_breaker_policy *breaker,
+                     mend_workflow *wf, int *at, char *err, int errlen) {
+  static const char *const fields[] = {"name", "map", "step", "max_concurrency", "when",
+    "description", NULL};
+  static const char *const elsewhere[] = {"execute", "compensate", "retry", "compensate_retry",
+    "breaker", "timeout", "idempotency_key", "sleep", "wait_for", "parallel", NULL};
+  char what[80], sub[400], prefix[200];
+  const char *name = NULL;
+  idx = lua_absindex(L, idx);
+  snprintf(what, sizeof what, "step #%d", n);
+  if (opt_string(L, idx, "name", what, &name, err, errlen) < 0) return -1;
+  if (!name || !*name) return mend_errorf(err, errlen, "step #%d: name is missing", n);
+  snprintf(prefix, sizeof prefix, "step \"%s\": ", name);
+  if (strchr(name, '/')) return mend_errorf(err, errlen, "%sa map's name cannot hold a slash", prefix);
+  for (const char *const *f = elsewhere; *f; f++) {
+    int t = raw_field(L, idx, *f);
+    lua_pop(L, 1);
+    if (t != LUA_TNIL)
+      return mend_errorf(err, errlen, "%s%s belongs in the map's step (step = {...}): a map"
+                         " executes nothing itself", prefix, *f);
+  }
+  if (check_fields(L, idx, "step", fields, sub, sizeof sub)) return mend_errorf(err, errlen, "%s%s", prefix, sub);
+  double d = 0;
+  int max = 8;
+  int r = opt_number(L, idx, "max_concurrency", "", &d, sub, sizeof sub);
+  if (r < 0) return mend_errorf(err, errlen, "%smax_concurrency must be a positive integer, got %s",
+                                prefix, strrchr(sub, ' ') + 1);
+  if (r == 1 && (!(d >= 1 && d <= INT_MAX) || d != floor(d)))
+    return mend_errorf(err, errlen, "%smax_concurrency must be a positive integer, got %g", prefix, d);
+  if (r == 1) max = (int)d;
+  int t = raw_field(L, idx, "step");
+  lua_pop(L, 1);
+  if (t == LUA_TNIL) return mend_errorf(err, errlen, "%sstep is missing: a map needs the step each item runs", prefix);
+  if (t != LUA_TTABLE) return mend_errorf(err, errlen, "%sstep must be a table, got %s", prefix, lua_typename(L, t));
+  int g = *at;
+  mend_step_def *s = &wf->steps[g];
+  *s = (mend_step_def){.name_ref = LUA_NOREF, .execute_ref = LUA_NOREF, .compensate_ref = LUA_NOREF,
+                       .key_ref = LUA_NOREF, .when_ref = LUA_NOREF, .group = -1,
+                       .map_ref = LUA_NOREF, .retry = *retry, .compensate_retry = *comp,
+                       .breaker = *breaker, .max_concurrency = max};
+  s->name = mend_dupstr(name);
+  s->breaker_key = mend_dupstr(name);
+  wf->nsteps = ++*at;
+  lua_pushstring(L, name);
+  s->name_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  if (opt_function_ref(L, idx, "when", "step", &s->when_ref, sub, sizeof sub) < 0 ||
+      opt_function_ref(L, idx, "map", "step", &s->map_ref, sub, sizeof sub) < 0)
+    return mend_errorf(err, errlen, "%s%s", prefix, sub);
+  if (s->map_ref == LUA_NOREF)
+    return mend_errorf(err, errlen, "%smap is missing (a function that returns the list)", prefix);
+  mend_workflow *iw = calloc(1, sizeof *iw);
+  if (iw) iw->steps = calloc(1, sizeof *iw->steps);
+  if (!iw || !iw->steps) {
+    free(iw);
+    return mend_errorf(err, errlen, "%sout of memory", prefix);
+  }
+  s->item_wf = iw;
+  iw->name = mend_dupstr(wf->name);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, wf->name_ref);
+  iw->name_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  iw->def_ref = LUA_NOREF;
+  raw_field(L, idx, "step");
+  r = parse_step(L, -1, 0, name, retry, comp, breaker, &iw->steps[0], err, errlen);
+  lua_pop(L, 1);
+  iw->nsteps = 1;
+  if (r) return -1;
+  const mend_step_def *item = &iw->steps[0];
+  if (item->wait_for || item->when_ref != LUA_NOREF || item->execute_ref == LUA_NOREF)
+    return mend_errorf(err, errlen, "%sstep: %s", prefix,
+                       item->wait_for ? "wait_for: an item executes, it does not wait for an event"
+                       : item->when_ref != LUA_NOREF ? "when: put it on the map step itself"
+                       : "execute is missing (a function is required)");
   return 0;
 }
 
@@ -378,28 +580,64 @@ mend_workflow *mend_workflow_from_table(lua_State *L, int idx, const char *sourc
     return NULL;
   }
   int n = (int)lua_rawlen(L, steps);
+  /* A group counts with its branches: they follow it in wf->steps. */
+  size_t total = 0;
+  for (int i = 0; i < n; i++) {
+    lua_rawgeti(L, steps, i + 1);
+    if (lua_istable(L, -1)) {
+      if (raw_field(L, -1, "parallel") == LUA_TTABLE) total += lua_rawlen(L, -1);
+      lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    total++;
+  }
+  if (total > MEND_MAX_STEPS) {
+    mend_errorf(err, errlen, "%s: workflow \"%s\": %zu steps with the branches of its groups, over"
+                " the most a workflow may have (%d)", source, name, total, MEND_MAX_STEPS);
+    lua_pop(L, 1);
+    return NULL;
+  }
   mend_workflow *wf = calloc(1, sizeof *wf);
-  wf->steps = calloc((size_t)n, sizeof *wf->steps);
+  wf->steps = calloc(total, sizeof *wf->steps);
   wf->name = mend_dupstr(name);
   lua_pushstring(L, name);
   wf->name_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   wf->source = mend_dupstr(source);
   wf->def_ref = LUA_NOREF;
+  int at = 0;
   for (int i = 0; i < n; i++) {
+    int first = at;
     lua_rawgeti(L, steps, i + 1);
-    int r = parse_step(L, -1, i + 1, &retry, &comp, &breaker, &wf->steps[i], sub, sizeof sub);
+    int grouped = 0, mapped = 0;
+    if (lua_istable(L, -1)) {
+      grouped = raw_field(L, -1, "parallel") != LUA_TNIL;
+      mapped = !grouped && raw_field(L, -2, "map") != LUA_TNIL;
+      lua_pop(L, grouped ? 1 : 2);
+    }
+    int r = grouped ? parse_group(L, -1, i + 1, &retry, &comp, &breaker, wf, &at, sub, sizeof sub)
+          : mapped ? parse_map(L, -1, i + 1, &retry, &comp, &breaker, wf, &at, sub, sizeof sub)
+          : parse_step(L, -1, i + 1, NULL, &retry, &comp, &breaker, &wf->steps[at], sub, sizeof sub);
+    if (mapped) grouped = 1;   /* it counted itself in wf->nsteps */
     lua_pop(L, 1);
-    wf->nsteps = i + 1;   /* so that free releases what this step took */
+    if (!grouped) wf->nsteps = ++at;   /* so that free releases what this step took */
     if (r) {
       mend_errorf(err, errlen, "%s: %s", source, sub);
       goto bad;
     }
-    for (int j = 0; j < i; j++)
-      if (strcmp(wf->steps[j].name, wf->steps[i].name) == 0) {
-        mend_errorf(err, errlen, "%s: step \"%s\": name is used twice (steps #%d and #%d)", source,
-             wf->steps[i].name, j + 1, i + 1);
+    for (int k = first; k < at; k++) {
+      const mend_step_def *d = &wf->steps[k];
+      wf->has_branching |= d->nbranches > 0 || d->when_ref != LUA_NOREF || d->map_ref != LUA_NOREF;
+      for (int j = 0; j < k; j++) {
+        if (strcmp(wf->steps[j].name, d->name) != 0) continue;
+        if (d->group >= 0 && wf->steps[j].group == d->group)
+          mend_errorf(err, errlen, "%s: step \"%s\": two branches are named \"%s\"", source,
+                      wf->steps[d->group].name, d->branch);
+        else
+          mend_errorf(err, errlen, "%s: step \"%s\": name is used twice (steps #%d and #%d)", source,
+                      d->name, j + 1, k + 1);
         goto bad;
       }
+    }
   }
   if (!(wf->step_names = names_json(wf, source, err, errlen))) goto bad;
   lua_pop(L, 1);   /* steps */

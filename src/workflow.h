@@ -29,6 +29,18 @@ typedef struct mend_step_def {
   char *child;          /* the workflow of the run it starts and waits for; NULL: none */
   int child_input_ref;  /* input(ctx) -> the child's input; LUA_NOREF: the parent's input */
   mend_breaker_slot *slot;                    /* resolved by the engine at registration */
+  int when_ref;         /* when(ctx): false skips the step; LUA_NOREF when absent */
+  /* A parallel group (`parallel = {...}`) is a step that executes nothing itself: its
+   * nbranches branches follow it in `steps`, each named "<group>/<branch>", and run at the
+   * same time, at most max_concurrency at once. A branch names its group's index in `group`
+   * (-1 for any other step); `branch` is its own name, the part after the slash. */
+  int nbranches, max_concurrency, group;
+  const char *branch;
+  /* A map (`map = function(ctx) return list end, step = {...}`): map_ref gives the list when
+   * the step begins, and item_wf holds the step each item runs (its steps[0]), at most
+   * max_concurrency items at once. LUA_NOREF and NULL for any other step. */
+  int map_ref;
+  struct mend_workflow *item_wf;
 } mend_step_def;
 
 typedef struct mend_workflow {
@@ -41,10 +53,12 @@ typedef struct mend_workflow {
   int nsteps;
   mend_step_def *steps;
   char *step_names;     /* JSON array of the steps' names, kept with each run it starts */
+  int has_branching;    /* a group or a `when`: recovery reads the history for their answers */
   struct mend_workflow *next;
 } mend_workflow;
 
-/* The most steps a workflow may have, and the largest workflow file. */
+/* The most steps a workflow may have (a group counts with its branches), and the largest
+ * workflow file. */
 #define MEND_MAX_STEPS 10000
 #define MEND_MAX_SOURCE (16 << 20)
 

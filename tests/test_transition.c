@@ -28,6 +28,7 @@ static const struct edge step_edges[] = {
   {"waiting", "failed"},                   /* timed out for good */
   {"waiting", "pending"},                  /* cancelled while waiting */
   {"running", "waiting"},                  /* executed: waits for its token; or started its child */
+  {"pending", "skipped"},                  /* when(ctx) said no, or its group was skipped */
   {"succeeded", "compensating"},
   {"failed", "compensating"},
   {"compensating", "compensated"},
@@ -52,7 +53,8 @@ static const struct edge run_edges[] = {
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 static const char *const step_names[] = {
-  "pending", "running", "retry_wait", "breaker_open", "sleeping", "waiting", "succeeded", "failed",
+  "pending", "running", "retry_wait", "breaker_open", "sleeping", "waiting", "skipped",
+  "succeeded", "failed",
   "compensating",
   "compensated", "compensation_failed"};
 static const char *const run_names[] = {
@@ -120,6 +122,8 @@ static void it_allows_exactly_the_step_transitions_listed(void) {
   CHECK(!mend_step_transition_ok(MEND_STEP_SUCCEEDED, MEND_STEP_RUNNING));
   CHECK(!mend_step_transition_ok(MEND_STEP_COMPENSATED, MEND_STEP_COMPENSATING));
   CHECK(!mend_step_transition_ok(MEND_STEP_FAILED, MEND_STEP_RUNNING));
+  CHECK(!mend_step_transition_ok(MEND_STEP_SKIPPED, MEND_STEP_COMPENSATING));   /* never undone */
+  CHECK(!mend_step_transition_ok(MEND_STEP_SKIPPED, MEND_STEP_RUNNING));
   /* Out-of-range values are refused, not looked up. */
   CHECK(!mend_step_transition_ok(MEND_STEP__COUNT, MEND_STEP_RUNNING));
   CHECK(!mend_step_transition_ok(MEND_STEP_PENDING, MEND_STEP__COUNT));
@@ -150,7 +154,7 @@ static void it_allows_exactly_the_run_transitions_listed(void) {
 
 static void it_knows_which_statuses_are_final(void) {
   /* Steps: the settled statuses, with no attempt in flight or due. */
-  const char *final_steps[] = {"succeeded", "failed", "compensated",
+  const char *final_steps[] = {"succeeded", "failed", "skipped", "compensated",
                                "compensation_failed"};
   for (int i = 0; i < MEND_STEP__COUNT; i++) {
     int want = 0;

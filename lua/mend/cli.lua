@@ -184,7 +184,7 @@ end
 local function cmd_status(o, id)
   return with_engine(existing_db(o.db), function(eng)
     local st = run_status(eng, id)
-    if o.json then out("%s\n", json.encode(st)) else print_status(st, eng:now()) end
+    if o.json then out("%s\n", json.encode(render.nest_branches(st))) else print_status(st, eng:now()) end
     return EXIT_OK
   end)
 end
@@ -209,8 +209,9 @@ local function select_events(st, history, step, tail)
       fail("run %s has no step %s (its steps: %s)", st.id, step, table.concat(names, ", "))
     end
     list = {}
+    local branch = step .. "/"   -- a group's events come with its branches'
     for _, e in ipairs(history) do
-      if e.step == step then list[#list + 1] = e end
+      if e.step == step or (e.step and e.step:sub(1, #branch) == branch) then list[#list + 1] = e end
     end
   end
   if tail and #list > tail then list = table.move(list, #list - tail + 1, #list, 1, {}) end
@@ -732,7 +733,7 @@ local commands = {
     usage = "mend history RUN [--step S] [--tail N] [--db PATH] [--json]",
     help = "Shows a run's audit trail: every transition with its time, attempt, delay and\n" ..
            "error (times from the run's start).\n\n" .. DB_HELP ..
-           "  --step S         only the events of step S\n" ..
+           "  --step S         only the events of step S (and of its branches, for a group)\n" ..
            "  --tail N         only the last N events (of step S, with --step)\n" ..
            "  --json           print the history as a JSON array\n",
     action = cmd_history,

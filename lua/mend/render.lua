@@ -101,6 +101,12 @@ local render = {
     return join({ "token " .. (e.detail or "outcome"), present(e.error) and fmt_error(e.error) or "" })
   end,
   child = function(e) return e.detail or "child run ended" end,   -- "child run <id> succeeded"
+  when = function(e) return (e.detail or "when(ctx) answered") .. ": the step runs" end,
+  map = function(e)
+    local ok, list = pcall(json.decode, e.detail or "")
+    return ok and type(list) == "table" and ("map over a list of %d item(s), recorded"):format(#list)
+           or "map over a list, recorded"
+  end,
   event = function(e)
     local ok, ev = pcall(json.decode, e.detail or "")
     if not (ok and type(ev) == "table") then return "event " .. (e.detail or "?") end
@@ -192,6 +198,31 @@ local function due_lines(st, now)
   return lines
 end
 
+-- The status with each group's branches and each map's items nested in it as `branches` (by
+-- their own names, the step's full name as `step`), as `mend status --json` gives it; the
+-- engine and the store keep one flat list ("prepare/stock" right after its group, "charge/3"
+-- after every step).
+local function nest_branches(st)
+  local names = {}
+  for _, s in ipairs(st.steps or {}) do names[s.name] = s end
+  local steps = {}
+  for _, s in ipairs(st.steps or {}) do
+    local parent, own = s.name:match("^(.*)/([^/]+)$")
+    local group = parent and names[parent]
+    if group and group ~= s then
+      local b = {}
+      for k, v in pairs(s) do b[k] = v end
+      b.step, b.name = s.name, own
+      group.branches = group.branches or {}
+      group.branches[#group.branches + 1] = b
+    else
+      steps[#steps + 1] = s
+    end
+  end
+  st.steps = steps
+  return st
+end
+
 local function print_status(st, now)
   print_outcome(st)
   local rows = {
@@ -211,8 +242,17 @@ local function print_status(st, now)
     if present(row[2]) then out("  %-8s %s\n", row[1], row[2]) end
   end
   out("steps:\n")
-  for i, s in ipairs(st.steps or {}) do
-    local parts = { ("%2d %-16s %-20s attempts %d"):format(i, s.name, s.status, s.attempts or 0) }
+  -- a group's branches and a map's items ("prepare/stock", "charge/3") are listed under it,
+  -- indented
+  local nested = nest_branches({ steps = st.steps })
+  local rows = {}
+  for n, s in ipairs(nested.steps) do
+    rows[#rows + 1] = { s, ("%2d %-16s"):format(n, s.name) }
+    for _, b in ipairs(s.branches or {}) do rows[#rows + 1] = { b, ("   \u{2514} %-14s"):format(b.name) } end
+  end
+  for _, row in ipairs(rows) do
+    local s = row[1]
+    local parts = { ("%s %-20s attempts %d"):format(row[2], s.status, s.attempts or 0) }
     if (s.comp_attempts or 0) > 0 then parts[#parts + 1] = "compensations " .. s.comp_attempts end
     if present(s.error) then parts[#parts + 1] = fmt_error(s.error) end
     if present(s.result) then parts[#parts + 1] = "result " .. fmt_value(s.result, 60) end
@@ -289,6 +329,7 @@ return {
   due_lines = due_lines,
   encode_list = encode_list,
   fmt_time = fmt_time,
+  nest_branches = nest_branches,
   present = present,
   print_breakers = print_breakers,
   print_dlq = print_dlq,

@@ -46,10 +46,12 @@ static void push_ctx(mend_run *r, int i, int compensating) {
   lua_createtable(L, 0, 8);
   lua_pushstring(L, r->id); lua_setfield(L, -2, "run_id");
   lua_rawgeti(L, LUA_REGISTRYINDEX, r->wf->name_ref); lua_setfield(L, -2, "workflow");
-  lua_rawgeti(L, LUA_REGISTRYINDEX, def->name_ref); lua_setfield(L, -2, "step");
+  if (r->item_name) lua_pushstring(L, r->item_name);
+  else lua_rawgeti(L, LUA_REGISTRYINDEX, def->name_ref);
+  lua_setfield(L, -2, "step");
   lua_pushinteger(L, compensating ? st->comp_attempts : st->attempts); lua_setfield(L, -2, "attempt");
   if (st->custom_key) lua_pushstring(L, st->idem_key);
-  else push_default_key(L, r->id, def->name);
+  else push_default_key(L, r->id, r->item_name ? r->item_name : def->name);
   lua_setfield(L, -2, "idempotency_key");
   mend_refs_push(&r->E->refs, L, r->input_ref); lua_setfield(L, -2, "input");
   mend_refs_push(&r->E->refs, L, r->results_ref); lua_setfield(L, -2, "results");
@@ -92,6 +94,74 @@ int mend__ensure_key(mend_run *r, int i) {
   st->custom_key = 1;
   st->key_ready = 1;
   return 0;
+}
+
+/* Asks step i's when(ctx): 1 run it, 0 skip it (false or nil); -1 when it raised (st->error
+ * says why), -2 when the engine stopped it. */
+int mend__ask_when(mend_run *r, int i) {
+  step_rt *st = &r->steps[i];
+  mend_engine *E = r->E;
+  lua_State *L = E->L;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, r->wf->steps[i].when_ref);
+  push_ctx(r, i, 0);
+  mend_limits lim;
+  mend_limits_init(&lim, "when", E->cfg.instruction_budget, CALL_SECONDS);
+  int status = mend__guarded_pcall(E, &lim, 1, 1);
+  if (status != LUA_OK) {
+    char msg[400], text[300];
+    int failed = 0;
+    snprintf(msg, sizeof msg, "when: %s", mend__describe(E, L, -1, text, sizeof text, &failed));
+    lua_pop(L, 1);
+    mend__set_str(&st->error, msg);
+    return lim.tripped || failed ? -2 : -1;
+  }
+  int yes = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return yes;
+}
+
+/* Asks map step i for its list: its JSON text (an array), or NULL with st->error saying why. */
+char *mend__ask_map(mend_run *r, int i) {
+  step_rt *st = &r->steps[i];
+  mend_engine *E = r->E;
+  lua_State *L = E->L;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, r->wf->steps[i].map_ref);
+  push_ctx(r, i, 0);
+  mend_limits lim;
+  mend_limits_init(&lim, "map", E->cfg.instruction_budget, CALL_SECONDS);
+  int status = mend__guarded_pcall(E, &lim, 1, 1);
+  char msg[600], text[400];
+  if (status != LUA_OK) {
+    snprintf(msg, sizeof msg, "map: %s", mend__describe(E, L, -1, text, sizeof text, NULL));
+    lua_pop(L, 1);
+    mend__set_str(&st->error, msg);
+    return NULL;
+  }
+  char *json = NULL;
+  if (!lua_istable(L, -1)) {
+    snprintf(msg, sizeof msg, "map: must return a list, got %s", luaL_typename(L, -1));
+  } else if (lua_rawlen(L, -1) == 0 && (lua_pushnil(L), !lua_next(L, -2))) {
+    json = mend_dupstr("[]");   /* an empty table is an empty list here */
+  } else if (lua_rawlen(L, -1) == 0) {
+    lua_pop(L, 2);   /* the key and value lua_next pushed */
+    snprintf(msg, sizeof msg, "map: must return a list (a table with keys 1..n), got an object");
+  } else {
+    json = mend_json_encode(L, -1, "map's list", text, sizeof text);
+    if (!json) snprintf(msg, sizeof msg, "map: %s", text);
+    else if (json[0] != '[') {
+      free(json);
+      json = NULL;
+      snprintf(msg, sizeof msg, "map: must return a list (a table with keys 1..n), got an object");
+    } else if (lua_rawlen(L, -1) >= MEND_MAP_ROWS) {
+      free(json);
+      json = NULL;
+      snprintf(msg, sizeof msg, "map: %llu items, over the most a map may have (%d)",
+               (unsigned long long)lua_rawlen(L, -1), MEND_MAP_ROWS - 1);
+    }
+  }
+  lua_pop(L, 1);
+  if (!json) mend__set_str(&st->error, msg);
+  return json;
 }
 
 /* After a call that met the memory limit: what it left is garbage, but lauxlib's buffers
@@ -322,6 +392,8 @@ void mend__start_attempt(mend_run *r, int compensating) {
     char err[200];
     const char *res = r->steps[i].result;
     if (!res || mend_json_decode(co, res, strlen(res), err, sizeof err)) lua_pushnil(co);
+  } else if (r->item) {
+    mend__push_item(r, co);   /* execute(ctx, item) */
   } else {
     mend_refs_push(&E->refs, co, r->input_ref);
   }
@@ -414,6 +486,7 @@ static int ctx_log(lua_State *L) {
   mend_engine_log_line(E, "info", run, step, attempt, "log", msg);
   if (run) {
     mend_run *r = mend_engine_current_run(L);
+    if (r) r = mend__root(r);   /* a branch's lane writes in its run's history */
     mend_history_rec h = {run, step, mend_engine_now(E), "log", NULL, NULL, attempt, NULL, -1, msg,
                           r && strcmp(r->id, run) == 0 ? ++r->history_seq : 0};
     if (mend_store_append_history(E->store, &h)) mend__store_failed(E);

@@ -89,6 +89,8 @@ typedef struct step_rt {
   unsigned compensate_self : 1;   /* failed with a compensable error: it is compensated too */
   unsigned slept : 1;             /* its `sleep` wait is over */
   unsigned has_row : 1;           /* the store has its row (written at its first transition) */
+  unsigned when_done : 1;         /* its when(ctx) answered (recorded: never asked again) */
+  unsigned comp_skipped : 1;      /* its group's compensation passed it: no compensate */
   char *idem_key;                 /* a custom key only; NULL: the default */
   char *result;                   /* JSON */
   char *error;
@@ -121,6 +123,10 @@ struct mend_run {
   mend_run *qnext;
   unsigned long wait_seq;   /* the batch its next action waits for */
   mend_run *prev, *next;  /* runs in flight */
+  /* A parallel group's branches run in lanes (group.c): a lane is a mend_run of its own for
+   * the attempt's state, sharing its run's steps and Lua values, and in no list of runs. */
+  mend_run *parent;       /* a lane's run; NULL for a run */
+  struct mend_group *group;   /* a run's lanes, made at its first group; NULL before */
   mend_run_status status;
   int input_ref, results_ref;   /* in E->refs, shard ref_shard */
   int ref_shard;
@@ -138,6 +144,11 @@ struct mend_run {
   unsigned char admitted;     /* its breaker let the next attempt through already (on_wait) */
   unsigned char cancel_asked; /* rebuilt with a cancel requested: whoever takes it cancels it */
   unsigned char is_child;     /* started by a parent's step: its end is told to the parent */
+  unsigned char lane;         /* a lane of a group (parent NULL once its run is gone) */
+  /* A lane on an item of a map: its number from 1 (0: none), its name ("charge/3"), and where
+   * its row is among the run's rows (MEND_MAP_ROWS). */
+  int item, row_base;
+  char *item_name;
   char id[MEND_RUN_ID_LEN];
 };
 
@@ -264,7 +275,10 @@ int mend__lock_waiting(const mend_engine *E);
 void mend__watch_lock(mend_engine *E);
 
 /* ---- saga.c: what outcomes mean: forward, backward, the ends of waits */
+void mend__after_success(mend_run *r, int i, int queue);
 void mend__attempt_done(mend_run *r, int ok, mend_error_info *info, const char *result_json);
+void mend__fail_run(mend_run *r, int i, const mend_error_info *info, const char *msg,
+                    int was_waiting);
 void mend__backward(mend_run *r);
 void mend__forward(mend_run *r);
 int mend__needs_compensation(const mend_run *r, int i);
@@ -275,6 +289,8 @@ void mend__set_result(mend_run *r, int i);
 const char *mend__describe(mend_engine *E, lua_State *from, int idx, char *buf, size_t len,
                            int *failed);
 void mend__end_attempt(mend_run *r);
+int mend__ask_when(mend_run *r, int i);
+char *mend__ask_map(mend_run *r, int i);
 int mend__ensure_key(mend_run *r, int i);
 int mend__guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres);
 void mend__make_ctx_metatable(mend_engine *E);
@@ -297,6 +313,32 @@ void mend__alert(mend_run *r, const char *kind, int step, const char *reason, co
 void mend__alert_handle_closed(uv_handle_t *h);
 void mend__emit(mend_engine *E, json_t *ev);
 void mend__fire_batch(mend_engine *E, json_t *alerts, json_t *events);
+
+/* ---- group.c: parallel groups, their lanes, their compensation in order of completion */
+int mend__group_backward(mend_run *r, int g);
+void mend__group_forward(mend_run *r, int g);
+void mend__group_free(mend_run *r);
+void mend__group_restore(mend_run *r, json_t *rows);
+void mend__group_stop(mend_run *r, const char *why);
+int mend__group_stopping(const mend_run *lane);
+void mend__lane_done(mend_run *lane);
+void mend__lane_failed(mend_run *lane, int i, const mend_error_info *info, const char *msg);
+void mend__lane_free(mend_run *lane);
+mend_run *mend__lane_at(mend_run *r, int k);
+void mend__lane_stop(mend_run *lane);
+void mend__lane_backward(mend_run *lane);
+void mend__lane_compensated(mend_run *lane);
+int mend__map_backward(mend_run *r, int m);
+void mend__push_item(mend_run *lane, lua_State *co);
+int mend__items_succeeded(const mend_run *r);
+void mend__set_item_result(mend_run *lane);
+/* An item's row: (m + 1) * MEND_MAP_ROWS + its index, m its map step's; past any step's. */
+#define MEND_MAP_ROWS (1 << 20)
+
+/* The run a lane belongs to: history rows and the run's own fields are its. */
+static inline mend_run *mend__root(mend_run *r) { return r->parent ? r->parent : r; }
+/* The step after step i going forward: past a group's branches. */
+static inline int mend__next_top(const mend_workflow *wf, int i) { return i + 1 + wf->steps[i].nbranches; }
 
 /* ---- events.c: steps that wait for events; the inbox */
 void mend__await_event(mend_run *r, int i);

@@ -24,6 +24,18 @@ static mend_run *find_run(mend_engine *E, const char *id) {
   return NULL;
 }
 
+/* The run, or a lane of its group, that waits for event `name` (any event when NULL): it
+ * takes it from the inbox. */
+static void wake_waiting(mend_run *r, const char *name) {
+  for (int k = -1; ; k++) {
+    mend_run *w = k < 0 ? r : mend__lane_at(r, k);
+    if (!w) break;
+    if (w->wait_kind != WAIT_EVENT || w->cur < 0 || w->cur >= w->wf->nsteps) continue;
+    const char *awaits = w->wf->steps[w->cur].wait_for;
+    if (awaits && (!name || strcmp(awaits, name) == 0)) mend__take_event(w, w->cur);
+  }
+}
+
 /* Takes the oldest event the waiting step i waits for, if the inbox has one: the consumption
  * is recorded in this batch with the step's success. 1 taken, 0 none (or the store failed). */
 int mend__take_event(mend_run *r, int i) {
@@ -58,8 +70,7 @@ int mend__take_event(mend_run *r, int i) {
   mend__set_str(&st->error, NULL);
   mend__step_to(r, i, MEND_STEP_SUCCEEDED, NULL, -1, NULL);
   mend__set_result(r, i);
-  r->cur = i + 1;
-  mend__forward(r);   /* the next step's writes join this batch; its execute waits for it */
+  mend__after_success(r, i, 0);   /* the next step's writes join this batch; its execute waits for it */
   return 1;
 }
 
@@ -193,9 +204,8 @@ int mend_engine_send_event(mend_engine *E, const char *id, const char *run_key, 
            sent == 1 ? "sent before: kept once" : "sent");
   mend_engine_log_line(E, "info", id, NULL, 0, "event", msg);
   /* Held here and waiting for it: it goes on at once. */
-  if (r && sent == 0 && r->wait_kind == WAIT_EVENT && r->cur < r->wf->nsteps &&
-      r->wf->steps[r->cur].wait_for && strcmp(r->wf->steps[r->cur].wait_for, name) == 0) {
-    mend__take_event(r, r->cur);
+  if (r && sent == 0) {
+    wake_waiting(r, name);
     mend__kick(E);
   }
   return sent;
@@ -224,8 +234,7 @@ void mend__take_events(mend_engine *E) {
   json_t *id;
   json_array_foreach(ids, k, id) {
     mend_run *r = find_run(E, json_string_value(id));
-    if (r && r->wait_kind == WAIT_EVENT && r->cur >= 0 && r->cur < r->wf->nsteps)
-      mend__take_event(r, r->cur);
+    if (r) wake_waiting(r, NULL);
   }
   json_decref(ids);
 }

@@ -18,8 +18,11 @@
 
 static mend_workflow *adopt(mend_engine *E, mend_workflow *wf) {
   if (!wf) return NULL;
-  for (int i = 0; i < wf->nsteps; i++)
+  for (int i = 0; i < wf->nsteps; i++) {
     wf->steps[i].slot = mend__breaker_slot(E, wf->steps[i].breaker_key, &wf->steps[i].breaker);
+    mend_step_def *item = wf->steps[i].item_wf ? &wf->steps[i].item_wf->steps[0] : NULL;
+    if (item) item->slot = mend__breaker_slot(E, item->breaker_key, &item->breaker);
+  }
   /* Newest first: a reloaded workflow serves new runs; the old one stays for runs in flight. */
   wf->next = E->workflows;
   E->workflows = wf;

@@ -78,9 +78,14 @@ mend_run *mend__rebuild(mend_engine *E, const char *id, char *why, int whylen, i
     json_decref(row);
     return NULL;
   }
-  if ((int)json_array_size(steps) != wf->nsteps)
+  /* rows past the steps' are the items of maps (MEND_MAP_ROWS) */
+  int rows = 0;
+  while (rows < (int)json_array_size(steps) &&
+         json_integer_value(json_object_get(json_array_get(steps, (size_t)rows), "idx")) < MEND_MAP_ROWS)
+    rows++;
+  if (rows != wf->nsteps)
     snprintf(why, (size_t)whylen, "workflow \"%s\" now has %d steps, the run has %d", wf->name,
-             wf->nsteps, (int)json_array_size(steps));
+             wf->nsteps, rows);
   for (int i = 0; !why[0] && i < wf->nsteps; i++) {
     const char *name = json_string_value(json_object_get(json_array_get(steps, (size_t)i), "name"));
     /* a version is its text: only a run without one, or a damaged row, gets here */
@@ -151,6 +156,8 @@ mend_run *mend__rebuild(mend_engine *E, const char *id, char *why, int whylen, i
     st->compensate_self = st->status == MEND_STEP_FAILED && r->reason &&
       (strcmp(r->reason, "compensable") == 0 || strcmp(r->reason, "severity_2") == 0);
   }
+  /* when(ctx)'s answers, the order its branches ended in, its maps' lists and items */
+  mend__group_restore(r, steps);
   json_decref(row);
   return r;
 }
@@ -162,10 +169,15 @@ void mend__find_current_step(mend_run *r) {
   const mend_workflow *wf = r->wf;
   if (r->status == MEND_RUN_RUNNING) {
     r->cur = 0;
-    while (r->cur < wf->nsteps && r->steps[r->cur].status == MEND_STEP_SUCCEEDED) r->cur++;
+    while (r->cur < wf->nsteps && (r->steps[r->cur].status == MEND_STEP_SUCCEEDED ||
+                                   r->steps[r->cur].status == MEND_STEP_SKIPPED))
+      r->cur = mend__next_top(wf, r->cur);
   } else {
     r->cur = wf->nsteps - 1;
-    while (r->cur >= 0 && (!mend__needs_compensation(r, r->cur) || !mend__compensable(&wf->steps[r->cur])))
+    /* a group is undone through its branches: it has no compensate of its own */
+    while (r->cur >= 0 && (!mend__needs_compensation(r, r->cur) ||
+                           (!mend__compensable(&wf->steps[r->cur]) && !wf->steps[r->cur].nbranches &&
+                            wf->steps[r->cur].map_ref == LUA_NOREF)))
       r->cur--;
   }
 }

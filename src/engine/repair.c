@@ -7,6 +7,7 @@
  */
 #include "engine_int.h"
 
+#include <lauxlib.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,19 +131,23 @@ int mend__cancel_now(mend_run *r, const char *who, char *err, int errlen) {
   operator_entry(E, r, r->id, "cancel", who, NULL);
   char msg[300];
   snprintf(msg, sizeof msg, "cancelled by %s", who ? who : "?");
+  mend__group_stop(r, msg);   /* a group's branches in flight let go too */
   if (st && st->status == MEND_STEP_RUNNING) mend__step_to(r, i, MEND_STEP_FAILED, msg, -1, NULL);
   else if (st && st->status != MEND_STEP_PENDING) mend__step_to(r, i, MEND_STEP_PENDING, NULL, -1, NULL);
   mend__set_str(&r->error, msg);
   r->reason = "cancelled";
   r->fail_step = i;
   int anything = 0;
-  for (int j = 0; j < i && j < r->wf->nsteps; j++) anything |= r->steps[j].status == MEND_STEP_SUCCEEDED;
+  for (int j = 0; j < r->wf->nsteps; j++) anything |= j != i && r->steps[j].status == MEND_STEP_SUCCEEDED;
+  anything |= mend__items_succeeded(r);
   if (!anything) {
     mend__run_to(r, MEND_RUN_FAILED);
     mend__queue(r, ACT_FINISH);
   } else {
     mend__run_to(r, MEND_RUN_COMPENSATING);
-    r->cur = i - 1;
+    /* a group or a map cancelled in flight undoes its branches or items that succeeded */
+    const mend_step_def *def = i < r->wf->nsteps ? &r->wf->steps[i] : NULL;
+    r->cur = def && def->nbranches ? i + def->nbranches : def && def->map_ref != LUA_NOREF ? i : i - 1;
     mend__queue(r, ACT_ADVANCE);
   }
   if (child_waits) mend__cancel_child(r, i, who);   /* once this run no longer waits for it */
@@ -310,6 +315,8 @@ int mend_engine_upgrade_run(mend_engine *E, const char *id, const char *version,
      * have the same ones, in the same places. */
     int begun = -1, n = (int)json_array_size(steps);
     for (int i = 0; i < n; i++) {
+      /* a map's items come after the steps: their map's place is what must be kept */
+      if (json_integer_value(json_object_get(json_array_get(steps, (size_t)i), "idx")) >= MEND_MAP_ROWS) break;
       const char *s_st = json_string_value(json_object_get(json_array_get(steps, (size_t)i), "status"));
       if (s_st && strcmp(s_st, "pending") != 0) begun = i;
     }

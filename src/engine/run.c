@@ -143,7 +143,12 @@ int mend_engine_start_json(mend_engine *E, const char *workflow, const char *inp
 /* ---------------------------------------------------------------- letting runs go */
 
 void mend__run_free(mend_run *r) {
+  if (r->lane) {   /* a lane whose run is gone, dropped from the queue */
+    mend__lane_free(r);
+    return;
+  }
   mend_engine *E = r->E;
+  mend__group_free(r);
   mend__unthrottle(r);
   mend__end_attempt(r);
   mend_timer_disarm(&E->timers, &r->wait);

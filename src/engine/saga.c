@@ -23,14 +23,42 @@
 static void finish_failed(mend_run *r);
 void mend__backward(mend_run *r);
 
+/* ctx.results[name] = the step's result; a branch's goes in its group's table, by the
+ * branch's own name (ctx.results.prepare.stock). */
 void mend__set_result(mend_run *r, int i) {
+  if (r->item) {
+    mend__set_item_result(r);
+    return;
+  }
   lua_State *L = r->E->L;
+  const mend_step_def *def = &r->wf->steps[i];
   mend_refs_push(&r->E->refs, L, r->results_ref);
+  if (def->group >= 0) {
+    const char *group = r->wf->steps[def->group].name;
+    if (lua_getfield(L, -1, group) != LUA_TTABLE) {
+      lua_pop(L, 1);
+      lua_newtable(L);
+      lua_pushvalue(L, -1);
+      lua_setfield(L, -3, group);
+    }
+  }
   char err[256];
   if (mend_json_decode(L, r->steps[i].result, strlen(r->steps[i].result), err, sizeof err))
     lua_pushnil(L);
-  lua_setfield(L, -2, mend__step_name(r, i));
-  lua_pop(L, 1);
+  lua_setfield(L, -2, def->group >= 0 ? def->branch : def->name);
+  lua_pop(L, def->group >= 0 ? 2 : 1);
+}
+
+/* Step i succeeded (or was skipped): a lane's branch is done; a run goes on to its next step,
+ * now (its `running` joins this batch) or once this batch is durable. */
+void mend__after_success(mend_run *r, int i, int queue) {
+  if (r->parent) {
+    mend__lane_done(r);
+    return;
+  }
+  r->cur = mend__next_top(r->wf, i);
+  if (queue) mend__queue(r, ACT_ADVANCE);
+  else mend__forward(r);
 }
 
 static void fail_step(mend_run *r, int i, const mend_error_info *info);
@@ -55,17 +83,71 @@ static int breaker_refuses(mend_run *r, int i) {
   return 1;
 }
 
+/* Asks step i's when(ctx), once: 1 it goes on; 2 it was skipped (with its branches, for a
+ * group); 0 it failed (when raised, or the engine stopped it). */
+static int decide_when(mend_run *r, int i) {
+  step_rt *st = &r->steps[i];
+  const mend_step_def *def = &r->wf->steps[i];
+  if (def->when_ref == LUA_NOREF || st->when_done || st->status != MEND_STEP_PENDING ||
+      st->attempts > 0 || st->slept)
+    return 1;
+  if (r->E->draining) return 0;   /* parked: no workflow code runs on a stopping worker */
+  int w = mend__ask_when(r, i);
+  if (w < 0) {
+    st->attempts++;
+    mend__step_to(r, i, MEND_STEP_RUNNING, NULL, -1, NULL);
+    mend_error_info info = {MEND_ERR_ERROR, st->error, -1, 0, w == -2};
+    fail_step(r, i, &info);
+    return 0;
+  }
+  st->when_done = 1;
+  if (w) {
+    /* The answer is in the history: a restart does not ask again (group.c reads it back). */
+    mend__history(r, mend__step_name(r, i), "when", NULL, NULL, 0, NULL, -1, "when(ctx) returned true");
+    return 1;
+  }
+  mend__step_to(r, i, MEND_STEP_SKIPPED, NULL, -1, "when(ctx) returned false");
+  for (int b = i + 1; b <= i + def->nbranches; b++)
+    if (r->steps[b].status == MEND_STEP_PENDING)
+      mend__step_to(r, b, MEND_STEP_SKIPPED, NULL, -1, "its group was skipped");
+  return 2;
+}
+
+static void forward_step(mend_run *r, int i, int admitted);
+
 void mend__forward(mend_run *r) {
-  mend_engine *E = r->E;
   int admitted = r->admitted;   /* for this attempt only */
   r->admitted = 0;
-  while (r->cur < r->wf->nsteps && r->steps[r->cur].status == MEND_STEP_SUCCEEDED) r->cur++;
-  if (r->cur == r->wf->nsteps) {
-    mend__run_to(r, MEND_RUN_SUCCEEDED);
-    mend__queue(r, ACT_FINISH);
+  if (r->parent) {   /* a lane: its one branch */
+    int b = r->cur;
+    if (b < 0) return;
+    if (mend__group_stopping(r)) { mend__lane_stop(r); return; }
+    mend_step_status s = r->steps[b].status;
+    int w = s == MEND_STEP_SUCCEEDED || s == MEND_STEP_SKIPPED ? 2 : decide_when(r, b);
+    if (w == 2) mend__lane_done(r);
+    else if (w == 1) forward_step(r, b, admitted);
     return;
   }
-  int i = r->cur;
+  for (;;) {
+    while (r->cur < r->wf->nsteps && (r->steps[r->cur].status == MEND_STEP_SUCCEEDED ||
+                                      r->steps[r->cur].status == MEND_STEP_SKIPPED))
+      r->cur = mend__next_top(r->wf, r->cur);
+    if (r->cur >= r->wf->nsteps) {
+      mend__run_to(r, MEND_RUN_SUCCEEDED);
+      mend__queue(r, ACT_FINISH);
+      return;
+    }
+    int w = decide_when(r, r->cur);
+    if (w == 0) return;
+    if (w == 1) break;
+  }
+  if (r->wf->steps[r->cur].nbranches || r->wf->steps[r->cur].map_ref != LUA_NOREF)
+    mend__group_forward(r, r->cur);
+  else forward_step(r, r->cur, admitted);
+}
+
+static void forward_step(mend_run *r, int i, int admitted) {
+  mend_engine *E = r->E;
   step_rt *st = &r->steps[i];
   const mend_step_def *def = &r->wf->steps[i];
   if (st->status == MEND_STEP_WAITING) {   /* rebuilt waiting: its event may be in the inbox */
@@ -96,8 +178,7 @@ void mend__forward(mend_run *r) {
         free(found);
         mend__step_to(r, i, MEND_STEP_SUCCEEDED, NULL, -1, "result reused: idempotency key already succeeded");
         mend__set_result(r, i);
-        r->cur++;
-        mend__queue(r, ACT_ADVANCE);
+        mend__after_success(r, i, 1);
         return;
       }
     }
@@ -121,8 +202,7 @@ void mend__forward(mend_run *r) {
       mend__step_to(r, i, MEND_STEP_SUCCEEDED, NULL, -1, "a wait step: nothing to execute");
       mend__set_str(&st->result, "null");
       mend__set_result(r, i);
-      r->cur = i + 1;
-      mend__queue(r, ACT_ADVANCE);
+      mend__after_success(r, i, 1);
       return;
     }
     if (!admitted && breaker_refuses(r, i)) return;
@@ -150,10 +230,9 @@ static void succeed_step(mend_run *r, int i, const char *result_json) {
   mend__set_str(&st->error, NULL);
   mend__step_to(r, i, MEND_STEP_SUCCEEDED, NULL, -1, NULL);
   mend__set_result(r, i);
-  r->cur = i + 1;
   /* The next step's `running` joins this batch; its execute still waits for the commit that
    * makes both durable. One turn per step instead of two. */
-  mend__forward(r);
+  mend__after_success(r, i, 0);
 }
 
 static void fail_step(mend_run *r, int i, const mend_error_info *info) {
@@ -173,25 +252,45 @@ static void fail_step(mend_run *r, int i, const mend_error_info *info) {
     mend__breaker_outcome(r, i, retryable ? MEND_OUTCOME_RETRYABLE : MEND_OUTCOME_OTHER);
   else
     mend__breaker_outcome(r, i, MEND_OUTCOME_OTHER);
-  if (retryable && st->attempts < def->retry.max_attempts) {
+  /* A branch whose group is stopping makes no new attempt: it fails here. */
+  int stopping = r->parent && mend__group_stopping(r);
+  if (retryable && st->attempts < def->retry.max_attempts && !stopping) {
     double delay = info->retry_after >= 0
       ? mend_backoff_clamp_retry_after(&def->retry, info->retry_after)
       : mend_backoff_delay(&def->retry, st->attempts, st->last_delay > 0 ? st->last_delay : 0, &E->rng);
     st->last_delay = delay;
     st->due = mend_engine_now(E) + delay;
     mend__step_to(r, i, MEND_STEP_RETRY_WAIT, msg, delay, NULL);
-    if (def->retry.attention_after > 0 && st->attempts >= def->retry.attention_after && !r->attention) {
-      r->attention = 1;
-      if (mend_store_update_run(E->store, r->id, mend_run_status_name(r->status), r->error, 1,
-                                mend_engine_now(E), r->reason))
+    mend_run *run = mend__root(r);
+    if (def->retry.attention_after > 0 && st->attempts >= def->retry.attention_after && !run->attention) {
+      run->attention = 1;
+      if (mend_store_update_run(E->store, run->id, mend_run_status_name(run->status), run->error, 1,
+                                mend_engine_now(E), run->reason))
         mend__store_failed(E);
-      mend__alert(r, "attention", i, "attention_after", msg);
+      mend__alert(run, "attention", i, "attention_after", msg);
     }
     r->wait_kind = WAIT_RETRY;
     mend__arm(r, &r->wait, st->due);
     return;
   }
   mend__step_to(r, i, MEND_STEP_FAILED, msg, -1, NULL);
+  if (r->parent) {
+    /* The run decides once its branches in flight have ended (group.c). */
+    st->compensate_self = info->kind == MEND_ERR_COMPENSABLE;
+    mend__lane_failed(r, i, info, msg);
+    return;
+  }
+  mend__fail_run(r, i, info, msg, was_waiting);
+}
+
+/* Step i failed for good (msg says how): the run goes back through what succeeded, or to the
+ * dead-letter queue when a person must look first. was_waiting: it failed while it waited (a
+ * timeout then ends a planned wait: reason `timeout`). */
+void mend__fail_run(mend_run *r, int i, const mend_error_info *info, const char *msg,
+                    int was_waiting) {
+  step_rt *st = &r->steps[i];
+  const mend_step_def *def = &r->wf->steps[i];
+  int retryable = info->kind == MEND_ERR_RETRYABLE || info->kind == MEND_ERR_TIMEOUT;
   mend__set_str(&r->error, msg);
   r->fail_step = i;
   if (info->kind == MEND_ERR_COMPENSABLE && info->severity >= 3) {
@@ -221,10 +320,13 @@ static void fail_step(mend_run *r, int i, const mend_error_info *info) {
             : "error";
   st->compensate_self = info->kind == MEND_ERR_COMPENSABLE;
   int anything = st->compensate_self;
-  for (int j = 0; j < i; j++) anything |= r->steps[j].status == MEND_STEP_SUCCEEDED;
+  /* every step, not only those before: a branch's siblings may have succeeded after it */
+  for (int j = 0; j < r->wf->nsteps; j++) anything |= r->steps[j].status == MEND_STEP_SUCCEEDED;
+  anything |= mend__items_succeeded(r);
   if (!anything) { finish_failed(r); return; }
   mend__run_to(r, MEND_RUN_COMPENSATING);
-  r->cur = i;
+  /* going back from the failed step, or from the last branch of its group */
+  r->cur = def->group >= 0 ? def->group + r->wf->steps[def->group].nbranches : i;
   mend__queue(r, ACT_ADVANCE);
 }
 
@@ -255,8 +357,22 @@ int mend__needs_compensation(const mend_run *r, int i) {
 }
 
 void mend__backward(mend_run *r) {
+  if (r->parent) {   /* an item of a map: its compensation again, after its delay */
+    mend__lane_backward(r);
+    return;
+  }
   for (; r->cur >= 0; r->cur--) {
     int i = r->cur;
+    const mend_step_def *def = &r->wf->steps[i];
+    if (def->map_ref != LUA_NOREF) {
+      if (mend__map_backward(r, i)) return;
+      continue;
+    }
+    if (def->group >= 0) continue;   /* its group undoes its branches, latest completed first */
+    if (def->nbranches) {
+      if (mend__group_backward(r, i)) return;
+      continue;
+    }
     if (!mend__needs_compensation(r, i)) continue;
     if (!mend__compensable(&r->wf->steps[i])) {
       mend__history(r, mend__step_name(r, i), "skip_compensate", NULL, NULL, 0, NULL, -1, "step has no compensate");
@@ -277,6 +393,10 @@ void mend__backward(mend_run *r) {
 
 static void compensated(mend_run *r, int i) {
   mend__step_to(r, i, MEND_STEP_COMPENSATED, NULL, -1, NULL);
+  if (r->parent) {   /* an item of a map: its run goes on with the next */
+    mend__lane_compensated(r);
+    return;
+  }
   r->cur = i - 1;
   mend__backward(r);   /* as succeed_step: the next compensate still waits for the commit */
 }
@@ -312,11 +432,12 @@ static void compensation_failed(mend_run *r, int i, const mend_error_info *info)
   }
   char detail[1200];
   snprintf(detail, sizeof detail, "not compensated: %s", left);
-  mend__set_str(&r->error, msg);
-  r->reason = "compensation_failed";
-  mend__run_to(r, MEND_RUN_NEEDS_ATTENTION);
+  mend_run *run = mend__root(r);   /* an item's lane: the run is its parent's */
+  mend__set_str(&run->error, msg);
+  run->reason = "compensation_failed";
+  mend__run_to(run, MEND_RUN_NEEDS_ATTENTION);
   mend__dead_letter(r, "compensation_failed", i, msg, detail);
-  mend__queue(r, ACT_FINISH);
+  mend__queue(run, ACT_FINISH);
 }
 
 /* ---------------------------------------------------------------- outcomes of attempts */

@@ -54,6 +54,7 @@
  *        REAL, outcome TEXT (JSON)) (schema 11): completion tokens, one an attempt that asked
  *        for one (UNIQUE(run_id, step, attempt)); used once. runs.parent_run, runs.parent_step
  *        (schema 11): the run and step that started a child run (indexed where set)
+ *   labels gain `skipped` and `when` (schema 12: steps skipped by their when(ctx))
  *   runs also has cancel_requested INTEGER: a cancel asked for by another process (indexed by
  *        owner where set)
  * Nullable text fields are passed as NULL; a delay or due time of < 0 is stored as NULL.
@@ -412,5 +413,8 @@ const char *const mend__migrations[MEND_SCHEMA_VERSION] = {
   "ALTER TABLE runs ADD COLUMN parent_step TEXT;"
   "CREATE INDEX runs_parent ON runs(parent_run) WHERE parent_run IS NOT NULL;"
   "INSERT INTO labels(code, name) VALUES (27, 'token'), (28, 'child');",
+  /* 11 -> 12: a step skipped by its when(ctx), and the row that records a when(ctx) that said
+   * yes (issue 21), as codes like every other status. */
+  "INSERT INTO labels(code, name) VALUES (29, 'skipped'), (30, 'when');",
 };
 
