@@ -17,6 +17,7 @@
 #include "guard.h"
 #include "idset.h"
 #include "lerror.h"
+#include "parkset.h"
 #include "refs.h"
 #include "timers.h"
 #include "transition.h"
@@ -121,6 +122,8 @@ struct mend_run {
   mend_run *qnext;
   unsigned long wait_seq;   /* the batch its next action waits for */
   mend_run *prev, *next;  /* runs in flight */
+  mend_run *pprev, *pnext;  /* waiting for something, to be parked (park.c) */
+  double idle_since;      /* when it began to wait, on the engine's clock */
   mend_run_status status;
   int input_ref, results_ref;   /* in E->refs, shard ref_shard */
   int ref_shard;
@@ -136,6 +139,7 @@ struct mend_run {
   unsigned char lost;         /* another worker took it: let go when its queued action comes up */
   unsigned char admitted;     /* its breaker let the next attempt through already (on_wait) */
   unsigned char cancel_asked; /* rebuilt with a cancel requested: whoever takes it cancels it */
+  unsigned char park_listed;  /* in E->park_head's list */
   char id[MEND_RUN_ID_LEN];
 };
 
@@ -219,6 +223,11 @@ struct mend_engine {
   int fence_recheck;      /* a match of our runs against the store's was cut short by a lock */
   long long inbox_seen;   /* a serving engine has looked at the events sent up to this seq */
   struct mend_http *http; /* mend.http's libcurl multi handle, made at the first request */
+  /* park.c: runs kept out of memory while they wait */
+  mend_parkset parked;
+  double park_after;      /* engine seconds a run waits in memory before it is parked; 0: never */
+  mend_run *park_head, *park_tail;   /* runs that began to wait, oldest first */
+  mend_timer park_sweep, park_wake;
 };
 /* Run ids gathered from the store (the fence, claims); oom: one could not be kept. */
 typedef struct id_list { mend_idset set; int oom; } id_list;
@@ -308,6 +317,18 @@ int mend__event_due(mend_run *r, int i, char *msg, size_t len);
 int mend__events_start(mend_engine *E);
 int mend__take_event(mend_run *r, int i);
 void mend__take_events(mend_engine *E);
+
+/* ---- park.c: runs kept out of memory while they wait for something */
+void mend__park_close(mend_engine *E);
+void mend__park_forget(mend_engine *E, const char *id);
+void mend__park_init(mend_engine *E);
+void mend__park_match(mend_engine *E, const mend_idset *mine, const char *why);
+int mend__park_release(mend_engine *E);
+void mend__park_serving(mend_engine *E);
+void mend__park_soon(mend_run *r);
+void mend__park_unlist(mend_run *r);
+int mend__parked(const mend_engine *E, const char *id);
+int mend__unpark(mend_engine *E, const char *id, const char *why);
 
 /* ---- exec.c: mend.exec's child processes */
 void mend__abandon_exec(mend_run *r);

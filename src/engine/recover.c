@@ -179,6 +179,7 @@ static void schedule_restored(mend_run *r) {
        * durable (the advance takes it). */
       r->wait_kind = WAIT_EVENT;
       if (st->due >= 0) mend__arm(r, &r->wait, st->due > now ? st->due : now);
+      else mend__park_soon(r);
       mend__queue(r, ACT_ADVANCE);
       return;
     }

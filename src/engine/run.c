@@ -145,6 +145,7 @@ int mend_engine_start_json(mend_engine *E, const char *workflow, const char *inp
 void mend__run_free(mend_run *r) {
   mend_engine *E = r->E;
   mend__unthrottle(r);
+  mend__park_unlist(r);
   mend__end_attempt(r);
   mend_timer_disarm(&E->timers, &r->wait);
   mend_refs_drop(&E->refs, E->L, r->input_ref);
