@@ -58,6 +58,7 @@ static void list_unlink(mend_engine *E, mend_run *r) {
   else E->park_tail = r->pprev;
   r->pprev = r->pnext = NULL;
   r->park_listed = 0;
+  if (!E->park_head) mend_timer_disarm(&E->timers, &E->park_sweep);   /* a virtual clock would go there */
 }
 
 static void list_append(mend_engine *E, mend_run *r, double now) {
