@@ -228,6 +228,7 @@ struct mend_engine {
   double park_after;      /* engine seconds a run waits in memory before it is parked; 0: never */
   mend_run *park_head, *park_tail;   /* runs that began to wait, oldest first */
   mend_timer park_sweep, park_wake;
+  int parked_since_give_back;
 };
 /* Run ids gathered from the store (the fence, claims); oom: one could not be kept. */
 typedef struct id_list { mend_idset set; int oom; } id_list;
