@@ -79,9 +79,9 @@ struct mend_breaker_slot {
   struct mend_breaker_slot *next;
 };
 
-/* Kept for every step of every run in memory, parked ones too (a waiting run must cost at
- * most 1 KiB): small fields are small, and the default key "<run id>/<step>" is made when
- * needed rather than kept. */
+/* Kept for every step of every run in memory, waiting ones too until they are parked (a
+ * waiting run must cost at most 1 KiB): small fields are small, and the default key
+ * "<run id>/<step>" is made when needed rather than kept. */
 typedef struct step_rt {
   mend_step_status status;
   int attempts, comp_attempts;
@@ -99,7 +99,7 @@ typedef struct step_rt {
 typedef struct exec_req exec_req;
 typedef struct http_req http_req;
 
-/* Ordered by size, so that a parked run (most of them, with 1M waiting) pays no padding. */
+/* Ordered by size, so that a run waiting in memory (until park.c parks it) pays no padding. */
 struct mend_run {
   mend_engine *E;
   mend_workflow *wf;
