@@ -370,8 +370,9 @@ W.W4 = function(o)
 end
 
 -- W8: runs parked on events (issue 18, item 4). n runs of a quest (a step, a wait for event
--- "go" with a week's timeout, a step) are started by key in slices and served as `mend worker`
--- serves them, with park_after = 0.5 s: each waits, then leaves memory. bytes_per_parked_run is
+-- "go" with a week's timeout, a step) are started by key in slices of 10k, no more than 30k
+-- ahead of those parked, and served as `mend worker` serves them, with park_after = 0.5 s:
+-- each waits, then leaves memory. bytes_per_parked_run is
 -- (VmRSS once every run is parked - VmRSS before the first start) / n. Then EVENTS events are
 -- sent to runs picked across the n, 100 a second, each to a run out of memory: by this engine
 -- (`wait = local`, eng:signal by run key, as an embedding game server sends) or by a second
@@ -405,7 +406,8 @@ W.W8 = function(o)
         started = started + 1
         eng:start("quest", { i = started }, { key = "q" .. started })
       end
-      mend.sleep(0.001)
+      -- at most 30k in memory at once: the steady state a worker is in, not a 1M backlog
+      repeat mend.sleep(0.001) until eng:parked() >= started - 30000
     end
     while eng:parked() < o.n do mend.sleep(0.05) end
     local park_s = now() - t0

@@ -183,8 +183,8 @@ int mend_engine_send_event(mend_engine *E, const char *id, const char *run_key, 
   snprintf(msg, sizeof msg, "event %s%s%s %s", name, key ? " key " : "", key ? key : "",
            sent == 1 ? "sent before: kept once" : "sent");
   mend_engine_log_line(E, "info", id, NULL, 0, "event", msg);
-  /* Held here out of memory: back from the store, whose advance takes the event. */
-  if (!r && sent == 0) mend__unpark(E, id, "its event came");
+  /* Held here out of memory: back from the store, and on as if it had been in memory. */
+  if (!r && sent == 0 && mend__unpark(E, id, "its event came") > 0) r = find_run(E, id);
   /* Held here and waiting for it: it goes on at once. */
   if (r && sent == 0 && r->wait_kind == WAIT_EVENT && r->cur < r->wf->nsteps &&
       r->wf->steps[r->cur].wait_for && strcmp(r->wf->steps[r->cur].wait_for, name) == 0) {
@@ -217,8 +217,9 @@ void mend__take_events(mend_engine *E) {
   json_t *id;
   json_array_foreach(ids, k, id) {
     mend_run *r = find_run(E, json_string_value(id));
+    if (!r && mend__unpark(E, json_string_value(id), "its event came") > 0)
+      r = find_run(E, json_string_value(id));
     if (r && r->wait_kind == WAIT_EVENT && r->cur < r->wf->nsteps) mend__take_event(r, r->cur);
-    else if (!r) mend__unpark(E, json_string_value(id), "its event came");
   }
   json_decref(ids);
 }

@@ -254,6 +254,7 @@ static void flag_unavailable(mend_engine *E, const char *id, const char *why, in
 static int restore(mend_engine *E, const char *id) {
   char why[700];
   int unavailable;
+  mend__park_forget(E, id);   /* ours again after another worker had it: the store's copy counts */
   mend_run *r = mend__rebuild(E, id, why, sizeof why, &unavailable);
   if (!r) {
     if (unavailable) flag_unavailable(E, id, why, unavailable == 2);
