@@ -191,6 +191,50 @@ describe("mend worker with runs that wait", function()
     assert.are.equal(2, parked_lines(log, id))
   end)
 
+  it("lets go of the runs it parked that another worker took while it was stopped past its lease",
+     function()
+    local dir, db = setup()
+    local log_a, log_b = dir .. "/a.log", dir .. "/b.log"
+    local ids = {}
+    for k = 1, 3 do ids[k] = start(db, dir, "quest-s" .. k) end
+    local a = worker(db, dir, log_a, "--park-after 0.1 --lease 0.5")
+    H.wait_for("every run parked in the first worker", function()
+      return H.read(log_a):find("(3 parked, 0 in memory)", 1, true)
+    end, 10)
+    os.execute("kill -STOP " .. a)
+    os.execute("sleep 1")   -- its lease runs out
+    local b = worker(db, dir, log_b, "--park-after 0.1 --lease 0.5")
+    H.wait_for("the second worker holding the runs", function()
+      return H.read(log_b):find("(3 parked, 0 in memory)", 1, true)
+    end, 10)
+    for k = 1, 3 do
+      local rc, out = mend_cmd(db, "signal " .. ids[k] .. [[ boss_killed --data '{"gold":]] .. k .. "}'")
+      assert.are.equal(0, rc, out)
+    end
+    for k = 1, 3 do
+      local rc, out = mend_cmd(db, "wait " .. ids[k] .. " --timeout 10")
+      assert.are.equal(0, rc, out .. H.read(log_b))
+    end
+    os.execute("kill -CONT " .. a)
+    H.wait_for("the first worker letting its parked runs go", function()
+      local _, n = H.read(log_a):gsub("another worker took this parked run", "")
+      return n == 3
+    end, 10)
+    H.stop_worker(a)
+    H.stop_worker(b)
+    for k, id in ipairs(ids) do
+      assert.are.same({ gold = k }, status_json(db, id).steps[3].result)
+      -- after the second worker took it over, every row is the second worker's
+      local rc, out = mend_cmd(db, "history " .. id .. " --json")
+      assert.are.equal(0, rc, out)
+      local holder
+      for _, h in ipairs(json.decode(out)) do
+        if h.event == "recovered" then holder = h.worker
+        elseif holder then assert.are.equal(holder, h.worker, id) end
+      end
+    end
+  end)
+
   it("wakes parked runs held by either of two workers on one database, and gives them back", function()
     local dir, db, log = setup()
     local ids = {}
