@@ -36,6 +36,8 @@
  * held goes back to the system: their Lua values collected, the allocator's free pages
  * returned. Without it a worker keeps the peak of the burst (1 KB a parked run at 100k). */
 #define GIVE_BACK_AFTER 1024
+/* How soon a run the store could not give back (locked by another process) is tried again. */
+#define PARK_RETRY_SECONDS 0.25
 
 static int waits_outside(const mend_run *r) {
   if (r->status == MEND_RUN_RUNNING)
@@ -143,12 +145,22 @@ static void on_sweep(mend_timer *t) {
   if (n < PARK_BATCH && E->parked_since_give_back >= GIVE_BACK_AFTER && !E->broken) give_back(E);
 }
 
+/* A run the store could not give back now (another process holds its write lock) is tried
+ * again shortly: woken early, a run only waits again, but left out it would wait for ever. */
+static void later(mend_engine *E, const char *id) {
+  mend__store_failed(E);
+  if (E->broken) return;
+  if (mend_parkset_add(&E->parked, id, mend_engine_now(E) + PARK_RETRY_SECONDS) < 0)
+    mend__breakdown(E, "out of memory parking run %s", id);
+  rearm_wake(E);
+}
+
 /* Rebuilds a run whose entry was just taken out of the set, if it is still ours. */
 static int bring_back(mend_engine *E, const char *id, const char *why) {
   char owner[128], msg[800];
   double until;
   int found = mend_store_owner(E->store, id, owner, sizeof owner, &until);
-  if (found < 0) { mend__store_failed(E); return -1; }
+  if (found < 0) { later(E, id); return -1; }
   if (!found || strcmp(owner, E->owner) != 0) {
     mend_engine_log_line(E, "warn", id, NULL, 0, "lease", "another worker took this parked run"
                          " while this one stalled past its lease: let go here, nothing written");
@@ -156,6 +168,7 @@ static int bring_back(mend_engine *E, const char *id, const char *why) {
   }
   int unavailable;
   mend_run *r = mend__rebuild(E, id, msg, sizeof msg, &unavailable);
+  if (!r && mend_store_locked(E->store)) { later(E, id); return -1; }
   if (!r) {
     mend_engine_log_line(E, "error", id, NULL, 0, "park", msg);
     if (mend_store_release(E->store, id, E->owner)) mend__store_failed(E);
@@ -177,6 +190,10 @@ static void on_wake(mend_timer *t) {
   mend_engine *E = (mend_engine *)(void *)((char *)t - offsetof(mend_engine, park_wake));
   char id[MEND_RUN_ID_LEN];
   double now = mend_engine_now(E);
+  if (mend__lock_waiting(E)) {   /* nothing can be read back before the lock goes */
+    arm_engine_timer(E, &E->park_wake, now + PARK_RETRY_SECONDS);
+    return;
+  }
   for (int n = 0; n < PARK_BATCH && !E->broken && mend_parkset_pop_due(&E->parked, now, id); n++)
     bring_back(E, id, "its due time came");
   rearm_wake(E);
