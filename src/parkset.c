@@ -57,8 +57,7 @@ static uint32_t find_slot(const mend_parkset *p, uint64_t hi, uint32_t lo) {
   return i;
 }
 
-static int grow_slots(mend_parkset *p) {
-  uint32_t n = p->nslot ? p->nslot * 2 : 64;
+static int resize_slots(mend_parkset *p, uint32_t n) {
   uint32_t *fresh = calloc(n, sizeof *fresh);
   if (!fresh) return -1;
   free(p->slot);
@@ -132,7 +131,7 @@ int mend_parkset_add(mend_parkset *p, const char *id, double due) {
   uint64_t hi;
   uint32_t lo;
   if (pack(id, &hi, &lo)) return -2;
-  if ((p->n + 1) * 2 > p->nslot && grow_slots(p)) return -1;
+  if ((p->n + 1) * 2 > p->nslot && resize_slots(p, p->nslot ? p->nslot * 2 : 64)) return -1;
   uint32_t s = find_slot(p, hi, lo);
   if (p->slot[s]) {
     uint32_t k = p->slot[s] - 1;
@@ -178,6 +177,20 @@ static void remove_at(mend_parkset *p, uint32_t s) {
   }
 }
 
+/* After a burst has woken, the arrays go back to a size near what is left (a quarter full at
+ * least), so that a worker does not keep the peak's index. */
+static void shrink(mend_parkset *p) {
+  if (p->cap <= 1024 || p->n >= p->cap / 4) return;
+  uint32_t cap = p->cap / 2;
+  mend_parked *e = realloc(p->e, (size_t)cap * sizeof *e);
+  if (e) { p->e = e; p->cap = cap; }
+  if (p->capheap > cap && p->nheap <= cap) {
+    uint32_t *h = realloc(p->heap, (size_t)cap * sizeof *h);
+    if (h) { p->heap = h; p->capheap = cap; }
+  }
+  if (p->nslot > 4 * cap) resize_slots(p, p->nslot / 2);   /* on failure the old one stays */
+}
+
 int mend_parkset_remove(mend_parkset *p, const char *id) {
   uint64_t hi;
   uint32_t lo;
@@ -185,6 +198,7 @@ int mend_parkset_remove(mend_parkset *p, const char *id) {
   uint32_t s = find_slot(p, hi, lo);
   if (!p->slot[s]) return 0;
   remove_at(p, s);
+  shrink(p);
   return 1;
 }
 
@@ -203,6 +217,7 @@ int mend_parkset_pop_due(mend_parkset *p, double now, char id[17]) {
   const mend_parked *e = &p->e[p->heap[0]];
   unpack(e, id);
   remove_at(p, find_slot(p, e->hi, e->lo));
+  shrink(p);
   return 1;
 }
 

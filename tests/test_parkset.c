@@ -99,8 +99,32 @@ static void it_keeps_entries_and_their_order_through_changes(void) {
   CHECK_EQ_INT(p.n, 0);
 }
 
+static void it_gives_back_its_arrays_after_a_burst(void) {
+  mend_parkset p = {0};
+  static char ids[N][17];
+  for (int i = 0; i < N; i++) {
+    make_id(ids[i], (unsigned)i * 40503u + 7u);
+    CHECK_EQ_INT(mend_parkset_add(&p, ids[i], i % 2 ? i : -1), 1);
+  }
+  uint32_t peak = p.cap, peak_slots = p.nslot;
+  for (int i = 10; i < N; i++) CHECK_EQ_INT(mend_parkset_remove(&p, ids[i]), 1);
+  CHECK(p.cap < peak);
+  CHECK(p.nslot < peak_slots);
+  CHECK_EQ_INT(p.n, 10);
+  for (int i = 0; i < N; i++) CHECK_EQ_INT(mend_parkset_has(&p, ids[i]), i < 10);
+  char id[17];
+  for (int i = 1; i < 10; i += 2) {
+    CHECK_EQ_INT(mend_parkset_pop_due(&p, 1e9, id), 1);
+    CHECK_STR(id, ids[i]);
+  }
+  CHECK_EQ_INT(mend_parkset_pop_due(&p, 1e9, id), 0);
+  CHECK_EQ_INT(p.n, 5);
+  mend_parkset_free(&p);
+}
+
 int main(void) {
   it_gives_ids_back_and_refuses_others();
   it_keeps_entries_and_their_order_through_changes();
+  it_gives_back_its_arrays_after_a_burst();
   return check_done("parkset");
 }
