@@ -324,14 +324,15 @@ end)
 describe("runs waiting for events while workers are killed", function()
   after_each(H.cleanup)
 
-  -- 20 runs wait five times each for "tick"; the harness sends the ticks, a few a cycle, some
-  -- twice with the same key (a client retrying), while workers that park waiting runs after
-  -- 20 ms are killed at random moments and at the commit failpoints. No tick may be lost,
-  -- taken twice, or taken out of the order sent.
+  -- 20 runs (more in a soak) wait five times each for "tick"; the harness sends the ticks, a
+  -- few a cycle, some twice with the same key (a client retrying), while workers that park
+  -- waiting runs after 20 ms are killed at random moments and at the commit failpoints. No
+  -- tick may be lost, taken twice, or taken out of the order sent.
   it("loses no event and consumes none twice", function()
     local db, dir, log, client = new_setup(0)
     client:load("spec/support/crash/events.lua")
-    local RUNS, WAITS = 20, 5
+    local ROUNDS = math.max(24, CYCLES // 8)   -- `make crash-soak` (CYCLES=3000): 375
+    local RUNS, WAITS = math.max(20, ROUNDS), 5
     local ids, sent = {}, {}
     for k = 1, RUNS do
       ids[k] = client:start("crash_events", {}, { detached = true })
@@ -349,7 +350,7 @@ describe("runs waiting for events while workers are killed", function()
       end
     end
     local points = { "before_commit", "after_commit" }
-    for cycle = 1, 24 do
+    for cycle = 1, ROUNDS do
       local env = cycle % 3 == 0
         and string.format("MEND_FAILPOINT=%s:%d", points[(cycle // 3) % 2 + 1], math.random(1, 4))
       local pid = start_worker(db, env, log, "--park-after 0.02 --log-level debug")
