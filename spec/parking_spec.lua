@@ -201,12 +201,22 @@ describe("mend worker with runs that wait", function()
     H.wait_for("every run parked in the first worker", function()
       return H.read(log_a):find("(3 parked, 0 in memory)", 1, true)
     end, 10)
-    os.execute("kill -STOP " .. a)
-    os.execute("sleep 1")   -- its lease runs out
-    local b = worker(db, dir, log_b, "--park-after 0.1 --lease 0.5")
-    H.wait_for("the second worker holding the runs", function()
-      return H.read(log_b):find("(3 parked, 0 in memory)", 1, true)
-    end, 10)
+    -- A stop that lands inside a transaction (a renewal) holds SQLite's one write lock: the
+    -- second worker can take nothing until the first goes on. Then let it go on a moment and
+    -- stop it again.
+    local b, ok, err
+    for _ = 1, 6 do
+      os.execute("kill -STOP " .. a)
+      os.execute("sleep 1")   -- its lease runs out
+      b = b or worker(db, dir, log_b, "--park-after 0.1 --lease 0.5")
+      ok, err = pcall(H.wait_for, "the second worker holding the runs", function()
+        return H.read(log_b):find("(3 parked, 0 in memory)", 1, true)
+      end, 5)
+      if ok then break end
+      os.execute("kill -CONT " .. a)
+      os.execute("sleep 0.05")
+    end
+    assert(ok, tostring(err) .. "\nfirst worker:\n" .. H.read(log_a) .. "\nsecond worker:\n" .. H.read(log_b))
     for k = 1, 3 do
       local rc, out = mend_cmd(db, "signal " .. ids[k] .. [[ boss_killed --data '{"gold":]] .. k .. "}'")
       assert.are.equal(0, rc, out)
