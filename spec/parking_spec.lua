@@ -120,12 +120,21 @@ local function mend_cmd(db, args)
   return H.shell(("%s %s --db %s"):format(MEND, args, q(db)))
 end
 
+local started = {}   -- workers a failed test left running are killed after it
+
 local function worker(db, dir, log, flags)
   local p = io.popen(("sh -c 'exec %s worker --db %s --workflows %s --poll 0.05 --log-level debug %s 2>>%s' >/dev/null & echo $!")
     :format(MEND, q(db), q(dir), flags or "", q(log)))
   local pid = p:read("l")
   p:close()
+  started[#started + 1] = pid
   return pid
+end
+
+local function kill_left()
+  for _, pid in ipairs(started) do os.execute("kill -CONT " .. pid .. " 2>/dev/null; kill -9 " .. pid .. " 2>/dev/null") end
+  started = {}
+  H.cleanup()
 end
 
 local function parked_lines(log, id)
@@ -143,7 +152,7 @@ local function status_json(db, id)
 end
 
 describe("mend worker with runs that wait", function()
-  after_each(H.cleanup)
+  after_each(kill_left)
 
   local function setup(text)
     local dir = H.tmp_dir()
