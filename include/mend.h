@@ -131,6 +131,10 @@ typedef struct mend_options {
                                  "*.example.com" is any name under example.com. NULL: any host,
                                  except in a sandbox, where NULL allows none. Copied by
                                  mend_engine_new */
+  double park_after;          /* seconds of the engine's clock a run waiting for an event, a
+                                 due time or a retry stays in memory; then it is parked out of
+                                 it until its event, due time or a cancel brings it back from
+                                 the database (README: Waiting for events). 0: never */
 } mend_options;
 
 /* Fills *opts with defaults: in-memory database, full durability, real clock, random seed,

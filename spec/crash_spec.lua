@@ -340,3 +340,74 @@ describe("a worker with a backlog, killed while its writer thread commits", func
     assert.are.same({ "ok" }, H.sql(db, "PRAGMA integrity_check"))
   end)
 end)
+
+describe("runs waiting for events while workers are killed", function()
+  after_each(H.cleanup)
+
+  -- 20 runs (more in a soak) wait five times each for "tick"; the harness sends the ticks, a
+  -- few a cycle, some twice with the same key (a client retrying), while workers that park
+  -- waiting runs after 20 ms are killed at random moments and at the commit failpoints. No
+  -- tick may be lost, taken twice, or taken out of the order sent.
+  it("loses no event and consumes none twice", function()
+    local db, dir, log, client = new_setup(0)
+    client:load("spec/support/crash/events.lua")
+    local ROUNDS = math.max(24, CYCLES // 8)   -- `make crash-soak` (CYCLES=3000): 375
+    local RUNS, WAITS = math.max(20, ROUNDS), 5
+    local ids, sent = {}, {}
+    for k = 1, RUNS do
+      ids[k] = client:start("crash_events", {}, { detached = true })
+      sent[k] = 0
+    end
+    math.randomseed(31)
+    local function send(k)
+      local i = sent[k] + 1
+      if i > WAITS then return end
+      local how = client:signal(ids[k], "tick", { n = i }, { key = "tick-" .. i })
+      assert.are.equal("sent", how)
+      sent[k] = i
+      if math.random() < 0.3 then   -- sent again by a client that did not hear the answer
+        assert.are.equal("duplicate", (client:signal(ids[k], "tick", { n = i }, { key = "tick-" .. i })))
+      end
+    end
+    local points = { "before_commit", "after_commit" }
+    for cycle = 1, ROUNDS do
+      local env = cycle % 3 == 0
+        and string.format("MEND_FAILPOINT=%s:%d", points[(cycle // 3) % 2 + 1], math.random(1, 4))
+      local pid = start_worker(db, env, log, "--park-after 0.02 --log-level debug")
+      for _ = 1, 2 do send(math.random(1, RUNS)) end
+      sleep(0.05 + math.random() * 0.1)   -- it took the runs over and parked some
+      for _ = 1, 2 do send(math.random(1, RUNS)) end
+      sleep(math.random() * 0.08)
+      if cycle % 4 == 0 then send(math.random(1, RUNS)) end   -- and while no worker runs
+      kill9(pid)
+    end
+    for k = 1, RUNS do while sent[k] < WAITS do send(k) end end
+    local ran = {}
+    for k = 1, RUNS do ran[k] = ids[k] end
+    assert.are.equal(0, settle(db, client, ran, log))
+    for k, id in ipairs(ids) do
+      local st = client:status(id)
+      assert.are.equal("succeeded", st.status, id)
+      assert.are.same({ 1, 2, 3, 4, 5 }, H.step(st, "taken").result, id)
+      local taken = {}
+      for _, h in ipairs(client:history(id)) do
+        if h.event == "event" then
+          assert.is_nil(taken[h.step], "wait " .. tostring(h.step) .. " of " .. id .. " took two events")
+          taken[h.step] = true
+        end
+      end
+      for i = 1, WAITS do assert.is_truthy(taken["w" .. i], "no event row for w" .. i .. " of " .. id) end
+      assert.are.same({ tostring(WAITS) .. "|" .. tostring(WAITS) .. "|" .. tostring(WAITS) },
+        H.sql(db, ("SELECT count(*) || '|' || count(step) || '|' || count(DISTINCT step) FROM inbox"
+          .. " WHERE run_id = '%s'"):format(id)), "run " .. k)
+    end
+    assert.are.same({ "ok" }, H.sql(db, "PRAGMA integrity_check"))
+    -- the kills found runs parked out of memory, and events brought parked runs back
+    local text = H.read(log)
+    local _, parked = text:gsub('"message":"parked: w%d waits for event tick', "")
+    local _, woken = text:gsub('"message":"back from the store: its event came', "")
+    print(string.format("\n  %d events to %d runs: %d parked, %d brought back by their event",
+      RUNS * WAITS, RUNS, parked, woken))
+    assert.is_truthy(parked > 0 and woken > 0, parked .. " parked, " .. woken .. " woken")
+  end)
+end)

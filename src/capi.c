@@ -172,6 +172,7 @@ MEND_API int mend_engine_new(const mend_options *host_opts, mend_engine **out, c
   cfg.open_module = mend_lua_open;
   cfg.writer_thread = opts->commit_thread;
   cfg.http_allow = opts->http_allow;
+  cfg.park_after = opts->park_after > 0 ? opts->park_after : -1;
   cfg.lua_path = opts->lua_path ? opts->lua_path : mend_lua_dir_default();
   cfg.log_level = mend_log_level_of(opts->log_level ? opts->log_level : "info");
   if (!cfg.log_level) {

@@ -263,6 +263,7 @@ void mend__arm(mend_run *r, mend_timer *t, double due) {
   if (mend_timer_arm(&E->timers, t, due)) { mend__breakdown(E, "out of memory arming a timer"); return; }
   if (E->timers.is_virtual) mend__kick(E);
   else if (t->slot == 1) mend_timers_sync(&E->timers);   /* it is the earliest */
+  if (t == &r->wait) mend__park_soon(r);   /* it waits for its timer: parked if it lasts */
 }
 
 /* ---------------------------------------------------------------- writes */
@@ -586,7 +587,7 @@ void mend__loop_once(mend_engine *E) {
 
 int mend_engine_run(mend_engine *E) {
   E->auto_advance = 1;
-  while ((E->in_flight > 0 || mend__has_ready_work(E)) && !E->broken) {
+  while ((E->in_flight > 0 || E->parked.nheap > 0 || mend__has_ready_work(E)) && !E->broken) {
     /* On the virtual clock, runs left waiting for the world alone (an event, a token, a child
      * with no timeout) would wait here for ever: nothing but a caller can wake them. */
     if (E->timers.is_virtual && !E->timers.count && !E->attempts && !E->externals &&
@@ -736,6 +737,7 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
   uv_idle_init(E->loop, E->pump);
   E->pump->data = E;
   mend_timers_init(&E->timers, E->loop, cfg->virtual_clock);
+  mend__park_init(E);
   uint64_t seed = cfg->seed;
   if (!cfg->has_seed && getrandom(&seed, sizeof seed, 0) != sizeof seed) seed = (uint64_t)mend_real_now();
   mend_rng_seed(&E->rng, seed);
@@ -814,7 +816,9 @@ void mend_engine_destroy(mend_engine *E) {
   if (E->store && !E->broken)
     for (mend_run *r = E->runs; r; r = r->next)
       if (mend_store_release(E->store, r->id, E->owner)) { mend__store_failed(E); break; }
+  if (E->store && !E->broken) mend__park_release(E);
   while (E->runs) mend__run_free(E->runs);
+  mend__park_close(E);
   mend__http_close(E);
   if (E->store && !E->broken) mend_store_commit(E->store);
   mend_store_close(E->store);

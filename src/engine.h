@@ -56,6 +56,9 @@ typedef struct mend_engine_config {
   const char *alert_command;    /* run with `sh -c` for each alert, the event as JSON on stdin */
   const char *http_allow;       /* hosts mend.http may call, comma-separated ("*.x.com" for
                                    names under x.com); NULL: any, or none when sandboxed */
+  double park_after;            /* seconds of the engine's clock a waiting run stays in memory
+                                   before it is parked (src/engine/park.c); 0: 1 s when
+                                   serving, never otherwise; < 0: never */
 } mend_engine_config;
 
 /* Creates an engine that runs its Lua on L's main state (workflow functions are values of that
@@ -194,6 +197,7 @@ int mend_engine_upgrade_run(mend_engine *E, const char *id, const char *version,
 int mend_engine_breaker_set(mend_engine *E, const char *key, const char *op, double seconds,
                             const char *who, char *err, int errlen);
 int mend_engine_in_flight(const mend_engine *E);
+int mend_engine_parked(const mend_engine *E);   /* runs held out of memory (park.c) */
 
 /* Where a Lua panic in an engine that owns its state goes (a jmp_buf of the caller's, which
  * the panic handler longjmps to); returns the one before. mend_engine_panicked: it happened,

@@ -181,7 +181,7 @@ static int l_engine(lua_State *L) {
   static const char *const fields[] = {"db", "clock", "seed", "durability", "log", "alert",
                                        "lease", "grace", "max_concurrency",
                                        "instruction_budget", "alert_command", "writer_thread",
-                                       "log_level", "http_allow", NULL};
+                                       "log_level", "http_allow", "park_after", NULL};
   lua_pushnil(L);
   while (lua_next(L, 1)) {
     lua_pop(L, 1);
@@ -222,7 +222,9 @@ static int l_engine(lua_State *L) {
   cfg.lease_seconds = luaL_optnumber(L, -1, 30);
   lua_getfield(L, 1, "grace");
   cfg.grace_seconds = luaL_optnumber(L, -1, 10);
-  lua_pop(L, 2);
+  lua_getfield(L, 1, "park_after");
+  cfg.park_after = luaL_optnumber(L, -1, 0);
+  lua_pop(L, 3);
   if (!(cfg.lease_seconds > 0)) return luaL_error(L, "mend.engine: lease must be > 0 seconds");
   /* http_allow = {"a.example", "*.example.com"}: joined with commas, as mend_options has it;
    * the string stays on the stack until the engine has copied it. */
@@ -497,6 +499,12 @@ static int engine_wait(lua_State *L) {
 static int engine_now(lua_State *L) {
   engine_box *b = check_engine(L);
   lua_pushnumber(L, mend_engine_now(b->E));
+  return 1;
+}
+
+static int engine_parked(lua_State *L) {
+  engine_box *b = check_engine(L);
+  lua_pushinteger(L, mend_engine_parked(b->E));
   return 1;
 }
 
@@ -830,7 +838,7 @@ int mend_lua_open(lua_State *L) {
   static const luaL_Reg engine_methods[] = {
     {"load", engine_load}, {"register", engine_register}, {"start", engine_start},
     {"run", engine_run}, {"advance", engine_advance}, {"now", engine_now},
-    {"in_flight", engine_in_flight}, {"status", engine_status}, {"history", engine_history},
+    {"in_flight", engine_in_flight}, {"parked", engine_parked}, {"status", engine_status}, {"history", engine_history},
     {"dlq", engine_dlq}, {"breakers", engine_breakers}, {"runs", engine_runs},
     {"recover", engine_recover}, {"serve", engine_serve}, {"stop", engine_stop},
     {"wait", engine_wait}, {"cancel", engine_cancel}, {"signal", engine_signal},

@@ -89,6 +89,12 @@ void mend_refs_drop(mend_refs *R, lua_State *L, int ref) {
   lua_rawgeti(L, LUA_REGISTRYINDEX, R->root);
   lua_rawgeti(L, -1, shard + 1);
   luaL_unref(L, -1, ref % SHARD_SLOTS);
-  lua_pop(L, 2);
-  R->live[shard]--;
+  lua_pop(L, 1);
+  /* A shard whose runs have all gone (ended, or parked out of memory) is made anew: a table
+   * keeps the slots it grew to, 32 KB a shard, 30 B a parked run. */
+  if (--R->live[shard] == 0 && shard != R->current) {
+    lua_newtable(L);
+    lua_rawseti(L, -2, shard + 1);
+  }
+  lua_pop(L, 1);
 }

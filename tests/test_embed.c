@@ -594,6 +594,33 @@ static void it_completes_tokens_through_the_c_api(void) {
   mend_engine_free(E);
 }
 
+/* A host's waiting runs leave memory with park_after (issue 18): in flight no more while
+ * parked, brought back by the host's event, and by their timeout on the virtual clock. */
+static void it_parks_waiting_runs_out_of_memory(void) {
+  mend_options o;
+  mend_options_init(&o);
+  o.virtual_clock = 1;
+  o.park_after = 5;
+  mend_engine *E = engine(&o);
+  load(E, "wait");
+  char a[17], b[17], st[32];
+  start(E, "wait", NULL, a);
+  start(E, "wait", NULL, b);
+  CHECK_EQ_INT(mend_engine_advance_clock(E, 1), MEND_OK);
+  CHECK_EQ_INT(mend_engine_in_flight_count(E), 2);
+  CHECK_EQ_INT(mend_engine_advance_clock(E, 10), MEND_OK);
+  CHECK_EQ_INT(mend_engine_in_flight_count(E), 0);
+  CHECK(run_has(E, a, "\"waiting\"", 0));
+  CHECK_EQ_INT(mend_engine_signal(E, a, "boss_killed", "{\"gold\":5}", NULL), MEND_OK);
+  CHECK_EQ_INT(mend_engine_in_flight_count(E), 1);
+  CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);   /* and b's timeout, an hour on */
+  CHECK_STR(run_status(E, a, st, sizeof st), "succeeded");
+  CHECK(run_has(E, a, "\"result\":5", 0));
+  CHECK_STR(run_status(E, b, st, sizeof st), "failed");
+  CHECK(run_has(E, b, "no event boss_killed within 3600 s", 0));
+  mend_engine_free(E);
+}
+
 /* The repairs of the operators' issue, through the C API: each refuses with MEND_ESTATE when
  * it makes no sense, and the breaker override is found by key. */
 static const char stuck_lua[] =
@@ -891,6 +918,7 @@ int main(void) {
   it_repairs_through_the_c_api();
   it_sends_events_through_the_c_api();
   it_completes_tokens_through_the_c_api();
+  it_parks_waiting_runs_out_of_memory();
   it_lets_go_of_calls_open_when_freed();
   it_logs_from_the_level_asked();
   it_reads_options_by_their_size();

@@ -622,7 +622,13 @@ local function cmd_worker(o)
   local conf = { db = o.db, durability = o.durability, log = "stderr",
                  log_level = o["log-level"], alert_command = o["alert-command"],
                  instruction_budget = budget_flag(o),
-                 lease = number_flag(o, "lease", 30), grace = number_flag(o, "grace", 10) }
+                 lease = number_flag(o, "lease", 30), grace = number_flag(o, "grace", 10),
+                 clock = o.clock, park_after = 1 }
+  if o["park-after"] then   -- 0: never (to the engine, < 0; its 0 is the default)
+    local n = tonumber(o["park-after"])
+    if not n or n < 0 then usage_error(o._command, "--park-after must be a number >= 0, got %s", o["park-after"]) end
+    conf.park_after = n > 0 and n or -1
+  end
   return with_engine(conf, function(eng)
     local load_new = workflow_loader(eng, o.workflows or "workflows")
     load_new(true)
@@ -743,10 +749,12 @@ local commands = {
     flags = { db = "value", workflows = "value", lease = "value", poll = "value",
               grace = "value", ["max-in-flight"] = "value", durability = "value",
               ["log-level"] = "value", ["alert-command"] = "value",
-              ["instruction-budget"] = "value" },
-    choices = { durability = { full = true, process = true }, ["log-level"] = LOG_LEVELS },
+              ["instruction-budget"] = "value", ["park-after"] = "value", clock = "value" },
+    choices = { durability = { full = true, process = true }, ["log-level"] = LOG_LEVELS,
+                clock = { virtual = true, real = true } },
     usage = "mend worker [--db PATH] [--workflows DIR] [--lease S] [--poll S] [--grace S]\n" ..
             "                   [--max-in-flight N] [--durability full|process]\n" ..
+            "                   [--park-after S] [--clock virtual|real]\n" ..
             "                   [--log-level debug|info|warn|error] [--alert-command CMD]\n" ..
             "                   [--instruction-budget N]",
     help = "Executes runs until stopped. On start it resumes every unfinished run that no live\n" ..
@@ -762,6 +770,11 @@ local commands = {
            "  --poll S         how often to look for new runs (default 0.1)\n" ..
            "  --grace S        how long a stopping worker waits for attempts (default 10)\n" ..
            "  --max-in-flight N  runs held at once (default: no limit)\n" ..
+           "  --park-after S   a run that has waited S seconds for an event or a due time\n" ..
+           "                   leaves memory until it comes (default 1; 0: never); parked\n" ..
+           "                   runs count in no limit, and --log-level debug names each\n" ..
+           "  --clock C        real (default) or virtual: due times come at once, in order\n" ..
+           "                   (for trying a workflow's long waits)\n" ..
            "  --durability D   full (default: survives power loss) or process (survives a\n" ..
            "                   crash of mend; the last commits may be lost on power loss)\n" ..
            LOG_LEVEL_HELP .. ALERT_HELP .. BUDGET_HELP,

@@ -122,6 +122,7 @@ static void tell_parent(mend_engine *E, const char *id, json_t *row, const char 
     mend__store_failed(E);
   free(text);
   mend_run *pr = find_run(E, parent);
+  if (!pr && mend__unpark(E, parent, "its child run ended") > 0) pr = find_run(E, parent);
   if (pr && pr->wait_kind == WAIT_EVENT && pr->cur >= 0 && pr->cur < pr->wf->nsteps &&
       pr->wf->steps[pr->cur].child)
     mend__take_child(pr, pr->cur);

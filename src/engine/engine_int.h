@@ -17,6 +17,7 @@
 #include "guard.h"
 #include "idset.h"
 #include "lerror.h"
+#include "parkset.h"
 #include "refs.h"
 #include "timers.h"
 #include "transition.h"
@@ -78,9 +79,9 @@ struct mend_breaker_slot {
   struct mend_breaker_slot *next;
 };
 
-/* Kept for every step of every run in memory, parked ones too (a waiting run must cost at
- * most 1 KiB): small fields are small, and the default key "<run id>/<step>" is made when
- * needed rather than kept. */
+/* Kept for every step of every run in memory, waiting ones too until they are parked (a
+ * waiting run must cost at most 1 KiB): small fields are small, and the default key
+ * "<run id>/<step>" is made when needed rather than kept. */
 typedef struct step_rt {
   mend_step_status status;
   int attempts, comp_attempts;
@@ -100,7 +101,7 @@ typedef struct step_rt {
 typedef struct exec_req exec_req;
 typedef struct http_req http_req;
 
-/* Ordered by size, so that a parked run (most of them, with 1M waiting) pays no padding. */
+/* Ordered by size, so that a run waiting in memory (until park.c parks it) pays no padding. */
 struct mend_run {
   mend_engine *E;
   mend_workflow *wf;
@@ -127,6 +128,8 @@ struct mend_run {
    * the attempt's state, sharing its run's steps and Lua values, and in no list of runs. */
   mend_run *parent;       /* a lane's run; NULL for a run */
   struct mend_group *group;   /* a run's lanes, made at its first group; NULL before */
+  mend_run *pprev, *pnext;  /* waiting for something, to be parked (park.c) */
+  double idle_since;      /* when it began to wait, on the engine's clock */
   mend_run_status status;
   int input_ref, results_ref;   /* in E->refs, shard ref_shard */
   int ref_shard;
@@ -149,6 +152,7 @@ struct mend_run {
    * its row is among the run's rows (MEND_MAP_ROWS). */
   int item, row_base;
   char *item_name;
+  unsigned char park_listed;  /* in E->park_head's list */
   char id[MEND_RUN_ID_LEN];
 };
 
@@ -225,6 +229,12 @@ struct mend_engine {
   int fence_recheck;      /* a match of our runs against the store's was cut short by a lock */
   long long inbox_seen;   /* a serving engine has looked at the events sent up to this seq */
   struct mend_http *http; /* mend.http's libcurl multi handle, made at the first request */
+  /* park.c: runs kept out of memory while they wait */
+  mend_parkset parked;
+  double park_after;      /* engine seconds a run waits in memory before it is parked; 0: never */
+  mend_run *park_head, *park_tail;   /* runs that began to wait, oldest first */
+  mend_timer park_sweep, park_wake;
+  int parked_since_give_back;
 };
 /* Run ids gathered from the store (the fence, claims); oom: one could not be kept. */
 typedef struct id_list { mend_idset set; int oom; } id_list;
@@ -364,6 +374,17 @@ void mend__undo_child(mend_run *r, int i);
 #define mend__compensable(def) ((def)->compensate_ref != LUA_NOREF || (def)->child != NULL)
 /* What a waiting step's row says it waits for (steps.awaits). */
 const char *mend__awaits(const mend_run *r, int i);
+/* ---- park.c: runs kept out of memory while they wait for something */
+void mend__park_close(mend_engine *E);
+void mend__park_forget(mend_engine *E, const char *id);
+void mend__park_init(mend_engine *E);
+void mend__park_match(mend_engine *E, const mend_idset *mine, const char *why);
+int mend__park_release(mend_engine *E);
+void mend__park_serving(mend_engine *E);
+void mend__park_soon(mend_run *r);
+void mend__park_unlist(mend_run *r);
+int mend__parked(const mend_engine *E, const char *id);
+int mend__unpark(mend_engine *E, const char *id, const char *why);
 
 /* ---- exec.c: mend.exec's child processes */
 void mend__abandon_exec(mend_run *r);

@@ -87,6 +87,7 @@ void mend__await_event(mend_run *r, int i) {
   if (mend__take_event(r, i)) return;
   r->wait_kind = WAIT_EVENT;
   if (timed) mend__arm(r, &r->wait, st->due);
+  else mend__park_soon(r);
 }
 
 /* The wait's timeout came: an event sent at the last moment still counts. 1 if one was taken;
@@ -203,6 +204,8 @@ int mend_engine_send_event(mend_engine *E, const char *id, const char *run_key, 
   snprintf(msg, sizeof msg, "event %s%s%s %s", name, key ? " key " : "", key ? key : "",
            sent == 1 ? "sent before: kept once" : "sent");
   mend_engine_log_line(E, "info", id, NULL, 0, "event", msg);
+  /* Held here out of memory: back from the store, and on as if it had been in memory. */
+  if (!r && sent == 0 && mend__unpark(E, id, "its event came") > 0) r = find_run(E, id);
   /* Held here and waiting for it: it goes on at once. */
   if (r && sent == 0) {
     wake_waiting(r, name);
@@ -218,8 +221,8 @@ static void note_run(void *ud, const char *id) {
 }
 
 /* A serving worker's look, each poll, for events sent since the last one: a range of the
- * inbox's primary key. Only the runs it holds in memory and that wait are woken; any other
- * takes its event when it reaches its wait (or is rebuilt). */
+ * inbox's primary key. The runs it holds that wait are woken, those parked brought back from
+ * the store first; any other takes its event when it reaches its wait (or is rebuilt). */
 void mend__take_events(mend_engine *E) {
   json_t *ids = json_array();
   if (!ids) return;
@@ -234,6 +237,8 @@ void mend__take_events(mend_engine *E) {
   json_t *id;
   json_array_foreach(ids, k, id) {
     mend_run *r = find_run(E, json_string_value(id));
+    if (!r && mend__unpark(E, json_string_value(id), "its event came") > 0)
+      r = find_run(E, json_string_value(id));
     if (r) wake_waiting(r, NULL);
   }
   json_decref(ids);

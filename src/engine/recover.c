@@ -194,6 +194,7 @@ static void schedule_restored(mend_run *r) {
        * durable (the advance takes it). */
       r->wait_kind = WAIT_EVENT;
       if (st->due >= 0) mend__arm(r, &r->wait, st->due > now ? st->due : now);
+      else mend__park_soon(r);
       mend__queue(r, ACT_ADVANCE);
       return;
     }
@@ -363,6 +364,7 @@ static void put_aside(mend_run *r, int crashes) {
 static int restore(mend_engine *E, const char *id) {
   char why[700];
   int unavailable;
+  mend__park_forget(E, id);   /* ours again after another worker had it: the store's copy counts */
   mend_run *r = mend__rebuild(E, id, why, sizeof why, &unavailable);
   if (!r) {
     if (unavailable) flag_unavailable(E, id, why, unavailable == 2);

@@ -18,10 +18,17 @@
 
 /* ---------------------------------------------------------------- repairs by people */
 
-static mend_run *find_run(mend_engine *E, const char *id) {
+static mend_run *in_memory(mend_engine *E, const char *id) {
   for (mend_run *r = E->runs; r; r = r->next)
     if (!r->lost && strcmp(r->id, id) == 0) return r;   /* a lost copy is no longer the run */
   return NULL;
+}
+
+/* A repair acts on the run in memory: a parked one is brought back for it. */
+static mend_run *find_run(mend_engine *E, const char *id) {
+  mend_run *r = in_memory(E, id);
+  if (!r && mend__unpark(E, id, "a repair or a cancel asks for it") > 0) r = in_memory(E, id);
+  return r;
 }
 
 /* The time for a row of a run this engine does not hold: now, or its last row's if later. */
@@ -76,7 +83,8 @@ int mend_engine_holder(mend_engine *E, const char *id, char *owner, int len) {
   int found = mend_store_owner(E->store, id, owner, len, &left);
   if (found < 0) return mend_errorf(owner, len, "%s", mend_store_errmsg(E->store));
   if (found == 0) owner[0] = 0;
-  if (found && strcmp(owner, E->owner) == 0) return find_run(E, id) != NULL;   /* this engine */
+  if (found && strcmp(owner, E->owner) == 0)   /* this engine */
+    return in_memory(E, id) != NULL || mend__parked(E, id);
   return found && holder_live(E, owner, left);
 }
 

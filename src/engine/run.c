@@ -150,6 +150,7 @@ void mend__run_free(mend_run *r) {
   mend_engine *E = r->E;
   mend__group_free(r);
   mend__unthrottle(r);
+  mend__park_unlist(r);
   mend__end_attempt(r);
   mend_timer_disarm(&E->timers, &r->wait);
   mend_refs_drop(&E->refs, E->L, r->input_ref);

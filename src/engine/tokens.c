@@ -311,6 +311,7 @@ int mend_engine_settle_token(mend_engine *E, const char *token, int ok, const ch
   mend_engine_log_line(E, "info", run_id, step, attempt, "token", msg);
   /* Held here and waiting for it: it goes on at once. */
   mend_run *r = find_run(E, run_id);
+  if (!r && mend__unpark(E, run_id, "its token was used") > 0) r = find_run(E, run_id);
   if (r && r->wait_kind == WAIT_EVENT && r->cur < r->wf->nsteps && r->wf->steps[r->cur].wait_token) {
     mend__take_token(r, r->cur);
     mend__kick(E);

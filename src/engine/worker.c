@@ -23,7 +23,7 @@
 double mend__lease_until(const mend_engine *E);
 
 static void renew_now(mend_engine *E) {
-  if (E->broken || !E->in_flight) return;
+  if (E->broken || (!E->in_flight && !E->parked.n)) return;
   double until = mend__lease_until(E);
   if (mend_store_renew(E->store, E->owner, E->lease_seconds)) { mend__store_failed(E); return; }
   E->fence_until = until;
@@ -43,6 +43,8 @@ static int in_hand(const mend_run *r) {
 /* Lets go of the runs in memory whose ids are in `ids`: freed, or, if queued, when their action
  * comes up. Nothing more is written for them. */
 void mend__let_go(mend_engine *E, const mend_idset *ids, const char *why) {
+  for (size_t i = 0; E->parked.n && i < ids->cap; i++)
+    if (ids->slots[i]) mend__park_forget(E, ids->slots[i]);
   for (mend_run *r = E->runs, *next; r; r = next) {
     next = r->next;
     if (r->lost || !mend_idset_has(ids, r->id, strlen(r->id))) continue;
@@ -81,6 +83,8 @@ void mend__check_fence(mend_engine *E) {
       mend__add_id(&lost, r->id);
       if (mend_store_add_lost(E->store, r->id)) mend__store_failed(E);
     }
+    if (!mine.oom) mend__park_match(E, &mine.set, "another worker took this parked run while"
+                                    " this one stalled past its lease: let go here");
     mend_idset_clear(&mine.set);
     if (!mine.oom) mend_store_fence_verified(E->store);   /* else the store keeps looking up */
   }
@@ -170,6 +174,7 @@ static void close_and_free(uv_handle_t *h) { free(h); }
 int mend_engine_serve(mend_engine *E, double poll_seconds, int max_in_flight) {
   E->serving = 1;
   E->max_in_flight = max_in_flight;
+  mend__park_serving(E);
   if (mend__events_start(E)) return -1;
   E->poll_timer = malloc(sizeof *E->poll_timer);
   uv_timer_init(E->loop, E->poll_timer);
@@ -194,6 +199,7 @@ int mend_engine_serve(mend_engine *E, double poll_seconds, int max_in_flight) {
   if (!E->broken) {
     for (mend_run *r = E->runs; r; r = r->next)
       if (mend_store_release(E->store, r->id, E->owner)) { mend__store_failed(E); break; }
+    if (!E->broken) mend__park_release(E);
     if (!E->broken && mend_store_commit(E->store)) mend__store_failed(E);
   }
   uv_close((uv_handle_t *)E->poll_timer, close_and_free);
