@@ -367,19 +367,78 @@ void mend__dead_letter(mend_run *r, const char *reason, int step, const char *er
 
 /* ---------------------------------------------------------------- ticking hosts */
 
-int mend_engine_tick_for(mend_engine *E, double budget) {
+/* The CPU time of this thread: what an action cost, without the time the OS gave the CPU to
+ * another thread meanwhile (taken for the action's, it made a busy machine's ticks do one
+ * action each while hundreds waited). */
+static double thread_cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9 + 1e-9;   /* never 0: 0 is "not ticking" */
+}
+
+/* What the next action will cost, for a tick deciding whether it fits: up fast after a dear
+ * one, down slowly, so that a run of cheap actions does not hide the dear ones among them. */
+static void tick_piece_cost(mend_engine *E, double cost) {
+  if (cost > 0.01) cost = 0.01;
+  if (cost > E->tick_piece) E->tick_piece += (cost - E->tick_piece) / 4;
+  else E->tick_piece -= (E->tick_piece - cost) / 64;
+}
+
+static void writer_done(void *ud);
+
+/* A ticking host's frame must not wait for a commit or its fsync: from its first tick an
+ * engine on its own loop with a real clock and a file commits on the store's writer thread,
+ * whatever commit_thread says (which is about run_all). What was written before goes first,
+ * committed here once. 1 if the thread runs. */
+static int tick_writer(mend_engine *E) {
+  if (E->writer || E->tick_writer_tried) return E->writer;
+  if (E->timers.is_virtual || E->cfg.loop || mend__lock_waiting(E)) return 0;
+  if (mend__end_batch(E) || mend_store_batch_open(E->store)) return 0;
+  E->tick_writer_tried = 1;
+  int rc = mend_store_start_writer(E->store, writer_done, E);
+  if (rc < 0) mend_engine_log_line(E, "warn", NULL, NULL, 0, "tick", mend_store_errmsg(E->store));
+  E->writer = rc == 0;
+  return E->writer;
+}
+
+/* Timers due and not yet fired: the heap's entries due by now are a subtree at its root. */
+static int timers_due(const mend_timers *ts, size_t i, double now) {
+  if (i >= ts->count || ts->heap[i]->due > now) return 0;
+  return 1 + timers_due(ts, 2 * i + 1, now) + timers_due(ts, 2 * i + 2, now);
+}
+
+/* A tick does pieces of work (a due timer's wake, a pump turn's actions, a hand-off) while the
+ * next, at the cost pieces have had (E->tick_piece), still fits before the deadline; the first
+ * always runs, or a budget smaller than one piece would never move. A piece that runs step
+ * code runs it to its next wait: the instruction budget is what bounds that. */
+int mend_engine_tick_with(mend_engine *E, double budget, mend_engine_tick_info *info) {
   double start = mend_real_now();
   E->turn_deadline = start + (budget > 0 ? budget : 0);
+  E->tick_did = 0;
+  if (!E->broken) tick_writer(E);
   int turns = 0;
   do {
     if (mend__turn_has_work(E)) mend__kick(E);   /* a write outside any run (a load) needs a turn too */
+    E->timers.fire_deadline = E->turn_deadline - E->tick_piece;
     uv_run(E->loop, UV_RUN_NOWAIT);   /* I/O, due timers, and one pump turn */
+    E->timers.fire_deadline = 0;
     turns++;
   } while (!E->broken && mend__turn_has_work(E) &&   /* not while only the writer thread works */
-           mend_real_now() < E->turn_deadline);
+           mend_real_now() + E->tick_piece < E->turn_deadline);
   E->turn_deadline = 0;
+  if (info) {
+    double now = mend_real_now();
+    info->seconds = now - start;
+    info->actions = (int)E->tick_did;
+    info->ready = 0;
+    for (mend_run *r = E->ready_head; r; r = r->qnext) info->ready++;
+    info->timers_due = E->timers.is_virtual ? 0 : timers_due(&E->timers, 0, now);
+    info->committing = E->writer && mend_store_writer_busy(E->store);
+  }
   return E->broken ? -1 : turns;
 }
+
+int mend_engine_tick_for(mend_engine *E, double budget) { return mend_engine_tick_with(E, budget, NULL); }
 
 /* HTTP requests and child processes answer on the loop, at no time a timer knows: a host that
  * ticks is asked back soon while any is in flight. */
@@ -489,7 +548,9 @@ int mend__end_batch(mend_engine *E) {
   /* With nothing else ready the loop would only wait for the writer thread: committing a small
    * batch here is as fast and saves a hand-off per transition (latency at moderate load). A
    * backlog is worth a second thread: the loop works through it while the thread writes. */
-  if (!E->writer || (!E->ready_head && mend_store_batch_writes(E->store) < HAND_OFF_WRITES)) {
+  /* A ticking host hands every batch off: the commit (and its fsync) is not the frame's. */
+  if (!E->writer || (E->turn_deadline <= 0 && !E->ready_head &&
+                     mend_store_batch_writes(E->store) < HAND_OFF_WRITES)) {
     if (mend__lock_waiting(E)) return 0;   /* its timer kicks the next try */
     int rc = mend_store_commit(E->store);
     if (rc == MEND_STORE_BUSY) { mend__lock_wait(E); return 0; }
@@ -536,8 +597,14 @@ static int pump_turn(mend_engine *E) {
     /* A turn ends at a ticking host's budget, or after MAX_TURN_ACTIONS: a burst of starts
      * must not keep the next commit (and the timers, and I/O) waiting behind all of it. The
      * rest stays ready, ahead of what this turn queues. */
+    double c0 = E->turn_deadline > 0 ? thread_cpu_now() : 0;
     if (did > 0 && (did >= MAX_TURN_ACTIONS ||
-                    (E->turn_deadline > 0 && mend_real_now() >= E->turn_deadline)))
+                    (E->turn_deadline > 0 && mend_real_now() + E->tick_piece >= E->turn_deadline)))
+      break;
+    /* A ticking host's action could read the store, and a read waits for the writer thread's
+     * commit (its fsync): the action waits for the next tick instead. */
+    if (E->turn_deadline > 0 && E->writer && mend_store_writer_busy(E->store) &&
+        !mend_store_writer_part(E->store))
       break;
     mend_run *r = E->ready_head;
     E->ready_head = r->qnext;
@@ -550,7 +617,9 @@ static int pump_turn(mend_engine *E) {
     r->queued = 0;
     mend__do_action(r);
     did++;
+    if (c0 > 0) tick_piece_cost(E, thread_cpu_now() - c0);
   }
+  E->tick_did += (unsigned long)did;
   if (E->writer && !E->broken && mend__end_batch(E)) return -1;
   return did;
 }
