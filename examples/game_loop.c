@@ -221,6 +221,19 @@ static double pct(const double *sorted, long n, int p) {
 
 /* ---------------------------------------------------------------- the loop */
 
+/* The database of a run without DB: its own directory, removed however the program ends. */
+static char own_dir[] = "/tmp/game_loop.XXXXXX";
+static char own_db[64];
+
+static void remove_own_db(void) {
+  char p[96];
+  for (int i = 0; i < 3; i++) {
+    snprintf(p, sizeof p, "%s%s", own_db, i == 0 ? "" : i == 1 ? "-wal" : "-shm");
+    unlink(p);
+  }
+  rmdir(own_dir);
+}
+
 int main(int argc, char **argv) {
   const char *pos[3] = {"examples/quest.lua", NULL, NULL};
   game g = {.rng = 7, .fight_s = 20};
@@ -250,12 +263,12 @@ int main(int argc, char **argv) {
     fprintf(stderr, "game_loop: --players and --budget-ms must be > 0, --fight-s from 0.1 to 30\n");
     return 2;
   }
-  char dir[] = "/tmp/game_loop.XXXXXX", dbfile[64];
   const char *db = pos[2];
   if (!db) {
-    if (!mkdtemp(dir)) { perror("game_loop: mkdtemp"); return 1; }
-    snprintf(dbfile, sizeof dbfile, "%s/game.db", dir);
-    db = dbfile;
+    if (!mkdtemp(own_dir)) { perror("game_loop: mkdtemp"); return 1; }
+    snprintf(own_db, sizeof own_db, "%s/game.db", own_dir);
+    atexit(remove_own_db);   /* after mend_engine_free, or on any early exit */
+    db = own_db;
   }
 
   g.players = players;
@@ -420,13 +433,5 @@ int main(int argc, char **argv) {
   free(g.slay_next);
   free(g.slay_head);
   mend_engine_free(E);
-  if (!pos[2]) {
-    char p[96];
-    for (int i = 0; i < 3; i++) {
-      snprintf(p, sizeof p, "%s%s", dbfile, i == 0 ? "" : i == 1 ? "-wal" : "-shm");
-      unlink(p);
-    }
-    rmdir(dir);
-  }
   return !ok ? 1 : too_busy ? 77 : 0;
 }

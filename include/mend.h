@@ -239,7 +239,9 @@ MEND_API int mend_engine_resolve_dead_letter(mend_engine *engine, const char *ru
  * when this returns, whether the run waits for it yet or not. With a non-NULL `key`, sending
  * the same key to the same run again is one event (MEND_OK, nothing sent). MEND_ENOTFOUND: no
  * such run; MEND_ESTATE: the run has ended (or is compensating); MEND_EINVAL: bad JSON.
- * by_key: the run is the one started with that run key. */
+ * by_key: the run is the one started with that run key. Being durable on return, a signal
+ * commits (in MEND_SYNC_FULL, an fsync) on the caller's thread, after the batch the commit
+ * thread may be writing: a frame loop that sends many pays for each in its frame. */
 MEND_API int mend_engine_signal(mend_engine *engine, const char *run_id, const char *name,
                                 const char *payload_json, const char *key);
 MEND_API int mend_engine_signal_by_key(mend_engine *engine, const char *run_key,
