@@ -113,6 +113,12 @@ static int run_has(mend_engine *E, const char *id, const char *text, int hist) {
 
 /* ---------------------------------------------------------------- workflows */
 
+static const char naps_lua[] =
+  "local mend = require 'mend'\n"
+  "return { name = 'naps', steps = {\n"
+  "  { name = 'nap', execute = function(ctx) mend.sleep(0.3); return true end },\n"
+  "} }\n";
+
 /* Each step asks the host to look, from another connection, at what is durable. */
 static const char ahead_lua[] =
   "local mend = require 'mend'\n"
@@ -437,6 +443,28 @@ static void it_ticks_a_file_database_committing_on_its_own_thread(void) {
     mend_engine_free(peek_engine);
     mend_engine_free(E);
   }
+  /* Due timers are pieces of work too: a tick with no time fires one, and says how many wait. */
+  mend_options o;
+  mend_options_init(&o);
+  mend_engine *E = engine(&o);
+  load(E, "naps");
+  enum { NAPS = 20 };
+  char nap[NAPS][17];
+  for (int i = 0; i < NAPS; i++) start(E, "naps", NULL, nap[i]);
+  mend_tick_stats st;
+  for (int i = 0; i < 50 && mend_engine_next_tick(E) == 0; i++)
+    CHECK_EQ_INT(mend_engine_tick_stats(E, 0.5, &st), MEND_OK);
+  CHECK(mend_engine_next_tick(E) > 0);   /* every run asleep */
+  usleep(400 * 1000);
+  CHECK_EQ_INT(mend_engine_tick_stats(E, 1e-9, &st), MEND_OK);
+  CHECK_EQ_INT(st.timers_due, NAPS - 1);
+  CHECK_EQ_INT(mend_engine_next_tick(E), 0);
+  double t0 = now_s();
+  while (mend_engine_in_flight_count(E) > 0 && now_s() - t0 < 10)
+    CHECK_EQ_INT(mend_engine_tick_stats(E, 0.002, &st), MEND_OK);
+  CHECK_EQ_INT(mend_engine_in_flight_count(E), 0);
+  CHECK_EQ_INT(st.timers_due, 0);
+  mend_engine_free(E);
   for (const char *ext = ""; ext; ext = *ext ? (ext[1] == 'w' ? "-shm" : NULL) : "-wal") {
     char p[160];
     snprintf(p, sizeof p, "%s%s", db, ext);
@@ -891,6 +919,7 @@ int main(void) {
   write_workflow("wait", wait_lua);
   write_workflow("http_call", http_call_lua);
   write_workflow("ahead", ahead_lua);
+  write_workflow("naps", naps_lua);
 
   it_runs_on_its_own_loop();
   it_can_be_woken_from_another_thread();
@@ -908,7 +937,7 @@ int main(void) {
 
   static const char *const files[] = {"basic", "saga", "hog", "spin", "escape_os", "escape_io",
                                       "escape_c", "escape_exec", "stuck", "hold", "wait",
-                                      "http_call", "ahead"};
+                                      "http_call", "ahead", "naps"};
   for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
     char path[128];
     snprintf(path, sizeof path, "%s/%s.lua", dir, files[i]);
