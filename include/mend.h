@@ -198,7 +198,7 @@ typedef struct mend_tick_stats {
   int ready;        /* actions that were ready and are left for the next tick: out of budget */
   int timers_due;   /* timers due (retries, sleeps, timeouts) left for the next tick */
   int committing;   /* 1: a batch is being committed on mend's thread; what waits for it goes on
-                       in a tick after it is durable (mend_engine_next_tick() says 0 meanwhile) */
+                       in a tick after it is durable */
 } mend_tick_stats;
 /* mend_engine_tick() that fills *stats (if not NULL) as the tick ends. Call it through
  * mend_engine_tick_stats(engine, budget, &stats): a later libmend whose stats have grown
@@ -208,7 +208,8 @@ typedef struct mend_tick_stats {
 MEND_API int mend_engine_tick_ex(mend_engine *engine, double budget, mend_tick_stats *stats,
                                  size_t stats_size);
 /* Seconds until the engine next has work: 0 at once, -1 nothing scheduled. While HTTP requests
- * or child processes of steps are in flight, at most 0.01: their answers arrive on the loop. */
+ * or child processes of steps are in flight, at most 0.01: their answers arrive on the loop;
+ * while mend's commit thread writes a batch, at most 0.001. */
 MEND_API double mend_engine_next_tick(mend_engine *engine);
 /* Thread-safe: wakes the loop the engine runs on. */
 MEND_API void mend_engine_wakeup(mend_engine *engine);

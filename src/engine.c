@@ -474,12 +474,18 @@ int mend_engine_tick_for(mend_engine *E, double budget) { return mend_engine_tic
  * ticks is asked back soon while any is in flight. */
 #define EXTERNAL_POLL_SECONDS 0.01
 
+/* While the writer thread holds a batch a tick can do nothing, and the batch takes an fsync
+ * (milliseconds): a host that sleeps as told is asked back this soon, not spun. */
+#define WRITER_POLL_SECONDS 0.001
+
 double mend_engine_next_due(mend_engine *E) {
-  if (mend__has_ready_work(E)) return 0;
+  int writing = writer_holds_batch(E);
+  if (mend__has_ready_work(E) && !writing) return 0;
   double next = mend_timers_next_due(&E->timers);
   double wait = next < 0 ? -1 : next - mend_engine_now(E);
   if (next >= 0 && wait < 0) wait = 0;
   if (E->externals && (wait < 0 || wait > EXTERNAL_POLL_SECONDS)) wait = EXTERNAL_POLL_SECONDS;
+  if (writing && (wait < 0 || wait > WRITER_POLL_SECONDS)) wait = WRITER_POLL_SECONDS;
   return wait;
 }
 
