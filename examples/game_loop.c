@@ -25,8 +25,9 @@
  * (p50, p99, max, frames over budget) and what ticks left undone, and fails if a quest did not
  * end as it should have, or (unless --no-strict) if the p99 tick is over its budget by more
  * than 10%. A tick in which the OS took the CPU away from the game's thread (an involuntary
- * context switch: another process ran) measures the machine, not mend: it is counted, and left
- * out of the p99 that is judged; if the OS preempted half the ticks or more, the machine is too
+ * context switch: another process ran, or one of mend's own threads where cores are fewer than
+ * threads) is counted, and left out of the p99 that is judged, which is mend's own work on the
+ * game's thread: the p99 of every tick is printed too; if the OS preempted half the ticks or more, the machine is too
  * busy to judge and the exit status is 77 (quests that ended well) rather than 0. --json
  * prints the figures as one JSON line (bench/run.lua).
  */
