@@ -674,6 +674,30 @@ W.W9 = function(o)
   stop()
   if not ok then error(r, 0) end
   return r
+
+-- W11: a game server's frame loop (issue 24): examples/game_loop.c, built with the module, at
+-- 60 Hz for o.frames frames (60 s) of game time: N players each run a quest saga (retries on
+-- "zone full", a wait for the player's event, compensations for a refused reward), a database
+-- file, mend_engine_tick with a budget of o.budget ms. Tick times p50/p99/max and the frames
+-- over budget; ticks the OS preempted are counted, and judged_p99_ms leaves them out.
+W.W11 = function(o)
+  local core = assert(package.searchpath("mend.core", package.cpath), "W11: no mend.core")
+  local build = core:match("^(.*)/lib/mend/[^/]*$") or core:match("^(.*)/[^/]*$")
+  local exe = build .. "/example_game_loop"
+  local cmd = string.format("%s %s %d %s --players %d --budget-ms %s --durability %s --no-strict --json",
+    sh_quote(exe), sh_quote(BENCH_DIR .. "/../examples/quest.lua"), o.frames or 3600,
+    sh_quote(o.db), o.n, tostring(o.budget or 2), o.durability)
+  rmdb(o.db)
+  local p = io.popen(cmd)
+  local out = p:read("a")
+  local ok = p:close()
+  local line = out:match("(%b{})%s*$")
+  assert(ok and line, "W11: the game loop failed: " .. out)
+  local t = json.decode(line)
+  rmdb(o.db)
+  t.workload, t.n, t.durability, t.mode = o.workload, o.n, o.durability, "budget" .. (o.budget or 2)
+  t.unfinished_quests, t.unfinished = t.unfinished, nil
+  return t
 end
 
 -- ------------------------------------------------------------------ suites
@@ -700,6 +724,8 @@ local SUITES = {
     { "W8", 100000, "process", wait = "local" }, { "W8", 100000, "full", wait = "local" },
     { "W8", 100000, "process", wait = "other" },
     { "W9", 10000, "process" },
+    { "W11", 10000, "full", budget = 1 }, { "W11", 10000, "process", budget = 1 },
+    { "W11", 10000, "full", budget = 2 }, { "W11", 10000, "process", budget = 2 },
   },
   quick = {
     { "W1", 10000, "full" }, { "W1", 10000, "process" },
@@ -756,6 +782,10 @@ local function table_print(results)
     end
     if r.ns_per_check then extra[#extra + 1] = string.format("ns/check=%.2f", r.ns_per_check) end
     if r.offered_steps_per_s then extra[#extra + 1] = string.format("offered=%.0f steps/s run_p99=%sms", r.offered_steps_per_s, r.run_p99_ms) end
+    if r.budget_ms then
+      extra[#extra + 1] = string.format("budget=%sms max=%sms over=%s over10%%=%s preempted=%s judged_p99=%sms outside_p99=%sms unfinished=%s",
+        r.budget_ms, r.max_ms, r.over_budget, r.over_10pct, r.preempted, r.judged_p99_ms, r.outside_p99_ms, r.unfinished_quests)
+    end
     if r.fire_lateness_p99_ms then extra[#extra + 1] = "fire_late99=" .. r.fire_lateness_p99_ms .. "ms" end
     print(string.format("%-6s %8s %-8s %-6s %s %s %s %s %s %s %s %s  %s",
       r.workload, r.n, r.durability, r.wait or r.mode or "", fmt(r.seconds, 9), fmt(r.runs_per_s, 10),
@@ -823,6 +853,8 @@ local function parse_args(a)
     elseif k == "--wait" then o.wait = val()
     elseif k == "--probes" then o.probes = tonumber(val())
     elseif k == "--serve" then o.serve = true
+    elseif k == "--budget" then o.budget = tonumber(val())
+    elseif k == "--frames" then o.frames = tonumber(val())
     else error("unknown option " .. k) end
     i = i + 1
   end
@@ -860,6 +892,7 @@ local function main()
       if w.wait then cmd = cmd .. " --wait " .. w.wait end
       if w.probes then cmd = cmd .. " --probes " .. w.probes end
       if w.serve then cmd = cmd .. " --serve" end
+      if w.budget then cmd = cmd .. " --budget " .. w.budget end
       local best
       for rep = 1, o.repeat_n do
         -- The workload before may have left the disk busy writing back its pages (a full

@@ -1,36 +1,48 @@
 /*
- * game_loop: mend inside a game server's fixed-timestep loop (60 ticks per second).
+ * game_loop: mend inside a game server's fixed-timestep loop (60 frames a second).
+ *
+ * Thousands of players each pick up a quest, a saga (examples/quest.lua): accept it, have the
+ * game spawn its monster, wait for the player to slay it, get the reward. The game's side is
+ * what a server has: "spawn_monster" and "grant_reward" are asynchronous host functions (the
+ * game queues the request and answers it from its frame loop a few frames later; a spawn is
+ * sometimes refused with a retryable "zone full", which mend retries on its own; a reward is
+ * refused to a player whose inventory is full, a fatal error that turns the saga back: the
+ * monster is despawned and the quest abandoned). The slaying is the player's, in the game's
+ * simulation: when it happens the game sends the run the event "monster_slain" with
+ * mend_engine_signal(), and the run that waited for it goes on.
  *
  * Every frame the game simulates its world, then gives mend a slice of the frame with
- * mend_engine_tick(engine, budget): mend does the workflow work that is ready (commits, step
- * code up to its next wait, due retries) for about that long and returns; it never blocks the
- * frame. Quests are sagas (examples/quest.lua). Their "spawn_monster" host function is
- * asynchronous: the game queues the request and answers it from its own frame loop a few
- * frames later, sometimes with a retryable error ("zone full", come back in 0.1 s), which mend
- * retries on its own. "grant_reward" answers at once, and refuses players whose inventory is
- * full (a fatal error: the saga despawns the monster and abandons the quest).
+ * mend_engine_tick_stats(engine, budget): mend does the ready work for about that long and
+ * returns; commits and their syncs are on mend's own thread, never the frame's.
  *
- *   game_loop [QUEST_LUA] [FRAMES] [DB]    defaults: examples/quest.lua 600 :memory:
+ *   game_loop [QUEST_LUA] [FRAMES] [DB] [--players N] [--budget-ms B] [--fight-s S]
+ *             [--durability full|process] [--no-strict] [--json] [--verbose]
  *
- * Hundreds of quests are in flight at once. At the end it prints the tick times (max, p99)
- * and fails if a tick overran its budget by more than a generous margin, or if a quest did
- * not end, or if a compensation did not undo what it should have.
+ * Defaults: examples/quest.lua, 600 frames, a database file in a directory of its own,
+ * 2000 players, 2 ms, fights of 2 to 20 s, process durability. --verbose names each tick over
+ * its budget by more than 10%, with what it did. Players pick up their quests over the first 60% of the frames;
+ * the loop then goes on until every quest has ended. At the end it prints the tick times
+ * (p50, p99, max, frames over budget) and what ticks left undone, and fails if a quest did not
+ * end as it should have, or (unless --no-strict) if the p99 tick is over its budget by more
+ * than 10%. A tick in which the OS took the CPU away from the game's thread (an involuntary
+ * context switch: another process ran, or one of mend's own threads where cores are fewer than
+ * threads) is counted, and left out of the p99 that is judged, which is mend's own work on the
+ * game's thread: the p99 of every tick is printed too; if the OS preempted half the ticks or more, the machine is too
+ * busy to judge and the exit status is 77 (quests that ended well) rather than 0. --json
+ * prints the figures as one JSON line (bench/run.lua).
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE   /* RUSAGE_THREAD, mkdtemp */
 #include <mend.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #define HZ 60
-#define TICK_BUDGET 0.002    /* seconds of each 16.7 ms frame given to mend */
-#define TICK_MARGIN 0.010    /* how far over its budget the p99 tick may go before we fail */
-/* A single tick may be preempted by the OS on a busy machine (a 2-core CI box running other
- * tests): the worst tick gets a wider margin, still far below a blocking wait's. */
-#define TICK_MARGIN_MAX 0.100
-#define FIRST_WAVE 400       /* quests started on the first frame */
-#define PER_FRAME 2          /* and on each frame of the first 60% */
+#define DRAIN_FRAMES (45 * HZ)   /* after the last quest is picked up: its fight takes <= 30 s */
+#define REFUSED_EVERY 25         /* a player whose number is a multiple has a full inventory */
 
 static double now_s(void) {
   struct timespec ts;
@@ -43,21 +55,47 @@ static void sleep_until(double t) {
   clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
 }
 
+static double cpu_s(void) {   /* this thread's CPU time */
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Context switches of this thread so far: involuntary (preempted) and voluntary (it waited). */
+static void switches(long *involuntary, long *voluntary) {
+  struct rusage ru;
+  getrusage(RUSAGE_THREAD, &ru);
+  *involuntary = ru.ru_nivcsw;
+  *voluntary = ru.ru_nvcsw;
+}
+
 /* ---------------------------------------------------------------- the game's side */
 
-typedef struct spawn_request {
+typedef struct request {
   mend_call *call;
-  long ready_frame;   /* the frame the game answers it on */
-} spawn_request;
+  int player;
+  long frame;   /* the frame the game answers it on */
+} request;
+
+typedef struct queue {
+  request *q;
+  int n, cap;
+} queue;
 
 typedef struct game {
   long frame;
   unsigned rng;
-  spawn_request *spawns;
-  int nspawns, cap;
+  int players;
+  char (*run_id)[17];
+  int *slay_next;   /* per player: the next one slain on the same frame (a list per frame) */
+  int *slay_head;   /* per frame: the first player who slays their monster then; 0: none */
+  long slay_frames;
+  queue spawns, rewards;
   long next_monster, live_monsters;
-  int zone_full, despawned, abandoned, rewarded, refused;
+  int zone_full, despawned, abandoned, rewarded, refused, signals, signal_refused;
   int by_status[4];   /* succeeded, compensated, failed, needs_attention */
+  int failed_answers;
+  double fight_s;   /* a fight lasts from a tenth of this to all of it, in seconds */
 } game;
 
 static unsigned roll(game *g) {   /* a small deterministic generator */
@@ -65,17 +103,27 @@ static unsigned roll(game *g) {   /* a small deterministic generator */
   return (g->rng >> 16) & 0x7fff;
 }
 
-/* spawn_monster(zone, key): queued; answered by game_frame() 2..12 frames later. */
-static void spawn_monster(void *ud, mend_call *call, const char *args) {
-  (void)args;
-  game *g = ud;
-  if (g->nspawns == g->cap) {
-    g->cap = g->cap ? 2 * g->cap : 256;
-    spawn_request *s = realloc(g->spawns, (size_t)g->cap * sizeof *s);
-    if (!s) { mend_call_fail(call, "retryable", "out of memory", 0.1, 0); return; }
-    g->spawns = s;
+static void push(queue *q, request r) {
+  if (q->n == q->cap) {
+    q->cap = q->cap ? 2 * q->cap : 256;
+    q->q = realloc(q->q, (size_t)q->cap * sizeof *q->q);
+    if (!q->q) { fprintf(stderr, "game_loop: out of memory\n"); exit(1); }
   }
-  g->spawns[g->nspawns++] = (spawn_request){call, g->frame + 2 + (long)(roll(g) % 11)};
+  q->q[q->n++] = r;
+}
+
+static int first_int(const char *args) { return (int)strtol(args + 1, NULL, 10); }
+
+/* spawn_monster(player, zone, key): answered 2..12 frames later. */
+static void spawn_monster(void *ud, mend_call *call, const char *args) {
+  game *g = ud;
+  push(&g->spawns, (request){call, first_int(args), g->frame + 2 + (long)(roll(g) % 11)});
+}
+
+/* grant_reward(player, gold): answered 1..3 frames later. */
+static void grant_reward(void *ud, mend_call *call, const char *args) {
+  game *g = ud;
+  push(&g->rewards, (request){call, first_int(args), g->frame + 1 + (long)(roll(g) % 3)});
 }
 
 static void despawn_monster(void *ud, mend_call *call, const char *args) {
@@ -93,42 +141,61 @@ static void abandon_quest(void *ud, mend_call *call, const char *args) {
   mend_call_return(call, "true");
 }
 
-/* grant_reward(player, gold): args are "[player,gold]". */
-static void grant_reward(void *ud, mend_call *call, const char *args) {
-  game *g = ud;
-  long player = strtol(args + 1, NULL, 10);
-  if (player % 25 == 0) {
-    g->refused++;
-    mend_call_fail(call, "fatal", "inventory full", -1, 0);
-    return;
-  }
-  g->rewarded++;
-  g->live_monsters--;   /* the monster was slain and looted */
-  mend_call_return(call, "{\"granted\":true}");
+/* The player slays the monster fight_s/10 .. fight_s seconds after it appears. */
+static void schedule_slaying(game *g, int player) {
+  long span = (long)(g->fight_s * HZ);
+  long at = g->frame + span / 10 + (long)(roll(g) % (unsigned)(span - span / 10 + 1));
+  if (at >= g->slay_frames) at = g->slay_frames - 1;
+  g->slay_next[player] = g->slay_head[at];
+  g->slay_head[at] = player;
 }
 
-/* The game's own systems, once a frame: answers the spawn requests that are due. */
-static void game_frame(game *g) {
+/* The game's own systems, once a frame: answers the requests that are due, and the players
+ * whose fights end now tell their quests. Answers resume step code at once, so they are
+ * mend's work done outside the tick (timed by the caller). */
+static void game_frame(mend_engine *E, game *g) {
   int kept = 0;
-  int n = g->nspawns;
-  for (int i = 0; i < n; i++) {
-    spawn_request s = g->spawns[i];
-    if (s.ready_frame > g->frame) { g->spawns[kept++] = s; continue; }
+  for (int i = 0; i < g->spawns.n; i++) {
+    request s = g->spawns.q[i];
+    if (s.frame > g->frame) { g->spawns.q[kept++] = s; continue; }
     if (roll(g) % 10 == 0) {
       g->zone_full++;
       mend_call_fail(s.call, "retryable", "zone full", 0.1, 0);
     } else {
       char monster[96];
       g->live_monsters++;
-      snprintf(monster, sizeof monster, "{\"id\":%ld,\"hp\":%u}", ++g->next_monster,
-               30 + roll(g) % 50);
-      mend_call_return(s.call, monster);
+      snprintf(monster, sizeof monster, "{\"id\":%ld,\"hp\":%u}", ++g->next_monster, 30 + roll(g) % 50);
+      if (mend_call_return(s.call, monster) != MEND_OK) g->failed_answers++;
+      schedule_slaying(g, s.player);
     }
   }
-  /* an answer adds no request (a retry is a new attempt, later), but keep any that came */
-  if (g->nspawns > n)
-    memmove(g->spawns + kept, g->spawns + n, (size_t)(g->nspawns - n) * sizeof *g->spawns);
-  g->nspawns = kept + (g->nspawns - n);
+  g->spawns.n = kept;
+  kept = 0;
+  for (int i = 0; i < g->rewards.n; i++) {
+    request r = g->rewards.q[i];
+    if (r.frame > g->frame) { g->rewards.q[kept++] = r; continue; }
+    if (r.player % REFUSED_EVERY == 0) {
+      g->refused++;
+      mend_call_fail(r.call, "fatal", "inventory full", -1, 0);
+    } else {
+      g->rewarded++;
+      g->live_monsters--;   /* slain and looted */
+      if (mend_call_return(r.call, "{\"granted\":true}") != MEND_OK) g->failed_answers++;
+    }
+  }
+  g->rewards.n = kept;
+  if (g->frame >= g->slay_frames) return;
+  for (int p = g->slay_head[g->frame]; p; p = g->slay_next[p]) {
+    char payload[64], key[32];
+    snprintf(payload, sizeof payload, "{\"by\":%d,\"rounds\":%u}", p, 1 + roll(g) % 9);
+    snprintf(key, sizeof key, "slain-%d", p);
+    g->signals++;
+    int rc = mend_engine_signal(E, g->run_id[p], "monster_slain", payload, key);
+    if (rc != MEND_OK) {
+      g->signal_refused++;
+      fprintf(stderr, "game_loop: signal to player %d's quest: %s\n", p, mend_engine_errmsg(E));
+    }
+  }
 }
 
 static void on_event(void *ud, const char *json) {
@@ -145,25 +212,90 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+static double pct(const double *sorted, long n, int p) {
+  if (n == 0) return 0;
+  long i = (n * p + 99) / 100 - 1;   /* nearest rank */
+  if (i < 0) i = 0;
+  if (i >= n) i = n - 1;
+  return sorted[i];
+}
+
 /* ---------------------------------------------------------------- the loop */
 
-int main(int argc, char **argv) {
-  const char *quest = argc > 1 ? argv[1] : "examples/quest.lua";
-  long frames = argc > 2 ? strtol(argv[2], NULL, 10) : 600;
-  const char *db = argc > 3 ? argv[3] : ":memory:";
-  if (frames < 60) frames = 60;
+/* The database of a run without DB: its own directory, removed however the program ends. */
+static char own_dir[] = "/tmp/game_loop.XXXXXX";
+static char own_db[64];
 
-  game g = {.rng = 7};
+static void remove_own_db(void) {
+  char p[96];
+  for (int i = 0; i < 3; i++) {
+    snprintf(p, sizeof p, "%s%s", own_db, i == 0 ? "" : i == 1 ? "-wal" : "-shm");
+    unlink(p);
+  }
+  rmdir(own_dir);
+}
+
+int main(int argc, char **argv) {
+  const char *pos[3] = {"examples/quest.lua", NULL, NULL};
+  game g = {.rng = 7, .fight_s = 20};
+  int npos = 0, players = 2000, strict = 1, as_json = 0, verbose = 0;
+  double budget = 0.002;
+  mend_durability_mode durability = MEND_SYNC_PROCESS;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--players") == 0 && i + 1 < argc) players = atoi(argv[++i]);
+    else if (strcmp(a, "--budget-ms") == 0 && i + 1 < argc) budget = atof(argv[++i]) / 1e3;
+    else if (strcmp(a, "--durability") == 0 && i + 1 < argc) {
+      const char *d = argv[++i];
+      if (strcmp(d, "full") == 0) durability = MEND_SYNC_FULL;
+      else if (strcmp(d, "process") == 0) durability = MEND_SYNC_PROCESS;
+      else { fprintf(stderr, "game_loop: --durability is full or process, not %s\n", d); return 2; }
+    } else if (strcmp(a, "--no-strict") == 0) strict = 0;
+    else if (strcmp(a, "--json") == 0) as_json = 1;
+    else if (strcmp(a, "--verbose") == 0) verbose = 1;
+    else if (strcmp(a, "--fight-s") == 0 && i + 1 < argc) g.fight_s = atof(argv[++i]);
+    else if (a[0] == '-' && a[1] == '-') { fprintf(stderr, "game_loop: unknown option %s\n", a); return 2; }
+    else if (npos < 3) pos[npos++] = a;
+    else { fprintf(stderr, "game_loop: too many arguments (at %s)\n", a); return 2; }
+  }
+  long frames = pos[1] ? strtol(pos[1], NULL, 10) : 600;
+  if (frames < 60) frames = 60;
+  if (players < 1 || budget <= 0 || !(g.fight_s >= 0.1 && g.fight_s <= 30)) {
+    fprintf(stderr, "game_loop: --players and --budget-ms must be > 0, --fight-s from 0.1 to 30\n");
+    return 2;
+  }
+  const char *db = pos[2];
+  if (!db) {
+    if (!mkdtemp(own_dir)) { perror("game_loop: mkdtemp"); return 1; }
+    snprintf(own_db, sizeof own_db, "%s/game.db", own_dir);
+    atexit(remove_own_db);   /* after mend_engine_free, or on any early exit */
+    db = own_db;
+  }
+
+  g.players = players;
+  long max_frames = frames + DRAIN_FRAMES;
+  g.slay_frames = max_frames;
+  g.run_id = calloc((size_t)players + 1, sizeof *g.run_id);
+  g.slay_next = calloc((size_t)players + 1, sizeof *g.slay_next);
+  g.slay_head = calloc((size_t)max_frames, sizeof *g.slay_head);
+  double *ticks = malloc((size_t)max_frames * sizeof *ticks);
+  double *judged = malloc((size_t)max_frames * sizeof *judged);
+  double *outside = malloc((size_t)max_frames * sizeof *outside);
+  if (!g.run_id || !g.slay_next || !g.slay_head || !ticks || !judged || !outside) {
+    fprintf(stderr, "game_loop: out of memory\n");
+    return 1;
+  }
+
   mend_options o;
   mend_options_init(&o);
   o.db_path = db;
-  o.durability = MEND_SYNC_PROCESS;     /* a game can lose the last commits on power loss */
-  o.memory_limit = 64u << 20;           /* a bad quest script cannot eat the server */
-  o.instruction_budget = 2000000;
+  o.durability = durability;
+  o.memory_limit = 256u << 20;          /* a bad quest script cannot eat the server */
+  o.instruction_budget = 2000000;       /* nor hold a tick for long: step code between two
+                                           waits runs to its end, this is what bounds it */
   o.sandbox = 1;
   o.has_seed = 1;
   o.seed = 1;
-  o.log_to_stderr = 0;
   o.on_event = on_event;
   o.event_ud = &g;
   mend_engine *E;
@@ -176,41 +308,59 @@ int main(int argc, char **argv) {
   mend_engine_register_function(E, "despawn_monster", despawn_monster, &g);
   mend_engine_register_function(E, "abandon_quest", abandon_quest, &g);
   mend_engine_register_function(E, "grant_reward", grant_reward, &g);
-  if (mend_engine_load(E, quest, NULL, 0) != MEND_OK) {
+  if (mend_engine_load(E, pos[0], NULL, 0) != MEND_OK) {
     fprintf(stderr, "game_loop: %s\n", mend_engine_errmsg(E));
     mend_engine_free(E);
     return 1;
   }
 
   const double dt = 1.0 / HZ;
-  long max_frames = frames + 3 * HZ;   /* after the last start, up to 3 s to let quests end */
-  double *ticks = malloc((size_t)max_frames * sizeof *ticks);
-  int started = 0, peak = 0;
+  long pick_frames = frames * 6 / 10;   /* players pick up quests over these frames */
+  int started = 0, peak = 0, max_ready = 0, left_frames = 0;
+  long preempted = 0, waited = 0, njudged = 0, over = 0, over10 = 0;
   long f;
   double t0 = now_s();
   for (f = 0; f < max_frames; f++) {
     double frame_start = t0 + (double)f * dt;
     g.frame = f;
-    /* the world: players pick up quests */
-    int n = f == 0 ? FIRST_WAVE : f < frames * 6 / 10 ? PER_FRAME : 0;
-    for (int i = 0; i < n; i++) {
-      char input[128], id[17];
-      started++;
-      snprintf(input, sizeof input, "{\"player\":%d,\"quest\":\"rats\",\"zone\":\"z%d\"}",
-               started, started % 7);
-      if (mend_engine_start(E, "quest", input, NULL, id, NULL) != MEND_OK) {
+    double h = now_s();
+    /* the world: players pick up quests, evenly over the first frames */
+    int due = (int)((long long)players * (f + 1) / pick_frames);
+    if (due > players) due = players;
+    while (started < due) {
+      char input[128];
+      int p = ++started;
+      snprintf(input, sizeof input, "{\"player\":%d,\"quest\":\"rats\",\"zone\":\"z%d\"}", p, p % 7);
+      if (mend_engine_start(E, "quest", input, NULL, g.run_id[p], NULL) != MEND_OK) {
         fprintf(stderr, "game_loop: start: %s\n", mend_engine_errmsg(E));
         return 1;
       }
     }
-    game_frame(&g);
+    game_frame(E, &g);
+    outside[f] = now_s() - h;
     /* mend's slice of the frame */
-    double t = now_s();
-    if (mend_engine_tick(E, TICK_BUDGET) != MEND_OK) {
+    long inv0, vol0, inv1, vol1;
+    mend_tick_stats st;
+    switches(&inv0, &vol0);
+    double t = now_s(), c = cpu_s();
+    if (mend_engine_tick_stats(E, budget, &st) != MEND_OK) {
       fprintf(stderr, "game_loop: %s\n", mend_engine_errmsg(E));
       return 1;
     }
-    ticks[f] = now_s() - t;
+    double took = now_s() - t, cpu = cpu_s() - c;
+    switches(&inv1, &vol1);
+    ticks[f] = took;
+    if (inv1 > inv0) preempted++;
+    else judged[njudged++] = took;
+    if (vol1 > vol0) waited++;
+    if (verbose && took > budget * 1.1)
+      fprintf(stderr, "frame %ld: %.3f ms (CPU %.3f ms), %d actions, %d ready, %d timers, committing %d,"
+              " switches: %ld involuntary, %ld voluntary\n", f, took * 1e3, cpu * 1e3, st.actions,
+              st.ready, st.timers_due, st.committing, inv1 - inv0, vol1 - vol0);
+    if (took > budget) over++;
+    if (took > budget * 1.1) over10++;
+    if (st.ready || st.timers_due) left_frames++;
+    if (st.ready > max_ready) max_ready = st.ready;
     int in_flight = mend_engine_in_flight_count(E);
     if (in_flight > peak) peak = in_flight;
     if (f >= frames && in_flight == 0) { f++; break; }
@@ -219,43 +369,70 @@ int main(int argc, char **argv) {
   double elapsed = now_s() - t0;
   long nticks = f;
   qsort(ticks, (size_t)nticks, sizeof *ticks, cmp_double);
-  double sum = 0;
-  for (long i = 0; i < nticks; i++) sum += ticks[i];
-  double max = ticks[nticks - 1], p99 = ticks[(nticks * 99) / 100], p50 = ticks[nticks / 2];
+  qsort(judged, (size_t)njudged, sizeof *judged, cmp_double);
+  qsort(outside, (size_t)nticks, sizeof *outside, cmp_double);
+  double p50 = pct(ticks, nticks, 50), p99 = pct(ticks, nticks, 99), max = ticks[nticks - 1];
+  double jp99 = pct(judged, njudged, 99);
   int in_flight = mend_engine_in_flight_count(E);
+  const char *mode = durability == MEND_SYNC_FULL ? "full" : "process";
 
-  printf("game_loop: %ld frames in %.2f s (%d Hz), %d quests started, peak %d in flight\n",
-         nticks, elapsed, HZ, started, peak);
-  printf("  quests: %d succeeded, %d compensated, %d failed, %d need attention, %d in flight\n",
-         g.by_status[0], g.by_status[1], g.by_status[2], g.by_status[3], in_flight);
-  printf("  game:   %d rewards, %d refused, %d zone-full retries, %d despawned, %d abandoned,"
-         " %ld monsters left\n", g.rewarded, g.refused, g.zone_full, g.despawned, g.abandoned,
-         g.live_monsters);
-  printf("  tick (budget %.1f ms): mean %.3f ms, p50 %.3f ms, p99 %.3f ms, max %.3f ms\n",
-         TICK_BUDGET * 1e3, sum / (double)nticks * 1e3, p50 * 1e3, p99 * 1e3, max * 1e3);
+  if (as_json) {
+    printf("{\"players\":%d,\"durability\":\"%s\",\"budget_ms\":%.3f,\"frames\":%ld,"
+           "\"seconds\":%.2f,\"peak_in_flight\":%d,\"p50_ms\":%.3f,\"p99_ms\":%.3f,"
+           "\"max_ms\":%.3f,\"over_budget\":%ld,\"over_10pct\":%ld,\"preempted\":%ld,"
+           "\"judged_p99_ms\":%.3f,\"waited\":%ld,\"left_frames\":%d,\"max_ready_left\":%d,"
+           "\"outside_p50_ms\":%.3f,\"outside_p99_ms\":%.3f,\"outside_max_ms\":%.3f,"
+           "\"succeeded\":%d,\"compensated\":%d,\"failed\":%d,\"needs_attention\":%d,"
+           "\"unfinished\":%d,\"signals\":%d,\"zone_full\":%d}\n",
+           players, mode, budget * 1e3, nticks, elapsed, peak, p50 * 1e3, p99 * 1e3, max * 1e3,
+           over, over10, preempted, jp99 * 1e3, waited, left_frames, max_ready,
+           pct(outside, nticks, 50) * 1e3, pct(outside, nticks, 99) * 1e3,
+           outside[nticks - 1] * 1e3, g.by_status[0], g.by_status[1], g.by_status[2],
+           g.by_status[3], in_flight, g.signals, g.zone_full);
+  } else {
+    printf("game_loop: %d players, %ld frames in %.2f s (%d Hz), %s durability, peak %d quests"
+           " in flight\n", players, nticks, elapsed, HZ, mode, peak);
+    printf("  quests: %d succeeded, %d compensated, %d failed, %d need attention, %d unfinished\n",
+           g.by_status[0], g.by_status[1], g.by_status[2], g.by_status[3], in_flight);
+    printf("  game:   %d slain (events), %d rewards, %d refused, %d zone-full retries,"
+           " %d despawned, %d abandoned, %ld monsters left\n", g.signals, g.rewarded, g.refused,
+           g.zone_full, g.despawned, g.abandoned, g.live_monsters);
+    printf("  tick (budget %.1f ms): p50 %.3f ms, p99 %.3f ms, max %.3f ms; %ld frames over"
+           " budget, %ld over it by more than 10%%\n", budget * 1e3, p50 * 1e3, p99 * 1e3,
+           max * 1e3, over, over10);
+    printf("  ticks the OS preempted: %ld (left out: p99 of the other %ld is %.3f ms);"
+           " ticks that waited (a voluntary switch): %ld\n", preempted, njudged, jp99 * 1e3, waited);
+    printf("  left undone for the next frame: in %d frames, at most %d ready actions\n",
+           left_frames, max_ready);
+    printf("  mend outside the tick (starts, signals, answers that resume steps): p50 %.3f ms,"
+           " p99 %.3f ms, max %.3f ms a frame\n", pct(outside, nticks, 50) * 1e3,
+           pct(outside, nticks, 99) * 1e3, outside[nticks - 1] * 1e3);
+  }
 
-  int ok = 1;
-  if (p99 > TICK_BUDGET + TICK_MARGIN) {
+  int ok = 1, too_busy = 0;
+  if (strict && njudged < nticks / 2) {
+    fprintf(stderr, "game_loop: the OS preempted %ld of %ld ticks: this machine is too busy to"
+                    " judge tick times (exit 77)\n", preempted, nticks);
+    too_busy = 1;
+  } else if (strict && jp99 > budget * 1.1) {
     fprintf(stderr, "game_loop: the p99 tick took %.3f ms, over its budget of %.1f ms by more"
-                    " than %.0f ms\n", p99 * 1e3, TICK_BUDGET * 1e3, TICK_MARGIN * 1e3);
+                    " than 10%%\n", jp99 * 1e3, budget * 1e3);
     ok = 0;
   }
-  if (max > TICK_BUDGET + TICK_MARGIN_MAX) {
-    fprintf(stderr, "game_loop: a tick took %.3f ms, over its budget of %.1f ms by more than"
-                    " %.0f ms\n", max * 1e3, TICK_BUDGET * 1e3, TICK_MARGIN_MAX * 1e3);
-    ok = 0;
-  }
-  if (peak < FIRST_WAVE / 2) {
-    fprintf(stderr, "game_loop: only %d quests were ever in flight at once\n", peak);
-    ok = 0;
-  }
-  if (in_flight || g.by_status[0] + g.by_status[1] != started || g.by_status[1] != g.refused ||
-      g.despawned != g.refused || g.abandoned != g.refused || g.live_monsters != 0) {
+  if (in_flight || g.by_status[0] + g.by_status[1] != players || g.by_status[1] != g.refused ||
+      g.despawned != g.refused || g.abandoned != g.refused || g.live_monsters != 0 ||
+      g.signal_refused || g.failed_answers || g.signals != players) {
     fprintf(stderr, "game_loop: the quests did not all end as they should have\n");
     ok = 0;
   }
   free(ticks);
-  free(g.spawns);
+  free(judged);
+  free(outside);
+  free(g.spawns.q);
+  free(g.rewards.q);
+  free(g.run_id);
+  free(g.slay_next);
+  free(g.slay_head);
   mend_engine_free(E);
-  return ok ? 0 : 1;
+  return !ok ? 1 : too_busy ? 77 : 0;
 }

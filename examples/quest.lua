@@ -1,8 +1,11 @@
--- A quest as a saga, run by examples/game_loop.c: accept the quest, spawn its monster (the
--- game answers a few frames later, and now and then says the zone is full: a retryable error
--- with the game's advice on when to come back), fight it, grant the reward. A player whose
--- inventory is full gets a fatal error from grant_reward: the saga then turns back, despawns
--- the monster and abandons the quest, in that order.
+-- A quest as a saga, run by examples/game_loop.c for each player: accept the quest (the player
+-- gets its map), spawn the quest's monster (the game answers a few frames later, and now and
+-- then says the zone is full: a retryable error with the game's advice on when to come back),
+-- wait for the player to slay it (an event the game sends with mend_engine_signal when its
+-- simulation says so), then grant the reward (answered by the game's next frame). A player
+-- whose inventory is full gets a fatal error from grant_reward: the saga then turns back,
+-- despawns the monster and abandons the quest, in that order. A monster nobody slays within
+-- a minute of game time fails the wait (a timeout), and the saga turns back the same way.
 --
 -- Input: { player = 17, quest = "rats", zone = "cellar" }
 local mend = require "mend"
@@ -13,7 +16,7 @@ return {
   steps = {
     { name = "accept",
       execute = function(ctx, input)
-        return { player = input.player, quest = input.quest }
+        return { player = input.player, quest = input.quest, item = input.quest .. "-map" }
       end,
       compensate = function(ctx, accepted)
         mend.call("abandon_quest", accepted.player, accepted.quest)
@@ -21,28 +24,19 @@ return {
 
     { name = "spawn",   -- answered by the game's frame loop, not at once
       execute = function(ctx, input)
-        return mend.call("spawn_monster", input.zone, ctx.idempotency_key)
+        return mend.call("spawn_monster", input.player, input.zone, ctx.idempotency_key)
       end,
       compensate = function(ctx, monster)
         mend.call("despawn_monster", monster.id)
       end },
 
-    { name = "fight",
-      timeout = 2,
-      execute = function(ctx, input)
-        local monster = ctx.results.spawn
-        local hp, rounds = monster.hp, 0
-        while hp > 0 do
-          hp = hp - (5 + (rounds * 7 + input.player) % 9)
-          rounds = rounds + 1
-        end
-        mend.sleep(0.05)   -- the fight takes a moment of game time; other quests go on
-        return { rounds = rounds }
-      end },
+    -- The player's fight is the game's: its end arrives as an event, whose payload is this
+    -- step's result.
+    { name = "slay", wait_for = "monster_slain", timeout = 60 },
 
     { name = "reward",
       execute = function(ctx, input)
-        local gold = 10 * ctx.results.fight.rounds
+        local gold = 10 * (ctx.results.slay.rounds or 1)
         return mend.call("grant_reward", input.player, gold)
       end },
   },

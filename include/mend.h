@@ -125,7 +125,8 @@ typedef struct mend_options {
   int commit_thread;          /* 1: statements and commits on a thread of mend's own, while the
                                  loop goes on with the next batch (more throughput from a file
                                  database); with the engine's own loop and a real clock only,
-                                 else ignored. 0: on the thread that drives the engine */
+                                 else ignored. 0: on the thread that drives the engine, until
+                                 the first mend_engine_tick() (ticks imply 1) */
   const char *http_allow;     /* the hosts mend.http may call, comma-separated (a host name
                                  never holds a comma): "payments.internal,*.example.com", where
                                  "*.example.com" is any name under example.com. NULL: any host,
@@ -179,12 +180,42 @@ MEND_API int mend_engine_recover(mend_engine *engine, int *count);
 
 /* Runs the engine's own loop until no run is in flight. MEND_ESTORE if the database failed. */
 MEND_API int mend_engine_run_all(mend_engine *engine);
-/* Does the work that is ready for at most about `budget` seconds and returns; never blocks
- * (an attempt's Lua code runs to its next wait within that time, or is stopped by its
- * timeout or instruction budget). MEND_ESTORE if the database failed. */
+/* Does the work that is ready for about `budget` seconds at most and returns; never blocks.
+ * Between pieces of work (an action of a run, a due timer) it looks at its clock, and stops
+ * when the next piece would not fit, at the cost pieces have had; the first piece always runs.
+ * A piece that runs step code runs it to its next wait (mend.call, mend.sleep, a return) and
+ * cannot be cut short: the instruction budget (mend_options.instruction_budget) is what bounds
+ * it, so a step doing heavy work between waits makes a long tick.
+ * With a file database, a real clock and the engine's own loop, commits and their syncs are
+ * never the tick's, in either durability mode: from the first tick they are handed to a
+ * thread of mend's own (commit_thread is implied; that first tick commits what was written
+ * before it). A run's next action still waits until the batch that announced it is durable:
+ * it runs in the first tick after the thread reports it. Work done outside a tick is not
+ * bounded by it: mend_call_return() resumes its step at once, and mend_engine_signal() and
+ * mend_engine_start() with a run key commit before they return.
+ * MEND_ESTORE if the database failed. */
 MEND_API int mend_engine_tick(mend_engine *engine, double budget);
+
+/* What a tick did and what it left undone, so that a host can give more time in a quiet frame
+ * (work left and time left in the frame) or less in a busy one. */
+typedef struct mend_tick_stats {
+  double seconds;   /* the tick's own time */
+  int actions;      /* actions of runs done (a transition, an attempt started or ended...) */
+  int ready;        /* actions that were ready and are left for the next tick: out of budget */
+  int timers_due;   /* timers due (retries, sleeps, timeouts) left for the next tick */
+  int committing;   /* 1: a batch is being committed on mend's thread; what waits for it goes on
+                       in a tick after it is durable */
+} mend_tick_stats;
+/* mend_engine_tick() that fills *stats (if not NULL) as the tick ends. Call it through
+ * mend_engine_tick_stats(engine, budget, &stats): a later libmend whose stats have grown
+ * writes only the fields the host knows. */
+#define mend_engine_tick_stats(engine, budget, stats) \
+  mend_engine_tick_ex((engine), (budget), (stats), sizeof *(stats))
+MEND_API int mend_engine_tick_ex(mend_engine *engine, double budget, mend_tick_stats *stats,
+                                 size_t stats_size);
 /* Seconds until the engine next has work: 0 at once, -1 nothing scheduled. While HTTP requests
- * or child processes of steps are in flight, at most 0.01: their answers arrive on the loop. */
+ * or child processes of steps are in flight, at most 0.01: their answers arrive on the loop;
+ * while mend's commit thread writes a batch, at most 0.001. */
 MEND_API double mend_engine_next_tick(mend_engine *engine);
 /* Thread-safe: wakes the loop the engine runs on. */
 MEND_API void mend_engine_wakeup(mend_engine *engine);
@@ -215,7 +246,9 @@ MEND_API int mend_engine_resolve_dead_letter(mend_engine *engine, const char *ru
  * when this returns, whether the run waits for it yet or not. With a non-NULL `key`, sending
  * the same key to the same run again is one event (MEND_OK, nothing sent). MEND_ENOTFOUND: no
  * such run; MEND_ESTATE: the run has ended (or is compensating); MEND_EINVAL: bad JSON.
- * by_key: the run is the one started with that run key. */
+ * by_key: the run is the one started with that run key. Being durable on return, a signal
+ * commits (in MEND_SYNC_FULL, an fsync) on the caller's thread, after the batch the commit
+ * thread may be writing: a frame loop that sends many pays for each in its frame. */
 MEND_API int mend_engine_signal(mend_engine *engine, const char *run_id, const char *name,
                                 const char *payload_json, const char *key);
 MEND_API int mend_engine_signal_by_key(mend_engine *engine, const char *run_key,

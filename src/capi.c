@@ -311,6 +311,20 @@ MEND_API int mend_engine_tick(mend_engine *engine, double budget) {
   return rc < 0 ? MEND_ESTORE : MEND_OK;
 }
 
+MEND_API int mend_engine_tick_ex(mend_engine *engine, double budget, mend_tick_stats *stats,
+                                 size_t stats_size) {
+  mend_engine_tick_info info = {0};
+  PANIC_EXIT(engine);
+  int rc = mend_engine_tick_with(engine, budget, &info);
+  PANIC_EXIT_END(engine);
+  if (stats) {
+    mend_tick_stats full = {info.seconds, info.actions, info.ready, info.timers_due,
+                            info.committing};
+    memcpy(stats, &full, stats_size < sizeof full ? stats_size : sizeof full);
+  }
+  return rc < 0 ? MEND_ESTORE : MEND_OK;
+}
+
 MEND_API double mend_engine_next_tick(mend_engine *engine) { return mend_engine_next_due(engine); }
 
 MEND_API void mend_engine_wakeup(mend_engine *engine) { mend_engine_wake(engine); }

@@ -372,30 +372,125 @@ void mend__dead_letter(mend_run *r, const char *reason, int step, const char *er
 
 /* ---------------------------------------------------------------- ticking hosts */
 
-int mend_engine_tick_for(mend_engine *E, double budget) {
+/* The CPU time of this thread: what an action cost, without the time the OS gave the CPU to
+ * another thread meanwhile (taken for the action's, it made a busy machine's ticks do one
+ * action each while hundreds waited). */
+static double thread_cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9 + 1e-9;   /* never 0: 0 is "not ticking" */
+}
+
+/* What the next action will cost, for a tick deciding whether it fits: up fast after a dear
+ * one, down slowly, so that a run of cheap actions does not hide the dear ones among them. */
+static void tick_piece_cost(mend_engine *E, double cost) {
+  if (cost > 0.01) cost = 0.01;
+  if (cost > E->tick_piece) E->tick_piece += (cost - E->tick_piece) / 4;
+  else E->tick_piece -= (E->tick_piece - cost) / 64;
+}
+
+static void writer_done(void *ud);
+
+/* A ticking host's frame must not wait for a commit or its fsync: from its first tick an
+ * engine on its own loop with a real clock and a file commits on the store's writer thread,
+ * whatever commit_thread says (which is about run_all). What was written before goes first,
+ * committed here once. 1 if the thread runs. */
+static int tick_writer(mend_engine *E) {
+  if (E->writer || E->tick_writer_tried) return E->writer;
+  if (E->timers.is_virtual || E->cfg.loop || mend__lock_waiting(E)) return 0;
+  if (mend__end_batch(E) || mend_store_batch_open(E->store)) return 0;
+  E->tick_writer_tried = 1;
+  int rc = mend_store_start_writer(E->store, writer_done, E);
+  if (rc < 0) mend_engine_log_line(E, "warn", NULL, NULL, 0, "tick", mend_store_errmsg(E->store));
+  E->writer = rc == 0;
+  return E->writer;
+}
+
+/* The writer thread writes a batch (not a part of the open one): a read would wait for it. */
+static int writer_holds_batch(mend_engine *E) {
+  return E->writer && mend_store_writer_busy(E->store) && !mend_store_writer_part(E->store);
+}
+
+/* Timers due and not yet fired: the heap's entries due by now are a subtree at its root. */
+static int timers_due(const mend_timers *ts, size_t i, double now) {
+  if (i >= ts->count || ts->heap[i]->due > now) return 0;
+  return 1 + timers_due(ts, 2 * i + 1, now) + timers_due(ts, 2 * i + 2, now);
+}
+
+/* The Lua collector's steps, in the time a tick has left: its atomic step (every coroutine of
+ * a run in flight traversed at once) took 1 to 2 ms with 1000 runs in flight, inside whichever
+ * action's allocation came to it. A cycle begins here once the heap has grown by half since
+ * the last one ended (before Lua's own pace, which waits for it to double), and goes on in the
+ * next ticks' spare time; a step is taken only if the dearest one seen still fits. */
+static void tick_collect(mend_engine *E) {
+  lua_State *L = E->L;
+  size_t kb = (size_t)lua_gc(L, LUA_GCCOUNT);
+  if (!E->tick_gc_cycle && kb < E->tick_gc_base + E->tick_gc_base / 2) return;
+  while (mend_real_now() + E->tick_gc_piece < E->turn_deadline) {
+    double c0 = thread_cpu_now();
+    int ended = lua_gc(L, LUA_GCSTEP, 0);
+    double cost = thread_cpu_now() - c0;
+    if (cost > E->tick_gc_piece) E->tick_gc_piece = cost;
+    else E->tick_gc_piece -= (E->tick_gc_piece - cost) / 256;
+    E->tick_gc_cycle = !ended;
+    if (ended) {
+      E->tick_gc_base = (size_t)lua_gc(L, LUA_GCCOUNT);
+      break;
+    }
+  }
+}
+
+/* A tick does pieces of work (a due timer's wake, a pump turn's actions, a hand-off) while the
+ * next, at the cost pieces have had (E->tick_piece), still fits before the deadline; the first
+ * always runs, or a budget smaller than one piece would never move. A piece that runs step
+ * code runs it to its next wait: the instruction budget is what bounds that. */
+int mend_engine_tick_with(mend_engine *E, double budget, mend_engine_tick_info *info) {
   double start = mend_real_now();
   E->turn_deadline = start + (budget > 0 ? budget : 0);
+  E->tick_did = 0;
+  if (!E->broken) tick_writer(E);
   int turns = 0;
   do {
     if (mend__turn_has_work(E)) mend__kick(E);   /* a write outside any run (a load) needs a turn too */
+    E->timers.fire_deadline = E->turn_deadline - E->tick_piece;
     uv_run(E->loop, UV_RUN_NOWAIT);   /* I/O, due timers, and one pump turn */
+    E->timers.fire_deadline = 0;
     turns++;
   } while (!E->broken && mend__turn_has_work(E) &&   /* not while only the writer thread works */
-           mend_real_now() < E->turn_deadline);
+           !writer_holds_batch(E) &&   /* the actions left would wait for it: the next tick's */
+           mend_real_now() + E->tick_piece < E->turn_deadline);
+  if (!E->broken) tick_collect(E);
   E->turn_deadline = 0;
+  if (info) {
+    double now = mend_real_now();
+    info->seconds = now - start;
+    info->actions = (int)E->tick_did;
+    info->ready = 0;
+    for (mend_run *r = E->ready_head; r; r = r->qnext) info->ready++;
+    info->timers_due = E->timers.is_virtual ? 0 : timers_due(&E->timers, 0, now);
+    info->committing = E->writer && mend_store_writer_busy(E->store);
+  }
   return E->broken ? -1 : turns;
 }
+
+int mend_engine_tick_for(mend_engine *E, double budget) { return mend_engine_tick_with(E, budget, NULL); }
 
 /* HTTP requests and child processes answer on the loop, at no time a timer knows: a host that
  * ticks is asked back soon while any is in flight. */
 #define EXTERNAL_POLL_SECONDS 0.01
 
+/* While the writer thread holds a batch a tick can do nothing, and the batch takes an fsync
+ * (milliseconds): a host that sleeps as told is asked back this soon, not spun. */
+#define WRITER_POLL_SECONDS 0.001
+
 double mend_engine_next_due(mend_engine *E) {
-  if (mend__has_ready_work(E)) return 0;
+  int writing = writer_holds_batch(E);
+  if (mend__has_ready_work(E) && !writing) return 0;
   double next = mend_timers_next_due(&E->timers);
   double wait = next < 0 ? -1 : next - mend_engine_now(E);
   if (next >= 0 && wait < 0) wait = 0;
   if (E->externals && (wait < 0 || wait > EXTERNAL_POLL_SECONDS)) wait = EXTERNAL_POLL_SECONDS;
+  if (writing && (wait < 0 || wait > WRITER_POLL_SECONDS)) wait = WRITER_POLL_SECONDS;
   return wait;
 }
 
@@ -494,7 +589,9 @@ int mend__end_batch(mend_engine *E) {
   /* With nothing else ready the loop would only wait for the writer thread: committing a small
    * batch here is as fast and saves a hand-off per transition (latency at moderate load). A
    * backlog is worth a second thread: the loop works through it while the thread writes. */
-  if (!E->writer || (!E->ready_head && mend_store_batch_writes(E->store) < HAND_OFF_WRITES)) {
+  /* A ticking host hands every batch off: the commit (and its fsync) is not the frame's. */
+  if (!E->writer || (E->turn_deadline <= 0 && !E->ready_head &&
+                     mend_store_batch_writes(E->store) < HAND_OFF_WRITES)) {
     if (mend__lock_waiting(E)) return 0;   /* its timer kicks the next try */
     int rc = mend_store_commit(E->store);
     if (rc == MEND_STORE_BUSY) { mend__lock_wait(E); return 0; }
@@ -541,9 +638,13 @@ static int pump_turn(mend_engine *E) {
     /* A turn ends at a ticking host's budget, or after MAX_TURN_ACTIONS: a burst of starts
      * must not keep the next commit (and the timers, and I/O) waiting behind all of it. The
      * rest stays ready, ahead of what this turn queues. */
+    double c0 = E->turn_deadline > 0 ? thread_cpu_now() : 0;
     if (did > 0 && (did >= MAX_TURN_ACTIONS ||
-                    (E->turn_deadline > 0 && mend_real_now() >= E->turn_deadline)))
+                    (E->turn_deadline > 0 && mend_real_now() + E->tick_piece >= E->turn_deadline)))
       break;
+    /* A ticking host's action could read the store, and a read waits for the writer thread's
+     * commit (its fsync): the action waits for the next tick instead. */
+    if (E->turn_deadline > 0 && writer_holds_batch(E)) break;
     mend_run *r = E->ready_head;
     E->ready_head = r->qnext;
     if (!E->ready_head) E->ready_tail = NULL;
@@ -555,7 +656,9 @@ static int pump_turn(mend_engine *E) {
     r->queued = 0;
     mend__do_action(r);
     did++;
+    if (c0 > 0) tick_piece_cost(E, thread_cpu_now() - c0);
   }
+  E->tick_did += (unsigned long)did;
   if (E->writer && !E->broken && mend__end_batch(E)) return -1;
   return did;
 }

@@ -122,8 +122,17 @@ int mend_engine_resume_run(mend_engine *E, const char *id, char *err, int errlen
 int mend_engine_serve(mend_engine *E, double poll_seconds, int max_in_flight);
 void mend_engine_stop(mend_engine *E);
 
-/* Game-loop hosts: does the work that is ready (commits, attempts, due timers, I/O) for at
- * most about `budget` seconds and returns; never blocks. Returns how many actions it did. */
+/* Game-loop hosts: does the work that is ready (attempts, due timers, I/O, handing batches to
+ * the writer thread) for at most about `budget` seconds and returns; never waits for a commit.
+ * Returns how many turns it took, -1 if the engine broke. With info: what it did and left. */
+typedef struct mend_engine_tick_info {
+  double seconds;   /* the tick's own time */
+  int actions;      /* actions done */
+  int ready;        /* actions ready and left for the next tick (the budget ran out) */
+  int timers_due;   /* timers due and left (the budget ran out) */
+  int committing;   /* 1: a batch is on the writer thread; what waits for it goes on after */
+} mend_engine_tick_info;
+int mend_engine_tick_with(mend_engine *E, double budget, mend_engine_tick_info *info);
 int mend_engine_tick_for(mend_engine *E, double budget);
 /* Seconds until the engine next has work: 0 now, -1 nothing scheduled. */
 double mend_engine_next_due(mend_engine *E);

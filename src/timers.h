@@ -36,6 +36,8 @@ typedef struct mend_timers {
   double virtual_now;
   uv_loop_t *loop;
   uv_timer_t *uv;          /* malloc'ed: closed through uv_close, freed in its close callback */
+  double fire_deadline;    /* real clock: mend_timers_fire_due stops firing at this wall time
+                            * (0: never), one timer at least; the rest stay due for the next */
   uv_poll_t *fd_poll;      /* Linux: a timerfd armed for the earliest entry, to the nanosecond
                             * (libuv's timers count milliseconds); then `uv` stays idle */
 } mend_timers;

@@ -113,6 +113,21 @@ static int run_has(mend_engine *E, const char *id, const char *text, int hist) {
 
 /* ---------------------------------------------------------------- workflows */
 
+static const char naps_lua[] =
+  "local mend = require 'mend'\n"
+  "return { name = 'naps', steps = {\n"
+  "  { name = 'nap', execute = function(ctx) mend.sleep(0.3); return true end },\n"
+  "} }\n";
+
+/* Each step asks the host to look, from another connection, at what is durable. */
+static const char ahead_lua[] =
+  "local mend = require 'mend'\n"
+  "return { name = 'ahead', steps = {\n"
+  "  { name = 'one', execute = function(ctx) return mend.call('peek', ctx.run_id, 'one') end },\n"
+  "  { name = 'two', execute = function(ctx) return mend.call('peek', ctx.run_id, 'two') end },\n"
+  "} }\n";
+
+
 static const char basic_lua[] =
   "local mend = require 'mend'\n"
   "return { name = 'basic', steps = {\n"
@@ -352,6 +367,109 @@ static void it_runs_on_the_hosts_loop(void) {
   CHECK_EQ_INT(nhost, 3);   /* value, retry's first attempt, retry's second */
   mend_engine_free(E);
   CHECK_EQ_INT(uv_loop_close(&loop), 0);   /* the engine closed every handle it had */
+}
+
+/* A ticking host with a database file: a step's execute runs only once its `running` row is
+ * durable, seen by another connection (a second engine on the file), though every commit is
+ * on mend's thread now; and a tick with no time for more leaves the rest ready and says so. */
+static mend_engine *peek_engine;
+static int peeks, peeks_durable;
+
+static void peek(void *ud, mend_call *call, const char *args) {
+  (void)ud;
+  char id[17] = "", step[8] = "";
+  sscanf(args, "[\"%16[^\"]\",\"%7[^\"]\"]", id, step);
+  char *hist = NULL;
+  mend_engine_history_json(peek_engine, id, &hist);
+  char want[32];
+  snprintf(want, sizeof want, "\"step\":\"%s\"", step);
+  int seen = 0;   /* a history row of this step, to running */
+  for (const char *p = hist; p && !seen && (p = strstr(p, want)); p++) {
+    const char *end = strchr(p, '}'), *to = strstr(p, "\"to\":\"running\"");
+    seen = to && end && to < end;
+  }
+  peeks++;
+  if (seen) peeks_durable++;
+  else fprintf(stderr, "step %s of %s runs before its running row is durable: %s\n", step, id,
+               hist ? hist : "(no history)");
+  mend_free(hist);
+  mend_call_return(call, "true");
+}
+
+static void it_ticks_a_file_database_committing_on_its_own_thread(void) {
+  char db[128];
+  snprintf(db, sizeof db, "%s/ticked.db", dir);
+  for (int mode = 0; mode < 2; mode++) {
+    unlink(db);
+    mend_options o;
+    mend_options_init(&o);
+    o.db_path = db;
+    o.durability = mode ? MEND_SYNC_PROCESS : MEND_SYNC_FULL;
+    mend_engine *E = engine(&o);
+    peek_engine = engine(&o);
+    mend_engine_register_function(E, "peek", peek, NULL);
+    load(E, "ahead");
+    enum { RUNS = 40 };
+    char id[RUNS][17];
+    for (int i = 0; i < RUNS; i++) start(E, "ahead", NULL, id[i]);
+    /* no time at all: one action, the rest left ready */
+    mend_tick_stats st;
+    memset(&st, 0xAB, sizeof st);
+    CHECK_EQ_INT(mend_engine_tick_stats(E, 1e-9, &st), MEND_OK);
+    CHECK_EQ_INT(st.actions, 1);
+    CHECK_EQ_INT(st.ready, RUNS - 1);
+    CHECK_EQ_INT(st.timers_due, 0);
+    CHECK(st.seconds >= 0 && st.seconds < 1);
+    /* a host built when the stats were shorter: what follows them is not written */
+    unsigned char older[sizeof st];
+    memset(older, 0xCD, sizeof older);
+    CHECK_EQ_INT(mend_engine_tick_ex(E, 1e-9, (mend_tick_stats *)(void *)older,
+                                     offsetof(mend_tick_stats, ready)), MEND_OK);
+    CHECK(older[offsetof(mend_tick_stats, ready)] == 0xCD);
+    peeks = peeks_durable = 0;
+    int committing = 0;
+    double t0 = now_s();
+    while (mend_engine_in_flight_count(E) > 0 && now_s() - t0 < 20) {
+      CHECK_EQ_INT(mend_engine_tick_stats(E, 0.002, &st), MEND_OK);
+      committing |= st.committing;
+      if (mend_engine_next_tick(E) != 0) usleep(1000);
+    }
+    CHECK_EQ_INT(mend_engine_in_flight_count(E), 0);
+    CHECK_EQ_INT(peeks, 2 * RUNS);
+    CHECK_EQ_INT(peeks_durable, 2 * RUNS);
+    CHECK(committing);   /* the commits were the thread's */
+    char status[32];
+    for (int i = 0; i < RUNS; i++) CHECK_STR(run_status(peek_engine, id[i], status, sizeof status), "succeeded");
+    mend_engine_free(peek_engine);
+    mend_engine_free(E);
+  }
+  /* Due timers are pieces of work too: a tick with no time fires one, and says how many wait. */
+  mend_options o;
+  mend_options_init(&o);
+  mend_engine *E = engine(&o);
+  load(E, "naps");
+  enum { NAPS = 20 };
+  char nap[NAPS][17];
+  for (int i = 0; i < NAPS; i++) start(E, "naps", NULL, nap[i]);
+  mend_tick_stats st;
+  for (int i = 0; i < 50 && mend_engine_next_tick(E) == 0; i++)
+    CHECK_EQ_INT(mend_engine_tick_stats(E, 0.5, &st), MEND_OK);
+  CHECK(mend_engine_next_tick(E) > 0);   /* every run asleep */
+  usleep(400 * 1000);
+  CHECK_EQ_INT(mend_engine_tick_stats(E, 1e-9, &st), MEND_OK);
+  CHECK_EQ_INT(st.timers_due, NAPS - 1);
+  CHECK_EQ_INT(mend_engine_next_tick(E), 0);
+  double t0 = now_s();
+  while (mend_engine_in_flight_count(E) > 0 && now_s() - t0 < 10)
+    CHECK_EQ_INT(mend_engine_tick_stats(E, 0.002, &st), MEND_OK);
+  CHECK_EQ_INT(mend_engine_in_flight_count(E), 0);
+  CHECK_EQ_INT(st.timers_due, 0);
+  mend_engine_free(E);
+  for (const char *ext = ""; ext; ext = *ext ? (ext[1] == 'w' ? "-shm" : NULL) : "-wal") {
+    char p[160];
+    snprintf(p, sizeof p, "%s%s", db, ext);
+    unlink(p);
+  }
 }
 
 /* Mode (c): the host ticks the engine from its frame loop; asynchronous answers come from
@@ -908,11 +1026,14 @@ int main(void) {
   write_workflow("token", token_lua);
   write_workflow("token2", token2_lua);
   write_workflow("http_call", http_call_lua);
+  write_workflow("ahead", ahead_lua);
+  write_workflow("naps", naps_lua);
 
   it_runs_on_its_own_loop();
   it_can_be_woken_from_another_thread();
   it_runs_on_the_hosts_loop();
   it_is_ticked_and_answers_each_error_kind();
+  it_ticks_a_file_database_committing_on_its_own_thread();
   it_stops_hostile_scripts_and_stays_usable();
   it_sandboxes_workflow_code();
   it_repairs_through_the_c_api();
@@ -926,7 +1047,8 @@ int main(void) {
 
   static const char *const files[] = {"basic", "saga", "hog", "spin", "escape_os", "escape_io",
                                       "escape_c", "escape_exec", "stuck", "hold", "wait",
-                                      "http_call", "token", "token2"};
+                                      "http_call", "token", "token2",
+                                      "ahead", "naps"};
   for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
     char path[128];
     snprintf(path, sizeof path, "%s/%s.lua", dir, files[i]);

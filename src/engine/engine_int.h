@@ -205,6 +205,12 @@ struct mend_engine {
   double next_thorough_look;   /* claimable(): when it next walks every run held */
   double next_unavailable_look;   /* when it next tries runs no worker could load */
   double turn_deadline;   /* a ticking host's budget for this turn; 0: none */
+  double tick_piece;      /* what a tick expects its next action to cost (engine.c) */
+  unsigned long tick_did; /* actions done in this tick */
+  int tick_writer_tried;  /* a tick started (or could not start) the writer thread */
+  double tick_gc_piece;   /* the dearest step of the Lua collector a tick has seen */
+  size_t tick_gc_base;    /* KB in use when the last cycle a tick ran ended */
+  int tick_gc_cycle;      /* a tick began a cycle of the collector, not ended yet */
   run_fifo throttled;     /* attempts waiting under the global max_concurrency */
   json_t *events;         /* for cfg.on_event, fired after the batch commits */
   struct host_fn *hosts;
