@@ -23,7 +23,8 @@ MEND       := $(BUILD_DIR)/mend
 # on a minimal Debian).
 DEB_PACKAGES := liblua5.4-dev libuv1-dev libsqlite3-dev libjansson-dev libedit-dev \
                 lua5.4 lua-busted sqlite3 cmake gcc pkg-config tmux valgrind \
-                clang libclang-rt-14-dev libcurl4-openssl-dev python3 openssl
+                clang libclang-rt-14-dev libcurl4-openssl-dev python3 openssl \
+                libh2o-dev libssl-dev curl
 
 .PHONY: all deps build demo test crash-soak clean
 

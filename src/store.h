@@ -358,4 +358,12 @@ void    mend_store_repairing(mend_store *s, int on);
 int     mend_store_owner(mend_store *s, const char *id, char *owner_out, int owner_len,
                          double *lease_until);
 
+/* new: serve */
+/* One page of runs, newest first by (created, id), with the filters of mend_store_runs_where
+ * (status, workflow NULL: any; since < 0: any) and, after_id not NULL, only the runs after
+ * the run (after_created, after_id) in that order: a cursor that inserts do not move. */
+json_t *mend_store_runs_page(mend_store *s, const char *status, const char *workflow,
+                             double since, double after_created, const char *after_id,
+                             int limit);
+
 #endif

@@ -577,6 +577,35 @@ local function workflow_loader(eng, dir)
   end
 end
 
+-- The HTTP API (docs/http-api.md) on the engine's loop, for `mend serve` and `mend worker
+-- --listen`: calls fn(server) and closes the server, whatever fn does, before the engine.
+local function with_listener(eng, o, fn)
+  local token
+  if o["token-file"] then
+    local f, err = io.open(o["token-file"], "rb")
+    if not f then fail("cannot read --token-file: %s", err) end
+    token = f:read("a"):match("^%s*(.-)%s*$")
+    f:close()
+    if #token < 16 then
+      fail("the token in %s is %s: it must be at least 16 characters", o["token-file"],
+           #token == 0 and "empty" or "too short")
+    end
+  end
+  local max_body = o["max-body"] and math.tointeger(tonumber(o["max-body"]))
+  if o["max-body"] and not (max_body and max_body > 0) then
+    usage_error(o._command, "--max-body must be a whole number of bytes > 0, got %s", o["max-body"])
+  end
+  local ok, srv = pcall(require("mend.serve").listen, eng, { address = o.listen or "127.0.0.1:7070",
+                        token = token, max_body = max_body, cors = o.cors })
+  if not ok then fail("%s", tostring(srv)) end
+  out("mend: serving http://%s/api/v1\n", srv:address())
+  io.stdout:flush()
+  local res = table.pack(pcall(fn, srv))
+  srv:close()
+  if not res[1] then error(res[2], 0) end
+  return table.unpack(res, 2, res.n)
+end
+
 local function cmd_worker(o)
   local files = workflow_files(o.workflows or "workflows")
   if #files == 0 then fail("no workflow files (*.lua) in %s", o.workflows or "workflows") end
@@ -587,10 +616,29 @@ local function cmd_worker(o)
   return with_engine(conf, function(eng)
     local load_new = workflow_loader(eng, o.workflows or "workflows")
     load_new(true)
-    eng:serve{ poll = number_flag(o, "poll", 0.1),
-               max_in_flight = math.tointeger(number_flag(o, "max-in-flight", 0)) or 0,
-               every = 2, tick = load_new }
+    local function work()
+      eng:serve{ poll = number_flag(o, "poll", 0.1),
+                 max_in_flight = math.tointeger(number_flag(o, "max-in-flight", 0)) or 0,
+                 every = 2, tick = load_new }
+    end
+    if o.listen then with_listener(eng, o, work) else work() end
     return EXIT_OK
+  end)
+end
+
+-- mend serve: the HTTP API alone. Runs it starts are left for workers; a dead letter retried
+-- or a run cancelled through it is carried on here, as `mend dlq retry` does.
+local function cmd_serve(o)
+  local conf = { db = o.db, durability = o.durability, log = "stderr", log_level = o["log-level"] }
+  return with_engine(conf, function(eng)
+    local dir = o.workflows or "workflows"
+    local ok, files = pcall(workflow_files, dir)
+    if not ok and o.workflows then error(files, 0) end
+    if ok and #files > 0 then workflow_loader(eng, dir)(true) end
+    return with_listener(eng, o, function(srv)
+      srv:run()
+      return EXIT_OK
+    end)
   end)
 end
 
@@ -704,12 +752,13 @@ local commands = {
     flags = { db = "value", workflows = "value", lease = "value", poll = "value",
               grace = "value", ["max-in-flight"] = "value", durability = "value",
               ["log-level"] = "value", ["alert-command"] = "value",
-              ["instruction-budget"] = "value" },
+              ["instruction-budget"] = "value", listen = "value", ["token-file"] = "value",
+              ["max-body"] = "value", cors = "value" },
     choices = { durability = { full = true, process = true }, ["log-level"] = LOG_LEVELS },
     usage = "mend worker [--db PATH] [--workflows DIR] [--lease S] [--poll S] [--grace S]\n" ..
             "                   [--max-in-flight N] [--durability full|process]\n" ..
             "                   [--log-level debug|info|warn|error] [--alert-command CMD]\n" ..
-            "                   [--instruction-budget N]",
+            "                   [--instruction-budget N] [--listen HOST:PORT [--token-file F]]",
     help = "Executes runs until stopped. On start it resumes every unfinished run that no live\n" ..
            "worker holds, from the database alone; then it takes new runs as `mend start`\n" ..
            "records them. Several workers may share one database: each run is executed by one\n" ..
@@ -725,8 +774,29 @@ local commands = {
            "  --max-in-flight N  runs held at once (default: no limit)\n" ..
            "  --durability D   full (default: survives power loss) or process (survives a\n" ..
            "                   crash of mend; the last commits may be lost on power loss)\n" ..
-           LOG_LEVEL_HELP .. ALERT_HELP .. BUDGET_HELP,
+           LOG_LEVEL_HELP .. ALERT_HELP .. BUDGET_HELP .. "  --listen HOST:PORT  also serve the HTTP API there (see mend serve --help)\n",
     action = cmd_worker,
+  },
+  serve = {
+    args = {},
+    flags = { db = "value", workflows = "value", listen = "value", ["token-file"] = "value",
+              ["max-body"] = "value", cors = "value", durability = "value", ["log-level"] = "value" },
+    choices = { durability = { full = true, process = true }, ["log-level"] = LOG_LEVELS },
+    usage = "mend serve [--db PATH] [--listen HOST:PORT] [--token-file F] [--workflows DIR]\n" ..
+            "                  [--max-body BYTES] [--cors ORIGIN]",
+    help = "Serves the JSON API under /api/v1 and /metrics (docs/http-api.md) until SIGINT or\n" ..
+           "SIGTERM; prints 'mend: serving http://HOST:PORT/api/v1' once it listens. Runs it\n" ..
+           "starts are left for workers (mend worker, which takes --listen too).\n\n" .. DB_HELP ..
+           "  --listen HOST:PORT  where to listen (default 127.0.0.1:7070; port 0: any free one).\n" ..
+           "                   An address other than loopback needs --token-file\n" ..
+           "  --token-file F   a file holding a token (16 characters or more): every changing\n" ..
+           "                   request needs Authorization: Bearer TOKEN, and beyond loopback\n" ..
+           "                   every request does. Operations are recorded with who sent them\n" ..
+           "  --workflows DIR  workflow files to start runs of (default workflows, if there);\n" ..
+           "                   else the newest version the database keeps\n" ..
+           "  --max-body BYTES the largest request body (default 1048576; larger: 413)\n" ..
+           "  --cors ORIGIN    answer browsers from ORIGIN (default: no CORS headers)\n",
+    action = cmd_serve,
   },
   start = {
     args = { "WORKFLOW" },
@@ -914,6 +984,7 @@ retries, backoff, circuit breakers and compensation, recorded in SQLite.
 Commands:
   run FILE      run one workflow to its end and print its timeline
   worker        execute runs (and resume unfinished ones) until stopped
+  serve         serve the HTTP API (/api/v1) and /metrics
   start WF      record a run for a worker and print its id
   wait RUN      block until a run ends; exit with its outcome
   status RUN    show a run and its steps
