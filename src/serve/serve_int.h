@@ -30,7 +30,7 @@ typedef struct mend_server mend_server;
 mend_server *mend_server_start(mend_engine *E, const mend_server_opts *opts, char *err, int errlen);
 /* The address it listens on, with the port the system chose for port 0 ("127.0.0.1:43210"). */
 const char *mend_server_address(const mend_server *srv);
-/* Stops listening, lets open connections close (forcing them after a second) and frees h2o's
+/* Stops listening, lets open connections close (forcing them after 0.3 s) and frees h2o's
  * handles, so that the engine's loop can be closed after. The struct stays until free. */
 void mend_server_close(mend_server *srv);
 void mend_server_free(mend_server *srv);

@@ -464,23 +464,37 @@ const char *mend_server_address(const mend_server *srv) { return srv->address; }
 
 static void tick(uv_timer_t *t) { (void)t; }
 
+/* A connection closed under h2o leaves its timeouts armed, which h2o_context_dispose refuses
+ * (it aborts): nothing is left to call them, so they are let go first. */
+static void unlink_all(h2o_timeout_t *t) {
+  if (!t->_entries.next) return;   /* one the context does not set up */
+  while (!h2o_linklist_is_empty(&t->_entries))
+    h2o_timeout_unlink(H2O_STRUCT_FROM_MEMBER(h2o_timeout_entry_t, _link, t->_entries.next));
+}
+
 void mend_server_close(mend_server *srv) {
   if (!srv || srv->closed) return;
   srv->closed = 1;
   uv_loop_t *loop = srv->ctx.loop;
   uv_close((uv_handle_t *)&srv->listener, NULL);
-  h2o_context_request_shutdown(&srv->ctx);
-  /* Connections answering a request finish it; idle keep-alive ones are closed after a
-   * second. The timer only keeps the loop from sleeping past that second. */
+  /* Replies being written get a moment to go out, clients a moment to close; then what is
+   * left (idle keep-alive connections) is closed. Not h2o_context_request_shutdown: its
+   * HTTP/2 side arms a timer that h2o_context_dispose then finds armed, and aborts. The timer
+   * here only keeps the loop from sleeping past the moment. */
   uv_timer_t t;
   uv_timer_init(loop, &t);
   uv_timer_start(&t, tick, 50, 50);
-  uint64_t until = uv_now(loop) + 1000;
+  uint64_t until = uv_now(loop) + 300;
   while (srv->conns && uv_now(loop) < until) uv_run(loop, UV_RUN_ONCE);
   for (conn *c = srv->conns; c; c = c->next)
     if (!uv_is_closing((uv_handle_t *)&c->tcp)) h2o_socket_close(c->sock);
   uv_close((uv_handle_t *)&t, NULL);
   while (srv->conns) uv_run(loop, UV_RUN_ONCE);
+  h2o_timeout_t *armed[] = {&srv->ctx.zero_timeout, &srv->ctx.one_sec_timeout,
+                            &srv->ctx.hundred_ms_timeout, &srv->ctx.handshake_timeout,
+                            &srv->ctx.http1.req_timeout, &srv->ctx.http2.idle_timeout,
+                            &srv->ctx.http2.graceful_shutdown_timeout, &srv->ctx.proxy.io_timeout};
+  for (size_t i = 0; i < sizeof armed / sizeof armed[0]; i++) unlink_all(armed[i]);
   h2o_context_dispose(&srv->ctx);
   uv_run(loop, UV_RUN_NOWAIT);
 }
