@@ -319,8 +319,16 @@ void serve_api(serve_req *r) {
         json_t *run = mend_store_run(st, s[1]);
         if (!run) { store_failed(r); return; }
         json_decref(run);
-        if (!(list = mend_store_inbox(st, s[1]))) store_failed(r);
-        else serve_json(r, 200, list);
+        if (!(list = mend_store_inbox(st, s[1]))) { store_failed(r); return; }
+        /* The store keeps a payload as JSON text; a client gets it as JSON. */
+        size_t i;
+        json_t *ev;
+        json_array_foreach(list, i, ev) {
+          const char *text = json_string_value(json_object_get(ev, "payload"));
+          json_t *v = text ? json_loads(text, JSON_DECODE_ANY, NULL) : NULL;
+          if (v) json_object_set_new(ev, "payload", v);
+        }
+        serve_json(r, 200, list);
       }
     } else {
       not_found(r);
