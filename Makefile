@@ -18,13 +18,14 @@ CMAKE      ?= cmake
 MEND       := $(BUILD_DIR)/mend
 
 # Debian 12 packages needed to build and test (sqlite3: the specs read the database with its
-# shell, as an operator would; clang and libclang-rt-14-dev: the fuzz targets, libFuzzer; python3 and openssl: the specs' HTTP server and its certificate). Not
+# shell, as an operator would; clang and libclang-rt-14-dev: the fuzz targets, libFuzzer; python3 and openssl: the specs' HTTP server and its certificate; libh2o-dev and libssl-dev: mend serve; curl: its specs' client;
+# chromium and chromium-driver: its dashboard's browser test). Not
 # make itself: it must be there to read this file (README: `apt-get install -y make git` first
 # on a minimal Debian).
 DEB_PACKAGES := liblua5.4-dev libuv1-dev libsqlite3-dev libjansson-dev libedit-dev \
                 lua5.4 lua-busted sqlite3 cmake gcc pkg-config tmux valgrind \
                 clang libclang-rt-14-dev libcurl4-openssl-dev python3 openssl \
-                libh2o-dev libssl-dev curl
+                libh2o-dev libssl-dev curl chromium chromium-driver
 
 .PHONY: all deps build demo test crash-soak clean
 

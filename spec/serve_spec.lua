@@ -436,6 +436,10 @@ describe("mend serve", function()
     assert.are.equal(401, code)
     code = get(base, "/api/v1/runs", { token = token })
     assert.are.equal(200, code)
+    -- The dashboard's page holds no data: it loads without the token, and asks for it.
+    local _, _, page, headers = get(base, "/")
+    assert.matches("<title>mend</title>", page)
+    assert.matches("content%-security%-policy: default%-src 'none'", headers:lower())
   end)
 
   it("serves Prometheus metrics that match the database", function()

@@ -595,8 +595,13 @@ local function with_listener(eng, o, fn)
   if o["max-body"] and not (max_body and max_body > 0) then
     usage_error(o._command, "--max-body must be a whole number of bytes > 0, got %s", o["max-body"])
   end
+  -- The dashboard is installed beside mend's Lua files (share/mend/ui, or ui/ in the source).
+  local cli_file = package.searchpath("mend.cli", package.path)
+  local page = cli_file and io.open(cli_file:gsub("[^/]*/[^/]*$", "") .. "../ui/index.html", "rb")
+  local dashboard = page and page:read("a")
+  if page then page:close() end
   local ok, srv = pcall(require("mend.serve").listen, eng, { address = o.listen or "127.0.0.1:7070",
-                        token = token, max_body = max_body, cors = o.cors })
+                        token = token, max_body = max_body, cors = o.cors, dashboard = dashboard })
   if not ok then fail("%s", tostring(srv)) end
   out("mend: serving http://%s/api/v1\n", srv:address())
   io.stdout:flush()

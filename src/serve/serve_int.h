@@ -21,6 +21,8 @@ typedef struct mend_server_opts {
   size_t max_body;         /* bytes of a request body (413 past it); 0: 1 MiB */
   size_t max_headers;      /* bytes of a request's header fields (431 past it); 0: 16 KiB */
   const char *cors_origin; /* NULL: no CORS headers at all */
+  const char *dashboard;   /* the dashboard page (HTML), served at / without a token: it holds
+                              no data, and asks for the token itself; NULL: none */
 } mend_server_opts;
 
 typedef struct mend_server mend_server;

@@ -39,6 +39,7 @@ struct mend_server {
   int loopback;
   size_t max_headers;
   char *cors;
+  char *dashboard;
   char address[INET6_ADDRSTRLEN + 16];
   conn *conns;
   int started, closed;
@@ -282,6 +283,22 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
                 (int)m.len, m.base);
     return 0;
   }
+  size_t plen = req->query_at != SIZE_MAX ? req->query_at : req->path.len;
+  if (get && (h2o_memis(req->path.base, plen, H2O_STRLIT("/")) ||
+              h2o_memis(req->path.base, plen, H2O_STRLIT("/ui")))) {
+    if (!srv->dashboard) {
+      serve_error(&r, 404, "not_found", "the dashboard is not installed with this mend; the API is"
+                  " under /api/v1");
+      return 0;
+    }
+    /* One page, its script and style inline; it may talk to this server only. */
+    h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("content-security-policy"), 0,
+                          NULL, H2O_STRLIT("default-src 'none'; script-src 'unsafe-inline'; "
+                          "style-src 'unsafe-inline'; connect-src 'self'; img-src data:; "
+                          "frame-ancestors 'none'"));
+    send_text(&r, 200, "text/html; charset=utf-8", srv->dashboard, strlen(srv->dashboard));
+    return 0;
+  }
   /* The token: for everything beyond loopback, for every change whenever it is set; a token
    * sent is checked even where none is needed, so that a wrong one is never taken as right. */
   int has_auth = h2o_find_header(&req->headers, H2O_TOKEN_AUTHORIZATION, -1) >= 0;
@@ -298,7 +315,6 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
     serve_error(&r, 415, "unsupported_media_type", "a POST must have Content-Type: application/json");
     return 0;
   }
-  size_t plen = req->query_at != SIZE_MAX ? req->query_at : req->path.len;
   if (req->query_at != SIZE_MAX) {
     r.query = req->path.base + req->query_at + 1;
     r.query_len = req->path.len - req->query_at - 1;
@@ -418,6 +434,7 @@ mend_server *mend_server_start(mend_engine *E, const mend_server_opts *o, char *
     srv->token_len = strlen(o->token);
   }
   if (o->cors_origin) srv->cors = strdup(o->cors_origin);
+  if (o->dashboard) srv->dashboard = strdup(o->dashboard);
   uv_loop_t *loop = mend_engine_loop(E);
   uv_tcp_init(loop, &srv->listener);
   srv->listener.data = srv;
@@ -505,5 +522,6 @@ void mend_server_free(mend_server *srv) {
   if (srv->started) h2o_config_dispose(&srv->config);
   free(srv->token);
   free(srv->cors);
+  free(srv->dashboard);
   free(srv);
 }
