@@ -462,8 +462,11 @@ describe("mend serve", function()
       end
     end
     assert.are.equal(1, samples.mend_dlq_size)
-    assert.are.equal(1, samples['mend_runs{status="needs_attention"}'])
-    assert.are.equal(1, samples['mend_runs{status="running"}'])
+    assert.are.equal(1, samples.mend_runs_parked)
+    assert.are.equal(1, samples['mend_runs{workflow="refund",status="needs_attention"}'])
+    assert.are.equal(1, samples['mend_runs{workflow="hello",status="running"}'])
+    assert.are.equal(1, samples['mend_runs_by_status{status="running"}'])
+    assert.are.equal(0, samples['mend_runs_by_status{status="succeeded"}'])
     assert.are.equal(2, samples['mend_breaker_state{key="psp"}'])
     assert.is_true(samples.mend_oldest_unfinished_run_age_seconds >= 0)
   end)

@@ -365,5 +365,8 @@ int     mend_store_owner(mend_store *s, const char *id, char *owner_out, int own
 json_t *mend_store_runs_page(mend_store *s, const char *status, const char *workflow,
                              double since, double after_created, const char *after_id,
                              int limit);
+/* Runs by workflow and status: [{workflow, status, runs, oldest}], oldest the creation time of
+ * the oldest running or compensating one (left out when none). */
+json_t *mend_store_run_counts(mend_store *s);
 
 #endif

@@ -1,7 +1,7 @@
 /*
  * metrics: /metrics in Prometheus' text format, read from the store's JSON views at each
- * scrape: the dead-letter queue's size, each breaker's state, and the unfinished runs by
- * status with the age of the oldest. Must never keep counters of its own (several processes
+ * scrape: runs by workflow and status (one aggregate query), the dead-letter queue's size,
+ * each breaker's state, and the age of the oldest unfinished run. Must never keep counters of its own (several processes
  * share one database: the database is the truth) nor write.
  */
 #include "serve_int.h"
@@ -39,57 +39,69 @@ static void put_label(buf *b, const char *s) {
   }
 }
 
+static const char *const STATUSES[] = {"running", "compensating", "succeeded", "compensated",
+                                       "failed", "needs_attention", "resolved", NULL};
+
 void serve_metrics(serve_req *r) {
   mend_store *s = mend_engine_store(r->E);
   buf b = {0};
   json_t *dlq = mend_store_dlq(s), *breakers = mend_store_breakers(s);
-  static const char *const unfinished[] = {"running", "compensating", "needs_attention", NULL};
-  json_t *runs[3] = {NULL, NULL, NULL};
-  int ok = dlq && breakers;
-  for (int i = 0; ok && unfinished[i]; i++) ok = (runs[i] = mend_store_runs_where(s, unfinished[i], NULL, -1, 0, -1)) != NULL;
-  if (!ok) {
+  json_t *counts = dlq && breakers ? mend_store_run_counts(s) : NULL;
+  if (!counts) {
     serve_error(r, 503, "storage", "%s", mend_store_errmsg(s));
-  } else {
-    put(&b, "# HELP mend_dlq_size Runs in the dead-letter queue.\n# TYPE mend_dlq_size gauge\n");
-    put(&b, "mend_dlq_size %zu\n", json_array_size(dlq));
-    put(&b, "# HELP mend_runs Runs by status (unfinished ones and the dead-letter queue).\n"
-            "# TYPE mend_runs gauge\n");
-    double now = mend_engine_now(r->E), oldest = -1;
-    for (int i = 0; unfinished[i]; i++) {
-      put(&b, "mend_runs{status=\"%s\"} %zu\n", unfinished[i], json_array_size(runs[i]));
-      size_t k;
-      json_t *row;
-      json_array_foreach(runs[i], k, row) {
-        double c = json_number_value(json_object_get(row, "created"));
-        if (i < 2 && (oldest < 0 || c < oldest)) oldest = c;
-      }
-    }
-    put(&b, "# HELP mend_oldest_unfinished_run_age_seconds Age of the oldest running or compensating"
-            " run (0: none).\n# TYPE mend_oldest_unfinished_run_age_seconds gauge\n");
-    put(&b, "mend_oldest_unfinished_run_age_seconds %.3f\n", oldest < 0 ? 0 : now - oldest);
-    put(&b, "# HELP mend_breaker_state Circuit breaker state: 0 closed, 1 half-open, 2 open.\n"
-            "# TYPE mend_breaker_state gauge\n");
-    size_t k;
-    json_t *row;
-    json_array_foreach(breakers, k, row) {
-      const char *st = json_string_value(json_object_get(row, "state"));
-      int v = !st ? 0 : strcmp(st, "open") == 0 ? 2 : strcmp(st, "half_open") == 0 || strcmp(st, "half-open") == 0 ? 1 : 0;
-      put(&b, "mend_breaker_state{key=\"");
-      put_label(&b, json_string_value(json_object_get(row, "key")));
-      put(&b, "\"} %d\n", v);
-    }
-    if (b.oom) {
-      serve_error(r, 500, "internal", "out of memory");
-    } else {
-      r->req->res.status = 200;
-      r->req->res.reason = "OK";
-      h2o_add_header(&r->req->pool, &r->req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
-                     H2O_STRLIT("text/plain; version=0.0.4; charset=utf-8"));
-      h2o_send_inline(r->req, b.p, b.len);
-    }
+    goto done;
   }
+  put(&b, "# HELP mend_runs Runs in the database by workflow and status (ended runs until"
+          " pruned).\n# TYPE mend_runs gauge\n");
+  double oldest = -1;
+  long by_status[8] = {0};
+  size_t k;
+  json_t *row;
+  json_array_foreach(counts, k, row) {
+    const char *status = json_string_value(json_object_get(row, "status"));
+    long n = (long)json_integer_value(json_object_get(row, "runs"));
+    put(&b, "mend_runs{workflow=\"");
+    put_label(&b, json_string_value(json_object_get(row, "workflow")));
+    put(&b, "\",status=\"");
+    put_label(&b, status);
+    put(&b, "\"} %ld\n", n);
+    for (int i = 0; status && STATUSES[i]; i++)
+      if (strcmp(status, STATUSES[i]) == 0) by_status[i] += n;
+    json_t *o = json_object_get(row, "oldest");
+    if (json_is_number(o) && (oldest < 0 || json_number_value(o) < oldest)) oldest = json_number_value(o);
+  }
+  put(&b, "# HELP mend_runs_by_status Runs in the database by status.\n"
+          "# TYPE mend_runs_by_status gauge\n");
+  for (int i = 0; STATUSES[i]; i++) put(&b, "mend_runs_by_status{status=\"%s\"} %ld\n", STATUSES[i], by_status[i]);
+  put(&b, "# HELP mend_runs_parked Runs that need a person: in the dead-letter queue.\n"
+          "# TYPE mend_runs_parked gauge\nmend_runs_parked %zu\n", json_array_size(dlq));
+  put(&b, "# HELP mend_dlq_size Runs in the dead-letter queue.\n# TYPE mend_dlq_size gauge\n");
+  put(&b, "mend_dlq_size %zu\n", json_array_size(dlq));
+  put(&b, "# HELP mend_oldest_unfinished_run_age_seconds Age of the oldest running or compensating"
+          " run (0: none).\n# TYPE mend_oldest_unfinished_run_age_seconds gauge\n");
+  put(&b, "mend_oldest_unfinished_run_age_seconds %.3f\n",
+      oldest < 0 ? 0 : mend_engine_now(r->E) - oldest);
+  put(&b, "# HELP mend_breaker_state Circuit breaker state: 0 closed, 1 half-open, 2 open.\n"
+          "# TYPE mend_breaker_state gauge\n");
+  json_array_foreach(breakers, k, row) {
+    const char *st = json_string_value(json_object_get(row, "state"));
+    int v = !st ? 0 : strcmp(st, "open") == 0 ? 2 : strcmp(st, "half_open") == 0 ? 1 : 0;
+    put(&b, "mend_breaker_state{key=\"");
+    put_label(&b, json_string_value(json_object_get(row, "key")));
+    put(&b, "\"} %d\n", v);
+  }
+  if (b.oom) {
+    serve_error(r, 500, "internal", "out of memory");
+  } else {
+    r->req->res.status = 200;
+    r->req->res.reason = "OK";
+    h2o_add_header(&r->req->pool, &r->req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
+                   H2O_STRLIT("text/plain; version=0.0.4; charset=utf-8"));
+    h2o_send_inline(r->req, b.p, b.len);
+  }
+done:
   free(b.p);
   json_decref(dlq);
   json_decref(breakers);
-  for (int i = 0; i < 3; i++) json_decref(runs[i]);
+  json_decref(counts);
 }
