@@ -46,21 +46,24 @@ static void refused(serve_req *r, const char *err) {
   }
 }
 
-/* A body field that must be a string when given; NULL when absent; "\x01" after a 400. */
-static const char *opt_string(serve_req *r, json_t *body, const char *name, int required) {
+/* A body field that must be a non-empty string: 0 and *out (NULL when absent and not
+ * required), or -1 after replying 400 naming it. */
+static int body_string(serve_req *r, json_t *body, const char *name, int required, const char **out) {
   json_t *v = json_object_get(body, name);
+  *out = NULL;
   if (!v || json_is_null(v)) {
-    if (!required) return NULL;
+    if (!required) return 0;
     serve_error(r, 400, "missing_field", "the body needs \"%s\"", name);
-    return "\x01";
+    return -1;
   }
-  if (!json_is_string(v) || json_string_length(v) == 0 || strlen(json_string_value(v)) != json_string_length(v)) {
+  if (!json_is_string(v) || json_string_length(v) == 0 ||
+      strlen(json_string_value(v)) != json_string_length(v)) {
     serve_error(r, 400, "bad_field", "\"%s\" must be a non-empty string", name);
-    return "\x01";
+    return -1;
   }
-  return json_string_value(v);
+  *out = json_string_value(v);
+  return 0;
 }
-#define FAILED(s) ((s) && (s)[0] == '\x01' && !(s)[1])
 
 /* ---------------------------------------------------------------- runs */
 
@@ -86,10 +89,12 @@ static int workflow_here(serve_req *r, const char *name) {
 static void start_run(serve_req *r) {
   json_t *body = serve_body(r);
   if (!body) return;
-  const char *name = opt_string(r, body, "workflow", 1);
-  const char *key = FAILED(name) ? NULL : opt_string(r, body, "key", 0);
-  if (FAILED(name) || FAILED(key)) { json_decref(body); return; }
-  if (!workflow_here(r, name)) { json_decref(body); return; }
+  const char *name, *key;
+  if (body_string(r, body, "workflow", 1, &name) || body_string(r, body, "key", 0, &key) ||
+      !workflow_here(r, name)) {
+    json_decref(body);
+    return;
+  }
   json_t *input = json_object_get(body, "input");
   lua_State *L = mend_engine_lua(r->E);
   if (input) mend_json_push(L, input);
@@ -116,9 +121,11 @@ static int parse_cursor(const char *c, double *created, char *id, size_t idlen) 
 }
 
 static void list_runs(serve_req *r) {
-  const char *status = serve_query(r, "status"), *workflow = serve_query(r, "workflow");
-  const char *since_s = serve_query(r, "since"), *limit_s = serve_query(r, "limit");
-  const char *cursor = serve_query(r, "cursor");
+  const char *status, *workflow, *since_s, *limit_s, *cursor;
+  if (serve_query(r, "status", &status) || serve_query(r, "workflow", &workflow) ||
+      serve_query(r, "since", &since_s) || serve_query(r, "limit", &limit_s) ||
+      serve_query(r, "cursor", &cursor))
+    return;
   if (status) {
     int ok = 0;
     for (const char *const *s = RUN_STATUSES; *s; s++) ok |= strcmp(status, *s) == 0;
@@ -196,10 +203,12 @@ static void cancel_run(serve_req *r, const char *id) {
 static void send_event(serve_req *r, const char *id) {
   json_t *body = serve_body(r);
   if (!body) return;
-  const char *name = opt_string(r, body, "name", 1);
-  const char *key = FAILED(name) ? NULL : opt_string(r, body, "key", 0);
-  const char *run_key = id || FAILED(name) || FAILED(key) ? NULL : opt_string(r, body, "run_key", 1);
-  if (FAILED(name) || FAILED(key) || FAILED(run_key)) { json_decref(body); return; }
+  const char *name, *key, *run_key = NULL;
+  if (body_string(r, body, "name", 1, &name) || body_string(r, body, "key", 0, &key) ||
+      (!id && body_string(r, body, "run_key", 1, &run_key))) {
+    json_decref(body);
+    return;
+  }
   json_t *data = json_object_get(body, "data");
   char *payload = data ? json_dumps(data, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
   char run_id[MEND_RUN_ID_LEN] = "", err[600] = "";
@@ -232,8 +241,8 @@ static void dlq_op(serve_req *r, const char *id, const char *op) {
   }
   json_t *body = serve_body(r);
   if (!body) return;
-  const char *note = opt_string(r, body, "note", 1);
-  if (!FAILED(note)) {
+  const char *note;
+  if (!body_string(r, body, "note", 1, &note)) {
     if (mend_engine_resolve(r->E, id, r->who, note, err, sizeof err)) refused(r, err);
     else serve_json(r, 200, json_pack("{s:s,s:s}", "id", id, "status", "resolved"));
   }

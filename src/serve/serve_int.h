@@ -54,8 +54,9 @@ typedef struct serve_req {
 void serve_json(serve_req *r, int status, json_t *body);
 void serve_error(serve_req *r, int status, const char *code, const char *fmt, ...)
   __attribute__((format(printf, 4, 5)));
-/* A query parameter, percent-decoded into the request's pool; NULL when absent. */
-const char *serve_query(serve_req *r, const char *name);
+/* A query parameter, percent-decoded into the request's pool, in *out (NULL when absent): 0,
+ * or -1 after replying 400 for a malformed one. */
+int serve_query(serve_req *r, const char *name, const char **out);
 /* The body as a JSON object (an empty body is {}); NULL after replying 400 naming the fault. */
 json_t *serve_body(serve_req *r);
 

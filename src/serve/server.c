@@ -151,22 +151,24 @@ static char *decode(h2o_mem_pool_t *pool, const char *s, size_t n, int plus) {
   return out;
 }
 
-const char *serve_query(serve_req *r, const char *name) {
+int serve_query(serve_req *r, const char *name, const char **out) {
   size_t nlen = strlen(name);
   const char *p = r->query, *end = r->query + r->query_len;
+  *out = NULL;
   while (p < end) {
     const char *amp = memchr(p, '&', (size_t)(end - p));
     if (!amp) amp = end;
     const char *eq = memchr(p, '=', (size_t)(amp - p));
     const char *kend = eq ? eq : amp;
     if ((size_t)(kend - p) == nlen && memcmp(p, name, nlen) == 0) {
-      if (!eq) return "";
-      char *v = decode(&r->req->pool, eq + 1, (size_t)(amp - eq - 1), 1);
-      return v ? v : "\x01";   /* malformed: the handler's check names it */
+      *out = eq ? decode(&r->req->pool, eq + 1, (size_t)(amp - eq - 1), 1) : "";
+      if (*out) return 0;
+      serve_error(r, 400, "bad_query", "the query parameter %s has a malformed percent-escape", name);
+      return -1;
     }
     p = amp + 1;
   }
-  return NULL;
+  return 0;
 }
 
 json_t *serve_body(serve_req *r) {
