@@ -577,38 +577,12 @@ local function workflow_loader(eng, dir)
   end
 end
 
--- The HTTP API (docs/http-api.md) on the engine's loop, for `mend serve` and `mend worker
--- --listen`: calls fn(server) and closes the server, whatever fn does, before the engine.
-local function with_listener(eng, o, fn)
-  local token
-  if o["token-file"] then
-    local f, err = io.open(o["token-file"], "rb")
-    if not f then fail("cannot read --token-file: %s", err) end
-    token = f:read("a"):match("^%s*(.-)%s*$")
-    f:close()
-    if #token < 16 then
-      fail("the token in %s is %s: it must be at least 16 characters", o["token-file"],
-           #token == 0 and "empty" or "too short")
-    end
-  end
-  local max_body = o["max-body"] and math.tointeger(tonumber(o["max-body"]))
-  if o["max-body"] and not (max_body and max_body > 0) then
-    usage_error(o._command, "--max-body must be a whole number of bytes > 0, got %s", o["max-body"])
-  end
-  -- The dashboard is installed beside mend's Lua files (share/mend/ui, or ui/ in the source).
-  local cli_file = package.searchpath("mend.cli", package.path)
-  local page = cli_file and io.open(cli_file:gsub("[^/]*/[^/]*$", "") .. "../ui/index.html", "rb")
-  local dashboard = page and page:read("a")
-  if page then page:close() end
-  local ok, srv = pcall(require("mend.serve").listen, eng, { address = o.listen or "127.0.0.1:7070",
-                        token = token, max_body = max_body, cors = o.cors, dashboard = dashboard })
-  if not ok then fail("%s", tostring(srv)) end
-  out("mend: serving http://%s/api/v1\n", srv:address())
-  io.stdout:flush()
-  local res = table.pack(pcall(fn, srv))
-  srv:close()
-  if not res[1] then error(res[2], 0) end
-  return table.unpack(res, 2, res.n)
+-- The HTTP API on the engine's loop (mend.listen), for `mend serve` and `mend worker --listen`:
+-- its flags are checked before the engine opens the database.
+local LISTEN_CLI = { fail = fail, usage_error = usage_error, out = out }
+local function listen_options(o) return require("mend.listen").options(o, LISTEN_CLI) end
+local function with_listener(eng, opts, fn)
+  return require("mend.listen").with_listener(eng, opts, fn, LISTEN_CLI)
 end
 
 local function cmd_worker(o)
@@ -618,6 +592,7 @@ local function cmd_worker(o)
                  log_level = o["log-level"], alert_command = o["alert-command"],
                  instruction_budget = budget_flag(o),
                  lease = number_flag(o, "lease", 30), grace = number_flag(o, "grace", 10) }
+  local listen = o.listen and listen_options(o)
   return with_engine(conf, function(eng)
     local load_new = workflow_loader(eng, o.workflows or "workflows")
     load_new(true)
@@ -626,7 +601,7 @@ local function cmd_worker(o)
                  max_in_flight = math.tointeger(number_flag(o, "max-in-flight", 0)) or 0,
                  every = 2, tick = load_new }
     end
-    if o.listen then with_listener(eng, o, work) else work() end
+    if listen then with_listener(eng, listen, work) else work() end
     return EXIT_OK
   end)
 end
@@ -635,12 +610,13 @@ end
 -- or a run cancelled through it is carried on here, as `mend dlq retry` does.
 local function cmd_serve(o)
   local conf = { db = o.db, durability = o.durability, log = "stderr", log_level = o["log-level"] }
+  local listen = listen_options(o)
   return with_engine(conf, function(eng)
     local dir = o.workflows or "workflows"
     local ok, files = pcall(workflow_files, dir)
     if not ok and o.workflows then error(files, 0) end
     if ok and #files > 0 then workflow_loader(eng, dir)(true) end
-    return with_listener(eng, o, function(srv)
+    return with_listener(eng, listen, function(srv)
       srv:run()
       return EXIT_OK
     end)
@@ -779,7 +755,9 @@ local commands = {
            "  --max-in-flight N  runs held at once (default: no limit)\n" ..
            "  --durability D   full (default: survives power loss) or process (survives a\n" ..
            "                   crash of mend; the last commits may be lost on power loss)\n" ..
-           LOG_LEVEL_HELP .. ALERT_HELP .. BUDGET_HELP .. "  --listen HOST:PORT  also serve the HTTP API there (see mend serve --help)\n",
+           LOG_LEVEL_HELP .. ALERT_HELP .. BUDGET_HELP ..
+           "  --listen HOST:PORT  also serve the HTTP API there; --token-file, --max-body and\n" ..
+           "                   --cors as for mend serve (see mend serve --help)\n",
     action = cmd_worker,
   },
   serve = {
