@@ -388,6 +388,40 @@ describe("mend serve", function()
     assert.are.same({ "1" }, H.sql(db, "SELECT count(*) FROM runs"))
   end)
 
+  it("closes connections past 256 at once, and goes on serving", function()
+    local dir, db = workspace()
+    local base = start(dir, db)
+    local port = base:match(":(%d+)$")
+    -- python3 holds 300 connections open and counts those the server closed.
+    local rc, out = sh("python3 -c " .. q([[
+import socket, sys, time
+socks = [socket.create_connection(("127.0.0.1", ]] .. port .. [[)) for _ in range(300)]
+for s in socks:
+    s.setblocking(False)
+gone, deadline = set(), time.time() + 10
+while len(gone) < 44 and time.time() < deadline:
+    time.sleep(0.1)
+    for i, s in enumerate(socks):
+        try:
+            if s.recv(1) == b"":
+                gone.add(i)
+        except BlockingIOError:
+            pass
+time.sleep(0.3)
+for i, s in enumerate(socks):
+    try:
+        if s.recv(1) == b"":
+            gone.add(i)
+    except BlockingIOError:
+        pass
+print("closed", len(gone))
+]]))
+    assert.are.equal(0, rc, out)
+    assert.are.equal("44", out:match("closed (%d+)"))
+    local code = get(base, "/api/v1")
+    assert.are.equal(200, code)
+  end)
+
   it("sends CORS headers only for the origin given with --cors", function()
     local dir, db = workspace()
     local base = start(dir, db, "--listen 127.0.0.1:0 --cors http://dash.example")

@@ -20,6 +20,7 @@
 #define DEFAULT_MAX_BODY (1u << 20)
 #define DEFAULT_MAX_HEADERS (16u << 10)
 #define WHO_MAX 64
+#define MAX_CONNECTIONS 256   /* past it a new connection is closed at once */
 
 typedef struct conn {
   uv_tcp_t tcp;                /* first: h2o's close callback gets the handle */
@@ -42,6 +43,7 @@ struct mend_server {
   char *dashboard;
   char address[INET6_ADDRSTRLEN + 16];
   conn *conns;
+  int nconns;
   int started, closed;
 };
 
@@ -353,6 +355,7 @@ static void conn_closed(uv_handle_t *h) {
   if (c->prev) c->prev->next = c->next;
   else srv->conns = c->next;
   if (c->next) c->next->prev = c->prev;
+  srv->nconns--;
   free(c);
 }
 
@@ -369,7 +372,12 @@ static void on_accept(uv_stream_t *listener, int status) {
     uv_close((uv_handle_t *)&c->tcp, free_unaccepted);
     return;
   }
+  if (srv->nconns >= MAX_CONNECTIONS) {   /* one client must not take every descriptor */
+    uv_close((uv_handle_t *)&c->tcp, free_unaccepted);
+    return;
+  }
   uv_tcp_nodelay(&c->tcp, 1);
+  srv->nconns++;
   c->srv = srv;
   c->next = srv->conns;
   if (srv->conns) srv->conns->prev = c;
@@ -466,6 +474,7 @@ mend_server *mend_server_start(mend_engine *E, const mend_server_opts *o, char *
   h2o_config_init(&srv->config);
   srv->config.max_request_entity_size = o->max_body ? o->max_body : DEFAULT_MAX_BODY;
   srv->config.server_name = h2o_iovec_init(H2O_STRLIT("mend"));
+  srv->config.http1.upgrade_to_http2 = 0;   /* HTTP/1.1 only: what the API is tested with */
   h2o_hostconf_t *host_conf = h2o_config_register_host(&srv->config,
                                                        h2o_iovec_init(H2O_STRLIT("default")), 65535);
   h2o_pathconf_t *path = h2o_config_register_path(host_conf, "/", 0);
