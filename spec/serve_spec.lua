@@ -22,6 +22,13 @@ return { name = "refund", compensate_retry = { max_attempts = 2, initial = 0.01,
   } }
 ]]
 
+local WAIT = [[
+return { name = "wait", steps = {
+  { name = "paid", wait_for = "payment", timeout = 3600 },
+  { name = "ship", execute = function(ctx) return { amount = ctx.results.paid.amount } end },
+} }
+]]
+
 local HELLO = [[
 return { name = "hello", steps = {
   { name = "greet", execute = function(ctx, input) return { said = "hello " .. input.to } end },
@@ -34,6 +41,7 @@ local function workspace()
   local dir = H.tmp_dir()
   H.write_file(dir, "hello.lua", HELLO)
   H.write_file(dir, "refund.lua", REFUND)
+  H.write_file(dir, "wait.lua", WAIT)
   return dir, dir .. "/serve.db"
 end
 
@@ -362,7 +370,11 @@ describe("mend serve", function()
   it("answers errors as JSON: unknown paths, wrong methods, bodies and headers too large", function()
     local dir, db = workspace()
     local base = start(dir, db, "--listen 127.0.0.1:0 --max-body 1000")
-    local code, e, _, headers = get(base, "/api/v2/runs")
+    local code, index = get(base, "/api/v1")
+    assert.are.equal(200, code)
+    assert.is_true(#index.endpoints >= 15)
+    local e, headers, _
+    code, e, _, headers = get(base, "/api/v2/runs")
     assert.are.equal(404, code)
     assert.are.equal("not_found", e.error.code)
     assert.matches("content%-type: application/json", headers:lower())
@@ -532,5 +544,36 @@ describe("mend worker --listen", function()
     assert.are.same({ said = "hello world" }, run.steps[1].result)
     local _, history = get(base, "/api/v1/runs/" .. r.id .. "/history")
     assert.are.equal("succeeded", history[#history].to)
+  end)
+
+  it("gives an event sent through the API to the step waiting for it", function()
+    local dir, db = workspace()
+    local base = start(dir, db, "--listen 127.0.0.1:0", "worker")
+    local _, r = post(base, "/api/v1/runs", { workflow = "wait", input = {}, key = "order-9" })
+    H.wait_for("the wait", function()
+      local _, run = get(base, "/api/v1/runs/" .. r.id)
+      return run.steps[1].status == "waiting"
+    end, 10)
+    local code = post(base, "/api/v1/events", { run_key = "order-9", name = "payment", data = { amount = 12 } })
+    assert.are.equal(202, code)
+    H.wait_for("the run", function() return status_of(base, r.id) == "succeeded" end, 10)
+    local _, run = get(base, "/api/v1/runs/" .. r.id)
+    assert.are.same({ amount = 12 }, run.steps[1].result)
+    assert.are.same({ amount = 12 }, run.steps[2].result)
+  end)
+
+  it("asks the worker holding a run to cancel it", function()
+    local dir, db = workspace()
+    local base = start(dir, db, "--listen 127.0.0.1:0", "worker")
+    local _, r = post(base, "/api/v1/runs", { workflow = "wait", input = {} })
+    H.wait_for("the wait", function()
+      local _, run = get(base, "/api/v1/runs/" .. r.id)
+      return run.steps[1].status == "waiting"
+    end, 10)
+    local code, c = post(base, "/api/v1/runs/" .. r.id .. "/cancel", nil, { who = "erin" })
+    assert.are.equal(202, code)
+    assert.are.equal("cancelling", c.cancel)                 -- held here: cancelled at once
+    H.wait_for("the cancel", function() return status_of(base, r.id) == "failed" end, 10)
+    assert.matches("^cancel by erin via http", operator_details(base, r.id)[1])
   end)
 end)
