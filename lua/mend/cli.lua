@@ -223,7 +223,10 @@ local function cmd_history(o, id)
     local st = run_status(eng, id)
     local history = eng:history(id)
     local events = select_events(st, history, o.step, tail)
-    if o.json then
+    if o.chart then   -- the whole run, as the dashboard draws it (mend.chart)
+      print_outcome(st)
+      for _, line in ipairs(require("mend.chart").lines(st, history, eng:now())) do out("%s\n", line) end
+    elseif o.json then
       out("%s\n", encode_list(events))
     else
       print_outcome(st)
@@ -719,13 +722,15 @@ local commands = {
   },
   history = {
     args = { "RUN" },
-    flags = { db = "value", json = "switch", step = "value", tail = "value" },
-    usage = "mend history RUN [--step S] [--tail N] [--db PATH] [--json]",
+    flags = { db = "value", json = "switch", step = "value", tail = "value", chart = "switch" },
+    usage = "mend history RUN [--step S] [--tail N] [--db PATH] [--json | --chart]",
     help = "Shows a run's audit trail: every transition with its time, attempt, delay and\n" ..
            "error (times from the run's start).\n\n" .. DB_HELP ..
            "  --step S         only the events of step S\n" ..
            "  --tail N         only the last N events (of step S, with --step)\n" ..
-           "  --json           print the history as a JSON array\n",
+           "  --json           print the history as a JSON array\n" ..
+           "  --chart          draw the run's timeline instead: a lane per step, a mark for\n" ..
+           "                   each attempt and wait (the dashboard's picture, in text)\n",
     action = cmd_history,
   },
   worker = {
