@@ -219,9 +219,13 @@ static void send_event(serve_req *r, const char *id) {
   int rc = mend_engine_send_event(r->E, id, run_key, name, payload, key, run_id, err, sizeof err);
   free(payload);
   switch (rc) {
-    case 0: serve_json(r, 202, json_pack("{s:s,s:s,s:b}", "run", run_id, "event", name, "sent", 1)); break;
-    case 1: serve_json(r, 200, json_pack("{s:s,s:s,s:b,s:b}", "run", run_id, "event", name, "sent", 0,
-                                         "duplicate", 1)); break;
+    case 0:
+      serve_json(r, 202, json_pack("{s:s,s:s,s:b}", "run", run_id, "event", name, "sent", 1));
+      break;
+    case 1:
+      serve_json(r, 200, json_pack("{s:s,s:s,s:b,s:b}", "run", run_id, "event", name, "sent", 0,
+                                   "duplicate", 1));
+      break;
     case MEND_EVENT_EINVAL: serve_error(r, 400, "bad_request", "%s", err); break;
     case MEND_EVENT_ENOTFOUND: serve_error(r, 404, "not_found", "%s", err); break;
     case MEND_EVENT_EENDED: serve_error(r, 409, "conflict", "%s", err); break;
@@ -272,17 +276,22 @@ static void breaker_op(serve_req *r, const char *key, const char *op) {
   }
   json_decref(body);
   char err[600] = "";
-  if (mend_engine_breaker_set(r->E, key, op, seconds, r->who, err, sizeof err)) { refused(r, err); return; }
+  if (mend_engine_breaker_set(r->E, key, op, seconds, r->who, err, sizeof err)) {
+    refused(r, err);
+    return;
+  }
   mend_breaker b;
   const char *state = "?";
-  if (mend_store_get_breaker(mend_engine_store(r->E), key, &b) == 1) state = mend_breaker_state_name(b.state);
+  if (mend_store_get_breaker(mend_engine_store(r->E), key, &b) == 1)
+    state = mend_breaker_state_name(b.state);
   serve_json(r, 200, json_pack("{s:s,s:s,s:s}", "key", key, "op", op, "state", state));
 }
 
 /* ---------------------------------------------------------------- routes */
 
 static void index_page(serve_req *r) {
-  serve_json(r, 200, json_pack("{s:s,s:[s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s]}", "api", "mend/v1", "endpoints",
+  serve_json(r, 200, json_pack("{s:s,s:[s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s]}", "api", "mend/v1",
+                               "endpoints",
                                "GET /api/v1/runs", "POST /api/v1/runs", "GET /api/v1/runs/{id}",
                                "GET /api/v1/runs/{id}/history", "GET /api/v1/runs/{id}/events",
                                "POST /api/v1/runs/{id}/cancel", "POST /api/v1/runs/{id}/events",

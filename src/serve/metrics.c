@@ -1,8 +1,8 @@
 /*
  * metrics: /metrics in Prometheus' text format, read from the store's JSON views at each
  * scrape: runs by workflow and status (one aggregate query), the dead-letter queue's size,
- * each breaker's state, and the age of the oldest unfinished run. Must never keep counters of its own (several processes
- * share one database: the database is the truth) nor write.
+ * each breaker's state, and the age of the oldest unfinished run. Must never keep counters
+ * of its own (several processes share one database: the database is the truth) nor write.
  */
 #include "serve_int.h"
 
