@@ -19,13 +19,15 @@ MEND       := $(BUILD_DIR)/mend
 
 # Debian 12 packages needed to build and test (sqlite3: the specs read the database with its
 # shell, as an operator would; clang and libclang-rt-14-dev: the fuzz targets, libFuzzer; python3 and openssl: the specs' HTTP server and its certificate;
-# postgresql and libpq-dev: the PostgreSQL store, and the throw-away server its tests start). Not
+# postgresql and libpq-dev: the PostgreSQL store, and the throw-away server its tests start;
+# libh2o-dev and libssl-dev: mend serve; curl: its specs' client; chromium and chromium-driver:
+# its dashboard's browser test). Not
 # make itself: it must be there to read this file (README: `apt-get install -y make git` first
 # on a minimal Debian).
 DEB_PACKAGES := liblua5.4-dev libuv1-dev libsqlite3-dev libjansson-dev libedit-dev \
                 lua5.4 lua-busted sqlite3 cmake gcc pkg-config tmux valgrind \
                 clang libclang-rt-14-dev libcurl4-openssl-dev python3 openssl \
-                postgresql libpq-dev
+                postgresql libpq-dev libh2o-dev libssl-dev curl chromium chromium-driver
 # The benchmarks' own: nginx, the keep-alive server of the HTTP benchmark (W9; not started as a
 # service: the benchmark runs its own on a free loopback port).
 BENCH_PACKAGES := nginx-light

@@ -141,6 +141,12 @@ static engine_box *check_engine(lua_State *L) {
   return b;
 }
 
+mend_engine *mend_lua_engine(lua_State *L, int idx) {
+  engine_box *b = luaL_checkudata(L, idx, ENGINE_MT);
+  if (!b->E) luaL_error(L, "engine is closed");
+  return b->E;
+}
+
 static void alert_to_lua(void *ud, json_t *ev) {
   engine_box *b = ud;
   lua_State *L = mend_engine_lua(b->E);

@@ -11,5 +11,8 @@
 
 /* Opens mend.core (pushes the module table) and registers its metatables. */
 int mend_lua_open(lua_State *L);
+/* The engine of the engine userdata at idx (raises if it is not one, or is closed). */
+struct mend_engine;
+struct mend_engine *mend_lua_engine(lua_State *L, int idx);
 
 #endif

@@ -11,6 +11,7 @@
 
 #include "lmend.h"
 #include "luadir.h"
+#include "serve/serve.h"
 #include "store.h"
 
 static int traceback(lua_State *L) {
@@ -34,6 +35,8 @@ static int run_cli(lua_State *L) {
   char **argv = lua_touserdata(L, 2);
   luaL_openlibs(L);
   luaL_requiref(L, "mend.core", mend_lua_open, 0);
+  lua_pop(L, 1);
+  luaL_requiref(L, "mend.serve", mend_serve_lua_open, 0);
   lua_pop(L, 1);
   set_path(L);
   lua_createtable(L, argc, 1);

@@ -737,4 +737,6 @@ const mend_store_methods mend__sqlite_methods = {
   .children = mend__sqlite_children,
   .child_end = mend__sqlite_child_end,
   .reopen_run = mend__sqlite_reopen_run,
+  .runs_page = mend__sqlite_runs_page,
+  .run_counts = mend__sqlite_run_counts,
 };

@@ -326,6 +326,13 @@ typedef struct mend_store_methods {
    * compensates): status compensating with `reason`, held by `owner` (NULL: nobody), in the
    * open batch. 1 reopened, 0 it had not succeeded (nothing written), -1 error. */
   int (*reopen_run)(mend_store *s, const char *id, const char *reason, const char *owner, double at);
+  /* One page of runs, newest first by (created, id), with the filters of mend_store_runs_where
+   * (status, workflow NULL: any; since < 0: any) and, after_id not NULL, only the runs after
+   * the run (after_created, after_id) in that order: a cursor that inserts do not move. */
+  json_t *(*runs_page)(mend_store *s, const char *status, const char *workflow, double since, double after_created, const char *after_id, int limit);
+  /* Runs by workflow and status: [{workflow, status, runs, oldest}], oldest the creation time of
+   * the oldest running or compensating one (left out when none). */
+  json_t *(*run_counts)(mend_store *s);
 } mend_store_methods;
 
 #define MEND_STORE_M(s) (*(const mend_store_methods *const *)(const void *)(s))
@@ -578,6 +585,13 @@ static inline int mend_store_child_end(mend_store *s, const char *child, const c
 }
 static inline int mend_store_reopen_run(mend_store *s, const char *id, const char *reason, const char *owner, double at) {
   return MEND_STORE_M(s)->reopen_run(s, id, reason, owner, at);
+}
+
+static inline json_t *mend_store_runs_page(mend_store *s, const char *status, const char *workflow, double since, double after_created, const char *after_id, int limit) {
+  return MEND_STORE_M(s)->runs_page(s, status, workflow, since, after_created, after_id, limit);
+}
+static inline json_t *mend_store_run_counts(mend_store *s) {
+  return MEND_STORE_M(s)->run_counts(s);
 }
 
 #endif

@@ -224,7 +224,10 @@ local function cmd_history(o, id)
     local st = run_status(eng, id)
     local history = eng:history(id)
     local events = select_events(st, history, o.step, tail)
-    if o.json then
+    if o.chart then   -- the whole run, as the dashboard draws it (mend.chart)
+      print_outcome(st)
+      for _, line in ipairs(require("mend.chart").lines(st, history, eng:now())) do out("%s\n", line) end
+    elseif o.json then
       out("%s\n", encode_list(events))
     else
       print_outcome(st)
@@ -616,6 +619,14 @@ local function workflow_loader(eng, dir)
   end
 end
 
+-- The HTTP API on the engine's loop (mend.listen), for `mend serve` and `mend worker --listen`:
+-- its flags are checked before the engine opens the database.
+local LISTEN_CLI = { fail = fail, usage_error = usage_error, out = out }
+local function listen_options(o) return require("mend.listen").options(o, LISTEN_CLI) end
+local function with_listener(eng, opts, fn)
+  return require("mend.listen").with_listener(eng, opts, fn, LISTEN_CLI)
+end
+
 local function cmd_worker(o)
   local files = workflow_files(o.workflows or "workflows")
   if #files == 0 then fail("no workflow files (*.lua) in %s", o.workflows or "workflows") end
@@ -629,13 +640,34 @@ local function cmd_worker(o)
     if not n or n < 0 then usage_error(o._command, "--park-after must be a number >= 0, got %s", o["park-after"]) end
     conf.park_after = n > 0 and n or -1
   end
+  local listen = o.listen and listen_options(o)
   return with_engine(conf, function(eng)
     local load_new = workflow_loader(eng, o.workflows or "workflows")
     load_new(true)
-    eng:serve{ poll = number_flag(o, "poll", 0.1),
-               max_in_flight = math.tointeger(number_flag(o, "max-in-flight", 0)) or 0,
-               every = 2, tick = load_new }
+    local function work()
+      eng:serve{ poll = number_flag(o, "poll", 0.1),
+                 max_in_flight = math.tointeger(number_flag(o, "max-in-flight", 0)) or 0,
+                 every = 2, tick = load_new }
+    end
+    if listen then with_listener(eng, listen, work) else work() end
     return EXIT_OK
+  end)
+end
+
+-- mend serve: the HTTP API alone. Runs it starts are left for workers; a dead letter retried
+-- or a run cancelled through it is carried on here, as `mend dlq retry` does.
+local function cmd_serve(o)
+  local conf = { db = o.db, durability = o.durability, log = "stderr", log_level = o["log-level"] }
+  local listen = listen_options(o)
+  return with_engine(conf, function(eng)
+    local dir = o.workflows or "workflows"
+    local ok, files = pcall(workflow_files, dir)
+    if not ok and o.workflows then error(files, 0) end
+    if ok and #files > 0 then workflow_loader(eng, dir)(true) end
+    return with_listener(eng, listen, function(srv)
+      srv:run()
+      return EXIT_OK
+    end)
   end)
 end
 
@@ -735,13 +767,15 @@ local commands = {
   },
   history = {
     args = { "RUN" },
-    flags = { db = "value", json = "switch", step = "value", tail = "value" },
-    usage = "mend history RUN [--step S] [--tail N] [--db PATH] [--json]",
+    flags = { db = "value", json = "switch", step = "value", tail = "value", chart = "switch" },
+    usage = "mend history RUN [--step S] [--tail N] [--db PATH] [--json | --chart]",
     help = "Shows a run's audit trail: every transition with its time, attempt, delay and\n" ..
            "error (times from the run's start).\n\n" .. DB_HELP ..
            "  --step S         only the events of step S (and of its branches, for a group)\n" ..
            "  --tail N         only the last N events (of step S, with --step)\n" ..
-           "  --json           print the history as a JSON array\n",
+           "  --json           print the history as a JSON array\n" ..
+           "  --chart          draw the run's timeline instead: a lane per step, a mark for\n" ..
+           "                   each attempt and wait (the dashboard's picture, in text)\n",
     action = cmd_history,
   },
   worker = {
@@ -749,14 +783,15 @@ local commands = {
     flags = { db = "value", workflows = "value", lease = "value", poll = "value",
               grace = "value", ["max-in-flight"] = "value", durability = "value",
               ["log-level"] = "value", ["alert-command"] = "value",
-              ["instruction-budget"] = "value", ["park-after"] = "value", clock = "value" },
+              ["instruction-budget"] = "value", ["park-after"] = "value", clock = "value",
+              listen = "value", ["token-file"] = "value", ["max-body"] = "value", cors = "value" },
     choices = { durability = { full = true, process = true }, ["log-level"] = LOG_LEVELS,
                 clock = { virtual = true, real = true } },
     usage = "mend worker [--db PATH] [--workflows DIR] [--lease S] [--poll S] [--grace S]\n" ..
             "                   [--max-in-flight N] [--durability full|process]\n" ..
             "                   [--park-after S] [--clock virtual|real]\n" ..
             "                   [--log-level debug|info|warn|error] [--alert-command CMD]\n" ..
-            "                   [--instruction-budget N]",
+            "                   [--instruction-budget N] [--listen HOST:PORT [--token-file F]]",
     help = "Executes runs until stopped. On start it resumes every unfinished run that no live\n" ..
            "worker holds, from the database alone; then it takes new runs as `mend start`\n" ..
            "records them. Several workers may share one database: each run is executed by one\n" ..
@@ -777,8 +812,31 @@ local commands = {
            "                   (for trying a workflow's long waits)\n" ..
            "  --durability D   full (default: survives power loss) or process (survives a\n" ..
            "                   crash of mend; the last commits may be lost on power loss)\n" ..
-           LOG_LEVEL_HELP .. ALERT_HELP .. BUDGET_HELP,
+           LOG_LEVEL_HELP .. ALERT_HELP .. BUDGET_HELP ..
+           "  --listen HOST:PORT  also serve the HTTP API there; --token-file, --max-body and\n" ..
+           "                   --cors as for mend serve (see mend serve --help)\n",
     action = cmd_worker,
+  },
+  serve = {
+    args = {},
+    flags = { db = "value", workflows = "value", listen = "value", ["token-file"] = "value",
+              ["max-body"] = "value", cors = "value", durability = "value", ["log-level"] = "value" },
+    choices = { durability = { full = true, process = true }, ["log-level"] = LOG_LEVELS },
+    usage = "mend serve [--db PATH] [--listen HOST:PORT] [--token-file F] [--workflows DIR]\n" ..
+            "                  [--max-body BYTES] [--cors ORIGIN]",
+    help = "Serves the JSON API under /api/v1 and /metrics (docs/http-api.md) until SIGINT or\n" ..
+           "SIGTERM; prints 'mend: serving http://HOST:PORT/api/v1' once it listens. Runs it\n" ..
+           "starts are left for workers (mend worker, which takes --listen too).\n\n" .. DB_HELP ..
+           "  --listen HOST:PORT  where to listen (default 127.0.0.1:7070; port 0: any free one).\n" ..
+           "                   An address other than loopback needs --token-file\n" ..
+           "  --token-file F   a file holding a token (16 characters or more): every changing\n" ..
+           "                   request needs Authorization: Bearer TOKEN, and beyond loopback\n" ..
+           "                   every request does. Operations are recorded with who sent them\n" ..
+           "  --workflows DIR  workflow files to start runs of (default workflows, if there);\n" ..
+           "                   else the newest version the database keeps\n" ..
+           "  --max-body BYTES the largest request body (default 1048576; larger: 413)\n" ..
+           "  --cors ORIGIN    answer browsers from ORIGIN (default: no CORS headers)\n",
+    action = cmd_serve,
   },
   start = {
     args = { "WORKFLOW" },
@@ -1006,6 +1064,7 @@ retries, backoff, circuit breakers and compensation, recorded in SQLite.
 Commands:
   run FILE      run one workflow to its end and print its timeline
   worker        execute runs (and resume unfinished ones) until stopped
+  serve         serve the HTTP API (/api/v1) and /metrics
   start WF      record a run for a worker and print its id
   wait RUN      block until a run ends; exit with its outcome
   status RUN    show a run and its steps

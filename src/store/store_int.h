@@ -292,4 +292,8 @@ json_t *mend__sqlite_children(mend_store *s, const char *parent);
 int mend__sqlite_child_end(mend_store *s, const char *child, const char *name, const char *payload, const char *key, double sent);
 int mend__sqlite_reopen_run(mend_store *s, const char *id, const char *reason, const char *owner, double at);
 
+/* pages and counts of runs for mend serve (runs_page.c, run_counts.c) */
+json_t *mend__sqlite_runs_page(mend_store *s, const char *status, const char *workflow, double since, double after_created, const char *after_id, int limit);
+json_t *mend__sqlite_run_counts(mend_store *s);
+
 #endif

@@ -1,0 +1,55 @@
+-- mend.listen: the HTTP API of `mend serve` and `mend worker --listen` (docs/http-api.md) as
+-- the CLI starts it: reads the token file, finds the dashboard's page, starts the server of
+-- mend.serve (the C module the mend program opens) on an engine's loop, and closes it before
+-- the engine. Holds no server logic of its own, and never reads the database.
+
+local M = {}
+
+-- The dashboard's page, installed beside mend's Lua files (share/mend/ui, ui/ in the source
+-- tree); nil when it is not there (the API is served without it).
+local function dashboard_page()
+  local cli_file = package.searchpath("mend.cli", package.path)
+  local f = cli_file and io.open((cli_file:gsub("[^/]*/[^/]*$", "")) .. "../ui/index.html", "rb")
+  if not f then return nil end
+  local text = f:read("a")
+  f:close()
+  return text
+end
+
+-- The server's options from the command's flags (listen, token-file, max-body, cors), checked
+-- before anything is opened. cli: the CLI's fail, usage_error and out, so that a bad flag is
+-- reported as the CLI reports its own.
+function M.options(o, cli)
+  local token
+  if o["token-file"] then
+    local f, err = io.open(o["token-file"], "rb")
+    if not f then cli.fail("cannot read --token-file: %s", err) end
+    token = f:read("a"):match("^%s*(.-)%s*$")
+    f:close()
+    if #token < 16 then
+      cli.fail("the token in %s is %s: it must be at least 16 characters", o["token-file"],
+               #token == 0 and "empty" or "too short")
+    end
+  end
+  local max_body = o["max-body"] and math.tointeger(tonumber(o["max-body"]))
+  if o["max-body"] and not (max_body and max_body > 0) then
+    cli.usage_error(o._command, "--max-body must be a whole number of bytes > 0, got %s", o["max-body"])
+  end
+  return { address = o.listen or "127.0.0.1:7070", token = token, max_body = max_body,
+           cors = o.cors, dashboard = dashboard_page() }
+end
+
+-- Calls fn(server) with the API listening on eng's loop and closes the server, whatever fn
+-- does.
+function M.with_listener(eng, opts, fn, cli)
+  local ok, srv = pcall(require("mend.serve").listen, eng, opts)
+  if not ok then cli.fail("%s", tostring(srv)) end
+  cli.out("mend: serving http://%s/api/v1\n", srv:address())
+  io.stdout:flush()
+  local res = table.pack(pcall(fn, srv))
+  srv:close()
+  if not res[1] then error(res[2], 0) end
+  return table.unpack(res, 2, res.n)
+end
+
+return M

@@ -1,0 +1,579 @@
+-- `mend serve` and `mend worker --listen`: a real server process on a free loopback port,
+-- spoken to with curl. Each endpoint of /api/v1, each error code, the token rules, the limits
+-- on bodies and headers, and /metrics, checked against the database the server works on.
+local H = require "spec.helper"
+local mend = require "mend"
+
+local MEND, q, sh = H.MEND, H.quote, H.shell
+local json = mend.json
+
+-- A saga whose refund fails while the flag file exists: `mend run` leaves it a dead letter.
+local REFUND = [[
+local mend = require "mend"
+return { name = "refund", compensate_retry = { max_attempts = 2, initial = 0.01, jitter = 0 },
+  steps = {
+    { name = "reserve", execute = function() return "r" end, compensate = function() end },
+    { name = "charge", breaker = "psp", execute = function() return "c" end,
+      compensate = function(ctx)
+        local f = io.open(ctx.input.flag)
+        if f then f:close(); error(mend.retryable("refund service down")) end
+      end },
+    { name = "ship", execute = function() error(mend.fatal("no courier")) end },
+  } }
+]]
+
+local WAIT = [[
+return { name = "wait", steps = {
+  { name = "paid", wait_for = "payment", timeout = 3600 },
+  { name = "ship", execute = function(ctx) return { amount = ctx.results.paid.amount } end },
+} }
+]]
+
+local HELLO = [[
+return { name = "hello", steps = {
+  { name = "greet", execute = function(ctx, input) return { said = "hello " .. input.to } end },
+  { name = "bye", execute = function() return "bye" end },
+} }
+]]
+
+-- A directory with the two workflows and a database in it.
+local function workspace()
+  local dir = H.tmp_dir()
+  H.write_file(dir, "hello.lua", HELLO)
+  H.write_file(dir, "refund.lua", REFUND)
+  H.write_file(dir, "wait.lua", WAIT)
+  return dir, dir .. "/serve.db"
+end
+
+-- A dead letter of `refund` in db (its compensation failed); returns its id and the flag
+-- file that keeps the refund failing.
+local function dead_letter(dir, db, name)
+  local flag = H.write_file(dir, name or "refund-down", "")
+  local rc, out = sh(MEND .. " run " .. q(dir .. "/refund.lua") .. " --db " .. q(db) ..
+                     " --clock virtual --input " .. q('{"flag":"' .. flag .. '"}') .. " --json")
+  assert.are.equal(4, rc, out)
+  return json.decode(out:match("(%b{})%s*$")).id, flag
+end
+
+local servers = {}
+
+-- Starts `mend <command> --db db --listen 127.0.0.1:0 <args>` and waits until it says where
+-- it listens. Returns the base URL ("http://127.0.0.1:PORT") and the process id.
+local function start(dir, db, args, command)
+  local out, err = dir .. "/serve.out", dir .. "/serve.err"
+  os.remove(out)
+  local p = assert(io.popen(MEND .. " " .. (command or "serve") .. " --db " .. q(db) ..
+                            " --workflows " .. q(dir) .. " " .. (args or "--listen 127.0.0.1:0") ..
+                            " >" .. q(out) .. " 2>" .. q(err) .. " & echo $!"))
+  local pid = p:read("l")
+  p:close()
+  servers[#servers + 1] = pid
+  local base
+  H.wait_for("the server to listen", function()
+    base = H.read(out):match("serving (http://[%d%.]+:%d+)/api/v1")
+    return base ~= nil or not os.execute("kill -0 " .. pid .. " 2>/dev/null")
+  end, 10)
+  assert(base, "the server did not start: " .. H.read(err))
+  return base, pid
+end
+
+local function stop_all()
+  for i = #servers, 1, -1 do
+    if os.execute("kill -0 " .. servers[i] .. " 2>/dev/null") then H.stop_worker(servers[i]) end
+    servers[i] = nil
+  end
+end
+
+-- One request with curl. opts: body (text), headers (list), token, who, type (Content-Type of
+-- a POST, default application/json). Returns the status, the decoded JSON body (nil if not
+-- JSON), the raw body and the response's header text.
+local function http(base, method, path, opts)
+  opts = opts or {}
+  local body_file, out, hdr = os.tmpname(), os.tmpname(), os.tmpname()
+  local cmd = { "curl -s -m 20 -o", q(out), "-D", q(hdr), "-w '%{http_code}' -X", method }
+  if opts.body then
+    local f = assert(io.open(body_file, "wb"))
+    f:write(opts.body)
+    f:close()
+    cmd[#cmd + 1] = "--data-binary @" .. q(body_file)
+  end
+  if method == "POST" and opts.type ~= false then
+    cmd[#cmd + 1] = "-H " .. q("Content-Type: " .. (opts.type or "application/json"))
+  end
+  if opts.token then cmd[#cmd + 1] = "-H " .. q("Authorization: Bearer " .. opts.token) end
+  if opts.who then cmd[#cmd + 1] = "-H " .. q("X-Mend-Who: " .. opts.who) end
+  for _, h in ipairs(opts.headers or {}) do cmd[#cmd + 1] = "-H " .. q(h) end
+  cmd[#cmd + 1] = q(base .. path)
+  local rc, code = sh(table.concat(cmd, " "))
+  assert.are.equal(0, rc, "curl failed: " .. tostring(code))
+  local raw, headers = H.read(out), H.read(hdr)
+  os.remove(body_file); os.remove(out); os.remove(hdr)
+  local ok, decoded = pcall(json.decode, raw)
+  return tonumber(code), ok and decoded or nil, raw, headers
+end
+
+local function get(base, path, opts) return http(base, "GET", path, opts) end
+local function post(base, path, body, opts)
+  opts = opts or {}
+  opts.body = body and (type(body) == "string" and body or json.encode(body)) or nil
+  return http(base, "POST", path, opts)
+end
+
+local function status_of(base, id)
+  local code, run = get(base, "/api/v1/runs/" .. id)
+  assert.are.equal(200, code)
+  return run.status
+end
+
+local function operator_details(base, id)
+  local code, history = get(base, "/api/v1/runs/" .. id .. "/history")
+  assert.are.equal(200, code)
+  local out = {}
+  for _, h in ipairs(history) do
+    if h.event == "operator" then out[#out + 1] = h.detail end
+  end
+  return out
+end
+
+describe("mend serve", function()
+  after_each(function()
+    stop_all()
+    H.cleanup()
+  end)
+
+  it("starts runs by workflow, input and key: the same key gives the same run", function()
+    local dir, db = workspace()
+    local base = start(dir, db)
+    local code, r = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "ann" }, key = "k-1" })
+    assert.are.equal(201, code)
+    assert.are.equal(false, r.existed)
+    local code2, r2 = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "bob" }, key = "k-1" })
+    assert.are.equal(200, code2)
+    assert.are.same({ id = r.id, workflow = "hello", existed = true }, r2)
+    local _, other = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "cy" } })
+    assert.are_not.equal(r.id, other.id)
+    local _, run = get(base, "/api/v1/runs/" .. r.id)
+    assert.are.equal("running", run.status)            -- left for a worker
+    assert.are.same({ to = "ann" }, run.input)
+    assert.are.equal("k-1", run.key)
+    assert.are.same({ "greet", "bye" }, { run.steps[1].name, run.steps[2].name })
+    -- the database holds what the API said
+    assert.are.same({ "2" }, H.sql(db, "SELECT count(*) FROM runs"))
+    assert.are.same({ r.id }, H.sql(db, "SELECT id FROM runs WHERE run_key = 'k-1'"))
+  end)
+
+  it("refuses a start it cannot make, naming the problem", function()
+    local dir, db = workspace()
+    local base = start(dir, db)
+    local code, e = post(base, "/api/v1/runs", { input = {} })
+    assert.are.equal(400, code)
+    assert.are.equal("missing_field", e.error.code)
+    assert.matches('"workflow"', e.error.message)
+    code, e = post(base, "/api/v1/runs", { workflow = 7 })
+    assert.are.equal(400, code)
+    assert.matches('"workflow" must be a non%-empty string', e.error.message)
+    code, e = post(base, "/api/v1/runs", '{"workflow": "hello",')
+    assert.are.equal(400, code)
+    assert.are.equal("bad_json", e.error.code)
+    code, e = post(base, "/api/v1/runs", "[1, 2]")
+    assert.are.equal(400, code)
+    assert.matches("must be a JSON object", e.error.message)
+    code, e = post(base, "/api/v1/runs", { workflow = "nope" })
+    assert.are.equal(404, code)
+    assert.are.equal("unknown_workflow", e.error.code)
+    assert.matches("no workflow nope", e.error.message)
+    code, e = post(base, "/api/v1/runs", "workflow=hello", { type = "application/x-www-form-urlencoded" })
+    assert.are.equal(415, code)
+    assert.matches("Content%-Type: application/json", e.error.message)
+    assert.are.same({ "0" }, H.sql(db, "SELECT count(*) FROM runs"))
+  end)
+
+  it("lists runs with filters, and pages through them with a cursor", function()
+    local dir, db = workspace()
+    local dead = dead_letter(dir, db)
+    local base = start(dir, db)
+    local ids = { [dead] = true }
+    for i = 1, 6 do
+      local _, r = post(base, "/api/v1/runs", { workflow = "hello", input = { to = tostring(i) } })
+      ids[r.id] = true
+    end
+    local seen, pages, cursor = {}, 0, nil
+    repeat
+      local code, page = get(base, "/api/v1/runs?limit=3" .. (cursor and ("&cursor=" .. cursor) or ""))
+      assert.are.equal(200, code)
+      pages = pages + 1
+      for _, r in ipairs(page.runs) do
+        assert.is_nil(seen[r.id], "a run listed twice")
+        seen[r.id] = true
+      end
+      cursor = page.next_cursor ~= json.null and page.next_cursor or nil
+      if cursor then cursor = cursor:gsub("[^%w%.%-_~]", function(c) return ("%%%02X"):format(c:byte()) end) end
+    until not cursor
+    assert.are.equal(3, pages)
+    assert.are.same(ids, seen)
+    local _, att = get(base, "/api/v1/runs?status=needs_attention")
+    assert.are.equal(1, #att.runs)
+    assert.are.equal(dead, att.runs[1].id)
+    local _, hello = get(base, "/api/v1/runs?workflow=hello&limit=100")
+    assert.are.equal(6, #hello.runs)
+    local _, future = get(base, "/api/v1/runs?since=4000000000")
+    assert.are.equal(0, #future.runs)
+    local code, e = get(base, "/api/v1/runs?status=done")
+    assert.are.equal(400, code)
+    assert.matches('status must be one of .* got "done"', e.error.message)
+    code, e = get(base, "/api/v1/runs?limit=0")
+    assert.are.equal(400, code)
+    assert.matches("limit must be", e.error.message)
+    code, e = get(base, "/api/v1/runs?cursor=nonsense")
+    assert.are.equal(400, code)
+    assert.matches("cursor", e.error.message)
+  end)
+
+  it("shows a run, its history and its events; sends events once per key", function()
+    local dir, db = workspace()
+    local dead = dead_letter(dir, db)
+    local base = start(dir, db)
+    local _, r = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "x" }, key = "run-k" })
+    local code, history = get(base, "/api/v1/runs/" .. r.id .. "/history")
+    assert.are.equal(200, code)
+    assert.are.equal("running", history[1].to)
+    code = get(base, "/api/v1/runs/0000000000000000")
+    assert.are.equal(404, code)
+    code = get(base, "/api/v1/runs/0000000000000000/history")
+    assert.are.equal(404, code)
+    local sent
+    code, sent = post(base, "/api/v1/runs/" .. r.id .. "/events", { name = "paid", data = { n = 1 }, key = "e1" })
+    assert.are.equal(202, code)
+    assert.are.same({ run = r.id, event = "paid", sent = true }, sent)
+    code, sent = post(base, "/api/v1/runs/" .. r.id .. "/events", { name = "paid", data = { n = 2 }, key = "e1" })
+    assert.are.equal(200, code)
+    assert.are.equal(true, sent.duplicate)
+    code, sent = post(base, "/api/v1/events", { run_key = "run-k", name = "shipped" })
+    assert.are.equal(202, code)
+    assert.are.equal(r.id, sent.run)
+    local _, inbox = get(base, "/api/v1/runs/" .. r.id .. "/events")
+    assert.are.equal(2, #inbox)
+    assert.are.same({ n = 1 }, inbox[1].payload)
+    local e
+    code, e = post(base, "/api/v1/runs/" .. r.id .. "/events", { data = 1 })
+    assert.are.equal(400, code)
+    assert.matches('"name"', e.error.message)
+    code = post(base, "/api/v1/runs/0000000000000000/events", { name = "paid" })
+    assert.are.equal(404, code)
+    code, e = post(base, "/api/v1/runs/" .. dead .. "/events", { name = "paid" })
+    assert.are.equal(409, code)
+    assert.are.equal("conflict", e.error.code)
+  end)
+
+  it("cancels a run, recording who asked; a second cancel is a conflict", function()
+    local dir, db = workspace()
+    local base = start(dir, db)
+    local _, r = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "x" } })
+    local code, c = post(base, "/api/v1/runs/" .. r.id .. "/cancel", nil, { who = "alice" })
+    assert.are.equal(202, code)
+    assert.are.equal("cancelling", c.cancel)
+    H.wait_for("the cancel", function() return status_of(base, r.id) == "failed" end, 10)
+    local details = operator_details(base, r.id)
+    assert.are.equal(1, #details)
+    assert.matches("^cancel by alice via http 127%.0%.0%.1:%d+ %(mend serve%)$", details[1])
+    local e
+    code, e = post(base, "/api/v1/runs/" .. r.id .. "/cancel")
+    assert.are.equal(409, code)
+    assert.matches("only a running run can be cancelled", e.error.message)
+    code = post(base, "/api/v1/runs/0000000000000000/cancel")
+    assert.are.equal(404, code)
+    code, e = post(base, "/api/v1/runs/" .. r.id .. "/cancel", nil, { who = "bad\tname" })
+    assert.are.equal(400, code)
+    assert.matches("X%-Mend%-Who", e.error.message)
+  end)
+
+  it("lists dead letters, retries one to its end here and resolves another with a note", function()
+    local dir, db = workspace()
+    local first, flag = dead_letter(dir, db)
+    local second = dead_letter(dir, db, "refund-down-2")
+    local base = start(dir, db)
+    local code, dlq = get(base, "/api/v1/dlq")
+    assert.are.equal(200, code)
+    assert.are.equal(2, #dlq)
+    assert.are.equal("compensation_failed", dlq[1].reason)
+    local e
+    code, e = post(base, "/api/v1/dlq/" .. second .. "/resolve", {})
+    assert.are.equal(400, code)
+    assert.matches('"note"', e.error.message)
+    os.remove(flag)                                   -- the refund service is back
+    code = post(base, "/api/v1/dlq/" .. first .. "/retry", nil, { who = "bob" })
+    assert.are.equal(202, code)
+    H.wait_for("the retried run", function() return status_of(base, first) == "compensated" end, 10)
+    assert.are.same({ "dlq retry by bob via http" }, { (operator_details(base, first)[1]:match("^dlq retry by bob via http")) })
+    code, e = post(base, "/api/v1/dlq/" .. first .. "/retry")
+    assert.are.equal(409, code)
+    code = post(base, "/api/v1/dlq/" .. second .. "/resolve", { note = "refunded by hand" }, { who = "carol" })
+    assert.are.equal(200, code)
+    assert.are.equal("resolved", status_of(base, second))
+    assert.matches("^dlq resolve by carol via http .*: refunded by hand$", operator_details(base, second)[1])
+    local _, left = get(base, "/api/v1/dlq")
+    assert.are.equal(0, #left)
+    code = post(base, "/api/v1/dlq/0000000000000000/retry")
+    assert.are.equal(404, code)
+    code = post(base, "/api/v1/dlq/" .. second .. "/requeue")
+    assert.are.equal(404, code)
+  end)
+
+  it("opens, closes and resets breakers, recording who did it", function()
+    local dir, db = workspace()
+    dead_letter(dir, db)
+    local base = start(dir, db)
+    local code, list = get(base, "/api/v1/breakers")
+    assert.are.equal(200, code)
+    local keys = {}
+    for _, b in ipairs(list) do keys[b.key] = b.state end
+    assert.are.equal("closed", keys.psp)
+    local b
+    code, b = post(base, "/api/v1/breakers/psp/open", { seconds = 60 }, { who = "dave" })
+    assert.are.equal(200, code)
+    assert.are.same({ key = "psp", op = "open", state = "open" }, b)
+    assert.are.same({ "open" }, H.sql(db, "SELECT state FROM breakers WHERE key = 'psp'"))
+    code, b = post(base, "/api/v1/breakers/psp/close")
+    assert.are.equal(200, code)
+    assert.are.equal("closed", b.state)
+    code = post(base, "/api/v1/breakers/psp/reset")
+    assert.are.equal(200, code)
+    local audit = H.sql(db, "SELECT op || ' ' || who FROM audit ORDER BY seq")
+    assert.are.equal(3, #audit)
+    assert.matches("^open dave via http 127%.0%.0%.1:%d+ %(mend serve%)$", audit[1])
+    local e
+    code, e = post(base, "/api/v1/breakers/psp/close", { seconds = 5 })
+    assert.are.equal(400, code)
+    assert.matches('"seconds"', e.error.message)
+    code = post(base, "/api/v1/breakers/nope/open")
+    assert.are.equal(404, code)
+    code = post(base, "/api/v1/breakers/psp/explode")
+    assert.are.equal(404, code)
+  end)
+
+  it("lists workflows and the versions of one", function()
+    local dir, db = workspace()
+    dead_letter(dir, db)
+    local base = start(dir, db)
+    local code, all = get(base, "/api/v1/workflows")
+    assert.are.equal(200, code)
+    assert.are.equal("refund", all[1].workflow)
+    local versions
+    code, versions = get(base, "/api/v1/workflows/refund")
+    assert.are.equal(200, code)
+    assert.are.equal(1, #versions)
+    assert.are.same({ "reserve", "charge", "ship" }, versions[1].step_names)
+    code = get(base, "/api/v1/workflows/nope")
+    assert.are.equal(404, code)
+  end)
+
+  it("answers errors as JSON: unknown paths, wrong methods, bodies and headers too large", function()
+    local dir, db = workspace()
+    local base = start(dir, db, "--listen 127.0.0.1:0 --max-body 1000")
+    local code, index = get(base, "/api/v1")
+    assert.are.equal(200, code)
+    assert.is_true(#index.endpoints >= 15)
+    local e, headers, _
+    code, e, _, headers = get(base, "/api/v2/runs")
+    assert.are.equal(404, code)
+    assert.are.equal("not_found", e.error.code)
+    assert.matches("content%-type: application/json", headers:lower())
+    assert.is_nil(headers:lower():match("access%-control"))   -- no CORS unless asked
+    code, e = get(base, "/api/v1/runs/x/cancel")
+    assert.are.equal(405, code)
+    assert.are.equal("method_not_allowed", e.error.code)
+    code = http(base, "DELETE", "/api/v1/runs")
+    assert.are.equal(405, code)
+    code, e = get(base, "/api/v1/runs?status=%zz")
+    assert.are.equal(400, code)
+    assert.matches("query parameter status has a malformed percent%-escape", e.error.message)
+    code, e = get(base, "/api/v1/runs/%zz")
+    assert.are.equal(400, code)
+    assert.are.equal("bad_path", e.error.code)
+    code = post(base, "/api/v1/runs", json.encode{ workflow = "hello", input = { pad = ("x"):rep(2000) } })
+    assert.are.equal(413, code)
+    code, e = get(base, "/api/v1/runs", { headers = { "X-Pad: " .. ("y"):rep(20000) } })
+    assert.are.equal(431, code)
+    assert.matches("header fields", e.error.message)
+    code = post(base, "/api/v1/runs", json.encode{ workflow = "hello", input = { to = "small" } })
+    assert.are.equal(201, code)                               -- within the limit
+    assert.are.same({ "1" }, H.sql(db, "SELECT count(*) FROM runs"))
+  end)
+
+  it("closes connections past 256 at once, and goes on serving", function()
+    local dir, db = workspace()
+    local base = start(dir, db)
+    local port = base:match(":(%d+)$")
+    -- python3 holds 300 connections open and counts those the server closed.
+    local rc, out = sh("python3 -c " .. q([[
+import socket, sys, time
+socks = [socket.create_connection(("127.0.0.1", ]] .. port .. [[)) for _ in range(300)]
+for s in socks:
+    s.setblocking(False)
+gone, deadline = set(), time.time() + 10
+while len(gone) < 44 and time.time() < deadline:
+    time.sleep(0.1)
+    for i, s in enumerate(socks):
+        try:
+            if s.recv(1) == b"":
+                gone.add(i)
+        except BlockingIOError:
+            pass
+time.sleep(0.3)
+for i, s in enumerate(socks):
+    try:
+        if s.recv(1) == b"":
+            gone.add(i)
+    except BlockingIOError:
+        pass
+print("closed", len(gone))
+]]))
+    assert.are.equal(0, rc, out)
+    assert.are.equal("44", out:match("closed (%d+)"))
+    local code = get(base, "/api/v1")
+    assert.are.equal(200, code)
+  end)
+
+  it("sends CORS headers only for the origin given with --cors", function()
+    local dir, db = workspace()
+    local base = start(dir, db, "--listen 127.0.0.1:0 --cors http://dash.example")
+    local code, _, _, headers = get(base, "/api/v1/runs")
+    assert.are.equal(200, code)
+    assert.matches("access%-control%-allow%-origin: http://dash%.example", headers:lower())
+  end)
+
+  it("needs the token for every change when one is set, and for everything beyond loopback", function()
+    local dir, db = workspace()
+    local token = "s3cret-token-0123456789"
+    local tokfile = H.write_file(dir, "token", token .. "\n")
+    local base = start(dir, db, "--listen 127.0.0.1:0 --token-file " .. q(tokfile))
+    local code, e, _, headers = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "x" } })
+    assert.are.equal(401, code)
+    assert.are.equal("unauthorized", e.error.code)
+    assert.matches("www%-authenticate: bearer", headers:lower())
+    code = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "x" } }, { token = "wrong-token-000000000" })
+    assert.are.equal(401, code)
+    assert.are.same({ "0" }, H.sql(db, "SELECT count(*) FROM runs"))
+    local r
+    code, r = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "x" } }, { token = token })
+    assert.are.equal(201, code)
+    code = get(base, "/api/v1/runs")                           -- reads on loopback: open
+    assert.are.equal(200, code)
+    code = post(base, "/api/v1/runs/" .. r.id .. "/cancel", nil, { token = token })
+    assert.are.equal(202, code)
+    H.wait_for("the cancel", function() return status_of(base, r.id) == "failed" end, 10)
+    assert.matches("%(mend serve, token%)$", operator_details(base, r.id)[1])
+  end)
+
+  it("refuses to listen beyond loopback without a token file; with one, every request needs it", function()
+    local dir, db = workspace()
+    local rc, out = sh(MEND .. " serve --db " .. q(db) .. " --listen 0.0.0.0:0")
+    assert.are.equal(1, rc)
+    assert.matches("0%.0%.0%.0:0 is not a loopback address: serving it needs %-%-token%-file", out)
+    local short = H.write_file(dir, "short", "abc")
+    rc, out = sh(MEND .. " serve --db " .. q(db) .. " --listen 0.0.0.0:0 --token-file " .. q(short))
+    assert.are.equal(1, rc)
+    assert.matches("at least 16 characters", out)
+    rc, out = sh(MEND .. " serve --db " .. q(db) .. " --listen 127.0.0.1:notaport")
+    assert.are.equal(1, rc)
+    assert.matches("the port must be a number", out)
+    rc, out = sh(MEND .. " serve --db " .. q(dir .. "/none.db") .. " --max-body lots")
+    assert.are.equal(2, rc)
+    assert.matches("%-%-max%-body must be a whole number of bytes", out)
+    assert.is_nil(io.open(dir .. "/none.db"))                  -- refused before opening anything
+    local token = "another-token-0123456789"
+    local tokfile = H.write_file(dir, "token", token)
+    -- Bound to every address for a moment; only loopback is ever spoken to.
+    local base = start(dir, db, "--listen 0.0.0.0:0 --token-file " .. q(tokfile))
+    base = base:gsub("0%.0%.0%.0", "127.0.0.1")
+    local code = get(base, "/api/v1/runs")
+    assert.are.equal(401, code)
+    code = get(base, "/metrics")
+    assert.are.equal(401, code)
+    code = get(base, "/api/v1/runs", { token = token })
+    assert.are.equal(200, code)
+    -- The dashboard's page holds no data: it loads without the token, and asks for it.
+    local _, _, page, headers = get(base, "/")
+    assert.matches("<title>mend</title>", page)
+    assert.matches("content%-security%-policy: default%-src 'none'", headers:lower())
+  end)
+
+  it("serves Prometheus metrics that match the database", function()
+    local dir, db = workspace()
+    dead_letter(dir, db)
+    local base = start(dir, db)
+    post(base, "/api/v1/runs", { workflow = "hello", input = { to = "x" } })
+    post(base, "/api/v1/breakers/psp/open", { seconds = 60 })
+    local code, _, text, headers = get(base, "/metrics")
+    assert.are.equal(200, code)
+    assert.matches("content%-type: text/plain; version=0%.0%.4", headers:lower())
+    local samples = {}
+    for line in text:gmatch("[^\n]+") do
+      if not line:match("^#") then
+        local name, value = line:match("^(%S+) (%S+)$")
+        assert(name, "not a sample line: " .. line)
+        samples[name] = tonumber(value)
+      else
+        assert(line:match("^# HELP %S+ .+") or line:match("^# TYPE %S+ %a+$"), line)
+      end
+    end
+    assert.are.equal(1, samples.mend_dlq_size)
+    assert.are.equal(1, samples.mend_runs_parked)
+    assert.are.equal(1, samples['mend_runs{workflow="refund",status="needs_attention"}'])
+    assert.are.equal(1, samples['mend_runs{workflow="hello",status="running"}'])
+    assert.are.equal(1, samples['mend_runs_by_status{status="running"}'])
+    assert.are.equal(0, samples['mend_runs_by_status{status="succeeded"}'])
+    assert.are.equal(2, samples['mend_breaker_state{key="psp"}'])
+    assert.is_true(samples.mend_oldest_unfinished_run_age_seconds >= 0)
+  end)
+end)
+
+describe("mend worker --listen", function()
+  after_each(function()
+    stop_all()
+    H.cleanup()
+  end)
+
+  it("executes the runs started through its API, in the same process", function()
+    local dir, db = workspace()
+    local base = start(dir, db, "--listen 127.0.0.1:0", "worker")
+    local code, r = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "world" } })
+    assert.are.equal(201, code)
+    H.wait_for("the run", function() return status_of(base, r.id) == "succeeded" end, 10)
+    local _, run = get(base, "/api/v1/runs/" .. r.id)
+    assert.are.same({ said = "hello world" }, run.steps[1].result)
+    local _, history = get(base, "/api/v1/runs/" .. r.id .. "/history")
+    assert.are.equal("succeeded", history[#history].to)
+  end)
+
+  it("gives an event sent through the API to the step waiting for it", function()
+    local dir, db = workspace()
+    local base = start(dir, db, "--listen 127.0.0.1:0", "worker")
+    local _, r = post(base, "/api/v1/runs", { workflow = "wait", input = {}, key = "order-9" })
+    H.wait_for("the wait", function()
+      local _, run = get(base, "/api/v1/runs/" .. r.id)
+      return run.steps[1].status == "waiting"
+    end, 10)
+    local code = post(base, "/api/v1/events", { run_key = "order-9", name = "payment", data = { amount = 12 } })
+    assert.are.equal(202, code)
+    H.wait_for("the run", function() return status_of(base, r.id) == "succeeded" end, 10)
+    local _, run = get(base, "/api/v1/runs/" .. r.id)
+    assert.are.same({ amount = 12 }, run.steps[1].result)
+    assert.are.same({ amount = 12 }, run.steps[2].result)
+  end)
+
+  it("asks the worker holding a run to cancel it", function()
+    local dir, db = workspace()
+    local base = start(dir, db, "--listen 127.0.0.1:0", "worker")
+    local _, r = post(base, "/api/v1/runs", { workflow = "wait", input = {} })
+    H.wait_for("the wait", function()
+      local _, run = get(base, "/api/v1/runs/" .. r.id)
+      return run.steps[1].status == "waiting"
+    end, 10)
+    local code, c = post(base, "/api/v1/runs/" .. r.id .. "/cancel", nil, { who = "erin" })
+    assert.are.equal(202, code)
+    assert.are.equal("cancelling", c.cancel)                 -- held here: cancelled at once
+    H.wait_for("the cancel", function() return status_of(base, r.id) == "failed" end, 10)
+    assert.matches("^cancel by erin via http", operator_details(base, r.id)[1])
+  end)
+end)

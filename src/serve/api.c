@@ -1,0 +1,386 @@
+/*
+ * api: the JSON API under /api/v1 (docs/http-api.md): which path does what, the checks of
+ * each request's fields, and the mapping of the engine's refusals to HTTP codes. Every
+ * operation is the engine's own (src/engine/repair.c, events, starts) and every read the
+ * store's JSON view, as the CLI and the C API use them. Must never: write to the store itself,
+ * re-implement an operation, or match an engine message's text to choose a code.
+ */
+#include "serve_int.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json.h"
+
+#define LIST_DEFAULT 100
+#define LIST_MAX 1000
+
+static const char *const RUN_STATUSES[] = {"running", "compensating", "succeeded", "compensated",
+                                           "failed", "needs_attention", "resolved", NULL};
+
+/* 1 when the request's method is the one the endpoint takes; else 405 and 0. */
+static int want(serve_req *r, int post) {
+  if (r->post == post) return 1;
+  h2o_add_header(&r->req->pool, &r->req->res.headers, H2O_TOKEN_ALLOW, NULL,
+                 post ? "POST" : "GET, HEAD", post ? 4 : 9);
+  serve_error(r, 405, "method_not_allowed", "this endpoint takes %s", post ? "POST" : "GET");
+  return 0;
+}
+
+/* A store read that gave NULL: 404 for a missing run, 503 for the store's own failure. */
+static void store_failed(serve_req *r) {
+  mend_store *s = mend_engine_store(r->E);
+  if (mend_store_not_found(s)) serve_error(r, 404, "not_found", "%s", mend_store_errmsg(s));
+  else serve_error(r, 503, "storage", "%s", mend_store_errmsg(s));
+}
+
+/* An operation the engine refused: its reason chooses the code, its message is for people. */
+static void refused(serve_req *r, const char *err) {
+  switch (mend_engine_refusal(r->E)) {
+    case MEND_REFUSED_NOT_FOUND: serve_error(r, 404, "not_found", "%s", err); break;
+    case MEND_REFUSED_INVALID: serve_error(r, 400, "bad_request", "%s", err); break;
+    case MEND_REFUSED_STORE: serve_error(r, 503, "storage", "%s", err); break;
+    default: serve_error(r, 409, "conflict", "%s", err); break;
+  }
+}
+
+/* A body field that must be a non-empty string: 0 and *out (NULL when absent and not
+ * required), or -1 after replying 400 naming it. */
+static int body_string(serve_req *r, json_t *body, const char *name, int required, const char **out) {
+  json_t *v = json_object_get(body, name);
+  *out = NULL;
+  if (!v || json_is_null(v)) {
+    if (!required) return 0;
+    serve_error(r, 400, "missing_field", "the body needs \"%s\"", name);
+    return -1;
+  }
+  if (!json_is_string(v) || json_string_length(v) == 0 ||
+      strlen(json_string_value(v)) != json_string_length(v)) {
+    serve_error(r, 400, "bad_field", "\"%s\" must be a non-empty string", name);
+    return -1;
+  }
+  *out = json_string_value(v);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- runs */
+
+/* The workflow `name` as this engine has it: loaded from --workflows, else the newest version
+ * the database keeps. NULL after replying 404. */
+static int workflow_here(serve_req *r, const char *name) {
+  if (mend_engine_workflow(r->E, name)) return 1;
+  json_t *versions = mend_store_workflows(mend_engine_store(r->E), name);
+  if (!versions) { store_failed(r); return 0; }
+  const char *v = json_string_value(json_object_get(json_array_get(versions, 0), "version"));
+  char err[600] = "";
+  int ok = v && mend_engine_load_version(r->E, name, v, err, sizeof err) != NULL;
+  if (!ok && !v)
+    serve_error(r, 404, "unknown_workflow", "no workflow %s: it is neither among the files this "
+                "server loaded (--workflows) nor recorded in the database", name);
+  else if (!ok)
+    serve_error(r, 409, "workflow_unavailable", "workflow %s version %s cannot be loaded: %s", name,
+                v, err);
+  json_decref(versions);
+  return ok;
+}
+
+static void start_run(serve_req *r) {
+  json_t *body = serve_body(r);
+  if (!body) return;
+  const char *name, *key;
+  if (body_string(r, body, "workflow", 1, &name) || body_string(r, body, "key", 0, &key) ||
+      !workflow_here(r, name)) {
+    json_decref(body);
+    return;
+  }
+  json_t *input = json_object_get(body, "input");
+  lua_State *L = mend_engine_lua(r->E);
+  if (input) mend_json_push(L, input);
+  else lua_pushnil(L);
+  char id[MEND_RUN_ID_LEN], err[1024];
+  int existed = 0;
+  /* Recorded and committed at once for a worker to take (this process's, with --listen). */
+  int rc = mend_engine_start_value(r->E, L, name, lua_gettop(L), key, id, &existed, 1, err, sizeof err);
+  lua_pop(L, 1);
+  /* A start fails for its input (400) or for the database, which the engine then reports as
+   * its own failure, or as another process's lock (503). */
+  if (rc && (mend_engine_error(r->E)[0] || mend_store_locked(mend_engine_store(r->E))))
+    serve_error(r, 503, "storage", "%s", err);
+  else if (rc) serve_error(r, 400, "start_refused", "%s", err);
+  else serve_json(r, existed ? 200 : 201, json_pack("{s:s,s:s,s:b}", "id", id, "workflow", name,
+                                                    "existed", existed));
+  json_decref(body);
+}
+
+static int parse_cursor(const char *c, double *created, char *id, size_t idlen) {
+  char *end;
+  *created = strtod(c, &end);
+  if (end == c || *end != '~' || !isfinite(*created)) return -1;
+  size_t n = strlen(end + 1);
+  if (n == 0 || n >= idlen) return -1;
+  memcpy(id, end + 1, n + 1);
+  return 0;
+}
+
+static void list_runs(serve_req *r) {
+  const char *status, *workflow, *since_s, *limit_s, *cursor;
+  if (serve_query(r, "status", &status) || serve_query(r, "workflow", &workflow) ||
+      serve_query(r, "since", &since_s) || serve_query(r, "limit", &limit_s) ||
+      serve_query(r, "cursor", &cursor))
+    return;
+  if (status) {
+    int ok = 0;
+    for (const char *const *s = RUN_STATUSES; *s; s++) ok |= strcmp(status, *s) == 0;
+    if (!ok) {
+      serve_error(r, 400, "bad_query", "status must be one of running, compensating, succeeded, "
+                  "compensated, failed, needs_attention, resolved; got \"%s\"", status);
+      return;
+    }
+  }
+  if (workflow && !*workflow) workflow = NULL;
+  double since = -1;
+  if (since_s) {
+    char *end;
+    since = strtod(since_s, &end);
+    if (end == since_s || *end || !isfinite(since) || since < 0) {
+      serve_error(r, 400, "bad_query", "since must be a time in seconds since the epoch, got \"%s\"",
+                  since_s);
+      return;
+    }
+  }
+  long limit = LIST_DEFAULT;
+  if (limit_s) {
+    char *end;
+    limit = strtol(limit_s, &end, 10);
+    if (end == limit_s || *end || limit < 1 || limit > LIST_MAX) {
+      serve_error(r, 400, "bad_query", "limit must be a whole number from 1 to %d, got \"%s\"",
+                  LIST_MAX, limit_s);
+      return;
+    }
+  }
+  double after = 0;
+  char after_id[128];
+  if (cursor && parse_cursor(cursor, &after, after_id, sizeof after_id)) {
+    serve_error(r, 400, "bad_query", "cursor \"%s\" is not one this server gave (next_cursor)", cursor);
+    return;
+  }
+  json_t *runs = mend_store_runs_page(mend_engine_store(r->E), status, workflow, since, after,
+                                      cursor ? after_id : NULL, (int)limit + 1);
+  if (!runs) { store_failed(r); return; }
+  json_t *next = json_null();
+  if (json_array_size(runs) > (size_t)limit) {
+    json_array_remove(runs, (size_t)limit);
+    json_t *last = json_array_get(runs, (size_t)limit - 1);
+    char buf[200];
+    snprintf(buf, sizeof buf, "%.17g~%s", json_number_value(json_object_get(last, "created")),
+             json_string_value(json_object_get(last, "id")));
+    next = json_string(buf);
+  }
+  serve_json(r, 200, json_pack("{s:o,s:o}", "runs", runs, "next_cursor", next));
+}
+
+static void get_run(serve_req *r, const char *id, int history) {
+  mend_store *s = mend_engine_store(r->E);
+  json_t *run = mend_store_run(s, id);
+  if (!run) { store_failed(r); return; }
+  if (!history) { serve_json(r, 200, run); return; }
+  json_decref(run);
+  json_t *h = mend_store_history(s, id);
+  if (!h) { store_failed(r); return; }
+  serve_json(r, 200, h);
+}
+
+static void cancel_run(serve_req *r, const char *id) {
+  char err[600] = "";
+  int rc = mend_engine_cancel_run(r->E, id, r->who, err, sizeof err);
+  if (rc < 0) { refused(r, err); return; }
+  /* 0: cancelled here (it compensates in this process); 1: its live worker was asked to;
+   * 2: recorded for whoever takes it next. */
+  static const char *const how[] = {"cancelling", "requested", "recorded"};
+  json_t *o = json_pack("{s:s,s:s}", "id", id, "cancel", how[rc]);
+  if (rc == 2 && err[0]) json_object_set_new(o, "why", json_string(err));
+  serve_json(r, 202, o);
+}
+
+static void send_event(serve_req *r, const char *id) {
+  json_t *body = serve_body(r);
+  if (!body) return;
+  const char *name, *key, *run_key = NULL;
+  if (body_string(r, body, "name", 1, &name) || body_string(r, body, "key", 0, &key) ||
+      (!id && body_string(r, body, "run_key", 1, &run_key))) {
+    json_decref(body);
+    return;
+  }
+  json_t *data = json_object_get(body, "data");
+  char *payload = data ? json_dumps(data, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+  char run_id[MEND_RUN_ID_LEN] = "", err[600] = "";
+  int rc = mend_engine_send_event(r->E, id, run_key, name, payload, key, run_id, err, sizeof err);
+  free(payload);
+  switch (rc) {
+    case 0:
+      serve_json(r, 202, json_pack("{s:s,s:s,s:b}", "run", run_id, "event", name, "sent", 1));
+      break;
+    case 1:
+      serve_json(r, 200, json_pack("{s:s,s:s,s:b,s:b}", "run", run_id, "event", name, "sent", 0,
+                                   "duplicate", 1));
+      break;
+    case MEND_EVENT_EINVAL: serve_error(r, 400, "bad_request", "%s", err); break;
+    case MEND_EVENT_ENOTFOUND: serve_error(r, 404, "not_found", "%s", err); break;
+    case MEND_EVENT_EENDED: serve_error(r, 409, "conflict", "%s", err); break;
+    default: serve_error(r, 503, "storage", "%s", err); break;
+  }
+  json_decref(body);
+}
+
+/* ---------------------------------------------------------------- dead letters, breakers */
+
+static void dlq_op(serve_req *r, const char *id, const char *op) {
+  char err[600] = "";
+  if (strcmp(op, "retry") == 0) {
+    if (mend_engine_dlq_retry(r->E, id, r->who, err, sizeof err)) { refused(r, err); return; }
+    serve_json(r, 202, json_pack("{s:s,s:s}", "id", id, "dlq", "retrying"));
+    return;
+  }
+  if (strcmp(op, "resolve") != 0) {
+    serve_error(r, 404, "not_found", "no dead-letter operation %s (retry, resolve)", op);
+    return;
+  }
+  json_t *body = serve_body(r);
+  if (!body) return;
+  const char *note;
+  if (!body_string(r, body, "note", 1, &note)) {
+    if (mend_engine_resolve(r->E, id, r->who, note, err, sizeof err)) refused(r, err);
+    else serve_json(r, 200, json_pack("{s:s,s:s}", "id", id, "status", "resolved"));
+  }
+  json_decref(body);
+}
+
+static void breaker_op(serve_req *r, const char *key, const char *op) {
+  if (strcmp(op, "open") != 0 && strcmp(op, "close") != 0 && strcmp(op, "reset") != 0) {
+    serve_error(r, 404, "not_found", "no breaker operation %s (open, close, reset)", op);
+    return;
+  }
+  json_t *body = serve_body(r);
+  if (!body) return;
+  json_t *sec = json_object_get(body, "seconds");
+  double seconds = 0;
+  if (sec && !json_is_null(sec)) {
+    if (!json_is_number(sec) || !(json_number_value(sec) > 0) || strcmp(op, "open") != 0) {
+      serve_error(r, 400, "bad_field", "\"seconds\" is for open only, a number > 0");
+      json_decref(body);
+      return;
+    }
+    seconds = json_number_value(sec);
+  }
+  json_decref(body);
+  char err[600] = "";
+  if (mend_engine_breaker_set(r->E, key, op, seconds, r->who, err, sizeof err)) {
+    refused(r, err);
+    return;
+  }
+  mend_breaker b;
+  const char *state = "?";
+  if (mend_store_get_breaker(mend_engine_store(r->E), key, &b) == 1)
+    state = mend_breaker_state_name(b.state);
+  serve_json(r, 200, json_pack("{s:s,s:s,s:s}", "key", key, "op", op, "state", state));
+}
+
+/* ---------------------------------------------------------------- routes */
+
+static void index_page(serve_req *r) {
+  serve_json(r, 200, json_pack("{s:s,s:[s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s]}", "api", "mend/v1",
+                               "endpoints",
+                               "GET /api/v1/runs", "POST /api/v1/runs", "GET /api/v1/runs/{id}",
+                               "GET /api/v1/runs/{id}/history", "GET /api/v1/runs/{id}/events",
+                               "POST /api/v1/runs/{id}/cancel", "POST /api/v1/runs/{id}/events",
+                               "POST /api/v1/events", "GET /api/v1/dlq",
+                               "POST /api/v1/dlq/{id}/retry", "POST /api/v1/dlq/{id}/resolve",
+                               "GET /api/v1/breakers", "POST /api/v1/breakers/{key}/{open|close|reset}",
+                               "GET /api/v1/workflows", "GET /api/v1/workflows/{name}",
+                               "GET /metrics"));
+}
+
+static void not_found(serve_req *r) {
+  serve_error(r, 404, "not_found", "no such endpoint: %.*s (GET /api/v1 lists them)",
+              (int)(r->req->query_at != SIZE_MAX ? r->req->query_at : r->req->path.len),
+              r->req->path.base);
+}
+
+void serve_metrics(serve_req *r);
+
+void serve_api(serve_req *r) {
+  char **s = r->seg;
+  int n = r->nseg;
+  if (n == 1 && strcmp(s[0], "metrics") == 0) {
+    if (want(r, 0)) serve_metrics(r);
+    return;
+  }
+  if (n < 2 || strcmp(s[0], "api") != 0 || strcmp(s[1], "v1") != 0) { not_found(r); return; }
+  s += 2;
+  n -= 2;
+  mend_store *st = mend_engine_store(r->E);
+  json_t *list;
+  if (n == 0) {
+    if (want(r, 0)) index_page(r);
+  } else if (strcmp(s[0], "runs") == 0) {
+    if (n == 1) {
+      if (r->post) start_run(r);
+      else list_runs(r);
+    } else if (n == 2) {
+      if (want(r, 0)) get_run(r, s[1], 0);
+    } else if (n == 3 && strcmp(s[2], "history") == 0) {
+      if (want(r, 0)) get_run(r, s[1], 1);
+    } else if (n == 3 && strcmp(s[2], "cancel") == 0) {
+      if (want(r, 1)) cancel_run(r, s[1]);
+    } else if (n == 3 && strcmp(s[2], "events") == 0) {
+      if (r->post) {
+        send_event(r, s[1]);
+      } else {
+        json_t *run = mend_store_run(st, s[1]);
+        if (!run) { store_failed(r); return; }
+        json_decref(run);
+        if (!(list = mend_store_inbox(st, s[1]))) { store_failed(r); return; }
+        /* The store keeps a payload as JSON text; a client gets it as JSON. */
+        size_t i;
+        json_t *ev;
+        json_array_foreach(list, i, ev) {
+          const char *text = json_string_value(json_object_get(ev, "payload"));
+          json_t *v = text ? json_loads(text, JSON_DECODE_ANY, NULL) : NULL;
+          if (v) json_object_set_new(ev, "payload", v);
+        }
+        serve_json(r, 200, list);
+      }
+    } else {
+      not_found(r);
+    }
+  } else if (strcmp(s[0], "events") == 0 && n == 1) {
+    if (want(r, 1)) send_event(r, NULL);
+  } else if (strcmp(s[0], "dlq") == 0 && (n == 1 || n == 3)) {
+    if (n == 1 && want(r, 0)) {
+      if (!(list = mend_store_dlq(st))) store_failed(r);
+      else serve_json(r, 200, list);
+    } else if (n == 3 && want(r, 1)) {
+      dlq_op(r, s[1], s[2]);
+    }
+  } else if (strcmp(s[0], "breakers") == 0 && (n == 1 || n == 3)) {
+    if (n == 1 && want(r, 0)) {
+      if (!(list = mend_store_breakers(st))) store_failed(r);
+      else serve_json(r, 200, list);
+    } else if (n == 3 && want(r, 1)) {
+      breaker_op(r, s[1], s[2]);
+    }
+  } else if (strcmp(s[0], "workflows") == 0 && n <= 2) {
+    if (!want(r, 0)) return;
+    if (!(list = mend_store_workflows(st, n == 2 ? s[1] : NULL))) { store_failed(r); return; }
+    if (n == 2 && json_array_size(list) == 0) {
+      json_decref(list);
+      serve_error(r, 404, "not_found", "no workflow %s is recorded in the database", s[1]);
+      return;
+    }
+    serve_json(r, 200, list);
+  } else {
+    not_found(r);
+  }
+}

@@ -1,0 +1,119 @@
+/*
+ * lserve: the Lua face of the HTTP server, the module mend.serve that the mend program opens:
+ * listen(engine, {address =, token =, max_body =, max_headers =, cors =, dashboard =}) ->
+ * server, and
+ * server:address(), server:run() (serves until SIGINT or SIGTERM, for `mend serve`),
+ * server:close(). Must never outlive its engine's loop: a server holds its engine, and is
+ * closed before the engine is (the CLI closes it; a collected one closes itself).
+ */
+#include <lauxlib.h>
+#include <signal.h>
+#include <string.h>
+
+#include "lmend.h"
+#include "serve.h"
+#include "serve_int.h"
+
+#define SERVER_MT "mend.server"
+
+typedef struct server_box {
+  mend_server *srv;
+  mend_engine *E;
+} server_box;
+
+static server_box *check_server(lua_State *L) {
+  server_box *b = luaL_checkudata(L, 1, SERVER_MT);
+  if (!b->srv) luaL_error(L, "the server is closed");
+  return b;
+}
+
+static const char *opt_string(lua_State *L, const char *field) {
+  lua_getfield(L, 2, field);
+  const char *s = lua_isnil(L, -1) ? NULL : luaL_checkstring(L, -1);
+  lua_pop(L, 1);   /* the string stays alive in the options table */
+  return s;
+}
+
+static size_t opt_size(lua_State *L, const char *field) {
+  lua_getfield(L, 2, field);
+  lua_Integer n = luaL_optinteger(L, -1, 0);
+  lua_pop(L, 1);
+  if (n < 0) luaL_error(L, "listen: %s must be >= 0", field);
+  return (size_t)n;
+}
+
+static int l_listen(lua_State *L) {
+  mend_engine *E = mend_lua_engine(L, 1);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  mend_server_opts o = {0};
+  o.address = opt_string(L, "address");
+  o.token = opt_string(L, "token");
+  o.cors_origin = opt_string(L, "cors");
+  o.dashboard = opt_string(L, "dashboard");
+  o.max_body = opt_size(L, "max_body");
+  o.max_headers = opt_size(L, "max_headers");
+  server_box *b = lua_newuserdatauv(L, sizeof *b, 1);
+  b->srv = NULL;
+  b->E = E;
+  luaL_setmetatable(L, SERVER_MT);
+  lua_pushvalue(L, 1);
+  lua_setiuservalue(L, -2, 1);   /* the engine lives while its server does */
+  char err[700];
+  b->srv = mend_server_start(E, &o, err, sizeof err);
+  if (!b->srv) {
+    lua_pushstring(L, err);   /* names the flag and the cause: no Lua position */
+    return lua_error(L);
+  }
+  return 1;
+}
+
+static int server_address(lua_State *L) {
+  lua_pushstring(L, mend_server_address(check_server(L)->srv));
+  return 1;
+}
+
+static void on_signal(uv_signal_t *h, int signum) { *(int *)h->data = signum; }
+static void nothing(uv_handle_t *h) { (void)h; }
+
+/* server:run() -> "SIGINT" | "SIGTERM": the engine's loop turns (requests, and the runs an
+ * operation hands this engine) until a signal comes. */
+static int server_run(lua_State *L) {
+  server_box *b = check_server(L);
+  uv_loop_t *loop = mend_engine_loop(b->E);
+  int stop = 0, sigs[2] = {SIGINT, SIGTERM};
+  uv_signal_t h[2];
+  for (int k = 0; k < 2; k++) {
+    uv_signal_init(loop, &h[k]);
+    h[k].data = &stop;
+    uv_signal_start(&h[k], on_signal, sigs[k]);
+  }
+  while (!stop) uv_run(loop, UV_RUN_ONCE);
+  for (int k = 0; k < 2; k++) uv_close((uv_handle_t *)&h[k], nothing);
+  uv_run(loop, UV_RUN_NOWAIT);
+  lua_pushstring(L, stop == SIGINT ? "SIGINT" : "SIGTERM");
+  return 1;
+}
+
+static int server_close(lua_State *L) {
+  server_box *b = luaL_checkudata(L, 1, SERVER_MT);
+  if (b->srv) {
+    mend_server_free(b->srv);
+    b->srv = NULL;
+  }
+  return 0;
+}
+
+int mend_serve_lua_open(lua_State *L) {
+  static const luaL_Reg methods[] = {{"address", server_address}, {"run", server_run},
+                                     {"close", server_close}, {NULL, NULL}};
+  if (luaL_newmetatable(L, SERVER_MT)) {
+    luaL_newlib(L, methods);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, server_close);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_pop(L, 1);
+  static const luaL_Reg funcs[] = {{"listen", l_listen}, {NULL, NULL}};
+  luaL_newlib(L, funcs);
+  return 1;
+}

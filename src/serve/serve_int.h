@@ -1,0 +1,66 @@
+/*
+ * serve_int: the insides of mend's HTTP server, shared by the files of src/serve only: the
+ * server, a request as the API handlers see it, and the replies they give. The server (server.c) owns
+ * sockets, h2o, limits and tokens; the API (api.c) owns routes and what each does with the
+ * engine. Nothing here parses HTTP: h2o does.
+ */
+#ifndef MEND_SERVE_INT_H
+#define MEND_SERVE_INT_H
+
+#include <h2o.h>
+#include <jansson.h>
+#include <stddef.h>
+
+#include "engine.h"
+
+#define SERVE_MAX_SEGMENTS 8
+
+typedef struct mend_server_opts {
+  const char *address;     /* "127.0.0.1:7070", "[::1]:7070", "0.0.0.0:8080"; port 0: any */
+  const char *token;       /* NULL: none; required for an address other than loopback */
+  size_t max_body;         /* bytes of a request body (413 past it); 0: 1 MiB */
+  size_t max_headers;      /* bytes of a request's header fields (431 past it); 0: 16 KiB */
+  const char *cors_origin; /* NULL: no CORS headers at all */
+  const char *dashboard;   /* the dashboard page (HTML), served at / without a token: it holds
+                              no data, and asks for the token itself; NULL: none */
+} mend_server_opts;
+
+typedef struct mend_server mend_server;
+
+/* Listens on opts->address on the engine's loop. NULL with err on failure (a bad address, a
+ * port in use, a non-loopback address without a token). */
+mend_server *mend_server_start(mend_engine *E, const mend_server_opts *opts, char *err, int errlen);
+/* The address it listens on, with the port the system chose for port 0 ("127.0.0.1:43210"). */
+const char *mend_server_address(const mend_server *srv);
+/* Stops listening, lets open connections close (forcing them after 0.3 s) and frees h2o's
+ * handles, so that the engine's loop can be closed after. The struct stays until free. */
+void mend_server_close(mend_server *srv);
+void mend_server_free(mend_server *srv);
+
+/* A request as a handler sees it: authenticated, body within limits. */
+typedef struct serve_req {
+  h2o_req_t *req;
+  mend_server *srv;
+  mend_engine *E;
+  int post;                              /* a POST: it changes something */
+  int nseg;
+  char *seg[SERVE_MAX_SEGMENTS];         /* the path's segments, percent-decoded */
+  const char *query;                     /* after '?', or "" */
+  size_t query_len;
+  const char *who;                       /* who does it, for the history */
+} serve_req;
+
+/* Replies. json: steals `body`. error: {"error": {"code": code, "message": ...}}. */
+void serve_json(serve_req *r, int status, json_t *body);
+void serve_error(serve_req *r, int status, const char *code, const char *fmt, ...)
+  __attribute__((format(printf, 4, 5)));
+/* A query parameter, percent-decoded into the request's pool, in *out (NULL when absent): 0,
+ * or -1 after replying 400 for a malformed one. */
+int serve_query(serve_req *r, const char *name, const char **out);
+/* The body as a JSON object (an empty body is {}); NULL after replying 400 naming the fault. */
+json_t *serve_body(serve_req *r);
+
+/* api.c: answers every request under /api/v1 (and /metrics). */
+void serve_api(serve_req *r);
+
+#endif

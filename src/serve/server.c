@@ -1,0 +1,538 @@
+/*
+ * server: the HTTP side of `mend serve` on the engine's own libuv loop, through h2o (Debian's
+ * libh2o, its libuv flavour): the listening socket, connections, the limits on what a request
+ * may carry, the bearer token, CORS when asked for, and the JSON replies. Every request is
+ * answered on the loop's thread, so the engine is called as any caller on that thread calls it.
+ * Must never: parse HTTP itself (h2o does), listen beyond loopback without a token, answer a
+ * changing request without the token when one is set, or leave a handle on the loop after
+ * close (the engine closes its loop after, and takes any handle left for one of its own).
+ */
+#include "serve_int.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define DEFAULT_MAX_BODY (1u << 20)
+#define DEFAULT_MAX_HEADERS (16u << 10)
+#define WHO_MAX 64
+#define MAX_CONNECTIONS 256   /* past it a new connection is closed at once */
+
+typedef struct conn {
+  uv_tcp_t tcp;                /* first: h2o's close callback gets the handle */
+  mend_server *srv;
+  h2o_socket_t *sock;
+  struct conn *prev, *next;
+} conn;
+
+struct mend_server {
+  h2o_globalconf_t config;
+  h2o_context_t ctx;
+  h2o_accept_ctx_t accept_ctx;
+  uv_tcp_t listener;
+  mend_engine *E;
+  char *token;
+  size_t token_len;
+  int loopback;
+  size_t max_headers;
+  char *cors;
+  char *dashboard;
+  char address[INET6_ADDRSTRLEN + 16];
+  conn *conns;
+  int nconns;
+  int started, closed;
+};
+
+typedef struct serve_handler {
+  h2o_handler_t super;
+  mend_server *srv;
+} serve_handler;
+
+static int errorf(char *err, int errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int errorf(char *err, int errlen, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, (size_t)errlen, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+/* ---------------------------------------------------------------- replies */
+
+static const char *reason_of(int status) {
+  switch (status) {
+    case 200: return "OK";
+    case 201: return "Created";
+    case 202: return "Accepted";
+    case 204: return "No Content";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 409: return "Conflict";
+    case 413: return "Payload Too Large";
+    case 415: return "Unsupported Media Type";
+    case 431: return "Request Header Fields Too Large";
+    case 503: return "Service Unavailable";
+    default: return status >= 500 ? "Internal Server Error" : "Error";
+  }
+}
+
+static void add_header(h2o_req_t *req, const h2o_token_t *t, const char *value) {
+  h2o_add_header(&req->pool, &req->res.headers, t, NULL, value, strlen(value));
+}
+
+static void send_text(serve_req *r, int status, const char *type, const char *text, size_t len) {
+  h2o_req_t *req = r->req;
+  req->res.status = status;
+  req->res.reason = reason_of(status);
+  add_header(req, H2O_TOKEN_CONTENT_TYPE, type);
+  add_header(req, H2O_TOKEN_CACHE_CONTROL, "no-store");
+  h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-content-type-options"), 0,
+                        NULL, H2O_STRLIT("nosniff"));
+  if (r->srv->cors) {
+    add_header(req, H2O_TOKEN_ACCESS_CONTROL_ALLOW_ORIGIN, r->srv->cors);
+    add_header(req, H2O_TOKEN_VARY, "Origin");
+  }
+  h2o_send_inline(req, text, len);
+}
+
+void serve_json(serve_req *r, int status, json_t *body) {
+  char *text = body ? json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+  json_decref(body);
+  if (!text) {
+    static const char oom[] = "{\"error\":{\"code\":\"internal\",\"message\":\"out of memory\"}}";
+    send_text(r, 500, "application/json", oom, sizeof oom - 1);
+    return;
+  }
+  size_t n = strlen(text);
+  text[n] = '\n';   /* json_dumps left room: its terminator */
+  send_text(r, status, "application/json", text, n + 1);
+  free(text);
+}
+
+void serve_error(serve_req *r, int status, const char *code, const char *fmt, ...) {
+  char msg[1200];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  serve_json(r, status, json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", msg));
+}
+
+/* ---------------------------------------------------------------- request parts */
+
+static int hexval(int c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+/* Percent-decodes s[0..n) into the pool ('+' as a space where plus); NULL when malformed or
+ * when it holds a NUL. */
+static char *decode(h2o_mem_pool_t *pool, const char *s, size_t n, int plus) {
+  char *out = h2o_mem_alloc_pool(pool, n + 1), *o = out;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] == '%') {
+      if (i + 2 >= n) return NULL;
+      int hi = hexval((unsigned char)s[i + 1]), lo = hexval((unsigned char)s[i + 2]);
+      if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) return NULL;
+      *o++ = (char)(hi * 16 + lo);
+      i += 2;
+    } else {
+      *o++ = plus && s[i] == '+' ? ' ' : s[i];
+    }
+  }
+  *o = 0;
+  return out;
+}
+
+int serve_query(serve_req *r, const char *name, const char **out) {
+  size_t nlen = strlen(name);
+  const char *p = r->query, *end = r->query + r->query_len;
+  *out = NULL;
+  while (p < end) {
+    const char *amp = memchr(p, '&', (size_t)(end - p));
+    if (!amp) amp = end;
+    const char *eq = memchr(p, '=', (size_t)(amp - p));
+    const char *kend = eq ? eq : amp;
+    if ((size_t)(kend - p) == nlen && memcmp(p, name, nlen) == 0) {
+      *out = eq ? decode(&r->req->pool, eq + 1, (size_t)(amp - eq - 1), 1) : "";
+      if (*out) return 0;
+      serve_error(r, 400, "bad_query", "the query parameter %s has a malformed percent-escape", name);
+      return -1;
+    }
+    p = amp + 1;
+  }
+  return 0;
+}
+
+json_t *serve_body(serve_req *r) {
+  h2o_iovec_t b = r->req->entity;
+  if (!b.base || b.len == 0) return json_object();
+  json_error_t je;
+  json_t *v = json_loadb(b.base, b.len, JSON_DECODE_ANY, &je);
+  if (!v) {
+    serve_error(r, 400, "bad_json", "the request body is not JSON: %s (line %d, column %d)",
+                je.text, je.line, je.column);
+    return NULL;
+  }
+  if (!json_is_object(v)) {
+    json_decref(v);
+    serve_error(r, 400, "bad_json", "the request body must be a JSON object");
+    return NULL;
+  }
+  return v;
+}
+
+static int token_ok(const mend_server *srv, h2o_req_t *req) {
+  ssize_t i = h2o_find_header(&req->headers, H2O_TOKEN_AUTHORIZATION, -1);
+  if (i < 0) return 0;
+  h2o_iovec_t v = req->headers.entries[i].value;
+  if (v.len < 7 || strncasecmp(v.base, "Bearer ", 7) != 0) return 0;
+  const char *t = v.base + 7;
+  size_t n = v.len - 7;
+  /* Every byte of the token is compared, whatever was sent: the time says nothing of it. */
+  unsigned diff = n != srv->token_len;
+  for (size_t k = 0; k < srv->token_len; k++)
+    diff |= (unsigned char)srv->token[k] ^ (unsigned char)(k < n ? t[k] : 0);
+  return diff == 0;
+}
+
+static void peer_name(h2o_req_t *req, char *out, size_t len) {
+  struct sockaddr_storage ss;
+  socklen_t sl = req->conn->callbacks->get_peername(req->conn, (struct sockaddr *)&ss);
+  char host[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (sl && ss.ss_family == AF_INET) {
+    struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+    uv_ip4_name(a, host, sizeof host);
+    port = ntohs(a->sin_port);
+  } else if (sl && ss.ss_family == AF_INET6) {
+    struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+    uv_ip6_name(a, host, sizeof host);
+    port = ntohs(a->sin6_port);
+  }
+  snprintf(out, len, "%s:%d", host, port);
+}
+
+/* Who does it: the name a client gives in X-Mend-Who (printable ASCII, at most 64 bytes), and
+ * always where the request came from. NULL after replying 400. */
+static const char *who_of(serve_req *r, int with_token) {
+  char peer[INET6_ADDRSTRLEN + 8], name[WHO_MAX + 1] = "";
+  peer_name(r->req, peer, sizeof peer);
+  ssize_t i = h2o_find_header_by_str(&r->req->headers, H2O_STRLIT("x-mend-who"), -1);
+  if (i >= 0) {
+    h2o_iovec_t v = r->req->headers.entries[i].value;
+    int ok = v.len > 0 && v.len <= WHO_MAX;
+    for (size_t k = 0; ok && k < v.len; k++) ok = v.base[k] >= 0x20 && v.base[k] < 0x7f;
+    if (!ok) {
+      serve_error(r, 400, "bad_header", "X-Mend-Who must be 1 to %d printable ASCII characters",
+                  WHO_MAX);
+      return NULL;
+    }
+    memcpy(name, v.base, v.len);
+    name[v.len] = 0;
+  }
+  char buf[200];
+  snprintf(buf, sizeof buf, "%s%shttp %s (mend serve%s)", name, name[0] ? " via " : "", peer,
+           with_token ? ", token" : "");
+  return h2o_strdup(&r->req->pool, buf, strlen(buf)).base;
+}
+
+static int is_json_type(h2o_req_t *req) {
+  ssize_t i = h2o_find_header(&req->headers, H2O_TOKEN_CONTENT_TYPE, -1);
+  if (i < 0) return 0;
+  h2o_iovec_t v = req->headers.entries[i].value;
+  static const char want[] = "application/json";
+  return v.len >= sizeof want - 1 && strncasecmp(v.base, want, sizeof want - 1) == 0 &&
+         (v.len == sizeof want - 1 || v.base[sizeof want - 1] == ';' || v.base[sizeof want - 1] == ' ');
+}
+
+static int on_req(h2o_handler_t *self, h2o_req_t *req) {
+  mend_server *srv = ((serve_handler *)self)->srv;
+  serve_req r = {.req = req, .srv = srv, .E = srv->E, .query = ""};
+  size_t head = 0;
+  for (size_t i = 0; i < req->headers.size; i++)
+    head += req->headers.entries[i].name->len + req->headers.entries[i].value.len + 4;
+  if (head > srv->max_headers) {
+    serve_error(&r, 431, "headers_too_large", "the request's header fields are %zu bytes, over the"
+                " limit of %zu", head, srv->max_headers);
+    return 0;
+  }
+  h2o_iovec_t m = req->method;
+  int get = h2o_memis(m.base, m.len, H2O_STRLIT("GET")) || h2o_memis(m.base, m.len, H2O_STRLIT("HEAD"));
+  r.post = h2o_memis(m.base, m.len, H2O_STRLIT("POST"));
+  if (srv->cors && h2o_memis(m.base, m.len, H2O_STRLIT("OPTIONS"))) {
+    add_header(req, H2O_TOKEN_ACCESS_CONTROL_ALLOW_ORIGIN, srv->cors);
+    h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("access-control-allow-methods"),
+                          0, NULL, H2O_STRLIT("GET, POST"));
+    h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("access-control-allow-headers"),
+                          0, NULL, H2O_STRLIT("Authorization, Content-Type, X-Mend-Who"));
+    add_header(req, H2O_TOKEN_VARY, "Origin");
+    req->res.status = 204;
+    req->res.reason = "No Content";
+    h2o_send_inline(req, "", 0);
+    return 0;
+  }
+  if (!get && !r.post) {
+    add_header(req, H2O_TOKEN_ALLOW, "GET, HEAD, POST");
+    serve_error(&r, 405, "method_not_allowed", "method %.*s is not served (GET, HEAD, POST)",
+                (int)m.len, m.base);
+    return 0;
+  }
+  size_t plen = req->query_at != SIZE_MAX ? req->query_at : req->path.len;
+  if (get && (h2o_memis(req->path.base, plen, H2O_STRLIT("/")) ||
+              h2o_memis(req->path.base, plen, H2O_STRLIT("/ui")))) {
+    if (!srv->dashboard) {
+      serve_error(&r, 404, "not_found", "the dashboard is not installed with this mend; the API is"
+                  " under /api/v1");
+      return 0;
+    }
+    /* One page, its script and style inline; it may talk to this server only. */
+    h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("content-security-policy"), 0,
+                          NULL, H2O_STRLIT("default-src 'none'; script-src 'unsafe-inline'; "
+                          "style-src 'unsafe-inline'; connect-src 'self'; img-src data:; "
+                          "frame-ancestors 'none'"));
+    send_text(&r, 200, "text/html; charset=utf-8", srv->dashboard, strlen(srv->dashboard));
+    return 0;
+  }
+  /* The token: for everything beyond loopback, for every change whenever it is set; a token
+   * sent is checked even where none is needed, so that a wrong one is never taken as right. */
+  int has_auth = h2o_find_header(&req->headers, H2O_TOKEN_AUTHORIZATION, -1) >= 0;
+  int authed = srv->token && token_ok(srv, req);
+  if (srv->token && (r.post || !srv->loopback || has_auth) && !authed) {
+    add_header(req, H2O_TOKEN_WWW_AUTHENTICATE, "Bearer realm=\"mend\"");
+    serve_error(&r, 401, "unauthorized", has_auth ? "the bearer token is not the right one"
+                : "this request needs Authorization: Bearer <token>");
+    return 0;
+  }
+  /* A browser on another site can POST a form or text to loopback without asking first;
+   * it cannot send application/json without a preflight, which gets no CORS answer. */
+  if (r.post && !is_json_type(req)) {
+    serve_error(&r, 415, "unsupported_media_type", "a POST must have Content-Type: application/json");
+    return 0;
+  }
+  if (req->query_at != SIZE_MAX) {
+    r.query = req->path.base + req->query_at + 1;
+    r.query_len = req->path.len - req->query_at - 1;
+  }
+  const char *p = req->path.base, *end = p + plen;
+  while (p < end) {
+    while (p < end && *p == '/') p++;
+    if (p == end) break;
+    const char *slash = memchr(p, '/', (size_t)(end - p));
+    if (!slash) slash = end;
+    if (r.nseg == SERVE_MAX_SEGMENTS) {
+      serve_error(&r, 404, "not_found", "no such endpoint: %.*s", (int)plen, req->path.base);
+      return 0;
+    }
+    char *s = decode(&req->pool, p, (size_t)(slash - p), 0);
+    if (!s) {
+      serve_error(&r, 400, "bad_path", "the path has a malformed percent-escape: %.*s", (int)plen,
+                  req->path.base);
+      return 0;
+    }
+    r.seg[r.nseg++] = s;
+    p = slash;
+  }
+  if (r.post && !(r.who = who_of(&r, authed))) return 0;
+  serve_api(&r);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- sockets */
+
+static void conn_closed(uv_handle_t *h) {
+  conn *c = (conn *)h;
+  mend_server *srv = c->srv;
+  if (c->prev) c->prev->next = c->next;
+  else srv->conns = c->next;
+  if (c->next) c->next->prev = c->prev;
+  srv->nconns--;
+  free(c);
+}
+
+static void free_unaccepted(uv_handle_t *h) { free(h); }
+
+static void on_accept(uv_stream_t *listener, int status) {
+  mend_server *srv = listener->data;
+  if (status != 0 || srv->closed) return;
+  conn *c = calloc(1, sizeof *c);
+  if (!c) return;
+  uv_tcp_init(listener->loop, &c->tcp);
+  c->tcp.data = NULL;
+  if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0) {
+    uv_close((uv_handle_t *)&c->tcp, free_unaccepted);
+    return;
+  }
+  if (srv->nconns >= MAX_CONNECTIONS) {   /* one client must not take every descriptor */
+    uv_close((uv_handle_t *)&c->tcp, free_unaccepted);
+    return;
+  }
+  uv_tcp_nodelay(&c->tcp, 1);
+  srv->nconns++;
+  c->srv = srv;
+  c->next = srv->conns;
+  if (srv->conns) srv->conns->prev = c;
+  srv->conns = c;
+  c->sock = h2o_uv_socket_create((uv_stream_t *)&c->tcp, conn_closed);
+  h2o_accept(&srv->accept_ctx, c->sock);
+}
+
+/* host:port, [v6]:port; "localhost" is 127.0.0.1. */
+static int parse_address(const char *a, struct sockaddr_storage *ss, int *loopback, char *err,
+                         int errlen) {
+  char host[INET6_ADDRSTRLEN + 1];
+  const char *port_s;
+  size_t hlen;
+  if (a[0] == '[') {
+    const char *close = strchr(a, ']');
+    if (!close || close[1] != ':') return errorf(err, errlen, "--listen %s: expected [ADDRESS]:PORT", a);
+    hlen = (size_t)(close - a - 1);
+    if (hlen >= sizeof host) return errorf(err, errlen, "--listen %s: address too long", a);
+    memcpy(host, a + 1, hlen);
+    port_s = close + 2;
+  } else {
+    const char *colon = strrchr(a, ':');
+    if (!colon || colon == a) return errorf(err, errlen, "--listen %s: expected HOST:PORT", a);
+    hlen = (size_t)(colon - a);
+    if (hlen >= sizeof host) return errorf(err, errlen, "--listen %s: address too long", a);
+    memcpy(host, a, hlen);
+    port_s = colon + 1;
+  }
+  host[hlen] = 0;
+  char *endp;
+  long port = strtol(port_s, &endp, 10);
+  if (!*port_s || *endp || port < 0 || port > 65535)
+    return errorf(err, errlen, "--listen %s: the port must be a number from 0 to 65535", a);
+  if (strcmp(host, "localhost") == 0) strcpy(host, "127.0.0.1");
+  memset(ss, 0, sizeof *ss);
+  if (uv_ip4_addr(host, (int)port, (struct sockaddr_in *)ss) == 0) {
+    *loopback = (ntohl(((struct sockaddr_in *)ss)->sin_addr.s_addr) >> 24) == 127;
+  } else if (uv_ip6_addr(host, (int)port, (struct sockaddr_in6 *)ss) == 0) {
+    *loopback = IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)ss)->sin6_addr);
+  } else {
+    return errorf(err, errlen, "--listen %s: %s is not an IP address (nor localhost)", a, host);
+  }
+  return 0;
+}
+
+mend_server *mend_server_start(mend_engine *E, const mend_server_opts *o, char *err, int errlen) {
+  struct sockaddr_storage ss;
+  int loopback = 0;
+  if (parse_address(o->address ? o->address : "127.0.0.1:7070", &ss, &loopback, err, errlen))
+    return NULL;
+  if (!loopback && !(o->token && *o->token)) {
+    errorf(err, errlen, "--listen %s is not a loopback address: serving it needs --token-file, and "
+           "then every request needs Authorization: Bearer <token>", o->address);
+    return NULL;
+  }
+  mend_server *srv = calloc(1, sizeof *srv);
+  if (!srv) { errorf(err, errlen, "out of memory"); return NULL; }
+  srv->E = E;
+  srv->loopback = loopback;
+  srv->max_headers = o->max_headers ? o->max_headers : DEFAULT_MAX_HEADERS;
+  if (o->token && *o->token) {
+    srv->token = strdup(o->token);
+    srv->token_len = strlen(o->token);
+  }
+  if (o->cors_origin) srv->cors = strdup(o->cors_origin);
+  if (o->dashboard) srv->dashboard = strdup(o->dashboard);
+  uv_loop_t *loop = mend_engine_loop(E);
+  uv_tcp_init(loop, &srv->listener);
+  srv->listener.data = srv;
+  int rc = uv_tcp_bind(&srv->listener, (struct sockaddr *)&ss, 0);
+  if (!rc) rc = uv_listen((uv_stream_t *)&srv->listener, 128, on_accept);
+  if (rc) {
+    errorf(err, errlen, "--listen %s: %s", o->address, uv_strerror(rc));
+    srv->closed = 1;
+    uv_close((uv_handle_t *)&srv->listener, NULL);
+    uv_run(loop, UV_RUN_NOWAIT);
+    mend_server_free(srv);
+    return NULL;
+  }
+  struct sockaddr_storage bound;
+  int blen = sizeof bound;
+  uv_tcp_getsockname(&srv->listener, (struct sockaddr *)&bound, &blen);
+  char host[INET6_ADDRSTRLEN] = "?";
+  if (bound.ss_family == AF_INET6) {
+    uv_ip6_name((struct sockaddr_in6 *)&bound, host, sizeof host);
+    snprintf(srv->address, sizeof srv->address, "[%s]:%d", host,
+             ntohs(((struct sockaddr_in6 *)&bound)->sin6_port));
+  } else {
+    uv_ip4_name((struct sockaddr_in *)&bound, host, sizeof host);
+    snprintf(srv->address, sizeof srv->address, "%s:%d", host,
+             ntohs(((struct sockaddr_in *)&bound)->sin_port));
+  }
+  h2o_config_init(&srv->config);
+  srv->config.max_request_entity_size = o->max_body ? o->max_body : DEFAULT_MAX_BODY;
+  srv->config.server_name = h2o_iovec_init(H2O_STRLIT("mend"));
+  srv->config.http1.upgrade_to_http2 = 0;   /* HTTP/1.1 only: what the API is tested with */
+  h2o_hostconf_t *host_conf = h2o_config_register_host(&srv->config,
+                                                       h2o_iovec_init(H2O_STRLIT("default")), 65535);
+  h2o_pathconf_t *path = h2o_config_register_path(host_conf, "/", 0);
+  serve_handler *h = (serve_handler *)h2o_create_handler(path, sizeof *h);
+  h->super.on_req = on_req;
+  h->srv = srv;
+  h2o_context_init(&srv->ctx, loop, &srv->config);
+  srv->accept_ctx.ctx = &srv->ctx;
+  srv->accept_ctx.hosts = srv->config.hosts;
+  srv->started = 1;
+  return srv;
+}
+
+const char *mend_server_address(const mend_server *srv) { return srv->address; }
+
+static void tick(uv_timer_t *t) { (void)t; }
+
+/* A connection closed under h2o leaves its timeouts armed, which h2o_context_dispose refuses
+ * (it aborts): nothing is left to call them, so they are let go first. */
+static void unlink_all(h2o_timeout_t *t) {
+  if (!t->_entries.next) return;   /* one the context does not set up */
+  while (!h2o_linklist_is_empty(&t->_entries))
+    h2o_timeout_unlink(H2O_STRUCT_FROM_MEMBER(h2o_timeout_entry_t, _link, t->_entries.next));
+}
+
+void mend_server_close(mend_server *srv) {
+  if (!srv || srv->closed) return;
+  srv->closed = 1;
+  uv_loop_t *loop = srv->ctx.loop;
+  uv_close((uv_handle_t *)&srv->listener, NULL);
+  /* Replies being written get a moment to go out, clients a moment to close; then what is
+   * left (idle keep-alive connections) is closed. Not h2o_context_request_shutdown: its
+   * HTTP/2 side arms a timer that h2o_context_dispose then finds armed, and aborts. The timer
+   * here only keeps the loop from sleeping past the moment. */
+  uv_timer_t t;
+  uv_timer_init(loop, &t);
+  uv_timer_start(&t, tick, 50, 50);
+  uint64_t until = uv_now(loop) + 300;
+  while (srv->conns && uv_now(loop) < until) uv_run(loop, UV_RUN_ONCE);
+  for (conn *c = srv->conns; c; c = c->next)
+    if (!uv_is_closing((uv_handle_t *)&c->tcp)) h2o_socket_close(c->sock);
+  uv_close((uv_handle_t *)&t, NULL);
+  while (srv->conns) uv_run(loop, UV_RUN_ONCE);
+  h2o_timeout_t *armed[] = {&srv->ctx.zero_timeout, &srv->ctx.one_sec_timeout,
+                            &srv->ctx.hundred_ms_timeout, &srv->ctx.handshake_timeout,
+                            &srv->ctx.http1.req_timeout, &srv->ctx.http2.idle_timeout,
+                            &srv->ctx.http2.graceful_shutdown_timeout, &srv->ctx.proxy.io_timeout};
+  for (size_t i = 0; i < sizeof armed / sizeof armed[0]; i++) unlink_all(armed[i]);
+  h2o_context_dispose(&srv->ctx);
+  uv_run(loop, UV_RUN_NOWAIT);
+}
+
+void mend_server_free(mend_server *srv) {
+  if (!srv) return;
+  mend_server_close(srv);
+  if (srv->started) h2o_config_dispose(&srv->config);
+  free(srv->token);
+  free(srv->cors);
+  free(srv->dashboard);
+  free(srv);
+}
