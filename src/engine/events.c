@@ -31,8 +31,12 @@ static void wake_waiting(mend_run *r, const char *name) {
     mend_run *w = k < 0 ? r : mend__lane_at(r, k);
     if (!w) break;
     if (w->wait_kind != WAIT_EVENT || w->cur < 0 || w->cur >= w->wf->nsteps) continue;
-    const char *awaits = w->wf->steps[w->cur].wait_for;
-    if (awaits && (!name || strcmp(awaits, name) == 0)) mend__take_event(w, w->cur);
+    /* A named event wakes the steps that wait for that name; the look at the inbox (no
+     * name) also wakes those waiting for a token's outcome or a child's end, which come
+     * through the inbox under names of their own. */
+    const mend_step_def *d = &w->wf->steps[w->cur];
+    if (name ? d->wait_for && strcmp(d->wait_for, name) == 0 : d->wait_for || d->wait_token || d->child)
+      mend__take_event(w, w->cur);
   }
 }
 

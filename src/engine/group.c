@@ -476,9 +476,12 @@ int mend__group_stopping(const mend_run *l) {
 }
 
 /* A lane with an attempt in flight, or about to make the call its committed `running`
- * announces: it ends and is recorded before the group gives up. */
+ * announces, or found `running` after a restart (its call may have had its effect: it is
+ * executed again with its key, as any step found running): it ends and is recorded before the
+ * group gives up, and is compensated if it succeeded. */
 static int in_flight(const mend_run *l) {
-  return l->co || l->waiting_in || (l->queued && l->next_action == ACT_EXECUTE);
+  return l->co || l->waiting_in || (l->queued && l->next_action == ACT_EXECUTE) ||
+         (l->cur >= 0 && l->steps[l->cur].status == MEND_STEP_RUNNING);
 }
 
 /* A lane whose branch waits (or has not begun its attempt) is let go: its wait ends, the
@@ -498,7 +501,7 @@ static void stop_lane(mend_run *l) {
       mend__step_to(l, b, MEND_STEP_PENDING, NULL, -1, l->item ? "stopped: another item failed for good"
                                                                : "stopped: another branch failed for good");
       break;
-    case MEND_STEP_RUNNING:   /* found running after a restart: not executed again */
+    case MEND_STEP_RUNNING:   /* not reached: in_flight and mend__forward let it end first */
       mend__step_to(l, b, MEND_STEP_FAILED, l->item ? "not executed again: another item failed for good"
                                                     : "not executed again: another branch failed for good", -1, NULL);
       note_lane_done(l);

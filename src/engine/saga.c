@@ -121,7 +121,11 @@ void mend__forward(mend_run *r) {
   if (r->parent) {   /* a lane: its one branch */
     int b = r->cur;
     if (b < 0) return;
-    if (mend__group_stopping(r)) { mend__lane_stop(r); return; }
+    /* stopping: no new attempt, but one found running after a restart ends and is recorded */
+    if (mend__group_stopping(r) && r->steps[b].status != MEND_STEP_RUNNING) {
+      mend__lane_stop(r);
+      return;
+    }
     mend_step_status s = r->steps[b].status;
     int w = s == MEND_STEP_SUCCEEDED || s == MEND_STEP_SKIPPED ? 2 : decide_when(r, b);
     if (w == 2) mend__lane_done(r);
