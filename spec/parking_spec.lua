@@ -65,6 +65,51 @@ describe("a waiting run on the virtual clock", function()
     assert.are.same({ 0, 0 }, { eng:in_flight(), eng:parked() })
   end)
 
+  it("parks a run waiting for its completion token and brings it back when the token is used",
+     function()
+    local eng = H.new_engine{ park_after = 5 }
+    local sent = {}
+    eng:register{ name = "refund", steps = {
+      { name = "approve", wait = "token", timeout = 48 * 3600,
+        execute = function(ctx) sent[#sent + 1] = ctx:token() end },
+      { name = "pay", execute = function(ctx) return { paid = ctx.results.approve } end },
+    } }
+    local id = eng:start("refund", {})
+    eng:advance(10)
+    assert.are.same({ 0, 1 }, { eng:in_flight(), eng:parked() })
+    assert.are.equal(1, #sent)
+    assert.are.equal(id, eng:complete(sent[1], "yes"))
+    assert.are.equal(0, eng:parked())
+    eng:run()
+    local st = eng:status(id)
+    assert.are.equal("succeeded", st.status)
+    assert.are.same({ paid = "yes" }, H.step(st, "pay").result)
+    assert.are.equal(1, #sent)   -- brought back, not executed again
+  end)
+
+  it("parks a parent waiting for its child run and brings it back when the child ends", function()
+    local eng = H.new_engine{ park_after = 5 }
+    eng:register{ name = "shipping", steps = {
+      { name = "pickup", wait_for = "picked_up" },
+      { name = "label", execute = function(ctx) return { parcel = ctx.results.pickup } end },
+    } }
+    eng:register{ name = "order", steps = {
+      { name = "ship", child = "shipping" },
+      { name = "done", execute = function(ctx) return ctx.results.ship.label end },
+    } }
+    local id = eng:start("order", {})
+    eng:advance(10)
+    assert.are.same({ 0, 2 }, { eng:in_flight(), eng:parked() })   -- parent and child
+    local child = eng:status(id).children[1].run_id
+    eng:signal(child, "picked_up", "p-1")
+    eng:run()
+    assert.are.equal("succeeded", eng:status(child).status)
+    local st = eng:status(id)
+    assert.are.equal("succeeded", st.status)
+    assert.are.same({ parcel = "p-1" }, H.step(st, "done").result)
+    assert.are.same({ 0, 0 }, { eng:in_flight(), eng:parked() })
+  end)
+
   it("parks a durable sleep and a retry's backoff, and wakes each at its due time", function()
     local eng = H.new_engine{ park_after = 5 }
     local mend = require "mend"

@@ -94,6 +94,7 @@ void mend__start_child(mend_run *r, int i) {
   snprintf(detail, sizeof detail, "child run %s (%s)%s", id, def->child, existed ? ", started before" : "");
   mend__step_to(r, i, MEND_STEP_WAITING, NULL, -1, detail);
   r->wait_kind = WAIT_EVENT;
+  mend__park_soon(r);   /* a child may take days: its parent waits out of memory meanwhile */
   if (existed) ended_before(E, id);
   mend__take_child(r, i);
 }

@@ -103,7 +103,8 @@ void mend__await_token(mend_run *r, int i) {
   mend__step_to(r, i, MEND_STEP_WAITING, NULL, timed ? def->timeout : -1, "a token");
   if (mend__take_token(r, i)) return;
   r->wait_kind = WAIT_EVENT;
-  if (timed) mend__arm(r, &r->wait, st->due);
+  if (timed) mend__arm(r, &r->wait, st->due);   /* parked if it lasts, as every armed wait */
+  else mend__park_soon(r);
 }
 
 /* The oldest outcome in the inbox for the token of the attempt that waits: taken in this
