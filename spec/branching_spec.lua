@@ -390,6 +390,42 @@ describe("a group after a restart", function()
   end)
 end)
 
+describe("a group whose branch failed for good before a restart", function()
+  after_each(H.cleanup)
+
+  it("executes again a branch found running (its call may have had its effect), then undoes it",
+     function()
+    local runs, undone = {}, {}
+    local def = { name = "rf", steps = {
+      { name = "g", parallel = {
+        { name = "a", execute = function(ctx) ctx:sleep(1); error(mend.fatal("sold out")) end },
+        { name = "b", compensate = function(ctx) undone[#undone + 1] = ctx.step end,
+          execute = function(ctx)
+            runs.b = (runs.b or 0) + 1
+            ctx:sleep(5)
+            return "b"
+          end },
+      } },
+    } }
+    local eng, db = H.new_engine()
+    eng:register(def)
+    local id = eng:start("rf", {})
+    eng:advance(2)                               -- a failed for good; b's attempt in flight
+    assert.are.equal("failed", H.step(eng:status(id), "g/a").status)
+    assert.are.equal("running", H.step(eng:status(id), "g/b").status)
+    H.close(eng)
+    local eng2 = H.reopen(db)
+    eng2:register(def)
+    eng2:recover()
+    eng2:run()
+    local st = eng2:status(id)
+    assert.are.equal("compensated", st.status)
+    assert.are.equal(2, runs.b)                  -- executed again with its key, not marked failed
+    assert.are.equal("compensated", H.step(st, "g/b").status)
+    assert.are.same({ "g/b" }, undone)
+  end)
+end)
+
 describe("a group's waits after a restart", function()
   after_each(H.cleanup)
 

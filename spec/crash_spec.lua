@@ -115,13 +115,21 @@ local function audit(db, client, ids, dir)
     local st = client:status(id)   -- nothing acknowledged is lost: every id is there
     assert.is_truthy(finished(st.status), "run " .. id .. " ended " .. st.status)
     counts[st.status] = (counts[st.status] or 0) + 1
+    -- A run the crash-loop guard set aside (its worker stopped each time its step ran: here,
+    -- the kills of this test) waits for a person, who is told its step's attempts may have had
+    -- their effect: for that failed step, whether the effect was applied is not known. Every
+    -- other step of it is held to the rule.
+    local looped = st.status == "needs_attention" and st.reason == "crash_loop"
+    if looped then counts.crash_loop = (counts.crash_loop or 0) + 1 end
     local undo_order = {}
     for _, s in ipairs(st.steps) do
       if s.name == "prepare" or s.name == "items" then goto group end   -- no effect of their own
       local did_succeed = s.status == "succeeded" or s.status == "compensated"
       -- an effect is applied exactly once for every step that succeeded, and never otherwise
-      assert.are.equal(did_succeed, applied[s.idempotency_key] ~= nil,
-        id .. " " .. s.name .. " is " .. s.status .. " but its effect applied: " .. tostring(applied[s.idempotency_key] ~= nil))
+      if not (looped and s.status == "failed") then
+        assert.are.equal(did_succeed, applied[s.idempotency_key] ~= nil,
+          id .. " " .. s.name .. " is " .. s.status .. " but its effect applied: " .. tostring(applied[s.idempotency_key] ~= nil))
+      end
       local u = undone[s.idempotency_key]
       if u then
         -- compensated only steps that had succeeded, after their effect

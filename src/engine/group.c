@@ -187,9 +187,10 @@ static void map_pump(mend_run *r, int busy) {
   struct mend_group *G = r->group;
   struct map_state *ms = map_of(r, G->g);
   int max = r->wf->steps[G->g].max_concurrency;
-  for (int k = 0; !ms->resumed && k < ms->n && !G->stopping && !r->E->broken; k++) {
+  for (int k = 0; !ms->resumed && k < ms->n && !r->E->broken; k++) {
     const step_rt *st = &ms->items[k];
     if (settled(st->status) || (st->status == MEND_STEP_PENDING && st->attempts == 0)) continue;
+    if (G->stopping && st->status != MEND_STEP_RUNNING) continue;   /* see pump */
     mend_run *l = idle_lane(r);
     if (!l) return;
     start_item(l, ms, k);
@@ -218,8 +219,10 @@ static void pump(mend_run *r) {
     map_pump(r, busy);
     return;
   }
-  /* Branches begun before a restart first: they held the slots then. */
-  for (int pass = 0; pass < 2 && !G->stopping && !r->E->broken; pass++)
+  /* Branches begun before a restart first: they held the slots then. A group stopping since
+   * before the restart starts only those found running (their calls may have had effects: they
+   * end and are recorded); the others that had begun go back to pending, as stop_lane does. */
+  for (int pass = 0; pass < (G->stopping ? 1 : 2) && !r->E->broken; pass++)
     for (int b = g + 1; b <= g + def->nbranches && busy < def->max_concurrency; b++) {
       const step_rt *st = &r->steps[b];
       int begun = st->status != MEND_STEP_PENDING || st->attempts > 0 || st->slept;
@@ -227,6 +230,13 @@ static void pump(mend_run *r) {
       int taken = 0;
       for (int k = 0; k < G->nlanes; k++) taken |= G->lanes[k]->cur == b && !G->lanes[k]->item;
       if (taken) continue;
+      if (G->stopping && st->status != MEND_STEP_RUNNING) {
+        if (st->status != MEND_STEP_PENDING) {
+          r->steps[b].due = -1;
+          mend__step_to(r, b, MEND_STEP_PENDING, NULL, -1, "stopped: another branch failed for good");
+        }
+        continue;
+      }
       mend_run *l = idle_lane(r);
       if (!l) return;
       start_branch(l, b);
@@ -332,6 +342,36 @@ void mend__set_item_result(mend_run *l) {
   lua_pop(L, 2);
 }
 
+/* The kind a stored error names ("fatal: sold out"): how it failed decides how the run ends. */
+static mend_error_kind stored_kind(const char *error) {
+  static const mend_error_kind kinds[] = {MEND_ERR_RETRYABLE, MEND_ERR_FATAL, MEND_ERR_COMPENSABLE,
+                                          MEND_ERR_TIMEOUT};
+  for (size_t k = 0; error && k < sizeof kinds / sizeof kinds[0]; k++) {
+    const char *name = mend_error_kind_name(kinds[k]);
+    size_t n = strlen(name);
+    if (strncmp(error, name, n) == 0 && error[n] == ':') return kinds[k];
+  }
+  return MEND_ERR_ERROR;
+}
+
+/* A group taken up again after a restart in which a branch (or an item) had failed for good
+ * already: it is stopping, as it was, so that no new attempt starts and it fails when its
+ * lanes in flight (those found running go again with their keys) have ended. */
+static void restore_stopping(mend_run *r, int g) {
+  struct mend_group *G = r->group;
+  struct map_state *ms = is_map(r, g) ? map_of(r, g) : NULL;
+  int n = ms ? ms->n : r->wf->steps[g].nbranches;
+  for (int k = 0; k < n; k++) {
+    const step_rt *st = ms ? &ms->items[k] : &r->steps[g + 1 + k];
+    if (st->status != MEND_STEP_FAILED) continue;
+    G->stopping = 1;
+    G->fail_branch = ms ? k : g + 1 + k;
+    G->info = (mend_error_info){.kind = stored_kind(st->error), .retry_after = -1};
+    G->fail_msg = mend_dupstr(st->error ? st->error : "failed for good before a restart");
+    return;
+  }
+}
+
 void mend__group_forward(mend_run *r, int g) {
   struct mend_group *G = group_of(r);
   if (!G) return;
@@ -367,6 +407,7 @@ void mend__group_forward(mend_run *r, int g) {
   if (G->g != g) {
     G->g = g;
     G->stopping = 0;
+    restore_stopping(r, g);
   }
   pump(r);
 }
