@@ -3,8 +3,9 @@
  * store's return for the same rows, and mend copy's core (pg_copy.c) moves those rows. A
  * SQLite store is written through the store API with runs of every kind (finished, failed,
  * waiting with a step in flight and one not begun, dead-lettered, compensated), breakers,
- * audit rows, events, versions, completion tokens and child runs; it is copied into a fresh database of the test cluster
- * (MEND_TEST_PG, tests/pg/cluster.sh run), and every view is compared with json_equal.
+ * audit rows, events, versions, completion tokens and child runs; it is copied into a fresh
+ * database of the test cluster (MEND_TEST_PG, tests/pg/cluster.sh run), and every view is
+ * compared with json_equal.
  *
  * argv[1]: tests/pg/schema.sql, the agreed tables, for a build without the PostgreSQL store
  * (whose open makes them otherwise).
