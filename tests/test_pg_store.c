@@ -553,6 +553,9 @@ static void test_tokens(void) {
   CHECK_STR(key, "c1/4");
   free(payload);
   free(key);
+  /* held until commit, as every sender holds it: seqs commit in the order taken */
+  CHECK_EQ_INT(count("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+                     " AND objid::bigint = x'4d454e49'::int AND granted"), 1);
   CHECK_EQ_INT(mend__pg_commit(s), 0);
   CHECK_EQ_INT(count("SELECT count(*) FROM inbox"), 1);
   int seen = 0;
