@@ -291,7 +291,7 @@ describe("child runs with real workers", function()
     local dir = H.tmp_dir()
     H.write_file(dir, "shipping.lua", SHIPPING)
     H.write_file(dir, "order.lua", ORDER)
-    return dir, dir .. "/c.db", dir .. "/worker.log"
+    return dir, H.new_db(dir, "c.db"), dir .. "/worker.log"
   end
 
   local function start(db, dir, input)

@@ -105,4 +105,73 @@ describe("mend copy", function()
     assert.truthy(out:find("not empty", 1, true), out)
     assert.are.same({ "4" }, H.sql(to, "SELECT count(*) FROM runs"))
   end)
+
+  -- A run waiting for its token and a parent waiting for its child, moved while they wait:
+  -- the token and the links come along, and workers on PostgreSQL finish both.
+  it_pg("moves runs that wait for a token and for a child run, which end on PostgreSQL",
+        function()
+    local dir = H.tmp_dir()
+    local src, log = dir .. "/src.db", dir .. "/worker.log"
+    H.write_file(dir, "ask.lua", [[return { name = "ask", steps = {
+      { name = "approve", wait = "token", timeout = 3600,
+        execute = function(ctx) ctx:log("token %s", ctx:token()) end } } }]])
+    H.write_file(dir, "kid.lua", [[return { name = "kid", steps = {
+      { name = "pickup", wait_for = "picked_up" } } }]])
+    H.write_file(dir, "parent.lua", [[return { name = "parent", steps = {
+      { name = "ship", child = "kid" },
+      { name = "done", execute = function(ctx) return ctx.results.ship end } } }]])
+    local function start(db, name)
+      local rc, out = mend("start", name, "--workflows", dir, "--db", db)
+      assert.are.equal(0, rc, out)
+      return out:match("(%w+)%s*$")
+    end
+    local function worker(db)
+      local p = io.popen(("sh -c 'exec %s worker --db %s --workflows %s --poll 0.05 2>>%s'"
+        .. " >/dev/null & echo $!"):format(H.quote(H.MEND), H.quote(db), H.quote(dir),
+        H.quote(log)))
+      local pid = p:read("l")
+      p:close()
+      return pid
+    end
+    local function status(db, id)
+      local rc, out = mend("status", id, "--db", db, "--json")
+      assert.are.equal(0, rc, out)
+      return json.decode(out)
+    end
+    local ask, parent = start(src, "ask"), start(src, "parent")
+    local pid = worker(src)
+    local kid
+    H.wait_for("both waits", function()
+      local c = status(src, parent).children
+      kid = c and c[1] and c[1].run_id
+      return kid and H.step(status(src, kid), "pickup").status == "waiting"
+        and H.step(status(src, ask), "approve").status == "waiting"
+    end, 10)
+    H.stop_worker(pid)
+    local token = H.sql(src, ("SELECT token FROM tokens WHERE run_id = '%s'"):format(ask))[1]
+    assert.truthy(token)
+
+    local to = H.new_db()
+    local rc, out = mend("copy", "--from", src, "--to", to, "--json")
+    assert.are.equal(0, rc, out)
+    local counts = json.decode(out:match("(%b{})%s*$"))
+    assert.are.equal(3, counts.runs)
+    assert.are.equal(1, counts.tokens)
+    assert.are.same({ token }, H.sql(to, "SELECT token FROM tokens"))
+    assert.are.equal(parent, status(to, kid).parent_run)
+    assert.are.equal(kid, status(to, parent).children[1].run_id)
+
+    rc, out = mend("complete", token, "--result", '"yes"', "--db", to)
+    assert.are.equal(0, rc, out)
+    rc, out = mend("signal", kid, "picked_up", "--data", '{"by":"van"}', "--db", to)
+    assert.are.equal(0, rc, out)
+    pid = worker(to)
+    local rc1, out1 = mend("wait", ask, "--timeout", "10", "--db", to)
+    local rc2, out2 = mend("wait", parent, "--timeout", "10", "--db", to)
+    H.stop_worker(pid)
+    assert.are.equal(0, rc1, out1 .. H.read(log))
+    assert.are.equal(0, rc2, out2 .. H.read(log))
+    assert.are.equal("yes", H.step(status(to, ask), "approve").result)
+    assert.are.same({ pickup = { by = "van" } }, H.step(status(to, parent), "done").result)
+  end)
 end)

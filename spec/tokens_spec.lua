@@ -241,7 +241,7 @@ describe("mend complete and mend fail with a real worker", function()
   local function setup()
     local dir = H.tmp_dir()
     H.write_file(dir, "approval.lua", H.slurp("workflows/approval.lua"))
-    return dir, dir .. "/a.db", dir .. "/worker.log"
+    return dir, H.new_db(dir, "a.db"), dir .. "/worker.log"
   end
 
   local function start(db, dir)

@@ -555,7 +555,7 @@ static inline int mend_store_owner(mend_store *s, const char *id, char *owner_ou
 
 /* new: pg-views */
 /* `mend copy`: every run, step, history row, breaker, dead letter, workflow version, inbox
- * event and audit row of the SQLite store at `from` into the empty PostgreSQL store `to`
+ * event, completion token and audit row (and each run's parent) of the SQLite store at `from` into the empty PostgreSQL store `to`
  * (a libpq URI; its schema made or checked by the PostgreSQL store's open), in one
  * transaction committed only when every count matches. Refused while a worker's lease on
  * `from` lasts, and when `to` has rows. Nobody holds a run after. Returns the counts copied

@@ -7,7 +7,8 @@
  * a failed write failing its whole batch, claims and leases on the server's clock, the fence
  * (a stalled worker's writes to a run another took are dropped and reported), a connection
  * killed between batches (opened again, nothing lost) and mid-batch (not acknowledged,
- * nothing written), and events.
+ * nothing written), events, completion tokens and child runs (a child's end fenced with the
+ * child), and the upgrade of a database of schema 1.
  */
 #include "check.h"
 #include "store/pg/pg_int.h"
@@ -476,6 +477,171 @@ static void test_events(void) {
   drop_case();
 }
 
+static void test_tokens(void) {
+  new_case();
+  mend_store *s = open_store();
+  if (!s) return;
+  mend__pg_set_fence(s, "w", 30);
+  mend_run_rec p = run_rec("p1", "w"), c = run_rec("c1", "w");
+  CHECK_EQ_INT(mend__pg_insert_run(s, &p), 0);
+  CHECK_EQ_INT(mend__pg_insert_run(s, &c), 0);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+
+  /* a token: known by its attempt and by itself, in the open batch */
+  CHECK_EQ_INT(mend__pg_put_token(s, "tok-1", "p1", "a", 1, 5.5), 0);
+  char *tok = NULL;
+  CHECK_EQ_INT(mend__pg_token_of_attempt(s, "p1", "a", 1, &tok), 1);
+  CHECK_STR(tok, "tok-1");
+  free(tok);
+  tok = NULL;
+  CHECK_EQ_INT(mend__pg_token_of_attempt(s, "p1", "a", 2, &tok), 0);
+  CHECK(tok == NULL);
+  json_t *row = mend__pg_token(s, "tok-1");
+  CHECK(row != NULL);
+  CHECK_STR(json_string_value(json_object_get(row, "run_id")), "p1");
+  CHECK_STR(json_string_value(json_object_get(row, "step")), "a");
+  CHECK_EQ_INT(json_integer_value(json_object_get(row, "attempt")), 1);
+  CHECK_NEAR(json_real_value(json_object_get(row, "made")), 5.5, 0);
+  CHECK(json_object_get(row, "used") == NULL);
+  json_decref(row);
+  CHECK(mend__pg_token(s, "no-such-token") == NULL);
+  CHECK_STR(mend__pg_errmsg(s), "");   /* none: not an error */
+  /* used once: the second use writes nothing and says so */
+  CHECK_EQ_INT(mend__pg_use_token(s, "tok-1", "{\"ok\":true}", 7), 0);
+  CHECK_EQ_INT(mend__pg_use_token(s, "tok-1", "{\"ok\":false}", 8), 1);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM tokens WHERE token = 'tok-1' AND used = 7"
+                     " AND outcome = '{\"ok\":true}'"), 1);
+  row = mend__pg_token(s, "tok-1");
+  CHECK(row && json_is_number(json_object_get(row, "used")));
+  CHECK_STR(json_string_value(json_object_get(row, "outcome")), "{\"ok\":true}");
+  json_decref(row);
+  /* one token an attempt: a second one for the same attempt fails its batch */
+  mend__pg_put_token(s, "tok-2", "p1", "a", 1, 9);
+  CHECK(mend__pg_commit(s) != 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM tokens"), 1);
+
+  /* a child: linked both ways */
+  CHECK_EQ_INT(mend__pg_set_parent(s, "c1", "p1", "ship"), 0);
+  json_t *kids = mend__pg_children(s, "p1");
+  CHECK(kids && json_array_size(kids) == 1);
+  json_t *k = json_array_get(kids, 0);
+  CHECK_STR(json_string_value(json_object_get(k, "run_id")), "c1");
+  CHECK_STR(json_string_value(json_object_get(k, "step")), "ship");
+  CHECK_STR(json_string_value(json_object_get(k, "workflow")), "order");
+  CHECK_STR(json_string_value(json_object_get(k, "status")), "running");
+  json_decref(kids);
+  kids = mend__pg_children(s, "c1");
+  CHECK(kids && json_array_size(kids) == 0);
+  json_decref(kids);
+  json_t *run = mend_store_run(s, "c1");
+  CHECK_STR(json_string_value(json_object_get(run, "parent_run")), "p1");
+  CHECK_STR(json_string_value(json_object_get(run, "parent_step")), "ship");
+  json_decref(run);
+  run = mend_store_run(s, "p1");
+  CHECK(run && json_object_get(run, "parent_run") == NULL);
+  json_decref(run);
+
+  /* its end goes to the parent's inbox, once a key; a run with no parent tells nobody */
+  CHECK_EQ_INT(mend__pg_child_end(s, "c1", "mend.child", "{\"status\":\"succeeded\"}", "c1/4", 9), 0);
+  CHECK_EQ_INT(mend__pg_child_end(s, "c1", "mend.child", "{\"status\":\"succeeded\"}", "c1/4", 9), 0);
+  CHECK_EQ_INT(mend__pg_child_end(s, "p1", "mend.child", "{}", "p1/1", 9), 0);
+  long long seq;
+  char *payload = NULL, *key = NULL;
+  CHECK_EQ_INT(mend__pg_next_event(s, "p1", "mend.child", &seq, &payload, &key), 1);
+  CHECK_STR(payload, "{\"status\":\"succeeded\"}");
+  CHECK_STR(key, "c1/4");
+  free(payload);
+  free(key);
+  /* held until commit, as every sender holds it: seqs commit in the order taken */
+  CHECK_EQ_INT(count("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+                     " AND objid::bigint = x'4d454e49'::int AND granted"), 1);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM inbox"), 1);
+  int seen = 0;
+  CHECK_EQ_INT(mend__pg_events_after(s, 0, 10, on_event, &seen), seq);
+  CHECK_EQ_INT(seen, 1);
+
+  /* reopened only once it succeeded, and then nobody's */
+  CHECK_EQ_INT(mend__pg_reopen_run(s, "c1", "parent_compensates", NULL, 10), 0);
+  mend__pg_update_run(s, "c1", "succeeded", NULL, 0, 10, NULL);
+  CHECK_EQ_INT(mend__pg_reopen_run(s, "c1", "parent_compensates", NULL, 11), 1);
+  CHECK_EQ_INT(mend__pg_reopen_run(s, "c1", "parent_compensates", NULL, 12), 0);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'c1' AND status = 'compensating'"
+                     " AND owner IS NULL AND reason = 'parent_compensates' AND updated = 11"
+                     " AND error = 'compensated with its parent'"), 1);
+  mend__pg_close(s);
+  drop_case();
+}
+
+/* A worker that stalled past its lease tells no parent of the end of a child it lost. */
+static void test_child_end_fenced(void) {
+  new_case();
+  mend_store *a = open_store(), *b = open_store();
+  if (!a || !b) return;
+  mend__pg_set_fence(a, "a", 1);
+  mend__pg_set_fence(b, "b", 30);
+  mend_run_rec p = run_rec("p1", "b"), c = run_rec("c1", "a"), c2 = run_rec("c2", "a");
+  CHECK_EQ_INT(mend__pg_insert_run(b, &p), 0);
+  CHECK_EQ_INT(mend__pg_commit(b), 0);
+  CHECK_EQ_INT(mend__pg_insert_run(a, &c), 0);
+  CHECK_EQ_INT(mend__pg_insert_run(a, &c2), 0);
+  CHECK_EQ_INT(mend__pg_set_parent(a, "c1", "p1", "ship"), 0);
+  CHECK_EQ_INT(mend__pg_set_parent(a, "c2", "p1", "pack"), 0);
+  CHECK_EQ_INT(mend__pg_commit(a), 0);
+  sleep_s(1.5);
+  json_t *got = mend__pg_claim(b, "b", 30, 1, 0);   /* c1, the older */
+  CHECK(got && json_array_size(got) == 1);
+  CHECK_STR(json_string_value(json_array_get(got, 0)), "c1");
+  json_decref(got);
+  CHECK_EQ_INT(mend__pg_commit(b), 0);
+  mend__pg_update_run(a, "c1", "succeeded", NULL, 0, 9, NULL);
+  mend__pg_child_end(a, "c1", "mend.child", "{\"status\":\"succeeded\"}", "c1/3", 9);
+  mend__pg_update_run(a, "c2", "succeeded", NULL, 0, 9, NULL);
+  mend__pg_child_end(a, "c2", "mend.child", "{\"status\":\"succeeded\"}", "c2/3", 9);
+  CHECK_EQ_INT(mend__pg_commit(a), 0);
+  nlost = 0;
+  CHECK_EQ_INT(mend__pg_fence_news(a, on_lost, NULL), 1);
+  CHECK_STR(lost_id, "c1");
+  CHECK_EQ_INT(count("SELECT count(*) FROM inbox WHERE run_id = 'p1' AND key = 'c1/3'"), 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM inbox WHERE run_id = 'p1' AND key = 'c2/3'"), 1);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'c1' AND status = 'running'"), 1);
+  mend__pg_close(a);
+  mend__pg_close(b);
+  drop_case();
+}
+
+/* A database made by a mend of schema 1 is upgraded at open, its rows kept. */
+static void test_upgrade(void) {
+  new_case();
+  PGconn *c = raw();
+  sql(c, "BEGIN");
+  sql(c, mend__pg_migrations[0]);
+  sql(c, "INSERT INTO meta(key, value) VALUES ('application', 'mend'), ('schema_version', '1')");
+  sql(c, "INSERT INTO runs(id, workflow, status, created, updated)"
+         " VALUES ('old', 'order', 'succeeded', 1, 2)");
+  sql(c, "COMMIT");
+  PQfinish(c);
+  CHECK_EQ_INT(count("SELECT count(*) FROM pg_tables WHERE tablename = 'tokens'"), 0);
+  mend_store *s = open_store();
+  CHECK(s != NULL);
+  if (!s) return;
+  CHECK_EQ_INT(mend__pg_schema_version(s), 2);
+  CHECK_EQ_INT(count("SELECT value::int FROM meta WHERE key = 'schema_version'"), 2);
+  CHECK_EQ_INT(count("SELECT count(*) FROM pg_indexes WHERE indexname = 'runs_parent'"), 1);
+  json_t *run = mend_store_run(s, "old");
+  CHECK_STR(json_string_value(json_object_get(run, "status")), "succeeded");
+  CHECK(run && json_object_get(run, "parent_run") == NULL);
+  json_decref(run);
+  CHECK_EQ_INT(mend__pg_set_parent(s, "old", "p", "x"), 0);
+  CHECK_EQ_INT(mend__pg_put_token(s, "t", "old", "x", 1, 1), 0);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE parent_run = 'p'"), 1);
+  mend__pg_close(s);
+  drop_case();
+}
+
 int main(void) {
   base = getenv("MEND_TEST_PG");
   if (!base || !*base) {
@@ -498,6 +664,9 @@ int main(void) {
   test_fence();
   test_dropped_connection();
   test_events();
+  test_tokens();
+  test_child_end_fenced();
+  test_upgrade();
   PQfinish(admin);
   return check_done("test_pg_store");
 }

@@ -3,8 +3,9 @@
  * store's return for the same rows, and mend copy's core (pg_copy.c) moves those rows. A
  * SQLite store is written through the store API with runs of every kind (finished, failed,
  * waiting with a step in flight and one not begun, dead-lettered, compensated), breakers,
- * audit rows, events and versions; it is copied into a fresh database of the test cluster
- * (MEND_TEST_PG, tests/pg/cluster.sh run), and every view is compared with json_equal.
+ * audit rows, events, versions, completion tokens and child runs; it is copied into a fresh
+ * database of the test cluster (MEND_TEST_PG, tests/pg/cluster.sh run), and every view is
+ * compared with json_equal.
  *
  * argv[1]: tests/pg/schema.sql, the agreed tables, for a build without the PostgreSQL store
  * (whose open makes them otherwise).
@@ -157,6 +158,14 @@ static void fill(mend_store *s) {
   CHECK_EQ_INT(mend_store_insert_run(s, &c), 0);
   CHECK_EQ_INT(mend_store_request_cancel(s, c.id), 0);
 
+  /* the waiting run's children (ended and dead-lettered) and its tokens, one used */
+  CHECK_EQ_INT(mend_store_set_parent(s, c.id, w.id, "charge"), 0);
+  CHECK_EQ_INT(mend_store_set_parent(s, d.id, w.id, "reserve"), 0);
+  CHECK_EQ_INT(mend_store_put_token(s, "tok-a", w.id, "charge", 1, t0 + 12), 0);
+  CHECK_EQ_INT(mend_store_use_token(s, "tok-a", "{\"ok\":false,\"kind\":\"retryable\"}",
+                                    t0 + 12.5), 0);
+  CHECK_EQ_INT(mend_store_put_token(s, "tok-b", w.id, "charge", 2, t0 + 13), 0);
+
   mend_breaker b = {.state = MEND_BREAKER_OPEN, .failures = 5, .successes = 0,
                     .opened_at = t0 + 5, .open_until = t0 + 35};
   CHECK_EQ_INT(mend_store_put_breaker(s, "payments", &b, t0 + 5), 0);
@@ -214,6 +223,7 @@ int main(int argc, char **argv) {
   CHECK_EQ_INT(json_integer_value(json_object_get(counts, "history")), 9);
   CHECK_EQ_INT(json_integer_value(json_object_get(counts, "workflow_versions")), 3);
   CHECK_EQ_INT(json_integer_value(json_object_get(counts, "inbox")), 2);
+  CHECK_EQ_INT(json_integer_value(json_object_get(counts, "tokens")), 2);
   json_decref(counts);
   /* a second copy into the same (now full) store is refused, and writes nothing */
   json_t *again = mend__pg_copy_into(src, c, err, sizeof err);
@@ -233,7 +243,21 @@ int main(int argc, char **argv) {
     same(what, mend_store_history(s, ids[i]), mend__pg_view_history(c, ids[i], err, sizeof err));
     snprintf(what, sizeof what, "inbox %s", ids[i]);
     same(what, mend_store_inbox(s, ids[i]), mend__pg_view_inbox(c, ids[i], err, sizeof err));
+    snprintf(what, sizeof what, "children %s", ids[i]);
+    same(what, mend_store_children(s, ids[i]), mend__pg_view_children(c, ids[i], err, sizeof err));
   }
+  json_t *kids = mend__pg_view_children(c, "01aaaaaaaa000003", err, sizeof err);
+  CHECK_EQ_INT(json_array_size(kids), 2);
+  json_decref(kids);
+  json_t *child = mend__pg_view_run(c, "01aaaaaaaa000005", err, sizeof err, NULL);
+  CHECK_STR(json_string_value(json_object_get(child, "parent_run")), "01aaaaaaaa000003");
+  CHECK_STR(json_string_value(json_object_get(child, "parent_step")), "charge");
+  json_decref(child);
+  same("token a", mend_store_token(s, "tok-a"), mend__pg_view_token(c, "tok-a", err, sizeof err));
+  same("token b", mend_store_token(s, "tok-b"), mend__pg_view_token(c, "tok-b", err, sizeof err));
+  json_t *no_token = mend__pg_view_token(c, "tok-z", err, sizeof err);
+  CHECK(no_token == NULL);
+  CHECK_STR(err, "");
   int nf = 0;
   json_t *none = mend__pg_view_run(c, "nope", err, sizeof err, &nf);
   CHECK(none == NULL);

@@ -426,7 +426,7 @@ end
 
 -- mend copy: the whole store, into an empty PostgreSQL one (the counts are checked there).
 local COPY_ORDER = { "runs", "steps", "history", "breakers", "dlq", "workflow_versions", "inbox",
-                     "audit" }
+                     "tokens", "audit" }
 local function cmd_copy(o)
   if not o.from then usage_error("copy", "--from is required (the SQLite database)") end
   if not o.to then usage_error("copy", "--to is required (postgres://...)") end
@@ -997,8 +997,9 @@ local commands = {
     usage = "mend copy --from PATH --to postgres://... [--json]",
     help = "Copies a SQLite store into a new PostgreSQL one, to move workers onto many machines:\n" ..
            "runs, steps, history, breakers, dead letters, workflow versions (with their\n" ..
-           "scripts), events and the audit, in one transaction that commits only if every\n" ..
-           "count matches. Stop every worker first: refused while a worker's lease on the\n" ..
+           "scripts), events, completion tokens, child links and the audit, in one\n" ..
+           "transaction that commits only if every count matches. Stop every worker\n" ..
+           "first: refused while a worker's lease on the\n" ..
            "source lasts, and when the target already has runs. The source is only read.\n" ..
            "After the copy nobody holds a run: the workers started on PostgreSQL claim them.\n\n" ..
            "  --from PATH      the SQLite database (at this mend's schema: open it once first)\n" ..

@@ -121,7 +121,8 @@ static const char *what_of(int kind, const pg_rec *r) {
     [P_INSERT_RUN] = "insert run", [P_UPDATE_RUN] = "update run", [P_PUT_STEP] = "put step",
     [P_UPDATE_STEP] = "update step", [P_APPEND_HISTORY] = "append history",
     [P_PUT_BREAKER] = "put breaker", [P_PUT_DLQ] = "put dlq", [P_RENEW] = "renew the lease",
-    [P_CONSUME_EVENT] = "consume an event", [P_SET_UNAVAILABLE] = "set unavailable",
+    [P_CONSUME_EVENT] = "consume an event", [P_CHILD_END] = "tell a parent its child ended",
+    [P_SET_UNAVAILABLE] = "set unavailable",
   };
   switch (kind) {
   case K_BEGIN: return "begin";

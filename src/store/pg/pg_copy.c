@@ -65,12 +65,13 @@ static const table tables[] = {
    "SELECT count(*) FROM (SELECT 1 FROM workflow_versions GROUP BY workflow, version)"},
   {"runs",
    "id, workflow, version, source, run_key, status, input, error, attention, reason, owner,"
-   " created, updated, step_names, workflow_version, unavailable, cancel_requested",
+   " created, updated, step_names, workflow_version, unavailable, cancel_requested,"
+   " parent_run, parent_step",
    "SELECT r.id, r.workflow, r.version, r.source, r.run_key, r.status, r.input, r.error,"
    " r.attention, r.reason, NULL, r.created, r.updated, r.step_names,"
    " (SELECT max(s.id) FROM workflow_versions o, workflow_versions s"
    " WHERE o.id = r.workflow_version AND " SAME_VERSION("s", "o") "),"
-   " r.unavailable, r.cancel_requested FROM runs r ORDER BY r.rowid",
+   " r.unavailable, r.cancel_requested, r.parent_run, r.parent_step FROM runs r ORDER BY r.rowid",
    "SELECT count(*) FROM runs"},
   {"steps",
    "run_id, idx, name, status, attempts, comp_attempts, idem_key, custom_key, result, error,"
@@ -95,6 +96,9 @@ static const table tables[] = {
   {"inbox", "seq, run_id, name, payload, key, sent, consumed, step",
    "SELECT seq, run_id, name, payload, key, sent, consumed, step FROM inbox ORDER BY seq",
    "SELECT count(*) FROM inbox"},
+  {"tokens", "token, run_id, step, attempt, made, used, outcome",
+   "SELECT token, run_id, step, attempt, made, used, outcome FROM tokens",
+   "SELECT count(*) FROM tokens"},
 };
 #define NTABLES (sizeof tables / sizeof tables[0])
 
@@ -242,7 +246,7 @@ json_t *mend__pg_copy_into(sqlite3 *src, PGconn *dst, char *err, size_t errlen) 
   /* Nothing else writes the tables while they are checked empty and filled. */
   if (!failed)
     failed = !(r = pexec(dst, "BEGIN; LOCK TABLE runs, steps, history, breakers, dlq, audit,"
-                              " inbox, workflow_versions, workers IN EXCLUSIVE MODE",
+                              " inbox, tokens, workflow_versions, workers IN EXCLUSIVE MODE",
                          "copy: lock the target", err, errlen));
   PQclear(r);
   if (!failed) {
@@ -251,14 +255,14 @@ json_t *mend__pg_copy_into(sqlite3 *src, PGconn *dst, char *err, size_t errlen) 
               " (SELECT count(*) FROM history), (SELECT count(*) FROM steps),"
               " (SELECT count(*) FROM breakers), (SELECT count(*) FROM dlq),"
               " (SELECT count(*) FROM audit), (SELECT count(*) FROM inbox),"
-              " (SELECT count(*) FROM workers)",
+              " (SELECT count(*) FROM workers), (SELECT count(*) FROM tokens)",
               "copy: read the target", err, errlen);
     failed = !r;
     if (r) {
       static const char *const names[] = {"runs", "workflow versions", "history rows", "steps",
                                           "breakers", "dead letters", "audit rows",
-                                          "inbox events", "workers"};
-      for (int i = 0; i < 9; i++) {
+                                          "inbox events", "workers", "tokens"};
+      for (int i = 0; i < 10; i++) {
         long long n = strtoll(PQgetvalue(r, 0, i), NULL, 10);
         if (n == 0) continue;
         set_err(err, errlen,

@@ -15,8 +15,8 @@
  * (test_pg_view checks that it is the SQLite store's current one). */
 #define MEND_COPY_SQLITE_SCHEMA 12
 
-/* Copies every run, step, history row, breaker, dead letter, workflow version, inbox event
- * and audit row of `src` (a mend database at this mend's schema version, read in one read
+/* Copies every run (with its parent's link), step, history row, breaker, dead letter,
+ * workflow version, inbox event, completion token and audit row of `src` (a mend database at this mend's schema version, read in one read
  * transaction) into `dst` (a PostgreSQL mend store, not inside a transaction), in one
  * transaction that is committed only if `dst` held none of them before and holds as many
  * of each as `src` after. Owners are not copied: after the move nobody holds a run. Returns

@@ -20,13 +20,13 @@
 #include "pg.h"
 
 /* PostgreSQL's own schema versions (meta 'schema_version'), unrelated to SQLite's. */
-#define MEND_PG_SCHEMA_VERSION 1
+#define MEND_PG_SCHEMA_VERSION 2
 
 /* Statements prepared on every connection at open (pg_schema.c holds their text). The write
  * statements (P_INSERT_RUN .. P_SET_UNAVAILABLE) are the ones a batch records. */
 enum {
   P_INSERT_RUN, P_UPDATE_RUN, P_PUT_STEP, P_UPDATE_STEP, P_APPEND_HISTORY, P_PUT_BREAKER,
-  P_PUT_DLQ, P_RENEW, P_CONSUME_EVENT, P_SET_UNAVAILABLE,
+  P_PUT_DLQ, P_RENEW, P_CONSUME_EVENT, P_CHILD_END, P_SET_UNAVAILABLE,
   P_LEASE_LIVE, P_LEASE_CHECK, P_PUT_VERSION, P_VERSION_ID, P_KEEP_SCRIPT,
   P_FIND_RUN_KEY, P_FIND_KEY_RESULT, P_GET_BREAKER, P_LAST_SEQ, P_VERSION_SCRIPT,
   P_CLAIM_OLDEST, P_CLAIM_NEWEST, P_CLAIM_FREE_OLDEST, P_CLAIM_FREE_NEWEST, P_FORGET_GONE,
@@ -35,6 +35,7 @@ enum {
   P_TAKE, P_REQUEST_CANCEL, P_CANCEL_REQUESTS, P_DLQ_REMOVE, P_AUDIT,
   P_MOVE_RUN, P_DROP_STEPS_FROM,
   P_SEND_EVENT, P_NEXT_EVENT, P_LAST_EVENT, P_EVENTS_AFTER,
+  P_PUT_TOKEN, P_TOKEN_OF_ATTEMPT, P_USE_TOKEN, P_SET_PARENT, P_REOPEN_RUN,
   P__COUNT
 };
 extern const char *const mend__pg_sql[P__COUNT];
@@ -210,15 +211,20 @@ long long mend__pg_events_after(mend_store *s, long long after, int limit,
 
 #define PG_TEXT(r, row, col) (PQgetisnull((r), (row), (col)) ? NULL : PQgetvalue((r), (row), (col)))
 
-/* completion tokens and child runs (pg_tokens.c): refused for now */
-int mend__pg_no_put_token(mend_store *s, const char *token, const char *run_id, const char *step, int attempt, double made);
-int mend__pg_no_token_of_attempt(mend_store *s, const char *run_id, const char *step, int attempt, char **token);
-json_t *mend__pg_no_token(mend_store *s, const char *token);
-int mend__pg_no_use_token(mend_store *s, const char *token, const char *outcome, double at);
-int mend__pg_no_set_parent(mend_store *s, const char *id, const char *parent, const char *parent_step);
-json_t *mend__pg_no_children(mend_store *s, const char *parent);
-int mend__pg_no_child_end(mend_store *s, const char *child, const char *name, const char *payload, const char *key, double sent);
-int mend__pg_no_reopen_run(mend_store *s, const char *id, const char *reason, const char *owner, double at);
+/* pg_tokens.c: completion tokens and child runs */
+int mend__pg_put_token(mend_store *s, const char *token, const char *run_id, const char *step,
+                       int attempt, double made);
+int mend__pg_token_of_attempt(mend_store *s, const char *run_id, const char *step, int attempt,
+                              char **token);
+json_t *mend__pg_token(mend_store *s, const char *token);
+int mend__pg_use_token(mend_store *s, const char *token, const char *outcome, double at);
+int mend__pg_set_parent(mend_store *s, const char *id, const char *parent,
+                        const char *parent_step);
+json_t *mend__pg_children(mend_store *s, const char *parent);
+int mend__pg_child_end(mend_store *s, const char *child, const char *name, const char *payload,
+                       const char *key, double sent);
+int mend__pg_reopen_run(mend_store *s, const char *id, const char *reason, const char *owner,
+                        double at);
 
 /* pages and counts of runs (mend serve) (pg_serve.c): refused for now */
 json_t *mend__pg_no_runs_page(mend_store *s, const char *status, const char *workflow, double since, double after_created, const char *after_id, int limit);

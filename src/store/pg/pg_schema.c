@@ -77,6 +77,14 @@ const char *const mend__pg_sql[P__COUNT] = {
   [P_CONSUME_EVENT] =
     "WITH u AS (UPDATE inbox SET consumed = $3::float8, step = $4::text WHERE run_id = $1::text"
     " AND seq = $2::bigint AND consumed IS NULL" CHANGED("no unconsumed event of run "),
+  /* A child's end, to its parent's inbox, recorded with the child's id first so that the fence
+   * drops it with the child's other writes. It takes the lock every sender takes (pg_ops.c),
+   * so that its seq commits in order too; only when there is a parent to tell. */
+  [P_CHILD_END] =
+    "WITH l AS MATERIALIZED (SELECT pg_advisory_xact_lock(x'4d454e49'::int))"
+    " INSERT INTO inbox(run_id, name, payload, key, sent) SELECT r.parent_run, $2::text,"
+    " $3::text, $4::text, $5::float8 FROM runs r, l WHERE r.id = $1::text"
+    " AND r.parent_run IS NOT NULL ON CONFLICT (run_id, key) DO NOTHING",
   [P_SET_UNAVAILABLE] = "UPDATE runs SET unavailable = $2::text WHERE id = $1::text",
   /* The first statement of a fenced transaction (pg_lease.c): renews a lease that has not run
    * out, holding the worker's row until commit, or fails with SQLSTATE MENDL. */
@@ -174,6 +182,22 @@ const char *const mend__pg_sql[P__COUNT] = {
   [P_LAST_EVENT] = "SELECT coalesce(max(seq), 0) FROM inbox",
   [P_EVENTS_AFTER] =
     "SELECT seq, run_id FROM inbox WHERE seq > $1::bigint ORDER BY seq LIMIT $2::bigint",
+  /* Completion tokens and child runs (schema 2), joining the open batch at once (pg_tokens.c). */
+  [P_PUT_TOKEN] =
+    "INSERT INTO tokens(token, run_id, step, attempt, made) VALUES($1::text, $2::text, $3::text,"
+    " $4::bigint, $5::float8)",
+  [P_TOKEN_OF_ATTEMPT] =
+    "SELECT token FROM tokens WHERE run_id = $1::text AND step = $2::text AND attempt = $3::bigint",
+  [P_USE_TOKEN] =
+    "UPDATE tokens SET used = $2::float8, outcome = $3::text WHERE token = $1::text"
+    " AND used IS NULL",
+  [P_SET_PARENT] =
+    "UPDATE runs SET parent_run = $2::text, parent_step = $3::text WHERE id = $1::text",
+  /* A succeeded run is nobody's (P_UPDATE_RUN): reopened, it is `owner`'s or any worker's. */
+  [P_REOPEN_RUN] =
+    "UPDATE runs SET status = 'compensating', reason = $2::text, owner = $3::text,"
+    " fence = fence + 1, updated = $4::float8, error = 'compensated with its parent'"
+    " WHERE id = $1::text AND status = 'succeeded'",
 };
 
 /* migrations[v] takes a database from version v to v + 1, in the transaction of
@@ -227,6 +251,14 @@ const char *const mend__pg_migrations[MEND_PG_SCHEMA_VERSION] = {
   " END IF; END $f$;"
   "CREATE FUNCTION mend_changed(n BIGINT, what TEXT) RETURNS void LANGUAGE plpgsql AS $f$"
   " BEGIN IF n = 0 THEN RAISE EXCEPTION '%', what USING ERRCODE = 'MENDN'; END IF; END $f$;",
+  /* 1 -> 2: completion tokens, one an attempt (a token of an earlier attempt is known, and
+   * refused as such), used once, kept with the run; a child run names its parent and the
+   * parent's step (SQLite's schema 11). No labels: names are written out here. */
+  "CREATE TABLE tokens(token TEXT PRIMARY KEY, run_id TEXT NOT NULL, step TEXT NOT NULL,"
+  " attempt BIGINT NOT NULL, made DOUBLE PRECISION, used DOUBLE PRECISION, outcome TEXT);"
+  "CREATE UNIQUE INDEX tokens_attempt ON tokens(run_id, step, attempt);"
+  "ALTER TABLE runs ADD COLUMN parent_run TEXT, ADD COLUMN parent_step TEXT;"
+  "CREATE INDEX runs_parent ON runs(parent_run) WHERE parent_run IS NOT NULL;",
 };
 
 /* The advisory lock that makes creating and upgrading the schema one worker's at a time

@@ -145,7 +145,8 @@ static const char SQL_RUN[] =
   " coalesce(r.source, v.source) AS source, r.run_key AS key, r.status, r.input, r.error,"
   " r.attention, r.reason, r.owner, " LEASE_UNTIL ","
   " r.created, r.updated, coalesce(r.step_names, v.step_names) AS step_names,"
-  " nullif(r.cancel_requested, 0) AS cancel_requested, r.unavailable"
+  " nullif(r.cancel_requested, 0) AS cancel_requested, r.unavailable, r.parent_run,"
+  " r.parent_step"
   " FROM runs r LEFT JOIN workflow_versions v ON v.id = r.workflow_version WHERE r.id = $1";
 
 static const char SQL_STEPS[] =
@@ -353,6 +354,28 @@ json_t *mend__pg_view_runs(PGconn *c, const char *status, const char *workflow, 
   return mend__pg_view_runs_where(c, status, workflow, -1, 0, limit, err, errlen);
 }
 
+json_t *mend__pg_view_token(PGconn *c, const char *token, char *err, size_t errlen) {
+  const char *p[1] = {token};
+  if (err && errlen) err[0] = 0;
+  json_t *rows = rows_array(c,
+                            "SELECT token, run_id, step, attempt, made, used, outcome FROM tokens"
+                            " WHERE token = $1",
+                            1, p, "read a token", err, errlen);
+  if (!rows) return NULL;
+  json_t *row = json_incref(json_array_get(rows, 0));
+  json_decref(rows);
+  return row;
+}
+
+/* In the order started: run ids sort by creation within one created time (rowid, in SQLite). */
+json_t *mend__pg_view_children(PGconn *c, const char *parent, char *err, size_t errlen) {
+  const char *p[1] = {parent};
+  return rows_array(c,
+                    "SELECT id AS run_id, parent_step AS step, workflow, status FROM runs"
+                    " WHERE parent_run = $1 ORDER BY created, id COLLATE \"C\"",
+                    1, p, "read child runs", err, errlen);
+}
+
 json_t *mend__pg_view_audit_list(PGconn *c, char *err, size_t errlen) {
   return rows_array(c, "SELECT seq, at, who, op, target, detail FROM audit ORDER BY seq", 0,
                     NULL, "read audit", err, errlen);
@@ -485,6 +508,7 @@ json_t *mend__pg_view_prune(PGconn *c, double before, const char *status, int dr
              prune_sql(c, "DELETE FROM history WHERE run_id IN (" PRUNE_RUNS ")", p, NULL, NULL, err, errlen) ||
              prune_sql(c, "DELETE FROM steps WHERE run_id IN (" PRUNE_RUNS ")", p, NULL, NULL, err, errlen) ||
              prune_sql(c, "DELETE FROM inbox WHERE run_id IN (" PRUNE_RUNS ")", p, NULL, NULL, err, errlen) ||
+             prune_sql(c, "DELETE FROM tokens WHERE run_id IN (" PRUNE_RUNS ")", p, NULL, NULL, err, errlen) ||
              prune_sql(c, "DELETE FROM runs WHERE id IN (" PRUNE_RUNS ")", p, NULL, NULL, err, errlen);
   if (!failed) failed = prune_sql(c, "COMMIT", NULL, NULL, NULL, err, errlen);
   json_decref(runs);

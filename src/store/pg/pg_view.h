@@ -1,8 +1,8 @@
 /*
  * pg_view: the views for people of the PostgreSQL store (a run and its steps, history, dead
- * letters, breakers, runs, audit, workflow versions, a run's inbox, prune, a version's
- * script), in exactly the JSON shapes the SQLite store returns (src/store/query.c), so that
- * the same specs and the same CLI read either.
+ * letters, breakers, runs, audit, workflow versions, a run's inbox, a token, a run's
+ * children, prune, a version's script), in exactly the JSON shapes the SQLite store returns
+ * (src/store/query.c), so that the same specs and the same CLI read either.
  *
  * The contract, for the methods of the PostgreSQL store (pg-core) that call these:
  * - `c` is a connection of the store, idle: not in pipeline mode, no result pending. Each
@@ -41,6 +41,11 @@ json_t *mend__pg_view_runs_where(PGconn *c, const char *status, const char *work
 json_t *mend__pg_view_audit_list(PGconn *c, char *err, size_t errlen);
 json_t *mend__pg_view_workflows(PGconn *c, const char *workflow, char *err, size_t errlen);
 json_t *mend__pg_view_inbox(PGconn *c, const char *run_id, char *err, size_t errlen);
+/* A completion token's row {token, run_id, step, attempt, made, used, outcome}; NULL with err
+ * empty when there is none. */
+json_t *mend__pg_view_token(PGconn *c, const char *token, char *err, size_t errlen);
+/* A parent's child runs [{run_id, step, workflow, status}], in the order started. */
+json_t *mend__pg_view_children(PGconn *c, const char *parent, char *err, size_t errlen);
 json_t *mend__pg_view_prune(PGconn *c, double before, const char *status, int dry_run,
                             char *err, size_t errlen);
 /* The kept text of a version (malloc'ed) and where it was loaded from in *source (malloc'ed
