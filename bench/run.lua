@@ -674,6 +674,7 @@ W.W9 = function(o)
   stop()
   if not ok then error(r, 0) end
   return r
+end
 
 -- W11: a game server's frame loop (issue 24): examples/game_loop.c, built with the module, at
 -- 60 Hz for o.frames frames (60 s) of game time: N players each run a quest saga (retries on
