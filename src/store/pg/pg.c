@@ -402,6 +402,6 @@ const mend_store_methods mend__pg_methods = {
   .children = mend__pg_no_children,
   .child_end = mend__pg_no_child_end,
   .reopen_run = mend__pg_no_reopen_run,
-  .runs_page = mend__pg_no_runs_page,
-  .run_counts = mend__pg_no_run_counts,
+  .runs_page = mend__pg_runs_page,
+  .run_counts = mend__pg_run_counts,
 };

@@ -220,8 +220,10 @@ json_t *mend__pg_no_children(mend_store *s, const char *parent);
 int mend__pg_no_child_end(mend_store *s, const char *child, const char *name, const char *payload, const char *key, double sent);
 int mend__pg_no_reopen_run(mend_store *s, const char *id, const char *reason, const char *owner, double at);
 
-/* pages and counts of runs (mend serve) (pg_serve.c): refused for now */
-json_t *mend__pg_no_runs_page(mend_store *s, const char *status, const char *workflow, double since, double after_created, const char *after_id, int limit);
-json_t *mend__pg_no_run_counts(mend_store *s);
+/* pg_serve.c: pages and counts of runs (mend serve) */
+json_t *mend__pg_runs_page(mend_store *s, const char *status, const char *workflow,
+                           double since, double after_created, const char *after_id,
+                           int limit);
+json_t *mend__pg_run_counts(mend_store *s);
 
 #endif
