@@ -36,13 +36,14 @@ return { name = "hello", steps = {
 } }
 ]]
 
--- A directory with the two workflows and a database in it.
+-- A directory with the workflows, and the database of the run's backend (a file in the
+-- directory, or a fresh PostgreSQL database).
 local function workspace()
   local dir = H.tmp_dir()
   H.write_file(dir, "hello.lua", HELLO)
   H.write_file(dir, "refund.lua", REFUND)
   H.write_file(dir, "wait.lua", WAIT)
-  return dir, dir .. "/serve.db"
+  return dir, H.new_db(dir, "serve.db")
 end
 
 -- A dead letter of `refund` in db (its compensation failed); returns its id and the flag

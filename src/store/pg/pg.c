@@ -368,6 +368,8 @@ const mend_store_methods mend__pg_methods = {
   .version_number = mend__pg_version_number,
   .move_run = mend__pg_move_run,
   .workflows = pg_workflows,
+  .runs_page = mend__pg_runs_page,
+  .run_counts = mend__pg_run_counts,
   .take = mend__pg_take,
   .request_cancel = mend__pg_request_cancel,
   .cancel_requests = mend__pg_cancel_requests,
@@ -402,6 +404,4 @@ const mend_store_methods mend__pg_methods = {
   .children = mend__pg_no_children,
   .child_end = mend__pg_no_child_end,
   .reopen_run = mend__pg_no_reopen_run,
-  .runs_page = mend__pg_runs_page,
-  .run_counts = mend__pg_run_counts,
 };
