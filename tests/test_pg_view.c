@@ -240,9 +240,40 @@ static void serve_reads(mend_store *s, const char *path, const char *uri) {
   same("runs_page after inserts", mend_store_runs_page(s, NULL, NULL, -1, at, id, 2), next);
   same("run_counts after inserts", mend_store_run_counts(s), mend_store_run_counts(ps));
 
+  /* Text the server cannot take as text (not UTF-8: from a URL) asked for while a batch is
+   * open: answered as SQLite answers it, and the batch still commits. */
+  mend_run_rec late = run_rec("01aaaaaaaa000011", "order", "v2", "running", t0 + 60);
+  CHECK_EQ_INT(mend_store_insert_run(s, &late), 0);
+  CHECK_EQ_INT(mend_store_insert_run(ps, &late), 0);
+  same("runs_page in the batch", mend_store_runs_page(s, NULL, NULL, -1, 0, NULL, 1),
+       mend_store_runs_page(ps, NULL, NULL, -1, 0, NULL, 1));
+  CHECK_EQ_INT(mend_store_batch_open(ps), 1);
+  const char *bad = "\xc3(";
+  same("runs_page, a cursor not UTF-8", mend_store_runs_page(s, NULL, NULL, -1, t0 + 20, bad, 0),
+       mend_store_runs_page(ps, NULL, NULL, -1, t0 + 20, bad, 0));
+  same("runs_page, a workflow not UTF-8", mend_store_runs_page(s, NULL, bad, -1, 0, NULL, 0),
+       mend_store_runs_page(ps, NULL, bad, -1, 0, NULL, 0));
+  CHECK(mend_store_run(ps, bad) == NULL);
+  CHECK_EQ_INT(mend_store_not_found(ps), 1);
+  CHECK_STR(mend_store_errmsg(ps), "no run \xc3(");
+  same("history, an id not UTF-8", mend_store_history(s, bad), mend_store_history(ps, bad));
+  same("inbox, an id not UTF-8", mend_store_inbox(s, bad), mend_store_inbox(ps, bad));
+  same("workflows, a name not UTF-8", mend_store_workflows(s, bad), mend_store_workflows(ps, bad));
+  same("runs, a workflow not UTF-8", mend_store_runs(s, NULL, bad, 0),
+       mend_store_runs(ps, NULL, bad, 0));
+  char key_of[64];
+  CHECK_EQ_INT(mend_store_find_run_key(ps, bad, key_of, sizeof key_of), 0);
+  mend_breaker none;
+  CHECK_EQ_INT(mend_store_get_breaker(ps, bad, &none), 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  CHECK_EQ_INT(mend_store_commit(ps), 0);
+  json_t *kept = mend_store_run(ps, late.id);
+  CHECK(kept != NULL);
+  json_decref(kept);
+
   /* The rows of later checks are fill()'s: the inserted runs go from both. */
   const char *drop = "DELETE FROM runs WHERE id IN ('01aaaaaaaa000010', '01aaaaaaaa000000',"
-                     " '01aaaaaaaa000009')";
+                     " '01aaaaaaaa000009', '01aaaaaaaa000011')";
   PGconn *c = PQconnectdb(uri);
   CHECK_EQ_INT(run_sql(c, drop), 0);
   PQfinish(c);

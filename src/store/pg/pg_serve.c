@@ -16,7 +16,9 @@
 #include <string.h>
 
 /* NULLS LAST: SQLite sorts NULL below every number, so last when descending; a run without a
- * creation time is then never after a cursor, in either store. */
+ * creation time is then never after a cursor, in either store. The cursor's id comes as bytes
+ * ($5, bytea), compared with the ids' bytes as SQLite compares them: a cursor a client made up
+ * that is not UTF-8 still names a place, and does not fail the open batch's transaction. */
 static const char SQL_RUNS_PAGE[] =
   "SELECT r.id, r.workflow, coalesce(r.version, v.version) AS version,"
   " r.run_key AS key, r.status, r.error, r.attention <> 0 AS attention, r.reason, r.owner,"
@@ -24,8 +26,8 @@ static const char SQL_RUNS_PAGE[] =
   " LEFT JOIN workflow_versions v ON v.id = r.workflow_version"
   " WHERE ($1::text IS NULL OR r.status = $1) AND ($2::text IS NULL OR r.workflow = $2)"
   " AND ($3::float8 IS NULL OR r.created >= $3)"
-  " AND ($5::text IS NULL OR r.created < $4::float8"
-  " OR (r.created = $4::float8 AND r.id COLLATE \"C\" < $5))"
+  " AND ($5::bytea IS NULL OR r.created < $4::float8"
+  " OR (r.created = $4::float8 AND convert_to(r.id, 'UTF8') < $5::bytea))"
   " ORDER BY r.created DESC NULLS LAST, r.id COLLATE \"C\" DESC LIMIT $6::bigint";
 
 /* Text compared by bytes, as SQLite groups and orders it. */
@@ -96,13 +98,29 @@ static json_t *rows(mend_pg *p, const char *sql, int n, const char *const *vals,
 json_t *mend__pg_runs_page(mend_store *s, const char *status, const char *workflow,
                            double since, double after_created, const char *after_id,
                            int limit) {
-  char since_t[40], after_t[40], limit_t[24];
+  mend_pg *p = PG(s);
+  /* a name the server cannot take as text is no run's */
+  if (!mend__pg_text_fits(p, status) || !mend__pg_text_fits(p, workflow)) return json_array();
+  char since_t[40], after_t[40], limit_t[24], *id_hex = NULL;
+  if (after_id) {
+    size_t n = strlen(after_id);
+    if (!(id_hex = malloc(2 * n + 3))) {
+      mend__pg_msg(p->err, sizeof p->err, "%s: read a page of runs: out of memory", p->server);
+      return NULL;
+    }
+    memcpy(id_hex, "\\x", 2);
+    for (size_t i = 0; i < n; i++)
+      snprintf(id_hex + 2 + 2 * i, 3, "%02x", (unsigned char)after_id[i]);
+    id_hex[2 + 2 * n] = 0;
+  }
   snprintf(since_t, sizeof since_t, "%.17g", since);
   snprintf(after_t, sizeof after_t, "%.17g", after_created);
   snprintf(limit_t, sizeof limit_t, "%d", limit);
   const char *v[6] = {status, workflow, since >= 0 ? since_t : NULL,
-                      after_id ? after_t : NULL, after_id, limit > 0 ? limit_t : NULL};
-  return rows(PG(s), SQL_RUNS_PAGE, 6, v, "read a page of runs");
+                      after_id ? after_t : NULL, id_hex, limit > 0 ? limit_t : NULL};
+  json_t *page = rows(p, SQL_RUNS_PAGE, 6, v, "read a page of runs");
+  free(id_hex);
+  return page;
 }
 
 json_t *mend__pg_run_counts(mend_store *s) {
