@@ -401,6 +401,30 @@ describe("mend serve", function()
     assert.are.same({ "1" }, H.sql(db, "SELECT count(*) FROM runs"))
   end)
 
+  it("goes on serving and storing after requests naming runs, keys and workflows that are not UTF-8", function()
+    local dir, db = workspace()
+    local base = start(dir, db)
+    local _, first = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "a" } })
+    for _, path in ipairs { "/api/v1/runs/%C3%28", "/api/v1/runs/%C3%28/history",
+                            "/api/v1/runs/%C3%28/events", "/api/v1/workflows/%FF",
+                            "/api/v1/runs?workflow=%FF", "/api/v1/runs?cursor=1~%C3%28" } do
+      local code, e = get(base, path)
+      assert.are_not.equal(503, code, path)                 -- never the database's failure
+      assert.are_not.equal("storage", e and e.error and e.error.code, path)
+    end
+    for _, path in ipairs { "/api/v1/runs/%C3%28/cancel", "/api/v1/dlq/%C3%28/retry",
+                            "/api/v1/breakers/%FF/open", "/api/v1/runs/%C3%28/events" } do
+      local code = post(base, path, { name = "paid", note = "n" })
+      assert.are_not.equal(503, code, path)
+    end
+    local code, second = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "b" } })
+    assert.are.equal(201, code)
+    local _, page = get(base, "/api/v1/runs")
+    assert.are.equal(2, #page.runs)
+    assert.are.same({ "2" }, H.sql(db, "SELECT count(*) FROM runs WHERE id IN ('" .. first.id ..
+                                       "', '" .. second.id .. "')"))
+  end)
+
   it("closes connections past 256 at once, and goes on serving", function()
     local dir, db = workspace()
     local base = start(dir, db)

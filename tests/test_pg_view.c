@@ -265,6 +265,8 @@ static void serve_reads(mend_store *s, const char *path, const char *uri) {
   CHECK_EQ_INT(mend_store_find_run_key(ps, bad, key_of, sizeof key_of), 0);
   mend_breaker none;
   CHECK_EQ_INT(mend_store_get_breaker(ps, bad, &none), 0);
+  double left = 0;
+  CHECK_EQ_INT(mend_store_owner(ps, bad, key_of, sizeof key_of, &left), 0);
   CHECK_EQ_INT(mend_store_commit(s), 0);
   CHECK_EQ_INT(mend_store_commit(ps), 0);
   json_t *kept = mend_store_run(ps, late.id);
