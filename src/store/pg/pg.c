@@ -53,8 +53,9 @@ static int utf8_valid(const unsigned char *t) {
   return 1;
 }
 
+/* After the writer thread is done with the connection (it may open it again): as every read. */
 int mend__pg_text_fits(mend_pg *p, const char *t) {
-  if (!t || !p->conn) return 1;
+  if (!t || mend__pg_writer_wait(p) != 0 || !p->conn) return 1;   /* the read after says why */
   const char *enc = pg_encoding_to_char(PQclientEncoding(p->conn));
   return strcmp(enc, "UTF8") != 0 || utf8_valid((const unsigned char *)t);
 }

@@ -101,7 +101,8 @@ typedef struct mend_pg {
 /* pg.c */
 void mend__pg_msg(char *buf, int len, const char *fmt, ...);
 /* 1 when the server can take t as text (NULL too); 0 when it would refuse it (not UTF-8 on a
- * UTF8 connection), which means no row holds it: a read can answer "none" without asking. */
+ * UTF8 connection), which means no row holds it: a read can answer "none" without asking.
+ * Waits for the writer thread first, as a read does. */
 int mend__pg_text_fits(mend_pg *p, const char *t);
 /* Sets the error of a method the PostgreSQL store does not have yet (names `what`). */
 void mend__pg_unsupported(mend_store *s, const char *what);
