@@ -18,7 +18,7 @@ describe("mend history --chart", function()
   after_each(H.cleanup)
 
   it("draws each attempt, retry wait and breaker wait of a run on its step's lane", function()
-    local db = H.tmp_db()
+    local db = H.new_db()
     local rc, out = sh(MEND .. " run workflows/flaky_breaker.lua --clock virtual --seed 1 --db " .. q(db) ..
                        " 2>/dev/null")
     assert.are.equal(0, rc, out)
@@ -38,7 +38,7 @@ describe("mend history --chart", function()
 
   it("marks a compensation that failed", function()
     local dir = H.tmp_dir()
-    local db = dir .. "/c.db"
+    local db = H.new_db(dir, "c.db")
     local flag = H.write_file(dir, "down", "")
     local wf = H.write_file(dir, "refund.lua", [[
 local mend = require "mend"

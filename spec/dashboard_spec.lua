@@ -76,7 +76,7 @@ local function webdriver(port, profile)
     f:write(png)
     f:close()
     os.execute("mkdir -p " .. q(ARTIFACTS))
-    assert(os.execute("base64 -d " .. q(b64) .. " > " .. q(ARTIFACTS .. "/" .. name .. ".png")))
+    assert(os.execute("base64 -d " .. q(b64) .. " > " .. q(ARTIFACTS .. "/" .. name .. (H.PG and "-pg" or "") .. ".png")))
     os.remove(b64)
   end
   function s.close() http_json("DELETE", s.base) end
@@ -114,7 +114,7 @@ describe("the dashboard in chromium", function()
     assert(io.open(CHROMIUM) and io.open(CHROMEDRIVER),
            "chromium and chromium-driver are not installed (make deps installs them)")
     local dir = H.tmp_dir()
-    local db = dir .. "/dash.db"
+    local db = H.new_db(dir, "dash.db")
     local wf = H.write_file(dir, "saga.lua", SAGA)
     local flag = H.write_file(dir, "stock-down", "")
     local rc, out = sh(MEND .. " run " .. q(wf) .. " --db " .. q(db) .. " --clock virtual --input " ..

@@ -36,13 +36,14 @@ return { name = "hello", steps = {
 } }
 ]]
 
--- A directory with the two workflows and a database in it.
+-- A directory with the workflows, and the database of the run's backend (a file in the
+-- directory, or a fresh PostgreSQL database).
 local function workspace()
   local dir = H.tmp_dir()
   H.write_file(dir, "hello.lua", HELLO)
   H.write_file(dir, "refund.lua", REFUND)
   H.write_file(dir, "wait.lua", WAIT)
-  return dir, dir .. "/serve.db"
+  return dir, H.new_db(dir, "serve.db")
 end
 
 -- A dead letter of `refund` in db (its compensation failed); returns its id and the flag
@@ -398,6 +399,30 @@ describe("mend serve", function()
     code = post(base, "/api/v1/runs", json.encode{ workflow = "hello", input = { to = "small" } })
     assert.are.equal(201, code)                               -- within the limit
     assert.are.same({ "1" }, H.sql(db, "SELECT count(*) FROM runs"))
+  end)
+
+  it("goes on serving and storing after requests naming runs, keys and workflows that are not UTF-8", function()
+    local dir, db = workspace()
+    local base = start(dir, db)
+    local _, first = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "a" } })
+    for _, path in ipairs { "/api/v1/runs/%C3%28", "/api/v1/runs/%C3%28/history",
+                            "/api/v1/runs/%C3%28/events", "/api/v1/workflows/%FF",
+                            "/api/v1/runs?workflow=%FF", "/api/v1/runs?cursor=1~%C3%28" } do
+      local code, e = get(base, path)
+      assert.are_not.equal(503, code, path)                 -- never the database's failure
+      assert.are_not.equal("storage", e and e.error and e.error.code, path)
+    end
+    for _, path in ipairs { "/api/v1/runs/%C3%28/cancel", "/api/v1/dlq/%C3%28/retry",
+                            "/api/v1/breakers/%FF/open", "/api/v1/runs/%C3%28/events" } do
+      local code = post(base, path, { name = "paid", note = "n" })
+      assert.are_not.equal(503, code, path)
+    end
+    local code, second = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "b" } })
+    assert.are.equal(201, code)
+    local _, page = get(base, "/api/v1/runs")
+    assert.are.equal(2, #page.runs)
+    assert.are.same({ "2" }, H.sql(db, "SELECT count(*) FROM runs WHERE id IN ('" .. first.id ..
+                                       "', '" .. second.id .. "')"))
   end)
 
   it("closes connections past 256 at once, and goes on serving", function()

@@ -177,6 +177,126 @@ static void fill(mend_store *s) {
   CHECK_EQ_INT(mend_store_commit(s), 0);
 }
 
+/* The last run of a page, as the HTTP API makes its cursor of it. */
+static void cursor_of(json_t *page, double *created, char *id, size_t idlen) {
+  json_t *last = json_array_get(page, json_array_size(page) - 1);
+  *created = json_real_value(json_object_get(last, "created"));
+  snprintf(id, idlen, "%s", last ? json_string_value(json_object_get(last, "id")) : "");
+}
+
+/* A run inserted into both stores and committed. */
+static void insert_both(mend_store *s, mend_store *ps, const char *id, const char *status,
+                        double created) {
+  mend_run_rec r = run_rec(id, "order", "v2", status, created);
+  CHECK_EQ_INT(mend_store_insert_run(s, &r), 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  CHECK_EQ_INT(mend_store_insert_run(ps, &r), 0);
+  CHECK_EQ_INT(mend_store_commit(ps), 0);
+}
+
+/* mend serve's reads through the PostgreSQL store (pg_serve.c): the same pages and counts as
+ * SQLite's, and a cursor taken before inserts still names the same place after them. Leaves
+ * the rows fill() made as they were. */
+static void serve_reads(mend_store *s, const char *path, const char *uri) {
+  mend_store *ps = mend_store_open(uri, MEND_DURABILITY_FULL, err, sizeof err);
+  if (!ps) {
+    fprintf(stderr, "serve_reads: no PostgreSQL store in this build (%s): skipped\n", err);
+    return;
+  }
+  double t0 = 1765000000.123456789;
+  same("run_counts", mend_store_run_counts(s), mend_store_run_counts(ps));
+  same("runs_page all", mend_store_runs_page(s, NULL, NULL, -1, 0, NULL, 0),
+       mend_store_runs_page(ps, NULL, NULL, -1, 0, NULL, 0));
+  same("runs_page order", mend_store_runs_page(s, NULL, "order", -1, 0, NULL, 100),
+       mend_store_runs_page(ps, NULL, "order", -1, 0, NULL, 100));
+  same("runs_page failed", mend_store_runs_page(s, "failed", NULL, -1, 0, NULL, 100),
+       mend_store_runs_page(ps, "failed", NULL, -1, 0, NULL, 100));
+  same("runs_page since", mend_store_runs_page(s, NULL, NULL, t0 + 10, 0, NULL, 100),
+       mend_store_runs_page(ps, NULL, NULL, t0 + 10, 0, NULL, 100));
+  same("runs_page none", mend_store_runs_page(s, NULL, "nope", -1, 0, NULL, 100),
+       mend_store_runs_page(ps, NULL, "nope", -1, 0, NULL, 100));
+
+  /* Pages of two: the third cursor falls between two runs created at the same instant. */
+  double at = 0;
+  char id[64] = "";
+  int seen = 0;
+  for (int page = 0; page < 4; page++) {
+    const char *after = page ? id : NULL;
+    json_t *a = mend_store_runs_page(s, NULL, NULL, -1, at, after, 2);
+    json_t *b = mend_store_runs_page(ps, NULL, NULL, -1, at, after, 2);
+    seen += (int)json_array_size(b);
+    if (page == 2) CHECK_EQ_INT(json_array_size(b), 1);
+    if (page == 3) CHECK_EQ_INT(json_array_size(b), 0);
+    if (json_array_size(b)) cursor_of(b, &at, id, sizeof id);
+    char what[32];
+    snprintf(what, sizeof what, "runs_page page %d", page + 1);
+    same(what, a, b);
+  }
+  CHECK_EQ_INT(seen, 5);
+
+  /* Inserts between pages: a newer run is not on later pages; runs created with the cursor's
+   * run are placed by id, before or after it, as in SQLite. */
+  json_t *first = mend_store_runs_page(ps, NULL, NULL, -1, 0, NULL, 2);
+  cursor_of(first, &at, id, sizeof id);
+  CHECK_STR(id, "01aaaaaaaa000004");
+  json_decref(first);
+  insert_both(s, ps, "01aaaaaaaa000010", "running", t0 + 50);
+  insert_both(s, ps, "01aaaaaaaa000000", "running", t0 + 20);
+  insert_both(s, ps, "01aaaaaaaa000009", "running", t0 + 20);
+  json_t *next = mend_store_runs_page(ps, NULL, NULL, -1, at, id, 2);
+  CHECK_STR(json_string_value(json_object_get(json_array_get(next, 0), "id")), "01aaaaaaaa000000");
+  CHECK_STR(json_string_value(json_object_get(json_array_get(next, 1), "id")), "01aaaaaaaa000003");
+  same("runs_page after inserts", mend_store_runs_page(s, NULL, NULL, -1, at, id, 2), next);
+  same("run_counts after inserts", mend_store_run_counts(s), mend_store_run_counts(ps));
+
+  /* Text the server cannot take as text (not UTF-8: from a URL) asked for while a batch is
+   * open: answered as SQLite answers it, and the batch still commits. */
+  mend_run_rec late = run_rec("01aaaaaaaa000011", "order", "v2", "running", t0 + 60);
+  CHECK_EQ_INT(mend_store_insert_run(s, &late), 0);
+  CHECK_EQ_INT(mend_store_insert_run(ps, &late), 0);
+  same("runs_page in the batch", mend_store_runs_page(s, NULL, NULL, -1, 0, NULL, 1),
+       mend_store_runs_page(ps, NULL, NULL, -1, 0, NULL, 1));
+  CHECK_EQ_INT(mend_store_batch_open(ps), 1);
+  const char *bad = "\xc3(";
+  same("runs_page, a cursor not UTF-8", mend_store_runs_page(s, NULL, NULL, -1, t0 + 20, bad, 0),
+       mend_store_runs_page(ps, NULL, NULL, -1, t0 + 20, bad, 0));
+  same("runs_page, a workflow not UTF-8", mend_store_runs_page(s, NULL, bad, -1, 0, NULL, 0),
+       mend_store_runs_page(ps, NULL, bad, -1, 0, NULL, 0));
+  CHECK(mend_store_run(ps, bad) == NULL);
+  CHECK_EQ_INT(mend_store_not_found(ps), 1);
+  CHECK_STR(mend_store_errmsg(ps), "no run \xc3(");
+  same("history, an id not UTF-8", mend_store_history(s, bad), mend_store_history(ps, bad));
+  same("inbox, an id not UTF-8", mend_store_inbox(s, bad), mend_store_inbox(ps, bad));
+  same("workflows, a name not UTF-8", mend_store_workflows(s, bad), mend_store_workflows(ps, bad));
+  same("runs, a workflow not UTF-8", mend_store_runs(s, NULL, bad, 0),
+       mend_store_runs(ps, NULL, bad, 0));
+  char key_of[64];
+  CHECK_EQ_INT(mend_store_find_run_key(ps, bad, key_of, sizeof key_of), 0);
+  mend_breaker none;
+  CHECK_EQ_INT(mend_store_get_breaker(ps, bad, &none), 0);
+  double left = 0;
+  CHECK_EQ_INT(mend_store_owner(ps, bad, key_of, sizeof key_of, &left), 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  CHECK_EQ_INT(mend_store_commit(ps), 0);
+  json_t *kept = mend_store_run(ps, late.id);
+  CHECK(kept != NULL);
+  json_decref(kept);
+
+  /* The rows of later checks are fill()'s: the inserted runs go from both. */
+  const char *drop = "DELETE FROM runs WHERE id IN ('01aaaaaaaa000010', '01aaaaaaaa000000',"
+                     " '01aaaaaaaa000009', '01aaaaaaaa000011')";
+  PGconn *c = PQconnectdb(uri);
+  CHECK_EQ_INT(run_sql(c, drop), 0);
+  PQfinish(c);
+  sqlite3 *db = NULL;
+  CHECK_EQ_INT(sqlite3_open(path, &db), SQLITE_OK);
+  CHECK_EQ_INT(sqlite3_exec(db, drop, NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(db);
+  same("runs_page after the deletes", mend_store_runs_page(s, NULL, NULL, -1, 0, NULL, 0),
+       mend_store_runs_page(ps, NULL, NULL, -1, 0, NULL, 0));
+  mend_store_close(ps);
+}
+
 int main(int argc, char **argv) {
   const char *admin = getenv("MEND_TEST_PG");
   if (!admin || !*admin || argc < 2) {
@@ -278,6 +398,8 @@ int main(int argc, char **argv) {
        mend__pg_view_runs(c, NULL, "order", 2, err, sizeof err));
   same("runs since, attention", mend_store_runs_where(s, NULL, NULL, 1765000000.2, 1, 0),
        mend__pg_view_runs_where(c, NULL, NULL, 1765000000.2, 1, 0, err, sizeof err));
+
+  serve_reads(s, path, with_db(admin, "mend_pg_view"));
 
   char *src_a = NULL, *src_b = NULL;
   int nn = -1;

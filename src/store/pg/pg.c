@@ -27,9 +27,32 @@ void mend__pg_msg(char *buf, int len, const char *fmt, ...) {
   va_end(ap);
 }
 
-void mend__pg_unsupported(mend_store *s, const char *what) {
-  mend__pg_msg(PG(s)->err, sizeof PG(s)->err, "%s: %s: not supported on PostgreSQL yet",
-               PG(s)->server, what);
+/* RFC 3629's well-formed sequences, which PostgreSQL's check of UTF8 input accepts. */
+static int utf8_valid(const unsigned char *t) {
+  while (*t) {
+    unsigned char c = *t;
+    int n = c < 0x80 ? 0 : c >= 0xC2 && c <= 0xDF ? 1 : c >= 0xE0 && c <= 0xEF ? 2
+          : c >= 0xF0 && c <= 0xF4 ? 3 : -1;
+    if (n < 0) return 0;
+    unsigned char lo = 0x80, hi = 0xBF;   /* the second byte's range */
+    if (c == 0xE0) lo = 0xA0;
+    else if (c == 0xED) hi = 0x9F;        /* no UTF-16 surrogates */
+    else if (c == 0xF0) lo = 0x90;
+    else if (c == 0xF4) hi = 0x8F;        /* nothing past U+10FFFF */
+    for (int i = 1; i <= n; i++) {
+      unsigned char b = t[i];
+      if (b < (i == 1 ? lo : 0x80) || b > (i == 1 ? hi : 0xBF)) return 0;
+    }
+    t += 1 + n;
+  }
+  return 1;
+}
+
+/* After the writer thread is done with the connection (it may open it again): as every read. */
+int mend__pg_text_fits(mend_pg *p, const char *t) {
+  if (!t || mend__pg_writer_wait(p) != 0 || !p->conn) return 1;   /* the read after says why */
+  const char *enc = pg_encoding_to_char(PQclientEncoding(p->conn));
+  return strcmp(enc, "UTF8") != 0 || utf8_valid((const unsigned char *)t);
 }
 
 double mend__pg_mono(void) {
@@ -264,6 +287,8 @@ static json_t *viewed(mend_pg *p, json_t *v, const char *msg) {
     verr_[0] = 0;                                                            \
     if (mend__pg_sync(p) != 0) return NULL;                                  \
     json_t *v_ = call;                                                       \
+    if (!v_ && (p)->in_batch && PQtransactionStatus((p)->conn) == PQTRANS_INERROR) \
+      (p)->batch_failed = 1;                                                 \
     return viewed((p), v_, verr_);                                           \
   } while (0)
 #define E_ verr_, sizeof verr_
@@ -274,15 +299,23 @@ static json_t *viewed(mend_pg *p, json_t *v, const char *msg) {
   } while (0)
 #endif
 
+/* What a person asks for (an id, a name from a URL) may be text the server cannot take, which
+ * would fail the open batch's transaction: no row holds it, so the answer is known here. */
+#define NO_SUCH_TEXT(p, t) (!mend__pg_text_fits((p), (t)))
+
 static json_t *pg_run(mend_store *s, const char *id) {
   mend_pg *p = PG(s);
   p->not_found = 0;
-  (void)id;
+  if (NO_SUCH_TEXT(p, id)) {
+    p->not_found = 1;
+    mend__pg_msg(p->err, sizeof p->err, "no run %s", id);
+    return NULL;
+  }
   VIEW(p, mend__pg_view_run(p->conn, id, E_, &p->not_found));
 }
 static json_t *pg_history(mend_store *s, const char *id) {
   mend_pg *p = PG(s);
-  (void)id;
+  if (NO_SUCH_TEXT(p, id)) return json_array();
   VIEW(p, mend__pg_view_history(p->conn, id, E_));
 }
 static json_t *pg_dlq(mend_store *s) {
@@ -295,13 +328,15 @@ static json_t *pg_breakers(mend_store *s) {
 }
 static json_t *pg_runs(mend_store *s, const char *status, const char *workflow, int limit) {
   mend_pg *p = PG(s);
-  (void)status, (void)workflow, (void)limit;
+  (void)limit;
+  if (NO_SUCH_TEXT(p, status) || NO_SUCH_TEXT(p, workflow)) return json_array();
   VIEW(p, mend__pg_view_runs(p->conn, status, workflow, limit, E_));
 }
 static json_t *pg_runs_where(mend_store *s, const char *status, const char *workflow,
                              double since, int attention_only, int limit) {
   mend_pg *p = PG(s);
-  (void)status, (void)workflow, (void)since, (void)attention_only, (void)limit;
+  (void)since, (void)attention_only, (void)limit;
+  if (NO_SUCH_TEXT(p, status) || NO_SUCH_TEXT(p, workflow)) return json_array();
   VIEW(p, mend__pg_view_runs_where(p->conn, status, workflow, since, attention_only, limit, E_));
 }
 static json_t *pg_audit_list(mend_store *s) {
@@ -310,12 +345,12 @@ static json_t *pg_audit_list(mend_store *s) {
 }
 static json_t *pg_workflows(mend_store *s, const char *workflow) {
   mend_pg *p = PG(s);
-  (void)workflow;
+  if (NO_SUCH_TEXT(p, workflow)) return json_array();
   VIEW(p, mend__pg_view_workflows(p->conn, workflow, E_));
 }
 static json_t *pg_inbox(mend_store *s, const char *run_id) {
   mend_pg *p = PG(s);
-  (void)run_id;
+  if (NO_SUCH_TEXT(p, run_id)) return json_array();
   VIEW(p, mend__pg_view_inbox(p->conn, run_id, E_));
 }
 /* A transaction of its own: what this store recorded before is committed first. */
@@ -368,6 +403,8 @@ const mend_store_methods mend__pg_methods = {
   .version_number = mend__pg_version_number,
   .move_run = mend__pg_move_run,
   .workflows = pg_workflows,
+  .runs_page = mend__pg_runs_page,
+  .run_counts = mend__pg_run_counts,
   .take = mend__pg_take,
   .request_cancel = mend__pg_request_cancel,
   .cancel_requests = mend__pg_cancel_requests,
@@ -402,6 +439,4 @@ const mend_store_methods mend__pg_methods = {
   .children = mend__pg_children,
   .child_end = mend__pg_child_end,
   .reopen_run = mend__pg_reopen_run,
-  .runs_page = mend__pg_no_runs_page,
-  .run_counts = mend__pg_no_run_counts,
 };

@@ -101,8 +101,10 @@ typedef struct mend_pg {
 
 /* pg.c */
 void mend__pg_msg(char *buf, int len, const char *fmt, ...);
-/* Sets the error of a method the PostgreSQL store does not have yet (names `what`). */
-void mend__pg_unsupported(mend_store *s, const char *what);
+/* 1 when the server can take t as text (NULL too); 0 when it would refuse it (not UTF-8 on a
+ * UTF8 connection), which means no row holds it: a read can answer "none" without asking.
+ * Waits for the writer thread first, as a read does. */
+int mend__pg_text_fits(mend_pg *p, const char *t);
 /* err = "<server>: <what>: <PostgreSQL's message>" (first line); returns -1. */
 int mend__pg_fail(mend_pg *p, PGconn *c, const PGresult *r, const char *what);
 double mend__pg_mono(void);
@@ -226,8 +228,10 @@ int mend__pg_child_end(mend_store *s, const char *child, const char *name, const
 int mend__pg_reopen_run(mend_store *s, const char *id, const char *reason, const char *owner,
                         double at);
 
-/* pages and counts of runs (mend serve) (pg_serve.c): refused for now */
-json_t *mend__pg_no_runs_page(mend_store *s, const char *status, const char *workflow, double since, double after_created, const char *after_id, int limit);
-json_t *mend__pg_no_run_counts(mend_store *s);
+/* pg_serve.c: pages and counts of runs (mend serve) */
+json_t *mend__pg_runs_page(mend_store *s, const char *status, const char *workflow,
+                           double since, double after_created, const char *after_id,
+                           int limit);
+json_t *mend__pg_run_counts(mend_store *s);
 
 #endif

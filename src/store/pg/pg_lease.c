@@ -330,6 +330,7 @@ int mend__pg_release(mend_store *s, const char *id, const char *owner) {
 int mend__pg_owner(mend_store *s, const char *id, char *owner_out, int owner_len,
                    double *lease_left) {
   mend_pg *p = PG(s);
+  if (!mend__pg_text_fits(p, id)) return 0;   /* no run's id (from a URL): sent, it fails the batch */
   if (mend__pg_sync(p) != 0) return -1;
   const char *v[1] = {id};
   PGresult *r = mend__pg_run(p, P_OWNER, NULL, 1, v, "read lease");

@@ -252,8 +252,12 @@ int mend__pg_audit(mend_store *s, double at, const char *who, const char *op,
 
 /* ---- point reads -------------------------------------------------------------------------- */
 
-/* A read in the open transaction, after the batch so far: the result, or NULL (err). */
+/* A read in the open transaction, after the batch so far: the result, or NULL (err). Every
+ * read here looks rows up by equality: a value the server cannot take as text (not UTF-8: a
+ * run key or breaker from a URL) is in no row, and sent would fail the batch's transaction. */
 static PGresult *read_now(mend_pg *p, int q, int n, const char *const *v, const char *what) {
+  for (int i = 0; i < n; i++)
+    if (!mend__pg_text_fits(p, v[i])) return PQmakeEmptyPGresult(p->conn, PGRES_TUPLES_OK);
   if (mend__pg_sync(p) != 0) return NULL;
   return mend__pg_run(p, q, NULL, n, v, what);
 }
