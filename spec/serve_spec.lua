@@ -401,6 +401,15 @@ describe("mend serve", function()
     assert.are.same({ "1" }, H.sql(db, "SELECT count(*) FROM runs"))
   end)
 
+  it("holds no write transaction while idle: another process runs a workflow on its database", function()
+    local dir, db = workspace()
+    start(dir, db)                  -- loading its workflows records their breakers, committed
+    local rc, out = sh(MEND .. " run " .. q(dir .. "/hello.lua") .. " --db " .. q(db) ..
+                       " --input " .. q('{"to":"c"}') .. " --json")
+    assert.are.equal(0, rc, out)
+    assert.are.equal("succeeded", json.decode(out:match("(%b{})%s*$")).status)
+  end)
+
   it("goes on serving and storing after requests naming runs, keys and workflows that are not UTF-8", function()
     local dir, db = workspace()
     local base = start(dir, db)
@@ -417,6 +426,11 @@ describe("mend serve", function()
       local code = post(base, path, { name = "paid", note = "n" })
       assert.are_not.equal(503, code, path)
     end
+    -- what it names goes back in the message, its bytes that are not text as '?'
+    local code, e = get(base, "/api/v1/runs/%C3%28")
+    assert.are.equal(404, code)
+    assert.are.equal("not_found", e.error.code)
+    assert.is_truthy(e.error.message:find("?(", 1, true), e.error.message)
     local code, second = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "b" } })
     assert.are.equal(201, code)
     local _, page = get(base, "/api/v1/runs")

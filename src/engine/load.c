@@ -23,6 +23,10 @@ static mend_workflow *adopt(mend_engine *E, mend_workflow *wf) {
     mend_step_def *item = wf->steps[i].item_wf ? &wf->steps[i].item_wf->steps[0] : NULL;
     if (item) item->slot = mend__breaker_slot(E, item->breaker_key, &item->breaker);
   }
+  /* A breaker new to the store was recorded (so that people can list and override it): it is
+   * committed now, or an engine that only serves (mend serve) would hold the write
+   * transaction open until its first run, and every other process would wait for it. */
+  if (mend_store_batch_open(E->store)) mend__commit_now(E);
   /* Newest first: a reloaded workflow serves new runs; the old one stays for runs in flight. */
   wf->next = E->workflows;
   E->workflows = wf;
