@@ -116,12 +116,33 @@ void serve_json(serve_req *r, int status, json_t *body) {
   free(text);
 }
 
+/* Replaces each byte of s that does not begin or continue a well-formed UTF-8 sequence with '?':
+ * a message may quote what a client sent (a run id from its URL), and JSON holds only text. */
+static void make_utf8(char *s) {
+  unsigned char *p = (unsigned char *)s;
+  while (*p) {
+    int n = *p < 0x80 ? 0 : (*p >> 5) == 6 ? 1 : (*p >> 4) == 14 ? 2 : (*p >> 3) == 30 ? 3 : -1;
+    int k = 1;
+    while (n > 0 && k <= n && (p[k] & 0xC0) == 0x80) k++;
+    unsigned cp = n > 0 ? *p & (0x3Fu >> n) : 0;
+    for (int j = 1; n > 0 && k > n && j <= n; j++) cp = cp << 6 | (p[j] & 0x3Fu);
+    int bad = n < 0 || k <= n || (n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) ||
+              (n == 2 && cp >= 0xD800 && cp <= 0xDFFF) || (n == 3 && (cp < 0x10000 || cp > 0x10FFFF));
+    if (bad) {
+      *p++ = '?';
+      continue;
+    }
+    p += n + 1;
+  }
+}
+
 void serve_error(serve_req *r, int status, const char *code, const char *fmt, ...) {
   char msg[1200];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  make_utf8(msg);
   serve_json(r, status, json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", msg));
 }
 
