@@ -437,7 +437,10 @@ static void it_ticks_a_file_database_committing_on_its_own_thread(void) {
     CHECK_EQ_INT(mend_engine_in_flight_count(E), 0);
     CHECK_EQ_INT(peeks, 2 * RUNS);
     CHECK_EQ_INT(peeks_durable, 2 * RUNS);
-    CHECK(committing);   /* the commits were the thread's */
+    /* The commits were the thread's: a tick saw one under way. With full durability each takes
+     * an fsync, long past the tick that handed it off; in process mode a small batch may be
+     * durable before that tick returns (peeks_durable above is what holds there). */
+    if (mode == 0) CHECK(committing);
     char status[32];
     for (int i = 0; i < RUNS; i++) CHECK_STR(run_status(peek_engine, id[i], status, sizeof status), "succeeded");
     mend_engine_free(peek_engine);
