@@ -343,22 +343,58 @@ void mend__emit(mend_engine *E, json_t *ev);
 void mend__fire_batch(mend_engine *E, json_t *alerts, json_t *events);
 
 /* ---- group.c: parallel groups, their lanes, their compensation in order of completion */
+struct mend_group {
+  int g;                  /* the group going forward now; -1: none */
+  int nlanes;
+  mend_run **lanes;       /* a lane is idle when its cur is -1 */
+  int stopping;           /* a branch failed for good: no attempt of another starts */
+  int fail_branch;
+  mend_error_info info;   /* how it failed; its text is fail_msg */
+  char *fail_msg;
+  int *done_seq;          /* per step: the history row that settled it (compensation order) */
+  struct map_state *maps; /* the maps begun, by step */
+  int nmaps;
+};
+
 int mend__group_backward(mend_run *r, int g);
 void mend__group_forward(mend_run *r, int g);
 void mend__group_free(mend_run *r);
+struct mend_group *mend__group_of(mend_run *r);
 void mend__group_restore(mend_run *r, json_t *rows);
+void mend__group_settle(mend_run *r);
 void mend__group_stop(mend_run *r, const char *why);
 int mend__group_stopping(const mend_run *lane);
+mend_run *mend__idle_lane(mend_run *r);
+mend_run *mend__lane_at(mend_run *r, int k);
 void mend__lane_done(mend_run *lane);
 void mend__lane_failed(mend_run *lane, int i, const mend_error_info *info, const char *msg);
 void mend__lane_free(mend_run *lane);
-mend_run *mend__lane_at(mend_run *r, int k);
 void mend__lane_stop(mend_run *lane);
+void mend__resume_lane(mend_run *l, int b);
+int mend__settled(mend_step_status s);
+
+/* ---- map.c: maps, groups over a list, on group.c's lanes */
+/* A map begun: its list (in E->refs), its items' states, in the same order. */
+struct map_state {
+  int m, n;
+  step_rt *items;
+  int *done;              /* per item: the history row that settled it */
+  int list_ref;           /* the list, a Lua table: item k is execute's second argument */
+  int *order, pos;        /* compensation: items latest completed first, how far */
+  int skip_logged;
+  int next;               /* items before it were started (the pump goes through the list once) */
+  int resumed;            /* the items begun before a restart have their lanes again */
+};
+int mend__items_succeeded(const mend_run *r);
 void mend__lane_backward(mend_run *lane);
 void mend__lane_compensated(mend_run *lane);
+struct map_state *mend__map_add(mend_run *r, int m, const char *json);
 int mend__map_backward(mend_run *r, int m);
+int mend__map_begin(mend_run *r, int m);
+struct map_state *mend__map_of(mend_run *r, int m);
+void mend__map_pump(mend_run *r, int busy);
+void mend__map_settle(mend_run *r, int m);
 void mend__push_item(mend_run *lane, lua_State *co);
-int mend__items_succeeded(const mend_run *r);
 void mend__set_item_result(mend_run *lane);
 /* An item's row: (m + 1) * MEND_MAP_ROWS + its index, m its map step's; past any step's. */
 #define MEND_MAP_ROWS (1 << 20)
