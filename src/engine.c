@@ -1,5 +1,8 @@
 /*
- * engine: runs workflows (see engine.h).
+ * engine: an engine's life (see engine.h). Owns making one (its Lua state and the limits on
+ * that state's memory, its loop, timers, store, leases and writer thread, in that order) and
+ * tearing it down (runs given back, handles closed, the store committed last), the accessors of
+ * engine.h, the engine's log line and how it breaks down, run ids, and failpoints.
  *
  * Shape of the machine. A run moves by actions: ADVANCE (decide the next transition and write
  * it), EXECUTE and COMPENSATE (call into Lua), FINISH (let go of a run that ended). Every action
@@ -7,19 +10,17 @@
  * committed, which is how the write-ahead rule holds with one transaction per loop turn.
  * Timers and child processes resume coroutines directly: a wait changes nothing durable, and
  * what the resumed code decides is again written first and acted on after the commit.
- *
- * This file owns the machine's middle: the pump and its batches (the write-ahead rule), the one
- * place statuses change (step_to, run_to) and the history they write, the actions of runs, the
- * loop, and an engine's life.
- * The rest is in src/engine/, one concern a file, behind src/engine/engine_int.h: saga.c (what
- * outcomes mean), attempt.c (coroutines and every call into workflow code), admit.c (breakers
- * and caps), notify.c (alerts and events for the host), events.c (events sent to runs and
- * the steps that wait for them), exec.c, http.c, hostcall.c, load.c (workflows and their
+ * The rest is in src/engine/, one concern a file, behind src/engine/engine_int.h: pump.c (the
+ * pump and its batches: the write-ahead rule), drive.c (run, advance, tick: how a host drives
+ * the pump), status.c (the one place statuses change, and the history they write), saga.c
+ * (what outcomes mean), attempt.c (coroutines and every call into workflow code), admit.c
+ * (breakers and caps), notify.c (alerts and events for the host), events.c (events sent to runs
+ * and the steps that wait for them), exec.c, http.c, hostcall.c, load.c (workflows and their
  * versions), lock.c (a lock held by another process, waited out), recover.c, run.c (runs in
  * memory, and their start), worker.c (leases, fence, serving), repair.c.
  *
- * Must never: call Lua while a batch that announces that call is uncommitted; block; apply a
- * transition the table in transition.c refuses.
+ * Must never: act on a run (that is the pump's, after a commit); change a status (status.c);
+ * leave a handle open or a lease held at destroy.
  */
 #include "engine.h"
 #include "idset.h"
@@ -53,7 +54,6 @@
 
 #include "engine/engine_int.h"
 
-
 /* ---------------------------------------------------------------- small helpers */
 
 void mend__set_str(char **slot, const char *s) {
@@ -77,7 +77,6 @@ void mend__store_failed(mend_engine *E) {
   if (mend_store_locked(E->store)) mend__lock_wait(E);
   else mend__breakdown(E, "%s", mend_store_errmsg(E->store));
 }
-
 
 /* Commits the batch now, outside the pump (an operation that must be durable before it
  * returns). The batch may hold the pump's own transitions too: if it fails they are rolled
@@ -108,13 +107,13 @@ void mend_engine_note_error(mend_engine *E, const char *msg) {
   if (!E->broken) snprintf(E->errmsg, sizeof E->errmsg, "%s", msg);
 }
 
-static int logs(const mend_engine *E, const char *level) {
+int mend__logs(const mend_engine *E, const char *level) {
   return E->cfg.log && mend_log_level_of(level) >= E->cfg.log_level;
 }
 
 void mend_engine_log_line(mend_engine *E, const char *level, const char *run, const char *step,
                           int attempt, const char *event, const char *message) {
-  if (!logs(E, level)) return;
+  if (!mend__logs(E, level)) return;
   mend_log_record rec = {level, mend_engine_now(E), run, step, attempt, event, message};
   E->cfg.log(E->cfg.log_ud, &rec);
 }
@@ -167,41 +166,7 @@ void mend__failpoint(const char *name) {
 #define mend__failpoint(name) ((void)0)
 #endif
 
-/* ---------------------------------------------------------------- the pump */
-
-
-static int any_waiting(const mend_engine *E) {
-  for (int k = 0; k < 4; k++)
-    if (E->waiting[k].head) return 1;
-  return 0;
-}
-
-/* Work a pump turn would do now: actions queued, a batch to commit or being committed, or
- * events and alerts waiting for the commit that comes before them (a run's last turn leaves
- * those behind). */
-int mend__has_ready_work(const mend_engine *E) {
-  return E->ready_head || any_waiting(E) || mend_store_batch_open(E->store) ||
-         json_array_size(E->events) || json_array_size(E->alerts) ||
-         (E->writer && (mend_store_writer_busy(E->store) || json_array_size(E->alerts_handed) ||
-                        json_array_size(E->events_handed)));
-}
-
-/* Work a turn can do now. While the writer thread holds the only batch there is, a turn would
- * find nothing to do: the thread wakes the loop when it is done (on_wakeup). */
-int mend__turn_has_work(const mend_engine *E) {
-  int writing = (E->writer && mend_store_writer_busy(E->store)) || mend__lock_waiting(E);
-  return E->ready_head || (!writing && mend__has_ready_work(E));
-}
-
-/* With nothing else to do, a run() on the virtual clock moves it to the next timer. */
-int mend__virtual_timers_to_advance(const mend_engine *E) {
-  return E->timers.is_virtual && E->auto_advance && !E->externals && E->timers.count;
-}
-
-void mend__kick(mend_engine *E) {
-  if (E->destroying) return;   /* the pump handle is closing */
-  if (!uv_is_active((uv_handle_t *)E->pump)) uv_idle_start(E->pump, mend__pump_cb);
-}
+/* ---------------------------------------------------------------- children of the loop */
 
 void mend__child_link(mend_engine *E, child *c, int tag) {
   c->tag = tag;
@@ -221,512 +186,6 @@ mend_engine *mend__child_unlink(child *c) {
   if (c->next) c->next->prev = c->prev;
   c->E = NULL;
   return E;
-}
-
-void mend__append(mend_run **head, mend_run **tail, mend_run *r) {
-  r->qnext = NULL;
-  if (*tail) (*tail)->qnext = r;
-  else *head = r;
-  *tail = r;
-}
-
-/* The run's next action is `a`, once what it wrote so far is durable. */
-void mend__queue(mend_run *r, action a) {
-  mend_engine *E = r->E;
-  unsigned long seq = mend_store_open_seq(E->store);
-  r->next_action = a;
-  if (r->queued) {
-    /* already in a list: only its action changes, and it waits for this batch too */
-    if (r->wait_seq < seq) r->wait_seq = seq;
-    return;
-  }
-  r->queued = 1;
-  r->wait_seq = seq;
-  mend__append(&E->waiting[seq % 4].head, &E->waiting[seq % 4].tail, r);
-  mend__kick(E);
-}
-
-/* The run's next action is `a` in this turn or the next, without waiting for a commit: for an
- * action that only writes (the write-ahead rule holds its execute back, not its writes). */
-void mend__queue_now(mend_run *r, action a) {
-  mend_engine *E = r->E;
-  r->next_action = a;
-  if (r->queued) return;
-  r->queued = 1;
-  r->wait_seq = 0;
-  mend__append(&E->ready_head, &E->ready_tail, r);
-  mend__kick(E);
-}
-
-void mend__arm(mend_run *r, mend_timer *t, double due) {
-  mend_engine *E = r->E;
-  if (mend_timer_arm(&E->timers, t, due)) { mend__breakdown(E, "out of memory arming a timer"); return; }
-  if (E->timers.is_virtual) mend__kick(E);
-  else if (t->slot == 1) mend_timers_sync(&E->timers);   /* it is the earliest */
-  if (t == &r->wait) mend__park_soon(r);   /* it waits for its timer: parked if it lasts */
-}
-
-/* ---------------------------------------------------------------- writes */
-
-const char *mend__step_name(mend_run *r, int i) { return r->item_name ? r->item_name : r->wf->steps[i].name; }
-
-/* The step's row as it is now: the whole row at its first transition (a step not begun has
- * none: schema 4), an update after. The key is written only when it is the step's own: the
- * default one (run_id/name) is what a row without one reads as (schema 5). An attempt that
- * begins writes no row: its `-> running` history row says so, and the row is written once the
- * attempt ends (schema 6: one row write a step instead of two; 20% of the writer thread's
- * work in W1). */
-void mend__write_step(mend_run *r, int i) {
-  step_rt *st = &r->steps[i];
-  /* ...but for a key of the step's own just asked for: it is stored before the attempt uses it,
-   * as the same key must come back after a crash (ensure_key asks once). */
-  if (st->status == MEND_STEP_RUNNING && (st->has_row || !st->custom_key) && !r->item) return;
-  int new_row = !st->has_row;
-  const char *idem_key = st->custom_key ? st->idem_key : NULL;
-  mend_step_rec rec = {
-    .run_id = r->id, .idx = i + r->row_base, .name = mend__step_name(r, i), .status = mend_step_status_name(st->status),
-    .attempts = st->attempts, .comp_attempts = st->comp_attempts, .idem_key = idem_key,
-    .custom_key = st->custom_key, .result = st->result, .error = st->error, .due = st->due,
-    .last_delay = st->last_delay, .updated = mend_engine_now(r->E), .slept = st->slept,
-    .awaits = mend__awaits(r, i)};
-  if ((new_row ? mend_store_put_step : mend_store_update_step)(r->E->store, &rec)) mend__store_failed(r->E);
-  else st->has_row = 1;
-}
-
-/* A run carried on by another engine (a virtual clock elsewhere, a clock set back) keeps its
- * history in order: no row is older than the one before. */
-double mend__history_time(mend_run *r) {
-  r = mend__root(r);
-  double now = mend_engine_now(r->E);
-  if (now > r->last_at) r->last_at = now;
-  return r->last_at;
-}
-
-void mend__history(mend_run *r, const char *step, const char *event, const char *from,
-                    const char *to, int attempt, const char *error, double delay,
-                    const char *detail) {
-  r = mend__root(r);   /* a lane's rows are its run's */
-  mend_history_rec h = {r->id, step, mend__history_time(r), event, from, to, attempt, error,
-                        delay, detail, ++r->history_seq};
-  if (mend_store_append_history(r->E->store, &h)) mend__store_failed(r->E);
-}
-
-static void log_transition(mend_run *r, const char *step, int attempt, const char *from,
-                           const char *to, const char *error) {
-  const char *level = error ? "warn" : "info";
-  if (!logs(r->E, level)) return;
-  char msg[512];
-  if (error) snprintf(msg, sizeof msg, "%s -> %s: %s", from, to, error);
-  else snprintf(msg, sizeof msg, "%s -> %s", from, to);
-  mend_engine_log_line(r->E, level, r->id, step, attempt, step ? "step" : "run", msg);
-}
-
-/* The one place a step changes status. */
-void mend__step_to(mend_run *r, int i, mend_step_status to, const char *error, double delay,
-                    const char *detail) {
-  step_rt *st = &r->steps[i];
-  if (!mend_step_transition_ok(st->status, to)) {
-    mend__breakdown(r->E, "bug: illegal step transition %s -> %s (run %s, step %s)",
-              mend_step_status_name(st->status), mend_step_status_name(to), r->id, mend__step_name(r, i));
-    return;
-  }
-  const char *from = mend_step_status_name(st->status);
-  st->status = to;
-  if (error) mend__set_str(&st->error, error);
-  int attempt = to >= MEND_STEP_COMPENSATING ? st->comp_attempts : st->attempts;
-  mend__write_step(r, i);
-  /* The first row after an attempt with HTTP requests (its outcome) names them. */
-  char *http = detail ? NULL : r->http_detail;
-  if (http) r->http_detail = NULL;
-  mend__history(r, mend__step_name(r, i), "step", from, mend_step_status_name(to), attempt, error, delay,
-                http ? http : detail);
-  free(http);
-  log_transition(r, mend__step_name(r, i), attempt, from, mend_step_status_name(to), error);
-}
-
-void mend__run_to(mend_run *r, mend_run_status to) {
-  if (!mend_run_transition_ok(r->status, to)) {
-    mend__breakdown(r->E, "bug: illegal run transition %s -> %s (run %s)",
-              mend_run_status_name(r->status), mend_run_status_name(to), r->id);
-    return;
-  }
-  const char *from = mend_run_status_name(r->status);
-  r->status = to;
-  if (mend_store_update_run(r->E->store, r->id, mend_run_status_name(to), r->error, r->attention,
-                            mend_engine_now(r->E), r->reason))
-    mend__store_failed(r->E);
-  mend__history(r, NULL, "run", from, mend_run_status_name(to), 0, NULL, -1, r->reason);
-  log_transition(r, NULL, 0, from, mend_run_status_name(to), NULL);
-  if (r->is_child && (mend_run_status_final(to) || to == MEND_RUN_NEEDS_ATTENTION))
-    mend__child_ended(r, to);
-}
-
-void mend__dead_letter(mend_run *r, const char *reason, int step, const char *error,
-                        const char *detail) {
-  mend_dlq_rec d = {r->id, reason, step >= 0 ? mend__step_name(r, step) : NULL, error, detail,
-                    mend_engine_now(r->E)};
-  if (mend_store_put_dlq(r->E->store, &d)) mend__store_failed(r->E);
-  mend__history(r, d.step, "dead_letter", NULL, NULL, 0, error, -1, reason);
-  mend__alert(r, "dead_letter", step, reason, error);
-}
-
-/* ---------------------------------------------------------------- ticking hosts */
-
-/* The CPU time of this thread: what an action cost, without the time the OS gave the CPU to
- * another thread meanwhile (taken for the action's, it made a busy machine's ticks do one
- * action each while hundreds waited). */
-static double thread_cpu_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9 + 1e-9;   /* never 0: 0 is "not ticking" */
-}
-
-/* What the next action will cost, for a tick deciding whether it fits: up fast after a dear
- * one, down slowly, so that a run of cheap actions does not hide the dear ones among them. */
-static void tick_piece_cost(mend_engine *E, double cost) {
-  if (cost > 0.01) cost = 0.01;
-  if (cost > E->tick_piece) E->tick_piece += (cost - E->tick_piece) / 4;
-  else E->tick_piece -= (E->tick_piece - cost) / 64;
-}
-
-static void writer_done(void *ud);
-
-/* A ticking host's frame must not wait for a commit or its fsync: from its first tick an
- * engine on its own loop with a real clock and a file commits on the store's writer thread,
- * whatever commit_thread says (which is about run_all). What was written before goes first,
- * committed here once. 1 if the thread runs. */
-static int tick_writer(mend_engine *E) {
-  if (E->writer || E->tick_writer_tried) return E->writer;
-  if (E->timers.is_virtual || E->cfg.loop || mend__lock_waiting(E)) return 0;
-  if (mend__end_batch(E) || mend_store_batch_open(E->store)) return 0;
-  E->tick_writer_tried = 1;
-  int rc = mend_store_start_writer(E->store, writer_done, E);
-  if (rc < 0) mend_engine_log_line(E, "warn", NULL, NULL, 0, "tick", mend_store_errmsg(E->store));
-  E->writer = rc == 0;
-  return E->writer;
-}
-
-/* The writer thread writes a batch (not a part of the open one): a read would wait for it. */
-static int writer_holds_batch(mend_engine *E) {
-  return E->writer && mend_store_writer_busy(E->store) && !mend_store_writer_part(E->store);
-}
-
-/* Timers due and not yet fired: the heap's entries due by now are a subtree at its root. */
-static int timers_due(const mend_timers *ts, size_t i, double now) {
-  if (i >= ts->count || ts->heap[i]->due > now) return 0;
-  return 1 + timers_due(ts, 2 * i + 1, now) + timers_due(ts, 2 * i + 2, now);
-}
-
-/* The Lua collector's steps, in the time a tick has left: its atomic step (every coroutine of
- * a run in flight traversed at once) took 1 to 2 ms with 1000 runs in flight, inside whichever
- * action's allocation came to it. A cycle begins here once the heap has grown by half since
- * the last one ended (before Lua's own pace, which waits for it to double), and goes on in the
- * next ticks' spare time; a step is taken only if the dearest one seen still fits. */
-static void tick_collect(mend_engine *E) {
-  lua_State *L = E->L;
-  size_t kb = (size_t)lua_gc(L, LUA_GCCOUNT);
-  if (!E->tick_gc_cycle && kb < E->tick_gc_base + E->tick_gc_base / 2) return;
-  while (mend_real_now() + E->tick_gc_piece < E->turn_deadline) {
-    double c0 = thread_cpu_now();
-    int ended = lua_gc(L, LUA_GCSTEP, 0);
-    double cost = thread_cpu_now() - c0;
-    if (cost > E->tick_gc_piece) E->tick_gc_piece = cost;
-    else E->tick_gc_piece -= (E->tick_gc_piece - cost) / 256;
-    E->tick_gc_cycle = !ended;
-    if (ended) {
-      E->tick_gc_base = (size_t)lua_gc(L, LUA_GCCOUNT);
-      break;
-    }
-  }
-}
-
-/* A tick does pieces of work (a due timer's wake, a pump turn's actions, a hand-off) while the
- * next, at the cost pieces have had (E->tick_piece), still fits before the deadline; the first
- * always runs, or a budget smaller than one piece would never move. A piece that runs step
- * code runs it to its next wait: the instruction budget is what bounds that. */
-int mend_engine_tick_with(mend_engine *E, double budget, mend_engine_tick_info *info) {
-  double start = mend_real_now();
-  E->turn_deadline = start + (budget > 0 ? budget : 0);
-  E->tick_did = 0;
-  if (!E->broken) tick_writer(E);
-  int turns = 0;
-  do {
-    if (mend__turn_has_work(E)) mend__kick(E);   /* a write outside any run (a load) needs a turn too */
-    E->timers.fire_deadline = E->turn_deadline - E->tick_piece;
-    uv_run(E->loop, UV_RUN_NOWAIT);   /* I/O, due timers, and one pump turn */
-    E->timers.fire_deadline = 0;
-    turns++;
-  } while (!E->broken && mend__turn_has_work(E) &&   /* not while only the writer thread works */
-           !writer_holds_batch(E) &&   /* the actions left would wait for it: the next tick's */
-           mend_real_now() + E->tick_piece < E->turn_deadline);
-  if (!E->broken) tick_collect(E);
-  E->turn_deadline = 0;
-  if (info) {
-    double now = mend_real_now();
-    info->seconds = now - start;
-    info->actions = (int)E->tick_did;
-    info->ready = 0;
-    for (mend_run *r = E->ready_head; r; r = r->qnext) info->ready++;
-    info->timers_due = E->timers.is_virtual ? 0 : timers_due(&E->timers, 0, now);
-    info->committing = E->writer && mend_store_writer_busy(E->store);
-  }
-  return E->broken ? -1 : turns;
-}
-
-int mend_engine_tick_for(mend_engine *E, double budget) { return mend_engine_tick_with(E, budget, NULL); }
-
-/* HTTP requests and child processes answer on the loop, at no time a timer knows: a host that
- * ticks is asked back soon while any is in flight. */
-#define EXTERNAL_POLL_SECONDS 0.01
-
-/* While the writer thread holds a batch a tick can do nothing, and the batch takes an fsync
- * (milliseconds): a host that sleeps as told is asked back this soon, not spun. */
-#define WRITER_POLL_SECONDS 0.001
-
-double mend_engine_next_due(mend_engine *E) {
-  int writing = writer_holds_batch(E);
-  if (mend__has_ready_work(E) && !writing) return 0;
-  double next = mend_timers_next_due(&E->timers);
-  double wait = next < 0 ? -1 : next - mend_engine_now(E);
-  if (next >= 0 && wait < 0) wait = 0;
-  if (E->externals && (wait < 0 || wait > EXTERNAL_POLL_SECONDS)) wait = EXTERNAL_POLL_SECONDS;
-  if (writing && (wait < 0 || wait > WRITER_POLL_SECONDS)) wait = WRITER_POLL_SECONDS;
-  return wait;
-}
-
-static void on_wakeup(uv_async_t *h) {
-  mend_engine *E = h->data;
-  mend__kick(E);
-  /* Held while the writer thread has a batch, so that the loop waits for it; idle otherwise,
-   * as a host's loop must not be kept alive by it. */
-  if (!E->writer || !mend_store_writer_busy(E->store)) uv_unref((uv_handle_t *)h);
-}
-
-/* On the writer thread, after a batch: the loop takes it from there. */
-static void writer_done(void *ud) {
-  mend_engine *E = ud;
-  uv_async_send(E->wakeup);
-}
-
-void mend_engine_wake(mend_engine *E) { uv_async_send(E->wakeup); }
-
-/* ---------------------------------------------------------------- actions and batches */
-
-void mend__do_action(mend_run *r) {
-  if (r->lost) {
-    mend__drop_run(r, 1);   /* popped from the queue just now */
-    return;
-  }
-  action a = r->next_action;
-  r->next_action = ACT_NONE;
-  switch (a) {
-    case ACT_ADVANCE:
-      if (r->status == MEND_RUN_RUNNING) mend__forward(r);
-      else if (r->status == MEND_RUN_COMPENSATING) mend__backward(r);
-      break;
-    case ACT_EXECUTE:
-    case ACT_COMPENSATE: {
-      /* A stopping worker starts no call: its runs are given back, and the next holder makes
-       * the attempt their committed `running` row asks for (as forward() parks). Started here,
-       * a call would run on a run another worker may already hold. */
-      if (r->E->draining || r->E->destroying) break;
-      /* At a cap, wait for a slot: the transition is committed, the call comes later. */
-      struct mend_breaker_slot *slot = r->wf->steps[r->cur].slot;
-      run_fifo *wait = slot->p.max_concurrency > 0 && slot->in_flight >= slot->p.max_concurrency
-        ? &slot->waiting
-        : r->E->cfg.max_concurrency > 0 && r->E->attempts >= r->E->cfg.max_concurrency
-        ? &r->E->throttled : NULL;
-      if (wait) {
-        r->next_action = a;
-        mend__fifo_push(wait, r);
-        break;
-      }
-      slot->in_flight++;
-      r->held = slot;
-      mend__start_attempt(r, a == ACT_COMPENSATE);
-      break;
-    }
-    case ACT_FINISH:
-      /* its last run_to already gave the lease back (mend_store_update_run) */
-      if (r->E->cfg.on_event)
-        mend__emit(r->E, json_pack("{s:s, s:s, s:s, s:s}", "type", "run_finished", "run_id", r->id,
-                           "workflow", r->wf->name, "status", mend_run_status_name(r->status)));
-      mend__run_free(r);
-      break;
-    case ACT_NONE: break;
-  }
-}
-
-static json_t *take_array(json_t **a) {
-  json_t *taken = *a;
-  *a = json_array();
-  return taken;
-}
-
-
-/* With the writer thread: once it is idle, the alerts and events of the batch it had are heard
- * (if that batch failed, durable_seq did not move and hand_off reports the failure). */
-void mend__settle_writer(mend_engine *E) {
-  if (mend_store_writer_busy(E->store)) return;
-  if (mend_store_durable_seq(E->store) >= E->handed_seq &&
-      (json_array_size(E->alerts_handed) || json_array_size(E->events_handed)))
-    mend__fire_batch(E, take_array(&E->alerts_handed), take_array(&E->events_handed));
-}
-
-/* A batch of at least this many writes is worth the writer thread even with nothing else
- * ready: timers and I/O go on while it is written. */
-#define HAND_OFF_WRITES 1024
-
-/* Ends the open batch: committed here, or handed to the writer thread if it is idle (else the
- * batch grows until it is). Alerts and events are heard once their batch is durable. */
-int mend__end_batch(mend_engine *E) {
-  /* A part of this batch on the thread (store.h) is no batch to wait for: the hand-off below
-   * follows it. */
-  if (E->writer && mend_store_writer_busy(E->store) && !mend_store_writer_part(E->store)) {
-    uv_ref((uv_handle_t *)E->wakeup);
-    return 0;
-  }
-  /* With nothing else ready the loop would only wait for the writer thread: committing a small
-   * batch here is as fast and saves a hand-off per transition (latency at moderate load). A
-   * backlog is worth a second thread: the loop works through it while the thread writes. */
-  /* A ticking host hands every batch off: the commit (and its fsync) is not the frame's. */
-  if (!E->writer || (E->turn_deadline <= 0 && !E->ready_head &&
-                     mend_store_batch_writes(E->store) < HAND_OFF_WRITES)) {
-    if (mend__lock_waiting(E)) return 0;   /* its timer kicks the next try */
-    int rc = mend_store_commit(E->store);
-    if (rc == MEND_STORE_BUSY) { mend__lock_wait(E); return 0; }
-    if (rc) { mend__store_failed(E); return -1; }
-    mend__fire_batch(E, take_array(&E->alerts), take_array(&E->events));
-    return 0;
-  }
-  E->handed_seq = mend_store_open_seq(E->store);
-  json_array_extend(E->alerts_handed, E->alerts);
-  json_array_extend(E->events_handed, E->events);
-  json_array_clear(E->alerts);
-  json_array_clear(E->events);
-  int rc = mend_store_hand_off(E->store);
-  if (rc == MEND_STORE_BUSY) { mend__lock_wait(E); return 0; }
-  if (rc) { mend__store_failed(E); return -1; }
-  if (mend_store_writer_busy(E->store)) uv_ref((uv_handle_t *)E->wakeup);
-  else mend__settle_writer(E);   /* nothing was written: durable at once */
-  return 0;
-}
-
-/* ---------------------------------------------------------------- the loop */
-
-/* One turn: do what the durable batches allow, then end the batch that wrote (so that a run
- * released by a commit has its next transition in the very next one). */
-static int pump_turn(mend_engine *E) {
-  if (E->broken) return -1;
-  if (E->writer) mend__settle_writer(E);
-  else if (mend__end_batch(E)) return -1;   /* what the last turn wrote, before acting on it */
-  mend__watch_lock(E);
-  mend__check_fence(E);
-  unsigned long durable = mend_store_durable_seq(E->store);
-  for (int k = 0; k < 4 && E->moved_seq < durable; k++) {
-    unsigned long seq = ++E->moved_seq;
-    mend_run *head = E->waiting[seq % 4].head;
-    if (!head) continue;
-    if (E->ready_tail) E->ready_tail->qnext = head;
-    else E->ready_head = head;
-    E->ready_tail = E->waiting[seq % 4].tail;
-    E->waiting[seq % 4].head = E->waiting[seq % 4].tail = NULL;
-  }
-  if (E->moved_seq < durable) E->moved_seq = durable;   /* every list was moved */
-  int did = 0;
-  while (E->ready_head && !E->broken) {
-    /* A turn ends at a ticking host's budget, or after MAX_TURN_ACTIONS: a burst of starts
-     * must not keep the next commit (and the timers, and I/O) waiting behind all of it. The
-     * rest stays ready, ahead of what this turn queues. */
-    double c0 = E->turn_deadline > 0 ? thread_cpu_now() : 0;
-    if (did > 0 && (did >= MAX_TURN_ACTIONS ||
-                    (E->turn_deadline > 0 && mend_real_now() + E->tick_piece >= E->turn_deadline)))
-      break;
-    /* A ticking host's action could read the store, and a read waits for the writer thread's
-     * commit (its fsync): the action waits for the next tick instead. */
-    if (E->turn_deadline > 0 && writer_holds_batch(E)) break;
-    mend_run *r = E->ready_head;
-    E->ready_head = r->qnext;
-    if (!E->ready_head) E->ready_tail = NULL;
-    if (r->wait_seq > durable) {
-      /* it wrote again after it was queued: it waits for that batch too */
-      mend__append(&E->waiting[r->wait_seq % 4].head, &E->waiting[r->wait_seq % 4].tail, r);
-      continue;
-    }
-    r->queued = 0;
-    mend__do_action(r);
-    did++;
-    if (c0 > 0) tick_piece_cost(E, thread_cpu_now() - c0);
-  }
-  E->tick_did += (unsigned long)did;
-  if (E->writer && !E->broken && mend__end_batch(E)) return -1;
-  return did;
-}
-
-void mend__pump_cb(uv_idle_t *h) {
-  mend_engine *E = h->data;
-  pump_turn(E);
-  int writing = E->writer && mend_store_writer_busy(E->store);
-  int more = mend__turn_has_work(E);
-  if (!more && !E->broken && mend__virtual_timers_to_advance(E)) {
-    mend_timers_advance_to(&E->timers, mend_timers_next_due(&E->timers));
-    more = 1;
-  }
-  if (!more || E->broken) {
-    uv_idle_stop(E->pump);
-    if (!writing) mend_store_trim(E->store);   /* the runs wait: what a burst grew goes back */
-  }
-}
-
-/* One pass of a loop that blocks (run, serve): a turn if there is work for one, else sleep
- * until something happens. Kicked only with work for a turn: a turn started while the writer
- * thread has the batch does nothing, and the idle pump keeps the loop from sleeping, so kicking
- * every time made the loop spin through the thread's whole write (110k empty turns for 10k
- * runs) and through every wait of its runs. Timers wake it on time (timers.c: a timerfd). */
-void mend__loop_once(mend_engine *E) {
-  if (mend__turn_has_work(E) || mend__virtual_timers_to_advance(E)) mend__kick(E);
-  uv_run(E->loop, UV_RUN_ONCE);
-}
-
-int mend_engine_run(mend_engine *E) {
-  E->auto_advance = 1;
-  while ((E->in_flight > 0 || E->parked.nheap > 0 || mend__has_ready_work(E)) && !E->broken) {
-    /* On the virtual clock, runs left waiting for the world alone (an event, a token, a child
-     * with no timeout) would wait here for ever: nothing but a caller can wake them. */
-    if (E->timers.is_virtual && !E->timers.count && !E->attempts && !E->externals &&
-        !mend__has_ready_work(E))
-      break;
-    mend__loop_once(E);
-  }
-  E->auto_advance = 0;
-  /* Alerts of the last runs must reach their command before a one-shot caller exits. */
-  double until = mend_real_now() + 5;
-  while (!E->broken && E->alert_commands > 0 && mend_real_now() < until)
-    uv_run(E->loop, UV_RUN_ONCE);
-  return E->broken ? -1 : 0;
-}
-
-static void drain(mend_engine *E) {
-  while (!E->broken && (E->ready_head || (mend__has_ready_work(E) && !mend__lock_waiting(E)))) pump_turn(E);
-}
-
-int mend_engine_advance(mend_engine *E, double seconds) {
-  if (!E->timers.is_virtual) {
-    snprintf(E->errmsg, sizeof E->errmsg, "advance needs a virtual clock");
-    return -1;
-  }
-  double target = mend_engine_now(E) + (seconds > 0 ? seconds : 0);
-  drain(E);
-  while (!E->broken) {
-    uv_run(E->loop, UV_RUN_NOWAIT);
-    drain(E);
-    double next = mend_timers_next_due(&E->timers);
-    if (next < 0 || next > target) break;
-    mend_timers_advance_to(&E->timers, next);
-  }
-  if (!E->broken) mend_timers_advance_to(&E->timers, target);
-  drain(E);
-  return E->broken ? -1 : 0;
 }
 
 /* ---------------------------------------------------------------- life */
@@ -860,7 +319,7 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
   uv_timer_start(E->lease_timer, mend__renew_leases, renew_ms ? renew_ms : 1, renew_ms ? renew_ms : 1);
   uv_unref((uv_handle_t *)E->lease_timer);   /* leases alone must not keep a host's loop alive */
   E->wakeup = malloc(sizeof *E->wakeup);
-  uv_async_init(E->loop, E->wakeup, on_wakeup);
+  uv_async_init(E->loop, E->wakeup, mend__on_wakeup);
   E->wakeup->data = E;
   uv_unref((uv_handle_t *)E->wakeup);
   E->events = json_array();
@@ -889,7 +348,7 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
    * batch: for an engine on its own loop with a real clock and a file (a virtual clock wants
    * every turn to end in a commit). */
   if (cfg->writer_thread && !cfg->virtual_clock && !cfg->loop) {
-    int rc = mend_store_start_writer(E->store, writer_done, E);
+    int rc = mend_store_start_writer(E->store, mend__writer_done, E);
     if (rc < 0) {
       snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store));
       mend_engine_destroy(E);

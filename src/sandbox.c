@@ -3,530 +3,31 @@
  *
  * What a workflow file sees is a table made for it alone: the safe part of the base library,
  * copies of string, table, math, utf8 and coroutine, os.time/clock/date, and `mend` as a step
- * needs it. What all chunks share is made safe once, in mend_sandbox_prepare: the string
- * metatable (reached by every string's methods) is hidden from getmetatable, and the string
- * table behind it loses `dump` and gets pattern functions that refuse a call whose worst case
- * is too costly and charge what they may cost to the caller's instruction budget.
+ * needs it. This file owns that allow-list, the safe versions of load, setmetatable, xpcall,
+ * collectgarbage and the coroutine functions, and `require` (text-only, from the workflow's
+ * directory). What all chunks share is made safe once, in mend_sandbox_prepare
+ * (src/sandbox/bounded.c: the string metatable hidden, string.dump removed, C functions of
+ * bounded cost; src/sandbox/pattern.c: pattern functions that refuse a call whose worst case
+ * is too costly), behind src/sandbox/sandbox_int.h.
+ *
+ * Must never: build an environment from the state's globals with names removed (only from the
+ * allow-list); load a binary chunk; run workflow code itself (the engine does, under its
+ * limits).
  */
 #include "sandbox.h"
 
 #include <ctype.h>
-#include <limits.h>
 #include <lauxlib.h>
 #include <lualib.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "guard.h"
+#include "sandbox/sandbox_int.h"
 
 /* Modules a sandbox reads from disk are Lua source of a sensible size. */
 #define MAX_MODULE_BYTES (16u << 20)
-/* The longest string string.rep makes (Lua's own limit is the memory limit, below it). */
-#define MAX_REP_BYTES ((size_t)1 << 40)
-/* The most bytes a sandboxed C function goes through between two looks at the limits. */
-#define PIECE_BYTES ((size_t)1 << 20)
-/* Bytes of a copy charged as one instruction (as the engine's allocator charges). */
-#define ALLOC_BYTES_PER_CHARGE 32.0
-/* The longest text mend.json.decode takes in a sandbox. */
-#define MAX_JSON_TEXT (4u << 20)
-
-/* ---------------------------------------------------------------- bounded patterns */
-
-/* Does the single character class cls[0..clen) (".", "%a", "[set]", or a character) hold c? */
-static int class_has_escape(unsigned char cl, unsigned char c) {
-  int r;
-  switch (tolower(cl)) {
-    case 'a': r = isalpha(c); break;
-    case 'c': r = iscntrl(c); break;
-    case 'd': r = isdigit(c); break;
-    case 'g': r = isgraph(c); break;
-    case 'l': r = islower(c); break;
-    case 'p': r = ispunct(c); break;
-    case 's': r = isspace(c); break;
-    case 'u': r = isupper(c); break;
-    case 'w': r = isalnum(c); break;
-    case 'x': r = isxdigit(c); break;
-    default: return cl == c;
-  }
-  if (isupper(cl)) r = !r;
-  return r != 0;
-}
-
-static int set_has(const char *set, size_t len, unsigned char c) {
-  size_t i = 1;   /* after '[' */
-  int negate = 0;
-  if (i < len && set[i] == '^') { negate = 1; i++; }
-  size_t end = len - 1;   /* the closing ']' */
-  int found = 0;
-  while (i < end) {
-    unsigned char a = (unsigned char)set[i];
-    if (a == '%' && i + 1 < end) {
-      found |= class_has_escape((unsigned char)set[i + 1], c);
-      i += 2;
-    } else if (i + 2 < end && set[i + 1] == '-') {
-      found |= a <= c && c <= (unsigned char)set[i + 2];
-      i += 3;
-    } else {
-      found |= a == c;
-      i++;
-    }
-  }
-  return negate ? !found : found;
-}
-
-static int class_has(const char *cls, size_t clen, unsigned char c) {
-  if (cls[0] == '.' && clen == 1) return 1;
-  if (cls[0] == '%' && clen == 2) return class_has_escape((unsigned char)cls[1], c);
-  if (cls[0] == '[') return set_has(cls, clen, c);
-  return (unsigned char)cls[0] == c;
-}
-
-/* The longest stretch of s that the class matches: how far one repetition of it can go. */
-static size_t longest_run(const char *s, size_t n, const char *cls, size_t clen) {
-  size_t best = 0, run = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (class_has(cls, clen, (unsigned char)s[i])) {
-      if (++run > best) best = run;
-    } else {
-      run = 0;
-    }
-  }
-  return best;
-}
-
-/* The end of the set that starts at p[i] == '['; plen when it is not closed. */
-static size_t set_end(const char *p, size_t plen, size_t i) {
-  size_t j = i + 1;
-  if (j < plen && p[j] == '^') j++;
-  do {
-    if (j >= plen) return plen;
-    if (p[j++] == '%' && j < plen) j++;
-  } while (j < plen && p[j] != ']');
-  return j < plen ? j + 1 : plen;
-}
-
-/* Is nothing but closing parentheses and the end anchor left of the pattern from i? */
-static int only_closing(const char *p, size_t plen, size_t i) {
-  while (i < plen && p[i] == ')') i++;
-  return i == plen || (i + 1 == plen && p[i] == '$');
-}
-
-/* log10 of the most steps a backtracking match of p over s can take: the start positions
- * tried, times the lengths each repetition can take (the longest run of its class in s),
- * times two for each optional item, times the work at the end of each path: the pattern's
- * length, plus the last repetition's run when nothing follows it (it is tried only once
- * per path), plus the subject's length when a %b or a back reference scans it. An upper
- * bound, loose for most patterns. */
-static double cost_log10(const char *s, size_t n, const char *p, size_t plen, int anchored_ok) {
-  size_t i = 0;
-  double lg = 0, leaf = (double)plen + 1;
-  if (anchored_ok && plen > 0 && p[0] == '^') i = 1;
-  else lg += log10((double)n + 1);
-  /* Each repetition's run is a pass over the subject: the estimate itself must not cost more
-   * than the bound (a pattern of thousands of "a*" anchored on a long subject). Every item is
-   * tried at least once at each start, so an estimate already over the bound is not refined. */
-  if (lg + log10(leaf) > log10(MEND_SANDBOX_PATTERN_STEPS)) return lg + log10(leaf);
-  double scanned = 0;
-  int scans = 0;
-  while (i < plen) {
-    char c = p[i];
-    size_t cls = i, clen;
-    if (c == '(' || c == ')') { i++; continue; }
-    if (c == '%' && i + 1 < plen) {
-      char d = p[i + 1];
-      if (d == 'b') { scans = 1; i += 4; continue; }
-      if (d == 'f') {
-        i += 2;
-        if (i < plen && p[i] == '[') i = set_end(p, plen, i);
-        continue;
-      }
-      if (isdigit((unsigned char)d)) { scans = 1; i += 2; continue; }
-      clen = 2;
-    } else if (c == '[') {
-      clen = set_end(p, plen, i) - i;
-    } else {
-      clen = 1;
-    }
-    i += clen;
-    if (i < plen && (p[i] == '*' || p[i] == '+' || p[i] == '-')) {
-      if ((scanned += (double)n) > MEND_SANDBOX_PATTERN_STEPS) return HUGE_VAL;
-      double run = (double)longest_run(s, n, p + cls, clen);
-      i++;
-      if (only_closing(p, plen, i)) leaf += run;
-      else lg += log10(run + 1);
-    } else if (i < plen && p[i] == '?') {
-      lg += log10(2.0);
-      i++;
-    }
-  }
-  if (scans) leaf += (double)n;
-  return lg + log10(leaf);
-}
-
-enum { PAT_FIND, PAT_MATCH, PAT_GMATCH, PAT_GSUB };
-static const char *const pattern_fn[] = {"find", "match", "gmatch", "gsub"};
-
-/* string.find/match/gmatch/gsub of a sandbox: upvalue 1 the library's own, 2 which one. */
-static int bounded_pattern(lua_State *L) {
-  int which = (int)lua_tointeger(L, lua_upvalueindex(2));
-  int ts = lua_type(L, 1), tp = lua_type(L, 2);
-  if ((ts == LUA_TSTRING || ts == LUA_TNUMBER) && (tp == LUA_TSTRING || tp == LUA_TNUMBER)) {
-    size_t n, plen;
-    const char *s = lua_tolstring(L, 1, &n);
-    const char *p = lua_tolstring(L, 2, &plen);
-    /* A plain find compares the needle at every start (Lua's lmemfind): quadratic too. */
-    double lg = which == PAT_FIND && lua_toboolean(L, 4)
-      ? log10((double)n + 1) + log10((double)plen + 1)
-      : cost_log10(s, n, p, plen, which != PAT_GMATCH || LUA_VERSION_RELEASE_NUM >= 50400);
-    if (lg > log10(MEND_SANDBOX_PATTERN_STEPS)) {
-      char msg[300];
-      if (isinf(lg))
-        snprintf(msg, sizeof msg, "string.%s: the pattern has too many repetitions for a subject "
-                 "of %zu bytes (the sandbox's bound of %.0e steps, README: Limits and sandbox)",
-                 pattern_fn[which], n, MEND_SANDBOX_PATTERN_STEPS);
-      else
-        snprintf(msg, sizeof msg, "string.%s: the pattern may take up to 10^%.0f steps on a "
-                 "subject of %zu bytes, over the sandbox's bound of %.0e (README: Limits and "
-                 "sandbox)", pattern_fn[which], lg, n, MEND_SANDBOX_PATTERN_STEPS);
-      return luaL_error(L, "%s", msg);
-    }
-    mend_limits_charge(L, pow(10.0, lg));
-  }
-  lua_pushvalue(L, lua_upvalueindex(1));
-  lua_insert(L, 1);
-  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
-  return lua_gettop(L);
-}
-
-/* table.sort of a sandbox: a sort without a comparator runs in C alone, so it is charged. */
-static int charged_sort(lua_State *L) {
-  luaL_checktype(L, 1, LUA_TTABLE);
-  /* Lua's sort asks __len itself, which may answer more than the table holds (its __index
-   * then serving a table sorted in C alone) or more than it answered here. */
-  if (luaL_getmetafield(L, 1, "__len") != LUA_TNIL)
-    return luaL_error(L, "table.sort: a table with a __len metamethod is not sorted in a sandbox");
-  double n = (double)lua_rawlen(L, 1);
-  if (n > 1) mend_limits_charge(L, n * log2(n));
-  lua_pushvalue(L, lua_upvalueindex(1));
-  lua_insert(L, 1);
-  lua_call(L, lua_gettop(L) - 1, 0);
-  return 0;
-}
-
-/* ---------------------------------------------------------------- C functions of bounded cost
- *
- * No hook runs inside a C function: one that loops over a count its caller chose (not over
- * memory it holds) is charged that count before it starts, and refused when the count alone is
- * over the bound of one call. */
-
-static void charge_count(lua_State *L, const char *fn, double count) {
-  if (count > MEND_SANDBOX_PATTERN_STEPS) {
-    char msg[200];
-    snprintf(msg, sizeof msg, "%s: %.0f elements in one call, over the sandbox's bound of %.0e "
-             "(README: Limits and sandbox)", fn, count, MEND_SANDBOX_PATTERN_STEPS);
-    luaL_error(L, "%s", msg);
-  }
-  if (count > 1) mend_limits_charge(L, count);
-}
-
-/* Calls upvalue 1 with the arguments, returning all it returns. */
-static int call_original(lua_State *L) {
-  lua_pushvalue(L, lua_upvalueindex(1));
-  lua_insert(L, 1);
-  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
-  return lua_gettop(L);
-}
-
-/* string.rep: Lua's copies the string n times, one memcpy each (an 8 MiB string of one
- * byte: 8M calls, tens of milliseconds that no hook or watchdog can stop), and loops n times
- * even when each copy is empty. Here the result doubles what it holds at each copy, a few
- * dozen copies in all, and looks at the limits between two. */
-static int bounded_rep(lua_State *L) {
-  size_t l, lsep;
-  const char *s = luaL_checklstring(L, 1, &l);
-  lua_Integer n = luaL_checkinteger(L, 2);
-  const char *sep = luaL_optlstring(L, 3, "", &lsep);
-  if (n <= 0 || l + lsep == 0) {
-    lua_pushliteral(L, "");
-    return 1;
-  }
-  size_t unit = l + lsep;
-  if (unit < l || (lua_Unsigned)n > (MAX_REP_BYTES + lsep) / unit)
-    return luaL_error(L, "resulting string too large");
-  size_t total = unit * (size_t)n - lsep, filled = 0;
-  luaL_Buffer b;
-  char *p = luaL_buffinitsize(L, &b, total);
-  memcpy(p, s, l);
-  if (lsep > 0 && n > 1) memcpy(p + l, sep, lsep);
-  filled = n > 1 ? unit : l;
-  while (filled < total) {
-    size_t chunk = filled < total - filled ? filled : total - filled;
-    memcpy(p + filled, p, chunk);
-    filled += chunk;
-    /* Small copies are charged as the allocation of the result is: not at all. */
-    if (chunk >= PIECE_BYTES) mend_limits_charge(L, (double)chunk / ALLOC_BYTES_PER_CHARGE);
-  }
-  luaL_pushresultsize(&b, total);
-  return 1;
-}
-
-/* string.upper/lower/reverse: one pass over the string in C, 290 ms for 32 MiB on a loaded
- * machine, that no hook or watchdog can stop. Here in pieces of PIECE_BYTES, the limits
- * looked at between two. Upvalue 1: 'u', 'l' or 'r'. */
-
-static int chunked_bytes(lua_State *L) {
-  size_t l;
-  const char *s = luaL_checklstring(L, 1, &l);
-  int op = (int)lua_tointeger(L, lua_upvalueindex(1));
-  luaL_Buffer b;
-  char *p = luaL_buffinitsize(L, &b, l);
-  for (size_t i = 0; i < l;) {
-    size_t start = i, end = l - i > PIECE_BYTES ? i + PIECE_BYTES : l;
-    if (op == 'u')
-      for (; i < end; i++) p[i] = (char)toupper((unsigned char)s[i]);
-    else if (op == 'l')
-      for (; i < end; i++) p[i] = (char)tolower((unsigned char)s[i]);
-    else
-      for (; i < end; i++) p[i] = s[l - 1 - i];
-    /* Small strings are charged as the allocation of the result is: not at all. */
-    if (l > PIECE_BYTES) mend_limits_charge(L, (double)(end - start) / ALLOC_BYTES_PER_CHARGE);
-  }
-  luaL_pushresultsize(&b, l);
-  return 1;
-}
-
-/* string.format: %q writes a string a byte at a time with a test for each (20 ms for 1 MiB
- * on a loaded machine): a larger one is refused. Upvalue 1: Lua's format. */
-#define MAX_QUOTED_BYTES ((size_t)1 << 20)
-
-static int bounded_format(lua_State *L) {
-  size_t flen;
-  const char *f = luaL_checklstring(L, 1, &flen), *end = f + flen;
-  int arg = 1;
-  while (f < end) {
-    if (*f++ != '%') continue;
-    if (f < end && *f == '%') { f++; continue; }
-    while (f < end && strchr("-+ #0123456789.", *f)) f++;
-    if (f >= end) break;
-    arg++;
-    size_t len;
-    if (*f++ == 'q' && lua_type(L, arg) == LUA_TSTRING && lua_tolstring(L, arg, &len) &&
-        len > MAX_QUOTED_BYTES)
-      return luaL_error(L, "string.format: %%q of a string of %I bytes, over the sandbox's bound "
-                        "of %d (README: Limits and sandbox)", (lua_Integer)len,
-                        (int)MAX_QUOTED_BYTES);
-  }
-  return call_original(L);
-}
-
-/* table.move(a1, f, e, t [, a2]): e - f + 1 gets and sets. */
-static int bounded_move(lua_State *L) {
-  lua_Integer f = luaL_checkinteger(L, 2), e = luaL_checkinteger(L, 3);
-  if (e >= f) charge_count(L, "table.move", (double)e - (double)f + 1);
-  return call_original(L);
-}
-
-/* table.insert and table.remove, as Lua's (ltablib.c) but asking for the length once: the
- * elements they shift are counted from it. */
-static lua_Integer table_length(lua_State *L) {
-  luaL_checktype(L, 1, LUA_TTABLE);
-  return luaL_len(L, 1);
-}
-
-static int bounded_insert(lua_State *L) {
-  lua_Integer e = table_length(L) + 1, pos;
-  switch (lua_gettop(L)) {
-    case 2:
-      pos = e;
-      break;
-    case 3:
-      pos = luaL_checkinteger(L, 2);
-      luaL_argcheck(L, (lua_Unsigned)pos - 1u < (lua_Unsigned)e, 2, "position out of bounds");
-      charge_count(L, "table.insert", (double)e - (double)pos);
-      for (lua_Integer i = e; i > pos; i--) {
-        lua_geti(L, 1, i - 1);
-        lua_seti(L, 1, i);
-      }
-      break;
-    default:
-      return luaL_error(L, "wrong number of arguments to 'insert'");
-  }
-  lua_seti(L, 1, pos);
-  return 0;
-}
-
-static int bounded_remove(lua_State *L) {
-  lua_Integer size = table_length(L);
-  lua_Integer pos = luaL_optinteger(L, 2, size);
-  if (pos != size)
-    luaL_argcheck(L, (lua_Unsigned)pos - 1u <= (lua_Unsigned)size, 2, "position out of bounds");
-  if (pos < size) charge_count(L, "table.remove", (double)size - (double)pos);
-  lua_geti(L, 1, pos);
-  for (; pos < size; pos++) {
-    lua_geti(L, 1, pos + 1);
-    lua_seti(L, 1, pos);
-  }
-  lua_pushnil(L);
-  lua_seti(L, 1, pos);
-  return 1;
-}
-
-/* table.unpack(t [, i [, j]]), as Lua's, charged j - i + 1. */
-static int bounded_unpack(lua_State *L) {
-  lua_Integer i = luaL_optinteger(L, 2, 1);
-  lua_Integer e = luaL_opt(L, luaL_checkinteger, 3, luaL_len(L, 1));
-  if (i > e) return 0;
-  lua_Unsigned n = (lua_Unsigned)e - i;
-  if (n >= (unsigned int)INT_MAX || !lua_checkstack(L, (int)(++n)))
-    return luaL_error(L, "too many results to unpack");
-  charge_count(L, "table.unpack", (double)n);
-  for (; i < e; i++) lua_geti(L, 1, i);
-  lua_geti(L, 1, e);
-  return (int)n;
-}
-
-/* table.concat(t [, sep [, i [, j]]]), as Lua's, charged j - i + 1: empty strings make it a
- * loop that allocates nothing. */
-static int bounded_concat(lua_State *L) {
-  lua_Integer last = table_length(L);
-  size_t lsep;
-  const char *sep = luaL_optlstring(L, 2, "", &lsep);
-  lua_Integer i = luaL_optinteger(L, 3, 1);
-  last = luaL_optinteger(L, 4, last);
-  if (i <= last) charge_count(L, "table.concat", (double)last - (double)i + 1);
-  luaL_Buffer b;
-  luaL_buffinit(L, &b);
-  for (; i <= last; i++) {
-    lua_geti(L, 1, i);
-    if (!lua_isstring(L, -1))
-      return luaL_error(L, "invalid value (at index %I) in table for 'concat'", (LUAI_UACINT)i);
-    luaL_addvalue(&b);
-    if (i < last) luaL_addlstring(&b, sep, lsep);
-    if (i == LUA_MAXINTEGER) break;
-  }
-  luaL_pushresult(&b);
-  return 1;
-}
-
-/* string.byte and utf8.codepoint (s [, i [, j]]): charged the bytes of s they may look at. */
-static int charged_slice(lua_State *L) {
-  size_t l;
-  luaL_checklstring(L, 1, &l);
-  lua_Integer i = luaL_optinteger(L, 2, 1);
-  lua_Integer j = luaL_optinteger(L, 3, i);
-  if (i < 0) i = (lua_Integer)l + i + 1;
-  if (j < 0) j = (lua_Integer)l + j + 1;
-  if (i < 1) i = 1;
-  if (j > (lua_Integer)l) j = (lua_Integer)l;
-  if (j >= i) mend_limits_charge(L, (double)(j - i + 1));
-  return call_original(L);
-}
-
-/* tonumber and the arithmetic metamethods of strings ("10" + 1) read a numeric string to its
- * end: charged the length of each string argument. */
-static int charged_strings(lua_State *L) {
-  for (int i = 1, n = lua_gettop(L); i <= n; i++)
-    if (lua_type(L, i) == LUA_TSTRING) mend_limits_charge(L, (double)lua_rawlen(L, i));
-  return call_original(L);
-}
-
-/* os.date calls strftime once for each conversion of its format: no format of a sensible
- * length needs more than this. */
-#define MAX_DATE_FORMAT 4096
-
-static int bounded_date(lua_State *L) {
-  size_t n;
-  if (lua_type(L, 1) == LUA_TSTRING && lua_tolstring(L, 1, &n) && n > MAX_DATE_FORMAT)
-    return luaL_error(L, "os.date: a format of %I bytes, over the sandbox's bound of %d",
-                      (lua_Integer)n, MAX_DATE_FORMAT);
-  return call_original(L);
-}
-
-/* utf8.len and utf8.offset walk the string. */
-static int charged_walk(lua_State *L) {
-  size_t l;
-  luaL_checklstring(L, 1, &l);
-  mend_limits_charge(L, (double)l);
-  return call_original(L);
-}
-
-void mend_sandbox_prepare(lua_State *L) {
-  lua_getglobal(L, "string");
-  lua_pushnil(L);
-  lua_setfield(L, -2, "dump");
-  for (int k = PAT_FIND; k <= PAT_GSUB; k++) {
-    lua_getfield(L, -1, pattern_fn[k]);
-    lua_pushinteger(L, k);
-    lua_pushcclosure(L, bounded_pattern, 2);
-    lua_setfield(L, -2, pattern_fn[k]);
-  }
-  lua_getfield(L, -1, "rep");
-  lua_pushcclosure(L, bounded_rep, 1);
-  lua_setfield(L, -2, "rep");
-  lua_getfield(L, -1, "byte");
-  lua_pushcclosure(L, charged_slice, 1);
-  lua_setfield(L, -2, "byte");
-  static const char *const piecewise[] = {"upper", "lower", "reverse"};
-  for (int k = 0; k < 3; k++) {
-    lua_pushinteger(L, "ulr"[k]);
-    lua_pushcclosure(L, chunked_bytes, 1);
-    lua_setfield(L, -2, piecewise[k]);
-  }
-  lua_getfield(L, -1, "format");
-  lua_pushcclosure(L, bounded_format, 1);
-  lua_setfield(L, -2, "format");
-  lua_pop(L, 1);
-  lua_getglobal(L, "table");
-  lua_getfield(L, -1, "sort");
-  lua_pushcclosure(L, charged_sort, 1);
-  lua_setfield(L, -2, "sort");
-  lua_getfield(L, -1, "move");
-  lua_pushcclosure(L, bounded_move, 1);
-  lua_setfield(L, -2, "move");
-  lua_pushcfunction(L, bounded_insert);
-  lua_setfield(L, -2, "insert");
-  lua_pushcfunction(L, bounded_remove);
-  lua_setfield(L, -2, "remove");
-  lua_pushcfunction(L, bounded_unpack);
-  lua_setfield(L, -2, "unpack");
-  lua_pushcfunction(L, bounded_concat);
-  lua_setfield(L, -2, "concat");
-  lua_pop(L, 1);
-  lua_getglobal(L, "utf8");
-  lua_getfield(L, -1, "codepoint");
-  lua_pushcclosure(L, charged_slice, 1);
-  lua_setfield(L, -2, "codepoint");
-  lua_getfield(L, -1, "len");
-  lua_pushcclosure(L, charged_walk, 1);
-  lua_setfield(L, -2, "len");
-  lua_getfield(L, -1, "offset");
-  lua_pushcclosure(L, charged_walk, 1);
-  lua_setfield(L, -2, "offset");
-  lua_pop(L, 1);
-  lua_getglobal(L, "tonumber");
-  lua_pushcclosure(L, charged_strings, 1);
-  lua_setglobal(L, "tonumber");
-  /* Every string reaches this metatable; getmetatable("") now answers false. */
-  lua_pushliteral(L, "");
-  if (lua_getmetatable(L, -1)) {
-    static const char *const arith[] = {"__add", "__sub", "__mul", "__mod", "__pow", "__div",
-                                        "__idiv", "__unm", NULL};
-    for (const char *const *nm = arith; *nm; nm++) {
-      if (lua_getfield(L, -1, *nm) != LUA_TFUNCTION) {
-        lua_pop(L, 1);
-        continue;
-      }
-      lua_pushcclosure(L, charged_strings, 1);
-      lua_setfield(L, -2, *nm);
-    }
-    lua_pushboolean(L, 0);
-    lua_setfield(L, -2, "__metatable");
-    lua_pop(L, 1);
-  }
-  lua_pop(L, 1);
-}
 
 /* ---------------------------------------------------------------- the environment */
 
@@ -861,28 +362,6 @@ static void copy_library(lua_State *L, int env, const char *lib, const char *con
   lua_pop(L, 1);
 }
 
-/* mend.json.decode: jansson builds the whole document outside the Lua state (and its memory
- * limit), some twenty times the text's size, before a Lua value is made of it. Upvalue 1:
- * the function. */
-static int bounded_decode(lua_State *L) {
-  size_t n;
-  luaL_checklstring(L, 1, &n);
-  if (n > MAX_JSON_TEXT)
-    return luaL_error(L, "mend.json.decode: a text of %I bytes, over the sandbox's bound of %d",
-                      (lua_Integer)n, (int)MAX_JSON_TEXT);
-  mend_limits_charge(L, (double)n);
-  return call_original(L);
-}
-
-/* mend.json.encode: charged the text it made (up to a million values walked in C). */
-static int charged_encode(lua_State *L) {
-  int n = call_original(L);
-  size_t len;
-  if (n >= 1 && lua_type(L, 1) == LUA_TSTRING && lua_tolstring(L, 1, &len))
-    mend_limits_charge(L, (double)len);
-  return n;
-}
-
 /* mend as a step sees it: errors, waits, host calls, JSON. */
 static void push_mend(lua_State *L) {
   static const char *const names[] = {"retryable", "fatal", "compensable", "is_error", "sleep",
@@ -905,10 +384,10 @@ static void push_mend(lua_State *L) {
   }
   lua_pop(L, 1);
   lua_getfield(L, -1, "decode");
-  lua_pushcclosure(L, bounded_decode, 1);
+  lua_pushcclosure(L, mend__sandbox_bounded_decode, 1);
   lua_setfield(L, -2, "decode");
   lua_getfield(L, -1, "encode");
-  lua_pushcclosure(L, charged_encode, 1);
+  lua_pushcclosure(L, mend__sandbox_charged_encode, 1);
   lua_setfield(L, -2, "encode");
   lua_setfield(L, -2, "json");
   /* mend.call raises the host's error as lua/mend/init.lua does. */
@@ -947,7 +426,7 @@ void mend_sandbox_env(lua_State *L, const char *dir, const char *lua_dir) {
   lua_setfield(L, env, "setmetatable");
   /* print writes to the host's stdout, a byte for each byte it is given. */
   lua_getglobal(L, "print");
-  lua_pushcclosure(L, charged_strings, 1);
+  lua_pushcclosure(L, mend__sandbox_charged_strings, 1);
   lua_setfield(L, env, "print");
   lua_pushvalue(L, env);
   lua_getglobal(L, "load");
@@ -981,7 +460,7 @@ void mend_sandbox_env(lua_State *L, const char *dir, const char *lua_dir) {
   copy_library(L, env, "os", os_names);
   lua_getfield(L, env, "os");
   lua_getfield(L, -1, "date");
-  lua_pushcclosure(L, bounded_date, 1);
+  lua_pushcclosure(L, mend__sandbox_bounded_date, 1);
   lua_setfield(L, -2, "date");
   lua_pop(L, 1);
   /* require, with its own table of what it loaded: "mend" is there from the start. */

@@ -205,7 +205,7 @@ struct mend_engine {
   double next_thorough_look;   /* claimable(): when it next walks every run held */
   double next_unavailable_look;   /* when it next tries runs no worker could load */
   double turn_deadline;   /* a ticking host's budget for this turn; 0: none */
-  double tick_piece;      /* what a tick expects its next action to cost (engine.c) */
+  double tick_piece;      /* what a tick expects its next action to cost (pump.c, drive.c) */
   unsigned long tick_did; /* actions done in this tick */
   int tick_writer_tried;  /* a tick started (or could not start) the writer thread */
   double tick_gc_piece;   /* the dearest step of the Lua collector a tick has seen */
@@ -245,37 +245,49 @@ struct mend_engine {
 /* Run ids gathered from the store (the fence, claims); oom: one could not be kept. */
 typedef struct id_list { mend_idset set; int oom; } id_list;
 
-/* ---- engine.c: the engine itself: the pump and its batches, writes, actions, the loop, life */
-void mend__append(mend_run **head, mend_run **tail, mend_run *r);
-void mend__arm(mend_run *r, mend_timer *t, double due);
+/* ---- engine.c: an engine's life, its log line, its breakdown, run ids, failpoints */
 void mend__breakdown(mend_engine *E, const char *fmt, ...);
 void mend__child_link(mend_engine *E, child *c, int tag);
 mend_engine *mend__child_unlink(child *c);
 int mend__commit_now(mend_engine *E);
-void mend__dead_letter(mend_run *r, const char *reason, int step, const char *error,
-                       const char *detail);
+void mend__failpoint(const char *name);
+int mend__logs(const mend_engine *E, const char *level);
+void mend__new_run_id(mend_engine *E, char out[MEND_RUN_ID_LEN]);
+void mend__set_str(char **slot, const char *s);
+void mend__store_failed(mend_engine *E);
+
+/* ---- pump.c: the write-ahead rule: queues, actions, batches, a pump turn */
+void mend__append(mend_run **head, mend_run **tail, mend_run *r);
+void mend__arm(mend_run *r, mend_timer *t, double due);
 void mend__do_action(mend_run *r);
 int mend__end_batch(mend_engine *E);
-void mend__failpoint(const char *name);
 int mend__has_ready_work(const mend_engine *E);
+void mend__kick(mend_engine *E);
+void mend__on_wakeup(uv_async_t *h);
+void mend__pump_cb(uv_idle_t *h);
+int mend__pump_turn(mend_engine *E);
+void mend__queue(mend_run *r, action a);
+void mend__queue_now(mend_run *r, action a);
+void mend__settle_writer(mend_engine *E);
+double mend__thread_cpu_now(void);
+int mend__turn_has_work(const mend_engine *E);
+int mend__virtual_timers_to_advance(const mend_engine *E);
+void mend__writer_done(void *ud);
+int mend__writer_holds_batch(mend_engine *E);
+
+/* ---- drive.c: run, advance, tick */
+void mend__loop_once(mend_engine *E);
+
+/* ---- status.c: the one place statuses change, and the history they write */
+void mend__dead_letter(mend_run *r, const char *reason, int step, const char *error,
+                       const char *detail);
 void mend__history(mend_run *r, const char *step, const char *event, const char *from,
                    const char *to, int attempt, const char *error, double delay, const char *detail);
 double mend__history_time(mend_run *r);
-void mend__kick(mend_engine *E);
-void mend__loop_once(mend_engine *E);
-void mend__new_run_id(mend_engine *E, char out[MEND_RUN_ID_LEN]);
-void mend__pump_cb(uv_idle_t *h);
-void mend__queue(mend_run *r, action a);
-void mend__queue_now(mend_run *r, action a);
 void mend__run_to(mend_run *r, mend_run_status to);
-void mend__set_str(char **slot, const char *s);
-void mend__settle_writer(mend_engine *E);
 const char *mend__step_name(mend_run *r, int i);
 void mend__step_to(mend_run *r, int i, mend_step_status to, const char *error, double delay,
                    const char *detail);
-void mend__store_failed(mend_engine *E);
-int mend__turn_has_work(const mend_engine *E);
-int mend__virtual_timers_to_advance(const mend_engine *E);
 void mend__write_step(mend_run *r, int i);
 
 /* ---- run.c: runs in memory, and their start */
@@ -331,22 +343,58 @@ void mend__emit(mend_engine *E, json_t *ev);
 void mend__fire_batch(mend_engine *E, json_t *alerts, json_t *events);
 
 /* ---- group.c: parallel groups, their lanes, their compensation in order of completion */
+struct mend_group {
+  int g;                  /* the group going forward now; -1: none */
+  int nlanes;
+  mend_run **lanes;       /* a lane is idle when its cur is -1 */
+  int stopping;           /* a branch failed for good: no attempt of another starts */
+  int fail_branch;
+  mend_error_info info;   /* how it failed; its text is fail_msg */
+  char *fail_msg;
+  int *done_seq;          /* per step: the history row that settled it (compensation order) */
+  struct map_state *maps; /* the maps begun, by step */
+  int nmaps;
+};
+
 int mend__group_backward(mend_run *r, int g);
 void mend__group_forward(mend_run *r, int g);
 void mend__group_free(mend_run *r);
+struct mend_group *mend__group_of(mend_run *r);
 void mend__group_restore(mend_run *r, json_t *rows);
+void mend__group_settle(mend_run *r);
 void mend__group_stop(mend_run *r, const char *why);
 int mend__group_stopping(const mend_run *lane);
+mend_run *mend__idle_lane(mend_run *r);
+mend_run *mend__lane_at(mend_run *r, int k);
 void mend__lane_done(mend_run *lane);
 void mend__lane_failed(mend_run *lane, int i, const mend_error_info *info, const char *msg);
 void mend__lane_free(mend_run *lane);
-mend_run *mend__lane_at(mend_run *r, int k);
 void mend__lane_stop(mend_run *lane);
+void mend__resume_lane(mend_run *l, int b);
+int mend__settled(mend_step_status s);
+
+/* ---- map.c: maps, groups over a list, on group.c's lanes */
+/* A map begun: its list (in E->refs), its items' states, in the same order. */
+struct map_state {
+  int m, n;
+  step_rt *items;
+  int *done;              /* per item: the history row that settled it */
+  int list_ref;           /* the list, a Lua table: item k is execute's second argument */
+  int *order, pos;        /* compensation: items latest completed first, how far */
+  int skip_logged;
+  int next;               /* items before it were started (the pump goes through the list once) */
+  int resumed;            /* the items begun before a restart have their lanes again */
+};
+int mend__items_succeeded(const mend_run *r);
 void mend__lane_backward(mend_run *lane);
 void mend__lane_compensated(mend_run *lane);
+struct map_state *mend__map_add(mend_run *r, int m, const char *json);
 int mend__map_backward(mend_run *r, int m);
+int mend__map_begin(mend_run *r, int m);
+struct map_state *mend__map_of(mend_run *r, int m);
+void mend__map_pump(mend_run *r, int busy);
+void mend__map_settle(mend_run *r, int m);
 void mend__push_item(mend_run *lane, lua_State *co);
-int mend__items_succeeded(const mend_run *r);
 void mend__set_item_result(mend_run *lane);
 /* An item's row: (m + 1) * MEND_MAP_ROWS + its index, m its map step's; past any step's. */
 #define MEND_MAP_ROWS (1 << 20)

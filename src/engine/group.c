@@ -1,17 +1,14 @@
 /*
- * group: parallel groups and maps (SPEC section 12). Owns a run's lanes, one per branch (or
- * item) in flight, each a mend_run of its own for an attempt's state (coroutine, timers,
- * breaker slot) over the run's shared steps, so that saga.c and attempt.c drive a branch as
- * they drive a step; which branch starts when (at most max_concurrency at once, those begun
- * before a restart first); the group's end (its result, a table by branch name) or its failure
- * (no new attempt once a branch failed for good; attempts in flight end and are recorded
- * first); the order of completion that compensation undoes in reverse, read back from the
- * history after a restart, with when(ctx)'s answers. A map is a group over a list: the list
- * recorded when the step begins (a `map` row of the history), one item-attempt per element in
- * a lane on a one-step workflow (the map's step) whose step state is the item's, each item's
- * row past the run's steps (MEND_MAP_ROWS), its results in list order, its items compensated
- * by a lane one at a time. Must never: write a row for a lane that is not its run's (rows are
- * the run's, through step_to and history); leave a lane armed or queued once its run is gone.
+ * group: parallel groups (SPEC section 12), and the lanes that maps run on too. Owns a run's
+ * lanes, one per branch (or item) in flight, each a mend_run of its own for an attempt's state
+ * (coroutine, timers, breaker slot) over the run's shared steps, so that saga.c and attempt.c
+ * drive a branch as they drive a step; which branch starts when (at most max_concurrency at
+ * once, those begun before a restart first); the group's end (its result, a table by branch
+ * name) or its failure (no new attempt once a branch failed for good; attempts in flight end
+ * and are recorded first); the order of completion that compensation undoes in reverse, read
+ * back from the history after a restart, with when(ctx)'s answers. Maps, groups over a list,
+ * are map.c's. Must never: write a row for a lane that is not its run's (rows are the run's,
+ * through step_to and history); leave a lane armed or queued once its run is gone.
  */
 #include "engine_int.h"
 
@@ -25,40 +22,9 @@
 #include "log.h"
 #include "util.h"
 
-struct mend_group {
-  int g;                  /* the group going forward now; -1: none */
-  int nlanes;
-  mend_run **lanes;       /* a lane is idle when its cur is -1 */
-  int stopping;           /* a branch failed for good: no attempt of another starts */
-  int fail_branch;
-  mend_error_info info;   /* how it failed; its text is fail_msg */
-  char *fail_msg;
-  int *done_seq;          /* per step: the history row that settled it (compensation order) */
-  struct map_state *maps; /* the maps begun, by step */
-  int nmaps;
-};
-
-/* A map begun: its list (in E->refs), its items' states, in the same order. */
-struct map_state {
-  int m, n;
-  step_rt *items;
-  int *done;              /* per item: the history row that settled it */
-  int list_ref;           /* the list, a Lua table: item k is execute's second argument */
-  int *order, pos;        /* compensation: items latest completed first, how far */
-  int skip_logged;
-  int next;               /* items before it were started (the pump goes through the list once) */
-  int resumed;            /* the items begun before a restart have their lanes again */
-};
-
-static struct map_state *map_of(mend_run *r, int m) {
-  for (int k = 0; r->group && k < r->group->nmaps; k++)
-    if (r->group->maps[k].m == m) return &r->group->maps[k];
-  return NULL;
-}
-
 static int is_map(const mend_run *r, int g) { return r->wf->steps[g].map_ref != LUA_NOREF; }
 
-static struct mend_group *group_of(mend_run *r) {
+struct mend_group *mend__group_of(mend_run *r) {
   if (r->group) return r->group;
   struct mend_group *G = calloc(1, sizeof *G);
   int *done = G ? calloc((size_t)r->wf->nsteps, sizeof *done) : NULL;
@@ -107,8 +73,6 @@ static mend_run *new_lane(mend_run *r) {
   return l;
 }
 
-static void resume_lane(mend_run *l, int b);
-
 static void start_branch(mend_run *l, int b) {
   mend_run *r = l->parent;
   l->wf = r->wf;
@@ -118,33 +82,13 @@ static void start_branch(mend_run *l, int b) {
   free(l->item_name);
   l->item_name = NULL;
   l->status = MEND_RUN_RUNNING;
-  resume_lane(l, b);
-}
-
-/* A lane on item k (from 0) of map m, not set going. */
-static void setup_item(mend_run *l, struct map_state *ms, int k) {
-  mend_run *r = l->parent;
-  char name[300];
-  snprintf(name, sizeof name, "%s/%d", r->wf->steps[ms->m].name, k + 1);
-  free(l->item_name);
-  l->item_name = mend_dupstr(name);
-  l->wf = r->wf->steps[ms->m].item_wf;
-  l->steps = &ms->items[k];
-  l->item = k + 1;
-  l->row_base = (ms->m + 1) * MEND_MAP_ROWS + k;
-  l->status = MEND_RUN_RUNNING;
-  l->cur = 0;
-}
-
-static void start_item(mend_run *l, struct map_state *ms, int k) {
-  setup_item(l, ms, k);
-  resume_lane(l, 0);
+  mend__resume_lane(l, b);
 }
 
 /* Sets a lane going on branch b (or its item) from where its row says it stands (a restart
  * finds branches waiting, sleeping or running). Its first move waits for the batch that holds
  * the group's `running`. */
-static void resume_lane(mend_run *l, int b) {
+void mend__resume_lane(mend_run *l, int b) {
   step_rt *st = &l->steps[b];
   double now = mend_engine_now(l->E);
   l->cur = b;
@@ -167,46 +111,16 @@ static void resume_lane(mend_run *l, int b) {
   }
 }
 
-static int settled(mend_step_status s) {
+int mend__settled(mend_step_status s) {
   return s == MEND_STEP_SUCCEEDED || s == MEND_STEP_SKIPPED || s == MEND_STEP_FAILED;
 }
 
-static void settle(mend_run *r);
-
 /* Starts the branches a lane is free for, then settles the group once no lane is busy. */
-static mend_run *idle_lane(mend_run *r) {
+mend_run *mend__idle_lane(mend_run *r) {
   struct mend_group *G = r->group;
   for (int k = 0; k < G->nlanes; k++)
     if (G->lanes[k]->cur < 0 && !G->lanes[k]->queued) return G->lanes[k];
   return new_lane(r);
-}
-
-/* A map's pump: the items begun before a restart first, then the others in list order, each
- * once (a cursor, not a walk of the list at every item's end). */
-static void map_pump(mend_run *r, int busy) {
-  struct mend_group *G = r->group;
-  struct map_state *ms = map_of(r, G->g);
-  int max = r->wf->steps[G->g].max_concurrency;
-  for (int k = 0; !ms->resumed && k < ms->n && !r->E->broken; k++) {
-    const step_rt *st = &ms->items[k];
-    if (settled(st->status) || (st->status == MEND_STEP_PENDING && st->attempts == 0)) continue;
-    if (G->stopping && st->status != MEND_STEP_RUNNING) continue;   /* see pump */
-    mend_run *l = idle_lane(r);
-    if (!l) return;
-    start_item(l, ms, k);
-    busy++;
-  }
-  ms->resumed = 1;
-  while (busy < max && ms->next < ms->n && !G->stopping && !r->E->broken) {
-    int k = ms->next++;
-    const step_rt *st = &ms->items[k];
-    if (settled(st->status) || st->status != MEND_STEP_PENDING || st->attempts > 0) continue;
-    mend_run *l = idle_lane(r);
-    if (!l) return;
-    start_item(l, ms, k);
-    busy++;
-  }
-  if (busy == 0 && !r->E->broken) settle(r);
 }
 
 static void pump(mend_run *r) {
@@ -216,7 +130,7 @@ static void pump(mend_run *r) {
   int busy = 0;
   for (int k = 0; k < G->nlanes; k++) busy += G->lanes[k]->cur >= 0;
   if (is_map(r, g)) {
-    map_pump(r, busy);
+    mend__map_pump(r, busy);
     return;
   }
   /* Branches begun before a restart first: they held the slots then. A group stopping since
@@ -226,7 +140,7 @@ static void pump(mend_run *r) {
     for (int b = g + 1; b <= g + def->nbranches && busy < def->max_concurrency; b++) {
       const step_rt *st = &r->steps[b];
       int begun = st->status != MEND_STEP_PENDING || st->attempts > 0 || st->slept;
-      if (settled(st->status) || begun != (pass == 0)) continue;
+      if (mend__settled(st->status) || begun != (pass == 0)) continue;
       int taken = 0;
       for (int k = 0; k < G->nlanes; k++) taken |= G->lanes[k]->cur == b && !G->lanes[k]->item;
       if (taken) continue;
@@ -237,109 +151,12 @@ static void pump(mend_run *r) {
         }
         continue;
       }
-      mend_run *l = idle_lane(r);
+      mend_run *l = mend__idle_lane(r);
       if (!l) return;
       start_branch(l, b);
       busy++;
     }
-  if (busy == 0 && !r->E->broken) settle(r);
-}
-
-/* Map m's state for the list `json` (its text, as recorded): items pending, the list in Lua. */
-static struct map_state *add_map(mend_run *r, int m, const char *json) {
-  struct mend_group *G = r->group;
-  mend_engine *E = r->E;
-  json_error_t jerr;
-  json_t *list = json_loads(json, JSON_DECODE_ANY, &jerr);
-  struct map_state *more = list && json_is_array(list)
-    ? realloc(G->maps, (size_t)(G->nmaps + 1) * sizeof *more) : NULL;
-  if (!more) {
-    json_decref(list);
-    mend__breakdown(E, "run %s: the list of map %s cannot be read back", r->id, r->wf->steps[m].name);
-    return NULL;
-  }
-  G->maps = more;
-  struct map_state *ms = &G->maps[G->nmaps];
-  *ms = (struct map_state){.m = m, .n = (int)json_array_size(list), .list_ref = LUA_NOREF};
-  ms->items = calloc((size_t)ms->n + 1, sizeof *ms->items);
-  ms->done = calloc((size_t)ms->n + 1, sizeof *ms->done);
-  char err[200];
-  if (!ms->items || !ms->done || mend_json_push_doc(E->L, list, err, sizeof err)) {
-    free(ms->items);
-    free(ms->done);
-    json_decref(list);
-    mend__breakdown(E, "run %s: out of memory for the items of map %s", r->id, r->wf->steps[m].name);
-    return NULL;
-  }
-  json_decref(list);
-  ms->list_ref = mend_refs_put(&E->refs, E->L, r->ref_shard);
-  const mend_step_def *item = &r->wf->steps[m].item_wf->steps[0];
-  for (int k = 0; k < ms->n; k++) {
-    ms->items[k].status = MEND_STEP_PENDING;
-    ms->items[k].due = ms->items[k].last_delay = -1;
-    ms->items[k].key_ready = item->key_ref == LUA_NOREF;
-  }
-  G->nmaps++;
-  return ms;
-}
-
-/* Map m begins: its list, asked once, is recorded in the history with the step's `running`
- * (a restart maps the same list). 1 when it failed instead. */
-static int begin_map(mend_run *r, int m) {
-  step_rt *st = &r->steps[m];
-  char *json = mend__ask_map(r, m);
-  if (!json) {
-    st->attempts++;
-    mend__step_to(r, m, MEND_STEP_RUNNING, NULL, -1, NULL);
-    mend_error_info info = {MEND_ERR_ERROR, st->error, -1, 0, 0};
-    char msg[700];
-    snprintf(msg, sizeof msg, "error: %s", st->error ? st->error : "");
-    mend__step_to(r, m, MEND_STEP_FAILED, msg, -1, NULL);
-    mend__fail_run(r, m, &info, msg, 0);
-    return 1;
-  }
-  struct map_state *ms = add_map(r, m, json);
-  if (ms) ms->resumed = 1;   /* nothing of it was begun */
-  if (ms) mend__history(r, mend__step_name(r, m), "map", NULL, NULL, 0, NULL, -1, json);
-  free(json);
-  return ms == NULL;
-}
-
-int mend__items_succeeded(const mend_run *r) {
-  for (int j = 0; r->group && j < r->group->nmaps; j++)
-    for (int k = 0; k < r->group->maps[j].n; k++)
-      if (r->group->maps[j].items[k].status == MEND_STEP_SUCCEEDED) return 1;
-  return 0;
-}
-
-void mend__push_item(mend_run *l, lua_State *co) {
-  struct map_state *ms = l->parent && l->parent->group ? map_of(l->parent, l->parent->group->g) : NULL;
-  if (!ms) {
-    lua_pushnil(co);
-    return;
-  }
-  mend_refs_push(&l->E->refs, co, ms->list_ref);
-  lua_rawgeti(co, -1, l->item);
-  lua_remove(co, -2);
-}
-
-/* ctx.results[map][k] = item k's result, as items end. */
-void mend__set_item_result(mend_run *l) {
-  mend_run *r = l->parent;
-  lua_State *L = r->E->L;
-  const char *name = r->wf->steps[r->group->g].name;
-  mend_refs_push(&r->E->refs, L, r->results_ref);
-  if (lua_getfield(L, -1, name) != LUA_TTABLE) {
-    lua_pop(L, 1);
-    lua_newtable(L);
-    lua_pushvalue(L, -1);
-    lua_setfield(L, -3, name);
-  }
-  char err[256];
-  const char *res = l->steps[0].result;
-  if (!res || mend_json_decode(L, res, strlen(res), err, sizeof err)) lua_pushnil(L);
-  lua_rawseti(L, -2, l->item);
-  lua_pop(L, 2);
+  if (busy == 0 && !r->E->broken) mend__group_settle(r);
 }
 
 /* The kind a stored error names ("fatal: sold out"): how it failed decides how the run ends. */
@@ -359,7 +176,7 @@ static mend_error_kind stored_kind(const char *error) {
  * lanes in flight (those found running go again with their keys) have ended. */
 static void restore_stopping(mend_run *r, int g) {
   struct mend_group *G = r->group;
-  struct map_state *ms = is_map(r, g) ? map_of(r, g) : NULL;
+  struct map_state *ms = is_map(r, g) ? mend__map_of(r, g) : NULL;
   int n = ms ? ms->n : r->wf->steps[g].nbranches;
   for (int k = 0; k < n; k++) {
     const step_rt *st = ms ? &ms->items[k] : &r->steps[g + 1 + k];
@@ -373,7 +190,7 @@ static void restore_stopping(mend_run *r, int g) {
 }
 
 void mend__group_forward(mend_run *r, int g) {
-  struct mend_group *G = group_of(r);
+  struct mend_group *G = mend__group_of(r);
   if (!G) return;
   step_rt *st = &r->steps[g];
   const mend_step_def *def = &r->wf->steps[g];
@@ -382,7 +199,7 @@ void mend__group_forward(mend_run *r, int g) {
     mend__step_to(r, g, MEND_STEP_PENDING, NULL, -1, "retried");
     for (int b = g + 1; b <= g + def->nbranches; b++)
       if (r->steps[b].status == MEND_STEP_FAILED) mend__step_to(r, b, MEND_STEP_PENDING, NULL, -1, "retried");
-    struct map_state *ms = map_of(r, g);   /* a map keeps its list; its failed items go again */
+    struct map_state *ms = mend__map_of(r, g);   /* a map keeps its list; its failed items go again */
     for (int k = 0; ms && k < ms->n; k++)
       if (ms->items[k].status == MEND_STEP_FAILED) {
         ms->items[k].status = MEND_STEP_PENDING;
@@ -392,15 +209,15 @@ void mend__group_forward(mend_run *r, int g) {
   }
   if (st->status == MEND_STEP_PENDING) {
     if (r->E->draining) return;
-    if (is_map(r, g) && !map_of(r, g) && begin_map(r, g)) return;
+    if (is_map(r, g) && !mend__map_of(r, g) && mend__map_begin(r, g)) return;
     char detail[120];
     snprintf(detail, sizeof detail, "%d %s, at most %d at once",
-             is_map(r, g) ? map_of(r, g)->n : def->nbranches, is_map(r, g) ? "items" : "branches",
+             is_map(r, g) ? mend__map_of(r, g)->n : def->nbranches, is_map(r, g) ? "items" : "branches",
              def->max_concurrency);
     st->attempts++;
     mend__step_to(r, g, MEND_STEP_RUNNING, NULL, -1, detail);
   }
-  if (is_map(r, g) && !map_of(r, g)) {
+  if (is_map(r, g) && !mend__map_of(r, g)) {
     mend__breakdown(r->E, "bug: run %s: map %s is running but its list is not known", r->id, def->name);
     return;
   }
@@ -412,39 +229,9 @@ void mend__group_forward(mend_run *r, int g) {
   pump(r);
 }
 
-/* Every item succeeded: the map's result is their results in list order. */
-static void settle_map(mend_run *r, int m) {
-  struct map_state *ms = map_of(r, m);
-  size_t len = 3;
-  for (int k = 0; k < ms->n; k++) len += strlen(ms->items[k].result ? ms->items[k].result : "null") + 1;
-  char *text = malloc(len);
-  if (!text) {
-    mend__breakdown(r->E, "out of memory for the result of map %s of run %s", r->wf->steps[m].name, r->id);
-    return;
-  }
-  size_t at = 0;
-  text[at++] = '[';
-  for (int k = 0; k < ms->n; k++) {
-    const char *v = ms->items[k].result ? ms->items[k].result : "null";
-    size_t n = strlen(v);
-    if (k) text[at++] = ',';
-    memcpy(text + at, v, n);
-    at += n;
-  }
-  text[at++] = ']';
-  text[at] = 0;
-  step_rt *st = &r->steps[m];
-  free(st->result);
-  st->result = text;
-  mend__set_str(&st->error, NULL);
-  mend__step_to(r, m, MEND_STEP_SUCCEEDED, NULL, -1, NULL);
-  mend__set_result(r, m);
-  mend__after_success(r, m, 0);
-}
-
 /* No lane is busy: the group ends, succeeded (its result a table by branch name, skipped ones
  * left out) or failed with the first branch that failed for good. */
-static void settle(mend_run *r) {
+void mend__group_settle(mend_run *r) {
   struct mend_group *G = r->group;
   int g = G->g;
   const mend_step_def *def = &r->wf->steps[g];
@@ -464,7 +251,7 @@ static void settle(mend_run *r) {
     return;
   }
   if (is_map(r, g)) {
-    settle_map(r, g);
+    mend__map_settle(r, g);
     return;
   }
   json_t *result = json_object();
@@ -500,7 +287,7 @@ static void note_lane_done(mend_run *l) {
     note_done(r, l->cur);
     return;
   }
-  struct map_state *ms = map_of(r, r->group->g);
+  struct map_state *ms = mend__map_of(r, r->group->g);
   if (ms && !ms->done[l->item - 1]) ms->done[l->item - 1] = r->history_seq;
 }
 
@@ -607,7 +394,7 @@ void mend__group_stop(mend_run *r, const char *why) {
 /* Undoes the next branch of group g, latest completed first. 1 when one was begun (or waits
  * for its retry); 0 when none is left, r->cur back at g. */
 int mend__group_backward(mend_run *r, int g) {
-  struct mend_group *G = group_of(r);
+  struct mend_group *G = mend__group_of(r);
   if (!G) return 1;
   const mend_step_def *def = &r->wf->steps[g];
   double now = mend_engine_now(r->E);
@@ -653,109 +440,13 @@ int mend__group_backward(mend_run *r, int g) {
   return 0;
 }
 
-/* Items latest completed first (ties: the later in the list first). */
-struct ended { int done, k; };
-static int by_done(const void *a, const void *b) {
-  const struct ended *x = a, *y = b;
-  if (x->done != y->done) return x->done > y->done ? -1 : 1;
-  return x->k > y->k ? -1 : x->k < y->k;
-}
-
-static int item_needs_compensation(const step_rt *st) {
-  return st->status == MEND_STEP_SUCCEEDED || st->status == MEND_STEP_COMPENSATING ||
-         st->status == MEND_STEP_COMPENSATION_FAILED ||
-         (st->status == MEND_STEP_FAILED && st->compensate_self);
-}
-
-/* Undoes the next item of map m, latest completed first, in a lane: 1 when one was begun (the
- * run waits for it: mend__lane_compensated); 0 when none is left, r->cur back at m. */
-int mend__map_backward(mend_run *r, int m) {
-  struct mend_group *G = group_of(r);
-  if (!G) return 1;
-  struct map_state *ms = map_of(r, m);
-  step_rt *gs = &r->steps[m];
-  const mend_step_def *item = &r->wf->steps[m].item_wf->steps[0];
-  if (gs->status == MEND_STEP_SUCCEEDED) {
-    if (r->E->draining) return 1;
-    gs->comp_attempts++;
-    mend__step_to(r, m, MEND_STEP_COMPENSATING, NULL, -1, NULL);
-  }
-  if (ms && item->compensate_ref == LUA_NOREF) {
-    if (!ms->skip_logged) {
-      ms->skip_logged = 1;
-      mend__history(r, r->wf->steps[m].name, "skip_compensate", NULL, NULL, 0, NULL, -1,
-                    "the map's step has no compensate");
-    }
-    ms = NULL;
-  }
-  if (ms && !ms->order) {
-    ms->order = malloc((size_t)ms->n * sizeof *ms->order + 1);
-    struct ended *e = malloc((size_t)ms->n * sizeof *e + 1);
-    if (!ms->order || !e) {
-      free(e);
-      mend__breakdown(r->E, "out of memory compensating map %s of run %s", r->wf->steps[m].name, r->id);
-      return 1;
-    }
-    for (int k = 0; k < ms->n; k++) e[k] = (struct ended){ms->done[k], k};
-    qsort(e, (size_t)ms->n, sizeof *e, by_done);
-    for (int k = 0; k < ms->n; k++) ms->order[k] = e[k].k;
-    free(e);
-    ms->pos = 0;
-  }
-  for (; ms && ms->pos < ms->n; ms->pos++) {
-    int k = ms->order[ms->pos];
-    step_rt *st = &ms->items[k];
-    if (!item_needs_compensation(st)) continue;
-    if (r->E->draining) return 1;
-    mend_run *l = idle_lane(r);
-    if (!l) return 1;
-    r->cur = m;
-    G->g = m;   /* the lane's item is found through it */
-    setup_item(l, ms, k);
-    l->status = MEND_RUN_COMPENSATING;
-    l->wait_kind = WAIT_NONE;
-    mend_timer_disarm(&l->E->timers, &l->wait);
-    if (st->status == MEND_STEP_COMPENSATING && st->due > mend_engine_now(r->E)) {   /* its retry */
-      l->wait_kind = WAIT_COMP_RETRY;
-      mend__arm(l, &l->wait, st->due);
-    } else {
-      mend__lane_backward(l);
-    }
-    return 1;
-  }
-  if (gs->status == MEND_STEP_COMPENSATING) mend__step_to(r, m, MEND_STEP_COMPENSATED, NULL, -1, NULL);
-  G->g = -1;
-  r->cur = m;
-  return 0;
-}
-
-/* An item's compensation attempt (again, after its delay). */
-void mend__lane_backward(mend_run *l) {
-  if (l->E->draining || l->cur < 0) return;
-  step_rt *st = &l->steps[0];
-  st->comp_attempts++;
-  st->due = -1;
-  mend__step_to(l, 0, MEND_STEP_COMPENSATING, NULL, -1, NULL);
-  mend__queue(l, ACT_COMPENSATE);
-}
-
-/* An item was undone: the run goes on with the next. */
-void mend__lane_compensated(mend_run *l) {
-  mend_run *r = l->parent;
-  l->cur = -1;
-  l->status = MEND_RUN_RUNNING;
-  struct map_state *ms = map_of(r, r->group->g);
-  if (ms) ms->pos++;
-  mend__backward(r);
-}
-
 /* ---------------------------------------------------------------- life */
 
 /* A run rebuilt from the store: the order its branches settled in and the when(ctx) answers
  * recorded, from its history. */
 void mend__group_restore(mend_run *r, json_t *steps) {
   if (!r->wf->has_branching) return;
-  struct mend_group *G = group_of(r);
+  struct mend_group *G = mend__group_of(r);
   if (!G) return;
   json_t *rows = mend_store_history(r->E->store, r->id);
   if (!rows) {
@@ -775,16 +466,16 @@ void mend__group_restore(mend_run *r, json_t *steps) {
     else if (strcmp(event, "step") == 0 && to &&
              (strcmp(to, "succeeded") == 0 || strcmp(to, "failed") == 0))
       G->done_seq[i] = (int)json_integer_value(json_object_get(row, "seq"));
-    else if (strcmp(event, "map") == 0 && !map_of(r, i)) {
+    else if (strcmp(event, "map") == 0 && !mend__map_of(r, i)) {
       const char *list = json_string_value(json_object_get(row, "detail"));
-      if (!list || !add_map(r, i, list)) break;
+      if (!list || !mend__map_add(r, i, list)) break;
     }
   }
   /* the items' rows, past the steps' */
   json_t *so;
   json_array_foreach(steps, k, so) {
     long long idx = json_integer_value(json_object_get(so, "idx"));
-    struct map_state *ms = idx >= MEND_MAP_ROWS ? map_of(r, (int)(idx / MEND_MAP_ROWS) - 1) : NULL;
+    struct map_state *ms = idx >= MEND_MAP_ROWS ? mend__map_of(r, (int)(idx / MEND_MAP_ROWS) - 1) : NULL;
     int n = (int)(idx % MEND_MAP_ROWS);
     if (!ms || n >= ms->n) continue;
     step_rt *st = &ms->items[n];

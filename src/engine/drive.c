@@ -1,0 +1,170 @@
+/*
+ * drive: the three ways a host drives an engine (README: "Three ways to drive an engine"):
+ * run (a blocking loop until nothing is left to do), advance (the virtual clock moved on by
+ * hand) and tick (pieces of work within a frame's budget, and when to tick next), with what a
+ * tick needs of its own: the writer thread started at the first tick, and the Lua collector's
+ * steps in a tick's spare time.
+ *
+ * Must never: do an action itself (the pump does, pump.c); let a tick wait for a commit or
+ * its fsync; keep a host's loop alive with nothing to do.
+ */
+#include "engine_int.h"
+
+#include <stdio.h>
+
+#include <lua.h>
+
+#include "util.h"
+
+/* ---------------------------------------------------------------- ticking hosts */
+
+/* A ticking host's frame must not wait for a commit or its fsync: from its first tick an
+ * engine on its own loop with a real clock and a file commits on the store's writer thread,
+ * whatever commit_thread says (which is about run_all). What was written before goes first,
+ * committed here once. 1 if the thread runs. */
+static int tick_writer(mend_engine *E) {
+  if (E->writer || E->tick_writer_tried) return E->writer;
+  if (E->timers.is_virtual || E->cfg.loop || mend__lock_waiting(E)) return 0;
+  if (mend__end_batch(E) || mend_store_batch_open(E->store)) return 0;
+  E->tick_writer_tried = 1;
+  int rc = mend_store_start_writer(E->store, mend__writer_done, E);
+  if (rc < 0) mend_engine_log_line(E, "warn", NULL, NULL, 0, "tick", mend_store_errmsg(E->store));
+  E->writer = rc == 0;
+  return E->writer;
+}
+
+/* Timers due and not yet fired: the heap's entries due by now are a subtree at its root. */
+static int timers_due(const mend_timers *ts, size_t i, double now) {
+  if (i >= ts->count || ts->heap[i]->due > now) return 0;
+  return 1 + timers_due(ts, 2 * i + 1, now) + timers_due(ts, 2 * i + 2, now);
+}
+
+/* The Lua collector's steps, in the time a tick has left: its atomic step (every coroutine of
+ * a run in flight traversed at once) took 1 to 2 ms with 1000 runs in flight, inside whichever
+ * action's allocation came to it. A cycle begins here once the heap has grown by half since
+ * the last one ended (before Lua's own pace, which waits for it to double), and goes on in the
+ * next ticks' spare time; a step is taken only if the dearest one seen still fits. */
+static void tick_collect(mend_engine *E) {
+  lua_State *L = E->L;
+  size_t kb = (size_t)lua_gc(L, LUA_GCCOUNT);
+  if (!E->tick_gc_cycle && kb < E->tick_gc_base + E->tick_gc_base / 2) return;
+  while (mend_real_now() + E->tick_gc_piece < E->turn_deadline) {
+    double c0 = mend__thread_cpu_now();
+    int ended = lua_gc(L, LUA_GCSTEP, 0);
+    double cost = mend__thread_cpu_now() - c0;
+    if (cost > E->tick_gc_piece) E->tick_gc_piece = cost;
+    else E->tick_gc_piece -= (E->tick_gc_piece - cost) / 256;
+    E->tick_gc_cycle = !ended;
+    if (ended) {
+      E->tick_gc_base = (size_t)lua_gc(L, LUA_GCCOUNT);
+      break;
+    }
+  }
+}
+
+/* A tick does pieces of work (a due timer's wake, a pump turn's actions, a hand-off) while the
+ * next, at the cost pieces have had (E->tick_piece), still fits before the deadline; the first
+ * always runs, or a budget smaller than one piece would never move. A piece that runs step
+ * code runs it to its next wait: the instruction budget is what bounds that. */
+int mend_engine_tick_with(mend_engine *E, double budget, mend_engine_tick_info *info) {
+  double start = mend_real_now();
+  E->turn_deadline = start + (budget > 0 ? budget : 0);
+  E->tick_did = 0;
+  if (!E->broken) tick_writer(E);
+  int turns = 0;
+  do {
+    if (mend__turn_has_work(E)) mend__kick(E);   /* a write outside any run (a load) needs a turn too */
+    E->timers.fire_deadline = E->turn_deadline - E->tick_piece;
+    uv_run(E->loop, UV_RUN_NOWAIT);   /* I/O, due timers, and one pump turn */
+    E->timers.fire_deadline = 0;
+    turns++;
+  } while (!E->broken && mend__turn_has_work(E) &&   /* not while only the writer thread works */
+           !mend__writer_holds_batch(E) &&   /* the actions left would wait for it: the next tick's */
+           mend_real_now() + E->tick_piece < E->turn_deadline);
+  if (!E->broken) tick_collect(E);
+  E->turn_deadline = 0;
+  if (info) {
+    double now = mend_real_now();
+    info->seconds = now - start;
+    info->actions = (int)E->tick_did;
+    info->ready = 0;
+    for (mend_run *r = E->ready_head; r; r = r->qnext) info->ready++;
+    info->timers_due = E->timers.is_virtual ? 0 : timers_due(&E->timers, 0, now);
+    info->committing = E->writer && mend_store_writer_busy(E->store);
+  }
+  return E->broken ? -1 : turns;
+}
+
+int mend_engine_tick_for(mend_engine *E, double budget) { return mend_engine_tick_with(E, budget, NULL); }
+
+/* HTTP requests and child processes answer on the loop, at no time a timer knows: a host that
+ * ticks is asked back soon while any is in flight. */
+#define EXTERNAL_POLL_SECONDS 0.01
+
+/* While the writer thread holds a batch a tick can do nothing, and the batch takes an fsync
+ * (milliseconds): a host that sleeps as told is asked back this soon, not spun. */
+#define WRITER_POLL_SECONDS 0.001
+
+double mend_engine_next_due(mend_engine *E) {
+  int writing = mend__writer_holds_batch(E);
+  if (mend__has_ready_work(E) && !writing) return 0;
+  double next = mend_timers_next_due(&E->timers);
+  double wait = next < 0 ? -1 : next - mend_engine_now(E);
+  if (next >= 0 && wait < 0) wait = 0;
+  if (E->externals && (wait < 0 || wait > EXTERNAL_POLL_SECONDS)) wait = EXTERNAL_POLL_SECONDS;
+  if (writing && (wait < 0 || wait > WRITER_POLL_SECONDS)) wait = WRITER_POLL_SECONDS;
+  return wait;
+}
+
+/* ---------------------------------------------------------------- run and advance */
+
+/* One pass of a loop that blocks (run, serve): a turn if there is work for one, else sleep
+ * until something happens. Kicked only with work for a turn: a turn started while the writer
+ * thread has the batch does nothing, and the idle pump keeps the loop from sleeping, so kicking
+ * every time made the loop spin through the thread's whole write (110k empty turns for 10k
+ * runs) and through every wait of its runs. Timers wake it on time (timers.c: a timerfd). */
+void mend__loop_once(mend_engine *E) {
+  if (mend__turn_has_work(E) || mend__virtual_timers_to_advance(E)) mend__kick(E);
+  uv_run(E->loop, UV_RUN_ONCE);
+}
+
+int mend_engine_run(mend_engine *E) {
+  E->auto_advance = 1;
+  while ((E->in_flight > 0 || E->parked.nheap > 0 || mend__has_ready_work(E)) && !E->broken) {
+    /* On the virtual clock, runs left waiting for the world alone (an event, a token, a child
+     * with no timeout) would wait here for ever: nothing but a caller can wake them. */
+    if (E->timers.is_virtual && !E->timers.count && !E->attempts && !E->externals &&
+        !mend__has_ready_work(E))
+      break;
+    mend__loop_once(E);
+  }
+  E->auto_advance = 0;
+  /* Alerts of the last runs must reach their command before a one-shot caller exits. */
+  double until = mend_real_now() + 5;
+  while (!E->broken && E->alert_commands > 0 && mend_real_now() < until)
+    uv_run(E->loop, UV_RUN_ONCE);
+  return E->broken ? -1 : 0;
+}
+
+static void drain(mend_engine *E) {
+  while (!E->broken && (E->ready_head || (mend__has_ready_work(E) && !mend__lock_waiting(E)))) mend__pump_turn(E);
+}
+
+int mend_engine_advance(mend_engine *E, double seconds) {
+  if (!E->timers.is_virtual) {
+    snprintf(E->errmsg, sizeof E->errmsg, "advance needs a virtual clock");
+    return -1;
+  }
+  double target = mend_engine_now(E) + (seconds > 0 ? seconds : 0);
+  drain(E);
+  while (!E->broken) {
+    uv_run(E->loop, UV_RUN_NOWAIT);
+    drain(E);
+    double next = mend_timers_next_due(&E->timers);
+    if (next < 0 || next > target) break;
+    mend_timers_advance_to(&E->timers, next);
+  }
+  if (!E->broken) mend_timers_advance_to(&E->timers, target);
+  drain(E);
+  return E->broken ? -1 : 0;
+}

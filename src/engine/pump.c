@@ -1,0 +1,305 @@
+/*
+ * pump: the write-ahead rule. Owns the lists of runs waiting for a batch to be durable (by
+ * batch number, four at a time) and the ready list, queueing an action behind the open batch
+ * (or for this turn, for one that only writes), arming a run's timers, doing an action, ending
+ * a batch (committed on the loop or handed to the writer thread, and its alerts and events
+ * heard once it is durable), a pump turn, and the writer thread's wakeups of the loop. What a
+ * turn's actions cost is measured here, for a ticking host (drive.c).
+ *
+ * Must never: do an action before the batch that announces it is durable; block the loop
+ * waiting for the writer thread; decide what an outcome means (saga.c) or change a status
+ * (status.c).
+ */
+#include "engine_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "util.h"
+
+/* ---------------------------------------------------------------- the lists */
+
+static int any_waiting(const mend_engine *E) {
+  for (int k = 0; k < 4; k++)
+    if (E->waiting[k].head) return 1;
+  return 0;
+}
+
+/* Work a pump turn would do now: actions queued, a batch to commit or being committed, or
+ * events and alerts waiting for the commit that comes before them (a run's last turn leaves
+ * those behind). */
+int mend__has_ready_work(const mend_engine *E) {
+  return E->ready_head || any_waiting(E) || mend_store_batch_open(E->store) ||
+         json_array_size(E->events) || json_array_size(E->alerts) ||
+         (E->writer && (mend_store_writer_busy(E->store) || json_array_size(E->alerts_handed) ||
+                        json_array_size(E->events_handed)));
+}
+
+/* Work a turn can do now. While the writer thread holds the only batch there is, a turn would
+ * find nothing to do: the thread wakes the loop when it is done (on_wakeup). */
+int mend__turn_has_work(const mend_engine *E) {
+  int writing = (E->writer && mend_store_writer_busy(E->store)) || mend__lock_waiting(E);
+  return E->ready_head || (!writing && mend__has_ready_work(E));
+}
+
+/* With nothing else to do, a run() on the virtual clock moves it to the next timer. */
+int mend__virtual_timers_to_advance(const mend_engine *E) {
+  return E->timers.is_virtual && E->auto_advance && !E->externals && E->timers.count;
+}
+
+void mend__kick(mend_engine *E) {
+  if (E->destroying) return;   /* the pump handle is closing */
+  if (!uv_is_active((uv_handle_t *)E->pump)) uv_idle_start(E->pump, mend__pump_cb);
+}
+
+void mend__append(mend_run **head, mend_run **tail, mend_run *r) {
+  r->qnext = NULL;
+  if (*tail) (*tail)->qnext = r;
+  else *head = r;
+  *tail = r;
+}
+
+/* The run's next action is `a`, once what it wrote so far is durable. */
+void mend__queue(mend_run *r, action a) {
+  mend_engine *E = r->E;
+  unsigned long seq = mend_store_open_seq(E->store);
+  r->next_action = a;
+  if (r->queued) {
+    /* already in a list: only its action changes, and it waits for this batch too */
+    if (r->wait_seq < seq) r->wait_seq = seq;
+    return;
+  }
+  r->queued = 1;
+  r->wait_seq = seq;
+  mend__append(&E->waiting[seq % 4].head, &E->waiting[seq % 4].tail, r);
+  mend__kick(E);
+}
+
+/* The run's next action is `a` in this turn or the next, without waiting for a commit: for an
+ * action that only writes (the write-ahead rule holds its execute back, not its writes). */
+void mend__queue_now(mend_run *r, action a) {
+  mend_engine *E = r->E;
+  r->next_action = a;
+  if (r->queued) return;
+  r->queued = 1;
+  r->wait_seq = 0;
+  mend__append(&E->ready_head, &E->ready_tail, r);
+  mend__kick(E);
+}
+
+void mend__arm(mend_run *r, mend_timer *t, double due) {
+  mend_engine *E = r->E;
+  if (mend_timer_arm(&E->timers, t, due)) { mend__breakdown(E, "out of memory arming a timer"); return; }
+  if (E->timers.is_virtual) mend__kick(E);
+  else if (t->slot == 1) mend_timers_sync(&E->timers);   /* it is the earliest */
+  if (t == &r->wait) mend__park_soon(r);   /* it waits for its timer: parked if it lasts */
+}
+
+/* ---------------------------------------------------------------- what an action cost */
+
+/* The CPU time of this thread: what an action cost, without the time the OS gave the CPU to
+ * another thread meanwhile (taken for the action's, it made a busy machine's ticks do one
+ * action each while hundreds waited). */
+double mend__thread_cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9 + 1e-9;   /* never 0: 0 is "not ticking" */
+}
+
+/* What the next action will cost, for a tick deciding whether it fits: up fast after a dear
+ * one, down slowly, so that a run of cheap actions does not hide the dear ones among them. */
+static void tick_piece_cost(mend_engine *E, double cost) {
+  if (cost > 0.01) cost = 0.01;
+  if (cost > E->tick_piece) E->tick_piece += (cost - E->tick_piece) / 4;
+  else E->tick_piece -= (E->tick_piece - cost) / 64;
+}
+
+/* The writer thread writes a batch (not a part of the open one): a read would wait for it. */
+int mend__writer_holds_batch(mend_engine *E) {
+  return E->writer && mend_store_writer_busy(E->store) && !mend_store_writer_part(E->store);
+}
+
+/* ---------------------------------------------------------------- the writer thread */
+
+void mend__on_wakeup(uv_async_t *h) {
+  mend_engine *E = h->data;
+  mend__kick(E);
+  /* Held while the writer thread has a batch, so that the loop waits for it; idle otherwise,
+   * as a host's loop must not be kept alive by it. */
+  if (!E->writer || !mend_store_writer_busy(E->store)) uv_unref((uv_handle_t *)h);
+}
+
+/* On the writer thread, after a batch: the loop takes it from there. */
+void mend__writer_done(void *ud) {
+  mend_engine *E = ud;
+  uv_async_send(E->wakeup);
+}
+
+void mend_engine_wake(mend_engine *E) { uv_async_send(E->wakeup); }
+/* ---------------------------------------------------------------- actions and batches */
+
+void mend__do_action(mend_run *r) {
+  if (r->lost) {
+    mend__drop_run(r, 1);   /* popped from the queue just now */
+    return;
+  }
+  action a = r->next_action;
+  r->next_action = ACT_NONE;
+  switch (a) {
+    case ACT_ADVANCE:
+      if (r->status == MEND_RUN_RUNNING) mend__forward(r);
+      else if (r->status == MEND_RUN_COMPENSATING) mend__backward(r);
+      break;
+    case ACT_EXECUTE:
+    case ACT_COMPENSATE: {
+      /* A stopping worker starts no call: its runs are given back, and the next holder makes
+       * the attempt their committed `running` row asks for (as forward() parks). Started here,
+       * a call would run on a run another worker may already hold. */
+      if (r->E->draining || r->E->destroying) break;
+      /* At a cap, wait for a slot: the transition is committed, the call comes later. */
+      struct mend_breaker_slot *slot = r->wf->steps[r->cur].slot;
+      run_fifo *wait = slot->p.max_concurrency > 0 && slot->in_flight >= slot->p.max_concurrency
+        ? &slot->waiting
+        : r->E->cfg.max_concurrency > 0 && r->E->attempts >= r->E->cfg.max_concurrency
+        ? &r->E->throttled : NULL;
+      if (wait) {
+        r->next_action = a;
+        mend__fifo_push(wait, r);
+        break;
+      }
+      slot->in_flight++;
+      r->held = slot;
+      mend__start_attempt(r, a == ACT_COMPENSATE);
+      break;
+    }
+    case ACT_FINISH:
+      /* its last run_to already gave the lease back (mend_store_update_run) */
+      if (r->E->cfg.on_event)
+        mend__emit(r->E, json_pack("{s:s, s:s, s:s, s:s}", "type", "run_finished", "run_id", r->id,
+                           "workflow", r->wf->name, "status", mend_run_status_name(r->status)));
+      mend__run_free(r);
+      break;
+    case ACT_NONE: break;
+  }
+}
+
+static json_t *take_array(json_t **a) {
+  json_t *taken = *a;
+  *a = json_array();
+  return taken;
+}
+
+/* With the writer thread: once it is idle, the alerts and events of the batch it had are heard
+ * (if that batch failed, durable_seq did not move and hand_off reports the failure). */
+void mend__settle_writer(mend_engine *E) {
+  if (mend_store_writer_busy(E->store)) return;
+  if (mend_store_durable_seq(E->store) >= E->handed_seq &&
+      (json_array_size(E->alerts_handed) || json_array_size(E->events_handed)))
+    mend__fire_batch(E, take_array(&E->alerts_handed), take_array(&E->events_handed));
+}
+
+/* A batch of at least this many writes is worth the writer thread even with nothing else
+ * ready: timers and I/O go on while it is written. */
+#define HAND_OFF_WRITES 1024
+
+/* Ends the open batch: committed here, or handed to the writer thread if it is idle (else the
+ * batch grows until it is). Alerts and events are heard once their batch is durable. */
+int mend__end_batch(mend_engine *E) {
+  /* A part of this batch on the thread (store.h) is no batch to wait for: the hand-off below
+   * follows it. */
+  if (E->writer && mend_store_writer_busy(E->store) && !mend_store_writer_part(E->store)) {
+    uv_ref((uv_handle_t *)E->wakeup);
+    return 0;
+  }
+  /* With nothing else ready the loop would only wait for the writer thread: committing a small
+   * batch here is as fast and saves a hand-off per transition (latency at moderate load). A
+   * backlog is worth a second thread: the loop works through it while the thread writes. */
+  /* A ticking host hands every batch off: the commit (and its fsync) is not the frame's. */
+  if (!E->writer || (E->turn_deadline <= 0 && !E->ready_head &&
+                     mend_store_batch_writes(E->store) < HAND_OFF_WRITES)) {
+    if (mend__lock_waiting(E)) return 0;   /* its timer kicks the next try */
+    int rc = mend_store_commit(E->store);
+    if (rc == MEND_STORE_BUSY) { mend__lock_wait(E); return 0; }
+    if (rc) { mend__store_failed(E); return -1; }
+    mend__fire_batch(E, take_array(&E->alerts), take_array(&E->events));
+    return 0;
+  }
+  E->handed_seq = mend_store_open_seq(E->store);
+  json_array_extend(E->alerts_handed, E->alerts);
+  json_array_extend(E->events_handed, E->events);
+  json_array_clear(E->alerts);
+  json_array_clear(E->events);
+  int rc = mend_store_hand_off(E->store);
+  if (rc == MEND_STORE_BUSY) { mend__lock_wait(E); return 0; }
+  if (rc) { mend__store_failed(E); return -1; }
+  if (mend_store_writer_busy(E->store)) uv_ref((uv_handle_t *)E->wakeup);
+  else mend__settle_writer(E);   /* nothing was written: durable at once */
+  return 0;
+}
+
+/* ---------------------------------------------------------------- the loop */
+
+/* One turn: do what the durable batches allow, then end the batch that wrote (so that a run
+ * released by a commit has its next transition in the very next one). */
+int mend__pump_turn(mend_engine *E) {
+  if (E->broken) return -1;
+  if (E->writer) mend__settle_writer(E);
+  else if (mend__end_batch(E)) return -1;   /* what the last turn wrote, before acting on it */
+  mend__watch_lock(E);
+  mend__check_fence(E);
+  unsigned long durable = mend_store_durable_seq(E->store);
+  for (int k = 0; k < 4 && E->moved_seq < durable; k++) {
+    unsigned long seq = ++E->moved_seq;
+    mend_run *head = E->waiting[seq % 4].head;
+    if (!head) continue;
+    if (E->ready_tail) E->ready_tail->qnext = head;
+    else E->ready_head = head;
+    E->ready_tail = E->waiting[seq % 4].tail;
+    E->waiting[seq % 4].head = E->waiting[seq % 4].tail = NULL;
+  }
+  if (E->moved_seq < durable) E->moved_seq = durable;   /* every list was moved */
+  int did = 0;
+  while (E->ready_head && !E->broken) {
+    /* A turn ends at a ticking host's budget, or after MAX_TURN_ACTIONS: a burst of starts
+     * must not keep the next commit (and the timers, and I/O) waiting behind all of it. The
+     * rest stays ready, ahead of what this turn queues. */
+    double c0 = E->turn_deadline > 0 ? mend__thread_cpu_now() : 0;
+    if (did > 0 && (did >= MAX_TURN_ACTIONS ||
+                    (E->turn_deadline > 0 && mend_real_now() + E->tick_piece >= E->turn_deadline)))
+      break;
+    /* A ticking host's action could read the store, and a read waits for the writer thread's
+     * commit (its fsync): the action waits for the next tick instead. */
+    if (E->turn_deadline > 0 && mend__writer_holds_batch(E)) break;
+    mend_run *r = E->ready_head;
+    E->ready_head = r->qnext;
+    if (!E->ready_head) E->ready_tail = NULL;
+    if (r->wait_seq > durable) {
+      /* it wrote again after it was queued: it waits for that batch too */
+      mend__append(&E->waiting[r->wait_seq % 4].head, &E->waiting[r->wait_seq % 4].tail, r);
+      continue;
+    }
+    r->queued = 0;
+    mend__do_action(r);
+    did++;
+    if (c0 > 0) tick_piece_cost(E, mend__thread_cpu_now() - c0);
+  }
+  E->tick_did += (unsigned long)did;
+  if (E->writer && !E->broken && mend__end_batch(E)) return -1;
+  return did;
+}
+
+void mend__pump_cb(uv_idle_t *h) {
+  mend_engine *E = h->data;
+  mend__pump_turn(E);
+  int writing = E->writer && mend_store_writer_busy(E->store);
+  int more = mend__turn_has_work(E);
+  if (!more && !E->broken && mend__virtual_timers_to_advance(E)) {
+    mend_timers_advance_to(&E->timers, mend_timers_next_due(&E->timers));
+    more = 1;
+  }
+  if (!more || E->broken) {
+    uv_idle_stop(E->pump);
+    if (!writing) mend_store_trim(E->store);   /* the runs wait: what a burst grew goes back */
+  }
+}

@@ -1,0 +1,118 @@
+/*
+ * status: the one place statuses change. Owns a step's and a run's transitions (checked
+ * against transition.c's table, written into the open batch with the history row each one
+ * makes, and logged), the step's row as it is now, the history's order in time, and a run's
+ * dead letter.
+ *
+ * Must never: apply a transition the table in transition.c refuses; write anywhere but the open
+ * batch (what follows from a transition is the pump's to do, after the commit); write a row
+ * for a lane that is not its run's.
+ */
+#include "engine_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "util.h"
+
+const char *mend__step_name(mend_run *r, int i) { return r->item_name ? r->item_name : r->wf->steps[i].name; }
+
+/* The step's row as it is now: the whole row at its first transition (a step not begun has
+ * none: schema 4), an update after. The key is written only when it is the step's own: the
+ * default one (run_id/name) is what a row without one reads as (schema 5). An attempt that
+ * begins writes no row: its `-> running` history row says so, and the row is written once the
+ * attempt ends (schema 6: one row write a step instead of two; 20% of the writer thread's
+ * work in W1). */
+void mend__write_step(mend_run *r, int i) {
+  step_rt *st = &r->steps[i];
+  /* ...but for a key of the step's own just asked for: it is stored before the attempt uses it,
+   * as the same key must come back after a crash (ensure_key asks once). */
+  if (st->status == MEND_STEP_RUNNING && (st->has_row || !st->custom_key) && !r->item) return;
+  int new_row = !st->has_row;
+  const char *idem_key = st->custom_key ? st->idem_key : NULL;
+  mend_step_rec rec = {
+    .run_id = r->id, .idx = i + r->row_base, .name = mend__step_name(r, i), .status = mend_step_status_name(st->status),
+    .attempts = st->attempts, .comp_attempts = st->comp_attempts, .idem_key = idem_key,
+    .custom_key = st->custom_key, .result = st->result, .error = st->error, .due = st->due,
+    .last_delay = st->last_delay, .updated = mend_engine_now(r->E), .slept = st->slept,
+    .awaits = mend__awaits(r, i)};
+  if ((new_row ? mend_store_put_step : mend_store_update_step)(r->E->store, &rec)) mend__store_failed(r->E);
+  else st->has_row = 1;
+}
+
+/* A run carried on by another engine (a virtual clock elsewhere, a clock set back) keeps its
+ * history in order: no row is older than the one before. */
+double mend__history_time(mend_run *r) {
+  r = mend__root(r);
+  double now = mend_engine_now(r->E);
+  if (now > r->last_at) r->last_at = now;
+  return r->last_at;
+}
+
+void mend__history(mend_run *r, const char *step, const char *event, const char *from,
+                    const char *to, int attempt, const char *error, double delay,
+                    const char *detail) {
+  r = mend__root(r);   /* a lane's rows are its run's */
+  mend_history_rec h = {r->id, step, mend__history_time(r), event, from, to, attempt, error,
+                        delay, detail, ++r->history_seq};
+  if (mend_store_append_history(r->E->store, &h)) mend__store_failed(r->E);
+}
+
+static void log_transition(mend_run *r, const char *step, int attempt, const char *from,
+                           const char *to, const char *error) {
+  const char *level = error ? "warn" : "info";
+  if (!mend__logs(r->E, level)) return;
+  char msg[512];
+  if (error) snprintf(msg, sizeof msg, "%s -> %s: %s", from, to, error);
+  else snprintf(msg, sizeof msg, "%s -> %s", from, to);
+  mend_engine_log_line(r->E, level, r->id, step, attempt, step ? "step" : "run", msg);
+}
+
+/* The one place a step changes status. */
+void mend__step_to(mend_run *r, int i, mend_step_status to, const char *error, double delay,
+                    const char *detail) {
+  step_rt *st = &r->steps[i];
+  if (!mend_step_transition_ok(st->status, to)) {
+    mend__breakdown(r->E, "bug: illegal step transition %s -> %s (run %s, step %s)",
+              mend_step_status_name(st->status), mend_step_status_name(to), r->id, mend__step_name(r, i));
+    return;
+  }
+  const char *from = mend_step_status_name(st->status);
+  st->status = to;
+  if (error) mend__set_str(&st->error, error);
+  int attempt = to >= MEND_STEP_COMPENSATING ? st->comp_attempts : st->attempts;
+  mend__write_step(r, i);
+  /* The first row after an attempt with HTTP requests (its outcome) names them. */
+  char *http = detail ? NULL : r->http_detail;
+  if (http) r->http_detail = NULL;
+  mend__history(r, mend__step_name(r, i), "step", from, mend_step_status_name(to), attempt, error, delay,
+                http ? http : detail);
+  free(http);
+  log_transition(r, mend__step_name(r, i), attempt, from, mend_step_status_name(to), error);
+}
+
+void mend__run_to(mend_run *r, mend_run_status to) {
+  if (!mend_run_transition_ok(r->status, to)) {
+    mend__breakdown(r->E, "bug: illegal run transition %s -> %s (run %s)",
+              mend_run_status_name(r->status), mend_run_status_name(to), r->id);
+    return;
+  }
+  const char *from = mend_run_status_name(r->status);
+  r->status = to;
+  if (mend_store_update_run(r->E->store, r->id, mend_run_status_name(to), r->error, r->attention,
+                            mend_engine_now(r->E), r->reason))
+    mend__store_failed(r->E);
+  mend__history(r, NULL, "run", from, mend_run_status_name(to), 0, NULL, -1, r->reason);
+  log_transition(r, NULL, 0, from, mend_run_status_name(to), NULL);
+  if (r->is_child && (mend_run_status_final(to) || to == MEND_RUN_NEEDS_ATTENTION))
+    mend__child_ended(r, to);
+}
+
+void mend__dead_letter(mend_run *r, const char *reason, int step, const char *error,
+                        const char *detail) {
+  mend_dlq_rec d = {r->id, reason, step >= 0 ? mend__step_name(r, step) : NULL, error, detail,
+                    mend_engine_now(r->E)};
+  if (mend_store_put_dlq(r->E->store, &d)) mend__store_failed(r->E);
+  mend__history(r, d.step, "dead_letter", NULL, NULL, 0, error, -1, reason);
+  mend__alert(r, "dead_letter", step, reason, error);
+}
