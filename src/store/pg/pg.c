@@ -186,7 +186,8 @@ mend_store *mend__pg_open(const char *uri, mend_durability d, char *err, int err
   p->sync_commit = d == MEND_DURABILITY_FULL;
   mend__pg_msg(p->server, sizeof p->server, "postgres");
   if (mend__pg_connect(p, &p->conn) == 0) mend__pg_watch(p);
-  if (!p->conn || mend__pg_schema(p) != 0 || mend__pg_prepare(p, p->conn) != 0) {
+  if (!p->conn || mend__pg_schema(p) != 0 || mend__pg_prepare(p, p->conn) != 0 ||
+      mend__pg_wake_init(p) != 0) {
     mend__pg_msg(err, errlen, "%s", p->err);
     mend__pg_close((mend_store *)(void *)p);
     return NULL;
@@ -213,11 +214,17 @@ void mend__pg_close(mend_store *s) {
       ok = r != NULL;
       PQclear(r);
     }
+    const char *nv[2];
+    if (ok && mend__pg_notify_args(p, nv)) {   /* the runs given back, for the others */
+      ok = (r = mend__pg_run(p, -1, mend__pg_notify_sql, 2, nv, "close")) != NULL;
+      PQclear(r);
+    }
     if (!ok || mend__pg_exec(p, p->conn, "COMMIT", "close") != 0)
       PQclear(PQexec(p->conn, "ROLLBACK"));
   }
   if (p->conn) PQfinish(p->conn);
   if (p->aux) PQfinish(p->aux);
+  mend__pg_wake_free(p);
   free(p->conninfo);
   free(p->worker);
   free(p->fence_owner);
@@ -404,4 +411,6 @@ const mend_store_methods mend__pg_methods = {
   .reopen_run = mend__pg_no_reopen_run,
   .runs_page = mend__pg_no_runs_page,
   .run_counts = mend__pg_no_run_counts,
+  .wake_fd = mend__pg_wake_fd,
+  .wake_take = mend__pg_wake_take,
 };

@@ -38,6 +38,7 @@ static void log_clear(pg_log *log) {
   log->nrec = log->nval = 0;
   log->ntext = 0;
   log->oom = 0;
+  log->wake = 0;
 }
 
 void mend__pg_rec_begin(mend_pg *p, int q) {
@@ -104,7 +105,7 @@ void mend__pg_rec_opt_real(mend_pg *p, double d) {
  * batch never fills both sockets' buffers at once (blocking libpq would then wait forever). */
 #define CHUNK 512
 
-enum { K_BEGIN, K_LIVE, K_RENEW, K_CHECK, K_WRITE, K_COMMIT };
+enum { K_BEGIN, K_LIVE, K_RENEW, K_CHECK, K_WRITE, K_NOTIFY, K_COMMIT };
 
 typedef struct pipe {
   mend_pg *p;
@@ -128,6 +129,7 @@ static const char *what_of(int kind, const pg_rec *r) {
   case K_LIVE: return "renew the lease";
   case K_RENEW: return "renew the lease";
   case K_CHECK: return "look up who holds a run";
+  case K_NOTIFY: return "notify the other workers";
   case K_COMMIT: return "commit";
   default: return r && r->q <= P_SET_UNAVAILABLE ? writes[r->q] : "write";
   }
@@ -261,6 +263,7 @@ void mend__pg_rollback(mend_pg *p) {
     PQclear(PQexec(p->conn, "ROLLBACK"));
   p->in_batch = 0;
   p->batch_failed = 0;
+  p->tx_wake = 0;
   /* their rows went with the batch */
   while (p->nversions > p->versions_committed) {
     struct pg_version *v = &p->versions[--p->nversions];
@@ -322,6 +325,12 @@ static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late)
     if (drop) continue;
     if (pipe_send(&pp, K_WRITE, r->q, NULL, r->n, ptrs + r->first, r) != 0) goto done;
   }
+  if (log->wake) p->tx_wake = 1;
+  /* One notify a transaction, delivered by the server only if the COMMIT after it succeeds. */
+  const char *nv[2];
+  if (commit && !pp.failed && p->tx_wake && mend__pg_notify_args(p, nv) &&
+      pipe_send(&pp, K_NOTIFY, -1, mend__pg_notify_sql, 2, nv, NULL) != 0)
+    goto done;
   if (commit && !pp.failed) {
     if (p->commit_hook) p->commit_hook("before_commit");
     if (pipe_send(&pp, K_COMMIT, -1, "COMMIT", 0, NULL, NULL) != 0) goto done;
@@ -337,6 +346,7 @@ done:
   if (began) p->in_batch = 1;
   if (commit) {
     p->in_batch = 0;
+    p->tx_wake = 0;
     p->versions_committed = p->nversions;
     if (p->commit_hook) p->commit_hook("after_commit");
   }

@@ -51,6 +51,7 @@ typedef struct pg_log {
   char *text;
   size_t ntext, captext;
   int oom;
+  int wake;            /* a write in it makes work due for others (pg_notify.c) */
 } pg_log;
 
 typedef struct pg_writer {
@@ -94,6 +95,8 @@ typedef struct mend_pg {
   int nlost_new, caplost_new;
   struct pg_version *versions;
   int nversions, capversions, versions_committed;
+  struct pg_wake *wake;        /* LISTEN/NOTIFY (pg_notify.c) */
+  int tx_wake;                 /* the open transaction notifies at COMMIT; conn's owner's */
 } mend_pg;
 
 #define PG(s) ((mend_pg *)(void *)(s))
@@ -209,6 +212,14 @@ long long mend__pg_events_after(mend_store *s, long long after, int limit,
                                 void (*fn)(void *ud, const char *run_id), void *ud);
 
 #define PG_TEXT(r, row, col) (PQgetisnull((r), (row), (col)) ? NULL : PQgetvalue((r), (row), (col)))
+
+/* pg_notify.c: wake-ups. notify_args fills the values of notify_sql (0: none to send). */
+int  mend__pg_wake_init(mend_pg *p);
+void mend__pg_wake_free(mend_pg *p);
+extern const char *const mend__pg_notify_sql;
+int  mend__pg_notify_args(const mend_pg *p, const char *v[2]);
+int  mend__pg_wake_fd(mend_store *s, int *opened);
+int  mend__pg_wake_take(mend_store *s);
 
 /* completion tokens and child runs (pg_tokens.c): refused for now */
 int mend__pg_no_put_token(mend_store *s, const char *token, const char *run_id, const char *step, int attempt, double made);

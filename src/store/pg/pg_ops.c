@@ -99,6 +99,7 @@ int mend__pg_insert_run(mend_store *s, const mend_run_rec *r) {
     mend__pg_rec_real(p, r->updated);
     mend__pg_rec_text(p, r->owner);
     mend__pg_rec_int(p, version_id);
+    if (!r->owner) p->cur->wake = 1;   /* any worker's to take */
     return mend__pg_rec_end(p);
   }
   /* With a run key the caller must hear at once whether the key was taken. */
@@ -112,6 +113,7 @@ int mend__pg_insert_run(mend_store *s, const mend_run_rec *r) {
                        created, updated, r->owner, ver};
   PGresult *res = mend__pg_run(p, P_INSERT_RUN, NULL, 11, v, "insert run");
   if (!res) return -1;
+  if (!r->owner) p->tx_wake = 1;
   int taken = strcmp(PQcmdTuples(res), "0") == 0;
   PQclear(res);
   return taken;
@@ -394,6 +396,7 @@ int mend__pg_send_event(mend_store *s, const char *run_id, const char *name,
   if (!(r = mend__pg_run(p, P_SEND_EVENT, NULL, 5, v, "send an event"))) return -1;
   int dup_key = strcmp(PQcmdTuples(r), "0") == 0;
   PQclear(r);
+  if (!dup_key) p->tx_wake = 1;   /* its run may be held elsewhere */
   return dup_key;
 }
 
