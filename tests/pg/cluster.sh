@@ -12,7 +12,8 @@
 #   cluster.sh uri STATE       print the URI of the mend role's database `mend`
 #   cluster.sh run STATE CMD…  run CMD with MEND_TEST_PG set to that URI (exit 77 if no cluster)
 #
-# The mend role may create databases: the specs make a fresh one for each test.
+# The mend role may create databases and, in its database `mend`, schemas: the specs make a
+# fresh schema for each test (spec/helper.lua).
 set -eu
 
 cmd=${1:-}
