@@ -32,10 +32,9 @@ end
 -- the schema first in the search path of every connection made with it (mend's, psql's), so
 -- the test sees nothing of another's (the PostgreSQL store names no schema in its SQL, and its
 -- wake-ups have a channel per schema). A schema costs a fraction of a database: CREATE
--- DATABASE copies a template and checkpoints (fsync is on). The URI's application_name is
--- the schema's too, so that cleanup can end the sessions a test left behind. Dropped by
--- H.cleanup(). A spec that needs what only a file has (its WAL, its locks, its bytes) uses
--- H.tmp_db() and is tagged #sqlite.
+-- DATABASE copies a template and checkpoints (fsync is on). Dropped by H.cleanup(). A spec
+-- that needs what only a file has (its WAL, its locks, its bytes) uses H.tmp_db() and is
+-- tagged #sqlite.
 H.PG = os.getenv("MEND_TEST_PG")
 if H.PG == "" then H.PG = nil end
 local pg_schemas, pg_spare, pg_serial = {}, {}, 0
@@ -84,8 +83,9 @@ function H.new_db(dir, name)
   local schema = table.remove(pg_spare)
   pg_schemas[#pg_schemas + 1] = schema
   local uri = H.PG
+  -- one parameter only: specs put the URI in single-quoted shell words, where a `&` would end
+  -- a command
   return uri .. (uri:find("?", 1, true) and "&" or "?") .. "options=-csearch_path%3D" .. schema
-    .. "&application_name=" .. schema
 end
 
 -- Schemas made and never handed out are dropped when Lua closes (busted's exit).
@@ -161,13 +161,15 @@ function H.cleanup()
     for _, suffix in ipairs { "", "-wal", "-shm", "-journal" } do os.remove(p .. suffix) end
     temp_files[i] = nil
   end
-  -- A worker process a test left behind must not keep its schema: its sessions are ended
-  -- first, found by their application_name.
+  -- A worker process a test left behind must not keep its schema: the sessions that hold
+  -- locks in it are ended first (an idle one fails at its next statement, and its process
+  -- stops), and the drop waits 10 s at most for a lock.
   if #pg_schemas > 0 then
-    local drops = {}
+    local drops = { "SET lock_timeout = '10s'" }
     for i = #pg_schemas, 1, -1 do
-      drops[#drops + 1] = "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-        .. " WHERE application_name = '" .. pg_schemas[i] .. "'"
+      drops[#drops + 1] = "SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l"
+        .. " JOIN pg_class c ON c.oid = l.relation JOIN pg_namespace n ON n.oid = c.relnamespace"
+        .. " WHERE n.nspname = '" .. pg_schemas[i] .. "' AND l.pid <> pg_backend_pid()"
       drops[#drops + 1] = "DROP SCHEMA IF EXISTS " .. pg_schemas[i] .. " CASCADE"
       pg_schemas[i] = nil
     end

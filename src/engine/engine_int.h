@@ -197,6 +197,7 @@ struct mend_engine {
   uv_timer_t *lease_timer, *poll_timer;
   uint64_t poll_ms;
   uv_poll_t *wake_poll;   /* the store's wake-up socket (wake.c) */
+  int store_lost;         /* the store lost its connection: runs to let go (reconnect.c) */
   int wake_watched;       /* one was watched before: a new one looks at once */
   uv_signal_t *signals[2];
   int serving, draining, attempts;
@@ -423,6 +424,9 @@ void mend__renew_leases(uv_timer_t *t);
 void mend__wake_watch(mend_engine *E);
 void mend__wake_stop(mend_engine *E);
 uint64_t mend__poll_jitter(uint64_t ms);
+/* reconnect.c */
+void mend__store_lost(mend_engine *E);
+void mend__store_lost_let_go(mend_engine *E);
 
 /* ---- repair.c: people's repairs */
 int mend__cancel_now(mend_run *r, const char *who, char *err, int errlen);

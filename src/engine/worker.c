@@ -57,6 +57,8 @@ void mend__let_go(mend_engine *E, const mend_idset *ids, const char *why) {
 /* Before the turn acts: no action may start for a run that is no longer ours. */
 void mend__check_fence(mend_engine *E) {
   if (E->broken) return;
+  if (E->store_lost) mend__store_lost_let_go(E);
+  if (E->broken) return;
   /* The renewal timer is late (turns are long): renew now, while a third of the lease is left. */
   if (mend_real_now() >= E->fence_until - E->lease_seconds / 3) renew_now(E);
   id_list lost = {0}, mine = {0};

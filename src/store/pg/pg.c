@@ -82,7 +82,15 @@ PGresult *mend__pg_run(mend_pg *p, int q, const char *sql, int n, const char *co
   ExecStatusType st = PQresultStatus(r);
   if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return r;
   mend__pg_fail(p, p->conn, r, what);
+  const char *sev = PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED);
   PQclear(r);
+  if ((sev && strcmp(sev, "FATAL") == 0) || PQstatus(p->conn) != CONNECTION_OK) {
+    /* the connection is gone, and the transaction with it: told once (pg_batch.c, flush) */
+    p->conn_doomed = 1;
+    p->conn_lost = 1;
+    mend__pg_rollback(p);
+    return NULL;
+  }
   if (p->in_batch) p->batch_failed = 1;
   return NULL;
 }
@@ -198,6 +206,11 @@ mend_store *mend__pg_open(const char *uri, mend_durability d, char *err, int err
 const char *mend__pg_errmsg(mend_store *s) { return s ? PG(s)->err : "no store"; }
 int mend__pg_not_found(const mend_store *s) { return PG(s)->not_found; }
 int mend__pg_schema_version(mend_store *s) { return PG(s)->schema_version; }
+int mend__pg_conn_lost(mend_store *s) {
+  int lost = PG(s)->conn_lost;
+  PG(s)->conn_lost = 0;
+  return lost;
+}
 
 void mend__pg_close(mend_store *s) {
   mend_pg *p = PG(s);
@@ -413,4 +426,5 @@ const mend_store_methods mend__pg_methods = {
   .run_counts = mend__pg_no_run_counts,
   .wake_fd = mend__pg_wake_fd,
   .wake_take = mend__pg_wake_take,
+  .conn_lost = mend__pg_conn_lost,
 };

@@ -166,6 +166,8 @@ static void take_result(pipe *pp, int i, PGresult *r) {
   ExecStatusType st = PQresultStatus(r);
   if (st == PGRES_PIPELINE_ABORTED) return;
   if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+    const char *sev = PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED);
+    if (sev && (strcmp(sev, "FATAL") == 0 || strcmp(sev, "PANIC") == 0)) p->conn_doomed = 1;
     if (!pp->failed) {
       const char *code = PQresultErrorField(r, PG_DIAG_SQLSTATE);
       if (pp->kind[i] == K_LIVE && code && strcmp(code, "MENDL") == 0) pp->late = 1;
@@ -274,6 +276,20 @@ void mend__pg_rollback(mend_pg *p) {
   }
 }
 
+#ifdef MEND_FAILPOINTS
+/* MEND_PG_END_SESSION=N: the server ends the session in the Nth batch this process commits,
+ * after its writes and before its COMMIT, as pg_terminate_backend from elsewhere would: for
+ * the specs of a connection lost mid-batch (spec/pg_reconnect_spec.lua). */
+static int end_session_now(void) {
+  static long at = -1, seen;
+  if (at < 0) {
+    const char *e = getenv("MEND_PG_END_SESSION");
+    at = e ? atol(e) : 0;
+  }
+  return at > 0 && ++seen == at;
+}
+#endif
+
 /* One try of a flush; *late set when the lease turned out to have run out. */
 static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late) {
   pipe pp = {.p = p, .log = log};
@@ -331,6 +347,11 @@ static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late)
   if (commit && !pp.failed && p->tx_wake && mend__pg_notify_args(p, nv) &&
       pipe_send(&pp, K_NOTIFY, -1, mend__pg_notify_sql, 2, nv, NULL) != 0)
     goto done;
+#ifdef MEND_FAILPOINTS
+  if (commit && !pp.failed && end_session_now() &&
+      pipe_send(&pp, K_WRITE, -1, "SELECT pg_terminate_backend(pg_backend_pid())", 0, NULL, NULL) != 0)
+    goto done;
+#endif
   if (commit && !pp.failed) {
     if (p->commit_hook) p->commit_hook("before_commit");
     if (pipe_send(&pp, K_COMMIT, -1, "COMMIT", 0, NULL, NULL) != 0) goto done;
@@ -407,7 +428,7 @@ static int flush(mend_pg *p, pg_log *log, int commit, int begin) {
   }
   if (!p->in_batch && ensure_connected(p) != 0) {
     log_clear(log);
-    p->batch_failed = 1;
+    p->conn_lost = 1;   /* nothing sent: told now, and the next batch tries again */
     return -1;
   }
   if (!log->nrec && !p->in_batch && !begin) return 0;
@@ -422,8 +443,12 @@ static int flush(mend_pg *p, pg_log *log, int commit, int begin) {
   }
   log_clear(log);
   if (rc != 0) {
+    /* The connection gone (the server restarted, the session ended): whether a COMMIT sent
+     * was done is not known, so the batch counts as not committed, and the failure is told
+     * once, now (conn_lost); the next batch reconnects. */
+    p->conn_lost = PQstatus(p->conn) != CONNECTION_OK || p->conn_doomed;
     mend__pg_rollback(p);
-    p->batch_failed = 1;   /* every call fails until commit() says so too */
+    p->batch_failed = !p->conn_lost;   /* every call fails until commit() says so too */
   }
   return rc;
 }
@@ -474,13 +499,25 @@ int mend__pg_writer_wait(mend_pg *p) {
   return failed ? -1 : 0;
 }
 
+/* writer_wait for a call that tells its caller: a batch lost with its connection is told
+ * once (conn_lost says which), and the next batch reconnects; any other failure stays. */
+static int writer_told(mend_pg *p) {
+  if (mend__pg_writer_wait(p) == 0) return 0;
+  if (p->conn_lost) {
+    pthread_mutex_lock(&p->w->mu);
+    p->w->failed = 0;
+    pthread_mutex_unlock(&p->w->mu);
+  }
+  return -1;
+}
+
 int mend__pg_sync(mend_pg *p) {
-  if (mend__pg_writer_wait(p) != 0 || p->batch_failed) return -1;
+  if (writer_told(p) != 0 || p->batch_failed) return -1;
   return flush(p, p->cur, 0, 0);
 }
 
 int mend__pg_begin(mend_pg *p) {
-  if (mend__pg_writer_wait(p) != 0 || p->batch_failed) return -1;
+  if (writer_told(p) != 0 || p->batch_failed) return -1;
   return flush(p, p->cur, 0, 1);
 }
 
@@ -540,7 +577,7 @@ void mend__pg_stop_writer(mend_pg *p) {
 
 int mend__pg_commit(mend_store *s) {
   mend_pg *p = PG(s);
-  if (mend__pg_writer_wait(p) != 0) return -1;
+  if (writer_told(p) != 0) return -1;
   if (p->batch_failed) {   /* the failure was told when it happened; the batch is gone */
     mend__pg_rollback(p);
     log_clear(p->cur);
@@ -558,7 +595,7 @@ int mend__pg_hand_off(mend_store *s) {
   mend_pg *p = PG(s);
   pg_writer *w = p->w;
   if (!w) return mend__pg_commit(s);
-  if (mend__pg_writer_wait(p) != 0) return -1;
+  if (writer_told(p) != 0) return -1;
   if (p->batch_failed) return mend__pg_commit(s);
   pthread_mutex_lock(&w->mu);
   if (!p->cur->nrec && !p->in_batch) {

@@ -97,6 +97,7 @@ typedef struct mend_pg {
   int nversions, capversions, versions_committed;
   struct pg_wake *wake;        /* LISTEN/NOTIFY (pg_notify.c) */
   int tx_wake;                 /* the open transaction notifies at COMMIT; conn's owner's */
+  int conn_lost;               /* the last failure was the connection's (mend__pg_conn_lost) */
 } mend_pg;
 
 #define PG(s) ((mend_pg *)(void *)(s))
@@ -220,6 +221,9 @@ extern const char *const mend__pg_notify_sql;
 int  mend__pg_notify_args(const mend_pg *p, const char *v[2]);
 int  mend__pg_wake_fd(mend_store *s, int *opened);
 int  mend__pg_wake_take(mend_store *s);
+/* 1 once after a failure that was the connection's: nothing of that batch is known to be
+ * committed, and the next batch reconnects. */
+int  mend__pg_conn_lost(mend_store *s);
 
 /* completion tokens and child runs (pg_tokens.c): refused for now */
 int mend__pg_no_put_token(mend_store *s, const char *token, const char *run_id, const char *step, int attempt, double made);

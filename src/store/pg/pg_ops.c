@@ -449,11 +449,10 @@ long long mend__pg_last_event(mend_store *s) {
 long long mend__pg_events_after(mend_store *s, long long after, int limit,
                                 void (*fn)(void *ud, const char *run_id), void *ud) {
   mend_pg *p = PG(s);
-  /* committed events only, and no wait for the writer thread: the look of every poll */
-  if (mend__pg_aux(p) != 0) {
-    mend__pg_msg(p->err, sizeof p->err, "%s: look for new events: cannot connect", p->server);
-    return -1;
-  }
+  /* committed events only, and no wait for the writer thread: the look of every poll. A
+   * server out of reach is a look that saw nothing: the next poll looks again, and the
+   * batches say what is wrong. */
+  if (mend__pg_aux(p) != 0) return after;
   char a[24], l[24];
   snprintf(a, sizeof a, "%lld", after);
   snprintf(l, sizeof l, "%d", limit);
@@ -461,6 +460,10 @@ long long mend__pg_events_after(mend_store *s, long long after, int limit,
   char name[16];
   snprintf(name, sizeof name, "m%d", P_EVENTS_AFTER);
   PGresult *r = PQexecPrepared(p->aux, name, 2, v, NULL, NULL, 0);
+  if (PQresultStatus(r) != PGRES_TUPLES_OK && PQstatus(p->aux) != CONNECTION_OK) {
+    PQclear(r);
+    return after;   /* opened again at the next look */
+  }
   if (PQresultStatus(r) != PGRES_TUPLES_OK) {
     char keep[sizeof p->err];
     mend__pg_fail(p, p->aux, r, "look for new events");
