@@ -4,7 +4,8 @@
 -- operator ends every session of the worker with pg_terminate_backend from psql. The worker
 -- logs a clear error for the batch that failed, acts on nothing of it (each step's effect
 -- comes after the one before it was committed: the write-ahead rule), reconnects, reads its
--- runs again from the server and goes on: every run ends, and runs started later too.
+-- runs again from the server and goes on: every run ends, and runs started later too. The
+-- same when the server restarts (tests/pg/cluster.sh restart).
 -- Needs the test cluster (MEND_TEST_PG); pending without it.
 
 local H = require "spec.helper"
@@ -122,6 +123,28 @@ describe("a worker on PostgreSQL that loses its connection", function()
         H.sql(H.PG, ("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
           .. " WHERE application_name = '%s' AND pid <> pg_backend_pid()"):format(app))
       end
+      H.wait_for("the runs to end", function() return all_succeeded(db, ids) end, 90)
+      assert.is_true(alive(pid), "the worker stopped")
+    end)
+    H.stop_worker(pid)
+    assert(ok, tostring(err) .. "\n" .. H.read(log))
+    assert_in_order(dir, ids)
+  end)
+
+  -- The cluster's state directory comes with it (tests/pg/cluster.sh run).
+  local STATE = os.getenv("MEND_TEST_PG_STATE")
+  local it_restart = H.PG and STATE and it or pending
+
+  it_restart("the server restarted under it: every run ends, and runs started after", function()
+    local dir = H.tmp_dir()
+    workflow(dir)
+    local db, log = H.new_db(), dir .. "/worker.log"
+    local pid = worker(db, dir, log)
+    local ids = start(db, dir, 5)
+    local ok, err = pcall(function()
+      local rc, out = H.shell("sh tests/pg/cluster.sh restart " .. q(STATE))
+      assert.are.equal(0, rc, out)
+      for _, id in ipairs(start(db, dir, 5)) do ids[#ids + 1] = id end
       H.wait_for("the runs to end", function() return all_succeeded(db, ids) end, 90)
       assert.is_true(alive(pid), "the worker stopped")
     end)
