@@ -27,12 +27,17 @@ end
 
 -- The database of a test, for the backend the run is for: a fresh SQLite file (dir/name when
 -- a directory is given, else a temporary file), or, with MEND_TEST_PG set (the URI of a
--- role that may create databases: tests/pg/cluster.sh run), a fresh PostgreSQL database on
--- that server, whose URI is returned. Dropped by H.cleanup(). A spec that needs what only a
--- file has (its WAL, its locks, its bytes) uses H.tmp_db() and is tagged #sqlite.
+-- role that may create schemas: tests/pg/cluster.sh run), a fresh schema of its
+-- own in that server's database, whose URI is returned: libpq's `options=-csearch_path=` puts
+-- the schema first in the search path of every connection made with it (mend's, psql's), so
+-- the test sees nothing of another's (the PostgreSQL store names no schema in its SQL, and its
+-- wake-ups have a channel per schema). A schema costs a fraction of a database: CREATE
+-- DATABASE copies a template and checkpoints (fsync is on). Dropped by H.cleanup(). A spec
+-- that needs what only a file has (its WAL, its locks, its bytes) uses H.tmp_db() and is
+-- tagged #sqlite.
 H.PG = os.getenv("MEND_TEST_PG")
 if H.PG == "" then H.PG = nil end
-local pg_dbs, pg_serial = {}, 0
+local pg_schemas, pg_spare, pg_serial = {}, {}, 0
 
 -- The URI of the test server's database `name` (H.PG with its path replaced).
 function H.pg_uri(name)
@@ -63,14 +68,34 @@ function H.new_db(dir, name)
     if dir then return dir .. "/" .. (name or "mend.db") end
     return H.tmp_db()
   end
-  pg_serial = pg_serial + 1
-  local tmp = os.tmpname()   -- a unique word for this process's databases
-  os.remove(tmp)
-  local db = ("mend_t%d_%s"):format(pg_serial, tmp:match("([%w_]+)$"):lower())
-  pg_admin("CREATE DATABASE " .. db)
-  pg_dbs[#pg_dbs + 1] = db
-  return H.pg_uri(db)
+  if #pg_spare == 0 then
+    -- made eight at a time: a psql process costs as much as the statement
+    local tmp = os.tmpname()   -- a unique word for this process's schemas
+    os.remove(tmp)
+    local made = {}
+    for i = 1, 8 do
+      pg_spare[i] = ("mend_t%d_%s"):format(pg_serial + 9 - i, tmp:match("([%w_]+)$"):lower())
+      made[i] = "CREATE SCHEMA " .. pg_spare[i]
+    end
+    pg_serial = pg_serial + 8
+    pg_admin(table.concat(made, "; "))
+  end
+  local schema = table.remove(pg_spare)
+  pg_schemas[#pg_schemas + 1] = schema
+  local uri = H.PG
+  -- one parameter only: specs put the URI in single-quoted shell words, where a `&` would end
+  -- a command
+  return uri .. (uri:find("?", 1, true) and "&" or "?") .. "options=-csearch_path%3D" .. schema
 end
+
+-- Schemas made and never handed out are dropped when Lua closes (busted's exit).
+H._pg_spare_gc = setmetatable({}, { __gc = function()
+  if #pg_spare > 0 then
+    local drops = {}
+    for i, schema in ipairs(pg_spare) do drops[i] = "DROP SCHEMA IF EXISTS " .. schema end
+    pcall(pg_admin, table.concat(drops, "; "))
+  end
+end })
 
 -- True when db names a PostgreSQL database rather than a file.
 function H.is_pg(db)
@@ -136,12 +161,17 @@ function H.cleanup()
     for _, suffix in ipairs { "", "-wal", "-shm", "-journal" } do os.remove(p .. suffix) end
     temp_files[i] = nil
   end
-  -- WITH (FORCE): a worker process a test left behind must not keep its database.
-  if #pg_dbs > 0 then
-    local drops = {}
-    for i = #pg_dbs, 1, -1 do
-      drops[#drops + 1] = "DROP DATABASE IF EXISTS " .. pg_dbs[i] .. " WITH (FORCE)"
-      pg_dbs[i] = nil
+  -- A worker process a test left behind must not keep its schema: the sessions that hold
+  -- locks in it are ended first (an idle one fails at its next statement, and its process
+  -- stops), and the drop waits 10 s at most for a lock.
+  if #pg_schemas > 0 then
+    local drops = { "SET lock_timeout = '10s'" }
+    for i = #pg_schemas, 1, -1 do
+      drops[#drops + 1] = "SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l"
+        .. " JOIN pg_class c ON c.oid = l.relation JOIN pg_namespace n ON n.oid = c.relnamespace"
+        .. " WHERE n.nspname = '" .. pg_schemas[i] .. "' AND l.pid <> pg_backend_pid()"
+      drops[#drops + 1] = "DROP SCHEMA IF EXISTS " .. pg_schemas[i] .. " CASCADE"
+      pg_schemas[i] = nil
     end
     pcall(pg_admin, table.unpack(drops))
   end

@@ -75,6 +75,7 @@ void mend__breakdown(mend_engine *E, const char *fmt, ...) {
  * engine waits it out (lock.c). Anything else stops the engine. */
 void mend__store_failed(mend_engine *E) {
   if (mend_store_locked(E->store)) mend__lock_wait(E);
+  else if (mend_store_conn_lost(E->store) && E->serving && !E->draining) mend__store_lost(E);
   else mend__breakdown(E, "%s", mend_store_errmsg(E->store));
 }
 

@@ -333,6 +333,18 @@ typedef struct mend_store_methods {
   /* Runs by workflow and status: [{workflow, status, runs, oldest}], oldest the creation time of
    * the oldest running or compensating one (left out when none). */
   json_t *(*run_counts)(mend_store *s);
+  /* Wake-ups from other processes (optional: NULL in a backend that has none; the poll finds
+   * everything anyway). wake_fd: a socket for the loop to watch for reading, or -1 for now
+   * (asked again at the next poll); *opened 1 if it is new, so that wake-ups sent before it
+   * were missed. wake_take, when it is readable: 1 another process made work due or sent an
+   * event (look now), 0 nothing, -1 the socket is done with (stop watching it first). */
+  int (*wake_fd)(mend_store *s, int *opened);
+  int (*wake_take)(mend_store *s);
+  /* After a call failed: 1 (once) if the failure was the loss of the connection to a server
+   * (it restarted, the session was ended): the batch it was writing is not known to be
+   * committed and is not retried; later calls reconnect. 0 for any other failure (optional:
+   * NULL in a backend without a server). */
+  int (*conn_lost)(mend_store *s);
 } mend_store_methods;
 
 #define MEND_STORE_M(s) (*(const mend_store_methods *const *)(const void *)(s))
@@ -592,6 +604,16 @@ static inline json_t *mend_store_runs_page(mend_store *s, const char *status, co
 }
 static inline json_t *mend_store_run_counts(mend_store *s) {
   return MEND_STORE_M(s)->run_counts(s);
+}
+static inline int mend_store_wake_fd(mend_store *s, int *opened) {
+  *opened = 0;
+  return MEND_STORE_M(s)->wake_fd ? MEND_STORE_M(s)->wake_fd(s, opened) : -1;
+}
+static inline int mend_store_conn_lost(mend_store *s) {
+  return MEND_STORE_M(s)->conn_lost ? MEND_STORE_M(s)->conn_lost(s) : 0;
+}
+static inline int mend_store_wake_take(mend_store *s) {
+  return MEND_STORE_M(s)->wake_take ? MEND_STORE_M(s)->wake_take(s) : -1;
 }
 
 #endif

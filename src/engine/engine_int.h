@@ -196,6 +196,9 @@ struct mend_engine {
   int fence_was_late;     /* a batch began after our leases ran out, at least once */
   uv_timer_t *lease_timer, *poll_timer;
   uint64_t poll_ms;
+  uv_poll_t *wake_poll;   /* the store's wake-up socket (wake.c) */
+  int store_lost;         /* the store lost its connection: runs to let go (reconnect.c) */
+  int wake_watched;       /* one was watched before: a new one looks at once */
   uv_signal_t *signals[2];
   int serving, draining, attempts;
   int max_in_flight;
@@ -465,6 +468,13 @@ void mend__add_id(void *ud, const char *id);
 void mend__check_fence(mend_engine *E);
 void mend__let_go(mend_engine *E, const mend_idset *ids, const char *why);
 void mend__renew_leases(uv_timer_t *t);
+/* wake.c */
+void mend__wake_watch(mend_engine *E);
+void mend__wake_stop(mend_engine *E);
+uint64_t mend__poll_jitter(uint64_t ms);
+/* reconnect.c */
+void mend__store_lost(mend_engine *E);
+void mend__store_lost_let_go(mend_engine *E);
 
 /* ---- repair.c: people's repairs */
 int mend__cancel_now(mend_run *r, const char *who, char *err, int errlen);

@@ -57,6 +57,8 @@ void mend__let_go(mend_engine *E, const mend_idset *ids, const char *why) {
 /* Before the turn acts: no action may start for a run that is no longer ours. */
 void mend__check_fence(mend_engine *E) {
   if (E->broken) return;
+  if (E->store_lost) mend__store_lost_let_go(E);
+  if (E->broken) return;
   /* The renewal timer is late (turns are long): renew now, while a third of the lease is left. */
   if (mend_real_now() >= E->fence_until - E->lease_seconds / 3) renew_now(E);
   id_list lost = {0}, mine = {0};
@@ -151,7 +153,13 @@ static void poll_for_runs(uv_timer_t *t) {
   }
   /* The next poll is an interval after this one ends, not after it began: a poll that takes
    * longer than the interval must not run back to back and leave the loop no turn between. */
-  if (!E->broken) uv_timer_start(t, poll_for_runs, E->poll_ms, 0);
+  if (!E->broken) uv_timer_start(t, poll_for_runs, mend__poll_jitter(E->poll_ms), 0);
+  mend__wake_watch(E);
+}
+
+/* A wake-up from another process: the next poll now. */
+void mend__poll_soon(mend_engine *E) {
+  if (E->poll_timer && !E->draining && !E->broken) uv_timer_start(E->poll_timer, poll_for_runs, 0, 0);
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
@@ -202,6 +210,7 @@ int mend_engine_serve(mend_engine *E, double poll_seconds, int max_in_flight) {
     if (!E->broken) mend__park_release(E);
     if (!E->broken && mend_store_commit(E->store)) mend__store_failed(E);
   }
+  mend__wake_stop(E);
   uv_close((uv_handle_t *)E->poll_timer, close_and_free);
   E->poll_timer = NULL;
   for (int k = 0; k < 2; k++) {

@@ -10,9 +10,12 @@
 #   cluster.sh start STATE     start a cluster; STATE (a directory) keeps what the others need
 #   cluster.sh stop STATE      stop it and remove its data directory (nothing to stop: exit 0)
 #   cluster.sh uri STATE       print the URI of the mend role's database `mend`
-#   cluster.sh run STATE CMD…  run CMD with MEND_TEST_PG set to that URI (exit 77 if no cluster)
+#   cluster.sh restart STATE   stop the server (fast: sessions ended) and start it again
+#   cluster.sh run STATE CMD…  run CMD with MEND_TEST_PG set to that URI and MEND_TEST_PG_STATE
+#                              to STATE (exit 77 if no cluster)
 #
-# The mend role may create databases: the specs make a fresh one for each test.
+# The mend role may create databases and, in its database `mend`, schemas: the specs make a
+# fresh schema for each test (spec/helper.lua).
 set -eu
 
 cmd=${1:-}
@@ -107,8 +110,17 @@ EOF
   echo "cluster.sh: PostgreSQL ($bin) on 127.0.0.1:$port, data in $dir"
 }
 
+# The same data and port: what a worker sees when the server it talks to restarts.
+restart() {
+  [ -f "$state/datadir" ] || { echo "cluster.sh: no cluster started in $state" >&2; exit 1; }
+  dir=$(cat "$state/datadir")
+  as_pg "$(bindir)/pg_ctl" -D "$dir/data" -l "$dir/server.log" -o "-p $(cat "$state/port")" \
+    -m fast -w -t 60 restart >/dev/null
+}
+
 case "$cmd" in
   start) start ;;
+  restart) restart ;;
   stop) stop ;;
   uri)
     [ -f "$state/uri" ] || { echo "cluster.sh: no cluster started in $state" >&2; exit 1; }
@@ -117,7 +129,8 @@ case "$cmd" in
     shift 2
     [ -f "$state/uri" ] || { echo "cluster.sh: no cluster started in $state" >&2; exit 77; }
     MEND_TEST_PG=$(cat "$state/uri")
-    export MEND_TEST_PG
+    MEND_TEST_PG_STATE=$state
+    export MEND_TEST_PG MEND_TEST_PG_STATE
     exec "$@" ;;
   *) echo "cluster.sh: unknown command $cmd" >&2; exit 2 ;;
 esac

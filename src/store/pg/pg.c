@@ -105,7 +105,15 @@ PGresult *mend__pg_run(mend_pg *p, int q, const char *sql, int n, const char *co
   ExecStatusType st = PQresultStatus(r);
   if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return r;
   mend__pg_fail(p, p->conn, r, what);
+  const char *sev = PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED);
   PQclear(r);
+  if ((sev && strcmp(sev, "FATAL") == 0) || PQstatus(p->conn) != CONNECTION_OK) {
+    /* the connection is gone, and the transaction with it: told once (pg_batch.c, flush) */
+    p->conn_doomed = 1;
+    p->conn_lost = 1;
+    mend__pg_rollback(p);
+    return NULL;
+  }
   if (p->in_batch) p->batch_failed = 1;
   return NULL;
 }
@@ -209,7 +217,8 @@ mend_store *mend__pg_open(const char *uri, mend_durability d, char *err, int err
   p->sync_commit = d == MEND_DURABILITY_FULL;
   mend__pg_msg(p->server, sizeof p->server, "postgres");
   if (mend__pg_connect(p, &p->conn) == 0) mend__pg_watch(p);
-  if (!p->conn || mend__pg_schema(p) != 0 || mend__pg_prepare(p, p->conn) != 0) {
+  if (!p->conn || mend__pg_schema(p) != 0 || mend__pg_prepare(p, p->conn) != 0 ||
+      mend__pg_wake_init(p) != 0) {
     mend__pg_msg(err, errlen, "%s", p->err);
     mend__pg_close((mend_store *)(void *)p);
     return NULL;
@@ -220,6 +229,11 @@ mend_store *mend__pg_open(const char *uri, mend_durability d, char *err, int err
 const char *mend__pg_errmsg(mend_store *s) { return s ? PG(s)->err : "no store"; }
 int mend__pg_not_found(const mend_store *s) { return PG(s)->not_found; }
 int mend__pg_schema_version(mend_store *s) { return PG(s)->schema_version; }
+int mend__pg_conn_lost(mend_store *s) {
+  int lost = PG(s)->conn_lost;
+  PG(s)->conn_lost = 0;
+  return lost;
+}
 
 void mend__pg_close(mend_store *s) {
   mend_pg *p = PG(s);
@@ -236,11 +250,17 @@ void mend__pg_close(mend_store *s) {
       ok = r != NULL;
       PQclear(r);
     }
+    const char *nv[2];
+    if (ok && mend__pg_notify_args(p, nv)) {   /* the runs given back, for the others */
+      ok = (r = mend__pg_run(p, -1, mend__pg_notify_sql, 2, nv, "close")) != NULL;
+      PQclear(r);
+    }
     if (!ok || mend__pg_exec(p, p->conn, "COMMIT", "close") != 0)
       PQclear(PQexec(p->conn, "ROLLBACK"));
   }
   if (p->conn) PQfinish(p->conn);
   if (p->aux) PQfinish(p->aux);
+  mend__pg_wake_free(p);
   free(p->conninfo);
   free(p->worker);
   free(p->fence_owner);
@@ -439,4 +459,7 @@ const mend_store_methods mend__pg_methods = {
   .children = mend__pg_children,
   .child_end = mend__pg_child_end,
   .reopen_run = mend__pg_reopen_run,
+  .wake_fd = mend__pg_wake_fd,
+  .wake_take = mend__pg_wake_take,
+  .conn_lost = mend__pg_conn_lost,
 };

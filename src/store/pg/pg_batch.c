@@ -38,6 +38,7 @@ static void log_clear(pg_log *log) {
   log->nrec = log->nval = 0;
   log->ntext = 0;
   log->oom = 0;
+  log->wake = 0;
 }
 
 void mend__pg_rec_begin(mend_pg *p, int q) {
@@ -104,7 +105,7 @@ void mend__pg_rec_opt_real(mend_pg *p, double d) {
  * batch never fills both sockets' buffers at once (blocking libpq would then wait forever). */
 #define CHUNK 512
 
-enum { K_BEGIN, K_LIVE, K_RENEW, K_CHECK, K_WRITE, K_COMMIT };
+enum { K_BEGIN, K_LIVE, K_RENEW, K_CHECK, K_WRITE, K_NOTIFY, K_COMMIT };
 
 typedef struct pipe {
   mend_pg *p;
@@ -129,6 +130,7 @@ static const char *what_of(int kind, const pg_rec *r) {
   case K_LIVE: return "renew the lease";
   case K_RENEW: return "renew the lease";
   case K_CHECK: return "look up who holds a run";
+  case K_NOTIFY: return "notify the other workers";
   case K_COMMIT: return "commit";
   default: return r && r->q <= P_SET_UNAVAILABLE ? writes[r->q] : "write";
   }
@@ -165,6 +167,8 @@ static void take_result(pipe *pp, int i, PGresult *r) {
   ExecStatusType st = PQresultStatus(r);
   if (st == PGRES_PIPELINE_ABORTED) return;
   if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+    const char *sev = PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED);
+    if (sev && (strcmp(sev, "FATAL") == 0 || strcmp(sev, "PANIC") == 0)) p->conn_doomed = 1;
     if (!pp->failed) {
       const char *code = PQresultErrorField(r, PG_DIAG_SQLSTATE);
       if (pp->kind[i] == K_LIVE && code && strcmp(code, "MENDL") == 0) pp->late = 1;
@@ -262,6 +266,7 @@ void mend__pg_rollback(mend_pg *p) {
     PQclear(PQexec(p->conn, "ROLLBACK"));
   p->in_batch = 0;
   p->batch_failed = 0;
+  p->tx_wake = 0;
   /* their rows went with the batch */
   while (p->nversions > p->versions_committed) {
     struct pg_version *v = &p->versions[--p->nversions];
@@ -271,6 +276,20 @@ void mend__pg_rollback(mend_pg *p) {
     free(v->step_names);
   }
 }
+
+#ifdef MEND_FAILPOINTS
+/* MEND_PG_END_SESSION=N: the server ends the session in the Nth batch this process commits,
+ * after its writes and before its COMMIT, as pg_terminate_backend from elsewhere would: for
+ * the specs of a connection lost mid-batch (spec/pg_reconnect_spec.lua). */
+static int end_session_now(void) {
+  static long at = -1, seen;
+  if (at < 0) {
+    const char *e = getenv("MEND_PG_END_SESSION");
+    at = e ? atol(e) : 0;
+  }
+  return at > 0 && ++seen == at;
+}
+#endif
 
 /* One try of a flush; *late set when the lease turned out to have run out. */
 static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late) {
@@ -323,6 +342,17 @@ static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late)
     if (drop) continue;
     if (pipe_send(&pp, K_WRITE, r->q, NULL, r->n, ptrs + r->first, r) != 0) goto done;
   }
+  if (log->wake) p->tx_wake = 1;
+  /* One notify a transaction, delivered by the server only if the COMMIT after it succeeds. */
+  const char *nv[2];
+  if (commit && !pp.failed && p->tx_wake && mend__pg_notify_args(p, nv) &&
+      pipe_send(&pp, K_NOTIFY, -1, mend__pg_notify_sql, 2, nv, NULL) != 0)
+    goto done;
+#ifdef MEND_FAILPOINTS
+  if (commit && !pp.failed && end_session_now() &&
+      pipe_send(&pp, K_WRITE, -1, "SELECT pg_terminate_backend(pg_backend_pid())", 0, NULL, NULL) != 0)
+    goto done;
+#endif
   if (commit && !pp.failed) {
     if (p->commit_hook) p->commit_hook("before_commit");
     if (pipe_send(&pp, K_COMMIT, -1, "COMMIT", 0, NULL, NULL) != 0) goto done;
@@ -338,6 +368,7 @@ done:
   if (began) p->in_batch = 1;
   if (commit) {
     p->in_batch = 0;
+    p->tx_wake = 0;
     p->versions_committed = p->nversions;
     if (p->commit_hook) p->commit_hook("after_commit");
   }
@@ -398,7 +429,7 @@ static int flush(mend_pg *p, pg_log *log, int commit, int begin) {
   }
   if (!p->in_batch && ensure_connected(p) != 0) {
     log_clear(log);
-    p->batch_failed = 1;
+    p->conn_lost = 1;   /* nothing sent: told now, and the next batch tries again */
     return -1;
   }
   if (!log->nrec && !p->in_batch && !begin) return 0;
@@ -413,8 +444,12 @@ static int flush(mend_pg *p, pg_log *log, int commit, int begin) {
   }
   log_clear(log);
   if (rc != 0) {
+    /* The connection gone (the server restarted, the session ended): whether a COMMIT sent
+     * was done is not known, so the batch counts as not committed, and the failure is told
+     * once, now (conn_lost); the next batch reconnects. */
+    p->conn_lost = PQstatus(p->conn) != CONNECTION_OK || p->conn_doomed;
     mend__pg_rollback(p);
-    p->batch_failed = 1;   /* every call fails until commit() says so too */
+    p->batch_failed = !p->conn_lost;   /* every call fails until commit() says so too */
   }
   return rc;
 }
@@ -465,13 +500,25 @@ int mend__pg_writer_wait(mend_pg *p) {
   return failed ? -1 : 0;
 }
 
+/* writer_wait for a call that tells its caller: a batch lost with its connection is told
+ * once (conn_lost says which), and the next batch reconnects; any other failure stays. */
+static int writer_told(mend_pg *p) {
+  if (mend__pg_writer_wait(p) == 0) return 0;
+  if (p->conn_lost) {
+    pthread_mutex_lock(&p->w->mu);
+    p->w->failed = 0;
+    pthread_mutex_unlock(&p->w->mu);
+  }
+  return -1;
+}
+
 int mend__pg_sync(mend_pg *p) {
-  if (mend__pg_writer_wait(p) != 0 || p->batch_failed) return -1;
+  if (writer_told(p) != 0 || p->batch_failed) return -1;
   return flush(p, p->cur, 0, 0);
 }
 
 int mend__pg_begin(mend_pg *p) {
-  if (mend__pg_writer_wait(p) != 0 || p->batch_failed) return -1;
+  if (writer_told(p) != 0 || p->batch_failed) return -1;
   return flush(p, p->cur, 0, 1);
 }
 
@@ -531,7 +578,7 @@ void mend__pg_stop_writer(mend_pg *p) {
 
 int mend__pg_commit(mend_store *s) {
   mend_pg *p = PG(s);
-  if (mend__pg_writer_wait(p) != 0) return -1;
+  if (writer_told(p) != 0) return -1;
   if (p->batch_failed) {   /* the failure was told when it happened; the batch is gone */
     mend__pg_rollback(p);
     log_clear(p->cur);
@@ -549,7 +596,7 @@ int mend__pg_hand_off(mend_store *s) {
   mend_pg *p = PG(s);
   pg_writer *w = p->w;
   if (!w) return mend__pg_commit(s);
-  if (mend__pg_writer_wait(p) != 0) return -1;
+  if (writer_told(p) != 0) return -1;
   if (p->batch_failed) return mend__pg_commit(s);
   pthread_mutex_lock(&w->mu);
   if (!p->cur->nrec && !p->in_batch) {

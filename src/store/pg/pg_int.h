@@ -52,6 +52,7 @@ typedef struct pg_log {
   char *text;
   size_t ntext, captext;
   int oom;
+  int wake;            /* a write in it makes work due for others (pg_notify.c) */
 } pg_log;
 
 typedef struct pg_writer {
@@ -95,6 +96,9 @@ typedef struct mend_pg {
   int nlost_new, caplost_new;
   struct pg_version *versions;
   int nversions, capversions, versions_committed;
+  struct pg_wake *wake;        /* LISTEN/NOTIFY (pg_notify.c) */
+  int tx_wake;                 /* the open transaction notifies at COMMIT; conn's owner's */
+  int conn_lost;               /* the last failure was the connection's (mend__pg_conn_lost) */
 } mend_pg;
 
 #define PG(s) ((mend_pg *)(void *)(s))
@@ -227,6 +231,17 @@ int mend__pg_child_end(mend_store *s, const char *child, const char *name, const
                        const char *key, double sent);
 int mend__pg_reopen_run(mend_store *s, const char *id, const char *reason, const char *owner,
                         double at);
+
+/* pg_notify.c: wake-ups. notify_args fills the values of notify_sql (0: none to send). */
+int  mend__pg_wake_init(mend_pg *p);
+void mend__pg_wake_free(mend_pg *p);
+extern const char *const mend__pg_notify_sql;
+int  mend__pg_notify_args(const mend_pg *p, const char *v[2]);
+int  mend__pg_wake_fd(mend_store *s, int *opened);
+int  mend__pg_wake_take(mend_store *s);
+/* 1 once after a failure that was the connection's: nothing of that batch is known to be
+ * committed, and the next batch reconnects. */
+int  mend__pg_conn_lost(mend_store *s);
 
 /* pg_serve.c: pages and counts of runs (mend serve) */
 json_t *mend__pg_runs_page(mend_store *s, const char *status, const char *workflow,

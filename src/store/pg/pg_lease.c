@@ -322,6 +322,7 @@ int mend__pg_release(mend_store *s, const char *id, const char *owner) {
   PGresult *r = mend__pg_run(p, P_RELEASE, NULL, 2, v, "release lease");
   if (!r) return -1;
   PQclear(r);
+  p->tx_wake = 1;
   /* Given back, the run is another worker's to take: nothing more is written to it, unless
    * this worker takes it again. */
   return mend_idset_add(&p->lost, id, strlen(id)) < 0 ? fence_oom(p) : 0;
@@ -361,6 +362,7 @@ int mend__pg_release_owner(mend_store *s, const char *owner) {
     if (!r) return -1;
     PQclear(r);
   }
+  p->tx_wake = 1;
   return 0;
 }
 

@@ -99,6 +99,7 @@ int mend__pg_insert_run(mend_store *s, const mend_run_rec *r) {
     mend__pg_rec_real(p, r->updated);
     mend__pg_rec_text(p, r->owner);
     mend__pg_rec_int(p, version_id);
+    if (!r->owner) p->cur->wake = 1;   /* any worker's to take */
     return mend__pg_rec_end(p);
   }
   /* With a run key the caller must hear at once whether the key was taken. */
@@ -112,6 +113,7 @@ int mend__pg_insert_run(mend_store *s, const mend_run_rec *r) {
                        created, updated, r->owner, ver};
   PGresult *res = mend__pg_run(p, P_INSERT_RUN, NULL, 11, v, "insert run");
   if (!res) return -1;
+  if (!r->owner) p->tx_wake = 1;
   int taken = strcmp(PQcmdTuples(res), "0") == 0;
   PQclear(res);
   return taken;
@@ -398,6 +400,7 @@ int mend__pg_send_event(mend_store *s, const char *run_id, const char *name,
   if (!(r = mend__pg_run(p, P_SEND_EVENT, NULL, 5, v, "send an event"))) return -1;
   int dup_key = strcmp(PQcmdTuples(r), "0") == 0;
   PQclear(r);
+  if (!dup_key) p->tx_wake = 1;   /* its run may be held elsewhere */
   return dup_key;
 }
 
@@ -450,11 +453,10 @@ long long mend__pg_last_event(mend_store *s) {
 long long mend__pg_events_after(mend_store *s, long long after, int limit,
                                 void (*fn)(void *ud, const char *run_id), void *ud) {
   mend_pg *p = PG(s);
-  /* committed events only, and no wait for the writer thread: the look of every poll */
-  if (mend__pg_aux(p) != 0) {
-    mend__pg_msg(p->err, sizeof p->err, "%s: look for new events: cannot connect", p->server);
-    return -1;
-  }
+  /* committed events only, and no wait for the writer thread: the look of every poll. A
+   * server out of reach is a look that saw nothing: the next poll looks again, and the
+   * batches say what is wrong. */
+  if (mend__pg_aux(p) != 0) return after;
   char a[24], l[24];
   snprintf(a, sizeof a, "%lld", after);
   snprintf(l, sizeof l, "%d", limit);
@@ -462,6 +464,10 @@ long long mend__pg_events_after(mend_store *s, long long after, int limit,
   char name[16];
   snprintf(name, sizeof name, "m%d", P_EVENTS_AFTER);
   PGresult *r = PQexecPrepared(p->aux, name, 2, v, NULL, NULL, 0);
+  if (PQresultStatus(r) != PGRES_TUPLES_OK && PQstatus(p->aux) != CONNECTION_OK) {
+    PQclear(r);
+    return after;   /* opened again at the next look */
+  }
   if (PQresultStatus(r) != PGRES_TUPLES_OK) {
     char keep[sizeof p->err];
     mend__pg_fail(p, p->aux, r, "look for new events");

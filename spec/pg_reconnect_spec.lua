@@ -1,0 +1,155 @@
+-- A worker on PostgreSQL whose connection is lost (issue 20): the server ends its session in
+-- the middle of a batch (the failpoint MEND_PG_END_SESSION, which sends
+-- pg_terminate_backend(pg_backend_pid()) after a batch's writes and before its COMMIT), or an
+-- operator ends every session of the worker with pg_terminate_backend from psql. The worker
+-- logs a clear error for the batch that failed, acts on nothing of it (each step's effect
+-- comes after the one before it was committed: the write-ahead rule), reconnects, reads its
+-- runs again from the server and goes on: every run ends, and runs started later too. The
+-- same when the server restarts (tests/pg/cluster.sh restart).
+-- Needs the test cluster (MEND_TEST_PG); pending without it.
+
+local H = require "spec.helper"
+
+local MEND, q = H.MEND, H.quote
+
+local function mend_cmd(db, args)
+  return H.shell(("%s %s --db %s"):format(MEND, args, q(db)))
+end
+
+local function worker(db, dir, log, env)
+  local inner = ("exec %s worker --db %s --workflows %s --poll 0.1 2>>%s"):format(MEND, q(db), q(dir), q(log))
+  local p = io.popen(("%s sh -c %s >/dev/null & echo $!"):format(env or "", q(inner)))
+  local pid = p:read("l")
+  p:close()
+  return pid
+end
+
+local function alive(pid) return H.shell("kill -0 " .. pid) == 0 end
+
+-- Three steps, each appending "<run> <step>" to a file before it returns.
+local function workflow(dir)
+  H.write_file(dir, "three.lua", ([[
+local function effect(ctx, name)
+  local f = assert(io.open(%q, "a"))
+  f:write(ctx.run_id, " ", name, "\n")
+  f:close()
+  return name
+end
+return { name = "three", steps = {
+  { name = "a", execute = function(ctx) return effect(ctx, "a") end },
+  { name = "b", execute = function(ctx) return effect(ctx, "b") end },
+  { name = "c", execute = function(ctx) return effect(ctx, "c") end } } }
+]]):format(dir .. "/effects"))
+end
+
+local function start(db, dir, n)
+  local ids = {}
+  for i = 1, n do
+    local rc, out = mend_cmd(db, "start three --workflows " .. q(dir))
+    assert.are.equal(0, rc, out)
+    ids[i] = out:match("(%S+)")
+  end
+  return ids
+end
+
+local function all_succeeded(db, ids)
+  for _, id in ipairs(ids) do
+    local st = H.sql(db, ("SELECT status FROM runs WHERE id = '%s'"):format(id))[1]
+    if st ~= "succeeded" then return false end
+  end
+  return true
+end
+
+-- Per run, every effect of a step comes before any of the next: a step ran only once the
+-- success of the one before it was committed (a step may run again after a lost batch).
+local function assert_in_order(dir, ids)
+  local order = { a = 1, b = 2, c = 3 }
+  local last, seen = {}, {}
+  for line in io.lines(dir .. "/effects") do
+    local id, step = line:match("^(%S+) (%S+)$")
+    assert.is_true((last[id] or 0) <= order[step], "run " .. id .. ": " .. step .. " ran again after a later step")
+    last[id] = order[step]
+    seen[id .. step] = true
+  end
+  for _, id in ipairs(ids) do
+    for step in pairs(order) do assert.is_true(seen[id .. step], id .. " " .. step .. " never ran") end
+  end
+end
+
+describe("a worker on PostgreSQL that loses its connection", function()
+  after_each(H.cleanup)
+  local it_pg = H.PG and it or pending
+
+  it_pg("mid-batch: logs the failed batch, acts on nothing of it, reconnects and goes on", function()
+    local dir = H.tmp_dir()
+    workflow(dir)
+    local db, log = H.new_db(), dir .. "/worker.log"
+    local ids = start(db, dir, 4)
+    local pid = worker(db, dir, log, "MEND_PG_END_SESSION=3")
+    local ok, err = pcall(function()
+      H.wait_for("the runs to end", function() return all_succeeded(db, ids) end, 60)
+      assert.is_true(alive(pid), "the worker stopped")
+      local later = start(db, dir, 2)
+      H.wait_for("the runs started later to end", function() return all_succeeded(db, later) end, 60)
+      for _, id in ipairs(later) do ids[#ids + 1] = id end
+      assert.is_true(alive(pid), "the worker stopped")
+    end)
+    H.stop_worker(pid)
+    local text = H.read(log)
+    assert(ok, tostring(err) .. "\n" .. text)
+    -- the error, once, naming the server and what happened; and nothing broke down
+    local errors = {}
+    for line in text:gmatch("[^\n]+") do
+      if line:find('"level":"error"', 1, true) then errors[#errors + 1] = line end
+    end
+    assert.are.equal(1, #errors, text)
+    assert.matches('"event":"store"', errors[1])
+    assert.matches("127%.0%.0%.1:%d+/mend: .*terminating connection", errors[1])
+    assert.matches("not known to be committed", errors[1])
+    assert_in_order(dir, ids)
+  end)
+
+  it_pg("every session ended with pg_terminate_backend, again and again: every run ends", function()
+    local dir = H.tmp_dir()
+    workflow(dir)
+    local db, log = H.new_db(), dir .. "/worker.log"
+    local app = "mend_reconnect_" .. tostring(os.time())
+    local pid = worker(db .. "&application_name=" .. app, dir, log)   -- its sessions, by name
+    local ids = {}
+    local ok, err = pcall(function()
+      for _ = 1, 4 do
+        for _, id in ipairs(start(db, dir, 5)) do ids[#ids + 1] = id end
+        os.execute("sleep 0.1")
+        H.sql(H.PG, ("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+          .. " WHERE application_name = '%s' AND pid <> pg_backend_pid()"):format(app))
+      end
+      H.wait_for("the runs to end", function() return all_succeeded(db, ids) end, 90)
+      assert.is_true(alive(pid), "the worker stopped")
+    end)
+    H.stop_worker(pid)
+    assert(ok, tostring(err) .. "\n" .. H.read(log))
+    assert_in_order(dir, ids)
+  end)
+
+  -- The cluster's state directory comes with it (tests/pg/cluster.sh run).
+  local STATE = os.getenv("MEND_TEST_PG_STATE")
+  local it_restart = H.PG and STATE and it or pending
+
+  it_restart("the server restarted under it: every run ends, and runs started after", function()
+    local dir = H.tmp_dir()
+    workflow(dir)
+    local db, log = H.new_db(), dir .. "/worker.log"
+    local pid = worker(db, dir, log)
+    local ids = start(db, dir, 5)
+    local ok, err = pcall(function()
+      local rc, out = H.shell("sh tests/pg/cluster.sh restart " .. q(STATE))
+      assert.are.equal(0, rc, out)
+      for _, id in ipairs(start(db, dir, 5)) do ids[#ids + 1] = id end
+      H.wait_for("the runs to end", function() return all_succeeded(db, ids) end, 90)
+      assert.is_true(alive(pid), "the worker stopped")
+    end)
+    H.stop_worker(pid)
+    assert(ok, tostring(err) .. "\n" .. H.read(log))
+    assert_in_order(dir, ids)
+  end)
+end)

@@ -1,0 +1,82 @@
+/*
+ * reconnect: a serving worker whose store lost its connection to the server (PostgreSQL
+ * restarted, the session ended with pg_terminate_backend, the network cut). Owns what the
+ * engine does then: the failure logged, the batch that failed counted as not committed (its
+ * alerts and events never told), every run held here let go and given back, so that the
+ * next claim reads it again from the store (what the store has, not what this worker
+ * guessed). Must never: act on a transition of that batch; write to one of those runs again
+ * unless a claim takes it anew.
+ *
+ * Why every run and not those of the failed batch: a batch is built over several turns and
+ * the transitions already sent with it are gone with the transaction; the runs in memory
+ * are the ones whose state may be ahead of the store, and the store has them all.
+ */
+#include "engine_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Called where the store failed (mend__store_failed): in the middle of anything, so runs are
+ * only marked here, and let go at the next turn's fence (mend__store_lost_let_go). The store
+ * drops every write to them from now on: no later batch can commit a step of a run whose
+ * earlier step went with the failed one. */
+void mend__store_lost(mend_engine *E) {
+  char msg[1400];
+  snprintf(msg, sizeof msg, "%s: the batch being written is not known to be committed, so"
+           " nothing in it was acted on; the runs held here are let go and read again from the"
+           " store, which reconnects", mend_store_errmsg(E->store));
+  mend_engine_log_line(E, "error", NULL, NULL, 0, "store", msg);
+  json_array_clear(E->alerts);
+  json_array_clear(E->events);
+  json_array_clear(E->alerts_handed);
+  json_array_clear(E->events_handed);
+  for (mend_run *r = E->runs; r; r = r->next)
+    if (!r->lost && mend_store_add_lost(E->store, r->id)) break;
+  char id[MEND_RUN_ID_LEN];
+  for (uint32_t i = 0; i < E->parked.n; i++) {
+    mend_parkset_id(&E->parked, i, id);
+    if (mend_store_add_lost(E->store, id)) break;
+  }
+  E->store_lost = 1;
+  mend__kick(E);
+}
+
+void mend__poll_soon(mend_engine *E);
+
+/* At a turn's fence: the runs marked are let go here and given back in the store, each one
+ * free for the next claim (this worker's included). If giving back fails (the server is still
+ * away), the store says so again and this is tried at the next turn. */
+void mend__store_lost_let_go(mend_engine *E) {
+  id_list all = {0};
+  for (mend_run *r = E->runs; r; r = r->next)
+    if (!r->lost) mend__add_id(&all, r->id);
+  char id[MEND_RUN_ID_LEN];
+  for (uint32_t i = 0; i < E->parked.n; i++) {
+    mend_parkset_id(&E->parked, i, id);
+    mend__add_id(&all, id);
+  }
+  if (all.oom) {
+    mend_idset_clear(&all.set);
+    mend__breakdown(E, "out of memory letting go of the runs of a lost connection");
+    return;
+  }
+  E->store_lost = 0;
+  for (size_t i = 0; i < all.set.cap; i++) {
+    if (!all.set.slots[i]) continue;
+    if (mend_store_release(E->store, all.set.slots[i], E->owner)) {
+      mend_idset_clear(&all.set);
+      E->store_lost = 1;   /* again at the next turn */
+      mend__store_failed(E);
+      return;
+    }
+  }
+  mend__let_go(E, &all.set, "the store lost its connection while this run had writes not"
+               " known to be committed: let go here, to be read again from the store");
+  mend_idset_clear(&all.set);
+  if (mend_store_commit(E->store)) {
+    E->store_lost = 1;
+    mend__store_failed(E);
+    return;
+  }
+  mend__poll_soon(E);
+}
