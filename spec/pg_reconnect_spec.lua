@@ -152,4 +152,86 @@ describe("a worker on PostgreSQL that loses its connection", function()
     assert(ok, tostring(err) .. "\n" .. H.read(log))
     assert_in_order(dir, ids)
   end)
+
+  -- The server away for longer than the worker's first try to reconnect (10 s).
+  local function cpu_seconds(pid)
+    local f = io.open("/proc/" .. pid .. "/stat")
+    if not f then return nil end
+    local fields = {}
+    for x in f:read("a"):gsub("^.*%) ", ""):gmatch("%S+") do fields[#fields + 1] = x end
+    f:close()
+    return (tonumber(fields[12]) + tonumber(fields[13])) / 100   -- utime, stime: clock ticks
+  end
+
+  local function wait_for_line(log, pattern, what)
+    H.wait_for(what, function() return (H.read(log) or ""):find(pattern) ~= nil end, 40)
+  end
+
+  it_restart("the server down for long: the worker waits without spinning, then goes on", function()
+    local dir = H.tmp_dir()
+    workflow(dir)
+    local db, log = H.new_db(), dir .. "/worker.log"
+    local pid = worker(db, dir, log)
+    local ids = start(db, dir, 2)
+    local up = true
+    local ok, err = pcall(function()
+      H.wait_for("the first runs to end", function() return all_succeeded(db, ids) end, 60)
+      local rc, out = H.shell("sh tests/pg/cluster.sh down " .. q(STATE))
+      assert.are.equal(0, rc, out)
+      up = false
+      wait_for_line(log, "not back yet", "the worker to give up its first try")
+      -- a worker that retried in a tight loop would use about all of these 3 s of CPU
+      local before = cpu_seconds(pid)
+      os.execute("sleep 3")
+      local used = cpu_seconds(pid) - before
+      assert.is_true(used < 1, ("the worker used %.2f s of CPU in 3 s while waiting"):format(used))
+      assert.is_true(alive(pid), "the worker stopped")
+      rc, out = H.shell("sh tests/pg/cluster.sh up " .. q(STATE))
+      assert.are.equal(0, rc, out)
+      up = true
+      local later = start(db, dir, 3)
+      H.wait_for("the runs started after to end", function() return all_succeeded(db, later) end, 60)
+      for _, id in ipairs(later) do ids[#ids + 1] = id end
+    end)
+    if not up then H.shell("sh tests/pg/cluster.sh up " .. q(STATE)) end
+    H.stop_worker(pid)
+    assert(ok, tostring(err) .. "\n" .. H.read(log))
+    assert.matches("reconnected", H.read(log))
+    assert_in_order(dir, ids)
+  end)
+
+  it_restart("the server down: SIGTERM stops the worker at once, with the server named", function()
+    local dir = H.tmp_dir()
+    workflow(dir)
+    local db, log = H.new_db(), dir .. "/worker.log"
+    local status = dir .. "/status"
+    local inner = ("%s worker --db %s --workflows %s --poll 0.1 2>>%s; echo $? > %s")
+      :format(MEND, q(db), q(dir), q(log), q(status))
+    local p = io.popen(("sh -c %s >/dev/null 2>&1 & echo $!"):format(q(inner)))
+    local sh_pid = p:read("l")
+    p:close()
+    local up = true
+    local ok, err = pcall(function()
+      H.wait_for("the worker to start", function() return (H.read(log) or "") ~= "" or
+        H.shell("pgrep -P " .. sh_pid) == 0 end, 20)
+      local ids = start(db, dir, 1)
+      H.wait_for("a run to end", function() return all_succeeded(db, ids) end, 60)
+      local rc, out = H.shell("sh tests/pg/cluster.sh down " .. q(STATE))
+      assert.are.equal(0, rc, out)
+      up = false
+      wait_for_line(log, "not back yet", "the worker to give up its first try")
+      H.shell("pkill -TERM -P " .. sh_pid)
+      -- before, each call the worker made tried for 10 s, and SIGTERM waited for them all
+      H.wait_for("the worker to stop", function() return H.read(status) ~= nil end, 5)
+    end)
+    if not up then H.shell("sh tests/pg/cluster.sh up " .. q(STATE)) end
+    H.shell("pkill -KILL -P " .. sh_pid)
+    local text = H.read(log) or ""
+    assert(ok, tostring(err) .. "\n" .. text)
+    assert.are.equal("1", (H.read(status):gsub("%s+$", "")))
+    assert.matches("SIGTERM", text)
+    assert.matches("mend: 127%.0%.0%.1:%d+/mend: .*lost", text)
+    local password = db:match("//[^:]+:([^@]+)@")
+    if password then assert.is_nil(text:find(password, 1, true), "the password is in the log") end
+  end)
 end)

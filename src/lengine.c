@@ -327,7 +327,10 @@ static int engine_serve(lua_State *L) {
     uv_close((uv_handle_t *)&st->timer, free_serve_tick);
     uv_run(mend_engine_loop(b->E), UV_RUN_NOWAIT);
   }
-  if (rc) return luaL_error(L, "%s", mend_engine_error(b->E));
+  if (rc) {   /* the engine's own words, without a position in the CLI's code */
+    lua_pushstring(L, mend_engine_error(b->E));
+    return lua_error(L);
+  }
   return 0;
 }
 

@@ -196,8 +196,10 @@ struct mend_engine {
   int fence_was_late;     /* a batch began after our leases ran out, at least once */
   uv_timer_t *lease_timer, *poll_timer;
   uint64_t poll_ms;
+  double poll_ended;      /* when the last look for work ended (real time) */
   uv_poll_t *wake_poll;   /* the store's wake-up socket (wake.c) */
   int store_lost;         /* the store lost its connection: runs to let go (reconnect.c) */
+  double store_lost_said; /* when that was last logged; 0 when not lost */
   int wake_watched;       /* one was watched before: a new one looks at once */
   uv_signal_t *signals[2];
   int serving, draining, attempts;

@@ -21,6 +21,16 @@
  * drops every write to them from now on: no later batch can commit a step of a run whose
  * earlier step went with the failed one. */
 void mend__store_lost(mend_engine *E) {
+  /* Again while the server is away: the runs are marked already, and the retry is the poll's
+   * (worker.c), not a turn at once, which would spin. Said every ten seconds, not every try. */
+  if (E->store_lost) {
+    double now = mend_real_now();
+    if (now < E->store_lost_said + 10) return;
+    E->store_lost_said = now;
+    mend_engine_log_line(E, "warn", NULL, NULL, 0, "store", mend_store_errmsg(E->store));
+    return;
+  }
+  E->store_lost_said = mend_real_now();
   char msg[1400];
   snprintf(msg, sizeof msg, "%s: the batch being written is not known to be committed, so"
            " nothing in it was acted on; the runs held here are let go and read again from the"
@@ -65,7 +75,7 @@ void mend__store_lost_let_go(mend_engine *E) {
     if (!all.set.slots[i]) continue;
     if (mend_store_release(E->store, all.set.slots[i], E->owner)) {
       mend_idset_clear(&all.set);
-      E->store_lost = 1;   /* again at the next turn */
+      E->store_lost = 1;   /* again at the next poll */
       mend__store_failed(E);
       return;
     }
@@ -74,9 +84,14 @@ void mend__store_lost_let_go(mend_engine *E) {
                " known to be committed: let go here, to be read again from the store");
   mend_idset_clear(&all.set);
   if (mend_store_commit(E->store)) {
-    E->store_lost = 1;
+    E->store_lost = 1;   /* again at the next poll */
     mend__store_failed(E);
     return;
+  }
+  if (E->store_lost_said > 0) {
+    mend_engine_log_line(E, "info", NULL, NULL, 0, "store", "reconnected: the runs let go are"
+                         " claimed again from the store");
+    E->store_lost_said = 0;
   }
   mend__poll_soon(E);
 }

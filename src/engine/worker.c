@@ -122,6 +122,13 @@ static void poll_for_runs(uv_timer_t *t) {
     uv_timer_start(t, poll_for_runs, E->poll_ms, 0);
     return;
   }
+  /* No look either while the store's connection is lost: a turn tries to give the runs back,
+   * which reconnects (reconnect.c), and the looks start again once that is done. */
+  if (E->store_lost) {
+    mend__kick(E);
+    uv_timer_start(t, poll_for_runs, E->poll_ms > 1000 ? 1000 : E->poll_ms, 0);
+    return;
+  }
   double now = mend_real_now();
   if (now >= E->next_reload) {
     E->next_reload = now + 1.0;
@@ -154,12 +161,23 @@ static void poll_for_runs(uv_timer_t *t) {
   /* The next poll is an interval after this one ends, not after it began: a poll that takes
    * longer than the interval must not run back to back and leave the loop no turn between. */
   if (!E->broken) uv_timer_start(t, poll_for_runs, mend__poll_jitter(E->poll_ms), 0);
+  E->poll_ended = mend_real_now();
   mend__wake_watch(E);
 }
 
 /* A wake-up from another process: the next poll now. */
+/* At most one look every POLL_SOON_GAP_MS for wake-ups: other workers' batches notify
+ * hundreds of times a second under load, and each look is a query; a look that soon after
+ * the last finds what they all made due. */
+#define POLL_SOON_GAP_MS 10
+
 void mend__poll_soon(mend_engine *E) {
-  if (E->poll_timer && !E->draining && !E->broken) uv_timer_start(E->poll_timer, poll_for_runs, 0, 0);
+  if (!E->poll_timer || E->draining || E->broken) return;
+  double since = (mend_real_now() - E->poll_ended) * 1000;
+  uint64_t wait = since >= POLL_SOON_GAP_MS ? 0 : (uint64_t)(POLL_SOON_GAP_MS - since);
+  if (uv_is_active((uv_handle_t *)E->poll_timer) && uv_timer_get_due_in(E->poll_timer) <= wait)
+    return;
+  uv_timer_start(E->poll_timer, poll_for_runs, wait, 0);
 }
 
 static void on_signal(uv_signal_t *h, int signum) {

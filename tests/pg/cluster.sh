@@ -11,6 +11,8 @@
 #   cluster.sh stop STATE      stop it and remove its data directory (nothing to stop: exit 0)
 #   cluster.sh uri STATE       print the URI of the mend role's database `mend`
 #   cluster.sh restart STATE   stop the server (fast: sessions ended) and start it again
+#   cluster.sh down STATE      stop the server at once (immediate: no goodbye to clients)
+#   cluster.sh up STATE        start it again after down, on the same port
 #   cluster.sh run STATE CMD…  run CMD with MEND_TEST_PG set to that URI and MEND_TEST_PG_STATE
 #                              to STATE (exit 77 if no cluster)
 #
@@ -118,9 +120,24 @@ restart() {
     -m fast -w -t 60 restart >/dev/null
 }
 
+# The server gone (as a crash or a cut cable looks to a client: no goodbye), and back.
+down() {
+  [ -f "$state/datadir" ] || { echo "cluster.sh: no cluster started in $state" >&2; exit 1; }
+  as_pg "$(bindir)/pg_ctl" -D "$(cat "$state/datadir")/data" -m immediate -w stop >/dev/null
+}
+
+up() {
+  [ -f "$state/datadir" ] || { echo "cluster.sh: no cluster started in $state" >&2; exit 1; }
+  dir=$(cat "$state/datadir")
+  as_pg "$(bindir)/pg_ctl" -D "$dir/data" -l "$dir/server.log" -o "-p $(cat "$state/port")" \
+    -w -t 60 start >/dev/null
+}
+
 case "$cmd" in
   start) start ;;
   restart) restart ;;
+  down) down ;;
+  up) up ;;
   stop) stop ;;
   uri)
     [ -f "$state/uri" ] || { echo "cluster.sh: no cluster started in $state" >&2; exit 1; }

@@ -172,6 +172,14 @@ static void on_notice(void *arg, const PGresult *r) {
     ((mend_pg *)arg)->conn_doomed = 1;
 }
 
+/* For connections whose notices nobody reads: the server's last words on an idle connection
+ * (FATAL before a restart) reach libpq as a notice, and the default printer would write them
+ * on stderr, outside the worker's log, which has its own line for a lost connection. */
+void mend__pg_quiet(void *arg, const PGresult *r) {
+  (void)arg;
+  (void)r;
+}
+
 void mend__pg_watch(mend_pg *p) {
   p->conn_doomed = 0;
   PQsetNoticeReceiver(p->conn, on_notice, p);
@@ -193,7 +201,10 @@ int mend__pg_aux(mend_pg *p) {
     PQfinish(c);
     rc = -1;
   }
-  if (rc == 0) p->aux = c;
+  if (rc == 0) {
+    p->aux = c;
+    PQsetNoticeReceiver(c, mend__pg_quiet, NULL);
+  }
   p->aux_backoff = rc == 0 ? 0 : p->aux_backoff ? (p->aux_backoff * 2 > 10 ? 10 : p->aux_backoff * 2)
                                                  : 0.1;
   p->aux_retry_at = rc == 0 ? 0 : now + p->aux_backoff;

@@ -376,12 +376,30 @@ done:
 }
 
 /* Between transactions: a connection the server closed (a restart, a terminated backend) is
- * opened again before anything is sent on it, trying for up to RECONNECT_SECONDS with a backoff
- * that doubles from 0.1 s. Nothing is lost: no transaction was open, and the batch is still in
- * the log. A connection lost inside a transaction is not reopened: that batch fails. The
- * look is a read of what the socket holds, without waiting: the server's last words (FATAL)
- * or the socket's end. */
+ * opened again before anything is sent on it. The first time, for up to RECONNECT_SECONDS with
+ * a backoff that doubles from 0.1 s: a restart is over by then, and the batch goes through
+ * with nothing let go. If the server is still away, every later call tries once, at most once
+ * a backoff that doubles up to RETRY_MAX_SECONDS, and fails at once in between: a caller that
+ * retries (a serving worker) must get its loop back, to hear SIGTERM among other things.
+ * Nothing is lost: no transaction was open, and the batch is still in the log. A connection
+ * lost inside a transaction is not reopened: that batch fails. The look is a read of what the
+ * socket holds, without waiting: the server's last words (FATAL) or the socket's end. */
 #define RECONNECT_SECONDS 10.0
+#define RETRY_MAX_SECONDS 5.0
+
+static int reopen(mend_pg *p) {
+  PGconn *c;
+  if (mend__pg_connect(p, &c) != 0) return -1;
+  if (mend__pg_prepare(p, c) != 0) {
+    PQfinish(c);
+    return -1;
+  }
+  PQfinish(p->conn);
+  p->conn = c;
+  mend__pg_watch(p);
+  p->retry_at = p->retry_delay = 0;
+  return 0;
+}
 
 static int ensure_connected(mend_pg *p) {
   if (p->in_batch) return 0;
@@ -389,31 +407,35 @@ static int ensure_connected(mend_pg *p) {
   if (PQstatus(p->conn) == CONNECTION_OK && PQconsumeInput(p->conn) && !PQisBusy(p->conn) &&
       PQstatus(p->conn) == CONNECTION_OK && !p->conn_doomed)
     return 0;
+  if (p->retry_delay > 0) {   /* the long try was spent and failed */
+    double now = mend__pg_mono();
+    if (now >= p->retry_at) {
+      if (reopen(p) == 0) return 0;
+      mend__pg_msg(p->retry_err, sizeof p->retry_err, "%s", p->err);
+      p->retry_delay = p->retry_delay * 2 > RETRY_MAX_SECONDS ? RETRY_MAX_SECONDS
+                                                              : p->retry_delay * 2;
+      p->retry_at = now + p->retry_delay;
+    }
+    mend__pg_msg(p->err, sizeof p->err, "%s: the connection is lost and not back yet (next"
+                 " try in %.1f s): %s", p->server, p->retry_at - now, p->retry_err);
+    return -1;
+  }
   char first[sizeof p->err];
   mend__pg_msg(first, sizeof first, "%s: connection lost: %s", p->server,
                PQerrorMessage(p->conn));
   double give_up = mend__pg_mono() + RECONNECT_SECONDS, delay = 0.1;
   for (;;) {
-    PGconn *c;
-    if (mend__pg_connect(p, &c) == 0) {
-      if (mend__pg_prepare(p, c) == 0) {
-        PQfinish(p->conn);
-        p->conn = c;
-        mend__pg_watch(p);
-        return 0;
-      }
-      PQfinish(c);
-    }
+    if (reopen(p) == 0) return 0;
     if (mend__pg_mono() + delay > give_up) break;
     struct timespec ts = {(time_t)delay, (long)((delay - (double)(time_t)delay) * 1e9)};
     nanosleep(&ts, NULL);
     delay = delay * 2 > 2 ? 2 : delay * 2;
   }
-  /* the cause of the last try, after the first's */
-  char last[sizeof p->err];
-  mend__pg_msg(last, sizeof last, "%s", p->err);
+  mend__pg_msg(p->retry_err, sizeof p->retry_err, "%s", p->err);   /* the last try's cause */
+  p->retry_delay = 0.5;
+  p->retry_at = mend__pg_mono() + p->retry_delay;
   mend__pg_msg(p->err, sizeof p->err, "%s; reconnecting for %.0f s failed: %s", first,
-               RECONNECT_SECONDS, last);
+               RECONNECT_SECONDS, p->retry_err);
   return -1;
 }
 

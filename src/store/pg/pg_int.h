@@ -99,6 +99,8 @@ typedef struct mend_pg {
   struct pg_wake *wake;        /* LISTEN/NOTIFY (pg_notify.c) */
   int tx_wake;                 /* the open transaction notifies at COMMIT; conn's owner's */
   int conn_lost;               /* the last failure was the connection's (mend__pg_conn_lost) */
+  double retry_at, retry_delay;  /* reconnecting after the long try failed (pg_batch.c) */
+  char retry_err[512];
 } mend_pg;
 
 #define PG(s) ((mend_pg *)(void *)(s))
@@ -242,6 +244,7 @@ int  mend__pg_wake_take(mend_store *s);
 /* 1 once after a failure that was the connection's: nothing of that batch is known to be
  * committed, and the next batch reconnects. */
 int  mend__pg_conn_lost(mend_store *s);
+void mend__pg_quiet(void *arg, const PGresult *r);   /* a notice receiver that drops them */
 
 /* pg_serve.c: pages and counts of runs (mend serve) */
 json_t *mend__pg_runs_page(mend_store *s, const char *status, const char *workflow,

@@ -72,14 +72,6 @@ static void drop_listen(struct pg_wake *w) {
   w->dead = 0;
 }
 
-/* The server's last words on an idle connection (FATAL before a restart) reach libpq as a
- * notice; the socket's end tells the same, and the default printer would write it on stderr,
- * outside the worker's log. */
-static void quiet(void *arg, const PGresult *r) {
-  (void)arg;
-  (void)r;
-}
-
 /* The socket of the listening connection, opened (with LISTEN) if need be, or -1 while it
  * cannot be (the next try after a backoff that doubles from 0.1 s to 10 s). *opened says that
  * it was opened just now: notifies sent before are lost, so the caller looks once more. */
@@ -103,7 +95,7 @@ int mend__pg_wake_fd(mend_store *s, int *opened) {
     PQfreemem(ident);
     rc = ident ? mend__pg_exec(p, c, sql, "listen for wake-ups") : -1;
     if (rc == 0 && PQsetnonblocking(c, 1) != 0) rc = -1;
-    if (rc == 0) PQsetNoticeReceiver(c, quiet, NULL);
+    if (rc == 0) PQsetNoticeReceiver(c, mend__pg_quiet, NULL);
     if (rc != 0) PQfinish(c);
   }
   memcpy(p->err, keep, sizeof keep);
