@@ -203,6 +203,86 @@ describe("a token branch of a parallel group", function()
   end)
 end)
 
+describe("a token branch of a group that fails for good (virtual clock)", function()
+  after_each(H.cleanup)
+
+  -- tok waits for its token while bad retries; bad's second attempt fails for good
+  local function def(log)
+    return { name = "race", steps = {
+      { name = "g", parallel = {
+        { name = "tok", wait = "token", timeout = 3600,
+          execute = function(ctx) log.token = ctx:token() end,
+          compensate = function(_, r) log[#log + 1] = "undo tok " .. tostring(r) end },
+        { name = "bad", retry = { max_attempts = 2, initial = 5, jitter = 0 },
+          execute = function(ctx)
+            if ctx.attempt == 1 then error(require("mend").retryable("busy")) end
+            error(require("mend").fatal("sold out"))
+          end },
+      } } } }
+  end
+
+  it("takes an outcome accepted before the group stopped, and compensates it", function()
+    local log = {}
+    local eng, db = H.new_engine()
+    eng:register(def(log))
+    local id = eng:start("race", {})
+    eng:advance(1)
+    assert.are.equal("waiting", H.step(eng:status(id), "g/tok").status)
+    -- completed by another process: this engine learns of it from its inbox only
+    local other = H.reopen(db)
+    assert.are.equal(id, other:complete(log.token, "yes"))
+    assert.are.equal("waiting", H.step(eng:status(id), "g/tok").status)
+    eng:advance(10)
+    eng:run()
+    local st = eng:status(id)
+    assert.are.equal("compensated", st.status)
+    assert.are.equal("compensated", H.step(st, "g/tok").status)
+    assert.are.same({ "undo tok yes" }, { log[1] })
+  end)
+
+  it("stops a branch whose token has no outcome yet: the token is refused afterwards", function()
+    local log = {}
+    local eng = H.new_engine()
+    eng:register(def(log))
+    local id = eng:start("race", {})
+    eng:advance(10)
+    eng:run()
+    local st = eng:status(id)
+    assert.are.equal("failed", st.status)
+    assert.are.equal("pending", H.step(st, "g/tok").status)
+    local ok, err = pcall(eng.complete, eng, log.token, "late")
+    assert.is_false(ok)
+    assert.matches("its tokens are of no use any more", tostring(err))
+    assert.are.equal(0, #log)
+  end)
+end)
+
+describe("a token branch whose execute ends after its group failed (virtual clock)", function()
+  after_each(H.cleanup)
+
+  it("does not wait for its token: it stops, and the token is refused", function()
+    local log = {}
+    local eng = H.new_engine()
+    eng:register { name = "late", steps = {
+      { name = "g", parallel = {
+        { name = "tok", wait = "token", timeout = 3600,
+          execute = function(ctx)
+            log.token = ctx:token()
+            require("mend").sleep(5)   -- its attempt is in flight when bad fails
+          end },
+        { name = "bad", execute = function() error(require("mend").fatal("sold out")) end },
+      } } } }
+    local t0 = eng:now()
+    local id = eng:start("late", {})
+    eng:run()
+    local st = eng:status(id)
+    assert.are.equal("failed", st.status)
+    assert.are.equal("pending", H.step(st, "g/tok").status)
+    assert.is_true(eng:now() - t0 < 3600, "no wait for the token's timeout")
+    assert.is_false((pcall(eng.complete, eng, log.token, "late")))
+  end)
+end)
+
 describe("a child branch of a parallel group", function()
   after_each(H.cleanup)
 

@@ -101,7 +101,9 @@ void mend__start_child(mend_run *r, int i) {
   r->wait_kind = WAIT_EVENT;
   mend__park_soon(r);   /* a child may take days: its parent waits out of memory meanwhile */
   if (existed) ended_before(E, id);
-  mend__take_child(r, i);
+  if (mend__take_child(r, i)) return;
+  /* a branch found running after a restart, its group failed for good meanwhile */
+  if (mend__group_stopping(r) && r->cur == i && st->status == MEND_STEP_WAITING) mend__stop_child(r, i);
 }
 
 /* Puts a child's end in its parent's inbox, in this batch, and wakes the parent when it is

@@ -145,7 +145,7 @@ static void pump(mend_run *r) {
       for (int k = 0; k < G->nlanes; k++) taken |= G->lanes[k]->cur == b && !G->lanes[k]->item;
       if (taken) continue;
       if (G->stopping && st->status != MEND_STEP_RUNNING &&
-          !(st->status == MEND_STEP_WAITING && r->wf->steps[b].child)) {
+          !(st->status == MEND_STEP_WAITING && (r->wf->steps[b].child || r->wf->steps[b].wait_token))) {
         if (st->status != MEND_STEP_PENDING) {
           r->steps[b].due = -1;
           mend__step_to(r, b, MEND_STEP_PENDING, NULL, -1, "stopped: another branch failed for good");
@@ -311,6 +311,13 @@ static int child_waits(const mend_run *l) {
          l->wf->steps[l->cur].child;
 }
 
+/* A lane whose branch waits for its token: an outcome accepted before the group stopped is
+ * taken (and compensated with the group if it was a success); none, it stops waiting. */
+static int token_waits(const mend_run *l) {
+  return l->cur >= 0 && !l->item && l->steps[l->cur].status == MEND_STEP_WAITING &&
+         l->wf->steps[l->cur].wait_token;
+}
+
 /* A lane with an attempt in flight, or about to make the call its committed `running`
  * announces, or found `running` after a restart (its call may have had its effect: it is
  * executed again with its key, as any step found running), or waiting for a child run: it
@@ -370,8 +377,9 @@ void mend__lane_failed(mend_run *l, int i, const mend_error_info *info, const ch
                          "failed for good: no new attempt of the other branches starts");
     for (int k = 0; k < G->nlanes; k++) {
       if (G->lanes[k]->cur < 0) continue;
-      if (!in_flight(G->lanes[k])) stop_lane(G->lanes[k]);
-      else if (child_waits(G->lanes[k])) mend__queue(G->lanes[k], ACT_ADVANCE);   /* stop_child */
+      /* saga.c's forward of a stopping lane: stop_child, or the token's outcome or a stop */
+      if (child_waits(G->lanes[k]) || token_waits(G->lanes[k])) mend__queue(G->lanes[k], ACT_ADVANCE);
+      else if (!in_flight(G->lanes[k])) stop_lane(G->lanes[k]);
     }
   }
   pump(r);

@@ -103,6 +103,10 @@ void mend__await_token(mend_run *r, int i) {
   mend__set_str(&st->result, NULL);
   mend__step_to(r, i, MEND_STEP_WAITING, NULL, timed ? def->timeout : -1, "a token");
   if (mend__take_token(r, i)) return;
+  if (mend__group_stopping(r)) {   /* a branch whose execute ended after its group failed */
+    mend__lane_stop(r);
+    return;
+  }
   r->wait_kind = WAIT_EVENT;
   if (timed) mend__arm(r, &r->wait, st->due);   /* parked if it lasts, as every armed wait */
   else mend__park_soon(r);
