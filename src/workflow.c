@@ -278,11 +278,12 @@ static int parse_step(lua_State *L, int idx, int n, const char *group, const men
   if (wait_for) lua_pop(L, 1);
   if (wait_for) s->wait_for = mend_dupstr(wait_for);
   if (parse_outside_waits(L, idx, s, prefix, err, errlen)) return -1;
-  /* A lane's waits are woken by its group, which knows events and sleeps but not yet the
-   * completions of tokens or the ends of child runs. */
-  if (group && (s->wait_token || s->child))
-    return mend_errorf(err, errlen, "%s%s cannot go in a parallel group or a map yet: give it a"
-                       " step of its own", prefix, s->child ? "child" : "wait = \"token\"");
+  /* A map's items share one step definition, by whose name tokens and child runs are filed:
+   * they would be told apart by nothing. A group's branches have names of their own. */
+  if (n == 0 && (s->wait_token || s->child))
+    return mend_errorf(err, errlen, "%sstep: %s cannot go in a map's step (its items share one"
+                       " step's name): use a parallel group, or a step of its own", prefix,
+                       s->child ? "child" : "wait = \"token\"");
   /* A step may be a pure wait: `sleep` and nothing to execute. */
   if (s->execute_ref == LUA_NOREF && s->sleep <= 0 && !wait_for && !s->child)
     return mend_errorf(err, errlen, "%sexecute is missing (a function is required)", prefix);

@@ -2,8 +2,9 @@
  * child: steps that start a run of another workflow and wait for its end (`child = "name"`,
  * issue 18). Owns starting the child (idempotently: its run key is "<parent id>/<step>", and
  * the link to its parent is written in the batch that starts it), telling the parent of the
- * child's end (an event named mend.child in the parent's inbox, so that a parent held
- * anywhere, or by nobody, learns of it as of any event), taking that outcome as the step's,
+ * child's end (an event named mend.child:<step> in the parent's inbox, so that a parent held
+ * anywhere, or by nobody, learns of it as of any event, and each of a group's branches finds
+ * its own child's), taking that outcome as the step's,
  * compensating a child that succeeded when its parent compensates (the child run is reopened
  * and its own saga reversed: its history tells it), and cancelling a running child with its
  * parent. Must never: start two children for one step; take a child's outcome outside the
@@ -21,13 +22,17 @@
 #include "log.h"
 #include "util.h"
 
-#define CHILD_EVENT "mend.child"
+#define CHILD_EVENT "mend.child"   /* ends stored before they were named by step */
 #define UNDO_REASON "parent_compensated"
 
 static mend_run *find_run(mend_engine *E, const char *id) {
   for (mend_run *r = E->runs; r; r = r->next)
     if (!r->lost && strcmp(r->id, id) == 0) return r;
   return NULL;
+}
+
+static void child_event(const char *step, char *out, size_t len) {
+  snprintf(out, len, "%s:%s", CHILD_EVENT, step);
 }
 
 static void child_key(mend_run *r, int i, char *out, size_t len) {
@@ -96,7 +101,9 @@ void mend__start_child(mend_run *r, int i) {
   r->wait_kind = WAIT_EVENT;
   mend__park_soon(r);   /* a child may take days: its parent waits out of memory meanwhile */
   if (existed) ended_before(E, id);
-  mend__take_child(r, i);
+  if (mend__take_child(r, i)) return;
+  /* a branch found running after a restart, its group failed for good meanwhile */
+  if (mend__group_stopping(r) && r->cur == i && st->status == MEND_STEP_WAITING) mend__stop_child(r, i);
 }
 
 /* Puts a child's end in its parent's inbox, in this batch, and wakes the parent when it is
@@ -117,16 +124,15 @@ static void tell_parent(mend_engine *E, const char *id, json_t *row, const char 
                         "results", results ? results : json_object());
   char *text = p ? json_dumps(p, JSON_COMPACT) : NULL;
   json_decref(p);
-  char key[MEND_RUN_ID_LEN + 48];
+  char key[MEND_RUN_ID_LEN + 48], name[300];
   snprintf(key, sizeof key, "%s/%ld", id, seq);
-  if (!text || mend_store_child_end(E->store, id, CHILD_EVENT, text, key, mend_engine_now(E)))
+  child_event(pstep, name, sizeof name);
+  if (!text || mend_store_child_end(E->store, id, name, text, key, mend_engine_now(E)))
     mend__store_failed(E);
   free(text);
   mend_run *pr = find_run(E, parent);
   if (!pr && mend__unpark(E, parent, "its child run ended") > 0) pr = find_run(E, parent);
-  if (pr && pr->wait_kind == WAIT_EVENT && pr->cur >= 0 && pr->cur < pr->wf->nsteps &&
-      pr->wf->steps[pr->cur].child)
-    mend__take_child(pr, pr->cur);
+  if (pr) mend__wake_waiting(pr, name);   /* the step, or the branch, that waits for it */
 }
 
 /* A run of this key existed before the step started it (a run started by hand with the key):
@@ -200,10 +206,14 @@ int mend__take_child(mend_run *r, int i) {
   int forward = r->status == MEND_RUN_RUNNING && st->status == MEND_STEP_WAITING;
   int back = r->status == MEND_RUN_COMPENSATING && st->status == MEND_STEP_COMPENSATING;
   if (!forward && !back) return 0;
+  char name[300];
+  child_event(def->name, name, sizeof name);
   for (;;) {
     long long seq;
     char *payload, *key;
-    int found = mend_store_next_event(E->store, r->id, CHILD_EVENT, &seq, &payload, &key);
+    int found = mend_store_next_event(E->store, r->id, name, &seq, &payload, &key);
+    if (found == 0 && def->group < 0)   /* one stored under the old name, for the one step waiting */
+      found = mend_store_next_event(E->store, r->id, CHILD_EVENT, &seq, &payload, &key);
     if (found < 0) mend__store_failed(E);
     if (found <= 0) return 0;
     free(key);
@@ -298,6 +308,25 @@ void mend__cancel_child(mend_run *r, int i, const char *who) {
   snprintf(by, sizeof by, "%s (its parent %s was cancelled)", who ? who : "?", r->id);
   if (mend_engine_cancel_run(r->E, id, by, err, sizeof err) < 0)
     mend_engine_log_line(r->E, "warn", id, NULL, 0, "child", err);
+}
+
+/* Branch i of a group that failed for good waits for its child: the child is cancelled, as
+ * for a cancelled parent, and the branch waits for its end (a success that came first is
+ * compensated with the group; a cancelled child undoes itself and fails the branch). */
+void mend__stop_child(mend_run *lane, int i) {
+  lane->wait_kind = WAIT_EVENT;
+  if (mend__take_child(lane, i)) return;
+  char id[MEND_RUN_ID_LEN], err[600], by[300];
+  if (child_of(lane, i, id) <= 0) return;
+  json_t *row = mend_store_run(lane->E->store, id);
+  const char *status = row ? json_string_value(json_object_get(row, "status")) : NULL;
+  int running = status && strcmp(status, "running") == 0;
+  json_decref(row);
+  if (!running) return;   /* ending already (a restart found it so): its end is on its way */
+  snprintf(by, sizeof by, "run %s (its group %s failed for good)", lane->id,
+           lane->wf->steps[lane->wf->steps[i].group].name);
+  if (mend_engine_cancel_run(lane->E, id, by, err, sizeof err) < 0)
+    mend_engine_log_line(lane->E, "warn", id, NULL, 0, "child", err);
 }
 
 json_t *mend_engine_children(mend_engine *E, const char *id) {

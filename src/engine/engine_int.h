@@ -415,6 +415,7 @@ int mend__event_due(mend_run *r, int i, char *msg, size_t len);
 int mend__events_start(mend_engine *E);
 int mend__take_event(mend_run *r, int i);
 void mend__take_events(mend_engine *E);
+void mend__wake_waiting(mend_run *r, const char *name);
 
 /* ---- tokens.c: completion tokens (wait = "token") */
 void mend__await_token(mend_run *r, int i);
@@ -427,6 +428,7 @@ void mend__cancel_child(mend_run *r, int i, const char *who);
 void mend__child_ended(mend_run *r, mend_run_status to);
 void mend__child_resolved(mend_engine *E, const char *id);
 void mend__start_child(mend_run *r, int i);
+void mend__stop_child(mend_run *lane, int i);
 int mend__take_child(mend_run *r, int i);
 void mend__undo_child(mend_run *r, int i);
 /* A step has something to undo when it compensates: its compensate, or its child's saga. */

@@ -24,9 +24,10 @@ static mend_run *find_run(mend_engine *E, const char *id) {
   return NULL;
 }
 
-/* The run, or a lane of its group, that waits for event `name` (any event when NULL): it
- * takes it from the inbox. */
-static void wake_waiting(mend_run *r, const char *name) {
+/* The run, or a lane of its group, that waits for event `name` (any event when NULL; a name of
+ * mend's own, "mend.token:<step>" or "mend.child:<step>", for the steps that wait for a token
+ * or a child, each of which looks for its own): it takes it from the inbox. */
+void mend__wake_waiting(mend_run *r, const char *name) {
   for (int k = -1; ; k++) {
     mend_run *w = k < 0 ? r : mend__lane_at(r, k);
     if (!w) break;
@@ -35,7 +36,10 @@ static void wake_waiting(mend_run *r, const char *name) {
      * name) also wakes those waiting for a token's outcome or a child's end, which come
      * through the inbox under names of their own. */
     const mend_step_def *d = &w->wf->steps[w->cur];
-    if (name ? d->wait_for && strcmp(d->wait_for, name) == 0 : d->wait_for || d->wait_token || d->child)
+    int outside = d->wait_token || d->child;
+    if (name ? (d->wait_for && strcmp(d->wait_for, name) == 0) ||
+               (outside && strncmp(name, "mend.", 5) == 0)
+             : d->wait_for || outside)
       mend__take_event(w, w->cur);
   }
 }
@@ -212,7 +216,7 @@ int mend_engine_send_event(mend_engine *E, const char *id, const char *run_key, 
   if (!r && sent == 0 && mend__unpark(E, id, "its event came") > 0) r = find_run(E, id);
   /* Held here and waiting for it: it goes on at once. */
   if (r && sent == 0) {
-    wake_waiting(r, name);
+    mend__wake_waiting(r, name);
     mend__kick(E);
   }
   return sent;
@@ -243,7 +247,7 @@ void mend__take_events(mend_engine *E) {
     mend_run *r = find_run(E, json_string_value(id));
     if (!r && mend__unpark(E, json_string_value(id), "its event came") > 0)
       r = find_run(E, json_string_value(id));
-    if (r) wake_waiting(r, NULL);
+    if (r) mend__wake_waiting(r, NULL);
   }
   json_decref(ids);
 }

@@ -144,7 +144,8 @@ static void pump(mend_run *r) {
       int taken = 0;
       for (int k = 0; k < G->nlanes; k++) taken |= G->lanes[k]->cur == b && !G->lanes[k]->item;
       if (taken) continue;
-      if (G->stopping && st->status != MEND_STEP_RUNNING) {
+      if (G->stopping && st->status != MEND_STEP_RUNNING &&
+          !(st->status == MEND_STEP_WAITING && (r->wf->steps[b].child || r->wf->steps[b].wait_token))) {
         if (st->status != MEND_STEP_PENDING) {
           r->steps[b].due = -1;
           mend__step_to(r, b, MEND_STEP_PENDING, NULL, -1, "stopped: another branch failed for good");
@@ -303,13 +304,27 @@ int mend__group_stopping(const mend_run *l) {
   return l->parent && l->parent->group && l->parent->group->stopping;
 }
 
+/* A lane whose branch waits for its child run: the child is cancelled when the group stops,
+ * and the branch waits for its end (child.c), which may be a success that came first. */
+static int child_waits(const mend_run *l) {
+  return l->cur >= 0 && !l->item && l->steps[l->cur].status == MEND_STEP_WAITING &&
+         l->wf->steps[l->cur].child;
+}
+
+/* A lane whose branch waits for its token: an outcome accepted before the group stopped is
+ * taken (and compensated with the group if it was a success); none, it stops waiting. */
+static int token_waits(const mend_run *l) {
+  return l->cur >= 0 && !l->item && l->steps[l->cur].status == MEND_STEP_WAITING &&
+         l->wf->steps[l->cur].wait_token;
+}
+
 /* A lane with an attempt in flight, or about to make the call its committed `running`
  * announces, or found `running` after a restart (its call may have had its effect: it is
- * executed again with its key, as any step found running): it ends and is recorded before the
- * group gives up, and is compensated if it succeeded. */
+ * executed again with its key, as any step found running), or waiting for a child run: it
+ * ends and is recorded before the group gives up, and is compensated if it succeeded. */
 static int in_flight(const mend_run *l) {
   return l->co || l->waiting_in || (l->queued && l->next_action == ACT_EXECUTE) ||
-         (l->cur >= 0 && l->steps[l->cur].status == MEND_STEP_RUNNING);
+         (l->cur >= 0 && l->steps[l->cur].status == MEND_STEP_RUNNING) || child_waits(l);
 }
 
 /* A lane whose branch waits (or has not begun its attempt) is let go: its wait ends, the
@@ -360,16 +375,23 @@ void mend__lane_failed(mend_run *l, int i, const mend_error_info *info, const ch
     G->fail_msg = mend_dupstr(msg);
     mend_engine_log_line(r->E, "warn", r->id, mend__step_name(l, i), l->steps[i].attempts, "group",
                          "failed for good: no new attempt of the other branches starts");
-    for (int k = 0; k < G->nlanes; k++)
-      if (G->lanes[k]->cur >= 0 && !in_flight(G->lanes[k])) stop_lane(G->lanes[k]);
+    for (int k = 0; k < G->nlanes; k++) {
+      if (G->lanes[k]->cur < 0) continue;
+      /* saga.c's forward of a stopping lane: stop_child, or the token's outcome or a stop */
+      if (child_waits(G->lanes[k]) || token_waits(G->lanes[k])) mend__queue(G->lanes[k], ACT_ADVANCE);
+      else if (!in_flight(G->lanes[k])) stop_lane(G->lanes[k]);
+    }
   }
   pump(r);
 }
 
-/* Cancelled while the group goes on: every lane lets go now, its attempt abandoned. */
+/* Cancelled while the group goes on: every lane lets go now, its attempt abandoned; the child
+ * runs its branches waited for are cancelled with it, once no lane waits any more (a child
+ * that ends at once tells its parent, which must find nothing waiting). */
 void mend__group_stop(mend_run *r, const char *why) {
   struct mend_group *G = r->group;
   if (!G || G->g < 0) return;
+  int *children = calloc((size_t)G->nlanes + 1, sizeof *children), nchildren = 0;
   for (int k = 0; k < G->nlanes; k++) {
     mend_run *l = G->lanes[k];
     int b = l->cur;
@@ -381,12 +403,15 @@ void mend__group_stop(mend_run *r, const char *why) {
     mend_timer_disarm(&l->E->timers, &l->wait);
     l->wait_kind = WAIT_NONE;
     if (l->queued) l->next_action = ACT_NONE;
+    if (child_waits(l) && children) children[nchildren++] = b;
     if (l->steps[b].status == MEND_STEP_RUNNING) mend__step_to(l, b, MEND_STEP_FAILED, why, -1, NULL);
     else if (l->steps[b].status != MEND_STEP_PENDING) mend__step_to(l, b, MEND_STEP_PENDING, NULL, -1, why);
     l->cur = -1;
   }
   G->g = -1;
   G->stopping = 0;
+  for (int k = 0; k < nchildren; k++) mend__cancel_child(r, children[k], why);
+  free(children);
 }
 
 /* ---------------------------------------------------------------- backward */
@@ -414,7 +439,7 @@ int mend__group_backward(mend_run *r, int g) {
     }
     if (next < 0) break;
     step_rt *st = &r->steps[next];
-    if (r->wf->steps[next].compensate_ref == LUA_NOREF) {
+    if (!mend__compensable(&r->wf->steps[next])) {
       st->comp_skipped = 1;
       mend__history(r, mend__step_name(r, next), "skip_compensate", NULL, NULL, 0, NULL, -1,
                     "step has no compensate");
@@ -432,7 +457,8 @@ int mend__group_backward(mend_run *r, int g) {
     st->comp_attempts++;
     st->due = -1;
     mend__step_to(r, next, MEND_STEP_COMPENSATING, NULL, -1, NULL);
-    mend__queue(r, ACT_COMPENSATE);
+    if (r->wf->steps[next].child) mend__undo_child(r, next);   /* its child's saga, reversed */
+    else mend__queue(r, ACT_COMPENSATE);
     return 1;
   }
   if (gs->status == MEND_STEP_COMPENSATING) mend__step_to(r, g, MEND_STEP_COMPENSATED, NULL, -1, NULL);

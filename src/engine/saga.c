@@ -121,7 +121,16 @@ void mend__forward(mend_run *r) {
   if (r->parent) {   /* a lane: its one branch */
     int b = r->cur;
     if (b < 0) return;
-    /* stopping: no new attempt, but one found running after a restart ends and is recorded */
+    /* stopping: no new attempt, but one found running after a restart ends and is recorded,
+     * a child run waited for is cancelled, its end waited for, and a token's outcome accepted
+     * already is taken */
+    if (mend__group_stopping(r) && r->steps[b].status == MEND_STEP_WAITING && r->wf->steps[b].child) {
+      mend__stop_child(r, b);
+      return;
+    }
+    if (mend__group_stopping(r) && r->steps[b].status == MEND_STEP_WAITING &&
+        r->wf->steps[b].wait_token && mend__take_token(r, b))
+      return;
     if (mend__group_stopping(r) && r->steps[b].status != MEND_STEP_RUNNING) {
       mend__lane_stop(r);
       return;

@@ -3,10 +3,11 @@
  * random bits from the OS for the attempt that asks, recorded and durable before the step's
  * code sees it), the step's wait once its execute returned, and completing or failing a token
  * from anywhere: the token is marked used and its outcome put in the run's inbox (named
- * mend.token) in one commit, so that whichever worker holds the run, or takes it next, learns
- * of it as it learns of events. Must never: accept a token twice, or one of an attempt other
- * than the one waiting; take an outcome in a batch other than the one that records the step's
- * end.
+ * mend.token:<step>, one name a step, as a group's branches wait side by side) in one commit,
+ * so that whichever worker holds the run, or takes it next, learns of it as it learns of
+ * events. Must never: accept a token twice, or one of an attempt other than the one waiting;
+ * take an outcome in a batch other than the one that records the step's end, or one meant
+ * for another step.
  */
 #include "engine_int.h"
 
@@ -22,7 +23,7 @@
 #include "log.h"
 #include "util.h"
 
-#define TOKEN_EVENT "mend.token"
+#define TOKEN_EVENT "mend.token"   /* outcomes stored before they were named by step */
 #define TOKEN_BYTES 16
 #define TOKEN_PREFIX "mtk_"
 
@@ -102,9 +103,17 @@ void mend__await_token(mend_run *r, int i) {
   mend__set_str(&st->result, NULL);
   mend__step_to(r, i, MEND_STEP_WAITING, NULL, timed ? def->timeout : -1, "a token");
   if (mend__take_token(r, i)) return;
+  if (mend__group_stopping(r)) {   /* a branch whose execute ended after its group failed */
+    mend__lane_stop(r);
+    return;
+  }
   r->wait_kind = WAIT_EVENT;
   if (timed) mend__arm(r, &r->wait, st->due);   /* parked if it lasts, as every armed wait */
   else mend__park_soon(r);
+}
+
+static void token_event(const char *step, char *out, size_t len) {
+  snprintf(out, len, "%s:%s", TOKEN_EVENT, step);
 }
 
 /* The oldest outcome in the inbox for the token of the attempt that waits: taken in this
@@ -115,10 +124,14 @@ int mend__take_token(mend_run *r, int i) {
   step_rt *st = &r->steps[i];
   const mend_step_def *def = &r->wf->steps[i];
   if (st->status != MEND_STEP_WAITING || r->status != MEND_RUN_RUNNING) return 0;
+  char name[300];
+  token_event(def->name, name, sizeof name);
   for (;;) {
     long long seq;
     char *payload, *key;
-    int found = mend_store_next_event(E->store, r->id, TOKEN_EVENT, &seq, &payload, &key);
+    int found = mend_store_next_event(E->store, r->id, name, &seq, &payload, &key);
+    if (found == 0 && def->group < 0)   /* one stored under the old name, for the one step waiting */
+      found = mend_store_next_event(E->store, r->id, TOKEN_EVENT, &seq, &payload, &key);
     if (found < 0) mend__store_failed(E);
     if (found <= 0) return 0;
     if (mend_store_consume_event(E->store, r->id, seq, def->name, mend_engine_now(E)))
@@ -152,8 +165,7 @@ int mend__take_token(mend_run *r, int i) {
       mend__set_str(&st->error, NULL);
       mend__step_to(r, i, MEND_STEP_SUCCEEDED, NULL, -1, NULL);
       mend__set_result(r, i);
-      r->cur = i + 1;
-      mend__forward(r);
+      mend__after_success(r, i, 0);   /* a branch's lane is done; a run goes on */
     } else {
       const char *kind = json_string_value(json_object_get(p, "kind"));
       const char *message = json_string_value(json_object_get(p, "message"));
@@ -292,8 +304,10 @@ int mend_engine_settle_token(mend_engine *E, const char *token, int ok, const ch
     return MEND_TOKEN_ESTORE;
   }
   double now = mend_engine_now(E);
+  char name[300];
+  token_event(step, name, sizeof name);
   int u = mend_store_use_token(E->store, token, text, now);
-  if (u == 0 && mend_store_send_event(E->store, run_id, TOKEN_EVENT, text, token, now) < 0) u = -1;
+  if (u == 0 && mend_store_send_event(E->store, run_id, name, text, token, now) < 0) u = -1;
   free(text);
   if (u < 0 || mend__commit_now(E)) {
     mend__store_failed(E);
@@ -310,11 +324,11 @@ int mend_engine_settle_token(mend_engine *E, const char *token, int ok, const ch
   snprintf(msg, sizeof msg, "token of step %s attempt %d %s", step, attempt,
            ok ? "completed" : "failed");
   mend_engine_log_line(E, "info", run_id, step, attempt, "token", msg);
-  /* Held here and waiting for it: it goes on at once. */
+  /* Held here and waiting for it (the run, or a branch's lane): it goes on at once. */
   mend_run *r = find_run(E, run_id);
   if (!r && mend__unpark(E, run_id, "its token was used") > 0) r = find_run(E, run_id);
-  if (r && r->wait_kind == WAIT_EVENT && r->cur < r->wf->nsteps && r->wf->steps[r->cur].wait_token) {
-    mend__take_token(r, r->cur);
+  if (r) {
+    mend__wake_waiting(r, name);
     mend__kick(E);
   }
   return 0;
