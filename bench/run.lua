@@ -55,8 +55,9 @@ local function is_pg(db) return type(db) == "string" and db:match("^postgres") ~
 
 -- Rows of a query through psql: the same shape as sql_rows gives for SQLite.
 local function psql_rows(db, sql)
+  -- the mark keeps the bench's own looks out of the workload's statement counts
   local p = assert(io.popen("psql -X -A -t -q -F '|' -v ON_ERROR_STOP=1 -d " .. sh_quote(db) ..
-    " -c " .. sh_quote(sql)))
+    " -c " .. sh_quote("/*bench*/ " .. sql)))
   local rows = {}
   for line in p:lines() do
     local r = {}
@@ -87,14 +88,24 @@ local function loadavg()
   return l and tonumber(l:match("^(%S+)")) or nil
 end
 
--- What the server did for a workload, from its own counters (pg_stat_database, no extension
--- needed; pg_stat_statements when the cluster loads it): transactions, rows written,
--- statements. Read before and after; a workload's difference is divided by its steps.
+-- What the server did for a workload, from its own counters: transactions and rows written
+-- (pg_stat_database), statements, and among them the reads (pg_stat_statements, which the
+-- pg suite's cluster loads). A read waits for its answer: a round trip of its own. The writes
+-- go in pipelines (pg_batch.c): BEGIN, the lease check, the writes, pg_notify, COMMIT.
+-- Read before and after; a workload's difference is divided by its steps.
 local function pg_counts(db)
   local r = psql_rows(db, [[SELECT xact_commit, tup_inserted + tup_updated + tup_deleted,
-    (SELECT coalesce(sum(calls), 0) FROM public.pg_stat_statements s WHERE s.dbid = d.datid)
+    (SELECT coalesce(sum(calls), 0) FROM public.pg_stat_statements s
+      WHERE s.dbid = d.datid AND s.query NOT LIKE '/*bench*/%'),
+    (SELECT coalesce(sum(calls), 0) FROM public.pg_stat_statements s
+      WHERE s.dbid = d.datid AND s.query NOT LIKE '/*bench*/%'
+      AND (s.query LIKE 'SELECT%' OR s.query LIKE 'WITH c AS%' OR s.query LIKE 'WITH gone AS%')
+      AND s.query NOT LIKE 'SELECT mend_lease_live%' AND s.query NOT LIKE 'SELECT pg_notify%'),
+    (SELECT coalesce(sum(calls), 0) FROM public.pg_stat_statements s
+      WHERE s.dbid = d.datid AND s.query = 'BEGIN')
     FROM pg_stat_database d WHERE datname = current_database()]])
-  return { xacts = tonumber(r[1][1]), rows = tonumber(r[1][2]), stmts = tonumber(r[1][3]) }
+  return { xacts = tonumber(r[1][1]), rows = tonumber(r[1][2]), stmts = tonumber(r[1][3]),
+           reads = tonumber(r[1][4]), batches = tonumber(r[1][5]) }
 end
 
 local function pct(sorted, p)
@@ -912,8 +923,8 @@ local function table_print(results)
     if r.fire_lateness_p99_ms then extra[#extra + 1] = "fire_late99=" .. r.fire_lateness_p99_ms .. "ms" end
     if r.workers then extra[#extra + 1] = "workers=" .. r.workers .. " steps/worker=" .. r.steps_per_worker end
     if r.rows_per_step then
-      extra[#extra + 1] = string.format("rows/step=%s stmts/step=%s xacts/step=%s rt/step~%s",
-        r.rows_per_step, r.stmts_per_step, r.xacts_per_step, r.round_trips_per_step)
+      extra[#extra + 1] = string.format("rows/step=%s stmts/step=%s reads/step=%s batches/step=%s rt/step>=%s",
+        r.rows_per_step, r.stmts_per_step, r.reads_per_step, r.batches_per_step, r.round_trips_per_step)
     end
     if r.load1_end then extra[#extra + 1] = string.format("load=%s..%s", r.load1_start, r.load1_end) end
     print(string.format("%-6s %8s %-8s %-6s %s %s %s %s %s %s %s %s  %s",
@@ -1054,9 +1065,12 @@ local function main()
           r.xacts_per_step = round((c1.xacts - c0.xacts) / steps, 4)
           r.rows_per_step = round((c1.rows - c0.rows) / steps, 3)
           r.stmts_per_step = round((c1.stmts - c0.stmts) / steps, 3)
-          -- a batch is one pipeline: one round trip, plus one per 512 statements in it
-          -- (pg_batch.c's CHUNK); a read outside a batch is a transaction of its own
-          r.round_trips_per_step = round(((c1.xacts - c0.xacts) + (c1.stmts - c0.stmts) / 512) / steps, 4)
+          r.reads_per_step = round((c1.reads - c0.reads) / steps, 4)
+          r.batches_per_step = round((c1.batches - c0.batches) / steps, 4)
+          -- at least: a pipeline a batch, one more per 512 statements in it (pg_batch.c's
+          -- CHUNK), one a read (a read in a batch may first flush the batch's writes: one more)
+          r.round_trips_per_step = round(((c1.batches - c0.batches) + (c1.stmts - c0.stmts) / 512
+            + (c1.reads - c0.reads)) / steps, 4)
         end
       end
       print(encode_line(r))
@@ -1085,50 +1099,54 @@ local function main()
   end
   local results = {}
   local t0 = now()
-  for _, w in ipairs(suite) do
-    local name, n, dur = w[1], w[2], w[3]
-    if not o.only or o.only[name] then
-      local cmd = string.format("%s %s --one %s --n %d --durability %s --dir %s", sh_quote(LUA),
-        sh_quote(SELF), name, n, dur, sh_quote(dir))
-      if w.rate then cmd = cmd .. " --rate " .. w.rate end
-      if w.wait then cmd = cmd .. " --wait " .. w.wait end
-      if w.probes then cmd = cmd .. " --probes " .. w.probes end
-      if w.serve then cmd = cmd .. " --serve" end
-      if w.budget then cmd = cmd .. " --budget " .. w.budget end
-      if w.workers then cmd = cmd .. " --workers " .. w.workers end
-      local best
-      for rep = 1, o.repeat_n do
-        local wcmd = cmd
-        if pg then wcmd = cmd .. " --db " .. sh_quote(pg.schema()) end
-        -- The workload before may have left the disk busy writing back its pages (a full
-        -- durability run's database and WAL): each starts on a quiet disk.
-        os.execute("sync; sleep 0.5")
-        local p = io.popen(wcmd)
-        local out = p:read("a")
-        local ok = p:close()
-        local line = out:match("(%b{})%s*$")
-        if not ok or not line then
-          fail_out("bench: " .. name .. " n=" .. n .. " " .. dur .. " failed:\n" .. out .. "\n")
-        end
-        local r = json.decode(line)
-        os.execute("rm -f " .. sh_quote(dir) .. "/*.db " .. sh_quote(dir) .. "/*.db-wal " .. sh_quote(dir) .. "/*.db-shm")
-        if not best then best = r
-        else
-          -- best of the repeats, figure by figure: this machine is shared and noisy
-          for _, g in ipairs(GUARDED) do
-            local k, dir_ = g[1], g[2]
-            if type(r[k]) == "number" and type(best[k]) == "number" then
-              if (dir_ > 0 and r[k] > best[k]) or (dir_ < 0 and r[k] < best[k]) then best[k] = r[k] end
+  -- an error of the orchestrator itself stops the cluster too
+  local ok, err = pcall(function()
+    for _, w in ipairs(suite) do
+      local name, n, dur = w[1], w[2], w[3]
+      if not o.only or o.only[name] then
+        local cmd = string.format("%s %s --one %s --n %d --durability %s --dir %s", sh_quote(LUA),
+          sh_quote(SELF), name, n, dur, sh_quote(dir))
+        if w.rate then cmd = cmd .. " --rate " .. w.rate end
+        if w.wait then cmd = cmd .. " --wait " .. w.wait end
+        if w.probes then cmd = cmd .. " --probes " .. w.probes end
+        if w.serve then cmd = cmd .. " --serve" end
+        if w.budget then cmd = cmd .. " --budget " .. w.budget end
+        if w.workers then cmd = cmd .. " --workers " .. w.workers end
+        local best
+        for rep = 1, o.repeat_n do
+          local wcmd = cmd
+          if pg then wcmd = cmd .. " --db " .. sh_quote(pg.schema()) end
+          -- The workload before may have left the disk busy writing back its pages (a full
+          -- durability run's database and WAL): each starts on a quiet disk.
+          os.execute("sync; sleep 0.5")
+          local p = io.popen(wcmd)
+          local out = p:read("a")
+          local ok = p:close()
+          local line = out:match("(%b{})%s*$")
+          if not ok or not line then
+            fail_out("bench: " .. name .. " n=" .. n .. " " .. dur .. " failed:\n" .. out .. "\n")
+          end
+          local r = json.decode(line)
+          os.execute("rm -f " .. sh_quote(dir) .. "/*.db " .. sh_quote(dir) .. "/*.db-wal " .. sh_quote(dir) .. "/*.db-shm")
+          if not best then best = r
+          else
+            -- best of the repeats, figure by figure: this machine is shared and noisy
+            for _, g in ipairs(GUARDED) do
+              local k, dir_ = g[1], g[2]
+              if type(r[k]) == "number" and type(best[k]) == "number" then
+                if (dir_ > 0 and r[k] > best[k]) or (dir_ < 0 and r[k] < best[k]) then best[k] = r[k] end
+              end
             end
           end
         end
+        if o.repeat_n > 1 then best.repeats = o.repeat_n end
+        results[#results + 1] = best
+        print(encode_line(best))
+        io.stdout:flush()
       end
-      if o.repeat_n > 1 then best.repeats = o.repeat_n end
-      results[#results + 1] = best
-      print(encode_line(best))
-      io.stdout:flush()
     end
-  end
+  end)
+  if not ok then fail_out("bench: " .. tostring(err) .. "\n") end
   if pg then pg.stop() end
   if made then os.execute("rm -rf " .. sh_quote(dir)) end
   table_print(results)
