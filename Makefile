@@ -90,12 +90,18 @@ crash-soak: build
 BENCH_BUILD_DIR ?= build-bench
 BENCH_ENV := LUA_PATH="$(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;;" \
              LUA_CPATH="$(CURDIR)/$(BENCH_BUILD_DIR)/lib/?.so;;"
-.PHONY: bench bench-quick bench-build
+.PHONY: bench bench-quick bench-build bench-pg
 bench-build:
 	$(MAKE) build BUILD_DIR=$(BENCH_BUILD_DIR)
 
+# bench-pg: W1, W3, W5 and four `mend worker` processes on a throw-away PostgreSQL cluster of
+# its own (tests/pg/cluster.sh), stopped afterwards; no baseline. `make bench` runs it too.
 bench: bench-build
 	$(BENCH_ENV) lua5.4 bench/run.lua --suite full $(BENCH_ARGS)
+	$(BENCH_ENV) lua5.4 bench/run.lua --suite pg
+
+bench-pg: bench-build
+	$(BENCH_ENV) lua5.4 bench/run.lua --suite pg
 
 bench-quick: bench-build
 	$(BENCH_ENV) lua5.4 bench/run.lua --suite quick --compare bench/baseline.json $(BENCH_ARGS)

@@ -1,9 +1,13 @@
 -- bench/run.lua: the benchmark suite of issue 6 (see bench/README.md).
 --
---   lua5.4 bench/run.lua [--suite full|quick] [--only W1,W3] [--dir DIR] [--repeat N]
+--   lua5.4 bench/run.lua [--suite full|quick|pg] [--only W1,W3] [--dir DIR] [--repeat N]
 --                        [--compare bench/baseline.json] [--update-baseline] [--json-out FILE]
 --   lua5.4 bench/run.lua --one WORKLOAD --n N --durability full|process --dir DIR [--rate R]
 --                        [--wait retry|sleep|step|serve] [--probes N] [--serve]
+--                        [--db postgresql://...] [--workers K]
+--
+-- The pg suite starts a throw-away PostgreSQL cluster (tests/pg/cluster.sh), gives each
+-- workload a schema of its own (--db), and stops the cluster at the end.
 --
 -- Without --one it is the orchestrator: every workload runs in a child process of its own (so
 -- that peak RSS is the workload's), each child prints one JSON line, and the orchestrator
@@ -44,10 +48,65 @@ local function fsize(p)
   f:close()
   return n
 end
-local function db_bytes(p) return fsize(p) + fsize(p .. "-wal") end
-local function rmdb(p) for _, s in ipairs{ "", "-wal", "-shm" } do os.remove(p .. s) end end
-
 local function sh_quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+
+-- A PostgreSQL store (the `pg` suite) is named by its URI; every other db is a SQLite file.
+local function is_pg(db) return type(db) == "string" and db:match("^postgres") ~= nil end
+
+-- Rows of a query through psql: the same shape as sql_rows gives for SQLite.
+local function psql_rows(db, sql)
+  -- the mark keeps the bench's own looks out of the workload's statement counts
+  local p = assert(io.popen("psql -X -A -t -q -F '|' -v ON_ERROR_STOP=1 -d " .. sh_quote(db) ..
+    " -c " .. sh_quote("/*bench*/ " .. sql)))
+  local rows = {}
+  for line in p:lines() do
+    local r = {}
+    for f in (line .. "|"):gmatch("([^|]*)|") do r[#r + 1] = f end
+    rows[#rows + 1] = r
+  end
+  assert(p:close(), "psql failed: " .. sql)
+  return rows
+end
+
+local function db_bytes(p)
+  if is_pg(p) then
+    local r = psql_rows(p, [[SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c
+      JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relkind = 'r']])
+    return tonumber(r[1] and r[1][1]) or 0
+  end
+  return fsize(p) + fsize(p .. "-wal")
+end
+local function rmdb(p)
+  if is_pg(p) then return end
+  for _, s in ipairs{ "", "-wal", "-shm" } do os.remove(p .. s) end
+end
+
+local function loadavg()
+  local f = io.open("/proc/loadavg")
+  local l = f and f:read("l")
+  if f then f:close() end
+  return l and tonumber(l:match("^(%S+)")) or nil
+end
+
+-- What the server did for a workload, from its own counters: transactions and rows written
+-- (pg_stat_database), statements, and among them the reads (pg_stat_statements, which the
+-- pg suite's cluster loads). A read waits for its answer: a round trip of its own. The writes
+-- go in pipelines (pg_batch.c): BEGIN, the lease check, the writes, pg_notify, COMMIT.
+-- Read before and after; a workload's difference is divided by its steps.
+local function pg_counts(db)
+  local r = psql_rows(db, [[SELECT xact_commit, tup_inserted + tup_updated + tup_deleted,
+    (SELECT coalesce(sum(calls), 0) FROM public.pg_stat_statements s
+      WHERE s.dbid = d.datid AND s.query NOT LIKE '/*bench*/%'),
+    (SELECT coalesce(sum(calls), 0) FROM public.pg_stat_statements s
+      WHERE s.dbid = d.datid AND s.query NOT LIKE '/*bench*/%'
+      AND (s.query LIKE 'SELECT%' OR s.query LIKE 'WITH c AS%' OR s.query LIKE 'WITH gone AS%')
+      AND s.query NOT LIKE 'SELECT mend_lease_live%' AND s.query NOT LIKE 'SELECT pg_notify%'),
+    (SELECT coalesce(sum(calls), 0) FROM public.pg_stat_statements s
+      WHERE s.dbid = d.datid AND s.query = 'BEGIN')
+    FROM pg_stat_database d WHERE datname = current_database()]])
+  return { xacts = tonumber(r[1][1]), rows = tonumber(r[1][2]), stmts = tonumber(r[1][3]),
+           reads = tonumber(r[1][4]), batches = tonumber(r[1][5]) }
+end
 
 local function pct(sorted, p)
   local n = #sorted
@@ -66,6 +125,8 @@ end
 
 -- Reads rows of one numeric column (or several, separated by |) with the sqlite3 shell.
 local function sql_rows(db, sql)
+  -- PostgreSQL keeps names in history itself (no labels, no history_named view)
+  if is_pg(db) then return psql_rows(db, (sql:gsub("history_named", "history"))) end
   local p = assert(io.popen("sqlite3 -readonly " .. sh_quote(db) .. " " .. sh_quote(sql)))
   local rows = {}
   for line in p:lines() do
@@ -201,7 +262,7 @@ local function throughput(o, wf, steps_per_run)
   local lat = step_latencies(o.db, wf.name)
   return result(o, {
     seconds = round(secs, 3), runs_per_s = round(o.n / secs, 1),
-    steps_per_s = round(o.n * steps_per_run / secs, 1),
+    steps_per_s = round(o.n * steps_per_run / secs, 1), steps_total = o.n * steps_per_run,
     p50_ms = round(pct(lat, 50)), p99_ms = round(pct(lat, 99)), latency = "step (burst)" })
 end
 
@@ -276,6 +337,7 @@ W.W3 = function(o)
   return result(o, {
     seconds = round(secs, 3), runs_per_s = round(o.n / secs, 1),
     steps_per_s = round(o.n * 3 / secs, 1), attempts_per_s = round(o.n * 5 / secs, 1),
+    steps_total = o.n * 3,
     p50_ms = round(pct(lat, 50)), p99_ms = round(pct(lat, 99)), latency = "step (burst, incl. backoff)",
     lateness_p50_ms = round(pct(late, 50)), lateness_p99_ms = round(pct(late, 99)),
     lateness_max_ms = round(late[#late]), fire_lateness_p99_ms = round(pct(fire, 99)),
@@ -448,6 +510,67 @@ W.W8 = function(o)
   BASE_RSS = rss_kb()
   eng:start("w8driver", {})
   eng:serve{ poll = o.wait == "other" and 0.002 or 0.1 }
+end
+
+-- W1w: W1's saga drained by o.workers real `mend worker` processes sharing one database, as
+-- workers on many machines share it. The n runs are started beforehand (detached, as `mend
+-- start` starts them), then the workers are let loose on them. seconds: from the first step
+-- row in history to the last (the audit trail's own clock, so worker start-up is not counted);
+-- runs_per_worker: the spread of the steps over the workers (min/max).
+local function mend_bin()
+  local so = package.searchpath("mend.core", package.cpath) or ""
+  local build = so:match("^(.*)/lib/") or "build"
+  return os.getenv("MEND_BIN") or (build .. "/mend")
+end
+
+W.W1w = function(o)
+  local wfdir = o.dir .. "/w1w-workflows"
+  os.execute("mkdir -p " .. sh_quote(wfdir))
+  local f = assert(io.open(wfdir .. "/saga3.lua", "w"))
+  f:write([[
+local function trivial(name) return { name = name, execute = function() return true end } end
+return { name = "saga3", steps = { trivial("reserve"), trivial("charge"), trivial("ship") } }
+]])
+  f:close()
+  local eng = mend.engine{ db = o.db, durability = o.durability, clock = "real" }
+  local name = eng:load(wfdir .. "/saga3.lua")
+  for i = 1, o.n do eng:start(name, { i = i }, { detached = true }) end
+  eng:close()
+  o.pg_c0 = pg_counts(o.db)   -- the starts are not the workers' work
+  local pids = {}
+  local bin = mend_bin()
+  for k = 1, o.workers or 1 do
+    local p = io.popen(string.format("%s worker --db %s --workflows %s --durability %s --poll 0.05 --log-level warn " ..
+      ">%s 2>&1 & echo $!", sh_quote(bin), sh_quote(o.db), sh_quote(wfdir), o.durability,
+      sh_quote(o.dir .. "/w1w-worker" .. k .. ".log")))
+    pids[#pids + 1] = assert(tonumber(p:read("l")), "no worker pid")
+    p:close()
+  end
+  -- the look for the end uses the index of live runs: a count of all of them would take a
+  -- share of the server from the workers
+  local left, t0 = 1, now()
+  while left > 0 do
+    os.execute("sleep 0.25")
+    left = tonumber(psql_rows(o.db, [[SELECT count(*) FROM (SELECT 1 FROM runs
+      WHERE status IN ('running', 'compensating') LIMIT 1) x]])[1][1])
+    if now() - t0 > 600 then break end
+  end
+  for _, pid in ipairs(pids) do os.execute("kill -TERM " .. pid .. " 2>/dev/null") end
+  for _, pid in ipairs(pids) do
+    os.execute("while kill -0 " .. pid .. " 2>/dev/null; do sleep 0.05; done")
+  end
+  assert(left == 0, "runs unfinished after 600 s; see " .. o.dir .. "/w1w-worker*.log")
+  local span = psql_rows(o.db, "SELECT max(at) - min(at) FROM history WHERE event = 'step'")
+  local secs = tonumber(span[1][1])
+  local per = psql_rows(o.db, [[SELECT count(*) FROM history WHERE event = 'step'
+    AND to_status = 'succeeded' GROUP BY worker ORDER BY 1]])
+  local lat = step_latencies(o.db, "saga3")
+  return result(o, {
+    seconds = round(secs, 3), runs_per_s = round(o.n / secs, 1),
+    steps_per_s = round(o.n * 3 / secs, 1), steps_total = o.n * 3, workers = o.workers or 1,
+    steps_per_worker = string.format("%s..%s over %d", per[1] and per[1][1] or 0,
+      per[#per] and per[#per][1] or 0, #per),
+    p50_ms = round(pct(lat, 50)), p99_ms = round(pct(lat, 99)), latency = "step (burst)" })
 end
 
 -- W5: compensation. Three steps with compensate; the last fails fatally, so the second and the
@@ -728,6 +851,15 @@ local SUITES = {
     { "W11", 10000, "full", budget = 1 }, { "W11", 10000, "process", budget = 1 },
     { "W11", 10000, "full", budget = 2 }, { "W11", 10000, "process", budget = 2 },
   },
+  -- On a throw-away PostgreSQL cluster of its own (tests/pg/cluster.sh: fsync and
+  -- synchronous_commit on, 127.0.0.1), each workload in a fresh schema. W1w: n runs drained by
+  -- 1, then 4, `mend worker` processes sharing the database.
+  pg = {
+    { "W1", 10000, "full" }, { "W1", 30000, "full" },
+    { "W3", 10000, "full" },
+    { "W5", 10000, "full" },
+    { "W1w", 10000, "full", workers = 1 }, { "W1w", 10000, "full", workers = 4 },
+  },
   quick = {
     { "W1", 10000, "full" }, { "W1", 10000, "process" },
     { "W1p", 6000, "full", rate = 2000 },
@@ -743,6 +875,7 @@ local SUITES = {
 
 local function key_of(r)
   local k = r.workload .. "/" .. r.n .. "/" .. r.durability
+  if r.workers then k = k .. "/" .. r.workers .. "w" end
   if r.wait then k = k .. "/" .. r.wait end
   if r.mode then k = k .. "/" .. r.mode end
   if r.offered_steps_per_s then k = k .. "/" .. math.floor(r.offered_steps_per_s) end
@@ -788,6 +921,12 @@ local function table_print(results)
         r.budget_ms, r.max_ms, r.over_budget, r.over_10pct, r.preempted, r.judged_p99_ms, r.outside_p99_ms, r.unfinished_quests)
     end
     if r.fire_lateness_p99_ms then extra[#extra + 1] = "fire_late99=" .. r.fire_lateness_p99_ms .. "ms" end
+    if r.workers then extra[#extra + 1] = "workers=" .. r.workers .. " steps/worker=" .. r.steps_per_worker end
+    if r.rows_per_step then
+      extra[#extra + 1] = string.format("rows/step=%s stmts/step=%s reads/step=%s batches/step=%s rt/step>=%s",
+        r.rows_per_step, r.stmts_per_step, r.reads_per_step, r.batches_per_step, r.round_trips_per_step)
+    end
+    if r.load1_end then extra[#extra + 1] = string.format("load=%s..%s", r.load1_start, r.load1_end) end
     print(string.format("%-6s %8s %-8s %-6s %s %s %s %s %s %s %s %s  %s",
       r.workload, r.n, r.durability, r.wait or r.mode or "", fmt(r.seconds, 9), fmt(r.runs_per_s, 10),
       fmt(r.steps_per_s, 11), fmt(r.p50_ms, 9), fmt(r.p99_ms, 9), fmt(r.lateness_p99_ms, 9),
@@ -856,10 +995,53 @@ local function parse_args(a)
     elseif k == "--serve" then o.serve = true
     elseif k == "--budget" then o.budget = tonumber(val())
     elseif k == "--frames" then o.frames = tonumber(val())
+    elseif k == "--workers" then o.workers = tonumber(val())
     else error("unknown option " .. k) end
     i = i + 1
   end
   return o
+end
+
+-- The pg suite's server: a throw-away cluster started as the tests start theirs
+-- (tests/pg/cluster.sh: fsync and synchronous_commit on, TCP on 127.0.0.1, the role mend),
+-- with pg_stat_statements loaded to count statements; stopped and removed at the end.
+-- schema() gives the URI of a fresh schema for one workload.
+local function pg_cluster(dir)
+  local root = BENCH_DIR .. "/.."
+  local state = dir .. "/pgstate"
+  local script = sh_quote(root .. "/tests/pg/cluster.sh")
+  assert(os.execute("sh " .. script .. " start " .. sh_quote(state) .. " >&2"), "bench: cannot start PostgreSQL")
+  local c = {}
+  function c.stop() os.execute("sh " .. script .. " stop " .. sh_quote(state)) end
+  local function readf(name)
+    local f = assert(io.open(state .. "/" .. name))
+    local v = f:read("l")
+    f:close()
+    return v
+  end
+  local datadir, port = readf("datadir"), readf("port")
+  local conf = assert(io.open(datadir .. "/data/postgresql.conf", "a"))
+  conf:write("shared_preload_libraries = 'pg_stat_statements'\n")
+  conf:close()
+  local as_pg = io.popen("id -u"):read("l") == "0" and "runuser -u postgres -- " or ""
+  local ok = os.execute("sh " .. script .. " restart " .. sh_quote(state)) and
+    os.execute(as_pg .. "psql -X -q -h " .. sh_quote(datadir) .. " -p " .. port ..
+      " -U postgres -d mend -c 'CREATE EXTENSION pg_stat_statements' >&2")
+  if not ok then
+    c.stop()
+    error("bench: cannot load pg_stat_statements")
+  end
+  local uri = readf("uri")
+  local serial = 0
+  function c.schema()
+    serial = serial + 1
+    local name = "bench" .. serial
+    psql_rows(uri, "CREATE SCHEMA " .. name)
+    return uri .. "?options=-csearch_path%3D" .. name
+  end
+  local v = psql_rows(uri, "SELECT version()")[1][1]
+  print("bench: " .. v:match("^(%S+ %S+)") .. " on 127.0.0.1:" .. port .. ", fsync=on, synchronous_commit=on")
+  return c
 end
 
 local function main()
@@ -868,8 +1050,31 @@ local function main()
     o.workload = o.one
     o.dir = o.dir or "/tmp"
     o.db = o.db or (o.dir .. "/" .. o.one .. "-" .. o.n .. "-" .. o.durability .. ".db")
+    local c0 = is_pg(o.db) and pg_counts(o.db)
+    local load0 = loadavg()
     local r = assert(W[o.one], "no workload " .. o.one)(o)
-    if r then print(encode_line(r)) end
+    if r then
+      r.load1_start, r.load1_end = load0, loadavg()
+      if c0 then
+        -- a backend's counters reach the shared ones when it ends: after eng:close(), soon
+        os.execute("sleep 0.5")
+        local c1 = pg_counts(o.db)
+        c0 = o.pg_c0 or c0
+        local steps = r.steps_total or (r.steps_per_s or 0) * (r.seconds or 0)
+        if steps > 0 then
+          r.xacts_per_step = round((c1.xacts - c0.xacts) / steps, 4)
+          r.rows_per_step = round((c1.rows - c0.rows) / steps, 3)
+          r.stmts_per_step = round((c1.stmts - c0.stmts) / steps, 3)
+          r.reads_per_step = round((c1.reads - c0.reads) / steps, 4)
+          r.batches_per_step = round((c1.batches - c0.batches) / steps, 4)
+          -- at least: a pipeline a batch, one more per 512 statements in it (pg_batch.c's
+          -- CHUNK), one a read (a read in a batch may first flush the batch's writes: one more)
+          r.round_trips_per_step = round(((c1.batches - c0.batches) + (c1.stmts - c0.stmts) / 512
+            + (c1.reads - c0.reads)) / steps, 4)
+        end
+      end
+      print(encode_line(r))
+    end
     return
   end
   local dir = o.dir
@@ -882,52 +1087,80 @@ local function main()
   end
   local suite = assert(SUITES[o.suite], "no suite " .. o.suite)
   o.repeat_n = o.repeat_n or (o.suite == "quick" and 2 or 1)
+  local pg = o.suite == "pg" and pg_cluster(dir)
+  if pg and (o.update or o.compare) then
+    print("bench: the pg suite has no baseline; --update-baseline and --compare are ignored")
+    o.update, o.compare = nil, nil
+  end
+  local function fail_out(msg)
+    io.stderr:write(msg)
+    if pg then pg.stop() end
+    os.exit(1)
+  end
   local results = {}
   local t0 = now()
-  for _, w in ipairs(suite) do
-    local name, n, dur = w[1], w[2], w[3]
-    if not o.only or o.only[name] then
-      local cmd = string.format("%s %s --one %s --n %d --durability %s --dir %s", sh_quote(LUA),
-        sh_quote(SELF), name, n, dur, sh_quote(dir))
-      if w.rate then cmd = cmd .. " --rate " .. w.rate end
-      if w.wait then cmd = cmd .. " --wait " .. w.wait end
-      if w.probes then cmd = cmd .. " --probes " .. w.probes end
-      if w.serve then cmd = cmd .. " --serve" end
-      if w.budget then cmd = cmd .. " --budget " .. w.budget end
-      local best
-      for rep = 1, o.repeat_n do
-        -- The workload before may have left the disk busy writing back its pages (a full
-        -- durability run's database and WAL): each starts on a quiet disk.
-        os.execute("sync; sleep 0.5")
-        local p = io.popen(cmd)
-        local out = p:read("a")
-        local ok = p:close()
-        local line = out:match("(%b{})%s*$")
-        if not ok or not line then
-          io.stderr:write("bench: " .. name .. " n=" .. n .. " " .. dur .. " failed:\n" .. out .. "\n")
-          os.exit(1)
-        end
-        local r = json.decode(line)
-        os.execute("rm -f " .. sh_quote(dir) .. "/*.db " .. sh_quote(dir) .. "/*.db-wal " .. sh_quote(dir) .. "/*.db-shm")
-        if not best then best = r
-        else
-          -- best of the repeats, figure by figure: this machine is shared and noisy
-          for _, g in ipairs(GUARDED) do
-            local k, dir_ = g[1], g[2]
-            if type(r[k]) == "number" and type(best[k]) == "number" then
-              if (dir_ > 0 and r[k] > best[k]) or (dir_ < 0 and r[k] < best[k]) then best[k] = r[k] end
+  -- an error of the orchestrator itself stops the cluster too
+  local ok, err = pcall(function()
+    for _, w in ipairs(suite) do
+      local name, n, dur = w[1], w[2], w[3]
+      if not o.only or o.only[name] then
+        local cmd = string.format("%s %s --one %s --n %d --durability %s --dir %s", sh_quote(LUA),
+          sh_quote(SELF), name, n, dur, sh_quote(dir))
+        if w.rate then cmd = cmd .. " --rate " .. w.rate end
+        if w.wait then cmd = cmd .. " --wait " .. w.wait end
+        if w.probes then cmd = cmd .. " --probes " .. w.probes end
+        if w.serve then cmd = cmd .. " --serve" end
+        if w.budget then cmd = cmd .. " --budget " .. w.budget end
+        if w.workers then cmd = cmd .. " --workers " .. w.workers end
+        local best
+        for rep = 1, o.repeat_n do
+          local wcmd = cmd
+          if pg then wcmd = cmd .. " --db " .. sh_quote(pg.schema()) end
+          -- The workload before may have left the disk busy writing back its pages (a full
+          -- durability run's database and WAL): each starts on a quiet disk.
+          os.execute("sync; sleep 0.5")
+          local p = io.popen(wcmd)
+          local out = p:read("a")
+          local ok = p:close()
+          local line = out:match("(%b{})%s*$")
+          if not ok or not line then
+            fail_out("bench: " .. name .. " n=" .. n .. " " .. dur .. " failed:\n" .. out .. "\n")
+          end
+          local r = json.decode(line)
+          os.execute("rm -f " .. sh_quote(dir) .. "/*.db " .. sh_quote(dir) .. "/*.db-wal " .. sh_quote(dir) .. "/*.db-shm")
+          if not best then best = r
+          else
+            -- best of the repeats, figure by figure: this machine is shared and noisy
+            for _, g in ipairs(GUARDED) do
+              local k, dir_ = g[1], g[2]
+              if type(r[k]) == "number" and type(best[k]) == "number" then
+                if (dir_ > 0 and r[k] > best[k]) or (dir_ < 0 and r[k] < best[k]) then best[k] = r[k] end
+              end
             end
           end
         end
+        if o.repeat_n > 1 then best.repeats = o.repeat_n end
+        results[#results + 1] = best
+        print(encode_line(best))
+        io.stdout:flush()
       end
-      if o.repeat_n > 1 then best.repeats = o.repeat_n end
-      results[#results + 1] = best
-      print(encode_line(best))
-      io.stdout:flush()
     end
-  end
+  end)
+  if not ok then fail_out("bench: " .. tostring(err) .. "\n") end
+  if pg then pg.stop() end
   if made then os.execute("rm -rf " .. sh_quote(dir)) end
   table_print(results)
+  if pg then
+    local one, four
+    for _, r in ipairs(results) do
+      if r.workload == "W1w" and r.workers == 1 then one = r end
+      if r.workload == "W1w" and r.workers == 4 then four = r end
+    end
+    if one and four then
+      print(string.format("\nfour workers sharing one database: %.0f steps/s, %.0f%% of one worker's %.0f",
+        four.steps_per_s, 100 * four.steps_per_s / one.steps_per_s, one.steps_per_s))
+    end
+  end
   local gp = io.popen("git -C " .. sh_quote(BENCH_DIR) .. " describe --always --dirty 2>/dev/null")
   local rev = gp and gp:read("l") or "?"
   if gp then gp:close() end
