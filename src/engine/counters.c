@@ -40,9 +40,10 @@ int mend__commit_counted(mend_engine *E) {
   return rc;
 }
 
-/* A batch goes to the writer thread now (the caller knows it wrote something). */
-void mend__handed(mend_engine *E) {
-  if (!E->handed_at) E->handed_at = uv_hrtime();
+/* A batch that wrote something was handed to the writer thread at `at` (taken before the
+ * hand-off: the thread may be done with it before the hand-off returns). */
+void mend__handed(mend_engine *E, uint64_t at) {
+  if (!E->handed_at) E->handed_at = at;
 }
 
 /* The batch handed last is durable (or was never more than nothing). */

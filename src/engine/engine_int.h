@@ -280,7 +280,7 @@ int mend__writer_holds_batch(mend_engine *E);
 
 /* ---- counters.c: what the engine did, for its host's metrics */
 int mend__commit_counted(mend_engine *E);
-void mend__handed(mend_engine *E);
+void mend__handed(mend_engine *E, uint64_t at);
 void mend__handed_durable(mend_engine *E);
 
 /* ---- drive.c: run, advance, tick */

@@ -227,7 +227,7 @@ int mend__end_batch(mend_engine *E) {
     return 0;
   }
   if (mend_store_durable_seq(E->store) >= E->handed_seq) mend__handed_durable(E);
-  int wrote = mend_store_batch_open(E->store);
+  uint64_t handed_at = mend_store_batch_open(E->store) ? uv_hrtime() : 0;
   E->handed_seq = mend_store_open_seq(E->store);
   json_array_extend(E->alerts_handed, E->alerts);
   json_array_extend(E->events_handed, E->events);
@@ -236,10 +236,9 @@ int mend__end_batch(mend_engine *E) {
   int rc = mend_store_hand_off(E->store);
   if (rc == MEND_STORE_BUSY) { mend__lock_wait(E); return 0; }
   if (rc) { mend__store_failed(E); return -1; }
-  if (mend_store_writer_busy(E->store)) {
-    if (wrote) mend__handed(E);
-    uv_ref((uv_handle_t *)E->wakeup);
-  } else mend__settle_writer(E);   /* nothing was written: durable at once */
+  if (handed_at) mend__handed(E, handed_at);
+  if (mend_store_writer_busy(E->store)) uv_ref((uv_handle_t *)E->wakeup);
+  else mend__settle_writer(E);   /* written already, or nothing was: durable at once */
   return 0;
 }
 
