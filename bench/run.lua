@@ -824,6 +824,92 @@ W.W11 = function(o)
   return t
 end
 
+-- W12: starting runs through mend serve's API (issue 23), beside eng:start in this process.
+-- The API records a run for workers (detached: committed before the answer), so the in-process
+-- figure to set beside it is eng:start{detached = true}; eng:start as a run executed here
+-- (recorded in the open batch, committed with the next) is shown too. The API is driven by
+-- bench/http_raw.c: N POSTs of {"workflow":..,"input":{"i":k}} on kept-alive connections, at
+-- concurrency 1 and HTTP_CONCURRENCY, to a `mend serve` of the bench build on a free port.
+local W12_FLOW = 'return { name = "w12", steps = { { name = "s", execute = function() return 1 end } } }\n'
+
+local function w12_read(path)
+  local f = io.open(path)
+  if not f then return nil end
+  local t = f:read("a")
+  f:close()
+  return t
+end
+
+W.W12 = function(o)
+  local core = assert(package.searchpath("mend.core", package.cpath), "W12: no mend.core")
+  local build = core:match("^(.*)/lib/mend/[^/]*$") or core:match("^(.*)/[^/]*$")
+  local exe = o.dir .. "/http_raw"
+  assert(os.execute(string.format("cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -o %s %s/http_raw.c -lcurl",
+    sh_quote(exe), sh_quote(BENCH_DIR))), "W12: cannot build http_raw (libcurl4-openssl-dev)")
+  local wdir = o.dir .. "/w12-workflows"
+  os.execute("mkdir -p " .. sh_quote(wdir))
+  local f = assert(io.open(wdir .. "/w12.lua", "w"))
+  f:write(W12_FLOW)
+  f:close()
+  -- in process
+  local eng = new_engine(o)
+  eng:load(wdir .. "/w12.lua")
+  local t0 = now()
+  for i = 1, o.n do eng:start("w12", { i = i }, { detached = true }) end
+  local detached_s = now() - t0
+  t0 = now()
+  for i = 1, o.n do eng:start("w12", { i = i }) end
+  local start_s = now() - t0
+  eng:close()
+  rmdb(o.db)
+  -- through the API
+  local out = o.dir .. "/w12-serve.out"
+  local p = io.popen(string.format("%s/mend serve --db %s --durability %s --workflows %s --listen 127.0.0.1:0 >%s 2>&1 & echo $!",
+    sh_quote(build), sh_quote(o.db), o.durability, sh_quote(wdir), sh_quote(out)))
+  local pid = p:read("l")
+  p:close()
+  local base
+  for _ = 1, 100 do
+    base = (w12_read(out) or ""):match("serving (http://[%d%.]+:%d+)/api/v1")
+    if base then break end
+    os.execute("sleep 0.1")
+  end
+  local ok, r = pcall(function()
+    assert(base, "W12: mend serve did not start: " .. (w12_read(out) or ""))
+    local function api(n, c)
+      local q = io.popen(string.format("%s %s %d %d %s", sh_quote(exe), sh_quote(base .. "/api/v1/runs"),
+        n, c, sh_quote('{"workflow":"w12","input":{"i":%d}}')))
+      local line = q:read("a")
+      q:close()
+      local t = json.decode(line:match("(%b{})") or "{}")
+      assert(t.rps and t.failed == 0, "W12: starts through the API failed: " .. line)
+      return t.rps
+    end
+    local c1 = api(o.n, 1)
+    local cn = api(o.n, HTTP_CONCURRENCY)
+    local recorded = tonumber(sql_rows(o.db, "SELECT count(*) FROM runs")[1][1])
+    assert(recorded == 2 * o.n, "W12: " .. recorded .. " runs recorded, not " .. 2 * o.n)
+    return result(o, {
+      runs_per_s = round(cn, 1), api_runs_per_s = round(cn, 1), api_c1_runs_per_s = round(c1, 1),
+      concurrency = HTTP_CONCURRENCY,
+      start_detached_runs_per_s = round(o.n / detached_s, 1),
+      start_runs_per_s = round(o.n / start_s, 1),
+      api_of_detached = round(cn / (o.n / detached_s), 3), latency = "none" })
+  end)
+  if pid then os.execute("kill " .. pid .. " 2>/dev/null; sleep 0.2") end
+  rmdb(o.db)
+  if not ok then error(r, 0) end
+  return r
+end
+
+-- W13: the dashboard's run page for a run of 10,000 history rows, in headless chromium
+-- (bench/dashboard_render.lua). n is not used: the run is always the same.
+W.W13 = function(o)
+  local t = dofile(BENCH_DIR .. "/dashboard_render.lua")(o)
+  t.workload, t.n, t.durability, t.latency = o.workload, t.history_rows, "n/a", "none"
+  return t
+end
+
 -- ------------------------------------------------------------------ suites
 
 local SUITES = {
@@ -848,6 +934,8 @@ local SUITES = {
     { "W8", 100000, "process", wait = "local" }, { "W8", 100000, "full", wait = "local" },
     { "W8", 100000, "process", wait = "other" },
     { "W9", 10000, "process" },
+    { "W12", 10000, "process" }, { "W12", 2000, "full" },
+    { "W13", 10000, "n/a" },
     { "W11", 10000, "full", budget = 1 }, { "W11", 10000, "process", budget = 1 },
     { "W11", 10000, "full", budget = 2 }, { "W11", 10000, "process", budget = 2 },
   },
@@ -919,6 +1007,14 @@ local function table_print(results)
     if r.budget_ms then
       extra[#extra + 1] = string.format("budget=%sms max=%sms over=%s over10%%=%s preempted=%s judged_p99=%sms outside_p99=%sms unfinished=%s",
         r.budget_ms, r.max_ms, r.over_budget, r.over_10pct, r.preempted, r.judged_p99_ms, r.outside_p99_ms, r.unfinished_quests)
+    end
+    if r.api_runs_per_s then
+      extra[#extra + 1] = string.format("API c%d=%s c1=%s eng:start detached=%s eng:start=%s runs/s",
+        r.concurrency, r.api_runs_per_s, r.api_c1_runs_per_s, r.start_detached_runs_per_s, r.start_runs_per_s)
+    end
+    if r.render_ms_median then
+      extra[#extra + 1] = string.format("run page of %d rows (%d bars): median %.0f ms (min %.0f, max %.0f, %d times)",
+        r.history_rows, r.bars, r.render_ms_median, r.render_ms_min, r.render_ms_max, r.repeats)
     end
     if r.fire_lateness_p99_ms then extra[#extra + 1] = "fire_late99=" .. r.fire_lateness_p99_ms .. "ms" end
     if r.workers then extra[#extra + 1] = "workers=" .. r.workers .. " steps/worker=" .. r.steps_per_worker end

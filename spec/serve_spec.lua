@@ -391,8 +391,15 @@ describe("mend serve", function()
     code, e = get(base, "/api/v1/runs/%zz")
     assert.are.equal(400, code)
     assert.are.equal("bad_path", e.error.code)
-    code = post(base, "/api/v1/runs", json.encode{ workflow = "hello", input = { pad = ("x"):rep(2000) } })
-    assert.are.equal(413, code)
+    local big = json.encode{ workflow = "hello", input = { pad = ("x"):rep(2000) } }
+    code, e, _, headers = post(base, "/api/v1/runs", big)
+    assert.are.equal(413, code)                               -- refused by h2o, answered as JSON
+    assert.are.equal("body_too_large", e.error.code)
+    assert.matches("over the limit of 1000 bytes", e.error.message)
+    assert.matches("content%-type: application/json", headers:lower())
+    code, e = post(base, "/api/v1/runs", big, { headers = { "Transfer-Encoding: chunked" } })
+    assert.are.equal(413, code)                               -- no length given: found reading
+    assert.are.equal("body_too_large", e.error.code)
     code, e = get(base, "/api/v1/runs", { headers = { "X-Pad: " .. ("y"):rep(20000) } })
     assert.are.equal(431, code)
     assert.matches("header fields", e.error.message)

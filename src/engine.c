@@ -87,7 +87,7 @@ void mend__store_failed(mend_engine *E) {
 int mend__commit_now(mend_engine *E) {
   if (E->broken) return -1;
   mend_store_set_busy_wait(E->store, 0);
-  int rc = mend_store_commit(E->store);
+  int rc = mend__commit_counted(E);
   mend_store_set_busy_wait(E->store, LOOP_BUSY_MS);
   if (rc) {
     if (rc == MEND_STORE_BUSY)

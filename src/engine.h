@@ -206,6 +206,12 @@ int mend_engine_upgrade_run(mend_engine *E, const char *id, const char *version,
 int mend_engine_breaker_set(mend_engine *E, const char *key, const char *op, double seconds,
                             const char *who, char *err, int errlen);
 int mend_engine_in_flight(const mend_engine *E);
+/* What this engine did since it was created (counters.h), read on its loop's thread: its
+ * commits, and the counters of its i-th workflow version (from 0; names repeat, one per
+ * version loaded), with its name: 0, or -1 past the last. */
+void mend_engine_commit_counters(const mend_engine *E, mend_commit_counters *out);
+int mend_engine_workflow_counters(const mend_engine *E, int i, const char **name,
+                                  mend_workflow_counters *out);
 int mend_engine_parked(const mend_engine *E);   /* runs held out of memory (park.c) */
 
 /* Where a Lua panic in an engine that owns its state goes (a jmp_buf of the caller's, which

@@ -10,6 +10,7 @@
 #include <lua.h>
 #include "backoff.h"
 #include "breaker.h"
+#include "counters.h"
 
 typedef struct mend_breaker_slot mend_breaker_slot;   /* the engine's, per breaker key */
 
@@ -54,6 +55,7 @@ typedef struct mend_workflow {
   mend_step_def *steps;
   char *step_names;     /* JSON array of the steps' names, kept with each run it starts */
   int has_branching;    /* a group or a `when`: recovery reads the history for their answers */
+  mend_workflow_counters counts;   /* what the engine did with it (a map's items: their run's) */
   struct mend_workflow *next;
 } mend_workflow;
 

@@ -378,6 +378,7 @@ void mend__start_attempt(mend_run *r, int compensating) {
   lua_State *co = lua_newthread(L);
   r->co = co;
   E->attempts++;
+  mend__root(r)->wf->counts.attempts[compensating ? MEND_PHASE_COMPENSATE : MEND_PHASE_EXECUTE]++;
   mend__failpoint(compensating ? "compensate" : "execute");
   lua_getfield(L, LUA_REGISTRYINDEX, THREADS_KEY);
   lua_pushvalue(L, -2);

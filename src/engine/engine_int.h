@@ -246,6 +246,9 @@ struct mend_engine {
   mend_run *park_head, *park_tail;   /* runs that began to wait, oldest first */
   mend_timer park_sweep, park_wake;
   int parked_since_give_back;
+  /* counters.c */
+  mend_commit_counters commits;
+  uint64_t handed_at;     /* uv_hrtime() when the batch on the writer thread was handed; 0: none */
 };
 /* Run ids gathered from the store (the fence, claims); oom: one could not be kept. */
 typedef struct id_list { mend_idset set; int oom; } id_list;
@@ -279,6 +282,11 @@ int mend__turn_has_work(const mend_engine *E);
 int mend__virtual_timers_to_advance(const mend_engine *E);
 void mend__writer_done(void *ud);
 int mend__writer_holds_batch(mend_engine *E);
+
+/* ---- counters.c: what the engine did, for its host's metrics */
+int mend__commit_counted(mend_engine *E);
+void mend__handed(mend_engine *E, uint64_t at);
+void mend__handed_durable(mend_engine *E);
 
 /* ---- drive.c: run, advance, tick */
 void mend__loop_once(mend_engine *E);

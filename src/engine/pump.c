@@ -194,8 +194,9 @@ static json_t *take_array(json_t **a) {
  * (if that batch failed, durable_seq did not move and hand_off reports the failure). */
 void mend__settle_writer(mend_engine *E) {
   if (mend_store_writer_busy(E->store)) return;
-  if (mend_store_durable_seq(E->store) >= E->handed_seq &&
-      (json_array_size(E->alerts_handed) || json_array_size(E->events_handed)))
+  if (mend_store_durable_seq(E->store) < E->handed_seq) return;
+  mend__handed_durable(E);
+  if (json_array_size(E->alerts_handed) || json_array_size(E->events_handed))
     mend__fire_batch(E, take_array(&E->alerts_handed), take_array(&E->events_handed));
 }
 
@@ -219,12 +220,14 @@ int mend__end_batch(mend_engine *E) {
   if (!E->writer || (E->turn_deadline <= 0 && !E->ready_head &&
                      mend_store_batch_writes(E->store) < HAND_OFF_WRITES)) {
     if (mend__lock_waiting(E)) return 0;   /* its timer kicks the next try */
-    int rc = mend_store_commit(E->store);
+    int rc = mend__commit_counted(E);
     if (rc == MEND_STORE_BUSY) { mend__lock_wait(E); return 0; }
     if (rc) { mend__store_failed(E); return -1; }
     mend__fire_batch(E, take_array(&E->alerts), take_array(&E->events));
     return 0;
   }
+  if (mend_store_durable_seq(E->store) >= E->handed_seq) mend__handed_durable(E);
+  uint64_t handed_at = mend_store_batch_open(E->store) ? uv_hrtime() : 0;
   E->handed_seq = mend_store_open_seq(E->store);
   json_array_extend(E->alerts_handed, E->alerts);
   json_array_extend(E->events_handed, E->events);
@@ -233,8 +236,9 @@ int mend__end_batch(mend_engine *E) {
   int rc = mend_store_hand_off(E->store);
   if (rc == MEND_STORE_BUSY) { mend__lock_wait(E); return 0; }
   if (rc) { mend__store_failed(E); return -1; }
+  if (handed_at) mend__handed(E, handed_at);
   if (mend_store_writer_busy(E->store)) uv_ref((uv_handle_t *)E->wakeup);
-  else mend__settle_writer(E);   /* nothing was written: durable at once */
+  else mend__settle_writer(E);   /* written already, or nothing was: durable at once */
   return 0;
 }
 

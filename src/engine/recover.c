@@ -443,7 +443,7 @@ int mend__claim_and_restore(mend_engine *E, int limit, int how) {
   /* The claim is durable before any of these runs acts: each is queued behind the batch that
    * holds it. With nothing claimed the write lock must not wait for a turn: commit now. */
   if (json_array_size(ids) == 0) {
-    if (mend_store_commit(E->store)) mend__store_failed(E);
+    if (mend__commit_counted(E)) mend__store_failed(E);
     json_decref(ids);
     return 0;
   }

@@ -99,6 +99,7 @@ static int start_value(mend_engine *E, lua_State *L, const char *workflow, int i
     *existed = 1;
     return mend_store_find_run_key(E->store, run_key, id_out, MEND_RUN_ID_LEN) == 1 ? 0 : -1;
   }
+  wf->counts.runs_started++;
   mend_run *r = mend__run_new(E, wf, id);
   mend__history(r, NULL, "run", NULL, "running", 0, NULL, -1, run_key);
   /* The run's input is the JSON form, as a restarted engine will see it: the document the

@@ -253,6 +253,8 @@ static void fail_step(mend_run *r, int i, const mend_error_info *info) {
   step_rt *st = &r->steps[i];
   const mend_step_def *def = &r->wf->steps[i];
   int retryable = info->kind == MEND_ERR_RETRYABLE || info->kind == MEND_ERR_TIMEOUT;
+  mend_workflow_counters *counts = &mend__root(r)->wf->counts;
+  counts->failures[MEND_PHASE_EXECUTE][info->kind]++;
   char msg[600];
   snprintf(msg, sizeof msg, "%s: %s", mend_error_kind_name(info->kind), info->message ? info->message : "");
   mend__emit(E, json_pack("{s:s, s:s, s:s, s:s, s:i, s:s, s:b}", "type", "step_failed", "run_id", r->id,
@@ -274,6 +276,7 @@ static void fail_step(mend_run *r, int i, const mend_error_info *info) {
     st->last_delay = delay;
     st->due = mend_engine_now(E) + delay;
     mend__step_to(r, i, MEND_STEP_RETRY_WAIT, msg, delay, NULL);
+    counts->retries[MEND_PHASE_EXECUTE]++;
     mend_run *run = mend__root(r);
     if (def->retry.attention_after > 0 && st->attempts >= def->retry.attention_after && !run->attention) {
       run->attention = 1;
@@ -421,7 +424,10 @@ static void compensation_failed(mend_run *r, int i, const mend_error_info *info)
   char msg[600];
   snprintf(msg, sizeof msg, "%s: %s", mend_error_kind_name(info->kind), info->message ? info->message : "");
   mend__set_str(&st->error, msg);
+  mend_workflow_counters *counts = &mend__root(r)->wf->counts;
+  counts->failures[MEND_PHASE_COMPENSATE][info->kind]++;
   if (st->comp_attempts < p->max_attempts) {
+    counts->retries[MEND_PHASE_COMPENSATE]++;
     double delay = mend_backoff_delay(p, st->comp_attempts, st->last_delay > 0 ? st->last_delay : 0, &E->rng);
     st->last_delay = delay;
     st->due = mend_engine_now(E) + delay;

@@ -104,6 +104,7 @@ void mend__run_to(mend_run *r, mend_run_status to) {
     mend__store_failed(r->E);
   mend__history(r, NULL, "run", from, mend_run_status_name(to), 0, NULL, -1, r->reason);
   log_transition(r, NULL, 0, from, mend_run_status_name(to), NULL);
+  if (mend_run_status_final(to)) r->wf->counts.runs_ended[to]++;
   if (r->is_child && (mend_run_status_final(to) || to == MEND_RUN_NEEDS_ATTENTION))
     mend__child_ended(r, to);
 }

@@ -226,7 +226,7 @@ int mend_engine_serve(mend_engine *E, double poll_seconds, int max_in_flight) {
     for (mend_run *r = E->runs; r; r = r->next)
       if (mend_store_release(E->store, r->id, E->owner)) { mend__store_failed(E); break; }
     if (!E->broken) mend__park_release(E);
-    if (!E->broken && mend_store_commit(E->store)) mend__store_failed(E);
+    if (!E->broken && mend__commit_counted(E)) mend__store_failed(E);
   }
   mend__wake_stop(E);
   uv_close((uv_handle_t *)E->poll_timer, close_and_free);

@@ -1,8 +1,11 @@
 /*
- * metrics: /metrics in Prometheus' text format, read from the store's JSON views at each
- * scrape: runs by workflow and status (one aggregate query), the dead-letter queue's size,
- * each breaker's state, and the age of the oldest unfinished run. Must never keep counters
- * of its own (several processes share one database: the database is the truth) nor write.
+ * metrics: /metrics in Prometheus' text format. Two sources: what this process's engine did
+ * since it started (counters, read through mend_engine_*_counters: runs started and ended,
+ * attempts, failures by kind, retries, commit batches and their latency as a histogram), and
+ * what the database holds now (gauges, read from the store's JSON views at each scrape: runs
+ * by workflow and status, the dead-letter queue's size, each breaker's state, the age of the
+ * oldest unfinished run). Must never keep counts of its own (the engine keeps them; several
+ * processes share one database, whose state is read from it) nor write.
  */
 #include "serve_int.h"
 
@@ -41,6 +44,129 @@ static void put_label(buf *b, const char *s) {
 
 static const char *const STATUSES[] = {"running", "compensating", "succeeded", "compensated",
                                        "failed", "needs_attention", "resolved", NULL};
+
+static const char *const PHASES[MEND_PHASES] = {"execute", "compensate"};
+static const char *const KINDS[MEND_ERROR_KINDS] = {"retryable", "fatal", "compensable",
+                                                    "timeout", "error"};
+
+static void add_counts(mend_workflow_counters *sum, const mend_workflow_counters *c) {
+  sum->runs_started += c->runs_started;
+  for (int s = 0; s < MEND_RUN_STATUSES; s++) sum->runs_ended[s] += c->runs_ended[s];
+  for (int p = 0; p < MEND_PHASES; p++) {
+    sum->attempts[p] += c->attempts[p];
+    sum->retries[p] += c->retries[p];
+    for (int k = 0; k < MEND_ERROR_KINDS; k++) sum->failures[p][k] += c->failures[p][k];
+  }
+}
+
+/* A workflow's versions summed under its name (the first version met stands for them all);
+ * 0 for a name met before, whose sum was written already. */
+static int sum_of(mend_engine *E, int i, const char **name, mend_workflow_counters *sum) {
+  mend_workflow_counters c;
+  const char *other;
+  if (mend_engine_workflow_counters(E, i, name, &c)) return 0;
+  for (int j = 0; j < i; j++)
+    if (mend_engine_workflow_counters(E, j, &other, &c) == 0 && strcmp(other, *name) == 0) return 0;
+  memset(sum, 0, sizeof *sum);
+  for (int j = i; mend_engine_workflow_counters(E, j, &other, &c) == 0; j++)
+    if (strcmp(other, *name) == 0) add_counts(sum, &c);
+  return 1;
+}
+
+static int workflows_of(mend_engine *E) {
+  mend_workflow_counters c;
+  const char *name;
+  int n = 0;
+  while (mend_engine_workflow_counters(E, n, &name, &c) == 0) n++;
+  return n;
+}
+
+/* One family of per-workflow counters: `line` writes a workflow's samples. */
+typedef void (*family_fn)(buf *b, const char *wf, const mend_workflow_counters *c);
+
+static void family(buf *b, mend_engine *E, const char *name, const char *help, family_fn line) {
+  put(b, "# HELP %s %s\n# TYPE %s counter\n", name, help, name);
+  int n = workflows_of(E);
+  for (int i = 0; i < n; i++) {
+    const char *wf;
+    mend_workflow_counters c;
+    if (sum_of(E, i, &wf, &c)) line(b, wf, &c);
+  }
+}
+
+static void wf_label(buf *b, const char *metric, const char *wf) {
+  put(b, "%s{workflow=\"", metric);
+  put_label(b, wf);
+  put(b, "\"");
+}
+
+static void started_line(buf *b, const char *wf, const mend_workflow_counters *c) {
+  wf_label(b, "mend_runs_started_total", wf);
+  put(b, "} %llu\n", (unsigned long long)c->runs_started);
+}
+
+static void ended_line(buf *b, const char *wf, const mend_workflow_counters *c) {
+  for (int s = 2; s < MEND_RUN_STATUSES; s++) {   /* succeeded .. resolved */
+    wf_label(b, "mend_runs_ended_total", wf);
+    put(b, ",status=\"%s\"} %llu\n", STATUSES[s], (unsigned long long)c->runs_ended[s]);
+  }
+}
+
+static void attempts_line(buf *b, const char *wf, const mend_workflow_counters *c) {
+  for (int p = 0; p < MEND_PHASES; p++) {
+    wf_label(b, "mend_step_attempts_total", wf);
+    put(b, ",phase=\"%s\"} %llu\n", PHASES[p], (unsigned long long)c->attempts[p]);
+  }
+}
+
+static void failures_line(buf *b, const char *wf, const mend_workflow_counters *c) {
+  for (int p = 0; p < MEND_PHASES; p++)
+    for (int k = 0; k < MEND_ERROR_KINDS; k++) {
+      wf_label(b, "mend_step_failures_total", wf);
+      put(b, ",phase=\"%s\",kind=\"%s\"} %llu\n", PHASES[p], KINDS[k],
+          (unsigned long long)c->failures[p][k]);
+    }
+}
+
+static void retries_line(buf *b, const char *wf, const mend_workflow_counters *c) {
+  for (int p = 0; p < MEND_PHASES; p++) {
+    wf_label(b, "mend_step_retries_total", wf);
+    put(b, ",phase=\"%s\"} %llu\n", PHASES[p], (unsigned long long)c->retries[p]);
+  }
+}
+
+/* What this process's engine did since it started: Prometheus' counters, reset by a restart. */
+static void put_counters(buf *b, mend_engine *E) {
+  family(b, E, "mend_runs_started_total", "Runs this process started (recorded), by workflow.",
+         started_line);
+  family(b, E, "mend_runs_ended_total", "Runs this process brought to an end status, by"
+         " workflow and status (needs_attention: a dead letter; each end reached counts).",
+         ended_line);
+  family(b, E, "mend_step_attempts_total", "Step attempts this process began, by workflow and"
+         " phase.", attempts_line);
+  family(b, E, "mend_step_failures_total", "Step failures in this process, by workflow, phase"
+         " and error kind.", failures_line);
+  family(b, E, "mend_step_retries_total", "Step failures this process answered with a retry,"
+         " by workflow and phase.", retries_line);
+  mend_commit_counters cc;
+  mend_engine_commit_counters(E, &cc);
+  put(b, "# HELP mend_commit_batches_total Batches of transitions this process committed.\n"
+         "# TYPE mend_commit_batches_total counter\nmend_commit_batches_total %llu\n",
+      (unsigned long long)cc.batches);
+  put(b, "# HELP mend_commit_latency_seconds From a batch handed to the store to its commit"
+         " known to the engine.\n# TYPE mend_commit_latency_seconds histogram\n");
+  unsigned long long cum = 0;
+  for (int k = 0; k < MEND_COMMIT_BUCKETS; k++) {
+    cum += cc.bucket[k];
+    if (k < MEND_COMMIT_BUCKETS - 1)
+      put(b, "mend_commit_latency_seconds_bucket{le=\"%g\"} %llu\n",
+          (double)mend_commit_bucket_ns[k] / 1e9, cum);
+    else
+      put(b, "mend_commit_latency_seconds_bucket{le=\"+Inf\"} %llu\n", cum);
+  }
+  put(b, "mend_commit_latency_seconds_sum %.9f\nmend_commit_latency_seconds_count %llu\n",
+      (double)cc.latency_ns / 1e9, (unsigned long long)cc.batches);
+}
 
 void serve_metrics(serve_req *r) {
   mend_store *s = mend_engine_store(r->E);
@@ -90,6 +216,7 @@ void serve_metrics(serve_req *r) {
     put_label(&b, json_string_value(json_object_get(row, "key")));
     put(&b, "\"} %d\n", v);
   }
+  put_counters(&b, r->E);
   if (b.oom) {
     serve_error(r, 500, "internal", "out of memory");
   } else {

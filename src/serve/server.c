@@ -146,6 +146,65 @@ void serve_error(serve_req *r, int status, const char *code, const char *fmt, ..
   serve_json(r, status, json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", msg));
 }
 
+/* ---------------------------------------------------------------- h2o's own 413 as JSON */
+
+/* A body over the limit is refused by h2o itself, before any handler sees the request, with
+ * a text body of its own. An output filter (on the path and on the host's fallback path, where
+ * h2o binds a request it refused before routing) swaps that body for the API's JSON error; the
+ * status, and h2o closing the connection after it, stay as h2o made them. */
+typedef struct json_413_filter {
+  h2o_filter_t super;
+  size_t max_body;
+} json_413_filter;
+
+typedef struct json_413_stream {
+  h2o_ostream_t super;
+  h2o_iovec_t body;
+  int sent;
+} json_413_stream;
+
+static void json_413_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs, size_t bufcnt,
+                          h2o_send_state_t state) {
+  (void)bufs;
+  (void)bufcnt;
+  json_413_stream *o = (json_413_stream *)self;
+  if (o->sent) {
+    h2o_ostream_send_next(self, req, NULL, 0, state);
+    return;
+  }
+  o->sent = 1;
+  h2o_ostream_send_next(self, req, &o->body, 1, state);
+}
+
+static void json_413_setup(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t **slot) {
+  ssize_t ct = h2o_find_header(&req->res.headers, H2O_TOKEN_CONTENT_TYPE, -1);
+  static const char json_type[] = "application/json";
+  int ours = ct >= 0 && req->res.headers.entries[ct].value.len >= sizeof json_type - 1 &&
+             memcmp(req->res.headers.entries[ct].value.base, json_type, sizeof json_type - 1) == 0;
+  if (req->res.status == 413 && !ours) {
+    char text[200];
+    int n = snprintf(text, sizeof text, "{\"error\":{\"code\":\"body_too_large\",\"message\":"
+                     "\"the request body is over the limit of %zu bytes\"}}\n",
+                     ((json_413_filter *)self)->max_body);
+    json_413_stream *o = (json_413_stream *)h2o_add_ostream(req, sizeof *o, slot);
+    o->super.do_send = json_413_send;
+    o->body = h2o_strdup(&req->pool, text, (size_t)n);
+    o->sent = 0;
+    if (ct >= 0) h2o_delete_header(&req->res.headers, ct);
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
+                   H2O_STRLIT("application/json; charset=utf-8"));
+    req->res.content_length = o->body.len;
+    slot = &o->super.next;
+  }
+  h2o_setup_next_ostream(req, slot);
+}
+
+static void json_413_register(h2o_pathconf_t *path, size_t max_body) {
+  json_413_filter *f = (json_413_filter *)h2o_create_filter(path, sizeof *f);
+  f->super.on_setup_ostream = json_413_setup;
+  f->max_body = max_body;
+}
+
 /* ---------------------------------------------------------------- request parts */
 
 static int hexval(int c) {
@@ -499,6 +558,8 @@ mend_server *mend_server_start(mend_engine *E, const mend_server_opts *o, char *
   h2o_hostconf_t *host_conf = h2o_config_register_host(&srv->config,
                                                        h2o_iovec_init(H2O_STRLIT("default")), 65535);
   h2o_pathconf_t *path = h2o_config_register_path(host_conf, "/", 0);
+  json_413_register(path, srv->config.max_request_entity_size);
+  json_413_register(&host_conf->fallback_path, srv->config.max_request_entity_size);
   serve_handler *h = (serve_handler *)h2o_create_handler(path, sizeof *h);
   h->super.on_req = on_req;
   h->srv = srv;
