@@ -80,7 +80,9 @@ describe("workers on PostgreSQL killed, stopped and cut off from a crashing serv
       for _ = 1, 2 do n = n + 1; ids[#ids + 1] = C.submit(client, dir, n) end
     end
     local workers = {}
-    for i = 1, 3 do workers[i] = C.start_worker(wdb, nil, log) end
+    -- each holds 8 runs at most: the runs are spread over them, and change hands at each kill
+    local function start_worker(env) return C.start_worker(wdb, env, log, "--max-in-flight 8") end
+    for i = 1, 3 do workers[i] = start_worker() end
     -- Worker i is killed and a new one takes its place: dying at `point` (its nth time
     -- there), or ending its session in its nth batch, or killed after a moment.
     local function cycle(i, point, nth, wait)
@@ -89,13 +91,13 @@ describe("workers on PostgreSQL killed, stopped and cut off from a crashing serv
       local env
       if point == "end_session" then env = "MEND_PG_END_SESSION=" .. nth
       elseif point then env = string.format("MEND_FAILPOINT=%s:%d", point, nth) end
-      workers[i] = C.start_worker(wdb, env, log)
+      workers[i] = start_worker(env)
       if point and point ~= "end_session" then
         local until_t = H.wall() + wait
         while alive(workers[i]) and H.wall() < until_t do sleep(0.005) end
         if not alive(workers[i]) then
           kills[point] = (kills[point] or 0) + 1
-          workers[i] = C.start_worker(wdb, nil, log)
+          workers[i] = start_worker()
         end
       else
         if point then kills.end_session = kills.end_session + 1 end
@@ -117,21 +119,34 @@ describe("workers on PostgreSQL killed, stopped and cut off from a crashing serv
         kills.terminated = kills.terminated + terminate(app)
       end
       if c % 15 == 8 then
-        -- frozen past its 0.5 s lease: the others take its runs, and it must write none of them
-        -- (with runs in hand: a burst of them, and a moment for it to take some)
-        local j = (i % #workers) + 1
-        if not alive(workers[j]) then workers[j] = C.start_worker(wdb, nil, log) end   -- a late failpoint
+        -- one frozen past its 0.5 s lease with runs in hand (a burst of them; stopped again
+        -- until one is caught holding some): the others take them, and it must write none
         for _ = 1, 5 do submit() end
-        local held = ("SELECT count(*) FROM runs WHERE owner LIKE '%%:%d:%%' AND status IN"
-          .. " ('running', 'compensating')"):format(workers[j])
-        for _ = 1, 50 do
-          if tonumber(H.sql(db, held)[1]) > 0 then break end
-          sleep(0.02)
+        local frozen
+        for _ = 1, 30 do
+          for _, o in ipairs(H.sql(db, "SELECT owner FROM runs WHERE owner IS NOT NULL AND"
+              .. " status IN ('running', 'compensating')")) do
+            local pid = tonumber(o:match(":(%d+):"))
+            for _, w in ipairs(workers) do
+              if w == pid and alive(w) then frozen = w end
+            end
+          end
+          if frozen then
+            C.sh("kill -STOP " .. frozen)
+            local held = ("SELECT count(*) FROM runs WHERE owner LIKE '%%:%d:%%' AND status IN"
+              .. " ('running', 'compensating')"):format(frozen)
+            if tonumber(H.sql(db, held)[1]) > 0 then break end
+            C.sh("kill -CONT " .. frozen)
+            frozen = nil
+          end
+          submit()
+          sleep(0.01)
         end
-        C.sh("kill -STOP " .. workers[j])
-        sleep(0.8)
-        C.sh("kill -CONT " .. workers[j])
-        kills.stopped = kills.stopped + 1
+        if frozen then
+          sleep(0.8)
+          C.sh("kill -CONT " .. frozen)
+          kills.stopped = kills.stopped + 1
+        end
       end
       if c % 50 == 25 then   -- 2 in make test, 60 in a soak of 3000
         cluster("kill9")
