@@ -3,7 +3,7 @@
 #   make demo    install what is missing, build, run the order saga against ./mend.db
 #   make test    install what is missing, build, run ctest (C unit tests and busted specs)
 #   make crash-soak   thousands of kill -9 cycles of real workers, on SQLite and on PostgreSQL
-#                     (CYCLES=3000)
+#                     (CYCLES=3000 on SQLite, PG_CYCLES=1000 on PostgreSQL)
 #   make fuzz    the libFuzzer targets of tests/fuzz, FUZZ_SECONDS (60) each, in build-fuzz/
 #
 # Variables: BUILD_TYPE (RelWithDebInfo), SANITIZE (OFF; ON builds with ASan and UBSan, thread
@@ -81,11 +81,13 @@ test: build
 	  trap 'sh "$$script" stop "$$state"' EXIT INT TERM; \
 	  cd $(BUILD_DIR) && ctest --output-on-failure
 
-# Thousands of kill -9 / restart cycles of real workers (make test runs 200 on SQLite, 120 on
-# PostgreSQL: busted_crash and busted_crash_pg).
+# Thousands of kill -9 / restart cycles of real workers: CYCLES on SQLite (busted_crash; make
+# test runs 200), PG_CYCLES on PostgreSQL (busted_crash_pg; make test runs 120).
 CYCLES ?= 3000
+PG_CYCLES ?= 1000
 crash-soak: build
-	cd $(BUILD_DIR) && MEND_CRASH_CYCLES=$(CYCLES) ctest --output-on-failure -R busted_crash
+	cd $(BUILD_DIR) && MEND_CRASH_CYCLES=$(CYCLES) MEND_PG_CRASH_CYCLES=$(PG_CYCLES) \
+	  ctest --output-on-failure -R busted_crash
 
 # Benchmarks of issue 6 (bench/README.md): the full suite (under 10 minutes), and a quick
 # subset (under a minute) compared against bench/baseline.json; BENCH_ARGS=--update-baseline

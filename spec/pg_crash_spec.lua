@@ -8,13 +8,13 @@
 -- succeeded, reverse order, no run written by a worker that does not hold it.
 --
 -- Needs the test cluster and its state directory (tests/pg/cluster.sh run); pending without.
--- MEND_CRASH_CYCLES sets the number of kill cycles (default 120; `make crash-soak` runs more),
--- MEND_CRASH_SEED the random seed.
+-- MEND_PG_CRASH_CYCLES sets the number of kill cycles (default 120; `make crash-soak` runs
+-- PG_CYCLES, 1000: a cycle costs about twice SQLite's), MEND_CRASH_SEED the random seed.
 local H = require "spec.helper"
 local mend = require "mend"
 local C = require "spec.support.crash_harness"
 
-local CYCLES = tonumber(os.getenv("MEND_CRASH_CYCLES") or "120")
+local CYCLES = tonumber(os.getenv("MEND_PG_CRASH_CYCLES") or "120")
 local SEED = tonumber(os.getenv("MEND_CRASH_SEED") or "7")
 local STATE = os.getenv("MEND_TEST_PG_STATE")
 local FAILPOINTS = { "before_commit", "after_commit", "execute", "compensate" }
@@ -148,7 +148,7 @@ describe("workers on PostgreSQL killed, stopped and cut off from a crashing serv
           kills.stopped = kills.stopped + 1
         end
       end
-      if c % 50 == 25 then   -- 2 in make test, 60 in a soak of 3000
+      if c % 50 == 25 then   -- 2 in make test, 20 in a soak of 1000
         cluster("kill9")
         kills.postmaster = kills.postmaster + 1
         H.close(client)
