@@ -189,6 +189,39 @@ describe("workers on PostgreSQL killed, stopped and cut off from a crashing serv
   end)
 end)
 
+describe("workers on PostgreSQL with a backlog, killed while they commit", function()
+  after_each(H.cleanup)
+
+  -- Hundreds of runs ready at once: large batches in the air when the kills land (at random,
+  -- at the commit failpoints, and the postmaster's own).
+  it_pg("lose nothing and apply every effect once, the server killed under them too", function()
+    local db = H.new_db()
+    local _, dir, log, client, ids = C.new_setup(0, true, db)
+    for n = 1, 500 do ids[#ids + 1] = C.submit(client, dir, n, true) end
+    math.randomseed(SEED + 1)
+    local points = { "before_commit", "after_commit" }
+    for cycle = 1, 10 do
+      local env
+      if cycle % 2 == 0 then
+        env = string.format("MEND_FAILPOINT=%s:%d", points[(cycle // 2) % 2 + 1], math.random(2, 6))
+      end
+      local a, b = C.start_worker(db, env, log), C.start_worker(db, nil, log)
+      sleep(0.05 + math.random() * 0.15)
+      if cycle == 5 then
+        cluster("kill9")
+        H.close(client)
+        client = client_on(db)
+      end
+      kill9(a)
+      kill9(b)
+      for n = 1, 50 do ids[#ids + 1] = C.submit(client, dir, 10000 * cycle + n, true) end
+    end
+    assert.are.equal(0, C.settle(db, client, ids, log))
+    local counts = C.audit(db, client, ids, dir)
+    assert.is_truthy((counts.succeeded or 0) > 0 and (counts.compensated or 0) > 0)
+  end)
+end)
+
 describe("two workers on PostgreSQL whose clocks are minutes apart", function()
   after_each(H.cleanup)
 
