@@ -85,18 +85,26 @@ describe("workers on PostgreSQL killed, stopped and cut off from a crashing serv
     for i = 1, 3 do workers[i] = start_worker() end
     -- Worker i is killed and a new one takes its place: dying at `point` (its nth time
     -- there), or ending its session in its nth batch, or killed after a moment.
+    -- A worker that outlived the wait for its failpoint may die there later: counted then.
+    local armed = {}
+    local function died(i)
+      if armed[i] and not alive(workers[i]) then kills[armed[i]] = (kills[armed[i]] or 0) + 1 end
+      armed[i] = nil
+    end
     local function cycle(i, point, nth, wait)
       submit()
+      died(i)
       kill9(workers[i])
       local env
       if point == "end_session" then env = "MEND_PG_END_SESSION=" .. nth
       elseif point then env = string.format("MEND_FAILPOINT=%s:%d", point, nth) end
       workers[i] = start_worker(env)
       if point and point ~= "end_session" then
+        armed[i] = point
         local until_t = H.wall() + wait
         while alive(workers[i]) and H.wall() < until_t do sleep(0.005) end
         if not alive(workers[i]) then
-          kills[point] = (kills[point] or 0) + 1
+          died(i)
           workers[i] = start_worker()
         end
       else
@@ -163,7 +171,7 @@ describe("workers on PostgreSQL killed, stopped and cut off from a crashing serv
         cycle(k % #workers + 1, point, 1, 3)
       end
     end
-    for i = 1, #workers do kill9(workers[i]) end
+    for i = 1, #workers do died(i); kill9(workers[i]) end
     local t_settle = H.wall()
     local left = C.settle(db, client, ids, log)
     assert(left == 0, left .. " runs unfinished; seed " .. SEED .. "\n" .. H.read(log):sub(-3000))
@@ -239,7 +247,6 @@ describe("two workers on PostgreSQL whose clocks are minutes apart", function()
     local db = H.new_db()
     local _, dir, log, client, ids = C.new_setup(0, false, db)
     local ahead, behind = skewed(240), skewed(60)
-    -- the skew is real: each one's own log lines carry its clock
     -- each holds 10 runs at most: both get some
     local function worker(env) return C.start_worker(db, env, log, "--max-in-flight 10") end
     local a, b = worker(ahead), worker(behind)
@@ -260,6 +267,7 @@ describe("two workers on PostgreSQL whose clocks are minutes apart", function()
     local holders = 0
     for _ in pairs(by) do holders = holders + 1 end
     assert.are.equal(2, holders, "runs held by " .. mend.json.encode(by))
+    -- the skew is real: each one's log lines carry its clock
     local wall = os.time()
     local clocks = {}
     for line in H.read(log):gmatch("[^\n]+") do
