@@ -2,7 +2,8 @@
 #
 #   make demo    install what is missing, build, run the order saga against ./mend.db
 #   make test    install what is missing, build, run ctest (C unit tests and busted specs)
-#   make crash-soak   thousands of kill -9 cycles of a real worker (CYCLES=3000)
+#   make crash-soak   thousands of kill -9 cycles of real workers, on SQLite and on PostgreSQL
+#                     (CYCLES=3000 on SQLite, PG_CYCLES=1000 on PostgreSQL)
 #   make fuzz    the libFuzzer targets of tests/fuzz, FUZZ_SECONDS (60) each, in build-fuzz/
 #
 # Variables: BUILD_TYPE (RelWithDebInfo), SANITIZE (OFF; ON builds with ASan and UBSan, thread
@@ -21,13 +22,15 @@ MEND       := $(BUILD_DIR)/mend
 # shell, as an operator would; clang and libclang-rt-14-dev: the fuzz targets, libFuzzer; python3 and openssl: the specs' HTTP server and its certificate;
 # postgresql and libpq-dev: the PostgreSQL store, and the throw-away server its tests start;
 # libh2o-dev and libssl-dev: mend serve; curl: its specs' client; chromium and chromium-driver:
-# its dashboard's browser test). Not
+# its dashboard's browser test; faketime: workers with skewed clocks in the crash harness on
+# PostgreSQL). Not
 # make itself: it must be there to read this file (README: `apt-get install -y make git` first
 # on a minimal Debian).
 DEB_PACKAGES := liblua5.4-dev libuv1-dev libsqlite3-dev libjansson-dev libedit-dev \
                 lua5.4 lua-busted sqlite3 cmake gcc pkg-config tmux valgrind \
                 clang libclang-rt-14-dev libcurl4-openssl-dev python3 openssl \
-                postgresql libpq-dev libh2o-dev libssl-dev curl chromium chromium-driver
+                postgresql libpq-dev libh2o-dev libssl-dev curl chromium chromium-driver \
+                faketime
 # The benchmarks' own: nginx, the keep-alive server of the HTTP benchmark (W9; not started as a
 # service: the benchmark runs its own on a free loopback port).
 BENCH_PACKAGES := nginx-light
@@ -78,10 +81,13 @@ test: build
 	  trap 'sh "$$script" stop "$$state"' EXIT INT TERM; \
 	  cd $(BUILD_DIR) && ctest --output-on-failure
 
-# Thousands of kill -9 / restart cycles of a real worker (make test runs 200).
+# Thousands of kill -9 / restart cycles of real workers: CYCLES on SQLite (busted_crash; make
+# test runs 200), PG_CYCLES on PostgreSQL (busted_crash_pg; make test runs 120).
 CYCLES ?= 3000
+PG_CYCLES ?= 1000
 crash-soak: build
-	cd $(BUILD_DIR) && MEND_CRASH_CYCLES=$(CYCLES) ctest --output-on-failure -R busted_crash
+	cd $(BUILD_DIR) && MEND_CRASH_CYCLES=$(CYCLES) MEND_PG_CRASH_CYCLES=$(PG_CYCLES) \
+	  ctest --output-on-failure -R busted_crash
 
 # Benchmarks of issue 6 (bench/README.md): the full suite (under 10 minutes), and a quick
 # subset (under a minute) compared against bench/baseline.json; BENCH_ARGS=--update-baseline

@@ -13,6 +13,8 @@
 #   cluster.sh restart STATE   stop the server (fast: sessions ended) and start it again
 #   cluster.sh down STATE      stop the server at once (immediate: no goodbye to clients)
 #   cluster.sh up STATE        start it again after down, on the same port
+#   cluster.sh kill9 STATE     kill the postmaster with SIGKILL, as a crash would, and start it
+#                              again on the same data (the server does crash recovery)
 #   cluster.sh run STATE CMD…  run CMD with MEND_TEST_PG set to that URI and MEND_TEST_PG_STATE
 #                              to STATE (exit 77 if no cluster)
 #
@@ -23,7 +25,7 @@ set -eu
 cmd=${1:-}
 state=${2:-}
 [ -n "$cmd" ] && [ -n "$state" ] || {
-  echo "usage: cluster.sh start|stop|uri|run STATE [CMD...]" >&2
+  echo "usage: cluster.sh start|stop|uri|restart|kill9|run STATE [CMD...]" >&2
   exit 2
 }
 
@@ -133,11 +135,34 @@ up() {
     -w -t 60 start >/dev/null
 }
 
+# A crash: no shutdown checkpoint, sessions cut. The backends the postmaster leaves notice its
+# death and exit, but while one still holds the shared memory a new postmaster refuses to start:
+# starting is tried again for a while.
+kill9() {
+  [ -f "$state/datadir" ] || { echo "cluster.sh: no cluster started in $state" >&2; exit 1; }
+  dir=$(cat "$state/datadir")
+  pid=$(head -n 1 "$dir/data/postmaster.pid")
+  kill -9 "$pid"
+  while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+  tries=0
+  until as_pg "$(bindir)/pg_ctl" -D "$dir/data" -l "$dir/server.log" \
+          -o "-p $(cat "$state/port")" -w -t 60 start >/dev/null 2>&1; do
+    tries=$((tries + 1))
+    if [ $tries -ge 100 ]; then
+      tail -n 20 "$dir/server.log" >&2
+      echo "cluster.sh: the server did not start again after SIGKILL" >&2
+      exit 1
+    fi
+    sleep 0.1
+  done
+}
+
 case "$cmd" in
   start) start ;;
   restart) restart ;;
   down) down ;;
   up) up ;;
+  kill9) kill9 ;;
   stop) stop ;;
   uri)
     [ -f "$state/uri" ] || { echo "cluster.sh: no cluster started in $state" >&2; exit 1; }

@@ -1,0 +1,190 @@
+-- The crash harness's shared parts, for SQLite (spec/crash_spec.lua) and PostgreSQL
+-- (spec/pg_crash_spec.lua): real `mend worker` processes started in the background, killed
+-- with SIGKILL or stopped with SIGTERM; the saga of spec/support/crash/ submitted to them; a
+-- last worker that settles what is left; and the audit of every invariant the crash tests
+-- promise, read from the store and from the effect service's files. It must never assume a
+-- backend: what only one has (PRAGMA integrity_check, the postmaster) stays in its spec.
+local H = require "spec.helper"
+local effects = require "spec.support.effects"
+local assert = require "luassert"   -- busted's, which a spec sees as a global and a module does not
+
+local M = {}
+
+M.MEND = os.getenv("MEND_BIN") or "./build/mend"
+
+function M.sh(cmd) return os.execute(cmd) end
+
+function M.sleep(s) M.sh(string.format("sleep %.3f", s)) end
+
+-- A killed worker whose parent shell is gone may linger as a zombie until something reaps
+-- it, and kill -0 still finds zombies: read the state instead.
+function M.alive(pid)
+  local f = io.open("/proc/" .. pid .. "/stat")
+  if not f then return false end
+  local stat = f:read("a")
+  f:close()
+  local state = stat:match("^%d+ %b() (%a)")
+  return state ~= nil and state ~= "Z" and state ~= "X"
+end
+
+-- Starts a worker in the background; returns its pid. `env` is put before the command
+-- (VAR=value words), `flags` after it.
+function M.start_worker(db, env, log, flags)
+  local cmd = string.format(
+    "%s sh -c 'exec %s worker --db %s --workflows spec/support/crash --lease 0.5 --poll 0.01 %s >>%s 2>&1' & echo $!",
+    env or "", M.MEND, H.quote(db):gsub("'", "'\\''"), flags or "", log)
+  local p = assert(io.popen(cmd))
+  local pid = assert(tonumber(p:read("l")))
+  p:close()
+  return pid
+end
+
+function M.kill9(pid)
+  M.sh("kill -9 " .. pid .. " 2>/dev/null")
+  for _ = 1, 200 do
+    if not M.alive(pid) then return end
+    M.sleep(0.005)
+  end
+end
+
+function M.stop(pid)
+  M.sh("kill -TERM " .. pid .. " 2>/dev/null")
+  for _ = 1, 1000 do
+    if not M.alive(pid) then return end
+    M.sleep(0.01)
+  end
+  M.kill9(pid)
+end
+
+-- One run of the saga. Every third fails its "charge" once (a retry), every fourth is
+-- declined at "ship" (a compensation); `steady` leaves the retries out.
+function M.submit(eng, dir, n, fast, steady)
+  local input = { dir = dir, n = n, flaky = not steady and n % 3 == 0, fail = n % 4 == 0,
+                  fast = fast }
+  return eng:start("crash_saga", input, { detached = true })
+end
+
+-- The effect service's directory, a worker log, a client engine with the saga loaded on `db`
+-- (default: a fresh SQLite file), and n runs submitted (none when n is 0).
+function M.new_setup(n, fast, db)
+  db = db or H.tmp_db()
+  local dir = H.tmp_dir()
+  local client = H.new_engine({ db = db, clock = "real" })
+  client:load("spec/support/crash/saga.lua")
+  local ids = {}
+  for i = 1, n do ids[#ids + 1] = M.submit(client, dir, i, fast) end
+  return db, dir, dir .. "/worker.log", client, ids
+end
+
+function M.finished(st)
+  return st == "succeeded" or st == "compensated" or st == "failed" or st == "needs_attention"
+end
+
+-- Waits until every run is finished, with one live worker; returns the number unfinished.
+function M.settle(db, client, ids, log, env)
+  local pid = M.start_worker(db, env, log)
+  local left
+  for _ = 1, 3000 do
+    left = 0
+    for _, id in ipairs(ids) do
+      if not M.finished(client:status(id).status) then left = left + 1 end
+    end
+    if left == 0 then break end
+    M.sleep(0.01)
+  end
+  M.stop(pid)
+  return left
+end
+
+-- Every invariant the crash tests promise, checked from the store and the service's files.
+-- The order of effects is the service's own (the order their requests reached it), never a
+-- worker's clock. opts.skewed: the workers' clocks disagree, so a run's history times, which
+-- are its writers' clocks, are held to go forward only between writes of one worker.
+function M.audit(db, client, ids, dir, opts)
+  opts = opts or {}
+  local applied, undone = {}, {}
+  for _, e in ipairs(effects.read(dir)) do
+    local t = e.kind == "apply" and applied or undone
+    assert.is_nil(t[e.key], "effect applied twice for key " .. e.key)
+    t[e.key] = e
+  end
+  local request_keys = {}
+  for _, r in ipairs(effects.requests(dir)) do
+    local k = r.run .. "/" .. r.step
+    request_keys[k] = request_keys[k] or r.key
+    -- the key a step sends is the same on every attempt and after every restart
+    assert.are.equal(request_keys[k], r.key, "idempotency key changed for " .. k)
+  end
+  -- the group's branches share a rank: between them the order is the history's (below)
+  local rank = { reserve = 1, ["prepare/charge"] = 2, ["prepare/pack"] = 2, ["items/1"] = 3,
+                 ["items/2"] = 3, ["items/3"] = 3, ship = 4 }
+  local counts = {}
+  for _, id in ipairs(ids) do
+    local st = client:status(id)   -- nothing acknowledged is lost: every id is there
+    assert.is_truthy(M.finished(st.status), "run " .. id .. " ended " .. st.status)
+    counts[st.status] = (counts[st.status] or 0) + 1
+    -- A run the crash-loop guard set aside (its worker stopped each time its step ran: here,
+    -- the kills of this test) waits for a person, who is told its step's attempts may have had
+    -- their effect: for that failed step, whether the effect was applied is not known. Every
+    -- other step of it is held to the rule.
+    local looped = st.status == "needs_attention" and st.reason == "crash_loop"
+    if looped then counts.crash_loop = (counts.crash_loop or 0) + 1 end
+    local undo_order = {}
+    for _, s in ipairs(st.steps) do
+      if s.name == "prepare" or s.name == "items" then goto group end   -- no effect of their own
+      local did_succeed = s.status == "succeeded" or s.status == "compensated"
+      -- an effect is applied exactly once for every step that succeeded, and never otherwise
+      if not (looped and s.status == "failed") then
+        assert.are.equal(did_succeed, applied[s.idempotency_key] ~= nil,
+          id .. " " .. s.name .. " is " .. s.status .. " but its effect applied: " .. tostring(applied[s.idempotency_key] ~= nil))
+      end
+      local u = undone[s.idempotency_key]
+      if u then
+        -- compensated only steps that had succeeded, after their effect
+        assert.is_truthy(applied[s.idempotency_key], "undo without apply for " .. s.idempotency_key)
+        assert.is_truthy(u.seq > applied[s.idempotency_key].seq, "undo before apply for " .. s.idempotency_key)
+        undo_order[#undo_order + 1] = u
+      end
+      assert.are.equal(s.status == "compensated", u ~= nil, id .. " " .. s.name .. " undo vs status")
+      ::group::
+    end
+    -- compensation runs in reverse order
+    table.sort(undo_order, function(a, b) return a.seq < b.seq end)
+    for i = 2, #undo_order do
+      assert.is_truthy(rank[undo_order[i - 1].step] >= rank[undo_order[i].step], "compensation order in " .. id)
+    end
+    -- two branches (or items) undone: the one that succeeded later first
+    local succeeded_at, compensating_at = {}, {}
+    for k, h in ipairs(client:history(id)) do
+      if h.event == "step" and h.to == "succeeded" then succeeded_at[h.step] = k end
+      if h.event == "step" and h.to == "compensating" then compensating_at[h.step] = compensating_at[h.step] or k end
+    end
+    for _, pair in ipairs { { "prepare/charge", "prepare/pack" }, { "items/1", "items/2" },
+                            { "items/1", "items/3" }, { "items/2", "items/3" } } do
+      local a, b = pair[1], pair[2]
+      if compensating_at[a] and compensating_at[b] then
+        assert.are.equal(succeeded_at[a] > succeeded_at[b], compensating_at[a] < compensating_at[b],
+          a .. " and " .. b .. " compensated out of their completion order in " .. id)
+      end
+    end
+    -- the history: times never go back, a succeeded step never runs again, and a run changes
+    -- hands between workers only through a recovery
+    local last_at, done, holder = {}, {}, nil
+    for _, h in ipairs(client:history(id)) do
+      local clock = opts.skewed and tostring(h.worker) or ""
+      assert.is_truthy(h.at >= (last_at[clock] or -math.huge) - 1e-6, "history time went back in " .. id)
+      last_at[clock] = h.at
+      if h.event == "step" and h.to == "succeeded" then done[h.step] = true end
+      if h.event == "step" and h.to == "running" then
+        assert.is_falsy(done[h.step], "succeeded step " .. tostring(h.step) .. " ran again in " .. id)
+      end
+      if h.event == "recovered" then holder = h.worker
+      elseif holder then
+        assert.are.equal(holder, h.worker, "a second worker wrote to " .. id .. " without taking it over")
+      end
+    end
+  end
+  return counts
+end
+
+return M
