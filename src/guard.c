@@ -42,7 +42,7 @@ mend_limits *mend_limits_current(lua_State *L) {
 
 void mend_limits_init(mend_limits *lim, const char *what, long budget, double seconds) {
   *lim = (mend_limits){.budget = budget > 0 ? budget : 0, .left = budget, .what = what};
-  if (seconds > 0) lim->deadline = mend_real_now() + seconds;
+  if (seconds > 0) lim->deadline = mend_host_now() + seconds;
 }
 
 static void hook(lua_State *L, lua_Debug *ar);
@@ -199,7 +199,7 @@ static void watch_pop(watchdog *w, int depth) {
   atomic_signal_fence(memory_order_seq_cst);
 }
 
-/* `deadline` (mend_real_now seconds; 0: none) is the one in force: the timer fires by then. */
+/* `deadline` (mend_host_now seconds; 0: none) is the one in force: the timer fires by then. */
 static void watch_deadline(watchdog *w, double deadline) {
   long long at = deadline > 0 ? (long long)(deadline * 1e9) : 0;
   atomic_store_explicit(&w->deadline_ns, at, memory_order_relaxed);
@@ -289,7 +289,7 @@ int mend_limits_spend(mend_limits *lim, double spent) {
     lim->left = spent >= (double)lim->left ? 0 : lim->left - (long)spent;
     if (lim->left <= 0) lim->tripped = MEND_LIMIT_BUDGET;
   }
-  if (!lim->tripped && lim->deadline > 0 && mend_real_now() >= lim->deadline)
+  if (!lim->tripped && lim->deadline > 0 && mend_host_now() >= lim->deadline)
     lim->tripped = MEND_LIMIT_TIMEOUT;
   return lim->tripped != MEND_LIMIT_OK;
 }

@@ -29,7 +29,7 @@ typedef enum mend_limit_trip {
 typedef struct mend_limits {
   long budget;                 /* instructions in all; 0: none */
   long left;
-  double deadline;             /* mend_real_now() seconds; 0: none */
+  double deadline;             /* mend_host_now() seconds; 0: none */
   struct mend_limits *prev;    /* the limits in force when these began */
   const char *what;            /* "step", "workflow load", ...: names the call in messages */
   unsigned char tripped;       /* a mend_limit_trip */

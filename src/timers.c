@@ -4,6 +4,7 @@
  */
 #include "timers.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -11,10 +12,28 @@
 #include <sys/timerfd.h>
 #endif
 
-double mend_real_now(void) {
+/* The shared store's clock minus this host's, when a store whose clock is the reference (a
+ * PostgreSQL server) found them apart: every time the engine writes and every due time it
+ * compares is then the store's, as another worker reading them will take them. Process-wide,
+ * like the clock it corrects; set from a store's thread, read from any. */
+static _Atomic double clock_offset;
+
+double mend_host_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+double mend_real_now(void) {
+  return mend_host_now() + atomic_load_explicit(&clock_offset, memory_order_relaxed);
+}
+
+void mend_real_clock_offset(double seconds) {
+  atomic_store_explicit(&clock_offset, seconds, memory_order_relaxed);
+}
+
+double mend_real_clock_offset_now(void) {
+  return atomic_load_explicit(&clock_offset, memory_order_relaxed);
 }
 
 static int earlier(const mend_timer *a, const mend_timer *b) {
@@ -97,7 +116,7 @@ static void open_timerfd(mend_timers *ts) {
 static void arm_timerfd(mend_timers *ts, double due) {
   /* A microsecond past the due time: the clock read as a double must not come out before it
    * (at 1.8e9 s a double's step is 0.24 us), or the timer would fire and find nothing due. */
-  due += 1e-6;
+  due += 1e-6 - mend_real_clock_offset_now();   /* the kernel's clock is the host's */
   struct itimerspec its = {0};
   its.it_value.tv_sec = (time_t)due;
   its.it_value.tv_nsec = (long)((due - (double)its.it_value.tv_sec) * 1e9);

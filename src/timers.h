@@ -46,7 +46,11 @@ typedef struct mend_timers {
 int    mend_timers_init(mend_timers *ts, uv_loop_t *loop, int is_virtual);
 void   mend_timers_close(mend_timers *ts);  /* disarms everything; closes the uv handle */
 double mend_timers_now(const mend_timers *ts);
-double mend_real_now(void);                 /* wall clock, seconds since the epoch */
+double mend_real_now(void);   /* wall clock, seconds since the epoch, the store's if set below */
+double mend_host_now(void);   /* this host's wall clock, for deadlines that stay on this host */
+/* The store's clock minus this host's (0: the host's is the engine's). */
+void   mend_real_clock_offset(double seconds);
+double mend_real_clock_offset_now(void);
 
 void   mend_timer_init(mend_timer *t, mend_timer_fn fn);
 int    mend_timer_arm(mend_timers *ts, mend_timer *t, double due);   /* re-arms if armed */

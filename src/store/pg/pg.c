@@ -12,6 +12,7 @@
  * the thread but put libpq's state machine into the engine's loop for no fewer round trips.
  */
 #include "pg_int.h"
+#include "timers.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -125,6 +126,31 @@ static void name_server(mend_pg *p, PGconn *c) {
                port && *port ? port : "5432", db && *db ? db : "?");
 }
 
+/* Leases are the server's durations, but a due time or a time in history is a moment every
+ * worker must read alike: the engine's clock becomes the server's (timers.h) when this host's
+ * is further from it than a round trip could explain. Measured at each connection, halfway
+ * through the round trip; left alone when it moved less than CLOCK_SLACK (a reconnect must not
+ * make a clock in use jitter). */
+#define CLOCK_SLACK 0.5
+
+static int take_server_clock(mend_pg *p, PGconn *c) {
+  double before = mend_host_now();
+  PGresult *r = PQexec(c, "SELECT extract(epoch FROM clock_timestamp())::float8");
+  double after = mend_host_now();
+  if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
+    mend__pg_fail(p, c, r, "read the server's clock");
+    PQclear(r);
+    return -1;
+  }
+  double server = strtod(PQgetvalue(r, 0, 0), NULL);
+  PQclear(r);
+  double offset = server - (before + after) / 2;
+  if (offset < CLOCK_SLACK && offset > -CLOCK_SLACK) offset = 0;
+  double now = mend_real_clock_offset_now();
+  if (offset - now >= CLOCK_SLACK || now - offset >= CLOCK_SLACK) mend_real_clock_offset(offset);
+  return 0;
+}
+
 int mend__pg_connect(mend_pg *p, PGconn **out) {
   /* Earlier keywords are defaults the URI overrides. */
   const char *const keys[] = {"connect_timeout", "fallback_application_name", "dbname", NULL};
@@ -154,7 +180,8 @@ int mend__pg_connect(mend_pg *p, PGconn **out) {
   const char *setup = p->sync_commit ? "SET synchronous_commit = on"
                                      : "SET synchronous_commit = off";
   if (mend__pg_exec(p, c, setup, "set synchronous_commit") != 0 ||
-      mend__pg_exec(p, c, "SET client_min_messages = warning", "set client_min_messages") != 0) {
+      mend__pg_exec(p, c, "SET client_min_messages = warning", "set client_min_messages") != 0 ||
+      take_server_clock(p, c) != 0) {
     PQfinish(c);
     return -1;
   }
