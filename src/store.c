@@ -710,6 +710,7 @@ const mend_store_methods mend__sqlite_methods = {
   .schema_version = mend__sqlite_schema_version,
   .prune = mend__sqlite_prune,
   .send_event = mend__sqlite_send_event,
+  .record_event = mend__sqlite_record_event,
   .next_event = mend__sqlite_next_event,
   .consume_event = mend__sqlite_consume_event,
   .last_event = mend__sqlite_last_event,

@@ -41,6 +41,21 @@ int mend__sqlite_send_event(mend_store *s, const char *run_id, const char *name,
   return sqlite3_changes(s->db) == 0 ? 1 : 0;
 }
 
+/* An event is no write of the run's holder: whoever holds the run, the fence lets it pass. */
+int mend__sqlite_record_event(mend_store *s, const char *run_id, const char *name,
+                              const char *payload, const char *key, double sent) {
+  int repairing = s->repairing;
+  s->repairing = 1;
+  mend__rec_begin(s, Q_SEND_EVENT);
+  mend__rec_text(s, run_id);
+  mend__rec_text(s, name);
+  mend__rec_text(s, payload);
+  mend__rec_text(s, key);
+  mend__rec_real(s, sent);
+  s->repairing = repairing;
+  return mend__rec_end(s);
+}
+
 int mend__sqlite_next_event(mend_store *s, const char *run_id, const char *name,
                           long long *seq, char **payload, char **key) {
   *payload = *key = NULL;
