@@ -215,6 +215,11 @@ struct mend_engine {
   json_t *events;         /* for cfg.on_event, fired after the batch commits */
   struct host_fn *hosts;
   struct mend_host_call *open_calls;
+  /* answered, their steps resumed by a pump turn, in the order answered (hostcall.c) */
+  struct mend_host_call *answered_head, *answered_tail;
+  /* events a ticking host sent in a batch not yet durable: their runs look for them once it
+   * is (events.c) */
+  struct mend_sent_event *sent_head, *sent_tail;
   uv_async_t *wakeup;
   size_t mem_used, mem_limit;
   int limit_memory;       /* 1 while step code runs: only it is held to the limit */
@@ -451,6 +456,10 @@ void mend__http_close(mend_engine *E);
 /* ---- hostcall.c: functions of the host, called from steps */
 void mend__abandon_host_call(mend_run *r);
 void mend__forget_host_calls(mend_engine *E);
+void mend__resume_answered(mend_engine *E);
+int mend__sent_event_ready(const mend_engine *E);
+void mend__deliver_sent_event(mend_engine *E);
+void mend__forget_sent_events(mend_engine *E);
 
 /* ---- recover.c: runs rebuilt from the store, claims */
 void mend__carry_on(mend_run *r);

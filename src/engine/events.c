@@ -112,6 +112,76 @@ const char *mend__awaits(const mend_run *r, int i) {
 
 /* ---------------------------------------------------------------- sending */
 
+/* An event a ticking host sent, recorded in batch `seq`: its run looks for it once that batch
+ * is durable (the write-ahead rule), in a pump turn, within a tick's budget. */
+struct mend_sent_event {
+  struct mend_sent_event *next;
+  unsigned long seq;
+  char run_id[MEND_RUN_ID_LEN];
+  char name[];
+};
+
+/* A ticking host's signal joins the batch the writer thread writes next instead of committing
+ * (and syncing) on the host's thread, when the run is in memory here: whether it may take
+ * events is known without a read. A parked run, one held elsewhere, one named by its key, or
+ * an engine that does not tick take the path that reads and commits. */
+static int joins_batch(mend_engine *E, const mend_run *r) {
+  return r && E->writer && E->tick_writer_tried && mend_store_can_record_event(E->store);
+}
+
+static int send_in_batch(mend_engine *E, const char *id, const char *name, const char *text,
+                         const char *key, char *err, int errlen) {
+  size_t nlen = strlen(name) + 1;
+  struct mend_sent_event *ev = malloc(sizeof *ev + nlen);
+  if (!ev) {
+    mend_errorf(err, errlen, "out of memory");
+    return MEND_EVENT_ESTORE;
+  }
+  if (mend_store_record_event(E->store, id, name, text, key, mend_engine_now(E))) {
+    free(ev);
+    mend__store_failed(E);
+    mend_errorf(err, errlen, "%s", E->errmsg[0] ? E->errmsg : mend_store_errmsg(E->store));
+    return MEND_EVENT_ESTORE;
+  }
+  ev->next = NULL;
+  ev->seq = mend_store_open_seq(E->store);
+  snprintf(ev->run_id, sizeof ev->run_id, "%s", id);
+  memcpy(ev->name, name, nlen);
+  if (E->sent_tail) E->sent_tail->next = ev;
+  else E->sent_head = ev;
+  E->sent_tail = ev;
+  char msg[300];
+  snprintf(msg, sizeof msg, "event %s%s%s sent with the next batch", name, key ? " key " : "",
+           key ? key : "");
+  mend_engine_log_line(E, "info", id, NULL, 0, "event", msg);
+  mend__kick(E);
+  return 0;
+}
+
+int mend__sent_event_ready(const mend_engine *E) {
+  return E->sent_head && E->sent_head->seq <= mend_store_durable_seq(E->store);
+}
+
+/* The oldest event sent in a batch now durable reaches its run, if it waits for it (a key sent
+ * before was kept once by the store: the run then finds no new event and waits on). */
+void mend__deliver_sent_event(mend_engine *E) {
+  struct mend_sent_event *ev = E->sent_head;
+  E->sent_head = ev->next;
+  if (!E->sent_head) E->sent_tail = NULL;
+  mend_run *r = find_run(E, ev->run_id);
+  if (!r && mend__unpark(E, ev->run_id, "its event came") > 0) r = find_run(E, ev->run_id);
+  if (r) wake_waiting(r, ev->name);
+  free(ev);
+}
+
+void mend__forget_sent_events(mend_engine *E) {
+  for (struct mend_sent_event *ev = E->sent_head, *next; ev; ev = next) {
+    next = ev->next;
+    free(ev);
+  }
+  E->sent_head = E->sent_tail = NULL;
+}
+
 int mend_engine_send_event(mend_engine *E, const char *id, const char *run_key, const char *name,
                            const char *payload, const char *key, char run_id_out[MEND_RUN_ID_LEN],
                            char *err, int errlen) {
@@ -196,6 +266,11 @@ int mend_engine_send_event(mend_engine *E, const char *id, const char *run_key, 
   }
   json_decref(row);
   if (run_id_out) snprintf(run_id_out, MEND_RUN_ID_LEN, "%s", id);
+  if (joins_batch(E, r)) {
+    int rc = send_in_batch(E, id, name, text, key, err, errlen);
+    free(text);
+    return rc;
+  }
   int sent = mend_store_send_event(E->store, id, name, text, key, mend_engine_now(E));
   free(text);
   /* Durable now, whoever holds the run: a worker elsewhere sees it at its next poll. */
