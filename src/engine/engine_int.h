@@ -124,6 +124,7 @@ struct mend_run {
   mend_run *qnext;
   unsigned long wait_seq;   /* the batch its next action waits for */
   mend_run *prev, *next;  /* runs in flight */
+  mend_run *hnext;        /* its chain in the engine's runmap */
   /* A parallel group's branches run in lanes (group.c): a lane is a mend_run of its own for
    * the attempt's state, sharing its run's steps and Lua values, and in no list of runs. */
   mend_run *parent;       /* a lane's run; NULL for a run */
@@ -178,6 +179,8 @@ struct mend_engine {
   struct { mend_run *head, *tail; } waiting[4];
   unsigned long moved_seq;   /* lists of batches up to this one were moved to ready */
   mend_run *ready_head, *ready_tail;   /* durable: their actions may run */
+  mend_run **runmap;      /* the runs in flight by id (runmap.c) */
+  size_t runmap_n;
   int writer;             /* a writer thread commits batches (mend_store_start_writer) */
   json_t *alerts_handed, *events_handed;   /* of the batch on the writer thread */
   unsigned long handed_seq;  /* that batch's number */
@@ -460,6 +463,10 @@ void mend__resume_answered(mend_engine *E);
 int mend__sent_event_ready(const mend_engine *E);
 void mend__deliver_sent_event(mend_engine *E);
 void mend__forget_sent_events(mend_engine *E);
+void mend__runmap_add(mend_engine *E, mend_run *r);
+void mend__runmap_remove(mend_engine *E, mend_run *r);
+mend_run *mend__find_run(mend_engine *E, const char *id);
+void mend__runmap_free(mend_engine *E);
 
 /* ---- recover.c: runs rebuilt from the store, claims */
 void mend__carry_on(mend_run *r);

@@ -18,11 +18,7 @@
 #include "log.h"
 #include "util.h"
 
-static mend_run *find_run(mend_engine *E, const char *id) {
-  for (mend_run *r = E->runs; r; r = r->next)
-    if (!r->lost && strcmp(r->id, id) == 0) return r;   /* a lost copy is no longer the run */
-  return NULL;
-}
+static mend_run *find_run(mend_engine *E, const char *id) { return mend__find_run(E, id); }
 
 /* The run, or a lane of its group, that waits for event `name` (any event when NULL): it
  * takes it from the inbox. */
