@@ -249,6 +249,13 @@ typedef struct mend_store_methods {
    * payload (malloc'ed JSON text, "null" for none) and key (malloc'ed or NULL); 0 none; -1
    * error. */
   int (*next_event)(mend_store *s, const char *run_id, const char *name,                               long long *seq, char **payload, char **key);
+  /* next_event among committed rows only, through a connection of its own: no wait for the
+   * writer thread, and the open batch's recorded writes are not run on the caller's thread to
+   * be seen (a few ms in a tick). For a run whose own writes before its wait are durable, and
+   * that nothing else takes events from. NULL: the backend has none (the caller uses
+   * next_event); the same answers, and 2 when it has no connection of its own. */
+  int (*next_committed_event)(mend_store *s, const char *run_id, const char *name,
+                              long long *seq, char **payload, char **key);
   /* Marks it consumed by `step`, recorded in the batch like a transition: the batch fails if
    * it was consumed already. */
   int (*consume_event)(mend_store *s, const char *run_id, long long seq,                                  const char *step, double at);
@@ -506,6 +513,10 @@ static inline int mend_store_can_record_event(mend_store *s) {
 }
 static inline int mend_store_record_event(mend_store *s, const char *run_id, const char *name, const char *payload, const char *key, double sent) {
   return MEND_STORE_M(s)->record_event(s, run_id, name, payload, key, sent);
+}
+static inline int mend_store_next_committed_event(mend_store *s, const char *run_id, const char *name, long long *seq, char **payload, char **key) {
+  if (!MEND_STORE_M(s)->next_committed_event) return 2;
+  return MEND_STORE_M(s)->next_committed_event(s, run_id, name, seq, payload, key);
 }
 static inline int mend_store_next_event(mend_store *s, const char *run_id, const char *name, long long *seq, char **payload, char **key) {
   return MEND_STORE_M(s)->next_event(s, run_id, name, seq, payload, key);

@@ -20,9 +20,12 @@
 
 static mend_run *find_run(mend_engine *E, const char *id) { return mend__find_run(E, id); }
 
+static int take_event_as(mend_run *r, int i, int committed);
+
 /* The run, or a lane of its group, that waits for event `name` (any event when NULL): it
- * takes it from the inbox. */
-static void wake_waiting(mend_run *r, const char *name) {
+ * takes it from the inbox. committed: the event is durable, and the run alone (no lanes, which
+ * could take the same one in this batch) looks among committed events for it. */
+static void wake_waiting(mend_run *r, const char *name, int committed) {
   for (int k = -1; ; k++) {
     mend_run *w = k < 0 ? r : mend__lane_at(r, k);
     if (!w) break;
@@ -32,13 +35,18 @@ static void wake_waiting(mend_run *r, const char *name) {
      * through the inbox under names of their own. */
     const mend_step_def *d = &w->wf->steps[w->cur];
     if (name ? d->wait_for && strcmp(d->wait_for, name) == 0 : d->wait_for || d->wait_token || d->child)
-      mend__take_event(w, w->cur);
+      take_event_as(w, w->cur, committed && k < 0 && !r->group);
   }
 }
 
 /* Takes the oldest event the waiting step i waits for, if the inbox has one: the consumption
  * is recorded in this batch with the step's success. 1 taken, 0 none (or the store failed). */
-int mend__take_event(mend_run *r, int i) {
+int mend__take_event(mend_run *r, int i) { return take_event_as(r, i, 0); }
+
+/* committed: read among committed events, on the store's own connection for that, so that a
+ * tick does not run the open batch's writes on its thread to see them; every write of the run
+ * before its wait is durable (its wait began in an action that waited for them). */
+static int take_event_as(mend_run *r, int i, int committed) {
   mend_engine *E = r->E;
   step_rt *st = &r->steps[i];
   const mend_step_def *def = &r->wf->steps[i];
@@ -48,7 +56,9 @@ int mend__take_event(mend_run *r, int i) {
   if (st->status != MEND_STEP_WAITING || r->status != MEND_RUN_RUNNING || !def->wait_for) return 0;
   long long seq;
   char *payload, *key;
-  int found = mend_store_next_event(E->store, r->id, def->wait_for, &seq, &payload, &key);
+  int found = committed
+    ? mend_store_next_committed_event(E->store, r->id, def->wait_for, &seq, &payload, &key) : 2;
+  if (found == 2) found = mend_store_next_event(E->store, r->id, def->wait_for, &seq, &payload, &key);
   if (found < 0) mend__store_failed(E);
   if (found <= 0) return 0;
   mend_timer_disarm(&E->timers, &r->wait);
@@ -166,7 +176,7 @@ void mend__deliver_sent_event(mend_engine *E) {
   if (!E->sent_head) E->sent_tail = NULL;
   mend_run *r = find_run(E, ev->run_id);
   if (!r && mend__unpark(E, ev->run_id, "its event came") > 0) r = find_run(E, ev->run_id);
-  if (r) wake_waiting(r, ev->name);
+  if (r) wake_waiting(r, ev->name, 1);
   free(ev);
 }
 
@@ -283,7 +293,7 @@ int mend_engine_send_event(mend_engine *E, const char *id, const char *run_key, 
   if (!r && sent == 0 && mend__unpark(E, id, "its event came") > 0) r = find_run(E, id);
   /* Held here and waiting for it: it goes on at once. */
   if (r && sent == 0) {
-    wake_waiting(r, name);
+    wake_waiting(r, name, 0);
     mend__kick(E);
   }
   return sent;
@@ -314,7 +324,7 @@ void mend__take_events(mend_engine *E) {
     mend_run *r = find_run(E, json_string_value(id));
     if (!r && mend__unpark(E, json_string_value(id), "its event came") > 0)
       r = find_run(E, json_string_value(id));
-    if (r) wake_waiting(r, NULL);
+    if (r) wake_waiting(r, NULL, 0);
   }
   json_decref(ids);
 }

@@ -82,6 +82,45 @@ int mend__sqlite_next_event(mend_store *s, const char *run_id, const char *name,
   return 1;
 }
 
+int mend__sqlite_next_committed_event(mend_store *s, const char *run_id, const char *name,
+                                      long long *seq, char **payload, char **key) {
+  *payload = *key = NULL;
+  if (mend__open_reader(s) != 0) return 2;
+  if (!s->q_next_committed &&
+      sqlite3_prepare_v3(s->reader, mend__query_sql[Q_NEXT_EVENT], -1, SQLITE_PREPARE_PERSISTENT,
+                         &s->q_next_committed, NULL) != SQLITE_OK) {
+    mend__set_msg(s->err, sizeof s->err, "%s: read a run's inbox: %s", s->path,
+                  sqlite3_errmsg(s->reader));
+    return -1;
+  }
+  sqlite3_stmt *q = s->q_next_committed;
+  int rc = SQLITE_OK;
+  BIND(mend__bind_text(q, 1, run_id));
+  BIND(mend__bind_text(q, 2, name));
+  if (rc == SQLITE_OK) rc = sqlite3_step(q);
+  if (rc != SQLITE_ROW) {
+    if (rc != SQLITE_DONE)
+      mend__set_msg(s->err, sizeof s->err, "%s: read a run's inbox: %s", s->path,
+                    sqlite3_errmsg(s->reader));
+    sqlite3_reset(q);
+    return rc == SQLITE_DONE ? 0 : -1;
+  }
+  int oom = 0;
+  *seq = (long long)sqlite3_column_int64(q, 0);
+  const char *p = (const char *)sqlite3_column_text(q, 1);
+  *payload = mend__copy_text(p ? p : "null", &oom);
+  *key = mend__copy_text((const char *)sqlite3_column_text(q, 2), &oom);
+  sqlite3_reset(q);
+  if (oom) {
+    free(*payload);
+    free(*key);
+    *payload = *key = NULL;
+    mend__set_msg(s->err, sizeof s->err, "%s: read a run's inbox: out of memory", s->path);
+    return -1;
+  }
+  return 1;
+}
+
 int mend__sqlite_consume_event(mend_store *s, const char *run_id, long long seq,
                              const char *step, double at) {
   mend__rec_begin(s, Q_CONSUME_EVENT);
