@@ -163,8 +163,8 @@ static void schedule_slaying(game *g, int player) {
 }
 
 /* The game's own systems, once a frame: answers the requests that are due, and the players
- * whose fights end now tell their quests. Answers resume step code at once, so they are
- * mend's work done outside the tick (timed by the caller). */
+ * whose fights end now tell their quests. Answers and signals are only queued here (their
+ * steps go on in the next tick); what mend does here is still timed by the caller. */
 static void game_frame(mend_engine *E, game *g) {
   int kept = 0;
   for (int i = 0; i < g->spawns.n; i++) {
@@ -417,7 +417,7 @@ int main(int argc, char **argv) {
            " ticks that waited (a voluntary switch): %ld\n", preempted, njudged, jp99 * 1e3, waited);
     printf("  left undone for the next frame: in %d frames, at most %d ready actions\n",
            left_frames, max_ready);
-    printf("  mend outside the tick (starts, signals, answers that resume steps): p50 %.3f ms,"
+    printf("  mend outside the tick (starts, signals, answers): p50 %.3f ms,"
            " p99 %.3f ms, max %.3f ms a frame\n", pct(outside, nticks, 50) * 1e3,
            pct(outside, nticks, 99) * 1e3, outside[nticks - 1] * 1e3);
   }
