@@ -190,9 +190,11 @@ MEND_API int mend_engine_run_all(mend_engine *engine);
  * never the tick's, in either durability mode: from the first tick they are handed to a
  * thread of mend's own (commit_thread is implied; that first tick commits what was written
  * before it). A run's next action still waits until the batch that announced it is durable:
- * it runs in the first tick after the thread reports it. Work done outside a tick is not
- * bounded by it: mend_call_return() resumes its step at once, and mend_engine_signal() and
- * mend_engine_start() with a run key commit before they return.
+ * it runs in the first tick after the thread reports it. mend_call_return() and
+ * mend_call_fail() only queue the answer: its step resumes in the next tick, within the
+ * budget; mend_engine_signal() to a run in memory joins the next batch (see there). Not
+ * bounded by the tick: mend_engine_start() with a run key, and a signal to a run named by
+ * its key or kept out of memory (parked), commit before they return.
  * MEND_ESTORE if the database failed. */
 MEND_API int mend_engine_tick(mend_engine *engine, double budget);
 
@@ -248,7 +250,12 @@ MEND_API int mend_engine_resolve_dead_letter(mend_engine *engine, const char *ru
  * such run; MEND_ESTATE: the run has ended (or is compensating); MEND_EINVAL: bad JSON.
  * by_key: the run is the one started with that run key. Being durable on return, a signal
  * commits (in MEND_SYNC_FULL, an fsync) on the caller's thread, after the batch the commit
- * thread may be writing: a frame loop that sends many pays for each in its frame. */
+ * thread may be writing. Except in an engine that ticks (mend_engine_tick) with a database
+ * file, to a run it holds in memory, named by its id: there MEND_OK means the run exists and
+ * is running, so the event is accepted; it joins the batch mend's thread writes next, and
+ * is durable once that batch is (a crash before then loses it; a tick or two later). The
+ * run takes it only once it is durable. A key sent before is then kept once when that
+ * batch is written (MEND_OK either way, as always). */
 MEND_API int mend_engine_signal(mend_engine *engine, const char *run_id, const char *name,
                                 const char *payload_json, const char *key);
 MEND_API int mend_engine_signal_by_key(mend_engine *engine, const char *run_key,

@@ -401,6 +401,8 @@ void mend_engine_destroy(mend_engine *E) {
   json_decref(E->alerts_handed);
   json_decref(E->events_handed);
   mend__forget_host_calls(E);
+  mend__forget_sent_events(E);
+  mend__runmap_free(E);
   if (E->wakeup) uv_close((uv_handle_t *)E->wakeup, free_on_close);
   mend_timers_close(&E->timers);
   if (E->lease_timer) uv_close((uv_handle_t *)E->lease_timer, free_on_close);

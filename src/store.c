@@ -572,6 +572,7 @@ void mend__sqlite_close(mend_store *s) {
   sqlite3_finalize(s->q_claimable[0]);
   sqlite3_finalize(s->q_claimable[1]);
   sqlite3_finalize(s->q_events_after);
+  sqlite3_finalize(s->q_next_committed);
   sqlite3_close_v2(s->reader);
   mend__ckpt_stop(s);
   sqlite3_close_v2(s->checkpointer);   /* the last connection to close checkpoints the WAL */
@@ -710,6 +711,8 @@ const mend_store_methods mend__sqlite_methods = {
   .schema_version = mend__sqlite_schema_version,
   .prune = mend__sqlite_prune,
   .send_event = mend__sqlite_send_event,
+  .record_event = mend__sqlite_record_event,
+  .next_committed_event = mend__sqlite_next_committed_event,
   .next_event = mend__sqlite_next_event,
   .consume_event = mend__sqlite_consume_event,
   .last_event = mend__sqlite_last_event,

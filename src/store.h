@@ -239,10 +239,23 @@ typedef struct mend_store_methods {
    * caller commits it); 0 sent, 1 the run's inbox has an event with this key already (nothing
    * written), -1 error. payload: JSON text or NULL (null). */
   int (*send_event)(mend_store *s, const char *run_id, const char *name,                               const char *payload, const char *key, double sent);
+  /* send, only recorded in the open batch like a transition (with a writer thread, no wait for
+   * it): the event is durable once that batch is. A key the inbox has already is kept once when
+   * the batch is written, and not known here. 0, -1 error. NULL: the backend has none (the
+   * caller sends and commits). */
+  int (*record_event)(mend_store *s, const char *run_id, const char *name,
+                      const char *payload, const char *key, double sent);
   /* The oldest event of `name` the run has not consumed, seeing the open batch: 1 and its seq,
    * payload (malloc'ed JSON text, "null" for none) and key (malloc'ed or NULL); 0 none; -1
    * error. */
   int (*next_event)(mend_store *s, const char *run_id, const char *name,                               long long *seq, char **payload, char **key);
+  /* next_event among committed rows only, through a connection of its own: no wait for the
+   * writer thread, and the open batch's recorded writes are not run on the caller's thread to
+   * be seen (a few ms in a tick). For a run whose own writes before its wait are durable, and
+   * that nothing else takes events from. NULL: the backend has none (the caller uses
+   * next_event); the same answers, and 2 when it has no connection of its own. */
+  int (*next_committed_event)(mend_store *s, const char *run_id, const char *name,
+                              long long *seq, char **payload, char **key);
   /* Marks it consumed by `step`, recorded in the batch like a transition: the batch fails if
    * it was consumed already. */
   int (*consume_event)(mend_store *s, const char *run_id, long long seq,                                  const char *step, double at);
@@ -506,6 +519,16 @@ static inline json_t *mend_store_prune(mend_store *s, double before, const char 
 }
 static inline int mend_store_send_event(mend_store *s, const char *run_id, const char *name, const char *payload, const char *key, double sent) {
   return MEND_STORE_M(s)->send_event(s, run_id, name, payload, key, sent);
+}
+static inline int mend_store_can_record_event(mend_store *s) {
+  return MEND_STORE_M(s)->record_event != NULL;
+}
+static inline int mend_store_record_event(mend_store *s, const char *run_id, const char *name, const char *payload, const char *key, double sent) {
+  return MEND_STORE_M(s)->record_event(s, run_id, name, payload, key, sent);
+}
+static inline int mend_store_next_committed_event(mend_store *s, const char *run_id, const char *name, long long *seq, char **payload, char **key) {
+  if (!MEND_STORE_M(s)->next_committed_event) return 2;
+  return MEND_STORE_M(s)->next_committed_event(s, run_id, name, seq, payload, key);
 }
 static inline int mend_store_next_event(mend_store *s, const char *run_id, const char *name, long long *seq, char **payload, char **key) {
   return MEND_STORE_M(s)->next_event(s, run_id, name, seq, payload, key);

@@ -636,6 +636,81 @@ static void it_sends_events_through_the_c_api(void) {
   mend_engine_free(E);
 }
 
+/* A ticking host's answers and signals are mend's work only in its ticks (issue 24): an
+ * answer to a host call resumes nothing before the next tick, and a signal to a run held in
+ * memory is accepted (or refused) at once but taken by the run in a later tick, once the batch
+ * that holds it is durable, with full durability on a database file. */
+static const char slay_lua[] =
+  "local mend = require 'mend'\n"
+  "return { name = 'slay', steps = {\n"
+  "  { name = 'spawn', execute = function(ctx)\n"
+  "      local m = mend.call('spawn_later')\n"
+  "      mend.call('resumed')\n"
+  "      return m end },\n"
+  "  { name = 'kill', wait_for = 'boss_killed', timeout = 3600 },\n"
+  "  { name = 'reward', execute = function(ctx) return ctx.results.kill.gold end } } }\n";
+
+static mend_call *spawn_call;
+static int resumed_calls;
+static void spawn_later(void *ud, mend_call *call, const char *args) {
+  (void)ud;
+  (void)args;
+  spawn_call = call;
+}
+static void resumed(void *ud, mend_call *call, const char *args) {
+  (void)ud;
+  (void)args;
+  resumed_calls++;
+  mend_call_return(call, NULL);
+}
+
+static void tick_until(mend_engine *E, int (*done)(mend_engine *E, const char *id), const char *id) {
+  double t0 = now_s();
+  while (!done(E, id) && now_s() - t0 < 20) {
+    CHECK_EQ_INT(mend_engine_tick(E, 0.002), MEND_OK);
+    if (mend_engine_next_tick(E) != 0) usleep(1000);
+  }
+  CHECK(done(E, id));
+}
+static int spawn_asked(mend_engine *E, const char *id) { (void)E; (void)id; return spawn_call != NULL; }
+static int kill_waits(mend_engine *E, const char *id) { return run_has(E, id, "\"waiting\"", 0); }
+static int run_ended(mend_engine *E, const char *id) { (void)id; return mend_engine_in_flight_count(E) == 0; }
+
+static void it_ticks_answers_and_signals_in_its_ticks(void) {
+  char db[128], id[17], st[32];
+  snprintf(db, sizeof db, "%s/signals.db", dir);
+  unlink(db);
+  mend_options o;
+  mend_options_init(&o);
+  o.db_path = db;
+  o.durability = MEND_SYNC_FULL;
+  mend_engine *E = engine(&o);
+  mend_engine_register_function(E, "spawn_later", spawn_later, NULL);
+  mend_engine_register_function(E, "resumed", resumed, NULL);
+  load(E, "slay");
+  start(E, "slay", NULL, id);
+  spawn_call = NULL;
+  resumed_calls = 0;
+  tick_until(E, spawn_asked, id);
+  CHECK_EQ_INT(mend_call_return(spawn_call, "{\"id\":1}"), MEND_OK);
+  CHECK_EQ_INT(resumed_calls, 0);   /* the step goes on in a tick, not in the answer */
+  CHECK(mend_engine_next_tick(E) == 0);
+  tick_until(E, kill_waits, id);
+  CHECK_EQ_INT(resumed_calls, 1);
+
+  CHECK_EQ_INT(mend_engine_signal(E, id, "boss_killed", "{\"gold\":50}", "k1"), MEND_OK);
+  CHECK_EQ_INT(mend_engine_signal(E, id, "boss_killed", "{\"gold\":99}", "k1"), MEND_OK);
+  CHECK_EQ_INT(mend_engine_signal(E, id, "boss_killed", "{bad", NULL), MEND_EINVAL);
+  CHECK_EQ_INT(mend_engine_signal(E, "nosuchrun", "boss_killed", NULL, NULL), MEND_ENOTFOUND);
+  CHECK(kill_waits(E, id));   /* accepted; taken only in a tick, once durable */
+  tick_until(E, run_ended, id);
+  CHECK_STR(run_status(E, id, st, sizeof st), "succeeded");
+  CHECK(run_has(E, id, "\"result\":50", 0));
+  CHECK(!run_has(E, id, "\"gold\":99", 0));
+  CHECK_EQ_INT(mend_engine_signal(E, id, "boss_killed", NULL, NULL), MEND_ESTATE);
+  mend_engine_free(E);
+}
+
 /* Completion tokens through the C API (issue 18): the step hands its token to the host (here
  * through a host function; in practice to any system), which completes or fails it later;
  * a token is single use, and each refusal has its code. */
@@ -1031,6 +1106,7 @@ int main(void) {
   write_workflow("http_call", http_call_lua);
   write_workflow("ahead", ahead_lua);
   write_workflow("naps", naps_lua);
+  write_workflow("slay", slay_lua);
 
   it_runs_on_its_own_loop();
   it_can_be_woken_from_another_thread();
@@ -1041,6 +1117,7 @@ int main(void) {
   it_sandboxes_workflow_code();
   it_repairs_through_the_c_api();
   it_sends_events_through_the_c_api();
+  it_ticks_answers_and_signals_in_its_ticks();
   it_completes_tokens_through_the_c_api();
   it_parks_waiting_runs_out_of_memory();
   it_lets_go_of_calls_open_when_freed();

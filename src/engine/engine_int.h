@@ -124,6 +124,7 @@ struct mend_run {
   mend_run *qnext;
   unsigned long wait_seq;   /* the batch its next action waits for */
   mend_run *prev, *next;  /* runs in flight */
+  mend_run *hnext;        /* its chain in the engine's runmap */
   /* A parallel group's branches run in lanes (group.c): a lane is a mend_run of its own for
    * the attempt's state, sharing its run's steps and Lua values, and in no list of runs. */
   mend_run *parent;       /* a lane's run; NULL for a run */
@@ -178,6 +179,8 @@ struct mend_engine {
   struct { mend_run *head, *tail; } waiting[4];
   unsigned long moved_seq;   /* lists of batches up to this one were moved to ready */
   mend_run *ready_head, *ready_tail;   /* durable: their actions may run */
+  mend_run **runmap;      /* the runs in flight by id (runmap.c) */
+  size_t runmap_n;
   int writer;             /* a writer thread commits batches (mend_store_start_writer) */
   json_t *alerts_handed, *events_handed;   /* of the batch on the writer thread */
   unsigned long handed_seq;  /* that batch's number */
@@ -220,6 +223,11 @@ struct mend_engine {
   json_t *events;         /* for cfg.on_event, fired after the batch commits */
   struct host_fn *hosts;
   struct mend_host_call *open_calls;
+  /* answered, their steps resumed by a pump turn, in the order answered (hostcall.c) */
+  struct mend_host_call *answered_head, *answered_tail;
+  /* events a ticking host sent in a batch not yet durable: their runs look for them once it
+   * is (events.c) */
+  struct mend_sent_event *sent_head, *sent_tail;
   uv_async_t *wakeup;
   size_t mem_used, mem_limit;
   int limit_memory;       /* 1 while step code runs: only it is held to the limit */
@@ -466,6 +474,14 @@ void mend__http_close(mend_engine *E);
 /* ---- hostcall.c: functions of the host, called from steps */
 void mend__abandon_host_call(mend_run *r);
 void mend__forget_host_calls(mend_engine *E);
+void mend__resume_answered(mend_engine *E);
+int mend__sent_event_ready(const mend_engine *E);
+void mend__deliver_sent_event(mend_engine *E);
+void mend__forget_sent_events(mend_engine *E);
+void mend__runmap_add(mend_engine *E, mend_run *r);
+void mend__runmap_remove(mend_engine *E, mend_run *r);
+mend_run *mend__find_run(mend_engine *E, const char *id);
+void mend__runmap_free(mend_engine *E);
 
 /* ---- recover.c: runs rebuilt from the store, claims */
 void mend__carry_on(mend_run *r);

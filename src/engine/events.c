@@ -18,16 +18,16 @@
 #include "log.h"
 #include "util.h"
 
-static mend_run *find_run(mend_engine *E, const char *id) {
-  for (mend_run *r = E->runs; r; r = r->next)
-    if (!r->lost && strcmp(r->id, id) == 0) return r;   /* a lost copy is no longer the run */
-  return NULL;
-}
+static mend_run *find_run(mend_engine *E, const char *id) { return mend__find_run(E, id); }
+
+static int take_event_as(mend_run *r, int i, int committed);
 
 /* The run, or a lane of its group, that waits for event `name` (any event when NULL; a name of
  * mend's own, "mend.token:<step>" or "mend.child:<step>", for the steps that wait for a token
- * or a child, each of which looks for its own): it takes it from the inbox. */
-void mend__wake_waiting(mend_run *r, const char *name) {
+ * or a child, each of which looks for its own): it takes it from the inbox. committed: the
+ * event is durable, and the run alone (no lanes, which could take the same one in this batch)
+ * looks among committed events for it. */
+static void wake_waiting(mend_run *r, const char *name, int committed) {
   for (int k = -1; ; k++) {
     mend_run *w = k < 0 ? r : mend__lane_at(r, k);
     if (!w) break;
@@ -40,13 +40,20 @@ void mend__wake_waiting(mend_run *r, const char *name) {
     if (name ? (d->wait_for && strcmp(d->wait_for, name) == 0) ||
                (outside && strncmp(name, "mend.", 5) == 0)
              : d->wait_for || outside)
-      mend__take_event(w, w->cur);
+      take_event_as(w, w->cur, committed && k < 0 && !r->group);
   }
 }
 
+void mend__wake_waiting(mend_run *r, const char *name) { wake_waiting(r, name, 0); }
+
 /* Takes the oldest event the waiting step i waits for, if the inbox has one: the consumption
  * is recorded in this batch with the step's success. 1 taken, 0 none (or the store failed). */
-int mend__take_event(mend_run *r, int i) {
+int mend__take_event(mend_run *r, int i) { return take_event_as(r, i, 0); }
+
+/* committed: read among committed events, on the store's own connection for that, so that a
+ * tick does not run the open batch's writes on its thread to see them; every write of the run
+ * before its wait is durable (its wait began in an action that waited for them). */
+static int take_event_as(mend_run *r, int i, int committed) {
   mend_engine *E = r->E;
   step_rt *st = &r->steps[i];
   const mend_step_def *def = &r->wf->steps[i];
@@ -56,7 +63,9 @@ int mend__take_event(mend_run *r, int i) {
   if (st->status != MEND_STEP_WAITING || r->status != MEND_RUN_RUNNING || !def->wait_for) return 0;
   long long seq;
   char *payload, *key;
-  int found = mend_store_next_event(E->store, r->id, def->wait_for, &seq, &payload, &key);
+  int found = committed
+    ? mend_store_next_committed_event(E->store, r->id, def->wait_for, &seq, &payload, &key) : 2;
+  if (found == 2) found = mend_store_next_event(E->store, r->id, def->wait_for, &seq, &payload, &key);
   if (found < 0) mend__store_failed(E);
   if (found <= 0) return 0;
   mend_timer_disarm(&E->timers, &r->wait);
@@ -115,6 +124,76 @@ const char *mend__awaits(const mend_run *r, int i) {
 }
 
 /* ---------------------------------------------------------------- sending */
+
+/* An event a ticking host sent, recorded in batch `seq`: its run looks for it once that batch
+ * is durable (the write-ahead rule), in a pump turn, within a tick's budget. */
+struct mend_sent_event {
+  struct mend_sent_event *next;
+  unsigned long seq;
+  char run_id[MEND_RUN_ID_LEN];
+  char name[];
+};
+
+/* A ticking host's signal joins the batch the writer thread writes next instead of committing
+ * (and syncing) on the host's thread, when the run is in memory here: whether it may take
+ * events is known without a read. A parked run, one held elsewhere, one named by its key, or
+ * an engine that does not tick take the path that reads and commits. */
+static int joins_batch(mend_engine *E, const mend_run *r) {
+  return r && E->writer && E->tick_writer_tried && mend_store_can_record_event(E->store);
+}
+
+static int send_in_batch(mend_engine *E, const char *id, const char *name, const char *text,
+                         const char *key, char *err, int errlen) {
+  size_t nlen = strlen(name) + 1;
+  struct mend_sent_event *ev = malloc(sizeof *ev + nlen);
+  if (!ev) {
+    mend_errorf(err, errlen, "out of memory");
+    return MEND_EVENT_ESTORE;
+  }
+  if (mend_store_record_event(E->store, id, name, text, key, mend_engine_now(E))) {
+    free(ev);
+    mend__store_failed(E);
+    mend_errorf(err, errlen, "%s", E->errmsg[0] ? E->errmsg : mend_store_errmsg(E->store));
+    return MEND_EVENT_ESTORE;
+  }
+  ev->next = NULL;
+  ev->seq = mend_store_open_seq(E->store);
+  snprintf(ev->run_id, sizeof ev->run_id, "%s", id);
+  memcpy(ev->name, name, nlen);
+  if (E->sent_tail) E->sent_tail->next = ev;
+  else E->sent_head = ev;
+  E->sent_tail = ev;
+  char msg[300];
+  snprintf(msg, sizeof msg, "event %s%s%s sent with the next batch", name, key ? " key " : "",
+           key ? key : "");
+  mend_engine_log_line(E, "info", id, NULL, 0, "event", msg);
+  mend__kick(E);
+  return 0;
+}
+
+int mend__sent_event_ready(const mend_engine *E) {
+  return E->sent_head && E->sent_head->seq <= mend_store_durable_seq(E->store);
+}
+
+/* The oldest event sent in a batch now durable reaches its run, if it waits for it (a key sent
+ * before was kept once by the store: the run then finds no new event and waits on). */
+void mend__deliver_sent_event(mend_engine *E) {
+  struct mend_sent_event *ev = E->sent_head;
+  E->sent_head = ev->next;
+  if (!E->sent_head) E->sent_tail = NULL;
+  mend_run *r = find_run(E, ev->run_id);
+  if (!r && mend__unpark(E, ev->run_id, "its event came") > 0) r = find_run(E, ev->run_id);
+  if (r) wake_waiting(r, ev->name, 1);
+  free(ev);
+}
+
+void mend__forget_sent_events(mend_engine *E) {
+  for (struct mend_sent_event *ev = E->sent_head, *next; ev; ev = next) {
+    next = ev->next;
+    free(ev);
+  }
+  E->sent_head = E->sent_tail = NULL;
+}
 
 int mend_engine_send_event(mend_engine *E, const char *id, const char *run_key, const char *name,
                            const char *payload, const char *key, char run_id_out[MEND_RUN_ID_LEN],
@@ -200,6 +279,11 @@ int mend_engine_send_event(mend_engine *E, const char *id, const char *run_key, 
   }
   json_decref(row);
   if (run_id_out) snprintf(run_id_out, MEND_RUN_ID_LEN, "%s", id);
+  if (joins_batch(E, r)) {
+    int rc = send_in_batch(E, id, name, text, key, err, errlen);
+    free(text);
+    return rc;
+  }
   int sent = mend_store_send_event(E->store, id, name, text, key, mend_engine_now(E));
   free(text);
   /* Durable now, whoever holds the run: a worker elsewhere sees it at its next poll. */
@@ -216,7 +300,7 @@ int mend_engine_send_event(mend_engine *E, const char *id, const char *run_key, 
   if (!r && sent == 0 && mend__unpark(E, id, "its event came") > 0) r = find_run(E, id);
   /* Held here and waiting for it: it goes on at once. */
   if (r && sent == 0) {
-    mend__wake_waiting(r, name);
+    wake_waiting(r, name, 0);
     mend__kick(E);
   }
   return sent;
@@ -247,7 +331,7 @@ void mend__take_events(mend_engine *E) {
     mend_run *r = find_run(E, json_string_value(id));
     if (!r && mend__unpark(E, json_string_value(id), "its event came") > 0)
       r = find_run(E, json_string_value(id));
-    if (r) mend__wake_waiting(r, NULL);
+    if (r) wake_waiting(r, NULL, 0);
   }
   json_decref(ids);
 }

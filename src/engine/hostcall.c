@@ -2,8 +2,9 @@
  * hostcall: functions of the program that embeds mend, called from steps through mend.call.
  * Owns the registry of host functions and the life of a call: its arguments as JSON, an
  * answer given at once or later (from the host's own loop), and a call whose attempt or engine
- * went away meanwhile (its answer then only frees it). Must never: resume an attempt with an
- * answer meant for an earlier one.
+ * went away meanwhile (its answer then only frees it), and the answers whose steps a pump turn
+ * resumes. Must never: resume an attempt with an answer meant for an earlier one; resume a step
+ * on the host's thread from inside mend_call_return (outside any tick's budget).
  */
 #include "engine_int.h"
 
@@ -80,17 +81,32 @@ static void answer(mend_host_call *call, json_t *result, json_t *error) {
   if (call->prev) call->prev->next = call->next;
   else E->open_calls = call->next;
   if (call->next) call->next->prev = call->prev;
+  /* The host answers from its own code, outside any tick: the step resumes in a pump turn (a
+   * ticking host's, within its budget), in the order the answers came. */
+  call->result = result;
+  call->error = error;
+  call->prev = call->next = NULL;
+  if (E->answered_tail) E->answered_tail->next = call;
+  else E->answered_head = call;
+  E->answered_tail = call;
+  mend__kick(E);
+}
+
+/* The oldest answer resumes its step (or, its attempt abandoned meanwhile, is only freed). */
+void mend__resume_answered(mend_engine *E) {
+  mend_host_call *call = E->answered_head;
+  E->answered_head = call->next;
+  if (!E->answered_head) E->answered_tail = NULL;
   mend_run *r = call->run;
   E->externals--;
   if (r) {
     r->host_call = NULL;
-    push_answer(r->co, result, error);
+    push_answer(r->co, call->result, call->error);
   }
-  json_decref(result);
-  json_decref(error);
+  json_decref(call->result);
+  json_decref(call->error);
   free(call);
   if (r) mend__resume(r, 2);
-  mend__kick(E);
 }
 
 int mend_host_return(mend_host_call *call, const char *result_json) {
@@ -173,6 +189,13 @@ void mend__forget_host_calls(mend_engine *E) {
     c->E = NULL;
     c->run = NULL;
   }
+  for (mend_host_call *c = E->answered_head, *next; c; c = next) {   /* answered: no one holds them */
+    next = c->next;
+    json_decref(c->result);
+    json_decref(c->error);
+    free(c);
+  }
+  E->answered_head = E->answered_tail = NULL;
   for (struct host_fn *h = E->hosts, *next; h; h = next) {
     next = h->next;
     free(h->name);

@@ -30,7 +30,8 @@ static int any_waiting(const mend_engine *E) {
  * events and alerts waiting for the commit that comes before them (a run's last turn leaves
  * those behind). */
 int mend__has_ready_work(const mend_engine *E) {
-  return E->ready_head || any_waiting(E) || mend_store_batch_open(E->store) ||
+  return E->ready_head || E->answered_head || mend__sent_event_ready(E) || any_waiting(E) ||
+         mend_store_batch_open(E->store) ||
          json_array_size(E->events) || json_array_size(E->alerts) ||
          (E->writer && (mend_store_writer_busy(E->store) || json_array_size(E->alerts_handed) ||
                         json_array_size(E->events_handed)));
@@ -40,7 +41,7 @@ int mend__has_ready_work(const mend_engine *E) {
  * find nothing to do: the thread wakes the loop when it is done (on_wakeup). */
 int mend__turn_has_work(const mend_engine *E) {
   int writing = (E->writer && mend_store_writer_busy(E->store)) || mend__lock_waiting(E);
-  return E->ready_head || (!writing && mend__has_ready_work(E));
+  return E->ready_head || E->answered_head || (!writing && mend__has_ready_work(E));
 }
 
 /* With nothing else to do, a run() on the virtual clock moves it to the next timer. */
@@ -264,7 +265,9 @@ int mend__pump_turn(mend_engine *E) {
   }
   if (E->moved_seq < durable) E->moved_seq = durable;   /* every list was moved */
   int did = 0;
-  while (E->ready_head && !E->broken) {
+  /* Pieces of work: answers to host calls resume their steps, events whose batch is durable
+   * reach their runs, then ready actions. */
+  while ((E->answered_head || E->ready_head || mend__sent_event_ready(E)) && !E->broken) {
     /* A turn ends at a ticking host's budget, or after MAX_TURN_ACTIONS: a burst of starts
      * must not keep the next commit (and the timers, and I/O) waiting behind all of it. The
      * rest stays ready, ahead of what this turn queues. */
@@ -275,6 +278,14 @@ int mend__pump_turn(mend_engine *E) {
     /* A ticking host's action could read the store, and a read waits for the writer thread's
      * commit (its fsync): the action waits for the next tick instead. */
     if (E->turn_deadline > 0 && mend__writer_holds_batch(E)) break;
+    if (E->answered_head || mend__sent_event_ready(E)) {
+      if (E->answered_head) mend__resume_answered(E);
+      else mend__deliver_sent_event(E);
+      did++;
+      if (c0 > 0) tick_piece_cost(E, mend__thread_cpu_now() - c0);
+      continue;
+    }
+    if (!E->ready_head) break;
     mend_run *r = E->ready_head;
     E->ready_head = r->qnext;
     if (!E->ready_head) E->ready_tail = NULL;

@@ -42,6 +42,7 @@ mend_run *mend__run_new(mend_engine *E, mend_workflow *wf, const char *id) {
   if (E->runs) E->runs->prev = r;
   E->runs = r;
   E->in_flight++;
+  mend__runmap_add(E, r);
   return r;
 }
 
@@ -164,6 +165,7 @@ void mend__run_free(mend_run *r) {
   free(r->steps);
   free(r->error);
   free(r->http_detail);
+  mend__runmap_remove(E, r);
   if (r->prev) r->prev->next = r->next;
   else E->runs = r->next;
   if (r->next) r->next->prev = r->prev;

@@ -41,6 +41,21 @@ int mend__sqlite_send_event(mend_store *s, const char *run_id, const char *name,
   return sqlite3_changes(s->db) == 0 ? 1 : 0;
 }
 
+/* An event is no write of the run's holder: whoever holds the run, the fence lets it pass. */
+int mend__sqlite_record_event(mend_store *s, const char *run_id, const char *name,
+                              const char *payload, const char *key, double sent) {
+  int repairing = s->repairing;
+  s->repairing = 1;
+  mend__rec_begin(s, Q_SEND_EVENT);
+  mend__rec_text(s, run_id);
+  mend__rec_text(s, name);
+  mend__rec_text(s, payload);
+  mend__rec_text(s, key);
+  mend__rec_real(s, sent);
+  s->repairing = repairing;
+  return mend__rec_end(s);
+}
+
 int mend__sqlite_next_event(mend_store *s, const char *run_id, const char *name,
                           long long *seq, char **payload, char **key) {
   *payload = *key = NULL;
@@ -57,6 +72,45 @@ int mend__sqlite_next_event(mend_store *s, const char *run_id, const char *name,
   *payload = mend__copy_text(p ? p : "null", &oom);
   *key = mend__copy_text((const char *)sqlite3_column_text(q, 2), &oom);
   mend__finish(q);
+  if (oom) {
+    free(*payload);
+    free(*key);
+    *payload = *key = NULL;
+    mend__set_msg(s->err, sizeof s->err, "%s: read a run's inbox: out of memory", s->path);
+    return -1;
+  }
+  return 1;
+}
+
+int mend__sqlite_next_committed_event(mend_store *s, const char *run_id, const char *name,
+                                      long long *seq, char **payload, char **key) {
+  *payload = *key = NULL;
+  if (mend__open_reader(s) != 0) return 2;
+  if (!s->q_next_committed &&
+      sqlite3_prepare_v3(s->reader, mend__query_sql[Q_NEXT_EVENT], -1, SQLITE_PREPARE_PERSISTENT,
+                         &s->q_next_committed, NULL) != SQLITE_OK) {
+    mend__set_msg(s->err, sizeof s->err, "%s: read a run's inbox: %s", s->path,
+                  sqlite3_errmsg(s->reader));
+    return -1;
+  }
+  sqlite3_stmt *q = s->q_next_committed;
+  int rc = SQLITE_OK;
+  BIND(mend__bind_text(q, 1, run_id));
+  BIND(mend__bind_text(q, 2, name));
+  if (rc == SQLITE_OK) rc = sqlite3_step(q);
+  if (rc != SQLITE_ROW) {
+    if (rc != SQLITE_DONE)
+      mend__set_msg(s->err, sizeof s->err, "%s: read a run's inbox: %s", s->path,
+                    sqlite3_errmsg(s->reader));
+    sqlite3_reset(q);
+    return rc == SQLITE_DONE ? 0 : -1;
+  }
+  int oom = 0;
+  *seq = (long long)sqlite3_column_int64(q, 0);
+  const char *p = (const char *)sqlite3_column_text(q, 1);
+  *payload = mend__copy_text(p ? p : "null", &oom);
+  *key = mend__copy_text((const char *)sqlite3_column_text(q, 2), &oom);
+  sqlite3_reset(q);
   if (oom) {
     free(*payload);
     free(*key);

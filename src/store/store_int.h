@@ -98,6 +98,7 @@ struct mend_store {
   sqlite3 *reader;         /* a third, read-only: looks that need not see our own batch */
   sqlite3_stmt *q_claimable[2];   /* on reader: quick, thorough (mend_store_claimable) */
   sqlite3_stmt *q_events_after;   /* on reader: mend_store_events_after */
+  sqlite3_stmt *q_next_committed; /* on reader: mend_store_next_committed_event */
   char *path;
   int in_batch;
   /* A write of this batch failed: the whole batch must not commit, or the transitions
@@ -262,6 +263,8 @@ int mend__sqlite_audit(mend_store *s, double at, const char *who, const char *op
 int mend__sqlite_schema_version(mend_store *s);
 json_t *mend__sqlite_prune(mend_store *s, double before, const char *status, int dry_run);
 int mend__sqlite_send_event(mend_store *s, const char *run_id, const char *name, const char *payload, const char *key, double sent);
+int mend__sqlite_next_committed_event(mend_store *s, const char *run_id, const char *name, long long *seq, char **payload, char **key);
+int mend__sqlite_record_event(mend_store *s, const char *run_id, const char *name, const char *payload, const char *key, double sent);
 int mend__sqlite_next_event(mend_store *s, const char *run_id, const char *name, long long *seq, char **payload, char **key);
 int mend__sqlite_consume_event(mend_store *s, const char *run_id, long long seq, const char *step, double at);
 long long mend__sqlite_last_event(mend_store *s);

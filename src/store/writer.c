@@ -33,6 +33,7 @@ static const char *const record_what[Q__COUNT] = {
   [Q_HISTORY_GROUP] = "append history",
   [Q_PUT_BREAKER] = "put breaker", [Q_PUT_DLQ] = "put dlq", [Q_RENEW] = "renew the lease",
   [Q_CONSUME_EVENT] = "consume an event",
+  [Q_SEND_EVENT] = "send an event",
 };
 
 /* A log's arrays live in pages of their own (mmap), not in the heap: a burst grows them to
