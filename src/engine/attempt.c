@@ -451,6 +451,12 @@ int mend_engine_sleep(lua_State *L, double seconds, char *err, int errlen) {
   mend_run *r = mend__waiting_run(L, err, errlen);
   if (!r) return -1;
   if (!(seconds >= 0)) seconds = 0;
+  /* An endless wait is a bug, and the timers' clock cannot hold one. */
+  if (seconds > MEND_MAX_SLEEP) {
+    snprintf(err, (size_t)errlen, "a sleep of %g seconds is longer than the longest (%g, about "
+             "31 years)", seconds, MEND_MAX_SLEEP);
+    return -1;
+  }
   r->waiting = 1;
   r->wait_kind = WAIT_SLEEP;
   mend__arm(r, &r->wait, mend_engine_now(r->E) + seconds);
