@@ -11,6 +11,7 @@
 #include "sandbox_int.h"
 
 #include <ctype.h>
+#include <float.h>
 #include <limits.h>
 #include <lauxlib.h>
 #include <lualib.h>
@@ -59,6 +60,18 @@ static void charge_count(lua_State *L, const char *fn, double count) {
     luaL_error(L, "%s", msg);
   }
   if (count > 1) mend_limits_charge(L, count);
+}
+
+/* As charge_count, for a call whose work is counted in instructions, not elements. */
+static void charge_work(lua_State *L, const char *fn, double work) {
+  if (work > MEND_SANDBOX_PATTERN_STEPS) {
+    char msg[200];
+    snprintf(msg, sizeof msg, "%s: some %.0f instructions of work in one call, over the "
+             "sandbox's bound of %.0e (README: Limits and sandbox)", fn, work,
+             MEND_SANDBOX_PATTERN_STEPS);
+    luaL_error(L, "%s", msg);
+  }
+  if (work > 1) mend_limits_charge(L, work);
 }
 
 /* Calls upvalue 1 with the arguments, returning all it returns. */
@@ -130,11 +143,18 @@ static int chunked_bytes(lua_State *L) {
 /* string.format: %q writes a string a byte at a time with a test for each (20 ms for 1 MiB
  * on a loaded machine): a larger one is refused. Upvalue 1: Lua's format. */
 #define MAX_QUOTED_BYTES ((size_t)1 << 20)
+/* What one conversion costs, in instructions: a call to snprintf; a new string for %s of a
+ * value that is not one; a digit of the integer part of a %f (glibc writes 1e308's 309 digits
+ * in some 13 us: 100k of them held the loop 1.3 s in one call). */
+#define FORMAT_ITEM_COST 32.0
+#define FORMAT_TOSTRING_COST 160.0
+#define FORMAT_DIGIT_COST 16.0
 
 static int bounded_format(lua_State *L) {
   size_t flen;
   const char *f = luaL_checklstring(L, 1, &flen), *end = f + flen;
   int arg = 1;
+  double cost = 0;
   while (f < end) {
     if (*f++ != '%') continue;
     if (f < end && *f == '%') { f++; continue; }
@@ -142,12 +162,20 @@ static int bounded_format(lua_State *L) {
     if (f >= end) break;
     arg++;
     size_t len;
-    if (*f++ == 'q' && lua_type(L, arg) == LUA_TSTRING && lua_tolstring(L, arg, &len) &&
-        len > MAX_QUOTED_BYTES)
+    char conv = *f++;
+    int t = lua_type(L, arg);
+    cost += FORMAT_ITEM_COST;
+    if (conv == 'q' && t == LUA_TSTRING && lua_tolstring(L, arg, &len) && len > MAX_QUOTED_BYTES)
       return luaL_error(L, "string.format: %%q of a string of %I bytes, over the sandbox's bound "
                         "of %d (README: Limits and sandbox)", (lua_Integer)len,
                         (int)MAX_QUOTED_BYTES);
+    if (conv == 's' && t != LUA_TSTRING) cost += FORMAT_TOSTRING_COST;
+    if ((conv == 'f' || conv == 'F') && t == LUA_TNUMBER) {
+      double x = fabs(lua_tonumber(L, arg));
+      if (x >= 10 && x <= DBL_MAX) cost += FORMAT_DIGIT_COST * log10(x);
+    }
   }
+  charge_work(L, "string.format", cost);
   return call_original(L);
 }
 
