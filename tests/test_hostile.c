@@ -15,8 +15,9 @@
  *                                   budget (10M instructions: some 100 ms), ten times over
  *
  * and for every file: the host is alive (this process), nothing was written in the directory
- * the scripts are pointed at (ctx.input.outside), the engine is not broken, and a benign run
- * in the same engine succeeds right after. Files run in the order of their names, so that a
+ * the scripts are pointed at (ctx.input.outside), nor in the history of a run that is not
+ * theirs (ctx.input.victim, a benign run's), the engine is not broken, and a benign run in the
+ * same engine succeeds right after. Files run in the order of their names, so that a
  * later one sees what an earlier one did to the state they share.
  */
 #include <dirent.h>
@@ -89,8 +90,7 @@ static char *run_json(mend_engine *E, const char *id) {
   return json;
 }
 
-static void benign_run(mend_engine *E, const char *after) {
-  char id[17];
+static void benign_run(mend_engine *E, const char *after, char id[17]) {
   CHECK_EQ_INT(mend_engine_start(E, "benign", "{}", NULL, id, NULL), MEND_OK);
   CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
   char *json = run_json(E, id);
@@ -110,10 +110,9 @@ int main(int argc, char **argv) {
   const char *corpus = argv[1];
   char scratch[] = "/tmp/mend-hostile-XXXXXX", outside[] = "/tmp/mend-outside-XXXXXX";
   if (!mkdtemp(scratch) || !mkdtemp(outside)) return 2;
-  char db[128], benign[128], input[256];
+  char db[128], benign[128], input[300], victim[17];
   snprintf(db, sizeof db, "%s/hostile.db", scratch);
   snprintf(benign, sizeof benign, "%s/benign.lua", scratch);
-  snprintf(input, sizeof input, "{\"outside\":\"%s/pwned\"}", outside);
   FILE *f = fopen(benign, "w");
   if (!f || fputs(benign_lua, f) < 0 || fclose(f)) return 2;
 
@@ -132,6 +131,11 @@ int main(int argc, char **argv) {
     return 2;
   }
   CHECK_EQ_INT(mend_engine_load(E, benign, NULL, 0), MEND_OK);
+  benign_run(E, "nothing", victim);
+  char *victim_history = NULL;
+  CHECK_EQ_INT(mend_engine_history_json(E, victim, &victim_history), MEND_OK);
+  snprintf(input, sizeof input, "{\"outside\":\"%s/pwned\",\"victim\":\"%s\"}", outside,
+           victim);
 
   DIR *d = opendir(corpus);
   if (!d) {
@@ -199,9 +203,16 @@ int main(int argc, char **argv) {
     int written = entries(outside);
     if (written != 0) fprintf(stderr, "%s: wrote %d entries outside\n", names[i], written);
     CHECK_EQ_INT(written, 0);
-    benign_run(E, names[i]);
+    char *history = NULL, id[17];
+    CHECK_EQ_INT(mend_engine_history_json(E, victim, &history), MEND_OK);
+    int same = history && victim_history && strcmp(history, victim_history) == 0;
+    if (!same) fprintf(stderr, "%s: wrote in another run's history: %s\n", names[i], history);
+    CHECK(same);
+    mend_free(history);
+    benign_run(E, names[i], id);
     free(names[i]);
   }
+  mend_free(victim_history);
   mend_engine_free(E);
   char cmd[160];
   snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", scratch, outside);

@@ -484,17 +484,18 @@ static int ctx_log(lua_State *L) {
     luaL_pushresult(&b);
   }
   const char *msg = lua_tostring(L, -1);
-  lua_getfield(L, 1, "run_id");
   lua_getfield(L, 1, "step");
   lua_getfield(L, 1, "attempt");
-  const char *run = lua_tostring(L, -3), *step = lua_tostring(L, -2);
+  const char *step = lua_tostring(L, -2);
   int attempt = (int)lua_tointeger(L, -1);
-  mend_engine_log_line(E, "info", run, step, attempt, "log", msg);
-  if (run) {
-    mend_run *r = mend_engine_current_run(L);
-    if (r) r = mend__root(r);   /* a branch's lane writes in its run's history */
-    mend_history_rec h = {run, step, mend_engine_now(E), "log", NULL, NULL, attempt, NULL, -1, msg,
-                          r && strcmp(r->id, run) == 0 ? ++r->history_seq : 0};
+  /* The run written is the one whose step calls, never ctx.run_id: a step may set that, or
+   * pass a table of its own as ctx, and would write in another run's history. */
+  mend_run *r = mend_engine_current_run(L);
+  if (r) r = mend__root(r);   /* a branch's lane writes in its run's history */
+  mend_engine_log_line(E, "info", r ? r->id : NULL, step, attempt, "log", msg);
+  if (r) {
+    mend_history_rec h = {r->id, step, mend_engine_now(E), "log", NULL, NULL, attempt, NULL, -1,
+                          msg, ++r->history_seq};
     if (mend_store_append_history(E->store, &h)) mend__store_failed(E);
   }
   return 0;
