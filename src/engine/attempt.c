@@ -166,11 +166,18 @@ char *mend__ask_map(mend_run *r, int i) {
 
 /* After a call that met the memory limit: what it left is garbage, but lauxlib's buffers
  * (string.rep, table.concat, string.format...) allocate without the emergency collection
- * that Lua's own allocations get, and would fail the limit on it in the next call. */
+ * that Lua's own allocations get, and would fail the limit on it in the next call. So too
+ * after a call that left the state over half the limit and a quarter of it above what the
+ * last such collection left: the collector's pace (a cycle when the heap doubles) let
+ * garbage of earlier calls fail a benign step's 4 MiB string.rep. */
 static void collect_if_over(mend_engine *E) {
-  if (!E->over_limit || E->limit_memory) return;
+  if (E->limit_memory) return;
+  int grown = E->mem_limit > 0 && E->mem_used > E->mem_limit / 2 &&
+              E->mem_used > E->mem_collected + E->mem_limit / 4;
+  if (!E->over_limit && !grown) return;
   E->over_limit = 0;
   lua_gc(E->L, LUA_GCCOLLECT, 0);
+  E->mem_collected = E->mem_used;
 }
 
 /* Calls into workflow code from C go through here: under `lim`, held to the memory limit,
