@@ -228,6 +228,8 @@ uv_loop_t  *mend_engine_loop(mend_engine *E);
  * not a step's coroutine), and the waits a step can make. */
 typedef struct mend_run mend_run;
 mend_run *mend_engine_current_run(lua_State *L);
+/* The longest wait mend.sleep and ctx:sleep take. */
+#define MEND_MAX_SLEEP 1e9
 /* Arms a wait of `seconds` for the attempt on L; the caller then yields. 0 or -1 (err). */
 int mend_engine_sleep(lua_State *L, double seconds, char *err, int errlen);
 /* Spawns a process for the attempt on L, which then yields; it is resumed with a result table.

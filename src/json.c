@@ -262,6 +262,15 @@ static json_t *value(enc *e, int idx) {
   case LUA_TSTRING: {
     size_t n;
     const char *s = lua_tolstring(L, idx, &n);
+    /* jansson writes a control character as \uXXXX with a call to snprintf each, as dear as
+     * a value (20 MiB of them: 4 s in one call): each counts as one. */
+    long controls = 0;
+    for (size_t i = 0; i < n; i++) controls += (unsigned char)s[i] < 0x20;
+    if (controls && (e->values += controls) > MAX_VALUES) {
+      fail(e, "cannot encode more than %ld values (a control character in a string, written "
+           "as \\uXXXX, counts as one)", MAX_VALUES);
+      return NULL;
+    }
     v = json_stringn(s, n);
     if (!v) {
       fail(e, "cannot encode a string that is not valid UTF-8");

@@ -424,9 +424,11 @@ void mend_sandbox_env(lua_State *L, const char *dir, const char *lua_dir) {
   lua_getglobal(L, "setmetatable");
   lua_pushcclosure(L, safe_setmetatable, 1);
   lua_setfield(L, env, "setmetatable");
-  /* print writes to the host's stdout, a byte for each byte it is given. */
+  /* print writes to the host's stdout, a byte for each byte it is given, and makes a string
+   * of each argument that is not one. */
   lua_getglobal(L, "print");
-  lua_pushcclosure(L, mend__sandbox_charged_strings, 1);
+  lua_pushliteral(L, "print");
+  lua_pushcclosure(L, mend__sandbox_charged_tostrings, 2);
   lua_setfield(L, env, "print");
   lua_pushvalue(L, env);
   lua_getglobal(L, "load");

@@ -18,6 +18,10 @@
  * like the clock it corrects; set from a store's thread, read from any. */
 static _Atomic double clock_offset;
 
+/* The latest a real timer is set for, in seconds (year 5138): a later one fires then, finds
+ * nothing due and is set again. */
+#define MEND_TIMERS_LATEST 1e11
+
 double mend_host_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -117,6 +121,9 @@ static void arm_timerfd(mend_timers *ts, double due) {
   /* A microsecond past the due time: the clock read as a double must not come out before it
    * (at 1.8e9 s a double's step is 0.24 us), or the timer would fire and find nothing due. */
   due += 1e-6 - mend_real_clock_offset_now();   /* the kernel's clock is the host's */
+  /* A due time past what time_t holds (an endless timeout) would convert to nonsense, a
+   * timer firing at once, again and again. */
+  if (!(due < MEND_TIMERS_LATEST)) due = MEND_TIMERS_LATEST;
   struct itimerspec its = {0};
   its.it_value.tv_sec = (time_t)due;
   its.it_value.tv_nsec = (long)((due - (double)its.it_value.tv_sec) * 1e9);
@@ -259,6 +266,7 @@ void mend_timers_sync(mend_timers *ts) {
 #endif
   if (!ts->count) { uv_timer_stop(ts->uv); return; }
   double wait = ts->heap[0]->due - mend_real_now();
+  if (!(wait < MEND_TIMERS_LATEST)) wait = MEND_TIMERS_LATEST;
   uint64_t ms = wait <= 0 ? 0 : (uint64_t)(wait * 1000.0 + 0.999);  /* never early */
   uv_timer_start(ts->uv, on_uv_timer, ms, 0);
 }

@@ -77,9 +77,13 @@ static int opt_string(lua_State *L, int idx, const char *field, const char *what
                       const char **out, char *err, int errlen) {
   int t = raw_field(L, idx, field);
   int r = 0;
-  if (t == LUA_TSTRING) { *out = lua_tostring(L, -1); r = 1; }   /* anchored in the table */
+  size_t len = 0;
+  if (t == LUA_TSTRING) { *out = lua_tolstring(L, -1, &len); r = 1; }   /* anchored in the table */
   else if (t != LUA_TNIL)
     r = mend_errorf(err, errlen, "%s.%s must be a string, got %s", what, field, lua_typename(L, t));
+  /* Read as C strings from here on: "a\0b" would be taken for "a", another step's name. */
+  if (r == 1 && strlen(*out) != len)
+    r = mend_errorf(err, errlen, "%s.%s holds a NUL byte", what, field);
   lua_pop(L, 1);
   return r;
 }

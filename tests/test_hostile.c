@@ -10,10 +10,14 @@
  *                                   holding <text>
  *   -- runs: <n>                    (second line, optional) n runs of it at once, each ending
  *                                   <status>, <text> in one of them at least
+ *   -- within: <seconds>            (second line, optional) its load and runs end within that:
+ *                                   for C work no hook sees, which must be charged to the
+ *                                   budget (10M instructions: some 100 ms), ten times over
  *
  * and for every file: the host is alive (this process), nothing was written in the directory
- * the scripts are pointed at (ctx.input.outside), the engine is not broken, and a benign run
- * in the same engine succeeds right after. Files run in the order of their names, so that a
+ * the scripts are pointed at (ctx.input.outside), nor in the history of a run that is not
+ * theirs (ctx.input.victim, a benign run's), the engine is not broken, and a benign run in the
+ * same engine succeeds right after. Files run in the order of their names, so that a
  * later one sees what an earlier one did to the state they share.
  */
 #include <dirent.h>
@@ -57,15 +61,19 @@ static int entries(const char *path) {
 
 /* The first line's expectation: "load" or a status, and the text to find; how many runs. */
 static int read_expectation(const char *path, char *kind, size_t klen, char *text, size_t tlen,
-                            int *runs) {
+                            int *runs, double *within) {
   FILE *f = fopen(path, "r");
   if (!f) return -1;
   char line[512] = "", second[512] = "";
   char *got = fgets(line, sizeof line, f);
   *runs = 1;
+  *within = 5.0;   /* a generous bound that only a freeze breaks: timeouts here are under 1 s */
   if (fgets(second, sizeof second, f) && strncmp(second, "-- runs: ", 9) == 0)
     *runs = atoi(second + 9);
+  else if (strncmp(second, "-- within: ", 11) == 0)
+    *within = atof(second + 11);
   fclose(f);
+  if (!(*within > 0 && *within <= 5.0)) return -1;
   if (*runs < 1 || *runs > 8) return -1;
   if (!got || strncmp(line, "-- expect: ", 11) != 0) return -1;
   char *p = line + 11, *sp = strchr(p, ' ');
@@ -82,8 +90,7 @@ static char *run_json(mend_engine *E, const char *id) {
   return json;
 }
 
-static void benign_run(mend_engine *E, const char *after) {
-  char id[17];
+static void benign_run(mend_engine *E, const char *after, char id[17]) {
   CHECK_EQ_INT(mend_engine_start(E, "benign", "{}", NULL, id, NULL), MEND_OK);
   CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
   char *json = run_json(E, id);
@@ -103,10 +110,9 @@ int main(int argc, char **argv) {
   const char *corpus = argv[1];
   char scratch[] = "/tmp/mend-hostile-XXXXXX", outside[] = "/tmp/mend-outside-XXXXXX";
   if (!mkdtemp(scratch) || !mkdtemp(outside)) return 2;
-  char db[128], benign[128], input[256];
+  char db[128], benign[128], input[300], victim[17];
   snprintf(db, sizeof db, "%s/hostile.db", scratch);
   snprintf(benign, sizeof benign, "%s/benign.lua", scratch);
-  snprintf(input, sizeof input, "{\"outside\":\"%s/pwned\"}", outside);
   FILE *f = fopen(benign, "w");
   if (!f || fputs(benign_lua, f) < 0 || fclose(f)) return 2;
 
@@ -125,6 +131,11 @@ int main(int argc, char **argv) {
     return 2;
   }
   CHECK_EQ_INT(mend_engine_load(E, benign, NULL, 0), MEND_OK);
+  benign_run(E, "nothing", victim);
+  char *victim_history = NULL;
+  CHECK_EQ_INT(mend_engine_history_json(E, victim, &victim_history), MEND_OK);
+  snprintf(input, sizeof input, "{\"outside\":\"%s/pwned\",\"victim\":\"%s\"}", outside,
+           victim);
 
   DIR *d = opendir(corpus);
   if (!d) {
@@ -145,8 +156,9 @@ int main(int argc, char **argv) {
   for (int i = 0; i < n; i++) {
     char path[512], kind[32], want[400], loaded[128] = "";
     int runs;
+    double within;
     snprintf(path, sizeof path, "%s/%s", corpus, names[i]);
-    if (read_expectation(path, kind, sizeof kind, want, sizeof want, &runs)) {
+    if (read_expectation(path, kind, sizeof kind, want, sizeof want, &runs, &within)) {
       fprintf(stderr, "%s: no '-- expect: ' first line\n", names[i]);
       CHECK(0);
       continue;
@@ -186,14 +198,21 @@ int main(int argc, char **argv) {
     }
     double took = now_s() - t0;
     printf("%-36s %-10s %7.1f ms\n", names[i], kind, took * 1000);
-    /* A generous bound that only a freeze breaks: timeouts in the corpus are under 1 s. */
-    CHECK(took < 5.0);
+    if (took >= within) fprintf(stderr, "%s: took %.1f s, over %.1f\n", names[i], took, within);
+    CHECK(took < within);
     int written = entries(outside);
     if (written != 0) fprintf(stderr, "%s: wrote %d entries outside\n", names[i], written);
     CHECK_EQ_INT(written, 0);
-    benign_run(E, names[i]);
+    char *history = NULL, id[17];
+    CHECK_EQ_INT(mend_engine_history_json(E, victim, &history), MEND_OK);
+    int same = history && victim_history && strcmp(history, victim_history) == 0;
+    if (!same) fprintf(stderr, "%s: wrote in another run's history: %s\n", names[i], history);
+    CHECK(same);
+    mend_free(history);
+    benign_run(E, names[i], id);
     free(names[i]);
   }
+  mend_free(victim_history);
   mend_engine_free(E);
   char cmd[160];
   snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", scratch, outside);

@@ -166,11 +166,18 @@ char *mend__ask_map(mend_run *r, int i) {
 
 /* After a call that met the memory limit: what it left is garbage, but lauxlib's buffers
  * (string.rep, table.concat, string.format...) allocate without the emergency collection
- * that Lua's own allocations get, and would fail the limit on it in the next call. */
+ * that Lua's own allocations get, and would fail the limit on it in the next call. So too
+ * after a call that left the state over half the limit and a quarter of it above what the
+ * last such collection left: the collector's pace (a cycle when the heap doubles) let
+ * garbage of earlier calls fail a benign step's 4 MiB string.rep. */
 static void collect_if_over(mend_engine *E) {
-  if (!E->over_limit || E->limit_memory) return;
+  if (E->limit_memory) return;
+  int grown = E->mem_limit > 0 && E->mem_used > E->mem_limit / 2 &&
+              E->mem_used > E->mem_collected + E->mem_limit / 4;
+  if (!E->over_limit && !grown) return;
   E->over_limit = 0;
   lua_gc(E->L, LUA_GCCOLLECT, 0);
+  E->mem_collected = E->mem_used;
 }
 
 /* Calls into workflow code from C go through here: under `lim`, held to the memory limit,
@@ -452,6 +459,12 @@ int mend_engine_sleep(lua_State *L, double seconds, char *err, int errlen) {
   mend_run *r = mend__waiting_run(L, err, errlen);
   if (!r) return -1;
   if (!(seconds >= 0)) seconds = 0;
+  /* An endless wait is a bug, and the timers' clock cannot hold one. */
+  if (seconds > MEND_MAX_SLEEP) {
+    snprintf(err, (size_t)errlen, "a sleep of %g seconds is longer than the longest (%g, about "
+             "31 years)", seconds, MEND_MAX_SLEEP);
+    return -1;
+  }
   r->waiting = 1;
   r->wait_kind = WAIT_SLEEP;
   mend__arm(r, &r->wait, mend_engine_now(r->E) + seconds);
@@ -478,18 +491,24 @@ static int ctx_log(lua_State *L) {
     }
     luaL_pushresult(&b);
   }
-  const char *msg = lua_tostring(L, -1);
-  lua_getfield(L, 1, "run_id");
+  size_t msg_len = 0;
+  const char *msg = lua_tolstring(L, -1, &msg_len);
+  /* Writing a row to the store and a line to the log is C work no hook sees: 1 MiB lines took
+   * 10 ms each, and a loop of them filled the disk at the budget's pace of some 1 instruction
+   * a MiB. A byte is charged as an instruction. */
+  mend_limits_charge(L, 256.0 + (double)msg_len);
   lua_getfield(L, 1, "step");
   lua_getfield(L, 1, "attempt");
-  const char *run = lua_tostring(L, -3), *step = lua_tostring(L, -2);
+  const char *step = lua_tostring(L, -2);
   int attempt = (int)lua_tointeger(L, -1);
-  mend_engine_log_line(E, "info", run, step, attempt, "log", msg);
-  if (run) {
-    mend_run *r = mend_engine_current_run(L);
-    if (r) r = mend__root(r);   /* a branch's lane writes in its run's history */
-    mend_history_rec h = {run, step, mend_engine_now(E), "log", NULL, NULL, attempt, NULL, -1, msg,
-                          r && strcmp(r->id, run) == 0 ? ++r->history_seq : 0};
+  /* The run written is the one whose step calls, never ctx.run_id: a step may set that, or
+   * pass a table of its own as ctx, and would write in another run's history. */
+  mend_run *r = mend_engine_current_run(L);
+  if (r) r = mend__root(r);   /* a branch's lane writes in its run's history */
+  mend_engine_log_line(E, "info", r ? r->id : NULL, step, attempt, "log", msg);
+  if (r) {
+    mend_history_rec h = {r->id, step, mend_engine_now(E), "log", NULL, NULL, attempt, NULL, -1,
+                          msg, ++r->history_seq};
     if (mend_store_append_history(E->store, &h)) mend__store_failed(E);
   }
   return 0;

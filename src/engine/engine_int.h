@@ -233,6 +233,7 @@ struct mend_engine {
   int limit_memory;       /* 1 while step code runs: only it is held to the limit */
   mend_limits *alloc_limits; /* the limits of the call running, charged for large allocations */
   int over_limit;         /* an allocation was refused for the memory limit: collect after */
+  size_t mem_collected;   /* mem_used after the last collection collect_if_over made */
   int alert_commands;     /* alert commands still running */
   child *children;        /* child processes whose callbacks may still come */
   int destroying;

@@ -11,6 +11,7 @@
 #include "sandbox_int.h"
 
 #include <ctype.h>
+#include <float.h>
 #include <limits.h>
 #include <lauxlib.h>
 #include <lualib.h>
@@ -59,6 +60,18 @@ static void charge_count(lua_State *L, const char *fn, double count) {
     luaL_error(L, "%s", msg);
   }
   if (count > 1) mend_limits_charge(L, count);
+}
+
+/* As charge_count, for a call whose work is counted in instructions, not elements. */
+static void charge_work(lua_State *L, const char *fn, double work) {
+  if (work > MEND_SANDBOX_PATTERN_STEPS) {
+    char msg[200];
+    snprintf(msg, sizeof msg, "%s: some %.0f instructions of work in one call, over the "
+             "sandbox's bound of %.0e (README: Limits and sandbox)", fn, work,
+             MEND_SANDBOX_PATTERN_STEPS);
+    luaL_error(L, "%s", msg);
+  }
+  if (work > 1) mend_limits_charge(L, work);
 }
 
 /* Calls upvalue 1 with the arguments, returning all it returns. */
@@ -130,11 +143,18 @@ static int chunked_bytes(lua_State *L) {
 /* string.format: %q writes a string a byte at a time with a test for each (20 ms for 1 MiB
  * on a loaded machine): a larger one is refused. Upvalue 1: Lua's format. */
 #define MAX_QUOTED_BYTES ((size_t)1 << 20)
+/* What one conversion costs, in instructions: a call to snprintf; a new string for %s of a
+ * value that is not one; a digit of the integer part of a %f (glibc writes 1e308's 309 digits
+ * in some 13 us: 100k of them held the loop 1.3 s in one call). */
+#define FORMAT_ITEM_COST 32.0
+#define FORMAT_TOSTRING_COST 160.0
+#define FORMAT_DIGIT_COST 16.0
 
 static int bounded_format(lua_State *L) {
   size_t flen;
   const char *f = luaL_checklstring(L, 1, &flen), *end = f + flen;
   int arg = 1;
+  double cost = 0;
   while (f < end) {
     if (*f++ != '%') continue;
     if (f < end && *f == '%') { f++; continue; }
@@ -142,12 +162,20 @@ static int bounded_format(lua_State *L) {
     if (f >= end) break;
     arg++;
     size_t len;
-    if (*f++ == 'q' && lua_type(L, arg) == LUA_TSTRING && lua_tolstring(L, arg, &len) &&
-        len > MAX_QUOTED_BYTES)
+    char conv = *f++;
+    int t = lua_type(L, arg);
+    cost += FORMAT_ITEM_COST;
+    if (conv == 'q' && t == LUA_TSTRING && lua_tolstring(L, arg, &len) && len > MAX_QUOTED_BYTES)
       return luaL_error(L, "string.format: %%q of a string of %I bytes, over the sandbox's bound "
                         "of %d (README: Limits and sandbox)", (lua_Integer)len,
                         (int)MAX_QUOTED_BYTES);
+    if (conv == 's' && t != LUA_TSTRING) cost += FORMAT_TOSTRING_COST;
+    if ((conv == 'f' || conv == 'F') && t == LUA_TNUMBER) {
+      double x = fabs(lua_tonumber(L, arg));
+      if (x >= 10 && x <= DBL_MAX) cost += FORMAT_DIGIT_COST * log10(x);
+    }
   }
+  charge_work(L, "string.format", cost);
   return call_original(L);
 }
 
@@ -228,10 +256,15 @@ static int bounded_concat(lua_State *L) {
   if (i <= last) charge_count(L, "table.concat", (double)last - (double)i + 1);
   luaL_Buffer b;
   luaL_buffinit(L, &b);
+  double made = 0;   /* strings made of numbers, not yet charged */
   for (; i <= last; i++) {
     lua_geti(L, 1, i);
     if (!lua_isstring(L, -1))
       return luaL_error(L, "invalid value (at index %I) in table for 'concat'", (LUAI_UACINT)i);
+    if (lua_type(L, -1) == LUA_TNUMBER && (made += FORMAT_TOSTRING_COST) >= 65536) {
+      mend_limits_charge(L, made);   /* raises once the call is over its limits */
+      made = 0;
+    }
     luaL_addvalue(&b);
     if (i < last) luaL_addlstring(&b, sep, lsep);
     if (i == LUA_MAXINTEGER) break;
@@ -251,6 +284,33 @@ static int charged_slice(lua_State *L) {
   if (i < 1) i = 1;
   if (j > (lua_Integer)l) j = (lua_Integer)l;
   if (j >= i) mend_limits_charge(L, (double)(j - i + 1));
+  return call_original(L);
+}
+
+/* utf8.char makes a string of each code point (some 240 ns each) and print of each argument
+ * that is not a string (on top of the bytes it writes): charged that, and refused a call
+ * whose charge alone is over the bound. Upvalues: 1 the function, 2 its name. */
+int mend__sandbox_charged_tostrings(lua_State *L) {
+  double work = 0;
+  for (int i = 1, n = lua_gettop(L); i <= n; i++)
+    work += lua_type(L, i) == LUA_TSTRING ? (double)lua_rawlen(L, i) : FORMAT_TOSTRING_COST;
+  charge_work(L, lua_tostring(L, lua_upvalueindex(2)), work);
+  return call_original(L);
+}
+
+/* string.pack pads a "c<n>" item a byte at a time (c30000000: 300 ms in one call): charged
+ * the sizes of its c items, twice (the padding's cost). Upvalue 1: Lua's pack. */
+static int charged_pack(lua_State *L) {
+  size_t flen;
+  const char *f = luaL_checklstring(L, 1, &flen), *end = f + flen;
+  double work = (double)flen;
+  while (f < end) {
+    if (*f++ != 'c') continue;
+    double n = 0;
+    while (f < end && isdigit((unsigned char)*f) && n < 1e18) n = n * 10 + (*f++ - '0');
+    work += 2 * n;
+  }
+  charge_work(L, "string.pack", work);
   return call_original(L);
 }
 
@@ -324,6 +384,9 @@ void mend_sandbox_prepare(lua_State *L) {
   lua_getfield(L, -1, "format");
   lua_pushcclosure(L, bounded_format, 1);
   lua_setfield(L, -2, "format");
+  lua_getfield(L, -1, "pack");
+  lua_pushcclosure(L, charged_pack, 1);
+  lua_setfield(L, -2, "pack");
   lua_pop(L, 1);
   lua_getglobal(L, "table");
   lua_getfield(L, -1, "sort");
@@ -351,6 +414,10 @@ void mend_sandbox_prepare(lua_State *L) {
   lua_getfield(L, -1, "offset");
   lua_pushcclosure(L, charged_walk, 1);
   lua_setfield(L, -2, "offset");
+  lua_getfield(L, -1, "char");
+  lua_pushliteral(L, "utf8.char");
+  lua_pushcclosure(L, mend__sandbox_charged_tostrings, 2);
+  lua_setfield(L, -2, "char");
   lua_pop(L, 1);
   lua_getglobal(L, "tonumber");
   lua_pushcclosure(L, mend__sandbox_charged_strings, 1);
