@@ -226,6 +226,30 @@ describe("mend serve", function()
     assert.are.same({ "1" }, H.sql(db, "SELECT count(*) FROM runs"))
   end)
 
+  it("goes on after a client that left before its start was committed; the run is kept", function()
+    local dir, db = workspace()
+    local base = start(dir, db)
+    assert.are.equal(201, (post(base, "/api/v1/runs", { workflow = "hello", input = { to = "ann" } })))
+    -- another process holds the write lock for 3 s: the start's answer waits for its commit,
+    -- and its client gives up after 1 s
+    local hold = H.is_pg(db)
+      and "psql -X -q " .. q(db) .. " -c 'BEGIN; LOCK TABLE runs IN EXCLUSIVE MODE; SELECT pg_sleep(3); COMMIT'"
+      or "(echo 'BEGIN IMMEDIATE; INSERT INTO audit(at, who, op) VALUES (1, ''spec'', ''hold'');'; " ..
+         "sleep 3; echo 'COMMIT;') | sqlite3 " .. q(db)
+    sh("(" .. hold .. ") >/dev/null 2>&1 &")
+    os.execute("sleep 0.5")
+    local body = q(json.encode { workflow = "hello", input = { to = "gone" }, key = "k-gone" })
+    local rc = sh("curl -s -m 1 -o /dev/null -H 'Content-Type: application/json' -d " .. body .. " " ..
+                  q(base .. "/api/v1/runs"))
+    assert.are_not.equal(0, rc)   -- curl timed out: no answer came while the lock was held
+    H.wait_for("the start to be committed", function()
+      return H.sql(db, "SELECT count(*) FROM runs WHERE run_key = 'k-gone'")[1] == "1"
+    end, 10)
+    local code, r = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "again" }, key = "k-gone" })
+    assert.are.equal(200, code)
+    assert.are.same(H.sql(db, "SELECT id FROM runs WHERE run_key = 'k-gone'"), { r.id })
+  end)
+
   it("refuses a start it cannot make, naming the problem", function()
     local dir, db = workspace()
     local base = start(dir, db)
