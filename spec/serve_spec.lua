@@ -204,6 +204,31 @@ describe("mend serve", function()
     assert.are.same({ "30" }, H.sql(db, "SELECT count(*) FROM runs"))
   end)
 
+  it("answers events arriving together once they are committed; the same key at once is one event", function()
+    local dir, db = workspace()
+    local base = start(dir, db)
+    local _, run = post(base, "/api/v1/runs", { workflow = "wait", input = {} })
+    local cmds = {}
+    for i = 1, 20 do
+      local f = assert(io.open(dir .. "/event." .. i, "wb"))
+      f:write(json.encode { name = "payment", key = "e-" .. (i % 5), data = { i = i } })
+      f:close()
+      cmds[#cmds + 1] = "curl -s -m 20 -o " .. q(dir .. "/ev-answer." .. i) .. " -w '%{http_code}' " ..
+        "-H 'Content-Type: application/json' --data-binary @" .. q(dir .. "/event." .. i) .. " " ..
+        q(base .. "/api/v1/runs/" .. run.id .. "/events") .. " >" .. q(dir .. "/ev-code." .. i) .. " &"
+    end
+    assert.are.equal(0, (sh(table.concat(cmds, "\n") .. "\nwait")))
+    local sent = {}
+    for i = 1, 20 do
+      local code, answer = tonumber(H.read(dir .. "/ev-code." .. i)), json.decode(H.read(dir .. "/ev-answer." .. i))
+      assert.is_true(code == 202 or code == 200, "answer " .. i .. ": " .. tostring(code))
+      assert.are.equal(code == 202, answer.sent)
+      if answer.sent then sent["e-" .. (i % 5)] = (sent["e-" .. (i % 5)] or 0) + 1 end
+    end
+    for k = 0, 4 do assert.are.equal(1, sent["e-" .. k], "e-" .. k .. " sent once") end
+    assert.are.same({ "5" }, H.sql(db, "SELECT count(*) FROM inbox WHERE run_id = '" .. run.id .. "'"))
+  end)
+
   it("answers a start whose commit fails with a storage error, and no run exists", function()
     local dir, db = workspace()
     local base = start(dir, db)

@@ -197,6 +197,11 @@ enum { MEND_EVENT_EINVAL = -1, MEND_EVENT_ENOTFOUND = -2, MEND_EVENT_EENDED = -3
 int mend_engine_send_event(mend_engine *E, const char *id, const char *run_key, const char *name,
                            const char *payload, const char *key, char run_id_out[MEND_RUN_ID_LEN],
                            char *err, int errlen);
+/* Same, recorded in the open batch only: the caller waits for it (mend_engine_when_durable)
+ * before it says the event was sent; a run held here takes it once it is durable. */
+int mend_engine_record_event(mend_engine *E, const char *id, const char *run_key, const char *name,
+                             const char *payload, const char *key,
+                             char run_id_out[MEND_RUN_ID_LEN], char *err, int errlen);
 /* Completes (ok) or fails the token a step's attempt handed out (ctx:token()): result is
  * JSON text (NULL: null) and becomes the step's result; a failure has a kind (retryable,
  * fatal, compensable) and a message, and the step's policy handles it as if its execute had

@@ -219,14 +219,15 @@ static void send_event(serve_req *r, const char *id) {
   json_t *data = json_object_get(body, "data");
   char *payload = data ? json_dumps(data, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
   char run_id[MEND_RUN_ID_LEN] = "", err[600] = "";
-  int rc = mend_engine_send_event(r->E, id, run_key, name, payload, key, run_id, err, sizeof err);
+  /* In the open batch, answered once it is durable, as a start is. */
+  int rc = mend_engine_record_event(r->E, id, run_key, name, payload, key, run_id, err, sizeof err);
   free(payload);
   switch (rc) {
     case 0:
-      serve_json(r, 202, json_pack("{s:s,s:s,s:b}", "run", run_id, "event", name, "sent", 1));
+      serve_json_durable(r, 202, json_pack("{s:s,s:s,s:b}", "run", run_id, "event", name, "sent", 1));
       break;
-    case 1:
-      serve_json(r, 200, json_pack("{s:s,s:s,s:b,s:b}", "run", run_id, "event", name, "sent", 0,
+    case 1:   /* the first may be in the open batch still */
+      serve_json_durable(r, 200, json_pack("{s:s,s:s,s:b,s:b}", "run", run_id, "event", name, "sent", 0,
                                    "duplicate", 1));
       break;
     case MEND_EVENT_EINVAL: serve_error(r, 400, "bad_request", "%s", err); break;
