@@ -825,8 +825,9 @@ W.W11 = function(o)
 end
 
 -- W12: starting runs through mend serve's API (issue 23), beside eng:start in this process.
--- The API records a run for workers (detached: committed before the answer), so the in-process
--- figure to set beside it is eng:start{detached = true}; eng:start as a run executed here
+-- The API records a run for workers (in the open batch, answered once that batch commits, with
+-- the starts that came with it), so the in-process figure to set beside it is
+-- eng:start{detached = true} (a commit per start); eng:start as a run executed here
 -- (recorded in the open batch, committed with the next) is shown too. The API is driven by
 -- bench/http_raw.c: N POSTs of {"workflow":..,"input":{"i":k}} on kept-alive connections, at
 -- concurrency 1 and HTTP_CONCURRENCY, to a `mend serve` of the bench build on a free port.
