@@ -865,6 +865,8 @@ W.W12 = function(o)
   rmdb(o.db)
   -- through the API
   local out = o.dir .. "/w12-serve.out"
+  -- the last W12's server said where it listened in this file: that address is gone
+  os.remove(out)
   local p = io.popen(string.format("%s/mend serve --db %s --durability %s --workflows %s --listen 127.0.0.1:0 >%s 2>&1 & echo $!",
     sh_quote(build), sh_quote(o.db), o.durability, sh_quote(wdir), sh_quote(out)))
   local pid = p:read("l")
