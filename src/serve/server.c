@@ -5,9 +5,10 @@
  * answered on the loop's thread, so the engine is called as any caller on that thread calls it;
  * an answer that says something was written waits there for its batch to be durable.
  * Must never: answer that something was written before its batch is durable, touch a request
- * h2o has disposed of (a client gone before its answer), parse HTTP itself (h2o does), listen beyond loopback without a token, answer a
- * changing request without the token when one is set, or leave a handle on the loop after
- * close (the engine closes its loop after, and takes any handle left for one of its own).
+ * h2o has disposed of (a client gone before its answer), parse HTTP itself (h2o does), listen
+ * beyond loopback without a token, answer a changing request without the token when one is
+ * set, or leave a handle on the loop after close (the engine closes its loop after, and takes
+ * any handle left for one of its own).
  */
 #include "serve_int.h"
 
