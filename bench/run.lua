@@ -825,8 +825,9 @@ W.W11 = function(o)
 end
 
 -- W12: starting runs through mend serve's API (issue 23), beside eng:start in this process.
--- The API records a run for workers (detached: committed before the answer), so the in-process
--- figure to set beside it is eng:start{detached = true}; eng:start as a run executed here
+-- The API records a run for workers (in the open batch, answered once that batch commits, with
+-- the starts that came with it), so the in-process figure to set beside it is
+-- eng:start{detached = true} (a commit per start); eng:start as a run executed here
 -- (recorded in the open batch, committed with the next) is shown too. The API is driven by
 -- bench/http_raw.c: N POSTs of {"workflow":..,"input":{"i":k}} on kept-alive connections, at
 -- concurrency 1 and HTTP_CONCURRENCY, to a `mend serve` of the bench build on a free port.
@@ -864,6 +865,8 @@ W.W12 = function(o)
   rmdb(o.db)
   -- through the API
   local out = o.dir .. "/w12-serve.out"
+  -- the last W12's server said where it listened in this file: that address is gone
+  os.remove(out)
   local p = io.popen(string.format("%s/mend serve --db %s --durability %s --workflows %s --listen 127.0.0.1:0 >%s 2>&1 & echo $!",
     sh_quote(build), sh_quote(o.db), o.durability, sh_quote(wdir), sh_quote(out)))
   local pid = p:read("l")

@@ -163,6 +163,118 @@ describe("mend serve", function()
     assert.are.same({ r.id }, H.sql(db, "SELECT id FROM runs WHERE run_key = 'k-1'"))
   end)
 
+  it("answers starts arriving together once they are committed; the same key at once gives one run", function()
+    local dir, db = workspace()
+    local base = start(dir, db)
+    -- 50 clients at once: 30 on 10 keys (three each), 20 without one
+    local cmds = {}
+    for i = 1, 50 do
+      local body = { workflow = "hello", input = { to = "c" .. i } }
+      if i <= 30 then body.key = "dup-" .. (i % 10) end
+      local f = assert(io.open(dir .. "/body." .. i, "wb"))
+      f:write(json.encode(body))
+      f:close()
+      cmds[#cmds + 1] = "curl -s -m 20 -o " .. q(dir .. "/answer." .. i) .. " -w '%{http_code}' " ..
+        "-H 'Content-Type: application/json' --data-binary @" .. q(dir .. "/body." .. i) .. " " ..
+        q(base .. "/api/v1/runs") .. " >" .. q(dir .. "/code." .. i) .. " &"
+    end
+    local rc = sh(table.concat(cmds, "\n") .. "\nwait")
+    assert.are.equal(0, rc)
+    local by_key, ids, created = {}, {}, {}
+    for i = 1, 50 do
+      local code, answer = tonumber(H.read(dir .. "/code." .. i)), json.decode(H.read(dir .. "/answer." .. i))
+      assert.is_true(code == 201 or code == 200, "answer " .. i .. ": " .. tostring(code))
+      assert.are.equal(code == 200, answer.existed)
+      ids[answer.id] = true
+      if i <= 30 then
+        local key = "dup-" .. (i % 10)
+        by_key[key] = by_key[key] or answer.id
+        assert.are.equal(by_key[key], answer.id, "the same key gave two runs")
+        if not answer.existed then created[key] = (created[key] or 0) + 1 end
+      end
+    end
+    for k = 0, 9 do assert.are.equal(1, created["dup-" .. k], "dup-" .. k .. " created once") end
+    -- every run an answer named is in the database, read while the server still runs
+    local n = 0
+    for id in pairs(ids) do
+      n = n + 1
+      assert.are.same({ "1" }, H.sql(db, "SELECT count(*) FROM runs WHERE id = '" .. id .. "'"))
+    end
+    assert.are.equal(30, n)
+    assert.are.same({ "30" }, H.sql(db, "SELECT count(*) FROM runs"))
+  end)
+
+  it("answers events arriving together once they are committed; the same key at once is one event", function()
+    local dir, db = workspace()
+    local base = start(dir, db)
+    local _, run = post(base, "/api/v1/runs", { workflow = "wait", input = {} })
+    local cmds = {}
+    for i = 1, 20 do
+      local f = assert(io.open(dir .. "/event." .. i, "wb"))
+      f:write(json.encode { name = "payment", key = "e-" .. (i % 5), data = { i = i } })
+      f:close()
+      cmds[#cmds + 1] = "curl -s -m 20 -o " .. q(dir .. "/ev-answer." .. i) .. " -w '%{http_code}' " ..
+        "-H 'Content-Type: application/json' --data-binary @" .. q(dir .. "/event." .. i) .. " " ..
+        q(base .. "/api/v1/runs/" .. run.id .. "/events") .. " >" .. q(dir .. "/ev-code." .. i) .. " &"
+    end
+    assert.are.equal(0, (sh(table.concat(cmds, "\n") .. "\nwait")))
+    local sent = {}
+    for i = 1, 20 do
+      local code, answer = tonumber(H.read(dir .. "/ev-code." .. i)), json.decode(H.read(dir .. "/ev-answer." .. i))
+      assert.is_true(code == 202 or code == 200, "answer " .. i .. ": " .. tostring(code))
+      assert.are.equal(code == 202, answer.sent)
+      if answer.sent then sent["e-" .. (i % 5)] = (sent["e-" .. (i % 5)] or 0) + 1 end
+    end
+    for k = 0, 4 do assert.are.equal(1, sent["e-" .. k], "e-" .. k .. " sent once") end
+    assert.are.same({ "5" }, H.sql(db, "SELECT count(*) FROM inbox WHERE run_id = '" .. run.id .. "'"))
+  end)
+
+  it("answers a start whose commit fails with a storage error, and no run exists", function()
+    local dir, db = workspace()
+    local base = start(dir, db)
+    local code = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "ann" } })
+    assert.are.equal(201, code)
+    -- the database refuses the row only when the batch that holds it is written
+    if H.is_pg(db) then
+      H.sql(db, "CREATE FUNCTION boom() RETURNS trigger AS $$ BEGIN IF NEW.input LIKE '%boom%' " ..
+        "THEN RAISE EXCEPTION 'refused by a trigger'; END IF; RETURN NEW; END $$ LANGUAGE plpgsql; " ..
+        "CREATE TRIGGER boom BEFORE INSERT ON runs FOR EACH ROW EXECUTE FUNCTION boom()")
+    else
+      H.sql(db, "CREATE TRIGGER boom BEFORE INSERT ON runs WHEN NEW.input LIKE '%boom%' " ..
+        "BEGIN SELECT RAISE(ABORT, 'refused by a trigger'); END")
+    end
+    local code2, e = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "boom" }, key = "k-boom" })
+    assert.are.equal(503, code2)
+    assert.are.equal("storage", e.error.code)
+    assert.matches("refused by a trigger", e.error.message)
+    assert.are.same({ "0" }, H.sql(db, "SELECT count(*) FROM runs WHERE run_key = 'k-boom'"))
+    assert.are.same({ "1" }, H.sql(db, "SELECT count(*) FROM runs"))
+  end)
+
+  it("goes on after a client that left before its start was committed; the run is kept", function()
+    local dir, db = workspace()
+    local base = start(dir, db)
+    assert.are.equal(201, (post(base, "/api/v1/runs", { workflow = "hello", input = { to = "ann" } })))
+    -- another process holds the write lock for 3 s: the start's answer waits for its commit,
+    -- and its client gives up after 1 s
+    local hold = H.is_pg(db)
+      and "psql -X -q " .. q(db) .. " -c 'BEGIN; LOCK TABLE runs IN EXCLUSIVE MODE; SELECT pg_sleep(3); COMMIT'"
+      or "(echo 'BEGIN IMMEDIATE; INSERT INTO audit(at, who, op) VALUES (1, ''spec'', ''hold'');'; " ..
+         "sleep 3; echo 'COMMIT;') | sqlite3 " .. q(db)
+    sh("(" .. hold .. ") >/dev/null 2>&1 &")
+    os.execute("sleep 0.5")
+    local body = q(json.encode { workflow = "hello", input = { to = "gone" }, key = "k-gone" })
+    local rc = sh("curl -s -m 1 -o /dev/null -H 'Content-Type: application/json' -d " .. body .. " " ..
+                  q(base .. "/api/v1/runs"))
+    assert.are_not.equal(0, rc)   -- curl timed out: no answer came while the lock was held
+    H.wait_for("the start to be committed", function()
+      return H.sql(db, "SELECT count(*) FROM runs WHERE run_key = 'k-gone'")[1] == "1"
+    end, 10)
+    local code, r = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "again" }, key = "k-gone" })
+    assert.are.equal(200, code)
+    assert.are.same(H.sql(db, "SELECT id FROM runs WHERE run_key = 'k-gone'"), { r.id })
+  end)
+
   it("refuses a start it cannot make, naming the problem", function()
     local dir, db = workspace()
     local base = start(dir, db)

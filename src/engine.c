@@ -384,6 +384,7 @@ void mend_engine_destroy(mend_engine *E) {
   mend__park_close(E);
   mend__http_close(E);
   if (E->store && !E->broken) mend_store_commit(E->store);
+  mend__durable_close(E);
   mend_store_close(E->store);
   for (mend_workflow *wf = E->workflows, *next; wf; wf = next) {
     next = wf->next;

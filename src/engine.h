@@ -87,10 +87,29 @@ mend_workflow *mend_engine_load_version(mend_engine *E, const char *name, const 
 /* Starts a run of `workflow` with the Lua value at input_idx as input (of the state L, any
  * thread of E's state). With a run key that exists, copies the existing id and sets *existed.
  * 0 ok; -1 with err. The run's first transition commits before its first step executes.
- * `detached`: only record the run, committed at once, for any worker to take. */
+ * `detached`: only record the run, committed at once, for any worker to take;
+ * MEND_START_RECORD: the same, recorded in the open batch only: the caller waits for that
+ * batch (mend_engine_when_durable) before it says the run exists. */
+#define MEND_START_RECORD 2
 int mend_engine_start_value(mend_engine *E, lua_State *L, const char *workflow, int input_idx,
                             const char *run_key, char id_out[MEND_RUN_ID_LEN], int *existed,
                             int detached, char *err, int errlen);
+/* A caller whose answer must wait until what was written so far is durable (the write-ahead
+ * rule for an answer given outside the engine, such as an HTTP reply), so that callers arriving
+ * together share one commit. The caller owns the struct and keeps it until `done` is called
+ * (on the loop's thread, from a pump turn, or at once when the engine is broken) or it is
+ * cancelled. err NULL: durable; else why not, and nothing of that batch is known to be kept. */
+typedef struct mend_durable_wait mend_durable_wait;
+struct mend_durable_wait {
+  void (*done)(mend_durable_wait *w, const char *err);
+  unsigned long seq;                 /* set by mend_engine_when_durable */
+  mend_durable_wait *prev, *next;
+  int listed;
+};
+void mend_engine_when_durable(mend_engine *E, mend_durable_wait *w);
+/* It is not told: a caller gone before its batch (a client that closed its connection). */
+void mend_engine_durable_cancel(mend_engine *E, mend_durable_wait *w);
+
 /* Same, with the input as JSON text. */
 int mend_engine_start_json(mend_engine *E, const char *workflow, const char *input_json,
                            const char *run_key, char id_out[MEND_RUN_ID_LEN], int *existed,
@@ -178,6 +197,11 @@ enum { MEND_EVENT_EINVAL = -1, MEND_EVENT_ENOTFOUND = -2, MEND_EVENT_EENDED = -3
 int mend_engine_send_event(mend_engine *E, const char *id, const char *run_key, const char *name,
                            const char *payload, const char *key, char run_id_out[MEND_RUN_ID_LEN],
                            char *err, int errlen);
+/* Same, recorded in the open batch only: the caller waits for it (mend_engine_when_durable)
+ * before it says the event was sent; a run held here takes it once it is durable. */
+int mend_engine_record_event(mend_engine *E, const char *id, const char *run_key, const char *name,
+                             const char *payload, const char *key,
+                             char run_id_out[MEND_RUN_ID_LEN], char *err, int errlen);
 /* Completes (ok) or fails the token a step's attempt handed out (ctx:token()): result is
  * JSON text (NULL: null) and becomes the step's result; a failure has a kind (retryable,
  * fatal, compensable) and a message, and the step's policy handles it as if its execute had

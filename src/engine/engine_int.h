@@ -214,6 +214,9 @@ struct mend_engine {
   double next_unavailable_look;   /* when it next tries runs no worker could load */
   double turn_deadline;   /* a ticking host's budget for this turn; 0: none */
   double tick_piece;      /* what a tick expects its next action to cost (pump.c, drive.c) */
+  /* callers waiting for a batch to be durable, in the order of their batches (pump.c) */
+  mend_durable_wait *durable_head, *durable_tail;
+  unsigned long durable_failed;   /* batches up to this one failed or are not known (pump.c) */
   unsigned long tick_did; /* actions done in this tick */
   int tick_writer_tried;  /* a tick started (or could not start) the writer thread */
   double tick_gc_piece;   /* the dearest step of the Lua collector a tick has seen */
@@ -291,6 +294,8 @@ int mend__turn_has_work(const mend_engine *E);
 int mend__virtual_timers_to_advance(const mend_engine *E);
 void mend__writer_done(void *ud);
 int mend__writer_holds_batch(mend_engine *E);
+void mend__durable_fire(mend_engine *E);
+void mend__durable_close(mend_engine *E);
 
 /* ---- counters.c: what the engine did, for its host's metrics */
 int mend__commit_counted(mend_engine *E);

@@ -142,6 +142,18 @@ static int joins_batch(mend_engine *E, const mend_run *r) {
   return r && E->writer && E->tick_writer_tried && mend_store_can_record_event(E->store);
 }
 
+/* The event reaches its run (if this engine holds it) once its batch is durable. */
+static void queue_sent(mend_engine *E, struct mend_sent_event *ev, const char *id,
+                       const char *name, size_t nlen) {
+  ev->next = NULL;
+  ev->seq = mend_store_open_seq(E->store);
+  snprintf(ev->run_id, sizeof ev->run_id, "%s", id);
+  memcpy(ev->name, name, nlen);
+  if (E->sent_tail) E->sent_tail->next = ev;
+  else E->sent_head = ev;
+  E->sent_tail = ev;
+}
+
 static int send_in_batch(mend_engine *E, const char *id, const char *name, const char *text,
                          const char *key, char *err, int errlen) {
   size_t nlen = strlen(name) + 1;
@@ -156,13 +168,7 @@ static int send_in_batch(mend_engine *E, const char *id, const char *name, const
     mend_errorf(err, errlen, "%s", E->errmsg[0] ? E->errmsg : mend_store_errmsg(E->store));
     return MEND_EVENT_ESTORE;
   }
-  ev->next = NULL;
-  ev->seq = mend_store_open_seq(E->store);
-  snprintf(ev->run_id, sizeof ev->run_id, "%s", id);
-  memcpy(ev->name, name, nlen);
-  if (E->sent_tail) E->sent_tail->next = ev;
-  else E->sent_head = ev;
-  E->sent_tail = ev;
+  queue_sent(E, ev, id, name, nlen);
   char msg[300];
   snprintf(msg, sizeof msg, "event %s%s%s sent with the next batch", name, key ? " key " : "",
            key ? key : "");
@@ -195,9 +201,25 @@ void mend__forget_sent_events(mend_engine *E) {
   E->sent_head = E->sent_tail = NULL;
 }
 
+static int send_event(mend_engine *E, const char *id, const char *run_key, const char *name,
+                      const char *payload, const char *key, char run_id_out[MEND_RUN_ID_LEN],
+                      int record, char *err, int errlen);
+
 int mend_engine_send_event(mend_engine *E, const char *id, const char *run_key, const char *name,
                            const char *payload, const char *key, char run_id_out[MEND_RUN_ID_LEN],
                            char *err, int errlen) {
+  return send_event(E, id, run_key, name, payload, key, run_id_out, 0, err, errlen);
+}
+
+int mend_engine_record_event(mend_engine *E, const char *id, const char *run_key, const char *name,
+                             const char *payload, const char *key,
+                             char run_id_out[MEND_RUN_ID_LEN], char *err, int errlen) {
+  return send_event(E, id, run_key, name, payload, key, run_id_out, 1, err, errlen);
+}
+
+static int send_event(mend_engine *E, const char *id, const char *run_key, const char *name,
+                      const char *payload, const char *key, char run_id_out[MEND_RUN_ID_LEN],
+                      int record, char *err, int errlen) {
   char found_id[MEND_RUN_ID_LEN];
   if (E->broken) {
     mend_errorf(err, errlen, "%s", E->errmsg);
@@ -286,6 +308,23 @@ int mend_engine_send_event(mend_engine *E, const char *id, const char *run_key, 
   }
   int sent = mend_store_send_event(E->store, id, name, text, key, mend_engine_now(E));
   free(text);
+  if (record && sent >= 0) {
+    /* In the open batch: the caller answers once it is durable, and a run held here that
+     * waits for it takes it then (mend__deliver_sent_event), not before. */
+    size_t nlen = strlen(name) + 1;
+    struct mend_sent_event *ev = sent == 0 ? malloc(sizeof *ev + nlen) : NULL;
+    if (sent == 0 && !ev) {
+      mend_errorf(err, errlen, "out of memory");
+      return MEND_EVENT_ESTORE;
+    }
+    if (ev) queue_sent(E, ev, id, name, nlen);
+    char msg[300];
+    snprintf(msg, sizeof msg, "event %s%s%s %s", name, key ? " key " : "", key ? key : "",
+             sent == 1 ? "sent before: kept once" : "sent with the next batch");
+    mend_engine_log_line(E, "info", id, NULL, 0, "event", msg);
+    mend__kick(E);
+    return sent;
+  }
   /* Durable now, whoever holds the run: a worker elsewhere sees it at its next poll. */
   if (sent < 0 || mend__commit_now(E)) {
     mend__store_failed(E);

@@ -3,10 +3,13 @@
  * batch number, four at a time) and the ready list, queueing an action behind the open batch
  * (or for this turn, for one that only writes), arming a run's timers, doing an action, ending
  * a batch (committed on the loop or handed to the writer thread, and its alerts and events
- * heard once it is durable), a pump turn, and the writer thread's wakeups of the loop. What a
- * turn's actions cost is measured here, for a ticking host (drive.c).
+ * heard once it is durable), a pump turn, and the writer thread's wakeups of the loop; and the
+ * callers outside the engine that wait for a batch to be durable before they answer (an HTTP
+ * reply), told once it is or once it failed. What a turn's actions cost is measured here, for
+ * a ticking host (drive.c).
  *
- * Must never: do an action before the batch that announces it is durable; block the loop
+ * Must never: do an action before the batch that announces it is durable, or tell a waiting
+ * caller its batch is durable before it is (nor after it failed); block the loop
  * waiting for the writer thread; decide what an outcome means (saga.c) or change a status
  * (status.c).
  */
@@ -243,14 +246,76 @@ int mend__end_batch(mend_engine *E) {
   return 0;
 }
 
+/* ---------------------------------------------------------------- callers waiting */
+
+void mend_engine_when_durable(mend_engine *E, mend_durable_wait *w) {
+  /* Every write so far is in the open batch or an earlier one. */
+  w->seq = mend_store_open_seq(E->store);
+  w->next = NULL;
+  w->prev = E->durable_tail;
+  if (E->durable_tail) E->durable_tail->next = w;
+  else E->durable_head = w;
+  E->durable_tail = w;
+  w->listed = 1;
+  if (E->broken) mend__durable_fire(E);
+  else mend__kick(E);   /* the next turn ends the batch, even one with nothing in it */
+}
+
+void mend_engine_durable_cancel(mend_engine *E, mend_durable_wait *w) {
+  if (!w->listed) return;
+  if (w->prev) w->prev->next = w->next;
+  else E->durable_head = w->next;
+  if (w->next) w->next->prev = w->prev;
+  else E->durable_tail = w->prev;
+  w->listed = 0;
+}
+
+/* Tells the waiting callers whose batch is durable, or failed: all of them once the engine is
+ * broken (its batch was rolled back), those up to a batch lost with the connection. Seqs only
+ * grow along the list, so only its head is looked at. */
+void mend__durable_fire(mend_engine *E) {
+  if (!E->durable_head) return;
+  unsigned long durable = mend_store_durable_seq(E->store);
+  while (E->durable_head) {
+    mend_durable_wait *w = E->durable_head;
+    const char *err = E->broken ? E->errmsg
+      : w->seq <= E->durable_failed ? "the connection to the database was lost while this was "
+        "being written: it is not known to be recorded (ask again: a start with a key gives the "
+        "same run)"
+      : NULL;
+    if (!err && w->seq > durable) break;
+    mend_engine_durable_cancel(E, w);
+    w->done(w, err);
+  }
+}
+
+/* The engine closes: what its last commit made durable is told so, the rest not kept. */
+void mend__durable_close(mend_engine *E) {
+  if (E->store) mend__durable_fire(E);
+  while (E->durable_head) {
+    mend_durable_wait *w = E->durable_head;
+    mend_engine_durable_cancel(E, w);
+    w->done(w, "the engine closed before this was written");
+  }
+}
+
 /* ---------------------------------------------------------------- the loop */
+
+static int pump_turn(mend_engine *E);
 
 /* One turn: do what the durable batches allow, then end the batch that wrote (so that a run
  * released by a commit has its next transition in the very next one). */
 int mend__pump_turn(mend_engine *E) {
+  int rc = pump_turn(E);
+  mend__durable_fire(E);
+  return rc;
+}
+
+static int pump_turn(mend_engine *E) {
   if (E->broken) return -1;
   if (E->writer) mend__settle_writer(E);
   else if (mend__end_batch(E)) return -1;   /* what the last turn wrote, before acting on it */
+  mend__durable_fire(E);
   mend__watch_lock(E);
   mend__check_fence(E);
   unsigned long durable = mend_store_durable_seq(E->store);

@@ -113,6 +113,11 @@ static int start_value(mend_engine *E, lua_State *L, const char *workflow, int i
   json_decref(input_doc);
   memcpy(id_out, r->id, MEND_RUN_ID_LEN);
   if (E->broken) { snprintf(err, (size_t)errlen, "%s", E->errmsg); return -1; }
+  if (detached == MEND_START_RECORD) {
+    /* Recorded for any worker to take; the caller waits for its batch. */
+    mend__run_free(r);
+    return 0;
+  }
   if (detached) {
     /* Recorded for any worker to take; durable before the caller hears the id. */
     if (mend__commit_now(E)) {

@@ -101,16 +101,19 @@ static void start_run(serve_req *r) {
   else lua_pushnil(L);
   char id[MEND_RUN_ID_LEN], err[1024];
   int existed = 0;
-  /* Recorded and committed at once for a worker to take (this process's, with --listen). */
-  int rc = mend_engine_start_value(r->E, L, name, lua_gettop(L), key, id, &existed, 1, err, sizeof err);
+  /* Recorded for a worker to take (this process's, with --listen), in the open batch: the
+   * answer waits for it, with the starts that came at the same time. One that existed may be
+   * in that batch too (the same key twice at once). */
+  int rc = mend_engine_start_value(r->E, L, name, lua_gettop(L), key, id, &existed,
+                                   MEND_START_RECORD, err, sizeof err);
   lua_pop(L, 1);
   /* A start fails for its input (400) or for the database, which the engine then reports as
    * its own failure, or as another process's lock (503). */
   if (rc && (mend_engine_error(r->E)[0] || mend_store_locked(mend_engine_store(r->E))))
     serve_error(r, 503, "storage", "%s", err);
   else if (rc) serve_error(r, 400, "start_refused", "%s", err);
-  else serve_json(r, existed ? 200 : 201, json_pack("{s:s,s:s,s:b}", "id", id, "workflow", name,
-                                                    "existed", existed));
+  else serve_json_durable(r, existed ? 200 : 201, json_pack("{s:s,s:s,s:b}", "id", id, "workflow",
+                                                            name, "existed", existed));
   json_decref(body);
 }
 
@@ -216,14 +219,15 @@ static void send_event(serve_req *r, const char *id) {
   json_t *data = json_object_get(body, "data");
   char *payload = data ? json_dumps(data, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
   char run_id[MEND_RUN_ID_LEN] = "", err[600] = "";
-  int rc = mend_engine_send_event(r->E, id, run_key, name, payload, key, run_id, err, sizeof err);
+  /* In the open batch, answered once it is durable, as a start is. */
+  int rc = mend_engine_record_event(r->E, id, run_key, name, payload, key, run_id, err, sizeof err);
   free(payload);
   switch (rc) {
     case 0:
-      serve_json(r, 202, json_pack("{s:s,s:s,s:b}", "run", run_id, "event", name, "sent", 1));
+      serve_json_durable(r, 202, json_pack("{s:s,s:s,s:b}", "run", run_id, "event", name, "sent", 1));
       break;
-    case 1:
-      serve_json(r, 200, json_pack("{s:s,s:s,s:b,s:b}", "run", run_id, "event", name, "sent", 0,
+    case 1:   /* the first may be in the open batch still */
+      serve_json_durable(r, 200, json_pack("{s:s,s:s,s:b,s:b}", "run", run_id, "event", name, "sent", 0,
                                    "duplicate", 1));
       break;
     case MEND_EVENT_EINVAL: serve_error(r, 400, "bad_request", "%s", err); break;

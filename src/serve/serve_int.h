@@ -54,6 +54,9 @@ typedef struct serve_req {
 void serve_json(serve_req *r, int status, json_t *body);
 void serve_error(serve_req *r, int status, const char *code, const char *fmt, ...)
   __attribute__((format(printf, 4, 5)));
+/* serve_json once what the request wrote is durable (the write-ahead rule for the answer):
+ * requests arriving together share one commit. A batch that fails answers 503 instead. */
+void serve_json_durable(serve_req *r, int status, json_t *body);
 /* A query parameter, percent-decoded into the request's pool, in *out (NULL when absent): 0,
  * or -1 after replying 400 for a malformed one. */
 int serve_query(serve_req *r, const char *name, const char **out);

@@ -2,10 +2,13 @@
  * server: the HTTP side of `mend serve` on the engine's own libuv loop, through h2o (Debian's
  * libh2o, its libuv flavour): the listening socket, connections, the limits on what a request
  * may carry, the bearer token, CORS when asked for, and the JSON replies. Every request is
- * answered on the loop's thread, so the engine is called as any caller on that thread calls it.
- * Must never: parse HTTP itself (h2o does), listen beyond loopback without a token, answer a
- * changing request without the token when one is set, or leave a handle on the loop after
- * close (the engine closes its loop after, and takes any handle left for one of its own).
+ * answered on the loop's thread, so the engine is called as any caller on that thread calls it;
+ * an answer that says something was written waits there for its batch to be durable.
+ * Must never: answer that something was written before its batch is durable, touch a request
+ * h2o has disposed of (a client gone before its answer), parse HTTP itself (h2o does), listen
+ * beyond loopback without a token, answer a changing request without the token when one is
+ * set, or leave a handle on the loop after close (the engine closes its loop after, and takes
+ * any handle left for one of its own).
  */
 #include "serve_int.h"
 
@@ -29,6 +32,18 @@ typedef struct conn {
   struct conn *prev, *next;
 } conn;
 
+/* An answer waiting for its batch (serve_json_durable), in the request's pool: h2o disposes
+ * of it with the request, whose client may have gone by then. */
+typedef struct pending {
+  mend_durable_wait wait;
+  mend_server *srv;            /* NULL once answered or given up */
+  h2o_req_t *req;
+  struct pending *prev, *next; /* the server's, to let go at close */
+  int status;
+  char *text;                  /* the answer, in the request's pool */
+  size_t len;
+} pending;
+
 struct mend_server {
   h2o_globalconf_t config;
   h2o_context_t ctx;
@@ -44,6 +59,7 @@ struct mend_server {
   char address[INET6_ADDRSTRLEN + 16];
   conn *conns;
   int nconns;
+  pending *pending;
   int started, closed;
 };
 
@@ -114,6 +130,57 @@ void serve_json(serve_req *r, int status, json_t *body) {
   text[n] = '\n';   /* json_dumps left room: its terminator */
   send_text(r, status, "application/json", text, n + 1);
   free(text);
+}
+
+static void pending_unlink(pending *p) {
+  mend_server *srv = p->srv;
+  if (p->prev) p->prev->next = p->next;
+  else srv->pending = p->next;
+  if (p->next) p->next->prev = p->prev;
+  p->srv = NULL;
+}
+
+static void pending_done(mend_durable_wait *w, const char *err) {
+  pending *p = (pending *)w;
+  mend_server *srv = p->srv;
+  pending_unlink(p);
+  serve_req r = {.req = p->req, .srv = srv, .E = srv->E};
+  if (err) serve_error(&r, 503, "storage", "%s", err);
+  else send_text(&r, p->status, "application/json", p->text, p->len);
+}
+
+/* h2o frees the request (its client went away, or the answer was sent): no answer is due. */
+static void pending_dispose(void *mem) {
+  pending *p = mem;
+  if (!p->srv) return;
+  mend_engine_durable_cancel(p->srv->E, &p->wait);
+  pending_unlink(p);
+}
+
+void serve_json_durable(serve_req *r, int status, json_t *body) {
+  char *text = body ? json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+  json_decref(body);
+  pending *p = text ? h2o_mem_alloc_shared(&r->req->pool, sizeof *p, pending_dispose) : NULL;
+  if (!p) {
+    free(text);
+    serve_json(r, 500, NULL);
+    return;
+  }
+  memset(p, 0, sizeof *p);
+  size_t n = strlen(text);
+  p->text = h2o_mem_alloc_pool(&r->req->pool, n + 1);
+  memcpy(p->text, text, n);
+  p->text[n] = '\n';
+  p->len = n + 1;
+  free(text);
+  p->status = status;
+  p->req = r->req;
+  p->srv = r->srv;
+  p->next = r->srv->pending;
+  if (p->next) p->next->prev = p;
+  r->srv->pending = p;
+  p->wait.done = pending_done;
+  mend_engine_when_durable(r->E, &p->wait);
 }
 
 /* Replaces each byte of s that does not begin or continue a well-formed UTF-8 sequence with '?':
@@ -596,6 +663,12 @@ void mend_server_close(mend_server *srv) {
   uv_timer_start(&t, tick, 50, 50);
   uint64_t until = uv_now(loop) + 300;
   while (srv->conns && uv_now(loop) < until) uv_run(loop, UV_RUN_ONCE);
+  /* A request still waiting for its batch is closed under h2o with its connection, never to
+   * be disposed of: it is let go of here, and not answered. */
+  while (srv->pending) {
+    mend_engine_durable_cancel(srv->E, &srv->pending->wait);
+    pending_unlink(srv->pending);
+  }
   for (conn *c = srv->conns; c; c = c->next)
     if (!uv_is_closing((uv_handle_t *)&c->tcp)) h2o_socket_close(c->sock);
   uv_close((uv_handle_t *)&t, NULL);

@@ -558,6 +558,8 @@ int mend__sqlite_writer_part(mend_store *s) {
   return part;
 }
 
+#define TRIM_KEEP_BYTES (256u << 10)
+
 void mend__sqlite_trim(mend_store *s) {
   if (s->cur->nrec || s->in_batch) return;
   int idle = 1;
@@ -566,7 +568,14 @@ void mend__sqlite_trim(mend_store *s) {
     idle = !s->w->job;
     pthread_mutex_unlock(&s->w->mu);
   }
-  for (int k = 0; idle && k < 3; k++) mend__log_free(&s->logs[k]);
+  /* A small log is no burst's: freed, the next small batch (one HTTP start, then idle again)
+   * would map its pages and fault them in anew, which tripled what such a start costs. */
+  for (int k = 0; idle && k < 3; k++) {
+    wlog *log = &s->logs[k];
+    size_t bytes = (size_t)log->caprec * sizeof *log->recs + (size_t)log->capval * sizeof *log->vals +
+                   (size_t)log->captext;
+    if (bytes > TRIM_KEEP_BYTES) mend__log_free(log);
+  }
 }
 
 int mend__sqlite_batch_writes(const mend_store *s) { return s->cur->nrec + s->parted; }
