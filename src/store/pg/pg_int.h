@@ -36,6 +36,7 @@ enum {
   P_MOVE_RUN, P_DROP_STEPS_FROM,
   P_SEND_EVENT, P_NEXT_EVENT, P_LAST_EVENT, P_EVENTS_AFTER,
   P_PUT_TOKEN, P_TOKEN_OF_ATTEMPT, P_USE_TOKEN, P_SET_PARENT, P_REOPEN_RUN,
+  P_IMAGE_RUN, P_IMAGE_STEPS, P_IMAGE_HISTORY,
   P__COUNT
 };
 extern const char *const mend__pg_sql[P__COUNT];
@@ -251,5 +252,7 @@ json_t *mend__pg_runs_page(mend_store *s, const char *status, const char *workfl
                            double since, double after_created, const char *after_id,
                            int limit);
 json_t *mend__pg_run_counts(mend_store *s);
+/* pg_image.c: a run's image for the engine, in one round trip */
+int mend__pg_run_image(mend_store *s, const char *id, mend_run_image *img);
 
 #endif
