@@ -1,13 +1,15 @@
 /*
  * pg_image: a run's image for the engine (mend_store_run_image) from PostgreSQL: its row, its
- * steps and its history read in one round trip, as one pipeline (in a snapshot of its own when
- * no batch is open), typed from the columns without building JSON. Must never: write; read
- * around the open batch (it is sent first); leave a transaction open that it began.
+ * steps and its history read in one round trip, in the pipeline that sends the open batch's
+ * writes (or alone, in a snapshot of its own, when no batch is open), typed from the columns
+ * without building JSON. Must never: write; read around the open batch; leave a transaction
+ * open that it began.
  */
 #include "pg_int.h"
 
 #include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -101,52 +103,49 @@ static void fill_history(const PGresult *r, mend_run_image *img, int *oom) {
   }
 }
 
-/* What each command of the pipeline is. */
-enum { C_BEGIN, C_RUN, C_STEPS, C_HISTORY, C_COMMIT, C__COUNT };
+/* The reads, in the order sent. */
+enum { R_RUN, R_STEPS, R_HISTORY, R__COUNT };
+static const int image_q[R__COUNT] = {P_IMAGE_RUN, P_IMAGE_STEPS, P_IMAGE_HISTORY};
 
-int mend__pg_run_image(mend_store *s, const char *id, mend_run_image *img) {
-  mend_pg *p = PG(s);
-  memset(img, 0, sizeof *img);
-  p->not_found = 0;
-  if (!mend__pg_text_fits(p, id)) {   /* no row holds it; sent, it would fail the batch */
-    p->not_found = 1;
-    mend__pg_msg(p->err, sizeof p->err, "no run %s", id);
-    return -1;
+typedef struct taker {
+  mend_pg *p;
+  const char *id;
+  mend_run_image *img;
+  char *step_names;
+  int taken, failed, oom;
+} taker;
+
+static void take(void *ud, int i, const PGresult *r) {
+  taker *t = ud;
+  if (t->failed) return;
+  t->taken = i + 1;
+  switch (i) {
+  case R_RUN: t->failed = fill_run(t->p, t->id, r, t->img, &t->step_names, &t->oom) != 0; break;
+  case R_STEPS: t->failed = fill_steps(t->p, t->id, r, t->img, &t->oom) != 0; break;
+  default: fill_history(r, t->img, &t->oom); break;
   }
-  if (mend__pg_sync(p) != 0) return -1;
+}
+
+/* No batch open: the reads in a snapshot of their own, or a commit between them could make a
+ * step read as pending while a later one reads as running. One pipeline, one round trip. */
+static int read_alone(mend_pg *p, const char *const *v, taker *t) {
   PGconn *c = p->conn;
-  /* Without a batch open the three reads need a snapshot of their own, or a commit between
-   * them could make a step read as pending while a later one reads as running. */
-  int own = !p->in_batch && PQtransactionStatus(c) == PQTRANS_IDLE;
-  int cmds[C__COUNT], n = 0;
-  const char *v[1] = {id};
-  int ok = PQenterPipelineMode(c);
-  if (ok && own) {
-    ok = PQsendQueryParams(c, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", 0, NULL, NULL,
-                           NULL, NULL, 0);
-    cmds[n++] = C_BEGIN;
-  }
-  static const int prepared[] = {[C_RUN] = P_IMAGE_RUN, [C_STEPS] = P_IMAGE_STEPS,
-                                 [C_HISTORY] = P_IMAGE_HISTORY};
-  for (int k = C_RUN; ok && k <= C_HISTORY; k++) {
+  int ok = PQenterPipelineMode(c) &&
+           PQsendQueryParams(c, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", 0, NULL, NULL,
+                             NULL, NULL, 0);
+  for (int k = 0; ok && k < R__COUNT; k++) {
     char name[16];
-    snprintf(name, sizeof name, "m%d", prepared[k]);
+    snprintf(name, sizeof name, "m%d", image_q[k]);
     ok = PQsendQueryPrepared(c, name, 1, v, NULL, NULL, 0);
-    cmds[n++] = k;
   }
-  if (ok && own) {
-    ok = PQsendQueryParams(c, "COMMIT", 0, NULL, NULL, NULL, NULL, 0);
-    cmds[n++] = C_COMMIT;
-  }
-  if (!ok || !PQpipelineSync(c)) {
+  ok = ok && PQsendQueryParams(c, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) && PQpipelineSync(c);
+  if (!ok) {
     mend__pg_fail(p, c, NULL, "read run");
     PQexitPipelineMode(c);
-    p->conn_doomed = PQstatus(c) != CONNECTION_OK;
     return -1;
   }
-  int failed = 0, oom = 0, lost = 0;
-  char *step_names = NULL;
-  for (int k = 0; k < n; k++) {
+  int failed = 0, lost = 0;
+  for (int k = 0; k < R__COUNT + 2; k++) {   /* BEGIN, the reads, COMMIT */
     PGresult *r = PQgetResult(c);
     if (!r) {   /* the connection is gone */
       if (!failed) mend__pg_fail(p, c, NULL, "read run");
@@ -159,13 +158,8 @@ int mend__pg_run_image(mend_store *s, const char *id, mend_run_image *img) {
       const char *sev = PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED);
       if (sev && (strcmp(sev, "FATAL") == 0 || strcmp(sev, "PANIC") == 0)) lost = 1;
       failed = 1;
-    } else if (!failed) {
-      switch (cmds[k]) {
-      case C_RUN: failed = fill_run(p, id, r, img, &step_names, &oom) != 0; break;
-      case C_STEPS: failed = fill_steps(p, id, r, img, &oom) != 0; break;
-      case C_HISTORY: fill_history(r, img, &oom); break;
-      default: break;
-      }
+    } else if (!failed && k >= 1 && k <= R__COUNT) {
+      take(t, k - 1, r);
     }
     PQclear(r);
     while ((r = PQgetResult(c))) PQclear(r);   /* the NULL that ends each command's results */
@@ -180,26 +174,47 @@ int mend__pg_run_image(mend_store *s, const char *id, mend_run_image *img) {
   }
   PQexitPipelineMode(c);
   if (lost || PQstatus(c) != CONNECTION_OK) {
+    /* told once, as a batch's lost connection is; the next call reconnects */
     p->conn_doomed = 1;
     p->conn_lost = 1;
-    mend__pg_rollback(p);
-  } else if (own && PQtransactionStatus(c) != PQTRANS_IDLE) {
-    PQclear(PQexec(c, "ROLLBACK"));   /* a failed BEGIN's block; no batch of ours */
-  } else if (p->in_batch && PQtransactionStatus(c) == PQTRANS_INERROR) {
-    p->batch_failed = 1;
+  } else if (PQtransactionStatus(c) != PQTRANS_IDLE) {
+    PQclear(PQexec(c, "ROLLBACK"));   /* a failed read's block */
   }
-  if (!failed && oom) {
+  return failed ? -1 : 0;
+}
+
+int mend__pg_run_image(mend_store *s, const char *id, mend_run_image *img) {
+  mend_pg *p = PG(s);
+  memset(img, 0, sizeof *img);
+  p->not_found = 0;
+  if (!mend__pg_text_fits(p, id)) {   /* no row holds it; sent, it would fail the batch */
+    p->not_found = 1;
+    mend__pg_msg(p->err, sizeof p->err, "no run %s", id);
+    return -1;
+  }
+  const char *v[R__COUNT] = {id, id, id};
+  taker t = {.p = p, .id = id, .img = img};
+  /* After the open batch's writes, in their round trip; alone when there is no batch. */
+  pg_reads reads = {.n = R__COUNT, .q = image_q, .vals = v, .take = take, .ud = &t};
+  int rc = mend__pg_sync_reads(p, &reads);
+  if (rc == 1) rc = read_alone(p, v, &t);
+  int failed = rc != 0 || t.failed;
+  if (!failed && t.taken != R__COUNT) {
+    mend__pg_msg(p->err, sizeof p->err, "%s: read run: no answer to every read", p->server);
+    failed = 1;
+  }
+  if (!failed && t.oom) {
     mend__pg_msg(p->err, sizeof p->err, "%s: read run: out of memory", p->server);
     failed = 1;
   }
   if (!failed) {
     char err[300];
-    if (mend__image_finish(img, id, step_names, err, sizeof err) != 0) {
+    if (mend__image_finish(img, id, t.step_names, err, sizeof err) != 0) {
       mend__pg_msg(p->err, sizeof p->err, "%s: %s", p->server, err);
       failed = 1;
     }
   }
-  free(step_names);
+  free(t.step_names);
   if (failed) mend_run_image_free(img);
   return failed ? -1 : 0;
 }

@@ -68,6 +68,16 @@ typedef struct pg_writer {
 } pg_writer;
 
 struct pg_version { char *workflow, *version, *source, *step_names; long long id; };
+/* Reads sent in the pipeline of a flush, after its writes (mend__pg_sync_reads): n prepared
+ * statements (P_*) of one value each; take is given each one's result, in order. */
+typedef struct pg_reads {
+  int n;
+  const int *q;
+  const char *const *vals;
+  void (*take)(void *ud, int i, const PGresult *r);
+  void *ud;
+  int sent;
+} pg_reads;
 
 typedef struct mend_pg {
   const mend_store_methods *m;   /* first: the dispatcher reads it (store.h) */
@@ -102,6 +112,7 @@ typedef struct mend_pg {
   int conn_lost;               /* the last failure was the connection's (mend__pg_conn_lost) */
   double retry_at, retry_delay;  /* reconnecting after the long try failed (pg_batch.c) */
   char retry_err[512];
+  pg_reads *reads;             /* for the flush under way (mend__pg_sync_reads) */
 } mend_pg;
 
 #define PG(s) ((mend_pg *)(void *)(s))
@@ -127,6 +138,10 @@ void mend__pg_watch(mend_pg *p);   /* conn_doomed from conn's notices */
 
 /* pg_batch.c: before any statement but a recorded write (reads see the open batch). */
 int  mend__pg_sync(mend_pg *p);
+/* mend__pg_sync with reads after the writes, in the same round trip: 0 sent and taken; 1 not
+ * sent, for no batch is open and nothing was recorded (the caller reads by itself); -1 error
+ * (a read that failed fails the batch, as any statement of it). */
+int  mend__pg_sync_reads(mend_pg *p, pg_reads *r);
 int  mend__pg_writer_wait(mend_pg *p);      /* the connection is the caller's: 0, or -1 */
 int  mend__pg_begin(mend_pg *p);            /* opens the transaction (fenced): 0 or -1 */
 void mend__pg_rollback(mend_pg *p);
