@@ -742,4 +742,5 @@ const mend_store_methods mend__sqlite_methods = {
   .reopen_run = mend__sqlite_reopen_run,
   .runs_page = mend__sqlite_runs_page,
   .run_counts = mend__sqlite_run_counts,
+  .run_image = mend__sqlite_run_image,
 };

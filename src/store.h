@@ -31,6 +31,7 @@
 
 #include <jansson.h>
 #include "breaker.h"
+#include "transition.h"
 
 typedef struct mend_store mend_store;
 
@@ -87,6 +88,49 @@ typedef struct mend_dlq_rec {
   const char *run_id, *reason, *step, *error, *detail;
   double at;
 } mend_dlq_rec;
+
+/* A run as the engine rebuilds it when it takes the run (mend_store_run_image): typed, read
+ * without the views for people. Every string is malloc'ed and owned by the image (NULL: none);
+ * mend_run_image_free gives them back. */
+typedef struct mend_step_image {
+  int idx;                   /* the step's index; past the workflow's steps, a map's item */
+  char *name;
+  mend_step_status status;   /* running when an attempt was begun and has no outcome yet */
+  int attempts, comp_attempts;
+  int custom_key;            /* idem_key came from the step's own idempotency_key function */
+  char *idem_key;            /* the key kept with the row; NULL: none kept */
+  char *error;
+  double due, last_delay;    /* < 0: none */
+  int slept;
+  char *result;              /* JSON text */
+} mend_step_image;
+
+typedef struct mend_history_image {
+  long seq;
+  double at;
+  char *step;                /* NULL: the run's own */
+  char *event, *to;          /* names, as in mend_store_history */
+  int attempt;
+  char *detail;              /* a "map" row's list of items; NULL for every other event */
+} mend_history_image;
+
+typedef struct mend_run_image {
+  char *workflow, *version, *reason, *error;
+  char *input;               /* JSON text */
+  char *unavailable;         /* why no engine could load its version; NULL: none said */
+  mend_run_status status;
+  int attention, cancel_requested;
+  char *parent_run;          /* NULL: not a child run */
+  mend_step_image *steps;    /* by idx: the workflow's steps (a step not begun reads pending,
+                                no attempt), then the maps' items */
+  int nsteps;
+  mend_history_image *history;   /* the run's history, in seq order */
+  int nhistory;
+  long last_seq;             /* the last number in its history; 0: none */
+  double last_at;            /* that row's time; -1: no history */
+} mend_run_image;
+
+void mend_run_image_free(mend_run_image *img);
 
 /* claim's `how` and claimable's answer (see those methods). */
 enum { MEND_CLAIM_NEWEST = 1, MEND_CLAIM_FREE = 2, MEND_CLAIM_UNAVAILABLE = 4 };
@@ -358,6 +402,11 @@ typedef struct mend_store_methods {
    * committed and is not retried; later calls reconnect. 0 for any other failure (optional:
    * NULL in a backend without a server). */
   int (*conn_lost)(mend_store *s);
+  /* The run as the engine rebuilds it (see mend_run_image), read as one snapshot that sees the
+   * open batch: 0 and *img filled; -1 on error (errmsg; not_found says when there is no such
+   * run), *img then empty. A status the engine does not know is an error naming it. PostgreSQL
+   * reads it in one round trip, SQLite with prepared statements; neither builds JSON. */
+  int (*run_image)(mend_store *s, const char *id, mend_run_image *img);
 } mend_store_methods;
 
 #define MEND_STORE_M(s) (*(const mend_store_methods *const *)(const void *)(s))
@@ -637,6 +686,9 @@ static inline int mend_store_conn_lost(mend_store *s) {
 }
 static inline int mend_store_wake_take(mend_store *s) {
   return MEND_STORE_M(s)->wake_take ? MEND_STORE_M(s)->wake_take(s) : -1;
+}
+static inline int mend_store_run_image(mend_store *s, const char *id, mend_run_image *img) {
+  return MEND_STORE_M(s)->run_image(s, id, img);
 }
 
 #endif

@@ -12,6 +12,7 @@
  */
 #include "check.h"
 #include "store/pg/pg_int.h"
+#include "image_check.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -613,6 +614,28 @@ static void test_child_end_fenced(void) {
 }
 
 /* A database made by a mend of schema 1 is upgraded at open, its rows kept. */
+/* The run's image for the engine: typed, the same as the view says (image_check.h), in one
+ * round trip; a status this mend does not know is an error that names it. */
+static void test_run_image(void) {
+  new_case();
+  mend_store *s = open_store();
+  if (!s) return;
+  image_checks(s);
+  PGconn *c = raw();
+  sql(c, "UPDATE runs SET status = 'bogus' WHERE id = 'img1'");
+  PQfinish(c);
+  mend_run_image img;
+  CHECK_EQ_INT(mend_store_run_image(s, "img1", &img), -1);
+  CHECK(strstr(mend_store_errmsg(s), "run img1 has an unknown status \"bogus\"") != NULL);
+  CHECK(img.steps == NULL && img.workflow == NULL);
+  /* the connection is fine after: the next read answers */
+  CHECK_EQ_INT(mend_store_run_image(s, "img2", &img), 0);
+  CHECK_EQ_INT(img.nsteps, 1);
+  mend_run_image_free(&img);
+  mend_store_close(s);
+  drop_case();
+}
+
 static void test_upgrade(void) {
   new_case();
   PGconn *c = raw();
@@ -667,6 +690,7 @@ int main(void) {
   test_tokens();
   test_child_end_fenced();
   test_upgrade();
+  test_run_image();
   PQfinish(admin);
   return check_done("test_pg_store");
 }

@@ -9,6 +9,7 @@
 #include "store.h"
 #include "store/store_int.h"   /* stall(): a test of the SQLite backend itself */
 #include "transition.h"
+#include "image_check.h"
 
 #include <sqlite3.h>
 #include <stdio.h>
@@ -1788,6 +1789,28 @@ static void test_attempts_in_flight(void) {
   remove_db(path);
 }
 
+/* The run's image for the engine: typed, the same as the view says (image_check.h); a status
+ * this mend does not know is an error that names it. */
+static void test_run_image(void) {
+  const char *path = file_in_dir("image.db");
+  char err[512] = "";
+  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  CHECK(s != NULL);
+  if (!s) return;
+  image_checks(s);
+  sqlite3 *db = raw_open(path);
+  CHECK_EQ_INT(sqlite3_exec(db, "UPDATE steps SET status = 'bogus' WHERE run_id = 'img1' AND idx = 1",
+                            NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(db);
+  mend_run_image img;
+  CHECK_EQ_INT(mend_store_run_image(s, "img1", &img), -1);
+  CHECK(strstr(mend_store_errmsg(s), "run img1: step #2 has an unknown status \"bogus\"") != NULL);
+  CHECK_EQ_INT(mend_store_not_found(s), 0);
+  CHECK(img.steps == NULL);
+  mend_store_close(s);
+  remove_db(path);
+}
+
 static void sleep_ms(long ms) {
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
   nanosleep(&ts, NULL);
@@ -1947,6 +1970,7 @@ int main(void) {
   test_history_numbers();
   test_pending_steps();
   test_attempts_in_flight();
+  test_run_image();
   test_claimable();
   test_workflow_versions();
   test_locked();

@@ -470,63 +470,40 @@ int mend__group_backward(mend_run *r, int g) {
 
 /* A run rebuilt from the store: the order its branches settled in and the when(ctx) answers
  * recorded, from its history. */
-void mend__group_restore(mend_run *r, json_t *steps) {
+void mend__group_restore(mend_run *r, const mend_run_image *img) {
   if (!r->wf->has_branching) return;
   struct mend_group *G = mend__group_of(r);
   if (!G) return;
-  json_t *rows = mend_store_history(r->E->store, r->id);
-  if (!rows) {
-    mend__store_failed(r->E);
-    return;
-  }
-  size_t k;
-  json_t *row;
-  json_array_foreach(rows, k, row) {
-    const char *step = json_string_value(json_object_get(row, "step"));
-    const char *event = json_string_value(json_object_get(row, "event"));
-    const char *to = json_string_value(json_object_get(row, "to"));
+  for (int k = 0; k < img->nhistory; k++) {
+    const mend_history_image *row = &img->history[k];
+    const char *step = row->step, *event = row->event, *to = row->to;
     if (!step || !event) continue;
     int i = mend_workflow_step_index(r->wf, step);
     if (i < 0) continue;
     if (strcmp(event, "when") == 0) r->steps[i].when_done = 1;
     else if (strcmp(event, "step") == 0 && to &&
              (strcmp(to, "succeeded") == 0 || strcmp(to, "failed") == 0))
-      G->done_seq[i] = (int)json_integer_value(json_object_get(row, "seq"));
+      G->done_seq[i] = (int)row->seq;
     else if (strcmp(event, "map") == 0 && !mend__map_of(r, i)) {
-      const char *list = json_string_value(json_object_get(row, "detail"));
-      if (!list || !mend__map_add(r, i, list)) break;
+      if (!row->detail || !mend__map_add(r, i, row->detail)) break;
     }
   }
   /* the items' rows, past the steps' */
-  json_t *so;
-  json_array_foreach(steps, k, so) {
-    long long idx = json_integer_value(json_object_get(so, "idx"));
+  for (int k = 0; k < img->nsteps; k++) {
+    const mend_step_image *so = &img->steps[k];
+    long long idx = so->idx;
     struct map_state *ms = idx >= MEND_MAP_ROWS ? mend__map_of(r, (int)(idx / MEND_MAP_ROWS) - 1) : NULL;
     int n = (int)(idx % MEND_MAP_ROWS);
     if (!ms || n >= ms->n) continue;
     step_rt *st = &ms->items[n];
-    mend_step_status_parse(json_string_value(json_object_get(so, "status")), &st->status);
-    st->attempts = (int)json_integer_value(json_object_get(so, "attempts"));
-    st->comp_attempts = (int)json_integer_value(json_object_get(so, "comp_attempts"));
-    st->custom_key = json_is_true(json_object_get(so, "custom_key"));
-    if (st->custom_key) st->idem_key = mend_dupstr(json_string_value(json_object_get(so, "idempotency_key")));
+    mend__step_from_image(r, st, so);
     st->key_ready = st->key_ready || st->custom_key;
-    st->error = mend_dupstr(json_string_value(json_object_get(so, "error")));
-    json_t *due = json_object_get(so, "due");
-    st->due = due ? json_number_value(due) : -1;
-    json_t *delay = json_object_get(so, "last_delay");
-    st->last_delay = delay ? json_number_value(delay) : -1;
     st->has_row = 1;
-    json_t *result = json_object_get(so, "result");
-    if (result) st->result = json_dumps(result, JSON_COMPACT | JSON_ENCODE_ANY);
-    st->compensate_self = st->status == MEND_STEP_FAILED && r->reason &&
-      (strcmp(r->reason, "compensable") == 0 || strcmp(r->reason, "severity_2") == 0);
   }
   /* the order they ended in, and ctx.results[map] of those that succeeded */
-  json_array_foreach(rows, k, row) {
-    const char *step = json_string_value(json_object_get(row, "step"));
-    const char *event = json_string_value(json_object_get(row, "event"));
-    const char *to = json_string_value(json_object_get(row, "to"));
+  for (int k = 0; k < img->nhistory; k++) {
+    const mend_history_image *row = &img->history[k];
+    const char *step = row->step, *event = row->event, *to = row->to;
     const char *slash = step ? strrchr(step, '/') : NULL;
     if (!slash || !event || strcmp(event, "step") != 0 || !to ||
         (strcmp(to, "succeeded") != 0 && strcmp(to, "failed") != 0))
@@ -538,10 +515,9 @@ void mend__group_restore(mend_run *r, json_t *steps) {
       if ((size_t)(slash - step) != len || strncmp(step, name, len) != 0) continue;
       int n = atoi(slash + 1);
       if (n >= 1 && n <= ms->n && !ms->done[n - 1])
-        ms->done[n - 1] = (int)json_integer_value(json_object_get(row, "seq"));
+        ms->done[n - 1] = (int)row->seq;
     }
   }
-  json_decref(rows);
   for (int j = 0; j < G->nmaps; j++) {
     struct map_state *ms = &G->maps[j];
     lua_State *L = r->E->L;

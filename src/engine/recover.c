@@ -22,16 +22,6 @@
 
 /* ---------------------------------------------------------------- recovery */
 
-static int step_status_of(json_t *o, const char *field, mend_step_status *out) {
-  const char *v = json_string_value(json_object_get(o, field));
-  return v ? mend_step_status_parse(v, out) : -1;
-}
-
-static double real_field(json_t *o, const char *field) {
-  json_t *v = json_object_get(o, field);
-  return v ? json_number_value(v) : -1;
-}
-
 /* The workflow a run executes: the version it started with (SPEC section 13), loaded here
  * or from the script the store keeps; by name only for a run that names no version. NULL with
  * the reason in `why` when that version cannot be loaded. */
@@ -59,106 +49,102 @@ static mend_workflow *run_workflow(mend_engine *E, const char *name, const char 
   return NULL;
 }
 
+/* A step's row as the store has it, into the run's memory of it. */
+void mend__step_from_image(mend_run *r, step_rt *st, const mend_step_image *si) {
+  st->status = si->status;
+  st->attempts = si->attempts;
+  st->comp_attempts = si->comp_attempts;
+  st->custom_key = si->custom_key;
+  if (st->custom_key) st->idem_key = mend_dupstr(si->idem_key);
+  st->error = mend_dupstr(si->error);
+  st->due = si->due;
+  st->last_delay = si->last_delay;
+  st->result = si->result ? mend_dupstr(si->result) : NULL;
+  st->compensate_self = st->status == MEND_STEP_FAILED && r->reason &&
+    (strcmp(r->reason, "compensable") == 0 || strcmp(r->reason, "severity_2") == 0);
+}
+
+/* Rebuilds a run in memory from its image, without acting on it (see mend__rebuild). */
+static mend_run *rebuild_from(mend_engine *E, const char *id, const mend_run_image *img,
+                              char *why, int whylen, int *unavailable) {
+  if (unavailable) *unavailable = 0;
+  why[0] = 0;
+  mend_workflow *wf = run_workflow(E, img->workflow, img->version, why, whylen);
+  if (!wf && unavailable) *unavailable = img->unavailable ? 2 : 1;
+  if (!wf) return NULL;
+  /* rows past the steps' are the items of maps (MEND_MAP_ROWS) */
+  int rows = 0;
+  while (rows < img->nsteps && img->steps[rows].idx < MEND_MAP_ROWS) rows++;
+  if (rows != wf->nsteps)
+    snprintf(why, (size_t)whylen, "workflow \"%s\" now has %d steps, the run has %d", wf->name,
+             wf->nsteps, rows);
+  for (int i = 0; !why[0] && i < wf->nsteps; i++) {
+    const char *name = img->steps[i].name;
+    /* a version is its text: only a run without one, or a damaged row, gets here */
+    if (!name || strcmp(name, wf->steps[i].name) != 0)
+      snprintf(why, (size_t)whylen, "step #%d is \"%s\" in the run but \"%s\" in the workflow", i + 1,
+               name ? name : "?", wf->steps[i].name);
+  }
+  if (why[0]) return NULL;
+  /* It loads here: whoever looks for runs to take may take it again. */
+  if (img->unavailable && mend_store_set_unavailable(E->store, id, NULL)) mend__store_failed(E);
+  mend_run *r = mend__run_new(E, wf, id);
+  r->history_seq = (int)img->last_seq;
+  r->last_at = img->last_at;
+  /* A virtual clock starts at the real time: one behind the run's own moves on to it. */
+  mend_timers_not_before(&E->timers, img->last_at);
+  r->cancel_asked = img->cancel_requested;
+  r->is_child = img->parent_run != NULL;
+  r->status = img->status;
+  r->attention = img->attention;
+  r->error = mend_dupstr(img->error);
+  /* The reason is one of the engine's own static strings; map the stored text back to it. */
+  static const char *const reasons[] = {"attempts_exhausted", "fatal", "severity_2", "compensable",
+                                        "error", "severity_3", "compensation_failed", "cancelled",
+                                        "workflow_error", "timeout", "crash_loop",
+                                        "parent_compensated"};
+  for (size_t k = 0; img->reason && k < sizeof reasons / sizeof *reasons; k++)
+    if (strcmp(img->reason, reasons[k]) == 0) r->reason = reasons[k];
+  /* A run going back always has a reason; one this mend does not know counts as an error. */
+  if (!r->reason && r->status != MEND_RUN_RUNNING) r->reason = "error";
+  /* Input that is not JSON after all reads as its text, as the view of the run shows it. */
+  if (!img->input) lua_pushnil(E->L);
+  else if (mend_json_decode(E->L, img->input, strlen(img->input), NULL, 0) != 0)
+    lua_pushstring(E->L, img->input);
+  r->input_ref = mend_refs_put(&E->refs, E->L, r->ref_shard);
+  for (int i = 0; i < wf->nsteps; i++) {
+    const mend_step_image *si = &img->steps[i];
+    step_rt *st = &r->steps[i];
+    mend__step_from_image(r, st, si);
+    st->key_ready = st->custom_key || wf->steps[i].key_ref == LUA_NOREF;
+    st->slept = si->slept;
+    /* A pending step with no attempt may be one listed from step_names, and a running one may
+     * be only in history (write_step): their first write puts the whole row, which is right for
+     * a row that exists too. */
+    st->has_row = st->status != MEND_STEP_RUNNING &&
+                  (st->status != MEND_STEP_PENDING || st->attempts > 0 || st->comp_attempts > 0);
+    if (st->result && (st->status == MEND_STEP_SUCCEEDED || st->status == MEND_STEP_COMPENSATING))
+      mend__set_result(r, i);
+    if (st->status == MEND_STEP_FAILED || st->status == MEND_STEP_COMPENSATION_FAILED) r->fail_step = i;
+  }
+  /* when(ctx)'s answers, the order its branches ended in, its maps' lists and items */
+  mend__group_restore(r, img);
+  return r;
+}
+
 /* Rebuilds a run in memory from the store alone, without acting on it. NULL when the run
  * cannot be resumed by this engine, with the reason in `why`; the run is then left as it is
  * for a person or another worker. *unavailable (if given) says when the reason is that its
  * version cannot be loaded here: 1, or 2 when the store says so already. */
 mend_run *mend__rebuild(mend_engine *E, const char *id, char *why, int whylen, int *unavailable) {
   if (unavailable) *unavailable = 0;
-  json_t *row = mend_store_run(E->store, id);
-  if (!row) { snprintf(why, (size_t)whylen, "%s", mend_store_errmsg(E->store)); return NULL; }
-  const char *wf_name = json_string_value(json_object_get(row, "workflow"));
-  const char *flagged = json_string_value(json_object_get(row, "unavailable"));
-  json_t *steps = json_object_get(row, "steps");
-  why[0] = 0;
-  mend_workflow *wf = run_workflow(E, wf_name, json_string_value(json_object_get(row, "version")),
-                                   why, whylen);
-  if (!wf && unavailable) *unavailable = flagged ? 2 : 1;
-  if (!wf) {
-    json_decref(row);
-    return NULL;
-  }
-  /* rows past the steps' are the items of maps (MEND_MAP_ROWS) */
-  int rows = 0;
-  while (rows < (int)json_array_size(steps) &&
-         json_integer_value(json_object_get(json_array_get(steps, (size_t)rows), "idx")) < MEND_MAP_ROWS)
-    rows++;
-  if (rows != wf->nsteps)
-    snprintf(why, (size_t)whylen, "workflow \"%s\" now has %d steps, the run has %d", wf->name,
-             wf->nsteps, rows);
-  for (int i = 0; !why[0] && i < wf->nsteps; i++) {
-    const char *name = json_string_value(json_object_get(json_array_get(steps, (size_t)i), "name"));
-    /* a version is its text: only a run without one, or a damaged row, gets here */
-    if (!name || strcmp(name, wf->steps[i].name) != 0)
-      snprintf(why, (size_t)whylen, "step #%d is \"%s\" in the run but \"%s\" in the workflow", i + 1,
-               name ? name : "?", wf->steps[i].name);
-  }
-  if (why[0]) {
-    json_decref(row);
-    return NULL;
-  }
-  double last_at;
-  long seq = mend_store_last_history(E->store, id, &last_at);
-  if (seq < 0) {
+  mend_run_image img;
+  if (mend_store_run_image(E->store, id, &img) != 0) {
     snprintf(why, (size_t)whylen, "%s", mend_store_errmsg(E->store));
-    json_decref(row);
     return NULL;
   }
-  /* It loads here: whoever looks for runs to take may take it again. */
-  if (flagged && mend_store_set_unavailable(E->store, id, NULL)) mend__store_failed(E);
-  mend_run *r = mend__run_new(E, wf, id);
-  r->history_seq = (int)seq;
-  r->last_at = last_at;
-  /* A virtual clock starts at the real time: one behind the run's own moves on to it. */
-  mend_timers_not_before(&E->timers, last_at);
-  r->cancel_asked = json_is_true(json_object_get(row, "cancel_requested"));
-  r->is_child = json_is_string(json_object_get(row, "parent_run"));
-  mend_run_status_parse(json_string_value(json_object_get(row, "status")), &r->status);
-  r->attention = json_is_true(json_object_get(row, "attention"));
-  r->error = mend_dupstr(json_string_value(json_object_get(row, "error")));
-  /* The reason is one of the engine's own static strings; map the stored text back to it. */
-  static const char *const reasons[] = {"attempts_exhausted", "fatal", "severity_2", "compensable",
-                                        "error", "severity_3", "compensation_failed", "cancelled",
-                                        "workflow_error", "timeout", "crash_loop",
-                                        "parent_compensated"};
-  const char *reason = json_string_value(json_object_get(row, "reason"));
-  for (size_t k = 0; reason && k < sizeof reasons / sizeof *reasons; k++)
-    if (strcmp(reason, reasons[k]) == 0) r->reason = reasons[k];
-  /* A run going back always has a reason; one this mend does not know counts as an error. */
-  if (!r->reason && strcmp(json_string_value(json_object_get(row, "status")), "running") != 0)
-    r->reason = "error";
-  mend_json_push(E->L, json_object_get(row, "input"));
-  r->input_ref = mend_refs_put(&E->refs, E->L, r->ref_shard);
-  for (int i = 0; i < wf->nsteps; i++) {
-    json_t *so = json_array_get(steps, (size_t)i);
-    step_rt *st = &r->steps[i];
-    step_status_of(so, "status", &st->status);
-    st->attempts = (int)json_integer_value(json_object_get(so, "attempts"));
-    st->comp_attempts = (int)json_integer_value(json_object_get(so, "comp_attempts"));
-    st->custom_key = json_is_true(json_object_get(so, "custom_key"));
-    if (st->custom_key) st->idem_key = mend_dupstr(json_string_value(json_object_get(so, "idempotency_key")));
-    st->key_ready = st->custom_key || wf->steps[i].key_ref == LUA_NOREF;
-    st->error = mend_dupstr(json_string_value(json_object_get(so, "error")));
-    st->due = real_field(so, "due");
-    st->slept = json_is_true(json_object_get(so, "slept"));
-    /* A pending step with no attempt may be one listed from step_names, and a running one may
-     * be only in history (write_step): their first write puts the whole row, which is right for
-     * a row that exists too. */
-    st->has_row = st->status != MEND_STEP_RUNNING &&
-                  (st->status != MEND_STEP_PENDING || st->attempts > 0 || st->comp_attempts > 0);
-    st->last_delay = real_field(so, "last_delay");
-    json_t *result = json_object_get(so, "result");
-    if (result) {
-      st->result = json_dumps(result, JSON_COMPACT | JSON_ENCODE_ANY);
-      if (st->status == MEND_STEP_SUCCEEDED || st->status == MEND_STEP_COMPENSATING) mend__set_result(r, i);
-    }
-    if (st->status == MEND_STEP_FAILED || st->status == MEND_STEP_COMPENSATION_FAILED) r->fail_step = i;
-    st->compensate_self = st->status == MEND_STEP_FAILED && r->reason &&
-      (strcmp(r->reason, "compensable") == 0 || strcmp(r->reason, "severity_2") == 0);
-  }
-  /* when(ctx)'s answers, the order its branches ended in, its maps' lists and items */
-  mend__group_restore(r, steps);
-  json_decref(row);
+  mend_run *r = rebuild_from(E, id, &img, why, whylen, unavailable);
+  mend_run_image_free(&img);
   return r;
 }
 
@@ -245,17 +231,15 @@ double mend__entry_time(mend_engine *E, const char *id);
 /* A run whose version cannot be loaded here cannot progress: the store says why, once, with an
  * alert in its history; no worker takes it again before it looks for such runs on purpose
  * (poll_for_runs), and none alerts or logs again while the reason stands. */
-static void flag_unavailable(mend_engine *E, const char *id, const char *why, int already) {
+static void flag_unavailable(mend_engine *E, const char *id, const char *wf, const char *why,
+                             int already) {
   if (already) {
     mend_engine_log_line(E, "debug", id, NULL, 0, "recover", why);
     return;
   }
-  json_t *row = mend_store_run(E->store, id);
-  const char *wf = row ? json_string_value(json_object_get(row, "workflow")) : NULL;
   json_t *ev = json_pack("{s:s, s:s, s:s, s:s, s:s, s:f}", "kind", "attention", "run_id", id,
                          "workflow", wf ? wf : "?", "reason", "workflow_unavailable", "error", why,
                          "at", mend_engine_now(E));
-  json_decref(row);
   if (!ev) { mend__breakdown(E, "out of memory flagging run %s", id); return; }
   mend_engine_log_line(E, "warn", id, NULL, 0, "recover", why);
   if (mend_store_set_unavailable(E->store, id, why)) mend__store_failed(E);
@@ -283,24 +267,21 @@ static void flag_unavailable(mend_engine *E, const char *id, const char *why, in
 #define CRASH_SUSPECT_TAKES 2
 #define CRASH_LOOP_RUNS 2
 
-/* Since the run's last outcome (a step or the run going to anything but running): how many
- * of its suspect attempts ended with their worker (*ran), and how many takes of it were
- * followed by an attempt (*takes). 0; -1 when its history cannot be read. A take more than a
- * few leases after the next ends the count: a run whose step waits an hour for a host's answer
- * is taken again at each deploy, not in a loop. */
-static int since_outcome(mend_engine *E, const char *id, int *ran, int *takes) {
-  json_t *rows = mend_store_history(E->store, id);
-  if (!rows) return -1;
+/* Since the run's last outcome (a step or the run going to anything but running), in its
+ * image's history: how many of its suspect attempts ended with their worker (*ran), and how
+ * many takes of it were followed by an attempt (*takes). A take more than a few leases after
+ * the next ends the count: a run whose step waits an hour for a host's answer is taken again
+ * at each deploy, not in a loop. */
+static void since_outcome(mend_engine *E, const mend_run_image *img, int *ran, int *takes) {
   *ran = *takes = 0;
   int began = 0, waited = 0;
   double later = mend_engine_now(E), window = 5 * E->lease_seconds;
-  for (size_t k = json_array_size(rows); k-- > 0;) {
-    json_t *row = json_array_get(rows, k);
-    const char *event = json_string_value(json_object_get(row, "event"));
-    const char *to = json_string_value(json_object_get(row, "to"));
+  for (int k = img->nhistory; k-- > 0;) {
+    const mend_history_image *row = &img->history[k];
+    const char *event = row->event, *to = row->to;
     if (!event) continue;
     if (strcmp(event, "recovered") == 0) {
-      double at = json_number_value(json_object_get(row, "at"));
+      double at = row->at;
       if (later - at > window) break;
       later = at;
       *takes += began;
@@ -316,8 +297,6 @@ static int since_outcome(mend_engine *E, const char *id, int *ran, int *takes) {
       break;
     }
   }
-  json_decref(rows);
-  return 0;
 }
 
 /* Will the rebuilt run run workflow code as soon as it goes on (no wait in the future)? */
@@ -363,18 +342,26 @@ static void put_aside(mend_run *r, int crashes) {
 
 static int restore(mend_engine *E, const char *id) {
   char why[700];
-  int unavailable;
+  int unavailable = 0;
   mend__park_forget(E, id);   /* ours again after another worker had it: the store's copy counts */
-  mend_run *r = mend__rebuild(E, id, why, sizeof why, &unavailable);
+  mend_run_image img;
+  mend_run *r = NULL;
+  if (mend_store_run_image(E->store, id, &img) != 0)
+    snprintf(why, sizeof why, "%s", mend_store_errmsg(E->store));
+  else if (!(r = rebuild_from(E, id, &img, why, sizeof why, &unavailable)) && unavailable)
+    flag_unavailable(E, id, img.workflow, why, unavailable == 2);
   if (!r) {
-    if (unavailable) flag_unavailable(E, id, why, unavailable == 2);
-    else mend_engine_log_line(E, "error", id, NULL, 0, "recover", why);
+    if (!unavailable) mend_engine_log_line(E, "error", id, NULL, 0, "recover", why);
+    mend_run_image_free(&img);
     if (mend_store_release(E->store, id, E->owner)) mend__store_failed(E);
     return -1;
   }
   int ran = 0, takes = 0;
-  if (runs_code_at_once(r) && since_outcome(E, id, &ran, &takes) == 0)
+  if (runs_code_at_once(r)) {
+    since_outcome(E, &img, &ran, &takes);
     r->suspect = ran > 0 || takes >= CRASH_SUSPECT_TAKES;
+  }
+  mend_run_image_free(&img);
   mend__recovered_entry(r);
   if (ran >= CRASH_LOOP_RUNS) {
     mend_engine_log_line(E, "error", r->id, NULL, 0, "recover",

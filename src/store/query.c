@@ -21,6 +21,7 @@
 #include <unistd.h>
 #include <sys/mman.h>
 
+#include "store/image.h"
 #include "walvfs.h"
 
 /* ---- point reads ----------------------------------------------------------------------- */
@@ -369,6 +370,130 @@ json_t *mend__sqlite_run(mend_store *s, const char *id) {
     return NULL;
   }
   return run;
+}
+
+/* ---- a run's image for the engine ------------------------------------------------------- */
+
+static char *col_text(sqlite3_stmt *q, int i, int *oom) {
+  const char *t = (const char *)sqlite3_column_text(q, i);
+  return mend__image_text(t, (size_t)sqlite3_column_bytes(q, i), oom);
+}
+
+/* A real column: NULL is none (-1); an infinite wait reads as the largest double, as in the
+ * view. */
+static double col_real(sqlite3_stmt *q, int i) {
+  if (sqlite3_column_type(q, i) == SQLITE_NULL) return -1;
+  double d = sqlite3_column_double(q, i);
+  return isinf(d) ? (d > 0 ? DBL_MAX : -DBL_MAX) : d;
+}
+
+static int image_rows(mend_store *s, const char *id, mend_run_image *img) {
+  int oom = 0;
+  char *step_names = NULL;
+  sqlite3_stmt *q = s->q[Q_IMAGE_RUN];
+  int r = mend__first_row(s, q, mend__bind_text(q, 1, id), "read run");
+  s->not_found = r == 0;
+  if (r < 0) return -1;
+  if (r == 0) {
+    mend__set_msg(s->err, sizeof s->err, "no run %s", id ? id : "(null)");
+    return -1;
+  }
+  const char *status = (const char *)sqlite3_column_text(q, 2);
+  if (!status || mend_run_status_parse(status, &img->status) != 0) {
+    mend__set_msg(s->err, sizeof s->err, "%s: run %s has an unknown status \"%s\"", s->path, id,
+                  status ? status : "null");
+    mend__finish(q);
+    return -1;
+  }
+  img->workflow = col_text(q, 0, &oom);
+  img->version = col_text(q, 1, &oom);
+  img->reason = col_text(q, 3, &oom);
+  img->error = col_text(q, 4, &oom);
+  img->attention = sqlite3_column_int(q, 5) != 0;
+  img->cancel_requested = sqlite3_column_int(q, 6) != 0;
+  img->parent_run = col_text(q, 7, &oom);
+  img->unavailable = col_text(q, 8, &oom);
+  img->input = col_text(q, 9, &oom);
+  step_names = col_text(q, 10, &oom);
+  mend__finish(q);
+  int rc = SQLITE_OK;
+  q = s->q[Q_IMAGE_STEPS];
+  for (rc = mend__bind_text(q, 1, id); !oom && rc == SQLITE_OK;) {
+    if ((rc = sqlite3_step(q)) != SQLITE_ROW) break;
+    rc = SQLITE_OK;
+    mend_step_image *st = mend__image_add_step(img);
+    if (!st) {
+      oom = 1;
+      break;
+    }
+    st->idx = sqlite3_column_int(q, 0);
+    st->name = col_text(q, 1, &oom);
+    const char *ss = (const char *)sqlite3_column_text(q, 2);
+    if (!ss || mend_step_status_parse(ss, &st->status) != 0) {
+      mend__set_msg(s->err, sizeof s->err, "%s: run %s: step #%d has an unknown status \"%s\"",
+                    s->path, id, st->idx + 1, ss ? ss : "null");
+      rc = SQLITE_MISMATCH;
+      break;
+    }
+    st->attempts = sqlite3_column_int(q, 3);
+    st->comp_attempts = sqlite3_column_int(q, 4);
+    st->idem_key = col_text(q, 5, &oom);
+    st->custom_key = sqlite3_column_int(q, 6) != 0;
+    st->result = col_text(q, 7, &oom);
+    st->error = col_text(q, 8, &oom);
+    st->due = col_real(q, 9);
+    st->last_delay = col_real(q, 10);
+    st->slept = sqlite3_column_int(q, 11) != 0;
+  }
+  if (rc != SQLITE_OK && rc != SQLITE_DONE && rc != SQLITE_MISMATCH) mend__sql_err(s, "read steps");
+  mend__finish(q);
+  if (rc == SQLITE_DONE) {
+    q = s->q[Q_IMAGE_HISTORY];
+    for (rc = mend__bind_text(q, 1, id); !oom && rc == SQLITE_OK;) {
+      if ((rc = sqlite3_step(q)) != SQLITE_ROW) break;
+      rc = SQLITE_OK;
+      mend_history_image *h = mend__image_add_history(img);
+      if (!h) {
+        oom = 1;
+        break;
+      }
+      h->seq = (long)sqlite3_column_int64(q, 0);
+      h->at = sqlite3_column_type(q, 1) == SQLITE_NULL ? -1 : sqlite3_column_double(q, 1);
+      h->step = col_text(q, 2, &oom);
+      h->event = col_text(q, 3, &oom);
+      h->to = col_text(q, 4, &oom);
+      h->attempt = sqlite3_column_int(q, 5);
+      h->detail = col_text(q, 6, &oom);
+    }
+    if (rc != SQLITE_OK && rc != SQLITE_DONE) mend__sql_err(s, "read history");
+    mend__finish(q);
+  }
+  if (oom) {
+    mend__set_msg(s->err, sizeof s->err, "%s: read run: out of memory", s->path);
+    rc = SQLITE_NOMEM;
+  }
+  if (rc == SQLITE_DONE) {
+    char err[300];
+    if (mend__image_finish(img, id, step_names, err, sizeof err) != 0) {
+      mend__set_msg(s->err, sizeof s->err, "%s: %s", s->path, err);
+      rc = SQLITE_ERROR;
+    }
+  }
+  free(step_names);
+  return rc == SQLITE_DONE ? 0 : -1;
+}
+
+/* Its three statements share one read transaction, as the view's do. */
+int mend__sqlite_run_image(mend_store *s, const char *id, mend_run_image *img) {
+  memset(img, 0, sizeof *img);
+  s->not_found = 0;
+  if (mend__sync_point(s) != 0) return -1;
+  int own = sqlite3_get_autocommit(s->db);
+  if (own && step_read_txn(s, Q_BEGIN_READ) != 0) return -1;
+  int rc = image_rows(s, id, img);
+  if (own && step_read_txn(s, Q_COMMIT) != 0) rc = -1;
+  if (rc != 0) mend_run_image_free(img);
+  return rc;
 }
 
 json_t *mend__sqlite_history(mend_store *s, const char *id) {

@@ -252,6 +252,19 @@ const char *const mend__query_sql[Q__COUNT] = {
   [Q_REOPEN_RUN] =
     "UPDATE runs SET status = 'compensating', reason = ?2, owner = ?3, updated = ?4,"
     " error = 'compensated with its parent' WHERE id = ?1 AND status = 'succeeded'",
+  /* A run's image for the engine (mend_store_run_image): the columns it rebuilds from, typed;
+   * of history, what recovery reads (a map's list is the only detail it needs). */
+  [Q_IMAGE_RUN] =
+    "SELECT r.workflow, coalesce(r.version, v.version), r.status, r.reason, r.error, r.attention,"
+    " r.cancel_requested, r.parent_run, r.unavailable, r.input,"
+    " coalesce(r.step_names, v.step_names)"
+    " FROM runs r LEFT JOIN workflow_versions v ON v.id = r.workflow_version WHERE r.id = ?1",
+  [Q_IMAGE_STEPS] =
+    "SELECT idx, name, status, attempts, comp_attempts, idem_key, custom_key, result, error, due,"
+    " last_delay, slept FROM steps WHERE run_id = ?1 ORDER BY idx",
+  [Q_IMAGE_HISTORY] =
+    "SELECT seq, at, step, event, to_status, attempt, CASE WHEN event = 'map' THEN detail END"
+    " FROM history_named WHERE run_id = ?1 ORDER BY seq",
   /* The text of a version is the same wherever it was loaded from (the version is its hash). */
   [Q_VERSION_SCRIPT] =
     "SELECT script, source FROM workflow_versions WHERE workflow = ?1 AND version = ?2"

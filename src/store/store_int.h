@@ -38,6 +38,7 @@ enum {
   /* new: tokens */
   Q_PUT_TOKEN, Q_TOKEN_OF_ATTEMPT, Q_TOKEN, Q_USE_TOKEN, Q_SET_PARENT, Q_CHILDREN, Q_REOPEN_RUN,
   Q_CHILD_END,
+  Q_IMAGE_RUN, Q_IMAGE_STEPS, Q_IMAGE_HISTORY,
   Q__COUNT
 };
 
@@ -245,6 +246,7 @@ int mend__sqlite_find_run_key(mend_store *s, const char *run_key, char *id_out, 
 int mend__sqlite_find_key_result(mend_store *s, const char *idem_key, char **result_out);
 int mend__sqlite_get_breaker(mend_store *s, const char *key, mend_breaker *b);
 json_t *mend__sqlite_run(mend_store *s, const char *id);
+int mend__sqlite_run_image(mend_store *s, const char *id, mend_run_image *img);
 json_t *mend__sqlite_history(mend_store *s, const char *id);
 json_t *mend__sqlite_dlq(mend_store *s);
 json_t *mend__sqlite_breakers(mend_store *s);

@@ -500,4 +500,5 @@ const mend_store_methods mend__pg_methods = {
   .wake_fd = mend__pg_wake_fd,
   .wake_take = mend__pg_wake_take,
   .conn_lost = mend__pg_conn_lost,
+  .run_image = mend__pg_run_image,
 };

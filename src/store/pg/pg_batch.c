@@ -1,7 +1,8 @@
 /*
  * pg_batch: how the PostgreSQL store writes. Owns the write log (writes recorded with their
  * values copied, as text), the flush that sends them as one pipeline in the open transaction
- * (BEGIN and the fence's check first when it begins, COMMIT last when it commits), the batch
+ * (BEGIN and the fence's check first when it begins, COMMIT last when it commits, or reads that
+ * must see them last, in the same round trip: mend__pg_sync_reads), the batch
  * numbers, and the writer thread that commits a handed-off batch while the loop records the
  * next. Must never: let a read miss a write recorded before it; report a batch durable before
  * the server answered its COMMIT; commit a batch part of which failed.
@@ -105,13 +106,14 @@ void mend__pg_rec_opt_real(mend_pg *p, double d) {
  * batch never fills both sockets' buffers at once (blocking libpq would then wait forever). */
 #define CHUNK 512
 
-enum { K_BEGIN, K_LIVE, K_RENEW, K_CHECK, K_WRITE, K_NOTIFY, K_COMMIT };
+enum { K_BEGIN, K_LIVE, K_RENEW, K_CHECK, K_WRITE, K_NOTIFY, K_COMMIT, K_READ };
 
 typedef struct pipe {
   mend_pg *p;
   const pg_log *log;
   int kind[CHUNK];
   const pg_rec *rec[CHUNK];
+  int read[CHUNK];       /* K_READ: which of p->reads */
   int n;
   int failed, late;
   double sent_at;
@@ -132,6 +134,7 @@ static const char *what_of(int kind, const pg_rec *r) {
   case K_CHECK: return "look up who holds a run";
   case K_NOTIFY: return "notify the other workers";
   case K_COMMIT: return "commit";
+  case K_READ: return "read";
   default: return r && r->q <= P_SET_UNAVAILABLE ? writes[r->q] : "write";
   }
 }
@@ -185,6 +188,9 @@ static void take_result(pipe *pp, int i, PGresult *r) {
     break;
   case K_CHECK:
     if (mend__pg_fence_result(p, r) != 0) pp->failed = 1;
+    break;
+  case K_READ:
+    p->reads->take(p->reads->ud, pp->read[i], r);
     break;
   case K_COMMIT:
     /* COMMIT of a transaction that failed says ROLLBACK, with no error. */
@@ -341,6 +347,12 @@ static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late)
     if (drop < 0) pp.failed = 1;
     if (drop) continue;
     if (pipe_send(&pp, K_WRITE, r->q, NULL, r->n, ptrs + r->first, r) != 0) goto done;
+  }
+  /* reads that must see these writes: in the same round trip */
+  for (int i = 0; p->reads && !commit && !pp.failed && i < p->reads->n; i++) {
+    if (pipe_send(&pp, K_READ, p->reads->q[i], NULL, 1, p->reads->vals + i, NULL) != 0) goto done;
+    pp.read[pp.n - 1] = i;
+    p->reads->sent = 1;
   }
   if (log->wake) p->tx_wake = 1;
   /* One notify a transaction, delivered by the server only if the COMMIT after it succeeds. */
@@ -537,6 +549,16 @@ static int writer_told(mend_pg *p) {
 int mend__pg_sync(mend_pg *p) {
   if (writer_told(p) != 0 || p->batch_failed) return -1;
   return flush(p, p->cur, 0, 0);
+}
+
+int mend__pg_sync_reads(mend_pg *p, pg_reads *r) {
+  if (writer_told(p) != 0 || p->batch_failed) return -1;
+  r->sent = 0;
+  p->reads = r;
+  int rc = flush(p, p->cur, 0, 0);
+  p->reads = NULL;
+  if (rc != 0) return -1;
+  return r->sent ? 0 : 1;
 }
 
 int mend__pg_begin(mend_pg *p) {

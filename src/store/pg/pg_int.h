@@ -36,6 +36,7 @@ enum {
   P_MOVE_RUN, P_DROP_STEPS_FROM,
   P_SEND_EVENT, P_NEXT_EVENT, P_LAST_EVENT, P_EVENTS_AFTER,
   P_PUT_TOKEN, P_TOKEN_OF_ATTEMPT, P_USE_TOKEN, P_SET_PARENT, P_REOPEN_RUN,
+  P_IMAGE_RUN, P_IMAGE_STEPS, P_IMAGE_HISTORY,
   P__COUNT
 };
 extern const char *const mend__pg_sql[P__COUNT];
@@ -67,6 +68,16 @@ typedef struct pg_writer {
 } pg_writer;
 
 struct pg_version { char *workflow, *version, *source, *step_names; long long id; };
+/* Reads sent in the pipeline of a flush, after its writes (mend__pg_sync_reads): n prepared
+ * statements (P_*) of one value each; take is given each one's result, in order. */
+typedef struct pg_reads {
+  int n;
+  const int *q;
+  const char *const *vals;
+  void (*take)(void *ud, int i, const PGresult *r);
+  void *ud;
+  int sent;
+} pg_reads;
 
 typedef struct mend_pg {
   const mend_store_methods *m;   /* first: the dispatcher reads it (store.h) */
@@ -101,6 +112,7 @@ typedef struct mend_pg {
   int conn_lost;               /* the last failure was the connection's (mend__pg_conn_lost) */
   double retry_at, retry_delay;  /* reconnecting after the long try failed (pg_batch.c) */
   char retry_err[512];
+  pg_reads *reads;             /* for the flush under way (mend__pg_sync_reads) */
 } mend_pg;
 
 #define PG(s) ((mend_pg *)(void *)(s))
@@ -126,6 +138,10 @@ void mend__pg_watch(mend_pg *p);   /* conn_doomed from conn's notices */
 
 /* pg_batch.c: before any statement but a recorded write (reads see the open batch). */
 int  mend__pg_sync(mend_pg *p);
+/* mend__pg_sync with reads after the writes, in the same round trip: 0 sent and taken; 1 not
+ * sent, for no batch is open and nothing was recorded (the caller reads by itself); -1 error
+ * (a read that failed fails the batch, as any statement of it). */
+int  mend__pg_sync_reads(mend_pg *p, pg_reads *r);
 int  mend__pg_writer_wait(mend_pg *p);      /* the connection is the caller's: 0, or -1 */
 int  mend__pg_begin(mend_pg *p);            /* opens the transaction (fenced): 0 or -1 */
 void mend__pg_rollback(mend_pg *p);
@@ -251,5 +267,7 @@ json_t *mend__pg_runs_page(mend_store *s, const char *status, const char *workfl
                            double since, double after_created, const char *after_id,
                            int limit);
 json_t *mend__pg_run_counts(mend_store *s);
+/* pg_image.c: a run's image for the engine, in one round trip */
+int mend__pg_run_image(mend_store *s, const char *id, mend_run_image *img);
 
 #endif

@@ -198,6 +198,19 @@ const char *const mend__pg_sql[P__COUNT] = {
     "UPDATE runs SET status = 'compensating', reason = $2::text, owner = $3::text,"
     " fence = fence + 1, updated = $4::float8, error = 'compensated with its parent'"
     " WHERE id = $1::text AND status = 'succeeded'",
+  /* A run's image for the engine (pg_image.c): the columns it rebuilds from; of history, what
+   * recovery reads (a map's list is the only detail it needs). */
+  [P_IMAGE_RUN] =
+    "SELECT r.workflow, coalesce(r.version, v.version), r.status, r.reason, r.error, r.attention,"
+    " r.cancel_requested, r.parent_run, r.unavailable, r.input,"
+    " coalesce(r.step_names, v.step_names)"
+    " FROM runs r LEFT JOIN workflow_versions v ON v.id = r.workflow_version WHERE r.id = $1::text",
+  [P_IMAGE_STEPS] =
+    "SELECT idx, name, status, attempts, comp_attempts, idem_key, custom_key, result, error, due,"
+    " last_delay, slept FROM steps WHERE run_id = $1::text ORDER BY idx",
+  [P_IMAGE_HISTORY] =
+    "SELECT seq, at, step, event, to_status, attempt, CASE WHEN event = 'map' THEN detail END"
+    " FROM history WHERE run_id = $1::text ORDER BY seq",
 };
 
 /* migrations[v] takes a database from version v to v + 1, in the transaction of
