@@ -123,6 +123,8 @@ struct mend_run {
   /* queues */
   mend_run *qnext;
   unsigned long wait_seq;   /* the batch its next action waits for */
+  unsigned long took_seq;   /* the batch that took its last event: its inbox as committed is
+                             * its own only once that batch is durable (events.c) */
   mend_run *prev, *next;  /* runs in flight */
   mend_run *hnext;        /* its chain in the engine's runmap */
   /* A parallel group's branches run in lanes (group.c): a lane is a mend_run of its own for
