@@ -216,6 +216,13 @@ struct mend_engine {
   double next_unavailable_look;   /* when it next tries runs no worker could load */
   double turn_deadline;   /* a ticking host's budget for this turn; 0: none */
   double tick_piece;      /* what a tick expects its next action to cost (pump.c, drive.c) */
+  /* A piece that reads the store runs the open batch's recorded writes first (store.h:
+   * read_flushes), at a cost that grows with the batch: counted apart (pump.c). */
+  double tick_flush;              /* what running them cost such a piece */
+  double tick_flush_recs;         /* how many records it ran, on average */
+  unsigned tick_since_flush;      /* pieces since the last one that ran records */
+  unsigned long tick_flushed_recs; /* the store's totals when the piece began */
+  double tick_flushed_cpu;
   unsigned long tick_did; /* actions done in this tick */
   int tick_writer_tried;  /* a tick started (or could not start) the writer thread */
   double tick_gc_piece;   /* the dearest step of the Lua collector a tick has seen */
@@ -288,6 +295,7 @@ void mend__queue(mend_run *r, action a);
 void mend__queue_now(mend_run *r, action a);
 void mend__settle_writer(mend_engine *E);
 double mend__thread_cpu_now(void);
+double mend__tick_next_piece(mend_engine *E);
 int mend__turn_has_work(const mend_engine *E);
 int mend__virtual_timers_to_advance(const mend_engine *E);
 void mend__writer_done(void *ud);
