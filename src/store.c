@@ -675,6 +675,7 @@ const mend_store_methods mend__sqlite_methods = {
   .writer_busy = mend__sqlite_writer_busy,
   .writer_part = mend__sqlite_writer_part,
   .batch_writes = mend__sqlite_batch_writes,
+  .read_flushes = mend__sqlite_read_flushes,
   .trim = mend__sqlite_trim,
   .open_seq = mend__sqlite_open_seq,
   .durable_seq = mend__sqlite_durable_seq,

@@ -189,6 +189,11 @@ typedef struct mend_store_methods {
    * behind the part and returns). A part that fails rolls the whole batch back. */
   int (*writer_part)(mend_store *s);
   int (*batch_writes)(const mend_store *s);   /* writes of the open batch not committed */
+  /* A read (any statement but a recorded write) first runs the open batch's writes recorded so
+   * far, on the caller's thread: for a ticking host, the dear part of a piece that reads. In
+   * all since the store opened, records run that way and the caller's thread CPU seconds they
+   * took; and the records a read now would run. NULL: reads run nothing first. */
+  void (*read_flushes)(const mend_store *s, unsigned long *records, double *cpu, int *pending);
   /* Gives back the memory a burst of writes grew, if no batch is using it: for an engine gone
    * idle (its runs all waiting). */
   void (*trim)(mend_store *s);
@@ -460,6 +465,13 @@ static inline int mend_store_writer_part(mend_store *s) {
 }
 static inline int mend_store_batch_writes(const mend_store *s) {
   return MEND_STORE_M(s)->batch_writes ? MEND_STORE_M(s)->batch_writes(s) : 0;
+}
+static inline void mend_store_read_flushes(const mend_store *s, unsigned long *records,
+                                           double *cpu, int *pending) {
+  *records = 0;
+  *cpu = 0;
+  *pending = 0;
+  if (MEND_STORE_M(s)->read_flushes) MEND_STORE_M(s)->read_flushes(s, records, cpu, pending);
 }
 static inline void mend_store_trim(mend_store *s) {
   if (MEND_STORE_M(s)->trim) MEND_STORE_M(s)->trim(s);

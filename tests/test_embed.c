@@ -711,6 +711,55 @@ static void it_ticks_answers_and_signals_in_its_ticks(void) {
   mend_engine_free(E);
 }
 
+/* Two waits for one event name after an answer, in a ticking host's pieces: each takes its
+ * own event, in the order sent, whether the events were durable before the answer resumed the
+ * step or were sent with the answer in the same frame (then not durable when it waits). */
+static const char hits_lua[] =
+  "local mend = require 'mend'\n"
+  "return { name = 'hits', steps = {\n"
+  "  { name = 'spawn', execute = function(ctx) return mend.call('spawn_later') end },\n"
+  "  { name = 'first', wait_for = 'hit', timeout = 3600 },\n"
+  "  { name = 'second', wait_for = 'hit', timeout = 3600 },\n"
+  "  { name = 'sum', execute = function(ctx)\n"
+  "      return ctx.results.first.n * 10 + ctx.results.second.n end } } }\n";
+
+static void hits_run(mend_engine *E, int durable_first, int a, int b) {
+  char id[17], st[32], p[32], want[32];
+  start(E, "hits", NULL, id);
+  spawn_call = NULL;
+  tick_until(E, spawn_asked, id);
+  snprintf(p, sizeof p, "{\"n\":%d}", a);
+  CHECK_EQ_INT(mend_engine_signal(E, id, "hit", p, NULL), MEND_OK);
+  snprintf(p, sizeof p, "{\"n\":%d}", b);
+  CHECK_EQ_INT(mend_engine_signal(E, id, "hit", p, NULL), MEND_OK);
+  /* ticks with nothing to resume: the signals' batch is handed off and becomes durable */
+  for (int i = 0; durable_first && i < 50; i++) {
+    CHECK_EQ_INT(mend_engine_tick(E, 0.002), MEND_OK);
+    usleep(2000);
+  }
+  CHECK_EQ_INT(mend_call_return(spawn_call, NULL), MEND_OK);
+  tick_until(E, run_ended, id);
+  CHECK_STR(run_status(E, id, st, sizeof st), "succeeded");
+  snprintf(want, sizeof want, "\"result\":%d", a * 10 + b);
+  CHECK(run_has(E, id, want, 0));
+}
+
+static void it_takes_each_event_once_after_an_answer_in_a_tick(void) {
+  char db[128];
+  snprintf(db, sizeof db, "%s/hits.db", dir);
+  unlink(db);
+  mend_options o;
+  mend_options_init(&o);
+  o.db_path = db;
+  o.durability = MEND_SYNC_FULL;
+  mend_engine *E = engine(&o);
+  mend_engine_register_function(E, "spawn_later", spawn_later, NULL);
+  load(E, "hits");
+  hits_run(E, 1, 1, 2);
+  hits_run(E, 0, 3, 4);
+  mend_engine_free(E);
+}
+
 /* Completion tokens through the C API (issue 18): the step hands its token to the host (here
  * through a host function; in practice to any system), which completes or fails it later;
  * a token is single use, and each refusal has its code. */
@@ -1107,6 +1156,7 @@ int main(void) {
   write_workflow("ahead", ahead_lua);
   write_workflow("naps", naps_lua);
   write_workflow("slay", slay_lua);
+  write_workflow("hits", hits_lua);
 
   it_runs_on_its_own_loop();
   it_can_be_woken_from_another_thread();
@@ -1118,6 +1168,7 @@ int main(void) {
   it_repairs_through_the_c_api();
   it_sends_events_through_the_c_api();
   it_ticks_answers_and_signals_in_its_ticks();
+  it_takes_each_event_once_after_an_answer_in_a_tick();
   it_completes_tokens_through_the_c_api();
   it_parks_waiting_runs_out_of_memory();
   it_lets_go_of_calls_open_when_freed();
@@ -1128,7 +1179,7 @@ int main(void) {
   static const char *const files[] = {"basic", "saga", "hog", "spin", "escape_os", "escape_io",
                                       "escape_c", "escape_exec", "stuck", "hold", "wait",
                                       "http_call", "token", "token2",
-                                      "ahead", "naps"};
+                                      "ahead", "naps", "slay", "hits"};
   for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
     char path[128];
     snprintf(path, sizeof path, "%s/%s.lua", dir, files[i]);

@@ -827,10 +827,21 @@ static void test_writer_thread(void) {
   mend_history_rec h2 = {"w1", NULL, 2, "run", "running", "succeeded", 0, NULL, -1, NULL, 0};
   CHECK_EQ_INT(mend_store_append_history(s, &h2), 0);
   CHECK_EQ_INT(mend_store_update_run(s, "w1", "succeeded", NULL, 0, 2, NULL), 0);
+  /* what a read would run first on this thread, and what it ran, for a ticking engine's
+   * estimate of its next piece */
+  unsigned long flushed0, flushed1;
+  double cpu0, cpu1;
+  int pending;
+  mend_store_read_flushes(s, &flushed0, &cpu0, &pending);
+  CHECK_EQ_INT(pending, 2);
   /* a read waits for the writer, then sees both batches (the second not yet committed) */
   json_t *hist = mend_store_history(s, "w1");
   CHECK(hist && json_array_size(hist) == 2);
   json_decref(hist);
+  mend_store_read_flushes(s, &flushed1, &cpu1, &pending);
+  CHECK_EQ_INT(pending, 0);
+  CHECK_EQ_INT((int)(flushed1 - flushed0), 2);
+  CHECK(cpu1 > cpu0);
   CHECK(mend_store_durable_seq(s) >= first);
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM history"), 1);
   CHECK_EQ_INT(mend_store_hand_off(s), 0);

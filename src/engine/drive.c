@@ -63,7 +63,7 @@ static void tick_collect(mend_engine *E) {
 }
 
 /* A tick does pieces of work (a due timer's wake, a pump turn's actions, a hand-off) while the
- * next, at the cost pieces have had (E->tick_piece), still fits before the deadline; the first
+ * next, at what it may cost (mend__tick_next_piece), still fits before the deadline; the first
  * always runs, or a budget smaller than one piece would never move. A piece that runs step
  * code runs it to its next wait: the instruction budget is what bounds that. */
 int mend_engine_tick_with(mend_engine *E, double budget, mend_engine_tick_info *info) {
@@ -74,13 +74,13 @@ int mend_engine_tick_with(mend_engine *E, double budget, mend_engine_tick_info *
   int turns = 0;
   do {
     if (mend__turn_has_work(E)) mend__kick(E);   /* a write outside any run (a load) needs a turn too */
-    E->timers.fire_deadline = E->turn_deadline - E->tick_piece;
+    E->timers.fire_deadline = E->turn_deadline - mend__tick_next_piece(E);
     uv_run(E->loop, UV_RUN_NOWAIT);   /* I/O, due timers, and one pump turn */
     E->timers.fire_deadline = 0;
     turns++;
   } while (!E->broken && mend__turn_has_work(E) &&   /* not while only the writer thread works */
            !mend__writer_holds_batch(E) &&   /* the actions left would wait for it: the next tick's */
-           mend_real_now() + E->tick_piece < E->turn_deadline);
+           mend_real_now() + mend__tick_next_piece(E) < E->turn_deadline);
   if (!E->broken) tick_collect(E);
   E->turn_deadline = 0;
   if (info) {

@@ -123,6 +123,8 @@ struct mend_run {
   /* queues */
   mend_run *qnext;
   unsigned long wait_seq;   /* the batch its next action waits for */
+  unsigned long took_seq;   /* the batch that took its last event: its inbox as committed is
+                             * its own only once that batch is durable (events.c) */
   mend_run *prev, *next;  /* runs in flight */
   mend_run *hnext;        /* its chain in the engine's runmap */
   /* A parallel group's branches run in lanes (group.c): a lane is a mend_run of its own for
@@ -217,6 +219,13 @@ struct mend_engine {
   /* callers waiting for a batch to be durable, in the order of their batches (pump.c) */
   mend_durable_wait *durable_head, *durable_tail;
   unsigned long durable_failed;   /* batches up to this one failed or are not known (pump.c) */
+  /* A piece that reads the store runs the open batch's recorded writes first (store.h:
+   * read_flushes), at a cost that grows with the batch: counted apart (pump.c). */
+  double tick_flush;              /* what running them cost such a piece */
+  double tick_flush_recs;         /* how many records it ran, on average */
+  unsigned tick_since_flush;      /* pieces since the last one that ran records */
+  unsigned long tick_flushed_recs; /* the store's totals when the piece began */
+  double tick_flushed_cpu;
   unsigned long tick_did; /* actions done in this tick */
   int tick_writer_tried;  /* a tick started (or could not start) the writer thread */
   double tick_gc_piece;   /* the dearest step of the Lua collector a tick has seen */
@@ -290,6 +299,7 @@ void mend__queue(mend_run *r, action a);
 void mend__queue_now(mend_run *r, action a);
 void mend__settle_writer(mend_engine *E);
 double mend__thread_cpu_now(void);
+double mend__tick_next_piece(mend_engine *E);
 int mend__turn_has_work(const mend_engine *E);
 int mend__virtual_timers_to_advance(const mend_engine *E);
 void mend__writer_done(void *ud);

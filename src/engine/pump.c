@@ -111,9 +111,52 @@ double mend__thread_cpu_now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9 + 1e-9;   /* never 0: 0 is "not ticking" */
 }
 
-/* What the next action will cost, for a tick deciding whether it fits: up fast after a dear
- * one, down slowly, so that a run of cheap actions does not hide the dear ones among them. */
+/* Pieces that ran the open batch's records count them in what the next piece may cost for
+ * this many pieces after: work comes in runs of a kind (answers resuming steps that read), and
+ * a tick whose pieces stopped reading owes nothing for the records waiting. */
+#define FLUSH_MEMORY 64
+
+/* What the next piece may cost, for a tick deciding whether it fits: what pieces cost without
+ * running records, and, while pieces lately ran them and records wait, what running them
+ * costs: as much as a piece's flush has cost, more in proportion for more records than such a
+ * flush ran (the cost is mostly fixed for a few records, then grows with them; the batch grows
+ * as the tick records, which no average of past pieces would see). */
+double mend__tick_next_piece(mend_engine *E) {
+  if (E->tick_since_flush >= FLUSH_MEMORY) return E->tick_piece;
+  unsigned long recs;
+  double cpu;
+  int pending;
+  mend_store_read_flushes(E->store, &recs, &cpu, &pending);
+  if (pending <= 0) return E->tick_piece;
+  double flush = E->tick_flush;
+  if (pending > E->tick_flush_recs && E->tick_flush_recs > 0) flush *= pending / E->tick_flush_recs;
+  return E->tick_piece + (flush > 0.01 ? 0.01 : flush);
+}
+
+static void tick_piece_begin(mend_engine *E) {
+  int pending;
+  mend_store_read_flushes(E->store, &E->tick_flushed_recs, &E->tick_flushed_cpu, &pending);
+}
+
+/* A piece took `cost` of CPU: the part that ran records is learnt apart (with how many it
+ * ran), the rest as what a piece costs. Each up fast after a dear one, down slowly, so that a
+ * run of cheap pieces does not hide the dear ones among them. */
 static void tick_piece_cost(mend_engine *E, double cost) {
+  unsigned long recs;
+  double cpu;
+  int pending;
+  mend_store_read_flushes(E->store, &recs, &cpu, &pending);
+  if (recs > E->tick_flushed_recs) {
+    double flushed = cpu - E->tick_flushed_cpu, n = (double)(recs - E->tick_flushed_recs);
+    if (flushed > E->tick_flush) E->tick_flush += (flushed - E->tick_flush) / 4;
+    else E->tick_flush -= (E->tick_flush - flushed) / 64;
+    E->tick_flush_recs += (n - E->tick_flush_recs) / 16;
+    E->tick_since_flush = 0;
+    cost -= flushed;
+  } else if (E->tick_since_flush < FLUSH_MEMORY) {
+    E->tick_since_flush++;
+  }
+  if (cost < 0) cost = 0;
   if (cost > 0.01) cost = 0.01;
   if (cost > E->tick_piece) E->tick_piece += (cost - E->tick_piece) / 4;
   else E->tick_piece -= (E->tick_piece - cost) / 64;
@@ -338,8 +381,10 @@ static int pump_turn(mend_engine *E) {
      * rest stays ready, ahead of what this turn queues. */
     double c0 = E->turn_deadline > 0 ? mend__thread_cpu_now() : 0;
     if (did > 0 && (did >= MAX_TURN_ACTIONS ||
-                    (E->turn_deadline > 0 && mend_real_now() + E->tick_piece >= E->turn_deadline)))
+                    (E->turn_deadline > 0 &&
+                     mend_real_now() + mend__tick_next_piece(E) >= E->turn_deadline)))
       break;
+    if (c0 > 0) tick_piece_begin(E);
     /* A ticking host's action could read the store, and a read waits for the writer thread's
      * commit (its fsync): the action waits for the next tick instead. */
     if (E->turn_deadline > 0 && mend__writer_holds_batch(E)) break;

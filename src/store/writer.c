@@ -430,7 +430,18 @@ int mend__writer_wait(mend_store *s) {
 int mend__sync_point(mend_store *s) {
   if (mend__writer_wait(s) != 0) return -1;
   if (s->batch_failed) return -1;
-  return flush_log(s, s->cur);
+  int n = s->cur->nrec;
+  /* Without a writer thread each write ran as it ended (mend__rec_end): nothing to count, and
+   * no clock read per write. */
+  if (!n || !s->w) return flush_log(s, s->cur);
+  /* What the caller's thread paid for running the records (store.h: read_flushes). */
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+  int rc = flush_log(s, s->cur);
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+  s->flushed_recs += (unsigned long)n;
+  s->flushed_cpu += (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+  return rc;
 }
 
 int mend__sqlite_start_writer(mend_store *s, void (*done)(void *ud), void *ud) {
@@ -579,6 +590,12 @@ void mend__sqlite_trim(mend_store *s) {
 }
 
 int mend__sqlite_batch_writes(const mend_store *s) { return s->cur->nrec + s->parted; }
+void mend__sqlite_read_flushes(const mend_store *s, unsigned long *records, double *cpu,
+                               int *pending) {
+  *records = s->flushed_recs;
+  *cpu = s->flushed_cpu;
+  *pending = s->w ? s->cur->nrec : 0;
+}
 int mend__sqlite_locked(mend_store *s) { return atomic_load(&s->locked); }
 void mend__sqlite_set_busy_wait(mend_store *s, int ms) { s->busy_ms = ms > 0 ? ms : BUSY_TIMEOUT_MS; }
 unsigned long mend__sqlite_open_seq(const mend_store *s) { return s->open_seq; }
