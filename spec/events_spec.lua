@@ -215,25 +215,13 @@ describe("a step with wait_for", function()
 end)
 
 -- With real processes: mend start, mend worker, mend signal, mend status.
-local function mend_cmd(db, args)
-  return H.shell(("%s %s --db %s"):format(MEND, args, q(db)))
-end
+local mend_cmd = H.mend_cmd
 
-local function worker(db, dir, log)
-  local p = io.popen(("sh -c 'exec %s worker --db %s --workflows %s --poll 0.05 2>>%s' >/dev/null & echo $!")
-    :format(MEND, q(db), q(dir), q(log)))
-  local pid = p:read("l")
-  p:close()
-  return pid
-end
+local worker = H.spawn_worker
 
 local stop = H.stop_worker   -- SIGTERM, and the exit
 
-local function status_json(db, id)
-  local rc, out = mend_cmd(db, "status " .. id .. " --json")
-  assert.are.equal(0, rc, out)
-  return json.decode(out)
-end
+local status_json = H.status_json
 
 local function kill_status(db, id)
   for _, s in ipairs(status_json(db, id).steps) do if s.name == "kill" then return s.status end end

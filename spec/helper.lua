@@ -323,6 +323,28 @@ function H.wait_for(what, pred, seconds)
   error("timed out waiting for " .. what)
 end
 
+-- `mend ARGS --db DB`: its exit status and output (H.shell).
+function H.mend_cmd(db, args)
+  return H.shell(("%s %s --db %s"):format(H.MEND, args, H.quote(db)))
+end
+
+-- A `mend worker` on DB serving the workflows in DIR (poll 0.05 s), its stderr appended to
+-- LOG; its pid.
+function H.spawn_worker(db, dir, log)
+  local p = io.popen(("sh -c 'exec %s worker --db %s --workflows %s --poll 0.05 2>>%s' >/dev/null & echo $!")
+    :format(H.MEND, H.quote(db), H.quote(dir), H.quote(log)))
+  local pid = p:read("l")
+  p:close()
+  return pid
+end
+
+-- `mend status RUN --json`, decoded.
+function H.status_json(db, id)
+  local rc, out = H.mend_cmd(db, "status " .. id .. " --json")
+  if rc ~= 0 then error(("mend status %s exited %s: %s"):format(id, tostring(rc), out), 2) end
+  return require("mend").json.decode(out)
+end
+
 -- SIGTERM to a worker, and its exit within 5 s (it gives its runs back first).
 function H.stop_worker(pid)
   os.execute("kill -TERM " .. pid)

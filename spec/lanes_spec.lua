@@ -70,23 +70,11 @@ return { name = "order", steps = {
 } }
 ]]
 
-local function mend_cmd(db, args)
-  return H.shell(("%s %s --db %s"):format(MEND, args, q(db)))
-end
+local mend_cmd = H.mend_cmd
 
-local function worker(db, dir, log)
-  local p = io.popen(("sh -c 'exec %s worker --db %s --workflows %s --poll 0.05 2>>%s' >/dev/null & echo $!")
-    :format(MEND, q(db), q(dir), q(log)))
-  local pid = p:read("l")
-  p:close()
-  return pid
-end
+local worker = H.spawn_worker
 
-local function status_json(db, id)
-  local rc, out = mend_cmd(db, "status " .. id .. " --json")
-  assert.are.equal(0, rc, out)
-  return json.decode(out)
-end
+local status_json = H.status_json
 
 -- A step of the status, a branch by its full name ("prepare/ship") from the nested JSON.
 local function step_of(st, name)

@@ -209,23 +209,11 @@ return { name = "tok", steps = {
 end)
 
 -- With real processes: mend start, mend worker, mend complete / fail, mend status.
-local function mend_cmd(db, args)
-  return H.shell(("%s %s --db %s"):format(MEND, args, q(db)))
-end
+local mend_cmd = H.mend_cmd
 
-local function worker(db, dir, log)
-  local p = io.popen(("sh -c 'exec %s worker --db %s --workflows %s --poll 0.05 2>>%s' >/dev/null & echo $!")
-    :format(MEND, q(db), q(dir), q(log)))
-  local pid = p:read("l")
-  p:close()
-  return pid
-end
+local worker = H.spawn_worker
 
-local function status_json(db, id)
-  local rc, out = mend_cmd(db, "status " .. id .. " --json")
-  assert.are.equal(0, rc, out)
-  return json.decode(out)
-end
+local status_json = H.status_json
 
 local function approve_step(db, id) return H.step(status_json(db, id), "approve") end
 
