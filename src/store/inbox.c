@@ -56,6 +56,25 @@ int mend__sqlite_record_event(mend_store *s, const char *run_id, const char *nam
   return mend__rec_end(s);
 }
 
+/* The event of the inbox row q stands on (seq, payload, key), copied before q is reset: 1, or
+ * -1 out of memory (nothing kept). */
+static int copy_event(mend_store *s, sqlite3_stmt *q, long long *seq, char **payload,
+                      char **key) {
+  int oom = 0;
+  *seq = (long long)sqlite3_column_int64(q, 0);
+  const char *p = (const char *)sqlite3_column_text(q, 1);
+  *payload = mend__copy_text(p ? p : "null", &oom);
+  *key = mend__copy_text((const char *)sqlite3_column_text(q, 2), &oom);
+  if (oom) {
+    free(*payload);
+    free(*key);
+    *payload = *key = NULL;
+    mend__set_msg(s->err, sizeof s->err, "%s: read a run's inbox: out of memory", s->path);
+    return -1;
+  }
+  return 1;
+}
+
 int mend__sqlite_next_event(mend_store *s, const char *run_id, const char *name,
                           long long *seq, char **payload, char **key) {
   *payload = *key = NULL;
@@ -66,20 +85,9 @@ int mend__sqlite_next_event(mend_store *s, const char *run_id, const char *name,
   BIND(mend__bind_text(q, 2, name));
   int r = mend__first_row(s, q, rc, "read a run's inbox");
   if (r <= 0) return r;
-  int oom = 0;
-  *seq = (long long)sqlite3_column_int64(q, 0);
-  const char *p = (const char *)sqlite3_column_text(q, 1);
-  *payload = mend__copy_text(p ? p : "null", &oom);
-  *key = mend__copy_text((const char *)sqlite3_column_text(q, 2), &oom);
+  int rc_copy = copy_event(s, q, seq, payload, key);
   mend__finish(q);
-  if (oom) {
-    free(*payload);
-    free(*key);
-    *payload = *key = NULL;
-    mend__set_msg(s->err, sizeof s->err, "%s: read a run's inbox: out of memory", s->path);
-    return -1;
-  }
-  return 1;
+  return rc_copy;
 }
 
 int mend__sqlite_next_committed_event(mend_store *s, const char *run_id, const char *name,
@@ -105,20 +113,9 @@ int mend__sqlite_next_committed_event(mend_store *s, const char *run_id, const c
     sqlite3_reset(q);
     return rc == SQLITE_DONE ? 0 : -1;
   }
-  int oom = 0;
-  *seq = (long long)sqlite3_column_int64(q, 0);
-  const char *p = (const char *)sqlite3_column_text(q, 1);
-  *payload = mend__copy_text(p ? p : "null", &oom);
-  *key = mend__copy_text((const char *)sqlite3_column_text(q, 2), &oom);
+  int rc_copy = copy_event(s, q, seq, payload, key);
   sqlite3_reset(q);
-  if (oom) {
-    free(*payload);
-    free(*key);
-    *payload = *key = NULL;
-    mend__set_msg(s->err, sizeof s->err, "%s: read a run's inbox: out of memory", s->path);
-    return -1;
-  }
-  return 1;
+  return rc_copy;
 }
 
 int mend__sqlite_consume_event(mend_store *s, const char *run_id, long long seq,
