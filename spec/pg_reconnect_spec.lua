@@ -42,6 +42,13 @@ return { name = "three", steps = {
 ]]):format(dir .. "/effects"))
 end
 
+-- A directory with the workflow, a fresh database and the worker's log file in it.
+local function fresh()
+  local dir = H.tmp_dir()
+  workflow(dir)
+  return dir, H.new_db(), dir .. "/worker.log"
+end
+
 local function start(db, dir, n)
   local ids = {}
   for i = 1, n do
@@ -81,9 +88,7 @@ describe("a worker on PostgreSQL that loses its connection", function()
   local it_pg = H.PG and it or pending
 
   it_pg("mid-batch: logs the failed batch, acts on nothing of it, reconnects and goes on", function()
-    local dir = H.tmp_dir()
-    workflow(dir)
-    local db, log = H.new_db(), dir .. "/worker.log"
+    local dir, db, log = fresh()
     local ids = start(db, dir, 4)
     local pid = worker(db, dir, log, "MEND_PG_END_SESSION=3")
     local ok, err = pcall(function()
@@ -110,9 +115,7 @@ describe("a worker on PostgreSQL that loses its connection", function()
   end)
 
   it_pg("every session ended with pg_terminate_backend, again and again: every run ends", function()
-    local dir = H.tmp_dir()
-    workflow(dir)
-    local db, log = H.new_db(), dir .. "/worker.log"
+    local dir, db, log = fresh()
     local app = "mend_reconnect_" .. tostring(os.time())
     local pid = worker(db .. "&application_name=" .. app, dir, log)   -- its sessions, by name
     local ids = {}
@@ -136,9 +139,7 @@ describe("a worker on PostgreSQL that loses its connection", function()
   local it_restart = H.PG and STATE and it or pending
 
   it_restart("the server restarted under it: every run ends, and runs started after", function()
-    local dir = H.tmp_dir()
-    workflow(dir)
-    local db, log = H.new_db(), dir .. "/worker.log"
+    local dir, db, log = fresh()
     local pid = worker(db, dir, log)
     local ids = start(db, dir, 5)
     local ok, err = pcall(function()
@@ -164,13 +165,11 @@ describe("a worker on PostgreSQL that loses its connection", function()
   end
 
   local function wait_for_line(log, pattern, what)
-    H.wait_for(what, function() return (H.read(log) or ""):find(pattern) ~= nil end, 40)
+    H.wait_for(what, function() return H.read(log):find(pattern) ~= nil end, 40)
   end
 
   it_restart("the server down for long: the worker waits without spinning, then goes on", function()
-    local dir = H.tmp_dir()
-    workflow(dir)
-    local db, log = H.new_db(), dir .. "/worker.log"
+    local dir, db, log = fresh()
     local pid = worker(db, dir, log)
     local ids = start(db, dir, 2)
     local up = true
@@ -201,9 +200,7 @@ describe("a worker on PostgreSQL that loses its connection", function()
   end)
 
   it_restart("the server down: SIGTERM stops the worker at once, with the server named", function()
-    local dir = H.tmp_dir()
-    workflow(dir)
-    local db, log = H.new_db(), dir .. "/worker.log"
+    local dir, db, log = fresh()
     local status = dir .. "/status"
     local inner = ("%s worker --db %s --workflows %s --poll 0.1 2>>%s; echo $? > %s")
       :format(MEND, q(db), q(dir), q(log), q(status))
@@ -212,7 +209,7 @@ describe("a worker on PostgreSQL that loses its connection", function()
     p:close()
     local up = true
     local ok, err = pcall(function()
-      H.wait_for("the worker to start", function() return (H.read(log) or "") ~= "" or
+      H.wait_for("the worker to start", function() return H.read(log) ~= "" or
         H.shell("pgrep -P " .. sh_pid) == 0 end, 20)
       local ids = start(db, dir, 1)
       H.wait_for("a run to end", function() return all_succeeded(db, ids) end, 60)
@@ -222,11 +219,11 @@ describe("a worker on PostgreSQL that loses its connection", function()
       wait_for_line(log, "not back yet", "the worker to give up its first try")
       H.shell("pkill -TERM -P " .. sh_pid)
       -- before, each call the worker made tried for 10 s, and SIGTERM waited for them all
-      H.wait_for("the worker to stop", function() return H.read(status) ~= nil end, 5)
+      H.wait_for("the worker to stop", function() return H.read(status) ~= "" end, 5)
     end)
     if not up then H.shell("sh tests/pg/cluster.sh up " .. q(STATE)) end
     H.shell("pkill -KILL -P " .. sh_pid)
-    local text = H.read(log) or ""
+    local text = H.read(log)
     assert(ok, tostring(err) .. "\n" .. text)
     assert.are.equal("1", (H.read(status):gsub("%s+$", "")))
     assert.matches("SIGTERM", text)
