@@ -513,6 +513,7 @@ void mend__add_id(void *ud, const char *id);
 void mend__check_fence(mend_engine *E);
 void mend__let_go(mend_engine *E, const mend_idset *ids, const char *why);
 void mend__renew_leases(uv_timer_t *t);
+void mend__poll_soon(mend_engine *E);   /* the next look for work now (or 10 ms after the last) */
 /* wake.c */
 void mend__wake_watch(mend_engine *E);
 void mend__wake_stop(mend_engine *E);

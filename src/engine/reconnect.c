@@ -54,8 +54,6 @@ void mend__store_lost(mend_engine *E) {
   mend__kick(E);
 }
 
-void mend__poll_soon(mend_engine *E);
-
 /* At a turn's fence: the runs marked are let go here and given back in the store, each one
  * free for the next claim (this worker's included). If giving back fails (the server is still
  * away), the store says so again and this is tried at the next turn. */

@@ -11,8 +11,6 @@
 #include <stdlib.h>
 #include <sys/random.h>
 
-void mend__poll_soon(mend_engine *E);
-
 static void close_and_free(uv_handle_t *h) { free(h); }
 
 void mend__wake_stop(mend_engine *E) {
