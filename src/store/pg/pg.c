@@ -128,12 +128,13 @@ static void name_server(mend_pg *p, PGconn *c) {
 
 /* Leases are the server's durations, but a due time or a time in history is a moment every
  * worker must read alike: the engine's clock becomes the server's (timers.h) when this host's
- * is further from it than a round trip could explain. Measured at each connection, halfway
+ * is further from it than a round trip could explain. Measured on the connection that writes,
+ * when it is opened (not on the side connections, which would only measure it again), halfway
  * through the round trip; left alone when it moved less than CLOCK_SLACK (a reconnect must not
  * make a clock in use jitter). */
 #define CLOCK_SLACK 0.5
 
-static int take_server_clock(mend_pg *p, PGconn *c) {
+int mend__pg_server_clock(mend_pg *p, PGconn *c) {
   double before = mend_host_now();
   PGresult *r = PQexec(c, "SELECT extract(epoch FROM clock_timestamp())::float8");
   double after = mend_host_now();
@@ -180,8 +181,7 @@ int mend__pg_connect(mend_pg *p, PGconn **out) {
   const char *setup = p->sync_commit ? "SET synchronous_commit = on"
                                      : "SET synchronous_commit = off";
   if (mend__pg_exec(p, c, setup, "set synchronous_commit") != 0 ||
-      mend__pg_exec(p, c, "SET client_min_messages = warning", "set client_min_messages") != 0 ||
-      take_server_clock(p, c) != 0) {
+      mend__pg_exec(p, c, "SET client_min_messages = warning", "set client_min_messages") != 0) {
     PQfinish(c);
     return -1;
   }
@@ -255,7 +255,8 @@ mend_store *mend__pg_open(const char *uri, mend_durability d, char *err, int err
   p->sync_commit = d == MEND_DURABILITY_FULL;
   mend__pg_msg(p->server, sizeof p->server, "postgres");
   if (mend__pg_connect(p, &p->conn) == 0) mend__pg_watch(p);
-  if (!p->conn || mend__pg_schema(p) != 0 || mend__pg_prepare(p, p->conn) != 0 ||
+  if (!p->conn || mend__pg_server_clock(p, p->conn) != 0 || mend__pg_schema(p) != 0 ||
+      mend__pg_prepare(p, p->conn) != 0 ||
       mend__pg_wake_init(p) != 0) {
     mend__pg_msg(err, errlen, "%s", p->err);
     mend__pg_close((mend_store *)(void *)p);

@@ -133,6 +133,8 @@ PGresult *mend__pg_run(mend_pg *p, int q, const char *sql, int n, const char *co
 /* A one-off statement outside any batch on a connection: 0 or -1 (err). */
 int mend__pg_exec(mend_pg *p, PGconn *c, const char *sql, const char *what);
 int mend__pg_connect(mend_pg *p, PGconn **out);
+/* The engine's clock set to the server's when this host's is far from it (timers.h). */
+int mend__pg_server_clock(mend_pg *p, PGconn *c);
 int mend__pg_aux(mend_pg *p);   /* opens aux if need be: 0, or -1 */
 void mend__pg_watch(mend_pg *p);   /* conn_doomed from conn's notices */
 
