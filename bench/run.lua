@@ -1008,8 +1008,8 @@ local function table_print(results)
     if r.ns_per_check then extra[#extra + 1] = string.format("ns/check=%.2f", r.ns_per_check) end
     if r.offered_steps_per_s then extra[#extra + 1] = string.format("offered=%.0f steps/s run_p99=%sms", r.offered_steps_per_s, r.run_p99_ms) end
     if r.budget_ms then
-      extra[#extra + 1] = string.format("budget=%sms max=%sms over=%s over10%%=%s preempted=%s judged_p99=%sms outside_p99=%sms unfinished=%s",
-        r.budget_ms, r.max_ms, r.over_budget, r.over_10pct, r.preempted, r.judged_p99_ms, r.outside_p99_ms, r.unfinished_quests)
+      extra[#extra + 1] = string.format("budget=%sms max=%sms over=%s over10%%=%s preempted=%s judged_p99=%sms own_p99=%sms own_max=%sms stolen_max=%sms outside_p99=%sms unfinished=%s",
+        r.budget_ms, r.max_ms, r.over_budget, r.over_10pct, r.preempted, r.judged_p99_ms, r.own_p99_ms, r.own_max_ms, r.stolen_max_ms, r.outside_p99_ms, r.unfinished_quests)
     end
     if r.api_runs_per_s then
       extra[#extra + 1] = string.format("API c%d=%s c1=%s eng:start detached=%s eng:start=%s runs/s",

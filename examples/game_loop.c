@@ -40,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -79,6 +80,19 @@ static void switches(long *involuntary, long *voluntary) {
   getrusage(RUSAGE_THREAD, &ru);
   *involuntary = ru.ru_nivcsw;
   *voluntary = ru.ru_nvcsw;
+}
+
+/* Time this thread spent runnable but not running (the kernel's run_delay, in seconds): what
+ * the OS gave other threads while a tick wanted the CPU. -1 where the kernel does not say. */
+static double run_delay_s(int fd) {
+  char buf[96];
+  if (fd < 0) return -1;
+  ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+  if (n <= 0) return -1;
+  buf[n] = 0;
+  unsigned long long on_cpu, waited;
+  if (sscanf(buf, "%llu %llu", &on_cpu, &waited) != 2) return -1;
+  return (double)waited / 1e9;
 }
 
 /* ---------------------------------------------------------------- the game's side */
@@ -293,7 +307,8 @@ int main(int argc, char **argv) {
   double *ticks = malloc((size_t)max_frames * sizeof *ticks);
   double *judged = malloc((size_t)max_frames * sizeof *judged);
   double *outside = malloc((size_t)max_frames * sizeof *outside);
-  if (!g.run_id || !g.slay_next || !g.slay_head || !ticks || !judged || !outside) {
+  double *own = malloc((size_t)max_frames * sizeof *own);
+  if (!g.run_id || !g.slay_next || !g.slay_head || !ticks || !judged || !outside || !own) {
     fprintf(stderr, "game_loop: out of memory\n");
     return 1;
   }
@@ -331,6 +346,8 @@ int main(int argc, char **argv) {
   int started = 0, peak = 0, max_ready = 0, left_frames = 0;
   long preempted = 0, waited = 0, njudged = 0, over = 0, over10 = 0;
   long f;
+  double stolen_max = 0;
+  int sched_fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
   double load0 = load_average();
   double t0 = now_s();
   for (f = 0; f < max_frames; f++) {
@@ -355,21 +372,28 @@ int main(int argc, char **argv) {
     long inv0, vol0, inv1, vol1;
     mend_tick_stats st;
     switches(&inv0, &vol0);
+    double d0 = run_delay_s(sched_fd);
     double t = now_s(), c = cpu_s();
     if (mend_engine_tick_stats(E, budget, &st) != MEND_OK) {
       fprintf(stderr, "game_loop: %s\n", mend_engine_errmsg(E));
       return 1;
     }
     double took = now_s() - t, cpu = cpu_s() - c;
+    double d1 = run_delay_s(sched_fd);
     switches(&inv1, &vol1);
     ticks[f] = took;
+    double stolen = d0 >= 0 && d1 >= d0 ? d1 - d0 : 0;
+    if (stolen > took) stolen = took;
+    if (stolen > stolen_max) stolen_max = stolen;
+    own[f] = took - stolen;
     if (inv1 > inv0) preempted++;
     else judged[njudged++] = took;
     if (vol1 > vol0) waited++;
     if (verbose && took > budget * 1.1)
       fprintf(stderr, "frame %ld: %.3f ms (CPU %.3f ms), %d actions, %d ready, %d timers, committing %d,"
-              " switches: %ld involuntary, %ld voluntary\n", f, took * 1e3, cpu * 1e3, st.actions,
-              st.ready, st.timers_due, st.committing, inv1 - inv0, vol1 - vol0);
+              " switches: %ld involuntary, %ld voluntary, %.3f ms runnable not running\n", f,
+              took * 1e3, cpu * 1e3, st.actions, st.ready, st.timers_due, st.committing,
+              inv1 - inv0, vol1 - vol0, stolen * 1e3);
     if (took > budget) over++;
     if (took > budget * 1.1) over10++;
     if (st.ready || st.timers_due) left_frames++;
@@ -384,6 +408,10 @@ int main(int argc, char **argv) {
   qsort(ticks, (size_t)nticks, sizeof *ticks, cmp_double);
   qsort(judged, (size_t)njudged, sizeof *judged, cmp_double);
   qsort(outside, (size_t)nticks, sizeof *outside, cmp_double);
+  qsort(own, (size_t)nticks, sizeof *own, cmp_double);
+  double own_p99 = pct(own, nticks, 99), own_max = own[nticks - 1];
+  int have_sched = sched_fd >= 0;
+  if (have_sched) close(sched_fd);
   double p50 = pct(ticks, nticks, 50), p99 = pct(ticks, nticks, 99), max = ticks[nticks - 1];
   double jp99 = pct(judged, njudged, 99);
   int in_flight = mend_engine_in_flight_count(E);
@@ -396,12 +424,14 @@ int main(int argc, char **argv) {
            "\"judged_p99_ms\":%.3f,\"waited\":%ld,\"left_frames\":%d,\"max_ready_left\":%d,"
            "\"outside_p50_ms\":%.3f,\"outside_p99_ms\":%.3f,\"outside_max_ms\":%.3f,"
            "\"succeeded\":%d,\"compensated\":%d,\"failed\":%d,\"needs_attention\":%d,"
-           "\"unfinished\":%d,\"signals\":%d,\"zone_full\":%d}\n",
+           "\"unfinished\":%d,\"signals\":%d,\"zone_full\":%d,\"own_p99_ms\":%.3f,"
+           "\"own_max_ms\":%.3f,\"stolen_max_ms\":%.3f}\n",
            players, mode, budget * 1e3, nticks, elapsed, peak, p50 * 1e3, p99 * 1e3, max * 1e3,
            over, over10, preempted, jp99 * 1e3, waited, left_frames, max_ready,
            pct(outside, nticks, 50) * 1e3, pct(outside, nticks, 99) * 1e3,
            outside[nticks - 1] * 1e3, g.by_status[0], g.by_status[1], g.by_status[2],
-           g.by_status[3], in_flight, g.signals, g.zone_full);
+           g.by_status[3], in_flight, g.signals, g.zone_full, own_p99 * 1e3, own_max * 1e3,
+           stolen_max * 1e3);
   } else {
     printf("game_loop: %d players, %ld frames in %.2f s (%d Hz), %s durability, peak %d quests"
            " in flight\n", players, nticks, elapsed, HZ, mode, peak);
@@ -415,6 +445,10 @@ int main(int argc, char **argv) {
            max * 1e3, over, over10);
     printf("  ticks the OS preempted: %ld (left out: p99 of the other %ld is %.3f ms);"
            " ticks that waited (a voluntary switch): %ld\n", preempted, njudged, jp99 * 1e3, waited);
+    if (have_sched)
+      printf("  every tick less the time the OS ran other threads while it wanted the CPU:"
+             " p99 %.3f ms, max %.3f ms (the most taken from one tick: %.3f ms)\n",
+             own_p99 * 1e3, own_max * 1e3, stolen_max * 1e3);
     printf("  left undone for the next frame: in %d frames, at most %d ready actions\n",
            left_frames, max_ready);
     printf("  mend outside the tick (starts, signals, answers): p50 %.3f ms,"
@@ -451,6 +485,7 @@ int main(int argc, char **argv) {
   free(ticks);
   free(judged);
   free(outside);
+  free(own);
   free(g.spawns.q);
   free(g.rewards.q);
   free(g.run_id);
