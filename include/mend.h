@@ -171,7 +171,9 @@ MEND_API void mend_call_fail(mend_call *call, const char *kind, const char *mess
 
 /* Starts a run of `workflow` with `input_json` (NULL: null). With a non-NULL `run_key` that was
  * used before, returns the existing run's id instead and sets *existed (may be NULL) to 1.
- * run_id_out must hold 17 bytes. The run executes as the engine is driven. */
+ * run_id_out must hold 17 bytes. The run executes as the engine is driven. MEND_ENOTFOUND: no
+ * such workflow is loaded; MEND_EINVAL: input_json is not JSON; MEND_ESTORE: the database
+ * failed (the engine then stops, as mend_engine_run_all would). */
 MEND_API int mend_engine_start(mend_engine *engine, const char *workflow, const char *input_json,
                                const char *run_key, char run_id_out[17], int *existed);
 /* Resumes the unfinished runs of the database that no live engine holds. *count (may be NULL)
@@ -223,7 +225,8 @@ MEND_API double mend_engine_next_tick(mend_engine *engine);
 MEND_API void mend_engine_wakeup(mend_engine *engine);
 /* Runs in flight (held in memory by this engine). */
 MEND_API int mend_engine_in_flight_count(mend_engine *engine);
-/* Virtual clock only: moves time on by `seconds`, doing the work that comes due. */
+/* Virtual clock only: moves time on by `seconds`, doing the work that comes due. MEND_ECLOCK
+ * with a real clock; MEND_ESTORE if the database failed. */
 MEND_API int mend_engine_advance_clock(mend_engine *engine, double seconds);
 /* The engine's clock, seconds since the epoch. */
 MEND_API double mend_engine_time(mend_engine *engine);
@@ -231,7 +234,9 @@ MEND_API double mend_engine_time(mend_engine *engine);
 /* Queries. Each returns a JSON document in *json_out, to be released with mend_free().
  *  run:     {"id","workflow","status","input","key","error","attention","steps":[...]}
  *  history: [{"seq","at","step","event","from","to","attempt","error","delay","detail"}]
- *  dlq:     [{"run_id","reason","step","error","detail","at"}] */
+ *  dlq:     [{"run_id","reason","step","error","detail","at"}]
+ * MEND_ENOTFOUND: no such run (run only: a run's history is [] until it has one);
+ * MEND_ESTORE: the database failed. */
 MEND_API int mend_engine_run_json(mend_engine *engine, const char *run_id, char **json_out);
 MEND_API int mend_engine_history_json(mend_engine *engine, const char *run_id, char **json_out);
 MEND_API int mend_engine_dlq_json(mend_engine *engine, char **json_out);

@@ -2,7 +2,9 @@
  * capi: the public C API of include/mend.h over the engine. Owns the mapping from internal
  * failures to mend_status codes, the JSON text handed to hosts, the adapters from the
  * engine's callbacks to the host's, and the hint a host gets when mend's own Lua files are not
- * where it looked. Nothing else.
+ * where it looked. Nothing else. Must never: choose a status from a message's text (each of
+ * the engine's codes, mend_refusal and the event and token codes, has one status); reach the
+ * engine's insides (engine.h only).
  */
 #include "mend.h"
 
@@ -131,6 +133,21 @@ static void event_adapter(void *ud, json_t *ev) {
   json_adapter(s->opts.on_event, s->opts.event_ud, ev);
 }
 
+/* One status for each of the engine's codes (engine.h, mend_refusal). */
+static int status_of(mend_refusal why) {
+  switch (why) {
+    case MEND_REFUSED_NOT_FOUND: return MEND_ENOTFOUND;
+    case MEND_REFUSED_INVALID: return MEND_EINVAL;
+    case MEND_REFUSED_STORE: return MEND_ESTORE;
+    case MEND_REFUSED_NOMEM: return MEND_ENOMEM;
+    case MEND_REFUSED_CLOCK: return MEND_ECLOCK;
+    case MEND_REFUSED_STATE: break;
+  }
+  return MEND_ESTATE;
+}
+
+static int refusal_status(mend_engine *engine) { return status_of(mend_engine_refusal(engine)); }
+
 MEND_API int mend_engine_new(const mend_options *host_opts, mend_engine **out, char *err,
                              size_t errlen) {
   *out = NULL;
@@ -194,11 +211,12 @@ MEND_API int mend_engine_new(const mend_options *host_opts, mend_engine **out, c
   if (opts->alert) { cfg.alert = alert_adapter; cfg.alert_ud = s; }
   if (opts->on_event) { cfg.on_event = event_adapter; cfg.event_ud = s; }
   char msg[1024];
-  *out = mend_engine_create(NULL, &cfg, msg, sizeof msg);
+  mend_refusal why;
+  *out = mend_engine_create(NULL, &cfg, msg, sizeof msg, &why);
   if (!*out) {
     free(h);
     if (err && errlen) snprintf(err, errlen, "%s", msg);
-    return MEND_ESTORE;
+    return status_of(why);
   }
   add_lua_dir_hint(mend_engine_lua(*out), cfg.lua_path);
   h->E = *out;
@@ -280,9 +298,10 @@ MEND_API int mend_engine_start(mend_engine *engine, const char *workflow, const 
     mend_engine_note_error(engine, err);
     return MEND_ENOTFOUND;
   }
+  if (mend_engine_panicked(engine)) return MEND_EBROKEN;
   if (mend_engine_start_json(engine, workflow, input_json, run_key, run_id_out, &ex, err, sizeof err)) {
     mend_engine_note_error(engine, err);
-    return MEND_EINVAL;
+    return refusal_status(engine);
   }
   if (existed) *existed = ex;
   return MEND_OK;
@@ -335,15 +354,18 @@ MEND_API int mend_engine_advance_clock(mend_engine *engine, double seconds) {
   PANIC_EXIT(engine);
   int rc = mend_engine_advance(engine, seconds);
   PANIC_EXIT_END(engine);
-  return rc ? MEND_ECLOCK : MEND_OK;
+  return rc ? refusal_status(engine) : MEND_OK;
 }
 
 MEND_API double mend_engine_time(mend_engine *engine) { return mend_engine_now(engine); }
 
-static int dump(mend_engine *engine, json_t *v, char **out) {
+/* A view the store gave. NULL: no such run (of_run: the view of a run), or the store failed,
+ * which its errmsg names. */
+static int dump(mend_engine *engine, json_t *v, int of_run, char **out) {
   if (!v) {
-    mend_engine_note_error(engine, mend_store_errmsg(mend_engine_store(engine)));
-    return MEND_ENOTFOUND;
+    mend_store *s = mend_engine_store(engine);
+    mend_engine_note_error(engine, mend_store_errmsg(s));
+    return of_run && mend_store_not_found(s) ? MEND_ENOTFOUND : MEND_ESTORE;
   }
   *out = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
   json_decref(v);
@@ -351,28 +373,18 @@ static int dump(mend_engine *engine, json_t *v, char **out) {
 }
 
 MEND_API int mend_engine_run_json(mend_engine *engine, const char *run_id, char **json_out) {
-  return dump(engine, mend_store_run(mend_engine_store(engine), run_id), json_out);
+  return dump(engine, mend_store_run(mend_engine_store(engine), run_id), 1, json_out);
 }
 
 MEND_API int mend_engine_history_json(mend_engine *engine, const char *run_id, char **json_out) {
-  return dump(engine, mend_store_history(mend_engine_store(engine), run_id), json_out);
+  return dump(engine, mend_store_history(mend_engine_store(engine), run_id), 0, json_out);
 }
 
 MEND_API int mend_engine_dlq_json(mend_engine *engine, char **json_out) {
-  return dump(engine, mend_store_dlq(mend_engine_store(engine)), json_out);
+  return dump(engine, mend_store_dlq(mend_engine_store(engine)), 0, json_out);
 }
 
 MEND_API void mend_free(void *p) { free(p); }
-
-static int refusal_status(mend_engine *engine) {
-  switch (mend_engine_refusal(engine)) {
-    case MEND_REFUSED_NOT_FOUND: return MEND_ENOTFOUND;
-    case MEND_REFUSED_INVALID: return MEND_EINVAL;
-    case MEND_REFUSED_STORE: return MEND_ESTORE;
-    case MEND_REFUSED_STATE: break;
-  }
-  return MEND_ESTATE;
-}
 
 static int repair_status(mend_engine *engine, int rc, const char *err) {
   if (rc >= 0) return MEND_OK;

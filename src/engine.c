@@ -250,7 +250,11 @@ static int on_panic(lua_State *L) {
   return 0;
 }
 
-mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, char *err, int errlen) {
+mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, char *err, int errlen,
+                                mend_refusal *why) {
+  mend_refusal ignored;
+  if (!why) why = &ignored;
+  *why = MEND_REFUSED_NOMEM;
   mend_engine *E = calloc(1, sizeof *E);
   if (!E) { snprintf(err, (size_t)errlen, "out of memory"); return NULL; }
   E->cfg = *cfg;
@@ -329,6 +333,7 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
   char serr[600];
   E->store = mend_store_open(cfg->db_path ? cfg->db_path : ":memory:", cfg->durability, serr, sizeof serr);
   if (!E->store) {
+    *why = MEND_REFUSED_STORE;
     snprintf(err, (size_t)errlen, "%s", serr);
     mend_engine_destroy(E);
     return NULL;
@@ -338,6 +343,7 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
   /* Every lease this engine takes from now on lasts at least this long. */
   E->fence_until = mend__lease_until(E);
   if (mend_store_set_fence(E->store, E->owner, E->lease_seconds)) {
+    *why = MEND_REFUSED_STORE;
     snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store));
     mend_engine_destroy(E);
     return NULL;
@@ -351,6 +357,7 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
   if (cfg->writer_thread && !cfg->virtual_clock && !cfg->loop) {
     int rc = mend_store_start_writer(E->store, mend__writer_done, E);
     if (rc < 0) {
+      *why = MEND_REFUSED_STORE;
       snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store));
       mend_engine_destroy(E);
       return NULL;

@@ -61,9 +61,19 @@ typedef struct mend_engine_config {
                                    serving, never otherwise; < 0: never */
 } mend_engine_config;
 
+/* Why an operation refused or failed (a repair, a start, an advance, the engine's creation):
+ * the C API maps each to one mend_status and the HTTP API to one code; the message that goes
+ * with it is for people and is never matched. */
+typedef enum mend_refusal {
+  MEND_REFUSED_STATE, MEND_REFUSED_NOT_FOUND, MEND_REFUSED_INVALID, MEND_REFUSED_STORE,
+  MEND_REFUSED_NOMEM, MEND_REFUSED_CLOCK
+} mend_refusal;
+
 /* Creates an engine that runs its Lua on L's main state (workflow functions are values of that
- * state). NULL with a message on failure (storage errors name the file). */
-mend_engine *mend_engine_create(lua_State *L, const mend_engine_config *cfg, char *err, int errlen);
+ * state). NULL with a message on failure (storage errors name the file) and, when why is not
+ * NULL, its cause (MEND_REFUSED_NOMEM or MEND_REFUSED_STORE). */
+mend_engine *mend_engine_create(lua_State *L, const mend_engine_config *cfg, char *err, int errlen,
+                                mend_refusal *why);
 /* Abandons attempts in flight (they resume from the store later), closes the store. */
 void mend_engine_destroy(mend_engine *E);
 const char *mend_engine_error(const mend_engine *E);   /* the last failure, or "" */
@@ -89,7 +99,8 @@ mend_workflow *mend_engine_load_version(mend_engine *E, const char *name, const 
  * 0 ok; -1 with err. The run's first transition commits before its first step executes.
  * `detached`: only record the run, committed at once, for any worker to take;
  * MEND_START_RECORD: the same, recorded in the open batch only: the caller waits for that
- * batch (mend_engine_when_durable) before it says the run exists. */
+ * batch (mend_engine_when_durable) before it says the run exists. Why a start failed is
+ * mend_engine_refusal's: NOT_FOUND (no such workflow), INVALID (its input), STORE. */
 #define MEND_START_RECORD 2
 int mend_engine_start_value(mend_engine *E, lua_State *L, const char *workflow, int input_idx,
                             const char *run_key, char id_out[MEND_RUN_ID_LEN], int *existed,
@@ -118,7 +129,8 @@ int mend_engine_start_json(mend_engine *E, const char *workflow, const char *inp
 /* Runs the loop until no run is in flight (a virtual clock jumps to each next timer). 0, or
  * -1 on a storage failure (mend_engine_error says which; nothing uncommitted was announced). */
 int mend_engine_run(mend_engine *E);
-/* Virtual clock: moves time on by `seconds`, doing all the work that comes due on the way. */
+/* Virtual clock: moves time on by `seconds`, doing all the work that comes due on the way.
+ * 0, or -1 with mend_engine_refusal CLOCK (a real clock) or STORE (mend_engine_error). */
 int mend_engine_advance(mend_engine *E, double seconds);
 double mend_engine_now(const mend_engine *E);
 
@@ -180,11 +192,7 @@ int mend_engine_host_call(lua_State *L, const char *name, int first_arg, char *e
  * step) with fresh attempts. resolve: a person settled it by hand; `note` says how. Runs
  * that retry or cancel here are then executed by this engine (run or serve it). */
 int mend_engine_cancel_run(mend_engine *E, const char *id, const char *who, char *err, int errlen);
-/* Why the last repair above refused: the C API maps it to a status; the message is for
- * people and is never matched. */
-typedef enum mend_refusal {
-  MEND_REFUSED_STATE, MEND_REFUSED_NOT_FOUND, MEND_REFUSED_INVALID, MEND_REFUSED_STORE
-} mend_refusal;
+/* Why the last repair above, start or advance refused (see mend_refusal). */
 mend_refusal mend_engine_refusal(const mend_engine *E);
 /* Sends event `name` to a running run, by its id or (id NULL) by its run key, with a payload
  * (JSON text; NULL: null) and an optional key (the same key twice is one event). Durable when

@@ -2,6 +2,7 @@
  * idset: an open-addressing hash set of strings. Sets here are small (the runs a worker lost)
  * or short-lived (one check of a worker's runs), so the simplest table that stays O(1) will do:
  * linear probing, at most half full, deletion by shifting the cluster back (no tombstones).
+ * Must never: let the table fill past half (probing then has no bound worth the name).
  */
 #include "idset.h"
 

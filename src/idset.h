@@ -1,7 +1,8 @@
 /*
  * idset: a set of run ids (strings of a given length, copied in). The store's fence keeps the
  * runs a worker lost to another in one, and the runs it has looked up in another; the engine
- * uses one to match its runs against those the store says it holds.
+ * uses one to match its runs against those the store says it holds. Must never: keep a
+ * caller's pointer (ids are copied in), nor know what an id names.
  */
 #ifndef MEND_IDSET_H
 #define MEND_IDSET_H

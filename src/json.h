@@ -6,7 +6,8 @@
  * mend.json.null (a light userdata NULL) stands for JSON null inside arrays and objects.
  * Refuses what JSON cannot say (functions, userdata, NaN and infinities, mixed or non-string
  * keys, cycles, depth beyond 100) with a message naming the path ("input.items[2]: cannot
- * encode a function").
+ * encode a function"). Must never: encode such a value as something else; keep a Lua or
+ * jansson value beyond one call.
  */
 #ifndef MEND_JSON_H
 #define MEND_JSON_H

@@ -175,7 +175,7 @@ int mend__lengine_new(lua_State *L) {
     lua_pop(L, 1);
   }
   char err[1024];
-  b->E = mend_engine_create(L, &cfg, err, sizeof err);
+  b->E = mend_engine_create(L, &cfg, err, sizeof err, NULL);
   if (!b->E) {
     lua_pushstring(L, err);   /* the message names the file already: no Lua position */
     return lua_error(L);

@@ -1,6 +1,7 @@
 /*
  * lerror: mend's typed error object (see lerror.h). A table of fields with the metatable
- * "mend.error"; read raw, so that reading one runs no code of whoever made it.
+ * "mend.error"; read raw, so that reading one runs no code of whoever made it. Must never:
+ * call a metamethod of the value it reads; know the engine or a run.
  */
 #include "lerror.h"
 

@@ -1,6 +1,7 @@
 /*
  * lmend: the Lua face of mend (the `mend.core` module): typed errors, waits inside steps,
  * JSON, and engines as userdata. Owns the Lua stack discipline of everything Lua calls.
+ * Must never: reach the engine's insides (engine.h only); be included by the engine.
  */
 #ifndef MEND_LMEND_H
 #define MEND_LMEND_H

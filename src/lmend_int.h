@@ -1,6 +1,7 @@
 /*
  * lmend_int: the insides of the mend.core module, shared by lmend.c and lengine.c and by
- * nothing else. Everything outside the binding goes through lmend.h.
+ * nothing else. Everything outside the binding goes through lmend.h. Must never: be
+ * included outside those two files.
  */
 #ifndef MEND_LMEND_INT_H
 #define MEND_LMEND_INT_H

@@ -1,5 +1,6 @@
 /*
  * lmod: the entry point of the Lua C module, so that plain lua5.4 can `require "mend.core"`.
+ * Must never: hold anything of the module's own (its functions are lmend.c's and lengine.c's).
  */
 #include <lua.h>
 #include "lmend.h"

@@ -2,7 +2,8 @@
  * log: where the engine's log records go when the host gives no function of its own. JSON
  * lines (level, time, run, step, attempt, event, message) when the stream is not a terminal,
  * so that machines can read them; short readable lines when a person is watching. Owns the
- * record a log line is; knows nothing of the engine.
+ * record a log line is. Must never: know the engine (include none of its headers); fail the
+ * caller (a record that cannot be written is dropped).
  */
 #ifndef MEND_LOG_H
 #define MEND_LOG_H

@@ -3,6 +3,7 @@
  * engine or a `mend` command that was not told. Built twice: into the build tree's libmend
  * (the source tree's lua/) and into the installed libraries and executable (the install's
  * share/mend/lua, found relative to the binary first, so that a moved prefix still works).
+ * Must never: override a directory the caller was told (mend_options.lua_path, MEND_LUA_DIR).
  */
 #ifndef MEND_LUADIR_H
 #define MEND_LUADIR_H

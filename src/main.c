@@ -1,7 +1,8 @@
 /*
  * main: the `mend` command. A thin host, as lua.c is for Lua: it makes a Lua state with the
  * mend module, points `require` at mend's Lua files, and hands the arguments to mend.cli,
- * which is written against the same Lua API that users have.
+ * which is written against the same Lua API that users have. Must never: hold a command's
+ * logic (mend.cli does); run Lua outside a protected call.
  */
 #include <lauxlib.h>
 #include <lua.h>

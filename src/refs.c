@@ -1,6 +1,7 @@
 /*
  * refs: long-lived references of runs, in shards outside the registry (see refs.h for why).
  * A reference is shard * SHARD_SLOTS + slot, where slot is luaL_ref's index in the shard.
+ * Must never: put a run's value in the registry (only the root that holds the shards is there).
  */
 #include "refs.h"
 

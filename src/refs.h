@@ -8,6 +8,7 @@
  * behind it (W4 in bench/README.md). Here each run's references go into a shard, a table of
  * its own that holds about a thousand runs; runs are given shards in the order they start, so
  * the shards of long-parked runs stay untouched and the collector does not go back to them.
+ * Must never: put a run's value in the registry (one root there holds the shards).
  */
 #ifndef MEND_REFS_H
 #define MEND_REFS_H

@@ -1,6 +1,7 @@
 /*
  * walvfs: the VFS the store's writing connection opens its database with (walvfs.c): the WAL
- * appends of a commit go to the file in a few writes, not two a frame.
+ * appends of a commit go to the file in a few writes, not two a frame. Must never: change
+ * what SQLite reads back, or announce a commit whose frames are not all written.
  */
 #ifndef MEND_WALVFS_H
 #define MEND_WALVFS_H

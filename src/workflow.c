@@ -4,7 +4,8 @@
  * Unknown fields are refused everywhere: a misspelt `compensate` would otherwise silently
  * leave a step without compensation, which is the kind of mistake a saga cannot afford.
  * Definitions are read raw (no __index, no __len): reading one runs no code of the workflow,
- * and no size is taken from it on trust.
+ * and no size is taken from it on trust. Must never: let a definition with an unknown or
+ * ill-typed field load; call workflow code while reading it.
  */
 #include "workflow.h"
 #include "util.h"

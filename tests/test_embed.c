@@ -135,6 +135,10 @@ static const char basic_lua[] =
   "  { name = 'nap', execute = function(ctx) mend.sleep(0.01); return ctx.results.greet end },\n"
   "} }\n";
 
+/* One step that needs nothing of the host. */
+static const char plain_lua[] =
+  "return { name = 'plain', steps = { { name = 'a', execute = function() return 1 end } } }\n";
+
 /* `remote` is answered by the host later; its mode (the input) chooses the answer. */
 static const char saga_lua[] =
   "local mend = require 'mend'\n"
@@ -997,6 +1001,50 @@ static void it_reads_options_by_their_size(void) {
   }
 }
 
+/* Each failure has its own status, whatever its message says: a host decides on the status. */
+static void it_gives_each_failure_its_own_status(void) {
+  char db[160], cmd[400], err[512] = "", id[17];
+  mend_engine *E = NULL;
+  mend_options o;
+  mend_options_init(&o);
+  /* a database that cannot be opened is the store's failure */
+  snprintf(db, sizeof db, "%s/no/such/dir/x.db", dir);
+  o.db_path = db;
+  CHECK_EQ_INT(mend_engine_new(&o, &E, err, sizeof err), MEND_ESTORE);
+  CHECK(E == NULL && strstr(err, "no/such/dir") != NULL);
+  /* a real clock does not advance by request */
+  E = engine(NULL);
+  CHECK_EQ_INT(mend_engine_advance_clock(E, 1), MEND_ECLOCK);
+  mend_engine_free(E);
+
+  snprintf(db, sizeof db, "%s/statuses.db", dir);
+  o.db_path = db;
+  o.virtual_clock = 1;
+  E = engine(&o);
+  load(E, "plain");
+  char *json = NULL;
+  CHECK_EQ_INT(mend_engine_run_json(E, "nosuchrun", &json), MEND_ENOTFOUND);
+  CHECK(json == NULL && strstr(mend_engine_errmsg(E), "nosuchrun") != NULL);
+  CHECK_EQ_INT(mend_engine_start(E, "plain", "{not json", NULL, id, NULL), MEND_EINVAL);
+  CHECK_EQ_INT(mend_engine_start(E, "plain", "{\"n\":1}", NULL, id, NULL), MEND_OK);
+  CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+  /* the database refuses a run's row: a storage error, not a bad argument */
+  snprintf(cmd, sizeof cmd, "sqlite3 %s \"CREATE TRIGGER boom BEFORE INSERT ON runs WHEN NEW.input "
+           "LIKE '%%boom%%' BEGIN SELECT RAISE(ABORT, 'refused by a trigger'); END\"", db);
+  CHECK_EQ_INT(system(cmd), 0);
+  CHECK_EQ_INT(mend_engine_start(E, "plain", "{\"n\":\"boom\"}", NULL, id, NULL), MEND_ESTORE);
+  CHECK(strstr(mend_engine_errmsg(E), "refused by a trigger") != NULL);
+  /* the engine stopped on the store's failure: moving its clock on is refused for that */
+  CHECK_EQ_INT(mend_engine_advance_clock(E, 1), MEND_ESTORE);
+  mend_engine_free(E);
+  static const char *const files[] = {"", "-wal", "-shm"};
+  for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+    char path[200];
+    snprintf(path, sizeof path, "%s%s", db, files[i]);
+    unlink(path);
+  }
+}
+
 /* log_level: a host that wants only failures gets only failures; a level that does not exist
  * is refused with the choices. */
 static void it_logs_from_the_level_asked(void) {
@@ -1157,6 +1205,7 @@ int main(void) {
   write_workflow("naps", naps_lua);
   write_workflow("slay", slay_lua);
   write_workflow("hits", hits_lua);
+  write_workflow("plain", plain_lua);
 
   it_runs_on_its_own_loop();
   it_can_be_woken_from_another_thread();
@@ -1175,11 +1224,12 @@ int main(void) {
   it_logs_from_the_level_asked();
   it_reads_options_by_their_size();
   it_lets_a_sandbox_call_only_allowed_hosts();
+  it_gives_each_failure_its_own_status();
 
   static const char *const files[] = {"basic", "saga", "hog", "spin", "escape_os", "escape_io",
                                       "escape_c", "escape_exec", "stuck", "hold", "wait",
                                       "http_call", "token", "token2",
-                                      "ahead", "naps", "slay", "hits"};
+                                      "ahead", "naps", "slay", "hits", "plain"};
   for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
     char path[128];
     snprintf(path, sizeof path, "%s/%s.lua", dir, files[i]);

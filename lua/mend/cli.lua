@@ -324,7 +324,7 @@ local function cmd_breakers(o, op, key)
   if op == nil then
     return with_engine(existing_db(o.db), function(eng)
       local list = breakers_now(eng:breakers(), eng:now())
-      if o.json then out("%s\n", encode_list(list)) else print_breakers(list) end
+      if o.json then out("%s\n", encode_list(list)) else print_breakers(list, eng:now()) end
       return EXIT_OK
     end)
   end

@@ -312,15 +312,23 @@ local function breakers_now(list, now)
   return list
 end
 
-local function print_breakers(list)
+-- The breakers as breakers_now gives them; an open one says when it half-opens, and how long
+-- that is from now (the engine's clock: on a virtual one, the time is of that clock).
+local function print_breakers(list, now)
   if #list == 0 then
     out("no breakers yet (one appears once a step using it has run)\n")
     return
   end
   out("%-20s  %-9s  %8s  %9s  %s\n", "KEY", "STATE", "FAILURES", "SUCCESSES", "OPEN UNTIL")
   for _, b in ipairs(list) do
-    out("%-20s  %-9s  %8d  %9d  %s\n", b.key, b.state, b.failures or 0, b.successes or 0,
-        b.state == "open" and fmt_time(b.open_until) or "-")
+    local until_ = "-"
+    if b.state == "open" then
+      until_ = fmt_time(b.open_until)
+      if present(b.open_until) and b.open_until > now then
+        until_ = until_ .. " (half-opens in " .. fmt_seconds(b.open_until - now) .. ")"
+      end
+    end
+    out("%-20s  %-9s  %8d  %9d  %s\n", b.key, b.state, b.failures or 0, b.successes or 0, until_)
   end
 end
 
@@ -328,6 +336,7 @@ return {
   breakers_now = breakers_now,
   due_lines = due_lines,
   encode_list = encode_list,
+  fmt_seconds = fmt_seconds,
   fmt_time = fmt_time,
   nest_branches = nest_branches,
   present = present,

@@ -2,8 +2,8 @@
 -- holds one engine (`eng`), evaluates what is typed in an environment with a few helpers
 -- (use, start, advance, run, status, history, runs, dlq, breakers, cancel, dlq_retry,
 -- resolve, show, help, quit), prints returned values as nested, sorted Lua tables, and after
--- every helper that moves the engine prints what happened, with the CLI's own timeline
--- renderer. It never hides a Lua global (the workflow loader is `use`, not `load`), and its
+-- every helper that moves the engine prints what happened. Runs, timelines and lists are
+-- printed by mend.render, as the `mend` command prints them. It never hides a Lua global (the workflow loader is `use`, not `load`), and its
 -- errors name the user's line ("stdin:1:"), never one of its own.
 --
 -- On a terminal it reads lines through mend.core's readline (libedit: line editing, history
@@ -258,9 +258,6 @@ local function check_virtual(self, name)
   end
 end
 
-local function fmt_seconds(s)
-  return (("%.3f"):format(s):gsub("%.?0+$", "")) .. "s"
-end
 
 ---------------------------------------------------------------------------------------------
 -- Where an error happened: the user's line, as lua.c names it ("stdin:3: ..."). A helper's
@@ -361,7 +358,8 @@ local HELP = {
       .. "attempt, delay and error, and the operators' entries, as `mend history` does.",
     example = "history(id)" },
   { name = "runs", usage = "runs()", line = "every run in the database",
-    text = "Lists every run in the database, oldest first: id, workflow and status.",
+    text = "Lists every run in the database, newest first, as `mend runs` does: id, workflow, "
+      .. "status, attention, when it was created and its error.",
     example = "runs()" },
   { name = "dlq", usage = "dlq()", line = "the dead-letter queue",
     text = "Prints the dead-letter queue, as `mend dlq` does: the runs that need a person, "
@@ -369,8 +367,8 @@ local HELP = {
       .. "last error. dlq_retry and resolve take runs out of it.",
     example = "dlq()" },
   { name = "breakers", usage = "breakers()", line = "the circuit breakers",
-    text = "Prints every circuit breaker with its state and counts, and when an open one "
-      .. "half-opens.",
+    text = "Prints every circuit breaker, as `mend breakers` does: its state and counts, and when "
+      .. "an open one half-opens.",
     example = "breakers()" },
   { name = "cancel", usage = "cancel(id)",
     line = "cancels a running run: the completed steps are compensated",
@@ -519,7 +517,7 @@ function Session:helpers(env)
       error("advance: seconds must be a number >= 0", 0)
     end
     eng:advance(seconds)
-    self:after("advanced " .. fmt_seconds(seconds))
+    self:after("advanced " .. show.fmt_seconds(seconds))
   end
 
   function f.run()
@@ -546,31 +544,11 @@ function Session:helpers(env)
     show.print_timeline(eng:history(rid))
   end
 
-  function f.runs()
-    local list = eng:runs{}
-    if #list == 0 then out("no runs\n") return end
-    table.sort(list, function(a, b) return (a.created or 0) < (b.created or 0) end)
-    for _, r in ipairs(list) do
-      out("%-18s %-20s %s\n", r.id, r.workflow or "?", r.status or "?")
-    end
-  end
+  function f.runs() show.print_runs(eng:runs{}) end
 
   function f.dlq() show.print_dlq(eng:dlq()) end
 
-  function f.breakers()
-    local list = eng:breakers()
-    if #list == 0 then out("no breakers yet\n") return end
-    table.sort(list, function(a, b) return a.key < b.key end)
-    local now = eng:now()
-    for _, b in ipairs(list) do
-      local line = ("%-16s %-10s failures %d  successes %d"):format(b.key, b.state,
-        b.failures or 0, b.successes or 0)
-      if b.state == "open" and (b.open_until or 0) > now then
-        line = line .. "  half-opens in " .. fmt_seconds(b.open_until - now)
-      end
-      out("%s\n", line)
-    end
-  end
+  function f.breakers() show.print_breakers(show.breakers_now(eng:breakers(), eng:now()), eng:now()) end
 
   -- The operations take the run's id always: cancelling or settling "the last run" by
   -- default would act on a run the user did not name.

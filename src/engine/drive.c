@@ -152,9 +152,11 @@ static void drain(mend_engine *E) {
 
 int mend_engine_advance(mend_engine *E, double seconds) {
   if (!E->timers.is_virtual) {
+    E->refusal = MEND_REFUSED_CLOCK;
     snprintf(E->errmsg, sizeof E->errmsg, "advance needs a virtual clock");
     return -1;
   }
+  E->refusal = MEND_REFUSED_STORE;
   double target = mend_engine_now(E) + (seconds > 0 ? seconds : 0);
   drain(E);
   while (!E->broken) {

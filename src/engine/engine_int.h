@@ -2,7 +2,8 @@
  * engine_int: the insides of the engine, shared by its files (src/engine.c and src/engine/)
  * and by nothing else: the engine and run structures, the action and wait kinds, and the
  * functions one engine file calls in another (named mend__*, as libuv names its own).
- * Everything outside the engine goes through engine.h.
+ * Everything outside the engine goes through engine.h. Must never: be included outside the
+ * engine's files; include the Lua binding's headers (lmend.h, lmend_int.h).
  */
 #ifndef MEND_ENGINE_INT_H
 #define MEND_ENGINE_INT_H

@@ -67,9 +67,16 @@ static int start_value(mend_engine *E, lua_State *L, const char *workflow, int i
                        const char *run_key, char id_out[MEND_RUN_ID_LEN], int *existed,
                        int detached, char *err, int errlen) {
   *existed = 0;
+  /* A broken engine is one whose store failed (an engine whose Lua panicked is the C API's
+   * MEND_EBROKEN before it gets here). */
+  E->refusal = MEND_REFUSED_STORE;
   if (E->broken) { snprintf(err, (size_t)errlen, "%s", E->errmsg); return -1; }
   mend_workflow *wf = mend_engine_workflow(E, workflow);
-  if (!wf) { snprintf(err, (size_t)errlen, "no workflow named \"%s\" is loaded", workflow); return -1; }
+  if (!wf) {
+    E->refusal = MEND_REFUSED_NOT_FOUND;
+    snprintf(err, (size_t)errlen, "no workflow named \"%s\" is loaded", workflow);
+    return -1;
+  }
   input_idx = lua_absindex(L, input_idx);
   if (run_key) {
     int found = mend_store_find_run_key(E->store, run_key, id_out, MEND_RUN_ID_LEN);
@@ -79,7 +86,11 @@ static int start_value(mend_engine *E, lua_State *L, const char *workflow, int i
   char jerr[400];
   json_t *input_doc;
   char *input_json = mend_json_encode_doc(L, input_idx, "input", jerr, sizeof jerr, &input_doc);
-  if (!input_json) { snprintf(err, (size_t)errlen, "%s", jerr); return -1; }
+  if (!input_json) {
+    E->refusal = MEND_REFUSED_INVALID;
+    snprintf(err, (size_t)errlen, "%s", jerr);
+    return -1;
+  }
   char id[MEND_RUN_ID_LEN];
   mend__new_run_id(E, id);
   double now = mend_engine_now(E);
@@ -98,7 +109,9 @@ static int start_value(mend_engine *E, lua_State *L, const char *workflow, int i
     free(input_json);
     json_decref(input_doc);
     *existed = 1;
-    return mend_store_find_run_key(E->store, run_key, id_out, MEND_RUN_ID_LEN) == 1 ? 0 : -1;
+    if (mend_store_find_run_key(E->store, run_key, id_out, MEND_RUN_ID_LEN) == 1) return 0;
+    snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store));
+    return -1;
   }
   wf->counts.runs_started++;
   mend_run *r = mend__run_new(E, wf, id);
@@ -140,8 +153,10 @@ int mend_engine_start_json(mend_engine *E, const char *workflow, const char *inp
                            char *err, int errlen) {
   lua_State *L = E->L;
   if (mend_json_decode(L, input_json ? input_json : "null", input_json ? strlen(input_json) : 4,
-                       err, errlen))
+                       err, errlen)) {
+    E->refusal = MEND_REFUSED_INVALID;
     return -1;
+  }
   int rc = mend_engine_start_value(E, L, workflow, -1, run_key, id_out, existed, 0, err, errlen);
   lua_pop(L, 1);
   return rc;

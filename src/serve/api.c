@@ -107,10 +107,9 @@ static void start_run(serve_req *r) {
   int rc = mend_engine_start_value(r->E, L, name, lua_gettop(L), key, id, &existed,
                                    MEND_START_RECORD, err, sizeof err);
   lua_pop(L, 1);
-  /* A start fails for its input (400) or for the database, which the engine then reports as
-   * its own failure, or as another process's lock (503). */
-  if (rc && (mend_engine_error(r->E)[0] || mend_store_locked(mend_engine_store(r->E))))
-    serve_error(r, 503, "storage", "%s", err);
+  /* A start fails for its input (400) or for the database: its own failure, or another
+   * process's lock (503). */
+  if (rc && mend_engine_refusal(r->E) == MEND_REFUSED_STORE) serve_error(r, 503, "storage", "%s", err);
   else if (rc) serve_error(r, 400, "start_refused", "%s", err);
   else serve_json_durable(r, existed ? 200 : 201, json_pack("{s:s,s:s,s:b}", "id", id, "workflow",
                                                             name, "existed", existed));

@@ -2,7 +2,7 @@
  * serve_int: the insides of mend's HTTP server, shared by the files of src/serve only: the
  * server, a request as the API handlers see it, and the replies they give. The server (server.c) owns
  * sockets, h2o, limits and tokens; the API (api.c) owns routes and what each does with the
- * engine. Nothing here parses HTTP: h2o does.
+ * engine. Nothing here parses HTTP: h2o does. Must never: be included outside src/serve/.
  */
 #ifndef MEND_SERVE_INT_H
 #define MEND_SERVE_INT_H

@@ -1,8 +1,8 @@
 /*
  * image: what the backends share in building a run's image (mend_store_run_image, store.h): the
  * rows appended one by one, then the steps not begun listed from the run's step names and the
- * attempts in flight read from its history, as the view of a run shows them. Included by the
- * backends' files only.
+ * attempts in flight read from its history, as the view of a run shows them. Must never: be
+ * included outside the backends' files.
  */
 #ifndef MEND_STORE_IMAGE_H
 #define MEND_STORE_IMAGE_H

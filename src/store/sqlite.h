@@ -1,6 +1,7 @@
 /*
  * sqlite: the only door into the SQLite backend (src/store.c and src/store/) for the rest of
  * mend: how to open one. Everything else goes through the table of methods it returns.
+ * Must never: expose sqlite3.h or the backend's insides (store_int.h) to its includers.
  */
 #ifndef MEND_STORE_SQLITE_H
 #define MEND_STORE_SQLITE_H

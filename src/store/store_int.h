@@ -1,8 +1,8 @@
 /*
  * store_int: the insides of the SQLite store, shared by its files (src/store.c and
  * src/store/) and by nothing else: the statement numbers, the write log, the writer thread,
- * struct mend_store, and the functions one store file calls in another (mend__*). Nothing
- * outside the store includes this header, nor sqlite3.h.
+ * struct mend_store, and the functions one store file calls in another (mend__*). Must
+ * never: be included outside the store's files (nor may sqlite3.h be, outside them).
  */
 #ifndef MEND_STORE_INT_H
 #define MEND_STORE_INT_H

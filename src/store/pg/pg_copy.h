@@ -1,7 +1,8 @@
 /*
  * pg_copy: moving a SQLite store into an empty PostgreSQL one (`mend copy`, issue 20). The
  * door for the CLI is mend_store_copy (store.h); this is the part that works on open handles,
- * for tests that make the PostgreSQL schema themselves.
+ * for tests that make the PostgreSQL schema themselves. Must never: be included but by
+ * pg_copy.c and those tests.
  */
 #ifndef MEND_PG_COPY_H
 #define MEND_PG_COPY_H

@@ -1,0 +1,91 @@
+-- mend.render, the printers the `mend` command and the REPL share: on one database, `mend
+-- runs`, `breakers`, `dlq`, `status RUN` and `history RUN` print what the REPL's runs(),
+-- breakers(), dlq(), status(id) and history(id) print, line for line. Only what moves with the
+-- wall clock between two processes (a dead letter's age, the time left until a breaker
+-- half-opens) is masked before the comparison.
+
+local H = require "spec.helper"
+
+local WORKFLOW = [[
+local mend = require "mend"
+return { name = "shop", retry = { max_attempts = 2, initial = 0.1, jitter = 0 }, steps = {
+  { name = "reserve", breaker = "stock",
+    execute = function() return { reservation = "r-1" } end,
+    compensate = function(ctx, result)
+      if ctx.input.mode == "refund_down" then error(mend.retryable("refund service down")) end
+    end },
+  { name = "charge",
+    execute = function(ctx, input)
+      if input.mode ~= "ok" then error(mend.fatal("card declined")) end
+      return { charge = "c-1" }
+    end },
+} }
+]]
+
+-- stdout of a shell command (its stderr, the log, dropped) and its exit code.
+local function stdout_of(cmd)
+  return H.shell("(" .. cmd .. ") 2>/dev/null")
+end
+
+local function cli(db, args)
+  local code, out = stdout_of(("%s %s --db %s"):format(H.MEND, args, H.quote(db)))
+  assert.are.equal(0, code, out)
+  return out
+end
+
+local function repl(db, line)
+  local code, out = stdout_of(("printf '%%s\\n' %s | %s repl --db %s"):format(H.quote(line),
+                                                                            H.MEND, H.quote(db)))
+  assert.are.equal(0, code, out)
+  return out
+end
+
+local function masked(text)
+  text = text:gsub("(half%-opens in )[%d.]+s", "%1<left>")
+  return (text:gsub("(compensation_failed%s+reserve%s+)%d+[smhd]", "%1<age>"))
+end
+
+describe("the CLI and the REPL", function()
+  after_each(H.cleanup)
+
+  it("print runs, breakers, dead letters, a status and a timeline alike", function()
+    local dir = H.tmp_dir()
+    local db = H.new_db(dir, "shop.db")
+    local wf = H.write_file(dir, "shop.lua", WORKFLOW)
+    local function run(input, expected)
+      local code, out = stdout_of(("%s run %s --db %s --clock virtual --input %s"):format(
+        H.MEND, H.quote(wf), H.quote(db), H.quote(input)))
+      assert.are.equal(expected, code, out)
+      return out:match("run (%w+):")
+    end
+    -- inputs of one field: the order of an object's fields is not the subject here
+    local ok = run('{"mode":"ok"}', 0)
+    run('{"mode":"declined"}', 3)
+    local dead = run('{"mode":"refund_down"}', 4)
+    cli(db, "breakers open stock --for 3600")
+
+    local pairs_ = {
+      { "runs", "runs()" },
+      { "breakers", "breakers()" },
+      { "dlq", "dlq()" },
+      { "status " .. ok, ("status(%q)"):format(ok) },
+      { "status " .. dead, ("status(%q)"):format(dead) },
+      { "history " .. dead, ("history(%q)"):format(dead) },
+    }
+    for _, p in ipairs(pairs_) do
+      local from_cli, from_repl = masked(cli(db, p[1])), masked(repl(db, p[2]))
+      assert.are.equal(from_cli, from_repl, p[1])
+    end
+    -- what was compared is there: the tables with their headers, the breaker held open, the
+    -- dead letter, the run turning back
+    local runs = cli(db, "runs")
+    assert.matches("RUN%s+WORKFLOW%s+STATUS%s+ATTENTION%s+CREATED%s+ERROR\n", runs)
+    assert.matches(dead .. "%s+shop%s+needs_attention%s+%d+%-", runs)
+    assert.matches("stock%s+open%s+0%s+0%s+%d+%-%d+%-%d+ [%d:.]+ UTC %(half%-opens in [%d.]+s%)\n",
+                   cli(db, "breakers"))
+    assert.matches(dead .. "%s+compensation_failed%s+reserve%s+%d+s%s+retryable: refund service down",
+                   cli(db, "dlq"))
+    assert.matches("---- turning back: compensating the completed steps in reverse ----",
+                   cli(db, "history " .. dead))
+  end)
+end)
