@@ -28,12 +28,25 @@
 #define HTTP_DETAIL_MAX 4000        /* what an attempt's requests may add to its history row */
 #define HTTP_BODY_IN_MESSAGE 200
 
+/* URLs checked lately, with what they became: a step calls the same few URLs again and again,
+ * and checking one costs as much as curl's whole request (a parse, four parts copied, the URL
+ * printed again). Only allowed URLs are kept, and the allow-list is fixed for an engine's
+ * life, so a hit stands for the check. */
+#define HTTP_URL_MEMO 8
+/* Easy handles kept reset between requests: making and freeing one per request cost a fifth
+ * of curl's share of a request. At most this many idle. */
+#define HTTP_IDLE_EASY 256
+
 struct mend_http {
   mend_engine *E;
   CURLM *multi;
   uv_timer_t *timer;
   struct http_sock *socks;
   struct http_req *reqs;     /* in flight, abandoned ones too */
+  struct { char *url, *clean; } memo[HTTP_URL_MEMO];
+  int memo_next;
+  CURL *idle[HTTP_IDLE_EASY];
+  int nidle;
 };
 
 typedef struct http_sock {
@@ -205,7 +218,12 @@ static void req_free(http_req *q) {
   else H->reqs = q->next;
   if (q->next) q->next->prev = q->prev;
   curl_multi_remove_handle(H->multi, q->easy);
-  curl_easy_cleanup(q->easy);
+  if (H->nidle < HTTP_IDLE_EASY) {
+    curl_easy_reset(q->easy);   /* nothing of this request's options reaches the next */
+    H->idle[H->nidle++] = q->easy;
+  } else {
+    curl_easy_cleanup(q->easy);
+  }
   curl_slist_free_all(q->headers);
   free(q->body);
   free(q->out);
@@ -222,6 +240,11 @@ void mend__http_close(mend_engine *E) {
   while (H->reqs) {
     if (H->reqs->run) H->reqs->run->http = NULL;
     req_free(H->reqs);
+  }
+  while (H->nidle) curl_easy_cleanup(H->idle[--H->nidle]);
+  for (int k = 0; k < HTTP_URL_MEMO; k++) {
+    free(H->memo[k].url);
+    free(H->memo[k].clean);
   }
   curl_multi_cleanup(H->multi);
   while (H->socks) sock_close(H->socks);
@@ -479,6 +502,15 @@ static int host_allowed(const char *list, const char *host) {
 /* Parses and checks the URL: http or https, a host the engine allows. Sets q->url (without
  * user and password). */
 static int check_url(mend_engine *E, http_req *q, const char *url, char *err, int errlen) {
+  struct mend_http *H = q->H;
+  for (int k = 0; k < HTTP_URL_MEMO; k++) {
+    if (H->memo[k].url && strcmp(H->memo[k].url, url) == 0) {
+      q->url = mend_dupstr(H->memo[k].clean);
+      if (q->url) return 0;
+      snprintf(err, (size_t)errlen, "out of memory");
+      return -1;
+    }
+  }
   CURLU *u = curl_url();
   if (!u) { snprintf(err, (size_t)errlen, "out of memory"); return -1; }
   char *scheme = NULL, *host = NULL;
@@ -509,7 +541,22 @@ static int check_url(mend_engine *E, http_req *q, const char *url, char *err, in
     curl_free(clean);
   }
   rc = q->url ? 0 : -1;
-  if (rc) snprintf(err, (size_t)errlen, "out of memory");
+  if (rc) {
+    snprintf(err, (size_t)errlen, "out of memory");
+    goto out;
+  }
+  char *mu = mend_dupstr(url), *mc = mend_dupstr(q->url);
+  if (mu && mc) {   /* not remembered if memory is short: checked again next time */
+    int k = H->memo_next;
+    H->memo_next = (k + 1) % HTTP_URL_MEMO;
+    free(H->memo[k].url);
+    free(H->memo[k].clean);
+    H->memo[k].url = mu;
+    H->memo[k].clean = mc;
+  } else {
+    free(mu);
+    free(mc);
+  }
 out:
   curl_free(scheme);
   curl_free(host);
@@ -573,7 +620,8 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
     if (!isalpha((unsigned char)q->method[k])) { snprintf(err, (size_t)errlen, "bad method \"%s\"", method); return -1; }
   lua_pop(L, 1);
   if (strcmp(q->method, "HEAD") == 0) curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
-  else if (strcmp(q->method, "GET") != 0) curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, q->method);
+  else if (strcmp(q->method, "GET") != 0 && !(q->body && strcmp(q->method, "POST") == 0))
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, q->method);   /* a body is POSTed by default */
   if (q->body) {
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, q->body);
     curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
@@ -657,7 +705,7 @@ int mend_engine_http(lua_State *L, char *err, int errlen) {
   luaL_checktype(L, 1, LUA_TTABLE);
   struct mend_http *H = http_state(E);
   http_req *q = H ? calloc(1, sizeof *q) : NULL;
-  if (q) q->easy = curl_easy_init();
+  if (q) q->easy = H->nidle ? H->idle[--H->nidle] : curl_easy_init();
   if (!q || !q->easy) {
     if (q) free(q);
     snprintf(err, (size_t)errlen, "out of memory");
