@@ -100,6 +100,21 @@ describe("mend.http", function()
     assert.matches("GET http://127.0.0.1:%d+/ok %-> 200", ok.detail)
   end)
 
+  it("offers compression only when the call asks, and then gives the body decoded", function()
+    script({ ["/plain"] = { { status = 200, body = "plain" } },
+             ["/gz"] = { { status = 200, body = "squeezed squeezed squeezed", gzip = true } } })
+    local eng, id, box = run_http(function() return { url = server.base .. "/plain" } end)
+    assert.are.equal("succeeded", eng:status(id).status)
+    assert.are.equal(mend.json.null, seen("/plain")[1].accept_encoding)   -- no such header
+    eng, id, box = run_http(function()
+      return { url = server.base .. "/gz", headers = { ["Accept-Encoding"] = "gzip" } }
+    end)
+    assert.are.equal("succeeded", eng:status(id).status)
+    assert.are.equal("gzip", seen("/gz")[1].accept_encoding)
+    assert.are.equal("squeezed squeezed squeezed", box.res.body)
+    assert.are.equal("gzip", box.res.headers["content-encoding"])
+  end)
+
   it("waits exactly Retry-After seconds after a 429, not the backoff", function()
     script({ ["/rl"] = { { status = 429, headers = { ["Retry-After"] = "3" }, body = "slow down" },
                          { status = 200, body = "done" } } })
