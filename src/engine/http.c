@@ -287,7 +287,9 @@ static double retry_after(mend_engine *E, const char *v) {
 
 /* Pushes the headers as a table of lower-case names; a repeated one is joined with ", ". */
 static void push_headers(lua_State *co, http_req *q, const char **retry_after_v) {
-  lua_newtable(co);
+  int lines = 0;   /* sized once: grown from empty, the table was rehashed at each power of 2 */
+  for (const char *p = q->hdr; p && (p = strchr(p, '\n')); p++) lines++;
+  lua_createtable(co, 0, lines);
   if (!q->hdr) return;
   char *line = q->hdr;
   while (*line) {
