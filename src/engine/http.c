@@ -47,6 +47,11 @@ struct mend_http {
   int memo_next;
   CURL *idle[HTTP_IDLE_EASY];
   int nidle;
+  /* Connections kept open for later requests: four per request at the most ever in flight.
+   * Curl's own default follows the requests in flight now, and an answer's burst (dozens of
+   * transfers ended in one poll, the next ones started a turn later) made it close a third of
+   * W9's connections and open them again. */
+  int in_multi, max_in_multi;
 };
 
 typedef struct http_sock {
@@ -66,7 +71,7 @@ struct http_req {
   char *body;
   char *out, *hdr;
   size_t len, cap, hlen, hcap, max_bytes;
-  int too_big, raise;
+  int too_big, raise, added;
   codes retry_on, fatal_on, accept;
   char method[16];
   char *url;                  /* without credentials: for messages and history */
@@ -217,6 +222,7 @@ static void req_free(http_req *q) {
   if (q->prev) q->prev->next = q->next;
   else H->reqs = q->next;
   if (q->next) q->next->prev = q->prev;
+  if (q->added) H->in_multi--;
   curl_multi_remove_handle(H->multi, q->easy);
   if (H->nidle < HTTP_IDLE_EASY) {
     curl_easy_reset(q->easy);   /* nothing of this request's options reaches the next */
@@ -729,6 +735,12 @@ int mend_engine_http(lua_State *L, char *err, int errlen) {
     if (curl_multi_add_handle(H->multi, q->easy) != CURLM_OK) {
       snprintf(err, (size_t)errlen, "cannot start the request");
       rc = -1;
+    } else {
+      q->added = 1;
+      if (++H->in_multi > H->max_in_multi) {
+        H->max_in_multi = H->in_multi;
+        curl_multi_setopt(H->multi, CURLMOPT_MAXCONNECTS, 4L * H->max_in_multi);
+      }
     }
   }
   if (rc) {
