@@ -41,7 +41,13 @@ struct mend_http {
   mend_engine *E;
   CURLM *multi;
   uv_timer_t *timer;
-  struct http_sock *socks;
+  /* A poll handle per socket number, made the first time curl asks about that number and
+   * only stopped when curl says it is done with the socket: a kept-alive connection is
+   * watched again for its next request without a handle made and closed around each
+   * request (an ioctl and three epoll_ctl a time). One handle per number, never two: a
+   * number closed and given to a new socket finds its stopped handle and starts it. */
+  struct http_sock **byfd;
+  int nbyfd;
   struct http_req *reqs;     /* in flight, abandoned ones too */
   struct { char *url, *clean; } memo[HTTP_URL_MEMO];
   int memo_next;
@@ -58,7 +64,6 @@ typedef struct http_sock {
   uv_poll_t poll;
   curl_socket_t fd;
   struct mend_http *H;
-  struct http_sock *prev, *next;
 } http_sock;
 
 typedef struct codes { int n; long v[HTTP_MAX_CODES]; } codes;
@@ -124,10 +129,6 @@ static void check_done(struct mend_http *H);
 static void sock_closed(uv_handle_t *h) { free(h->data); }
 
 static void sock_close(http_sock *s) {
-  struct mend_http *H = s->H;
-  if (s->prev) s->prev->next = s->next;
-  else H->socks = s->next;
-  if (s->next) s->next->prev = s->prev;
   uv_poll_stop(&s->poll);
   uv_close((uv_handle_t *)&s->poll, sock_closed);
 }
@@ -144,27 +145,40 @@ static void on_poll(uv_poll_t *p, int status, int events) {
   check_done(H);
 }
 
+static http_sock *sock_for(struct mend_http *H, curl_socket_t fd) {
+  if (fd < 0) return NULL;
+  if (fd >= H->nbyfd) {
+    int n = H->nbyfd ? H->nbyfd : 64;
+    while (n <= fd) n *= 2;
+    http_sock **t = realloc(H->byfd, (size_t)n * sizeof *t);
+    if (!t) return NULL;
+    memset(t + H->nbyfd, 0, (size_t)(n - H->nbyfd) * sizeof *t);
+    H->byfd = t;
+    H->nbyfd = n;
+  }
+  http_sock *s = H->byfd[fd];
+  if (s) return s;
+  s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  s->fd = fd;
+  s->H = H;
+  if (uv_poll_init_socket(H->E->loop, &s->poll, fd)) { free(s); return NULL; }
+  s->poll.data = s;
+  H->byfd[fd] = s;
+  return s;
+}
+
 static int on_socket(CURL *easy, curl_socket_t fd, int what, void *ud, void *sockp) {
   (void)easy;
   struct mend_http *H = ud;
   http_sock *s = sockp;
   if (what == CURL_POLL_REMOVE) {
-    if (s) {
-      sock_close(s);
-      curl_multi_assign(H->multi, fd, NULL);
-    }
+    if (s) uv_poll_stop(&s->poll);
     return 0;
   }
   if (!s) {
-    s = calloc(1, sizeof *s);
+    s = sock_for(H, fd);
     if (!s) return -1;
-    s->fd = fd;
-    s->H = H;
-    if (uv_poll_init_socket(H->E->loop, &s->poll, fd)) { free(s); return -1; }
-    s->poll.data = s;
-    s->next = H->socks;
-    if (H->socks) H->socks->prev = s;
-    H->socks = s;
     curl_multi_assign(H->multi, fd, s);
   }
   int ev = 0;
@@ -253,7 +267,9 @@ void mend__http_close(mend_engine *E) {
     free(H->memo[k].clean);
   }
   curl_multi_cleanup(H->multi);
-  while (H->socks) sock_close(H->socks);
+  for (int k = 0; k < H->nbyfd; k++)
+    if (H->byfd[k]) sock_close(H->byfd[k]);
+  free(H->byfd);
   uv_timer_stop(H->timer);
   uv_close((uv_handle_t *)H->timer, timer_closed);
   free(H);
