@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "json.h"
 #include "mend.h"
@@ -41,11 +43,13 @@ struct mend_http {
   mend_engine *E;
   CURLM *multi;
   uv_timer_t *timer;
-  /* A poll handle per socket number, made the first time curl asks about that number and
-   * only stopped when curl says it is done with the socket: a kept-alive connection is
-   * watched again for its next request without a handle made and closed around each
-   * request (an ioctl and three epoll_ctl a time). One handle per number, never two: a
-   * number closed and given to a new socket finds its stopped handle and starts it. */
+  /* A poll handle per socket curl watches, by number. A connection's socket (opened and
+   * closed through on_open_socket and on_close_socket) keeps its handle, stopped between
+   * requests, until it is closed: a kept-alive connection is watched again for its next
+   * request without a handle made and closed around each (an ioctl and epoll_ctl calls).
+   * Any other socket's handle (a resolver's) is closed when curl stops watching it: curl
+   * closes those itself, and a handle must never outlive its number's socket, or closing it
+   * later would take the number's next owner out of the loop's epoll set. */
   struct http_sock **byfd;
   int nbyfd;
   struct http_req *reqs;     /* in flight, abandoned ones too */
@@ -64,6 +68,7 @@ typedef struct http_sock {
   uv_poll_t poll;
   curl_socket_t fd;
   struct mend_http *H;
+  int connection;   /* opened by on_open_socket: closed by on_close_socket */
 } http_sock;
 
 typedef struct codes { int n; long v[HTTP_MAX_CODES]; } codes;
@@ -168,12 +173,35 @@ static http_sock *sock_for(struct mend_http *H, curl_socket_t fd) {
   return s;
 }
 
+static void sock_drop(struct mend_http *H, curl_socket_t fd) {
+  if (fd < 0 || fd >= H->nbyfd || !H->byfd[fd]) return;
+  sock_close(H->byfd[fd]);
+  H->byfd[fd] = NULL;
+}
+
+static curl_socket_t on_open_socket(void *ud, curlsocktype purpose, struct curl_sockaddr *a) {
+  (void)purpose;
+  struct mend_http *H = ud;
+  curl_socket_t fd = socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+  if (fd == CURL_SOCKET_BAD) return fd;
+  sock_drop(H, fd);   /* none should be left for this number; if one is, it is not this socket's */
+  http_sock *s = sock_for(H, fd);
+  if (s) s->connection = 1;   /* else made when curl first watches it, closed when it stops */
+  return fd;
+}
+
+static int on_close_socket(void *ud, curl_socket_t fd) {
+  sock_drop(ud, fd);   /* while the number is still this socket's */
+  return close(fd);
+}
+
 static int on_socket(CURL *easy, curl_socket_t fd, int what, void *ud, void *sockp) {
   (void)easy;
   struct mend_http *H = ud;
   http_sock *s = sockp;
   if (what == CURL_POLL_REMOVE) {
-    if (s) uv_poll_stop(&s->poll);
+    if (s && s->connection) uv_poll_stop(&s->poll);
+    else if (s) sock_drop(H, fd);
     return 0;
   }
   if (!s) {
@@ -722,6 +750,10 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
   curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt(c, CURLOPT_HEADERDATA, q);
   curl_easy_setopt(c, CURLOPT_PRIVATE, q);
+  curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
+  curl_easy_setopt(c, CURLOPT_OPENSOCKETDATA, q->H);
+  curl_easy_setopt(c, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
+  curl_easy_setopt(c, CURLOPT_CLOSESOCKETDATA, q->H);
   curl_easy_setopt(c, CURLOPT_USERAGENT, "mend/" MEND_VERSION_STRING);
   return 0;
 }
