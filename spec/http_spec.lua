@@ -215,6 +215,16 @@ describe("mend.http", function()
     assert.are.equal("mine", reqs[3].idempotency_key)
   end)
 
+  it("sends a header of kilobytes whole", function()
+    script({ ["/auth"] = { { status = 200 } } })
+    local token = "Bearer " .. string.rep("t0K3n", 1000)
+    local eng, id = run_http(function()
+      return { url = server.base .. "/auth", headers = { Authorization = token } }
+    end)
+    assert.are.equal("succeeded", eng:status(id).status)
+    assert.are.equal(token, seen("/auth")[1].authorization)
+  end)
+
   it("reuses a kept-alive connection for the next request", function()
     script({ ["/ka"] = { { status = 200, body = "1" } } })
     local eng = H.new_engine()

@@ -9,7 +9,8 @@ responses, the n-th request to the path getting the n-th one and every later req
 A response is {"status", "headers": {...}, "body", "size": n (a body of n bytes of "x"),
 "delay": seconds before answering, "gzip": true (the body sent gzip-compressed, with
 Content-Encoding)}; a path not in the script gets 404. Every request is
-appended to LOG as one JSON line: {"method", "path", "idempotency_key", "accept_encoding", "body",
+appended to LOG as one JSON line: {"method", "path", "idempotency_key", "accept_encoding",
+"authorization", "body",
 "client_port" (the same port twice: the client reused its connection), "in_flight" (requests
 being answered when it arrived, itself included: how many a client had open at once)}.
 It must never decide anything a spec asserts beyond what the script says.
@@ -47,6 +48,7 @@ class Handler(BaseHTTPRequestHandler):
                 f.write(json.dumps({"method": self.command, "path": path,
                                     "idempotency_key": self.headers.get("Idempotency-Key"),
                                     "accept_encoding": self.headers.get("Accept-Encoding"),
+                                    "authorization": self.headers.get("Authorization"),
                                     "body": body_in,
                                     "client_port": self.client_address[1],
                                     "in_flight": in_flight[0]}) + "\n")

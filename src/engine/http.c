@@ -616,10 +616,17 @@ out:
   return rc;
 }
 
+/* "name: value" whole, however long (a bearer token can run to kilobytes). */
 static int add_header(http_req *q, const char *name, const char *value) {
-  char line[1200];
-  snprintf(line, sizeof line, "%s: %s", name, value);
-  struct curl_slist *l = curl_slist_append(q->headers, line);
+  size_t n = strlen(name), v = strlen(value);
+  char small[512];
+  char *line = n + v + 3 <= sizeof small ? small : malloc(n + v + 3);
+  if (!line) return -1;
+  memcpy(line, name, n);
+  memcpy(line + n, ": ", 2);
+  memcpy(line + n + 2, value, v + 1);
+  struct curl_slist *l = curl_slist_append(q->headers, line);   /* copies it */
+  if (line != small) free(line);
   if (!l) return -1;
   q->headers = l;
   return 0;
