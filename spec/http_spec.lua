@@ -215,6 +215,27 @@ describe("mend.http", function()
     assert.are.equal("mine", reqs[3].idempotency_key)
   end)
 
+  it("sends each item of a map its own Idempotency-Key, ctx.idempotency_key", function()
+    script({ ["/item"] = { { status = 200 } } })
+    local eng = H.new_engine()
+    local keys = {}
+    eng:register({ name = "mi", steps = { { name = "charge",
+      map = function(ctx) return ctx.input.items end,
+      step = { execute = function(ctx)
+        keys[#keys + 1] = ctx.idempotency_key
+        mend.http{ method = "POST", url = server.base .. "/item" }
+      end } } } })
+    local id = eng:start("mi", { items = { 1, 2, 3 } })
+    eng:run()
+    assert.are.equal("succeeded", eng:status(id).status)
+    local sent = {}
+    for _, r in ipairs(seen("/item")) do sent[#sent + 1] = r.idempotency_key end
+    table.sort(keys)
+    table.sort(sent)
+    assert.are.same({ id .. "/charge/1", id .. "/charge/2", id .. "/charge/3" }, keys)
+    assert.are.same(keys, sent)
+  end)
+
   it("sends a header of kilobytes whole", function()
     script({ ["/auth"] = { { status = 200 } } })
     local token = "Bearer " .. string.rep("t0K3n", 1000)

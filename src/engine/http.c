@@ -719,11 +719,24 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
       strcmp(q->method, "HEAD")) {
     int i = r->cur;
     const step_rt *st = &r->steps[i];
-    char key[600];
-    if (st->custom_key && st->idem_key) snprintf(key, sizeof key, "%s", st->idem_key);
-    else snprintf(key, sizeof key, "%s/%s", r->id, r->wf->steps[i].name);
-    if (strpbrk(key, "\r\n")) { snprintf(err, (size_t)errlen, "the idempotency key has a newline"); return -1; }
-    if (add_header(q, "Idempotency-Key", key)) return -1;
+    /* ctx.idempotency_key's: a map's item or a branch is named for itself ("charge/3") */
+    const char *key = st->custom_key ? st->idem_key : NULL;
+    char small[256], *built = NULL;
+    if (!key) {
+      const char *name = r->item_name ? r->item_name : r->wf->steps[i].name;
+      size_t idn = strlen(r->id), nn = strlen(name);
+      built = idn + nn + 2 <= sizeof small ? small : malloc(idn + nn + 2);
+      if (!built) { snprintf(err, (size_t)errlen, "out of memory"); return -1; }
+      memcpy(built, r->id, idn);
+      built[idn] = '/';
+      memcpy(built + idn + 1, name, nn + 1);
+      key = built;
+    }
+    int bad = strpbrk(key, "\r\n") != NULL;
+    int rc = bad ? 0 : add_header(q, "Idempotency-Key", key);
+    if (built != small) free(built);
+    if (bad) { snprintf(err, (size_t)errlen, "the idempotency key has a newline"); return -1; }
+    if (rc) { snprintf(err, (size_t)errlen, "out of memory"); return -1; }
   }
   if (q->headers) curl_easy_setopt(c, CURLOPT_HTTPHEADER, q->headers);
   /* limits and mapping */
