@@ -1,12 +1,15 @@
 /*
  * http: the requests of mend.http. Owns the engine's libcurl multi handle driven by the loop
- * (a uv_poll per socket curl asks about, one uv_timer for curl's timer), one request per
- * waiting attempt from its start to the step's resumption with (true, response) or (false,
- * error), what a status code means (retryable, fatal, returned), the Idempotency-Key header,
- * the host allow-list and the text each request leaves in its attempt's history detail.
+ * (a uv_poll per socket curl watches, the connections' sockets it opens and closes for curl,
+ * one uv_timer for curl's timer), the idle easy handles and the URLs checked lately, one
+ * request per waiting attempt from its start to the step's resumption with (true, response)
+ * or (false, error), what a status code means (retryable, fatal, returned), the
+ * Idempotency-Key header, the host allow-list and the text each request leaves in its
+ * attempt's history detail.
  * Must never: block the loop (no easy_perform, no blocking resolver wait on the loop's
  * thread beyond what libcurl's own threaded resolver does); resume an attempt that is no
- * longer the request's; send a request to a host the allow-list refuses.
+ * longer the request's; send a request to a host the allow-list refuses; let one request's
+ * options reach the next on a reused handle; keep a poll handle past its socket.
  */
 #include "engine_int.h"
 
