@@ -100,6 +100,21 @@ describe("mend.http", function()
     assert.matches("GET http://127.0.0.1:%d+/ok %-> 200", ok.detail)
   end)
 
+  it("offers compression only when the call asks, and then gives the body decoded", function()
+    script({ ["/plain"] = { { status = 200, body = "plain" } },
+             ["/gz"] = { { status = 200, body = "squeezed squeezed squeezed", gzip = true } } })
+    local eng, id, box = run_http(function() return { url = server.base .. "/plain" } end)
+    assert.are.equal("succeeded", eng:status(id).status)
+    assert.are.equal(mend.json.null, seen("/plain")[1].accept_encoding)   -- no such header
+    eng, id, box = run_http(function()
+      return { url = server.base .. "/gz", headers = { ["Accept-Encoding"] = "gzip" } }
+    end)
+    assert.are.equal("succeeded", eng:status(id).status)
+    assert.are.equal("gzip", seen("/gz")[1].accept_encoding)
+    assert.are.equal("squeezed squeezed squeezed", box.res.body)
+    assert.are.equal("gzip", box.res.headers["content-encoding"])
+  end)
+
   it("waits exactly Retry-After seconds after a 429, not the backoff", function()
     script({ ["/rl"] = { { status = 429, headers = { ["Retry-After"] = "3" }, body = "slow down" },
                          { status = 200, body = "done" } } })
@@ -198,6 +213,37 @@ describe("mend.http", function()
     assert.are.equal(mend.json.null, reqs[1].idempotency_key)
     assert.are.equal(mend.json.null, reqs[2].idempotency_key)
     assert.are.equal("mine", reqs[3].idempotency_key)
+  end)
+
+  it("sends each item of a map its own Idempotency-Key, ctx.idempotency_key", function()
+    script({ ["/item"] = { { status = 200 } } })
+    local eng = H.new_engine()
+    local keys = {}
+    eng:register({ name = "mi", steps = { { name = "charge",
+      map = function(ctx) return ctx.input.items end,
+      step = { execute = function(ctx)
+        keys[#keys + 1] = ctx.idempotency_key
+        mend.http{ method = "POST", url = server.base .. "/item" }
+      end } } } })
+    local id = eng:start("mi", { items = { 1, 2, 3 } })
+    eng:run()
+    assert.are.equal("succeeded", eng:status(id).status)
+    local sent = {}
+    for _, r in ipairs(seen("/item")) do sent[#sent + 1] = r.idempotency_key end
+    table.sort(keys)
+    table.sort(sent)
+    assert.are.same({ id .. "/charge/1", id .. "/charge/2", id .. "/charge/3" }, keys)
+    assert.are.same(keys, sent)
+  end)
+
+  it("sends a header of kilobytes whole", function()
+    script({ ["/auth"] = { { status = 200 } } })
+    local token = "Bearer " .. string.rep("t0K3n", 1000)
+    local eng, id = run_http(function()
+      return { url = server.base .. "/auth", headers = { Authorization = token } }
+    end)
+    assert.are.equal("succeeded", eng:status(id).status)
+    assert.are.equal(token, seen("/auth")[1].authorization)
   end)
 
   it("reuses a kept-alive connection for the next request", function()

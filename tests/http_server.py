@@ -7,12 +7,15 @@ line of output. For each request it reads SCRIPT (a JSON object, re-read at ever
 that a spec can change it) and answers with the entry of the request's path: a list of
 responses, the n-th request to the path getting the n-th one and every later request the last.
 A response is {"status", "headers": {...}, "body", "size": n (a body of n bytes of "x"),
-"delay": seconds before answering}; a path not in the script gets 404. Every request is
-appended to LOG as one JSON line: {"method", "path", "idempotency_key", "body",
+"delay": seconds before answering, "gzip": true (the body sent gzip-compressed, with
+Content-Encoding)}; a path not in the script gets 404. Every request is
+appended to LOG as one JSON line: {"method", "path", "idempotency_key", "accept_encoding",
+"authorization", "body",
 "client_port" (the same port twice: the client reused its connection), "in_flight" (requests
 being answered when it arrived, itself included: how many a client had open at once)}.
 It must never decide anything a spec asserts beyond what the script says.
 """
+import gzip
 import json
 import os
 import ssl
@@ -44,6 +47,8 @@ class Handler(BaseHTTPRequestHandler):
             with open(LOG, "a") as f:
                 f.write(json.dumps({"method": self.command, "path": path,
                                     "idempotency_key": self.headers.get("Idempotency-Key"),
+                                    "accept_encoding": self.headers.get("Accept-Encoding"),
+                                    "authorization": self.headers.get("Authorization"),
                                     "body": body_in,
                                     "client_port": self.client_address[1],
                                     "in_flight": in_flight[0]}) + "\n")
@@ -68,9 +73,13 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(r["delay"])
         body = ("x" * r["size"]) if "size" in r else r.get("body", "")
         data = body.encode()
+        if r.get("gzip"):
+            data = gzip.compress(data)
         self.send_response(r.get("status", 200))
         for k, v in (r.get("headers") or {}).items():
             self.send_header(k, v)
+        if r.get("gzip"):
+            self.send_header("Content-Encoding", "gzip")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         if self.command != "HEAD":

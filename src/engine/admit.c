@@ -31,6 +31,16 @@ mend_run *mend__fifo_pop(run_fifo *f) {
   return r;
 }
 
+/* A run taken from a concurrency queue starts its call in this turn or the next, not behind
+ * the open batch: that batch holds others' writes (the success of the attempt that freed the
+ * slot), not its own. Its own last transition was durable before its action came up (it
+ * queued from do_action) and it writes nothing while it waits (a cancel takes it out first),
+ * so the write-ahead rule holds without a commit between two requests of a breaker. */
+void mend__admit_next(mend_run *r) {
+  if (r->wait_seq <= mend_store_durable_seq(r->E->store)) mend__queue_now(r, r->next_action);
+  else mend__queue(r, r->next_action);
+}
+
 /* ---------------------------------------------------------------- breakers */
 
 struct mend_breaker_slot *mend__breaker_slot(mend_engine *E, const char *key,

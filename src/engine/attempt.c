@@ -258,7 +258,7 @@ void mend__end_attempt(mend_run *r) {
     r->held = NULL;
   }
   if (!next) next = mend__fifo_pop(&E->throttled);
-  if (next) mend__queue(next, next->next_action);
+  if (next) mend__admit_next(next);
   /* Closing runs the __close handlers of the attempt's pending to-be-closed variables: under
    * its limits, and not at all once a limit stopped it (Lua would run them unhooked). */
   if (!r->limits.tripped && !mend_limits_stopped(E->L, r->co)) {

@@ -373,6 +373,7 @@ struct mend_breaker_slot *mend__breaker_slot(mend_engine *E, const char *key,
                                              const mend_breaker_policy *p);
 mend_run *mend__fifo_pop(run_fifo *f);
 void mend__fifo_push(run_fifo *f, mend_run *r);
+void mend__admit_next(mend_run *r);
 
 /* ---- notify.c: alerts and events, heard after the batch that records them commits */
 void mend__alert(mend_run *r, const char *kind, int step, const char *reason, const char *error);

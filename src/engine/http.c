@@ -1,12 +1,15 @@
 /*
  * http: the requests of mend.http. Owns the engine's libcurl multi handle driven by the loop
- * (a uv_poll per socket curl asks about, one uv_timer for curl's timer), one request per
- * waiting attempt from its start to the step's resumption with (true, response) or (false,
- * error), what a status code means (retryable, fatal, returned), the Idempotency-Key header,
- * the host allow-list and the text each request leaves in its attempt's history detail.
+ * (a uv_poll per socket curl watches, the connections' sockets it opens and closes for curl,
+ * one uv_timer for curl's timer), the idle easy handles and the URLs checked lately, one
+ * request per waiting attempt from its start to the step's resumption with (true, response)
+ * or (false, error), what a status code means (retryable, fatal, returned), the
+ * Idempotency-Key header, the host allow-list and the text each request leaves in its
+ * attempt's history detail.
  * Must never: block the loop (no easy_perform, no blocking resolver wait on the loop's
  * thread beyond what libcurl's own threaded resolver does); resume an attempt that is no
- * longer the request's; send a request to a host the allow-list refuses.
+ * longer the request's; send a request to a host the allow-list refuses; let one request's
+ * options reach the next on a reused handle; keep a poll handle past its socket.
  */
 #include "engine_int.h"
 
@@ -16,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "json.h"
 #include "mend.h"
@@ -28,19 +33,45 @@
 #define HTTP_DETAIL_MAX 4000        /* what an attempt's requests may add to its history row */
 #define HTTP_BODY_IN_MESSAGE 200
 
+/* URLs checked lately, with what they became: a step calls the same few URLs again and again,
+ * and checking one (a parse, four parts copied, the URL printed again) was two thirds of a
+ * call's setup. Only allowed URLs are kept, and the allow-list is fixed for an engine's life,
+ * so a hit stands for the check. */
+#define HTTP_URL_MEMO 8
+/* Easy handles kept reset between requests: making and freeing one per request cost 15k
+ * instructions, a sixth of curl's share of a request. At most this many idle. */
+#define HTTP_IDLE_EASY 256
+
 struct mend_http {
   mend_engine *E;
   CURLM *multi;
   uv_timer_t *timer;
-  struct http_sock *socks;
+  /* A poll handle per socket curl watches, by number. A connection's socket (opened and
+   * closed through on_open_socket and on_close_socket) keeps its handle, stopped between
+   * requests, until it is closed: a kept-alive connection is watched again for its next
+   * request without a handle made and closed around each (an ioctl and epoll_ctl calls).
+   * Any other socket's handle (a resolver's) is closed when curl stops watching it: curl
+   * closes those itself, and a handle must never outlive its number's socket, or closing it
+   * later would take the number's next owner out of the loop's epoll set. */
+  struct http_sock **byfd;
+  int nbyfd;
   struct http_req *reqs;     /* in flight, abandoned ones too */
+  struct { char *url, *clean; } memo[HTTP_URL_MEMO];
+  int memo_next;
+  CURL *idle[HTTP_IDLE_EASY];
+  int nidle;
+  /* Connections kept open for later requests: four per request at the most ever in flight.
+   * Curl's own default follows the requests in flight now, and an answer's burst (dozens of
+   * transfers ended in one poll, the next ones started a turn later) made it close a third of
+   * W9's connections and open them again. */
+  int in_multi, max_in_multi;
 };
 
 typedef struct http_sock {
   uv_poll_t poll;
   curl_socket_t fd;
   struct mend_http *H;
-  struct http_sock *prev, *next;
+  int connection;   /* opened by on_open_socket: closed by on_close_socket */
 } http_sock;
 
 typedef struct codes { int n; long v[HTTP_MAX_CODES]; } codes;
@@ -53,7 +84,7 @@ struct http_req {
   char *body;
   char *out, *hdr;
   size_t len, cap, hlen, hcap, max_bytes;
-  int too_big, raise;
+  int too_big, raise, added;
   codes retry_on, fatal_on, accept;
   char method[16];
   char *url;                  /* without credentials: for messages and history */
@@ -106,10 +137,6 @@ static void check_done(struct mend_http *H);
 static void sock_closed(uv_handle_t *h) { free(h->data); }
 
 static void sock_close(http_sock *s) {
-  struct mend_http *H = s->H;
-  if (s->prev) s->prev->next = s->next;
-  else H->socks = s->next;
-  if (s->next) s->next->prev = s->prev;
   uv_poll_stop(&s->poll);
   uv_close((uv_handle_t *)&s->poll, sock_closed);
 }
@@ -126,27 +153,63 @@ static void on_poll(uv_poll_t *p, int status, int events) {
   check_done(H);
 }
 
+static http_sock *sock_for(struct mend_http *H, curl_socket_t fd) {
+  if (fd < 0) return NULL;
+  if (fd >= H->nbyfd) {
+    int n = H->nbyfd ? H->nbyfd : 64;
+    while (n <= fd) n *= 2;
+    http_sock **t = realloc(H->byfd, (size_t)n * sizeof *t);
+    if (!t) return NULL;
+    memset(t + H->nbyfd, 0, (size_t)(n - H->nbyfd) * sizeof *t);
+    H->byfd = t;
+    H->nbyfd = n;
+  }
+  http_sock *s = H->byfd[fd];
+  if (s) return s;
+  s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  s->fd = fd;
+  s->H = H;
+  if (uv_poll_init_socket(H->E->loop, &s->poll, fd)) { free(s); return NULL; }
+  s->poll.data = s;
+  H->byfd[fd] = s;
+  return s;
+}
+
+static void sock_drop(struct mend_http *H, curl_socket_t fd) {
+  if (fd < 0 || fd >= H->nbyfd || !H->byfd[fd]) return;
+  sock_close(H->byfd[fd]);
+  H->byfd[fd] = NULL;
+}
+
+static curl_socket_t on_open_socket(void *ud, curlsocktype purpose, struct curl_sockaddr *a) {
+  (void)purpose;
+  struct mend_http *H = ud;
+  curl_socket_t fd = socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+  if (fd == CURL_SOCKET_BAD) return fd;
+  sock_drop(H, fd);   /* none should be left for this number; if one is, it is not this socket's */
+  http_sock *s = sock_for(H, fd);
+  if (s) s->connection = 1;   /* else made when curl first watches it, closed when it stops */
+  return fd;
+}
+
+static int on_close_socket(void *ud, curl_socket_t fd) {
+  sock_drop(ud, fd);   /* while the number is still this socket's */
+  return close(fd);
+}
+
 static int on_socket(CURL *easy, curl_socket_t fd, int what, void *ud, void *sockp) {
   (void)easy;
   struct mend_http *H = ud;
   http_sock *s = sockp;
   if (what == CURL_POLL_REMOVE) {
-    if (s) {
-      sock_close(s);
-      curl_multi_assign(H->multi, fd, NULL);
-    }
+    if (s && s->connection) uv_poll_stop(&s->poll);
+    else if (s) sock_drop(H, fd);
     return 0;
   }
   if (!s) {
-    s = calloc(1, sizeof *s);
+    s = sock_for(H, fd);
     if (!s) return -1;
-    s->fd = fd;
-    s->H = H;
-    if (uv_poll_init_socket(H->E->loop, &s->poll, fd)) { free(s); return -1; }
-    s->poll.data = s;
-    s->next = H->socks;
-    if (H->socks) H->socks->prev = s;
-    H->socks = s;
     curl_multi_assign(H->multi, fd, s);
   }
   int ev = 0;
@@ -204,8 +267,14 @@ static void req_free(http_req *q) {
   if (q->prev) q->prev->next = q->next;
   else H->reqs = q->next;
   if (q->next) q->next->prev = q->prev;
+  if (q->added) H->in_multi--;
   curl_multi_remove_handle(H->multi, q->easy);
-  curl_easy_cleanup(q->easy);
+  if (H->nidle < HTTP_IDLE_EASY) {
+    curl_easy_reset(q->easy);   /* nothing of this request's options reaches the next */
+    H->idle[H->nidle++] = q->easy;
+  } else {
+    curl_easy_cleanup(q->easy);
+  }
   curl_slist_free_all(q->headers);
   free(q->body);
   free(q->out);
@@ -223,8 +292,15 @@ void mend__http_close(mend_engine *E) {
     if (H->reqs->run) H->reqs->run->http = NULL;
     req_free(H->reqs);
   }
+  while (H->nidle) curl_easy_cleanup(H->idle[--H->nidle]);
+  for (int k = 0; k < HTTP_URL_MEMO; k++) {
+    free(H->memo[k].url);
+    free(H->memo[k].clean);
+  }
   curl_multi_cleanup(H->multi);
-  while (H->socks) sock_close(H->socks);
+  for (int k = 0; k < H->nbyfd; k++)
+    if (H->byfd[k]) sock_close(H->byfd[k]);
+  free(H->byfd);
   uv_timer_stop(H->timer);
   uv_close((uv_handle_t *)H->timer, timer_closed);
   free(H);
@@ -264,7 +340,9 @@ static double retry_after(mend_engine *E, const char *v) {
 
 /* Pushes the headers as a table of lower-case names; a repeated one is joined with ", ". */
 static void push_headers(lua_State *co, http_req *q, const char **retry_after_v) {
-  lua_newtable(co);
+  int lines = 0;   /* sized once: grown from empty, the table was rehashed at each power of 2 */
+  for (const char *p = q->hdr; p && (p = strchr(p, '\n')); p++) lines++;
+  lua_createtable(co, 0, lines);
   if (!q->hdr) return;
   char *line = q->hdr;
   while (*line) {
@@ -479,6 +557,15 @@ static int host_allowed(const char *list, const char *host) {
 /* Parses and checks the URL: http or https, a host the engine allows. Sets q->url (without
  * user and password). */
 static int check_url(mend_engine *E, http_req *q, const char *url, char *err, int errlen) {
+  struct mend_http *H = q->H;
+  for (int k = 0; k < HTTP_URL_MEMO; k++) {
+    if (H->memo[k].url && strcmp(H->memo[k].url, url) == 0) {
+      q->url = mend_dupstr(H->memo[k].clean);
+      if (q->url) return 0;
+      snprintf(err, (size_t)errlen, "out of memory");
+      return -1;
+    }
+  }
   CURLU *u = curl_url();
   if (!u) { snprintf(err, (size_t)errlen, "out of memory"); return -1; }
   char *scheme = NULL, *host = NULL;
@@ -509,7 +596,22 @@ static int check_url(mend_engine *E, http_req *q, const char *url, char *err, in
     curl_free(clean);
   }
   rc = q->url ? 0 : -1;
-  if (rc) snprintf(err, (size_t)errlen, "out of memory");
+  if (rc) {
+    snprintf(err, (size_t)errlen, "out of memory");
+    goto out;
+  }
+  char *mu = mend_dupstr(url), *mc = mend_dupstr(q->url);
+  if (mu && mc) {   /* not remembered if memory is short: checked again next time */
+    int k = H->memo_next;
+    H->memo_next = (k + 1) % HTTP_URL_MEMO;
+    free(H->memo[k].url);
+    free(H->memo[k].clean);
+    H->memo[k].url = mu;
+    H->memo[k].clean = mc;
+  } else {
+    free(mu);
+    free(mc);
+  }
 out:
   curl_free(scheme);
   curl_free(host);
@@ -517,10 +619,17 @@ out:
   return rc;
 }
 
+/* "name: value" whole, however long (a bearer token can run to kilobytes). */
 static int add_header(http_req *q, const char *name, const char *value) {
-  char line[1200];
-  snprintf(line, sizeof line, "%s: %s", name, value);
-  struct curl_slist *l = curl_slist_append(q->headers, line);
+  size_t n = strlen(name), v = strlen(value);
+  char small[512];
+  char *line = n + v + 3 <= sizeof small ? small : malloc(n + v + 3);
+  if (!line) return -1;
+  memcpy(line, name, n);
+  memcpy(line + n, ": ", 2);
+  memcpy(line + n + 2, value, v + 1);
+  struct curl_slist *l = curl_slist_append(q->headers, line);   /* copies it */
+  if (line != small) free(line);
   if (!l) return -1;
   q->headers = l;
   return 0;
@@ -573,7 +682,8 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
     if (!isalpha((unsigned char)q->method[k])) { snprintf(err, (size_t)errlen, "bad method \"%s\"", method); return -1; }
   lua_pop(L, 1);
   if (strcmp(q->method, "HEAD") == 0) curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
-  else if (strcmp(q->method, "GET") != 0) curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, q->method);
+  else if (strcmp(q->method, "GET") != 0 && !(q->body && strcmp(q->method, "POST") == 0))
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, q->method);   /* a body is POSTed by default */
   if (q->body) {
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, q->body);
     curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
@@ -594,7 +704,12 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
       }
       if (strcasecmp(name, "content-type") == 0) has_type = 1;
       if (strcasecmp(name, "idempotency-key") == 0) has_key = 1;
-      if (add_header(q, name, lua_tostring(L, -1))) { snprintf(err, (size_t)errlen, "out of memory"); return -1; }
+      /* Compression is asked for by the call, and then curl both offers it and decodes the
+       * answer ("" offers every encoding it has). Not by default: offering it cost a seventh
+       * of a small request's instructions, for answers most services send plain. */
+      if (strcasecmp(name, "accept-encoding") == 0)
+        curl_easy_setopt(q->easy, CURLOPT_ACCEPT_ENCODING, lua_tostring(L, -1));   /* copied */
+      else if (add_header(q, name, lua_tostring(L, -1))) { snprintf(err, (size_t)errlen, "out of memory"); return -1; }
       lua_pop(L, 1);
     }
   } else if (ht != LUA_TNIL) {
@@ -607,11 +722,24 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
       strcmp(q->method, "HEAD")) {
     int i = r->cur;
     const step_rt *st = &r->steps[i];
-    char key[600];
-    if (st->custom_key && st->idem_key) snprintf(key, sizeof key, "%s", st->idem_key);
-    else snprintf(key, sizeof key, "%s/%s", r->id, r->wf->steps[i].name);
-    if (strpbrk(key, "\r\n")) { snprintf(err, (size_t)errlen, "the idempotency key has a newline"); return -1; }
-    if (add_header(q, "Idempotency-Key", key)) return -1;
+    /* ctx.idempotency_key's: a map's item or a branch is named for itself ("charge/3") */
+    const char *key = st->custom_key ? st->idem_key : NULL;
+    char small[256], *built = NULL;
+    if (!key) {
+      const char *name = r->item_name ? r->item_name : r->wf->steps[i].name;
+      size_t idn = strlen(r->id), nn = strlen(name);
+      built = idn + nn + 2 <= sizeof small ? small : malloc(idn + nn + 2);
+      if (!built) { snprintf(err, (size_t)errlen, "out of memory"); return -1; }
+      memcpy(built, r->id, idn);
+      built[idn] = '/';
+      memcpy(built + idn + 1, name, nn + 1);
+      key = built;
+    }
+    int bad = strpbrk(key, "\r\n") != NULL;
+    int rc = bad ? 0 : add_header(q, "Idempotency-Key", key);
+    if (built != small) free(built);
+    if (bad) { snprintf(err, (size_t)errlen, "the idempotency key has a newline"); return -1; }
+    if (rc) { snprintf(err, (size_t)errlen, "out of memory"); return -1; }
   }
   if (q->headers) curl_easy_setopt(c, CURLOPT_HTTPHEADER, q->headers);
   /* limits and mapping */
@@ -645,7 +773,10 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
   curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt(c, CURLOPT_HEADERDATA, q);
   curl_easy_setopt(c, CURLOPT_PRIVATE, q);
-  curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, "");
+  curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
+  curl_easy_setopt(c, CURLOPT_OPENSOCKETDATA, q->H);
+  curl_easy_setopt(c, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
+  curl_easy_setopt(c, CURLOPT_CLOSESOCKETDATA, q->H);
   curl_easy_setopt(c, CURLOPT_USERAGENT, "mend/" MEND_VERSION_STRING);
   return 0;
 }
@@ -657,7 +788,7 @@ int mend_engine_http(lua_State *L, char *err, int errlen) {
   luaL_checktype(L, 1, LUA_TTABLE);
   struct mend_http *H = http_state(E);
   http_req *q = H ? calloc(1, sizeof *q) : NULL;
-  if (q) q->easy = curl_easy_init();
+  if (q) q->easy = H->nidle ? H->idle[--H->nidle] : curl_easy_init();
   if (!q || !q->easy) {
     if (q) free(q);
     snprintf(err, (size_t)errlen, "out of memory");
@@ -675,6 +806,12 @@ int mend_engine_http(lua_State *L, char *err, int errlen) {
     if (curl_multi_add_handle(H->multi, q->easy) != CURLM_OK) {
       snprintf(err, (size_t)errlen, "cannot start the request");
       rc = -1;
+    } else {
+      q->added = 1;
+      if (++H->in_multi > H->max_in_multi) {
+        H->max_in_multi = H->in_multi;
+        curl_multi_setopt(H->multi, CURLMOPT_MAXCONNECTS, 4L * H->max_in_multi);
+      }
     }
   }
   if (rc) {

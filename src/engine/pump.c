@@ -263,8 +263,10 @@ int mend__end_batch(mend_engine *E) {
   /* With nothing else ready the loop would only wait for the writer thread: committing a small
    * batch here is as fast and saves a hand-off per transition (latency at moderate load). A
    * backlog is worth a second thread: the loop works through it while the thread writes. */
-  /* A ticking host hands every batch off: the commit (and its fsync) is not the frame's. */
-  if (!E->writer || (E->turn_deadline <= 0 && !E->ready_head &&
+  /* A ticking host hands every batch off: the commit (and its fsync) is not the frame's. With
+   * calls in flight (mend.http, mend.exec) the loop is not idle either: their answers come
+   * while the thread commits (W9: the loop ran every commit between two answers). */
+  if (!E->writer || (E->turn_deadline <= 0 && !E->ready_head && !E->externals &&
                      mend_store_batch_writes(E->store) < HAND_OFF_WRITES)) {
     if (mend__lock_waiting(E)) return 0;   /* its timer kicks the next try */
     int rc = mend__commit_counted(E);

@@ -203,7 +203,7 @@ void mend__give_back(mend_run *r, int was_queued, int was_running) {
   if (was_queued && (r->next_action == ACT_EXECUTE || r->next_action == ACT_COMPENSATE)) {
     mend_run *next = mend__fifo_pop(&slot->waiting);
     if (!next) next = mend__fifo_pop(&E->throttled);
-    if (next) mend__queue(next, next->next_action);
+    if (next) mend__admit_next(next);
   }
   if (was_running && slot->b.state == MEND_BREAKER_HALF_OPEN) mend_breaker_release(&slot->b);
 }

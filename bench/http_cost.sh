@@ -1,0 +1,48 @@
+#!/bin/sh
+# bench/http_cost.sh [C]: W9's cost in instructions, which the machine's load does not move:
+# callgrind over 1,000 and 3,000 runs of bench/http_cost.lua against one nginx on loopback
+# (W9's configuration), and over as many requests of bench/http_raw.c; the difference over
+# the 2,000 extra is what one run (one request) costs, by thread, without start-up and the
+# first connections. Needs valgrind and nginx; builds http_raw, not the module (run
+# `make bench-build` first).
+set -e
+here=$(cd "$(dirname "$0")/.." && pwd)
+build=${BENCH_BUILD_DIR:-build-bench}
+c=${1:-64}
+dir=$(mktemp -d -p "${BENCH_TMP:-/var/tmp}" mend-httpcost.XXXXXX)
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+cat > "$dir/nginx.conf" <<CONF
+worker_processes 1;
+pid $dir/nginx.pid;
+error_log $dir/error.log;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 10000000;
+  keepalive_timeout 60s;
+  client_body_temp_path $dir/body;
+  server {
+    listen 127.0.0.1:$port;
+    location / { default_type application/json; return 200 '{"ok":true}'; }
+  }
+}
+CONF
+nginx -p "$dir" -c "$dir/nginx.conf"
+trap 'kill $(cat "$dir/nginx.pid") 2>/dev/null; rm -rf "$dir"' EXIT
+sleep 0.3
+url="http://127.0.0.1:$port/echo"
+cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -o "$dir/http_raw" "$here/bench/http_raw.c" -lcurl
+total() { grep -h '^totals:\|^summary:' "$1" | head -1 | awk '{print $2}'; }
+for n in 1000 3000; do
+  LUA_PATH="$here/lua/?.lua;$here/lua/?/init.lua;;" LUA_CPATH="$here/$build/lib/?.so;;" \
+    valgrind -q --tool=callgrind --separate-threads=yes --callgrind-out-file="$dir/mend.$n" \
+    lua5.4 "$here/bench/http_cost.lua" "$url" $n "$c" "$dir/w9.db"
+  valgrind -q --tool=callgrind --callgrind-out-file="$dir/raw.$n" "$dir/http_raw" "$url" $n "$c" >/dev/null
+done
+for t in 01 02; do
+  a=$(total "$dir/mend.1000-$t"); b=$(total "$dir/mend.3000-$t")
+  name=$([ $t = 01 ] && echo "loop thread" || echo "writer thread")
+  echo "mend $name: $(( (b - a) / 2000 )) instructions per run"
+done
+a=$(total "$dir/raw.1000"); b=$(total "$dir/raw.3000")
+echo "raw libcurl: $(( (b - a) / 2000 )) instructions per request"
