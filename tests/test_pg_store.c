@@ -511,16 +511,25 @@ static void test_tokens(void) {
   CHECK_EQ_INT(mend__pg_use_token(s, "tok-1", "{\"ok\":true}", 7), 0);
   CHECK_EQ_INT(mend__pg_use_token(s, "tok-1", "{\"ok\":false}", 8), 1);
   CHECK_EQ_INT(mend__pg_commit(s), 0);
-  CHECK_EQ_INT(count("SELECT count(*) FROM tokens WHERE token = 'tok-1' AND used = 7"
+  CHECK_EQ_INT(count("SELECT count(*) FROM tokens WHERE digest = 'tok-1' AND used = 7"
                      " AND outcome = '{\"ok\":true}'"), 1);
   row = mend__pg_token(s, "tok-1");
   CHECK(row && json_is_number(json_object_get(row, "used")));
   CHECK_STR(json_string_value(json_object_get(row, "outcome")), "{\"ok\":true}");
   json_decref(row);
-  /* one token an attempt: a second one for the same attempt fails its batch */
-  mend__pg_put_token(s, "tok-2", "p1", "a", 1, 9);
-  CHECK(mend__pg_commit(s) != 0);
-  CHECK_EQ_INT(count("SELECT count(*) FROM tokens"), 1);
+  /* an attempt run again has a second token (its first is known by digest only): the use of
+   * the first ended it too */
+  CHECK_EQ_INT(mend__pg_put_token(s, "tok-2", "p1", "a", 1, 9), 0);
+  CHECK_EQ_INT(mend__pg_use_token(s, "tok-2", "{\"ok\":false}", 10), 1);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM tokens"), 2);
+  /* two tokens of one attempt, neither used: the first use ends both */
+  CHECK_EQ_INT(mend__pg_put_token(s, "tok-3", "p1", "a", 2, 11), 0);
+  CHECK_EQ_INT(mend__pg_put_token(s, "tok-4", "p1", "a", 2, 12), 0);
+  CHECK_EQ_INT(mend__pg_use_token(s, "tok-4", "{\"ok\":true}", 13), 0);
+  CHECK_EQ_INT(mend__pg_use_token(s, "tok-3", "{\"ok\":true}", 14), 1);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM tokens WHERE attempt = 2 AND used = 13"), 2);
 
   /* a child: linked both ways */
   CHECK_EQ_INT(mend__pg_set_parent(s, "c1", "p1", "ship"), 0);
@@ -650,8 +659,9 @@ static void test_upgrade(void) {
   mend_store *s = open_store();
   CHECK(s != NULL);
   if (!s) return;
-  CHECK_EQ_INT(mend__pg_schema_version(s), 2);
-  CHECK_EQ_INT(count("SELECT value::int FROM meta WHERE key = 'schema_version'"), 2);
+  CHECK_EQ_INT(mend__pg_schema_version(s), MEND_PG_SCHEMA_VERSION);
+  CHECK_EQ_INT(count("SELECT value::int FROM meta WHERE key = 'schema_version'"),
+               MEND_PG_SCHEMA_VERSION);
   CHECK_EQ_INT(count("SELECT count(*) FROM pg_indexes WHERE indexname = 'runs_parent'"), 1);
   json_t *run = mend_store_run(s, "old");
   CHECK_STR(json_string_value(json_object_get(run, "status")), "succeeded");

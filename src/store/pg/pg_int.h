@@ -20,7 +20,7 @@
 #include "pg.h"
 
 /* PostgreSQL's own schema versions (meta 'schema_version'), unrelated to SQLite's. */
-#define MEND_PG_SCHEMA_VERSION 2
+#define MEND_PG_SCHEMA_VERSION 3
 
 /* Statements prepared on every connection at open (pg_schema.c holds their text). The write
  * statements (P_INSERT_RUN .. P_SET_UNAVAILABLE) are the ones a batch records. */
@@ -238,12 +238,12 @@ long long mend__pg_events_after(mend_store *s, long long after, int limit,
 #define PG_TEXT(r, row, col) (PQgetisnull((r), (row), (col)) ? NULL : PQgetvalue((r), (row), (col)))
 
 /* pg_tokens.c: completion tokens and child runs */
-int mend__pg_put_token(mend_store *s, const char *token, const char *run_id, const char *step,
+int mend__pg_put_token(mend_store *s, const char *digest, const char *run_id, const char *step,
                        int attempt, double made);
 int mend__pg_token_of_attempt(mend_store *s, const char *run_id, const char *step, int attempt,
-                              char **token);
-json_t *mend__pg_token(mend_store *s, const char *token);
-int mend__pg_use_token(mend_store *s, const char *token, const char *outcome, double at);
+                              char **digest);
+json_t *mend__pg_token(mend_store *s, const char *digest);
+int mend__pg_use_token(mend_store *s, const char *digest, const char *outcome, double at);
 int mend__pg_set_parent(mend_store *s, const char *id, const char *parent,
                         const char *parent_step);
 json_t *mend__pg_children(mend_store *s, const char *parent);
