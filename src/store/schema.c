@@ -443,11 +443,13 @@ const char *const mend__migrations[MEND_SCHEMA_VERSION] = {
    * function the store's connection registers to upgrade, src/store/tokens.c); an attempt may
    * have two tokens (its first cannot be read back to hand out again), the first used ending
    * both. */
+  "PRAGMA secure_delete = ON;"   /* the old text is zeroed in the pages, not left as free space */
   "UPDATE tokens SET token = mend_token_digest(token);"
   "ALTER TABLE tokens RENAME COLUMN token TO digest;"
   "DROP INDEX tokens_attempt;"
   "CREATE INDEX tokens_attempt ON tokens(run_id, step, attempt);"
   "UPDATE inbox SET key = mend_token_digest(key)"
-  " WHERE key IS NOT NULL AND (name = 'mend.token' OR name LIKE 'mend.token:%');",
+  " WHERE key IS NOT NULL AND (name = 'mend.token' OR name LIKE 'mend.token:%');"
+  "PRAGMA secure_delete = OFF;",
 };
 
