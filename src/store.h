@@ -405,9 +405,10 @@ typedef struct mend_store_methods {
   int (*wake_fd)(mend_store *s, int *opened);
   int (*wake_take)(mend_store *s);
   /* After a call failed: 1 (once) if the failure was the loss of the connection to a server
-   * (it restarted, the session was ended): the batch it was writing is not known to be
-   * committed and is not retried; later calls reconnect. 0 for any other failure (optional:
-   * NULL in a backend without a server). */
+   * (it restarted, the session was ended), or the server rolled the batch back to end a
+   * deadlock: the batch it was writing is not known to be committed and is not retried; later
+   * calls reconnect if need be. 0 for any other failure (optional: NULL in a backend without a
+   * server). */
   int (*conn_lost)(mend_store *s);
   /* The run as the engine rebuilds it (see mend_run_image), read as one snapshot that sees the
    * open batch: 0 and *img filled; -1 on error (errmsg; not_found says when there is no such

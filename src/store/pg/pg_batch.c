@@ -175,6 +175,7 @@ static void take_result(pipe *pp, int i, PGresult *r) {
     if (!pp->failed) {
       const char *code = PQresultErrorField(r, PG_DIAG_SQLSTATE);
       if (pp->kind[i] == K_LIVE && code && strcmp(code, "MENDL") == 0) pp->late = 1;
+      if (mend__pg_conflict(r)) p->tx_conflict = 1;
       mend__pg_fail(p, p->conn, r, what_of(pp->kind[i], pp->rec[i]));
     }
     pp->failed = 1;
@@ -480,8 +481,12 @@ static int flush(mend_pg *p, pg_log *log, int commit, int begin) {
   if (rc != 0) {
     /* The connection gone (the server restarted, the session ended): whether a COMMIT sent
      * was done is not known, so the batch counts as not committed, and the failure is told
-     * once, now (conn_lost); the next batch reconnects. */
-    p->conn_lost = PQstatus(p->conn) != CONNECTION_OK || p->conn_doomed;
+     * once, now (conn_lost); the next batch reconnects. A batch the server rolled back to end
+     * a deadlock (two workers' locks crossing, as on runs one of them lost: SQLSTATE 40P01)
+     * is told the same way: nothing of it was written, and the worker that wrote it reads its
+     * runs again and goes on, on the same connection. */
+    p->conn_lost = PQstatus(p->conn) != CONNECTION_OK || p->conn_doomed || p->tx_conflict;
+    p->tx_conflict = 0;
     mend__pg_rollback(p);
     p->batch_failed = !p->conn_lost;   /* every call fails until commit() says so too */
   }
