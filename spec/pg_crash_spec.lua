@@ -351,6 +351,7 @@ describe("runs on PostgreSQL waiting for tokens and child runs while workers are
     local _, dir, log, client = C.new_setup(0, false, db)
     client:load("spec/support/crash/handoff.lua")
     local w = C.handoff(client, dir, db)
+    local t0 = H.wall()
     math.randomseed(SEED + 2)
     local ROUNDS = math.max(16, CYCLES // 8)
     for cycle = 1, ROUNDS do
@@ -374,10 +375,12 @@ describe("runs on PostgreSQL waiting for tokens and child runs while workers are
       kill9(b)
       w:pump()   -- answered while no worker runs
     end
+    local t_settle = H.wall()
     assert.are.equal(0, C.settle(db, client, w.ids, log, nil, function() w:pump() end))
+    t_settle = H.wall() - t_settle
     local counts = w:audit()
-    print(string.format("\n  %d runs: %s; %d answers refused, %d unsure", #w.ids,
-      mend.json.encode(counts), w.refused, w.unsure))
+    print(string.format("\n  %d runs in %.1fs, settled in %.1fs: %s; %d answers refused, %d unsure",
+      #w.ids, H.wall() - t0, t_settle, mend.json.encode(counts), w.refused, w.unsure))
     assert.is_truthy((counts.succeeded or 0) > 0 and (counts.compensated or 0) > 0)
     assert.is_truthy(counts.children > 0 and w.refused > 0)
   end)

@@ -1,15 +1,15 @@
 /*
  * tokens: completion tokens (`wait = "token"`, issue 18). Owns ctx:token() (a token of 128
  * random bits from the OS for the attempt that asks, its digest recorded and durable before
- * the step's code sees it; the token itself lives only in that execution's ctx, so a reader
- * of the store cannot complete a step), the step's wait once its execute returned, and
- * completing or failing a token
- * from anywhere: the token is marked used and its outcome put in the run's inbox (named
- * mend.token:<step>, one name a step, as a group's branches wait side by side) in one commit,
- * so that whichever worker holds the run, or takes it next, learns of it as it learns of
- * events. Must never: accept a token twice, or one of an attempt other than the one waiting;
- * take an outcome in a batch other than the one that records the step's end, or one meant
- * for another step; give the store, the log or the history a token rather than its digest.
+ * the step's code sees it; the token itself lives only in the attempt's ctx, so a reader of
+ * the store cannot complete a step), the step's wait once its execute returned, and
+ * completing or failing a token from anywhere: the token is marked used and its outcome put
+ * in the run's inbox (named mend.token:<step>, one name a step, as a group's branches wait
+ * side by side) in one commit, so that whichever worker holds the run, or takes it next,
+ * learns of it as it learns of events. Must never: accept a token twice, or one of an attempt
+ * other than the one waiting; take an outcome in a batch other than the one that records the
+ * step's end, or one meant for another step; hand the store a token rather than its digest
+ * (what a workflow logs goes to the log as it is, and to the history masked).
  */
 #include "engine_int.h"
 
