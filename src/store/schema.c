@@ -243,12 +243,14 @@ const char *const mend__query_sql[Q__COUNT] = {
   [Q_TOKEN_OF_ATTEMPT] =   /* tokens_attempt */
     "SELECT digest FROM tokens WHERE run_id = ?1 AND step = ?2 AND attempt = ?3 LIMIT 1",
   [Q_TOKEN] = "SELECT digest, run_id, step, attempt, made, used, outcome FROM tokens WHERE digest = ?1",
-  /* Every token of the attempt is used by the first use of any (one answer an attempt). */
+  /* Every token of the attempt is used by the first use of any (one answer an attempt). The
+   * rows are chosen before any is changed (an IN list is made once): a NOT EXISTS of the
+   * updated table would see the rows this statement changed already, and stop at the first. */
   [Q_USE_TOKEN] =
-    "UPDATE tokens SET used = ?2, outcome = ?3 WHERE (run_id, step, attempt) ="
-    " (SELECT run_id, step, attempt FROM tokens WHERE digest = ?1) AND used IS NULL"
-    " AND NOT EXISTS (SELECT 1 FROM tokens u WHERE u.run_id = tokens.run_id"
-    " AND u.step = tokens.step AND u.attempt = tokens.attempt AND u.used IS NOT NULL)",
+    "UPDATE tokens SET used = ?2, outcome = ?3 WHERE digest IN (SELECT t.digest FROM tokens t,"
+    " tokens k WHERE k.digest = ?1 AND t.run_id = k.run_id AND t.step = k.step"
+    " AND t.attempt = k.attempt AND NOT EXISTS (SELECT 1 FROM tokens u WHERE"
+    " u.run_id = k.run_id AND u.step = k.step AND u.attempt = k.attempt AND u.used IS NOT NULL))",
   [Q_SET_PARENT] = "UPDATE runs SET parent_run = ?2, parent_step = ?3 WHERE id = ?1",
   [Q_CHILDREN] =   /* runs_parent */
     "SELECT id AS run_id, parent_step AS step, workflow, status FROM runs WHERE parent_run = ?1"
