@@ -296,6 +296,17 @@ static int end_session_now(void) {
   }
   return at > 0 && ++seen == at;
 }
+
+/* MEND_PG_DEADLOCK=N: the Nth batch this process commits fails before its COMMIT as the one
+ * the server picks to end a deadlock (SQLSTATE 40P01), which no spec can make happen on cue. */
+static int deadlock_now(void) {
+  static long at = -1, seen;
+  if (at < 0) {
+    const char *e = getenv("MEND_PG_DEADLOCK");
+    at = e ? atol(e) : 0;
+  }
+  return at > 0 && ++seen == at;
+}
 #endif
 
 /* One try of a flush; *late set when the lease turned out to have run out. */
@@ -364,6 +375,10 @@ static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late)
 #ifdef MEND_FAILPOINTS
   if (commit && !pp.failed && end_session_now() &&
       pipe_send(&pp, K_WRITE, -1, "SELECT pg_terminate_backend(pg_backend_pid())", 0, NULL, NULL) != 0)
+    goto done;
+  if (commit && !pp.failed && deadlock_now() &&
+      pipe_send(&pp, K_WRITE, -1, "DO $$BEGIN RAISE EXCEPTION 'deadlock detected (MEND_PG_DEADLOCK)'"
+                " USING ERRCODE = '40P01'; END$$", 0, NULL, NULL) != 0)
     goto done;
 #endif
   if (commit && !pp.failed) {
