@@ -21,7 +21,7 @@ MEND       := $(BUILD_DIR)/mend
 # Debian 12 packages needed to build and test (sqlite3: the specs read the database with its
 # shell, as an operator would; clang and libclang-rt-14-dev: the fuzz targets, libFuzzer; python3 and openssl: the specs' HTTP server and its certificate;
 # postgresql and libpq-dev: the PostgreSQL store, and the throw-away server its tests start;
-# libh2o-dev and libssl-dev: mend serve; curl: its specs' client; chromium and chromium-driver:
+# libh2o-dev and libssl-dev: mend serve (libssl-dev also the SHA-256 of tokens); curl: its specs' client; chromium and chromium-driver:
 # its dashboard's browser test; faketime: workers with skewed clocks in the crash harness on
 # PostgreSQL). Not
 # make itself: it must be there to read this file (README: `apt-get install -y make git` first

@@ -255,3 +255,40 @@ describe("runs waiting for events while workers are killed", function()
     assert.is_truthy(parked > 0 and woken > 0, parked .. " parked, " .. woken .. " woken")
   end)
 end)
+
+describe("runs waiting for tokens and child runs while workers are killed", function()
+  after_each(H.cleanup)
+
+  -- Runs of crash_handoff (spec/support/crash/handoff.lua) hand out a token, then start a
+  -- child run; every third is declined after its child succeeded and compensates it. The
+  -- harness answers the tokens (some twice, some with a token of an earlier attempt) while
+  -- workers that park waiting runs after 20 ms are killed at random moments and at the
+  -- failpoints, and while none runs.
+  it("takes one answer an attempt, starts each child once and compensates it with its parent",
+     function()
+    local db, dir, log, client = new_setup(0)
+    client:load("spec/support/crash/handoff.lua")
+    local w = C.handoff(client, dir, db)
+    local ROUNDS = math.max(24, CYCLES // 8)
+    math.randomseed(37)
+    for cycle = 1, ROUNDS do
+      for _ = 1, 2 do w:start(#w.ids + 1) end
+      local env = cycle % 3 == 0 and string.format("MEND_FAILPOINT=%s:%d",
+        FAILPOINTS[(cycle // 3) % #FAILPOINTS + 1], math.random(1, 4))
+      local pid = start_worker(db, env or nil, log, "--park-after 0.02")
+      for _ = 1, 4 do
+        sleep(0.01 + math.random() * 0.03)
+        w:pump()
+      end
+      kill9(pid)
+      w:pump()   -- answered while no worker runs
+    end
+    assert.are.equal(0, settle(db, client, w.ids, log, nil, function() w:pump() end))
+    local counts = w:audit()
+    print(string.format("\n  %d runs: %s; %d answers refused, %d unsure", #w.ids,
+      mend.json.encode(counts), w.refused, w.unsure))
+    assert.is_truthy((counts.succeeded or 0) > 0 and (counts.compensated or 0) > 0)
+    assert.is_truthy(counts.children > 0 and w.refused > 0)
+    assert.are.same({ "ok" }, H.sql(db, "PRAGMA integrity_check"))
+  end)
+end)

@@ -338,3 +338,50 @@ return { name = "retry_once", retry = { initial = 1, max_delay = 1, jitter = 0 }
     assert(ok, tostring(err) .. "\n" .. H.read(dir .. "/worker.log"))
   end)
 end)
+
+describe("runs on PostgreSQL waiting for tokens and child runs while workers are killed", function()
+  after_each(H.cleanup)
+
+  -- spec/crash_spec.lua's test of crash_handoff (tokens answered by the harness, some twice
+  -- and some stale, a child run compensated with its parent), with two workers at a time and
+  -- the postmaster killed once under them.
+  it_pg("take one answer an attempt, start each child once and compensate it with its parent",
+        function()
+    local db = H.new_db()
+    local _, dir, log, client = C.new_setup(0, false, db)
+    client:load("spec/support/crash/handoff.lua")
+    local w = C.handoff(client, dir, db)
+    local t0 = H.wall()
+    math.randomseed(SEED + 2)
+    local ROUNDS = math.max(16, CYCLES // 8)
+    for cycle = 1, ROUNDS do
+      for _ = 1, 3 do w:start(#w.ids + 1) end
+      local env = cycle % 3 == 0 and string.format("MEND_FAILPOINT=%s:%d",
+        FAILPOINTS[(cycle // 3) % #FAILPOINTS + 1], math.random(1, 4))
+      local a = C.start_worker(db, env or nil, log, "--park-after 0.02")
+      local b = C.start_worker(db, nil, log, "--park-after 0.02")
+      for _ = 1, 4 do
+        sleep(0.01 + math.random() * 0.04)
+        w:pump()
+      end
+      if cycle == ROUNDS // 2 then
+        cluster("kill9")
+        H.close(client)
+        client = client_on(db)
+        client:load("spec/support/crash/handoff.lua")
+        w.client = client
+      end
+      kill9(a)
+      kill9(b)
+      w:pump()   -- answered while no worker runs
+    end
+    local t_settle = H.wall()
+    assert.are.equal(0, C.settle(db, client, w.ids, log, nil, function() w:pump() end))
+    t_settle = H.wall() - t_settle
+    local counts = w:audit()
+    print(string.format("\n  %d runs in %.1fs, settled in %.1fs: %s; %d answers refused, %d unsure",
+      #w.ids, H.wall() - t0, t_settle, mend.json.encode(counts), w.refused, w.unsure))
+    assert.is_truthy((counts.succeeded or 0) > 0 and (counts.compensated or 0) > 0)
+    assert.is_truthy(counts.children > 0 and w.refused > 0)
+  end)
+end)

@@ -114,6 +114,33 @@ describe("a worker on PostgreSQL that loses its connection", function()
     assert_in_order(dir, ids)
   end)
 
+  -- A batch the server rolls back to end a deadlock (MEND_PG_DEADLOCK: SQLSTATE 40P01 before
+  -- the COMMIT of its 3rd batch; test_pg_store's test_deadlock makes a real one) is told as a
+  -- batch not committed: the worker goes on, on the same connection, and never stops.
+  it_pg("a batch rolled back for a deadlock: acts on nothing of it and goes on", function()
+    local dir, db, log = fresh()
+    local ids = start(db, dir, 4)
+    local pid = worker(db, dir, log, "MEND_PG_DEADLOCK=3")
+    local ok, err = pcall(function()
+      H.wait_for("the runs to end", function() return all_succeeded(db, ids) end, 60)
+      local later = start(db, dir, 2)
+      H.wait_for("the runs started later to end", function() return all_succeeded(db, later) end, 60)
+      for _, id in ipairs(later) do ids[#ids + 1] = id end
+      assert.is_true(alive(pid), "the worker stopped")
+    end)
+    H.stop_worker(pid)
+    local text = H.read(log)
+    assert(ok, tostring(err) .. "\n" .. text)
+    local errors = {}
+    for line in text:gmatch("[^\n]+") do
+      if line:find('"level":"error"', 1, true) then errors[#errors + 1] = line end
+    end
+    assert.are.equal(1, #errors, text)
+    assert.matches("deadlock detected %(MEND_PG_DEADLOCK%)", errors[1])
+    assert.matches("not known to be committed", errors[1])
+    assert_in_order(dir, ids)
+  end)
+
   it_pg("every session ended with pg_terminate_backend, again and again: every run ends", function()
     local dir, db, log = fresh()
     local app = "mend_reconnect_" .. tostring(os.time())

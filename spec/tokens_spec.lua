@@ -161,6 +161,58 @@ describe("a step with wait = \"token\"", function()
     assert.are.same({ by = "carol" }, step(eng2, id, "approve").result)
   end)
 
+  it("upgrades a store that kept tokens as themselves: a waiting token completes, a used one"
+     .. " stays used, and none is left in the store", function()
+    local eng, db = H.new_engine()
+    local def, sent = refund()
+    eng:register(def)
+    local waiting = eng:start("refund", {})
+    local done = eng:start("refund", {})
+    eng:advance(10)
+    assert.are.equal(done, eng:complete(sent[2], { by = "dave" }))
+    eng:advance(1)
+    assert.are.equal("succeeded", eng:status(done).status)
+    assert.are.equal("waiting", step(eng, waiting, "approve").status)
+    H.close(eng)
+    -- the store as mend wrote it before digests (SQLite schema 12, PostgreSQL schema 2): each
+    -- token as itself, one an attempt, the completion's inbox row keyed by the token
+    local pg = H.is_pg(db)
+    for i, id in ipairs { waiting, done } do
+      H.sql(db, ("UPDATE tokens SET digest = '%s' WHERE run_id = '%s'"):format(sent[i], id))
+      H.sql(db, ("UPDATE inbox SET key = '%s' WHERE run_id = '%s' AND key IS NOT NULL")
+        :format(sent[i], id))
+    end
+    H.sql(db, "ALTER TABLE tokens RENAME COLUMN digest TO token")
+    H.sql(db, "DROP INDEX tokens_attempt")
+    H.sql(db, "CREATE UNIQUE INDEX tokens_attempt ON tokens(run_id, step, attempt)")
+    H.sql(db, ("UPDATE meta SET value = '%s' WHERE key = 'schema_version'"):format(pg and 2 or 12))
+    if not pg then H.sql(db, "PRAGMA user_version = 12") end
+    assert.are.same({ "2" }, H.sql(db, "SELECT count(*) FROM tokens WHERE token LIKE 'mtk_%'"))
+    assert.are.same({ "1" }, H.sql(db, "SELECT count(*) FROM inbox WHERE key LIKE 'mtk_%'"))
+
+    local eng2 = H.reopen(db)
+    eng2:register(def)
+    assert.are.same({ pg and "3" or "13" },
+                    H.sql(db, "SELECT value FROM meta WHERE key = 'schema_version'"))
+    assert.are.same({ "0" }, H.sql(db, "SELECT count(*) FROM tokens WHERE digest LIKE 'mtk_%'"))
+    assert.are.same({ "0" }, H.sql(db, "SELECT count(*) FROM inbox WHERE key LIKE 'mtk_%'"))
+    assert.are.same({ "2" }, H.sql(db, "SELECT count(*) FROM tokens WHERE length(digest) = 64"))
+    refused(function() eng2:complete(sent[2], "again") end, "was used already")
+    assert.are.equal(waiting, eng2:complete(sent[1], { by = "erin" }))
+    eng2:recover()
+    eng2:run()
+    assert.are.equal("succeeded", eng2:status(waiting).status)
+    assert.are.same({ by = "erin" }, step(eng2, waiting, "approve").result)
+    if not pg then
+      -- nor in the file's bytes once its log is checkpointed: the old text was zeroed, not freed
+      H.close(eng2)
+      H.sql(db, "PRAGMA wal_checkpoint(TRUNCATE)")
+      local bytes = H.read(db) .. H.read(db .. "-wal")
+      assert.is_true(#bytes > 4096)
+      for _, t in ipairs(sent) do assert.is_nil(bytes:find(t:sub(5), 1, true), t) end
+    end
+  end)
+
   it("refuses bad definitions and a step that asks no token", function()
     local eng = H.new_engine()
     refused(function() eng:register(H.one_step("a", { wait = "token" })) end,
@@ -217,10 +269,42 @@ local status_json = H.status_json
 
 local function approve_step(db, id) return H.step(status_json(db, id), "approve") end
 
--- The token the run's approve step handed out: workflows/approval.lua logs it.
-local function token_of(db, id)
-  local rows = H.sql(db, ("SELECT token FROM tokens WHERE run_id = '%s' ORDER BY attempt DESC"):format(id))
-  return rows[1]
+-- The tokens handed out, in order: the workflows log them, and the worker's log is where a
+-- person reads them (the store keeps only their digests).
+local function tokens_in(log)
+  local seen, list = {}, {}
+  for t in H.read(log):gmatch("mtk_%x+") do
+    if not seen[t] then seen[t], list[#list + 1] = true, t end
+  end
+  return list
+end
+
+local function token_of(log)
+  local list = tokens_in(log)
+  return list[#list]
+end
+
+-- Everything the store holds, as text: a dump of the SQLite file, or of the PostgreSQL schema.
+local function store_text(db)
+  local cmd = "sqlite3 " .. q(db) .. " .dump"
+  if H.is_pg(db) then
+    cmd = "pg_dump --data-only --schema=" .. db:match("search_path%%3D([%w_]+)") .. " " .. q(H.PG)
+  end
+  local p = assert(io.popen(cmd .. " 2>&1"))
+  local text = p:read("a")
+  assert(p:close(), text)
+  return text
+end
+
+-- No token the run handed out can be read back from the store: not as itself, not in the
+-- inbox, the history or a view.
+local function stored_nowhere(db, tokens)
+  local text = store_text(db)
+  assert.is_true(#text > 1000, "the dump holds the store")
+  for _, t in ipairs(tokens) do
+    assert.is_nil(text:find(t, 1, true), "token " .. t .. " is in the store")
+    assert.is_nil(text:find(t:sub(5), 1, true), "token " .. t .. " is in the store")
+  end
 end
 
 describe("mend complete and mend fail with a real worker", function()
@@ -246,7 +330,8 @@ describe("mend complete and mend fail with a real worker", function()
     H.wait_for("the wait", function() return approve_step(db, id).status == "waiting" end, 10)
     local rc, out = mend_cmd(db, "status " .. id)
     assert.matches("approve waiting for a token, due ", out)
-    local token = token_of(db, id)
+    local token = token_of(log)
+    assert.is_string(token)
     rc, out = H.shell(("%s complete %s --result '{\"by\":\"alice\"}' --db %s"):format(MEND, token, q(db)))
     assert.are.equal(0, rc, out)
     assert.matches("token completed: run " .. id, out)
@@ -265,6 +350,13 @@ describe("mend complete and mend fail with a real worker", function()
     assert.are.equal(1, rc)
     assert.matches("no token mtk_0000", out)
     H.stop_worker(pid)
+    stored_nowhere(db, { token })
+    -- the history keeps what the step logged, with the token masked
+    rc, out = mend_cmd(db, "history " .. id)
+    assert.matches("mend complete mtk_" .. ("%*"):rep(32), out)
+    assert.is_nil(out:find(token, 1, true))
+    rc, out = mend_cmd(db, "status " .. id .. " --json")
+    assert.is_nil(out:find(token, 1, true))
   end)
 
   it("fails a token (a rejection): the refund compensates", function()
@@ -272,7 +364,7 @@ describe("mend complete and mend fail with a real worker", function()
     local id = start(db, dir)
     local pid = worker(db, dir, log)
     H.wait_for("the wait", function() return approve_step(db, id).status == "waiting" end, 10)
-    local rc, out = mend_cmd(db, "fail " .. token_of(db, id) .. " --kind fatal --message 'not eligible'")
+    local rc, out = mend_cmd(db, "fail " .. token_of(log) .. " --kind fatal --message 'not eligible'")
     assert.are.equal(0, rc, out)
     rc, out = mend_cmd(db, "wait " .. id .. " --timeout 10")
     H.stop_worker(pid)
@@ -304,7 +396,7 @@ return { name = "ask", steps = {
       local s = approve_step(db, id)
       return s.status == "waiting" and s.attempts == 2
     end, 10)
-    local tokens = H.sql(db, ("SELECT token FROM tokens WHERE run_id = '%s' ORDER BY attempt"):format(id))
+    local tokens = tokens_in(log)
     assert.are.equal(2, #tokens)
     rc, out = mend_cmd(db, "complete " .. tokens[1])
     assert.are.equal(1, rc)
@@ -316,6 +408,50 @@ return { name = "ask", steps = {
     H.stop_worker(pid)
     assert.are.equal(0, rc, out .. H.read(log))
     assert.are.equal(7, approve_step(db, id).result)
+    stored_nowhere(db, tokens)
+  end)
+
+  it("refuses a token handed out before its worker was killed: the step's next attempt has its"
+     .. " own", function()
+    local dir, db, log = setup()
+    -- the first execution asks for its token, then sleeps until its worker is killed; the
+    -- next worker runs the step again as attempt 2, with a token of its own (the store has
+    -- only the digest of the first, so could not hand it out again)
+    local flag = dir .. "/first-run"
+    H.write_file(dir, "again.lua", ([[
+return { name = "again", steps = {
+  { name = "approve", wait = "token", timeout = 3600,
+    execute = function(ctx)
+      ctx:log("token %%s", ctx:token())
+      local f = io.open(%q)
+      if f then f:close() return end
+      io.open(%q, "w"):close()
+      ctx:sleep(3600)
+    end } } }
+]]):format(flag, flag))
+    local rc, out = mend_cmd(db, "start again --workflows " .. q(dir))
+    assert.are.equal(0, rc, out)
+    local id = out:match("(%S+)")
+    local pid = worker(db, dir, log)
+    H.wait_for("the first execution", function()
+      return #tokens_in(log) == 1 and H.read(flag) ~= nil and io.open(flag) ~= nil end, 10)
+    os.execute("kill -KILL " .. pid)
+    pid = worker(db, dir, log)
+    H.wait_for("the second execution's wait", function()
+      return approve_step(db, id).status == "waiting" end, 30)
+    local tokens = tokens_in(log)
+    assert.are.equal(2, #tokens)
+    assert.are.equal(2, approve_step(db, id).attempts)
+    rc, out = mend_cmd(db, "complete " .. tokens[1] .. " --result 1")
+    assert.are.equal(1, rc, out)
+    assert.matches("the token is of attempt 1 of step approve, which is at attempt 2 now", out)
+    rc, out = mend_cmd(db, "complete " .. tokens[2] .. " --result 2")
+    assert.are.equal(0, rc, out)
+    rc, out = mend_cmd(db, "wait " .. id .. " --timeout 10")
+    H.stop_worker(pid)
+    assert.are.equal(0, rc, out .. H.read(log))
+    assert.are.equal(2, approve_step(db, id).result)
+    stored_nowhere(db, tokens)
   end)
 
   it("keeps a completion sent while no worker runs for the next worker", function()
@@ -324,9 +460,11 @@ return { name = "ask", steps = {
     local pid = worker(db, dir, log)
     H.wait_for("the wait", function() return approve_step(db, id).status == "waiting" end, 10)
     H.stop_worker(pid)
-    local rc, out = mend_cmd(db, "complete " .. token_of(db, id) .. [[ --result '"ok"']])
+    local token = token_of(log)
+    local rc, out = mend_cmd(db, "complete " .. token .. [[ --result '"ok"']])
     assert.are.equal(0, rc, out)
     assert.are.equal("waiting", approve_step(db, id).status)
+    stored_nowhere(db, { token })   -- the completion waits in the inbox, keyed by its digest
     pid = worker(db, dir, log)
     rc, out = mend_cmd(db, "wait " .. id .. " --timeout 10")
     H.stop_worker(pid)

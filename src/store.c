@@ -356,6 +356,10 @@ static int upgrade_schema(mend_store *s) {
     struct timespec ts = {0, 50 * 1000000};
     nanosleep(&ts, NULL);
   }
+  if (version < MEND_SCHEMA_VERSION && mend__sqlite_digest_fn(s->db) != SQLITE_OK) {
+    mend__set_msg(s->err, sizeof s->err, "%s: create schema: %s", s->path, sqlite3_errmsg(s->db));
+    goto fail;
+  }
   for (int v = version; v < MEND_SCHEMA_VERSION; v++)
     if (exec_sql(s, mend__migrations[v], "create schema") != 0) goto fail;
   if (version < MEND_SCHEMA_VERSION) {

@@ -366,17 +366,19 @@ typedef struct mend_store_methods {
   void (*repairing)(mend_store *s, int on);
   /* 1 and the owner ("" if none) and its lease_until (-1 if none); 0 no run; -1 error. */
   int (*owner)(mend_store *s, const char *id, char *owner_out, int owner_len,                          double *lease_left);
-  /* Completion tokens (schema 11). put: records the token of a run's step's attempt at once in
-   * the open batch (a caller commits it); 0, -1 error. of_attempt: that attempt's token if it
-   * has one: 1 and *token (malloc'ed), 0 none, -1 error. */
-  int (*put_token)(mend_store *s, const char *token, const char *run_id, const char *step, int attempt, double made);
-  int (*token_of_attempt)(mend_store *s, const char *run_id, const char *step, int attempt, char **token);
-  /* The token's row {token, run_id, step, attempt, made, used, outcome} or NULL: none (errmsg
+  /* Completion tokens (schema 11), known by their digest only (src/digest.c; schema 13): the
+   * store never sees a token. put: records the digest of a token of a run's step's attempt at
+   * once in the open batch (a caller commits it; an attempt may have more than one); 0, -1
+   * error. of_attempt: a digest of that attempt's tokens if it has one: 1 and *digest
+   * (malloc'ed), 0 none, -1 error. */
+  int (*put_token)(mend_store *s, const char *digest, const char *run_id, const char *step, int attempt, double made);
+  int (*token_of_attempt)(mend_store *s, const char *run_id, const char *step, int attempt, char **digest);
+  /* The token's row {digest, run_id, step, attempt, made, used, outcome} or NULL: none (errmsg
    * empty) or an error (errmsg says). */
-  json_t *(*token)(mend_store *s, const char *token);
-  /* Marks it used with its outcome (JSON text), in the open batch: 0 done, 1 it was used
-   * already (nothing written), -1 error. */
-  int (*use_token)(mend_store *s, const char *token, const char *outcome, double at);
+  json_t *(*token)(mend_store *s, const char *digest);
+  /* Marks it and every other token of its attempt used with its outcome (JSON text), in the
+   * open batch: 0 done, 1 one of them was used already (nothing written), -1 error. */
+  int (*use_token)(mend_store *s, const char *digest, const char *outcome, double at);
   /* Child runs (schema 11). set_parent: names the parent of a run, in the open batch. children:
    * [{run_id, step, workflow, status}] of a parent, in the order started. */
   int (*set_parent)(mend_store *s, const char *id, const char *parent, const char *parent_step);
@@ -403,9 +405,10 @@ typedef struct mend_store_methods {
   int (*wake_fd)(mend_store *s, int *opened);
   int (*wake_take)(mend_store *s);
   /* After a call failed: 1 (once) if the failure was the loss of the connection to a server
-   * (it restarted, the session was ended): the batch it was writing is not known to be
-   * committed and is not retried; later calls reconnect. 0 for any other failure (optional:
-   * NULL in a backend without a server). */
+   * (it restarted, the session was ended), or the server rolled the batch back to end a
+   * deadlock: the batch it was writing is not known to be committed and is not retried; later
+   * calls reconnect if need be. 0 for any other failure (optional: NULL in a backend without a
+   * server). */
   int (*conn_lost)(mend_store *s);
   /* The run as the engine rebuilds it (see mend_run_image), read as one snapshot that sees the
    * open batch: 0 and *img filled; -1 on error (errmsg; not_found says when there is no such
@@ -658,17 +661,17 @@ static inline int mend_store_owner(mend_store *s, const char *id, char *owner_ou
  * ({"runs": n, ...}) or NULL with a message in err (naming no password). src/store/pg/pg_copy.c */
 json_t *mend_store_copy(const char *from, const char *to, char *err, int errlen);
 
-static inline int mend_store_put_token(mend_store *s, const char *token, const char *run_id, const char *step, int attempt, double made) {
-  return MEND_STORE_M(s)->put_token(s, token, run_id, step, attempt, made);
+static inline int mend_store_put_token(mend_store *s, const char *digest, const char *run_id, const char *step, int attempt, double made) {
+  return MEND_STORE_M(s)->put_token(s, digest, run_id, step, attempt, made);
 }
-static inline int mend_store_token_of_attempt(mend_store *s, const char *run_id, const char *step, int attempt, char **token) {
-  return MEND_STORE_M(s)->token_of_attempt(s, run_id, step, attempt, token);
+static inline int mend_store_token_of_attempt(mend_store *s, const char *run_id, const char *step, int attempt, char **digest) {
+  return MEND_STORE_M(s)->token_of_attempt(s, run_id, step, attempt, digest);
 }
-static inline json_t *mend_store_token(mend_store *s, const char *token) {
-  return MEND_STORE_M(s)->token(s, token);
+static inline json_t *mend_store_token(mend_store *s, const char *digest) {
+  return MEND_STORE_M(s)->token(s, digest);
 }
-static inline int mend_store_use_token(mend_store *s, const char *token, const char *outcome, double at) {
-  return MEND_STORE_M(s)->use_token(s, token, outcome, at);
+static inline int mend_store_use_token(mend_store *s, const char *digest, const char *outcome, double at) {
+  return MEND_STORE_M(s)->use_token(s, digest, outcome, at);
 }
 static inline int mend_store_set_parent(mend_store *s, const char *id, const char *parent, const char *parent_step) {
   return MEND_STORE_M(s)->set_parent(s, id, parent, parent_step);

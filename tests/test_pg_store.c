@@ -511,16 +511,25 @@ static void test_tokens(void) {
   CHECK_EQ_INT(mend__pg_use_token(s, "tok-1", "{\"ok\":true}", 7), 0);
   CHECK_EQ_INT(mend__pg_use_token(s, "tok-1", "{\"ok\":false}", 8), 1);
   CHECK_EQ_INT(mend__pg_commit(s), 0);
-  CHECK_EQ_INT(count("SELECT count(*) FROM tokens WHERE token = 'tok-1' AND used = 7"
+  CHECK_EQ_INT(count("SELECT count(*) FROM tokens WHERE digest = 'tok-1' AND used = 7"
                      " AND outcome = '{\"ok\":true}'"), 1);
   row = mend__pg_token(s, "tok-1");
   CHECK(row && json_is_number(json_object_get(row, "used")));
   CHECK_STR(json_string_value(json_object_get(row, "outcome")), "{\"ok\":true}");
   json_decref(row);
-  /* one token an attempt: a second one for the same attempt fails its batch */
-  mend__pg_put_token(s, "tok-2", "p1", "a", 1, 9);
-  CHECK(mend__pg_commit(s) != 0);
-  CHECK_EQ_INT(count("SELECT count(*) FROM tokens"), 1);
+  /* an attempt run again has a second token (its first is known by digest only): the use of
+   * the first ended it too */
+  CHECK_EQ_INT(mend__pg_put_token(s, "tok-2", "p1", "a", 1, 9), 0);
+  CHECK_EQ_INT(mend__pg_use_token(s, "tok-2", "{\"ok\":false}", 10), 1);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM tokens"), 2);
+  /* two tokens of one attempt, neither used: the first use ends both */
+  CHECK_EQ_INT(mend__pg_put_token(s, "tok-3", "p1", "a", 2, 11), 0);
+  CHECK_EQ_INT(mend__pg_put_token(s, "tok-4", "p1", "a", 2, 12), 0);
+  CHECK_EQ_INT(mend__pg_use_token(s, "tok-4", "{\"ok\":true}", 13), 0);
+  CHECK_EQ_INT(mend__pg_use_token(s, "tok-3", "{\"ok\":true}", 14), 1);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM tokens WHERE attempt = 2 AND used = 13"), 2);
 
   /* a child: linked both ways */
   CHECK_EQ_INT(mend__pg_set_parent(s, "c1", "p1", "ship"), 0);
@@ -613,6 +622,67 @@ static void test_child_end_fenced(void) {
   drop_case();
 }
 
+/* Two batches whose locks cross, as two workers' may on runs one of them lost: this store's
+ * batch tells a parent its child ended (the inbox lock, held until COMMIT), then writes a run
+ * whose row another transaction holds (a lease check's FOR UPDATE), which then waits for the
+ * inbox lock. The server ends the deadlock by rolling back the batch that waited first, this
+ * one (SQLSTATE 40P01): it is told as a batch lost with its connection (not committed, nothing
+ * of it written), and the store goes on with the next batch on the same connection. */
+static void *commit_in_thread(void *arg) {
+  static int rc;
+  rc = mend__pg_commit(arg);
+  return &rc;
+}
+
+static void test_deadlock(void) {
+  new_case();
+  mend_store *s = open_store();
+  if (!s) return;
+  mend_run_rec p = run_rec("p1", NULL), c = run_rec("c1", NULL), x = run_rec("x1", NULL);
+  CHECK_EQ_INT(mend__pg_insert_run(s, &p), 0);
+  CHECK_EQ_INT(mend__pg_insert_run(s, &c), 0);
+  CHECK_EQ_INT(mend__pg_insert_run(s, &x), 0);
+  CHECK_EQ_INT(mend__pg_set_parent(s, "c1", "p1", "ship"), 0);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  PGconn *other = raw();
+  sql(other, "BEGIN");
+  sql(other, "SELECT id FROM runs WHERE id = 'x1' FOR UPDATE");
+  mend__pg_update_run(s, "c1", "succeeded", NULL, 0, 9, NULL);
+  mend__pg_child_end(s, "c1", "mend.child", "{\"status\":\"succeeded\"}", "c1/3", 9);
+  mend__pg_update_run(s, "x1", "succeeded", NULL, 0, 9, NULL);
+  pthread_t t;
+  pthread_create(&t, NULL, commit_in_thread, s);
+  /* the batch waits for x1's row, holding the inbox lock; then the other asks for that lock */
+  long long waiting = 0;
+  for (int i = 0; i < 1000 && waiting < 1; i++) {
+    waiting = count("SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'transactionid'");
+    if (waiting < 1) sleep_s(0.01);
+  }
+  CHECK_EQ_INT(waiting, 1);
+  PGresult *r = PQexec(other, "SELECT pg_advisory_xact_lock(x'4d454e49'::int)");
+  CHECK_EQ_INT(PQresultStatus(r), PGRES_TUPLES_OK);   /* the other goes on */
+  PQclear(r);
+  void *rc;
+  pthread_join(t, &rc);
+  CHECK_EQ_INT(*(int *)rc, -1);
+  CHECK(strstr(mend__pg_errmsg(s), "deadlock") != NULL);
+  CHECK_EQ_INT(mend__pg_conn_lost(s), 1);   /* told as a batch not committed, once */
+  CHECK_EQ_INT(mend__pg_conn_lost(s), 0);
+  sql(other, "ROLLBACK");
+  PQfinish(other);
+  CHECK_EQ_INT(count("SELECT count(*) FROM inbox"), 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE status = 'succeeded'"), 0);
+  /* the next batch, on the same connection, commits */
+  mend__pg_update_run(s, "c1", "succeeded", NULL, 0, 10, NULL);
+  mend__pg_child_end(s, "c1", "mend.child", "{\"status\":\"succeeded\"}", "c1/3", 10);
+  mend__pg_update_run(s, "x1", "succeeded", NULL, 0, 10, NULL);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM inbox WHERE run_id = 'p1' AND key = 'c1/3'"), 1);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE status = 'succeeded'"), 2);
+  mend__pg_close(s);
+  drop_case();
+}
+
 /* A database made by a mend of schema 1 is upgraded at open, its rows kept. */
 /* The run's image for the engine: typed, the same as the view says (image_check.h), in one
  * round trip; a status this mend does not know is an error that names it. */
@@ -650,8 +720,9 @@ static void test_upgrade(void) {
   mend_store *s = open_store();
   CHECK(s != NULL);
   if (!s) return;
-  CHECK_EQ_INT(mend__pg_schema_version(s), 2);
-  CHECK_EQ_INT(count("SELECT value::int FROM meta WHERE key = 'schema_version'"), 2);
+  CHECK_EQ_INT(mend__pg_schema_version(s), MEND_PG_SCHEMA_VERSION);
+  CHECK_EQ_INT(count("SELECT value::int FROM meta WHERE key = 'schema_version'"),
+               MEND_PG_SCHEMA_VERSION);
   CHECK_EQ_INT(count("SELECT count(*) FROM pg_indexes WHERE indexname = 'runs_parent'"), 1);
   json_t *run = mend_store_run(s, "old");
   CHECK_STR(json_string_value(json_object_get(run, "status")), "succeeded");
@@ -689,6 +760,7 @@ int main(void) {
   test_events();
   test_tokens();
   test_child_end_fenced();
+  test_deadlock();
   test_upgrade();
   test_run_image();
   PQfinish(admin);

@@ -1961,6 +1961,40 @@ static void test_inbox(void) {
   sqlite3_close(db);
 }
 
+/* Completion tokens (schemas 11 and 13), known by digest: one use an attempt, whichever of
+ * its tokens is used first; a token of another attempt is its own. */
+static void test_tokens(void) {
+  char err[512] = "";
+  const char *path = file_in_dir("tokens.db");
+  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  CHECK(s != NULL);
+  if (!s) return;
+  CHECK_EQ_INT(mend_store_put_token(s, "d1", "t1", "ask", 1, 5), 0);
+  CHECK_EQ_INT(mend_store_put_token(s, "d2", "t1", "ask", 1, 6), 0);   /* a second ctx */
+  CHECK_EQ_INT(mend_store_put_token(s, "d3", "t1", "ask", 2, 7), 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  char *digest = NULL;
+  CHECK_EQ_INT(mend_store_token_of_attempt(s, "t1", "ask", 2, &digest), 1);
+  CHECK_STR(digest, "d3");
+  free(digest);
+  CHECK_EQ_INT(mend_store_token_of_attempt(s, "t1", "ask", 3, &digest), 0);
+  json_t *row = mend_store_token(s, "d2");
+  CHECK(row && json_integer_value(json_object_get(row, "attempt")) == 1);
+  CHECK_STR(json_string_value(json_object_get(row, "digest")), "d2");
+  json_decref(row);
+  CHECK(mend_store_token(s, "nope") == NULL);
+  CHECK_EQ_INT(mend_store_use_token(s, "d2", "{\"ok\":true}", 8), 0);
+  CHECK_EQ_INT(mend_store_use_token(s, "d1", "{\"ok\":false}", 9), 1);   /* the attempt's answer is in */
+  CHECK_EQ_INT(mend_store_use_token(s, "d2", "{\"ok\":false}", 9), 1);
+  CHECK_EQ_INT(mend_store_use_token(s, "d3", "{\"ok\":true}", 10), 0);   /* attempt 2's own */
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  mend_store_close(s);
+  sqlite3 *db = raw_open(path);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM tokens WHERE attempt = 1 AND used = 8"), 2);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM tokens WHERE used = 10"), 1);
+  sqlite3_close(db);
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/mend-test-store-XXXXXX");
   if (!mkdtemp(dir)) {
@@ -1968,6 +2002,7 @@ int main(void) {
     return 2;
   }
   test_schema();
+  test_tokens();
   test_round_trip();
   test_batch_visibility();
   test_refusals();

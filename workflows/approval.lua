@@ -30,7 +30,8 @@ return {
       end },
 
     -- execute hands the token out (here to the log; in practice an e-mail, a ticket, a
-    -- message to a back office), then the step waits for it to be completed or failed.
+    -- message to a back office), then the step waits for it to be completed or failed. The
+    -- store keeps only its digest, and the history this log line with the token masked.
     { name = "approve", wait = "token", timeout = 48 * 3600,
       retry = { max_attempts = 1 },   -- no answer in two days: turn back, do not ask again
       execute = function(ctx, input)

@@ -81,10 +81,12 @@ function M.finished(st)
 end
 
 -- Waits until every run is finished, with one live worker; returns the number unfinished.
-function M.settle(db, client, ids, log, env)
+-- pump (if given) is called while it waits: what the outside world does meanwhile.
+function M.settle(db, client, ids, log, env, pump)
   local pid = M.start_worker(db, env, log)
   local left
   for _ = 1, 3000 do
+    if pump then pump() end
     left = 0
     for _, id in ipairs(ids) do
       if not M.finished(client:status(id).status) then left = left + 1 end
@@ -181,6 +183,183 @@ function M.audit(db, client, ids, dir, opts)
       if h.event == "recovered" then holder = h.worker
       elseif holder then
         assert.are.equal(holder, h.worker, "a second worker wrote to " .. id .. " without taking it over")
+      end
+    end
+  end
+  return counts
+end
+
+-- ---------------------------------------------------------------- tokens and child runs
+
+-- The runs of crash_handoff (spec/support/crash/handoff.lua) and the world they wait for: the
+-- harness reads the tokens they hand out from tokens.log and completes each attempt's, some
+-- twice and some with a token of an earlier attempt (both must be refused); the first token of
+-- every fifth run is failed as retryable instead (a new attempt, with a new token). What was
+-- accepted is kept for the audit.
+local Handoff = {}
+Handoff.__index = Handoff
+
+function M.handoff(client, dir, db)
+  return setmetatable({ client = client, dir = dir, db = db, ids = {}, n = {}, tokens = {},
+                        sent = {}, tried = {}, accepted = {}, refused = 0, unsure = 0,
+                        offset = 0 }, Handoff)
+end
+
+function Handoff:start(k)
+  local id = self.client:start("crash_handoff", { dir = self.dir, n = k, fail = k % 3 == 0 },
+                               { detached = true })
+  self.ids[#self.ids + 1] = id
+  self.n[id], self.tokens[id], self.sent[id], self.tried[id], self.accepted[id] = k, {}, {}, {}, {}
+  return id
+end
+
+local REFUSED = { "was used already", "of an earlier attempt is refused", "its token is refused",
+                  "its tokens are of no use" }
+
+-- Sends one answer; true when accepted, false when refused as a used or stale token, nil
+-- when the client could not say (its store went away under it: the answer may be committed).
+function Handoff:answer(id, attempt, token, again)
+  self.tried[id][attempt] = true
+  local ok, err
+  if self.n[id] % 5 == 0 and attempt == 1 then
+    ok, err = pcall(self.client.fail, self.client, token, { kind = "retryable", message = "again" })
+  else
+    ok, err = pcall(self.client.complete, self.client, token, { n = self.n[id], attempt = attempt })
+  end
+  if ok then
+    assert.is_falsy(again, "a token of " .. id .. " attempt " .. attempt .. " accepted twice")
+    return true
+  end
+  for _, why in ipairs(REFUSED) do
+    if tostring(err):find(why, 1, true) then self.refused = self.refused + 1 return false end
+  end
+  self.unsure = self.unsure + 1
+  return nil
+end
+
+-- Reads the tokens handed out since the last call and answers the newest of each run.
+function Handoff:pump()
+  local f = io.open(self.dir .. "/tokens.log")
+  if not f then return end
+  f:seek("set", self.offset)
+  for line in f:lines() do
+    local id, attempt, token = line:match("^(%S+) (%d+) (%S+)$")
+    if not token then break end   -- a line half written: read it whole next time
+    self.offset = self.offset + #line + 1
+    local list = self.tokens[id][tonumber(attempt)] or {}
+    list[#list + 1] = token
+    self.tokens[id][tonumber(attempt)] = list
+  end
+  f:close()
+  for id, by in pairs(self.tokens) do
+    local newest = 0
+    for a in pairs(by) do newest = math.max(newest, a) end
+    local list = by[newest]
+    if list and not self.sent[id][newest] then
+      local got = self:answer(id, newest, list[#list])
+      if got ~= nil then self.sent[id][newest] = true end
+      if got then self.accepted[id][newest] = true end
+      if got and math.random() < 0.3 then self:answer(id, newest, list[#list], true) end
+      if newest > 1 and math.random() < 0.3 then   -- an old one, found in some outbox
+        local old = by[math.random(1, newest - 1)]
+        if old then self:answer(id, newest - 1, old[1], true) end
+      end
+    end
+  end
+end
+
+-- A child's history: once it ended, no step of it runs; reopened to be compensated with its
+-- parent, its steps only go back. True when it succeeded at some point.
+local function audit_child_history(client, kid)
+  local ended, reopened, succeeded = false, false, false
+  for _, h in ipairs(client:history(kid)) do
+    if h.event == "run" and M.finished(h.to) then ended = true end
+    if h.event == "run" and h.to == "succeeded" then succeeded = true end
+    if h.event == "run" and h.to == "compensating" and h.from == "succeeded" then
+      ended, reopened = false, true
+    end
+    if h.event == "step" then
+      assert.is_false(ended, "step " .. tostring(h.step) .. " of child " .. kid .. " moved after it ended")
+      assert.is_false(reopened and h.to == "running",
+        "step " .. tostring(h.step) .. " of child " .. kid .. " ran after it was reopened")
+    end
+  end
+  return succeeded
+end
+
+-- Every step with an effect: applied once if it succeeded, undone once if it was compensated.
+local function audit_effects(id, st, applied, undone, skip)
+  for _, s in ipairs(st.steps) do
+    if not skip[s.name] and not (st.reason == "crash_loop" and s.status == "failed") then
+      local did = s.status == "succeeded" or s.status == "compensated"
+      assert.are.equal(did, applied[s.idempotency_key] ~= nil, id .. " " .. s.name .. " is " .. s.status)
+      assert.are.equal(s.status == "compensated", undone[s.idempotency_key] ~= nil,
+        id .. " " .. s.name .. " undo vs status " .. s.status)
+    end
+  end
+end
+
+-- The audit of the runs of crash_handoff and their children; returns counts by outcome.
+function Handoff:audit()
+  local applied, undone = {}, {}
+  for _, e in ipairs(effects.read(self.dir)) do
+    local t = e.kind == "apply" and applied or undone
+    assert.is_nil(t[e.key], "effect applied twice for key " .. e.key)
+    t[e.key] = e
+  end
+  local counts = { children = 0, asked_again = 0, too_late = 0 }
+  for _, id in ipairs(self.ids) do
+    local st = self.client:status(id)
+    assert.is_truthy(M.finished(st.status), "run " .. id .. " ended " .. st.status)
+    counts[st.status] = (counts[st.status] or 0) + 1
+    audit_effects(id, st, applied, undone, { ask = true, ship = true })
+    -- the token: one outcome taken an attempt, the one the harness had accepted for it
+    local ask = H.step(st, "ask")
+    local taken = {}
+    for _, h in ipairs(self.client:history(id)) do
+      if h.event == "token" and h.step == "ask" and (h.detail == "completed" or h.detail == "failed") then
+        assert.is_nil(taken[h.attempt], id .. ": two outcomes taken by attempt " .. tostring(h.attempt))
+        taken[h.attempt] = h.detail
+        assert.is_truthy(self.tried[id][h.attempt], id .. ": an outcome the harness never sent, attempt " .. h.attempt)
+      end
+      if h.event == "token" and tostring(h.error):find("came too late", 1, true) then
+        counts.too_late = counts.too_late + 1
+      end
+    end
+    if ask.attempts > 1 then counts.asked_again = counts.asked_again + 1 end
+    if ask.status == "succeeded" or ask.status == "compensated" then
+      assert.are.same({ n = self.n[id], attempt = ask.attempts }, ask.result, id)
+      assert.are.equal("completed", taken[ask.attempts], id)
+    end
+    for a in pairs(self.accepted[id]) do
+      -- accepted for the attempt that ended waiting for it: taken (an attempt that a crash
+      -- ended before its execute returned makes way for the next, and its answer comes too late)
+      if a == ask.attempts and st.reason ~= "crash_loop" then
+        assert.is_truthy(taken[a], id .. ": the answer accepted for attempt " .. a .. " was lost")
+      end
+    end
+    -- the child: started once for the step, ended, compensated with its parent
+    local kids = H.sql(self.db, ("SELECT id FROM runs WHERE parent_run = '%s'"):format(id))
+    local ship = H.step(st, "ship")
+    assert.is_truthy(#kids <= 1, id .. " started " .. #kids .. " children")
+    if ship.status ~= "pending" and st.reason ~= "crash_loop" then
+      assert.are.equal(1, #kids, id .. " ship is " .. ship.status .. " with no child")
+    end
+    if #kids == 1 then
+      counts.children = counts.children + 1
+      local kid = kids[1]
+      local kst = self.client:status(kid)
+      assert.is_truthy(M.finished(kst.status), "child " .. kid .. " ended " .. kst.status)
+      assert.are.equal(id .. "/ship", kst.key)
+      if ship.status == "compensated" then
+        assert.are.equal("compensated", kst.status, "child " .. kid .. " of compensated " .. id)
+      end
+      if ship.status == "succeeded" then assert.are.equal("succeeded", kst.status, kid) end
+      audit_effects(kid, kst, applied, undone, {})
+      local succeeded = audit_child_history(self.client, kid)
+      if st.status == "compensated" and succeeded then
+        assert.are.equal("compensated", kst.status, "child " .. kid .. " succeeded, its parent "
+          .. id .. " compensated")
       end
     end
   end

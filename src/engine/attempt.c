@@ -507,9 +507,13 @@ static int ctx_log(lua_State *L) {
   if (r) r = mend__root(r);   /* a branch's lane writes in its run's history */
   mend_engine_log_line(E, "info", r ? r->id : NULL, step, attempt, "log", msg);
   if (r) {
+    /* The log may be how a token is handed out; the history is in the store, which must
+     * not be enough to complete a step. */
+    char *masked = mend__mask_tokens(msg, msg_len);
     mend_history_rec h = {r->id, step, mend_engine_now(E), "log", NULL, NULL, attempt, NULL, -1,
-                          msg, ++r->history_seq};
+                          masked ? masked : msg, ++r->history_seq};
     if (mend_store_append_history(E->store, &h)) mend__store_failed(E);
+    free(masked);
   }
   return 0;
 }

@@ -457,6 +457,9 @@ void mend__await_token(mend_run *r, int i);
 int mend__ctx_token(lua_State *L);
 int mend__take_token(mend_run *r, int i);
 int mend__token_due(mend_run *r, int i, char *msg, size_t len);
+/* A malloc'ed copy of the len bytes of text with every token in it masked, for what is
+ * stored (ctx:log's history row); NULL when it holds none (or out of memory). */
+char *mend__mask_tokens(const char *text, size_t len);
 
 /* ---- child.c: child runs (child = "workflow") */
 void mend__cancel_child(mend_run *r, int i, const char *who);

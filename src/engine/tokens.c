@@ -1,16 +1,19 @@
 /*
  * tokens: completion tokens (`wait = "token"`, issue 18). Owns ctx:token() (a token of 128
- * random bits from the OS for the attempt that asks, recorded and durable before the step's
- * code sees it), the step's wait once its execute returned, and completing or failing a token
- * from anywhere: the token is marked used and its outcome put in the run's inbox (named
- * mend.token:<step>, one name a step, as a group's branches wait side by side) in one commit,
- * so that whichever worker holds the run, or takes it next, learns of it as it learns of
- * events. Must never: accept a token twice, or one of an attempt other than the one waiting;
- * take an outcome in a batch other than the one that records the step's end, or one meant
- * for another step.
+ * random bits from the OS for the attempt that asks, its digest recorded and durable before
+ * the step's code sees it; the token itself lives only in the attempt's ctx, so a reader of
+ * the store cannot complete a step), the step's wait once its execute returned, and
+ * completing or failing a token from anywhere: the token is marked used and its outcome put
+ * in the run's inbox (named mend.token:<step>, one name a step, as a group's branches wait
+ * side by side) in one commit, so that whichever worker holds the run, or takes it next,
+ * learns of it as it learns of events. Must never: accept a token twice, or one of an attempt
+ * other than the one waiting; take an outcome in a batch other than the one that records the
+ * step's end, or one meant for another step; hand the store a token rather than its digest
+ * (what a workflow logs goes to the log as it is, and to the history masked).
  */
 #include "engine_int.h"
 
+#include <ctype.h>
 #include <jansson.h>
 #include <lauxlib.h>
 #include <math.h>
@@ -19,6 +22,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "digest.h"
 #include "json.h"
 #include "log.h"
 #include "util.h"
@@ -48,7 +52,37 @@ static int new_token(char out[64]) {
   return 0;
 }
 
-/* ctx:token() -> the token of this attempt (the same one however often it is asked). */
+/* Where an execution's ctx keeps its token: a key no Lua code can spell. */
+static const char ctx_token_key = 0;
+
+/* The digest of a token as the store knows it; -1 when libcrypto failed. */
+static int digest_of(const char *token, char out[MEND_DIGEST_HEX]) {
+  return mend__digest_hex(token, strlen(token), out);
+}
+
+char *mend__mask_tokens(const char *text, size_t len) {
+  size_t plen = strlen(TOKEN_PREFIX);
+  char *out = NULL;
+  for (size_t i = 0; i + plen + 2 * TOKEN_BYTES <= len; i++) {
+    if (memcmp(text + i, TOKEN_PREFIX, plen) != 0) continue;
+    size_t k = 0;
+    while (k < 2 * TOKEN_BYTES && isxdigit((unsigned char)text[i + plen + k])) k++;
+    if (k < 2 * TOKEN_BYTES) continue;
+    if (!out) {
+      if (!(out = malloc(len + 1))) return NULL;
+      memcpy(out, text, len);
+      out[len] = 0;
+    }
+    memset(out + i + plen, '*', 2 * TOKEN_BYTES);
+    i += plen + 2 * TOKEN_BYTES - 1;
+  }
+  return out;
+}
+
+/* ctx:token() -> the token of this attempt (the same one however often it is asked), kept in
+ * its ctx: the store has only its digest and could not give it back. A step run again after
+ * its worker stopped is a new attempt with a token of its own; should an attempt ever get a
+ * second ctx, it gets a second token, and the first use of either ends both (use_token). */
 int mend__ctx_token(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   mend_run *r = mend_engine_current_run(L);
@@ -61,24 +95,21 @@ int mend__ctx_token(lua_State *L) {
     return luaL_error(L, "ctx:token: step \"%s\" does not wait for a token (declare wait = \"token\")",
                       def->name);
   int attempt = r->steps[r->cur].attempts;
-  char *had = NULL;
-  int f = mend_store_token_of_attempt(E->store, r->id, def->name, attempt, &had);
-  if (f < 0) return luaL_error(L, "ctx:token: %s", mend_store_errmsg(E->store));
-  if (f == 1) {
-    lua_pushstring(L, had);
-    free(had);
-    return 1;
-  }
-  char token[64];
+  if (lua_rawgetp(L, 1, &ctx_token_key) == LUA_TSTRING) return 1;
+  lua_pop(L, 1);
+  char token[64], digest[MEND_DIGEST_HEX];
   if (new_token(token)) return luaL_error(L, "ctx:token: the OS gave no random bytes (getrandom)");
+  if (digest_of(token, digest)) return luaL_error(L, "ctx:token: libcrypto gave no SHA-256");
   /* Durable before the step hands it out: a completion may come back at once, from anywhere. */
-  if (mend_store_put_token(E->store, token, r->id, def->name, attempt, mend_engine_now(E)) ||
+  if (mend_store_put_token(E->store, digest, r->id, def->name, attempt, mend_engine_now(E)) ||
       mend__commit_now(E)) {
     mend__store_failed(E);
     return luaL_error(L, "ctx:token: the token could not be recorded: %s",
                       E->errmsg[0] ? E->errmsg : mend_store_errmsg(E->store));
   }
   lua_pushstring(L, token);
+  lua_pushvalue(L, -1);
+  lua_rawsetp(L, 1, &ctx_token_key);
   return 1;
 }
 
@@ -251,7 +282,13 @@ int mend_engine_settle_token(mend_engine *E, const char *token, int ok, const ch
       return MEND_TOKEN_EINVAL;
     }
   }
-  json_t *row = mend_store_token(E->store, token);
+  char digest[MEND_DIGEST_HEX];
+  if (digest_of(token, digest)) {
+    json_decref(res);
+    mend_errorf(err, errlen, "libcrypto gave no SHA-256 of the token");
+    return MEND_TOKEN_ESTORE;
+  }
+  json_t *row = mend_store_token(E->store, digest);
   if (!row) {
     json_decref(res);
     if (mend_store_errmsg(E->store)[0]) {
@@ -306,8 +343,8 @@ int mend_engine_settle_token(mend_engine *E, const char *token, int ok, const ch
   double now = mend_engine_now(E);
   char name[300];
   token_event(step, name, sizeof name);
-  int u = mend_store_use_token(E->store, token, text, now);
-  if (u == 0 && mend_store_send_event(E->store, run_id, name, text, token, now) < 0) u = -1;
+  int u = mend_store_use_token(E->store, digest, text, now);
+  if (u == 0 && mend_store_send_event(E->store, run_id, name, text, digest, now) < 0) u = -1;
   free(text);
   if (u < 0 || mend__commit_now(E)) {
     mend__store_failed(E);

@@ -55,6 +55,11 @@
  *        for one (UNIQUE(run_id, step, attempt)); used once. runs.parent_run, runs.parent_step
  *        (schema 11): the run and step that started a child run (indexed where set)
  *   labels gain `skipped` and `when` (schema 12: steps skipped by their when(ctx))
+ *   tokens.token becomes tokens.digest (schema 13): the SHA-256 of the token in hex
+ *        (src/digest.c), never the token, so that whoever reads the database cannot complete
+ *        a step; as a token cannot be read back, an attempt that asked from a second ctx would
+ *        get a second one, so (run_id, step, attempt) is indexed, not unique, and the first
+ *        use ends them all. A completion's inbox row is keyed by the digest too
  *   runs also has cancel_requested INTEGER: a cancel asked for by another process (indexed by
  *        owner where set)
  * Nullable text fields are passed as NULL; a delay or due time of < 0 is stored as NULL.
@@ -234,11 +239,18 @@ const char *const mend__query_sql[Q__COUNT] = {
     "SELECT seq, name, payload, key, sent, consumed, step FROM inbox WHERE run_id = ?1 ORDER BY seq",
   /* Completion tokens and child runs (schema 11). */
   [Q_PUT_TOKEN] =
-    "INSERT INTO tokens(token, run_id, step, attempt, made) VALUES(?1, ?2, ?3, ?4, ?5)",
+    "INSERT INTO tokens(digest, run_id, step, attempt, made) VALUES(?1, ?2, ?3, ?4, ?5)",
   [Q_TOKEN_OF_ATTEMPT] =   /* tokens_attempt */
-    "SELECT token FROM tokens WHERE run_id = ?1 AND step = ?2 AND attempt = ?3",
-  [Q_TOKEN] = "SELECT token, run_id, step, attempt, made, used, outcome FROM tokens WHERE token = ?1",
-  [Q_USE_TOKEN] = "UPDATE tokens SET used = ?2, outcome = ?3 WHERE token = ?1 AND used IS NULL",
+    "SELECT digest FROM tokens WHERE run_id = ?1 AND step = ?2 AND attempt = ?3 LIMIT 1",
+  [Q_TOKEN] = "SELECT digest, run_id, step, attempt, made, used, outcome FROM tokens WHERE digest = ?1",
+  /* Every token of the attempt is used by the first use of any (one answer an attempt). The
+   * rows are chosen before any is changed (an IN list is made once): a NOT EXISTS of the
+   * updated table would see the rows this statement changed already, and stop at the first. */
+  [Q_USE_TOKEN] =
+    "UPDATE tokens SET used = ?2, outcome = ?3 WHERE digest IN (SELECT t.digest FROM tokens t,"
+    " tokens k WHERE k.digest = ?1 AND t.run_id = k.run_id AND t.step = k.step"
+    " AND t.attempt = k.attempt AND NOT EXISTS (SELECT 1 FROM tokens u WHERE"
+    " u.run_id = k.run_id AND u.step = k.step AND u.attempt = k.attempt AND u.used IS NOT NULL))",
   [Q_SET_PARENT] = "UPDATE runs SET parent_run = ?2, parent_step = ?3 WHERE id = ?1",
   [Q_CHILDREN] =   /* runs_parent */
     "SELECT id AS run_id, parent_step AS step, workflow, status FROM runs WHERE parent_run = ?1"
@@ -429,5 +441,17 @@ const char *const mend__migrations[MEND_SCHEMA_VERSION] = {
   /* 11 -> 12: a step skipped by its when(ctx), and the row that records a when(ctx) that said
    * yes (issue 21), as codes like every other status. */
   "INSERT INTO labels(code, name) VALUES (29, 'skipped'), (30, 'when');",
+  /* 12 -> 13: a token is kept as its digest, never as itself (mend_token_digest is the
+   * function the store's connection registers to upgrade, src/store/tokens.c); an attempt may
+   * have two tokens (its first cannot be read back to hand out again), the first used ending
+   * both. */
+  "PRAGMA secure_delete = ON;"   /* the old text is zeroed in the pages, not left as free space */
+  "UPDATE tokens SET token = mend_token_digest(token);"
+  "ALTER TABLE tokens RENAME COLUMN token TO digest;"
+  "DROP INDEX tokens_attempt;"
+  "CREATE INDEX tokens_attempt ON tokens(run_id, step, attempt);"
+  "UPDATE inbox SET key = mend_token_digest(key)"
+  " WHERE key IS NOT NULL AND (name = 'mend.token' OR name LIKE 'mend.token:%');"
+  "PRAGMA secure_delete = OFF;",
 };
 

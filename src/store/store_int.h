@@ -16,7 +16,7 @@
 #include "store.h"
 #include "store/sqlite.h"
 
-#define MEND_SCHEMA_VERSION 12   /* kept in PRAGMA user_version and in meta */
+#define MEND_SCHEMA_VERSION 13   /* kept in PRAGMA user_version and in meta */
 
 #define BUSY_TIMEOUT_MS 5000
 #define HISTORY_GROUP 8
@@ -293,10 +293,12 @@ void mend__sqlite_repairing(mend_store *s, int on);
 int mend__sqlite_owner(mend_store *s, const char *id, char *owner_out, int owner_len, double *lease_left);
 
 /* completion tokens and child runs (tokens.c) */
-int mend__sqlite_put_token(mend_store *s, const char *token, const char *run_id, const char *step, int attempt, double made);
-int mend__sqlite_token_of_attempt(mend_store *s, const char *run_id, const char *step, int attempt, char **token);
+int mend__sqlite_put_token(mend_store *s, const char *digest, const char *run_id, const char *step, int attempt, double made);
+int mend__sqlite_token_of_attempt(mend_store *s, const char *run_id, const char *step, int attempt, char **digest);
 json_t *mend__sqlite_token(mend_store *s, const char *token);
-int mend__sqlite_use_token(mend_store *s, const char *token, const char *outcome, double at);
+int mend__sqlite_use_token(mend_store *s, const char *digest, const char *outcome, double at);
+/* Registers mend_token_digest(text) on db, for the migration to schema 13: SQLITE_OK or not. */
+int mend__sqlite_digest_fn(sqlite3 *db);
 int mend__sqlite_set_parent(mend_store *s, const char *id, const char *parent, const char *parent_step);
 json_t *mend__sqlite_children(mend_store *s, const char *parent);
 int mend__sqlite_child_end(mend_store *s, const char *child, const char *name, const char *payload, const char *key, double sent);

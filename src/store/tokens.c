@@ -1,21 +1,44 @@
 /*
  * tokens: the store's side of completion tokens and child runs (schema 11): a token's row
- * (which attempt made it, whether it was used and how), and the links between a parent run
- * and the runs its steps started. Must never: mark a token used twice; reopen a run that had
- * not succeeded.
+ * (its digest, which attempt made it, whether it was used and how), and the links between a
+ * parent run and the runs its steps started. Must never: mark a token used twice, or any of
+ * an attempt's tokens once one of them was; reopen a run that had not succeeded; be handed a
+ * token itself (the engine passes its digest, src/digest.c).
  */
 #include "store_int.h"
+#include "digest.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-int mend__sqlite_put_token(mend_store *s, const char *token, const char *run_id, const char *step,
+/* mend_token_digest(text) in SQL, for the upgrade that digests the tokens of schema 12. */
+static void digest_fn(sqlite3_context *c, int argc, sqlite3_value **argv) {
+  (void)argc;
+  if (sqlite3_value_type(argv[0]) == SQLITE_NULL) {
+    sqlite3_result_null(c);
+    return;
+  }
+  const unsigned char *t = sqlite3_value_text(argv[0]);
+  char hex[MEND_DIGEST_HEX];
+  if (!t || mend__digest_hex(t, (size_t)sqlite3_value_bytes(argv[0]), hex) != 0) {
+    sqlite3_result_error(c, "mend_token_digest: libcrypto gave no SHA-256", -1);
+    return;
+  }
+  sqlite3_result_text(c, hex, -1, SQLITE_TRANSIENT);
+}
+
+int mend__sqlite_digest_fn(sqlite3 *db) {
+  return sqlite3_create_function(db, "mend_token_digest", 1,
+                                 SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL, digest_fn, NULL, NULL);
+}
+
+int mend__sqlite_put_token(mend_store *s, const char *digest, const char *run_id, const char *step,
                          int attempt, double made) {
   if (mend__sync_point(s) != 0 || mend__batch_begin(s) != 0) return -1;
   sqlite3_stmt *q = s->q[Q_PUT_TOKEN];
   int rc = SQLITE_OK;
-  BIND(mend__bind_text(q, 1, token));
+  BIND(mend__bind_text(q, 1, digest));
   BIND(mend__bind_text(q, 2, run_id));
   BIND(mend__bind_text(q, 3, step));
   BIND(sqlite3_bind_int(q, 4, attempt));
@@ -24,8 +47,8 @@ int mend__sqlite_put_token(mend_store *s, const char *token, const char *run_id,
 }
 
 int mend__sqlite_token_of_attempt(mend_store *s, const char *run_id, const char *step, int attempt,
-                                char **token) {
-  *token = NULL;
+                                char **digest) {
+  *digest = NULL;
   if (mend__sync_point(s) != 0) return -1;
   sqlite3_stmt *q = s->q[Q_TOKEN_OF_ATTEMPT];
   int rc = SQLITE_OK;
@@ -35,7 +58,7 @@ int mend__sqlite_token_of_attempt(mend_store *s, const char *run_id, const char 
   int r = mend__first_row(s, q, rc, "read a token");
   if (r <= 0) return r;
   int oom = 0;
-  *token = mend__copy_text((const char *)sqlite3_column_text(q, 0), &oom);
+  *digest = mend__copy_text((const char *)sqlite3_column_text(q, 0), &oom);
   mend__finish(q);
   if (oom) {
     mend__set_msg(s->err, sizeof s->err, "%s: read a token: out of memory", s->path);
@@ -44,22 +67,22 @@ int mend__sqlite_token_of_attempt(mend_store *s, const char *run_id, const char 
   return 1;
 }
 
-json_t *mend__sqlite_token(mend_store *s, const char *token) {
+json_t *mend__sqlite_token(mend_store *s, const char *digest) {
   s->err[0] = 0;
   if (mend__sync_point(s) != 0) return NULL;
   sqlite3_stmt *q = s->q[Q_TOKEN];
-  json_t *rows = mend__rows_array(s, q, mend__bind_text(q, 1, token), "read a token");
+  json_t *rows = mend__rows_array(s, q, mend__bind_text(q, 1, digest), "read a token");
   if (!rows) return NULL;
   json_t *row = json_incref(json_array_get(rows, 0));
   json_decref(rows);
   return row;
 }
 
-int mend__sqlite_use_token(mend_store *s, const char *token, const char *outcome, double at) {
+int mend__sqlite_use_token(mend_store *s, const char *digest, const char *outcome, double at) {
   if (mend__sync_point(s) != 0 || mend__batch_begin(s) != 0) return -1;
   sqlite3_stmt *q = s->q[Q_USE_TOKEN];
   int rc = SQLITE_OK;
-  BIND(mend__bind_text(q, 1, token));
+  BIND(mend__bind_text(q, 1, digest));
   BIND(sqlite3_bind_double(q, 2, at));
   BIND(mend__bind_text(q, 3, outcome));
   if (mend__run_write(s, q, rc, "use a token") != 0) return -1;

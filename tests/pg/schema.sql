@@ -3,7 +3,7 @@
 -- not there to create them. It must never differ from what pg_schema.c creates: when both are
 -- on one branch, the test opens its database with mend_store_open and this file goes.
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);
-INSERT INTO meta VALUES ('schema_version', '2'), ('application', 'mend');
+INSERT INTO meta VALUES ('schema_version', '3'), ('application', 'mend');
 CREATE TABLE workflow_versions(id BIGSERIAL PRIMARY KEY, workflow TEXT NOT NULL, version TEXT,
   source TEXT, step_names TEXT, script TEXT, first_seen DOUBLE PRECISION,
   UNIQUE (workflow, version));
@@ -31,8 +31,8 @@ CREATE TABLE audit(seq BIGSERIAL PRIMARY KEY, at DOUBLE PRECISION, who TEXT, op 
 CREATE TABLE inbox(seq BIGSERIAL PRIMARY KEY, run_id TEXT NOT NULL, name TEXT NOT NULL,
   payload TEXT, key TEXT, sent DOUBLE PRECISION, consumed DOUBLE PRECISION, step TEXT,
   UNIQUE (run_id, key));
-CREATE TABLE tokens(token TEXT PRIMARY KEY, run_id TEXT NOT NULL, step TEXT NOT NULL,
+CREATE TABLE tokens(digest TEXT PRIMARY KEY, run_id TEXT NOT NULL, step TEXT NOT NULL,
   attempt BIGINT NOT NULL, made DOUBLE PRECISION, used DOUBLE PRECISION, outcome TEXT);
-CREATE UNIQUE INDEX tokens_attempt ON tokens(run_id, step, attempt);
+CREATE INDEX tokens_attempt ON tokens(run_id, step, attempt);
 ALTER TABLE runs ADD COLUMN parent_run TEXT, ADD COLUMN parent_step TEXT;
 CREATE INDEX runs_parent ON runs(parent_run) WHERE parent_run IS NOT NULL;

@@ -84,6 +84,11 @@ int mend__pg_fail(mend_pg *p, PGconn *c, const PGresult *r, const char *what) {
   return -1;
 }
 
+int mend__pg_conflict(const PGresult *r) {
+  const char *code = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+  return code && strncmp(code, "40", 2) == 0;
+}
+
 int mend__pg_exec(mend_pg *p, PGconn *c, const char *sql, const char *what) {
   PGresult *r = PQexec(c, sql);
   ExecStatusType st = PQresultStatus(r);
@@ -107,10 +112,18 @@ PGresult *mend__pg_run(mend_pg *p, int q, const char *sql, int n, const char *co
   if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return r;
   mend__pg_fail(p, p->conn, r, what);
   const char *sev = PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED);
+  int conflict = mend__pg_conflict(r);
   PQclear(r);
   if ((sev && strcmp(sev, "FATAL") == 0) || PQstatus(p->conn) != CONNECTION_OK) {
     /* the connection is gone, and the transaction with it: told once (pg_batch.c, flush) */
     p->conn_doomed = 1;
+    p->conn_lost = 1;
+    mend__pg_rollback(p);
+    return NULL;
+  }
+  if (conflict && p->in_batch) {
+    /* The server chose this batch to end a deadlock: rolled back, as with a lost connection,
+     * and told the same way, so that a worker reads its runs again rather than stop. */
     p->conn_lost = 1;
     mend__pg_rollback(p);
     return NULL;

@@ -175,6 +175,7 @@ static void take_result(pipe *pp, int i, PGresult *r) {
     if (!pp->failed) {
       const char *code = PQresultErrorField(r, PG_DIAG_SQLSTATE);
       if (pp->kind[i] == K_LIVE && code && strcmp(code, "MENDL") == 0) pp->late = 1;
+      if (mend__pg_conflict(r)) p->tx_conflict = 1;
       mend__pg_fail(p, p->conn, r, what_of(pp->kind[i], pp->rec[i]));
     }
     pp->failed = 1;
@@ -295,6 +296,17 @@ static int end_session_now(void) {
   }
   return at > 0 && ++seen == at;
 }
+
+/* MEND_PG_DEADLOCK=N: the Nth batch this process commits fails before its COMMIT as the one
+ * the server picks to end a deadlock (SQLSTATE 40P01), which no spec can make happen on cue. */
+static int deadlock_now(void) {
+  static long at = -1, seen;
+  if (at < 0) {
+    const char *e = getenv("MEND_PG_DEADLOCK");
+    at = e ? atol(e) : 0;
+  }
+  return at > 0 && ++seen == at;
+}
 #endif
 
 /* One try of a flush; *late set when the lease turned out to have run out. */
@@ -363,6 +375,10 @@ static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late)
 #ifdef MEND_FAILPOINTS
   if (commit && !pp.failed && end_session_now() &&
       pipe_send(&pp, K_WRITE, -1, "SELECT pg_terminate_backend(pg_backend_pid())", 0, NULL, NULL) != 0)
+    goto done;
+  if (commit && !pp.failed && deadlock_now() &&
+      pipe_send(&pp, K_WRITE, -1, "DO $$BEGIN RAISE EXCEPTION 'deadlock detected (MEND_PG_DEADLOCK)'"
+                " USING ERRCODE = '40P01'; END$$", 0, NULL, NULL) != 0)
     goto done;
 #endif
   if (commit && !pp.failed) {
@@ -480,8 +496,12 @@ static int flush(mend_pg *p, pg_log *log, int commit, int begin) {
   if (rc != 0) {
     /* The connection gone (the server restarted, the session ended): whether a COMMIT sent
      * was done is not known, so the batch counts as not committed, and the failure is told
-     * once, now (conn_lost); the next batch reconnects. */
-    p->conn_lost = PQstatus(p->conn) != CONNECTION_OK || p->conn_doomed;
+     * once, now (conn_lost); the next batch reconnects. A batch the server rolled back to end
+     * a deadlock (two workers' locks crossing, as on runs one of them lost: SQLSTATE 40P01)
+     * is told the same way: nothing of it was written, and the worker that wrote it reads its
+     * runs again and goes on, on the same connection. */
+    p->conn_lost = PQstatus(p->conn) != CONNECTION_OK || p->conn_doomed || p->tx_conflict;
+    p->tx_conflict = 0;
     mend__pg_rollback(p);
     p->batch_failed = !p->conn_lost;   /* every call fails until commit() says so too */
   }

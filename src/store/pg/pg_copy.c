@@ -96,8 +96,8 @@ static const table tables[] = {
   {"inbox", "seq, run_id, name, payload, key, sent, consumed, step",
    "SELECT seq, run_id, name, payload, key, sent, consumed, step FROM inbox ORDER BY seq",
    "SELECT count(*) FROM inbox"},
-  {"tokens", "token, run_id, step, attempt, made, used, outcome",
-   "SELECT token, run_id, step, attempt, made, used, outcome FROM tokens",
+  {"tokens", "digest, run_id, step, attempt, made, used, outcome",
+   "SELECT digest, run_id, step, attempt, made, used, outcome FROM tokens",
    "SELECT count(*) FROM tokens"},
 };
 #define NTABLES (sizeof tables / sizeof tables[0])

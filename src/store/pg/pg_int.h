@@ -20,7 +20,7 @@
 #include "pg.h"
 
 /* PostgreSQL's own schema versions (meta 'schema_version'), unrelated to SQLite's. */
-#define MEND_PG_SCHEMA_VERSION 2
+#define MEND_PG_SCHEMA_VERSION 3
 
 /* Statements prepared on every connection at open (pg_schema.c holds their text). The write
  * statements (P_INSERT_RUN .. P_SET_UNAVAILABLE) are the ones a batch records. */
@@ -110,6 +110,7 @@ typedef struct mend_pg {
   struct pg_wake *wake;        /* LISTEN/NOTIFY (pg_notify.c) */
   int tx_wake;                 /* the open transaction notifies at COMMIT; conn's owner's */
   int conn_lost;               /* the last failure was the connection's (mend__pg_conn_lost) */
+  int tx_conflict;             /* the server rolled the open batch back (a deadlock): SQLSTATE 40 */
   double retry_at, retry_delay;  /* reconnecting after the long try failed (pg_batch.c) */
   char retry_err[512];
   pg_reads *reads;             /* for the flush under way (mend__pg_sync_reads) */
@@ -125,6 +126,9 @@ void mend__pg_msg(char *buf, int len, const char *fmt, ...);
 int mend__pg_text_fits(mend_pg *p, const char *t);
 /* err = "<server>: <what>: <PostgreSQL's message>" (first line); returns -1. */
 int mend__pg_fail(mend_pg *p, PGconn *c, const PGresult *r, const char *what);
+/* Did the server roll the transaction back for its clash with another (SQLSTATE class 40: a
+ * deadlock, 40P01, or a serialization failure)? Then nothing of it was written. */
+int mend__pg_conflict(const PGresult *r);
 double mend__pg_mono(void);
 /* Runs a prepared statement (P_*) or, with q < 0, sql, on conn in the open transaction (or
  * none): the result (PQclear it), or NULL with err set and, in a batch, the batch failed. */
@@ -238,12 +242,12 @@ long long mend__pg_events_after(mend_store *s, long long after, int limit,
 #define PG_TEXT(r, row, col) (PQgetisnull((r), (row), (col)) ? NULL : PQgetvalue((r), (row), (col)))
 
 /* pg_tokens.c: completion tokens and child runs */
-int mend__pg_put_token(mend_store *s, const char *token, const char *run_id, const char *step,
+int mend__pg_put_token(mend_store *s, const char *digest, const char *run_id, const char *step,
                        int attempt, double made);
 int mend__pg_token_of_attempt(mend_store *s, const char *run_id, const char *step, int attempt,
-                              char **token);
-json_t *mend__pg_token(mend_store *s, const char *token);
-int mend__pg_use_token(mend_store *s, const char *token, const char *outcome, double at);
+                              char **digest);
+json_t *mend__pg_token(mend_store *s, const char *digest);
+int mend__pg_use_token(mend_store *s, const char *digest, const char *outcome, double at);
 int mend__pg_set_parent(mend_store *s, const char *id, const char *parent,
                         const char *parent_step);
 json_t *mend__pg_children(mend_store *s, const char *parent);

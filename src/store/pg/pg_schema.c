@@ -184,13 +184,19 @@ const char *const mend__pg_sql[P__COUNT] = {
     "SELECT seq, run_id FROM inbox WHERE seq > $1::bigint ORDER BY seq LIMIT $2::bigint",
   /* Completion tokens and child runs (schema 2), joining the open batch at once (pg_tokens.c). */
   [P_PUT_TOKEN] =
-    "INSERT INTO tokens(token, run_id, step, attempt, made) VALUES($1::text, $2::text, $3::text,"
+    "INSERT INTO tokens(digest, run_id, step, attempt, made) VALUES($1::text, $2::text, $3::text,"
     " $4::bigint, $5::float8)",
   [P_TOKEN_OF_ATTEMPT] =
-    "SELECT token FROM tokens WHERE run_id = $1::text AND step = $2::text AND attempt = $3::bigint",
+    "SELECT digest FROM tokens WHERE run_id = $1::text AND step = $2::text AND attempt = $3::bigint"
+    " LIMIT 1",
+  /* Every token of the attempt is used by the first use of any. Two uses at once lock the same
+   * rows, and the second finds used set when it rechecks them; a token made after a use is
+   * not among the rows, and NOT EXISTS sees the use. */
   [P_USE_TOKEN] =
-    "UPDATE tokens SET used = $2::float8, outcome = $3::text WHERE token = $1::text"
-    " AND used IS NULL",
+    "UPDATE tokens SET used = $2::float8, outcome = $3::text WHERE (run_id, step, attempt) ="
+    " (SELECT run_id, step, attempt FROM tokens WHERE digest = $1::text) AND used IS NULL"
+    " AND NOT EXISTS (SELECT 1 FROM tokens u WHERE u.run_id = tokens.run_id"
+    " AND u.step = tokens.step AND u.attempt = tokens.attempt AND u.used IS NOT NULL)",
   [P_SET_PARENT] =
     "UPDATE runs SET parent_run = $2::text, parent_step = $3::text WHERE id = $1::text",
   /* A succeeded run is nobody's (P_UPDATE_RUN): reopened, it is `owner`'s or any worker's. */
@@ -272,6 +278,15 @@ const char *const mend__pg_migrations[MEND_PG_SCHEMA_VERSION] = {
   "CREATE UNIQUE INDEX tokens_attempt ON tokens(run_id, step, attempt);"
   "ALTER TABLE runs ADD COLUMN parent_run TEXT, ADD COLUMN parent_step TEXT;"
   "CREATE INDEX runs_parent ON runs(parent_run) WHERE parent_run IS NOT NULL;",
+  /* 2 -> 3: a token is kept as its digest (SHA-256 in hex, as src/digest.c makes it), never as
+   * itself; an attempt may have two tokens (its first cannot be read back to hand out again),
+   * the first used ending both (SQLite's schema 13). */
+  "UPDATE tokens SET token = encode(sha256(convert_to(token, 'UTF8')), 'hex');"
+  "ALTER TABLE tokens RENAME COLUMN token TO digest;"
+  "DROP INDEX tokens_attempt;"
+  "CREATE INDEX tokens_attempt ON tokens(run_id, step, attempt);"
+  "UPDATE inbox SET key = encode(sha256(convert_to(key, 'UTF8')), 'hex')"
+  " WHERE key IS NOT NULL AND (name = 'mend.token' OR name LIKE 'mend.token:%');",
 };
 
 /* The advisory lock that makes creating and upgrading the schema one worker's at a time

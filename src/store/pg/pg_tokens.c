@@ -22,12 +22,12 @@ static PGresult *write_now(mend_pg *p, int q, int n, const char *const *v, const
 
 static int changed(PGresult *r) { return strcmp(PQcmdTuples(r), "0") != 0; }
 
-int mend__pg_put_token(mend_store *s, const char *token, const char *run_id, const char *step,
+int mend__pg_put_token(mend_store *s, const char *digest, const char *run_id, const char *step,
                        int attempt, double made) {
   char a[24], t[40];
   snprintf(a, sizeof a, "%d", attempt);
   snprintf(t, sizeof t, "%.17g", made);
-  const char *v[5] = {token, run_id, step, a, t};
+  const char *v[5] = {digest, run_id, step, a, t};
   PGresult *r = write_now(PG(s), P_PUT_TOKEN, 5, v, "record a token");
   if (!r) return -1;
   PQclear(r);
@@ -35,9 +35,9 @@ int mend__pg_put_token(mend_store *s, const char *token, const char *run_id, con
 }
 
 int mend__pg_token_of_attempt(mend_store *s, const char *run_id, const char *step, int attempt,
-                              char **token) {
+                              char **digest) {
   mend_pg *p = PG(s);
-  *token = NULL;
+  *digest = NULL;
   char a[24];
   snprintf(a, sizeof a, "%d", attempt);
   const char *v[3] = {run_id, step, a};
@@ -48,9 +48,9 @@ int mend__pg_token_of_attempt(mend_store *s, const char *run_id, const char *ste
     PQclear(r);
     return 0;
   }
-  *token = strdup(PQgetvalue(r, 0, 0));
+  *digest = strdup(PQgetvalue(r, 0, 0));
   PQclear(r);
-  if (!*token) {
+  if (!*digest) {
     mend__pg_msg(p->err, sizeof p->err, "%s: read a token: out of memory", p->server);
     return -1;
   }
@@ -63,18 +63,18 @@ static json_t *viewed(mend_pg *p, json_t *v, const char *msg) {
   return v;
 }
 
-json_t *mend__pg_token(mend_store *s, const char *token) {
+json_t *mend__pg_token(mend_store *s, const char *digest) {
   mend_pg *p = PG(s);
   p->err[0] = 0;
   if (mend__pg_sync(p) != 0) return NULL;
   char err[sizeof p->err];
-  return viewed(p, mend__pg_view_token(p->conn, token, err, sizeof err), err);
+  return viewed(p, mend__pg_view_token(p->conn, digest, err, sizeof err), err);
 }
 
-int mend__pg_use_token(mend_store *s, const char *token, const char *outcome, double at) {
+int mend__pg_use_token(mend_store *s, const char *digest, const char *outcome, double at) {
   char t[40];
   snprintf(t, sizeof t, "%.17g", at);
-  const char *v[3] = {token, t, outcome};
+  const char *v[3] = {digest, t, outcome};
   PGresult *r = write_now(PG(s), P_USE_TOKEN, 3, v, "use a token");
   if (!r) return -1;
   int used_before = !changed(r);

@@ -354,12 +354,12 @@ json_t *mend__pg_view_runs(PGconn *c, const char *status, const char *workflow, 
   return mend__pg_view_runs_where(c, status, workflow, -1, 0, limit, err, errlen);
 }
 
-json_t *mend__pg_view_token(PGconn *c, const char *token, char *err, size_t errlen) {
-  const char *p[1] = {token};
+json_t *mend__pg_view_token(PGconn *c, const char *digest, char *err, size_t errlen) {
+  const char *p[1] = {digest};
   if (err && errlen) err[0] = 0;
   json_t *rows = rows_array(c,
-                            "SELECT token, run_id, step, attempt, made, used, outcome FROM tokens"
-                            " WHERE token = $1",
+                            "SELECT digest, run_id, step, attempt, made, used, outcome FROM tokens"
+                            " WHERE digest = $1",
                             1, p, "read a token", err, errlen);
   if (!rows) return NULL;
   json_t *row = json_incref(json_array_get(rows, 0));

@@ -41,9 +41,9 @@ json_t *mend__pg_view_runs_where(PGconn *c, const char *status, const char *work
 json_t *mend__pg_view_audit_list(PGconn *c, char *err, size_t errlen);
 json_t *mend__pg_view_workflows(PGconn *c, const char *workflow, char *err, size_t errlen);
 json_t *mend__pg_view_inbox(PGconn *c, const char *run_id, char *err, size_t errlen);
-/* A completion token's row {token, run_id, step, attempt, made, used, outcome}; NULL with err
+/* A completion token's row {digest, run_id, step, attempt, made, used, outcome}; NULL with err
  * empty when there is none. */
-json_t *mend__pg_view_token(PGconn *c, const char *token, char *err, size_t errlen);
+json_t *mend__pg_view_token(PGconn *c, const char *digest, char *err, size_t errlen);
 /* A parent's child runs [{run_id, step, workflow, status}], in the order started. */
 json_t *mend__pg_view_children(PGconn *c, const char *parent, char *err, size_t errlen);
 json_t *mend__pg_view_prune(PGconn *c, double before, const char *status, int dry_run,
