@@ -208,12 +208,10 @@ static void *limited_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
     }
     if (E->alloc_limits && E->cfg.sandbox && mend_limits_refuse_table(E->alloc_limits, ptr, osize, nsize))
       return NULL;
-    /* What an allocation is for (a concatenation, string.rep, string.format...) is work no
-     * count hook sees, one instruction for any size: a large one is charged its bytes and
-     * looks at the clock, and fails once the call is over its limits. */
-    if (E->alloc_limits && nsize - old >= ALLOC_CHARGED &&
-        mend_limits_spend(E->alloc_limits, (double)(nsize - old) / ALLOC_BYTES_PER_INSTRUCTION))
-      return NULL;
+    /* What an allocation is for (a concatenation, string.rep, a table grown) is work no count
+     * hook sees, one instruction for any size: its bytes are charged, and it fails once the
+     * call is over its limits. */
+    if (E->alloc_limits && mend_limits_owe(E->alloc_limits, nsize - old)) return NULL;
   }
   void *p = realloc(ptr, nsize);
   if (p) E->mem_used = E->mem_used - old + nsize;

@@ -150,8 +150,8 @@ static const char saga_lua[] =
 
 static const char hog_lua[] =
   "return { name = 'hog', steps = { { name = 'eat', execute = function()\n"
-  "  local t, i = {}, 0\n"
-  "  while true do i = i + 1; t[i] = string.rep('x', 65536) .. i end\n"
+  "  local big, t, i = string.rep('x', 65536), {}, 0\n"
+  "  while true do i = i + 1; t[i] = big .. i end\n"
   "end } } }\n";
 
 static const char spin_lua[] =

@@ -14,6 +14,11 @@
  *                                   for C work no hook sees, which must be charged to the
  *                                   budget (10M instructions: some 100 ms), ten times over
  *
+ * A case that expects the instruction budget to stop it, and says no `within`, must end within
+ * BUDGET_WITHIN: what the budget allows, plain instructions or the C work and allocations it
+ * is charged, takes 30-60 ms here, 100 ms more at most for what one settling of the charge lets
+ * through, and a loaded machine shared with other builds can take three times that.
+ *
  * and for every file: the host is alive (this process), nothing was written in the directory
  * the scripts are pointed at (ctx.input.outside), nor in the history of a run that is not
  * theirs (ctx.input.victim, a benign run's), the engine is not broken, and a benign run in the
@@ -37,6 +42,8 @@ static const char benign_lua[] =
   "  { name = 'one', execute = function(ctx, input)\n"
   "      return { upper = string.upper('ok'), n = #('abc'):rep(3), json = mend.json.encode({1}) }\n"
   "    end } } }\n";
+
+#define BUDGET_WITHIN 0.75
 
 static double now_s(void) {
   struct timespec ts;
@@ -81,6 +88,8 @@ static int read_expectation(const char *path, char *kind, size_t klen, char *tex
   snprintf(kind, klen, "%.*s", (int)(sp - p), p);
   snprintf(text, tlen, "%s", sp + 1);
   text[strcspn(text, "\n")] = 0;
+  if (strncmp(second, "-- within: ", 11) != 0 && strstr(text, "instruction budget"))
+    *within = BUDGET_WITHIN;
   return 0;
 }
 

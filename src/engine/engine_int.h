@@ -43,10 +43,6 @@
 /* What the engine may spend on the text of a value that workflow code raised. */
 #define DESCRIBE_BUDGET 1000000
 #define DESCRIBE_SECONDS 0.05
-/* Allocations from this size on are charged to the call's limits, at this many bytes an
- * instruction (what filling fresh pages costs against one Lua instruction). */
-#define ALLOC_CHARGED (64u << 10)
-#define ALLOC_BYTES_PER_INSTRUCTION 32.0
 
 /* Child processes of two kinds share the loop; the tag tells their handles apart at destroy.
  * Each starts with this header: the engine lets go of its live children when destroyed (E is
