@@ -272,7 +272,10 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
       lua_pop(host, 2);
     }
     lua_atpanic(host, on_panic);
-    if (cfg->sandbox) mend_sandbox_prepare(host);
+    if (cfg->sandbox) {
+      mend__print_install(E, host);   /* before the sandbox's print wraps it */
+      mend_sandbox_prepare(host);
+    }
   }
   lua_rawgeti(host, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
   lua_State *main = lua_tothread(host, -1);
@@ -406,6 +409,7 @@ void mend_engine_destroy(mend_engine *E) {
   mend_timers_close(&E->timers);
   if (E->lease_timer) uv_close((uv_handle_t *)E->lease_timer, free_on_close);
   if (E->lock_timer) uv_close((uv_handle_t *)E->lock_timer, free_on_close);
+  mend__print_close(E);
   uv_close((uv_handle_t *)E->pump, free_on_close);
   if (E->owns_loop) {
     uv_run(&E->own_loop, UV_RUN_NOWAIT);   /* let close callbacks run */

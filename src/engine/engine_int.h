@@ -155,12 +155,20 @@ struct mend_run {
   char id[MEND_RUN_ID_LEN];
 };
 
+/* print of workflow code in a sandboxed engine: a bounded buffer the loop writes (print.c). */
+typedef struct mend_print_out mend_print_out;
+/* Sets L's global print to the engine's, which never blocks on stdout. */
+void mend__print_install(mend_engine *E, lua_State *L);
+/* Writes what stdout takes now, and lets go of the rest. */
+void mend__print_close(mend_engine *E);
+
 struct mend_engine {
   lua_State *L;           /* the engine's own thread of the host state */
   int thread_ref;
   lua_State *owned_state; /* set when the engine made its own Lua state */
   uv_loop_t *loop;
   uv_loop_t own_loop;
+  mend_print_out *print_out;   /* a sandboxed engine's print (print.c); NULL: none */
   int owns_loop;
   uv_idle_t *pump;
   mend_timers timers;
