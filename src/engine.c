@@ -277,6 +277,7 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
       mend_sandbox_prepare(host);
     }
   }
+  if (cfg->buffered_print && !E->print_out) mend__print_install(E, host);
   lua_rawgeti(host, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
   lua_State *main = lua_tothread(host, -1);
   lua_pop(host, 1);

@@ -25,8 +25,17 @@
 /* How often the loop tries again while lines wait. */
 #define PRINT_RETRY_MS 20
 
+/* What print's closure holds, anchored in the registry while the engine lives: the engine's
+ * buffer, NULL once the engine is gone (print then writes as Lua's does). */
+typedef struct print_box {
+  mend_print_out *out;
+} print_box;
+
 struct mend_print_out {
   mend_engine *E;
+  lua_State *L;
+  print_box *box;
+  int box_ref;
   char *buf;
   size_t off, len;     /* what waits is buf[off..len) */
   long dropped;        /* lines dropped since the last notice */
@@ -106,7 +115,8 @@ static void on_retry(uv_timer_t *t) { settle(t->data); }
 /* print(...) as Lua's (tostring of each argument, tabs between, a newline), into the buffer.
  * Upvalue 1: the engine's mend_print_out. */
 static int engine_print(lua_State *L) {
-  mend_print_out *o = lua_touserdata(L, lua_upvalueindex(1));
+  print_box *box = lua_touserdata(L, lua_upvalueindex(1));
+  mend_print_out *o = box->out;
   int n = lua_gettop(L);
   luaL_Buffer b;
   luaL_buffinit(L, &b);
@@ -119,6 +129,11 @@ static int engine_print(lua_State *L) {
   luaL_pushresult(&b);
   size_t len;
   const char *s = lua_tolstring(L, -1, &len);
+  if (!o) {
+    fwrite(s, 1, len, stdout);
+    fflush(stdout);
+    return 0;
+  }
   append(o, s, len);
   /* While stdout is full the loop's timer writes: no system call for each line. */
   if (!o->retry || !uv_is_active((uv_handle_t *)o->retry)) settle(o);
@@ -129,10 +144,14 @@ void mend__print_install(mend_engine *E, lua_State *L) {
   mend_print_out *o = calloc(1, sizeof *o);
   if (!o) return;
   o->E = E;
-  E->print_out = o;
-  lua_pushlightuserdata(L, o);
+  o->L = L;
+  o->box = lua_newuserdatauv(L, sizeof *o->box, 0);
+  o->box->out = o;
+  lua_pushvalue(L, -1);
+  o->box_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   lua_pushcclosure(L, engine_print, 1);
   lua_setglobal(L, "print");
+  E->print_out = o;
 }
 
 static void free_retry(uv_handle_t *h) { free(h); }
@@ -143,6 +162,8 @@ void mend__print_close(mend_engine *E) {
   flush(o);   /* what stdout takes now; the rest would wait for ever */
   if (o->dropped > 0) notice(o, 0);
   if (o->retry) uv_close((uv_handle_t *)o->retry, free_retry);
+  o->box->out = NULL;
+  luaL_unref(o->L, LUA_REGISTRYINDEX, o->box_ref);
   free(o->buf);
   free(o);
   E->print_out = NULL;
