@@ -3,7 +3,8 @@
  * process runs a sandboxed engine whose stdout is a pipe nobody reads (it fills at 64 KiB): a
  * run prints 10 MiB, a second run starts after it, and both must end, the child exiting 0
  * within seconds; the pipe, read once the child is done, holds the first lines, and the log
- * one notice of how many were dropped. Before, the first print past 64 KiB blocked the child for good.
+ * one notice of how many were dropped. Before, the first print past 64 KiB blocked the child
+ * for good.
  */
 #include <mend.h>
 #include <signal.h>
@@ -93,7 +94,8 @@ int main(void) {
   static char out[1 << 20];
   size_t n = 0;
   ssize_t got;
-  while (n < sizeof out - 1 && (got = read(fds[0], out + n, sizeof out - 1 - n)) > 0) n += (size_t)got;
+  while (n < sizeof out - 1 && (got = read(fds[0], out + n, sizeof out - 1 - n)) > 0)
+    n += (size_t)got;
   out[n] = 0;
   CHECK(n > 0 && strncmp(out, "xxxxxxxxxx", 10) == 0);
   close(fds[0]);

@@ -307,7 +307,8 @@ static int meter_result(void *ud, long values, size_t bytes) {
   m->bytes = bytes;
   if (mend_limits_spend(&m->r->limits, work)) return 1;
   if (E->owned_state && E->cfg.memory_limit > 0 &&
-      (double)E->mem_used + (double)values * ENCODE_VALUE_BYTES + (double)bytes > (double)E->mem_limit) {
+      (double)E->mem_used + (double)values * ENCODE_VALUE_BYTES + (double)bytes >
+          (double)E->mem_limit) {
     m->over_memory = 1;
     return 1;
   }

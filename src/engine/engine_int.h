@@ -155,7 +155,8 @@ struct mend_run {
   char id[MEND_RUN_ID_LEN];
 };
 
-/* print of workflow code in a sandboxed engine: a bounded buffer the loop writes (print.c). */
+/* print of workflow code in a sandboxed or buffered_print engine: a bounded buffer the loop
+ * writes (print.c). */
 typedef struct mend_print_out mend_print_out;
 /* Sets L's global print to the engine's, which never blocks on stdout. */
 void mend__print_install(mend_engine *E, lua_State *L);

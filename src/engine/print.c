@@ -1,9 +1,9 @@
 /*
- * print: what `print` of workflow code writes, for an engine with its own sandboxed state.
- * Owns a bounded buffer of lines and their writing to stdout: a line is written at once when
- * stdout can take it, else kept (up to PRINT_BUFFER bytes) and written by the loop when it
- * can; a line that does not fit is dropped and counted, and one notice says how many once the
- * buffer could be written again.
+ * print: what `print` of workflow code writes, for a sandboxed engine and one made with
+ * buffered_print (`mend worker`). Owns a bounded buffer of lines and their writing to stdout:
+ * a line is written at once when stdout can take it, else kept (up to PRINT_BUFFER bytes) and
+ * written by the loop when it can; a line that does not fit is dropped and counted, and one
+ * notice (on stdout, and in the log) says how many once the buffer could be written again.
  *
  * Must never: block the loop on stdout (a pipe nobody reads fills at 64 KiB, and a blocking
  * write would hold every run and the worker's signals); write more than PIPE_BUF bytes after
