@@ -156,7 +156,7 @@ MEND_API const char *mend_engine_errmsg(mend_engine *engine);
 
 /* The longest name, in bytes, of a workflow, a step, an event, a breaker (a workflow file with
  * a longer one does not load; a call given one fails with MEND_EINVAL), and of a run key. */
-#define MEND_NAME_MAX 128
+#define MEND_NAME_MAX 512
 #define MEND_KEY_MAX 1024
 
 /* Loads a workflow script (a Lua file returning a definition). On success copies the

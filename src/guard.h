@@ -73,7 +73,7 @@ int mend_limits_spend(mend_limits *lim, double instructions);
  * allocations ends within about the time of its budget of plain instructions, or some 150 ms
  * more when every block is mapped afresh (README: Limits and sandbox). */
 #define MEND_ALLOC_BYTES_PER_INSTRUCTION 8
-#define MEND_ALLOC_EACH 32
+#define MEND_ALLOC_EACH 64
 /* Debt is settled (taken off the budget, the clock looked at) once it reaches this: a look at
  * the clock for every small allocation would cost more than the allocation. */
 #define MEND_ALLOC_SETTLE ((size_t)64 << 10)

@@ -299,7 +299,7 @@ static void it_runs_on_its_own_loop(void) {
   longer[sizeof longer - 1] = 0;
   longer[MEND_NAME_MAX + 1] = 0;
   CHECK_EQ_INT(mend_engine_start(E, longer, NULL, NULL, id[0], NULL), MEND_EINVAL);
-  CHECK(strstr(mend_engine_errmsg(E), "a workflow name of 129 bytes, over the longest name of 128") != NULL);
+  CHECK(strstr(mend_engine_errmsg(E), "a workflow name of 513 bytes, over the longest name of 512") != NULL);
   longer[MEND_NAME_MAX + 1] = 'w';
   CHECK_EQ_INT(mend_engine_start(E, "basic", NULL, longer, id[0], NULL), MEND_EINVAL);
   CHECK(strstr(mend_engine_errmsg(E), "a run key of 1025 bytes") != NULL);

@@ -16,8 +16,9 @@
  *
  * A case that expects the instruction budget to stop it, and says no `within`, must end within
  * BUDGET_WITHIN: what the budget allows, plain instructions or the C work and allocations it
- * is charged, takes 30-60 ms here, 100 ms more at most for what one settling of the charge lets
- * through, and a loaded machine shared with other builds can take three times that.
+ * is charged, takes 30-60 ms on an idle machine, 100 ms more at most for what one settling of
+ * the charge lets through, and a 2-core machine loaded with other builds and tests was seen to
+ * take six times that (f61: 1.0 s where it takes 0.17 s idle).
  *
  * and for every file: the host is alive (this process), nothing was written in the directory
  * the scripts are pointed at (ctx.input.outside), nor in the history of a run that is not
@@ -43,7 +44,7 @@ static const char benign_lua[] =
   "      return { upper = string.upper('ok'), n = #('abc'):rep(3), json = mend.json.encode({1}) }\n"
   "    end } } }\n";
 
-#define BUDGET_WITHIN 0.75
+#define BUDGET_WITHIN 1.5
 /* AddressSanitizer's allocator (red zones, a quarantine of freed blocks) makes each allocation
  * several times as dear: a sanitized build's bounds are four times as long. */
 #if defined(__SANITIZE_ADDRESS__)
@@ -170,7 +171,7 @@ int main(int argc, char **argv) {
   CHECK(n >= 30);
 
   for (int i = 0; i < n; i++) {
-    char path[512], kind[32], want[400], loaded[128] = "";
+    char path[512], kind[32], want[400], loaded[MEND_NAME_MAX + 1] = "";
     int runs;
     double within;
     snprintf(path, sizeof path, "%s/%s", corpus, names[i]);

@@ -678,8 +678,8 @@ local function workflow_file(o, workflow)
   if f then f:close() return workflow end
   local dir = o.workflows or "workflows"
   -- MEND_NAME_MAX of mend.h: no workflow has a longer name.
-  if #workflow > 128 then
-    fail("no workflow file %s, and a workflow name of %d bytes, over the longest name of 128 bytes",
+  if #workflow > 512 then
+    fail("no workflow file %s, and a workflow name of %d bytes, over the longest name of 512 bytes",
          workflow:sub(1, 64) .. "...", #workflow)
   end
   local path = dir .. "/" .. workflow .. ".lua"
