@@ -120,6 +120,36 @@ int mend__ask_when(mend_run *r, int i) {
   return yes;
 }
 
+/* Encoding what a step returns (or a map's list) is work the step asked for, held to its limits: each value
+ * (made by jansson, then printed) and each byte of its strings and keys is charged, and the
+ * document, built outside the state's allocator, must fit in what the memory limit leaves. */
+#define ENCODE_VALUE_BYTES 64u   /* a jansson value, its slot in its parent, malloc's overhead */
+
+typedef struct result_meter {
+  mend_engine *E;
+  mend_limits *lim;
+  long values;
+  size_t bytes;
+  int over_memory;
+} result_meter;
+
+static int meter_result(void *ud, long values, size_t bytes) {
+  result_meter *m = ud;
+  mend_engine *E = m->E;
+  double work = (double)(values - m->values) * MEND_JSON_VALUE_COST +
+                (double)(bytes - m->bytes) * MEND_JSON_BYTE_COST;
+  m->values = values;
+  m->bytes = bytes;
+  if (mend_limits_spend(m->lim, work)) return 1;
+  if (E->owned_state && E->cfg.memory_limit > 0 &&
+      (double)E->mem_used + (double)values * ENCODE_VALUE_BYTES + (double)bytes >
+          (double)E->mem_limit) {
+    m->over_memory = 1;
+    return 1;
+  }
+  return 0;
+}
+
 /* Asks map step i for its list: its JSON text (an array), or NULL with st->error saying why. */
 char *mend__ask_map(mend_run *r, int i) {
   step_rt *st = &r->steps[i];
@@ -146,8 +176,13 @@ char *mend__ask_map(mend_run *r, int i) {
     lua_pop(L, 2);   /* the key and value lua_next pushed */
     snprintf(msg, sizeof msg, "map: must return a list (a table with keys 1..n), got an object");
   } else {
-    json = mend_json_encode(L, -1, "map's list", text, sizeof text);
-    if (!json) snprintf(msg, sizeof msg, "map: %s", text);
+    result_meter meter = {E, &lim, 0, 0, 0};
+    json = mend_json_encode_metered(L, -1, "map's list", text, sizeof text, meter_result, &meter);
+    char why[200];
+    if (!json && (lim.tripped || meter.over_memory))
+      snprintf(msg, sizeof msg, "map: %s as its list was encoded", meter.over_memory
+               ? "exceeded the memory limit" : mend_limits_message(&lim, why, sizeof why));
+    else if (!json) snprintf(msg, sizeof msg, "map: %s", text);
     else if (json[0] != '[') {
       free(json);
       json = NULL;
@@ -286,35 +321,6 @@ void mend__end_attempt(mend_run *r) {
   collect_if_over(E);
 }
 
-/* Encoding what a step returns is work the step asked for, held to its limits: each value
- * (made by jansson, then printed) and each byte of its strings and keys is charged, and the
- * document, built outside the state's allocator, must fit in what the memory limit leaves. */
-#define ENCODE_VALUE_BYTES 64u   /* a jansson value, its slot in its parent, malloc's overhead */
-
-typedef struct result_meter {
-  mend_run *r;
-  long values;
-  size_t bytes;
-  int over_memory;
-} result_meter;
-
-static int meter_result(void *ud, long values, size_t bytes) {
-  result_meter *m = ud;
-  mend_engine *E = m->r->E;
-  double work = (double)(values - m->values) * MEND_JSON_VALUE_COST +
-                (double)(bytes - m->bytes) * MEND_JSON_BYTE_COST;
-  m->values = values;
-  m->bytes = bytes;
-  if (mend_limits_spend(&m->r->limits, work)) return 1;
-  if (E->owned_state && E->cfg.memory_limit > 0 &&
-      (double)E->mem_used + (double)values * ENCODE_VALUE_BYTES + (double)bytes >
-          (double)E->mem_limit) {
-    m->over_memory = 1;
-    return 1;
-  }
-  return 0;
-}
-
 /* Resumes the attempt's coroutine with nargs values on its stack and deals with the outcome. */
 void mend__resume(mend_run *r, int nargs) {
   mend_engine *E = r->E;
@@ -339,7 +345,7 @@ void mend__resume(mend_run *r, int nargs) {
   char *result = NULL;
   char msg[600];
   int ok = 0;
-  result_meter meter = {r, 0, 0, 0};
+  result_meter meter = {E, &r->limits, 0, 0, 0};
   int tripped_before = r->limits.tripped;
   if (status == LUA_YIELD) {
     info.message = "step yielded outside mend.sleep, mend.exec, mend.http or mend.call "
