@@ -14,7 +14,7 @@ if(MEND_FUZZ)
   add_executable(fuzz_workflow tests/fuzz/fuzz_workflow.c src/workflow.c src/backoff.c
                                src/breaker.c)
   foreach(f fuzz_json fuzz_workflow)
-    target_include_directories(${f} PRIVATE src)
+    target_include_directories(${f} PRIVATE src include)
     target_compile_options(${f} PRIVATE ${MEND_FUZZ_FLAGS})
     target_link_options(${f} PRIVATE ${MEND_FUZZ_FLAGS})
     target_link_libraries(${f} PRIVATE PkgConfig::LUA PkgConfig::JANSSON m)

@@ -154,8 +154,14 @@ MEND_API void mend_engine_free(mend_engine *engine);
 /* The message of the engine's last failure ("" if none). Valid until the next call. */
 MEND_API const char *mend_engine_errmsg(mend_engine *engine);
 
+/* The longest name, in bytes, of a workflow, a step, an event, a breaker (a workflow file with
+ * a longer one does not load; a call given one fails with MEND_EINVAL), and of a run key. */
+#define MEND_NAME_MAX 512
+#define MEND_KEY_MAX 1024
+
 /* Loads a workflow script (a Lua file returning a definition). On success copies the
- * workflow's name into name_out (if not NULL). MEND_ELOAD names the file, step and field. */
+ * workflow's name into name_out (if not NULL; MEND_NAME_MAX + 1 bytes hold any).
+ * MEND_ELOAD names the file, step and field. */
 MEND_API int mend_engine_load(mend_engine *engine, const char *path, char *name_out, size_t name_len);
 
 /* Registers a host function under `name` for mend.call. Not from a callback. */

@@ -293,7 +293,7 @@ MEND_API int mend_engine_start(mend_engine *engine, const char *workflow, const 
   int ex = 0;
   char err[1024];
   if (!workflow || !run_id_out) return MEND_EINVAL;
-  if (!mend_engine_workflow(engine, workflow)) {
+  if (strlen(workflow) <= MEND_NAME_MAX && !mend_engine_workflow(engine, workflow)) {
     snprintf(err, sizeof err, "no workflow named \"%s\" is loaded", workflow);
     mend_engine_note_error(engine, err);
     return MEND_ENOTFOUND;

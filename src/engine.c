@@ -208,12 +208,10 @@ static void *limited_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
     }
     if (E->alloc_limits && E->cfg.sandbox && mend_limits_refuse_table(E->alloc_limits, ptr, osize, nsize))
       return NULL;
-    /* What an allocation is for (a concatenation, string.rep, string.format...) is work no
-     * count hook sees, one instruction for any size: a large one is charged its bytes and
-     * looks at the clock, and fails once the call is over its limits. */
-    if (E->alloc_limits && nsize - old >= ALLOC_CHARGED &&
-        mend_limits_spend(E->alloc_limits, (double)(nsize - old) / ALLOC_BYTES_PER_INSTRUCTION))
-      return NULL;
+    /* What an allocation is for (a concatenation, string.rep, a table grown) is work no count
+     * hook sees, one instruction for any size: its bytes are charged, and it fails once the
+     * call is over its limits. */
+    if (E->alloc_limits && mend_limits_owe(E->alloc_limits, nsize - old)) return NULL;
   }
   void *p = realloc(ptr, nsize);
   if (p) E->mem_used = E->mem_used - old + nsize;
@@ -278,8 +276,12 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
       lua_pop(host, 2);
     }
     lua_atpanic(host, on_panic);
-    if (cfg->sandbox) mend_sandbox_prepare(host);
+    if (cfg->sandbox) {
+      mend__print_install(E, host);   /* before the sandbox's print wraps it */
+      mend_sandbox_prepare(host);
+    }
   }
+  if (cfg->buffered_print && !E->print_out) mend__print_install(E, host);
   lua_rawgeti(host, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
   lua_State *main = lua_tothread(host, -1);
   lua_pop(host, 1);
@@ -415,6 +417,7 @@ void mend_engine_destroy(mend_engine *E) {
   mend_timers_close(&E->timers);
   if (E->lease_timer) uv_close((uv_handle_t *)E->lease_timer, free_on_close);
   if (E->lock_timer) uv_close((uv_handle_t *)E->lock_timer, free_on_close);
+  mend__print_close(E);
   uv_close((uv_handle_t *)E->pump, free_on_close);
   if (E->owns_loop) {
     uv_run(&E->own_loop, UV_RUN_NOWAIT);   /* let close callbacks run */

@@ -48,6 +48,8 @@ typedef struct mend_engine_config {
   mend_engine_alert_fn on_event;/* run finished, step failed, breaker changed; NULL: none */
   void *event_ud;
   int writer_thread;            /* commit on a thread of the store's (real clock, file db) */
+  int buffered_print;           /* the state's print never blocks on stdout (engine/print.c);
+                                   always so in a sandbox */
   /* For an engine that makes its own Lua state (host == NULL) only: */
   size_t memory_limit;          /* bytes step code may hold in the VM; 0: no limit */
   int sandbox;                  /* workflow code in an environment of its own (sandbox.h) */

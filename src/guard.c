@@ -294,6 +294,17 @@ int mend_limits_spend(mend_limits *lim, double spent) {
   return lim->tripped != MEND_LIMIT_OK;
 }
 
+int mend_limits_settle(mend_limits *lim) {
+  size_t debt = lim->alloc_debt;
+  lim->alloc_debt = 0;
+  if (!mend_limits_spend(lim, (double)(debt / MEND_ALLOC_BYTES_PER_INSTRUCTION))) return 0;
+  /* The failed allocation raises a memory error that a pcall may catch, and the next one makes
+   * Lua collect the whole state before it fails again: the hook raises at the next instruction
+   * instead of up to MEND_LIMITS_EVERY later. */
+  watch_poke_all();
+  return 1;
+}
+
 /* sizeof(Node) of Lua 5.4 with 64-bit values and pointers (lobject.h). */
 #if LUA_VERSION_NUM == 504 && !LUA_32BITS
 #define NODE_BYTES 24u

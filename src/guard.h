@@ -37,6 +37,7 @@ typedef struct mend_limits {
   int watch_depth;             /* the watchdog's threads when these began */
   unsigned char refused_table; /* an allocation was refused: a table over MEND_TABLE_NODES */
   unsigned char after_box;     /* the last allocation was the box of a lauxlib buffer */
+  size_t alloc_debt;           /* bytes allocated under these limits and not yet charged */
 } mend_limits;
 
 /* Sets lim up for a new call: `budget` instructions (0: none), `seconds` of real time (<= 0:
@@ -60,9 +61,31 @@ mend_limits *mend_limits_current(lua_State *L);
 /* Charges work done in C on behalf of workflow code (`instructions` of it) to the limits in
  * force and looks at the clock; raises as the hook does when they trip. [-0, +0, v] */
 void mend_limits_charge(lua_State *L, double instructions);
-/* Takes `instructions` from lim and looks at the clock, without raising (for the engine's
- * allocator, which charges what large allocations copy): 1 if lim is tripped. */
+/* Takes `instructions` from lim and looks at the clock, without raising: 1 if lim is tripped. */
 int mend_limits_spend(mend_limits *lim, double instructions);
+
+/* What allocating costs, against one Lua instruction (some 6 ns on a loaded machine): a block
+ * costs its malloc, its free and the collector's walk over it, and its bytes from 0.05 ns each
+ * (reused memory) to 3-5 ns (pages mapped afresh, on a virtual machine). An allocation the count
+ * hook never sees (a string.rep, a concatenation, a table grown) is charged MEND_ALLOC_EACH
+ * bytes more than its size, at MEND_ALLOC_BYTES_PER_INSTRUCTION bytes an instruction: a budget
+ * of 10M still builds a 24 MiB string or fills a 64 MiB memory limit in large blocks, and a loop of
+ * allocations ends within about the time of its budget of plain instructions, or some 150 ms
+ * more when every block is mapped afresh (README: Limits and sandbox). */
+#define MEND_ALLOC_BYTES_PER_INSTRUCTION 8
+#define MEND_ALLOC_EACH 64
+/* Debt is settled (taken off the budget, the clock looked at) once it reaches this: a look at
+ * the clock for every small allocation would cost more than the allocation. */
+#define MEND_ALLOC_SETTLE ((size_t)64 << 10)
+int mend_limits_settle(mend_limits *lim);
+/* For the allocator of a state whose code runs under lim: `bytes` more are being allocated.
+ * 1: lim is tripped (the allocation is to fail), and every thread the limited calls of this OS
+ * thread run on stops at its next instruction. A block as large as MEND_ALLOC_SETTLE is charged
+ * before it is made, so that one over the budget is never filled. */
+static inline int mend_limits_owe(mend_limits *lim, size_t bytes) {
+  lim->alloc_debt += bytes + MEND_ALLOC_EACH;
+  return lim->alloc_debt >= MEND_ALLOC_SETTLE ? mend_limits_settle(lim) : 0;
+}
 /* The most keys a table holds outside its array part (1..n) in sandboxed code. Lua hashes
  * integer and float keys without a seed: keys that all collide make the rehash that grows a
  * table quadratic in its size, one instruction that nothing can stop (85 ms at this size on a

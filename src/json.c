@@ -16,6 +16,10 @@
 /* Values one encoding may produce: a table shared by two branches is encoded twice, so a
  * small Lua value can stand for an exponential document, built outside any memory limit. */
 #define MAX_VALUES (1L << 20)
+/* Values between two calls of a meter, and the string from whose length on it is called
+ * before the copy. */
+#define METER_EVERY 4096
+#define METER_BYTES ((size_t)64 << 10)
 
 /* A step of the path to where the walk is: a key (valid while it is on the Lua stack), or an
  * array index when key is NULL. */
@@ -38,6 +42,10 @@ typedef struct enc {
   int depth;
   int precision;   /* digits the reals seen so far need to read back exactly */
   long values;     /* produced so far */
+  size_t bytes;    /* of strings and keys, so far */
+  long next_meter; /* values at which the meter is called next */
+  mend_json_meter meter;
+  void *meter_ud;
   char *err;
   int errlen;
 } enc;
@@ -202,6 +210,7 @@ static json_t *table_value(enc *e, int idx) {
       size_t klen;
       /* The key is known to be a string, so lua_tolstring does not disturb lua_next. */
       const char *k = lua_tolstring(L, -2, &klen);
+      e->bytes += klen;
       path_push(e, k, klen, 0);
       json_t *v = value(e, lua_gettop(L));
       if (!v) {
@@ -227,6 +236,14 @@ fail:
   return NULL;
 }
 
+/* 1 when the meter stops the encoding (a message set). */
+static int metered_stop(enc *e) {
+  e->next_meter = e->values + METER_EVERY;
+  if (!e->meter || !e->meter(e->meter_ud, e->values, e->bytes)) return 0;
+  fail(e, "stopped by the limits of the call after %ld values", e->values);
+  return 1;
+}
+
 static json_t *value(enc *e, int idx) {
   lua_State *L = e->L;
   json_t *v = NULL;
@@ -235,6 +252,7 @@ static json_t *value(enc *e, int idx) {
          "each time)", MAX_VALUES);
     return NULL;
   }
+  if (e->values >= e->next_meter && metered_stop(e)) return NULL;
   switch (lua_type(L, idx)) {
   case LUA_TNIL:
     v = json_null();
@@ -271,6 +289,8 @@ static json_t *value(enc *e, int idx) {
            "as \\uXXXX, counts as one)", MAX_VALUES);
       return NULL;
     }
+    e->bytes += n;
+    if (n >= METER_BYTES && metered_stop(e)) return NULL;
     v = json_stringn(s, n);
     if (!v) {
       fail(e, "cannot encode a string that is not valid UTF-8");
@@ -296,11 +316,15 @@ static json_t *value(enc *e, int idx) {
 }
 
 static json_t *from_lua(lua_State *L, int idx, const char *what, char *err, int errlen,
-                         int *precision) {
+                         int *precision, mend_json_meter meter, void *ud) {
   enc e;
   e.L = L;
   e.depth = 0;
   e.values = 0;
+  e.bytes = 0;
+  e.next_meter = METER_EVERY;
+  e.meter = meter;
+  e.meter_ud = ud;
   e.precision = 15;
   e.err = err;
   e.errlen = errlen;
@@ -308,11 +332,17 @@ static json_t *from_lua(lua_State *L, int idx, const char *what, char *err, int 
   e.nsegs = 0;
   json_t *v = value(&e, lua_absindex(L, idx));
   if (precision) *precision = e.precision;
+  /* Printing the document goes through every value and byte again, in one call. */
+  if (v && meter && meter(ud, 2 * e.values, 2 * e.bytes)) {
+    fail(&e, "stopped by the limits of the call before printing %ld values", e.values);
+    json_decref(v);
+    v = NULL;
+  }
   return v;
 }
 
 json_t *mend_json_from_lua(lua_State *L, int idx, const char *what, char *err, int errlen) {
-  return from_lua(L, idx, what, err, errlen, NULL);
+  return from_lua(L, idx, what, err, errlen, NULL, NULL, NULL);
 }
 
 /* The text of a nil or a boolean, which most step results are ("return true"): no jansson
@@ -329,8 +359,8 @@ char *mend_json_encode(lua_State *L, int idx, const char *what, char *err, int e
   return mend_json_encode_doc(L, idx, what, err, errlen, NULL);
 }
 
-char *mend_json_encode_doc(lua_State *L, int idx, const char *what, char *err, int errlen,
-                           json_t **doc) {
+static char *encode(lua_State *L, int idx, const char *what, char *err, int errlen,
+                    json_t **doc, mend_json_meter meter, void *ud) {
   if (doc) *doc = NULL;
   const char *scalar = scalar_text(L, idx);
   if (scalar) {
@@ -340,7 +370,7 @@ char *mend_json_encode_doc(lua_State *L, int idx, const char *what, char *err, i
     return text;
   }
   int precision;
-  json_t *v = from_lua(L, idx, what, err, errlen, &precision);
+  json_t *v = from_lua(L, idx, what, err, errlen, &precision, meter, ud);
   if (!v) return NULL;
   char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER |
                                  JSON_REAL_PRECISION(precision));
@@ -349,6 +379,16 @@ char *mend_json_encode_doc(lua_State *L, int idx, const char *what, char *err, i
   if (!text && err && errlen > 0)
     snprintf(err, (size_t)errlen, "%s: out of memory", what ? what : "value");
   return text;
+}
+
+char *mend_json_encode_doc(lua_State *L, int idx, const char *what, char *err, int errlen,
+                           json_t **doc) {
+  return encode(L, idx, what, err, errlen, doc, NULL, NULL);
+}
+
+char *mend_json_encode_metered(lua_State *L, int idx, const char *what, char *err, int errlen,
+                               mend_json_meter meter, void *ud) {
+  return encode(L, idx, what, err, errlen, NULL, meter, ud);
 }
 
 /* ---- jansson -> Lua -------------------------------------------------------------------- */

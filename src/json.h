@@ -28,6 +28,19 @@ char *mend_json_encode(lua_State *L, int idx, const char *what, char *err, int e
  * mend_json_push_doc. The caller json_decref()s it. */
 char *mend_json_encode_doc(lua_State *L, int idx, const char *what, char *err, int errlen,
                            json_t **doc);
+/* Holds an encoding to the limits of the code it encodes for: told how many values and bytes
+ * of strings and keys it has gone through so far, every METER_EVERY values (json.c), before a
+ * long string is copied, and before the text is printed (the totals doubled: printing goes
+ * through them all again); nonzero stops it, and it fails with err saying the limits of the
+ * call stopped it. */
+typedef int (*mend_json_meter)(void *ud, long values, size_t bytes);
+/* What encoding costs against one Lua instruction (some 6 ns): a value 100 (jansson allocates
+ * it, then prints it: 0.9 us a value on a loaded machine), a byte of a string or a key 1. */
+#define MEND_JSON_VALUE_COST 100.0
+#define MEND_JSON_BYTE_COST 1.0
+/* mend_json_encode under a meter (NULL: none). */
+char *mend_json_encode_metered(lua_State *L, int idx, const char *what, char *err, int errlen,
+                               mend_json_meter meter, void *ud);
 /* Pushes the Lua form of doc, as mend_json_decode of its text would; 0, or -1 with err set and
  * nothing pushed (out of memory). */
 int mend_json_push_doc(lua_State *L, const json_t *doc, char *err, int errlen);

@@ -86,7 +86,7 @@ int mend__lengine_new(lua_State *L) {
   static const char *const fields[] = {"db", "clock", "seed", "durability", "log", "alert",
                                        "lease", "grace", "max_concurrency",
                                        "instruction_budget", "alert_command", "writer_thread",
-                                       "log_level", "http_allow", "park_after", NULL};
+                                       "buffered_print", "log_level", "http_allow", "park_after", NULL};
   lua_pushnil(L);
   while (lua_next(L, 1)) {
     lua_pop(L, 1);
@@ -117,6 +117,9 @@ int mend__lengine_new(lua_State *L) {
     return luaL_error(L, "mend.engine: log_level must be \"debug\", \"info\", \"warn\" or \"error\", got \"%s\"", level);
   lua_getfield(L, 1, "writer_thread");
   cfg.writer_thread = lua_isnil(L, -1) || lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  lua_getfield(L, 1, "buffered_print");
+  cfg.buffered_print = lua_toboolean(L, -1);
   lua_pop(L, 1);
   lua_getfield(L, 1, "max_concurrency");
   cfg.max_concurrency = (int)luaL_optinteger(L, -1, 0);

@@ -8,6 +8,8 @@
  * ill-typed field load; call workflow code while reading it.
  */
 #include "workflow.h"
+
+#include <mend.h>
 #include "util.h"
 
 #include <jansson.h>
@@ -85,6 +87,11 @@ static int opt_string(lua_State *L, int idx, const char *field, const char *what
   /* Read as C strings from here on: "a\0b" would be taken for "a", another step's name. */
   if (r == 1 && strlen(*out) != len)
     r = mend_errorf(err, errlen, "%s.%s holds a NUL byte", what, field);
+  /* Every string field read here names something (a workflow, step, event, breaker, mode) that
+   * callers look up and copy into buffers of MEND_NAME_MAX + 1 bytes. */
+  else if (r == 1 && len > MEND_NAME_MAX)
+    r = mend_errorf(err, errlen, "%s.%s is %zu bytes long, over the longest name of %d bytes "
+                    "(MEND_NAME_MAX)", what, field, len, MEND_NAME_MAX);
   lua_pop(L, 1);
   return r;
 }

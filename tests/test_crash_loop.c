@@ -126,9 +126,16 @@ int main(void) {
   char *pj = run_json(E, poison), *gj = run_json(E, good), *dlq = NULL;
   printf("poison: %s\ngood: %s\n", pj ? pj : "(none)", gj ? gj : "(none)");
   CHECK(pj && strstr(pj, "\"status\":\"needs_attention\"") && strstr(pj, "\"reason\":\"crash_loop\""));
+  /* The step is failed, but its record says the last attempt's outcome is not known. */
+  CHECK(pj && strstr(pj, "the outcome of its last attempt is unknown"));
   CHECK(gj && strstr(gj, "\"status\":\"succeeded\""));
   CHECK_EQ_INT(mend_engine_dlq_json(E, &dlq), MEND_OK);
   CHECK(dlq && strstr(dlq, poison) && strstr(dlq, "crash_loop"));
+  CHECK(dlq && strstr(dlq, "the outcome of the last attempt is unknown"));
+  char *hist = NULL;
+  CHECK_EQ_INT(mend_engine_history_json(E, poison, &hist), MEND_OK);
+  CHECK(hist && strstr(hist, "the outcome of its last attempt is unknown"));
+  mend_free(hist);
   mend_free(pj);
   mend_free(gj);
   mend_free(dlq);

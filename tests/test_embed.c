@@ -154,8 +154,8 @@ static const char saga_lua[] =
 
 static const char hog_lua[] =
   "return { name = 'hog', steps = { { name = 'eat', execute = function()\n"
-  "  local t, i = {}, 0\n"
-  "  while true do i = i + 1; t[i] = string.rep('x', 65536) .. i end\n"
+  "  local big, t, i = string.rep('x', 65536), {}, 0\n"
+  "  while true do i = i + 1; t[i] = big .. i end\n"
   "end } } }\n";
 
 static const char spin_lua[] =
@@ -297,6 +297,18 @@ static void it_runs_on_its_own_loop(void) {
   }
   CHECK_EQ_INT(mend_engine_start(E, "nope", NULL, NULL, id[0], NULL), MEND_ENOTFOUND);
   CHECK(strstr(mend_engine_errmsg(E), "nope") != NULL);
+  /* Names and keys over MEND_NAME_MAX and MEND_KEY_MAX: refused, saying why. */
+  char longer[MEND_KEY_MAX + 2];
+  memset(longer, 'w', sizeof longer - 1);
+  longer[sizeof longer - 1] = 0;
+  longer[MEND_NAME_MAX + 1] = 0;
+  CHECK_EQ_INT(mend_engine_start(E, longer, NULL, NULL, id[0], NULL), MEND_EINVAL);
+  CHECK(strstr(mend_engine_errmsg(E), "a workflow name of 513 bytes, over the longest name of 512") != NULL);
+  longer[MEND_NAME_MAX + 1] = 'w';
+  CHECK_EQ_INT(mend_engine_start(E, "basic", NULL, longer, id[0], NULL), MEND_EINVAL);
+  CHECK(strstr(mend_engine_errmsg(E), "a run key of 1025 bytes") != NULL);
+  CHECK_EQ_INT(mend_engine_signal(E, id[1], longer, NULL, NULL), MEND_EINVAL);
+  CHECK(strstr(mend_engine_errmsg(E), "MEND_NAME_MAX") != NULL);
   mend_engine_free(E);
 }
 

@@ -634,7 +634,8 @@ local function cmd_worker(o)
                  log_level = o["log-level"], alert_command = o["alert-command"],
                  instruction_budget = budget_flag(o),
                  lease = number_flag(o, "lease", 30), grace = number_flag(o, "grace", 10),
-                 clock = o.clock, park_after = 1 }
+                 clock = o.clock, park_after = 1,
+                 buffered_print = true }   -- a workflow's print never blocks the worker
   if o["park-after"] then   -- 0: never (to the engine, < 0; its 0 is the default)
     local n = tonumber(o["park-after"])
     if not n or n < 0 then usage_error(o._command, "--park-after must be a number >= 0, got %s", o["park-after"]) end
@@ -676,6 +677,11 @@ local function workflow_file(o, workflow)
   local f = io.open(workflow, "rb")
   if f then f:close() return workflow end
   local dir = o.workflows or "workflows"
+  -- MEND_NAME_MAX of mend.h: no workflow has a longer name.
+  if #workflow > 512 then
+    fail("no workflow file %s, and a workflow name of %d bytes, over the longest name of 512 bytes",
+         workflow:sub(1, 64) .. "...", #workflow)
+  end
   local path = dir .. "/" .. workflow .. ".lua"
   f = io.open(path, "rb")
   if not f then fail("no workflow file %s, and no %s", workflow, path) end

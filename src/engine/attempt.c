@@ -120,6 +120,36 @@ int mend__ask_when(mend_run *r, int i) {
   return yes;
 }
 
+/* Encoding what a step returns (or a map's list) is work the step asked for, held to its limits: each value
+ * (made by jansson, then printed) and each byte of its strings and keys is charged, and the
+ * document, built outside the state's allocator, must fit in what the memory limit leaves. */
+#define ENCODE_VALUE_BYTES 64u   /* a jansson value, its slot in its parent, malloc's overhead */
+
+typedef struct result_meter {
+  mend_engine *E;
+  mend_limits *lim;
+  long values;
+  size_t bytes;
+  int over_memory;
+} result_meter;
+
+static int meter_result(void *ud, long values, size_t bytes) {
+  result_meter *m = ud;
+  mend_engine *E = m->E;
+  double work = (double)(values - m->values) * MEND_JSON_VALUE_COST +
+                (double)(bytes - m->bytes) * MEND_JSON_BYTE_COST;
+  m->values = values;
+  m->bytes = bytes;
+  if (mend_limits_spend(m->lim, work)) return 1;
+  if (E->owned_state && E->cfg.memory_limit > 0 &&
+      (double)E->mem_used + (double)values * ENCODE_VALUE_BYTES + (double)bytes >
+          (double)E->mem_limit) {
+    m->over_memory = 1;
+    return 1;
+  }
+  return 0;
+}
+
 /* Asks map step i for its list: its JSON text (an array), or NULL with st->error saying why. */
 char *mend__ask_map(mend_run *r, int i) {
   step_rt *st = &r->steps[i];
@@ -146,8 +176,13 @@ char *mend__ask_map(mend_run *r, int i) {
     lua_pop(L, 2);   /* the key and value lua_next pushed */
     snprintf(msg, sizeof msg, "map: must return a list (a table with keys 1..n), got an object");
   } else {
-    json = mend_json_encode(L, -1, "map's list", text, sizeof text);
-    if (!json) snprintf(msg, sizeof msg, "map: %s", text);
+    result_meter meter = {E, &lim, 0, 0, 0};
+    json = mend_json_encode_metered(L, -1, "map's list", text, sizeof text, meter_result, &meter);
+    char why[200];
+    if (!json && (lim.tripped || meter.over_memory))
+      snprintf(msg, sizeof msg, "map: %s as its list was encoded", meter.over_memory
+               ? "exceeded the memory limit" : mend_limits_message(&lim, why, sizeof why));
+    else if (!json) snprintf(msg, sizeof msg, "map: %s", text);
     else if (json[0] != '[') {
       free(json);
       json = NULL;
@@ -310,6 +345,8 @@ void mend__resume(mend_run *r, int nargs) {
   char *result = NULL;
   char msg[600];
   int ok = 0;
+  result_meter meter = {E, &r->limits, 0, 0, 0};
+  int tripped_before = r->limits.tripped;
   if (status == LUA_YIELD) {
     info.message = "step yielded outside mend.sleep, mend.exec, mend.http or mend.call "
                    "(coroutine.yield in a step?)";
@@ -319,7 +356,7 @@ void mend__resume(mend_run *r, int nargs) {
     } else {
       char err[400];
       if (nres == 0) lua_pushnil(co), nres = 1;
-      result = mend_json_encode(co, -nres, "result", err, sizeof err);
+      result = mend_json_encode_metered(co, -nres, "result", err, sizeof err, meter_result, &meter);
       if (result) ok = 1;
       else {
         snprintf(msg, sizeof msg, "result is not JSON-compatible: %s", err);
@@ -352,13 +389,22 @@ void mend__resume(mend_run *r, int nargs) {
     info.kind = MEND_ERR_ERROR;
     info.stopped = 1;
   }
-  if (r->limits.tripped) {
+  if (meter.over_memory) {
+    snprintf(msg, sizeof msg, "step exceeded the memory limit (%zu bytes) as its result was "
+             "encoded", E->cfg.memory_limit);
+    info.message = msg;
+    info.retry_after = -1;
+    info.kind = MEND_ERR_ERROR;
+    info.stopped = 1;
+  } else if (r->limits.tripped) {
     /* Whatever the code did with the limit's error (caught it, raised another), this is why
      * the attempt ended. */
     ok = 0;
     free(result);
     result = NULL;
     mend_limits_message(&r->limits, msg, sizeof msg);
+    if (!tripped_before && status == LUA_OK)
+      snprintf(msg + strlen(msg), sizeof msg - strlen(msg), " as its result was encoded");
     info.message = msg;
     info.retry_after = -1;
     info.kind = r->limits.tripped == MEND_LIMIT_TIMEOUT ? MEND_ERR_TIMEOUT : MEND_ERR_ERROR;

@@ -44,10 +44,6 @@
 /* What the engine may spend on the text of a value that workflow code raised. */
 #define DESCRIBE_BUDGET 1000000
 #define DESCRIBE_SECONDS 0.05
-/* Allocations from this size on are charged to the call's limits, at this many bytes an
- * instruction (what filling fresh pages costs against one Lua instruction). */
-#define ALLOC_CHARGED (64u << 10)
-#define ALLOC_BYTES_PER_INSTRUCTION 32.0
 
 /* Child processes of two kinds share the loop; the tag tells their handles apart at destroy.
  * Each starts with this header: the engine lets go of its live children when destroyed (E is
@@ -160,12 +156,21 @@ struct mend_run {
   char id[MEND_RUN_ID_LEN];
 };
 
+/* print of workflow code in a sandboxed or buffered_print engine: a bounded buffer the loop
+ * writes (print.c). */
+typedef struct mend_print_out mend_print_out;
+/* Sets L's global print to the engine's, which never blocks on stdout. */
+void mend__print_install(mend_engine *E, lua_State *L);
+/* Writes what stdout takes now, and lets go of the rest. */
+void mend__print_close(mend_engine *E);
+
 struct mend_engine {
   lua_State *L;           /* the engine's own thread of the host state */
   int thread_ref;
   lua_State *owned_state; /* set when the engine made its own Lua state */
   uv_loop_t *loop;
   uv_loop_t own_loop;
+  mend_print_out *print_out;   /* a sandboxed engine's print (print.c); NULL: none */
   int owns_loop;
   uv_idle_t *pump;
   mend_timers timers;

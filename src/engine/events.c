@@ -9,6 +9,8 @@
  */
 #include "engine_int.h"
 
+#include <mend.h>
+
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -250,6 +252,12 @@ static int send_event(mend_engine *E, const char *id, const char *run_key, const
   }
   if (!name || !*name) {
     mend_errorf(err, errlen, "an event needs a name");
+    return MEND_EVENT_EINVAL;
+  }
+  if (strlen(name) > MEND_NAME_MAX || (key && strlen(key) > MEND_KEY_MAX) ||
+      (run_key && strlen(run_key) > MEND_KEY_MAX)) {
+    mend_errorf(err, errlen, "an event's name (at most %d bytes, MEND_NAME_MAX), its key or its "
+                "run key (at most %d, MEND_KEY_MAX) is too long", MEND_NAME_MAX, MEND_KEY_MAX);
     return MEND_EVENT_EINVAL;
   }
   if (!id && (!run_key || !*run_key)) {

@@ -312,12 +312,16 @@ static int runs_code_at_once(mend_run *r) {
 /* The run goes to the dead-letter queue with reason crash_loop: its step failed (the attempt
  * that crashed counted), nothing compensated on its account. */
 static void put_aside(mend_run *r, int crashes) {
-  char msg[300];
+  char msg[400];
   int i = r->cur;
   step_rt *st = &r->steps[i];
+  /* The step is recorded failed, the one end a step that will not run again has, but the
+   * record says what is known: each crash cut an attempt short at an unknown point, so what
+   * the last one did (a charge, a message sent) may have taken effect. */
   snprintf(msg, sizeof msg, "crash_loop: the worker stopped during this run's step, %d times in a "
-           "row after it was taken again (a host function or C module that crashes?); the run is "
-           "not run again", crashes);
+           "row after it was taken again (a host function or C module that crashes?); the "
+           "outcome of its last attempt is unknown: what it did may have taken effect; the run "
+           "is not run again", crashes);
   if (r->status == MEND_RUN_COMPENSATING) {
     mend__step_to(r, i, MEND_STEP_COMPENSATION_FAILED, msg, -1, NULL);
   } else {
@@ -335,8 +339,10 @@ static void put_aside(mend_run *r, int crashes) {
   r->reason = "crash_loop";
   mend__run_to(r, MEND_RUN_NEEDS_ATTENTION);
   mend__dead_letter(r, r->reason, i, msg,
-                    "its worker crashed each time it ran the step: nothing compensated "
-                    "automatically; fix the host function, then mend dlq retry, or resolve");
+                    "its worker crashed each time it ran the step, and the outcome of the last "
+                    "attempt is unknown: check what the step does (did it take effect?); nothing "
+                    "compensated automatically; fix the host function, then mend dlq retry, or "
+                    "resolve");
   mend__queue(r, ACT_FINISH);
 }
 

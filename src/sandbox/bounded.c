@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "guard.h"
+#include "json.h"
 
 /* The longest string string.rep makes (Lua's own limit is the memory limit, below it). */
 #define MAX_REP_BYTES ((size_t)1 << 40)
@@ -356,12 +357,37 @@ int mend__sandbox_bounded_decode(lua_State *L) {
 }
 
 /* mend.json.encode: charged the text it made (up to a million values walked in C). */
+typedef struct encode_meter {
+  mend_limits *lim;
+  long values;
+  size_t bytes;
+} encode_meter;
+
+static int meter_encode(void *ud, long values, size_t bytes) {
+  encode_meter *m = ud;
+  double work = (double)(values - m->values) * MEND_JSON_VALUE_COST +
+                (double)(bytes - m->bytes) * MEND_JSON_BYTE_COST;
+  m->values = values;
+  m->bytes = bytes;
+  return mend_limits_spend(m->lim, work);
+}
+
+/* mend.json.encode, its work charged as it goes (the encoder stops once the limits trip),
+ * not after: a value of a million numbers held the loop a second. Upvalue 1: mend's. */
 int mend__sandbox_charged_encode(lua_State *L) {
-  int n = call_original(L);
-  size_t len;
-  if (n >= 1 && lua_type(L, 1) == LUA_TSTRING && lua_tolstring(L, 1, &len))
-    mend_limits_charge(L, (double)len);
-  return n;
+  encode_meter m = {mend_limits_current(L), 0, 0};
+  if (!m.lim) return call_original(L);
+  char err[512];
+  luaL_checkany(L, 1);
+  lua_settop(L, 1);
+  char *text = mend_json_encode_metered(L, 1, "value", err, sizeof err, meter_encode, &m);
+  if (!text) {
+    if (m.lim->tripped) mend_limits_charge(L, 0);   /* raises the limit's error */
+    return luaL_error(L, "mend.json.encode: %s", err);
+  }
+  lua_pushstring(L, text);
+  free(text);
+  return 1;
 }
 
 void mend_sandbox_prepare(lua_State *L) {

@@ -1,5 +1,6 @@
--- expect: failed cannot encode more than 1048576 values
--- A result of 1.1M values: the encoding stops at its bound instead of holding the loop.
+-- expect: needs_attention step exceeded its instruction budget (10000000 instructions) as its result was encoded
+-- A result of 1.1M values: the encoding, charged to the step's budget, stops long before the
+-- bound of 1M values that holds an engine without a budget.
 return { name = "m11_result_over_1m", steps = { { name = "s", retry = { max_attempts = 1 }, execute = function()
   local t = {}
   for i = 1, 1100000 do t[i] = i end

@@ -1,3 +1,3 @@
 -- A module of hostile/m10: fills memory as it loads.
-local t = {}
-for i = 1, 1e9 do t[i] = string.rep("z", 1000) .. i end
+local big, t = string.rep("z", 1 << 20), {}
+for i = 1, 1e9 do t[i] = big .. i end
