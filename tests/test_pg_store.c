@@ -8,7 +8,7 @@
  * (a stalled worker's writes to a run another took are dropped and reported), a connection
  * killed between batches (opened again, nothing lost) and mid-batch (not acknowledged,
  * nothing written), events, completion tokens and child runs (a child's end fenced with the
- * child), and the upgrade of a database of schema 1.
+ * child), the upgrade of a database of schema 1, and a claim's runs' images read together.
  */
 #include "check.h"
 #include "store/pg/pg_int.h"
@@ -665,6 +665,91 @@ static void test_upgrade(void) {
   drop_case();
 }
 
+/* A claim's runs read ahead together (pg_image.c): each image is the one a read of that run
+ * alone gives (image_check_view), past a chunk's end, with an id that needs quoting in an
+ * array; the runs of a chunk are read with its first (a change committed elsewhere since is
+ * not in them, as if read at the claim); a write of this batch to one of them since is. */
+static void test_claimed_images(void) {
+  new_case();
+  mend_store *a = open_store(), *b = open_store();
+  if (!a || !b) return;
+  mend__pg_set_fence(b, "b", 30);
+  enum { N = 150 };   /* more than a chunk */
+  char ids[N][32];
+  for (int i = 0; i < N; i++) {
+    if (i == 7) snprintf(ids[i], sizeof ids[i], "q\"u,o{t}e\\%d", i);
+    else snprintf(ids[i], sizeof ids[i], "claimed-%03d", i);
+    mend_run_rec r = run_rec(ids[i], NULL);
+    r.created = i;
+    r.step_names = "[\"a\",\"b\"]";
+    CHECK_EQ_INT(mend__pg_insert_run(a, &r), 0);
+    for (long k = 1; k <= i % 4; k++) {
+      mend_history_rec h = hist(ids[i], k);
+      h.at = 2 + (double)k;
+      CHECK_EQ_INT(mend__pg_append_history(a, &h), 0);
+    }
+    if (i % 3) {
+      mend_step_rec st = {.run_id = ids[i], .idx = 0, .name = "a", .status = "succeeded",
+                          .attempts = 1, .result = "{\"n\":1}", .due = -1, .last_delay = -1,
+                          .updated = 3};
+      CHECK_EQ_INT(mend__pg_put_step(a, &st), 0);
+    }
+  }
+  CHECK_EQ_INT(mend__pg_commit(a), 0);
+  json_t *got = mend__pg_claim(b, "b", 30, 1000, MEND_CLAIM_FREE);
+  CHECK(got && json_array_size(got) == N);
+  if (!got || json_array_size(got) != N) return;
+  mend_run_image img;
+  CHECK_EQ_INT(mend_store_run_image(b, ids[0], &img), 0);
+  image_check_view(b, ids[0], &img);
+  mend_run_image_free(&img);
+  /* read with ids[0]: a history row committed by another since is not in ids[1]'s image */
+  PGconn *c = raw();
+  sql(c, "DELETE FROM history WHERE run_id = 'claimed-001'");
+  PQfinish(c);
+  CHECK_EQ_INT(mend_store_run_image(b, ids[1], &img), 0);
+  CHECK_EQ_INT(img.nhistory, 1);
+  CHECK_EQ_INT(img.last_seq, 1);
+  mend_run_image_free(&img);
+  /* written in this batch since: in the image */
+  mend_history_rec h = hist(ids[2], 3);
+  h.at = 9;
+  CHECK_EQ_INT(mend__pg_append_history(b, &h), 0);
+  CHECK_EQ_INT(mend__pg_request_cancel(b, ids[3]), 0);
+  for (int i = 2; i < N; i++) {
+    CHECK_EQ_INT(mend_store_run_image(b, json_string_value(json_array_get(got, (size_t)i)), &img), 0);
+    image_check_view(b, json_string_value(json_array_get(got, (size_t)i)), &img);
+    CHECK_EQ_INT(img.nsteps, 2);
+    if (i == 2) CHECK(img.nhistory == 3 && img.last_seq == 3 && img.last_at == 9);
+    if (i == 3) CHECK_EQ_INT(img.cancel_requested, 1);
+    if (i == 7) CHECK_STR(img.workflow, "order");
+    mend_run_image_free(&img);
+  }
+  /* a second take of one is read again, not given twice */
+  CHECK_EQ_INT(mend_store_run_image(b, ids[5], &img), 0);
+  image_check_view(b, ids[5], &img);
+  mend_run_image_free(&img);
+  /* read ahead, not taken, and the batch committed: a later read is a fresh one */
+  CHECK_EQ_INT(mend__pg_commit(b), 0);
+  CHECK_EQ_INT(mend__pg_release_owner(a, "b"), 0);
+  CHECK_EQ_INT(mend__pg_commit(a), 0);
+  json_decref(got);
+  got = mend__pg_claim(b, "b", 30, 2, MEND_CLAIM_FREE);
+  CHECK(got && json_array_size(got) == 2);
+  CHECK_EQ_INT(mend__pg_commit(b), 0);
+  c = raw();
+  sql(c, "DELETE FROM history WHERE run_id = 'claimed-001'");
+  sql(c, "UPDATE runs SET error = 'changed' WHERE id = 'claimed-000'");
+  PQfinish(c);
+  CHECK_EQ_INT(mend_store_run_image(b, ids[0], &img), 0);
+  CHECK_STR(img.error, "changed");
+  mend_run_image_free(&img);
+  json_decref(got);
+  mend__pg_close(a);
+  mend__pg_close(b);
+  drop_case();
+}
+
 int main(void) {
   base = getenv("MEND_TEST_PG");
   if (!base || !*base) {
@@ -691,6 +776,7 @@ int main(void) {
   test_child_end_fenced();
   test_upgrade();
   test_run_image();
+  test_claimed_images();
   PQfinish(admin);
   return check_done("test_pg_store");
 }

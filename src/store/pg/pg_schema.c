@@ -211,6 +211,18 @@ const char *const mend__pg_sql[P__COUNT] = {
   [P_IMAGE_HISTORY] =
     "SELECT seq, at, step, event, to_status, attempt, CASE WHEN event = 'map' THEN detail END"
     " FROM history WHERE run_id = $1::text ORDER BY seq",
+  /* The same for the runs of a claim, read together: the run's id last. */
+  [P_IMAGES_RUN] =
+    "SELECT r.workflow, coalesce(r.version, v.version), r.status, r.reason, r.error, r.attention,"
+    " r.cancel_requested, r.parent_run, r.unavailable, r.input,"
+    " coalesce(r.step_names, v.step_names), r.id FROM runs r"
+    " LEFT JOIN workflow_versions v ON v.id = r.workflow_version WHERE r.id = ANY($1::text[])",
+  [P_IMAGES_STEPS] =
+    "SELECT idx, name, status, attempts, comp_attempts, idem_key, custom_key, result, error, due,"
+    " last_delay, slept, run_id FROM steps WHERE run_id = ANY($1::text[]) ORDER BY run_id, idx",
+  [P_IMAGES_HISTORY] =
+    "SELECT seq, at, step, event, to_status, attempt, CASE WHEN event = 'map' THEN detail END,"
+    " run_id FROM history WHERE run_id = ANY($1::text[]) ORDER BY run_id, seq",
 };
 
 /* migrations[v] takes a database from version v to v + 1, in the transaction of
