@@ -613,7 +613,7 @@ static void test_child_end_fenced(void) {
   drop_case();
 }
 
-/* A database made by a mend of schema 1 is upgraded at open, its rows kept. */
+/* A database made by a mend of schema 1 is upgraded at open (to 3), its rows kept. */
 /* The run's image for the engine: typed, the same as the view says (image_check.h), in one
  * round trip; a status this mend does not know is an error that names it. */
 static void test_run_image(void) {
@@ -642,17 +642,31 @@ static void test_upgrade(void) {
   sql(c, "BEGIN");
   sql(c, mend__pg_migrations[0]);
   sql(c, "INSERT INTO meta(key, value) VALUES ('application', 'mend'), ('schema_version', '1')");
-  sql(c, "INSERT INTO runs(id, workflow, status, created, updated)"
-         " VALUES ('old', 'order', 'succeeded', 1, 2)");
+  sql(c, "INSERT INTO runs(id, workflow, status, created, updated, run_key)"
+         " VALUES ('old', 'order', 'succeeded', 1, 2, 'k-old')");
   sql(c, "COMMIT");
   PQfinish(c);
   CHECK_EQ_INT(count("SELECT count(*) FROM pg_tables WHERE tablename = 'tokens'"), 0);
   mend_store *s = open_store();
   CHECK(s != NULL);
   if (!s) return;
-  CHECK_EQ_INT(mend__pg_schema_version(s), 2);
-  CHECK_EQ_INT(count("SELECT value::int FROM meta WHERE key = 'schema_version'"), 2);
+  CHECK_EQ_INT(mend__pg_schema_version(s), 3);
+  CHECK_EQ_INT(count("SELECT value::int FROM meta WHERE key = 'schema_version'"), 3);
   CHECK_EQ_INT(count("SELECT count(*) FROM pg_indexes WHERE indexname = 'runs_parent'"), 1);
+  /* 3: the key's index holds only runs with a key, and still makes a start with a key taken
+   * find the run that has it */
+  CHECK_EQ_INT(count("SELECT count(*) FROM pg_indexes WHERE indexname = 'runs_key'"
+                     " AND indexdef LIKE '%UNIQUE%WHERE (run_key IS NOT NULL)%'"), 1);
+  CHECK_EQ_INT(count("SELECT count(*) FROM pg_constraint WHERE conname = 'runs_run_key_key'"), 0);
+  mend_run_rec again = run_rec("new-with-old-key", NULL);
+  again.run_key = "k-old";
+  CHECK_EQ_INT(mend__pg_insert_run(s, &again), 1);
+  char found[64] = "";
+  CHECK_EQ_INT(mend__pg_find_run_key(s, "k-old", found, sizeof found), 1);
+  CHECK_STR(found, "old");
+  mend_run_rec nokey1 = run_rec("no-key-1", NULL), nokey2 = run_rec("no-key-2", NULL);
+  CHECK_EQ_INT(mend__pg_insert_run(s, &nokey1), 0);
+  CHECK_EQ_INT(mend__pg_insert_run(s, &nokey2), 0);
   json_t *run = mend_store_run(s, "old");
   CHECK_STR(json_string_value(json_object_get(run, "status")), "succeeded");
   CHECK(run && json_object_get(run, "parent_run") == NULL);
@@ -661,6 +675,8 @@ static void test_upgrade(void) {
   CHECK_EQ_INT(mend__pg_put_token(s, "t", "old", "x", 1, 1), 0);
   CHECK_EQ_INT(mend__pg_commit(s), 0);
   CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE parent_run = 'p'"), 1);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id LIKE 'no-key-%' AND run_key IS NULL"), 2);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE run_key = 'k-old'"), 1);
   mend__pg_close(s);
   drop_case();
 }

@@ -284,7 +284,7 @@ void mend__pg_pre_forget(mend_pg *p, int q, const char *v0) {
   case P_CHILD_END:
     return;
   /* of the run named first */
-  case P_INSERT_RUN: case P_UPDATE_RUN: case P_PUT_STEP: case P_UPDATE_STEP:
+  case P_INSERT_RUN: case P_INSERT_RUN_KEY: case P_UPDATE_RUN: case P_PUT_STEP: case P_UPDATE_STEP:
   case P_APPEND_HISTORY: case P_PUT_DLQ: case P_SET_UNAVAILABLE: case P_RELEASE: case P_TAKE:
   case P_REQUEST_CANCEL: case P_MOVE_RUN: case P_DROP_STEPS_FROM: case P_SET_PARENT:
   case P_REOPEN_RUN:

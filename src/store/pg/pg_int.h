@@ -20,7 +20,7 @@
 #include "pg.h"
 
 /* PostgreSQL's own schema versions (meta 'schema_version'), unrelated to SQLite's. */
-#define MEND_PG_SCHEMA_VERSION 2
+#define MEND_PG_SCHEMA_VERSION 3
 
 /* Statements prepared on every connection at open (pg_schema.c holds their text). The write
  * statements (P_INSERT_RUN .. P_SET_UNAVAILABLE) are the ones a batch records. */
@@ -37,7 +37,7 @@ enum {
   P_SEND_EVENT, P_NEXT_EVENT, P_LAST_EVENT, P_EVENTS_AFTER,
   P_PUT_TOKEN, P_TOKEN_OF_ATTEMPT, P_USE_TOKEN, P_SET_PARENT, P_REOPEN_RUN,
   P_IMAGE_RUN, P_IMAGE_STEPS, P_IMAGE_HISTORY,
-  P_IMAGES_RUN, P_IMAGES_STEPS, P_IMAGES_HISTORY,
+  P_IMAGES_RUN, P_IMAGES_STEPS, P_IMAGES_HISTORY, P_INSERT_RUN_KEY,
   P__COUNT
 };
 extern const char *const mend__pg_sql[P__COUNT];
