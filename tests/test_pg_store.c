@@ -733,6 +733,16 @@ static void test_claimed_images(void) {
   h.at = 9;
   CHECK_EQ_INT(mend__pg_append_history(b, &h), 0);
   CHECK_EQ_INT(mend__pg_request_cancel(b, ids[3]), 0);
+  /* taken out of order: a later chunk read first, then a write to one of the first chunk */
+  CHECK_EQ_INT(mend_store_run_image(b, ids[120], &img), 0);
+  image_check_view(b, ids[120], &img);
+  mend_run_image_free(&img);
+  mend_history_rec h50 = hist(ids[50], 7);
+  h50.at = 11;
+  CHECK_EQ_INT(mend__pg_append_history(b, &h50), 0);
+  CHECK_EQ_INT(mend_store_run_image(b, ids[50], &img), 0);
+  CHECK(img.last_seq == 7 && img.last_at == 11);
+  mend_run_image_free(&img);
   for (int i = 2; i < N; i++) {
     CHECK_EQ_INT(mend_store_run_image(b, json_string_value(json_array_get(got, (size_t)i)), &img), 0);
     image_check_view(b, json_string_value(json_array_get(got, (size_t)i)), &img);

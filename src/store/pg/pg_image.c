@@ -343,6 +343,10 @@ static void take_ahead(void *ud, int k, const PGresult *r) {
 /* Reads the images of the runs waiting from i on, up to PRE_CHUNK of them, after the open
  * batch's writes, in their round trip. 0, or -1 when the batch failed. */
 static int pre_fetch(mend_pg *p, int i) {
+  /* Images are ready only in the chunk read last, where mend__pg_pre_forget looks: one of an
+   * earlier chunk not taken yet (runs taken out of order) is read again when it is. */
+  for (int j = p->pre_lo; j < p->pre_hi; j++)
+    if (p->pre[j].state == PRE_READY) pre_drop(&p->pre[j]);
   int hi = i;
   size_t len = 3;
   while (hi < p->npre && hi - i < PRE_CHUNK && p->pre[hi].state == PRE_WAITING)
