@@ -377,7 +377,10 @@ done:
   PQexitPipelineMode(c);
   *late = pp.late;
   if (pp.failed) return -1;
-  if (began) p->in_batch = 1;
+  if (began) {
+    p->in_batch = 1;
+    p->tx_serial++;   /* a batch that failed leaves open_seq as it was: this tells them apart */
+  }
   if (commit) {
     p->in_batch = 0;
     p->tx_wake = 0;

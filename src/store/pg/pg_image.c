@@ -226,14 +226,17 @@ void mend__pg_pre_clear(mend_pg *p) {
 }
 
 /* Read ahead in this transaction, which is still open: nothing committed, rolled back or
- * handed to the writer thread since (each moves open_seq or ends in_batch). */
+ * handed to the writer thread since (each moves open_seq, ends in_batch, or the next
+ * transaction begun moves tx_serial). */
 static int pre_fresh(const mend_pg *p) {
-  return p->pre_seq == p->open_seq && p->in_batch && !p->batch_failed;
+  return p->pre_seq == p->open_seq && p->pre_tx == p->tx_serial && p->in_batch &&
+         !p->batch_failed;
 }
 
 void mend__pg_pre_claimed(mend_pg *p, const PGresult *r) {
   if (p->npre && !pre_fresh(p)) mend__pg_pre_clear(p);
   p->pre_seq = p->open_seq;
+  p->pre_tx = p->tx_serial;
   int n = PQntuples(r);
   if (p->npre + n > p->cappre) {
     int cap = p->cappre ? p->cappre : 64;

@@ -126,6 +126,7 @@ typedef struct mend_pg {
   pg_pre *pre;
   int npre, cappre, pre_lo, pre_hi, pre_hint;
   unsigned long pre_seq;       /* open_seq of the transaction that claimed them */
+  unsigned long tx_serial, pre_tx;   /* transactions begun on conn; the claim's */
 } mend_pg;
 
 #define PG(s) ((mend_pg *)(void *)(s))
