@@ -772,6 +772,23 @@ static void test_claimed_images(void) {
   CHECK_STR(img.error, "changed");
   mend_run_image_free(&img);
   json_decref(got);
+  /* a claim whose batch failed (rolled back): the next transaction reads afresh */
+  CHECK_EQ_INT(mend__pg_release_owner(a, "b"), 0);
+  CHECK_EQ_INT(mend__pg_commit(a), 0);
+  got = mend__pg_claim(b, "b", 30, 3, MEND_CLAIM_FREE);
+  CHECK(got && json_array_size(got) == 3);
+  CHECK_EQ_INT(mend_store_run_image(b, ids[0], &img), 0);   /* reads ids[1] and ids[2] too */
+  mend_run_image_free(&img);
+  CHECK_EQ_INT(mend__pg_update_run(b, "no-such-run", "succeeded", NULL, 0, 1, NULL), 0);
+  CHECK(mend__pg_commit(b) != 0);   /* "no run": the claim is rolled back */
+  c = raw();
+  sql(c, "UPDATE runs SET error = 'after the failure' WHERE id = 'claimed-002'");
+  PQfinish(c);
+  CHECK_EQ_INT(mend__pg_begin(PG(b)), 0);   /* a new transaction */
+  CHECK_EQ_INT(mend_store_run_image(b, ids[2], &img), 0);
+  CHECK_STR(img.error, "after the failure");
+  mend_run_image_free(&img);
+  json_decref(got);
   mend__pg_close(a);
   mend__pg_close(b);
   drop_case();
