@@ -74,11 +74,13 @@ static int start_value(mend_engine *E, lua_State *L, const char *workflow, int i
   E->refusal = MEND_REFUSED_STORE;
   if (E->broken) { snprintf(err, (size_t)errlen, "%s", E->errmsg); return -1; }
   if (strlen(workflow) > MEND_NAME_MAX) {
+    E->refusal = MEND_REFUSED_INVALID;
     snprintf(err, (size_t)errlen, "a workflow name of %zu bytes, over the longest name of %d "
              "bytes (MEND_NAME_MAX)", strlen(workflow), MEND_NAME_MAX);
     return -1;
   }
   if (run_key && strlen(run_key) > MEND_KEY_MAX) {
+    E->refusal = MEND_REFUSED_INVALID;
     snprintf(err, (size_t)errlen, "a run key of %zu bytes, over the longest key of %d bytes "
              "(MEND_KEY_MAX)", strlen(run_key), MEND_KEY_MAX);
     return -1;
