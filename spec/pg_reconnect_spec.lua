@@ -87,10 +87,13 @@ describe("a worker on PostgreSQL that loses its connection", function()
   after_each(H.cleanup)
   local it_pg = H.PG and it or pending
 
-  it_pg("mid-batch: logs the failed batch, acts on nothing of it, reconnects and goes on", function()
+  -- Runs through a worker that meets the failpoint in env: four runs, then two more started
+  -- after, all of which must end with the worker alive. Gives the error lines of its log, and
+  -- the runs in the order started.
+  local function through_failpoint(env)
     local dir, db, log = fresh()
     local ids = start(db, dir, 4)
-    local pid = worker(db, dir, log, "MEND_PG_END_SESSION=3")
+    local pid = worker(db, dir, log, env)
     local ok, err = pcall(function()
       H.wait_for("the runs to end", function() return all_succeeded(db, ids) end, 60)
       assert.is_true(alive(pid), "the worker stopped")
@@ -102,12 +105,17 @@ describe("a worker on PostgreSQL that loses its connection", function()
     H.stop_worker(pid)
     local text = H.read(log)
     assert(ok, tostring(err) .. "\n" .. text)
-    -- the error, once, naming the server and what happened; and nothing broke down
     local errors = {}
     for line in text:gmatch("[^\n]+") do
       if line:find('"level":"error"', 1, true) then errors[#errors + 1] = line end
     end
     assert.are.equal(1, #errors, text)
+    return errors, dir, ids
+  end
+
+  it_pg("mid-batch: logs the failed batch, acts on nothing of it, reconnects and goes on", function()
+    -- the error, once, naming the server and what happened; and nothing broke down
+    local errors, dir, ids = through_failpoint("MEND_PG_END_SESSION=3")
     assert.matches('"event":"store"', errors[1])
     assert.matches("127%.0%.0%.1:%d+/mend: .*terminating connection", errors[1])
     assert.matches("not known to be committed", errors[1])
@@ -118,24 +126,7 @@ describe("a worker on PostgreSQL that loses its connection", function()
   -- the COMMIT of its 3rd batch; test_pg_store's test_deadlock makes a real one) is told as a
   -- batch not committed: the worker goes on, on the same connection, and never stops.
   it_pg("a batch rolled back for a deadlock: acts on nothing of it and goes on", function()
-    local dir, db, log = fresh()
-    local ids = start(db, dir, 4)
-    local pid = worker(db, dir, log, "MEND_PG_DEADLOCK=3")
-    local ok, err = pcall(function()
-      H.wait_for("the runs to end", function() return all_succeeded(db, ids) end, 60)
-      local later = start(db, dir, 2)
-      H.wait_for("the runs started later to end", function() return all_succeeded(db, later) end, 60)
-      for _, id in ipairs(later) do ids[#ids + 1] = id end
-      assert.is_true(alive(pid), "the worker stopped")
-    end)
-    H.stop_worker(pid)
-    local text = H.read(log)
-    assert(ok, tostring(err) .. "\n" .. text)
-    local errors = {}
-    for line in text:gmatch("[^\n]+") do
-      if line:find('"level":"error"', 1, true) then errors[#errors + 1] = line end
-    end
-    assert.are.equal(1, #errors, text)
+    local errors, dir, ids = through_failpoint("MEND_PG_DEADLOCK=3")
     assert.matches("deadlock detected %(MEND_PG_DEADLOCK%)", errors[1])
     assert.matches("not known to be committed", errors[1])
     assert_in_order(dir, ids)
