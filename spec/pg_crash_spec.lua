@@ -2,8 +2,8 @@
 -- cluster over TCP to loopback, killed with SIGKILL at random and at the failpoints, stopped
 -- with SIGSTOP past their lease, their sessions ended with pg_terminate_backend (from psql,
 -- and from inside a batch: MEND_PG_END_SESSION), the postmaster itself killed with SIGKILL and
--- started again (tests/pg/cluster.sh kill9: crash recovery), and two workers whose clocks are
--- minutes apart (libfaketime). The audit is SQLite's (spec/support/crash_harness.lua): every
+-- started again (tests/pg/cluster.sh kill9: crash recovery), and workers whose clocks are
+-- minutes apart from each other and from the server's (libfaketime). The audit is SQLite's (spec/support/crash_harness.lua): every
 -- acknowledged run ends, every effect once per key, no compensation of a step never recorded
 -- succeeded, reverse order, no run written by a worker that does not hold it.
 --
@@ -230,6 +230,63 @@ describe("workers on PostgreSQL with a backlog, killed while they commit", funct
   end)
 end)
 
+-- Two workers `a_env` and `b_env` whose clocks are a_secs and b_secs off this host's, on `db`,
+-- whose server's clock is server_secs off it: both get runs, no run changes hands while both
+-- live, every time written is the server's, and every run ends while they are killed in turn.
+local function two_apart(db, a_env, a_secs, b_env, b_secs, server_secs)
+  local _, dir, log, client, ids = C.new_setup(0, false, db)
+  local ahead, behind = a_env, b_env
+  -- each holds 10 runs at most: both get some
+  local function worker(env) return C.start_worker(db, env, log, "--max-in-flight 10") end
+  local a, b = worker(ahead), worker(behind)
+  for n = 1, 60 do ids[#ids + 1] = C.submit(client, dir, n, false, true) end
+  H.wait_for("the first runs to end", function()
+    for _, id in ipairs(ids) do
+      if not C.finished(client:status(id).status) then return false end
+    end
+    return true
+  end, 60)
+  -- both worked, and no run changed hands while both lived
+  local by = {}
+  for _, id in ipairs(ids) do
+    local recovered = H.events(client, id, { event = "recovered" })
+    assert.are.equal(1, #recovered, "run " .. id .. " taken " .. #recovered .. " times")
+    by[recovered[1].worker] = (by[recovered[1].worker] or 0) + 1
+  end
+  local holders = 0
+  for _ in pairs(by) do holders = holders + 1 end
+  assert.are.equal(2, holders, "runs held by " .. mend.json.encode(by))
+  -- the skew is real: a process started as they are reads its clock minutes off
+  for secs, env in pairs({ [a_secs] = ahead, [b_secs] = behind }) do
+    local _, out = H.shell(env .. " date +%s")
+    local skew = tonumber(out:match("%d+")) - os.time()
+    assert.is_truthy(math.abs(skew - secs) < 10, ("faketime %+d gave a clock %+d s off"):format(secs, skew))
+  end
+  -- and yet what they write is on the server's clock
+  local wall = os.time() + server_secs
+  for line in H.read(log):gmatch("[^\n]+") do
+    local at = tonumber(line:match('"time":(%d+%.?%d*)') or "")
+    if at then
+      assert.is_truthy(math.abs(at - wall) < 20, "a worker wrote a time " .. (at - wall)
+        .. " s from the server's: " .. line)
+    end
+  end
+  -- then killed in turn, each taking over what the other held
+  math.randomseed(SEED)
+  local n = 1000
+  for round = 1, math.max(20, CYCLES // 6) do
+    for _ = 1, 3 do n = n + 1; ids[#ids + 1] = C.submit(client, dir, n, false, true) end
+    sleep(0.02 + math.random() * 0.08)
+    if round % 2 == 0 then kill9(a); a = worker(ahead)
+    else kill9(b); b = worker(behind) end
+  end
+  kill9(a)
+  kill9(b)
+  assert.are.equal(0, C.settle(db, client, ids, log, behind))
+  local counts = C.audit(db, client, ids, dir, { skewed = true })
+  assert.is_truthy((counts.succeeded or 0) > 0 and (counts.compensated or 0) > 0)
+end
+
 describe("two workers on PostgreSQL whose clocks are minutes apart", function()
   after_each(H.cleanup)
 
@@ -241,62 +298,49 @@ describe("two workers on PostgreSQL whose clocks are minutes apart", function()
   -- time of timer_settime to the kernel as it is, so in a worker whose clock runs behind, the
   -- watchdog of workflow calls (src/guard.c: a POSIX timer at a CLOCK_REALTIME deadline) would
   -- fire at once, again and again, and the worker would do nothing else. Ahead, it fires late,
-  -- and no step here runs into a deadline.
+  -- and no step here runs into a deadline. Workers behind the server: the server's clock is
+  -- moved instead (below).
   it_pg("take no run from each other while both live, and finish every run while killed", function()
-    local db = H.new_db()
-    local _, dir, log, client, ids = C.new_setup(0, false, db)
-    local ahead, behind = skewed(240), skewed(60)
-    -- each holds 10 runs at most: both get some
-    local function worker(env) return C.start_worker(db, env, log, "--max-in-flight 10") end
-    local a, b = worker(ahead), worker(behind)
-    for n = 1, 60 do ids[#ids + 1] = C.submit(client, dir, n, false, true) end
-    H.wait_for("the first runs to end", function()
-      for _, id in ipairs(ids) do
-        if not C.finished(client:status(id).status) then return false end
-      end
-      return true
-    end, 60)
-    -- both worked, and no run changed hands while both lived
-    local by = {}
-    for _, id in ipairs(ids) do
-      local recovered = H.events(client, id, { event = "recovered" })
-      assert.are.equal(1, #recovered, "run " .. id .. " taken " .. #recovered .. " times")
-      by[recovered[1].worker] = (by[recovered[1].worker] or 0) + 1
-    end
-    local holders = 0
-    for _ in pairs(by) do holders = holders + 1 end
-    assert.are.equal(2, holders, "runs held by " .. mend.json.encode(by))
-    -- the skew is real: a process started as they are reads its clock minutes ahead
-    for secs, env in pairs({ [240] = ahead, [60] = behind }) do
-      local _, out = H.shell(env .. " date +%s")
-      local skew = tonumber(out:match("%d+")) - os.time()
-      assert.is_truthy(math.abs(skew - secs) < 10, ("faketime %+d gave a clock %+d s off"):format(secs, skew))
-    end
-    -- and yet what they write is on the server's clock (the server here is this host's)
-    local wall = os.time()
-    for line in H.read(log):gmatch("[^\n]+") do
-      local at = tonumber(line:match('"time":(%d+%.?%d*)') or "")
-      if at then
-        assert.is_truthy(math.abs(at - wall) < 20, "a worker wrote a time " .. (at - wall)
-          .. " s from the server's: " .. line)
-      end
-    end
-    -- then killed in turn, each taking over what the other held
-    math.randomseed(SEED)
-    local n = 1000
-    for round = 1, math.max(20, CYCLES // 6) do
-      for _ = 1, 3 do n = n + 1; ids[#ids + 1] = C.submit(client, dir, n, false, true) end
-      sleep(0.02 + math.random() * 0.08)
-      if round % 2 == 0 then kill9(a); a = worker(ahead)
-      else kill9(b); b = worker(behind) end
-    end
-    kill9(a)
-    kill9(b)
-    assert.are.equal(0, C.settle(db, client, ids, log, behind))
-    local counts = C.audit(db, client, ids, dir, { skewed = true })
-    assert.is_truthy((counts.succeeded or 0) > 0 and (counts.compensated or 0) > 0)
+    two_apart(H.new_db(), skewed(240), 240, skewed(60), 60, 0)
   end)
 end)
+
+-- A run of retry_once on `db` whose first attempt (and retry) worker `first_env` ran, killed
+-- once the retry is written: the worker `then_env` (nil: this host's clock) that takes it over
+-- retries it when it is due on the server's clock.
+local function retry_taken_over(db, first_env, then_env)
+  local dir = H.tmp_dir()
+  H.write_file(dir, "retry_once.lua", [[
+local mend = require "mend"
+return { name = "retry_once", retry = { initial = 1, max_delay = 1, jitter = 0 },
+  steps = { { name = "a", execute = function(ctx)
+    if ctx.attempt == 1 then error(mend.retryable("once")) end
+    return ctx.attempt
+  end } } }
+]])
+  local function worker(env)
+    local p = assert(io.popen(("%s sh -c 'exec %s worker --db %s --workflows %s --lease 0.5"
+      .. " --poll 0.01 >>%s/worker.log 2>&1' & echo $!"):format(env or "", H.MEND,
+      H.quote(db):gsub("'", "'\\''"), dir, dir)))
+    local pid = assert(tonumber(p:read("l")))
+    p:close()
+    return pid
+  end
+  local rc, out = H.shell(("%s start retry_once --workflows %s --db %s"):format(H.MEND,
+    H.quote(dir), H.quote(db)))
+  assert.are.equal(0, rc, out)
+  local id = out:match("(%S+)")
+  local step = ("SELECT status FROM steps WHERE run_id = '%s' AND name = 'a'"):format(id)
+  local first = worker(first_env)
+  H.wait_for("the first attempt to fail", function() return H.sql(db, step)[1] == "retry_wait" end, 30)
+  kill9(first)
+  local second = worker(then_env)
+  local ok, err = pcall(H.wait_for, "the retry", function()
+    return H.sql(db, ("SELECT status FROM runs WHERE id = '%s'"):format(id))[1] == "succeeded"
+  end, 30)
+  C.stop(second)
+  assert(ok, tostring(err) .. "\n" .. H.read(dir .. "/worker.log"))
+end
 
 describe("a run whose retry a worker minutes ahead wrote", function()
   after_each(H.cleanup)
@@ -305,37 +349,55 @@ describe("a run whose retry a worker minutes ahead wrote", function()
   -- retry's due time as the server's, so the worker whose clock is right that takes the run over
   -- does not wait the four minutes the first was ahead.
   it_pg("is retried when it is due on the server's clock, by the worker that takes it over", function()
-    local db, dir = H.new_db(), H.tmp_dir()
-    H.write_file(dir, "retry_once.lua", [[
-local mend = require "mend"
-return { name = "retry_once", retry = { initial = 1, max_delay = 1, jitter = 0 },
-  steps = { { name = "a", execute = function(ctx)
-    if ctx.attempt == 1 then error(mend.retryable("once")) end
-    return ctx.attempt
-  end } } }
-]])
-    local function worker(env)
-      local p = assert(io.popen(("%s sh -c 'exec %s worker --db %s --workflows %s --lease 0.5"
-        .. " --poll 0.01 >>%s/worker.log 2>&1' & echo $!"):format(env or "", H.MEND,
-        H.quote(db):gsub("'", "'\\''"), dir, dir)))
-      local pid = assert(tonumber(p:read("l")))
-      p:close()
-      return pid
+    retry_taken_over(H.new_db(), skewed(240), nil)
+  end)
+end)
+
+describe("workers whose clocks are behind the PostgreSQL server's", function()
+  -- A server of its own whose clock is four minutes ahead of this host's (libfaketime preloaded
+  -- into the postmaster and so into every backend): workers on this host's clock are four
+  -- minutes behind it, one started with a clock three minutes ahead of the host's is one minute
+  -- behind. This is the case the test above cannot make (see its note on timer_settime): the
+  -- workers' own timers run on their true clocks here.
+  local state, serial = nil, 0
+  local AHEAD = 240
+
+  local function db_on_skewed_server()
+    if not state then
+      state = os.tmpname()   -- not H.tmp_dir(): the cluster outlives a test
+      os.remove(state)
+      local rc, out = H.shell(skewed(AHEAD) .. " sh tests/pg/cluster.sh start " .. H.quote(state))
+      assert.are.equal(0, rc, out)
     end
-    local rc, out = H.shell(("%s start retry_once --workflows %s --db %s"):format(H.MEND,
-      H.quote(dir), H.quote(db)))
+    local uri = H.read(state .. "/uri"):match("%S+")
+    serial = serial + 1
+    local schema = "behind_" .. serial
+    local rc, out = H.shell("psql -X -q -v ON_ERROR_STOP=1 " .. H.quote(uri) .. " -c "
+      .. H.quote("CREATE SCHEMA " .. schema))
     assert.are.equal(0, rc, out)
-    local id = out:match("(%S+)")
-    local step = ("SELECT status FROM steps WHERE run_id = '%s' AND name = 'a'"):format(id)
-    local ahead = worker(skewed(240))
-    H.wait_for("the first attempt to fail", function() return H.sql(db, step)[1] == "retry_wait" end, 30)
-    kill9(ahead)
-    local right = worker()
-    local ok, err = pcall(H.wait_for, "the retry", function()
-      return H.sql(db, ("SELECT status FROM runs WHERE id = '%s'"):format(id))[1] == "succeeded"
-    end, 30)
-    C.stop(right)
-    assert(ok, tostring(err) .. "\n" .. H.read(dir .. "/worker.log"))
+    return uri .. "?options=-csearch_path%3D" .. schema
+  end
+
+  teardown(function()
+    if state then
+      H.shell("sh tests/pg/cluster.sh stop " .. H.quote(state))
+      H.shell("rm -rf " .. H.quote(state))
+    end
+  end)
+  after_each(H.cleanup)
+
+  it_pg("take no run from each other while both live, and finish every run while killed", function()
+    local db = db_on_skewed_server()
+    -- the server's clock is really ahead
+    local lines = H.sql(db, "SELECT extract(epoch FROM now())::bigint")
+    local ahead = tonumber(lines[#lines]) - os.time()
+    assert.is_truthy(math.abs(ahead - AHEAD) < 10, "the server's clock is " .. ahead .. " s ahead")
+    two_apart(db, "", 0, skewed(180), 180, AHEAD)
+  end)
+
+  -- the first worker one minute behind the server, the one that takes the run over four
+  it_pg("retry a run when it is due on the server's clock, after one took it over", function()
+    retry_taken_over(db_on_skewed_server(), skewed(180), nil)
   end)
 end)
 
