@@ -129,6 +129,7 @@ struct mend_run {
   mend_run *parent;       /* a lane's run; NULL for a run */
   struct mend_group *group;   /* a run's lanes, made at its first group; NULL before */
   mend_run *pprev, *pnext;  /* waiting for something, to be parked (park.c) */
+  char *item_name;        /* a lane on an item of a map: its name ("charge/3") */
   double idle_since;      /* when it began to wait, on the engine's clock */
   mend_run_status status;
   int input_ref, results_ref;   /* in E->refs, shard ref_shard */
@@ -139,6 +140,9 @@ struct mend_run {
   int history_seq;        /* the last row of its history: this engine numbers the next ones */
   wait_kind wait_kind;
   action next_action;
+  /* A lane on an item of a map: its number from 1 (0: none), and where its row is among the
+   * run's rows (MEND_MAP_ROWS). */
+  int item, row_base;
   unsigned char attention;
   unsigned char waiting;      /* yielded inside mend.sleep / mend.exec */
   unsigned char suspect;      /* taken again with an attempt its dead worker began (recover.c) */
@@ -148,10 +152,6 @@ struct mend_run {
   unsigned char cancel_asked; /* rebuilt with a cancel requested: whoever takes it cancels it */
   unsigned char is_child;     /* started by a parent's step: its end is told to the parent */
   unsigned char lane;         /* a lane of a group (parent NULL once its run is gone) */
-  /* A lane on an item of a map: its number from 1 (0: none), its name ("charge/3"), and where
-   * its row is among the run's rows (MEND_MAP_ROWS). */
-  int item, row_base;
-  char *item_name;
   unsigned char park_listed;  /* in E->park_head's list */
   char id[MEND_RUN_ID_LEN];
 };
