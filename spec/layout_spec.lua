@@ -1,6 +1,7 @@
 -- README's "Layout" names every file of src/ and lua/ (a file added without its line, or a line
 -- left for a file that is gone, fails here), and every C file of src/ opens with the paragraph
--- of what it owns and what it must never do.
+-- of what it owns and what it must never do; and "Two commands" names every Debian package
+-- the Makefile installs.
 
 local H = require "spec.helper"
 
@@ -83,5 +84,20 @@ describe("each C file of src/", function()
       end
     end
     assert.are.same({}, lacking)
+  end)
+end)
+
+describe("README's two commands", function()
+  it("name every Debian package the Makefile installs", function()
+    local makefile = H.slurp(ROOT .. "/Makefile")
+    local list = assert(makefile:match("\nDEB_PACKAGES :=(.-[^\\])\n"), "DEB_PACKAGES in the Makefile")
+    local readme = H.slurp(ROOT .. "/README.md")
+    local named = readme:match("\n## Two commands\n(.-)\n## ")
+    assert.truthy(named, "a Two commands section in README.md")
+    local missing = {}
+    for pkg in list:gsub("\\\n", " "):gmatch("[%w%.%-+]+") do
+      if not named:find(pkg, 1, true) then missing[#missing + 1] = pkg end
+    end
+    assert.are.same({}, missing)
   end)
 end)
