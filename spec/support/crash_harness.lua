@@ -172,9 +172,19 @@ function M.audit(db, client, ids, dir, opts)
     -- the history: times never go back, a succeeded step never runs again, and a run changes
     -- hands between workers only through a recovery
     local last_at, done, holder = {}, {}, nil
-    for _, h in ipairs(client:history(id)) do
+    local history = client:history(id)
+    -- the whole history, for the message of a failed check: which worker wrote what, when
+    local function story()
+      local lines = {}
+      for _, h in ipairs(history) do
+        lines[#lines + 1] = ("%s %.6f %s %s %s %s"):format(tostring(h.seq), h.at, tostring(h.worker),
+          h.event, tostring(h.step or ""), tostring(h.to or ""))
+      end
+      return "\n" .. table.concat(lines, "\n")
+    end
+    for _, h in ipairs(history) do
       local clock = opts.skewed and tostring(h.worker) or ""
-      assert.is_truthy(h.at >= (last_at[clock] or -math.huge) - 1e-6, "history time went back in " .. id)
+      assert.is_truthy(h.at >= (last_at[clock] or -math.huge) - 1e-6, "history time went back in " .. id .. story())
       last_at[clock] = h.at
       if h.event == "step" and h.to == "succeeded" then done[h.step] = true end
       if h.event == "step" and h.to == "running" then
@@ -182,7 +192,7 @@ function M.audit(db, client, ids, dir, opts)
       end
       if h.event == "recovered" then holder = h.worker
       elseif holder then
-        assert.are.equal(holder, h.worker, "a second worker wrote to " .. id .. " without taking it over")
+        assert.are.equal(holder, h.worker, "a second worker wrote to " .. id .. " without taking it over" .. story())
       end
     end
   end
