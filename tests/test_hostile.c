@@ -13,6 +13,10 @@
  *   -- within: <seconds>            (second line, optional) its load and runs end within that:
  *                                   for C work no hook sees, which must be charged to the
  *                                   budget (10M instructions: some 100 ms), ten times over
+ *   -- budget: <n>                  (optional, after the lines above) it runs in an engine of
+ *                                   its own, made for it and freed after, whose budget is n
+ *                                   instructions: for the memory limit, which a budget of 10M
+ *                                   would trip before it
  *
  * A case that expects the instruction budget to stop it, and says no `within`, must end within
  * BUDGET_WITHIN: what the budget allows, plain instructions or the C work and allocations it
@@ -76,17 +80,24 @@ static int entries(const char *path) {
 
 /* The first line's expectation: "load" or a status, and the text to find; how many runs. */
 static int read_expectation(const char *path, char *kind, size_t klen, char *text, size_t tlen,
-                            int *runs, double *within) {
+                            int *runs, double *within, long *budget) {
   FILE *f = fopen(path, "r");
   if (!f) return -1;
-  char line[512] = "", second[512] = "";
+  char line[512] = "", next[512] = "";
   char *got = fgets(line, sizeof line, f);
+  int timed = 0;
   *runs = 1;
   *within = 5.0;   /* a generous bound that only a freeze breaks: timeouts here are under 1 s */
-  if (fgets(second, sizeof second, f) && strncmp(second, "-- runs: ", 9) == 0)
-    *runs = atoi(second + 9);
-  else if (strncmp(second, "-- within: ", 11) == 0)
-    *within = atof(second + 11);
+  *budget = -1;
+  while (fgets(next, sizeof next, f)) {
+    if (strncmp(next, "-- runs: ", 9) == 0) *runs = atoi(next + 9);
+    else if (strncmp(next, "-- within: ", 11) == 0) *within = atof(next + 11), timed = 1;
+    else if (strncmp(next, "-- budget: ", 11) == 0) {
+      *budget = atol(next + 11);
+      if (*budget < 0) return fclose(f), -1;
+    }
+    else break;
+  }
   fclose(f);
   if (!(*within > 0 && *within <= 5.0)) return -1;
   if (*runs < 1 || *runs > 8) return -1;
@@ -96,8 +107,7 @@ static int read_expectation(const char *path, char *kind, size_t klen, char *tex
   snprintf(kind, klen, "%.*s", (int)(sp - p), p);
   snprintf(text, tlen, "%s", sp + 1);
   text[strcspn(text, "\n")] = 0;
-  if (strncmp(second, "-- within: ", 11) != 0 && strstr(text, "instruction budget"))
-    *within = BUDGET_WITHIN;
+  if (!timed && strstr(text, "instruction budget")) *within = BUDGET_WITHIN;
   return 0;
 }
 
@@ -174,15 +184,30 @@ int main(int argc, char **argv) {
     char path[512], kind[32], want[400], loaded[MEND_NAME_MAX + 1] = "";
     int runs;
     double within;
+    long budget;
     snprintf(path, sizeof path, "%s/%s", corpus, names[i]);
-    if (read_expectation(path, kind, sizeof kind, want, sizeof want, &runs, &within)) {
+    if (read_expectation(path, kind, sizeof kind, want, sizeof want, &runs, &within, &budget)) {
       fprintf(stderr, "%s: no '-- expect: ' first line\n", names[i]);
       CHECK(0);
       continue;
     }
+    /* R: the engine the case runs in, E unless it asks for a budget of its own. */
+    mend_engine *R = E;
+    if (budget >= 0) {
+      char own_db[160];
+      snprintf(own_db, sizeof own_db, "%s/own-%d.db", scratch, i);
+      o.db_path = own_db;
+      o.instruction_budget = budget;
+      R = NULL;
+      if (mend_engine_new(&o, &R, err, sizeof err) != MEND_OK) {
+        fprintf(stderr, "%s: mend_engine_new: %s\n", names[i], err);
+        return 2;
+      }
+      CHECK_EQ_INT(mend_engine_load(R, benign, NULL, 0), MEND_OK);
+    }
     double t0 = now_s();
-    int rc = mend_engine_load(E, path, loaded, sizeof loaded);
-    const char *msg = rc == MEND_OK ? "" : mend_engine_errmsg(E);
+    int rc = mend_engine_load(R, path, loaded, sizeof loaded);
+    const char *msg = rc == MEND_OK ? "" : mend_engine_errmsg(R);
     if (strcmp(kind, "load") == 0) {
       int ok = rc == MEND_ELOAD && strstr(msg, want);
       if (!ok) fprintf(stderr, "%s: load: want refusal with \"%s\", got %s: %s\n", names[i], want,
@@ -194,12 +219,12 @@ int main(int argc, char **argv) {
     } else {
       char id[8][17];
       for (int k = 0; k < runs; k++)
-        CHECK_EQ_INT(mend_engine_start(E, loaded, input, NULL, id[k], NULL), MEND_OK);
-      int run_rc = mend_engine_run_all(E);
+        CHECK_EQ_INT(mend_engine_start(R, loaded, input, NULL, id[k], NULL), MEND_OK);
+      int run_rc = mend_engine_run_all(R);
       CHECK_EQ_INT(run_rc, MEND_OK);
       int found = 0;
       for (int k = 0; k < runs; k++) {
-        char *json = run_json(E, id[k]), status[64];
+        char *json = run_json(R, id[k]), status[64];
         /* The run's own status is its first: the steps' come after, in "steps". */
         snprintf(status, sizeof status, "\"status\":\"%s\"", kind);
         const char *first = json ? strstr(json, "\"status\":\"") : NULL;
@@ -228,6 +253,10 @@ int main(int argc, char **argv) {
     CHECK(same);
     mend_free(history);
     benign_run(E, names[i], id);
+    if (R != E) {
+      benign_run(R, names[i], id);
+      mend_engine_free(R);
+    }
     free(names[i]);
   }
   mend_free(victim_history);
