@@ -232,6 +232,7 @@ int mend__guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres) {
   mend_limits_leave(E->L, lim);
   mend_limits_unwatch(E->L);
   collect_if_over(E);
+  mend__drop_spare_blocks(E);
   return status;
 }
 
@@ -319,6 +320,7 @@ void mend__end_attempt(mend_run *r) {
   r->co = NULL;
   r->co_ref = LUA_NOREF;
   collect_if_over(E);
+  mend__drop_spare_blocks(E);
 }
 
 /* Resumes the attempt's coroutine with nargs values on its stack and deals with the outcome. */
