@@ -150,8 +150,10 @@ static int meter_result(void *ud, long values, size_t bytes) {
   return 0;
 }
 
-/* Asks map step i for its list: its JSON text (an array), or NULL with st->error saying why. */
-char *mend__ask_map(mend_run *r, int i) {
+/* Asks map step i for its list: its JSON text (an array), or NULL with st->error saying why
+ * and *stopped set when the engine stopped the call (a limit, an error value it could not
+ * read) rather than the call failing. */
+char *mend__ask_map(mend_run *r, int i, int *stopped) {
   step_rt *st = &r->steps[i];
   mend_engine *E = r->E;
   lua_State *L = E->L;
@@ -161,10 +163,12 @@ char *mend__ask_map(mend_run *r, int i) {
   mend_limits_init(&lim, "map", E->cfg.instruction_budget, CALL_SECONDS);
   int status = mend__guarded_pcall(E, &lim, 1, 1);
   char msg[600], text[400];
+  *stopped = 0;
   if (status != LUA_OK) {
-    snprintf(msg, sizeof msg, "map: %s", mend__describe(E, L, -1, text, sizeof text, NULL));
+    snprintf(msg, sizeof msg, "map: %s", mend__describe(E, L, -1, text, sizeof text, stopped));
     lua_pop(L, 1);
     mend__set_str(&st->error, msg);
+    *stopped |= lim.tripped || (status == LUA_ERRMEM && E->owned_state && E->cfg.memory_limit > 0);
     return NULL;
   }
   char *json = NULL;
@@ -179,7 +183,8 @@ char *mend__ask_map(mend_run *r, int i) {
     result_meter meter = {E, &lim, 0, 0, 0};
     json = mend_json_encode_metered(L, -1, "map's list", text, sizeof text, meter_result, &meter);
     char why[200];
-    if (!json && (lim.tripped || meter.over_memory))
+    *stopped = !json && (lim.tripped || meter.over_memory);
+    if (*stopped)
       snprintf(msg, sizeof msg, "map: %s as its list was encoded", meter.over_memory
                ? "exceeded the memory limit" : mend_limits_message(&lim, why, sizeof why));
     else if (!json) snprintf(msg, sizeof msg, "map: %s", text);

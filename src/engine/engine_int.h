@@ -367,7 +367,7 @@ const char *mend__describe(mend_engine *E, lua_State *from, int idx, char *buf, 
                            int *failed);
 void mend__end_attempt(mend_run *r);
 int mend__ask_when(mend_run *r, int i);
-char *mend__ask_map(mend_run *r, int i);
+char *mend__ask_map(mend_run *r, int i, int *stopped);
 int mend__ensure_key(mend_run *r, int i);
 int mend__guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres);
 void mend__make_ctx_metatable(mend_engine *E);
