@@ -34,6 +34,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -194,30 +197,46 @@ mend_engine *mend__child_unlink(child *c) {
 /* A loop of 20 MiB string.reps in a fresh process faulted every page of each block afresh:
  * 180 ms for a budget of 10M instructions where reused blocks take 30 ms. Blocks of at least
  * SPARE_MIN_BYTES are kept when freed, and given to an allocation of at least half their size;
- * at most SPARE_MAX_BYTES each, two in all, and only until the call that freed them ends. */
+ * at most SPARE_MAX_BYTES each and SPARE_TOTAL_BYTES in all, and only until the call that freed
+ * them ends. Four: a turn of such a loop frees its buffer, and the collector the strings of
+ * earlier turns two at a time. */
 #define SPARE_MIN_BYTES ((size_t)1 << 20)
 #define SPARE_MAX_BYTES ((size_t)64 << 20)
+#define SPARE_TOTAL_BYTES ((size_t)128 << 20)
 #define SPARES ((int)(sizeof ((mend_engine *)0)->spare / sizeof ((mend_engine *)0)->spare[0]))
 
 static int keep_spare(mend_engine *E, void *p, size_t size) {
   if (size > SPARE_MAX_BYTES) return 0;
-  int k = E->spare[0].size <= E->spare[1].size ? 0 : 1;   /* an empty slot has size 0 */
-  if (E->spare[k].size >= size) return 0;
+#ifdef __GLIBC__
+  /* What the block holds, not what Lua asked for: a string's block (its bytes and a header)
+   * then serves the buffer of the next string of the same length, and the other way round. */
+  size = malloc_usable_size(p);
+#endif
+  int k = 0;
+  size_t total = 0;
+  for (int j = 0; j < SPARES; j++) {
+    total += E->spare[j].size;
+    if (E->spare[j].size < E->spare[k].size) k = j;   /* an empty slot has size 0 */
+  }
+  if (E->spare[k].size >= size || total - E->spare[k].size + size > SPARE_TOTAL_BYTES) return 0;
   free(E->spare[k].p);
   E->spare[k].p = p;
   E->spare[k].size = size;
   return 1;
 }
 
+/* The smallest kept block that holds size bytes and is not twice as large. */
 static void *take_spare(mend_engine *E, size_t size) {
-  for (int k = 0; k < SPARES; k++) {
-    if (E->spare[k].size < size || E->spare[k].size / 2 > size) continue;
-    void *p = E->spare[k].p;
-    E->spare[k].p = NULL;
-    E->spare[k].size = 0;
-    return p;
-  }
-  return NULL;
+  int best = -1;
+  for (int k = 0; k < SPARES; k++)
+    if (E->spare[k].size >= size && E->spare[k].size / 2 <= size &&
+        (best < 0 || E->spare[k].size < E->spare[best].size))
+      best = k;
+  if (best < 0) return NULL;
+  void *p = E->spare[best].p;
+  E->spare[best].p = NULL;
+  E->spare[best].size = 0;
+  return p;
 }
 
 void mend__drop_spare_blocks(mend_engine *E) {

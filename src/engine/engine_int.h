@@ -255,7 +255,7 @@ struct mend_engine {
   /* Large blocks the state freed, kept for its next large allocations until the call that
    * freed them ends (limited_alloc in engine.c): the C library hands a block this large back
    * to the system, and a fresh one faults a page every 4 KiB. */
-  struct spare_block { void *p; size_t size; } spare[2];
+  struct spare_block { void *p; size_t size; } spare[4];
   int alert_commands;     /* alert commands still running */
   child *children;        /* child processes whose callbacks may still come */
   int destroying;
