@@ -70,10 +70,12 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+#if !defined(__SANITIZE_ADDRESS__)
 static long minor_faults(void) {
   struct rusage ru;
   return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_minflt : 0;
 }
+#endif
 
 static int by_name(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
@@ -225,7 +227,9 @@ int main(int argc, char **argv) {
       CHECK_EQ_INT(mend_engine_load(R, benign, NULL, 0), MEND_OK);
     }
     double t0 = now_s();
+#if !defined(__SANITIZE_ADDRESS__)
     long faults0 = minor_faults();
+#endif
     int rc = mend_engine_load(R, path, loaded, sizeof loaded);
     const char *msg = rc == MEND_OK ? "" : mend_engine_errmsg(R);
     if (strcmp(kind, "load") == 0) {
@@ -259,8 +263,8 @@ int main(int argc, char **argv) {
       CHECK(found);
     }
     double took = now_s() - t0;
-    long faulted = minor_faults() - faults0;
 #if !defined(__SANITIZE_ADDRESS__)
+    long faulted = minor_faults() - faults0;
     if (faults >= 0 && faulted >= faults)
       fprintf(stderr, "%s: faulted %ld pages, %ld or more\n", names[i], faulted, faults);
     CHECK(faults < 0 || faulted < faults);
