@@ -164,11 +164,22 @@ char *mend__ask_map(mend_run *r, int i, int *stopped) {
   int status = mend__guarded_pcall(E, &lim, 1, 1);
   char msg[600], text[400];
   *stopped = 0;
+  /* What stopped it, rather than what the code's last error says ("not enough memory"). */
+  char why[200];
+  if (status != LUA_OK && (lim.tripped || (status == LUA_ERRMEM && E->owned_state &&
+                                           E->cfg.memory_limit > 0 && !lim.refused_table))) {
+    if (lim.tripped) snprintf(msg, sizeof msg, "map: %s", mend_limits_message(&lim, why, sizeof why));
+    else snprintf(msg, sizeof msg, "map: exceeded the memory limit (%zu bytes)", E->cfg.memory_limit);
+    lua_pop(L, 1);
+    mend__set_str(&st->error, msg);
+    *stopped = 1;
+    return NULL;
+  }
   if (status != LUA_OK) {
     snprintf(msg, sizeof msg, "map: %s", mend__describe(E, L, -1, text, sizeof text, stopped));
     lua_pop(L, 1);
     mend__set_str(&st->error, msg);
-    *stopped |= lim.tripped || (status == LUA_ERRMEM && E->owned_state && E->cfg.memory_limit > 0);
+    *stopped |= status == LUA_ERRMEM;   /* the table bound */
     return NULL;
   }
   char *json = NULL;
@@ -182,7 +193,6 @@ char *mend__ask_map(mend_run *r, int i, int *stopped) {
   } else {
     result_meter meter = {E, &lim, 0, 0, 0};
     json = mend_json_encode_metered(L, -1, "map's list", text, sizeof text, meter_result, &meter);
-    char why[200];
     *stopped = !json && (lim.tripped || meter.over_memory);
     if (*stopped)
       snprintf(msg, sizeof msg, "map: %s as its list was encoded", meter.over_memory
@@ -231,7 +241,13 @@ int mend__guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres) {
   mend_limits *charged_was = E->alloc_limits;
   E->limit_memory = 1;
   E->alloc_limits = lim;
+  int over_was = E->over_limit;
+  E->over_limit = 0;
   int status = lua_pcall(E->L, nargs, nres, 0);
+  /* A call that met the memory limit and failed failed for it, whatever lauxlib raised then
+   * (its buffers raise "not enough memory" as a plain error). */
+  if (status != LUA_OK && E->over_limit) status = LUA_ERRMEM;
+  E->over_limit |= over_was;
   E->limit_memory = limit_was;
   E->alloc_limits = charged_was;
   mend_limits_leave(E->L, lim);
@@ -266,11 +282,20 @@ const char *mend__describe(mend_engine *E, lua_State *from, int idx, char *buf, 
   lua_xmove(from, E->L, 1);
   mend_limits lim;
   mend_limits_init(&lim, "the error's __tostring", DESCRIBE_BUDGET, DESCRIBE_SECONDS);
-  if (mend__guarded_pcall(E, &lim, 1, 1) == LUA_OK && lua_type(E->L, -1) == LUA_TSTRING) {
+  int status = mend__guarded_pcall(E, &lim, 1, 1);
+  if (status == LUA_OK && lua_type(E->L, -1) == LUA_TSTRING) {
     snprintf(buf, len, "%s", lua_tostring(E->L, -1));
   } else {
     if (failed) *failed = 1;
-    if (lua_type(E->L, -1) == LUA_TSTRING)
+    char why[200];
+    if (lim.tripped)
+      snprintf(buf, len, "(error object whose __tostring failed: %s)",
+               mend_limits_message(&lim, why, sizeof why));
+    else if (status == LUA_ERRMEM && E->owned_state && E->cfg.memory_limit > 0 &&
+             !lim.refused_table)
+      snprintf(buf, len, "(error object whose __tostring failed: exceeded the memory limit "
+               "(%zu bytes))", E->cfg.memory_limit);
+    else if (lua_type(E->L, -1) == LUA_TSTRING)
       snprintf(buf, len, "(error object whose __tostring failed: %s)", lua_tostring(E->L, -1));
     else
       snprintf(buf, len, "(error object whose __tostring failed)");
