@@ -65,6 +65,18 @@ static void push_ctx(mend_run *r, int i, int compensating) {
 
 void mend__push_ctx(mend_run *r, int i) { push_ctx(r, i, 0); }
 
+/* When a limit stopped a guarded call that ended with `status`: which, into buf. NULL when none
+ * did (the call raised, or Lua's table bound refused it). The memory limit is told by the
+ * status guarded_pcall gives, whatever lauxlib raised ("not enough memory"). */
+static const char *limit_met(mend_engine *E, mend_limits *lim, int status, char *buf, size_t len) {
+  if (status == LUA_OK) return NULL;
+  if (lim->tripped) return mend_limits_message(lim, buf, len);
+  if (status != LUA_ERRMEM || !E->owned_state || E->cfg.memory_limit == 0 || lim->refused_table)
+    return NULL;
+  snprintf(buf, len, "exceeded the memory limit (%zu bytes)", E->cfg.memory_limit);
+  return buf;
+}
+
 /* A step's own idempotency_key(ctx) is asked once; its answer is stored with the step. 0; -1
  * when it failed (st->error says why); -2 when the engine stopped it (a limit, an error value
  * it could not read). */
@@ -82,12 +94,13 @@ int mend__ensure_key(mend_run *r, int i) {
   if (status != LUA_OK || !lua_isstring(L, -1)) {
     char msg[400], text[300];
     int failed = 0;
+    const char *why = limit_met(E, &lim, status, text, sizeof text);
     snprintf(msg, sizeof msg, "idempotency_key: %s",
-             status != LUA_OK ? mend__describe(E, L, -1, text, sizeof text, &failed)
-                              : "must return a string");
+             why ? why : status != LUA_OK ? mend__describe(E, L, -1, text, sizeof text, &failed)
+                                          : "must return a string");
     lua_pop(L, 1);
     mend__set_str(&st->error, msg);
-    return lim.tripped || failed ? -2 : -1;
+    return why || failed ? -2 : -1;
   }
   mend__set_str(&st->idem_key, lua_tostring(L, -1));
   lua_pop(L, 1);
@@ -110,10 +123,12 @@ int mend__ask_when(mend_run *r, int i) {
   if (status != LUA_OK) {
     char msg[400], text[300];
     int failed = 0;
-    snprintf(msg, sizeof msg, "when: %s", mend__describe(E, L, -1, text, sizeof text, &failed));
+    const char *why = limit_met(E, &lim, status, text, sizeof text);
+    snprintf(msg, sizeof msg, "when: %s",
+             why ? why : mend__describe(E, L, -1, text, sizeof text, &failed));
     lua_pop(L, 1);
     mend__set_str(&st->error, msg);
-    return lim.tripped || failed ? -2 : -1;
+    return why || failed ? -2 : -1;
   }
   int yes = lua_toboolean(L, -1);
   lua_pop(L, 1);
@@ -166,10 +181,8 @@ char *mend__ask_map(mend_run *r, int i, int *stopped) {
   *stopped = 0;
   /* What stopped it, rather than what the code's last error says ("not enough memory"). */
   char why[200];
-  if (status != LUA_OK && (lim.tripped || (status == LUA_ERRMEM && E->owned_state &&
-                                           E->cfg.memory_limit > 0 && !lim.refused_table))) {
-    if (lim.tripped) snprintf(msg, sizeof msg, "map: %s", mend_limits_message(&lim, why, sizeof why));
-    else snprintf(msg, sizeof msg, "map: exceeded the memory limit (%zu bytes)", E->cfg.memory_limit);
+  if (limit_met(E, &lim, status, why, sizeof why)) {
+    snprintf(msg, sizeof msg, "map: %s", why);
     lua_pop(L, 1);
     mend__set_str(&st->error, msg);
     *stopped = 1;
@@ -288,13 +301,8 @@ const char *mend__describe(mend_engine *E, lua_State *from, int idx, char *buf, 
   } else {
     if (failed) *failed = 1;
     char why[200];
-    if (lim.tripped)
-      snprintf(buf, len, "(error object whose __tostring failed: %s)",
-               mend_limits_message(&lim, why, sizeof why));
-    else if (status == LUA_ERRMEM && E->owned_state && E->cfg.memory_limit > 0 &&
-             !lim.refused_table)
-      snprintf(buf, len, "(error object whose __tostring failed: exceeded the memory limit "
-               "(%zu bytes))", E->cfg.memory_limit);
+    if (limit_met(E, &lim, status, why, sizeof why))
+      snprintf(buf, len, "(error object whose __tostring failed: %s)", why);
     else if (lua_type(E->L, -1) == LUA_TSTRING)
       snprintf(buf, len, "(error object whose __tostring failed: %s)", lua_tostring(E->L, -1));
     else
