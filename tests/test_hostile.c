@@ -13,6 +13,16 @@
  *   -- within: <seconds>            (second line, optional) its load and runs end within that:
  *                                   for C work no hook sees, which must be charged to the
  *                                   budget (10M instructions: some 100 ms), ten times over
+ *   -- budget: <n>                  (optional, after the lines above) it runs in an engine of
+ *                                   its own, made for it and freed after, whose budget is n
+ *                                   instructions (0: none): for the memory limit, which a
+ *                                   budget of 10M would trip before it
+ *   -- memory: <bytes>              (optional, after the lines above) the same, with that memory
+ *                                   limit (and a budget of 10M unless it says another)
+ *   -- faults: <n>                  (optional, after the lines above) its load and runs fault
+ *                                   fewer than n pages (minor faults: memory mapped afresh,
+ *                                   some 20 us each on a virtual machine); not checked under
+ *                                   AddressSanitizer, whose allocator maps blocks its own way
  *
  * A case that expects the instruction budget to stop it, and says no `within`, must end within
  * BUDGET_WITHIN: what the budget allows, plain instructions or the C work and allocations it
@@ -31,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -59,6 +70,13 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+#if !defined(__SANITIZE_ADDRESS__)
+static long minor_faults(void) {
+  struct rusage ru;
+  return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_minflt : 0;
+}
+#endif
+
 static int by_name(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
@@ -76,17 +94,29 @@ static int entries(const char *path) {
 
 /* The first line's expectation: "load" or a status, and the text to find; how many runs. */
 static int read_expectation(const char *path, char *kind, size_t klen, char *text, size_t tlen,
-                            int *runs, double *within) {
+                            int *runs, double *within, long *budget, long *memory,
+                            long *faults) {
   FILE *f = fopen(path, "r");
   if (!f) return -1;
-  char line[512] = "", second[512] = "";
+  char line[512] = "", next[512] = "";
   char *got = fgets(line, sizeof line, f);
+  int timed = 0;
   *runs = 1;
   *within = 5.0;   /* a generous bound that only a freeze breaks: timeouts here are under 1 s */
-  if (fgets(second, sizeof second, f) && strncmp(second, "-- runs: ", 9) == 0)
-    *runs = atoi(second + 9);
-  else if (strncmp(second, "-- within: ", 11) == 0)
-    *within = atof(second + 11);
+  *budget = -1;
+  *faults = -1;
+  *memory = -1;
+  while (fgets(next, sizeof next, f)) {
+    if (strncmp(next, "-- runs: ", 9) == 0) *runs = atoi(next + 9);
+    else if (strncmp(next, "-- within: ", 11) == 0) *within = atof(next + 11), timed = 1;
+    else if (strncmp(next, "-- faults: ", 11) == 0) *faults = atol(next + 11);
+    else if (strncmp(next, "-- memory: ", 11) == 0) *memory = atol(next + 11);
+    else if (strncmp(next, "-- budget: ", 11) == 0) {
+      *budget = atol(next + 11);
+      if (*budget < 0) return fclose(f), -1;
+    }
+    else break;
+  }
   fclose(f);
   if (!(*within > 0 && *within <= 5.0)) return -1;
   if (*runs < 1 || *runs > 8) return -1;
@@ -96,8 +126,7 @@ static int read_expectation(const char *path, char *kind, size_t klen, char *tex
   snprintf(kind, klen, "%.*s", (int)(sp - p), p);
   snprintf(text, tlen, "%s", sp + 1);
   text[strcspn(text, "\n")] = 0;
-  if (strncmp(second, "-- within: ", 11) != 0 && strstr(text, "instruction budget"))
-    *within = BUDGET_WITHIN;
+  if (!timed && strstr(text, "instruction budget")) *within = BUDGET_WITHIN;
   return 0;
 }
 
@@ -174,15 +203,35 @@ int main(int argc, char **argv) {
     char path[512], kind[32], want[400], loaded[MEND_NAME_MAX + 1] = "";
     int runs;
     double within;
+    long budget, memory, faults;
     snprintf(path, sizeof path, "%s/%s", corpus, names[i]);
-    if (read_expectation(path, kind, sizeof kind, want, sizeof want, &runs, &within)) {
-      fprintf(stderr, "%s: no '-- expect: ' first line\n", names[i]);
+    if (read_expectation(path, kind, sizeof kind, want, sizeof want, &runs, &within, &budget,
+                         &memory, &faults) || memory == 0) {
+      fprintf(stderr, "%s: no '-- expect: ' first line, or a bad line after it\n", names[i]);
       CHECK(0);
       continue;
     }
+    /* R: the engine the case runs in, E unless it asks for a budget or a memory limit of its own. */
+    mend_engine *R = E;
+    if (budget >= 0 || memory > 0) {
+      char own_db[160];
+      snprintf(own_db, sizeof own_db, "%s/own-%d.db", scratch, i);
+      o.db_path = own_db;
+      o.instruction_budget = budget >= 0 ? budget : 10000000;
+      o.memory_limit = memory > 0 ? (size_t)memory : 64u << 20;
+      R = NULL;
+      if (mend_engine_new(&o, &R, err, sizeof err) != MEND_OK) {
+        fprintf(stderr, "%s: mend_engine_new: %s\n", names[i], err);
+        return 2;
+      }
+      CHECK_EQ_INT(mend_engine_load(R, benign, NULL, 0), MEND_OK);
+    }
     double t0 = now_s();
-    int rc = mend_engine_load(E, path, loaded, sizeof loaded);
-    const char *msg = rc == MEND_OK ? "" : mend_engine_errmsg(E);
+#if !defined(__SANITIZE_ADDRESS__)
+    long faults0 = minor_faults();
+#endif
+    int rc = mend_engine_load(R, path, loaded, sizeof loaded);
+    const char *msg = rc == MEND_OK ? "" : mend_engine_errmsg(R);
     if (strcmp(kind, "load") == 0) {
       int ok = rc == MEND_ELOAD && strstr(msg, want);
       if (!ok) fprintf(stderr, "%s: load: want refusal with \"%s\", got %s: %s\n", names[i], want,
@@ -194,12 +243,12 @@ int main(int argc, char **argv) {
     } else {
       char id[8][17];
       for (int k = 0; k < runs; k++)
-        CHECK_EQ_INT(mend_engine_start(E, loaded, input, NULL, id[k], NULL), MEND_OK);
-      int run_rc = mend_engine_run_all(E);
+        CHECK_EQ_INT(mend_engine_start(R, loaded, input, NULL, id[k], NULL), MEND_OK);
+      int run_rc = mend_engine_run_all(R);
       CHECK_EQ_INT(run_rc, MEND_OK);
       int found = 0;
       for (int k = 0; k < runs; k++) {
-        char *json = run_json(E, id[k]), status[64];
+        char *json = run_json(R, id[k]), status[64];
         /* The run's own status is its first: the steps' come after, in "steps". */
         snprintf(status, sizeof status, "\"status\":\"%s\"", kind);
         const char *first = json ? strstr(json, "\"status\":\"") : NULL;
@@ -214,6 +263,12 @@ int main(int argc, char **argv) {
       CHECK(found);
     }
     double took = now_s() - t0;
+#if !defined(__SANITIZE_ADDRESS__)
+    long faulted = minor_faults() - faults0;
+    if (faults >= 0 && faulted >= faults)
+      fprintf(stderr, "%s: faulted %ld pages, %ld or more\n", names[i], faulted, faults);
+    CHECK(faults < 0 || faulted < faults);
+#endif
     within *= TIME_SCALE;
     printf("%-36s %-10s %7.1f ms\n", names[i], kind, took * 1000);
     if (took >= within) fprintf(stderr, "%s: took %.1f s, over %.1f\n", names[i], took, within);
@@ -228,6 +283,10 @@ int main(int argc, char **argv) {
     CHECK(same);
     mend_free(history);
     benign_run(E, names[i], id);
+    if (R != E) {
+      benign_run(R, names[i], id);
+      mend_engine_free(R);
+    }
     free(names[i]);
   }
   mend_free(victim_history);

@@ -65,6 +65,18 @@ static void push_ctx(mend_run *r, int i, int compensating) {
 
 void mend__push_ctx(mend_run *r, int i) { push_ctx(r, i, 0); }
 
+/* When a limit stopped a guarded call that ended with `status`: which, into buf. NULL when none
+ * did (the call raised, or Lua's table bound refused it). The memory limit is told by the
+ * status guarded_pcall gives, whatever lauxlib raised ("not enough memory"). */
+static const char *limit_met(mend_engine *E, mend_limits *lim, int status, char *buf, size_t len) {
+  if (status == LUA_OK) return NULL;
+  if (lim->tripped) return mend_limits_message(lim, buf, len);
+  if (status != LUA_ERRMEM || !E->owned_state || E->cfg.memory_limit == 0 || lim->refused_table)
+    return NULL;
+  snprintf(buf, len, "exceeded the memory limit (%zu bytes)", E->cfg.memory_limit);
+  return buf;
+}
+
 /* A step's own idempotency_key(ctx) is asked once; its answer is stored with the step. 0; -1
  * when it failed (st->error says why); -2 when the engine stopped it (a limit, an error value
  * it could not read). */
@@ -82,12 +94,13 @@ int mend__ensure_key(mend_run *r, int i) {
   if (status != LUA_OK || !lua_isstring(L, -1)) {
     char msg[400], text[300];
     int failed = 0;
+    const char *why = limit_met(E, &lim, status, text, sizeof text);
     snprintf(msg, sizeof msg, "idempotency_key: %s",
-             status != LUA_OK ? mend__describe(E, L, -1, text, sizeof text, &failed)
-                              : "must return a string");
+             why ? why : status != LUA_OK ? mend__describe(E, L, -1, text, sizeof text, &failed)
+                                          : "must return a string");
     lua_pop(L, 1);
     mend__set_str(&st->error, msg);
-    return lim.tripped || failed ? -2 : -1;
+    return why || failed ? -2 : -1;
   }
   mend__set_str(&st->idem_key, lua_tostring(L, -1));
   lua_pop(L, 1);
@@ -110,10 +123,12 @@ int mend__ask_when(mend_run *r, int i) {
   if (status != LUA_OK) {
     char msg[400], text[300];
     int failed = 0;
-    snprintf(msg, sizeof msg, "when: %s", mend__describe(E, L, -1, text, sizeof text, &failed));
+    const char *why = limit_met(E, &lim, status, text, sizeof text);
+    snprintf(msg, sizeof msg, "when: %s",
+             why ? why : mend__describe(E, L, -1, text, sizeof text, &failed));
     lua_pop(L, 1);
     mend__set_str(&st->error, msg);
-    return lim.tripped || failed ? -2 : -1;
+    return why || failed ? -2 : -1;
   }
   int yes = lua_toboolean(L, -1);
   lua_pop(L, 1);
@@ -150,8 +165,10 @@ static int meter_result(void *ud, long values, size_t bytes) {
   return 0;
 }
 
-/* Asks map step i for its list: its JSON text (an array), or NULL with st->error saying why. */
-char *mend__ask_map(mend_run *r, int i) {
+/* Asks map step i for its list: its JSON text (an array), or NULL with st->error saying why
+ * and *stopped set when the engine stopped the call (a limit, an error value it could not
+ * read) rather than the call failing. */
+char *mend__ask_map(mend_run *r, int i, int *stopped) {
   step_rt *st = &r->steps[i];
   mend_engine *E = r->E;
   lua_State *L = E->L;
@@ -161,10 +178,21 @@ char *mend__ask_map(mend_run *r, int i) {
   mend_limits_init(&lim, "map", E->cfg.instruction_budget, CALL_SECONDS);
   int status = mend__guarded_pcall(E, &lim, 1, 1);
   char msg[600], text[400];
-  if (status != LUA_OK) {
-    snprintf(msg, sizeof msg, "map: %s", mend__describe(E, L, -1, text, sizeof text, NULL));
+  *stopped = 0;
+  /* What stopped it, rather than what the code's last error says ("not enough memory"). */
+  char why[200];
+  if (limit_met(E, &lim, status, why, sizeof why)) {
+    snprintf(msg, sizeof msg, "map: %s", why);
     lua_pop(L, 1);
     mend__set_str(&st->error, msg);
+    *stopped = 1;
+    return NULL;
+  }
+  if (status != LUA_OK) {
+    snprintf(msg, sizeof msg, "map: %s", mend__describe(E, L, -1, text, sizeof text, stopped));
+    lua_pop(L, 1);
+    mend__set_str(&st->error, msg);
+    *stopped |= status == LUA_ERRMEM;   /* the table bound */
     return NULL;
   }
   char *json = NULL;
@@ -178,8 +206,8 @@ char *mend__ask_map(mend_run *r, int i) {
   } else {
     result_meter meter = {E, &lim, 0, 0, 0};
     json = mend_json_encode_metered(L, -1, "map's list", text, sizeof text, meter_result, &meter);
-    char why[200];
-    if (!json && (lim.tripped || meter.over_memory))
+    *stopped = !json && (lim.tripped || meter.over_memory);
+    if (*stopped)
       snprintf(msg, sizeof msg, "map: %s as its list was encoded", meter.over_memory
                ? "exceeded the memory limit" : mend_limits_message(&lim, why, sizeof why));
     else if (!json) snprintf(msg, sizeof msg, "map: %s", text);
@@ -226,12 +254,19 @@ int mend__guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres) {
   mend_limits *charged_was = E->alloc_limits;
   E->limit_memory = 1;
   E->alloc_limits = lim;
+  int over_was = E->over_limit;
+  E->over_limit = 0;
   int status = lua_pcall(E->L, nargs, nres, 0);
+  /* A call that met the memory limit and failed failed for it, whatever lauxlib raised then
+   * (its buffers raise "not enough memory" as a plain error). */
+  if (status != LUA_OK && E->over_limit) status = LUA_ERRMEM;
+  E->over_limit |= over_was;
   E->limit_memory = limit_was;
   E->alloc_limits = charged_was;
   mend_limits_leave(E->L, lim);
   mend_limits_unwatch(E->L);
   collect_if_over(E);
+  mend__drop_spare_blocks(E);
   return status;
 }
 
@@ -260,11 +295,15 @@ const char *mend__describe(mend_engine *E, lua_State *from, int idx, char *buf, 
   lua_xmove(from, E->L, 1);
   mend_limits lim;
   mend_limits_init(&lim, "the error's __tostring", DESCRIBE_BUDGET, DESCRIBE_SECONDS);
-  if (mend__guarded_pcall(E, &lim, 1, 1) == LUA_OK && lua_type(E->L, -1) == LUA_TSTRING) {
+  int status = mend__guarded_pcall(E, &lim, 1, 1);
+  if (status == LUA_OK && lua_type(E->L, -1) == LUA_TSTRING) {
     snprintf(buf, len, "%s", lua_tostring(E->L, -1));
   } else {
     if (failed) *failed = 1;
-    if (lua_type(E->L, -1) == LUA_TSTRING)
+    char why[200];
+    if (limit_met(E, &lim, status, why, sizeof why))
+      snprintf(buf, len, "(error object whose __tostring failed: %s)", why);
+    else if (lua_type(E->L, -1) == LUA_TSTRING)
       snprintf(buf, len, "(error object whose __tostring failed: %s)", lua_tostring(E->L, -1));
     else
       snprintf(buf, len, "(error object whose __tostring failed)");
@@ -319,6 +358,7 @@ void mend__end_attempt(mend_run *r) {
   r->co = NULL;
   r->co_ref = LUA_NOREF;
   collect_if_over(E);
+  mend__drop_spare_blocks(E);
 }
 
 /* Resumes the attempt's coroutine with nargs values on its stack and deals with the outcome. */

@@ -252,6 +252,10 @@ struct mend_engine {
   mend_limits *alloc_limits; /* the limits of the call running, charged for large allocations */
   int over_limit;         /* an allocation was refused for the memory limit: collect after */
   size_t mem_collected;   /* mem_used after the last collection collect_if_over made */
+  /* Large blocks the state freed, kept for its next large allocations until the call that
+   * freed them ends (limited_alloc in engine.c): the C library hands a block this large back
+   * to the system, and a fresh one faults a page every 4 KiB. */
+  struct spare_block { void *p; size_t size; } spare[4];
   int alert_commands;     /* alert commands still running */
   child *children;        /* child processes whose callbacks may still come */
   int destroying;
@@ -282,6 +286,8 @@ typedef struct id_list { mend_idset set; int oom; } id_list;
 
 /* ---- engine.c: an engine's life, its log line, its breakdown, run ids, failpoints */
 void mend__breakdown(mend_engine *E, const char *fmt, ...);
+/* Frees the large blocks limited_alloc kept for reuse. */
+void mend__drop_spare_blocks(mend_engine *E);
 void mend__child_link(mend_engine *E, child *c, int tag);
 mend_engine *mend__child_unlink(child *c);
 int mend__commit_now(mend_engine *E);
@@ -361,7 +367,7 @@ const char *mend__describe(mend_engine *E, lua_State *from, int idx, char *buf, 
                            int *failed);
 void mend__end_attempt(mend_run *r);
 int mend__ask_when(mend_run *r, int i);
-char *mend__ask_map(mend_run *r, int i);
+char *mend__ask_map(mend_run *r, int i, int *stopped);
 int mend__ensure_key(mend_run *r, int i);
 int mend__guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres);
 void mend__make_ctx_metatable(mend_engine *E);

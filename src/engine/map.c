@@ -116,11 +116,12 @@ struct map_state *mend__map_add(mend_run *r, int m, const char *json) {
  * (a restart maps the same list). 1 when it failed instead. */
 int mend__map_begin(mend_run *r, int m) {
   step_rt *st = &r->steps[m];
-  char *json = mend__ask_map(r, m);
+  int stopped;
+  char *json = mend__ask_map(r, m, &stopped);
   if (!json) {
     st->attempts++;
     mend__step_to(r, m, MEND_STEP_RUNNING, NULL, -1, NULL);
-    mend_error_info info = {MEND_ERR_ERROR, st->error, -1, 0, 0};
+    mend_error_info info = {MEND_ERR_ERROR, st->error, -1, 0, stopped};
     char msg[700];
     snprintf(msg, sizeof msg, "error: %s", st->error ? st->error : "");
     mend__step_to(r, m, MEND_STEP_FAILED, msg, -1, NULL);

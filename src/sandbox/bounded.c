@@ -390,7 +390,19 @@ int mend__sandbox_charged_encode(lua_State *L) {
   return 1;
 }
 
+/* The table bound (mend_limits_refuse_table) lets a lauxlib buffer's block through when it
+ * comes right after its box. The first box a state makes also creates the boxes' metatable in
+ * between, and then a block of 24 * 2^k bytes (a 12 MiB string.rep) looked like a table's
+ * node vector: one buffer made here, larger than the one on the C stack, creates it now. */
+static void make_buffer_metatable(lua_State *L) {
+  luaL_Buffer b;
+  luaL_buffinitsize(L, &b, LUAL_BUFFERSIZE * 2);
+  luaL_pushresultsize(&b, 0);
+  lua_pop(L, 1);
+}
+
 void mend_sandbox_prepare(lua_State *L) {
+  make_buffer_metatable(L);
   lua_getglobal(L, "string");
   lua_pushnil(L);
   lua_setfield(L, -2, "dump");
