@@ -730,6 +730,7 @@ static int rec_step(mend_store *s, int q, const mend_step_rec *st) {
   mend__rec_real(s, st->updated);
   mend__rec_int(s, st->slept ? 1 : 0);
   mend__rec_text(s, st->awaits);
+  mend__rec_text(s, st->error ? st->error_kind : NULL);
   return mend__rec_end(s);
 }
 
