@@ -426,6 +426,93 @@ describe("a group whose branch failed for good before a restart", function()
   end)
 end)
 
+-- A group or map whose branch (item) failed for good and another in flight, as a crash leaves
+-- it: the run ends as the branch failed, by the kind its row keeps beside the message.
+describe("the kind of a branch's failure across a restart", function()
+  after_each(H.cleanup)
+
+  local function group_def(raise)
+    return { name = "rk", steps = {
+      { name = "g", parallel = {
+        { name = "a", retry = { max_attempts = 1 },
+          execute = function(ctx) ctx:sleep(1); error(raise("sold out")) end },
+        { name = "b", execute = function(ctx) ctx:sleep(5); return "b" end },
+      } },
+    } }
+  end
+
+  local function crashed_with_failed(def, failed)
+    local eng, db = H.new_engine()
+    eng:register(def)
+    local id = eng:start(def.name, { items = { { t = 1, bad = true }, { t = 5 } } })
+    eng:advance(2)                               -- failed for good; the other's attempt in flight
+    assert.are.equal("failed", H.step(eng:status(id), failed).status)
+    H.close(eng)
+    return db, id
+  end
+
+  local function row(db, id, name, column)
+    return H.sql(db, ("SELECT %s FROM steps WHERE run_id = '%s' AND name = '%s'")
+      :format(column, id, name))[1]
+  end
+
+  local function carried_on(db, def, id)
+    local eng2 = H.reopen(db)
+    eng2:register(def)
+    eng2:recover()
+    eng2:run()
+    return eng2:status(id)
+  end
+
+  it("is the kind its row keeps, whatever its message's text says", function()
+    local def = group_def(mend.fatal)
+    local db, id = crashed_with_failed(def, "g/a")
+    assert.are.equal("fatal", row(db, id, "g/a", "error_kind"))
+    -- a message that names no kind (as a person or another writer might leave it)
+    H.sql(db, ("UPDATE steps SET error = 'sold out' WHERE run_id = '%s' AND name = 'g/a'"):format(id))
+    local st = carried_on(db, def, id)
+    assert.are.equal("compensated", st.status)
+    assert.are.equal("fatal", st.reason)
+    assert.are.equal("sold out", st.error)
+  end)
+
+  it("ends a map whose item ran out of attempts in the dead-letter queue, as before the restart",
+     function()
+    local def = { name = "mk", steps = {
+      { name = "charge", max_concurrency = 2, map = function(ctx) return ctx.input.items end,
+        step = { retry = { max_attempts = 1 },
+          execute = function(ctx, item)
+            ctx:sleep(item.t)
+            if item.bad then error(mend.retryable("declined")) end
+            return "ok"
+          end } },
+    } }
+    local db, id = crashed_with_failed(def, "charge/1")
+    assert.are.equal("retryable", row(db, id, "charge/1", "error_kind"))
+    H.sql(db, ("UPDATE steps SET error = 'declined' WHERE run_id = '%s' AND name = 'charge/1'")
+      :format(id))
+    local st = carried_on(db, def, id)
+    assert.are.equal("needs_attention", st.status)
+    assert.are.equal("attempts_exhausted", st.reason)
+  end)
+
+  it("is read from the message once, when a store from before the kind had a column is opened",
+     function()
+    local def = group_def(mend.compensable)
+    local db, id = crashed_with_failed(def, "g/a")
+    local pg = H.is_pg(db)
+    -- the store as mend wrote it before (SQLite schema 13, PostgreSQL schema 3: at a merge
+    -- with other PostgreSQL migrations, the one before the error_kind one)
+    H.sql(db, "ALTER TABLE steps DROP COLUMN error_kind")
+    H.sql(db, ("UPDATE meta SET value = '%s' WHERE key = 'schema_version'"):format(pg and 3 or 13))
+    if not pg then H.sql(db, "PRAGMA user_version = 13") end
+    local st = carried_on(db, def, id)
+    assert.are.equal("compensable", row(db, id, "g/a", "error_kind"))
+    assert.are.equal("compensated", st.status)
+    assert.are.equal("compensable", st.reason)
+  end)
+end)
+
 describe("a group's waits after a restart", function()
   after_each(H.cleanup)
 

@@ -16,6 +16,12 @@ const char *mend_error_kind_name(mend_error_kind k) {
   return k >= MEND_ERR_RETRYABLE && k <= MEND_ERR_ERROR ? kind_names[k] : "error";
 }
 
+mend_error_kind mend_error_kind_parse(const char *name) {
+  for (int k = MEND_ERR_RETRYABLE; name && k < MEND_ERR_ERROR; k++)
+    if (strcmp(name, kind_names[k]) == 0) return (mend_error_kind)k;
+  return MEND_ERR_ERROR;
+}
+
 void mend_lua_push_error(lua_State *L, mend_error_kind kind, const char *message,
                          double retry_after, int severity) {
   lua_createtable(L, 0, 4);

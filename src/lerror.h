@@ -30,6 +30,9 @@ void mend_lua_push_error(lua_State *L, mend_error_kind kind, const char *message
  * string, the string as message (NULL for other values). Pushes nothing. [-0, +0, -] */
 int mend_lua_read_error(lua_State *L, int idx, mend_error_info *info);
 const char *mend_error_kind_name(mend_error_kind k);
+/* The kind of that name (as a store keeps it with a step); any other name, or NULL, is
+ * MEND_ERR_ERROR. */
+mend_error_kind mend_error_kind_parse(const char *name);
 
 /* Registers the metatable of mend errors in L's registry (once). [-0, +0, m] */
 void mend_lerror_open(lua_State *L);

@@ -617,7 +617,7 @@ int mend__sqlite_batch_open(mend_store *s) {
   writer *w = s->w;
   if (!w) return s->in_batch;
   pthread_mutex_lock(&w->mu);
-  int busy = w->busy, part = w->part;
+  int busy = w->busy, part = s->w_part;
   if (!busy) mend__note_durable(s);
   pthread_mutex_unlock(&w->mu);
   /* a part of the open batch on the thread is the batch still open */

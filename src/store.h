@@ -64,6 +64,8 @@ typedef struct mend_step_rec {
   int custom_key;          /* 1 if idem_key came from the step's own idempotency_key function */
   const char *result;      /* JSON text or NULL */
   const char *error;
+  const char *error_kind;  /* the kind of that error by its name ("fatal", as lerror.h's
+                              mend_error_kind_name), kept beside its text; NULL with no error */
   double due;              /* when a wait ends; < 0 none */
   double last_delay;       /* last backoff delay chosen; < 0 none */
   double updated;
@@ -100,6 +102,7 @@ typedef struct mend_step_image {
   int custom_key;            /* idem_key came from the step's own idempotency_key function */
   char *idem_key;            /* the key kept with the row; NULL: none kept */
   char *error;
+  char *error_kind;          /* that error's kind by its name, as written; NULL: no error */
   double due, last_delay;    /* < 0: none */
   int slept;
   char *result;              /* JSON text */

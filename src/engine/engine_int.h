@@ -89,6 +89,7 @@ typedef struct step_rt {
   unsigned has_row : 1;           /* the store has its row (written at its first transition) */
   unsigned when_done : 1;         /* its when(ctx) answered (recorded: never asked again) */
   unsigned comp_skipped : 1;      /* its group's compensation passed it: no compensate */
+  unsigned err_kind : 3;          /* the mend_error_kind of `error`, stored with it */
   char *idem_key;                 /* a custom key only; NULL: the default */
   char *result;                   /* JSON */
   char *error;
@@ -335,8 +336,13 @@ void mend__history(mend_run *r, const char *step, const char *event, const char 
 double mend__history_time(mend_run *r);
 void mend__run_to(mend_run *r, mend_run_status to);
 const char *mend__step_name(mend_run *r, int i);
+/* A transition; `error` (NULL: the step keeps the one it has) is of kind MEND_ERR_ERROR, the
+ * engine's own (a cancel, a crash loop); mend__step_err_to names the kind of what the step's
+ * code raised, which is stored with it for a restart to act on (never read from its text). */
 void mend__step_to(mend_run *r, int i, mend_step_status to, const char *error, double delay,
                    const char *detail);
+void mend__step_err_to(mend_run *r, int i, mend_step_status to, mend_error_kind kind,
+                       const char *error, double delay, const char *detail);
 void mend__write_step(mend_run *r, int i);
 
 /* ---- run.c: runs in memory, and their start */

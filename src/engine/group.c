@@ -160,21 +160,10 @@ static void pump(mend_run *r) {
   if (busy == 0 && !r->E->broken) mend__group_settle(r);
 }
 
-/* The kind a stored error names ("fatal: sold out"): how it failed decides how the run ends. */
-static mend_error_kind stored_kind(const char *error) {
-  static const mend_error_kind kinds[] = {MEND_ERR_RETRYABLE, MEND_ERR_FATAL, MEND_ERR_COMPENSABLE,
-                                          MEND_ERR_TIMEOUT};
-  for (size_t k = 0; error && k < sizeof kinds / sizeof kinds[0]; k++) {
-    const char *name = mend_error_kind_name(kinds[k]);
-    size_t n = strlen(name);
-    if (strncmp(error, name, n) == 0 && error[n] == ':') return kinds[k];
-  }
-  return MEND_ERR_ERROR;
-}
-
 /* A group taken up again after a restart in which a branch (or an item) had failed for good
  * already: it is stopping, as it was, so that no new attempt starts and it fails when its
- * lanes in flight (those found running go again with their keys) have ended. */
+ * lanes in flight (those found running go again with their keys) have ended, with the kind
+ * the branch's row keeps (how it failed decides how the run ends). */
 static void restore_stopping(mend_run *r, int g) {
   struct mend_group *G = r->group;
   struct map_state *ms = is_map(r, g) ? mend__map_of(r, g) : NULL;
@@ -184,7 +173,7 @@ static void restore_stopping(mend_run *r, int g) {
     if (st->status != MEND_STEP_FAILED) continue;
     G->stopping = 1;
     G->fail_branch = ms ? k : g + 1 + k;
-    G->info = (mend_error_info){.kind = stored_kind(st->error), .retry_after = -1};
+    G->info = (mend_error_info){.kind = (mend_error_kind)st->err_kind, .retry_after = -1};
     G->fail_msg = mend_dupstr(st->error ? st->error : "failed for good before a restart");
     return;
   }
@@ -246,7 +235,7 @@ void mend__group_settle(mend_run *r) {
     char detail[300];
     if (is_map(r, g)) snprintf(detail, sizeof detail, "item %d failed for good", G->fail_branch + 1);
     else snprintf(detail, sizeof detail, "branch %s failed for good", r->wf->steps[G->fail_branch].branch);
-    mend__step_to(r, g, MEND_STEP_FAILED, msg, -1, detail);
+    mend__step_err_to(r, g, MEND_STEP_FAILED, info.kind, msg, -1, detail);
     mend__fail_run(r, is_map(r, g) ? g : G->fail_branch, &info, msg ? msg : "", 0);
     free(msg);
     return;

@@ -57,6 +57,7 @@ void mend__step_from_image(mend_run *r, step_rt *st, const mend_step_image *si) 
   st->custom_key = si->custom_key;
   if (st->custom_key) st->idem_key = mend_dupstr(si->idem_key);
   st->error = mend_dupstr(si->error);
+  st->err_kind = mend_error_kind_parse(si->error_kind);
   st->due = si->due;
   st->last_delay = si->last_delay;
   st->result = si->result ? mend_dupstr(si->result) : NULL;

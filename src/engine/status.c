@@ -33,7 +33,8 @@ void mend__write_step(mend_run *r, int i) {
   mend_step_rec rec = {
     .run_id = r->id, .idx = i + r->row_base, .name = mend__step_name(r, i), .status = mend_step_status_name(st->status),
     .attempts = st->attempts, .comp_attempts = st->comp_attempts, .idem_key = idem_key,
-    .custom_key = st->custom_key, .result = st->result, .error = st->error, .due = st->due,
+    .custom_key = st->custom_key, .result = st->result, .error = st->error,
+    .error_kind = st->error ? mend_error_kind_name((mend_error_kind)st->err_kind) : NULL, .due = st->due,
     .last_delay = st->last_delay, .updated = mend_engine_now(r->E), .slept = st->slept,
     .awaits = mend__awaits(r, i)};
   if ((new_row ? mend_store_put_step : mend_store_update_step)(r->E->store, &rec)) mend__store_failed(r->E);
@@ -71,6 +72,11 @@ static void log_transition(mend_run *r, const char *step, int attempt, const cha
 /* The one place a step changes status. */
 void mend__step_to(mend_run *r, int i, mend_step_status to, const char *error, double delay,
                     const char *detail) {
+  mend__step_err_to(r, i, to, MEND_ERR_ERROR, error, delay, detail);
+}
+
+void mend__step_err_to(mend_run *r, int i, mend_step_status to, mend_error_kind kind,
+                       const char *error, double delay, const char *detail) {
   step_rt *st = &r->steps[i];
   if (!mend_step_transition_ok(st->status, to)) {
     mend__breakdown(r->E, "bug: illegal step transition %s -> %s (run %s, step %s)",
@@ -79,7 +85,10 @@ void mend__step_to(mend_run *r, int i, mend_step_status to, const char *error, d
   }
   const char *from = mend_step_status_name(st->status);
   st->status = to;
-  if (error) mend__set_str(&st->error, error);
+  if (error) {
+    mend__set_str(&st->error, error);
+    st->err_kind = kind;
+  }
   int attempt = to >= MEND_STEP_COMPENSATING ? st->comp_attempts : st->attempts;
   mend__write_step(r, i);
   /* The first row after an attempt with HTTP requests (its outcome) names them. */

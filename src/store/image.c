@@ -57,6 +57,7 @@ static void free_step(mend_step_image *st) {
   free(st->name);
   free(st->idem_key);
   free(st->error);
+  free(st->error_kind);
   free(st->result);
 }
 

@@ -60,6 +60,8 @@
  *        a step; as a token cannot be read back, an attempt that asked from a second ctx would
  *        get a second one, so (run_id, step, attempt) is indexed, not unique, and the first
  *        use ends them all. A completion's inbox row is keyed by the digest too
+ *   steps.error_kind TEXT (schema 14): the kind of the step's error by its name (retryable,
+ *        fatal, compensable, timeout, error), written with it; NULL with no error
  *   runs also has cancel_requested INTEGER: a cancel asked for by another process (indexed by
  *        owner where set)
  * Nullable text fields are passed as NULL; a delay or due time of < 0 is stored as NULL.
@@ -92,20 +94,21 @@ const char *const mend__query_sql[Q__COUNT] = {
     " owner = iif(?2 IN ('running', 'compensating'), owner, NULL) WHERE id = ?1",
   [Q_PUT_STEP] =
     "INSERT INTO steps(run_id, idx, name, status, attempts, comp_attempts, idem_key, custom_key,"
-    " result, error, due, last_delay, updated, slept, awaits)"
-    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
+    " result, error, due, last_delay, updated, slept, awaits, error_kind)"
+    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
     " ON CONFLICT(run_id, idx) DO UPDATE SET name = excluded.name, status = excluded.status,"
     " attempts = excluded.attempts, comp_attempts = excluded.comp_attempts,"
     " idem_key = excluded.idem_key, custom_key = excluded.custom_key, result = excluded.result,"
     " error = excluded.error, due = excluded.due, last_delay = excluded.last_delay,"
-    " updated = excluded.updated, slept = excluded.slept, awaits = excluded.awaits",
+    " updated = excluded.updated, slept = excluded.slept, awaits = excluded.awaits,"
+    " error_kind = excluded.error_kind",
   /* The row exists (written when the run started): only what a transition changes. A NULL
    * key keeps the one the row has (the engine names a key only once it is the step's own). */
   [Q_UPDATE_STEP] =
     "UPDATE steps SET status = ?3, attempts = ?4, comp_attempts = ?5,"
     " idem_key = coalesce(?6, idem_key),"
     " custom_key = ?7, result = ?8, error = ?9, due = ?10, last_delay = ?11, updated = ?12,"
-    " slept = ?13, awaits = ?14 WHERE run_id = ?1 AND idx = ?2",
+    " slept = ?13, awaits = ?14, error_kind = ?15 WHERE run_id = ?1 AND idx = ?2",
   /* ?12 is the number the run's holder keeps count of (no look-up: 12% of the writer thread's
    * work in W1); NULL, or a number another process took meanwhile, makes it the next free one
    * (flush_log runs it again without). */
@@ -273,7 +276,7 @@ const char *const mend__query_sql[Q__COUNT] = {
     " FROM runs r LEFT JOIN workflow_versions v ON v.id = r.workflow_version WHERE r.id = ?1",
   [Q_IMAGE_STEPS] =
     "SELECT idx, name, status, attempts, comp_attempts, idem_key, custom_key, result, error, due,"
-    " last_delay, slept FROM steps WHERE run_id = ?1 ORDER BY idx",
+    " last_delay, slept, error_kind FROM steps WHERE run_id = ?1 ORDER BY idx",
   [Q_IMAGE_HISTORY] =
     "SELECT seq, at, step, event, to_status, attempt, CASE WHEN event = 'map' THEN detail END"
     " FROM history_named WHERE run_id = ?1 ORDER BY seq",
@@ -453,5 +456,16 @@ const char *const mend__migrations[MEND_SCHEMA_VERSION] = {
   "UPDATE inbox SET key = mend_token_digest(key)"
   " WHERE key IS NOT NULL AND (name = 'mend.token' OR name LIKE 'mend.token:%');"
   "PRAGMA secure_delete = OFF;",
+  /* 13 -> 14: a step keeps the kind of its last error in a column of its own, so that how it
+   * failed (a group's branch that failed fatal before a restart) is never read back from the
+   * text of the message. The rows before get theirs from their text, once, here: the engine
+   * wrote every step error as "<kind>: <message>" then; any other text is of kind error. */
+  "ALTER TABLE steps ADD COLUMN error_kind TEXT;"
+  "UPDATE steps SET error_kind = CASE"
+  " WHEN substr(error, 1, 10) = 'retryable:' THEN 'retryable'"
+  " WHEN substr(error, 1, 6) = 'fatal:' THEN 'fatal'"
+  " WHEN substr(error, 1, 12) = 'compensable:' THEN 'compensable'"
+  " WHEN substr(error, 1, 8) = 'timeout:' THEN 'timeout' ELSE 'error' END"
+  " WHERE error IS NOT NULL;",
 };
 

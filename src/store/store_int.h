@@ -14,9 +14,10 @@
 
 #include "idset.h"
 #include "store.h"
+#include "store/handoff.h"
 #include "store/sqlite.h"
 
-#define MEND_SCHEMA_VERSION 13   /* kept in PRAGMA user_version and in meta */
+#define MEND_SCHEMA_VERSION 14   /* kept in PRAGMA user_version and in meta */
 
 #define BUSY_TIMEOUT_MS 5000
 #define HISTORY_GROUP 8
@@ -75,22 +76,10 @@ typedef struct wlog {
   int oom;           /* a record could not be kept: the batch must fail */
 } wlog;
 
-/* The writer thread: commits handed-off batches while the loop goes on with the next one. */
-typedef struct writer {
-  pthread_t thread;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  wlog *job;         /* a batch handed off, being written and committed */
-  int part;          /* the job is a part of the open batch: written, not committed */
-  wlog *next;        /* the rest of that batch, handed off while the part is written */
-  unsigned long next_seq;
-  int busy, stop;
-  int in_done;       /* done() is running: the store must not go away under it */
-  int failed;        /* a batch failed: the store's errmsg says why; every later call fails */
-  unsigned long job_seq;
-  void (*done)(void *ud);   /* called on the writer thread after each batch */
-  void *ud;
-} writer;
+/* The writer thread (handoff.h) commits handed-off batches (its job: a wlog) while the loop
+ * goes on with the next one; a batch that failed there fails every later call (errmsg says
+ * why). */
+typedef mend_handoff writer;
 
 struct mend_store {
   const mend_store_methods *m;   /* first: the dispatchers of store.h read it */
@@ -137,6 +126,11 @@ struct mend_store {
    * whichever thread begins batches, read by the loop (mend_store_locked). */
   atomic_int locked;
   writer *w;              /* NULL: writes run at once, commits on the caller's thread */
+  /* The writer thread's job is a part of the open batch (written, not committed), and the rest
+   * of that batch, handed off while the part is written: under w->mu. */
+  int w_part;
+  wlog *w_next;
+  unsigned long w_next_seq;
   unsigned long open_seq, durable_seq;   /* batch numbers: recording, last committed */
   void (*commit_hook)(const char *phase);
   int wal_frames;         /* the WAL's length after the last commit (sqlite3_wal_hook) */

@@ -324,17 +324,6 @@ int mend__rec_end(mend_store *s) {
   return 0;
 }
 
-/* Calls done() outside the lock, so that the loop hears of the thread (store.h). */
-static void writer_tell(writer *w) {
-  if (!w->done) return;
-  w->in_done = 1;
-  pthread_mutex_unlock(&w->mu);
-  w->done(w->ud);
-  pthread_mutex_lock(&w->mu);
-  w->in_done = 0;
-  pthread_cond_broadcast(&w->cv);
-}
-
 /* A batch that cannot begin for another connection's lock is tried again, after 50 ms, then
  * twice as long each time up to 1 s, for as long as the lock lasts: this thread may wait, the
  * loop goes on recording the next batch. Once the store is closing it tries for
@@ -345,7 +334,7 @@ static int writer_flush(mend_store *s, wlog *job) {
   int rc;
   while ((rc = flush_log(s, job)) == MEND_STORE_BUSY) {
     pthread_mutex_lock(&w->mu);
-    writer_tell(w);   /* the loop warns while it lasts (mend_store_locked) */
+    mend__handoff_tell(w);   /* the loop warns while it lasts (mend_store_locked) */
     if (w->stop && give_up < 0) give_up = mend__now_mono() + BUSY_TIMEOUT_MS / 1000.0;
     if (give_up >= 0 && mend__now_mono() >= give_up) {
       pthread_mutex_unlock(&w->mu);
@@ -364,47 +353,38 @@ static int writer_flush(mend_store *s, wlog *job) {
   return rc;
 }
 
-static void *writer_main(void *arg) {
-  mend_store *s = arg;
-  writer *w = s->w;
-  pthread_mutex_lock(&w->mu);
-  for (;;) {
-    while (!w->job && !w->stop) pthread_cond_wait(&w->cv, &w->mu);
-    if (!w->job) break;
-    wlog *job = w->job;
-    int part = w->part;
-    pthread_mutex_unlock(&w->mu);
-    mend__ckpt_between_batches(s);
-    int rc = writer_flush(s, job);
-    if (!part) {
-      int committed = mend__commit_batch(s);   /* rolls back if the flush failed */
-      if (rc == 0) rc = committed;       /* (a BEGIN that failed left nothing to roll back) */
-      if (committed == 0) mend__ckpt_after_commit(s);
-    } else if (rc != 0) {
-      mend__rollback(s);   /* the batch is lost: its write lock is not kept for the rest */
-    }
-    pthread_mutex_lock(&w->mu);
-    if (rc != 0) w->failed = 1;
-    if (part && w->next && w->failed) {
-      log_clear(w->next);   /* the rest of a failed batch is never written on its own */
-      w->next = NULL;
-    }
-    if (part && w->next) {
-      /* the rest of the batch came while its part was written: on with it */
-      w->job = w->next;
-      w->job_seq = w->next_seq;
-      w->next = NULL;
-      w->part = 0;
-      continue;
-    }
-    w->job = NULL;
-    w->part = 0;
-    w->busy = 0;
-    pthread_cond_broadcast(&w->cv);
-    writer_tell(w);
+/* On the writer thread: a batch written and committed, or a part of one written. w_part is
+ * read without the lock: it is set before the job is handed over and changed only by
+ * writer_settle, on this thread. */
+static int writer_write(void *store, void *job) {
+  mend_store *s = store;
+  int part = s->w_part;
+  mend__ckpt_between_batches(s);
+  int rc = writer_flush(s, job);
+  if (!part) {
+    int committed = mend__commit_batch(s);   /* rolls back if the flush failed */
+    if (rc == 0) rc = committed;       /* (a BEGIN that failed left nothing to roll back) */
+    if (committed == 0) mend__ckpt_after_commit(s);
+  } else if (rc != 0) {
+    mend__rollback(s);   /* the batch is lost: its write lock is not kept for the rest */
   }
-  pthread_mutex_unlock(&w->mu);
-  return NULL;
+  return rc;
+}
+
+/* With the writer's lock held, after a job: the rest of a batch whose part was written. */
+static void *writer_settle(void *store, int rc) {
+  (void)rc;
+  mend_store *s = store;
+  writer *w = s->w;
+  wlog *next = s->w_part ? s->w_next : NULL;
+  s->w_next = NULL;
+  s->w_part = 0;
+  if (next && w->failed) {
+    log_clear(next);   /* the rest of a failed batch is never written on its own */
+    return NULL;
+  }
+  if (next) w->job_seq = s->w_next_seq;   /* it came while its part was written: on with it */
+  return next;
 }
 
 /* With the writer's lock held and the writer idle: its last batch, if it committed, is durable. */
@@ -413,17 +393,12 @@ void mend__note_durable(mend_store *s) {
   if (!w->failed && w->job_seq > s->durable_seq) s->durable_seq = w->job_seq;
 }
 
+static void writer_idle_hook(void *store) { mend__note_durable(store); }
+
+static const mend_handoff_ops writer_ops = {writer_write, writer_settle, writer_idle_hook};
+
 /* Waits for the writer thread to be done with the connection; -1 if a batch of it failed. */
-int mend__writer_wait(mend_store *s) {
-  writer *w = s->w;
-  if (!w) return 0;
-  pthread_mutex_lock(&w->mu);
-  while (w->busy || w->in_done) pthread_cond_wait(&w->cv, &w->mu);
-  int failed = w->failed;
-  mend__note_durable(s);
-  pthread_mutex_unlock(&w->mu);
-  return failed ? -1 : 0;
-}
+int mend__writer_wait(mend_store *s) { return s->w ? mend__handoff_wait(s->w) : 0; }
 
 /* Before any statement but a recorded write: the connection is this thread's again and the
  * writes recorded so far have run (in the open transaction). */
@@ -448,54 +423,24 @@ int mend__sqlite_start_writer(mend_store *s, void (*done)(void *ud), void *ud) {
   if (s->w) return 0;
   /* In memory, the thread would gain nothing: no fsync to wait for, no second connection. */
   if (!s->checkpointer) return 1;
-  writer *w = calloc(1, sizeof *w);
-  if (!w) { mend__set_msg(s->err, sizeof s->err, "%s: writer thread: out of memory", s->path); return -1; }
-  w->done = done;
-  w->ud = ud;
-  pthread_mutex_init(&w->mu, NULL);
-  pthread_cond_init(&w->cv, NULL);
-  s->w = w;
-  int rc = pthread_create(&w->thread, NULL, writer_main, s);
-  if (rc != 0) {
-    s->w = NULL;
-    pthread_mutex_destroy(&w->mu);
-    pthread_cond_destroy(&w->cv);
-    free(w);
-    mend__set_msg(s->err, sizeof s->err, "%s: writer thread: %s", s->path, strerror(rc));
-    return -1;
-  }
-  return 0;
+  int rc = mend__handoff_start(&s->w, &writer_ops, s, done, ud);
+  if (rc == ENOMEM) mend__set_msg(s->err, sizeof s->err, "%s: writer thread: out of memory", s->path);
+  else if (rc != 0) mend__set_msg(s->err, sizeof s->err, "%s: writer thread: %s", s->path, strerror(rc));
+  return rc ? -1 : 0;
 }
 
 void mend__stop_writer(mend_store *s) {
-  writer *w = s->w;
-  if (!w) return;
-  pthread_mutex_lock(&w->mu);
-  w->stop = 1;
-  pthread_cond_broadcast(&w->cv);
-  pthread_mutex_unlock(&w->mu);
-  pthread_join(w->thread, NULL);
-  pthread_mutex_destroy(&w->mu);
-  pthread_cond_destroy(&w->cv);
-  free(w);
+  mend__handoff_stop(s->w);
   s->w = NULL;
 }
 
-int mend__sqlite_writer_busy(mend_store *s) {
-  writer *w = s->w;
-  if (!w) return 0;
-  pthread_mutex_lock(&w->mu);
-  int busy = w->busy;
-  if (!busy) mend__note_durable(s);
-  pthread_mutex_unlock(&w->mu);
-  return busy;
-}
+int mend__sqlite_writer_busy(mend_store *s) { return s->w ? mend__handoff_busy(s->w) : 0; }
 
 /* With the writer's lock held: a log neither recording nor with the thread. */
 static wlog *free_log(mend_store *s) {
   writer *w = s->w;
   wlog *log = s->logs;
-  while (log == s->cur || log == w->job || log == w->next) log++;
+  while (log == s->cur || log == w->job || log == s->w_next) log++;
   return log;
 }
 
@@ -504,12 +449,10 @@ static wlog *free_log(mend_store *s) {
 static void give_job(mend_store *s, int part) {
   writer *w = s->w;
   pthread_mutex_lock(&w->mu);
-  w->job = s->cur;
-  w->part = part;
+  s->w_part = part;
   if (!part) w->job_seq = s->open_seq++;
-  w->busy = 1;
+  mend__handoff_post(w, s->cur);
   s->cur = free_log(s);
-  pthread_cond_broadcast(&w->cv);
   pthread_mutex_unlock(&w->mu);
 }
 
@@ -519,10 +462,10 @@ int mend__sqlite_hand_off(mend_store *s) {
   if (!s->cur->oom) {
     /* A part of this batch on the thread: the rest follows it there, no waiting here. */
     pthread_mutex_lock(&w->mu);
-    int queued = w->busy && w->part && !w->next && !w->failed;
+    int queued = w->busy && s->w_part && !s->w_next && !w->failed;
     if (queued) {
-      w->next = s->cur;
-      w->next_seq = s->open_seq++;
+      s->w_next = s->cur;
+      s->w_next_seq = s->open_seq++;
       s->cur = free_log(s);
       s->parted = 0;
     }
@@ -564,7 +507,7 @@ int mend__sqlite_writer_part(mend_store *s) {
   writer *w = s->w;
   if (!w) return 0;
   pthread_mutex_lock(&w->mu);
-  int part = w->busy && w->part && !w->next;
+  int part = w->busy && s->w_part && !s->w_next;
   pthread_mutex_unlock(&w->mu);
   return part;
 }
@@ -730,6 +673,7 @@ static int rec_step(mend_store *s, int q, const mend_step_rec *st) {
   mend__rec_real(s, st->updated);
   mend__rec_int(s, st->slept ? 1 : 0);
   mend__rec_text(s, st->awaits);
+  mend__rec_text(s, st->error ? st->error_kind : NULL);
   return mend__rec_end(s);
 }
 

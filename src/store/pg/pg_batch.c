@@ -9,6 +9,7 @@
  */
 #include "pg_int.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -510,49 +511,20 @@ static int flush(mend_pg *p, pg_log *log, int commit, int begin) {
 
 /* ---- the writer thread -------------------------------------------------------------------- */
 
-static void writer_tell(pg_writer *w) {
-  if (!w->done) return;
-  w->in_done = 1;
-  pthread_mutex_unlock(&w->mu);
-  w->done(w->ud);
-  pthread_mutex_lock(&w->mu);
-  w->in_done = 0;
-  pthread_cond_broadcast(&w->cv);
-}
+static int writer_write(void *store, void *job) { return flush(store, job, 1, 0); }
 
-static void *writer_main(void *arg) {
-  mend_pg *p = arg;
-  pg_writer *w = p->w;
-  pthread_mutex_lock(&w->mu);
-  for (;;) {
-    while (!w->job && !w->stop) pthread_cond_wait(&w->cv, &w->mu);
-    if (!w->job) break;
-    pg_log *job = w->job;
-    pthread_mutex_unlock(&w->mu);
-    int rc = flush(p, job, 1, 0);
-    pthread_mutex_lock(&w->mu);
-    if (rc != 0) w->failed = 1;
-    else if (w->job_seq > p->durable_seq) p->durable_seq = w->job_seq;
-    w->job = NULL;
-    w->busy = 0;
-    pthread_cond_broadcast(&w->cv);
-    writer_tell(w);
-  }
-  pthread_mutex_unlock(&w->mu);
+/* With the writer's lock held: a batch committed is durable. */
+static void *writer_settle(void *store, int rc) {
+  mend_pg *p = store;
+  if (rc == 0 && p->w->job_seq > p->durable_seq) p->durable_seq = p->w->job_seq;
   return NULL;
 }
 
+static const mend_handoff_ops writer_ops = {writer_write, writer_settle, NULL};
+
 /* Waits for the writer thread to be done with the connection; -1 if a batch of it failed
  * (every later call fails with its message). */
-int mend__pg_writer_wait(mend_pg *p) {
-  pg_writer *w = p->w;
-  if (!w) return 0;
-  pthread_mutex_lock(&w->mu);
-  while (w->busy || w->in_done) pthread_cond_wait(&w->cv, &w->mu);
-  int failed = w->failed;
-  pthread_mutex_unlock(&w->mu);
-  return failed ? -1 : 0;
-}
+int mend__pg_writer_wait(mend_pg *p) { return p->w ? mend__handoff_wait(p->w) : 0; }
 
 /* writer_wait for a call that tells its caller: a batch lost with its connection is told
  * once (conn_lost says which), and the next batch reconnects; any other failure stays. */
@@ -605,38 +577,16 @@ int mend__pg_rec_end(mend_pg *p) {
 int mend__pg_start_writer(mend_store *s, void (*done)(void *ud), void *ud) {
   mend_pg *p = PG(s);
   if (p->w) return 0;
-  pg_writer *w = calloc(1, sizeof *w);
-  if (!w) {
+  int rc = mend__handoff_start(&p->w, &writer_ops, p, done, ud);
+  if (rc == ENOMEM)
     mend__pg_msg(p->err, sizeof p->err, "%s: writer thread: out of memory", p->server);
-    return -1;
-  }
-  w->done = done;
-  w->ud = ud;
-  pthread_mutex_init(&w->mu, NULL);
-  pthread_cond_init(&w->cv, NULL);
-  p->w = w;
-  if (pthread_create(&w->thread, NULL, writer_main, p) != 0) {
-    p->w = NULL;
-    pthread_mutex_destroy(&w->mu);
-    pthread_cond_destroy(&w->cv);
-    free(w);
+  else if (rc != 0)
     mend__pg_msg(p->err, sizeof p->err, "%s: writer thread: cannot start", p->server);
-    return -1;
-  }
-  return 0;
+  return rc ? -1 : 0;
 }
 
 void mend__pg_stop_writer(mend_pg *p) {
-  pg_writer *w = p->w;
-  if (!w) return;
-  pthread_mutex_lock(&w->mu);
-  w->stop = 1;
-  pthread_cond_broadcast(&w->cv);
-  pthread_mutex_unlock(&w->mu);
-  pthread_join(w->thread, NULL);
-  pthread_mutex_destroy(&w->mu);
-  pthread_cond_destroy(&w->cv);
-  free(w);
+  mend__handoff_stop(p->w);
   p->w = NULL;
 }
 
@@ -666,11 +616,9 @@ int mend__pg_hand_off(mend_store *s) {
   if (!p->cur->nrec && !p->in_batch) {
     p->durable_seq = p->open_seq++;   /* nothing to write: all so far is durable */
   } else {
-    w->job = p->cur;
     w->job_seq = p->open_seq++;
-    w->busy = 1;
+    mend__handoff_post(w, p->cur);
     p->cur = p->cur == &p->logs[0] ? &p->logs[1] : &p->logs[0];
-    pthread_cond_broadcast(&w->cv);
   }
   pthread_mutex_unlock(&w->mu);
   return 0;
@@ -678,11 +626,7 @@ int mend__pg_hand_off(mend_store *s) {
 
 int mend__pg_writer_busy(mend_store *s) {
   pg_writer *w = PG(s)->w;
-  if (!w) return 0;
-  pthread_mutex_lock(&w->mu);
-  int busy = w->busy;
-  pthread_mutex_unlock(&w->mu);
-  return busy;
+  return w ? mend__handoff_busy(w) : 0;
 }
 
 int mend__pg_batch_open(mend_store *s) {

@@ -82,6 +82,7 @@ static int fill_steps(mend_pg *p, const char *id, const PGresult *r, mend_run_im
     st->due = real_of(r, i, 9);
     st->last_delay = real_of(r, i, 10);
     st->slept = int_of(r, i, 11) != 0;
+    st->error_kind = text_of(r, i, 12, oom);
   }
   return 0;
 }

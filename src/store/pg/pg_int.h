@@ -17,10 +17,11 @@
 
 #include "../../idset.h"
 #include "../../store.h"
+#include "../handoff.h"
 #include "pg.h"
 
 /* PostgreSQL's own schema versions (meta 'schema_version'), unrelated to SQLite's. */
-#define MEND_PG_SCHEMA_VERSION 3
+#define MEND_PG_SCHEMA_VERSION 4
 
 /* Statements prepared on every connection at open (pg_schema.c holds their text). The write
  * statements (P_INSERT_RUN .. P_SET_UNAVAILABLE) are the ones a batch records. */
@@ -56,16 +57,8 @@ typedef struct pg_log {
   int wake;            /* a write in it makes work due for others (pg_notify.c) */
 } pg_log;
 
-typedef struct pg_writer {
-  pthread_t thread;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  pg_log *job;                 /* the batch being written */
-  unsigned long job_seq;
-  int busy, stop, failed, in_done;
-  void (*done)(void *ud);
-  void *ud;
-} pg_writer;
+/* The writer thread (handoff.h); its job is a pg_log, the batch being written. */
+typedef mend_handoff pg_writer;
 
 struct pg_version { char *workflow, *version, *source, *step_names; long long id; };
 /* Reads sent in the pipeline of a flush, after its writes (mend__pg_sync_reads): n prepared

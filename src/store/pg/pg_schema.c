@@ -35,19 +35,21 @@ const char *const mend__pg_sql[P__COUNT] = {
     " owner = CASE WHEN $2::text IN " LIVE " THEN owner END WHERE id = $1::text" CHANGED("no run "),
   [P_PUT_STEP] =
     "INSERT INTO steps(run_id, idx, name, status, attempts, comp_attempts, idem_key, custom_key,"
-    " result, error, due, last_delay, updated, slept, awaits) VALUES($1::text, $2::bigint,"
-    " $3::text, $4::text, $5::bigint, $6::bigint, $7::text, $8::bigint, $9::text, $10::text,"
-    " $11::float8, $12::float8, $13::float8, $14::bigint, $15::text)"
+    " result, error, due, last_delay, updated, slept, awaits, error_kind) VALUES($1::text,"
+    " $2::bigint, $3::text, $4::text, $5::bigint, $6::bigint, $7::text, $8::bigint, $9::text,"
+    " $10::text, $11::float8, $12::float8, $13::float8, $14::bigint, $15::text, $16::text)"
     " ON CONFLICT (run_id, idx) DO UPDATE SET name = excluded.name, status = excluded.status,"
     " attempts = excluded.attempts, comp_attempts = excluded.comp_attempts,"
     " idem_key = excluded.idem_key, custom_key = excluded.custom_key, result = excluded.result,"
     " error = excluded.error, due = excluded.due, last_delay = excluded.last_delay,"
-    " updated = excluded.updated, slept = excluded.slept, awaits = excluded.awaits",
+    " updated = excluded.updated, slept = excluded.slept, awaits = excluded.awaits,"
+    " error_kind = excluded.error_kind",
   [P_UPDATE_STEP] =
     "WITH u AS (UPDATE steps SET status = $3::text, attempts = $4::bigint, comp_attempts = $5::bigint,"
     " idem_key = coalesce($6::text, idem_key), custom_key = $7::bigint, result = $8::text,"
     " error = $9::text, due = $10::float8, last_delay = $11::float8, updated = $12::float8,"
-    " slept = $13::bigint, awaits = $14::text WHERE run_id = $1::text AND idx = $2::bigint"
+    " slept = $13::bigint, awaits = $14::text, error_kind = $15::text"
+    " WHERE run_id = $1::text AND idx = $2::bigint"
     CHANGED("no step of run "),
   /* $12: the number the run's holder counts; NULL, or one taken meanwhile by another process
    * (a person's repair), gives the next free one. */
@@ -213,11 +215,25 @@ const char *const mend__pg_sql[P__COUNT] = {
     " FROM runs r LEFT JOIN workflow_versions v ON v.id = r.workflow_version WHERE r.id = $1::text",
   [P_IMAGE_STEPS] =
     "SELECT idx, name, status, attempts, comp_attempts, idem_key, custom_key, result, error, due,"
-    " last_delay, slept FROM steps WHERE run_id = $1::text ORDER BY idx",
+    " last_delay, slept, error_kind FROM steps WHERE run_id = $1::text ORDER BY idx",
   [P_IMAGE_HISTORY] =
     "SELECT seq, at, step, event, to_status, attempt, CASE WHEN event = 'map' THEN detail END"
     " FROM history WHERE run_id = $1::text ORDER BY seq",
 };
+
+/* A step keeps the kind of its last error in a column of its own (SQLite's schema 14), so
+ * that how it failed is never read back from the text of the message. The rows before get
+ * theirs from their text, once, here: the engine wrote every step error as "<kind>: <message>"
+ * then; any other text is of kind error. Kept apart from the list below: its number there is
+ * the next free one, whatever migrations come before it. */
+#define MIGRATE_ERROR_KIND \
+  "ALTER TABLE steps ADD COLUMN error_kind TEXT;" \
+  "UPDATE steps SET error_kind = CASE" \
+  " WHEN left(error, 10) = 'retryable:' THEN 'retryable'" \
+  " WHEN left(error, 6) = 'fatal:' THEN 'fatal'" \
+  " WHEN left(error, 12) = 'compensable:' THEN 'compensable'" \
+  " WHEN left(error, 8) = 'timeout:' THEN 'timeout' ELSE 'error' END" \
+  " WHERE error IS NOT NULL;"
 
 /* migrations[v] takes a database from version v to v + 1, in the transaction of
  * mend__pg_schema. The tables are SQLite's logical schema (store.h, "Schema"), with the
@@ -287,6 +303,8 @@ const char *const mend__pg_migrations[MEND_PG_SCHEMA_VERSION] = {
   "CREATE INDEX tokens_attempt ON tokens(run_id, step, attempt);"
   "UPDATE inbox SET key = encode(sha256(convert_to(key, 'UTF8')), 'hex')"
   " WHERE key IS NOT NULL AND (name = 'mend.token' OR name LIKE 'mend.token:%');",
+  /* 3 -> 4 */
+  MIGRATE_ERROR_KIND,
 };
 
 /* The advisory lock that makes creating and upgrading the schema one worker's at a time
