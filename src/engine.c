@@ -383,6 +383,7 @@ static void close_stray(uv_handle_t *h, void *arg) {
 void mend_engine_destroy(mend_engine *E) {
   if (!E) return;
   E->destroying = 1;
+  mend__tp_close(E);
   /* Runs left unfinished stay in the store as they are; their leases are given back so that
    * another engine can take them at once. */
   if (E->store && !E->broken)

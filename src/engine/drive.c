@@ -50,7 +50,9 @@ static void tick_collect(mend_engine *E) {
   if (!E->tick_gc_cycle && kb < E->tick_gc_base + E->tick_gc_base / 2) return;
   while (mend_real_now() + E->tick_gc_piece < E->turn_deadline) {
     double c0 = mend__thread_cpu_now();
+    mend__tp_begin(E);
     int ended = lua_gc(L, LUA_GCSTEP, 0);
+    mend__tp_end(E, MEND_TP_GC, NULL);
     double cost = mend__thread_cpu_now() - c0;
     if (cost > E->tick_gc_piece) E->tick_gc_piece = cost;
     else E->tick_gc_piece -= (E->tick_gc_piece - cost) / 256;
@@ -70,6 +72,7 @@ int mend_engine_tick_with(mend_engine *E, double budget, mend_engine_tick_info *
   double start = mend_real_now();
   E->turn_deadline = start + (budget > 0 ? budget : 0);
   E->tick_did = 0;
+  mend__tp_tick_begin(E, budget);
   if (!E->broken) tick_writer(E);
   int turns = 0;
   do {
@@ -92,6 +95,7 @@ int mend_engine_tick_with(mend_engine *E, double budget, mend_engine_tick_info *
     info->timers_due = E->timers.is_virtual ? 0 : timers_due(&E->timers, 0, now);
     info->committing = E->writer && mend_store_writer_busy(E->store);
   }
+  mend__tp_tick_end(E);
   return E->broken ? -1 : turns;
 }
 

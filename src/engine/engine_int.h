@@ -237,6 +237,8 @@ struct mend_engine {
   double tick_gc_piece;   /* the dearest step of the Lua collector a tick has seen */
   size_t tick_gc_base;    /* KB in use when the last cycle a tick ran ended */
   int tick_gc_cycle;      /* a tick began a cycle of the collector, not ended yet */
+  struct mend_tickprof *tprof;   /* MEND_TICK_PROFILE's profile of the ticks (tickprof.c) */
+  int tprof_tried;
   run_fifo throttled;     /* attempts waiting under the global max_concurrency */
   json_t *events;         /* for cfg.on_event, fired after the batch commits */
   struct host_fn *hosts;
@@ -312,6 +314,19 @@ void mend__writer_done(void *ud);
 int mend__writer_holds_batch(mend_engine *E);
 void mend__durable_fire(mend_engine *E);
 void mend__durable_close(mend_engine *E);
+
+/* ---- tickprof.c: a ticking host's pieces of work, profiled (MEND_TICK_PROFILE) */
+typedef struct mend_tickprof mend_tickprof;
+enum {
+  MEND_TP_ANSWER, MEND_TP_EVENT, MEND_TP_ADVANCE, MEND_TP_EXECUTE, MEND_TP_COMPENSATE,
+  MEND_TP_FINISH, MEND_TP_PICKUP, MEND_TP_HANDOFF, MEND_TP_GC, MEND_TP_TIMERS, MEND_TP_OTHER,
+  MEND_TP_KINDS
+};
+void mend__tp_tick_begin(mend_engine *E, double budget);
+void mend__tp_tick_end(mend_engine *E);
+void mend__tp_begin(mend_engine *E);
+void mend__tp_end(mend_engine *E, int kind, const char *what);
+void mend__tp_close(mend_engine *E);
 
 /* ---- counters.c: what the engine did, for its host's metrics */
 int mend__commit_counted(mend_engine *E);
