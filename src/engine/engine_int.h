@@ -184,9 +184,10 @@ struct mend_engine {
   /* Runs whose next action waits for a batch to be durable, by the batch's number (the store's
    * open_seq when queued) modulo 4: at most the open batch and the one on the writer thread
    * are not durable, and a run found too early is put back (wait_seq). */
-  struct { mend_run *head, *tail; } waiting[4];
+  struct { mend_run *head, *tail; size_t n; } waiting[4];
   unsigned long moved_seq;   /* lists of batches up to this one were moved to ready */
   mend_run *ready_head, *ready_tail;   /* durable: their actions may run */
+  size_t ready_n;         /* runs in the ready list: a tick reports it without a walk */
   mend_run **runmap;      /* the runs in flight by id (runmap.c) */
   size_t runmap_n;
   int writer;             /* a writer thread commits batches (mend_store_start_writer) */

@@ -77,6 +77,7 @@ void mend__queue(mend_run *r, action a) {
   r->queued = 1;
   r->wait_seq = seq;
   mend__append(&E->waiting[seq % 4].head, &E->waiting[seq % 4].tail, r);
+  E->waiting[seq % 4].n++;
   mend__kick(E);
 }
 
@@ -89,6 +90,7 @@ void mend__queue_now(mend_run *r, action a) {
   r->queued = 1;
   r->wait_seq = 0;
   mend__append(&E->ready_head, &E->ready_tail, r);
+  E->ready_n++;
   mend__kick(E);
 }
 
@@ -372,7 +374,9 @@ static int pump_turn(mend_engine *E) {
     if (E->ready_tail) E->ready_tail->qnext = head;
     else E->ready_head = head;
     E->ready_tail = E->waiting[seq % 4].tail;
+    E->ready_n += E->waiting[seq % 4].n;
     E->waiting[seq % 4].head = E->waiting[seq % 4].tail = NULL;
+    E->waiting[seq % 4].n = 0;
   }
   if (E->moved_seq < durable) E->moved_seq = durable;   /* every list was moved */
   mend__tp_end(E, MEND_TP_PICKUP, NULL);
@@ -405,10 +409,12 @@ static int pump_turn(mend_engine *E) {
     if (!E->ready_head) break;
     mend_run *r = E->ready_head;
     E->ready_head = r->qnext;
+    E->ready_n--;
     if (!E->ready_head) E->ready_tail = NULL;
     if (r->wait_seq > durable) {
       /* it wrote again after it was queued: it waits for that batch too */
       mend__append(&E->waiting[r->wait_seq % 4].head, &E->waiting[r->wait_seq % 4].tail, r);
+      E->waiting[r->wait_seq % 4].n++;
       continue;
     }
     r->queued = 0;
