@@ -215,6 +215,7 @@ static void *limited_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   }
   void *p = realloc(ptr, nsize);
   if (p) E->mem_used = E->mem_used - old + nsize;
+  if (p && nsize > old) E->mem_allocated += nsize - old;
   return p;
 }
 

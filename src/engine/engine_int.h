@@ -235,9 +235,12 @@ struct mend_engine {
   double tick_flushed_cpu;
   unsigned long tick_did; /* actions done in this tick */
   int tick_writer_tried;  /* a tick started (or could not start) the writer thread */
-  double tick_gc_piece;   /* the dearest step of the Lua collector a tick has seen */
+  double tick_gc_piece;   /* what a step of the Lua collector costs a tick (drive.c) */
   size_t tick_gc_base;    /* KB in use when the last cycle a tick ran ended */
   int tick_gc_cycle;      /* a tick began a cycle of the collector, not ended yet */
+  int tick_gc_stopped;    /* ticks run the collector: Lua's own pace is stopped (drive.c) */
+  size_t tick_gc_mark;    /* mem_allocated when the last tick paid the collector */
+  double tick_gc_owed;    /* bytes allocated whose collector steps are still owed */
   struct mend_tickprof *tprof;   /* MEND_TICK_PROFILE's profile of the ticks (tickprof.c) */
   int tprof_tried;
   run_fifo throttled;     /* attempts waiting under the global max_concurrency */
@@ -251,6 +254,7 @@ struct mend_engine {
   struct mend_sent_event *sent_head, *sent_tail;
   uv_async_t *wakeup;
   size_t mem_used, mem_limit;
+  size_t mem_allocated;   /* bytes the Lua state allocated, in all: a tick's collector pace */
   int limit_memory;       /* 1 while step code runs: only it is held to the limit */
   mend_limits *alloc_limits; /* the limits of the call running, charged for large allocations */
   int over_limit;         /* an allocation was refused for the memory limit: collect after */
