@@ -120,7 +120,7 @@ static mend_tickprof *open_profile(void) {
     return NULL;
   }
   fprintf(P->out, "# mend tick profile: P tick kind what cpu_ms wall_ms minflt majflt vcsw flushed_recs"
-                  " flush_ms lua_kb_delta\n"
+                  " flush_ms lua_kb_delta began_monotonic_s\n"
                   "#                    T tick cpu_ms wall_ms pieces pieces_cpu_ms rest_cpu_ms"
                   " minflt majflt vcsw dearest_kind dearest_ms\n");
   return P;
@@ -163,9 +163,9 @@ void mend__tp_end(mend_engine *E, int kind, const char *what) {
     P->dearest_kind = kind;
   }
   if (d.cpu > PIECE_WORTH_A_LINE || d.vcsw || d.majflt)
-    fprintf(P->out, "P %ld %s %s %.3f %.3f %ld %ld %ld %lu %.3f %ld\n", P->tick_no,
+    fprintf(P->out, "P %ld %s %s %.3f %.3f %ld %ld %ld %lu %.3f %ld %.6f\n", P->tick_no,
             kind_names[kind], what ? what : "-", d.cpu * 1e3, d.wall * 1e3, d.minflt, d.majflt,
-            d.vcsw, d.flushed, d.flush_cpu * 1e3, d.kb);
+            d.vcsw, d.flushed, d.flush_cpu * 1e3, d.kb, P->piece0.wall);
 }
 
 void mend__tp_tick_end(mend_engine *E) {
