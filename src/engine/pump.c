@@ -419,8 +419,9 @@ static int pump_turn(mend_engine *E) {
     }
     r->queued = 0;
     if (E->tprof) {
-      static const int kinds[] = {[ACT_ADVANCE] = MEND_TP_ADVANCE, [ACT_EXECUTE] = MEND_TP_EXECUTE,
-                                  [ACT_COMPENSATE] = MEND_TP_COMPENSATE, [ACT_FINISH] = MEND_TP_FINISH};
+      static const int kinds[] = {
+        [ACT_ADVANCE] = MEND_TP_ADVANCE, [ACT_EXECUTE] = MEND_TP_EXECUTE,
+        [ACT_COMPENSATE] = MEND_TP_COMPENSATE, [ACT_FINISH] = MEND_TP_FINISH};
       int kind = r->next_action == ACT_NONE ? MEND_TP_OTHER : kinds[r->next_action];
       const char *step = r->cur >= 0 && r->cur < r->wf->nsteps ? r->wf->steps[r->cur].name : NULL;
       mend__tp_begin(E);

@@ -5,12 +5,14 @@
  * between two of its clock checks (an answer resuming its step, an event reaching its run, an
  * action, the turn's pick-up of durable batches, the hand-off of the open batch, a collector
  * step) it takes the thread's CPU time, wall time, page faults and voluntary context switches
- * (the thread waited: a lock, I/O); for each tick the same in all, with what its pieces did not
- * account for (the loop's own work, timers). Prints the pieces and ticks worth a look as they
- * happen, and a table by kind when the engine is freed.
+ * (the thread waited: a lock, I/O), the open batch's records a read ran first and the Lua
+ * heap's change; for each tick the same in all, with what its pieces did not account for (the
+ * loop's own work, timers). Prints the pieces and ticks worth a look as they happen, and a
+ * table by kind when the engine is freed.
  *
- * Must never: cost more than a pointer test when it is off; change what a tick does or decides
- * (it only reads clocks and counters); read the store or call into Lua.
+ * Must never: cost more than a call and a pointer test when it is off; change what a tick does
+ * or decides (it reads clocks and counters only: the store's totals, the heap's size); run a
+ * statement or Lua code.
  */
 #define _GNU_SOURCE   /* RUSAGE_THREAD */
 #include "engine_int.h"
@@ -119,8 +121,8 @@ static mend_tickprof *open_profile(void) {
     free(P);
     return NULL;
   }
-  fprintf(P->out, "# mend tick profile: P tick kind what cpu_ms wall_ms minflt majflt vcsw flushed_recs"
-                  " flush_ms lua_kb_delta began_monotonic_s\n"
+  fprintf(P->out, "# mend tick profile: P tick kind what cpu_ms wall_ms minflt majflt vcsw"
+                  " flushed_recs flush_ms lua_kb_delta began_monotonic_s\n"
                   "#                    T tick cpu_ms wall_ms pieces pieces_cpu_ms rest_cpu_ms"
                   " minflt majflt vcsw dearest_kind dearest_ms\n");
   return P;
