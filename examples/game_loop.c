@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -313,6 +314,13 @@ int main(int argc, char **argv) {
     return 1;
   }
 
+#ifdef M_MXFAST
+  /* The game's choice for its process: glibc keeps small freed blocks aside (fastbins) and
+   * merges them all at the next large request, 2 to 8 ms at once on the frame's thread when
+   * Lua's collector has just freed thousands (bench/README.md, W11). Without fastbins a free
+   * merges its block then, a little at a time. */
+  mallopt(M_MXFAST, 0);
+#endif
   mend_options o;
   mend_options_init(&o);
   o.db_path = db;

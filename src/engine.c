@@ -272,6 +272,7 @@ static void *limited_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   void *p = !ptr && nsize >= SPARE_MIN_BYTES ? take_spare(E, nsize) : NULL;
   if (!p) p = realloc(ptr, nsize);
   if (p) E->mem_used = E->mem_used - old + nsize;
+  if (p && nsize > old) E->mem_allocated += nsize - old;
   return p;
 }
 
@@ -440,6 +441,7 @@ static void close_stray(uv_handle_t *h, void *arg) {
 void mend_engine_destroy(mend_engine *E) {
   if (!E) return;
   E->destroying = 1;
+  mend__tp_close(E);
   /* Runs left unfinished stay in the store as they are; their leases are given back so that
    * another engine can take them at once. */
   if (E->store && !E->broken)

@@ -119,6 +119,17 @@ static const char naps_lua[] =
   "  { name = 'nap', execute = function(ctx) mend.sleep(0.3); return true end },\n"
   "} }\n";
 
+/* Each step leaves about 1.5 MB of garbage behind and tells the host how big the heap is. */
+static const char litter_lua[] =
+  "local mend = require 'mend'\n"
+  "return { name = 'litter', steps = {\n"
+  "  { name = 'drop', execute = function(ctx)\n"
+  "      local t = {}\n"
+  "      for i = 1, 20000 do t[i] = { i } end\n"
+  "      return mend.call('heap', collectgarbage('count'))\n"
+  "    end },\n"
+  "} }\n";
+
 /* Each step asks the host to look, from another connection, at what is durable. */
 static const char ahead_lua[] =
   "local mend = require 'mend'\n"
@@ -451,6 +462,7 @@ static void it_ticks_a_file_database_committing_on_its_own_thread(void) {
       if (mend_engine_next_tick(E) != 0) usleep(1000);
     }
     CHECK_EQ_INT(mend_engine_in_flight_count(E), 0);
+    CHECK_EQ_INT(st.ready, 0);
     CHECK_EQ_INT(peeks, 2 * RUNS);
     CHECK_EQ_INT(peeks_durable, 2 * RUNS);
     /* The commits were the thread's: a tick saw one under way. With full durability each takes
@@ -489,6 +501,39 @@ static void it_ticks_a_file_database_committing_on_its_own_thread(void) {
     snprintf(p, sizeof p, "%s%s", db, ext);
     unlink(p);
   }
+}
+
+static double heap_kb_max;
+
+static void heap(void *ud, mend_call *call, const char *args) {
+  (void)ud;
+  double kb = atof(args + 1);   /* [kb] */
+  if (kb > heap_kb_max) heap_kb_max = kb;
+  mend_call_return(call, "true");
+}
+
+/* A ticking engine runs the Lua collector itself, in its ticks: the garbage its runs leave
+ * is collected all the same, without a memory limit to force a collection. */
+static void it_collects_garbage_while_ticked(void) {
+  mend_options o;
+  mend_options_init(&o);
+  mend_engine *E = engine(&o);
+  mend_engine_register_function(E, "heap", heap, NULL);
+  load(E, "litter");
+  enum { LITTER = 300 };   /* some 450 MB of garbage in all */
+  char id[17];
+  for (int i = 0; i < LITTER; i++) start(E, "litter", NULL, id);
+  heap_kb_max = 0;
+  mend_tick_stats st;
+  double t0 = now_s();
+  while (mend_engine_in_flight_count(E) > 0 && now_s() - t0 < 60)
+    CHECK_EQ_INT(mend_engine_tick_stats(E, 0.001, &st), MEND_OK);
+  CHECK_EQ_INT(mend_engine_in_flight_count(E), 0);
+  CHECK_EQ_INT(st.ready, 0);
+  CHECK(heap_kb_max > 1000);
+  if (heap_kb_max >= 160 * 1024) fprintf(stderr, "heap grew to %.0f KB while ticked\n", heap_kb_max);
+  CHECK(heap_kb_max < 160 * 1024);
+  mend_engine_free(E);
 }
 
 /* Mode (c): the host ticks the engine from its frame loop; asynchronous answers come from
@@ -1218,12 +1263,14 @@ int main(void) {
   write_workflow("slay", slay_lua);
   write_workflow("hits", hits_lua);
   write_workflow("plain", plain_lua);
+  write_workflow("litter", litter_lua);
 
   it_runs_on_its_own_loop();
   it_can_be_woken_from_another_thread();
   it_runs_on_the_hosts_loop();
   it_is_ticked_and_answers_each_error_kind();
   it_ticks_a_file_database_committing_on_its_own_thread();
+  it_collects_garbage_while_ticked();
   it_stops_hostile_scripts_and_stays_usable();
   it_sandboxes_workflow_code();
   it_repairs_through_the_c_api();
@@ -1241,7 +1288,7 @@ int main(void) {
   static const char *const files[] = {"basic", "saga", "hog", "spin", "escape_os", "escape_io",
                                       "escape_c", "escape_exec", "stuck", "hold", "wait",
                                       "http_call", "token", "token2",
-                                      "ahead", "naps", "slay", "hits", "plain"};
+                                      "ahead", "naps", "slay", "hits", "plain", "litter"};
   for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
     char path[128];
     snprintf(path, sizeof path, "%s/%s.lua", dir, files[i]);

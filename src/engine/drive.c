@@ -39,27 +39,73 @@ static int timers_due(const mend_timers *ts, size_t i, double now) {
   return 1 + timers_due(ts, 2 * i + 1, now) + timers_due(ts, 2 * i + 2, now);
 }
 
-/* The Lua collector's steps, in the time a tick has left: its atomic step (every coroutine of
- * a run in flight traversed at once) took 1 to 2 ms with 1000 runs in flight, inside whichever
- * action's allocation came to it. A cycle begins here once the heap has grown by half since
- * the last one ended (before Lua's own pace, which waits for it to double), and goes on in the
- * next ticks' spare time; a step is taken only if the dearest one seen still fits. */
-static void tick_collect(mend_engine *E) {
+/* log2 of the bytes of allocation that a step of the collector pays for (Lua's default: 13).
+ * A step sweeps about 6 objects for each such byte: a step of 2^6 bytes is 20-40 us. */
+#define TICK_GC_STEP_LOG2 6
+/* Steps owed for more than this much allocation are taken past the budget, by up to half of
+ * it, and past the hard limit without bound: the heap must not grow for ever while ticks have
+ * no time to spare. */
+#define TICK_GC_OWED_MAX (4.0 * 1024 * 1024)
+#define TICK_GC_OWED_HARD (64.0 * 1024 * 1024)
+
+/* One step of the collector, a piece of its own; 1 when it ended a cycle. */
+static int gc_step(mend_engine *E) {
   lua_State *L = E->L;
+  double c0 = mend__thread_cpu_now();
+  mend__tp_begin(E);
+  int ended = lua_gc(L, LUA_GCSTEP, 0);
+  mend__tp_end(E, MEND_TP_GC, NULL);
+  double cost = mend__thread_cpu_now() - c0;
+  /* up fast, down slowly, as for actions (pump.c): the rare dear step (the atomic one) must
+   * not keep every later step out of the ticks' spare time */
+  if (cost > E->tick_gc_piece) E->tick_gc_piece += (cost - E->tick_gc_piece) / 4;
+  else E->tick_gc_piece -= (E->tick_gc_piece - cost) / 64;
+  E->tick_gc_owed -= (double)(1u << TICK_GC_STEP_LOG2);
+  E->tick_gc_cycle = !ended;
+  if (ended) {
+    E->tick_gc_base = (size_t)lua_gc(L, LUA_GCCOUNT);
+    E->tick_gc_owed = 0;
+  }
+  return ended;
+}
+
+/* Lua's collector, left to its own pace, runs inside whichever allocation meets its debt, and
+ * the debt is in proportion to the bytes asked for: one table or stack grown by a few KB swept
+ * tens of thousands of objects, 1 to 14 ms of CPU in an action (W11, 10,000 players; its atomic
+ * step took 1 to 2 ms with 1000 runs in flight). So from its first tick an engine runs its
+ * collector itself: stopped, and at the end of each tick paid for what was allocated since the
+ * last (in the tick and by the host's calls between), in small steps of their own, each a piece
+ * the clock is checked between; what does not fit is owed to the next ticks (taken past the
+ * budget only once it passes TICK_GC_OWED_MAX). Steps are owed while a cycle runs, or once
+ * the heap has grown by half since the last one ended (Lua's own pace waits for it to double);
+ * then more go on in the spare time. run and advance give the collector back to Lua. */
+static void tick_collect(mend_engine *E, double budget) {
+  lua_State *L = E->L;
+  if (!E->tick_gc_stopped) {
+    lua_gc(L, LUA_GCINC, 0, 0, TICK_GC_STEP_LOG2);   /* a memory error's full collection too */
+    lua_gc(L, LUA_GCSTOP);
+    E->tick_gc_stopped = 1;
+    E->tick_gc_mark = E->mem_allocated;
+  }
+  size_t allocated = E->mem_allocated - E->tick_gc_mark;
+  E->tick_gc_mark = E->mem_allocated;
   size_t kb = (size_t)lua_gc(L, LUA_GCCOUNT);
   if (!E->tick_gc_cycle && kb < E->tick_gc_base + E->tick_gc_base / 2) return;
-  while (mend_real_now() + E->tick_gc_piece < E->turn_deadline) {
-    double c0 = mend__thread_cpu_now();
-    int ended = lua_gc(L, LUA_GCSTEP, 0);
-    double cost = mend__thread_cpu_now() - c0;
-    if (cost > E->tick_gc_piece) E->tick_gc_piece = cost;
-    else E->tick_gc_piece -= (E->tick_gc_piece - cost) / 256;
-    E->tick_gc_cycle = !ended;
-    if (ended) {
-      E->tick_gc_base = (size_t)lua_gc(L, LUA_GCCOUNT);
-      break;
-    }
-  }
+  E->tick_gc_owed += (double)allocated;
+  while (E->tick_gc_owed > 0 &&
+         (E->tick_gc_owed > TICK_GC_OWED_HARD ||
+          mend_real_now() + E->tick_gc_piece <
+            E->turn_deadline + (E->tick_gc_owed > TICK_GC_OWED_MAX ? budget / 2 : 0)) &&
+         !gc_step(E))
+    ;
+  while (E->tick_gc_cycle && mend_real_now() + E->tick_gc_piece < E->turn_deadline && !gc_step(E))
+    ;
+}
+
+static void untick_collect(mend_engine *E) {
+  if (!E->tick_gc_stopped) return;
+  lua_gc(E->L, LUA_GCRESTART);
+  E->tick_gc_stopped = 0;
 }
 
 /* A tick does pieces of work (a due timer's wake, a pump turn's actions, a hand-off) while the
@@ -70,6 +116,7 @@ int mend_engine_tick_with(mend_engine *E, double budget, mend_engine_tick_info *
   double start = mend_real_now();
   E->turn_deadline = start + (budget > 0 ? budget : 0);
   E->tick_did = 0;
+  mend__tp_tick_begin(E, budget);
   if (!E->broken) tick_writer(E);
   int turns = 0;
   do {
@@ -81,17 +128,17 @@ int mend_engine_tick_with(mend_engine *E, double budget, mend_engine_tick_info *
   } while (!E->broken && mend__turn_has_work(E) &&   /* not while only the writer thread works */
            !mend__writer_holds_batch(E) &&   /* the actions left would wait for it: the next tick's */
            mend_real_now() + mend__tick_next_piece(E) < E->turn_deadline);
-  if (!E->broken) tick_collect(E);
+  if (!E->broken) tick_collect(E, budget > 0 ? budget : 0);
   E->turn_deadline = 0;
   if (info) {
     double now = mend_real_now();
     info->seconds = now - start;
     info->actions = (int)E->tick_did;
-    info->ready = 0;
-    for (mend_run *r = E->ready_head; r; r = r->qnext) info->ready++;
+    info->ready = (int)E->ready_n;   /* a walk of the list missed the cache at every run */
     info->timers_due = E->timers.is_virtual ? 0 : timers_due(&E->timers, 0, now);
     info->committing = E->writer && mend_store_writer_busy(E->store);
   }
+  mend__tp_tick_end(E);
   return E->broken ? -1 : turns;
 }
 
@@ -129,6 +176,7 @@ void mend__loop_once(mend_engine *E) {
 }
 
 int mend_engine_run(mend_engine *E) {
+  untick_collect(E);
   E->auto_advance = 1;
   while ((E->in_flight > 0 || E->parked.nheap > 0 || mend__has_ready_work(E)) && !E->broken) {
     /* On the virtual clock, runs left waiting for the world alone (an event, a token, a child
@@ -157,6 +205,7 @@ int mend_engine_advance(mend_engine *E, double seconds) {
     return -1;
   }
   E->refusal = MEND_REFUSED_STORE;
+  untick_collect(E);
   double target = mend_engine_now(E) + (seconds > 0 ? seconds : 0);
   drain(E);
   while (!E->broken) {

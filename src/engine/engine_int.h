@@ -185,9 +185,10 @@ struct mend_engine {
   /* Runs whose next action waits for a batch to be durable, by the batch's number (the store's
    * open_seq when queued) modulo 4: at most the open batch and the one on the writer thread
    * are not durable, and a run found too early is put back (wait_seq). */
-  struct { mend_run *head, *tail; } waiting[4];
+  struct { mend_run *head, *tail; size_t n; } waiting[4];
   unsigned long moved_seq;   /* lists of batches up to this one were moved to ready */
   mend_run *ready_head, *ready_tail;   /* durable: their actions may run */
+  size_t ready_n;         /* runs in the ready list: a tick reports it without a walk */
   mend_run **runmap;      /* the runs in flight by id (runmap.c) */
   size_t runmap_n;
   int writer;             /* a writer thread commits batches (mend_store_start_writer) */
@@ -235,9 +236,14 @@ struct mend_engine {
   double tick_flushed_cpu;
   unsigned long tick_did; /* actions done in this tick */
   int tick_writer_tried;  /* a tick started (or could not start) the writer thread */
-  double tick_gc_piece;   /* the dearest step of the Lua collector a tick has seen */
+  double tick_gc_piece;   /* what a step of the Lua collector costs a tick (drive.c) */
   size_t tick_gc_base;    /* KB in use when the last cycle a tick ran ended */
   int tick_gc_cycle;      /* a tick began a cycle of the collector, not ended yet */
+  int tick_gc_stopped;    /* ticks run the collector: Lua's own pace is stopped (drive.c) */
+  size_t tick_gc_mark;    /* mem_allocated when the last tick paid the collector */
+  double tick_gc_owed;    /* bytes allocated whose collector steps are still owed */
+  struct mend_tickprof *tprof;   /* MEND_TICK_PROFILE's profile of the ticks (tickprof.c) */
+  int tprof_tried;
   run_fifo throttled;     /* attempts waiting under the global max_concurrency */
   json_t *events;         /* for cfg.on_event, fired after the batch commits */
   struct host_fn *hosts;
@@ -249,6 +255,7 @@ struct mend_engine {
   struct mend_sent_event *sent_head, *sent_tail;
   uv_async_t *wakeup;
   size_t mem_used, mem_limit;
+  size_t mem_allocated;   /* bytes the Lua state allocated, in all: a tick's collector pace */
   int limit_memory;       /* 1 while step code runs: only it is held to the limit */
   mend_limits *alloc_limits; /* the limits of the call running, charged for large allocations */
   int over_limit;         /* an allocation was refused for the memory limit: collect after */
@@ -319,6 +326,19 @@ void mend__writer_done(void *ud);
 int mend__writer_holds_batch(mend_engine *E);
 void mend__durable_fire(mend_engine *E);
 void mend__durable_close(mend_engine *E);
+
+/* ---- tickprof.c: a ticking host's pieces of work, profiled (MEND_TICK_PROFILE) */
+typedef struct mend_tickprof mend_tickprof;
+enum {
+  MEND_TP_ANSWER, MEND_TP_EVENT, MEND_TP_ADVANCE, MEND_TP_EXECUTE, MEND_TP_COMPENSATE,
+  MEND_TP_FINISH, MEND_TP_PICKUP, MEND_TP_HANDOFF, MEND_TP_GC, MEND_TP_TIMERS, MEND_TP_OTHER,
+  MEND_TP_KINDS
+};
+void mend__tp_tick_begin(mend_engine *E, double budget);
+void mend__tp_tick_end(mend_engine *E);
+void mend__tp_begin(mend_engine *E);
+void mend__tp_end(mend_engine *E, int kind, const char *what);
+void mend__tp_close(mend_engine *E);
 
 /* ---- counters.c: what the engine did, for its host's metrics */
 int mend__commit_counted(mend_engine *E);

@@ -77,6 +77,7 @@ void mend__queue(mend_run *r, action a) {
   r->queued = 1;
   r->wait_seq = seq;
   mend__append(&E->waiting[seq % 4].head, &E->waiting[seq % 4].tail, r);
+  E->waiting[seq % 4].n++;
   mend__kick(E);
 }
 
@@ -89,6 +90,7 @@ void mend__queue_now(mend_run *r, action a) {
   r->queued = 1;
   r->wait_seq = 0;
   mend__append(&E->ready_head, &E->ready_tail, r);
+  E->ready_n++;
   mend__kick(E);
 }
 
@@ -358,6 +360,7 @@ int mend__pump_turn(mend_engine *E) {
 
 static int pump_turn(mend_engine *E) {
   if (E->broken) return -1;
+  mend__tp_begin(E);
   if (E->writer) mend__settle_writer(E);
   else if (mend__end_batch(E)) return -1;   /* what the last turn wrote, before acting on it */
   mend__durable_fire(E);
@@ -371,9 +374,12 @@ static int pump_turn(mend_engine *E) {
     if (E->ready_tail) E->ready_tail->qnext = head;
     else E->ready_head = head;
     E->ready_tail = E->waiting[seq % 4].tail;
+    E->ready_n += E->waiting[seq % 4].n;
     E->waiting[seq % 4].head = E->waiting[seq % 4].tail = NULL;
+    E->waiting[seq % 4].n = 0;
   }
   if (E->moved_seq < durable) E->moved_seq = durable;   /* every list was moved */
+  mend__tp_end(E, MEND_TP_PICKUP, NULL);
   int did = 0;
   /* Pieces of work: answers to host calls resume their steps, events whose batch is durable
    * reach their runs, then ready actions. */
@@ -391,8 +397,11 @@ static int pump_turn(mend_engine *E) {
      * commit (its fsync): the action waits for the next tick instead. */
     if (E->turn_deadline > 0 && mend__writer_holds_batch(E)) break;
     if (E->answered_head || mend__sent_event_ready(E)) {
+      int kind = E->answered_head ? MEND_TP_ANSWER : MEND_TP_EVENT;
+      mend__tp_begin(E);
       if (E->answered_head) mend__resume_answered(E);
       else mend__deliver_sent_event(E);
+      mend__tp_end(E, kind, NULL);
       did++;
       if (c0 > 0) tick_piece_cost(E, mend__thread_cpu_now() - c0);
       continue;
@@ -400,20 +409,35 @@ static int pump_turn(mend_engine *E) {
     if (!E->ready_head) break;
     mend_run *r = E->ready_head;
     E->ready_head = r->qnext;
+    E->ready_n--;
     if (!E->ready_head) E->ready_tail = NULL;
     if (r->wait_seq > durable) {
       /* it wrote again after it was queued: it waits for that batch too */
       mend__append(&E->waiting[r->wait_seq % 4].head, &E->waiting[r->wait_seq % 4].tail, r);
+      E->waiting[r->wait_seq % 4].n++;
       continue;
     }
     r->queued = 0;
-    mend__do_action(r);
+    if (E->tprof) {
+      static const int kinds[] = {
+        [ACT_ADVANCE] = MEND_TP_ADVANCE, [ACT_EXECUTE] = MEND_TP_EXECUTE,
+        [ACT_COMPENSATE] = MEND_TP_COMPENSATE, [ACT_FINISH] = MEND_TP_FINISH};
+      int kind = r->next_action == ACT_NONE ? MEND_TP_OTHER : kinds[r->next_action];
+      const char *step = r->cur >= 0 && r->cur < r->wf->nsteps ? r->wf->steps[r->cur].name : NULL;
+      mend__tp_begin(E);
+      mend__do_action(r);
+      mend__tp_end(E, kind, step);
+    } else {
+      mend__do_action(r);
+    }
     did++;
     if (c0 > 0) tick_piece_cost(E, mend__thread_cpu_now() - c0);
   }
   E->tick_did += (unsigned long)did;
-  if (E->writer && !E->broken && mend__end_batch(E)) return -1;
-  return did;
+  mend__tp_begin(E);
+  int failed = E->writer && !E->broken && mend__end_batch(E);
+  mend__tp_end(E, MEND_TP_HANDOFF, NULL);
+  return failed ? -1 : did;
 }
 
 void mend__pump_cb(uv_idle_t *h) {
