@@ -355,6 +355,42 @@ static const char *scalar_text(lua_State *L, int idx) {
   }
 }
 
+/* The text of an integer, or of a short string of printable ASCII without a quote or a
+ * backslash: what jansson prints for them, written without building and printing a jansson
+ * value (1.9k instructions a step in W9, whose steps return a status code). Charged to the
+ * meter as from_lua charges a value; NULL for anything else, and when the meter refuses (the
+ * full walk then meets the same refusal and says so: the meters count deltas, and a limit
+ * that tripped stays tripped). */
+#define QUICK_STRING_MAX 256
+static char *quick_text(lua_State *L, int idx, mend_json_meter meter, void *ud) {
+  int t = lua_type(L, idx);
+  if (t == LUA_TNUMBER && lua_isinteger(L, idx)) {
+    if (meter && meter(ud, 2, 0)) return NULL;
+    lua_Integer v = lua_tointeger(L, idx);
+    char buf[24], *p = buf + sizeof buf;
+    unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+    *--p = '\0';
+    do *--p = (char)('0' + u % 10); while (u /= 10);
+    if (v < 0) *--p = '-';
+    return strdup(p);
+  }
+  if (t != LUA_TSTRING) return NULL;
+  size_t n;
+  const char *s = lua_tolstring(L, idx, &n);
+  if (n > QUICK_STRING_MAX) return NULL;
+  for (size_t i = 0; i < n; i++)
+    if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] > 0x7e || s[i] == '"' || s[i] == '\\')
+      return NULL;
+  if (meter && meter(ud, 2, 2 * n)) return NULL;
+  char *text = malloc(n + 3);
+  if (!text) return NULL;
+  text[0] = '"';
+  memcpy(text + 1, s, n);
+  text[n + 1] = '"';
+  text[n + 2] = '\0';
+  return text;
+}
+
 char *mend_json_encode(lua_State *L, int idx, const char *what, char *err, int errlen) {
   return mend_json_encode_doc(L, idx, what, err, errlen, NULL);
 }
@@ -369,6 +405,8 @@ static char *encode(lua_State *L, int idx, const char *what, char *err, int errl
       snprintf(err, (size_t)errlen, "%s: out of memory", what ? what : "value");
     return text;
   }
+  char *quick = quick_text(L, idx, meter, ud);
+  if (quick) return quick;
   int precision;
   json_t *v = from_lua(L, idx, what, err, errlen, &precision, meter, ud);
   if (!v) return NULL;
@@ -459,6 +497,31 @@ int mend_json_push_doc(lua_State *L, const json_t *doc, char *err, int errlen) {
   return -1;
 }
 
+/* An integer as JSON writes it (no leading zero, at most 18 digits: no overflow to tell
+ * apart), pushed as jansson's would be; 0 for any other text. */
+static int quick_integer(lua_State *L, const char *text, size_t len) {
+  size_t i = len > 0 && text[0] == '-';
+  if (len == i || len - i > 18 || (text[i] == '0' && len - i > 1)) return 0;
+  long long v = 0;
+  for (; i < len; i++) {
+    if (text[i] < '0' || text[i] > '9') return 0;
+    v = v * 10 + (text[i] - '0');
+  }
+  lua_pushinteger(L, text[0] == '-' ? -v : v);
+  return 1;
+}
+
+/* A string of printable ASCII without escapes, pushed as jansson's would be; 0 for any other. */
+static int quick_string(lua_State *L, const char *text, size_t len) {
+  if (len < 2 || len - 2 > QUICK_STRING_MAX || text[0] != '"' || text[len - 1] != '"') return 0;
+  for (size_t i = 1; i + 1 < len; i++)
+    if ((unsigned char)text[i] < 0x20 || (unsigned char)text[i] > 0x7e || text[i] == '"' ||
+        text[i] == '\\')
+      return 0;
+  lua_pushlstring(L, text + 1, len - 2);
+  return 1;
+}
+
 int mend_json_decode(lua_State *L, const char *text, size_t len, char *err, int errlen) {
   /* the texts scalar_text writes, read back without jansson (null at the top is nil) */
   if ((len == 4 && memcmp(text, "true", 4) == 0) || (len == 5 && memcmp(text, "false", 5) == 0)) {
@@ -469,6 +532,8 @@ int mend_json_decode(lua_State *L, const char *text, size_t len, char *err, int 
     lua_pushnil(L);
     return 0;
   }
+  /* ...and the texts quick_text writes: an integer, a plain string */
+  if (quick_integer(L, text, len) || quick_string(L, text, len)) return 0;
   json_error_t je;
   json_t *v = json_loadb(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
   if (!v) {

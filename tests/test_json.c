@@ -294,6 +294,86 @@ static void test_doc(void) {
   check_doc_as_text("{s = 'a\\0b', list = {'\\0'}}");   /* NUL in a string: \u0000, read back */
 }
 
+/* Integers and plain strings are written and read without jansson: each text must read back
+ * as jansson reads it (type, integer or float, value), or fail where jansson fails. */
+static void check_reads_as_jansson(const char *text, size_t len) {
+  char err[256] = "";
+  json_error_t je;
+  json_t *want = json_loadb(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+  int top = lua_gettop(L);
+  int rc = mend_json_decode(L, text, len, err, sizeof err);
+  CHECK_EQ_INT(rc, want ? 0 : -1);
+  if (rc == 0 && want) {
+    mend_json_push(L, want);
+    int same = lua_type(L, -1) == lua_type(L, -2) &&
+               lua_isinteger(L, -1) == lua_isinteger(L, -2) && lua_rawequal(L, -1, -2);
+    if (!same) fprintf(stderr, "  %.*s reads otherwise than jansson reads it\n", (int)len, text);
+    CHECK(same);
+  }
+  lua_settop(L, top);
+  json_decref(want);
+}
+
+/* ...and what is written is what jansson prints, also under a meter, which is charged. */
+static int count_meter(void *ud, long values, size_t bytes) {
+  long *seen = ud;
+  seen[0] = values;
+  seen[1] = (long)bytes;
+  return seen[2];
+}
+
+static void check_writes_as_jansson(const char *expr, json_t *want_doc, long values) {
+  char err[256] = "";
+  char *want = json_dumps(want_doc, JSON_COMPACT | JSON_ENCODE_ANY);
+  json_decref(want_doc);
+  char *t = enc(expr, err, sizeof err);
+  CHECK_STR(t, want);
+  free(t);
+  long seen[3] = {0, 0, 0};
+  eval(expr);
+  t = mend_json_encode_metered(L, -1, "result", err, sizeof err, count_meter, seen);
+  CHECK_STR(t, want);
+  CHECK_EQ_INT(seen[0], 2 * values);   /* printing doubles what the walk charges */
+  free(t);
+  seen[2] = 1;   /* a meter that refuses stops it, with the walk's message */
+  t = mend_json_encode_metered(L, -1, "result", err, sizeof err, count_meter, seen);
+  lua_pop(L, 1);
+  CHECK(t == NULL);
+  char want_err[100];
+  snprintf(want_err, sizeof want_err,
+           "result: stopped by the limits of the call before printing %ld values", values);
+  CHECK_STR(err, want_err);
+  free(want);
+}
+
+static void test_quick(void) {
+  static const char *const texts[] = {
+    "0", "-0", "7", "-7", "200", "01", "-01", "00", "-", "--1", "+1", "1-", "12a", " 12", "12 ",
+    "123456789012345678", "-123456789012345678", "1234567890123456789",
+    "9223372036854775807", "-9223372036854775808", "9223372036854775808", "1.5", "1e3",
+    "\"\"", "\"abc\"", "\"a b/c~\"", "\"a\\\"b\"", "\"a\\nb\"", "\"caf\xc3\xa9\"",
+    "\"\x7f\"", "\"a", "a\"", "\"", "\"a\"b\"", "\"\t\"",
+  };
+  for (size_t i = 0; i < sizeof texts / sizeof *texts; i++)
+    check_reads_as_jansson(texts[i], strlen(texts[i]));
+  check_reads_as_jansson("\"a\0b\"", 5);
+  check_writes_as_jansson("0", json_integer(0), 1);
+  check_writes_as_jansson("200", json_integer(200), 1);
+  check_writes_as_jansson("-42", json_integer(-42), 1);
+  check_writes_as_jansson("math.maxinteger", json_integer(INT64_MAX), 1);
+  check_writes_as_jansson("math.mininteger", json_integer(INT64_MIN), 1);
+  check_writes_as_jansson("''", json_string(""), 1);
+  check_writes_as_jansson("'ok'", json_string("ok"), 1);
+  check_writes_as_jansson("'a/b ~!'", json_string("a/b ~!"), 1);
+  check_writes_as_jansson("'a\"b'", json_string("a\"b"), 1);
+  check_writes_as_jansson("'tab\\there'", json_string("tab\there"), 2);
+  check_writes_as_jansson("'caf\\u{e9}'", json_string("caf\xc3\xa9"), 1);
+  char xs[301];
+  memset(xs, 'x', 300);
+  xs[300] = '\0';
+  check_writes_as_jansson("string.rep('x', 300)", json_string(xs), 1);   /* too long to be quick */
+}
+
 static void test_module(void) {
   mend_json_open(L);
   lua_setglobal(L, "json");
@@ -332,6 +412,7 @@ int main(void) {
   test_depth();
   test_decode();
   test_doc();
+  test_quick();
   test_module();
   CHECK_EQ_INT(lua_gettop(L), 0);
 
