@@ -97,7 +97,7 @@ describe("mend.http", function()
     assert.are.equal('{"n": 3}', box.res.body)
     -- the history row of the outcome names the request
     local ok = H.events(eng, id, { event = "step", to = "succeeded" })[1]
-    assert.matches("GET http://127.0.0.1:%d+/ok %-> 200", ok.detail)
+    assert.matches("^GET http://127.0.0.1:%d+/ok %-> 200 %(%d+%.%d%d%d s%)$", ok.detail)
   end)
 
   it("offers compression only when the call asks, and then gives the body decoded", function()
