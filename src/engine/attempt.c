@@ -273,6 +273,29 @@ const char *mend__describe(mend_engine *E, lua_State *from, int idx, char *buf, 
   return buf;
 }
 
+/* The attempt's coroutine leaves the table of them, which was all that kept it. */
+static void unlist_thread(lua_State *L, mend_run *r) {
+  lua_getfield(L, LUA_REGISTRYINDEX, THREADS_KEY);
+  if (lua_checkstack(r->co, 1)) {
+    lua_pushthread(r->co);
+    lua_xmove(r->co, L, 1);
+  } else {   /* no room on its stack for itself (out of memory): found by its run */
+    int found = 0;
+    lua_pushnil(L);
+    while (!found && lua_next(L, -2)) {
+      found = lua_touserdata(L, -1) == r;
+      lua_pop(L, 1);
+    }
+    if (!found) {
+      lua_pop(L, 1);
+      return;
+    }
+  }
+  lua_pushnil(L);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+}
+
 void mend__end_attempt(mend_run *r) {
   mend_engine *E = r->E;
   /* Whatever the attempt still waits for is let go: its answer must not reach a later one. */
@@ -310,14 +333,8 @@ void mend__end_attempt(mend_run *r) {
     E->alloc_limits = charged_was;
   }
   lua_sethook(r->co, NULL, 0, 0);
-  lua_getfield(E->L, LUA_REGISTRYINDEX, THREADS_KEY);
-  lua_rawgeti(E->L, LUA_REGISTRYINDEX, r->co_ref);
-  lua_pushnil(E->L);
-  lua_rawset(E->L, -3);
-  lua_pop(E->L, 1);
-  luaL_unref(E->L, LUA_REGISTRYINDEX, r->co_ref);
+  unlist_thread(E->L, r);
   r->co = NULL;
-  r->co_ref = LUA_NOREF;
   collect_if_over(E);
 }
 
@@ -437,8 +454,7 @@ void mend__start_attempt(mend_run *r, int compensating) {
   lua_pushvalue(L, -2);
   lua_pushlightuserdata(L, r);
   lua_rawset(L, -3);
-  lua_pop(L, 1);
-  r->co_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_pop(L, 2);   /* the table of coroutines keeps this one */
   lua_rawgeti(co, LUA_REGISTRYINDEX, compensating ? def->compensate_ref : def->execute_ref);
   push_ctx(r, i, compensating);
   lua_xmove(L, co, 1);

@@ -24,7 +24,6 @@ mend_run *mend__run_new(mend_engine *E, mend_workflow *wf, const char *id) {
   r->E = E;
   r->wf = wf;
   r->status = MEND_RUN_RUNNING;
-  r->co_ref = LUA_NOREF;
   r->input_ref = r->results_ref = LUA_NOREF;
   r->fail_step = -1;
   for (size_t n = 0; n + 1 < sizeof r->id && id[n]; n++) r->id[n] = id[n];   /* calloc'd */
