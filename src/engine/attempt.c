@@ -296,7 +296,10 @@ static void unlist_thread(lua_State *L, mend_run *r) {
   lua_pop(L, 1);
 }
 
-void mend__end_attempt(mend_run *r) {
+/* `returned`: its code ran to its end (lua_resume gave LUA_OK), which closed every
+ * to-be-closed variable it had: closing the coroutine would run nothing, and is left to the
+ * collector (1.5k instructions an attempt in W1: the limits entered and left around it). */
+static void end_attempt(mend_run *r, int returned) {
   mend_engine *E = r->E;
   /* Whatever the attempt still waits for is let go: its answer must not reach a later one. */
   mend__abandon_exec(r);
@@ -319,7 +322,7 @@ void mend__end_attempt(mend_run *r) {
   if (next) mend__admit_next(next);
   /* Closing runs the __close handlers of the attempt's pending to-be-closed variables: under
    * its limits, and not at all once a limit stopped it (Lua would run them unhooked). */
-  if (!r->limits.tripped && !mend_limits_stopped(E->L, r->co)) {
+  if (!returned && !r->limits.tripped && !mend_limits_stopped(E->L, r->co)) {
     int limit_was = E->limit_memory;
     mend_limits *charged_was = E->alloc_limits;
     E->limit_memory = 1;
@@ -337,6 +340,8 @@ void mend__end_attempt(mend_run *r) {
   r->co = NULL;
   collect_if_over(E);
 }
+
+void mend__end_attempt(mend_run *r) { end_attempt(r, 0); }
 
 /* Resumes the attempt's coroutine with nargs values on its stack and deals with the outcome. */
 void mend__resume(mend_run *r, int nargs) {
@@ -427,7 +432,7 @@ void mend__resume(mend_run *r, int nargs) {
     info.kind = r->limits.tripped == MEND_LIMIT_TIMEOUT ? MEND_ERR_TIMEOUT : MEND_ERR_ERROR;
     info.stopped = r->limits.tripped == MEND_LIMIT_BUDGET;
   }
-  mend__end_attempt(r);
+  end_attempt(r, status == LUA_OK);
   mend__attempt_done(r, ok, &info, result);
   free(result);
 }
