@@ -358,7 +358,11 @@ static void push_headers(lua_State *co, http_req *q, const char **retry_after_v)
       char *v = colon + 1;
       while (*v == ' ' || *v == '\t') v++;
       if (strcmp(line, "retry-after") == 0) *retry_after_v = v;
-      if (lua_getfield(co, -1, line) == LUA_TSTRING) {
+      /* The name made a Lua string once, for the look and the set: lua_getfield and
+       * lua_setfield made it twice (the buffer's text changes between lines). */
+      lua_pushstring(co, line);
+      lua_pushvalue(co, -1);
+      if (lua_rawget(co, -3) == LUA_TSTRING) {
         lua_pushstring(co, ", ");
         lua_pushstring(co, v);
         lua_concat(co, 3);
@@ -366,13 +370,12 @@ static void push_headers(lua_State *co, http_req *q, const char **retry_after_v)
         lua_pop(co, 1);
         lua_pushstring(co, v);
       }
-      lua_setfield(co, -2, line);
+      lua_rawset(co, -3);
     }
     line = next;
   }
 }
 
-/* Adds what the request did to the attempt's history detail. */
 /* Writes v's digits ending at end; returns where they begin. */
 static char *digits_before(char *end, unsigned long long v) {
   do *--end = (char)('0' + v % 10); while (v /= 10);
@@ -386,9 +389,10 @@ static size_t put(char *line, size_t at, size_t cap, const char *s, size_t n) {
   return at + n;
 }
 
-/* "%s %s -> %s (%.3f s)", written by hand: snprintf's conversion of the time was most of what
- * a request's line cost (2.4k instructions a request in W9). The time is rounded to the
- * millisecond as %.3f rounds it but at an exact tie, which a measured time does not care for. */
+/* Adds what the request did to the attempt's history detail: "%s %s -> %s (%.3f s)", written
+ * by hand, as snprintf's conversion of the time was most of what the line cost (2.4k
+ * instructions a request in W9). The time is rounded to the millisecond as %.3f rounds it but
+ * at an exact tie, which a measured time does not care for. */
 static void note(mend_run *r, http_req *q, const char *outcome) {
   char line[600];
   double took = mend_real_now() - q->started;
