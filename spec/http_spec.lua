@@ -87,17 +87,19 @@ describe("mend.http", function()
 
   it("returns status, headers, body and decoded json of a 200", function()
     script({ ["/ok"] = { { status = 200, headers = { ["Content-Type"] = "application/json",
-                                                    ["X-Thing"] = "a" },
+                                                    ["X-Thing"] = "a",
+                                                    ["X-Twice"] = { "one", "two" } },
                            body = '{"n": 3}' } } })
     local eng, id, box = run_http(function() return { url = server.base .. "/ok" } end)
     assert.are.equal("succeeded", eng:status(id).status)
     assert.are.equal(200, box.res.status)
     assert.are.equal(3, box.res.json.n)
     assert.are.equal("a", box.res.headers["x-thing"])
+    assert.are.equal("one, two", box.res.headers["x-twice"])   -- a repeated header, joined
     assert.are.equal('{"n": 3}', box.res.body)
     -- the history row of the outcome names the request
     local ok = H.events(eng, id, { event = "step", to = "succeeded" })[1]
-    assert.matches("GET http://127.0.0.1:%d+/ok %-> 200", ok.detail)
+    assert.matches("^GET http://127.0.0.1:%d+/ok %-> 200 %(%d+%.%d%d%d s%)$", ok.detail)
   end)
 
   it("offers compression only when the call asks, and then gives the body decoded", function()

@@ -355,6 +355,121 @@ static const char *scalar_text(lua_State *L, int idx) {
   }
 }
 
+/* What most values a run carries are: an integer, a short string of printable ASCII without a
+ * quote or a backslash, and a table of a few such strings as keys to such values, booleans
+ * and integers ({"i":1}, {"ok":true}). Their text is written here as jansson prints it, and
+ * read back as jansson reads it, without building a jansson document (encoding {"i":1} and
+ * pushing it back took 6.9k instructions a run's start in W1; W9 encodes its body too). */
+#define QUICK_STRING_MAX 256
+#define QUICK_KEYS 32
+
+static int plain(const char *s, size_t n) {
+  if (n > QUICK_STRING_MAX) return 0;
+  for (size_t i = 0; i < n; i++)
+    if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] > 0x7e || s[i] == '"' || s[i] == '\\')
+      return 0;
+  return 1;
+}
+
+/* The room a quick scalar's text takes (at most), its string's bytes added to *bytes; -1 for a
+ * value that is not one. */
+static long quick_room(lua_State *L, int idx, size_t *bytes) {
+  switch (lua_type(L, idx)) {
+  case LUA_TBOOLEAN: return 5;
+  case LUA_TNUMBER: return lua_isinteger(L, idx) ? 20 : -1;
+  case LUA_TSTRING: {
+    size_t n;
+    const char *s = lua_tolstring(L, idx, &n);
+    if (!plain(s, n)) return -1;
+    *bytes += n;
+    return (long)n + 2;
+  }
+  default: return -1;
+  }
+}
+
+/* Writes the quick scalar at idx at p; returns the end. */
+static char *quick_put(char *p, lua_State *L, int idx) {
+  if (lua_type(L, idx) == LUA_TBOOLEAN) {
+    const char *b = lua_toboolean(L, idx) ? "true" : "false";
+    size_t n = strlen(b);
+    memcpy(p, b, n);
+    return p + n;
+  }
+  if (lua_type(L, idx) == LUA_TSTRING) {
+    size_t n;
+    const char *s = lua_tolstring(L, idx, &n);
+    *p++ = '"';
+    memcpy(p, s, n);
+    p[n] = '"';
+    return p + n + 1;
+  }
+  lua_Integer v = lua_tointeger(L, idx);
+  char buf[24], *d = buf + sizeof buf;
+  unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+  do *--d = (char)('0' + u % 10); while (u /= 10);
+  if (v < 0) *--d = '-';
+  size_t n = (size_t)(buf + sizeof buf - d);
+  memcpy(p, d, n);
+  return p + n;
+}
+
+/* The quick text of the value at idx, charged to the meter as from_lua charges it; NULL for a
+ * value that is not quick, and when the meter refuses (the full walk then meets the same
+ * refusal and says so: the meters count deltas, and a limit that tripped stays tripped). */
+static char *quick_text(lua_State *L, int idx, mend_json_meter meter, void *ud) {
+  idx = lua_absindex(L, idx);
+  int table = lua_type(L, idx) == LUA_TTABLE;
+  size_t bytes = 0, room;
+  long values = 1;
+  if (table) {
+    if (!lua_checkstack(L, 3)) return NULL;
+    room = 3;
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {   /* stack: ..., key, value */
+      size_t klen = 0;
+      const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tolstring(L, -2, &klen) : NULL;
+      long r;
+      if (!k || !plain(k, klen) || values > QUICK_KEYS || (r = quick_room(L, -1, &bytes)) < 0) {
+        lua_pop(L, 2);
+        return NULL;
+      }
+      values++;
+      bytes += klen;
+      room += klen + 4 + (size_t)r;
+      lua_pop(L, 1);
+    }
+  } else {
+    long r = quick_room(L, idx, &bytes);
+    if (r < 0) return NULL;
+    room = (size_t)r + 1;
+  }
+  if (meter && meter(ud, 2 * values, 2 * bytes)) return NULL;
+  char *text = malloc(room), *p = text;
+  if (!text) return NULL;
+  if (table) {
+    *p++ = '{';
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+      size_t klen;
+      const char *k = lua_tolstring(L, -2, &klen);
+      if (p > text + 1) *p++ = ',';
+      *p++ = '"';
+      memcpy(p, k, klen);
+      p += klen;
+      *p++ = '"';
+      *p++ = ':';
+      p = quick_put(p, L, -1);
+      lua_pop(L, 1);
+    }
+    *p++ = '}';
+  } else {
+    p = quick_put(p, L, idx);
+  }
+  *p = '\0';
+  return text;
+}
+
 char *mend_json_encode(lua_State *L, int idx, const char *what, char *err, int errlen) {
   return mend_json_encode_doc(L, idx, what, err, errlen, NULL);
 }
@@ -369,6 +484,8 @@ static char *encode(lua_State *L, int idx, const char *what, char *err, int errl
       snprintf(err, (size_t)errlen, "%s: out of memory", what ? what : "value");
     return text;
   }
+  char *quick = quick_text(L, idx, meter, ud);
+  if (quick) return quick;
   int precision;
   json_t *v = from_lua(L, idx, what, err, errlen, &precision, meter, ud);
   if (!v) return NULL;
@@ -459,6 +576,86 @@ int mend_json_push_doc(lua_State *L, const json_t *doc, char *err, int errlen) {
   return -1;
 }
 
+/* An integer as JSON writes it (no leading zero, at most 18 digits: no overflow to tell
+ * apart); 0 for any other text. */
+static int quick_integer(const char *text, size_t len, long long *out) {
+  size_t i = len > 0 && text[0] == '-';
+  if (len == i || len - i > 18 || (text[i] == '0' && len - i > 1)) return 0;
+  long long v = 0;
+  for (; i < len; i++) {
+    if (text[i] < '0' || text[i] > '9') return 0;
+    v = v * 10 + (text[i] - '0');
+  }
+  *out = text[0] == '-' ? -v : v;
+  return 1;
+}
+
+static int quick_string(const char *text, size_t len) {
+  return len >= 2 && text[0] == '"' && text[len - 1] == '"' && plain(text + 1, len - 2);
+}
+
+/* Pushes a quick scalar's text as jansson's reading of it would be; 0 (nothing pushed) for
+ * any other text. */
+static int quick_scalar(lua_State *L, const char *text, size_t len) {
+  long long v;
+  if (quick_integer(text, len, &v)) lua_pushinteger(L, v);
+  else if (quick_string(text, len)) lua_pushlstring(L, text + 1, len - 2);
+  else if (len == 4 && memcmp(text, "true", 4) == 0) lua_pushboolean(L, 1);
+  else if (len == 5 && memcmp(text, "false", 5) == 0) lua_pushboolean(L, 0);
+  else return 0;
+  return 1;
+}
+
+/* A quick object's text ({"k":v,...}, no space, no key twice) pushed as jansson's reading of
+ * it would be: a table sized for its keys, set in the text's order, as push_value sets them
+ * (the order of lua_next, and so of a later encoding, follows it). 0 for any other text. */
+static int quick_object(lua_State *L, const char *text, size_t len) {
+  struct { const char *k, *v; size_t klen, vlen; } f[QUICK_KEYS];
+  if (len < 2 || text[0] != '{' || text[len - 1] != '}') return 0;
+  int n = 0;
+  size_t i = 1;
+  while (i < len - 1) {
+    if (n == QUICK_KEYS || text[i] != '"') return 0;
+    size_t k = ++i;
+    while (i < len && text[i] != '"') i++;
+    if (i + 2 >= len || text[i + 1] != ':') return 0;
+    f[n].k = text + k;
+    f[n].klen = i - k;
+    size_t v = i += 2;
+    if (text[i] == '"') {
+      for (i++; i < len && text[i] != '"'; i++) {}
+      i++;
+    } else {
+      while (i < len && text[i] != ',' && text[i] != '}') i++;
+    }
+    if (i >= len || (text[i] != ',' && i != len - 1)) return 0;
+    f[n].v = text + v;
+    f[n].vlen = i - v;
+    long long ignored;
+    const char *fv = f[n].v;
+    size_t fl = f[n].vlen;
+    if (!plain(f[n].k, f[n].klen) ||
+        !(quick_integer(fv, fl, &ignored) || quick_string(fv, fl) ||
+          (fl == 4 && memcmp(fv, "true", 4) == 0) || (fl == 5 && memcmp(fv, "false", 5) == 0)))
+      return 0;
+    for (int d = 0; d < n; d++)
+      if (f[d].klen == f[n].klen && memcmp(f[d].k, f[n].k, f[n].klen) == 0) return 0;
+    n++;
+    if (text[i] == ',') {
+      i++;
+      if (i >= len - 1) return 0;   /* {"a":1,} */
+    }
+  }
+  if (!lua_checkstack(L, 3)) return 0;
+  lua_createtable(L, 0, n);
+  for (int d = 0; d < n; d++) {
+    lua_pushlstring(L, f[d].k, f[d].klen);
+    quick_scalar(L, f[d].v, f[d].vlen);
+    lua_rawset(L, -3);
+  }
+  return 1;
+}
+
 int mend_json_decode(lua_State *L, const char *text, size_t len, char *err, int errlen) {
   /* the texts scalar_text writes, read back without jansson (null at the top is nil) */
   if ((len == 4 && memcmp(text, "true", 4) == 0) || (len == 5 && memcmp(text, "false", 5) == 0)) {
@@ -469,6 +666,8 @@ int mend_json_decode(lua_State *L, const char *text, size_t len, char *err, int 
     lua_pushnil(L);
     return 0;
   }
+  /* ...and the texts quick_text writes */
+  if (quick_scalar(L, text, len) || quick_object(L, text, len)) return 0;
   json_error_t je;
   json_t *v = json_loadb(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
   if (!v) {

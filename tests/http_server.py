@@ -6,7 +6,7 @@ It listens on a free port and prints "PORT PID" on its first
 line of output. For each request it reads SCRIPT (a JSON object, re-read at every request so
 that a spec can change it) and answers with the entry of the request's path: a list of
 responses, the n-th request to the path getting the n-th one and every later request the last.
-A response is {"status", "headers": {...}, "body", "size": n (a body of n bytes of "x"),
+A response is {"status", "headers": {...} (a list as a value: the header repeated), "body", "size": n (a body of n bytes of "x"),
 "delay": seconds before answering, "gzip": true (the body sent gzip-compressed, with
 Content-Encoding)}; a path not in the script gets 404. Every request is
 appended to LOG as one JSON line: {"method", "path", "idempotency_key", "accept_encoding",
@@ -77,7 +77,8 @@ class Handler(BaseHTTPRequestHandler):
             data = gzip.compress(data)
         self.send_response(r.get("status", 200))
         for k, v in (r.get("headers") or {}).items():
-            self.send_header(k, v)
+            for one in (v if isinstance(v, list) else [v]):   # a list: the header repeated
+                self.send_header(k, one)
         if r.get("gzip"):
             self.send_header("Content-Encoding", "gzip")
         self.send_header("Content-Length", str(len(data)))

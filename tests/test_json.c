@@ -294,6 +294,158 @@ static void test_doc(void) {
   check_doc_as_text("{s = 'a\\0b', list = {'\\0'}}");   /* NUL in a string: \u0000, read back */
 }
 
+/* Integers and plain strings are written and read without jansson: each text must read back
+ * as jansson reads it (type, integer or float, value), or fail where jansson fails. */
+static void check_reads_as_jansson(const char *text, size_t len) {
+  char err[256] = "";
+  json_error_t je;
+  json_t *want = json_loadb(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+  int top = lua_gettop(L);
+  int rc = mend_json_decode(L, text, len, err, sizeof err);
+  CHECK_EQ_INT(rc, want ? 0 : -1);
+  if (rc == 0 && want) {
+    mend_json_push(L, want);
+    int same = lua_type(L, -1) == lua_type(L, -2) &&
+               lua_isinteger(L, -1) == lua_isinteger(L, -2) && lua_rawequal(L, -1, -2);
+    if (!same) fprintf(stderr, "  %.*s reads otherwise than jansson reads it\n", (int)len, text);
+    CHECK(same);
+  }
+  lua_settop(L, top);
+  json_decref(want);
+}
+
+/* ...and what is written is what jansson prints, also under a meter, which is charged. */
+static int count_meter(void *ud, long values, size_t bytes) {
+  long *seen = ud;
+  seen[0] = values;
+  seen[1] = (long)bytes;
+  return seen[2];
+}
+
+static void check_writes_as_jansson(const char *expr, json_t *want_doc, long values) {
+  char err[256] = "";
+  char *want = json_dumps(want_doc, JSON_COMPACT | JSON_ENCODE_ANY);
+  json_decref(want_doc);
+  char *t = enc(expr, err, sizeof err);
+  CHECK_STR(t, want);
+  free(t);
+  long seen[3] = {0, 0, 0};
+  eval(expr);
+  t = mend_json_encode_metered(L, -1, "result", err, sizeof err, count_meter, seen);
+  CHECK_STR(t, want);
+  CHECK_EQ_INT(seen[0], 2 * values);   /* printing doubles what the walk charges */
+  free(t);
+  seen[2] = 1;   /* a meter that refuses stops it, with the walk's message */
+  t = mend_json_encode_metered(L, -1, "result", err, sizeof err, count_meter, seen);
+  lua_pop(L, 1);
+  CHECK(t == NULL);
+  char want_err[100];
+  snprintf(want_err, sizeof want_err,
+           "result: stopped by the limits of the call before printing %ld values", values);
+  CHECK_STR(err, want_err);
+  free(want);
+}
+
+/* A table read by the quick path is laid out as jansson's reading lays it out: the same keys
+ * and values, met by lua_next in the same order (a later encoding follows that order). */
+static void check_object_as_jansson(const char *text) {
+  char err[256] = "";
+  json_t *want = json_loads(text, JSON_DECODE_ANY, NULL);
+  CHECK(want != NULL);
+  int top = lua_gettop(L);
+  CHECK_EQ_INT(mend_json_decode(L, text, strlen(text), err, sizeof err), 0);
+  mend_json_push(L, want);
+  json_decref(want);
+  luaL_dostring(L,
+    "return function(a, b)\n"
+    "  local ka, kb = {}, {}\n"
+    "  for k in next, a do ka[#ka + 1] = k end\n"
+    "  for k in next, b do kb[#kb + 1] = k end\n"
+    "  if #ka ~= #kb then return false end\n"
+    "  for i = 1, #ka do\n"
+    "    local k = ka[i]\n"
+    "    if k ~= kb[i] then return false end\n"
+    "    local x, y = a[k], b[k]\n"
+    "    if type(x) ~= type(y) or math.type(x) ~= math.type(y) then return false end\n"
+    "    if type(x) ~= 'table' and x ~= y then return false end\n"
+    "  end\n"
+    "  return true\n"
+    "end");
+  lua_insert(L, -3);
+  lua_call(L, 2, 1);
+  int same = lua_toboolean(L, -1);
+  if (!same) fprintf(stderr, "  %s reads otherwise than jansson reads it\n", text);
+  CHECK(same);
+  lua_settop(L, top);
+}
+
+static void check_table_writes_as_walk(const char *expr) {
+  char err[256] = "";
+  eval(expr);
+  json_t *doc = mend_json_from_lua(L, -1, "result", err, sizeof err);
+  char *want = doc ? json_dumps(doc, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER) : NULL;
+  json_decref(doc);
+  char *t = mend_json_encode(L, -1, "result", err, sizeof err);
+  lua_pop(L, 1);
+  CHECK_STR(t, want);
+  if (t && want) check_object_as_jansson(t);
+  free(t);
+  free(want);
+}
+
+static void test_quick(void) {
+  static const char *const texts[] = {
+    "0", "-0", "7", "-7", "200", "01", "-01", "00", "-", "--1", "+1", "1-", "12a", " 12", "12 ",
+    "123456789012345678", "-123456789012345678", "1234567890123456789",
+    "9223372036854775807", "-9223372036854775808", "9223372036854775808", "1.5", "1e3",
+    "\"\"", "\"abc\"", "\"a b/c~\"", "\"a\\\"b\"", "\"a\\nb\"", "\"caf\xc3\xa9\"",
+    "\"\x7f\"", "\"a", "a\"", "\"", "\"a\"b\"", "\"\t\"",
+  };
+  for (size_t i = 0; i < sizeof texts / sizeof *texts; i++)
+    check_reads_as_jansson(texts[i], strlen(texts[i]));
+  check_reads_as_jansson("\"a\0b\"", 5);
+  check_writes_as_jansson("0", json_integer(0), 1);
+  check_writes_as_jansson("200", json_integer(200), 1);
+  check_writes_as_jansson("-42", json_integer(-42), 1);
+  check_writes_as_jansson("math.maxinteger", json_integer(INT64_MAX), 1);
+  check_writes_as_jansson("math.mininteger", json_integer(INT64_MIN), 1);
+  check_writes_as_jansson("''", json_string(""), 1);
+  check_writes_as_jansson("'ok'", json_string("ok"), 1);
+  check_writes_as_jansson("'a/b ~!'", json_string("a/b ~!"), 1);
+  check_writes_as_jansson("'a\"b'", json_string("a\"b"), 1);
+  check_writes_as_jansson("'tab\\there'", json_string("tab\there"), 2);
+  check_writes_as_jansson("'caf\\u{e9}'", json_string("caf\xc3\xa9"), 1);
+  char xs[301];
+  memset(xs, 'x', 300);
+  xs[300] = '\0';
+  check_writes_as_jansson("string.rep('x', 300)", json_string(xs), 1);   /* too long to be quick */
+  check_table_writes_as_walk("{}");
+  check_table_writes_as_walk("{i = 1}");
+  check_table_writes_as_walk("{ok = true, no = false, n = -12, s = 'a b', e = ''}");
+  check_table_writes_as_walk("{['a\"b'] = 1, c = 'x\"y', d = 'tab\\t', ['caf\\u{e9}'] = 2}");
+  check_table_writes_as_walk("{f = 1.5, g = 2}");
+  check_table_writes_as_walk("{n = mend_null, t = {1}}");
+  check_table_writes_as_walk("{1, 2, 3}");
+  check_table_writes_as_walk("(function() local t = {} for k = 1, 40 do t['k' .. k] = k end return t end)()");
+  check_table_writes_as_walk("(function() local t = {} for k = 1, 32 do t['k' .. k] = k end return t end)()");
+  check_table_writes_as_walk("setmetatable({a = 1}, {__pairs = function() error('no') end})");
+  static const char *const objects[] = {
+    "{\"a\":1}", "{\"b\":\"x}y\",\"a\":true}", "{\"a\":1,\"a\":2}", "{\"a\":{\"b\":1}}",
+    "{\"a\":[1,2]}", "{\"a\":1.0}", "{\"a\":null}", "{\"a\": 1}", "{ \"a\":1}", "{\"}\":-0}",
+    "{\"a\":\"\\u0041\"}", "{\"a\":01}", "{\"a\":1}}", "{\"a\":1 }", "{\"a\":1,\"b\":{\"c\":2,\"d\":3}}",
+  };
+  for (size_t i = 0; i < sizeof objects / sizeof *objects; i++) {
+    json_t *ok = json_loads(objects[i], 0, NULL);
+    if (ok) check_object_as_jansson(objects[i]);
+    else check_reads_as_jansson(objects[i], strlen(objects[i]));
+    json_decref(ok);
+  }
+  static const char *const broken[] = {"{", "}", "{\"a\"}", "{\"a\":}", "{\"a\":1,}", "{\"a\":\"x}",
+                                       "{\"a:1}", "{,}", "{\"a\":1 } x"};
+  for (size_t i = 0; i < sizeof broken / sizeof *broken; i++)
+    check_reads_as_jansson(broken[i], strlen(broken[i]));
+}
+
 static void test_module(void) {
   mend_json_open(L);
   lua_setglobal(L, "json");
@@ -332,6 +484,7 @@ int main(void) {
   test_depth();
   test_decode();
   test_doc();
+  test_quick();
   test_module();
   CHECK_EQ_INT(lua_gettop(L), 0);
 

@@ -312,7 +312,33 @@ const char *mend__describe(mend_engine *E, lua_State *from, int idx, char *buf, 
   return buf;
 }
 
-void mend__end_attempt(mend_run *r) {
+/* The attempt's coroutine leaves the table of them, which was all that kept it. */
+static void unlist_thread(lua_State *L, mend_run *r) {
+  lua_getfield(L, LUA_REGISTRYINDEX, THREADS_KEY);
+  if (lua_checkstack(r->co, 1)) {
+    lua_pushthread(r->co);
+    lua_xmove(r->co, L, 1);
+  } else {   /* no room on its stack for itself (out of memory): found by its run */
+    int found = 0;
+    lua_pushnil(L);
+    while (!found && lua_next(L, -2)) {
+      found = lua_touserdata(L, -1) == r;
+      lua_pop(L, 1);
+    }
+    if (!found) {
+      lua_pop(L, 1);
+      return;
+    }
+  }
+  lua_pushnil(L);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+}
+
+/* `returned`: its code ran to its end (lua_resume gave LUA_OK), which closed every
+ * to-be-closed variable it had: closing the coroutine would run nothing, and is left to the
+ * collector (1.5k instructions an attempt in W1: the limits entered and left around it). */
+static void end_attempt(mend_run *r, int returned) {
   mend_engine *E = r->E;
   /* Whatever the attempt still waits for is let go: its answer must not reach a later one. */
   mend__abandon_exec(r);
@@ -335,7 +361,7 @@ void mend__end_attempt(mend_run *r) {
   if (next) mend__admit_next(next);
   /* Closing runs the __close handlers of the attempt's pending to-be-closed variables: under
    * its limits, and not at all once a limit stopped it (Lua would run them unhooked). */
-  if (!r->limits.tripped && !mend_limits_stopped(E->L, r->co)) {
+  if (!returned && !r->limits.tripped && !mend_limits_stopped(E->L, r->co)) {
     int limit_was = E->limit_memory;
     mend_limits *charged_was = E->alloc_limits;
     E->limit_memory = 1;
@@ -349,17 +375,13 @@ void mend__end_attempt(mend_run *r) {
     E->alloc_limits = charged_was;
   }
   lua_sethook(r->co, NULL, 0, 0);
-  lua_getfield(E->L, LUA_REGISTRYINDEX, THREADS_KEY);
-  lua_rawgeti(E->L, LUA_REGISTRYINDEX, r->co_ref);
-  lua_pushnil(E->L);
-  lua_rawset(E->L, -3);
-  lua_pop(E->L, 1);
-  luaL_unref(E->L, LUA_REGISTRYINDEX, r->co_ref);
+  unlist_thread(E->L, r);
   r->co = NULL;
-  r->co_ref = LUA_NOREF;
   collect_if_over(E);
   mend__drop_spare_blocks(E);
 }
+
+void mend__end_attempt(mend_run *r) { end_attempt(r, 0); }
 
 /* Resumes the attempt's coroutine with nargs values on its stack and deals with the outcome. */
 void mend__resume(mend_run *r, int nargs) {
@@ -450,7 +472,7 @@ void mend__resume(mend_run *r, int nargs) {
     info.kind = r->limits.tripped == MEND_LIMIT_TIMEOUT ? MEND_ERR_TIMEOUT : MEND_ERR_ERROR;
     info.stopped = r->limits.tripped == MEND_LIMIT_BUDGET;
   }
-  mend__end_attempt(r);
+  end_attempt(r, status == LUA_OK);
   mend__attempt_done(r, ok, &info, result);
   free(result);
 }
@@ -477,8 +499,7 @@ void mend__start_attempt(mend_run *r, int compensating) {
   lua_pushvalue(L, -2);
   lua_pushlightuserdata(L, r);
   lua_rawset(L, -3);
-  lua_pop(L, 1);
-  r->co_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_pop(L, 2);   /* the table of coroutines keeps this one */
   lua_rawgeti(co, LUA_REGISTRYINDEX, compensating ? def->compensate_ref : def->execute_ref);
   push_ctx(r, i, compensating);
   lua_xmove(L, co, 1);

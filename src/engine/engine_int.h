@@ -137,7 +137,6 @@ struct mend_run {
   int ref_shard;
   int cur;                /* step going forward, or step being compensated going back */
   int fail_step;
-  int co_ref;
   int history_seq;        /* the last row of its history: this engine numbers the next ones */
   wait_kind wait_kind;
   action next_action;

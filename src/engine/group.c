@@ -56,7 +56,6 @@ static mend_run *new_lane(mend_run *r) {
   l->wf = r->wf;
   l->steps = r->steps;
   l->status = MEND_RUN_RUNNING;
-  l->co_ref = LUA_NOREF;
   l->input_ref = r->input_ref;
   l->results_ref = r->results_ref;
   l->ref_shard = r->ref_shard;
