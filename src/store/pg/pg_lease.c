@@ -292,6 +292,7 @@ json_t *mend__pg_claim(mend_store *s, const char *owner, double lease_seconds, i
   PGresult *r = mend__pg_run(p, q, NULL, 3, v, "claim runs");
   if (!r) return NULL;
   for (int i = 0; i < PQntuples(r); i++) mend__pg_ours_again(p, PQgetvalue(r, i, 0));
+  mend__pg_pre_claimed(p, r);   /* their images are read ahead, together */
   int n = PQntuples(r);
   json_t *ids = strings(r);
   /* It took all there was: a worker whose lease ran out holds no run now, and its row would
