@@ -683,6 +683,76 @@ static void test_deadlock(void) {
   drop_case();
 }
 
+/* A worker's first claim inserts its workers row and takes runs in one transaction. Another
+ * worker's claim that began before that commit and reaches those runs after it sees each run's
+ * new owner (a row locked for update is read again at its latest version) but not the owner's
+ * workers row (the statement's snapshot is older): "an owner with no workers row", whose runs
+ * are anyone's. It must not take them: the first worker holds them with a live lease, and both
+ * would write to them. The second claim is held between its snapshot and its look at the runs
+ * deterministically: its connection finds clock_timestamp() (which the claim's look for workers
+ * whose lease ran out calls) in a schema of this case's, ahead of pg_catalog, and there it
+ * waits for an advisory lock this case holds until the first claim has committed. */
+static void *claim_in_thread(void *arg) {
+  return mend__pg_claim(arg, "b", 30, 10, 0);
+}
+
+static void test_claim_sees_new_holder(void) {
+  new_case();
+  PGconn *gate = raw();
+  sql(gate, "CREATE SCHEMA gate");
+  sql(gate, "CREATE FUNCTION gate.clock_timestamp() RETURNS timestamptz LANGUAGE plpgsql AS $f$"
+            " BEGIN IF current_query() LIKE 'WITH gone AS%' THEN"
+            " PERFORM pg_advisory_lock_shared(4242); PERFORM pg_advisory_unlock_shared(4242);"
+            " END IF; RETURN pg_catalog.clock_timestamp(); END $f$");
+  mend_store *setup = open_store();
+  if (!setup) return;
+  /* the newest run is held by a live worker z: the claim looks for workers gone there first */
+  mend_run_rec held = run_rec("held", "z"), free_run = run_rec("free", NULL);
+  held.created = 2;
+  CHECK_EQ_INT(mend__pg_insert_run(setup, &held), 0);
+  CHECK_EQ_INT(mend__pg_insert_run(setup, &free_run), 0);
+  CHECK_EQ_INT(mend__pg_commit(setup), 0);
+  mend__pg_close(setup);
+  sql(gate, "INSERT INTO workers(owner, lease_until) VALUES('z', now() + interval '1 hour')");
+  char plain[sizeof conninfo];
+  snprintf(plain, sizeof plain, "%s", conninfo);
+  snprintf(conninfo + strlen(conninfo), sizeof conninfo - strlen(conninfo),
+           " options='-csearch_path=public,gate,pg_catalog'");
+  mend_store *b = open_store();
+  snprintf(conninfo, sizeof conninfo, "%s", plain);
+  mend_store *a = open_store();
+  if (!a || !b) return;
+  mend__pg_set_fence(a, "a", 30);
+  mend__pg_set_fence(b, "b", 30);
+  sql(gate, "SELECT pg_advisory_lock(4242)");
+  pthread_t t;
+  pthread_create(&t, NULL, claim_in_thread, b);
+  long long waiting = 0;
+  for (int i = 0; i < 1000 && waiting < 1; i++) {
+    waiting = count("SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'advisory'");
+    if (waiting < 1) sleep_s(0.01);
+  }
+  CHECK_EQ_INT(waiting, 1);
+  /* a's first transaction: its workers row and its claim of the free run, committed */
+  json_t *got = mend__pg_claim(a, "a", 30, 10, 0);
+  CHECK(got && json_array_size(got) == 1);
+  CHECK_STR(json_string_value(json_array_get(got, 0)), "free");
+  json_decref(got);
+  CHECK_EQ_INT(mend__pg_commit(a), 0);
+  sql(gate, "SELECT pg_advisory_unlock(4242)");
+  void *rc;
+  pthread_join(t, &rc);
+  got = rc;
+  CHECK(got && json_array_size(got) == 0);
+  json_decref(got);
+  CHECK_EQ_INT(mend__pg_commit(b), 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'free' AND owner = 'a'"), 1);
+  mend__pg_close(a);
+  mend__pg_close(b);
+  PQfinish(gate);
+  drop_case();
+}
+
 /* A database made by a mend of schema 1 is upgraded at open, its rows kept. */
 /* The run's image for the engine: typed, the same as the view says (image_check.h), in one
  * round trip; a status this mend does not know is an error that names it. */
@@ -889,6 +959,7 @@ int main(void) {
   test_tokens();
   test_child_end_fenced();
   test_deadlock();
+  test_claim_sees_new_holder();
   test_upgrade();
   test_run_image();
   test_claimed_images();

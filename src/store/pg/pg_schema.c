@@ -117,13 +117,18 @@ const char *const mend__pg_sql[P__COUNT] = {
   /* Claims (SKIP LOCKED: workers never wait for each other's claims). A worker whose lease ran
    * out is locked here before its runs are taken; a worker that renews locks its own row first
    * (P_LEASE_LIVE), so exactly one of the two goes on: the fence. Runs whose holder has no row
-   * at all are anyone's. Never our own runs. */
+   * at all are anyone's. A run another worker claimed since this statement began is skipped
+   * (its fence moved): the server looks at such a row again in its latest version, while the
+   * subqueries still read the workers as they were at the statement's start, where the row of
+   * a new worker, committed with its first claim, is missing: its runs would be taken from
+   * under it. Never our own runs. */
 #define CLAIM(order) \
     "WITH gone AS (SELECT owner FROM workers WHERE lease_until < clock_timestamp()" \
     " AND owner <> $1::text FOR UPDATE SKIP LOCKED)," \
     " c AS (SELECT id FROM runs WHERE status IN " LIVE " AND ($3::boolean OR unavailable IS NULL)" \
     " AND (owner IS NULL OR owner IN (SELECT owner FROM gone) OR (owner <> $1::text AND NOT EXISTS" \
     " (SELECT 1 FROM workers w WHERE w.owner = runs.owner)))" \
+    " AND fence = (SELECT f.fence FROM runs f WHERE f.id = runs.id)" \
     " ORDER BY created " order " LIMIT $2::bigint FOR UPDATE SKIP LOCKED)," \
     " u AS (UPDATE runs r SET owner = $1::text, fence = r.fence + 1 FROM c WHERE r.id = c.id" \
     " RETURNING r.id, r.created) SELECT id FROM u ORDER BY created " order
