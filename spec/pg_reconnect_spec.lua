@@ -153,6 +153,27 @@ describe("a worker on PostgreSQL that loses its connection", function()
     end
   end)
 
+  -- `mend run` (a client engine, no worker) meets the same: its batch rolled back for a
+  -- deadlock, or its session ended before a COMMIT. It acts on nothing of that batch, reads
+  -- its run again from the server and finishes it: one error, exit 0.
+  for _, env in ipairs { "MEND_PG_DEADLOCK=3", "MEND_PG_END_SESSION=3" } do
+    it_pg("mend run through " .. env .. ": reads its run again and finishes it", function()
+      local dir, db = fresh()
+      local rc, out = H.shell(("%s %s run %s --db %s 2>&1"):format(env, MEND, q(dir .. "/three.lua"), q(db)))
+      assert.are.equal(0, rc, out)
+      local errors = {}
+      for line in out:gmatch("[^\n]+") do
+        if line:find('"level":"error"', 1, true) then errors[#errors + 1] = line end
+      end
+      assert.are.equal(1, #errors, out)
+      assert.matches("not known to be committed", errors[1])
+      local ids = H.sql(db, "SELECT id FROM runs")
+      assert.are.equal(1, #ids, out)
+      assert.is_true(all_succeeded(db, ids), out)
+      assert_in_order(dir, ids)
+    end)
+  end
+
   it_pg("every session ended with pg_terminate_backend, again and again: every run ends", function()
     local dir, db, log = fresh()
     local app = "mend_reconnect_" .. tostring(os.time())
