@@ -501,10 +501,9 @@ describe("the kind of a branch's failure across a restart", function()
     local def = group_def(mend.compensable)
     local db, id = crashed_with_failed(def, "g/a")
     local pg = H.is_pg(db)
-    -- the store as mend wrote it before (SQLite schema 13, PostgreSQL schema 3: at a merge
-    -- with other PostgreSQL migrations, the one before the error_kind one)
+    -- the store as mend wrote it before (SQLite schema 13, PostgreSQL schema 4)
     H.sql(db, "ALTER TABLE steps DROP COLUMN error_kind")
-    H.sql(db, ("UPDATE meta SET value = '%s' WHERE key = 'schema_version'"):format(pg and 3 or 13))
+    H.sql(db, ("UPDATE meta SET value = '%s' WHERE key = 'schema_version'"):format(pg and 4 or 13))
     if not pg then H.sql(db, "PRAGMA user_version = 13") end
     local st = carried_on(db, def, id)
     assert.are.equal("compensable", row(db, id, "g/a", "error_kind"))

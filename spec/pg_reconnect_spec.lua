@@ -132,6 +132,48 @@ describe("a worker on PostgreSQL that loses its connection", function()
     assert_in_order(dir, ids)
   end)
 
+  -- The session ended right after a claim (MEND_PG_END_AFTER_CLAIM: after the worker's 2nd
+  -- claim, the one that looks for more after its first took the four runs): the claim went
+  -- with the transaction, so none of its runs is this worker's. It must not read them again on
+  -- a new connection and run them there (another worker may take them meanwhile): a lost batch,
+  -- told once, and the runs claimed anew.
+  it_pg("the session ended right after a claim: runs none of that claim, claims again", function()
+    local errors, dir, ids = through_failpoint("MEND_PG_END_AFTER_CLAIM=2")
+    assert.matches('"event":"store"', errors[1])
+    assert.matches("not known to be committed", errors[1])
+    local text = H.read(dir .. "/worker.log")
+    assert.is_nil(text:find("stalled past its lease", 1, true), text)
+    -- nothing of it ran before the runs were claimed again: each effect once
+    local count = {}
+    for line in io.lines(dir .. "/effects") do count[line] = (count[line] or 0) + 1 end
+    for _, id in ipairs(ids) do
+      for _, step in ipairs { "a", "b", "c" } do
+        assert.are.equal(1, count[id .. " " .. step], id .. " " .. step)
+      end
+    end
+  end)
+
+  -- `mend run` (a client engine, no worker) meets the same: its batch rolled back for a
+  -- deadlock, or its session ended before a COMMIT. It acts on nothing of that batch, reads
+  -- its run again from the server and finishes it: one error, exit 0.
+  for _, env in ipairs { "MEND_PG_DEADLOCK=3", "MEND_PG_END_SESSION=3" } do
+    it_pg("mend run through " .. env .. ": reads its run again and finishes it", function()
+      local dir, db = fresh()
+      local rc, out = H.shell(("%s %s run %s --db %s 2>&1"):format(env, MEND, q(dir .. "/three.lua"), q(db)))
+      assert.are.equal(0, rc, out)
+      local errors = {}
+      for line in out:gmatch("[^\n]+") do
+        if line:find('"level":"error"', 1, true) then errors[#errors + 1] = line end
+      end
+      assert.are.equal(1, #errors, out)
+      assert.matches("not known to be committed", errors[1])
+      local ids = H.sql(db, "SELECT id FROM runs")
+      assert.are.equal(1, #ids, out)
+      assert.is_true(all_succeeded(db, ids), out)
+      assert_in_order(dir, ids)
+    end)
+  end
+
   it_pg("every session ended with pg_terminate_backend, again and again: every run ends", function()
     local dir, db, log = fresh()
     local app = "mend_reconnect_" .. tostring(os.time())

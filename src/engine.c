@@ -75,10 +75,11 @@ void mend__breakdown(mend_engine *E, const char *fmt, ...) {
 }
 
 /* A lock held by another process is no failure: nothing was lost, the batch is kept, and the
- * engine waits it out (lock.c). Anything else stops the engine. */
+ * engine waits it out (lock.c). A batch lost with its connection is a lost batch, for a worker
+ * and a client engine alike (reconnect.c). Anything else stops the engine. */
 void mend__store_failed(mend_engine *E) {
   if (mend_store_locked(E->store)) mend__lock_wait(E);
-  else if (mend_store_conn_lost(E->store) && E->serving && !E->draining) mend__store_lost(E);
+  else if (mend_store_conn_lost(E->store) && !E->draining) mend__store_lost(E);
   else mend__breakdown(E, "%s", mend_store_errmsg(E->store));
 }
 

@@ -8,7 +8,7 @@
  * (a stalled worker's writes to a run another took are dropped and reported), a connection
  * killed between batches (opened again, nothing lost) and mid-batch (not acknowledged,
  * nothing written), events, completion tokens and child runs (a child's end fenced with the
- * child), and the upgrade of a database of schema 1.
+ * child), the upgrade of a database of schema 1, and a claim's runs' images read together.
  */
 #include "check.h"
 #include "store/pg/pg_int.h"
@@ -683,6 +683,76 @@ static void test_deadlock(void) {
   drop_case();
 }
 
+/* A worker's first claim inserts its workers row and takes runs in one transaction. Another
+ * worker's claim that began before that commit and reaches those runs after it sees each run's
+ * new owner (a row locked for update is read again at its latest version) but not the owner's
+ * workers row (the statement's snapshot is older): "an owner with no workers row", whose runs
+ * are anyone's. It must not take them: the first worker holds them with a live lease, and both
+ * would write to them. The second claim is held between its snapshot and its look at the runs
+ * deterministically: its connection finds clock_timestamp() (which the claim's look for workers
+ * whose lease ran out calls) in a schema of this case's, ahead of pg_catalog, and there it
+ * waits for an advisory lock this case holds until the first claim has committed. */
+static void *claim_in_thread(void *arg) {
+  return mend__pg_claim(arg, "b", 30, 10, 0);
+}
+
+static void test_claim_sees_new_holder(void) {
+  new_case();
+  PGconn *gate = raw();
+  sql(gate, "CREATE SCHEMA gate");
+  sql(gate, "CREATE FUNCTION gate.clock_timestamp() RETURNS timestamptz LANGUAGE plpgsql AS $f$"
+            " BEGIN IF current_query() LIKE 'WITH gone AS%' THEN"
+            " PERFORM pg_advisory_lock_shared(4242); PERFORM pg_advisory_unlock_shared(4242);"
+            " END IF; RETURN pg_catalog.clock_timestamp(); END $f$");
+  mend_store *setup = open_store();
+  if (!setup) return;
+  /* the newest run is held by a live worker z: the claim looks for workers gone there first */
+  mend_run_rec held = run_rec("held", "z"), free_run = run_rec("free", NULL);
+  held.created = 2;
+  CHECK_EQ_INT(mend__pg_insert_run(setup, &held), 0);
+  CHECK_EQ_INT(mend__pg_insert_run(setup, &free_run), 0);
+  CHECK_EQ_INT(mend__pg_commit(setup), 0);
+  mend__pg_close(setup);
+  sql(gate, "INSERT INTO workers(owner, lease_until) VALUES('z', now() + interval '1 hour')");
+  char plain[sizeof conninfo];
+  snprintf(plain, sizeof plain, "%s", conninfo);
+  snprintf(conninfo + strlen(conninfo), sizeof conninfo - strlen(conninfo),
+           " options='-csearch_path=public,gate,pg_catalog'");
+  mend_store *b = open_store();
+  snprintf(conninfo, sizeof conninfo, "%s", plain);
+  mend_store *a = open_store();
+  if (!a || !b) return;
+  mend__pg_set_fence(a, "a", 30);
+  mend__pg_set_fence(b, "b", 30);
+  sql(gate, "SELECT pg_advisory_lock(4242)");
+  pthread_t t;
+  pthread_create(&t, NULL, claim_in_thread, b);
+  long long waiting = 0;
+  for (int i = 0; i < 1000 && waiting < 1; i++) {
+    waiting = count("SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'advisory'");
+    if (waiting < 1) sleep_s(0.01);
+  }
+  CHECK_EQ_INT(waiting, 1);
+  /* a's first transaction: its workers row and its claim of the free run, committed */
+  json_t *got = mend__pg_claim(a, "a", 30, 10, 0);
+  CHECK(got && json_array_size(got) == 1);
+  CHECK_STR(json_string_value(json_array_get(got, 0)), "free");
+  json_decref(got);
+  CHECK_EQ_INT(mend__pg_commit(a), 0);
+  sql(gate, "SELECT pg_advisory_unlock(4242)");
+  void *rc;
+  pthread_join(t, &rc);
+  got = rc;
+  CHECK(got && json_array_size(got) == 0);
+  json_decref(got);
+  CHECK_EQ_INT(mend__pg_commit(b), 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'free' AND owner = 'a'"), 1);
+  mend__pg_close(a);
+  mend__pg_close(b);
+  PQfinish(gate);
+  drop_case();
+}
+
 /* A database made by a mend of schema 1 is upgraded at open, its rows kept. */
 /* The run's image for the engine: typed, the same as the view says (image_check.h), in one
  * round trip; a status this mend does not know is an error that names it. */
@@ -712,8 +782,8 @@ static void test_upgrade(void) {
   sql(c, "BEGIN");
   sql(c, mend__pg_migrations[0]);
   sql(c, "INSERT INTO meta(key, value) VALUES ('application', 'mend'), ('schema_version', '1')");
-  sql(c, "INSERT INTO runs(id, workflow, status, created, updated)"
-         " VALUES ('old', 'order', 'succeeded', 1, 2)");
+  sql(c, "INSERT INTO runs(id, workflow, status, created, updated, run_key)"
+         " VALUES ('old', 'order', 'succeeded', 1, 2, 'k-old')");
   sql(c, "COMMIT");
   PQfinish(c);
   CHECK_EQ_INT(count("SELECT count(*) FROM pg_tables WHERE tablename = 'tokens'"), 0);
@@ -724,6 +794,20 @@ static void test_upgrade(void) {
   CHECK_EQ_INT(count("SELECT value::int FROM meta WHERE key = 'schema_version'"),
                MEND_PG_SCHEMA_VERSION);
   CHECK_EQ_INT(count("SELECT count(*) FROM pg_indexes WHERE indexname = 'runs_parent'"), 1);
+  /* the key's index holds only runs with a key (fewer index entries a step), and still makes
+   * a start with a key taken find the run that has it */
+  CHECK_EQ_INT(count("SELECT count(*) FROM pg_indexes WHERE indexname = 'runs_key'"
+                     " AND indexdef LIKE '%UNIQUE%WHERE (run_key IS NOT NULL)%'"), 1);
+  CHECK_EQ_INT(count("SELECT count(*) FROM pg_constraint WHERE conname = 'runs_run_key_key'"), 0);
+  mend_run_rec again = run_rec("new-with-old-key", NULL);
+  again.run_key = "k-old";
+  CHECK_EQ_INT(mend__pg_insert_run(s, &again), 1);
+  char found[64] = "";
+  CHECK_EQ_INT(mend__pg_find_run_key(s, "k-old", found, sizeof found), 1);
+  CHECK_STR(found, "old");
+  mend_run_rec nokey1 = run_rec("no-key-1", NULL), nokey2 = run_rec("no-key-2", NULL);
+  CHECK_EQ_INT(mend__pg_insert_run(s, &nokey1), 0);
+  CHECK_EQ_INT(mend__pg_insert_run(s, &nokey2), 0);
   json_t *run = mend_store_run(s, "old");
   CHECK_STR(json_string_value(json_object_get(run, "status")), "succeeded");
   CHECK(run && json_object_get(run, "parent_run") == NULL);
@@ -732,7 +816,121 @@ static void test_upgrade(void) {
   CHECK_EQ_INT(mend__pg_put_token(s, "t", "old", "x", 1, 1), 0);
   CHECK_EQ_INT(mend__pg_commit(s), 0);
   CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE parent_run = 'p'"), 1);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id LIKE 'no-key-%' AND run_key IS NULL"), 2);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE run_key = 'k-old'"), 1);
   mend__pg_close(s);
+  drop_case();
+}
+
+/* A claim's runs read ahead together (pg_image.c): each image is the one a read of that run
+ * alone gives (image_check_view), past a chunk's end, with an id that needs quoting in an
+ * array; the runs of a chunk are read with its first (a change committed elsewhere since is
+ * not in them, as if read at the claim); a write of this batch to one of them since is. */
+static void test_claimed_images(void) {
+  new_case();
+  mend_store *a = open_store(), *b = open_store();
+  if (!a || !b) return;
+  mend__pg_set_fence(b, "b", 30);
+  enum { N = 150 };   /* more than a chunk */
+  char ids[N][32];
+  for (int i = 0; i < N; i++) {
+    if (i == 7) snprintf(ids[i], sizeof ids[i], "q\"u,o{t}e\\%d", i);
+    else snprintf(ids[i], sizeof ids[i], "claimed-%03d", i);
+    mend_run_rec r = run_rec(ids[i], NULL);
+    r.created = i;
+    r.step_names = "[\"a\",\"b\"]";
+    CHECK_EQ_INT(mend__pg_insert_run(a, &r), 0);
+    for (long k = 1; k <= i % 4; k++) {
+      mend_history_rec h = hist(ids[i], k);
+      h.at = 2 + (double)k;
+      CHECK_EQ_INT(mend__pg_append_history(a, &h), 0);
+    }
+    if (i % 3) {
+      mend_step_rec st = {.run_id = ids[i], .idx = 0, .name = "a", .status = "succeeded",
+                          .attempts = 1, .result = "{\"n\":1}", .due = -1, .last_delay = -1,
+                          .updated = 3};
+      CHECK_EQ_INT(mend__pg_put_step(a, &st), 0);
+    }
+  }
+  CHECK_EQ_INT(mend__pg_commit(a), 0);
+  json_t *got = mend__pg_claim(b, "b", 30, 1000, MEND_CLAIM_FREE);
+  CHECK(got && json_array_size(got) == N);
+  if (!got || json_array_size(got) != N) return;
+  mend_run_image img;
+  CHECK_EQ_INT(mend_store_run_image(b, ids[0], &img), 0);
+  image_check_view(b, ids[0], &img);
+  mend_run_image_free(&img);
+  /* read with ids[0]: a history row committed by another since is not in ids[1]'s image */
+  PGconn *c = raw();
+  sql(c, "DELETE FROM history WHERE run_id = 'claimed-001'");
+  PQfinish(c);
+  CHECK_EQ_INT(mend_store_run_image(b, ids[1], &img), 0);
+  CHECK_EQ_INT(img.nhistory, 1);
+  CHECK_EQ_INT(img.last_seq, 1);
+  mend_run_image_free(&img);
+  /* written in this batch since: in the image */
+  mend_history_rec h = hist(ids[2], 3);
+  h.at = 9;
+  CHECK_EQ_INT(mend__pg_append_history(b, &h), 0);
+  CHECK_EQ_INT(mend__pg_request_cancel(b, ids[3]), 0);
+  /* taken out of order: a later chunk read first, then a write to one of the first chunk */
+  CHECK_EQ_INT(mend_store_run_image(b, ids[120], &img), 0);
+  image_check_view(b, ids[120], &img);
+  mend_run_image_free(&img);
+  mend_history_rec h50 = hist(ids[50], 7);
+  h50.at = 11;
+  CHECK_EQ_INT(mend__pg_append_history(b, &h50), 0);
+  CHECK_EQ_INT(mend_store_run_image(b, ids[50], &img), 0);
+  CHECK(img.last_seq == 7 && img.last_at == 11);
+  mend_run_image_free(&img);
+  for (int i = 2; i < N; i++) {
+    CHECK_EQ_INT(mend_store_run_image(b, json_string_value(json_array_get(got, (size_t)i)), &img), 0);
+    image_check_view(b, json_string_value(json_array_get(got, (size_t)i)), &img);
+    CHECK_EQ_INT(img.nsteps, 2);
+    if (i == 2) CHECK(img.nhistory == 3 && img.last_seq == 3 && img.last_at == 9);
+    if (i == 3) CHECK_EQ_INT(img.cancel_requested, 1);
+    if (i == 7) CHECK_STR(img.workflow, "order");
+    mend_run_image_free(&img);
+  }
+  /* a second take of one is read again, not given twice */
+  CHECK_EQ_INT(mend_store_run_image(b, ids[5], &img), 0);
+  image_check_view(b, ids[5], &img);
+  mend_run_image_free(&img);
+  /* read ahead, not taken, and the batch committed: a later read is a fresh one */
+  CHECK_EQ_INT(mend__pg_commit(b), 0);
+  CHECK_EQ_INT(mend__pg_release_owner(a, "b"), 0);
+  CHECK_EQ_INT(mend__pg_commit(a), 0);
+  json_decref(got);
+  got = mend__pg_claim(b, "b", 30, 2, MEND_CLAIM_FREE);
+  CHECK(got && json_array_size(got) == 2);
+  CHECK_EQ_INT(mend__pg_commit(b), 0);
+  c = raw();
+  sql(c, "DELETE FROM history WHERE run_id = 'claimed-001'");
+  sql(c, "UPDATE runs SET error = 'changed' WHERE id = 'claimed-000'");
+  PQfinish(c);
+  CHECK_EQ_INT(mend_store_run_image(b, ids[0], &img), 0);
+  CHECK_STR(img.error, "changed");
+  mend_run_image_free(&img);
+  json_decref(got);
+  /* a claim whose batch failed (rolled back): the next transaction reads afresh */
+  CHECK_EQ_INT(mend__pg_release_owner(a, "b"), 0);
+  CHECK_EQ_INT(mend__pg_commit(a), 0);
+  got = mend__pg_claim(b, "b", 30, 3, MEND_CLAIM_FREE);
+  CHECK(got && json_array_size(got) == 3);
+  CHECK_EQ_INT(mend_store_run_image(b, ids[0], &img), 0);   /* reads ids[1] and ids[2] too */
+  mend_run_image_free(&img);
+  CHECK_EQ_INT(mend__pg_update_run(b, "no-such-run", "succeeded", NULL, 0, 1, NULL), 0);
+  CHECK(mend__pg_commit(b) != 0);   /* "no run": the claim is rolled back */
+  c = raw();
+  sql(c, "UPDATE runs SET error = 'after the failure' WHERE id = 'claimed-002'");
+  PQfinish(c);
+  CHECK_EQ_INT(mend__pg_begin(PG(b)), 0);   /* a new transaction */
+  CHECK_EQ_INT(mend_store_run_image(b, ids[2], &img), 0);
+  CHECK_STR(img.error, "after the failure");
+  mend_run_image_free(&img);
+  json_decref(got);
+  mend__pg_close(a);
+  mend__pg_close(b);
   drop_case();
 }
 
@@ -761,8 +959,10 @@ int main(void) {
   test_tokens();
   test_child_end_fenced();
   test_deadlock();
+  test_claim_sees_new_holder();
   test_upgrade();
   test_run_image();
+  test_claimed_images();
   PQfinish(admin);
   return check_done("test_pg_store");
 }

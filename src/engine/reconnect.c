@@ -1,15 +1,20 @@
 /*
- * reconnect: a serving worker whose store lost its connection to the server (PostgreSQL
+ * reconnect: an engine whose store lost its connection to the server (PostgreSQL
  * restarted, the session ended with pg_terminate_backend, the network cut). Owns what the
  * engine does then: the failure logged, the batch that failed counted as not committed (its
  * alerts and events never told), every run held here let go and given back, so that the
  * next claim reads it again from the store (what the store has, not what this worker
  * guessed). Must never: act on a transition of that batch; write to one of those runs again
- * unless a claim takes it anew.
+ * unless it is taken anew (a worker's claim, a client engine's resume).
  *
  * Why every run and not those of the failed batch: a batch is built over several turns and
  * the transitions already sent with it are gone with the transaction; the runs in memory
  * are the ones whose state may be ahead of the store, and the store has them all.
+ *
+ * A client engine (mend run, a host's) claims nothing: it takes its runs back at once, read
+ * from the store as a worker's claim would read them. If the server is still away when they
+ * are to be given back, it stops with the error: it has no poll to try again at, and its
+ * caller would wait for ever.
  */
 #include "engine_int.h"
 
@@ -54,6 +59,17 @@ void mend__store_lost(mend_engine *E) {
   mend__kick(E);
 }
 
+/* Giving the runs back failed (the server is still away): a worker tries again at its next
+ * poll; a client engine stops with the error. */
+static void given_back_failed(mend_engine *E) {
+  if (!E->serving) {
+    mend__breakdown(E, "%s", mend_store_errmsg(E->store));
+    return;
+  }
+  E->store_lost = 1;   /* again at the next poll */
+  mend__store_failed(E);
+}
+
 /* At a turn's fence: the runs marked are let go here and given back in the store, each one
  * free for the next claim (this worker's included). If giving back fails (the server is still
  * away), the store says so again and this is tried at the next turn. */
@@ -76,19 +92,24 @@ void mend__store_lost_let_go(mend_engine *E) {
     if (!all.set.slots[i]) continue;
     if (mend_store_release(E->store, all.set.slots[i], E->owner)) {
       mend_idset_clear(&all.set);
-      E->store_lost = 1;   /* again at the next poll */
-      mend__store_failed(E);
+      given_back_failed(E);
       return;
     }
   }
   mend__let_go(E, &all.set, "the store lost its connection while this run had writes not"
                " known to be committed: let go here, to be read again from the store");
-  mend_idset_clear(&all.set);
   if (mend_store_commit(E->store)) {
-    E->store_lost = 1;   /* again at the next poll */
-    mend__store_failed(E);
+    mend_idset_clear(&all.set);
+    given_back_failed(E);
     return;
   }
+  for (size_t i = 0; !E->serving && !E->broken && i < all.set.cap; i++) {
+    if (!all.set.slots[i]) continue;
+    char err[600];
+    if (mend_engine_resume_run(E, all.set.slots[i], err, sizeof err) < 0)
+      mend__breakdown(E, "%s", err);
+  }
+  mend_idset_clear(&all.set);
   if (E->store_lost_said > 0) {
     mend_engine_log_line(E, "info", NULL, NULL, 0, "store", "reconnected: the runs let go are"
                          " claimed again from the store");

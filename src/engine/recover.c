@@ -4,7 +4,8 @@
  * version cannot be loaded (once), taking over the runs of dead workers on this host, and
  * claiming unfinished runs that nobody holds, and putting aside a run that took down every
  * worker that ran it (a crash loop). Must never: act on a run before the claim that makes it
- * ours is durable; resume a run with another version's steps.
+ * ours is durable; resume a run with another version's steps; resume a run of a claim that
+ * went with its transaction.
  */
 #include "engine_int.h"
 
@@ -353,9 +354,18 @@ static int restore(mend_engine *E, const char *id) {
   mend__park_forget(E, id);   /* ours again after another worker had it: the store's copy counts */
   mend_run_image img;
   mend_run *r = NULL;
-  if (mend_store_run_image(E->store, id, &img) != 0)
+  if (mend_store_run_image(E->store, id, &img) != 0) {
+    /* The connection went (or the server ended the transaction for a deadlock), and the claim
+     * with it: this run is not ours, nor are the rest of the claim. Giving it back would open
+     * a new connection, where the next image would read fine: runs that another worker may
+     * take would run here. A lost batch, then (reconnect.c). */
+    if (mend_store_conn_lost(E->store)) {
+      if (E->serving && !E->draining) mend__store_lost(E);
+      else mend__breakdown(E, "%s", mend_store_errmsg(E->store));
+      return -1;
+    }
     snprintf(why, sizeof why, "%s", mend_store_errmsg(E->store));
-  else if (!(r = rebuild_from(E, id, &img, why, sizeof why, &unavailable)) && unavailable)
+  } else if (!(r = rebuild_from(E, id, &img, why, sizeof why, &unavailable)) && unavailable)
     flag_unavailable(E, id, img.workflow, why, unavailable == 2);
   if (!r) {
     if (!unavailable) mend_engine_log_line(E, "error", id, NULL, 0, "recover", why);
@@ -452,7 +462,11 @@ int mend__claim_and_restore(mend_engine *E, int limit, int how) {
     else mend__let_go(E, &claimed.set, "claimed again after a stall: the stored run replaces this copy");
     mend_idset_clear(&claimed.set);
   }
-  json_array_foreach(ids, i, id) n += restore(E, json_string_value(id)) == 0;
+  /* A store failure since the claim (mend__store_lost) rolled it back: the rest are not ours. */
+  json_array_foreach(ids, i, id) {
+    if (E->store_lost || E->broken) break;
+    n += restore(E, json_string_value(id)) == 0;
+  }
   json_decref(ids);
   return n;
 }

@@ -3,7 +3,7 @@
 -- not there to create them. It must never differ from what pg_schema.c creates: when both are
 -- on one branch, the test opens its database with mend_store_open and this file goes.
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);
-INSERT INTO meta VALUES ('schema_version', '4'), ('application', 'mend');
+INSERT INTO meta VALUES ('schema_version', '5'), ('application', 'mend');
 CREATE TABLE workflow_versions(id BIGSERIAL PRIMARY KEY, workflow TEXT NOT NULL, version TEXT,
   source TEXT, step_names TEXT, script TEXT, first_seen DOUBLE PRECISION,
   UNIQUE (workflow, version));

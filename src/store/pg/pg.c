@@ -90,6 +90,7 @@ int mend__pg_conflict(const PGresult *r) {
 }
 
 int mend__pg_exec(mend_pg *p, PGconn *c, const char *sql, const char *what) {
+  mend__pg_pre_forget(p, -1, NULL);
   PGresult *r = PQexec(c, sql);
   ExecStatusType st = PQresultStatus(r);
   int ok = st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;
@@ -101,6 +102,7 @@ int mend__pg_exec(mend_pg *p, PGconn *c, const char *sql, const char *what) {
 PGresult *mend__pg_run(mend_pg *p, int q, const char *sql, int n, const char *const *vals,
                        const char *what) {
   PGresult *r;
+  mend__pg_pre_forget(p, q, n > 0 ? vals[0] : NULL);
   if (q >= 0) {
     char name[16];
     snprintf(name, sizeof name, "m%d", q);
@@ -313,6 +315,7 @@ void mend__pg_close(mend_store *s) {
   if (p->conn) PQfinish(p->conn);
   if (p->aux) PQfinish(p->aux);
   mend__pg_wake_free(p);
+  mend__pg_pre_clear(p);
   free(p->conninfo);
   free(p->worker);
   free(p->fence_owner);

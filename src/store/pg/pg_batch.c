@@ -394,7 +394,10 @@ done:
   PQexitPipelineMode(c);
   *late = pp.late;
   if (pp.failed) return -1;
-  if (began) p->in_batch = 1;
+  if (began) {
+    p->in_batch = 1;
+    p->tx_serial++;   /* a batch that failed leaves open_seq as it was: this tells them apart */
+  }
   if (commit) {
     p->in_batch = 0;
     p->tx_wake = 0;
@@ -569,7 +572,13 @@ int mend__pg_begin(mend_pg *p) {
  * rows and 10,000 run writes), the rows' own cost being most of it, and would lose the
  * renumbering of a row whose number another process took. */
 int mend__pg_rec_end(mend_pg *p) {
-  if (p->cur->oom) return -1;
+  pg_log *log = p->cur;
+  if (p->npre) {
+    const pg_rec *r = log->nrec && !log->oom ? &log->recs[log->nrec - 1] : NULL;
+    const char *v0 = r && r->n && log->vals[r->first] >= 0 ? log->text + log->vals[r->first] : NULL;
+    mend__pg_pre_forget(p, r ? r->q : -1, v0);
+  }
+  if (log->oom) return -1;
   if (p->cur->nrec < LOG_MAX_RECORDS) return 0;
   return p->w ? 0 : mend__pg_sync(p);
 }

@@ -21,7 +21,7 @@
 #include "pg.h"
 
 /* PostgreSQL's own schema versions (meta 'schema_version'), unrelated to SQLite's. */
-#define MEND_PG_SCHEMA_VERSION 4
+#define MEND_PG_SCHEMA_VERSION 5
 
 /* Statements prepared on every connection at open (pg_schema.c holds their text). The write
  * statements (P_INSERT_RUN .. P_SET_UNAVAILABLE) are the ones a batch records. */
@@ -38,6 +38,7 @@ enum {
   P_SEND_EVENT, P_NEXT_EVENT, P_LAST_EVENT, P_EVENTS_AFTER,
   P_PUT_TOKEN, P_TOKEN_OF_ATTEMPT, P_USE_TOKEN, P_SET_PARENT, P_REOPEN_RUN,
   P_IMAGE_RUN, P_IMAGE_STEPS, P_IMAGE_HISTORY,
+  P_IMAGES_RUN, P_IMAGES_STEPS, P_IMAGES_HISTORY, P_INSERT_RUN_KEY,
   P__COUNT
 };
 extern const char *const mend__pg_sql[P__COUNT];
@@ -71,6 +72,14 @@ typedef struct pg_reads {
   void *ud;
   int sent;
 } pg_reads;
+
+/* A claimed run's image, read with those of the runs claimed after it (pg_image.c). */
+typedef struct pg_pre {
+  char *id;
+  mend_run_image img;
+  char *step_names;
+  int state;                   /* PRE_WAITING, PRE_READY, PRE_GONE */
+} pg_pre;
 
 typedef struct mend_pg {
   const mend_store_methods *m;   /* first: the dispatcher reads it (store.h) */
@@ -107,6 +116,11 @@ typedef struct mend_pg {
   double retry_at, retry_delay;  /* reconnecting after the long try failed (pg_batch.c) */
   char retry_err[512];
   pg_reads *reads;             /* for the flush under way (mend__pg_sync_reads) */
+  /* the runs claimed in the open transaction, their images read a chunk at a time */
+  pg_pre *pre;
+  int npre, cappre, pre_lo, pre_hi, pre_hint;
+  unsigned long pre_seq;       /* open_seq of the transaction that claimed them */
+  unsigned long tx_serial, pre_tx;   /* transactions begun on conn; the claim's */
 } mend_pg;
 
 #define PG(s) ((mend_pg *)(void *)(s))
@@ -266,7 +280,12 @@ json_t *mend__pg_runs_page(mend_store *s, const char *status, const char *workfl
                            double since, double after_created, const char *after_id,
                            int limit);
 json_t *mend__pg_run_counts(mend_store *s);
-/* pg_image.c: a run's image for the engine, in one round trip */
+/* pg_image.c: a run's image for the engine, in one round trip; a claim's runs' images read
+ * together. pre_claimed keeps the ids a claim returned (column 0 of r); pre_forget drops what
+ * a statement q (its first value v0) may change of the images read ahead; pre_clear drops all. */
 int mend__pg_run_image(mend_store *s, const char *id, mend_run_image *img);
+void mend__pg_pre_claimed(mend_pg *p, const PGresult *r);
+void mend__pg_pre_forget(mend_pg *p, int q, const char *v0);
+void mend__pg_pre_clear(mend_pg *p);
 
 #endif

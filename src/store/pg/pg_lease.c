@@ -278,6 +278,22 @@ int mend__pg_claimable(mend_store *s, const char *owner, int thorough) {
   return found;
 }
 
+#ifdef MEND_FAILPOINTS
+/* MEND_PG_END_AFTER_CLAIM=N: the server ends the session right after the Nth claim this
+ * process makes (one that took nothing counts too), before anything else of its transaction is
+ * sent, as pg_terminate_backend from elsewhere would: the claim goes with it. For the spec of a
+ * claim lost that way (spec/pg_reconnect_spec.lua). */
+static void end_after_claim(mend_pg *p) {
+  static long at = -1, seen;
+  if (at < 0) {
+    const char *e = getenv("MEND_PG_END_AFTER_CLAIM");
+    at = e ? atol(e) : 0;
+  }
+  if (at > 0 && ++seen == at)
+    PQclear(PQexec(p->conn, "SELECT pg_terminate_backend(pg_backend_pid())"));
+}
+#endif
+
 json_t *mend__pg_claim(mend_store *s, const char *owner, double lease_seconds, int limit,
                        int how) {
   mend_pg *p = PG(s);
@@ -292,6 +308,7 @@ json_t *mend__pg_claim(mend_store *s, const char *owner, double lease_seconds, i
   PGresult *r = mend__pg_run(p, q, NULL, 3, v, "claim runs");
   if (!r) return NULL;
   for (int i = 0; i < PQntuples(r); i++) mend__pg_ours_again(p, PQgetvalue(r, i, 0));
+  mend__pg_pre_claimed(p, r);   /* their images are read ahead, together */
   int n = PQntuples(r);
   json_t *ids = strings(r);
   /* It took all there was: a worker whose lease ran out holds no run now, and its row would
@@ -304,6 +321,9 @@ json_t *mend__pg_claim(mend_store *s, const char *owner, double lease_seconds, i
     }
     PQclear(g);
   }
+#ifdef MEND_FAILPOINTS
+  end_after_claim(p);
+#endif
   return ids;
 }
 

@@ -111,7 +111,7 @@ int mend__pg_insert_run(mend_store *s, const mend_run_rec *r) {
   snprintf(ver, sizeof ver, "%lld", version_id);
   const char *v[11] = {r->id, r->workflow, r->run_key, r->status, r->input, r->error, att,
                        created, updated, r->owner, ver};
-  PGresult *res = mend__pg_run(p, P_INSERT_RUN, NULL, 11, v, "insert run");
+  PGresult *res = mend__pg_run(p, P_INSERT_RUN_KEY, NULL, 11, v, "insert run");
   if (!res) return -1;
   if (!r->owner) p->tx_wake = 1;
   int taken = strcmp(PQcmdTuples(res), "0") == 0;

@@ -24,10 +24,12 @@
   " RETURNING 1) SELECT mend_changed(count(*), '" what "' || $1::text) FROM u"
 
 const char *const mend__pg_sql[P__COUNT] = {
-  [P_INSERT_RUN] =
-    "INSERT INTO runs(id, workflow, run_key, status, input, error, attention, created, updated,"
-    " owner, workflow_version) VALUES($1::text, $2::text, $3::text, $4::text, $5::text, $6::text,"
-    " $7::bigint, $8::float8, $9::float8, $10::text, $11::bigint) ON CONFLICT (run_key) DO NOTHING",
+  /* A run without a key (P_INSERT_RUN_KEY has one): a plain insert, not a speculative one. */
+#define INSERT_RUN \
+    "INSERT INTO runs(id, workflow, run_key, status, input, error, attention, created, updated," \
+    " owner, workflow_version) VALUES($1::text, $2::text, $3::text, $4::text, $5::text, $6::text," \
+    " $7::bigint, $8::float8, $9::float8, $10::text, $11::bigint)"
+  [P_INSERT_RUN] = INSERT_RUN,
   /* A run that is neither running nor compensating is nobody's. */
   [P_UPDATE_RUN] =
     "WITH u AS (UPDATE runs SET status = $2::text, error = $3::text, attention = $4::bigint,"
@@ -117,13 +119,18 @@ const char *const mend__pg_sql[P__COUNT] = {
   /* Claims (SKIP LOCKED: workers never wait for each other's claims). A worker whose lease ran
    * out is locked here before its runs are taken; a worker that renews locks its own row first
    * (P_LEASE_LIVE), so exactly one of the two goes on: the fence. Runs whose holder has no row
-   * at all are anyone's. Never our own runs. */
+   * at all are anyone's. A run another worker claimed since this statement began is skipped
+   * (its fence moved): the server looks at such a row again in its latest version, while the
+   * subqueries still read the workers as they were at the statement's start, where the row of
+   * a new worker, committed with its first claim, is missing: its runs would be taken from
+   * under it. Never our own runs. */
 #define CLAIM(order) \
     "WITH gone AS (SELECT owner FROM workers WHERE lease_until < clock_timestamp()" \
     " AND owner <> $1::text FOR UPDATE SKIP LOCKED)," \
     " c AS (SELECT id FROM runs WHERE status IN " LIVE " AND ($3::boolean OR unavailable IS NULL)" \
     " AND (owner IS NULL OR owner IN (SELECT owner FROM gone) OR (owner <> $1::text AND NOT EXISTS" \
     " (SELECT 1 FROM workers w WHERE w.owner = runs.owner)))" \
+    " AND fence = (SELECT f.fence FROM runs f WHERE f.id = runs.id)" \
     " ORDER BY created " order " LIMIT $2::bigint FOR UPDATE SKIP LOCKED)," \
     " u AS (UPDATE runs r SET owner = $1::text, fence = r.fence + 1 FROM c WHERE r.id = c.id" \
     " RETURNING r.id, r.created) SELECT id FROM u ORDER BY created " order
@@ -219,6 +226,19 @@ const char *const mend__pg_sql[P__COUNT] = {
   [P_IMAGE_HISTORY] =
     "SELECT seq, at, step, event, to_status, attempt, CASE WHEN event = 'map' THEN detail END"
     " FROM history WHERE run_id = $1::text ORDER BY seq",
+  /* The same for the runs of a claim, read together: the run's id last. */
+  [P_IMAGES_RUN] =
+    "SELECT r.workflow, coalesce(r.version, v.version), r.status, r.reason, r.error, r.attention,"
+    " r.cancel_requested, r.parent_run, r.unavailable, r.input,"
+    " coalesce(r.step_names, v.step_names), r.id FROM runs r"
+    " LEFT JOIN workflow_versions v ON v.id = r.workflow_version WHERE r.id = ANY($1::text[])",
+  [P_IMAGES_STEPS] =
+    "SELECT idx, name, status, attempts, comp_attempts, idem_key, custom_key, result, error, due,"
+    " last_delay, slept, run_id FROM steps WHERE run_id = ANY($1::text[]) ORDER BY run_id, idx",
+  [P_IMAGES_HISTORY] =
+    "SELECT seq, at, step, event, to_status, attempt, CASE WHEN event = 'map' THEN detail END,"
+    " run_id FROM history WHERE run_id = ANY($1::text[]) ORDER BY run_id, seq",
+  [P_INSERT_RUN_KEY] = INSERT_RUN " ON CONFLICT (run_key) WHERE run_key IS NOT NULL DO NOTHING",
 };
 
 /* A step keeps the kind of its last error in a column of its own (SQLite's schema 14), so
@@ -303,7 +323,20 @@ const char *const mend__pg_migrations[MEND_PG_SCHEMA_VERSION] = {
   "CREATE INDEX tokens_attempt ON tokens(run_id, step, attempt);"
   "UPDATE inbox SET key = encode(sha256(convert_to(key, 'UTF8')), 'hex')"
   " WHERE key IS NOT NULL AND (name = 'mend.token' OR name LIKE 'mend.token:%');",
-  /* 3 -> 4 */
+  /* 3 -> 4: fewer index entries a step. Most runs have no key: their rows need no entry in
+   * the key's index (a unique index holds NULLs too). Room on each page for a row's next
+   * version: a run's and a step's rows are written again, and a version on the same page
+   * costs no new page, and is a HOT update (no index entry) when no indexed column changed,
+   * as when a step goes from running to succeeded. */
+  "ALTER TABLE runs DROP CONSTRAINT runs_run_key_key;"
+  /* A run is held only while live (P_UPDATE_RUN), and the runs of one holder are looked for
+   * only when it closes, stalled or died (P_HELD, P_RELEASE_OWNER): among the live runs
+   * (runs_live), not in an index of their own that every start and claim writes to. */
+  "DROP INDEX runs_owner;"
+  "CREATE UNIQUE INDEX runs_key ON runs(run_key) WHERE run_key IS NOT NULL;"
+  "ALTER TABLE runs SET (fillfactor = 80);"
+  "ALTER TABLE steps SET (fillfactor = 80);",
+  /* 4 -> 5 */
   MIGRATE_ERROR_KIND,
 };
 
