@@ -88,6 +88,19 @@ static long long count(const char *q) {
   return n;
 }
 
+/* How many sessions wait for a lock of `locktype`, once one does (10 s at most). */
+static long long lock_waiters(const char *locktype) {
+  char q[200];
+  snprintf(q, sizeof q, "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = '%s'",
+           locktype);
+  long long waiting = 0;
+  for (int i = 0; i < 1000 && waiting < 1; i++) {
+    waiting = count(q);
+    if (waiting < 1) sleep_s(0.01);
+  }
+  return waiting;
+}
+
 static mend_run_rec run_rec(const char *id, const char *owner) {
   return (mend_run_rec){.id = id, .workflow = "order", .version = "v1", .source = "order.lua",
                         .status = "running", .input = "{}", .created = 1, .updated = 1,
@@ -653,12 +666,7 @@ static void test_deadlock(void) {
   pthread_t t;
   pthread_create(&t, NULL, commit_in_thread, s);
   /* the batch waits for x1's row, holding the inbox lock; then the other asks for that lock */
-  long long waiting = 0;
-  for (int i = 0; i < 1000 && waiting < 1; i++) {
-    waiting = count("SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'transactionid'");
-    if (waiting < 1) sleep_s(0.01);
-  }
-  CHECK_EQ_INT(waiting, 1);
+  CHECK_EQ_INT(lock_waiters("transactionid"), 1);
   PGresult *r = PQexec(other, "SELECT pg_advisory_xact_lock(x'4d454e49'::int)");
   CHECK_EQ_INT(PQresultStatus(r), PGRES_TUPLES_OK);   /* the other goes on */
   PQclear(r);
@@ -727,12 +735,7 @@ static void test_claim_sees_new_holder(void) {
   sql(gate, "SELECT pg_advisory_lock(4242)");
   pthread_t t;
   pthread_create(&t, NULL, claim_in_thread, b);
-  long long waiting = 0;
-  for (int i = 0; i < 1000 && waiting < 1; i++) {
-    waiting = count("SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'advisory'");
-    if (waiting < 1) sleep_s(0.01);
-  }
-  CHECK_EQ_INT(waiting, 1);
+  CHECK_EQ_INT(lock_waiters("advisory"), 1);
   /* a's first transaction: its workers row and its claim of the free run, committed */
   json_t *got = mend__pg_claim(a, "a", 30, 10, 0);
   CHECK(got && json_array_size(got) == 1);
@@ -849,6 +852,12 @@ static void test_claimed_images(void) {
       mend_step_rec st = {.run_id = ids[i], .idx = 0, .name = "a", .status = "succeeded",
                           .attempts = 1, .result = "{\"n\":1}", .due = -1, .last_delay = -1,
                           .updated = 3};
+      if (i % 3 == 2) {   /* a step that failed, its kind beside its text */
+        st.status = "failed";
+        st.result = NULL;
+        st.error = "sold out";
+        st.error_kind = "fatal";
+      }
       CHECK_EQ_INT(mend__pg_put_step(a, &st), 0);
     }
   }
@@ -890,6 +899,8 @@ static void test_claimed_images(void) {
     if (i == 2) CHECK(img.nhistory == 3 && img.last_seq == 3 && img.last_at == 9);
     if (i == 3) CHECK_EQ_INT(img.cancel_requested, 1);
     if (i == 7) CHECK_STR(img.workflow, "order");
+    if (i % 3 == 2) CHECK_STR(img.steps[0].error_kind, "fatal");   /* read ahead, as written */
+    if (i % 3 == 1) CHECK(img.steps[0].error_kind == NULL);
     mend_run_image_free(&img);
   }
   /* a second take of one is read again, not given twice */

@@ -320,7 +320,7 @@ typedef struct ahead {
 
 /* The reads, in the order sent, and the column that names the run in each. */
 static const int ahead_q[R__COUNT] = {P_IMAGES_RUN, P_IMAGES_STEPS, P_IMAGES_HISTORY};
-static const int ahead_id_col[R__COUNT] = {11, 12, 7};
+static const int ahead_id_col[R__COUNT] = {11, 13, 7};
 
 static void take_ahead(void *ud, int k, const PGresult *r) {
   ahead *a = ud;

@@ -234,7 +234,8 @@ const char *const mend__pg_sql[P__COUNT] = {
     " LEFT JOIN workflow_versions v ON v.id = r.workflow_version WHERE r.id = ANY($1::text[])",
   [P_IMAGES_STEPS] =
     "SELECT idx, name, status, attempts, comp_attempts, idem_key, custom_key, result, error, due,"
-    " last_delay, slept, run_id FROM steps WHERE run_id = ANY($1::text[]) ORDER BY run_id, idx",
+    " last_delay, slept, error_kind, run_id FROM steps WHERE run_id = ANY($1::text[])"
+    " ORDER BY run_id, idx",
   [P_IMAGES_HISTORY] =
     "SELECT seq, at, step, event, to_status, attempt, CASE WHEN event = 'map' THEN detail END,"
     " run_id FROM history WHERE run_id = ANY($1::text[]) ORDER BY run_id, seq",
