@@ -239,6 +239,7 @@ local function two_apart(db, a_env, a_secs, b_env, b_secs, server_secs)
   -- each holds 10 runs at most: both get some
   local function worker(env) return C.start_worker(db, env, log, "--max-in-flight 10") end
   local a, b = worker(ahead), worker(behind)
+  finally(function() kill9(a); kill9(b) end)   -- a failed check leaves neither behind
   for n = 1, 60 do ids[#ids + 1] = C.submit(client, dir, n, false, true) end
   H.wait_for("the first runs to end", function()
     for _, id in ipairs(ids) do
