@@ -235,10 +235,9 @@ end)
 -- live, every time written is the server's, and every run ends while they are killed in turn.
 local function two_apart(db, a_env, a_secs, b_env, b_secs, server_secs)
   local _, dir, log, client, ids = C.new_setup(0, false, db)
-  local ahead, behind = a_env, b_env
   -- each holds 10 runs at most: both get some
   local function worker(env) return C.start_worker(db, env, log, "--max-in-flight 10") end
-  local a, b = worker(ahead), worker(behind)
+  local a, b = worker(a_env), worker(b_env)
   finally(function() kill9(a); kill9(b) end)   -- a failed check leaves neither behind
   for n = 1, 60 do ids[#ids + 1] = C.submit(client, dir, n, false, true) end
   H.wait_for("the first runs to end", function()
@@ -258,7 +257,7 @@ local function two_apart(db, a_env, a_secs, b_env, b_secs, server_secs)
   for _ in pairs(by) do holders = holders + 1 end
   assert.are.equal(2, holders, "runs held by " .. mend.json.encode(by))
   -- the skew is real: a process started as they are reads its clock minutes off
-  for secs, env in pairs({ [a_secs] = ahead, [b_secs] = behind }) do
+  for secs, env in pairs({ [a_secs] = a_env, [b_secs] = b_env }) do
     local _, out = H.shell(env .. " date +%s")
     local skew = tonumber(out:match("%d+")) - os.time()
     assert.is_truthy(math.abs(skew - secs) < 10, ("faketime %+d gave a clock %+d s off"):format(secs, skew))
@@ -278,12 +277,12 @@ local function two_apart(db, a_env, a_secs, b_env, b_secs, server_secs)
   for round = 1, math.max(20, CYCLES // 6) do
     for _ = 1, 3 do n = n + 1; ids[#ids + 1] = C.submit(client, dir, n, false, true) end
     sleep(0.02 + math.random() * 0.08)
-    if round % 2 == 0 then kill9(a); a = worker(ahead)
-    else kill9(b); b = worker(behind) end
+    if round % 2 == 0 then kill9(a); a = worker(a_env)
+    else kill9(b); b = worker(b_env) end
   end
   kill9(a)
   kill9(b)
-  assert.are.equal(0, C.settle(db, client, ids, log, behind))
+  assert.are.equal(0, C.settle(db, client, ids, log, b_env))
   local counts = C.audit(db, client, ids, dir, { skewed = true })
   assert.is_truthy((counts.succeeded or 0) > 0 and (counts.compensated or 0) > 0)
 end
