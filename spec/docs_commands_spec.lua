@@ -42,6 +42,11 @@ local function command_lines()
   return found
 end
 
+-- A text as a Lua pattern that matches it literally.
+local function lit(text)
+  return (text:gsub("%p", "%%%0"))
+end
+
 local help_cache = {}
 local function help_of(cmd)
   if not help_cache[cmd] then
@@ -61,49 +66,50 @@ describe("the command lines the documents show", function()
     assert.is_true(#lines >= 20, ("only %d command lines found"):format(#lines))
   end)
 
-  it("name commands that exist and flags their --help lists", function()
+  -- Runs check(line, wrong) on every command line; no line may add to `wrong`.
+  local function each_line(check)
     local wrong = {}
-    for _, l in ipairs(lines) do
+    for _, l in ipairs(lines) do check(l, wrong) end
+    assert.are.same({}, wrong)
+  end
+
+  it("name commands that exist and flags their --help lists", function()
+    each_line(function(l, wrong)
       local h = help_of(l.cmd)
-      if not h.text:match("usage: mend " .. l.cmd:gsub("%-", "%%-")) then
+      if not h.text:find("usage: mend " .. lit(l.cmd)) then
         wrong[#wrong + 1] = ("%s:%d: mend %s: no such command (%s)"):format(
           l.file, l.line, l.cmd, h.text:match("[^\n]*"))
-      else
-        for flag in l.rest:gmatch("%-%-[%w-]+") do
-          if flag ~= "--help" and not h.text:find(flag:gsub("%-", "%%-") .. "%f[^%w-]") then
-            wrong[#wrong + 1] = ("%s:%d: mend %s %s: not in `mend %s --help`"):format(
-              l.file, l.line, l.cmd, flag, l.cmd)
-          end
+        return
+      end
+      for flag in l.rest:gmatch("%-%-[%w-]+") do
+        if flag ~= "--help" and not h.text:find(lit(flag) .. "%f[^%w-]") then
+          wrong[#wrong + 1] = ("%s:%d: mend %s %s: not in `mend %s --help`"):format(
+            l.file, l.line, l.cmd, flag, l.cmd)
         end
       end
-    end
-    assert.are.same({}, wrong)
+    end)
   end)
 
   it("give commands that take only flags no other argument", function()
-    local wrong = {}
-    for _, l in ipairs(lines) do
-      if FLAGS_ONLY[l.cmd] and not l.synopsis then
-        -- Drop each flag with its value (a flag's value is the next word unless it is a flag).
-        local words = {}
-        for w in l.rest:gmatch("%S+") do words[#words + 1] = w end
-        local i = 1
-        while i <= #words do
-          local w = words[i]
-          if w:match("^%-%-") then
-            local usage = help_of(l.cmd).text:match("^(.-)\n\n") or ""
-            local takes_value = usage:find(w .. " %u") or usage:find(w .. " %[?%u")
-            i = i + (takes_value and 2 or 1)
-          elseif w:match("^%[") or w:match("^%]") or w:match("^>") or w == "2>&1" then
-            i = i + 1  -- a synopsis's brackets, or a redirection
-          else
+    each_line(function(l, wrong)
+      if not FLAGS_ONLY[l.cmd] or l.synopsis then return end
+      local usage = help_of(l.cmd).text:match("^(.-)\n\n") or ""
+      local words = {}
+      for w in l.rest:gmatch("%S+") do words[#words + 1] = w end
+      -- Drop each flag with its value (the usage shows which flags take one).
+      local i = 1
+      while i <= #words do
+        local w = words[i]
+        if w:match("^%-%-") then
+          i = i + (usage:find(lit(w) .. " %[?%u") and 2 or 1)
+        else
+          if not (w:match("^>") or w == "2>&1") then
             wrong[#wrong + 1] = ("%s:%d: mend %s given %q"):format(l.file, l.line, l.cmd, w)
-            i = i + 1
           end
+          i = i + 1
         end
       end
-    end
-    assert.are.same({}, wrong)
+    end)
   end)
 
   it("checks the commands it says take only flags", function()
