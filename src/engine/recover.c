@@ -59,6 +59,9 @@ void mend__step_from_image(mend_run *r, step_rt *st, const mend_step_image *si) 
   if (st->custom_key) st->idem_key = mend_dupstr(si->idem_key);
   st->error = mend_dupstr(si->error);
   st->err_kind = mend_error_kind_parse(si->error_kind);
+  int severity = si->error_severity;
+  st->err_severity = severity < 0 ? 0 : severity > 3 ? 3 : (unsigned)severity;
+  st->err_stopped = si->error_stopped != 0;
   st->due = si->due;
   st->last_delay = si->last_delay;
   st->result = si->result ? mend_dupstr(si->result) : NULL;

@@ -674,6 +674,8 @@ static int rec_step(mend_store *s, int q, const mend_step_rec *st) {
   mend__rec_int(s, st->slept ? 1 : 0);
   mend__rec_text(s, st->awaits);
   mend__rec_text(s, st->error ? st->error_kind : NULL);
+  mend__rec_int(s, st->error ? st->error_severity : 0);
+  mend__rec_int(s, st->error ? st->error_stopped : 0);
   return mend__rec_end(s);
 }
 

@@ -75,9 +75,10 @@ static const table tables[] = {
    "SELECT count(*) FROM runs"},
   {"steps",
    "run_id, idx, name, status, attempts, comp_attempts, idem_key, custom_key, result, error,"
-   " due, last_delay, updated, slept, awaits, error_kind",
+   " due, last_delay, updated, slept, awaits, error_kind, error_severity, error_stopped",
    "SELECT run_id, idx, name, status, attempts, comp_attempts, idem_key, custom_key, result,"
-   " error, due, last_delay, updated, slept, awaits, error_kind FROM steps",
+   " error, due, last_delay, updated, slept, awaits, error_kind, error_severity, error_stopped"
+   " FROM steps",
    "SELECT count(*) FROM steps"},
   /* history_named: statuses, events and workers as names (PostgreSQL keeps no labels). */
   {"history",
