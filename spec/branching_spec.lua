@@ -520,6 +520,46 @@ describe("the kind of a branch's failure across a restart", function()
     assert.are.equal(1, #H.sql(db, ("SELECT 1 FROM dlq WHERE run_id = '%s'"):format(id)))
   end)
 
+  -- Two branches that failed for good, one compensable (compensated itself) and one not: the
+  -- run's reason is the first's, and a restart during the compensation undoes each branch by
+  -- its own kind, as it was going to.
+  it("undoes each failed branch by its own kind, not by the run's reason", function()
+    for _, case in ipairs({ { mend.compensable, mend.fatal, "compensable", "g/a" },
+                            { mend.fatal, mend.compensable, "fatal", "g/b" } }) do
+      local calls = {}
+      local function undo(ctx)
+        calls[#calls + 1] = ctx.step
+        if ctx.step == "g/c" and #calls == 1 then error(mend.retryable("busy")) end
+      end
+      local def = { name = "two", steps = { { name = "g", parallel = {
+        { name = "a", compensate = undo,
+          execute = function(ctx) ctx:sleep(1); error(case[1]("a failed")) end },
+        { name = "b", compensate = undo,
+          execute = function(ctx) ctx:sleep(2); error(case[2]("b failed")) end },
+        { name = "c", compensate = undo,
+          compensate_retry = { max_attempts = 2, initial = 10, max_delay = 10, jitter = 0 },
+          execute = function(ctx) ctx:sleep(3); return "c" end },
+      } } } }
+      local want = { "g/c", "g/c", case[4] }
+      local before = uninterrupted(def)
+      assert.are.same({ "compensated", case[3] }, { before.status, before.reason })
+      assert.are.same(want, calls)
+      calls = {}
+      local eng, db = H.new_engine()
+      eng:register(def)
+      local id = eng:start("two", {})
+      eng:advance(5)                             -- c's compensation waits for its retry
+      assert.are.same({ "g/c" }, calls)
+      H.close(eng)
+      local st = carried_on(db, def, id)
+      assert.are.same({ "compensated", case[3] }, { st.status, st.reason })
+      assert.are.same(want, calls, case[3])
+      for _, name in ipairs({ "g/a", "g/b", "g/c" }) do
+        assert.are.equal(H.step(before, name).status, H.step(st, name).status, name)
+      end
+    end
+  end)
+
   it("ends a map whose item ran out of attempts in the dead-letter queue, as before the restart",
      function()
     local def = { name = "mk", steps = {

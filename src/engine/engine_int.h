@@ -441,7 +441,7 @@ void mend__group_forward(mend_run *r, int g);
 void mend__group_free(mend_run *r);
 struct mend_group *mend__group_of(mend_run *r);
 void mend__group_restore(mend_run *r, const mend_run_image *img);
-void mend__step_from_image(mend_run *r, step_rt *st, const mend_step_image *si);
+void mend__step_from_image(step_rt *st, const mend_step_image *si);
 void mend__group_settle(mend_run *r);
 void mend__group_stop(mend_run *r, const char *why);
 int mend__group_stopping(const mend_run *lane);

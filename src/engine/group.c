@@ -485,7 +485,7 @@ void mend__group_restore(mend_run *r, const mend_run_image *img) {
     int n = (int)(idx % MEND_MAP_ROWS);
     if (!ms || n >= ms->n) continue;
     step_rt *st = &ms->items[n];
-    mend__step_from_image(r, st, so);
+    mend__step_from_image(st, so);
     st->key_ready = st->key_ready || st->custom_key;
     st->has_row = 1;
   }
