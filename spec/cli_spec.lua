@@ -264,6 +264,19 @@ describe("the mend command", function()
       assert.are.equal(2, st.steps[2].attempts)
     end)
 
+    it("names the kind of each step's error beside it, as mend.fatal and the others name it",
+       function()
+      local id = run_order('{"card":"declined"}')
+      local code, out, err = mend("status", id, "--db", db, "--json")
+      assert.are.equal(0, code, err)
+      local steps = {}
+      for _, s in ipairs(json.decode(out).steps) do steps[s.name] = s end
+      assert.are.equal("fatal: card declined for order o-1", steps.charge.error)
+      assert.are.equal("fatal", steps.charge.error_kind)
+      assert.is_nil(steps.reserve.error)
+      assert.is_nil(steps.reserve.error_kind)   -- no error, no kind
+    end)
+
     it("shows a run's status readably", function()
       local id = run_order('{"card":"declined"}')
       local code, out, err = mend("status", id, "--db", db)

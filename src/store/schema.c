@@ -200,7 +200,7 @@ const char *const mend__query_sql[Q__COUNT] = {
   [Q_STEPS] =
     "SELECT idx, name, status, attempts, comp_attempts,"
     " coalesce(idem_key, run_id || '/' || name) AS idempotency_key,"
-    " custom_key, result, error, due, last_delay, updated, slept, awaits FROM steps"
+    " custom_key, result, error, error_kind, due, last_delay, updated, slept, awaits FROM steps"
     " WHERE run_id = ?1"
     " ORDER BY idx",
   /* The attempts begun and not ended: a step whose last transition is to running (its row is

@@ -152,7 +152,7 @@ static const char SQL_RUN[] =
 static const char SQL_STEPS[] =
   "SELECT idx, name, status, attempts, comp_attempts,"
   " coalesce(idem_key, run_id || '/' || name) AS idempotency_key,"
-  " custom_key, result, error, due, last_delay, updated, slept, awaits FROM steps"
+  " custom_key, result, error, error_kind, due, last_delay, updated, slept, awaits FROM steps"
   " WHERE run_id = $1 ORDER BY idx";
 
 static const char SQL_IN_FLIGHT[] =
