@@ -520,6 +520,19 @@ describe("the kind of a branch's failure across a restart", function()
     assert.are.equal(1, #H.sql(db, ("SELECT 1 FROM dlq WHERE run_id = '%s'"):format(id)))
   end)
 
+  it("is kept stopped in the row of a map whose list the engine stopped", function()
+    local opts = { instruction_budget = 100000 }
+    local def = { name = "ml", steps = {
+      { name = "m", map = function() while true do end end,
+        step = { execute = function() return 1 end } } } }
+    local eng, db = H.new_engine(opts)
+    eng:register(def)
+    local id = eng:start("ml", {})
+    eng:run()
+    assert.are.equal("workflow_error", eng:status(id).reason)
+    assert.are.same({ "error 1" }, { row(db, id, "m", "error_kind || ' ' || error_stopped") })
+  end)
+
   -- Two branches that failed for good, one compensable (compensated itself) and one not: the
   -- run's reason is the first's, and a restart during the compensation undoes each branch by
   -- its own kind, as it was going to.
