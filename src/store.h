@@ -86,6 +86,8 @@ typedef struct mend_history_rec {
   const char *detail;             /* free text or JSON */
   long seq;                       /* > 0: its number in the run's history, counted by the run's
                                      holder; 0: the next free one, looked up */
+  const char *error_kind;         /* a step transition's error by its kind's name (as
+                                     mend_step_rec's); NULL: none, or not a step's error */
 } mend_history_rec;
 
 typedef struct mend_dlq_rec {

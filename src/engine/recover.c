@@ -251,7 +251,8 @@ static void flag_unavailable(mend_engine *E, const char *id, const char *wf, con
   mend_engine_log_line(E, "warn", id, NULL, 0, "recover", why);
   if (mend_store_set_unavailable(E->store, id, why)) mend__store_failed(E);
   char *text = json_dumps(ev, JSON_COMPACT);
-  mend_history_rec h = {id, NULL, mend__entry_time(E, id), "alert", NULL, NULL, 0, why, -1, text, 0};
+  mend_history_rec h = {id, NULL, mend__entry_time(E, id), "alert", NULL, NULL, 0, why, -1, text, 0,
+                        NULL};
   if (mend_store_append_history(E->store, &h)) mend__store_failed(E);
   free(text);
   json_array_append_new(E->alerts, ev);   /* logged and sent once the batch commits */

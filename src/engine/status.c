@@ -52,13 +52,19 @@ double mend__history_time(mend_run *r) {
   return r->last_at;
 }
 
+static void append_history(mend_run *r, mend_history_rec *h) {
+  r = mend__root(r);   /* a lane's rows are its run's */
+  h->run_id = r->id;
+  h->at = mend__history_time(r);
+  h->seq = ++r->history_seq;
+  if (mend_store_append_history(r->E->store, h)) mend__store_failed(r->E);
+}
+
 void mend__history(mend_run *r, const char *step, const char *event, const char *from,
                     const char *to, int attempt, const char *error, double delay,
                     const char *detail) {
-  r = mend__root(r);   /* a lane's rows are its run's */
-  mend_history_rec h = {r->id, step, mend__history_time(r), event, from, to, attempt, error,
-                        delay, detail, ++r->history_seq};
-  if (mend_store_append_history(r->E->store, &h)) mend__store_failed(r->E);
+  mend_history_rec h = {NULL, step, 0, event, from, to, attempt, error, delay, detail, 0, NULL};
+  append_history(r, &h);
 }
 
 static void log_transition(mend_run *r, const char *step, int attempt, const char *from,
@@ -103,8 +109,10 @@ void mend__step_err_to(mend_run *r, int i, mend_step_status to, const mend_error
   /* The first row after an attempt with HTTP requests (its outcome) names them. */
   char *http = detail ? NULL : r->http_detail;
   if (http) r->http_detail = NULL;
-  mend__history(r, mend__step_name(r, i), "step", from, mend_step_status_name(to), attempt, error, delay,
-                http ? http : detail);
+  mend_history_rec h = {NULL, mend__step_name(r, i), 0, "step", from, mend_step_status_name(to),
+                        attempt, error, delay, http ? http : detail, 0,
+                        error ? mend_error_kind_name((mend_error_kind)st->err_kind) : NULL};
+  append_history(r, &h);
   free(http);
   log_transition(r, mend__step_name(r, i), attempt, from, mend_step_status_name(to), error);
 }

@@ -65,7 +65,8 @@
  *   steps.error_severity INTEGER, steps.error_stopped INTEGER (schema 15, both NOT NULL
  *        DEFAULT 0): a compensable error's severity (1..3), and 1 when the engine stopped the
  *        step's code (a limit: a workflow_error), so that a group taken up after a restart
- *        ends as its branch failed
+ *        ends as its branch failed; history.error_kind TEXT (schema 15): the kind of a step
+ *        transition's error, as steps.error_kind (NULL for other rows), in history_named too
  *   runs also has cancel_requested INTEGER: a cancel asked for by another process (indexed by
  *        owner where set)
  * Nullable text fields are passed as NULL; a delay or due time of < 0 is stored as NULL.
@@ -116,13 +117,13 @@ const char *const mend__query_sql[Q__COUNT] = {
     " custom_key = ?7, result = ?8, error = ?9, due = ?10, last_delay = ?11, updated = ?12,"
     " slept = ?13, awaits = ?14, error_kind = ?15, error_severity = ?16, error_stopped = ?17"
     " WHERE run_id = ?1 AND idx = ?2",
-  /* ?12 is the number the run's holder keeps count of (no look-up: 12% of the writer thread's
-   * work in W1); NULL, or a number another process took meanwhile, makes it the next free one
-   * (flush_log runs it again without). */
+  /* ?13 (the last) is the number the run's holder keeps count of (no look-up: 12% of the
+   * writer thread's work in W1); NULL, or a number another process took meanwhile, makes it
+   * the next free one (flush_log runs it again without). */
   [Q_APPEND_HISTORY] =
     "INSERT INTO history(run_id, seq, step, at, event, from_status, to_status, attempt, error,"
-    " delay, detail, worker) VALUES(?1, coalesce(?12, coalesce((SELECT max(seq) FROM history"
-    " WHERE run_id = ?1), 0) + 1), ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
+    " delay, detail, worker, error_kind) VALUES(?1, coalesce(?13, coalesce((SELECT max(seq)"
+    " FROM history WHERE run_id = ?1), 0) + 1), ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
     " ON CONFLICT(run_id, seq) DO NOTHING",
   /* Q_HISTORY_GROUP is HISTORY_GROUP numbered rows in one statement (history_group_sql). */
   [Q_NAME_WORKER] = "INSERT INTO worker_names(name) VALUES(?1) ON CONFLICT(name) DO NOTHING",
@@ -211,7 +212,7 @@ const char *const mend__query_sql[Q__COUNT] = {
     " WHERE run_id = ?1 AND event IN (?2, 'step') ORDER BY seq",
   [Q_HISTORY] =
     "SELECT seq, run_id, step, at, event, from_status AS \"from\", to_status AS \"to\", attempt,"
-    " error, delay, detail, worker FROM history_named WHERE run_id = ?1 ORDER BY seq",
+    " error, error_kind, delay, detail, worker FROM history_named WHERE run_id = ?1 ORDER BY seq",
   [Q_DLQ] = "SELECT run_id, reason, step, error, detail, at FROM dlq ORDER BY at, run_id",
   [Q_BREAKERS] =
     "SELECT key, state, failures, successes, opened_at, open_until, updated FROM breakers"
@@ -485,6 +486,17 @@ const char *const mend__migrations[MEND_SCHEMA_VERSION] = {
   " r.reason WHEN 'severity_2' THEN 2 WHEN 'severity_3' THEN 3 END FROM runs r"
   " WHERE r.id = steps.run_id), 1) ELSE 1 END WHERE error_kind = 'compensable';"
   "UPDATE steps SET error_stopped = 1 WHERE error_kind = 'error' AND status = 'failed'"
-  " AND (SELECT r.reason FROM runs r WHERE r.id = steps.run_id) = 'workflow_error';",
+  " AND (SELECT r.reason FROM runs r WHERE r.id = steps.run_id) = 'workflow_error';"
+  /* A step transition's history row names its error's kind too (NULL in the rows before: the
+   * text of theirs names it, as the engine wrote it then). */
+  "ALTER TABLE history ADD COLUMN error_kind TEXT;"
+  "DROP VIEW IF EXISTS history_named;"
+  "CREATE VIEW history_named AS SELECT run_id, seq, step, at,"
+  " coalesce((SELECT name FROM labels WHERE code = h.event), h.event) AS event,"
+  " coalesce((SELECT name FROM labels WHERE code = h.from_status), h.from_status) AS from_status,"
+  " coalesce((SELECT name FROM labels WHERE code = h.to_status), h.to_status) AS to_status,"
+  " attempt, error, delay, detail,"
+  " coalesce((SELECT name FROM worker_names w WHERE w.id = h.worker), h.worker) AS worker,"
+  " error_kind FROM history h;",
 };
 

@@ -21,7 +21,7 @@
 
 #define BUSY_TIMEOUT_MS 5000
 #define HISTORY_GROUP 8
-#define HISTORY_VALUES 12   /* the values of a history record (mend_store_append_history) */
+#define HISTORY_VALUES 13   /* the values of a history record (mend_store_append_history) */
 #define LABELS_MAX 64       /* more names than that are written out, as before schema 7 */
 
 enum {

@@ -21,7 +21,8 @@ CREATE TABLE steps(run_id TEXT NOT NULL, idx BIGINT NOT NULL, name TEXT, status 
   error_stopped BIGINT NOT NULL DEFAULT 0, PRIMARY KEY (run_id, idx));
 CREATE TABLE history(run_id TEXT NOT NULL, seq BIGINT NOT NULL, step TEXT,
   at DOUBLE PRECISION, event TEXT NOT NULL, from_status TEXT, to_status TEXT, attempt BIGINT,
-  error TEXT, delay DOUBLE PRECISION, detail TEXT, worker TEXT, PRIMARY KEY (run_id, seq));
+  error TEXT, delay DOUBLE PRECISION, detail TEXT, worker TEXT, error_kind TEXT,
+  PRIMARY KEY (run_id, seq));
 CREATE TABLE breakers(key TEXT PRIMARY KEY, state TEXT NOT NULL, failures BIGINT,
   successes BIGINT, opened_at DOUBLE PRECISION, open_until DOUBLE PRECISION,
   updated DOUBLE PRECISION);

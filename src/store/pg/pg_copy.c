@@ -82,9 +82,10 @@ static const table tables[] = {
    "SELECT count(*) FROM steps"},
   /* history_named: statuses, events and workers as names (PostgreSQL keeps no labels). */
   {"history",
-   "run_id, seq, step, at, event, from_status, to_status, attempt, error, delay, detail, worker",
+   "run_id, seq, step, at, event, from_status, to_status, attempt, error, delay, detail, worker,"
+   " error_kind",
    "SELECT run_id, seq, step, at, event, from_status, to_status, attempt, error, delay,"
-   " detail, worker FROM history_named",
+   " detail, worker, error_kind FROM history_named",
    "SELECT count(*) FROM history"},
   {"breakers", "key, state, failures, successes, opened_at, open_until, updated",
    "SELECT key, state, failures, successes, opened_at, open_until, updated FROM breakers",

@@ -178,6 +178,7 @@ int mend__pg_append_history(mend_store *s, const mend_history_rec *h) {
   mend__pg_rec_opt_real(p, h->delay);
   mend__pg_rec_text(p, h->detail);
   mend__pg_rec_text(p, p->worker);
+  mend__pg_rec_text(p, h->error_kind);
   if (h->seq > 0) mend__pg_rec_int(p, h->seq);
   else mend__pg_rec_text(p, NULL);
   return mend__pg_rec_end(p);

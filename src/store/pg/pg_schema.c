@@ -57,15 +57,16 @@ const char *const mend__pg_sql[P__COUNT] = {
     " error_severity = $16::bigint, error_stopped = $17::bigint"
     " WHERE run_id = $1::text AND idx = $2::bigint"
     CHANGED("no step of run "),
-  /* $12: the number the run's holder counts; NULL, or one taken meanwhile by another process
+  /* $13: the number the run's holder counts; NULL, or one taken meanwhile by another process
    * (a person's repair), gives the next free one. */
   [P_APPEND_HISTORY] =
     "INSERT INTO history(run_id, seq, step, at, event, from_status, to_status, attempt, error,"
-    " delay, detail, worker) SELECT $1::text, CASE WHEN $12::bigint IS NOT NULL AND NOT EXISTS"
-    " (SELECT 1 FROM history WHERE run_id = $1::text AND seq = $12::bigint) THEN $12::bigint"
+    " delay, detail, worker, error_kind) SELECT $1::text, CASE WHEN $13::bigint IS NOT NULL"
+    " AND NOT EXISTS (SELECT 1 FROM history WHERE run_id = $1::text AND seq = $13::bigint)"
+    " THEN $13::bigint"
     " ELSE coalesce((SELECT max(seq) FROM history WHERE run_id = $1::text), 0) + 1 END,"
     " $2::text, $3::float8, $4::text, $5::text, $6::text, $7::bigint, $8::text, $9::float8,"
-    " $10::text, $11::text",
+    " $10::text, $11::text, $12::text",
   [P_PUT_BREAKER] =
     "INSERT INTO breakers(key, state, failures, successes, opened_at, open_until, updated)"
     " VALUES($1::text, $2::text, $3::bigint, $4::bigint, $5::float8, $6::float8, $7::float8)"
@@ -265,8 +266,9 @@ const char *const mend__pg_sql[P__COUNT] = {
 /* A step keeps its error's severity and whether the engine stopped its code (SQLite's schema
  * 15), which decide how a group whose branch failed ends after a restart. The rows before get
  * them once, here, from what their run says: a failed step of a run that ended for a severity
- * or a workflow_error failed so; any other compensable error had the default severity, 1.
- * Kept apart, as the one above. */
+ * or a workflow_error failed so; any other compensable error had the default severity, 1. A
+ * step transition's history row names its error's kind too (NULL in the rows before: their
+ * text names it). Kept apart, as the one above. */
 #define MIGRATE_ERROR_DETAIL \
   "ALTER TABLE steps ADD COLUMN error_severity BIGINT NOT NULL DEFAULT 0," \
   " ADD COLUMN error_stopped BIGINT NOT NULL DEFAULT 0;" \
@@ -274,7 +276,8 @@ const char *const mend__pg_sql[P__COUNT] = {
   " r.reason WHEN 'severity_2' THEN 2 WHEN 'severity_3' THEN 3 END FROM runs r" \
   " WHERE r.id = steps.run_id), 1) ELSE 1 END WHERE error_kind = 'compensable';" \
   "UPDATE steps SET error_stopped = 1 WHERE error_kind = 'error' AND status = 'failed'" \
-  " AND (SELECT r.reason FROM runs r WHERE r.id = steps.run_id) = 'workflow_error';"
+  " AND (SELECT r.reason FROM runs r WHERE r.id = steps.run_id) = 'workflow_error';" \
+  "ALTER TABLE history ADD COLUMN error_kind TEXT;"
 
 /* migrations[v] takes a database from version v to v + 1, in the transaction of
  * mend__pg_schema. The tables are SQLite's logical schema (store.h, "Schema"), with the

@@ -305,7 +305,8 @@ json_t *mend__pg_view_history(PGconn *c, const char *id, char *err, size_t errle
   const char *p[1] = {id};
   return rows_array(c,
                     "SELECT seq, run_id, step, at, event, from_status AS \"from\","
-                    " to_status AS \"to\", attempt, error, delay, detail, worker FROM history"
+                    " to_status AS \"to\", attempt, error, error_kind, delay, detail, worker"
+                    " FROM history"
                     " WHERE run_id = $1 ORDER BY seq",
                     1, p, "read history", err, errlen);
 }
