@@ -583,6 +583,7 @@ static void it_is_ticked_and_answers_each_error_kind(void) {
   CHECK_STR(run_status(E, id[2], st, sizeof st), "compensated");
   CHECK(run_has(E, id[2], "no such account", 0));
   CHECK(run_has(E, id[2], "\"error_kind\":\"fatal\"", 0));   /* the step's, by its name */
+  CHECK(run_has(E, id[2], "\"error_kind\":\"fatal\"", 1));   /* and its history row's */
   /* compensable, severity 2: the step itself is compensated too, and an alert is raised */
   CHECK_STR(run_status(E, id[3], st, sizeof st), "compensated");
   CHECK(run_has(E, id[3], "half applied", 0));
