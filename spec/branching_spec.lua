@@ -441,8 +441,8 @@ describe("the kind of a branch's failure across a restart", function()
     } }
   end
 
-  local function crashed_with_failed(def, failed)
-    local eng, db = H.new_engine()
+  local function crashed_with_failed(def, failed, opts)
+    local eng, db = H.new_engine(opts)
     eng:register(def)
     local id = eng:start(def.name, { items = { { t = 1, bad = true }, { t = 5 } } })
     eng:advance(2)                               -- failed for good; the other's attempt in flight
@@ -456,8 +456,8 @@ describe("the kind of a branch's failure across a restart", function()
       :format(column, id, name))[1]
   end
 
-  local function carried_on(db, def, id)
-    local eng2 = H.reopen(db)
+  local function carried_on(db, def, id, opts)
+    local eng2 = H.reopen(db, opts)
     eng2:register(def)
     eng2:recover()
     eng2:run()
@@ -474,6 +474,103 @@ describe("the kind of a branch's failure across a restart", function()
     assert.are.equal("compensated", st.status)
     assert.are.equal("fatal", st.reason)
     assert.are.equal("sold out", st.error)
+  end)
+
+  -- what the same run comes to when nothing stops its worker
+  local function uninterrupted(def, opts)
+    local eng = H.new_engine(opts)
+    eng:register(def)
+    local id = eng:start(def.name, {})
+    eng:run()
+    return eng:status(id)
+  end
+
+  it("keeps a compensable branch's severity: 2 is compensated with an alert, 3 waits for a person",
+     function()
+    for _, case in ipairs({ { 2, "compensated", "severity_2" },
+                            { 3, "needs_attention", "severity_3" } }) do
+      local severity, want = case[1], { case[2], case[3] }
+      local def = group_def(function(m) return mend.compensable(m, { severity = severity }) end)
+      local before = uninterrupted(def)
+      assert.are.same(want, { before.status, before.reason })
+      local db, id = crashed_with_failed(def, "g/a")
+      assert.are.equal("compensable", row(db, id, "g/a", "error_kind"))
+      local st = carried_on(db, def, id)
+      assert.are.same(want, { st.status, st.reason }, "severity " .. severity)
+      assert.are.equal("compensable: sold out", st.error)
+    end
+  end)
+
+  it("keeps a branch the engine stopped (its instruction budget) a workflow_error for a person",
+     function()
+    local opts = { instruction_budget = 100000 }
+    local def = { name = "rw", steps = {
+      { name = "g", parallel = {
+        { name = "a", retry = { max_attempts = 1 },
+          execute = function(ctx) ctx:sleep(1); while true do end end },
+        { name = "b", execute = function(ctx) ctx:sleep(5); return "b" end },
+      } },
+    } }
+    local before = uninterrupted(def, opts)
+    assert.are.same({ "needs_attention", "workflow_error" }, { before.status, before.reason })
+    local db, id = crashed_with_failed(def, "g/a", opts)
+    local st = carried_on(db, def, id, opts)
+    assert.are.same({ "needs_attention", "workflow_error" }, { st.status, st.reason })
+    assert.matches("instruction budget", st.error)
+    assert.are.equal(1, #H.sql(db, ("SELECT 1 FROM dlq WHERE run_id = '%s'"):format(id)))
+  end)
+
+  it("is kept stopped in the row of a map whose list the engine stopped", function()
+    local opts = { instruction_budget = 100000 }
+    local def = { name = "ml", steps = {
+      { name = "m", map = function() while true do end end,
+        step = { execute = function() return 1 end } } } }
+    local eng, db = H.new_engine(opts)
+    eng:register(def)
+    local id = eng:start("ml", {})
+    eng:run()
+    assert.are.equal("workflow_error", eng:status(id).reason)
+    assert.are.same({ "error 1" }, { row(db, id, "m", "error_kind || ' ' || error_stopped") })
+  end)
+
+  -- Two branches that failed for good, one compensable (compensated itself) and one not: the
+  -- run's reason is the first's, and a restart during the compensation undoes each branch by
+  -- its own kind, as it was going to.
+  it("undoes each failed branch by its own kind, not by the run's reason", function()
+    for _, case in ipairs({ { mend.compensable, mend.fatal, "compensable", "g/a" },
+                            { mend.fatal, mend.compensable, "fatal", "g/b" } }) do
+      local calls = {}
+      local function undo(ctx)
+        calls[#calls + 1] = ctx.step
+        if ctx.step == "g/c" and #calls == 1 then error(mend.retryable("busy")) end
+      end
+      local def = { name = "two", steps = { { name = "g", parallel = {
+        { name = "a", compensate = undo,
+          execute = function(ctx) ctx:sleep(1); error(case[1]("a failed")) end },
+        { name = "b", compensate = undo,
+          execute = function(ctx) ctx:sleep(2); error(case[2]("b failed")) end },
+        { name = "c", compensate = undo,
+          compensate_retry = { max_attempts = 2, initial = 10, max_delay = 10, jitter = 0 },
+          execute = function(ctx) ctx:sleep(3); return "c" end },
+      } } } }
+      local want = { "g/c", "g/c", case[4] }
+      local before = uninterrupted(def)
+      assert.are.same({ "compensated", case[3] }, { before.status, before.reason })
+      assert.are.same(want, calls)
+      calls = {}
+      local eng, db = H.new_engine()
+      eng:register(def)
+      local id = eng:start("two", {})
+      eng:advance(5)                             -- c's compensation waits for its retry
+      assert.are.same({ "g/c" }, calls)
+      H.close(eng)
+      local st = carried_on(db, def, id)
+      assert.are.same({ "compensated", case[3] }, { st.status, st.reason })
+      assert.are.same(want, calls, case[3])
+      for _, name in ipairs({ "g/a", "g/b", "g/c" }) do
+        assert.are.equal(H.step(before, name).status, H.step(st, name).status, name)
+      end
+    end
   end)
 
   it("ends a map whose item ran out of attempts in the dead-letter queue, as before the restart",
@@ -503,12 +600,49 @@ describe("the kind of a branch's failure across a restart", function()
     local pg = H.is_pg(db)
     -- the store as mend wrote it before (SQLite schema 13, PostgreSQL schema 4)
     H.sql(db, "ALTER TABLE steps DROP COLUMN error_kind")
+    H.sql(db, "ALTER TABLE steps DROP COLUMN error_severity")
+    H.sql(db, "ALTER TABLE steps DROP COLUMN error_stopped")
+    if not pg then H.sql(db, "DROP VIEW history_named") end   -- it names the column (made again)
+    H.sql(db, "ALTER TABLE history DROP COLUMN error_kind")
     H.sql(db, ("UPDATE meta SET value = '%s' WHERE key = 'schema_version'"):format(pg and 4 or 13))
     if not pg then H.sql(db, "PRAGMA user_version = 13") end
     local st = carried_on(db, def, id)
     assert.are.equal("compensable", row(db, id, "g/a", "error_kind"))
     assert.are.equal("compensated", st.status)
     assert.are.equal("compensable", st.reason)
+  end)
+
+  it("has its severity and stop filled from its run's reason, when a store from before they had "
+     .. "columns is opened", function()
+    local opts = { instruction_budget = 100000 }
+    local sev2 = group_def(function(m) return mend.compensable(m, { severity = 2 }) end)
+    local spin = { name = "rw", steps = { { name = "g", parallel = {
+      { name = "a", execute = function(ctx) ctx:sleep(1); while true do end end },
+      { name = "b", execute = function() return "b" end } } } } }
+    local eng, db = H.new_engine(opts)
+    eng:register(sev2)
+    eng:register(spin)
+    local a, b = eng:start("rk", {}), eng:start("rw", {})
+    eng:run()
+    assert.are.equal("severity_2", eng:status(a).reason)
+    assert.are.equal("workflow_error", eng:status(b).reason)
+    H.close(eng)
+    local pg = H.is_pg(db)
+    -- the store as mend wrote it before (SQLite schema 14, PostgreSQL schema 5)
+    H.sql(db, "ALTER TABLE steps DROP COLUMN error_severity")
+    H.sql(db, "ALTER TABLE steps DROP COLUMN error_stopped")
+    if not pg then H.sql(db, "DROP VIEW history_named") end   -- it names the column (made again)
+    H.sql(db, "ALTER TABLE history DROP COLUMN error_kind")
+    H.sql(db, ("UPDATE meta SET value = '%s' WHERE key = 'schema_version'"):format(pg and 5 or 14))
+    if not pg then H.sql(db, "PRAGMA user_version = 14") end
+    H.reopen(db, opts)
+    assert.are.same({ "2 0" }, { row(db, a, "g/a", "error_severity || ' ' || error_stopped") })
+    assert.are.same({ "0 1" }, { row(db, b, "g/a", "error_severity || ' ' || error_stopped") })
+    assert.are.same({ "0 0" }, { row(db, b, "g/b", "error_severity || ' ' || error_stopped") })
+    -- history's rows before name no kind (their text does); history_named reads them
+    local named = H.is_pg(db) and "history" or "history_named"
+    assert.are.same({ "0" }, H.sql(db, ("SELECT count(*) FROM %s WHERE run_id = '%s' AND error_kind"
+      .. " IS NOT NULL"):format(named, a)))
   end)
 end)
 

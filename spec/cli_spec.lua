@@ -264,6 +264,29 @@ describe("the mend command", function()
       assert.are.equal(2, st.steps[2].attempts)
     end)
 
+    it("names the kind of each step's error beside it, as mend.fatal and the others name it",
+       function()
+      local id = run_order('{"card":"declined"}')
+      local code, out, err = mend("status", id, "--db", db, "--json")
+      assert.are.equal(0, code, err)
+      local steps = {}
+      for _, s in ipairs(json.decode(out).steps) do steps[s.name] = s end
+      assert.are.equal("fatal: card declined for order o-1", steps.charge.error)
+      assert.are.equal("fatal", steps.charge.error_kind)
+      assert.is_nil(steps.reserve.error)
+      assert.is_nil(steps.reserve.error_kind)   -- no error, no kind
+      -- and each transition of mend history --json that brought an error
+      code, out, err = mend("history", id, "--db", db, "--json")
+      assert.are.equal(0, code, err)
+      local failed
+      for _, e in ipairs(json.decode(out)) do
+        if e.step == "charge" and e.to == "failed" then failed = e end
+        if e.event == "step" and not e.error then assert.is_nil(e.error_kind) end
+      end
+      assert.are.same({ "fatal: card declined for order o-1", "fatal" },
+                      { failed.error, failed.error_kind })
+    end)
+
     it("shows a run's status readably", function()
       local id = run_order('{"card":"declined"}')
       local code, out, err = mend("status", id, "--db", db)

@@ -98,11 +98,13 @@ describe("mend copy", function()
     end
     local _, dlq_pg = mend("dlq", "--db", to, "--json")
     assert.are.same(json.decode(dlq), json.decode(dlq_pg))
-    -- the kinds of the steps' errors, which no view shows but a restart acts on
-    local kinds = "SELECT run_id || ' ' || name || ' ' || error_kind FROM steps"
-      .. " WHERE error_kind IS NOT NULL ORDER BY run_id, idx"
+    -- the kinds of the steps' errors, with what a restart acts on beside them (half's severity 3)
+    local kinds = "SELECT run_id || ' ' || name || ' ' || error_kind || ' ' || error_severity"
+      .. " || ' ' || error_stopped FROM steps WHERE error_kind IS NOT NULL ORDER BY run_id, idx"
     assert.is_true(#H.sql(src, kinds) > 0)
     assert.are.same(H.sql(src, kinds), H.sql(to, kinds))
+    assert.are.same({ ids.half .. " ship compensable 3 0" },
+                    H.sql(to, (kinds:gsub("WHERE", "WHERE run_id = '" .. ids.half .. "' AND"))))
 
     -- a second copy into the same store is refused, and adds nothing
     rc, out = mend("copy", "--from", src, "--to", to)

@@ -487,15 +487,15 @@ static int open_db(mend_store *s, mend_durability durability) {
 /* Numbered history rows go HISTORY_GROUP to a statement: an INSERT's own cost (cursors
  * opened and closed, the statement begun and ended) is a fifth of a small row's, and a run
  * writes eight of them (W1). A row's values are bound as its record holds them (run_id, step,
- * at, event, from, to, attempt, error, delay, detail, worker, seq). */
+ * at, event, from, to, attempt, error, delay, detail, worker, error_kind, seq). */
 static void history_group_sql(char *buf, size_t len) {
   size_t n = (size_t)snprintf(buf, len, "INSERT INTO history(run_id, seq, step, at, event,"
-                              " from_status, to_status, attempt, error, delay, detail, worker)"
-                              " VALUES");
+                              " from_status, to_status, attempt, error, delay, detail, worker,"
+                              " error_kind) VALUES");
   for (int r = 0; r < HISTORY_GROUP && n < len; r++) {
     int b = r * HISTORY_VALUES;
-    n += (size_t)snprintf(buf + n, len - n, "%s(?%d,?%d", r ? "," : "", b + 1, b + 12);
-    for (int j = 2; j <= 11 && n < len; j++) n += (size_t)snprintf(buf + n, len - n, ",?%d", b + j);
+    n += (size_t)snprintf(buf + n, len - n, "%s(?%d,?%d", r ? "," : "", b + 1, b + 13);
+    for (int j = 2; j <= 12 && n < len; j++) n += (size_t)snprintf(buf + n, len - n, ",?%d", b + j);
     if (n < len) n += (size_t)snprintf(buf + n, len - n, ")");
   }
   /* No ON CONFLICT: a number taken aborts the statement and backs out its rows (append_group). */

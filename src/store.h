@@ -66,6 +66,8 @@ typedef struct mend_step_rec {
   const char *error;
   const char *error_kind;  /* the kind of that error by its name ("fatal", as lerror.h's
                               mend_error_kind_name), kept beside its text; NULL with no error */
+  int error_severity;      /* a compensable error's severity (1..3); 0: none (other kinds) */
+  int error_stopped;       /* 1: the engine stopped the step's code (a limit): a workflow_error */
   double due;              /* when a wait ends; < 0 none */
   double last_delay;       /* last backoff delay chosen; < 0 none */
   double updated;
@@ -84,6 +86,8 @@ typedef struct mend_history_rec {
   const char *detail;             /* free text or JSON */
   long seq;                       /* > 0: its number in the run's history, counted by the run's
                                      holder; 0: the next free one, looked up */
+  const char *error_kind;         /* a step transition's error by its kind's name (as
+                                     mend_step_rec's); NULL: none, or not a step's error */
 } mend_history_rec;
 
 typedef struct mend_dlq_rec {
@@ -103,6 +107,8 @@ typedef struct mend_step_image {
   char *idem_key;            /* the key kept with the row; NULL: none kept */
   char *error;
   char *error_kind;          /* that error's kind by its name, as written; NULL: no error */
+  int error_severity;        /* as written; 0: none */
+  int error_stopped;         /* as written */
   double due, last_delay;    /* < 0: none */
   int slept;
   char *result;              /* JSON text */

@@ -108,8 +108,8 @@ static void image_checks(mend_store *s) {
   image_hist(s, "img1", "third", 4, "when", NULL, NULL, 0, 9.5, "true");
   mend_step_rec fan = {.run_id = "img1", .idx = 1, .name = "fan", .status = "retry_wait",
                        .attempts = 2, .comp_attempts = 1, .idem_key = "k-fan", .custom_key = 1,
-                       .error = "busy", .error_kind = "retryable", .due = 20, .last_delay = 2.5,
-                       .updated = 10, .slept = 1};
+                       .error = "busy", .error_kind = "retryable", .error_severity = 2,
+                       .error_stopped = 1, .due = 20, .last_delay = 2.5, .updated = 10, .slept = 1};
   CHECK_EQ_INT(mend_store_put_step(s, &fan), 0);
   int item = 2 * IMAGE_MAP_ROWS;   /* (fan's index + 1) * MEND_MAP_ROWS */
   image_step(s, "img1", item, "fan/1", "succeeded", 1, "11", NULL, -1);
@@ -156,6 +156,8 @@ static void image_checks(mend_store *s) {
     CHECK_STR(img.steps[1].idem_key, "k-fan");
     CHECK_STR(img.steps[1].error, "busy");
     CHECK_STR(img.steps[1].error_kind, "retryable");   /* its own value, not read from the text */
+    CHECK_EQ_INT(img.steps[1].error_severity, 2);        /* the store keeps what it is given */
+    CHECK_EQ_INT(img.steps[1].error_stopped, 1);
     CHECK(img.steps[1].due == 20 && img.steps[1].last_delay == 2.5);
     CHECK_EQ_INT(img.steps[1].slept, 1);
     /* third has no row: pending, no attempt, in its place */
@@ -168,6 +170,7 @@ static void image_checks(mend_store *s) {
     CHECK(img.steps[4].status == MEND_STEP_FAILED);
     CHECK_STR(img.steps[4].error, "boom");
     CHECK(img.steps[4].error_kind == NULL);   /* none given */
+    CHECK(img.steps[4].error_severity == 0 && img.steps[4].error_stopped == 0);
     /* in flight: running with that attempt, its wait over */
     CHECK(img.steps[5].status == MEND_STEP_RUNNING);
     CHECK_EQ_INT(img.steps[5].attempts, 2);

@@ -582,9 +582,12 @@ static void it_is_ticked_and_answers_each_error_kind(void) {
   /* fatal: not retried, the reservation is compensated */
   CHECK_STR(run_status(E, id[2], st, sizeof st), "compensated");
   CHECK(run_has(E, id[2], "no such account", 0));
+  CHECK(run_has(E, id[2], "\"error_kind\":\"fatal\"", 0));   /* the step's, by its name */
+  CHECK(run_has(E, id[2], "\"error_kind\":\"fatal\"", 1));   /* and its history row's */
   /* compensable, severity 2: the step itself is compensated too, and an alert is raised */
   CHECK_STR(run_status(E, id[3], st, sizeof st), "compensated");
   CHECK(run_has(E, id[3], "half applied", 0));
+  CHECK(run_has(E, id[3], "\"error_kind\":\"compensable\"", 0));
   CHECK_EQ_INT(alerts_with_alert, 1);
   /* compensable, severity 3: into the dead-letter queue, nothing compensated */
   CHECK_STR(run_status(E, id[4], st, sizeof st), "needs_attention");

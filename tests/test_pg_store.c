@@ -852,11 +852,12 @@ static void test_claimed_images(void) {
       mend_step_rec st = {.run_id = ids[i], .idx = 0, .name = "a", .status = "succeeded",
                           .attempts = 1, .result = "{\"n\":1}", .due = -1, .last_delay = -1,
                           .updated = 3};
-      if (i % 3 == 2) {   /* a step that failed, its kind beside its text */
+      if (i % 3 == 2) {   /* a step that failed, its kind and severity beside its text */
         st.status = "failed";
         st.result = NULL;
         st.error = "sold out";
-        st.error_kind = "fatal";
+        st.error_kind = "compensable";
+        st.error_severity = 3;
       }
       CHECK_EQ_INT(mend__pg_put_step(a, &st), 0);
     }
@@ -899,8 +900,11 @@ static void test_claimed_images(void) {
     if (i == 2) CHECK(img.nhistory == 3 && img.last_seq == 3 && img.last_at == 9);
     if (i == 3) CHECK_EQ_INT(img.cancel_requested, 1);
     if (i == 7) CHECK_STR(img.workflow, "order");
-    if (i % 3 == 2) CHECK_STR(img.steps[0].error_kind, "fatal");   /* read ahead, as written */
-    if (i % 3 == 1) CHECK(img.steps[0].error_kind == NULL);
+    if (i % 3 == 2) {   /* read ahead, as written */
+      CHECK_STR(img.steps[0].error_kind, "compensable");
+      CHECK_EQ_INT(img.steps[0].error_severity, 3);
+    }
+    if (i % 3 == 1) CHECK(img.steps[0].error_kind == NULL && img.steps[0].error_severity == 0);
     mend_run_image_free(&img);
   }
   /* a second take of one is read again, not given twice */

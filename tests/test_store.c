@@ -572,7 +572,7 @@ static void test_disk_full(void) {
     mend_run_rec r = run_rec(rid, NULL, "running", i);
     CHECK_EQ_INT(mend_store_insert_run(s, &r), 0);
     mend_history_rec h = {.run_id = rid, .at = i, .event = "run", .to_status = "running",
-                          .delay = -1};
+                          .delay = -1, NULL};
     CHECK_EQ_INT(mend_store_append_history(s, &h), 0);
   }
   CHECK_EQ_INT(mend_store_commit(s), 0);
@@ -590,7 +590,7 @@ static void test_disk_full(void) {
   mend_run_rec huge = run_rec("huge", NULL, "running", 1000);
   huge.input = input;
   mend_history_rec h = {.run_id = "f0", .at = 999, .event = "step", .to_status = "pending",
-                        .delay = -1};
+                        .delay = -1, NULL};
   CHECK_EQ_INT(mend_store_append_history(s, &h), 0);   /* fits: joins the batch */
   int rc = mend_store_insert_run(s, &huge);
   if (rc == 0) rc = mend_store_commit(s);
@@ -760,7 +760,7 @@ static void test_upgrade_from_1(void) {
   CHECK(strcmp(json_string_value(json_object_get(json_array_get(h, 1), "event")), "step") == 0);
   json_decref(h);
   /* history goes on after the old rows */
-  mend_history_rec more = {"a", "one", 5, "step", "running", "succeeded", 1, NULL, -1, NULL, 0};
+  mend_history_rec more = {"a", "one", 5, "step", "running", "succeeded", 1, NULL, -1, NULL, 0, NULL};
   CHECK_EQ_INT(mend_store_append_history(s, &more), 0);
   CHECK_EQ_INT(mend_store_commit(s), 0);
   h = mend_store_history(s, "a");
@@ -816,7 +816,7 @@ static void test_writer_thread(void) {
   CHECK(mend_store_durable_seq(s) < first);
   mend_run_rec r = run_rec("w1", NULL, "running", 1);
   CHECK_EQ_INT(mend_store_insert_run(s, &r), 0);
-  mend_history_rec h = {"w1", NULL, 1, "run", NULL, "running", 0, NULL, -1, NULL, 0};
+  mend_history_rec h = {"w1", NULL, 1, "run", NULL, "running", 0, NULL, -1, NULL, 0, NULL};
   CHECK_EQ_INT(mend_store_append_history(s, &h), 0);
   CHECK(mend_store_batch_open(s));
   /* nothing has run yet: another connection sees no run */
@@ -825,7 +825,7 @@ static void test_writer_thread(void) {
   CHECK_EQ_INT(mend_store_hand_off(s), 0);
   CHECK_EQ_INT(mend_store_open_seq(s), first + 1);
   /* the next batch is recorded while the first may still be written */
-  mend_history_rec h2 = {"w1", NULL, 2, "run", "running", "succeeded", 0, NULL, -1, NULL, 0};
+  mend_history_rec h2 = {"w1", NULL, 2, "run", "running", "succeeded", 0, NULL, -1, NULL, 0, NULL};
   CHECK_EQ_INT(mend_store_append_history(s, &h2), 0);
   CHECK_EQ_INT(mend_store_update_run(s, "w1", "succeeded", NULL, 0, 2, NULL), 0);
   /* what a read would run first on this thread, and what it ran, for a ticking engine's
@@ -903,7 +903,7 @@ static void writer_parts(const char *name, int fail) {
   unsigned long open = mend_store_open_seq(s), durable = mend_store_durable_seq(s);
   enum { ROWS = 70000 };
   for (int i = 1; i <= ROWS; i++) {
-    mend_history_rec h = {"big", NULL, i, "note", NULL, NULL, 0, NULL, -1, "x", i};
+    mend_history_rec h = {"big", NULL, i, "note", NULL, NULL, 0, NULL, -1, "x", i, NULL};
     if (mend_store_append_history(s, &h) != 0) { CHECK(0); break; }
   }
   /* parts went to the thread (it says so when done with each, as after a batch) */
@@ -961,7 +961,7 @@ static void writer_queued_rest(void) {
   CHECK_EQ_INT(mend_store_insert_run(s, &r), 0);
   enum { ROWS = 3000 };   /* the thread is idle at record 1,024: a part goes, and waits */
   for (int i = 1; i <= ROWS; i++) {
-    mend_history_rec h = {"q", NULL, i, "note", NULL, NULL, 0, NULL, -1, NULL, i};
+    mend_history_rec h = {"q", NULL, i, "note", NULL, NULL, 0, NULL, -1, NULL, i, NULL};
     if (mend_store_append_history(s, &h) != 0) { CHECK(0); break; }
   }
   CHECK(mend_store_writer_part(s));
@@ -1004,7 +1004,7 @@ static void writer_part_fails(void) {
   CHECK_EQ_INT(mend_store_update_run(s, "nobody", "succeeded", NULL, 0, 3, NULL), 0);
   int refused = 0;
   for (int i = 1; i <= 200000 && !refused; i++) {
-    mend_history_rec h = {"early", NULL, i, "note", NULL, NULL, 0, NULL, -1, NULL, i};
+    mend_history_rec h = {"early", NULL, i, "note", NULL, NULL, 0, NULL, -1, NULL, i, NULL};
     refused = mend_store_append_history(s, &h) != 0;
   }
   CHECK(refused);   /* at the latest when a full log waits for the failed part */
@@ -1108,11 +1108,11 @@ static void test_compact_rows(void) {
   own.custom_key = 1;
   CHECK_EQ_INT(mend_store_put_step(s, &own), 0);
   for (long n = 1; n <= 10; n++) {   /* in a group of eight and one by one */
-    mend_history_rec h = {"c1", NULL, (double)n, "step", NULL, "running", 0, NULL, -1, NULL, n};
+    mend_history_rec h = {"c1", NULL, (double)n, "step", NULL, "running", 0, NULL, -1, NULL, n, NULL};
     CHECK_EQ_INT(mend_store_append_history(s, &h), 0);
   }
   /* a name labels does not have goes as it is */
-  mend_history_rec odd = {"c1", NULL, 12, "custom", "running", "elsewhere", 0, NULL, -1, NULL, 12};
+  mend_history_rec odd = {"c1", NULL, 12, "custom", "running", "elsewhere", 0, NULL, -1, NULL, 12, NULL};
   CHECK_EQ_INT(mend_store_append_history(s, &odd), 0);
   CHECK_EQ_INT(mend_store_commit(s), 0);
   /* a row from before schema 5, its worker by name */
@@ -1230,7 +1230,7 @@ static void test_released_run_is_fenced(void) {
   CHECK_EQ_INT(mend_store_update_run(a, "g1", "compensating", NULL, 0, 6, NULL), 0);
   mend_step_rec st = step_rec("g1", 0, "reserve", "failed");
   CHECK_EQ_INT(mend_store_put_step(a, &st), 0);
-  mend_history_rec h = {"g1", "reserve", 6, "step", "running", "failed", 1, NULL, -1, NULL, 9};
+  mend_history_rec h = {"g1", "reserve", 6, "step", "running", "failed", 1, NULL, -1, NULL, 9, NULL};
   CHECK_EQ_INT(mend_store_append_history(a, &h), 0);
   CHECK_EQ_INT(mend_store_commit(a), 0);
   sqlite3 *db = raw_open(path);
@@ -1313,7 +1313,7 @@ static void test_fence(void) {
   /* a wakes up past its fence and writes to all three */
   stall(a);
   for (int i = 0; i < 3; i++) {
-    mend_history_rec h = {ids[i], "reserve", 6, "step", "running", "succeeded", 1, NULL, -1, NULL, 0};
+    mend_history_rec h = {ids[i], "reserve", 6, "step", "running", "succeeded", 1, NULL, -1, NULL, 0, NULL};
     CHECK_EQ_INT(mend_store_append_history(a, &h), 0);
     mend_step_rec st = step_rec(ids[i], 0, "reserve", "succeeded");
     CHECK_EQ_INT(mend_store_update_step(a, &st), 0);
@@ -1337,10 +1337,10 @@ static void test_fence(void) {
   mend_store_fence_verified(a);
 
   /* on time again, writes to a lost run are still dropped; a repair by a person is not */
-  mend_history_rec late = {"f1", "reserve", 7, "step", "succeeded", "running", 2, NULL, -1, NULL, 0};
+  mend_history_rec late = {"f1", "reserve", 7, "step", "succeeded", "running", 2, NULL, -1, NULL, 0, NULL};
   CHECK_EQ_INT(mend_store_append_history(a, &late), 0);
   mend_store_repairing(a, 1);
-  mend_history_rec note = {"f2", NULL, 7, "operator", NULL, NULL, 0, NULL, -1, "looked at", 0};
+  mend_history_rec note = {"f2", NULL, 7, "operator", NULL, NULL, 0, NULL, -1, "looked at", 0, NULL};
   CHECK_EQ_INT(mend_store_append_history(a, &note), 0);
   mend_store_repairing(a, 0);
   CHECK_EQ_INT(mend_store_commit(a), 0);
@@ -1542,7 +1542,7 @@ static void test_claimable(void) {
   CHECK_EQ_INT(mend_store_claimable(b, "wb", 1), 0);
   /* the one that stalled writes its row again with its next batch, late as it is */
   stall(a);
-  mend_history_rec h = {"g1", NULL, 3, "step", NULL, "running", 1, NULL, -1, NULL, 0};
+  mend_history_rec h = {"g1", NULL, 3, "step", NULL, "running", 1, NULL, -1, NULL, 0, NULL};
   CHECK_EQ_INT(mend_store_append_history(a, &h), 0);
   CHECK_EQ_INT(mend_store_commit(a), 0);
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM workers WHERE owner = 'wa' AND lease_until > 100"), 1);
@@ -1580,19 +1580,19 @@ static void test_history_numbers(void) {
   mend_run_rec r = run_rec("h1", NULL, "running", 1);
   CHECK_EQ_INT(mend_store_insert_run(a, &r), 0);
   for (long n = 1; n <= 3; n++) {
-    mend_history_rec h = {"h1", NULL, (double)n, "step", NULL, "running", 0, NULL, -1, NULL, n};
+    mend_history_rec h = {"h1", NULL, (double)n, "step", NULL, "running", 0, NULL, -1, NULL, n, NULL};
     CHECK_EQ_INT(mend_store_append_history(a, &h), 0);
   }
   CHECK_EQ_INT(mend_store_commit(a), 0);
   CHECK_EQ_INT(mend_store_last_history_seq(b, "h1"), 3);
   CHECK_EQ_INT(mend_store_last_history_seq(b, "nobody"), 0);
   /* another process adds a note (no number: the next free one, 4) */
-  mend_history_rec note = {"h1", NULL, 4, "operator", NULL, NULL, 0, NULL, -1, "cancel requested", 0};
+  mend_history_rec note = {"h1", NULL, 4, "operator", NULL, NULL, 0, NULL, -1, "cancel requested", 0, NULL};
   CHECK_EQ_INT(mend_store_append_history(b, &note), 0);
   CHECK_EQ_INT(mend_store_commit(b), 0);
   /* the holder's count says 4 and 5: 4 is taken, so its rows become 5 and 6, in order */
   for (long n = 4; n <= 5; n++) {
-    mend_history_rec h = {"h1", NULL, (double)n + 1, "step", "running", "succeeded", 1, NULL, -1, NULL, n};
+    mend_history_rec h = {"h1", NULL, (double)n + 1, "step", "running", "succeeded", 1, NULL, -1, NULL, n, NULL};
     CHECK_EQ_INT(mend_store_append_history(a, &h), 0);
   }
   CHECK_EQ_INT(mend_store_commit(a), 0);
@@ -1605,11 +1605,11 @@ static void test_history_numbers(void) {
   json_decref(hist);
   /* The same with more rows than go in one statement (8): the holder's 7..18 become 8..19,
    * still in the order recorded, whichever statement wrote them. */
-  mend_history_rec note2 = {"h1", NULL, 7, "operator", NULL, NULL, 0, NULL, -1, "pause", 0};
+  mend_history_rec note2 = {"h1", NULL, 7, "operator", NULL, NULL, 0, NULL, -1, "pause", 0, NULL};
   CHECK_EQ_INT(mend_store_append_history(b, &note2), 0);
   CHECK_EQ_INT(mend_store_commit(b), 0);
   for (long n = 7; n <= 18; n++) {
-    mend_history_rec h = {"h1", NULL, 100.0 + (double)n, "step", NULL, "running", 1, NULL, -1, NULL, n};
+    mend_history_rec h = {"h1", NULL, 100.0 + (double)n, "step", NULL, "running", 1, NULL, -1, NULL, n, NULL};
     CHECK_EQ_INT(mend_store_append_history(a, &h), 0);
   }
   CHECK_EQ_INT(mend_store_commit(a), 0);
@@ -1627,11 +1627,11 @@ static void test_history_numbers(void) {
   mend_run_rec r2 = run_rec("h2", NULL, "running", 1);
   CHECK_EQ_INT(mend_store_insert_run(a, &r2), 0);
   CHECK_EQ_INT(mend_store_commit(a), 0);
-  mend_history_rec first = {"h2", NULL, 50, "operator", NULL, NULL, 0, NULL, -1, "note", 0};
+  mend_history_rec first = {"h2", NULL, 50, "operator", NULL, NULL, 0, NULL, -1, "note", 0, NULL};
   CHECK_EQ_INT(mend_store_append_history(b, &first), 0);
   CHECK_EQ_INT(mend_store_commit(b), 0);
   for (long n = 1; n <= 16; n++) {
-    mend_history_rec h = {"h2", NULL, 60, "step", NULL, "running", (int)n, NULL, -1, NULL, n};
+    mend_history_rec h = {"h2", NULL, 60, "step", NULL, "running", (int)n, NULL, -1, NULL, n, NULL};
     CHECK_EQ_INT(mend_store_append_history(a, &h), 0);
   }
   CHECK_EQ_INT(mend_store_commit(a), 0);
@@ -1642,7 +1642,7 @@ static void test_history_numbers(void) {
   json_decref(hist);
   /* Without a taken number, sixteen rows go in two statements, numbered as recorded. */
   for (long n = 20; n <= 35; n++) {
-    mend_history_rec h = {"h1", NULL, 100.0 + (double)n, "step", NULL, "running", 1, NULL, -1, NULL, n};
+    mend_history_rec h = {"h1", NULL, 100.0 + (double)n, "step", NULL, "running", 1, NULL, -1, NULL, n, NULL};
     CHECK_EQ_INT(mend_store_append_history(a, &h), 0);
   }
   CHECK_EQ_INT(mend_store_commit(a), 0);
@@ -1705,7 +1705,7 @@ static void hist(mend_store *s, const char *run, const char *step, long seq, con
                  const char *to, int attempt, double at) {
   mend_history_rec h = {.run_id = run, .step = step, .at = at, .event = "step",
                         .from_status = from, .to_status = to, .attempt = attempt, .delay = -1,
-                        .seq = seq};
+                        .seq = seq, NULL};
   CHECK_EQ_INT(mend_store_append_history(s, &h), 0);
 }
 
@@ -1848,7 +1848,7 @@ static void test_locked(void) {
   CHECK_EQ_INT(sqlite3_exec(holder, "BEGIN IMMEDIATE; INSERT INTO meta VALUES('held', 'x')",
                             NULL, NULL, NULL), SQLITE_OK);
   unsigned long durable = mend_store_durable_seq(s);
-  mend_history_rec h = {"l1", NULL, 1, "run", NULL, "running", 0, NULL, -1, NULL, 0};
+  mend_history_rec h = {"l1", NULL, 1, "run", NULL, "running", 0, NULL, -1, NULL, 0, NULL};
   /* the first write finds the lock; it is kept, and later ones are only recorded */
   CHECK_EQ_INT(mend_store_append_history(s, &h), MEND_STORE_BUSY);
   CHECK_EQ_INT(mend_store_locked(s), 1);
@@ -1878,7 +1878,7 @@ static void test_locked(void) {
                             NULL, NULL, NULL), SQLITE_OK);
   mend_run_rec r2 = run_rec("l2", NULL, "running", 3);
   CHECK_EQ_INT(mend_store_insert_run(s, &r2), 0);
-  mend_history_rec h2 = {"l2", NULL, 3, "run", NULL, "running", 0, NULL, -1, NULL, 0};
+  mend_history_rec h2 = {"l2", NULL, 3, "run", NULL, "running", 0, NULL, -1, NULL, 0, NULL};
   CHECK_EQ_INT(mend_store_append_history(s, &h2), 0);
   unsigned long open = mend_store_open_seq(s);
   CHECK_EQ_INT(mend_store_hand_off(s), 0);

@@ -618,7 +618,7 @@ static int ctx_log(lua_State *L) {
      * not be enough to complete a step. */
     char *masked = mend__mask_tokens(msg, msg_len);
     mend_history_rec h = {r->id, step, mend_engine_now(E), "log", NULL, NULL, attempt, NULL, -1,
-                          masked ? masked : msg, ++r->history_seq};
+                          masked ? masked : msg, ++r->history_seq, NULL};
     if (mend_store_append_history(E->store, &h)) mend__store_failed(E);
     free(masked);
   }

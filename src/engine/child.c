@@ -283,7 +283,7 @@ void mend__undo_child(mend_run *r, int i) {
       snprintf(detail, sizeof detail, "compensated with its parent %s (step %s)", r->id,
                mend__step_name(r, i));
       mend_history_rec h = {id, NULL, mend__history_time(r), "run", "succeeded", "compensating",
-                            0, NULL, -1, detail, 0};
+                            0, NULL, -1, detail, 0, NULL};
       if (mend_store_append_history(E->store, &h)) mend__store_failed(E);
       char why[400];
       mend_run *c = mend__rebuild(E, id, why, sizeof why, NULL);

@@ -90,6 +90,8 @@ typedef struct step_rt {
   unsigned when_done : 1;         /* its when(ctx) answered (recorded: never asked again) */
   unsigned comp_skipped : 1;      /* its group's compensation passed it: no compensate */
   unsigned err_kind : 3;          /* the mend_error_kind of `error`, stored with it */
+  unsigned err_severity : 2;      /* a compensable error's severity (1..3); 0 for the others */
+  unsigned err_stopped : 1;       /* the engine stopped the code: a workflow_error */
   char *idem_key;                 /* a custom key only; NULL: the default */
   char *result;                   /* JSON */
   char *error;
@@ -356,12 +358,15 @@ double mend__history_time(mend_run *r);
 void mend__run_to(mend_run *r, mend_run_status to);
 const char *mend__step_name(mend_run *r, int i);
 /* A transition; `error` (NULL: the step keeps the one it has) is of kind MEND_ERR_ERROR, the
- * engine's own (a cancel, a crash loop); mend__step_err_to names the kind of what the step's
- * code raised, which is stored with it for a restart to act on (never read from its text). */
+ * engine's own (a cancel, a crash loop); mend__step_err_to gives what the step's code raised
+ * (its kind, severity and whether the engine stopped it), which is stored with it for a
+ * restart to act on (never read from its text). */
 void mend__step_to(mend_run *r, int i, mend_step_status to, const char *error, double delay,
                    const char *detail);
-void mend__step_err_to(mend_run *r, int i, mend_step_status to, mend_error_kind kind,
+void mend__step_err_to(mend_run *r, int i, mend_step_status to, const mend_error_info *info,
                        const char *error, double delay, const char *detail);
+/* What the step's error was raised as, kept beside its text (NULL: the engine's own). */
+void mend__step_error_of(step_rt *st, const mend_error_info *info);
 void mend__write_step(mend_run *r, int i);
 
 /* ---- run.c: runs in memory, and their start */
@@ -436,7 +441,7 @@ void mend__group_forward(mend_run *r, int g);
 void mend__group_free(mend_run *r);
 struct mend_group *mend__group_of(mend_run *r);
 void mend__group_restore(mend_run *r, const mend_run_image *img);
-void mend__step_from_image(mend_run *r, step_rt *st, const mend_step_image *si);
+void mend__step_from_image(step_rt *st, const mend_step_image *si);
 void mend__group_settle(mend_run *r);
 void mend__group_stop(mend_run *r, const char *why);
 int mend__group_stopping(const mend_run *lane);

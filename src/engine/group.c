@@ -161,8 +161,8 @@ static void pump(mend_run *r) {
 
 /* A group taken up again after a restart in which a branch (or an item) had failed for good
  * already: it is stopping, as it was, so that no new attempt starts and it fails when its
- * lanes in flight (those found running go again with their keys) have ended, with the kind
- * the branch's row keeps (how it failed decides how the run ends). */
+ * lanes in flight (those found running go again with their keys) have ended, with the kind,
+ * severity and stop the branch's row keeps (how it failed decides how the run ends). */
 static void restore_stopping(mend_run *r, int g) {
   struct mend_group *G = r->group;
   struct map_state *ms = is_map(r, g) ? mend__map_of(r, g) : NULL;
@@ -172,7 +172,8 @@ static void restore_stopping(mend_run *r, int g) {
     if (st->status != MEND_STEP_FAILED) continue;
     G->stopping = 1;
     G->fail_branch = ms ? k : g + 1 + k;
-    G->info = (mend_error_info){.kind = (mend_error_kind)st->err_kind, .retry_after = -1};
+    G->info = (mend_error_info){.kind = (mend_error_kind)st->err_kind, .retry_after = -1,
+                                .severity = (int)st->err_severity, .stopped = st->err_stopped};
     G->fail_msg = mend_dupstr(st->error ? st->error : "failed for good before a restart");
     return;
   }
@@ -234,7 +235,7 @@ void mend__group_settle(mend_run *r) {
     char detail[300];
     if (is_map(r, g)) snprintf(detail, sizeof detail, "item %d failed for good", G->fail_branch + 1);
     else snprintf(detail, sizeof detail, "branch %s failed for good", r->wf->steps[G->fail_branch].branch);
-    mend__step_err_to(r, g, MEND_STEP_FAILED, info.kind, msg, -1, detail);
+    mend__step_err_to(r, g, MEND_STEP_FAILED, &info, msg, -1, detail);
     mend__fail_run(r, is_map(r, g) ? g : G->fail_branch, &info, msg ? msg : "", 0);
     free(msg);
     return;
@@ -484,7 +485,7 @@ void mend__group_restore(mend_run *r, const mend_run_image *img) {
     int n = (int)(idx % MEND_MAP_ROWS);
     if (!ms || n >= ms->n) continue;
     step_rt *st = &ms->items[n];
-    mend__step_from_image(r, st, so);
+    mend__step_from_image(st, so);
     st->key_ready = st->key_ready || st->custom_key;
     st->has_row = 1;
   }

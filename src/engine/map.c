@@ -124,7 +124,7 @@ int mend__map_begin(mend_run *r, int m) {
     mend_error_info info = {MEND_ERR_ERROR, st->error, -1, 0, stopped};
     char msg[700];
     snprintf(msg, sizeof msg, "error: %s", st->error ? st->error : "");
-    mend__step_to(r, m, MEND_STEP_FAILED, msg, -1, NULL);
+    mend__step_err_to(r, m, MEND_STEP_FAILED, &info, msg, -1, NULL);
     mend__fail_run(r, m, &info, msg, 0);
     return 1;
   }

@@ -51,7 +51,7 @@ static mend_workflow *run_workflow(mend_engine *E, const char *name, const char 
 }
 
 /* A step's row as the store has it, into the run's memory of it. */
-void mend__step_from_image(mend_run *r, step_rt *st, const mend_step_image *si) {
+void mend__step_from_image(step_rt *st, const mend_step_image *si) {
   st->status = si->status;
   st->attempts = si->attempts;
   st->comp_attempts = si->comp_attempts;
@@ -59,11 +59,16 @@ void mend__step_from_image(mend_run *r, step_rt *st, const mend_step_image *si) 
   if (st->custom_key) st->idem_key = mend_dupstr(si->idem_key);
   st->error = mend_dupstr(si->error);
   st->err_kind = mend_error_kind_parse(si->error_kind);
+  int severity = si->error_severity;
+  st->err_severity = severity < 0 ? 0 : severity > 3 ? 3 : (unsigned)severity;
+  st->err_stopped = si->error_stopped != 0;
   st->due = si->due;
   st->last_delay = si->last_delay;
   st->result = si->result ? mend_dupstr(si->result) : NULL;
-  st->compensate_self = st->status == MEND_STEP_FAILED && r->reason &&
-    (strcmp(r->reason, "compensable") == 0 || strcmp(r->reason, "severity_2") == 0);
+  /* As saga.c decides it when the step fails: by the step's own kind, not the run's reason,
+   * which is the kind of the one step that decided the run (two branches of a group may both
+   * have failed, each its way; a compensation that failed names the run's reason since). */
+  st->compensate_self = st->status == MEND_STEP_FAILED && st->err_kind == MEND_ERR_COMPENSABLE;
 }
 
 /* Rebuilds a run in memory from its image, without acting on it (see mend__rebuild). */
@@ -117,7 +122,7 @@ static mend_run *rebuild_from(mend_engine *E, const char *id, const mend_run_ima
   for (int i = 0; i < wf->nsteps; i++) {
     const mend_step_image *si = &img->steps[i];
     step_rt *st = &r->steps[i];
-    mend__step_from_image(r, st, si);
+    mend__step_from_image(st, si);
     st->key_ready = st->custom_key || wf->steps[i].key_ref == LUA_NOREF;
     st->slept = si->slept;
     /* A pending step with no attempt may be one listed from step_names, and a running one may
@@ -246,7 +251,8 @@ static void flag_unavailable(mend_engine *E, const char *id, const char *wf, con
   mend_engine_log_line(E, "warn", id, NULL, 0, "recover", why);
   if (mend_store_set_unavailable(E->store, id, why)) mend__store_failed(E);
   char *text = json_dumps(ev, JSON_COMPACT);
-  mend_history_rec h = {id, NULL, mend__entry_time(E, id), "alert", NULL, NULL, 0, why, -1, text, 0};
+  mend_history_rec h = {id, NULL, mend__entry_time(E, id), "alert", NULL, NULL, 0, why, -1, text, 0,
+                        NULL};
   if (mend_store_append_history(E->store, &h)) mend__store_failed(E);
   free(text);
   json_array_append_new(E->alerts, ev);   /* logged and sent once the batch commits */

@@ -44,7 +44,7 @@ static void operator_entry(mend_engine *E, mend_run *r, const char *id, const ch
   char detail[1200];
   snprintf(detail, sizeof detail, "%s by %s%s%s", op, who ? who : "?", note ? ": " : "", note ? note : "");
   mend_history_rec h = {id, NULL, r ? mend__history_time(r) : mend__entry_time(E, id), "operator", NULL, NULL,
-                        0, NULL, -1, detail, r ? ++r->history_seq : 0};
+                        0, NULL, -1, detail, r ? ++r->history_seq : 0, NULL};
   if (mend_store_append_history(E->store, &h)) mend__store_failed(E);
   mend_engine_log_line(E, "info", id, NULL, 0, "operator", detail);
 }
@@ -281,8 +281,9 @@ static int resolve_unavailable(mend_engine *E, const char *id, const char *who, 
   if (mend_store_update_run(E->store, id, "resolved", why, 0, now, "workflow_unavailable") ||
       mend_store_set_unavailable(E->store, id, NULL))
     mend__store_failed(E);
-  mend_history_rec a = {id, NULL, now, "run", st, "needs_attention", 0, why, -1, "workflow_unavailable", 0};
-  mend_history_rec b = {id, NULL, now, "run", "needs_attention", "resolved", 0, NULL, -1, note, 0};
+  mend_history_rec a = {id, NULL, now, "run", st, "needs_attention", 0, why, -1, "workflow_unavailable", 0,
+                        NULL};
+  mend_history_rec b = {id, NULL, now, "run", "needs_attention", "resolved", 0, NULL, -1, note, 0, NULL};
   if (mend_store_append_history(E->store, &a) || mend_store_append_history(E->store, &b)) mend__store_failed(E);
   operator_entry(E, NULL, id, "dlq resolve", who, note);
   mend_store_repairing(E->store, 0);
@@ -376,7 +377,7 @@ int mend_engine_resolve(mend_engine *E, const char *id, const char *who, const c
   mend_store_repairing(E->store, 1);   /* a dead letter is nobody's: no lease to fence */
   if (mend_store_update_run(E->store, id, "resolved", error, attention, now, reason)) mend__store_failed(E);
   json_decref(row);
-  mend_history_rec h = {id, NULL, now, "run", "needs_attention", "resolved", 0, NULL, -1, note, 0};
+  mend_history_rec h = {id, NULL, now, "run", "needs_attention", "resolved", 0, NULL, -1, note, 0, NULL};
   if (mend_store_append_history(E->store, &h)) mend__store_failed(E);
   operator_entry(E, NULL, id, "dlq resolve", who, note);
   mend_store_repairing(E->store, 0);

@@ -275,7 +275,7 @@ static void fail_step(mend_run *r, int i, const mend_error_info *info) {
       : mend_backoff_delay(&def->retry, st->attempts, st->last_delay > 0 ? st->last_delay : 0, &E->rng);
     st->last_delay = delay;
     st->due = mend_engine_now(E) + delay;
-    mend__step_err_to(r, i, MEND_STEP_RETRY_WAIT, info->kind, msg, delay, NULL);
+    mend__step_err_to(r, i, MEND_STEP_RETRY_WAIT, info, msg, delay, NULL);
     counts->retries[MEND_PHASE_EXECUTE]++;
     mend_run *run = mend__root(r);
     if (def->retry.attention_after > 0 && st->attempts >= def->retry.attention_after && !run->attention) {
@@ -289,7 +289,7 @@ static void fail_step(mend_run *r, int i, const mend_error_info *info) {
     mend__arm(r, &r->wait, st->due);
     return;
   }
-  mend__step_err_to(r, i, MEND_STEP_FAILED, info->kind, msg, -1, NULL);
+  mend__step_err_to(r, i, MEND_STEP_FAILED, info, msg, -1, NULL);
   if (r->parent) {
     /* The run decides once its branches in flight have ended (group.c). */
     st->compensate_self = info->kind == MEND_ERR_COMPENSABLE;
@@ -424,7 +424,7 @@ static void compensation_failed(mend_run *r, int i, const mend_error_info *info)
   char msg[600];
   snprintf(msg, sizeof msg, "%s: %s", mend_error_kind_name(info->kind), info->message ? info->message : "");
   mend__set_str(&st->error, msg);
-  st->err_kind = info->kind;
+  mend__step_error_of(st, info);
   mend_workflow_counters *counts = &mend__root(r)->wf->counts;
   counts->failures[MEND_PHASE_COMPENSATE][info->kind]++;
   if (st->comp_attempts < p->max_attempts) {
@@ -439,7 +439,7 @@ static void compensation_failed(mend_run *r, int i, const mend_error_info *info)
     mend__arm(r, &r->wait, st->due);
     return;
   }
-  mend__step_err_to(r, i, MEND_STEP_COMPENSATION_FAILED, info->kind, msg, -1, NULL);
+  mend__step_err_to(r, i, MEND_STEP_COMPENSATION_FAILED, info, msg, -1, NULL);
   /* Name exactly what is left undone, so a person knows what to repair by hand. */
   char left[1024] = "";
   size_t used = 0;

@@ -34,7 +34,9 @@ void mend__write_step(mend_run *r, int i) {
     .run_id = r->id, .idx = i + r->row_base, .name = mend__step_name(r, i), .status = mend_step_status_name(st->status),
     .attempts = st->attempts, .comp_attempts = st->comp_attempts, .idem_key = idem_key,
     .custom_key = st->custom_key, .result = st->result, .error = st->error,
-    .error_kind = st->error ? mend_error_kind_name((mend_error_kind)st->err_kind) : NULL, .due = st->due,
+    .error_kind = st->error ? mend_error_kind_name((mend_error_kind)st->err_kind) : NULL,
+    .error_severity = st->error ? (int)st->err_severity : 0,
+    .error_stopped = st->error ? (int)st->err_stopped : 0, .due = st->due,
     .last_delay = st->last_delay, .updated = mend_engine_now(r->E), .slept = st->slept,
     .awaits = mend__awaits(r, i)};
   if ((new_row ? mend_store_put_step : mend_store_update_step)(r->E->store, &rec)) mend__store_failed(r->E);
@@ -50,13 +52,19 @@ double mend__history_time(mend_run *r) {
   return r->last_at;
 }
 
+static void append_history(mend_run *r, mend_history_rec *h) {
+  r = mend__root(r);   /* a lane's rows are its run's */
+  h->run_id = r->id;
+  h->at = mend__history_time(r);
+  h->seq = ++r->history_seq;
+  if (mend_store_append_history(r->E->store, h)) mend__store_failed(r->E);
+}
+
 void mend__history(mend_run *r, const char *step, const char *event, const char *from,
                     const char *to, int attempt, const char *error, double delay,
                     const char *detail) {
-  r = mend__root(r);   /* a lane's rows are its run's */
-  mend_history_rec h = {r->id, step, mend__history_time(r), event, from, to, attempt, error,
-                        delay, detail, ++r->history_seq};
-  if (mend_store_append_history(r->E->store, &h)) mend__store_failed(r->E);
+  mend_history_rec h = {NULL, step, 0, event, from, to, attempt, error, delay, detail, 0, NULL};
+  append_history(r, &h);
 }
 
 static void log_transition(mend_run *r, const char *step, int attempt, const char *from,
@@ -72,10 +80,17 @@ static void log_transition(mend_run *r, const char *step, int attempt, const cha
 /* The one place a step changes status. */
 void mend__step_to(mend_run *r, int i, mend_step_status to, const char *error, double delay,
                     const char *detail) {
-  mend__step_err_to(r, i, to, MEND_ERR_ERROR, error, delay, detail);
+  mend__step_err_to(r, i, to, NULL, error, delay, detail);
 }
 
-void mend__step_err_to(mend_run *r, int i, mend_step_status to, mend_error_kind kind,
+void mend__step_error_of(step_rt *st, const mend_error_info *info) {
+  st->err_kind = info ? info->kind : MEND_ERR_ERROR;
+  int severity = info && info->kind == MEND_ERR_COMPENSABLE ? info->severity : 0;
+  st->err_severity = severity < 0 ? 0 : severity > 3 ? 3 : (unsigned)severity;
+  st->err_stopped = info && info->stopped;
+}
+
+void mend__step_err_to(mend_run *r, int i, mend_step_status to, const mend_error_info *info,
                        const char *error, double delay, const char *detail) {
   step_rt *st = &r->steps[i];
   if (!mend_step_transition_ok(st->status, to)) {
@@ -87,15 +102,17 @@ void mend__step_err_to(mend_run *r, int i, mend_step_status to, mend_error_kind 
   st->status = to;
   if (error) {
     mend__set_str(&st->error, error);
-    st->err_kind = kind;
+    mend__step_error_of(st, info);
   }
   int attempt = to >= MEND_STEP_COMPENSATING ? st->comp_attempts : st->attempts;
   mend__write_step(r, i);
   /* The first row after an attempt with HTTP requests (its outcome) names them. */
   char *http = detail ? NULL : r->http_detail;
   if (http) r->http_detail = NULL;
-  mend__history(r, mend__step_name(r, i), "step", from, mend_step_status_name(to), attempt, error, delay,
-                http ? http : detail);
+  mend_history_rec h = {NULL, mend__step_name(r, i), 0, "step", from, mend_step_status_name(to),
+                        attempt, error, delay, http ? http : detail, 0,
+                        error ? mend_error_kind_name((mend_error_kind)st->err_kind) : NULL};
+  append_history(r, &h);
   free(http);
   log_transition(r, mend__step_name(r, i), attempt, from, mend_step_status_name(to), error);
 }

@@ -445,6 +445,8 @@ static int image_rows(mend_store *s, const char *id, mend_run_image *img) {
     st->last_delay = col_real(q, 10);
     st->slept = sqlite3_column_int(q, 11) != 0;
     st->error_kind = col_text(q, 12, &oom);
+    st->error_severity = sqlite3_column_int(q, 13);
+    st->error_stopped = sqlite3_column_int(q, 14) != 0;
   }
   if (rc != SQLITE_OK && rc != SQLITE_DONE && rc != SQLITE_MISMATCH) mend__sql_err(s, "read steps");
   mend__finish(q);

@@ -62,6 +62,11 @@
  *        use ends them all. A completion's inbox row is keyed by the digest too
  *   steps.error_kind TEXT (schema 14): the kind of the step's error by its name (retryable,
  *        fatal, compensable, timeout, error), written with it; NULL with no error
+ *   steps.error_severity INTEGER, steps.error_stopped INTEGER (schema 15, both NOT NULL
+ *        DEFAULT 0): a compensable error's severity (1..3), and 1 when the engine stopped the
+ *        step's code (a limit: a workflow_error), so that a group taken up after a restart
+ *        ends as its branch failed; history.error_kind TEXT (schema 15): the kind of a step
+ *        transition's error, as steps.error_kind (NULL for other rows), in history_named too
  *   runs also has cancel_requested INTEGER: a cancel asked for by another process (indexed by
  *        owner where set)
  * Nullable text fields are passed as NULL; a delay or due time of < 0 is stored as NULL.
@@ -94,28 +99,31 @@ const char *const mend__query_sql[Q__COUNT] = {
     " owner = iif(?2 IN ('running', 'compensating'), owner, NULL) WHERE id = ?1",
   [Q_PUT_STEP] =
     "INSERT INTO steps(run_id, idx, name, status, attempts, comp_attempts, idem_key, custom_key,"
-    " result, error, due, last_delay, updated, slept, awaits, error_kind)"
-    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
+    " result, error, due, last_delay, updated, slept, awaits, error_kind, error_severity,"
+    " error_stopped)"
+    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
     " ON CONFLICT(run_id, idx) DO UPDATE SET name = excluded.name, status = excluded.status,"
     " attempts = excluded.attempts, comp_attempts = excluded.comp_attempts,"
     " idem_key = excluded.idem_key, custom_key = excluded.custom_key, result = excluded.result,"
     " error = excluded.error, due = excluded.due, last_delay = excluded.last_delay,"
     " updated = excluded.updated, slept = excluded.slept, awaits = excluded.awaits,"
-    " error_kind = excluded.error_kind",
+    " error_kind = excluded.error_kind, error_severity = excluded.error_severity,"
+    " error_stopped = excluded.error_stopped",
   /* The row exists (written when the run started): only what a transition changes. A NULL
    * key keeps the one the row has (the engine names a key only once it is the step's own). */
   [Q_UPDATE_STEP] =
     "UPDATE steps SET status = ?3, attempts = ?4, comp_attempts = ?5,"
     " idem_key = coalesce(?6, idem_key),"
     " custom_key = ?7, result = ?8, error = ?9, due = ?10, last_delay = ?11, updated = ?12,"
-    " slept = ?13, awaits = ?14, error_kind = ?15 WHERE run_id = ?1 AND idx = ?2",
-  /* ?12 is the number the run's holder keeps count of (no look-up: 12% of the writer thread's
-   * work in W1); NULL, or a number another process took meanwhile, makes it the next free one
-   * (flush_log runs it again without). */
+    " slept = ?13, awaits = ?14, error_kind = ?15, error_severity = ?16, error_stopped = ?17"
+    " WHERE run_id = ?1 AND idx = ?2",
+  /* ?13 (the last) is the number the run's holder keeps count of (no look-up: 12% of the
+   * writer thread's work in W1); NULL, or a number another process took meanwhile, makes it
+   * the next free one (flush_log runs it again without). */
   [Q_APPEND_HISTORY] =
     "INSERT INTO history(run_id, seq, step, at, event, from_status, to_status, attempt, error,"
-    " delay, detail, worker) VALUES(?1, coalesce(?12, coalesce((SELECT max(seq) FROM history"
-    " WHERE run_id = ?1), 0) + 1), ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
+    " delay, detail, worker, error_kind) VALUES(?1, coalesce(?13, coalesce((SELECT max(seq)"
+    " FROM history WHERE run_id = ?1), 0) + 1), ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
     " ON CONFLICT(run_id, seq) DO NOTHING",
   /* Q_HISTORY_GROUP is HISTORY_GROUP numbered rows in one statement (history_group_sql). */
   [Q_NAME_WORKER] = "INSERT INTO worker_names(name) VALUES(?1) ON CONFLICT(name) DO NOTHING",
@@ -193,7 +201,7 @@ const char *const mend__query_sql[Q__COUNT] = {
   [Q_STEPS] =
     "SELECT idx, name, status, attempts, comp_attempts,"
     " coalesce(idem_key, run_id || '/' || name) AS idempotency_key,"
-    " custom_key, result, error, due, last_delay, updated, slept, awaits FROM steps"
+    " custom_key, result, error, error_kind, due, last_delay, updated, slept, awaits FROM steps"
     " WHERE run_id = ?1"
     " ORDER BY idx",
   /* The attempts begun and not ended: a step whose last transition is to running (its row is
@@ -204,7 +212,7 @@ const char *const mend__query_sql[Q__COUNT] = {
     " WHERE run_id = ?1 AND event IN (?2, 'step') ORDER BY seq",
   [Q_HISTORY] =
     "SELECT seq, run_id, step, at, event, from_status AS \"from\", to_status AS \"to\", attempt,"
-    " error, delay, detail, worker FROM history_named WHERE run_id = ?1 ORDER BY seq",
+    " error, error_kind, delay, detail, worker FROM history_named WHERE run_id = ?1 ORDER BY seq",
   [Q_DLQ] = "SELECT run_id, reason, step, error, detail, at FROM dlq ORDER BY at, run_id",
   [Q_BREAKERS] =
     "SELECT key, state, failures, successes, opened_at, open_until, updated FROM breakers"
@@ -276,7 +284,8 @@ const char *const mend__query_sql[Q__COUNT] = {
     " FROM runs r LEFT JOIN workflow_versions v ON v.id = r.workflow_version WHERE r.id = ?1",
   [Q_IMAGE_STEPS] =
     "SELECT idx, name, status, attempts, comp_attempts, idem_key, custom_key, result, error, due,"
-    " last_delay, slept, error_kind FROM steps WHERE run_id = ?1 ORDER BY idx",
+    " last_delay, slept, error_kind, error_severity, error_stopped FROM steps WHERE run_id = ?1"
+    " ORDER BY idx",
   [Q_IMAGE_HISTORY] =
     "SELECT seq, at, step, event, to_status, attempt, CASE WHEN event = 'map' THEN detail END"
     " FROM history_named WHERE run_id = ?1 ORDER BY seq",
@@ -467,5 +476,27 @@ const char *const mend__migrations[MEND_SCHEMA_VERSION] = {
   " WHEN substr(error, 1, 12) = 'compensable:' THEN 'compensable'"
   " WHEN substr(error, 1, 8) = 'timeout:' THEN 'timeout' ELSE 'error' END"
   " WHERE error IS NOT NULL;",
+  /* 14 -> 15: a step keeps its error's severity and whether the engine stopped its code, which
+   * decide how a group whose branch failed ends after a restart. The rows before get them
+   * once, here, from what their run says: a failed step of a run that ended for a severity or
+   * a workflow_error failed so; any other compensable error had the default severity, 1. */
+  "ALTER TABLE steps ADD COLUMN error_severity INTEGER NOT NULL DEFAULT 0;"
+  "ALTER TABLE steps ADD COLUMN error_stopped INTEGER NOT NULL DEFAULT 0;"
+  "UPDATE steps SET error_severity = CASE WHEN status = 'failed' THEN coalesce((SELECT CASE"
+  " r.reason WHEN 'severity_2' THEN 2 WHEN 'severity_3' THEN 3 END FROM runs r"
+  " WHERE r.id = steps.run_id), 1) ELSE 1 END WHERE error_kind = 'compensable';"
+  "UPDATE steps SET error_stopped = 1 WHERE error_kind = 'error' AND status = 'failed'"
+  " AND (SELECT r.reason FROM runs r WHERE r.id = steps.run_id) = 'workflow_error';"
+  /* A step transition's history row names its error's kind too (NULL in the rows before: the
+   * text of theirs names it, as the engine wrote it then). */
+  "ALTER TABLE history ADD COLUMN error_kind TEXT;"
+  "DROP VIEW IF EXISTS history_named;"
+  "CREATE VIEW history_named AS SELECT run_id, seq, step, at,"
+  " coalesce((SELECT name FROM labels WHERE code = h.event), h.event) AS event,"
+  " coalesce((SELECT name FROM labels WHERE code = h.from_status), h.from_status) AS from_status,"
+  " coalesce((SELECT name FROM labels WHERE code = h.to_status), h.to_status) AS to_status,"
+  " attempt, error, delay, detail,"
+  " coalesce((SELECT name FROM worker_names w WHERE w.id = h.worker), h.worker) AS worker,"
+  " error_kind FROM history h;",
 };
 

@@ -17,11 +17,11 @@
 #include "store/handoff.h"
 #include "store/sqlite.h"
 
-#define MEND_SCHEMA_VERSION 14   /* kept in PRAGMA user_version and in meta */
+#define MEND_SCHEMA_VERSION 15   /* kept in PRAGMA user_version and in meta */
 
 #define BUSY_TIMEOUT_MS 5000
 #define HISTORY_GROUP 8
-#define HISTORY_VALUES 12   /* the values of a history record (mend_store_append_history) */
+#define HISTORY_VALUES 13   /* the values of a history record (mend_store_append_history) */
 #define LABELS_MAX 64       /* more names than that are written out, as before schema 7 */
 
 enum {

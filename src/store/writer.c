@@ -224,7 +224,7 @@ static int append_group(mend_store *s, const wlog *log, const int *ks) {
 /* A record that can go in a group: a history row of the usual shape with its number. */
 static int groupable(const wlog *log, const wrec *r) {
   return r->q == Q_APPEND_HISTORY && r->n == HISTORY_VALUES &&
-         log->vals[r->first + 11].type == V_INT && log->vals[r->first + 2].type == V_REAL;
+         log->vals[r->first + 12].type == V_INT && log->vals[r->first + 2].type == V_REAL;
 }
 
 static void log_clear(wlog *log) {
@@ -674,6 +674,8 @@ static int rec_step(mend_store *s, int q, const mend_step_rec *st) {
   mend__rec_int(s, st->slept ? 1 : 0);
   mend__rec_text(s, st->awaits);
   mend__rec_text(s, st->error ? st->error_kind : NULL);
+  mend__rec_int(s, st->error ? st->error_severity : 0);
+  mend__rec_int(s, st->error ? st->error_stopped : 0);
   return mend__rec_end(s);
 }
 
@@ -704,7 +706,8 @@ int mend__sqlite_append_history(mend_store *s, const mend_history_rec *h) {
   rec_opt_real(s, h->delay);
   mend__rec_text(s, h->detail);
   rec_worker(s);
-  if (h->seq > 0) mend__rec_int(s, h->seq);
+  mend__rec_text(s, h->error_kind);
+  if (h->seq > 0) mend__rec_int(s, h->seq);   /* last: append_one binds it NULL if taken */
   else mend__rec_text(s, NULL);
   return mend__rec_end(s);
 }

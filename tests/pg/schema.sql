@@ -3,7 +3,7 @@
 -- not there to create them. It must never differ from what pg_schema.c creates: when both are
 -- on one branch, the test opens its database with mend_store_open and this file goes.
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);
-INSERT INTO meta VALUES ('schema_version', '5'), ('application', 'mend');
+INSERT INTO meta VALUES ('schema_version', '6'), ('application', 'mend');
 CREATE TABLE workflow_versions(id BIGSERIAL PRIMARY KEY, workflow TEXT NOT NULL, version TEXT,
   source TEXT, step_names TEXT, script TEXT, first_seen DOUBLE PRECISION,
   UNIQUE (workflow, version));
@@ -17,10 +17,12 @@ CREATE TABLE steps(run_id TEXT NOT NULL, idx BIGINT NOT NULL, name TEXT, status 
   attempts BIGINT NOT NULL DEFAULT 0, comp_attempts BIGINT NOT NULL DEFAULT 0, idem_key TEXT,
   custom_key BIGINT NOT NULL DEFAULT 0, result TEXT, error TEXT, due DOUBLE PRECISION,
   last_delay DOUBLE PRECISION, updated DOUBLE PRECISION, slept BIGINT NOT NULL DEFAULT 0,
-  awaits TEXT, error_kind TEXT, PRIMARY KEY (run_id, idx));
+  awaits TEXT, error_kind TEXT, error_severity BIGINT NOT NULL DEFAULT 0,
+  error_stopped BIGINT NOT NULL DEFAULT 0, PRIMARY KEY (run_id, idx));
 CREATE TABLE history(run_id TEXT NOT NULL, seq BIGINT NOT NULL, step TEXT,
   at DOUBLE PRECISION, event TEXT NOT NULL, from_status TEXT, to_status TEXT, attempt BIGINT,
-  error TEXT, delay DOUBLE PRECISION, detail TEXT, worker TEXT, PRIMARY KEY (run_id, seq));
+  error TEXT, delay DOUBLE PRECISION, detail TEXT, worker TEXT, error_kind TEXT,
+  PRIMARY KEY (run_id, seq));
 CREATE TABLE breakers(key TEXT PRIMARY KEY, state TEXT NOT NULL, failures BIGINT,
   successes BIGINT, opened_at DOUBLE PRECISION, open_until DOUBLE PRECISION,
   updated DOUBLE PRECISION);

@@ -75,15 +75,17 @@ static const table tables[] = {
    "SELECT count(*) FROM runs"},
   {"steps",
    "run_id, idx, name, status, attempts, comp_attempts, idem_key, custom_key, result, error,"
-   " due, last_delay, updated, slept, awaits, error_kind",
+   " due, last_delay, updated, slept, awaits, error_kind, error_severity, error_stopped",
    "SELECT run_id, idx, name, status, attempts, comp_attempts, idem_key, custom_key, result,"
-   " error, due, last_delay, updated, slept, awaits, error_kind FROM steps",
+   " error, due, last_delay, updated, slept, awaits, error_kind, error_severity, error_stopped"
+   " FROM steps",
    "SELECT count(*) FROM steps"},
   /* history_named: statuses, events and workers as names (PostgreSQL keeps no labels). */
   {"history",
-   "run_id, seq, step, at, event, from_status, to_status, attempt, error, delay, detail, worker",
+   "run_id, seq, step, at, event, from_status, to_status, attempt, error, delay, detail, worker,"
+   " error_kind",
    "SELECT run_id, seq, step, at, event, from_status, to_status, attempt, error, delay,"
-   " detail, worker FROM history_named",
+   " detail, worker, error_kind FROM history_named",
    "SELECT count(*) FROM history"},
   {"breakers", "key, state, failures, successes, opened_at, open_until, updated",
    "SELECT key, state, failures, successes, opened_at, open_until, updated FROM breakers",

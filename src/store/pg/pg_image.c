@@ -92,6 +92,8 @@ static int step_row(mend_pg *p, const char *id, const PGresult *r, int i, mend_r
   st->last_delay = real_of(r, i, 10);
   st->slept = int_of(r, i, 11) != 0;
   st->error_kind = text_of(r, i, 12, oom);
+  st->error_severity = (int)int_of(r, i, 13);
+  st->error_stopped = int_of(r, i, 14) != 0;
   return 0;
 }
 
@@ -320,7 +322,7 @@ typedef struct ahead {
 
 /* The reads, in the order sent, and the column that names the run in each. */
 static const int ahead_q[R__COUNT] = {P_IMAGES_RUN, P_IMAGES_STEPS, P_IMAGES_HISTORY};
-static const int ahead_id_col[R__COUNT] = {11, 13, 7};
+static const int ahead_id_col[R__COUNT] = {11, 15, 7};
 
 static void take_ahead(void *ud, int k, const PGresult *r) {
   ahead *a = ud;

@@ -150,6 +150,8 @@ static int rec_step(mend_pg *p, int q, const mend_step_rec *st) {
   mend__pg_rec_int(p, st->slept ? 1 : 0);
   mend__pg_rec_text(p, st->awaits);
   mend__pg_rec_text(p, st->error ? st->error_kind : NULL);
+  mend__pg_rec_int(p, st->error ? st->error_severity : 0);
+  mend__pg_rec_int(p, st->error ? st->error_stopped : 0);
   return mend__pg_rec_end(p);
 }
 
@@ -176,6 +178,7 @@ int mend__pg_append_history(mend_store *s, const mend_history_rec *h) {
   mend__pg_rec_opt_real(p, h->delay);
   mend__pg_rec_text(p, h->detail);
   mend__pg_rec_text(p, p->worker);
+  mend__pg_rec_text(p, h->error_kind);
   if (h->seq > 0) mend__pg_rec_int(p, h->seq);
   else mend__pg_rec_text(p, NULL);
   return mend__pg_rec_end(p);

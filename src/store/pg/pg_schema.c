@@ -37,31 +37,36 @@ const char *const mend__pg_sql[P__COUNT] = {
     " owner = CASE WHEN $2::text IN " LIVE " THEN owner END WHERE id = $1::text" CHANGED("no run "),
   [P_PUT_STEP] =
     "INSERT INTO steps(run_id, idx, name, status, attempts, comp_attempts, idem_key, custom_key,"
-    " result, error, due, last_delay, updated, slept, awaits, error_kind) VALUES($1::text,"
+    " result, error, due, last_delay, updated, slept, awaits, error_kind, error_severity,"
+    " error_stopped) VALUES($1::text,"
     " $2::bigint, $3::text, $4::text, $5::bigint, $6::bigint, $7::text, $8::bigint, $9::text,"
-    " $10::text, $11::float8, $12::float8, $13::float8, $14::bigint, $15::text, $16::text)"
+    " $10::text, $11::float8, $12::float8, $13::float8, $14::bigint, $15::text, $16::text,"
+    " $17::bigint, $18::bigint)"
     " ON CONFLICT (run_id, idx) DO UPDATE SET name = excluded.name, status = excluded.status,"
     " attempts = excluded.attempts, comp_attempts = excluded.comp_attempts,"
     " idem_key = excluded.idem_key, custom_key = excluded.custom_key, result = excluded.result,"
     " error = excluded.error, due = excluded.due, last_delay = excluded.last_delay,"
     " updated = excluded.updated, slept = excluded.slept, awaits = excluded.awaits,"
-    " error_kind = excluded.error_kind",
+    " error_kind = excluded.error_kind, error_severity = excluded.error_severity,"
+    " error_stopped = excluded.error_stopped",
   [P_UPDATE_STEP] =
     "WITH u AS (UPDATE steps SET status = $3::text, attempts = $4::bigint, comp_attempts = $5::bigint,"
     " idem_key = coalesce($6::text, idem_key), custom_key = $7::bigint, result = $8::text,"
     " error = $9::text, due = $10::float8, last_delay = $11::float8, updated = $12::float8,"
-    " slept = $13::bigint, awaits = $14::text, error_kind = $15::text"
+    " slept = $13::bigint, awaits = $14::text, error_kind = $15::text,"
+    " error_severity = $16::bigint, error_stopped = $17::bigint"
     " WHERE run_id = $1::text AND idx = $2::bigint"
     CHANGED("no step of run "),
-  /* $12: the number the run's holder counts; NULL, or one taken meanwhile by another process
+  /* $13: the number the run's holder counts; NULL, or one taken meanwhile by another process
    * (a person's repair), gives the next free one. */
   [P_APPEND_HISTORY] =
     "INSERT INTO history(run_id, seq, step, at, event, from_status, to_status, attempt, error,"
-    " delay, detail, worker) SELECT $1::text, CASE WHEN $12::bigint IS NOT NULL AND NOT EXISTS"
-    " (SELECT 1 FROM history WHERE run_id = $1::text AND seq = $12::bigint) THEN $12::bigint"
+    " delay, detail, worker, error_kind) SELECT $1::text, CASE WHEN $13::bigint IS NOT NULL"
+    " AND NOT EXISTS (SELECT 1 FROM history WHERE run_id = $1::text AND seq = $13::bigint)"
+    " THEN $13::bigint"
     " ELSE coalesce((SELECT max(seq) FROM history WHERE run_id = $1::text), 0) + 1 END,"
     " $2::text, $3::float8, $4::text, $5::text, $6::text, $7::bigint, $8::text, $9::float8,"
-    " $10::text, $11::text",
+    " $10::text, $11::text, $12::text",
   [P_PUT_BREAKER] =
     "INSERT INTO breakers(key, state, failures, successes, opened_at, open_until, updated)"
     " VALUES($1::text, $2::text, $3::bigint, $4::bigint, $5::float8, $6::float8, $7::float8)"
@@ -222,7 +227,8 @@ const char *const mend__pg_sql[P__COUNT] = {
     " FROM runs r LEFT JOIN workflow_versions v ON v.id = r.workflow_version WHERE r.id = $1::text",
   [P_IMAGE_STEPS] =
     "SELECT idx, name, status, attempts, comp_attempts, idem_key, custom_key, result, error, due,"
-    " last_delay, slept, error_kind FROM steps WHERE run_id = $1::text ORDER BY idx",
+    " last_delay, slept, error_kind, error_severity, error_stopped FROM steps"
+    " WHERE run_id = $1::text ORDER BY idx",
   [P_IMAGE_HISTORY] =
     "SELECT seq, at, step, event, to_status, attempt, CASE WHEN event = 'map' THEN detail END"
     " FROM history WHERE run_id = $1::text ORDER BY seq",
@@ -234,7 +240,8 @@ const char *const mend__pg_sql[P__COUNT] = {
     " LEFT JOIN workflow_versions v ON v.id = r.workflow_version WHERE r.id = ANY($1::text[])",
   [P_IMAGES_STEPS] =
     "SELECT idx, name, status, attempts, comp_attempts, idem_key, custom_key, result, error, due,"
-    " last_delay, slept, error_kind, run_id FROM steps WHERE run_id = ANY($1::text[])"
+    " last_delay, slept, error_kind, error_severity, error_stopped, run_id FROM steps"
+    " WHERE run_id = ANY($1::text[])"
     " ORDER BY run_id, idx",
   [P_IMAGES_HISTORY] =
     "SELECT seq, at, step, event, to_status, attempt, CASE WHEN event = 'map' THEN detail END,"
@@ -255,6 +262,22 @@ const char *const mend__pg_sql[P__COUNT] = {
   " WHEN left(error, 12) = 'compensable:' THEN 'compensable'" \
   " WHEN left(error, 8) = 'timeout:' THEN 'timeout' ELSE 'error' END" \
   " WHERE error IS NOT NULL;"
+
+/* A step keeps its error's severity and whether the engine stopped its code (SQLite's schema
+ * 15), which decide how a group whose branch failed ends after a restart. The rows before get
+ * them once, here, from what their run says: a failed step of a run that ended for a severity
+ * or a workflow_error failed so; any other compensable error had the default severity, 1. A
+ * step transition's history row names its error's kind too (NULL in the rows before: their
+ * text names it). Kept apart, as the one above. */
+#define MIGRATE_ERROR_DETAIL \
+  "ALTER TABLE steps ADD COLUMN error_severity BIGINT NOT NULL DEFAULT 0," \
+  " ADD COLUMN error_stopped BIGINT NOT NULL DEFAULT 0;" \
+  "UPDATE steps SET error_severity = CASE WHEN status = 'failed' THEN coalesce((SELECT CASE" \
+  " r.reason WHEN 'severity_2' THEN 2 WHEN 'severity_3' THEN 3 END FROM runs r" \
+  " WHERE r.id = steps.run_id), 1) ELSE 1 END WHERE error_kind = 'compensable';" \
+  "UPDATE steps SET error_stopped = 1 WHERE error_kind = 'error' AND status = 'failed'" \
+  " AND (SELECT r.reason FROM runs r WHERE r.id = steps.run_id) = 'workflow_error';" \
+  "ALTER TABLE history ADD COLUMN error_kind TEXT;"
 
 /* migrations[v] takes a database from version v to v + 1, in the transaction of
  * mend__pg_schema. The tables are SQLite's logical schema (store.h, "Schema"), with the
@@ -339,6 +362,8 @@ const char *const mend__pg_migrations[MEND_PG_SCHEMA_VERSION] = {
   "ALTER TABLE steps SET (fillfactor = 80);",
   /* 4 -> 5 */
   MIGRATE_ERROR_KIND,
+  /* 5 -> 6 */
+  MIGRATE_ERROR_DETAIL,
 };
 
 /* The advisory lock that makes creating and upgrading the schema one worker's at a time

@@ -152,7 +152,7 @@ static const char SQL_RUN[] =
 static const char SQL_STEPS[] =
   "SELECT idx, name, status, attempts, comp_attempts,"
   " coalesce(idem_key, run_id || '/' || name) AS idempotency_key,"
-  " custom_key, result, error, due, last_delay, updated, slept, awaits FROM steps"
+  " custom_key, result, error, error_kind, due, last_delay, updated, slept, awaits FROM steps"
   " WHERE run_id = $1 ORDER BY idx";
 
 static const char SQL_IN_FLIGHT[] =
@@ -305,7 +305,8 @@ json_t *mend__pg_view_history(PGconn *c, const char *id, char *err, size_t errle
   const char *p[1] = {id};
   return rows_array(c,
                     "SELECT seq, run_id, step, at, event, from_status AS \"from\","
-                    " to_status AS \"to\", attempt, error, delay, detail, worker FROM history"
+                    " to_status AS \"to\", attempt, error, error_kind, delay, detail, worker"
+                    " FROM history"
                     " WHERE run_id = $1 ORDER BY seq",
                     1, p, "read history", err, errlen);
 }
