@@ -218,6 +218,29 @@ static void test_batches(void) {
   CHECK_EQ_INT(mend__pg_append_history(s, &h), 0);
   CHECK_EQ_INT(mend__pg_commit(s), 0);
   CHECK_EQ_INT(count("SELECT max(seq) FROM history WHERE run_id = 'r1'"), 3);
+  /* a batch's numbered rows are sent together, as arrays: text kept as written (quotes,
+   * backslashes, commas, braces, the word NULL), NULL kept NULL */
+  mend_history_rec odd = hist("r1", 4);
+  odd.step = NULL;
+  odd.detail = "{\"a\":\"b\\\\c, d\"} NULL \"";
+  CHECK_EQ_INT(mend__pg_append_history(s, &odd), 0);
+  h.seq = 5;
+  CHECK_EQ_INT(mend__pg_append_history(s, &h), 0);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM history WHERE run_id = 'r1' AND seq = 4 AND step IS NULL"
+                     " AND error IS NULL AND detail = '{\"a\":\"b\\\\c, d\"} NULL \"'"), 1);
+  CHECK_EQ_INT(count("SELECT count(*) FROM history WHERE run_id = 'r1' AND seq = 5 AND step = 'a'"), 1);
+  /* a number among them taken meanwhile: each renumbered as it would be on its own, in order */
+  CHECK_EQ_INT(count("INSERT INTO history(run_id, seq, event) VALUES ('r1', 6, 'note') RETURNING seq"), 6);
+  h.seq = 6;
+  CHECK_EQ_INT(mend__pg_append_history(s, &h), 0);
+  h.seq = 7;
+  h.step = "b";
+  CHECK_EQ_INT(mend__pg_append_history(s, &h), 0);
+  h.step = "a";
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM history WHERE run_id = 'r1'"), 8);
+  CHECK_EQ_INT(count("SELECT seq FROM history WHERE run_id = 'r1' AND step = 'b'"), 8);
 
   /* a run key: taken is 1, at once */
   mend_run_rec k = run_rec("r2", NULL);

@@ -107,7 +107,7 @@ void mend__pg_rec_opt_real(mend_pg *p, double d) {
  * batch never fills both sockets' buffers at once (blocking libpq would then wait forever). */
 #define CHUNK 512
 
-enum { K_BEGIN, K_LIVE, K_RENEW, K_CHECK, K_WRITE, K_NOTIFY, K_COMMIT, K_READ };
+enum { K_BEGIN, K_LIVE, K_RENEW, K_CHECK, K_WRITE, K_HISTORY, K_NOTIFY, K_COMMIT, K_READ };
 
 typedef struct pipe {
   mend_pg *p;
@@ -117,6 +117,7 @@ typedef struct pipe {
   int read[CHUNK];       /* K_READ: which of p->reads */
   int n;
   int failed, late;
+  int taken;             /* K_HISTORY failed on a number another process took */
   double sent_at;
 } pipe;
 
@@ -133,6 +134,7 @@ static const char *what_of(int kind, const pg_rec *r) {
   case K_LIVE: return "renew the lease";
   case K_RENEW: return "renew the lease";
   case K_CHECK: return "look up who holds a run";
+  case K_HISTORY: return "append history";
   case K_NOTIFY: return "notify the other workers";
   case K_COMMIT: return "commit";
   case K_READ: return "read";
@@ -176,6 +178,7 @@ static void take_result(pipe *pp, int i, PGresult *r) {
     if (!pp->failed) {
       const char *code = PQresultErrorField(r, PG_DIAG_SQLSTATE);
       if (pp->kind[i] == K_LIVE && code && strcmp(code, "MENDL") == 0) pp->late = 1;
+      if (pp->kind[i] == K_HISTORY && code && strcmp(code, "23505") == 0) pp->taken = 1;
       if (mend__pg_conflict(r)) p->tx_conflict = 1;
       mend__pg_fail(p, p->conn, r, what_of(pp->kind[i], pp->rec[i]));
     }
@@ -310,9 +313,84 @@ static int deadlock_now(void) {
 }
 #endif
 
+/* ---- history rows as arrays ------------------------------------------------------------ */
+
+/* A batch's history rows that carry their number go as one statement of arrays, one array a
+ * column (P_APPEND_HISTORIES): the server's work a row is then the row and its index entry,
+ * without a statement's start and end for each. Rows without a number (a person's) keep
+ * P_APPEND_HISTORY, which gives them the next free one. */
+#define HCOLS 12
+
+typedef struct hist {
+  char *a[HCOLS];
+  size_t len[HCOLS], cap[HCOLS];
+  int n, oom;
+} hist;
+
+static void hist_put(hist *h, int col, const char *t, size_t n) {
+  size_t need = h->len[col] + 2 * n + 8;
+  if (need > h->cap[col]) {
+    size_t cap = h->cap[col] ? h->cap[col] * 2 : 4096;
+    while (cap < need) cap *= 2;
+    char *a = realloc(h->a[col], cap);
+    if (!a) {
+      h->oom = 1;
+      return;
+    }
+    h->a[col] = a;
+    h->cap[col] = cap;
+  }
+  char *o = h->a[col] + h->len[col];
+  *o++ = h->n ? ',' : '{';
+  if (!t) {
+    memcpy(o, "NULL", 4);
+    o += 4;
+  } else {
+    *o++ = '"';
+    for (size_t i = 0; i < n; i++) {
+      if (t[i] == '"' || t[i] == '\\') *o++ = '\\';
+      *o++ = t[i];
+    }
+    *o++ = '"';
+  }
+  h->len[col] = (size_t)(o - h->a[col]);
+}
+
+/* 1 when the record went into the arrays. */
+static int hist_add(hist *h, const pg_log *log, const pg_rec *r) {
+  if (r->q != P_APPEND_HISTORY || r->n != HCOLS || log->vals[r->first + HCOLS - 1] < 0) return 0;
+  for (int c = 0; c < HCOLS && !h->oom; c++) {
+    long off = log->vals[r->first + c];
+    const char *t = off < 0 ? NULL : log->text + off;
+    hist_put(h, c, t, t ? strlen(t) : 0);
+  }
+  h->n++;
+  return 1;
+}
+
+/* The arrays closed, as the statement's values (hist_put leaves room for the brace); NULL
+ * when out of memory. */
+static const char **hist_end(hist *h, const char **v) {
+  if (h->oom) return NULL;
+  for (int c = 0; c < HCOLS; c++) {
+    h->a[c][h->len[c]++] = '}';
+    h->a[c][h->len[c]] = 0;
+    v[c] = h->a[c];
+  }
+  return v;
+}
+
+static void hist_free(hist *h) {
+  for (int c = 0; c < HCOLS; c++) free(h->a[c]);
+}
+
 /* One try of a flush; *late set when the lease turned out to have run out. */
-static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late) {
+static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late, int *taken) {
   pipe pp = {.p = p, .log = log};
+  hist h = {0};
+  /* Arrays only in a transaction this flush begins: if a number was taken meanwhile, the
+   * whole of it is sent again, row by row (flush). */
+  int arrays = !p->in_batch && !p->rows_one_by_one;
   PGconn *c = p->conn;
   const char **ptrs = NULL;
   char *ids = NULL;
@@ -359,7 +437,17 @@ static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late)
     int drop = mend__pg_fence_drops(p, log, r);
     if (drop < 0) pp.failed = 1;
     if (drop) continue;
+    if (arrays && hist_add(&h, log, r)) continue;
     if (pipe_send(&pp, K_WRITE, r->q, NULL, r->n, ptrs + r->first, r) != 0) goto done;
+  }
+  if (h.n && !pp.failed) {
+    const char *hv[HCOLS];
+    if (!hist_end(&h, hv)) {
+      mend__pg_msg(p->err, sizeof p->err, "%s: sending a batch: out of memory", p->server);
+      pp.failed = 1;
+      goto done;
+    }
+    if (pipe_send(&pp, K_HISTORY, P_APPEND_HISTORIES, NULL, HCOLS, hv, NULL) != 0) goto done;
   }
   /* reads that must see these writes: in the same round trip */
   for (int i = 0; p->reads && !commit && !pp.failed && i < p->reads->n; i++) {
@@ -391,8 +479,10 @@ done:
   if (pp.n) pipe_sync(&pp);
   free(ptrs);
   free(ids);
+  hist_free(&h);
   PQexitPipelineMode(c);
   *late = pp.late;
+  *taken = pp.taken;
   if (pp.failed) return -1;
   if (began) {
     p->in_batch = 1;
@@ -487,14 +577,22 @@ static int flush(mend_pg *p, pg_log *log, int commit, int begin) {
     return -1;
   }
   if (!log->nrec && !p->in_batch && !begin) return 0;
-  int late = 0, was_open = p->in_batch;
-  int rc = flush_once(p, log, commit, begin, &late);
+  int late = 0, taken = 0, was_open = p->in_batch;
+  int rc = flush_once(p, log, commit, begin, &late, &taken);
   if (rc != 0 && late && !was_open) {
     /* Our lease ran out before this transaction began: nothing in it was written. Again,
      * down the late path (renew, then look up who holds each run written to). */
     mend__pg_rollback(p);
     p->fence_until = 0;
-    rc = flush_once(p, log, commit, begin, &late);
+    rc = flush_once(p, log, commit, begin, &late, &taken);
+  }
+  if (rc != 0 && taken && !was_open && PQstatus(p->conn) == CONNECTION_OK && !p->conn_doomed) {
+    /* A history number was taken meanwhile (a person's repair): nothing of this transaction
+     * was written. Again, each row on its own, renumbered where its number is taken. */
+    mend__pg_rollback(p);
+    p->rows_one_by_one = 1;
+    rc = flush_once(p, log, commit, begin, &late, &taken);
+    p->rows_one_by_one = 0;
   }
   log_clear(log);
   if (rc != 0) {

@@ -38,7 +38,7 @@ enum {
   P_SEND_EVENT, P_NEXT_EVENT, P_LAST_EVENT, P_EVENTS_AFTER,
   P_PUT_TOKEN, P_TOKEN_OF_ATTEMPT, P_USE_TOKEN, P_SET_PARENT, P_REOPEN_RUN,
   P_IMAGE_RUN, P_IMAGE_STEPS, P_IMAGE_HISTORY,
-  P_IMAGES_RUN, P_IMAGES_STEPS, P_IMAGES_HISTORY, P_INSERT_RUN_KEY,
+  P_IMAGES_RUN, P_IMAGES_STEPS, P_IMAGES_HISTORY, P_INSERT_RUN_KEY, P_APPEND_HISTORIES,
   P__COUNT
 };
 extern const char *const mend__pg_sql[P__COUNT];
@@ -112,6 +112,7 @@ typedef struct mend_pg {
   struct pg_wake *wake;        /* LISTEN/NOTIFY (pg_notify.c) */
   int tx_wake;                 /* the open transaction notifies at COMMIT; conn's owner's */
   int conn_lost;               /* the last failure was the connection's (mend__pg_conn_lost) */
+  int rows_one_by_one;         /* this flush sends history rows one statement each (pg_batch.c) */
   int tx_conflict;             /* the server rolled the open batch back (a deadlock): SQLSTATE 40 */
   double retry_at, retry_delay;  /* reconnecting after the long try failed (pg_batch.c) */
   char retry_err[512];
