@@ -271,6 +271,29 @@ static void test_batches(void) {
   CHECK_NEAR(got.open_until, 40, 1e-9);
   CHECK_EQ_INT(mend__pg_commit(s), 0);
 
+  /* A batch's step puts go together (pg_arrays.c), and leave what one put after another
+   * leaves: a step put twice keeps the last; a run whose steps are also updated in the batch
+   * has its puts in their place, before the update. Text kept as written, NULL as NULL. */
+  mend_step_rec p1 = {.run_id = "r1", .idx = 1, .name = "b", .status = "running", .attempts = 1,
+                      .due = -1, .last_delay = -1, .updated = 4};
+  CHECK_EQ_INT(mend__pg_put_step(s, &p1), 0);
+  p1.status = "succeeded";
+  p1.result = "{\"q\":\"a\\\\b, {c}\"}";
+  CHECK_EQ_INT(mend__pg_put_step(s, &p1), 0);
+  mend_step_rec p2 = {.run_id = "r2", .idx = 0, .name = "a", .status = "running", .attempts = 1,
+                      .due = -1, .last_delay = -1, .updated = 4};
+  CHECK_EQ_INT(mend__pg_put_step(s, &p2), 0);
+  p2.status = "failed";
+  p2.error = "boom";
+  p2.error_kind = "fatal";
+  CHECK_EQ_INT(mend__pg_update_step(s, &p2), 0);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM steps WHERE run_id = 'r1' AND idx = 1 AND status ="
+                     " 'succeeded' AND result = '{\"q\":\"a\\\\b, {c}\"}' AND error IS NULL"
+                     " AND due IS NULL"), 1);
+  CHECK_EQ_INT(count("SELECT count(*) FROM steps WHERE run_id = 'r2' AND idx = 0 AND status ="
+                     " 'failed' AND error_kind = 'fatal'"), 1);
+
   /* a write that changes nothing fails its whole batch, and nothing of it is written */
   CHECK_EQ_INT(mend__pg_update_run(s, "r1", "succeeded", NULL, 0, 5, NULL), 0);
   mend__pg_update_run(s, "no-such-run", "succeeded", NULL, 0, 5, NULL);

@@ -2,7 +2,8 @@
  * pg_batch: how the PostgreSQL store writes. Owns the write log (writes recorded with their
  * values copied, as text), the flush that sends them as one pipeline in the open transaction
  * (BEGIN and the fence's check first when it begins, COMMIT last when it commits, or reads that
- * must see them last, in the same round trip: mend__pg_sync_reads), the batch
+ * must see them last, in the same round trip: mend__pg_sync_reads; rows of one kind together
+ * as arrays where pg_arrays.c says they may be, sent again row by row if that fails), the batch
  * numbers, and the writer thread that commits a handed-off batch while the loop records the
  * next. Must never: let a read miss a write recorded before it; report a batch durable before
  * the server answered its COMMIT; commit a batch part of which failed.
@@ -107,7 +108,7 @@ void mend__pg_rec_opt_real(mend_pg *p, double d) {
  * batch never fills both sockets' buffers at once (blocking libpq would then wait forever). */
 #define CHUNK 512
 
-enum { K_BEGIN, K_LIVE, K_RENEW, K_CHECK, K_WRITE, K_HISTORY, K_NOTIFY, K_COMMIT, K_READ };
+enum { K_BEGIN, K_LIVE, K_RENEW, K_CHECK, K_WRITE, K_STEPS, K_HISTORY, K_NOTIFY, K_COMMIT, K_READ };
 
 typedef struct pipe {
   mend_pg *p;
@@ -134,6 +135,7 @@ static const char *what_of(int kind, const pg_rec *r) {
   case K_LIVE: return "renew the lease";
   case K_RENEW: return "renew the lease";
   case K_CHECK: return "look up who holds a run";
+  case K_STEPS: return "put steps";
   case K_HISTORY: return "append history";
   case K_NOTIFY: return "notify the other workers";
   case K_COMMIT: return "commit";
@@ -313,84 +315,14 @@ static int deadlock_now(void) {
 }
 #endif
 
-/* ---- history rows as arrays ------------------------------------------------------------ */
-
-/* A batch's history rows that carry their number go as one statement of arrays, one array a
- * column (P_APPEND_HISTORIES): the server's work a row is then the row and its index entry,
- * without a statement's start and end for each. Rows without a number (a person's) keep
- * P_APPEND_HISTORY, which gives them the next free one. */
-#define HCOLS 12
-
-typedef struct hist {
-  char *a[HCOLS];
-  size_t len[HCOLS], cap[HCOLS];
-  int n, oom;
-} hist;
-
-static void hist_put(hist *h, int col, const char *t, size_t n) {
-  size_t need = h->len[col] + 2 * n + 8;
-  if (need > h->cap[col]) {
-    size_t cap = h->cap[col] ? h->cap[col] * 2 : 4096;
-    while (cap < need) cap *= 2;
-    char *a = realloc(h->a[col], cap);
-    if (!a) {
-      h->oom = 1;
-      return;
-    }
-    h->a[col] = a;
-    h->cap[col] = cap;
-  }
-  char *o = h->a[col] + h->len[col];
-  *o++ = h->n ? ',' : '{';
-  if (!t) {
-    memcpy(o, "NULL", 4);
-    o += 4;
-  } else {
-    *o++ = '"';
-    for (size_t i = 0; i < n; i++) {
-      if (t[i] == '"' || t[i] == '\\') *o++ = '\\';
-      *o++ = t[i];
-    }
-    *o++ = '"';
-  }
-  h->len[col] = (size_t)(o - h->a[col]);
-}
-
-/* 1 when the record went into the arrays. */
-static int hist_add(hist *h, const pg_log *log, const pg_rec *r) {
-  if (r->q != P_APPEND_HISTORY || r->n != HCOLS || log->vals[r->first + HCOLS - 1] < 0) return 0;
-  for (int c = 0; c < HCOLS && !h->oom; c++) {
-    long off = log->vals[r->first + c];
-    const char *t = off < 0 ? NULL : log->text + off;
-    hist_put(h, c, t, t ? strlen(t) : 0);
-  }
-  h->n++;
-  return 1;
-}
-
-/* The arrays closed, as the statement's values (hist_put leaves room for the brace); NULL
- * when out of memory. */
-static const char **hist_end(hist *h, const char **v) {
-  if (h->oom) return NULL;
-  for (int c = 0; c < HCOLS; c++) {
-    h->a[c][h->len[c]++] = '}';
-    h->a[c][h->len[c]] = 0;
-    v[c] = h->a[c];
-  }
-  return v;
-}
-
-static void hist_free(hist *h) {
-  for (int c = 0; c < HCOLS; c++) free(h->a[c]);
-}
-
 /* One try of a flush; *late set when the lease turned out to have run out. */
 static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late, int *taken) {
   pipe pp = {.p = p, .log = log};
-  hist h = {0};
-  /* Arrays only in a transaction this flush begins: if a number was taken meanwhile, the
-   * whole of it is sent again, row by row (flush). */
-  int arrays = !p->in_batch && !p->rows_one_by_one;
+  pg_batch_arrays ar = {0};
+  /* History rows as arrays (pg_arrays.c) only in a transaction this flush begins: if a number
+   * was taken meanwhile, the whole of it is sent again, row by row (flush). Step puts fail
+   * only as they would one by one: always. */
+  int history_arrays = !p->in_batch && !p->rows_one_by_one;
   PGconn *c = p->conn;
   const char **ptrs = NULL;
   char *ids = NULL;
@@ -432,22 +364,32 @@ static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late,
     goto done;
   }
   for (int i = 0; i < log->nval; i++) ptrs[i] = log->vals[i] < 0 ? NULL : log->text + log->vals[i];
+  if (log->nrec > 1 && mend__pg_arrays_plan(&ar, log, history_arrays) != 0) {
+    mend__pg_msg(p->err, sizeof p->err, "%s: sending a batch: out of memory", p->server);
+    pp.failed = 1;
+    goto done;
+  }
   for (int k = 0; k < log->nrec && !pp.failed; k++) {
     const pg_rec *r = &log->recs[k];
     int drop = mend__pg_fence_drops(p, log, r);
     if (drop < 0) pp.failed = 1;
     if (drop) continue;
-    if (arrays && hist_add(&h, log, r)) continue;
+    if (mend__pg_arrays_take(&ar, log, k)) continue;
     if (pipe_send(&pp, K_WRITE, r->q, NULL, r->n, ptrs + r->first, r) != 0) goto done;
   }
-  if (h.n && !pp.failed) {
-    const char *hv[HCOLS];
-    if (!hist_end(&h, hv)) {
+  /* after the rows sent alone, which never depend on these (pg_arrays.c) */
+  pg_arrays *sets[2] = {&ar.steps, &ar.hist};
+  for (int i = 0; i < 2 && !pp.failed; i++) {
+    const char *av[PG_ARRAY_COLS];
+    if (!sets[i]->n) continue;
+    if (!mend__pg_arrays_end(sets[i], av)) {
       mend__pg_msg(p->err, sizeof p->err, "%s: sending a batch: out of memory", p->server);
       pp.failed = 1;
       goto done;
     }
-    if (pipe_send(&pp, K_HISTORY, P_APPEND_HISTORIES, NULL, HCOLS, hv, NULL) != 0) goto done;
+    if (pipe_send(&pp, i ? K_HISTORY : K_STEPS, i ? P_APPEND_HISTORIES : P_PUT_STEPS, NULL,
+                  sets[i]->ncols, av, NULL) != 0)
+      goto done;
   }
   /* reads that must see these writes: in the same round trip */
   for (int i = 0; p->reads && !commit && !pp.failed && i < p->reads->n; i++) {
@@ -479,7 +421,7 @@ done:
   if (pp.n) pipe_sync(&pp);
   free(ptrs);
   free(ids);
-  hist_free(&h);
+  mend__pg_arrays_free(&ar);
   PQexitPipelineMode(c);
   *late = pp.late;
   *taken = pp.taken;
@@ -665,10 +607,8 @@ int mend__pg_begin(mend_pg *p) {
 
 /* A write is only recorded: sent at the next read, commit or hand-off, so that a batch costs
  * one round trip however many writes it has (sent at once, each would cost one). Its failure
- * is heard then, and fails the whole batch. Statements go one a record: sending a batch's
- * history rows as unnest() arrays measured no faster here (1.75 s against 1.83 s for 40,000
- * rows and 10,000 run writes), the rows' own cost being most of it, and would lose the
- * renumbering of a row whose number another process took. */
+ * is heard then, and fails the whole batch. Rows of the kinds pg_arrays.c knows go as one
+ * statement of arrays a kind (flush_once says when). */
 int mend__pg_rec_end(mend_pg *p) {
   pg_log *log = p->cur;
   if (p->npre) {
