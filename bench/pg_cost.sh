@@ -61,9 +61,11 @@ steps=$(echo "$out" | grep -o '"steps_total":[0-9]*' | cut -d: -f2)
 [ -n "$steps" ] || { echo "pg_cost.sh: $w gave no steps_total: $out" >&2; exit 1; }
 echo "$w n=$n: $steps steps, $(echo "$out" | grep -o '"steps_per_s":[0-9.]*' | cut -d: -f2) steps/s, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "rows/step (bench): $(echo "$out" | grep -o '"rows_per_step":[0-9.]*' | cut -d: -f2)"
+echo "statements/step (bench): $(echo "$out" | grep -o '"stmts_per_step":[0-9.]*' | cut -d: -f2)"
 echo "server CPU µs/step: $(echo "($c1 - $c0) * 1000000 / $(getconf CLK_TCK) / $steps" | bc)"
 echo "WAL bytes/step: $(echo "$(q "SELECT pg_wal_lsn_diff('$lsn1', '$lsn0')") / $steps" | bc)"
 q "SELECT relname || ': ' || n_tup_ins || ' inserted, ' || n_tup_upd || ' updated (' || n_tup_hot_upd || ' HOT)' FROM pg_stat_user_tables WHERE schemaname = 'cost' AND n_tup_ins + n_tup_upd > 0 ORDER BY relname"
+q "SELECT /*bench*/ calls || ' calls, ' || round(total_exec_time::numeric, 1) || ' ms: ' || left(regexp_replace(query, '\s+', ' ', 'g'), 60) FROM pg_stat_statements WHERE query NOT LIKE '%/*bench*/%' ORDER BY total_exec_time DESC LIMIT 8"
 as_pg "$bin/pg_waldump" -p "$dir/data/pg_wal" -s "$lsn0" -e "$lsn1" --stats=record 2>/dev/null |
   awk -v s="$steps" '/^(Heap|Btree)\/(INSERT|UPDATE|HOT_UPDATE|HEAP_CONFIRM|INSERT_LEAF)( |$)/ {printf "%-20s %8d  %.3f/step\n", $1, $2, $2 / s}'
 if [ $strace_it = 1 ]; then

@@ -153,6 +153,54 @@ describe("a worker on PostgreSQL that loses its connection", function()
     end
   end)
 
+  -- A parked run brought back at its due time reads its image from the server; the session
+  -- ends right then (MEND_PG_END_BEFORE_IMAGE=1: a batch open, the first image read from the
+  -- server, the claim's own coming from its read-ahead). The batch went with the connection:
+  -- a lost batch, told once, the runs held let go and claimed again, not the parked run given
+  -- back alone on a new connection while the rest goes on as if the batch had committed.
+  it_pg("a parked run's image read with the session ended: a lost batch, each effect once", function()
+    local dir, db, log = fresh()
+    H.write_file(dir, "napper.lua", ([[
+local function effect(ctx, name)
+  local f = assert(io.open(%q, "a"))
+  f:write(ctx.run_id, " ", name, "\n")
+  f:close()
+  return name
+end
+return { name = "napper", steps = {
+  { name = "a", execute = function(ctx) return effect(ctx, "a") end },
+  { name = "nap", sleep = 2.5 },
+  { name = "b", execute = function(ctx) return effect(ctx, "b") end } } }
+]]):format(dir .. "/effects"))
+    local rc, out = mend_cmd(db, "start napper --workflows " .. q(dir))
+    assert.are.equal(0, rc, out)
+    local ids = { out:match("(%S+)") }
+    local pid = worker(db, dir, log, "MEND_PG_END_BEFORE_IMAGE=1")
+    local ok, err = pcall(function()
+      H.wait_for("the run to end", function() return all_succeeded(db, ids) end, 60)
+      assert.is_true(alive(pid), "the worker stopped")
+    end)
+    H.stop_worker(pid)
+    local text = H.read(log)
+    assert(ok, tostring(err) .. "\n" .. text)
+    -- the read that failed came after the run went to sleep: the one that brought it back
+    local errors, slept = {}, false
+    for line in text:gmatch("[^\n]+") do
+      if line:find("pending -> sleeping", 1, true) then slept = true end
+      if line:find('"level":"error"', 1, true) then
+        assert.is_true(slept, text)
+        errors[#errors + 1] = line
+      end
+    end
+    assert.are.equal(1, #errors, text)
+    assert.matches('"event":"store"', errors[1])
+    assert.matches("not known to be committed", errors[1])
+    local count = {}
+    for line in io.lines(dir .. "/effects") do count[line] = (count[line] or 0) + 1 end
+    assert.are.equal(1, count[ids[1] .. " a"], text)
+    assert.are.equal(1, count[ids[1] .. " b"], text)
+  end)
+
   -- `mend run` (a client engine, no worker) meets the same: its batch rolled back for a
   -- deadlock, or its session ended before a COMMIT. It acts on nothing of that batch, reads
   -- its run again from the server and finishes it: one error, exit 0.

@@ -218,6 +218,29 @@ static void test_batches(void) {
   CHECK_EQ_INT(mend__pg_append_history(s, &h), 0);
   CHECK_EQ_INT(mend__pg_commit(s), 0);
   CHECK_EQ_INT(count("SELECT max(seq) FROM history WHERE run_id = 'r1'"), 3);
+  /* a batch's numbered rows are sent together, as arrays: text kept as written (quotes,
+   * backslashes, commas, braces, the word NULL), NULL kept NULL */
+  mend_history_rec odd = hist("r1", 4);
+  odd.step = NULL;
+  odd.detail = "{\"a\":\"b\\\\c, d\"} NULL \"";
+  CHECK_EQ_INT(mend__pg_append_history(s, &odd), 0);
+  h.seq = 5;
+  CHECK_EQ_INT(mend__pg_append_history(s, &h), 0);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM history WHERE run_id = 'r1' AND seq = 4 AND step IS NULL"
+                     " AND error IS NULL AND detail = '{\"a\":\"b\\\\c, d\"} NULL \"'"), 1);
+  CHECK_EQ_INT(count("SELECT count(*) FROM history WHERE run_id = 'r1' AND seq = 5 AND step = 'a'"), 1);
+  /* a number among them taken meanwhile: each renumbered as it would be on its own, in order */
+  CHECK_EQ_INT(count("INSERT INTO history(run_id, seq, event) VALUES ('r1', 6, 'note') RETURNING seq"), 6);
+  h.seq = 6;
+  CHECK_EQ_INT(mend__pg_append_history(s, &h), 0);
+  h.seq = 7;
+  h.step = "b";
+  CHECK_EQ_INT(mend__pg_append_history(s, &h), 0);
+  h.step = "a";
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM history WHERE run_id = 'r1'"), 8);
+  CHECK_EQ_INT(count("SELECT seq FROM history WHERE run_id = 'r1' AND step = 'b'"), 8);
 
   /* a run key: taken is 1, at once */
   mend_run_rec k = run_rec("r2", NULL);
@@ -247,6 +270,29 @@ static void test_batches(void) {
   CHECK_EQ_INT(got.failures, 3);
   CHECK_NEAR(got.open_until, 40, 1e-9);
   CHECK_EQ_INT(mend__pg_commit(s), 0);
+
+  /* A batch's step puts go together (pg_arrays.c), and leave what one put after another
+   * leaves: a step put twice keeps the last; a run whose steps are also updated in the batch
+   * has its puts in their place, before the update. Text kept as written, NULL as NULL. */
+  mend_step_rec p1 = {.run_id = "r1", .idx = 1, .name = "b", .status = "running", .attempts = 1,
+                      .due = -1, .last_delay = -1, .updated = 4};
+  CHECK_EQ_INT(mend__pg_put_step(s, &p1), 0);
+  p1.status = "succeeded";
+  p1.result = "{\"q\":\"a\\\\b, {c}\"}";
+  CHECK_EQ_INT(mend__pg_put_step(s, &p1), 0);
+  mend_step_rec p2 = {.run_id = "r2", .idx = 0, .name = "a", .status = "running", .attempts = 1,
+                      .due = -1, .last_delay = -1, .updated = 4};
+  CHECK_EQ_INT(mend__pg_put_step(s, &p2), 0);
+  p2.status = "failed";
+  p2.error = "boom";
+  p2.error_kind = "fatal";
+  CHECK_EQ_INT(mend__pg_update_step(s, &p2), 0);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM steps WHERE run_id = 'r1' AND idx = 1 AND status ="
+                     " 'succeeded' AND result = '{\"q\":\"a\\\\b, {c}\"}' AND error IS NULL"
+                     " AND due IS NULL"), 1);
+  CHECK_EQ_INT(count("SELECT count(*) FROM steps WHERE run_id = 'r2' AND idx = 0 AND status ="
+                     " 'failed' AND error_kind = 'fatal'"), 1);
 
   /* a write that changes nothing fails its whole batch, and nothing of it is written */
   CHECK_EQ_INT(mend__pg_update_run(s, "r1", "succeeded", NULL, 0, 5, NULL), 0);

@@ -168,6 +168,20 @@ static void later(mend_engine *E, const char *id) {
   rearm_wake(E);
 }
 
+/* The connection went while this run was read back, and the open batch with it: a lost batch
+ * (reconnect.c). The run goes back into the set, so that it is let go with every run held
+ * here and claimed anew; given back alone, on the connection the next write opens, the rest
+ * would go on as if the lost batch had committed. */
+static void lost_reading(mend_engine *E, const char *id) {
+  if (mend_parkset_add(&E->parked, id, mend_engine_now(E) + PARK_RETRY_SECONDS) < 0) {
+    mend__breakdown(E, "out of memory parking run %s", id);
+    return;
+  }
+  rearm_wake(E);
+  if (E->draining) mend__breakdown(E, "%s", mend_store_errmsg(E->store));
+  else mend__store_lost(E);
+}
+
 /* Rebuilds a run whose entry was just taken out of the set, if it is still ours. */
 static int bring_back(mend_engine *E, const char *id, const char *why) {
   char owner[128], msg[800];
@@ -182,6 +196,7 @@ static int bring_back(mend_engine *E, const char *id, const char *why) {
   int unavailable;
   mend_run *r = mend__rebuild(E, id, msg, sizeof msg, &unavailable);
   if (!r && mend_store_locked(E->store)) { later(E, id); return -1; }
+  if (!r && mend_store_conn_lost(E->store)) { lost_reading(E, id); return -1; }
   if (!r) {
     mend_engine_log_line(E, "error", id, NULL, 0, "park", msg);
     if (mend_store_release(E->store, id, E->owner)) mend__store_failed(E);
@@ -203,12 +218,14 @@ static void on_wake(mend_timer *t) {
   mend_engine *E = (mend_engine *)(void *)((char *)t - offsetof(mend_engine, park_wake));
   char id[MEND_RUN_ID_LEN];
   double now = mend_engine_now(E);
-  if (mend__lock_waiting(E)) {   /* nothing can be read back before the lock goes */
+  /* nothing can be read back before the lock goes, nor after a lost batch before the runs
+   * held are let go (reconnect.c) */
+  if (mend__lock_waiting(E) || E->store_lost) {
     arm_engine_timer(E, &E->park_wake, now + PARK_RETRY_SECONDS);
     return;
   }
   for (int n = 0; n < PARK_BATCH && !E->broken && mend_parkset_pop_due(&E->parked, now, id); n++)
-    bring_back(E, id, "its due time came");
+    if (bring_back(E, id, "its due time came") < 0 && E->store_lost) break;
   rearm_wake(E);
 }
 

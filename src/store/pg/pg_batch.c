@@ -2,7 +2,8 @@
  * pg_batch: how the PostgreSQL store writes. Owns the write log (writes recorded with their
  * values copied, as text), the flush that sends them as one pipeline in the open transaction
  * (BEGIN and the fence's check first when it begins, COMMIT last when it commits, or reads that
- * must see them last, in the same round trip: mend__pg_sync_reads), the batch
+ * must see them last, in the same round trip: mend__pg_sync_reads; rows of one kind together
+ * as arrays where pg_arrays.c says they may be, sent again row by row if that fails), the batch
  * numbers, and the writer thread that commits a handed-off batch while the loop records the
  * next. Must never: let a read miss a write recorded before it; report a batch durable before
  * the server answered its COMMIT; commit a batch part of which failed.
@@ -107,7 +108,7 @@ void mend__pg_rec_opt_real(mend_pg *p, double d) {
  * batch never fills both sockets' buffers at once (blocking libpq would then wait forever). */
 #define CHUNK 512
 
-enum { K_BEGIN, K_LIVE, K_RENEW, K_CHECK, K_WRITE, K_NOTIFY, K_COMMIT, K_READ };
+enum { K_BEGIN, K_LIVE, K_RENEW, K_CHECK, K_WRITE, K_STEPS, K_HISTORY, K_NOTIFY, K_COMMIT, K_READ };
 
 typedef struct pipe {
   mend_pg *p;
@@ -117,6 +118,7 @@ typedef struct pipe {
   int read[CHUNK];       /* K_READ: which of p->reads */
   int n;
   int failed, late;
+  int taken;             /* K_HISTORY failed on a number another process took */
   double sent_at;
 } pipe;
 
@@ -133,6 +135,8 @@ static const char *what_of(int kind, const pg_rec *r) {
   case K_LIVE: return "renew the lease";
   case K_RENEW: return "renew the lease";
   case K_CHECK: return "look up who holds a run";
+  case K_STEPS: return "put steps";
+  case K_HISTORY: return "append history";
   case K_NOTIFY: return "notify the other workers";
   case K_COMMIT: return "commit";
   case K_READ: return "read";
@@ -176,6 +180,7 @@ static void take_result(pipe *pp, int i, PGresult *r) {
     if (!pp->failed) {
       const char *code = PQresultErrorField(r, PG_DIAG_SQLSTATE);
       if (pp->kind[i] == K_LIVE && code && strcmp(code, "MENDL") == 0) pp->late = 1;
+      if (pp->kind[i] == K_HISTORY && code && strcmp(code, "23505") == 0) pp->taken = 1;
       if (mend__pg_conflict(r)) p->tx_conflict = 1;
       mend__pg_fail(p, p->conn, r, what_of(pp->kind[i], pp->rec[i]));
     }
@@ -311,8 +316,13 @@ static int deadlock_now(void) {
 #endif
 
 /* One try of a flush; *late set when the lease turned out to have run out. */
-static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late) {
+static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late, int *taken) {
   pipe pp = {.p = p, .log = log};
+  pg_batch_arrays ar = {0};
+  /* History rows as arrays (pg_arrays.c) only in a transaction this flush begins: if a number
+   * was taken meanwhile, the whole of it is sent again, row by row (flush). Step puts fail
+   * only as they would one by one: always. */
+  int history_arrays = !p->in_batch && !p->rows_one_by_one;
   PGconn *c = p->conn;
   const char **ptrs = NULL;
   char *ids = NULL;
@@ -354,12 +364,32 @@ static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late)
     goto done;
   }
   for (int i = 0; i < log->nval; i++) ptrs[i] = log->vals[i] < 0 ? NULL : log->text + log->vals[i];
+  if (log->nrec > 1 && mend__pg_arrays_plan(&ar, log, history_arrays) != 0) {
+    mend__pg_msg(p->err, sizeof p->err, "%s: sending a batch: out of memory", p->server);
+    pp.failed = 1;
+    goto done;
+  }
   for (int k = 0; k < log->nrec && !pp.failed; k++) {
     const pg_rec *r = &log->recs[k];
     int drop = mend__pg_fence_drops(p, log, r);
     if (drop < 0) pp.failed = 1;
     if (drop) continue;
+    if (mend__pg_arrays_take(&ar, log, k)) continue;
     if (pipe_send(&pp, K_WRITE, r->q, NULL, r->n, ptrs + r->first, r) != 0) goto done;
+  }
+  /* after the rows sent alone, which never depend on these (pg_arrays.c) */
+  pg_arrays *sets[2] = {&ar.steps, &ar.hist};
+  for (int i = 0; i < 2 && !pp.failed; i++) {
+    const char *av[PG_ARRAY_COLS];
+    if (!sets[i]->n) continue;
+    if (!mend__pg_arrays_end(sets[i], av)) {
+      mend__pg_msg(p->err, sizeof p->err, "%s: sending a batch: out of memory", p->server);
+      pp.failed = 1;
+      goto done;
+    }
+    if (pipe_send(&pp, i ? K_HISTORY : K_STEPS, i ? P_APPEND_HISTORIES : P_PUT_STEPS, NULL,
+                  sets[i]->ncols, av, NULL) != 0)
+      goto done;
   }
   /* reads that must see these writes: in the same round trip */
   for (int i = 0; p->reads && !commit && !pp.failed && i < p->reads->n; i++) {
@@ -391,8 +421,10 @@ done:
   if (pp.n) pipe_sync(&pp);
   free(ptrs);
   free(ids);
+  mend__pg_arrays_free(&ar);
   PQexitPipelineMode(c);
   *late = pp.late;
+  *taken = pp.taken;
   if (pp.failed) return -1;
   if (began) {
     p->in_batch = 1;
@@ -487,14 +519,22 @@ static int flush(mend_pg *p, pg_log *log, int commit, int begin) {
     return -1;
   }
   if (!log->nrec && !p->in_batch && !begin) return 0;
-  int late = 0, was_open = p->in_batch;
-  int rc = flush_once(p, log, commit, begin, &late);
+  int late = 0, taken = 0, was_open = p->in_batch;
+  int rc = flush_once(p, log, commit, begin, &late, &taken);
   if (rc != 0 && late && !was_open) {
     /* Our lease ran out before this transaction began: nothing in it was written. Again,
      * down the late path (renew, then look up who holds each run written to). */
     mend__pg_rollback(p);
     p->fence_until = 0;
-    rc = flush_once(p, log, commit, begin, &late);
+    rc = flush_once(p, log, commit, begin, &late, &taken);
+  }
+  if (rc != 0 && taken && !was_open && PQstatus(p->conn) == CONNECTION_OK && !p->conn_doomed) {
+    /* A history number was taken meanwhile (a person's repair): nothing of this transaction
+     * was written. Again, each row on its own, renumbered where its number is taken. */
+    mend__pg_rollback(p);
+    p->rows_one_by_one = 1;
+    rc = flush_once(p, log, commit, begin, &late, &taken);
+    p->rows_one_by_one = 0;
   }
   log_clear(log);
   if (rc != 0) {
@@ -567,10 +607,8 @@ int mend__pg_begin(mend_pg *p) {
 
 /* A write is only recorded: sent at the next read, commit or hand-off, so that a batch costs
  * one round trip however many writes it has (sent at once, each would cost one). Its failure
- * is heard then, and fails the whole batch. Statements go one a record: sending a batch's
- * history rows as unnest() arrays measured no faster here (1.75 s against 1.83 s for 40,000
- * rows and 10,000 run writes), the rows' own cost being most of it, and would lose the
- * renumbering of a row whose number another process took. */
+ * is heard then, and fails the whole batch. Rows of the kinds pg_arrays.c knows go as one
+ * statement of arrays a kind (flush_once says when). */
 int mend__pg_rec_end(mend_pg *p) {
   pg_log *log = p->cur;
   if (p->npre) {

@@ -430,6 +430,24 @@ static int pre_take(mend_pg *p, const char *id, mend_run_image *img) {
   return 0;
 }
 
+#ifdef MEND_FAILPOINTS
+/* MEND_PG_END_BEFORE_IMAGE=N: before the Nth image this process reads from the server (not
+ * from a claim's read-ahead), a batch is begun if none is open and the server ends the
+ * session, as pg_terminate_backend from elsewhere would while a batch is open: the read
+ * finds the connection gone, and the batch with it. For the spec of a parked run brought back
+ * then (spec/pg_reconnect_spec.lua). */
+static void end_before_image(mend_pg *p) {
+  static long at = -1, seen;
+  if (at < 0) {
+    const char *e = getenv("MEND_PG_END_BEFORE_IMAGE");
+    at = e ? atol(e) : 0;
+  }
+  if (at <= 0 || ++seen != at) return;
+  if (!p->in_batch && mend__pg_begin(p) != 0) return;
+  PQclear(PQexec(p->conn, "SELECT pg_terminate_backend(pg_backend_pid())"));
+}
+#endif
+
 int mend__pg_run_image(mend_store *s, const char *id, mend_run_image *img) {
   mend_pg *p = PG(s);
   memset(img, 0, sizeof *img);
@@ -441,6 +459,9 @@ int mend__pg_run_image(mend_store *s, const char *id, mend_run_image *img) {
   }
   int pre = pre_take(p, id, img);
   if (pre <= 0) return pre;
+#ifdef MEND_FAILPOINTS
+  end_before_image(p);
+#endif
   const char *v[R__COUNT] = {id, id, id};
   taker t = {.p = p, .id = id, .img = img};
   /* After the open batch's writes, in their round trip; alone when there is no batch. */

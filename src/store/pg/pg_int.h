@@ -38,7 +38,7 @@ enum {
   P_SEND_EVENT, P_NEXT_EVENT, P_LAST_EVENT, P_EVENTS_AFTER,
   P_PUT_TOKEN, P_TOKEN_OF_ATTEMPT, P_USE_TOKEN, P_SET_PARENT, P_REOPEN_RUN,
   P_IMAGE_RUN, P_IMAGE_STEPS, P_IMAGE_HISTORY,
-  P_IMAGES_RUN, P_IMAGES_STEPS, P_IMAGES_HISTORY, P_INSERT_RUN_KEY,
+  P_IMAGES_RUN, P_IMAGES_STEPS, P_IMAGES_HISTORY, P_INSERT_RUN_KEY, P_APPEND_HISTORIES, P_PUT_STEPS,
   P__COUNT
 };
 extern const char *const mend__pg_sql[P__COUNT];
@@ -112,6 +112,7 @@ typedef struct mend_pg {
   struct pg_wake *wake;        /* LISTEN/NOTIFY (pg_notify.c) */
   int tx_wake;                 /* the open transaction notifies at COMMIT; conn's owner's */
   int conn_lost;               /* the last failure was the connection's (mend__pg_conn_lost) */
+  int rows_one_by_one;         /* this flush sends history rows one statement each (pg_batch.c) */
   int tx_conflict;             /* the server rolled the open batch back (a deadlock): SQLSTATE 40 */
   double retry_at, retry_delay;  /* reconnecting after the long try failed (pg_batch.c) */
   char retry_err[512];
@@ -174,6 +175,26 @@ int  mend__pg_fence_drops(mend_pg *p, const pg_log *log, const pg_rec *r);
 void mend__pg_renewed(mend_pg *p, double sent_at, double lease_seconds);
 int  mend__pg_lease_at_least(mend_pg *p, const char *owner, double lease_seconds);
 void mend__pg_ours_again(mend_pg *p, const char *id);
+
+/* pg_arrays.c: a batch's rows of one kind as one statement of arrays */
+#define PG_ARRAY_COLS 16
+#define PG_HISTORY_COLS 12   /* P_APPEND_HISTORY's values, P_APPEND_HISTORIES' arrays */
+#define PG_STEP_COLS 16      /* P_PUT_STEP's values, P_PUT_STEPS' arrays */
+enum { PG_TAKE_ALONE, PG_TAKE_HISTORY, PG_TAKE_STEP, PG_TAKE_SUPERSEDED };
+typedef struct pg_arrays {
+  char *a[PG_ARRAY_COLS];
+  size_t len[PG_ARRAY_COLS], cap[PG_ARRAY_COLS];
+  int ncols, n, oom;
+} pg_arrays;
+typedef struct pg_batch_arrays {
+  unsigned char *take;   /* PG_TAKE_ of each record of the log */
+  pg_arrays hist, steps;
+} pg_batch_arrays;
+/* `history`: history rows may go as arrays too. 0, or -1 out of memory. */
+int  mend__pg_arrays_plan(pg_batch_arrays *b, const pg_log *log, int history);
+int  mend__pg_arrays_take(pg_batch_arrays *b, const pg_log *log, int k);   /* 1: in arrays */
+const char **mend__pg_arrays_end(pg_arrays *a, const char **v);   /* NULL: out of memory */
+void mend__pg_arrays_free(pg_batch_arrays *b);
 
 /* pg_schema.c */
 int mend__pg_schema(mend_pg *p);            /* creates, upgrades, checks: 0 or -1 */

@@ -247,6 +247,27 @@ const char *const mend__pg_sql[P__COUNT] = {
     "SELECT seq, at, step, event, to_status, attempt, CASE WHEN event = 'map' THEN detail END,"
     " run_id FROM history WHERE run_id = ANY($1::text[]) ORDER BY run_id, seq",
   [P_INSERT_RUN_KEY] = INSERT_RUN " ON CONFLICT (run_key) WHERE run_key IS NOT NULL DO NOTHING",
+  /* A batch's history rows that carry their number, as arrays in the order recorded
+   * (pg_batch.c): a number taken meanwhile fails it (the primary key), and the batch is sent
+   * again with P_APPEND_HISTORY's renumbering, row by row. */
+  [P_APPEND_HISTORIES] =
+    "INSERT INTO history(run_id, step, at, event, from_status, to_status, attempt, error, delay,"
+    " detail, worker, seq) SELECT * FROM unnest($1::text[], $2::text[], $3::float8[],"
+    " $4::text[], $5::text[], $6::text[], $7::bigint[], $8::text[], $9::float8[], $10::text[],"
+    " $11::text[], $12::bigint[])",
+  /* A batch's step rows put whole, at most one a step (pg_arrays.c), as P_PUT_STEP puts one. */
+  [P_PUT_STEPS] =
+    "INSERT INTO steps(run_id, idx, name, status, attempts, comp_attempts, idem_key, custom_key,"
+    " result, error, due, last_delay, updated, slept, awaits, error_kind) SELECT * FROM"
+    " unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::bigint[],"
+    " $7::text[], $8::bigint[], $9::text[], $10::text[], $11::float8[], $12::float8[],"
+    " $13::float8[], $14::bigint[], $15::text[], $16::text[])"
+    " ON CONFLICT (run_id, idx) DO UPDATE SET name = excluded.name, status = excluded.status,"
+    " attempts = excluded.attempts, comp_attempts = excluded.comp_attempts,"
+    " idem_key = excluded.idem_key, custom_key = excluded.custom_key, result = excluded.result,"
+    " error = excluded.error, due = excluded.due, last_delay = excluded.last_delay,"
+    " updated = excluded.updated, slept = excluded.slept, awaits = excluded.awaits,"
+    " error_kind = excluded.error_kind",
 };
 
 /* A step keeps the kind of its last error in a column of its own (SQLite's schema 14), so

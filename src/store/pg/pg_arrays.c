@@ -1,0 +1,143 @@
+/*
+ * pg_arrays: which of a batch's recorded writes go to the server as one statement of arrays
+ * (one array a column, unnest() on the server) rather than one statement each, and the
+ * arrays themselves, as text. A row sent alone costs the server a statement's start and end
+ * besides the row; sent among a batch's others, only the row. Owns the rule for each kind:
+ * history rows that carry their number (P_APPEND_HISTORIES: one whose number was taken fails
+ * the statement, and pg_batch.c sends the transaction again row by row), and step rows put
+ * whole (P_PUT_STEPS: of a step put twice in the batch only the last, which is what the two
+ * upserts one after the other leave; none of a run whose steps the batch also updates, as
+ * an update must come after the put it changes). Must never: change what a batch leaves in
+ * the database against its statements sent one by one in order; take a repair's write (sent
+ * alone, as recorded, past the fence).
+ */
+#include "pg_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void col_put(pg_arrays *a, int col, const char *t, size_t n) {
+  /* worst case: every byte escaped, a comma, two quotes, and the closing brace and NUL */
+  size_t need = a->len[col] + 2 * n + 8;
+  if (need > a->cap[col]) {
+    size_t cap = a->cap[col] ? a->cap[col] * 2 : 4096;
+    while (cap < need) cap *= 2;
+    char *s = realloc(a->a[col], cap);
+    if (!s) {
+      a->oom = 1;
+      return;
+    }
+    a->a[col] = s;
+    a->cap[col] = cap;
+  }
+  char *o = a->a[col] + a->len[col];
+  *o++ = a->n ? ',' : '{';
+  if (!t) {
+    memcpy(o, "NULL", 4);
+    o += 4;
+  } else {
+    *o++ = '"';
+    for (size_t i = 0; i < n; i++) {
+      if (t[i] == '"' || t[i] == '\\') *o++ = '\\';
+      *o++ = t[i];
+    }
+    *o++ = '"';
+  }
+  a->len[col] = (size_t)(o - a->a[col]);
+}
+
+static void row_add(pg_arrays *a, const pg_log *log, const pg_rec *r) {
+  for (int c = 0; c < a->ncols && !a->oom; c++) {
+    long off = log->vals[r->first + c];
+    const char *t = off < 0 ? NULL : log->text + off;
+    col_put(a, c, t, t ? strlen(t) : 0);
+  }
+  a->n++;
+}
+
+static const char *val(const pg_log *log, const pg_rec *r, int i) {
+  long off = log->vals[r->first + i];
+  return off < 0 ? NULL : log->text + off;
+}
+
+/* A step's key: its run's id and its index, as one string. */
+static size_t step_key(const pg_log *log, const pg_rec *r, char *buf, size_t cap) {
+  const char *run = val(log, r, 0), *idx = val(log, r, 1);
+  int n = snprintf(buf, cap, "%s\x1f%s", run ? run : "", idx ? idx : "");
+  return n < 0 || (size_t)n >= cap ? 0 : (size_t)n;
+}
+
+int mend__pg_arrays_plan(pg_batch_arrays *b, const pg_log *log, int history) {
+  memset(b, 0, sizeof *b);
+  b->hist.ncols = PG_HISTORY_COLS;
+  b->steps.ncols = PG_STEP_COLS;
+  if (!(b->take = calloc((size_t)log->nrec + 1, 1))) return -1;
+  mend_idset updated = {0}, seen = {0};
+  int rc = 0, hist_alone = !history;
+  for (int k = 0; k < log->nrec && rc == 0; k++) {
+    const pg_rec *r = &log->recs[k];
+    const char *run = r->n ? val(log, r, 0) : NULL;
+    /* a step written otherwise than by a put of the engine's: its run's puts keep their place */
+    if ((r->q == P_UPDATE_STEP || (r->q == P_PUT_STEP && r->repair)) && run &&
+        mend_idset_add(&updated, run, strlen(run)) < 0)
+      rc = -1;
+    /* A row that takes the next free number (or a repair's) sent before rows it followed
+     * would take a lower one: then every row goes in order, one by one. */
+    if (r->q == P_APPEND_HISTORY &&
+        (r->repair || r->n != PG_HISTORY_COLS || !val(log, r, PG_HISTORY_COLS - 1)))
+      hist_alone = 1;
+  }
+  char key[600];
+  /* from the last: a step's put seen already is a later one */
+  for (int k = log->nrec - 1; k >= 0 && rc == 0; k--) {
+    const pg_rec *r = &log->recs[k];
+    if (r->repair) continue;
+    if (r->q == P_APPEND_HISTORY && !hist_alone) b->take[k] = PG_TAKE_HISTORY;
+    if (r->q != P_PUT_STEP || r->n != PG_STEP_COLS) continue;
+    const char *run = val(log, r, 0);
+    size_t n = step_key(log, r, key, sizeof key);
+    if (!run || !n || mend_idset_has(&updated, run, strlen(run))) continue;
+    int added = mend_idset_add(&seen, key, n);
+    if (added < 0) rc = -1;
+    else b->take[k] = added ? PG_TAKE_STEP : PG_TAKE_SUPERSEDED;
+  }
+  mend_idset_clear(&updated);
+  mend_idset_clear(&seen);
+  if (rc != 0) {
+    free(b->take);
+    b->take = NULL;
+  }
+  return rc;
+}
+
+int mend__pg_arrays_take(pg_batch_arrays *b, const pg_log *log, int k) {
+  if (!b->take) return 0;
+  switch (b->take[k]) {
+  case PG_TAKE_HISTORY: row_add(&b->hist, log, &log->recs[k]); return 1;
+  case PG_TAKE_STEP: row_add(&b->steps, log, &log->recs[k]); return 1;
+  case PG_TAKE_SUPERSEDED: return 1;
+  default: return 0;
+  }
+}
+
+const char **mend__pg_arrays_end(pg_arrays *a, const char **v) {
+  if (a->oom) return NULL;
+  for (int c = 0; c < a->ncols; c++) {   /* col_put left room for the brace */
+    a->a[c][a->len[c]++] = '}';
+    a->a[c][a->len[c]] = 0;
+    v[c] = a->a[c];
+  }
+  return v;
+}
+
+static void arrays_free(pg_arrays *a) {
+  for (int c = 0; c < PG_ARRAY_COLS; c++) free(a->a[c]);
+}
+
+void mend__pg_arrays_free(pg_batch_arrays *b) {
+  arrays_free(&b->hist);
+  arrays_free(&b->steps);
+  free(b->take);
+  memset(b, 0, sizeof *b);
+}
