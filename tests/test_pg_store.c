@@ -277,6 +277,23 @@ static void test_batches(void) {
   mend_step_rec p1 = {.run_id = "r1", .idx = 1, .name = "b", .status = "running", .attempts = 1,
                       .due = -1, .last_delay = -1, .updated = 4};
   CHECK_EQ_INT(mend__pg_put_step(s, &p1), 0);
+  {
+    /* The engine's own history rows and step puts are what the arrays take: a record whose
+     * values no longer match the arrays' columns would go alone, unseen but for the cost. */
+    mend_history_rec hn = hist("r1", 9);
+    hn.error = "retryable: busy";
+    hn.error_kind = "retryable";
+    CHECK_EQ_INT(mend__pg_append_history(s, &hn), 0);
+    mend_pg *pg = PG(s);
+    pg_batch_arrays ar;
+    CHECK_EQ_INT(mend__pg_arrays_plan(&ar, pg->cur, 1), 0);
+    CHECK_EQ_INT(pg->cur->nrec, 2);
+    CHECK_EQ_INT(mend__pg_arrays_take(&ar, pg->cur, 0), 1);
+    CHECK_EQ_INT(mend__pg_arrays_take(&ar, pg->cur, 1), 1);
+    CHECK_EQ_INT(ar.steps.n, 1);
+    CHECK_EQ_INT(ar.hist.n, 1);
+    mend__pg_arrays_free(&ar);
+  }
   p1.status = "succeeded";
   p1.result = "{\"q\":\"a\\\\b, {c}\"}";
   CHECK_EQ_INT(mend__pg_put_step(s, &p1), 0);

@@ -177,9 +177,9 @@ int  mend__pg_lease_at_least(mend_pg *p, const char *owner, double lease_seconds
 void mend__pg_ours_again(mend_pg *p, const char *id);
 
 /* pg_arrays.c: a batch's rows of one kind as one statement of arrays */
-#define PG_ARRAY_COLS 16
-#define PG_HISTORY_COLS 12   /* P_APPEND_HISTORY's values, P_APPEND_HISTORIES' arrays */
-#define PG_STEP_COLS 16      /* P_PUT_STEP's values, P_PUT_STEPS' arrays */
+#define PG_ARRAY_COLS 18
+#define PG_HISTORY_COLS 13   /* P_APPEND_HISTORY's values, P_APPEND_HISTORIES' arrays */
+#define PG_STEP_COLS 18      /* P_PUT_STEP's values, P_PUT_STEPS' arrays */
 enum { PG_TAKE_ALONE, PG_TAKE_HISTORY, PG_TAKE_STEP, PG_TAKE_SUPERSEDED };
 typedef struct pg_arrays {
   char *a[PG_ARRAY_COLS];

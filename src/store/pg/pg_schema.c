@@ -252,22 +252,24 @@ const char *const mend__pg_sql[P__COUNT] = {
    * again with P_APPEND_HISTORY's renumbering, row by row. */
   [P_APPEND_HISTORIES] =
     "INSERT INTO history(run_id, step, at, event, from_status, to_status, attempt, error, delay,"
-    " detail, worker, seq) SELECT * FROM unnest($1::text[], $2::text[], $3::float8[],"
+    " detail, worker, error_kind, seq) SELECT * FROM unnest($1::text[], $2::text[], $3::float8[],"
     " $4::text[], $5::text[], $6::text[], $7::bigint[], $8::text[], $9::float8[], $10::text[],"
-    " $11::text[], $12::bigint[])",
+    " $11::text[], $12::text[], $13::bigint[])",
   /* A batch's step rows put whole, at most one a step (pg_arrays.c), as P_PUT_STEP puts one. */
   [P_PUT_STEPS] =
     "INSERT INTO steps(run_id, idx, name, status, attempts, comp_attempts, idem_key, custom_key,"
-    " result, error, due, last_delay, updated, slept, awaits, error_kind) SELECT * FROM"
+    " result, error, due, last_delay, updated, slept, awaits, error_kind, error_severity,"
+    " error_stopped) SELECT * FROM"
     " unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::bigint[],"
     " $7::text[], $8::bigint[], $9::text[], $10::text[], $11::float8[], $12::float8[],"
-    " $13::float8[], $14::bigint[], $15::text[], $16::text[])"
+    " $13::float8[], $14::bigint[], $15::text[], $16::text[], $17::bigint[], $18::bigint[])"
     " ON CONFLICT (run_id, idx) DO UPDATE SET name = excluded.name, status = excluded.status,"
     " attempts = excluded.attempts, comp_attempts = excluded.comp_attempts,"
     " idem_key = excluded.idem_key, custom_key = excluded.custom_key, result = excluded.result,"
     " error = excluded.error, due = excluded.due, last_delay = excluded.last_delay,"
     " updated = excluded.updated, slept = excluded.slept, awaits = excluded.awaits,"
-    " error_kind = excluded.error_kind",
+    " error_kind = excluded.error_kind, error_severity = excluded.error_severity,"
+    " error_stopped = excluded.error_stopped",
 };
 
 /* A step keeps the kind of its last error in a column of its own (SQLite's schema 14), so
