@@ -263,6 +263,51 @@ describe("mend.http", function()
     assert.are.equal(reqs[1].client_port, reqs[2].client_port)
   end)
 
+  it("sends each request only what its own call asked for, one after another on one engine", function()
+    script({ ["/seq"] = { { status = 200 } } })
+    local base = server.base .. "/seq"
+    local creds = "http://user:secret@127.0.0.1:" .. server.port .. "/seq"
+    local calls = {
+      { method = "POST", url = base, json = { a = 1 },
+        headers = { ["Accept-Encoding"] = "gzip", Authorization = "Bearer t" } },
+      { url = base },
+      { method = "DELETE", url = base },
+      { method = "POST", url = base, body = "x" },
+      { method = "HEAD", url = base },
+      { url = base },
+      { url = creds },
+      { url = base },
+      { method = "PUT", url = base, body = "y" },
+      { url = base },
+    }
+    local steps = {}
+    for i, call in ipairs(calls) do
+      steps[i] = { name = "s" .. i, execute = function() return mend.http(call).status end }
+    end
+    local eng = H.new_engine()
+    eng:register({ name = "seq", steps = steps })
+    local id = eng:start("seq", {})
+    eng:run()
+    assert.are.equal("succeeded", eng:status(id).status)
+    local got = {}
+    for i, r in ipairs(seen("/seq")) do
+      got[i] = { r.method, r.body, r.accept_encoding, r.authorization }
+    end
+    local null = mend.json.null
+    assert.are.same({
+      { "POST", '{"a":1}', "gzip", "Bearer t" },
+      { "GET", "", null, null },
+      { "DELETE", "", null, null },
+      { "POST", "x", null, null },
+      { "HEAD", "", null, null },
+      { "GET", "", null, null },
+      { "GET", "", null, "Basic dXNlcjpzZWNyZXQ=" },
+      { "GET", "", null, null },
+      { "PUT", "y", null, null },
+      { "GET", "", null, null },
+    }, got)
+  end)
+
   it("fails a 400 for good, without retry, and compensates what went before", function()
     script({ ["/bad"] = { { status = 400, body = "card declined" } } })
     local eng = H.new_engine()

@@ -38,8 +38,12 @@
  * call's setup. Only allowed URLs are kept, and the allow-list is fixed for an engine's life,
  * so a hit stands for the check. */
 #define HTTP_URL_MEMO 8
-/* Easy handles kept reset between requests: making and freeing one per request cost 15k
- * instructions, a sixth of curl's share of a request. At most this many idle. */
+/* Easy handles kept between requests: making and freeing one per request cost 15k
+ * instructions, a sixth of curl's share of a request. At most this many idle. An idle handle
+ * holds the options every request has (set_fixed) and none of the options only some calls
+ * set (marked by http_req.dirty, and reset away when such a request ends): the next request
+ * sets each of its own options anew (see setup), so nothing of one reaches the next, without
+ * a reset and the fixed options set again each time (4k instructions a request). */
 #define HTTP_IDLE_EASY 256
 
 struct mend_http {
@@ -85,6 +89,7 @@ struct http_req {
   char *out, *hdr;
   size_t len, cap, hlen, hcap, max_bytes;
   int too_big, raise, added;
+  int dirty;                  /* an option beyond the common ones set: reset the handle after */
   codes retry_on, fatal_on, accept;
   char method[16];
   char *url;                  /* without credentials: for messages and history */
@@ -262,6 +267,25 @@ static struct mend_http *http_state(mend_engine *E) {
   return H;
 }
 
+static size_t on_body(char *data, size_t size, size_t n, void *ud);
+static size_t on_header(char *data, size_t size, size_t n, void *ud);
+static curl_socket_t on_open_socket(void *ud, curlsocktype purpose, struct curl_sockaddr *a);
+static int on_close_socket(void *ud, curl_socket_t fd);
+
+/* The options of every request, the same for all: set on a new or reset handle only. */
+static void set_fixed(struct mend_http *H, CURL *c) {
+  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
+  curl_easy_setopt(c, CURLOPT_OPENSOCKETDATA, H);
+  curl_easy_setopt(c, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
+  curl_easy_setopt(c, CURLOPT_CLOSESOCKETDATA, H);
+  curl_easy_setopt(c, CURLOPT_USERAGENT, "mend/" MEND_VERSION_STRING);
+}
+
 static void req_free(http_req *q) {
   struct mend_http *H = q->H;
   if (q->prev) q->prev->next = q->next;
@@ -270,7 +294,10 @@ static void req_free(http_req *q) {
   if (q->added) H->in_multi--;
   curl_multi_remove_handle(H->multi, q->easy);
   if (H->nidle < HTTP_IDLE_EASY) {
-    curl_easy_reset(q->easy);   /* nothing of this request's options reaches the next */
+    if (q->dirty) {   /* nothing of this request's options reaches the next */
+      curl_easy_reset(q->easy);
+      set_fixed(H, q->easy);
+    }
     H->idle[H->nidle++] = q->easy;
   } else {
     curl_easy_cleanup(q->easy);
@@ -687,6 +714,8 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
   const char *url = lua_tostring(L, -1);
   if (check_url(E, q, url, err, errlen)) return -1;
   CURL *c = q->easy;
+  /* A URL's user and password stay in the handle's state past its request: reset after. */
+  if (strcmp(url, q->url) != 0) q->dirty = 1;
   curl_easy_setopt(c, CURLOPT_URL, url);
   lua_pop(L, 1);
   /* the body: a string, or json = value encoded */
@@ -722,12 +751,20 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
   for (size_t k = 0; k < mn; k++)
     if (!isalpha((unsigned char)q->method[k])) { snprintf(err, (size_t)errlen, "bad method \"%s\"", method); return -1; }
   lua_pop(L, 1);
-  if (strcmp(q->method, "HEAD") == 0) curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
-  else if (strcmp(q->method, "GET") != 0 && !(q->body && strcmp(q->method, "POST") == 0))
-    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, q->method);   /* a body is POSTed by default */
   if (q->body) {
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, q->body);
     curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
+  } else {   /* a reused handle's last request may have had a body: as a new handle has none */
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, NULL);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)-1);
+    curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
+  }
+  if (strcmp(q->method, "HEAD") == 0) {
+    q->dirty = 1;
+    curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+  } else if (strcmp(q->method, "GET") != 0 && !(q->body && strcmp(q->method, "POST") == 0)) {
+    q->dirty = 1;
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, q->method);   /* a body is POSTed by default */
   }
   /* headers */
   int ht = lua_getfield(L, 1, "headers");
@@ -748,9 +785,10 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
       /* Compression is asked for by the call, and then curl both offers it and decodes the
        * answer ("" offers every encoding it has). Not by default: offering it cost a seventh
        * of a small request's instructions, for answers most services send plain. */
-      if (strcasecmp(name, "accept-encoding") == 0)
+      if (strcasecmp(name, "accept-encoding") == 0) {
+        q->dirty = 1;
         curl_easy_setopt(q->easy, CURLOPT_ACCEPT_ENCODING, lua_tostring(L, -1));   /* copied */
-      else if (add_header(q, name, lua_tostring(L, -1))) { snprintf(err, (size_t)errlen, "out of memory"); return -1; }
+      } else if (add_header(q, name, lua_tostring(L, -1))) { snprintf(err, (size_t)errlen, "out of memory"); return -1; }
       lua_pop(L, 1);
     }
   } else if (ht != LUA_TNIL) {
@@ -782,7 +820,7 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
     if (bad) { snprintf(err, (size_t)errlen, "the idempotency key has a newline"); return -1; }
     if (rc) { snprintf(err, (size_t)errlen, "out of memory"); return -1; }
   }
-  if (q->headers) curl_easy_setopt(c, CURLOPT_HTTPHEADER, q->headers);
+  curl_easy_setopt(c, CURLOPT_HTTPHEADER, q->headers);   /* NULL: none, on a reused handle too */
   /* limits and mapping */
   double timeout = opt_seconds(L, "timeout", HTTP_TIMEOUT, err, errlen);
   double connect = opt_seconds(L, "connect_timeout", HTTP_CONNECT_TIMEOUT, err, errlen);
@@ -798,27 +836,19 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
   }
   lua_pop(L, 1);
   curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)q->max_bytes);
-  if (lua_getfield(L, 1, "ca_file") == LUA_TSTRING)
+  if (lua_getfield(L, 1, "ca_file") == LUA_TSTRING) {
+    q->dirty = 1;
     curl_easy_setopt(c, CURLOPT_CAINFO, lua_tostring(L, -1));   /* copied by curl */
+  }
   lua_pop(L, 1);
   if (read_codes(L, "retry_on", &q->retry_on, err, errlen) ||
       read_codes(L, "fatal_on", &q->fatal_on, err, errlen) ||
       read_codes(L, "accept", &q->accept, err, errlen)) return -1;
   q->raise = opt_bool(L, "raise", 1);
-  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(c, CURLOPT_ERRORBUFFER, q->errbuf);
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, q);
-  curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt(c, CURLOPT_HEADERDATA, q);
   curl_easy_setopt(c, CURLOPT_PRIVATE, q);
-  curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
-  curl_easy_setopt(c, CURLOPT_OPENSOCKETDATA, q->H);
-  curl_easy_setopt(c, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
-  curl_easy_setopt(c, CURLOPT_CLOSESOCKETDATA, q->H);
-  curl_easy_setopt(c, CURLOPT_USERAGENT, "mend/" MEND_VERSION_STRING);
   return 0;
 }
 
@@ -829,7 +859,13 @@ int mend_engine_http(lua_State *L, char *err, int errlen) {
   luaL_checktype(L, 1, LUA_TTABLE);
   struct mend_http *H = http_state(E);
   http_req *q = H ? calloc(1, sizeof *q) : NULL;
-  if (q) q->easy = H->nidle ? H->idle[--H->nidle] : curl_easy_init();
+  if (q) {
+    if (H->nidle) {
+      q->easy = H->idle[--H->nidle];
+    } else if ((q->easy = curl_easy_init())) {
+      set_fixed(H, q->easy);
+    }
+  }
   if (!q || !q->easy) {
     if (q) free(q);
     snprintf(err, (size_t)errlen, "out of memory");
