@@ -279,6 +279,8 @@ describe("mend.http", function()
       { url = base },
       { method = "PUT", url = base, body = "y" },
       { url = base },
+      -- a table whose fields come from its metatable's __index
+      setmetatable({}, { __index = { method = "PATCH", url = base, body = "z" } }),
     }
     local steps = {}
     for i, call in ipairs(calls) do
@@ -305,7 +307,30 @@ describe("mend.http", function()
       { "GET", "", null, null },
       { "PUT", "y", null, null },
       { "GET", "", null, null },
+      { "PATCH", "z", null, null },
     }, got)
+  end)
+
+  it("refuses a call with a bad option, naming the option, and sends nothing", function()
+    script({ ["/opt"] = { { status = 200 } } })
+    local url = server.base .. "/opt"
+    local cases = {
+      { { url = url, retry_on = "409" }, "retry_on must be a list of status codes" },
+      { { url = url, accept = { 99 } }, "accept must be a list of at most 16 status codes" },
+      { { url = url, timeout = -1 }, "timeout must be a number of seconds > 0" },
+      { { url = url, connect_timeout = "1" }, "connect_timeout must be a number of seconds > 0" },
+      { { url = url, max_bytes = 0 }, "max_bytes must be an integer > 0" },
+      { { url = url, body = "a", json = {} }, "give body or json, not both" },
+      { { url = url, headers = "x" }, "headers must be a table" },
+      { { body = "a" }, "needs a url" },
+    }
+    for _, c in ipairs(cases) do
+      local eng, id = run_http(function() return c[1] end)
+      assert.are.equal("failed", eng:status(id).status)
+      local f = H.events(eng, id, { event = "step", to = "failed" })[1]
+      assert.is_truthy(f.error:find(c[2], 1, true), f.error)
+    end
+    assert.are.equal(0, #seen("/opt"))
   end)
 
   it("fails a 400 for good, without retry, and compensates what went before", function()
