@@ -311,6 +311,25 @@ describe("mend.http", function()
     }, got)
   end)
 
+  it("sends mend's User-Agent once, or the call's own instead", function()
+    script({ ["/ua"] = { { status = 200 } } })
+    local eng = H.new_engine()
+    eng:register({ name = "ua", steps = {
+      { name = "a", execute = function() return mend.http{ url = server.base .. "/ua" }.status end },
+      { name = "b", execute = function()
+          return mend.http{ url = server.base .. "/ua", headers = { ["user-agent"] = "mine/1" } }.status
+        end },
+    } })
+    local id = eng:start("ua", {})
+    eng:run()
+    assert.are.equal("succeeded", eng:status(id).status)
+    local reqs = seen("/ua")
+    assert.are.equal(2, #reqs)
+    assert.are.equal(1, #reqs[1].user_agent)
+    assert.matches("^mend/%d+%.%d+%.%d+$", reqs[1].user_agent[1])
+    assert.are.same({ "mine/1" }, reqs[2].user_agent)
+  end)
+
   it("refuses a call with a bad option, naming the option, and sends nothing", function()
     script({ ["/opt"] = { { status = 200 } } })
     local url = server.base .. "/opt"
