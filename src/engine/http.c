@@ -43,8 +43,12 @@
  * holds the options every request has (set_fixed) and none of the options only some calls
  * set (marked by http_req.dirty, and reset away when such a request ends): the next request
  * sets each of its own options anew (see setup), so nothing of one reaches the next, without
- * a reset and the fixed options set again each time (4k instructions a request). */
+ * a reset and the fixed options set again each time (4k instructions a request). A handle
+ * idles in its request's structure, with the buffers of the answer's body and headers (up to
+ * HTTP_KEEP_BUFFER bytes each): allocating them at each request was 2k instructions, 4 KiB
+ * blocks being slow to come by in malloc. */
 #define HTTP_IDLE_EASY 256
+#define HTTP_KEEP_BUFFER (64u << 10)
 
 struct mend_http {
   mend_engine *E;
@@ -62,7 +66,7 @@ struct mend_http {
   struct http_req *reqs;     /* in flight, abandoned ones too */
   struct { char *url, *clean; } memo[HTTP_URL_MEMO];
   int memo_next;
-  CURL *idle[HTTP_IDLE_EASY];
+  struct http_req *idle[HTTP_IDLE_EASY];
   int nidle;
   /* Connections kept open for later requests: four per request at the most ever in flight.
    * Curl's own default follows the requests in flight now, and an answer's burst (dozens of
@@ -304,21 +308,53 @@ static void req_free(http_req *q) {
   if (q->next) q->next->prev = q->prev;
   if (q->added) H->in_multi--;
   curl_multi_remove_handle(H->multi, q->easy);
+  curl_slist_free_all(q->headers);
+  free(q->body);
+  free(q->url);
   if (H->nidle < HTTP_IDLE_EASY) {
     if (q->dirty) {   /* nothing of this request's options reaches the next */
       curl_easy_reset(q->easy);
       set_fixed(H, q->easy);
     }
-    H->idle[H->nidle++] = q->easy;
-  } else {
-    curl_easy_cleanup(q->easy);
+    if (q->cap > HTTP_KEEP_BUFFER) { free(q->out); q->out = NULL; q->cap = 0; }
+    if (q->hcap > HTTP_KEEP_BUFFER) { free(q->hdr); q->hdr = NULL; q->hcap = 0; }
+    H->idle[H->nidle++] = q;
+    return;
   }
-  curl_slist_free_all(q->headers);
-  free(q->body);
+  curl_easy_cleanup(q->easy);
   free(q->out);
   free(q->hdr);
-  free(q->url);
   free(q);
+}
+
+/* A request's structure: an idle one made as new but for its handle and buffers, or a new one.
+ * NULL: out of memory. */
+static http_req *req_new(struct mend_http *H) {
+  http_req *q;
+  if (H->nidle) {
+    q = H->idle[--H->nidle];
+    CURL *easy = q->easy;
+    char *out = q->out, *hdr = q->hdr;
+    size_t cap = q->cap, hcap = q->hcap;
+    memset(q, 0, sizeof *q);
+    q->easy = easy;
+    q->out = out;
+    q->cap = cap;
+    q->hdr = hdr;
+    q->hcap = hcap;
+    if (hdr) hdr[0] = '\0';   /* push_headers reads it up to its end: no last answer's lines */
+  } else {
+    q = calloc(1, sizeof *q);
+    if (!q) return NULL;
+    q->easy = curl_easy_init();
+    if (!q->easy) {
+      free(q);
+      return NULL;
+    }
+    set_fixed(H, q->easy);
+  }
+  q->H = H;
+  return q;
 }
 
 static void timer_closed(uv_handle_t *h) { free(h); }
@@ -330,7 +366,13 @@ void mend__http_close(mend_engine *E) {
     if (H->reqs->run) H->reqs->run->http = NULL;
     req_free(H->reqs);
   }
-  while (H->nidle) curl_easy_cleanup(H->idle[--H->nidle]);
+  while (H->nidle) {
+    http_req *q = H->idle[--H->nidle];
+    curl_easy_cleanup(q->easy);
+    free(q->out);
+    free(q->hdr);
+    free(q);
+  }
   for (int k = 0; k < HTTP_URL_MEMO; k++) {
     free(H->memo[k].url);
     free(H->memo[k].clean);
@@ -932,20 +974,11 @@ int mend_engine_http(lua_State *L, char *err, int errlen) {
   mend_engine *E = r->E;
   luaL_checktype(L, 1, LUA_TTABLE);
   struct mend_http *H = http_state(E);
-  http_req *q = H ? calloc(1, sizeof *q) : NULL;
-  if (q) {
-    if (H->nidle) {
-      q->easy = H->idle[--H->nidle];
-    } else if ((q->easy = curl_easy_init())) {
-      set_fixed(H, q->easy);
-    }
-  }
-  if (!q || !q->easy) {
-    if (q) free(q);
+  http_req *q = H ? req_new(H) : NULL;
+  if (!q) {
     snprintf(err, (size_t)errlen, "out of memory");
     return -1;
   }
-  q->H = H;
   q->next = H->reqs;
   if (H->reqs) H->reqs->prev = q;
   H->reqs = q;
