@@ -15,6 +15,7 @@
 
 #include <curl/curl.h>
 #include <ctype.h>
+#include <stddef.h>
 #include <lauxlib.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,13 +86,24 @@ typedef struct http_sock {
 typedef struct codes { int n; long v[HTTP_MAX_CODES]; } codes;
 
 struct http_req {
-  struct mend_http *H;
+  /* Kept with an idle request (req_new clears what follows H): its handle, the buffers of the
+   * answer's body and header lines, and those of the request's header lines. */
   CURL *easy;
-  mend_run *run;              /* NULL once the attempt was abandoned */
-  struct curl_slist *headers;
-  char *body;
   char *out, *hdr;
-  size_t len, cap, hlen, hcap, max_bytes;
+  size_t cap, hcap;
+  /* The request's header lines ("name: value" each ended by a NUL, one after another) and
+   * the list curl reads made over them once all are in (finish_headers): a curl_slist_append
+   * was two allocations a line, and its freeing two more. */
+  char *lines;
+  size_t lines_len, lines_cap;
+  size_t *line_at;
+  struct curl_slist *nodes;
+  int nlines, line_cap;
+  struct mend_http *H;
+  mend_run *run;              /* NULL once the attempt was abandoned */
+  struct curl_slist *headers; /* nodes, or NULL */
+  char *body;
+  size_t len, hlen, max_bytes;
   int too_big, raise, added;
   int dirty;                  /* an option beyond the common ones set: reset the handle after */
   codes retry_on, fatal_on, accept;
@@ -301,6 +313,16 @@ static int proxy_may_tunnel(const char *url) {
           getenv("ALL_PROXY"));
 }
 
+static void req_destroy(http_req *q) {
+  curl_easy_cleanup(q->easy);
+  free(q->out);
+  free(q->hdr);
+  free(q->lines);
+  free(q->line_at);
+  free(q->nodes);
+  free(q);
+}
+
 static void req_free(http_req *q) {
   struct mend_http *H = q->H;
   if (q->prev) q->prev->next = q->next;
@@ -308,7 +330,6 @@ static void req_free(http_req *q) {
   if (q->next) q->next->prev = q->prev;
   if (q->added) H->in_multi--;
   curl_multi_remove_handle(H->multi, q->easy);
-  curl_slist_free_all(q->headers);
   free(q->body);
   free(q->url);
   if (H->nidle < HTTP_IDLE_EASY) {
@@ -318,13 +339,11 @@ static void req_free(http_req *q) {
     }
     if (q->cap > HTTP_KEEP_BUFFER) { free(q->out); q->out = NULL; q->cap = 0; }
     if (q->hcap > HTTP_KEEP_BUFFER) { free(q->hdr); q->hdr = NULL; q->hcap = 0; }
+    if (q->lines_cap > HTTP_KEEP_BUFFER) { free(q->lines); q->lines = NULL; q->lines_cap = 0; }
     H->idle[H->nidle++] = q;
     return;
   }
-  curl_easy_cleanup(q->easy);
-  free(q->out);
-  free(q->hdr);
-  free(q);
+  req_destroy(q);
 }
 
 /* A request's structure: an idle one made as new but for its handle and buffers, or a new one.
@@ -333,16 +352,10 @@ static http_req *req_new(struct mend_http *H) {
   http_req *q;
   if (H->nidle) {
     q = H->idle[--H->nidle];
-    CURL *easy = q->easy;
-    char *out = q->out, *hdr = q->hdr;
-    size_t cap = q->cap, hcap = q->hcap;
-    memset(q, 0, sizeof *q);
-    q->easy = easy;
-    q->out = out;
-    q->cap = cap;
-    q->hdr = hdr;
-    q->hcap = hcap;
-    if (hdr) hdr[0] = '\0';   /* push_headers reads it up to its end: no last answer's lines */
+    memset((char *)q + offsetof(http_req, H), 0, sizeof *q - offsetof(http_req, H));
+    q->lines_len = 0;
+    q->nlines = 0;
+    if (q->hdr) q->hdr[0] = '\0';   /* push_headers reads it to its end: no last answer's lines */
   } else {
     q = calloc(1, sizeof *q);
     if (!q) return NULL;
@@ -366,13 +379,7 @@ void mend__http_close(mend_engine *E) {
     if (H->reqs->run) H->reqs->run->http = NULL;
     req_free(H->reqs);
   }
-  while (H->nidle) {
-    http_req *q = H->idle[--H->nidle];
-    curl_easy_cleanup(q->easy);
-    free(q->out);
-    free(q->hdr);
-    free(q);
-  }
+  while (H->nidle) req_destroy(H->idle[--H->nidle]);
   for (int k = 0; k < HTTP_URL_MEMO; k++) {
     free(H->memo[k].url);
     free(H->memo[k].clean);
@@ -794,17 +801,33 @@ out:
 /* "name: value" whole, however long (a bearer token can run to kilobytes). */
 static int add_header(http_req *q, const char *name, const char *value) {
   size_t n = strlen(name), v = strlen(value);
-  char small[512];
-  char *line = n + v + 3 <= sizeof small ? small : malloc(n + v + 3);
-  if (!line) return -1;
+  if (grow(&q->lines, &q->lines_cap, q->lines_len + n + v + 3)) return -1;
+  if (q->nlines == q->line_cap) {
+    int c = q->line_cap ? q->line_cap * 2 : 8;
+    size_t *at = realloc(q->line_at, (size_t)c * sizeof *at);
+    if (!at) return -1;
+    q->line_at = at;
+    struct curl_slist *nodes = realloc(q->nodes, (size_t)c * sizeof *nodes);
+    if (!nodes) return -1;
+    q->nodes = nodes;
+    q->line_cap = c;
+  }
+  char *line = q->lines + q->lines_len;
   memcpy(line, name, n);
   memcpy(line + n, ": ", 2);
   memcpy(line + n + 2, value, v + 1);
-  struct curl_slist *l = curl_slist_append(q->headers, line);   /* copies it */
-  if (line != small) free(line);
-  if (!l) return -1;
-  q->headers = l;
+  q->line_at[q->nlines++] = q->lines_len;
+  q->lines_len += n + v + 3;
   return 0;
+}
+
+/* The list curl reads, over the lines once all are in (the buffer may have moved as it grew). */
+static void finish_headers(http_req *q) {
+  for (int k = 0; k < q->nlines; k++) {
+    q->nodes[k].data = q->lines + q->line_at[k];
+    q->nodes[k].next = k + 1 < q->nlines ? &q->nodes[k + 1] : NULL;
+  }
+  q->headers = q->nlines ? q->nodes : NULL;
 }
 
 /* Reads the call's table (at 1), sets the request up and starts it. 0: the step yields; -1:
@@ -903,11 +926,10 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
     return -1;
   }
   lua_pop(L, 1);
-  if (jt != LUA_TNIL && !has_type && add_header(q, "Content-Type", "application/json")) return -1;
-  if (!has_agent) {
-    struct curl_slist *l = curl_slist_append(q->headers, "User-Agent: " HTTP_USER_AGENT);
-    if (!l) { snprintf(err, (size_t)errlen, "out of memory"); return -1; }
-    q->headers = l;
+  if ((jt != LUA_TNIL && !has_type && add_header(q, "Content-Type", "application/json")) ||
+      (!has_agent && add_header(q, "User-Agent", HTTP_USER_AGENT))) {
+    snprintf(err, (size_t)errlen, "out of memory");
+    return -1;
   }
   if (proxy_may_tunnel(q->url)) {
     q->dirty = 1;
@@ -936,6 +958,7 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
     if (bad) { snprintf(err, (size_t)errlen, "the idempotency key has a newline"); return -1; }
     if (rc) { snprintf(err, (size_t)errlen, "out of memory"); return -1; }
   }
+  finish_headers(q);
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, q->headers);   /* NULL: none, on a reused handle too */
   /* limits and mapping */
   double timeout = opt_seconds(L, base, F_TIMEOUT, HTTP_TIMEOUT, err, errlen);
