@@ -880,10 +880,7 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
   for (size_t k = 0; k < mn; k++)
     if (!isalpha((unsigned char)q->method[k])) { snprintf(err, (size_t)errlen, "bad method \"%s\"", method); return -1; }
   lua_pop(L, 1);
-  if (q->body) {
-    curl_easy_setopt(c, CURLOPT_POSTFIELDS, q->body);
-    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
-  } else {   /* a reused handle's last request may have had a body: as a new handle has none */
+  if (!q->body) {   /* a reused handle's last request may have had a body: as a new handle has none */
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, NULL);
     curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)-1);
     curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
@@ -894,6 +891,10 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
   } else if (strcmp(q->method, "GET") != 0 && !(q->body && strcmp(q->method, "POST") == 0)) {
     q->dirty = 1;
     curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, q->method);   /* a body is POSTed by default */
+  }
+  if (q->body) {
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, q->body);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
   }
   /* headers */
   int ht = field(L, base, F_HEADERS);
