@@ -263,6 +263,95 @@ describe("mend.http", function()
     assert.are.equal(reqs[1].client_port, reqs[2].client_port)
   end)
 
+  it("sends each request only what its own call asked for, one after another on one engine", function()
+    script({ ["/seq"] = { { status = 200 } } })
+    local base = server.base .. "/seq"
+    local creds = "http://user:secret@127.0.0.1:" .. server.port .. "/seq"
+    local calls = {
+      { method = "POST", url = base, json = { a = 1 },
+        headers = { ["Accept-Encoding"] = "gzip", Authorization = "Bearer t" } },
+      { url = base },
+      { method = "DELETE", url = base },
+      { method = "POST", url = base, body = "x" },
+      { method = "HEAD", url = base },
+      { url = base },
+      { url = creds },
+      { url = base },
+      { method = "PUT", url = base, body = "y" },
+      { url = base },
+      -- a table whose fields come from its metatable's __index
+      setmetatable({}, { __index = { method = "PATCH", url = base, body = "z" } }),
+    }
+    local steps = {}
+    for i, call in ipairs(calls) do
+      steps[i] = { name = "s" .. i, execute = function() return mend.http(call).status end }
+    end
+    local eng = H.new_engine()
+    eng:register({ name = "seq", steps = steps })
+    local id = eng:start("seq", {})
+    eng:run()
+    assert.are.equal("succeeded", eng:status(id).status)
+    local got = {}
+    for i, r in ipairs(seen("/seq")) do
+      got[i] = { r.method, r.body, r.accept_encoding, r.authorization }
+    end
+    local null = mend.json.null
+    assert.are.same({
+      { "POST", '{"a":1}', "gzip", "Bearer t" },
+      { "GET", "", null, null },
+      { "DELETE", "", null, null },
+      { "POST", "x", null, null },
+      { "HEAD", "", null, null },
+      { "GET", "", null, null },
+      { "GET", "", null, "Basic dXNlcjpzZWNyZXQ=" },
+      { "GET", "", null, null },
+      { "PUT", "y", null, null },
+      { "GET", "", null, null },
+      { "PATCH", "z", null, null },
+    }, got)
+  end)
+
+  it("sends mend's User-Agent once, or the call's own instead", function()
+    script({ ["/ua"] = { { status = 200 } } })
+    local eng = H.new_engine()
+    eng:register({ name = "ua", steps = {
+      { name = "a", execute = function() return mend.http{ url = server.base .. "/ua" }.status end },
+      { name = "b", execute = function()
+          return mend.http{ url = server.base .. "/ua", headers = { ["user-agent"] = "mine/1" } }.status
+        end },
+    } })
+    local id = eng:start("ua", {})
+    eng:run()
+    assert.are.equal("succeeded", eng:status(id).status)
+    local reqs = seen("/ua")
+    assert.are.equal(2, #reqs)
+    assert.are.equal(1, #reqs[1].user_agent)
+    assert.matches("^mend/%d+%.%d+%.%d+$", reqs[1].user_agent[1])
+    assert.are.same({ "mine/1" }, reqs[2].user_agent)
+  end)
+
+  it("refuses a call with a bad option, naming the option, and sends nothing", function()
+    script({ ["/opt"] = { { status = 200 } } })
+    local url = server.base .. "/opt"
+    local cases = {
+      { { url = url, retry_on = "409" }, "retry_on must be a list of status codes" },
+      { { url = url, accept = { 99 } }, "accept must be a list of at most 16 status codes" },
+      { { url = url, timeout = -1 }, "timeout must be a number of seconds > 0" },
+      { { url = url, connect_timeout = "1" }, "connect_timeout must be a number of seconds > 0" },
+      { { url = url, max_bytes = 0 }, "max_bytes must be an integer > 0" },
+      { { url = url, body = "a", json = {} }, "give body or json, not both" },
+      { { url = url, headers = "x" }, "headers must be a table" },
+      { { body = "a" }, "needs a url" },
+    }
+    for _, c in ipairs(cases) do
+      local eng, id = run_http(function() return c[1] end)
+      assert.are.equal("failed", eng:status(id).status)
+      local f = H.events(eng, id, { event = "step", to = "failed" })[1]
+      assert.is_truthy(f.error:find(c[2], 1, true), f.error)
+    end
+    assert.are.equal(0, #seen("/opt"))
+  end)
+
   it("fails a 400 for good, without retry, and compensates what went before", function()
     script({ ["/bad"] = { { status = 400, body = "card declined" } } })
     local eng = H.new_engine()

@@ -10,7 +10,7 @@ A response is {"status", "headers": {...} (a list as a value: the header repeate
 "delay": seconds before answering, "gzip": true (the body sent gzip-compressed, with
 Content-Encoding)}; a path not in the script gets 404. Every request is
 appended to LOG as one JSON line: {"method", "path", "idempotency_key", "accept_encoding",
-"authorization", "body",
+"authorization", "user_agent" (a list: every User-Agent line), "body",
 "client_port" (the same port twice: the client reused its connection), "in_flight" (requests
 being answered when it arrived, itself included: how many a client had open at once)}.
 It must never decide anything a spec asserts beyond what the script says.
@@ -49,6 +49,7 @@ class Handler(BaseHTTPRequestHandler):
                                     "idempotency_key": self.headers.get("Idempotency-Key"),
                                     "accept_encoding": self.headers.get("Accept-Encoding"),
                                     "authorization": self.headers.get("Authorization"),
+                                    "user_agent": self.headers.get_all("User-Agent") or [],
                                     "body": body_in,
                                     "client_port": self.client_address[1],
                                     "in_flight": in_flight[0]}) + "\n")

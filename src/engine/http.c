@@ -15,6 +15,7 @@
 
 #include <curl/curl.h>
 #include <ctype.h>
+#include <stddef.h>
 #include <lauxlib.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,9 +39,17 @@
  * call's setup. Only allowed URLs are kept, and the allow-list is fixed for an engine's life,
  * so a hit stands for the check. */
 #define HTTP_URL_MEMO 8
-/* Easy handles kept reset between requests: making and freeing one per request cost 15k
- * instructions, a sixth of curl's share of a request. At most this many idle. */
+/* Easy handles kept between requests: making and freeing one per request cost 15k
+ * instructions, a sixth of curl's share of a request. At most this many idle. An idle handle
+ * holds the options every request has (set_fixed) and none of the options only some calls
+ * set (marked by http_req.dirty, and reset away when such a request ends): the next request
+ * sets each of its own options anew (see setup), so nothing of one reaches the next, without
+ * a reset and the fixed options set again each time (4k instructions a request). A handle
+ * idles in its request's structure, with the buffers of the answer's body and headers (up to
+ * HTTP_KEEP_BUFFER bytes each): allocating them at each request was 2k instructions, 4 KiB
+ * blocks being slow to come by in malloc. */
 #define HTTP_IDLE_EASY 256
+#define HTTP_KEEP_BUFFER (64u << 10)
 
 struct mend_http {
   mend_engine *E;
@@ -58,7 +67,7 @@ struct mend_http {
   struct http_req *reqs;     /* in flight, abandoned ones too */
   struct { char *url, *clean; } memo[HTTP_URL_MEMO];
   int memo_next;
-  CURL *idle[HTTP_IDLE_EASY];
+  struct http_req *idle[HTTP_IDLE_EASY];
   int nidle;
   /* Connections kept open for later requests: four per request at the most ever in flight.
    * Curl's own default follows the requests in flight now, and an answer's burst (dozens of
@@ -77,14 +86,26 @@ typedef struct http_sock {
 typedef struct codes { int n; long v[HTTP_MAX_CODES]; } codes;
 
 struct http_req {
-  struct mend_http *H;
+  /* Kept with an idle request (req_new clears what follows H): its handle, the buffers of the
+   * answer's body and header lines, and those of the request's header lines. */
   CURL *easy;
-  mend_run *run;              /* NULL once the attempt was abandoned */
-  struct curl_slist *headers;
-  char *body;
   char *out, *hdr;
-  size_t len, cap, hlen, hcap, max_bytes;
+  size_t cap, hcap;
+  /* The request's header lines ("name: value" each ended by a NUL, one after another) and
+   * the list curl reads made over them once all are in (finish_headers): a curl_slist_append
+   * was two allocations a line, and its freeing two more. */
+  char *lines;
+  size_t lines_len, lines_cap;
+  size_t *line_at;
+  struct curl_slist *nodes;
+  int nlines, line_cap;
+  struct mend_http *H;
+  mend_run *run;              /* NULL once the attempt was abandoned */
+  struct curl_slist *headers; /* nodes, or NULL */
+  char *body;
+  size_t len, hlen, max_bytes;
   int too_big, raise, added;
+  int dirty;                  /* an option beyond the common ones set: reset the handle after */
   codes retry_on, fatal_on, accept;
   char method[16];
   char *url;                  /* without credentials: for messages and history */
@@ -262,6 +283,46 @@ static struct mend_http *http_state(mend_engine *E) {
   return H;
 }
 
+static size_t on_body(char *data, size_t size, size_t n, void *ud);
+static size_t on_header(char *data, size_t size, size_t n, void *ud);
+static curl_socket_t on_open_socket(void *ud, curlsocktype purpose, struct curl_sockaddr *a);
+static int on_close_socket(void *ud, curl_socket_t fd);
+
+/* The options of every request, the same for all: set on a new or reset handle only. */
+static void set_fixed(struct mend_http *H, CURL *c) {
+  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
+  curl_easy_setopt(c, CURLOPT_OPENSOCKETDATA, H);
+  curl_easy_setopt(c, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
+  curl_easy_setopt(c, CURLOPT_CLOSESOCKETDATA, H);
+}
+
+/* mend's User-Agent goes among a request's own headers (setup). CURLOPT_USERAGENT would be
+ * printed twice by curl at each request, 80 instructions a byte through its formatter (4.4k a
+ * request against 2k as a header); it is set only where it is also what a CONNECT sends: an
+ * https URL when the environment names a proxy curl may take for it (it reads the same
+ * variables), and then the request's own header still wins with the server, as before. */
+#define HTTP_USER_AGENT "mend/" MEND_VERSION_STRING
+static int proxy_may_tunnel(const char *url) {
+  return strncmp(url, "https:", 6) == 0 &&
+         (getenv("https_proxy") || getenv("HTTPS_PROXY") || getenv("all_proxy") ||
+          getenv("ALL_PROXY"));
+}
+
+static void req_destroy(http_req *q) {
+  curl_easy_cleanup(q->easy);
+  free(q->out);
+  free(q->hdr);
+  free(q->lines);
+  free(q->line_at);
+  free(q->nodes);
+  free(q);
+}
+
 static void req_free(http_req *q) {
   struct mend_http *H = q->H;
   if (q->prev) q->prev->next = q->next;
@@ -269,18 +330,44 @@ static void req_free(http_req *q) {
   if (q->next) q->next->prev = q->prev;
   if (q->added) H->in_multi--;
   curl_multi_remove_handle(H->multi, q->easy);
-  if (H->nidle < HTTP_IDLE_EASY) {
-    curl_easy_reset(q->easy);   /* nothing of this request's options reaches the next */
-    H->idle[H->nidle++] = q->easy;
-  } else {
-    curl_easy_cleanup(q->easy);
-  }
-  curl_slist_free_all(q->headers);
   free(q->body);
-  free(q->out);
-  free(q->hdr);
   free(q->url);
-  free(q);
+  if (H->nidle < HTTP_IDLE_EASY) {
+    if (q->dirty) {   /* nothing of this request's options reaches the next */
+      curl_easy_reset(q->easy);
+      set_fixed(H, q->easy);
+    }
+    if (q->cap > HTTP_KEEP_BUFFER) { free(q->out); q->out = NULL; q->cap = 0; }
+    if (q->hcap > HTTP_KEEP_BUFFER) { free(q->hdr); q->hdr = NULL; q->hcap = 0; }
+    if (q->lines_cap > HTTP_KEEP_BUFFER) { free(q->lines); q->lines = NULL; q->lines_cap = 0; }
+    H->idle[H->nidle++] = q;
+    return;
+  }
+  req_destroy(q);
+}
+
+/* A request's structure: an idle one made as new but for its handle and buffers, or a new one.
+ * NULL: out of memory. */
+static http_req *req_new(struct mend_http *H) {
+  http_req *q;
+  if (H->nidle) {
+    q = H->idle[--H->nidle];
+    memset((char *)q + offsetof(http_req, H), 0, sizeof *q - offsetof(http_req, H));
+    q->lines_len = 0;
+    q->nlines = 0;
+    if (q->hdr) q->hdr[0] = '\0';   /* push_headers reads it to its end: no last answer's lines */
+  } else {
+    q = calloc(1, sizeof *q);
+    if (!q) return NULL;
+    q->easy = curl_easy_init();
+    if (!q->easy) {
+      free(q);
+      return NULL;
+    }
+    set_fixed(H, q->easy);
+  }
+  q->H = H;
+  return q;
 }
 
 static void timer_closed(uv_handle_t *h) { free(h); }
@@ -292,7 +379,7 @@ void mend__http_close(mend_engine *E) {
     if (H->reqs->run) H->reqs->run->http = NULL;
     req_free(H->reqs);
   }
-  while (H->nidle) curl_easy_cleanup(H->idle[--H->nidle]);
+  while (H->nidle) req_destroy(H->idle[--H->nidle]);
   for (int k = 0; k < HTTP_URL_MEMO; k++) {
     free(H->memo[k].url);
     free(H->memo[k].clean);
@@ -523,12 +610,63 @@ static void check_done(struct mend_http *H) {
 
 /* ---------------------------------------------------------------- the call */
 
-static int read_codes(lua_State *L, const char *field, codes *c, char *err, int errlen) {
+/* The fields a call's table may have. They are read in one pass over the few the table has
+ * (read_fields) rather than by a look-up each: sixteen lua_getfield were 3k instructions a
+ * request. */
+enum { F_URL, F_BODY, F_JSON, F_METHOD, F_HEADERS, F_IDEMPOTENCY_HEADER, F_TIMEOUT,
+       F_CONNECT_TIMEOUT, F_MAX_BYTES, F_CA_FILE, F_RETRY_ON, F_FATAL_ON, F_ACCEPT, F_RAISE,
+       F__COUNT };
+#define FIELD(s) { s, sizeof s - 1 }
+static const struct { const char *s; size_t n; } field_name[F__COUNT] = {
+  FIELD("url"), FIELD("body"), FIELD("json"), FIELD("method"), FIELD("headers"),
+  FIELD("idempotency_header"), FIELD("timeout"), FIELD("connect_timeout"), FIELD("max_bytes"),
+  FIELD("ca_file"), FIELD("retry_on"), FIELD("fatal_on"), FIELD("accept"), FIELD("raise"),
+};
+#undef FIELD
+
+/* Puts the fields of the call's table (at 1) in F__COUNT stack slots after base, nil where
+ * absent. A table with a metatable is read a field at a time, so that its __index answers as
+ * it always did. */
+static void read_fields(lua_State *L, int base) {
+  luaL_checkstack(L, F__COUNT + 8, "mend.http");
+  lua_settop(L, base + F__COUNT);
+  if (lua_getmetatable(L, 1)) {
+    lua_pop(L, 1);
+    for (int f = 0; f < F__COUNT; f++) {
+      lua_getfield(L, 1, field_name[f].s);
+      lua_replace(L, base + 1 + f);
+    }
+    return;
+  }
+  lua_pushnil(L);
+  while (lua_next(L, 1)) {
+    if (lua_type(L, -2) == LUA_TSTRING) {
+      size_t n;
+      const char *k = lua_tolstring(L, -2, &n);
+      for (int f = 0; f < F__COUNT; f++) {
+        if (field_name[f].n == n && memcmp(field_name[f].s, k, n) == 0) {
+          lua_copy(L, -1, base + 1 + f);
+          break;
+        }
+      }
+    }
+    lua_pop(L, 1);
+  }
+}
+
+/* Pushes the field f (read_fields put it after base); its type. */
+static int field(lua_State *L, int base, int f) {
+  lua_pushvalue(L, base + 1 + f);
+  return lua_type(L, -1);
+}
+
+static int read_codes(lua_State *L, int base, int f, codes *c, char *err, int errlen) {
+  const char *field_s = field_name[f].s;
   c->n = 0;
-  int t = lua_getfield(L, 1, field);
+  int t = field(L, base, f);
   if (t == LUA_TNIL) { lua_pop(L, 1); return 0; }
   if (t != LUA_TTABLE) {
-    snprintf(err, (size_t)errlen, "%s must be a list of status codes", field);
+    snprintf(err, (size_t)errlen, "%s must be a list of status codes", field_s);
     lua_pop(L, 1);
     return -1;
   }
@@ -540,7 +678,7 @@ static int read_codes(lua_State *L, const char *field, codes *c, char *err, int 
     lua_pop(L, 1);
     if (!ok || v < 100 || v > 599 || c->n == HTTP_MAX_CODES) {
       snprintf(err, (size_t)errlen, "%s must be a list of at most %d status codes (100-599)",
-               field, HTTP_MAX_CODES);
+               field_s, HTTP_MAX_CODES);
       lua_pop(L, 1);
       return -1;
     }
@@ -550,13 +688,13 @@ static int read_codes(lua_State *L, const char *field, codes *c, char *err, int 
   return 0;
 }
 
-static double opt_seconds(lua_State *L, const char *field, double def, char *err, int errlen) {
-  int t = lua_getfield(L, 1, field);
+static double opt_seconds(lua_State *L, int base, int f, double def, char *err, int errlen) {
+  int t = field(L, base, f);
   double v = def;
   if (t != LUA_TNIL) {
     v = lua_tonumber(L, -1);
     if (t != LUA_TNUMBER || !(v > 0)) {
-      snprintf(err, (size_t)errlen, "%s must be a number of seconds > 0", field);
+      snprintf(err, (size_t)errlen, "%s must be a number of seconds > 0", field_name[f].s);
       v = -1;
     } else if (v > 1e6) {
       v = 1e6;   /* about 11 days: any longer is "no limit", and stays a long in ms */
@@ -566,8 +704,8 @@ static double opt_seconds(lua_State *L, const char *field, double def, char *err
   return v;
 }
 
-static int opt_bool(lua_State *L, const char *field, int def) {
-  int t = lua_getfield(L, 1, field);
+static int opt_bool(lua_State *L, int base, int f, int def) {
+  int t = field(L, base, f);
   int v = t == LUA_TNIL ? def : lua_toboolean(L, -1);
   lua_pop(L, 1);
   return v;
@@ -663,37 +801,57 @@ out:
 /* "name: value" whole, however long (a bearer token can run to kilobytes). */
 static int add_header(http_req *q, const char *name, const char *value) {
   size_t n = strlen(name), v = strlen(value);
-  char small[512];
-  char *line = n + v + 3 <= sizeof small ? small : malloc(n + v + 3);
-  if (!line) return -1;
+  if (grow(&q->lines, &q->lines_cap, q->lines_len + n + v + 3)) return -1;
+  if (q->nlines == q->line_cap) {
+    int c = q->line_cap ? q->line_cap * 2 : 8;
+    size_t *at = realloc(q->line_at, (size_t)c * sizeof *at);
+    if (!at) return -1;
+    q->line_at = at;
+    struct curl_slist *nodes = realloc(q->nodes, (size_t)c * sizeof *nodes);
+    if (!nodes) return -1;
+    q->nodes = nodes;
+    q->line_cap = c;
+  }
+  char *line = q->lines + q->lines_len;
   memcpy(line, name, n);
   memcpy(line + n, ": ", 2);
   memcpy(line + n + 2, value, v + 1);
-  struct curl_slist *l = curl_slist_append(q->headers, line);   /* copies it */
-  if (line != small) free(line);
-  if (!l) return -1;
-  q->headers = l;
+  q->line_at[q->nlines++] = q->lines_len;
+  q->lines_len += n + v + 3;
   return 0;
+}
+
+/* The list curl reads, over the lines once all are in (the buffer may have moved as it grew). */
+static void finish_headers(http_req *q) {
+  for (int k = 0; k < q->nlines; k++) {
+    q->nodes[k].data = q->lines + q->line_at[k];
+    q->nodes[k].next = k + 1 < q->nlines ? &q->nodes[k + 1] : NULL;
+  }
+  q->headers = q->nlines ? q->nodes : NULL;
 }
 
 /* Reads the call's table (at 1), sets the request up and starts it. 0: the step yields; -1:
  * err says why it cannot be made (a fatal error for the step). */
 static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) {
   mend_engine *E = r->E;
-  if (lua_getfield(L, 1, "url") != LUA_TSTRING) {
+  int base = lua_gettop(L);
+  read_fields(L, base);
+  if (field(L, base, F_URL) != LUA_TSTRING) {
     snprintf(err, (size_t)errlen, "needs a url: mend.http{ url = \"https://...\" }");
     return -1;
   }
   const char *url = lua_tostring(L, -1);
   if (check_url(E, q, url, err, errlen)) return -1;
   CURL *c = q->easy;
+  /* A URL's user and password stay in the handle's state past its request: reset after. */
+  if (strcmp(url, q->url) != 0) q->dirty = 1;
   curl_easy_setopt(c, CURLOPT_URL, url);
   lua_pop(L, 1);
   /* the body: a string, or json = value encoded */
-  int has_type = 0, has_key = 0;
+  int has_type = 0, has_key = 0, has_agent = 0;
   size_t body_len = 0;
-  int bt = lua_getfield(L, 1, "body");
-  int jt = lua_getfield(L, 1, "json");
+  int bt = field(L, base, F_BODY);
+  int jt = field(L, base, F_JSON);
   if (bt != LUA_TNIL && jt != LUA_TNIL) {
     snprintf(err, (size_t)errlen, "give body or json, not both");
     return -1;
@@ -711,7 +869,7 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
     body_len = strlen(q->body);
   }
   lua_pop(L, 2);
-  int mt = lua_getfield(L, 1, "method");
+  int mt = field(L, base, F_METHOD);
   const char *method = mt == LUA_TSTRING ? lua_tostring(L, -1) : q->body ? "POST" : "GET";
   size_t mn = strlen(method);
   if (mn == 0 || mn >= sizeof q->method) {
@@ -722,15 +880,24 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
   for (size_t k = 0; k < mn; k++)
     if (!isalpha((unsigned char)q->method[k])) { snprintf(err, (size_t)errlen, "bad method \"%s\"", method); return -1; }
   lua_pop(L, 1);
-  if (strcmp(q->method, "HEAD") == 0) curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
-  else if (strcmp(q->method, "GET") != 0 && !(q->body && strcmp(q->method, "POST") == 0))
+  if (!q->body) {   /* a reused handle's last request may have had a body: as a new handle has none */
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, NULL);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)-1);
+    curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
+  }
+  if (strcmp(q->method, "HEAD") == 0) {
+    q->dirty = 1;
+    curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+  } else if (strcmp(q->method, "GET") != 0 && !(q->body && strcmp(q->method, "POST") == 0)) {
+    q->dirty = 1;
     curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, q->method);   /* a body is POSTed by default */
+  }
   if (q->body) {
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, q->body);
     curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
   }
   /* headers */
-  int ht = lua_getfield(L, 1, "headers");
+  int ht = field(L, base, F_HEADERS);
   if (ht == LUA_TTABLE) {
     lua_pushnil(L);
     while (lua_next(L, -2)) {
@@ -745,12 +912,14 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
       }
       if (strcasecmp(name, "content-type") == 0) has_type = 1;
       if (strcasecmp(name, "idempotency-key") == 0) has_key = 1;
+      if (strcasecmp(name, "user-agent") == 0) has_agent = 1;
       /* Compression is asked for by the call, and then curl both offers it and decodes the
        * answer ("" offers every encoding it has). Not by default: offering it cost a seventh
        * of a small request's instructions, for answers most services send plain. */
-      if (strcasecmp(name, "accept-encoding") == 0)
+      if (strcasecmp(name, "accept-encoding") == 0) {
+        q->dirty = 1;
         curl_easy_setopt(q->easy, CURLOPT_ACCEPT_ENCODING, lua_tostring(L, -1));   /* copied */
-      else if (add_header(q, name, lua_tostring(L, -1))) { snprintf(err, (size_t)errlen, "out of memory"); return -1; }
+      } else if (add_header(q, name, lua_tostring(L, -1))) { snprintf(err, (size_t)errlen, "out of memory"); return -1; }
       lua_pop(L, 1);
     }
   } else if (ht != LUA_TNIL) {
@@ -758,8 +927,16 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
     return -1;
   }
   lua_pop(L, 1);
-  if (jt != LUA_TNIL && !has_type && add_header(q, "Content-Type", "application/json")) return -1;
-  if (!has_key && opt_bool(L, "idempotency_header", 1) && strcmp(q->method, "GET") &&
+  if ((jt != LUA_TNIL && !has_type && add_header(q, "Content-Type", "application/json")) ||
+      (!has_agent && add_header(q, "User-Agent", HTTP_USER_AGENT))) {
+    snprintf(err, (size_t)errlen, "out of memory");
+    return -1;
+  }
+  if (proxy_may_tunnel(q->url)) {
+    q->dirty = 1;
+    curl_easy_setopt(c, CURLOPT_USERAGENT, HTTP_USER_AGENT);
+  }
+  if (!has_key && opt_bool(L, base, F_IDEMPOTENCY_HEADER, 1) && strcmp(q->method, "GET") &&
       strcmp(q->method, "HEAD")) {
     int i = r->cur;
     const step_rt *st = &r->steps[i];
@@ -782,43 +959,36 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
     if (bad) { snprintf(err, (size_t)errlen, "the idempotency key has a newline"); return -1; }
     if (rc) { snprintf(err, (size_t)errlen, "out of memory"); return -1; }
   }
-  if (q->headers) curl_easy_setopt(c, CURLOPT_HTTPHEADER, q->headers);
+  finish_headers(q);
+  curl_easy_setopt(c, CURLOPT_HTTPHEADER, q->headers);   /* NULL: none, on a reused handle too */
   /* limits and mapping */
-  double timeout = opt_seconds(L, "timeout", HTTP_TIMEOUT, err, errlen);
-  double connect = opt_seconds(L, "connect_timeout", HTTP_CONNECT_TIMEOUT, err, errlen);
+  double timeout = opt_seconds(L, base, F_TIMEOUT, HTTP_TIMEOUT, err, errlen);
+  double connect = opt_seconds(L, base, F_CONNECT_TIMEOUT, HTTP_CONNECT_TIMEOUT, err, errlen);
   if (timeout < 0 || connect < 0) return -1;
   /* 0 ms would mean no timeout to curl: a tiny one is 1 ms */
   curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout * 1000 < 1 ? 1L : (long)(timeout * 1000));
   curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, connect * 1000 < 1 ? 1L : (long)(connect * 1000));
   q->max_bytes = HTTP_MAX_BYTES;
-  if (lua_getfield(L, 1, "max_bytes") != LUA_TNIL) {
+  if (field(L, base, F_MAX_BYTES) != LUA_TNIL) {
     lua_Integer v = lua_tointeger(L, -1);
     if (v <= 0) { snprintf(err, (size_t)errlen, "max_bytes must be an integer > 0"); return -1; }
     q->max_bytes = (size_t)v;
   }
   lua_pop(L, 1);
   curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)q->max_bytes);
-  if (lua_getfield(L, 1, "ca_file") == LUA_TSTRING)
+  if (field(L, base, F_CA_FILE) == LUA_TSTRING) {
+    q->dirty = 1;
     curl_easy_setopt(c, CURLOPT_CAINFO, lua_tostring(L, -1));   /* copied by curl */
+  }
   lua_pop(L, 1);
-  if (read_codes(L, "retry_on", &q->retry_on, err, errlen) ||
-      read_codes(L, "fatal_on", &q->fatal_on, err, errlen) ||
-      read_codes(L, "accept", &q->accept, err, errlen)) return -1;
-  q->raise = opt_bool(L, "raise", 1);
-  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  if (read_codes(L, base, F_RETRY_ON, &q->retry_on, err, errlen) ||
+      read_codes(L, base, F_FATAL_ON, &q->fatal_on, err, errlen) ||
+      read_codes(L, base, F_ACCEPT, &q->accept, err, errlen)) return -1;
+  q->raise = opt_bool(L, base, F_RAISE, 1);
   curl_easy_setopt(c, CURLOPT_ERRORBUFFER, q->errbuf);
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, q);
-  curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt(c, CURLOPT_HEADERDATA, q);
   curl_easy_setopt(c, CURLOPT_PRIVATE, q);
-  curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
-  curl_easy_setopt(c, CURLOPT_OPENSOCKETDATA, q->H);
-  curl_easy_setopt(c, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
-  curl_easy_setopt(c, CURLOPT_CLOSESOCKETDATA, q->H);
-  curl_easy_setopt(c, CURLOPT_USERAGENT, "mend/" MEND_VERSION_STRING);
   return 0;
 }
 
@@ -828,14 +998,11 @@ int mend_engine_http(lua_State *L, char *err, int errlen) {
   mend_engine *E = r->E;
   luaL_checktype(L, 1, LUA_TTABLE);
   struct mend_http *H = http_state(E);
-  http_req *q = H ? calloc(1, sizeof *q) : NULL;
-  if (q) q->easy = H->nidle ? H->idle[--H->nidle] : curl_easy_init();
-  if (!q || !q->easy) {
-    if (q) free(q);
+  http_req *q = H ? req_new(H) : NULL;
+  if (!q) {
     snprintf(err, (size_t)errlen, "out of memory");
     return -1;
   }
-  q->H = H;
   q->next = H->reqs;
   if (H->reqs) H->reqs->prev = q;
   H->reqs = q;
