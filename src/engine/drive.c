@@ -117,6 +117,7 @@ int mend_engine_tick_with(mend_engine *E, double budget, mend_engine_tick_info *
   E->turn_deadline = start + (budget > 0 ? budget : 0);
   E->tick_did = 0;
   mend__tp_tick_begin(E, budget);
+  mend__writer_sched_want(E, 1);
   if (!E->broken) tick_writer(E);
   int turns = 0;
   do {
@@ -177,6 +178,7 @@ void mend__loop_once(mend_engine *E) {
 
 int mend_engine_run(mend_engine *E) {
   untick_collect(E);
+  mend__writer_sched_want(E, 0);
   E->auto_advance = 1;
   while ((E->in_flight > 0 || E->parked.nheap > 0 || mend__has_ready_work(E)) && !E->broken) {
     /* On the virtual clock, runs left waiting for the world alone (an event, a token, a child

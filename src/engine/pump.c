@@ -182,6 +182,7 @@ void mend__on_wakeup(uv_async_t *h) {
 /* On the writer thread, after a batch: the loop takes it from there. */
 void mend__writer_done(void *ud) {
   mend_engine *E = ud;
+  mend__writer_sched_apply(E);
   uv_async_send(E->wakeup);
 }
 
