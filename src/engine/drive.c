@@ -108,6 +108,25 @@ static void untick_collect(mend_engine *E) {
   E->tick_gc_stopped = 0;
 }
 
+/* Another turn for a tick that commits on the writer thread: only while nothing is written
+ * (what follows a write waits for its batch, handed off as the tick ends), and not for the
+ * open batch alone. */
+static int tick_turn_again(mend_engine *E) {
+  return (E->ready_head || E->answered_head || mend__sent_event_ready(E)) &&
+         !mend_store_batch_open(E->store);
+}
+
+/* The tick's one hand-off, after its collector steps: the writer thread it wakes then runs
+ * while the host's frame goes on or sleeps (in SCHED_BATCH it does not take the core from the
+ * host's thread; wsched.c), not in the middle of the tick's pieces. A batch still with the
+ * thread makes this one wait for the next tick, growing. */
+static void tick_hand_off(mend_engine *E) {
+  mend__tp_begin(E);
+  mend__end_batch(E);   /* a failure breaks the engine: the tick returns -1 */
+  mend__tp_end(E, MEND_TP_HANDOFF, NULL);
+  mend__durable_fire(E);
+}
+
 /* A tick does pieces of work (a due timer's wake, a pump turn's actions, a hand-off) while the
  * next, at what it may cost (mend__tick_next_piece), still fits before the deadline; the first
  * always runs, or a budget smaller than one piece would never move. A piece that runs step
@@ -127,9 +146,11 @@ int mend_engine_tick_with(mend_engine *E, double budget, mend_engine_tick_info *
     E->timers.fire_deadline = 0;
     turns++;
   } while (!E->broken && mend__turn_has_work(E) &&   /* not while only the writer thread works */
+           (!E->writer || tick_turn_again(E)) &&
            !mend__writer_holds_batch(E) &&   /* the actions left would wait for it: the next tick's */
            mend_real_now() + mend__tick_next_piece(E) < E->turn_deadline);
   if (!E->broken) tick_collect(E, budget > 0 ? budget : 0);
+  if (!E->broken && E->writer) tick_hand_off(E);
   E->turn_deadline = 0;
   if (info) {
     double now = mend_real_now();

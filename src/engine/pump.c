@@ -435,6 +435,9 @@ static int pump_turn(mend_engine *E) {
     if (c0 > 0) tick_piece_cost(E, mend__thread_cpu_now() - c0);
   }
   E->tick_did += (unsigned long)did;
+  /* A tick hands its batch off once, as it ends (drive.c): the writer thread woken here would
+   * take the tick's core from it for the rest of the tick. */
+  if (E->turn_deadline > 0) return did;
   mend__tp_begin(E);
   int failed = E->writer && !E->broken && mend__end_batch(E);
   mend__tp_end(E, MEND_TP_HANDOFF, NULL);
