@@ -48,14 +48,17 @@ static int timers_due(const mend_timers *ts, size_t i, double now) {
 #define TICK_GC_OWED_MAX (4.0 * 1024 * 1024)
 #define TICK_GC_OWED_HARD (64.0 * 1024 * 1024)
 
-/* One step of the collector, a piece of its own; 1 when it ended a cycle. */
-static int gc_step(mend_engine *E) {
+/* One step of the collector, a piece of its own; 1 when it ended a cycle. *cpu is the thread's
+ * CPU clock as the last step ended (0: not read yet), read once between two steps as between
+ * two actions (pump.c). */
+static int gc_step(mend_engine *E, double *cpu) {
   lua_State *L = E->L;
-  double c0 = mend__thread_cpu_now();
+  double c0 = *cpu > 0 ? *cpu : mend__thread_cpu_now();
   mend__tp_begin(E);
   int ended = lua_gc(L, LUA_GCSTEP, 0);
   mend__tp_end(E, MEND_TP_GC, NULL);
-  double cost = mend__thread_cpu_now() - c0;
+  *cpu = mend__thread_cpu_now();
+  double cost = *cpu - c0;
   /* up fast, down slowly, as for actions (pump.c): the rare dear step (the atomic one) must
    * not keep every later step out of the ticks' spare time */
   if (cost > E->tick_gc_piece) E->tick_gc_piece += (cost - E->tick_gc_piece) / 4;
@@ -92,13 +95,15 @@ static void tick_collect(mend_engine *E, double budget) {
   size_t kb = (size_t)lua_gc(L, LUA_GCCOUNT);
   if (!E->tick_gc_cycle && kb < E->tick_gc_base + E->tick_gc_base / 2) return;
   E->tick_gc_owed += (double)allocated;
+  double cpu = 0;
   while (E->tick_gc_owed > 0 &&
          (E->tick_gc_owed > TICK_GC_OWED_HARD ||
           mend_real_now() + E->tick_gc_piece <
             E->turn_deadline + (E->tick_gc_owed > TICK_GC_OWED_MAX ? budget / 2 : 0)) &&
-         !gc_step(E))
+         !gc_step(E, &cpu))
     ;
-  while (E->tick_gc_cycle && mend_real_now() + E->tick_gc_piece < E->turn_deadline && !gc_step(E))
+  while (E->tick_gc_cycle && mend_real_now() + E->tick_gc_piece < E->turn_deadline &&
+         !gc_step(E, &cpu))
     ;
 }
 
