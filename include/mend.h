@@ -89,11 +89,12 @@ typedef void (*mend_json_fn)(void *ud, const char *json);
 typedef void (*mend_host_fn)(void *ud, mend_call *call, const char *args_json);
 
 /* The class the kernel schedules mend's commit thread in. With fewer cores than busy threads,
- * the thread woken to commit a batch was run at once on the core of the thread that handed it
- * over, in the middle of that thread's tick (W11: a fifth of the hand-offs under load). In
- * SCHED_BATCH it keeps its full share of the CPU, so commits are not starved, but it does not
- * preempt the thread that woke it: it runs when that thread sleeps, another core is free, or
- * that thread's time slice ends. */
+ * the kernel runs the thread woken to commit a batch at once on the core of the thread that
+ * handed it over, in the middle of that thread's tick (W11 under load: up to a fifth of the
+ * hand-offs). In SCHED_BATCH it keeps its full share of the CPU, so commits are not starved,
+ * but it does not preempt the thread that woke it: it runs when that thread sleeps, another
+ * core is free, or that thread's time slice ends. The thread takes a new class after its next
+ * batch. */
 typedef enum mend_writer_sched {
   MEND_WRITER_SCHED_TICKS = 0,   /* SCHED_BATCH once the engine is ticked, as the host's other
                                     threads under mend_engine_run_all */
