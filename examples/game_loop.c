@@ -16,10 +16,12 @@
  * returns; commits and their syncs are on mend's own thread, never the frame's.
  *
  *   game_loop [QUEST_LUA] [FRAMES] [DB] [--players N] [--budget-ms B] [--fight-s S]
- *             [--durability full|process] [--no-strict] [--json] [--verbose]
+ *             [--durability full|process] [--writer-sched ticks|other|batch]
+ *             [--no-strict] [--json] [--verbose]
  *
  * Defaults: examples/quest.lua, 600 frames, a database file in a directory of its own,
- * 2000 players, 2 ms, fights of 2 to 20 s, process durability. --verbose names each tick over
+ * 2000 players, 2 ms, fights of 2 to 20 s, process durability, mend's choice of class for its
+ * commit thread (--writer-sched: mend_writer_sched). --verbose names each tick over
  * its budget by more than 10%, with what it did. Players pick up their quests over the first 60% of the frames;
  * the loop then goes on until every quest has ended. At the end it prints the tick times
  * (p50, p99, max, frames over budget) and what ticks left undone, and fails if a quest did not
@@ -268,6 +270,7 @@ int main(int argc, char **argv) {
   int npos = 0, players = 2000, strict = 1, as_json = 0, verbose = 0;
   double budget = 0.002;
   mend_durability_mode durability = MEND_SYNC_PROCESS;
+  mend_writer_sched writer_sched = MEND_WRITER_SCHED_TICKS;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--players") == 0 && i + 1 < argc) players = atoi(argv[++i]);
@@ -281,6 +284,13 @@ int main(int argc, char **argv) {
     else if (strcmp(a, "--json") == 0) as_json = 1;
     else if (strcmp(a, "--verbose") == 0) verbose = 1;
     else if (strcmp(a, "--fight-s") == 0 && i + 1 < argc) g.fight_s = atof(argv[++i]);
+    else if (strcmp(a, "--writer-sched") == 0 && i + 1 < argc) {
+      const char *w = argv[++i];
+      if (strcmp(w, "ticks") == 0) writer_sched = MEND_WRITER_SCHED_TICKS;
+      else if (strcmp(w, "other") == 0) writer_sched = MEND_WRITER_SCHED_OTHER;
+      else if (strcmp(w, "batch") == 0) writer_sched = MEND_WRITER_SCHED_BATCH;
+      else { fprintf(stderr, "game_loop: --writer-sched is ticks, other or batch, not %s\n", w); return 2; }
+    }
     else if (a[0] == '-' && a[1] == '-') { fprintf(stderr, "game_loop: unknown option %s\n", a); return 2; }
     else if (npos < 3) pos[npos++] = a;
     else { fprintf(stderr, "game_loop: too many arguments (at %s)\n", a); return 2; }
@@ -325,6 +335,7 @@ int main(int argc, char **argv) {
   mend_options_init(&o);
   o.db_path = db;
   o.durability = durability;
+  o.writer_sched = writer_sched;
   o.memory_limit = 256u << 20;          /* a bad quest script cannot eat the server */
   o.instruction_budget = 2000000;       /* nor hold a tick for long: step code between two
                                            waits runs to its end, this is what bounds it */

@@ -88,6 +88,20 @@ typedef void (*mend_json_fn)(void *ud, const char *json);
  * (asynchronous); the step waits without blocking anything meanwhile. */
 typedef void (*mend_host_fn)(void *ud, mend_call *call, const char *args_json);
 
+/* The class the kernel schedules mend's commit thread in. With fewer cores than busy threads,
+ * the kernel runs the thread woken to commit a batch at once on the core of the thread that
+ * handed it over, in the middle of that thread's tick (W11 under load: up to a fifth of the
+ * hand-offs). In SCHED_BATCH it keeps its full share of the CPU, so commits are not starved,
+ * but it does not preempt the thread that woke it: it runs when that thread sleeps, another
+ * core is free, or that thread's time slice ends. The thread takes a new class after its next
+ * batch. */
+typedef enum mend_writer_sched {
+  MEND_WRITER_SCHED_TICKS = 0,   /* SCHED_BATCH once the engine is ticked, as the host's other
+                                    threads under mend_engine_run_all */
+  MEND_WRITER_SCHED_OTHER = 1,   /* always as the host's other threads (SCHED_OTHER) */
+  MEND_WRITER_SCHED_BATCH = 2    /* always SCHED_BATCH */
+} mend_writer_sched;
+
 typedef struct mend_options {
   size_t size;                /* sizeof(mend_options) where the host was compiled, set by
                                  mend_options_init: a later libmend, whose options have grown,
@@ -136,6 +150,8 @@ typedef struct mend_options {
                                  due time or a retry stays in memory; then it is parked out of
                                  it until its event, due time or a cancel brings it back from
                                  the database (README: Waiting for events). 0: never */
+  mend_writer_sched writer_sched;  /* the scheduling class of the thread that commits
+                                 (commit_thread, ticks): see mend_writer_sched */
 } mend_options;
 
 /* Fills *opts with defaults: in-memory database, full durability, real clock, random seed,

@@ -190,6 +190,14 @@ MEND_API int mend_engine_new(const mend_options *host_opts, mend_engine **out, c
   cfg.writer_thread = opts->commit_thread;
   cfg.http_allow = opts->http_allow;
   cfg.park_after = opts->park_after > 0 ? opts->park_after : -1;
+  cfg.writer_sched = (int)opts->writer_sched;
+  if (cfg.writer_sched < MEND_WRITER_SCHED_TICKS || cfg.writer_sched > MEND_WRITER_SCHED_BATCH) {
+    if (err && errlen)
+      snprintf(err, errlen, "writer_sched must be MEND_WRITER_SCHED_TICKS, _OTHER or _BATCH, got %d",
+               cfg.writer_sched);
+    free(h);
+    return MEND_EINVAL;
+  }
   cfg.lua_path = opts->lua_path ? opts->lua_path : mend_lua_dir_default();
   cfg.log_level = mend_log_level_of(opts->log_level ? opts->log_level : "info");
   if (!cfg.log_level) {

@@ -61,6 +61,7 @@ typedef struct mend_engine_config {
   double park_after;            /* seconds of the engine's clock a waiting run stays in memory
                                    before it is parked (src/engine/park.c); 0: 1 s when
                                    serving, never otherwise; < 0: never */
+  int writer_sched;             /* the writer thread's class: MEND_WRITER_SCHED_* (wsched.c) */
 } mend_engine_config;
 
 /* Why an operation refused or failed (a repair, a start, an advance, the engine's creation):

@@ -1022,6 +1022,82 @@ static int threads_of_an_engine(const mend_options *o) {
   return added;
 }
 
+/* This process's threads in SCHED_BATCH: the policy is the 41st field of a task's stat, the
+ * 39th after the command's closing parenthesis. */
+static int threads_in_batch(void) {
+  DIR *d = opendir("/proc/self/task");
+  if (!d) return -1;
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    if (e->d_name[0] == '.') continue;
+    char path[300], buf[1024];
+    snprintf(path, sizeof path, "/proc/self/task/%s/stat", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    size_t len = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[len] = 0;
+    char *p = strrchr(buf, ')');
+    int field = 2;
+    while (p && field < 41) {
+      p = strchr(p + 1, ' ');
+      field++;
+    }
+    n += p && atoi(p + 1) == 3;   /* SCHED_BATCH */
+  }
+  closedir(d);
+  return n;
+}
+
+/* The thread that commits for a ticked engine does not take the CPU from the thread that
+ * ticks (mend_writer_sched): it is in SCHED_BATCH from its first batch, unless the host asks
+ * for SCHED_OTHER; MEND_WRITER_SCHED_BATCH asks for it under run_all too. */
+static void it_runs_its_commit_thread_in_the_class_asked(void) {
+  char db[160], err[256] = "";
+  snprintf(db, sizeof db, "%s/wsched.db", dir);
+  static const struct { mend_writer_sched sched; int ticked, run; } cases[] = {
+    {MEND_WRITER_SCHED_TICKS, 1, -1}, {MEND_WRITER_SCHED_OTHER, 0, 0}, {MEND_WRITER_SCHED_BATCH, 1, 1}};
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    static const char *const files[] = {"", "-wal", "-shm"};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+      char path[200];
+      snprintf(path, sizeof path, "%s%s", db, files[i]);
+      unlink(path);
+    }
+    mend_options o;
+    mend_options_init(&o);
+    o.db_path = db;
+    o.durability = MEND_SYNC_PROCESS;
+    o.writer_sched = cases[c].sched;
+    int before = threads_in_batch();
+    mend_engine *E = engine(&o);
+    mend_engine_register_function(E, "greet", greet, NULL);
+    load(E, "basic");
+    char id[17], st[32];
+    start(E, "basic", "{\"who\":\"kim\"}", id);
+    double t0 = now_s();
+    while (mend_engine_in_flight_count(E) > 0 && now_s() - t0 < 10) {
+      CHECK_EQ_INT(mend_engine_tick(E, 0.002), MEND_OK);
+      usleep(1000);
+    }
+    CHECK_STR(run_status(E, id, st, sizeof st), "succeeded");
+    CHECK_EQ_INT(threads_in_batch() - before, cases[c].ticked);
+    if (cases[c].run >= 0) {
+      /* a backlog, so that run_all gives the thread batches (a small one it commits itself) */
+      for (int i = 0; i < 3000; i++) start(E, "basic", "{\"who\":\"kim\"}", id);
+      CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+      CHECK_EQ_INT(threads_in_batch() - before, cases[c].run);
+    }
+    mend_engine_free(E);
+  }
+  mend_options o;
+  mend_options_init(&o);
+  o.writer_sched = (mend_writer_sched)7;
+  mend_engine *E = NULL;
+  CHECK_EQ_INT(mend_engine_new(&o, &E, err, sizeof err), MEND_EINVAL);
+  CHECK(E == NULL && strstr(err, "writer_sched") != NULL);
+}
+
 /* mend_options carry their size, so that a later libmend reads an older host's options as they
  * were; commit_thread, the first field added since, is how that is tested. */
 static void it_reads_options_by_their_size(void) {
@@ -1274,6 +1350,7 @@ int main(void) {
   it_is_ticked_and_answers_each_error_kind();
   it_ticks_a_file_database_committing_on_its_own_thread();
   it_collects_garbage_while_ticked();
+  it_runs_its_commit_thread_in_the_class_asked();
   it_stops_hostile_scripts_and_stays_usable();
   it_sandboxes_workflow_code();
   it_repairs_through_the_c_api();

@@ -48,14 +48,17 @@ static int timers_due(const mend_timers *ts, size_t i, double now) {
 #define TICK_GC_OWED_MAX (4.0 * 1024 * 1024)
 #define TICK_GC_OWED_HARD (64.0 * 1024 * 1024)
 
-/* One step of the collector, a piece of its own; 1 when it ended a cycle. */
-static int gc_step(mend_engine *E) {
+/* One step of the collector, a piece of its own; 1 when it ended a cycle. *cpu is the thread's
+ * CPU clock as the last step ended (0: not read yet), read once between two steps as between
+ * two actions (pump.c). */
+static int gc_step(mend_engine *E, double *cpu) {
   lua_State *L = E->L;
-  double c0 = mend__thread_cpu_now();
+  double c0 = *cpu > 0 ? *cpu : mend__thread_cpu_now();
   mend__tp_begin(E);
   int ended = lua_gc(L, LUA_GCSTEP, 0);
   mend__tp_end(E, MEND_TP_GC, NULL);
-  double cost = mend__thread_cpu_now() - c0;
+  *cpu = mend__thread_cpu_now();
+  double cost = *cpu - c0;
   /* up fast, down slowly, as for actions (pump.c): the rare dear step (the atomic one) must
    * not keep every later step out of the ticks' spare time */
   if (cost > E->tick_gc_piece) E->tick_gc_piece += (cost - E->tick_gc_piece) / 4;
@@ -92,13 +95,15 @@ static void tick_collect(mend_engine *E, double budget) {
   size_t kb = (size_t)lua_gc(L, LUA_GCCOUNT);
   if (!E->tick_gc_cycle && kb < E->tick_gc_base + E->tick_gc_base / 2) return;
   E->tick_gc_owed += (double)allocated;
+  double cpu = 0;
   while (E->tick_gc_owed > 0 &&
          (E->tick_gc_owed > TICK_GC_OWED_HARD ||
           mend_real_now() + E->tick_gc_piece <
             E->turn_deadline + (E->tick_gc_owed > TICK_GC_OWED_MAX ? budget / 2 : 0)) &&
-         !gc_step(E))
+         !gc_step(E, &cpu))
     ;
-  while (E->tick_gc_cycle && mend_real_now() + E->tick_gc_piece < E->turn_deadline && !gc_step(E))
+  while (E->tick_gc_cycle && mend_real_now() + E->tick_gc_piece < E->turn_deadline &&
+         !gc_step(E, &cpu))
     ;
 }
 
@@ -106,6 +111,25 @@ static void untick_collect(mend_engine *E) {
   if (!E->tick_gc_stopped) return;
   lua_gc(E->L, LUA_GCRESTART);
   E->tick_gc_stopped = 0;
+}
+
+/* Another turn for a tick that commits on the writer thread: only while nothing is written
+ * (what follows a write waits for its batch, handed off as the tick ends), and not for the
+ * open batch alone. */
+static int tick_turn_again(mend_engine *E) {
+  return (E->ready_head || E->answered_head || mend__sent_event_ready(E)) &&
+         !mend_store_batch_open(E->store);
+}
+
+/* The tick's one hand-off, after its collector steps: the writer thread it wakes then runs
+ * while the host's frame goes on or sleeps (in SCHED_BATCH it does not take the core from the
+ * host's thread; wsched.c), not in the middle of the tick's pieces. A batch still with the
+ * thread makes this one wait for the next tick, growing. */
+static void tick_hand_off(mend_engine *E) {
+  mend__tp_begin(E);
+  mend__end_batch(E);   /* a failure breaks the engine: the tick returns -1 */
+  mend__tp_end(E, MEND_TP_HANDOFF, NULL);
+  mend__durable_fire(E);
 }
 
 /* A tick does pieces of work (a due timer's wake, a pump turn's actions, a hand-off) while the
@@ -117,6 +141,7 @@ int mend_engine_tick_with(mend_engine *E, double budget, mend_engine_tick_info *
   E->turn_deadline = start + (budget > 0 ? budget : 0);
   E->tick_did = 0;
   mend__tp_tick_begin(E, budget);
+  mend__writer_sched_want(E, 1);
   if (!E->broken) tick_writer(E);
   int turns = 0;
   do {
@@ -126,9 +151,11 @@ int mend_engine_tick_with(mend_engine *E, double budget, mend_engine_tick_info *
     E->timers.fire_deadline = 0;
     turns++;
   } while (!E->broken && mend__turn_has_work(E) &&   /* not while only the writer thread works */
+           (!E->writer || tick_turn_again(E)) &&
            !mend__writer_holds_batch(E) &&   /* the actions left would wait for it: the next tick's */
            mend_real_now() + mend__tick_next_piece(E) < E->turn_deadline);
   if (!E->broken) tick_collect(E, budget > 0 ? budget : 0);
+  if (!E->broken && E->writer) tick_hand_off(E);
   E->turn_deadline = 0;
   if (info) {
     double now = mend_real_now();
@@ -177,6 +204,7 @@ void mend__loop_once(mend_engine *E) {
 
 int mend_engine_run(mend_engine *E) {
   untick_collect(E);
+  mend__writer_sched_want(E, 0);
   E->auto_advance = 1;
   while ((E->in_flight > 0 || E->parked.nheap > 0 || mend__has_ready_work(E)) && !E->broken) {
     /* On the virtual clock, runs left waiting for the world alone (an event, a token, a child

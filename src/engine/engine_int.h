@@ -9,6 +9,7 @@
 #define MEND_ENGINE_INT_H
 
 #include <jansson.h>
+#include <stdatomic.h>
 #include <lua.h>
 #include <uv.h>
 
@@ -237,6 +238,8 @@ struct mend_engine {
   double tick_flushed_cpu;
   unsigned long tick_did; /* actions done in this tick */
   int tick_writer_tried;  /* a tick started (or could not start) the writer thread */
+  atomic_int writer_sched_want;  /* the writer thread's class, as the loop wants it (wsched.c) */
+  int writer_sched_now;   /* the class it is in; the writer thread's own */
   double tick_gc_piece;   /* what a step of the Lua collector costs a tick (drive.c) */
   size_t tick_gc_base;    /* KB in use when the last cycle a tick ran ended */
   int tick_gc_cycle;      /* a tick began a cycle of the collector, not ended yet */
@@ -574,4 +577,8 @@ double mend__entry_time(mend_engine *E, const char *id);
 void mend__reload_breakers(mend_engine *E);
 void mend__take_cancel_requests(mend_engine *E);
 void mend__unthrottle(mend_run *r);
+/* wsched.c: the writer thread's scheduling class (mend_writer_sched). */
+void mend__writer_sched_want(mend_engine *E, int ticked);
+void mend__writer_sched_apply(mend_engine *E);
+
 #endif
