@@ -319,7 +319,7 @@ int main(int argc, char **argv) {
     if (calibrated < 0 || now_s() - calibrated > RECALIBRATE_S) {
       budget_s = budget_cpu_s(E, calibrate);
       calibrated = now_s();
-      printf("the budget of %d instructions: %.1f ms of CPU\n", CORPUS_BUDGET, budget_s * 1000);
+      printf("the budget of %d instructions: CPU %.1f ms\n", CORPUS_BUDGET, budget_s * 1000);
     }
     double t0 = now_s(), c0 = loop_cpu_s();
 #if !defined(__SANITIZE_ADDRESS__)
@@ -372,12 +372,13 @@ int main(int argc, char **argv) {
                 : held == HELD_TIMEOUT ? timeout
                 : held == HELD_EITHER ? (by_budget > timeout ? by_budget : timeout) : 0;
     double cpu_bound = (runs * stop + HELD_MORE_S) * TIME_SCALE;
+    /* Each line ends in " ms": tests/sanitize/run.sh leaves such lines out of what it shows. */
 #if !defined(__SANITIZE_ADDRESS__)
-    printf("%-36s %-15s %7.1f ms, %6.1f ms of CPU (bound %6.1f), %6ld faults\n", names[i], kind,
-           took * 1000, cpu * 1000, stop > 0 ? cpu_bound * 1000 : 0.0, faulted);
+    printf("%-36s %-15s %6ld faults, CPU %6.1f (bound %6.1f), wall %7.1f ms\n", names[i], kind,
+           faulted, cpu * 1000, stop > 0 ? cpu_bound * 1000 : 0.0, took * 1000);
 #else
-    printf("%-36s %-15s %7.1f ms, %6.1f ms of CPU (bound %6.1f)\n", names[i], kind, took * 1000,
-           cpu * 1000, stop > 0 ? cpu_bound * 1000 : 0.0);
+    printf("%-36s %-15s CPU %6.1f (bound %6.1f), wall %7.1f ms\n", names[i], kind, cpu * 1000,
+           stop > 0 ? cpu_bound * 1000 : 0.0, took * 1000);
 #endif
     if (stop > 0 && cpu >= cpu_bound)
       fprintf(stderr, "%s: held the loop %.0f ms of CPU, over its bound of %.0f ms\n", names[i],
