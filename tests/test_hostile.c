@@ -34,9 +34,9 @@
  * runs (f61: 1.0 s of wall time for 0.17 s of CPU); the thread's own time is what a hostile
  * script takes from the others. What the loop waits for without running (a helper thread's
  * write, a sleep) is not in it: the wall time's hang guard of 5 s holds that. The budget's
- * time is measured here, not assumed: a step of plain instructions (calls, arithmetic, a table
- * read and written) that only the budget of 10M ends, run three times before the corpus and
- * again every 3 s of it, the median of its CPU times. So a case bounded by the budget (its
+ * time is measured here, not assumed: a step of plain instructions at their dearest (a large
+ * table read and written, out of the cache: calibrate_lua) that only the budget of 10M ends,
+ * run three times before the corpus and again every 3 s of it, the median of its CPU times. So a case bounded by the budget (its
  * text names "instruction budget", or it says "-- holds: budget") must hold the loop at most,
  * for each of its runs, the budget's time (scaled to its engine's budget) plus 100 ms, loading
  * included; one stopped by its timeout at most that timeout (the first "timeout = " of the
@@ -68,13 +68,18 @@ static const char benign_lua[] =
   "      return { upper = string.upper('ok'), n = #('abc'):rep(3), json = mend.json.encode({1}) }\n"
   "    end } } }\n";
 
-/* Plain instructions until the budget ends them: the budget's time. */
+/* Plain instructions until the budget ends them, at their dearest: reads and writes of a table
+ * of 16,000 string keys (the table, its keys and their strings some 1.3 MB, out of the cache),
+ * 2 to 3 times the time of a loop that stays in the cache (a call, arithmetic and a small
+ * table: 45 ms for 10M on this machine idle, 110-130 ms this way). Any step may spend its
+ * budget on such instructions: this is the budget's time. */
 static const char calibrate_lua[] =
   "return { name = 'calibrate', steps = {\n"
   "  { name = 'spin', retry = { max_attempts = 1 }, execute = function()\n"
-  "      local t, x = { 1, 2, 3 }, 0\n"
-  "      local function f(a) return a + 1 end\n"
-  "      while true do x = f(x) + t[2]; t[1] = x % 7 end\n"
+  "      local keys, t = {}, {}\n"
+  "      for i = 1, 16000 do keys[i] = 'k' .. i end\n"
+  "      for i = 1, 16000 do t[keys[i]] = i end\n"
+  "      while true do for i = 1, 16000 do t[keys[i]] = i end end\n"
   "    end } } }\n";
 
 #define CORPUS_BUDGET 10000000
