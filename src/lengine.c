@@ -1,8 +1,10 @@
 /*
  * lengine: engines as Lua userdata ("mend.engine"), the part of mend.core a CLI or a script
  * drives: mend.engine{...} (its options read and checked, the alert and log callbacks into
- * Lua), and the methods of an engine (load, start, run, serve, wait, the queries and the
- * repairs), each turning Lua arguments into an engine.h call and its answer into Lua values.
+ * Lua; with sandbox or memory_limit, an engine with a Lua state of its own, as the C API
+ * makes, whose workflow code never shares the caller's state), and the methods of an engine
+ * (load, start, run, serve, wait, the queries and the repairs), each turning Lua arguments
+ * into an engine.h call and its answer into Lua values.
  * The userdata holds a pointer, so that the engine's memory (and its libuv handles) never
  * live inside memory Lua may collect first.
  *
