@@ -1,9 +1,10 @@
--- What the limits are in `mend run` (and `mend worker`, `mend.engine{}`): engines that run
--- workflow code in the host's own Lua state, with no sandbox. Their --instruction-budget counts
--- Lua instructions, the encoding of a step's result and ctx:log lines; the C work of the
+-- What the limits are in `mend run` (and `mend worker`, `mend.engine{}`): by default engines that
+-- run workflow code in the host's own Lua state, with no sandbox. Their --instruction-budget
+-- counts Lua instructions, the encoding of a step's result and ctx:log lines; the C work of the
 -- standard library and what code allocates are not charged, and there is no memory limit.
--- Those are properties of a sandboxed engine with a state of its own (the C API:
--- tests/test_hostile.c). Each case runs a real `mend run` process.
+-- `mend run --sandbox [--memory-limit N]` (and `mend.engine{sandbox = true, memory_limit = N}`)
+-- runs it instead in an engine with a state of its own, as the C API makes
+-- (tests/test_hostile.c), where all three hold. Each case runs a real `mend run` process.
 local H = require "spec.helper"
 local mend = require "mend"
 
@@ -62,24 +63,74 @@ describe("mend run --instruction-budget", function()
     assert.are.equal(80 << 20, status_of(out).steps[1].result.bytes)
   end)
 
-  it("offers no memory limit and no sandbox: workflow code there is trusted", function()
+  it("offers no memory limit and no sandbox unless asked: workflow code there is trusted", function()
     local dir, db = H.tmp_dir(), H.new_db()
     local file = H.write_file(dir, "trusted.lua", ([[
       return { name = "trusted", steps = { { name = "s", execute = function()
         local f = assert(io.open(%q, "w")) f:write("written") f:close()
       end } } }]]):format(dir .. "/outside"))
-    for _, flag in ipairs { "--memory-limit 1000000", "--sandbox" } do
-      local rc, out = run(file, nil, db, flag)
-      assert.are.equal(2, rc, out)
-      assert.matches("mend: unknown flag " .. flag:match("^%S+"), out, 1, true)
-    end
-    local rc, out = run(file, 1000000, db)
+    local rc, out = run(file, nil, db, "--memory-limit 1000000")
+    assert.are.equal(2, rc, out)
+    assert.matches("mend: --memory-limit needs --sandbox", out, 1, true)
+    rc, out = run(file, 1000000, db)
     assert.are.equal(0, rc, out)
     assert.are.equal("written", H.slurp(dir .. "/outside"))
-    for _, opt in ipairs { "memory_limit", "sandbox" } do
-      local ok, err = pcall(mend.engine, { [opt] = 1 })
-      assert.is_false(ok)
-      assert.matches("mend.engine: unknown option " .. opt, err, 1, true)
-    end
+  end)
+end)
+
+describe("mend run --sandbox", function()
+  after_each(H.cleanup)
+
+  it("runs workflow code in a sandbox: no io, os.execute nor mend.engine, nothing written", function()
+    local dir, db = H.tmp_dir(), H.new_db()
+    local file = H.write_file(dir, "escape.lua", ([[
+      local mend = require "mend"
+      return { name = "escape", steps = {
+        { name = "look", execute = function()
+            return { io = type(io), execute = type(os.execute), engine = type(mend.engine) }
+          end },
+        { name = "write", retry = { max_attempts = 1 }, execute = function()
+            local f = assert(io.open(%q, "w")) f:write("written") f:close()
+          end } } }]]):format(dir .. "/outside"))
+    local rc, out = run(file, nil, db, "--sandbox")
+    assert.are.equal(3, rc, out)
+    local st = status_of(out)
+    assert.are.equal("compensated", st.status)   -- the second step failed for good
+    assert.are.same({ io = "nil", execute = "nil", engine = "nil" }, st.steps[1].result)
+    assert.matches("global 'io'", st.steps[2].error, 1, true)
+    assert.is_nil(io.open(dir .. "/outside"))
+  end)
+
+  it("holds code to --memory-limit, and charges what C functions allocate to the budget", function()
+    local dir, db = H.tmp_dir(), H.new_db()
+    local hog = H.write_file(dir, "hog.lua", [[
+      return { name = "hog", steps = { { name = "s", execute = function()
+        local t = {} for i = 1, 100 do t[i] = string.rep("x", 1 << 20) .. i end
+      end } } }]])
+    local rc, out = run(hog, nil, db, "--sandbox --memory-limit 67108864")
+    assert.are.equal(4, rc, out)
+    assert.matches("step exceeded the memory limit (67108864 bytes)", status_of(out).error, 1, true)
+    -- The loop that the engine of the host's state lets through a budget of 1M (above).
+    local reps = H.write_file(dir, "reps.lua", [[
+      return { name = "reps", steps = { { name = "s", execute = function()
+        local n = 0
+        for i = 1, 10 do n = n + #string.rep("x", 8 << 20) end
+        return { bytes = n }
+      end } } }]])
+    rc, out = run(reps, 1000000, db, "--sandbox")
+    assert.are.equal(4, rc, out)
+    assert.matches("step exceeded its instruction budget (1000000 instructions)",
+                   status_of(out).error, 1, true)
+  end)
+
+  it("is an engine of the Lua binding too: mend.engine{sandbox = true} loads files, not tables", function()
+    local eng = mend.engine { sandbox = true, memory_limit = 1 << 26 }
+    local ok, err = pcall(eng.register, eng, { name = "t", steps = {} })
+    assert.is_false(ok)
+    assert.matches("loads workflows from files only", err, 1, true)
+    eng:close()
+    ok, err = pcall(mend.engine, { memory_limit = -1 })
+    assert.is_false(ok)
+    assert.matches("memory_limit must be >= 0", err, 1, true)
   end)
 end)

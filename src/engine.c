@@ -269,8 +269,22 @@ static void *limited_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
      * hook sees, one instruction for any size: its bytes are charged, and it fails once the
      * call is over its limits. */
     if (E->alloc_limits && mend_limits_owe(E->alloc_limits, nsize - old)) return NULL;
+    /* A large block grown gets its new pages mapped afresh (mremap, or the heap's top moved):
+     * charged before, since a realloc cannot be undone. */
+    if (E->alloc_limits && ptr && nsize >= SPARE_MIN_BYTES &&
+        mend_limits_owe_pages(E->alloc_limits, (nsize - old) / MEND_PAGE_BYTES))
+      return NULL;
   }
   void *p = !ptr && nsize >= SPARE_MIN_BYTES ? take_spare(E, nsize) : NULL;
+  if (!p && !ptr && nsize >= SPARE_MIN_BYTES && E->limit_memory && E->alloc_limits) {
+    /* A new large block is charged the pages it will fault before it is filled, and refused
+     * when the call cannot pay for them. */
+    p = malloc(nsize);
+    if (p && mend_limits_owe_pages(E->alloc_limits, mend_limits_fresh_pages(p, nsize))) {
+      free(p);
+      return NULL;
+    }
+  }
   if (!p) p = realloc(ptr, nsize);
   if (p) E->mem_used = E->mem_used - old + nsize;
   if (p && nsize > old) E->mem_allocated += nsize - old;

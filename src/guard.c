@@ -19,9 +19,12 @@
 
 #include <errno.h>
 #include <lauxlib.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 
 #include "lerror.h"
 #include "timers.h"
@@ -41,7 +44,8 @@ mend_limits *mend_limits_current(lua_State *L) {
 }
 
 void mend_limits_init(mend_limits *lim, const char *what, long budget, double seconds) {
-  *lim = (mend_limits){.budget = budget > 0 ? budget : 0, .left = budget, .what = what};
+  *lim = (mend_limits){.budget = budget > 0 ? budget : 0, .left = budget, .what = what,
+                       .faults_seen = -1};
   if (seconds > 0) lim->deadline = mend_host_now() + seconds;
 }
 
@@ -294,15 +298,73 @@ int mend_limits_spend(mend_limits *lim, double spent) {
   return lim->tripped != MEND_LIMIT_OK;
 }
 
-int mend_limits_settle(mend_limits *lim) {
-  size_t debt = lim->alloc_debt;
-  lim->alloc_debt = 0;
-  if (!mend_limits_spend(lim, (double)(debt / MEND_ALLOC_BYTES_PER_INSTRUCTION))) return 0;
+/* The page faults this thread took since the last look, to be charged; the first look only
+ * sets where counting starts (a look costs a system call: none for a call that allocates
+ * little). */
+static long new_faults(mend_limits *lim) {
+#ifdef RUSAGE_THREAD
+  struct rusage ru;
+  if (getrusage(RUSAGE_THREAD, &ru) != 0) return 0;
+  long now = ru.ru_minflt + ru.ru_majflt;
+  lim->since_look = 0;
+  if (lim->faults_seen < 0) {
+    lim->faults_seen = now;
+    return 0;
+  }
+  /* Pages charged ahead (mend_limits_owe_pages) put faults_seen ahead of the count. */
+  if (now <= lim->faults_seen) return 0;
+  long d = now - lim->faults_seen;
+  lim->faults_seen = now;
+  return d;
+#else
+  (void)lim;
+  return 0;
+#endif
+}
+
+static int tripped_by_allocation(mend_limits *lim, double spent) {
+  if (!mend_limits_spend(lim, spent)) return 0;
   /* The failed allocation raises a memory error that a pcall may catch, and the next one makes
    * Lua collect the whole state before it fails again: the hook raises at the next instruction
    * instead of up to MEND_LIMITS_EVERY later. */
   watch_poke_all();
   return 1;
+}
+
+int mend_limits_owe_pages(mend_limits *lim, size_t pages) {
+  if (lim->faults_seen < 0) new_faults(lim);
+  if (lim->faults_seen >= 0) lim->faults_seen += (long)pages;
+  return tripped_by_allocation(lim, (double)pages * MEND_FAULT_INSTRUCTIONS);
+}
+
+size_t mend_limits_fresh_pages(const void *p, size_t n) {
+#if defined(__linux__)
+  uintptr_t start = (uintptr_t)p & ~(uintptr_t)(MEND_PAGE_BYTES - 1);
+  uintptr_t end = ((uintptr_t)p + n + MEND_PAGE_BYTES - 1) & ~(uintptr_t)(MEND_PAGE_BYTES - 1);
+  size_t pages = (end - start) / MEND_PAGE_BYTES, fresh = 0;
+  unsigned char vec[4096];
+  for (size_t done = 0; done < pages; done += sizeof vec) {
+    size_t k = pages - done < sizeof vec ? pages - done : sizeof vec;
+    if (mincore((void *)(start + done * MEND_PAGE_BYTES), k * MEND_PAGE_BYTES, vec) != 0)
+      return 0;
+    for (size_t i = 0; i < k; i++) fresh += !(vec[i] & 1);
+  }
+  return fresh;
+#else
+  (void)p;
+  (void)n;
+  return 0;
+#endif
+}
+
+int mend_limits_settle(mend_limits *lim) {
+  size_t debt = lim->alloc_debt;
+  lim->alloc_debt = 0;
+  double spent = (double)(debt / MEND_ALLOC_BYTES_PER_INSTRUCTION);
+  lim->since_look += debt;
+  if (lim->faults_seen < 0 || lim->since_look >= MEND_FAULT_LOOK)
+    spent += (double)new_faults(lim) * MEND_FAULT_INSTRUCTIONS;
+  return tripped_by_allocation(lim, spent);
 }
 
 /* sizeof(Node) of Lua 5.4 with 64-bit values and pointers (lobject.h). */

@@ -38,6 +38,8 @@ typedef struct mend_limits {
   unsigned char refused_table; /* an allocation was refused: a table over MEND_TABLE_NODES */
   unsigned char after_box;     /* the last allocation was the box of a lauxlib buffer */
   size_t alloc_debt;           /* bytes allocated under these limits and not yet charged */
+  size_t since_look;           /* bytes charged since the page faults were last looked at */
+  long faults_seen;            /* the thread's page faults charged up to; -1: not looked yet */
 } mend_limits;
 
 /* Sets lim up for a new call: `budget` instructions (0: none), `seconds` of real time (<= 0:
@@ -64,20 +66,35 @@ void mend_limits_charge(lua_State *L, double instructions);
 /* Takes `instructions` from lim and looks at the clock, without raising: 1 if lim is tripped. */
 int mend_limits_spend(mend_limits *lim, double instructions);
 
-/* What allocating costs, against one Lua instruction (some 6 ns on a loaded machine): a block
- * costs its malloc, its free and the collector's walk over it, and its bytes from 0.05 ns each
- * (reused memory) to 3-5 ns (pages mapped afresh, on a virtual machine). An allocation the count
- * hook never sees (a string.rep, a concatenation, a table grown) is charged MEND_ALLOC_EACH
- * bytes more than its size, at MEND_ALLOC_BYTES_PER_INSTRUCTION bytes an instruction: a budget
- * of 10M still builds a 24 MiB string or fills a 64 MiB memory limit in large blocks, and a loop of
- * allocations ends within about the time of its budget of plain instructions, or some 150 ms
- * more when every block is mapped afresh (README: Limits and sandbox). */
+/* What allocating costs, against one Lua instruction (4.4-6 ns on this 2-core virtual machine,
+ * loaded or not). A block costs its malloc, its free and the collector's walk over it, and its
+ * bytes some 0.05 ns each to fill where the memory is reused: an allocation the count hook
+ * never sees (a string.rep, a concatenation, a table grown) is charged MEND_ALLOC_EACH bytes
+ * more than its size, at MEND_ALLOC_BYTES_PER_INSTRUCTION bytes an instruction. Memory mapped
+ * afresh costs far more, a page fault for each 4 KiB page the first time it is written (14-15
+ * us of CPU on this machine, 3.6 ns a byte): each such page is charged MEND_FAULT_INSTRUCTIONS
+ * on top, so that a loop of fresh allocations ends within about the time of its budget of
+ * plain instructions too. The faults are counted, not guessed: the thread's own count
+ * (getrusage RUSAGE_THREAD) is looked at every MEND_FAULT_LOOK bytes of allocation, and a
+ * large block's fresh pages are charged before it is filled (mend_limits_owe_pages), so that
+ * one the budget cannot pay for is refused instead (README: Limits and sandbox). */
+#define MEND_FAULT_INSTRUCTIONS 3000
+#define MEND_FAULT_LOOK ((size_t)1 << 20)
 #define MEND_ALLOC_BYTES_PER_INSTRUCTION 8
-#define MEND_ALLOC_EACH 64
+#define MEND_ALLOC_EACH 256
 /* Debt is settled (taken off the budget, the clock looked at) once it reaches this: a look at
  * the clock for every small allocation would cost more than the allocation. */
 #define MEND_ALLOC_SETTLE ((size_t)64 << 10)
 int mend_limits_settle(mend_limits *lim);
+/* `pages` about to be mapped afresh for a call under lim, charged before they are: 1 when lim
+ * is tripped (the allocation is to fail), as mend_limits_owe. The thread's count of faults
+ * then leaves them out. */
+int mend_limits_owe_pages(mend_limits *lim, size_t pages);
+/* How many of the pages of [p, p + n) are not yet mapped in (mincore): what writing the block
+ * will fault. 0 where that cannot be told. */
+size_t mend_limits_fresh_pages(const void *p, size_t n);
+/* The size of a page, for mend_limits_owe_pages. */
+#define MEND_PAGE_BYTES ((size_t)4096)
 /* For the allocator of a state whose code runs under lim: `bytes` more are being allocated.
  * 1: lim is tripped (the allocation is to fail), and every thread the limited calls of this OS
  * thread run on stops at its next instruction. A block as large as MEND_ALLOC_SETTLE is charged

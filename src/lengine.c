@@ -1,8 +1,10 @@
 /*
  * lengine: engines as Lua userdata ("mend.engine"), the part of mend.core a CLI or a script
  * drives: mend.engine{...} (its options read and checked, the alert and log callbacks into
- * Lua), and the methods of an engine (load, start, run, serve, wait, the queries and the
- * repairs), each turning Lua arguments into an engine.h call and its answer into Lua values.
+ * Lua; with sandbox or memory_limit, an engine with a Lua state of its own, as the C API
+ * makes, whose workflow code never shares the caller's state), and the methods of an engine
+ * (load, start, run, serve, wait, the queries and the repairs), each turning Lua arguments
+ * into an engine.h call and its answer into Lua values.
  * The userdata holds a pointer, so that the engine's memory (and its libuv handles) never
  * live inside memory Lua may collect first.
  *
@@ -13,6 +15,7 @@
 
 #include <errno.h>
 #include <lauxlib.h>
+#include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +25,7 @@
 #include "engine.h"
 #include "json.h"
 #include "log.h"
+#include "luadir.h"
 #include "mend.h"
 #include "timers.h"
 
@@ -30,6 +34,7 @@
 typedef struct engine_box {
   mend_engine *E;
   lua_State *L;           /* main state, for callbacks */
+  int owned;              /* the engine has a Lua state of its own (sandbox, memory_limit) */
   int alert_ref, log_ref;
   mend_log_sink sink;
 } engine_box;
@@ -46,9 +51,34 @@ mend_engine *mend_lua_engine(lua_State *L, int idx) {
   return b->E;
 }
 
+/* Where the callbacks of b run: the caller's state, which is the engine's unless the engine
+ * has one of its own (its workflow code's, which must never see the caller's functions). */
+static lua_State *callback_state(engine_box *b) {
+  return b->owned ? b->L : mend_engine_lua(b->E);
+}
+
+/* Around a call into an engine with a state of its own: an error of Lua's outside every
+ * protected call there (a bug of mend's, or memory running out for the engine itself) breaks
+ * the engine and raises here, rather than Lua aborting the process. Nothing of the caller's
+ * state runs between the two: the jump lands in this C function. */
+#define OWNED_BEGIN(L, b)                                                     \
+  jmp_buf panic_jb;                                                           \
+  void *panic_saved = NULL;                                                   \
+  if ((b)->owned) {                                                           \
+    if (mend_engine_panicked((b)->E))                                         \
+      return luaL_error((L), "the engine is broken: %s", mend_engine_error((b)->E)); \
+    panic_saved = mend_engine_set_panic_exit((b)->E, &panic_jb);              \
+    if (setjmp(panic_jb)) {                                                   \
+      mend_engine_set_panic_exit((b)->E, panic_saved);                        \
+      return luaL_error((L), "the engine is broken: %s", mend_engine_error((b)->E)); \
+    }                                                                         \
+  }
+#define OWNED_END(b) \
+  if ((b)->owned) mend_engine_set_panic_exit((b)->E, panic_saved)
+
 static void alert_to_lua(void *ud, json_t *ev) {
   engine_box *b = ud;
-  lua_State *L = mend_engine_lua(b->E);
+  lua_State *L = callback_state(b);
   lua_rawgeti(L, LUA_REGISTRYINDEX, b->alert_ref);
   mend_json_push(L, ev);
   if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
@@ -59,7 +89,7 @@ static void alert_to_lua(void *ud, json_t *ev) {
 
 static void log_to_lua(void *ud, const mend_log_record *rec) {
   engine_box *b = ud;
-  lua_State *L = mend_engine_lua(b->E);
+  lua_State *L = callback_state(b);
   lua_rawgeti(L, LUA_REGISTRYINDEX, b->log_ref);
   lua_createtable(L, 0, 7);
   lua_pushstring(L, rec->level); lua_setfield(L, -2, "level");
@@ -86,7 +116,8 @@ int mend__lengine_new(lua_State *L) {
   static const char *const fields[] = {"db", "clock", "seed", "durability", "log", "alert",
                                        "lease", "grace", "max_concurrency",
                                        "instruction_budget", "alert_command", "writer_thread",
-                                       "buffered_print", "log_level", "http_allow", "park_after", NULL};
+                                       "buffered_print", "log_level", "http_allow", "park_after",
+                                       "sandbox", "memory_limit", NULL};
   lua_pushnil(L);
   while (lua_next(L, 1)) {
     lua_pop(L, 1);
@@ -150,8 +181,25 @@ int mend__lengine_new(lua_State *L) {
     return luaL_error(L, "mend.engine: http_allow must be a list of host names");
   }
   cfg.http_allow = lua_tostring(L, -1);   /* NULL when not given */
+  /* sandbox = true or a memory_limit: an engine with a Lua state of its own, as the C API
+   * makes, where workflow code is held to them; its `require "mend"` is the C API's. */
+  lua_getfield(L, 1, "sandbox");
+  cfg.sandbox = lua_toboolean(L, -1);
+  lua_getfield(L, 1, "memory_limit");
+  lua_Integer limit = luaL_optinteger(L, -1, 0);
+  lua_pop(L, 2);
+  if (limit < 0) return luaL_error(L, "mend.engine: memory_limit must be >= 0 bytes");
+  cfg.memory_limit = (size_t)limit;
+  int owned = cfg.sandbox || cfg.memory_limit > 0;
+  if (owned) {
+    cfg.open_module = mend_lua_open;
+    cfg.lua_path = mend_lua_dir_default();
+  }
   engine_box *b = lua_newuserdatauv(L, sizeof *b, 0);
-  *b = (engine_box){.alert_ref = LUA_NOREF, .log_ref = LUA_NOREF};
+  *b = (engine_box){.alert_ref = LUA_NOREF, .log_ref = LUA_NOREF, .owned = owned};
+  lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
+  b->L = lua_tothread(L, -1);
+  lua_pop(L, 1);
   luaL_setmetatable(L, ENGINE_MT);
   int t = lua_getfield(L, 1, "alert");
   if (t == LUA_TFUNCTION) {
@@ -178,7 +226,7 @@ int mend__lengine_new(lua_State *L) {
     lua_pop(L, 1);
   }
   char err[1024];
-  b->E = mend_engine_create(L, &cfg, err, sizeof err, NULL);
+  b->E = mend_engine_create(owned ? NULL : L, &cfg, err, sizeof err, NULL);
   if (!b->E) {
     lua_pushstring(L, err);   /* the message names the file already: no Lua position */
     return lua_error(L);
@@ -203,7 +251,9 @@ static int engine_load(lua_State *L) {
   engine_box *b = check_engine(L);
   const char *path = luaL_checkstring(L, 2);
   char err[1024];
+  OWNED_BEGIN(L, b);
   mend_workflow *wf = mend_engine_load_file(b->E, path, err, sizeof err);
+  OWNED_END(b);
   if (!wf) return luaL_error(L, "%s", err);
   lua_pushstring(L, wf->name);
   return 1;
@@ -213,6 +263,9 @@ static int engine_load(lua_State *L) {
 static int engine_register(lua_State *L) {
   engine_box *b = check_engine(L);
   luaL_checktype(L, 2, LUA_TTABLE);
+  if (b->owned)
+    return luaL_error(L, "register: an engine with a state of its own (sandbox, memory_limit) "
+                      "loads workflows from files only (eng:load)");
   lua_State *EL = mend_engine_lua(b->E);
   lua_pushvalue(L, 2);
   lua_xmove(L, EL, 1);
@@ -240,8 +293,10 @@ static int engine_start(lua_State *L) {
   lua_settop(L, 4);
   char id[MEND_RUN_ID_LEN], err[1024];
   int existed;
-  if (mend_engine_start_value(b->E, L, name, 3, key, id, &existed, detached, err, sizeof err))
-    return luaL_error(L, "start: %s", err);
+  OWNED_BEGIN(L, b);
+  int failed = mend_engine_start_value(b->E, L, name, 3, key, id, &existed, detached, err, sizeof err);
+  OWNED_END(b);
+  if (failed) return luaL_error(L, "start: %s", err);
   lua_pushstring(L, id);
   lua_pushboolean(L, existed);
   return 2;
@@ -250,22 +305,31 @@ static int engine_start(lua_State *L) {
 /* eng:run()  [-0, +0, e] */
 static int engine_run(lua_State *L) {
   engine_box *b = check_engine(L);
-  if (mend_engine_run(b->E)) return luaL_error(L, "%s", mend_engine_error(b->E));
+  OWNED_BEGIN(L, b);
+  int failed = mend_engine_run(b->E);
+  OWNED_END(b);
+  if (failed) return luaL_error(L, "%s", mend_engine_error(b->E));
   return 0;
 }
 
 /* eng:advance(seconds)  [-0, +0, e] */
 static int engine_advance(lua_State *L) {
   engine_box *b = check_engine(L);
-  if (mend_engine_advance(b->E, luaL_checknumber(L, 2)))
-    return luaL_error(L, "%s", mend_engine_error(b->E));
+  double seconds = luaL_checknumber(L, 2);
+  OWNED_BEGIN(L, b);
+  int failed = mend_engine_advance(b->E, seconds);
+  OWNED_END(b);
+  if (failed) return luaL_error(L, "%s", mend_engine_error(b->E));
   return 0;
 }
 
 /* eng:recover([limit]) -> n: resumes unfinished runs nobody holds.  [-0, +1, e] */
 static int engine_recover(lua_State *L) {
   engine_box *b = check_engine(L);
-  int n = mend_engine_recover_runs(b->E, (int)luaL_optinteger(L, 2, 0));
+  int limit = (int)luaL_optinteger(L, 2, 0);
+  OWNED_BEGIN(L, b);
+  int n = mend_engine_recover_runs(b->E, limit);
+  OWNED_END(b);
   if (n < 0) return luaL_error(L, "%s", mend_engine_error(b->E));
   lua_pushinteger(L, n);
   return 1;
@@ -282,7 +346,7 @@ typedef struct serve_tick {
 
 static void on_serve_tick(uv_timer_t *t) {
   serve_tick *st = t->data;
-  lua_State *L = mend_engine_lua(st->b->E);
+  lua_State *L = callback_state(st->b);
   lua_rawgeti(L, LUA_REGISTRYINDEX, st->ref);
   if (lua_pcall(L, 0, 0, 0) != LUA_OK) {   /* a broken tick must not stop the worker */
     mend_engine_log_line(st->b->E, "error", NULL, NULL, 0, "tick",
@@ -460,7 +524,10 @@ static int engine_status(lua_State *L) {
 static int engine_resume(lua_State *L) {
   engine_box *b = check_engine(L);
   char err[600];
-  int rc = mend_engine_resume_run(b->E, luaL_checkstring(L, 2), err, sizeof err);
+  const char *id = luaL_checkstring(L, 2);
+  OWNED_BEGIN(L, b);
+  int rc = mend_engine_resume_run(b->E, id, err, sizeof err);
+  OWNED_END(b);
   if (rc < 0) return luaL_error(L, "resume: %s", err);
   if (rc == 0) {
     lua_pushliteral(L, "resumed");

@@ -10,25 +10,38 @@
  *                                   holding <text>
  *   -- runs: <n>                    (second line, optional) n runs of it at once, each ending
  *                                   <status>, <text> in one of them at least
- *   -- within: <seconds>            (second line, optional) its load and runs end within that:
- *                                   for C work no hook sees, which must be charged to the
- *                                   budget (10M instructions: some 100 ms), ten times over
+ *   -- holds: budget                (second line, optional) it is bounded by the budget, though
+ *                                   its text names no limit: a call refused for what it would
+ *                                   cost, in a loop that the budget ends
  *   -- budget: <n>                  (optional, after the lines above) it runs in an engine of
  *                                   its own, made for it and freed after, whose budget is n
- *                                   instructions (0: none): for the memory limit, which a
- *                                   budget of 10M would trip before it
+ *                                   instructions (0: none): for the memory limit, or a case
+ *                                   that builds large values (pages mapped afresh are
+ *                                   charged), which a budget of 10M would stop first
  *   -- memory: <bytes>              (optional, after the lines above) the same, with that memory
  *                                   limit (and a budget of 10M unless it says another)
  *   -- faults: <n>                  (optional, after the lines above) its load and runs fault
  *                                   fewer than n pages (minor faults: memory mapped afresh,
- *                                   some 20 us each on a virtual machine); not checked under
+ *                                   14-20 us each on a virtual machine); not checked under
  *                                   AddressSanitizer, whose allocator maps blocks its own way
  *
- * A case that expects the instruction budget to stop it, and says no `within`, must end within
- * BUDGET_WITHIN: what the budget allows, plain instructions or the C work and allocations it
- * is charged, takes 30-60 ms on an idle machine, 100 ms more at most for what one settling of
- * the charge lets through, and a 2-core machine loaded with other builds and tests was seen to
- * take six times that (f61: 1.0 s where it takes 0.17 s idle).
+ * What the issue promises is that no hostile script holds the loop longer than its budget or
+ * its timeout plus 100 ms, and that is what is asserted, on the CPU time of this thread, which
+ * runs the engine's loop (mend_engine_run_all): the store's helper threads (the writer, the
+ * checkpointer) write what the loop hands them, they run no workflow code, and what they take
+ * of the CPU is not time the loop is held. CPU time rather than wall time, because on a 2-core
+ * machine loaded with other builds and tests a case waits for the CPU as long again as it
+ * runs (f61: 1.0 s of wall time for 0.17 s of CPU); the thread's own time is what a hostile
+ * script takes from the others. What the loop waits for without running (a helper thread's
+ * write, a sleep) is not in it: the wall time's hang guard of 5 s holds that. The budget's
+ * time is measured here, not assumed: a step of plain instructions at their dearest (a large
+ * table read and written, out of the cache: calibrate_lua) that only the budget of 10M ends,
+ * run three times before the corpus and again every 3 s of it, the median of its CPU times. So a case bounded by the budget (its
+ * text names "instruction budget", or it says "-- holds: budget") must hold the loop at most,
+ * for each of its runs, the budget's time (scaled to its engine's budget) plus 100 ms, loading
+ * included; one stopped by its timeout at most that timeout (the first "timeout = " of the
+ * file) plus 100 ms a run; one stopped by either ("exceeded its") the larger of the two plus
+ * 100 ms. Every case must end within 5 s of wall time.
  *
  * and for every file: the host is alive (this process), nothing was written in the directory
  * the scripts are pointed at (ctx.input.outside), nor in the history of a run that is not
@@ -55,9 +68,27 @@ static const char benign_lua[] =
   "      return { upper = string.upper('ok'), n = #('abc'):rep(3), json = mend.json.encode({1}) }\n"
   "    end } } }\n";
 
-#define BUDGET_WITHIN 1.5
+/* Plain instructions until the budget ends them, at their dearest: reads and writes of a table
+ * of 16,000 string keys (the table, its keys and their strings some 1.3 MB, out of the cache),
+ * 2 to 3 times the time of a loop that stays in the cache (a call, arithmetic and a small
+ * table: 45 ms for 10M on this machine idle, 110-130 ms this way). Any step may spend its
+ * budget on such instructions: this is the budget's time. */
+static const char calibrate_lua[] =
+  "return { name = 'calibrate', steps = {\n"
+  "  { name = 'spin', retry = { max_attempts = 1 }, execute = function()\n"
+  "      local keys, t = {}, {}\n"
+  "      for i = 1, 16000 do keys[i] = 'k' .. i end\n"
+  "      for i = 1, 16000 do t[keys[i]] = i end\n"
+  "      while true do for i = 1, 16000 do t[keys[i]] = i end end\n"
+  "    end } } }\n";
+
+#define CORPUS_BUDGET 10000000
+#define HANG_GUARD_S 5.0
+#define HELD_MORE_S 0.1
+#define RECALIBRATE_S 3.0
 /* AddressSanitizer's allocator (red zones, a quarantine of freed blocks) makes each allocation
- * several times as dear: a sanitized build's bounds are four times as long. */
+ * several times as dear, against instructions that are dearer too, but less: a sanitized
+ * build's bounds are four times as long. */
 #if defined(__SANITIZE_ADDRESS__)
 #define TIME_SCALE 4.0
 #else
@@ -67,6 +98,14 @@ static const char benign_lua[] =
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The CPU time of this thread: the thread that runs the engine's loop (mend_engine_run_all
+ * runs it here). */
+static double loop_cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
@@ -92,23 +131,39 @@ static int entries(const char *path) {
   return n;
 }
 
+/* What bounds a case's time: its budget, its timeout, either, or none of them. */
+enum { HELD_NONE, HELD_BUDGET, HELD_TIMEOUT, HELD_EITHER };
+
+/* The first "timeout = <seconds>" of the file, or -1. */
+static double file_timeout(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  char line[512];
+  double t = -1;
+  while (t < 0 && fgets(line, sizeof line, f)) {
+    const char *at = strstr(line, "timeout = ");
+    if (at) t = atof(at + 10);
+  }
+  fclose(f);
+  return t;
+}
+
 /* The first line's expectation: "load" or a status, and the text to find; how many runs. */
 static int read_expectation(const char *path, char *kind, size_t klen, char *text, size_t tlen,
-                            int *runs, double *within, long *budget, long *memory,
+                            int *runs, int *held, double *timeout, long *budget, long *memory,
                             long *faults) {
   FILE *f = fopen(path, "r");
   if (!f) return -1;
   char line[512] = "", next[512] = "";
   char *got = fgets(line, sizeof line, f);
-  int timed = 0;
+  int holds_budget = 0;
   *runs = 1;
-  *within = 5.0;   /* a generous bound that only a freeze breaks: timeouts here are under 1 s */
   *budget = -1;
   *faults = -1;
   *memory = -1;
   while (fgets(next, sizeof next, f)) {
     if (strncmp(next, "-- runs: ", 9) == 0) *runs = atoi(next + 9);
-    else if (strncmp(next, "-- within: ", 11) == 0) *within = atof(next + 11), timed = 1;
+    else if (strncmp(next, "-- holds: budget", 16) == 0) holds_budget = 1;
     else if (strncmp(next, "-- faults: ", 11) == 0) *faults = atol(next + 11);
     else if (strncmp(next, "-- memory: ", 11) == 0) *memory = atol(next + 11);
     else if (strncmp(next, "-- budget: ", 11) == 0) {
@@ -118,7 +173,6 @@ static int read_expectation(const char *path, char *kind, size_t klen, char *tex
     else break;
   }
   fclose(f);
-  if (!(*within > 0 && *within <= 5.0)) return -1;
   if (*runs < 1 || *runs > 8) return -1;
   if (!got || strncmp(line, "-- expect: ", 11) != 0) return -1;
   char *p = line + 11, *sp = strchr(p, ' ');
@@ -126,7 +180,16 @@ static int read_expectation(const char *path, char *kind, size_t klen, char *tex
   snprintf(kind, klen, "%.*s", (int)(sp - p), p);
   snprintf(text, tlen, "%s", sp + 1);
   text[strcspn(text, "\n")] = 0;
-  if (!timed && strstr(text, "instruction budget")) *within = BUDGET_WITHIN;
+  *timeout = file_timeout(path);
+  size_t tl = strlen(text);
+  int bare = (tl >= 8 && strcmp(text + tl - 8, "exceeded") == 0) ||
+             (tl >= 12 && strcmp(text + tl - 12, "exceeded its") == 0);
+  if (holds_budget || strstr(text, "instruction budget")) *held = HELD_BUDGET;
+  else if (strstr(text, "exceeded its timeout")) *held = HELD_TIMEOUT;
+  else if (bare) *held = HELD_EITHER;
+  else *held = HELD_NONE;
+  /* A bound by a timeout the file does not give is none. */
+  if (*held != HELD_BUDGET && *held != HELD_NONE && *timeout <= 0) return -1;
   return 0;
 }
 
@@ -147,6 +210,30 @@ static void benign_run(mend_engine *E, const char *after, char id[17]) {
   mend_free(json);
 }
 
+static int by_value(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* The CPU time the loop takes for a budget of CORPUS_BUDGET plain instructions in E: the
+ * median of three runs of calibrate_lua, each of which the budget must stop. */
+static double budget_cpu_s(mend_engine *E, const char *path) {
+  char loaded[MEND_NAME_MAX + 1], id[17];
+  CHECK_EQ_INT(mend_engine_load(E, path, loaded, sizeof loaded), MEND_OK);
+  double took[3];
+  for (int k = 0; k < 3; k++) {
+    double c0 = loop_cpu_s();
+    CHECK_EQ_INT(mend_engine_start(E, loaded, "{}", NULL, id, NULL), MEND_OK);
+    CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+    took[k] = loop_cpu_s() - c0;
+    char *json = run_json(E, id);
+    CHECK(json && strstr(json, "exceeded its instruction budget"));
+    mend_free(json);
+  }
+  qsort(took, 3, sizeof *took, by_value);
+  return took[1];
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: test_hostile CORPUS_DIR\n");
@@ -161,6 +248,10 @@ int main(int argc, char **argv) {
   snprintf(benign, sizeof benign, "%s/benign.lua", scratch);
   FILE *f = fopen(benign, "w");
   if (!f || fputs(benign_lua, f) < 0 || fclose(f)) return 2;
+  char calibrate[128];
+  snprintf(calibrate, sizeof calibrate, "%s/calibrate.lua", scratch);
+  f = fopen(calibrate, "w");
+  if (!f || fputs(calibrate_lua, f) < 0 || fclose(f)) return 2;
 
   mend_options o;
   mend_options_init(&o);
@@ -168,7 +259,7 @@ int main(int argc, char **argv) {
   o.durability = MEND_SYNC_PROCESS;
   o.sandbox = 1;
   o.memory_limit = 64u << 20;
-  o.instruction_budget = 10000000;
+  o.instruction_budget = CORPUS_BUDGET;
   o.log_to_stderr = getenv("HOSTILE_LOG") != NULL;
   mend_engine *E = NULL;
   char err[512];
@@ -178,6 +269,7 @@ int main(int argc, char **argv) {
   }
   CHECK_EQ_INT(mend_engine_load(E, benign, NULL, 0), MEND_OK);
   benign_run(E, "nothing", victim);
+  double budget_s = 0, calibrated = -1;
   char *victim_history = NULL;
   CHECK_EQ_INT(mend_engine_history_json(E, victim, &victim_history), MEND_OK);
   snprintf(input, sizeof input, "{\"outside\":\"%s/pwned\",\"victim\":\"%s\"}", outside,
@@ -202,10 +294,11 @@ int main(int argc, char **argv) {
   for (int i = 0; i < n; i++) {
     char path[512], kind[32], want[400], loaded[MEND_NAME_MAX + 1] = "";
     int runs;
-    double within;
+    int held;
+    double timeout;
     long budget, memory, faults;
     snprintf(path, sizeof path, "%s/%s", corpus, names[i]);
-    if (read_expectation(path, kind, sizeof kind, want, sizeof want, &runs, &within, &budget,
+    if (read_expectation(path, kind, sizeof kind, want, sizeof want, &runs, &held, &timeout, &budget,
                          &memory, &faults) || memory == 0) {
       fprintf(stderr, "%s: no '-- expect: ' first line, or a bad line after it\n", names[i]);
       CHECK(0);
@@ -217,7 +310,7 @@ int main(int argc, char **argv) {
       char own_db[160];
       snprintf(own_db, sizeof own_db, "%s/own-%d.db", scratch, i);
       o.db_path = own_db;
-      o.instruction_budget = budget >= 0 ? budget : 10000000;
+      o.instruction_budget = budget >= 0 ? budget : CORPUS_BUDGET;
       o.memory_limit = memory > 0 ? (size_t)memory : 64u << 20;
       R = NULL;
       if (mend_engine_new(&o, &R, err, sizeof err) != MEND_OK) {
@@ -226,7 +319,14 @@ int main(int argc, char **argv) {
       }
       CHECK_EQ_INT(mend_engine_load(R, benign, NULL, 0), MEND_OK);
     }
-    double t0 = now_s();
+    /* The CPU time of an instruction changes with what the other core runs (a loaded machine
+     * was seen to double it): measured again every few seconds. */
+    if (calibrated < 0 || now_s() - calibrated > RECALIBRATE_S) {
+      budget_s = budget_cpu_s(E, calibrate);
+      calibrated = now_s();
+      printf("the budget of %d instructions: CPU %.1f ms\n", CORPUS_BUDGET, budget_s * 1000);
+    }
+    double t0 = now_s(), c0 = loop_cpu_s();
 #if !defined(__SANITIZE_ADDRESS__)
     long faults0 = minor_faults();
 #endif
@@ -262,17 +362,36 @@ int main(int argc, char **argv) {
       }
       CHECK(found);
     }
-    double took = now_s() - t0;
+    double took = now_s() - t0, cpu = loop_cpu_s() - c0;
 #if !defined(__SANITIZE_ADDRESS__)
     long faulted = minor_faults() - faults0;
     if (faults >= 0 && faulted >= faults)
       fprintf(stderr, "%s: faulted %ld pages, %ld or more\n", names[i], faulted, faults);
     CHECK(faults < 0 || faulted < faults);
 #endif
-    within *= TIME_SCALE;
-    printf("%-36s %-10s %7.1f ms\n", names[i], kind, took * 1000);
-    if (took >= within) fprintf(stderr, "%s: took %.1f s, over %.1f\n", names[i], took, within);
-    CHECK(took < within);
+    /* What the case may hold the loop, of CPU time: for each run the time of what stops it
+     * (the budget's scaled to its engine's, 0 for none: no bound), and 100 ms. */
+    double case_budget = budget >= 0 ? (double)budget : CORPUS_BUDGET;
+    double by_budget = case_budget > 0 ? budget_s * case_budget / CORPUS_BUDGET : 0;
+    double stop = held == HELD_BUDGET ? by_budget
+                : held == HELD_TIMEOUT ? timeout
+                : held == HELD_EITHER ? (by_budget > timeout ? by_budget : timeout) : 0;
+    double cpu_bound = (runs * stop + HELD_MORE_S) * TIME_SCALE;
+    /* Each line ends in " ms": tests/sanitize/run.sh leaves such lines out of what it shows. */
+#if !defined(__SANITIZE_ADDRESS__)
+    printf("%-36s %-15s %6ld faults, CPU %6.1f (bound %6.1f), wall %7.1f ms\n", names[i], kind,
+           faulted, cpu * 1000, stop > 0 ? cpu_bound * 1000 : 0.0, took * 1000);
+#else
+    printf("%-36s %-15s CPU %6.1f (bound %6.1f), wall %7.1f ms\n", names[i], kind, cpu * 1000,
+           stop > 0 ? cpu_bound * 1000 : 0.0, took * 1000);
+#endif
+    if (stop > 0 && cpu >= cpu_bound)
+      fprintf(stderr, "%s: held the loop %.0f ms of CPU, over its bound of %.0f ms\n", names[i],
+              cpu * 1000, cpu_bound * 1000);
+    CHECK(stop <= 0 || cpu < cpu_bound);
+    if (took >= HANG_GUARD_S * TIME_SCALE)
+      fprintf(stderr, "%s: took %.1f s, over %.1f\n", names[i], took, HANG_GUARD_S * TIME_SCALE);
+    CHECK(took < HANG_GUARD_S * TIME_SCALE);
     int written = entries(outside);
     if (written != 0) fprintf(stderr, "%s: wrote %d entries outside\n", names[i], written);
     CHECK_EQ_INT(written, 0);

@@ -140,13 +140,26 @@ local function budget_flag(o)
   return n
 end
 
+-- --memory-limit N: bytes, or nil; only with --sandbox.
+local function memory_flag(o)
+  if o["memory-limit"] == nil then return nil end
+  local n = math.tointeger(tonumber(o["memory-limit"]))
+  if not n or n < 1 then
+    usage_error(o._command, "--memory-limit must be a whole number of bytes >= 1, got %s",
+                o["memory-limit"])
+  end
+  if not o.sandbox then usage_error(o._command, "--memory-limit needs --sandbox") end
+  return n
+end
+
 local function cmd_run(o, file)
   local input = decode_input(o.input)
   check_readable(file)
   local level, live = run_output(o)
   local conf = { db = o.db, clock = o.clock, seed = o.seed, durability = o.durability,
                  log = "stderr", log_level = level, alert_command = o["alert-command"],
-                 instruction_budget = budget_flag(o) }
+                 instruction_budget = budget_flag(o), memory_limit = memory_flag(o),
+                 sandbox = o.sandbox or nil }
   return with_engine(conf, function(eng)
     local name = eng:load(file)
     local id, existed = eng:start(name, input, { key = o.key })
@@ -740,13 +753,14 @@ local commands = {
     args = { "FILE" },
     flags = { input = "value", db = "value", key = "value", clock = "value", seed = "value",
               durability = "value", json = "switch", ["log-level"] = "value",
-              ["alert-command"] = "value", ["instruction-budget"] = "value" },
+              ["alert-command"] = "value", ["instruction-budget"] = "value",
+              sandbox = "switch", ["memory-limit"] = "value" },
     choices = { clock = { virtual = true, real = true },
                 durability = { full = true, process = true }, ["log-level"] = LOG_LEVELS },
     usage = "mend run FILE [--input JSON] [--db PATH] [--key K] [--clock virtual|real]\n" ..
             "                [--seed N] [--durability full|process] [--json]\n" ..
             "                [--log-level debug|info|warn|error] [--alert-command CMD]\n" ..
-            "                [--instruction-budget N]",
+            "                [--instruction-budget N] [--sandbox [--memory-limit N]]",
     help = "Runs one execution of the workflow in FILE to its end, then prints the outcome and\n" ..
            "a timeline of every transition (or, with --json, the run's status as JSON). The\n" ..
            "log goes to stderr: JSON lines, or, on a terminal, readable lines of what went\n" ..
@@ -758,7 +772,11 @@ local commands = {
            "  --seed N         seed of the backoff jitter generator (default random)\n" ..
            "  --durability D   full (default: survives power loss) or process\n" ..
            "  --json           print the status object as JSON\n" .. LOG_LEVEL_HELP ..
-           ALERT_HELP .. BUDGET_HELP .. "\n" ..
+           ALERT_HELP .. BUDGET_HELP ..
+           "  --sandbox        run the workflow's code in a Lua state of its own, sandboxed as\n" ..
+           "                   mend_engine_new's (README: Limits and sandbox), its allocations\n" ..
+           "                   and C work charged to --instruction-budget\n" ..
+           "  --memory-limit N bytes the workflow's code may hold (with --sandbox)\n\n" ..
            "Exit codes: 0 succeeded, 3 compensated or failed, 4 needs attention (dead-letter\n" ..
            "queue), 1 mend failed (load, storage or input error), 2 usage error.\n",
     action = cmd_run,

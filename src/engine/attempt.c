@@ -65,14 +65,19 @@ static void push_ctx(mend_run *r, int i, int compensating) {
 
 void mend__push_ctx(mend_run *r, int i) { push_ctx(r, i, 0); }
 
-/* When a limit stopped a guarded call that ended with `status`: which, into buf. NULL when none
- * did (the call raised, or Lua's table bound refused it). The memory limit is told by the
- * status guarded_pcall gives, whatever lauxlib raised ("not enough memory"). */
+/* When a limit stopped a guarded call that ended with `status`: which, into buf (the sandbox's
+ * table bound is one). NULL when none did (the call raised). The memory limit and the table
+ * bound are told by the status guarded_pcall gives, whatever lauxlib raised ("not enough
+ * memory"). */
 static const char *limit_met(mend_engine *E, mend_limits *lim, int status, char *buf, size_t len) {
   if (status == LUA_OK) return NULL;
   if (lim->tripped) return mend_limits_message(lim, buf, len);
-  if (status != LUA_ERRMEM || !E->owned_state || E->cfg.memory_limit == 0 || lim->refused_table)
-    return NULL;
+  if (status == LUA_ERRMEM && lim->refused_table) {
+    snprintf(buf, len, "made a table of more than %d keys outside 1..n, over the sandbox's bound "
+             "(README: Limits and sandbox)", MEND_TABLE_NODES);
+    return buf;
+  }
+  if (status != LUA_ERRMEM || !E->owned_state || E->cfg.memory_limit == 0) return NULL;
   snprintf(buf, len, "exceeded the memory limit (%zu bytes)", E->cfg.memory_limit);
   return buf;
 }
@@ -192,7 +197,7 @@ char *mend__ask_map(mend_run *r, int i, int *stopped) {
     snprintf(msg, sizeof msg, "map: %s", mend__describe(E, L, -1, text, sizeof text, stopped));
     lua_pop(L, 1);
     mend__set_str(&st->error, msg);
-    *stopped |= status == LUA_ERRMEM;   /* the table bound */
+    *stopped |= status == LUA_ERRMEM;   /* memory ran out outside every limit */
     return NULL;
   }
   char *json = NULL;

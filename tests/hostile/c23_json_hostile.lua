@@ -1,4 +1,5 @@
 -- expect: succeeded "done":true
+-- budget: 100000000
 -- mend.json of cycles, of values whose metamethods raise, of 100k-deep nesting: errors, no crash.
 local mend = require "mend"
 return { name = "c23_json_hostile", steps = { { name = "s", execute = function()

@@ -1,4 +1,5 @@
 -- expect: failed table.sort: a table with a __len metamethod
+-- budget: 100000000
 local mend = require "mend"
 return { name = "f36_sort_len", steps = { { name = "s", execute = function(ctx, input)
   local big = {} for i = 1, 1.5e6 do big[i] = -i end

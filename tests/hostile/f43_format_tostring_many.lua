@@ -1,5 +1,6 @@
 -- expect: failed string.format: some
--- within: 1
+-- holds: budget
+-- budget: 100000000
 -- %s of a number makes a new string of it (some 500 ns); the call was charged nothing for it.
 return { name = "f43_format_tostring_many", steps = { { name = "s", retry = { max_attempts = 1 }, execute = function()
   local t = {}

@@ -1,5 +1,5 @@
 -- expect: needs_attention exceeded
--- within: 1
+-- holds: budget
 -- table.concat turns each number into a new string (some 500 ns each), charged one
 -- instruction: a loop of calls on 300k numbers outran its 10M budget fivefold.
 return { name = "f44_concat_numbers", steps = { { name = "s", retry = { max_attempts = 1 }, execute = function()

@@ -1,5 +1,6 @@
 -- expect: failed utf8.char: some
--- within: 1
+-- holds: budget
+-- budget: 100000000
 -- utf8.char makes a string of each argument (some 240 ns each), charged nothing.
 return { name = "f45_utf8_char_many", steps = { { name = "s", retry = { max_attempts = 1 }, execute = function()
   local t = {}

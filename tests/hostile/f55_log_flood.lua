@@ -1,5 +1,5 @@
 -- expect: needs_attention step exceeded its instruction budget
--- within: 1
+-- holds: budget
 -- ctx:log of 1 MiB lines: each a row in the store and a line in the log, 10 ms of C work that
 -- was charged only the copy of its buffer, so that a loop of them filled the disk for seconds
 -- on a budget of 10M instructions. Each byte logged is charged as an instruction.

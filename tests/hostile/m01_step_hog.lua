@@ -1,4 +1,5 @@
 -- expect: needs_attention step exceeded the memory limit
+-- budget: 2000000000
 local mend = require "mend"
 return { name = "m01_step_hog", steps = { { name = "s", execute = function(ctx, input)
   -- Pieces of 1 MiB: what is allocated is charged to the budget too (8 bytes an

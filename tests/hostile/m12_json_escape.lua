@@ -1,5 +1,6 @@
 -- expect: failed a control character in a string
--- within: 1
+-- holds: budget
+-- budget: 100000000
 -- mend.json.encode of 20 MiB of control characters: jansson writes each as \uXXXX with a call
 -- to snprintf, 4 s in one C call that no hook or watchdog stops, 120 MB outside the memory
 -- limit. Each counts as a value now, and the encoding stops at the 1M values' bound.

@@ -1,4 +1,5 @@
 -- expect: needs_attention step exceeded its timeout
+-- budget: 100000000
 -- Comparing two equal 4 MiB strings is one instruction of about a quarter of a millisecond.
 -- The step watches itself: were it still running 0.05 s past its 1 s timeout, it
 -- would return and its run succeed. Without the watchdog the count hook, which looks at the

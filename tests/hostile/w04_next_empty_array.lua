@@ -1,4 +1,5 @@
 -- expect: needs_attention step exceeded its timeout
+-- budget: 100000000
 -- next(t) over an emptied array of 1M slots scans them all in one call.
 -- The step watches itself: were it still running 0.05 s past its 1 s timeout, it
 -- would return and its run succeed. Without the watchdog the count hook, which looks at the

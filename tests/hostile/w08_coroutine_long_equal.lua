@@ -1,4 +1,5 @@
 -- expect: needs_attention step exceeded its timeout
+-- budget: 100000000
 -- The long comparisons of w01 in a coroutine the step made: the watchdog stops the thread
 -- that runs, not only the attempt's.
 -- The step watches itself: were it still running 0.05 s past its 1 s timeout, it

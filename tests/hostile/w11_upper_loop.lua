@@ -1,4 +1,5 @@
 -- expect: needs_attention step exceeded its
+-- budget: 100000000
 -- string.upper, lower and reverse of 4 MiB: one pass in C each (about 35 ms on a loaded
 -- machine), done in pieces of 1 MiB in a sandbox, each charged to the budget, with the
 -- limits looked at between two.
