@@ -15,6 +15,7 @@
 #include "image_check.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,6 +177,14 @@ static void *open_in_thread(void *arg) {
   return NULL;
 }
 
+static atomic_int opened = -1;
+static void *open_flagged(void *arg) {
+  int ok = 0;
+  open_in_thread(&ok);
+  atomic_store(&opened, ok);
+  return arg;
+}
+
 static void test_schema_race(void) {
   new_case();
   pthread_t t[4];
@@ -185,6 +194,17 @@ static void test_schema_race(void) {
   for (int i = 0; i < 4; i++) CHECK(ok[i]);
   CHECK_EQ_INT(count("SELECT value::int FROM meta WHERE key = 'schema_version'"),
                MEND_PG_SCHEMA_VERSION);
+  /* A current schema is only read: an open does not queue behind another holding the schema
+   * lock (as every `mend start` would behind the others). */
+  PGconn *holder = raw();
+  PQclear(PQexec(holder, "SELECT pg_advisory_lock(x'4d454e44'::int)"));
+  pthread_t u;
+  pthread_create(&u, NULL, open_flagged, NULL);
+  for (int i = 0; i < 500 && atomic_load(&opened) < 0; i++) sleep_s(0.01);
+  CHECK_EQ_INT(atomic_load(&opened), 1);
+  PQclear(PQexec(holder, "SELECT pg_advisory_unlock(x'4d454e44'::int)"));
+  pthread_join(u, NULL);
+  PQfinish(holder);
   drop_case();
 }
 

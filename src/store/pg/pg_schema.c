@@ -403,51 +403,65 @@ static PGresult *one(mend_pg *p, const char *sql, const char *what) {
   return r;
 }
 
-int mend__pg_schema(mend_pg *p) {
+/* What the database holds: 0 with *version (0: no mend schema yet, which may be created), or
+ * -1 with the error (no schema to create tables in, not mend's, newer than this mend). */
+static int schema_state(mend_pg *p, int *version) {
   PGresult *r;
-  if (mend__pg_exec(p, p->conn, "BEGIN", "create schema") != 0) return -1;
-  if (mend__pg_exec(p, p->conn, "SELECT pg_advisory_xact_lock(x'" SCHEMA_LOCK "'::int)",
-                    "wait for another mend creating the schema") != 0)
-    goto fail;
   if (!(r = one(p, "SELECT current_schema(), to_regclass('meta') IS NOT NULL,"
                    " (SELECT count(*) FROM pg_tables WHERE schemaname = current_schema())",
                 "read schema")))
-    goto fail;
+    return -1;
   if (PQgetisnull(r, 0, 0)) {
     PQclear(r);
     mend__pg_msg(p->err, sizeof p->err,
                  "%s: no schema to create mend's tables in (search_path names none that exists)",
                  p->server);
-    goto fail;
+    return -1;
   }
   int has_meta = strcmp(PQgetvalue(r, 0, 1), "t") == 0;
   long tables = atol(PQgetvalue(r, 0, 2));
   PQclear(r);
-  int version = 0;
-  if (has_meta) {
-    if (!(r = one(p, "SELECT (SELECT value FROM meta WHERE key = 'application'),"
-                     " (SELECT value FROM meta WHERE key = 'schema_version')", "read meta")))
-      goto fail;
-    const char *app = PG_TEXT(r, 0, 0), *v = PG_TEXT(r, 0, 1);
-    if (!app || strcmp(app, "mend") != 0 || !v) {
-      mend__pg_msg(p->err, sizeof p->err,
-                   "%s: not a mend database (its meta table does not say application = mend)",
-                   p->server);
-      PQclear(r);
-      goto fail;
-    }
-    version = atoi(v);
-    PQclear(r);
-    if (version > MEND_PG_SCHEMA_VERSION || version < 1) {
-      mend__pg_msg(p->err, sizeof p->err, "%s: schema version %d is newer than this mend (%d)",
-                   p->server, version, MEND_PG_SCHEMA_VERSION);
-      goto fail;
-    }
-  } else if (tables > 0) {
+  *version = 0;
+  if (!has_meta) {
+    if (tables == 0) return 0;
     mend__pg_msg(p->err, sizeof p->err,
                  "%s: not a mend database (it has tables of its own and no mend schema)",
                  p->server);
-    goto fail;
+    return -1;
+  }
+  if (!(r = one(p, "SELECT (SELECT value FROM meta WHERE key = 'application'),"
+                   " (SELECT value FROM meta WHERE key = 'schema_version')", "read meta")))
+    return -1;
+  const char *app = PG_TEXT(r, 0, 0), *v = PG_TEXT(r, 0, 1);
+  if (!app || strcmp(app, "mend") != 0 || !v) {
+    mend__pg_msg(p->err, sizeof p->err,
+                 "%s: not a mend database (its meta table does not say application = mend)",
+                 p->server);
+    PQclear(r);
+    return -1;
+  }
+  *version = atoi(v);
+  PQclear(r);
+  if (*version > MEND_PG_SCHEMA_VERSION || *version < 1) {
+    mend__pg_msg(p->err, sizeof p->err, "%s: schema version %d is newer than this mend (%d)",
+                 p->server, *version, MEND_PG_SCHEMA_VERSION);
+    return -1;
+  }
+  return 0;
+}
+
+/* A schema that is current is only read: every open (each `mend start`, each command) would
+ * otherwise queue on the lock behind the others. Only creating or upgrading takes the lock, and
+ * reads again under it (READ COMMITTED: what a migration that held it committed is seen). */
+int mend__pg_schema(mend_pg *p) {
+  int version;
+  if (mend__pg_exec(p, p->conn, "BEGIN", "create schema") != 0) return -1;
+  if (schema_state(p, &version) != 0) goto fail;
+  if (version < MEND_PG_SCHEMA_VERSION) {
+    if (mend__pg_exec(p, p->conn, "SELECT pg_advisory_xact_lock(x'" SCHEMA_LOCK "'::int)",
+                      "wait for another mend creating the schema") != 0 ||
+        schema_state(p, &version) != 0)
+      goto fail;
   }
   for (int v = version; v < MEND_PG_SCHEMA_VERSION; v++)
     if (mend__pg_exec(p, p->conn, mend__pg_migrations[v], "create schema") != 0) goto fail;
