@@ -332,8 +332,10 @@ return { name = "retry_once", retry = { initial = 1, max_delay = 1, jitter = 0 }
   local id = out:match("(%S+)")
   local step = ("SELECT status FROM steps WHERE run_id = '%s' AND name = 'a'"):format(id)
   local first = worker(first_env)
-  H.wait_for("the first attempt to fail", function() return H.sql(db, step)[1] == "retry_wait" end, 30)
+  local failed, ferr = pcall(H.wait_for, "the first attempt to fail",
+    function() return H.sql(db, step)[1] == "retry_wait" end, 30)
   kill9(first)
+  assert(failed, tostring(ferr) .. "\n" .. H.read(dir .. "/worker.log"))
   local second = worker(then_env)
   local ok, err = pcall(H.wait_for, "the retry", function()
     return H.sql(db, ("SELECT status FROM runs WHERE id = '%s'"):format(id))[1] == "succeeded"
