@@ -49,6 +49,40 @@ describe("mend dlq retry", function()
     assert.are.same({ "dlq retry by ops@test" }, operator_entries(eng, id))
   end)
 
+  -- A step that failed compensable had partly applied: it is compensated too, also when its
+  -- own compensation is what failed and a person retries the run in another process.
+  it("compensates a failed compensable step whose own compensation had failed, after a restart", function()
+    local box = { undo_broken = true }
+    local first, db = H.new_engine()
+    local workflow = { name = "partial", compensate_retry = { max_attempts = 2, initial = 1, jitter = 0 },
+      steps = {
+        { name = "reserve", execute = function() return "r" end,
+          compensate = function() box.released = (box.released or 0) + 1 end },
+        { name = "ship", execute = function() error(mend.compensable("half shipped")) end,
+          compensate = function()
+            if box.undo_broken then error(mend.retryable("courier api down")) end
+            box.unshipped = (box.unshipped or 0) + 1
+          end },
+      } }
+    first:register(workflow)
+    local id = first:start("partial", {})
+    first:run()
+    assert.are.equal("needs_attention", first:status(id).status)
+    assert.are.equal("compensation_failed", first:status(id).reason)
+    assert.is_nil(box.unshipped)
+    first:close()
+    box.undo_broken = false
+    local eng = H.reopen(db)
+    eng:register(workflow)
+    eng:dlq_retry(id, { who = "ops" })
+    eng:run()
+    local st = eng:status(id)
+    assert.are.equal("compensated", st.status)
+    assert.are.equal(1, box.unshipped)
+    assert.are.equal(1, box.released)
+    assert.are.equal("compensated", H.step(st, "ship").status)
+  end)
+
   it("retries a severity-3 step with fresh attempts", function()
     local fixed = false
     local eng = H.new_engine()
