@@ -26,15 +26,19 @@ end
 
 local function alive(pid) return H.shell("kill -0 " .. pid) == 0 end
 
--- Three steps, each appending "<run> <step>" to a file before it returns.
-local function workflow(dir)
-  H.write_file(dir, "three.lua", ([[
+-- A step's effect in a workflow's text: "<run> <step>" appended to a file (%q: its path).
+local EFFECT = [[
 local function effect(ctx, name)
   local f = assert(io.open(%q, "a"))
   f:write(ctx.run_id, " ", name, "\n")
   f:close()
   return name
 end
+]]
+
+-- Three steps, each appending "<run> <step>" to a file before it returns.
+local function workflow(dir)
+  H.write_file(dir, "three.lua", (EFFECT .. [[
 return { name = "three", steps = {
   { name = "a", execute = function(ctx) return effect(ctx, "a") end },
   { name = "b", execute = function(ctx) return effect(ctx, "b") end },
@@ -160,13 +164,7 @@ describe("a worker on PostgreSQL that loses its connection", function()
   -- back alone on a new connection while the rest goes on as if the batch had committed.
   it_pg("a parked run's image read with the session ended: a lost batch, each effect once", function()
     local dir, db, log = fresh()
-    H.write_file(dir, "napper.lua", ([[
-local function effect(ctx, name)
-  local f = assert(io.open(%q, "a"))
-  f:write(ctx.run_id, " ", name, "\n")
-  f:close()
-  return name
-end
+    H.write_file(dir, "napper.lua", (EFFECT .. [[
 return { name = "napper", steps = {
   { name = "a", execute = function(ctx) return effect(ctx, "a") end },
   { name = "nap", sleep = 2.5 },

@@ -18,6 +18,16 @@
 
 #define LIVE "('running', 'compensating')"
 
+/* A step put (P_PUT_STEP, P_PUT_STEPS): the row whole, over the one there. */
+#define STEP_PUT_SET \
+  " ON CONFLICT (run_id, idx) DO UPDATE SET name = excluded.name, status = excluded.status," \
+  " attempts = excluded.attempts, comp_attempts = excluded.comp_attempts," \
+  " idem_key = excluded.idem_key, custom_key = excluded.custom_key, result = excluded.result," \
+  " error = excluded.error, due = excluded.due, last_delay = excluded.last_delay," \
+  " updated = excluded.updated, slept = excluded.slept, awaits = excluded.awaits," \
+  " error_kind = excluded.error_kind, error_severity = excluded.error_severity," \
+  " error_stopped = excluded.error_stopped"
+
 /* An update that changes nothing would lose a transition silently (or consume an event twice):
  * it fails the batch, inside the server, before COMMIT is reached. */
 #define CHANGED(what) \
@@ -42,13 +52,7 @@ const char *const mend__pg_sql[P__COUNT] = {
     " $2::bigint, $3::text, $4::text, $5::bigint, $6::bigint, $7::text, $8::bigint, $9::text,"
     " $10::text, $11::float8, $12::float8, $13::float8, $14::bigint, $15::text, $16::text,"
     " $17::bigint, $18::bigint)"
-    " ON CONFLICT (run_id, idx) DO UPDATE SET name = excluded.name, status = excluded.status,"
-    " attempts = excluded.attempts, comp_attempts = excluded.comp_attempts,"
-    " idem_key = excluded.idem_key, custom_key = excluded.custom_key, result = excluded.result,"
-    " error = excluded.error, due = excluded.due, last_delay = excluded.last_delay,"
-    " updated = excluded.updated, slept = excluded.slept, awaits = excluded.awaits,"
-    " error_kind = excluded.error_kind, error_severity = excluded.error_severity,"
-    " error_stopped = excluded.error_stopped",
+    STEP_PUT_SET,
   [P_UPDATE_STEP] =
     "WITH u AS (UPDATE steps SET status = $3::text, attempts = $4::bigint, comp_attempts = $5::bigint,"
     " idem_key = coalesce($6::text, idem_key), custom_key = $7::bigint, result = $8::text,"
@@ -263,13 +267,7 @@ const char *const mend__pg_sql[P__COUNT] = {
     " unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::bigint[],"
     " $7::text[], $8::bigint[], $9::text[], $10::text[], $11::float8[], $12::float8[],"
     " $13::float8[], $14::bigint[], $15::text[], $16::text[], $17::bigint[], $18::bigint[])"
-    " ON CONFLICT (run_id, idx) DO UPDATE SET name = excluded.name, status = excluded.status,"
-    " attempts = excluded.attempts, comp_attempts = excluded.comp_attempts,"
-    " idem_key = excluded.idem_key, custom_key = excluded.custom_key, result = excluded.result,"
-    " error = excluded.error, due = excluded.due, last_delay = excluded.last_delay,"
-    " updated = excluded.updated, slept = excluded.slept, awaits = excluded.awaits,"
-    " error_kind = excluded.error_kind, error_severity = excluded.error_severity,"
-    " error_stopped = excluded.error_stopped",
+    STEP_PUT_SET,
 };
 
 /* A step keeps the kind of its last error in a column of its own (SQLite's schema 14), so
