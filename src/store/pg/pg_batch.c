@@ -295,23 +295,23 @@ void mend__pg_rollback(mend_pg *p) {
  * after its writes and before its COMMIT, as pg_terminate_backend from elsewhere would: for
  * the specs of a connection lost mid-batch (spec/pg_reconnect_spec.lua). */
 static int end_session_now(void) {
-  static long at = -1, seen;
-  if (at < 0) {
-    const char *e = getenv("MEND_PG_END_SESSION");
-    at = e ? atol(e) : 0;
-  }
-  return at > 0 && ++seen == at;
+  static pg_failpoint fp = {"MEND_PG_END_SESSION", -1, 0};
+  return mend__pg_failpoint_hit(&fp);
 }
 
 /* MEND_PG_DEADLOCK=N: the Nth batch this process commits fails before its COMMIT as the one
  * the server picks to end a deadlock (SQLSTATE 40P01), which no spec can make happen on cue. */
 static int deadlock_now(void) {
-  static long at = -1, seen;
-  if (at < 0) {
-    const char *e = getenv("MEND_PG_DEADLOCK");
-    at = e ? atol(e) : 0;
+  static pg_failpoint fp = {"MEND_PG_DEADLOCK", -1, 0};
+  return mend__pg_failpoint_hit(&fp);
+}
+
+int mend__pg_failpoint_hit(pg_failpoint *fp) {
+  if (fp->at < 0) {
+    const char *e = getenv(fp->env);
+    fp->at = e ? atol(e) : 0;
   }
-  return at > 0 && ++seen == at;
+  return fp->at > 0 && ++fp->seen == fp->at;
 }
 #endif
 

@@ -437,12 +437,8 @@ static int pre_take(mend_pg *p, const char *id, mend_run_image *img) {
  * finds the connection gone, and the batch with it. For the spec of a parked run brought back
  * then (spec/pg_reconnect_spec.lua). */
 static void end_before_image(mend_pg *p) {
-  static long at = -1, seen;
-  if (at < 0) {
-    const char *e = getenv("MEND_PG_END_BEFORE_IMAGE");
-    at = e ? atol(e) : 0;
-  }
-  if (at <= 0 || ++seen != at) return;
+  static pg_failpoint fp = {"MEND_PG_END_BEFORE_IMAGE", -1, 0};
+  if (!mend__pg_failpoint_hit(&fp)) return;
   if (!p->in_batch && mend__pg_begin(p) != 0) return;
   PQclear(PQexec(p->conn, "SELECT pg_terminate_backend(pg_backend_pid())"));
 }

@@ -176,6 +176,16 @@ void mend__pg_renewed(mend_pg *p, double sent_at, double lease_seconds);
 int  mend__pg_lease_at_least(mend_pg *p, const char *owner, double lease_seconds);
 void mend__pg_ours_again(mend_pg *p, const char *id);
 
+#ifdef MEND_FAILPOINTS
+/* A crash-test failpoint armed by an environment variable naming N: hit on its Nth look in
+ * this process (pg_batch.c). */
+typedef struct pg_failpoint {
+  const char *env;
+  long at, seen;   /* at: -1 until the variable is read, 0 when unset */
+} pg_failpoint;
+int mend__pg_failpoint_hit(pg_failpoint *fp);
+#endif
+
 /* pg_arrays.c: a batch's rows of one kind as one statement of arrays */
 #define PG_ARRAY_COLS 18
 #define PG_HISTORY_COLS 13   /* P_APPEND_HISTORY's values, P_APPEND_HISTORIES' arrays */

@@ -284,12 +284,8 @@ int mend__pg_claimable(mend_store *s, const char *owner, int thorough) {
  * sent, as pg_terminate_backend from elsewhere would: the claim goes with it. For the spec of a
  * claim lost that way (spec/pg_reconnect_spec.lua). */
 static void end_after_claim(mend_pg *p) {
-  static long at = -1, seen;
-  if (at < 0) {
-    const char *e = getenv("MEND_PG_END_AFTER_CLAIM");
-    at = e ? atol(e) : 0;
-  }
-  if (at > 0 && ++seen == at)
+  static pg_failpoint fp = {"MEND_PG_END_AFTER_CLAIM", -1, 0};
+  if (mend__pg_failpoint_hit(&fp))
     PQclear(PQexec(p->conn, "SELECT pg_terminate_backend(pg_backend_pid())"));
 }
 #endif
