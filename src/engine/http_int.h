@@ -1,0 +1,106 @@
+/*
+ * http_int: what the two halves of mend.http share (http.c: curl driven by the loop, the
+ * requests and what their answers mean; http_call.c: a step's call read and checked, and its
+ * request set up). Must never: be included outside src/engine/http*.c.
+ */
+#ifndef MEND_HTTP_INT_H
+#define MEND_HTTP_INT_H
+
+#include "engine_int.h"
+
+#include <curl/curl.h>
+
+#define HTTP_MAX_BYTES (16u << 20)
+#define HTTP_TIMEOUT 60.0           /* seconds, the whole request, unless the call says */
+#define HTTP_CONNECT_TIMEOUT 10.0
+#define HTTP_MAX_CODES 16
+#define HTTP_DETAIL_MAX 4000        /* what an attempt's requests may add to its history row */
+#define HTTP_BODY_IN_MESSAGE 200
+
+/* URLs checked lately, with what they became: a step calls the same few URLs again and again,
+ * and checking one (a parse, four parts copied, the URL printed again) was two thirds of a
+ * call's setup. Only allowed URLs are kept, and the allow-list is fixed for an engine's life,
+ * so a hit stands for the check. */
+#define HTTP_URL_MEMO 8
+/* Easy handles kept between requests: making and freeing one per request cost 15k
+ * instructions, a sixth of curl's share of a request. At most this many idle. An idle handle
+ * holds the options every request has (set_fixed) and none of the options only some calls
+ * set (marked by http_req.dirty, and reset away when such a request ends): the next request
+ * sets each of its own options anew (see setup), so nothing of one reaches the next, without
+ * a reset and the fixed options set again each time (4k instructions a request). A handle
+ * idles in its request's structure, with the buffers of the answer's body and headers (up to
+ * HTTP_KEEP_BUFFER bytes each): allocating them at each request was 2k instructions, 4 KiB
+ * blocks being slow to come by in malloc. */
+#define HTTP_IDLE_EASY 256
+#define HTTP_KEEP_BUFFER (64u << 10)
+
+struct mend_http {
+  mend_engine *E;
+  CURLM *multi;
+  uv_timer_t *timer;
+  /* A poll handle per socket curl watches, by number. A connection's socket (opened and
+   * closed through on_open_socket and on_close_socket) keeps its handle, stopped between
+   * requests, until it is closed: a kept-alive connection is watched again for its next
+   * request without a handle made and closed around each (an ioctl and epoll_ctl calls).
+   * Any other socket's handle (a resolver's) is closed when curl stops watching it: curl
+   * closes those itself, and a handle must never outlive its number's socket, or closing it
+   * later would take the number's next owner out of the loop's epoll set. */
+  struct http_sock **byfd;
+  int nbyfd;
+  struct http_req *reqs;     /* in flight, abandoned ones too */
+  struct { char *url, *clean; } memo[HTTP_URL_MEMO];
+  int memo_next;
+  struct http_req *idle[HTTP_IDLE_EASY];
+  int nidle;
+  /* Connections kept open for later requests: four per request at the most ever in flight.
+   * Curl's own default follows the requests in flight now, and an answer's burst (dozens of
+   * transfers ended in one poll, the next ones started a turn later) made it close a third of
+   * W9's connections and open them again. */
+  int in_multi, max_in_multi;
+};
+
+typedef struct http_sock {
+  uv_poll_t poll;
+  curl_socket_t fd;
+  struct mend_http *H;
+  int connection;   /* opened by on_open_socket: closed by on_close_socket */
+} http_sock;
+
+typedef struct codes { int n; long v[HTTP_MAX_CODES]; } codes;
+
+struct http_req {
+  /* Kept with an idle request (req_new clears what follows H): its handle, the buffers of the
+   * answer's body and header lines, and those of the request's header lines. */
+  CURL *easy;
+  char *out, *hdr;
+  size_t cap, hcap;
+  /* The request's header lines ("name: value" each ended by a NUL, one after another) and
+   * the list curl reads made over them once all are in (finish_headers): a curl_slist_append
+   * was two allocations a line, and its freeing two more. */
+  char *lines;
+  size_t lines_len, lines_cap;
+  size_t *line_at;
+  struct curl_slist *nodes;
+  int nlines, line_cap;
+  struct mend_http *H;
+  mend_run *run;              /* NULL once the attempt was abandoned */
+  struct curl_slist *headers; /* nodes, or NULL */
+  char *body;
+  size_t len, hlen, max_bytes;
+  int too_big, raise, added;
+  int dirty;                  /* an option beyond the common ones set: reset the handle after */
+  codes retry_on, fatal_on, accept;
+  char method[16];
+  char *url;                  /* without credentials: for messages and history */
+  double started;             /* real seconds */
+  char errbuf[CURL_ERROR_SIZE];
+  struct http_req *prev, *next;
+};
+
+
+/* http.c */
+int mend__http_grow(char **buf, size_t *cap, size_t need);
+struct mend_http *mend__http_state(mend_engine *E);   /* made at the first request */
+http_req *mend__http_req_new(struct mend_http *H);   /* NULL: out of memory */
+void mend__http_req_free(http_req *q);
+#endif
