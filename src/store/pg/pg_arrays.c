@@ -47,18 +47,18 @@ static void col_put(pg_arrays *a, int col, const char *t, size_t n) {
   a->len[col] = (size_t)(o - a->a[col]);
 }
 
-static void row_add(pg_arrays *a, const pg_log *log, const pg_rec *r) {
-  for (int c = 0; c < a->ncols && !a->oom; c++) {
-    long off = log->vals[r->first + c];
-    const char *t = off < 0 ? NULL : log->text + off;
-    col_put(a, c, t, t ? strlen(t) : 0);
-  }
-  a->n++;
-}
-
+/* The record's ith value, NULL for SQL's NULL. */
 static const char *val(const pg_log *log, const pg_rec *r, int i) {
   long off = log->vals[r->first + i];
   return off < 0 ? NULL : log->text + off;
+}
+
+static void row_add(pg_arrays *a, const pg_log *log, const pg_rec *r) {
+  for (int c = 0; c < a->ncols && !a->oom; c++) {
+    const char *t = val(log, r, c);
+    col_put(a, c, t, t ? strlen(t) : 0);
+  }
+  a->n++;
 }
 
 /* A step's key: its run's id and its index, as one string. */
