@@ -188,6 +188,19 @@ describe("the mend command", function()
       assert.truthy(error_line(err):find('"a"', 1, true), err)
     end)
 
+    it("names the broken file and line first, not where mend's own code asked for the load", function()
+      local broken = os.tmpname() .. ".lua"
+      local f = assert(io.open(broken, "w"))
+      f:write('return { name = "broken",\n  steps = { { name = "a" }\n')
+      f:close()
+      for _, cmd in ipairs { "run", "start" } do
+        local code, _, err = mend(cmd, broken, "--db", db)
+        assert.are.equal(1, code, cmd)
+        assert.are.equal("mend: " .. broken .. ":3:", error_line(err):sub(1, #broken + 9), err)
+      end
+      os.remove(broken)
+    end)
+
     it("refuses bad flag values with exit 2", function()
       assert.are.equal(2, (mend("run", "workflows/order.lua", "--clock", "sundial")))
       assert.are.equal(2, (mend("run", "workflows/order.lua", "--seed", "abc")))

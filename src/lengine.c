@@ -246,6 +246,10 @@ static int engine_close(lua_State *L) {
   return 0;
 }
 
+/* A workflow that does not load is raised as the loader's message alone: it names the file and
+ * line at fault, and the position of the Lua line that asked for the load would only hide it. */
+static int load_error(lua_State *L, const char *err) { lua_pushstring(L, err); return lua_error(L); }
+
 /* eng:load(path) -> name  [-0, +1, e] */
 static int engine_load(lua_State *L) {
   engine_box *b = check_engine(L);
@@ -254,7 +258,7 @@ static int engine_load(lua_State *L) {
   OWNED_BEGIN(L, b);
   mend_workflow *wf = mend_engine_load_file(b->E, path, err, sizeof err);
   OWNED_END(b);
-  if (!wf) return luaL_error(L, "%s", err);
+  if (!wf) return load_error(L, err);
   lua_pushstring(L, wf->name);
   return 1;
 }
@@ -545,7 +549,7 @@ static int engine_load_version(lua_State *L) {
   char err[1024];
   mend_workflow *wf = mend_engine_load_version(b->E, luaL_checkstring(L, 2), luaL_checkstring(L, 3),
                                                err, sizeof err);
-  if (!wf) return luaL_error(L, "%s", err);
+  if (!wf) return load_error(L, err);
   lua_pushstring(L, wf->name);
   return 1;
 }
