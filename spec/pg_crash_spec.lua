@@ -54,9 +54,28 @@ local function libfaketime()
   return path
 end
 
+-- libfaketime makes a semaphore and a segment in /dev/shm, named by the process's pid, in every
+-- process that cannot open those its environment names (the first one, or one of the postgres
+-- user's under root's), owned by its user and never removed, not even on a normal exit. When the pid comes round again for the
+-- other user, sem_open fails with "Permission denied" and the process cannot start (seen once:
+-- the skewed server's test timed out). Those of processes gone are removed before each start.
+local function tidy_faketime_shm()
+  local p = io.popen("ls /dev/shm 2>/dev/null")
+  if not p then return end
+  for name in p:lines() do
+    local pid = name:match("^sem%.faketime_sem_(%d+)$") or name:match("^faketime_shm_(%d+)$")
+    if pid then
+      local alive = io.open("/proc/" .. pid .. "/stat")
+      if alive then alive:close() else os.remove("/dev/shm/" .. name) end
+    end
+  end
+  p:close()
+end
+
 -- The environment of a worker whose clock is `secs` seconds off. ASan's runtime, when the
 -- specs preload it, must stay first.
 local function skewed(secs)
+  tidy_faketime_shm()
   return string.format('LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD }%s" FAKETIME="%+d"', libfaketime(), secs)
 end
 
