@@ -188,6 +188,13 @@ describe("the mend command", function()
       assert.truthy(error_line(err):find('"a"', 1, true), err)
     end)
 
+    it("refuses a worker whose --workflows is not a directory, naming it", function()
+      local code, _, err = mend("worker", "--workflows", "workflows/order.lua", "--db", db)
+      assert.are.equal(1, code)
+      assert.truthy(error_line(err):find("workflows directory workflows/order.lua: Not a directory",
+                                         1, true), err)
+    end)
+
     it("names the broken file and line first, not where mend's own code asked for the load", function()
       local broken = os.tmpname() .. ".lua"
       local f = assert(io.open(broken, "w"))

@@ -591,7 +591,10 @@ end
 -- The workflow files of a directory, sorted, so that a worker loads them in a stable order.
 local function workflow_files(dir)
   local ok, names = pcall(mend.listdir, dir)
-  if not ok then fail("cannot read workflows directory %s", tostring(names):gsub("^.-: ", "")) end
+  -- called by pcall, a C function: the message has no position to strip, only "path: reason"
+  if not ok then
+    fail("cannot read the workflows directory %s (a worker loads every .lua file of one)", names)
+  end
   local files = {}
   for _, name in ipairs(names) do
     if name:match("%.lua$") then files[#files + 1] = dir .. "/" .. name end
