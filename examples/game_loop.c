@@ -423,6 +423,10 @@ int main(int argc, char **argv) {
     sleep_until(frame_start + dt);
   }
   double elapsed = now_s() - t0;
+  if (f < 1) {   /* frames >= 60 makes this impossible; said so that the figures never read ticks[-1] */
+    fprintf(stderr, "game_loop: no frame ran\n");
+    return 1;
+  }
   long nticks = f;
   qsort(ticks, (size_t)nticks, sizeof *ticks, cmp_double);
   qsort(judged, (size_t)njudged, sizeof *judged, cmp_double);
