@@ -1160,7 +1160,9 @@ static int threads_in_batch(void) {
 
 /* The thread that commits for a ticked engine does not take the CPU from the thread that
  * ticks (mend_writer_sched): it is in SCHED_BATCH from its first batch, unless the host asks
- * for SCHED_OTHER; MEND_WRITER_SCHED_BATCH asks for it under run_all too. */
+ * for SCHED_OTHER; MEND_WRITER_SCHED_BATCH asks for it under run_all too. By default it goes
+ * back to SCHED_OTHER as the ticks stop, and to SCHED_BATCH as they start again, with no batch
+ * of its own between. */
 static void it_runs_its_commit_thread_in_the_class_asked(void) {
   char db[160], err[256] = "";
   snprintf(db, sizeof db, "%s/wsched.db", dir);
@@ -1191,6 +1193,12 @@ static void it_runs_its_commit_thread_in_the_class_asked(void) {
     }
     CHECK_STR(run_status(E, id, st, sizeof st), "succeeded");
     CHECK_EQ_INT(threads_in_batch() - before, cases[c].ticked);
+    if (cases[c].sched == MEND_WRITER_SCHED_TICKS) {
+      CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);   /* nothing to do: no batch */
+      CHECK_EQ_INT(threads_in_batch() - before, 0);
+      CHECK_EQ_INT(mend_engine_tick(E, 0.002), MEND_OK);
+      CHECK_EQ_INT(threads_in_batch() - before, 1);
+    }
     if (cases[c].run >= 0) {
       /* a backlog, so that run_all gives the thread batches (a small one it commits itself) */
       for (int i = 0; i < 3000; i++) start(E, "basic", "{\"who\":\"kim\"}", id);

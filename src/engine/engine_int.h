@@ -239,7 +239,9 @@ struct mend_engine {
   unsigned long tick_did; /* actions done in this tick */
   int tick_writer_tried;  /* a tick started (or could not start) the writer thread */
   atomic_int writer_sched_want;  /* the writer thread's class, as the loop wants it (wsched.c) */
-  int writer_sched_now;   /* the class it is in; the writer thread's own */
+  atomic_int writer_sched_busy;  /* 1 while one thread moves the writer thread (wsched.c) */
+  int writer_sched_now;   /* the class it is in, under writer_sched_busy */
+  int writer_tid;         /* the writer thread's id once it told the loop of a batch; 0 before */
   double tick_gc_piece;   /* what a step of the Lua collector costs a tick (drive.c) */
   size_t tick_gc_base;    /* KB in use when the last cycle a tick ran ended */
   int tick_gc_cycle;      /* a tick began a cycle of the collector, not ended yet */
