@@ -201,9 +201,10 @@ int mend__workflow_store_free(const mend_engine *E, const mend_workflow *wf) {
   return 1;
 }
 
-/* A ticking host's piece now would find the writer thread holding a batch. */
+/* A ticking host's piece that read now would wait for the writer thread: a batch, or a part
+ * of the open one (a read waits for that too, and the thread may wait as long for a core). */
 int mend__tick_store_held(mend_engine *E) {
-  return E->turn_deadline > 0 && mend__writer_holds_batch(E);
+  return E->turn_deadline > 0 && E->writer && mend_store_writer_busy(E->store);
 }
 
 /* Whether a piece of r (an answer resuming its step, its event, its action, its timer) may
