@@ -858,13 +858,13 @@ static void it_ticks_what_needs_no_store_while_its_writer_holds_a_batch(void) {
   for (int i = 0; i < 4; i++) CHECK_EQ_INT(mend_call_return(ask_calls[i], "1"), MEND_OK);
   if (timed) while (now_s() - lonely_from < 1.6) usleep(10000);
   CHECK_EQ_INT(mend_engine_tick_stats(E, 0.05, &st), MEND_OK);
-  CHECK(st.seconds < 0.5);          /* it did not wait for the thread */
+  CHECK(st.seconds < 2);   /* it did not wait for the thread (held up to 20 s) */
   CHECK_EQ_INT(st.committing, 1);   /* which still holds the batch */
   CHECK_EQ_INT(saw_ask, 4);         /* the answered steps went on: they read nothing */
   CHECK(st.actions >= 4);
   for (int k = 0; k < 3; k++) {
     CHECK_EQ_INT(mend_engine_tick_stats(E, 0.002, &st), MEND_OK);
-    CHECK(st.seconds < 0.5);
+    CHECK(st.seconds < 2);
     usleep(2000);
   }
   CHECK_EQ_INT(n_asks, 4);     /* the new run's first step: its running row is held */
@@ -897,7 +897,7 @@ static void it_ticks_what_needs_no_store_while_its_writer_holds_a_batch(void) {
   for (int i = 0; i < 1500; i++) start(E, "lonely", NULL, burst);
   while (now_s() - lonely_from < 1.6) usleep(10000);
   CHECK_EQ_INT(mend_engine_tick_stats(E, 0.05, &st), MEND_OK);
-  CHECK(st.seconds < 0.5);
+  CHECK(st.seconds < 2);
   CHECK_EQ_INT(st.committing, 1);
   unlink(hold);
   tick_until(E, run_ended, lonely);
