@@ -362,7 +362,7 @@ int main(int argc, char **argv) {
 
   const double dt = 1.0 / HZ;
   long pick_frames = frames * 6 / 10;   /* players pick up quests over these frames */
-  int started = 0, peak = 0, max_ready = 0, left_frames = 0;
+  int started = 0, peak = 0, max_ready = 0, left_frames = 0, stalled_frames = 0;
   long preempted = 0, waited = 0, njudged = 0, over = 0, over10 = 0;
   long f;
   double stolen_max = 0;
@@ -416,6 +416,7 @@ int main(int argc, char **argv) {
     if (took > budget) over++;
     if (took > budget * 1.1) over10++;
     if (st.ready || st.timers_due) left_frames++;
+    if (st.ready && !st.actions) stalled_frames++;   /* work was ready and none was done */
     if (st.ready > max_ready) max_ready = st.ready;
     int in_flight = mend_engine_in_flight_count(E);
     if (in_flight > peak) peak = in_flight;
@@ -448,13 +449,13 @@ int main(int argc, char **argv) {
            "\"outside_p50_ms\":%.3f,\"outside_p99_ms\":%.3f,\"outside_max_ms\":%.3f,"
            "\"succeeded\":%d,\"compensated\":%d,\"failed\":%d,\"needs_attention\":%d,"
            "\"unfinished\":%d,\"signals\":%d,\"zone_full\":%d,\"own_p99_ms\":%.3f,"
-           "\"own_max_ms\":%.3f,\"stolen_max_ms\":%.3f}\n",
+           "\"own_max_ms\":%.3f,\"stolen_max_ms\":%.3f,\"stalled_frames\":%d}\n",
            players, mode, budget * 1e3, nticks, elapsed, peak, p50 * 1e3, p99 * 1e3, max * 1e3,
            over, over10, preempted, jp99 * 1e3, waited, left_frames, max_ready,
            pct(outside, nticks, 50) * 1e3, pct(outside, nticks, 99) * 1e3,
            outside[nticks - 1] * 1e3, g.by_status[0], g.by_status[1], g.by_status[2],
            g.by_status[3], in_flight, g.signals, g.zone_full, own_p99 * 1e3, own_max * 1e3,
-           stolen_max * 1e3);
+           stolen_max * 1e3, stalled_frames);
   } else {
     printf("game_loop: %d players, %ld frames in %.2f s (%d Hz), %s durability, peak %d quests"
            " in flight\n", players, nticks, elapsed, HZ, mode, peak);
@@ -472,8 +473,8 @@ int main(int argc, char **argv) {
       printf("  every tick less the time the OS ran other threads while it wanted the CPU:"
              " p99 %.3f ms, max %.3f ms (the most taken from one tick: %.3f ms)\n",
              own_p99 * 1e3, own_max * 1e3, stolen_max * 1e3);
-    printf("  left undone for the next frame: in %d frames, at most %d ready actions\n",
-           left_frames, max_ready);
+    printf("  left undone for the next frame: in %d frames, at most %d ready actions; %d frames"
+           " did none of the ready work\n", left_frames, max_ready, stalled_frames);
     printf("  mend outside the tick (starts, signals, answers): p50 %.3f ms,"
            " p99 %.3f ms, max %.3f ms a frame\n", pct(outside, nticks, 50) * 1e3,
            pct(outside, nticks, 99) * 1e3, outside[nticks - 1] * 1e3);

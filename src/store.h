@@ -599,6 +599,11 @@ static inline int mend_store_can_record_event(mend_store *s) {
 static inline int mend_store_record_event(mend_store *s, const char *run_id, const char *name, const char *payload, const char *key, double sent) {
   return MEND_STORE_M(s)->record_event(s, run_id, name, payload, key, sent);
 }
+/* Whether next_committed_event reads without the open batch (and without waiting for the
+ * writer thread), rather than answering 2 every time. */
+static inline int mend_store_reads_committed_events(mend_store *s) {
+  return MEND_STORE_M(s)->next_committed_event != NULL;
+}
 static inline int mend_store_next_committed_event(mend_store *s, const char *run_id, const char *name, long long *seq, char **payload, char **key) {
   if (!MEND_STORE_M(s)->next_committed_event) return 2;
   return MEND_STORE_M(s)->next_committed_event(s, run_id, name, seq, payload, key);

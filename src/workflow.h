@@ -55,6 +55,8 @@ typedef struct mend_workflow {
   mend_step_def *steps;
   char *step_names;     /* JSON array of the steps' names, kept with each run it starts */
   int has_branching;    /* a group or a `when`: recovery reads the history for their answers */
+  int store_free;       /* the engine's, set as it adopts it (mend__workflow_store_free): its
+                           runs' pieces read nothing through the store's open batch */
   mend_workflow_counters counts;   /* what the engine did with it (a map's items: their run's) */
   struct mend_workflow *next;
 } mend_workflow;

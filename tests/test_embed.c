@@ -777,6 +777,174 @@ static void it_ticks_answers_and_signals_in_its_ticks(void) {
   mend_engine_free(E);
 }
 
+/* A tick whose writer thread still holds the last batch (waiting for a core, or its fsync) does
+ * the work that needs nothing from the store: answers resume their steps, whose next `running`
+ * rows go to the next batch (issue 24). Nothing announced by the held batch runs before it is
+ * durable (a new run's first step), nor anything announced by the next one (a resumed step's
+ * successor), and a timeout due meanwhile, whose look at the inbox reads through the batch,
+ * waits for a later tick rather than for the thread. The thread is held back on purpose
+ * (handoff.c: MEND_WRITER_HOLD, in a build with failpoints). */
+static const char behind_lua[] =
+  "local mend = require 'mend'\n"
+  "return { name = 'behind', steps = {\n"
+  "  { name = 'ask', execute = function(ctx)\n"
+  "      local a = mend.call('ask_later')\n"
+  "      mend.call('saw', ctx.run_id, 'ask')\n"
+  "      return a end },\n"
+  "  { name = 'next', execute = function(ctx) return mend.call('saw', ctx.run_id, 'next') end },\n"
+  "} }\n";
+static const char keyed_lua[] =   /* its next step's key is looked up among results: a read */
+  "local mend = require 'mend'\n"
+  "return { name = 'keyed', steps = {\n"
+  "  { name = 'ask', execute = function(ctx) return mend.call('ask_later') end },\n"
+  "  { name = 'next', idempotency_key = function(ctx) return 'k-' .. ctx.run_id end,\n"
+  "    execute = function(ctx) return mend.call('saw', ctx.run_id, 'next') end } } }\n";
+static const char lonely_lua[] =
+  "return { name = 'lonely', retry = { max_attempts = 1 }, steps = {\n"
+  "  { name = 'hear', wait_for = 'never', timeout = 1.5 } } }\n";
+
+static mend_call *ask_calls[8];
+static int n_asks, saw_ask, saw_next;
+static void ask_later(void *ud, mend_call *call, const char *args) {
+  (void)ud;
+  (void)args;
+  if (n_asks < 8) ask_calls[n_asks] = call;
+  n_asks++;
+}
+static void saw(void *ud, mend_call *call, const char *args) {
+  if (strstr(args, "\"ask\"")) saw_ask++;
+  else saw_next++;
+  peek(ud, call, args);   /* its running row durable, and answered */
+}
+static int asks_at_least(mend_engine *E, const char *n) { (void)E; return n_asks >= atoi(n); }
+static int nexts_at_least(mend_engine *E, const char *n) { (void)E; return saw_next >= atoi(n); }
+static int hears(mend_engine *E, const char *id) { return run_has(E, id, "\"waiting\"", 0); }
+
+static void it_ticks_what_needs_no_store_while_its_writer_holds_a_batch(void) {
+#ifndef MEND_FAILPOINTS
+  return;   /* nothing holds the thread back */
+#endif
+  char db[128], hold[160], id[5][17], st_text[32];
+  snprintf(db, sizeof db, "%s/behind.db", dir);
+  snprintf(hold, sizeof hold, "%s/writer-held", dir);
+  unlink(db);
+  unlink(hold);
+  setenv("MEND_WRITER_HOLD", hold, 1);   /* before the thread starts: read at each batch */
+  mend_options o;
+  mend_options_init(&o);
+  o.db_path = db;
+  o.durability = MEND_SYNC_FULL;
+  mend_engine *E = engine(&o);
+  peek_engine = engine(&o);
+  mend_engine_register_function(E, "ask_later", ask_later, NULL);
+  mend_engine_register_function(E, "saw", saw, NULL);
+  load(E, "behind");
+  load(E, "lonely");
+  load(E, "keyed");
+  n_asks = saw_ask = saw_next = peeks = peeks_durable = 0;
+  char lonely[17];
+  start(E, "lonely", NULL, lonely);
+  double lonely_from = now_s();
+  for (int i = 0; i < 4; i++) start(E, "behind", NULL, id[i]);
+  tick_until(E, asks_at_least, "4");
+  tick_until(E, hears, lonely);
+  mend_tick_stats st;
+  double t0 = now_s();
+  do {   /* every write so far durable */
+    CHECK_EQ_INT(mend_engine_tick_stats(E, 0.002, &st), MEND_OK);
+    usleep(1000);
+  } while ((st.committing || mend_engine_next_tick(E) == 0) && now_s() - t0 < 20);
+  int timed = now_s() - lonely_from < 1.2;   /* the timeout is not due yet (a slow machine: it was) */
+
+  start(E, "behind", NULL, id[4]);   /* its first step waits for the batch held below */
+  FILE *f = fopen(hold, "w");
+  CHECK(f != NULL);
+  if (f) fclose(f);
+  CHECK_EQ_INT(mend_engine_tick_stats(E, 0.002, &st), MEND_OK);   /* hands that batch off */
+  CHECK_EQ_INT(st.committing, 1);
+  for (int i = 0; i < 4; i++) CHECK_EQ_INT(mend_call_return(ask_calls[i], "1"), MEND_OK);
+  if (timed) while (now_s() - lonely_from < 1.6) usleep(10000);
+  CHECK_EQ_INT(mend_engine_tick_stats(E, 0.05, &st), MEND_OK);
+  CHECK(st.seconds < 2);   /* it did not wait for the thread (held up to 20 s) */
+  CHECK_EQ_INT(st.committing, 1);   /* which still holds the batch */
+  CHECK_EQ_INT(saw_ask, 4);         /* the answered steps went on: they read nothing */
+  CHECK(st.actions >= 4);
+  for (int k = 0; k < 3; k++) {
+    CHECK_EQ_INT(mend_engine_tick_stats(E, 0.002, &st), MEND_OK);
+    CHECK(st.seconds < 2);
+    usleep(2000);
+  }
+  CHECK_EQ_INT(n_asks, 4);     /* the new run's first step: its running row is held */
+  CHECK_EQ_INT(saw_next, 0);   /* the next steps' running rows: in the batch after it */
+  unlink(hold);
+
+  tick_until(E, asks_at_least, "5");
+  CHECK_EQ_INT(mend_call_return(ask_calls[4], "1"), MEND_OK);
+  tick_until(E, nexts_at_least, "5");
+  tick_until(E, run_ended, id[0]);
+  CHECK_EQ_INT(peeks, 10);
+  CHECK_EQ_INT(peeks_durable, 10);   /* every step ran once its running row was durable */
+  for (int i = 0; i < 5; i++) CHECK_STR(run_status(E, id[i], st_text, sizeof st_text), "succeeded");
+  CHECK(run_has(E, lonely, "no event never within", 1));   /* timed out, once let be */
+
+  /* The thread holding a part of the open batch (a host's burst of starts passes one at 1024
+   * records) holds the connection as a batch does: a timeout due meanwhile waits too. */
+  start(E, "lonely", NULL, lonely);
+  tick_until(E, hears, lonely);
+  t0 = now_s();
+  do {
+    CHECK_EQ_INT(mend_engine_tick_stats(E, 0.002, &st), MEND_OK);
+    usleep(1000);
+  } while ((st.committing || mend_engine_next_tick(E) == 0) && now_s() - t0 < 20);
+  lonely_from = now_s();
+  f = fopen(hold, "w");
+  CHECK(f != NULL);
+  if (f) fclose(f);
+  char burst[17];
+  for (int i = 0; i < 1500; i++) start(E, "lonely", NULL, burst);
+  while (now_s() - lonely_from < 1.6) usleep(10000);
+  CHECK_EQ_INT(mend_engine_tick_stats(E, 0.05, &st), MEND_OK);
+  CHECK(st.seconds < 2);
+  CHECK_EQ_INT(st.committing, 1);
+  unlink(hold);
+  tick_until(E, run_ended, lonely);
+  CHECK(run_has(E, lonely, "no event never within", 1));
+
+  /* An answer whose step goes on into a read (the next step's key among results) waits for a
+   * tick after the batch, rather than for the thread inside this one. */
+  char keyed[17];
+  n_asks = saw_next = 0;
+  start(E, "keyed", NULL, keyed);
+  tick_until(E, asks_at_least, "1");
+  t0 = now_s();
+  do {
+    CHECK_EQ_INT(mend_engine_tick_stats(E, 0.002, &st), MEND_OK);
+    usleep(1000);
+  } while ((st.committing || mend_engine_next_tick(E) == 0) && now_s() - t0 < 20);
+  start(E, "behind", NULL, id[0]);   /* a batch to hold */
+  f = fopen(hold, "w");
+  CHECK(f != NULL);
+  if (f) fclose(f);
+  CHECK_EQ_INT(mend_engine_tick_stats(E, 0.002, &st), MEND_OK);
+  CHECK_EQ_INT(st.committing, 1);
+  CHECK_EQ_INT(mend_call_return(ask_calls[0], "1"), MEND_OK);
+  for (int k = 0; k < 3; k++) {
+    CHECK_EQ_INT(mend_engine_tick_stats(E, 0.05, &st), MEND_OK);
+    CHECK(st.seconds < 2);
+    CHECK_EQ_INT(st.actions, 0);
+    usleep(2000);
+  }
+  unlink(hold);
+  tick_until(E, asks_at_least, "2");   /* the new run's first step, once its batch is durable */
+  CHECK_EQ_INT(mend_call_return(ask_calls[1], "1"), MEND_OK);
+  tick_until(E, nexts_at_least, "2");
+  tick_until(E, run_ended, keyed);
+  CHECK_STR(run_status(E, keyed, st_text, sizeof st_text), "succeeded");
+  unsetenv("MEND_WRITER_HOLD");
+  mend_engine_free(peek_engine);
+  mend_engine_free(E);
+}
+
 /* Two waits for one event name after an answer, in a ticking host's pieces: each takes its
  * own event, in the order sent, whether the events were durable before the answer resumed the
  * step or were sent with the answer in the same frame (then not durable when it waits). */
@@ -1053,7 +1221,9 @@ static int threads_in_batch(void) {
 
 /* The thread that commits for a ticked engine does not take the CPU from the thread that
  * ticks (mend_writer_sched): it is in SCHED_BATCH from its first batch, unless the host asks
- * for SCHED_OTHER; MEND_WRITER_SCHED_BATCH asks for it under run_all too. */
+ * for SCHED_OTHER; MEND_WRITER_SCHED_BATCH asks for it under run_all too. By default it goes
+ * back to SCHED_OTHER as the ticks stop, and to SCHED_BATCH as they start again, with no batch
+ * of its own between. */
 static void it_runs_its_commit_thread_in_the_class_asked(void) {
   char db[160], err[256] = "";
   snprintf(db, sizeof db, "%s/wsched.db", dir);
@@ -1084,6 +1254,12 @@ static void it_runs_its_commit_thread_in_the_class_asked(void) {
     }
     CHECK_STR(run_status(E, id, st, sizeof st), "succeeded");
     CHECK_EQ_INT(threads_in_batch() - before, cases[c].ticked);
+    if (cases[c].sched == MEND_WRITER_SCHED_TICKS) {
+      CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);   /* nothing to do: no batch */
+      CHECK_EQ_INT(threads_in_batch() - before, 0);
+      CHECK_EQ_INT(mend_engine_tick(E, 0.002), MEND_OK);
+      CHECK_EQ_INT(threads_in_batch() - before, 1);
+    }
     if (cases[c].run >= 0) {
       /* a backlog, so that run_all gives the thread batches (a small one it commits itself) */
       for (int i = 0; i < 3000; i++) start(E, "basic", "{\"who\":\"kim\"}", id);
@@ -1345,6 +1521,9 @@ int main(void) {
   write_workflow("hits", hits_lua);
   write_workflow("plain", plain_lua);
   write_workflow("litter", litter_lua);
+  write_workflow("behind", behind_lua);
+  write_workflow("lonely", lonely_lua);
+  write_workflow("keyed", keyed_lua);
 
   it_runs_on_its_own_loop();
   it_can_be_woken_from_another_thread();
@@ -1358,6 +1537,7 @@ int main(void) {
   it_repairs_through_the_c_api();
   it_sends_events_through_the_c_api();
   it_ticks_answers_and_signals_in_its_ticks();
+  it_ticks_what_needs_no_store_while_its_writer_holds_a_batch();
   it_takes_each_event_once_after_an_answer_in_a_tick();
   it_completes_tokens_through_the_c_api();
   it_parks_waiting_runs_out_of_memory();
@@ -1370,7 +1550,8 @@ int main(void) {
   static const char *const files[] = {"basic", "saga", "hog", "spin", "escape_os", "escape_io",
                                       "escape_c", "escape_exec", "stuck", "hold", "wait",
                                       "http_call", "token", "token2",
-                                      "ahead", "naps", "slay", "hits", "plain", "litter"};
+                                      "ahead", "naps", "slay", "hits", "plain", "litter",
+                                      "behind", "lonely", "keyed"};
   for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
     char path[128];
     snprintf(path, sizeof path, "%s/%s.lua", dir, files[i]);

@@ -175,8 +175,9 @@ int mend_engine_tick_for(mend_engine *E, double budget) { return mend_engine_tic
  * ticks is asked back soon while any is in flight. */
 #define EXTERNAL_POLL_SECONDS 0.01
 
-/* While the writer thread holds a batch a tick can do nothing, and the batch takes an fsync
- * (milliseconds): a host that sleeps as told is asked back this soon, not spun. */
+/* While the writer thread holds a batch a tick does only the pieces that read nothing (pump.c),
+ * and the batch takes an fsync (milliseconds): a host that sleeps as told is asked back this
+ * soon, not spun. */
 #define WRITER_POLL_SECONDS 0.001
 
 double mend_engine_next_due(mend_engine *E) {

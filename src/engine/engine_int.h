@@ -239,7 +239,9 @@ struct mend_engine {
   unsigned long tick_did; /* actions done in this tick */
   int tick_writer_tried;  /* a tick started (or could not start) the writer thread */
   atomic_int writer_sched_want;  /* the writer thread's class, as the loop wants it (wsched.c) */
-  int writer_sched_now;   /* the class it is in; the writer thread's own */
+  atomic_int writer_sched_busy;  /* 1 while one thread moves the writer thread (wsched.c) */
+  int writer_sched_now;   /* the class it is in, under writer_sched_busy */
+  int writer_tid;         /* the writer thread's id once it told the loop of a batch; 0 before */
   double tick_gc_piece;   /* what a step of the Lua collector costs a tick (drive.c) */
   size_t tick_gc_base;    /* KB in use when the last cycle a tick ran ended */
   int tick_gc_cycle;      /* a tick began a cycle of the collector, not ended yet */
@@ -328,6 +330,13 @@ int mend__turn_has_work(const mend_engine *E);
 int mend__virtual_timers_to_advance(const mend_engine *E);
 void mend__writer_done(void *ud);
 int mend__writer_holds_batch(mend_engine *E);
+/* While the writer thread holds a batch, a ticking host's pieces that read nothing through the
+ * store still run (pump.c): */
+#define MEND_TICK_DEFER_SECONDS 0.001   /* a piece that would read: tried again this much later */
+int mend__workflow_store_free(const mend_engine *E, const mend_workflow *wf);
+int mend__tick_store_held(mend_engine *E);
+int mend__piece_needs_store(const mend_run *r);
+int mend__defer_wait(mend_run *r);
 void mend__durable_fire(mend_engine *E);
 void mend__durable_close(mend_engine *E);
 
@@ -542,6 +551,8 @@ void mend__abandon_host_call(mend_run *r);
 void mend__forget_host_calls(mend_engine *E);
 void mend__resume_answered(mend_engine *E);
 int mend__sent_event_ready(const mend_engine *E);
+int mend__sent_event_needs_store(mend_engine *E);
+int mend__answer_needs_store(const mend_engine *E);
 void mend__deliver_sent_event(mend_engine *E);
 void mend__forget_sent_events(mend_engine *E);
 void mend__runmap_add(mend_engine *E, mend_run *r);

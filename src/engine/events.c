@@ -202,6 +202,14 @@ static int send_in_batch(mend_engine *E, const char *id, const char *name, const
   return 0;
 }
 
+/* Whether delivering the oldest sent event may read through the store: bringing a parked run
+ * back does; a run in memory as its pieces do (pump.c). */
+int mend__sent_event_needs_store(mend_engine *E) {
+  const struct mend_sent_event *ev = E->sent_head;
+  mend_run *r = find_run(E, ev->run_id);
+  return r ? mend__piece_needs_store(r) : mend__parked(E, ev->run_id);
+}
+
 int mend__sent_event_ready(const mend_engine *E) {
   return E->sent_head && E->sent_head->seq <= mend_store_durable_seq(E->store);
 }

@@ -92,6 +92,12 @@ static void answer(mend_host_call *call, json_t *result, json_t *error) {
   mend__kick(E);
 }
 
+/* Whether resuming the oldest answer's step may read through the store (pump.c). */
+int mend__answer_needs_store(const mend_engine *E) {
+  const mend_run *r = E->answered_head->run;
+  return r && mend__piece_needs_store(r);
+}
+
 /* The oldest answer resumes its step (or, its attempt abandoned meanwhile, is only freed). */
 void mend__resume_answered(mend_engine *E) {
   mend_host_call *call = E->answered_head;

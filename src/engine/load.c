@@ -18,6 +18,7 @@
 
 static mend_workflow *adopt(mend_engine *E, mend_workflow *wf) {
   if (!wf) return NULL;
+  wf->store_free = mend__workflow_store_free(E, wf);
   for (int i = 0; i < wf->nsteps; i++) {
     wf->steps[i].slot = mend__breaker_slot(E, wf->steps[i].breaker_key, &wf->steps[i].breaker);
     mend_step_def *item = wf->steps[i].item_wf ? &wf->steps[i].item_wf->steps[0] : NULL;

@@ -224,6 +224,11 @@ static void on_wake(mend_timer *t) {
     arm_engine_timer(E, &E->park_wake, now + PARK_RETRY_SECONDS);
     return;
   }
+  /* reading a run back would wait for the writer thread's batch: a later tick's */
+  if (mend__tick_store_held(E)) {
+    arm_engine_timer(E, &E->park_wake, now + MEND_TICK_DEFER_SECONDS);
+    return;
+  }
   for (int n = 0; n < PARK_BATCH && !E->broken && mend_parkset_pop_due(&E->parked, now, id); n++)
     if (bring_back(E, id, "its due time came") < 0 && E->store_lost) break;
   rearm_wake(E);

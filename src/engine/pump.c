@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include <lauxlib.h>
+
 #include "util.h"
 
 /* ---------------------------------------------------------------- the lists */
@@ -167,6 +169,74 @@ static void tick_piece_cost(mend_engine *E, double cost) {
 /* The writer thread writes a batch (not a part of the open one): a read would wait for it. */
 int mend__writer_holds_batch(mend_engine *E) {
   return E->writer && mend_store_writer_busy(E->store) && !mend_store_writer_part(E->store);
+}
+
+/* ---------------------------------------------------------------- while the writer holds a batch */
+
+/* A read waits for the writer thread to be done with the connection (store.h), and the thread
+ * may wait long for a core and an fsync: a ticking host's piece that would read waits for a
+ * later tick, while pieces that read nothing through the store run on. Such a piece only acts
+ * on what is durable already (the ready list, answers, events of durable batches): its writes
+ * go to the next batch and whatever they announce waits for that one, as always.
+ *
+ * A workflow's pieces read nothing when none of its steps reads by its kind: not a group nor a
+ * map (lanes share an inbox), a child or a token (their ends come through reads), an
+ * idempotency key of its own (looked up among results); and a wait for an event may be read
+ * among committed events (events.c: inbox_committed_is_own) unless one follows another, with
+ * only steps that may be skipped between: the second then looks through the batch that holds
+ * the first's take. */
+int mend__workflow_store_free(const mend_engine *E, const mend_workflow *wf) {
+  for (int i = 0; i < wf->nsteps; i++) {
+    const mend_step_def *d = &wf->steps[i];
+    if (d->nbranches || d->map_ref != LUA_NOREF || d->child || d->wait_token ||
+        d->key_ref != LUA_NOREF)
+      return 0;
+    if (!d->wait_for) continue;
+    if (!mend_store_reads_committed_events(E->store)) return 0;
+    for (int j = mend__next_top(wf, i); j < wf->nsteps; j = mend__next_top(wf, j)) {
+      if (wf->steps[j].wait_for) return 0;
+      if (wf->steps[j].when_ref == LUA_NOREF) break;
+    }
+  }
+  return 1;
+}
+
+/* A ticking host's piece that read now would wait for the writer thread: a batch, or a part
+ * of the open one (a read waits for that too, and the thread may wait as long for a core). */
+int mend__tick_store_held(mend_engine *E) {
+  return E->turn_deadline > 0 && E->writer && mend_store_writer_busy(E->store);
+}
+
+/* Whether a piece of r (an answer resuming its step, its event, its action, its timer) may
+ * read through the store; 1 when not known not to. A run whose last take is not durable yet
+ * looks at its inbox through the batch; a child tells its parent, a lost run is let go:
+ * through the store. */
+int mend__piece_needs_store(const mend_run *r) {
+  if (!r->wf->store_free || r->parent || r->group || r->lane || r->is_child || r->lost) return 1;
+  return r->took_seq > mend_store_durable_seq(r->E->store);
+}
+
+/* An action also reads when it advances a run rebuilt waiting: it looks at the inbox through
+ * the batch (saga.c: forward_step). */
+static int action_needs_store(const mend_run *r) {
+  if (r->cur >= 0 && r->cur < r->wf->nsteps && r->steps[r->cur].status == MEND_STEP_WAITING)
+    return 1;
+  return mend__piece_needs_store(r);
+}
+
+/* A run's timer whose piece would read through the batch the writer thread holds fires again a
+ * little later, in a later tick: 1 if so. Its due time as stored does not move. A wait for an
+ * event that times out reads the batch on purpose: its last look must see every event sent. */
+int mend__defer_wait(mend_run *r) {
+  mend_engine *E = r->E;
+  if (!mend__tick_store_held(E)) return 0;
+  if (r->wait_kind != WAIT_EVENT && !mend__piece_needs_store(r)) return 0;
+  if (mend_timer_arm(&E->timers, &r->wait, mend_engine_now(E) + MEND_TICK_DEFER_SECONDS)) {
+    mend__breakdown(E, "out of memory arming a timer");
+    return 1;
+  }
+  if (r->wait.slot == 1) mend_timers_sync(&E->timers);
+  return 1;
 }
 
 /* ---------------------------------------------------------------- the writer thread */
@@ -386,25 +456,36 @@ static int pump_turn(mend_engine *E) {
    * start of the next. The kernel reads it in a system call (a VM's dearest: two a piece were
    * some 0.14 ms of a 1 ms tick in W11). */
   double c_last = 0;
+  /* While the writer thread holds a batch, a ticking host's pieces that would read through the
+   * store wait for a later turn: answers and events in their order (the first that would read
+   * stops the rest of its list), ready runs set aside, put back ahead of the list as the turn
+   * ends. */
+  int answers_wait = 0, events_wait = 0, looked = 0;
+  mend_run *aside = NULL, *aside_tail = NULL;
+  unsigned long aside_n = 0;
   /* Pieces of work: answers to host calls resume their steps, events whose batch is durable
    * reach their runs, then ready actions. */
-  while ((E->answered_head || E->ready_head || mend__sent_event_ready(E)) && !E->broken) {
+  while (((E->answered_head && !answers_wait) || E->ready_head ||
+          (!events_wait && mend__sent_event_ready(E))) && !E->broken) {
     /* A turn ends at a ticking host's budget, or after MAX_TURN_ACTIONS: a burst of starts
      * must not keep the next commit (and the timers, and I/O) waiting behind all of it. The
      * rest stays ready, ahead of what this turn queues. */
     double c0 = E->turn_deadline <= 0 ? 0 : c_last > 0 ? c_last : mend__thread_cpu_now();
-    if (did > 0 && (did >= MAX_TURN_ACTIONS ||
-                    (E->turn_deadline > 0 &&
-                     mend_real_now() + mend__tick_next_piece(E) >= E->turn_deadline)))
+    if ((did > 0 || looked > 0) &&
+        (did >= MAX_TURN_ACTIONS ||
+         (E->turn_deadline > 0 && mend_real_now() + mend__tick_next_piece(E) >= E->turn_deadline)))
       break;
     if (c0 > 0) tick_piece_begin(E);
-    /* A ticking host's action could read the store, and a read waits for the writer thread's
-     * commit (its fsync): the action waits for the next tick instead. */
-    if (E->turn_deadline > 0 && mend__writer_holds_batch(E)) break;
-    if (E->answered_head || mend__sent_event_ready(E)) {
-      int kind = E->answered_head ? MEND_TP_ANSWER : MEND_TP_EVENT;
+    int held = mend__tick_store_held(E);
+    if (E->answered_head && !answers_wait) {
+      if (held && mend__answer_needs_store(E)) { answers_wait = 1; looked++; continue; }
+    } else if (!events_wait && mend__sent_event_ready(E)) {
+      if (held && mend__sent_event_needs_store(E)) { events_wait = 1; looked++; continue; }
+    }
+    if ((E->answered_head && !answers_wait) || (!events_wait && mend__sent_event_ready(E))) {
+      int kind = E->answered_head && !answers_wait ? MEND_TP_ANSWER : MEND_TP_EVENT;
       mend__tp_begin(E);
-      if (E->answered_head) mend__resume_answered(E);
+      if (kind == MEND_TP_ANSWER) mend__resume_answered(E);
       else mend__deliver_sent_event(E);
       mend__tp_end(E, kind, NULL);
       did++;
@@ -422,6 +503,12 @@ static int pump_turn(mend_engine *E) {
       E->waiting[r->wait_seq % 4].n++;
       continue;
     }
+    if (held && action_needs_store(r)) {
+      mend__append(&aside, &aside_tail, r);
+      aside_n++;
+      looked++;
+      continue;
+    }
     r->queued = 0;
     if (E->tprof) {
       static const int kinds[] = {
@@ -437,6 +524,12 @@ static int pump_turn(mend_engine *E) {
     }
     did++;
     if (c0 > 0) tick_piece_cost(E, (c_last = mend__thread_cpu_now()) - c0);
+  }
+  if (aside) {
+    aside_tail->qnext = E->ready_head;
+    if (!E->ready_head) E->ready_tail = aside_tail;
+    E->ready_head = aside;
+    E->ready_n += aside_n;
   }
   E->tick_did += (unsigned long)did;
   /* A tick hands its batch off once, as it ends (drive.c): the writer thread woken here would

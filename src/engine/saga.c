@@ -479,6 +479,7 @@ void mend__attempt_done(mend_run *r, int ok, mend_error_info *info, const char *
 
 void mend__on_wait(mend_timer *t) {
   mend_run *r = (mend_run *)(void *)((char *)t - offsetof(mend_run, wait));
+  if (mend__defer_wait(r)) return;
   wait_kind kind = r->wait_kind;
   r->wait_kind = WAIT_NONE;
   switch (kind) {

@@ -1,12 +1,33 @@
 /*
  * handoff: a backend's writer thread (see handoff.h): one job at a time, handed over under
- * its lock, written without it, the loop told after each. Must never: hold its lock while a
+ * its lock, written without it, the loop told after each; in a build with failpoints, held
+ * back on purpose before a job for tests and benches. Must never: hold its lock while a
  * job is written or while done() runs; know what a job is.
  */
 #include "store/handoff.h"
 
 #include <errno.h>
 #include <stdlib.h>
+#include <unistd.h>
+
+#ifdef MEND_FAILPOINTS
+/* Tests and benches hold the thread back on purpose, to show what the loop does while a batch
+ * is not yet durable: MEND_WRITER_HOLD names a file while whose existence a job waits before
+ * it is written (a test decides exactly when the batch may go on), MEND_WRITER_DELAY_MS delays
+ * each job that long (a writer starved of a core, in a bench). Read at each job, so set them
+ * before the thread starts: getenv is no safe read while another thread sets one. */
+#define HOLD_MAX_USEC 20000000   /* a test that forgets its file fails, rather than hangs */
+static void hold_back(void) {
+  const char *path = getenv("MEND_WRITER_HOLD");
+  for (long t = 0; path && *path && t < HOLD_MAX_USEC && access(path, F_OK) == 0; t += 500)
+    usleep(500);
+  const char *ms = getenv("MEND_WRITER_DELAY_MS");
+  long delay = ms ? atol(ms) : 0;
+  if (delay > 0) usleep((useconds_t)(delay * 1000));
+}
+#else
+#define hold_back() ((void)0)
+#endif
 
 void mend__handoff_tell(mend_handoff *h) {
   if (!h->done) return;
@@ -26,6 +47,7 @@ static void *handoff_main(void *arg) {
     if (!h->job) break;
     void *job = h->job;
     pthread_mutex_unlock(&h->mu);
+    hold_back();
     int rc = h->ops->write(h->store, job);
     pthread_mutex_lock(&h->mu);
     if (rc != 0) h->failed = 1;
