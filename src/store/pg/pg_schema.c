@@ -268,6 +268,23 @@ const char *const mend__pg_sql[P__COUNT] = {
     " $7::text[], $8::bigint[], $9::text[], $10::text[], $11::float8[], $12::float8[],"
     " $13::float8[], $14::bigint[], $15::text[], $16::text[], $17::bigint[], $18::bigint[])"
     STEP_PUT_SET,
+  /* A batch's new runs (pg_arrays.c), as P_INSERT_RUN inserts one. */
+  [P_INSERT_RUNS] =
+    "INSERT INTO runs(id, workflow, run_key, status, input, error, attention, created, updated,"
+    " owner, workflow_version) SELECT * FROM unnest($1::text[], $2::text[], $3::text[],"
+    " $4::text[], $5::text[], $6::text[], $7::bigint[], $8::float8[], $9::float8[], $10::text[],"
+    " $11::bigint[])",
+  /* A batch's run updates, at most one a run (pg_arrays.c), as P_UPDATE_RUN makes one: a run
+   * not there fails the batch, naming it (the first not found). */
+  [P_UPDATE_RUNS] =
+    "WITH v AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[],"
+    " $5::float8[], $6::text[]) AS v(id, status, error, attention, updated, reason)),"
+    " u AS (UPDATE runs r SET status = v.status, error = v.error, attention = v.attention,"
+    " updated = v.updated, reason = v.reason,"
+    " owner = CASE WHEN v.status IN " LIVE " THEN r.owner END FROM v WHERE r.id = v.id"
+    " RETURNING r.id)"
+    " SELECT mend_changed(0, 'no run ' || v.id) FROM v WHERE NOT EXISTS"
+    " (SELECT 1 FROM u WHERE u.id = v.id)",
 };
 
 /* A step keeps the kind of its last error in a column of its own (SQLite's schema 14), so
