@@ -3,7 +3,8 @@
  * values copied, as text), the flush that sends them as one pipeline in the open transaction
  * (BEGIN and the fence's check first when it begins, COMMIT last when it commits, or reads that
  * must see them last, in the same round trip: mend__pg_sync_reads; rows of one kind together
- * as arrays where pg_arrays.c says they may be, sent again row by row if that fails), the batch
+ * as arrays where pg_arrays.c says they may be, sent again row by row if a history number was
+ * taken: from the transaction's start, or from a savepoint in one already open), the batch
  * numbers, and the writer thread that commits a handed-off batch while the loop records the
  * next. Must never: let a read miss a write recorded before it; report a batch durable before
  * the server answered its COMMIT; commit a batch part of which failed.
