@@ -482,6 +482,25 @@ static void test_run_arrays(void) {
   CHECK_EQ_INT(mend__pg_update_run(s, "h2", "running", NULL, 0, 9, NULL), 0);
   CHECK_EQ_INT(mend__pg_commit(s), 0);
   CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'h2' AND status = 'running'"), 1);
+
+  /* A transaction sets at most 32 savepoints for its history arrays (a server's cache holds
+   * 64 subtransactions a session): past them its rows go one by one; the next transaction
+   * has its 32 again. */
+  long seq = 10;
+  for (int round = 0; round < 2; round++) {
+    for (int i = 0; i < 34; i++) {
+      before = pg->writes_alone;
+      for (int j = 0; j < 2; j++) {
+        mend_history_rec hr = hist("h2", seq++);
+        CHECK_EQ_INT(mend__pg_append_history(s, &hr), 0);
+      }
+      CHECK_EQ_INT(mend__pg_last_history(s, "h2", NULL), seq - 1);
+      /* the first flush begins the transaction; 32 more set a savepoint each */
+      CHECK_EQ_INT(pg->writes_alone - before, i <= 32 ? 0 : 2);
+    }
+    CHECK_EQ_INT(mend__pg_commit(s), 0);
+  }
+  CHECK_EQ_INT(count("SELECT count(*) FROM history WHERE run_id = 'h2' AND seq >= 10"), 136);
   mend__pg_close(other);
   mend__pg_close(s);
   drop_case();
