@@ -14,6 +14,7 @@
 #include "store/pg/pg_int.h"
 #include "image_check.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -437,6 +438,29 @@ static void test_run_arrays(void) {
                      " NULL \" \\\\ }{' AND reason = 'NULL' AND attention = 1"), 1);
   CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'e1' AND error IS NULL AND reason IS NULL"
                      " AND status = 'failed'"), 1);
+  /* numbers exactly as recorded (a double with no short decimal form, the largest, infinity;
+   * a large attempt), an empty text kept empty, not NULL, and text beyond ASCII */
+  mend_history_rec hx = hist("e2", 3);
+  hx.at = 0.1 + 0.2;
+  hx.attempt = 2147483647;
+  hx.delay = 1.7976931348623157e308;
+  hx.error = "";
+  hx.detail = "\xc3\xa9\xe2\x9c\x93 \xf0\x9f\x90\x98";
+  CHECK_EQ_INT(mend__pg_append_history(s, &hx), 0);
+  hx.seq = 4;
+  hx.delay = INFINITY;
+  CHECK_EQ_INT(mend__pg_append_history(s, &hx), 0);
+  CHECK_EQ_INT(mend__pg_update_run(s, "e2", "failed", "", 0, -0.5, NULL), 0);
+  alone = pg->writes_alone;
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(pg->writes_alone - alone, 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM history WHERE run_id = 'e2' AND seq = 3"
+                     " AND at = 0.1::float8 + 0.2::float8 AND attempt = 2147483647"
+                     " AND delay = 1.7976931348623157e308 AND error = ''"
+                     " AND detail = U&'\\00E9\\2713 \\+01F418'"), 1);
+  CHECK_EQ_INT(count("SELECT count(*) FROM history WHERE run_id = 'e2' AND seq = 4"
+                     " AND delay = 'Infinity'"), 1);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'e2' AND error = '' AND updated = -0.5"), 1);
 
   /* a run inserted and updated in one batch: the update after the insert; a held run's owner
    * kept while it stays live, dropped when it ends */
