@@ -14,6 +14,7 @@
 #include "store/pg/pg_int.h"
 #include "image_check.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -304,14 +305,18 @@ static void test_batches(void) {
     hn.error = "retryable: busy";
     hn.error_kind = "retryable";
     CHECK_EQ_INT(mend__pg_append_history(s, &hn), 0);
+    mend_run_rec nr = run_rec("r4", NULL);
+    CHECK_EQ_INT(mend__pg_insert_run(s, &nr), 0);
+    CHECK_EQ_INT(mend__pg_update_run(s, "r2", "running", "x", 1, 4, "why"), 0);
     mend_pg *pg = PG(s);
     pg_batch_arrays ar;
     CHECK_EQ_INT(mend__pg_arrays_plan(&ar, pg->cur, 1), 0);
-    CHECK_EQ_INT(pg->cur->nrec, 2);
-    CHECK_EQ_INT(mend__pg_arrays_take(&ar, pg->cur, 0), 1);
-    CHECK_EQ_INT(mend__pg_arrays_take(&ar, pg->cur, 1), 1);
+    CHECK_EQ_INT(pg->cur->nrec, 4);
+    for (int k = 0; k < 4; k++) CHECK_EQ_INT(mend__pg_arrays_take(&ar, pg->cur, k), 1);
     CHECK_EQ_INT(ar.steps.n, 1);
     CHECK_EQ_INT(ar.hist.n, 1);
+    CHECK_EQ_INT(ar.runs.n, 1);
+    CHECK_EQ_INT(ar.run_updates.n, 1);
     mend__pg_arrays_free(&ar);
   }
   p1.status = "succeeded";
@@ -330,6 +335,8 @@ static void test_batches(void) {
                      " AND due IS NULL"), 1);
   CHECK_EQ_INT(count("SELECT count(*) FROM steps WHERE run_id = 'r2' AND idx = 0 AND status ="
                      " 'failed' AND error_kind = 'fatal'"), 1);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'r4'"), 1);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'r2' AND error = 'x' AND reason = 'why'"), 1);
 
   /* a write that changes nothing fails its whole batch, and nothing of it is written */
   CHECK_EQ_INT(mend__pg_update_run(s, "r1", "succeeded", NULL, 0, 5, NULL), 0);
@@ -341,6 +348,183 @@ static void test_batches(void) {
   CHECK_EQ_INT(mend__pg_update_run(s, "r1", "succeeded", NULL, 0, 5, NULL), 0);
   CHECK_EQ_INT(mend__pg_commit(s), 0);
   CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'r1' AND status = 'succeeded'"), 1);
+  mend__pg_close(other);
+  mend__pg_close(s);
+  drop_case();
+}
+
+/* A batch as the engine writes it, for n runs from `first`: each started, its step put
+ * running and then succeeded, two history rows, the run ended. */
+static void engine_batch(mend_store *s, int first, int n, long seq) {
+  for (int i = first; i < first + n; i++) {
+    char id[32];
+    snprintf(id, sizeof id, "e%d", i);
+    mend_run_rec r = run_rec(id, NULL);
+    CHECK_EQ_INT(mend__pg_insert_run(s, &r), 0);
+    mend_step_rec st = {.run_id = id, .idx = 0, .name = "a", .status = "running", .attempts = 1,
+                        .due = -1, .last_delay = -1, .updated = 2};
+    CHECK_EQ_INT(mend__pg_put_step(s, &st), 0);
+    mend_history_rec h = hist(id, seq);
+    CHECK_EQ_INT(mend__pg_append_history(s, &h), 0);
+    st.status = "succeeded";
+    st.result = "{\"n\":1}";
+    CHECK_EQ_INT(mend__pg_put_step(s, &st), 0);
+    h.seq = seq + 1;
+    h.from_status = "running";
+    h.to_status = "succeeded";
+    CHECK_EQ_INT(mend__pg_append_history(s, &h), 0);
+    CHECK_EQ_INT(mend__pg_update_run(s, id, "succeeded", NULL, 0, 3, NULL), 0);
+  }
+}
+
+/* A batch's new runs and run updates go as one statement of arrays each (pg_arrays.c), and
+ * leave what the statements one by one leave. */
+static void test_run_arrays(void) {
+  new_case();
+  mend_store *s = open_store(), *other = open_store();
+  if (!s || !other) return;
+  mend_pg *pg = PG(s);
+  /* the engine's own batches take the arrays: no write of them goes alone, whether the batch
+   * begins its transaction or finds it open (a read came first) */
+  long alone = pg->writes_alone;
+  engine_batch(s, 0, 3, 1);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(pg->writes_alone - alone, 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE status = 'succeeded' AND owner IS NULL"), 3);
+  CHECK_EQ_INT(count("SELECT count(*) FROM steps WHERE status = 'succeeded' AND result = '{\"n\":1}'"), 3);
+  CHECK_EQ_INT(count("SELECT count(*) FROM history"), 6);
+  engine_batch(s, 3, 2, 1);
+  CHECK_EQ_INT(mend__pg_last_history(s, "e3", NULL), 2);   /* the transaction is open now */
+  engine_batch(s, 5, 2, 1);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(pg->writes_alone - alone, 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE status = 'succeeded'"), 7);
+  CHECK_EQ_INT(count("SELECT count(*) FROM history"), 14);
+
+  /* ... and in an open transaction a number taken meanwhile renumbers the rows of that flush
+   * alone, the writes before it kept (back to a savepoint, not the transaction's start) */
+  engine_batch(s, 7, 1, 1);
+  CHECK_EQ_INT(mend__pg_last_history(s, "e7", NULL), 2);
+  CHECK_EQ_INT(count("INSERT INTO history(run_id, seq, event) VALUES ('e0', 3, 'note') RETURNING seq"), 3);
+  mend_history_rec h = hist("e0", 3);
+  h.step = "late";
+  CHECK_EQ_INT(mend__pg_append_history(s, &h), 0);
+  engine_batch(s, 8, 1, 1);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(pg->writes_alone - alone, 3);   /* that flush's history rows */
+  alone = pg->writes_alone;
+  CHECK_EQ_INT(count("SELECT seq FROM history WHERE run_id = 'e0' AND step = 'late'"), 4);
+  CHECK_EQ_INT(count("SELECT count(*) FROM history WHERE run_id IN ('e7', 'e8')"), 4);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id IN ('e7', 'e8') AND status = 'succeeded'"), 2);
+
+  /* text kept as written: quotes, backslashes, commas, braces, the word NULL; NULL as NULL */
+  const char *odd = "{\"a\":\"b\\\\c, d\"} NULL \" \\\\ }{";
+  mend_run_rec q1 = run_rec("q,1", NULL), q2 = run_rec("q\"2", NULL);
+  q1.input = odd;
+  q2.input = NULL;
+  q2.error = odd;
+  q2.status = "pending";
+  CHECK_EQ_INT(mend__pg_insert_run(s, &q1), 0);
+  CHECK_EQ_INT(mend__pg_insert_run(s, &q2), 0);
+  CHECK_EQ_INT(mend__pg_update_run(s, "e0", "failed", odd, 1, 5, "NULL"), 0);
+  CHECK_EQ_INT(mend__pg_update_run(s, "e1", "failed", NULL, 0, 5, NULL), 0);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(pg->writes_alone - alone, 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'q,1' AND input = '{\"a\":\"b\\\\c, d\"}"
+                     " NULL \" \\\\ }{' AND error IS NULL AND status = 'running'"), 1);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'q\"2' AND input IS NULL AND error ="
+                     " '{\"a\":\"b\\\\c, d\"} NULL \" \\\\ }{' AND status = 'pending'"), 1);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'e0' AND error = '{\"a\":\"b\\\\c, d\"}"
+                     " NULL \" \\\\ }{' AND reason = 'NULL' AND attention = 1"), 1);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'e1' AND error IS NULL AND reason IS NULL"
+                     " AND status = 'failed'"), 1);
+  /* numbers exactly as recorded (a double with no short decimal form, the largest, infinity;
+   * a large attempt), an empty text kept empty, not NULL, and text beyond ASCII */
+  mend_history_rec hx = hist("e2", 3);
+  hx.at = 0.1 + 0.2;
+  hx.attempt = 2147483647;
+  hx.delay = 1.7976931348623157e308;
+  hx.error = "";
+  hx.detail = "\xc3\xa9\xe2\x9c\x93 \xf0\x9f\x90\x98";
+  CHECK_EQ_INT(mend__pg_append_history(s, &hx), 0);
+  hx.seq = 4;
+  hx.delay = INFINITY;
+  CHECK_EQ_INT(mend__pg_append_history(s, &hx), 0);
+  CHECK_EQ_INT(mend__pg_update_run(s, "e2", "failed", "", 0, -0.5, NULL), 0);
+  alone = pg->writes_alone;
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(pg->writes_alone - alone, 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM history WHERE run_id = 'e2' AND seq = 3"
+                     " AND at = 0.1::float8 + 0.2::float8 AND attempt = 2147483647"
+                     " AND delay = 1.7976931348623157e308 AND error = ''"
+                     " AND detail = U&'\\00E9\\2713 \\+01F418'"), 1);
+  CHECK_EQ_INT(count("SELECT count(*) FROM history WHERE run_id = 'e2' AND seq = 4"
+                     " AND delay = 'Infinity'"), 1);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'e2' AND error = '' AND updated = -0.5"), 1);
+
+  /* a run inserted and updated in one batch: the update after the insert; a held run's owner
+   * kept while it stays live, dropped when it ends */
+  mend_run_rec h1 = run_rec("h1", "w"), h2 = run_rec("h2", "w");
+  CHECK_EQ_INT(mend__pg_insert_run(s, &h1), 0);
+  CHECK_EQ_INT(mend__pg_insert_run(s, &h2), 0);
+  CHECK_EQ_INT(mend__pg_update_run(s, "h1", "compensating", "e", 0, 6, "fatal"), 0);
+  CHECK_EQ_INT(mend__pg_update_run(s, "h2", "succeeded", NULL, 0, 6, NULL), 0);
+  long before = pg->writes_alone;
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(pg->writes_alone - before, 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'h1' AND status = 'compensating'"
+                     " AND owner = 'w' AND reason = 'fatal'"), 1);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'h2' AND status = 'succeeded'"
+                     " AND owner IS NULL"), 1);
+  /* a run updated twice in a batch: both, in order (ended, then live again, it has no owner) */
+  CHECK_EQ_INT(mend__pg_update_run(s, "h1", "failed", "e", 0, 7, NULL), 0);
+  CHECK_EQ_INT(mend__pg_update_run(s, "h1", "running", NULL, 0, 8, NULL), 0);
+  CHECK_EQ_INT(mend__pg_update_run(s, "h2", "failed", NULL, 0, 8, NULL), 0);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'h1' AND status = 'running'"
+                     " AND owner IS NULL AND updated = 8"), 1);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'h2' AND status = 'failed'"), 1);
+  /* a run missing among others fails the whole batch, naming it */
+  CHECK_EQ_INT(mend__pg_update_run(s, "h2", "running", NULL, 0, 9, NULL), 0);
+  CHECK_EQ_INT(mend__pg_update_run(s, "gone", "running", NULL, 0, 9, NULL), 0);
+  CHECK_EQ_INT(mend__pg_update_run(s, "e2", "running", NULL, 0, 9, NULL), 0);
+  CHECK(mend__pg_commit(s) != 0);
+  CHECK(strstr(mend__pg_errmsg(s), "no run gone") != NULL);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE status = 'running' AND id IN ('h2', 'e2')"), 0);
+#ifdef NDEBUG
+  /* a write of a kind the arrays take, recorded with values not their columns: the batch
+   * fails, naming it, rather than going alone unseen (a build with assertions stops there) */
+  CHECK_EQ_INT(mend__pg_update_run(s, "h2", "running", NULL, 0, 9, NULL), 0);
+  mend__pg_rec_begin(pg, P_UPDATE_RUN);
+  mend__pg_rec_text(pg, "h2");
+  mend__pg_rec_text(pg, "running");
+  CHECK_EQ_INT(mend__pg_rec_end(pg), 0);
+  CHECK(mend__pg_commit(s) != 0);
+  CHECK(strstr(mend__pg_errmsg(s), "update run") && strstr(mend__pg_errmsg(s), "2 values"));
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'h2' AND status = 'running'"), 0);
+#endif
+  CHECK_EQ_INT(mend__pg_update_run(s, "h2", "running", NULL, 0, 9, NULL), 0);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'h2' AND status = 'running'"), 1);
+
+  /* A transaction sets at most 32 savepoints for its history arrays (a server's cache holds
+   * 64 subtransactions a session): past them its rows go one by one; the next transaction
+   * has its 32 again. */
+  long seq = 10;
+  for (int round = 0; round < 2; round++) {
+    for (int i = 0; i < 34; i++) {
+      before = pg->writes_alone;
+      for (int j = 0; j < 2; j++) {
+        mend_history_rec hr = hist("h2", seq++);
+        CHECK_EQ_INT(mend__pg_append_history(s, &hr), 0);
+      }
+      CHECK_EQ_INT(mend__pg_last_history(s, "h2", NULL), seq - 1);
+      /* the first flush begins the transaction; 32 more set a savepoint each */
+      CHECK_EQ_INT(pg->writes_alone - before, i <= 32 ? 0 : 2);
+    }
+    CHECK_EQ_INT(mend__pg_commit(s), 0);
+  }
+  CHECK_EQ_INT(count("SELECT count(*) FROM history WHERE run_id = 'h2' AND seq >= 10"), 136);
   mend__pg_close(other);
   mend__pg_close(s);
   drop_case();
@@ -444,9 +628,11 @@ static void test_fence(void) {
   mend__pg_set_fence(a, "a", 1);
   mend__pg_set_fence(b, "b", 30);
   mend_run_rec r = run_rec("r1", "a");
-  mend_run_rec r2 = run_rec("r2", "a");
-  CHECK_EQ_INT(mend__pg_insert_run(a, &r), 0);
+  mend_run_rec r2 = run_rec("r2", "a"), r3 = run_rec("r3", "a");
+  r2.created = r3.created = 2;
   CHECK_EQ_INT(mend__pg_insert_run(a, &r2), 0);
+  CHECK_EQ_INT(mend__pg_insert_run(a, &r), 0);
+  CHECK_EQ_INT(mend__pg_insert_run(a, &r3), 0);
   CHECK_EQ_INT(mend__pg_commit(a), 0);
   CHECK_EQ_INT(mend__pg_fence_news(a, on_lost, NULL), 0);
   /* a stalls past its lease; b takes one of its runs (the limit), r1 */
@@ -457,14 +643,20 @@ static void test_fence(void) {
   CHECK_STR(json_string_value(json_array_get(got, 0)), "r1");
   json_decref(got);
   CHECK_EQ_INT(mend__pg_commit(b), 0);
-  /* a wakes up and writes to both: r1's writes are dropped and reported, r2's go */
-  mend_history_rec h = hist("r1", 1);
-  mend__pg_append_history(a, &h);
-  mend__pg_update_run(a, "r1", "failed", "late", 0, 9, NULL);
-  h.run_id = "r2";
+  /* a wakes up and writes to all three: r1's writes are dropped and reported, the others go
+   * (as arrays: the lost run's left out of them) */
+  mend_history_rec h = hist("r2", 1);
   mend__pg_append_history(a, &h);
   mend__pg_update_run(a, "r2", "succeeded", NULL, 0, 9, NULL);
+  h.run_id = "r1";
+  mend__pg_append_history(a, &h);
+  mend__pg_update_run(a, "r1", "failed", "late", 0, 9, NULL);
+  h.run_id = "r3";
+  mend__pg_append_history(a, &h);
+  mend__pg_update_run(a, "r3", "failed", "boom", 0, 9, NULL);
+  long alone = PG(a)->writes_alone;
   CHECK_EQ_INT(mend__pg_commit(a), 0);
+  CHECK_EQ_INT(PG(a)->writes_alone - alone, 0);
   nlost = 0;
   CHECK_EQ_INT(mend__pg_fence_news(a, on_lost, NULL), 1);
   CHECK_EQ_INT(nlost, 1);
@@ -473,6 +665,8 @@ static void test_fence(void) {
                      " AND owner = 'b'"), 1);
   CHECK_EQ_INT(count("SELECT count(*) FROM history WHERE run_id = 'r1'"), 0);
   CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'r2' AND status = 'succeeded'"), 1);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'r3' AND status = 'failed' AND error = 'boom'"), 1);
+  CHECK_EQ_INT(count("SELECT count(*) FROM history WHERE run_id IN ('r2', 'r3')"), 2);
   /* later writes to the lost run are dropped too */
   mend__pg_update_run(a, "r1", "failed", "later", 0, 10, NULL);
   CHECK_EQ_INT(mend__pg_commit(a), 0);
@@ -1049,6 +1243,7 @@ int main(void) {
   test_errors();
   test_schema_race();
   test_batches();
+  test_run_arrays();
   test_writer_thread();
   test_claims();
   test_fence();

@@ -3,16 +3,21 @@
  * (one array a column, unnest() on the server) rather than one statement each, and the
  * arrays themselves, as text. A row sent alone costs the server a statement's start and end
  * besides the row; sent among a batch's others, only the row. Owns the rule for each kind:
- * history rows that carry their number (P_APPEND_HISTORIES: one whose number was taken fails
- * the statement, and pg_batch.c sends the transaction again row by row), and step rows put
- * whole (P_PUT_STEPS: of a step put twice in the batch only the last, which is what the two
- * upserts one after the other leave; none of a run whose steps the batch also updates, as
- * an update must come after the put it changes). Must never: change what a batch leaves in
- * the database against its statements sent one by one in order; take a repair's write (sent
- * alone, as recorded, past the fence).
+ * new runs (P_INSERT_RUNS) and run updates (P_UPDATE_RUNS: a run missing fails the statement,
+ * as one update would), each run's in the arrays only when nothing else of the batch touches
+ * its row (written by another kind, a repair's, or updated twice: then all of that run's go in
+ * their place, in order); history rows that carry their number (P_APPEND_HISTORIES: one whose
+ * number was taken fails the statement, and pg_batch.c sends the rows again one by one); and
+ * step rows put whole (P_PUT_STEPS: of a step put twice in the batch only the last, which is
+ * what the two upserts one after the other leave; none of a run whose steps the batch also
+ * updates, as an update must come after the put it changes). A record of one of these kinds
+ * whose number of values is not its statement's is refused (PG_PLAN_WIDTH), never sent alone
+ * in silence. Must never: change what a batch leaves in the database against its statements
+ * sent one by one in order; take a repair's write (sent alone, as recorded, past the fence).
  */
 #include "pg_int.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,24 +73,57 @@ static size_t step_key(const pg_log *log, const pg_rec *r, char *buf, size_t cap
   return n < 0 || (size_t)n >= cap ? 0 : (size_t)n;
 }
 
+int mend__pg_arrays_width(int q) {
+  switch (q) {
+  case P_INSERT_RUN: return PG_RUN_COLS;
+  case P_UPDATE_RUN: return PG_RUN_UPDATE_COLS;
+  case P_APPEND_HISTORY: return PG_HISTORY_COLS;
+  case P_PUT_STEP: return PG_STEP_COLS;
+  default: return -1;
+  }
+}
+
+/* Statements other than a run's insert and update that write or read its row by its id
+ * (their first value): that run's inserts and updates keep their place. */
+static int touches_run(int q) { return q == P_SET_UNAVAILABLE || q == P_CHILD_END; }
+
 int mend__pg_arrays_plan(pg_batch_arrays *b, const pg_log *log, int history) {
   memset(b, 0, sizeof *b);
+  b->runs.ncols = PG_RUN_COLS;
+  b->run_updates.ncols = PG_RUN_UPDATE_COLS;
   b->hist.ncols = PG_HISTORY_COLS;
   b->steps.ncols = PG_STEP_COLS;
+  b->bad = -1;
   if (!(b->take = calloc((size_t)log->nrec + 1, 1))) return -1;
-  mend_idset updated = {0}, seen = {0};
+  mend_idset updated = {0}, seen = {0}, runs_alone = {0}, run_updated = {0};
   int rc = 0, hist_alone = !history;
   for (int k = 0; k < log->nrec && rc == 0; k++) {
     const pg_rec *r = &log->recs[k];
+    int width = mend__pg_arrays_width(r->q);
+    if (width >= 0 && r->n != width) {
+      assert(!"a record's values are not its array statement's columns");
+      b->bad = k;
+      rc = PG_PLAN_WIDTH;
+      break;
+    }
     const char *run = r->n ? val(log, r, 0) : NULL;
+    size_t len = run ? strlen(run) : 0;
     /* a step written otherwise than by a put of the engine's: its run's puts keep their place */
     if ((r->q == P_UPDATE_STEP || (r->q == P_PUT_STEP && r->repair)) && run &&
-        mend_idset_add(&updated, run, strlen(run)) < 0)
+        mend_idset_add(&updated, run, len) < 0)
       rc = -1;
+    /* a run's row written otherwise, or updated twice (each update keeps the owner only while
+     * the run is live, so the last alone would not leave what both do) */
+    int alone = touches_run(r->q) || (r->repair && width >= 0);
+    if (!alone && r->q == P_UPDATE_RUN && run) {
+      int added = mend_idset_add(&run_updated, run, len);
+      if (added < 0) rc = -1;
+      alone = added == 0;
+    }
+    if (alone && run && mend_idset_add(&runs_alone, run, len) < 0) rc = -1;
     /* A row that takes the next free number (or a repair's) sent before rows it followed
      * would take a lower one: then every row goes in order, one by one. */
-    if (r->q == P_APPEND_HISTORY &&
-        (r->repair || r->n != PG_HISTORY_COLS || !val(log, r, PG_HISTORY_COLS - 1)))
+    if (r->q == P_APPEND_HISTORY && (r->repair || !val(log, r, PG_HISTORY_COLS - 1)))
       hist_alone = 1;
   }
   char key[600];
@@ -93,17 +131,26 @@ int mend__pg_arrays_plan(pg_batch_arrays *b, const pg_log *log, int history) {
   for (int k = log->nrec - 1; k >= 0 && rc == 0; k--) {
     const pg_rec *r = &log->recs[k];
     if (r->repair) continue;
-    if (r->q == P_APPEND_HISTORY && !hist_alone) b->take[k] = PG_TAKE_HISTORY;
-    if (r->q != P_PUT_STEP || r->n != PG_STEP_COLS) continue;
-    const char *run = val(log, r, 0);
+    if (r->q == P_APPEND_HISTORY && !hist_alone) {
+      b->take[k] = PG_TAKE_HISTORY;
+      b->nhist++;
+    }
+    const char *run = r->n ? val(log, r, 0) : NULL;
+    if (!run) continue;
+    if ((r->q == P_INSERT_RUN || r->q == P_UPDATE_RUN) &&
+        !mend_idset_has(&runs_alone, run, strlen(run)))
+      b->take[k] = r->q == P_INSERT_RUN ? PG_TAKE_RUN : PG_TAKE_RUN_UPDATE;
+    if (r->q != P_PUT_STEP) continue;
     size_t n = step_key(log, r, key, sizeof key);
-    if (!run || !n || mend_idset_has(&updated, run, strlen(run))) continue;
+    if (!n || mend_idset_has(&updated, run, strlen(run))) continue;
     int added = mend_idset_add(&seen, key, n);
     if (added < 0) rc = -1;
     else b->take[k] = added ? PG_TAKE_STEP : PG_TAKE_SUPERSEDED;
   }
   mend_idset_clear(&updated);
   mend_idset_clear(&seen);
+  mend_idset_clear(&runs_alone);
+  mend_idset_clear(&run_updated);
   if (rc != 0) {
     free(b->take);
     b->take = NULL;
@@ -114,6 +161,8 @@ int mend__pg_arrays_plan(pg_batch_arrays *b, const pg_log *log, int history) {
 int mend__pg_arrays_take(pg_batch_arrays *b, const pg_log *log, int k) {
   if (!b->take) return 0;
   switch (b->take[k]) {
+  case PG_TAKE_RUN: row_add(&b->runs, log, &log->recs[k]); return 1;
+  case PG_TAKE_RUN_UPDATE: row_add(&b->run_updates, log, &log->recs[k]); return 1;
   case PG_TAKE_HISTORY: row_add(&b->hist, log, &log->recs[k]); return 1;
   case PG_TAKE_STEP: row_add(&b->steps, log, &log->recs[k]); return 1;
   case PG_TAKE_SUPERSEDED: return 1;
@@ -136,6 +185,8 @@ static void arrays_free(pg_arrays *a) {
 }
 
 void mend__pg_arrays_free(pg_batch_arrays *b) {
+  arrays_free(&b->runs);
+  arrays_free(&b->run_updates);
   arrays_free(&b->hist);
   arrays_free(&b->steps);
   free(b->take);

@@ -3,7 +3,8 @@
  * values copied, as text), the flush that sends them as one pipeline in the open transaction
  * (BEGIN and the fence's check first when it begins, COMMIT last when it commits, or reads that
  * must see them last, in the same round trip: mend__pg_sync_reads; rows of one kind together
- * as arrays where pg_arrays.c says they may be, sent again row by row if that fails), the batch
+ * as arrays where pg_arrays.c says they may be, sent again row by row if a history number was
+ * taken: from the transaction's start, or from a savepoint in one already open), the batch
  * numbers, and the writer thread that commits a handed-off batch while the loop records the
  * next. Must never: let a read miss a write recorded before it; report a batch durable before
  * the server answered its COMMIT; commit a batch part of which failed.
@@ -108,7 +109,8 @@ void mend__pg_rec_opt_real(mend_pg *p, double d) {
  * batch never fills both sockets' buffers at once (blocking libpq would then wait forever). */
 #define CHUNK 512
 
-enum { K_BEGIN, K_LIVE, K_RENEW, K_CHECK, K_WRITE, K_STEPS, K_HISTORY, K_NOTIFY, K_COMMIT, K_READ };
+enum { K_BEGIN, K_LIVE, K_RENEW, K_CHECK, K_SAVEPOINT, K_WRITE, K_RUNS, K_RUN_UPDATES, K_STEPS,
+       K_HISTORY, K_NOTIFY, K_COMMIT, K_READ };
 
 typedef struct pipe {
   mend_pg *p;
@@ -135,6 +137,9 @@ static const char *what_of(int kind, const pg_rec *r) {
   case K_LIVE: return "renew the lease";
   case K_RENEW: return "renew the lease";
   case K_CHECK: return "look up who holds a run";
+  case K_SAVEPOINT: return "set a savepoint";
+  case K_RUNS: return "insert runs";
+  case K_RUN_UPDATES: return "update runs";
   case K_STEPS: return "put steps";
   case K_HISTORY: return "append history";
   case K_NOTIFY: return "notify the other workers";
@@ -315,14 +320,20 @@ int mend__pg_failpoint_hit(pg_failpoint *fp) {
 }
 #endif
 
+/* The savepoints a transaction may set (flush_once): each that history rows follow is a
+ * subtransaction with an id of its own, and past 64 of them in one transaction the server's
+ * cache of them overflows (every other session's snapshot then looks them up on disk). */
+#define MAX_SAVEPOINTS 32
+
 /* One try of a flush; *late set when the lease turned out to have run out. */
 static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late, int *taken) {
   pipe pp = {.p = p, .log = log};
   pg_batch_arrays ar = {0};
-  /* History rows as arrays (pg_arrays.c) only in a transaction this flush begins: if a number
-   * was taken meanwhile, the whole of it is sent again, row by row (flush). Step puts fail
-   * only as they would one by one: always. */
-  int history_arrays = !p->in_batch && !p->rows_one_by_one;
+  /* History rows as arrays (pg_arrays.c), unless this is the try that sends them row by row:
+   * if a number was taken meanwhile, this flush's writes are sent again that way (flush), from
+   * the transaction's start when this flush begins it, else from a savepoint set before them.
+   * The other arrays fail only as their rows would one by one. */
+  int history_arrays = !p->rows_one_by_one && (!p->in_batch || p->tx_savepoints < MAX_SAVEPOINTS);
   PGconn *c = p->conn;
   const char **ptrs = NULL;
   char *ids = NULL;
@@ -364,10 +375,23 @@ static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late,
     goto done;
   }
   for (int i = 0; i < log->nval; i++) ptrs[i] = log->vals[i] < 0 ? NULL : log->text + log->vals[i];
-  if (log->nrec > 1 && mend__pg_arrays_plan(&ar, log, history_arrays) != 0) {
+  int planned = log->nrec > 1 ? mend__pg_arrays_plan(&ar, log, history_arrays) : 0;
+  if (planned == PG_PLAN_WIDTH) {
+    const pg_rec *r = &log->recs[ar.bad];
+    mend__pg_msg(p->err, sizeof p->err, "%s: sending a batch: a write (%s) recorded with %d"
+                 " values where its statement of arrays has %d columns (a defect of mend)",
+                 p->server, what_of(K_WRITE, r), r->n, mend__pg_arrays_width(r->q));
+    pp.failed = 1;
+    goto done;
+  }
+  if (planned != 0) {
     mend__pg_msg(p->err, sizeof p->err, "%s: sending a batch: out of memory", p->server);
     pp.failed = 1;
     goto done;
+  }
+  if (p->in_batch && ar.nhist) {
+    if (pipe_send(&pp, K_SAVEPOINT, -1, "SAVEPOINT mend_rows", 0, NULL, NULL) != 0) goto done;
+    p->tx_savepoints++;
   }
   for (int k = 0; k < log->nrec && !pp.failed; k++) {
     const pg_rec *r = &log->recs[k];
@@ -376,10 +400,15 @@ static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late,
     if (drop) continue;
     if (mend__pg_arrays_take(&ar, log, k)) continue;
     if (pipe_send(&pp, K_WRITE, r->q, NULL, r->n, ptrs + r->first, r) != 0) goto done;
+    p->writes_alone++;
   }
-  /* after the rows sent alone, which never depend on these (pg_arrays.c) */
-  pg_arrays *sets[2] = {&ar.steps, &ar.hist};
-  for (int i = 0; i < 2 && !pp.failed; i++) {
+  /* after the rows sent alone, which never depend on these (pg_arrays.c); new runs before the
+   * updates that may change them */
+  static const int kinds[PG_BATCH_ARRAYS] = {K_RUNS, K_RUN_UPDATES, K_STEPS, K_HISTORY};
+  static const int stmts[PG_BATCH_ARRAYS] = {P_INSERT_RUNS, P_UPDATE_RUNS, P_PUT_STEPS,
+                                             P_APPEND_HISTORIES};
+  pg_arrays *sets[PG_BATCH_ARRAYS] = {&ar.runs, &ar.run_updates, &ar.steps, &ar.hist};
+  for (int i = 0; i < PG_BATCH_ARRAYS && !pp.failed; i++) {
     const char *av[PG_ARRAY_COLS];
     if (!sets[i]->n) continue;
     if (!mend__pg_arrays_end(sets[i], av)) {
@@ -387,9 +416,7 @@ static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late,
       pp.failed = 1;
       goto done;
     }
-    if (pipe_send(&pp, i ? K_HISTORY : K_STEPS, i ? P_APPEND_HISTORIES : P_PUT_STEPS, NULL,
-                  sets[i]->ncols, av, NULL) != 0)
-      goto done;
+    if (pipe_send(&pp, kinds[i], stmts[i], NULL, sets[i]->ncols, av, NULL) != 0) goto done;
   }
   /* reads that must see these writes: in the same round trip */
   for (int i = 0; p->reads && !commit && !pp.failed && i < p->reads->n; i++) {
@@ -428,6 +455,7 @@ done:
   if (pp.failed) return -1;
   if (began) {
     p->in_batch = 1;
+    p->tx_savepoints = 0;
     p->tx_serial++;   /* a batch that failed leaves open_seq as it was: this tells them apart */
   }
   if (commit) {
@@ -503,6 +531,15 @@ static int ensure_connected(mend_pg *p) {
   return -1;
 }
 
+/* Back to the savepoint flush_once set in an open transaction before its writes: 0, or -1. */
+static int to_savepoint(mend_pg *p) {
+  PGresult *r = PQexec(p->conn, "ROLLBACK TO SAVEPOINT mend_rows");
+  int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+  if (!ok) mend__pg_fail(p, p->conn, r, "roll back to a savepoint");
+  PQclear(r);
+  return ok ? 0 : -1;
+}
+
 /* Sends the log's writes in the open transaction (begun if need be, or if `begin`), and
  * COMMIT after them with `commit`; empties the log. A failure rolls the whole batch back. */
 static int flush(mend_pg *p, pg_log *log, int commit, int begin) {
@@ -519,7 +556,7 @@ static int flush(mend_pg *p, pg_log *log, int commit, int begin) {
     return -1;
   }
   if (!log->nrec && !p->in_batch && !begin) return 0;
-  int late = 0, taken = 0, was_open = p->in_batch;
+  int late = 0, taken = 0, was_open = p->in_batch, tx_savepoints = p->tx_savepoints;
   int rc = flush_once(p, log, commit, begin, &late, &taken);
   if (rc != 0 && late && !was_open) {
     /* Our lease ran out before this transaction began: nothing in it was written. Again,
@@ -528,10 +565,13 @@ static int flush(mend_pg *p, pg_log *log, int commit, int begin) {
     p->fence_until = 0;
     rc = flush_once(p, log, commit, begin, &late, &taken);
   }
-  if (rc != 0 && taken && !was_open && PQstatus(p->conn) == CONNECTION_OK && !p->conn_doomed) {
-    /* A history number was taken meanwhile (a person's repair): nothing of this transaction
-     * was written. Again, each row on its own, renumbered where its number is taken. */
-    mend__pg_rollback(p);
+  if (rc != 0 && taken && PQstatus(p->conn) == CONNECTION_OK && !p->conn_doomed &&
+      (!was_open || to_savepoint(p) == 0)) {
+    /* A history number was taken meanwhile (a person's repair): nothing of this flush was
+     * written (nothing of the transaction, when it began it). Again, each row on its own,
+     * renumbered where its number is taken. */
+    if (!was_open) mend__pg_rollback(p);
+    p->tx_savepoints = tx_savepoints;
     p->rows_one_by_one = 1;
     rc = flush_once(p, log, commit, begin, &late, &taken);
     p->rows_one_by_one = 0;

@@ -39,6 +39,7 @@ enum {
   P_PUT_TOKEN, P_TOKEN_OF_ATTEMPT, P_USE_TOKEN, P_SET_PARENT, P_REOPEN_RUN,
   P_IMAGE_RUN, P_IMAGE_STEPS, P_IMAGE_HISTORY,
   P_IMAGES_RUN, P_IMAGES_STEPS, P_IMAGES_HISTORY, P_INSERT_RUN_KEY, P_APPEND_HISTORIES, P_PUT_STEPS,
+  P_INSERT_RUNS, P_UPDATE_RUNS,
   P__COUNT
 };
 extern const char *const mend__pg_sql[P__COUNT];
@@ -113,6 +114,9 @@ typedef struct mend_pg {
   int tx_wake;                 /* the open transaction notifies at COMMIT; conn's owner's */
   int conn_lost;               /* the last failure was the connection's (mend__pg_conn_lost) */
   int rows_one_by_one;         /* this flush sends history rows one statement each (pg_batch.c) */
+  int tx_savepoints;           /* set in the open transaction (pg_batch.c) */
+  long writes_alone;           /* recorded writes sent one statement each, since the open: what
+                                  test_pg_store reads to see that the arrays took a batch */
   int tx_conflict;             /* the server rolled the open batch back (a deadlock): SQLSTATE 40 */
   double retry_at, retry_delay;  /* reconnecting after the long try failed (pg_batch.c) */
   char retry_err[512];
@@ -188,9 +192,12 @@ int mend__pg_failpoint_hit(pg_failpoint *fp);
 
 /* pg_arrays.c: a batch's rows of one kind as one statement of arrays */
 #define PG_ARRAY_COLS 18
+#define PG_RUN_COLS 11       /* P_INSERT_RUN's values, P_INSERT_RUNS' arrays */
+#define PG_RUN_UPDATE_COLS 6 /* P_UPDATE_RUN's values, P_UPDATE_RUNS' arrays */
 #define PG_HISTORY_COLS 13   /* P_APPEND_HISTORY's values, P_APPEND_HISTORIES' arrays */
 #define PG_STEP_COLS 18      /* P_PUT_STEP's values, P_PUT_STEPS' arrays */
-enum { PG_TAKE_ALONE, PG_TAKE_HISTORY, PG_TAKE_STEP, PG_TAKE_SUPERSEDED };
+enum { PG_TAKE_ALONE, PG_TAKE_HISTORY, PG_TAKE_STEP, PG_TAKE_SUPERSEDED, PG_TAKE_RUN,
+       PG_TAKE_RUN_UPDATE };
 typedef struct pg_arrays {
   char *a[PG_ARRAY_COLS];
   size_t len[PG_ARRAY_COLS], cap[PG_ARRAY_COLS];
@@ -198,11 +205,19 @@ typedef struct pg_arrays {
 } pg_arrays;
 typedef struct pg_batch_arrays {
   unsigned char *take;   /* PG_TAKE_ of each record of the log */
-  pg_arrays hist, steps;
+  pg_arrays runs, run_updates, steps, hist;   /* in the order they are sent */
+  int nhist;             /* history rows the plan takes */
+  int bad;               /* PG_PLAN_WIDTH: the record */
 } pg_batch_arrays;
-/* `history`: history rows may go as arrays too. 0, or -1 out of memory. */
+#define PG_BATCH_ARRAYS 4
+/* A record of a kind the arrays take whose number of values is not its statement's: the
+ * code that records it and the arrays' columns disagree, a programming error. */
+#define PG_PLAN_WIDTH (-2)
+/* `history`: history rows may go as arrays too. 0; -1 out of memory; PG_PLAN_WIDTH (bad). */
 int  mend__pg_arrays_plan(pg_batch_arrays *b, const pg_log *log, int history);
 int  mend__pg_arrays_take(pg_batch_arrays *b, const pg_log *log, int k);   /* 1: in arrays */
+/* How many values a record of statement q has when the arrays may take it; -1 for any other q. */
+int  mend__pg_arrays_width(int q);
 const char **mend__pg_arrays_end(pg_arrays *a, const char **v);   /* NULL: out of memory */
 void mend__pg_arrays_free(pg_batch_arrays *b);
 

@@ -253,21 +253,43 @@ const char *const mend__pg_sql[P__COUNT] = {
   [P_INSERT_RUN_KEY] = INSERT_RUN " ON CONFLICT (run_key) WHERE run_key IS NOT NULL DO NOTHING",
   /* A batch's history rows that carry their number, as arrays in the order recorded
    * (pg_batch.c): a number taken meanwhile fails it (the primary key), and the batch is sent
-   * again with P_APPEND_HISTORY's renumbering, row by row. */
+   * again with P_APPEND_HISTORY's renumbering, row by row. The arrays of these statements are
+   * unnested in the select list, side by side (they are of one length): rows go to the insert
+   * as they are made, where unnest() in FROM would copy them all into a tuple store first. */
   [P_APPEND_HISTORIES] =
     "INSERT INTO history(run_id, step, at, event, from_status, to_status, attempt, error, delay,"
-    " detail, worker, error_kind, seq) SELECT * FROM unnest($1::text[], $2::text[], $3::float8[],"
-    " $4::text[], $5::text[], $6::text[], $7::bigint[], $8::text[], $9::float8[], $10::text[],"
-    " $11::text[], $12::text[], $13::bigint[])",
+    " detail, worker, error_kind, seq) SELECT unnest($1::text[]), unnest($2::text[]),"
+    " unnest($3::float8[]), unnest($4::text[]), unnest($5::text[]), unnest($6::text[]),"
+    " unnest($7::bigint[]), unnest($8::text[]), unnest($9::float8[]), unnest($10::text[]),"
+    " unnest($11::text[]), unnest($12::text[]), unnest($13::bigint[])",
   /* A batch's step rows put whole, at most one a step (pg_arrays.c), as P_PUT_STEP puts one. */
   [P_PUT_STEPS] =
     "INSERT INTO steps(run_id, idx, name, status, attempts, comp_attempts, idem_key, custom_key,"
     " result, error, due, last_delay, updated, slept, awaits, error_kind, error_severity,"
-    " error_stopped) SELECT * FROM"
-    " unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::bigint[],"
-    " $7::text[], $8::bigint[], $9::text[], $10::text[], $11::float8[], $12::float8[],"
-    " $13::float8[], $14::bigint[], $15::text[], $16::text[], $17::bigint[], $18::bigint[])"
+    " error_stopped) SELECT unnest($1::text[]), unnest($2::bigint[]), unnest($3::text[]),"
+    " unnest($4::text[]), unnest($5::bigint[]), unnest($6::bigint[]), unnest($7::text[]),"
+    " unnest($8::bigint[]), unnest($9::text[]), unnest($10::text[]), unnest($11::float8[]),"
+    " unnest($12::float8[]), unnest($13::float8[]), unnest($14::bigint[]), unnest($15::text[]),"
+    " unnest($16::text[]), unnest($17::bigint[]), unnest($18::bigint[])"
     STEP_PUT_SET,
+  /* A batch's new runs (pg_arrays.c), as P_INSERT_RUN inserts one. */
+  [P_INSERT_RUNS] =
+    "INSERT INTO runs(id, workflow, run_key, status, input, error, attention, created, updated,"
+    " owner, workflow_version) SELECT unnest($1::text[]), unnest($2::text[]),"
+    " unnest($3::text[]), unnest($4::text[]), unnest($5::text[]), unnest($6::text[]),"
+    " unnest($7::bigint[]), unnest($8::float8[]), unnest($9::float8[]), unnest($10::text[]),"
+    " unnest($11::bigint[])",
+  /* A batch's run updates, at most one a run (pg_arrays.c), as P_UPDATE_RUN makes one: a run
+   * not there fails the batch, naming it (the first not found). */
+  [P_UPDATE_RUNS] =
+    "WITH u AS (UPDATE runs r SET status = v.status, error = v.error, attention = v.attention,"
+    " updated = v.updated, reason = v.reason,"
+    " owner = CASE WHEN v.status IN " LIVE " THEN r.owner END FROM (SELECT unnest($1::text[])"
+    " AS id, unnest($2::text[]) AS status, unnest($3::text[]) AS error,"
+    " unnest($4::bigint[]) AS attention, unnest($5::float8[]) AS updated,"
+    " unnest($6::text[]) AS reason) v WHERE r.id = v.id RETURNING r.id)"
+    " SELECT mend_changed(0, 'no run ' || w.id) FROM unnest($1::text[]) AS w(id)"
+    " WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.id = w.id)",
 };
 
 /* A step keeps the kind of its last error in a column of its own (SQLite's schema 14), so
