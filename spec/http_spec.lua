@@ -242,6 +242,26 @@ describe("mend.http", function()
                     H.step(st, "work").result)
   end)
 
+  it("keeps the responses' shared metatable out of a step's reach", function()
+    local url = json_answer()
+    local got = {}
+    local eng = H.new_engine()
+    eng:register(H.one_step("h", { execute = function()
+      local r = mend.http{ url = url }
+      got.mt = getmetatable(r)
+      got.set = pcall(setmetatable, r, {})
+      got.n = r.json.n
+      got.after = getmetatable(r)   -- headers not read yet: still protected
+      local _ = r.headers
+      got.plain = getmetatable(r)   -- both made: a plain table
+      return true
+    end }))
+    local id = eng:start("h", {})
+    eng:run()
+    assert.are.equal("succeeded", eng:status(id).status)
+    assert.are.same({ mt = false, set = false, n = 3, after = false }, got)
+  end)
+
   it("reads Retry-After whatever its case, and the last one when it comes twice", function()
     script({ ["/ra"] = { { status = 503, headers = { ["RETRY-AFTER"] = "2" } },
                          { status = 429, headers = { ["Retry-After"] = { "9", "4" } } },

@@ -3,14 +3,15 @@
  * the reading of an answer's header lines. Only status and body are put in the table when the
  * answer comes; headers (a table by lower-case name) and json (the body decoded, when the
  * Content-Type says JSON) are made the first time the step reads them, from a copy of the
- * header lines and the body that the table's record keeps: most steps read neither, and
- * making both for every answer was most of what an answer cost the loop. The record sits in a
- * weak-keyed table of the state's registry, so it goes with the response. Once both fields
- * are made (or set by the step), the metatable is taken off and the table is a plain one.
- * Must never: let the step see a difference through indexing, assignment, pairs or the JSON
- * encoding of the table (a step's result, mend.json.encode: json.c fills the table through
- * MEND_JSON_FILL before reading it); decode the body the step did not get; keep anything of
- * the request's buffers, which the next request reuses.
+ * header lines and the body that the table's record keeps: most steps read neither, and making
+ * both for every answer was most of what an answer cost the loop. The record sits in a
+ * weak-keyed table of the state's registry, so it goes with the response. Once both fields are
+ * made (or set by the step), the metatable is taken off and the table is a plain one.
+ * Must never: let a step reach the shared metatable (getmetatable answers false, setmetatable
+ * refuses, until both fields are made); let the step see a difference through indexing,
+ * assignment, pairs or the JSON encoding of the table (a step's result, mend.json.encode:
+ * json.c fills the table through MEND_JSON_FILL before reading it); decode the body the step
+ * did not get; keep anything of the request's buffers, which the next request reuses.
  */
 #include "http_int.h"
 
@@ -223,7 +224,7 @@ static void push_shared(lua_State *L) {
     return;
   }
   lua_pop(L, 1);
-  lua_createtable(L, 0, 4);
+  lua_createtable(L, 0, 5);
   lua_pushcfunction(L, resp_index);
   lua_setfield(L, -2, "__index");
   lua_pushcfunction(L, resp_newindex);
@@ -232,6 +233,10 @@ static void push_shared(lua_State *L) {
   lua_setfield(L, -2, "__pairs");
   lua_pushcfunction(L, fill);
   lua_rawsetp(L, -2, MEND_JSON_FILL);
+  /* Shared by every response of the state, so out of a step's reach: one workflow must not
+   * change what another's responses answer (a sandbox hides the string metatable alike). */
+  lua_pushboolean(L, 0);
+  lua_setfield(L, -2, "__metatable");
   lua_pushvalue(L, -1);
   lua_rawsetp(L, LUA_REGISTRYINDEX, &mt_key);
   lua_newtable(L);
