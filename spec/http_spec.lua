@@ -262,6 +262,30 @@ describe("mend.http", function()
     assert.are.same({ mt = false, set = false, n = 3, after = false }, got)
   end)
 
+  it("makes json inside the step, under its memory limit, and only when the step reads it", function()
+    -- a body of 2 MB whose decoded array takes 16 MB: over the limit only once decoded
+    script({ ["/big"] = { { status = 200, headers = { ["Content-Type"] = "application/json" },
+                            body = "[" .. string.rep("1,", 1 << 20) .. "1]" } } })
+    local dir = H.tmp_dir()
+    local file = H.write_file(dir, "big.lua", [[
+      local mend = require "mend"
+      return { name = "big", steps = { { name = "s", execute = function(ctx)
+        local r = mend.http{ url = ctx.input.url }
+        if ctx.input.read then return #r.json end
+        return r.status
+      end } } }]])
+    local eng = H.new_engine({ memory_limit = 1 << 23 })
+    eng:load(file)
+    local unread = eng:start("big", { url = server.base .. "/big" })
+    local read = eng:start("big", { url = server.base .. "/big", read = true })
+    eng:run()
+    assert.are.equal("succeeded", eng:status(unread).status)
+    assert.are.equal(200, H.step(eng:status(unread), "s").result)
+    local st = eng:status(read)
+    assert.are_not.equal("succeeded", st.status)
+    assert.matches("memory limit", H.step(st, "s").error, 1, true)
+  end)
+
   it("reads Retry-After whatever its case, and the last one when it comes twice", function()
     script({ ["/ra"] = { { status = 503, headers = { ["RETRY-AFTER"] = "2" } },
                          { status = 429, headers = { ["Retry-After"] = { "9", "4" } } },

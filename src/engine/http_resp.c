@@ -21,8 +21,9 @@
 
 #include "json.h"
 
-/* Registry keys: the responses' shared metatable and the weak table of their records. */
-static const char mt_key = 0, records_key = 0;
+/* Registry keys: the responses' shared metatable, the weak table of their records, and the
+ * metatable of a parsed body's box. */
+static const char mt_key = 0, records_key = 0, box_key = 0;
 
 /* What a response keeps to make its headers and json: the header lines (the block curl gave,
  * to its first NUL) and, as its user value, the body as the step got it. */
@@ -98,8 +99,33 @@ static void push_headers(lua_State *L, resp_rec *rec) {
   }
 }
 
+/* A parsed body held by a userdata while its Lua value is made, so that a memory error
+ * (the step's limit) raised from the making still frees it, through the box's __gc. */
+static int box_gc(lua_State *L) {
+  json_t **box = lua_touserdata(L, 1);
+  if (*box) json_decref(*box);
+  *box = NULL;
+  return 0;
+}
+
+static json_t **push_box(lua_State *L) {
+  json_t **box = lua_newuserdatauv(L, sizeof *box, 0);
+  *box = NULL;
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &box_key) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_createtable(L, 0, 1);
+    lua_pushcfunction(L, box_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pushvalue(L, -1);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &box_key);
+  }
+  lua_setmetatable(L, -2);
+  return box;
+}
+
 /* Pushes the body decoded when a Content-Type says JSON and the body is not empty; nil when
- * it does not, or does not decode. The record is at rec_idx. */
+ * it does not, or is not JSON. A memory error while the value is made (the step's limit) is
+ * raised as one: it is not a body without json. The record is at rec_idx. */
 static void push_json(lua_State *L, resp_rec *rec, int rec_idx) {
   const char *p = rec->hdr, *end = rec->hdr + rec->hlen, *name, *value;
   size_t nlen, vlen;
@@ -109,13 +135,24 @@ static void push_json(lua_State *L, resp_rec *rec, int rec_idx) {
   lua_getiuservalue(L, rec_idx, 1);
   size_t len;
   const char *body = lua_tolstring(L, -1, &len);
-  char err[200];
-  if (is_json && len && mend_json_decode(L, body, len, err, sizeof err) == 0) {
-    lua_remove(L, -2);
+  if (!is_json || !len) {
+    lua_pop(L, 1);
+    lua_pushnil(L);
     return;
   }
+  json_t **box = push_box(L);   /* stack: body, box */
+  json_error_t je;
+  *box = json_loadb(body, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+  if (!*box) {
+    lua_pop(L, 2);
+    lua_pushnil(L);
+    return;
+  }
+  mend_json_push(L, *box);      /* stack: body, box, value */
+  json_decref(*box);
+  *box = NULL;
+  lua_replace(L, -3);
   lua_pop(L, 1);
-  lua_pushnil(L);
 }
 
 /* The record of the response at idx, pushed; NULL (and nil pushed) for a table that is not a
