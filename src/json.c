@@ -1,7 +1,8 @@
 /*
  * json: Lua values <-> JSON through jansson. Owns the mapping between the two (which tables are
- * arrays, what stands for null, integers versus floats) and the refusal, with a path, of what
- * JSON cannot say. Never keeps Lua values or jansson values beyond one call.
+ * arrays, what stands for null, integers versus floats; a table whose metatable asks for it,
+ * MEND_JSON_FILL, completed before it is read) and the refusal, with a path, of what JSON
+ * cannot say. Never keeps Lua values or jansson values beyond one call.
  */
 #include "json.h"
 
