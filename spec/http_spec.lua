@@ -102,6 +102,211 @@ describe("mend.http", function()
     assert.matches("^GET http://127.0.0.1:%d+/ok %-> 200 %(%d+%.%d%d%d s%)$", ok.detail)
   end)
 
+  -- headers and json are made when the step first reads them (src/engine/http_resp.c): each
+  -- way a step can come at them must see what a table holding them from the start showed.
+  local function json_answer()
+    script({ ["/j"] = { { status = 200, headers = { ["Content-Type"] = "application/json",
+                                                   ["X-Twice"] = { "one", "two" } },
+                          body = '{"n": 3}' } } })
+    return server.base .. "/j"
+  end
+
+  it("gives the same headers and json whichever the step reads first", function()
+    local url = json_answer()
+    local eng = H.new_engine()
+    local seen_by = {}
+    eng:register(H.one_step("h", { execute = function()
+      local a = mend.http{ url = url }
+      seen_by.type_first = { a.headers["content-type"], a.json and a.json.n, a.headers }
+      local b = mend.http{ url = url }
+      seen_by.json_first = { b.json and b.json.n, b.headers["content-type"], b.headers }
+      return true
+    end }))
+    local id = eng:start("h", {})
+    eng:run()
+    assert.are.equal("succeeded", eng:status(id).status)
+    local t, j = seen_by.type_first, seen_by.json_first
+    assert.are.equal("application/json", t[1])
+    assert.are.equal(3, t[2])
+    assert.are.equal(3, j[1])
+    assert.are.equal("application/json", j[2])
+    for _, h in ipairs({ t[3], j[3] }) do
+      assert.are.equal("one, two", h["x-twice"])
+      assert.are.equal("8", h["content-length"])
+      assert.is_string(h.date)
+      assert.is_nil(h["Content-Type"])   -- by lower-case name only
+    end
+  end)
+
+  it("has no json for a body that is not JSON or does not decode", function()
+    script({ ["/text"] = { { status = 200, headers = { ["Content-Type"] = "text/plain" },
+                             body = '{"n": 3}' } },
+             ["/bad"] = { { status = 200, headers = { ["Content-Type"] = "application/json" },
+                            body = "{not json" } } })
+    local got = {}
+    local eng = H.new_engine()
+    eng:register(H.one_step("h", { execute = function()
+      for _, path in ipairs({ "/text", "/bad" }) do
+        local r = mend.http{ url = server.base .. path }
+        local keys = {}
+        for k in pairs(r) do keys[#keys + 1] = k end
+        table.sort(keys)
+        got[path] = { json = r.json, keys = table.concat(keys, " ") }
+      end
+      return true
+    end }))
+    local id = eng:start("h", {})
+    eng:run()
+    assert.are.equal("succeeded", eng:status(id).status)
+    assert.are.same({ keys = "body headers status" }, got["/text"])
+    assert.are.same({ keys = "body headers status" }, got["/bad"])
+  end)
+
+  it("walks status, headers, body and json with pairs", function()
+    local url = json_answer()
+    local fields
+    local eng = H.new_engine()
+    eng:register(H.one_step("h", { execute = function()
+      fields = {}
+      for k, v in pairs(mend.http{ url = url }) do fields[k] = v end
+      return true
+    end }))
+    local id = eng:start("h", {})
+    eng:run()
+    assert.are.equal("succeeded", eng:status(id).status)
+    assert.are.same({ "body", "headers", "json", "status" },
+                    (function() local k = {} for n in pairs(fields) do k[#k + 1] = n end
+                      table.sort(k) return k end)())
+    assert.are.equal(200, fields.status)
+    assert.are.equal('{"n": 3}', fields.body)
+    assert.are.equal(3, fields.json.n)
+    assert.are.equal("application/json", fields.headers["content-type"])
+  end)
+
+  it("stores a returned response whole as the step's result, and encodes it whole", function()
+    local url = json_answer()
+    local text
+    local eng = H.new_engine()
+    eng:register({ name = "h", steps = {
+      { name = "call", execute = function()
+          text = mend.json.encode(mend.http{ url = url })
+          return mend.http{ url = url }
+        end },
+      { name = "nested", execute = function() return { r = mend.http{ url = url } } end },
+      { name = "after", execute = function(ctx)
+          return { ctype = ctx.results.call.headers["content-type"], n = ctx.results.call.json.n }
+        end } } })
+    local id = eng:start("h", {})
+    eng:run()
+    local st = eng:status(id)
+    assert.are.equal("succeeded", st.status)
+    for _, res in ipairs({ H.step(st, "call").result, H.step(st, "nested").result.r,
+                           mend.json.decode(text) }) do
+      assert.are.equal(200, res.status)
+      assert.are.equal('{"n": 3}', res.body)
+      assert.are.same({ n = 3 }, res.json)
+      assert.are.equal("application/json", res.headers["content-type"])
+      assert.are.equal("one, two", res.headers["x-twice"])
+    end
+    assert.are.same({ ctype = "application/json", n = 3 }, H.step(st, "after").result)
+  end)
+
+  it("keeps what the step put in place of headers or json before reading them", function()
+    local url = json_answer()
+    local got = {}
+    local eng = H.new_engine()
+    eng:register(H.one_step("h", { execute = function()
+      local r = mend.http{ url = url }
+      r.json = nil                 -- dropped unread: stays dropped
+      r.headers = { mine = "yes" }
+      r.body = "changed"
+      r.extra = 1
+      got.json, got.headers = r.json, r.headers
+      got.keys = {}
+      for k in pairs(r) do got.keys[#got.keys + 1] = k end
+      table.sort(got.keys)
+      local s = mend.http{ url = url }
+      s.body = "not json"          -- json is what the answer's body was
+      got.later_json = s.json
+      return r
+    end }))
+    local id = eng:start("h", {})
+    eng:run()
+    local st = eng:status(id)
+    assert.are.equal("succeeded", st.status)
+    assert.is_nil(got.json)
+    assert.are.same({ mine = "yes" }, got.headers)
+    assert.are.same({ "body", "extra", "headers", "status" }, got.keys)
+    assert.are.same({ n = 3 }, got.later_json)
+    assert.are.same({ status = 200, body = "changed", headers = { mine = "yes" }, extra = 1 },
+                    H.step(st, "work").result)
+  end)
+
+  it("keeps the responses' shared metatable out of a step's reach", function()
+    local url = json_answer()
+    local got = {}
+    local eng = H.new_engine()
+    eng:register(H.one_step("h", { execute = function()
+      local r = mend.http{ url = url }
+      got.mt = getmetatable(r)
+      got.set = pcall(setmetatable, r, {})
+      got.n = r.json.n
+      got.after = getmetatable(r)   -- headers not read yet: still protected
+      local _ = r.headers
+      got.plain = getmetatable(r)   -- both made: a plain table
+      return true
+    end }))
+    local id = eng:start("h", {})
+    eng:run()
+    assert.are.equal("succeeded", eng:status(id).status)
+    assert.are.same({ mt = false, set = false, n = 3, after = false }, got)
+  end)
+
+  it("makes json inside the step, under its memory limit, and only when the step reads it", function()
+    -- a body of 2 MB whose decoded array takes 16 MB: over the limit only once decoded
+    script({ ["/big"] = { { status = 200, headers = { ["Content-Type"] = "application/json" },
+                            body = "[" .. string.rep("1,", 1 << 20) .. "1]" } } })
+    local dir = H.tmp_dir()
+    local file = H.write_file(dir, "big.lua", [[
+      local mend = require "mend"
+      return { name = "big", steps = { { name = "s", execute = function(ctx)
+        local r = mend.http{ url = ctx.input.url }
+        if ctx.input.read then return #r.json end
+        return r.status
+      end } } }]])
+    local eng = H.new_engine({ memory_limit = 1 << 23 })
+    eng:load(file)
+    local unread = eng:start("big", { url = server.base .. "/big" })
+    local read = eng:start("big", { url = server.base .. "/big", read = true })
+    eng:run()
+    assert.are.equal("succeeded", eng:status(unread).status)
+    assert.are.equal(200, H.step(eng:status(unread), "s").result)
+    local st = eng:status(read)
+    assert.are_not.equal("succeeded", st.status)
+    assert.matches("memory limit", H.step(st, "s").error, 1, true)
+  end)
+
+  it("reads Retry-After whatever its case, and the last one when it comes twice", function()
+    script({ ["/ra"] = { { status = 503, headers = { ["RETRY-AFTER"] = "2" } },
+                         { status = 429, headers = { ["Retry-After"] = { "9", "4" } } },
+                         { status = 200 } } })
+    local eng, id = run_http(function() return { url = server.base .. "/ra" } end,
+      { max_attempts = 3, initial = 100, jitter = 0 })
+    assert.are.equal("succeeded", eng:status(id).status)
+    assert.are.same({ 2, 4 }, H.retry_delays(eng, id, "work"))
+  end)
+
+  it("returns a response raise = false keeps, with its headers, whatever its status", function()
+    script({ ["/busy"] = { { status = 503, headers = { ["Retry-After"] = "5",
+                                                      ["Content-Type"] = "application/json" },
+                             body = '{"busy": true}' } } })
+    local eng, id, box = run_http(function() return { url = server.base .. "/busy", raise = false } end)
+    assert.are.equal("succeeded", eng:status(id).status)
+    assert.are.equal(503, box.res.status)
+    assert.are.equal("5", box.res.headers["retry-after"])
+    assert.are.same({ busy = true }, box.res.json)
+  end)
+
   it("offers compression only when the call asks, and then gives the body decoded", function()
     script({ ["/plain"] = { { status = 200, body = "plain" } },
              ["/gz"] = { { status = 200, body = "squeezed squeezed squeezed", gzip = true } } })

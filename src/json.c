@@ -1,7 +1,8 @@
 /*
  * json: Lua values <-> JSON through jansson. Owns the mapping between the two (which tables are
- * arrays, what stands for null, integers versus floats) and the refusal, with a path, of what
- * JSON cannot say. Never keeps Lua values or jansson values beyond one call.
+ * arrays, what stands for null, integers versus floats; a table whose metatable asks for it,
+ * MEND_JSON_FILL, completed before it is read) and the refusal, with a path, of what JSON
+ * cannot say. Never keeps Lua values or jansson values beyond one call.
  */
 #include "json.h"
 
@@ -118,6 +119,22 @@ static int is_identifier(const char *s, size_t n) {
 
 static json_t *value(enc *e, int idx);
 
+const char mend_json_fill_key = 0;
+
+/* Completes the table at idx when its metatable asks to (MEND_JSON_FILL); 0, or -1 with the
+ * error's text pushed. */
+static int fill(lua_State *L, int idx) {
+  if (!lua_getmetatable(L, idx)) return 0;
+  if (lua_rawgetp(L, -1, MEND_JSON_FILL) != LUA_TFUNCTION) {
+    lua_pop(L, 2);
+    return 0;
+  }
+  lua_remove(L, -2);
+  lua_pushvalue(L, idx);
+  if (lua_pcall(L, 1, 0, 0) != LUA_OK) return -1;
+  return 0;
+}
+
 /* jansson prints every real with one precision (17 digits by default, so 0.1 comes out as
  * 0.10000000000000001); the fewest digits from 15 up that give back the same double for every
  * real in the value keep the text short and exact. */
@@ -186,6 +203,11 @@ static json_t *table_value(enc *e, int idx) {
   }
   if (!lua_checkstack(L, 4)) {
     fail(e, "Lua stack exhausted");
+    return NULL;
+  }
+  if (fill(L, idx)) {
+    fail(e, "cannot complete a table: %s", lua_isstring(L, -1) ? lua_tostring(L, -1) : "?");
+    lua_pop(L, 1);
     return NULL;
   }
   lua_Integer n;
@@ -424,6 +446,10 @@ static char *quick_text(lua_State *L, int idx, mend_json_meter meter, void *ud) 
   long values = 1;
   if (table) {
     if (!lua_checkstack(L, 3)) return NULL;
+    if (fill(L, idx)) {   /* the full walk meets the same failure and says so */
+      lua_pop(L, 1);
+      return NULL;
+    }
     room = 3;
     lua_pushnil(L);
     while (lua_next(L, idx)) {   /* stack: ..., key, value */

@@ -48,6 +48,12 @@ int mend_json_push_doc(lua_State *L, const json_t *doc, char *err, int errlen);
  * nothing pushed. Any JSON value is accepted at the top, not only objects and arrays. */
 int mend_json_decode(lua_State *L, const char *text, size_t len, char *err, int errlen);
 
+/* A table whose metatable holds a C function at this key (lua_rawsetp) is not complete until
+ * the function is called with it: the encoding calls it (fields made on first use, such as a
+ * mend.http response's headers) before reading the table raw. */
+extern const char mend_json_fill_key;
+#define MEND_JSON_FILL ((const void *)&mend_json_fill_key)
+
 /* Lua module table for mend.json: encode, decode, null. [-0, +1, m] */
 int mend_json_open(lua_State *L);
 

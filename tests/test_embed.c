@@ -198,7 +198,10 @@ static const char escape_exec_lua[] =
 static const char http_call_lua[] =
   "local mend = require 'mend'\n"
   "return { name = 'http_call', steps = { { name = 'get', execute = function(ctx)\n"
-  "  return mend.http{ url = ctx.input.url }.body\n"
+  "  local r = mend.http{ url = ctx.input.url }\n"
+  "  local fields = 0\n"
+  "  for _ in pairs(r) do fields = fields + 1 end\n"
+  "  return { fields = fields, length = r.headers['content-length'], whole = r }\n"
   "end } } }\n";
 
 /* ---------------------------------------------------------------- host functions */
@@ -1461,6 +1464,10 @@ static void it_lets_a_sandbox_call_only_allowed_hosts(void) {
     if (k == 0) {
       CHECK_STR(run_status(E, id, st, sizeof st), "succeeded");
       CHECK(run_has(E, id, "pong", 0));
+      /* the response's headers, made when read, are there for pairs and in the stored result */
+      CHECK(run_has(E, id, "\"fields\":3", 0));
+      CHECK(run_has(E, id, "\"length\":\"4\"", 0));
+      CHECK(run_has(E, id, "\"content-length\":\"4\"", 0));
       CHECK(run_has(E, id, "GET http://127.0.0.1", 1));   /* the request, in the history */
       CHECK_EQ_INT(pongs, before + 1);
     } else {

@@ -5,7 +5,7 @@
  * from its start to the step's resumption with (true, response) or (false, error), what a
  * status code means (retryable, fatal, returned) and the text each request leaves in its
  * attempt's history detail. The call itself (its table read, the URL and the allow-list, the
- * headers) is http_call.c's.
+ * headers) is http_call.c's, the table a returned response becomes http_resp.c's.
  * Must never: block the loop (no easy_perform, no blocking resolver wait on the loop's
  * thread beyond what libcurl's own threaded resolver does); resume an attempt that is no
  * longer the request's; let one request's options reach the next on a reused handle; keep a
@@ -325,42 +325,18 @@ static double retry_after(mend_engine *E, const char *v) {
   return d > 0 ? d : 0;
 }
 
-/* Pushes the headers as a table of lower-case names; a repeated one is joined with ", ". */
-static void push_headers(lua_State *co, http_req *q, const char **retry_after_v) {
-  int lines = 0;   /* sized once: grown from empty, the table was rehashed at each power of 2 */
-  for (const char *p = q->hdr; p && (p = strchr(p, '\n')); p++) lines++;
-  lua_createtable(co, 0, lines);
-  if (!q->hdr) return;
-  char *line = q->hdr;
-  while (*line) {
-    char *eol = strchr(line, '\n');
-    char *next = eol ? eol + 1 : line + strlen(line);
-    if (eol) *eol = 0;
-    size_t n = strlen(line);
-    if (n && line[n - 1] == '\r') line[--n] = 0;
-    char *colon = strncmp(line, "HTTP/", 5) == 0 ? NULL : strchr(line, ':');
-    if (colon) {
-      *colon = 0;
-      for (char *p = line; *p; p++) *p = (char)tolower((unsigned char)*p);
-      char *v = colon + 1;
-      while (*v == ' ' || *v == '\t') v++;
-      if (strcmp(line, "retry-after") == 0) *retry_after_v = v;
-      /* The name made a Lua string once, for the look and the set: lua_getfield and
-       * lua_setfield made it twice (the buffer's text changes between lines). */
-      lua_pushstring(co, line);
-      lua_pushvalue(co, -1);
-      if (lua_rawget(co, -3) == LUA_TSTRING) {
-        lua_pushstring(co, ", ");
-        lua_pushstring(co, v);
-        lua_concat(co, 3);
-      } else {
-        lua_pop(co, 1);
-        lua_pushstring(co, v);
-      }
-      lua_rawset(co, -3);
-    }
-    line = next;
-  }
+/* The last Retry-After of the answer's header lines, NUL-ended in buf (cap bytes); NULL when
+ * there is none, or one too long to be a time. */
+static const char *retry_after_value(const char *hdr, char *buf, size_t cap) {
+  if (!hdr) return NULL;
+  const char *p = hdr, *end = hdr + strlen(hdr), *name, *value, *found = NULL;
+  size_t nlen, vlen, flen = 0;
+  while (mend__http_header_next(&p, end, &name, &nlen, &value, &vlen))
+    if (mend__http_header_is(name, nlen, "retry-after")) found = value, flen = vlen;
+  if (!found || flen >= cap) return NULL;
+  memcpy(buf, found, flen);
+  buf[flen] = '\0';
+  return buf;
 }
 
 /* Writes v's digits ending at end; returns where they begin. */
@@ -459,32 +435,19 @@ static void push_outcome(mend_run *r, http_req *q, CURLcode rc) {
              status == 503 || status == 504) kind = MEND_ERR_RETRYABLE;
     else if (status >= 400) kind = MEND_ERR_FATAL;
   }
-  const char *ra = NULL;
-  lua_createtable(co, 0, 4);
-  lua_pushinteger(co, status); lua_setfield(co, -2, "status");
-  push_headers(co, q, &ra);
-  const char *ctype = NULL;
-  if (lua_getfield(co, -1, "content-type") == LUA_TSTRING) ctype = lua_tostring(co, -1);
-  int is_json = ctype && strstr(ctype, "json");
-  lua_pop(co, 1);
-  lua_setfield(co, -2, "headers");
-  lua_pushlstring(co, q->out ? q->out : "", q->len); lua_setfield(co, -2, "body");
-  if (is_json && q->len) {
-    char err[200];
-    if (mend_json_decode(co, q->out, q->len, err, sizeof err) == 0) lua_setfield(co, -2, "json");
-  }
-  if (kind < 0) {
+  if (kind < 0) {   /* headers and json are made if the step reads them (http_resp.c) */
     lua_pushboolean(co, 1);
-    lua_insert(co, -2);
+    mend__http_push_response(co, status, q->hdr, q->out, q->len);
     return;
   }
-  lua_pop(co, 1);
   int body = (int)(q->len < HTTP_BODY_IN_MESSAGE ? q->len : HTTP_BODY_IN_MESSAGE);
   snprintf(msg, sizeof msg, "HTTP %ld from %s %s%s%.*s", status, q->method, q->url,
            body ? ": " : "", body, q->out ? q->out : "");
+  char ra[256];
   lua_pushboolean(co, 0);
   mend_lua_push_error(co, (mend_error_kind)kind, msg,
-                      kind == MEND_ERR_RETRYABLE ? retry_after(E, ra) : -1, 0);
+                      kind == MEND_ERR_RETRYABLE
+                          ? retry_after(E, retry_after_value(q->hdr, ra, sizeof ra)) : -1, 0);
 }
 
 static void check_done(struct mend_http *H) {

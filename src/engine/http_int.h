@@ -1,7 +1,8 @@
 /*
- * http_int: what the two halves of mend.http share (http.c: curl driven by the loop, the
- * requests and what their answers mean; http_call.c: a step's call read and checked, and its
- * request set up). Must never: be included outside src/engine/http*.c.
+ * http_int: what the parts of mend.http share (http.c: curl driven by the loop, the requests
+ * and what their answers mean; http_call.c: a step's call read and checked, and its request
+ * set up; http_resp.c: the response table and the reading of header lines). Must never: be
+ * included outside src/engine/http*.c.
  */
 #ifndef MEND_HTTP_INT_H
 #define MEND_HTTP_INT_H
@@ -103,4 +104,16 @@ int mend__http_grow(char **buf, size_t *cap, size_t need);
 struct mend_http *mend__http_state(mend_engine *E);   /* made at the first request */
 http_req *mend__http_req_new(struct mend_http *H);   /* NULL: out of memory */
 void mend__http_req_free(http_req *q);
+
+/* http_resp.c */
+/* Pushes the response table of an answer: status and body now, headers and json when first
+ * read, from hdr (the header lines curl gave, NUL-ended; NULL: none), copied. [-0, +1, m] */
+void mend__http_push_response(lua_State *L, long status, const char *hdr, const char *body,
+                              size_t len);
+/* The next header line of [*p, end) as the response's headers table reads it: its name (as
+ * sent) and value; 0 at the end. */
+int mend__http_header_next(const char **p, const char *end, const char **name, size_t *nlen,
+                           const char **value, size_t *vlen);
+/* Whether a header's name, lower-cased, is `lower`. */
+int mend__http_header_is(const char *name, size_t nlen, const char *lower);
 #endif
