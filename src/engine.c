@@ -474,6 +474,7 @@ void mend_engine_destroy(mend_engine *E) {
   if (!E) return;
   E->destroying = 1;
   mend__tp_close(E);
+  mend__serve_close(E);   /* a serve a panic of its own state jumped out of left them open */
   /* Runs left unfinished stay in the store as they are; their leases are given back so that
    * another engine can take them at once. */
   if (E->store && !E->broken)

@@ -38,6 +38,7 @@ typedef struct engine_box {
   lua_State *L;           /* main state, for callbacks */
   int owned;              /* the engine has a Lua state of its own (sandbox, memory_limit) */
   int closing;            /* close is destroying it */
+  struct serve_tick *tick;   /* eng:serve's tick, while it serves */
   int alert_ref, log_ref;
   mend_log_sink sink;
 } engine_box;
@@ -230,19 +231,6 @@ int mend__lengine_new(lua_State *L) {
   return 1;
 }
 
-static int engine_close(lua_State *L) {
-  engine_box *b = luaL_checkudata(L, 1, ENGINE_MT);
-  if (b->E) {
-    b->closing = 1;   /* a panic as it is destroyed abandons it (method_guard) */
-    mend_engine_destroy(b->E);
-    b->E = NULL;
-  }
-  luaL_unref(L, LUA_REGISTRYINDEX, b->alert_ref);
-  luaL_unref(L, LUA_REGISTRYINDEX, b->log_ref);
-  b->alert_ref = b->log_ref = LUA_NOREF;
-  return 0;
-}
-
 /* A workflow that does not load is raised as the loader's message alone: it names the file and
  * line at fault, and the position of the Lua line that asked for the load would only hide it. */
 static int load_error(lua_State *L, const char *err) { lua_pushstring(L, err); return lua_error(L); }
@@ -348,6 +336,15 @@ static void on_serve_tick(uv_timer_t *t) {
 
 static void free_serve_tick(uv_handle_t *h) { free(h->data); }
 
+/* The tick closed: when serve returns, or at close when a panic of the engine's own state
+ * jumped out of serve (method_guard). */
+static void close_serve_tick(lua_State *L, engine_box *b) {
+  if (!b->tick) return;
+  luaL_unref(L, LUA_REGISTRYINDEX, b->tick->ref);
+  uv_close((uv_handle_t *)&b->tick->timer, free_serve_tick);
+  b->tick = NULL;
+}
+
 /* eng:serve{poll =, max_in_flight =, every =, tick = function() end} */
 static int engine_serve(lua_State *L) {
   engine_box *b = check_engine(L);
@@ -379,16 +376,30 @@ static int engine_serve(lua_State *L) {
     uv_timer_start(&st->timer, on_serve_tick, ms ? ms : 1, ms ? ms : 1);
     uv_unref((uv_handle_t *)&st->timer);
   }
+  b->tick = st;
   int rc = mend_engine_serve(b->E, poll, max_in_flight);
   if (st) {
-    luaL_unref(L, LUA_REGISTRYINDEX, st->ref);
-    uv_close((uv_handle_t *)&st->timer, free_serve_tick);
+    close_serve_tick(L, b);
     uv_run(mend_engine_loop(b->E), UV_RUN_NOWAIT);
   }
   if (rc) {   /* the engine's own words, without a position in the CLI's code */
     lua_pushstring(L, mend_engine_error(b->E));
     return lua_error(L);
   }
+  return 0;
+}
+
+static int engine_close(lua_State *L) {
+  engine_box *b = luaL_checkudata(L, 1, ENGINE_MT);
+  close_serve_tick(L, b);
+  if (b->E) {
+    b->closing = 1;   /* a panic as it is destroyed abandons it (method_guard) */
+    mend_engine_destroy(b->E);
+    b->E = NULL;
+  }
+  luaL_unref(L, LUA_REGISTRYINDEX, b->alert_ref);
+  luaL_unref(L, LUA_REGISTRYINDEX, b->log_ref);
+  b->alert_ref = b->log_ref = LUA_NOREF;
   return 0;
 }
 

@@ -580,6 +580,9 @@ void mend__check_fence(mend_engine *E);
 void mend__let_go(mend_engine *E, const mend_idset *ids, const char *why);
 void mend__renew_leases(uv_timer_t *t);
 void mend__poll_soon(mend_engine *E);   /* the next look for work now (or 10 ms after the last) */
+/* What serving opened (the poll timer, the signal handlers, the store's wake-up), closed; again
+ * at destroy, for a serve that a panic of the engine's own state jumped out of. */
+void mend__serve_close(mend_engine *E);
 /* wake.c */
 void mend__wake_watch(mend_engine *E);
 void mend__wake_stop(mend_engine *E);
