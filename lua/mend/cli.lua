@@ -812,7 +812,8 @@ local commands = {
               grace = "value", ["max-in-flight"] = "value", durability = "value",
               ["log-level"] = "value", ["alert-command"] = "value",
               ["instruction-budget"] = "value", ["park-after"] = "value", clock = "value",
-              sandbox = "switch", ["memory-limit"] = "value", listen = "value", ["token-file"] = "value", ["max-body"] = "value", cors = "value" },
+              sandbox = "switch", ["memory-limit"] = "value", listen = "value",
+              ["token-file"] = "value", ["max-body"] = "value", cors = "value" },
     choices = { durability = { full = true, process = true }, ["log-level"] = LOG_LEVELS,
                 clock = { virtual = true, real = true } },
     usage = "mend worker [--db PATH] [--workflows DIR] [--lease S] [--poll S] [--grace S]\n" ..
