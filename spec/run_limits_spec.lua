@@ -4,7 +4,8 @@
 -- standard library and what code allocates are not charged, and there is no memory limit.
 -- `mend run --sandbox [--memory-limit N]` (and `mend.engine{sandbox = true, memory_limit = N}`)
 -- runs it instead in an engine with a state of its own, as the C API makes
--- (tests/test_hostile.c), where all three hold. Each case runs a real `mend run` process.
+-- (tests/test_hostile.c), where all three hold; so does `mend worker --sandbox`
+-- (spec/worker_sandbox_spec.lua). Each case runs a real `mend run` process.
 local H = require "spec.helper"
 local mend = require "mend"
 

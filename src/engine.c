@@ -151,11 +151,16 @@ void mend__new_run_id(mend_engine *E, char out[MEND_RUN_ID_LEN]) {
 
 #ifdef MEND_FAILPOINTS
 /* MEND_FAILPOINT="name:N" kills the process with SIGKILL at the Nth time it passes `name`, so
- * crash tests can stop a worker at exactly the instant they mean to prove safe. */
-void mend__failpoint(const char *name) {
+ * crash tests can stop a worker at exactly the instant they mean to prove safe;
+ * "name:N:panic" raises a Lua error there instead, at a point of mend__failpoint_lua's (outside
+ * every protected call of the state of an engine that has one of its own), as a bug of mend's
+ * would: the engine must break, not abort the process. Returns 1 (kill) or 2 (panic) at the
+ * Nth pass, else 0. */
+static int failpoint_reached(const char *name) {
   static const char *spec;
   static long countdown = -1;
   static char point[64];
+  static int panic;
   if (!spec) {
     spec = getenv("MEND_FAILPOINT");
     if (!spec) spec = "";
@@ -163,9 +168,21 @@ void mend__failpoint(const char *name) {
     if (colon && (size_t)(colon - spec) < sizeof point) {
       memcpy(point, spec, (size_t)(colon - spec));
       countdown = atol(colon + 1);
+      panic = strstr(colon + 1, ":panic") != NULL;
     }
   }
-  if (countdown > 0 && strcmp(point, name) == 0 && --countdown == 0) raise(SIGKILL);
+  if (countdown > 0 && strcmp(point, name) == 0 && --countdown == 0) return panic ? 2 : 1;
+  return 0;
+}
+
+void mend__failpoint(const char *name) {
+  if (failpoint_reached(name)) raise(SIGKILL);
+}
+
+void mend__failpoint_lua(lua_State *L, const char *name) {
+  int hit = failpoint_reached(name);
+  if (hit == 1) raise(SIGKILL);
+  if (hit == 2) luaL_error(L, "failpoint %s: a Lua error outside every protected call", name);
 }
 #else
 #define mend__failpoint(name) ((void)0)
@@ -457,6 +474,7 @@ void mend_engine_destroy(mend_engine *E) {
   if (!E) return;
   E->destroying = 1;
   mend__tp_close(E);
+  mend__serve_close(E);   /* a serve a panic of its own state jumped out of left them open */
   /* Runs left unfinished stay in the store as they are; their leases are given back so that
    * another engine can take them at once. */
   if (E->store && !E->broken)

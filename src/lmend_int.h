@@ -1,11 +1,12 @@
 /*
- * lmend_int: the insides of the mend.core module, shared by lmend.c and lengine.c and by
- * nothing else. Everything outside the binding goes through lmend.h. Must never: be
- * included outside those two files.
+ * lmend_int: the insides of the mend.core module, shared by lmend.c, lengine.c and
+ * lengine_ops.c and by nothing else. Everything outside the binding goes through lmend.h.
+ * Must never: be included outside those three files.
  */
 #ifndef MEND_LMEND_INT_H
 #define MEND_LMEND_INT_H
 
+#include <lauxlib.h>
 #include <lua.h>
 
 #include "lmend.h"
@@ -15,5 +16,11 @@
 int mend__lengine_new(lua_State *L);
 /* Registers the metatable of engines ("mend.engine").  [-0, +0, m] */
 void mend__lengine_open(lua_State *L);
+/* opts[field] as a string, def when nil; raises naming nothing else when not a string. The
+ * string stays anchored in the table.  [-0, +0, e] */
+const char *mend__opt_string(lua_State *L, int idx, const char *field, const char *def);
+
+/* ---- lengine_ops.c: the engine's methods for people (queries, wait, prune, repairs) */
+extern const luaL_Reg mend__lengine_ops[];
 
 #endif

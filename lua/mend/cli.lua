@@ -644,11 +644,10 @@ local function with_listener(eng, opts, fn)
 end
 
 local function cmd_worker(o)
-  local files = workflow_files(o.workflows or "workflows")
-  if #files == 0 then fail("no workflow files (*.lua) in %s", o.workflows or "workflows") end
   local conf = { db = o.db, durability = o.durability, log = "stderr",
                  log_level = o["log-level"], alert_command = o["alert-command"],
-                 instruction_budget = budget_flag(o),
+                 instruction_budget = budget_flag(o), memory_limit = memory_flag(o),
+                 sandbox = o.sandbox or nil,
                  lease = number_flag(o, "lease", 30), grace = number_flag(o, "grace", 10),
                  clock = o.clock, park_after = 1,
                  buffered_print = true }   -- a workflow's print never blocks the worker
@@ -657,6 +656,8 @@ local function cmd_worker(o)
     if not n or n < 0 then usage_error(o._command, "--park-after must be a number >= 0, got %s", o["park-after"]) end
     conf.park_after = n > 0 and n or -1
   end
+  local files = workflow_files(o.workflows or "workflows")
+  if #files == 0 then fail("no workflow files (*.lua) in %s", o.workflows or "workflows") end
   local listen = o.listen and listen_options(o)
   return with_engine(conf, function(eng)
     local load_new = workflow_loader(eng, o.workflows or "workflows")
@@ -811,14 +812,16 @@ local commands = {
               grace = "value", ["max-in-flight"] = "value", durability = "value",
               ["log-level"] = "value", ["alert-command"] = "value",
               ["instruction-budget"] = "value", ["park-after"] = "value", clock = "value",
-              listen = "value", ["token-file"] = "value", ["max-body"] = "value", cors = "value" },
+              sandbox = "switch", ["memory-limit"] = "value", listen = "value",
+              ["token-file"] = "value", ["max-body"] = "value", cors = "value" },
     choices = { durability = { full = true, process = true }, ["log-level"] = LOG_LEVELS,
                 clock = { virtual = true, real = true } },
     usage = "mend worker [--db PATH] [--workflows DIR] [--lease S] [--poll S] [--grace S]\n" ..
             "                   [--max-in-flight N] [--durability full|process]\n" ..
             "                   [--park-after S] [--clock virtual|real]\n" ..
             "                   [--log-level debug|info|warn|error] [--alert-command CMD]\n" ..
-            "                   [--instruction-budget N] [--listen HOST:PORT [--token-file F]]",
+            "                   [--instruction-budget N] [--sandbox [--memory-limit N]]\n" ..
+            "                   [--listen HOST:PORT [--token-file F]]",
     help = "Executes runs until stopped. On start it resumes every unfinished run that no live\n" ..
            "worker holds, from the database alone; then it takes new runs as `mend start`\n" ..
            "records them. Several workers may share one database: each run is executed by one\n" ..
@@ -840,6 +843,11 @@ local commands = {
            "  --durability D   full (default: survives power loss) or process (survives a\n" ..
            "                   crash of mend; the last commits may be lost on power loss)\n" ..
            LOG_LEVEL_HELP .. ALERT_HELP .. BUDGET_HELP ..
+           "  --sandbox        run the workflows' code in a Lua state of its own, sandboxed as\n" ..
+           "                   mend_engine_new's (README: Limits and sandbox), its allocations\n" ..
+           "                   and C work charged to --instruction-budget; a run whose code\n" ..
+           "                   meets a limit is a dead letter and the worker goes on\n" ..
+           "  --memory-limit N bytes the workflows' code may hold (with --sandbox)\n" ..
            "  --listen HOST:PORT  also serve the HTTP API there; --token-file, --max-body and\n" ..
            "                   --cors as for mend serve (see mend serve --help)\n",
     action = cmd_worker,

@@ -499,7 +499,7 @@ void mend__start_attempt(mend_run *r, int compensating) {
   r->co = co;
   E->attempts++;
   mend__root(r)->wf->counts.attempts[compensating ? MEND_PHASE_COMPENSATE : MEND_PHASE_EXECUTE]++;
-  mend__failpoint(compensating ? "compensate" : "execute");
+  mend__failpoint_lua(L, compensating ? "compensate" : "execute");
   lua_getfield(L, LUA_REGISTRYINDEX, THREADS_KEY);
   lua_pushvalue(L, -2);
   lua_pushlightuserdata(L, r);

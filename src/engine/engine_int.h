@@ -306,6 +306,12 @@ void mend__child_link(mend_engine *E, child *c, int tag);
 mend_engine *mend__child_unlink(child *c);
 int mend__commit_now(mend_engine *E);
 void mend__failpoint(const char *name);
+#ifdef MEND_FAILPOINTS
+/* mend__failpoint, at a point where L is in no protected call: "name:N:panic" raises there. */
+void mend__failpoint_lua(lua_State *L, const char *name);
+#else
+#define mend__failpoint_lua(L, name) ((void)(L), (void)(name))
+#endif
 int mend__logs(const mend_engine *E, const char *level);
 void mend__new_run_id(mend_engine *E, char out[MEND_RUN_ID_LEN]);
 void mend__set_str(char **slot, const char *s);
@@ -574,6 +580,9 @@ void mend__check_fence(mend_engine *E);
 void mend__let_go(mend_engine *E, const mend_idset *ids, const char *why);
 void mend__renew_leases(uv_timer_t *t);
 void mend__poll_soon(mend_engine *E);   /* the next look for work now (or 10 ms after the last) */
+/* What serving opened (the poll timer, the signal handlers, the store's wake-up), closed; again
+ * at destroy, for a serve that a panic of the engine's own state jumped out of. */
+void mend__serve_close(mend_engine *E);
 /* wake.c */
 void mend__wake_watch(mend_engine *E);
 void mend__wake_stop(mend_engine *E);

@@ -228,13 +228,17 @@ int mend_engine_serve(mend_engine *E, double poll_seconds, int max_in_flight) {
     if (!E->broken) mend__park_release(E);
     if (!E->broken && mend__commit_counted(E)) mend__store_failed(E);
   }
+  mend__serve_close(E);
+  return E->broken ? -1 : 0;
+}
+
+void mend__serve_close(mend_engine *E) {
   mend__wake_stop(E);
-  uv_close((uv_handle_t *)E->poll_timer, close_and_free);
+  if (E->poll_timer) uv_close((uv_handle_t *)E->poll_timer, close_and_free);
   E->poll_timer = NULL;
   for (int k = 0; k < 2; k++) {
-    uv_close((uv_handle_t *)E->signals[k], close_and_free);
+    if (E->signals[k]) uv_close((uv_handle_t *)E->signals[k], close_and_free);
     E->signals[k] = NULL;
   }
   E->serving = 0;
-  return E->broken ? -1 : 0;
 }

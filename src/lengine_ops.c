@@ -1,0 +1,318 @@
+/*
+ * lengine_ops: the methods of an engine (mend.engine) for people and the programs they run:
+ * waiting for a run's end, the queries (status, history, runs, dlq, breakers, audit, the
+ * workflows' versions), prune, and the repairs and messages to runs (cancel, signal, complete
+ * and fail a token, upgrade, dlq retry and resolve, breakers), each turning Lua arguments into
+ * an engine.h or store.h call and its answer into Lua values. lengine.c registers them with
+ * the engine's other methods, behind the same guard.
+ *
+ * Must never: reach the engine's insides (engine.h only); raise without naming the method.
+ */
+#include "lmend_int.h"
+
+#include <lauxlib.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine.h"
+#include "json.h"
+#include "mend.h"
+#include "timers.h"
+
+static int is_final_status(const char *st) {
+  return st && (strcmp(st, "succeeded") == 0 || strcmp(st, "compensated") == 0 ||
+                strcmp(st, "failed") == 0 || strcmp(st, "needs_attention") == 0);
+}
+
+/* eng:wait(run_id [, {timeout = s, poll = s}]) -> status | nil, "timeout". Blocks this process
+ * (it is for clients such as `mend wait`, not for steps) while another process works.  [-0, +1|2, e] */
+static int engine_wait(lua_State *L) {
+  mend_engine *E = mend_lua_engine(L, 1);
+  const char *id = luaL_checkstring(L, 2);
+  double timeout = -1, poll = 0.05;
+  if (lua_istable(L, 3)) {
+    lua_getfield(L, 3, "timeout");
+    timeout = luaL_optnumber(L, -1, -1);
+    lua_getfield(L, 3, "poll");
+    poll = luaL_optnumber(L, -1, poll);
+    lua_pop(L, 2);
+  }
+  double deadline = timeout >= 0 ? mend_real_now() + timeout : -1;
+  mend_store *st = mend_engine_store(E);
+  for (;;) {
+    json_t *run = mend_store_run(st, id);
+    if (!run) return luaL_error(L, "%s", mend_store_errmsg(st));
+    if (is_final_status(json_string_value(json_object_get(run, "status")))) {
+      mend_json_push(L, run);
+      json_decref(run);
+      return 1;
+    }
+    json_decref(run);
+    if (deadline >= 0 && mend_real_now() >= deadline) {
+      lua_pushnil(L);
+      lua_pushliteral(L, "timeout");
+      return 2;
+    }
+    struct timespec ts = {(time_t)poll, (long)((poll - (double)(time_t)poll) * 1e9)};
+    nanosleep(&ts, NULL);
+  }
+}
+
+static int push_query(lua_State *L, mend_engine *E, json_t *v) {
+  if (!v) return luaL_error(L, "%s", mend_store_errmsg(mend_engine_store(E)));
+  mend_json_push(L, v);
+  json_decref(v);
+  return 1;
+}
+
+/* eng:status(id) -> the run's row and steps, or nil when there is no such run; held_by names
+ * the live worker that holds it, if one does.  [-0, +1, e] */
+static int engine_status(lua_State *L) {
+  mend_engine *E = mend_lua_engine(L, 1);
+  const char *id = luaL_checkstring(L, 2);
+  json_t *run = mend_store_run(mend_engine_store(E), id);
+  if (!run && mend_store_not_found(mend_engine_store(E))) {
+    lua_pushnil(L);
+    return 1;
+  }
+  char owner[128];
+  if (run && mend_engine_holder(E, id, owner, sizeof owner) == 1)
+    json_object_set_new(run, "held_by", json_string(owner));
+  json_t *children = run ? mend_engine_children(E, id) : NULL;
+  if (run && !children) {
+    json_decref(run);
+    run = NULL;
+  }
+  if (children && json_array_size(children)) json_object_set_new(run, "children", children);
+  else json_decref(children);
+  return push_query(L, E, run);
+}
+
+static int engine_history(lua_State *L) {
+  mend_engine *E = mend_lua_engine(L, 1);
+  return push_query(L, E, mend_store_history(mend_engine_store(E), luaL_checkstring(L, 2)));
+}
+
+static int engine_dlq(lua_State *L) {
+  mend_engine *E = mend_lua_engine(L, 1);
+  return push_query(L, E, mend_store_dlq(mend_engine_store(E)));
+}
+
+static int engine_breakers(lua_State *L) {
+  mend_engine *E = mend_lua_engine(L, 1);
+  return push_query(L, E, mend_store_breakers(mend_engine_store(E)));
+}
+
+/* eng:runs{status=, workflow=, since=, attention=, limit=} -> list  [-0, +1, e] */
+static int engine_runs(lua_State *L) {
+  mend_engine *E = mend_lua_engine(L, 1);
+  const char *status = NULL, *workflow = NULL;
+  int limit = 0, attention = 0;
+  double since = -1;
+  if (lua_istable(L, 2)) {
+    status = mend__opt_string(L, 2, "status", NULL);
+    workflow = mend__opt_string(L, 2, "workflow", NULL);
+    lua_getfield(L, 2, "limit");
+    limit = (int)luaL_optinteger(L, -1, 0);
+    lua_getfield(L, 2, "since");
+    since = luaL_optnumber(L, -1, -1);
+    lua_getfield(L, 2, "attention");
+    attention = lua_toboolean(L, -1);
+    lua_pop(L, 3);
+  }
+  return push_query(L, E, mend_store_runs_where(mend_engine_store(E), status, workflow, since,
+                                                attention, limit));
+}
+
+/* eng:prune{older_than = s, status =, dry_run =} -> {runs = {status = n}, steps =, history =,
+ * dlq =, before =}: ended runs last updated before `before`, s seconds ago on the engine's
+ * clock (see store.h).
+ * [-0, +1, e] */
+static int engine_prune(lua_State *L) {
+  mend_engine *E = mend_lua_engine(L, 1);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  lua_getfield(L, 2, "older_than");
+  int ok;
+  double older = lua_tonumberx(L, -1, &ok);
+  lua_pop(L, 1);
+  if (!ok || !(older >= 0)) return luaL_error(L, "prune: older_than must be seconds >= 0");
+  const char *status = mend__opt_string(L, 2, "status", NULL);
+  lua_getfield(L, 2, "dry_run");
+  int dry = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  mend_store *st = mend_engine_store(E);
+  double before = mend_engine_now(E) - older;
+  json_t *v = mend_store_prune(st, before, status, dry);
+  if (!v) return luaL_error(L, "prune: %s", mend_store_errmsg(st));
+  json_object_set_new(v, "before", json_real(before));
+  return push_query(L, E, v);
+}
+
+/* Who did an operation: opts.who, or the user and host of this process. [-0, +1, m] */
+static const char *push_who(lua_State *L, int opts) {
+  if (lua_istable(L, opts) && lua_getfield(L, opts, "who") == LUA_TSTRING) return lua_tostring(L, -1);
+  if (lua_istable(L, opts)) lua_pop(L, 1);
+  const char *user = getenv("USER");
+  char host[64] = "?";
+  gethostname(host, sizeof host - 1);
+  lua_pushfstring(L, "%s@%s", user ? user : "unknown", host);
+  return lua_tostring(L, -1);
+}
+
+/* eng:cancel(id [, {who=}]) -> "cancelled" | "requested" | "recorded", why  [-0, +1|2, e] */
+static int engine_cancel(lua_State *L) {
+  mend_engine *E = mend_lua_engine(L, 1);
+  const char *id = luaL_checkstring(L, 2);
+  const char *who = push_who(L, 3);
+  char err[600];
+  int rc = mend_engine_cancel_run(E, id, who, err, sizeof err);
+  if (rc < 0) return luaL_error(L, "cancel: %s", err);
+  lua_pushstring(L, rc == 1 ? "requested" : rc == 2 ? "recorded" : "cancelled");
+  if (rc != 2) return 1;
+  lua_pushstring(L, err);   /* why it is not carried on here */
+  return 2;
+}
+
+/* eng:signal(id, name [, payload [, {key=, run_key=}]]) -> "sent" | "duplicate", run id: sends
+ * an event to a running run, by its id or (id nil) by opts.run_key.  [-0, +2, e] */
+static int engine_signal(lua_State *L) {
+  mend_engine *E = mend_lua_engine(L, 1);
+  const char *id = luaL_optstring(L, 2, NULL);
+  const char *name = luaL_checkstring(L, 3);
+  const char *key = NULL, *run_key = NULL;
+  if (!lua_isnoneornil(L, 5)) {
+    luaL_checktype(L, 5, LUA_TTABLE);
+    key = mend__opt_string(L, 5, "key", NULL);
+    run_key = mend__opt_string(L, 5, "run_key", NULL);
+  }
+  if (!id && !run_key) return luaL_error(L, "signal: a run id, or opts.run_key, is required");
+  char err[1024];
+  char *payload = NULL;
+  if (!lua_isnoneornil(L, 4)) {
+    payload = mend_json_encode(L, 4, "payload", err, sizeof err);
+    if (!payload) return luaL_error(L, "signal: %s", err);
+  }
+  char run_id[MEND_RUN_ID_LEN];
+  int rc = mend_engine_send_event(E, id, run_key, name, payload, key, run_id, err, sizeof err);
+  free(payload);
+  if (rc < 0) return luaL_error(L, "signal: %s", err);
+  lua_pushstring(L, rc == 1 ? "duplicate" : "sent");
+  lua_pushstring(L, run_id);
+  return 2;
+}
+
+/* eng:complete(token [, result]) -> run id: completes the token a step's attempt handed out;
+ * result (any JSON value) is the step's result.  [-0, +1, e] */
+static int engine_complete(lua_State *L) {
+  mend_engine *E = mend_lua_engine(L, 1);
+  const char *token = luaL_checkstring(L, 2);
+  char err[1024];
+  char *result = NULL;
+  if (!lua_isnoneornil(L, 3)) {
+    result = mend_json_encode(L, 3, "result", err, sizeof err);
+    if (!result) return luaL_error(L, "complete: %s", err);
+  }
+  char run_id[MEND_RUN_ID_LEN];
+  int rc = mend_engine_settle_token(E, token, 1, result, NULL, NULL, run_id, err, sizeof err);
+  free(result);
+  if (rc < 0) return luaL_error(L, "complete: %s", err);
+  lua_pushstring(L, run_id);
+  return 1;
+}
+
+/* eng:fail(token, {kind = "retryable"|"fatal"|"compensable", message = }) -> run id: fails the
+ * token's step as if its execute had raised that error.  [-0, +1, e] */
+static int engine_fail(lua_State *L) {
+  mend_engine *E = mend_lua_engine(L, 1);
+  const char *token = luaL_checkstring(L, 2);
+  luaL_checktype(L, 3, LUA_TTABLE);
+  const char *kind = mend__opt_string(L, 3, "kind", NULL);
+  const char *message = mend__opt_string(L, 3, "message", NULL);
+  char err[1024], run_id[MEND_RUN_ID_LEN];
+  int rc = mend_engine_settle_token(E, token, 0, NULL, kind, message, run_id, err, sizeof err);
+  if (rc < 0) return luaL_error(L, "fail: %s", err);
+  lua_pushstring(L, run_id);
+  return 1;
+}
+
+/* eng:upgrade(id, version [, {who=}]) -> "upgraded" | "already"  [-0, +1, e] */
+static int engine_upgrade(lua_State *L) {
+  mend_engine *E = mend_lua_engine(L, 1);
+  const char *id = luaL_checkstring(L, 2);
+  const char *version = luaL_checkstring(L, 3);
+  const char *who = push_who(L, 4);
+  char err[1200];
+  int rc = mend_engine_upgrade_run(E, id, version, who, err, sizeof err);
+  if (rc < 0) return luaL_error(L, "upgrade: %s", err);
+  lua_pushstring(L, rc == 1 ? "already" : "upgraded");
+  return 1;
+}
+
+/* eng:loaded_version(name) -> the version that serves new runs here, or nil  [-0, +1, e] */
+static int engine_loaded_version(lua_State *L) {
+  mend_engine *E = mend_lua_engine(L, 1);
+  mend_workflow *wf = mend_engine_workflow(E, luaL_checkstring(L, 2));
+  lua_pushstring(L, wf ? wf->version : NULL);
+  return 1;
+}
+
+/* eng:workflows([name]) -> the versions the store knows (mend_store_workflows)  [-0, +1, e] */
+static int engine_workflows(lua_State *L) {
+  mend_engine *E = mend_lua_engine(L, 1);
+  return push_query(L, E, mend_store_workflows(mend_engine_store(E), luaL_optstring(L, 2, NULL)));
+}
+
+/* eng:dlq_retry(id [, {who=}])  [-0, +0, e] */
+static int engine_dlq_retry(lua_State *L) {
+  mend_engine *E = mend_lua_engine(L, 1);
+  const char *id = luaL_checkstring(L, 2);
+  const char *who = push_who(L, 3);
+  char err[600];
+  if (mend_engine_dlq_retry(E, id, who, err, sizeof err)) return luaL_error(L, "dlq retry: %s", err);
+  return 0;
+}
+
+/* eng:resolve(id, {note = text [, who =]})  [-0, +0, e] */
+static int engine_resolve(lua_State *L) {
+  mend_engine *E = mend_lua_engine(L, 1);
+  const char *id = luaL_checkstring(L, 2);
+  const char *note = lua_istable(L, 3) ? mend__opt_string(L, 3, "note", NULL) : NULL;
+  const char *who = push_who(L, 3);
+  char err[600];
+  if (mend_engine_resolve(E, id, who, note, err, sizeof err)) return luaL_error(L, "dlq resolve: %s", err);
+  return 0;
+}
+
+/* eng:breaker(key, "reset"|"open"|"close" [, {seconds=, who=}])  [-0, +0, e] */
+static int engine_breaker(lua_State *L) {
+  mend_engine *E = mend_lua_engine(L, 1);
+  const char *key = luaL_checkstring(L, 2);
+  const char *op = luaL_checkstring(L, 3);
+  double seconds = 0;
+  if (lua_istable(L, 4)) {
+    lua_getfield(L, 4, "seconds");
+    seconds = luaL_optnumber(L, -1, 0);
+    lua_pop(L, 1);
+  }
+  const char *who = push_who(L, 4);
+  char err[600];
+  if (mend_engine_breaker_set(E, key, op, seconds, who, err, sizeof err))
+    return luaL_error(L, "breakers %s: %s", op, err);
+  return 0;
+}
+
+static int engine_audit(lua_State *L) {
+  mend_engine *E = mend_lua_engine(L, 1);
+  return push_query(L, E, mend_store_audit_list(mend_engine_store(E)));
+}
+
+const luaL_Reg mend__lengine_ops[] = {
+  {"wait", engine_wait}, {"status", engine_status}, {"history", engine_history},
+  {"dlq", engine_dlq}, {"breakers", engine_breakers}, {"runs", engine_runs},
+  {"prune", engine_prune}, {"cancel", engine_cancel}, {"signal", engine_signal},
+  {"complete", engine_complete}, {"fail", engine_fail}, {"upgrade", engine_upgrade},
+  {"loaded_version", engine_loaded_version}, {"workflows", engine_workflows},
+  {"dlq_retry", engine_dlq_retry}, {"resolve", engine_resolve}, {"breaker", engine_breaker},
+  {"audit", engine_audit}, {NULL, NULL}};
