@@ -26,20 +26,21 @@ typedef enum mend_limit_trip {
   MEND_LIMIT_OK, MEND_LIMIT_BUDGET, MEND_LIMIT_TIMEOUT
 } mend_limit_trip;
 
+/* Ordered by size: every run in memory holds one (engine_int.h), so it has no padding. */
 typedef struct mend_limits {
   long budget;                 /* instructions in all; 0: none */
   long left;
   double deadline;             /* mend_host_now() seconds; 0: none */
   struct mend_limits *prev;    /* the limits in force when these began */
   const char *what;            /* "step", "workflow load", ...: names the call in messages */
-  unsigned char tripped;       /* a mend_limit_trip */
-  unsigned char timeout_typed; /* a trip by time raises a mend timeout error, not a string */
-  int watch_depth;             /* the watchdog's threads when these began */
-  unsigned char refused_table; /* an allocation was refused: a table over MEND_TABLE_NODES */
-  unsigned char after_box;     /* the last allocation was the box of a lauxlib buffer */
   size_t alloc_debt;           /* bytes allocated under these limits and not yet charged */
   size_t since_look;           /* bytes charged since the page faults were last looked at */
   long faults_seen;            /* the thread's page faults charged up to; -1: not looked yet */
+  int watch_depth;             /* the watchdog's threads when these began */
+  unsigned char tripped;       /* a mend_limit_trip */
+  unsigned char timeout_typed; /* a trip by time raises a mend timeout error, not a string */
+  unsigned char refused_table; /* an allocation was refused: a table over MEND_TABLE_NODES */
+  unsigned char after_box;     /* the last allocation was the box of a lauxlib buffer */
 } mend_limits;
 
 /* Sets lim up for a new call: `budget` instructions (0: none), `seconds` of real time (<= 0:

@@ -200,9 +200,11 @@ typedef struct mend_store_methods {
   int (*batch_writes)(const mend_store *s);   /* writes of the open batch not committed */
   /* A read (any statement but a recorded write) first runs the open batch's writes recorded so
    * far, on the caller's thread: for a ticking host, the dear part of a piece that reads. In
-   * all since the store opened, records run that way and the caller's thread CPU seconds they
-   * took; and the records a read now would run. NULL: reads run nothing first. */
-  void (*read_flushes)(const mend_store *s, unsigned long *records, double *cpu, int *pending);
+   * all since this was first called, records run that way and the caller's thread CPU seconds
+   * they took; and the records a read now would run. Counting reads the thread's CPU clock
+   * twice a flush, a system call (1-4 us on a VM, once a run in a recovery), so a host that
+   * never asks (that never ticks) does not pay for it. NULL: reads run nothing first. */
+  void (*read_flushes)(mend_store *s, unsigned long *records, double *cpu, int *pending);
   /* Gives back the memory a burst of writes grew, if no batch is using it: for an engine gone
    * idle (its runs all waiting). */
   void (*trim)(mend_store *s);
@@ -478,7 +480,7 @@ static inline int mend_store_writer_part(mend_store *s) {
 static inline int mend_store_batch_writes(const mend_store *s) {
   return MEND_STORE_M(s)->batch_writes ? MEND_STORE_M(s)->batch_writes(s) : 0;
 }
-static inline void mend_store_read_flushes(const mend_store *s, unsigned long *records,
+static inline void mend_store_read_flushes(mend_store *s, unsigned long *records,
                                            double *cpu, int *pending) {
   *records = 0;
   *cpu = 0;

@@ -803,6 +803,36 @@ static void count_batch(void *ud) {
   __atomic_add_fetch(&writer_batches, 1, __ATOMIC_SEQ_CST);
 }
 
+/* A read's flush of the open batch is counted (two system calls of the thread's CPU clock) only
+ * once someone asked for the count: an engine that never ticks does not pay for it, in a
+ * recovery once a run. */
+static void test_flushes_counted_once_asked(void) {
+  const char *path = file_in_dir("flushes.db");
+  char err[512] = "";
+  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  CHECK(s != NULL);
+  if (!s) return;
+  CHECK_EQ_INT(mend_store_start_writer(s, NULL, NULL), 0);
+  mend_run_rec r = run_rec("f1", NULL, "running", 1);
+  CHECK_EQ_INT(mend_store_insert_run(s, &r), 0);
+  json_t *hist = mend_store_history(s, "f1");   /* runs the insert first: not counted */
+  json_decref(hist);
+  unsigned long flushed;
+  double cpu;
+  int pending;
+  mend_store_read_flushes(s, &flushed, &cpu, &pending);
+  CHECK_EQ_INT((int)flushed, 0);
+  CHECK(cpu == 0);
+  mend_history_rec h = {"f1", NULL, 1, "run", NULL, "running", 0, NULL, -1, NULL, 0, NULL};
+  CHECK_EQ_INT(mend_store_append_history(s, &h), 0);
+  hist = mend_store_history(s, "f1");   /* asked: counted */
+  CHECK(hist && json_array_size(hist) == 1);
+  json_decref(hist);
+  mend_store_read_flushes(s, &flushed, &cpu, &pending);
+  CHECK_EQ_INT((int)flushed, 1);
+  mend_store_close(s);
+}
+
 /* With the writer thread: recorded writes reach the file only at the hand-off, a batch is
  * durable once its number is, and reads in between see what was recorded. */
 static void test_writer_thread(void) {
@@ -2009,6 +2039,7 @@ int main(void) {
   test_disk_full();
   test_checkpoints();
   test_upgrade_from_1();
+  test_flushes_counted_once_asked();
   test_writer_thread();
   test_writer_parts();
   test_compact_rows();

@@ -46,12 +46,13 @@ static void push_ctx(mend_run *r, int i, int compensating) {
   lua_createtable(L, 0, 8);
   lua_pushstring(L, r->id); lua_setfield(L, -2, "run_id");
   lua_rawgeti(L, LUA_REGISTRYINDEX, r->wf->name_ref); lua_setfield(L, -2, "workflow");
-  if (r->item_name) lua_pushstring(L, r->item_name);
+  const char *item_name = MEND_COLD(r, item_name);
+  if (item_name) lua_pushstring(L, item_name);
   else lua_rawgeti(L, LUA_REGISTRYINDEX, def->name_ref);
   lua_setfield(L, -2, "step");
   lua_pushinteger(L, compensating ? st->comp_attempts : st->attempts); lua_setfield(L, -2, "attempt");
   if (st->custom_key) lua_pushstring(L, st->idem_key);
-  else push_default_key(L, r->id, r->item_name ? r->item_name : def->name);
+  else push_default_key(L, r->id, item_name ? item_name : def->name);
   lua_setfield(L, -2, "idempotency_key");
   mend_refs_push(&r->E->refs, L, r->input_ref); lua_setfield(L, -2, "input");
   mend_refs_push(&r->E->refs, L, r->results_ref); lua_setfield(L, -2, "results");
@@ -349,6 +350,7 @@ static void end_attempt(mend_run *r, int returned) {
   mend__abandon_exec(r);
   mend__abandon_http(r);
   mend__abandon_host_call(r);
+  mend__run_cold_trim(r);
   mend_timer_disarm(&E->timers, &r->deadline);
   if (r->wait_kind == WAIT_SLEEP) mend_timer_disarm(&E->timers, &r->wait);
   r->wait_kind = WAIT_NONE;
@@ -512,7 +514,7 @@ void mend__start_attempt(mend_run *r, int compensating) {
     char err[200];
     const char *res = r->steps[i].result;
     if (!res || mend_json_decode(co, res, strlen(res), err, sizeof err)) lua_pushnil(co);
-  } else if (r->item) {
+  } else if (MEND_COLD(r, item)) {
     mend__push_item(r, co);   /* execute(ctx, item) */
   } else {
     mend_refs_push(&E->refs, co, r->input_ref);

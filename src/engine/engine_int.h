@@ -102,6 +102,29 @@ typedef struct step_rt {
 typedef struct exec_req exec_req;
 typedef struct http_req http_req;
 
+/* What only some runs use, kept apart so that the many runs waiting in memory do not pay for
+ * it: made when a field is first set (mend__run_cold) and freed with the run, or once every
+ * field is empty again (mend__run_cold_trim). A lane has its own from its start to its end,
+ * so that group.c and map.c reach a lane's directly; elsewhere read a field through
+ * MEND_COLD. */
+struct mend_run_cold {
+  /* the attempt's call in flight */
+  exec_req *exec;
+  http_req *http;         /* mend.http's request in flight */
+  char *http_detail;      /* its requests, for the history row of its outcome */
+  mend_host_call *host_call;
+  /* A parallel group's branches run in lanes (group.c): a lane is a mend_run of its own for
+   * the attempt's state, sharing its run's steps and Lua values, and in no list of runs. */
+  struct mend_group *group;   /* a run's lanes, made at its first group; NULL before */
+  mend_run *parent;       /* a lane's run; NULL for a run */
+  char *item_name;        /* a lane on an item of a map: its name ("charge/3") */
+  /* A lane on an item of a map: its number from 1 (0: none), and where its row is among the
+   * run's rows (MEND_MAP_ROWS). */
+  int item, row_base;
+};
+/* A cold field of run r: its zero value while r has none made. */
+#define MEND_COLD(r, f) ((r)->cold ? (r)->cold->f : 0)
+
 /* Ordered by size, so that a run waiting in memory (until park.c parks it) pays no padding. */
 struct mend_run {
   mend_engine *E;
@@ -114,10 +137,7 @@ struct mend_run {
   mend_limits limits;     /* its instruction budget and real-time deadline */
   double last_at;         /* the time of its last history row: none is written before it */
   mend_timer wait, deadline;
-  exec_req *exec;
-  http_req *http;         /* mend.http's request in flight */
-  char *http_detail;      /* its requests, for the history row of its outcome */
-  mend_host_call *host_call;
+  struct mend_run_cold *cold;   /* NULL until one of its fields is set */
   mend_run *tnext;        /* waiting for a concurrency slot */
   run_fifo *waiting_in;   /* which list, if any */
   struct mend_breaker_slot *held; /* the breaker whose concurrency the attempt counts in */
@@ -128,12 +148,7 @@ struct mend_run {
                              * its own only once that batch is durable (events.c) */
   mend_run *prev, *next;  /* runs in flight */
   mend_run *hnext;        /* its chain in the engine's runmap */
-  /* A parallel group's branches run in lanes (group.c): a lane is a mend_run of its own for
-   * the attempt's state, sharing its run's steps and Lua values, and in no list of runs. */
-  mend_run *parent;       /* a lane's run; NULL for a run */
-  struct mend_group *group;   /* a run's lanes, made at its first group; NULL before */
   mend_run *pprev, *pnext;  /* waiting for something, to be parked (park.c) */
-  char *item_name;        /* a lane on an item of a map: its name ("charge/3") */
   double idle_since;      /* when it began to wait, on the engine's clock */
   mend_run_status status;
   int input_ref, results_ref;   /* in E->refs, shard ref_shard */
@@ -143,9 +158,6 @@ struct mend_run {
   int history_seq;        /* the last row of its history: this engine numbers the next ones */
   wait_kind wait_kind;
   action next_action;
-  /* A lane on an item of a map: its number from 1 (0: none), and where its row is among the
-   * run's rows (MEND_MAP_ROWS). */
-  int item, row_base;
   unsigned char attention;
   unsigned char waiting;      /* yielded inside mend.sleep / mend.exec */
   unsigned char suspect;      /* taken again with an attempt its dead worker began (recover.c) */
@@ -392,6 +404,10 @@ void mend__drop_run(mend_run *r, int was_queued);
 void mend__give_back(mend_run *r, int was_queued, int was_running);
 double mend__lease_until(const mend_engine *E);
 void mend__run_free(mend_run *r);
+/* r's cold fields, made (zeroed) when it has none; NULL when out of memory. */
+struct mend_run_cold *mend__run_cold(mend_run *r);
+/* Frees r's cold fields once every one is empty. */
+void mend__run_cold_trim(mend_run *r);
 mend_run *mend__run_new(mend_engine *E, mend_workflow *wf, const char *id);
 
 /* ---- lock.c: a write lock held by another process, waited out */
@@ -499,7 +515,10 @@ void mend__set_item_result(mend_run *lane);
 #define MEND_MAP_ROWS (1 << 20)
 
 /* The run a lane belongs to: history rows and the run's own fields are its. */
-static inline mend_run *mend__root(mend_run *r) { return r->parent ? r->parent : r; }
+static inline mend_run *mend__root(mend_run *r) {
+  mend_run *p = MEND_COLD(r, parent);
+  return p ? p : r;
+}
 /* The step after step i going forward: past a group's branches. */
 static inline int mend__next_top(const mend_workflow *wf, int i) { return i + 1 + wf->steps[i].nbranches; }
 

@@ -42,7 +42,7 @@ static void wake_waiting(mend_run *r, const char *name, int committed) {
     if (name ? (d->wait_for && strcmp(d->wait_for, name) == 0) ||
                (outside && strncmp(name, "mend.", 5) == 0)
              : d->wait_for || outside)
-      take_event_as(w, w->cur, committed && k < 0 && !r->group);
+      take_event_as(w, w->cur, committed && k < 0 && !MEND_COLD(r, group));
   }
 }
 
@@ -65,7 +65,7 @@ int mend__take_event(mend_run *r, int i) { return take_event_as(r, i, 0); }
  * - Names of the engine's own ("mend.child:..." and such) are put in the batch by the engine
  *   (a child's end): those are read with the batch. */
 static int inbox_committed_is_own(const mend_run *r, const char *name) {
-  return !r->lane && !r->group && strncmp(name, "mend.", 5) != 0 &&
+  return !r->lane && !MEND_COLD(r, group) && strncmp(name, "mend.", 5) != 0 &&
          r->took_seq <= mend_store_durable_seq(r->E->store);
 }
 

@@ -97,7 +97,7 @@ static void exec_maybe_done(exec_req *x) {
   }
   E->externals--;
   if (r) {
-    r->exec = NULL;
+    r->cold->exec = NULL;
     lua_State *co = r->co;
     lua_createtable(co, 0, 4);
     lua_pushinteger(co, x->exit_status); lua_setfield(co, -2, "status");
@@ -111,10 +111,11 @@ static void exec_maybe_done(exec_req *x) {
 }
 
 void mend__abandon_exec(mend_run *r) {
-  if (!r->exec) return;
-  r->exec->run = NULL;
-  uv_process_kill(&r->exec->proc, SIGKILL);
-  r->exec = NULL;
+  exec_req *x = MEND_COLD(r, exec);
+  if (!x) return;
+  x->run = NULL;
+  uv_process_kill(&x->proc, SIGKILL);
+  r->cold->exec = NULL;
 }
 
 int mend_engine_exec(lua_State *L, char *err, int errlen) {
@@ -125,6 +126,8 @@ int mend_engine_exec(lua_State *L, char *err, int errlen) {
     snprintf(err, (size_t)errlen, "not allowed in a sandboxed engine");
     return -1;
   }
+  /* made before the child, which it must hold once started */
+  if (!mend__run_cold(r)) { snprintf(err, (size_t)errlen, "out of memory"); return -1; }
   int n = (int)luaL_len(L, 1);
   if (n < 1) { snprintf(err, (size_t)errlen, "needs a program: mend.exec{ \"prog\", \"arg\", ... }"); return -1; }
   char **args = calloc((size_t)n + 1, sizeof *args);
@@ -185,7 +188,7 @@ int mend_engine_exec(lua_State *L, char *err, int errlen) {
   E->externals++;
   mend__child_link(E, &x->base, CHILD_EXEC);
   x->run = r;
-  r->exec = x;
+  r->cold->exec = x;
   r->waiting = 1;
   uv_read_start((uv_stream_t *)&x->pipes[1], exec_alloc, exec_read);
   uv_read_start((uv_stream_t *)&x->pipes[2], exec_alloc, exec_read);

@@ -25,8 +25,8 @@
 static int is_map(const mend_run *r, int g) { return r->wf->steps[g].map_ref != LUA_NOREF; }
 
 struct mend_group *mend__group_of(mend_run *r) {
-  if (r->group) return r->group;
-  struct mend_group *G = calloc(1, sizeof *G);
+  if (MEND_COLD(r, group)) return r->cold->group;
+  struct mend_group *G = mend__run_cold(r) ? calloc(1, sizeof *G) : NULL;
   int *done = G ? calloc((size_t)r->wf->nsteps, sizeof *done) : NULL;
   if (!done) {
     free(G);
@@ -35,19 +35,24 @@ struct mend_group *mend__group_of(mend_run *r) {
   }
   G->g = -1;
   G->done_seq = done;
-  r->group = G;
+  r->cold->group = G;
   return G;
 }
 
 mend_run *mend__lane_at(mend_run *r, int k) {
-  return r->group && k < r->group->nlanes ? r->group->lanes[k] : NULL;
+  struct mend_group *G = MEND_COLD(r, group);
+  return G && k < G->nlanes ? G->lanes[k] : NULL;
 }
 
 static mend_run *new_lane(mend_run *r) {
-  struct mend_group *G = r->group;
+  struct mend_group *G = r->cold->group;
   mend_run **more = realloc(G->lanes, (size_t)(G->nlanes + 1) * sizeof *more);
   mend_run *l = more ? calloc(1, sizeof *l) : NULL;
   if (more) G->lanes = more;
+  if (l && !mend__run_cold(l)) {
+    free(l);
+    l = NULL;
+  }
   if (!l) {
     mend__breakdown(r->E, "out of memory for a branch of run %s", r->id);
     return NULL;
@@ -61,10 +66,10 @@ static mend_run *new_lane(mend_run *r) {
   l->ref_shard = r->ref_shard;
   l->fail_step = -1;
   l->cur = -1;
-  l->parent = r;
+  l->cold->parent = r;
   l->lane = 1;
-  l->item = 0;
-  l->row_base = 0;
+  l->cold->item = 0;
+  l->cold->row_base = 0;
   memcpy(l->id, r->id, sizeof l->id);
   mend_timer_init(&l->wait, mend__on_wait);
   mend_timer_init(&l->deadline, mend__on_deadline);
@@ -73,13 +78,13 @@ static mend_run *new_lane(mend_run *r) {
 }
 
 static void start_branch(mend_run *l, int b) {
-  mend_run *r = l->parent;
+  mend_run *r = l->cold->parent;
   l->wf = r->wf;
   l->steps = r->steps;
-  l->item = 0;
-  l->row_base = 0;
-  free(l->item_name);
-  l->item_name = NULL;
+  l->cold->item = 0;
+  l->cold->row_base = 0;
+  free(l->cold->item_name);
+  l->cold->item_name = NULL;
   l->status = MEND_RUN_RUNNING;
   mend__resume_lane(l, b);
 }
@@ -116,14 +121,14 @@ int mend__settled(mend_step_status s) {
 
 /* Starts the branches a lane is free for, then settles the group once no lane is busy. */
 mend_run *mend__idle_lane(mend_run *r) {
-  struct mend_group *G = r->group;
+  struct mend_group *G = r->cold->group;
   for (int k = 0; k < G->nlanes; k++)
     if (G->lanes[k]->cur < 0 && !G->lanes[k]->queued) return G->lanes[k];
   return new_lane(r);
 }
 
 static void pump(mend_run *r) {
-  struct mend_group *G = r->group;
+  struct mend_group *G = r->cold->group;
   int g = G->g;
   const mend_step_def *def = &r->wf->steps[g];
   int busy = 0;
@@ -141,7 +146,8 @@ static void pump(mend_run *r) {
       int begun = st->status != MEND_STEP_PENDING || st->attempts > 0 || st->slept;
       if (mend__settled(st->status) || begun != (pass == 0)) continue;
       int taken = 0;
-      for (int k = 0; k < G->nlanes; k++) taken |= G->lanes[k]->cur == b && !G->lanes[k]->item;
+      for (int k = 0; k < G->nlanes; k++)
+        taken |= G->lanes[k]->cur == b && !G->lanes[k]->cold->item;
       if (taken) continue;
       if (G->stopping && st->status != MEND_STEP_RUNNING &&
           !(st->status == MEND_STEP_WAITING && (r->wf->steps[b].child || r->wf->steps[b].wait_token))) {
@@ -164,7 +170,7 @@ static void pump(mend_run *r) {
  * lanes in flight (those found running go again with their keys) have ended, with the kind,
  * severity and stop the branch's row keeps (how it failed decides how the run ends). */
 static void restore_stopping(mend_run *r, int g) {
-  struct mend_group *G = r->group;
+  struct mend_group *G = r->cold->group;
   struct map_state *ms = is_map(r, g) ? mend__map_of(r, g) : NULL;
   int n = ms ? ms->n : r->wf->steps[g].nbranches;
   for (int k = 0; k < n; k++) {
@@ -222,7 +228,7 @@ void mend__group_forward(mend_run *r, int g) {
 /* No lane is busy: the group ends, succeeded (its result a table by branch name, skipped ones
  * left out) or failed with the first branch that failed for good. */
 void mend__group_settle(mend_run *r) {
-  struct mend_group *G = r->group;
+  struct mend_group *G = r->cold->group;
   int g = G->g;
   const mend_step_def *def = &r->wf->steps[g];
   G->g = -1;
@@ -268,21 +274,22 @@ void mend__group_settle(mend_run *r) {
 
 /* The history row just written settled step i: compensation undoes it in that order. */
 static void note_done(mend_run *r, int i) {
-  if (r->group && i >= 0 && !r->group->done_seq[i]) r->group->done_seq[i] = r->history_seq;
+  struct mend_group *G = MEND_COLD(r, group);
+  if (G && i >= 0 && !G->done_seq[i]) G->done_seq[i] = r->history_seq;
 }
 
 static void note_lane_done(mend_run *l) {
-  mend_run *r = l->parent;
-  if (!l->item) {
+  mend_run *r = l->cold->parent;
+  if (!l->cold->item) {
     note_done(r, l->cur);
     return;
   }
-  struct map_state *ms = mend__map_of(r, r->group->g);
-  if (ms && !ms->done[l->item - 1]) ms->done[l->item - 1] = r->history_seq;
+  struct map_state *ms = mend__map_of(r, r->cold->group->g);
+  if (ms && !ms->done[l->cold->item - 1]) ms->done[l->cold->item - 1] = r->history_seq;
 }
 
 void mend__lane_done(mend_run *l) {
-  mend_run *r = l->parent;
+  mend_run *r = l->cold->parent;
   note_lane_done(l);
   l->cur = -1;
   l->wait_kind = WAIT_NONE;
@@ -290,20 +297,22 @@ void mend__lane_done(mend_run *l) {
 }
 
 int mend__group_stopping(const mend_run *l) {
-  return l->parent && l->parent->group && l->parent->group->stopping;
+  const mend_run *r = MEND_COLD(l, parent);   /* called for runs too */
+  struct mend_group *G = r ? MEND_COLD(r, group) : NULL;
+  return G && G->stopping;
 }
 
 /* A lane whose branch waits for its child run: the child is cancelled when the group stops,
  * and the branch waits for its end (child.c), which may be a success that came first. */
 static int child_waits(const mend_run *l) {
-  return l->cur >= 0 && !l->item && l->steps[l->cur].status == MEND_STEP_WAITING &&
+  return l->cur >= 0 && !l->cold->item && l->steps[l->cur].status == MEND_STEP_WAITING &&
          l->wf->steps[l->cur].child;
 }
 
 /* A lane whose branch waits for its token: an outcome accepted before the group stopped is
  * taken (and compensated with the group if it was a success); none, it stops waiting. */
 static int token_waits(const mend_run *l) {
-  return l->cur >= 0 && !l->item && l->steps[l->cur].status == MEND_STEP_WAITING &&
+  return l->cur >= 0 && !l->cold->item && l->steps[l->cur].status == MEND_STEP_WAITING &&
          l->wf->steps[l->cur].wait_token;
 }
 
@@ -330,12 +339,14 @@ static void stop_lane(mend_run *l) {
     case MEND_STEP_SLEEPING:
     case MEND_STEP_WAITING:
       l->steps[b].due = -1;
-      mend__step_to(l, b, MEND_STEP_PENDING, NULL, -1, l->item ? "stopped: another item failed for good"
-                                                               : "stopped: another branch failed for good");
+      mend__step_to(l, b, MEND_STEP_PENDING, NULL, -1,
+                    l->cold->item ? "stopped: another item failed for good"
+                                  : "stopped: another branch failed for good");
       break;
     case MEND_STEP_RUNNING:   /* not reached: in_flight and mend__forward let it end first */
-      mend__step_to(l, b, MEND_STEP_FAILED, l->item ? "not executed again: another item failed for good"
-                                                    : "not executed again: another branch failed for good", -1, NULL);
+      mend__step_to(l, b, MEND_STEP_FAILED,
+                    l->cold->item ? "not executed again: another item failed for good"
+                                  : "not executed again: another branch failed for good", -1, NULL);
       note_lane_done(l);
       break;
     default:
@@ -345,20 +356,20 @@ static void stop_lane(mend_run *l) {
 }
 
 void mend__lane_stop(mend_run *l) {
-  mend_run *r = l->parent;
+  mend_run *r = l->cold->parent;
   stop_lane(l);
-  if (r->group && r->group->g >= 0) pump(r);
+  if (MEND_COLD(r, group) && r->cold->group->g >= 0) pump(r);
 }
 
 void mend__lane_failed(mend_run *l, int i, const mend_error_info *info, const char *msg) {
-  mend_run *r = l->parent;
-  struct mend_group *G = r->group;
+  mend_run *r = l->cold->parent;
+  struct mend_group *G = r->cold->group;
   note_lane_done(l);
   l->cur = -1;
   l->wait_kind = WAIT_NONE;
   if (!G->stopping) {
     G->stopping = 1;
-    G->fail_branch = l->item ? l->item - 1 : i;
+    G->fail_branch = l->cold->item ? l->cold->item - 1 : i;
     G->info = *info;
     G->info.message = NULL;
     G->fail_msg = mend_dupstr(msg);
@@ -378,7 +389,7 @@ void mend__lane_failed(mend_run *l, int i, const mend_error_info *info, const ch
  * runs its branches waited for are cancelled with it, once no lane waits any more (a child
  * that ends at once tells its parent, which must find nothing waiting). */
 void mend__group_stop(mend_run *r, const char *why) {
-  struct mend_group *G = r->group;
+  struct mend_group *G = MEND_COLD(r, group);
   if (!G || G->g < 0) return;
   int *children = calloc((size_t)G->nlanes + 1, sizeof *children), nchildren = 0;
   for (int k = 0; k < G->nlanes; k++) {
@@ -528,15 +539,16 @@ void mend__lane_free(mend_run *l) {
   mend__unthrottle(l);
   mend__end_attempt(l);
   mend_timer_disarm(&l->E->timers, &l->wait);
-  free(l->http_detail);
-  free(l->item_name);
+  free(l->cold->http_detail);
+  free(l->cold->item_name);
+  free(l->cold);
   free(l);
 }
 
 /* The run is let go: its lanes with it. One still in the pump's queue is freed when it comes
  * up (do_action drops a lost run). */
 void mend__group_free(mend_run *r) {
-  struct mend_group *G = r->group;
+  struct mend_group *G = MEND_COLD(r, group);
   if (!G) return;
   for (int k = 0; k < G->nlanes; k++) {
     mend_run *l = G->lanes[k];
@@ -546,7 +558,7 @@ void mend__group_free(mend_run *r) {
     l->cur = -1;
     if (l->queued && !l->E->destroying) {
       l->lost = 1;
-      l->parent = NULL;
+      l->cold->parent = NULL;
     } else {
       mend__lane_free(l);
     }
@@ -568,5 +580,6 @@ void mend__group_free(mend_run *r) {
   free(G->done_seq);
   free(G->fail_msg);
   free(G);
-  r->group = NULL;
+  r->cold->group = NULL;
+  mend__run_cold_trim(r);
 }

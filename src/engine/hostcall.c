@@ -106,7 +106,7 @@ void mend__resume_answered(mend_engine *E) {
   mend_run *r = call->run;
   E->externals--;
   if (r) {
-    r->host_call = NULL;
+    r->cold->host_call = NULL;
     push_answer(r->co, call->result, call->error);
   }
   json_decref(call->result);
@@ -136,9 +136,10 @@ void mend_host_fail(mend_host_call *call, const char *kind, const char *message,
 }
 
 void mend__abandon_host_call(mend_run *r) {
-  if (!r->host_call) return;
-  r->host_call->run = NULL;   /* its answer, when it comes, frees it and goes nowhere */
-  r->host_call = NULL;
+  mend_host_call *call = MEND_COLD(r, host_call);
+  if (!call) return;
+  call->run = NULL;   /* its answer, when it comes, frees it and goes nowhere */
+  r->cold->host_call = NULL;
 }
 
 int mend_engine_host_call(lua_State *L, const char *name, int first_arg, char *err, int errlen) {
@@ -163,11 +164,17 @@ int mend_engine_host_call(lua_State *L, const char *name, int first_arg, char *e
     json_array_append_new(args, v);
   }
   mend_host_call *call = calloc(1, sizeof *call);
+  if (!call || !mend__run_cold(r)) {
+    free(call);
+    json_decref(args);
+    snprintf(err, (size_t)errlen, "out of memory");
+    return -1;
+  }
   call->E = E;
   call->run = r;
   call->dispatching = 1;
   E->externals++;
-  r->host_call = call;
+  r->cold->host_call = call;
   h->fn(h->ud, call, args);
   json_decref(args);
   call->dispatching = 0;
@@ -178,7 +185,7 @@ int mend_engine_host_call(lua_State *L, const char *name, int first_arg, char *e
   }
   if (call->answered) {
     E->externals--;
-    r->host_call = NULL;
+    r->cold->host_call = NULL;
     push_answer(L, call->result, call->error);
     json_decref(call->result);
     json_decref(call->error);

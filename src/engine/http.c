@@ -276,7 +276,7 @@ void mend__http_close(mend_engine *E) {
   struct mend_http *H = E->http;
   if (!H) return;
   while (H->reqs) {
-    if (H->reqs->run) H->reqs->run->http = NULL;
+    if (H->reqs->run) H->reqs->run->cold->http = NULL;
     mend__http_req_free(H->reqs);
   }
   while (H->nidle) req_destroy(H->idle[--H->nidle]);
@@ -295,10 +295,11 @@ void mend__http_close(mend_engine *E) {
 }
 
 void mend__abandon_http(mend_run *r) {
-  if (!r->http) return;
-  r->http->run = NULL;
-  mend__http_req_free(r->http);
-  r->http = NULL;
+  http_req *q = MEND_COLD(r, http);
+  if (!q) return;
+  q->run = NULL;
+  mend__http_req_free(q);
+  r->cold->http = NULL;
   r->E->externals--;
 }
 
@@ -380,13 +381,14 @@ static void note(mend_run *r, http_req *q, const char *outcome) {
   } else {
     snprintf(line, sizeof line, "%s %s -> %s (%.3f s)", q->method, q->url, outcome, took);
   }
-  size_t have = r->http_detail ? strlen(r->http_detail) : 0;
+  struct mend_run_cold *c = r->cold;   /* made with its request */
+  size_t have = c->http_detail ? strlen(c->http_detail) : 0;
   if (have + strlen(line) + 3 > HTTP_DETAIL_MAX) return;
-  char *d = realloc(r->http_detail, have + strlen(line) + 3);
+  char *d = realloc(c->http_detail, have + strlen(line) + 3);
   if (!d) return;
   if (have) memcpy(d + have, "; ", 2), have += 2;
   strcpy(d + have, line);
-  r->http_detail = d;
+  c->http_detail = d;
 }
 
 static int transient(CURLcode rc) {
@@ -461,7 +463,7 @@ static void check_done(struct mend_http *H) {
     CURLcode rc = m->data.result;
     mend_run *r = q->run;
     if (r) {
-      r->http = NULL;
+      r->cold->http = NULL;
       E->externals--;
       push_outcome(r, q, rc);
     }

@@ -365,7 +365,7 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
     const char *key = st->custom_key ? st->idem_key : NULL;
     char small[256], *built = NULL;
     if (!key) {
-      const char *name = r->item_name ? r->item_name : r->wf->steps[i].name;
+      const char *name = mend__step_name(r, i);
       size_t idn = strlen(r->id), nn = strlen(name);
       built = idn + nn + 2 <= sizeof small ? small : malloc(idn + nn + 2);
       if (!built) { snprintf(err, (size_t)errlen, "out of memory"); return -1; }
@@ -419,7 +419,7 @@ int mend_engine_http(lua_State *L, char *err, int errlen) {
   mend_engine *E = r->E;
   luaL_checktype(L, 1, LUA_TTABLE);
   struct mend_http *H = mend__http_state(E);
-  http_req *q = H ? mend__http_req_new(H) : NULL;
+  http_req *q = H && mend__run_cold(r) ? mend__http_req_new(H) : NULL;
   if (!q) {
     snprintf(err, (size_t)errlen, "out of memory");
     return -1;
@@ -449,7 +449,7 @@ int mend_engine_http(lua_State *L, char *err, int errlen) {
   }
   E->externals++;
   q->run = r;
-  r->http = q;
+  r->cold->http = q;
   r->waiting = 1;
   return 0;
 }

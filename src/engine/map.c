@@ -20,22 +20,23 @@
 #include "util.h"
 
 struct map_state *mend__map_of(mend_run *r, int m) {
-  for (int k = 0; r->group && k < r->group->nmaps; k++)
-    if (r->group->maps[k].m == m) return &r->group->maps[k];
+  struct mend_group *G = MEND_COLD(r, group);
+  for (int k = 0; G && k < G->nmaps; k++)
+    if (G->maps[k].m == m) return &G->maps[k];
   return NULL;
 }
 
 /* A lane on item k (from 0) of map m, not set going. */
 static void setup_item(mend_run *l, struct map_state *ms, int k) {
-  mend_run *r = l->parent;
+  mend_run *r = l->cold->parent;
   char name[300];
   snprintf(name, sizeof name, "%s/%d", r->wf->steps[ms->m].name, k + 1);
-  free(l->item_name);
-  l->item_name = mend_dupstr(name);
+  free(l->cold->item_name);
+  l->cold->item_name = mend_dupstr(name);
   l->wf = r->wf->steps[ms->m].item_wf;
   l->steps = &ms->items[k];
-  l->item = k + 1;
-  l->row_base = (ms->m + 1) * MEND_MAP_ROWS + k;
+  l->cold->item = k + 1;
+  l->cold->row_base = (ms->m + 1) * MEND_MAP_ROWS + k;
   l->status = MEND_RUN_RUNNING;
   l->cur = 0;
 }
@@ -48,7 +49,7 @@ static void start_item(mend_run *l, struct map_state *ms, int k) {
 /* A map's pump: the items begun before a restart first, then the others in list order, each
  * once (a cursor, not a walk of the list at every item's end). */
 void mend__map_pump(mend_run *r, int busy) {
-  struct mend_group *G = r->group;
+  struct mend_group *G = r->cold->group;
   struct map_state *ms = mend__map_of(r, G->g);
   int max = r->wf->steps[G->g].max_concurrency;
   for (int k = 0; !ms->resumed && k < ms->n && !r->E->broken; k++) {
@@ -76,7 +77,7 @@ void mend__map_pump(mend_run *r, int busy) {
 
 /* Map m's state for the list `json` (its text, as recorded): items pending, the list in Lua. */
 struct map_state *mend__map_add(mend_run *r, int m, const char *json) {
-  struct mend_group *G = r->group;
+  struct mend_group *G = r->cold->group;
   mend_engine *E = r->E;
   json_error_t jerr;
   json_t *list = json_loads(json, JSON_DECODE_ANY, &jerr);
@@ -136,28 +137,30 @@ int mend__map_begin(mend_run *r, int m) {
 }
 
 int mend__items_succeeded(const mend_run *r) {
-  for (int j = 0; r->group && j < r->group->nmaps; j++)
-    for (int k = 0; k < r->group->maps[j].n; k++)
-      if (r->group->maps[j].items[k].status == MEND_STEP_SUCCEEDED) return 1;
+  struct mend_group *G = MEND_COLD(r, group);
+  for (int j = 0; G && j < G->nmaps; j++)
+    for (int k = 0; k < G->maps[j].n; k++)
+      if (G->maps[j].items[k].status == MEND_STEP_SUCCEEDED) return 1;
   return 0;
 }
 
 void mend__push_item(mend_run *l, lua_State *co) {
-  struct map_state *ms = l->parent && l->parent->group ? mend__map_of(l->parent, l->parent->group->g) : NULL;
+  mend_run *r = l->cold->parent;
+  struct map_state *ms = r && MEND_COLD(r, group) ? mend__map_of(r, r->cold->group->g) : NULL;
   if (!ms) {
     lua_pushnil(co);
     return;
   }
   mend_refs_push(&l->E->refs, co, ms->list_ref);
-  lua_rawgeti(co, -1, l->item);
+  lua_rawgeti(co, -1, l->cold->item);
   lua_remove(co, -2);
 }
 
 /* ctx.results[map][k] = item k's result, as items end. */
 void mend__set_item_result(mend_run *l) {
-  mend_run *r = l->parent;
+  mend_run *r = l->cold->parent;
   lua_State *L = r->E->L;
-  const char *name = r->wf->steps[r->group->g].name;
+  const char *name = r->wf->steps[r->cold->group->g].name;
   mend_refs_push(&r->E->refs, L, r->results_ref);
   if (lua_getfield(L, -1, name) != LUA_TTABLE) {
     lua_pop(L, 1);
@@ -168,7 +171,7 @@ void mend__set_item_result(mend_run *l) {
   char err[256];
   const char *res = l->steps[0].result;
   if (!res || mend_json_decode(L, res, strlen(res), err, sizeof err)) lua_pushnil(L);
-  lua_rawseti(L, -2, l->item);
+  lua_rawseti(L, -2, l->cold->item);
   lua_pop(L, 2);
 }
 
@@ -290,10 +293,10 @@ void mend__lane_backward(mend_run *l) {
 
 /* An item was undone: the run goes on with the next. */
 void mend__lane_compensated(mend_run *l) {
-  mend_run *r = l->parent;
+  mend_run *r = l->cold->parent;
   l->cur = -1;
   l->status = MEND_RUN_RUNNING;
-  struct map_state *ms = mend__map_of(r, r->group->g);
+  struct map_state *ms = mend__map_of(r, r->cold->group->g);
   if (ms) ms->pos++;
   mend__backward(r);
 }

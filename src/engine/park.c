@@ -49,8 +49,8 @@ static int waits_outside(const mend_run *r) {
 /* No lane of its parallel group or map is busy. A lane itself is never parked: it is part of
  * its run. */
 static int lanes_idle(const mend_run *r) {
-  if (r->parent) return 0;
-  for (int k = 0; r->group; k++) {
+  if (MEND_COLD(r, parent)) return 0;
+  for (int k = 0; MEND_COLD(r, group); k++) {
     const mend_run *l = mend__lane_at((mend_run *)r, k);
     if (!l) break;
     if (l->cur >= 0) return 0;
@@ -60,9 +60,9 @@ static int lanes_idle(const mend_run *r) {
 
 /* Nothing of it is in flight: what the store has is the whole run. */
 static int nothing_in_flight(const mend_run *r) {
-  return !r->queued && !r->co && !r->waiting && !r->lost && !r->exec && !r->http &&
-         !r->host_call && !r->waiting_in && !r->held && !r->admitted && !r->cancel_asked &&
-         lanes_idle(r);
+  return !r->queued && !r->co && !r->waiting && !r->lost && !MEND_COLD(r, exec) &&
+         !MEND_COLD(r, http) && !MEND_COLD(r, host_call) && !r->waiting_in && !r->held &&
+         !r->admitted && !r->cancel_asked && lanes_idle(r);
 }
 
 static void arm_engine_timer(mend_engine *E, mend_timer *t, double due) {
@@ -103,7 +103,8 @@ static void rearm_wake(mend_engine *E) {
 
 void mend__park_soon(mend_run *r) {
   mend_engine *E = r->E;
-  if (E->park_after > 0 && !E->destroying && !r->parent) list_append(E, r, mend_engine_now(E));
+  if (E->park_after > 0 && !E->destroying && !MEND_COLD(r, parent))
+    list_append(E, r, mend_engine_now(E));
 }
 
 void mend__park_unlist(mend_run *r) { list_unlink(r->E, r); }

@@ -212,7 +212,9 @@ int mend__tick_store_held(mend_engine *E) {
  * looks at its inbox through the batch; a child tells its parent, a lost run is let go:
  * through the store. */
 int mend__piece_needs_store(const mend_run *r) {
-  if (!r->wf->store_free || r->parent || r->group || r->lane || r->is_child || r->lost) return 1;
+  if (!r->wf->store_free || MEND_COLD(r, parent) || MEND_COLD(r, group) || r->lane ||
+      r->is_child || r->lost)
+    return 1;
   return r->took_seq > mend_store_durable_seq(r->E->store);
 }
 

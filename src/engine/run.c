@@ -199,13 +199,28 @@ void mend__run_free(mend_run *r) {
   }
   free(r->steps);
   free(r->error);
-  free(r->http_detail);
+  if (r->cold) free(r->cold->http_detail);
+  free(r->cold);
   mend__runmap_remove(E, r);
   if (r->prev) r->prev->next = r->next;
   else E->runs = r->next;
   if (r->next) r->next->prev = r->prev;
   E->in_flight--;
   free(r);
+}
+
+struct mend_run_cold *mend__run_cold(mend_run *r) {
+  if (!r->cold) r->cold = calloc(1, sizeof *r->cold);
+  return r->cold;
+}
+
+void mend__run_cold_trim(mend_run *r) {
+  struct mend_run_cold *c = r->cold;
+  if (c && !r->lane && !c->exec && !c->http && !c->http_detail && !c->host_call && !c->group &&
+      !c->parent && !c->item_name && !c->item && !c->row_base) {
+    free(c);
+    r->cold = NULL;
+  }
 }
 
 /* A run leaving its step before the attempt ends (cancelled, or let go): a concurrency slot

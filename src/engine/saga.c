@@ -26,7 +26,7 @@ void mend__backward(mend_run *r);
 /* ctx.results[name] = the step's result; a branch's goes in its group's table, by the
  * branch's own name (ctx.results.prepare.stock). */
 void mend__set_result(mend_run *r, int i) {
-  if (r->item) {
+  if (MEND_COLD(r, item)) {
     mend__set_item_result(r);
     return;
   }
@@ -52,7 +52,7 @@ void mend__set_result(mend_run *r, int i) {
 /* Step i succeeded (or was skipped): a lane's branch is done; a run goes on to its next step,
  * now (its `running` joins this batch) or once this batch is durable. */
 void mend__after_success(mend_run *r, int i, int queue) {
-  if (r->parent) {
+  if (MEND_COLD(r, parent)) {
     mend__lane_done(r);
     return;
   }
@@ -118,7 +118,7 @@ static void forward_step(mend_run *r, int i, int admitted);
 void mend__forward(mend_run *r) {
   int admitted = r->admitted;   /* for this attempt only */
   r->admitted = 0;
-  if (r->parent) {   /* a lane: its one branch */
+  if (MEND_COLD(r, parent)) {   /* a lane: its one branch */
     int b = r->cur;
     if (b < 0) return;
     /* stopping: no new attempt, but one found running after a restart ends and is recorded,
@@ -268,7 +268,7 @@ static void fail_step(mend_run *r, int i, const mend_error_info *info) {
   else
     mend__breaker_outcome(r, i, MEND_OUTCOME_OTHER);
   /* A branch whose group is stopping makes no new attempt: it fails here. */
-  int stopping = r->parent && mend__group_stopping(r);
+  int stopping = MEND_COLD(r, parent) && mend__group_stopping(r);
   if (retryable && st->attempts < def->retry.max_attempts && !stopping) {
     double delay = info->retry_after >= 0
       ? mend_backoff_clamp_retry_after(&def->retry, info->retry_after)
@@ -290,7 +290,7 @@ static void fail_step(mend_run *r, int i, const mend_error_info *info) {
     return;
   }
   mend__step_err_to(r, i, MEND_STEP_FAILED, info, msg, -1, NULL);
-  if (r->parent) {
+  if (MEND_COLD(r, parent)) {
     /* The run decides once its branches in flight have ended (group.c). */
     st->compensate_self = info->kind == MEND_ERR_COMPENSABLE;
     mend__lane_failed(r, i, info, msg);
@@ -373,7 +373,7 @@ int mend__needs_compensation(const mend_run *r, int i) {
 }
 
 void mend__backward(mend_run *r) {
-  if (r->parent) {   /* an item of a map: its compensation again, after its delay */
+  if (MEND_COLD(r, parent)) {   /* an item of a map: its compensation again, after its delay */
     mend__lane_backward(r);
     return;
   }
@@ -409,7 +409,7 @@ void mend__backward(mend_run *r) {
 
 static void compensated(mend_run *r, int i) {
   mend__step_to(r, i, MEND_STEP_COMPENSATED, NULL, -1, NULL);
-  if (r->parent) {   /* an item of a map: its run goes on with the next */
+  if (MEND_COLD(r, parent)) {   /* an item of a map: its run goes on with the next */
     mend__lane_compensated(r);
     return;
   }

@@ -15,7 +15,10 @@
 
 #include "util.h"
 
-const char *mend__step_name(mend_run *r, int i) { return r->item_name ? r->item_name : r->wf->steps[i].name; }
+const char *mend__step_name(mend_run *r, int i) {
+  const char *item = MEND_COLD(r, item_name);
+  return item ? item : r->wf->steps[i].name;
+}
 
 /* The step's row as it is now: the whole row at its first transition (a step not begun has
  * none: schema 4), an update after. The key is written only when it is the step's own: the
@@ -27,11 +30,13 @@ void mend__write_step(mend_run *r, int i) {
   step_rt *st = &r->steps[i];
   /* ...but for a key of the step's own just asked for: it is stored before the attempt uses it,
    * as the same key must come back after a crash (ensure_key asks once). */
-  if (st->status == MEND_STEP_RUNNING && (st->has_row || !st->custom_key) && !r->item) return;
+  if (st->status == MEND_STEP_RUNNING && (st->has_row || !st->custom_key) && !MEND_COLD(r, item))
+    return;
   int new_row = !st->has_row;
   const char *idem_key = st->custom_key ? st->idem_key : NULL;
   mend_step_rec rec = {
-    .run_id = r->id, .idx = i + r->row_base, .name = mend__step_name(r, i), .status = mend_step_status_name(st->status),
+    .run_id = r->id, .idx = i + MEND_COLD(r, row_base), .name = mend__step_name(r, i),
+    .status = mend_step_status_name(st->status),
     .attempts = st->attempts, .comp_attempts = st->comp_attempts, .idem_key = idem_key,
     .custom_key = st->custom_key, .result = st->result, .error = st->error,
     .error_kind = st->error ? mend_error_kind_name((mend_error_kind)st->err_kind) : NULL,
@@ -107,13 +112,16 @@ void mend__step_err_to(mend_run *r, int i, mend_step_status to, const mend_error
   int attempt = to >= MEND_STEP_COMPENSATING ? st->comp_attempts : st->attempts;
   mend__write_step(r, i);
   /* The first row after an attempt with HTTP requests (its outcome) names them. */
-  char *http = detail ? NULL : r->http_detail;
-  if (http) r->http_detail = NULL;
+  char *http = detail ? NULL : MEND_COLD(r, http_detail);
+  if (http) r->cold->http_detail = NULL;
   mend_history_rec h = {NULL, mend__step_name(r, i), 0, "step", from, mend_step_status_name(to),
                         attempt, error, delay, http ? http : detail, 0,
                         error ? mend_error_kind_name((mend_error_kind)st->err_kind) : NULL};
   append_history(r, &h);
-  free(http);
+  if (http) {
+    free(http);
+    mend__run_cold_trim(r);
+  }
   log_transition(r, mend__step_name(r, i), attempt, from, mend_step_status_name(to), error);
 }
 

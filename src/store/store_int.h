@@ -116,9 +116,11 @@ struct mend_store {
   wlog *cur;              /* the log this thread records into */
   int parted;             /* records of the open batch passed to the writer thread in parts */
   /* Records a statement other than a recorded write ran first on the caller's thread, and
-   * that thread's CPU seconds for them, in all (mend_store_read_flushes). */
+   * that thread's CPU seconds for them, in all since count_flushes was set: by the first
+   * mend_store_read_flushes. */
   unsigned long flushed_recs;
   double flushed_cpu;
+  int count_flushes;
   /* How long one statement waits for another connection's lock (busy_wait); the engine's
    * loop asks for a short one and waits out a longer lock on a timer instead. */
   int busy_ms;
@@ -263,7 +265,7 @@ int mend__sqlite_audit(mend_store *s, double at, const char *who, const char *op
 int mend__sqlite_schema_version(mend_store *s);
 json_t *mend__sqlite_prune(mend_store *s, double before, const char *status, int dry_run);
 int mend__sqlite_send_event(mend_store *s, const char *run_id, const char *name, const char *payload, const char *key, double sent);
-void mend__sqlite_read_flushes(const mend_store *s, unsigned long *records, double *cpu, int *pending);
+void mend__sqlite_read_flushes(mend_store *s, unsigned long *records, double *cpu, int *pending);
 int mend__sqlite_next_committed_event(mend_store *s, const char *run_id, const char *name, long long *seq, char **payload, char **key);
 int mend__sqlite_record_event(mend_store *s, const char *run_id, const char *name, const char *payload, const char *key, double sent);
 int mend__sqlite_next_event(mend_store *s, const char *run_id, const char *name, long long *seq, char **payload, char **key);
