@@ -532,3 +532,63 @@ describe("the engine's log", function()
       'mend.engine: log_level must be "debug", "info", "warn" or "error", got "loud"')
   end)
 end)
+
+describe("a step's code holding its own engine", function()
+  after_each(H.cleanup)
+
+  -- A step that calls eng[method] on the engine running it, and the answer it got.
+  local function calling(eng, method, ...)
+    local args, got = table.pack(...), {}
+    eng:register { name = "inside", steps = {
+      { name = "a", execute = function(ctx)
+          local a = {}
+          for i = 1, args.n do a[i] = args[i] == "SELF" and ctx.run_id or args[i] end
+          got.ok, got.err = pcall(eng[method], eng, table.unpack(a, 1, args.n))
+          return 1
+        end },
+      { name = "b", execute = function() return 2 end } } }
+    return got
+  end
+
+  -- Each of these pulled the running coroutine from under itself: a segfault (cancel of its
+  -- own run, close) or a loop that never returned (run).
+  for _, case in ipairs {
+    { "run", {}, "run: called from a step's code" },
+    { "recover", {}, "recover: called from a step's code" },
+    { "close", {}, "close: called from a step's code" },
+    { "cancel", { "SELF" }, "cannot be cancelled from its own code" },
+  } do
+    it("is refused " .. case[1] .. ", and the run goes on", function()
+      local eng = H.new_engine()
+      local got = calling(eng, case[1], table.unpack(case[2]))
+      local id = eng:start("inside", {})
+      eng:run()
+      assert.is_false(got.ok)
+      assert.truthy(tostring(got.err):find(case[3], 1, true), tostring(got.err))
+      local st = eng:status(id)
+      assert.are.equal("succeeded", st.status)
+      assert.are.equal(2, st.steps[2].result)
+    end)
+  end
+
+  it("may cancel another run and start one", function()
+    local eng = H.new_engine()
+    eng:register { name = "sleeper", steps = { { name = "s", execute = function()
+      mend.sleep(60)
+      return 1
+    end } } }
+    local other = eng:start("sleeper", {})
+    local started
+    eng:register { name = "boss", steps = { { name = "a", execute = function()
+      assert(eng:cancel(other))
+      started = eng:start("sleeper", {})
+      return 1
+    end } } }
+    local id = eng:start("boss", {})
+    eng:run()
+    assert.are.equal("succeeded", eng:status(id).status)
+    assert.are.equal("failed", eng:status(other).status)
+    assert.are.equal("cancelled", eng:status(other).reason)
+    assert.are.equal("succeeded", eng:status(started).status)
+  end)
+end)

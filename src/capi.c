@@ -34,6 +34,15 @@
   }
 #define PANIC_EXIT_END(E) mend_engine_set_panic_exit((E), panic_saved)
 
+/* A driving call made from inside the engine's own run code (a host function): refused, as the
+ * engine is running that code (engine.h: mend_engine_in_code). */
+#define NOT_IN_CODE(E, name)                                                                    \
+  if (mend_engine_in_code(E)) {                                                                \
+    mend_engine_note_error((E), name ": called from a step's code (a host function) while the " \
+                                "engine runs it; answer the call and return instead");        \
+    return MEND_ESTATE;                                                                        \
+  }
+
 MEND_API const char *mend_version(void) { return MEND_VERSION_STRING; }
 
 /* The last of package.searchers: a host linking libmend.a outside the prefix it was configured
@@ -316,6 +325,7 @@ MEND_API int mend_engine_start(mend_engine *engine, const char *workflow, const 
 }
 
 MEND_API int mend_engine_recover(mend_engine *engine, int *count) {
+  NOT_IN_CODE(engine, "mend_engine_recover");
   PANIC_EXIT(engine);
   int n = mend_engine_recover_runs(engine, 0);
   PANIC_EXIT_END(engine);
@@ -325,6 +335,7 @@ MEND_API int mend_engine_recover(mend_engine *engine, int *count) {
 }
 
 MEND_API int mend_engine_run_all(mend_engine *engine) {
+  NOT_IN_CODE(engine, "mend_engine_run_all");
   PANIC_EXIT(engine);
   int rc = mend_engine_run(engine);
   PANIC_EXIT_END(engine);
@@ -332,6 +343,7 @@ MEND_API int mend_engine_run_all(mend_engine *engine) {
 }
 
 MEND_API int mend_engine_tick(mend_engine *engine, double budget) {
+  NOT_IN_CODE(engine, "mend_engine_tick");
   PANIC_EXIT(engine);
   int rc = mend_engine_tick_for(engine, budget);
   PANIC_EXIT_END(engine);
@@ -341,6 +353,7 @@ MEND_API int mend_engine_tick(mend_engine *engine, double budget) {
 MEND_API int mend_engine_tick_ex(mend_engine *engine, double budget, mend_tick_stats *stats,
                                  size_t stats_size) {
   mend_engine_tick_info info = {0};
+  NOT_IN_CODE(engine, "mend_engine_tick_ex");
   PANIC_EXIT(engine);
   int rc = mend_engine_tick_with(engine, budget, &info);
   PANIC_EXIT_END(engine);
@@ -359,6 +372,7 @@ MEND_API void mend_engine_wakeup(mend_engine *engine) { mend_engine_wake(engine)
 MEND_API int mend_engine_in_flight_count(mend_engine *engine) { return mend_engine_in_flight(engine); }
 
 MEND_API int mend_engine_advance_clock(mend_engine *engine, double seconds) {
+  NOT_IN_CODE(engine, "mend_engine_advance_clock");
   PANIC_EXIT(engine);
   int rc = mend_engine_advance(engine, seconds);
   PANIC_EXIT_END(engine);

@@ -49,6 +49,17 @@ static engine_box *check_engine(lua_State *L) {
   return b;
 }
 
+/* The methods that drive or destroy an engine, called from inside its own run's code (a step
+ * that holds the engine in an upvalue): refused, as the engine is running that code (engine.h:
+ * mend_engine_in_code). */
+static engine_box *check_driving(lua_State *L, const char *method) {
+  engine_box *b = check_engine(L);
+  if (mend_engine_in_code(b->E))
+    luaL_error(L, "%s: called from a step's code while the engine runs it; a step may start, "
+               "signal, cancel or read other runs, not drive or close its engine", method);
+  return b;
+}
+
 mend_engine *mend_lua_engine(lua_State *L, int idx) {
   engine_box *b = luaL_checkudata(L, idx, ENGINE_MT);
   if (!b->E) luaL_error(L, "engine is closed");
@@ -289,7 +300,7 @@ static int engine_start(lua_State *L) {
 
 /* eng:run()  [-0, +0, e] */
 static int engine_run(lua_State *L) {
-  engine_box *b = check_engine(L);
+  engine_box *b = check_driving(L, "run");
   int failed = mend_engine_run(b->E);
   if (failed) return luaL_error(L, "%s", mend_engine_error(b->E));
   return 0;
@@ -297,7 +308,7 @@ static int engine_run(lua_State *L) {
 
 /* eng:advance(seconds)  [-0, +0, e] */
 static int engine_advance(lua_State *L) {
-  engine_box *b = check_engine(L);
+  engine_box *b = check_driving(L, "advance");
   double seconds = luaL_checknumber(L, 2);
   int failed = mend_engine_advance(b->E, seconds);
   if (failed) return luaL_error(L, "%s", mend_engine_error(b->E));
@@ -306,7 +317,7 @@ static int engine_advance(lua_State *L) {
 
 /* eng:recover([limit]) -> n: resumes unfinished runs nobody holds.  [-0, +1, e] */
 static int engine_recover(lua_State *L) {
-  engine_box *b = check_engine(L);
+  engine_box *b = check_driving(L, "recover");
   int limit = (int)luaL_optinteger(L, 2, 0);
   int n = mend_engine_recover_runs(b->E, limit);
   if (n < 0) return luaL_error(L, "%s", mend_engine_error(b->E));
@@ -347,7 +358,7 @@ static void close_serve_tick(lua_State *L, engine_box *b) {
 
 /* eng:serve{poll =, max_in_flight =, every =, tick = function() end} */
 static int engine_serve(lua_State *L) {
-  engine_box *b = check_engine(L);
+  engine_box *b = check_driving(L, "serve");
   double poll = 0.1, every = 1;
   int max_in_flight = 0, tick = LUA_NOREF;
   if (lua_istable(L, 2)) {
@@ -391,6 +402,7 @@ static int engine_serve(lua_State *L) {
 
 static int engine_close(lua_State *L) {
   engine_box *b = luaL_checkudata(L, 1, ENGINE_MT);
+  if (b->E && mend_engine_in_code(b->E)) check_driving(L, "close");
   close_serve_tick(L, b);
   if (b->E) {
     b->closing = 1;   /* a panic as it is destroyed abandons it (method_guard) */

@@ -326,6 +326,34 @@ static void it_runs_on_its_own_loop(void) {
   mend_engine_free(E);
 }
 
+/* A host function that tries to drive the engine calling it: each call is refused (it pulled
+ * the step's coroutine from under itself before), and the call is then answered as usual. */
+static int reenter_status[4];
+static void reenter(void *ud, mend_call *call, const char *args) {
+  mend_engine *E = ud;
+  (void)args;
+  reenter_status[0] = mend_engine_run_all(E);
+  reenter_status[1] = mend_engine_tick(E, 0.001);
+  reenter_status[2] = mend_engine_recover(E, NULL);
+  reenter_status[3] = mend_engine_advance_clock(E, 1);
+  CHECK(strstr(mend_engine_errmsg(E), "mend_engine_advance_clock: called from a step's code"));
+  CHECK_EQ_INT(mend_call_return(call, "\"ok\""), MEND_OK);
+}
+
+static void it_refuses_a_host_function_driving_its_engine(void) {
+  mend_options o;
+  mend_options_init(&o);
+  mend_engine *E = engine(&o);
+  CHECK_EQ_INT(mend_engine_register_function(E, "greet", reenter, E), MEND_OK);
+  load(E, "basic");
+  char id[17], st[32];
+  start(E, "basic", "{\"who\":\"bob\"}", id);
+  CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+  for (int i = 0; i < 4; i++) CHECK_EQ_INT(reenter_status[i], MEND_ESTATE);
+  CHECK_STR(run_status(E, id, st, sizeof st), "succeeded");
+  mend_engine_free(E);
+}
+
 /* mend_engine_wakeup is the one function other threads may call: hammered from a second
  * thread while the engine runs, it must neither crash nor disturb the runs. */
 static void *wake_often(void *engine) {
@@ -1533,6 +1561,7 @@ int main(void) {
   write_workflow("keyed", keyed_lua);
 
   it_runs_on_its_own_loop();
+  it_refuses_a_host_function_driving_its_engine();
   it_can_be_woken_from_another_thread();
   it_runs_on_the_hosts_loop();
   it_is_ticked_and_answers_each_error_kind();

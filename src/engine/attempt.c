@@ -401,7 +401,10 @@ void mend__resume(mend_run *r, int nargs) {
   E->alloc_limits = &r->limits;
   mend_limits_enter(E->L, &r->limits);
   int depth = mend_limits_run_on(co);
+  mend_run *outer = E->in_code;
+  E->in_code = r;
   int status = lua_resume(co, E->L, nargs, &nres);
+  E->in_code = outer;
   mend_limits_run_off(depth);
   mend_limits_leave(E->L, &r->limits);
   E->limit_memory = 0;

@@ -127,6 +127,11 @@ int mend__cancel_now(mend_run *r, const char *who, char *err, int errlen) {
     return mend_errorf(err, errlen, "run %s is %s: only a running run can be cancelled", r->id,
                   mend_run_status_name(r->status));
   mend_engine *E = r->E;
+  /* Its coroutine, or a lane's of it, is the one running: closing it there would free the
+   * stack the caller stands on. The code has its own way out. */
+  if (E->in_code && (E->in_code == r || MEND_COLD(E->in_code, parent) == r))
+    return mend_errorf(err, errlen, "run %s cannot be cancelled from its own code: raise "
+                       "mend.fatal(...) to stop it (its done steps are compensated)", r->id);
   mend__unthrottle(r);
   int i = r->cur;
   step_rt *st = i < r->wf->nsteps ? &r->steps[i] : NULL;
