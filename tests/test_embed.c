@@ -830,6 +830,11 @@ static const char keyed_lua[] =   /* its next step's key is looked up among resu
   "  { name = 'ask', execute = function(ctx) return mend.call('ask_later') end },\n"
   "  { name = 'next', idempotency_key = function(ctx) return 'k-' .. ctx.run_id end,\n"
   "    execute = function(ctx) return mend.call('saw', ctx.run_id, 'next') end } } }\n";
+static const char engine_named_lua[] =   /* an event of the engine's own name: read with the batch */
+  "local mend = require 'mend'\n"
+  "return { name = 'engine_named', steps = {\n"
+  "  { name = 'ask', execute = function(ctx) return mend.call('ask_later') end },\n"
+  "  { name = 'hear', wait_for = 'mend.ping', timeout = 3600 } } }\n";
 static const char lonely_lua[] =
   "return { name = 'lonely', retry = { max_attempts = 1 }, steps = {\n"
   "  { name = 'hear', wait_for = 'never', timeout = 1.5 } } }\n";
@@ -872,6 +877,7 @@ static void it_ticks_what_needs_no_store_while_its_writer_holds_a_batch(void) {
   load(E, "behind");
   load(E, "lonely");
   load(E, "keyed");
+  load(E, "engine_named");
   n_asks = saw_ask = saw_next = peeks = peeks_durable = 0;
   char lonely[17];
   start(E, "lonely", NULL, lonely);
@@ -941,36 +947,43 @@ static void it_ticks_what_needs_no_store_while_its_writer_holds_a_batch(void) {
   tick_until(E, run_ended, lonely);
   CHECK(run_has(E, lonely, "no event never within", 1));
 
-  /* An answer whose step goes on into a read (the next step's key among results) waits for a
-   * tick after the batch, rather than for the thread inside this one. */
-  char keyed[17];
-  n_asks = saw_next = 0;
-  start(E, "keyed", NULL, keyed);
-  tick_until(E, asks_at_least, "1");
-  t0 = now_s();
-  do {
+  /* An answer whose step goes on into a read (the next step's key among results; a wait for an
+   * event of the engine's own name) waits for a tick after the batch, rather than for the
+   * thread inside this one. */
+  for (int w = 0; w < 2; w++) {
+    char keyed[17];
+    n_asks = saw_next = 0;
+    start(E, w == 0 ? "keyed" : "engine_named", NULL, keyed);
+    tick_until(E, asks_at_least, "1");
+    t0 = now_s();
+    do {
+      CHECK_EQ_INT(mend_engine_tick_stats(E, 0.002, &st), MEND_OK);
+      usleep(1000);
+    } while ((st.committing || mend_engine_next_tick(E) == 0) && now_s() - t0 < 20);
+    start(E, "behind", NULL, id[0]);   /* a batch to hold */
+    f = fopen(hold, "w");
+    CHECK(f != NULL);
+    if (f) fclose(f);
     CHECK_EQ_INT(mend_engine_tick_stats(E, 0.002, &st), MEND_OK);
-    usleep(1000);
-  } while ((st.committing || mend_engine_next_tick(E) == 0) && now_s() - t0 < 20);
-  start(E, "behind", NULL, id[0]);   /* a batch to hold */
-  f = fopen(hold, "w");
-  CHECK(f != NULL);
-  if (f) fclose(f);
-  CHECK_EQ_INT(mend_engine_tick_stats(E, 0.002, &st), MEND_OK);
-  CHECK_EQ_INT(st.committing, 1);
-  CHECK_EQ_INT(mend_call_return(ask_calls[0], "1"), MEND_OK);
-  for (int k = 0; k < 3; k++) {
-    CHECK_EQ_INT(mend_engine_tick_stats(E, 0.05, &st), MEND_OK);
-    CHECK(st.seconds < 2);
-    CHECK_EQ_INT(st.actions, 0);
-    usleep(2000);
+    CHECK_EQ_INT(st.committing, 1);
+    CHECK_EQ_INT(mend_call_return(ask_calls[0], "1"), MEND_OK);
+    for (int k = 0; k < 3; k++) {
+      CHECK_EQ_INT(mend_engine_tick_stats(E, 0.05, &st), MEND_OK);
+      CHECK(st.seconds < 2);
+      CHECK_EQ_INT(st.actions, 0);
+      usleep(2000);
+    }
+    unlink(hold);
+    tick_until(E, asks_at_least, "2");   /* the new run's first step, once its batch is durable */
+    CHECK_EQ_INT(mend_call_return(ask_calls[1], "1"), MEND_OK);
+    tick_until(E, nexts_at_least, w == 0 ? "2" : "1");   /* engine_named has no next step */
+    if (w == 1) {
+      tick_until(E, hears, keyed);
+      CHECK_EQ_INT(mend_engine_signal(E, keyed, "mend.ping", NULL, NULL), MEND_OK);
+    }
+    tick_until(E, run_ended, keyed);
+    CHECK_STR(run_status(E, keyed, st_text, sizeof st_text), "succeeded");
   }
-  unlink(hold);
-  tick_until(E, asks_at_least, "2");   /* the new run's first step, once its batch is durable */
-  CHECK_EQ_INT(mend_call_return(ask_calls[1], "1"), MEND_OK);
-  tick_until(E, nexts_at_least, "2");
-  tick_until(E, run_ended, keyed);
-  CHECK_STR(run_status(E, keyed, st_text, sizeof st_text), "succeeded");
   unsetenv("MEND_WRITER_HOLD");
   mend_engine_free(peek_engine);
   mend_engine_free(E);
@@ -1559,6 +1572,7 @@ int main(void) {
   write_workflow("behind", behind_lua);
   write_workflow("lonely", lonely_lua);
   write_workflow("keyed", keyed_lua);
+  write_workflow("engine_named", engine_named_lua);
 
   it_runs_on_its_own_loop();
   it_refuses_a_host_function_driving_its_engine();

@@ -192,7 +192,9 @@ int mend__workflow_store_free(const mend_engine *E, const mend_workflow *wf) {
         d->key_ref != LUA_NOREF)
       return 0;
     if (!d->wait_for) continue;
-    if (!mend_store_reads_committed_events(E->store)) return 0;
+    /* events of the engine's own names are read with the batch (events.c) */
+    if (!mend_store_reads_committed_events(E->store) || strncmp(d->wait_for, "mend.", 5) == 0)
+      return 0;
     for (int j = mend__next_top(wf, i); j < wf->nsteps; j = mend__next_top(wf, j)) {
       if (wf->steps[j].wait_for) return 0;
       if (wf->steps[j].when_ref == LUA_NOREF) break;
@@ -212,8 +214,9 @@ int mend__tick_store_held(mend_engine *E) {
  * looks at its inbox through the batch; a child tells its parent, a lost run is let go:
  * through the store. */
 int mend__piece_needs_store(const mend_run *r) {
+  /* a suspect run's attempt commits before and after its code (attempt.c) */
   if (!r->wf->store_free || MEND_COLD(r, parent) || MEND_COLD(r, group) || r->lane ||
-      r->is_child || r->lost)
+      r->is_child || r->lost || r->suspect)
     return 1;
   return r->took_seq > mend_store_durable_seq(r->E->store);
 }
