@@ -571,6 +571,29 @@ describe("a step's code holding its own engine", function()
     end)
   end
 
+  -- A step's to-be-closed variables are closed by the engine after an error: their handlers
+  -- are the step's code too (cancel and close segfaulted from there).
+  for _, what in ipairs { "cancel", "run", "close" } do
+    it("is refused " .. what .. " from a <close> handler of its step's code", function()
+      local eng = H.new_engine()
+      local got = {}
+      eng:register { name = "closing", steps = {
+        { name = "a", retry = { max_attempts = 1 }, execute = function(ctx)
+            local guard <close> = setmetatable({}, { __close = function()
+              got.ok, got.err = pcall(eng[what], eng, what == "cancel" and ctx.run_id or nil)
+            end })
+            error("boom")
+          end } } }
+      local id = eng:start("closing", {})
+      eng:run()
+      assert.is_false(got.ok)
+      assert.truthy(tostring(got.err):find(what == "cancel" and "cannot be cancelled from its own code"
+                                           or what .. ": called from a step's code", 1, true),
+                    tostring(got.err))
+      assert.are.equal("failed", eng:status(id).status)
+    end)
+  end
+
   it("may cancel another run and start one", function()
     local eng = H.new_engine()
     eng:register { name = "sleeper", steps = { { name = "s", execute = function()

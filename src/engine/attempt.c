@@ -375,7 +375,10 @@ static void end_attempt(mend_run *r, int returned) {
     E->alloc_limits = &r->limits;
     mend_limits_enter(E->L, &r->limits);
     int depth = mend_limits_run_on(r->co);
+    mend_run *outer = E->in_code;   /* the handlers are the run's own code (engine.h) */
+    E->in_code = r;
     mend_closethread(r->co, E->L);
+    E->in_code = outer;
     mend_limits_run_off(depth);
     mend_limits_leave(E->L, &r->limits);
     E->limit_memory = limit_was;
