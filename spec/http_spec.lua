@@ -228,6 +228,11 @@ describe("mend.http", function()
       local s = mend.http{ url = url }
       s.body = "not json"          -- json is what the answer's body was
       got.later_json = s.json
+      local t = mend.http{ url = url }
+      rawset(t, "json", { mine = true })   -- set raw: pairs and encoding keep them too
+      rawset(t, "headers", "mine")
+      for _ in pairs(t) do end
+      got.raw = { json = t.json, headers = t.headers, text = mend.json.encode(t) }
       return r
     end }))
     local id = eng:start("h", {})
@@ -238,6 +243,10 @@ describe("mend.http", function()
     assert.are.same({ mine = "yes" }, got.headers)
     assert.are.same({ "body", "extra", "headers", "status" }, got.keys)
     assert.are.same({ n = 3 }, got.later_json)
+    assert.are.same({ mine = true }, got.raw.json)
+    assert.are.equal("mine", got.raw.headers)
+    assert.are.same({ status = 200, body = '{"n": 3}', json = { mine = true }, headers = "mine" },
+                    mend.json.decode(got.raw.text))
     assert.are.same({ status = 200, body = "changed", headers = { mine = "yes" }, extra = 1 },
                     H.step(st, "work").result)
   end)

@@ -175,16 +175,13 @@ static void settle(lua_State *L, int idx, resp_rec *rec) {
 /* Makes the field `headers` (which 1) or `json` (0) of the response at idx, pushes it and sets
  * it in the table. The record is at rec_idx. */
 static void make(lua_State *L, int idx, resp_rec *rec, int rec_idx, int which) {
-  if (which) {
-    push_headers(L, rec);
-    rec->headers_done = 1;
-  } else {
-    push_json(L, rec, rec_idx);
-    rec->json_done = 1;
-  }
+  if (which) push_headers(L, rec);
+  else push_json(L, rec, rec_idx);
   lua_pushstring(L, which ? "headers" : "json");   /* raw: the key is absent, __newindex would run */
   lua_pushvalue(L, -2);
-  lua_rawset(L, idx);
+  lua_rawset(L, idx);   /* may grow the table: a memory error here leaves the field to make */
+  if (which) rec->headers_done = 1;
+  else rec->json_done = 1;
 }
 
 /* 1 for "headers", 0 for "json", -1 for any other key. */
@@ -200,8 +197,18 @@ static int fill(lua_State *L) {
   lua_settop(L, 1);
   resp_rec *rec = push_record(L, 1);
   if (!rec) return 0;
-  if (!rec->headers_done) { make(L, 1, rec, 2, 1); lua_pop(L, 1); }
-  if (!rec->json_done) { make(L, 1, rec, 2, 0); lua_pop(L, 1); }
+  for (int which = 1; which >= 0; which--) {
+    if (which ? rec->headers_done : rec->json_done) continue;
+    lua_pushstring(L, which ? "headers" : "json");
+    if (lua_rawget(L, 1) != LUA_TNIL) {   /* the step's own value (rawset) stands */
+      if (which) rec->headers_done = 1;
+      else rec->json_done = 1;
+    } else {
+      make(L, 1, rec, 2, which);
+      lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+  }
   settle(L, 1, rec);
   return 0;
 }
