@@ -718,6 +718,7 @@ const mend_store_methods mend__sqlite_methods = {
   .send_event = mend__sqlite_send_event,
   .record_event = mend__sqlite_record_event,
   .next_committed_event = mend__sqlite_next_committed_event,
+  .open_committed_reads = mend__sqlite_open_committed_reads,
   .next_event = mend__sqlite_next_event,
   .consume_event = mend__sqlite_consume_event,
   .last_event = mend__sqlite_last_event,

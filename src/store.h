@@ -316,6 +316,9 @@ typedef struct mend_store_methods {
    * next_event); the same answers, and 2 when it has no connection of its own. */
   int (*next_committed_event)(mend_store *s, const char *run_id, const char *name,
                               long long *seq, char **payload, char **key);
+  /* Opens now what next_committed_event reads with (a reader, a connection: a login takes
+   * milliseconds), so that its first use is not inside a tick. NULL: nothing to open. */
+  void (*open_committed_reads)(mend_store *s);
   /* Marks it consumed by `step`, recorded in the batch like a transition: the batch fails if
    * it was consumed already. */
   int (*consume_event)(mend_store *s, const char *run_id, long long seq,                                  const char *step, double at);
@@ -605,6 +608,9 @@ static inline int mend_store_record_event(mend_store *s, const char *run_id, con
  * writer thread), rather than answering 2 every time. */
 static inline int mend_store_reads_committed_events(mend_store *s) {
   return MEND_STORE_M(s)->next_committed_event != NULL;
+}
+static inline void mend_store_open_committed_reads(mend_store *s) {
+  if (MEND_STORE_M(s)->open_committed_reads) MEND_STORE_M(s)->open_committed_reads(s);
 }
 static inline int mend_store_next_committed_event(mend_store *s, const char *run_id, const char *name, long long *seq, char **payload, char **key) {
   if (!MEND_STORE_M(s)->next_committed_event) return 2;

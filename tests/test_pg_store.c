@@ -768,6 +768,53 @@ static void test_events(void) {
   drop_case();
 }
 
+/* A tick's look at a run's inbox among committed rows (aux: no wait for the writer thread):
+ * what the open transaction sent or consumed is not seen yet, what was committed is, by
+ * name; a run id the server could not take as text is in no row. */
+static void test_committed_events(void) {
+  new_case();
+  mend_store *s = open_store();
+  if (!s) return;
+  mend_run_rec r = run_rec("r1", NULL);
+  mend__pg_insert_run(s, &r);
+  long long seq, seq2;
+  char *payload, *key;
+  CHECK_EQ_INT(mend__pg_send_event(s, "r1", "paid", "{\"n\":1}", "k1", 5), 0);
+  CHECK_EQ_INT(mend__pg_next_committed_event(s, "r1", "paid", &seq, &payload, &key), 0);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(mend__pg_send_event(s, "r1", "paid", "{\"n\":2}", "k2", 6), 0);
+  CHECK_EQ_INT(mend__pg_send_event(s, "r1", "shipped", "{\"n\":3}", "k3", 6), 0);
+  CHECK_EQ_INT(mend__pg_next_committed_event(s, "r1", "paid", &seq, &payload, &key), 1);
+  CHECK_STR(payload, "{\"n\":1}");
+  CHECK_STR(key, "k1");
+  free(payload);
+  free(key);
+  CHECK_EQ_INT(mend__pg_next_committed_event(s, "r1", "shipped", &seq2, &payload, &key), 0);
+  CHECK_EQ_INT(mend__pg_next_committed_event(s, "r2", "paid", &seq2, &payload, &key), 0);
+  CHECK_EQ_INT(mend__pg_next_committed_event(s, "r\xff", "paid", &seq2, &payload, &key), 0);
+  /* consumed in the open transaction: the batch's own read moves on, the committed look not */
+  CHECK_EQ_INT(mend__pg_consume_event(s, "r1", seq, "a", 7), 0);
+  CHECK_EQ_INT(mend__pg_next_event(s, "r1", "paid", &seq2, &payload, &key), 1);
+  CHECK_STR(key, "k2");
+  free(payload);
+  free(key);
+  CHECK_EQ_INT(mend__pg_next_committed_event(s, "r1", "paid", &seq2, &payload, &key), 1);
+  CHECK(seq2 == seq);
+  free(payload);
+  free(key);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(mend__pg_next_committed_event(s, "r1", "paid", &seq2, &payload, &key), 1);
+  CHECK_STR(key, "k2");
+  free(payload);
+  free(key);
+  CHECK_EQ_INT(mend__pg_next_committed_event(s, "r1", "shipped", &seq2, &payload, &key), 1);
+  CHECK_STR(payload, "{\"n\":3}");
+  free(payload);
+  free(key);
+  mend__pg_close(s);
+  drop_case();
+}
+
 static void test_tokens(void) {
   new_case();
   mend_store *s = open_store();
@@ -1249,6 +1296,7 @@ int main(void) {
   test_fence();
   test_dropped_connection();
   test_events();
+  test_committed_events();
   test_tokens();
   test_child_end_fenced();
   test_deadlock();

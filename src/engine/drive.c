@@ -143,6 +143,10 @@ int mend_engine_tick_with(mend_engine *E, double budget, mend_engine_tick_info *
   mend__tp_tick_begin(E, budget);
   mend__writer_sched_want(E, 1);
   if (!E->broken) tick_writer(E);
+  if (!E->tick_reads_opened) {   /* at the first tick, so that no later one pays for a login */
+    E->tick_reads_opened = 1;
+    mend_store_open_committed_reads(E->store);
+  }
   int turns = 0;
   do {
     if (mend__turn_has_work(E)) mend__kick(E);   /* a write outside any run (a load) needs a turn too */

@@ -250,6 +250,7 @@ struct mend_engine {
   double tick_flushed_cpu;
   unsigned long tick_did; /* actions done in this tick */
   int tick_writer_tried;  /* a tick started (or could not start) the writer thread */
+  int tick_reads_opened;  /* a tick opened the store's reads of committed events (drive.c) */
   atomic_int writer_sched_want;  /* the writer thread's class, as the loop wants it (wsched.c) */
   atomic_int writer_sched_busy;  /* 1 while one thread moves the writer thread (wsched.c) */
   int writer_sched_now;   /* the class it is in, under writer_sched_busy */

@@ -90,6 +90,8 @@ int mend__sqlite_next_event(mend_store *s, const char *run_id, const char *name,
   return rc_copy;
 }
 
+void mend__sqlite_open_committed_reads(mend_store *s) { (void)mend__open_reader(s); }
+
 int mend__sqlite_next_committed_event(mend_store *s, const char *run_id, const char *name,
                                       long long *seq, char **payload, char **key) {
   *payload = *key = NULL;

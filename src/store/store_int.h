@@ -267,6 +267,7 @@ json_t *mend__sqlite_prune(mend_store *s, double before, const char *status, int
 int mend__sqlite_send_event(mend_store *s, const char *run_id, const char *name, const char *payload, const char *key, double sent);
 void mend__sqlite_read_flushes(mend_store *s, unsigned long *records, double *cpu, int *pending);
 int mend__sqlite_next_committed_event(mend_store *s, const char *run_id, const char *name, long long *seq, char **payload, char **key);
+void mend__sqlite_open_committed_reads(mend_store *s);
 int mend__sqlite_record_event(mend_store *s, const char *run_id, const char *name, const char *payload, const char *key, double sent);
 int mend__sqlite_next_event(mend_store *s, const char *run_id, const char *name, long long *seq, char **payload, char **key);
 int mend__sqlite_consume_event(mend_store *s, const char *run_id, long long seq, const char *step, double at);

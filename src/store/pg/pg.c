@@ -49,11 +49,17 @@ static int utf8_valid(const unsigned char *t) {
   return 1;
 }
 
+/* Whether connection c's server can take t as text (what it cannot is in no row). */
+int mend__pg_text_fits_on(PGconn *c, const char *t) {
+  if (!t) return 1;
+  const char *enc = pg_encoding_to_char(PQclientEncoding(c));
+  return strcmp(enc, "UTF8") != 0 || utf8_valid((const unsigned char *)t);
+}
+
 /* After the writer thread is done with the connection (it may open it again): as every read. */
 int mend__pg_text_fits(mend_pg *p, const char *t) {
   if (!t || mend__pg_writer_wait(p) != 0 || !p->conn) return 1;   /* the read after says why */
-  const char *enc = pg_encoding_to_char(PQclientEncoding(p->conn));
-  return strcmp(enc, "UTF8") != 0 || utf8_valid((const unsigned char *)t);
+  return mend__pg_text_fits_on(p->conn, t);
 }
 
 double mend__pg_mono(void) {
@@ -488,6 +494,8 @@ const mend_store_methods mend__pg_methods = {
   .prune = pg_prune,
   .send_event = mend__pg_send_event,
   .next_event = mend__pg_next_event,
+  .next_committed_event = mend__pg_next_committed_event,
+  .open_committed_reads = mend__pg_open_committed_reads,
   .consume_event = mend__pg_consume_event,
   .last_event = mend__pg_last_event,
   .events_after = mend__pg_events_after,

@@ -136,6 +136,7 @@ void mend__pg_msg(char *buf, int len, const char *fmt, ...);
  * UTF8 connection), which means no row holds it: a read can answer "none" without asking.
  * Waits for the writer thread first, as a read does. */
 int mend__pg_text_fits(mend_pg *p, const char *t);
+int mend__pg_text_fits_on(PGconn *c, const char *t);
 /* err = "<server>: <what>: <PostgreSQL's message>" (first line); returns -1. */
 int mend__pg_fail(mend_pg *p, PGconn *c, const PGresult *r, const char *what);
 /* Did the server roll the transaction back for its clash with another (SQLSTATE class 40: a
@@ -286,6 +287,9 @@ int mend__pg_send_event(mend_store *s, const char *run_id, const char *name,
                         const char *payload, const char *key, double sent);
 int mend__pg_next_event(mend_store *s, const char *run_id, const char *name, long long *seq,
                         char **payload, char **key);
+int mend__pg_next_committed_event(mend_store *s, const char *run_id, const char *name,
+                                  long long *seq, char **payload, char **key);
+void mend__pg_open_committed_reads(mend_store *s);
 int mend__pg_consume_event(mend_store *s, const char *run_id, long long seq, const char *step,
                            double at);
 long long mend__pg_last_event(mend_store *s);

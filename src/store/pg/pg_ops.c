@@ -408,13 +408,9 @@ int mend__pg_send_event(mend_store *s, const char *run_id, const char *name,
   return dup_key;
 }
 
-int mend__pg_next_event(mend_store *s, const char *run_id, const char *name, long long *seq,
-                        char **payload, char **key) {
-  mend_pg *p = PG(s);
-  *payload = *key = NULL;
-  const char *v[2] = {run_id, name};
-  PGresult *r = read_now(p, P_NEXT_EVENT, 2, v, "read a run's inbox");
-  if (!r) return -1;
+/* The event of r's first row (seq, payload, key), copied, and r cleared: 1, 0 no row, or -1
+ * out of memory (nothing kept). */
+static int event_of(mend_pg *p, PGresult *r, long long *seq, char **payload, char **key) {
   if (!PQntuples(r)) {
     PQclear(r);
     return 0;
@@ -434,6 +430,38 @@ int mend__pg_next_event(mend_store *s, const char *run_id, const char *name, lon
   }
   return 1;
 }
+
+int mend__pg_next_event(mend_store *s, const char *run_id, const char *name, long long *seq,
+                        char **payload, char **key) {
+  mend_pg *p = PG(s);
+  *payload = *key = NULL;
+  const char *v[2] = {run_id, name};
+  PGresult *r = read_now(p, P_NEXT_EVENT, 2, v, "read a run's inbox");
+  if (!r) return -1;
+  return event_of(p, r, seq, payload, key);
+}
+
+/* On aux, a session of its own: committed rows only, and no wait for the writer thread, whose
+ * commit (a round trip and the server's flush) a tick would otherwise wait out. Whatever goes
+ * wrong here answers 2, and the caller reads with the open batch, which says what it is. */
+int mend__pg_next_committed_event(mend_store *s, const char *run_id, const char *name,
+                                  long long *seq, char **payload, char **key) {
+  mend_pg *p = PG(s);
+  *payload = *key = NULL;
+  if (mend__pg_aux(p) != 0) return 2;
+  if (!mend__pg_text_fits_on(p->aux, run_id) || !mend__pg_text_fits_on(p->aux, name)) return 0;
+  const char *v[2] = {run_id, name};
+  char stmt[16];
+  snprintf(stmt, sizeof stmt, "m%d", P_NEXT_EVENT);
+  PGresult *r = PQexecPrepared(p->aux, stmt, 2, v, NULL, NULL, 0);
+  if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+    PQclear(r);
+    return 2;   /* aux is opened again at its next use */
+  }
+  return event_of(p, r, seq, payload, key);
+}
+
+void mend__pg_open_committed_reads(mend_store *s) { (void)mend__pg_aux(PG(s)); }
 
 int mend__pg_consume_event(mend_store *s, const char *run_id, long long seq, const char *step,
                            double at) {
