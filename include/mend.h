@@ -278,12 +278,14 @@ MEND_API int mend_engine_resolve_dead_letter(mend_engine *engine, const char *ru
  * such run; MEND_ESTATE: the run has ended (or is compensating); MEND_EINVAL: bad JSON.
  * by_key: the run is the one started with that run key. Being durable on return, a signal
  * commits (in MEND_SYNC_FULL, an fsync) on the caller's thread, after the batch the commit
- * thread may be writing. Except in an engine that ticks (mend_engine_tick) with a database
- * file, to a run it holds in memory, named by its id: there MEND_OK means the run exists and
- * is running, so the event is accepted; it joins the batch mend's thread writes next, and
+ * thread may be writing. Except in an engine that ticks (mend_engine_tick), to a run it holds
+ * in memory, named by its id: there MEND_OK means the run exists and is running, so the
+ * event is accepted; it joins the batch mend's thread writes next, and
  * is durable once that batch is (a crash before then loses it; a tick or two later). The
  * run takes it only once it is durable. A key sent before is then kept once when that
- * batch is written (MEND_OK either way, as always). */
+ * batch is written (MEND_OK either way, as always). On PostgreSQL the same holds for an event
+ * with a key (one lost with its batch's connection is sent again with the next batch, and
+ * kept once by its key); one without a key commits before this returns. */
 MEND_API int mend_engine_signal(mend_engine *engine, const char *run_id, const char *name,
                                 const char *payload_json, const char *key);
 MEND_API int mend_engine_signal_by_key(mend_engine *engine, const char *run_key,

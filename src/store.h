@@ -301,8 +301,12 @@ typedef struct mend_store_methods {
   int (*send_event)(mend_store *s, const char *run_id, const char *name,                               const char *payload, const char *key, double sent);
   /* send, only recorded in the open batch like a transition (with a writer thread, no wait for
    * it): the event is durable once that batch is. A key the inbox has already is kept once when
-   * the batch is written, and not known here. 0, -1 error. NULL: the backend has none (the
-   * caller sends and commits). */
+   * the batch is written, and not known here. 0; 1 not recorded (the caller sends and commits,
+   * as without it); -1 error. NULL: the backend has none. A backend whose lost batch is not an
+   * error (PostgreSQL: the connection dropped, the batch counted as not committed) sends the
+   * events it recorded again at the head of the next batch, so that the caller's "sent"
+   * holds: it records only events with a key, which keeps each once where a commit whose
+   * answer was lost did happen. */
   int (*record_event)(mend_store *s, const char *run_id, const char *name,
                       const char *payload, const char *key, double sent);
   /* The oldest event of `name` the run has not consumed, seeing the open batch: 1 and its seq,

@@ -726,6 +726,59 @@ static void test_dropped_connection(void) {
   drop_case();
 }
 
+/* A ticking host's signal recorded in the batch (no round trip): only with a key and text the
+ * server takes (1: the caller sends it); in the inbox once committed; sent again, first and in
+ * order, when the transaction holding it is lost with its connection, whether in the loop's
+ * open transaction or the writer thread's batch; kept once by its key. */
+static void test_recorded_events(void) {
+  new_case();
+  mend_store *s = open_store();
+  if (!s) return;
+  mend_run_rec r = run_rec("r1", NULL);
+  CHECK_EQ_INT(mend__pg_insert_run(s, &r), 0);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(mend__pg_record_event(s, "r1", "slain", "{}", NULL, 1), 1);
+  CHECK_EQ_INT(mend__pg_record_event(s, "r1", "slain", "{}", "k\xff", 1), 1);
+  CHECK_EQ_INT(mend__pg_record_event(s, "r1", "sl\xc3", "{}", "k0", 1), 1);
+  CHECK_EQ_INT(mend__pg_record_event(s, "r1", "slain", "{\"n\":1}", "k1", 1), 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM inbox"), 0);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM inbox WHERE key = 'k1' AND payload = '{\"n\":1}'"), 1);
+  /* lost in the loop's open transaction: k2 sent into it by a read, k3 recorded after */
+  CHECK_EQ_INT(mend__pg_record_event(s, "r1", "slain", NULL, "k2", 2), 0);
+  CHECK_EQ_INT(mend__pg_last_history(s, "r1", NULL), 0);
+  terminate_others();
+  CHECK_EQ_INT(mend__pg_record_event(s, "r1", "slain", NULL, "k3", 3), 0);
+  CHECK(mend__pg_commit(s) != 0);   /* told: not known committed */
+  CHECK_EQ_INT(count("SELECT count(*) FROM inbox"), 1);
+  CHECK_EQ_INT(mend__pg_record_event(s, "r1", "slain", NULL, "k1", 4), 0);   /* kept once */
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM inbox"), 3);
+  CHECK_EQ_INT(count("SELECT count(*) FROM inbox a JOIN inbox b ON a.key = 'k2' AND"
+                     " b.key = 'k3' AND a.seq < b.seq"), 1);
+  /* lost in the writer thread's batch */
+  CHECK_EQ_INT(mend__pg_start_writer(s, NULL, NULL), 0);
+  unsigned long durable = mend__pg_durable_seq(s);
+  CHECK_EQ_INT(mend__pg_record_event(s, "r1", "slain", NULL, "k4", 5), 0);
+  CHECK_EQ_INT(mend__pg_last_history(s, "r1", NULL), 0);   /* the batch's transaction is open */
+  terminate_others();
+  CHECK_EQ_INT(mend__pg_record_event(s, "r1", "slain", NULL, "k5", 6), 0);
+  CHECK_EQ_INT(mend__pg_hand_off(s), 0);
+  while (mend__pg_writer_busy(s)) sleep_s(0.01);
+  CHECK_EQ_INT(mend__pg_durable_seq(s), durable);
+  CHECK(mend__pg_commit(s) != 0);
+  CHECK_EQ_INT(mend__pg_record_event(s, "r1", "slain", NULL, "k6", 7), 0);
+  CHECK_EQ_INT(mend__pg_hand_off(s), 0);
+  while (mend__pg_writer_busy(s)) sleep_s(0.01);
+  CHECK(mend__pg_durable_seq(s) > durable);
+  CHECK_EQ_INT(count("SELECT count(*) FROM inbox"), 6);
+  CHECK_EQ_INT(count("SELECT count(*) FROM inbox a JOIN inbox b ON a.key = 'k4' AND"
+                     " b.key = 'k5' AND a.seq < b.seq JOIN inbox c ON c.key = 'k6' AND"
+                     " b.seq < c.seq"), 1);
+  mend__pg_close(s);
+  drop_case();
+}
+
 static void on_event(void *ud, const char *run_id) {
   (void)run_id;
   (*(int *)ud)++;
@@ -1297,6 +1350,7 @@ int main(void) {
   test_dropped_connection();
   test_events();
   test_committed_events();
+  test_recorded_events();
   test_tokens();
   test_child_end_fenced();
   test_deadlock();

@@ -161,8 +161,9 @@ struct mend_sent_event {
 
 /* A ticking host's signal joins the batch the writer thread writes next instead of committing
  * (and syncing) on the host's thread, when the run is in memory here: whether it may take
- * events is known without a read. A parked run, one held elsewhere, one named by its key, or
- * an engine that does not tick take the path that reads and commits. */
+ * events is known without a read. A parked run, one held elsewhere, one named by its key, an
+ * event the store does not record (PostgreSQL: one without a key) or an engine that does not
+ * tick take the path that reads and commits. */
 static int joins_batch(mend_engine *E, const mend_run *r) {
   return r && E->writer && E->tick_writer_tried && mend_store_can_record_event(E->store);
 }
@@ -179,6 +180,9 @@ static void queue_sent(mend_engine *E, struct mend_sent_event *ev, const char *i
   E->sent_tail = ev;
 }
 
+/* send_in_batch: the store would not record it (the caller sends and commits it). */
+#define NOT_RECORDED 1
+
 static int send_in_batch(mend_engine *E, const char *id, const char *name, const char *text,
                          const char *key, char *err, int errlen) {
   size_t nlen = strlen(name) + 1;
@@ -187,7 +191,12 @@ static int send_in_batch(mend_engine *E, const char *id, const char *name, const
     mend_errorf(err, errlen, "out of memory");
     return MEND_EVENT_ESTORE;
   }
-  if (mend_store_record_event(E->store, id, name, text, key, mend_engine_now(E))) {
+  int recorded = mend_store_record_event(E->store, id, name, text, key, mend_engine_now(E));
+  if (recorded == 1) {
+    free(ev);
+    return NOT_RECORDED;
+  }
+  if (recorded) {
     free(ev);
     mend__store_failed(E);
     mend_errorf(err, errlen, "%s", E->errmsg[0] ? E->errmsg : mend_store_errmsg(E->store));
@@ -342,8 +351,10 @@ static int send_event(mend_engine *E, const char *id, const char *run_key, const
   if (run_id_out) snprintf(run_id_out, MEND_RUN_ID_LEN, "%s", id);
   if (joins_batch(E, r)) {
     int rc = send_in_batch(E, id, name, text, key, err, errlen);
-    free(text);
-    return rc;
+    if (rc != NOT_RECORDED) {
+      free(text);
+      return rc;
+    }
   }
   int sent = mend_store_send_event(E->store, id, name, text, key, mend_engine_now(E));
   free(text);

@@ -49,6 +49,8 @@ static int utf8_valid(const unsigned char *t) {
   return 1;
 }
 
+int mend__pg_utf8(const char *t) { return utf8_valid((const unsigned char *)t); }
+
 /* Whether connection c's server can take t as text (what it cannot is in no row). */
 int mend__pg_text_fits_on(PGconn *c, const char *t) {
   if (!t) return 1;
@@ -338,6 +340,8 @@ void mend__pg_close(mend_store *s) {
   }
   free(p->versions);
   for (int k = 0; k < 2; k++) mend__pg_log_free(&p->logs[k]);
+  mend__pg_log_free(&p->tx_events);
+  mend__pg_log_free(&p->carry);
   free(p);
 }
 
@@ -495,6 +499,7 @@ const mend_store_methods mend__pg_methods = {
   .send_event = mend__pg_send_event,
   .next_event = mend__pg_next_event,
   .next_committed_event = mend__pg_next_committed_event,
+  .record_event = mend__pg_record_event,
   .open_committed_reads = mend__pg_open_committed_reads,
   .consume_event = mend__pg_consume_event,
   .last_event = mend__pg_last_event,

@@ -54,8 +54,7 @@ void mend__pg_rec_begin(mend_pg *p, int q) {
   log->recs[log->nrec++] = (pg_rec){q, log->nval, 0, p->repairing};
 }
 
-static void rec_value(mend_pg *p, const char *t, size_t n) {
-  pg_log *log = p->cur;
+static void log_value(pg_log *log, const char *t, size_t n) {
   if (log->oom || !log->nrec) return;
   if (grow((void **)&log->vals, &log->capval, log->nval + 1, sizeof *log->vals)) {
     log->oom = 1;
@@ -81,6 +80,52 @@ static void rec_value(mend_pg *p, const char *t, size_t n) {
   }
   log->vals[log->nval++] = off;
   log->recs[log->nrec - 1].n++;
+}
+
+static void rec_value(mend_pg *p, const char *t, size_t n) { log_value(p->cur, t, n); }
+
+/* Appends src's records of statement q (every record when q < 0) to dst, values copied. */
+static void log_keep(pg_log *dst, const pg_log *src, int q) {
+  for (int k = 0; k < src->nrec && !dst->oom; k++) {
+    const pg_rec *r = &src->recs[k];
+    if (q >= 0 && r->q != q) continue;
+    if (grow((void **)&dst->recs, &dst->caprec, dst->nrec + 1, sizeof *dst->recs)) {
+      dst->oom = 1;
+      return;
+    }
+    dst->recs[dst->nrec++] = (pg_rec){r->q, dst->nval, 0, r->repair};
+    for (int i = 0; i < r->n; i++) {
+      long off = src->vals[r->first + i];
+      log_value(dst, off < 0 ? NULL : src->text + off, off < 0 ? 0 : strlen(src->text + off));
+    }
+    dst->wake = 1;
+  }
+}
+
+/* An event recorded in a batch was told to its sender as sent: if its transaction is rolled
+ * back (the connection lost, the server ending a deadlock), it goes again at the head of the
+ * next flush, before anything recorded since, so that events keep their order. Its key keeps
+ * it once where the commit did happen but its answer was lost (mend__pg_record_event). */
+static void events_not_committed(mend_pg *p) {
+  log_keep(&p->carry, &p->tx_events, -1);
+  log_clear(&p->tx_events);
+}
+
+/* The events to send again, put before log's records; out of memory: log->oom. */
+static void carry_first(mend_pg *p, pg_log *log) {
+  pg_log both = {0};
+  log_keep(&both, &p->carry, -1);
+  log_keep(&both, log, -1);
+  both.wake = 1;
+  if (both.oom) {
+    mend__pg_log_free(&both);
+    log->oom = 1;
+    return;
+  }
+  pg_log old = *log;
+  *log = both;
+  mend__pg_log_free(&old);
+  log_clear(&p->carry);
 }
 
 void mend__pg_rec_text(mend_pg *p, const char *t) { rec_value(p, t, t ? strlen(t) : 0); }
@@ -282,6 +327,7 @@ void mend__pg_rollback(mend_pg *p) {
   if (p->conn && PQstatus(p->conn) == CONNECTION_OK &&
       PQtransactionStatus(p->conn) != PQTRANS_IDLE)
     PQclear(PQexec(p->conn, "ROLLBACK"));
+  events_not_committed(p);
   p->in_batch = 0;
   p->batch_failed = 0;
   p->tx_wake = 0;
@@ -543,6 +589,7 @@ static int to_savepoint(mend_pg *p) {
 /* Sends the log's writes in the open transaction (begun if need be, or if `begin`), and
  * COMMIT after them with `commit`; empties the log. A failure rolls the whole batch back. */
 static int flush(mend_pg *p, pg_log *log, int commit, int begin) {
+  if (p->carry.nrec && !log->oom) carry_first(p, log);
   if (log->oom) {
     mend__pg_msg(p->err, sizeof p->err, "%s: recording a write: out of memory", p->server);
     log_clear(log);
@@ -551,6 +598,7 @@ static int flush(mend_pg *p, pg_log *log, int commit, int begin) {
     return -1;
   }
   if (!p->in_batch && ensure_connected(p) != 0) {
+    log_keep(&p->carry, log, P_RECORD_EVENT);
     log_clear(log);
     p->conn_lost = 1;   /* nothing sent: told now, and the next batch tries again */
     return -1;
@@ -576,6 +624,8 @@ static int flush(mend_pg *p, pg_log *log, int commit, int begin) {
     rc = flush_once(p, log, commit, begin, &late, &taken);
     p->rows_one_by_one = 0;
   }
+  if (rc == 0 && commit) log_clear(&p->tx_events);
+  else log_keep(&p->tx_events, log, P_RECORD_EVENT);   /* in the transaction, or gone with it */
   log_clear(log);
   if (rc != 0) {
     /* The connection gone (the server restarted, the session ended): whether a COMMIT sent

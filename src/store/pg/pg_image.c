@@ -286,7 +286,8 @@ void mend__pg_pre_forget(mend_pg *p, int q, const char *v0) {
   case P_CLAIM_OLDEST: case P_CLAIM_NEWEST: case P_CLAIM_FREE_OLDEST: case P_CLAIM_FREE_NEWEST:
   case P_FORGET_GONE: case P_FORGET_WORKER: case P_RELEASE_OWNER: case P_RENEW:
   case P_PUT_BREAKER: case P_PUT_VERSION: case P_KEEP_SCRIPT: case P_AUDIT: case P_PUT_TOKEN:
-  case P_USE_TOKEN: case P_SEND_EVENT: case P_DLQ_REMOVE: case P_CONSUME_EVENT:
+  case P_USE_TOKEN: case P_SEND_EVENT: case P_RECORD_EVENT: case P_DLQ_REMOVE:
+  case P_CONSUME_EVENT:
   case P_CHILD_END:
     return;
   /* of the run named first */

@@ -39,7 +39,7 @@ enum {
   P_PUT_TOKEN, P_TOKEN_OF_ATTEMPT, P_USE_TOKEN, P_SET_PARENT, P_REOPEN_RUN,
   P_IMAGE_RUN, P_IMAGE_STEPS, P_IMAGE_HISTORY,
   P_IMAGES_RUN, P_IMAGES_STEPS, P_IMAGES_HISTORY, P_INSERT_RUN_KEY, P_APPEND_HISTORIES, P_PUT_STEPS,
-  P_INSERT_RUNS, P_UPDATE_RUNS,
+  P_INSERT_RUNS, P_UPDATE_RUNS, P_RECORD_EVENT,
   P__COUNT
 };
 extern const char *const mend__pg_sql[P__COUNT];
@@ -94,6 +94,10 @@ typedef struct mend_pg {
   int batch_failed;
   int not_found;
   pg_log logs[2], *cur;
+  /* Events recorded in batches (mend__pg_record_event) not known committed: those sent in the
+   * open transaction, and those to send again at the head of the next flush because the
+   * transaction that held them was rolled back (pg_batch.c). */
+  pg_log tx_events, carry;
   pg_writer *w;
   unsigned long open_seq, durable_seq;
   void (*commit_hook)(const char *phase);
@@ -137,6 +141,7 @@ void mend__pg_msg(char *buf, int len, const char *fmt, ...);
  * Waits for the writer thread first, as a read does. */
 int mend__pg_text_fits(mend_pg *p, const char *t);
 int mend__pg_text_fits_on(PGconn *c, const char *t);
+int mend__pg_utf8(const char *t);   /* RFC 3629's well-formed UTF-8 */
 /* err = "<server>: <what>: <PostgreSQL's message>" (first line); returns -1. */
 int mend__pg_fail(mend_pg *p, PGconn *c, const PGresult *r, const char *what);
 /* Did the server roll the transaction back for its clash with another (SQLSTATE class 40: a
@@ -287,6 +292,8 @@ int mend__pg_send_event(mend_store *s, const char *run_id, const char *name,
                         const char *payload, const char *key, double sent);
 int mend__pg_next_event(mend_store *s, const char *run_id, const char *name, long long *seq,
                         char **payload, char **key);
+int mend__pg_record_event(mend_store *s, const char *run_id, const char *name,
+                          const char *payload, const char *key, double sent);
 int mend__pg_next_committed_event(mend_store *s, const char *run_id, const char *name,
                                   long long *seq, char **payload, char **key);
 void mend__pg_open_committed_reads(mend_store *s);

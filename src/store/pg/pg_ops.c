@@ -431,6 +431,30 @@ static int event_of(mend_pg *p, PGresult *r, long long *seq, char **payload, cha
   return 1;
 }
 
+/* In the batch, as a transition is (the engine's ticking host: no round trip, no wait for the
+ * writer thread). Only with a key: a batch whose connection is lost is not known committed, so
+ * its events are sent again with the next (pg_batch.c), and the key keeps each once. Nor a
+ * text the server might refuse, which would fail the batch of every run with it: that one the
+ * caller sends on its own. */
+int mend__pg_record_event(mend_store *s, const char *run_id, const char *name,
+                          const char *payload, const char *key, double sent) {
+  mend_pg *p = PG(s);
+  if (!key || !mend__pg_utf8(run_id) || !mend__pg_utf8(name) || !mend__pg_utf8(key) ||
+      (payload && !mend__pg_utf8(payload)))
+    return 1;
+  int repairing = p->repairing;
+  p->repairing = 1;   /* no write of the run's holder: whoever holds it, the fence lets it by */
+  mend__pg_rec_begin(p, P_RECORD_EVENT);
+  mend__pg_rec_text(p, run_id);
+  mend__pg_rec_text(p, name);
+  mend__pg_rec_text(p, payload);
+  mend__pg_rec_text(p, key);
+  mend__pg_rec_real(p, sent);
+  p->repairing = repairing;
+  p->cur->wake = 1;   /* its run may be held elsewhere */
+  return mend__pg_rec_end(p);
+}
+
 int mend__pg_next_event(mend_store *s, const char *run_id, const char *name, long long *seq,
                         char **payload, char **key) {
   mend_pg *p = PG(s);

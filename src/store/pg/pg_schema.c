@@ -194,6 +194,12 @@ const char *const mend__pg_sql[P__COUNT] = {
   [P_SEND_EVENT] =
     "INSERT INTO inbox(run_id, name, payload, key, sent) VALUES($1::text, $2::text, $3::text,"
     " $4::text, $5::float8) ON CONFLICT (run_id, key) DO NOTHING",
+  /* The same, recorded in a batch: the lock taken by the statement itself (the row comes
+   * from the lock's), so that it is taken before the row's seq. */
+  [P_RECORD_EVENT] =
+    "WITH l AS (SELECT pg_advisory_xact_lock(x'4d454e49'::int))"
+    " INSERT INTO inbox(run_id, name, payload, key, sent) SELECT $1::text, $2::text, $3::text,"
+    " $4::text, $5::float8 FROM l ON CONFLICT (run_id, key) DO NOTHING",
   [P_NEXT_EVENT] =
     "SELECT seq, payload, key FROM inbox WHERE run_id = $1::text AND name = $2::text"
     " AND consumed IS NULL ORDER BY seq LIMIT 1",
