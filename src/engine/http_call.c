@@ -1,11 +1,13 @@
 /*
  * http_call: a step's mend.http call, up to the request handed to curl: the call's table read
  * and checked, the URL checked against the host allow-list (and the URLs checked lately
- * remembered), the method, body, timeouts and codes of the call, the Idempotency-Key and
- * User-Agent headers, and the options set on the request's easy handle.
+ * remembered with their parse, which curl is given), the method, body, timeouts and codes of
+ * the call, the Idempotency-Key and User-Agent headers, and the options set on the request's
+ * easy handle.
  * Must never: send a request to a host the allow-list refuses; leave an option of one call
- * on a handle for the next (an option beyond the common ones marks the request dirty); trust
- * a size or a count from the call's table without its bound.
+ * on a handle for the next (an option beyond the common ones marks the request dirty); free
+ * a URL's parse while a request holds it; trust a size or a count from the call's table
+ * without its bound.
  */
 #include "http_int.h"
 
