@@ -477,6 +477,43 @@ describe("mend.http", function()
     assert.are.equal(reqs[1].client_port, reqs[2].client_port)
   end)
 
+  -- A checked URL's parse is what curl reads while its request is in flight, and the engine
+  -- remembers 8 (http_int.h, HTTP_URL_MEMO): more distinct URLs in flight at once push the
+  -- parses of requests still in flight out of the memo.
+  it("sends each of more distinct URLs than it remembers, in flight at once, to its own", function()
+    local n, paths = 24, {}
+    for i = 1, n do paths["/u" .. i] = { { status = 200, delay = 0.5, body = "u" .. i } } end
+    script(paths)
+    local eng = H.new_engine()
+    eng:register(H.one_step("u", { execute = function(ctx)
+      local i = ctx.input.i
+      local url = i % 2 == 0 and ("http://user" .. i .. ":pw@127.0.0.1:" .. server.port .. "/u" .. i)
+                  or (server.base .. "/u" .. i)
+      return mend.http{ url = url }.body
+    end }))
+    local ids = {}
+    for i = 1, n do ids[i] = eng:start("u", { i = i }) end
+    eng:run()
+    local most = 0
+    for i = 1, n do
+      assert.are.equal("succeeded", eng:status(ids[i]).status)
+      assert.are.equal("u" .. i, H.step(eng:status(ids[i]), "work").result)
+      local reqs = seen("/u" .. i)
+      assert.are.equal(1, #reqs)
+      if reqs[1].in_flight > most then most = reqs[1].in_flight end
+      if i % 2 == 0 then   -- its own credentials, not another URL's
+        local b64 = io.popen("printf user" .. i .. ":pw | base64"):read("l")
+        assert.are.equal("Basic " .. b64, reqs[1].authorization)
+      else
+        assert.are.equal(mend.json.null, reqs[1].authorization)
+      end
+      local ok = H.events(eng, ids[i], { event = "step", to = "succeeded" })[1]
+      assert.matches("^GET http://127.0.0.1:%d+/u" .. i .. " %-> 200", ok.detail)
+      assert.is_nil(ok.detail:find("pw", 1, true))
+    end
+    assert.is_true(most > 8, "at most " .. most .. " requests were open at once")
+  end)
+
   it("sends each request only what its own call asked for, one after another on one engine", function()
     script({ ["/seq"] = { { status = 200 } } })
     local base = server.base .. "/seq"

@@ -231,7 +231,10 @@ void mend__http_req_free(http_req *q) {
   if (q->added) H->in_multi--;
   curl_multi_remove_handle(H->multi, q->easy);
   free(q->body);
-  free(q->url);
+  if (q->target) {   /* the handle must not point at a parse that may be freed now */
+    curl_easy_setopt(q->easy, CURLOPT_CURLU, NULL);
+    mend__http_url_drop(q->target);
+  }
   if (H->nidle < HTTP_IDLE_EASY) {
     if (q->dirty) {   /* nothing of this request's options reaches the next */
       curl_easy_reset(q->easy);
@@ -280,10 +283,7 @@ void mend__http_close(mend_engine *E) {
     mend__http_req_free(H->reqs);
   }
   while (H->nidle) req_destroy(H->idle[--H->nidle]);
-  for (int k = 0; k < HTTP_URL_MEMO; k++) {
-    free(H->memo[k].url);
-    free(H->memo[k].clean);
-  }
+  for (int k = 0; k < HTTP_URL_MEMO; k++) mend__http_url_drop(H->memo[k]);
   curl_multi_cleanup(H->multi);
   for (int k = 0; k < H->nbyfd; k++)
     if (H->byfd[k]) sock_close(H->byfd[k]);

@@ -1,11 +1,13 @@
 /*
  * http_call: a step's mend.http call, up to the request handed to curl: the call's table read
  * and checked, the URL checked against the host allow-list (and the URLs checked lately
- * remembered), the method, body, timeouts and codes of the call, the Idempotency-Key and
- * User-Agent headers, and the options set on the request's easy handle.
+ * remembered with their parse, which curl is given), the method, body, timeouts and codes of
+ * the call, the Idempotency-Key and User-Agent headers, and the options set on the request's
+ * easy handle.
  * Must never: send a request to a host the allow-list refuses; leave an option of one call
- * on a handle for the next (an option beyond the common ones marks the request dirty); trust
- * a size or a count from the call's table without its bound.
+ * on a handle for the next (an option beyond the common ones marks the request dirty); free
+ * a URL's parse while a request holds it; trust a size or a count from the call's table
+ * without its bound.
  */
 #include "http_int.h"
 
@@ -154,22 +156,33 @@ static int host_allowed(const char *list, const char *host) {
   return 0;
 }
 
-/* Parses and checks the URL: http or https, a host the engine allows. Sets q->url (without
- * user and password). */
+void mend__http_url_drop(http_url *u) {
+  if (!u || --u->refs > 0) return;
+  curl_url_cleanup(u->uh);
+  free(u->url);
+  free(u->clean);
+  free(u);
+}
+
+/* Parses and checks the URL: http or https, a host the engine allows. Sets q->target (held)
+ * and q->url (without user and password). */
 static int check_url(mend_engine *E, http_req *q, const char *url, char *err, int errlen) {
   struct mend_http *H = q->H;
   for (int k = 0; k < HTTP_URL_MEMO; k++) {
-    if (H->memo[k].url && strcmp(H->memo[k].url, url) == 0) {
-      q->url = mend_dupstr(H->memo[k].clean);
-      if (q->url) return 0;
-      snprintf(err, (size_t)errlen, "out of memory");
-      return -1;
+    if (H->memo[k] && strcmp(H->memo[k]->url, url) == 0) {
+      q->target = H->memo[k];
+      q->target->refs++;
+      q->url = q->target->clean;
+      return 0;
     }
   }
-  CURLU *u = curl_url();
-  if (!u) { snprintf(err, (size_t)errlen, "out of memory"); return -1; }
+  /* Parsed without flags: curl's own parse of a URL text adds only guessing a missing scheme
+   * and taking schemes it does not know, both refused here. */
+  CURLU *u = curl_url(), *shown = NULL;
+  http_url *t = calloc(1, sizeof *t);
   char *scheme = NULL, *host = NULL;
   int rc = -1;
+  if (!u || !t) { snprintf(err, (size_t)errlen, "out of memory"); goto out; }
   if (curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK) {
     snprintf(err, (size_t)errlen, "bad url \"%.200s\"", url);
     goto out;
@@ -188,33 +201,42 @@ static int check_url(mend_engine *E, http_req *q, const char *url, char *err, in
              E->cfg.http_allow ? E->cfg.http_allow : "none");
     goto out;
   }
-  curl_url_set(u, CURLUPART_USER, NULL, 0);
-  curl_url_set(u, CURLUPART_PASSWORD, NULL, 0);
+  /* curl reads the user and password from u; messages and history show the URL without */
+  shown = curl_url_dup(u);
   char *clean = NULL;
-  if (curl_url_get(u, CURLUPART_URL, &clean, 0) == CURLUE_OK) {
-    q->url = mend_dupstr(clean);
-    curl_free(clean);
+  if (shown) {
+    curl_url_set(shown, CURLUPART_USER, NULL, 0);
+    curl_url_set(shown, CURLUPART_PASSWORD, NULL, 0);
+    if (curl_url_get(shown, CURLUPART_URL, &clean, 0) == CURLUE_OK) {
+      t->clean = mend_dupstr(clean);
+      curl_free(clean);
+    }
   }
-  rc = q->url ? 0 : -1;
-  if (rc) {
+  t->url = mend_dupstr(url);
+  if (!t->clean || !t->url) {
     snprintf(err, (size_t)errlen, "out of memory");
     goto out;
   }
-  char *mu = mend_dupstr(url), *mc = mend_dupstr(q->url);
-  if (mu && mc) {   /* not remembered if memory is short: checked again next time */
-    int k = H->memo_next;
-    H->memo_next = (k + 1) % HTTP_URL_MEMO;
-    free(H->memo[k].url);
-    free(H->memo[k].clean);
-    H->memo[k].url = mu;
-    H->memo[k].clean = mc;
-  } else {
-    free(mu);
-    free(mc);
-  }
+  t->uh = u;
+  u = NULL;
+  t->refs = 2;   /* the memo's and this request's */
+  int k = H->memo_next;
+  H->memo_next = (k + 1) % HTTP_URL_MEMO;
+  mend__http_url_drop(H->memo[k]);
+  H->memo[k] = t;
+  q->target = t;
+  q->url = t->clean;
+  t = NULL;
+  rc = 0;
 out:
+  if (t) {
+    free(t->url);
+    free(t->clean);
+    free(t);
+  }
   curl_free(scheme);
   curl_free(host);
+  curl_url_cleanup(shown);
   curl_url_cleanup(u);
   return rc;
 }
@@ -266,7 +288,11 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
   CURL *c = q->easy;
   /* A URL's user and password stay in the handle's state past its request: reset after. */
   if (strcmp(url, q->url) != 0) q->dirty = 1;
+  /* The text too, though the parse overrides it: curl keeps it as the request's own URL
+   * (its effective URL), which it would otherwise print back from the parse on a new handle
+   * and leave at the first request's on a reused one. */
   curl_easy_setopt(c, CURLOPT_URL, url);
+  curl_easy_setopt(c, CURLOPT_CURLU, q->target->uh);
   lua_pop(L, 1);
   /* the body: a string, or json = value encoded */
   int has_type = 0, has_key = 0, has_agent = 0;
