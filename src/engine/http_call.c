@@ -288,9 +288,11 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
   CURL *c = q->easy;
   /* A URL's user and password stay in the handle's state past its request: reset after. */
   if (strcmp(url, q->url) != 0) q->dirty = 1;
-  /* The text too, though the parse overrides it: curl keeps it as the request's own URL
-   * (its effective URL), which it would otherwise print back from the parse on a new handle
-   * and leave at the first request's on a reused one. */
+  /* The text too, though the parse overrides it: curl up to 8.11 keeps it as the request's
+   * own URL (its effective URL), which it would otherwise print back from the parse on a new
+   * handle and leave at the first request's on a reused one. From 8.12 curl drops the text
+   * once a parse is set and prints the URL from the parse at every transfer: correct still,
+   * but most of what the parse saves is spent again there (Debian 12 has 7.88). */
   curl_easy_setopt(c, CURLOPT_URL, url);
   curl_easy_setopt(c, CURLOPT_CURLU, q->target->uh);
   lua_pop(L, 1);
