@@ -441,6 +441,20 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
   return 0;
 }
 
+typedef struct setup_args {
+  mend_run *r;
+  http_req *q;
+  char *err;
+  int errlen, rc;
+} setup_args;
+
+static int setup_call(lua_State *L) {
+  setup_args *a = lua_touserdata(L, 2);
+  lua_settop(L, 1);
+  a->rc = setup(a->r, a->q, L, a->err, a->errlen);
+  return 0;
+}
+
 int mend_engine_http(lua_State *L, char *err, int errlen) {
   mend_run *r = mend__waiting_run(L, err, errlen);
   if (!r) return -1;
@@ -455,8 +469,19 @@ int mend_engine_http(lua_State *L, char *err, int errlen) {
   q->next = H->reqs;
   if (H->reqs) H->reqs->prev = q;
   H->reqs = q;
+  /* Protected: the call's table is the workflow's, and its metamethods (an __index, a list's
+   * __len, a limit's error raised inside them) may raise out of the setup, which must not
+   * leave the request (its easy handle, outside any memory limit) behind. */
   int top = lua_gettop(L);
-  int rc = setup(r, q, L, err, errlen);
+  setup_args a = {r, q, err, errlen, -1};
+  lua_pushcfunction(L, setup_call);
+  lua_pushvalue(L, 1);
+  lua_pushlightuserdata(L, &a);
+  if (lua_pcall(L, 2, 0, 0) != LUA_OK) {
+    mend__http_req_free(q);
+    return lua_error(L);
+  }
+  int rc = a.rc;
   lua_settop(L, top);
   if (rc == 0) {
     q->started = mend_real_now();
