@@ -710,6 +710,16 @@ describe("mend.http", function()
     assert.are.equal("failed", eng:status(id).status)
     local f = H.events(eng, id, { event = "step", to = "failed" })[1]
     assert.matches("is not http or https", f.error)
+    -- a URL's password is never in the message, whether the URL parses or not
+    for _, c in ipairs {
+      { "ftp://user:s3cret@example.com/x", 'url "ftp://***@example.com/x" is not http or https' },
+      { "http://user:s3cret@exa mple.com/x", 'bad url "http://***@exa mple.com/x"' },
+    } do
+      local e2, id2 = run_http(function() return { url = c[1] } end)
+      local f2 = H.events(e2, id2, { event = "step", to = "failed" })[1]
+      assert.is_truthy(f2.error:find(c[2], 1, true), f2.error)
+      assert.is_nil(f2.error:find("s3cret", 1, true))
+    end
   end)
 
   it("refuses a host outside http_allow and calls one inside it", function()

@@ -166,6 +166,21 @@ void mend__http_url_drop(http_url *u) {
 
 /* Parses and checks the URL: http or https, a host the engine allows. Sets q->target (held)
  * and q->url (without user and password). */
+/* url for a message about it, its user and password (before an '@' in what follows "//", up to
+ * the path) shown as "***": the text may not parse, so this reads it as text. */
+static const char *url_shown(const char *url, char *buf, size_t n) {
+  const char *auth = strstr(url, "//");
+  if (!auth) return url;
+  auth += 2;
+  size_t end = strcspn(auth, "/?#");
+  const char *at = NULL;
+  for (size_t i = 0; i < end; i++)
+    if (auth[i] == '@') at = auth + i;
+  if (!at) return url;
+  snprintf(buf, n, "%.*s***%s", (int)(auth - url), url, at);
+  return buf;
+}
+
 static int check_url(mend_engine *E, http_req *q, const char *url, char *err, int errlen) {
   struct mend_http *H = q->H;
   for (int k = 0; k < HTTP_URL_MEMO; k++) {
@@ -180,20 +195,21 @@ static int check_url(mend_engine *E, http_req *q, const char *url, char *err, in
    * and taking schemes it does not know, both refused here. */
   CURLU *u = curl_url(), *shown = NULL;
   http_url *t = calloc(1, sizeof *t);
-  char *scheme = NULL, *host = NULL;
+  char *scheme = NULL, *host = NULL, buf[300];
   int rc = -1;
   if (!u || !t) { snprintf(err, (size_t)errlen, "out of memory"); goto out; }
   if (curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK) {
-    snprintf(err, (size_t)errlen, "bad url \"%.200s\"", url);
+    snprintf(err, (size_t)errlen, "bad url \"%.200s\"", url_shown(url, buf, sizeof buf));
     goto out;
   }
   curl_url_get(u, CURLUPART_SCHEME, &scheme, 0);
   if (!scheme || (strcasecmp(scheme, "http") && strcasecmp(scheme, "https"))) {
-    snprintf(err, (size_t)errlen, "url \"%.200s\" is not http or https", url);
+    snprintf(err, (size_t)errlen, "url \"%.200s\" is not http or https",
+             url_shown(url, buf, sizeof buf));
     goto out;
   }
   if (curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK || !host) {
-    snprintf(err, (size_t)errlen, "url \"%.200s\" has no host", url);
+    snprintf(err, (size_t)errlen, "url \"%.200s\" has no host", url_shown(url, buf, sizeof buf));
     goto out;
   }
   if ((E->cfg.sandbox || E->cfg.http_allow) && !host_allowed(E->cfg.http_allow, host)) {
