@@ -56,7 +56,7 @@ static int gc_step(mend_engine *E, double *cpu) {
   double c0 = *cpu > 0 ? *cpu : mend__thread_cpu_now();
   mend__tp_begin(E);
   int ended = lua_gc(L, LUA_GCSTEP, 0);
-  mend__tp_end(E, MEND_TP_GC, NULL);
+  mend__tp_end(E, MEND_TP_GC, ended ? "cycle_end" : NULL);
   *cpu = mend__thread_cpu_now();
   double cost = *cpu - c0;
   /* up fast, down slowly, as for actions (pump.c): the rare dear step (the atomic one) must
