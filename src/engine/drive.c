@@ -39,20 +39,20 @@ static int timers_due(const mend_timers *ts, size_t i, double now) {
   return 1 + timers_due(ts, 2 * i + 1, now) + timers_due(ts, 2 * i + 2, now);
 }
 
-/* Lua's step size (log2 of bytes) that makes one LUA_GCSTEP a single step of the collector:
- * one object marked, the atomic step, or one sweep of at most 100 objects (lgc.c's
- * GCSWEEPMAX). Sweeping frees what is dead, the collector's dearest work by far (W11, 10,000
- * players, tick profile: 135 us on average, up to 1.1 ms, for five sweeps of 100 against 13 us
- * for as much marking; the atomic step 32 us, with at most 70 live coroutines), so a piece of
- * it ends between two single steps. */
-#define TICK_GC_SINGLE_LOG2 1
+/* Lua's step size (log2 of bytes) for a tick's steps of the collector: a step of 2^4 bytes
+ * is about 100 units of work (at Lua's step multiplier of 100), i.e. a few objects marked, the
+ * atomic step, or at most two sweeps of 100 objects (lgc.c's GCSWEEPMAX). Sweeping frees what
+ * is dead, the collector's dearest work by far (W11, 10,000 players, tick profile: 135 us on
+ * average, up to 1.1 ms, for the five sweeps of a 2^6-byte step, against 13 us for as much
+ * marking; the atomic step 32 us, with at most 70 live coroutines), so a piece of it ends
+ * after a sweep or two. Smaller steps (a single object marked each) cost more in calls and
+ * clock reads than the marking they do. */
+#define TICK_GC_STEP_LOG2 4
 /* Lua's default step size, given back when ticks no longer run the collector. */
 #define LUA_GC_STEP_LOG2 13
-/* The bytes of allocation a single step pays for. A sweep of 100 objects is the work Lua's
- * own pace does for some 16 bytes (at its step multiplier of 100): paying less is more work
- * per byte, so a cycle ends sooner, never later. */
-#define TICK_GC_SINGLE_PAYS 8.0
-/* A piece of collector work is single steps for this long (wall clock, cheap to read), so
+/* The bytes of allocation a step pays for: what Lua's own pace would. */
+#define TICK_GC_STEP_PAYS 16.0
+/* A piece of collector work is steps for this long (wall clock, cheap to read), so
  * that the thread's CPU clock (a system call) is read once for many of them. */
 #define TICK_GC_PIECE_SECONDS 30e-6
 /* Steps owed for more than this much allocation are taken past the budget, by up to half of
@@ -61,7 +61,7 @@ static int timers_due(const mend_timers *ts, size_t i, double now) {
 #define TICK_GC_OWED_MAX (4.0 * 1024 * 1024)
 #define TICK_GC_OWED_HARD (64.0 * 1024 * 1024)
 
-/* One piece of the collector's work: single steps while the piece is short of
+/* One piece of the collector's work: steps while the piece is short of
  * TICK_GC_PIECE_SECONDS, the owed allocation paid (owing: 1) or not, and the cycle not ended;
  * 1 when it ended a cycle. *cpu is the thread's CPU clock as the last piece ended (0: not read
  * yet), read once between two pieces as between two actions (pump.c). */
@@ -73,7 +73,7 @@ static int gc_step(mend_engine *E, double *cpu, int owing) {
   int ended;
   do {
     ended = lua_gc(L, LUA_GCSTEP, 0);
-    E->tick_gc_owed -= TICK_GC_SINGLE_PAYS;
+    E->tick_gc_owed -= TICK_GC_STEP_PAYS;
   } while (!ended && (!owing || E->tick_gc_owed > 0) && mend_real_now() < until);
   mend__tp_end(E, MEND_TP_GC, ended ? "cycle_end" : NULL);
   *cpu = mend__thread_cpu_now();
@@ -103,7 +103,7 @@ static int gc_step(mend_engine *E, double *cpu, int owing) {
 static void tick_collect(mend_engine *E, double budget) {
   lua_State *L = E->L;
   if (!E->tick_gc_stopped) {
-    lua_gc(L, LUA_GCINC, 0, 0, TICK_GC_SINGLE_LOG2);   /* a memory error's full collection too */
+    lua_gc(L, LUA_GCINC, 0, 0, TICK_GC_STEP_LOG2);   /* a memory error's full collection too */
     lua_gc(L, LUA_GCSTOP);
     E->tick_gc_stopped = 1;
     E->tick_gc_mark = E->mem_allocated;
