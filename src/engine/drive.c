@@ -10,6 +10,7 @@
  */
 #include "engine_int.h"
 
+#include <math.h>
 #include <stdio.h>
 
 #include <lua.h>
@@ -62,14 +63,16 @@ static int timers_due(const mend_timers *ts, size_t i, double now) {
 #define TICK_GC_OWED_HARD (64.0 * 1024 * 1024)
 
 /* One piece of the collector's work: steps while the piece is short of
- * TICK_GC_PIECE_SECONDS, the owed allocation paid (owing: 1) or not, and the cycle not ended;
- * 1 when it ended a cycle. *cpu is the thread's CPU clock as the last piece ended (0: not read
- * yet), read once between two pieces as between two actions (pump.c). */
-static int gc_step(mend_engine *E, double *cpu, int owing) {
+ * TICK_GC_PIECE_SECONDS and of the time end (the tick's deadline, or past it when owed), the
+ * owed allocation paid (owing: 1) or not, and the cycle not ended; 1 when it ended a cycle.
+ * *cpu is the thread's CPU clock as the last piece ended (0: not read yet), read once between
+ * two pieces as between two actions (pump.c). */
+static int gc_step(mend_engine *E, double *cpu, int owing, double end) {
   lua_State *L = E->L;
   double c0 = *cpu > 0 ? *cpu : mend__thread_cpu_now();
   mend__tp_begin(E);
   double until = mend_real_now() + TICK_GC_PIECE_SECONDS;
+  if (until > end) until = end;
   int ended;
   do {
     ended = lua_gc(L, LUA_GCSTEP, 0);
@@ -114,14 +117,14 @@ static void tick_collect(mend_engine *E, double budget) {
   if (!E->tick_gc_cycle && kb < E->tick_gc_base + E->tick_gc_base / 2) return;
   E->tick_gc_owed += (double)allocated;
   double cpu = 0;
-  while (E->tick_gc_owed > 0 &&
-         (E->tick_gc_owed > TICK_GC_OWED_HARD ||
-          mend_real_now() + E->tick_gc_piece <
-            E->turn_deadline + (E->tick_gc_owed > TICK_GC_OWED_MAX ? budget / 2 : 0)) &&
-         !gc_step(E, &cpu, 1))
-    ;
+  while (E->tick_gc_owed > 0) {
+    double end = E->tick_gc_owed > TICK_GC_OWED_HARD
+                   ? HUGE_VAL
+                   : E->turn_deadline + (E->tick_gc_owed > TICK_GC_OWED_MAX ? budget / 2 : 0);
+    if (mend_real_now() + E->tick_gc_piece >= end || gc_step(E, &cpu, 1, end)) break;
+  }
   while (E->tick_gc_cycle && mend_real_now() + E->tick_gc_piece < E->turn_deadline &&
-         !gc_step(E, &cpu, 0))
+         !gc_step(E, &cpu, 0, E->turn_deadline))
     ;
 }
 
