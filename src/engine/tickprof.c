@@ -50,9 +50,11 @@ typedef struct tp_sample {
   size_t freed;            /* of a difference: the bytes the piece freed */
 } tp_sample;
 
-/* Collector steps by what they did, told apart by counting, not timing: a step that freed
- * bytes swept; one that freed none marked; the last that freed none before a cycle's first
- * sweep is its atomic step (which re-traverses every live thread and gray-again table). */
+/* Collector pieces (a step or a few, drive.c) by what they did, told apart by counting, not
+ * timing: a piece that freed bytes swept; one that freed none marked; the last that freed
+ * none before a cycle's first sweep is taken for the one with its atomic step (which
+ * re-traverses every live thread and gray-again table). A piece across two phases counts as
+ * the later one. */
 enum { GC_MARK, GC_ATOMIC, GC_SWEEP, GC_CLASSES };
 static const char *const gc_class_names[GC_CLASSES] = {"mark", "atomic", "sweep"};
 
