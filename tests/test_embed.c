@@ -989,6 +989,67 @@ static void it_ticks_what_needs_no_store_while_its_writer_holds_a_batch(void) {
   mend_engine_free(E);
 }
 
+/* What a tick holds back while the writer thread has a batch (an answered step whose next
+ * step's key is looked up among results: a read) is not starved by a host whose every frame
+ * writes and whose writer is always late (MEND_WRITER_DELAY_MS: each batch waits 30 ms, longer
+ * than a frame): a tick hands the open batch off only as it ends, so some later tick begins
+ * with the thread idle, and runs what waited. */
+static const char starve_lua[] =
+  "local mend = require 'mend'\n"
+  "return { name = 'starve', steps = {\n"
+  "  { name = 'ask', execute = function(ctx) return mend.call('ask_later') end },\n"
+  "  { name = 'next', idempotency_key = function(ctx) return 'k-' .. ctx.run_id end,\n"
+  "    execute = function(ctx) return mend.call('noted') end } } }\n";
+static int noted_calls;
+static void noted(void *ud, mend_call *call, const char *args) {
+  (void)ud;
+  (void)args;
+  noted_calls++;
+  CHECK_EQ_INT(mend_call_return(call, "1"), MEND_OK);
+}
+
+static void it_runs_what_waits_for_a_late_writer_while_every_frame_writes(void) {
+#ifndef MEND_FAILPOINTS
+  return;   /* nothing makes the thread late */
+#endif
+  char db[128], id[17];
+  snprintf(db, sizeof db, "%s/starve.db", dir);
+  unlink(db);
+  setenv("MEND_WRITER_DELAY_MS", "30", 1);   /* before the thread starts: read at each batch */
+  mend_options o;
+  mend_options_init(&o);
+  o.db_path = db;
+  o.durability = MEND_SYNC_PROCESS;
+  mend_engine *E = engine(&o);
+  mend_engine_register_function(E, "ask_later", ask_later, NULL);
+  mend_engine_register_function(E, "noted", noted, NULL);
+  load(E, "starve");
+  load(E, "plain");
+  enum { WAITING = 4 };
+  n_asks = noted_calls = 0;
+  for (int i = 0; i < WAITING; i++) start(E, "starve", NULL, id);
+  tick_until(E, asks_at_least, "4");
+  for (int i = 0; i < WAITING; i++) CHECK_EQ_INT(mend_call_return(ask_calls[i], "1"), MEND_OK);
+  /* Every frame starts a run, so every tick has writes of its own for the thread, which is
+   * busy (30 ms a batch) through most frames (a 2 ms tick, 1 ms of rest). */
+  int frames = 0, busy = 0;
+  mend_tick_stats st;
+  while (noted_calls < WAITING && frames < 2000) {
+    start(E, "plain", NULL, id);
+    CHECK_EQ_INT(mend_engine_tick_stats(E, 0.002, &st), MEND_OK);
+    busy += st.committing;
+    usleep(1000);
+    frames++;
+  }
+  printf("late writer: %d frames (the thread busy after %d of them) until the %d held steps ran\n",
+         frames, busy, WAITING);
+  CHECK_EQ_INT(noted_calls, WAITING);
+  CHECK(busy > frames / 2);   /* the thread was late through most frames: the case meant */
+  tick_until(E, run_ended, NULL);
+  mend_engine_free(E);
+  unsetenv("MEND_WRITER_DELAY_MS");
+}
+
 /* Two waits for one event name after an answer, in a ticking host's pieces: each takes its
  * own event, in the order sent, whether the events were durable before the answer resumed the
  * step or were sent with the answer in the same frame (then not durable when it waits). */
@@ -1572,6 +1633,7 @@ int main(void) {
   write_workflow("behind", behind_lua);
   write_workflow("lonely", lonely_lua);
   write_workflow("keyed", keyed_lua);
+  write_workflow("starve", starve_lua);
   write_workflow("engine_named", engine_named_lua);
 
   it_runs_on_its_own_loop();
@@ -1588,6 +1650,7 @@ int main(void) {
   it_sends_events_through_the_c_api();
   it_ticks_answers_and_signals_in_its_ticks();
   it_ticks_what_needs_no_store_while_its_writer_holds_a_batch();
+  it_runs_what_waits_for_a_late_writer_while_every_frame_writes();
   it_takes_each_event_once_after_an_answer_in_a_tick();
   it_completes_tokens_through_the_c_api();
   it_parks_waiting_runs_out_of_memory();
@@ -1601,7 +1664,7 @@ int main(void) {
                                       "escape_c", "escape_exec", "stuck", "hold", "wait",
                                       "http_call", "token", "token2",
                                       "ahead", "naps", "slay", "hits", "plain", "litter",
-                                      "behind", "lonely", "keyed"};
+                                      "behind", "lonely", "keyed", "starve"};
   for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
     char path[128];
     snprintf(path, sizeof path, "%s/%s.lua", dir, files[i]);

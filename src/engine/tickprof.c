@@ -7,8 +7,9 @@
  * step) it takes the thread's CPU time, wall time, page faults and voluntary context switches
  * (the thread waited: a lock, I/O), the open batch's records a read ran first and the Lua
  * heap's change; for each tick the same in all, with what its pieces did not account for (the
- * loop's own work, timers). Prints the pieces and ticks worth a look as they happen, and a
- * table by kind when the engine is freed.
+ * loop's own work, timers); for the collector's steps, what they did (marking, the atomic
+ * step, sweeping), told apart by the bytes they freed. Prints the pieces and ticks worth a
+ * look as they happen, and a table by kind when the engine is freed.
  *
  * Must never: cost more than a call and a pointer test when it is off; change what a tick does
  * or decides (it reads clocks and counters only: the store's totals, the heap's size); run a
@@ -45,7 +46,23 @@ typedef struct tp_sample {
   long minflt, majflt, vcsw;
   unsigned long flushed;   /* the open batch's records a read ran first on this thread */
   long kb;                 /* the Lua heap */
+  size_t allocated, used;  /* the engine allocator's totals */
+  size_t freed;            /* of a difference: the bytes the piece freed */
 } tp_sample;
+
+/* Collector pieces (a step or a few, drive.c) by what they did, told apart by counting, not
+ * timing: a piece that freed bytes swept; one that freed none marked; the last that freed
+ * none before a cycle's first sweep is taken for the one with its atomic step (which
+ * re-traverses every live thread and gray-again table). A piece across two phases counts as
+ * the later one. */
+enum { GC_MARK, GC_ATOMIC, GC_SWEEP, GC_CLASSES };
+static const char *const gc_class_names[GC_CLASSES] = {"mark", "atomic", "sweep"};
+
+typedef struct tp_gc {
+  long n, dear;
+  double cpu, cpu_max;
+  double freed, freed_max;
+} tp_gc;
 
 struct mend_tickprof {
   FILE *out;
@@ -62,6 +79,12 @@ struct mend_tickprof {
   double *tick_cpu;
   long ticks, ticks_cap, ticks_waited, ticks_faulted, ticks_over;
   double rest_max;
+  /* the collector's steps */
+  tp_gc gc[GC_CLASSES];
+  int gc_swept;             /* this cycle has freed: its atomic step is behind */
+  double gc_last_cpu;       /* the last step, if it freed nothing (an atomic candidate) */
+  int gc_last_dear;
+  long gc_cycles, threads_max;
 };
 
 static void sample(mend_engine *E, tp_sample *s) {
@@ -70,6 +93,8 @@ static void sample(mend_engine *E, tp_sample *s) {
   int pending;
   mend_store_read_flushes(E->store, &s->flushed, &s->flush_cpu, &pending);
   s->kb = lua_gc(E->L, LUA_GCCOUNT);
+  s->allocated = E->mem_allocated;
+  s->used = E->mem_used;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   s->cpu = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -86,6 +111,8 @@ static void since(mend_engine *E, const tp_sample *a, tp_sample *d) {
   d->flushed = b.flushed - a->flushed;
   d->flush_cpu = b.flush_cpu - a->flush_cpu;
   d->kb = b.kb - a->kb;
+  /* what was freed: the bytes allocated less the growth of what is in use */
+  d->freed = b.allocated - a->allocated - (b.used - a->used);
   d->cpu = b.cpu - a->cpu;
   d->wall = b.wall - a->wall;
   d->minflt = b.minflt - a->minflt;
@@ -111,6 +138,7 @@ static mend_tickprof *open_profile(void) {
   if (!path || !*path) return NULL;
   mend_tickprof *P = calloc(1, sizeof *P);
   if (!P) return NULL;
+  P->gc_last_cpu = -1;
   if (strcmp(path, "-") == 0) P->out = stderr;
   else {
     P->out = fopen(path, "a");
@@ -151,6 +179,44 @@ void mend__tp_begin(mend_engine *E) {
   sample(E, &P->piece0);
 }
 
+static void gc_add(mend_tickprof *P, int cls, double cpu, double freed) {
+  tp_gc *g = &P->gc[cls];
+  g->n++;
+  g->cpu += cpu;
+  if (cpu > g->cpu_max) g->cpu_max = cpu;
+  if (cpu > PIECE_WORTH_A_LINE) g->dear++;
+  g->freed += freed;
+  if (freed > g->freed_max) g->freed_max = freed;
+}
+
+/* Classifies a collector step (what: "cycle_end" when it ended one); returns its class as it
+ * is known now (a step that freed nothing is a mark step until the next one sweeps). */
+static int gc_classify(mend_engine *E, mend_tickprof *P, const tp_sample *d, const char *what) {
+  double freed = (double)d->freed;
+  int cls = freed > 0 ? GC_SWEEP : GC_MARK;
+  if (cls == GC_SWEEP && !P->gc_swept && P->gc_last_cpu >= 0) {
+    /* the step before this cycle's first sweep was its atomic one, counted as mark */
+    tp_gc *m = &P->gc[GC_MARK];
+    m->n--;
+    m->cpu -= P->gc_last_cpu;
+    m->dear -= P->gc_last_dear;
+    gc_add(P, GC_ATOMIC, P->gc_last_cpu, 0);
+    if (P->gc_last_cpu > PIECE_WORTH_A_LINE)
+      fprintf(P->out, "G atomic %.3f threads %d\n", P->gc_last_cpu * 1e3, E->attempts);
+  }
+  if (cls == GC_SWEEP) P->gc_swept = 1;
+  gc_add(P, cls, d->cpu, freed);
+  P->gc_last_cpu = cls == GC_MARK ? d->cpu : -1;
+  P->gc_last_dear = cls == GC_MARK && d->cpu > PIECE_WORTH_A_LINE;
+  if (E->attempts > P->threads_max) P->threads_max = E->attempts;
+  if (what && strcmp(what, "cycle_end") == 0) {
+    P->gc_cycles++;
+    P->gc_swept = 0;
+    P->gc_last_cpu = -1;
+  }
+  return cls;
+}
+
 void mend__tp_end(mend_engine *E, int kind, const char *what) {
   mend_tickprof *P = E->tprof;
   if (!P || !P->in_piece) return;
@@ -158,6 +224,13 @@ void mend__tp_end(mend_engine *E, int kind, const char *what) {
   tp_sample d;
   since(E, &P->piece0, &d);
   add(P, kind, &d);
+  char gcwhat[96];
+  if (kind == MEND_TP_GC) {
+    int cls = gc_classify(E, P, &d, what);
+    snprintf(gcwhat, sizeof gcwhat, "%s:freed=%zu:threads=%d%s", gc_class_names[cls], d.freed,
+             E->attempts, what ? ":cycle_end" : "");
+    what = gcwhat;
+  }
   P->pieces_cpu += d.cpu;
   P->npieces++;
   if (d.cpu > P->dearest) {
@@ -226,6 +299,17 @@ void mend__tp_close(mend_engine *E) {
     fprintf(P->out, "# %-10s %9ld %9.1f %9.1f %9.3f %9.3f %7ld %9ld %7ld %7ld\n", kind_names[i],
             k->n, k->cpu * 1e3, k->cpu / (double)k->n * 1e6, k->cpu_max * 1e3, k->wall_max * 1e3,
             k->dear, k->minflt, k->majflt, k->waited);
+  }
+  fprintf(P->out, "# collector: %ld cycles, at most %ld live attempt coroutines at a step\n",
+          P->gc_cycles, P->threads_max);
+  fprintf(P->out, "# %-10s %9s %9s %9s %9s %7s %11s %11s\n", "gc class", "n", "cpu_ms",
+          "mean_us", "max_ms", "dear", "freed_mean", "freed_max");
+  for (int i = 0; i < GC_CLASSES; i++) {
+    const tp_gc *g = &P->gc[i];
+    if (!g->n) continue;
+    fprintf(P->out, "# %-10s %9ld %9.1f %9.1f %9.3f %7ld %11.0f %11.0f\n", gc_class_names[i],
+            g->n, g->cpu * 1e3, g->cpu / (double)g->n * 1e6, g->cpu_max * 1e3, g->dear,
+            g->freed / (double)g->n, g->freed_max);
   }
   if (P->own_file) fclose(P->out);
   else fflush(P->out);
