@@ -96,7 +96,7 @@ int mend__ensure_key(mend_run *r, int i) {
   push_ctx(r, i, 0);
   mend_limits lim;
   mend_limits_init(&lim, "idempotency_key", E->cfg.instruction_budget, CALL_SECONDS);
-  int status = mend__guarded_pcall(E, &lim, 1, 1);
+  int status = mend__run_pcall(r, &lim, 1, 1);
   if (status != LUA_OK || !lua_isstring(L, -1)) {
     char msg[400], text[300];
     int failed = 0;
@@ -125,7 +125,7 @@ int mend__ask_when(mend_run *r, int i) {
   push_ctx(r, i, 0);
   mend_limits lim;
   mend_limits_init(&lim, "when", E->cfg.instruction_budget, CALL_SECONDS);
-  int status = mend__guarded_pcall(E, &lim, 1, 1);
+  int status = mend__run_pcall(r, &lim, 1, 1);
   if (status != LUA_OK) {
     char msg[400], text[300];
     int failed = 0;
@@ -182,7 +182,7 @@ char *mend__ask_map(mend_run *r, int i, int *stopped) {
   push_ctx(r, i, 0);
   mend_limits lim;
   mend_limits_init(&lim, "map", E->cfg.instruction_budget, CALL_SECONDS);
-  int status = mend__guarded_pcall(E, &lim, 1, 1);
+  int status = mend__run_pcall(r, &lim, 1, 1);
   char msg[600], text[400];
   *stopped = 0;
   /* What stopped it, rather than what the code's last error says ("not enough memory"). */
@@ -273,6 +273,19 @@ int mend__guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres) {
   mend_limits_unwatch(E->L);
   collect_if_over(E);
   mend__drop_spare_blocks(E);
+  return status;
+}
+
+/* A call of a run's own code that is not its attempt (when, idempotency_key, a map's list, a
+ * child's input): guarded as any call into workflow code, and counted as the run's code, as its
+ * steps are (engine.h: mend_engine_in_code), so that it cannot drive, close or cancel the
+ * engine from under the run it is deciding for. */
+int mend__run_pcall(mend_run *r, mend_limits *lim, int nargs, int nres) {
+  mend_engine *E = r->E;
+  mend_run *outer = E->in_code;
+  E->in_code = r;
+  int status = mend__guarded_pcall(E, lim, nargs, nres);
+  E->in_code = outer;
   return status;
 }
 

@@ -435,6 +435,7 @@ int mend__ask_when(mend_run *r, int i);
 char *mend__ask_map(mend_run *r, int i, int *stopped);
 int mend__ensure_key(mend_run *r, int i);
 int mend__guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres);
+int mend__run_pcall(mend_run *r, mend_limits *lim, int nargs, int nres);
 void mend__make_ctx_metatable(mend_engine *E);
 void mend__push_ctx(mend_run *r, int i);
 void mend__on_deadline(mend_timer *t);
