@@ -4,7 +4,8 @@
  * server, and
  * server:address(), server:run() (serves until SIGINT or SIGTERM, for `mend serve`),
  * server:close(). Must never outlive its engine's loop: a server holds its engine, and is
- * closed before the engine is (the CLI closes it; a collected one closes itself).
+ * closed before the engine is (the CLI closes it; a collected one closes itself); never turn
+ * the loop outside the guard the engine's methods run under (mend_lua_engine_guarded).
  */
 #include <lauxlib.h>
 #include <signal.h>
