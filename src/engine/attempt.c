@@ -425,6 +425,13 @@ void mend__resume(mend_run *r, int nargs) {
   mend_limits_leave(E->L, &r->limits);
   E->limit_memory = 0;
   E->alloc_limits = charged_was;
+  /* A cancel cascaded to the run while this code ran (the code cancelled its parent) lands now,
+   * whatever the code gave. */
+  if (MEND_COLD(r, cancel_by) && !E->in_code) {
+    if (status == LUA_OK || status == LUA_YIELD) lua_pop(co, nres);
+    mend__land_deferred_cancel(r);
+    return;
+  }
   if (status == LUA_YIELD && r->waiting) {
     lua_pop(co, nres);
     return;
