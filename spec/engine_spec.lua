@@ -594,6 +594,31 @@ describe("a step's code holding its own engine", function()
     end)
   end
 
+  -- The __tostring of an error value the step raised runs as the engine reads the error: run
+  -- from there never returned, close segfaulted, cancel broke the engine.
+  for _, what in ipairs { "cancel", "run", "close" } do
+    it("is refused " .. what .. " from the __tostring of an error its step raised", function()
+      local eng = H.new_engine()
+      local got = {}
+      eng:register { name = "raising", steps = {
+        { name = "a", retry = { max_attempts = 1 }, execute = function(ctx)
+            error(setmetatable({}, { __tostring = function()
+              got.ok, got.err = pcall(eng[what], eng, what == "cancel" and ctx.run_id or nil)
+              return "boom"
+            end }))
+          end } } }
+      local id = eng:start("raising", {})
+      eng:run()
+      assert.is_false(got.ok)
+      assert.truthy(tostring(got.err):find(what == "cancel" and "cannot be cancelled from its own code"
+                                           or what .. ": called from a step's code", 1, true),
+                    tostring(got.err))
+      local st = eng:status(id)
+      assert.are.equal("failed", st.status)
+      assert.are.equal("error: boom", st.steps[1].error)
+    end)
+  end
+
   -- when, idempotency_key, a map's list function and a child's input are the run's code too,
   -- though they run outside its attempt: close segfaulted from each, cancel of its own run
   -- broke the engine ("illegal run transition") or cancelled it mid-decision, and run drove

@@ -102,7 +102,7 @@ int mend__ensure_key(mend_run *r, int i) {
     int failed = 0;
     const char *why = limit_met(E, &lim, status, text, sizeof text);
     snprintf(msg, sizeof msg, "idempotency_key: %s",
-             why ? why : status != LUA_OK ? mend__describe(E, L, -1, text, sizeof text, &failed)
+             why ? why : status != LUA_OK ? mend__describe(E, r, L, -1, text, sizeof text, &failed)
                                           : "must return a string");
     lua_pop(L, 1);
     mend__set_str(&st->error, msg);
@@ -131,7 +131,7 @@ int mend__ask_when(mend_run *r, int i) {
     int failed = 0;
     const char *why = limit_met(E, &lim, status, text, sizeof text);
     snprintf(msg, sizeof msg, "when: %s",
-             why ? why : mend__describe(E, L, -1, text, sizeof text, &failed));
+             why ? why : mend__describe(E, r, L, -1, text, sizeof text, &failed));
     lua_pop(L, 1);
     mend__set_str(&st->error, msg);
     return why || failed ? -2 : -1;
@@ -195,7 +195,7 @@ char *mend__ask_map(mend_run *r, int i, int *stopped) {
     return NULL;
   }
   if (status != LUA_OK) {
-    snprintf(msg, sizeof msg, "map: %s", mend__describe(E, L, -1, text, sizeof text, stopped));
+    snprintf(msg, sizeof msg, "map: %s", mend__describe(E, r, L, -1, text, sizeof text, stopped));
     lua_pop(L, 1);
     mend__set_str(&st->error, msg);
     *stopped |= status == LUA_ERRMEM;   /* memory ran out outside every limit */
@@ -296,9 +296,10 @@ static int push_tostring(lua_State *L) {
 
 /* The text of an error value that workflow code raised or returned, into buf. Strings and
  * numbers are what they say; for anything else, a __tostring of its own gets a small budget
- * and no second chance: the engine never trusts what a workflow's metamethods do. */
-const char *mend__describe(mend_engine *E, lua_State *from, int idx, char *buf, size_t len,
-                           int *failed) {
+ * and no second chance: the engine never trusts what a workflow's metamethods do. r: the run
+ * whose code raised it (its __tostring is that run's code), or NULL (a file as it loads). */
+const char *mend__describe(mend_engine *E, mend_run *r, lua_State *from, int idx, char *buf,
+                           size_t len, int *failed) {
   if (failed) *failed = 0;
   idx = lua_absindex(from, idx);
   int t = lua_type(from, idx);
@@ -314,7 +315,7 @@ const char *mend__describe(mend_engine *E, lua_State *from, int idx, char *buf, 
   lua_xmove(from, E->L, 1);
   mend_limits lim;
   mend_limits_init(&lim, "the error's __tostring", DESCRIBE_BUDGET, DESCRIBE_SECONDS);
-  int status = mend__guarded_pcall(E, &lim, 1, 1);
+  int status = r ? mend__run_pcall(r, &lim, 1, 1) : mend__guarded_pcall(E, &lim, 1, 1);
   if (status == LUA_OK && lua_type(E->L, -1) == LUA_TSTRING) {
     snprintf(buf, len, "%s", lua_tostring(E->L, -1));
   } else {
@@ -466,7 +467,7 @@ void mend__resume(mend_run *r, int nargs) {
     int is_mend = mend_lua_read_error(co, -1, &info);
     if (!is_mend) {
       /* An unknown error: keep the message, put the traceback in the log. */
-      info.message = mend__describe(E, co, -1, msg, sizeof msg, &info.stopped);
+      info.message = mend__describe(E, r, co, -1, msg, sizeof msg, &info.stopped);
       luaL_traceback(E->L, co, msg, 0);
       mend_engine_log_line(E, "error", r->id, mend__step_name(r, r->cur), r->steps[r->cur].attempts,
                            "error", lua_tostring(E->L, -1));

@@ -72,7 +72,7 @@ void mend__start_child(mend_run *r, int i) {
     mend_limits_init(&lim, "input", E->cfg.instruction_budget, CALL_SECONDS);
     if (mend__run_pcall(r, &lim, 1, 1) != LUA_OK) {
       char msg[400], text[300];
-      snprintf(msg, sizeof msg, "input: %s", mend__describe(E, L, -1, text, sizeof text, NULL));
+      snprintf(msg, sizeof msg, "input: %s", mend__describe(E, r, L, -1, text, sizeof text, NULL));
       lua_pop(L, 1);
       fail_now(r, MEND_ERR_ERROR, msg);
       return;

@@ -431,8 +431,8 @@ void mend__on_wait(mend_timer *t);
 void mend__set_result(mend_run *r, int i);
 
 /* ---- attempt.c: attempts as coroutines, and every call into workflow code */
-const char *mend__describe(mend_engine *E, lua_State *from, int idx, char *buf, size_t len,
-                           int *failed);
+const char *mend__describe(mend_engine *E, mend_run *r, lua_State *from, int idx, char *buf,
+                           size_t len, int *failed);
 void mend__end_attempt(mend_run *r);
 int mend__ask_when(mend_run *r, int i);
 char *mend__ask_map(mend_run *r, int i, int *stopped);
