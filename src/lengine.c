@@ -524,8 +524,9 @@ static int under_exit(lua_State *L, engine_box *b, lua_CFunction body) {
  * The method runs in the guard's own call, so that its errors name it and the caller's line as
  * any C function's do. A method that raises leaves its jmp_buf behind as the engine's panic
  * exit, and that is never jumped to: the engine's state runs only inside a method (or
- * server:run, under the same guard: mend_lua_engine_guarded), which sets its own exit first, and a callback into the caller's state, where a method may raise past
- * its guard, puts the exit it found back when it returns (see with_exit_kept). */
+ * server:run, under the same guard: mend_lua_engine_guarded), which sets its own exit first,
+ * and a callback into the caller's state, where a method may raise past its guard, puts the
+ * exit it found back when it returns (see with_exit_kept). */
 static int method_guard(lua_State *L) {
   lua_CFunction method = lua_tocfunction(L, lua_upvalueindex(1));
   engine_box *b = luaL_testudata(L, 1, ENGINE_MT);
