@@ -13,8 +13,10 @@
  * independent. Callbacks (log, alert, event, host functions) run on the engine's thread,
  * from inside mend_engine_run_all(), mend_engine_tick() or the host's own uv_run(); from a
  * callback a host may call mend_call_return() and mend_call_fail(), and read the engine's
- * queries, but must not free the engine; a host function (called from a step's code) that
- * drives it (run_all, tick, tick_ex, advance_clock, recover) gets MEND_ESTATE.
+ * queries, but must not free the engine; a callback reached from a run's code (a host
+ * function called by a step; a log line of a step, of a when, idempotency_key or map's list
+ * function, of a child step's input) that drives it (run_all, tick, tick_ex, advance_clock,
+ * recover) gets MEND_ESTATE.
  *
  * Three ways to drive an engine:
  *  - it owns its loop, and mend_engine_run_all() blocks until no run is in flight;

@@ -136,6 +136,39 @@ describe("a step with child", function()
     assert.are.same({ "pack o4", "refund", "unpack box-o4" }, log)
   end)
 
+  -- The child's own code cancels its parent: the cancel that cascades back to the child was
+  -- refused (the child ran that code) with a warning, and the child ran on to its end.
+  for _, after in ipairs { "returns", "sleeps" } do
+    it("cancels a child whose code cancelled its parent once that code " .. after, function()
+      local eng = H.new_engine()
+      local log = {}
+      eng:register { name = "rebel", steps = {
+        { name = "pack", execute = function() log[#log + 1] = "pack" return 1 end,
+          compensate = function() log[#log + 1] = "unpack" end },
+        { name = "mutiny", execute = function(ctx, input)
+            assert(eng:cancel(input.parent))
+            log[#log + 1] = "mutiny"
+            if after == "sleeps" then require("mend").sleep(60) end
+            log[#log + 1] = "woke"
+            return 2
+          end },
+        { name = "after", execute = function() log[#log + 1] = "after" return 3 end } } }
+      eng:register { name = "boss", steps = {
+        { name = "spawn", child = "rebel", input = function(ctx) return { parent = ctx.run_id } end } } }
+      local id = eng:start("boss", {})
+      eng:run()
+      eng:advance(120)
+      local c = child_of(eng, id)
+      local pst, cst = eng:status(id), eng:status(c.run_id)
+      assert.are.equal("cancelled", pst.reason)
+      assert.are.equal("cancelled", cst.reason, require("mend").json.encode(cst))
+      assert.are.equal("compensated", cst.status)
+      assert.are.same(after == "returns" and { "pack", "mutiny", "woke", "unpack" }
+                      or { "pack", "mutiny", "unpack" }, log)
+      assert.are.equal("pending", H.step(cst, "after").status)
+    end)
+  end
+
   it("waits across a restart, and takes the end of a child that ended meanwhile", function()
     local eng, _, db = setup{ pickup = true }
     local id = eng:start("order", { id = "o5" })

@@ -594,6 +594,77 @@ describe("a step's code holding its own engine", function()
     end)
   end
 
+  -- The __tostring of an error value the step raised runs as the engine reads the error: run
+  -- from there never returned, close segfaulted, cancel broke the engine.
+  for _, what in ipairs { "cancel", "run", "close" } do
+    it("is refused " .. what .. " from the __tostring of an error its step raised", function()
+      local eng = H.new_engine()
+      local got = {}
+      eng:register { name = "raising", steps = {
+        { name = "a", retry = { max_attempts = 1 }, execute = function(ctx)
+            error(setmetatable({}, { __tostring = function()
+              got.ok, got.err = pcall(eng[what], eng, what == "cancel" and ctx.run_id or nil)
+              return "boom"
+            end }))
+          end } } }
+      local id = eng:start("raising", {})
+      eng:run()
+      assert.is_false(got.ok)
+      assert.truthy(tostring(got.err):find(what == "cancel" and "cannot be cancelled from its own code"
+                                           or what .. ": called from a step's code", 1, true),
+                    tostring(got.err))
+      local st = eng:status(id)
+      assert.are.equal("failed", st.status)
+      assert.are.equal("error: boom", st.steps[1].error)
+    end)
+  end
+
+  -- when, idempotency_key, a map's list function and a child's input are the run's code too,
+  -- though they run outside its attempt: close segfaulted from each, cancel of its own run
+  -- broke the engine ("illegal run transition") or cancelled it mid-decision, and run drove
+  -- the engine from inside its own run.
+  local function deciding(eng, which, method)
+    local got = {}
+    local function poke(ctx)
+      got.ok, got.err = pcall(eng[method], eng, method == "cancel" and ctx.run_id or nil)
+    end
+    local first = { name = "a", execute = function() return 1 end }
+    if which == "when" then
+      first.when = function(ctx) poke(ctx) return true end
+    elseif which == "idempotency_key" then
+      first.idempotency_key = function(ctx) poke(ctx) return "k" end
+    elseif which == "map" then
+      first = { name = "a", map = function(ctx) poke(ctx) return { 1, 2 } end,
+                step = { execute = function() return 1 end } }
+    else
+      eng:register { name = "kid", steps = { { name = "k", execute = function() return 1 end } } }
+      first = { name = "a", child = "kid", input = function(ctx) poke(ctx) return {} end }
+    end
+    eng:register { name = "deciding", steps = { first,
+      { name = "b", execute = function() return 2 end } } }
+    return got
+  end
+
+  for _, which in ipairs { "when", "idempotency_key", "map", "input" } do
+    for _, case in ipairs {
+      { "run", "run: called from a step's code" },
+      { "close", "close: called from a step's code" },
+      { "cancel", "cannot be cancelled from its own code" },
+    } do
+      it("is refused " .. case[1] .. " from its " .. which .. " function, and the run goes on", function()
+        local eng = H.new_engine()
+        local got = deciding(eng, which, case[1])
+        local id = eng:start("deciding", {})
+        eng:run()
+        assert.is_false(got.ok)
+        assert.truthy(tostring(got.err):find(case[2], 1, true), tostring(got.err))
+        local st = eng:status(id)
+        assert.are.equal("succeeded", st.status)
+        assert.are.equal(2, st.steps[2].result)
+      end)
+    end
+  end
+
   it("may cancel another run and start one", function()
     local eng = H.new_engine()
     eng:register { name = "sleeper", steps = { { name = "s", execute = function()

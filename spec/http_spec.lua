@@ -295,6 +295,35 @@ describe("mend.http", function()
     assert.matches("memory limit", H.step(st, "s").error, 1, true)
   end)
 
+  -- The encoder completes the response in a protected call of its own: the limit's refusal
+  -- came out of it as a plain error ("cannot complete a table: not enough memory"), a failure
+  -- retried as any other, not the limit that stopped the step.
+  for _, how in ipairs { "encode", "http" } do
+    it("stops a step whose " .. how .. " of a response runs out of its memory limit", function()
+      script({ ["/big"] = { { status = 200, headers = { ["Content-Type"] = "application/json" },
+                              body = "[" .. string.rep("1,", 1 << 20) .. "1]" } },
+               ["/sink"] = { { status = 200 } } })
+      local dir = H.tmp_dir()
+      local file = H.write_file(dir, "fill.lua", [[
+        local mend = require "mend"
+        return { name = "fill", retry = { max_attempts = 3 }, steps = { { name = "s",
+          execute = function(ctx)
+            local r = mend.http{ url = ctx.input.url .. "/big" }
+            if ctx.input.how == "encode" then return #mend.json.encode(r) end
+            return mend.http{ url = ctx.input.url .. "/sink", method = "POST", json = r }.status
+          end } } }]])
+      local eng = H.new_engine({ memory_limit = 1 << 23 })
+      eng:load(file)
+      local id = eng:start("fill", { url = server.base, how = how })
+      eng:run()
+      local st = eng:status(id)
+      assert.are.equal("needs_attention", st.status)
+      assert.are.equal("workflow_error", st.reason)
+      assert.are.equal(1, H.step(st, "s").attempts)
+      assert.matches("step exceeded the memory limit", H.step(st, "s").error, 1, true)
+    end)
+  end
+
   it("reads Retry-After whatever its case, and the last one when it comes twice", function()
     script({ ["/ra"] = { { status = 503, headers = { ["RETRY-AFTER"] = "2" } },
                          { status = 429, headers = { ["Retry-After"] = { "9", "4" } } },

@@ -154,6 +154,30 @@ describe("mend worker --sandbox", function()
     H.wait_for("the run to succeed", function() return H.status_json(db, id).status == "succeeded" end, 15)
   end)
 
+  -- server:run() turns the engine's loop outside every method: the panic aborted the process.
+  it("breaks the engine, never aborting, when its state panics under mend.serve's server:run()", function()
+    local dir = H.tmp_dir()
+    local db = H.new_db(dir, "jobs.db")
+    local wf = H.write_file(dir, "good.lua", GOOD)
+    local script = H.write_file(dir, "serve.lua", table.concat({
+      ("eng = require('mend').engine{ sandbox = true, db = %q }"):format(db),
+      ("eng:load(%q)"):format(wf),
+      "id = eng:start('good', {})",
+      "srv = require('mend.serve').listen(eng, { address = '127.0.0.1:0' })",
+      "ok, err = pcall(srv.run, srv)",
+      "print('run', ok, err)",
+      "print('status', pcall(eng.status, eng, id))",
+      "srv:close()",
+      "print('close', pcall(eng.close, eng))",
+    }, "\n") .. "\n")
+    local rc, out = sh(("MEND_FAILPOINT=execute:1:panic timeout 20 %s repl < %s 2>&1")
+      :format(MEND, q(script)))
+    assert.are.equal(0, rc, out)
+    assert.matches("\nrun\tfalse\tthe engine is broken: [^\n]*failpoint execute", out)
+    assert.matches("\nstatus\tfalse\tthe engine is broken: ", out)
+    assert.matches("\nclose\ttrue\n", out)
+  end)
+
   it("is mend.engine{sandbox = true}'s rule: every method refuses a broken engine, close works", function()
     local dir = H.tmp_dir()
     local db = H.new_db(dir, "jobs.db")

@@ -278,6 +278,7 @@ static void *limited_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   if (E->limit_memory && nsize > old) {
     if (E->mem_used + (nsize - old) > E->mem_limit) {
       E->over_limit = 1;
+      if (E->alloc_limits) E->alloc_limits->refused_memory = 1;
       return NULL;
     }
     if (E->alloc_limits && E->cfg.sandbox && mend_limits_refuse_table(E->alloc_limits, ptr, osize, nsize))

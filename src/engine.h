@@ -255,10 +255,11 @@ int mend_engine_parked(const mend_engine *E);   /* runs held out of memory (park
 void *mend_engine_set_panic_exit(mend_engine *E, void *jmpbuf);
 int mend_engine_panicked(const mend_engine *E);
 
-/* 1 while a run's own code (a step's execute or compensate) runs, so that a caller reached from
- * it (a host function, an engine method a workflow holds) is inside the engine: driving it
- * again (run, tick, advance, recover, serve) or destroying it there would pull the running
- * coroutine from under itself, so the bindings refuse those (MEND_ESTATE). */
+/* 1 while a run's own code (a step's execute or compensate, its when, idempotency_key, a map's
+ * list function, a child step's input, the __tostring of an error it raised) runs, so that a
+ * caller reached from it (a host function, an engine method a workflow holds) is inside the
+ * engine: driving it again (run, tick, advance, recover, serve) or destroying it there would
+ * pull the running code from under itself, so the bindings refuse those (MEND_ESTATE). */
 int mend_engine_in_code(const mend_engine *E);
 
 mend_store *mend_engine_store(mend_engine *E);

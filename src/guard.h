@@ -40,6 +40,7 @@ typedef struct mend_limits {
   unsigned char tripped;       /* a mend_limit_trip */
   unsigned char timeout_typed; /* a trip by time raises a mend timeout error, not a string */
   unsigned char refused_table; /* an allocation was refused: a table over MEND_TABLE_NODES */
+  unsigned char refused_memory; /* an allocation was refused: over the engine's memory limit */
   unsigned char after_box;     /* the last allocation was the box of a lauxlib buffer */
 } mend_limits;
 

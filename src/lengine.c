@@ -499,6 +499,22 @@ static int engine_tostring(lua_State *L) {
   return 1;
 }
 
+/* body(L) with b's engine's panic exit set to a jmp_buf of its own: its result, or -1 when a
+ * panic of the engine's state jumped out of it (the engine broken; the exit it found put back
+ * unless the engine was being destroyed). */
+static int under_exit(lua_State *L, engine_box *b, lua_CFunction body) {
+  mend_engine *E = b->E;
+  jmp_buf jb;
+  void *outer = mend_engine_set_panic_exit(E, &jb);
+  if (setjmp(jb)) {
+    if (!b->closing) mend_engine_set_panic_exit(E, outer);
+    return -1;
+  }
+  int n = body(L);
+  if (b->E) mend_engine_set_panic_exit(E, outer);   /* else close freed it */
+  return n;
+}
+
 /* The methods of an engine with a Lua state of its own run under a guard: an error of that
  * state's outside every protected call there (a bug of mend's, or memory running out for the
  * engine itself) breaks the engine and raises in the caller, rather than Lua aborting the
@@ -507,9 +523,10 @@ static int engine_tostring(lua_State *L) {
  *
  * The method runs in the guard's own call, so that its errors name it and the caller's line as
  * any C function's do. A method that raises leaves its jmp_buf behind as the engine's panic
- * exit, and that is never jumped to: the engine's state runs only inside a method, which sets
- * its own exit first, and a callback into the caller's state, where a method may raise past
- * its guard, puts the exit it found back when it returns (see with_exit_kept). */
+ * exit, and that is never jumped to: the engine's state runs only inside a method (or
+ * server:run, under the same guard: mend_lua_engine_guarded), which sets its own exit first,
+ * and a callback into the caller's state, where a method may raise past its guard, puts the
+ * exit it found back when it returns (see with_exit_kept). */
 static int method_guard(lua_State *L) {
   lua_CFunction method = lua_tocfunction(L, lua_upvalueindex(1));
   engine_box *b = luaL_testudata(L, 1, ENGINE_MT);
@@ -517,19 +534,22 @@ static int method_guard(lua_State *L) {
   mend_engine *E = b->E;
   if (mend_engine_panicked(E) && method != engine_close)
     return luaL_error(L, "the engine is broken: %s", mend_engine_error(E));
-  jmp_buf jb;
-  void *outer = mend_engine_set_panic_exit(E, &jb);
-  if (setjmp(jb)) {
-    if (b->closing) {   /* half destroyed: left as it is, never touched again */
-      b->E = NULL;
-      return luaL_error(L, "the engine broke as it closed: %s", mend_engine_error(E));
-    }
-    mend_engine_set_panic_exit(E, outer);
-    return luaL_error(L, "the engine is broken: %s", mend_engine_error(E));
+  int n = under_exit(L, b, method);
+  if (n >= 0) return n;
+  if (b->closing) {   /* half destroyed: left as it is, never touched again */
+    b->E = NULL;
+    return luaL_error(L, "the engine broke as it closed: %s", mend_engine_error(E));
   }
-  int n = method(L);
-  if (b->E) mend_engine_set_panic_exit(E, outer);   /* else close freed it */
-  return n;
+  return luaL_error(L, "the engine is broken: %s", mend_engine_error(E));
+}
+
+int mend_lua_engine_guarded(lua_State *L, int idx, lua_CFunction body) {
+  engine_box *b = luaL_checkudata(L, idx, ENGINE_MT);
+  if (!b->E) return luaL_error(L, "engine is closed");
+  if (!b->owned) return body(L);
+  if (mend_engine_panicked(b->E))
+    return luaL_error(L, "the engine is broken: %s", mend_engine_error(b->E));
+  return under_exit(L, b, body);
 }
 
 /* Sets each method of list, under the guard, in the table on top of the stack. */

@@ -15,5 +15,11 @@ int mend_lua_open(lua_State *L);
 /* The engine of the engine userdata at idx (raises if it is not one, or is closed). */
 struct mend_engine;
 struct mend_engine *mend_lua_engine(lua_State *L, int idx);
+/* body(L) under the guard every method of the engine userdata at idx runs under (lengine.c),
+ * for a face of mend that drives that engine outside its methods (server:run): body's result,
+ * or -1 when a panic of the engine's own state jumped out of body, the engine broken (its
+ * message: mend_engine_error), for the caller to raise once it let go of what body held.
+ * Raises if the engine is closed or already broken. */
+int mend_lua_engine_guarded(lua_State *L, int idx, lua_CFunction body);
 
 #endif

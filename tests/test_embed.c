@@ -354,6 +354,47 @@ static void it_refuses_a_host_function_driving_its_engine(void) {
   mend_engine_free(E);
 }
 
+/* The same from a run's code outside its attempt: when, idempotency_key and a map's list
+ * function each log through ctx:log, and the host's log callback tries to drive the engine
+ * there. Each call is refused (a nested run_all drove the engine from inside that run's
+ * decision before), and the run succeeds. */
+static const char deciding_lua[] =
+  "return { name = 'deciding', steps = {\n"
+  "  { name = 'a', when = function(ctx) ctx:log('decide') return true end,\n"
+  "    idempotency_key = function(ctx) ctx:log('decide') return 'k' end,\n"
+  "    execute = function() return 1 end },\n"
+  "  { name = 'm', map = function(ctx) ctx:log('decide') return { 1, 2 } end,\n"
+  "    step = { execute = function() return 2 end } } } }\n";
+static int deciding_calls, deciding_refused;
+static void drive_from_log(void *ud, const char *level, double time, const char *run,
+                           const char *step, int attempt, const char *event, const char *message) {
+  (void)level; (void)time; (void)run; (void)step; (void)attempt;
+  if (strcmp(event, "log") != 0 || !strstr(message, "decide")) return;
+  mend_engine *E = *(mend_engine **)ud;
+  deciding_calls++;
+  int rc[3] = {mend_engine_run_all(E), mend_engine_tick(E, 0.001), mend_engine_recover(E, NULL)};
+  for (int i = 0; i < 3; i++) deciding_refused += rc[i] == MEND_ESTATE;
+}
+
+static void it_refuses_driving_from_a_runs_when_key_or_map(void) {
+  mend_options o;
+  mend_options_init(&o);
+  o.virtual_clock = 1;
+  mend_engine *E = NULL;
+  o.log = drive_from_log;
+  o.log_ud = &E;
+  E = engine(&o);
+  write_workflow("deciding", deciding_lua);
+  load(E, "deciding");
+  char id[17], st[32];
+  start(E, "deciding", NULL, id);
+  CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+  CHECK_EQ_INT(deciding_calls, 3);
+  CHECK_EQ_INT(deciding_refused, 9);
+  CHECK_STR(run_status(E, id, st, sizeof st), "succeeded");
+  mend_engine_free(E);
+}
+
 /* mend_engine_wakeup is the one function other threads may call: hammered from a second
  * thread while the engine runs, it must neither crash nor disturb the runs. */
 static void *wake_often(void *engine) {
@@ -1638,6 +1679,7 @@ int main(void) {
 
   it_runs_on_its_own_loop();
   it_refuses_a_host_function_driving_its_engine();
+  it_refuses_driving_from_a_runs_when_key_or_map();
   it_can_be_woken_from_another_thread();
   it_runs_on_the_hosts_loop();
   it_is_ticked_and_answers_each_error_kind();
@@ -1664,7 +1706,7 @@ int main(void) {
                                       "escape_c", "escape_exec", "stuck", "hold", "wait",
                                       "http_call", "token", "token2",
                                       "ahead", "naps", "slay", "hits", "plain", "litter",
-                                      "behind", "lonely", "keyed", "starve"};
+                                      "behind", "lonely", "keyed", "starve", "deciding"};
   for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
     char path[128];
     snprintf(path, sizeof path, "%s/%s.lua", dir, files[i]);

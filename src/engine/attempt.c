@@ -96,13 +96,13 @@ int mend__ensure_key(mend_run *r, int i) {
   push_ctx(r, i, 0);
   mend_limits lim;
   mend_limits_init(&lim, "idempotency_key", E->cfg.instruction_budget, CALL_SECONDS);
-  int status = mend__guarded_pcall(E, &lim, 1, 1);
+  int status = mend__run_pcall(r, &lim, 1, 1);
   if (status != LUA_OK || !lua_isstring(L, -1)) {
     char msg[400], text[300];
     int failed = 0;
     const char *why = limit_met(E, &lim, status, text, sizeof text);
     snprintf(msg, sizeof msg, "idempotency_key: %s",
-             why ? why : status != LUA_OK ? mend__describe(E, L, -1, text, sizeof text, &failed)
+             why ? why : status != LUA_OK ? mend__describe(E, r, L, -1, text, sizeof text, &failed)
                                           : "must return a string");
     lua_pop(L, 1);
     mend__set_str(&st->error, msg);
@@ -125,13 +125,13 @@ int mend__ask_when(mend_run *r, int i) {
   push_ctx(r, i, 0);
   mend_limits lim;
   mend_limits_init(&lim, "when", E->cfg.instruction_budget, CALL_SECONDS);
-  int status = mend__guarded_pcall(E, &lim, 1, 1);
+  int status = mend__run_pcall(r, &lim, 1, 1);
   if (status != LUA_OK) {
     char msg[400], text[300];
     int failed = 0;
     const char *why = limit_met(E, &lim, status, text, sizeof text);
     snprintf(msg, sizeof msg, "when: %s",
-             why ? why : mend__describe(E, L, -1, text, sizeof text, &failed));
+             why ? why : mend__describe(E, r, L, -1, text, sizeof text, &failed));
     lua_pop(L, 1);
     mend__set_str(&st->error, msg);
     return why || failed ? -2 : -1;
@@ -182,7 +182,7 @@ char *mend__ask_map(mend_run *r, int i, int *stopped) {
   push_ctx(r, i, 0);
   mend_limits lim;
   mend_limits_init(&lim, "map", E->cfg.instruction_budget, CALL_SECONDS);
-  int status = mend__guarded_pcall(E, &lim, 1, 1);
+  int status = mend__run_pcall(r, &lim, 1, 1);
   char msg[600], text[400];
   *stopped = 0;
   /* What stopped it, rather than what the code's last error says ("not enough memory"). */
@@ -195,7 +195,7 @@ char *mend__ask_map(mend_run *r, int i, int *stopped) {
     return NULL;
   }
   if (status != LUA_OK) {
-    snprintf(msg, sizeof msg, "map: %s", mend__describe(E, L, -1, text, sizeof text, stopped));
+    snprintf(msg, sizeof msg, "map: %s", mend__describe(E, r, L, -1, text, sizeof text, stopped));
     lua_pop(L, 1);
     mend__set_str(&st->error, msg);
     *stopped |= status == LUA_ERRMEM;   /* memory ran out outside every limit */
@@ -276,6 +276,19 @@ int mend__guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres) {
   return status;
 }
 
+/* A call of a run's own code that is not its attempt (when, idempotency_key, a map's list, a
+ * child's input): guarded as any call into workflow code, and counted as the run's code, as its
+ * steps are (engine.h: mend_engine_in_code), so that it cannot drive, close or cancel the
+ * engine from under the run it is deciding for. */
+int mend__run_pcall(mend_run *r, mend_limits *lim, int nargs, int nres) {
+  mend_engine *E = r->E;
+  mend_run *outer = E->in_code;
+  E->in_code = r;
+  int status = mend__guarded_pcall(E, lim, nargs, nres);
+  E->in_code = outer;
+  return status;
+}
+
 static int push_tostring(lua_State *L) {
   luaL_tolstring(L, 1, NULL);
   return 1;
@@ -283,9 +296,10 @@ static int push_tostring(lua_State *L) {
 
 /* The text of an error value that workflow code raised or returned, into buf. Strings and
  * numbers are what they say; for anything else, a __tostring of its own gets a small budget
- * and no second chance: the engine never trusts what a workflow's metamethods do. */
-const char *mend__describe(mend_engine *E, lua_State *from, int idx, char *buf, size_t len,
-                           int *failed) {
+ * and no second chance: the engine never trusts what a workflow's metamethods do. r: the run
+ * whose code raised it (its __tostring is that run's code), or NULL (a file as it loads). */
+const char *mend__describe(mend_engine *E, mend_run *r, lua_State *from, int idx, char *buf,
+                           size_t len, int *failed) {
   if (failed) *failed = 0;
   idx = lua_absindex(from, idx);
   int t = lua_type(from, idx);
@@ -301,7 +315,7 @@ const char *mend__describe(mend_engine *E, lua_State *from, int idx, char *buf, 
   lua_xmove(from, E->L, 1);
   mend_limits lim;
   mend_limits_init(&lim, "the error's __tostring", DESCRIBE_BUDGET, DESCRIBE_SECONDS);
-  int status = mend__guarded_pcall(E, &lim, 1, 1);
+  int status = r ? mend__run_pcall(r, &lim, 1, 1) : mend__guarded_pcall(E, &lim, 1, 1);
   if (status == LUA_OK && lua_type(E->L, -1) == LUA_TSTRING) {
     snprintf(buf, len, "%s", lua_tostring(E->L, -1));
   } else {
@@ -412,10 +426,21 @@ void mend__resume(mend_run *r, int nargs) {
   mend_limits_leave(E->L, &r->limits);
   E->limit_memory = 0;
   E->alloc_limits = charged_was;
+  /* A cancel cascaded to the run while this code ran (the code cancelled its parent) lands now,
+   * whatever the code gave. */
+  if (MEND_COLD(r, cancel_by) && !E->in_code) {
+    if (status == LUA_OK || status == LUA_YIELD) lua_pop(co, nres);
+    mend__land_deferred_cancel(r);
+    return;
+  }
   if (status == LUA_YIELD && r->waiting) {
     lua_pop(co, nres);
     return;
   }
+  /* An attempt that met the memory limit and failed failed for it, whatever the code raised
+   * then: a protected call inside the step (the JSON encoder completing a response, a pcall of
+   * the step's own) turns the refusal into a plain error ("not enough memory"). */
+  if (status != LUA_OK && status != LUA_YIELD && r->limits.refused_memory) status = LUA_ERRMEM;
   mend_error_info info = {MEND_ERR_ERROR, NULL, -1, 0, 0};
   char *result = NULL;
   char msg[600];
@@ -442,7 +467,7 @@ void mend__resume(mend_run *r, int nargs) {
     int is_mend = mend_lua_read_error(co, -1, &info);
     if (!is_mend) {
       /* An unknown error: keep the message, put the traceback in the log. */
-      info.message = mend__describe(E, co, -1, msg, sizeof msg, &info.stopped);
+      info.message = mend__describe(E, r, co, -1, msg, sizeof msg, &info.stopped);
       luaL_traceback(E->L, co, msg, 0);
       mend_engine_log_line(E, "error", r->id, mend__step_name(r, r->cur), r->steps[r->cur].attempts,
                            "error", lua_tostring(E->L, -1));

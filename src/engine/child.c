@@ -70,9 +70,9 @@ void mend__start_child(mend_run *r, int i) {
     mend__push_ctx(r, i);
     mend_limits lim;
     mend_limits_init(&lim, "input", E->cfg.instruction_budget, CALL_SECONDS);
-    if (mend__guarded_pcall(E, &lim, 1, 1) != LUA_OK) {
+    if (mend__run_pcall(r, &lim, 1, 1) != LUA_OK) {
       char msg[400], text[300];
-      snprintf(msg, sizeof msg, "input: %s", mend__describe(E, L, -1, text, sizeof text, NULL));
+      snprintf(msg, sizeof msg, "input: %s", mend__describe(E, r, L, -1, text, sizeof text, NULL));
       lua_pop(L, 1);
       fail_now(r, MEND_ERR_ERROR, msg);
       return;
@@ -306,7 +306,7 @@ void mend__cancel_child(mend_run *r, int i, const char *who) {
   char id[MEND_RUN_ID_LEN], err[600], by[300];
   if (child_of(r, i, id) <= 0) return;
   snprintf(by, sizeof by, "%s (its parent %s was cancelled)", who ? who : "?", r->id);
-  if (mend_engine_cancel_run(r->E, id, by, err, sizeof err) < 0)
+  if (mend__cancel_cascade(r->E, id, by, err, sizeof err) < 0)
     mend_engine_log_line(r->E, "warn", id, NULL, 0, "child", err);
 }
 
@@ -325,7 +325,7 @@ void mend__stop_child(mend_run *lane, int i) {
   if (!running) return;   /* ending already (a restart found it so): its end is on its way */
   snprintf(by, sizeof by, "run %s (its group %s failed for good)", lane->id,
            lane->wf->steps[lane->wf->steps[i].group].name);
-  if (mend_engine_cancel_run(lane->E, id, by, err, sizeof err) < 0)
+  if (mend__cancel_cascade(lane->E, id, by, err, sizeof err) < 0)
     mend_engine_log_line(lane->E, "warn", id, NULL, 0, "child", err);
 }
 

@@ -121,6 +121,9 @@ struct mend_run_cold {
   /* A lane on an item of a map: its number from 1 (0: none), and where its row is among the
    * run's rows (MEND_MAP_ROWS). */
   int item, row_base;
+  /* A cancel cascaded to the run while its own code ran (that code cancelled its parent):
+   * who asked; it lands as the code yields or returns (mend__land_deferred_cancel). */
+  char *cancel_by;
 };
 /* A cold field of run r: its zero value while r has none made. */
 #define MEND_COLD(r, f) ((r)->cold ? (r)->cold->f : 0)
@@ -429,13 +432,14 @@ void mend__on_wait(mend_timer *t);
 void mend__set_result(mend_run *r, int i);
 
 /* ---- attempt.c: attempts as coroutines, and every call into workflow code */
-const char *mend__describe(mend_engine *E, lua_State *from, int idx, char *buf, size_t len,
-                           int *failed);
+const char *mend__describe(mend_engine *E, mend_run *r, lua_State *from, int idx, char *buf,
+                           size_t len, int *failed);
 void mend__end_attempt(mend_run *r);
 int mend__ask_when(mend_run *r, int i);
 char *mend__ask_map(mend_run *r, int i, int *stopped);
 int mend__ensure_key(mend_run *r, int i);
 int mend__guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres);
+int mend__run_pcall(mend_run *r, mend_limits *lim, int nargs, int nres);
 void mend__make_ctx_metatable(mend_engine *E);
 void mend__push_ctx(mend_run *r, int i);
 void mend__on_deadline(mend_timer *t);
@@ -614,6 +618,8 @@ void mend__store_lost_let_go(mend_engine *E);
 
 /* ---- repair.c: people's repairs */
 int mend__cancel_now(mend_run *r, const char *who, char *err, int errlen);
+int mend__cancel_cascade(mend_engine *E, const char *id, const char *who, char *err, int errlen);
+int mend__land_deferred_cancel(mend_run *r);
 double mend__entry_time(mend_engine *E, const char *id);
 void mend__reload_breakers(mend_engine *E);
 void mend__take_cancel_requests(mend_engine *E);

@@ -67,7 +67,7 @@ static mend_workflow *load_text(mend_engine *E, const char *text, size_t len, co
       mend_errorf(err, errlen, "%s: exceeded the memory limit (%zu bytes) while it loaded", path,
                   E->cfg.memory_limit);
     else   /* Lua's message already starts with the file name and line */
-      mend_errorf(err, errlen, "%s", mend__describe(E, L, -1, text_of, sizeof text_of, NULL));
+      mend_errorf(err, errlen, "%s", mend__describe(E, NULL, L, -1, text_of, sizeof text_of, NULL));
     lua_settop(L, top);
     return NULL;
   }

@@ -167,6 +167,35 @@ int mend__cancel_now(mend_run *r, const char *who, char *err, int errlen) {
   return E->broken ? mend_errorf(err, errlen, "%s", E->errmsg) : 0;
 }
 
+/* A cancel that cascades to run id (its parent was cancelled, its group failed). When the run's
+ * own code is what runs now (a step of it cancelled its parent), closing its coroutine there
+ * would free the stack that code stands on: the cancel is kept and lands as that code yields or
+ * returns (mend__land_deferred_cancel), its outcome then void. */
+int mend__cancel_cascade(mend_engine *E, const char *id, const char *who, char *err, int errlen) {
+  mend_run *r = in_memory(E, id);
+  if (r && E->in_code == r && r->status == MEND_RUN_RUNNING) {
+    if (!mend__run_cold(r)) return mend_errorf(err, errlen, "out of memory");
+    if (!r->cold->cancel_by) r->cold->cancel_by = mend_dupstr(who);
+    mend_engine_log_line(E, "info", id, NULL, 0, "cancel",
+                         "deferred until the run's own code, which is running, yields or returns");
+    return 0;
+  }
+  return mend_engine_cancel_run(E, id, who, err, errlen);
+}
+
+/* After run r's code yielded or returned, outside every other run's code: a cancel cascaded to
+ * it meanwhile lands now. 1 if it did (what the code gave is void), else 0. */
+int mend__land_deferred_cancel(mend_run *r) {
+  char *who = MEND_COLD(r, cancel_by);
+  if (!who || r->E->in_code) return 0;
+  r->cold->cancel_by = NULL;
+  char err[300];
+  if (mend__cancel_now(r, who, err, sizeof err) < 0)
+    mend_engine_log_line(r->E, "warn", r->id, NULL, 0, "cancel", err);
+  free(who);
+  return 1;
+}
+
 mend_refusal mend_engine_refusal(const mend_engine *E) { return E->refusal; }
 
 int mend_engine_cancel_run(mend_engine *E, const char *id, const char *who, char *err, int errlen) {

@@ -199,7 +199,10 @@ void mend__run_free(mend_run *r) {
   }
   free(r->steps);
   free(r->error);
-  if (r->cold) free(r->cold->http_detail);
+  if (r->cold) {
+    free(r->cold->http_detail);
+    free(r->cold->cancel_by);
+  }
   free(r->cold);
   mend__runmap_remove(E, r);
   if (r->prev) r->prev->next = r->next;
@@ -217,7 +220,7 @@ struct mend_run_cold *mend__run_cold(mend_run *r) {
 void mend__run_cold_trim(mend_run *r) {
   struct mend_run_cold *c = r->cold;
   if (c && !r->lane && !c->exec && !c->http && !c->http_detail && !c->host_call && !c->group &&
-      !c->parent && !c->item_name && !c->item && !c->row_base) {
+      !c->parent && !c->item_name && !c->item && !c->row_base && !c->cancel_by) {
     free(c);
     r->cold = NULL;
   }

@@ -4,10 +4,12 @@
  * server, and
  * server:address(), server:run() (serves until SIGINT or SIGTERM, for `mend serve`),
  * server:close(). Must never outlive its engine's loop: a server holds its engine, and is
- * closed before the engine is (the CLI closes it; a collected one closes itself).
+ * closed before the engine is (the CLI closes it; a collected one closes itself); never turn
+ * the loop outside the guard the engine's methods run under (mend_lua_engine_guarded).
  */
 #include <lauxlib.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "lmend.h"
@@ -19,6 +21,8 @@
 typedef struct server_box {
   mend_server *srv;
   mend_engine *E;
+  uv_signal_t *signals[2];   /* SIGINT, SIGTERM, while run turns the loop */
+  int stop;                  /* the signal that came */
 } server_box;
 
 static server_box *check_server(lua_State *L) {
@@ -53,8 +57,7 @@ static int l_listen(lua_State *L) {
   o.max_body = opt_size(L, "max_body");
   o.max_headers = opt_size(L, "max_headers");
   server_box *b = lua_newuserdatauv(L, sizeof *b, 1);
-  b->srv = NULL;
-  b->E = E;
+  *b = (server_box){.E = E};
   luaL_setmetatable(L, SERVER_MT);
   lua_pushvalue(L, 1);
   lua_setiuservalue(L, -2, 1);   /* the engine lives while its server does */
@@ -73,29 +76,57 @@ static int server_address(lua_State *L) {
 }
 
 static void on_signal(uv_signal_t *h, int signum) { *(int *)h->data = signum; }
-static void nothing(uv_handle_t *h) { (void)h; }
+static void free_on_close(uv_handle_t *h) { free(h); }
+
+/* The engine's loop turns until a signal comes; runs under the engine's method guard
+ * (mend_lua_engine_guarded), with the server at 1. The signal handles live apart from this C
+ * frame, so that a panic of the engine's state jumping out of it leaves none behind on a dead
+ * stack: the caller closes them either way. */
+static int serve_until_signal(lua_State *L) {
+  server_box *b = lua_touserdata(L, 1);
+  uv_loop_t *loop = mend_engine_loop(b->E);
+  static const int sigs[2] = {SIGINT, SIGTERM};
+  for (int k = 0; k < 2; k++) {
+    uv_signal_t *h = malloc(sizeof *h);
+    if (!h) return luaL_error(L, "run: out of memory");
+    uv_signal_init(loop, h);
+    h->data = &b->stop;
+    b->signals[k] = h;
+    uv_signal_start(h, on_signal, sigs[k]);
+  }
+  while (!b->stop) uv_run(loop, UV_RUN_ONCE);
+  return 0;
+}
+
+/* The signal handles run made, closed (freed as the loop next turns, or as the engine is
+ * destroyed). */
+static void close_signals(server_box *b) {
+  for (int k = 0; k < 2; k++) {
+    if (b->signals[k]) uv_close((uv_handle_t *)b->signals[k], free_on_close);
+    b->signals[k] = NULL;
+  }
+}
 
 /* server:run() -> "SIGINT" | "SIGTERM": the engine's loop turns (requests, and the runs an
- * operation hands this engine) until a signal comes. */
+ * operation hands this engine) until a signal comes. A panic of the engine's own state as it
+ * turns breaks the engine and raises "the engine is broken: ...", as its methods do. */
 static int server_run(lua_State *L) {
   server_box *b = check_server(L);
-  uv_loop_t *loop = mend_engine_loop(b->E);
-  int stop = 0, sigs[2] = {SIGINT, SIGTERM};
-  uv_signal_t h[2];
-  for (int k = 0; k < 2; k++) {
-    uv_signal_init(loop, &h[k]);
-    h[k].data = &stop;
-    uv_signal_start(&h[k], on_signal, sigs[k]);
-  }
-  while (!stop) uv_run(loop, UV_RUN_ONCE);
-  for (int k = 0; k < 2; k++) uv_close((uv_handle_t *)&h[k], nothing);
-  uv_run(loop, UV_RUN_NOWAIT);
-  lua_pushstring(L, stop == SIGINT ? "SIGINT" : "SIGTERM");
+  lua_settop(L, 1);
+  lua_getiuservalue(L, 1, 1);   /* the engine, at 2 */
+  close_signals(b);             /* a run before that raised out of memory: its one handle */
+  b->stop = 0;
+  int n = mend_lua_engine_guarded(L, 2, serve_until_signal);
+  close_signals(b);
+  if (n < 0) return luaL_error(L, "the engine is broken: %s", mend_engine_error(b->E));
+  uv_run(mend_engine_loop(b->E), UV_RUN_NOWAIT);
+  lua_pushstring(L, b->stop == SIGINT ? "SIGINT" : "SIGTERM");
   return 1;
 }
 
 static int server_close(lua_State *L) {
   server_box *b = luaL_checkudata(L, 1, SERVER_MT);
+  close_signals(b);
   if (b->srv) {
     mend_server_free(b->srv);
     b->srv = NULL;
