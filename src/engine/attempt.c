@@ -341,6 +341,19 @@ static void unlist_thread(lua_State *L, mend_run *r) {
   lua_pop(L, 1);
 }
 
+/* Under AddressSanitizer an attempt's state is freed as it ends, never kept for the next:
+ * memory taken again is not poisoned, and would hide a use of it after its attempt. */
+#if defined(__SANITIZE_ADDRESS__)
+#define KEEP_SPARE_ATTEMPT 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KEEP_SPARE_ATTEMPT 0
+#endif
+#endif
+#ifndef KEEP_SPARE_ATTEMPT
+#define KEEP_SPARE_ATTEMPT 1
+#endif
+
 /* `returned`: its code ran to its end (lua_resume gave LUA_OK), which closed every
  * to-be-closed variable it had: closing the coroutine would run nothing, and is left to the
  * collector (1.5k instructions an attempt in W1: the limits entered and left around it). */
@@ -387,7 +400,7 @@ static void end_attempt(mend_run *r, int returned) {
   lua_sethook(r->co, NULL, 0, 0);
   unlist_thread(E->L, r);
   r->co = NULL;
-  if (E->spare_attempt) free(r->at);
+  if (E->spare_attempt || !KEEP_SPARE_ATTEMPT) free(r->at);
   else E->spare_attempt = r->at;
   r->at = NULL;
   collect_if_over(E);
