@@ -12,7 +12,8 @@
  * inside a C function, and only calls lua_sethook (safe from a signal, lua.h) on the threads
  * that this OS thread is running calls on: the stack of threads that mend_limits_enter and
  * mend_limits_run_on keep, a thread pushed before it runs and popped before it may be freed.
- * Nothing is shared with another OS thread, so there is nothing to race on.
+ * Nothing is shared with another OS thread, so there is nothing to race on. Unloaded (a
+ * host's lua_close unloads the Lua module), it leaves no timer that could signal into it.
  */
 #define _GNU_SOURCE
 #include "guard.h"
@@ -133,9 +134,15 @@ static void on_watchdog(int sig, siginfo_t *si, void *uc) {
   errno = saved;
 }
 
+/* Watchdogs whose timer exists, in every OS thread. */
+static atomic_int live_timers;
+
 static void free_watchdog(void *p) {
   watchdog *w = p;
-  if (!w->forked) timer_delete(w->timer);
+  if (!w->forked) {
+    timer_delete(w->timer);
+    atomic_fetch_sub(&live_timers, 1);
+  }
   free(w);
 }
 
@@ -179,6 +186,7 @@ static watchdog *get_watchdog(void) {
     tl_no_timer = 1;
     return NULL;
   }
+  atomic_fetch_add(&live_timers, 1);
   w->forked = 0;
   atomic_store(&w->deadline_ns, 0);
   atomic_store(&w->armed_ns, 0);
@@ -186,6 +194,24 @@ static watchdog *get_watchdog(void) {
   tl_watchdog = w;
   pthread_setspecific(watch_key, w);
   return w;
+}
+
+/* This code unloaded (a host's lua_close unloads the Lua module) or the process ending: a
+ * timer left armed (on_watchdog) would signal into a handler that is gone, and a thread's
+ * exit would call a key destructor that is gone. The timer of this thread goes, the key goes,
+ * and the signal is ignored while another thread's timer may still fire, else given back. */
+__attribute__((destructor)) static void watch_unload(void) {
+  if (!watch_signal) return;
+  watchdog *w = tl_watchdog;
+  tl_watchdog = NULL;
+  if (w) free_watchdog(w);
+  pthread_key_delete(watch_key);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = atomic_load(&live_timers) > 0 ? SIG_IGN : SIG_DFL;
+  sigemptyset(&sa.sa_mask);
+  sigaction(watch_signal, &sa, NULL);
+  watch_signal = 0;
 }
 
 static int watch_push(watchdog *w, lua_State *co) {

@@ -26,7 +26,7 @@ typedef enum mend_limit_trip {
   MEND_LIMIT_OK, MEND_LIMIT_BUDGET, MEND_LIMIT_TIMEOUT
 } mend_limit_trip;
 
-/* Ordered by size: every run in memory holds one (engine_int.h), so it has no padding. */
+/* Ordered by size: every attempt in flight holds one (engine_int.h), so it has no padding. */
 typedef struct mend_limits {
   long budget;                 /* instructions in all; 0: none */
   long left;

@@ -128,6 +128,15 @@ struct mend_run_cold {
 /* A cold field of run r: its zero value while r has none made. */
 #define MEND_COLD(r, f) ((r)->cold ? (r)->cold->f : 0)
 
+/* An attempt's own state, taken as it starts and let go as it ends (attempt.c; the engine
+ * keeps the last one for the next), so that a run between attempts (a retry wait) holds none
+ * of it. */
+typedef struct mend_attempt {
+  mend_limits limits;     /* its instruction budget and real-time deadline */
+  mend_timer deadline;
+  mend_run *run;          /* whose: the deadline's callback finds it here */
+} mend_attempt;
+
 /* Ordered by size, so that a run waiting in memory (until park.c parks it) pays no padding. */
 struct mend_run {
   mend_engine *E;
@@ -137,9 +146,9 @@ struct mend_run {
   const char *reason;     /* why it failed for good: fatal, error, attempts_exhausted, ... */
   /* the attempt in flight */
   lua_State *co;
-  mend_limits limits;     /* its instruction budget and real-time deadline */
+  mend_attempt *at;       /* set with co */
   double last_at;         /* the time of its last history row: none is written before it */
-  mend_timer wait, deadline;
+  mend_timer wait;
   struct mend_run_cold *cold;   /* NULL until one of its fields is set */
   mend_run *tnext;        /* waiting for a concurrency slot */
   run_fifo *waiting_in;   /* which list, if any */
@@ -198,6 +207,7 @@ struct mend_engine {
   mend_workflow *workflows;
   struct mend_breaker_slot *breakers;
   mend_run *runs;
+  mend_attempt *spare_attempt;   /* the last attempt's state, kept for the next (attempt.c) */
   int in_flight;
   /* Runs whose next action waits for a batch to be durable, by the batch's number (the store's
    * open_seq when queued) modulo 4: at most the open batch and the one on the writer thread

@@ -72,7 +72,6 @@ static mend_run *new_lane(mend_run *r) {
   l->cold->row_base = 0;
   memcpy(l->id, r->id, sizeof l->id);
   mend_timer_init(&l->wait, mend__on_wait);
-  mend_timer_init(&l->deadline, mend__on_deadline);
   G->lanes[G->nlanes++] = l;
   return l;
 }

@@ -35,7 +35,6 @@ mend_run *mend__run_new(mend_engine *E, mend_workflow *wf, const char *id) {
     st->key_ready = wf->steps[i].key_ref == LUA_NOREF;
   }
   mend_timer_init(&r->wait, mend__on_wait);
-  mend_timer_init(&r->deadline, mend__on_deadline);
   r->ref_shard = mend_refs_shard(&E->refs, E->L);
   /* Sized for a short saga's results: each of the first steps' set_result would rehash it
    * (0, 1, 2, 4 slots; 2.7k instructions a run in W1), a longer one grows as it goes. */
