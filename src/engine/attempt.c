@@ -456,7 +456,7 @@ void mend__resume(mend_run *r, int nargs) {
   /* An attempt that met the memory limit and failed failed for it, whatever the code raised
    * then: a protected call inside the step (the JSON encoder completing a response, a pcall of
    * the step's own) turns the refusal into a plain error ("not enough memory"). */
-  if (status != LUA_OK && status != LUA_YIELD && r->limits.refused_memory) status = LUA_ERRMEM;
+  if (status != LUA_OK && status != LUA_YIELD && r->at->limits.refused_memory) status = LUA_ERRMEM;
   mend_error_info info = {MEND_ERR_ERROR, NULL, -1, 0, 0};
   char *result = NULL;
   char msg[600];
