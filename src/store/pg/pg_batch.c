@@ -10,6 +10,7 @@
  * the server answered its COMMIT; commit a batch part of which failed.
  */
 #include "pg_int.h"
+#include "../../numtext.h"
 
 #include <errno.h>
 #include <math.h>
@@ -86,16 +87,15 @@ static void rec_value(mend_pg *p, const char *t, size_t n) {
 void mend__pg_rec_text(mend_pg *p, const char *t) { rec_value(p, t, t ? strlen(t) : 0); }
 
 void mend__pg_rec_int(mend_pg *p, long long i) {
-  char b[32];
-  int n = snprintf(b, sizeof b, "%lld", i);
-  rec_value(p, b, (size_t)n);
+  char b[MEND_NUMTEXT_MAX];
+  rec_value(p, b, mend_numtext_int(b, i));
 }
 
 void mend__pg_rec_real(mend_pg *p, double d) {
-  char b[40];
-  int n = isinf(d) ? snprintf(b, sizeof b, "%s", d > 0 ? "Infinity" : "-Infinity")
-          : isnan(d) ? snprintf(b, sizeof b, "NaN") : snprintf(b, sizeof b, "%.17g", d);
-  rec_value(p, b, (size_t)n);
+  char b[MEND_NUMTEXT_MAX];
+  if (isinf(d)) rec_value(p, d > 0 ? "Infinity" : "-Infinity", d > 0 ? 8 : 9);
+  else if (isnan(d)) rec_value(p, "NaN", 3);
+  else rec_value(p, b, mend_numtext_real(b, d));
 }
 
 void mend__pg_rec_opt_real(mend_pg *p, double d) {
