@@ -73,6 +73,8 @@ typedef struct mend_step_rec {
   double updated;
   int slept;               /* its `sleep` wait is over */
   const char *awaits;      /* the event a waiting step waits for; NULL otherwise */
+  int new_row;             /* put_step only: 1 when the store holds no row of this step (the
+                              engine never wrote one); 0 when one may be there, to replace */
 } mend_step_rec;
 
 typedef struct mend_history_rec {
@@ -234,7 +236,10 @@ typedef struct mend_store_methods {
   int (*insert_run)(mend_store *s, const mend_run_rec *r);
   /* A status other than running or compensating also gives the run's lease back. */
   int (*update_run)(mend_store *s, const char *id, const char *status, const char *error,                           int attention, double updated, const char *reason);
-  int (*put_step)(mend_store *s, const mend_step_rec *st);      /* insert or replace */
+  /* Insert or replace; st->new_row says which the engine knows it to be, and a backend may
+   * insert plainly then, but must still replace a row there (the engine's knowledge is a hint,
+   * never a reason to fail the batch). */
+  int (*put_step)(mend_store *s, const mend_step_rec *st);
   /* A step row that exists (put at its first transition); fails if there is none. `name`
    * unused. */
   int (*update_step)(mend_store *s, const mend_step_rec *st);

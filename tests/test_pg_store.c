@@ -353,6 +353,75 @@ static void test_batches(void) {
   drop_case();
 }
 
+/* Steps the engine knows to have no row yet (new_row) go by plain insert, not an upsert, and
+ * leave what the upsert leaves; one that has a row after all (the engine wrong) is put over it,
+ * the batch sent again without the plain insert, never failed: from the transaction's start,
+ * or from the savepoint of a flush in an open transaction, the writes before it kept. */
+static void test_new_steps(void) {
+  new_case();
+  mend_store *s = open_store();
+  if (!s) return;
+  mend_pg *pg = PG(s);
+  long inserted = pg->steps_inserted, alone = pg->writes_alone;
+  for (int i = 0; i < 3; i++) {
+    char id[32];
+    snprintf(id, sizeof id, "n%d", i);
+    mend_run_rec r = run_rec(id, NULL);
+    CHECK_EQ_INT(mend__pg_insert_run(s, &r), 0);
+    mend_step_rec st = {.run_id = id, .idx = 0, .name = "a", .status = "succeeded",
+                        .attempts = 1, .result = "{\"n\":1}", .due = -1, .last_delay = 2.5,
+                        .updated = 1764892800.123456, .new_row = 1};
+    CHECK_EQ_INT(mend__pg_put_step(s, &st), 0);
+    st.idx = 1;
+    st.name = "b";
+    st.new_row = 0;   /* not known new: the upsert */
+    CHECK_EQ_INT(mend__pg_put_step(s, &st), 0);
+  }
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(pg->steps_inserted - inserted, 3);
+  CHECK_EQ_INT(pg->writes_alone - alone, 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM steps WHERE status = 'succeeded' AND attempts = 1"
+                     " AND result = '{\"n\":1}' AND due IS NULL AND last_delay = 2.5"
+                     " AND updated = 1764892800.123456"), 6);
+  CHECK_EQ_INT(count("SELECT count(*) FROM steps WHERE idx = 0 AND name = 'a'"), 3);
+
+  /* the engine wrong: n0's step 0 is there; the batch begins the transaction */
+  inserted = pg->steps_inserted;
+  mend_step_rec again = {.run_id = "n0", .idx = 0, .name = "a", .status = "failed",
+                         .attempts = 2, .error = "x", .error_kind = "error", .due = -1,
+                         .last_delay = -1, .updated = 5, .new_row = 1};
+  mend_step_rec fresh = again;
+  fresh.run_id = "n1";
+  fresh.idx = 7;
+  CHECK_EQ_INT(mend__pg_put_step(s, &again), 0);
+  CHECK_EQ_INT(mend__pg_put_step(s, &fresh), 0);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(pg->steps_inserted - inserted, 2);   /* tried, then put */
+  CHECK_EQ_INT(count("SELECT count(*) FROM steps WHERE run_id = 'n0' AND idx = 0"
+                     " AND status = 'failed' AND attempts = 2 AND error = 'x'"), 1);
+  CHECK_EQ_INT(count("SELECT count(*) FROM steps WHERE run_id = 'n1' AND idx = 7"
+                     " AND status = 'failed'"), 1);
+  /* ... and in an open transaction: back to the flush's savepoint only */
+  CHECK_EQ_INT(mend__pg_update_run(s, "n2", "succeeded", NULL, 0, 6, NULL), 0);
+  mend_history_rec h = hist("n2", 1);
+  CHECK_EQ_INT(mend__pg_append_history(s, &h), 0);
+  CHECK_EQ_INT(mend__pg_last_history(s, "n2", NULL), 1);   /* sent: the transaction is open */
+  again.run_id = "n2";
+  again.status = "compensated";
+  fresh.run_id = "n2";
+  CHECK_EQ_INT(mend__pg_put_step(s, &again), 0);
+  CHECK_EQ_INT(mend__pg_put_step(s, &fresh), 0);
+  CHECK_EQ_INT(mend__pg_last_history(s, "n2", NULL), 1);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'n2' AND status = 'succeeded'"), 1);
+  CHECK_EQ_INT(count("SELECT count(*) FROM history WHERE run_id = 'n2'"), 1);
+  CHECK_EQ_INT(count("SELECT count(*) FROM steps WHERE run_id = 'n2' AND idx = 0"
+                     " AND status = 'compensated'"), 1);
+  CHECK_EQ_INT(count("SELECT count(*) FROM steps WHERE run_id = 'n2' AND idx = 7"), 1);
+  mend__pg_close(s);
+  drop_case();
+}
+
 /* A batch as the engine writes it, for n runs from `first`: each started, its step put
  * running and then succeeded, two history rows, the run ended. */
 static void engine_batch(mend_store *s, int first, int n, long seq) {
@@ -1344,6 +1413,7 @@ int main(void) {
   test_schema_race();
   test_batches();
   test_run_arrays();
+  test_new_steps();
   test_writer_thread();
   test_claims();
   test_fence();

@@ -88,6 +88,8 @@ typedef struct step_rt {
   unsigned compensate_self : 1;   /* failed with a compensable error: it is compensated too */
   unsigned slept : 1;             /* its `sleep` wait is over */
   unsigned has_row : 1;           /* the store has its row (written at its first transition) */
+  unsigned row_unknown : 1;       /* without has_row, a row may be there all the same (a run
+                                     rebuilt from its image: a step with none known) */
   unsigned when_done : 1;         /* its when(ctx) answered (recorded: never asked again) */
   unsigned comp_skipped : 1;      /* its group's compensation passed it: no compensate */
   unsigned err_kind : 3;          /* the mend_error_kind of `error`, stored with it */

@@ -130,6 +130,7 @@ static mend_run *rebuild_from(mend_engine *E, const char *id, const mend_run_ima
      * a row that exists too. */
     st->has_row = st->status != MEND_STEP_RUNNING &&
                   (st->status != MEND_STEP_PENDING || st->attempts > 0 || st->comp_attempts > 0);
+    st->row_unknown = !st->has_row;
     if (st->result && (st->status == MEND_STEP_SUCCEEDED || st->status == MEND_STEP_COMPENSATING))
       mend__set_result(r, i);
     if (st->status == MEND_STEP_FAILED || st->status == MEND_STEP_COMPENSATION_FAILED) r->fail_step = i;

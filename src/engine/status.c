@@ -43,7 +43,7 @@ void mend__write_step(mend_run *r, int i) {
     .error_severity = st->error ? (int)st->err_severity : 0,
     .error_stopped = st->error ? (int)st->err_stopped : 0, .due = st->due,
     .last_delay = st->last_delay, .updated = mend_engine_now(r->E), .slept = st->slept,
-    .awaits = mend__awaits(r, i)};
+    .awaits = mend__awaits(r, i), .new_row = new_row && !st->row_unknown};
   if ((new_row ? mend_store_put_step : mend_store_update_step)(r->E->store, &rec)) mend__store_failed(r->E);
   else st->has_row = 1;
 }

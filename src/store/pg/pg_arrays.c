@@ -10,7 +10,9 @@
  * number was taken fails the statement, and pg_batch.c sends the rows again one by one); and
  * step rows put whole (P_PUT_STEPS: of a step put twice in the batch only the last, which is
  * what the two upserts one after the other leave; none of a run whose steps the batch also
- * updates, as an update must come after the put it changes). A record of one of these kinds
+ * updates, as an update must come after the put it changes), and among them those the engine
+ * knows to have no row yet inserted plainly (P_INSERT_STEPS), when the caller can send the
+ * batch again without them if one was there after all. A record of one of these kinds
  * whose number of values is not its statement's is refused (PG_PLAN_WIDTH), never sent alone
  * in silence. Must never: change what a batch leaves in the database against its statements
  * sent one by one in order; take a repair's write (sent alone, as recorded, past the fence).
@@ -22,7 +24,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void col_put(pg_arrays *a, int col, const char *t, size_t n) {
+static void col_put(pg_arrays *a, int col, const char *t) {
+  /* most values have no quote or backslash: their bytes go in with one copy */
+  size_t plain = t ? strcspn(t, "\"\\") : 0, n = t && t[plain] ? plain + strlen(t + plain) : plain;
   /* worst case: every byte escaped, a comma, two quotes, and the closing brace and NUL */
   size_t need = a->len[col] + 2 * n + 8;
   if (need > a->cap[col]) {
@@ -43,7 +47,9 @@ static void col_put(pg_arrays *a, int col, const char *t, size_t n) {
     o += 4;
   } else {
     *o++ = '"';
-    for (size_t i = 0; i < n; i++) {
+    memcpy(o, t, plain);
+    o += plain;
+    for (size_t i = plain; i < n; i++) {
       if (t[i] == '"' || t[i] == '\\') *o++ = '\\';
       *o++ = t[i];
     }
@@ -59,10 +65,7 @@ static const char *val(const pg_log *log, const pg_rec *r, int i) {
 }
 
 static void row_add(pg_arrays *a, const pg_log *log, const pg_rec *r) {
-  for (int c = 0; c < a->ncols && !a->oom; c++) {
-    const char *t = val(log, r, c);
-    col_put(a, c, t, t ? strlen(t) : 0);
-  }
+  for (int c = 0; c < a->ncols && !a->oom; c++) col_put(a, c, val(log, r, c));
   a->n++;
 }
 
@@ -87,16 +90,17 @@ int mend__pg_arrays_width(int q) {
  * (their first value): that run's inserts and updates keep their place. */
 static int touches_run(int q) { return q == P_SET_UNAVAILABLE || q == P_CHILD_END; }
 
-int mend__pg_arrays_plan(pg_batch_arrays *b, const pg_log *log, int history) {
+int mend__pg_arrays_plan(pg_batch_arrays *b, const pg_log *log, int may_fail) {
   memset(b, 0, sizeof *b);
   b->runs.ncols = PG_RUN_COLS;
   b->run_updates.ncols = PG_RUN_UPDATE_COLS;
   b->hist.ncols = PG_HISTORY_COLS;
+  b->new_steps.ncols = PG_STEP_COLS;
   b->steps.ncols = PG_STEP_COLS;
   b->bad = -1;
   if (!(b->take = calloc((size_t)log->nrec + 1, 1))) return -1;
   mend_idset updated = {0}, seen = {0}, runs_alone = {0}, run_updated = {0};
-  int rc = 0, hist_alone = !history;
+  int rc = 0, hist_alone = !may_fail;
   for (int k = 0; k < log->nrec && rc == 0; k++) {
     const pg_rec *r = &log->recs[k];
     int width = mend__pg_arrays_width(r->q);
@@ -145,7 +149,13 @@ int mend__pg_arrays_plan(pg_batch_arrays *b, const pg_log *log, int history) {
     if (!n || mend_idset_has(&updated, run, strlen(run))) continue;
     int added = mend_idset_add(&seen, key, n);
     if (added < 0) rc = -1;
-    else b->take[k] = added ? PG_TAKE_STEP : PG_TAKE_SUPERSEDED;
+    else if (!added) b->take[k] = PG_TAKE_SUPERSEDED;
+    else if (r->new_row && may_fail) {
+      b->take[k] = PG_TAKE_NEW_STEP;
+      b->nnew_steps++;
+    } else {
+      b->take[k] = PG_TAKE_STEP;
+    }
   }
   mend_idset_clear(&updated);
   mend_idset_clear(&seen);
@@ -165,6 +175,7 @@ int mend__pg_arrays_take(pg_batch_arrays *b, const pg_log *log, int k) {
   case PG_TAKE_RUN_UPDATE: row_add(&b->run_updates, log, &log->recs[k]); return 1;
   case PG_TAKE_HISTORY: row_add(&b->hist, log, &log->recs[k]); return 1;
   case PG_TAKE_STEP: row_add(&b->steps, log, &log->recs[k]); return 1;
+  case PG_TAKE_NEW_STEP: row_add(&b->new_steps, log, &log->recs[k]); return 1;
   case PG_TAKE_SUPERSEDED: return 1;
   default: return 0;
   }
@@ -188,6 +199,7 @@ void mend__pg_arrays_free(pg_batch_arrays *b) {
   arrays_free(&b->runs);
   arrays_free(&b->run_updates);
   arrays_free(&b->hist);
+  arrays_free(&b->new_steps);
   arrays_free(&b->steps);
   free(b->take);
   memset(b, 0, sizeof *b);

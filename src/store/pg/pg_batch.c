@@ -3,13 +3,15 @@
  * values copied, as text), the flush that sends them as one pipeline in the open transaction
  * (BEGIN and the fence's check first when it begins, COMMIT last when it commits, or reads that
  * must see them last, in the same round trip: mend__pg_sync_reads; rows of one kind together
- * as arrays where pg_arrays.c says they may be, sent again row by row if a history number was
- * taken: from the transaction's start, or from a savepoint in one already open), the batch
+ * as arrays where pg_arrays.c says they may be, sent again without the arrays that may fail if
+ * one did (a history number taken, a step row there that the engine took for new): from the
+ * transaction's start, or from a savepoint in one already open), the batch
  * numbers, and the writer thread that commits a handed-off batch while the loop records the
  * next. Must never: let a read miss a write recorded before it; report a batch durable before
  * the server answered its COMMIT; commit a batch part of which failed.
  */
 #include "pg_int.h"
+#include "../../numtext.h"
 
 #include <errno.h>
 #include <math.h>
@@ -51,7 +53,7 @@ void mend__pg_rec_begin(mend_pg *p, int q) {
     log->oom = 1;
     return;
   }
-  log->recs[log->nrec++] = (pg_rec){q, log->nval, 0, p->repairing};
+  log->recs[log->nrec++] = (pg_rec){q, log->nval, 0, p->repairing, 0};
 }
 
 static void log_value(pg_log *log, const char *t, size_t n) {
@@ -131,16 +133,15 @@ static void carry_first(mend_pg *p, pg_log *log) {
 void mend__pg_rec_text(mend_pg *p, const char *t) { rec_value(p, t, t ? strlen(t) : 0); }
 
 void mend__pg_rec_int(mend_pg *p, long long i) {
-  char b[32];
-  int n = snprintf(b, sizeof b, "%lld", i);
-  rec_value(p, b, (size_t)n);
+  char b[MEND_NUMTEXT_MAX];
+  rec_value(p, b, mend_numtext_int(b, i));
 }
 
 void mend__pg_rec_real(mend_pg *p, double d) {
-  char b[40];
-  int n = isinf(d) ? snprintf(b, sizeof b, "%s", d > 0 ? "Infinity" : "-Infinity")
-          : isnan(d) ? snprintf(b, sizeof b, "NaN") : snprintf(b, sizeof b, "%.17g", d);
-  rec_value(p, b, (size_t)n);
+  char b[MEND_NUMTEXT_MAX];
+  if (isinf(d)) rec_value(p, d > 0 ? "Infinity" : "-Infinity", d > 0 ? 8 : 9);
+  else if (isnan(d)) rec_value(p, "NaN", 3);
+  else rec_value(p, b, mend_numtext_real(b, d));
 }
 
 void mend__pg_rec_opt_real(mend_pg *p, double d) {
@@ -154,8 +155,8 @@ void mend__pg_rec_opt_real(mend_pg *p, double d) {
  * batch never fills both sockets' buffers at once (blocking libpq would then wait forever). */
 #define CHUNK 512
 
-enum { K_BEGIN, K_LIVE, K_RENEW, K_CHECK, K_SAVEPOINT, K_WRITE, K_RUNS, K_RUN_UPDATES, K_STEPS,
-       K_HISTORY, K_NOTIFY, K_COMMIT, K_READ };
+enum { K_BEGIN, K_LIVE, K_RENEW, K_CHECK, K_SAVEPOINT, K_WRITE, K_RUNS, K_RUN_UPDATES,
+       K_NEW_STEPS, K_STEPS, K_HISTORY, K_NOTIFY, K_COMMIT, K_READ };
 
 typedef struct pipe {
   mend_pg *p;
@@ -165,7 +166,7 @@ typedef struct pipe {
   int read[CHUNK];       /* K_READ: which of p->reads */
   int n;
   int failed, late;
-  int taken;             /* K_HISTORY failed on a number another process took */
+  int taken;             /* K_HISTORY or K_NEW_STEPS failed on a key already there */
   double sent_at;
 } pipe;
 
@@ -185,6 +186,7 @@ static const char *what_of(int kind, const pg_rec *r) {
   case K_SAVEPOINT: return "set a savepoint";
   case K_RUNS: return "insert runs";
   case K_RUN_UPDATES: return "update runs";
+  case K_NEW_STEPS: return "insert steps";
   case K_STEPS: return "put steps";
   case K_HISTORY: return "append history";
   case K_NOTIFY: return "notify the other workers";
@@ -230,7 +232,9 @@ static void take_result(pipe *pp, int i, PGresult *r) {
     if (!pp->failed) {
       const char *code = PQresultErrorField(r, PG_DIAG_SQLSTATE);
       if (pp->kind[i] == K_LIVE && code && strcmp(code, "MENDL") == 0) pp->late = 1;
-      if (pp->kind[i] == K_HISTORY && code && strcmp(code, "23505") == 0) pp->taken = 1;
+      if ((pp->kind[i] == K_HISTORY || pp->kind[i] == K_NEW_STEPS) && code &&
+          strcmp(code, "23505") == 0)
+        pp->taken = 1;
       if (mend__pg_conflict(r)) p->tx_conflict = 1;
       mend__pg_fail(p, p->conn, r, what_of(pp->kind[i], pp->rec[i]));
     }
@@ -375,11 +379,12 @@ int mend__pg_failpoint_hit(pg_failpoint *fp) {
 static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late, int *taken) {
   pipe pp = {.p = p, .log = log};
   pg_batch_arrays ar = {0};
-  /* History rows as arrays (pg_arrays.c), unless this is the try that sends them row by row:
-   * if a number was taken meanwhile, this flush's writes are sent again that way (flush), from
-   * the transaction's start when this flush begins it, else from a savepoint set before them.
-   * The other arrays fail only as their rows would one by one. */
-  int history_arrays = !p->rows_one_by_one && (!p->in_batch || p->tx_savepoints < MAX_SAVEPOINTS);
+  /* History rows as arrays and new steps' rows inserted plainly (pg_arrays.c), unless this is
+   * the try that goes without: if a number was taken meanwhile, or a step's row was there, this
+   * flush's writes are sent again that way (flush), from the transaction's start when this flush
+   * begins it, else from a savepoint set before them. The other arrays fail only as their rows
+   * would one by one. */
+  int may_fail = !p->rows_one_by_one && (!p->in_batch || p->tx_savepoints < MAX_SAVEPOINTS);
   PGconn *c = p->conn;
   const char **ptrs = NULL;
   char *ids = NULL;
@@ -421,7 +426,7 @@ static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late,
     goto done;
   }
   for (int i = 0; i < log->nval; i++) ptrs[i] = log->vals[i] < 0 ? NULL : log->text + log->vals[i];
-  int planned = log->nrec > 1 ? mend__pg_arrays_plan(&ar, log, history_arrays) : 0;
+  int planned = log->nrec > 1 ? mend__pg_arrays_plan(&ar, log, may_fail) : 0;
   if (planned == PG_PLAN_WIDTH) {
     const pg_rec *r = &log->recs[ar.bad];
     mend__pg_msg(p->err, sizeof p->err, "%s: sending a batch: a write (%s) recorded with %d"
@@ -435,7 +440,7 @@ static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late,
     pp.failed = 1;
     goto done;
   }
-  if (p->in_batch && ar.nhist) {
+  if (p->in_batch && (ar.nhist || ar.nnew_steps)) {
     if (pipe_send(&pp, K_SAVEPOINT, -1, "SAVEPOINT mend_rows", 0, NULL, NULL) != 0) goto done;
     p->tx_savepoints++;
   }
@@ -450,10 +455,12 @@ static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late,
   }
   /* after the rows sent alone, which never depend on these (pg_arrays.c); new runs before the
    * updates that may change them */
-  static const int kinds[PG_BATCH_ARRAYS] = {K_RUNS, K_RUN_UPDATES, K_STEPS, K_HISTORY};
-  static const int stmts[PG_BATCH_ARRAYS] = {P_INSERT_RUNS, P_UPDATE_RUNS, P_PUT_STEPS,
-                                             P_APPEND_HISTORIES};
-  pg_arrays *sets[PG_BATCH_ARRAYS] = {&ar.runs, &ar.run_updates, &ar.steps, &ar.hist};
+  static const int kinds[PG_BATCH_ARRAYS] = {K_RUNS, K_RUN_UPDATES, K_NEW_STEPS, K_STEPS,
+                                             K_HISTORY};
+  static const int stmts[PG_BATCH_ARRAYS] = {P_INSERT_RUNS, P_UPDATE_RUNS, P_INSERT_STEPS,
+                                             P_PUT_STEPS, P_APPEND_HISTORIES};
+  pg_arrays *sets[PG_BATCH_ARRAYS] = {&ar.runs, &ar.run_updates, &ar.new_steps, &ar.steps,
+                                      &ar.hist};
   for (int i = 0; i < PG_BATCH_ARRAYS && !pp.failed; i++) {
     const char *av[PG_ARRAY_COLS];
     if (!sets[i]->n) continue;
@@ -463,6 +470,7 @@ static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late,
       goto done;
     }
     if (pipe_send(&pp, kinds[i], stmts[i], NULL, sets[i]->ncols, av, NULL) != 0) goto done;
+    if (kinds[i] == K_NEW_STEPS) p->steps_inserted += sets[i]->n;
   }
   /* reads that must see these writes: in the same round trip */
   for (int i = 0; p->reads && !commit && !pp.failed && i < p->reads->n; i++) {
@@ -615,9 +623,10 @@ static int flush(mend_pg *p, pg_log *log, int commit, int begin) {
   }
   if (rc != 0 && taken && PQstatus(p->conn) == CONNECTION_OK && !p->conn_doomed &&
       (!was_open || to_savepoint(p) == 0)) {
-    /* A history number was taken meanwhile (a person's repair): nothing of this flush was
-     * written (nothing of the transaction, when it began it). Again, each row on its own,
-     * renumbered where its number is taken. */
+    /* A history number was taken meanwhile (a person's repair), or a step the engine took for
+     * new had a row: nothing of this flush was written (nothing of the transaction, when it
+     * began it). Again, history rows each on its own, renumbered where its number is taken,
+     * and every step's row put over the one there. */
     if (!was_open) mend__pg_rollback(p);
     p->tx_savepoints = tx_savepoints;
     p->rows_one_by_one = 1;

@@ -39,7 +39,7 @@ enum {
   P_PUT_TOKEN, P_TOKEN_OF_ATTEMPT, P_USE_TOKEN, P_SET_PARENT, P_REOPEN_RUN,
   P_IMAGE_RUN, P_IMAGE_STEPS, P_IMAGE_HISTORY,
   P_IMAGES_RUN, P_IMAGES_STEPS, P_IMAGES_HISTORY, P_INSERT_RUN_KEY, P_APPEND_HISTORIES, P_PUT_STEPS,
-  P_INSERT_RUNS, P_UPDATE_RUNS, P_RECORD_EVENT,
+  P_INSERT_RUNS, P_UPDATE_RUNS, P_INSERT_STEPS, P_RECORD_EVENT,
   P__COUNT
 };
 extern const char *const mend__pg_sql[P__COUNT];
@@ -47,7 +47,7 @@ extern const char *const mend__pg_migrations[MEND_PG_SCHEMA_VERSION];
 
 /* The write log: a batch's writes with their values copied (text, as libpq sends them), sent
  * as one pipeline at the next flush, in the order written. */
-typedef struct pg_rec { int q, first, n, repair; } pg_rec;
+typedef struct pg_rec { int q, first, n, repair, new_row; } pg_rec;   /* new_row: P_PUT_STEP's */
 typedef struct pg_log {
   pg_rec *recs;
   int nrec, caprec;
@@ -117,10 +117,12 @@ typedef struct mend_pg {
   struct pg_wake *wake;        /* LISTEN/NOTIFY (pg_notify.c) */
   int tx_wake;                 /* the open transaction notifies at COMMIT; conn's owner's */
   int conn_lost;               /* the last failure was the connection's (mend__pg_conn_lost) */
-  int rows_one_by_one;         /* this flush sends history rows one statement each (pg_batch.c) */
+  int rows_one_by_one;         /* this flush sends no statement of arrays that may fail: history
+                                  rows one statement each, new steps' rows as puts (pg_batch.c) */
   int tx_savepoints;           /* set in the open transaction (pg_batch.c) */
   long writes_alone;           /* recorded writes sent one statement each, since the open: what
                                   test_pg_store reads to see that the arrays took a batch */
+  long steps_inserted;         /* step rows sent by plain insert (P_INSERT_STEPS), likewise */
   int tx_conflict;             /* the server rolled the open batch back (a deadlock): SQLSTATE 40 */
   double retry_at, retry_delay;  /* reconnecting after the long try failed (pg_batch.c) */
   char retry_err[512];
@@ -203,7 +205,7 @@ int mend__pg_failpoint_hit(pg_failpoint *fp);
 #define PG_HISTORY_COLS 13   /* P_APPEND_HISTORY's values, P_APPEND_HISTORIES' arrays */
 #define PG_STEP_COLS 18      /* P_PUT_STEP's values, P_PUT_STEPS' arrays */
 enum { PG_TAKE_ALONE, PG_TAKE_HISTORY, PG_TAKE_STEP, PG_TAKE_SUPERSEDED, PG_TAKE_RUN,
-       PG_TAKE_RUN_UPDATE };
+       PG_TAKE_RUN_UPDATE, PG_TAKE_NEW_STEP };
 typedef struct pg_arrays {
   char *a[PG_ARRAY_COLS];
   size_t len[PG_ARRAY_COLS], cap[PG_ARRAY_COLS];
@@ -211,16 +213,19 @@ typedef struct pg_arrays {
 } pg_arrays;
 typedef struct pg_batch_arrays {
   unsigned char *take;   /* PG_TAKE_ of each record of the log */
-  pg_arrays runs, run_updates, steps, hist;   /* in the order they are sent */
+  pg_arrays runs, run_updates, new_steps, steps, hist;   /* in the order they are sent */
   int nhist;             /* history rows the plan takes */
+  int nnew_steps;        /* step rows it inserts plainly */
   int bad;               /* PG_PLAN_WIDTH: the record */
 } pg_batch_arrays;
-#define PG_BATCH_ARRAYS 4
+#define PG_BATCH_ARRAYS 5
 /* A record of a kind the arrays take whose number of values is not its statement's: the
  * code that records it and the arrays' columns disagree, a programming error. */
 #define PG_PLAN_WIDTH (-2)
-/* `history`: history rows may go as arrays too. 0; -1 out of memory; PG_PLAN_WIDTH (bad). */
-int  mend__pg_arrays_plan(pg_batch_arrays *b, const pg_log *log, int history);
+/* `may_fail`: statements of arrays that may fail where the rows one by one would not go (history
+ * rows, and new step rows inserted plainly: P_INSERT_STEPS); without it they go alone, or with
+ * the step puts that replace. 0; -1 out of memory; PG_PLAN_WIDTH (bad). */
+int  mend__pg_arrays_plan(pg_batch_arrays *b, const pg_log *log, int may_fail);
 int  mend__pg_arrays_take(pg_batch_arrays *b, const pg_log *log, int k);   /* 1: in arrays */
 /* How many values a record of statement q has when the arrays may take it; -1 for any other q. */
 int  mend__pg_arrays_width(int q);

@@ -134,6 +134,7 @@ int mend__pg_update_run(mend_store *s, const char *id, const char *status, const
 
 static int rec_step(mend_pg *p, int q, const mend_step_rec *st) {
   mend__pg_rec_begin(p, q);
+  if (q == P_PUT_STEP && !p->cur->oom) p->cur->recs[p->cur->nrec - 1].new_row = st->new_row != 0;
   mend__pg_rec_text(p, st->run_id);
   mend__pg_rec_int(p, st->idx);
   if (q == P_PUT_STEP) mend__pg_rec_text(p, st->name);
