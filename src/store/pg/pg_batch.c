@@ -95,7 +95,7 @@ static void log_keep(pg_log *dst, const pg_log *src, int q) {
       dst->oom = 1;
       return;
     }
-    dst->recs[dst->nrec++] = (pg_rec){r->q, dst->nval, 0, r->repair};
+    dst->recs[dst->nrec++] = (pg_rec){r->q, dst->nval, 0, r->repair, r->new_row};
     for (int i = 0; i < r->n; i++) {
       long off = src->vals[r->first + i];
       log_value(dst, off < 0 ? NULL : src->text + off, off < 0 ? 0 : strlen(src->text + off));
