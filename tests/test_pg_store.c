@@ -357,6 +357,36 @@ static void test_batches(void) {
  * leave what the upsert leaves; one that has a row after all (the engine wrong) is put over it,
  * the batch sent again without the plain insert, never failed: from the transaction's start,
  * or from the savepoint of a flush in an open transaction, the writes before it kept. */
+/* A step the engine took for new has a row, in a batch that began after the worker's lease
+ * ran out: the renewal the first try made went with its rollback, so the retry must renew
+ * again rather than trust it (it broke the batch, and the engine, with "lease ... ended"). */
+static void test_new_steps_late(void) {
+  new_case();
+  mend_store *s = open_store();
+  if (!s) return;
+  mend__pg_set_fence(s, "a", 1);
+  mend_run_rec r = run_rec("late1", "a");
+  CHECK_EQ_INT(mend__pg_insert_run(s, &r), 0);
+  mend_step_rec st = {.run_id = "late1", .idx = 0, .name = "a", .status = "running",
+                      .attempts = 1, .due = -1, .last_delay = -1, .updated = 1, .new_row = 1};
+  CHECK_EQ_INT(mend__pg_put_step(s, &st), 0);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  sleep_s(1.5);   /* the lease (1 s) ran out, here and on the server */
+  st.status = "succeeded";
+  st.updated = 2;   /* new_row still 1: the engine wrong */
+  CHECK_EQ_INT(mend__pg_put_step(s, &st), 0);
+  mend_history_rec h = hist("late1", 1);   /* a batch of one write sends it alone */
+  mend__pg_append_history(s, &h);
+  long inserted = PG(s)->steps_inserted;
+  int rc = mend__pg_commit(s);
+  CHECK_EQ_INT(PG(s)->steps_inserted - inserted, 1);   /* tried, then put */
+  if (rc) fprintf(stderr, "late batch with a step taken for new: %s\n", mend__pg_errmsg(s));
+  CHECK_EQ_INT(rc, 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM steps WHERE run_id = 'late1' AND status = 'succeeded'"), 1);
+  mend__pg_close(s);
+  drop_case();
+}
+
 static void test_new_steps(void) {
   new_case();
   mend_store *s = open_store();
@@ -1414,6 +1444,7 @@ int main(void) {
   test_batches();
   test_run_arrays();
   test_new_steps();
+  test_new_steps_late();
   test_writer_thread();
   test_claims();
   test_fence();

@@ -613,6 +613,9 @@ static int flush(mend_pg *p, pg_log *log, int commit, int begin) {
   }
   if (!log->nrec && !p->in_batch && !begin) return 0;
   int late = 0, taken = 0, was_open = p->in_batch, tx_savepoints = p->tx_savepoints;
+  /* What a renewal in a transaction rolled back below had told us is undone with it. */
+  double fence_until_was = p->fence_until;
+  int registered_was = p->fence_registered;
   int rc = flush_once(p, log, commit, begin, &late, &taken);
   if (rc != 0 && late && !was_open) {
     /* Our lease ran out before this transaction began: nothing in it was written. Again,
@@ -627,7 +630,11 @@ static int flush(mend_pg *p, pg_log *log, int commit, int begin) {
      * new had a row: nothing of this flush was written (nothing of the transaction, when it
      * began it). Again, history rows each on its own, renumbered where its number is taken,
      * and every step's row put over the one there. */
-    if (!was_open) mend__pg_rollback(p);
+    if (!was_open) {
+      mend__pg_rollback(p);
+      p->fence_until = fence_until_was;
+      p->fence_registered = registered_was;
+    }
     p->tx_savepoints = tx_savepoints;
     p->rows_one_by_one = 1;
     rc = flush_once(p, log, commit, begin, &late, &taken);
