@@ -169,6 +169,44 @@ describe("a step with child", function()
     end)
   end
 
+  -- Code of the child other than a step's execute cancels its parent: a `when`, or an error's
+  -- __tostring. The cascaded cancel lands at the next turn; if the child turned back to
+  -- compensate first, it is dropped and the child compensates to its end (that compensation
+  -- never ended: the engine spun).
+  for _, how in ipairs { "when", "when_raises", "tostring" } do
+    it("ends a child whose " .. how .. " cancelled its parent", function()
+      local eng = H.new_engine()
+      local log = {}
+      local mutiny = { name = "mutiny", execute = function() log[#log + 1] = "mutiny" return 2 end }
+      if how == "when" then
+        mutiny.when = function(ctx) assert(eng:cancel(ctx.input.parent)); return false end
+      elseif how == "when_raises" then
+        mutiny.when = function(ctx) assert(eng:cancel(ctx.input.parent)); error("no") end
+      else
+        mutiny.execute = function(_, input)
+          error(setmetatable({}, { __tostring = function()
+            assert(eng:cancel(input.parent)); return "boom" end }))
+        end
+      end
+      eng:register { name = "rebel", steps = {
+        { name = "pack", execute = function() log[#log + 1] = "pack" return 1 end,
+          compensate = function() log[#log + 1] = "unpack" end },
+        mutiny,
+        { name = "after", execute = function() log[#log + 1] = "after" return 3 end } } }
+      eng:register { name = "boss", steps = {
+        { name = "spawn", child = "rebel", input = function(ctx) return { parent = ctx.run_id } end } } }
+      local id = eng:start("boss", {})
+      eng:run()
+      eng:advance(120)
+      local c = child_of(eng, id)
+      local pst, cst = eng:status(id), eng:status(c.run_id)
+      assert.are.equal("cancelled", pst.reason)
+      assert.are.equal("compensated", cst.status)
+      assert.are.equal(how == "when" and "cancelled" or "error", cst.reason)
+      assert.are.same({ "pack", "unpack" }, log)
+    end)
+  end
+
   it("waits across a restart, and takes the end of a child that ended meanwhile", function()
     local eng, _, db = setup{ pickup = true }
     local id = eng:start("order", { id = "o5" })

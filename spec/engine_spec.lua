@@ -571,6 +571,30 @@ describe("a step's code holding its own engine", function()
     end)
   end
 
+  -- A server over the engine (mend.serve, in the mend program), run from inside a run's code:
+  -- libuv's loop would turn inside itself.
+  it("is refused server:run(), and the run goes on", function()
+    local dir = H.tmp_dir()
+    local db = H.new_db(dir, "jobs.db")
+    local script = H.write_file(dir, "serve.lua", table.concat({
+      ("eng = require('mend').engine{ db = %q, clock = 'virtual' }"):format(db),
+      "srv = require('mend.serve').listen(eng, { address = '127.0.0.1:0' })",
+      "got = {}",
+      "eng:register { name = 'inside', steps = { { name = 'a', execute = function() got.ok, got.err = pcall(srv.run, srv) return 1 end }, { name = 'b', execute = function() return 2 end } } }",
+      "id = eng:start('inside', {})",
+      "eng:run()",
+      "print('got', got.ok, got.err)",
+      "print('status', eng:status(id).status)",
+      "srv:close()",
+      "eng:close()",
+    }, "\n") .. "\n")
+    local p = io.popen(("timeout 20 %s repl < %s 2>&1"):format(os.getenv("MEND_BIN"), script))
+    local out = p:read("a")
+    p:close()
+    assert.matches("\ngot\tfalse\trun: called from a step's code", "\n" .. out)
+    assert.matches("\nstatus\tsucceeded\n", "\n" .. out)
+  end)
+
   -- A step's to-be-closed variables are closed by the engine after an error: their handlers
   -- are the step's code too (cancel and close segfaulted from there).
   for _, what in ipairs { "cancel", "run", "close" } do

@@ -445,9 +445,12 @@ void mend__resume(mend_run *r, int nargs) {
   /* A cancel cascaded to the run while this code ran (the code cancelled its parent) lands now,
    * whatever the code gave. */
   if (MEND_COLD(r, cancel_by) && !E->in_code) {
-    if (status == LUA_OK || status == LUA_YIELD) lua_pop(co, nres);
-    mend__land_deferred_cancel(r);
-    return;
+    if (r->status == MEND_RUN_RUNNING) {
+      if (status == LUA_OK || status == LUA_YIELD) lua_pop(co, nres);
+      mend__land_deferred_cancel(r);
+      return;
+    }
+    mend__land_deferred_cancel(r);   /* compensating: dropped, and this attempt ends as it did */
   }
   if (status == LUA_YIELD && r->waiting) {
     lua_pop(co, nres);

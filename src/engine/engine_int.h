@@ -266,6 +266,7 @@ struct mend_engine {
   unsigned long tick_did; /* actions done in this tick */
   int tick_writer_tried;  /* a tick started (or could not start) the writer thread */
   int tick_reads_opened;  /* a tick opened the store's reads of committed events (drive.c) */
+  int cancels_deferred;   /* a run holds a cancel kept while its code ran (repair.c) */
   atomic_int writer_sched_want;  /* the writer thread's class, as the loop wants it (wsched.c) */
   atomic_int writer_sched_busy;  /* 1 while one thread moves the writer thread (wsched.c) */
   int writer_sched_now;   /* the class it is in, under writer_sched_busy */
@@ -632,6 +633,7 @@ void mend__store_lost_let_go(mend_engine *E);
 int mend__cancel_now(mend_run *r, const char *who, char *err, int errlen);
 int mend__cancel_cascade(mend_engine *E, const char *id, const char *who, char *err, int errlen);
 int mend__land_deferred_cancel(mend_run *r);
+void mend__land_deferred_cancels(mend_engine *E);
 double mend__entry_time(mend_engine *E, const char *id);
 void mend__reload_breakers(mend_engine *E);
 void mend__take_cancel_requests(mend_engine *E);

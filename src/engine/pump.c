@@ -440,6 +440,7 @@ static int pump_turn(mend_engine *E) {
   if (E->writer) mend__settle_writer(E);
   else if (mend__end_batch(E)) return -1;   /* what the last turn wrote, before acting on it */
   mend__durable_fire(E);
+  if (E->cancels_deferred) mend__land_deferred_cancels(E);
   mend__watch_lock(E);
   mend__check_fence(E);
   unsigned long durable = mend_store_durable_seq(E->store);

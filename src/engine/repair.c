@@ -176,6 +176,8 @@ int mend__cancel_cascade(mend_engine *E, const char *id, const char *who, char *
   if (r && E->in_code == r && r->status == MEND_RUN_RUNNING) {
     if (!mend__run_cold(r)) return mend_errorf(err, errlen, "out of memory");
     if (!r->cold->cancel_by) r->cold->cancel_by = mend_dupstr(who);
+    E->cancels_deferred = 1;   /* landed at the next turn, if the code's own end did not */
+    mend__kick(E);
     mend_engine_log_line(E, "info", id, NULL, 0, "cancel",
                          "deferred until the run's own code, which is running, yields or returns");
     return 0;
@@ -184,16 +186,32 @@ int mend__cancel_cascade(mend_engine *E, const char *id, const char *who, char *
 }
 
 /* After run r's code yielded or returned, outside every other run's code: a cancel cascaded to
- * it meanwhile lands now. 1 if it did (what the code gave is void), else 0. */
+ * it meanwhile lands now. 1 if it did (what the code gave is void), else 0: none kept, or the
+ * run no longer running (it turned back to compensate: the cancel is dropped, the run goes on
+ * to its end). */
 int mend__land_deferred_cancel(mend_run *r) {
   char *who = MEND_COLD(r, cancel_by);
   if (!who || r->E->in_code) return 0;
   r->cold->cancel_by = NULL;
   char err[300];
-  if (mend__cancel_now(r, who, err, sizeof err) < 0)
+  int landed = 0;
+  if (r->status != MEND_RUN_RUNNING)
+    mend_engine_log_line(r->E, "info", r->id, NULL, 0, "cancel", "the deferred cancel is dropped:"
+                         " the run turned back to compensate first");
+  else if (mend__cancel_now(r, who, err, sizeof err) < 0)
     mend_engine_log_line(r->E, "warn", r->id, NULL, 0, "cancel", err);
+  else
+    landed = 1;
   free(who);
-  return 1;
+  return landed;
+}
+
+/* At a turn's start, where no run's code runs: the cancels kept from code that ended without
+ * a resume to land them (a when, a key, a map's list, a child's input, an error's __tostring). */
+void mend__land_deferred_cancels(mend_engine *E) {
+  E->cancels_deferred = 0;
+  for (mend_run *r = E->runs; r; r = r->next)
+    if (MEND_COLD(r, cancel_by)) mend__land_deferred_cancel(r);
 }
 
 mend_refusal mend_engine_refusal(const mend_engine *E) { return E->refusal; }
