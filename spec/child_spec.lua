@@ -136,30 +136,36 @@ describe("a step with child", function()
     assert.are.same({ "pack o4", "refund", "unpack box-o4" }, log)
   end)
 
+  -- A child "rebel" (pack, whose compensation unpacks, then `mutiny`, then after) under a
+  -- parent "boss"; runs them until the child waits no more. The parent's and the child's
+  -- status.
+  local function mutiny_of(eng, log, mutiny)
+    eng:register { name = "rebel", steps = {
+      { name = "pack", execute = function() log[#log + 1] = "pack" return 1 end,
+        compensate = function() log[#log + 1] = "unpack" end },
+      mutiny,
+      { name = "after", execute = function() log[#log + 1] = "after" return 3 end } } }
+    eng:register { name = "boss", steps = {
+      { name = "spawn", child = "rebel", input = function(ctx) return { parent = ctx.run_id } end } } }
+    local id = eng:start("boss", {})
+    eng:run()
+    eng:advance(120)
+    return eng:status(id), eng:status(child_of(eng, id).run_id)
+  end
+
   -- The child's own code cancels its parent: the cancel that cascades back to the child was
   -- refused (the child ran that code) with a warning, and the child ran on to its end.
   for _, after in ipairs { "returns", "sleeps" } do
     it("cancels a child whose code cancelled its parent once that code " .. after, function()
       local eng = H.new_engine()
       local log = {}
-      eng:register { name = "rebel", steps = {
-        { name = "pack", execute = function() log[#log + 1] = "pack" return 1 end,
-          compensate = function() log[#log + 1] = "unpack" end },
-        { name = "mutiny", execute = function(ctx, input)
-            assert(eng:cancel(input.parent))
-            log[#log + 1] = "mutiny"
-            if after == "sleeps" then require("mend").sleep(60) end
-            log[#log + 1] = "woke"
-            return 2
-          end },
-        { name = "after", execute = function() log[#log + 1] = "after" return 3 end } } }
-      eng:register { name = "boss", steps = {
-        { name = "spawn", child = "rebel", input = function(ctx) return { parent = ctx.run_id } end } } }
-      local id = eng:start("boss", {})
-      eng:run()
-      eng:advance(120)
-      local c = child_of(eng, id)
-      local pst, cst = eng:status(id), eng:status(c.run_id)
+      local pst, cst = mutiny_of(eng, log, { name = "mutiny", execute = function(_, input)
+          assert(eng:cancel(input.parent))
+          log[#log + 1] = "mutiny"
+          if after == "sleeps" then require("mend").sleep(60) end
+          log[#log + 1] = "woke"
+          return 2
+        end })
       assert.are.equal("cancelled", pst.reason)
       assert.are.equal("cancelled", cst.reason, require("mend").json.encode(cst))
       assert.are.equal("compensated", cst.status)
@@ -188,18 +194,7 @@ describe("a step with child", function()
             assert(eng:cancel(input.parent)); return "boom" end }))
         end
       end
-      eng:register { name = "rebel", steps = {
-        { name = "pack", execute = function() log[#log + 1] = "pack" return 1 end,
-          compensate = function() log[#log + 1] = "unpack" end },
-        mutiny,
-        { name = "after", execute = function() log[#log + 1] = "after" return 3 end } } }
-      eng:register { name = "boss", steps = {
-        { name = "spawn", child = "rebel", input = function(ctx) return { parent = ctx.run_id } end } } }
-      local id = eng:start("boss", {})
-      eng:run()
-      eng:advance(120)
-      local c = child_of(eng, id)
-      local pst, cst = eng:status(id), eng:status(c.run_id)
+      local pst, cst = mutiny_of(eng, log, mutiny)
       assert.are.equal("cancelled", pst.reason)
       assert.are.equal("compensated", cst.status)
       assert.are.equal(how == "when" and "cancelled" or "error", cst.reason)

@@ -1,123 +1,39 @@
 /*
- * pg_batch: how the PostgreSQL store writes. Owns the write log (writes recorded with their
- * values copied, as text), the flush that sends them as one pipeline in the open transaction
- * (BEGIN and the fence's check first when it begins, COMMIT last when it commits, or reads that
- * must see them last, in the same round trip: mend__pg_sync_reads; rows of one kind together
- * as arrays where pg_arrays.c says they may be, sent again without the arrays that may fail if
- * one did (a history number taken, a step row there that the engine took for new): from the
- * transaction's start, or from a savepoint in one already open), the batch
- * numbers, and the writer thread that commits a handed-off batch while the loop records the
- * next. Must never: let a read miss a write recorded before it; report a batch durable before
- * the server answered its COMMIT; commit a batch part of which failed.
+ * pg_batch: how the PostgreSQL store writes. Owns the flush that sends the write log (pg_log.c)
+ * as one pipeline in the open transaction (BEGIN and the fence's check first when it begins,
+ * COMMIT last when it commits, or reads that must see them last, in the same round trip:
+ * mend__pg_sync_reads; rows of one kind together as arrays where pg_arrays.c says they may be,
+ * sent again without the arrays that may fail if one did (a history number taken, a step row
+ * there that the engine took for new): from the transaction's start, or from a savepoint in
+ * one already open), the events of a rolled-back transaction sent again, the batch numbers,
+ * and the writer thread that commits a handed-off batch while the loop records the next.
+ * Must never: let a read miss a write recorded before it; report a batch durable before the
+ * server answered its COMMIT; commit a batch part of which failed.
  */
 #include "pg_int.h"
-#include "../../numtext.h"
 
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-/* ---- the log ---------------------------------------------------------------------------- */
-
-static int grow(void **a, int *cap, int need, size_t size) {
-  if (need <= *cap) return 0;
-  int n = *cap ? *cap * 2 : 256;
-  while (n < need) n *= 2;
-  void *q = realloc(*a, (size_t)n * size);
-  if (!q) return -1;
-  *a = q;
-  *cap = n;
-  return 0;
-}
-
-void mend__pg_log_free(pg_log *log) {
-  free(log->recs);
-  free(log->vals);
-  free(log->text);
-  memset(log, 0, sizeof *log);
-}
-
-static void log_clear(pg_log *log) {
-  log->nrec = log->nval = 0;
-  log->ntext = 0;
-  log->oom = 0;
-  log->wake = 0;
-}
-
-void mend__pg_rec_begin(mend_pg *p, int q) {
-  pg_log *log = p->cur;
-  if (grow((void **)&log->recs, &log->caprec, log->nrec + 1, sizeof *log->recs)) {
-    log->oom = 1;
-    return;
-  }
-  log->recs[log->nrec++] = (pg_rec){q, log->nval, 0, p->repairing, 0};
-}
-
-static void log_value(pg_log *log, const char *t, size_t n) {
-  if (log->oom || !log->nrec) return;
-  if (grow((void **)&log->vals, &log->capval, log->nval + 1, sizeof *log->vals)) {
-    log->oom = 1;
-    return;
-  }
-  long off = -1;
-  if (t) {
-    if (log->ntext + n + 1 > log->captext) {
-      size_t cap = log->captext ? log->captext * 2 : 65536;
-      while (cap < log->ntext + n + 1) cap *= 2;
-      char *text = realloc(log->text, cap);
-      if (!text) {
-        log->oom = 1;
-        return;
-      }
-      log->text = text;
-      log->captext = cap;
-    }
-    memcpy(log->text + log->ntext, t, n);
-    log->text[log->ntext + n] = 0;
-    off = (long)log->ntext;
-    log->ntext += n + 1;
-  }
-  log->vals[log->nval++] = off;
-  log->recs[log->nrec - 1].n++;
-}
-
-static void rec_value(mend_pg *p, const char *t, size_t n) { log_value(p->cur, t, n); }
-
-/* Appends src's records of statement q (every record when q < 0) to dst, values copied. */
-static void log_keep(pg_log *dst, const pg_log *src, int q) {
-  for (int k = 0; k < src->nrec && !dst->oom; k++) {
-    const pg_rec *r = &src->recs[k];
-    if (q >= 0 && r->q != q) continue;
-    if (grow((void **)&dst->recs, &dst->caprec, dst->nrec + 1, sizeof *dst->recs)) {
-      dst->oom = 1;
-      return;
-    }
-    dst->recs[dst->nrec++] = (pg_rec){r->q, dst->nval, 0, r->repair, r->new_row};
-    for (int i = 0; i < r->n; i++) {
-      long off = src->vals[r->first + i];
-      log_value(dst, off < 0 ? NULL : src->text + off, off < 0 ? 0 : strlen(src->text + off));
-    }
-    dst->wake = 1;
-  }
-}
+/* ---- events not known committed ------------------------------------------------------ */
 
 /* An event recorded in a batch was told to its sender as sent: if its transaction is rolled
  * back (the connection lost, the server ending a deadlock), it goes again at the head of the
  * next flush, before anything recorded since, so that events keep their order. Its key keeps
  * it once where the commit did happen but its answer was lost (mend__pg_record_event). */
 static void events_not_committed(mend_pg *p) {
-  log_keep(&p->carry, &p->tx_events, -1);
-  log_clear(&p->tx_events);
+  mend__pg_log_keep(&p->carry, &p->tx_events, -1);
+  mend__pg_log_clear(&p->tx_events);
 }
 
 /* The events to send again, put before log's records; out of memory: log->oom. */
 static void carry_first(mend_pg *p, pg_log *log) {
   pg_log both = {0};
-  log_keep(&both, &p->carry, -1);
-  log_keep(&both, log, -1);
+  mend__pg_log_keep(&both, &p->carry, -1);
+  mend__pg_log_keep(&both, log, -1);
   both.wake = 1;
   if (both.oom) {
     mend__pg_log_free(&both);
@@ -127,26 +43,7 @@ static void carry_first(mend_pg *p, pg_log *log) {
   pg_log old = *log;
   *log = both;
   mend__pg_log_free(&old);
-  log_clear(&p->carry);
-}
-
-void mend__pg_rec_text(mend_pg *p, const char *t) { rec_value(p, t, t ? strlen(t) : 0); }
-
-void mend__pg_rec_int(mend_pg *p, long long i) {
-  char b[MEND_NUMTEXT_MAX];
-  rec_value(p, b, mend_numtext_int(b, i));
-}
-
-void mend__pg_rec_real(mend_pg *p, double d) {
-  char b[MEND_NUMTEXT_MAX];
-  if (isinf(d)) rec_value(p, d > 0 ? "Infinity" : "-Infinity", d > 0 ? 8 : 9);
-  else if (isnan(d)) rec_value(p, "NaN", 3);
-  else rec_value(p, b, mend_numtext_real(b, d));
-}
-
-void mend__pg_rec_opt_real(mend_pg *p, double d) {
-  if (d < 0) rec_value(p, NULL, 0);
-  else mend__pg_rec_real(p, d);
+  mend__pg_log_clear(&p->carry);
 }
 
 /* ---- pipelines -------------------------------------------------------------------------- */
@@ -600,14 +497,14 @@ static int flush(mend_pg *p, pg_log *log, int commit, int begin) {
   if (p->carry.nrec && !log->oom) carry_first(p, log);
   if (log->oom) {
     mend__pg_msg(p->err, sizeof p->err, "%s: recording a write: out of memory", p->server);
-    log_clear(log);
+    mend__pg_log_clear(log);
     mend__pg_rollback(p);
     p->batch_failed = 1;
     return -1;
   }
   if (!p->in_batch && ensure_connected(p) != 0) {
-    log_keep(&p->carry, log, P_RECORD_EVENT);
-    log_clear(log);
+    mend__pg_log_keep(&p->carry, log, P_RECORD_EVENT);
+    mend__pg_log_clear(log);
     p->conn_lost = 1;   /* nothing sent: told now, and the next batch tries again */
     return -1;
   }
@@ -640,9 +537,9 @@ static int flush(mend_pg *p, pg_log *log, int commit, int begin) {
     rc = flush_once(p, log, commit, begin, &late, &taken);
     p->rows_one_by_one = 0;
   }
-  if (rc == 0 && commit) log_clear(&p->tx_events);
-  else log_keep(&p->tx_events, log, P_RECORD_EVENT);   /* in the transaction, or gone with it */
-  log_clear(log);
+  if (rc == 0 && commit) mend__pg_log_clear(&p->tx_events);
+  else mend__pg_log_keep(&p->tx_events, log, P_RECORD_EVENT);   /* in the transaction, or gone with it */
+  mend__pg_log_clear(log);
   if (rc != 0) {
     /* The connection gone (the server restarted, the session ended): whether a COMMIT sent
      * was done is not known, so the batch counts as not committed, and the failure is told
@@ -748,7 +645,7 @@ int mend__pg_commit(mend_store *s) {
   if (writer_told(p) != 0) return -1;
   if (p->batch_failed) {   /* the failure was told when it happened; the batch is gone */
     mend__pg_rollback(p);
-    log_clear(p->cur);
+    mend__pg_log_clear(p->cur);
     return -1;
   }
   if (flush(p, p->cur, 1, 0) != 0) {

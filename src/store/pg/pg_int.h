@@ -178,6 +178,10 @@ void mend__pg_rec_real(mend_pg *p, double d);
 void mend__pg_rec_opt_real(mend_pg *p, double d);   /* < 0: NULL */
 int  mend__pg_rec_end(mend_pg *p);
 void mend__pg_log_free(pg_log *log);
+void mend__pg_log_clear(pg_log *log);   /* empty, its memory kept */
+/* Appends src's records of statement q (every record when q < 0) to dst, values copied; out of
+ * memory: dst->oom. */
+void mend__pg_log_keep(pg_log *dst, const pg_log *src, int q);
 void mend__pg_stop_writer(mend_pg *p);
 
 /* pg_lease.c */
