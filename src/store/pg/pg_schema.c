@@ -18,6 +18,16 @@
 
 #define LIVE "('running', 'compensating')"
 
+/* A batch's step rows, one array a column (pg_arrays.c): P_PUT_STEPS and P_INSERT_STEPS. */
+#define STEPS_UNNEST \
+  "INSERT INTO steps(run_id, idx, name, status, attempts, comp_attempts, idem_key, custom_key," \
+  " result, error, due, last_delay, updated, slept, awaits, error_kind, error_severity," \
+  " error_stopped) SELECT unnest($1::text[]), unnest($2::bigint[]), unnest($3::text[])," \
+  " unnest($4::text[]), unnest($5::bigint[]), unnest($6::bigint[]), unnest($7::text[])," \
+  " unnest($8::bigint[]), unnest($9::text[]), unnest($10::text[]), unnest($11::float8[])," \
+  " unnest($12::float8[]), unnest($13::float8[]), unnest($14::bigint[]), unnest($15::text[])," \
+  " unnest($16::text[]), unnest($17::bigint[]), unnest($18::bigint[])"
+
 /* A step put (P_PUT_STEP, P_PUT_STEPS): the row whole, over the one there. */
 #define STEP_PUT_SET \
   " ON CONFLICT (run_id, idx) DO UPDATE SET name = excluded.name, status = excluded.status," \
@@ -269,26 +279,11 @@ const char *const mend__pg_sql[P__COUNT] = {
     " unnest($7::bigint[]), unnest($8::text[]), unnest($9::float8[]), unnest($10::text[]),"
     " unnest($11::text[]), unnest($12::text[]), unnest($13::bigint[])",
   /* A batch's step rows put whole, at most one a step (pg_arrays.c), as P_PUT_STEP puts one. */
-  [P_PUT_STEPS] =
-    "INSERT INTO steps(run_id, idx, name, status, attempts, comp_attempts, idem_key, custom_key,"
-    " result, error, due, last_delay, updated, slept, awaits, error_kind, error_severity,"
-    " error_stopped) SELECT unnest($1::text[]), unnest($2::bigint[]), unnest($3::text[]),"
-    " unnest($4::text[]), unnest($5::bigint[]), unnest($6::bigint[]), unnest($7::text[]),"
-    " unnest($8::bigint[]), unnest($9::text[]), unnest($10::text[]), unnest($11::float8[]),"
-    " unnest($12::float8[]), unnest($13::float8[]), unnest($14::bigint[]), unnest($15::text[]),"
-    " unnest($16::text[]), unnest($17::bigint[]), unnest($18::bigint[])"
-    STEP_PUT_SET,
+  [P_PUT_STEPS] = STEPS_UNNEST STEP_PUT_SET,
   /* A batch's steps that have no row yet (mend_step_rec.new_row): a plain insert, not a
    * speculative one (no look into the key's index first, no confirm record in the WAL). A row
    * there after all fails it on the key, and the batch is sent again with P_PUT_STEPS. */
-  [P_INSERT_STEPS] =
-    "INSERT INTO steps(run_id, idx, name, status, attempts, comp_attempts, idem_key, custom_key,"
-    " result, error, due, last_delay, updated, slept, awaits, error_kind, error_severity,"
-    " error_stopped) SELECT unnest($1::text[]), unnest($2::bigint[]), unnest($3::text[]),"
-    " unnest($4::text[]), unnest($5::bigint[]), unnest($6::bigint[]), unnest($7::text[]),"
-    " unnest($8::bigint[]), unnest($9::text[]), unnest($10::text[]), unnest($11::float8[]),"
-    " unnest($12::float8[]), unnest($13::float8[]), unnest($14::bigint[]), unnest($15::text[]),"
-    " unnest($16::text[]), unnest($17::bigint[]), unnest($18::bigint[])",
+  [P_INSERT_STEPS] = STEPS_UNNEST,
   /* A batch's new runs (pg_arrays.c), as P_INSERT_RUN inserts one. */
   [P_INSERT_RUNS] =
     "INSERT INTO runs(id, workflow, run_key, status, input, error, attention, created, updated,"
