@@ -262,6 +262,15 @@ int mend__pg_aux(mend_pg *p) {
   return rc;
 }
 
+PGresult *mend__pg_aux_read(mend_pg *p, int q, int n, const char *const *v) {
+  if (mend__pg_aux(p) != 0) return NULL;
+  for (int i = 0; i < n; i++)
+    if (!mend__pg_text_fits_on(p->aux, v[i])) return PQmakeEmptyPGresult(p->aux, PGRES_TUPLES_OK);
+  char name[16];
+  snprintf(name, sizeof name, "m%d", q);
+  return PQexecPrepared(p->aux, name, n, v, NULL, NULL, 0);
+}
+
 void mend__pg_close(mend_store *s);
 extern const mend_store_methods mend__pg_methods;
 

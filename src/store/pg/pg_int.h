@@ -160,6 +160,10 @@ int mend__pg_connect(mend_pg *p, PGconn **out);
 /* The engine's clock set to the server's when this host's is far from it (timers.h). */
 int mend__pg_server_clock(mend_pg *p, PGconn *c);
 int mend__pg_aux(mend_pg *p);   /* opens aux if need be: 0, or -1 */
+/* Prepared statement q read on aux (committed rows, no wait for the writer thread): its result
+ * (to check: the connection may be gone), no rows where a value cannot be text there (it is in
+ * no row), or NULL when aux cannot be opened. */
+PGresult *mend__pg_aux_read(mend_pg *p, int q, int n, const char *const *v);
 void mend__pg_watch(mend_pg *p);   /* conn_doomed from conn's notices */
 
 /* pg_batch.c: before any statement but a recorded write (reads see the open batch). */

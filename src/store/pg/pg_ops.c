@@ -473,12 +473,9 @@ int mend__pg_next_committed_event(mend_store *s, const char *run_id, const char 
                                   long long *seq, char **payload, char **key) {
   mend_pg *p = PG(s);
   *payload = *key = NULL;
-  if (mend__pg_aux(p) != 0) return 2;
-  if (!mend__pg_text_fits_on(p->aux, run_id) || !mend__pg_text_fits_on(p->aux, name)) return 0;
   const char *v[2] = {run_id, name};
-  char stmt[16];
-  snprintf(stmt, sizeof stmt, "m%d", P_NEXT_EVENT);
-  PGresult *r = PQexecPrepared(p->aux, stmt, 2, v, NULL, NULL, 0);
+  PGresult *r = mend__pg_aux_read(p, P_NEXT_EVENT, 2, v);
+  if (!r) return 2;
   if (PQresultStatus(r) != PGRES_TUPLES_OK) {
     PQclear(r);
     return 2;   /* aux is opened again at its next use */
@@ -513,14 +510,12 @@ long long mend__pg_events_after(mend_store *s, long long after, int limit,
   /* committed events only, and no wait for the writer thread: the look of every poll. A
    * server out of reach is a look that saw nothing: the next poll looks again, and the
    * batches say what is wrong. */
-  if (mend__pg_aux(p) != 0) return after;
   char a[24], l[24];
   snprintf(a, sizeof a, "%lld", after);
   snprintf(l, sizeof l, "%d", limit);
   const char *v[2] = {a, l};
-  char name[16];
-  snprintf(name, sizeof name, "m%d", P_EVENTS_AFTER);
-  PGresult *r = PQexecPrepared(p->aux, name, 2, v, NULL, NULL, 0);
+  PGresult *r = mend__pg_aux_read(p, P_EVENTS_AFTER, 2, v);
+  if (!r) return after;
   if (PQresultStatus(r) != PGRES_TUPLES_OK && PQstatus(p->aux) != CONNECTION_OK) {
     PQclear(r);
     return after;   /* opened again at the next look */
