@@ -164,8 +164,6 @@ void mend__http_url_drop(http_url *u) {
   free(u);
 }
 
-/* Parses and checks the URL: http or https, a host the engine allows. Sets q->target (held)
- * and q->url (without user and password). */
 /* url for a message about it, its user and password (before an '@' in what follows "//", up to
  * the path) shown as "***": the text may not parse, so this reads it as text. */
 static const char *url_shown(const char *url, char *buf, size_t n) {
@@ -181,6 +179,8 @@ static const char *url_shown(const char *url, char *buf, size_t n) {
   return buf;
 }
 
+/* Parses and checks the URL: http or https, a host the engine allows. Sets q->target (held)
+ * and q->url (without user and password). */
 static int check_url(mend_engine *E, http_req *q, const char *url, char *err, int errlen) {
   struct mend_http *H = q->H;
   for (int k = 0; k < HTTP_URL_MEMO; k++) {
