@@ -7,7 +7,9 @@ line of output. For each request it reads SCRIPT (a JSON object, re-read at ever
 that a spec can change it) and answers with the entry of the request's path: a list of
 responses, the n-th request to the path getting the n-th one and every later request the last.
 A response is {"status", "headers": {...} (a list as a value: the header repeated), "body", "size": n (a body of n bytes of "x"),
-"delay": seconds before answering, "gzip": true (the body sent gzip-compressed, with
+"delay": seconds before answering, "wait_for": n (hold the answer until n requests are being answered
+at once, then answer them all; "delay" is then the longest wait, after which every request held
+answers at once, as does every later one until no request is left open), "gzip": true (the body sent gzip-compressed, with
 Content-Encoding)}; a path not in the script gets 404. Every request is
 appended to LOG as one JSON line: {"method", "path", "idempotency_key", "accept_encoding",
 "authorization", "user_agent" (a list: every User-Agent line), "body",
@@ -27,7 +29,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 SCRIPT, LOG = sys.argv[1], sys.argv[2]
 counts = {}
 in_flight = [0]
+released = [False]  # the requests held by "wait_for" are answering; until none is left open
 lock = threading.Lock()
+opened = threading.Condition(lock)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -44,6 +48,7 @@ class Handler(BaseHTTPRequestHandler):
             n = counts.get(path, 0)
             counts[path] = n + 1
             in_flight[0] += 1
+            opened.notify_all()
             with open(LOG, "a") as f:
                 f.write(json.dumps({"method": self.command, "path": path,
                                     "idempotency_key": self.headers.get("Idempotency-Key"),
@@ -63,6 +68,8 @@ class Handler(BaseHTTPRequestHandler):
         finally:
             with lock:
                 in_flight[0] -= 1
+                if in_flight[0] == 0:
+                    released[0] = False
 
     def respond(self, script, path, n):
         entries = script.get(path)
@@ -70,7 +77,17 @@ class Handler(BaseHTTPRequestHandler):
             r = {"status": 404, "body": "no such path"}
         else:
             r = entries[min(n, len(entries) - 1)]
-        if r.get("delay"):
+        if r.get("wait_for"):
+            with opened:
+                deadline = time.monotonic() + r.get("delay", 30)
+                while not released[0]:
+                    left = deadline - time.monotonic()
+                    if in_flight[0] >= r["wait_for"] or left <= 0:
+                        released[0] = True
+                        opened.notify_all()
+                        break
+                    opened.wait(left)
+        elif r.get("delay"):
             time.sleep(r["delay"])
         body = ("x" * r["size"]) if "size" in r else r.get("body", "")
         data = body.encode()
