@@ -38,7 +38,8 @@ return { name = "tokens", steps = {
     compensate = function(ctx) ctx:log("refunded") end },
   { name = "prepare", parallel = {
 ]] .. token_branch("approve", true) .. [[
-    { name = "cool", sleep = 3 },
+    { name = "cool", sleep = 6 },   -- wall time: long enough that a loaded machine completes
+                                    -- the token first
   } },
   { name = "done", execute = function(ctx) return { approved = ctx.results.prepare.approve } end },
 } }
@@ -135,7 +136,7 @@ describe("a token branch of a parallel group", function()
     rc, out = mend_cmd(db, "complete " .. token_of(log, id, "prepare/approve") .. [[ --result '{"by":"alice"}']])
     assert.are.equal(0, rc, out)
     assert.matches("token completed: run " .. id, out)
-    rc, out = mend_cmd(db, "wait " .. id .. " --timeout 15")
+    rc, out = mend_cmd(db, "wait " .. id .. " --timeout 20")
     H.stop_worker(pid)
     assert.are.equal(0, rc, out .. H.read(log))
     -- the token's branch went on at once; the group waited for the sleep
@@ -163,7 +164,7 @@ describe("a token branch of a parallel group", function()
     assert.are.equal(0, rc, out)
     assert.are.equal("waiting", step(db, id, "prepare/approve").status)
     pid = worker(db, dir, log)
-    rc, out = mend_cmd(db, "wait " .. id .. " --timeout 15")
+    rc, out = mend_cmd(db, "wait " .. id .. " --timeout 20")
     H.stop_worker(pid)
     assert.are.equal(0, rc, out .. H.read(log))
     local st = status_json(db, id)
