@@ -442,15 +442,16 @@ void mend__resume(mend_run *r, int nargs) {
   mend_limits_leave(E->L, &r->at->limits);
   E->limit_memory = 0;
   E->alloc_limits = charged_was;
-  /* A cancel cascaded to the run while this code ran (the code cancelled its parent) lands now,
-   * whatever the code gave. */
-  if (MEND_COLD(r, cancel_by) && !E->in_code) {
-    if (r->status == MEND_RUN_RUNNING) {
+  /* A cancel cascaded to the run while this code ran (the code, or a lane's of the run, cancelled
+   * its parent) lands now, whatever the code gave. */
+  mend_run *root = mend__root(r);
+  if (MEND_COLD(root, cancel_by) && !E->in_code) {
+    if (root->status == MEND_RUN_RUNNING) {
       if (status == LUA_OK || status == LUA_YIELD) lua_pop(co, nres);
-      mend__land_deferred_cancel(r);
+      mend__land_deferred_cancel(root);
       return;
     }
-    mend__land_deferred_cancel(r);   /* compensating: dropped, and this attempt ends as it did */
+    mend__land_deferred_cancel(root);   /* compensating: dropped, and this attempt ends as it did */
   }
   if (status == LUA_YIELD && r->waiting) {
     lua_pop(co, nres);

@@ -123,8 +123,9 @@ struct mend_run_cold {
   /* A lane on an item of a map: its number from 1 (0: none), and where its row is among the
    * run's rows (MEND_MAP_ROWS). */
   int item, row_base;
-  /* A cancel cascaded to the run while its own code ran (that code cancelled its parent):
-   * who asked; it lands as the code yields or returns (mend__land_deferred_cancel). */
+  /* A cancel cascaded to the run while its own code ran (that code, or a lane's of the run,
+   * cancelled its parent): who asked; it lands as the code yields or returns
+   * (mend__land_deferred_cancel, mend__land_kept_cancel). */
   char *cancel_by;
 };
 /* A cold field of run r: its zero value while r has none made. */
@@ -633,6 +634,7 @@ void mend__store_lost_let_go(mend_engine *E);
 int mend__cancel_now(mend_run *r, const char *who, char *err, int errlen);
 int mend__cancel_cascade(mend_engine *E, const char *id, const char *who, char *err, int errlen);
 int mend__land_deferred_cancel(mend_run *r);
+int mend__land_kept_cancel(mend_run *r);
 void mend__land_deferred_cancels(mend_engine *E);
 double mend__entry_time(mend_engine *E, const char *id);
 void mend__reload_breakers(mend_engine *E);
