@@ -612,11 +612,26 @@ describe("a step's code holding its own engine", function()
       eng:run()
       assert.is_false(got.ok)
       assert.truthy(tostring(got.err):find(what == "cancel" and "cannot be cancelled from its own code"
-                                           or what .. ": called from a step's code", 1, true),
+                                           or what .. ": called from a <close> handler of a step's code", 1, true),
                     tostring(got.err))
       assert.are.equal("failed", eng:status(id).status)
     end)
   end
+
+  it("names a compensation's code in the refusal", function()
+    local eng = H.new_engine()
+    local got = {}
+    eng:register { name = "undoing", steps = {
+      { name = "a", execute = function() return 1 end,
+        compensate = function() got.ok, got.err = pcall(eng.run, eng) end },
+      { name = "b", execute = function() error(mend.fatal("no")) end } } }
+    local id = eng:start("undoing", {})
+    eng:run()
+    assert.is_false(got.ok)
+    assert.truthy(tostring(got.err):find("run: called from a step's compensate while", 1, true),
+                  tostring(got.err))
+    assert.are.equal("compensated", eng:status(id).status)
+  end)
 
   -- The __tostring of an error value the step raised runs as the engine reads the error: run
   -- from there never returned, close segfaulted, cancel broke the engine.
@@ -635,7 +650,7 @@ describe("a step's code holding its own engine", function()
       eng:run()
       assert.is_false(got.ok)
       assert.truthy(tostring(got.err):find(what == "cancel" and "cannot be cancelled from its own code"
-                                           or what .. ": called from a step's code", 1, true),
+                                           or what .. ": called from an error's __tostring", 1, true),
                     tostring(got.err))
       local st = eng:status(id)
       assert.are.equal("failed", st.status)
@@ -669,10 +684,13 @@ describe("a step's code holding its own engine", function()
     return got
   end
 
+  -- The refusal names the code that was running (it said "a step's code" for each).
+  local named = { when = "a when function", idempotency_key = "an idempotency_key function",
+                  map = "a map's list function", input = "a child step's input function" }
   for _, which in ipairs { "when", "idempotency_key", "map", "input" } do
     for _, case in ipairs {
-      { "run", "run: called from a step's code" },
-      { "close", "close: called from a step's code" },
+      { "run", "run: called from " .. named[which] .. " while" },
+      { "close", "close: called from " .. named[which] .. " while" },
       { "cancel", "cannot be cancelled from its own code" },
     } do
       it("is refused " .. case[1] .. " from its " .. which .. " function, and the run goes on", function()

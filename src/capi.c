@@ -38,10 +38,16 @@
  * engine is running that code (engine.h: mend_engine_in_code). */
 #define NOT_IN_CODE(E, name)                                                                    \
   if (mend_engine_in_code(E)) {                                                                \
-    mend_engine_note_error((E), name ": called from a step's code (a host function) while the " \
-                                "engine runs it; answer the call and return instead");        \
+    refuse_in_code((E), name);                                                                 \
     return MEND_ESTATE;                                                                        \
   }
+
+static void refuse_in_code(mend_engine *E, const char *name) {
+  char msg[300];
+  snprintf(msg, sizeof msg, "%s: called from %s (through a host function or callback) while the "
+           "engine runs it; answer the call and return instead", name, mend_engine_code_running(E));
+  mend_engine_note_error(E, msg);
+}
 
 MEND_API const char *mend_version(void) { return MEND_VERSION_STRING; }
 

@@ -261,6 +261,9 @@ int mend_engine_panicked(const mend_engine *E);
  * engine: driving it again (run, tick, advance, recover, serve) or destroying it there would
  * pull the running code from under itself, so the bindings refuse those (MEND_ESTATE). */
 int mend_engine_in_code(const mend_engine *E);
+/* Which code of the run that is, as a refusal names it ("a step's code", "a when function",
+ * "an error's __tostring", ...); NULL when none runs. */
+const char *mend_engine_code_running(const mend_engine *E);
 
 mend_store *mend_engine_store(mend_engine *E);
 lua_State  *mend_engine_lua(mend_engine *E);

@@ -276,16 +276,45 @@ int mend__guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres) {
   return status;
 }
 
+/* Run r's code runs from here to leave_code (engine.h: mend_engine_in_code); `what` is how a
+ * refusal of driving the engine from it names that code. Calls nest. */
+typedef struct code_mark {
+  mend_run *run;
+  const char *what;
+} code_mark;
+
+static code_mark enter_code(mend_engine *E, mend_run *r, const char *what) {
+  code_mark was = {E->in_code, E->in_code_what};
+  E->in_code = r;
+  E->in_code_what = what;
+  return was;
+}
+
+static void leave_code(mend_engine *E, code_mark was) {
+  E->in_code = was.run;
+  E->in_code_what = was.what;
+}
+
+/* The code a call under limits named `what` (mend_limits_init) runs, as a refusal names it. */
+static const char *code_named(const char *what) {
+  static const struct { const char *what, *named; } names[] = {
+    {"when", "a when function"}, {"idempotency_key", "an idempotency_key function"},
+    {"map", "a map's list function"}, {"input", "a child step's input function"},
+    {"the error's __tostring", "an error's __tostring"}};
+  for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+    if (strcmp(what, names[k].what) == 0) return names[k].named;
+  return "a run's code";
+}
+
 /* A call of a run's own code that is not its attempt (when, idempotency_key, a map's list, a
  * child's input): guarded as any call into workflow code, and counted as the run's code, as its
  * steps are (engine.h: mend_engine_in_code), so that it cannot drive, close or cancel the
  * engine from under the run it is deciding for. */
 int mend__run_pcall(mend_run *r, mend_limits *lim, int nargs, int nres) {
   mend_engine *E = r->E;
-  mend_run *outer = E->in_code;
-  E->in_code = r;
+  code_mark was = enter_code(E, r, code_named(lim->what));
   int status = mend__guarded_pcall(E, lim, nargs, nres);
-  E->in_code = outer;
+  leave_code(E, was);
   return status;
 }
 
@@ -402,10 +431,10 @@ static void end_attempt(mend_run *r, int returned) {
     E->alloc_limits = &r->at->limits;
     mend_limits_enter(E->L, &r->at->limits);
     int depth = mend_limits_run_on(r->co);
-    mend_run *outer = E->in_code;   /* the handlers are the run's own code (engine.h) */
-    E->in_code = r;
+    /* the handlers are the run's own code (engine.h) */
+    code_mark was = enter_code(E, r, "a <close> handler of a step's code");
     mend_closethread(r->co, E->L);
-    E->in_code = outer;
+    leave_code(E, was);
     mend_limits_run_off(depth);
     mend_limits_leave(E->L, &r->at->limits);
     E->limit_memory = limit_was;
@@ -434,10 +463,10 @@ void mend__resume(mend_run *r, int nargs) {
   E->alloc_limits = &r->at->limits;
   mend_limits_enter(E->L, &r->at->limits);
   int depth = mend_limits_run_on(co);
-  mend_run *outer = E->in_code;
-  E->in_code = r;
+  code_mark was = enter_code(E, r, r->status == MEND_RUN_COMPENSATING ? "a step's compensate"
+                                                                      : "a step's code");
   int status = lua_resume(co, E->L, nargs, &nres);
-  E->in_code = outer;
+  leave_code(E, was);
   mend_limits_run_off(depth);
   mend_limits_leave(E->L, &r->at->limits);
   E->limit_memory = 0;
