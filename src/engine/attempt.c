@@ -411,7 +411,13 @@ static void end_attempt(mend_run *r, int returned) {
   if (r->wait_kind == WAIT_SLEEP) mend_timer_disarm(&E->timers, &r->wait);
   r->wait_kind = WAIT_NONE;
   r->waiting = 0;
-  if (!r->co) return;
+  if (!r->co) {
+    /* A panic between its state being taken and its coroutine made (mend__start_attempt): the
+     * state alone is there. */
+    free(r->at);
+    r->at = NULL;
+    return;
+  }
   E->attempts--;
   /* A slot came free: the next attempt waiting for this breaker, else for the engine. */
   mend_run *next = NULL;
@@ -590,6 +596,7 @@ void mend__start_attempt(mend_run *r, int compensating) {
   mend_limits_init(&a->limits, "step", E->cfg.instruction_budget, def->timeout);
   a->limits.timeout_typed = 1;
   r->at = a;
+  mend__failpoint_lua(L, "attempt_state");   /* as lua_newthread running out of memory would */
   lua_State *co = lua_newthread(L);
   r->co = co;
   E->attempts++;
