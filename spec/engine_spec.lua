@@ -595,6 +595,36 @@ describe("a step's code holding its own engine", function()
     assert.matches("\nstatus\tsucceeded\n", "\n" .. out)
   end)
 
+  -- A workflow file's top level runs in no run, but inside the engine as much: an engine in
+  -- the host's state that the file reaches through a global was closed under the load (a
+  -- segfault), or driven from inside it (other runs' code ran in the middle of the load).
+  it("is refused close and run from a workflow file's code as it loads", function()
+    local dir = H.tmp_dir()
+    local db = H.new_db(dir, "jobs.db")
+    local closing = H.write_file(dir, "closing.lua", "eng:close()\nreturn { name = 'c', steps = {} }\n")
+    local driving = H.write_file(dir, "driving.lua", "eng:run()\nreturn { name = 'd', steps = {} }\n")
+    local script = H.write_file(dir, "load.lua", table.concat({
+      ("eng = require('mend').engine{ db = %q, clock = 'virtual' }"):format(db),
+      "eng:register { name = 'other', steps = { { name = 'a', execute = function() return 1 end } } }",
+      "id = eng:start('other', {})",
+      ("print('close', pcall(eng.load, eng, %q))"):format(closing),
+      ("print('run', pcall(eng.load, eng, %q))"):format(driving),
+      "print('before', eng:status(id).status)",
+      "eng:run()",
+      "print('status', eng:status(id).status)",
+      "eng:close()",
+    }, "\n") .. "\n")
+    local p = io.popen(("timeout 20 lua5.4 %s 2>&1"):format(script))   -- its globals are the file's
+    local out = p:read("a")
+    p:close()
+    assert.matches("\nclose\tfalse\t[^\n]*close: called from a workflow file's code as it loads",
+                   "\n" .. out)
+    assert.matches("\nrun\tfalse\t[^\n]*run: called from a workflow file's code as it loads",
+                   "\n" .. out)
+    assert.matches("\nbefore\trunning\n", "\n" .. out)
+    assert.matches("\nstatus\tsucceeded\n", "\n" .. out)
+  end)
+
   -- A step's to-be-closed variables are closed by the engine after an error: their handlers
   -- are the step's code too (cancel and close segfaulted from there).
   for _, what in ipairs { "cancel", "run", "close" } do

@@ -306,6 +306,7 @@ struct mend_engine {
   mend_refusal refusal;   /* why the last repair refused */
   mend_run *in_code;      /* the run (or lane) whose code runs now: mend__resume's */
   const char *in_code_what;   /* which of its code that is, as refusals name it */
+  int loading_code;       /* a workflow file's top level runs (load.c), in no run: as run code */
   void *panic_exit;       /* a jmp_buf of the C API's entry point that is running */
   int panicked;
   /* Another process holds the database's write lock (lock_wait): the batch is kept and its
