@@ -1,7 +1,8 @@
 /*
  * capi: the public C API of include/mend.h over the engine. Owns the mapping from internal
  * failures to mend_status codes, the JSON text handed to hosts, the adapters from the
- * engine's callbacks to the host's, and the hint a host gets when mend's own Lua files are not
+ * engine's callbacks to the host's (and the count of those the engine is inside, from which it
+ * is not freed), and the hint a host gets when mend's own Lua files are not
  * where it looked. Nothing else. Must never: choose a status from a message's text (each of
  * the engine's codes, mend_refusal and the event and token codes, has one status); reach the
  * engine's insides (engine.h only).
