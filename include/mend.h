@@ -13,10 +13,10 @@
  * independent. Callbacks (log, alert, event, host functions) run on the engine's thread,
  * from inside mend_engine_run_all(), mend_engine_tick() or the host's own uv_run(); from a
  * callback a host may call mend_call_return() and mend_call_fail(), and read the engine's
- * queries, but must not free the engine; a callback reached from a run's code (a host
- * function called by a step; a log line of a step, of a when, idempotency_key or map's list
- * function, of a child step's input) that drives it (run_all, tick, tick_ex, advance_clock,
- * recover) gets MEND_ESTATE.
+ * queries; mend_engine_free() from any callback gets MEND_ESTATE, the engine left as it was;
+ * a callback reached from a run's code (a host function called by a step; a log line of a
+ * step, of a when, idempotency_key or map's list function, of a child step's input) that
+ * drives it (run_all, tick, tick_ex, advance_clock, recover) gets MEND_ESTATE.
  *
  * Three ways to drive an engine:
  *  - it owns its loop, and mend_engine_run_all() blocks until no run is in flight;
@@ -166,10 +166,13 @@ MEND_API void mend_options_init_size(mend_options *opts, size_t size);
 /* Creates an engine with its own Lua state. On failure returns the status, sets *out to NULL,
  * and writes a message naming the cause into err (if not NULL). */
 MEND_API int mend_engine_new(const mend_options *opts, mend_engine **out, char *err, size_t errlen);
-/* Destroys the engine; not from a callback. Runs in flight stay in the database as they are,
- * their leases given back, for this or another engine to resume. Host calls still open stay
- * valid: answering them afterwards only frees them. */
-MEND_API void mend_engine_free(mend_engine *engine);
+/* Destroys the engine. Runs in flight stay in the database as they are, their leases given
+ * back, for this or another engine to resume. Host calls still open stay valid: answering them
+ * afterwards only frees them. MEND_OK; MEND_ESTATE, the engine left as it was, when called from
+ * inside one of its callbacks (a host function, the log, an alert, an event: the engine is
+ * running the code that called them), with an error-level log line and mend_engine_errmsg
+ * saying so: free it once the call that drives it (mend_engine_run_all, tick, ...) returns. */
+MEND_API int mend_engine_free(mend_engine *engine);
 /* The message of the engine's last failure ("" if none). Valid until the next call. */
 MEND_API const char *mend_engine_errmsg(mend_engine *engine);
 

@@ -175,10 +175,67 @@ describe("a step with child", function()
     end)
   end
 
-  -- Code of the child other than a step's execute cancels its parent: a `when`, or an error's
-  -- __tostring. The cascaded cancel lands at the next turn; if the child turned back to
-  -- compensate first, it is dropped and the child compensates to its end (that compensation
-  -- never ended: the engine spun).
+  -- The same from a lane's code: a parallel group's branch, a map item's step, a branch's
+  -- `when`. The cancel cascaded back to the child was refused with a warning ("cannot be
+  -- cancelled from its own code") and the child ran on to succeed.
+  for _, lane in ipairs { "branch", "branch_sleeps", "item", "branch_when" } do
+    it("cancels a child whose " .. lane .. " cancelled its parent", function()
+      local eng = H.new_engine()
+      local log = {}
+      local function mutiny(_, input)
+        assert(eng:cancel(input.parent))
+        log[#log + 1] = "mutiny"
+        if lane == "branch_sleeps" then require("mend").sleep(60) end
+        return 2
+      end
+      local step
+      if lane == "item" then
+        step = { name = "mutiny", map = function() return { 1 } end,
+                 step = { execute = function(ctx) return mutiny(ctx, ctx.input) end } }
+      else
+        step = { name = "mutiny", parallel = {
+          { name = "b1", execute = lane ~= "branch_when" and mutiny or function() return 2 end,
+            when = lane == "branch_when" and function(ctx)
+              assert(eng:cancel(ctx.input.parent)); return true end or nil } } }
+      end
+      local pst, cst = mutiny_of(eng, log, step)
+      assert.are.equal("cancelled", pst.reason)
+      assert.are.equal("cancelled", cst.reason, json.encode(cst))
+      assert.are.equal("compensated", cst.status)
+      assert.are.same(lane == "branch_when" and { "pack", "unpack" } or { "pack", "mutiny", "unpack" }, log)
+      assert.are.equal("pending", H.step(cst, "after").status)
+    end)
+  end
+
+  -- A `when` of the child's last step cancels its parent and skips that step: the child ended
+  -- `succeeded` in the same turn, before the kept cancel landed, and its done steps stayed done
+  -- under a cancelled parent that no longer waited for it. The cancel lands as the `when`
+  -- returns, as it does for a step's code, before its answer is acted on.
+  it("cancels a child whose last step's when cancelled its parent and answered false", function()
+    local eng = H.new_engine()
+    local log = {}
+    eng:register { name = "rebel", steps = {
+      { name = "pack", execute = function() log[#log + 1] = "pack" return 1 end,
+        compensate = function() log[#log + 1] = "unpack" end },
+      { name = "last", when = function(ctx) assert(eng:cancel(ctx.input.parent)); return false end,
+        execute = function() log[#log + 1] = "last" return 2 end } } }
+    eng:register { name = "boss", steps = {
+      { name = "spawn", child = "rebel", input = function(ctx) return { parent = ctx.run_id } end } } }
+    local id = eng:start("boss", {})
+    eng:run()
+    local cst = eng:status(child_of(eng, id).run_id)
+    assert.are.equal("cancelled", eng:status(id).reason)
+    assert.are.equal("compensated", cst.status, json.encode(cst))
+    assert.are.equal("cancelled", cst.reason)
+    assert.are.equal("pending", H.step(cst, "last").status)
+    assert.are.same({ "pack", "unpack" }, log)
+  end)
+
+  -- Code of the child other than a step's execute cancels its parent: a `when` (which answers
+  -- true or raises), or an error's __tostring. A `when`'s answer is void once it cancelled (as
+  -- a step's result is); the __tostring's cancel lands at the next turn, and the child, which
+  -- turned back to compensate first for its step's error, drops it and compensates to its end
+  -- (that compensation never ended: the engine spun).
   for _, how in ipairs { "when", "when_raises", "tostring" } do
     it("ends a child whose " .. how .. " cancelled its parent", function()
       local eng = H.new_engine()
@@ -197,7 +254,7 @@ describe("a step with child", function()
       local pst, cst = mutiny_of(eng, log, mutiny)
       assert.are.equal("cancelled", pst.reason)
       assert.are.equal("compensated", cst.status)
-      assert.are.equal(how == "when" and "cancelled" or "error", cst.reason)
+      assert.are.equal(how == "tostring" and "error" or "cancelled", cst.reason)
       assert.are.same({ "pack", "unpack" }, log)
     end)
   end

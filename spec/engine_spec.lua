@@ -595,6 +595,36 @@ describe("a step's code holding its own engine", function()
     assert.matches("\nstatus\tsucceeded\n", "\n" .. out)
   end)
 
+  -- A workflow file's top level runs in no run, but inside the engine as much: an engine in
+  -- the host's state that the file reaches through a global was closed under the load (a
+  -- segfault), or driven from inside it (other runs' code ran in the middle of the load).
+  it("is refused close and run from a workflow file's code as it loads", function()
+    local dir = H.tmp_dir()
+    local db = H.new_db(dir, "jobs.db")
+    local closing = H.write_file(dir, "closing.lua", "eng:close()\nreturn { name = 'c', steps = {} }\n")
+    local driving = H.write_file(dir, "driving.lua", "eng:run()\nreturn { name = 'd', steps = {} }\n")
+    local script = H.write_file(dir, "load.lua", table.concat({
+      ("eng = require('mend').engine{ db = %q, clock = 'virtual' }"):format(db),
+      "eng:register { name = 'other', steps = { { name = 'a', execute = function() return 1 end } } }",
+      "id = eng:start('other', {})",
+      ("print('close', pcall(eng.load, eng, %q))"):format(closing),
+      ("print('run', pcall(eng.load, eng, %q))"):format(driving),
+      "print('before', eng:status(id).status)",
+      "eng:run()",
+      "print('status', eng:status(id).status)",
+      "eng:close()",
+    }, "\n") .. "\n")
+    local p = io.popen(("timeout 20 lua5.4 %s 2>&1"):format(script))   -- its globals are the file's
+    local out = p:read("a")
+    p:close()
+    assert.matches("\nclose\tfalse\t[^\n]*close: called from a workflow file's code as it loads",
+                   "\n" .. out)
+    assert.matches("\nrun\tfalse\t[^\n]*run: called from a workflow file's code as it loads",
+                   "\n" .. out)
+    assert.matches("\nbefore\trunning\n", "\n" .. out)
+    assert.matches("\nstatus\tsucceeded\n", "\n" .. out)
+  end)
+
   -- A step's to-be-closed variables are closed by the engine after an error: their handlers
   -- are the step's code too (cancel and close segfaulted from there).
   for _, what in ipairs { "cancel", "run", "close" } do
@@ -612,11 +642,26 @@ describe("a step's code holding its own engine", function()
       eng:run()
       assert.is_false(got.ok)
       assert.truthy(tostring(got.err):find(what == "cancel" and "cannot be cancelled from its own code"
-                                           or what .. ": called from a step's code", 1, true),
+                                           or what .. ": called from a <close> handler of a step's code", 1, true),
                     tostring(got.err))
       assert.are.equal("failed", eng:status(id).status)
     end)
   end
+
+  it("names a compensation's code in the refusal", function()
+    local eng = H.new_engine()
+    local got = {}
+    eng:register { name = "undoing", steps = {
+      { name = "a", execute = function() return 1 end,
+        compensate = function() got.ok, got.err = pcall(eng.run, eng) end },
+      { name = "b", execute = function() error(mend.fatal("no")) end } } }
+    local id = eng:start("undoing", {})
+    eng:run()
+    assert.is_false(got.ok)
+    assert.truthy(tostring(got.err):find("run: called from a step's compensate while", 1, true),
+                  tostring(got.err))
+    assert.are.equal("compensated", eng:status(id).status)
+  end)
 
   -- The __tostring of an error value the step raised runs as the engine reads the error: run
   -- from there never returned, close segfaulted, cancel broke the engine.
@@ -635,7 +680,7 @@ describe("a step's code holding its own engine", function()
       eng:run()
       assert.is_false(got.ok)
       assert.truthy(tostring(got.err):find(what == "cancel" and "cannot be cancelled from its own code"
-                                           or what .. ": called from a step's code", 1, true),
+                                           or what .. ": called from an error's __tostring", 1, true),
                     tostring(got.err))
       local st = eng:status(id)
       assert.are.equal("failed", st.status)
@@ -669,10 +714,13 @@ describe("a step's code holding its own engine", function()
     return got
   end
 
+  -- The refusal names the code that was running (it said "a step's code" for each).
+  local named = { when = "a when function", idempotency_key = "an idempotency_key function",
+                  map = "a map's list function", input = "a child step's input function" }
   for _, which in ipairs { "when", "idempotency_key", "map", "input" } do
     for _, case in ipairs {
-      { "run", "run: called from a step's code" },
-      { "close", "close: called from a step's code" },
+      { "run", "run: called from " .. named[which] .. " while" },
+      { "close", "close: called from " .. named[which] .. " while" },
       { "cancel", "cannot be cancelled from its own code" },
     } do
       it("is refused " .. case[1] .. " from its " .. which .. " function, and the run goes on", function()

@@ -1,7 +1,8 @@
 /*
  * capi: the public C API of include/mend.h over the engine. Owns the mapping from internal
  * failures to mend_status codes, the JSON text handed to hosts, the adapters from the
- * engine's callbacks to the host's, and the hint a host gets when mend's own Lua files are not
+ * engine's callbacks to the host's (and the count of those the engine is inside, from which it
+ * is not freed), and the hint a host gets when mend's own Lua files are not
  * where it looked. Nothing else. Must never: choose a status from a message's text (each of
  * the engine's codes, mend_refusal and the event and token codes, has one status); reach the
  * engine's insides (engine.h only).
@@ -20,16 +21,20 @@
 #include "lmend.h"
 #include "luadir.h"
 
+static int *callbacks_of(mend_engine *E);
+
 /* The entry points that run workflow code run between these two: an error of Lua's outside
  * every protected call (a bug of mend's, or memory running out for the engine itself) comes
  * back here through the state's panic handler, and the engine is broken rather than the host
- * aborted. */
+ * aborted. The callbacks it jumped out of are over. */
 #define PANIC_EXIT(E)                                            \
   if (mend_engine_panicked(E)) return MEND_EBROKEN;               \
   jmp_buf panic_jb;                                              \
+  int panic_callbacks = *callbacks_of(E);                        \
   void *panic_saved = mend_engine_set_panic_exit((E), &panic_jb); \
   if (setjmp(panic_jb)) {                                        \
     mend_engine_set_panic_exit((E), panic_saved);                \
+    *callbacks_of(E) = panic_callbacks;                          \
     return MEND_EBROKEN;                                         \
   }
 #define PANIC_EXIT_END(E) mend_engine_set_panic_exit((E), panic_saved)
@@ -38,10 +43,16 @@
  * engine is running that code (engine.h: mend_engine_in_code). */
 #define NOT_IN_CODE(E, name)                                                                    \
   if (mend_engine_in_code(E)) {                                                                \
-    mend_engine_note_error((E), name ": called from a step's code (a host function) while the " \
-                                "engine runs it; answer the call and return instead");        \
+    refuse_in_code((E), name);                                                                 \
     return MEND_ESTATE;                                                                        \
   }
+
+static void refuse_in_code(mend_engine *E, const char *name) {
+  char msg[300];
+  snprintf(msg, sizeof msg, "%s: called from %s (through a host function or callback) while the "
+           "engine runs it; answer the call and return instead", name, mend_engine_code_running(E));
+  mend_engine_note_error(E, msg);
+}
 
 MEND_API const char *mend_version(void) { return MEND_VERSION_STRING; }
 
@@ -96,19 +107,22 @@ MEND_API void mend_options_init_size(mend_options *opts, size_t size) {
   opts->size = size;
 }
 
-/* The host's function behind a registered name. */
-typedef struct host_fn_box {
-  mend_host_fn fn;
-  void *ud;
-  struct host_fn_box *next;
-} host_fn_box;
-
 /* What a public engine keeps beside the engine: the host's callbacks and their adapters. */
 typedef struct host_side {
   mend_options opts;
   mend_log_sink sink;
-  host_fn_box *functions;
+  struct host_fn_box *functions;
+  int in_callback;        /* callbacks of the host's that the engine is inside now */
+  int refusing_free;      /* the log line refusing mend_engine_free is being written */
 } host_side;
+
+/* The host's function behind a registered name. */
+typedef struct host_fn_box {
+  mend_host_fn fn;
+  void *ud;
+  host_side *side;
+  struct host_fn_box *next;
+} host_fn_box;
 
 /* The engine is the handle; the host side hangs off a small registry keyed by engine. A host
  * has few engines, so a list is enough. */
@@ -120,26 +134,41 @@ typedef struct handle {
 
 static handle *handles;
 
-static void log_adapter(void *ud, const mend_log_record *rec) {
-  host_side *s = ud;
-  s->opts.log(s->opts.log_ud, rec->level, rec->time, rec->run, rec->step, rec->attempt,
-              rec->event, rec->message);
+/* The count of the host's callbacks engine E is inside (a dummy for an engine not made here). */
+static int *callbacks_of(mend_engine *E) {
+  static int none;
+  for (handle *h = handles; h; h = h->next)
+    if (h->E == E) return &h->side.in_callback;
+  none = 0;
+  return &none;
 }
 
-static void json_adapter(mend_json_fn fn, void *ud, json_t *v) {
+/* Every callback into the host goes through one of these adapters, which count it: the engine
+ * is inside the callback, and must not be freed from there (mend_engine_free). */
+static void log_adapter(void *ud, const mend_log_record *rec) {
+  host_side *s = ud;
+  s->in_callback++;
+  s->opts.log(s->opts.log_ud, rec->level, rec->time, rec->run, rec->step, rec->attempt,
+              rec->event, rec->message);
+  s->in_callback--;
+}
+
+static void json_adapter(host_side *s, mend_json_fn fn, void *ud, json_t *v) {
   char *text = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  s->in_callback++;
   if (text) fn(ud, text);
+  s->in_callback--;
   free(text);
 }
 
 static void alert_adapter(void *ud, json_t *ev) {
   host_side *s = ud;
-  json_adapter(s->opts.alert, s->opts.alert_ud, ev);
+  json_adapter(s, s->opts.alert, s->opts.alert_ud, ev);
 }
 
 static void event_adapter(void *ud, json_t *ev) {
   host_side *s = ud;
-  json_adapter(s->opts.on_event, s->opts.event_ud, ev);
+  json_adapter(s, s->opts.on_event, s->opts.event_ud, ev);
 }
 
 /* One status for each of the engine's codes (engine.h, mend_refusal). */
@@ -242,8 +271,27 @@ MEND_API int mend_engine_new(const mend_options *host_opts, mend_engine **out, c
   return MEND_OK;
 }
 
-MEND_API void mend_engine_free(mend_engine *engine) {
-  if (!engine) return;
+/* From inside a callback of the engine's (a host function, the log, an alert, an event) the
+ * engine is still running the code that called it, and would return into freed memory: refused,
+ * the engine left as it is. A deferred free would need an outermost call to end in, and an
+ * engine on the host's own loop calls back from no call of ours. */
+MEND_API int mend_engine_free(mend_engine *engine) {
+  if (!engine) return MEND_OK;
+  handle *owner = handles;
+  while (owner && owner->E != engine) owner = owner->next;
+  if (mend_engine_in_code(engine) || *callbacks_of(engine)) {
+    char msg[300];
+    snprintf(msg, sizeof msg, "mend_engine_free: called from %s while the engine runs it; the "
+             "engine is not freed: free it after the call that drives it returns",
+             mend_engine_in_code(engine) ? mend_engine_code_running(engine) : "a callback of the engine's");
+    mend_engine_note_error(engine, msg);
+    if (owner && !owner->side.refusing_free) {   /* the log callback may be what calls us */
+      owner->side.refusing_free = 1;
+      mend_engine_log_line(engine, "error", NULL, NULL, 0, "engine", msg);
+      owner->side.refusing_free = 0;
+    }
+    return MEND_ESTATE;
+  }
   mend_engine_destroy(engine);
   for (handle **p = &handles; *p; p = &(*p)->next)
     if ((*p)->E == engine) {
@@ -256,6 +304,7 @@ MEND_API void mend_engine_free(mend_engine *engine) {
       free(h);
       break;
     }
+  return MEND_OK;
 }
 
 MEND_API const char *mend_engine_errmsg(mend_engine *engine) { return mend_engine_error(engine); }
@@ -277,7 +326,9 @@ MEND_API int mend_engine_load(mend_engine *engine, const char *path, char *name_
 static void host_adapter(void *ud, mend_host_call *call, json_t *args) {
   host_fn_box *box = ud;
   char *text = json_dumps(args, JSON_COMPACT | JSON_ENCODE_ANY);
+  box->side->in_callback++;
   box->fn(box->ud, (mend_call *)call, text ? text : "[]");
+  box->side->in_callback--;
   free(text);
 }
 
@@ -291,6 +342,7 @@ MEND_API int mend_engine_register_function(mend_engine *engine, const char *name
   if (!box) return MEND_ENOMEM;
   box->fn = fn;
   box->ud = ud;
+  box->side = &h->side;
   box->next = h->side.functions;
   h->side.functions = box;
   return mend_engine_register_host(engine, name, host_adapter, box) ? MEND_ENOMEM : MEND_OK;

@@ -316,7 +316,10 @@ void *mend_engine_set_panic_exit(mend_engine *E, void *jmpbuf) {
 }
 
 int mend_engine_panicked(const mend_engine *E) { return E->panicked; }
-int mend_engine_in_code(const mend_engine *E) { return E->in_code != NULL; }
+int mend_engine_in_code(const mend_engine *E) { return E->in_code != NULL || E->loading_code > 0; }
+const char *mend_engine_code_running(const mend_engine *E) {
+  return E->in_code ? E->in_code_what : E->loading_code ? "a workflow file's code as it loads" : NULL;
+}
 
 /* An error outside every protected call of an engine's own state: Lua would abort the process
  * when this returns, so it goes back to the C API's entry point instead, the engine broken. */

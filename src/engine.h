@@ -256,11 +256,15 @@ void *mend_engine_set_panic_exit(mend_engine *E, void *jmpbuf);
 int mend_engine_panicked(const mend_engine *E);
 
 /* 1 while a run's own code (a step's execute or compensate, its when, idempotency_key, a map's
- * list function, a child step's input, the __tostring of an error it raised) runs, so that a
+ * list function, a child step's input, the __tostring of an error it raised), or a workflow
+ * file's top level as it loads (in no run, but as much inside the engine), runs, so that a
  * caller reached from it (a host function, an engine method a workflow holds) is inside the
  * engine: driving it again (run, tick, advance, recover, serve) or destroying it there would
  * pull the running code from under itself, so the bindings refuse those (MEND_ESTATE). */
 int mend_engine_in_code(const mend_engine *E);
+/* Which code of the run that is, as a refusal names it ("a step's code", "a when function",
+ * "an error's __tostring", ...); NULL when none runs. */
+const char *mend_engine_code_running(const mend_engine *E);
 
 mend_store *mend_engine_store(mend_engine *E);
 lua_State  *mend_engine_lua(mend_engine *E);

@@ -81,6 +81,9 @@ int mend_limits_spend(mend_limits *lim, double instructions);
  * large block's fresh pages are charged before it is filled (mend_limits_owe_pages), so that
  * one the budget cannot pay for is refused instead (README: Limits and sandbox). */
 #define MEND_FAULT_INSTRUCTIONS 3000
+/* The same page's time, for a call under a deadline (mend_limits_owe_pages): somewhat under
+ * what it was measured at, so that only a block that would surely end past it is refused. */
+#define MEND_FAULT_SECONDS 10e-6
 #define MEND_FAULT_LOOK ((size_t)1 << 20)
 #define MEND_ALLOC_BYTES_PER_INSTRUCTION 8
 #define MEND_ALLOC_EACH 256

@@ -55,8 +55,9 @@ static engine_box *check_engine(lua_State *L) {
 static engine_box *check_driving(lua_State *L, const char *method) {
   engine_box *b = check_engine(L);
   if (mend_engine_in_code(b->E))
-    luaL_error(L, "%s: called from a step's code while the engine runs it; a step may start, "
-               "signal, cancel or read other runs, not drive or close its engine", method);
+    luaL_error(L, "%s: called from %s while the engine runs it; such code may start, "
+               "signal, cancel or read other runs, not drive or close its engine", method,
+               mend_engine_code_running(b->E));
   return b;
 }
 

@@ -395,6 +395,64 @@ static void it_refuses_driving_from_a_runs_when_key_or_map(void) {
   mend_engine_free(E);
 }
 
+/* mend_engine_free from inside the engine's callbacks: a host function (the step's code runs
+ * under it), the log callback (called from a `when` through ctx:log) and an event callback
+ * (outside any code, inside mend_engine_run_all). Each is refused with MEND_ESTATE and an
+ * error log line naming where it came from; the engine goes on, its run succeeds, and it is
+ * freed afterwards. Freeing it there returned into freed memory before. */
+static int free_status[3] = {-1, -1, -1};
+static int free_logged;
+static void free_from_host(void *ud, mend_call *call, const char *args) {
+  (void)args;
+  free_status[0] = mend_engine_free(*(mend_engine **)ud);
+  CHECK(strstr(mend_engine_errmsg(*(mend_engine **)ud),
+               "mend_engine_free: called from a step's code while the engine runs it") != NULL);
+  CHECK_EQ_INT(mend_call_return(call, "\"ok\""), MEND_OK);
+}
+static void free_from_log(void *ud, const char *level, double time, const char *run,
+                          const char *step, int attempt, const char *event, const char *message) {
+  (void)time; (void)run; (void)step; (void)attempt;
+  mend_engine *E = *(mend_engine **)ud;
+  if (strcmp(level, "error") == 0 && strstr(message, "mend_engine_free: called from")) free_logged++;
+  if (strcmp(event, "log") == 0 && strstr(message, "decide")) {
+    free_status[1] = mend_engine_free(E);
+    const char *msg = mend_engine_errmsg(E);
+    CHECK(strstr(msg, "called from a when function") || strstr(msg, "called from an idempotency_key "
+          "function") || strstr(msg, "called from a map's list function"));
+  }
+}
+static void free_from_event(void *ud, const char *json) {
+  if (!strstr(json, "run_finished")) return;
+  mend_engine *E = *(mend_engine **)ud;
+  free_status[2] = mend_engine_free(E);
+  CHECK(strstr(mend_engine_errmsg(E), "called from a callback of the engine's") != NULL);
+}
+
+static void it_refuses_to_free_from_its_callbacks(void) {
+  mend_options o;
+  mend_options_init(&o);
+  o.virtual_clock = 1;
+  mend_engine *E = NULL;
+  o.log = free_from_log;
+  o.log_ud = &E;
+  o.on_event = free_from_event;
+  o.event_ud = &E;
+  E = engine(&o);
+  CHECK_EQ_INT(mend_engine_register_function(E, "greet", free_from_host, &E), MEND_OK);
+  load(E, "basic");
+  write_workflow("deciding", deciding_lua);
+  load(E, "deciding");
+  char id[2][17], st[32];
+  start(E, "basic", "{\"who\":\"bob\"}", id[0]);
+  start(E, "deciding", NULL, id[1]);
+  CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+  for (int i = 0; i < 3; i++) CHECK_EQ_INT(free_status[i], MEND_ESTATE);
+  CHECK(free_logged >= 3);
+  CHECK_STR(run_status(E, id[0], st, sizeof st), "succeeded");
+  CHECK_STR(run_status(E, id[1], st, sizeof st), "succeeded");
+  CHECK_EQ_INT(mend_engine_free(E), MEND_OK);
+}
+
 /* mend_engine_wakeup is the one function other threads may call: hammered from a second
  * thread while the engine runs, it must neither crash nor disturb the runs. */
 static void *wake_often(void *engine) {
@@ -1687,6 +1745,7 @@ int main(void) {
   it_runs_on_its_own_loop();
   it_refuses_a_host_function_driving_its_engine();
   it_refuses_driving_from_a_runs_when_key_or_map();
+  it_refuses_to_free_from_its_callbacks();
   it_can_be_woken_from_another_thread();
   it_runs_on_the_hosts_loop();
   it_is_ticked_and_answers_each_error_kind();

@@ -276,16 +276,45 @@ int mend__guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres) {
   return status;
 }
 
+/* Run r's code runs from here to leave_code (engine.h: mend_engine_in_code); `what` is how a
+ * refusal of driving the engine from it names that code. Calls nest. */
+typedef struct code_mark {
+  mend_run *run;
+  const char *what;
+} code_mark;
+
+static code_mark enter_code(mend_engine *E, mend_run *r, const char *what) {
+  code_mark was = {E->in_code, E->in_code_what};
+  E->in_code = r;
+  E->in_code_what = what;
+  return was;
+}
+
+static void leave_code(mend_engine *E, code_mark was) {
+  E->in_code = was.run;
+  E->in_code_what = was.what;
+}
+
+/* The code a call under limits named `what` (mend_limits_init) runs, as a refusal names it. */
+static const char *code_named(const char *what) {
+  static const struct { const char *what, *named; } names[] = {
+    {"when", "a when function"}, {"idempotency_key", "an idempotency_key function"},
+    {"map", "a map's list function"}, {"input", "a child step's input function"},
+    {"the error's __tostring", "an error's __tostring"}};
+  for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+    if (strcmp(what, names[k].what) == 0) return names[k].named;
+  return "a run's code";
+}
+
 /* A call of a run's own code that is not its attempt (when, idempotency_key, a map's list, a
  * child's input): guarded as any call into workflow code, and counted as the run's code, as its
  * steps are (engine.h: mend_engine_in_code), so that it cannot drive, close or cancel the
  * engine from under the run it is deciding for. */
 int mend__run_pcall(mend_run *r, mend_limits *lim, int nargs, int nres) {
   mend_engine *E = r->E;
-  mend_run *outer = E->in_code;
-  E->in_code = r;
+  code_mark was = enter_code(E, r, code_named(lim->what));
   int status = mend__guarded_pcall(E, lim, nargs, nres);
-  E->in_code = outer;
+  leave_code(E, was);
   return status;
 }
 
@@ -382,7 +411,13 @@ static void end_attempt(mend_run *r, int returned) {
   if (r->wait_kind == WAIT_SLEEP) mend_timer_disarm(&E->timers, &r->wait);
   r->wait_kind = WAIT_NONE;
   r->waiting = 0;
-  if (!r->co) return;
+  if (!r->co) {
+    /* A panic between its state being taken and its coroutine made (mend__start_attempt): the
+     * state alone is there. */
+    free(r->at);
+    r->at = NULL;
+    return;
+  }
   E->attempts--;
   /* A slot came free: the next attempt waiting for this breaker, else for the engine. */
   mend_run *next = NULL;
@@ -402,10 +437,10 @@ static void end_attempt(mend_run *r, int returned) {
     E->alloc_limits = &r->at->limits;
     mend_limits_enter(E->L, &r->at->limits);
     int depth = mend_limits_run_on(r->co);
-    mend_run *outer = E->in_code;   /* the handlers are the run's own code (engine.h) */
-    E->in_code = r;
+    /* the handlers are the run's own code (engine.h) */
+    code_mark was = enter_code(E, r, "a <close> handler of a step's code");
     mend_closethread(r->co, E->L);
-    E->in_code = outer;
+    leave_code(E, was);
     mend_limits_run_off(depth);
     mend_limits_leave(E->L, &r->at->limits);
     E->limit_memory = limit_was;
@@ -434,23 +469,24 @@ void mend__resume(mend_run *r, int nargs) {
   E->alloc_limits = &r->at->limits;
   mend_limits_enter(E->L, &r->at->limits);
   int depth = mend_limits_run_on(co);
-  mend_run *outer = E->in_code;
-  E->in_code = r;
+  code_mark was = enter_code(E, r, r->status == MEND_RUN_COMPENSATING ? "a step's compensate"
+                                                                      : "a step's code");
   int status = lua_resume(co, E->L, nargs, &nres);
-  E->in_code = outer;
+  leave_code(E, was);
   mend_limits_run_off(depth);
   mend_limits_leave(E->L, &r->at->limits);
   E->limit_memory = 0;
   E->alloc_limits = charged_was;
-  /* A cancel cascaded to the run while this code ran (the code cancelled its parent) lands now,
-   * whatever the code gave. */
-  if (MEND_COLD(r, cancel_by) && !E->in_code) {
-    if (r->status == MEND_RUN_RUNNING) {
+  /* A cancel cascaded to the run while this code ran (the code, or a lane's of the run, cancelled
+   * its parent) lands now, whatever the code gave. */
+  mend_run *root = mend__root(r);
+  if (MEND_COLD(root, cancel_by) && !E->in_code) {
+    if (root->status == MEND_RUN_RUNNING) {
       if (status == LUA_OK || status == LUA_YIELD) lua_pop(co, nres);
-      mend__land_deferred_cancel(r);
+      mend__land_deferred_cancel(root);
       return;
     }
-    mend__land_deferred_cancel(r);   /* compensating: dropped, and this attempt ends as it did */
+    mend__land_deferred_cancel(root);   /* compensating: dropped, and this attempt ends as it did */
   }
   if (status == LUA_YIELD && r->waiting) {
     lua_pop(co, nres);
@@ -560,6 +596,7 @@ void mend__start_attempt(mend_run *r, int compensating) {
   mend_limits_init(&a->limits, "step", E->cfg.instruction_budget, def->timeout);
   a->limits.timeout_typed = 1;
   r->at = a;
+  mend__failpoint_lua(L, "attempt_state");   /* as lua_newthread running out of memory would */
   lua_State *co = lua_newthread(L);
   r->co = co;
   E->attempts++;

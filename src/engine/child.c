@@ -70,7 +70,12 @@ void mend__start_child(mend_run *r, int i) {
     mend__push_ctx(r, i);
     mend_limits lim;
     mend_limits_init(&lim, "input", E->cfg.instruction_budget, CALL_SECONDS);
-    if (mend__run_pcall(r, &lim, 1, 1) != LUA_OK) {
+    int status = mend__run_pcall(r, &lim, 1, 1);
+    if (mend__land_kept_cancel(r)) {   /* it cancelled its parent: its answer is void */
+      lua_pop(L, 1);
+      return;
+    }
+    if (status != LUA_OK) {
       char msg[400], text[300];
       snprintf(msg, sizeof msg, "input: %s", mend__describe(E, r, L, -1, text, sizeof text, NULL));
       lua_pop(L, 1);

@@ -123,8 +123,9 @@ struct mend_run_cold {
   /* A lane on an item of a map: its number from 1 (0: none), and where its row is among the
    * run's rows (MEND_MAP_ROWS). */
   int item, row_base;
-  /* A cancel cascaded to the run while its own code ran (that code cancelled its parent):
-   * who asked; it lands as the code yields or returns (mend__land_deferred_cancel). */
+  /* A cancel cascaded to the run while its own code ran (that code, or a lane's of the run,
+   * cancelled its parent): who asked; it lands as the code yields or returns
+   * (mend__land_deferred_cancel, mend__land_kept_cancel). */
   char *cancel_by;
 };
 /* A cold field of run r: its zero value while r has none made. */
@@ -304,6 +305,8 @@ struct mend_engine {
   int destroying;
   mend_refusal refusal;   /* why the last repair refused */
   mend_run *in_code;      /* the run (or lane) whose code runs now: mend__resume's */
+  const char *in_code_what;   /* which of its code that is, as refusals name it */
+  int loading_code;       /* a workflow file's top level runs (load.c), in no run: as run code */
   void *panic_exit;       /* a jmp_buf of the C API's entry point that is running */
   int panicked;
   /* Another process holds the database's write lock (lock_wait): the batch is kept and its
@@ -633,6 +636,7 @@ void mend__store_lost_let_go(mend_engine *E);
 int mend__cancel_now(mend_run *r, const char *who, char *err, int errlen);
 int mend__cancel_cascade(mend_engine *E, const char *id, const char *who, char *err, int errlen);
 int mend__land_deferred_cancel(mend_run *r);
+int mend__land_kept_cancel(mend_run *r);
 void mend__land_deferred_cancels(mend_engine *E);
 double mend__entry_time(mend_engine *E, const char *id);
 void mend__reload_breakers(mend_engine *E);

@@ -53,7 +53,9 @@ static mend_workflow *load_text(mend_engine *E, const char *text, size_t len, co
   if (status == LUA_OK) {
     mend_limits lim;
     mend_limits_init(&lim, "workflow file", E->cfg.instruction_budget, CALL_SECONDS);
+    E->loading_code++;   /* counted as a run's code is (engine.h: mend_engine_in_code) */
     status = mend__guarded_pcall(E, &lim, 0, 1);
+    E->loading_code--;
     if (status != LUA_OK && lim.tripped) {
       char why[200];
       mend_errorf(err, errlen, "%s: %s while it loaded", path, mend_limits_message(&lim, why, sizeof why));
@@ -66,8 +68,11 @@ static mend_workflow *load_text(mend_engine *E, const char *text, size_t len, co
     if (status == LUA_ERRMEM && E->owned_state && E->cfg.memory_limit > 0)
       mend_errorf(err, errlen, "%s: exceeded the memory limit (%zu bytes) while it loaded", path,
                   E->cfg.memory_limit);
-    else   /* Lua's message already starts with the file name and line */
+    else {   /* Lua's message already starts with the file name and line */
+      E->loading_code++;   /* the error's __tostring is the file's code too */
       mend_errorf(err, errlen, "%s", mend__describe(E, NULL, L, -1, text_of, sizeof text_of, NULL));
+      E->loading_code--;
+    }
     lua_settop(L, top);
     return NULL;
   }

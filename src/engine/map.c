@@ -119,6 +119,10 @@ int mend__map_begin(mend_run *r, int m) {
   step_rt *st = &r->steps[m];
   int stopped;
   char *json = mend__ask_map(r, m, &stopped);
+  if (mend__land_kept_cancel(r)) {   /* it cancelled its parent: its list is void */
+    free(json);
+    return 1;
+  }
   if (!json) {
     st->attempts++;
     mend__step_to(r, m, MEND_STEP_RUNNING, NULL, -1, NULL);

@@ -168,12 +168,13 @@ int mend__cancel_now(mend_run *r, const char *who, char *err, int errlen) {
 }
 
 /* A cancel that cascades to run id (its parent was cancelled, its group failed). When the run's
- * own code is what runs now (a step of it cancelled its parent), closing its coroutine there
- * would free the stack that code stands on: the cancel is kept and lands as that code yields or
- * returns (mend__land_deferred_cancel), its outcome then void. */
+ * own code is what runs now (a step of it, a group branch or map item of it, its when: that
+ * code cancelled its parent), closing its coroutine there would free the stack that code stands
+ * on: the cancel is kept and lands as that code yields or returns (mend__land_deferred_cancel),
+ * whatever the code gave then void. */
 int mend__cancel_cascade(mend_engine *E, const char *id, const char *who, char *err, int errlen) {
   mend_run *r = in_memory(E, id);
-  if (r && E->in_code == r && r->status == MEND_RUN_RUNNING) {
+  if (r && E->in_code && mend__root(E->in_code) == r && r->status == MEND_RUN_RUNNING) {
     if (!mend__run_cold(r)) return mend_errorf(err, errlen, "out of memory");
     if (!r->cold->cancel_by) r->cold->cancel_by = mend_dupstr(who);
     E->cancels_deferred = 1;   /* landed at the next turn, if the code's own end did not */
@@ -206,8 +207,18 @@ int mend__land_deferred_cancel(mend_run *r) {
   return landed;
 }
 
+/* After code of run r's, or of a lane of it, that is not an attempt returned (a when, an
+ * idempotency_key, a map's list, a child's input), outside every other code: a cancel that code
+ * cascaded back to its run lands now, before what it answered is acted on, as it does when a
+ * step's code returns. 1 if it landed: the caller acts on nothing more of the run. */
+int mend__land_kept_cancel(mend_run *r) {
+  mend_run *root = mend__root(r);
+  return MEND_COLD(root, cancel_by) && !r->E->in_code && mend__land_deferred_cancel(root);
+}
+
 /* At a turn's start, where no run's code runs: the cancels kept from code that ended without
- * a resume to land them (a when, a key, a map's list, a child's input, an error's __tostring). */
+ * anything to land them (an error's __tostring, read as its step's failure is dealt with; code
+ * that ran inside other code). */
 void mend__land_deferred_cancels(mend_engine *E) {
   E->cancels_deferred = 0;
   for (mend_run *r = E->runs; r; r = r->next)

@@ -93,6 +93,7 @@ static int decide_when(mend_run *r, int i) {
     return 1;
   if (r->E->draining) return 0;   /* parked: no workflow code runs on a stopping worker */
   int w = mend__ask_when(r, i);
+  if (mend__land_kept_cancel(r)) return 0;   /* it cancelled its parent: its answer is void */
   if (w < 0) {
     st->attempts++;
     mend__step_to(r, i, MEND_STEP_RUNNING, NULL, -1, NULL);
@@ -171,6 +172,7 @@ static void forward_step(mend_run *r, int i, int admitted) {
   if (E->draining) return;   /* parked: its lease is given back when the worker stops */
   if (st->status == MEND_STEP_PENDING) {
     int key = mend__ensure_key(r, i);
+    if (mend__land_kept_cancel(r)) return;
     if (key) {
       st->attempts++;
       mend__step_to(r, i, MEND_STEP_RUNNING, NULL, -1, NULL);

@@ -113,8 +113,9 @@ static void close_signals(server_box *b) {
 static int server_run(lua_State *L) {
   server_box *b = check_server(L);
   if (mend_engine_in_code(b->E))   /* its loop is turning already, under that code */
-    return luaL_error(L, "run: called from a step's code while the engine runs it; a step may "
-                      "start, signal, cancel or read other runs, not drive or close its engine");
+    return luaL_error(L, "run: called from %s while the engine runs it; such code may "
+                      "start, signal, cancel or read other runs, not drive or close its engine",
+                      mend_engine_code_running(b->E));
   lua_settop(L, 1);
   lua_getiuservalue(L, 1, 1);   /* the engine, at 2 */
   close_signals(b);             /* a run before that raised out of memory: its one handle */
