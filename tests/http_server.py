@@ -8,7 +8,8 @@ that a spec can change it) and answers with the entry of the request's path: a l
 responses, the n-th request to the path getting the n-th one and every later request the last.
 A response is {"status", "headers": {...} (a list as a value: the header repeated), "body", "size": n (a body of n bytes of "x"),
 "delay": seconds before answering, "gzip": true (the body sent gzip-compressed, with
-Content-Encoding)}; a path not in the script gets 404. Every request is
+Content-Encoding), "close_after": seconds after answering (kept alive as far as the client
+knows) before the server closes the connection}; a path not in the script gets 404. Every request is
 appended to LOG as one JSON line: {"method", "path", "idempotency_key", "accept_encoding",
 "authorization", "user_agent" (a list: every User-Agent line), "body",
 "client_port" (the same port twice: the client reused its connection), "in_flight" (requests
@@ -89,6 +90,10 @@ class Handler(BaseHTTPRequestHandler):
                 self.wfile.write(data)
             except (BrokenPipeError, ConnectionResetError):
                 pass
+        if r.get("close_after"):
+            self.wfile.flush()
+            time.sleep(r["close_after"])
+            self.close_connection = True
 
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = answer
 
