@@ -148,6 +148,7 @@ static int on_socket(CURL *easy, curl_socket_t fd, int what, void *ud, void *soc
         uv_poll_stop(&s->poll);
         s->events = 0;
       }
+      uv_unref((uv_handle_t *)&s->poll);   /* a kept connection keeps no host's loop running */
     } else if (s) {
       sock_drop(H, fd);
     }
@@ -162,6 +163,7 @@ static int on_socket(CURL *easy, curl_socket_t fd, int what, void *ud, void *soc
   if (what & CURL_POLL_IN) ev |= UV_READABLE;
   if (what & CURL_POLL_OUT) ev |= UV_WRITABLE;
   s->idle = 0;
+  uv_ref((uv_handle_t *)&s->poll);
   if (ev == s->events) return 0;   /* uv_poll_start takes the socket out of epoll and puts it back */
   uv_poll_start(&s->poll, ev, on_poll);
   s->events = ev;

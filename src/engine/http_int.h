@@ -57,7 +57,9 @@ struct mend_http {
    * request finds its interest as it was, where stopping and starting the handle around each
    * request cost 1.8 epoll_ctl calls a W9 request (libuv's uv_poll_start takes the socket out
    * of epoll before putting it back). An idle socket that becomes readable (the server closed
-   * it) is stopped then; curl's own check before reusing a connection finds it closed.
+   * it) is stopped then; curl's own check before reusing a connection finds it closed. An
+   * idle socket's handle is unreferenced, as a stopped one was: a host's uv_run still returns
+   * once the runs have ended.
    * Any other socket's handle (a resolver's) is closed when curl stops watching it: curl
    * closes those itself, and a handle must never outlive its number's socket, or closing it
    * later would take the number's next owner out of the loop's epoll set. */
