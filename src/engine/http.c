@@ -84,7 +84,10 @@ static void on_poll(uv_poll_t *p, int status, int events) {
     return;
   }
   int flags = 0;
-  if (status < 0) flags = CURL_CSELECT_ERR;
+  if (status < 0) {   /* libuv stopped the handle (POLLERR): a later watch must start it */
+    flags = CURL_CSELECT_ERR;
+    s->events = 0;
+  }
   if (events & UV_READABLE) flags |= CURL_CSELECT_IN;
   if (events & UV_WRITABLE) flags |= CURL_CSELECT_OUT;
   int running;
