@@ -727,6 +727,32 @@ describe("mend.http", function()
     assert.are.equal(1, #rw)
   end)
 
+  -- A kept connection stays watched between requests (src/engine/http.c, on_socket): one
+  -- the server closes while idle must neither spin the loop nor fail the next request.
+  it("reconnects after the server closed an idle kept connection, without spinning", function()
+    script({ ["/first"] = { { status = 200, body = "one", close_after = 0.1 } },
+             ["/second"] = { { status = 200, body = "two" } } })
+    local eng = H.new_engine({ clock = "real" })
+    local got = {}
+    eng:register(H.one_step("idle", { execute = function()
+      got[1] = mend.http{ url = server.base .. "/first" }.body
+      mend.sleep(2)   -- the server closes the connection 0.1 s into this
+      got[2] = mend.http{ url = server.base .. "/second" }.body
+      return true
+    end }))
+    local id = eng:start("idle", {})
+    local cpu = os.clock()
+    eng:run()
+    cpu = os.clock() - cpu
+    assert.are.equal("succeeded", eng:status(id).status)
+    assert.are.same({ "one", "two" }, got)
+    local s = seen()
+    assert.are.equal(2, #s)
+    assert.are_not.equal(s[1].client_port, s[2].client_port)   -- a new connection
+    -- a loop woken by the closed socket throughout would burn most of the sleep
+    assert.is_true(cpu < 0.5, "the loop spun for " .. cpu .. " s of CPU")
+  end)
+
   it("fails a response over max_bytes with an error that says so", function()
     script({ ["/big"] = { { status = 200, size = 5000 } } })
     local eng, id = run_http(function() return { url = server.base .. "/big", max_bytes = 1000 } end)

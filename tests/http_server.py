@@ -9,8 +9,10 @@ responses, the n-th request to the path getting the n-th one and every later req
 A response is {"status", "headers": {...} (a list as a value: the header repeated), "body", "size": n (a body of n bytes of "x"),
 "delay": seconds before answering, "wait_for": n (hold the answer until n requests are being answered
 at once, then answer them all; "delay" is then the longest wait, after which every request held
-answers at once, as does every later one until no request is left open), "gzip": true (the body sent gzip-compressed, with
-Content-Encoding)}; a path not in the script gets 404. Every request is
+answers at once, as does every later one until no request is left open), "gzip": true (the body
+sent gzip-compressed, with Content-Encoding), "close_after": seconds after answering (kept alive
+as far as the client knows) before the server closes the connection}; a path not in the script
+gets 404. Every request is
 appended to LOG as one JSON line: {"method", "path", "idempotency_key", "accept_encoding",
 "authorization", "user_agent" (a list: every User-Agent line), "body",
 "client_port" (the same port twice: the client reused its connection), "in_flight" (requests
@@ -106,6 +108,10 @@ class Handler(BaseHTTPRequestHandler):
                 self.wfile.write(data)
             except (BrokenPipeError, ConnectionResetError):
                 pass
+        if r.get("close_after"):
+            self.wfile.flush()
+            time.sleep(r["close_after"])
+            self.close_connection = True
 
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = answer
 

@@ -1610,9 +1610,22 @@ static int pongs;
 static const char pong_reply[] =
   "HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\npong";
 
+/* With pong_keep set it answers without closing, and the connection waits for the next
+ * request (kept alive, as most servers do); its handles are marked with &pong_keep. */
+static int pong_keep;
+static const char pong_kept_reply[] = "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\npong";
+static void pong_alloc(uv_handle_t *h, size_t n, uv_buf_t *b);
+static void pong_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b);
+
 static void pong_closed(uv_handle_t *h) { free(h); }
 static void pong_written(uv_write_t *w, int status) {
   (void)status;
+  if (pong_keep) {
+    pong_conn *c = (pong_conn *)w->handle;
+    c->len = 0;
+    uv_read_start(w->handle, pong_alloc, pong_read);
+    return;
+  }
   uv_close((uv_handle_t *)w->handle, pong_closed);
 }
 static void pong_alloc(uv_handle_t *h, size_t n, uv_buf_t *b) {
@@ -1629,7 +1642,8 @@ static void pong_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b) {
   if (!strstr(c->buf, "\r\n\r\n")) return;
   uv_read_stop(s);
   pongs++;
-  uv_buf_t out = uv_buf_init((char *)pong_reply, sizeof pong_reply - 1);
+  uv_buf_t out = pong_keep ? uv_buf_init((char *)pong_kept_reply, sizeof pong_kept_reply - 1)
+                           : uv_buf_init((char *)pong_reply, sizeof pong_reply - 1);
   uv_write(&c->w, s, &out, 1, pong_written);
 }
 static void pong_accept(uv_stream_t *server, int status) {
@@ -1637,7 +1651,66 @@ static void pong_accept(uv_stream_t *server, int status) {
   pong_conn *c = calloc(1, sizeof *c);
   uv_tcp_init(server->loop, &c->tcp);
   if (uv_accept(server, (uv_stream_t *)&c->tcp)) { uv_close((uv_handle_t *)&c->tcp, pong_closed); return; }
+  if (pong_keep) {
+    c->tcp.data = &pong_keep;
+    uv_unref((uv_handle_t *)&c->tcp);   /* only the engine's handles may hold the loop */
+  }
   uv_read_start((uv_stream_t *)&c->tcp, pong_alloc, pong_read);
+}
+
+static void pong_close_kept(uv_handle_t *h, void *ud) {
+  (void)ud;
+  if (h->data == &pong_keep && !uv_is_closing(h)) uv_close(h, pong_closed);
+}
+
+static int dog_bit;
+static void on_dog(uv_timer_t *t) {
+  dog_bit = 1;
+  uv_stop(t->loop);
+}
+
+/* Mode (b) again, over a connection the server keeps open: the engine keeps it for the next
+ * request, and the host's uv_run still returns once the run has ended. */
+static void it_keeps_no_host_loop_running_with_a_kept_connection(void) {
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  uv_tcp_t server;
+  uv_tcp_init(&loop, &server);
+  struct sockaddr_in addr;
+  uv_ip4_addr("127.0.0.1", 0, &addr);
+  CHECK_EQ_INT(uv_tcp_bind(&server, (const struct sockaddr *)&addr, 0), 0);
+  CHECK_EQ_INT(uv_listen((uv_stream_t *)&server, 64, pong_accept), 0);
+  uv_unref((uv_handle_t *)&server);
+  struct sockaddr_in bound;
+  int blen = sizeof bound;
+  uv_tcp_getsockname(&server, (struct sockaddr *)&bound, &blen);
+  char input[128];
+  snprintf(input, sizeof input, "{\"url\":\"http://127.0.0.1:%d/ping\"}", ntohs(bound.sin_port));
+  pong_keep = 1;
+  mend_options o;
+  mend_options_init(&o);
+  o.uv_loop = &loop;
+  mend_engine *E = engine(&o);
+  load(E, "http_call");
+  char id[17], st[32];
+  start(E, "http_call", input, id);
+  uv_timer_t dog;   /* unreferenced: it fires only if something else holds the loop */
+  uv_timer_init(&loop, &dog);
+  uv_timer_start(&dog, on_dog, 5000, 0);
+  uv_unref((uv_handle_t *)&dog);
+  dog_bit = 0;
+  uv_run(&loop, UV_RUN_DEFAULT);
+  CHECK_EQ_INT(dog_bit, 0);   /* uv_run returned on its own */
+  CHECK_EQ_INT(mend_engine_in_flight_count(E), 0);
+  CHECK_STR(run_status(E, id, st, sizeof st), "succeeded");
+  CHECK(run_has(E, id, "pong", 0));
+  mend_engine_free(E);
+  pong_keep = 0;
+  uv_walk(&loop, pong_close_kept, NULL);
+  uv_close((uv_handle_t *)&dog, NULL);
+  uv_close((uv_handle_t *)&server, NULL);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  CHECK_EQ_INT(uv_loop_close(&loop), 0);
 }
 
 /* A sandboxed engine calls over HTTP only the hosts the host allows by name; a refused host is
@@ -1766,6 +1839,7 @@ int main(void) {
   it_logs_from_the_level_asked();
   it_reads_options_by_their_size();
   it_lets_a_sandbox_call_only_allowed_hosts();
+  it_keeps_no_host_loop_running_with_a_kept_connection();
   it_gives_each_failure_its_own_status();
 
   static const char *const files[] = {"basic", "saga", "hog", "spin", "escape_os", "escape_io",

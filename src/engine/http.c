@@ -77,8 +77,17 @@ static void sock_close(http_sock *s) {
 static void on_poll(uv_poll_t *p, int status, int events) {
   http_sock *s = p->data;
   struct mend_http *H = s->H;
+  if (s->idle) {   /* a kept connection spoke between requests (closed, most likely): curl's
+                    * check before it reuses the connection finds out; watched again then */
+    uv_poll_stop(&s->poll);
+    s->events = 0;
+    return;
+  }
   int flags = 0;
-  if (status < 0) flags = CURL_CSELECT_ERR;
+  if (status < 0) {   /* libuv stopped the handle (POLLERR): a later watch must start it */
+    flags = CURL_CSELECT_ERR;
+    s->events = 0;
+  }
   if (events & UV_READABLE) flags |= CURL_CSELECT_IN;
   if (events & UV_WRITABLE) flags |= CURL_CSELECT_OUT;
   int running;
@@ -136,8 +145,16 @@ static int on_socket(CURL *easy, curl_socket_t fd, int what, void *ud, void *soc
   struct mend_http *H = ud;
   http_sock *s = sockp;
   if (what == CURL_POLL_REMOVE) {
-    if (s && s->connection) uv_poll_stop(&s->poll);
-    else if (s) sock_drop(H, fd);
+    if (s && s->connection) {
+      s->idle = 1;
+      if (s->events != UV_READABLE) {   /* writable would wake the loop at every turn */
+        uv_poll_stop(&s->poll);
+        s->events = 0;
+      }
+      uv_unref((uv_handle_t *)&s->poll);   /* a kept connection keeps no host's loop running */
+    } else if (s) {
+      sock_drop(H, fd);
+    }
     return 0;
   }
   if (!s) {
@@ -148,7 +165,11 @@ static int on_socket(CURL *easy, curl_socket_t fd, int what, void *ud, void *soc
   int ev = 0;
   if (what & CURL_POLL_IN) ev |= UV_READABLE;
   if (what & CURL_POLL_OUT) ev |= UV_WRITABLE;
+  s->idle = 0;
+  uv_ref((uv_handle_t *)&s->poll);
+  if (ev == s->events) return 0;   /* uv_poll_start takes the socket out of epoll and puts it back */
   uv_poll_start(&s->poll, ev, on_poll);
+  s->events = ev;
   return 0;
 }
 
