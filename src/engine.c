@@ -331,9 +331,12 @@ static int on_panic(lua_State *L) {
   mend__breakdown(E, "mend: an error escaped every protected call of the engine's Lua state (a bug of "
             "mend's, or memory running out): %s", msg);
   /* The calls the error jumps over leave no limits behind them for the allocator or the
-   * watchdog to touch. */
+   * watchdog to touch, and no code marked running (which would refuse mend_engine_free for
+   * ever). */
   E->limit_memory = 0;
   E->alloc_limits = NULL;
+  E->in_code = NULL;
+  E->loading_code = 0;
   mend_limits_watchdog_reset();
   if (E->panic_exit) {
     E->panicked = 1;
