@@ -24,7 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void col_put(pg_arrays *a, int col, const char *t) {
+/* Appends t as the array's element number `at` (the first opens the brace). */
+static void col_write(pg_arrays *a, int col, const char *t, int at) {
   /* most values have no quote or backslash: their bytes go in with one copy */
   size_t plain = t ? strcspn(t, "\"\\") : 0, n = t && t[plain] ? plain + strlen(t + plain) : plain;
   /* worst case: every byte escaped, a comma, two quotes, and the closing brace and NUL */
@@ -41,7 +42,7 @@ static void col_put(pg_arrays *a, int col, const char *t) {
     a->cap[col] = cap;
   }
   char *o = a->a[col] + a->len[col];
-  *o++ = a->n ? ',' : '{';
+  *o++ = at ? ',' : '{';
   if (!t) {
     memcpy(o, "NULL", 4);
     o += 4;
@@ -56,6 +57,28 @@ static void col_put(pg_arrays *a, int col, const char *t) {
     *o++ = '"';
   }
   a->len[col] = (size_t)(o - a->a[col]);
+}
+
+static int same_value(const char *x, const char *y) {
+  return x == y || (x && y && strcmp(x, y) == 0);
+}
+
+/* t as the next row's value of the column: kept as the column's one value while every row has
+ * it; at the first that differs, the rows before are written out as the array's elements. The
+ * first column is always an array (pg_schema.c: the rows are counted by it). */
+static void col_put(pg_arrays *a, int col, const char *t) {
+  if (!a->varied[col]) {
+    if (a->n == 0) {
+      a->one[col] = t;
+      if (col > 0) return;
+    } else if (same_value(a->one[col], t)) {
+      return;
+    } else {
+      for (int i = 0; i < a->n && !a->oom; i++) col_write(a, col, a->one[col], i);
+    }
+    a->varied[col] = 1;
+  }
+  col_write(a, col, t, a->n);
 }
 
 /* The record's ith value, NULL for SQL's NULL. */
@@ -183,10 +206,16 @@ int mend__pg_arrays_take(pg_batch_arrays *b, const pg_log *log, int k) {
 
 const char **mend__pg_arrays_end(pg_arrays *a, const char **v) {
   if (a->oom) return NULL;
-  for (int c = 0; c < a->ncols; c++) {   /* col_put left room for the brace */
-    a->a[c][a->len[c]++] = '}';
+  for (int c = 0; c < a->ncols; c++) {
+    if (!a->varied[c]) {
+      v[c] = "{}";
+      v[a->ncols + c] = a->one[c];
+      continue;
+    }
+    a->a[c][a->len[c]++] = '}';   /* col_write left room for the brace */
     a->a[c][a->len[c]] = 0;
     v[c] = a->a[c];
+    v[a->ncols + c] = NULL;
   }
   return v;
 }
