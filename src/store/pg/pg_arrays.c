@@ -14,8 +14,10 @@
  * knows to have no row yet inserted plainly (P_INSERT_STEPS), when the caller can send the
  * batch again without them if one was there after all. A record of one of these kinds
  * whose number of values is not its statement's is refused (PG_PLAN_WIDTH), never sent alone
- * in silence. Must never: change what a batch leaves in the database against its statements
- * sent one by one in order; take a repair's write (sent alone, as recorded, past the fence).
+ * in silence. A column whose rows all have one value goes as that value, its array empty
+ * (pg_schema.c's COL). Must never: change what a batch leaves in the database against its
+ * statements sent one by one in order; take a repair's write (sent alone, as recorded, past
+ * the fence).
  */
 #include "pg_int.h"
 
