@@ -476,6 +476,73 @@ static void engine_batch(mend_store *s, int first, int n, long seq) {
   }
 }
 
+/* A column with one value in every row of a batch goes as that value alone (pg_arrays.c,
+ * pg_schema.c's COL): the rows keep it whatever it is (odd text, NULL, a number), also when
+ * one row is all the batch has of a kind, and when the first rows share a value and a later
+ * one differs. */
+static void test_one_value(void) {
+  new_case();
+  mend_store *s = open_store();
+  if (!s) return;
+  mend_pg *pg = PG(s);
+  const char *odd = "{\"a\":\"b\\\\c, d\"} NULL \" \\\\ }{";
+  long alone = pg->writes_alone, inserted = pg->steps_inserted;
+  /* one run, alone in its array; its history rows share all but seq, and step from the third */
+  mend_run_rec r = run_rec("o0", NULL);
+  r.input = odd;
+  CHECK_EQ_INT(mend__pg_insert_run(s, &r), 0);
+  for (int i = 1; i <= 3; i++) {
+    mend_history_rec h = hist("o0", i);
+    h.step = i < 3 ? "a" : "b";
+    h.detail = odd;
+    CHECK_EQ_INT(mend__pg_append_history(s, &h), 0);
+  }
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(pg->writes_alone - alone, 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'o0' AND workflow = 'order'"
+                     " AND status = 'running' AND run_key IS NULL AND error IS NULL"
+                     " AND created = 1 AND input = '{\"a\":\"b\\\\c, d\"} NULL \" \\\\ }{'"), 1);
+  CHECK_EQ_INT(count("SELECT count(*) FROM history WHERE run_id = 'o0' AND at = 2 AND attempt = 1"
+                     " AND delay IS NULL AND error IS NULL AND event = 'step'"
+                     " AND detail = '{\"a\":\"b\\\\c, d\"} NULL \" \\\\ }{'"), 3);
+  CHECK_EQ_INT(count("SELECT count(*) FROM (SELECT string_agg(step, ',' ORDER BY seq) AS s"
+                     " FROM history WHERE run_id = 'o0') x WHERE s = 'a,a,b'"), 1);
+  /* three runs whose rows differ only by their id */
+  for (int i = 1; i <= 3; i++) {
+    char id[8];
+    snprintf(id, sizeof id, "o%d", i);
+    mend_run_rec ri = run_rec(id, NULL);
+    CHECK_EQ_INT(mend__pg_insert_run(s, &ri), 0);
+  }
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  alone = pg->writes_alone;
+  for (int i = 1; i <= 3; i++) {
+    char id[8];
+    snprintf(id, sizeof id, "o%d", i);
+    mend_step_rec st = {.run_id = id, .idx = 0, .name = "a", .status = "succeeded",
+                        .attempts = 1, .result = odd, .due = -1, .last_delay = -1,
+                        .updated = 7, .new_row = 1};
+    CHECK_EQ_INT(mend__pg_put_step(s, &st), 0);
+    mend_history_rec h = hist(id, 1);
+    h.error = odd;
+    CHECK_EQ_INT(mend__pg_append_history(s, &h), 0);
+    CHECK_EQ_INT(mend__pg_update_run(s, id, "failed", odd, 1, 9, NULL), 0);
+  }
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(pg->writes_alone - alone, 0);
+  CHECK_EQ_INT(pg->steps_inserted - inserted, 3);
+  CHECK_EQ_INT(count("SELECT count(*) FROM steps WHERE idx = 0 AND name = 'a' AND attempts = 1"
+                     " AND due IS NULL AND updated = 7 AND idem_key IS NULL"
+                     " AND result = '{\"a\":\"b\\\\c, d\"} NULL \" \\\\ }{'"), 3);
+  CHECK_EQ_INT(count("SELECT count(*) FROM history WHERE run_id IN ('o1', 'o2', 'o3') AND seq = 1"
+                     " AND step = 'a' AND detail IS NULL"
+                     " AND error = '{\"a\":\"b\\\\c, d\"} NULL \" \\\\ }{'"), 3);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id IN ('o1', 'o2', 'o3') AND status = 'failed'"
+                     " AND attention = 1 AND updated = 9 AND reason IS NULL"
+                     " AND error = '{\"a\":\"b\\\\c, d\"} NULL \" \\\\ }{'"), 3);
+  mend__pg_close(s);
+}
+
 /* A batch's new runs and run updates go as one statement of arrays each (pg_arrays.c), and
  * leave what the statements one by one leave. */
 static void test_run_arrays(void) {
@@ -1443,6 +1510,7 @@ int main(void) {
   test_schema_race();
   test_batches();
   test_run_arrays();
+  test_one_value();
   test_new_steps();
   test_new_steps_late();
   test_writer_thread();

@@ -14,17 +14,20 @@
  * knows to have no row yet inserted plainly (P_INSERT_STEPS), when the caller can send the
  * batch again without them if one was there after all. A record of one of these kinds
  * whose number of values is not its statement's is refused (PG_PLAN_WIDTH), never sent alone
- * in silence. Must never: change what a batch leaves in the database against its statements
- * sent one by one in order; take a repair's write (sent alone, as recorded, past the fence).
+ * in silence. A column whose rows all have one value goes as that value, its array empty
+ * (pg_schema.c's COL). Must never: change what a batch leaves in the database against its
+ * statements sent one by one in order; take a repair's write (sent alone, as recorded, past
+ * the fence).
  */
 #include "pg_int.h"
 
 #include <assert.h>
-#include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-static void col_put(pg_arrays *a, int col, const char *t) {
+/* Appends t as the array's element number `at` (the first opens the brace). */
+static void col_write(pg_arrays *a, int col, const char *t, int at) {
   /* most values have no quote or backslash: their bytes go in with one copy */
   size_t plain = t ? strcspn(t, "\"\\") : 0, n = t && t[plain] ? plain + strlen(t + plain) : plain;
   /* worst case: every byte escaped, a comma, two quotes, and the closing brace and NUL */
@@ -41,7 +44,7 @@ static void col_put(pg_arrays *a, int col, const char *t) {
     a->cap[col] = cap;
   }
   char *o = a->a[col] + a->len[col];
-  *o++ = a->n ? ',' : '{';
+  *o++ = at ? ',' : '{';
   if (!t) {
     memcpy(o, "NULL", 4);
     o += 4;
@@ -58,6 +61,28 @@ static void col_put(pg_arrays *a, int col, const char *t) {
   a->len[col] = (size_t)(o - a->a[col]);
 }
 
+static int same_value(const char *x, const char *y) {
+  return x == y || (x && y && strcmp(x, y) == 0);
+}
+
+/* t as the next row's value of the column: kept as the column's one value while every row has
+ * it; at the first that differs, the rows before are written out as the array's elements. The
+ * first column is always an array (pg_schema.c: the rows are counted by it). */
+static void col_put(pg_arrays *a, int col, const char *t) {
+  if (!a->varied[col]) {
+    if (a->n == 0) {
+      a->one[col] = t;
+      if (col > 0) return;
+    } else if (same_value(a->one[col], t)) {
+      return;
+    } else {
+      for (int i = 0; i < a->n && !a->oom; i++) col_write(a, col, a->one[col], i);
+    }
+    a->varied[col] = 1;
+  }
+  col_write(a, col, t, a->n);
+}
+
 /* The record's ith value, NULL for SQL's NULL. */
 static const char *val(const pg_log *log, const pg_rec *r, int i) {
   long off = log->vals[r->first + i];
@@ -69,11 +94,57 @@ static void row_add(pg_arrays *a, const pg_log *log, const pg_rec *r) {
   a->n++;
 }
 
-/* A step's key: its run's id and its index, as one string. */
-static size_t step_key(const pg_log *log, const pg_rec *r, char *buf, size_t cap) {
-  const char *run = val(log, r, 0), *idx = val(log, r, 1);
-  int n = snprintf(buf, cap, "%s\x1f%s", run ? run : "", idx ? idx : "");
-  return n < 0 || (size_t)n >= cap ? 0 : (size_t)n;
+/* A set of the log's records told apart by their first nkey values (a run's id; and a step's
+ * index): the log outlives the plan, so nothing is copied, and a key costs no allocation. */
+typedef struct recset {
+  int *slot;         /* record number + 1; 0 is empty. Open addressing, at most half full. */
+  size_t cap, count;
+  int nkey;
+} recset;
+
+static size_t rec_hash(const pg_log *log, const pg_rec *r, int nkey) {
+  uint64_t h = 1469598103934665603ull;   /* FNV-1a, a separator byte after each value */
+  for (int i = 0; i < nkey; i++) {
+    const char *t = val(log, r, i);
+    for (; t && *t; t++) h = (h ^ (unsigned char)*t) * 1099511628211ull;
+    h = (h ^ (t ? 0x1fu : 0xffu)) * 1099511628211ull;
+  }
+  return (size_t)(h ^ (h >> 29));
+}
+
+static int rec_same(const pg_log *log, const pg_rec *a, const pg_rec *b, int nkey) {
+  for (int i = 0; i < nkey; i++) {
+    const char *x = val(log, a, i), *y = val(log, b, i);
+    if (x != y && (!x || !y || strcmp(x, y) != 0)) return 0;
+  }
+  return 1;
+}
+
+/* The slot holding a record with r's key, or the empty one where r would go. */
+static size_t rec_find(const recset *s, const pg_log *log, const pg_rec *r) {
+  size_t mask = s->cap - 1, i = rec_hash(log, r, s->nkey) & mask;
+  while (s->slot[i] && !rec_same(log, &log->recs[s->slot[i] - 1], r, s->nkey)) i = (i + 1) & mask;
+  return i;
+}
+
+/* Record k's key: 1 added, 0 there already, -1 out of memory. */
+static int recset_add(recset *s, const pg_log *log, int k) {
+  if ((s->count + 1) * 2 > s->cap) {
+    size_t cap = s->cap ? s->cap * 2 : 64;
+    int *slot = calloc(cap, sizeof *slot);
+    if (!slot) return -1;
+    recset old = *s;
+    s->slot = slot;
+    s->cap = cap;
+    for (size_t i = 0; i < old.cap; i++)
+      if (old.slot[i]) s->slot[rec_find(s, log, &log->recs[old.slot[i] - 1])] = old.slot[i];
+    free(old.slot);
+  }
+  size_t i = rec_find(s, log, &log->recs[k]);
+  if (s->slot[i]) return 0;
+  s->slot[i] = k + 1;
+  s->count++;
+  return 1;
 }
 
 int mend__pg_arrays_width(int q) {
@@ -99,7 +170,8 @@ int mend__pg_arrays_plan(pg_batch_arrays *b, const pg_log *log, int may_fail) {
   b->steps.ncols = PG_STEP_COLS;
   b->bad = -1;
   if (!(b->take = calloc((size_t)log->nrec + 1, 1))) return -1;
-  mend_idset updated = {0}, seen = {0}, runs_alone = {0}, run_updated = {0};
+  mend_idset updated = {0}, runs_alone = {0};
+  recset seen = {.nkey = 2}, run_updated = {.nkey = 1};
   int rc = 0, hist_alone = !may_fail;
   for (int k = 0; k < log->nrec && rc == 0; k++) {
     const pg_rec *r = &log->recs[k];
@@ -120,7 +192,7 @@ int mend__pg_arrays_plan(pg_batch_arrays *b, const pg_log *log, int may_fail) {
      * the run is live, so the last alone would not leave what both do) */
     int alone = touches_run(r->q) || (r->repair && width >= 0);
     if (!alone && r->q == P_UPDATE_RUN && run) {
-      int added = mend_idset_add(&run_updated, run, len);
+      int added = recset_add(&run_updated, log, k);
       if (added < 0) rc = -1;
       alone = added == 0;
     }
@@ -130,7 +202,6 @@ int mend__pg_arrays_plan(pg_batch_arrays *b, const pg_log *log, int may_fail) {
     if (r->q == P_APPEND_HISTORY && (r->repair || !val(log, r, PG_HISTORY_COLS - 1)))
       hist_alone = 1;
   }
-  char key[600];
   /* from the last: a step's put seen already is a later one */
   for (int k = log->nrec - 1; k >= 0 && rc == 0; k--) {
     const pg_rec *r = &log->recs[k];
@@ -145,9 +216,8 @@ int mend__pg_arrays_plan(pg_batch_arrays *b, const pg_log *log, int may_fail) {
         !mend_idset_has(&runs_alone, run, strlen(run)))
       b->take[k] = r->q == P_INSERT_RUN ? PG_TAKE_RUN : PG_TAKE_RUN_UPDATE;
     if (r->q != P_PUT_STEP) continue;
-    size_t n = step_key(log, r, key, sizeof key);
-    if (!n || mend_idset_has(&updated, run, strlen(run))) continue;
-    int added = mend_idset_add(&seen, key, n);
+    if (mend_idset_has(&updated, run, strlen(run))) continue;
+    int added = recset_add(&seen, log, k);
     if (added < 0) rc = -1;
     else if (!added) b->take[k] = PG_TAKE_SUPERSEDED;
     else if (r->new_row && may_fail) {
@@ -158,9 +228,9 @@ int mend__pg_arrays_plan(pg_batch_arrays *b, const pg_log *log, int may_fail) {
     }
   }
   mend_idset_clear(&updated);
-  mend_idset_clear(&seen);
+  free(seen.slot);
   mend_idset_clear(&runs_alone);
-  mend_idset_clear(&run_updated);
+  free(run_updated.slot);
   if (rc != 0) {
     free(b->take);
     b->take = NULL;
@@ -183,10 +253,16 @@ int mend__pg_arrays_take(pg_batch_arrays *b, const pg_log *log, int k) {
 
 const char **mend__pg_arrays_end(pg_arrays *a, const char **v) {
   if (a->oom) return NULL;
-  for (int c = 0; c < a->ncols; c++) {   /* col_put left room for the brace */
-    a->a[c][a->len[c]++] = '}';
+  for (int c = 0; c < a->ncols; c++) {
+    if (!a->varied[c]) {
+      v[c] = "{}";
+      v[a->ncols + c] = a->one[c];
+      continue;
+    }
+    a->a[c][a->len[c]++] = '}';   /* col_write left room for the brace */
     a->a[c][a->len[c]] = 0;
     v[c] = a->a[c];
+    v[a->ncols + c] = NULL;
   }
   return v;
 }

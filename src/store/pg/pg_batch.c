@@ -359,14 +359,14 @@ static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late,
   pg_arrays *sets[PG_BATCH_ARRAYS] = {&ar.runs, &ar.run_updates, &ar.new_steps, &ar.steps,
                                       &ar.hist};
   for (int i = 0; i < PG_BATCH_ARRAYS && !pp.failed; i++) {
-    const char *av[PG_ARRAY_COLS];
+    const char *av[2 * PG_ARRAY_COLS];
     if (!sets[i]->n) continue;
     if (!mend__pg_arrays_end(sets[i], av)) {
       mend__pg_msg(p->err, sizeof p->err, "%s: sending a batch: out of memory", p->server);
       pp.failed = 1;
       goto done;
     }
-    if (pipe_send(&pp, kinds[i], stmts[i], NULL, sets[i]->ncols, av, NULL) != 0) goto done;
+    if (pipe_send(&pp, kinds[i], stmts[i], NULL, 2 * sets[i]->ncols, av, NULL) != 0) goto done;
     if (kinds[i] == K_NEW_STEPS) p->steps_inserted += sets[i]->n;
   }
   /* reads that must see these writes: in the same round trip */

@@ -214,9 +214,13 @@ int mend__pg_failpoint_hit(pg_failpoint *fp);
 #define PG_STEP_COLS 18      /* P_PUT_STEP's values, P_PUT_STEPS' arrays */
 enum { PG_TAKE_ALONE, PG_TAKE_HISTORY, PG_TAKE_STEP, PG_TAKE_SUPERSEDED, PG_TAKE_RUN,
        PG_TAKE_RUN_UPDATE, PG_TAKE_NEW_STEP };
+/* A column whose rows all have one value so far is kept as that value (one, in the log's text)
+ * and written out as an array only when a row differs (varied): it goes as the value alone. */
 typedef struct pg_arrays {
   char *a[PG_ARRAY_COLS];
   size_t len[PG_ARRAY_COLS], cap[PG_ARRAY_COLS];
+  const char *one[PG_ARRAY_COLS];
+  unsigned char varied[PG_ARRAY_COLS];
   int ncols, n, oom;
 } pg_arrays;
 typedef struct pg_batch_arrays {
@@ -237,7 +241,9 @@ int  mend__pg_arrays_plan(pg_batch_arrays *b, const pg_log *log, int may_fail);
 int  mend__pg_arrays_take(pg_batch_arrays *b, const pg_log *log, int k);   /* 1: in arrays */
 /* How many values a record of statement q has when the arrays may take it; -1 for any other q. */
 int  mend__pg_arrays_width(int q);
-const char **mend__pg_arrays_end(pg_arrays *a, const char **v);   /* NULL: out of memory */
+/* The statement's 2 * ncols values: column c's array at v[c], its one value at v[ncols + c]
+ * (pg_schema.c's ARR and COL). NULL: out of memory. */
+const char **mend__pg_arrays_end(pg_arrays *a, const char **v);
 void mend__pg_arrays_free(pg_batch_arrays *b);
 
 /* pg_schema.c */

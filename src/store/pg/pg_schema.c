@@ -18,15 +18,31 @@
 
 #define LIVE "('running', 'compensating')"
 
+/* The statements of arrays (pg_arrays.c) take column c as an array $c of its values, unnested
+ * in the select list (below), or, when every row of the batch has one value there, as that
+ * value alone: the array then empty, $(columns + c) the value (NULL when it is NULL). The
+ * arrays of one select list are unnested side by side and the shorter padded with NULLs, so
+ * coalesce() gives the empty array's column its one value; the first column (the run's id)
+ * is always an array, so that there are rows at all. Sent alone, a value is neither parsed
+ * out of an array nor copied into one row after row. */
+#define ARR(c, T) "unnest($" #c "::" T "[]) AS c" #c
+#define COL(c, one, T) "coalesce(c" #c ", $" #one "::" T ")"
+
 /* A batch's step rows, one array a column (pg_arrays.c): P_PUT_STEPS and P_INSERT_STEPS. */
 #define STEPS_UNNEST \
   "INSERT INTO steps(run_id, idx, name, status, attempts, comp_attempts, idem_key, custom_key," \
   " result, error, due, last_delay, updated, slept, awaits, error_kind, error_severity," \
-  " error_stopped) SELECT unnest($1::text[]), unnest($2::bigint[]), unnest($3::text[])," \
-  " unnest($4::text[]), unnest($5::bigint[]), unnest($6::bigint[]), unnest($7::text[])," \
-  " unnest($8::bigint[]), unnest($9::text[]), unnest($10::text[]), unnest($11::float8[])," \
-  " unnest($12::float8[]), unnest($13::float8[]), unnest($14::bigint[]), unnest($15::text[])," \
-  " unnest($16::text[]), unnest($17::bigint[]), unnest($18::bigint[])"
+  " error_stopped) SELECT " COL(1, 19, "text") ", " COL(2, 20, "bigint") ", " \
+  COL(3, 21, "text") ", " COL(4, 22, "text") ", " COL(5, 23, "bigint") ", " \
+  COL(6, 24, "bigint") ", " COL(7, 25, "text") ", " COL(8, 26, "bigint") ", " \
+  COL(9, 27, "text") ", " COL(10, 28, "text") ", " COL(11, 29, "float8") ", " \
+  COL(12, 30, "float8") ", " COL(13, 31, "float8") ", " COL(14, 32, "bigint") ", " \
+  COL(15, 33, "text") ", " COL(16, 34, "text") ", " COL(17, 35, "bigint") ", " \
+  COL(18, 36, "bigint") " FROM (SELECT " ARR(1, "text") ", " ARR(2, "bigint") ", " \
+  ARR(3, "text") ", " ARR(4, "text") ", " ARR(5, "bigint") ", " ARR(6, "bigint") ", " \
+  ARR(7, "text") ", " ARR(8, "bigint") ", " ARR(9, "text") ", " ARR(10, "text") ", " \
+  ARR(11, "float8") ", " ARR(12, "float8") ", " ARR(13, "float8") ", " ARR(14, "bigint") ", " \
+  ARR(15, "text") ", " ARR(16, "text") ", " ARR(17, "bigint") ", " ARR(18, "bigint") ") a"
 
 /* A step put (P_PUT_STEP, P_PUT_STEPS): the row whole, over the one there. */
 #define STEP_PUT_SET \
@@ -270,14 +286,18 @@ const char *const mend__pg_sql[P__COUNT] = {
   /* A batch's history rows that carry their number, as arrays in the order recorded
    * (pg_batch.c): a number taken meanwhile fails it (the primary key), and the batch is sent
    * again with P_APPEND_HISTORY's renumbering, row by row. The arrays of these statements are
-   * unnested in the select list, side by side (they are of one length): rows go to the insert
-   * as they are made, where unnest() in FROM would copy them all into a tuple store first. */
+   * unnested in a select list, side by side (ARR, COL above): rows go to the insert as they
+   * are made, where unnest() in FROM would copy them all into a tuple store first. */
   [P_APPEND_HISTORIES] =
     "INSERT INTO history(run_id, step, at, event, from_status, to_status, attempt, error, delay,"
-    " detail, worker, error_kind, seq) SELECT unnest($1::text[]), unnest($2::text[]),"
-    " unnest($3::float8[]), unnest($4::text[]), unnest($5::text[]), unnest($6::text[]),"
-    " unnest($7::bigint[]), unnest($8::text[]), unnest($9::float8[]), unnest($10::text[]),"
-    " unnest($11::text[]), unnest($12::text[]), unnest($13::bigint[])",
+    " detail, worker, error_kind, seq) SELECT " COL(1, 14, "text") ", " COL(2, 15, "text") ", "
+    COL(3, 16, "float8") ", " COL(4, 17, "text") ", " COL(5, 18, "text") ", " COL(6, 19, "text")
+    ", " COL(7, 20, "bigint") ", " COL(8, 21, "text") ", " COL(9, 22, "float8") ", "
+    COL(10, 23, "text") ", " COL(11, 24, "text") ", " COL(12, 25, "text") ", "
+    COL(13, 26, "bigint") " FROM (SELECT " ARR(1, "text") ", " ARR(2, "text") ", "
+    ARR(3, "float8") ", " ARR(4, "text") ", " ARR(5, "text") ", " ARR(6, "text") ", "
+    ARR(7, "bigint") ", " ARR(8, "text") ", " ARR(9, "float8") ", " ARR(10, "text") ", "
+    ARR(11, "text") ", " ARR(12, "text") ", " ARR(13, "bigint") ") a",
   /* A batch's step rows put whole, at most one a step (pg_arrays.c), as P_PUT_STEP puts one. */
   [P_PUT_STEPS] = STEPS_UNNEST STEP_PUT_SET,
   /* A batch's steps that have no row yet (mend_step_rec.new_row): a plain insert, not a
@@ -287,19 +307,24 @@ const char *const mend__pg_sql[P__COUNT] = {
   /* A batch's new runs (pg_arrays.c), as P_INSERT_RUN inserts one. */
   [P_INSERT_RUNS] =
     "INSERT INTO runs(id, workflow, run_key, status, input, error, attention, created, updated,"
-    " owner, workflow_version) SELECT unnest($1::text[]), unnest($2::text[]),"
-    " unnest($3::text[]), unnest($4::text[]), unnest($5::text[]), unnest($6::text[]),"
-    " unnest($7::bigint[]), unnest($8::float8[]), unnest($9::float8[]), unnest($10::text[]),"
-    " unnest($11::bigint[])",
+    " owner, workflow_version) SELECT " COL(1, 12, "text") ", " COL(2, 13, "text") ", "
+    COL(3, 14, "text") ", " COL(4, 15, "text") ", " COL(5, 16, "text") ", " COL(6, 17, "text")
+    ", " COL(7, 18, "bigint") ", " COL(8, 19, "float8") ", " COL(9, 20, "float8") ", "
+    COL(10, 21, "text") ", " COL(11, 22, "bigint") " FROM (SELECT " ARR(1, "text") ", "
+    ARR(2, "text") ", " ARR(3, "text") ", " ARR(4, "text") ", " ARR(5, "text") ", "
+    ARR(6, "text") ", " ARR(7, "bigint") ", " ARR(8, "float8") ", " ARR(9, "float8") ", "
+    ARR(10, "text") ", " ARR(11, "bigint") ") a",
   /* A batch's run updates, at most one a run (pg_arrays.c), as P_UPDATE_RUN makes one: a run
    * not there fails the batch, naming it (the first not found). */
   [P_UPDATE_RUNS] =
     "WITH u AS (UPDATE runs r SET status = v.status, error = v.error, attention = v.attention,"
     " updated = v.updated, reason = v.reason,"
-    " owner = CASE WHEN v.status IN " LIVE " THEN r.owner END FROM (SELECT unnest($1::text[])"
-    " AS id, unnest($2::text[]) AS status, unnest($3::text[]) AS error,"
-    " unnest($4::bigint[]) AS attention, unnest($5::float8[]) AS updated,"
-    " unnest($6::text[]) AS reason) v WHERE r.id = v.id RETURNING r.id)"
+    " owner = CASE WHEN v.status IN " LIVE " THEN r.owner END FROM (SELECT "
+    COL(1, 7, "text") " AS id, " COL(2, 8, "text") " AS status, " COL(3, 9, "text") " AS error, "
+    COL(4, 10, "bigint") " AS attention, " COL(5, 11, "float8") " AS updated, "
+    COL(6, 12, "text") " AS reason FROM (SELECT " ARR(1, "text") ", " ARR(2, "text") ", "
+    ARR(3, "text") ", " ARR(4, "bigint") ", " ARR(5, "float8") ", " ARR(6, "text") ") a) v"
+    " WHERE r.id = v.id RETURNING r.id)"
     " SELECT mend_changed(0, 'no run ' || w.id) FROM unnest($1::text[]) AS w(id)"
     " WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.id = w.id)",
 };
