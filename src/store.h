@@ -329,8 +329,9 @@ typedef struct mend_store_methods {
    * milliseconds), so that its first use is not inside a tick. NULL: nothing to open. */
   void (*open_committed_reads)(mend_store *s);
   /* next_committed_event for n runs at once, sent without waiting for the answer (a ticking
-   * host picks it up at a later tick with look_ahead_take): 0 sent, -1 not (the caller looks
-   * another way). At most one is in flight. NULL: the backend has none (its committed reads
+   * host picks it up at a later tick with look_ahead_take): 0 sent; 1 not now (its connection
+   * is still being opened: the caller sends it later); -1 not (the caller looks another way).
+   * At most one is in flight. NULL: the backend has none (its committed reads
    * are local, no round trip to start early). */
   int (*look_ahead)(mend_store *s, int n, const char *const *run_ids, const char *const *names);
   /* The answer to the look sent: 1 and fn called with each (run, name) that has an event, its

@@ -986,6 +986,13 @@ static void on_look(void *ud, const char *run_id, const char *name, long long se
              key ? key : "-");
 }
 
+/* look_ahead, waited out while aux is still being opened (1) */
+static int look(mend_store *s, int n, const char *const *ids, const char *const *names) {
+  int rc = 1;
+  for (int i = 0; i < 1000 && (rc = mend__pg_look_ahead(s, n, ids, names)) == 1; i++) sleep_s(0.01);
+  return rc;
+}
+
 static void test_look_ahead(void) {
   new_case();
   mend_store *s = open_store();
@@ -998,7 +1005,7 @@ static void test_look_ahead(void) {
   CHECK_EQ_INT(mend__pg_commit(s), 0);
   CHECK_EQ_INT(mend__pg_send_event(s, "r2", "paid", NULL, NULL, 7), 0);   /* not committed */
   const char *ids[3] = {"r1", "r2", "r1"}, *names[3] = {"paid", "paid", "shipped"};
-  CHECK_EQ_INT(mend__pg_look_ahead(s, 3, ids, names), 0);
+  CHECK_EQ_INT(look(s, 3, ids, names), 0);
   CHECK_EQ_INT(mend__pg_look_ahead(s, 3, ids, names), -1);   /* one in flight */
   nlooked = 0;
   CHECK_EQ_INT(mend__pg_look_ahead_take(s, 1, on_look, NULL), 1);
@@ -1014,7 +1021,7 @@ static void test_look_ahead(void) {
   free(key);
   CHECK_EQ_INT(mend__pg_consume_event(s, "r1", seq, "a", 8), 0);
   CHECK_EQ_INT(mend__pg_commit(s), 0);
-  CHECK_EQ_INT(mend__pg_look_ahead(s, 2, ids, names), 0);
+  CHECK_EQ_INT(look(s, 2, ids, names), 0);
   int rc = 0;
   nlooked = 0;
   for (int i = 0; i < 500 && (rc = mend__pg_look_ahead_take(s, 0, on_look, NULL)) == 0; i++)
@@ -1024,7 +1031,7 @@ static void test_look_ahead(void) {
   CHECK_STR(looked[0], "r1 paid {\"n\":2} k2");
   CHECK_STR(looked[1], "r2 paid null -");
   /* a blocking read on the same connection (a worker's poll) while a look is out: both answer */
-  CHECK_EQ_INT(mend__pg_look_ahead(s, 1, ids, names), 0);
+  CHECK_EQ_INT(look(s, 1, ids, names), 0);
   int nev = 0;
   CHECK(mend__pg_events_after(s, 0, 10, on_event, &nev) > 0);
   CHECK_EQ_INT(nev, 3);
@@ -1036,10 +1043,50 @@ static void test_look_ahead(void) {
   CHECK_EQ_INT(mend__pg_look_ahead(s, 1, bad, names), -1);
   /* its connection lost under it: a failed look; the next one opens it again */
   terminate_others();
-  CHECK(mend__pg_look_ahead(s, 1, ids, names) != 0 ||
+  CHECK(look(s, 1, ids, names) != 0 ||
         mend__pg_look_ahead_take(s, 1, on_look, NULL) == -1);
   PG(s)->aux_retry_at = 0;   /* not the backoff's wait */
-  CHECK_EQ_INT(mend__pg_look_ahead(s, 1, ids, names), 0);
+  CHECK_EQ_INT(look(s, 1, ids, names), 0);
+  nlooked = 0;
+  CHECK_EQ_INT(mend__pg_look_ahead_take(s, 1, on_look, NULL), 1);
+  CHECK_EQ_INT(nlooked, 1);
+  mend__pg_close(s);
+  drop_case();
+}
+
+/* A ticking host's first tick opens the second connection on a thread, not in the tick (a
+ * login and its statements' preparing, over 100 ms under load): the call returns while the
+ * opening is held (in its PREPARE, by a lock on inbox), looks wait for it ("not yet", not a
+ * failure), and the first look after it is answered. */
+static void *unlock_later(void *arg) {
+  sleep_s(3);
+  sql(arg, "COMMIT");
+  return NULL;
+}
+
+static void test_aux_opened_aside(void) {
+  new_case();
+  mend_store *s = open_store();
+  if (!s) return;
+  mend_run_rec r1 = run_rec("r1", NULL);
+  mend__pg_insert_run(s, &r1);
+  CHECK_EQ_INT(mend__pg_send_event(s, "r1", "paid", NULL, "k1", 5), 0);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  PGconn *locker = raw();
+  sql(locker, "BEGIN");
+  sql(locker, "LOCK TABLE inbox IN ACCESS EXCLUSIVE MODE");
+  pthread_t t;
+  pthread_create(&t, NULL, unlock_later, locker);   /* so that a blocking open ends too */
+  double t0 = mend__pg_mono();
+  mend__pg_open_committed_reads(s);
+  CHECK(mend__pg_mono() - t0 < 1.0);
+  CHECK(lock_waiters("relation") >= 1);
+  const char *ids[1] = {"r1"}, *names[1] = {"paid"};
+  CHECK_EQ_INT(mend__pg_look_ahead(s, 1, ids, names), 1);
+  CHECK(mend__pg_mono() - t0 < 1.0);
+  pthread_join(t, NULL);
+  PQfinish(locker);
+  CHECK_EQ_INT(look(s, 1, ids, names), 0);
   nlooked = 0;
   CHECK_EQ_INT(mend__pg_look_ahead_take(s, 1, on_look, NULL), 1);
   CHECK_EQ_INT(nlooked, 1);
@@ -1615,6 +1662,7 @@ int main(void) {
   test_events();
   test_committed_events();
   test_look_ahead();
+  test_aux_opened_aside();
   test_aux_keeps_writer_error();
   test_aux_on_writers_host();
   test_recorded_events();

@@ -54,9 +54,12 @@ void mend__looks_send(mend_engine *E) {
     v[n + k] = l->name;
   }
   /* before the send: the answer sees every batch durable by now */
-  E->look_seq = mend_store_durable_seq(E->store);
-  E->look_failed = !v || mend_store_look_ahead(E->store, n, v, v + n) != 0;
+  unsigned long seq = mend_store_durable_seq(E->store);
+  int rc = v ? mend_store_look_ahead(E->store, n, v, v + n) : -1;
   free(v);
+  if (rc == 1) return;   /* the store is not ready to send it: a later tick's end sends it */
+  E->look_seq = seq;
+  E->look_failed = rc != 0;
   E->look_sent = E->look_queued;
   E->look_queued = E->look_queued_tail = NULL;
   E->look_nqueued = 0;

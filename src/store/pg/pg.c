@@ -351,7 +351,7 @@ void mend__pg_close(mend_store *s) {
       PQclear(PQexec(p->conn, "ROLLBACK"));
   }
   if (p->conn) PQfinish(p->conn);
-  if (p->aux) PQfinish(p->aux);
+  mend__pg_aux_close(p);
   mend__pg_wake_free(p);
   mend__pg_pre_clear(p);
   free(p->conninfo);

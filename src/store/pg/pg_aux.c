@@ -28,23 +28,9 @@ static void keep_look(mend_pg *p) {
   p->look_state = LOOK_KEPT;
 }
 
-/* Opened again when lost (a server restart), at most once a backoff that doubles from 0.1 s to
- * 10 s while it fails: a serving worker looks through it every poll. */
-int mend__pg_aux(mend_pg *p) {
-  if (p->aux && PQstatus(p->aux) == CONNECTION_OK) {
-    keep_look(p);
-    return 0;
-  }
-  if (p->look_state == LOOK_SENT) {
-    p->look_state = LOOK_KEPT;   /* gone with its connection: a failed look */
-    p->look_res = NULL;
-  }
-  if (p->aux) {
-    PQfinish(p->aux);
-    p->aux = NULL;
-  }
-  double now = mend__pg_mono();
-  if (now < p->aux_retry_at) return -1;
+/* A connection to the writer's server with every statement prepared: 0, or -1 (aux_err).
+ * On the loop's thread or the opener's, never both at once (aux_opening). */
+static int connect_aux(mend_pg *p, PGconn **out) {
   pg_at at;
   int known = mend__pg_writer_host(p, &at);
   PGconn *c;
@@ -54,15 +40,83 @@ int mend__pg_aux(mend_pg *p) {
     PQfinish(c);
     rc = -1;
   }
-  if (rc == 0) {
-    p->aux = c;
-    PQsetNoticeReceiver(c, mend__pg_quiet, NULL);
-  }
-  p->aux_backoff = rc == 0 ? 0 : p->aux_backoff ? (p->aux_backoff * 2 > 10 ? 10 : p->aux_backoff * 2)
-                                                 : 0.1;
-  p->aux_retry_at = rc == 0 ? 0 : now + p->aux_backoff;
+  if (rc == 0) PQsetNoticeReceiver(c, mend__pg_quiet, NULL);
+  *out = rc == 0 ? c : NULL;
   return rc;
 }
+
+/* Opened again when lost (a server restart), at most once a backoff that doubles from 0.1 s to
+ * 10 s while it fails: a serving worker looks through it every poll. */
+static void opened(mend_pg *p, PGconn *c) {
+  p->aux = c;
+  p->aux_backoff = c ? 0 : p->aux_backoff ? (p->aux_backoff * 2 > 10 ? 10 : p->aux_backoff * 2)
+                                          : 0.1;
+  p->aux_retry_at = c ? 0 : mend__pg_mono() + p->aux_backoff;
+}
+
+static void *open_on_thread(void *arg) {
+  mend_pg *p = arg;
+  PGconn *c;
+  if (connect_aux(p, &c) != 0) c = NULL;
+  p->aux_new = c;
+  atomic_store(&p->aux_opened, 1);
+  return NULL;
+}
+
+/* The opener thread's connection taken, waiting for it if wait: 1 if none is opening now. */
+static int adopt(mend_pg *p, int wait) {
+  if (!p->aux_opening) return 1;
+  if (!wait && !atomic_load(&p->aux_opened)) return 0;
+  pthread_join(p->aux_opener, NULL);
+  p->aux_opening = 0;
+  atomic_store(&p->aux_opened, 0);
+  opened(p, p->aux_new);
+  p->aux_new = NULL;
+  return 1;
+}
+
+static int aux_usable(mend_pg *p) { return p->aux && PQstatus(p->aux) == CONNECTION_OK; }
+
+/* Whatever was of the old one: a look sent on it failed with it. */
+static void drop_aux(mend_pg *p) {
+  if (p->look_state == LOOK_SENT) {
+    p->look_state = LOOK_KEPT;
+    p->look_res = NULL;
+  }
+  if (p->aux) PQfinish(p->aux);
+  p->aux = NULL;
+}
+
+void mend__pg_aux_open_soon(mend_pg *p) {
+  if (p->aux_opening || aux_usable(p)) return;
+  drop_aux(p);
+  if (mend__pg_mono() < p->aux_retry_at) return;
+  atomic_store(&p->aux_opened, 0);
+  p->aux_new = NULL;
+  /* without a thread, the first use opens it where it is */
+  p->aux_opening = pthread_create(&p->aux_opener, NULL, open_on_thread, p) == 0;
+}
+
+void mend__pg_aux_close(mend_pg *p) {
+  adopt(p, 1);
+  if (p->aux) PQfinish(p->aux);
+  p->aux = NULL;
+}
+
+int mend__pg_aux(mend_pg *p) {
+  adopt(p, 1);
+  if (aux_usable(p)) {
+    keep_look(p);
+    return 0;
+  }
+  drop_aux(p);
+  if (mend__pg_mono() < p->aux_retry_at) return -1;
+  PGconn *c;
+  opened(p, connect_aux(p, &c) == 0 ? c : NULL);
+  return p->aux ? 0 : -1;
+}
+
+void mend__pg_open_committed_reads(mend_store *s) { mend__pg_aux_open_soon(PG(s)); }
 
 PGresult *mend__pg_aux_read(mend_pg *p, int q, int n, const char *const *v) {
   if (mend__pg_aux(p) != 0) return NULL;
@@ -110,7 +164,15 @@ static int array_end(text_array *x) {
 int mend__pg_look_ahead(mend_store *s, int n, const char *const *run_ids,
                         const char *const *names) {
   mend_pg *p = PG(s);
-  if (n <= 0 || p->look_state != LOOK_NONE || mend__pg_aux(p) != 0) return -1;
+  if (n <= 0 || p->look_state != LOOK_NONE) return -1;
+  if (!adopt(p, 0)) return 1;   /* still logging in: not in a tick's time */
+  if (!aux_usable(p)) {
+    if (mend__pg_mono() < p->aux_retry_at) return -1;   /* it failed just now: read another way */
+    mend__pg_aux_open_soon(p);
+    if (p->aux_opening) return 1;
+    if (mend__pg_aux(p) != 0) return -1;
+  }
+  keep_look(p);
   text_array ids = {0}, nm = {0};
   int ok = 1;
   for (int i = 0; ok && i < n; i++)

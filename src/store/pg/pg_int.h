@@ -15,6 +15,7 @@
 
 #include <libpq-fe.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 
 #include "../../idset.h"
@@ -92,6 +93,12 @@ typedef struct mend_pg {
   PGconn *conn, *aux;
   double aux_retry_at, aux_backoff;   /* reconnecting aux (pg_aux.c) */
   char aux_err[1536], aux_server[300];   /* aux's own messages: err is the writer's */
+  /* aux opened on a thread of its own (a ticking host's first tick must not log in): the
+   * thread's connection, or NULL if it failed, once aux_opened says it is done */
+  pthread_t aux_opener;
+  int aux_opening;
+  atomic_int aux_opened;
+  PGconn *aux_new;
   /* A ticking host's inbox look sent on aux and not yet taken (pg_aux.c): LOOK_SENT while its
    * answer is on the way, LOOK_KEPT once a blocking read on aux had to take it first. */
   int look_state;
@@ -187,6 +194,10 @@ int mend__pg_server_clock(mend_pg *p, PGconn *c);
 /* aux ready for a blocking read: opened if need be (at most once a backoff while it fails), a
  * look in flight taken off the wire first: 0, or -1. */
 int mend__pg_aux(mend_pg *p);
+/* Starts opening aux on a thread, unless it is open, opening, or waiting out its backoff; the
+ * next use takes it (a look sent ahead only once it is done, a blocking read waiting). */
+void mend__pg_aux_open_soon(mend_pg *p);
+void mend__pg_aux_close(mend_pg *p);
 /* Prepared statement q read on aux (committed rows, no wait for the writer thread): its result
  * (to check: the connection may be gone), no rows where a value cannot be text there (it is in
  * no row), or NULL when aux cannot be opened. */
