@@ -14,6 +14,8 @@
 #include "store/pg/pg_int.h"
 #include "image_check.h"
 
+#include <mend.h>
+
 #include <arpa/inet.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -1177,6 +1179,79 @@ static void test_aux_on_writers_host(void) {
   drop_case();
 }
 
+/* A ticking host on PostgreSQL (mend.h): a run's events, sent with keys from the host's frames,
+ * are taken once each and in the order sent, from the looks the ticks send ahead; a look still
+ * out when the host turns to mend_engine_run_all is answered there. */
+static const char *const TWICE =
+  "return { name = 'twice', steps = {\n"
+  "  { name = 'first', wait_for = 'go' },\n"
+  "  { name = 'second', wait_for = 'go' },\n"
+  "  { name = 'both', execute = function(ctx)\n"
+  "      return { ctx.results.first.n, ctx.results.second.n } end } } }\n";
+
+static int run_result_is(mend_engine *E, const char *id, const char *want) {
+  char *json = NULL;
+  int ok = mend_engine_run_json(E, id, &json) == MEND_OK && json && strstr(json, want) &&
+           strstr(json, "\"succeeded\"");
+  if (!ok) fprintf(stderr, "run %s: %s\n", id, json ? json : "(none)");
+  free(json);
+  return ok;
+}
+
+/* The current case's database as a URI: what mend_options.db_path takes for PostgreSQL. */
+static void case_uri(char *out, size_t len) {
+  PQconninfoOption *opts = PQconninfoParse(conninfo, NULL);
+  size_t n = (size_t)snprintf(out, len, "postgresql://?");
+  for (PQconninfoOption *o = opts; o && o->keyword && n < len; o++)
+    if (o->val && *o->val) n += (size_t)snprintf(out + n, len - n, "%s%s=%s", n > 14 ? "&" : "",
+                                                 o->keyword, o->val);
+  PQconninfoFree(opts);
+}
+
+static void test_ticked_events(void) {
+  new_case();
+  char path[64], err[512], uri[sizeof conninfo + 64];
+  case_uri(uri, sizeof uri);
+  snprintf(path, sizeof path, "/tmp/mend_pg_twice_%d.lua", (int)getpid());
+  FILE *f = fopen(path, "w");
+  if (!f) return;
+  fputs(TWICE, f);
+  fclose(f);
+  mend_options o;
+  mend_options_init(&o);
+  o.db_path = uri;
+  mend_engine *E = NULL;
+  int rc = mend_engine_new(&o, &E, err, sizeof err);
+  if (rc != MEND_OK) fprintf(stderr, "mend_engine_new: %s\n", err);
+  CHECK_EQ_INT(rc, MEND_OK);
+  if (rc != MEND_OK) return;
+  CHECK_EQ_INT(mend_engine_load(E, path, NULL, 0), MEND_OK);
+  char a[17], b[17];
+  CHECK_EQ_INT(mend_engine_start(E, "twice", NULL, NULL, a, NULL), MEND_OK);
+  CHECK_EQ_INT(mend_engine_start(E, "twice", NULL, NULL, b, NULL), MEND_OK);
+  for (int frame = 0; frame < 3000 && mend_engine_in_flight_count(E) > 1; frame++) {
+    CHECK_EQ_INT(mend_engine_tick(E, 0.002), MEND_OK);
+    if (frame == 5 || frame == 6)   /* the same key twice: kept once */
+      CHECK_EQ_INT(mend_engine_signal(E, a, "go", "{\"n\":1}", "a1"), MEND_OK);
+    if (frame == 7) CHECK_EQ_INT(mend_engine_signal(E, a, "go", "{\"n\":2}", "a2"), MEND_OK);
+    sleep_s(0.003);
+  }
+  CHECK(run_result_is(E, a, "[1,2]"));
+  /* b's two events in one frame; one more tick sends the looks, and run_all takes them */
+  CHECK_EQ_INT(mend_engine_signal(E, b, "go", "{\"n\":1}", "b1"), MEND_OK);
+  CHECK_EQ_INT(mend_engine_signal(E, b, "go", "{\"n\":2}", "b2"), MEND_OK);
+  for (int frame = 0; frame < 3; frame++) {
+    CHECK_EQ_INT(mend_engine_tick(E, 0.002), MEND_OK);
+    sleep_s(0.003);
+  }
+  CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+  CHECK_EQ_INT(mend_engine_in_flight_count(E), 0);
+  CHECK(run_result_is(E, b, "[1,2]"));
+  mend_engine_free(E);
+  remove(path);
+  drop_case();
+}
+
 static void test_tokens(void) {
   new_case();
   mend_store *s = open_store();
@@ -1665,6 +1740,7 @@ int main(void) {
   test_aux_opened_aside();
   test_aux_keeps_writer_error();
   test_aux_on_writers_host();
+  test_ticked_events();
   test_recorded_events();
   test_tokens();
   test_child_end_fenced();

@@ -152,6 +152,12 @@ int mend__looks_pick_up(mend_engine *E, int wait) {
 void mend__looks_settle(mend_engine *E) {
   while (!E->broken && (E->look_sent || E->look_queued)) {
     mend__looks_send(E);
+    if (!E->look_sent) {   /* the store cannot send it yet: read the other way, now */
+      E->look_sent = E->look_queued;
+      E->look_queued = E->look_queued_tail = NULL;
+      E->look_nqueued = 0;
+      E->look_failed = 1;
+    }
     mend__looks_pick_up(E, 1);
   }
 }
