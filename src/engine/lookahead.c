@@ -130,7 +130,8 @@ int mend__looks_pick_up(mend_engine *E, int wait) {
       if (w && r->took_seq <= E->look_seq) {
         mend__take_looked_event(r, l->step, w->seq, w->payload, w->key);
         w->payload = w->key = NULL;   /* the step's now */
-        w->run_id = NULL;             /* a second look of the run's finds the step moved on */
+        free(w->run_id);              /* a second look of the run's finds the step moved on */
+        w->run_id = NULL;
         did++;
       } else if (rc < 0 || (w && r->took_seq > E->look_seq)) {
         mend__take_event(r, l->step);   /* the way it was read before: through the batch */
