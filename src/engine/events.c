@@ -2,8 +2,8 @@
  * events: steps that wait for a named event instead of executing (`wait_for`, SPEC section
  * 11). Owns sending an event to a run's inbox (by run id or run key), a step's wait (its
  * status, its due time for the timeout), taking the oldest event of that name from the inbox
- * as the step's result, and a worker's look for events other processes sent to the runs it
- * holds. Must never: consume an event in a batch other than the one that records the step's
+ * as the step's result (or the one a look read ahead found: lookahead.c asks, this takes), and
+ * a worker's look for events other processes sent to the runs it holds. Must never: consume an event in a batch other than the one that records the step's
  * success (both commit or neither); consume one twice, or out of the order sent; keep a
  * coroutine for a waiting run.
  */
