@@ -1,6 +1,7 @@
 /*
- * pg_aux: the PostgreSQL store's second connection (aux), the loop thread's own: opening it on
- * the server the writer's connection reached, its blocking reads of committed rows, and the
+ * pg_aux: the PostgreSQL store's second connection (aux), the loop thread's own once open:
+ * opening it on the server the writer's connection reached (on a thread of its own for a
+ * ticking host, whose tick must not log in), its blocking reads of committed rows, and the
  * inbox looks a ticking host sends on it without waiting and picks up at a later tick. Must
  * never: write p->err or p->server (the writer thread writes them while aux is opened or read:
  * aux's failures go to aux_err, and a caller that reports one copies it); go to a server other
