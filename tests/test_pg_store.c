@@ -1127,9 +1127,9 @@ static void test_aux_keeps_writer_error(void) {
   drop_case();
 }
 
-/* With several hosts in the URI, the second connection goes where the writer's went: the
- * first host, down when the writer connected (a standby lagging behind it, in real life),
- * never hears from it. 127.0.0.2 stands for that host: nothing listens there as the store
+/* With several hosts in the URI, the second connection (and the listening one) goes where the
+ * writer's went: the first host, down when the writer connected (a standby lagging behind it,
+ * in real life), never hears from it. 127.0.0.2 stands for that host: nothing listens there as the store
  * opens, a socket that counts and drops connections does after. */
 static atomic_int gate_accepts;
 static void *gate(void *arg) {
@@ -1171,6 +1171,11 @@ static void test_aux_on_writers_host(void) {
   pthread_create(&t, NULL, gate, &fd);
   CHECK_EQ_INT(mend__pg_aux(p), 0);
   CHECK_STR(PQhost(p->aux), "127.0.0.1");
+  CHECK_EQ_INT(atomic_load(&gate_accepts), 0);
+  /* the listening connection too: a NOTIFY is heard only on the server it was sent on */
+  int opened = 0;
+  CHECK(mend__pg_wake_fd(s, &opened) >= 0);
+  CHECK_EQ_INT(opened, 1);
   CHECK_EQ_INT(atomic_load(&gate_accepts), 0);
   shutdown(fd, SHUT_RDWR);
   pthread_join(t, NULL);
