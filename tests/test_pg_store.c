@@ -1172,6 +1172,16 @@ static void test_aux_on_writers_host(void) {
   CHECK_EQ_INT(mend__pg_aux(p), 0);
   CHECK_STR(PQhost(p->aux), "127.0.0.1");
   CHECK_EQ_INT(atomic_load(&gate_accepts), 0);
+  /* the writer reconnected under another name (a failover, in real life): aux follows it */
+  char other[sizeof conninfo + 32];
+  snprintf(other, sizeof other, "%s host='localhost'", conninfo);
+  PGconn *moved = PQconnectdb(other);
+  CHECK(PQstatus(moved) == CONNECTION_OK);
+  mend__pg_note_writer_host(p, moved);
+  CHECK_EQ_INT(mend__pg_aux(p), 0);
+  CHECK_STR(PQhost(p->aux), "localhost");
+  mend__pg_note_writer_host(p, p->conn);
+  PQfinish(moved);
   /* the listening connection too: a NOTIFY is heard only on the server it was sent on */
   int opened = 0;
   CHECK(mend__pg_wake_fd(s, &opened) >= 0);

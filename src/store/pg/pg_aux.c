@@ -76,7 +76,15 @@ static int adopt(mend_pg *p, int wait) {
   return 1;
 }
 
-static int aux_usable(mend_pg *p) { return p->aux && PQstatus(p->aux) == CONNECTION_OK; }
+/* Open, and on the server the writer's connection is on now: after a writer that reconnected
+ * elsewhere (a failover), the committed rows to read are on its new server. */
+static int aux_usable(mend_pg *p) {
+  if (!p->aux || PQstatus(p->aux) != CONNECTION_OK) return 0;
+  pg_at at;
+  if (!mend__pg_writer_host(p, &at)) return 1;
+  const char *host = PQhost(p->aux), *port = PQport(p->aux);
+  return strcmp(host ? host : "", at.host) == 0 && strcmp(port ? port : "", at.port) == 0;
+}
 
 /* Whatever was of the old one: a look sent on it failed with it. */
 static void drop_aux(mend_pg *p) {
