@@ -512,6 +512,7 @@ void mend_engine_destroy(mend_engine *E) {
   json_decref(E->events_handed);
   mend__forget_host_calls(E);
   mend__forget_sent_events(E);
+  mend__looks_forget(E);
   mend__runmap_free(E);
   if (E->wakeup) uv_close((uv_handle_t *)E->wakeup, free_on_close);
   mend_timers_close(&E->timers);

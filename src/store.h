@@ -328,6 +328,20 @@ typedef struct mend_store_methods {
   /* Opens now what next_committed_event reads with (a reader, a connection: a login takes
    * milliseconds), so that its first use is not inside a tick. NULL: nothing to open. */
   void (*open_committed_reads)(mend_store *s);
+  /* next_committed_event for n runs at once, sent without waiting for the answer (a ticking
+   * host picks it up at a later tick with look_ahead_take): 0 sent; 1 not now (its connection
+   * is still being opened: the caller sends it later); -1 not (the caller looks another way).
+   * At most one is in flight. NULL: the backend has none (its committed reads
+   * are local, no round trip to start early). */
+  int (*look_ahead)(mend_store *s, int n, const char *const *run_ids, const char *const *names);
+  /* The answer to the look sent: 1 and fn called with each (run, name) that has an event, its
+   * oldest (payload "null" for none; key NULL for none), as of a moment after look_ahead was
+   * called; 0 not here yet (only when !wait); -1 failed or none in flight (the caller looks
+   * another way). */
+  int (*look_ahead_take)(mend_store *s, int wait,
+                         void (*fn)(void *ud, const char *run_id, const char *name, long long seq,
+                                    const char *payload, const char *key),
+                         void *ud);
   /* Marks it consumed by `step`, recorded in the batch like a transition: the batch fails if
    * it was consumed already. */
   int (*consume_event)(mend_store *s, const char *run_id, long long seq,                                  const char *step, double at);
@@ -620,6 +634,15 @@ static inline int mend_store_reads_committed_events(mend_store *s) {
 }
 static inline void mend_store_open_committed_reads(mend_store *s) {
   if (MEND_STORE_M(s)->open_committed_reads) MEND_STORE_M(s)->open_committed_reads(s);
+}
+static inline int mend_store_can_look_ahead(mend_store *s) {
+  return MEND_STORE_M(s)->look_ahead != NULL;
+}
+static inline int mend_store_look_ahead(mend_store *s, int n, const char *const *run_ids, const char *const *names) {
+  return MEND_STORE_M(s)->look_ahead ? MEND_STORE_M(s)->look_ahead(s, n, run_ids, names) : -1;
+}
+static inline int mend_store_look_ahead_take(mend_store *s, int wait, void (*fn)(void *ud, const char *run_id, const char *name, long long seq, const char *payload, const char *key), void *ud) {
+  return MEND_STORE_M(s)->look_ahead_take ? MEND_STORE_M(s)->look_ahead_take(s, wait, fn, ud) : -1;
 }
 static inline int mend_store_next_committed_event(mend_store *s, const char *run_id, const char *name, long long *seq, char **payload, char **key) {
   if (!MEND_STORE_M(s)->next_committed_event) return 2;

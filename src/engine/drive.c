@@ -169,6 +169,7 @@ int mend_engine_tick_with(mend_engine *E, double budget, mend_engine_tick_info *
     E->tick_reads_opened = 1;
     mend_store_open_committed_reads(E->store);
   }
+  if (!E->broken) mend__looks_pick_up(E, 0);   /* what the last tick's look found, if here */
   int turns = 0;
   do {
     if (mend__turn_has_work(E)) mend__kick(E);   /* a write outside any run (a load) needs a turn too */
@@ -180,6 +181,7 @@ int mend_engine_tick_with(mend_engine *E, double budget, mend_engine_tick_info *
            (!E->writer || tick_turn_again(E)) &&
            !mend__writer_holds_batch(E) &&   /* the actions left would wait for it: the next tick's */
            mend_real_now() + mend__tick_next_piece(E) < E->turn_deadline);
+  if (!E->broken) mend__looks_send(E);   /* its round trip in the frame's gap */
   if (!E->broken) tick_collect(E, budget > 0 ? budget : 0);
   if (!E->broken && E->writer) tick_hand_off(E);
   E->turn_deadline = 0;
@@ -213,7 +215,8 @@ double mend_engine_next_due(mend_engine *E) {
   double wait = next < 0 ? -1 : next - mend_engine_now(E);
   if (next >= 0 && wait < 0) wait = 0;
   if (E->externals && (wait < 0 || wait > EXTERNAL_POLL_SECONDS)) wait = EXTERNAL_POLL_SECONDS;
-  if (writing && (wait < 0 || wait > WRITER_POLL_SECONDS)) wait = WRITER_POLL_SECONDS;
+  if ((writing || mend__looks_out(E)) && (wait < 0 || wait > WRITER_POLL_SECONDS))
+    wait = WRITER_POLL_SECONDS;
   return wait;
 }
 
@@ -231,6 +234,7 @@ void mend__loop_once(mend_engine *E) {
 
 int mend_engine_run(mend_engine *E) {
   untick_collect(E);
+  mend__looks_settle(E);
   mend__writer_sched_want(E, 0);
   E->auto_advance = 1;
   while ((E->in_flight > 0 || E->parked.nheap > 0 || mend__has_ready_work(E)) && !E->broken) {
@@ -261,6 +265,7 @@ int mend_engine_advance(mend_engine *E, double seconds) {
   }
   E->refusal = MEND_REFUSED_STORE;
   untick_collect(E);
+  mend__looks_settle(E);
   double target = mend_engine_now(E) + (seconds > 0 ? seconds : 0);
   drain(E);
   while (!E->broken) {

@@ -183,6 +183,7 @@ struct mend_run {
   unsigned char is_child;     /* started by a parent's step: its end is told to the parent */
   unsigned char lane;         /* a lane of a group (parent NULL once its run is gone) */
   unsigned char park_listed;  /* in E->park_head's list */
+  unsigned char look_out;     /* its inbox looks sent ahead, not answered (lookahead.c) */
   char id[MEND_RUN_ID_LEN];
 };
 
@@ -289,6 +290,11 @@ struct mend_engine {
   /* events a ticking host sent in a batch not yet durable: their runs look for them once it
    * is (events.c) */
   struct mend_sent_event *sent_head, *sent_tail;
+  /* a ticking host's inbox looks (lookahead.c): queued in this tick, and the read in flight;
+   * look_seq: the durable batch when it went; look_failed: it could not be sent */
+  struct mend_look *look_queued, *look_queued_tail, *look_sent;
+  int look_nqueued, look_failed;
+  unsigned long look_seq;
   uv_async_t *wakeup;
   size_t mem_used, mem_limit;
   size_t mem_allocated;   /* bytes the Lua state allocated, in all: a tick's collector pace */
@@ -549,6 +555,9 @@ void mend__await_event(mend_run *r, int i);
 int mend__event_due(mend_run *r, int i, char *msg, size_t len);
 int mend__events_start(mend_engine *E);
 int mend__take_event(mend_run *r, int i);
+/* The event a look read ahead found (lookahead.c): taken as mend__take_event takes one; the
+ * payload and key (malloc'ed) are the step's from now on. */
+void mend__take_looked_event(mend_run *r, int i, long long seq, char *payload, char *key);
 void mend__take_events(mend_engine *E);
 void mend__wake_waiting(mend_run *r, const char *name);
 
@@ -573,6 +582,16 @@ void mend__undo_child(mend_run *r, int i);
 #define mend__compensable(def) ((def)->compensate_ref != LUA_NOREF || (def)->child != NULL)
 /* What a waiting step's row says it waits for (steps.awaits). */
 const char *mend__awaits(const mend_run *r, int i);
+/* ---- lookahead.c: a ticking host's looks at committed inboxes, read ahead */
+/* 1: step i's look at r's committed inbox is queued for the tick's read (a later tick takes
+ * its answer); 0: not in a tick, or the store reads without a round trip: read now. */
+int mend__look_ahead(mend_run *r, int i);
+void mend__looks_send(mend_engine *E);                /* as a tick ends */
+int mend__looks_pick_up(mend_engine *E, int wait);    /* as a tick begins: events taken */
+void mend__looks_settle(mend_engine *E);              /* every look answered, waiting */
+int mend__looks_out(const mend_engine *E);
+void mend__looks_forget(mend_engine *E);
+
 /* ---- park.c: runs kept out of memory while they wait for something */
 void mend__park_close(mend_engine *E);
 void mend__park_forget(mend_engine *E, const char *id);

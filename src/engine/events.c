@@ -2,8 +2,8 @@
  * events: steps that wait for a named event instead of executing (`wait_for`, SPEC section
  * 11). Owns sending an event to a run's inbox (by run id or run key), a step's wait (its
  * status, its due time for the timeout), taking the oldest event of that name from the inbox
- * as the step's result, and a worker's look for events other processes sent to the runs it
- * holds. Must never: consume an event in a batch other than the one that records the step's
+ * as the step's result (or the one a look read ahead found: lookahead.c asks, this takes), and
+ * a worker's look for events other processes sent to the runs it holds. Must never: consume an event in a batch other than the one that records the step's
  * success (both commit or neither); consume one twice, or out of the order sent; keep a
  * coroutine for a waiting run.
  */
@@ -83,11 +83,20 @@ static int take_event_as(mend_run *r, int i, int committed) {
   if (st->status != MEND_STEP_WAITING || r->status != MEND_RUN_RUNNING || !def->wait_for) return 0;
   long long seq;
   char *payload, *key;
-  int found = committed && inbox_committed_is_own(r, def->wait_for)
-    ? mend_store_next_committed_event(E->store, r->id, def->wait_for, &seq, &payload, &key) : 2;
+  int own = committed && inbox_committed_is_own(r, def->wait_for);
+  if (own && mend__look_ahead(r, i)) return 0;   /* a later tick takes what the look finds */
+  int found = own ? mend_store_next_committed_event(E->store, r->id, def->wait_for, &seq, &payload, &key) : 2;
   if (found == 2) found = mend_store_next_event(E->store, r->id, def->wait_for, &seq, &payload, &key);
   if (found < 0) mend__store_failed(E);
   if (found <= 0) return 0;
+  mend__take_looked_event(r, i, seq, payload, key);
+  return 1;
+}
+
+void mend__take_looked_event(mend_run *r, int i, long long seq, char *payload, char *key) {
+  mend_engine *E = r->E;
+  step_rt *st = &r->steps[i];
+  const mend_step_def *def = &r->wf->steps[i];
   mend_timer_disarm(&E->timers, &r->wait);
   r->wait_kind = WAIT_NONE;
   if (mend_store_consume_event(E->store, r->id, seq, def->name, mend_engine_now(E)))
@@ -109,7 +118,6 @@ static int take_event_as(mend_run *r, int i, int committed) {
   mend__step_to(r, i, MEND_STEP_SUCCEEDED, NULL, -1, NULL);
   mend__set_result(r, i);
   mend__after_success(r, i, 0);   /* the next step's writes join this batch; its execute waits for it */
-  return 1;
 }
 
 /* Step i, pending, waits for its event: from now on only its row and, with a timeout, a timer

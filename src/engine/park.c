@@ -62,7 +62,7 @@ static int lanes_idle(const mend_run *r) {
 static int nothing_in_flight(const mend_run *r) {
   return !r->queued && !r->co && !r->waiting && !r->lost && !MEND_COLD(r, exec) &&
          !MEND_COLD(r, http) && !MEND_COLD(r, host_call) && !r->waiting_in && !r->held &&
-         !r->admitted && !r->cancel_asked && lanes_idle(r);
+         !r->admitted && !r->cancel_asked && !r->look_out && lanes_idle(r);
 }
 
 static void arm_engine_timer(mend_engine *E, mend_timer *t, double due) {
@@ -151,7 +151,8 @@ static void on_sweep(mend_timer *t) {
     if (!(r = E->park_head) || r->idle_since + E->park_after > now) break;
     list_unlink(E, r);
     if (!waits_outside(r)) continue;
-    if (r->queued) list_append(E, r, now);   /* its action comes first: look again later */
+    /* its action, or the answer to its look at the inbox, comes first: look again later */
+    if (r->queued || r->look_out) list_append(E, r, now);
     else if (nothing_in_flight(r)) park(r);
   }
   if ((r = E->park_head))

@@ -80,16 +80,21 @@ static void first_line(char *out, size_t len, const char *msg) {
   out[n] = 0;
 }
 
-int mend__pg_fail(mend_pg *p, PGconn *c, const PGresult *r, const char *what) {
+int mend__pg_fail_to(char *err, int errlen, const char *server, PGconn *c, const PGresult *r,
+                     const char *what) {
   char cause[1024];
   const char *m = r ? PQresultErrorMessage(r) : NULL;
   if (!m || !*m) m = c ? PQerrorMessage(c) : NULL;
   first_line(cause, sizeof cause, m);
   if (c && PQstatus(c) == CONNECTION_BAD)
-    mend__pg_msg(p->err, sizeof p->err, "%s: %s: connection lost: %s", p->server, what, cause);
+    mend__pg_msg(err, errlen, "%s: %s: connection lost: %s", server, what, cause);
   else
-    mend__pg_msg(p->err, sizeof p->err, "%s: %s: %s", p->server, what, cause);
+    mend__pg_msg(err, errlen, "%s: %s: %s", server, what, cause);
   return -1;
+}
+
+int mend__pg_fail(mend_pg *p, PGconn *c, const PGresult *r, const char *what) {
+  return mend__pg_fail_to(p->err, sizeof p->err, p->server, c, r, what);
 }
 
 int mend__pg_conflict(const PGresult *r) {
@@ -143,9 +148,9 @@ PGresult *mend__pg_run(mend_pg *p, int q, const char *sql, int n, const char *co
 }
 
 /* "host:port/dbname" from the connection, or from the URI when there is none. */
-static void name_server(mend_pg *p, PGconn *c) {
+static void name_server(char *server, int len, PGconn *c) {
   const char *host = c ? PQhost(c) : NULL, *port = c ? PQport(c) : NULL, *db = c ? PQdb(c) : NULL;
-  mend__pg_msg(p->server, sizeof p->server, "%s:%s/%s", host && *host ? host : "localhost",
+  mend__pg_msg(server, len, "%s:%s/%s", host && *host ? host : "localhost",
                port && *port ? port : "5432", db && *db ? db : "?");
 }
 
@@ -175,16 +180,34 @@ int mend__pg_server_clock(mend_pg *p, PGconn *c) {
   return 0;
 }
 
-int mend__pg_connect(mend_pg *p, PGconn **out) {
-  /* Earlier keywords are defaults the URI overrides. */
-  const char *const keys[] = {"connect_timeout", "fallback_application_name", "dbname", NULL};
-  const char *const vals[] = {"10", "mend", p->conninfo, NULL};
+static int setup(PGconn *c, const char *sql, const char *what, char *err, int errlen,
+                 const char *server) {
+  PGresult *r = PQexec(c, sql);
+  int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+  if (!ok) mend__pg_fail_to(err, errlen, server, c, r, what);
+  PQclear(r);
+  return ok ? 0 : -1;
+}
+
+int mend__pg_connect_at(mend_pg *p, const pg_at *at, char *err, int errlen, char *server,
+                        int serverlen, PGconn **out) {
+  /* Earlier keywords are defaults the URI overrides; the later ones override the URI. */
+  const char *keys[] = {"connect_timeout", "fallback_application_name", "dbname", "host", "port",
+                        "hostaddr", NULL};
+  const char *vals[] = {"10", "mend", p->conninfo, NULL, NULL, NULL, NULL};
+  if (at) {
+    vals[3] = at->host;
+    vals[4] = at->port;
+    vals[5] = at->hostaddr[0] ? at->hostaddr : NULL;
+  } else {
+    keys[3] = NULL;
+  }
   PGconn *c = PQconnectdbParams(keys, vals, 1);
   if (!c) {
-    mend__pg_msg(p->err, sizeof p->err, "%s: cannot connect: out of memory", p->server);
+    mend__pg_msg(err, errlen, "%s: cannot connect: out of memory", server);
     return -1;
   }
-  name_server(p, c);
+  name_server(server, serverlen, c);
   if (PQstatus(c) != CONNECTION_OK) {
     char cause[1024];
     first_line(cause, sizeof cause, PQerrorMessage(c));
@@ -193,18 +216,19 @@ int mend__pg_connect(mend_pg *p, PGconn **out) {
     PQconninfoOption *opts = PQconninfoParse(p->conninfo, NULL);
     for (PQconninfoOption *o = opts; o && o->keyword; o++) {
       if (strcmp(o->keyword, "password") != 0 || !o->val || !*o->val) continue;
-      char *at;
-      while ((at = strstr(cause, o->val))) memset(at, '*', strlen(o->val));
+      char *hit;
+      while ((hit = strstr(cause, o->val))) memset(hit, '*', strlen(o->val));
     }
     PQconninfoFree(opts);
-    mend__pg_msg(p->err, sizeof p->err, "%s: cannot connect: %s", p->server, cause);
+    mend__pg_msg(err, errlen, "%s: cannot connect: %s", server, cause);
     PQfinish(c);
     return -1;
   }
-  const char *setup = p->sync_commit ? "SET synchronous_commit = on"
-                                     : "SET synchronous_commit = off";
-  if (mend__pg_exec(p, c, setup, "set synchronous_commit") != 0 ||
-      mend__pg_exec(p, c, "SET client_min_messages = warning", "set client_min_messages") != 0) {
+  const char *commit = p->sync_commit ? "SET synchronous_commit = on"
+                                      : "SET synchronous_commit = off";
+  if (setup(c, commit, "set synchronous_commit", err, errlen, server) != 0 ||
+      setup(c, "SET client_min_messages = warning", "set client_min_messages", err, errlen,
+            server) != 0) {
     PQfinish(c);
     return -1;
   }
@@ -212,8 +236,37 @@ int mend__pg_connect(mend_pg *p, PGconn **out) {
   return 0;
 }
 
-/* Opened again when lost (a server restart), at most once a backoff that doubles from 0.1 s to
- * 10 s while it fails: a serving worker looks through it every poll. */
+int mend__pg_connect(mend_pg *p, PGconn **out) {
+  return mend__pg_connect_at(p, NULL, p->err, sizeof p->err, p->server, sizeof p->server, out);
+}
+
+/* Where conn reached, for the side connections to go to the same server: a connection string
+ * may name several hosts, and the first that answers may be a standby behind the primary (or
+ * a server other than the writer's, when it was down as the writer connected). */
+void mend__pg_note_writer_host(mend_pg *p, PGconn *c) {
+  const char *host = PQhost(c), *port = PQport(c), *addr = NULL;
+  /* hostaddr only where the URI gives one: libpq then pairs it with host, and a host name
+   * alone would be looked up again */
+  PQconninfoOption *opts = PQconninfo(c);
+  for (PQconninfoOption *o = opts; o && o->keyword; o++)
+    if (strcmp(o->keyword, "hostaddr") == 0 && o->val && *o->val) addr = PQhostaddr(c);
+  pthread_mutex_lock(&p->at_mu);
+  snprintf(p->writer_at.host, sizeof p->writer_at.host, "%s", host ? host : "");
+  snprintf(p->writer_at.port, sizeof p->writer_at.port, "%s", port ? port : "");
+  snprintf(p->writer_at.hostaddr, sizeof p->writer_at.hostaddr, "%s", addr ? addr : "");
+  p->writer_at_known = host && *host;
+  pthread_mutex_unlock(&p->at_mu);
+  PQconninfoFree(opts);
+}
+
+int mend__pg_writer_host(mend_pg *p, pg_at *at) {
+  pthread_mutex_lock(&p->at_mu);
+  int known = p->writer_at_known;
+  if (known) *at = p->writer_at;
+  pthread_mutex_unlock(&p->at_mu);
+  return known;
+}
+
 /* A message the server sends on an idle connection is a notice to libpq; FATAL is the server
  * saying it ends the session (a restart, pg_terminate_backend) before the socket closes. */
 static void on_notice(void *arg, const PGresult *r) {
@@ -235,42 +288,6 @@ void mend__pg_watch(mend_pg *p) {
   PQsetNoticeReceiver(p->conn, on_notice, p);
 }
 
-int mend__pg_aux(mend_pg *p) {
-  if (p->aux && PQstatus(p->aux) == CONNECTION_OK) return 0;
-  if (p->aux) {
-    PQfinish(p->aux);
-    p->aux = NULL;
-  }
-  double now = mend__pg_mono();
-  if (now < p->aux_retry_at) return -1;
-  char keep[sizeof p->err];
-  memcpy(keep, p->err, sizeof keep);   /* a look that fails must not hide the last error */
-  PGconn *c;
-  int rc = mend__pg_connect(p, &c);
-  if (rc == 0 && mend__pg_prepare(p, c) != 0) {
-    PQfinish(c);
-    rc = -1;
-  }
-  if (rc == 0) {
-    p->aux = c;
-    PQsetNoticeReceiver(c, mend__pg_quiet, NULL);
-  }
-  p->aux_backoff = rc == 0 ? 0 : p->aux_backoff ? (p->aux_backoff * 2 > 10 ? 10 : p->aux_backoff * 2)
-                                                 : 0.1;
-  p->aux_retry_at = rc == 0 ? 0 : now + p->aux_backoff;
-  memcpy(p->err, keep, sizeof keep);
-  return rc;
-}
-
-PGresult *mend__pg_aux_read(mend_pg *p, int q, int n, const char *const *v) {
-  if (mend__pg_aux(p) != 0) return NULL;
-  for (int i = 0; i < n; i++)
-    if (!mend__pg_text_fits_on(p->aux, v[i])) return PQmakeEmptyPGresult(p->aux, PGRES_TUPLES_OK);
-  char name[16];
-  snprintf(name, sizeof name, "m%d", q);
-  return PQexecPrepared(p->aux, name, n, v, NULL, NULL, 0);
-}
-
 void mend__pg_close(mend_store *s);
 extern const mend_store_methods mend__pg_methods;
 
@@ -286,7 +303,11 @@ mend_store *mend__pg_open(const char *uri, mend_durability d, char *err, int err
   p->open_seq = 1;
   p->sync_commit = d == MEND_DURABILITY_FULL;
   mend__pg_msg(p->server, sizeof p->server, "postgres");
-  if (mend__pg_connect(p, &p->conn) == 0) mend__pg_watch(p);
+  pthread_mutex_init(&p->at_mu, NULL);
+  if (mend__pg_connect(p, &p->conn) == 0) {
+    mend__pg_watch(p);
+    mend__pg_note_writer_host(p, p->conn);
+  }
   if (!p->conn || mend__pg_server_clock(p, p->conn) != 0 || mend__pg_schema(p) != 0 ||
       mend__pg_prepare(p, p->conn) != 0 ||
       mend__pg_wake_init(p) != 0) {
@@ -330,7 +351,7 @@ void mend__pg_close(mend_store *s) {
       PQclear(PQexec(p->conn, "ROLLBACK"));
   }
   if (p->conn) PQfinish(p->conn);
-  if (p->aux) PQfinish(p->aux);
+  mend__pg_aux_close(p);
   mend__pg_wake_free(p);
   mend__pg_pre_clear(p);
   free(p->conninfo);
@@ -351,6 +372,8 @@ void mend__pg_close(mend_store *s) {
   for (int k = 0; k < 2; k++) mend__pg_log_free(&p->logs[k]);
   mend__pg_log_free(&p->tx_events);
   mend__pg_log_free(&p->carry);
+  PQclear(p->look_res);
+  pthread_mutex_destroy(&p->at_mu);
   free(p);
 }
 
@@ -510,6 +533,8 @@ const mend_store_methods mend__pg_methods = {
   .next_committed_event = mend__pg_next_committed_event,
   .record_event = mend__pg_record_event,
   .open_committed_reads = mend__pg_open_committed_reads,
+  .look_ahead = mend__pg_look_ahead,
+  .look_ahead_take = mend__pg_look_ahead_take,
   .consume_event = mend__pg_consume_event,
   .last_event = mend__pg_last_event,
   .events_after = mend__pg_events_after,

@@ -440,6 +440,7 @@ static int reopen(mend_pg *p) {
   PQfinish(p->conn);
   p->conn = c;
   mend__pg_watch(p);
+  mend__pg_note_writer_host(p, c);
   p->retry_at = p->retry_delay = 0;
   return 0;
 }

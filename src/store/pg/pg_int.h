@@ -5,14 +5,17 @@
  *
  * Threads: the connection `conn` belongs to the loop's thread, except while the writer thread
  * writes a handed-off batch on it (w->busy); every call that uses it first waits for the
- * writer (mend__pg_sync). `aux` is a second connection, opened at its first use, for looks
- * at committed rows that must not wait for the writer (claimable, events_after).
+ * writer (mend__pg_sync). `aux` is a second connection (pg_aux.c), the loop thread's alone,
+ * opened at its first use on the server conn is on, for looks at committed rows that must not
+ * wait for the writer (claimable, events_after, a ticking host's inbox looks); what goes wrong
+ * on it is told in aux_err, never in err, which the writer thread writes.
  */
 #ifndef MEND_STORE_PG_INT_H
 #define MEND_STORE_PG_INT_H
 
 #include <libpq-fe.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 
 #include "../../idset.h"
@@ -39,7 +42,7 @@ enum {
   P_PUT_TOKEN, P_TOKEN_OF_ATTEMPT, P_USE_TOKEN, P_SET_PARENT, P_REOPEN_RUN,
   P_IMAGE_RUN, P_IMAGE_STEPS, P_IMAGE_HISTORY,
   P_IMAGES_RUN, P_IMAGES_STEPS, P_IMAGES_HISTORY, P_INSERT_RUN_KEY, P_APPEND_HISTORIES, P_PUT_STEPS,
-  P_INSERT_RUNS, P_UPDATE_RUNS, P_INSERT_STEPS, P_RECORD_EVENT,
+  P_INSERT_RUNS, P_UPDATE_RUNS, P_INSERT_STEPS, P_RECORD_EVENT, P_NEXT_EVENTS,
   P__COUNT
 };
 extern const char *const mend__pg_sql[P__COUNT];
@@ -82,10 +85,28 @@ typedef struct pg_pre {
   int state;                   /* PRE_WAITING, PRE_READY, PRE_GONE */
 } pg_pre;
 
+/* Where a connection reached: host, port and (when the URI gives one) hostaddr. */
+typedef struct pg_at { char host[256], port[32], hostaddr[64]; } pg_at;
+
 typedef struct mend_pg {
   const mend_store_methods *m;   /* first: the dispatcher reads it (store.h) */
   PGconn *conn, *aux;
-  double aux_retry_at, aux_backoff;   /* reconnecting aux (pg.c) */
+  double aux_retry_at, aux_backoff;   /* reconnecting aux (pg_aux.c) */
+  char aux_err[1536], aux_server[300];   /* aux's own messages: err is the writer's */
+  /* aux opened on a thread of its own (a ticking host's first tick must not log in): the
+   * thread's connection, or NULL if it failed, once aux_opened says it is done */
+  pthread_t aux_opener;
+  int aux_opening;
+  atomic_int aux_opened;
+  PGconn *aux_new;
+  /* A ticking host's inbox look sent on aux and not yet taken (pg_aux.c): LOOK_SENT while its
+   * answer is on the way, LOOK_KEPT once a blocking read on aux had to take it first. */
+  int look_state;
+  PGresult *look_res;
+  /* where conn reached, written by whichever thread opened conn, read by aux's opening */
+  pthread_mutex_t at_mu;
+  pg_at writer_at;
+  int writer_at_known;
   int conn_doomed;             /* the server said it ends conn's session (mend__pg_watch) */
   char *conninfo;
   char server[300];            /* host:port/dbname, for messages: never the password */
@@ -146,6 +167,9 @@ int mend__pg_text_fits_on(PGconn *c, const char *t);
 int mend__pg_utf8(const char *t);   /* RFC 3629's well-formed UTF-8 */
 /* err = "<server>: <what>: <PostgreSQL's message>" (first line); returns -1. */
 int mend__pg_fail(mend_pg *p, PGconn *c, const PGresult *r, const char *what);
+/* The same into err (errlen), naming server: for a connection whose messages are its own. */
+int mend__pg_fail_to(char *err, int errlen, const char *server, PGconn *c, const PGresult *r,
+                     const char *what);
 /* Did the server roll the transaction back for its clash with another (SQLSTATE class 40: a
  * deadlock, 40P01, or a serialization failure)? Then nothing of it was written. */
 int mend__pg_conflict(const PGresult *r);
@@ -157,9 +181,23 @@ PGresult *mend__pg_run(mend_pg *p, int q, const char *sql, int n, const char *co
 /* A one-off statement outside any batch on a connection: 0 or -1 (err). */
 int mend__pg_exec(mend_pg *p, PGconn *c, const char *sql, const char *what);
 int mend__pg_connect(mend_pg *p, PGconn **out);
+/* A connection to at (NULL: where the URI says), its failure told in err and the server it
+ * reached named in server (not p's): 0, or -1. */
+int mend__pg_connect_at(mend_pg *p, const pg_at *at, char *err, int errlen, char *server,
+                        int serverlen, PGconn **out);
+/* Where conn reached, kept for the side connections (any thread); and read: 1 if known. */
+void mend__pg_note_writer_host(mend_pg *p, PGconn *c);
+int mend__pg_writer_host(mend_pg *p, pg_at *at);
 /* The engine's clock set to the server's when this host's is far from it (timers.h). */
 int mend__pg_server_clock(mend_pg *p, PGconn *c);
-int mend__pg_aux(mend_pg *p);   /* opens aux if need be: 0, or -1 */
+/* pg_aux.c */
+/* aux ready for a blocking read: opened if need be (at most once a backoff while it fails), a
+ * look in flight taken off the wire first: 0, or -1. */
+int mend__pg_aux(mend_pg *p);
+/* Starts opening aux on a thread, unless it is open, opening, or waiting out its backoff; the
+ * next use takes it (a look sent ahead only once it is done, a blocking read waiting). */
+void mend__pg_aux_open_soon(mend_pg *p);
+void mend__pg_aux_close(mend_pg *p);
 /* Prepared statement q read on aux (committed rows, no wait for the writer thread): its result
  * (to check: the connection may be gone), no rows where a value cannot be text there (it is in
  * no row), or NULL when aux cannot be opened. */
@@ -249,6 +287,7 @@ void mend__pg_arrays_free(pg_batch_arrays *b);
 /* pg_schema.c */
 int mend__pg_schema(mend_pg *p);            /* creates, upgrades, checks: 0 or -1 */
 int mend__pg_prepare(mend_pg *p, PGconn *c);
+int mend__pg_prepare_to(PGconn *c, char *err, int errlen, const char *server);
 
 /* The methods (store.h's table of them is filled in pg.c), by file. */
 /* pg.c */
@@ -316,6 +355,11 @@ int mend__pg_record_event(mend_store *s, const char *run_id, const char *name,
 int mend__pg_next_committed_event(mend_store *s, const char *run_id, const char *name,
                                   long long *seq, char **payload, char **key);
 void mend__pg_open_committed_reads(mend_store *s);
+int mend__pg_look_ahead(mend_store *s, int n, const char *const *run_ids, const char *const *names);
+int mend__pg_look_ahead_take(mend_store *s, int wait,
+                             void (*fn)(void *ud, const char *run_id, const char *name,
+                                        long long seq, const char *payload, const char *key),
+                             void *ud);
 int mend__pg_consume_event(mend_store *s, const char *run_id, long long seq, const char *step,
                            double at);
 long long mend__pg_last_event(mend_store *s);

@@ -84,21 +84,25 @@ int mend__pg_wake_fd(mend_store *s, int *opened) {
   drop_listen(w);
   double now = mend__pg_mono();
   if (now < w->retry_at) return -1;
-  char keep[sizeof p->err];
-  memcpy(keep, p->err, sizeof keep);   /* a look that fails must not hide the last error */
+  /* Its failures are its own (p->err is the writer thread's), and NOTIFY reaches only the
+   * listeners of the server it is sent on: the writer's (pg_aux.c says why it is named). */
+  char err[512], server[300];
+  pg_at at;
+  int known = mend__pg_writer_host(p, &at);
   PGconn *c = NULL;
-  int rc = mend__pg_connect(p, &c);
+  int rc = mend__pg_connect_at(p, known ? &at : NULL, err, sizeof err, server, sizeof server, &c);
   if (rc == 0) {
     char *ident = PQescapeIdentifier(c, w->channel, strlen(w->channel));
     char sql[160];
     snprintf(sql, sizeof sql, "LISTEN %s", ident ? ident : "\"mend\"");
     PQfreemem(ident);
-    rc = ident ? mend__pg_exec(p, c, sql, "listen for wake-ups") : -1;
+    PGresult *r = ident ? PQexec(c, sql) : NULL;
+    rc = PQresultStatus(r) == PGRES_COMMAND_OK ? 0 : -1;
+    PQclear(r);
     if (rc == 0 && PQsetnonblocking(c, 1) != 0) rc = -1;
     if (rc == 0) PQsetNoticeReceiver(c, mend__pg_quiet, NULL);
     if (rc != 0) PQfinish(c);
   }
-  memcpy(p->err, keep, sizeof keep);
   if (rc != 0) {
     w->backoff = w->backoff ? (w->backoff * 2 > 10 ? 10 : w->backoff * 2) : 0.1;
     w->retry_at = now + w->backoff;

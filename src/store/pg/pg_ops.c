@@ -483,8 +483,6 @@ int mend__pg_next_committed_event(mend_store *s, const char *run_id, const char 
   return event_of(p, r, seq, payload, key);
 }
 
-void mend__pg_open_committed_reads(mend_store *s) { (void)mend__pg_aux(PG(s)); }
-
 int mend__pg_consume_event(mend_store *s, const char *run_id, long long seq, const char *step,
                            double at) {
   mend_pg *p = PG(s);

@@ -229,6 +229,11 @@ const char *const mend__pg_sql[P__COUNT] = {
   [P_NEXT_EVENT] =
     "SELECT seq, payload, key FROM inbox WHERE run_id = $1::text AND name = $2::text"
     " AND consumed IS NULL ORDER BY seq LIMIT 1",
+  /* P_NEXT_EVENT for many runs at once: each pair's oldest through the partial index */
+  [P_NEXT_EVENTS] =
+    "SELECT w.run_id, w.name, e.seq, e.payload, e.key FROM unnest($1::text[], $2::text[])"
+    " AS w(run_id, name) CROSS JOIN LATERAL (SELECT seq, payload, key FROM inbox"
+    " WHERE run_id = w.run_id AND name = w.name AND consumed IS NULL ORDER BY seq LIMIT 1) e",
   [P_LAST_EVENT] = "SELECT coalesce(max(seq), 0) FROM inbox",
   [P_EVENTS_AFTER] =
     "SELECT seq, run_id FROM inbox WHERE seq > $1::bigint ORDER BY seq LIMIT $2::bigint",
@@ -539,7 +544,7 @@ fail:
 
 /* Every statement in one round trip (a pipeline): a worker's start is one connection's
  * work, not forty-odd round trips of it. */
-int mend__pg_prepare(mend_pg *p, PGconn *c) {
+int mend__pg_prepare_to(PGconn *c, char *err, int errlen, const char *server) {
   int ok = PQenterPipelineMode(c);
   for (int i = 0; ok && i < P__COUNT; i++) {
     char name[16];
@@ -547,7 +552,7 @@ int mend__pg_prepare(mend_pg *p, PGconn *c) {
     ok = PQsendPrepare(c, name, mend__pg_sql[i], 0, NULL);
   }
   if (!ok || !PQpipelineSync(c)) {
-    mend__pg_fail(p, c, NULL, "prepare statements");
+    mend__pg_fail_to(err, errlen, server, c, NULL, "prepare statements");
     PQexitPipelineMode(c);
     return -1;
   }
@@ -555,14 +560,14 @@ int mend__pg_prepare(mend_pg *p, PGconn *c) {
   for (int i = 0; i < P__COUNT; i++) {
     PGresult *r = PQgetResult(c);
     if (!r) {
-      if (!failed) mend__pg_fail(p, c, NULL, "prepare statements");
+      if (!failed) mend__pg_fail_to(err, errlen, server, c, NULL, "prepare statements");
       failed = 1;
       break;
     }
     if (PQresultStatus(r) != PGRES_COMMAND_OK && !failed) {
       char what[40];
       snprintf(what, sizeof what, "prepare statement %d", i);
-      mend__pg_fail(p, c, r, what);
+      mend__pg_fail_to(err, errlen, server, c, r, what);
       failed = 1;
     }
     PQclear(r);
@@ -576,4 +581,8 @@ int mend__pg_prepare(mend_pg *p, PGconn *c) {
   }
   PQexitPipelineMode(c);
   return failed ? -1 : 0;
+}
+
+int mend__pg_prepare(mend_pg *p, PGconn *c) {
+  return mend__pg_prepare_to(c, p->err, sizeof p->err, p->server);
 }

@@ -1,0 +1,177 @@
+/*
+ * lookahead: a ticking host's looks at committed inboxes, read ahead. Where a run in a tick
+ * would look among committed events for the one its step waits for (events.c) and the store
+ * can send that look without waiting for it (PostgreSQL, where it is a round trip), the look
+ * is queued instead; the tick sends every look it queued in one read as it ends, and a later
+ * tick takes the answer as it begins, each run taking its event then, in that tick's batch.
+ * The frame's gap pays for the round trip, not the frame. Must never: let a tick wait for the
+ * answer (a run or an advance may: they block anyway); take an event for a run whose step is
+ * not the one that looked, or whose last take was not durable when the look went (the answer
+ * could show an event it took as still there); lose a look (a look that failed is read the
+ * way it was before, through the open batch); let a run park while its look is out.
+ */
+#include "engine_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+struct mend_look {
+  struct mend_look *next;
+  int step, attempts;
+  char run_id[MEND_RUN_ID_LEN];
+  char name[];
+};
+
+int mend__look_ahead(mend_run *r, int i) {
+  mend_engine *E = r->E;
+  if (E->turn_deadline <= 0 || !mend_store_can_look_ahead(E->store)) return 0;
+  const char *name = r->wf->steps[i].wait_for;
+  size_t n = strlen(name) + 1;
+  struct mend_look *l = malloc(sizeof *l + n);
+  if (!l) return 0;   /* read now instead */
+  l->next = NULL;
+  l->step = i;
+  l->attempts = r->steps[i].attempts;
+  memcpy(l->run_id, r->id, sizeof l->run_id);
+  memcpy(l->name, name, n);
+  if (E->look_queued_tail) E->look_queued_tail->next = l;
+  else E->look_queued = l;
+  E->look_queued_tail = l;
+  E->look_nqueued++;
+  if (r->look_out < 255) r->look_out++;
+  return 1;
+}
+
+void mend__looks_send(mend_engine *E) {
+  if (E->look_sent || !E->look_queued) return;
+  int n = E->look_nqueued;
+  const char **v = malloc(2 * (size_t)n * sizeof *v);
+  int k = 0;
+  for (struct mend_look *l = E->look_queued; v && l; l = l->next, k++) {
+    v[k] = l->run_id;
+    v[n + k] = l->name;
+  }
+  /* before the send: the answer sees every batch durable by now */
+  unsigned long seq = mend_store_durable_seq(E->store);
+  int rc = v ? mend_store_look_ahead(E->store, n, v, v + n) : -1;
+  free(v);
+  if (rc == 1) return;   /* the store is not ready to send it: a later tick's end sends it */
+  E->look_seq = seq;
+  E->look_failed = rc != 0;
+  E->look_sent = E->look_queued;
+  E->look_queued = E->look_queued_tail = NULL;
+  E->look_nqueued = 0;
+}
+
+typedef struct { char *run_id, *name, *payload, *key; long long seq; } look_row;
+typedef struct { look_row *rows; int n, cap, oom; } look_rows;
+
+static char *dup_or(const char *t, int *oom) {
+  if (!t) return NULL;
+  char *d = strdup(t);
+  if (!d) *oom = 1;
+  return d;
+}
+
+static void on_row(void *ud, const char *run_id, const char *name, long long seq,
+                   const char *payload, const char *key) {
+  look_rows *x = ud;
+  if (x->oom) return;
+  if (x->n == x->cap) {
+    int cap = x->cap ? x->cap * 2 : 16;
+    look_row *rows = realloc(x->rows, (size_t)cap * sizeof *rows);
+    if (!rows) {
+      x->oom = 1;
+      return;
+    }
+    x->rows = rows;
+    x->cap = cap;
+  }
+  look_row *w = &x->rows[x->n++];
+  w->seq = seq;
+  w->run_id = dup_or(run_id, &x->oom);
+  w->name = dup_or(name, &x->oom);
+  w->payload = dup_or(payload, &x->oom);
+  w->key = dup_or(key, &x->oom);
+}
+
+static look_row *row_for(look_rows *x, const struct mend_look *l) {
+  for (int i = 0; i < x->n; i++)
+    if (x->rows[i].run_id && x->rows[i].name && strcmp(x->rows[i].run_id, l->run_id) == 0 &&
+        strcmp(x->rows[i].name, l->name) == 0)
+      return &x->rows[i];
+  return NULL;
+}
+
+/* The run still waits where it looked: same step, same wait (an attempt more is a new wait). */
+static int still_waiting(const mend_run *r, const struct mend_look *l) {
+  return r->status == MEND_RUN_RUNNING && r->cur == l->step && r->wait_kind == WAIT_EVENT &&
+         r->steps[l->step].status == MEND_STEP_WAITING &&
+         r->steps[l->step].attempts == l->attempts;
+}
+
+int mend__looks_pick_up(mend_engine *E, int wait) {
+  if (!E->look_sent) return 0;
+  look_rows x = {0};
+  int rc = E->look_failed ? -1 : mend_store_look_ahead_take(E->store, wait, on_row, &x);
+  if (rc == 0) return 0;
+  if (x.oom) rc = -1;
+  struct mend_look *l = E->look_sent;
+  E->look_sent = NULL;
+  int did = 0;
+  for (struct mend_look *next; l; l = next) {
+    next = l->next;
+    mend_run *r = E->broken ? NULL : mend__find_run(E, l->run_id);
+    if (r && r->look_out) r->look_out--;
+    if (r && still_waiting(r, l)) {
+      look_row *w = rc > 0 ? row_for(&x, l) : NULL;
+      if (w && r->took_seq <= E->look_seq) {
+        mend__take_looked_event(r, l->step, w->seq, w->payload, w->key);
+        w->payload = w->key = NULL;   /* the step's now */
+        free(w->run_id);              /* a second look of the run's finds the step moved on */
+        w->run_id = NULL;
+        did++;
+      } else if (rc < 0 || (w && r->took_seq > E->look_seq)) {
+        mend__take_event(r, l->step);   /* the way it was read before: through the batch */
+        did++;
+      }
+    }
+    free(l);
+  }
+  for (int i = 0; i < x.n; i++) {
+    free(x.rows[i].run_id);
+    free(x.rows[i].name);
+    free(x.rows[i].payload);
+    free(x.rows[i].key);
+  }
+  free(x.rows);
+  return did;
+}
+
+void mend__looks_settle(mend_engine *E) {
+  while (!E->broken && (E->look_sent || E->look_queued)) {
+    mend__looks_send(E);
+    if (!E->look_sent) {   /* the store cannot send it yet: read the other way, now */
+      E->look_sent = E->look_queued;
+      E->look_queued = E->look_queued_tail = NULL;
+      E->look_nqueued = 0;
+      E->look_failed = 1;
+    }
+    mend__looks_pick_up(E, 1);
+  }
+}
+
+int mend__looks_out(const mend_engine *E) { return E->look_sent || E->look_queued; }
+
+void mend__looks_forget(mend_engine *E) {
+  struct mend_look *lists[2] = {E->look_sent, E->look_queued};
+  for (int k = 0; k < 2; k++)
+    for (struct mend_look *l = lists[k], *next; l; l = next) {
+      next = l->next;
+      free(l);
+    }
+  E->look_sent = E->look_queued = E->look_queued_tail = NULL;
+  E->look_nqueued = 0;
+}
