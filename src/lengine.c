@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <lauxlib.h>
 #include <setjmp.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,14 @@ typedef struct engine_box {
   int alert_ref, log_ref;
   mend_log_sink sink;
 } engine_box;
+
+int mend__fail(lua_State *L, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  lua_pushvfstring(L, fmt, ap);
+  va_end(ap);
+  return lua_error(L);
+}
 
 static engine_box *check_engine(lua_State *L) {
   engine_box *b = luaL_checkudata(L, 1, ENGINE_MT);
@@ -292,7 +301,7 @@ static int engine_start(lua_State *L) {
   char id[MEND_RUN_ID_LEN], err[1024];
   int existed;
   int failed = mend_engine_start_value(b->E, L, name, 3, key, id, &existed, detached, err, sizeof err);
-  if (failed) return luaL_error(L, "start: %s", err);
+  if (failed) return mend__fail(L, "start: %s", err);
   lua_pushstring(L, id);
   lua_pushboolean(L, existed);
   return 2;
@@ -302,7 +311,7 @@ static int engine_start(lua_State *L) {
 static int engine_run(lua_State *L) {
   engine_box *b = check_driving(L, "run");
   int failed = mend_engine_run(b->E);
-  if (failed) return luaL_error(L, "%s", mend_engine_error(b->E));
+  if (failed) return mend__fail(L, "%s", mend_engine_error(b->E));
   return 0;
 }
 
@@ -311,7 +320,7 @@ static int engine_advance(lua_State *L) {
   engine_box *b = check_driving(L, "advance");
   double seconds = luaL_checknumber(L, 2);
   int failed = mend_engine_advance(b->E, seconds);
-  if (failed) return luaL_error(L, "%s", mend_engine_error(b->E));
+  if (failed) return mend__fail(L, "%s", mend_engine_error(b->E));
   return 0;
 }
 
@@ -320,7 +329,7 @@ static int engine_recover(lua_State *L) {
   engine_box *b = check_driving(L, "recover");
   int limit = (int)luaL_optinteger(L, 2, 0);
   int n = mend_engine_recover_runs(b->E, limit);
-  if (n < 0) return luaL_error(L, "%s", mend_engine_error(b->E));
+  if (n < 0) return mend__fail(L, "%s", mend_engine_error(b->E));
   lua_pushinteger(L, n);
   return 1;
 }
