@@ -144,6 +144,10 @@ describe("a run that no live worker holds", function()
     end
     assert.matches("b sleeping, due .- UTC %(in %d+ s%)", err)
     assert.matches("did not finish within 0.3s", err)
+    -- a bad flag is a usage error, told before anything about the run
+    rc, out, err = mend_in(nil, db, "wait " .. id .. " --timeout soon")
+    assert.are.equal(2, rc)
+    assert.matches("^mend: %-%-timeout must be a number > 0, got soon\n", err)
   end)
 end)
 

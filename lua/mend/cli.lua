@@ -726,6 +726,7 @@ local function db_shown(db)
 end
 
 local function cmd_wait(o, id)
+  local timeout = o.timeout and number_flag(o, "timeout", nil)   -- a usage error before any look
   return with_engine(existing_db(o.db), function(eng)
     local st = run_status(eng, id)
     if unfinished(st) and not present(st.held_by) then
@@ -733,7 +734,6 @@ local function cmd_wait(o, id)
       say("mend: run %s is waiting for a worker: no live worker holds it (start one: mend worker"
           .. " --db %s)%s\n", id, db_shown(o.db), #due > 0 and ("; " .. table.concat(due, "; ")) or "")
     end
-    local timeout = o.timeout and number_flag(o, "timeout", nil)
     local st = eng:wait(id, { timeout = timeout })
     if not st then fail("run %s did not finish within %ss", id, o.timeout) end
     if o.json then out("%s\n", json.encode(st)) else print_outcome(st) end
