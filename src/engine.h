@@ -119,6 +119,7 @@ struct mend_durable_wait {
   unsigned long seq;                 /* set by mend_engine_when_durable */
   mend_durable_wait *prev, *next;
   int listed;
+  int lost;                          /* waiting when the connection was lost (reconnect.c) */
 };
 void mend_engine_when_durable(mend_engine *E, mend_durable_wait *w);
 /* It is not told: a caller gone before its batch (a client that closed its connection). */
