@@ -151,7 +151,7 @@ static int real_precision(double d, int so_far) {
 /* An empty Lua table cannot say whether it was [] or {}; the tables decoded from [] are kept in
  * a weak-keyed set in the registry (no metatable: workflow code could read or change one
  * shared by every run), so that a value read back is written as it came: a run's input
- * `{"items":[]}` was recorded as `{"items":{}}`. */
+ * `{"items":[]}` is recorded so, not as `{"items":{}}`. */
 static const char empty_arrays_key = 0;
 
 /* Adds the table on top of the stack to the set.  [-0, +0, m] */
