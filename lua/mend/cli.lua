@@ -717,14 +717,6 @@ local function cmd_start(o, workflow)
   end)
 end
 
--- A database as the command may print it: a PostgreSQL URI without its password (in the
--- user part or as a parameter), which would otherwise land in terminals and logs; the server
--- and the database stay named, and libpq finds the password in PGPASSWORD or ~/.pgpass.
-local function db_shown(db)
-  if not db:match("^postgres") then return db end
-  return (db:gsub("^(%a+://[^:/@]*):[^@/]*@", "%1@"):gsub("([?&])password=[^&]*&?", "%1"):gsub("[?&]$", ""))
-end
-
 local function cmd_wait(o, id)
   local timeout = o.timeout and number_flag(o, "timeout", nil)   -- a usage error before any look
   return with_engine(existing_db(o.db), function(eng)
@@ -732,7 +724,7 @@ local function cmd_wait(o, id)
     if unfinished(st) and not present(st.held_by) then
       local due = due_lines(st, eng:now())
       say("mend: run %s is waiting for a worker: no live worker holds it (start one: mend worker"
-          .. " --db %s)%s\n", id, db_shown(o.db), #due > 0 and ("; " .. table.concat(due, "; ")) or "")
+          .. " --db %s)%s\n", id, render.db_shown(o.db), #due > 0 and ("; " .. table.concat(due, "; ")) or "")
     end
     local st = eng:wait(id, { timeout = timeout })
     if not st then fail("run %s did not finish within %ss", id, o.timeout) end
