@@ -232,6 +232,7 @@ local function select_events(st, history, step, tail)
 end
 
 local function cmd_history(o, id)
+  if o.chart and o.json then usage_error("history", "--chart and --json draw the run two ways: give one") end
   local tail = positive_int(o, "tail")
   return with_engine(existing_db(o.db), function(eng)
     local st = run_status(eng, id)
