@@ -712,7 +712,13 @@ local function cmd_start(o, workflow)
   local file = workflow_file(o, workflow)
   return with_engine({ db = o.db, durability = o.durability }, function(eng)
     local name = eng:load(file)
-    local id = eng:start(name, input, { key = o.key, detached = true })
+    local id, existed = eng:start(name, input, { key = o.key, detached = true })
+    -- stdout holds the id alone, for scripts; a key that was used before is told on stderr
+    if existed then
+      local st = eng:status(id)
+      say("mend: run key %s names the existing run %s, a run of workflow %s\n", o.key, id,
+          st and st.workflow or "?")
+    end
     out("%s\n", id)
     return EXIT_OK
   end)
