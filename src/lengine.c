@@ -467,6 +467,12 @@ static int engine_parked(lua_State *L) {
   return 1;
 }
 
+static int engine_alert_commands_failed(lua_State *L) {
+  engine_box *b = check_engine(L);
+  lua_pushinteger(L, mend_engine_alert_commands_failed(b->E));
+  return 1;
+}
+
 static int engine_in_flight(lua_State *L) {
   engine_box *b = check_engine(L);
   lua_pushinteger(L, mend_engine_in_flight(b->E));
@@ -575,7 +581,8 @@ void mend__lengine_open(lua_State *L) {
   static const luaL_Reg engine_methods[] = {
     {"load", engine_load}, {"register", engine_register}, {"start", engine_start},
     {"run", engine_run}, {"advance", engine_advance}, {"now", engine_now},
-    {"in_flight", engine_in_flight}, {"parked", engine_parked}, {"recover", engine_recover},
+    {"in_flight", engine_in_flight}, {"parked", engine_parked},
+    {"alert_commands_failed", engine_alert_commands_failed}, {"recover", engine_recover},
     {"serve", engine_serve}, {"stop", engine_stop}, {"resume", engine_resume},
     {"load_version", engine_load_version}, {"log", engine_log}, {"alert", engine_alert},
     {"close", engine_close}, {NULL, NULL}};

@@ -113,8 +113,13 @@ local function who()
 end
 
 -- Where an alert of this process goes, for the outcome's "attention" line.
-local function alert_target(o, level)
-  if o["alert-command"] then return "the alert was sent to the --alert-command" end
+local function alert_target(o, level, eng)
+  if o["alert-command"] then
+    if eng:alert_commands_failed() > 0 then
+      return "the --alert-command failed (see the log): it may have told nobody"
+    end
+    return "the alert was sent to the --alert-command"
+  end
   if level == "error" then return "no alert was sent: no --alert-command, and --log-level error" end
   return "the alert went to the log only (stderr): no --alert-command was given"
 end
@@ -184,7 +189,7 @@ local function cmd_run(o, file)
     if o.json then
       out("%s\n", json.encode(st))
     else
-      print_outcome(st, alert_target(o, level))
+      print_outcome(st, alert_target(o, level, eng))
       if live then out("(the log above is its timeline; mend history %s prints it again)\n", id)
       else print_timeline(eng:history(id)) end
     end

@@ -299,6 +299,7 @@ struct mend_engine {
    * to the system, and a fresh one faults a page every 4 KiB. */
   struct spare_block { void *p; size_t size; } spare[4];
   int alert_commands;     /* alert commands still running */
+  int alert_commands_failed;   /* alert commands that could not start or did not exit 0 */
   child *children;        /* child processes whose callbacks may still come */
   int destroying;
   mend_refusal refusal;   /* why the last repair refused */
