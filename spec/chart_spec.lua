@@ -34,6 +34,10 @@ describe("mend history --chart", function()
     assert.matches("BBB", fetch)                    -- breaker waits
     assert.are.equal("#", publish:sub(-1))
     assert.matches("%+33%.%d+ s", out)              -- the axis: the run took 33.8 s of its clock
+    -- a script asking for JSON gets a usage error, not a picture it cannot read
+    rc, out = sh(MEND .. " history " .. id .. " --chart --json --db " .. q(db))
+    assert.are.equal(2, rc, out)
+    assert.matches("^mend: %-%-chart and %-%-json", out)
   end)
 
   it("marks a compensation that failed", function()

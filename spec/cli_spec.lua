@@ -161,6 +161,17 @@ describe("the mend command", function()
       assert.are.equal("order-17", json.decode(out2).key)
     end)
 
+    it("mend start with a run key used before prints that run, and says whose it is", function()
+      local code, id, err = mend("start", "order", "--db", db, "--key", "k-9")
+      assert.are.equal(0, code, err)
+      assert.are.equal("", err)
+      local code2, id2, err2 = mend("start", "quest", "--db", db, "--key", "k-9")
+      assert.are.equal(0, code2, err2)
+      assert.are.equal(id, id2)
+      assert.are.equal("mend: run key k-9 names the existing run " .. id:gsub("%s+$", "")
+                       .. ", a run of workflow order\n", err2)
+    end)
+
     it("fails with exit 1 on invalid --input JSON, saying so", function()
       local code, out, err = mend("run", "workflows/order.lua", "--clock", "virtual", "--db", db,
                                   "--input", "{card: declined")

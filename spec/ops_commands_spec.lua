@@ -291,6 +291,15 @@ describe("--alert-command", function()
     assert.are.equal(4, rc, out)
     assert.matches("attention: the alert went to the log only %(stderr%): no %-%-alert%-command", out)
     assert.are.equal(1, #alerts_in(file))
+
+    -- a command that fails: the outcome does not claim it told anyone, the log says how it ended
+    local errfile = dir .. "/run.err"
+    rc, out = sh("(" .. MEND .. " run " .. q(dir .. "/stuck.lua") .. " --clock virtual --db " .. q(db)
+                 .. " --alert-command 'cat >/dev/null; exit 3' 2>" .. q(errfile) .. ")")
+    assert.are.equal(4, rc, out)
+    assert.matches("attention: the %-%-alert%-command failed %(see the log%)", out)
+    assert.is_nil(out:find("was sent to", 1, true))
+    assert.matches("alert command failed %(exit status 3%)", H.read(errfile))
   end)
 
   it("mend worker sends the alerts of the runs it executes", function()

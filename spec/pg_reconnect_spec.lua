@@ -338,3 +338,66 @@ return { name = "napper", steps = {
     if password then assert.is_nil(text:find(password, 1, true), "the password is in the log") end
   end)
 end)
+
+-- `mend serve` answers a start once its batch is committed. A start that arrives while the
+-- server is away goes into the batch the engine writes when it is back: answered 503 ("not
+-- known to be recorded") only if it was not recorded, since a client that repeats a start
+-- without a key makes a second run.
+describe("mend serve on PostgreSQL whose server went away", function()
+  after_each(H.cleanup)
+  local STATE = os.getenv("MEND_TEST_PG_STATE")
+  local it_restart = H.PG and STATE and it or pending
+
+  -- POSTs a start without a key; returns the HTTP status and the answer's text.
+  local function post_start(base)
+    local p = assert(io.popen(("curl -s -m 60 -w ' %%{http_code}' -H 'Content-Type: application/json'"
+      .. " -d '{\"workflow\":\"three\"}' %s/api/v1/runs"):format(base)))
+    local text = p:read("a")
+    p:close()
+    return tonumber(text:match("(%d+)%s*$")), text
+  end
+
+  local function count_runs(db)
+    local rc, out = mend_cmd(db, "runs --json")
+    assert.are.equal(0, rc, out)
+    return select(2, out:gsub('"workflow":"three"', ""))
+  end
+
+  it_restart("answers 503 for a start only when it was not recorded", function()
+    local dir, db, log = fresh()
+    local out = dir .. "/serve.out"
+    local p = io.popen(("sh -c %s >/dev/null 2>&1 & echo $!"):format(q(("exec %s serve --db %s"
+      .. " --workflows %s --listen 127.0.0.1:0 >%s 2>>%s"):format(MEND, q(db), q(dir), q(out), q(log)))))
+    local pid = p:read("l")
+    p:close()
+    local up = true
+    local ok, err = pcall(function()
+      local base
+      H.wait_for("the server to listen", function()
+        base = H.read(out):match("serving (http://[%d%.]+:%d+)/api/v1")
+        return base ~= nil
+      end, 20)
+      assert.are.equal(201, (post_start(base)))
+      local rc, text = H.shell("sh tests/pg/cluster.sh down " .. q(STATE))
+      assert.are.equal(0, rc, text)
+      up = false
+      assert.are.equal(503, (post_start(base)))   -- its batch lost with the connection
+      rc, text = H.shell("sh tests/pg/cluster.sh up " .. q(STATE))
+      assert.are.equal(0, rc, text)
+      up = true
+      -- the engine reconnects at its next try: the first starts may come before it
+      local answers, n = {}, count_runs(db)
+      for i = 1, 4 do
+        local code, said = post_start(base)
+        local now = count_runs(db)
+        if code == 503 then assert.are.equal(n, now, "answered 503 but recorded: " .. said) end
+        if code == 201 then assert.are.equal(n + 1, now, said) end
+        answers[i], n = code, now
+      end
+      assert.are.equal(201, answers[4], table.concat(answers, " "))
+    end)
+    if not up then H.shell("sh tests/pg/cluster.sh up " .. q(STATE)) end
+    H.stop_worker(pid)
+    assert(ok, tostring(err) .. "\n" .. H.read(log))
+  end)
+end)

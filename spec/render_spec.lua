@@ -89,3 +89,21 @@ describe("the CLI and the REPL", function()
                    cli(db, "history " .. dead))
   end)
 end)
+
+describe("a database's name as mend shows it (mend wait, the REPL's banner)", function()
+  local render = require "mend.render"
+
+  it("drops a PostgreSQL password and keeps the server, the database and the other parameters", function()
+    assert.are.equal("postgresql://mend@db.example:5432/jobs",
+                     render.db_shown("postgresql://mend:s3cret@db.example:5432/jobs"))
+    assert.are.equal("postgres://mend@h/jobs?options=-csearch_path%3Dx",
+                     render.db_shown("postgres://mend:s3cret@h/jobs?options=-csearch_path%3Dx"))
+    assert.are.equal("postgres://h/jobs?sslmode=require",
+                     render.db_shown("postgres://h/jobs?password=s3cret&sslmode=require"))
+    assert.are.equal("postgres://h/jobs?sslmode=require",
+                     render.db_shown("postgres://h/jobs?sslmode=require&password=s3cret"))
+    assert.are.equal("postgresql://", render.db_shown("postgresql://"))
+    assert.are.equal("jobs.db", render.db_shown("jobs.db"))
+    assert.are.equal("user:pw@odd.db", render.db_shown("user:pw@odd.db"))   -- a file's name as it is
+  end)
+end)

@@ -136,6 +136,8 @@ describe("a locked database #sqlite", function()
     rc, out = run(string.format("%s start big --db %s --workflows %s", MEND, db, wfdir))
     assert.are.equal(1, rc, out)
     assert.matches(db .. ".*database is locked", out)
+    -- mend's own error, as the README shows it: no position in mend's Lua files before it
+    assert.matches("^mend: start: " .. db:gsub("%p", "%%%0") .. ": ", out)
     assert.is_truthy(H.wall() - t0 >= 4.5)   -- it waited the busy timeout out first
     holder:write("ROLLBACK;\n.quit\n")
     holder:close()

@@ -137,8 +137,17 @@ describe("a run that no live worker holds", function()
     local _, said = err:gsub("is waiting for a worker", "")
     assert.are.equal(1, said, err)
     assert.matches("no live worker holds it %(start one: mend worker", err)
+    local password = H.is_pg(db) and db:match("^%a+://[^:/@]+:([^@]+)@")
+    if password then   -- the server is named, never its password
+      assert.is_nil(err:find(password, 1, true), err)
+      assert.matches("mend worker %-%-db %a+://[^:/@]+@", err)
+    end
     assert.matches("b sleeping, due .- UTC %(in %d+ s%)", err)
     assert.matches("did not finish within 0.3s", err)
+    -- a bad flag is a usage error, told before anything about the run
+    rc, out, err = mend_in(nil, db, "wait " .. id .. " --timeout soon")
+    assert.are.equal(2, rc)
+    assert.matches("^mend: %-%-timeout must be a number > 0, got soon\n", err)
   end)
 end)
 

@@ -119,6 +119,7 @@ struct mend_durable_wait {
   unsigned long seq;                 /* set by mend_engine_when_durable */
   mend_durable_wait *prev, *next;
   int listed;
+  int lost;                          /* waiting when the connection was lost (reconnect.c) */
 };
 void mend_engine_when_durable(mend_engine *E, mend_durable_wait *w);
 /* It is not told: a caller gone before its batch (a client that closed its connection). */
@@ -248,6 +249,8 @@ void mend_engine_commit_counters(const mend_engine *E, mend_commit_counters *out
 int mend_engine_workflow_counters(const mend_engine *E, int i, const char **name,
                                   mend_workflow_counters *out);
 int mend_engine_parked(const mend_engine *E);   /* runs held out of memory (park.c) */
+/* Alert commands (cfg.alert_command) that could not start or did not exit 0 (notify.c). */
+int mend_engine_alert_commands_failed(const mend_engine *E);
 
 /* Where a Lua panic in an engine that owns its state goes (a jmp_buf of the caller's, which
  * the panic handler longjmps to); returns the one before. mend_engine_panicked: it happened,

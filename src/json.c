@@ -2,7 +2,8 @@
  * json: Lua values <-> JSON through jansson. Owns the mapping between the two (which tables are
  * arrays, what stands for null, integers versus floats; a table whose metatable asks for it,
  * MEND_JSON_FILL, completed before it is read) and the refusal, with a path, of what JSON
- * cannot say. Never keeps Lua values or jansson values beyond one call.
+ * cannot say. Never keeps Lua values or jansson values beyond one call, but for the weak set
+ * of the empty tables decoded from `[]`, which it must never let workflow code reach.
  */
 #include "json.h"
 
@@ -147,8 +148,48 @@ static int real_precision(double d, int so_far) {
   return 17;
 }
 
+/* An empty Lua table cannot say whether it was [] or {}; the tables decoded from [] are kept in
+ * a weak-keyed set in the registry (no metatable: workflow code could read or change one
+ * shared by every run), so that a value read back is written as it came: a run's input
+ * `{"items":[]}` is recorded so, not as `{"items":{}}`. */
+static const char empty_arrays_key = 0;
+
+/* Adds the table on top of the stack to the set.  [-0, +0, m] */
+static void mark_empty_array(lua_State *L) {
+  luaL_checkstack(L, 4, "JSON nested too deeply");
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &empty_arrays_key) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_createtable(L, 0, 0);
+    lua_createtable(L, 0, 1);
+    lua_pushliteral(L, "k");
+    lua_setfield(L, -2, "__mode");
+    lua_setmetatable(L, -2);
+    lua_pushvalue(L, -1);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &empty_arrays_key);
+  }
+  lua_pushvalue(L, -2);
+  lua_pushboolean(L, 1);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+}
+
+/* 1 if the (empty) table at idx was decoded from []. stack: unchanged */
+static int is_empty_array(lua_State *L, int idx) {
+  idx = lua_absindex(L, idx);
+  if (!lua_checkstack(L, 2)) return 0;
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &empty_arrays_key) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    return 0;
+  }
+  lua_pushvalue(L, idx);
+  int marked = lua_rawget(L, -2) != LUA_TNIL;
+  lua_pop(L, 2);
+  return marked;
+}
+
 /* Array if the keys are exactly 1..n (n >= 1), object if they are all strings; an empty table
- * is an object. Returns 1 array, 0 object, -1 refused. stack: unchanged */
+ * is an object unless it was decoded from [] (above). Returns 1 array, 0 object, -1 refused.
+ * stack: unchanged */
 static int table_kind(enc *e, int idx, lua_Integer *n_out) {
   lua_State *L = e->L;
   lua_Integer count = 0, max = 0;
@@ -185,6 +226,7 @@ static int table_kind(enc *e, int idx, lua_Integer *n_out) {
     return -1;
   }
   *n_out = count;
+  if (!integers && !strings) return is_empty_array(L, idx);
   return integers ? 1 : 0;
 }
 
@@ -465,6 +507,7 @@ static char *quick_text(lua_State *L, int idx, mend_json_meter meter, void *ud) 
       room += klen + 4 + (size_t)r;
       lua_pop(L, 1);
     }
+    if (values == 1 && is_empty_array(L, idx)) return NULL;   /* [], the full walk's */
   } else {
     long r = quick_room(L, idx, &bytes);
     if (r < 0) return NULL;
@@ -553,6 +596,7 @@ static void push_value(lua_State *L, const json_t *v, int nested) {
   case JSON_ARRAY: {
     size_t n = json_array_size(v);
     lua_createtable(L, n > 1u << 20 ? 1 << 20 : (int)n, 0);
+    if (n == 0) mark_empty_array(L);
     for (size_t i = 0; i < n; i++) {
       push_value(L, json_array_get(v, i), 1);
       lua_rawseti(L, -2, (lua_Integer)i + 1);

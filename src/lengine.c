@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <lauxlib.h>
 #include <setjmp.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,14 @@ typedef struct engine_box {
   int alert_ref, log_ref;
   mend_log_sink sink;
 } engine_box;
+
+int mend__fail(lua_State *L, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  lua_pushvfstring(L, fmt, ap);
+  va_end(ap);
+  return lua_error(L);
+}
 
 static engine_box *check_engine(lua_State *L) {
   engine_box *b = luaL_checkudata(L, 1, ENGINE_MT);
@@ -293,7 +302,7 @@ static int engine_start(lua_State *L) {
   char id[MEND_RUN_ID_LEN], err[1024];
   int existed;
   int failed = mend_engine_start_value(b->E, L, name, 3, key, id, &existed, detached, err, sizeof err);
-  if (failed) return luaL_error(L, "start: %s", err);
+  if (failed) return mend__fail(L, "start: %s", err);
   lua_pushstring(L, id);
   lua_pushboolean(L, existed);
   return 2;
@@ -303,7 +312,7 @@ static int engine_start(lua_State *L) {
 static int engine_run(lua_State *L) {
   engine_box *b = check_driving(L, "run");
   int failed = mend_engine_run(b->E);
-  if (failed) return luaL_error(L, "%s", mend_engine_error(b->E));
+  if (failed) return mend__fail(L, "%s", mend_engine_error(b->E));
   return 0;
 }
 
@@ -312,7 +321,7 @@ static int engine_advance(lua_State *L) {
   engine_box *b = check_driving(L, "advance");
   double seconds = luaL_checknumber(L, 2);
   int failed = mend_engine_advance(b->E, seconds);
-  if (failed) return luaL_error(L, "%s", mend_engine_error(b->E));
+  if (failed) return mend__fail(L, "%s", mend_engine_error(b->E));
   return 0;
 }
 
@@ -321,7 +330,7 @@ static int engine_recover(lua_State *L) {
   engine_box *b = check_driving(L, "recover");
   int limit = (int)luaL_optinteger(L, 2, 0);
   int n = mend_engine_recover_runs(b->E, limit);
-  if (n < 0) return luaL_error(L, "%s", mend_engine_error(b->E));
+  if (n < 0) return mend__fail(L, "%s", mend_engine_error(b->E));
   lua_pushinteger(L, n);
   return 1;
 }
@@ -459,6 +468,12 @@ static int engine_parked(lua_State *L) {
   return 1;
 }
 
+static int engine_alert_commands_failed(lua_State *L) {
+  engine_box *b = check_engine(L);
+  lua_pushinteger(L, mend_engine_alert_commands_failed(b->E));
+  return 1;
+}
+
 static int engine_in_flight(lua_State *L) {
   engine_box *b = check_engine(L);
   lua_pushinteger(L, mend_engine_in_flight(b->E));
@@ -567,7 +582,8 @@ void mend__lengine_open(lua_State *L) {
   static const luaL_Reg engine_methods[] = {
     {"load", engine_load}, {"register", engine_register}, {"start", engine_start},
     {"run", engine_run}, {"advance", engine_advance}, {"now", engine_now},
-    {"in_flight", engine_in_flight}, {"parked", engine_parked}, {"recover", engine_recover},
+    {"in_flight", engine_in_flight}, {"parked", engine_parked},
+    {"alert_commands_failed", engine_alert_commands_failed}, {"recover", engine_recover},
     {"serve", engine_serve}, {"stop", engine_stop}, {"resume", engine_resume},
     {"load_version", engine_load_version}, {"log", engine_log}, {"alert", engine_alert},
     {"close", engine_close}, {NULL, NULL}};

@@ -43,7 +43,7 @@ static int engine_wait(lua_State *L) {
   mend_store *st = mend_engine_store(E);
   for (;;) {
     json_t *run = mend_store_run(st, id);
-    if (!run) return luaL_error(L, "%s", mend_store_errmsg(st));
+    if (!run) return mend__fail(L, "%s", mend_store_errmsg(st));
     if (is_final_status(json_string_value(json_object_get(run, "status")))) {
       mend_json_push(L, run);
       json_decref(run);
@@ -61,7 +61,7 @@ static int engine_wait(lua_State *L) {
 }
 
 static int push_query(lua_State *L, mend_engine *E, json_t *v) {
-  if (!v) return luaL_error(L, "%s", mend_store_errmsg(mend_engine_store(E)));
+  if (!v) return mend__fail(L, "%s", mend_store_errmsg(mend_engine_store(E)));
   mend_json_push(L, v);
   json_decref(v);
   return 1;
@@ -145,7 +145,7 @@ static int engine_prune(lua_State *L) {
   mend_store *st = mend_engine_store(E);
   double before = mend_engine_now(E) - older;
   json_t *v = mend_store_prune(st, before, status, dry);
-  if (!v) return luaL_error(L, "prune: %s", mend_store_errmsg(st));
+  if (!v) return mend__fail(L, "prune: %s", mend_store_errmsg(st));
   json_object_set_new(v, "before", json_real(before));
   return push_query(L, E, v);
 }

@@ -19,6 +19,10 @@ void mend__lengine_open(lua_State *L);
 /* opts[field] as a string, def when nil; raises naming nothing else when not a string. The
  * string stays anchored in the table.  [-0, +0, e] */
 const char *mend__opt_string(lua_State *L, int idx, const char *field, const char *def);
+/* Raises the formatted message as it is, with no "file:line:" of the calling Lua code: for a
+ * failure of the engine or its store (a full disk, a lock), which is not the caller's line and
+ * which the mend command prints as its own error.  [-0, +0, v] */
+int mend__fail(lua_State *L, const char *fmt, ...);
 
 /* ---- lengine_ops.c: the engine's methods for people (queries, wait, prune, repairs) */
 extern const luaL_Reg mend__lengine_ops[];

@@ -165,13 +165,32 @@ static void test_decode(void) {
   check_round_trip("9223372036854775807");
 
   char err[256] = "";
-  /* [] and {} both become an empty table, which encodes as an object. */
+  /* [] and {} both become an empty table, and each is written back as it came: a run's input
+   * {"items":[]} is recorded so, not as {"items":{}}. A table made in Lua is an object. */
+  check_round_trip("[]");
+  check_round_trip("{\"items\":[],\"none\":{}}");
+  check_round_trip("[[],{},[[]]]");
   CHECK_EQ_INT(mend_json_decode(L, "[]", 2, err, sizeof err), 0);
   CHECK(lua_istable(L, -1) && lua_rawlen(L, -1) == 0);
   char *t = mend_json_encode(L, -1, "value", err, sizeof err);
-  CHECK_STR(t, "{}");
+  CHECK_STR(t, "[]");
+  free(t);
+  lua_pushinteger(L, 5);   /* filled, it is what its keys say */
+  lua_rawseti(L, -2, 1);
+  t = mend_json_encode(L, -1, "value", err, sizeof err);
+  CHECK_STR(t, "[5]");
   free(t);
   lua_settop(L, 0);
+  CHECK_EQ_INT(mend_json_decode(L, "{\"a\":[]}", 8, err, sizeof err), 0);
+  lua_getfield(L, -1, "a");
+  lua_pushliteral(L, "x");
+  lua_setfield(L, -2, "k");
+  lua_pop(L, 1);
+  t = mend_json_encode(L, -1, "value", err, sizeof err);
+  CHECK_STR(t, "{\"a\":{\"k\":\"x\"}}");
+  free(t);
+  lua_settop(L, 0);
+  check_encodes("{}", "{}");
 
   /* Integers decode as Lua integers, reals as floats. */
   CHECK_EQ_INT(mend_json_decode(L, "[7, 7.0, 1e3]", 13, err, sizeof err), 0);

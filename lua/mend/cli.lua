@@ -113,8 +113,13 @@ local function who()
 end
 
 -- Where an alert of this process goes, for the outcome's "attention" line.
-local function alert_target(o, level)
-  if o["alert-command"] then return "the alert was sent to the --alert-command" end
+local function alert_target(o, level, eng)
+  if o["alert-command"] then
+    if eng:alert_commands_failed() > 0 then
+      return "the --alert-command failed (see the log): it may have told nobody"
+    end
+    return "the alert was sent to the --alert-command"
+  end
   if level == "error" then return "no alert was sent: no --alert-command, and --log-level error" end
   return "the alert went to the log only (stderr): no --alert-command was given"
 end
@@ -184,7 +189,7 @@ local function cmd_run(o, file)
     if o.json then
       out("%s\n", json.encode(st))
     else
-      print_outcome(st, alert_target(o, level))
+      print_outcome(st, alert_target(o, level, eng))
       if live then out("(the log above is its timeline; mend history %s prints it again)\n", id)
       else print_timeline(eng:history(id)) end
     end
@@ -232,6 +237,7 @@ local function select_events(st, history, step, tail)
 end
 
 local function cmd_history(o, id)
+  if o.chart and o.json then usage_error("history", "--chart and --json draw the run two ways: give one") end
   local tail = positive_int(o, "tail")
   return with_engine(existing_db(o.db), function(eng)
     local st = run_status(eng, id)
@@ -711,21 +717,27 @@ local function cmd_start(o, workflow)
   local file = workflow_file(o, workflow)
   return with_engine({ db = o.db, durability = o.durability }, function(eng)
     local name = eng:load(file)
-    local id = eng:start(name, input, { key = o.key, detached = true })
+    local id, existed = eng:start(name, input, { key = o.key, detached = true })
+    -- stdout holds the id alone, for scripts; a key that was used before is told on stderr
+    if existed then
+      local st = eng:status(id)
+      say("mend: run key %s names the existing run %s, a run of workflow %s\n", o.key, id,
+          st and st.workflow or "?")
+    end
     out("%s\n", id)
     return EXIT_OK
   end)
 end
 
 local function cmd_wait(o, id)
+  local timeout = o.timeout and number_flag(o, "timeout", nil)   -- a usage error before any look
   return with_engine(existing_db(o.db), function(eng)
     local st = run_status(eng, id)
     if unfinished(st) and not present(st.held_by) then
       local due = due_lines(st, eng:now())
       say("mend: run %s is waiting for a worker: no live worker holds it (start one: mend worker"
-          .. " --db %s)%s\n", id, o.db, #due > 0 and ("; " .. table.concat(due, "; ")) or "")
+          .. " --db %s)%s\n", id, render.db_shown(o.db), #due > 0 and ("; " .. table.concat(due, "; ")) or "")
     end
-    local timeout = o.timeout and number_flag(o, "timeout", nil)
     local st = eng:wait(id, { timeout = timeout })
     if not st then fail("run %s did not finish within %ss", id, o.timeout) end
     if o.json then out("%s\n", json.encode(st)) else print_outcome(st) end

@@ -1,7 +1,8 @@
 -- mend.render: how mend shows runs to people, shared by the `mend` command and the REPL:
 -- times and delays, one line per history event (a renderer per event), timelines, a run's
 -- outcome and status (who carries it on, when its steps are due), the dead-letter queue, runs
--- and breakers. It prints to stdout and reads nothing but what it is given.
+-- and breakers, and a database's name as it may be shown (never a password). It prints to
+-- stdout and reads nothing but what it is given.
 
 local mend = require "mend"
 local json = mend.json
@@ -332,8 +333,17 @@ local function print_breakers(list, now)
   end
 end
 
+-- A database as mend may print it: a PostgreSQL URI without its password (in the user part or
+-- as a parameter), which would otherwise land in terminals and logs; the server and the
+-- database stay named, and libpq finds the password in PGPASSWORD or ~/.pgpass.
+local function db_shown(db)
+  if not db:match("^postgres") then return db end
+  return (db:gsub("^(%a+://[^:/@]*):[^@/]*@", "%1@"):gsub("([?&])password=[^&]*&?", "%1"):gsub("[?&]$", ""))
+end
+
 return {
   breakers_now = breakers_now,
+  db_shown = db_shown,
   due_lines = due_lines,
   encode_list = encode_list,
   fmt_seconds = fmt_seconds,

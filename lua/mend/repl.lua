@@ -741,7 +741,7 @@ function M.main(opts)
       end
     end
     out("mend %s, engine on %s (%s clock). help() lists the helpers; Ctrl-D leaves.\n",
-        mend.version or "", opts.db, opts.clock)
+        mend.version or "", show.db_shown(opts.db), opts.clock)
   else
     read = function() return io.stdin:read("l") end
   end

@@ -257,7 +257,6 @@ struct mend_engine {
   double tick_piece;      /* what a tick expects its next action to cost (pump.c, drive.c) */
   /* callers waiting for a batch to be durable, in the order of their batches (pump.c) */
   mend_durable_wait *durable_head, *durable_tail;
-  unsigned long durable_failed;   /* batches up to this one failed or are not known (pump.c) */
   /* A piece that reads the store runs the open batch's recorded writes first (store.h:
    * read_flushes), at a cost that grows with the batch: counted apart (pump.c). */
   double tick_flush;              /* what running them cost such a piece */
@@ -307,6 +306,7 @@ struct mend_engine {
    * to the system, and a fresh one faults a page every 4 KiB. */
   struct spare_block { void *p; size_t size; } spare[4];
   int alert_commands;     /* alert commands still running */
+  int alert_commands_failed;   /* alert commands that could not start or did not exit 0 */
   child *children;        /* child processes whose callbacks may still come */
   int destroying;
   mend_refusal refusal;   /* why the last repair refused */

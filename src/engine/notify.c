@@ -62,12 +62,17 @@ void mend__alert_handle_closed(uv_handle_t *h) {
 }
 
 static void alert_exited(uv_process_t *p, int64_t status, int signal) {
-  (void)signal;
   alert_proc *a = p->data;
   mend_engine *E = mend__child_unlink(&a->base);
   if (E) {
     E->alert_commands--;
-    if (status != 0) mend_engine_log_line(E, "warn", NULL, NULL, 0, "alert", "alert command failed");
+    if (status != 0 || signal != 0) {
+      E->alert_commands_failed++;
+      char msg[96];
+      if (signal) snprintf(msg, sizeof msg, "alert command failed (killed by signal %d)", signal);
+      else snprintf(msg, sizeof msg, "alert command failed (exit status %lld)", (long long)status);
+      mend_engine_log_line(E, "warn", NULL, NULL, 0, "alert", msg);
+    }
   }
   uv_close((uv_handle_t *)p, mend__alert_handle_closed);
 }
@@ -106,6 +111,7 @@ static void run_alert_command(mend_engine *E, char *text) {
   a->open = 2;
   int rc = uv_spawn(E->loop, &a->proc, &opt);
   if (rc) {
+    E->alert_commands_failed++;
     mend_engine_log_line(E, "error", NULL, NULL, 0, "alert", uv_strerror(rc));
     uv_close((uv_handle_t *)&a->proc, mend__alert_handle_closed);
     uv_close((uv_handle_t *)&a->in, mend__alert_handle_closed);
@@ -132,6 +138,8 @@ void mend__fire_batch(mend_engine *E, json_t *alerts, json_t *events) {
   }
   json_decref(alerts);
 }
+
+int mend_engine_alert_commands_failed(const mend_engine *E) { return E->alert_commands_failed; }
 
 void mend_engine_alert(mend_engine *E, json_t *ev) {
   if (!json_object_get(ev, "at")) json_object_set_new(ev, "at", json_real(mend_engine_now(E)));

@@ -380,6 +380,7 @@ void mend_engine_when_durable(mend_engine *E, mend_durable_wait *w) {
   else E->durable_head = w;
   E->durable_tail = w;
   w->listed = 1;
+  w->lost = 0;
   if (E->broken) mend__durable_fire(E);
   else mend__kick(E);   /* the next turn ends the batch, even one with nothing in it */
 }
@@ -394,15 +395,15 @@ void mend_engine_durable_cancel(mend_engine *E, mend_durable_wait *w) {
 }
 
 /* Tells the waiting callers whose batch is durable, or failed: all of them once the engine is
- * broken (its batch was rolled back), those up to a batch lost with the connection. Seqs only
- * grow along the list, so only its head is looked at. */
+ * broken (its batch was rolled back), those that waited when the connection was lost (a
+ * prefix of the list). Seqs only grow along the list, so only its head is looked at. */
 void mend__durable_fire(mend_engine *E) {
   if (!E->durable_head) return;
   unsigned long durable = mend_store_durable_seq(E->store);
   while (E->durable_head) {
     mend_durable_wait *w = E->durable_head;
     const char *err = E->broken ? E->errmsg
-      : w->seq <= E->durable_failed ? "the connection to the database was lost while this was "
+      : w->lost ? "the connection to the database was lost while this was "
         "being written: it is not known to be recorded (ask again: a start with a key gives the "
         "same run)"
       : NULL;

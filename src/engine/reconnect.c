@@ -26,9 +26,11 @@
  * drops every write to them from now on: no later batch can commit a step of a run whose
  * earlier step went with the failed one. */
 void mend__store_lost(mend_engine *E) {
-  /* Whoever waits for a batch up to the open one is told it is not known to be kept (at the
-   * next turn); again at each failure while the server is away, as each loses its batch. */
-  E->durable_failed = mend_store_open_seq(E->store);
+  /* Whoever waits now is told that what it wrote is not known to be kept (at the next turn);
+   * again at each failure while the server is away, as each loses its batch. Not by the
+   * batch's number: a failed batch leaves it as it was, and a start written after the failure
+   * carries it too, in the batch committed once the server is back. */
+  for (mend_durable_wait *w = E->durable_head; w; w = w->next) w->lost = 1;
   /* Again while the server is away: the runs are marked already, and the retry is the poll's
    * (worker.c), not a turn at once, which would spin. Said every ten seconds, not every try. */
   if (E->store_lost) {

@@ -297,6 +297,11 @@ int mend_engine_dlq_retry(mend_engine *E, const char *id, const char *who, char 
   if (comp) {
     r->steps[i].comp_attempts = 0;   /* fresh attempts */
     r->steps[i].last_delay = -1;
+    /* The run's error goes back to why it turned back: the compensation's error stays with
+     * its step, and a run compensated at last would otherwise show it as its cause. */
+    int f = r->fail_step;
+    if (f >= 0 && f < r->wf->nsteps && r->steps[f].status == MEND_STEP_FAILED && r->steps[f].error)
+      mend__set_str(&r->error, r->steps[f].error);
     mend__run_to(r, MEND_RUN_COMPENSATING);
   } else {   /* severity 3: the failed step again, with fresh attempts */
     r->steps[i].attempts = 0;

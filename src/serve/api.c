@@ -109,10 +109,17 @@ static void start_run(serve_req *r) {
   lua_pop(L, 1);
   /* A start fails for its input (400) or for the database: its own failure, or another
    * process's lock (503). */
+  json_t *found = NULL;
   if (rc && mend_engine_refusal(r->E) == MEND_REFUSED_STORE) serve_error(r, 503, "storage", "%s", err);
   else if (rc) serve_error(r, 400, "start_refused", "%s", err);
-  else serve_json_durable(r, existed ? 200 : 201, json_pack("{s:s,s:s,s:b}", "id", id, "workflow",
-                                                            name, "existed", existed));
+  else {
+    /* The key may be that of a run of another workflow: the answer names the run's own. */
+    if (existed) found = mend_store_run(mend_engine_store(r->E), id);
+    const char *wf = found ? json_string_value(json_object_get(found, "workflow")) : NULL;
+    serve_json_durable(r, existed ? 200 : 201, json_pack("{s:s,s:s,s:b}", "id", id, "workflow",
+                                                         wf ? wf : name, "existed", existed));
+  }
+  json_decref(found);
   json_decref(body);
 }
 
