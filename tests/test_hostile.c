@@ -24,11 +24,14 @@
  *                                   fewer than n pages (minor faults: memory mapped afresh,
  *                                   14-20 us each on a virtual machine); not checked under
  *                                   AddressSanitizer, whose allocator maps blocks its own way
- *   -- overrun: <ms>                (optional, after the lines above) its first run's step,
- *                                   stopped by its timeout, ended less than <ms> past it: the
- *                                   wall time from its `running` to its `failed` in the
- *                                   history, less the timeout (printed for each case that says
- *                                   it; four times as much under the sanitizers)
+ *   -- overrun: <ms>                (optional, after the lines above) how far past its timeout
+ *                                   its first run's step may end: the wall time from its
+ *                                   `running` to its `failed` in the history, less the timeout,
+ *                                   printed beside <ms> (four times as much under the
+ *                                   sanitizers), not asserted: on a loaded machine wall time
+ *                                   is the other processes' too (258 ms once at load 5, for
+ *                                   -49 ms idle); the case's CPU bound and its faults are
+ *                                   what is asserted
  *
  * What the issue promises is that no hostile script holds the loop longer than its budget or
  * its timeout plus 100 ms, and that is what is asserted, on the CPU time of this thread, which
@@ -397,7 +400,6 @@ int main(int argc, char **argv) {
         printf("%-36s its step past its timeout of %.0f: %.1f (bound %.0f) ms\n", names[i],
                timeout * 1000, over * 1000, overrun_ms * TIME_SCALE);
         CHECK(span >= 0);
-        CHECK(over * 1000 < overrun_ms * TIME_SCALE);
       }
     }
     double took = now_s() - t0, cpu = loop_cpu_s() - c0;

@@ -1,6 +1,7 @@
 -- expect: needs_attention step exceeded its timeout
 -- budget: 0
 -- memory: 268435456
+-- faults: 20000
 -- overrun: 100
 -- A step under a timeout alone makes, 50 ms before its deadline, a string of 80 MiB in one
 -- concatenation: one instruction, whose block is mapped afresh and filled there, some 20k
