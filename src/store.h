@@ -452,6 +452,9 @@ typedef struct mend_store_methods {
    * run), *img then empty. A status the engine does not know is an error naming it. PostgreSQL
    * reads it in one round trip, SQLite with prepared statements; neither builds JSON. */
   int (*run_image)(mend_store *s, const char *id, mend_run_image *img);
+  /* The last failure of a read on the loop thread's own connection (events_after, the inbox's
+   * committed looks), where another thread writes errmsg's (optional: NULL, errmsg). */
+  const char *(*read_errmsg)(mend_store *s);
 } mend_store_methods;
 
 #define MEND_STORE_M(s) (*(const mend_store_methods *const *)(const void *)(s))
@@ -475,6 +478,9 @@ static inline void mend_store_close(mend_store *s) {
 }
 static inline const char *mend_store_errmsg(mend_store *s) {
   return s ? MEND_STORE_M(s)->errmsg(s) : "no store";
+}
+static inline const char *mend_store_read_errmsg(mend_store *s) {
+  return MEND_STORE_M(s)->read_errmsg ? MEND_STORE_M(s)->read_errmsg(s) : mend_store_errmsg(s);
 }
 static inline int mend_store_not_found(const mend_store *s) {
   return MEND_STORE_M(s)->not_found(s);

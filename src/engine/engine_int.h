@@ -293,6 +293,7 @@ struct mend_engine {
    * look_seq: the durable batch when it went; look_failed: it could not be sent */
   struct mend_look *look_queued, *look_queued_tail, *look_sent;
   int look_nqueued, look_failed;
+  int look_warned;        /* a failed look was told (lookahead.c: look_trouble) */
   unsigned long look_seq;
   uv_async_t *wakeup;
   size_t mem_used, mem_limit;

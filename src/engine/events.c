@@ -417,7 +417,7 @@ void mend__take_events(mend_engine *E) {
   if (!ids) return;
   long long last = mend_store_events_after(E->store, E->inbox_seen, 1000, note_run, ids);
   if (last < 0) {
-    mend_engine_log_line(E, "warn", NULL, NULL, 0, "event", mend_store_errmsg(E->store));
+    mend_engine_log_line(E, "warn", NULL, NULL, 0, "event", mend_store_read_errmsg(E->store));
     json_decref(ids);
     return;
   }

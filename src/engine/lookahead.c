@@ -12,6 +12,7 @@
  */
 #include "engine_int.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,6 +45,17 @@ int mend__look_ahead(mend_run *r, int i) {
   return 1;
 }
 
+/* A look the store could not send or answer: its runs read through the batch instead, and the
+ * host hears why once, until a look is answered again (a server away fails every tick's). */
+static void look_trouble(mend_engine *E) {
+  if (E->look_warned) return;
+  E->look_warned = 1;
+  char msg[1800];
+  snprintf(msg, sizeof msg, "%s (runs read their events through the batch meanwhile)",
+           mend_store_read_errmsg(E->store));
+  mend_engine_log_line(E, "warn", NULL, NULL, 0, "event", msg);
+}
+
 void mend__looks_send(mend_engine *E) {
   if (E->look_sent || !E->look_queued) return;
   int n = E->look_nqueued;
@@ -58,6 +70,7 @@ void mend__looks_send(mend_engine *E) {
   int rc = v ? mend_store_look_ahead(E->store, n, v, v + n) : -1;
   free(v);
   if (rc == 1) return;   /* the store is not ready to send it: a later tick's end sends it */
+  if (rc != 0 && v) look_trouble(E);
   E->look_seq = seq;
   E->look_failed = rc != 0;
   E->look_sent = E->look_queued;
@@ -117,6 +130,8 @@ int mend__looks_pick_up(mend_engine *E, int wait) {
   look_rows x = {0};
   int rc = E->look_failed ? -1 : mend_store_look_ahead_take(E->store, wait, on_row, &x);
   if (rc == 0) return 0;
+  if (rc < 0 && !E->look_failed && !x.oom) look_trouble(E);
+  if (rc > 0) E->look_warned = 0;
   if (x.oom) rc = -1;
   struct mend_look *l = E->look_sent;
   E->look_sent = NULL;

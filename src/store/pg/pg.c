@@ -244,19 +244,17 @@ int mend__pg_connect(mend_pg *p, PGconn **out) {
  * may name several hosts, and the first that answers may be a standby behind the primary (or
  * a server other than the writer's, when it was down as the writer connected). */
 void mend__pg_note_writer_host(mend_pg *p, PGconn *c) {
-  const char *host = PQhost(c), *port = PQport(c), *addr = NULL;
-  /* hostaddr only where the URI gives one: libpq then pairs it with host, and a host name
-   * alone would be looked up again */
-  PQconninfoOption *opts = PQconninfo(c);
-  for (PQconninfoOption *o = opts; o && o->keyword; o++)
-    if (strcmp(o->keyword, "hostaddr") == 0 && o->val && *o->val) addr = PQhostaddr(c);
+  const char *host = PQhost(c), *port = PQport(c), *addr = PQhostaddr(c);
+  /* the address too, not the name alone: a name that resolves to a primary and a standby
+   * could take a side connection to the standby when the primary refuses it a moment (a full
+   * max_connections), libpq going on to the name's next address; none for a socket path */
+  if (!host || host[0] == '/' || !addr) addr = "";
   pthread_mutex_lock(&p->at_mu);
   snprintf(p->writer_at.host, sizeof p->writer_at.host, "%s", host ? host : "");
   snprintf(p->writer_at.port, sizeof p->writer_at.port, "%s", port ? port : "");
-  snprintf(p->writer_at.hostaddr, sizeof p->writer_at.hostaddr, "%s", addr ? addr : "");
+  snprintf(p->writer_at.hostaddr, sizeof p->writer_at.hostaddr, "%s", addr);
   p->writer_at_known = host && *host;
   pthread_mutex_unlock(&p->at_mu);
-  PQconninfoFree(opts);
 }
 
 int mend__pg_writer_host(mend_pg *p, pg_at *at) {
@@ -319,6 +317,7 @@ mend_store *mend__pg_open(const char *uri, mend_durability d, char *err, int err
 }
 
 const char *mend__pg_errmsg(mend_store *s) { return s ? PG(s)->err : "no store"; }
+static const char *read_errmsg(mend_store *s) { return PG(s)->aux_err; }
 int mend__pg_not_found(const mend_store *s) { return PG(s)->not_found; }
 int mend__pg_schema_version(mend_store *s) { return PG(s)->schema_version; }
 int mend__pg_conn_lost(mend_store *s) {
@@ -565,4 +564,5 @@ const mend_store_methods mend__pg_methods = {
   .wake_take = mend__pg_wake_take,
   .conn_lost = mend__pg_conn_lost,
   .run_image = mend__pg_run_image,
+  .read_errmsg = read_errmsg,
 };

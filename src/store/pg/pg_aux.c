@@ -82,8 +82,9 @@ static int aux_usable(mend_pg *p) {
   if (!p->aux || PQstatus(p->aux) != CONNECTION_OK) return 0;
   pg_at at;
   if (!mend__pg_writer_host(p, &at)) return 1;
-  const char *host = PQhost(p->aux), *port = PQport(p->aux);
-  return strcmp(host ? host : "", at.host) == 0 && strcmp(port ? port : "", at.port) == 0;
+  const char *host = PQhost(p->aux), *port = PQport(p->aux), *addr = PQhostaddr(p->aux);
+  return strcmp(host ? host : "", at.host) == 0 && strcmp(port ? port : "", at.port) == 0 &&
+         (!at.hostaddr[0] || strcmp(addr ? addr : "", at.hostaddr) == 0);
 }
 
 /* Whatever was of the old one: a look sent on it failed with it. */

@@ -85,7 +85,7 @@ typedef struct pg_pre {
   int state;                   /* PRE_WAITING, PRE_READY, PRE_GONE */
 } pg_pre;
 
-/* Where a connection reached: host, port and (when the URI gives one) hostaddr. */
+/* Where a connection reached: host, port and (over TCP) the address it reached. */
 typedef struct pg_at { char host[256], port[32], hostaddr[64]; } pg_at;
 
 typedef struct mend_pg {

@@ -519,11 +519,8 @@ long long mend__pg_events_after(mend_store *s, long long after, int limit,
     return after;   /* opened again at the next look */
   }
   if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-    char keep[sizeof p->err];
-    mend__pg_fail(p, p->aux, r, "look for new events");
-    memcpy(keep, p->err, sizeof keep);
+    mend__pg_fail_to(p->aux_err, sizeof p->aux_err, p->aux_server, p->aux, r, "look for new events");
     PQclear(r);
-    memcpy(p->err, keep, sizeof keep);
     return -1;
   }
   long long last = after;
