@@ -16,6 +16,11 @@
 
 enum { LOOK_NONE, LOOK_SENT, LOOK_KEPT };
 
+/* A look unanswered this long is given up with its connection, its runs read through the
+ * batch: a server gone without a reset (a host down, a partition) would otherwise hold every
+ * later look until the kernel's keepalive ends the connection, two hours by default. */
+#define LOOK_STALE_S 10.0
+
 /* The answer of a look in flight, waited for and kept: aux is free for a blocking read. */
 static void keep_look(mend_pg *p) {
   if (p->look_state != LOOK_SENT) return;
@@ -206,6 +211,7 @@ int mend__pg_look_ahead(mend_store *s, int n, const char *const *run_ids,
   }
   (void)PQflush(p->aux);   /* a failure here is the connection's: the take says so */
   p->look_state = LOOK_SENT;
+  p->look_sent_at = mend__pg_mono();
   return 0;
 }
 
@@ -219,7 +225,14 @@ int mend__pg_look_ahead_take(mend_store *s, int wait,
     if (!wait && (PQflush(p->aux) < 0 || !PQconsumeInput(p->aux))) {
       keep_look(p);   /* the connection went: its results say so */
     } else if (!wait && PQisBusy(p->aux)) {
-      return 0;
+      double out = mend__pg_mono() - p->look_sent_at;
+      if (out < LOOK_STALE_S && aux_usable(p)) return 0;
+      mend__pg_msg(p->aux_err, sizeof p->aux_err, "%s: a look at the inboxes %s",
+                   p->aux_server, out < LOOK_STALE_S ? "sent before the writer moved to another server"
+                                                     : "unanswered for 10 s: its connection dropped");
+      drop_aux(p);   /* the look failed with it */
+      p->look_state = LOOK_NONE;
+      return -1;
     } else {
       keep_look(p);
     }

@@ -103,6 +103,7 @@ typedef struct mend_pg {
    * answer is on the way, LOOK_KEPT once a blocking read on aux had to take it first. */
   int look_state;
   PGresult *look_res;
+  double look_sent_at;    /* mend__pg_mono() as the look in flight went */
   /* where conn reached, written by whichever thread opened conn, read by aux's opening */
   pthread_mutex_t at_mu;
   pg_at writer_at;
