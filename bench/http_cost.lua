@@ -4,14 +4,21 @@
 local mend = require("mend")
 local url, n, c, db = arg[1], tonumber(arg[2]), tonumber(arg[3]), arg[4]
 for _, suffix in ipairs({ "", "-wal", "-shm" }) do os.remove(db .. suffix) end
+-- MEND_COST_OWN=1: an engine with a Lua state of its own (memory_limit, as the C API's, a
+-- sandbox's and every C host's), which loads the same step from http_cost_wf.lua.
+local own = os.getenv("MEND_COST_OWN") == "1"
 local eng = mend.engine{ db = db, durability = "process", clock = "real", seed = 1,
-                         park_after = -1 }
-eng:register{ name = "call", steps = { {
-  name = "post",
-  breaker = { key = "nginx", max_concurrency = c },
-  execute = function(ctx)
-    return mend.http{ method = "POST", url = url, json = ctx.input }.status
-  end } } }
+                         park_after = -1, memory_limit = own and (1 << 30) or nil }
+if own then
+  eng:load((arg[0]:match("^(.*)/") or ".") .. "/http_cost_wf.lua")
+else
+  eng:register{ name = "call", steps = { {
+    name = "post",
+    breaker = { key = "nginx", max_concurrency = c },
+    execute = function(ctx)
+      return mend.http{ method = "POST", url = url, json = ctx.input }.status
+    end } } }
+end
 for i = 1, n do eng:start("call", { i = i }) end
 eng:run()
 eng:close()

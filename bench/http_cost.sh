@@ -4,7 +4,7 @@
 # (W9's configuration), and over as many requests of bench/http_raw.c; the difference over
 # the 2,000 extra is what one run (one request) costs, by thread, without start-up and the
 # first connections. Needs valgrind and nginx; builds http_raw, not the module (run
-# `make bench-build` first).
+# `make bench-build` first). MEND_COST_OWN=1: the same on an engine with a Lua state of its own.
 set -e
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${BENCH_BUILD_DIR:-build-bench}
@@ -34,6 +34,7 @@ url="http://127.0.0.1:$port/echo"
 cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -o "$dir/http_raw" "$here/bench/http_raw.c" -lcurl
 total() { grep -h '^totals:\|^summary:' "$1" | head -1 | awk '{print $2}'; }
 for n in 1000 3000; do
+  MEND_COST_URL="$url" MEND_COST_C="$c" \
   LUA_PATH="$here/lua/?.lua;$here/lua/?/init.lua;;" LUA_CPATH="$here/$build/lib/?.so;;" \
     valgrind -q --tool=callgrind --separate-threads=yes --callgrind-out-file="$dir/mend.$n" \
     lua5.4 "$here/bench/http_cost.lua" "$url" $n "$c" "$dir/w9.db"
