@@ -28,6 +28,7 @@
 #include <sys/resource.h>
 
 #include "lerror.h"
+#include "lweak.h"
 #include "timers.h"
 
 /* The registry key (its address) of the limits in force, a light userdata. */
@@ -430,16 +431,7 @@ int mend_limits_refuse_table(mend_limits *lim, const void *ptr, size_t osize, si
 }
 
 static void mark_stopped(lua_State *L) {
-  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &stopped_key) != LUA_TTABLE) {
-    lua_pop(L, 1);
-    lua_newtable(L);
-    lua_createtable(L, 0, 1);
-    lua_pushliteral(L, "k");
-    lua_setfield(L, -2, "__mode");
-    lua_setmetatable(L, -2);
-    lua_pushvalue(L, -1);
-    lua_rawsetp(L, LUA_REGISTRYINDEX, &stopped_key);
-  }
+  mend_weak_table(L, &stopped_key);
   lua_pushthread(L);
   lua_pushboolean(L, 1);
   lua_rawset(L, -3);

@@ -6,6 +6,7 @@
  * of the empty tables decoded from `[]`, which it must never let workflow code reach.
  */
 #include "json.h"
+#include "lweak.h"
 
 #include <lauxlib.h>
 #include <math.h>
@@ -157,16 +158,7 @@ static const char empty_arrays_key = 0;
 /* Adds the table on top of the stack to the set.  [-0, +0, m] */
 static void mark_empty_array(lua_State *L) {
   luaL_checkstack(L, 4, "JSON nested too deeply");
-  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &empty_arrays_key) != LUA_TTABLE) {
-    lua_pop(L, 1);
-    lua_createtable(L, 0, 0);
-    lua_createtable(L, 0, 1);
-    lua_pushliteral(L, "k");
-    lua_setfield(L, -2, "__mode");
-    lua_setmetatable(L, -2);
-    lua_pushvalue(L, -1);
-    lua_rawsetp(L, LUA_REGISTRYINDEX, &empty_arrays_key);
-  }
+  mend_weak_table(L, &empty_arrays_key);
   lua_pushvalue(L, -2);
   lua_pushboolean(L, 1);
   lua_rawset(L, -3);

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "json.h"
+#include "lweak.h"
 
 /* Registry keys: the responses' shared metatable, the weak table of their records, and the
  * metatable of a parsed body's box. */
@@ -283,13 +284,7 @@ static void push_shared(lua_State *L) {
   lua_setfield(L, -2, "__metatable");
   lua_pushvalue(L, -1);
   lua_rawsetp(L, LUA_REGISTRYINDEX, &mt_key);
-  lua_newtable(L);
-  lua_createtable(L, 0, 1);
-  lua_pushliteral(L, "k");
-  lua_setfield(L, -2, "__mode");
-  lua_setmetatable(L, -2);
-  lua_pushvalue(L, -1);
-  lua_rawsetp(L, LUA_REGISTRYINDEX, &records_key);
+  mend_weak_table(L, &records_key);
 }
 
 void mend__http_push_response(lua_State *L, long status, const char *hdr, const char *body,
