@@ -1658,6 +1658,18 @@ static void pong_accept(uv_stream_t *server, int status) {
   uv_read_start((uv_stream_t *)&c->tcp, pong_alloc, pong_read);
 }
 
+/* The pong server listening on a free loopback port, and the step's input naming it. */
+static void pong_listen(uv_loop_t *loop, uv_tcp_t *server, char *input, size_t len) {
+  uv_tcp_init(loop, server);
+  struct sockaddr_in addr, bound;
+  uv_ip4_addr("127.0.0.1", 0, &addr);
+  CHECK_EQ_INT(uv_tcp_bind(server, (const struct sockaddr *)&addr, 0), 0);
+  CHECK_EQ_INT(uv_listen((uv_stream_t *)server, 64, pong_accept), 0);
+  int blen = sizeof bound;
+  uv_tcp_getsockname(server, (struct sockaddr *)&bound, &blen);
+  snprintf(input, len, "{\"url\":\"http://127.0.0.1:%d/ping\"}", ntohs(bound.sin_port));
+}
+
 static void pong_close_kept(uv_handle_t *h, void *ud) {
   (void)ud;
   if (h->data == &pong_keep && !uv_is_closing(h)) uv_close(h, pong_closed);
@@ -1675,17 +1687,9 @@ static void it_keeps_no_host_loop_running_with_a_kept_connection(void) {
   uv_loop_t loop;
   uv_loop_init(&loop);
   uv_tcp_t server;
-  uv_tcp_init(&loop, &server);
-  struct sockaddr_in addr;
-  uv_ip4_addr("127.0.0.1", 0, &addr);
-  CHECK_EQ_INT(uv_tcp_bind(&server, (const struct sockaddr *)&addr, 0), 0);
-  CHECK_EQ_INT(uv_listen((uv_stream_t *)&server, 64, pong_accept), 0);
-  uv_unref((uv_handle_t *)&server);
-  struct sockaddr_in bound;
-  int blen = sizeof bound;
-  uv_tcp_getsockname(&server, (struct sockaddr *)&bound, &blen);
   char input[128];
-  snprintf(input, sizeof input, "{\"url\":\"http://127.0.0.1:%d/ping\"}", ntohs(bound.sin_port));
+  pong_listen(&loop, &server, input, sizeof input);
+  uv_unref((uv_handle_t *)&server);
   pong_keep = 1;
   mend_options o;
   mend_options_init(&o);
@@ -1719,16 +1723,8 @@ static void it_lets_a_sandbox_call_only_allowed_hosts(void) {
   uv_loop_t loop;
   uv_loop_init(&loop);
   uv_tcp_t server;
-  uv_tcp_init(&loop, &server);
-  struct sockaddr_in addr;
-  uv_ip4_addr("127.0.0.1", 0, &addr);
-  CHECK_EQ_INT(uv_tcp_bind(&server, (const struct sockaddr *)&addr, 0), 0);
-  CHECK_EQ_INT(uv_listen((uv_stream_t *)&server, 64, pong_accept), 0);
-  struct sockaddr_in bound;
-  int blen = sizeof bound;
-  uv_tcp_getsockname(&server, (struct sockaddr *)&bound, &blen);
   char input[128];
-  snprintf(input, sizeof input, "{\"url\":\"http://127.0.0.1:%d/ping\"}", ntohs(bound.sin_port));
+  pong_listen(&loop, &server, input, sizeof input);
   static const char *const allow[] = {"payments.internal,127.0.0.1", "payments.internal,*.example.com", NULL};
   for (int k = 0; k < 3; k++) {
     mend_options o;
