@@ -1122,9 +1122,9 @@ static void test_look_ahead(void) {
   CHECK_EQ_INT(nlooked, 1);
   /* a look the server never answers (its backend stopped, as a host gone without a reset):
    * given up with its connection once it is 10 s old, not waited for until keepalive ends it */
-  CHECK_EQ_INT(look(s, 1, ids, names), 0);
-  int backend = PQbackendPID(PG(s)->aux);
+  int backend = PQbackendPID(PG(s)->aux);   /* stopped before the look goes: it cannot answer */
   CHECK(backend > 0 && kill(backend, SIGSTOP) == 0);
+  CHECK_EQ_INT(look(s, 1, ids, names), 0);
   CHECK_EQ_INT(mend__pg_look_ahead_take(s, 0, on_look, NULL), 0);   /* young: not yet */
   PG(s)->look_sent_at -= 11;
   CHECK_EQ_INT(mend__pg_look_ahead_take(s, 0, on_look, NULL), -1);
