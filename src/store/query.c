@@ -204,7 +204,8 @@ static json_t *row_object(sqlite3_stmt *q) {
       break;
     }
     }
-    if (!v || json_object_set_new(o, name, v) != 0) {
+    /* a column's name is one of this backend's SQL texts: ASCII, no UTF-8 check */
+    if (!v || json_object_set_new_nocheck(o, name, v) != 0) {
       json_decref(o);
       return NULL;
     }
