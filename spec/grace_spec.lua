@@ -28,7 +28,8 @@ describe("a worker stopped with SIGTERM", function()
     local dir, db = H.tmp_dir(), H.tmp_db()
     H.write_file(dir, "slow.lua", SLOW)
     local log = dir .. "/worker.log"
-    local p = assert(io.popen(("sh -c 'exec %s worker --db %s --workflows %s --poll 0.05 --grace 1 --lease 60 --park-after 0 2>>%s' >/dev/null & echo $!")
+    local p = assert(io.popen(("sh -c 'exec %s worker --db %s --workflows %s --poll 0.05 --grace 1"
+      .. " --lease 60 --park-after 0 2>>%s' >/dev/null & echo $!")
       :format(H.MEND, H.quote(db), H.quote(dir), H.quote(log))))
     local worker = assert(tonumber(p:read("l")))
     p:close()

@@ -124,7 +124,7 @@ describe("mend run --sandbox", function()
                    status_of(out).error, 1, true)
   end)
 
-  it("refuses under a timeout a fresh block whose pages cannot be faulted in before it", function()
+  it("refuses under a timeout a fresh block that cannot be faulted in before it", function()
     local dir, db = H.tmp_dir(), H.new_db()
     -- 8 MiB in one string.rep, 2048 pages, with 5 s to go
     local big = H.write_file(dir, "big.lua", [[

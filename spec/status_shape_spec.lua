@@ -64,7 +64,7 @@ describe("eng:status", function()
     end
   end)
 
-  it("gives a run held here: its owner, lease, holder, the attempt in flight, the steps not begun", function()
+  it("gives a run held here: owner, lease, holder, attempt in flight, steps not begun", function()
     local eng = H.new_engine()
     eng:register(NAP)
     local id = eng:start("nap", {})
@@ -77,7 +77,8 @@ describe("eng:status", function()
     assert.is_true(st.lease_until > st.created)
     assert.are.same({ "succeeded", "running", "pending" },
                     { st.steps[1].status, st.steps[2].status, st.steps[3].status })
-    assert.are.same({ 1, 1, 0 }, { st.steps[1].attempts, st.steps[2].attempts, st.steps[3].attempts })
+    assert.are.same({ 1, 1, 0 },
+                    { st.steps[1].attempts, st.steps[2].attempts, st.steps[3].attempts })
     assert.are.same({ "attempts", "comp_attempts", "custom_key", "idempotency_key", "idx", "name",
                       "slept", "status", "updated" }, keys(st.steps[2]))
     assert.are.same({ "attempts", "comp_attempts", "custom_key", "idempotency_key", "idx", "name",

@@ -361,10 +361,11 @@ static int tripped_by_allocation(mend_limits *lim, double spent) {
 }
 
 /* The seconds a fresh page takes to fault in on this machine, as the deadline's refusal
- * counts them: the MEND_FAULT_SECONDS environment variable when it is a positive number (tests), else measured
- * once a process, at the first need, on MEND_FAULT_SAMPLE pages of a fresh mapping aligned as
- * a huge page (so that transparent huge pages, where the kernel maps them, are in the figure),
- * times MEND_FAULT_SHARE: a block is refused only if it would surely end past its deadline.
+ * counts them: the MEND_FAULT_SECONDS environment variable when it is a positive number
+ * (tests), else measured once a process, at the first need, on MEND_FAULT_SAMPLE pages of a
+ * fresh mapping aligned as a huge page (so that transparent huge pages, where the kernel maps
+ * them, are in the figure), times MEND_FAULT_SHARE: a block is refused only if it would surely
+ * end past its deadline.
  * The thread's CPU time is what is measured, so that a loaded machine's preemption does not
  * make faults look dearer than they are. */
 static double fault_seconds = MEND_FAULT_SECONDS;
