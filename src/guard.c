@@ -60,7 +60,6 @@ static void hook(lua_State *L, lua_Debug *ar);
 /* ---------------------------------------------------------------- the watchdog */
 
 #if defined(__linux__) && defined(SIGEV_THREAD_ID)
-#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
