@@ -200,8 +200,9 @@ MEND_API void mend_call_fail(mend_call *call, const char *kind, const char *mess
 /* Starts a run of `workflow` with `input_json` (NULL: null). With a non-NULL `run_key` that was
  * used before, returns the existing run's id instead and sets *existed (may be NULL) to 1.
  * run_id_out must hold 17 bytes. The run executes as the engine is driven. MEND_ENOTFOUND: no
- * such workflow is loaded; MEND_EINVAL: input_json is not JSON; MEND_ESTORE: the database
- * failed (the engine then stops, as mend_engine_run_all would). */
+ * such workflow is loaded; MEND_EINVAL: input_json is not JSON; MEND_ESTATE: `run_key` names a
+ * run of another workflow (nothing started; the message names that run and its workflow);
+ * MEND_ESTORE: the database failed (the engine then stops, as mend_engine_run_all would). */
 MEND_API int mend_engine_start(mend_engine *engine, const char *workflow, const char *input_json,
                                const char *run_key, char run_id_out[17], int *existed);
 /* Resumes the unfinished runs of the database that no live engine holds. *count (may be NULL)

@@ -124,6 +124,24 @@ describe("mend run --sandbox", function()
                    status_of(out).error, 1, true)
   end)
 
+  it("refuses under a timeout a fresh block that cannot be faulted in before it", function()
+    local dir, db = H.tmp_dir(), H.new_db()
+    -- 8 MiB in one string.rep, 2048 pages, with 5 s to go
+    local big = H.write_file(dir, "big.lua", [[
+      return { name = "big", steps = { { name = "s", timeout = 5, retry = { max_attempts = 1 },
+        execute = function() return #string.rep("x", 8 << 20) end } } }]])
+    -- as this machine's faults were measured (some 10 us a page on a virtual machine, under
+    -- 1 us on bare metal): 20 ms at most, let through
+    local rc, out = run(big, nil, db, "--sandbox")
+    assert.are.equal(0, rc, out)
+    assert.are.equal(8 << 20, status_of(out).steps[1].result)
+    -- at 10 ms a page (the environment's override): 20 s, refused there
+    rc, out = H.shell(("MEND_FAULT_SECONDS=0.01 %s run %s --db %s --clock virtual --json "
+      .. "--log-level error --sandbox"):format(H.MEND, H.quote(big), H.quote(db)))
+    assert.are.equal(4, rc, out)
+    assert.matches("step exceeded its timeout", status_of(out).error, 1, true)
+  end)
+
   it("is an engine of the Lua binding too: mend.engine{sandbox = true} loads files, not tables", function()
     local eng = mend.engine { sandbox = true, memory_limit = 1 << 26 }
     local ok, err = pcall(eng.register, eng, { name = "t", steps = {} })

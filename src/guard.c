@@ -20,12 +20,16 @@
 
 #include <errno.h>
 #include <lauxlib.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <time.h>
 
 #include "lerror.h"
 #include "lweak.h"
@@ -56,10 +60,7 @@ static void hook(lua_State *L, lua_Debug *ar);
 /* ---------------------------------------------------------------- the watchdog */
 
 #if defined(__linux__) && defined(SIGEV_THREAD_ID)
-#include <pthread.h>
 #include <signal.h>
-#include <stdatomic.h>
-#include <time.h>
 #include <unistd.h>
 
 /* Deeper nesting of coroutines than this is left to the count hook (Lua allows about 200). */
@@ -358,14 +359,79 @@ static int tripped_by_allocation(mend_limits *lim, double spent) {
   return 1;
 }
 
+/* The seconds a fresh page takes to fault in on this machine, as the deadline's refusal
+ * counts them: the MEND_FAULT_SECONDS environment variable when it is a positive number
+ * (tests), else measured once a process, at the first need, on MEND_FAULT_SAMPLE pages of a
+ * fresh mapping aligned as a huge page (so that transparent huge pages, where the kernel maps
+ * them, are in the figure), times MEND_FAULT_SHARE: a block is refused only if it would surely
+ * end past its deadline.
+ * The thread's CPU time is what is measured, so that a loaded machine's preemption does not
+ * make faults look dearer than they are. */
+static double fault_seconds = MEND_FAULT_SECONDS;
+static pthread_once_t fault_once = PTHREAD_ONCE_INIT;
+static atomic_int fault_known;
+
+static double cpu_now(void) {
+  struct timespec ts;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return -1;
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void measure_faults(void) {
+  const char *env = getenv("MEND_FAULT_SECONDS");
+  if (env && *env) {
+    char *end;
+    double v = strtod(env, &end);
+    if (*end == 0 && isfinite(v) && v > 0) {
+      fault_seconds = v;
+      return;
+    }
+  }
+  size_t huge = (size_t)2 << 20, len = MEND_FAULT_SAMPLE * MEND_PAGE_BYTES;
+  char *map = mmap(NULL, len + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (map == MAP_FAILED) return;
+  volatile char *p = (char *)(((uintptr_t)map + huge - 1) & ~(uintptr_t)(huge - 1));
+  double t0 = cpu_now();
+  for (size_t i = 0; i < MEND_FAULT_SAMPLE; i++) p[i * MEND_PAGE_BYTES] = 1;
+  double t1 = cpu_now();
+  munmap(map, len + huge);
+  if (t0 < 0 || t1 <= t0) return;
+  double each = (t1 - t0) / MEND_FAULT_SAMPLE * MEND_FAULT_SHARE;
+  fault_seconds = each < MEND_FAULT_SECONDS_MIN ? MEND_FAULT_SECONDS_MIN : each;
+}
+
+double mend_limits_fault_seconds(void) {
+  pthread_once(&fault_once, measure_faults);
+  atomic_store(&fault_known, 1);
+  return fault_seconds;
+}
+
+/* The pages the measure faulted in are not the call's, whose thread made it: left out of its
+ * count. */
+static double page_seconds(mend_limits *lim) {
+  if (atomic_load(&fault_known)) return fault_seconds;
+#ifdef RUSAGE_THREAD
+  struct rusage a, b;
+  int counted = lim->faults_seen >= 0 && getrusage(RUSAGE_THREAD, &a) == 0;
+  double each = mend_limits_fault_seconds();
+  if (counted && getrusage(RUSAGE_THREAD, &b) == 0)
+    lim->faults_seen += (b.ru_minflt + b.ru_majflt) - (a.ru_minflt + a.ru_majflt);
+  return each;
+#else
+  (void)lim;
+  return mend_limits_fault_seconds();
+#endif
+}
+
 int mend_limits_owe_pages(mend_limits *lim, size_t pages) {
   if (lim->faults_seen < 0) new_faults(lim);
   if (lim->faults_seen >= 0) lim->faults_seen += (long)pages;
   /* Under a deadline, a block whose pages cannot be faulted in before it comes is refused, and
    * the call stopped for its timeout: filling it is one C call, which the watchdog cannot cut
    * short (a 64 MiB block: 16k faults, some 240 ms), and which would end past it anyway. */
+  double each = !lim->tripped && lim->deadline > 0 && pages > 0 ? page_seconds(lim) : 0;
   if (!lim->tripped && lim->deadline > 0 && pages > 0 &&
-      mend_host_now() + (double)pages * MEND_FAULT_SECONDS >= lim->deadline) {
+      mend_host_now() + (double)pages * each >= lim->deadline) {
     lim->tripped = MEND_LIMIT_TIMEOUT;
     watch_poke_all();
     return 1;

@@ -81,9 +81,18 @@ int mend_limits_spend(mend_limits *lim, double instructions);
  * large block's fresh pages are charged before it is filled (mend_limits_owe_pages), so that
  * one the budget cannot pay for is refused instead (README: Limits and sandbox). */
 #define MEND_FAULT_INSTRUCTIONS 3000
-/* The same page's time, for a call under a deadline (mend_limits_owe_pages): somewhat under
- * what it was measured at, so that only a block that would surely end past it is refused. */
+/* The same page's time, for a call under a deadline (mend_limits_owe_pages): measured once a
+ * process (mend_limits_fault_seconds), MEND_FAULT_SAMPLE pages, MEND_FAULT_SHARE of what they
+ * took, so that only a block that would surely end past it is refused; MEND_FAULT_SECONDS where
+ * it cannot be measured, MEND_FAULT_SECONDS_MIN at the least. */
 #define MEND_FAULT_SECONDS 10e-6
+#define MEND_FAULT_SECONDS_MIN 0.1e-6
+#define MEND_FAULT_SAMPLE ((size_t)512)
+#define MEND_FAULT_SHARE 0.7
+/* The seconds a fresh page takes to fault in here, as the refusal counts them: the environment
+ * variable MEND_FAULT_SECONDS when set to a positive number (tests), else measured the first
+ * time it is needed (a few ms, once a process). Thread-safe. */
+double mend_limits_fault_seconds(void);
 #define MEND_FAULT_LOOK ((size_t)1 << 20)
 #define MEND_ALLOC_BYTES_PER_INSTRUCTION 8
 #define MEND_ALLOC_EACH 256

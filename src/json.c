@@ -576,12 +576,14 @@ static void push_value(lua_State *L, const json_t *v, int nested) {
   luaL_checkstack(L, 3, "JSON nested too deeply");
   switch (json_typeof(v)) {
   case JSON_OBJECT: {
-    const char *k;
-    json_t *item;
     lua_createtable(L, 0, (int)json_object_size(v));
-    json_object_foreach((json_t *)v, k, item) {
-      push_value(L, item, 1);
-      lua_setfield(L, -2, k);
+    /* A fresh table has no metatable: a raw set, its key's length known, is what setfield
+     * would do, without measuring the key and looking for a __newindex. */
+    for (void *it = json_object_iter((json_t *)v); it;
+         it = json_object_iter_next((json_t *)v, it)) {
+      lua_pushlstring(L, json_object_iter_key(it), json_object_iter_key_len(it));
+      push_value(L, json_object_iter_value(it), 1);
+      lua_rawset(L, -3);
     }
     break;
   }

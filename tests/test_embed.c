@@ -800,7 +800,8 @@ static void it_sandboxes_workflow_code(void) {
 }
 
 /* Events through the C API (issue 18): a host hands a player's action to the run that waits
- * for it; by run id or by the run's key, once per key, refused for an ended or unknown run. */
+ * for it; by run id or by the run's key, once per key, refused for an ended or unknown run. A
+ * run key belongs to its workflow's run: another workflow's start with it is refused. */
 static const char wait_lua[] =
   "return { name = 'wait', steps = {\n"
   "  { name = 'kill', wait_for = 'boss_killed', timeout = 3600 },\n"
@@ -836,6 +837,15 @@ static void it_sends_events_through_the_c_api(void) {
   CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
   CHECK_STR(run_status(E, id2, st, sizeof st), "succeeded");
   CHECK(run_has(E, id2, "\"result\":7", 0));
+  /* the key of that wait run, given with another workflow: refused, nothing started */
+  load(E, "plain");
+  char id3[17] = "";
+  existed = 0;
+  CHECK_EQ_INT(mend_engine_start(E, "plain", NULL, "quest-17", id3, &existed), MEND_ESTATE);
+  CHECK(strstr(mend_engine_errmsg(E), "a run of workflow wait, not plain") != NULL);
+  CHECK(existed == 0);
+  CHECK_EQ_INT(mend_engine_start(E, "wait", NULL, "quest-17", id3, &existed), MEND_OK);
+  CHECK(existed == 1 && strcmp(id3, id2) == 0);
   mend_engine_free(E);
 }
 

@@ -718,11 +718,10 @@ local function cmd_start(o, workflow)
   return with_engine({ db = o.db, durability = o.durability }, function(eng)
     local name = eng:load(file)
     local id, existed = eng:start(name, input, { key = o.key, detached = true })
-    -- stdout holds the id alone, for scripts; a key that was used before is told on stderr
+    -- stdout holds the id alone, for scripts; a key that was used before is told on stderr (a
+    -- key of another workflow's run is refused by eng:start, exit 1)
     if existed then
-      local st = eng:status(id)
-      say("mend: run key %s names the existing run %s, a run of workflow %s\n", o.key, id,
-          st and st.workflow or "?")
+      say("mend: run key %s names the existing run %s, a run of workflow %s\n", o.key, id, name)
     end
     out("%s\n", id)
     return EXIT_OK

@@ -1,7 +1,8 @@
 /*
  * run: a run in memory. Owns making one (from a start, or for a run rebuilt from the store)
- * with its steps and Lua values, starting a run (idempotently by run key; its first
- * transition written into the open batch, its first action queued behind it), and letting a
+ * with its steps and Lua values, starting a run (idempotently by run key, a key of another
+ * workflow's run refused; its first transition written into the open batch, its first action
+ * queued behind it), and letting a
  * run go (given back to the store's pool, or dropped once it ended). Must never: act on a run
  * before the batch that records its start is durable.
  */
@@ -65,6 +66,29 @@ int mend_engine_start_value(mend_engine *E, lua_State *L, const char *workflow, 
   return rc;
 }
 
+/* A run key names one run of one workflow: a start of workflow wf with the key of a run of
+ * another is refused (MEND_REFUSED_STATE), so that a key reused across workflows by mistake
+ * does not hand its caller another workflow's run and result. 0 when the run is wf's. */
+static int key_of_other(mend_engine *E, const mend_workflow *wf, const char *run_key,
+                        const char *id, char *err, int errlen) {
+  json_t *run = mend_store_run(E->store, id);
+  if (!run) {
+    E->refusal = MEND_REFUSED_STORE;
+    snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store));
+    return -1;
+  }
+  const char *other = json_string_value(json_object_get(run, "workflow"));
+  int rc = 0;
+  if (!other || strcmp(other, wf->name) != 0) {
+    E->refusal = MEND_REFUSED_STATE;
+    snprintf(err, (size_t)errlen, "run key %s names run %s, a run of workflow %s, not %s: a run "
+             "key belongs to one workflow's run", run_key, id, other ? other : "?", wf->name);
+    rc = -1;
+  }
+  json_decref(run);
+  return rc;
+}
+
 static int start_value(mend_engine *E, lua_State *L, const char *workflow, int input_idx,
                        const char *run_key, char id_out[MEND_RUN_ID_LEN], int *existed,
                        int detached, char *err, int errlen) {
@@ -95,7 +119,11 @@ static int start_value(mend_engine *E, lua_State *L, const char *workflow, int i
   if (run_key) {
     int found = mend_store_find_run_key(E->store, run_key, id_out, MEND_RUN_ID_LEN);
     if (found < 0) { snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store)); return -1; }
-    if (found) { *existed = 1; return 0; }
+    if (found) {
+      if (key_of_other(E, wf, run_key, id_out, err, errlen)) return -1;
+      *existed = 1;
+      return 0;
+    }
   }
   char jerr[400];
   json_t *input_doc;
@@ -122,8 +150,11 @@ static int start_value(mend_engine *E, lua_State *L, const char *workflow, int i
     /* Another process took the key between our look and our insert: theirs is the run. */
     free(input_json);
     json_decref(input_doc);
-    *existed = 1;
-    if (mend_store_find_run_key(E->store, run_key, id_out, MEND_RUN_ID_LEN) == 1) return 0;
+    if (mend_store_find_run_key(E->store, run_key, id_out, MEND_RUN_ID_LEN) == 1) {
+      if (key_of_other(E, wf, run_key, id_out, err, errlen)) return -1;
+      *existed = 1;
+      return 0;
+    }
     snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store));
     return -1;
   }

@@ -187,11 +187,18 @@ static void on_signal(uv_signal_t *h, int signum) {
   mend_engine_stop(E);
 }
 
+static void grace_over(uv_timer_t *t) { (void)t; }
+
 void mend_engine_stop(mend_engine *E) {
   if (E->draining) return;
   E->draining = 1;
   E->grace_deadline = mend_real_now() + E->cfg.grace_seconds;
-  if (E->poll_timer) uv_timer_stop(E->poll_timer);
+  /* The loop must wake when the grace runs out: an attempt in flight may wait for a timer or
+   * a reply long after it, and nothing else may be due before (a lease renewal is a third of
+   * a lease away). The poll timer, idle from now on, is that wake-up; the serving loop's
+   * check then stops. */
+  if (E->poll_timer)
+    uv_timer_start(E->poll_timer, grace_over, (uint64_t)(E->cfg.grace_seconds * 1000.0) + 1, 0);
   mend__kick(E);
 }
 
@@ -221,6 +228,12 @@ int mend_engine_serve(mend_engine *E, double poll_seconds, int max_in_flight) {
     mend__loop_once(E);
   }
   E->auto_advance = 0;
+  if (E->draining && !E->broken) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "stopping with %d attempt(s) in flight, left unfinished for "
+             "another worker", E->attempts);
+    mend_engine_log_line(E, "info", NULL, NULL, 0, "worker", msg);
+  }
   /* Give back every run still held so that another worker can take it at once. */
   if (!E->broken) {
     for (mend_run *r = E->runs; r; r = r->next)

@@ -107,19 +107,15 @@ static void start_run(serve_req *r) {
   int rc = mend_engine_start_value(r->E, L, name, lua_gettop(L), key, id, &existed,
                                    MEND_START_RECORD, err, sizeof err);
   lua_pop(L, 1);
-  /* A start fails for its input (400) or for the database: its own failure, or another
-   * process's lock (503). */
-  json_t *found = NULL;
-  if (rc && mend_engine_refusal(r->E) == MEND_REFUSED_STORE) serve_error(r, 503, "storage", "%s", err);
+  /* A start fails for its input (400), for a key that names another workflow's run (409), or
+   * for the database: its own failure, or another process's lock (503). */
+  mend_refusal why = rc ? mend_engine_refusal(r->E) : MEND_REFUSED_INVALID;
+  if (rc && why == MEND_REFUSED_STORE) serve_error(r, 503, "storage", "%s", err);
+  else if (rc && why == MEND_REFUSED_STATE) serve_error(r, 409, "key_conflict", "%s", err);
   else if (rc) serve_error(r, 400, "start_refused", "%s", err);
-  else {
-    /* The key may be that of a run of another workflow: the answer names the run's own. */
-    if (existed) found = mend_store_run(mend_engine_store(r->E), id);
-    const char *wf = found ? json_string_value(json_object_get(found, "workflow")) : NULL;
+  else
     serve_json_durable(r, existed ? 200 : 201, json_pack("{s:s,s:s,s:b}", "id", id, "workflow",
-                                                         wf ? wf : name, "existed", existed));
-  }
-  json_decref(found);
+                                                         name, "existed", existed));
   json_decref(body);
 }
 
