@@ -277,6 +277,32 @@ describe("a step with child", function()
     assert.are.same({ at = "dock 3" }, H.step(eng2:status(id), "ship").result.pickup)
   end)
 
+  -- The file changed under a waiting parent: its step now names another workflow. The child
+  -- it started is still its child: a restart does not start the step's child again (which,
+  -- with a key of another workflow's run, would be refused).
+  it("keeps the child it started when its step names another workflow after a restart",
+     function()
+    local eng, _, db = setup{ pickup = true }
+    local id = eng:start("order", { id = "o7" })
+    eng:advance(1)
+    local c = child_of(eng, id)
+    H.close(eng)
+    local log2 = {}
+    local eng2 = H.reopen(db)
+    eng2:register(shipping(log2, { pickup = true }))
+    local renamed = shipping(log2, { pickup = true })
+    renamed.name = "shipping_v2"
+    eng2:register(renamed)
+    local o = order(log2)
+    o.steps[2].child = "shipping_v2"
+    eng2:register(o)
+    assert.are.equal(2, eng2:recover())
+    eng2:signal(c.run_id, "picked_up", { at = "dock 4" })
+    eng2:run()
+    assert.are.equal("succeeded", eng2:status(id).status)
+    assert.are.same({ at = "dock 4" }, H.step(eng2:status(id), "ship").result.pickup)
+  end)
+
   it("keeps waiting for a child in the dead-letter queue, and fails once it is resolved",
      function()
     local eng = H.new_engine()
