@@ -513,8 +513,8 @@ function Session:helpers(env)
   function f.advance(seconds)
     check_virtual(self, "advance")
     seconds = seconds or 0
-    if type(seconds) ~= "number" or seconds < 0 then
-      error("advance: seconds must be a number >= 0", 0)
+    if type(seconds) ~= "number" or not (seconds >= 0 and seconds < math.huge) then
+      error("advance: seconds must be a finite number >= 0", 0)
     end
     eng:advance(seconds)
     self:after("advanced " .. show.fmt_seconds(seconds))
