@@ -6,7 +6,8 @@
  * before the code it announces runs. A host needs neither libuv nor Lua headers to use it.
  *
  * Errors: every function that can fail returns a mend_status (MEND_OK is 0); the engine keeps
- * a message naming the cause, read with mend_engine_errmsg().
+ * a message naming the cause, read with mend_engine_errmsg(). A NULL engine, or a NULL where a
+ * call needs a value (a run id, a path, an out pointer), is MEND_EINVAL.
  *
  * Threading: an engine belongs to the thread that created it. No function may be called on
  * it from another thread, except mend_engine_wakeup(). Engines on different threads are
@@ -164,14 +165,17 @@ typedef struct mend_options {
 MEND_API void mend_options_init_size(mend_options *opts, size_t size);
 
 /* Creates an engine with its own Lua state. On failure returns the status, sets *out to NULL,
- * and writes a message naming the cause into err (if not NULL). */
+ * and writes a message naming the cause into err (if not NULL). MEND_EINVAL: an option out of
+ * its range (a durability other than the two modes, a negative max_concurrency or
+ * instruction_budget, an unknown log_level or writer_sched). */
 MEND_API int mend_engine_new(const mend_options *opts, mend_engine **out, char *err, size_t errlen);
 /* Destroys the engine. Runs in flight stay in the database as they are, their leases given
  * back, for this or another engine to resume. Host calls still open stay valid: answering them
  * afterwards only frees them. MEND_OK; MEND_ESTATE, the engine left as it was, when called from
  * inside one of its callbacks (a host function, the log, an alert, an event: the engine is
  * running the code that called them), with an error-level log line and mend_engine_errmsg
- * saying so: free it once the call that drives it (mend_engine_run_all, tick, ...) returns. */
+ * saying so: free it once the call that drives it (mend_engine_run_all, tick, ...) returns.
+ * An engine freed already: MEND_EINVAL, nothing read (no other call may be made on it). */
 MEND_API int mend_engine_free(mend_engine *engine);
 /* The message of the engine's last failure ("" if none). Valid until the next call. */
 MEND_API const char *mend_engine_errmsg(mend_engine *engine);
@@ -254,7 +258,8 @@ MEND_API void mend_engine_wakeup(mend_engine *engine);
 /* Runs in flight (held in memory by this engine). */
 MEND_API int mend_engine_in_flight_count(mend_engine *engine);
 /* Virtual clock only: moves time on by `seconds`, doing the work that comes due. MEND_ECLOCK
- * with a real clock; MEND_ESTORE if the database failed. */
+ * with a real clock; MEND_EINVAL if seconds is negative, NaN or would make the clock infinite;
+ * MEND_ESTORE if the database failed. */
 MEND_API int mend_engine_advance_clock(mend_engine *engine, double seconds);
 /* The engine's clock, seconds since the epoch. */
 MEND_API double mend_engine_time(mend_engine *engine);
