@@ -83,8 +83,19 @@ end
 ---------------------------------------------------------------------------------------------
 -- Commands
 
+-- `@FILE` (`@-`: stdin) reads the input from there: a command line holds at most 128 KiB in
+-- one argument, and no JSON text begins with @.
 local function decode_input(text)
   if text == nil then return {} end
+  local file = text:match("^@(.*)$")
+  if file then
+    local f, err = io.stdin, nil
+    if file ~= "-" then f, err = io.open(file, "rb") end
+    if not f then fail("cannot read --input %s", err) end
+    text = f:read("a")
+    if f ~= io.stdin then f:close() end
+    if not text then fail("cannot read --input %s", file) end
+  end
   local ok, v = pcall(json.decode, text)
   if not ok then fail("invalid --input JSON: %s", tostring(v)) end
   return v
@@ -782,7 +793,8 @@ local commands = {
            "log goes to stderr: JSON lines, or, on a terminal, readable lines of what went\n" ..
            "wrong (--log-level info shows every transition live, and the timeline is not\n" ..
            "printed again).\n\n" ..
-           "  --input JSON     the run's input (default {})\n" .. DB_HELP ..
+           "  --input JSON     the run's input (default {}); @FILE reads it from FILE, @- from\n" ..
+           "                   stdin\n" .. DB_HELP ..
            "  --key K          run key: a key that already names a run gives that run again\n" ..
            "  --clock C        virtual (timers fire at once, in order) or real (default)\n" ..
            "  --seed N         seed of the backoff jitter generator (default random)\n" ..
@@ -894,7 +906,8 @@ local commands = {
     help = "Records a new run for a worker to execute and prints its id at once. WORKFLOW is a\n" ..
            "file, or a name looked up as DIR/NAME.lua. With a run key that was used before,\n" ..
            "prints that run's id and records nothing.\n\n" ..
-           "  --input JSON     the run's input (default {})\n" ..
+           "  --input JSON     the run's input (default {}); @FILE reads it from FILE, @- from\n" ..
+           "                   stdin\n" ..
            "  --key K          run key (idempotency of the start)\n" .. DB_HELP ..
            "  --workflows DIR  where to look WORKFLOW up by name (default workflows)\n",
     action = cmd_start,
