@@ -10,8 +10,9 @@
  * call needs a value (a run id, a path, an out pointer), is MEND_EINVAL.
  *
  * Threading: an engine belongs to the thread that created it. No function may be called on
- * it from another thread, except mend_engine_wakeup(). Engines on different threads are
- * independent. Callbacks (log, alert, event, host functions) run on the engine's thread,
+ * it from another thread, except mend_engine_wakeup(): one that returns a status returns
+ * MEND_ESTATE there, the engine untouched, and mend_engine_errmsg() on that thread says why.
+ * Engines on different threads are independent. Callbacks (log, alert, event, host functions) run on the engine's thread,
  * from inside mend_engine_run_all(), mend_engine_tick() or the host's own uv_run(); from a
  * callback a host may call mend_call_return() and mend_call_fail(), and read the engine's
  * queries; mend_engine_free() from any callback gets MEND_ESTATE, the engine left as it was;
@@ -175,7 +176,8 @@ MEND_API int mend_engine_new(const mend_options *opts, mend_engine **out, char *
  * inside one of its callbacks (a host function, the log, an alert, an event: the engine is
  * running the code that called them), with an error-level log line and mend_engine_errmsg
  * saying so: free it once the call that drives it (mend_engine_run_all, tick, ...) returns.
- * An engine freed already: MEND_EINVAL, nothing read (no other call may be made on it). */
+ * An engine freed already: MEND_EINVAL, nothing of it read; so is every call returning a status
+ * on it, until a new engine is made at its address (do not keep the pointer). */
 MEND_API int mend_engine_free(mend_engine *engine);
 /* The message of the engine's last failure ("" if none). Valid until the next call. */
 MEND_API const char *mend_engine_errmsg(mend_engine *engine);

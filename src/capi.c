@@ -130,6 +130,7 @@ typedef struct host_fn_box {
  * has few engines, so a list is enough. */
 typedef struct handle {
   mend_engine *E;
+  pthread_t thread;       /* the one it belongs to (mend.h, Threading) */
   host_side side;
   struct handle *next;
 } handle;
@@ -157,9 +158,29 @@ static int *callbacks_of(mend_engine *E) {
   return &none;
 }
 
-/* A NULL engine, or an argument a call cannot do without: refused before anything is read. */
-#define NEED_ENGINE(E) \
-  if (!(E)) return MEND_EINVAL
+/* A call that may not touch its engine says why here, in its own thread: the engine's message
+ * is the owner thread's to write, or gone with the engine. */
+static _Thread_local mend_engine *refused_engine;
+static _Thread_local const char *refused_why;
+
+/* MEND_OK when the call may go on with E: not NULL, made here and not freed, and on the
+ * thread E belongs to (a call from another would race with everything that thread does). */
+static int check_engine(mend_engine *E) {
+  handle *h = E ? handle_of(E) : NULL;
+  int rc = !E || !h ? MEND_EINVAL : !pthread_equal(h->thread, pthread_self()) ? MEND_ESTATE : MEND_OK;
+  refused_engine = rc == MEND_OK ? NULL : E;
+  refused_why = !E ? "the engine is NULL"
+              : !h ? "no such engine: it was freed (mend_engine_free), or not made by mend_engine_new"
+              : "called from a thread the engine does not belong to: only mend_engine_wakeup may "
+                "be (mend.h, Threading)";
+  return rc;
+}
+
+#define NEED_ENGINE(E)                         \
+  do {                                         \
+    int need_rc_ = check_engine(E);            \
+    if (need_rc_ != MEND_OK) return need_rc_;  \
+  } while (0)
 static int invalid(mend_engine *E, const char *what) {
   mend_engine_note_error(E, what);
   return MEND_EINVAL;
@@ -308,6 +329,8 @@ MEND_API int mend_engine_new(const mend_options *host_opts, mend_engine **out, c
   }
   add_lua_dir_hint(mend_engine_lua(*out), cfg.lua_path);
   h->E = *out;
+  h->thread = pthread_self();
+  if (refused_engine == *out) refused_engine = NULL;   /* a freed engine's address, taken again */
   pthread_mutex_lock(&handles_lock);
   h->next = handles;
   handles = h;
@@ -321,10 +344,8 @@ MEND_API int mend_engine_new(const mend_options *host_opts, mend_engine **out, c
  * engine on the host's own loop calls back from no call of ours. */
 MEND_API int mend_engine_free(mend_engine *engine) {
   if (!engine) return MEND_OK;
-  /* Freed already (or never made here): nothing of it may be read, so nothing is said but the
-   * status. */
+  NEED_ENGINE(engine);
   handle *owner = handle_of(engine);
-  if (!owner) return MEND_EINVAL;
   if (mend_engine_in_code(engine) || owner->side.in_callback) {
     char msg[300];
     snprintf(msg, sizeof msg, "mend_engine_free: called from %s while the engine runs it; the "
@@ -355,7 +376,8 @@ MEND_API int mend_engine_free(mend_engine *engine) {
 }
 
 MEND_API const char *mend_engine_errmsg(mend_engine *engine) {
-  return engine ? mend_engine_error(engine) : "the engine is NULL";
+  if (!engine || engine == refused_engine) return !engine ? "the engine is NULL" : refused_why;
+  return mend_engine_error(engine);
 }
 
 MEND_API int mend_engine_load(mend_engine *engine, const char *path, char *name_out, size_t name_len) {

@@ -1644,7 +1644,59 @@ static void it_refuses_what_no_call_can_use(void) {
   mend_free(json);
 
   CHECK_EQ_INT(mend_engine_free(E), MEND_OK);
-  CHECK_EQ_INT(mend_engine_free(E), MEND_EINVAL);   /* freed already: nothing of it is read */
+  /* freed already: nothing of it is read */
+  CHECK_EQ_INT(mend_engine_free(E), MEND_EINVAL);
+  CHECK_EQ_INT(mend_engine_tick(E, 0.01), MEND_EINVAL);
+  CHECK_EQ_INT(mend_engine_signal(E, id, "go", NULL, NULL), MEND_EINVAL);
+  CHECK(strstr(mend_engine_errmsg(E), "freed") != NULL);
+}
+
+/* Only mend_engine_wakeup may be called from a thread the engine does not belong to: a signal,
+ * a start, a tick or a free from another is refused, the engine untouched, and says so there. */
+typedef struct {
+  mend_engine *E;
+  const char *id;
+  int signal_rc, start_rc, tick_rc, free_rc;
+  char why[200];
+} from_another;
+
+static void *call_from_another_thread(void *arg) {
+  from_another *a = arg;
+  char id[17];
+  a->signal_rc = mend_engine_signal(a->E, a->id, "go", "{}", NULL);
+  snprintf(a->why, sizeof a->why, "%s", mend_engine_errmsg(a->E));
+  a->start_rc = mend_engine_start(a->E, "plain", NULL, NULL, id, NULL);
+  a->tick_rc = mend_engine_tick(a->E, 0.01);
+  a->free_rc = mend_engine_free(a->E);
+  mend_engine_wakeup(a->E);
+  return NULL;
+}
+
+static void it_refuses_calls_from_another_thread(void) {
+  mend_options o;
+  mend_options_init(&o);
+  o.virtual_clock = 1;
+  mend_engine *E = engine(&o);
+  load(E, "wait");
+  char id[17];
+  start(E, "wait", NULL, id);
+  CHECK_EQ_INT(mend_engine_advance_clock(E, 0), MEND_OK);   /* the run waits for its event */
+  from_another a = {.E = E, .id = id};
+  pthread_t t;
+  CHECK_EQ_INT(pthread_create(&t, NULL, call_from_another_thread, &a), 0);
+  pthread_join(t, NULL);
+  CHECK_EQ_INT(a.signal_rc, MEND_ESTATE);
+  CHECK(strstr(a.why, "thread") != NULL);
+  CHECK_EQ_INT(a.start_rc, MEND_ESTATE);
+  CHECK_EQ_INT(a.tick_rc, MEND_ESTATE);
+  CHECK_EQ_INT(a.free_rc, MEND_ESTATE);
+  /* untouched: no event was sent, and the run still waits for one from its own thread */
+  char *json = run_json(E, id);
+  CHECK(strstr(json, "\"running\"") != NULL);
+  mend_free(json);
+  CHECK_EQ_INT(mend_engine_in_flight_count(E), 1);
+  CHECK(strstr(mend_engine_errmsg(E), "thread") == NULL);
+  CHECK_EQ_INT(mend_engine_free(E), MEND_OK);
 }
 
 /* Engines on different threads are independent (mend.h): made, driven and freed on four
@@ -1948,6 +2000,7 @@ int main(void) {
   it_keeps_no_host_loop_running_with_a_kept_connection();
   it_gives_each_failure_its_own_status();
   it_refuses_what_no_call_can_use();
+  it_refuses_calls_from_another_thread();
   it_makes_and_frees_engines_on_many_threads();
 
   static const char *const files[] = {"basic", "saga", "hog", "spin", "escape_os", "escape_io",
