@@ -244,6 +244,26 @@ describe("the mend command", function()
       os.remove(broken)
     end)
 
+    -- 1e999 reads as infinity; a worker given it had run (a lease of it failed only at its first
+    -- renewal on PostgreSQL), and --max-in-flight 2.5 had meant no limit
+    it("refuses a worker's times that are infinite and a count that is not whole", function()
+      local empty = os.tmpname()
+      os.remove(empty)
+      assert(os.execute("mkdir " .. quote(empty)))
+      for _, case in ipairs {
+        { "--lease", "1e999", "--lease must be a finite number > 0, got 1e999" },
+        { "--grace", "1e999", "--grace must be a finite number > 0, got 1e999" },
+        { "--poll", "1e999", "--poll must be a finite number > 0, got 1e999" },
+        { "--park-after", "1e999", "--park-after must be a finite number >= 0, got 1e999" },
+        { "--max-in-flight", "2.5", "--max-in-flight must be a whole number > 0, got 2.5" },
+      } do
+        local code, _, err = mend("worker", "--db", db, "--workflows", empty, case[1], case[2])
+        assert.are.equal(2, code, case[1])
+        assert.are.equal("mend: " .. case[3], error_line(err), case[1])
+      end
+      os.remove(empty)
+    end)
+
     it("refuses bad flag values with exit 2", function()
       assert.are.equal(2, (mend("run", "workflows/order.lua", "--clock", "sundial")))
       assert.are.equal(2, (mend("run", "workflows/order.lua", "--seed", "abc")))

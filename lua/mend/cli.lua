@@ -111,8 +111,19 @@ local function number_flag(o, name, default)
   local v = o[name]
   if v == nil then return default end
   local n = tonumber(v)
-  if not n or n <= 0 then usage_error(o._command, "--%s must be a number > 0, got %s", name, v) end
+  -- 1e999 reads as infinity: no lease, poll or grace can last that long (PostgreSQL refuses
+  -- such an interval only once the worker runs)
+  if not n or not (n > 0 and n < math.huge) then
+    usage_error(o._command, "--%s must be a finite number > 0, got %s", name, v)
+  end
   return n
+end
+
+-- A count (0 when not given): 2.5 is no count, and had been read as no limit.
+local function whole_flag(o, name)
+  local n = number_flag(o, name, 0)
+  if not math.tointeger(n) then usage_error(o._command, "--%s must be a whole number > 0, got %s", name, o[name]) end
+  return math.tointeger(n)
 end
 
 -- Who does an operation, for the history: the user and host of this process.
@@ -670,9 +681,14 @@ local function cmd_worker(o)
                  buffered_print = true }   -- a workflow's print never blocks the worker
   if o["park-after"] then   -- 0: never (to the engine, < 0; its 0 is the default)
     local n = tonumber(o["park-after"])
-    if not n or n < 0 then usage_error(o._command, "--park-after must be a number >= 0, got %s", o["park-after"]) end
+    if not n or not (n >= 0 and n < math.huge) then
+      usage_error(o._command, "--park-after must be a finite number >= 0, got %s", o["park-after"])
+    end
     conf.park_after = n > 0 and n or -1
   end
+  -- every flag is checked before anything is opened or loaded
+  local serving = { poll = number_flag(o, "poll", 0.1), max_in_flight = whole_flag(o, "max-in-flight"),
+                    every = 2 }
   local files = workflow_files(o.workflows or "workflows")
   if #files == 0 then fail("no workflow files (*.lua) in %s", o.workflows or "workflows") end
   local listen = o.listen and listen_options(o)
@@ -680,9 +696,8 @@ local function cmd_worker(o)
     local load_new = workflow_loader(eng, o.workflows or "workflows")
     load_new(true)
     local function work()
-      eng:serve{ poll = number_flag(o, "poll", 0.1),
-                 max_in_flight = math.tointeger(number_flag(o, "max-in-flight", 0)) or 0,
-                 every = 2, tick = load_new }
+      serving.tick = load_new
+      eng:serve(serving)
     end
     if listen then with_listener(eng, listen, work) else work() end
     return EXIT_OK
