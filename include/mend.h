@@ -195,11 +195,13 @@ MEND_API int mend_engine_load(mend_engine *engine, const char *path, char *name_
 /* Registers a host function under `name` for mend.call. Not from a callback. */
 MEND_API int mend_engine_register_function(mend_engine *engine, const char *name, mend_host_fn fn,
                                            void *ud);
-/* Answers a host call with a JSON value (NULL: nil). MEND_EINVAL if the JSON is bad (the call
- * stays open). Frees the call. */
+/* Answers a host call with a JSON value (NULL: nil). MEND_EINVAL if the JSON is bad, MEND_ESTATE
+ * from a thread the call's engine does not belong to (the call stays open: answer it on the
+ * engine's thread, after mend_engine_wakeup() if it sleeps). Frees the call. */
 MEND_API int mend_call_return(mend_call *call, const char *result_json);
 /* Answers a host call with a typed error: kind "retryable" (retry_after >= 0 is the
- * dependency's advice, < 0 none), "fatal", or "compensable" (severity 1..3). Frees the call. */
+ * dependency's advice, < 0 none), "fatal", or "compensable" (severity 1..3). Frees the call;
+ * from a thread the call's engine does not belong to, does nothing (the call stays open). */
 MEND_API void mend_call_fail(mend_call *call, const char *kind, const char *message,
                              double retry_after, int severity);
 

@@ -421,14 +421,24 @@ MEND_API int mend_engine_register_function(mend_engine *engine, const char *name
   return mend_engine_register_host(engine, name, host_adapter, box) ? MEND_ENOMEM : MEND_OK;
 }
 
+/* A call answered from a thread its engine does not belong to: refused, the call left open (an
+ * answer there would race with the engine's thread). One whose engine is gone is answered
+ * anywhere: that only frees it. */
+static int foreign_call(mend_call *call) {
+  mend_engine *E = mend_host_call_engine((mend_host_call *)call);
+  handle *h = E ? handle_of(E) : NULL;
+  return h && !pthread_equal(h->thread, pthread_self());
+}
+
 MEND_API int mend_call_return(mend_call *call, const char *result_json) {
   if (!call) return MEND_EINVAL;
+  if (foreign_call(call)) return MEND_ESTATE;
   return mend_host_return((mend_host_call *)call, result_json) ? MEND_EINVAL : MEND_OK;
 }
 
 MEND_API void mend_call_fail(mend_call *call, const char *kind, const char *message,
                              double retry_after, int severity) {
-  if (!call) return;
+  if (!call || foreign_call(call)) return;
   mend_host_fail((mend_host_call *)call, kind, message, retry_after, severity);
 }
 

@@ -1672,7 +1672,51 @@ static void *call_from_another_thread(void *arg) {
   return NULL;
 }
 
+/* A host function that keeps its call, to be answered later. */
+static void keep_call(void *ud, mend_call *call, const char *args) {
+  (void)args;
+  *(mend_call **)ud = call;
+}
+
+typedef struct {
+  mend_call *call;
+  int return_rc;
+} answer_from;
+
+static void *answer_from_another_thread(void *arg) {
+  answer_from *a = arg;
+  a->return_rc = mend_call_return(a->call, "\"from afar\"");
+  mend_call_fail(a->call, "fatal", "from afar", -1, 0);   /* does nothing: the call stays open */
+  return NULL;
+}
+
 static void it_refuses_calls_from_another_thread(void) {
+  {
+    /* an answer to a host call from another thread: refused, the call still open */
+    mend_options o;
+    mend_options_init(&o);
+    o.virtual_clock = 1;
+    mend_engine *E = engine(&o);
+    mend_call *kept = NULL;
+    CHECK_EQ_INT(mend_engine_register_function(E, "greet", keep_call, &kept), MEND_OK);
+    load(E, "basic");
+    char id[17];
+    start(E, "basic", "{\"who\":\"far\"}", id);
+    CHECK_EQ_INT(mend_engine_advance_clock(E, 0), MEND_OK);
+    CHECK(kept != NULL);
+    answer_from a = {.call = kept};
+    pthread_t t;
+    CHECK_EQ_INT(pthread_create(&t, NULL, answer_from_another_thread, &a), 0);
+    pthread_join(t, NULL);
+    CHECK_EQ_INT(a.return_rc, MEND_ESTATE);
+    CHECK_EQ_INT(mend_call_return(kept, "\"near\""), MEND_OK);
+    CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+    char *json = run_json(E, id);
+    CHECK(strstr(json, "\"succeeded\"") != NULL && strstr(json, "\"near\"") != NULL);
+    mend_free(json);
+    mend_engine_free(E);
+  }
+
   mend_options o;
   mend_options_init(&o);
   o.virtual_clock = 1;
