@@ -83,19 +83,23 @@ end
 ---------------------------------------------------------------------------------------------
 -- Commands
 
--- `@FILE` (`@-`: stdin) reads the input from there: a command line holds at most 128 KiB in
--- one argument, and no JSON text begins with @.
+-- The JSON text of a flag; `@FILE` (`@-`: stdin) reads it from there: a command line holds at
+-- most 128 KiB in one argument, and no JSON text begins with @.
+local function json_text(flag, text)
+  local file = text:match("^@(.*)$")
+  if not file then return text end
+  local f, err = io.stdin, nil
+  if file ~= "-" then f, err = io.open(file, "rb") end
+  if not f then fail("cannot read --%s %s", flag, err) end
+  text = f:read("a")
+  if f ~= io.stdin then f:close() end
+  if not text then fail("cannot read --%s %s", flag, file) end
+  return text
+end
+
 local function decode_input(text)
   if text == nil then return {} end
-  local file = text:match("^@(.*)$")
-  if file then
-    local f, err = io.stdin, nil
-    if file ~= "-" then f, err = io.open(file, "rb") end
-    if not f then fail("cannot read --input %s", err) end
-    text = f:read("a")
-    if f ~= io.stdin then f:close() end
-    if not text then fail("cannot read --input %s", file) end
-  end
+  text = json_text("input", text)
   local ok, v = pcall(json.decode, text)
   if not ok then fail("invalid --input JSON: %s", tostring(v)) end
   return v
@@ -569,7 +573,7 @@ local function cmd_signal(o, first, second)
   end
   local data = nil
   if o.data then
-    local ok, v = pcall(json.decode, o.data)
+    local ok, v = pcall(json.decode, json_text("data", o.data))
     if not ok then fail("--data is not JSON: %s", tostring(v)) end
     data = v
   end
@@ -588,7 +592,7 @@ end
 local function cmd_complete(o, token)
   local result = nil
   if o.result then
-    local ok, v = pcall(json.decode, o.result)
+    local ok, v = pcall(json.decode, json_text("result", o.result))
     if not ok then fail("--result is not JSON: %s", tostring(v)) end
     result = v
   end
@@ -990,7 +994,7 @@ local commands = {
            "is that step's result. The event is kept in the run's inbox until a step takes it,\n" ..
            "each once, in the order sent; a worker holding the run takes it at its next poll.\n" ..
            "Refused (exit 1) for a run that has ended or does not exist.\n\n" .. DB_HELP ..
-           "  --data JSON      the event's payload (default null)\n" ..
+           "  --data JSON      the event's payload (default null); @FILE reads it from FILE\n" ..
            "  --key K          idempotency: the same key sent to the run again is one event\n" ..
            "  --run-key K      the run started with this run key (mend start --key), not RUN\n",
     action = cmd_signal,
@@ -1004,7 +1008,7 @@ local commands = {
            "belongs to the attempt that made it: a token used already, of an earlier attempt,\n" ..
            "or of a run that ended is refused (exit 1). A worker holding the run takes it at its\n" ..
            "next poll; with no worker running, the next one does.\n\n" .. DB_HELP ..
-           "  --result JSON    the step's result (default null)\n",
+           "  --result JSON    the step's result (default null); @FILE reads it from FILE\n",
     action = cmd_complete,
   },
   fail = {
