@@ -1590,6 +1590,11 @@ static void it_refuses_what_no_call_can_use(void) {
   o.instruction_budget = -5;
   CHECK_EQ_INT(mend_engine_new(&o, &E, err, sizeof err), MEND_EINVAL);
   CHECK(E == NULL && strstr(err, "instruction_budget") != NULL);
+  /* an empty name: SQLite's private temporary file had failed on WAL mode, naming no file */
+  mend_options_init(&o);
+  o.db_path = "";
+  CHECK(mend_engine_new(&o, &E, err, sizeof err) != MEND_OK);
+  CHECK(E == NULL && strstr(err, "database name is empty") != NULL);
 
   char *json = NULL;
   CHECK(mend_engine_errmsg(NULL) != NULL);
