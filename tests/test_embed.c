@@ -1656,6 +1656,44 @@ static void it_refuses_what_no_call_can_use(void) {
   CHECK(strstr(mend_engine_errmsg(E), "freed") != NULL);
 }
 
+/* A recover's claim is committed before it returns: an engine that recovers and is driven only
+ * later had held the database's write lock meanwhile, and no other process could write. */
+static void it_holds_no_lock_after_recovering(void) {
+  char db[160], cmd[400], id[17];
+  snprintf(db, sizeof db, "%s/recover_lock.db", dir);
+  mend_options o;
+  mend_options_init(&o);
+  o.db_path = db;
+  mend_engine *E = engine(&o);
+  load(E, "wait");
+  start(E, "wait", NULL, id);
+  CHECK_EQ_INT(mend_engine_tick(E, 0.05), MEND_OK);
+  mend_engine_free(E);   /* its lease given back: the run waits for an engine to recover it */
+  E = engine(&o);
+  load(E, "wait");
+  int n = 0;
+  CHECK_EQ_INT(mend_engine_recover(E, &n), MEND_OK);
+  CHECK_EQ_INT(n, 1);
+  snprintf(cmd, sizeof cmd, "sqlite3 -cmd '.timeout 300' %s 'BEGIN IMMEDIATE; ROLLBACK;' 2>/dev/null", db);
+  CHECK_EQ_INT(system(cmd), 0);
+  /* and the run is this engine's, to signal and finish */
+  CHECK_EQ_INT(mend_engine_signal(E, id, "boss_killed", "{\"gold\":3}", NULL), MEND_OK);
+  for (int i = 0; i < 2000 && mend_engine_in_flight_count(E) > 0; i++) {
+    mend_engine_tick(E, 0.01);
+    usleep(2000);
+  }
+  char *json = run_json(E, id);
+  CHECK(strstr(json, "\"succeeded\"") != NULL);
+  mend_free(json);
+  mend_engine_free(E);
+  static const char *const files[] = {"", "-wal", "-shm"};
+  for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+    char path[200];
+    snprintf(path, sizeof path, "%s%s", db, files[i]);
+    unlink(path);
+  }
+}
+
 /* Only mend_engine_wakeup may be called from a thread the engine does not belong to: a signal,
  * a start, a tick or a free from another is refused, the engine untouched, and says so there. */
 typedef struct {
@@ -2050,6 +2088,7 @@ int main(void) {
   it_gives_each_failure_its_own_status();
   it_refuses_what_no_call_can_use();
   it_refuses_calls_from_another_thread();
+  it_holds_no_lock_after_recovering();
   it_makes_and_frees_engines_on_many_threads();
 
   static const char *const files[] = {"basic", "saga", "hog", "spin", "escape_os", "escape_io",
