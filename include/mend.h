@@ -6,11 +6,13 @@
  * before the code it announces runs. A host needs neither libuv nor Lua headers to use it.
  *
  * Errors: every function that can fail returns a mend_status (MEND_OK is 0); the engine keeps
- * a message naming the cause, read with mend_engine_errmsg().
+ * a message naming the cause, read with mend_engine_errmsg(). A NULL engine, or a NULL where a
+ * call needs a value (a run id, a path, an out pointer), is MEND_EINVAL.
  *
  * Threading: an engine belongs to the thread that created it. No function may be called on
- * it from another thread, except mend_engine_wakeup(). Engines on different threads are
- * independent. Callbacks (log, alert, event, host functions) run on the engine's thread,
+ * it from another thread, except mend_engine_wakeup(): one that returns a status returns
+ * MEND_ESTATE there, the engine untouched, and mend_engine_errmsg() on that thread says why.
+ * Engines on different threads are independent. Callbacks (log, alert, event, host functions) run on the engine's thread,
  * from inside mend_engine_run_all(), mend_engine_tick() or the host's own uv_run(); from a
  * callback a host may call mend_call_return() and mend_call_fail(), and read the engine's
  * queries; mend_engine_free() from any callback gets MEND_ESTATE, the engine left as it was;
@@ -164,14 +166,18 @@ typedef struct mend_options {
 MEND_API void mend_options_init_size(mend_options *opts, size_t size);
 
 /* Creates an engine with its own Lua state. On failure returns the status, sets *out to NULL,
- * and writes a message naming the cause into err (if not NULL). */
+ * and writes a message naming the cause into err (if not NULL). MEND_EINVAL: an option out of
+ * its range (a durability other than the two modes, a negative max_concurrency or
+ * instruction_budget, an unknown log_level or writer_sched). */
 MEND_API int mend_engine_new(const mend_options *opts, mend_engine **out, char *err, size_t errlen);
 /* Destroys the engine. Runs in flight stay in the database as they are, their leases given
  * back, for this or another engine to resume. Host calls still open stay valid: answering them
  * afterwards only frees them. MEND_OK; MEND_ESTATE, the engine left as it was, when called from
  * inside one of its callbacks (a host function, the log, an alert, an event: the engine is
  * running the code that called them), with an error-level log line and mend_engine_errmsg
- * saying so: free it once the call that drives it (mend_engine_run_all, tick, ...) returns. */
+ * saying so: free it once the call that drives it (mend_engine_run_all, tick, ...) returns.
+ * An engine freed already: MEND_EINVAL, nothing of it read; so is every call returning a status
+ * on it, until a new engine is made at its address (do not keep the pointer). */
 MEND_API int mend_engine_free(mend_engine *engine);
 /* The message of the engine's last failure ("" if none). Valid until the next call. */
 MEND_API const char *mend_engine_errmsg(mend_engine *engine);
@@ -189,11 +195,13 @@ MEND_API int mend_engine_load(mend_engine *engine, const char *path, char *name_
 /* Registers a host function under `name` for mend.call. Not from a callback. */
 MEND_API int mend_engine_register_function(mend_engine *engine, const char *name, mend_host_fn fn,
                                            void *ud);
-/* Answers a host call with a JSON value (NULL: nil). MEND_EINVAL if the JSON is bad (the call
- * stays open). Frees the call. */
+/* Answers a host call with a JSON value (NULL: nil). MEND_EINVAL if the JSON is bad, MEND_ESTATE
+ * from a thread the call's engine does not belong to (the call stays open: answer it on the
+ * engine's thread, after mend_engine_wakeup() if it sleeps). Frees the call. */
 MEND_API int mend_call_return(mend_call *call, const char *result_json);
 /* Answers a host call with a typed error: kind "retryable" (retry_after >= 0 is the
- * dependency's advice, < 0 none), "fatal", or "compensable" (severity 1..3). Frees the call. */
+ * dependency's advice, < 0 none), "fatal", or "compensable" (severity 1..3). Frees the call;
+ * from a thread the call's engine does not belong to, does nothing (the call stays open). */
 MEND_API void mend_call_fail(mend_call *call, const char *kind, const char *message,
                              double retry_after, int severity);
 
@@ -255,7 +263,8 @@ MEND_API void mend_engine_wakeup(mend_engine *engine);
 /* Runs in flight (held in memory by this engine). */
 MEND_API int mend_engine_in_flight_count(mend_engine *engine);
 /* Virtual clock only: moves time on by `seconds`, doing the work that comes due. MEND_ECLOCK
- * with a real clock; MEND_ESTORE if the database failed. */
+ * with a real clock; MEND_EINVAL if seconds is negative, NaN or would make the clock infinite;
+ * MEND_ESTORE if the database failed. */
 MEND_API int mend_engine_advance_clock(mend_engine *engine, double seconds);
 /* The engine's clock, seconds since the epoch. */
 MEND_API double mend_engine_time(mend_engine *engine);

@@ -197,6 +197,31 @@ describe("the mend command", function()
       assert.truthy(err:find("^mend: invalid %-%-input JSON"), err)
     end)
 
+    -- One argument of a command line holds at most 128 KiB: a larger input comes from a file.
+    it("reads --input @FILE from the file, and @- from stdin", function()
+      local path = os.tmpname()
+      local f = assert(io.open(path, "wb"))
+      f:write('{"card":"visa","note":"', string.rep("n", 300 * 1024), '"}')
+      f:close()
+      local code, out, err = mend("run", "workflows/order.lua", "--clock", "virtual", "--db", db,
+                                  "--input", "@" .. path, "--json")
+      assert.are.equal(0, code, err)
+      local run = json.decode(out)
+      assert.are.equal("visa", run.input.card)
+      assert.are.equal(300 * 1024, #run.input.note)
+      local p = assert(io.popen(("cd %s && %s run workflows/order.lua --clock virtual --db %s "
+                                 .. "--input @- --json < %s 2>/dev/null"):format(quote(ROOT), quote(MEND),
+                                 quote(db), quote(path)), "r"))
+      local out2 = p:read("a")
+      assert.truthy(p:close())
+      os.remove(path)
+      assert.are.equal(300 * 1024, #json.decode(out2).input.note)
+      local code3, _, err3 = mend("run", "workflows/order.lua", "--db", db, "--input", "@" .. path)
+      assert.are.equal(1, code3)
+      assert.truthy(err3:find("^mend: cannot read %-%-input " .. path:gsub("%p", "%%%0")
+                              .. ": No such file"), err3)
+    end)
+
     it("fails with exit 1 naming a missing workflow file", function()
       local code, _, err = mend("run", "workflows/no_such_flow.lua", "--db", db)
       assert.are.equal(1, code)
@@ -234,6 +259,26 @@ describe("the mend command", function()
         assert.are.equal("mend: " .. broken .. ":3:", error_line(err):sub(1, #broken + 9), err)
       end
       os.remove(broken)
+    end)
+
+    -- 1e999 reads as infinity; a worker given it had run (a lease of it failed only at its first
+    -- renewal on PostgreSQL), and --max-in-flight 2.5 had meant no limit
+    it("refuses a worker's times that are infinite and a count that is not whole", function()
+      local empty = os.tmpname()
+      os.remove(empty)
+      assert(os.execute("mkdir " .. quote(empty)))
+      for _, case in ipairs {
+        { "--lease", "1e999", "--lease must be a finite number > 0, got 1e999" },
+        { "--grace", "1e999", "--grace must be a finite number > 0, got 1e999" },
+        { "--poll", "1e999", "--poll must be a finite number > 0, got 1e999" },
+        { "--park-after", "1e999", "--park-after must be a finite number >= 0, got 1e999" },
+        { "--max-in-flight", "2.5", "--max-in-flight must be a whole number > 0, got 2.5" },
+      } do
+        local code, _, err = mend("worker", "--db", db, "--workflows", empty, case[1], case[2])
+        assert.are.equal(2, code, case[1])
+        assert.are.equal("mend: " .. case[3], error_line(err), case[1])
+      end
+      os.remove(empty)
     end)
 
     it("refuses bad flag values with exit 2", function()

@@ -293,6 +293,8 @@ describe("the REPL's helpers", function()
       "end",
       "f('zzz')",
       "advance(-1)",
+      "advance(0/0)",
+      "advance(math.huge)",
       "start('nosuch')",
       "id = start('playground'); run()",
       "cancel(id)",
@@ -309,7 +311,9 @@ describe("the REPL's helpers", function()
       "error: stdin:2: start: a workflow name expected",
       "error: stdin:1: cancel: no run nosuch",
       "error: stdin:2: status: no run zzz",
-      "error: stdin:1: advance: seconds must be a number >= 0",
+      "error: stdin:1: advance: seconds must be a finite number >= 0",
+      "error: stdin:1: advance: seconds must be a finite number >= 0",
+      "error: stdin:1: advance: seconds must be a finite number >= 0",
       'error: stdin:1: start: no workflow named "nosuch" is loaded',
       "error: stdin:1: cancel: run <run1> is succeeded: only a running run can be cancelled",
       'error: stdin:1: resolve: a note saying what was done expected: resolve(id, "refunded by hand")',
@@ -637,6 +641,19 @@ describe("mend repl in a terminal", function()
     type_text("end")
     keys("Enter")
     wait_for("iteration 2")
+  end)
+
+  -- Ctrl-C had ended the REPL (SIGINT's default), and the session's in-memory database with it.
+  it("abandons the chunk being typed on Ctrl-C and stays", function()
+    type_text("for i = 1, 2 do")
+    keys("Enter")
+    wait_for("...>")
+    keys("C-c")
+    wait_for("^C")
+    type_text("print('still ' .. 'here')")
+    keys("Enter")
+    local s = wait_for("\nstill here\n")
+    assert.falsy(s:find("iteration", s:find("^C", 1, true), true))
   end)
 
   it("runs the playground with the virtual clock, and leaves on Ctrl-D", function()

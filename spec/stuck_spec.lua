@@ -147,7 +147,7 @@ describe("a run that no live worker holds", function()
     -- a bad flag is a usage error, told before anything about the run
     rc, out, err = mend_in(nil, db, "wait " .. id .. " --timeout soon")
     assert.are.equal(2, rc)
-    assert.matches("^mend: %-%-timeout must be a number > 0, got soon\n", err)
+    assert.matches("^mend: %-%-timeout must be a finite number > 0, got soon\n", err)
   end)
 end)
 

@@ -2,7 +2,8 @@
  * capi: the public C API of include/mend.h over the engine. Owns the mapping from internal
  * failures to mend_status codes, the JSON text handed to hosts, the adapters from the
  * engine's callbacks to the host's (and the count of those the engine is inside, from which it
- * is not freed), and the hint a host gets when mend's own Lua files are not
+ * is not freed), the refusal of what no call can use (a NULL engine or argument, options out of
+ * range, an engine freed already), and the hint a host gets when mend's own Lua files are not
  * where it looked. Nothing else. Must never: choose a status from a message's text (each of
  * the engine's codes, mend_refusal and the event and token codes, has one status); reach the
  * engine's insides (engine.h only).
@@ -11,6 +12,7 @@
 
 #include <lauxlib.h>
 #include <lua.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,19 +130,60 @@ typedef struct host_fn_box {
  * has few engines, so a list is enough. */
 typedef struct handle {
   mend_engine *E;
+  pthread_t thread;       /* the one it belongs to (mend.h, Threading) */
   host_side side;
   struct handle *next;
 } handle;
 
+/* Engines on different threads are independent (mend.h), yet they share this list: each walk
+ * and change of it holds the lock. A handle found stays valid after, as only the thread its
+ * engine belongs to frees it. */
 static handle *handles;
+static pthread_mutex_t handles_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static handle *handle_of(mend_engine *E) {
+  pthread_mutex_lock(&handles_lock);
+  handle *h = handles;
+  while (h && h->E != E) h = h->next;
+  pthread_mutex_unlock(&handles_lock);
+  return h;
+}
 
 /* The count of the host's callbacks engine E is inside (a dummy for an engine not made here). */
 static int *callbacks_of(mend_engine *E) {
-  static int none;
-  for (handle *h = handles; h; h = h->next)
-    if (h->E == E) return &h->side.in_callback;
+  static _Thread_local int none;
+  handle *h = handle_of(E);
+  if (h) return &h->side.in_callback;
   none = 0;
   return &none;
+}
+
+/* A call that may not touch its engine says why here, in its own thread: the engine's message
+ * is the owner thread's to write, or gone with the engine. */
+static _Thread_local mend_engine *refused_engine;
+static _Thread_local const char *refused_why;
+
+/* MEND_OK when the call may go on with E: not NULL, made here and not freed, and on the
+ * thread E belongs to (a call from another would race with everything that thread does). */
+static int check_engine(mend_engine *E) {
+  handle *h = E ? handle_of(E) : NULL;
+  int rc = !E || !h ? MEND_EINVAL : !pthread_equal(h->thread, pthread_self()) ? MEND_ESTATE : MEND_OK;
+  refused_engine = rc == MEND_OK ? NULL : E;
+  refused_why = !E ? "the engine is NULL"
+              : !h ? "no such engine: it was freed (mend_engine_free), or not made by mend_engine_new"
+              : "called from a thread the engine does not belong to: only mend_engine_wakeup may "
+                "be (mend.h, Threading)";
+  return rc;
+}
+
+#define NEED_ENGINE(E)                         \
+  do {                                         \
+    int need_rc_ = check_engine(E);            \
+    if (need_rc_ != MEND_OK) return need_rc_;  \
+  } while (0)
+static int invalid(mend_engine *E, const char *what) {
+  mend_engine_note_error(E, what);
+  return MEND_EINVAL;
 }
 
 /* Every callback into the host goes through one of these adapters, which count it: the engine
@@ -188,6 +231,10 @@ static int refusal_status(mend_engine *engine) { return status_of(mend_engine_re
 
 MEND_API int mend_engine_new(const mend_options *host_opts, mend_engine **out, char *err,
                              size_t errlen) {
+  if (!out) {
+    if (err && errlen) snprintf(err, errlen, "mend_engine_new: out is NULL: pass &engine");
+    return MEND_EINVAL;
+  }
   *out = NULL;
   /* The host's options as far as it knows them; what it does not know keeps its default. */
   mend_options all;
@@ -209,6 +256,22 @@ MEND_API int mend_engine_new(const mend_options *host_opts, mend_engine **out, c
     all.size = sizeof all;
   }
   const mend_options *opts = &all;
+  /* Out of range, each would otherwise be read as something the host did not ask for (a
+   * durability of 7 as full, a negative budget or cap as none). */
+  char bad[160] = "";
+  if (opts->durability != MEND_SYNC_FULL && opts->durability != MEND_SYNC_PROCESS)
+    snprintf(bad, sizeof bad, "durability must be MEND_SYNC_FULL or MEND_SYNC_PROCESS, got %d",
+             (int)opts->durability);
+  else if (opts->max_concurrency < 0)
+    snprintf(bad, sizeof bad, "max_concurrency must be >= 0 (0: no cap), got %d",
+             opts->max_concurrency);
+  else if (opts->instruction_budget < 0)
+    snprintf(bad, sizeof bad, "instruction_budget must be >= 0 (0: no budget), got %ld",
+             opts->instruction_budget);
+  if (bad[0]) {
+    if (err && errlen) snprintf(err, errlen, "%s", bad);
+    return MEND_EINVAL;
+  }
   handle *h = calloc(1, sizeof *h);
   if (!h) return MEND_ENOMEM;
   h->side.opts = *opts;
@@ -266,8 +329,12 @@ MEND_API int mend_engine_new(const mend_options *host_opts, mend_engine **out, c
   }
   add_lua_dir_hint(mend_engine_lua(*out), cfg.lua_path);
   h->E = *out;
+  h->thread = pthread_self();
+  if (refused_engine == *out) refused_engine = NULL;   /* a freed engine's address, taken again */
+  pthread_mutex_lock(&handles_lock);
   h->next = handles;
   handles = h;
+  pthread_mutex_unlock(&handles_lock);
   return MEND_OK;
 }
 
@@ -277,9 +344,9 @@ MEND_API int mend_engine_new(const mend_options *host_opts, mend_engine **out, c
  * engine on the host's own loop calls back from no call of ours. */
 MEND_API int mend_engine_free(mend_engine *engine) {
   if (!engine) return MEND_OK;
-  handle *owner = handles;
-  while (owner && owner->E != engine) owner = owner->next;
-  if (mend_engine_in_code(engine) || *callbacks_of(engine)) {
+  NEED_ENGINE(engine);
+  handle *owner = handle_of(engine);
+  if (mend_engine_in_code(engine) || owner->side.in_callback) {
     char msg[300];
     snprintf(msg, sizeof msg, "mend_engine_free: called from %s while the engine runs it; the "
              "engine is not freed: free it after the call that drives it returns",
@@ -293,24 +360,30 @@ MEND_API int mend_engine_free(mend_engine *engine) {
     return MEND_ESTATE;
   }
   mend_engine_destroy(engine);
+  pthread_mutex_lock(&handles_lock);
   for (handle **p = &handles; *p; p = &(*p)->next)
-    if ((*p)->E == engine) {
-      handle *h = *p;
-      *p = h->next;
-      for (host_fn_box *b = h->side.functions, *next; b; b = next) {
-        next = b->next;
-        free(b);
-      }
-      free(h);
+    if (*p == owner) {
+      *p = owner->next;
       break;
     }
+  pthread_mutex_unlock(&handles_lock);
+  for (host_fn_box *b = owner->side.functions, *next; b; b = next) {
+    next = b->next;
+    free(b);
+  }
+  free(owner);
   return MEND_OK;
 }
 
-MEND_API const char *mend_engine_errmsg(mend_engine *engine) { return mend_engine_error(engine); }
+MEND_API const char *mend_engine_errmsg(mend_engine *engine) {
+  if (!engine || engine == refused_engine) return !engine ? "the engine is NULL" : refused_why;
+  return mend_engine_error(engine);
+}
 
 MEND_API int mend_engine_load(mend_engine *engine, const char *path, char *name_out, size_t name_len) {
   char err[1024];
+  NEED_ENGINE(engine);
+  if (!path) return invalid(engine, "mend_engine_load: path is NULL");
   PANIC_EXIT(engine);
   mend_workflow *wf = mend_engine_load_file(engine, path, err, sizeof err);
   PANIC_EXIT_END(engine);
@@ -334,9 +407,9 @@ static void host_adapter(void *ud, mend_host_call *call, json_t *args) {
 
 MEND_API int mend_engine_register_function(mend_engine *engine, const char *name, mend_host_fn fn,
                                            void *ud) {
-  if (!name || !fn) return MEND_EINVAL;
-  handle *h = handles;
-  while (h && h->E != engine) h = h->next;
+  NEED_ENGINE(engine);
+  if (!name || !fn) return invalid(engine, "mend_engine_register_function: name and fn may not be NULL");
+  handle *h = handle_of(engine);
   if (!h) return MEND_EINVAL;
   host_fn_box *box = malloc(sizeof *box);
   if (!box) return MEND_ENOMEM;
@@ -348,12 +421,24 @@ MEND_API int mend_engine_register_function(mend_engine *engine, const char *name
   return mend_engine_register_host(engine, name, host_adapter, box) ? MEND_ENOMEM : MEND_OK;
 }
 
+/* A call answered from a thread its engine does not belong to: refused, the call left open (an
+ * answer there would race with the engine's thread). One whose engine is gone is answered
+ * anywhere: that only frees it. */
+static int foreign_call(mend_call *call) {
+  mend_engine *E = mend_host_call_engine((mend_host_call *)call);
+  handle *h = E ? handle_of(E) : NULL;
+  return h && !pthread_equal(h->thread, pthread_self());
+}
+
 MEND_API int mend_call_return(mend_call *call, const char *result_json) {
+  if (!call) return MEND_EINVAL;
+  if (foreign_call(call)) return MEND_ESTATE;
   return mend_host_return((mend_host_call *)call, result_json) ? MEND_EINVAL : MEND_OK;
 }
 
 MEND_API void mend_call_fail(mend_call *call, const char *kind, const char *message,
                              double retry_after, int severity) {
+  if (!call || foreign_call(call)) return;
   mend_host_fail((mend_host_call *)call, kind, message, retry_after, severity);
 }
 
@@ -361,7 +446,9 @@ MEND_API int mend_engine_start(mend_engine *engine, const char *workflow, const 
                                const char *run_key, char run_id_out[17], int *existed) {
   int ex = 0;
   char err[1024];
-  if (!workflow || !run_id_out) return MEND_EINVAL;
+  NEED_ENGINE(engine);
+  if (!workflow || !run_id_out)
+    return invalid(engine, "mend_engine_start: workflow and run_id_out may not be NULL");
   if (strlen(workflow) <= MEND_NAME_MAX && !mend_engine_workflow(engine, workflow)) {
     snprintf(err, sizeof err, "no workflow named \"%s\" is loaded", workflow);
     mend_engine_note_error(engine, err);
@@ -377,6 +464,7 @@ MEND_API int mend_engine_start(mend_engine *engine, const char *workflow, const 
 }
 
 MEND_API int mend_engine_recover(mend_engine *engine, int *count) {
+  NEED_ENGINE(engine);
   NOT_IN_CODE(engine, "mend_engine_recover");
   PANIC_EXIT(engine);
   int n = mend_engine_recover_runs(engine, 0);
@@ -387,6 +475,7 @@ MEND_API int mend_engine_recover(mend_engine *engine, int *count) {
 }
 
 MEND_API int mend_engine_run_all(mend_engine *engine) {
+  NEED_ENGINE(engine);
   NOT_IN_CODE(engine, "mend_engine_run_all");
   PANIC_EXIT(engine);
   int rc = mend_engine_run(engine);
@@ -395,6 +484,7 @@ MEND_API int mend_engine_run_all(mend_engine *engine) {
 }
 
 MEND_API int mend_engine_tick(mend_engine *engine, double budget) {
+  NEED_ENGINE(engine);
   NOT_IN_CODE(engine, "mend_engine_tick");
   PANIC_EXIT(engine);
   int rc = mend_engine_tick_for(engine, budget);
@@ -405,6 +495,7 @@ MEND_API int mend_engine_tick(mend_engine *engine, double budget) {
 MEND_API int mend_engine_tick_ex(mend_engine *engine, double budget, mend_tick_stats *stats,
                                  size_t stats_size) {
   mend_engine_tick_info info = {0};
+  NEED_ENGINE(engine);
   NOT_IN_CODE(engine, "mend_engine_tick_ex");
   PANIC_EXIT(engine);
   int rc = mend_engine_tick_with(engine, budget, &info);
@@ -417,13 +508,20 @@ MEND_API int mend_engine_tick_ex(mend_engine *engine, double budget, mend_tick_s
   return rc < 0 ? MEND_ESTORE : MEND_OK;
 }
 
-MEND_API double mend_engine_next_tick(mend_engine *engine) { return mend_engine_next_due(engine); }
+MEND_API double mend_engine_next_tick(mend_engine *engine) {
+  return engine ? mend_engine_next_due(engine) : -1;
+}
 
-MEND_API void mend_engine_wakeup(mend_engine *engine) { mend_engine_wake(engine); }
+MEND_API void mend_engine_wakeup(mend_engine *engine) {
+  if (engine) mend_engine_wake(engine);
+}
 
-MEND_API int mend_engine_in_flight_count(mend_engine *engine) { return mend_engine_in_flight(engine); }
+MEND_API int mend_engine_in_flight_count(mend_engine *engine) {
+  return engine ? mend_engine_in_flight(engine) : 0;
+}
 
 MEND_API int mend_engine_advance_clock(mend_engine *engine, double seconds) {
+  NEED_ENGINE(engine);
   NOT_IN_CODE(engine, "mend_engine_advance_clock");
   PANIC_EXIT(engine);
   int rc = mend_engine_advance(engine, seconds);
@@ -431,7 +529,7 @@ MEND_API int mend_engine_advance_clock(mend_engine *engine, double seconds) {
   return rc ? refusal_status(engine) : MEND_OK;
 }
 
-MEND_API double mend_engine_time(mend_engine *engine) { return mend_engine_now(engine); }
+MEND_API double mend_engine_time(mend_engine *engine) { return engine ? mend_engine_now(engine) : 0; }
 
 /* A view the store gave. NULL: no such run (of_run: the view of a run), or the store failed,
  * which its errmsg names. */
@@ -446,15 +544,30 @@ static int dump(mend_engine *engine, json_t *v, int of_run, char **out) {
   return *out ? MEND_OK : MEND_ENOMEM;
 }
 
+/* The query's arguments, before the store is asked. */
+static int query_args(mend_engine *engine, const char *run_id, int needs_run, char **json_out) {
+  NEED_ENGINE(engine);
+  if (!json_out) return invalid(engine, "json_out is NULL: pass &json");
+  *json_out = NULL;
+  if (needs_run && !run_id) return invalid(engine, "the run id is NULL");
+  return MEND_OK;
+}
+
 MEND_API int mend_engine_run_json(mend_engine *engine, const char *run_id, char **json_out) {
+  int rc = query_args(engine, run_id, 1, json_out);
+  if (rc != MEND_OK) return rc;
   return dump(engine, mend_store_run(mend_engine_store(engine), run_id), 1, json_out);
 }
 
 MEND_API int mend_engine_history_json(mend_engine *engine, const char *run_id, char **json_out) {
+  int rc = query_args(engine, run_id, 1, json_out);
+  if (rc != MEND_OK) return rc;
   return dump(engine, mend_store_history(mend_engine_store(engine), run_id), 0, json_out);
 }
 
 MEND_API int mend_engine_dlq_json(mend_engine *engine, char **json_out) {
+  int rc = query_args(engine, NULL, 0, json_out);
+  if (rc != MEND_OK) return rc;
   return dump(engine, mend_store_dlq(mend_engine_store(engine)), 0, json_out);
 }
 
@@ -469,7 +582,8 @@ static int repair_status(mend_engine *engine, int rc, const char *err) {
 MEND_API int mend_engine_override_breaker(mend_engine *engine, const char *key, const char *op,
                                           double seconds, const char *who) {
   char err[700];
-  if (!key || !op) return MEND_EINVAL;
+  NEED_ENGINE(engine);
+  if (!key || !op) return invalid(engine, "mend_engine_override_breaker: key and op may not be NULL");
   if (mend_engine_breaker_set(engine, key, op, seconds, who, err, sizeof err) == 0) return MEND_OK;
   mend_engine_note_error(engine, err);
   return refusal_status(engine);
@@ -477,13 +591,15 @@ MEND_API int mend_engine_override_breaker(mend_engine *engine, const char *key, 
 
 MEND_API int mend_engine_cancel(mend_engine *engine, const char *run_id, const char *who) {
   char err[700];
+  NEED_ENGINE(engine);
+  if (!run_id) return invalid(engine, "mend_engine_cancel: the run id is NULL");
   return repair_status(engine, mend_engine_cancel_run(engine, run_id, who, err, sizeof err), err);
 }
 
 static int signal_status(mend_engine *engine, const char *run_id, const char *run_key,
                          const char *name, const char *payload_json, const char *key) {
   char err[1200];
-  if (!name || (!run_id && !run_key)) return MEND_EINVAL;
+  if (!name) return invalid(engine, "an event needs a name: name is NULL");
   int rc = mend_engine_send_event(engine, run_id, run_key, name, payload_json, key, NULL, err,
                                   sizeof err);
   if (rc >= 0) return MEND_OK;
@@ -495,20 +611,23 @@ static int signal_status(mend_engine *engine, const char *run_id, const char *ru
 
 MEND_API int mend_engine_signal(mend_engine *engine, const char *run_id, const char *name,
                                 const char *payload_json, const char *key) {
-  if (!run_id) return MEND_EINVAL;
+  NEED_ENGINE(engine);
+  if (!run_id) return invalid(engine, "mend_engine_signal: the run id is NULL");
   return signal_status(engine, run_id, NULL, name, payload_json, key);
 }
 
 MEND_API int mend_engine_signal_by_key(mend_engine *engine, const char *run_key, const char *name,
                                        const char *payload_json, const char *key) {
-  if (!run_key) return MEND_EINVAL;
+  NEED_ENGINE(engine);
+  if (!run_key) return invalid(engine, "mend_engine_signal_by_key: the run key is NULL");
   return signal_status(engine, NULL, run_key, name, payload_json, key);
 }
 
 static int token_status(mend_engine *engine, const char *token, int ok, const char *result,
                         const char *kind, const char *message) {
   char err[1200];
-  if (!token) return MEND_EINVAL;
+  NEED_ENGINE(engine);
+  if (!token) return invalid(engine, "the token is NULL");
   int rc = mend_engine_settle_token(engine, token, ok, result, kind, message, NULL, err, sizeof err);
   if (rc >= 0) return MEND_OK;
   mend_engine_note_error(engine, err);
@@ -530,11 +649,15 @@ MEND_API int mend_engine_fail(mend_engine *engine, const char *token, const char
 
 MEND_API int mend_engine_retry_dead_letter(mend_engine *engine, const char *run_id, const char *who) {
   char err[700];
+  NEED_ENGINE(engine);
+  if (!run_id) return invalid(engine, "mend_engine_retry_dead_letter: the run id is NULL");
   return repair_status(engine, mend_engine_dlq_retry(engine, run_id, who, err, sizeof err), err);
 }
 
 MEND_API int mend_engine_resolve_dead_letter(mend_engine *engine, const char *run_id,
                                              const char *who, const char *note) {
   char err[700];
+  NEED_ENGINE(engine);
+  if (!run_id) return invalid(engine, "mend_engine_resolve_dead_letter: the run id is NULL");
   return repair_status(engine, mend_engine_resolve(engine, run_id, who, note, err, sizeof err), err);
 }

@@ -179,6 +179,8 @@ int mend_engine_register_host(mend_engine *E, const char *name, mend_engine_host
 /* Completes a host call: the step resumes with the value of `result` (JSON text; NULL: nil).
  * Exactly one of return/fail per call; the call is freed by it. 0, or -1 if the JSON is bad. */
 int mend_host_return(mend_host_call *call, const char *result_json);
+/* The engine a call is of; NULL once that engine was destroyed. */
+mend_engine *mend_host_call_engine(const mend_host_call *call);
 /* kind: "retryable" | "fatal" | "compensable"; retry_after < 0 none; severity for compensable. */
 void mend_host_fail(mend_host_call *call, const char *kind, const char *message,
                     double retry_after, int severity);

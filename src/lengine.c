@@ -16,6 +16,7 @@
 #include "lmend_int.h"
 
 #include <errno.h>
+#include <math.h>
 #include <lauxlib.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -182,7 +183,8 @@ int mend__lengine_new(lua_State *L) {
   lua_getfield(L, 1, "park_after");
   cfg.park_after = luaL_optnumber(L, -1, 0);
   lua_pop(L, 3);
-  if (!(cfg.lease_seconds > 0)) return luaL_error(L, "mend.engine: lease must be > 0 seconds");
+  if (!(cfg.lease_seconds > 0 && cfg.lease_seconds < HUGE_VAL))
+    return luaL_error(L, "mend.engine: lease must be a finite number > 0 of seconds");
   /* http_allow = {"a.example", "*.example.com"}: joined with commas, as mend_options has it;
    * the string stays on the stack until the engine has copied it. */
   int at = lua_getfield(L, 1, "http_allow");

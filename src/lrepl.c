@@ -13,6 +13,7 @@
 #include <lua.h>
 #include <errno.h>
 #include <locale.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,14 +107,38 @@ static void init_editor(void) {
   stifle_history(1000);
 }
 
-/* readline.read(prompt) -> line (without its newline), or nil at end of input.  [-1, +1, m] */
+/* Ctrl-C while a line is typed abandons that line, as in a shell: SIGINT's default would end
+ * the REPL, and an in-memory database with it. libedit hands the signal on to this handler
+ * and its read ends. */
+static volatile sig_atomic_t interrupted;
+static void on_interrupt(int signo) {
+  (void)signo;
+  interrupted = 1;
+}
+
+/* readline.read(prompt) -> line (without its newline), nil at end of input, or false when
+ * Ctrl-C abandoned the line.  [-1, +1, m] */
 static int l_read(lua_State *L) {
   const char *prompt = luaL_optstring(L, 1, "> ");
   init_editor();
   lua_State *outer = read_L;
   read_L = L;
+  struct sigaction sa, before;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_interrupt;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &before);
+  interrupted = 0;
   char *line = readline(prompt);
+  sigaction(SIGINT, &before, NULL);
   read_L = outer;
+  if (interrupted) {
+    free(line);
+    fputs("^C\n", stdout);
+    fflush(stdout);
+    lua_pushboolean(L, 0);
+    return 1;
+  }
   if (!line) {
     lua_pushnil(L);
     return 1;

@@ -32,5 +32,12 @@ mend_store *mend_store_open(const char *path, mend_durability durability, char *
     return NULL;
 #endif
   }
+  /* SQLite would open "" as a private temporary file, gone when closed, and fail only on WAL
+   * mode, with a message naming no file */
+  if (!path || !*path) {
+    snprintf(err, (size_t)errlen, "the database name is empty: give a file (or :memory:, or a "
+             "postgresql:// URI)");
+    return NULL;
+  }
   return mend__sqlite_open(path, durability, err, errlen);
 }

@@ -1580,6 +1580,255 @@ static void it_gives_each_failure_its_own_status(void) {
   }
 }
 
+/* What no call can use is refused with MEND_EINVAL and a message, never read: a NULL engine or
+ * argument, options out of their range, a clock moved to no time, an engine freed already. */
+static void it_refuses_what_no_call_can_use(void) {
+  char err[256] = "", id[17];
+  mend_engine *E = NULL;
+  mend_options o;
+  mend_options_init(&o);
+  CHECK_EQ_INT(mend_engine_new(&o, NULL, err, sizeof err), MEND_EINVAL);
+  CHECK(strstr(err, "out is NULL") != NULL);
+  o.durability = (mend_durability_mode)7;
+  CHECK_EQ_INT(mend_engine_new(&o, &E, err, sizeof err), MEND_EINVAL);
+  CHECK(E == NULL && strstr(err, "durability") != NULL && strstr(err, "got 7") != NULL);
+  mend_options_init(&o);
+  o.max_concurrency = -1;
+  CHECK_EQ_INT(mend_engine_new(&o, &E, err, sizeof err), MEND_EINVAL);
+  CHECK(E == NULL && strstr(err, "max_concurrency") != NULL);
+  mend_options_init(&o);
+  o.instruction_budget = -5;
+  CHECK_EQ_INT(mend_engine_new(&o, &E, err, sizeof err), MEND_EINVAL);
+  CHECK(E == NULL && strstr(err, "instruction_budget") != NULL);
+  /* an empty name: SQLite's private temporary file had failed on WAL mode, naming no file */
+  mend_options_init(&o);
+  o.db_path = "";
+  CHECK(mend_engine_new(&o, &E, err, sizeof err) != MEND_OK);
+  CHECK(E == NULL && strstr(err, "database name is empty") != NULL);
+
+  char *json = NULL;
+  CHECK(mend_engine_errmsg(NULL) != NULL);
+  CHECK_EQ_INT(mend_engine_tick(NULL, 0.01), MEND_EINVAL);
+  CHECK_EQ_INT(mend_engine_run_all(NULL), MEND_EINVAL);
+  CHECK_EQ_INT(mend_engine_load(NULL, "x.lua", NULL, 0), MEND_EINVAL);
+  CHECK_EQ_INT(mend_engine_start(NULL, "plain", NULL, NULL, id, NULL), MEND_EINVAL);
+  CHECK_EQ_INT(mend_engine_run_json(NULL, "x", &json), MEND_EINVAL);
+  CHECK_EQ_INT(mend_engine_signal(NULL, "x", "go", NULL, NULL), MEND_EINVAL);
+  CHECK(mend_engine_next_tick(NULL) == -1 && mend_engine_in_flight_count(NULL) == 0);
+  mend_engine_wakeup(NULL);
+  CHECK_EQ_INT(mend_call_return(NULL, "1"), MEND_EINVAL);
+
+  mend_options_init(&o);
+  o.virtual_clock = 1;
+  E = engine(&o);
+  load(E, "plain");
+  start(E, "plain", NULL, id);
+  CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+  CHECK_EQ_INT(mend_engine_load(E, NULL, NULL, 0), MEND_EINVAL);
+  CHECK(strstr(mend_engine_errmsg(E), "path is NULL") != NULL);
+  CHECK_EQ_INT(mend_engine_run_json(E, NULL, &json), MEND_EINVAL);
+  CHECK(json == NULL && strstr(mend_engine_errmsg(E), "run id is NULL") != NULL);
+  CHECK_EQ_INT(mend_engine_history_json(E, NULL, &json), MEND_EINVAL);
+  CHECK_EQ_INT(mend_engine_run_json(E, id, NULL), MEND_EINVAL);
+  CHECK(strstr(mend_engine_errmsg(E), "json_out is NULL") != NULL);
+  CHECK_EQ_INT(mend_engine_dlq_json(E, NULL), MEND_EINVAL);
+  CHECK_EQ_INT(mend_engine_cancel(E, NULL, "me"), MEND_EINVAL);
+  CHECK_EQ_INT(mend_engine_retry_dead_letter(E, NULL, "me"), MEND_EINVAL);
+  CHECK_EQ_INT(mend_engine_resolve_dead_letter(E, NULL, "me", "n"), MEND_EINVAL);
+  CHECK_EQ_INT(mend_engine_complete(E, NULL, NULL), MEND_EINVAL);
+  CHECK_EQ_INT(mend_engine_signal(E, id, NULL, NULL, NULL), MEND_EINVAL);
+  CHECK(strstr(mend_engine_errmsg(E), "name is NULL") != NULL);
+  CHECK_EQ_INT(mend_engine_register_function(E, "f", NULL, NULL), MEND_EINVAL);
+  CHECK(strstr(mend_engine_errmsg(E), "register_function") != NULL);
+  CHECK_EQ_INT(mend_engine_start(E, NULL, NULL, NULL, id, NULL), MEND_EINVAL);
+  CHECK(strstr(mend_engine_errmsg(E), "workflow and run_id_out") != NULL);
+
+  /* the clock moves by a time, or not at all: every row after would carry the time it left */
+  double before = mend_engine_time(E);
+  CHECK_EQ_INT(mend_engine_advance_clock(E, 1.0 / 0.0), MEND_EINVAL);
+  CHECK(strstr(mend_engine_errmsg(E), "finite") != NULL);
+  CHECK_EQ_INT(mend_engine_advance_clock(E, 0.0 / 0.0), MEND_EINVAL);
+  CHECK_EQ_INT(mend_engine_advance_clock(E, -1), MEND_EINVAL);
+  CHECK(mend_engine_time(E) == before);
+  CHECK_EQ_INT(mend_engine_advance_clock(E, 2), MEND_OK);
+  CHECK(mend_engine_time(E) == before + 2);
+  start(E, "plain", NULL, id);
+  CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+  CHECK_EQ_INT(mend_engine_history_json(E, id, &json), MEND_OK);
+  CHECK(json && strstr(json, "e308") == NULL);
+  mend_free(json);
+
+  CHECK_EQ_INT(mend_engine_free(E), MEND_OK);
+  /* freed already: nothing of it is read */
+  CHECK_EQ_INT(mend_engine_free(E), MEND_EINVAL);
+  CHECK_EQ_INT(mend_engine_tick(E, 0.01), MEND_EINVAL);
+  CHECK_EQ_INT(mend_engine_signal(E, id, "go", NULL, NULL), MEND_EINVAL);
+  CHECK(strstr(mend_engine_errmsg(E), "freed") != NULL);
+}
+
+/* A recover's claim is committed before it returns: an engine that recovers and is driven only
+ * later had held the database's write lock meanwhile, and no other process could write. */
+static void it_holds_no_lock_after_recovering(void) {
+  char db[160], cmd[400], id[17];
+  snprintf(db, sizeof db, "%s/recover_lock.db", dir);
+  mend_options o;
+  mend_options_init(&o);
+  o.db_path = db;
+  mend_engine *E = engine(&o);
+  load(E, "wait");
+  start(E, "wait", NULL, id);
+  CHECK_EQ_INT(mend_engine_tick(E, 0.05), MEND_OK);
+  mend_engine_free(E);   /* its lease given back: the run waits for an engine to recover it */
+  E = engine(&o);
+  load(E, "wait");
+  int n = 0;
+  CHECK_EQ_INT(mend_engine_recover(E, &n), MEND_OK);
+  CHECK_EQ_INT(n, 1);
+  snprintf(cmd, sizeof cmd, "sqlite3 -cmd '.timeout 300' %s 'BEGIN IMMEDIATE; ROLLBACK;' 2>/dev/null", db);
+  CHECK_EQ_INT(system(cmd), 0);
+  /* and the run is this engine's, to signal and finish */
+  CHECK_EQ_INT(mend_engine_signal(E, id, "boss_killed", "{\"gold\":3}", NULL), MEND_OK);
+  for (int i = 0; i < 2000 && mend_engine_in_flight_count(E) > 0; i++) {
+    mend_engine_tick(E, 0.01);
+    usleep(2000);
+  }
+  char *json = run_json(E, id);
+  CHECK(strstr(json, "\"succeeded\"") != NULL);
+  mend_free(json);
+  mend_engine_free(E);
+  static const char *const files[] = {"", "-wal", "-shm"};
+  for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+    char path[200];
+    snprintf(path, sizeof path, "%s%s", db, files[i]);
+    unlink(path);
+  }
+}
+
+/* Only mend_engine_wakeup may be called from a thread the engine does not belong to: a signal,
+ * a start, a tick or a free from another is refused, the engine untouched, and says so there. */
+typedef struct {
+  mend_engine *E;
+  const char *id;
+  int signal_rc, start_rc, tick_rc, free_rc;
+  char why[200];
+} from_another;
+
+static void *call_from_another_thread(void *arg) {
+  from_another *a = arg;
+  char id[17];
+  a->signal_rc = mend_engine_signal(a->E, a->id, "go", "{}", NULL);
+  snprintf(a->why, sizeof a->why, "%s", mend_engine_errmsg(a->E));
+  a->start_rc = mend_engine_start(a->E, "plain", NULL, NULL, id, NULL);
+  a->tick_rc = mend_engine_tick(a->E, 0.01);
+  a->free_rc = mend_engine_free(a->E);
+  mend_engine_wakeup(a->E);
+  return NULL;
+}
+
+/* A host function that keeps its call, to be answered later. */
+static void keep_call(void *ud, mend_call *call, const char *args) {
+  (void)args;
+  *(mend_call **)ud = call;
+}
+
+typedef struct {
+  mend_call *call;
+  int return_rc;
+} answer_from;
+
+static void *answer_from_another_thread(void *arg) {
+  answer_from *a = arg;
+  a->return_rc = mend_call_return(a->call, "\"from afar\"");
+  mend_call_fail(a->call, "fatal", "from afar", -1, 0);   /* does nothing: the call stays open */
+  return NULL;
+}
+
+static void it_refuses_calls_from_another_thread(void) {
+  {
+    /* an answer to a host call from another thread: refused, the call still open */
+    mend_options o;
+    mend_options_init(&o);
+    o.virtual_clock = 1;
+    mend_engine *E = engine(&o);
+    mend_call *kept = NULL;
+    CHECK_EQ_INT(mend_engine_register_function(E, "greet", keep_call, &kept), MEND_OK);
+    load(E, "basic");
+    char id[17];
+    start(E, "basic", "{\"who\":\"far\"}", id);
+    CHECK_EQ_INT(mend_engine_advance_clock(E, 0), MEND_OK);
+    CHECK(kept != NULL);
+    answer_from a = {.call = kept};
+    pthread_t t;
+    CHECK_EQ_INT(pthread_create(&t, NULL, answer_from_another_thread, &a), 0);
+    pthread_join(t, NULL);
+    CHECK_EQ_INT(a.return_rc, MEND_ESTATE);
+    CHECK_EQ_INT(mend_call_return(kept, "\"near\""), MEND_OK);
+    CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+    char *json = run_json(E, id);
+    CHECK(strstr(json, "\"succeeded\"") != NULL && strstr(json, "\"near\"") != NULL);
+    mend_free(json);
+    mend_engine_free(E);
+  }
+
+  mend_options o;
+  mend_options_init(&o);
+  o.virtual_clock = 1;
+  mend_engine *E = engine(&o);
+  load(E, "wait");
+  char id[17];
+  start(E, "wait", NULL, id);
+  CHECK_EQ_INT(mend_engine_advance_clock(E, 0), MEND_OK);   /* the run waits for its event */
+  from_another a = {.E = E, .id = id};
+  pthread_t t;
+  CHECK_EQ_INT(pthread_create(&t, NULL, call_from_another_thread, &a), 0);
+  pthread_join(t, NULL);
+  CHECK_EQ_INT(a.signal_rc, MEND_ESTATE);
+  CHECK(strstr(a.why, "thread") != NULL);
+  CHECK_EQ_INT(a.start_rc, MEND_ESTATE);
+  CHECK_EQ_INT(a.tick_rc, MEND_ESTATE);
+  CHECK_EQ_INT(a.free_rc, MEND_ESTATE);
+  /* untouched: no event was sent, and the run still waits for one from its own thread */
+  char *json = run_json(E, id);
+  CHECK(strstr(json, "\"running\"") != NULL);
+  mend_free(json);
+  CHECK_EQ_INT(mend_engine_in_flight_count(E), 1);
+  CHECK(strstr(mend_engine_errmsg(E), "thread") == NULL);
+  CHECK_EQ_INT(mend_engine_free(E), MEND_OK);
+}
+
+/* Engines on different threads are independent (mend.h): made, driven and freed on four
+ * threads at once, each ends its runs. The registry of engines the C API keeps is shared:
+ * without its lock ThreadSanitizer (SANITIZE=thread) reports the race here, and a plain build
+ * may lose an engine's entry (its free refused) or crash. */
+static void *engines_on_a_thread(void *arg) {
+  int *failures = arg;
+  for (int i = 0; i < 15; i++) {
+    mend_options o;
+    mend_options_init(&o);
+    o.virtual_clock = 1;
+    mend_engine *E = NULL;
+    char err[256], id[17], path[128];
+    snprintf(path, sizeof path, "%s/plain.lua", dir);
+    int ok = mend_engine_new(&o, &E, err, sizeof err) == MEND_OK &&
+             mend_engine_load(E, path, NULL, 0) == MEND_OK &&
+             mend_engine_start(E, "plain", NULL, NULL, id, NULL) == MEND_OK &&
+             mend_engine_run_all(E) == MEND_OK && mend_engine_in_flight_count(E) == 0;
+    if (mend_engine_free(E) != MEND_OK) ok = 0;
+    if (!ok) (*failures)++;
+  }
+  return NULL;
+}
+
+static void it_makes_and_frees_engines_on_many_threads(void) {
+  pthread_t t[4];
+  int failures[4] = {0};
+  for (int i = 0; i < 4; i++) CHECK_EQ_INT(pthread_create(&t[i], NULL, engines_on_a_thread, &failures[i]), 0);
+  for (int i = 0; i < 4; i++) {
+    pthread_join(t[i], NULL);
+    CHECK_EQ_INT(failures[i], 0);
+  }
+}
+
 /* log_level: a host that wants only failures gets only failures; a level that does not exist
  * is refused with the choices. */
 static void it_logs_from_the_level_asked(void) {
@@ -1847,6 +2096,10 @@ int main(void) {
   it_lets_a_sandbox_call_only_allowed_hosts();
   it_keeps_no_host_loop_running_with_a_kept_connection();
   it_gives_each_failure_its_own_status();
+  it_refuses_what_no_call_can_use();
+  it_refuses_calls_from_another_thread();
+  it_holds_no_lock_after_recovering();
+  it_makes_and_frees_engines_on_many_threads();
 
   static const char *const files[] = {"basic", "saga", "hog", "spin", "escape_os", "escape_io",
                                       "escape_c", "escape_exec", "stuck", "hold", "wait",

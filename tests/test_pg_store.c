@@ -173,6 +173,18 @@ static void test_errors(void) {
   s = mend__pg_open(conninfo, MEND_DURABILITY_FULL, err, sizeof err);
   CHECK(s == NULL);
   CHECK(strstr(err, "schema version 99 is newer than this mend") != NULL);
+  /* a version no mend wrote is not called newer, nor migrated from */
+  static const char *const odd[] = {"0", "-3", "six", ""};
+  for (size_t i = 0; i < sizeof odd / sizeof *odd; i++) {
+    char q[160];
+    c = raw();
+    snprintf(q, sizeof q, "UPDATE meta SET value = '%s' WHERE key = 'schema_version'", odd[i]);
+    sql(c, q);
+    PQfinish(c);
+    s = mend__pg_open(conninfo, MEND_DURABILITY_FULL, err, sizeof err);
+    CHECK(s == NULL);
+    CHECK(strstr(err, "is not a version") != NULL && strstr(err, "newer") == NULL);
+  }
   drop_case();
 }
 

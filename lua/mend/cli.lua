@@ -83,8 +83,23 @@ end
 ---------------------------------------------------------------------------------------------
 -- Commands
 
+-- The JSON text of a flag; `@FILE` (`@-`: stdin) reads it from there: a command line holds at
+-- most 128 KiB in one argument, and no JSON text begins with @.
+local function json_text(flag, text)
+  local file = text:match("^@(.*)$")
+  if not file then return text end
+  local f, err = io.stdin, nil
+  if file ~= "-" then f, err = io.open(file, "rb") end
+  if not f then fail("cannot read --%s %s", flag, err) end
+  text = f:read("a")
+  if f ~= io.stdin then f:close() end
+  if not text then fail("cannot read --%s %s", flag, file) end
+  return text
+end
+
 local function decode_input(text)
   if text == nil then return {} end
+  text = json_text("input", text)
   local ok, v = pcall(json.decode, text)
   if not ok then fail("invalid --input JSON: %s", tostring(v)) end
   return v
@@ -100,8 +115,19 @@ local function number_flag(o, name, default)
   local v = o[name]
   if v == nil then return default end
   local n = tonumber(v)
-  if not n or n <= 0 then usage_error(o._command, "--%s must be a number > 0, got %s", name, v) end
+  -- 1e999 reads as infinity: no lease, poll or grace can last that long (PostgreSQL refuses
+  -- such an interval only once the worker runs)
+  if not n or not (n > 0 and n < math.huge) then
+    usage_error(o._command, "--%s must be a finite number > 0, got %s", name, v)
+  end
   return n
+end
+
+-- A count (0 when not given): 2.5 is no count, and had been read as no limit.
+local function whole_flag(o, name)
+  local n = number_flag(o, name, 0)
+  if not math.tointeger(n) then usage_error(o._command, "--%s must be a whole number > 0, got %s", name, o[name]) end
+  return math.tointeger(n)
 end
 
 -- Who does an operation, for the history: the user and host of this process.
@@ -547,7 +573,7 @@ local function cmd_signal(o, first, second)
   end
   local data = nil
   if o.data then
-    local ok, v = pcall(json.decode, o.data)
+    local ok, v = pcall(json.decode, json_text("data", o.data))
     if not ok then fail("--data is not JSON: %s", tostring(v)) end
     data = v
   end
@@ -566,7 +592,7 @@ end
 local function cmd_complete(o, token)
   local result = nil
   if o.result then
-    local ok, v = pcall(json.decode, o.result)
+    local ok, v = pcall(json.decode, json_text("result", o.result))
     if not ok then fail("--result is not JSON: %s", tostring(v)) end
     result = v
   end
@@ -659,9 +685,14 @@ local function cmd_worker(o)
                  buffered_print = true }   -- a workflow's print never blocks the worker
   if o["park-after"] then   -- 0: never (to the engine, < 0; its 0 is the default)
     local n = tonumber(o["park-after"])
-    if not n or n < 0 then usage_error(o._command, "--park-after must be a number >= 0, got %s", o["park-after"]) end
+    if not n or not (n >= 0 and n < math.huge) then
+      usage_error(o._command, "--park-after must be a finite number >= 0, got %s", o["park-after"])
+    end
     conf.park_after = n > 0 and n or -1
   end
+  -- every flag is checked before anything is opened or loaded
+  local serving = { poll = number_flag(o, "poll", 0.1), max_in_flight = whole_flag(o, "max-in-flight"),
+                    every = 2 }
   local files = workflow_files(o.workflows or "workflows")
   if #files == 0 then fail("no workflow files (*.lua) in %s", o.workflows or "workflows") end
   local listen = o.listen and listen_options(o)
@@ -669,9 +700,8 @@ local function cmd_worker(o)
     local load_new = workflow_loader(eng, o.workflows or "workflows")
     load_new(true)
     local function work()
-      eng:serve{ poll = number_flag(o, "poll", 0.1),
-                 max_in_flight = math.tointeger(number_flag(o, "max-in-flight", 0)) or 0,
-                 every = 2, tick = load_new }
+      serving.tick = load_new
+      eng:serve(serving)
     end
     if listen then with_listener(eng, listen, work) else work() end
     return EXIT_OK
@@ -781,7 +811,8 @@ local commands = {
            "log goes to stderr: JSON lines, or, on a terminal, readable lines of what went\n" ..
            "wrong (--log-level info shows every transition live, and the timeline is not\n" ..
            "printed again).\n\n" ..
-           "  --input JSON     the run's input (default {})\n" .. DB_HELP ..
+           "  --input JSON     the run's input (default {}); @FILE reads it from FILE, @- from\n" ..
+           "                   stdin\n" .. DB_HELP ..
            "  --key K          run key: a key that already names a run gives that run again\n" ..
            "  --clock C        virtual (timers fire at once, in order) or real (default)\n" ..
            "  --seed N         seed of the backoff jitter generator (default random)\n" ..
@@ -893,7 +924,8 @@ local commands = {
     help = "Records a new run for a worker to execute and prints its id at once. WORKFLOW is a\n" ..
            "file, or a name looked up as DIR/NAME.lua. With a run key that was used before,\n" ..
            "prints that run's id and records nothing.\n\n" ..
-           "  --input JSON     the run's input (default {})\n" ..
+           "  --input JSON     the run's input (default {}); @FILE reads it from FILE, @- from\n" ..
+           "                   stdin\n" ..
            "  --key K          run key (idempotency of the start)\n" .. DB_HELP ..
            "  --workflows DIR  where to look WORKFLOW up by name (default workflows)\n",
     action = cmd_start,
@@ -961,7 +993,7 @@ local commands = {
            "is that step's result. The event is kept in the run's inbox until a step takes it,\n" ..
            "each once, in the order sent; a worker holding the run takes it at its next poll.\n" ..
            "Refused (exit 1) for a run that has ended or does not exist.\n\n" .. DB_HELP ..
-           "  --data JSON      the event's payload (default null)\n" ..
+           "  --data JSON      the event's payload (default null); @FILE reads it from FILE\n" ..
            "  --key K          idempotency: the same key sent to the run again is one event\n" ..
            "  --run-key K      the run started with this run key (mend start --key), not RUN\n",
     action = cmd_signal,
@@ -975,7 +1007,7 @@ local commands = {
            "belongs to the attempt that made it: a token used already, of an earlier attempt,\n" ..
            "or of a run that ended is refused (exit 1). A worker holding the run takes it at its\n" ..
            "next poll; with no worker running, the next one does.\n\n" .. DB_HELP ..
-           "  --result JSON    the step's result (default null)\n",
+           "  --result JSON    the step's result (default null); @FILE reads it from FILE\n",
     action = cmd_complete,
   },
   fail = {

@@ -452,7 +452,8 @@ local function help_list()
 help(fn) describes one of them with an example. An expression typed alone prints its value;
 an incomplete chunk continues on the next line. TAB completes names, `mend.` fields and
 `eng:` methods; Up and Down walk the history, kept across sessions in ~/.mend_history
-(MEND_HISTFILE names another file; empty: none). Ctrl-D leaves.
+(MEND_HISTFILE names another file; empty: none). Ctrl-C abandons the line being typed;
+Ctrl-D leaves.
 With workflows/playground.lua loaded (use "playground"), `playground.payments` and
 `playground.shipping` are its services: playground.break_payments(),
 playground.fix_payments(), playground.break_shipping() and playground.fix_shipping().
@@ -513,8 +514,8 @@ function Session:helpers(env)
   function f.advance(seconds)
     check_virtual(self, "advance")
     seconds = seconds or 0
-    if type(seconds) ~= "number" or seconds < 0 then
-      error("advance: seconds must be a number >= 0", 0)
+    if type(seconds) ~= "number" or not (seconds >= 0 and seconds < math.huge) then
+      error("advance: seconds must be a finite number >= 0", 0)
     end
     eng:advance(seconds)
     self:after("advanced " .. show.fmt_seconds(seconds))
@@ -671,7 +672,7 @@ end
 local function read_chunk(read, env)
   local line = read(PROMPT)
   if line == nil then return end
-  if line:match("^%s*$") then return false end
+  if line == false or line:match("^%s*$") then return false end   -- false: Ctrl-C
   local text = line
   while true do
     -- An expression prints its values; else a statement. Either may be unfinished ("1 +",
@@ -680,6 +681,7 @@ local function read_chunk(read, env)
     if f then return f, nil, text, err end
     if not (err:find("<eof>$") or experr:find("<eof>$")) then return nil, err, text end
     local more = read(PROMPT2)
+    if more == false then return false end   -- Ctrl-C abandons the chunk
     if more == nil then return nil, err, text end
     text = text .. "\n" .. more
   end

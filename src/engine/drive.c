@@ -263,6 +263,14 @@ int mend_engine_advance(mend_engine *E, double seconds) {
     snprintf(E->errmsg, sizeof E->errmsg, "advance needs a virtual clock");
     return -1;
   }
+  /* The clock it leaves is the time of every row written after: an infinite one would be
+   * recorded as DBL_MAX in each of them; NaN and a step back make no time at all. */
+  if (!(seconds >= 0) || !isfinite(mend_engine_now(E) + seconds)) {
+    E->refusal = MEND_REFUSED_INVALID;
+    snprintf(E->errmsg, sizeof E->errmsg, "advance: seconds must be a finite number >= 0, got %g",
+             seconds);
+    return -1;
+  }
   E->refusal = MEND_REFUSED_STORE;
   untick_collect(E);
   mend__looks_settle(E);

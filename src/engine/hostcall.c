@@ -126,6 +126,8 @@ int mend_host_return(mend_host_call *call, const char *result_json) {
   return 0;
 }
 
+mend_engine *mend_host_call_engine(const mend_host_call *call) { return call->E; }
+
 void mend_host_fail(mend_host_call *call, const char *kind, const char *message,
                     double retry_after, int severity) {
   json_t *e = json_pack("{s:s, s:s}", "kind", kind ? kind : "error", "message", message ? message : "");

@@ -480,5 +480,8 @@ int mend__claim_and_restore(mend_engine *E, int limit, int how) {
 
 int mend_engine_recover_runs(mend_engine *E, int limit) {
   int n = mend__claim_and_restore(E, limit > 0 ? limit : 1 << 30, MEND_CLAIM_UNAVAILABLE);
+  /* The claim's batch holds SQLite's write lock until it commits: a host that recovers now and
+   * drives its engine later would keep every other process from writing meanwhile. */
+  if (!E->broken && mend_store_batch_open(E->store) && mend__commit_now(E)) return -1;
   return E->broken ? -1 : n;
 }

@@ -502,13 +502,23 @@ static int schema_state(mend_pg *p, int *version) {
     PQclear(r);
     return -1;
   }
-  *version = atoi(v);
-  PQclear(r);
-  if (*version > MEND_PG_SCHEMA_VERSION || *version < 1) {
-    mend__pg_msg(p->err, sizeof p->err, "%s: schema version %d is newer than this mend (%d)",
-                 p->server, *version, MEND_PG_SCHEMA_VERSION);
+  char *end;
+  long n = strtol(v, &end, 10);
+  if (end == v || *end || n < 1) {
+    /* not a version any mend wrote: nothing may be migrated from it */
+    mend__pg_msg(p->err, sizeof p->err,
+                 "%s: not a mend database (its meta table's schema_version \"%.40s\" is not a "
+                 "version)", p->server, v);
+    PQclear(r);
     return -1;
   }
+  PQclear(r);
+  if (n > MEND_PG_SCHEMA_VERSION) {
+    mend__pg_msg(p->err, sizeof p->err, "%s: schema version %ld is newer than this mend (%d)",
+                 p->server, n, MEND_PG_SCHEMA_VERSION);
+    return -1;
+  }
+  *version = (int)n;
   return 0;
 }
 
