@@ -259,6 +259,35 @@ describe("a failing compensation", function()
     assert.are.equal(id, H.alerts_of(alerts, "dead_letter")[1].run_id)
   end)
 
+  it("waits as long as a retryable error's retry_after says, clamped by max_retry_after",
+    function()
+    local eng = H.new_engine()
+    local at = {}
+    eng:register {
+      name = "advised",
+      steps = {
+        { name = "a", execute = function() return 1 end,
+          compensate_retry = { max_attempts = 3, initial = 1, jitter = 0, max_retry_after = 60 },
+          compensate = function(ctx)
+            at[#at + 1] = ctx:now()
+            if ctx.attempt == 1 then error(mend.retryable("refunds paused", { retry_after = 20 })) end
+            if ctx.attempt == 2 then error(mend.retryable("refunds paused", { retry_after = 600 })) end
+          end },
+        { name = "b", execute = function() error(mend.fatal("no")) end },
+      },
+    }
+    local id = eng:start("advised", {})
+    eng:run()
+    assert.are.equal("compensated", eng:status(id).status)
+    local delays = {}
+    for _, h in ipairs(H.events(eng, id, { event = "compensate_failed", step = "a" })) do
+      delays[#delays + 1] = h.delay
+    end
+    assert.are.same({ 20, 60 }, delays)
+    assert.near(20, at[2] - at[1], 1e-3)
+    assert.near(60, at[3] - at[2], 1e-3)
+  end)
+
   it("follows the step's compensate_retry policy", function()
     local eng = H.new_engine()
     local tries = 0

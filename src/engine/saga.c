@@ -431,7 +431,10 @@ static void compensation_failed(mend_run *r, int i, const mend_error_info *info)
   counts->failures[MEND_PHASE_COMPENSATE][info->kind]++;
   if (st->comp_attempts < p->max_attempts) {
     counts->retries[MEND_PHASE_COMPENSATE]++;
-    double delay = mend_backoff_delay(p, st->comp_attempts, st->last_delay > 0 ? st->last_delay : 0, &E->rng);
+    /* The service's own advice wins here as on the way forward (SPEC section 3). */
+    double delay = info->retry_after >= 0
+      ? mend_backoff_clamp_retry_after(p, info->retry_after)
+      : mend_backoff_delay(p, st->comp_attempts, st->last_delay > 0 ? st->last_delay : 0, &E->rng);
     st->last_delay = delay;
     st->due = mend_engine_now(E) + delay;
     mend__write_step(r, i);
