@@ -259,6 +259,28 @@ describe("a failing compensation", function()
     assert.are.equal(id, H.alerts_of(alerts, "dead_letter")[1].run_id)
   end)
 
+  it("is not retried when it fails with a fatal or an unknown error: one attempt, then the "
+    .. "dead-letter queue", function()
+    for _, e in ipairs { mend.fatal("refund refused: the card is closed"), "attempt to index nil",
+                         mend.compensable("half refunded", { severity = 1 }) } do
+      local eng = H.new_engine()
+      local log = {}
+      eng:register(saga(log, { notify_buyer = always(mend.fatal("no such buyer")) },
+        { charge_card = e }))
+      local t0 = eng:now()
+      local id = eng:start("saga", {})
+      eng:run()
+      assert.are.same({ "ship_parcel", "charge_card" }, comp_order(log))
+      assert.near(0, eng:now() - t0, 1e-3)
+      local st = eng:status(id)
+      assert.are.equal("needs_attention", st.status)
+      assert.are.equal("compensation_failed", H.step(st, "charge_card").status)
+      assert.are.equal(1, H.step(st, "charge_card").comp_attempts)
+      assert.are.equal(0, #H.events(eng, id, { event = "compensate_failed" }))
+      assert.are.equal("compensation_failed", H.dlq_entry(eng, id).reason)
+    end
+  end)
+
   it("waits as long as a retryable error's retry_after says, clamped by max_retry_after",
     function()
     local eng = H.new_engine()

@@ -429,7 +429,10 @@ static void compensation_failed(mend_run *r, int i, const mend_error_info *info)
   mend__step_error_of(st, info);
   mend_workflow_counters *counts = &mend__root(r)->wf->counts;
   counts->failures[MEND_PHASE_COMPENSATE][info->kind]++;
-  if (st->comp_attempts < p->max_attempts) {
+  /* As on the way forward (SPEC section 3), only a transient failure is worth another try: a
+   * fatal or unknown one would fail again, and a person must look at it now. */
+  int retryable = info->kind == MEND_ERR_RETRYABLE || info->kind == MEND_ERR_TIMEOUT;
+  if (retryable && st->comp_attempts < p->max_attempts) {
     counts->retries[MEND_PHASE_COMPENSATE]++;
     /* The service's own advice wins here as on the way forward (SPEC section 3). */
     double delay = info->retry_after >= 0
