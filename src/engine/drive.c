@@ -246,21 +246,17 @@ static void look_from_run(uv_timer_t *t) {
   if (!E->broken) mend__take_events(E);
 }
 
-static void close_look(uv_handle_t *h) { free(h); }
-
 int mend_engine_run(mend_engine *E) {
   untick_collect(E);
   mend__looks_settle(E);
   mend__writer_sched_want(E, 0);
   E->auto_advance = 1;
-  uv_timer_t *look = NULL;
   if (!E->timers.is_virtual && !E->poll_timer && (E->inbox_started || !mend__events_start(E))) {
-    look = malloc(sizeof *look);
-    if (look) {
-      uv_timer_init(E->loop, look);
-      look->data = E;
-      uv_timer_start(look, look_from_run, RUN_LOOK_MS, RUN_LOOK_MS);
+    if (!E->run_look && (E->run_look = malloc(sizeof *E->run_look))) {
+      uv_timer_init(E->loop, E->run_look);
+      E->run_look->data = E;
     }
+    if (E->run_look) uv_timer_start(E->run_look, look_from_run, RUN_LOOK_MS, RUN_LOOK_MS);
   }
   while ((E->in_flight > 0 || E->parked.nheap > 0 || mend__has_ready_work(E)) && !E->broken) {
     /* On the virtual clock, runs left waiting for the world alone (an event, a token, a child
@@ -271,7 +267,7 @@ int mend_engine_run(mend_engine *E) {
     mend__loop_once(E);
   }
   E->auto_advance = 0;
-  if (look) uv_close((uv_handle_t *)look, close_look);
+  if (E->run_look) uv_timer_stop(E->run_look);
   /* Alerts of the last runs must reach their command before a one-shot caller exits. */
   double until = mend_real_now() + 5;
   while (!E->broken && E->alert_commands > 0 && mend_real_now() < until)
