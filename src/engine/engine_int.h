@@ -95,6 +95,7 @@ typedef struct step_rt {
   unsigned err_kind : 3;          /* the mend_error_kind of `error`, stored with it */
   unsigned err_severity : 2;      /* a compensable error's severity (1..3); 0 for the others */
   unsigned err_stopped : 1;       /* the engine stopped the code: a workflow_error */
+  unsigned probe : 1;             /* its attempt took a half-open probe slot of its breaker */
   char *idem_key;                 /* a custom key only; NULL: the default */
   char *result;                   /* JSON */
   char *error;
