@@ -185,6 +185,40 @@ describe("a circuit breaker", function()
     assert.are.equal("closed", H.breaker(eng, "payments").state)
   end)
 
+  it("keeps to one probe at a time when an attempt admitted before it opened ends while it is "
+    .. "half-open", function()
+    local eng = H.new_engine()
+    local probes_in_flight, most = 0, 0
+    local policy = { key = "ledger", failure_threshold = 2, open_seconds = 30, success_threshold = 3,
+                     half_open_max = 1 }
+    -- admitted while closed; still in flight when the breaker opens and half-opens
+    eng:register(H.one_step("straggler", { breaker = policy, retry = { max_attempts = 1 },
+      execute = function() mend.sleep(40); return "late" end }))
+    eng:register(H.one_step("failing", { breaker = "ledger", retry = { max_attempts = 1 },
+      execute = function() error(mend.retryable("down")) end }))
+    eng:register(H.one_step("probe", { breaker = "ledger", retry = { max_attempts = 5, jitter = 0 },
+      execute = function()
+        probes_in_flight = probes_in_flight + 1
+        most = math.max(most, probes_in_flight)
+        mend.sleep(20)
+        probes_in_flight = probes_in_flight - 1
+        return "ok"
+      end }))
+    local straggler = eng:start("straggler", {})
+    eng:advance(1)
+    eng:start("failing", {})
+    eng:start("failing", {})
+    eng:advance(1)
+    assert.are.equal("open", H.breaker(eng, "ledger").state)
+    local ids = {}
+    for i = 1, 3 do ids[i] = eng:start("probe", { n = i }) end
+    eng:run()
+    assert.are.equal("succeeded", eng:status(straggler).status)
+    for _, id in ipairs(ids) do assert.are.equal("succeeded", eng:status(id).status) end
+    assert.are.equal(1, most)
+    assert.are.equal("closed", H.breaker(eng, "ledger").state)
+  end)
+
   it("does not count business errors or unknown errors", function()
     local eng = H.new_engine()
     local errors = { mend.fatal("declined"), mend.fatal("declined"), "boom", "boom",

@@ -259,6 +259,57 @@ describe("a failing compensation", function()
     assert.are.equal(id, H.alerts_of(alerts, "dead_letter")[1].run_id)
   end)
 
+  it("is not retried when it fails with a fatal or an unknown error: one attempt, then the "
+    .. "dead-letter queue", function()
+    for _, e in ipairs { mend.fatal("refund refused: the card is closed"), "attempt to index nil",
+                         mend.compensable("half refunded", { severity = 1 }) } do
+      local eng = H.new_engine()
+      local log = {}
+      eng:register(saga(log, { notify_buyer = always(mend.fatal("no such buyer")) },
+        { charge_card = e }))
+      local t0 = eng:now()
+      local id = eng:start("saga", {})
+      eng:run()
+      assert.are.same({ "ship_parcel", "charge_card" }, comp_order(log))
+      assert.near(0, eng:now() - t0, 1e-3)
+      local st = eng:status(id)
+      assert.are.equal("needs_attention", st.status)
+      assert.are.equal("compensation_failed", H.step(st, "charge_card").status)
+      assert.are.equal(1, H.step(st, "charge_card").comp_attempts)
+      assert.are.equal(0, #H.events(eng, id, { event = "compensate_failed" }))
+      assert.are.equal("compensation_failed", H.dlq_entry(eng, id).reason)
+    end
+  end)
+
+  it("waits as long as a retryable error's retry_after says, clamped by max_retry_after",
+    function()
+    local eng = H.new_engine()
+    local at = {}
+    eng:register {
+      name = "advised",
+      steps = {
+        { name = "a", execute = function() return 1 end,
+          compensate_retry = { max_attempts = 3, initial = 1, jitter = 0, max_retry_after = 60 },
+          compensate = function(ctx)
+            at[#at + 1] = ctx:now()
+            if ctx.attempt == 1 then error(mend.retryable("refunds paused", { retry_after = 20 })) end
+            if ctx.attempt == 2 then error(mend.retryable("refunds paused", { retry_after = 600 })) end
+          end },
+        { name = "b", execute = function() error(mend.fatal("no")) end },
+      },
+    }
+    local id = eng:start("advised", {})
+    eng:run()
+    assert.are.equal("compensated", eng:status(id).status)
+    local delays = {}
+    for _, h in ipairs(H.events(eng, id, { event = "compensate_failed", step = "a" })) do
+      delays[#delays + 1] = h.delay
+    end
+    assert.are.same({ 20, 60 }, delays)
+    assert.near(20, at[2] - at[1], 1e-3)
+    assert.near(60, at[3] - at[2], 1e-3)
+  end)
+
   it("follows the step's compensate_retry policy", function()
     local eng = H.new_engine()
     local tries = 0

@@ -472,6 +472,26 @@ describe("mend errors", function()
     assert.is_nil(mend.is_error(42))
   end)
 
+  it("refuse an option they do not know or a value they cannot use, naming it", function()
+    local function refusal(f, ...)
+      local ok, err = pcall(f, ...)
+      assert.is_false(ok)
+      return err
+    end
+    -- a misspelt retry_after would otherwise drop the service's advice without a word
+    assert.matches("retry_afer is not an option: retry_after is the only one",
+      refusal(mend.retryable, "busy", { retry_afer = 5 }), 1, true)
+    assert.matches("retry_after must be a number >= 0",
+      refusal(mend.retryable, "busy", { retry_after = 0 / 0 }), 1, true)
+    assert.matches("sevrity is not an option: severity is the only one",
+      refusal(mend.compensable, "half", { sevrity = 2 }), 1, true)
+    assert.matches("1 is not an option: severity is the only one",
+      refusal(mend.compensable, "half", { 2 }), 1, true)
+    assert.are.equal(3, mend.retryable("busy", { retry_after = 3 }).retry_after)
+    assert.are.equal(2, mend.compensable("half", { severity = 2 }).severity)
+    assert.are.equal("retryable", mend.retryable("busy", {}).kind)
+  end)
+
   it("keep their kind when raised and caught", function()
     local ok, e = pcall(error, mend.fatal("no"))
     assert.is_false(ok)

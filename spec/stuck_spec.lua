@@ -259,6 +259,75 @@ describe("mend run FILE --key K again", function()
   end)
 end)
 
+describe("mend run holding a run that another process acts on", function()
+  after_each(H.cleanup)
+
+  -- `mend run ARGS` in the background from dir; its pid in dir/pid, its exit code in dir/rc
+  -- when it ends. One that has not ended by the test's end is killed.
+  local function run_bg(dir, db, args)
+    os.execute(("cd %s && sh -c '%s %s --db %s >out 2>err & echo $! >pid; wait $!; echo $? >rc' &")
+      :format(q(dir), MEND, args, q(db)))
+    H.wait_for("its pid", function() return H.read(dir .. "/pid"):match("%d+") end, 10)
+    finally(function()
+      if H.read(dir .. "/rc") == "" then kill_dead(H.read(dir .. "/pid"):match("%d+")) end
+    end)
+  end
+  local function exit_code(dir)
+    H.wait_for("mend run to end", function() return H.read(dir .. "/rc") ~= "" end, 20)
+    return tonumber(H.read(dir .. "/rc"))
+  end
+  local function the_run(db)
+    local id
+    H.wait_for("the run", function()
+      local rc, out = mend_in(nil, db, "runs --json")
+      id = rc == 0 and out:match('"id":"(%w+)"')
+      return id
+    end, 10)
+    return id
+  end
+
+  it("takes an event or a token's answer that another process sends (mend signal, mend complete)",
+    function()
+    local dir = H.tmp_dir()
+    local db = H.new_db(dir, "jobs.db")
+    H.write_file(dir, "quest.lua", ([[
+local mend = require "mend"
+return { name = "quest", steps = {
+  { name = "kill", wait_for = "boss_killed" },
+  { name = "approve", wait = "token",
+    execute = function(ctx) local f = io.open(%q, "w"); f:write(ctx:token()); f:close() end },
+} }
+]]):format(dir .. "/token"))
+    run_bg(dir, db, "run quest.lua --key q-1")
+    local id = the_run(db)
+    until_status(db, id, step_is("kill", "waiting"))
+    local rc, _, err = mend_in(nil, db, "signal " .. id .. [[ boss_killed --data '{"gold":50}']])
+    assert.are.equal(0, rc, err)
+    until_status(db, id, step_is("approve", "waiting"))
+    rc, _, err = mend_in(nil, db, "complete " .. H.read(dir .. "/token") .. [[ --result '{"by":"ana"}']])
+    assert.are.equal(0, rc, err)
+    assert.are.equal(0, exit_code(dir), H.read(dir .. "/err"))
+    local st = json_of(db, "status " .. id)
+    assert.are.equal("succeeded", st.status)
+    assert.are.same({ gold = 50 }, st.steps[1].result)
+    assert.are.same({ by = "ana" }, st.steps[2].result)
+  end)
+
+  it("carries out a cancel that another process asks for (mend cancel)", function()
+    local dir, db = setup(3600)
+    run_bg(dir, db, "run slow.lua --key order-9")
+    local id = the_run(db)
+    until_status(db, id, step_is("b", "sleeping"))
+    local rc, out, err = mend_in(nil, db, "cancel " .. id)
+    assert.are.equal(0, rc, err)
+    assert.matches("asked to cancel", out .. err)
+    assert.are.equal(3, exit_code(dir), H.read(dir .. "/err"))
+    local st = json_of(db, "status " .. id)
+    assert.are.equal("compensated", st.status)
+    assert.are.equal("cancelled", st.reason)
+  end)
+end)
+
 -- A saga whose refund fails while the flag file exists; its compensation retries wait an hour.
 local REFUND = [[
 local mend = require "mend"

@@ -518,6 +518,7 @@ void mend_engine_destroy(mend_engine *E) {
   mend_timers_close(&E->timers);
   if (E->lease_timer) uv_close((uv_handle_t *)E->lease_timer, free_on_close);
   if (E->lock_timer) uv_close((uv_handle_t *)E->lock_timer, free_on_close);
+  if (E->run_look) uv_close((uv_handle_t *)E->run_look, free_on_close);
   mend__print_close(E);
   uv_close((uv_handle_t *)E->pump, free_on_close);
   if (E->owns_loop) {

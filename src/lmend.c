@@ -33,13 +33,27 @@ static const char *error_message(lua_State *L) {
   return luaL_tolstring(L, 1, NULL);
 }
 
+/* Raises unless every key of the options table at idx is `only`: a misspelt option would
+ * otherwise be dropped without a word (a service's retry_after advice, a severity). */
+static void only_option(lua_State *L, int idx, const char *only) {
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    lua_pop(L, 1);
+    if (lua_type(L, -1) == LUA_TSTRING && strcmp(lua_tostring(L, -1), only) == 0) continue;
+    const char *key = luaL_tolstring(L, -1, NULL);
+    luaL_argerror(L, idx, lua_pushfstring(L, "%s is not an option: %s is the only one", key, only));
+  }
+}
+
 /* mend.retryable(msg [, {retry_after = s}]) -> error  [-0, +1, e] */
 static int l_retryable(lua_State *L) {
   double retry_after = -1;
   if (lua_istable(L, 2)) {
+    only_option(L, 2, "retry_after");
     lua_getfield(L, 2, "retry_after");
     if (!lua_isnil(L, -1)) {
-      if (!lua_isnumber(L, -1) || lua_tonumber(L, -1) < 0)
+      /* written !(x >= 0) so that NaN is refused too */
+      if (!lua_isnumber(L, -1) || !(lua_tonumber(L, -1) >= 0))
         return luaL_argerror(L, 2, "retry_after must be a number >= 0");
       retry_after = lua_tonumber(L, -1);
     }
@@ -59,6 +73,7 @@ static int l_fatal(lua_State *L) {
 static int l_compensable(lua_State *L) {
   int severity = 1;
   if (lua_istable(L, 2)) {
+    only_option(L, 2, "severity");
     lua_getfield(L, 2, "severity");
     if (!lua_isnil(L, -1)) {
       lua_Integer s = lua_tointeger(L, -1);

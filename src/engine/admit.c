@@ -78,6 +78,11 @@ void mend__breaker_changed(mend_run *r, int i, mend_breaker_state before) {
 
 void mend__breaker_outcome(mend_run *r, int i, mend_breaker_outcome outcome) {
   struct mend_breaker_slot *s = r->wf->steps[i].slot;
+  /* An attempt admitted before the breaker opened, ending while it is half-open, is no probe:
+   * it has no slot to give back (giving one would let a second probe in beside the first),
+   * and the breaker judged the dependency when it opened, as for a late outcome while open. */
+  if (s->b.state == MEND_BREAKER_HALF_OPEN && !r->steps[i].probe) return;
+  r->steps[i].probe = 0;
   mend_breaker before = s->b;
   int changed = mend_breaker_record(&s->b, &s->p, mend_engine_now(r->E), outcome);
   if (changed) mend__breaker_changed(r, i, before.state);

@@ -12,6 +12,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include <lua.h>
 
@@ -232,11 +233,31 @@ void mend__loop_once(mend_engine *E) {
   uv_run(E->loop, UV_RUN_ONCE);
 }
 
+/* What another process asks of the runs held here (an event, a token's answer or a child's end
+ * sent to the inbox; a cancel) reaches them only by a look at the store, as a serving worker's
+ * poll does (worker.c): run() on a real clock looks this often, so that `mend run` of a run
+ * that waits for the world, or that someone cancels, does not wait for ever. */
+#define RUN_LOOK_MS 500
+
+static void look_from_run(uv_timer_t *t) {
+  mend_engine *E = t->data;
+  if (E->broken || E->draining || E->store_lost || mend_store_locked(E->store)) return;
+  mend__take_cancel_requests(E);
+  if (!E->broken) mend__take_events(E);
+}
+
 int mend_engine_run(mend_engine *E) {
   untick_collect(E);
   mend__looks_settle(E);
   mend__writer_sched_want(E, 0);
   E->auto_advance = 1;
+  if (!E->timers.is_virtual && !E->poll_timer && (E->inbox_started || !mend__events_start(E))) {
+    if (!E->run_look && (E->run_look = malloc(sizeof *E->run_look))) {
+      uv_timer_init(E->loop, E->run_look);
+      E->run_look->data = E;
+    }
+    if (E->run_look) uv_timer_start(E->run_look, look_from_run, RUN_LOOK_MS, RUN_LOOK_MS);
+  }
   while ((E->in_flight > 0 || E->parked.nheap > 0 || mend__has_ready_work(E)) && !E->broken) {
     /* On the virtual clock, runs left waiting for the world alone (an event, a token, a child
      * with no timeout) would wait here for ever: nothing but a caller can wake them. */
@@ -246,6 +267,7 @@ int mend_engine_run(mend_engine *E) {
     mend__loop_once(E);
   }
   E->auto_advance = 0;
+  if (E->run_look) uv_timer_stop(E->run_look);
   /* Alerts of the last runs must reach their command before a one-shot caller exits. */
   double until = mend_real_now() + 5;
   while (!E->broken && E->alert_commands > 0 && mend_real_now() < until)

@@ -95,6 +95,7 @@ typedef struct step_rt {
   unsigned err_kind : 3;          /* the mend_error_kind of `error`, stored with it */
   unsigned err_severity : 2;      /* a compensable error's severity (1..3); 0 for the others */
   unsigned err_stopped : 1;       /* the engine stopped the code: a workflow_error */
+  unsigned probe : 1;             /* its attempt took a half-open probe slot of its breaker */
   char *idem_key;                 /* a custom key only; NULL: the default */
   char *result;                   /* JSON */
   char *error;
@@ -324,6 +325,8 @@ struct mend_engine {
   uv_timer_t *lock_timer;
   int fence_recheck;      /* a match of our runs against the store's was cut short by a lock */
   long long inbox_seen;   /* a serving engine has looked at the events sent up to this seq */
+  int inbox_started;      /* inbox_seen was set: a look since then takes what came after it */
+  uv_timer_t *run_look;   /* run()'s look for what other processes send (drive.c); closed at free */
   struct mend_http *http; /* mend.http's libcurl multi handle, made at the first request */
   /* park.c: runs kept out of memory while they wait */
   mend_parkset parked;

@@ -439,5 +439,6 @@ int mend__events_start(mend_engine *E) {
   long long last = mend_store_last_event(E->store);
   if (last < 0) { mend__store_failed(E); return -1; }
   E->inbox_seen = last;
+  E->inbox_started = 1;
   return 0;
 }

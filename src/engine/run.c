@@ -268,7 +268,10 @@ void mend__give_back(mend_run *r, int was_queued, int was_running) {
     if (!next) next = mend__fifo_pop(&E->throttled);
     if (next) mend__admit_next(next);
   }
-  if (was_running && slot->b.state == MEND_BREAKER_HALF_OPEN) mend_breaker_release(&slot->b);
+  if (was_running && slot->b.state == MEND_BREAKER_HALF_OPEN && r->steps[i].probe) {
+    r->steps[i].probe = 0;
+    mend_breaker_release(&slot->b);
+  }
 }
 
 /* Frees a run this engine lets go of (another worker took it). */

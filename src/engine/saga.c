@@ -73,6 +73,7 @@ static int breaker_refuses(mend_run *r, int i) {
   mend_breaker_state before = def->slot->b.state;
   int admitted = mend_breaker_admit(&def->slot->b, &def->slot->p, mend_engine_now(E), &retry_at);
   if (def->slot->b.state != before) mend__breaker_changed(r, i, before);
+  st->probe = admitted && def->slot->b.state == MEND_BREAKER_HALF_OPEN;
   if (admitted) return 0;
   /* Spread the waiters so that they do not all probe at the same instant. */
   double spread = 0.1 * mend_rng_uniform(&E->rng) * (def->slot->p.open_seconds > 1 ? 1 : def->slot->p.open_seconds);
@@ -429,9 +430,15 @@ static void compensation_failed(mend_run *r, int i, const mend_error_info *info)
   mend__step_error_of(st, info);
   mend_workflow_counters *counts = &mend__root(r)->wf->counts;
   counts->failures[MEND_PHASE_COMPENSATE][info->kind]++;
-  if (st->comp_attempts < p->max_attempts) {
+  /* As on the way forward (SPEC section 3), only a transient failure is worth another try: a
+   * fatal or unknown one would fail again, and a person must look at it now. */
+  int retryable = info->kind == MEND_ERR_RETRYABLE || info->kind == MEND_ERR_TIMEOUT;
+  if (retryable && st->comp_attempts < p->max_attempts) {
     counts->retries[MEND_PHASE_COMPENSATE]++;
-    double delay = mend_backoff_delay(p, st->comp_attempts, st->last_delay > 0 ? st->last_delay : 0, &E->rng);
+    /* The service's own advice wins here as on the way forward (SPEC section 3). */
+    double delay = info->retry_after >= 0
+      ? mend_backoff_clamp_retry_after(p, info->retry_after)
+      : mend_backoff_delay(p, st->comp_attempts, st->last_delay > 0 ? st->last_delay : 0, &E->rng);
     st->last_delay = delay;
     st->due = mend_engine_now(E) + delay;
     mend__write_step(r, i);
