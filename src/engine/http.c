@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "json.h"
 #include "mend.h"
@@ -46,6 +47,13 @@ static void global_init(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
 
 static void free_handle(uv_handle_t *h) { free(h); }
 
+/* Stopped before its eventfd is closed, as libuv asks of a poll handle. */
+static void done_close(struct mend_http *H) {
+  uv_poll_stop(H->done_poll);
+  close(H->done_fd);
+  uv_close((uv_handle_t *)H->done_poll, free_handle);
+}
+
 struct mend_http *mend__http_state(mend_engine *E) {
   if (E->http) return E->http;
   static uv_once_t once = UV_ONCE_INIT;
@@ -53,22 +61,26 @@ struct mend_http *mend__http_state(mend_engine *E) {
   struct mend_http *H = calloc(1, sizeof *H);
   if (!H) return NULL;
   H->E = E;
-  H->done_wake = malloc(sizeof *H->done_wake);
-  if (!H->done_wake || uv_mutex_init(&H->mx)) {
-    free(H->done_wake);
+  H->done_poll = malloc(sizeof *H->done_poll);
+  H->done_fd = mend__http_wake_fd();
+  if (!H->done_poll || H->done_fd < 0 || uv_mutex_init(&H->mx)) {
+    if (H->done_fd >= 0) close(H->done_fd);
+    free(H->done_poll);
     free(H);
     return NULL;
   }
-  if (uv_async_init(E->loop, H->done_wake, mend__http_on_done)) {
+  if (uv_poll_init(E->loop, H->done_poll, H->done_fd)) {
     uv_mutex_destroy(&H->mx);
-    free(H->done_wake);
+    close(H->done_fd);
+    free(H->done_poll);
     free(H);
     return NULL;
   }
-  H->done_wake->data = H;
-  uv_unref((uv_handle_t *)H->done_wake);
+  H->done_poll->data = H;
+  uv_poll_start(H->done_poll, UV_READABLE, mend__http_on_done);
+  uv_unref((uv_handle_t *)H->done_poll);
   if (mend__http_io_start(H)) {
-    uv_close((uv_handle_t *)H->done_wake, free_handle);
+    done_close(H);
     uv_mutex_destroy(&H->mx);
     free(H);
     return NULL;
@@ -156,8 +168,8 @@ http_req *mend__http_req_new(struct mend_http *H) {
 static void out_changed(struct mend_http *H, int by) {
   int was = H->out;
   H->out += by;
-  if (!was && H->out) uv_ref((uv_handle_t *)H->done_wake);
-  else if (was && !H->out) uv_unref((uv_handle_t *)H->done_wake);
+  if (!was && H->out) uv_ref((uv_handle_t *)H->done_poll);
+  else if (was && !H->out) uv_unref((uv_handle_t *)H->done_poll);
 }
 
 void mend__http_send(http_req *q) {
@@ -166,8 +178,9 @@ void mend__http_send(http_req *q) {
   uv_mutex_lock(&H->mx);
   q->io_state = IO_ADD;
   mend__http_list_push(&H->to_add, q);
-  mend__http_io_wake(H);
+  int wake = mend__http_io_wake(H);
   uv_mutex_unlock(&H->mx);
+  if (wake) mend__http_signal(H->io_fd);
 }
 
 void mend__http_close(mend_engine *E) {
@@ -180,7 +193,7 @@ void mend__http_close(mend_engine *E) {
   }
   while (H->nidle) req_destroy(H->idle[--H->nidle]);
   for (int k = 0; k < HTTP_URL_MEMO; k++) mend__http_url_drop(H->memo[k]);
-  uv_close((uv_handle_t *)H->done_wake, free_handle);
+  done_close(H);   /* no wake comes any more: the thread is joined */
   uv_mutex_destroy(&H->mx);
   free(H);
   E->http = NULL;
@@ -196,6 +209,7 @@ void mend__abandon_http(mend_run *r) {
   q->run = NULL;
   r->cold->http = NULL;
   r->E->externals--;
+  int wake = 0;
   uv_mutex_lock(&H->mx);
   int state = q->io_state;
   if (state == IO_ADD) mend__http_list_unlink(&H->to_add, q);
@@ -203,10 +217,11 @@ void mend__abandon_http(mend_run *r) {
   else if (state == IO_MULTI) {
     q->io_cancel = 1;
     mend__http_list_push(&H->cancel, q);
-    mend__http_io_wake(H);
+    wake = mend__http_io_wake(H);
   }
   if (state != IO_MULTI) q->io_state = IO_NONE;
   uv_mutex_unlock(&H->mx);
+  if (wake) mend__http_signal(H->io_fd);
   if (state != IO_MULTI) {
     mend__http_req_free(q);
     out_changed(H, -1);
@@ -364,9 +379,12 @@ static void push_outcome(mend_run *r, http_req *q, CURLcode rc) {
 
 /* The requests the I/O thread gave back, taken one at a time: resuming a run may abandon
  * another's request (a group's lane failing), which must find it where it is. */
-void mend__http_on_done(uv_async_t *h) {
-  struct mend_http *H = h->data;
+void mend__http_on_done(uv_poll_t *p, int status, int events) {
+  (void)status;
+  (void)events;
+  struct mend_http *H = p->data;
   mend_engine *E = H->E;
+  mend__http_wake_drain(H->done_fd);   /* before the list: a wake after it is for later ones */
   for (;;) {
     uv_mutex_lock(&H->mx);
     http_req *q = H->done.head;

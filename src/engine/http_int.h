@@ -69,10 +69,11 @@ struct mend_http {
   struct http_req *idle[HTTP_IDLE_EASY];
   int nidle;
   int out;                   /* requests the I/O thread has or has given back, not yet taken */
-  /* On the engine's loop: the I/O thread's wake when it gives requests back. Referenced
-   * while requests are out, so that a run() waits for them; unreferenced otherwise, so that
-   * a host's uv_run returns once its runs have ended. */
-  uv_async_t *done_wake;
+  /* On the engine's loop: the I/O thread's wake when it gives requests back (an eventfd,
+   * watched). Referenced while requests are out, so that a run() waits for them;
+   * unreferenced otherwise, so that a host's uv_run returns once its runs have ended. */
+  uv_poll_t *done_poll;
+  int done_fd;
   /* under mx */
   uv_mutex_t mx;
   http_list to_add, cancel, done;
@@ -81,7 +82,8 @@ struct mend_http {
   /* the I/O thread's, from its start to its join */
   uv_thread_t thread;
   uv_loop_t io_loop;
-  uv_async_t io_wake;        /* the loop thread's wake: requests to add or to take out */
+  uv_poll_t io_poll;         /* the loop thread's wake (io_fd): requests to add or take out */
+  int io_fd;
   CURLM *multi;
   uv_timer_t timer;
   /* A poll handle per socket curl watches, by number. A connection's socket (opened and
@@ -166,7 +168,16 @@ void mend__http_list_push(http_list *l, http_req *q);
 void mend__http_list_unlink(http_list *l, http_req *q);
 /* The loop thread's side of the lists' wake: 0, or the I/O thread could not be started. */
 int mend__http_io_start(struct mend_http *H);
-void mend__http_io_wake(struct mend_http *H);   /* under mx */
+/* The two wakes are eventfds rather than uv_async: a uv_async's receiver spins, and yields
+ * the CPU, while its sender is inside its write, which on a loaded machine (both threads and
+ * the server on two cores) cost W9's loop 0.25 sched_yield a run. A wake is written only when
+ * none is pending (io_woken, loop_woken under mx): one for a burst. */
+int mend__http_wake_fd(void);            /* -1: none */
+void mend__http_signal(int fd);
+void mend__http_wake_drain(int fd);
+/* Under mx: 1 if the I/O thread is to be signalled (mend__http_signal(H->io_fd)) once mx is
+ * let go, no wake being pending. */
+int mend__http_io_wake(struct mend_http *H);
 /* Stops the I/O thread and joins it; takes every request out of the multi handle and closes
  * it (the requests stay in H->reqs, IO_NONE, for the loop thread to free). */
 void mend__http_io_stop(struct mend_http *H);
@@ -176,7 +187,7 @@ size_t mend__http_on_header(char *data, size_t size, size_t n, void *ud);
 curl_socket_t mend__http_on_open_socket(void *ud, curlsocktype purpose, struct curl_sockaddr *a);
 int mend__http_on_close_socket(void *ud, curl_socket_t fd);
 /* On the engine's loop, when the I/O thread gave requests back. */
-void mend__http_on_done(uv_async_t *h);
+void mend__http_on_done(uv_poll_t *p, int status, int events);
 
 /* http_resp.c */
 /* Pushes the response table of an answer: status and body now, headers and json when first

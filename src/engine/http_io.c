@@ -13,8 +13,10 @@
  */
 #include "http_int.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #ifdef __linux__
@@ -97,7 +99,7 @@ static void check_done(struct mend_http *H) {
     wake |= give_back(H, q, rc);
     uv_mutex_unlock(&H->mx);
   }
-  if (wake) uv_async_send(H->done_wake);
+  if (wake) mend__http_signal(H->done_fd);
 }
 
 /* ---------------------------------------------------------------- the loop drives curl */
@@ -227,8 +229,11 @@ static int on_curl_timer(CURLM *multi, long ms, void *ud) {
 /* Requests to add, then those to take out: a request abandoned before the I/O thread took it
  * never reaches it (http.c takes it back from to_add), so a cancel always finds its request in
  * the multi handle. */
-static void on_io_wake(uv_async_t *a) {
-  struct mend_http *H = a->data;
+static void on_io_wake(uv_poll_t *p, int status, int events) {
+  (void)status;
+  (void)events;
+  struct mend_http *H = p->data;
+  mend__http_wake_drain(H->io_fd);   /* before the lists: a wake after it is for later ones */
   uv_mutex_lock(&H->mx);
   if (H->stop) {
     uv_mutex_unlock(&H->mx);
@@ -272,13 +277,27 @@ static void on_io_wake(uv_async_t *a) {
     wake |= give_back(H, q, CURLE_ABORTED_BY_CALLBACK);
   }
   uv_mutex_unlock(&H->mx);
-  if (wake) uv_async_send(H->done_wake);
+  if (wake) mend__http_signal(H->done_fd);
 }
 
-void mend__http_io_wake(struct mend_http *H) {
-  if (H->io_woken) return;
+int mend__http_io_wake(struct mend_http *H) {
+  if (H->io_woken) return 0;
   H->io_woken = 1;
-  uv_async_send(&H->io_wake);
+  return 1;
+}
+
+int mend__http_wake_fd(void) { return eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); }
+
+void mend__http_signal(int fd) {
+  uint64_t one = 1;
+  ssize_t n = write(fd, &one, sizeof one);   /* EAGAIN only with 2^64-2 wakes pending */
+  (void)n;
+}
+
+void mend__http_wake_drain(int fd) {
+  uint64_t n;
+  ssize_t k = read(fd, &n, sizeof n);   /* EAGAIN: nothing was pending */
+  (void)k;
 }
 
 /* ---------------------------------------------------------------- start and stop */
@@ -295,8 +314,11 @@ int mend__http_io_start(struct mend_http *H) {
   if (uv_loop_init(&H->io_loop)) return -1;
   H->multi = curl_multi_init();
   if (!H->multi) goto fail_loop;
-  if (uv_async_init(&H->io_loop, &H->io_wake, on_io_wake)) goto fail_multi;
-  H->io_wake.data = H;
+  H->io_fd = mend__http_wake_fd();
+  if (H->io_fd < 0) goto fail_multi;
+  if (uv_poll_init(&H->io_loop, &H->io_poll, H->io_fd)) goto fail_fd;
+  H->io_poll.data = H;
+  uv_poll_start(&H->io_poll, UV_READABLE, on_io_wake);
   uv_timer_init(&H->io_loop, &H->timer);
   H->timer.data = H;
   curl_multi_setopt(H->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
@@ -305,8 +327,10 @@ int mend__http_io_start(struct mend_http *H) {
   curl_multi_setopt(H->multi, CURLMOPT_TIMERDATA, H);
   if (uv_thread_create(&H->thread, io_main, H) == 0) return 0;
   uv_close((uv_handle_t *)&H->timer, NULL);
-  uv_close((uv_handle_t *)&H->io_wake, NULL);
+  uv_close((uv_handle_t *)&H->io_poll, NULL);
   uv_run(&H->io_loop, UV_RUN_NOWAIT);
+fail_fd:
+  close(H->io_fd);
 fail_multi:
   curl_multi_cleanup(H->multi);
   H->multi = NULL;
@@ -319,7 +343,7 @@ void mend__http_io_stop(struct mend_http *H) {
   uv_mutex_lock(&H->mx);
   H->stop = 1;
   uv_mutex_unlock(&H->mx);
-  uv_async_send(&H->io_wake);
+  mend__http_signal(H->io_fd);
   uv_thread_join(&H->thread);
   /* The thread is gone: its loop, multi handle and the requests it had are this thread's. */
   for (http_req *q = H->reqs; q; q = q->next) {
@@ -338,7 +362,8 @@ void mend__http_io_stop(struct mend_http *H) {
   H->nbyfd = 0;
   uv_timer_stop(&H->timer);
   uv_close((uv_handle_t *)&H->timer, NULL);
-  uv_close((uv_handle_t *)&H->io_wake, NULL);
+  uv_close((uv_handle_t *)&H->io_poll, NULL);
   uv_run(&H->io_loop, UV_RUN_NOWAIT);   /* the close callbacks */
   uv_loop_close(&H->io_loop);
+  close(H->io_fd);
 }
