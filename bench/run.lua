@@ -717,9 +717,8 @@ end
 -- 80% of the better raw figure. On this shared 2-core VM the wall-clock ratio moves by half
 -- between runs of one tree (pinning the server and the client to a CPU each did not steady
 -- it: bench/README, W9 "pinned"), so W9 also gives of_raw_cpu: the raw client's CPU time a
--- request over the CPU time a run of the busier of mend's loop thread and its I/O thread (the
--- one W9 waits on), which the load moves far less: what the ratio would be with each on a core
--- of its own; io_cpu_us is the I/O thread's, of_raw_cpu_sum the ratio against both together.
+-- request over the CPU time of mend's loop thread (the one W9 waits on) a run, which the
+-- load moves far less: what the ratio would be with each on a core of its own.
 local HTTP_CONCURRENCY = tonumber(os.getenv("MEND_BENCH_HTTP_C") or "") or 64
 
 local function start_nginx(dir)
@@ -782,31 +781,6 @@ W.W9 = function(o)
     f:close()
     return ns and ns / 1e9
   end
-  -- CPU seconds mend.http's I/O thread (named mend-http, src/engine/http_io.c) has run, read
-  -- before the engine closes and joins it; 0 where there is none (a tree before it), nil where
-  -- /proc does not say.
-  local function io_thread_cpu()
-    local f = io.open("/proc/self/stat")
-    if not f then return nil end
-    local pid = (f:read("l") or ""):match("^(%d+)")
-    f:close()
-    local p = pid and io.popen("ls /proc/" .. pid .. "/task")
-    if not p then return nil end
-    local total = 0
-    for tid in p:lines() do
-      local c = io.open("/proc/" .. pid .. "/task/" .. tid .. "/comm")
-      local name = c and c:read("l")
-      if c then c:close() end
-      if name == "mend-http" then
-        local st = io.open("/proc/" .. pid .. "/task/" .. tid .. "/schedstat")
-        local ns = st and tonumber((st:read("l") or ""):match("^(%d+)"))
-        if st then st:close() end
-        total = total + (ns or 0) / 1e9
-      end
-    end
-    p:close()
-    return total
-  end
   local ok, r = pcall(function()
     local raw_before, raw_cpu_before = raw()
     local eng = new_engine(o)
@@ -821,7 +795,6 @@ W.W9 = function(o)
     for i = 1, o.n do ids[i] = eng:start("call", { i = i }) end
     eng:run()
     local secs, cpu1 = now() - t0, thread_cpu()
-    local io_cpu = io_thread_cpu()
     local bad = 0
     for i = 1, o.n do if eng:status(ids[i]).status ~= "succeeded" then bad = bad + 1 end end
     eng:close()
@@ -830,16 +803,10 @@ W.W9 = function(o)
     local best_raw = math.max(raw_before, raw_after)
     local raw_cpu = raw_cpu_before and raw_cpu_after and math.min(raw_cpu_before, raw_cpu_after)
     local loop_cpu = cpu0 and cpu1 and (cpu1 - cpu0) / o.n
-    io_cpu = io_cpu and io_cpu / o.n
-    -- of_raw_cpu: against the busier of the loop and the I/O thread, the one that bounds W9
-    -- when each has a core; of_raw_cpu_sum: against both together, all mend's client work
-    local bound = loop_cpu and math.max(loop_cpu, io_cpu or 0)
     return result(o, {
       loop_cpu_us = loop_cpu and round(loop_cpu * 1e6, 1),
-      io_cpu_us = io_cpu and round(io_cpu * 1e6, 1),
       raw_cpu_us = raw_cpu and round(raw_cpu * 1e6, 1),
-      of_raw_cpu = bound and raw_cpu and round(raw_cpu / bound, 3),
-      of_raw_cpu_sum = loop_cpu and raw_cpu and round(raw_cpu / (loop_cpu + (io_cpu or 0)), 3),
+      of_raw_cpu = loop_cpu and raw_cpu and round(raw_cpu / loop_cpu, 3),
       seconds = round(secs, 3), runs_per_s = round(o.n / secs, 1),
       raw_rps = round(best_raw, 1), raw_rps_before = round(raw_before, 1),
       raw_rps_after = round(raw_after, 1), of_raw = round(o.n / secs / best_raw, 3),

@@ -727,36 +727,6 @@ describe("mend.http", function()
     assert.are.equal(1, #rw)
   end)
 
-  -- The transfers are on an I/O thread of the engine's own (src/engine/http_io.c): a request
-  -- goes out and its answer comes in while the loop thread runs another step's code.
-  it("sends a request while the loop thread runs another step's code", function()
-    script({ ["/meanwhile"] = { { status = 200, body = "sent" } } })
-    local eng = H.new_engine({ clock = "real" })
-    local called, got, saw = false, nil, nil
-    eng:register(H.one_step("caller", { execute = function()
-      called = true   -- mend.http hands the request off before it yields
-      got = mend.http{ url = server.base .. "/meanwhile" }.body
-      return true
-    end }))
-    eng:register(H.one_step("busy", { execute = function()
-      while not called do mend.sleep(0.01) end
-      -- the loop thread is held here until the server has the request (or 10 s have passed)
-      local deadline = os.time() + 10
-      while os.time() < deadline do
-        if #seen("/meanwhile") > 0 then saw = "seen" return true end
-      end
-      saw = "not seen"
-      return true
-    end }))
-    local a = eng:start("caller", {})
-    local b = eng:start("busy", {})
-    eng:run()
-    assert.are.equal("succeeded", eng:status(a).status)
-    assert.are.equal("succeeded", eng:status(b).status)
-    assert.are.equal("sent", got)
-    assert.are.equal("seen", saw)
-  end)
-
   -- A kept connection stays watched between requests (src/engine/http.c, on_socket): one
   -- the server closes while idle must neither spin the loop nor fail the next request.
   it("reconnects after the server closed an idle kept connection, without spinning", function()

@@ -1,17 +1,15 @@
 /*
- * http: the requests of mend.http on the engine's loop thread, once set up. Owns the engine's
- * half of mend.http: its state (made at the first request, with the I/O thread of http_io.c
- * that performs the requests), the idle easy handles, one request per waiting attempt from its
- * start to the step's resumption with (true, response) or (false, error), the hand-off of a
- * request to the I/O thread and its taking back (a wake of the engine's loop, referenced only
- * while requests are out), an abandoned request's removal, what a status code means
- * (retryable, fatal, returned) and the text each request leaves in its attempt's history
- * detail. The call itself (its table read, the URL and the allow-list, the headers) is
- * http_call.c's, the table a returned response becomes http_resp.c's.
- * Must never: block the loop (no easy_perform, no wait for the I/O thread but its join as the
- * engine closes); touch a request while the I/O thread has it (io_state IO_ADD or IO_MULTI)
- * but for its run and the list it is in, under mx; resume an attempt that is no longer the
- * request's; let one request's options reach the next on a reused handle.
+ * http: the requests of mend.http once set up. Owns the engine's libcurl multi handle driven by
+ * the loop (a uv_poll per socket curl watches, the connections' sockets it opens and closes for
+ * curl, one uv_timer for curl's timer), the idle easy handles, one request per waiting attempt
+ * from its start to the step's resumption with (true, response) or (false, error), what a
+ * status code means (retryable, fatal, returned) and the text each request leaves in its
+ * attempt's history detail. The call itself (its table read, the URL and the allow-list, the
+ * headers) is http_call.c's, the table a returned response becomes http_resp.c's.
+ * Must never: block the loop (no easy_perform, no blocking resolver wait on the loop's
+ * thread beyond what libcurl's own threaded resolver does); resume an attempt that is no
+ * longer the request's; let one request's options reach the next on a reused handle; keep a
+ * poll handle past its socket.
  */
 #include "http_int.h"
 
@@ -21,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "json.h"
@@ -29,7 +28,6 @@
 
 /* ---------------------------------------------------------------- buffers */
 
-/* (The I/O thread's too: curl's writes of an answer grow its buffers.) */
 int mend__http_grow(char **buf, size_t *cap, size_t need) {
   if (need <= *cap) return 0;
   size_t c = *cap ? *cap : 4096;
@@ -41,18 +39,157 @@ int mend__http_grow(char **buf, size_t *cap, size_t need) {
   return 0;
 }
 
-/* ---------------------------------------------------------------- the engine's half */
+static size_t on_body(char *data, size_t size, size_t n, void *ud) {
+  http_req *q = ud;
+  size_t k = size * n;
+  if (q->len + k > q->max_bytes) { q->too_big = 1; return 0; }
+  if (mend__http_grow(&q->out, &q->cap, q->len + k + 1)) return 0;
+  memcpy(q->out + q->len, data, k);
+  q->len += k;
+  return k;
+}
+
+/* Headers of the final response only: a redirect's or a 100's are dropped when the next
+ * status line comes. */
+static size_t on_header(char *data, size_t size, size_t n, void *ud) {
+  http_req *q = ud;
+  size_t k = size * n;
+  if (k >= 5 && strncmp(data, "HTTP/", 5) == 0) q->hlen = 0;
+  if (q->hlen + k > q->max_bytes) { q->too_big = 1; return 0; }
+  if (mend__http_grow(&q->hdr, &q->hcap, q->hlen + k + 1)) return 0;
+  memcpy(q->hdr + q->hlen, data, k);
+  q->hlen += k;
+  q->hdr[q->hlen] = 0;
+  return k;
+}
+
+/* ---------------------------------------------------------------- the loop drives curl */
+
+static void check_done(struct mend_http *H);
+
+static void sock_closed(uv_handle_t *h) { free(h->data); }
+
+static void sock_close(http_sock *s) {
+  uv_poll_stop(&s->poll);
+  uv_close((uv_handle_t *)&s->poll, sock_closed);
+}
+
+static void on_poll(uv_poll_t *p, int status, int events) {
+  http_sock *s = p->data;
+  struct mend_http *H = s->H;
+  if (s->idle) {   /* a kept connection spoke between requests (closed, most likely): curl's
+                    * check before it reuses the connection finds out; watched again then */
+    uv_poll_stop(&s->poll);
+    s->events = 0;
+    return;
+  }
+  int flags = 0;
+  if (status < 0) {   /* libuv stopped the handle (POLLERR): a later watch must start it */
+    flags = CURL_CSELECT_ERR;
+    s->events = 0;
+  }
+  if (events & UV_READABLE) flags |= CURL_CSELECT_IN;
+  if (events & UV_WRITABLE) flags |= CURL_CSELECT_OUT;
+  int running;
+  curl_multi_socket_action(H->multi, s->fd, flags, &running);
+  check_done(H);
+}
+
+static http_sock *sock_for(struct mend_http *H, curl_socket_t fd) {
+  if (fd < 0) return NULL;
+  if (fd >= H->nbyfd) {
+    int n = H->nbyfd ? H->nbyfd : 64;
+    while (n <= fd) n *= 2;
+    http_sock **t = realloc(H->byfd, (size_t)n * sizeof *t);
+    if (!t) return NULL;
+    memset(t + H->nbyfd, 0, (size_t)(n - H->nbyfd) * sizeof *t);
+    H->byfd = t;
+    H->nbyfd = n;
+  }
+  http_sock *s = H->byfd[fd];
+  if (s) return s;
+  s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  s->fd = fd;
+  s->H = H;
+  if (uv_poll_init_socket(H->E->loop, &s->poll, fd)) { free(s); return NULL; }
+  s->poll.data = s;
+  H->byfd[fd] = s;
+  return s;
+}
+
+static void sock_drop(struct mend_http *H, curl_socket_t fd) {
+  if (fd < 0 || fd >= H->nbyfd || !H->byfd[fd]) return;
+  sock_close(H->byfd[fd]);
+  H->byfd[fd] = NULL;
+}
+
+static curl_socket_t on_open_socket(void *ud, curlsocktype purpose, struct curl_sockaddr *a) {
+  (void)purpose;
+  struct mend_http *H = ud;
+  curl_socket_t fd = socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+  if (fd == CURL_SOCKET_BAD) return fd;
+  sock_drop(H, fd);   /* none should be left for this number; if one is, it is not this socket's */
+  http_sock *s = sock_for(H, fd);
+  if (s) s->connection = 1;   /* else made when curl first watches it, closed when it stops */
+  return fd;
+}
+
+static int on_close_socket(void *ud, curl_socket_t fd) {
+  sock_drop(ud, fd);   /* while the number is still this socket's */
+  return close(fd);
+}
+
+static int on_socket(CURL *easy, curl_socket_t fd, int what, void *ud, void *sockp) {
+  (void)easy;
+  struct mend_http *H = ud;
+  http_sock *s = sockp;
+  if (what == CURL_POLL_REMOVE) {
+    if (s && s->connection) {
+      s->idle = 1;
+      if (s->events != UV_READABLE) {   /* writable would wake the loop at every turn */
+        uv_poll_stop(&s->poll);
+        s->events = 0;
+      }
+      uv_unref((uv_handle_t *)&s->poll);   /* a kept connection keeps no host's loop running */
+    } else if (s) {
+      sock_drop(H, fd);
+    }
+    return 0;
+  }
+  if (!s) {
+    s = sock_for(H, fd);
+    if (!s) return -1;
+    curl_multi_assign(H->multi, fd, s);
+  }
+  int ev = 0;
+  if (what & CURL_POLL_IN) ev |= UV_READABLE;
+  if (what & CURL_POLL_OUT) ev |= UV_WRITABLE;
+  s->idle = 0;
+  uv_ref((uv_handle_t *)&s->poll);
+  if (ev == s->events) return 0;   /* uv_poll_start takes the socket out of epoll and puts it back */
+  uv_poll_start(&s->poll, ev, on_poll);
+  s->events = ev;
+  return 0;
+}
+
+static void on_timer(uv_timer_t *t) {
+  struct mend_http *H = t->data;
+  int running;
+  curl_multi_socket_action(H->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+  check_done(H);
+}
+
+/* curl asks for its timer; it is acted on from the loop, never from inside this callback. */
+static int on_curl_timer(CURLM *multi, long ms, void *ud) {
+  (void)multi;
+  struct mend_http *H = ud;
+  if (ms < 0) uv_timer_stop(H->timer);
+  else uv_timer_start(H->timer, on_timer, (uint64_t)ms, 0);
+  return 0;
+}
 
 static void global_init(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
-
-static void free_handle(uv_handle_t *h) { free(h); }
-
-/* Stopped before its eventfd is closed, as libuv asks of a poll handle. */
-static void done_close(struct mend_http *H) {
-  uv_poll_stop(H->done_poll);
-  close(H->done_fd);
-  uv_close((uv_handle_t *)H->done_poll, free_handle);
-}
 
 struct mend_http *mend__http_state(mend_engine *E) {
   if (E->http) return E->http;
@@ -61,44 +198,39 @@ struct mend_http *mend__http_state(mend_engine *E) {
   struct mend_http *H = calloc(1, sizeof *H);
   if (!H) return NULL;
   H->E = E;
-  H->done_poll = malloc(sizeof *H->done_poll);
-  H->done_fd = mend__http_wake_fd();
-  if (!H->done_poll || H->done_fd < 0 || uv_mutex_init(&H->mx)) {
-    if (H->done_fd >= 0) close(H->done_fd);
-    free(H->done_poll);
+  H->multi = curl_multi_init();
+  H->timer = malloc(sizeof *H->timer);
+  if (!H->multi || !H->timer) {
+    if (H->multi) curl_multi_cleanup(H->multi);
+    free(H->timer);
     free(H);
     return NULL;
   }
-  if (uv_poll_init(E->loop, H->done_poll, H->done_fd)) {
-    uv_mutex_destroy(&H->mx);
-    close(H->done_fd);
-    free(H->done_poll);
-    free(H);
-    return NULL;
-  }
-  H->done_poll->data = H;
-  uv_poll_start(H->done_poll, UV_READABLE, mend__http_on_done);
-  uv_unref((uv_handle_t *)H->done_poll);
-  if (mend__http_io_start(H)) {
-    done_close(H);
-    uv_mutex_destroy(&H->mx);
-    free(H);
-    return NULL;
-  }
+  uv_timer_init(E->loop, H->timer);
+  H->timer->data = H;
+  curl_multi_setopt(H->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+  curl_multi_setopt(H->multi, CURLMOPT_SOCKETDATA, H);
+  curl_multi_setopt(H->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
+  curl_multi_setopt(H->multi, CURLMOPT_TIMERDATA, H);
   E->http = H;
   return H;
 }
 
+static size_t on_body(char *data, size_t size, size_t n, void *ud);
+static size_t on_header(char *data, size_t size, size_t n, void *ud);
+static curl_socket_t on_open_socket(void *ud, curlsocktype purpose, struct curl_sockaddr *a);
+static int on_close_socket(void *ud, curl_socket_t fd);
+
 /* The options of every request, the same for all: set on a new or reset handle only. */
-void mend__http_set_fixed(struct mend_http *H, CURL *c) {
+static void set_fixed(struct mend_http *H, CURL *c) {
   curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, mend__http_on_body);
-  curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, mend__http_on_header);
-  curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, mend__http_on_open_socket);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
   curl_easy_setopt(c, CURLOPT_OPENSOCKETDATA, H);
-  curl_easy_setopt(c, CURLOPT_CLOSESOCKETFUNCTION, mend__http_on_close_socket);
+  curl_easy_setopt(c, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
   curl_easy_setopt(c, CURLOPT_CLOSESOCKETDATA, H);
 }
 
@@ -117,6 +249,8 @@ void mend__http_req_free(http_req *q) {
   if (q->prev) q->prev->next = q->next;
   else H->reqs = q->next;
   if (q->next) q->next->prev = q->prev;
+  if (q->added) H->in_multi--;
+  curl_multi_remove_handle(H->multi, q->easy);
   free(q->body);
   if (q->target) {   /* the handle must not point at a parse that may be freed now */
     curl_easy_setopt(q->easy, CURLOPT_CURLU, NULL);
@@ -125,7 +259,7 @@ void mend__http_req_free(http_req *q) {
   if (H->nidle < HTTP_IDLE_EASY) {
     if (q->dirty) {   /* nothing of this request's options reaches the next */
       curl_easy_reset(q->easy);
-      mend__http_set_fixed(H, q->easy);
+      set_fixed(H, q->easy);
     }
     if (q->cap > HTTP_KEEP_BUFFER) { free(q->out); q->out = NULL; q->cap = 0; }
     if (q->hcap > HTTP_KEEP_BUFFER) { free(q->hdr); q->hdr = NULL; q->hcap = 0; }
@@ -154,78 +288,40 @@ http_req *mend__http_req_new(struct mend_http *H) {
       free(q);
       return NULL;
     }
-    mend__http_set_fixed(H, q->easy);
+    set_fixed(H, q->easy);
   }
   q->H = H;
-  q->next = H->reqs;
-  if (H->reqs) H->reqs->prev = q;
-  H->reqs = q;
   return q;
 }
 
-/* While requests are out the engine's loop waits for them (a run() returns only once they
- * are back); with none, a host's uv_run is not kept going by this handle. */
-static void out_changed(struct mend_http *H, int by) {
-  int was = H->out;
-  H->out += by;
-  if (!was && H->out) uv_ref((uv_handle_t *)H->done_poll);
-  else if (was && !H->out) uv_unref((uv_handle_t *)H->done_poll);
-}
-
-void mend__http_send(http_req *q) {
-  struct mend_http *H = q->H;
-  out_changed(H, 1);
-  uv_mutex_lock(&H->mx);
-  q->io_state = IO_ADD;
-  mend__http_list_push(&H->to_add, q);
-  int wake = mend__http_io_wake(H);
-  uv_mutex_unlock(&H->mx);
-  if (wake) mend__http_signal(H->io_fd);
-}
+static void timer_closed(uv_handle_t *h) { free(h); }
 
 void mend__http_close(mend_engine *E) {
   struct mend_http *H = E->http;
   if (!H) return;
-  mend__http_io_stop(H);
   while (H->reqs) {
     if (H->reqs->run) H->reqs->run->cold->http = NULL;
     mend__http_req_free(H->reqs);
   }
   while (H->nidle) req_destroy(H->idle[--H->nidle]);
   for (int k = 0; k < HTTP_URL_MEMO; k++) mend__http_url_drop(H->memo[k]);
-  done_close(H);   /* no wake comes any more: the thread is joined */
-  uv_mutex_destroy(&H->mx);
+  curl_multi_cleanup(H->multi);
+  for (int k = 0; k < H->nbyfd; k++)
+    if (H->byfd[k]) sock_close(H->byfd[k]);
+  free(H->byfd);
+  uv_timer_stop(H->timer);
+  uv_close((uv_handle_t *)H->timer, timer_closed);
   free(H);
   E->http = NULL;
 }
 
-/* The attempt no longer waits for it: a request not taken yet by the I/O thread, or given
- * back and not yet taken here, is freed now; one in the multi handle is taken out there and
- * freed when it comes back (on_done), its run forgotten. */
 void mend__abandon_http(mend_run *r) {
   http_req *q = MEND_COLD(r, http);
   if (!q) return;
-  struct mend_http *H = q->H;
   q->run = NULL;
+  mend__http_req_free(q);
   r->cold->http = NULL;
   r->E->externals--;
-  int wake = 0;
-  uv_mutex_lock(&H->mx);
-  int state = q->io_state;
-  if (state == IO_ADD) mend__http_list_unlink(&H->to_add, q);
-  else if (state == IO_DONE) mend__http_list_unlink(&H->done, q);
-  else if (state == IO_MULTI) {
-    q->io_cancel = 1;
-    mend__http_list_push(&H->cancel, q);
-    wake = mend__http_io_wake(H);
-  }
-  if (state != IO_MULTI) q->io_state = IO_NONE;
-  uv_mutex_unlock(&H->mx);
-  if (wake) mend__http_signal(H->io_fd);
-  if (state != IO_MULTI) {
-    mend__http_req_free(q);
-    out_changed(H, -1);
-  }
 }
 
 /* ---------------------------------------------------------------- outcomes */
@@ -377,31 +473,20 @@ static void push_outcome(mend_run *r, http_req *q, CURLcode rc) {
                           ? retry_after(E, retry_after_value(q->hdr, ra, sizeof ra)) : -1, 0);
 }
 
-/* The requests the I/O thread gave back, taken one at a time: resuming a run may abandon
- * another's request (a group's lane failing), which must find it where it is. */
-void mend__http_on_done(uv_poll_t *p, int status, int events) {
-  (void)status;
-  (void)events;
-  struct mend_http *H = p->data;
+static void check_done(struct mend_http *H) {
   mend_engine *E = H->E;
-  mend__http_wake_drain(H->done_fd);   /* before the list: a wake after it is for later ones */
-  for (;;) {
-    uv_mutex_lock(&H->mx);
-    http_req *q = H->done.head;
-    if (q) {
-      mend__http_list_unlink(&H->done, q);
-      q->io_state = IO_NONE;
-    } else {
-      H->loop_woken = 0;
-    }
-    uv_mutex_unlock(&H->mx);
-    if (!q) break;
-    out_changed(H, -1);
+  CURLMsg *m;
+  int left;
+  while ((m = curl_multi_info_read(H->multi, &left))) {
+    if (m->msg != CURLMSG_DONE) continue;
+    http_req *q = NULL;
+    curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&q);
+    CURLcode rc = m->data.result;
     mend_run *r = q->run;
     if (r) {
       r->cold->http = NULL;
       E->externals--;
-      push_outcome(r, q, q->io_rc);
+      push_outcome(r, q, rc);
     }
     mend__http_req_free(q);
     if (r) mend__resume(r, 2);

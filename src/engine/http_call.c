@@ -1,11 +1,10 @@
 /*
- * http_call: a step's mend.http call, up to the request handed to the I/O thread, all on the
- * engine's loop thread: the call's table read and checked, the URL checked against the host
- * allow-list (and the URLs checked lately remembered with their parse, which curl is given),
- * the method, body, timeouts and codes of the call, the Idempotency-Key and User-Agent
- * headers, and the options set on the request's easy handle.
- * Must never: touch a URL's parse other than to read it while a request that holds it is on
- * the I/O thread; send a request to a host the allow-list refuses; leave an option of one call
+ * http_call: a step's mend.http call, up to the request handed to curl: the call's table read
+ * and checked, the URL checked against the host allow-list (and the URLs checked lately
+ * remembered with their parse, which curl is given), the method, body, timeouts and codes of
+ * the call, the Idempotency-Key and User-Agent headers, and the options set on the request's
+ * easy handle.
+ * Must never: send a request to a host the allow-list refuses; leave an option of one call
  * on a handle for the next (an option beyond the common ones marks the request dirty); free
  * a URL's parse while a request holds it; trust a size or a count from the call's table
  * without its bound.
@@ -478,15 +477,14 @@ int mend_engine_http(lua_State *L, char *err, int errlen) {
   mend_engine *E = r->E;
   luaL_checktype(L, 1, LUA_TTABLE);
   struct mend_http *H = mend__http_state(E);
-  if (!H) {
-    snprintf(err, (size_t)errlen, "cannot start mend.http's I/O thread (out of memory?)");
-    return -1;
-  }
-  http_req *q = mend__run_cold(r) ? mend__http_req_new(H) : NULL;
+  http_req *q = H && mend__run_cold(r) ? mend__http_req_new(H) : NULL;
   if (!q) {
     snprintf(err, (size_t)errlen, "out of memory");
     return -1;
   }
+  q->next = H->reqs;
+  if (H->reqs) H->reqs->prev = q;
+  H->reqs = q;
   /* Protected: the call's table is the workflow's, and its metamethods (an __index, a list's
    * __len, a limit's error raised inside them) may raise out of the setup, which must not
    * leave the request (its easy handle, outside any memory limit) behind. */
@@ -501,15 +499,26 @@ int mend_engine_http(lua_State *L, char *err, int errlen) {
   }
   int rc = a.rc;
   lua_settop(L, top);
+  if (rc == 0) {
+    q->started = mend_real_now();
+    if (curl_multi_add_handle(H->multi, q->easy) != CURLM_OK) {
+      snprintf(err, (size_t)errlen, "cannot start the request");
+      rc = -1;
+    } else {
+      q->added = 1;
+      if (++H->in_multi > H->max_in_multi) {
+        H->max_in_multi = H->in_multi;
+        curl_multi_setopt(H->multi, CURLMOPT_MAXCONNECTS, 4L * H->max_in_multi);
+      }
+    }
+  }
   if (rc) {
     mend__http_req_free(q);
     return -1;
   }
-  q->started = mend_real_now();
+  E->externals++;
   q->run = r;
   r->cold->http = q;
   r->waiting = 1;
-  E->externals++;
-  mend__http_send(q);
   return 0;
 }
