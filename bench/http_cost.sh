@@ -3,7 +3,7 @@
 # callgrind over 1,000 and 3,000 runs of bench/http_cost.lua against one nginx on loopback
 # (W9's configuration), and over as many requests of bench/http_raw.c; the difference over
 # the 2,000 extra is what one run (one request) costs, by thread, without start-up and the
-# first connections (the loop thread, the writer thread and mend.http's I/O thread apart).
+# first connections (each thread apart, named by what it runs).
 # Needs valgrind and nginx; builds http_raw, not the module (run
 # `make bench-build` first). MEND_COST_OWN=1: the same on an engine with a Lua state of its own.
 set -e
@@ -41,13 +41,12 @@ for n in 1000 3000; do
     lua5.4 "$here/bench/http_cost.lua" "$url" $n "$c" "$dir/w9.db"
   valgrind -q --tool=callgrind --callgrind-out-file="$dir/raw.$n" "$dir/http_raw" "$url" $n "$c" >/dev/null
 done
-# Threads by what they run: the loop (the first), the store's writer, mend.http's I/O thread
-# (started at the first request: its number may come before or after the writer's, and not
-# the same in both runs), each matched with its namesake of the other run.
+# Threads by what they run: the loop (the first), the store's writer, any other (a resolver's,
+# a checkpoint's) by number; a thread started during the runs may get another number in each
+# run, so each is matched with its namesake.
 label() {
   case "$1" in *-01) echo "loop thread"; return;; esac
   if grep -q "handoff_main" "$1"; then echo "writer thread"
-  elif grep -q "io_main" "$1"; then echo "I/O thread (mend.http)"
   else echo "thread ${1##*-}"; fi
 }
 for f in "$dir"/mend.3000-*; do
