@@ -3,7 +3,8 @@
 # callgrind over 1,000 and 3,000 runs of bench/http_cost.lua against one nginx on loopback
 # (W9's configuration), and over as many requests of bench/http_raw.c; the difference over
 # the 2,000 extra is what one run (one request) costs, by thread, without start-up and the
-# first connections. Needs valgrind and nginx; builds http_raw, not the module (run
+# first connections (each thread apart, named by what it runs).
+# Needs valgrind and nginx; builds http_raw, not the module (run
 # `make bench-build` first). MEND_COST_OWN=1: the same on an engine with a Lua state of its own.
 set -e
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -40,10 +41,21 @@ for n in 1000 3000; do
     lua5.4 "$here/bench/http_cost.lua" "$url" $n "$c" "$dir/w9.db"
   valgrind -q --tool=callgrind --callgrind-out-file="$dir/raw.$n" "$dir/http_raw" "$url" $n "$c" >/dev/null
 done
-for t in 01 02; do
-  a=$(total "$dir/mend.1000-$t"); b=$(total "$dir/mend.3000-$t")
-  name=$([ $t = 01 ] && echo "loop thread" || echo "writer thread")
-  echo "mend $name: $(( (b - a) / 2000 )) instructions per run"
+# Threads by what they run: the loop (the first), the store's writer, any other (a resolver's,
+# a checkpoint's) by number; a thread started during the runs may get another number in each
+# run, so each is matched with its namesake.
+label() {
+  case "$1" in *-01) echo "loop thread"; return;; esac
+  if grep -q "handoff_main" "$1"; then echo "writer thread"
+  else echo "thread ${1##*-}"; fi
+}
+for f in "$dir"/mend.3000-*; do
+  name=$(label "$f")
+  for g in "$dir"/mend.1000-*; do
+    [ "$(label "$g")" = "$name" ] || continue
+    a=$(total "$g"); b=$(total "$f")
+    echo "mend $name: $(( (b - a) / 2000 )) instructions per run"
+  done
 done
 a=$(total "$dir/raw.1000"); b=$(total "$dir/raw.3000")
 echo "raw libcurl: $(( (b - a) / 2000 )) instructions per request"
