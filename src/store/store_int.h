@@ -122,8 +122,9 @@ struct mend_store {
   double flushed_cpu;
   int count_flushes;
   /* How long one statement waits for another connection's lock (busy_wait); the engine's
-   * loop asks for a short one and waits out a longer lock on a timer instead. */
-  int busy_ms;
+   * loop asks for a short one and waits out a longer lock on a timer instead. Set by the loop,
+   * read by the writer thread's statements too. */
+  atomic_int busy_ms;
   /* The last batch could not begin: another connection holds the write lock. Written on
    * whichever thread begins batches, read by the loop (mend_store_locked). */
   atomic_int locked;
