@@ -64,3 +64,29 @@ describe("a worker stopped with SIGTERM", function()
     assert(ok, err)
   end)
 end)
+
+-- eng:stop() from a step late in a long loop turn: libuv's timer counts from the turn's start,
+-- so the wake-up for the grace's end must be armed again for what is left by the real clock,
+-- or serve waits for the sleeping attempt (20 s) instead of its grace (1 s).
+describe("eng:stop() from a step late in a long turn", function()
+  after_each(H.cleanup)
+
+  it("ends serve when the grace runs out, not when the attempt in flight ends", function()
+    local mend = require "mend"
+    local eng = H.new_engine{ clock = "real", grace = 1, lease = 60 }
+    eng:register{ name = "slow", steps = { { name = "long", execute = function()
+      mend.sleep(20) return "done" end } } }
+    eng:register{ name = "stopper", steps = { { name = "s", execute = function()
+      local t = os.clock()
+      while os.clock() - t < 0.4 do end
+      eng:stop()
+      return 1
+    end } } }
+    eng:start("slow", {})
+    eng:start("stopper", {})
+    local t0 = eng:now()
+    eng:serve{ poll = 0.05 }
+    local took = eng:now() - t0
+    assert.is_true(took < 10, ("serve returned %.3f s after it began (grace 1 s)"):format(took))
+  end)
+end)

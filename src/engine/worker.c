@@ -187,18 +187,29 @@ static void on_signal(uv_signal_t *h, int signum) {
   mend_engine_stop(E);
 }
 
-static void grace_over(uv_timer_t *t) { (void)t; }
+/* The loop must wake when the grace runs out: an attempt in flight may wait for a timer or a
+ * reply long after it, and nothing else may be due before (a lease renewal is a third of a
+ * lease away). The poll timer, idle from now on, is that wake-up, and the serving loop's check
+ * then stops. libuv counts a timer from its loop time, read as the turn began, and the deadline
+ * is the real clock's: a stop late in a long turn would fire early, so each firing arms it
+ * again for what is left until the deadline has passed by the clock the check reads. */
+static void arm_grace(mend_engine *E);
+static void grace_over(uv_timer_t *t) { arm_grace(t->data); }
+
+static void arm_grace(mend_engine *E) {
+  double left = E->grace_deadline - mend_real_now();
+  if (!E->poll_timer || !(left > 0)) return;
+  double ms = left * 1000.0 + 1;
+  if (ms > 1e12) ms = 1e12;   /* an endless grace: a wake-up now and then, never an overflow */
+  uv_update_time(E->loop);
+  uv_timer_start(E->poll_timer, grace_over, (uint64_t)ms, 0);
+}
 
 void mend_engine_stop(mend_engine *E) {
   if (E->draining) return;
   E->draining = 1;
   E->grace_deadline = mend_real_now() + E->cfg.grace_seconds;
-  /* The loop must wake when the grace runs out: an attempt in flight may wait for a timer or
-   * a reply long after it, and nothing else may be due before (a lease renewal is a third of
-   * a lease away). The poll timer, idle from now on, is that wake-up; the serving loop's
-   * check then stops. */
-  if (E->poll_timer)
-    uv_timer_start(E->poll_timer, grace_over, (uint64_t)(E->cfg.grace_seconds * 1000.0) + 1, 0);
+  arm_grace(E);
   mend__kick(E);
 }
 
@@ -228,7 +239,7 @@ int mend_engine_serve(mend_engine *E, double poll_seconds, int max_in_flight) {
     mend__loop_once(E);
   }
   E->auto_advance = 0;
-  if (E->draining && !E->broken) {
+  if (E->draining && !E->broken && E->attempts > 0) {
     char msg[160];
     snprintf(msg, sizeof msg, "stopping with %d attempt(s) in flight, left unfinished for "
              "another worker", E->attempts);
