@@ -136,8 +136,9 @@ typedef struct handle {
 } handle;
 
 /* Engines on different threads are independent (mend.h), yet they share this list: each walk
- * and change of it holds the lock. A handle found stays valid after, as only the thread its
- * engine belongs to frees it. */
+ * and change of it holds the lock. A handle found stays valid after only on the thread its
+ * engine belongs to (the one that frees it): another thread reads what it needs under the lock
+ * (owner_of). */
 static handle *handles;
 static pthread_mutex_t handles_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -147,6 +148,17 @@ static handle *handle_of(mend_engine *E) {
   while (h && h->E != E) h = h->next;
   pthread_mutex_unlock(&handles_lock);
   return h;
+}
+
+/* Whether E is a live engine, and the thread it belongs to, read under the lock: a caller on
+ * another thread must not read the handle after it, as the owner may free it meanwhile. */
+static int owner_of(mend_engine *E, pthread_t *thread) {
+  pthread_mutex_lock(&handles_lock);
+  handle *h = handles;
+  while (h && h->E != E) h = h->next;
+  if (h) *thread = h->thread;
+  pthread_mutex_unlock(&handles_lock);
+  return h != NULL;
 }
 
 /* The count of the host's callbacks engine E is inside (a dummy for an engine not made here). */
@@ -166,8 +178,9 @@ static _Thread_local const char *refused_why;
 /* MEND_OK when the call may go on with E: not NULL, made here and not freed, and on the
  * thread E belongs to (a call from another would race with everything that thread does). */
 static int check_engine(mend_engine *E) {
-  handle *h = E ? handle_of(E) : NULL;
-  int rc = !E || !h ? MEND_EINVAL : !pthread_equal(h->thread, pthread_self()) ? MEND_ESTATE : MEND_OK;
+  pthread_t owner;
+  int h = E && owner_of(E, &owner);
+  int rc = !h ? MEND_EINVAL : !pthread_equal(owner, pthread_self()) ? MEND_ESTATE : MEND_OK;
   refused_engine = rc == MEND_OK ? NULL : E;
   refused_why = !E ? "the engine is NULL"
               : !h ? "no such engine: it was freed (mend_engine_free), or not made by mend_engine_new"
@@ -426,8 +439,8 @@ MEND_API int mend_engine_register_function(mend_engine *engine, const char *name
  * anywhere: that only frees it. */
 static int foreign_call(mend_call *call) {
   mend_engine *E = mend_host_call_engine((mend_host_call *)call);
-  handle *h = E ? handle_of(E) : NULL;
-  return h && !pthread_equal(h->thread, pthread_self());
+  pthread_t owner;
+  return E && owner_of(E, &owner) && !pthread_equal(owner, pthread_self());
 }
 
 MEND_API int mend_call_return(mend_call *call, const char *result_json) {
