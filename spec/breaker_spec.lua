@@ -219,6 +219,45 @@ describe("a circuit breaker", function()
     assert.are.equal("closed", H.breaker(eng, "ledger").state)
   end)
 
+  -- A probe of a half-open spell that ended (its sibling probe failed: the breaker opened
+  -- again) still out when the next spell admits its own: its end gives back no slot of the
+  -- new spell (a third probe would start beside two) and its outcome is not counted.
+  it("keeps to half_open_max when a probe of an earlier half-open spell ends in a later one",
+     function()
+    local eng = H.new_engine()
+    local q_in_flight, most = 0, 0
+    local policy = { key = "vault", failure_threshold = 2, open_seconds = 30, success_threshold = 3,
+                     half_open_max = 2 }
+    eng:register(H.one_step("failing", { breaker = policy, retry = { max_attempts = 1 },
+      execute = function() error(mend.retryable("down")) end }))
+    eng:register(H.one_step("quickfail", { breaker = "vault", retry = { max_attempts = 1 },
+      execute = function() mend.sleep(1); error(mend.retryable("still down")) end }))
+    eng:register(H.one_step("slowprobe", { breaker = "vault", retry = { max_attempts = 1 },
+      execute = function() mend.sleep(40); return "late" end }))
+    eng:register(H.one_step("q", { breaker = "vault", retry = { max_attempts = 1 },
+      execute = function()
+        q_in_flight = q_in_flight + 1
+        most = math.max(most, q_in_flight)
+        mend.sleep(20)
+        q_in_flight = q_in_flight - 1
+        return "ok"
+      end }))
+    eng:start("failing", {})
+    eng:start("failing", {})
+    eng:advance(1)
+    assert.are.equal("open", H.breaker(eng, "vault").state)
+    eng:advance(30)   -- time to half-open: the next two attempts are its probes
+    eng:start("quickfail", {})
+    eng:start("slowprobe", {})
+    eng:advance(2)    -- the quick probe failed: open again, the slow one still out
+    assert.are.equal("open", H.breaker(eng, "vault").state)
+    local ids = {}
+    for i = 1, 4 do ids[i] = eng:start("q", { n = i }) end
+    eng:run()
+    for _, id in ipairs(ids) do assert.are.equal("succeeded", eng:status(id).status) end
+    assert.are.equal(2, most)
+  end)
+
   it("does not count business errors or unknown errors", function()
     local eng = H.new_engine()
     local errors = { mend.fatal("declined"), mend.fatal("declined"), "boom", "boom",

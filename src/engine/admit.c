@@ -64,6 +64,7 @@ struct mend_breaker_slot *mend__breaker_slot(mend_engine *E, const char *key,
 /* Persists a breaker whose state moved, and tells the history of the run that moved it. */
 void mend__breaker_changed(mend_run *r, int i, mend_breaker_state before) {
   struct mend_breaker_slot *s = r->wf->steps[i].slot;
+  s->spell++;
   if (mend_store_put_breaker(r->E->store, s->key, &s->b, mend_engine_now(r->E))) mend__store_failed(r->E);
   mend__history(r, mend__step_name(r, i), "breaker", mend_breaker_state_name(before),
           mend_breaker_state_name(s->b.state), r->steps[i].attempts, NULL, -1, s->key);
@@ -76,12 +77,21 @@ void mend__breaker_changed(mend_run *r, int i, mend_breaker_state before) {
                        mend_breaker_state_name(s->b.state), "run_id", r->id));
 }
 
+int mend__holds_probe(mend_run *r, int i) {
+  const step_rt *st = &r->steps[i];
+  const struct mend_breaker_slot *s = r->wf->steps[i].slot;
+  return st->probe && s->b.state == MEND_BREAKER_HALF_OPEN && st->probe_spell == (s->spell & 0xfffu);
+}
+
 void mend__breaker_outcome(mend_run *r, int i, mend_breaker_outcome outcome) {
   struct mend_breaker_slot *s = r->wf->steps[i].slot;
   /* An attempt admitted before the breaker opened, ending while it is half-open, is no probe:
    * it has no slot to give back (giving one would let a second probe in beside the first),
    * and the breaker judged the dependency when it opened, as for a late outcome while open. */
-  if (s->b.state == MEND_BREAKER_HALF_OPEN && !r->steps[i].probe) return;
+  if (s->b.state == MEND_BREAKER_HALF_OPEN && !mend__holds_probe(r, i)) {
+    r->steps[i].probe = 0;
+    return;
+  }
   r->steps[i].probe = 0;
   mend_breaker before = s->b;
   int changed = mend_breaker_record(&s->b, &s->p, mend_engine_now(r->E), outcome);

@@ -74,6 +74,9 @@ struct mend_breaker_slot {
   char *key;
   mend_breaker b;
   mend_breaker_policy p;
+  /* Counts the breaker's changes of state: a probe belongs to the half-open spell it was
+   * admitted in, and an attempt still out when that spell ended holds no slot of a later one. */
+  unsigned spell;
   struct mend_breaker_slot *next;
 };
 
@@ -96,6 +99,7 @@ typedef struct step_rt {
   unsigned err_severity : 2;      /* a compensable error's severity (1..3); 0 for the others */
   unsigned err_stopped : 1;       /* the engine stopped the code: a workflow_error */
   unsigned probe : 1;             /* its attempt took a half-open probe slot of its breaker */
+  unsigned probe_spell : 12;      /* in this spell (the slot's spell, wrapped) */
   char *idem_key;                 /* a custom key only; NULL: the default */
   char *result;                   /* JSON */
   char *error;
@@ -475,6 +479,8 @@ mend_run *mend__waiting_run(lua_State *L, char *err, int errlen);
 
 /* ---- admit.c: breaker slots and concurrency caps */
 void mend__breaker_changed(mend_run *r, int i, mend_breaker_state before);
+/* Whether step i's attempt holds a probe slot of its breaker's present half-open spell. */
+int mend__holds_probe(mend_run *r, int i);
 void mend__breaker_outcome(mend_run *r, int i, mend_breaker_outcome outcome);
 struct mend_breaker_slot *mend__breaker_slot(mend_engine *E, const char *key,
                                              const mend_breaker_policy *p);

@@ -482,7 +482,10 @@ int mend_engine_breaker_set(mend_engine *E, const char *key, const char *op, dou
   } else {
     return mend_errorf(err, errlen, "breaker operation must be reset, open or close, got %s", op);
   }
-  if (s) s->b = b;
+  if (s) {
+    s->b = b;
+    s->spell++;
+  }
   if (mend_store_put_breaker(E->store, key, &b, now)) mend__store_failed(E);
   char detail[200];
   snprintf(detail, sizeof detail, "%s -> %s", mend_breaker_state_name(before), mend_breaker_state_name(b.state));
@@ -497,6 +500,7 @@ void mend__reload_breakers(mend_engine *E) {
   for (struct mend_breaker_slot *s = E->breakers; s; s = s->next) {
     mend_breaker b;
     if (mend_store_get_breaker(E->store, s->key, &b) != 1) continue;
+    if (b.state != s->b.state) s->spell++;
     b.probes = b.state == s->b.state ? s->b.probes : 0;
     s->b = b;
   }

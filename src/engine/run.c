@@ -268,9 +268,9 @@ void mend__give_back(mend_run *r, int was_queued, int was_running) {
     if (!next) next = mend__fifo_pop(&E->throttled);
     if (next) mend__admit_next(next);
   }
-  if (was_running && slot->b.state == MEND_BREAKER_HALF_OPEN && r->steps[i].probe) {
+  if (was_running && r->steps[i].probe) {
+    if (mend__holds_probe(r, i)) mend_breaker_release(&slot->b);
     r->steps[i].probe = 0;
-    mend_breaker_release(&slot->b);
   }
 }
 

@@ -74,6 +74,7 @@ static int breaker_refuses(mend_run *r, int i) {
   int admitted = mend_breaker_admit(&def->slot->b, &def->slot->p, mend_engine_now(E), &retry_at);
   if (def->slot->b.state != before) mend__breaker_changed(r, i, before);
   st->probe = admitted && def->slot->b.state == MEND_BREAKER_HALF_OPEN;
+  st->probe_spell = def->slot->spell & 0xfffu;
   if (admitted) return 0;
   /* Spread the waiters so that they do not all probe at the same instant. */
   double spread = 0.1 * mend_rng_uniform(&E->rng) * (def->slot->p.open_seconds > 1 ? 1 : def->slot->p.open_seconds);
