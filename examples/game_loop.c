@@ -22,7 +22,9 @@
  * Defaults: examples/quest.lua, 600 frames, a database file in a directory of its own,
  * 2000 players, 2 ms, fights of 2 to 20 s, process durability, mend's choice of class for its
  * commit thread (--writer-sched: mend_writer_sched). --verbose names each tick over
- * its budget by more than 10%, with what it did. Players pick up their quests over the first 60% of the frames;
+ * its budget by more than 10%, with what it did and when it began (CLOCK_MONOTONIC seconds,
+ * the clock of `perf record -k CLOCK_MONOTONIC`, to find who ran meanwhile). Players pick up
+ * their quests over the first 60% of the frames;
  * the loop then goes on until every quest has ended. At the end it prints the tick times
  * (p50, p99, max, frames over budget) and what ticks left undone, and fails if a quest did not
  * end as it should have, or (unless --no-strict) if the p99 tick is over its budget by more
@@ -409,9 +411,9 @@ int main(int argc, char **argv) {
     else judged[njudged++] = took;
     if (vol1 > vol0) waited++;
     if (verbose && took > budget * 1.1)
-      fprintf(stderr, "frame %ld: %.3f ms (CPU %.3f ms), %d actions, %d ready, %d timers, committing %d,"
-              " switches: %ld involuntary, %ld voluntary, %.3f ms runnable not running\n", f,
-              took * 1e3, cpu * 1e3, st.actions, st.ready, st.timers_due, st.committing,
+      fprintf(stderr, "frame %ld at %.6f: %.3f ms (CPU %.3f ms), %d actions, %d ready, %d timers,"
+              " committing %d, switches: %ld involuntary, %ld voluntary, %.3f ms runnable not"
+              " running\n", f, t, took * 1e3, cpu * 1e3, st.actions, st.ready, st.timers_due, st.committing,
               inv1 - inv0, vol1 - vol0, stolen * 1e3);
     if (took > budget) over++;
     if (took > budget * 1.1) over10++;

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #ifdef MEND_FAILPOINTS
@@ -41,6 +42,8 @@ void mend__handoff_tell(mend_handoff *h) {
 
 static void *handoff_main(void *arg) {
   mend_handoff *h = arg;
+  /* Named, so that top -H, perf and /proc tell it from the host's threads. */
+  prctl(PR_SET_NAME, "mend-writer", 0, 0, 0);
   pthread_mutex_lock(&h->mu);
   for (;;) {
     while (!h->job && !h->stop) pthread_cond_wait(&h->cv, &h->mu);
