@@ -681,6 +681,8 @@ print("closed", len(gone))
     local code, _, _, headers = get(base, "/api/v1/runs")
     assert.are.equal(200, code)
     assert.matches("access%-control%-allow%-origin: http://dash%.example", headers:lower())
+    -- a history's next page is in its Link header, which the page's script must be let read
+    assert.matches("access%-control%-expose%-headers: link", headers:lower())
   end)
 
   it("needs the token for every change when one is set, and for everything beyond loopback", function()

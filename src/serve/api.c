@@ -232,7 +232,7 @@ static void get_history(serve_req *r, const char *id) {
   mend_store *s = mend_engine_store(r->E);
   json_t *h = mend_store_history_page(s, id, after, tail ? 0 : limit + 1, tail);
   if (!h) { store_failed(r); return; }
-  if (json_array_size(h) == 0) {   /* rows are a run's; none may be no run (404) */
+  if (json_array_size(h) == 0) {   /* past a run's last row, or no such run (404) */
     json_t *run = mend_store_run(s, id);
     if (!run) { json_decref(h); store_failed(r); return; }
     json_decref(run);
