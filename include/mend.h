@@ -277,6 +277,13 @@ MEND_API double mend_engine_time(mend_engine *engine);
  * MEND_ESTORE: the database failed. */
 MEND_API int mend_engine_run_json(mend_engine *engine, const char *run_id, char **json_out);
 MEND_API int mend_engine_history_json(mend_engine *engine, const char *run_id, char **json_out);
+/* A page of a run's history, in seq order, as history above: tail > 0, its last `tail` rows;
+ * tail 0, the rows after seq `after` (0: from the first), at most `limit`. The next page is
+ * after = the last row's seq; fewer than `limit` rows mean the history ends there (for now).
+ * MEND_EINVAL if after or tail is negative, or limit < 1 with tail 0. */
+MEND_API int mend_engine_history_page_json(mend_engine *engine, const char *run_id,
+                                           long long after, long long limit, long long tail,
+                                           char **json_out);
 MEND_API int mend_engine_dlq_json(mend_engine *engine, char **json_out);
 MEND_API void mend_free(void *p);
 

@@ -411,6 +411,38 @@ describe("the mend command", function()
       assert.truthy(out:find("turning back", 1, true), out)
     end)
 
+    it("prints a page or the tail of a history, its times still from the run's start", function()
+      local id = run_order('{"card":"declined"}')
+      local _, out = mend("history", id, "--db", db, "--json")
+      local whole = json.decode(out)
+      assert.is_true(#whole > 8, out)
+      local code, err
+      code, out, err = mend("history", id, "--db", db, "--json", "--tail", "4")
+      assert.are.equal(0, code, err)
+      assert.are.same(table.move(whole, #whole - 3, #whole, 1, {}), json.decode(out))
+      code, out, err = mend("history", id, "--db", db, "--json", "--after", "2", "--limit", "3")
+      assert.are.equal(0, code, err)
+      assert.are.same({ whole[3], whole[4], whole[5] }, json.decode(out))
+      code, out = mend("history", id, "--db", db, "--json", "--after", tostring(whole[#whole].seq))
+      assert.are.same({}, json.decode(out))
+      -- The text of the tail is the whole's last lines: times from the first row.
+      local _, full = mend("history", id, "--db", db)
+      local _, tail = mend("history", id, "--db", db, "--tail", "3")
+      local function last_lines(s, n)
+        local lines = {}
+        for l in s:gmatch("[^\n]+") do lines[#lines + 1] = l end
+        return table.concat(lines, "\n", #lines - n + 1)
+      end
+      assert.are.equal(last_lines(full, 3), last_lines(tail, 3))
+      assert.truthy(last_lines(tail, 3):find("+", 1, true), tail)
+      for _, args in ipairs { { "--after", "-1" }, { "--after", "x" }, { "--limit", "0" },
+                              { "--tail", "2", "--limit", "3" }, { "--after", "1", "--chart" } } do
+        code, out, err = mend("history", id, "--db", db, table.unpack(args))
+        assert.are.equal(2, code, table.concat(args, " ") .. ": " .. out)
+        assert.matches("%-%-" .. args[1]:sub(3), err)
+      end
+    end)
+
     it("prints the dead-letter queue as a JSON array", function()
       run_order()
       local code, out, err = mend("dlq", "--db", db, "--json")

@@ -121,6 +121,20 @@ describe("the dashboard in chromium", function()
                        q('{"flag":"' .. flag .. '"}') .. " --json 2>/dev/null")
     assert.are.equal(4, rc, out)
     local id = json.decode(out:match("(%b{})%s*$")).id
+    -- A run of more history rows than the page draws: 1,800 attempts on the virtual clock, the
+    -- last of which succeeds.
+    local loop = H.write_file(dir, "loop.lua", [[
+local mend = require "mend"
+return { name = "loop", steps = {
+  { name = "try", retry = { max_attempts = 1800, initial = 0.001, max_delay = 0.001, jitter = 0 },
+    execute = function(ctx)
+      if ctx.attempt < 1800 then error(mend.retryable("not yet")) end
+      return "done"
+    end } } }
+]])
+    rc, out = sh(MEND .. " run " .. q(loop) .. " --db " .. q(db) .. " --clock virtual --json 2>/dev/null")
+    assert.are.equal(0, rc, out)
+    local long_id = json.decode(out:match("(%b{})%s*$")).id
 
     spawn(MEND .. " serve --db " .. q(db) .. " --workflows " .. q(dir) .. " --listen 127.0.0.1:0 >" ..
           q(dir .. "/serve.out") .. " 2>" .. q(dir .. "/serve.err"))
@@ -197,5 +211,22 @@ describe("the dashboard in chromium", function()
     local dlq = http_json("GET", base .. "/api/v1/dlq")
     assert.are.equal(0, #dlq)
     session.screenshot("dashboard-run-after-retry")
+
+    -- A long run's page: its first rows drawn, its last listed, and notes saying so.
+    local tail = http_json("GET", base .. "/api/v1/runs/" .. long_id .. "/history?tail=1")
+    local rows = tail[1].seq
+    assert.is_true(rows > 5000, rows)
+    session.go(base .. "/#/run/" .. long_id)
+    session.wait("the long run's notes", "return document.querySelector('#history-note') !== null", 20)
+    assert.matches("the first 5000 of " .. rows .. " history rows are drawn",
+                   session.js("return document.querySelector('#timeline-note').textContent"))
+    assert.matches("the last 500 of " .. rows .. " rows",
+                   session.js("return document.querySelector('#history-note').textContent"))
+    local listed = session.js([[
+      var trs = document.querySelectorAll('#history-note + table tbody tr');
+      return [trs.length, trs[trs.length - 1].textContent];]])
+    assert.are.equal(500, listed[1])
+    assert.matches(tail[1].event, listed[2])
+    session.screenshot("dashboard-long-run")
   end)
 end)

@@ -100,6 +100,32 @@ describe("a workflow run", function()
       for i = 2, #hist do assert.is_true(hist[i].seq > hist[i - 1].seq) end
     end)
 
+  it("gives its history in pages that join to the whole, and its tail", function()
+    local eng = H.new_engine()
+    eng:register(three_steps({}))
+    local id = eng:start("happy", { order = 2, qty = 1 })
+    eng:run()
+    local whole = eng:history(id)
+    assert.is_true(#whole >= 7, #whole)
+    local joined, after = {}, 0
+    repeat
+      local page = eng:history(id, { after = after, limit = 3 })
+      assert.is_true(#page <= 3)
+      for _, h in ipairs(page) do joined[#joined + 1] = h end
+      after = page[#page] and page[#page].seq
+    until #page < 3
+    assert.are.same(whole, joined)
+    assert.are.same(table.move(whole, #whole - 1, #whole, 1, {}), eng:history(id, { tail = 2 }))
+    assert.are.same(whole, eng:history(id, { tail = #whole + 5 }))
+    assert.are.same(whole, eng:history(id, {}))
+    assert.are.same({}, eng:history("no-such-run", { tail = 3 }))
+    for _, bad in ipairs { { after = -1 }, { limit = "x" }, { tail = 1.5 }, { tail = 2, after = 1 } } do
+      local ok, err = pcall(eng.history, eng, id, bad)
+      assert.is_false(ok)
+      assert.matches("history: ", tostring(err))
+    end
+  end)
+
   it("has committed the run to the SQLite file: a second engine on the same file reads it",
     function()
       local eng, path = H.new_engine()

@@ -389,6 +389,78 @@ describe("mend serve", function()
     assert.are.equal("conflict", e.error.code)
   end)
 
+  it("gives a long history in pages that join to the whole, its tail, and 400 for bad ones", function()
+    local dir, db = workspace()
+    -- 700 attempts on the virtual clock: thousands of history rows in about a second.
+    H.write_file(dir, "loop.lua", [[
+local mend = require "mend"
+return { name = "loop", steps = {
+  { name = "try", retry = { max_attempts = 700, initial = 0.001, max_delay = 0.001, jitter = 0 },
+    execute = function() error(mend.retryable("not yet")) end } } }
+]])
+    local rc, out = sh(MEND .. " run " .. q(dir .. "/loop.lua") .. " --db " .. q(db) ..
+                       " --clock virtual --json 2>/dev/null")
+    assert.are.equal(4, rc, out)
+    local id = json.decode(out:match("(%b{})%s*$")).id
+    local _, whole_text = sh(MEND .. " history " .. id .. " --db " .. q(db) .. " --json")
+    local whole = json.decode(whole_text)
+    assert.is_true(#whole > 2500, "rows: " .. #whole)
+    local base = start(dir, db)
+    local path = "/api/v1/runs/" .. id .. "/history"
+
+    -- Without parameters: the first 1000 rows, and a link to the next page.
+    local code, page, _, headers = get(base, path)
+    assert.are.equal(200, code)
+    assert.are.equal(1000, #page)
+    assert.are.same(whole[1], page[1])
+    assert.matches('[Ll]ink: <' .. path:gsub("%p", "%%%0") .. '%?after=1000&limit=1000>; rel="next"',
+                   headers)
+
+    -- Following the links joins the pages to the whole: no row twice, none missing.
+    local joined, next_path, pages = {}, path .. "?limit=700", 0
+    while next_path do
+      code, page, _, headers = get(base, next_path)
+      assert.are.equal(200, code)
+      pages = pages + 1
+      for _, row in ipairs(page) do joined[#joined + 1] = row end
+      next_path = headers:match('[Ll]ink: <([^>]*)>; rel="next"')
+      if next_path then assert.are.equal(700, #page) end
+    end
+    assert.are.equal(math.ceil(#whole / 700), pages)
+    assert.are.same(whole, joined)
+
+    -- The rule without the link: after = the last seq until fewer than limit come back.
+    code, page, _, headers = get(base, path .. "?after=" .. whole[#whole - 3].seq .. "&limit=10")
+    assert.are.equal(200, code)
+    assert.are.same({ whole[#whole - 2], whole[#whole - 1], whole[#whole] }, page)
+    assert.is_nil(headers:match("[Ll]ink:"))
+
+    -- The tail is the whole's last rows, in order.
+    code, page = get(base, path .. "?tail=20")
+    assert.are.equal(200, code)
+    assert.are.same(table.move(whole, #whole - 19, #whole, 1, {}), page)
+    code, page = get(base, path .. "?tail=10000")
+    assert.are.same(whole, page)
+
+    for param, values in pairs { after = { "-1", "x", "99999999999999999999999" },
+                                 limit = { "0", "-5", "ten", "10001", "1e3" },
+                                 tail = { "0", "-1", "x", "10001" } } do
+      for _, v in ipairs(values) do
+        local e
+        code, e = get(base, path .. "?" .. param .. "=" .. v)
+        assert.are.equal(400, code, param .. "=" .. v)
+        assert.are.equal("bad_query", e.error.code)
+        assert.matches("^" .. param .. " must be a whole number", e.error.message)
+      end
+    end
+    local e
+    code, e = get(base, path .. "?tail=5&after=3")
+    assert.are.equal(400, code)
+    assert.matches("tail .* without after", e.error.message)
+    code = get(base, "/api/v1/runs/0000000000000000/history?tail=5")
+    assert.are.equal(404, code)
+  end)
+
   it("cancels a run, recording who asked; a second cancel is a conflict", function()
     local dir, db = workspace()
     local base = start(dir, db)
@@ -609,6 +681,8 @@ print("closed", len(gone))
     local code, _, _, headers = get(base, "/api/v1/runs")
     assert.are.equal(200, code)
     assert.matches("access%-control%-allow%-origin: http://dash%.example", headers:lower())
+    -- a history's next page is in its Link header, which the page's script must be let read
+    assert.matches("access%-control%-expose%-headers: link", headers:lower())
   end)
 
   it("needs the token for every change when one is set, and for everything beyond loopback", function()

@@ -578,6 +578,18 @@ MEND_API int mend_engine_history_json(mend_engine *engine, const char *run_id, c
   return dump(engine, mend_store_history(mend_engine_store(engine), run_id), 0, json_out);
 }
 
+MEND_API int mend_engine_history_page_json(mend_engine *engine, const char *run_id,
+                                           long long after, long long limit, long long tail,
+                                           char **json_out) {
+  int rc = query_args(engine, run_id, 1, json_out);
+  if (rc != MEND_OK) return rc;
+  if (after < 0) return invalid(engine, "after is negative: a seq, 0 for the first page");
+  if (tail < 0) return invalid(engine, "tail is negative: 0 for pages after a seq");
+  if (tail == 0 && limit < 1) return invalid(engine, "limit is below 1: how many rows a page has");
+  return dump(engine, mend_store_history_page(mend_engine_store(engine), run_id, (long)after,
+                                              (long)limit, (long)tail), 0, json_out);
+}
+
 MEND_API int mend_engine_dlq_json(mend_engine *engine, char **json_out) {
   int rc = query_args(engine, NULL, 0, json_out);
   if (rc != MEND_OK) return rc;

@@ -90,9 +90,33 @@ static int engine_status(lua_State *L) {
   return push_query(L, E, run);
 }
 
+/* A non-negative whole number of opts[key] (dflt if absent). */
+static long page_opt(lua_State *L, const char *key, long dflt) {
+  lua_getfield(L, 3, key);
+  long v = dflt;
+  if (!lua_isnil(L, -1)) {
+    int ok;
+    lua_Integer n = lua_tointegerx(L, -1, &ok);
+    if (!ok || n < 0) luaL_error(L, "history: %s must be a whole number >= 0", key);
+    v = (long)n;
+  }
+  lua_pop(L, 1);
+  return v;
+}
+
+/* eng:history(id) -> the whole history; eng:history(id, {after =, limit =} | {tail =}) -> a
+ * page of it (mend_store_history_page), read on the (run, seq) key. */
 static int engine_history(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
-  return push_query(L, E, mend_store_history(mend_engine_store(E), luaL_checkstring(L, 2)));
+  const char *id = luaL_checkstring(L, 2);
+  if (lua_isnoneornil(L, 3))
+    return push_query(L, E, mend_store_history(mend_engine_store(E), id));
+  luaL_checktype(L, 3, LUA_TTABLE);
+  long after = page_opt(L, "after", 0), limit = page_opt(L, "limit", 0);
+  long tail = page_opt(L, "tail", 0);
+  if (tail > 0 && (after > 0 || limit > 0))
+    return luaL_error(L, "history: tail is the last rows; after and limit page from the first");
+  return push_query(L, E, mend_store_history_page(mend_engine_store(E), id, after, limit, tail));
 }
 
 static int engine_dlq(lua_State *L) {

@@ -701,6 +701,7 @@ const mend_store_methods mend__sqlite_methods = {
   .get_breaker = mend__sqlite_get_breaker,
   .run = mend__sqlite_run,
   .history = mend__sqlite_history,
+  .history_page = mend__sqlite_history_page,
   .dlq = mend__sqlite_dlq,
   .breakers = mend__sqlite_breakers,
   .runs = mend__sqlite_runs,

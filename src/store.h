@@ -262,6 +262,9 @@ typedef struct mend_store_methods {
    * out of objects. */
   json_t *(*run)(mend_store *s, const char *id);         /* run object + "steps" array */
   json_t *(*history)(mend_store *s, const char *id);     /* array, in seq order */
+  /* A page of it, in seq order, read on the (run, seq) key: tail > 0, its last `tail` rows;
+   * else the rows after seq `after`, at most `limit` (limit <= 0: all of them). */
+  json_t *(*history_page)(mend_store *s, const char *id, long after, long limit, long tail);
   json_t *(*dlq)(mend_store *s);                         /* array, oldest first */
   json_t *(*breakers)(mend_store *s);                    /* array by key */
   json_t *(*runs)(mend_store *s, const char *status, const char *workflow, int limit);
@@ -579,6 +582,10 @@ static inline json_t *mend_store_run(mend_store *s, const char *id) {
 }
 static inline json_t *mend_store_history(mend_store *s, const char *id) {
   return MEND_STORE_M(s)->history(s, id);
+}
+static inline json_t *mend_store_history_page(mend_store *s, const char *id, long after,
+                                              long limit, long tail) {
+  return MEND_STORE_M(s)->history_page(s, id, after, limit, tail);
 }
 static inline json_t *mend_store_dlq(mend_store *s) {
   return MEND_STORE_M(s)->dlq(s);

@@ -1667,6 +1667,62 @@ static void it_refuses_what_no_call_can_use(void) {
   CHECK(strstr(mend_engine_errmsg(E), "freed") != NULL);
 }
 
+/* The last row of a history's JSON (each row opens with its seq; a detail is a string). */
+static const char *last_row(const char *json) {
+  const char *last = NULL;
+  for (const char *p = json; (p = strstr(p, "{\"seq\":")) != NULL; p++) last = p;
+  return last;
+}
+
+/* A history read in pages joins to the whole: each page is the whole's rows in order, none
+ * twice, none missing; the tail is its last rows; the paged call refuses bad bounds. */
+static void it_reads_a_history_in_pages(void) {
+  mend_options o;
+  mend_options_init(&o);
+  o.virtual_clock = 1;
+  mend_engine *E = engine(&o);
+  char id[17];
+  load(E, "saga");
+  start(E, "saga", NULL, id);
+  CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+  char *whole = NULL, *page = NULL;
+  CHECK_EQ_INT(mend_engine_history_json(E, id, &whole), MEND_OK);
+  char joined[65536] = "[";
+  long long after = 0;
+  int pages = 0;
+  for (;;) {
+    CHECK_EQ_INT(mend_engine_history_page_json(E, id, after, 2, 0, &page), MEND_OK);
+    if (!page || strcmp(page, "[]") == 0) break;
+    pages++;
+    size_t n = strlen(page);
+    if (strlen(joined) > 1) strcat(joined, ",");
+    strncat(joined, page + 1, n - 2);   /* the rows, without the brackets */
+    const char *seq = last_row(page);
+    CHECK(seq != NULL);
+    if (!seq) break;
+    after = atoll(seq + 7);
+    mend_free(page);
+    page = NULL;
+  }
+  mend_free(page);
+  strcat(joined, "]");
+  CHECK(pages >= 3);
+  CHECK(strcmp(joined, whole) == 0);
+  CHECK_EQ_INT(mend_engine_history_page_json(E, id, 0, 0, 1, &page), MEND_OK);
+  const char *last = whole ? last_row(whole) : NULL;
+  CHECK(page && last && strncmp(page + 1, last, strlen(last)) == 0);
+  mend_free(page);
+  CHECK_EQ_INT(mend_engine_history_page_json(E, id, -1, 2, 0, &page), MEND_EINVAL);
+  CHECK(strstr(mend_engine_errmsg(E), "after") != NULL);
+  CHECK_EQ_INT(mend_engine_history_page_json(E, id, 0, 0, 0, &page), MEND_EINVAL);
+  CHECK(strstr(mend_engine_errmsg(E), "limit") != NULL);
+  CHECK_EQ_INT(mend_engine_history_page_json(E, id, 0, 2, -3, &page), MEND_EINVAL);
+  CHECK(strstr(mend_engine_errmsg(E), "tail") != NULL);
+  CHECK_EQ_INT(mend_engine_history_page_json(E, NULL, 0, 2, 0, &page), MEND_EINVAL);
+  mend_free(whole);
+  CHECK_EQ_INT(mend_engine_free(E), MEND_OK);
+}
+
 /* A recover's claim is committed before it returns: an engine that recovers and is driven only
  * later had held the database's write lock meanwhile, and no other process could write. */
 static void it_holds_no_lock_after_recovering(void) {
@@ -2137,6 +2193,7 @@ int main(void) {
   it_refuses_what_no_call_can_use();
   it_refuses_calls_from_another_thread();
   it_holds_no_lock_after_recovering();
+  it_reads_a_history_in_pages();
   it_makes_and_frees_engines_on_many_threads();
   it_refuses_calls_from_other_threads_while_the_engine_is_freed();
 

@@ -262,13 +262,38 @@ local function select_events(st, history, step, tail)
   return list
 end
 
+-- The rows cmd_history prints and the time they are shown from. A page (--tail without --step,
+-- --after, --limit) is read on the history's (run, seq) key, and the first row alone for the
+-- times; a step's events and the chart need all of it.
+local function history_rows(eng, st, id, o, tail, after, limit)
+  if o.chart or o.step or not (tail or after or limit) then
+    local history = eng:history(id)
+    return select_events(st, history, o.step, tail), history, history[1] and history[1].at
+  end
+  local events = tail and eng:history(id, { tail = tail }) or
+                 eng:history(id, { after = after or 0, limit = limit })
+  local first = (events[1] and events[1].seq == 1) and events or eng:history(id, { limit = 1 })
+  return events, nil, first[1] and first[1].at
+end
+
 local function cmd_history(o, id)
   if o.chart and o.json then usage_error("history", "--chart and --json draw the run two ways: give one") end
   local tail = positive_int(o, "tail")
+  local limit = positive_int(o, "limit")
+  local after = o.after and math.tointeger(tonumber(o.after))
+  if o.after and not (after and after >= 0) then
+    usage_error("history", "--after must be a whole number >= 0 (a seq), got %s", o.after)
+  end
+  if tail and (after or limit) then
+    usage_error("history", "--tail is the last events; --after and --limit page from the first: give one")
+  end
+  if (after or limit) and (o.step or o.chart) then
+    usage_error("history", "--after and --limit page the whole history: give them without --%s",
+                o.step and "step" or "chart")
+  end
   return with_engine(existing_db(o.db), function(eng)
     local st = run_status(eng, id)
-    local history = eng:history(id)
-    local events = select_events(st, history, o.step, tail)
+    local events, history, t0 = history_rows(eng, st, id, o, tail, after, limit)
     if o.chart then   -- the whole run, as the dashboard draws it (mend.chart)
       print_outcome(st)
       for _, line in ipairs(require("mend.chart").lines(st, history, eng:now())) do out("%s\n", line) end
@@ -277,7 +302,7 @@ local function cmd_history(o, id)
     else
       print_outcome(st)
       out("timeline:\n")
-      print_events(events, 1, history[1] and history[1].at)
+      print_events(events, 1, t0)
     end
     return EXIT_OK
   end)
@@ -837,12 +862,15 @@ local commands = {
   },
   history = {
     args = { "RUN" },
-    flags = { db = "value", json = "switch", step = "value", tail = "value", chart = "switch" },
-    usage = "mend history RUN [--step S] [--tail N] [--db PATH] [--json | --chart]",
+    flags = { db = "value", json = "switch", step = "value", tail = "value", chart = "switch",
+              after = "value", limit = "value" },
+    usage = "mend history RUN [--step S] [--tail N | --after SEQ --limit N] [--db PATH] [--json | --chart]",
     help = "Shows a run's audit trail: every transition with its time, attempt, delay and\n" ..
            "error (times from the run's start).\n\n" .. DB_HELP ..
            "  --step S         only the events of step S (and of its branches, for a group)\n" ..
            "  --tail N         only the last N events (of step S, with --step)\n" ..
+           "  --after SEQ      only the events after number SEQ (each event's seq, in --json)\n" ..
+           "  --limit N        at most N events; the next page is --after the last one's seq\n" ..
            "  --json           print the history as a JSON array\n" ..
            "  --chart          draw the run's timeline instead: a lane per step, a mark for\n" ..
            "                   each attempt and wait (the dashboard's picture, in text)\n",

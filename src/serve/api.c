@@ -7,6 +7,8 @@
  */
 #include "serve_int.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +18,8 @@
 
 #define LIST_DEFAULT 100
 #define LIST_MAX 1000
+#define HISTORY_PAGE 1000     /* a history's rows a page has when the client names no limit */
+#define HISTORY_MAX 10000
 
 static const char *const RUN_STATUSES[] = {"running", "compensating", "succeeded", "compensated",
                                            "failed", "needs_attention", "resolved", NULL};
@@ -186,14 +190,62 @@ static void list_runs(serve_req *r) {
   serve_json(r, 200, json_pack("{s:o,s:o}", "runs", runs, "next_cursor", next));
 }
 
-static void get_run(serve_req *r, const char *id, int history) {
-  mend_store *s = mend_engine_store(r->E);
-  json_t *run = mend_store_run(s, id);
+static void get_run(serve_req *r, const char *id) {
+  json_t *run = mend_store_run(mend_engine_store(r->E), id);
   if (!run) { store_failed(r); return; }
-  if (!history) { serve_json(r, 200, run); return; }
-  json_decref(run);
-  json_t *h = mend_store_history(s, id);
+  serve_json(r, 200, run);
+}
+
+/* A whole number of the query from lo to hi into *out (dflt if absent): 0, or -1 after replying
+ * 400 naming the parameter. */
+static int query_count(serve_req *r, const char *name, long lo, long hi, long dflt, long *out) {
+  const char *v;
+  if (serve_query(r, name, &v)) return -1;
+  *out = dflt;
+  if (!v) return 0;
+  char *end;
+  errno = 0;
+  long n = strtol(v, &end, 10);
+  if (end == v || *end || errno == ERANGE || n < lo || n > hi) {
+    serve_error(r, 400, "bad_query", "%s must be a whole number from %ld to %ld, got \"%s\"",
+                name, lo, hi, v);
+    return -1;
+  }
+  *out = n;
+  return 0;
+}
+
+/* A page of a run's history, never the whole of a long one: the rows after seq `after`, at most
+ * `limit` (HISTORY_PAGE when not given), or its last `tail`. One row more than asked is read so
+ * that a Link rel="next" is given exactly when more rows follow the page. */
+static void get_history(serve_req *r, const char *id) {
+  long after, limit, tail;
+  if (query_count(r, "after", 0, LONG_MAX, 0, &after) ||
+      query_count(r, "limit", 1, HISTORY_MAX, HISTORY_PAGE, &limit) ||
+      query_count(r, "tail", 1, HISTORY_MAX, 0, &tail))
+    return;
+  const char *a = NULL, *l = NULL;   /* both read without error above */
+  if (tail && !serve_query(r, "after", &a) && !serve_query(r, "limit", &l) && (a || l)) {
+    serve_error(r, 400, "bad_query", "tail is the last rows: give it without %s", a ? "after" : "limit");
+    return;
+  }
+  mend_store *s = mend_engine_store(r->E);
+  json_t *h = mend_store_history_page(s, id, after, tail ? 0 : limit + 1, tail);
   if (!h) { store_failed(r); return; }
+  if (json_array_size(h) == 0) {   /* past a run's last row, or no such run (404) */
+    json_t *run = mend_store_run(s, id);
+    if (!run) { json_decref(h); store_failed(r); return; }
+    json_decref(run);
+  }
+  if (!tail && json_array_size(h) > (size_t)limit) {
+    json_array_remove(h, (size_t)limit);
+    long last = (long)json_integer_value(json_object_get(json_array_get(h, (size_t)limit - 1), "seq"));
+    size_t plen = r->req->query_at != SIZE_MAX ? r->req->query_at : r->req->path.len;
+    char *link = h2o_mem_alloc_pool(&r->req->pool, plen + 80);
+    int n = snprintf(link, plen + 80, "<%.*s?after=%ld&limit=%ld>; rel=\"next\"", (int)plen,
+                     r->req->path.base, last, limit);
+    h2o_add_header(&r->req->pool, &r->req->res.headers, H2O_TOKEN_LINK, NULL, link, (size_t)n);
+  }
   serve_json(r, 200, h);
 }
 
@@ -335,9 +387,9 @@ void serve_api(serve_req *r) {
       if (r->post) start_run(r);
       else list_runs(r);
     } else if (n == 2) {
-      if (want(r, 0)) get_run(r, s[1], 0);
+      if (want(r, 0)) get_run(r, s[1]);
     } else if (n == 3 && strcmp(s[2], "history") == 0) {
-      if (want(r, 0)) get_run(r, s[1], 1);
+      if (want(r, 0)) get_history(r, s[1]);
     } else if (n == 3 && strcmp(s[2], "cancel") == 0) {
       if (want(r, 1)) cancel_run(r, s[1]);
     } else if (n == 3 && strcmp(s[2], "events") == 0) {

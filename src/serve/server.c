@@ -114,6 +114,10 @@ static void send_text(serve_req *r, int status, const char *type, const char *te
   if (r->srv->cors) {
     add_header(req, H2O_TOKEN_ACCESS_CONTROL_ALLOW_ORIGIN, r->srv->cors);
     add_header(req, H2O_TOKEN_VARY, "Origin");
+    /* a browser hides other headers from another origin's script, and a history's next page
+     * is named in Link */
+    h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("access-control-expose-headers"),
+                          0, NULL, H2O_STRLIT("Link"));
   }
   h2o_send_inline(req, text, len);
 }

@@ -515,6 +515,20 @@ json_t *mend__sqlite_history(mend_store *s, const char *id) {
   return mend__rows_array(s, q, mend__bind_text(q, 1, id), "read history");
 }
 
+json_t *mend__sqlite_history_page(mend_store *s, const char *id, long after, long limit,
+                                  long tail) {
+  if (mend__sync_point(s) != 0) return NULL;
+  sqlite3_stmt *q = s->q[tail > 0 ? Q_HISTORY_TAIL : Q_HISTORY_AFTER];
+  int rc = mend__bind_text(q, 1, id);
+  if (tail > 0) {
+    if (rc == SQLITE_OK) rc = sqlite3_bind_int64(q, 2, tail);
+  } else {
+    if (rc == SQLITE_OK) rc = sqlite3_bind_int64(q, 2, after);
+    if (rc == SQLITE_OK) rc = sqlite3_bind_int64(q, 3, limit > 0 ? limit : -1);
+  }
+  return mend__rows_array(s, q, rc, "read history");
+}
+
 json_t *mend__sqlite_dlq(mend_store *s) {
   if (mend__sync_point(s) != 0) return NULL;
   return mend__rows_array(s, s->q[Q_DLQ], SQLITE_OK, "read dlq");

@@ -35,7 +35,7 @@ enum {
   Q_FORGET_WORKER, Q_FORGET_GONE,
   Q_DLQ_REMOVE, Q_REQUEST_CANCEL, Q_CANCEL_REQUESTS, Q_AUDIT, Q_AUDIT_LIST, Q_TAKE,
   Q_VERSION_SCRIPT, Q_KEEP_SCRIPT, Q_SET_UNAVAILABLE, Q_MOVE_RUN, Q_DROP_STEPS_FROM, Q_WORKFLOWS,
-  Q_RUN, Q_STEPS, Q_IN_FLIGHT, Q_HISTORY, Q_DLQ, Q_BREAKERS, Q_RUNS,
+  Q_RUN, Q_STEPS, Q_IN_FLIGHT, Q_HISTORY, Q_HISTORY_AFTER, Q_HISTORY_TAIL, Q_DLQ, Q_BREAKERS, Q_RUNS,
   Q_SEND_EVENT, Q_NEXT_EVENT, Q_CONSUME_EVENT, Q_LAST_EVENT, Q_INBOX,
   /* new: tokens */
   Q_PUT_TOKEN, Q_TOKEN_OF_ATTEMPT, Q_TOKEN, Q_USE_TOKEN, Q_SET_PARENT, Q_CHILDREN, Q_REOPEN_RUN,
@@ -253,6 +253,7 @@ json_t *mend__sqlite_run(mend_store *s, const char *id);
 int mend__sqlite_run_image(mend_store *s, const char *id, mend_run_image *img);
 void mend__sqlite_ticking(mend_store *s, int on);
 json_t *mend__sqlite_history(mend_store *s, const char *id);
+json_t *mend__sqlite_history_page(mend_store *s, const char *id, long after, long limit, long tail);
 json_t *mend__sqlite_dlq(mend_store *s);
 json_t *mend__sqlite_breakers(mend_store *s);
 json_t *mend__sqlite_runs(mend_store *s, const char *status, const char *workflow, int limit);

@@ -434,6 +434,11 @@ static json_t *pg_history(mend_store *s, const char *id) {
   if (NO_SUCH_TEXT(p, id)) return json_array();
   VIEW(p, mend__pg_view_history(p->conn, id, E_));
 }
+static json_t *pg_history_page(mend_store *s, const char *id, long after, long limit, long tail) {
+  mend_pg *p = PG(s);
+  if (NO_SUCH_TEXT(p, id)) return json_array();
+  VIEW(p, mend__pg_view_history_page(p->conn, id, after, limit, tail, E_));
+}
 static json_t *pg_dlq(mend_store *s) {
   mend_pg *p = PG(s);
   VIEW(p, mend__pg_view_dlq(p->conn, E_));
@@ -509,6 +514,7 @@ const mend_store_methods mend__pg_methods = {
   .get_breaker = mend__pg_get_breaker,
   .run = pg_run,
   .history = pg_history,
+  .history_page = pg_history_page,
   .dlq = pg_dlq,
   .breakers = pg_breakers,
   .runs = pg_runs,

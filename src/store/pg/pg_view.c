@@ -311,6 +311,29 @@ json_t *mend__pg_view_history(PGconn *c, const char *id, char *err, size_t errle
                     1, p, "read history", err, errlen);
 }
 
+/* Pages walk the (run_id, seq) key from either end; LIMIT NULL is none. */
+json_t *mend__pg_view_history_page(PGconn *c, const char *id, long after, long limit, long tail,
+                                   char *err, size_t errlen) {
+  char a[24], n[24];
+  snprintf(a, sizeof a, "%ld", after);
+  snprintf(n, sizeof n, "%ld", tail > 0 ? tail : limit);
+  const char *p[3] = {id, n, a};
+  if (tail <= 0 && limit <= 0) p[1] = NULL;
+  if (tail > 0)
+    return rows_array(c,
+                      "SELECT * FROM (SELECT seq, run_id, step, at, event, from_status AS \"from\","
+                      " to_status AS \"to\", attempt, error, error_kind, delay, detail, worker"
+                      " FROM history WHERE run_id = $1 ORDER BY seq DESC LIMIT $2::bigint) h"
+                      " ORDER BY seq",
+                      2, p, "read history", err, errlen);
+  return rows_array(c,
+                    "SELECT seq, run_id, step, at, event, from_status AS \"from\","
+                    " to_status AS \"to\", attempt, error, error_kind, delay, detail, worker"
+                    " FROM history WHERE run_id = $1 AND seq > $3::bigint ORDER BY seq"
+                    " LIMIT $2::bigint",
+                    3, p, "read history", err, errlen);
+}
+
 json_t *mend__pg_view_dlq(PGconn *c, char *err, size_t errlen) {
   return rows_array(c,
                     "SELECT run_id, reason, step, error, detail, at FROM dlq"
