@@ -7,6 +7,7 @@
  */
 #include "serve_int.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -206,7 +207,7 @@ static int query_count(serve_req *r, const char *name, long lo, long hi, long df
   char *end;
   errno = 0;
   long n = strtol(v, &end, 10);
-  if (end == v || *end || errno == ERANGE || n < lo || n > hi) {
+  if (!isdigit((unsigned char)v[0]) || *end || errno == ERANGE || n < lo || n > hi) {
     serve_error(r, 400, "bad_query", "%s must be a whole number from %ld to %ld, got \"%s\"",
                 name, lo, hi, v);
     return -1;
@@ -240,10 +241,12 @@ static void get_history(serve_req *r, const char *id) {
   if (!tail && json_array_size(h) > (size_t)limit) {
     json_array_remove(h, (size_t)limit);
     long last = (long)json_integer_value(json_object_get(json_array_get(h, (size_t)limit - 1), "seq"));
-    size_t plen = r->req->query_at != SIZE_MAX ? r->req->query_at : r->req->path.len;
-    char *link = h2o_mem_alloc_pool(&r->req->pool, plen + 80);
-    int n = snprintf(link, plen + 80, "<%.*s?after=%ld&limit=%ld>; rel=\"next\"", (int)plen,
-                     r->req->path.base, last, limit);
+    /* Made from the run's id, not the request's path: a path the router read leniently
+     * ("//api/...") would make a reference to another host. The id is a run's (it has rows). */
+    size_t cap = strlen(id) + 120;
+    char *link = h2o_mem_alloc_pool(&r->req->pool, cap);
+    int n = snprintf(link, cap, "</api/v1/runs/%s/history?after=%ld&limit=%ld>; rel=\"next\"", id,
+                     last, limit);
     h2o_add_header(&r->req->pool, &r->req->res.headers, H2O_TOKEN_LINK, NULL, link, (size_t)n);
   }
   serve_json(r, 200, h);
