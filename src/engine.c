@@ -337,7 +337,6 @@ static int on_panic(lua_State *L) {
   E->alloc_limits = NULL;
   E->in_code = NULL;
   E->loading_code = 0;
-  if (E->store) mend_store_ticking(E->store, 0);   /* a tick it jumps out of has ended */
   mend_limits_watchdog_reset();
   if (E->panic_exit) {
     E->panicked = 1;

@@ -552,7 +552,6 @@ mend_store *mend__sqlite_open(const char *path, mend_durability durability, char
 
 void mend__sqlite_close(mend_store *s) {
   if (!s) return;
-  mend__hush_tick(&s->hush, 0);   /* no tick holds the threads while they are stopped */
   mend__stop_writer(s);   /* a batch it holds is finished first */
   if (s->db && s->in_batch && s->q[Q_ROLLBACK]) mend__rollback(s);
   /* Gone: the runs it still owns are for any worker to take now, not when its lease ends.

@@ -762,29 +762,6 @@ static void test_quiet_while_ticking(void) {
   CHECK(mono_now() - t0 < 0.5);   /* not the hush's limit of 1 s */
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM runs"), 2);
   mend_store_ticking(s, 0);
-
-  /* A batch whose first part the writer took during a tick pauses once: its rest, handed off
-   * as the tick ends, is written while the next tick runs (it waited for the next tick's end,
-   * or the hush's limit of 1 s, before). */
-  mend_store_ticking(s, 1);
-  for (int i = 0; i < 3000; i++) {
-    char rid[16];
-    snprintf(rid, sizeof rid, "p%d", i);
-    mend_run_rec pr = run_rec(rid, NULL, "running", i);
-    CHECK_EQ_INT(mend_store_insert_run(s, &pr), 0);
-  }
-  unsigned long parted = mend_store_open_seq(s);
-  mend_store_ticking(s, 0);
-  CHECK_EQ_INT(mend_store_hand_off(s), 0);
-  mend_store_ticking(s, 1);   /* the next tick, at once */
-  t0 = mono_now();
-  while (mend_store_durable_seq(s) < parted && mono_now() - t0 < 0.9) {
-    pause_ms(5);
-    mend_store_writer_busy(s);
-  }
-  if (mend_store_durable_seq(s) < parted) fprintf(stderr, "a parted batch waited for the next tick\n");
-  CHECK(mend_store_durable_seq(s) >= parted);
-  mend_store_ticking(s, 0);
   sqlite3_close(db);
   mend_store_close(s);
 

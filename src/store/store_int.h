@@ -142,7 +142,6 @@ struct mend_store {
   int no_auto_checkpoint; /* tests that checkpoint by hand */
   mend_hush hush;         /* the writer and checkpoint threads keep off a tick's cores */
   int w_hushed;           /* the writer thread's batch paused for a tick already (its own) */
-  int w_going;            /* a part of the batch written, its rest to come (writer thread) */
   /* The fence (see "fencing" below). fence_news, lost_new and nlost_new are shared with the
    * loop and guarded by the writer's mutex; the rest belongs to whichever thread writes. */
   char *fence_owner;

@@ -372,7 +372,7 @@ static int writer_flush(mend_store *s, wlog *job) {
 static int writer_write(void *store, void *job) {
   mend_store *s = store;
   int part = s->w_part;
-  if (!s->w_going) s->w_hushed = 0;   /* once a batch, its parts and rest together */
+  s->w_hushed = 0;
   writer_pause(s);
   mend__ckpt_between_batches(s);
   int rc = writer_flush(s, job);
@@ -384,7 +384,6 @@ static int writer_write(void *store, void *job) {
   } else if (rc != 0) {
     mend__rollback(s);   /* the batch is lost: its write lock is not kept for the rest */
   }
-  s->w_going = part && rc == 0;
   return rc;
 }
 
