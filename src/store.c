@@ -539,7 +539,6 @@ mend_store *mend__sqlite_open(const char *path, mend_durability durability, char
   }
   s->cur = &s->logs[0];
   s->open_seq = 1;
-  mend__hush_init(&s->hush);
   s->busy_ms = BUSY_TIMEOUT_MS;
   if (open_db(s, durability) != 0) {
     explain_open_failure(s);
@@ -591,7 +590,6 @@ void mend__sqlite_close(mend_store *s) {
   for (int i = 0; i < s->nlost_new; i++) free(s->lost_new[i]);
   free(s->lost_new);
   for (int k = 0; k < 3; k++) mend__log_free(&s->logs[k]);
-  mend__hush_destroy(&s->hush);
   free(s);
 }
 
@@ -752,5 +750,4 @@ const mend_store_methods mend__sqlite_methods = {
   .runs_page = mend__sqlite_runs_page,
   .run_counts = mend__sqlite_run_counts,
   .run_image = mend__sqlite_run_image,
-  .ticking = mend__sqlite_ticking,
 };

@@ -458,10 +458,6 @@ typedef struct mend_store_methods {
   /* The last failure of a read on the loop thread's own connection (events_after, the inbox's
    * committed looks), where another thread writes errmsg's (optional: NULL, errmsg). */
   const char *(*read_errmsg)(mend_store *s);
-  /* The loop's thread begins (1) or ends (0) a tick: meanwhile the store's own threads pause
-   * at their next safe point until it ends, so that they do not take a core from it (at most
-   * one tick a batch; any wait of the loop for them ends the pause). Optional: NULL, none. */
-  void (*ticking)(mend_store *s, int on);
 } mend_store_methods;
 
 #define MEND_STORE_M(s) (*(const mend_store_methods *const *)(const void *)(s))
@@ -775,9 +771,6 @@ static inline int mend_store_wake_take(mend_store *s) {
 }
 static inline int mend_store_run_image(mend_store *s, const char *id, mend_run_image *img) {
   return MEND_STORE_M(s)->run_image(s, id, img);
-}
-static inline void mend_store_ticking(mend_store *s, int on) {
-  if (MEND_STORE_M(s)->ticking) MEND_STORE_M(s)->ticking(s, on);
 }
 
 #endif

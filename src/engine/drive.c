@@ -165,9 +165,6 @@ int mend_engine_tick_with(mend_engine *E, double budget, mend_engine_tick_info *
   E->tick_did = 0;
   mend__tp_tick_begin(E, budget);
   mend__writer_sched_want(E, 1);
-  /* The store's threads wait for the tick's end (hush.h): on two cores the writer and the
-   * checkpointer, runnable together, took the core of the tick's thread. */
-  mend_store_ticking(E->store, 1);
   if (!E->broken) tick_writer(E);
   if (!E->tick_reads_opened) {   /* at the first tick, so that no later one pays for a login */
     E->tick_reads_opened = 1;
@@ -187,7 +184,6 @@ int mend_engine_tick_with(mend_engine *E, double budget, mend_engine_tick_info *
            mend_real_now() + mend__tick_next_piece(E) < E->turn_deadline);
   if (!E->broken) mend__looks_send(E);   /* its round trip in the frame's gap */
   if (!E->broken) tick_collect(E, budget > 0 ? budget : 0);
-  mend_store_ticking(E->store, 0);   /* before the hand-off: the batch it wakes goes at once */
   if (!E->broken && E->writer) tick_hand_off(E);
   E->turn_deadline = 0;
   if (info) {

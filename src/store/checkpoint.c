@@ -5,9 +5,8 @@
  * time the WAL grew by CHECKPOINT_FRAMES; and between two batches the connection that writes
  * copies the short tail a busy WAL keeps, so that the next write can start the WAL over.
  * Owns that thread (started at the first commit of a file database, stopped by close) and
- * those thresholds; the thread begins no checkpoint while the host's thread ticks (hush.h).
- * Must never: run a statement on the writing connection while a batch is open, or wait for
- * the writer while holding the checkpoint lock.
+ * those thresholds. Must never: run a statement on the writing connection while a batch is
+ * open, or wait for the writer while holding the checkpoint lock.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -78,9 +77,6 @@ static void *ckpt_main(void *arg) {
     c->wanted = 0;
     c->running = 1;
     pthread_mutex_unlock(&c->mu);
-    /* Not while the loop's thread ticks: with the writer also runnable, the two would hold
-     * both cores of a small machine and the tick would wait for one (hush.h). */
-    mend__hush_wait(&s->hush);
     run_passes(s, c);
     pthread_mutex_lock(&c->mu);
     c->running = 0;

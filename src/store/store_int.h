@@ -15,7 +15,6 @@
 #include "idset.h"
 #include "store.h"
 #include "store/handoff.h"
-#include "store/hush.h"
 #include "store/sqlite.h"
 
 #define MEND_SCHEMA_VERSION 15   /* kept in PRAGMA user_version and in meta */
@@ -140,8 +139,6 @@ struct mend_store {
   int wal_frames;         /* the WAL's length after the last commit (sqlite3_wal_hook) */
   struct ckpt *ckpt;      /* the checkpoint thread (checkpoint.c), from the first commit on */
   int no_auto_checkpoint; /* tests that checkpoint by hand */
-  mend_hush hush;         /* the writer and checkpoint threads keep off a tick's cores */
-  int w_hushed;           /* the writer thread's batch paused for a tick already (its own) */
   /* The fence (see "fencing" below). fence_news, lost_new and nlost_new are shared with the
    * loop and guarded by the writer's mutex; the rest belongs to whichever thread writes. */
   char *fence_owner;
@@ -251,7 +248,6 @@ int mend__sqlite_find_key_result(mend_store *s, const char *idem_key, char **res
 int mend__sqlite_get_breaker(mend_store *s, const char *key, mend_breaker *b);
 json_t *mend__sqlite_run(mend_store *s, const char *id);
 int mend__sqlite_run_image(mend_store *s, const char *id, mend_run_image *img);
-void mend__sqlite_ticking(mend_store *s, int on);
 json_t *mend__sqlite_history(mend_store *s, const char *id);
 json_t *mend__sqlite_history_page(mend_store *s, const char *id, long after, long limit, long tail);
 json_t *mend__sqlite_dlq(mend_store *s);

@@ -1,8 +1,7 @@
 /*
  * writer: how the store writes. Owns the write log (a step's writes recorded with their values
  * and run as statements at the next flush, in the order written), the writer thread that
- * commits handed-off batches while the loop goes on (pausing between statements, once a batch,
- * while the loop's thread ticks: hush.h), and the write operations themselves.
+ * commits handed-off batches while the loop goes on, and the write operations themselves.
  * Must never: let a read miss a write recorded before it; report a batch durable before its
  * COMMIT returned.
  */
@@ -234,21 +233,10 @@ static void log_clear(wlog *log) {
   log->oom = 0;
 }
 
-/* On the writer thread, at a point between statements: while the loop's thread runs a tick,
- * wait until it ends, once a job, so that the two do not share a core (the tick would wait
- * for this thread's slice: 0.5-1.8 ms at a time when another process held the other core).
- * Once a job bounds what a tick delays a batch to that tick. */
-static void writer_pause(mend_store *s) {
-  if (!s->w_hushed && mend__hush_wait(&s->hush)) s->w_hushed = 1;
-}
-
-/* Records a job's flush runs between two pause points. */
-#define PAUSE_RECORDS 64
-
 /* Runs the statements of `log` in the open transaction (begun if need be), then empties it;
  * or, if the transaction cannot begin for another connection's lock, runs none of them and
- * keeps them (MEND_STORE_BUSY). `pausing` on the writer thread: a tick may pause it. */
-static int flush_log(mend_store *s, wlog *log, int pausing) {
+ * keeps them (MEND_STORE_BUSY). */
+static int flush_log(mend_store *s, wlog *log) {
   int ok = 1;
   if (log->oom) {
     mend__set_msg(s->err, sizeof s->err, "%s: recording a write: out of memory", s->path);
@@ -265,7 +253,6 @@ static int flush_log(mend_store *s, wlog *log, int pausing) {
   int group[HISTORY_GROUP], ng = 0;
   for (int k = 0; ok && k < log->nrec; k++) {
     const wrec *r = &log->recs[k];
-    if (pausing && k % PAUSE_RECORDS == PAUSE_RECORDS - 1) writer_pause(s);
     int drop = mend__fence_drops(s, log, r);
     if (drop) {
       if (drop < 0) ok = 0;
@@ -345,7 +332,7 @@ static int writer_flush(mend_store *s, wlog *job) {
   writer *w = s->w;
   double delay = 0.05, give_up = -1;
   int rc;
-  while ((rc = flush_log(s, job, 1)) == MEND_STORE_BUSY) {
+  while ((rc = flush_log(s, job)) == MEND_STORE_BUSY) {
     pthread_mutex_lock(&w->mu);
     mend__handoff_tell(w);   /* the loop warns while it lasts (mend_store_locked) */
     if (w->stop && give_up < 0) give_up = mend__now_mono() + BUSY_TIMEOUT_MS / 1000.0;
@@ -372,12 +359,9 @@ static int writer_flush(mend_store *s, wlog *job) {
 static int writer_write(void *store, void *job) {
   mend_store *s = store;
   int part = s->w_part;
-  s->w_hushed = 0;
-  writer_pause(s);
   mend__ckpt_between_batches(s);
   int rc = writer_flush(s, job);
   if (!part) {
-    writer_pause(s);   /* the COMMIT's WAL writes are CPU too, its sync is not */
     int committed = mend__commit_batch(s);   /* rolls back if the flush failed */
     if (rc == 0) rc = committed;       /* (a BEGIN that failed left nothing to roll back) */
     if (committed == 0) mend__ckpt_after_commit(s);
@@ -414,15 +398,7 @@ static void writer_idle_hook(void *store) { mend__note_durable(store); }
 static const mend_handoff_ops writer_ops = {writer_write, writer_settle, writer_idle_hook};
 
 /* Waits for the writer thread to be done with the connection; -1 if a batch of it failed. */
-int mend__writer_wait(mend_store *s) {
-  if (!s->w) return 0;
-  mend__hush_need(&s->hush, 1);   /* a tick that waits for the thread must not hold it back */
-  int rc = mend__handoff_wait(s->w);
-  mend__hush_need(&s->hush, 0);
-  return rc;
-}
-
-void mend__sqlite_ticking(mend_store *s, int on) { mend__hush_tick(&s->hush, on); }
+int mend__writer_wait(mend_store *s) { return s->w ? mend__handoff_wait(s->w) : 0; }
 
 /* Before any statement but a recorded write: the connection is this thread's again and the
  * writes recorded so far have run (in the open transaction). */
@@ -432,11 +408,11 @@ int mend__sync_point(mend_store *s) {
   int n = s->cur->nrec;
   /* Without a writer thread each write ran as it ended (mend__rec_end): nothing to count, and
    * no clock read per write; nor while no one asked for the count. */
-  if (!n || !s->w || !s->count_flushes) return flush_log(s, s->cur, 0);
+  if (!n || !s->w || !s->count_flushes) return flush_log(s, s->cur);
   /* What the caller's thread paid for running the records (store.h: read_flushes). */
   struct timespec t0, t1;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
-  int rc = flush_log(s, s->cur, 0);
+  int rc = flush_log(s, s->cur);
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
   s->flushed_recs += (unsigned long)n;
   s->flushed_cpu += (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
@@ -497,7 +473,7 @@ int mend__sqlite_hand_off(mend_store *s) {
     if (queued) return 0;
   }
   if (mend__writer_wait(s) != 0) return -1;
-  if (s->cur->oom) return flush_log(s, s->cur, 0);
+  if (s->cur->oom) return flush_log(s, s->cur);
   if (!s->cur->nrec && !s->in_batch) {
     s->durable_seq = s->open_seq++;   /* nothing to write: all so far is durable */
     return 0;
@@ -663,7 +639,7 @@ int mend__sqlite_insert_run(mend_store *s, const mend_run_rec *r) {
   mend__rec_text(s, r->owner);
   mend__rec_int(s, version_id);
   if (!r->run_key) return mend__rec_end(s);
-  if (flush_log(s, s->cur, 0) != 0) return -1;
+  if (flush_log(s, s->cur) != 0) return -1;
   return sqlite3_changes(s->db) == 0 ? 1 : 0;   /* 1: the run key was taken */
 }
 
