@@ -142,24 +142,19 @@ typedef struct handle {
 static handle *handles;
 static pthread_mutex_t handles_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static handle *handle_of(mend_engine *E) {
+/* E's handle, and (thread not NULL) the thread it belongs to, read under the lock: a caller on
+ * another thread must use only that, as the owner may free the handle meanwhile. */
+static handle *find_handle(mend_engine *E, pthread_t *thread) {
   pthread_mutex_lock(&handles_lock);
   handle *h = handles;
   while (h && h->E != E) h = h->next;
+  if (h && thread) *thread = h->thread;
   pthread_mutex_unlock(&handles_lock);
   return h;
 }
 
-/* Whether E is a live engine, and the thread it belongs to, read under the lock: a caller on
- * another thread must not read the handle after it, as the owner may free it meanwhile. */
-static int owner_of(mend_engine *E, pthread_t *thread) {
-  pthread_mutex_lock(&handles_lock);
-  handle *h = handles;
-  while (h && h->E != E) h = h->next;
-  if (h) *thread = h->thread;
-  pthread_mutex_unlock(&handles_lock);
-  return h != NULL;
-}
+static handle *handle_of(mend_engine *E) { return find_handle(E, NULL); }
+static int owner_of(mend_engine *E, pthread_t *thread) { return find_handle(E, thread) != NULL; }
 
 /* The count of the host's callbacks engine E is inside (a dummy for an engine not made here). */
 static int *callbacks_of(mend_engine *E) {
@@ -422,8 +417,7 @@ MEND_API int mend_engine_register_function(mend_engine *engine, const char *name
                                            void *ud) {
   NEED_ENGINE(engine);
   if (!name || !fn) return invalid(engine, "mend_engine_register_function: name and fn may not be NULL");
-  handle *h = handle_of(engine);
-  if (!h) return MEND_EINVAL;
+  handle *h = handle_of(engine);   /* there: NEED_ENGINE found it, on its own thread */
   host_fn_box *box = malloc(sizeof *box);
   if (!box) return MEND_ENOMEM;
   box->fn = fn;

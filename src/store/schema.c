@@ -73,6 +73,11 @@
  */
 #include "store_int.h"
 
+/* A history row as every read of it gives it, up to its WHERE. */
+#define HISTORY_ROW                                                                             \
+  "seq, run_id, step, at, event, from_status AS \"from\", to_status AS \"to\", attempt, error," \
+  " error_kind, delay, detail, worker FROM history_named"
+
 const char *const mend__query_sql[Q__COUNT] = {
   [Q_BEGIN] = "BEGIN IMMEDIATE",
   [Q_COMMIT] = "COMMIT",
@@ -210,18 +215,13 @@ const char *const mend__query_sql[Q__COUNT] = {
   [Q_IN_FLIGHT] =
     "SELECT step, to_status IN (?3, 'running'), attempt, at FROM history"
     " WHERE run_id = ?1 AND event IN (?2, 'step') ORDER BY seq",
-  [Q_HISTORY] =
-    "SELECT seq, run_id, step, at, event, from_status AS \"from\", to_status AS \"to\", attempt,"
-    " error, error_kind, delay, detail, worker FROM history_named WHERE run_id = ?1 ORDER BY seq",
+  [Q_HISTORY] = "SELECT " HISTORY_ROW " WHERE run_id = ?1 ORDER BY seq",
   /* Pages of it walk the (run_id, seq) key from either end; a negative LIMIT is none. */
   [Q_HISTORY_AFTER] =
-    "SELECT seq, run_id, step, at, event, from_status AS \"from\", to_status AS \"to\", attempt,"
-    " error, error_kind, delay, detail, worker FROM history_named WHERE run_id = ?1 AND seq > ?2"
-    " ORDER BY seq LIMIT ?3",
+    "SELECT " HISTORY_ROW " WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
   [Q_HISTORY_TAIL] =
-    "SELECT * FROM (SELECT seq, run_id, step, at, event, from_status AS \"from\","
-    " to_status AS \"to\", attempt, error, error_kind, delay, detail, worker FROM history_named"
-    " WHERE run_id = ?1 ORDER BY seq DESC LIMIT ?2) ORDER BY seq",
+    "SELECT * FROM (SELECT " HISTORY_ROW " WHERE run_id = ?1 ORDER BY seq DESC LIMIT ?2)"
+    " ORDER BY seq",
   [Q_DLQ] = "SELECT run_id, reason, step, error, detail, at FROM dlq ORDER BY at, run_id",
   [Q_BREAKERS] =
     "SELECT key, state, failures, successes, opened_at, open_until, updated FROM breakers"

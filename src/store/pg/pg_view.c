@@ -301,14 +301,15 @@ json_t *mend__pg_view_run(PGconn *c, const char *id, char *err, size_t errlen, i
 
 /* ---- lists ----------------------------------------------------------------------------- */
 
+/* A history row as every read of it gives it, up to its WHERE. */
+#define HISTORY_ROW                                                                             \
+  "seq, run_id, step, at, event, from_status AS \"from\", to_status AS \"to\", attempt, error," \
+  " error_kind, delay, detail, worker FROM history"
+
 json_t *mend__pg_view_history(PGconn *c, const char *id, char *err, size_t errlen) {
   const char *p[1] = {id};
-  return rows_array(c,
-                    "SELECT seq, run_id, step, at, event, from_status AS \"from\","
-                    " to_status AS \"to\", attempt, error, error_kind, delay, detail, worker"
-                    " FROM history"
-                    " WHERE run_id = $1 ORDER BY seq",
-                    1, p, "read history", err, errlen);
+  return rows_array(c, "SELECT " HISTORY_ROW " WHERE run_id = $1 ORDER BY seq", 1, p,
+                    "read history", err, errlen);
 }
 
 /* Pages walk the (run_id, seq) key from either end; LIMIT NULL is none. */
@@ -321,15 +322,11 @@ json_t *mend__pg_view_history_page(PGconn *c, const char *id, long after, long l
   if (tail <= 0 && limit <= 0) p[1] = NULL;
   if (tail > 0)
     return rows_array(c,
-                      "SELECT * FROM (SELECT seq, run_id, step, at, event, from_status AS \"from\","
-                      " to_status AS \"to\", attempt, error, error_kind, delay, detail, worker"
-                      " FROM history WHERE run_id = $1 ORDER BY seq DESC LIMIT $2::bigint) h"
-                      " ORDER BY seq",
+                      "SELECT * FROM (SELECT " HISTORY_ROW " WHERE run_id = $1"
+                      " ORDER BY seq DESC LIMIT $2::bigint) h ORDER BY seq",
                       2, p, "read history", err, errlen);
   return rows_array(c,
-                    "SELECT seq, run_id, step, at, event, from_status AS \"from\","
-                    " to_status AS \"to\", attempt, error, error_kind, delay, detail, worker"
-                    " FROM history WHERE run_id = $1 AND seq > $3::bigint ORDER BY seq"
+                    "SELECT " HISTORY_ROW " WHERE run_id = $1 AND seq > $3::bigint ORDER BY seq"
                     " LIMIT $2::bigint",
                     3, p, "read history", err, errlen);
 }
