@@ -273,14 +273,20 @@ MEND_API double mend_engine_time(mend_engine *engine);
  *  run:     {"id","workflow","status","input","key","error","attention","steps":[...]}
  *  history: [{"seq","at","step","event","from","to","attempt","error","delay","detail"}]
  *  dlq:     [{"run_id","reason","step","error","detail","at"}]
- * MEND_ENOTFOUND: no such run (run only: a run's history is [] until it has one);
+ * MEND_ENOTFOUND: no such run (run and history: the message names the run);
  * MEND_ESTORE: the database failed. */
 MEND_API int mend_engine_run_json(mend_engine *engine, const char *run_id, char **json_out);
 MEND_API int mend_engine_history_json(mend_engine *engine, const char *run_id, char **json_out);
+/* The most rows a page of a history has, on every surface (this API, eng:history, mend
+ * history, GET /api/v1/runs/{id}/history), and the rows of one whose reader names no limit. */
+#define MEND_HISTORY_PAGE_MAX 10000
+#define MEND_HISTORY_PAGE 1000
 /* A page of a run's history, in seq order, as history above: tail > 0, its last `tail` rows;
  * tail 0, the rows after seq `after` (0: from the first), at most `limit`. The next page is
- * after = the last row's seq; fewer than `limit` rows mean the history ends there (for now).
- * MEND_EINVAL if after or tail is negative, or limit < 1 with tail 0. */
+ * after = the last row's seq; fewer than `limit` rows mean the history ends there (for now);
+ * a known run past its last row gives []. MEND_EINVAL, as the HTTP API refuses them: after
+ * negative; tail outside 0 to MEND_HISTORY_PAGE_MAX; tail > 0 with after or limit not 0;
+ * limit outside 1 to MEND_HISTORY_PAGE_MAX with tail 0. */
 MEND_API int mend_engine_history_page_json(mend_engine *engine, const char *run_id,
                                            long long after, long long limit, long long tail,
                                            char **json_out);

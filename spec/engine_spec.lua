@@ -118,7 +118,7 @@ describe("a workflow run", function()
     assert.are.same(table.move(whole, #whole - 1, #whole, 1, {}), eng:history(id, { tail = 2 }))
     assert.are.same(whole, eng:history(id, { tail = #whole + 5 }))
     assert.are.same(whole, eng:history(id, {}))
-    assert.are.same({}, eng:history("no-such-run", { tail = 3 }))
+    assert.are.same({ nil, "no run no-such-run" }, { eng:history("no-such-run", { tail = 3 }) })
     for _, bad in ipairs { { after = -1 }, { limit = "x" }, { tail = 1.5 }, { tail = 2, after = 1 } } do
       local ok, err = pcall(eng.history, eng, id, bad)
       assert.is_false(ok)

@@ -569,7 +569,23 @@ MEND_API int mend_engine_run_json(mend_engine *engine, const char *run_id, char 
 MEND_API int mend_engine_history_json(mend_engine *engine, const char *run_id, char **json_out) {
   int rc = query_args(engine, run_id, 1, json_out);
   if (rc != MEND_OK) return rc;
-  return dump(engine, mend_store_history(mend_engine_store(engine), run_id), 0, json_out);
+  return dump(engine, mend_store_history(mend_engine_store(engine), run_id), 1, json_out);
+}
+
+/* A page's bounds, as GET /runs/{id}/history takes them: NULL, or what is wrong in buf. */
+static const char *page_refused(long long after, long long limit, long long tail, char *buf,
+                                size_t n) {
+  if (after < 0) snprintf(buf, n, "after is %lld: a seq, 0 for the first page", after);
+  else if (tail < 0 || tail > MEND_HISTORY_PAGE_MAX)
+    snprintf(buf, n, "tail is %lld: 1 to %d rows, or 0 for pages after a seq", tail,
+             MEND_HISTORY_PAGE_MAX);
+  else if (tail > 0 && (after || limit))
+    snprintf(buf, n, "tail is the last rows: give it with after and limit 0 (after %lld, limit %lld)",
+             after, limit);
+  else if (tail == 0 && (limit < 1 || limit > MEND_HISTORY_PAGE_MAX))
+    snprintf(buf, n, "limit is %lld: a page has 1 to %d rows", limit, MEND_HISTORY_PAGE_MAX);
+  else return NULL;
+  return buf;
 }
 
 MEND_API int mend_engine_history_page_json(mend_engine *engine, const char *run_id,
@@ -577,11 +593,10 @@ MEND_API int mend_engine_history_page_json(mend_engine *engine, const char *run_
                                            char **json_out) {
   int rc = query_args(engine, run_id, 1, json_out);
   if (rc != MEND_OK) return rc;
-  if (after < 0) return invalid(engine, "after is negative: a seq, 0 for the first page");
-  if (tail < 0) return invalid(engine, "tail is negative: 0 for pages after a seq");
-  if (tail == 0 && limit < 1) return invalid(engine, "limit is below 1: how many rows a page has");
+  char why[160];
+  if (page_refused(after, limit, tail, why, sizeof why)) return invalid(engine, why);
   return dump(engine, mend_store_history_page(mend_engine_store(engine), run_id, (long)after,
-                                              (long)limit, (long)tail), 0, json_out);
+                                              (long)limit, (long)tail), 1, json_out);
 }
 
 MEND_API int mend_engine_dlq_json(mend_engine *engine, char **json_out) {

@@ -11,6 +11,7 @@
 #include "lmend_int.h"
 
 #include <lauxlib.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -90,14 +91,21 @@ static int engine_status(lua_State *L) {
   return push_query(L, E, run);
 }
 
-/* A non-negative whole number of opts[key] (dflt if absent). */
-static long page_opt(lua_State *L, const char *key, long dflt) {
+/* opts[key], a whole number from lo to hi, as GET /runs/{id}/history takes it; dflt when absent.
+ * *given says whether it was there. */
+static long page_opt(lua_State *L, const char *key, long lo, long hi, long dflt, int *given) {
   lua_getfield(L, 3, key);
   long v = dflt;
-  if (!lua_isnil(L, -1)) {
-    int ok;
-    lua_Integer n = lua_tointegerx(L, -1, &ok);
-    if (!ok || n < 0) luaL_error(L, "history: %s must be a whole number >= 0", key);
+  *given = !lua_isnil(L, -1);
+  if (*given) {
+    int ok = 0;   /* a number, not a string that reads as one ("0x10") */
+    lua_Integer n = lua_type(L, -1) == LUA_TNUMBER ? lua_tointegerx(L, -1, &ok) : 0;
+    if ((!ok || n < lo || n > hi) && hi == LONG_MAX)
+      luaL_error(L, "history: %s must be a whole number >= %I, got %s", key, (lua_Integer)lo,
+                 luaL_tolstring(L, -1, NULL));
+    if (!ok || n < lo || n > hi)
+      luaL_error(L, "history: %s must be a whole number from %I to %I, got %s", key,
+                 (lua_Integer)lo, (lua_Integer)hi, luaL_tolstring(L, -1, NULL));
     v = (long)n;
   }
   lua_pop(L, 1);
@@ -105,18 +113,32 @@ static long page_opt(lua_State *L, const char *key, long dflt) {
 }
 
 /* eng:history(id) -> the whole history; eng:history(id, {after =, limit =} | {tail =}) -> a
- * page of it (mend_store_history_page), read on the (run, seq) key. */
+ * page of it (mend_store_history_page), read on the (run, seq) key, with the API's bounds.
+ * No such run: nil, "no run <id>", as eng:status gives nil.  [-0, +1|2, e] */
 static int engine_history(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
   const char *id = luaL_checkstring(L, 2);
-  if (lua_isnoneornil(L, 3))
-    return push_query(L, E, mend_store_history(mend_engine_store(E), id));
-  luaL_checktype(L, 3, LUA_TTABLE);
-  long after = page_opt(L, "after", 0), limit = page_opt(L, "limit", 0);
-  long tail = page_opt(L, "tail", 0);
-  if (tail > 0 && (after > 0 || limit > 0))
-    return luaL_error(L, "history: tail is the last rows; after and limit page from the first");
-  return push_query(L, E, mend_store_history_page(mend_engine_store(E), id, after, limit, tail));
+  mend_store *s = mend_engine_store(E);
+  json_t *h;
+  if (lua_isnoneornil(L, 3)) {
+    h = mend_store_history(s, id);
+  } else {
+    luaL_checktype(L, 3, LUA_TTABLE);
+    int has_after, has_limit, has_tail;
+    long after = page_opt(L, "after", 0, LONG_MAX, 0, &has_after);
+    long limit = page_opt(L, "limit", 1, MEND_HISTORY_PAGE_MAX, MEND_HISTORY_PAGE, &has_limit);
+    long tail = page_opt(L, "tail", 1, MEND_HISTORY_PAGE_MAX, 0, &has_tail);
+    if (has_tail && (has_after || has_limit))
+      return luaL_error(L, "history: tail is the last rows: give it without %s",
+                        has_after ? "after" : "limit");
+    h = mend_store_history_page(s, id, after, has_tail ? 0 : limit, tail);
+  }
+  if (!h && mend_store_not_found(s)) {
+    lua_pushnil(L);
+    lua_pushstring(L, mend_store_errmsg(s));
+    return 2;
+  }
+  return push_query(L, E, h);
 }
 
 static int engine_dlq(lua_State *L) {

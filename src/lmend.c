@@ -195,5 +195,9 @@ int mend_lua_open(lua_State *L) {
   lua_setfield(L, -2, "json");
   lua_pushstring(L, MEND_VERSION_STRING);
   lua_setfield(L, -2, "version");
+  lua_pushinteger(L, MEND_HISTORY_PAGE_MAX);
+  lua_setfield(L, -2, "history_page_max");
+  lua_pushinteger(L, MEND_HISTORY_PAGE);
+  lua_setfield(L, -2, "history_page");
   return 1;
 }

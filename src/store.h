@@ -261,9 +261,11 @@ typedef struct mend_store_methods {
    * `from_status`/`to_status` as "from"/"to", JSON columns (input, result) decoded, NULLs left
    * out of objects. */
   json_t *(*run)(mend_store *s, const char *id);         /* run object + "steps" array */
-  json_t *(*history)(mend_store *s, const char *id);     /* array, in seq order */
+  /* array, in seq order; an empty one is a run's only (no such run: NULL, not_found) */
+  json_t *(*history)(mend_store *s, const char *id);
   /* A page of it, in seq order, read on the (run, seq) key: tail > 0, its last `tail` rows;
-   * else the rows after seq `after`, at most `limit` (limit <= 0: all of them). */
+   * else the rows after seq `after`, at most `limit` (limit <= 0: all of them). A run's page
+   * past its last row is []; no such run, NULL and not_found. */
   json_t *(*history_page)(mend_store *s, const char *id, long after, long limit, long tail);
   json_t *(*dlq)(mend_store *s);                         /* array, oldest first */
   json_t *(*breakers)(mend_store *s);                    /* array by key */

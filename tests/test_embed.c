@@ -1719,6 +1719,31 @@ static void it_reads_a_history_in_pages(void) {
   CHECK_EQ_INT(mend_engine_history_page_json(E, id, 0, 2, -3, &page), MEND_EINVAL);
   CHECK(strstr(mend_engine_errmsg(E), "tail") != NULL);
   CHECK_EQ_INT(mend_engine_history_page_json(E, NULL, 0, 2, 0, &page), MEND_EINVAL);
+  /* the HTTP API's bounds, the bad value named */
+  CHECK_EQ_INT(mend_engine_history_page_json(E, id, 0, MEND_HISTORY_PAGE_MAX + 1, 0, &page),
+               MEND_EINVAL);
+  CHECK(strstr(mend_engine_errmsg(E), "limit is 10001: a page has 1 to 10000 rows") != NULL);
+  CHECK_EQ_INT(mend_engine_history_page_json(E, id, 0, 0, MEND_HISTORY_PAGE_MAX + 1, &page),
+               MEND_EINVAL);
+  CHECK(strstr(mend_engine_errmsg(E), "tail is 10001") != NULL);
+  CHECK_EQ_INT(mend_engine_history_page_json(E, id, 0, 3, 2, &page), MEND_EINVAL);
+  CHECK(strstr(mend_engine_errmsg(E), "tail is the last rows") != NULL);
+  CHECK_EQ_INT(mend_engine_history_page_json(E, id, 1, 0, 2, &page), MEND_EINVAL);
+  CHECK(strstr(mend_engine_errmsg(E), "after 1") != NULL);
+  CHECK(page == NULL);
+  CHECK_EQ_INT(mend_engine_history_page_json(E, id, 0, MEND_HISTORY_PAGE_MAX, 0, &page), MEND_OK);
+  CHECK(page && whole && strcmp(page, whole) == 0);
+  mend_free(page);
+  page = NULL;
+  /* an unknown run is not found, the run named; a known one past its last row is [] */
+  CHECK_EQ_INT(mend_engine_history_json(E, "nosuchrun", &page), MEND_ENOTFOUND);
+  CHECK(page == NULL && strcmp(mend_engine_errmsg(E), "no run nosuchrun") == 0);
+  CHECK_EQ_INT(mend_engine_history_page_json(E, "nosuchrun", 0, 5, 0, &page), MEND_ENOTFOUND);
+  CHECK(strstr(mend_engine_errmsg(E), "no run nosuchrun") != NULL);
+  CHECK_EQ_INT(mend_engine_history_page_json(E, "nosuchrun", 0, 0, 2, &page), MEND_ENOTFOUND);
+  CHECK_EQ_INT(mend_engine_history_page_json(E, id, 100000, 5, 0, &page), MEND_OK);
+  CHECK(page && strcmp(page, "[]") == 0);
+  mend_free(page);
   mend_free(whole);
   CHECK_EQ_INT(mend_engine_free(E), MEND_OK);
 }

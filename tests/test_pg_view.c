@@ -265,9 +265,19 @@ static void serve_reads(mend_store *s, const char *path, const char *uri) {
   CHECK(mend_store_run(ps, bad) == NULL);
   CHECK_EQ_INT(mend_store_not_found(ps), 1);
   CHECK_STR(mend_store_errmsg(ps), "no run \xc3(");
-  same("history, an id not UTF-8", mend_store_history(s, bad), mend_store_history(ps, bad));
-  same("history page, an id not UTF-8", mend_store_history_page(s, bad, 0, 5, 0),
-       mend_store_history_page(ps, bad, 0, 5, 0));
+  /* no run has it: both backends say so, as they do of a run */
+  CHECK(mend_store_history(s, bad) == NULL);
+  CHECK_EQ_INT(mend_store_not_found(s), 1);
+  CHECK(mend_store_history(ps, bad) == NULL);
+  CHECK_EQ_INT(mend_store_not_found(ps), 1);
+  CHECK_STR(mend_store_errmsg(ps), "no run \xc3(");
+  CHECK(mend_store_history_page(s, bad, 0, 5, 0) == NULL);
+  CHECK_EQ_INT(mend_store_not_found(s), 1);
+  CHECK(mend_store_history_page(ps, bad, 0, 5, 0) == NULL);
+  CHECK_EQ_INT(mend_store_not_found(ps), 1);
+  CHECK(mend_store_history_page(ps, "nobody", 0, 0, 3) == NULL);
+  CHECK_EQ_INT(mend_store_not_found(ps), 1);
+  CHECK_STR(mend_store_errmsg(ps), "no run nobody");
   same("inbox, an id not UTF-8", mend_store_inbox(s, bad), mend_store_inbox(ps, bad));
   same("workflows, a name not UTF-8", mend_store_workflows(s, bad), mend_store_workflows(ps, bad));
   same("runs, a workflow not UTF-8", mend_store_runs(s, NULL, bad, 0),
@@ -362,14 +372,17 @@ int main(int argc, char **argv) {
     same(what, mend_store_run(s, ids[i]), mend__pg_view_run(c, ids[i], err, sizeof err, &nf));
     CHECK_EQ_INT(nf, 0);
     snprintf(what, sizeof what, "history %s", ids[i]);
-    same(what, mend_store_history(s, ids[i]), mend__pg_view_history(c, ids[i], err, sizeof err));
+    same(what, mend_store_history(s, ids[i]),
+         mend__pg_view_history(c, ids[i], err, sizeof err, &nf));
+    CHECK_EQ_INT(nf, 0);
     /* its pages: after a seq and bounded, unbounded (the whole), and its tail */
     static const long pages[][3] = {{1, 1, 0}, {0, 2, 0}, {2, 0, 0}, {0, 0, 0}, {0, 0, 2}, {9, 1, 0}};
     for (size_t k = 0; k < sizeof pages / sizeof *pages; k++) {
       snprintf(what, sizeof what, "history page %zu of %s", k, ids[i]);
       same(what, mend_store_history_page(s, ids[i], pages[k][0], pages[k][1], pages[k][2]),
            mend__pg_view_history_page(c, ids[i], pages[k][0], pages[k][1], pages[k][2], err,
-                                      sizeof err));
+                                      sizeof err, &nf));
+      CHECK_EQ_INT(nf, 0);   /* past a run's last row (page 5) is [], not "no run" */
     }
     json_t *whole = mend_store_history(s, ids[i]);
     snprintf(what, sizeof what, "history %s, unbounded page", ids[i]);

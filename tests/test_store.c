@@ -235,8 +235,17 @@ static void test_round_trip(void) {
     CHECK_STR(str_field(h2, "to"), "pending");
   }
   json_decref(hist);
-  hist = mend_store_history(s, "nobody");
+  /* no such run: NULL, and said as a missing run is; a run's page past its last row is [] */
+  CHECK(mend_store_history(s, "nobody") == NULL);
+  CHECK_EQ_INT(mend_store_not_found(s), 1);
+  CHECK_STR(mend_store_errmsg(s), "no run nobody");
+  CHECK(mend_store_history_page(s, "nobody", 0, 5, 0) == NULL);
+  CHECK_EQ_INT(mend_store_not_found(s), 1);
+  CHECK(mend_store_history_page(s, "nobody", 0, 0, 2) == NULL);
+  CHECK_EQ_INT(mend_store_not_found(s), 1);
+  hist = mend_store_history_page(s, "r1", 99, 5, 0);
   CHECK(json_is_array(hist) && json_array_size(hist) == 0);
+  CHECK_EQ_INT(mend_store_not_found(s), 0);
   json_decref(hist);
 
   json_t *brs = mend_store_breakers(s);

@@ -16,11 +16,10 @@
 #include <string.h>
 
 #include "json.h"
+#include "mend.h"
 
 #define LIST_DEFAULT 100
 #define LIST_MAX 1000
-#define HISTORY_PAGE 1000     /* a history's rows a page has when the client names no limit */
-#define HISTORY_MAX 10000
 
 static const char *const RUN_STATUSES[] = {"running", "compensating", "succeeded", "compensated",
                                            "failed", "needs_attention", "resolved", NULL};
@@ -217,13 +216,13 @@ static int query_count(serve_req *r, const char *name, long lo, long hi, long df
 }
 
 /* A page of a run's history, never the whole of a long one: the rows after seq `after`, at most
- * `limit` (HISTORY_PAGE when not given), or its last `tail`. One row more than asked is read so
- * that a Link rel="next" is given exactly when more rows follow the page. */
+ * `limit` (MEND_HISTORY_PAGE when not given), or its last `tail`. One row more than asked is
+ * read so that a Link rel="next" is given exactly when more rows follow the page. */
 static void get_history(serve_req *r, const char *id) {
   long after, limit, tail;
   if (query_count(r, "after", 0, LONG_MAX, 0, &after) ||
-      query_count(r, "limit", 1, HISTORY_MAX, HISTORY_PAGE, &limit) ||
-      query_count(r, "tail", 1, HISTORY_MAX, 0, &tail))
+      query_count(r, "limit", 1, MEND_HISTORY_PAGE_MAX, MEND_HISTORY_PAGE, &limit) ||
+      query_count(r, "tail", 1, MEND_HISTORY_PAGE_MAX, 0, &tail))
     return;
   const char *a = NULL, *l = NULL;   /* both read without error above */
   if (tail && !serve_query(r, "after", &a) && !serve_query(r, "limit", &l) && (a || l)) {
@@ -232,12 +231,7 @@ static void get_history(serve_req *r, const char *id) {
   }
   mend_store *s = mend_engine_store(r->E);
   json_t *h = mend_store_history_page(s, id, after, tail ? 0 : limit + 1, tail);
-  if (!h) { store_failed(r); return; }
-  if (json_array_size(h) == 0) {   /* past a run's last row, or no such run (404) */
-    json_t *run = mend_store_run(s, id);
-    if (!run) { json_decref(h); store_failed(r); return; }
-    json_decref(run);
-  }
+  if (!h) { store_failed(r); return; }   /* no such run: 404 */
   if (!tail && json_array_size(h) > (size_t)limit) {
     json_array_remove(h, (size_t)limit);
     long last = (long)json_integer_value(json_object_get(json_array_get(h, (size_t)limit - 1), "seq"));

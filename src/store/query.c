@@ -509,10 +509,29 @@ int mend__sqlite_run_image(mend_store *s, const char *id, mend_run_image *img) {
   return rc;
 }
 
+/* A history read (NULL through): an empty one of a run not in the store is NULL, "no run <id>"
+ * and not_found, as a missing run is to every view. */
+static json_t *of_a_run(mend_store *s, const char *id, json_t *rows) {
+  s->not_found = 0;
+  if (!rows || json_array_size(rows) > 0) return rows;
+  sqlite3_stmt *q = s->q[Q_RUN_EXISTS];
+  int r = mend__first_row(s, q, mend__bind_text(q, 1, id), "read history");
+  if (r > 0) {
+    mend__finish(q);
+    return rows;
+  }
+  json_decref(rows);
+  if (r == 0) {
+    s->not_found = 1;
+    mend__set_msg(s->err, sizeof s->err, "no run %s", id ? id : "(null)");
+  }
+  return NULL;
+}
+
 json_t *mend__sqlite_history(mend_store *s, const char *id) {
   if (mend__sync_point(s) != 0) return NULL;
   sqlite3_stmt *q = s->q[Q_HISTORY];
-  return mend__rows_array(s, q, mend__bind_text(q, 1, id), "read history");
+  return of_a_run(s, id, mend__rows_array(s, q, mend__bind_text(q, 1, id), "read history"));
 }
 
 json_t *mend__sqlite_history_page(mend_store *s, const char *id, long after, long limit,
@@ -526,7 +545,7 @@ json_t *mend__sqlite_history_page(mend_store *s, const char *id, long after, lon
     if (rc == SQLITE_OK) rc = sqlite3_bind_int64(q, 2, after);
     if (rc == SQLITE_OK) rc = sqlite3_bind_int64(q, 3, limit > 0 ? limit : -1);
   }
-  return mend__rows_array(s, q, rc, "read history");
+  return of_a_run(s, id, mend__rows_array(s, q, rc, "read history"));
 }
 
 json_t *mend__sqlite_dlq(mend_store *s) {

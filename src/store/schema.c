@@ -222,6 +222,8 @@ const char *const mend__query_sql[Q__COUNT] = {
   [Q_HISTORY_TAIL] =
     "SELECT * FROM (SELECT " HISTORY_ROW " WHERE run_id = ?1 ORDER BY seq DESC LIMIT ?2)"
     " ORDER BY seq",
+  /* An empty history is a run's only when the run is there. */
+  [Q_RUN_EXISTS] = "SELECT 1 FROM runs WHERE id = ?1",
   [Q_DLQ] = "SELECT run_id, reason, step, error, detail, at FROM dlq ORDER BY at, run_id",
   [Q_BREAKERS] =
     "SELECT key, state, failures, successes, opened_at, open_until, updated FROM breakers"

@@ -419,25 +419,30 @@ static json_t *viewed(mend_pg *p, json_t *v, const char *msg) {
  * would fail the open batch's transaction: no row holds it, so the answer is known here. */
 #define NO_SUCH_TEXT(p, t) (!mend__pg_text_fits((p), (t)))
 
+/* An id no run has: "no run <id>", as the views say it. */
+static json_t *no_run(mend_pg *p, const char *id) {
+  p->not_found = 1;
+  mend__pg_msg(p->err, sizeof p->err, "no run %s", id);
+  return NULL;
+}
+
 static json_t *pg_run(mend_store *s, const char *id) {
   mend_pg *p = PG(s);
   p->not_found = 0;
-  if (NO_SUCH_TEXT(p, id)) {
-    p->not_found = 1;
-    mend__pg_msg(p->err, sizeof p->err, "no run %s", id);
-    return NULL;
-  }
+  if (NO_SUCH_TEXT(p, id)) return no_run(p, id);
   VIEW(p, mend__pg_view_run(p->conn, id, E_, &p->not_found));
 }
 static json_t *pg_history(mend_store *s, const char *id) {
   mend_pg *p = PG(s);
-  if (NO_SUCH_TEXT(p, id)) return json_array();
-  VIEW(p, mend__pg_view_history(p->conn, id, E_));
+  p->not_found = 0;
+  if (NO_SUCH_TEXT(p, id)) return no_run(p, id);
+  VIEW(p, mend__pg_view_history(p->conn, id, E_, &p->not_found));
 }
 static json_t *pg_history_page(mend_store *s, const char *id, long after, long limit, long tail) {
   mend_pg *p = PG(s);
-  if (NO_SUCH_TEXT(p, id)) return json_array();
-  VIEW(p, mend__pg_view_history_page(p->conn, id, after, limit, tail, E_));
+  p->not_found = 0;
+  if (NO_SUCH_TEXT(p, id)) return no_run(p, id);
+  VIEW(p, mend__pg_view_history_page(p->conn, id, after, limit, tail, E_, &p->not_found));
 }
 static json_t *pg_dlq(mend_store *s) {
   mend_pg *p = PG(s);

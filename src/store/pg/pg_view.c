@@ -306,29 +306,54 @@ json_t *mend__pg_view_run(PGconn *c, const char *id, char *err, size_t errlen, i
   "seq, run_id, step, at, event, from_status AS \"from\", to_status AS \"to\", attempt, error," \
   " error_kind, delay, detail, worker FROM history"
 
-json_t *mend__pg_view_history(PGconn *c, const char *id, char *err, size_t errlen) {
+/* A history read (NULL through): an empty one of a run not in the store is NULL, "no run <id>"
+ * and *not_found, as a missing run is to every view. */
+static json_t *of_a_run(PGconn *c, const char *id, json_t *rows, char *err, size_t errlen,
+                        int *not_found) {
+  *not_found = 0;
+  if (!rows || json_array_size(rows) > 0) return rows;
   const char *p[1] = {id};
-  return rows_array(c, "SELECT " HISTORY_ROW " WHERE run_id = $1 ORDER BY seq", 1, p,
-                    "read history", err, errlen);
+  PGresult *r = exec(c, "SELECT 1 FROM runs WHERE id = $1", 1, p, "read history", err, errlen);
+  if (r && PQntuples(r) > 0) {
+    PQclear(r);
+    return rows;
+  }
+  json_decref(rows);
+  if (r) {
+    PQclear(r);
+    *not_found = 1;
+    set_err(err, errlen, "no run %s", id ? id : "(null)");
+  }
+  return NULL;
+}
+
+json_t *mend__pg_view_history(PGconn *c, const char *id, char *err, size_t errlen,
+                              int *not_found) {
+  const char *p[1] = {id};
+  return of_a_run(c, id,
+                  rows_array(c, "SELECT " HISTORY_ROW " WHERE run_id = $1 ORDER BY seq", 1, p,
+                             "read history", err, errlen),
+                  err, errlen, not_found);
 }
 
 /* Pages walk the (run_id, seq) key from either end; LIMIT NULL is none. */
 json_t *mend__pg_view_history_page(PGconn *c, const char *id, long after, long limit, long tail,
-                                   char *err, size_t errlen) {
+                                   char *err, size_t errlen, int *not_found) {
   char a[24], n[24];
   snprintf(a, sizeof a, "%ld", after);
   snprintf(n, sizeof n, "%ld", tail > 0 ? tail : limit);
   const char *p[3] = {id, n, a};
   if (tail <= 0 && limit <= 0) p[1] = NULL;
-  if (tail > 0)
-    return rows_array(c,
-                      "SELECT * FROM (SELECT " HISTORY_ROW " WHERE run_id = $1"
-                      " ORDER BY seq DESC LIMIT $2::bigint) h ORDER BY seq",
-                      2, p, "read history", err, errlen);
-  return rows_array(c,
-                    "SELECT " HISTORY_ROW " WHERE run_id = $1 AND seq > $3::bigint ORDER BY seq"
-                    " LIMIT $2::bigint",
-                    3, p, "read history", err, errlen);
+  json_t *rows =
+    tail > 0 ? rows_array(c,
+                          "SELECT * FROM (SELECT " HISTORY_ROW " WHERE run_id = $1"
+                          " ORDER BY seq DESC LIMIT $2::bigint) h ORDER BY seq",
+                          2, p, "read history", err, errlen)
+             : rows_array(c,
+                          "SELECT " HISTORY_ROW " WHERE run_id = $1 AND seq > $3::bigint"
+                          " ORDER BY seq LIMIT $2::bigint",
+                          3, p, "read history", err, errlen);
+  return of_a_run(c, id, rows, err, errlen, not_found);
 }
 
 json_t *mend__pg_view_dlq(PGconn *c, char *err, size_t errlen) {

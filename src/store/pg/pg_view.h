@@ -30,9 +30,10 @@
 #include <libpq-fe.h>
 
 json_t *mend__pg_view_run(PGconn *c, const char *id, char *err, size_t errlen, int *not_found);
-json_t *mend__pg_view_history(PGconn *c, const char *id, char *err, size_t errlen);
+json_t *mend__pg_view_history(PGconn *c, const char *id, char *err, size_t errlen,
+                              int *not_found);
 json_t *mend__pg_view_history_page(PGconn *c, const char *id, long after, long limit, long tail,
-                                   char *err, size_t errlen);
+                                   char *err, size_t errlen, int *not_found);
 json_t *mend__pg_view_dlq(PGconn *c, char *err, size_t errlen);
 json_t *mend__pg_view_breakers(PGconn *c, char *err, size_t errlen);
 json_t *mend__pg_view_runs(PGconn *c, const char *status, const char *workflow, int limit,
