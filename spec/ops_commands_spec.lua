@@ -216,7 +216,7 @@ describe("mend history --step and --tail", function()
     assert.matches("has no step nope %(its steps: a, b%)", out)
     rc, out = mend_cmd(db, "history " .. id .. " --tail 0")
     assert.are.equal(2, rc, out)
-    assert.matches("%-%-tail must be a positive integer", out)
+    assert.matches("%-%-tail must be a whole number from 1 to 10000, got 0", out)
   end)
 end)
 

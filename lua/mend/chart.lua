@@ -1,7 +1,7 @@
 -- mend.chart: a run's timeline as bars in the terminal (`mend history RUN --chart`), the
 -- picture the dashboard draws (ui/index.html): one lane per step, a mark for each attempt and
 -- each wait, from the run's history alone. Holds no state and reads nothing but what it is
--- given.
+-- given; it keeps a run's lanes and columns, never its rows.
 
 local M = {}
 
@@ -15,35 +15,45 @@ local RANK = { [ATTEMPT_FAILED] = 6, [COMPENSATION_FAILED] = 6, [ATTEMPT_OK] = 5
 local ENDED = { succeeded = true, compensated = true, failed = true, needs_attention = true,
                 resolved = true }
 
--- The spans of each step's life in a status worth a bar: {step, kind, from, to, outcome}.
--- An unfinished span ends at `now` (outcome "open").
-function M.segments(run, history, now)
-  local lanes, seen, state, segs = {}, {}, {}, {}
+-- Calls seg({step, kind, from, to, outcome}) for each span of a step's life in a status worth a
+-- bar, as `rows(f)` gives the history's rows to f in order; an unfinished span ends at t_end
+-- (outcome "open"). Keeps each step's last status, never the rows. Returns the lanes: the run's
+-- steps, then the others the history names, in order.
+local function each_segment(run, rows, t_end, seg)
+  local lanes, seen, state = {}, {}, {}
   for _, s in ipairs(run.steps or {}) do
     lanes[#lanes + 1] = s.name
     seen[s.name] = true
   end
-  local t0, t_last
-  for _, h in ipairs(history) do
-    t0 = t0 or h.at
-    t_last = h.at
+  rows(function(h)
     if h.event == "step" and h.step then
       if not seen[h.step] then lanes[#lanes + 1], seen[h.step] = h.step, true end
       local st = state[h.step]
       if st and (GLYPH[st.status] or st.status == "running" or st.status == "compensating") then
-        segs[#segs + 1] = { step = h.step, kind = st.status, from = st.since, to = h.at, outcome = h.to }
+        seg{ step = h.step, kind = st.status, from = st.since, to = h.at, outcome = h.to }
       end
       state[h.step] = { status = h.to, since = h.at }
     end
-  end
-  local t_end = ENDED[run.status] and t_last or math.max(t_last or 0, now or t_last or 0)
+  end)
   for _, step in ipairs(lanes) do
     local st = state[step]
     if st and (GLYPH[st.status] or st.status == "running" or st.status == "compensating") then
-      segs[#segs + 1] = { step = step, kind = st.status, from = st.since, to = t_end, outcome = "open" }
+      seg{ step = step, kind = st.status, from = st.since, to = t_end, outcome = "open" }
     end
   end
-  return { lanes = lanes, segs = segs, t0 = t0 or 0, t1 = t_end or 0 }
+  return lanes
+end
+
+-- The chart's time axis: from the first row to the last (to `now`, for a run not ended).
+local function axis(run, first, last, now)
+  local t_last = last and last.at
+  local t_end = ENDED[run.status] and t_last or math.max(t_last or 0, now or t_last or 0)
+  return first and first.at or 0, t_end or 0
+end
+
+-- Yields the history's rows of a list, in order.
+local function of_list(history)
+  return function(f) for _, h in ipairs(history) do f(h) end end
 end
 
 local function glyph(seg)
@@ -62,33 +72,44 @@ local function secs(d)
   return ("%.1f min"):format(d / 60)
 end
 
--- The chart's lines, `width` columns of bars after the lane names.
-function M.lines(run, history, now, width)
+-- The chart's lines, `width` columns of bars after the lane names, of a run whose history is
+-- the list `history`, or given by `history(f)`, which calls f with each row in order, `first`
+-- and `last` being its first and last row: drawn as the rows come, holding its columns and
+-- never the rows, so that a long history can be read in pages.
+function M.lines(run, history, now, width, first, last)
   width = width or 60
-  local tl = M.segments(run, history, now)
-  local name_w = 8
-  for _, l in ipairs(tl.lanes) do name_w = math.max(name_w, math.min(#l, 24)) end
-  local span = math.max(tl.t1 - tl.t0, 1e-9)
-  local rows = {}
-  for i = 1, #tl.lanes do
-    rows[tl.lanes[i]] = {}
-    for c = 1, width do rows[tl.lanes[i]][c] = " " end
+  if type(history) == "table" then
+    first, last, history = history[1], history[#history], of_list(history)
   end
-  for _, s in ipairs(tl.segs) do
-    local row, g = rows[s.step], glyph(s)
-    local a = math.floor((s.from - tl.t0) / span * (width - 1)) + 1
-    local b = math.max(a, math.floor((s.to - tl.t0) / span * (width - 1)) + 1)
+  local t0, t1 = axis(run, first, last, now)
+  local span = math.max(t1 - t0, 1e-9)
+  local rows = {}
+  local function row_of(lane)
+    local row = rows[lane]
+    if not row then
+      row = {}
+      for c = 1, width do row[c] = " " end
+      rows[lane] = row
+    end
+    return row
+  end
+  local lanes = each_segment(run, history, t1, function(s)
+    local row, g = row_of(s.step), glyph(s)
+    local a = math.floor((s.from - t0) / span * (width - 1)) + 1
+    local b = math.max(a, math.floor((s.to - t0) / span * (width - 1)) + 1)
     -- An attempt is marked where it ends (its outcome); a wait covers its whole span.
     if s.kind == "running" or s.kind == "compensating" then a = b end
     for c = a, b do
       if (RANK[g] or 0) >= (RANK[row[c]] or 0) then row[c] = g end
     end
-  end
+  end)
+  local name_w = 8
+  for _, l in ipairs(lanes) do name_w = math.max(name_w, math.min(#l, 24)) end
   local out = {}
   local right = "+" .. secs(span)
   out[#out + 1] = (" "):rep(name_w + 3) .. "0" .. (" "):rep(math.max(1, width - #right)) .. right
-  for _, l in ipairs(tl.lanes) do
-    out[#out + 1] = ("%-" .. name_w .. "s  |%s|"):format(l:sub(1, 24), table.concat(rows[l]))
+  for _, l in ipairs(lanes) do
+    out[#out + 1] = ("%-" .. name_w .. "s  |%s|"):format(l:sub(1, 24), table.concat(row_of(l)))
   end
   local pad = (" "):rep(name_w + 3)
   out[#out + 1] = pad .. "# attempt ok  x attempt failed  > attempt running  ~ retry wait  B breaker wait"

@@ -233,57 +233,119 @@ local function cmd_status(o, id)
   end)
 end
 
-local function positive_int(o, name)
+-- A page of the run's history; a run gone meanwhile (pruned) is a failure of the command.
+local function history_page(eng, id, opts)
+  local page, err = eng:history(id, opts)
+  if not page then fail("%s", err) end
+  return page
+end
+
+-- Calls each(page) with the run's rows after seq `after` up to seq `upto` (all if nil), a page
+-- at a time: what it keeps is the caller's, never the whole of a long history.
+local function each_page(eng, id, after, upto, each)
+  local n = mend.history_page
+  repeat
+    local page = history_page(eng, id, { after = after, limit = n })
+    local full = #page == n
+    if upto and page[#page] and page[#page].seq > upto then
+      while page[#page] and page[#page].seq > upto do page[#page] = nil end
+      full = false
+    end
+    if #page > 0 then each(page) end
+    after = page[#page] and page[#page].seq
+  until not full
+end
+
+-- A whole number of a page flag, written in digits and within the API's bounds (lo to hi).
+local function page_flag(o, name, lo, hi)
   local v = o[name]
   if v == nil then return nil end
-  local n = math.tointeger(tonumber(v))
-  if not (n and n > 0) then usage_error(o._command, "--%s must be a positive integer, got %s", name, v) end
-  return n
-end
-
--- The events of history about step (all if nil), the last `tail` of them (all if nil).
-local function select_events(st, history, step, tail)
-  local list = history
-  if step then
-    local names = {}
-    for _, s in ipairs(st.steps or {}) do names[#names + 1] = s.name end
-    local known = false
-    for _, n in ipairs(names) do known = known or n == step end
-    if not known then
-      fail("run %s has no step %s (its steps: %s)", st.id, step, table.concat(names, ", "))
-    end
-    list = {}
-    local branch = step .. "/"   -- a group's events come with its branches'
-    for _, e in ipairs(history) do
-      if e.step == step or (e.step and e.step:sub(1, #branch) == branch) then list[#list + 1] = e end
-    end
+  local n = v:match("^%d+$") and math.tointeger(tonumber(v))
+  if n and n >= lo and n <= hi then return n end
+  if hi == math.maxinteger then
+    usage_error("history", "--%s must be a whole number >= %d (a seq), got %s", name, lo, v)
   end
-  if tail and #list > tail then list = table.move(list, #list - tail + 1, #list, 1, {}) end
-  return list
+  usage_error("history", "--%s must be a whole number from %d to %d, got %s", name, lo, hi, v)
 end
 
--- The rows cmd_history prints and the time they are shown from. A page (--tail without --step,
--- --after, --limit) is read on the history's (run, seq) key, and the first row alone for the
--- times; a step's events and the chart need all of it.
-local function history_rows(eng, st, id, o, tail, after, limit)
-  if o.chart or o.step or not (tail or after or limit) then
-    local history = eng:history(id)
-    return select_events(st, history, o.step, tail), history, history[1] and history[1].at
+-- The filter of --step S: its events, and its branches' for a group.
+local function step_filter(st, step)
+  local names, known = {}, false
+  for _, s in ipairs(st.steps or {}) do
+    names[#names + 1] = s.name
+    known = known or s.name == step
   end
-  local events = tail and eng:history(id, { tail = tail }) or
-                 eng:history(id, { after = after or 0, limit = limit })
-  local first = (events[1] and events[1].seq == 1) and events or eng:history(id, { limit = 1 })
-  return events, nil, first[1] and first[1].at
+  if not known then
+    fail("run %s has no step %s (its steps: %s)", st.id, step, table.concat(names, ", "))
+  end
+  local branch = step .. "/"
+  return function(e) return e.step == step or (e.step and e.step:sub(1, #branch) == branch) end
 end
 
+-- Where cmd_history's rows go: printed as timeline lines or as one JSON array, a page at a
+-- time. t0 is the time they are shown from (the run's first row's).
+local function history_sink(o, t0)
+  local sink, first = {}, true
+  function sink.page(rows)
+    if #rows == 0 then return end
+    if not o.json then return print_events(rows, 1, t0) end
+    out("%s%s", first and "[" or ",", json.encode(rows):sub(2, -2))
+    first = false
+  end
+  function sink.close()
+    if o.json then out("%s\n", first and "[]" or "]") end
+  end
+  return sink
+end
+
+-- The rows of --step S (its last `tail`, if given), read in pages and passed on a page at a
+-- time; a tail is the only list kept, and it is at most `tail` rows.
+local function step_rows(eng, st, id, o, tail, sink)
+  local keep, ring, n = step_filter(st, o.step), {}, 0
+  each_page(eng, id, 0, nil, function(page)
+    local rows = {}
+    for _, e in ipairs(page) do
+      if keep(e) then
+        if tail then
+          n = n + 1
+          ring[(n - 1) % tail + 1] = e
+        else
+          rows[#rows + 1] = e
+        end
+      end
+    end
+    sink.page(rows)
+  end)
+  if tail then
+    local rows = {}
+    for i = math.max(n - tail + 1, 1), n do rows[#rows + 1] = ring[(i - 1) % tail + 1] end
+    sink.page(rows)
+  end
+end
+
+-- --chart: the run as the dashboard draws it (mend.chart), its rows read in pages up to the
+-- last one there when it began, so that its axis holds them all.
+local function print_chart(eng, st, id)
+  local first = history_page(eng, id, { limit = 1 })[1]
+  local last = history_page(eng, id, { tail = 1 })[1]
+  local function rows(f)
+    if not last then return end
+    each_page(eng, id, 0, last.seq, function(page) for _, e in ipairs(page) do f(e) end end)
+  end
+  print_outcome(st)
+  for _, line in ipairs(require("mend.chart").lines(st, rows, eng:now(), nil, first, last)) do
+    out("%s\n", line)
+  end
+end
+
+-- Every form of the history is read in pages (--tail, --limit: one; the rest: as many as it
+-- has), so that a long run costs its pages' memory, not its whole history's.
 local function cmd_history(o, id)
   if o.chart and o.json then usage_error("history", "--chart and --json draw the run two ways: give one") end
-  local tail = positive_int(o, "tail")
-  local limit = positive_int(o, "limit")
-  local after = o.after and math.tointeger(tonumber(o.after))
-  if o.after and not (after and after >= 0) then
-    usage_error("history", "--after must be a whole number >= 0 (a seq), got %s", o.after)
-  end
+  local most = mend.history_page_max
+  local tail = page_flag(o, "tail", 1, most)
+  local limit = page_flag(o, "limit", 1, most)
+  local after = page_flag(o, "after", 0, math.maxinteger)
   if tail and (after or limit) then
     usage_error("history", "--tail is the last events; --after and --limit page from the first: give one")
   end
@@ -293,17 +355,21 @@ local function cmd_history(o, id)
   end
   return with_engine(existing_db(o.db), function(eng)
     local st = run_status(eng, id)
-    local events, history, t0 = history_rows(eng, st, id, o, tail, after, limit)
-    if o.chart then   -- the whole run, as the dashboard draws it (mend.chart)
-      print_outcome(st)
-      for _, line in ipairs(require("mend.chart").lines(st, history, eng:now())) do out("%s\n", line) end
-    elseif o.json then
-      out("%s\n", encode_list(events))
-    else
+    if o.chart then
+      print_chart(eng, st, id)
+      return EXIT_OK
+    end
+    local first = history_page(eng, id, { limit = 1 })[1]
+    if not o.json then
       print_outcome(st)
       out("timeline:\n")
-      print_events(events, 1, t0)
     end
+    local sink = history_sink(o, first and first.at)
+    if o.step then step_rows(eng, st, id, o, tail, sink)
+    elseif tail then sink.page(history_page(eng, id, { tail = tail }))
+    elseif limit then sink.page(history_page(eng, id, { after = after or 0, limit = limit }))
+    else each_page(eng, id, after or 0, nil, sink.page) end
+    sink.close()
     return EXIT_OK
   end)
 end

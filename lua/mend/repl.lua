@@ -178,10 +178,22 @@ local function new_session(opts)
   self.t0 = self.eng:now()
   -- Runs already in the database are not news: only what happens to them from now on is.
   for _, r in ipairs(self.eng:runs{}) do
-    local seen = FINAL[r.status] and -1 or #self.eng:history(r.id)
+    local seen = FINAL[r.status] and -1 or self:last_seq(r.id)
     self.runs[r.id] = { status = r.status, seen = seen }
   end
   return self
+end
+
+-- The seq of the run's last history row (0: none), read on the history's key.
+function Session:last_seq(id)
+  local last = self.eng:history(id, { tail = 1 })
+  return last and last[1] and last[1].seq or 0
+end
+
+-- The time of the run's first history row, which its timeline lines count from.
+function Session:first_at(id)
+  local first = self.eng:history(id, { limit = 1 })
+  return first and first[1] and first[1].at
 end
 
 function Session:clock_text()
@@ -193,7 +205,25 @@ end
 -- operation adds is news.
 function Session:count_seen(id)
   local ok, st = pcall(self.eng.status, self.eng, id)
-  if ok and st then self.runs[id] = { status = st.status, seen = #self.eng:history(id) } end
+  if ok and st then self.runs[id] = { status = st.status, seen = self:last_seq(id) } end
+end
+
+-- Prints the run's events after seq `after` as timeline lines, read a page at a time (only the
+-- rows after the last seen, never the whole of a long history), calling before() once first if
+-- there are any. Returns how many, and the last one's seq (`after` if none).
+function Session:print_after(id, after, before)
+  local n, t0, count = mend.history_page, nil, 0
+  repeat
+    local page = self.eng:history(id, { after = after, limit = n }) or {}
+    if #page > 0 then
+      if count == 0 and before then before() end
+      t0 = t0 or (page[1].seq == 1 and page[1].at) or self:first_at(id)
+      show.print_events(page, 1, t0)
+      count = count + #page
+      after = page[#page].seq
+    end
+  until #page < n
+  return count, after
 end
 
 -- Prints the events of every run that changed since the last report, as timeline lines
@@ -212,14 +242,11 @@ function Session:report_news()
       self.runs[r.id] = known
     end
     if known.seen >= 0 or known.status ~= r.status then
-      local history = self.eng:history(r.id)
-      local first = math.max(known.seen, 0) + 1
-      if first <= #history then
+      local n, last = self:print_after(r.id, math.max(known.seen, 0), function()
         show.print_outcome(self.eng:status(r.id))
-        show.print_events(history, first)
-        printed = printed + #history - first + 1
-      end
-      known.seen = FINAL[r.status] and -1 or #history
+      end)
+      printed = printed + n
+      known.seen = FINAL[r.status] and -1 or last
     end
     known.status = r.status
   end
@@ -542,7 +569,8 @@ function Session:helpers(env)
   function f.history(id)
     local rid, st = run_id(id, "history")
     show.print_outcome(st)
-    show.print_timeline(eng:history(rid))
+    out("timeline:\n")
+    self:print_after(rid, 0)
   end
 
   function f.runs() show.print_runs(eng:runs{}) end
