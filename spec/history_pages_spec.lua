@@ -145,6 +145,24 @@ describe("mend history on a long run", function()
     assert.is_true(seen.most <= page, seen.most)
   end)
 
+  it("is printed in pages at the end of mend run", function()
+    local _, db, _, path = long_run(true)
+    local code, out
+    local seen = watched(function()
+      out = captured(function()
+        code = require("mend.cli").main { "run", path, "--db", db, "--clock", "virtual",
+                                          "--log-level", "error" }
+      end)
+    end)
+    assert.are.equal(0, code, out)
+    local n = 0
+    for _ in out:gmatch("\n  %+[^\n]*line %d+") do n = n + 1 end
+    assert.are.equal(N, n, out:sub(1, 500))
+    assert.truthy(out:find("nap%s+running %-> succeeded"), out:sub(-500))
+    assert.are.equal(0, seen.whole)
+    assert.is_true(seen.most <= mend.history_page, seen.most)
+  end)
+
   it("refuses page bounds the HTTP API refuses, naming the value", function()
     local _, db, id = long_run()
     local max = tostring(mend.history_page_max)

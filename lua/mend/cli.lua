@@ -40,7 +40,6 @@ local encode_list = render.encode_list
 local transition = render.transition
 local render_event = render.render_event
 local print_events = render.print_events
-local print_timeline = render.print_timeline
 local print_outcome = render.print_outcome
 local unfinished = render.unfinished
 local due_lines = render.due_lines
@@ -183,6 +182,29 @@ local function memory_flag(o)
   return n
 end
 
+-- A page of the run's history; a run gone meanwhile (pruned) is a failure of the command.
+local function history_page(eng, id, opts)
+  local page, err = eng:history(id, opts)
+  if not page then fail("%s", err) end
+  return page
+end
+
+-- Calls each(page) with the run's rows after seq `after` up to seq `upto` (all if nil), a page
+-- at a time: what it keeps is the caller's, never the whole of a long history.
+local function each_page(eng, id, after, upto, each)
+  local n = mend.history_page
+  repeat
+    local page = history_page(eng, id, { after = after, limit = n })
+    local full = #page == n
+    if upto and page[#page] and page[#page].seq > upto then
+      while page[#page] and page[#page].seq > upto do page[#page] = nil end
+      full = false
+    end
+    if #page > 0 then each(page) end
+    after = page[#page] and page[#page].seq
+  until not full
+end
+
 local function cmd_run(o, file)
   local input = decode_input(o.input)
   check_readable(file)
@@ -217,7 +239,14 @@ local function cmd_run(o, file)
     else
       print_outcome(st, alert_target(o, level, eng))
       if live then out("(the log above is its timeline; mend history %s prints it again)\n", id)
-      else print_timeline(eng:history(id)) end
+      else
+        out("timeline:\n")
+        local t0
+        each_page(eng, id, 0, nil, function(page)
+          t0 = t0 or page[1].at
+          print_events(page, 1, t0)
+        end)
+      end
     end
     local code = OUTCOME_EXIT[st.status]
     if not code then fail("run %s stopped unfinished (%s)", id, tostring(st.status)) end
@@ -231,29 +260,6 @@ local function cmd_status(o, id)
     if o.json then out("%s\n", json.encode(render.nest_branches(st))) else print_status(st, eng:now()) end
     return EXIT_OK
   end)
-end
-
--- A page of the run's history; a run gone meanwhile (pruned) is a failure of the command.
-local function history_page(eng, id, opts)
-  local page, err = eng:history(id, opts)
-  if not page then fail("%s", err) end
-  return page
-end
-
--- Calls each(page) with the run's rows after seq `after` up to seq `upto` (all if nil), a page
--- at a time: what it keeps is the caller's, never the whole of a long history.
-local function each_page(eng, id, after, upto, each)
-  local n = mend.history_page
-  repeat
-    local page = history_page(eng, id, { after = after, limit = n })
-    local full = #page == n
-    if upto and page[#page] and page[#page].seq > upto then
-      while page[#page] and page[#page].seq > upto do page[#page] = nil end
-      full = false
-    end
-    if #page > 0 then each(page) end
-    after = page[#page] and page[#page].seq
-  until not full
 end
 
 -- A whole number of a page flag, written in digits and within the API's bounds (lo to hi).
