@@ -34,6 +34,7 @@ local function usage_error(cmd, fmt, ...)
 end
 
 local render = require "mend.render"
+local pages = require "mend.pages"
 local present = render.present
 local fmt_time = render.fmt_time
 local encode_list = render.encode_list
@@ -190,19 +191,10 @@ local function history_page(eng, id, opts)
 end
 
 -- Calls each(page) with the run's rows after seq `after` up to seq `upto` (all if nil), a page
--- at a time: what it keeps is the caller's, never the whole of a long history.
+-- at a time (mend.pages); a run gone meanwhile is a failure of the command.
 local function each_page(eng, id, after, upto, each)
-  local n = mend.history_page
-  repeat
-    local page = history_page(eng, id, { after = after, limit = n })
-    local full = #page == n
-    if upto and page[#page] and page[#page].seq > upto then
-      while page[#page] and page[#page].seq > upto do page[#page] = nil end
-      full = false
-    end
-    if #page > 0 then each(page) end
-    after = page[#page] and page[#page].seq
-  until not full
+  local last, err = pages.each(eng, id, after, upto, each)
+  if not last then fail("%s", err) end
 end
 
 local function cmd_run(o, file)

@@ -17,6 +17,7 @@
 
 local mend = require "mend"
 local show = require "mend.render"   -- how runs are shown, shared with the CLI
+local pages = require "mend.pages"   -- a run's history a page at a time, shared with the CLI
 local sim = require "mend.sim"
 local json = mend.json
 
@@ -209,21 +210,17 @@ function Session:count_seen(id)
 end
 
 -- Prints the run's events after seq `after` as timeline lines, read a page at a time (only the
--- rows after the last seen, never the whole of a long history), calling before() once first if
--- there are any. Returns how many, and the last one's seq (`after` if none).
+-- rows after the last seen, never the whole of a long history: mend.pages), calling before()
+-- once first if there are any. Returns how many, and the last one's seq (`after` if none).
 function Session:print_after(id, after, before)
-  local n, t0, count = mend.history_page, nil, 0
-  repeat
-    local page = self.eng:history(id, { after = after, limit = n }) or {}
-    if #page > 0 then
-      if count == 0 and before then before() end
-      t0 = t0 or (page[1].seq == 1 and page[1].at) or self:first_at(id)
-      show.print_events(page, 1, t0)
-      count = count + #page
-      after = page[#page].seq
-    end
-  until #page < n
-  return count, after
+  local t0, count = nil, 0
+  local last = pages.each(self.eng, id, after, nil, function(page)
+    if count == 0 and before then before() end
+    t0 = t0 or (page[1].seq == 1 and page[1].at) or self:first_at(id)
+    show.print_events(page, 1, t0)
+    count = count + #page
+  end)
+  return count, last or after
 end
 
 -- Prints the events of every run that changed since the last report, as timeline lines
