@@ -124,6 +124,34 @@ for _, place in ipairs{ "when", "idempotency_key", "map" } do
   end)
 end
 
+describe("a retryable error outside execute, across a restart", function()
+  after_each(H.cleanup)
+
+  for _, place in ipairs{ "when", "idempotency_key", "map" } do
+    it("of a step's " .. place .. " waits out its stored retry, then asks again", function()
+      local def, box = place_def(place, function() return mend.retryable("busy") end)
+      local eng, db = H.new_engine()
+      eng:register(def)
+      local t0 = eng:now()
+      local id = eng:start(def.name, {})
+      eng:advance(1)
+      assert.are.equal("retry_wait", H.step(eng:status(id), "s").status)
+      H.close(eng)
+      local eng2 = H.reopen(db)
+      eng2:register(def)
+      assert.are.equal(1, eng2:recover())
+      eng2:run()
+      local st = eng2:status(id)
+      assert.are.equal("succeeded", st.status)
+      assert.are.equal(2, box.asked)
+      assert.are.equal(place == "map" and 2 or 1, box.executed)
+      assert.are.equal(2, H.step(st, "s").attempts)
+      local again = H.events(eng2, id, { event = "step", step = "s", from = "retry_wait" })
+      assert.are.equal(2, again[1].at - t0)
+    end)
+  end
+end)
+
 describe("a when(ctx) that raised a retryable error, across a restart", function()
   after_each(H.cleanup)
 
