@@ -124,6 +124,39 @@ for _, place in ipairs{ "when", "idempotency_key", "map" } do
   end)
 end
 
+describe("a retryable error of a group's when, or of its branch's", function()
+  after_each(H.cleanup)
+
+  it("retries the group by the workflow's policy and the branch by its own, each asked again",
+     function()
+    local asked = { grp = 0, a = 0 }
+    local function busy_once(name, opts)
+      return function()
+        asked[name] = asked[name] + 1
+        if asked[name] == 1 then error(mend.retryable(name .. " busy", opts)) end
+        return true
+      end
+    end
+    local eng = H.new_engine()
+    eng:register{ name = "g", retry = { initial = 2, jitter = 0 }, steps = {
+      { name = "grp", when = busy_once("grp"), parallel = {
+        { name = "a", retry = { max_attempts = 3 }, when = busy_once("a", { retry_after = 3 }),
+          execute = function() return "A" end },
+        { name = "b", execute = function() return "B" end },
+      } } } }
+    local t0 = eng:now()
+    local id = eng:start("g", {})
+    eng:run()
+    local st = eng:status(id)
+    assert.are.equal("succeeded", st.status)
+    assert.are.same({ grp = 2, a = 2 }, asked)
+    assert.are.same({ a = "A", b = "B" }, H.step(st, "grp").result)
+    assert.are.same({ 2 }, H.retry_delays(eng, id, "grp"))
+    assert.are.same({ 3 }, H.retry_delays(eng, id, "grp/a"))
+    assert.are.equal(5, eng:now() - t0)
+  end)
+end)
+
 describe("a retryable error outside execute, across a restart", function()
   after_each(H.cleanup)
 
