@@ -90,3 +90,84 @@ describe("eng:stop() from a step late in a long turn", function()
     assert.is_true(took < 10, ("serve returned %.3f s after it began (grace 1 s)"):format(took))
   end)
 end)
+
+-- A workflow file whose top level takes a while (up to the load's 10 s limit): a worker told to
+-- stop while it loads stops then, not once the file has loaded. Its top level notes that it
+-- began, then spins for 8 s of wall time.
+local SLOW_LOAD = [[
+local f = assert(io.open(%q, "w"))
+f:close()
+local t = os.time()
+while os.time() < t + 8 do end
+return { name = "heavy", steps = { { name = "a", execute = function() return 1 end } } }
+]]
+
+local QUICK = [[
+return { name = "quick", steps = { { name = "a", execute = function() return 1 end } } }
+]]
+
+describe("a worker stopped while a workflow file loads", function()
+  after_each(H.cleanup)
+
+  -- A worker in the background: its pid, and where its exit status and log go.
+  local function start_worker(dir, db)
+    local rc_file, log = dir .. "/rc", dir .. "/worker.log"
+    os.execute(("sh -c '%s worker --db %s --workflows %s --poll 0.05 2>>%s & echo $! > %s; wait $!;"
+      .. " echo $? > %s' >/dev/null 2>&1 &")
+      :format(H.MEND, H.quote(db), H.quote(dir .. "/wf"), H.quote(log), H.quote(dir .. "/pid"),
+              H.quote(rc_file)))
+    H.wait_for("the worker's pid", function() return H.read(dir .. "/pid"):match("%d+") ~= nil end, 10)
+    return tonumber(H.read(dir .. "/pid"):match("%d+")), rc_file, log
+  end
+
+  -- SIGTERM once the slow file's top level has begun: the exit status, the seconds the worker
+  -- took to exit, and its log.
+  local function stop_while_loading(dir, db, pid, rc_file, log)
+    H.wait_for("the slow file's load", function()
+      local f = io.open(dir .. "/began")
+      if f then f:close() end
+      return f ~= nil
+    end, 15)
+    local t0 = H.wall()
+    os.execute("kill -TERM " .. pid)
+    H.wait_for("the worker's exit", function() return H.read(rc_file):match("%d+") ~= nil end, 15)
+    local took = H.wall() - t0
+    return tonumber(H.read(rc_file):match("%d+")), took, H.read(log)
+  end
+
+  local function assert_stopped_cleanly(rc, took, log)
+    assert.are.equal(0, rc, log)
+    assert.is_true(took < 3, ("exited %.2f s after SIGTERM, the file still loading: %s"):format(took, log))
+    assert.matches("SIGTERM", log)
+    assert.matches("heavy%.lua", log)   -- says which load it stopped
+    assert.is_nil(log:find("workflow_load_failed", 1, true), log)   -- not a broken file
+  end
+
+  it("as it starts: it exits 0 at once, saying so, having served nothing", function()
+    local dir = H.tmp_dir()
+    os.execute("mkdir -p " .. H.quote(dir .. "/wf"))
+    H.write_file(dir .. "/wf", "heavy.lua", SLOW_LOAD:format(dir .. "/began"))
+    local db = H.new_db(dir, "w.db")
+    local pid, rc_file, log = start_worker(dir, db)
+    local rc, took, text = stop_while_loading(dir, db, pid, rc_file, log)
+    os.execute("kill -KILL " .. pid .. " 2>/dev/null")
+    assert_stopped_cleanly(rc, took, text)
+  end)
+
+  it("as it serves (a file added since it started): it stops as a SIGTERM stops it", function()
+    local dir = H.tmp_dir()
+    os.execute("mkdir -p " .. H.quote(dir .. "/wf"))
+    H.write_file(dir .. "/wf", "quick.lua", QUICK)
+    local db = H.new_db(dir, "w.db")
+    local pid, rc_file, log = start_worker(dir, db)
+    local rc, out = H.mend_cmd(db, "start quick --workflows " .. H.quote(dir .. "/wf"))
+    assert.are.equal(0, rc, out)
+    local id = out:match("(%w+)%s*$")
+    H.wait_for("the quick run", function() return H.status_json(db, id).status == "succeeded" end, 15)
+    H.write_file(dir .. "/wf", "heavy.lua", SLOW_LOAD:format(dir .. "/began"))
+    local code, took, text = stop_while_loading(dir, db, pid, rc_file, log)
+    os.execute("kill -KILL " .. pid .. " 2>/dev/null")
+    assert_stopped_cleanly(code, took, text)
+    assert.matches("finishing attempts in flight", text)   -- its usual stop
+  end)
+end)

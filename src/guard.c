@@ -22,6 +22,7 @@
 #include <lauxlib.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -305,7 +306,10 @@ void mend_limits_leave(lua_State *L, mend_limits *lim) {
 }
 
 const char *mend_limits_message(const mend_limits *lim, char *buf, size_t len) {
-  if (lim->tripped == MEND_LIMIT_BUDGET)
+  if (lim->tripped == MEND_LIMIT_STOPPED)
+    snprintf(buf, len, "%s was stopped: its process was told to stop (%s)", lim->what,
+             mend_limits_stop_heard() == SIGINT ? "SIGINT" : "SIGTERM");
+  else if (lim->tripped == MEND_LIMIT_BUDGET)
     snprintf(buf, len, "%s exceeded its instruction budget (%ld instructions)", lim->what,
              lim->budget);
   else if (lim->tripped == MEND_LIMIT_TIMEOUT)
@@ -323,7 +327,45 @@ int mend_limits_spend(mend_limits *lim, double spent) {
   }
   if (!lim->tripped && lim->deadline > 0 && mend_host_now() >= lim->deadline)
     lim->tripped = MEND_LIMIT_TIMEOUT;
+  if (!lim->tripped && lim->stoppable && mend_limits_stop_heard())
+    lim->tripped = MEND_LIMIT_STOPPED;
   return lim->tripped != MEND_LIMIT_OK;
+}
+
+/* ---------------------------------------------------------------- a stop heard */
+
+static atomic_int stop_heard;   /* lock-free on every platform mend builds on */
+static atomic_int stops_heard;  /* how many: one heard in a hold goes on when it ends, once */
+static int hear_depth, stops_before;
+static struct sigaction heard_before[2];
+static const int stop_signals[2] = {SIGINT, SIGTERM};
+
+static void on_stop_signal(int sig) {
+  atomic_store_explicit(&stop_heard, sig, memory_order_relaxed);
+  atomic_fetch_add_explicit(&stops_heard, 1, memory_order_relaxed);
+}
+
+int mend_limits_stop_heard(void) { return atomic_load_explicit(&stop_heard, memory_order_relaxed); }
+
+int mend_limits_hear_stop(int on) {
+  if (on && hear_depth++ == 0) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    stops_before = atomic_load(&stops_heard);
+    for (int k = 0; k < 2; k++) sigaction(stop_signals[k], &sa, &heard_before[k]);
+  } else if (!on && hear_depth > 0 && --hear_depth == 0) {
+    int heard = atomic_load(&stops_heard) != stops_before ? mend_limits_stop_heard() : 0;
+    for (int k = 0; k < 2; k++) {
+      sigaction(stop_signals[k], &heard_before[k], NULL);
+      void (*was)(int) = heard_before[k].sa_handler;
+      /* SA_SIGINFO's handler shares the union: a function either way unless DFL or IGN */
+      if (heard == stop_signals[k] && was != SIG_DFL && was != SIG_IGN) raise(heard);
+    }
+  }
+  return mend_limits_stop_heard();
 }
 
 /* The page faults this thread took since the last look, to be charged; the first look only

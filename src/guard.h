@@ -9,6 +9,10 @@
  * while a call with a deadline runs, a timer of the thread signals it at the deadline and the
  * signal's handler makes every thread the call runs on stop at its next instruction.
  *
+ * Also owns a stop asked of the process (SIGINT, SIGTERM) while no loop listens for it: a
+ * worker's workflow file may take seconds to load, and one told to stop meanwhile stops it
+ * rather than finish it (mend_limits_hear_stop).
+ *
  * Must never: let Lua code of a call go on once its limits tripped (the hook then raises at
  * every instruction, so pcall, xpcall or a coroutine cannot swallow the error for long);
  * run workflow code itself; touch from the signal handler a thread that is not running a
@@ -23,7 +27,7 @@
 #define MEND_LIMITS_EVERY 10000
 
 typedef enum mend_limit_trip {
-  MEND_LIMIT_OK, MEND_LIMIT_BUDGET, MEND_LIMIT_TIMEOUT
+  MEND_LIMIT_OK, MEND_LIMIT_BUDGET, MEND_LIMIT_TIMEOUT, MEND_LIMIT_STOPPED
 } mend_limit_trip;
 
 /* Ordered by size: every attempt in flight holds one (engine_int.h), so it has no padding. */
@@ -42,6 +46,7 @@ typedef struct mend_limits {
   unsigned char refused_table; /* an allocation was refused: a table over MEND_TABLE_NODES */
   unsigned char refused_memory; /* an allocation was refused: over the engine's memory limit */
   unsigned char after_box;     /* the last allocation was the box of a lauxlib buffer */
+  unsigned char stoppable;     /* a stop heard (mend_limits_hear_stop) trips it: STOPPED */
 } mend_limits;
 
 /* Sets lim up for a new call: `budget` instructions (0: none), `seconds` of real time (<= 0:
@@ -131,6 +136,16 @@ int mend_limits_refuse_table(mend_limits *lim, const void *ptr, size_t osize, si
 /* Was co stopped by a trip? Its __close handlers must not run then: Lua would run them
  * with hooks off. [-0, +0, m] */
 int mend_limits_stopped(lua_State *L, lua_State *co);
+/* From `on` (1) to the matching 0, SIGINT and SIGTERM are heard here in place of whoever
+ * handled them (nobody, or a loop's uv_signal): the handler only notes the signal, and a call
+ * under stoppable limits then trips at its next look, as at its deadline. At 0 the handlers
+ * replaced are back, and a signal heard meanwhile goes on to one that is a function (raised
+ * again, once), for the loop that listens to do what it does with it. Calls nest. Returns the signal heard since
+ * the process began (0: none); a stop is not taken back. Main thread only. */
+int mend_limits_hear_stop(int on);
+/* The signal heard (mend_limits_hear_stop), 0 when none was. Async-signal-safe. */
+int mend_limits_stop_heard(void);
+
 /* What a tripped lim says: "step exceeded its instruction budget (N instructions)". */
 const char *mend_limits_message(const mend_limits *lim, char *buf, size_t len);
 

@@ -1,7 +1,7 @@
 /*
  * lmend: the `mend.core` Lua module (see lmend.h): its table of functions, typed errors
  * ("mend.error" tables), the waits a step makes (mend.sleep, mend.exec, mend.http, mend.call),
- * and the CLI's few helpers (listdir, copy, isatty). Engines as userdata are lengine.c's,
+ * and the CLI's few helpers (listdir, copy, isatty, a stop heard while files load). Engines as userdata are lengine.c's,
  * behind lmend_int.h.
  *
  * Must never: reach the engine's insides (engine.h only); yield but from a step's coroutine.
@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <lauxlib.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "guard.h"
 #include "json.h"
 #include "log.h"
 #include "mend.h"
@@ -176,6 +178,16 @@ static int l_copy(lua_State *L) {
   return 1;
 }
 
+/* mend.core._hear_stop(on) -> "SIGINT" | "SIGTERM" | nil: a worker hears a stop while its
+ * workflow files load (guard.h: mend_limits_hear_stop); nil: none heard yet.  [-0, +1, -] */
+static int l_hear_stop(lua_State *L) {
+  int heard = lua_isnoneornil(L, 1) ? mend_limits_stop_heard()
+                                    : mend_limits_hear_stop(lua_toboolean(L, 1));
+  if (heard) lua_pushstring(L, heard == SIGINT ? "SIGINT" : "SIGTERM");
+  else lua_pushnil(L);
+  return 1;
+}
+
 /* mend.isatty(fd) for the CLI's choice of output.  [-0, +1, -] */
 static int l_isatty(lua_State *L) {
   lua_pushboolean(L, isatty((int)luaL_optinteger(L, 1, 1)));
@@ -186,7 +198,8 @@ int mend_lua_open(lua_State *L) {
   static const luaL_Reg funcs[] = {
     {"retryable", l_retryable}, {"fatal", l_fatal}, {"compensable", l_compensable},
     {"is_error", l_is_error}, {"sleep", l_sleep}, {"exec", l_exec}, {"http", l_http}, {"engine", mend__lengine_new},
-    {"isatty", l_isatty}, {"listdir", l_listdir}, {"copy", l_copy}, {"_call", l_call}, {NULL, NULL}};
+    {"isatty", l_isatty}, {"listdir", l_listdir}, {"copy", l_copy}, {"_call", l_call},
+    {"_hear_stop", l_hear_stop}, {NULL, NULL}};
   mend_lerror_open(L);
   mend__lengine_open(L);
   luaL_newlib(L, funcs);

@@ -502,6 +502,9 @@ static int parse_map(lua_State *L, int idx, int n, const mend_retry_policy *retr
                        item->wait_for ? "wait_for: an item executes, it does not wait for an event"
                        : item->when_ref != LUA_NOREF ? "when: put it on the map step itself"
                        : "execute is missing (a function is required)");
+  /* The map has no retry of its own: a retryable error of its when or its list function is
+   * retried by the policy its step carries. */
+  s->retry = item->retry;
   return 0;
 }
 

@@ -5,6 +5,8 @@
  * on the engine's Lua thread, as a bug of mend's would: mend_engine_run_all must return
  * MEND_EBROKEN with a message saying so, every later call too, the process must live on,
  * freeing the engine must be clean, and a new engine on the same database must finish the run.
+ * On a host's loop, the panic leaves nothing of run's own on that loop: the host's uv_run
+ * returns.
  */
 #include <lua.h>
 #include <mend.h>
@@ -12,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <uv.h>
 
 #include "check.h"
 #include "engine.h"
@@ -39,9 +42,10 @@ static void on_event(void *ud, const char *json) {
   lua_error(L);
 }
 
-static mend_engine *open_engine(const char *db, const char *wf) {
+static mend_engine *open_engine_on(const char *db, const char *wf, uv_loop_t *loop) {
   mend_options o;
   mend_options_init(&o);
+  o.uv_loop = loop;
   o.db_path = db;
   o.durability = MEND_SYNC_PROCESS;
   o.sandbox = 1;
@@ -62,6 +66,10 @@ static mend_engine *open_engine(const char *db, const char *wf) {
   return E;
 }
 
+static mend_engine *open_engine(const char *db, const char *wf) {
+  return open_engine_on(db, wf, NULL);
+}
+
 /* `test_panic attempt_state`, with MEND_FAILPOINT=attempt_state:1:panic and under valgrind
  * (ctest c_panic_attempt_state): the panic comes between an attempt's state being taken and its
  * coroutine being made, as lua_newthread running out of memory would raise it. The engine
@@ -76,6 +84,41 @@ static int attempt_state_case(const char *db, const char *wf) {
   CHECK(strstr(mend_engine_errmsg(engine), "failpoint attempt_state") != NULL);
   mend_engine_free(engine);
   return check_done("test_panic attempt_state");
+}
+
+static int dog_bit;
+static void on_dog(uv_timer_t *t) {
+  dog_bit = 1;
+  uv_stop(t->loop);
+}
+
+/* On the host's loop, on a real clock: run_all, left by the panic, leaves no handle of its own
+ * started there (its look at the store for what other processes send, every 500 ms), so the
+ * host's uv_run returns with the engine broken and not yet freed. */
+static int host_loop_case(const char *db, const char *wf) {
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  engine = open_engine_on(db, wf, &loop);
+  CHECK(engine != NULL);
+  if (!engine) return 1;
+  char id[17];
+  CHECK_EQ_INT(mend_engine_start(engine, "two", "{}", NULL, id, NULL), MEND_OK);
+  armed = 1;
+  raised = 0;
+  CHECK_EQ_INT(mend_engine_run_all(engine), MEND_EBROKEN);
+  CHECK(raised);
+  uv_timer_t dog;   /* unreferenced: it fires only if something else holds the loop */
+  uv_timer_init(&loop, &dog);
+  uv_timer_start(&dog, on_dog, 3000, 0);
+  uv_unref((uv_handle_t *)&dog);
+  dog_bit = 0;
+  uv_run(&loop, UV_RUN_DEFAULT);
+  CHECK_EQ_INT(dog_bit, 0);   /* uv_run returned on its own */
+  mend_engine_free(engine);
+  uv_close((uv_handle_t *)&dog, NULL);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  CHECK_EQ_INT(uv_loop_close(&loop), 0);
+  return 0;
 }
 
 int main(int argc, char **argv) {
@@ -125,6 +168,10 @@ int main(int argc, char **argv) {
   CHECK(json && strstr(json, "\"status\":\"succeeded\""));
   mend_free(json);
   mend_engine_free(engine);
+
+  char db2[128];
+  snprintf(db2, sizeof db2, "%s/host.db", dir);
+  host_loop_case(db2, wf);
   char cmd[160];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

@@ -8,6 +8,7 @@
 -- could answer.
 
 local mend = require "mend"
+local core = require "mend.core"   -- its _hear_stop, for a worker whose files load
 local json = mend.json
 
 local M = {}
@@ -728,24 +729,32 @@ end
 -- Loads the files of the workflows directory that are new or changed since it last looked. One
 -- that does not load is logged and alerted once per text, and the others are served: a broken
 -- file must not take every workflow down. Looked at again every few seconds while serving, so
--- that a file fixed (or added) is taken up without a restart.
+-- that a file fixed (or added) is taken up without a restart. A file's top level may take
+-- seconds (up to its load limit): a SIGINT or SIGTERM meanwhile stops it, and nothing more loads
+-- (the worker stops).
 local function workflow_loader(eng, dir)
   local seen = {}
-  return function(first)
+  local function load_new(first)
     local ok, files = pcall(workflow_files, dir)
     if not ok then
       if first then error(files, 0) end
       return
     end
     for _, file in ipairs(files) do
+      if core._hear_stop() then return end
       local f = io.open(file, "rb")
       local text = f and f:read("a")
       if f then f:close() end
       if text and text ~= seen[file] then
         seen[file] = text
         local loaded, err = pcall(eng.load, eng, file)
+        local stop = not loaded and core._hear_stop()
         if loaded then
           if not first then eng:log("info", "workflow", "loaded " .. file .. " (" .. err .. ")") end
+        elseif stop then
+          seen[file] = nil
+          eng:log("info", "worker", stop .. ": stopped loading " .. file)
+          return
         else
           err = tostring(err)
           eng:log("error", "workflow", err)
@@ -753,6 +762,14 @@ local function workflow_loader(eng, dir)
         end
       end
     end
+  end
+  -- Until serve's loop listens for them, and while its tick loads, the signals are heard here;
+  -- one heard in a tick goes on to the loop then (mend_limits_hear_stop).
+  return function(first)
+    core._hear_stop(true)
+    local ok, err = pcall(load_new, first)
+    core._hear_stop(false)
+    if not ok then error(err, 0) end
   end
 end
 
@@ -788,6 +805,11 @@ local function cmd_worker(o)
   return with_engine(conf, function(eng)
     local load_new = workflow_loader(eng, o.workflows or "workflows")
     load_new(true)
+    local stop = core._hear_stop()
+    if stop then
+      eng:log("info", "worker", stop .. " as the workflow files loaded: stopped before serving")
+      return EXIT_OK
+    end
     local function work()
       serving.tick = load_new
       eng:serve(serving)

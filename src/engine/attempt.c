@@ -83,10 +83,40 @@ static const char *limit_met(mend_engine *E, mend_limits *lim, int status, char 
   return buf;
 }
 
+/* A call of a run's code other than its attempt (`lim`'s what: when, idempotency_key, map)
+ * raised, or a limit stopped it (`status`): its kind and fields are read as an attempt's are,
+ * since a kind survives wherever it is raised (SPEC section 3), and its text, after what raised
+ * it, goes to st->error, where info->message points. Pops the error value. */
+static void call_failed(mend_run *r, step_rt *st, mend_limits *lim, int status,
+                        mend_error_info *info) {
+  mend_engine *E = r->E;
+  lua_State *L = E->L;
+  char msg[600], text[400];
+  *info = (mend_error_info){MEND_ERR_ERROR, NULL, -1, 0, 0};
+  const char *why = limit_met(E, lim, status, text, sizeof text);
+  if (why) {
+    info->stopped = 1;
+  } else if (mend_lua_read_error(L, -1, info)) {
+    why = info->message ? info->message : "";
+  } else {
+    why = mend__describe(E, r, L, -1, text, sizeof text, &info->stopped);
+    info->stopped |= status == LUA_ERRMEM;   /* memory ran out outside every limit */
+  }
+  snprintf(msg, sizeof msg, "%s: %s", lim->what, why);
+  lua_pop(L, 1);
+  mend__set_str(&st->error, msg);
+  info->message = st->error;
+}
+
+/* A returned answer that cannot be used: a plain error of the step's. */
+static void answer_refused(step_rt *st, const char *msg, mend_error_info *info) {
+  mend__set_str(&st->error, msg);
+  *info = (mend_error_info){MEND_ERR_ERROR, st->error, -1, 0, 0};
+}
+
 /* A step's own idempotency_key(ctx) is asked once; its answer is stored with the step. 0; -1
- * when it failed (st->error says why); -2 when the engine stopped it (a limit, an error value
- * it could not read). */
-int mend__ensure_key(mend_run *r, int i) {
+ * when it failed (*info says how, st->error why). */
+int mend__ensure_key(mend_run *r, int i, mend_error_info *info) {
   step_rt *st = &r->steps[i];
   const mend_step_def *def = &r->wf->steps[i];
   if (st->key_ready || def->key_ref == LUA_NOREF) return 0;
@@ -97,16 +127,14 @@ int mend__ensure_key(mend_run *r, int i) {
   mend_limits lim;
   mend_limits_init(&lim, "idempotency_key", E->cfg.instruction_budget, CALL_SECONDS);
   int status = mend__run_pcall(r, &lim, 1, 1);
-  if (status != LUA_OK || !lua_isstring(L, -1)) {
-    char msg[400], text[300];
-    int failed = 0;
-    const char *why = limit_met(E, &lim, status, text, sizeof text);
-    snprintf(msg, sizeof msg, "idempotency_key: %s",
-             why ? why : status != LUA_OK ? mend__describe(E, r, L, -1, text, sizeof text, &failed)
-                                          : "must return a string");
+  if (status != LUA_OK) {
+    call_failed(r, st, &lim, status, info);
+    return -1;
+  }
+  if (!lua_isstring(L, -1)) {
     lua_pop(L, 1);
-    mend__set_str(&st->error, msg);
-    return why || failed ? -2 : -1;
+    answer_refused(st, "idempotency_key: must return a string", info);
+    return -1;
   }
   mend__set_str(&st->idem_key, lua_tostring(L, -1));
   lua_pop(L, 1);
@@ -115,9 +143,9 @@ int mend__ensure_key(mend_run *r, int i) {
   return 0;
 }
 
-/* Asks step i's when(ctx): 1 run it, 0 skip it (false or nil); -1 when it raised (st->error
- * says why), -2 when the engine stopped it. */
-int mend__ask_when(mend_run *r, int i) {
+/* Asks step i's when(ctx): 1 run it, 0 skip it (false or nil); -1 when it failed (*info says
+ * how, st->error why). */
+int mend__ask_when(mend_run *r, int i, mend_error_info *info) {
   step_rt *st = &r->steps[i];
   mend_engine *E = r->E;
   lua_State *L = E->L;
@@ -127,14 +155,8 @@ int mend__ask_when(mend_run *r, int i) {
   mend_limits_init(&lim, "when", E->cfg.instruction_budget, CALL_SECONDS);
   int status = mend__run_pcall(r, &lim, 1, 1);
   if (status != LUA_OK) {
-    char msg[400], text[300];
-    int failed = 0;
-    const char *why = limit_met(E, &lim, status, text, sizeof text);
-    snprintf(msg, sizeof msg, "when: %s",
-             why ? why : mend__describe(E, r, L, -1, text, sizeof text, &failed));
-    lua_pop(L, 1);
-    mend__set_str(&st->error, msg);
-    return why || failed ? -2 : -1;
+    call_failed(r, st, &lim, status, info);
+    return -1;
   }
   int yes = lua_toboolean(L, -1);
   lua_pop(L, 1);
@@ -171,10 +193,9 @@ static int meter_result(void *ud, long values, size_t bytes) {
   return 0;
 }
 
-/* Asks map step i for its list: its JSON text (an array), or NULL with st->error saying why
- * and *stopped set when the engine stopped the call (a limit, an error value it could not
- * read) rather than the call failing. */
-char *mend__ask_map(mend_run *r, int i, int *stopped) {
+/* Asks map step i for its list: its JSON text (an array), or NULL when it failed (*info says
+ * how, st->error why). */
+char *mend__ask_map(mend_run *r, int i, mend_error_info *info) {
   step_rt *st = &r->steps[i];
   mend_engine *E = r->E;
   lua_State *L = E->L;
@@ -183,24 +204,12 @@ char *mend__ask_map(mend_run *r, int i, int *stopped) {
   mend_limits lim;
   mend_limits_init(&lim, "map", E->cfg.instruction_budget, CALL_SECONDS);
   int status = mend__run_pcall(r, &lim, 1, 1);
-  char msg[600], text[400];
-  *stopped = 0;
-  /* What stopped it, rather than what the code's last error says ("not enough memory"). */
-  char why[200];
-  if (limit_met(E, &lim, status, why, sizeof why)) {
-    snprintf(msg, sizeof msg, "map: %s", why);
-    lua_pop(L, 1);
-    mend__set_str(&st->error, msg);
-    *stopped = 1;
-    return NULL;
-  }
   if (status != LUA_OK) {
-    snprintf(msg, sizeof msg, "map: %s", mend__describe(E, r, L, -1, text, sizeof text, stopped));
-    lua_pop(L, 1);
-    mend__set_str(&st->error, msg);
-    *stopped |= status == LUA_ERRMEM;   /* memory ran out outside every limit */
+    call_failed(r, st, &lim, status, info);
     return NULL;
   }
+  char msg[600], text[400], why[200];
+  int stopped = 0;
   char *json = NULL;
   if (!lua_istable(L, -1)) {
     snprintf(msg, sizeof msg, "map: must return a list, got %s", luaL_typename(L, -1));
@@ -212,8 +221,8 @@ char *mend__ask_map(mend_run *r, int i, int *stopped) {
   } else {
     result_meter meter = {E, &lim, 0, 0, 0};
     json = mend_json_encode_metered(L, -1, "map's list", text, sizeof text, meter_result, &meter);
-    *stopped = !json && (lim.tripped || meter.over_memory);
-    if (*stopped)
+    stopped = !json && (lim.tripped || meter.over_memory);
+    if (stopped)
       snprintf(msg, sizeof msg, "map: %s as its list was encoded", meter.over_memory
                ? "exceeded the memory limit" : mend_limits_message(&lim, why, sizeof why));
     else if (!json) snprintf(msg, sizeof msg, "map: %s", text);
@@ -229,7 +238,10 @@ char *mend__ask_map(mend_run *r, int i, int *stopped) {
     }
   }
   lua_pop(L, 1);
-  if (!json) mend__set_str(&st->error, msg);
+  if (!json) {
+    answer_refused(st, msg, info);
+    info->stopped = stopped;
+  }
   return json;
 }
 

@@ -413,6 +413,8 @@ void mend__handed_durable(mend_engine *E);
 
 /* ---- drive.c: run, advance, tick */
 void mend__loop_once(mend_engine *E);
+/* run()'s own timer and clock mode put back, also when a panic jumps out of it. */
+void mend__run_left(mend_engine *E);
 
 /* ---- status.c: the one place statuses change, and the history they write */
 void mend__dead_letter(mend_run *r, const char *reason, int step, const char *error,
@@ -453,6 +455,10 @@ void mend__watch_lock(mend_engine *E);
 /* ---- saga.c: what outcomes mean: forward, backward, the ends of waits */
 void mend__after_success(mend_run *r, int i, int queue);
 void mend__attempt_done(mend_run *r, int ok, mend_error_info *info, const char *result_json);
+/* Code of step i's that decides before its execute (its when, its idempotency_key, a map's
+ * list) failed: an attempt that failed as info says, retried as one when retryable (SPEC
+ * section 3: a kind survives wherever it is raised). */
+void mend__fail_before_execute(mend_run *r, int i, const mend_error_info *info);
 void mend__fail_run(mend_run *r, int i, const mend_error_info *info, const char *msg,
                     int was_waiting);
 void mend__backward(mend_run *r);
@@ -465,9 +471,9 @@ void mend__set_result(mend_run *r, int i);
 const char *mend__describe(mend_engine *E, mend_run *r, lua_State *from, int idx, char *buf,
                            size_t len, int *failed);
 void mend__end_attempt(mend_run *r);
-int mend__ask_when(mend_run *r, int i);
-char *mend__ask_map(mend_run *r, int i, int *stopped);
-int mend__ensure_key(mend_run *r, int i);
+int mend__ask_when(mend_run *r, int i, mend_error_info *info);
+char *mend__ask_map(mend_run *r, int i, mend_error_info *info);
+int mend__ensure_key(mend_run *r, int i, mend_error_info *info);
 int mend__guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres);
 int mend__run_pcall(mend_run *r, mend_limits *lim, int nargs, int nres);
 void mend__make_ctx_metatable(mend_engine *E);

@@ -53,6 +53,7 @@ static mend_workflow *load_text(mend_engine *E, const char *text, size_t len, co
   if (status == LUA_OK) {
     mend_limits lim;
     mend_limits_init(&lim, "workflow file", E->cfg.instruction_budget, CALL_SECONDS);
+    lim.stoppable = 1;   /* a worker told to stop as it loads (guard.h: mend_limits_hear_stop) */
     E->loading_code++;   /* counted as a run's code is (engine.h: mend_engine_in_code) */
     status = mend__guarded_pcall(E, &lim, 0, 1);
     E->loading_code--;

@@ -113,24 +113,18 @@ struct map_state *mend__map_add(mend_run *r, int m, const char *json) {
   return ms;
 }
 
-/* Map m begins: its list, asked once, is recorded in the history with the step's `running`
- * (a restart maps the same list). 1 when it failed instead. */
+/* Map m begins: its list, asked once it answers, is recorded in the history with the step's
+ * `running` (a restart maps the same list). 1 when it failed instead (retried as an attempt
+ * when the error is retryable). */
 int mend__map_begin(mend_run *r, int m) {
-  step_rt *st = &r->steps[m];
-  int stopped;
-  char *json = mend__ask_map(r, m, &stopped);
+  mend_error_info info;
+  char *json = mend__ask_map(r, m, &info);
   if (mend__land_kept_cancel(r)) {   /* it cancelled its parent: its list is void */
     free(json);
     return 1;
   }
   if (!json) {
-    st->attempts++;
-    mend__step_to(r, m, MEND_STEP_RUNNING, NULL, -1, NULL);
-    mend_error_info info = {MEND_ERR_ERROR, st->error, -1, 0, stopped};
-    char msg[700];
-    snprintf(msg, sizeof msg, "error: %s", st->error ? st->error : "");
-    mend__step_err_to(r, m, MEND_STEP_FAILED, &info, msg, -1, NULL);
-    mend__fail_run(r, m, &info, msg, 0);
+    mend__fail_before_execute(r, m, &info);
     return 1;
   }
   struct map_state *ms = mend__map_add(r, m, json);

@@ -61,7 +61,7 @@ void mend__after_success(mend_run *r, int i, int queue) {
   else mend__forward(r);
 }
 
-static void fail_step(mend_run *r, int i, const mend_error_info *info);
+static void fail_step(mend_run *r, int i, const mend_error_info *info, int called);
 
 /* Asks the breaker of step i for an attempt. When it refuses, the step waits in breaker_open,
  * from pending, retry_wait or breaker_open alike (SPEC section 2), and 1 is returned. */
@@ -85,22 +85,21 @@ static int breaker_refuses(mend_run *r, int i) {
   return 1;
 }
 
-/* Asks step i's when(ctx), once: 1 it goes on; 2 it was skipped (with its branches, for a
- * group); 0 it failed (when raised, or the engine stopped it). */
+/* Asks step i's when(ctx), once it answers: 1 it goes on; 2 it was skipped (with its branches,
+ * for a group); 0 it failed (when raised, or the engine stopped it). A when that raised a
+ * retryable error is asked again when its retry is due: until it answers, nothing is recorded
+ * that a restart could take for an answer. */
 static int decide_when(mend_run *r, int i) {
   step_rt *st = &r->steps[i];
   const mend_step_def *def = &r->wf->steps[i];
-  if (def->when_ref == LUA_NOREF || st->when_done || st->status != MEND_STEP_PENDING ||
-      st->attempts > 0 || st->slept)
+  if (def->when_ref == LUA_NOREF || st->when_done || st->status != MEND_STEP_PENDING || st->slept)
     return 1;
   if (r->E->draining) return 0;   /* parked: no workflow code runs on a stopping worker */
-  int w = mend__ask_when(r, i);
+  mend_error_info info;
+  int w = mend__ask_when(r, i, &info);
   if (mend__land_kept_cancel(r)) return 0;   /* it cancelled its parent: its answer is void */
   if (w < 0) {
-    st->attempts++;
-    mend__step_to(r, i, MEND_STEP_RUNNING, NULL, -1, NULL);
-    mend_error_info info = {MEND_ERR_ERROR, st->error, -1, 0, w == -2};
-    fail_step(r, i, &info);
+    mend__fail_before_execute(r, i, &info);
     return 0;
   }
   st->when_done = 1;
@@ -173,13 +172,11 @@ static void forward_step(mend_run *r, int i, int admitted) {
   if (st->status != MEND_STEP_PENDING && st->status != MEND_STEP_RUNNING) return;  /* waiting */
   if (E->draining) return;   /* parked: its lease is given back when the worker stops */
   if (st->status == MEND_STEP_PENDING) {
-    int key = mend__ensure_key(r, i);
+    mend_error_info info;
+    int key = mend__ensure_key(r, i, &info);
     if (mend__land_kept_cancel(r)) return;
     if (key) {
-      st->attempts++;
-      mend__step_to(r, i, MEND_STEP_RUNNING, NULL, -1, NULL);
-      mend_error_info info = {MEND_ERR_ERROR, st->error, -1, 0, key == -2};
-      fail_step(r, i, &info);
+      mend__fail_before_execute(r, i, &info);
       return;
     }
     if (st->custom_key) {
@@ -252,7 +249,9 @@ static void succeed_step(mend_run *r, int i, const char *result_json) {
   mend__after_success(r, i, 0);
 }
 
-static void fail_step(mend_run *r, int i, const mend_error_info *info) {
+/* called: the step's execute was called (or its wait ended); 0 when code of the step's that
+ * decides before it failed, and no call its breaker guards was made. */
+static void fail_step(mend_run *r, int i, const mend_error_info *info, int called) {
   mend_engine *E = r->E;
   step_rt *st = &r->steps[i];
   const mend_step_def *def = &r->wf->steps[i];
@@ -267,6 +266,8 @@ static void fail_step(mend_run *r, int i, const mend_error_info *info) {
   int was_waiting = st->status == MEND_STEP_WAITING;
   if (def->wait_for || def->child || was_waiting)
     ;   /* nothing was called (or its call counted already): no breaker has anything to count */
+  else if (!called)
+    mend__breaker_outcome(r, i, MEND_OUTCOME_OTHER);   /* a probe it was admitted as, given back */
   else if (def->slot->b.state == MEND_BREAKER_HALF_OPEN || retryable || info->kind != MEND_ERR_ERROR)
     mend__breaker_outcome(r, i, retryable ? MEND_OUTCOME_RETRYABLE : MEND_OUTCOME_OTHER);
   else
@@ -481,8 +482,14 @@ void mend__attempt_done(mend_run *r, int ok, mend_error_info *info, const char *
     else compensation_failed(r, i, info);
   } else {
     if (ok) succeed_step(r, i, result_json);
-    else fail_step(r, i, info);
+    else fail_step(r, i, info, 1);
   }
+}
+
+void mend__fail_before_execute(mend_run *r, int i, const mend_error_info *info) {
+  r->steps[i].attempts++;
+  mend__step_to(r, i, MEND_STEP_RUNNING, NULL, -1, NULL);
+  fail_step(r, i, info, 0);
 }
 
 /* ---------------------------------------------------------------- the ends of waits */
@@ -520,7 +527,7 @@ void mend__on_wait(mend_timer *t) {
       if (mend__event_due(r, r->cur, msg, sizeof msg)) break;
       mend_error_info info = {MEND_ERR_TIMEOUT, msg, -1, 0, 0};
       r->steps[r->cur].due = -1;
-      fail_step(r, r->cur, &info);
+      fail_step(r, r->cur, &info, 1);
       break;
     }
     case WAIT_NONE:
