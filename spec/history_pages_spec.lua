@@ -206,7 +206,8 @@ describe("eng:history", function()
       { { tail = 0 }, "tail must be a whole number from 1 to " .. max .. ", got 0" },
       { { tail = max + 1 }, "tail must be a whole number from 1 to " .. max },
       { { after = -1 }, "after must be a whole number >= 0, got %-1" },
-      { { after = "0x10" }, "after must be a whole number >= 0, got 0x10" },
+      { { after = "0x10" }, 'after must be a whole number >= 0, got the string "0x10"' },
+      { { limit = "10" }, 'limit must be a whole number from 1 to ' .. max .. ', got the string "10"' },
       { { tail = 2, limit = 3 }, "tail is the last rows: give it without limit" },
     } do
       local ok, err = pcall(eng.history, eng, id, case[1])

@@ -100,12 +100,16 @@ static long page_opt(lua_State *L, const char *key, long lo, long hi, long dflt,
   if (*given) {
     int ok = 0;   /* a number, not a string that reads as one ("0x10") */
     lua_Integer n = lua_type(L, -1) == LUA_TNUMBER ? lua_tointegerx(L, -1, &ok) : 0;
-    if ((!ok || n < lo || n > hi) && hi == LONG_MAX)
-      luaL_error(L, "history: %s must be a whole number >= %I, got %s", key, (lua_Integer)lo,
-                 luaL_tolstring(L, -1, NULL));
-    if (!ok || n < lo || n > hi)
+    if (!ok || n < lo || n > hi) {
+      /* "got 10" for limit = "10" would read as a good value: a string is shown as one */
+      const char *got = lua_type(L, -1) == LUA_TSTRING
+                            ? lua_pushfstring(L, "the string \"%s\"", lua_tostring(L, -1))
+                            : luaL_tolstring(L, -1, NULL);
+      if (hi == LONG_MAX)
+        luaL_error(L, "history: %s must be a whole number >= %I, got %s", key, (lua_Integer)lo, got);
       luaL_error(L, "history: %s must be a whole number from %I to %I, got %s", key,
-                 (lua_Integer)lo, (lua_Integer)hi, luaL_tolstring(L, -1, NULL));
+                 (lua_Integer)lo, (lua_Integer)hi, got);
+    }
     v = (long)n;
   }
   lua_pop(L, 1);

@@ -1862,6 +1862,30 @@ static void test_run_image(void) {
   remove_db(path);
 }
 
+/* A failed store is not a missing run: a history read that cannot reach the store says so, even
+ * after an earlier read found no run (a caller would answer "no run" for a run that exists). */
+static void test_failure_is_not_missing(void) {
+  const char *path = file_in_dir("failed.db");
+  char err[512] = "";
+  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  CHECK(s != NULL);
+  if (!s) return;
+  mend_run_rec r = run_rec("known", NULL, "running", 1);
+  CHECK_EQ_INT(mend_store_insert_run(s, &r), 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  CHECK(mend_store_history(s, "nope") == NULL);
+  CHECK_EQ_INT(mend_store_not_found(s), 1);
+  s->batch_failed = 1;   /* as a failed flush leaves it */
+  CHECK(mend_store_history(s, "known") == NULL);
+  CHECK_EQ_INT(mend_store_not_found(s), 0);
+  CHECK(mend_store_history(s, "nope") == NULL);
+  CHECK(mend_store_history_page(s, "known", 0, 5, 0) == NULL);
+  CHECK_EQ_INT(mend_store_not_found(s), 0);
+  s->batch_failed = 0;
+  mend_store_close(s);
+  remove_db(path);
+}
+
 static void sleep_ms(long ms) {
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
   nanosleep(&ts, NULL);
@@ -2058,6 +2082,7 @@ int main(void) {
   test_pending_steps();
   test_attempts_in_flight();
   test_run_image();
+  test_failure_is_not_missing();
   test_claimable();
   test_workflow_versions();
   test_locked();
