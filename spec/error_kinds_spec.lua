@@ -277,3 +277,76 @@ return { name = "gate", steps = {
     assert.are.same({ "retryable" }, kinds(db, id, "retry_wait"))
   end)
 end)
+
+-- A step whose retry came due while its breaker was half-open was let through as the breaker's
+-- probe before its when(ctx) or its key answered; when it then does not execute (skipped, or
+-- its key's result reused) the probe is given back, or every other step on the breaker waits
+-- for an outcome that never comes.
+describe("a retry let through as a half-open probe that does not execute", function()
+  after_each(H.cleanup)
+  local POLICY = { key = "dep", failure_threshold = 1, open_seconds = 10, success_threshold = 1,
+                   half_open_max = 1 }
+
+  -- b fails once on dep (opening it for 10 s) and is retried at t+30; a's retry, due at t+20
+  -- while the breaker is half-open, is admitted as its one probe.
+  local function other(eng)
+    local calls = 0
+    eng:register(H.one_step("b", { breaker = "dep",
+      retry = { max_attempts = 5, initial = 30, strategy = "fixed", jitter = 0 },
+      execute = function()
+        calls = calls + 1
+        if calls == 1 then error(mend.retryable("down")) end
+        return "b"
+      end }))
+    return function() return calls end
+  end
+  local RETRY20 = { max_attempts = 5, initial = 20, strategy = "fixed", jitter = 0 }
+
+  it("gives it back when its when(ctx) then says false", function()
+    local eng = H.new_engine()
+    local asked = 0
+    eng:register(H.one_step("a", { breaker = POLICY, retry = RETRY20,
+      when = function()
+        asked = asked + 1
+        if asked == 1 then error(mend.retryable("busy")) end
+        return false
+      end,
+      execute = function() return "a" end }))
+    local calls = other(eng)
+    local a, b = eng:start("a", {}), eng:start("b", {})
+    eng:advance(1)
+    assert.are.equal("open", H.breaker(eng, "dep").state)
+    eng:advance(25)
+    assert.are.equal("skipped", H.step(eng:status(a), "work").status)
+    eng:advance(300)
+    assert.are.equal("succeeded", eng:status(b).status)
+    assert.are.equal(2, calls())
+    assert.are.equal("closed", H.breaker(eng, "dep").state)
+  end)
+
+  it("gives it back when its key's result is then found already succeeded", function()
+    local eng = H.new_engine()
+    eng:register(H.one_step("pre", { idempotency_key = function() return "K" end,
+      execute = function() return "done" end }))
+    local pre = eng:start("pre", {})
+    eng:run()
+    assert.are.equal("succeeded", eng:status(pre).status)
+    local asked = 0
+    eng:register(H.one_step("a", { breaker = POLICY, retry = RETRY20,
+      idempotency_key = function()
+        asked = asked + 1
+        if asked == 1 then error(mend.retryable("busy")) end
+        return "K"
+      end,
+      execute = function() return "a" end }))
+    local calls = other(eng)
+    local a, b = eng:start("a", {}), eng:start("b", {})
+    eng:advance(1)
+    assert.are.equal("open", H.breaker(eng, "dep").state)
+    eng:advance(25)
+    assert.are.equal("succeeded", eng:status(a).status)
+    eng:advance(300)
+    assert.are.equal("succeeded", eng:status(b).status)
+    assert.are.equal(2, calls())
+  end)
+end)

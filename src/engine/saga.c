@@ -85,6 +85,14 @@ static int breaker_refuses(mend_run *r, int i) {
   return 1;
 }
 
+/* Step i will not execute after all (skipped, or its key's result reused): a half-open probe
+ * it was admitted as on its retry's due time is given back, or the breaker would wait for its
+ * outcome for ever. */
+static void give_back_admission(mend_run *r, int i) {
+  if (r->steps[i].probe && mend__holds_probe(r, i)) mend_breaker_release(&r->wf->steps[i].slot->b);
+  r->steps[i].probe = 0;
+}
+
 /* Asks step i's when(ctx), once it answers: 1 it goes on; 2 it was skipped (with its branches,
  * for a group); 0 it failed (when raised, or the engine stopped it). A when that raised a
  * retryable error is asked again when its retry is due: until it answers, nothing is recorded
@@ -108,6 +116,7 @@ static int decide_when(mend_run *r, int i) {
     mend__history(r, mend__step_name(r, i), "when", NULL, NULL, 0, NULL, -1, "when(ctx) returned true");
     return 1;
   }
+  give_back_admission(r, i);
   mend__step_to(r, i, MEND_STEP_SKIPPED, NULL, -1, "when(ctx) returned false");
   for (int b = i + 1; b <= i + def->nbranches; b++)
     if (r->steps[b].status == MEND_STEP_PENDING)
@@ -188,6 +197,7 @@ static void forward_step(mend_run *r, int i, int admitted) {
         return;
       }
       if (r2 == 1) {
+        give_back_admission(r, i);
         mend__set_str(&st->result, found);
         free(found);
         mend__step_to(r, i, MEND_STEP_SUCCEEDED, NULL, -1, "result reused: idempotency key already succeeded");
