@@ -86,22 +86,44 @@ static int attempt_state_case(const char *db, const char *wf) {
   return check_done("test_panic attempt_state");
 }
 
+/* Whether run id's status JSON holds text. */
+static int strstr_run(const char *id, const char *text) {
+  char *json = NULL;
+  int found = mend_engine_run_json(engine, id, &json) == MEND_OK && json && strstr(json, text);
+  mend_free(json);
+  return found;
+}
+
 static int dog_bit;
 static void on_dog(uv_timer_t *t) {
   dog_bit = 1;
   uv_stop(t->loop);
 }
 
+static const char slow_lua[] =
+  "local mend = require 'mend'\n"
+  "return { name = 'slow', steps = {\n"
+  "  { name = 'a', retry = { max_attempts = 3, initial = 30, jitter = 0 }, execute = function(ctx)\n"
+  "      if ctx.attempt == 1 then error(mend.retryable('later')) end\n"
+  "      return 1\n"
+  "    end } } }\n";
+
 /* On the host's loop, on a real clock: run_all, left by the panic, leaves no handle of its own
- * started there (its look at the store for what other processes send, every 500 ms), so the
+ * started there (its look at the store for what other processes send, every 500 ms), and the
+ * broken engine's waiting runs (here a retry due in 30 s) no longer wake the loop, so the
  * host's uv_run returns with the engine broken and not yet freed. */
-static int host_loop_case(const char *db, const char *wf) {
+static int host_loop_case(const char *db, const char *wf, const char *slow) {
   uv_loop_t loop;
   uv_loop_init(&loop);
   engine = open_engine_on(db, wf, &loop);
   CHECK(engine != NULL);
   if (!engine) return 1;
-  char id[17];
+  CHECK_EQ_INT(mend_engine_load(engine, slow, NULL, 0), MEND_OK);
+  char id[17], waits[17];
+  armed = 0;
+  CHECK_EQ_INT(mend_engine_start(engine, "slow", "{}", NULL, waits, NULL), MEND_OK);
+  for (int k = 0; k < 100 && !strstr_run(waits, "retry_wait"); k++) mend_engine_tick(engine, 0.01);
+  CHECK(strstr_run(waits, "retry_wait"));
   CHECK_EQ_INT(mend_engine_start(engine, "two", "{}", NULL, id, NULL), MEND_OK);
   armed = 1;
   raised = 0;
@@ -169,9 +191,12 @@ int main(int argc, char **argv) {
   mend_free(json);
   mend_engine_free(engine);
 
-  char db2[128];
+  char db2[128], slow[128];
   snprintf(db2, sizeof db2, "%s/host.db", dir);
-  host_loop_case(db2, wf);
+  snprintf(slow, sizeof slow, "%s/slow.lua", dir);
+  f = fopen(slow, "w");
+  if (!f || fputs(slow_lua, f) < 0 || fclose(f)) return 2;
+  host_loop_case(db2, wf, slow);
   char cmd[160];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
