@@ -804,3 +804,34 @@ describe("a step's code holding its own engine", function()
     assert.are.equal("succeeded", eng:status(started).status)
   end)
 end)
+
+-- eng:run() left by a Lua error of the caller's own state (a panic of the engine's, made by the
+-- "execute:N:panic" failpoint) must leave nothing of run's going: its clock mode left on, a
+-- later advance(1) jumped to the next timer of any run (here 440 s on).
+describe("eng:run() left by an error of the state it shares with its caller", function()
+  after_each(H.cleanup)
+
+  it("puts back its own clock mode: a later advance(1) moves the clock by 1 s", function()
+    local dir = H.tmp_dir()
+    local script = H.write_file(dir, "host.lua", [==[
+      local mend = require "mend"
+      local eng = mend.engine{ clock = "virtual", db = arg[1] }
+      eng:register{ name = "a", steps = { { name = "s", retry = { max_attempts = 3, initial = 60, jitter = 0 },
+        execute = function(ctx) if ctx.attempt == 1 then error(mend.retryable("busy")) end return 1 end } } }
+      eng:register{ name = "c", steps = { { name = "nap", sleep = 500 } } }
+      local t0 = eng:now()
+      eng:start("c", {})
+      eng:start("a", {})
+      local ok, err = pcall(eng.run, eng)   -- the second execute panics, at +60 s
+      print("run", ok, err)
+      local t1 = eng:now() - t0
+      eng:advance(1)
+      print("moved", eng:now() - t0 - t1)
+    ]==])
+    local rc, out = H.shell(("MEND_FAILPOINT=execute:2:panic lua5.4 %s %s")
+      :format(H.quote(script), H.quote(H.new_db(dir, "b.db"))))
+    assert.are.equal(0, rc, out)
+    assert.matches("run\tfalse\tfailpoint execute", out)
+    assert.matches("moved\t1%.0", out)
+  end)
+end)

@@ -339,7 +339,7 @@ static int on_panic(lua_State *L) {
   E->in_code = NULL;
   E->loading_code = 0;
   mend_limits_watchdog_reset();
-  mend__run_left(E);   /* run()'s look, left started, would hold a host's loop */
+  mend_engine_run_left(E);   /* run()'s look, left started, would hold a host's loop */
   if (E->panic_exit) {
     E->panicked = 1;
     longjmp(*(jmp_buf *)E->panic_exit, 1);

@@ -133,6 +133,10 @@ int mend_engine_start_json(mend_engine *E, const char *workflow, const char *inp
 /* Runs the loop until no run is in flight (a virtual clock jumps to each next timer). 0, or
  * -1 on a storage failure (mend_engine_error says which; nothing uncommitted was announced). */
 int mend_engine_run(mend_engine *E);
+/* run() was left by a Lua error that jumped out of it (a panic): what it set going for its own
+ * time is put back, its look at the store stopped (on a host's loop it would hold the host's
+ * uv_run until the engine is freed) and the virtual clock no longer moved by the loop. */
+void mend_engine_run_left(mend_engine *E);
 /* Virtual clock: moves time on by `seconds`, doing all the work that comes due on the way.
  * 0, or -1 with mend_engine_refusal CLOCK (a real clock) or STORE (mend_engine_error). */
 int mend_engine_advance(mend_engine *E, double seconds);

@@ -310,10 +310,32 @@ static int engine_start(lua_State *L) {
   return 2;
 }
 
-/* eng:run()  [-0, +0, e] */
+static int run_protected(lua_State *L) {
+  lua_pushboolean(L, mend_engine_run(lua_touserdata(L, 1)) != 0);
+  return 1;
+}
+
+/* eng:run()  [-0, +0, e]
+ * An engine on the caller's own state runs in a protected call of it: an error of that state
+ * that jumps out of the engine (a panic) puts back what run set going before it goes on up
+ * (mend_engine_run_left). An engine with a state of its own is not: its panics go to the
+ * guard's exit (method_guard), past any protected call made here, through on_panic, which puts
+ * it back. */
 static int engine_run(lua_State *L) {
   engine_box *b = check_driving(L, "run");
-  int failed = mend_engine_run(b->E);
+  int failed;
+  if (b->owned) {
+    failed = mend_engine_run(b->E) != 0;
+  } else {
+    lua_pushcfunction(L, run_protected);
+    lua_pushlightuserdata(L, b->E);
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
+      mend_engine_run_left(b->E);
+      return lua_error(L);
+    }
+    failed = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+  }
   if (failed) return mend__fail(L, "%s", mend_engine_error(b->E));
   return 0;
 }

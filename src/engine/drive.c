@@ -246,10 +246,9 @@ static void look_from_run(uv_timer_t *t) {
   if (!E->broken) mend__take_events(E);
 }
 
-/* What run() set going for its own time put back: its look stopped (on a host's loop it would
- * hold the host's uv_run until the engine is freed), the loop's timers no longer advanced by
- * themselves. As run() returns, and as a panic jumps out of it (engine.c: on_panic). */
-void mend__run_left(mend_engine *E) {
+/* As run() returns, and as a panic jumps out of it (engine.c: on_panic; the Lua binding's
+ * run, for an error of the state it shares with its caller). */
+void mend_engine_run_left(mend_engine *E) {
   E->auto_advance = 0;
   if (E->run_look) uv_timer_stop(E->run_look);
 }
@@ -274,7 +273,7 @@ int mend_engine_run(mend_engine *E) {
       break;
     mend__loop_once(E);
   }
-  mend__run_left(E);
+  mend_engine_run_left(E);
   /* Alerts of the last runs must reach their command before a one-shot caller exits. */
   double until = mend_real_now() + 5;
   while (!E->broken && E->alert_commands > 0 && mend_real_now() < until)

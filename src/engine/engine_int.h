@@ -413,8 +413,6 @@ void mend__handed_durable(mend_engine *E);
 
 /* ---- drive.c: run, advance, tick */
 void mend__loop_once(mend_engine *E);
-/* run()'s own timer and clock mode put back, also when a panic jumps out of it. */
-void mend__run_left(mend_engine *E);
 
 /* ---- status.c: the one place statuses change, and the history they write */
 void mend__dead_letter(mend_run *r, const char *reason, int step, const char *error,
