@@ -529,6 +529,7 @@ static json_t *of_a_run(mend_store *s, const char *id, json_t *rows) {
 }
 
 json_t *mend__sqlite_history(mend_store *s, const char *id) {
+  s->not_found = 0;
   if (mend__sync_point(s) != 0) return NULL;
   sqlite3_stmt *q = s->q[Q_HISTORY];
   return of_a_run(s, id, mend__rows_array(s, q, mend__bind_text(q, 1, id), "read history"));
@@ -536,6 +537,7 @@ json_t *mend__sqlite_history(mend_store *s, const char *id) {
 
 json_t *mend__sqlite_history_page(mend_store *s, const char *id, long after, long limit,
                                   long tail) {
+  s->not_found = 0;
   if (mend__sync_point(s) != 0) return NULL;
   sqlite3_stmt *q = s->q[tail > 0 ? Q_HISTORY_TAIL : Q_HISTORY_AFTER];
   int rc = mend__bind_text(q, 1, id);
