@@ -580,7 +580,8 @@ static const char *page_refused(long long after, long long limit, long long tail
     snprintf(buf, n, "tail is %lld: 1 to %d rows, or 0 for pages after a seq", tail,
              MEND_HISTORY_PAGE_MAX);
   else if (tail > 0 && (after || limit))
-    snprintf(buf, n, "tail is the last rows: give it with after and limit 0 (after %lld, limit %lld)",
+    snprintf(buf, n,
+             "tail is the last rows: give it with after and limit 0 (after %lld, limit %lld)",
              after, limit);
   else if (tail == 0 && (limit < 1 || limit > MEND_HISTORY_PAGE_MAX))
     snprintf(buf, n, "limit is %lld: a page has 1 to %d rows", limit, MEND_HISTORY_PAGE_MAX);
