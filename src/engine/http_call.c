@@ -308,8 +308,15 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
    * own URL (its effective URL), which it would otherwise print back from the parse on a new
    * handle and leave at the first request's on a reused one. From 8.12 curl drops the text
    * once a parse is set and prints the URL from the parse at every transfer: correct still,
-   * but most of what the parse saves is spent again there (Debian 12 has 7.88). */
-  curl_easy_setopt(c, CURLOPT_URL, url);
+   * but most of what the parse saves is spent again there (Debian 12 has 7.88). A reused
+   * handle that holds this URL's text already keeps it: mend follows no redirect, the one
+   * thing that would make curl's record of it another URL. */
+  if (q->on_handle != q->target) {
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    q->target->refs++;
+    mend__http_url_drop(q->on_handle);
+    q->on_handle = q->target;
+  }
   curl_easy_setopt(c, CURLOPT_CURLU, q->target->uh);
   lua_pop(L, 1);
   /* the body: a string, or json = value encoded */
@@ -450,10 +457,6 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
       read_codes(L, base, F_FATAL_ON, &q->fatal_on, err, errlen) ||
       read_codes(L, base, F_ACCEPT, &q->accept, err, errlen)) return -1;
   q->raise = opt_bool(L, base, F_RAISE, 1);
-  curl_easy_setopt(c, CURLOPT_ERRORBUFFER, q->errbuf);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, q);
-  curl_easy_setopt(c, CURLOPT_HEADERDATA, q);
-  curl_easy_setopt(c, CURLOPT_PRIVATE, q);
   return 0;
 }
 
