@@ -268,6 +268,8 @@ void mend__http_req_free(http_req *q) {
       curl_easy_reset(q->easy);
       mend__http_url_drop(q->on_handle);
       q->on_handle = NULL;
+      q->on_timeout_ms = q->on_connect_ms = 0;
+      q->on_max_bytes = 0;
       set_fixed(H, q);
     }
     if (q->cap > HTTP_KEEP_BUFFER) { free(q->out); q->out = NULL; q->cap = 0; }

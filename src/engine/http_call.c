@@ -438,8 +438,16 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
   double connect = opt_seconds(L, base, F_CONNECT_TIMEOUT, HTTP_CONNECT_TIMEOUT, err, errlen);
   if (timeout < 0 || connect < 0) return -1;
   /* 0 ms would mean no timeout to curl: a tiny one is 1 ms */
-  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout * 1000 < 1 ? 1L : (long)(timeout * 1000));
-  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, connect * 1000 < 1 ? 1L : (long)(connect * 1000));
+  long timeout_ms = timeout * 1000 < 1 ? 1L : (long)(timeout * 1000);
+  long connect_ms = connect * 1000 < 1 ? 1L : (long)(connect * 1000);
+  if (timeout_ms != q->on_timeout_ms) {
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
+    q->on_timeout_ms = timeout_ms;
+  }
+  if (connect_ms != q->on_connect_ms) {
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, connect_ms);
+    q->on_connect_ms = connect_ms;
+  }
   q->max_bytes = HTTP_MAX_BYTES;
   if (field(L, base, F_MAX_BYTES) != LUA_TNIL) {
     lua_Integer v = lua_tointeger(L, -1);
@@ -447,7 +455,10 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
     q->max_bytes = (size_t)v;
   }
   lua_pop(L, 1);
-  curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)q->max_bytes);
+  if ((curl_off_t)q->max_bytes != q->on_max_bytes) {
+    curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)q->max_bytes);
+    q->on_max_bytes = (curl_off_t)q->max_bytes;
+  }
   if (field(L, base, F_CA_FILE) == LUA_TSTRING) {
     q->dirty = 1;
     curl_easy_setopt(c, CURLOPT_CAINFO, lua_tostring(L, -1));   /* copied by curl */
