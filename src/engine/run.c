@@ -20,8 +20,8 @@
 
 /* ---------------------------------------------------------------- starting runs */
 
-/* A run and its steps are one block: two allocations and two frees a run were two of the
- * dozen mend itself made for a one-step run (W9). Where the steps begin in it: */
+/* A run and its steps are one block: one allocation and one free a run rather than two, of the
+ * few mend itself makes for a one-step run (W9). Where the steps begin in it: */
 #define STEPS_AT ((sizeof(mend_run) + _Alignof(step_rt) - 1) / _Alignof(step_rt) * _Alignof(step_rt))
 
 mend_run *mend__run_new(mend_engine *E, mend_workflow *wf, const char *id) {

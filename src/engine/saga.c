@@ -248,7 +248,7 @@ static void succeed_step(mend_run *r, int i, const char *result_json) {
   mend__step_to(r, i, MEND_STEP_SUCCEEDED, NULL, -1, NULL);
   /* ctx.results is read by the attempts of the steps after this one: a run's last step ends
    * its run now (after_success goes forward at once), and nothing reads it again; decoding
-   * the result into it was 1k instructions of a one-step run (W9). */
+   * the result into it costs 1k instructions of a one-step run (W9). */
   if (r->wf->steps[i].group >= 0 || MEND_COLD(r, parent) || MEND_COLD(r, item) ||
       mend__next_top(r->wf, i) < r->wf->nsteps)
     mend__set_result(r, i);
