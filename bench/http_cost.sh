@@ -3,7 +3,8 @@
 # callgrind over 1,000 and 3,000 runs of bench/http_cost.lua against one nginx on loopback
 # (W9's configuration), and over as many requests of bench/http_raw.c; the difference over
 # the 2,000 extra is what one run (one request) costs, by thread, without start-up and the
-# first connections (each thread apart, named by what it runs).
+# first connections (each thread apart, named by what it runs); and the allocator calls a run
+# of the loop thread and a request of raw's, by who makes them (bench/http_allocs.py).
 # Needs valgrind and nginx; builds http_raw, not the module (run
 # `make bench-build` first). MEND_COST_OWN=1: the same on an engine with a Lua state of its own.
 set -e
@@ -71,3 +72,7 @@ for f in "$dir"/mend.3000-*; do
 done
 a=$(total "$dir/raw.1000"); b=$(total "$dir/raw.3000")
 echo "raw libcurl: $(( (b - a) / 2000 )) instructions per request"
+echo "allocator calls a run, loop thread, by the caller's object:"
+python3 "$here/bench/http_allocs.py" "$dir/mend.1000-01" "$dir/mend.3000-01" 2000
+echo "allocator calls a request, raw libcurl:"
+python3 "$here/bench/http_allocs.py" "$dir/raw.1000" "$dir/raw.3000" 2000
