@@ -3,7 +3,8 @@
 # callgrind over 1,000 and 3,000 runs of bench/http_cost.lua against one nginx on loopback
 # (W9's configuration), and over as many requests of bench/http_raw.c; the difference over
 # the 2,000 extra is what one run (one request) costs, by thread, without start-up and the
-# first connections (each thread apart, named by what it runs).
+# first connections (each thread apart, named by what it runs); and the allocator calls a run
+# of the loop thread and a request of raw's, by who makes them (bench/http_allocs.py).
 # Needs valgrind and nginx; builds http_raw, not the module (run
 # `make bench-build` first). MEND_COST_OWN=1: the same on an engine with a Lua state of its own.
 set -e
@@ -34,6 +35,17 @@ sleep 0.3
 url="http://127.0.0.1:$port/echo"
 cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -o "$dir/http_raw" "$here/bench/http_raw.c" -lcurl
 total() { grep -h '^totals:\|^summary:' "$1" | head -1 | awk '{print $2}'; }
+# What run()'s looks at the store cost a thread (look_from_run, twice a second, for cancels
+# and events other processes sent, and mend__events_start, its first look at the inbox; both
+# inclusive): a look is a read, so it runs the open batch's records on the loop thread first
+# (a sync point), records the writer thread would run otherwise. How many looks fall in a
+# measure follows how long it takes (callgrind's slowness), not the runs, and a look reads
+# more the more runs the database holds: the loop's figure without them is the one to compare.
+looks() { callgrind_annotate --inclusive=yes --threshold=100 "$1" 2>/dev/null | awk '
+  NF > 1 { n = $NF ~ /\]$/ ? $(NF-1) : $NF; sub(/^.*:/, "", n)
+           if (n == "look_from_run" || n == "mend__events_start") {
+             gsub(",", "", $1); v = $1 + 0; if (v > m[n]) m[n] = v } }
+  END { print m["look_from_run"] + m["mend__events_start"] }'; }
 for n in 1000 3000; do
   MEND_COST_URL="$url" MEND_COST_C="$c" \
   LUA_PATH="$here/lua/?.lua;$here/lua/?/init.lua;;" LUA_CPATH="$here/$build/lib/?.so;;" \
@@ -54,8 +66,13 @@ for f in "$dir"/mend.3000-*; do
   for g in "$dir"/mend.1000-*; do
     [ "$(label "$g")" = "$name" ] || continue
     a=$(total "$g"); b=$(total "$f")
-    echo "mend $name: $(( (b - a) / 2000 )) instructions per run"
+    sa=$(looks "$g"); sb=$(looks "$f")
+    echo "mend $name: $(( (b - a) / 2000 )) instructions per run ($(( (b - a - sb + sa) / 2000 )) without run()'s looks at the store)"
   done
 done
 a=$(total "$dir/raw.1000"); b=$(total "$dir/raw.3000")
 echo "raw libcurl: $(( (b - a) / 2000 )) instructions per request"
+echo "allocator calls a run, loop thread, by the caller's object:"
+python3 "$here/bench/http_allocs.py" "$dir/mend.1000-01" "$dir/mend.3000-01" 2000
+echo "allocator calls a request, raw libcurl:"
+python3 "$here/bench/http_allocs.py" "$dir/raw.1000" "$dir/raw.3000" 2000

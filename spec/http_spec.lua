@@ -592,6 +592,41 @@ describe("mend.http", function()
     }, got)
   end)
 
+  -- A kept handle holds the limits its last request set, and a request whose limits are the
+  -- same does not set them again: each call must still get its own.
+  it("holds each call to its own timeout and max_bytes, one after another on one engine", function()
+    script({ ["/lim"] = { { status = 200, delay = 0.4, size = 2000 } } })
+    local url = server.base .. "/lim"
+    local calls = {
+      { url = url, timeout = 0.1 },
+      { url = url },
+      { url = url, timeout = 0.1 },
+      { url = url, timeout = 0.1 },
+      { url = url, timeout = 5 },
+      { url = url, max_bytes = 1000 },
+      { url = url },
+      { url = url, max_bytes = 1000 },
+      { url = url, max_bytes = 1000 },
+      { url = url, max_bytes = 5000 },
+    }
+    local got = {}
+    local eng = H.new_engine()
+    eng:register(H.one_step("lim", { execute = function()
+      for i, call in ipairs(calls) do
+        local ok, res = pcall(mend.http, call)
+        got[i] = ok and tostring(res.status)
+                 or res.message:match("timed out") and "timed out"
+                 or res.message:match("larger than max_bytes") and "too large" or res.message
+      end
+      return true
+    end }))
+    local id = eng:start("lim", {})
+    eng:run()
+    assert.are.equal("succeeded", eng:status(id).status)
+    assert.are.same({ "timed out", "200", "timed out", "timed out", "200",
+                      "too large", "200", "too large", "too large", "200" }, got)
+  end)
+
   it("sends mend's User-Agent once, or the call's own instead", function()
     script({ ["/ua"] = { { status = 200 } } })
     local eng = H.new_engine()

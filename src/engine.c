@@ -260,6 +260,7 @@ static void *take_spare(mend_engine *E, size_t size) {
 
 void mend__drop_spare_blocks(mend_engine *E) {
   for (int k = 0; k < SPARES; k++) {
+    if (!E->spare[k].p) continue;   /* an engine in its host's state keeps none: no call */
     free(E->spare[k].p);
     E->spare[k].p = NULL;
     E->spare[k].size = 0;
@@ -537,7 +538,7 @@ void mend_engine_destroy(mend_engine *E) {
   luaL_unref(E->L, LUA_REGISTRYINDEX, E->thread_ref);
   if (E->owned_state) lua_close(E->owned_state);
   mend__drop_spare_blocks(E);
-  free(E->spare_attempt);
+  while (E->nspare_attempts) free(E->spare_attempts[--E->nspare_attempts]);
   free((char *)E->cfg.alert_command);
   free((char *)E->cfg.http_allow);
   free(E);

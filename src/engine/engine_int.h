@@ -216,7 +216,10 @@ struct mend_engine {
   mend_workflow *workflows;
   struct mend_breaker_slot *breakers;
   mend_run *runs;
-  mend_attempt *spare_attempt;   /* the last attempt's state, kept for the next (attempt.c) */
+  /* States of ended attempts, kept for the next ones (attempt.c): with many attempts in
+   * flight (W9's 64) one kept state served few of them, each other one a malloc and a free. */
+  mend_attempt *spare_attempts[64];
+  int nspare_attempts;
   int in_flight;
   /* Runs whose next action waits for a batch to be durable, by the batch's number (the store's
    * open_seq when queued) modulo 4: at most the open batch and the one on the writer thread

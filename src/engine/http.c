@@ -221,8 +221,14 @@ static size_t on_header(char *data, size_t size, size_t n, void *ud);
 static curl_socket_t on_open_socket(void *ud, curlsocktype purpose, struct curl_sockaddr *a);
 static int on_close_socket(void *ud, curl_socket_t fd);
 
-/* The options of every request, the same for all: set on a new or reset handle only. */
-static void set_fixed(struct mend_http *H, CURL *c) {
+/* The options of every request, the same for all (the request's structure idles with its
+ * handle, so pointers to it stay right): set on a new or reset handle only. */
+static void set_fixed(struct mend_http *H, http_req *q) {
+  CURL *c = q->easy;
+  curl_easy_setopt(c, CURLOPT_ERRORBUFFER, q->errbuf);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, q);
+  curl_easy_setopt(c, CURLOPT_HEADERDATA, q);
+  curl_easy_setopt(c, CURLOPT_PRIVATE, q);
   curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
@@ -236,6 +242,7 @@ static void set_fixed(struct mend_http *H, CURL *c) {
 
 static void req_destroy(http_req *q) {
   curl_easy_cleanup(q->easy);
+  mend__http_url_drop(q->on_handle);
   free(q->out);
   free(q->hdr);
   free(q->lines);
@@ -259,7 +266,11 @@ void mend__http_req_free(http_req *q) {
   if (H->nidle < HTTP_IDLE_EASY) {
     if (q->dirty) {   /* nothing of this request's options reaches the next */
       curl_easy_reset(q->easy);
-      set_fixed(H, q->easy);
+      mend__http_url_drop(q->on_handle);
+      q->on_handle = NULL;
+      q->on_timeout_ms = q->on_connect_ms = 0;
+      q->on_max_bytes = 0;
+      set_fixed(H, q);
     }
     if (q->cap > HTTP_KEEP_BUFFER) { free(q->out); q->out = NULL; q->cap = 0; }
     if (q->hcap > HTTP_KEEP_BUFFER) { free(q->hdr); q->hdr = NULL; q->hcap = 0; }
@@ -288,7 +299,7 @@ http_req *mend__http_req_new(struct mend_http *H) {
       free(q);
       return NULL;
     }
-    set_fixed(H, q->easy);
+    set_fixed(H, q);
   }
   q->H = H;
   return q;

@@ -308,8 +308,15 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
    * own URL (its effective URL), which it would otherwise print back from the parse on a new
    * handle and leave at the first request's on a reused one. From 8.12 curl drops the text
    * once a parse is set and prints the URL from the parse at every transfer: correct still,
-   * but most of what the parse saves is spent again there (Debian 12 has 7.88). */
-  curl_easy_setopt(c, CURLOPT_URL, url);
+   * but most of what the parse saves is spent again there (Debian 12 has 7.88). A reused
+   * handle that holds this URL's text already keeps it: mend follows no redirect, the one
+   * thing that would make curl's record of it another URL. */
+  if (q->on_handle != q->target) {
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    q->target->refs++;
+    mend__http_url_drop(q->on_handle);
+    q->on_handle = q->target;
+  }
   curl_easy_setopt(c, CURLOPT_CURLU, q->target->uh);
   lua_pop(L, 1);
   /* the body: a string, or json = value encoded */
@@ -431,8 +438,16 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
   double connect = opt_seconds(L, base, F_CONNECT_TIMEOUT, HTTP_CONNECT_TIMEOUT, err, errlen);
   if (timeout < 0 || connect < 0) return -1;
   /* 0 ms would mean no timeout to curl: a tiny one is 1 ms */
-  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout * 1000 < 1 ? 1L : (long)(timeout * 1000));
-  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, connect * 1000 < 1 ? 1L : (long)(connect * 1000));
+  long timeout_ms = timeout * 1000 < 1 ? 1L : (long)(timeout * 1000);
+  long connect_ms = connect * 1000 < 1 ? 1L : (long)(connect * 1000);
+  if (timeout_ms != q->on_timeout_ms) {
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
+    q->on_timeout_ms = timeout_ms;
+  }
+  if (connect_ms != q->on_connect_ms) {
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, connect_ms);
+    q->on_connect_ms = connect_ms;
+  }
   q->max_bytes = HTTP_MAX_BYTES;
   if (field(L, base, F_MAX_BYTES) != LUA_TNIL) {
     lua_Integer v = lua_tointeger(L, -1);
@@ -440,7 +455,10 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
     q->max_bytes = (size_t)v;
   }
   lua_pop(L, 1);
-  curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)q->max_bytes);
+  if ((curl_off_t)q->max_bytes != q->on_max_bytes) {
+    curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)q->max_bytes);
+    q->on_max_bytes = (curl_off_t)q->max_bytes;
+  }
   if (field(L, base, F_CA_FILE) == LUA_TSTRING) {
     q->dirty = 1;
     curl_easy_setopt(c, CURLOPT_CAINFO, lua_tostring(L, -1));   /* copied by curl */
@@ -450,10 +468,6 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
       read_codes(L, base, F_FATAL_ON, &q->fatal_on, err, errlen) ||
       read_codes(L, base, F_ACCEPT, &q->accept, err, errlen)) return -1;
   q->raise = opt_bool(L, base, F_RAISE, 1);
-  curl_easy_setopt(c, CURLOPT_ERRORBUFFER, q->errbuf);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, q);
-  curl_easy_setopt(c, CURLOPT_HEADERDATA, q);
-  curl_easy_setopt(c, CURLOPT_PRIVATE, q);
   return 0;
 }
 

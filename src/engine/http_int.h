@@ -102,6 +102,13 @@ struct http_req {
   size_t *line_at;
   struct curl_slist *nodes;
   int nlines, line_cap;
+  /* The URL whose text the handle holds (CURLOPT_URL, held): the next request to the same URL
+   * does not set it again (curl copies the text at each setopt). NULL after a reset. */
+  http_url *on_handle;
+  /* The limits the handle holds, as last set (0: not set since it was made or reset): the
+   * same ones are not set again at each request. */
+  long on_timeout_ms, on_connect_ms;
+  curl_off_t on_max_bytes;
   struct mend_http *H;
   mend_run *run;              /* NULL once the attempt was abandoned */
   struct curl_slist *headers; /* nodes, or NULL */

@@ -20,15 +20,19 @@
 
 /* ---------------------------------------------------------------- starting runs */
 
+/* A run and its steps are one block: one allocation and one free a run rather than two, of the
+ * few mend itself makes for a one-step run (W9). Where the steps begin in it: */
+#define STEPS_AT ((sizeof(mend_run) + _Alignof(step_rt) - 1) / _Alignof(step_rt) * _Alignof(step_rt))
+
 mend_run *mend__run_new(mend_engine *E, mend_workflow *wf, const char *id) {
-  mend_run *r = calloc(1, sizeof *r);
+  mend_run *r = calloc(1, STEPS_AT + (size_t)wf->nsteps * sizeof(step_rt));
   r->E = E;
   r->wf = wf;
   r->status = MEND_RUN_RUNNING;
   r->input_ref = r->results_ref = LUA_NOREF;
   r->fail_step = -1;
   for (size_t n = 0; n + 1 < sizeof r->id && id[n]; n++) r->id[n] = id[n];   /* calloc'd */
-  r->steps = calloc((size_t)wf->nsteps, sizeof *r->steps);
+  r->steps = (step_rt *)((char *)r + STEPS_AT);
   for (int i = 0; i < wf->nsteps; i++) {
     step_rt *st = &r->steps[i];
     st->status = MEND_STEP_PENDING;
@@ -227,7 +231,6 @@ void mend__run_free(mend_run *r) {
     free(r->steps[i].result);
     free(r->steps[i].error);
   }
-  free(r->steps);
   free(r->error);
   if (r->cold) {
     free(r->cold->http_detail);
