@@ -716,6 +716,54 @@ static void test_checkpoints(void) {
   mend_store_close(s);
 }
 
+/* A stream of batches faster than the checkpoint thread's passes (a thread starved on a loaded
+ * machine, made slow here on purpose) cannot grow the WAL past its hard limit: the writing
+ * connection copies the WAL itself between two batches, and the batches wait for it. Nothing
+ * is lost on the way. */
+static void test_wal_hard_limit(void) {
+  const char *path = file_in_dir("ckpt-hard.db");
+  char err[512] = "";
+  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  CHECK(s != NULL);
+  if (!s) return;
+  s->wal_hard_frames = 2048;        /* 8 MiB of 4 KiB pages: the default, 64 MiB, is slow here */
+  s->ckpt_pass_delay_ms = 200;      /* each of the thread's passes: longer than the whole stream's gaps */
+  CHECK_EQ_INT(mend_store_start_writer(s, NULL, NULL), 0);
+  char *input = malloc(8192 + 3);
+  if (!input) return;
+  input[0] = '"';
+  memset(input + 1, 'z', 8192);
+  input[8193] = '"';
+  input[8194] = 0;
+  char wal_path[4200];
+  snprintf(wal_path, sizeof wal_path, "%s-wal", path);
+  long wal_max = 0;
+  int batches = 400, per_batch = 10;   /* about 40 MB of WAL frames in all */
+  for (int b = 0; b < batches; b++) {
+    for (int i = 0; i < per_batch; i++) {
+      char rid[24];
+      snprintf(rid, sizeof rid, "h%d-%d", b, i);
+      mend_run_rec r = run_rec(rid, NULL, "running", i);
+      r.input = input;
+      CHECK_EQ_INT(mend_store_insert_run(s, &r), 0);
+    }
+    CHECK_EQ_INT(mend_store_hand_off(s), 0);
+    long wal = file_size(wal_path);
+    if (wal > wal_max) wal_max = wal;
+  }
+  free(input);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  long wal = file_size(wal_path);
+  if (wal > wal_max) wal_max = wal;
+  /* The limit plus a batch or two (about 35 frames each) and the pass the copy waited for. */
+  if (wal_max > 12L * 1024 * 1024) fprintf(stderr, "WAL grew to %ld bytes\n", wal_max);
+  CHECK(wal_max <= 12L * 1024 * 1024);
+  mend_store_close(s);
+  sqlite3 *db = raw_open(path);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM runs"), batches * per_batch);
+  sqlite3_close(db);
+}
+
 /* A database written by schema version 1 (as the first release left it) is upgraded in place:
  * nothing is lost, and each run's history is numbered 1, 2, ... in its old order. */
 static void test_upgrade_from_1(void) {
@@ -2071,6 +2119,7 @@ int main(void) {
   test_refusals();
   test_disk_full();
   test_checkpoints();
+  test_wal_hard_limit();
   test_upgrade_from_1();
   test_flushes_counted_once_asked();
   test_writer_thread();

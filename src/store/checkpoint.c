@@ -3,10 +3,13 @@
  * off: a checkpoint inside a commit stalls it for tens of milliseconds); a thread of the
  * store's own copies the WAL into the database on a second connection, once a second and each
  * time the WAL grew by CHECKPOINT_FRAMES; and between two batches the connection that writes
- * copies the short tail a busy WAL keeps, so that the next write can start the WAL over.
- * Owns that thread (started at the first commit of a file database, stopped by close) and
- * those thresholds. Must never: run a statement on the writing connection while a batch is
- * open, or wait for the writer while holding the checkpoint lock.
+ * copies the short tail a busy WAL keeps, so that the next write can start the WAL over; past
+ * a hard limit it copies the whole WAL itself before the next batch, whatever the thread is
+ * doing, so that a stream of writes faster than the thread's passes cannot grow the WAL
+ * without bound (its writes wait for that copy). Owns that thread (started at the first
+ * commit of a file database, stopped by close) and those thresholds. Must never: run a
+ * statement on the writing connection while a batch is open, or wait for the writer while
+ * holding the checkpoint lock.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -29,12 +32,20 @@
 /* The most WAL frames the writing connection copies itself between batches (about 8 MiB); a
  * longer tail goes back to the thread first: 0.4 s of a stalled loop with 1M runs parked. */
 #define CATCH_UP_FRAMES 2048
+/* Past this many WAL frames (about 64 MiB, the journal_size_limit the WAL is cut back to) the
+ * writing connection copies the WAL itself between two batches, after the thread's pass if one
+ * is running: the catch-up above waits for an idle thread and a short tail, which a steady
+ * stream never gives (80 MB/s under ASan on a loaded machine grew the WAL to 76-166 MB). */
+#define WAL_FRAMES_HARD 16384
 
 struct ckpt {
   pthread_t thread;
   pthread_mutex_t mu;
   pthread_cond_t cv;
+  pthread_cond_t idle_cv;   /* running went to 0 */
   int wanted, stop, running;
+  int held;                 /* the writing connection copies the WAL itself: no pass begins */
+  int hard_from;            /* the WAL's length at the last copy past the hard limit */
   int from;                 /* the WAL's length when the last checkpoint was asked for */
   atomic_int frames;        /* the WAL's length, as the last checkpoint found it */
   atomic_int copied;        /* of which copied into the database */
@@ -42,6 +53,10 @@ struct ckpt {
 };
 
 static void run_passes(mend_store *s, struct ckpt *c) {
+  if (s->ckpt_pass_delay_ms > 0) {
+    struct timespec d = {s->ckpt_pass_delay_ms / 1000, (s->ckpt_pass_delay_ms % 1000) * 1000000L};
+    nanosleep(&d, NULL);
+  }
   int frames = 0;
   int copied = mend__sqlite_checkpoint(s, &frames);
   /* A long WAL is copied again at once, a few times: each pass copies only what was committed
@@ -74,12 +89,15 @@ static void *ckpt_main(void *arg) {
         rc = pthread_cond_timedwait(&c->cv, &c->mu, &until);
       if (c->stop) break;
     }
+    while (c->held && !c->stop) pthread_cond_wait(&c->cv, &c->mu);
+    if (c->stop) break;
     c->wanted = 0;
     c->running = 1;
     pthread_mutex_unlock(&c->mu);
     run_passes(s, c);
     pthread_mutex_lock(&c->mu);
     c->running = 0;
+    pthread_cond_broadcast(&c->idle_cv);
   }
   pthread_mutex_unlock(&c->mu);
   return NULL;
@@ -91,8 +109,10 @@ static struct ckpt *start(mend_store *s) {
   if (!c) return NULL;   /* no thread: the WAL is checkpointed when the store closes */
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->cv, NULL);
+  pthread_cond_init(&c->idle_cv, NULL);
   s->ckpt = c;
   if (pthread_create(&c->thread, NULL, ckpt_main, s) != 0) {
+    pthread_cond_destroy(&c->idle_cv);
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
     free(c);
@@ -126,9 +146,34 @@ void mend__ckpt_after_commit(mend_store *s) {
   }
 }
 
+/* Past the hard limit: the thread's pass, if one runs, ends; none begins; the writing
+ * connection copies every frame no reader still needs, and the next write starts the WAL over.
+ * Once for each CHECKPOINT_FRAMES of growth, so that a reader that keeps an old snapshot (and
+ * the WAL with it) does not make every batch wait for a pass. */
+static void copy_past_hard_limit(mend_store *s, struct ckpt *c) {
+  pthread_mutex_lock(&c->mu);
+  c->held = 1;
+  while (c->running) pthread_cond_wait(&c->idle_cv, &c->mu);
+  pthread_mutex_unlock(&c->mu);
+  int rc = sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+  pthread_mutex_lock(&c->mu);
+  c->held = 0;
+  c->hard_from = s->wal_frames;
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+  if (rc == SQLITE_OK) atomic_store(&c->catch_up, 0);
+}
+
 void mend__ckpt_between_batches(mend_store *s) {
   struct ckpt *c = s->ckpt;
-  if (!c || !atomic_load(&c->catch_up) || s->in_batch || running(c)) return;
+  if (!c || s->in_batch) return;
+  int hard = s->wal_hard_frames > 0 ? s->wal_hard_frames : WAL_FRAMES_HARD;
+  if (s->wal_frames < c->hard_from) c->hard_from = 0;   /* the WAL started over */
+  if (s->wal_frames > hard && s->wal_frames - c->hard_from >= CHECKPOINT_FRAMES) {
+    copy_past_hard_limit(s, c);
+    return;
+  }
+  if (!atomic_load(&c->catch_up) || running(c)) return;
   if (s->wal_frames - atomic_load(&c->copied) > CATCH_UP_FRAMES) {
     wake(c);   /* a long tail: the thread first */
     return;
@@ -148,6 +193,7 @@ void mend__ckpt_stop(mend_store *s) {
   pthread_cond_signal(&c->cv);
   pthread_mutex_unlock(&c->mu);
   pthread_join(c->thread, NULL);
+  pthread_cond_destroy(&c->idle_cv);
   pthread_cond_destroy(&c->cv);
   pthread_mutex_destroy(&c->mu);
   free(c);

@@ -139,6 +139,8 @@ struct mend_store {
   int wal_frames;         /* the WAL's length after the last commit (sqlite3_wal_hook) */
   struct ckpt *ckpt;      /* the checkpoint thread (checkpoint.c), from the first commit on */
   int no_auto_checkpoint; /* tests that checkpoint by hand */
+  int wal_hard_frames;    /* tests: the WAL's hard limit in frames (0: checkpoint.c's) */
+  int ckpt_pass_delay_ms; /* tests: each of the thread's passes takes this much longer */
   /* The fence (see "fencing" below). fence_news, lost_new and nlost_new are shared with the
    * loop and guarded by the writer's mutex; the rest belongs to whichever thread writes. */
   char *fence_owner;
