@@ -2102,14 +2102,16 @@ static void it_is_handed_to_another_thread_with_adopt(void) {
 
 /* A game server's pool: each frame a worker (here a new thread, whose creation and join order
  * the frames) adopts the engine and ticks it, with a file database and mend's commit thread.
- * The runs end, and every host function is called on the thread of the frame it runs in. */
-static int calls_off_frame;
+ * The runs end, and every host function is called on the thread of the frame it runs in.
+ * What a frame's thread sees is checked on the main thread after the join (CHECK's counts are
+ * the main thread's). */
+static int calls_off_frame, answers_refused;
 static _Atomic(pthread_t *) frame_thread;
 static void greet_on_frame(void *ud, mend_call *call, const char *args) {
   (void)ud;
   (void)args;
   if (!pthread_equal(*atomic_load(&frame_thread), pthread_self())) calls_off_frame++;
-  CHECK_EQ_INT(mend_call_return(call, "\"framed\""), MEND_OK);
+  if (mend_call_return(call, "\"framed\"") != MEND_OK) answers_refused++;
 }
 
 typedef struct {
@@ -2139,20 +2141,21 @@ static void it_is_ticked_by_a_pool_of_threads(void) {
   load(E, "basic");
   char id[8][17];
   for (int i = 0; i < 8; i++) start(E, "basic", "{\"who\":\"pool\"}", id[i]);
-  calls_off_frame = 0;
+  calls_off_frame = answers_refused = 0;
   int frames = 0, failed = 0;
   double deadline = now_s() + 30;
   while (mend_engine_in_flight_count(E) > 0 && now_s() < deadline) {
     frame f = {.E = E};
     pthread_t t;
-    CHECK_EQ_INT(pthread_create(&t, NULL, tick_a_frame, &f), 0);
-    pthread_join(t, NULL);
+    if (pthread_create(&t, NULL, tick_a_frame, &f) != 0) f.rc = -1;
+    else pthread_join(t, NULL);
     frames++;
     if (f.rc != MEND_OK && ++failed) break;
     usleep(1000);
   }
   CHECK_EQ_INT(failed, 0);
   CHECK_EQ_INT(calls_off_frame, 0);
+  CHECK_EQ_INT(answers_refused, 0);
   CHECK_EQ_INT(mend_engine_in_flight_count(E), 0);
   CHECK_EQ_INT(mend_engine_adopt(E), MEND_OK);
   for (int i = 0; i < 8; i++) {
