@@ -24,8 +24,8 @@
 #include "lmend.h"
 #include "luadir.h"
 
-static int *callbacks_of(mend_engine *E);
-static atomic_int *driving_of(mend_engine *E);
+typedef struct handle handle;
+static handle *handle_of(mend_engine *E);
 
 /* The entry points that run workflow code run between these two: an error of Lua's outside
  * every protected call (a bug of mend's, or memory running out for the engine itself) comes
@@ -35,19 +35,20 @@ static atomic_int *driving_of(mend_engine *E);
 #define PANIC_EXIT(E)                                            \
   if (mend_engine_panicked(E)) return MEND_EBROKEN;               \
   jmp_buf panic_jb;                                              \
-  int panic_callbacks = *callbacks_of(E);                        \
-  atomic_fetch_add(driving_of(E), 1);                            \
+  handle *volatile panic_h = handle_of(E);                       \
+  int panic_callbacks = panic_h->side.in_callback;               \
+  atomic_fetch_add(&panic_h->driving, 1);                        \
   void *panic_saved = mend_engine_set_panic_exit((E), &panic_jb); \
   if (setjmp(panic_jb)) {                                        \
     mend_engine_set_panic_exit((E), panic_saved);                \
-    *callbacks_of(E) = panic_callbacks;                          \
-    atomic_fetch_sub(driving_of(E), 1);                          \
+    panic_h->side.in_callback = panic_callbacks;                 \
+    atomic_fetch_sub(&panic_h->driving, 1);                      \
     return MEND_EBROKEN;                                         \
   }
 #define PANIC_EXIT_END(E)                          \
   do {                                             \
     mend_engine_set_panic_exit((E), panic_saved);  \
-    atomic_fetch_sub(driving_of(E), 1);            \
+    atomic_fetch_sub(&panic_h->driving, 1);        \
   } while (0)
 
 /* A driving call made from inside the engine's own run code (a host function): refused, as the
@@ -137,7 +138,7 @@ typedef struct host_fn_box {
 
 /* The engine is the handle; the host side hangs off a small registry keyed by engine. A host
  * has few engines, so a list is enough. */
-typedef struct handle {
+struct handle {
   mend_engine *E;
   pthread_t thread;       /* the one it belongs to (mend.h, Threading), changed by adopt */
   host_side side;
@@ -148,7 +149,7 @@ typedef struct handle {
   atomic_int refused;
   _Atomic(const char *) refused_what;
   struct handle *next;
-} handle;
+};
 
 /* Engines on different threads are independent (mend.h), yet they share this list: each walk
  * and change of it holds the lock. A handle found stays valid after only on the thread its
@@ -170,18 +171,6 @@ static handle *handle_of(mend_engine *E) {
   pthread_mutex_unlock(&handles_lock);
   return h;
 }
-
-/* The count of the host's callbacks engine E is inside (a dummy for an engine not made here). */
-static int *callbacks_of(mend_engine *E) {
-  static _Thread_local int none;
-  handle *h = handle_of(E);
-  if (h) return &h->side.in_callback;
-  none = 0;
-  return &none;
-}
-
-/* The count of the calls under way that drive engine E; after NEED_ENGINE, which found it. */
-static atomic_int *driving_of(mend_engine *E) { return &handle_of(E)->driving; }
 
 /* A call that may not touch its engine says why here, in its own thread: the engine's message
  * is the owner thread's to write, or gone with the engine. */
