@@ -3,10 +3,11 @@
  * failures to mend_status codes, the JSON text handed to hosts, the adapters from the
  * engine's callbacks to the host's (and the count of those the engine is inside, from which it
  * is not freed), the refusal of what no call can use (a NULL engine or argument, options out of
- * range, an engine freed already), and the hint a host gets when mend's own Lua files are not
- * where it looked. Nothing else. Must never: choose a status from a message's text (each of
- * the engine's codes, mend_refusal and the event and token codes, has one status); reach the
- * engine's insides (engine.h only).
+ * range, an engine freed already), which thread an engine belongs to (its hand-over by
+ * mend_engine_adopt, and the refusal of other threads' calls, told on both threads), and the
+ * hint a host gets when mend's own Lua files are not where it looked. Nothing else. Must
+ * never: choose a status from a message's text (each of the engine's codes, mend_refusal and
+ * the event and token codes, has one status); reach the engine's insides (engine.h only).
  */
 #include "mend.h"
 
