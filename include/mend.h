@@ -9,10 +9,12 @@
  * a message naming the cause, read with mend_engine_errmsg(). A NULL engine, or a NULL where a
  * call needs a value (a run id, a path, an out pointer), is MEND_EINVAL.
  *
- * Threading: an engine belongs to the thread that created it. No function may be called on
- * it from another thread, except mend_engine_wakeup(): one that returns a status returns
- * MEND_ESTATE there, the engine untouched, and mend_engine_errmsg() on that thread says why.
- * Engines on different threads are independent. Callbacks (log, alert, event, host functions) run on the engine's thread,
+ * Threading: an engine belongs to one thread at a time: the one that created it, until
+ * another takes it over with mend_engine_adopt(). No function may be called on it from
+ * another thread, except mend_engine_wakeup() and mend_engine_adopt(): one that returns a
+ * status returns MEND_ESTATE there, the engine untouched, mend_engine_errmsg() on that thread
+ * says why, and the engine's thread logs the refusal (an error line, event "engine") when its
+ * loop next turns. Engines on different threads are independent. Callbacks (log, alert, event, host functions) run on the engine's thread,
  * from inside mend_engine_run_all(), mend_engine_tick() or the host's own uv_run(); from a
  * callback a host may call mend_call_return() and mend_call_fail(), and read the engine's
  * queries; mend_engine_free() from any callback gets MEND_ESTATE, the engine left as it was;
@@ -200,10 +202,24 @@ MEND_API int mend_engine_register_function(mend_engine *engine, const char *name
  * engine's thread, after mend_engine_wakeup() if it sleeps). Frees the call. */
 MEND_API int mend_call_return(mend_call *call, const char *result_json);
 /* Answers a host call with a typed error: kind "retryable" (retry_after >= 0 is the
- * dependency's advice, < 0 none), "fatal", or "compensable" (severity 1..3). Frees the call;
- * from a thread the call's engine does not belong to, does nothing (the call stays open). */
-MEND_API void mend_call_fail(mend_call *call, const char *kind, const char *message,
-                             double retry_after, int severity);
+ * dependency's advice, < 0 none), "fatal", or "compensable" (severity 1..3). Frees the call:
+ * MEND_OK. MEND_EINVAL: call is NULL; MEND_ESTATE from a thread the call's engine does not
+ * belong to (the call stays open, as with mend_call_return). */
+MEND_API int mend_call_fail(mend_call *call, const char *kind, const char *message,
+                            double retry_after, int severity);
+
+/* Makes the calling thread the one the engine belongs to, for a host that moves its work
+ * between threads (a pool of workers that each frame takes whichever engine is due). The
+ * thread it belonged to must have stopped using it, and the host must order that thread's
+ * last call before this one (a mutex, a queue, a join: whatever hands the engine over), as
+ * SQLite asks of a connection used by one thread at a time. From then on every call,
+ * callbacks included (the log, alerts, events, host functions), is this thread's; host calls
+ * still open are answered here, and a loop the engine attaches to (mend_options.uv_loop) must
+ * be run here. MEND_OK (also when it belongs to this thread already); MEND_EINVAL: no such
+ * engine (NULL, or freed); MEND_ESTATE: its thread is driving it now (inside
+ * mend_engine_tick, run_all, advance_clock, recover or load: what can be seen of a hand-over
+ * made too early), nothing changed, logged as any refusal. */
+MEND_API int mend_engine_adopt(mend_engine *engine);
 
 /* Starts a run of `workflow` with `input_json` (NULL: null). With a non-NULL `run_key` that was
  * used before, returns the existing run's id instead and sets *existed (may be NULL) to 1.

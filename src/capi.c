@@ -3,10 +3,11 @@
  * failures to mend_status codes, the JSON text handed to hosts, the adapters from the
  * engine's callbacks to the host's (and the count of those the engine is inside, from which it
  * is not freed), the refusal of what no call can use (a NULL engine or argument, options out of
- * range, an engine freed already), and the hint a host gets when mend's own Lua files are not
- * where it looked. Nothing else. Must never: choose a status from a message's text (each of
- * the engine's codes, mend_refusal and the event and token codes, has one status); reach the
- * engine's insides (engine.h only).
+ * range, an engine freed already), which thread an engine belongs to (its hand-over by
+ * mend_engine_adopt, and the refusal of other threads' calls, told on both threads), and the
+ * hint a host gets when mend's own Lua files are not where it looked. Nothing else. Must
+ * never: choose a status from a message's text (each of the engine's codes, mend_refusal and
+ * the event and token codes, has one status); reach the engine's insides (engine.h only).
  */
 #include "mend.h"
 
@@ -14,6 +15,7 @@
 #include <lua.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,23 +25,32 @@
 #include "lmend.h"
 #include "luadir.h"
 
-static int *callbacks_of(mend_engine *E);
+typedef struct handle handle;
+static handle *handle_of(mend_engine *E);
 
 /* The entry points that run workflow code run between these two: an error of Lua's outside
  * every protected call (a bug of mend's, or memory running out for the engine itself) comes
  * back here through the state's panic handler, and the engine is broken rather than the host
- * aborted. The callbacks it jumped out of are over. */
+ * aborted. The callbacks it jumped out of are over. Meanwhile the call counts as driving the
+ * engine (mend_engine_adopt). After NEED_ENGINE. */
 #define PANIC_EXIT(E)                                            \
   if (mend_engine_panicked(E)) return MEND_EBROKEN;               \
   jmp_buf panic_jb;                                              \
-  int panic_callbacks = *callbacks_of(E);                        \
+  handle *volatile panic_h = handle_of(E);                       \
+  int panic_callbacks = panic_h->side.in_callback;               \
+  atomic_fetch_add(&panic_h->driving, 1);                        \
   void *panic_saved = mend_engine_set_panic_exit((E), &panic_jb); \
   if (setjmp(panic_jb)) {                                        \
     mend_engine_set_panic_exit((E), panic_saved);                \
-    *callbacks_of(E) = panic_callbacks;                          \
+    panic_h->side.in_callback = panic_callbacks;                 \
+    atomic_fetch_sub(&panic_h->driving, 1);                      \
     return MEND_EBROKEN;                                         \
   }
-#define PANIC_EXIT_END(E) mend_engine_set_panic_exit((E), panic_saved)
+#define PANIC_EXIT_END(E)                          \
+  do {                                             \
+    mend_engine_set_panic_exit((E), panic_saved);  \
+    atomic_fetch_sub(&panic_h->driving, 1);        \
+  } while (0)
 
 /* A driving call made from inside the engine's own run code (a host function): refused, as the
  * engine is running that code (engine.h: mend_engine_in_code). */
@@ -128,41 +139,38 @@ typedef struct host_fn_box {
 
 /* The engine is the handle; the host side hangs off a small registry keyed by engine. A host
  * has few engines, so a list is enough. */
-typedef struct handle {
+struct handle {
   mend_engine *E;
-  pthread_t thread;       /* the one it belongs to (mend.h, Threading) */
+  pthread_t thread;       /* the one it belongs to (mend.h, Threading), changed by adopt */
   host_side side;
+  atomic_int driving;     /* calls of the owner's that drive the engine, under way: adopt's */
+  /* Calls refused as made from another thread since the engine's thread last said so in its
+   * log, and the last one's name (a function's __func__, static): written by the refused
+   * thread under the registry's lock, taken on the engine's thread when its loop wakes. */
+  atomic_int refused;
+  _Atomic(const char *) refused_what;
   struct handle *next;
-} handle;
+};
 
 /* Engines on different threads are independent (mend.h), yet they share this list: each walk
  * and change of it holds the lock. A handle found stays valid after only on the thread its
- * engine belongs to (the one that frees it): another thread reads what it needs under the lock
- * (owner_of). */
+ * engine belongs to (the one that frees it): another thread reads and writes what it needs
+ * under the lock, and an engine is taken off the list before it is destroyed, so that one
+ * found there may still be woken. */
 static handle *handles;
 static pthread_mutex_t handles_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* E's handle, and (thread not NULL) the thread it belongs to, read under the lock: a caller on
- * another thread must use only that, as the owner may free the handle meanwhile. */
-static handle *find_handle(mend_engine *E, pthread_t *thread) {
-  pthread_mutex_lock(&handles_lock);
+static handle *find_locked(mend_engine *E) {
   handle *h = handles;
   while (h && h->E != E) h = h->next;
-  if (h && thread) *thread = h->thread;
-  pthread_mutex_unlock(&handles_lock);
   return h;
 }
 
-static handle *handle_of(mend_engine *E) { return find_handle(E, NULL); }
-static int owner_of(mend_engine *E, pthread_t *thread) { return find_handle(E, thread) != NULL; }
-
-/* The count of the host's callbacks engine E is inside (a dummy for an engine not made here). */
-static int *callbacks_of(mend_engine *E) {
-  static _Thread_local int none;
-  handle *h = handle_of(E);
-  if (h) return &h->side.in_callback;
-  none = 0;
-  return &none;
+static handle *handle_of(mend_engine *E) {
+  pthread_mutex_lock(&handles_lock);
+  handle *h = find_locked(E);
+  pthread_mutex_unlock(&handles_lock);
+  return h;
 }
 
 /* A call that may not touch its engine says why here, in its own thread: the engine's message
@@ -170,25 +178,68 @@ static int *callbacks_of(mend_engine *E) {
 static _Thread_local mend_engine *refused_engine;
 static _Thread_local const char *refused_why;
 
-/* MEND_OK when the call may go on with E: not NULL, made here and not freed, and on the
- * thread E belongs to (a call from another would race with everything that thread does). */
-static int check_engine(mend_engine *E) {
-  pthread_t owner;
-  int h = E && owner_of(E, &owner);
-  int rc = !h ? MEND_EINVAL : !pthread_equal(owner, pthread_self()) ? MEND_ESTATE : MEND_OK;
-  refused_engine = rc == MEND_OK ? NULL : E;
-  refused_why = !E ? "the engine is NULL"
-              : !h ? "no such engine: it was freed (mend_engine_free), or not made by mend_engine_new"
-              : "called from a thread the engine does not belong to: only mend_engine_wakeup may "
-                "be (mend.h, Threading)";
+#define FOREIGN_WHY(start)                                                                     \
+  start " from a thread the engine does not belong to, refused: the engine is untouched. Make " \
+        "the call on the engine's thread (wake it with mend_engine_wakeup, the one call any "    \
+        "thread may make), or have this thread take the engine over with mend_engine_adopt "     \
+        "once its thread has stopped using it (mend.h, Threading)"
+
+/* Under the lock, on a thread h's engine does not belong to: the refusal of `what` is counted
+ * for the engine's thread to log, and its loop woken to do it (a refusal nobody hears is how a
+ * step came to wait for ever). The engine is alive: freeing takes it off the list first. */
+static void count_refusal(handle *h, const char *what) {
+  atomic_store(&h->refused_what, what);
+  atomic_fetch_add(&h->refused, 1);
+  mend_engine_wake(h->E);
+}
+
+/* Which thread E belongs to, against the caller: 0 this one (*found: its handle); 1 another
+ * (the refusal of `what` is counted); -1 no such engine. */
+static int owned_here(mend_engine *E, const char *what, handle **found) {
+  pthread_mutex_lock(&handles_lock);
+  handle *h = find_locked(E);
+  int rc = !h ? -1 : pthread_equal(h->thread, pthread_self()) ? 0 : 1;
+  if (rc == 1) count_refusal(h, what);
+  pthread_mutex_unlock(&handles_lock);
+  *found = h;
   return rc;
 }
 
-#define NEED_ENGINE(E)                         \
-  do {                                         \
-    int need_rc_ = check_engine(E);            \
-    if (need_rc_ != MEND_OK) return need_rc_;  \
+/* On the engine's thread: the refusals of other threads' calls, in its log. As its loop wakes,
+ * and at its next call (a loop with nothing else to do does not run, woken or not). */
+static void tell_refusals(void *ud) {
+  handle *h = ud;
+  int n = atomic_exchange(&h->refused, 0);
+  if (n == 0) return;
+  char msg[600];
+  snprintf(msg, sizeof msg, "%d call%s made from a thread the engine does not belong to %s "
+           "refused (the last: %s); the engine is untouched, and a host call answered there is "
+           "still open: answer it on this thread, or adopt the engine (mend_engine_adopt)",
+           n, n == 1 ? "" : "s", n == 1 ? "was" : "were", atomic_load(&h->refused_what));
+  mend_engine_log_line(h->E, "error", NULL, NULL, 0, "engine", msg);
+}
+
+/* MEND_OK when the call may go on with E: not NULL, made here and not freed, and on the
+ * thread E belongs to (a call from another would race with everything that thread does). */
+static int check_engine(mend_engine *E, const char *what) {
+  handle *h = NULL;
+  int here = E ? owned_here(E, what, &h) : -1;
+  int rc = here < 0 ? MEND_EINVAL : here ? MEND_ESTATE : MEND_OK;
+  refused_engine = rc == MEND_OK ? NULL : E;
+  refused_why = !E ? "the engine is NULL"
+              : here < 0 ? "no such engine: it was freed (mend_engine_free), or not made by mend_engine_new"
+              : FOREIGN_WHY("called");
+  if (rc == MEND_OK && atomic_load_explicit(&h->refused, memory_order_relaxed)) tell_refusals(h);
+  return rc;
+}
+
+#define NEED_ENGINE_AS(E, what)                          \
+  do {                                                   \
+    int need_rc_ = check_engine((E), (what));            \
+    if (need_rc_ != MEND_OK) return need_rc_;            \
   } while (0)
+#define NEED_ENGINE(E) NEED_ENGINE_AS((E), __func__)
+
 static int invalid(mend_engine *E, const char *what) {
   mend_engine_note_error(E, what);
   return MEND_EINVAL;
@@ -338,6 +389,7 @@ MEND_API int mend_engine_new(const mend_options *host_opts, mend_engine **out, c
   add_lua_dir_hint(mend_engine_lua(*out), cfg.lua_path);
   h->E = *out;
   h->thread = pthread_self();
+  mend_engine_on_wake(*out, tell_refusals, h);
   if (refused_engine == *out) refused_engine = NULL;   /* a freed engine's address, taken again */
   pthread_mutex_lock(&handles_lock);
   h->next = handles;
@@ -367,7 +419,7 @@ MEND_API int mend_engine_free(mend_engine *engine) {
     }
     return MEND_ESTATE;
   }
-  mend_engine_destroy(engine);
+  /* Off the list first: another thread that finds it there may wake it (owned_here). */
   pthread_mutex_lock(&handles_lock);
   for (handle **p = &handles; *p; p = &(*p)->next)
     if (*p == owner) {
@@ -375,6 +427,7 @@ MEND_API int mend_engine_free(mend_engine *engine) {
       break;
     }
   pthread_mutex_unlock(&handles_lock);
+  mend_engine_destroy(engine);
   for (host_fn_box *b = owner->side.functions, *next; b; b = next) {
     next = b->next;
     free(b);
@@ -429,24 +482,58 @@ MEND_API int mend_engine_register_function(mend_engine *engine, const char *name
 }
 
 /* A call answered from a thread its engine does not belong to: refused, the call left open (an
- * answer there would race with the engine's thread). One whose engine is gone is answered
- * anywhere: that only frees it. */
-static int foreign_call(mend_call *call) {
+ * answer there would race with the engine's thread), and said so on both threads. One whose
+ * engine is gone is answered anywhere: that only frees it. */
+static int foreign_call(mend_call *call, const char *what) {
   mend_engine *E = mend_host_call_engine((mend_host_call *)call);
-  pthread_t owner;
-  return E && owner_of(E, &owner) && !pthread_equal(owner, pthread_self());
+  handle *h;
+  if (!E || owned_here(E, what, &h) != 1) return 0;
+  refused_engine = E;
+  refused_why = FOREIGN_WHY("a host call answered") "; the call stays open";
+  return 1;
 }
 
 MEND_API int mend_call_return(mend_call *call, const char *result_json) {
   if (!call) return MEND_EINVAL;
-  if (foreign_call(call)) return MEND_ESTATE;
+  if (foreign_call(call, __func__)) return MEND_ESTATE;
   return mend_host_return((mend_host_call *)call, result_json) ? MEND_EINVAL : MEND_OK;
 }
 
-MEND_API void mend_call_fail(mend_call *call, const char *kind, const char *message,
-                             double retry_after, int severity) {
-  if (!call || foreign_call(call)) return;
+MEND_API int mend_call_fail(mend_call *call, const char *kind, const char *message,
+                            double retry_after, int severity) {
+  if (!call) return MEND_EINVAL;
+  if (foreign_call(call, __func__)) return MEND_ESTATE;
   mend_host_fail((mend_host_call *)call, kind, message, retry_after, severity);
+  return MEND_OK;
+}
+
+/* The host's hand-over of an engine between its threads: the old owner's calls have ended
+ * (the host's own synchronisation orders them before this one, as SQLite asks of a connection
+ * used by one thread at a time). What can be seen of one still under way is seen here: a call
+ * that drives the engine, counted under the lock's cover by PANIC_EXIT. */
+MEND_API int mend_engine_adopt(mend_engine *engine) {
+  if (!engine) {
+    refused_engine = NULL;
+    return MEND_EINVAL;
+  }
+  pthread_mutex_lock(&handles_lock);
+  handle *h = find_locked(engine);
+  int rc = !h ? MEND_EINVAL
+         : pthread_equal(h->thread, pthread_self()) ? MEND_OK
+         : atomic_load(&h->driving) > 0 ? MEND_ESTATE : MEND_OK;
+  if (rc == MEND_OK) {
+    h->thread = pthread_self();
+  } else if (h) {
+    count_refusal(h, __func__);
+  }
+  pthread_mutex_unlock(&handles_lock);
+  refused_engine = rc == MEND_OK ? NULL : engine;
+  refused_why = !h ? "mend_engine_adopt: no such engine: it was freed (mend_engine_free), or not "
+                     "made by mend_engine_new"
+                   : "mend_engine_adopt: the thread the engine belongs to is driving it now "
+                     "(mend_engine_tick, run_all, advance_clock, recover, load): adopt it once "
+                     "that thread has stopped using it";
+  return rc;
 }
 
 MEND_API int mend_engine_start(mend_engine *engine, const char *workflow, const char *input_json,
@@ -552,8 +639,9 @@ static int dump(mend_engine *engine, json_t *v, int of_run, char **out) {
 }
 
 /* The query's arguments, before the store is asked. */
-static int query_args(mend_engine *engine, const char *run_id, int needs_run, char **json_out) {
-  NEED_ENGINE(engine);
+static int query_args(mend_engine *engine, const char *what, const char *run_id, int needs_run,
+                      char **json_out) {
+  NEED_ENGINE_AS(engine, what);
   if (!json_out) return invalid(engine, "json_out is NULL: pass &json");
   *json_out = NULL;
   if (needs_run && !run_id) return invalid(engine, "the run id is NULL");
@@ -561,13 +649,13 @@ static int query_args(mend_engine *engine, const char *run_id, int needs_run, ch
 }
 
 MEND_API int mend_engine_run_json(mend_engine *engine, const char *run_id, char **json_out) {
-  int rc = query_args(engine, run_id, 1, json_out);
+  int rc = query_args(engine, __func__, run_id, 1, json_out);
   if (rc != MEND_OK) return rc;
   return dump(engine, mend_store_run(mend_engine_store(engine), run_id), 1, json_out);
 }
 
 MEND_API int mend_engine_history_json(mend_engine *engine, const char *run_id, char **json_out) {
-  int rc = query_args(engine, run_id, 1, json_out);
+  int rc = query_args(engine, __func__, run_id, 1, json_out);
   if (rc != MEND_OK) return rc;
   return dump(engine, mend_store_history(mend_engine_store(engine), run_id), 1, json_out);
 }
@@ -592,7 +680,7 @@ static const char *page_refused(long long after, long long limit, long long tail
 MEND_API int mend_engine_history_page_json(mend_engine *engine, const char *run_id,
                                            long long after, long long limit, long long tail,
                                            char **json_out) {
-  int rc = query_args(engine, run_id, 1, json_out);
+  int rc = query_args(engine, __func__, run_id, 1, json_out);
   if (rc != MEND_OK) return rc;
   char why[160];
   if (page_refused(after, limit, tail, why, sizeof why)) return invalid(engine, why);
@@ -601,7 +689,7 @@ MEND_API int mend_engine_history_page_json(mend_engine *engine, const char *run_
 }
 
 MEND_API int mend_engine_dlq_json(mend_engine *engine, char **json_out) {
-  int rc = query_args(engine, NULL, 0, json_out);
+  int rc = query_args(engine, __func__, NULL, 0, json_out);
   if (rc != MEND_OK) return rc;
   return dump(engine, mend_store_dlq(mend_engine_store(engine)), 0, json_out);
 }
@@ -658,10 +746,10 @@ MEND_API int mend_engine_signal_by_key(mend_engine *engine, const char *run_key,
   return signal_status(engine, NULL, run_key, name, payload_json, key);
 }
 
-static int token_status(mend_engine *engine, const char *token, int ok, const char *result,
-                        const char *kind, const char *message) {
+static int token_status(mend_engine *engine, const char *what, const char *token, int ok,
+                        const char *result, const char *kind, const char *message) {
   char err[1200];
-  NEED_ENGINE(engine);
+  NEED_ENGINE_AS(engine, what);
   if (!token) return invalid(engine, "the token is NULL");
   int rc = mend_engine_settle_token(engine, token, ok, result, kind, message, NULL, err, sizeof err);
   if (rc >= 0) return MEND_OK;
@@ -674,12 +762,12 @@ static int token_status(mend_engine *engine, const char *token, int ok, const ch
 }
 
 MEND_API int mend_engine_complete(mend_engine *engine, const char *token, const char *result_json) {
-  return token_status(engine, token, 1, result_json, NULL, NULL);
+  return token_status(engine, __func__, token, 1, result_json, NULL, NULL);
 }
 
 MEND_API int mend_engine_fail(mend_engine *engine, const char *token, const char *kind,
                               const char *message) {
-  return token_status(engine, token, 0, NULL, kind, message);
+  return token_status(engine, __func__, token, 0, NULL, kind, message);
 }
 
 MEND_API int mend_engine_retry_dead_letter(mend_engine *engine, const char *run_id, const char *who) {

@@ -178,6 +178,10 @@ double mend_engine_next_due(mend_engine *E);
 /* Thread-safe: wakes the engine's loop (for a host completing calls from another thread, it
  * must still call mend_host_return on the engine's thread). */
 void mend_engine_wake(mend_engine *E);
+/* fn(ud) runs on the loop's thread each time the loop is woken (by mend_engine_wake or by the
+ * writer thread), before anything else the wakeup does: how a thread that may not touch the
+ * engine gets something said on the engine's own thread. */
+void mend_engine_on_wake(mend_engine *E, void (*fn)(void *ud), void *ud);
 
 int mend_engine_register_host(mend_engine *E, const char *name, mend_engine_host_fn fn, void *ud);
 /* Completes a host call: the step resumes with the value of `result` (JSON text; NULL: nil).

@@ -7,6 +7,7 @@
 #include <lauxlib.h>
 #include <lua.h>
 #include <lualib.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -57,6 +58,10 @@ static int run_cli(lua_State *L) {
 }
 
 int main(int argc, char **argv) {
+  /* A write past the file size limit (RLIMIT_FSIZE, `ulimit -f`) would kill the process
+   * without a word; ignored, the write fails with EFBIG and the store names the file and the
+   * cause, as it does for a full disk. */
+  signal(SIGXFSZ, SIG_IGN);
   mend_store_quiet_memstatus();
   lua_State *L = luaL_newstate();
   if (!L) {

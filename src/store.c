@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -38,12 +39,30 @@ void mend__set_msg(char *buf, int len, const char *fmt, ...) {
   va_end(ap);
 }
 
+/* What "disk I/O error" alone does not say: the system's cause when SQLite kept it (a disk
+ * full as a file is opened), else a file size limit (RLIMIT_FSIZE) that a write may have met,
+ * whose errno SQLite does not keep. "" when neither is known. */
+static const char *io_cause(sqlite3 *db) {
+  static _Thread_local char cause[160];
+  struct rlimit rl;
+  cause[0] = 0;
+  if (sqlite3_system_errno(db))
+    snprintf(cause, sizeof cause, " (%s)", strerror(sqlite3_system_errno(db)));
+  else if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+    snprintf(cause, sizeof cause, " (this process may write no file past %llu bytes: its file "
+             "size limit, RLIMIT_FSIZE, `ulimit -f`)", (unsigned long long)rl.rlim_cur);
+  return cause;
+}
+
 /* "<path>: <what>: <sqlite errmsg>", read before any reset can change the message. */
 void mend__sql_err(mend_store *s, const char *what) {
   int code = sqlite3_extended_errcode(s->db) & 0xff;
   if (code == SQLITE_BUSY || code == SQLITE_LOCKED)
     mend__set_msg(s->err, sizeof s->err, "%s: %s: database is locked by another process (waited %.1f s)",
             s->path, what, s->busy_ms / 1000.0);
+  else if (code == SQLITE_IOERR || code == SQLITE_CANTOPEN)
+    mend__set_msg(s->err, sizeof s->err, "%s: %s: %s%s", s->path, what, sqlite3_errmsg(s->db),
+                  io_cause(s->db));
   else
     mend__set_msg(s->err, sizeof s->err, "%s: %s: %s", s->path, what, sqlite3_errmsg(s->db));
 }
@@ -69,7 +88,12 @@ static int note_wal(void *ud, sqlite3 *db, const char *name, int frames) {
 static int busy_wait(void *ud, int count) {
   const mend_store *s = ud;
   enum { WAIT_US = 250 };
-  if ((long)count * WAIT_US >= s->busy_ms * 1000L) return 0;
+  /* Counted in time, not in calls: on a loaded machine a sleep of 250 us took up to three
+   * times as long, and a wait of "5 s" lasted 14. One wait at a time on a thread. */
+  static _Thread_local double since;
+  double now = mend__now_mono();
+  if (count == 0) since = now;
+  if (now - since >= s->busy_ms / 1000.0) return 0;
   struct timespec ts = {0, WAIT_US * 1000L};
   nanosleep(&ts, NULL);
   return 1;

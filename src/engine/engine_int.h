@@ -304,6 +304,8 @@ struct mend_engine {
   int look_warned;        /* a failed look was told (lookahead.c: look_trouble) */
   unsigned long look_seq;
   uv_async_t *wakeup;
+  void (*on_wake)(void *ud);      /* the host side's, on the loop's thread (mend_engine_on_wake) */
+  void *on_wake_ud;
   size_t mem_used, mem_limit;
   size_t mem_allocated;   /* bytes the Lua state allocated, in all: a tick's collector pace */
   int limit_memory;       /* 1 while step code runs: only it is held to the limit */

@@ -248,6 +248,7 @@ int mend__defer_wait(mend_run *r) {
 
 void mend__on_wakeup(uv_async_t *h) {
   mend_engine *E = h->data;
+  if (E->on_wake) E->on_wake(E->on_wake_ud);
   mend__kick(E);
   /* Held while the writer thread has a batch, so that the loop waits for it; idle otherwise,
    * as a host's loop must not be kept alive by it. */
@@ -262,6 +263,11 @@ void mend__writer_done(void *ud) {
 }
 
 void mend_engine_wake(mend_engine *E) { uv_async_send(E->wakeup); }
+
+void mend_engine_on_wake(mend_engine *E, void (*fn)(void *ud), void *ud) {
+  E->on_wake = fn;
+  E->on_wake_ud = ud;
+}
 /* ---------------------------------------------------------------- actions and batches */
 
 void mend__do_action(mend_run *r) {
