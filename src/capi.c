@@ -27,6 +27,7 @@
 
 typedef struct handle handle;
 static handle *handle_of(mend_engine *E);
+static handle *start_driving(mend_engine *E);
 
 /* The entry points that run workflow code run between these two: an error of Lua's outside
  * every protected call (a bug of mend's, or memory running out for the engine itself) comes
@@ -36,9 +37,9 @@ static handle *handle_of(mend_engine *E);
 #define PANIC_EXIT(E)                                            \
   if (mend_engine_panicked(E)) return MEND_EBROKEN;               \
   jmp_buf panic_jb;                                              \
-  handle *volatile panic_h = handle_of(E);                       \
+  handle *volatile panic_h = start_driving(E);                   \
+  if (!panic_h) return MEND_ESTATE;                              \
   int panic_callbacks = panic_h->side.in_callback;               \
-  atomic_fetch_add(&panic_h->driving, 1);                        \
   void *panic_saved = mend_engine_set_panic_exit((E), &panic_jb); \
   if (setjmp(panic_jb)) {                                        \
     mend_engine_set_panic_exit((E), panic_saved);                \
@@ -217,6 +218,23 @@ static void tell_refusals(void *ud) {
            "still open: answer it on this thread, or adopt the engine (mend_engine_adopt)",
            n, n == 1 ? "" : "s", n == 1 ? "was" : "were", atomic_load(&h->refused_what));
   mend_engine_log_line(h->E, "error", NULL, NULL, 0, "engine", msg);
+}
+
+/* The handle of E, counted as driving it, when E is still this thread's: an adopt between
+ * the call's check and here took it over (NULL: the call is refused). One locked section for
+ * the look and the count, so that adopt sees either the count or a thread no longer the
+ * owner. */
+static handle *start_driving(mend_engine *E) {
+  pthread_mutex_lock(&handles_lock);
+  handle *h = find_locked(E);
+  int mine = h && pthread_equal(h->thread, pthread_self());
+  if (mine) atomic_fetch_add(&h->driving, 1);
+  else if (h) count_refusal(h, "a call that drives the engine");
+  pthread_mutex_unlock(&handles_lock);
+  if (mine) return h;
+  refused_engine = E;
+  refused_why = FOREIGN_WHY("called");
+  return NULL;
 }
 
 /* MEND_OK when the call may go on with E: not NULL, made here and not freed, and on the
@@ -510,7 +528,7 @@ MEND_API int mend_call_fail(mend_call *call, const char *kind, const char *messa
 /* The host's hand-over of an engine between its threads: the old owner's calls have ended
  * (the host's own synchronisation orders them before this one, as SQLite asks of a connection
  * used by one thread at a time). What can be seen of one still under way is seen here: a call
- * that drives the engine, counted under the lock's cover by PANIC_EXIT. */
+ * that drives the engine, counted under the lock by PANIC_EXIT (start_driving). */
 MEND_API int mend_engine_adopt(mend_engine *engine) {
   if (!engine) {
     refused_engine = NULL;
