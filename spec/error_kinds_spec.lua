@@ -350,4 +350,54 @@ describe("a retry let through as a half-open probe that does not execute", funct
     assert.are.equal("succeeded", eng:status(b).status)
     assert.are.equal(2, calls())
   end)
+  it("gives it back when the step then sleeps before it executes, and asks again after", function()
+    local eng = H.new_engine()
+    local asked, ran = 0, 0
+    eng:register(H.one_step("a", { breaker = POLICY, retry = RETRY20, sleep = 5,
+      when = function()
+        asked = asked + 1
+        if asked == 1 then error(mend.retryable("busy")) end
+        return true
+      end,
+      execute = function() ran = ran + 1; return "a" end }))
+    local calls = other(eng)
+    local a, b = eng:start("a", {}), eng:start("b", {})
+    eng:advance(1)
+    assert.are.equal("open", H.breaker(eng, "dep").state)
+    eng:advance(300)
+    assert.are.equal("succeeded", eng:status(a).status)
+    assert.are.equal("succeeded", eng:status(b).status)
+    assert.are.equal(1, ran)
+    assert.are.equal(2, calls())
+  end)
+
+  it("is the admitted step's alone: the next step, once it is skipped, asks its own breaker", function()
+    local eng = H.new_engine()
+    local asked, second = 0, 0
+    eng:register({ name = "a", steps = {
+      { name = "first", breaker = POLICY, retry = RETRY20,
+        when = function()
+          asked = asked + 1
+          if asked == 1 then error(mend.retryable("busy")) end
+          return false
+        end,
+        execute = function() return "first" end },
+      { name = "second", breaker = { key = "other", failure_threshold = 1, open_seconds = 1000 },
+        execute = function() second = second + 1; return "second" end },
+    } })
+    eng:register(H.one_step("o", { breaker = "other", retry = { max_attempts = 1 },
+      execute = function() error(mend.retryable("down")) end }))
+    other(eng)
+    eng:start("o", {})
+    eng:advance(1)
+    assert.are.equal("open", H.breaker(eng, "other").state)
+    local a = eng:start("a", {})
+    eng:start("b", {})
+    eng:advance(1)
+    assert.are.equal("open", H.breaker(eng, "dep").state)
+    eng:advance(25)
+    assert.are.equal("skipped", H.step(eng:status(a), "first").status)
+    assert.are.equal(0, second)
+    assert.are.equal("breaker_open", H.step(eng:status(a), "second").status)
+  end)
 end)

@@ -71,7 +71,7 @@ void mend__breakdown(mend_engine *E, const char *fmt, ...) {
   vsnprintf(E->errmsg, sizeof E->errmsg, fmt, ap);
   va_end(ap);
   E->broken = 1;
-  mend_timers_halt(&E->timers);   /* a waiting run's due time would hold a host's uv_run */
+  mend_timers_unref(&E->timers);   /* a waiting run's due time would hold a host's uv_run */
   mend_engine_log_line(E, "error", NULL, NULL, 0, "engine", E->errmsg);
 }
 

@@ -255,16 +255,15 @@ void mend_timers_not_before(mend_timers *ts, double t) {
   if (ts->is_virtual && t > ts->virtual_now) ts->virtual_now = t;
 }
 
-void mend_timers_halt(mend_timers *ts) {
-  ts->halted = 1;
-  if (ts->uv) uv_timer_stop(ts->uv);
+void mend_timers_unref(mend_timers *ts) {
+  if (ts->uv) uv_unref((uv_handle_t *)ts->uv);
 #ifdef __linux__
-  if (ts->fd_poll) disarm_timerfd(ts);
+  if (ts->fd_poll) uv_unref((uv_handle_t *)ts->fd_poll);
 #endif
 }
 
 void mend_timers_sync(mend_timers *ts) {
-  if (ts->is_virtual || !ts->uv || ts->halted) return;
+  if (ts->is_virtual || !ts->uv) return;
 #ifdef __linux__
   if (ts->fd_poll) {
     if (ts->count) arm_timerfd(ts, ts->heap[0]->due);

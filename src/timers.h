@@ -40,15 +40,15 @@ typedef struct mend_timers {
                             * (0: never), one timer at least; the rest stay due for the next */
   uv_poll_t *fd_poll;      /* Linux: a timerfd armed for the earliest entry, to the nanosecond
                             * (libuv's timers count milliseconds); then `uv` stays idle */
-  int halted;              /* mend_timers_halt: the entries stay, nothing wakes the loop for them */
 } mend_timers;
 
 /* 0 or -1 (out of memory). `loop` drives the real clock; unused by a virtual one. */
 int    mend_timers_init(mend_timers *ts, uv_loop_t *loop, int is_virtual);
 void   mend_timers_close(mend_timers *ts);  /* disarms everything; closes the uv handle */
-/* The loop is no longer woken for any entry, now or later (a broken engine's waits hold a host's
- * uv_run no longer); the handles stay open for close. */
-void   mend_timers_halt(mend_timers *ts);
+/* The entries no longer keep the loop alive (a broken engine's waits hold a host's uv_run no
+ * longer), and still fire while something else does (an attempt's deadline stops a child
+ * process that holds the loop). */
+void   mend_timers_unref(mend_timers *ts);
 double mend_timers_now(const mend_timers *ts);
 double mend_real_now(void);   /* wall clock, seconds since the epoch, the store's if set below */
 double mend_host_now(void);   /* this host's wall clock, for deadlines that stay on this host */

@@ -127,7 +127,8 @@ static int decide_when(mend_run *r, int i) {
 static void forward_step(mend_run *r, int i, int admitted);
 
 void mend__forward(mend_run *r) {
-  int admitted = r->admitted;   /* for this attempt only */
+  int admitted = r->admitted;   /* for this attempt only, of the step it was given to */
+  int admitted_step = r->cur;
   r->admitted = 0;
   if (MEND_COLD(r, parent)) {   /* a lane: its one branch */
     int b = r->cur;
@@ -167,7 +168,7 @@ void mend__forward(mend_run *r) {
   }
   if (r->wf->steps[r->cur].nbranches || r->wf->steps[r->cur].map_ref != LUA_NOREF)
     mend__group_forward(r, r->cur);
-  else forward_step(r, r->cur, admitted);
+  else forward_step(r, r->cur, admitted && r->cur == admitted_step);
 }
 
 static void forward_step(mend_run *r, int i, int admitted) {
@@ -192,6 +193,7 @@ static void forward_step(mend_run *r, int i, int admitted) {
       char *found = NULL;
       int r2 = mend_store_find_key_result(E->store, st->idem_key, &found);
       if (r2 < 0) {
+        give_back_admission(r, i);   /* asked for again when the step comes round */
         mend__store_failed(E);
         if (!E->broken) mend__queue(r, ACT_ADVANCE);   /* a lock elsewhere: again after the commit */
         return;
@@ -207,7 +209,9 @@ static void forward_step(mend_run *r, int i, int admitted) {
       }
     }
     if (def->sleep > 0 && !st->slept) {
-      /* A durable wait: only its due time is kept, in the step's row; no coroutine. */
+      /* A durable wait: only its due time is kept, in the step's row; no coroutine. The
+       * breaker is asked again when it ends. */
+      give_back_admission(r, i);
       st->due = mend_engine_now(E) + def->sleep;
       mend__step_to(r, i, MEND_STEP_SLEEPING, NULL, def->sleep, NULL);
       r->wait_kind = WAIT_STEP_SLEEP;
