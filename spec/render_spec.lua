@@ -107,3 +107,21 @@ describe("a database's name as mend shows it (mend wait, the REPL's banner)", fu
     assert.are.equal("user:pw@odd.db", render.db_shown("user:pw@odd.db"))   -- a file's name as it is
   end)
 end)
+
+describe("a timeline", function()
+  after_each(H.cleanup)
+
+  it("writes times past an hour in hours, minutes and seconds", function()
+    local dir = H.tmp_dir()
+    local wf = H.write_file(dir, "nap.lua", [[
+return { name = "nap", steps = {
+  { name = "nap", sleep = 2 * 3600 + 61.5 },
+  { name = "done", execute = function() return 1 end } } }
+]])
+    local code, out = stdout_of(("%s run %s --db %s --clock virtual"):format(
+      H.MEND, H.quote(wf), H.quote(H.new_db(dir, "nap.db"))))
+    assert.are.equal(0, code, out)
+    assert.matches("%+2h01m01%.500s%s+done", out)
+    assert.is_nil(out:find("%+%d%d%d+m"), out)
+  end)
+end)

@@ -23,7 +23,8 @@ end
 local function fmt_reltime(dt)
   if math.abs(dt) >= FAR then return ("+%.6gs"):format(dt) end
   if dt < 60 then return ("+%.3fs"):format(dt) end
-  return ("+%dm%06.3fs"):format(dt // 60, dt % 60)
+  if dt < 3600 then return ("+%dm%06.3fs"):format(dt // 60, dt % 60) end
+  return ("+%dh%02dm%06.3fs"):format(dt // 3600, dt % 3600 // 60, dt % 60)
 end
 
 local function fmt_time(t)
