@@ -194,13 +194,16 @@ static void count_refusal(handle *h, const char *what) {
   mend_engine_wake(h->E);
 }
 
-/* Which thread E belongs to, against the caller: 0 this one (*found: its handle); 1 another
- * (the refusal of `what` is counted); -1 no such engine. */
-static int owned_here(mend_engine *E, const char *what, handle **found) {
+/* Which thread E belongs to, against the caller: 0 this one (*found: its handle; counted as
+ * driving it when `drive`, in the same locked section, so that an adopt sees either the count
+ * or a thread no longer the owner); 1 another (the refusal of `what` is counted); -1 no such
+ * engine. */
+static int owned_here(mend_engine *E, const char *what, handle **found, int drive) {
   pthread_mutex_lock(&handles_lock);
   handle *h = find_locked(E);
   int rc = !h ? -1 : pthread_equal(h->thread, pthread_self()) ? 0 : 1;
   if (rc == 1) count_refusal(h, what);
+  else if (rc == 0 && drive) atomic_fetch_add(&h->driving, 1);
   pthread_mutex_unlock(&handles_lock);
   *found = h;
   return rc;
@@ -221,17 +224,10 @@ static void tell_refusals(void *ud) {
 }
 
 /* The handle of E, counted as driving it, when E is still this thread's: an adopt between
- * the call's check and here took it over (NULL: the call is refused). One locked section for
- * the look and the count, so that adopt sees either the count or a thread no longer the
- * owner. */
+ * the call's check and here took it over (NULL: the call is refused). */
 static handle *start_driving(mend_engine *E) {
-  pthread_mutex_lock(&handles_lock);
-  handle *h = find_locked(E);
-  int mine = h && pthread_equal(h->thread, pthread_self());
-  if (mine) atomic_fetch_add(&h->driving, 1);
-  else if (h) count_refusal(h, "a call that drives the engine");
-  pthread_mutex_unlock(&handles_lock);
-  if (mine) return h;
+  handle *h = NULL;
+  if (owned_here(E, "a call that drives the engine", &h, 1) == 0) return h;
   refused_engine = E;
   refused_why = FOREIGN_WHY("called");
   return NULL;
@@ -241,7 +237,7 @@ static handle *start_driving(mend_engine *E) {
  * thread E belongs to (a call from another would race with everything that thread does). */
 static int check_engine(mend_engine *E, const char *what) {
   handle *h = NULL;
-  int here = E ? owned_here(E, what, &h) : -1;
+  int here = E ? owned_here(E, what, &h, 0) : -1;
   int rc = here < 0 ? MEND_EINVAL : here ? MEND_ESTATE : MEND_OK;
   refused_engine = rc == MEND_OK ? NULL : E;
   refused_why = !E ? "the engine is NULL"
@@ -505,7 +501,7 @@ MEND_API int mend_engine_register_function(mend_engine *engine, const char *name
 static int foreign_call(mend_call *call, const char *what) {
   mend_engine *E = mend_host_call_engine((mend_host_call *)call);
   handle *h;
-  if (!E || owned_here(E, what, &h) != 1) return 0;
+  if (!E || owned_here(E, what, &h, 0) != 1) return 0;
   refused_engine = E;
   refused_why = FOREIGN_WHY("a host call answered") "; the call stays open";
   return 1;
