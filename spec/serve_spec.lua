@@ -713,6 +713,43 @@ print("closed", len(gone))
     assert.matches("%(mend serve, token%)$", operator_details(base, r.id)[1])
   end)
 
+  -- A page of any site whose name the attacker's DNS points at 127.0.0.1 once it has loaded
+  -- (DNS rebinding) speaks to loopback as its own origin: JSON, no preflight. What tells its
+  -- requests apart is the name they are addressed to.
+  it("takes a request addressed to a name other than loopback's as one from beyond it", function()
+    local dir, db = workspace()
+    local base = start(dir, db)
+    local port = base:match(":(%d+)$")
+    local start_body = { workflow = "hello", input = { to = "x" } }
+    for _, host in ipairs { "rebind.example:" .. port, "rebind.example", "127.0.0.1.nip.io:" .. port,
+                            "localhost.evil.example", "[::ffff:7f00:1]:" .. port } do
+      local code, e = post(base, "/api/v1/runs", start_body, { headers = { "Host: " .. host } })
+      assert.are.equal(400, code, host)
+      assert.are.equal("bad_header", e.error.code, host)
+      assert.matches("Host", e.error.message)
+      code, e = get(base, "/api/v1/runs", { headers = { "Host: " .. host } })
+      assert.are.equal(400, code, host)
+    end
+    assert.are.same({ "0" }, H.sql(db, "SELECT count(*) FROM runs"))
+    for _, host in ipairs { "127.0.0.1:" .. port, "localhost:" .. port, "LocalHost", "127.1.2.3",
+                            "[::1]:" .. port } do
+      local code = post(base, "/api/v1/runs", start_body, { headers = { "Host: " .. host } })
+      assert.are.equal(201, code, host)
+    end
+    -- With a token, such a request is one from beyond loopback: the token lets it in.
+    local token = "rebind-token-0123456789"
+    local tokfile = H.write_file(dir, "token", token)
+    base = start(dir, db, "--listen 127.0.0.1:0 --token-file " .. q(tokfile))
+    local host = { "Host: mend.internal.example" }
+    local code = get(base, "/api/v1/runs", { headers = host })
+    assert.are.equal(401, code)
+    code = get(base, "/api/v1/runs", { headers = host, token = token })
+    assert.are.equal(200, code)
+    code = post(base, "/api/v1/runs", start_body, { headers = host, token = token })
+    assert.are.equal(201, code)
+    assert.are.same({ "6" }, H.sql(db, "SELECT count(*) FROM runs"))
+  end)
+
   it("refuses to listen beyond loopback without a token file; with one, every request needs it", function()
     local dir, db = workspace()
     local rc, out = sh(MEND .. " serve --db " .. q(db) .. " --listen 0.0.0.0:0")

@@ -397,6 +397,33 @@ static const char *who_of(serve_req *r, int with_token) {
   return h2o_strdup(&r->req->pool, buf, strlen(buf)).base;
 }
 
+/* Whether a request is addressed to this machine's loopback by name: Host localhost,
+ * 127.0.0.0/8 or [::1] (any port), or no Host at all (h2o then puts its default host's in,
+ * and no browser sends such a request). A page whose name an attacker's DNS turned to
+ * 127.0.0.1 after it loaded (DNS rebinding) speaks to loopback as its own origin, JSON and
+ * all; only the name it addresses gives it away. */
+static int host_is_loopback(h2o_req_t *req) {
+  h2o_iovec_t a = req->input.authority;
+  if (a.base == (*req->conn->hosts)->authority.hostport.base) return 1;
+  char host[INET6_ADDRSTRLEN + 1];
+  const char *from = a.base, *to;
+  if (a.len > 0 && a.base[0] == '[') {
+    from++;
+    to = memchr(from, ']', a.len - 1);
+  } else {
+    to = memchr(from, ':', a.len);
+  }
+  if (!to) to = a.base + a.len;
+  size_t n = (size_t)(to - from);
+  if (n == 0 || n >= sizeof host) return 0;
+  memcpy(host, from, n);
+  host[n] = 0;
+  unsigned char addr[16];
+  if (from != a.base) return inet_pton(AF_INET6, host, addr) == 1 &&
+                             IN6_IS_ADDR_LOOPBACK((struct in6_addr *)addr);
+  return strcasecmp(host, "localhost") == 0 || (inet_pton(AF_INET, host, addr) == 1 && addr[0] == 127);
+}
+
 static int is_json_type(h2o_req_t *req) {
   ssize_t i = h2o_find_header(&req->headers, H2O_TOKEN_CONTENT_TYPE, -1);
   if (i < 0) return 0;
@@ -455,10 +482,18 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
     return 0;
   }
   /* The token: for everything beyond loopback, for every change whenever it is set; a token
-   * sent is checked even where none is needed, so that a wrong one is never taken as right. */
+   * sent is checked even where none is needed, so that a wrong one is never taken as right.
+   * A request to loopback addressed to another name is one from beyond it. */
+  int beyond = !srv->loopback || !host_is_loopback(req);
+  if (beyond && !srv->token) {
+    serve_error(&r, 400, "bad_header", "Host %.*s is not this server's loopback name: without"
+                " --token-file it answers only requests addressed to localhost, 127.0.0.1 or"
+                " [::1]", (int)req->input.authority.len, req->input.authority.base);
+    return 0;
+  }
   int has_auth = h2o_find_header(&req->headers, H2O_TOKEN_AUTHORIZATION, -1) >= 0;
   int authed = srv->token && token_ok(srv, req);
-  if (srv->token && (r.post || !srv->loopback || has_auth) && !authed) {
+  if (srv->token && (r.post || beyond || has_auth) && !authed) {
     add_header(req, H2O_TOKEN_WWW_AUTHENTICATE, "Bearer realm=\"mend\"");
     serve_error(&r, 401, "unauthorized", has_auth ? "the bearer token is not the right one"
                 : "this request needs Authorization: Bearer <token>");
