@@ -608,6 +608,42 @@ return { name = "loop", steps = {
     assert.are.same({ "1" }, H.sql(db, "SELECT count(*) FROM runs"))
   end)
 
+  -- Many clients (Python's urllib and http.client, Java's HttpURLConnection) write the whole
+  -- body before they read a byte of the answer; curl reads as it sends, and saw the 413
+  -- whatever the server did with the bytes it had not read.
+  it("answers 413 to a client that writes its whole body before it reads", function()
+    local dir, db = workspace()
+    local base = start(dir, db, "--listen 127.0.0.1:0 --max-body 1000")
+    local port = base:match(":(%d+)$")
+    local rc, out = sh("python3 -c " .. q([[
+import socket
+body = b'{"workflow":"hello","input":"' + b"x" * 3000000 + b'"}'
+head = b"POST /api/v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+for _ in range(3):
+    s = socket.create_connection(("127.0.0.1", ]] .. port .. [[), timeout=20)
+    try:
+        s.sendall(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        answer = b""
+        while True:
+            got = s.recv(65536)
+            if not got: break
+            answer += got
+        print(answer.split(b"\r\n")[0].decode(), answer.split(b"\r\n\r\n", 1)[-1].decode())
+    except OSError as e:
+        print("lost:", e)
+    s.close()
+]]))
+    assert.are.equal(0, rc, out)
+    local n = 0
+    for line in out:gmatch("[^\n]+") do
+      n = n + 1
+      assert.matches("^HTTP/1%.1 413 .*\"body_too_large\"", line)
+    end
+    assert.are.equal(3, n, out)
+    local code = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "after" } })
+    assert.are.equal(201, code)
+  end)
+
   it("holds no write transaction while idle: another process runs a workflow on its database", function()
     local dir, db = workspace()
     start(dir, db)                  -- loading its workflows records their breakers, committed

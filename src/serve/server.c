@@ -29,6 +29,7 @@ typedef struct conn {
   uv_tcp_t tcp;                /* first: h2o's close callback gets the handle */
   mend_server *srv;
   h2o_socket_t *sock;
+  int linger_fd;               /* kept open past h2o's close of a refused body (linger.c); -1 */
   struct conn *prev, *next;
 } conn;
 
@@ -59,6 +60,7 @@ struct mend_server {
   char address[INET6_ADDRSTRLEN + 16];
   conn *conns;
   int nconns;
+  serve_lingering *lingering;
   pending *pending;
   int started, closed;
 };
@@ -226,6 +228,7 @@ void serve_error(serve_req *r, int status, const char *code, const char *fmt, ..
 typedef struct json_413_filter {
   h2o_filter_t super;
   size_t max_body;
+  mend_server *srv;
 } json_413_filter;
 
 typedef struct json_413_stream {
@@ -266,14 +269,20 @@ static void json_413_setup(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t **s
                    H2O_STRLIT("application/json; charset=utf-8"));
     req->res.content_length = o->body.len;
     slot = &o->super.next;
+    /* the body h2o did not read is still coming: the connection lingers once closed */
+    const h2o_conn_callbacks_t *cb = req->conn->callbacks;
+    h2o_socket_t *sock = cb->get_socket ? cb->get_socket(req->conn) : NULL;
+    for (conn *c = ((json_413_filter *)self)->srv->conns; c; c = c->next)
+      if (c->sock == sock && c->linger_fd < 0) c->linger_fd = serve_linger_keep(sock);
   }
   h2o_setup_next_ostream(req, slot);
 }
 
-static void json_413_register(h2o_pathconf_t *path, size_t max_body) {
+static void json_413_register(h2o_pathconf_t *path, mend_server *srv) {
   json_413_filter *f = (json_413_filter *)h2o_create_filter(path, sizeof *f);
   f->super.on_setup_ostream = json_413_setup;
-  f->max_body = max_body;
+  f->max_body = srv->config.max_request_entity_size;
+  f->srv = srv;
 }
 
 /* ---------------------------------------------------------------- request parts */
@@ -542,6 +551,7 @@ static void conn_closed(uv_handle_t *h) {
   else srv->conns = c->next;
   if (c->next) c->next->prev = c->prev;
   srv->nconns--;
+  if (c->linger_fd >= 0) serve_linger(h->loop, c->linger_fd, &srv->lingering);
   free(c);
 }
 
@@ -565,6 +575,7 @@ static void on_accept(uv_stream_t *listener, int status) {
   uv_tcp_nodelay(&c->tcp, 1);
   srv->nconns++;
   c->srv = srv;
+  c->linger_fd = -1;
   c->next = srv->conns;
   if (srv->conns) srv->conns->prev = c;
   srv->conns = c;
@@ -664,8 +675,8 @@ mend_server *mend_server_start(mend_engine *E, const mend_server_opts *o, char *
   h2o_hostconf_t *host_conf = h2o_config_register_host(&srv->config,
                                                        h2o_iovec_init(H2O_STRLIT("default")), 65535);
   h2o_pathconf_t *path = h2o_config_register_path(host_conf, "/", 0);
-  json_413_register(path, srv->config.max_request_entity_size);
-  json_413_register(&host_conf->fallback_path, srv->config.max_request_entity_size);
+  json_413_register(path, srv);
+  json_413_register(&host_conf->fallback_path, srv);
   serve_handler *h = (serve_handler *)h2o_create_handler(path, sizeof *h);
   h->super.on_req = on_req;
   h->srv = srv;
@@ -712,6 +723,8 @@ void mend_server_close(mend_server *srv) {
     if (!uv_is_closing((uv_handle_t *)&c->tcp)) h2o_socket_close(c->sock);
   uv_close((uv_handle_t *)&t, NULL);
   while (srv->conns) uv_run(loop, UV_RUN_ONCE);
+  serve_linger_stop(&srv->lingering);
+  while (srv->lingering) uv_run(loop, UV_RUN_ONCE);
   h2o_timeout_t *armed[] = {&srv->ctx.zero_timeout, &srv->ctx.one_sec_timeout,
                             &srv->ctx.hundred_ms_timeout, &srv->ctx.handshake_timeout,
                             &srv->ctx.http1.req_timeout, &srv->ctx.http2.idle_timeout,
