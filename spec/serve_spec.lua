@@ -600,6 +600,30 @@ return { name = "loop", steps = {
     code, e = post(base, "/api/v1/runs", big, { headers = { "Transfer-Encoding: chunked" } })
     assert.are.equal(413, code)                               -- no length given: found reading
     assert.are.equal("body_too_large", e.error.code)
+    -- a body whose framing h2o cannot read is refused by h2o too, as JSON all the same
+    local rc, out = sh("python3 -c " .. q([[
+import socket
+s = socket.create_connection(("127.0.0.1", ]] .. base:match(":(%d+)$") .. [[), timeout=20)
+s.sendall(b"POST /api/v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+          b"Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n")
+answer = b""
+while True:
+    got = s.recv(65536)
+    if not got: break
+    answer += got
+print(answer.decode())
+]]))
+    assert.are.equal(0, rc, out)
+    assert.matches("^HTTP/1%.1 400 ", out)
+    assert.matches("content%-type: application/json", out:lower())
+    assert.are.equal("bad_request", json.decode(out:match("(%b{})%s*$")).error.code)
+    -- the dashboard's path is an endpoint that takes GET
+    code, e, _, headers = post(base, "/", {})
+    assert.are.equal(405, code)
+    assert.are.equal("method_not_allowed", e.error.code)
+    assert.matches("allow: GET, HEAD", headers)
+    code, e, _, headers = post(base, "/ui", {})
+    assert.are.equal(405, code)
     code, e = get(base, "/api/v1/runs", { headers = { "X-Pad: " .. ("y"):rep(20000) } })
     assert.are.equal(431, code)
     assert.matches("header fields", e.error.message)

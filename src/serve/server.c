@@ -219,29 +219,30 @@ void serve_error(serve_req *r, int status, const char *code, const char *fmt, ..
   serve_json(r, status, json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", msg));
 }
 
-/* ---------------------------------------------------------------- h2o's own 413 as JSON */
+/* ---------------------------------------------------------------- h2o's own refusals as JSON */
 
-/* A body over the limit is refused by h2o itself, before any handler sees the request, with
- * a text body of its own. An output filter (on the path and on the host's fallback path, where
- * h2o binds a request it refused before routing) swaps that body for the API's JSON error; the
+/* A body over the limit (413), or one whose framing is broken (400: a chunked encoding, a
+ * Content-Length), is refused by h2o itself, before any handler sees the request, with a text
+ * body of its own. An output filter (on the path and on the host's fallback path, where h2o
+ * binds a request it refused before routing) swaps that body for the API's JSON error; the
  * status, and h2o closing the connection after it, stay as h2o made them. */
-typedef struct json_413_filter {
+typedef struct json_own_filter {
   h2o_filter_t super;
   size_t max_body;
   mend_server *srv;
-} json_413_filter;
+} json_own_filter;
 
-typedef struct json_413_stream {
+typedef struct json_own_stream {
   h2o_ostream_t super;
   h2o_iovec_t body;
   int sent;
-} json_413_stream;
+} json_own_stream;
 
-static void json_413_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs, size_t bufcnt,
+static void json_own_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs, size_t bufcnt,
                           h2o_send_state_t state) {
   (void)bufs;
   (void)bufcnt;
-  json_413_stream *o = (json_413_stream *)self;
+  json_own_stream *o = (json_own_stream *)self;
   if (o->sent) {
     h2o_ostream_send_next(self, req, NULL, 0, state);
     return;
@@ -250,18 +251,22 @@ static void json_413_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs
   h2o_ostream_send_next(self, req, &o->body, 1, state);
 }
 
-static void json_413_setup(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t **slot) {
+static void json_own_setup(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t **slot) {
   ssize_t ct = h2o_find_header(&req->res.headers, H2O_TOKEN_CONTENT_TYPE, -1);
   static const char json_type[] = "application/json";
   int ours = ct >= 0 && req->res.headers.entries[ct].value.len >= sizeof json_type - 1 &&
              memcmp(req->res.headers.entries[ct].value.base, json_type, sizeof json_type - 1) == 0;
-  if (req->res.status == 413 && !ours) {
+  if ((req->res.status == 413 || req->res.status == 400) && !ours) {
     char text[200];
-    int n = snprintf(text, sizeof text, "{\"error\":{\"code\":\"body_too_large\",\"message\":"
-                     "\"the request body is over the limit of %zu bytes\"}}\n",
-                     ((json_413_filter *)self)->max_body);
-    json_413_stream *o = (json_413_stream *)h2o_add_ostream(req, sizeof *o, slot);
-    o->super.do_send = json_413_send;
+    int n = req->res.status == 413
+      ? snprintf(text, sizeof text, "{\"error\":{\"code\":\"body_too_large\",\"message\":"
+                 "\"the request body is over the limit of %zu bytes\"}}\n",
+                 ((json_own_filter *)self)->max_body)
+      : snprintf(text, sizeof text, "{\"error\":{\"code\":\"bad_request\",\"message\":"
+                 "\"the request body's framing is broken (its chunked encoding, its "
+                 "Content-Length or its Transfer-Encoding)\"}}\n");
+    json_own_stream *o = (json_own_stream *)h2o_add_ostream(req, sizeof *o, slot);
+    o->super.do_send = json_own_send;
     o->body = h2o_strdup(&req->pool, text, (size_t)n);
     o->sent = 0;
     if (ct >= 0) h2o_delete_header(&req->res.headers, ct);
@@ -272,15 +277,15 @@ static void json_413_setup(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t **s
     /* the body h2o did not read is still coming: the connection lingers once closed */
     const h2o_conn_callbacks_t *cb = req->conn->callbacks;
     h2o_socket_t *sock = cb->get_socket ? cb->get_socket(req->conn) : NULL;
-    for (conn *c = ((json_413_filter *)self)->srv->conns; c; c = c->next)
+    for (conn *c = ((json_own_filter *)self)->srv->conns; c; c = c->next)
       if (c->sock == sock && c->linger_fd < 0) c->linger_fd = serve_linger_keep(sock);
   }
   h2o_setup_next_ostream(req, slot);
 }
 
-static void json_413_register(h2o_pathconf_t *path, mend_server *srv) {
-  json_413_filter *f = (json_413_filter *)h2o_create_filter(path, sizeof *f);
-  f->super.on_setup_ostream = json_413_setup;
+static void json_own_register(h2o_pathconf_t *path, mend_server *srv) {
+  json_own_filter *f = (json_own_filter *)h2o_create_filter(path, sizeof *f);
+  f->super.on_setup_ostream = json_own_setup;
   f->max_body = srv->config.max_request_entity_size;
   f->srv = srv;
 }
@@ -475,8 +480,13 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
     return 0;
   }
   size_t plen = req->query_at != SIZE_MAX ? req->query_at : req->path.len;
-  if (get && (h2o_memis(req->path.base, plen, H2O_STRLIT("/")) ||
-              h2o_memis(req->path.base, plen, H2O_STRLIT("/ui")))) {
+  if (h2o_memis(req->path.base, plen, H2O_STRLIT("/")) ||
+      h2o_memis(req->path.base, plen, H2O_STRLIT("/ui"))) {
+    if (!get) {
+      add_header(req, H2O_TOKEN_ALLOW, "GET, HEAD");
+      serve_error(&r, 405, "method_not_allowed", "this endpoint takes GET");
+      return 0;
+    }
     if (!srv->dashboard) {
       serve_error(&r, 404, "not_found", "the dashboard is not installed with this mend; the API is"
                   " under /api/v1");
@@ -675,8 +685,8 @@ mend_server *mend_server_start(mend_engine *E, const mend_server_opts *o, char *
   h2o_hostconf_t *host_conf = h2o_config_register_host(&srv->config,
                                                        h2o_iovec_init(H2O_STRLIT("default")), 65535);
   h2o_pathconf_t *path = h2o_config_register_path(host_conf, "/", 0);
-  json_413_register(path, srv);
-  json_413_register(&host_conf->fallback_path, srv);
+  json_own_register(path, srv);
+  json_own_register(&host_conf->fallback_path, srv);
   serve_handler *h = (serve_handler *)h2o_create_handler(path, sizeof *h);
   h->super.on_req = on_req;
   h->srv = srv;
