@@ -309,7 +309,18 @@ describe("mend serve", function()
     code, e = post(base, "/api/v1/runs", "workflow=hello", { type = "application/x-www-form-urlencoded" })
     assert.are.equal(415, code)
     assert.matches("Content%-Type: application/json", e.error.message)
+    -- numbers past 64-bit integers, and NUL in strings, as docs/http-api.md says
+    for _, input in ipairs { "18446744073709552000", '"a\\u0000b"' } do
+      code, e = post(base, "/api/v1/runs", '{"workflow": "hello", "input": ' .. input .. "}")
+      assert.are.equal(400, code, input)
+      assert.are.equal("bad_json", e.error.code, input)
+    end
     assert.are.same({ "0" }, H.sql(db, "SELECT count(*) FROM runs"))
+    local run
+    code, run = post(base, "/api/v1/runs", '{"workflow": "hello", "input": [1.8446744073709552e19, 9223372036854775807]}')
+    assert.are.equal(201, code)
+    local _, shown = get(base, "/api/v1/runs/" .. run.id)
+    assert.are.same({ 1.8446744073709552e19, math.maxinteger }, shown.input)
   end)
 
   it("lists runs with filters, and pages through them with a cursor", function()
@@ -624,6 +635,10 @@ print(answer.decode())
     assert.matches("allow: GET, HEAD", headers)
     code, e, _, headers = post(base, "/ui", {})
     assert.are.equal(405, code)
+    local many = {}
+    for i = 1, 101 do many[i] = "X-Pad-" .. i .. ": y" end
+    code = get(base, "/api/v1/runs", { headers = many })
+    assert.are.equal(400, code)                               -- h2o's, before any request
     code, e = get(base, "/api/v1/runs", { headers = { "X-Pad: " .. ("y"):rep(20000) } })
     assert.are.equal(431, code)
     assert.matches("header fields", e.error.message)
