@@ -763,6 +763,15 @@ print("closed", len(gone))
     assert.matches("access%-control%-allow%-origin: http://dash%.example", headers:lower())
     -- a history's next page is in its Link header, which the page's script must be let read
     assert.matches("access%-control%-expose%-headers: link", headers:lower())
+    -- what a browser would never match (a path, a list, nothing), and a header's end, refused
+    for _, bad in ipairs { "", "http://dash.example/", "http://a.example, http://b.example", "*",
+                           "dash.example", "http://dash.example\r\nX-Evil: 1" } do
+      local rc, out = sh("timeout 10 " .. MEND .. " serve --db " .. q(dir .. "/none.db") ..
+                         " --listen 127.0.0.1:0 --cors " .. q(bad))
+      assert.are.equal(2, rc, bad)
+      assert.matches("%-%-cors takes one origin", out)
+    end
+    assert.is_nil(io.open(dir .. "/none.db"))
   end)
 
   it("needs the token for every change when one is set, and for everything beyond loopback", function()
