@@ -944,5 +944,7 @@ describe("mend worker --listen", function()
     assert.are.equal("cancelling", c.cancel)                 -- held here: cancelled at once
     H.wait_for("the cancel", function() return status_of(base, r.id) == "failed" end, 10)
     assert.matches("^cancel by erin via http", operator_details(base, r.id)[1])
+    -- the history names the process that did it: this worker, not a mend serve
+    assert.matches("%(mend worker%)$", operator_details(base, r.id)[1])
   end)
 end)

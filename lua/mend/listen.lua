@@ -42,7 +42,7 @@ function M.options(o, cli)
                     "scheme://host[:port] (http://dash.example:8080), got %q", o.cors)
   end
   return { address = o.listen or "127.0.0.1:7070", token = token, max_body = max_body,
-           cors = o.cors, dashboard = dashboard_page() }
+           cors = o.cors, dashboard = dashboard_page(), process = "mend " .. o._command }
 end
 
 -- Calls fn(server) with the API listening on eng's loop and closes the server, whatever fn

@@ -1,6 +1,7 @@
 /*
  * lserve: the Lua face of the HTTP server, the module mend.serve that the mend program opens:
- * listen(engine, {address =, token =, max_body =, max_headers =, cors =, dashboard =}) ->
+ * listen(engine, {address =, token =, max_body =, max_headers =, cors =, dashboard =,
+ * process =}) ->
  * server, and
  * server:address(), server:run() (serves until SIGINT or SIGTERM, for `mend serve`),
  * server:close(). Must never outlive its engine's loop: a server holds its engine, and is
@@ -54,6 +55,7 @@ static int l_listen(lua_State *L) {
   o.token = opt_string(L, "token");
   o.cors_origin = opt_string(L, "cors");
   o.dashboard = opt_string(L, "dashboard");
+  o.process = opt_string(L, "process");
   o.max_body = opt_size(L, "max_body");
   o.max_headers = opt_size(L, "max_headers");
   server_box *b = lua_newuserdatauv(L, sizeof *b, 1);

@@ -23,6 +23,8 @@ typedef struct mend_server_opts {
   const char *cors_origin; /* NULL: no CORS headers at all */
   const char *dashboard;   /* the dashboard page (HTML), served at / without a token: it holds
                               no data, and asks for the token itself; NULL: none */
+  const char *process;     /* the process that serves, as the history names who did what:
+                              "mend worker"; NULL: "mend serve" */
 } mend_server_opts;
 
 typedef struct mend_server mend_server;

@@ -57,6 +57,7 @@ struct mend_server {
   size_t max_headers;
   char *cors;
   char *dashboard;
+  char *process;
   char address[INET6_ADDRSTRLEN + 16];
   conn *conns;
   int nconns;
@@ -406,8 +407,8 @@ static const char *who_of(serve_req *r, int with_token) {
     name[v.len] = 0;
   }
   char buf[200];
-  snprintf(buf, sizeof buf, "%s%shttp %s (mend serve%s)", name, name[0] ? " via " : "", peer,
-           with_token ? ", token" : "");
+  snprintf(buf, sizeof buf, "%s%shttp %s (%s%s)", name, name[0] ? " via " : "", peer,
+           r->srv->process ? r->srv->process : "mend serve", with_token ? ", token" : "");
   return h2o_strdup(&r->req->pool, buf, strlen(buf)).base;
 }
 
@@ -652,6 +653,7 @@ mend_server *mend_server_start(mend_engine *E, const mend_server_opts *o, char *
   }
   if (o->cors_origin) srv->cors = strdup(o->cors_origin);
   if (o->dashboard) srv->dashboard = strdup(o->dashboard);
+  if (o->process) srv->process = strdup(o->process);
   uv_loop_t *loop = mend_engine_loop(E);
   uv_tcp_init(loop, &srv->listener);
   srv->listener.data = srv;
@@ -751,5 +753,6 @@ void mend_server_free(mend_server *srv) {
   free(srv->token);
   free(srv->cors);
   free(srv->dashboard);
+  free(srv->process);
   free(srv);
 }
