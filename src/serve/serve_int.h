@@ -1,8 +1,9 @@
 /*
  * serve_int: the insides of mend's HTTP server, shared by the files of src/serve only: the
- * server, a request as the API handlers see it, and the replies they give. The server (server.c) owns
- * sockets, h2o, limits and tokens; linger.c the last stage of closing a connection whose body
- * was refused; the API (api.c) owns routes and what each does with the engine. Nothing here parses HTTP: h2o does. Must never: be included outside src/serve/.
+ * server, a request as the API handlers see it, and the replies they give. The server
+ * (server.c) owns sockets, h2o, limits and tokens; linger.c the last stage of closing a
+ * connection whose body was refused; the API (api.c) owns routes and what each does with the
+ * engine. Nothing here parses HTTP: h2o does. Must never: be included outside src/serve/.
  */
 #ifndef MEND_SERVE_INT_H
 #define MEND_SERVE_INT_H

@@ -436,7 +436,8 @@ static int host_is_loopback(h2o_req_t *req) {
   unsigned char addr[16];
   if (from != a.base) return inet_pton(AF_INET6, host, addr) == 1 &&
                              IN6_IS_ADDR_LOOPBACK((struct in6_addr *)addr);
-  return strcasecmp(host, "localhost") == 0 || (inet_pton(AF_INET, host, addr) == 1 && addr[0] == 127);
+  return strcasecmp(host, "localhost") == 0 ||
+         (inet_pton(AF_INET, host, addr) == 1 && addr[0] == 127);
 }
 
 static int is_json_type(h2o_req_t *req) {
