@@ -280,6 +280,25 @@ describe("mend serve", function()
     assert.are.same(H.sql(db, "SELECT id FROM runs WHERE run_key = 'k-gone'"), { r.id })
   end)
 
+  -- The docs promise a start waits for another process's lock to go: without a key it joins
+  -- the open batch, and its answer comes once that batch is committed after the lock.
+  it("answers a start made while another process holds the write lock once the lock goes", function()
+    local dir, db = workspace()
+    local base = start(dir, db)
+    assert.are.equal(201, (post(base, "/api/v1/runs", { workflow = "hello", input = { to = "ann" } })))
+    local hold = H.is_pg(db)
+      and "psql -X -q " .. q(db) .. " -c 'BEGIN; LOCK TABLE runs IN EXCLUSIVE MODE; SELECT pg_sleep(2); COMMIT'"
+      or "(echo 'BEGIN IMMEDIATE; INSERT INTO audit(at, who, op) VALUES (1, ''spec'', ''hold'');'; " ..
+         "sleep 2; echo 'COMMIT;') | sqlite3 " .. q(db)
+    sh("(" .. hold .. ") >/dev/null 2>&1 &")
+    os.execute("sleep 0.5")
+    local t0 = H.wall()
+    local code, r = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "held" } })
+    assert.are.equal(201, code)
+    assert.is_true(H.wall() - t0 < 10, "answered after " .. (H.wall() - t0) .. " s")
+    assert.are.same({ "1" }, H.sql(db, "SELECT count(*) FROM runs WHERE id = '" .. r.id .. "'"))
+  end)
+
   it("refuses a start it cannot make, naming the problem", function()
     local dir, db = workspace()
     local base = start(dir, db)
