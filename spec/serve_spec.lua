@@ -297,6 +297,16 @@ describe("mend serve", function()
     assert.are.equal(201, code)
     assert.is_true(H.wall() - t0 < 10, "answered after " .. (H.wall() - t0) .. " s")
     assert.are.same({ "1" }, H.sql(db, "SELECT count(*) FROM runs WHERE id = '" .. r.id .. "'"))
+    if H.is_pg(db) then return end
+    -- a breaker override that cannot commit for the lock is the database's failure, not the
+    -- request's
+    sh("((echo 'BEGIN IMMEDIATE; INSERT INTO audit(at, who, op) VALUES (1, ''spec'', ''hold'');'; " ..
+       "sleep 7; echo 'COMMIT;') | sqlite3 " .. q(db) .. ") >/dev/null 2>&1 &")
+    os.execute("sleep 0.5")
+    local e
+    code, e = post(base, "/api/v1/breakers/psp/open", {})
+    assert.are.equal(503, code)
+    assert.are.equal("storage", e.error.code)
   end)
 
   it("refuses a start it cannot make, naming the problem", function()
