@@ -1,10 +1,10 @@
 /*
  * linger: the last stage of a connection closed by h2o after it refused a request whose body
- * it did not read (413): the answer is already sent; the sending side is shut after it, then
- * what the client still sends is read and dropped until it closes, for LINGER_MS at most.
- * Closed at once instead, a socket with unread bytes makes the kernel send a reset, and a
- * client still writing its body (as most do: they read nothing before the body is sent) loses
- * the answer that was sent to it.
+ * it did not read (413, or 400 for the body's framing): the answer is already sent; the
+ * sending side is shut after it, then what the client still sends is read and dropped until
+ * it closes, for LINGER_MS at most. Closed at once instead, a socket with unread bytes makes
+ * the kernel send a reset, and a client still writing its body (as most do: they read nothing
+ * before the body is sent) loses the answer that was sent to it.
  * Must never: keep a byte it reads, hold a connection past LINGER_MS, hold more than
  * MAX_LINGERING at once (one past it is closed at once), or leave a handle on the loop once
  * serve_linger_stop's handles have closed.

@@ -66,7 +66,7 @@ int serve_query(serve_req *r, const char *name, const char **out);
 /* The body as a JSON object (an empty body is {}); NULL after replying 400 naming the fault. */
 json_t *serve_body(serve_req *r);
 
-/* linger.c: a connection h2o closes after refusing a body it did not read (413) is closed in
+/* linger.c: a connection h2o closes after refusing a body it did not read (413, 400) is closed in
  * two stages, so that the client, still writing, gets the answer rather than a reset.
  * serve_linger_keep: a second descriptor of sock's connection, open past h2o's close of sock
  * (-1 if none). serve_linger: owns that descriptor from then on: ends the sending side, drops
