@@ -280,6 +280,35 @@ describe("mend serve", function()
     assert.are.same(H.sql(db, "SELECT id FROM runs WHERE run_key = 'k-gone'"), { r.id })
   end)
 
+  -- The docs promise a start waits for another process's lock to go: without a key it joins
+  -- the open batch, and its answer comes once that batch is committed after the lock.
+  it("answers a start made while another process holds the write lock once the lock goes", function()
+    local dir, db = workspace()
+    local base = start(dir, db)
+    assert.are.equal(201, (post(base, "/api/v1/runs", { workflow = "hello", input = { to = "ann" } })))
+    local hold = H.is_pg(db)
+      and "psql -X -q " .. q(db) .. " -c 'BEGIN; LOCK TABLE runs IN EXCLUSIVE MODE; SELECT pg_sleep(2); COMMIT'"
+      or "(echo 'BEGIN IMMEDIATE; INSERT INTO audit(at, who, op) VALUES (1, ''spec'', ''hold'');'; " ..
+         "sleep 2; echo 'COMMIT;') | sqlite3 " .. q(db)
+    sh("(" .. hold .. ") >/dev/null 2>&1 &")
+    os.execute("sleep 0.5")
+    local t0 = H.wall()
+    local code, r = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "held" } })
+    assert.are.equal(201, code)
+    assert.is_true(H.wall() - t0 < 10, "answered after " .. (H.wall() - t0) .. " s")
+    assert.are.same({ "1" }, H.sql(db, "SELECT count(*) FROM runs WHERE id = '" .. r.id .. "'"))
+    if H.is_pg(db) then return end
+    -- a breaker override that cannot commit for the lock is the database's failure, not the
+    -- request's
+    sh("((echo 'BEGIN IMMEDIATE; INSERT INTO audit(at, who, op) VALUES (1, ''spec'', ''hold'');'; " ..
+       "sleep 7; echo 'COMMIT;') | sqlite3 " .. q(db) .. ") >/dev/null 2>&1 &")
+    os.execute("sleep 0.5")
+    local e
+    code, e = post(base, "/api/v1/breakers/psp/open", {})
+    assert.are.equal(503, code)
+    assert.are.equal("storage", e.error.code)
+  end)
+
   it("refuses a start it cannot make, naming the problem", function()
     local dir, db = workspace()
     local base = start(dir, db)
@@ -309,7 +338,18 @@ describe("mend serve", function()
     code, e = post(base, "/api/v1/runs", "workflow=hello", { type = "application/x-www-form-urlencoded" })
     assert.are.equal(415, code)
     assert.matches("Content%-Type: application/json", e.error.message)
+    -- numbers past 64-bit integers, and NUL in strings, as docs/http-api.md says
+    for _, input in ipairs { "18446744073709552000", '"a\\u0000b"' } do
+      code, e = post(base, "/api/v1/runs", '{"workflow": "hello", "input": ' .. input .. "}")
+      assert.are.equal(400, code, input)
+      assert.are.equal("bad_json", e.error.code, input)
+    end
     assert.are.same({ "0" }, H.sql(db, "SELECT count(*) FROM runs"))
+    local run
+    code, run = post(base, "/api/v1/runs", '{"workflow": "hello", "input": [1.8446744073709552e19, 9223372036854775807]}')
+    assert.are.equal(201, code)
+    local _, shown = get(base, "/api/v1/runs/" .. run.id)
+    assert.are.same({ 1.8446744073709552e19, math.maxinteger }, shown.input)
   end)
 
   it("lists runs with filters, and pages through them with a cursor", function()
@@ -600,12 +640,76 @@ return { name = "loop", steps = {
     code, e = post(base, "/api/v1/runs", big, { headers = { "Transfer-Encoding: chunked" } })
     assert.are.equal(413, code)                               -- no length given: found reading
     assert.are.equal("body_too_large", e.error.code)
+    -- a body whose framing h2o cannot read is refused by h2o too, as JSON all the same
+    local rc, out = sh("python3 -c " .. q([[
+import socket
+s = socket.create_connection(("127.0.0.1", ]] .. base:match(":(%d+)$") .. [[), timeout=20)
+s.sendall(b"POST /api/v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+          b"Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n")
+answer = b""
+while True:
+    got = s.recv(65536)
+    if not got: break
+    answer += got
+print(answer.decode())
+]]))
+    assert.are.equal(0, rc, out)
+    assert.matches("^HTTP/1%.1 400 ", out)
+    assert.matches("content%-type: application/json", out:lower())
+    assert.are.equal("bad_request", json.decode(out:match("(%b{})%s*$")).error.code)
+    -- the dashboard's path is an endpoint that takes GET
+    code, e, _, headers = post(base, "/", {})
+    assert.are.equal(405, code)
+    assert.are.equal("method_not_allowed", e.error.code)
+    assert.matches("allow: GET, HEAD", headers)
+    code, e, _, headers = post(base, "/ui", {})
+    assert.are.equal(405, code)
+    local many = {}
+    for i = 1, 101 do many[i] = "X-Pad-" .. i .. ": y" end
+    code = get(base, "/api/v1/runs", { headers = many })
+    assert.are.equal(400, code)                               -- h2o's, before any request
     code, e = get(base, "/api/v1/runs", { headers = { "X-Pad: " .. ("y"):rep(20000) } })
     assert.are.equal(431, code)
     assert.matches("header fields", e.error.message)
     code = post(base, "/api/v1/runs", json.encode{ workflow = "hello", input = { to = "small" } })
     assert.are.equal(201, code)                               -- within the limit
     assert.are.same({ "1" }, H.sql(db, "SELECT count(*) FROM runs"))
+  end)
+
+  -- Many clients (Python's urllib and http.client, Java's HttpURLConnection) write the whole
+  -- body before they read a byte of the answer; curl reads as it sends, and saw the 413
+  -- whatever the server did with the bytes it had not read.
+  it("answers 413 to a client that writes its whole body before it reads", function()
+    local dir, db = workspace()
+    local base = start(dir, db, "--listen 127.0.0.1:0 --max-body 1000")
+    local port = base:match(":(%d+)$")
+    local rc, out = sh("python3 -c " .. q([[
+import socket
+body = b'{"workflow":"hello","input":"' + b"x" * 3000000 + b'"}'
+head = b"POST /api/v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+for _ in range(3):
+    s = socket.create_connection(("127.0.0.1", ]] .. port .. [[), timeout=20)
+    try:
+        s.sendall(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        answer = b""
+        while True:
+            got = s.recv(65536)
+            if not got: break
+            answer += got
+        print(answer.split(b"\r\n")[0].decode(), answer.split(b"\r\n\r\n", 1)[-1].decode())
+    except OSError as e:
+        print("lost:", e)
+    s.close()
+]]))
+    assert.are.equal(0, rc, out)
+    local n = 0
+    for line in out:gmatch("[^\n]+") do
+      n = n + 1
+      assert.matches("^HTTP/1%.1 413 .*\"body_too_large\"", line)
+    end
+    assert.are.equal(3, n, out)
+    local code = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "after" } })
+    assert.are.equal(201, code)
   end)
 
   it("holds no write transaction while idle: another process runs a workflow on its database", function()
@@ -688,6 +792,15 @@ print("closed", len(gone))
     assert.matches("access%-control%-allow%-origin: http://dash%.example", headers:lower())
     -- a history's next page is in its Link header, which the page's script must be let read
     assert.matches("access%-control%-expose%-headers: link", headers:lower())
+    -- what a browser would never match (a path, a list, nothing), and a header's end, refused
+    for _, bad in ipairs { "", "http://dash.example/", "http://a.example, http://b.example", "*",
+                           "dash.example", "http://dash.example\r\nX-Evil: 1" } do
+      local rc, out = sh("timeout 10 " .. MEND .. " serve --db " .. q(dir .. "/none.db") ..
+                         " --listen 127.0.0.1:0 --cors " .. q(bad))
+      assert.are.equal(2, rc, bad)
+      assert.matches("%-%-cors takes one origin", out)
+    end
+    assert.is_nil(io.open(dir .. "/none.db"))
   end)
 
   it("needs the token for every change when one is set, and for everything beyond loopback", function()
@@ -711,6 +824,43 @@ print("closed", len(gone))
     assert.are.equal(202, code)
     H.wait_for("the cancel", function() return status_of(base, r.id) == "failed" end, 10)
     assert.matches("%(mend serve, token%)$", operator_details(base, r.id)[1])
+  end)
+
+  -- A page of any site whose name the attacker's DNS points at 127.0.0.1 once it has loaded
+  -- (DNS rebinding) speaks to loopback as its own origin: JSON, no preflight. What tells its
+  -- requests apart is the name they are addressed to.
+  it("takes a request addressed to a name other than loopback's as one from beyond it", function()
+    local dir, db = workspace()
+    local base = start(dir, db)
+    local port = base:match(":(%d+)$")
+    local start_body = { workflow = "hello", input = { to = "x" } }
+    for _, host in ipairs { "rebind.example:" .. port, "rebind.example", "127.0.0.1.nip.io:" .. port,
+                            "localhost.evil.example", "[::ffff:7f00:1]:" .. port } do
+      local code, e = post(base, "/api/v1/runs", start_body, { headers = { "Host: " .. host } })
+      assert.are.equal(400, code, host)
+      assert.are.equal("bad_header", e.error.code, host)
+      assert.matches("Host", e.error.message)
+      code, e = get(base, "/api/v1/runs", { headers = { "Host: " .. host } })
+      assert.are.equal(400, code, host)
+    end
+    assert.are.same({ "0" }, H.sql(db, "SELECT count(*) FROM runs"))
+    for _, host in ipairs { "127.0.0.1:" .. port, "localhost:" .. port, "LocalHost", "127.1.2.3",
+                            "[::1]:" .. port } do
+      local code = post(base, "/api/v1/runs", start_body, { headers = { "Host: " .. host } })
+      assert.are.equal(201, code, host)
+    end
+    -- With a token, such a request is one from beyond loopback: the token lets it in.
+    local token = "rebind-token-0123456789"
+    local tokfile = H.write_file(dir, "token", token)
+    base = start(dir, db, "--listen 127.0.0.1:0 --token-file " .. q(tokfile))
+    local host = { "Host: mend.internal.example" }
+    local code = get(base, "/api/v1/runs", { headers = host })
+    assert.are.equal(401, code)
+    code = get(base, "/api/v1/runs", { headers = host, token = token })
+    assert.are.equal(200, code)
+    code = post(base, "/api/v1/runs", start_body, { headers = host, token = token })
+    assert.are.equal(201, code)
+    assert.are.same({ "6" }, H.sql(db, "SELECT count(*) FROM runs"))
   end)
 
   it("refuses to listen beyond loopback without a token file; with one, every request needs it", function()
@@ -823,5 +973,7 @@ describe("mend worker --listen", function()
     assert.are.equal("cancelling", c.cancel)                 -- held here: cancelled at once
     H.wait_for("the cancel", function() return status_of(base, r.id) == "failed" end, 10)
     assert.matches("^cancel by erin via http", operator_details(base, r.id)[1])
+    -- the history names the process that did it: this worker, not a mend serve
+    assert.matches("%(mend worker%)$", operator_details(base, r.id)[1])
   end)
 end)

@@ -23,8 +23,14 @@
  * and a line when the lock goes. Leases are not renewed meanwhile: a lock longer than the
  * lease is a stall like any other, and the fence sorts out what another worker took. */
 
+/* The timer is due on the loop's clock, cached as the turn that armed it began, while the
+ * retry time was read from the real clock later in that turn: it may fire before that time.
+ * Its firing is the retry, so the time is let go of here; held to it, the turn that follows
+ * would only see the wait still running and arm nothing again (a loop with nothing else to
+ * kick it, as mend serve's, then never retried). */
 static void lock_retry(uv_timer_t *t) {
   mend_engine *E = t->data;
+  E->lock_retry_at = 0;
   mend__kick(E);
 }
 

@@ -490,6 +490,7 @@ int mend_engine_breaker_set(mend_engine *E, const char *key, const char *op, dou
   char detail[200];
   snprintf(detail, sizeof detail, "%s -> %s", mend_breaker_state_name(before), mend_breaker_state_name(b.state));
   if (mend_store_audit(E->store, now, who, op, key, detail)) mend__store_failed(E);
+  E->refusal = MEND_REFUSED_STORE;   /* what can fail from here is the database */
   if (mend__commit_now(E)) return mend_errorf(err, errlen, "%s", E->errmsg);
   return 0;
 }

@@ -1,11 +1,11 @@
 /*
  * lserve: the Lua face of the HTTP server, the module mend.serve that the mend program opens:
- * listen(engine, {address =, token =, max_body =, max_headers =, cors =, dashboard =}) ->
- * server, and
- * server:address(), server:run() (serves until SIGINT or SIGTERM, for `mend serve`),
- * server:close(). Must never outlive its engine's loop: a server holds its engine, and is
- * closed before the engine is (the CLI closes it; a collected one closes itself); never turn
- * the loop outside the guard the engine's methods run under (mend_lua_engine_guarded).
+ * listen(engine, {address =, token =, max_body =, max_headers =, cors =, dashboard =,
+ * process =}) -> server, and server:address(), server:run() (serves until SIGINT or SIGTERM,
+ * for `mend serve`), server:close(). Must never outlive its engine's loop: a server holds its
+ * engine, and is closed before the engine is (the CLI closes it; a collected one closes
+ * itself); never turn the loop outside the guard the engine's methods run under
+ * (mend_lua_engine_guarded).
  */
 #include <lauxlib.h>
 #include <signal.h>
@@ -54,6 +54,7 @@ static int l_listen(lua_State *L) {
   o.token = opt_string(L, "token");
   o.cors_origin = opt_string(L, "cors");
   o.dashboard = opt_string(L, "dashboard");
+  o.process = opt_string(L, "process");
   o.max_body = opt_size(L, "max_body");
   o.max_headers = opt_size(L, "max_headers");
   server_box *b = lua_newuserdatauv(L, sizeof *b, 1);

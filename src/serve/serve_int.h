@@ -1,7 +1,8 @@
 /*
  * serve_int: the insides of mend's HTTP server, shared by the files of src/serve only: the
- * server, a request as the API handlers see it, and the replies they give. The server (server.c) owns
- * sockets, h2o, limits and tokens; the API (api.c) owns routes and what each does with the
+ * server, a request as the API handlers see it, and the replies they give. The server
+ * (server.c) owns sockets, h2o, limits and tokens; linger.c the last stage of closing a
+ * connection whose body was refused; the API (api.c) owns routes and what each does with the
  * engine. Nothing here parses HTTP: h2o does. Must never: be included outside src/serve/.
  */
 #ifndef MEND_SERVE_INT_H
@@ -23,6 +24,8 @@ typedef struct mend_server_opts {
   const char *cors_origin; /* NULL: no CORS headers at all */
   const char *dashboard;   /* the dashboard page (HTML), served at / without a token: it holds
                               no data, and asks for the token itself; NULL: none */
+  const char *process;     /* the process that serves, as the history names who did what:
+                              "mend worker"; NULL: "mend serve" */
 } mend_server_opts;
 
 typedef struct mend_server mend_server;
@@ -62,6 +65,17 @@ void serve_json_durable(serve_req *r, int status, json_t *body);
 int serve_query(serve_req *r, const char *name, const char **out);
 /* The body as a JSON object (an empty body is {}); NULL after replying 400 naming the fault. */
 json_t *serve_body(serve_req *r);
+
+/* linger.c: a connection h2o closes after refusing a body it did not read (413, 400) is closed in
+ * two stages, so that the client, still writing, gets the answer rather than a reset.
+ * serve_linger_keep: a second descriptor of sock's connection, open past h2o's close of sock
+ * (-1 if none). serve_linger: owns that descriptor from then on: ends the sending side, drops
+ * what comes until the client closes or a few seconds pass, then closes it. serve_linger_stop:
+ * closes every lingering connection of the list now; the list is empty once the loop turned. */
+typedef struct serve_lingering serve_lingering;
+int serve_linger_keep(h2o_socket_t *sock);
+void serve_linger(uv_loop_t *loop, int fd, serve_lingering **list);
+void serve_linger_stop(serve_lingering **list);
 
 /* api.c: answers every request under /api/v1 (and /metrics). */
 void serve_api(serve_req *r);

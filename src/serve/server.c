@@ -29,6 +29,7 @@ typedef struct conn {
   uv_tcp_t tcp;                /* first: h2o's close callback gets the handle */
   mend_server *srv;
   h2o_socket_t *sock;
+  int linger_fd;               /* kept open past h2o's close of a refused body (linger.c); -1 */
   struct conn *prev, *next;
 } conn;
 
@@ -56,9 +57,11 @@ struct mend_server {
   size_t max_headers;
   char *cors;
   char *dashboard;
+  char *process;
   char address[INET6_ADDRSTRLEN + 16];
   conn *conns;
   int nconns;
+  serve_lingering *lingering;
   pending *pending;
   int started, closed;
 };
@@ -217,28 +220,30 @@ void serve_error(serve_req *r, int status, const char *code, const char *fmt, ..
   serve_json(r, status, json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", msg));
 }
 
-/* ---------------------------------------------------------------- h2o's own 413 as JSON */
+/* ---------------------------------------------------------------- h2o's own refusals as JSON */
 
-/* A body over the limit is refused by h2o itself, before any handler sees the request, with
- * a text body of its own. An output filter (on the path and on the host's fallback path, where
- * h2o binds a request it refused before routing) swaps that body for the API's JSON error; the
+/* A body over the limit (413), or one whose framing is broken (400: a chunked encoding, a
+ * Content-Length), is refused by h2o itself, before any handler sees the request, with a text
+ * body of its own. An output filter (on the path and on the host's fallback path, where h2o
+ * binds a request it refused before routing) swaps that body for the API's JSON error; the
  * status, and h2o closing the connection after it, stay as h2o made them. */
-typedef struct json_413_filter {
+typedef struct json_own_filter {
   h2o_filter_t super;
   size_t max_body;
-} json_413_filter;
+  mend_server *srv;
+} json_own_filter;
 
-typedef struct json_413_stream {
+typedef struct json_own_stream {
   h2o_ostream_t super;
   h2o_iovec_t body;
   int sent;
-} json_413_stream;
+} json_own_stream;
 
-static void json_413_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs, size_t bufcnt,
+static void json_own_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs, size_t bufcnt,
                           h2o_send_state_t state) {
   (void)bufs;
   (void)bufcnt;
-  json_413_stream *o = (json_413_stream *)self;
+  json_own_stream *o = (json_own_stream *)self;
   if (o->sent) {
     h2o_ostream_send_next(self, req, NULL, 0, state);
     return;
@@ -247,18 +252,22 @@ static void json_413_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs
   h2o_ostream_send_next(self, req, &o->body, 1, state);
 }
 
-static void json_413_setup(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t **slot) {
+static void json_own_setup(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t **slot) {
   ssize_t ct = h2o_find_header(&req->res.headers, H2O_TOKEN_CONTENT_TYPE, -1);
   static const char json_type[] = "application/json";
   int ours = ct >= 0 && req->res.headers.entries[ct].value.len >= sizeof json_type - 1 &&
              memcmp(req->res.headers.entries[ct].value.base, json_type, sizeof json_type - 1) == 0;
-  if (req->res.status == 413 && !ours) {
+  if ((req->res.status == 413 || req->res.status == 400) && !ours) {
     char text[200];
-    int n = snprintf(text, sizeof text, "{\"error\":{\"code\":\"body_too_large\",\"message\":"
-                     "\"the request body is over the limit of %zu bytes\"}}\n",
-                     ((json_413_filter *)self)->max_body);
-    json_413_stream *o = (json_413_stream *)h2o_add_ostream(req, sizeof *o, slot);
-    o->super.do_send = json_413_send;
+    int n = req->res.status == 413
+      ? snprintf(text, sizeof text, "{\"error\":{\"code\":\"body_too_large\",\"message\":"
+                 "\"the request body is over the limit of %zu bytes\"}}\n",
+                 ((json_own_filter *)self)->max_body)
+      : snprintf(text, sizeof text, "{\"error\":{\"code\":\"bad_request\",\"message\":"
+                 "\"the request body's framing is broken (its chunked encoding, its "
+                 "Content-Length or its Transfer-Encoding)\"}}\n");
+    json_own_stream *o = (json_own_stream *)h2o_add_ostream(req, sizeof *o, slot);
+    o->super.do_send = json_own_send;
     o->body = h2o_strdup(&req->pool, text, (size_t)n);
     o->sent = 0;
     if (ct >= 0) h2o_delete_header(&req->res.headers, ct);
@@ -266,14 +275,20 @@ static void json_413_setup(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t **s
                    H2O_STRLIT("application/json; charset=utf-8"));
     req->res.content_length = o->body.len;
     slot = &o->super.next;
+    /* the body h2o did not read is still coming: the connection lingers once closed */
+    const h2o_conn_callbacks_t *cb = req->conn->callbacks;
+    h2o_socket_t *sock = cb->get_socket ? cb->get_socket(req->conn) : NULL;
+    for (conn *c = ((json_own_filter *)self)->srv->conns; c; c = c->next)
+      if (c->sock == sock && c->linger_fd < 0) c->linger_fd = serve_linger_keep(sock);
   }
   h2o_setup_next_ostream(req, slot);
 }
 
-static void json_413_register(h2o_pathconf_t *path, size_t max_body) {
-  json_413_filter *f = (json_413_filter *)h2o_create_filter(path, sizeof *f);
-  f->super.on_setup_ostream = json_413_setup;
-  f->max_body = max_body;
+static void json_own_register(h2o_pathconf_t *path, mend_server *srv) {
+  json_own_filter *f = (json_own_filter *)h2o_create_filter(path, sizeof *f);
+  f->super.on_setup_ostream = json_own_setup;
+  f->max_body = srv->config.max_request_entity_size;
+  f->srv = srv;
 }
 
 /* ---------------------------------------------------------------- request parts */
@@ -392,9 +407,37 @@ static const char *who_of(serve_req *r, int with_token) {
     name[v.len] = 0;
   }
   char buf[200];
-  snprintf(buf, sizeof buf, "%s%shttp %s (mend serve%s)", name, name[0] ? " via " : "", peer,
-           with_token ? ", token" : "");
+  snprintf(buf, sizeof buf, "%s%shttp %s (%s%s)", name, name[0] ? " via " : "", peer,
+           r->srv->process ? r->srv->process : "mend serve", with_token ? ", token" : "");
   return h2o_strdup(&r->req->pool, buf, strlen(buf)).base;
+}
+
+/* Whether a request is addressed to this machine's loopback by name: Host localhost,
+ * 127.0.0.0/8 or [::1] (any port), or no Host at all (h2o then puts its default host's in,
+ * and no browser sends such a request). A page whose name an attacker's DNS turned to
+ * 127.0.0.1 after it loaded (DNS rebinding) speaks to loopback as its own origin, JSON and
+ * all; only the name it addresses gives it away. */
+static int host_is_loopback(h2o_req_t *req) {
+  h2o_iovec_t a = req->input.authority;
+  if (a.base == (*req->conn->hosts)->authority.hostport.base) return 1;
+  char host[INET6_ADDRSTRLEN + 1];
+  const char *from = a.base, *to;
+  if (a.len > 0 && a.base[0] == '[') {
+    from++;
+    to = memchr(from, ']', a.len - 1);
+  } else {
+    to = memchr(from, ':', a.len);
+  }
+  if (!to) to = a.base + a.len;
+  size_t n = (size_t)(to - from);
+  if (n == 0 || n >= sizeof host) return 0;
+  memcpy(host, from, n);
+  host[n] = 0;
+  unsigned char addr[16];
+  if (from != a.base) return inet_pton(AF_INET6, host, addr) == 1 &&
+                             IN6_IS_ADDR_LOOPBACK((struct in6_addr *)addr);
+  return strcasecmp(host, "localhost") == 0 ||
+         (inet_pton(AF_INET, host, addr) == 1 && addr[0] == 127);
 }
 
 static int is_json_type(h2o_req_t *req) {
@@ -439,8 +482,13 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
     return 0;
   }
   size_t plen = req->query_at != SIZE_MAX ? req->query_at : req->path.len;
-  if (get && (h2o_memis(req->path.base, plen, H2O_STRLIT("/")) ||
-              h2o_memis(req->path.base, plen, H2O_STRLIT("/ui")))) {
+  if (h2o_memis(req->path.base, plen, H2O_STRLIT("/")) ||
+      h2o_memis(req->path.base, plen, H2O_STRLIT("/ui"))) {
+    if (!get) {
+      add_header(req, H2O_TOKEN_ALLOW, "GET, HEAD");
+      serve_error(&r, 405, "method_not_allowed", "this endpoint takes GET");
+      return 0;
+    }
     if (!srv->dashboard) {
       serve_error(&r, 404, "not_found", "the dashboard is not installed with this mend; the API is"
                   " under /api/v1");
@@ -455,10 +503,18 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
     return 0;
   }
   /* The token: for everything beyond loopback, for every change whenever it is set; a token
-   * sent is checked even where none is needed, so that a wrong one is never taken as right. */
+   * sent is checked even where none is needed, so that a wrong one is never taken as right.
+   * A request to loopback addressed to another name is one from beyond it. */
+  int beyond = !srv->loopback || !host_is_loopback(req);
+  if (beyond && !srv->token) {
+    serve_error(&r, 400, "bad_header", "Host %.*s is not this server's loopback name: without"
+                " --token-file it answers only requests addressed to localhost, 127.0.0.1 or"
+                " [::1]", (int)req->input.authority.len, req->input.authority.base);
+    return 0;
+  }
   int has_auth = h2o_find_header(&req->headers, H2O_TOKEN_AUTHORIZATION, -1) >= 0;
   int authed = srv->token && token_ok(srv, req);
-  if (srv->token && (r.post || !srv->loopback || has_auth) && !authed) {
+  if (srv->token && (r.post || beyond || has_auth) && !authed) {
     add_header(req, H2O_TOKEN_WWW_AUTHENTICATE, "Bearer realm=\"mend\"");
     serve_error(&r, 401, "unauthorized", has_auth ? "the bearer token is not the right one"
                 : "this request needs Authorization: Bearer <token>");
@@ -507,6 +563,7 @@ static void conn_closed(uv_handle_t *h) {
   else srv->conns = c->next;
   if (c->next) c->next->prev = c->prev;
   srv->nconns--;
+  if (c->linger_fd >= 0) serve_linger(h->loop, c->linger_fd, &srv->lingering);
   free(c);
 }
 
@@ -530,6 +587,7 @@ static void on_accept(uv_stream_t *listener, int status) {
   uv_tcp_nodelay(&c->tcp, 1);
   srv->nconns++;
   c->srv = srv;
+  c->linger_fd = -1;
   c->next = srv->conns;
   if (srv->conns) srv->conns->prev = c;
   srv->conns = c;
@@ -596,6 +654,7 @@ mend_server *mend_server_start(mend_engine *E, const mend_server_opts *o, char *
   }
   if (o->cors_origin) srv->cors = strdup(o->cors_origin);
   if (o->dashboard) srv->dashboard = strdup(o->dashboard);
+  if (o->process) srv->process = strdup(o->process);
   uv_loop_t *loop = mend_engine_loop(E);
   uv_tcp_init(loop, &srv->listener);
   srv->listener.data = srv;
@@ -629,8 +688,8 @@ mend_server *mend_server_start(mend_engine *E, const mend_server_opts *o, char *
   h2o_hostconf_t *host_conf = h2o_config_register_host(&srv->config,
                                                        h2o_iovec_init(H2O_STRLIT("default")), 65535);
   h2o_pathconf_t *path = h2o_config_register_path(host_conf, "/", 0);
-  json_413_register(path, srv->config.max_request_entity_size);
-  json_413_register(&host_conf->fallback_path, srv->config.max_request_entity_size);
+  json_own_register(path, srv);
+  json_own_register(&host_conf->fallback_path, srv);
   serve_handler *h = (serve_handler *)h2o_create_handler(path, sizeof *h);
   h->super.on_req = on_req;
   h->srv = srv;
@@ -677,6 +736,8 @@ void mend_server_close(mend_server *srv) {
     if (!uv_is_closing((uv_handle_t *)&c->tcp)) h2o_socket_close(c->sock);
   uv_close((uv_handle_t *)&t, NULL);
   while (srv->conns) uv_run(loop, UV_RUN_ONCE);
+  serve_linger_stop(&srv->lingering);
+  while (srv->lingering) uv_run(loop, UV_RUN_ONCE);
   h2o_timeout_t *armed[] = {&srv->ctx.zero_timeout, &srv->ctx.one_sec_timeout,
                             &srv->ctx.hundred_ms_timeout, &srv->ctx.handshake_timeout,
                             &srv->ctx.http1.req_timeout, &srv->ctx.http2.idle_timeout,
@@ -693,5 +754,6 @@ void mend_server_free(mend_server *srv) {
   free(srv->token);
   free(srv->cors);
   free(srv->dashboard);
+  free(srv->process);
   free(srv);
 }
