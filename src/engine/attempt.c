@@ -83,12 +83,12 @@ static const char *limit_met(mend_engine *E, mend_limits *lim, int status, char 
   return buf;
 }
 
-/* A call of a run's code other than its attempt (`lim`'s what: when, idempotency_key, map)
- * raised, or a limit stopped it (`status`): its kind and fields are read as an attempt's are,
- * since a kind survives wherever it is raised (SPEC section 3), and its text, after what raised
- * it, goes to st->error, where info->message points. Pops the error value. */
-static void call_failed(mend_run *r, step_rt *st, mend_limits *lim, int status,
-                        mend_error_info *info) {
+/* A call of a run's code other than its attempt (`lim`'s what: when, idempotency_key, map, a
+ * child step's input) raised, or a limit stopped it (`status`): its kind and fields are read as
+ * an attempt's are, since a kind survives wherever it is raised (SPEC section 3), and its text,
+ * after what raised it, goes to st->error, where info->message points. Pops the error value. */
+void mend__call_failed(mend_run *r, step_rt *st, mend_limits *lim, int status,
+                       mend_error_info *info) {
   mend_engine *E = r->E;
   lua_State *L = E->L;
   char msg[600], text[400];
@@ -128,7 +128,7 @@ int mend__ensure_key(mend_run *r, int i, mend_error_info *info) {
   mend_limits_init(&lim, "idempotency_key", E->cfg.instruction_budget, CALL_SECONDS);
   int status = mend__run_pcall(r, &lim, 1, 1);
   if (status != LUA_OK) {
-    call_failed(r, st, &lim, status, info);
+    mend__call_failed(r, st, &lim, status, info);
     return -1;
   }
   if (!lua_isstring(L, -1)) {
@@ -155,7 +155,7 @@ int mend__ask_when(mend_run *r, int i, mend_error_info *info) {
   mend_limits_init(&lim, "when", E->cfg.instruction_budget, CALL_SECONDS);
   int status = mend__run_pcall(r, &lim, 1, 1);
   if (status != LUA_OK) {
-    call_failed(r, st, &lim, status, info);
+    mend__call_failed(r, st, &lim, status, info);
     return -1;
   }
   int yes = lua_toboolean(L, -1);
@@ -205,7 +205,7 @@ char *mend__ask_map(mend_run *r, int i, mend_error_info *info) {
   mend_limits_init(&lim, "map", E->cfg.instruction_budget, CALL_SECONDS);
   int status = mend__run_pcall(r, &lim, 1, 1);
   if (status != LUA_OK) {
-    call_failed(r, st, &lim, status, info);
+    mend__call_failed(r, st, &lim, status, info);
     return NULL;
   }
   char msg[600], text[400], why[200];

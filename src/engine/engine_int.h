@@ -475,6 +475,10 @@ const char *mend__describe(mend_engine *E, mend_run *r, lua_State *from, int idx
                            size_t len, int *failed);
 void mend__end_attempt(mend_run *r);
 int mend__ask_when(mend_run *r, int i, mend_error_info *info);
+/* A guarded call of step i's code outside its attempt ended with `status`, not LUA_OK: *info
+ * is what it raised (its kind kept) or the limit that stopped it. Pops the error value. */
+void mend__call_failed(mend_run *r, step_rt *st, mend_limits *lim, int status,
+                       mend_error_info *info);
 char *mend__ask_map(mend_run *r, int i, mend_error_info *info);
 int mend__ensure_key(mend_run *r, int i, mend_error_info *info);
 int mend__guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres);
