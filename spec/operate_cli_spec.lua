@@ -199,3 +199,40 @@ describe("the alert command", function()
     assert.are.equal("severity_3", lines[1].reason)
   end)
 end)
+
+-- A list printed as one JSON document is longer than one encoding may be (mend.json stops at
+-- 2^20 values): 160k runs are 1.3M values, their dead letters 1.1M. Printed in one encoding,
+-- nothing was printed and mend exited 1, as `mend history --json` did before its pages.
+describe("a list too long for one JSON encoding", function()
+  after_each(H.cleanup)
+  local N = 160000
+
+  -- N more runs, ended, and N dead letters, in one statement each (one transaction).
+  local function grow(db)
+    local ids = H.is_pg(db)
+      and "FROM generate_series(1, %d) AS n(i)" or
+          "FROM (WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < %d) SELECT i FROM n) n"
+    local id = H.is_pg(db) and "'x' || lpad(i::text, 15, '0')" or "printf('x%015d', i)"
+    H.sql(db, ("INSERT INTO runs(id, workflow, status, input, attention, created, updated)"
+      .. " SELECT %s, 'refund', 'succeeded', '{}', 0, i, i " .. ids):format(id, N))
+    H.sql(db, ("INSERT INTO dlq(run_id, reason, step, error, detail, at)"
+      .. " SELECT %s, 'attempts_exhausted', 'charge', 'down', 'x', i " .. ids):format(id, N))
+  end
+
+  it("is printed whole by mend runs --json and mend dlq --json", function()
+    local db, _, _, _, id = setup()
+    grow(db)
+    local runs = json_of(db, "runs --limit " .. (N + 1))
+    assert.are.equal(N + 1, #runs)
+    assert.are.equal(id, runs[1].id)
+    assert.are.equal(("x%015d"):format(N), runs[2].id)
+    assert.are.equal(("x%015d"):format(1), runs[N + 1].id)
+    local dlq = json_of(db, "dlq")
+    assert.are.equal(N + 1, #dlq)
+    assert.are.equal(("x%015d"):format(1), dlq[1].run_id)
+    assert.are.equal(id, dlq[N + 1].run_id)
+    local rc, out = mend_cmd(db, "runs --status failed --json")
+    assert.are.equal(0, rc, out)
+    assert.are.equal("[]\n", out)   -- an empty list, not an object
+  end)
+end)

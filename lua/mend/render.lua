@@ -47,10 +47,17 @@ local function fmt_value(v, width)
   return text
 end
 
--- JSON of a list: an empty Lua table would encode as an object.
-local function encode_list(list)
-  if #list == 0 then return "[]" end
-  return json.encode(list)
+-- A list printed as one JSON array (an empty Lua table would encode as an object), a slice of
+-- its rows an encoding: one encoding is held to mend.json's bound of values, which a long list
+-- passes (`mend runs --json` of 200k runs printed nothing and failed).
+local LIST_SLICE = 1000
+local function write_list(list)
+  if #list == 0 then return out("[]\n") end
+  for i = 1, #list, LIST_SLICE do
+    local slice = table.move(list, i, math.min(i + LIST_SLICE - 1, #list), 1, {})
+    out("%s%s", i == 1 and "[" or ",", json.encode(slice):sub(2, -2))
+  end
+  out("]\n")
 end
 
 local function transition(e)
@@ -346,7 +353,6 @@ return {
   breakers_now = breakers_now,
   db_shown = db_shown,
   due_lines = due_lines,
-  encode_list = encode_list,
   fmt_seconds = fmt_seconds,
   fmt_time = fmt_time,
   nest_branches = nest_branches,
@@ -361,4 +367,5 @@ return {
   render_event = render_event,
   transition = transition,
   unfinished = unfinished,
+  write_list = write_list,
 }
