@@ -35,15 +35,18 @@ function M.options(o, cli)
   if o["max-body"] and not (max_body and max_body > 0) then
     cli.usage_error(o._command, "--max-body must be a whole number of bytes > 0, got %s", o["max-body"])
   end
-  return { address = o.listen or "127.0.0.1:7070", token = token, max_body = max_body,
-           cors = o.cors, dashboard = dashboard_page() }
+  local opts = { address = o.listen or "127.0.0.1:7070", token = token, max_body = max_body,
+                 cors = o.cors, dashboard = dashboard_page() }
+  local ok, err = require("mend.serve").check(opts)
+  if not ok then cli.usage_error(o._command, "%s", err) end   -- an address, or one without its token
+  return opts
 end
 
 -- Calls fn(server) with the API listening on eng's loop and closes the server, whatever fn
 -- does.
 function M.with_listener(eng, opts, fn, cli)
-  local ok, srv = pcall(require("mend.serve").listen, eng, opts)
-  if not ok then cli.fail("%s", tostring(srv)) end
+  local srv, err = require("mend.serve").listen(eng, opts)
+  if not srv then cli.fail("%s", err) end   -- the system's refusal: a port in use, ...
   cli.out("mend: serving http://%s/api/v1\n", srv:address())
   io.stdout:flush()
   local res = table.pack(pcall(fn, srv))
