@@ -272,7 +272,9 @@ MEND_API int mend_engine_tick_ex(mend_engine *engine, double budget, mend_tick_s
                                  size_t stats_size);
 /* Seconds until the engine next has work: 0 at once, -1 nothing scheduled. While HTTP requests
  * or child processes of steps are in flight, at most 0.01: their answers arrive on the loop;
- * while mend's commit thread writes a batch, at most 0.001. */
+ * while mend's commit thread writes a batch, at most 0.001. This, in_flight_count and time
+ * answer -1, 0 and 0 for a NULL or freed engine, and from another thread, refused as the
+ * calls that return a status are (Threading, above). */
 MEND_API double mend_engine_next_tick(mend_engine *engine);
 /* Thread-safe: wakes the loop the engine runs on. */
 MEND_API void mend_engine_wakeup(mend_engine *engine);
