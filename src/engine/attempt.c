@@ -396,18 +396,32 @@ static void unlist_thread(lua_State *L, mend_run *r) {
   lua_pop(L, 1);
 }
 
-/* Under AddressSanitizer an attempt's state is freed as it ends, never kept for the next:
- * memory taken again is not poisoned, and would hide a use of it after its attempt. */
+/* An attempt's state kept for the next is poisoned under AddressSanitizer while it is kept:
+ * memory taken again is not poisoned by ASan itself, and a use of the state after its attempt
+ * would pass unseen, as it would in a build without it. */
 #if defined(__SANITIZE_ADDRESS__)
-#define KEEP_SPARE_ATTEMPT 0
+#define KEPT_POISONED 1
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
-#define KEEP_SPARE_ATTEMPT 0
+#define KEPT_POISONED 1
 #endif
 #endif
-#ifndef KEEP_SPARE_ATTEMPT
-#define KEEP_SPARE_ATTEMPT 1
+#ifdef KEPT_POISONED
+#include <sanitizer/asan_interface.h>
+#define KEEP_POISONED(a) ASAN_POISON_MEMORY_REGION((a), sizeof *(a))
+#define TAKE_POISONED(a) ASAN_UNPOISON_MEMORY_REGION((a), sizeof *(a))
+#else
+#define KEEP_POISONED(a) ((void)(a))
+#define TAKE_POISONED(a) ((void)(a))
 #endif
+
+void mend__free_spare_attempts(mend_engine *E) {
+  while (E->nspare_attempts) {
+    mend_attempt *a = E->spare_attempts[--E->nspare_attempts];
+    TAKE_POISONED(a);
+    free(a);
+  }
+}
 
 /* `returned`: its code ran to its end (lua_resume gave LUA_OK), which closed every
  * to-be-closed variable it had: closing the coroutine would run nothing, and is left to the
@@ -461,10 +475,12 @@ static void end_attempt(mend_run *r, int returned) {
   lua_sethook(r->co, NULL, 0, 0);
   unlist_thread(E->L, r);
   r->co = NULL;
-  if (!KEEP_SPARE_ATTEMPT || E->nspare_attempts == (int)(sizeof E->spare_attempts / sizeof E->spare_attempts[0]))
+  if (E->nspare_attempts == (int)(sizeof E->spare_attempts / sizeof E->spare_attempts[0])) {
     free(r->at);
-  else
+  } else {
+    KEEP_POISONED(r->at);
     E->spare_attempts[E->nspare_attempts++] = r->at;
+  }
   r->at = NULL;
   collect_if_over(E);
   mend__drop_spare_blocks(E);
@@ -604,6 +620,7 @@ void mend__start_attempt(mend_run *r, int compensating) {
     mend__breakdown(E, "out of memory for an attempt of run %s", r->id);
     return;
   }
+  TAKE_POISONED(a);
   a->run = r;
   mend_timer_init(&a->deadline, mend__on_deadline);
   mend_limits_init(&a->limits, "step", E->cfg.instruction_budget, def->timeout);
