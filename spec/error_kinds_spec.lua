@@ -25,9 +25,10 @@ local function place_def(place, raise, fails)
                   compensate = function() box.undone = box.undone + 1 end }
   local s
   if place == "input" then
-    box.child = { name = "w_input_child",
-                  steps = { { name = "c", execute = function() box.executed = box.executed + 1; return 1 end } } }
-    s = { name = "s", retry = RETRY, child = box.child.name, input = function() asked(); return {} end }
+    local function run_child() box.executed = box.executed + 1; return 1 end
+    box.child = { name = "w_input_child", steps = { { name = "c", execute = run_child } } }
+    s = { name = "s", retry = RETRY, child = box.child.name,
+          input = function() asked(); return {} end }
   elseif place == "map" then
     s = { name = "s", map = function() asked(); return { 10, 20 } end,
           step = { retry = RETRY, execute = function(_, n) box.executed = box.executed + 1; return n end } }

@@ -210,9 +210,9 @@ describe("a list or a run too long for one JSON encoding", function()
 
   -- N more runs, ended, and N dead letters, in one statement each (one transaction).
   local function grow(db)
-    local ids = H.is_pg(db)
-      and "FROM generate_series(1, %d) AS n(i)" or
-          "FROM (WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < %d) SELECT i FROM n) n"
+    local ids = H.is_pg(db) and "FROM generate_series(1, %d) AS n(i)" or
+      "FROM (WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < %d)"
+      .. " SELECT i FROM n) n"
     local id = H.is_pg(db) and "'x' || lpad(i::text, 15, '0')" or "printf('x%015d', i)"
     H.sql(db, ("INSERT INTO runs(id, workflow, status, input, attention, created, updated)"
       .. " SELECT %s, 'refund', 'succeeded', '{}', 0, i, i " .. ids):format(id, N))

@@ -747,7 +747,7 @@ print("closed", len(gone))
   -- A malformed address is the command line's fault, known before anything is opened: a
   -- usage error (2), as any bad flag is. An address the system will not give is not: a
   -- runtime error (1) naming it.
-  it("refuses a malformed --listen as a usage error, an address it cannot bind as a failure", function()
+  it("refuses a malformed --listen as a usage error, one it cannot bind as a failure", function()
     local dir, db = workspace()
     for _, command in ipairs{ "serve", "worker --workflows " .. q(dir) } do
       for _, bad in ipairs{ "nonsense", "127.0.0.1:notaport", "127.0.0.1:65536", "[::1]7070",

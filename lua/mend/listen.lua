@@ -38,7 +38,8 @@ function M.options(o, cli)
   local opts = { address = o.listen or "127.0.0.1:7070", token = token, max_body = max_body,
                  cors = o.cors, dashboard = dashboard_page() }
   local ok, err = require("mend.serve").check(opts)
-  if not ok then cli.usage_error(o._command, "%s", err) end   -- an address, or one without its token
+  -- a malformed address, or one beyond loopback without a token: the flags' fault
+  if not ok then cli.usage_error(o._command, "%s", err) end
   return opts
 end
 
