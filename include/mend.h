@@ -272,11 +272,16 @@ MEND_API int mend_engine_tick_ex(mend_engine *engine, double budget, mend_tick_s
                                  size_t stats_size);
 /* Seconds until the engine next has work: 0 at once, -1 nothing scheduled. While HTTP requests
  * or child processes of steps are in flight, at most 0.01: their answers arrive on the loop;
- * while mend's commit thread writes a batch, at most 0.001. */
+ * while mend's commit thread writes a batch, at most 0.001. This, in_flight_count and time
+ * answer -1, 0 and 0 for a NULL or freed engine, and from another thread, refused as the
+ * calls that return a status are (Threading, above). */
 MEND_API double mend_engine_next_tick(mend_engine *engine);
 /* Thread-safe: wakes the loop the engine runs on. */
 MEND_API void mend_engine_wakeup(mend_engine *engine);
-/* Runs in flight (held in memory by this engine). */
+/* Runs in flight (held in memory by this engine). A run's end is heard (its run_finished
+ * event) once the batch open when it left is durable, which may be a tick after this count fell:
+ * a host that waits for every end ticks until mend_engine_next_tick() says nothing is
+ * scheduled (-1) too. */
 MEND_API int mend_engine_in_flight_count(mend_engine *engine);
 /* Virtual clock only: moves time on by `seconds`, doing the work that comes due. MEND_ECLOCK
  * with a real clock; MEND_EINVAL if seconds is negative, NaN or would make the clock infinite;

@@ -1,8 +1,9 @@
 -- The kind of an error raised outside a step's execute: in its when(ctx), its
--- idempotency_key(ctx), a map's list function. SPEC section 3 says kinds survive, and README says
--- an error in `when` fails the step like an error of its code: a retryable one is retried after
--- its backoff (or its retry_after) as an attempt, a fatal one is not and the run compensates, a
--- plain one fails the step for good; the history keeps the kind as it does for execute's errors.
+-- idempotency_key(ctx), a map's list function, a child step's input(ctx). SPEC section 3 says
+-- kinds survive, and README says an error in `when` fails the step like an error of its code: a
+-- retryable one is retried after its backoff (or its retry_after) as an attempt, a fatal one is
+-- not and the run compensates, a plain one fails the step for good; the history keeps the kind
+-- as it does for execute's errors.
 -- On the virtual clock, then a real worker killed while a `when` waits for its retry.
 local H = require "spec.helper"
 local mend = require "mend"
@@ -10,9 +11,10 @@ local json = mend.json
 
 local RETRY = { max_attempts = 3, initial = 2, jitter = 0 }
 
--- The three places, each as a workflow whose code outside execute raises `raise()` on its
+-- The four places, each as a workflow whose code outside execute raises `raise()` on its
 -- first `fails` calls (1 unless given) and answers on the next ones. `box.asked` counts those
--- calls, `box.executed` the executions; the step before has a compensation `box.undone` counts.
+-- calls, `box.executed` the executions (a child step's: its child's); the step before has a
+-- compensation `box.undone` counts. register() registers a child step's child workflow too.
 local function place_def(place, raise, fails)
   local box = { asked = 0, executed = 0, undone = 0 }
   local function asked()
@@ -22,7 +24,12 @@ local function place_def(place, raise, fails)
   local first = { name = "first", execute = function() return 1 end,
                   compensate = function() box.undone = box.undone + 1 end }
   local s
-  if place == "map" then
+  if place == "input" then
+    local function run_child() box.executed = box.executed + 1; return 1 end
+    box.child = { name = "w_input_child", steps = { { name = "c", execute = run_child } } }
+    s = { name = "s", retry = RETRY, child = box.child.name,
+          input = function() asked(); return {} end }
+  elseif place == "map" then
     s = { name = "s", map = function() asked(); return { 10, 20 } end,
           step = { retry = RETRY, execute = function(_, n) box.executed = box.executed + 1; return n end } }
   else
@@ -33,6 +40,11 @@ local function place_def(place, raise, fails)
   return { name = "w_" .. place, steps = { first, s } }, box
 end
 
+local function register(eng, def, box)
+  eng:register(def)
+  if box.child then eng:register(box.child) end
+end
+
 -- The kinds the history's rows of step s into `to` keep (SQLite's history codes its names).
 local function kinds(db, id, to)
   return H.sql(db, ("SELECT error_kind FROM %s WHERE run_id = '%s' AND step = 's'"
@@ -40,7 +52,7 @@ local function kinds(db, id, to)
     :format(H.is_pg(db) and "history" or "history_named", id, to))
 end
 
-for _, place in ipairs{ "when", "idempotency_key", "map" } do
+for _, place in ipairs{ "when", "idempotency_key", "map", "input" } do
   describe("an error of a step's " .. place, function()
     after_each(H.cleanup)
 
@@ -48,7 +60,7 @@ for _, place in ipairs{ "when", "idempotency_key", "map" } do
        function()
       local def, box = place_def(place, function() return mend.retryable("busy") end)
       local eng, db = H.new_engine()
-      eng:register(def)
+      register(eng, def, box)
       local t0 = eng:now()
       local id = eng:start(def.name, {})
       eng:run()
@@ -71,7 +83,7 @@ for _, place in ipairs{ "when", "idempotency_key", "map" } do
        function()
       local def, box = place_def(place, function() return mend.retryable("later", { retry_after = 7 }) end)
       local eng = H.new_engine()
-      eng:register(def)
+      register(eng, def, box)
       local id = eng:start(def.name, {})
       eng:run()
       assert.are.same({ 7 }, H.retry_delays(eng, id, "s"))
@@ -79,7 +91,7 @@ for _, place in ipairs{ "when", "idempotency_key", "map" } do
       -- always busy: three attempts (RETRY.max_attempts), then the dead-letter queue
       local def2, box2 = place_def(place, function() return mend.retryable("busy") end, math.huge)
       local eng2 = H.new_engine()
-      eng2:register(def2)
+      register(eng2, def2, box2)
       local id2 = eng2:start(def2.name, {})
       eng2:run()
       local st2 = eng2:status(id2)
@@ -94,7 +106,7 @@ for _, place in ipairs{ "when", "idempotency_key", "map" } do
     it("that is fatal is not retried: the run compensates, the kind kept", function()
       local def, box = place_def(place, function() return mend.fatal("declined") end)
       local eng, db = H.new_engine()
-      eng:register(def)
+      register(eng, def, box)
       local id = eng:start(def.name, {})
       eng:run()
       local st = eng:status(id)
@@ -111,7 +123,7 @@ for _, place in ipairs{ "when", "idempotency_key", "map" } do
     it("that is a plain Lua error fails the step for good, as an error of its code", function()
       local def, box = place_def(place, function() return "no idea" end)
       local eng, db = H.new_engine()
-      eng:register(def)
+      register(eng, def, box)
       local id = eng:start(def.name, {})
       eng:run()
       local st = eng:status(id)
@@ -160,18 +172,18 @@ end)
 describe("a retryable error outside execute, across a restart", function()
   after_each(H.cleanup)
 
-  for _, place in ipairs{ "when", "idempotency_key", "map" } do
+  for _, place in ipairs{ "when", "idempotency_key", "map", "input" } do
     it("of a step's " .. place .. " waits out its stored retry, then asks again", function()
       local def, box = place_def(place, function() return mend.retryable("busy") end)
       local eng, db = H.new_engine()
-      eng:register(def)
+      register(eng, def, box)
       local t0 = eng:now()
       local id = eng:start(def.name, {})
       eng:advance(1)
       assert.are.equal("retry_wait", H.step(eng:status(id), "s").status)
       H.close(eng)
       local eng2 = H.reopen(db)
-      eng2:register(def)
+      register(eng2, def, box)
       assert.are.equal(1, eng2:recover())
       eng2:run()
       local st = eng2:status(id)

@@ -199,3 +199,75 @@ describe("the alert command", function()
     assert.are.equal("severity_3", lines[1].reason)
   end)
 end)
+
+-- A list printed as one JSON document is longer than one encoding may be (mend.json stops at
+-- 2^20 values): 160k runs are 1.3M values, their dead letters 1.1M. Printed in one encoding,
+-- nothing was printed and mend exited 1, as `mend history --json` did before its pages.
+-- Lists are written a slice of rows at a time; a run's status each part that fits whole.
+describe("a list or a run too long for one JSON encoding", function()
+  after_each(H.cleanup)
+  local N = 160000
+
+  -- N more runs, ended, and N dead letters, in one statement each (one transaction).
+  local function grow(db)
+    local ids = H.is_pg(db) and "FROM generate_series(1, %d) AS n(i)" or
+      "FROM (WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < %d)"
+      .. " SELECT i FROM n) n"
+    local id = H.is_pg(db) and "'x' || lpad(i::text, 15, '0')" or "printf('x%015d', i)"
+    H.sql(db, ("INSERT INTO runs(id, workflow, status, input, attention, created, updated)"
+      .. " SELECT %s, 'refund', 'succeeded', '{}', 0, i, i " .. ids):format(id, N))
+    H.sql(db, ("INSERT INTO dlq(run_id, reason, step, error, detail, at)"
+      .. " SELECT %s, 'attempts_exhausted', 'charge', 'down', 'x', i " .. ids):format(id, N))
+  end
+
+  it("is printed whole by mend runs --json and mend dlq --json", function()
+    local db, _, _, _, id = setup()
+    grow(db)
+    local runs = json_of(db, "runs --limit " .. (N + 1))
+    assert.are.equal(N + 1, #runs)
+    assert.are.equal(id, runs[1].id)
+    assert.are.equal(("x%015d"):format(N), runs[2].id)
+    assert.are.equal(("x%015d"):format(1), runs[N + 1].id)
+    local dlq = json_of(db, "dlq")
+    assert.are.equal(N + 1, #dlq)
+    assert.are.equal(("x%015d"):format(1), dlq[1].run_id)
+    assert.are.equal(id, dlq[N + 1].run_id)
+    local rc, out = mend_cmd(db, "runs --status failed --json")
+    assert.are.equal(0, rc, out)
+    assert.are.equal("[]\n", out)   -- an empty list, not an object
+  end)
+
+  -- A run's status holds each item of a map as a branch: 110k items are 1.2M values.
+  it("is a run's status whole in mend status --json and mend wait --json", function()
+    local dir = H.tmp_dir()
+    local db = H.new_db(dir, "map.db")
+    local wf = H.write_file(dir, "m.lua", [[
+return { name = "m", steps = { { name = "s", map = function() return { 1, 2, 3 } end,
+                                 step = { execute = function(_, n) return n end } } } }
+]])
+    local rc, out = mend_cmd(db, "run " .. q(wf))
+    assert.are.equal(0, rc, out)
+    local id = json_of(db, "runs")[1].id
+    local M = 110000
+    local items = H.is_pg(db) and ("FROM generate_series(4, %d) AS n(i)"):format(M + 3) or
+      ("FROM (WITH RECURSIVE n(i) AS (SELECT 4 UNION ALL SELECT i + 1 FROM n WHERE i < %d)"
+       .. " SELECT i FROM n) n"):format(M + 3)
+    H.sql(db, ("INSERT INTO steps(run_id, idx, name, status, attempts, result, updated)"
+      .. " SELECT '%s', %d + i - 1, 's/' || i, 'succeeded', 1, '7', 1 " .. items)
+      :format(id, 1 << 20))
+    for _, command in ipairs{ "status " .. id, "wait " .. id } do
+      local st = json_of(db, command)
+      assert.are.equal("succeeded", st.status)
+      local branches = command:match("^status") and st.steps[1].branches
+      if branches then
+        assert.are.equal(M + 3, #branches)
+        assert.are.equal(2, branches[2].result)
+        assert.are.equal(tostring(M + 3), branches[M + 3].name)
+        assert.are.same({}, st.input)
+      else
+        assert.are.equal(M + 4, #st.steps)
+        assert.are.equal("s/" .. (M + 3), st.steps[M + 4].name)
+      end
+    end
+  end)
+end)

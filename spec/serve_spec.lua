@@ -865,16 +865,14 @@ print("closed", len(gone))
 
   it("refuses to listen beyond loopback without a token file; with one, every request needs it", function()
     local dir, db = workspace()
-    local rc, out = sh(MEND .. " serve --db " .. q(db) .. " --listen 0.0.0.0:0")
-    assert.are.equal(1, rc)
+    local rc, out = sh(MEND .. " serve --db " .. q(dir .. "/none.db") .. " --listen 0.0.0.0:0")
+    assert.are.equal(2, rc)   -- a usage error: the flags alone say it cannot be served
     assert.matches("0%.0%.0%.0:0 is not a loopback address: serving it needs %-%-token%-file", out)
+    assert.matches("usage: mend serve", out)
     local short = H.write_file(dir, "short", "abc")
     rc, out = sh(MEND .. " serve --db " .. q(db) .. " --listen 0.0.0.0:0 --token-file " .. q(short))
     assert.are.equal(1, rc)
     assert.matches("at least 16 characters", out)
-    rc, out = sh(MEND .. " serve --db " .. q(db) .. " --listen 127.0.0.1:notaport")
-    assert.are.equal(1, rc)
-    assert.matches("the port must be a number", out)
     rc, out = sh(MEND .. " serve --db " .. q(dir .. "/none.db") .. " --max-body lots")
     assert.are.equal(2, rc)
     assert.matches("%-%-max%-body must be a whole number of bytes", out)
@@ -894,6 +892,32 @@ print("closed", len(gone))
     local _, _, page, headers = get(base, "/")
     assert.matches("<title>mend</title>", page)
     assert.matches("content%-security%-policy: default%-src 'none'", headers:lower())
+  end)
+
+  -- A malformed address is the command line's fault, known before anything is opened: a
+  -- usage error (2), as any bad flag is. An address the system will not give is not: a
+  -- runtime error (1) naming it.
+  it("refuses a malformed --listen as a usage error, one it cannot bind as a failure", function()
+    local dir, db = workspace()
+    for _, command in ipairs{ "serve", "worker --workflows " .. q(dir) } do
+      for _, bad in ipairs{ "nonsense", "127.0.0.1:notaport", "127.0.0.1:65536", "[::1]7070",
+                            "example.com:80" } do
+        local rc, out = sh(MEND .. " " .. command .. " --db " .. q(dir .. "/none.db") ..
+                           " --listen " .. q(bad))
+        assert.are.equal(2, rc, bad .. ": " .. out)
+        assert.matches("%-%-listen " .. bad:gsub("%p", "%%%0"), out)
+        assert.matches("usage: mend " .. command:match("%a+"), out)
+        assert.is_nil(io.open(dir .. "/none.db"))   -- refused before opening anything
+      end
+    end
+    local base = start(dir, db)
+    local taken = base:match("^http://(.*)$")
+    for _, command in ipairs{ "serve", "worker --workflows " .. q(dir) } do
+      local rc, out = sh(MEND .. " " .. command .. " --db " .. q(db) .. " --listen " .. taken)
+      assert.are.equal(1, rc, out)
+      assert.matches("%-%-listen " .. taken:gsub("%p", "%%%0") .. ": address already in use", out)
+      assert.not_matches("usage:", out)
+    end
   end)
 
   it("serves Prometheus metrics that match the database", function()

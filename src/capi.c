@@ -616,8 +616,10 @@ MEND_API int mend_engine_tick_ex(mend_engine *engine, double budget, mend_tick_s
   return rc < 0 ? MEND_ESTORE : MEND_OK;
 }
 
+/* The getters that answer a value refuse another thread as check_engine does (they read what
+ * the engine's thread writes), answering as for a NULL engine. */
 MEND_API double mend_engine_next_tick(mend_engine *engine) {
-  return engine ? mend_engine_next_due(engine) : -1;
+  return check_engine(engine, __func__) == MEND_OK ? mend_engine_next_due(engine) : -1;
 }
 
 MEND_API void mend_engine_wakeup(mend_engine *engine) {
@@ -625,7 +627,7 @@ MEND_API void mend_engine_wakeup(mend_engine *engine) {
 }
 
 MEND_API int mend_engine_in_flight_count(mend_engine *engine) {
-  return engine ? mend_engine_in_flight(engine) : 0;
+  return check_engine(engine, __func__) == MEND_OK ? mend_engine_in_flight(engine) : 0;
 }
 
 MEND_API int mend_engine_advance_clock(mend_engine *engine, double seconds) {
@@ -637,7 +639,9 @@ MEND_API int mend_engine_advance_clock(mend_engine *engine, double seconds) {
   return rc ? refusal_status(engine) : MEND_OK;
 }
 
-MEND_API double mend_engine_time(mend_engine *engine) { return engine ? mend_engine_now(engine) : 0; }
+MEND_API double mend_engine_time(mend_engine *engine) {
+  return check_engine(engine, __func__) == MEND_OK ? mend_engine_now(engine) : 0;
+}
 
 /* A view the store gave. NULL: no such run (of_run: the view of a run), or the store failed,
  * which its errmsg names. */

@@ -538,7 +538,7 @@ void mend_engine_destroy(mend_engine *E) {
   luaL_unref(E->L, LUA_REGISTRYINDEX, E->thread_ref);
   if (E->owned_state) lua_close(E->owned_state);
   mend__drop_spare_blocks(E);
-  while (E->nspare_attempts) free(E->spare_attempts[--E->nspare_attempts]);
+  mend__free_spare_attempts(E);
   free((char *)E->cfg.alert_command);
   free((char *)E->cfg.http_allow);
   free(E);

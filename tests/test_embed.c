@@ -2017,6 +2017,63 @@ static void it_says_on_both_threads_what_another_thread_was_refused(void) {
   CHECK_EQ_INT(mend_engine_free(E), MEND_OK);
 }
 
+/* The getters that return a value, not a status (mend_engine_next_tick, in_flight_count,
+ * time), from a thread the engine does not belong to: refused as the queries are, the engine
+ * untouched (they read what that thread writes: a race), the NULL engine's answer given,
+ * mend_engine_errmsg there and the engine's log saying why. */
+typedef struct {
+  mend_engine *E;
+  double next, time;
+  int in_flight;
+  char why_next[600], why_time[600];
+} got_afar;
+
+static void *get_from_afar(void *arg) {
+  got_afar *g = arg;
+  g->next = mend_engine_next_tick(g->E);
+  snprintf(g->why_next, sizeof g->why_next, "%s", mend_engine_errmsg(g->E));
+  g->in_flight = mend_engine_in_flight_count(g->E);
+  g->time = mend_engine_time(g->E);
+  snprintf(g->why_time, sizeof g->why_time, "%s", mend_engine_errmsg(g->E));
+  return NULL;
+}
+
+static void it_refuses_the_getters_on_another_thread(void) {
+  mend_options o;
+  mend_options_init(&o);
+  o.virtual_clock = 1;
+  o.log = keep_refusals;
+  mend_engine *E = engine(&o);
+  load(E, "wait");
+  char id[17];
+  start(E, "wait", NULL, id);
+  CHECK_EQ_INT(mend_engine_advance_clock(E, 0), MEND_OK);   /* the run waits for its event */
+  CHECK_EQ_INT(mend_engine_in_flight_count(E), 1);
+  CHECK(mend_engine_time(E) > 0);
+  refusals_logged = 0;
+  got_afar g = {.E = E};
+  pthread_t t;
+  CHECK_EQ_INT(pthread_create(&t, NULL, get_from_afar, &g), 0);
+  pthread_join(t, NULL);
+  CHECK(g.next == -1);
+  CHECK_EQ_INT(g.in_flight, 0);
+  CHECK(g.time == 0);
+  CHECK(strstr(g.why_next, "does not belong to") != NULL);
+  CHECK(strstr(g.why_time, "does not belong to") != NULL);
+  CHECK_EQ_INT(mend_engine_tick(E, 0.01), MEND_OK);
+  CHECK_EQ_INT(refusals_logged, 1);
+  CHECK(strstr(refusal_logged, "3 calls") && strstr(refusal_logged, "mend_engine_time"));
+  /* on its own thread, as before */
+  CHECK_EQ_INT(mend_engine_in_flight_count(E), 1);
+  CHECK(mend_engine_time(E) > 0);
+  CHECK(strstr(mend_engine_errmsg(E), "thread") == NULL);
+  CHECK_EQ_INT(mend_engine_free(E), MEND_OK);
+  /* a freed engine's address: nothing of it read */
+  CHECK(mend_engine_next_tick(E) == -1);
+  CHECK_EQ_INT(mend_engine_in_flight_count(E), 0);
+  CHECK(mend_engine_time(E) == 0);
+}
+
 /* mend_engine_adopt: an engine made on one thread is driven to its end on another, which
  * answers the call the first left open; the first is then refused as any other thread. */
 typedef struct {
@@ -2143,6 +2200,7 @@ typedef struct {
   mend_engine *E;
   pthread_t self;
   int rc;
+  int in_flight;   /* as the frame ends: only the engine's thread may ask */
 } frame;
 
 static void *tick_a_frame(void *arg) {
@@ -2151,6 +2209,7 @@ static void *tick_a_frame(void *arg) {
   atomic_store(&frame_thread, &f->self);
   f->rc = mend_engine_adopt(f->E);
   if (f->rc == MEND_OK) f->rc = mend_engine_tick(f->E, 0.005);
+  f->in_flight = mend_engine_in_flight_count(f->E);
   return NULL;
 }
 
@@ -2169,20 +2228,23 @@ static void it_is_ticked_by_a_pool_of_threads(void) {
   calls_off_frame = answers_refused = 0;
   int frames = 0, failed = 0;
   double deadline = now_s() + 30;
-  while (mend_engine_in_flight_count(E) > 0 && now_s() < deadline) {
+  int in_flight = mend_engine_in_flight_count(E);
+  while (in_flight > 0 && now_s() < deadline) {
     frame f = {.E = E};
     pthread_t t;
     if (pthread_create(&t, NULL, tick_a_frame, &f) != 0) f.rc = -1;
     else pthread_join(t, NULL);
     frames++;
     if (f.rc != MEND_OK && ++failed) break;
+    in_flight = f.in_flight;
     usleep(1000);
   }
   CHECK_EQ_INT(failed, 0);
   CHECK_EQ_INT(calls_off_frame, 0);
   CHECK_EQ_INT(answers_refused, 0);
-  CHECK_EQ_INT(mend_engine_in_flight_count(E), 0);
+  CHECK_EQ_INT(in_flight, 0);
   CHECK_EQ_INT(mend_engine_adopt(E), MEND_OK);
+  CHECK_EQ_INT(mend_engine_in_flight_count(E), 0);
   for (int i = 0; i < 8; i++) {
     char *json = run_json(E, id[i]);
     CHECK(strstr(json, "\"succeeded\"") && strstr(json, "framed"));
@@ -2472,6 +2534,7 @@ int main(void) {
   it_makes_and_frees_engines_on_many_threads();
   it_refuses_calls_from_other_threads_while_the_engine_is_freed();
   it_says_on_both_threads_what_another_thread_was_refused();
+  it_refuses_the_getters_on_another_thread();
   it_is_handed_to_another_thread_with_adopt();
   it_is_ticked_by_a_pool_of_threads();
 

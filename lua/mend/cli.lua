@@ -38,7 +38,8 @@ local render = require "mend.render"
 local pages = require "mend.pages"
 local present = render.present
 local fmt_time = render.fmt_time
-local encode_list = render.encode_list
+local write_json = render.write_json
+local write_list = render.write_list
 local transition = render.transition
 local render_event = render.render_event
 local print_events = render.print_events
@@ -228,7 +229,7 @@ local function cmd_run(o, file)
     eng:run()
     local st = run_status(eng, id)
     if o.json then
-      out("%s\n", json.encode(st))
+      write_json(st)
     else
       print_outcome(st, alert_target(o, level, eng))
       if live then out("(the log above is its timeline; mend history %s prints it again)\n", id)
@@ -250,7 +251,7 @@ end
 local function cmd_status(o, id)
   return with_engine(existing_db(o.db), function(eng)
     local st = run_status(eng, id)
-    if o.json then out("%s\n", json.encode(render.nest_branches(st))) else print_status(st, eng:now()) end
+    if o.json then write_json(render.nest_branches(st)) else print_status(st, eng:now()) end
     return EXIT_OK
   end)
 end
@@ -404,7 +405,7 @@ local function cmd_runs(o)
   return with_engine(existing_db(o.db), function(eng)
     local runs = eng:runs{ status = o.status, workflow = o.workflow, since = parse_since(o),
                            attention = o.attention, limit = limit or 50 }
-    if o.json then out("%s\n", encode_list(runs)) else print_runs(runs) end
+    if o.json then write_list(runs) else print_runs(runs) end
     return EXIT_OK
   end)
 end
@@ -459,7 +460,7 @@ local function cmd_breakers(o, op, key)
   if op == nil then
     return with_engine(existing_db(o.db), function(eng)
       local list = breakers_now(eng:breakers(), eng:now())
-      if o.json then out("%s\n", encode_list(list)) else print_breakers(list, eng:now()) end
+      if o.json then write_list(list) else print_breakers(list, eng:now()) end
       return EXIT_OK
     end)
   end
@@ -554,7 +555,7 @@ end
 local function cmd_workflows(o)
   return with_engine(existing_db(o.db), function(eng)
     local list = eng:workflows(o.workflow)
-    if o.json then out("%s\n", encode_list(list)) else print_workflows(list) end
+    if o.json then write_list(list) else print_workflows(list) end
     return EXIT_OK
   end)
 end
@@ -705,7 +706,7 @@ end
 local function cmd_dlq(o)
   return with_engine(existing_db(o.db), function(eng)
     local entries = eng:dlq()
-    if o.json then out("%s\n", encode_list(entries)) else print_dlq(entries) end
+    if o.json then write_list(entries) else print_dlq(entries) end
     return EXIT_OK
   end)
 end
@@ -880,7 +881,7 @@ local function cmd_wait(o, id)
     end
     local st = eng:wait(id, { timeout = timeout })
     if not st then fail("run %s did not finish within %ss", id, o.timeout) end
-    if o.json then out("%s\n", json.encode(st)) else print_outcome(st) end
+    if o.json then write_json(st) else print_outcome(st) end
     return OUTCOME_EXIT[st.status]
   end)
 end

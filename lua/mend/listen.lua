@@ -41,15 +41,19 @@ function M.options(o, cli)
     cli.usage_error(o._command, "--cors takes one origin, as a browser names a page's: " ..
                     "scheme://host[:port] (http://dash.example:8080), got %q", o.cors)
   end
-  return { address = o.listen or "127.0.0.1:7070", token = token, max_body = max_body,
-           cors = o.cors, dashboard = dashboard_page(), process = "mend " .. o._command }
+  local opts = { address = o.listen or "127.0.0.1:7070", token = token, max_body = max_body,
+                 cors = o.cors, dashboard = dashboard_page(), process = "mend " .. o._command }
+  local ok, err = require("mend.serve").check(opts)
+  -- a malformed address, or one beyond loopback without a token: the flags' fault
+  if not ok then cli.usage_error(o._command, "%s", err) end
+  return opts
 end
 
 -- Calls fn(server) with the API listening on eng's loop and closes the server, whatever fn
 -- does.
 function M.with_listener(eng, opts, fn, cli)
-  local ok, srv = pcall(require("mend.serve").listen, eng, opts)
-  if not ok then cli.fail("%s", tostring(srv)) end
+  local srv, err = require("mend.serve").listen(eng, opts)
+  if not srv then cli.fail("%s", err) end   -- the system's refusal: a port in use, ...
   cli.out("mend: serving http://%s/api/v1\n", srv:address())
   io.stdout:flush()
   local res = table.pack(pcall(fn, srv))

@@ -47,10 +47,70 @@ local function fmt_value(v, width)
   return text
 end
 
--- JSON of a list: an empty Lua table would encode as an object.
-local function encode_list(list)
-  if #list == 0 then return "[]" end
-  return json.encode(list)
+-- A list printed as one JSON array (an empty Lua table would encode as an object), a slice of
+-- its rows an encoding: one encoding is held to mend.json's bound of values, which a long list
+-- passes (`mend runs --json` of 200k runs printed nothing and failed).
+local LIST_SLICE = 1000
+local function write_list(list)
+  if #list == 0 then return out("[]\n") end
+  for i = 1, #list, LIST_SLICE do
+    local slice = table.move(list, i, math.min(i + LIST_SLICE - 1, #list), 1, {})
+    out("%s%s", i == 1 and "[" or ",", json.encode(slice):sub(2, -2))
+  end
+  out("]\n")
+end
+
+-- A document (a run's status: a map of 100k items is 1.1M values in its steps) written as one
+-- JSON text, each part that fits one encoding encoded whole: only a table past this many
+-- values is opened, its members written one by one. Below the encoder's bound with room to
+-- spare: a control character in a string is a value there, and one here.
+local ENCODE_MOST = 1 << 19
+
+-- The values of v, as mend.json counts them (a table shared by several branches each time),
+-- up to most + 1.
+local function values_of(v, most)
+  local n = 0
+  local function walk(x)
+    n = n + 1
+    if type(x) ~= "table" then return end
+    for _, y in pairs(x) do
+      if n > most then return end
+      walk(y)
+    end
+  end
+  walk(v)
+  return n
+end
+
+local function is_list(t)
+  local n, keys = #t, 0
+  for _ in pairs(t) do keys = keys + 1 end
+  return n > 0 and keys == n
+end
+
+local function write_value(v)
+  if type(v) ~= "table" or values_of(v, ENCODE_MOST) <= ENCODE_MOST then
+    return out("%s", json.encode(v))
+  end
+  if is_list(v) then
+    for i = 1, #v do
+      out(i == 1 and "[" or ",")
+      write_value(v[i])
+    end
+    return out("]")
+  end
+  local first = true
+  for k, x in pairs(v) do
+    out("%s%s:", first and "{" or ",", json.encode(tostring(k)))
+    write_value(x)
+    first = false
+  end
+  out("}")
+end
+
+local function write_json(v)
+  write_value(v)
+  out("\n")
 end
 
 local function transition(e)
@@ -346,7 +406,6 @@ return {
   breakers_now = breakers_now,
   db_shown = db_shown,
   due_lines = due_lines,
-  encode_list = encode_list,
   fmt_seconds = fmt_seconds,
   fmt_time = fmt_time,
   nest_branches = nest_branches,
@@ -361,4 +420,6 @@ return {
   render_event = render_event,
   transition = transition,
   unfinished = unfinished,
+  write_json = write_json,
+  write_list = write_list,
 }

@@ -83,12 +83,12 @@ static const char *limit_met(mend_engine *E, mend_limits *lim, int status, char 
   return buf;
 }
 
-/* A call of a run's code other than its attempt (`lim`'s what: when, idempotency_key, map)
- * raised, or a limit stopped it (`status`): its kind and fields are read as an attempt's are,
- * since a kind survives wherever it is raised (SPEC section 3), and its text, after what raised
- * it, goes to st->error, where info->message points. Pops the error value. */
-static void call_failed(mend_run *r, step_rt *st, mend_limits *lim, int status,
-                        mend_error_info *info) {
+/* A call of a run's code other than its attempt (`lim`'s what: when, idempotency_key, map, a
+ * child step's input) raised, or a limit stopped it (`status`): its kind and fields are read as
+ * an attempt's are, since a kind survives wherever it is raised (SPEC section 3), and its text,
+ * after what raised it, goes to st->error, where info->message points. Pops the error value. */
+void mend__call_failed(mend_run *r, step_rt *st, mend_limits *lim, int status,
+                       mend_error_info *info) {
   mend_engine *E = r->E;
   lua_State *L = E->L;
   char msg[600], text[400];
@@ -128,7 +128,7 @@ int mend__ensure_key(mend_run *r, int i, mend_error_info *info) {
   mend_limits_init(&lim, "idempotency_key", E->cfg.instruction_budget, CALL_SECONDS);
   int status = mend__run_pcall(r, &lim, 1, 1);
   if (status != LUA_OK) {
-    call_failed(r, st, &lim, status, info);
+    mend__call_failed(r, st, &lim, status, info);
     return -1;
   }
   if (!lua_isstring(L, -1)) {
@@ -155,7 +155,7 @@ int mend__ask_when(mend_run *r, int i, mend_error_info *info) {
   mend_limits_init(&lim, "when", E->cfg.instruction_budget, CALL_SECONDS);
   int status = mend__run_pcall(r, &lim, 1, 1);
   if (status != LUA_OK) {
-    call_failed(r, st, &lim, status, info);
+    mend__call_failed(r, st, &lim, status, info);
     return -1;
   }
   int yes = lua_toboolean(L, -1);
@@ -205,7 +205,7 @@ char *mend__ask_map(mend_run *r, int i, mend_error_info *info) {
   mend_limits_init(&lim, "map", E->cfg.instruction_budget, CALL_SECONDS);
   int status = mend__run_pcall(r, &lim, 1, 1);
   if (status != LUA_OK) {
-    call_failed(r, st, &lim, status, info);
+    mend__call_failed(r, st, &lim, status, info);
     return NULL;
   }
   char msg[600], text[400], why[200];
@@ -396,18 +396,32 @@ static void unlist_thread(lua_State *L, mend_run *r) {
   lua_pop(L, 1);
 }
 
-/* Under AddressSanitizer an attempt's state is freed as it ends, never kept for the next:
- * memory taken again is not poisoned, and would hide a use of it after its attempt. */
+/* An attempt's state kept for the next is poisoned under AddressSanitizer while it is kept:
+ * memory taken again is not poisoned by ASan itself, and a use of the state after its attempt
+ * would pass unseen, as it would in a build without it. */
 #if defined(__SANITIZE_ADDRESS__)
-#define KEEP_SPARE_ATTEMPT 0
+#define KEPT_POISONED 1
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
-#define KEEP_SPARE_ATTEMPT 0
+#define KEPT_POISONED 1
 #endif
 #endif
-#ifndef KEEP_SPARE_ATTEMPT
-#define KEEP_SPARE_ATTEMPT 1
+#ifdef KEPT_POISONED
+#include <sanitizer/asan_interface.h>
+#define KEEP_POISONED(a) ASAN_POISON_MEMORY_REGION((a), sizeof *(a))
+#define TAKE_POISONED(a) ASAN_UNPOISON_MEMORY_REGION((a), sizeof *(a))
+#else
+#define KEEP_POISONED(a) ((void)(a))
+#define TAKE_POISONED(a) ((void)(a))
 #endif
+
+void mend__free_spare_attempts(mend_engine *E) {
+  while (E->nspare_attempts) {
+    mend_attempt *a = E->spare_attempts[--E->nspare_attempts];
+    TAKE_POISONED(a);
+    free(a);
+  }
+}
 
 /* `returned`: its code ran to its end (lua_resume gave LUA_OK), which closed every
  * to-be-closed variable it had: closing the coroutine would run nothing, and is left to the
@@ -461,10 +475,12 @@ static void end_attempt(mend_run *r, int returned) {
   lua_sethook(r->co, NULL, 0, 0);
   unlist_thread(E->L, r);
   r->co = NULL;
-  if (!KEEP_SPARE_ATTEMPT || E->nspare_attempts == (int)(sizeof E->spare_attempts / sizeof E->spare_attempts[0]))
+  if (E->nspare_attempts == (int)(sizeof E->spare_attempts / sizeof E->spare_attempts[0])) {
     free(r->at);
-  else
+  } else {
+    KEEP_POISONED(r->at);
     E->spare_attempts[E->nspare_attempts++] = r->at;
+  }
   r->at = NULL;
   collect_if_over(E);
   mend__drop_spare_blocks(E);
@@ -604,6 +620,7 @@ void mend__start_attempt(mend_run *r, int compensating) {
     mend__breakdown(E, "out of memory for an attempt of run %s", r->id);
     return;
   }
+  TAKE_POISONED(a);
   a->run = r;
   mend_timer_init(&a->deadline, mend__on_deadline);
   mend_limits_init(&a->limits, "step", E->cfg.instruction_budget, def->timeout);

@@ -76,10 +76,10 @@ void mend__start_child(mend_run *r, int i) {
       return;
     }
     if (status != LUA_OK) {
-      char msg[400], text[300];
-      snprintf(msg, sizeof msg, "input: %s", mend__describe(E, r, L, -1, text, sizeof text, NULL));
-      lua_pop(L, 1);
-      fail_now(r, MEND_ERR_ERROR, msg);
+      /* an attempt that failed as what input raised says: a retryable one is retried */
+      mend_error_info info;
+      mend__call_failed(r, st, &lim, status, &info);
+      mend__attempt_done(r, 0, &info, NULL);
       return;
     }
   } else {

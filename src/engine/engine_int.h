@@ -474,7 +474,12 @@ void mend__set_result(mend_run *r, int i);
 const char *mend__describe(mend_engine *E, mend_run *r, lua_State *from, int idx, char *buf,
                            size_t len, int *failed);
 void mend__end_attempt(mend_run *r);
+void mend__free_spare_attempts(mend_engine *E);   /* the ended attempts' states kept for reuse */
 int mend__ask_when(mend_run *r, int i, mend_error_info *info);
+/* A guarded call of a step's code outside its attempt ended with `status`, not LUA_OK: *info
+ * is what it raised (its kind kept) or the limit that stopped it. Pops the error value. */
+void mend__call_failed(mend_run *r, step_rt *st, mend_limits *lim, int status,
+                       mend_error_info *info);
 char *mend__ask_map(mend_run *r, int i, mend_error_info *info);
 int mend__ensure_key(mend_run *r, int i, mend_error_info *info);
 int mend__guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres);

@@ -1,11 +1,14 @@
 /*
  * lserve: the Lua face of the HTTP server, the module mend.serve that the mend program opens:
  * listen(engine, {address =, token =, max_body =, max_headers =, cors =, dashboard =,
- * process =}) -> server, and server:address(), server:run() (serves until SIGINT or SIGTERM,
- * for `mend serve`), server:close(). Must never outlive its engine's loop: a server holds its
- * engine, and is closed before the engine is (the CLI closes it; a collected one closes
- * itself); never turn the loop outside the guard the engine's methods run under
- * (mend_lua_engine_guarded).
+ * process =}) -> server, or nil, message, code; check(opts) -> true, or nil, message, code
+ * (the options as listen checks them, before an engine exists); codes "address" (not
+ * [HOST]:PORT of an IP address), "token" (beyond loopback without one), "listen" (the system
+ * refused: a port in use, no permission), "memory". And server:address(), server:run()
+ * (serves until SIGINT or SIGTERM, for `mend serve`), server:close(). Must never outlive its
+ * engine's loop: a server holds its engine, and is closed before the engine is (the CLI
+ * closes it; a collected one closes itself); never turn the loop outside the guard the
+ * engine's methods run under (mend_lua_engine_guarded).
  */
 #include <lauxlib.h>
 #include <signal.h>
@@ -46,8 +49,8 @@ static size_t opt_size(lua_State *L, const char *field) {
   return (size_t)n;
 }
 
-static int l_listen(lua_State *L) {
-  mend_engine *E = mend_lua_engine(L, 1);
+/* The options table at 2. */
+static mend_server_opts read_opts(lua_State *L) {
   luaL_checktype(L, 2, LUA_TTABLE);
   mend_server_opts o = {0};
   o.address = opt_string(L, "address");
@@ -57,17 +60,45 @@ static int l_listen(lua_State *L) {
   o.process = opt_string(L, "process");
   o.max_body = opt_size(L, "max_body");
   o.max_headers = opt_size(L, "max_headers");
+  return o;
+}
+
+/* nil, err, the refusal's code: 3 results. */
+static int refused(lua_State *L, int refusal, const char *err) {
+  static const char *const codes[] = {[MEND_SERVER_BAD_ADDRESS] = "address",
+                                      [MEND_SERVER_NEEDS_TOKEN] = "token",
+                                      [MEND_SERVER_CANNOT_LISTEN] = "listen",
+                                      [MEND_SERVER_NO_MEMORY] = "memory"};
+  lua_pushnil(L);
+  lua_pushstring(L, err);   /* names the flag and the cause: no Lua position */
+  lua_pushstring(L, refusal > 0 && refusal <= MEND_SERVER_NO_MEMORY ? codes[refusal] : "listen");
+  return 3;
+}
+
+static int l_check(lua_State *L) {
+  lua_settop(L, 1);
+  lua_pushnil(L);
+  lua_insert(L, 1);   /* the options at 2, as listen has them */
+  mend_server_opts o = read_opts(L);
+  char err[700];
+  int refusal = mend_server_check(&o, err, sizeof err);
+  if (refusal) return refused(L, refusal, err);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int l_listen(lua_State *L) {
+  mend_engine *E = mend_lua_engine(L, 1);
+  mend_server_opts o = read_opts(L);
   server_box *b = lua_newuserdatauv(L, sizeof *b, 1);
   *b = (server_box){.E = E};
   luaL_setmetatable(L, SERVER_MT);
   lua_pushvalue(L, 1);
   lua_setiuservalue(L, -2, 1);   /* the engine lives while its server does */
   char err[700];
-  b->srv = mend_server_start(E, &o, err, sizeof err);
-  if (!b->srv) {
-    lua_pushstring(L, err);   /* names the flag and the cause: no Lua position */
-    return lua_error(L);
-  }
+  int refusal = 0;
+  b->srv = mend_server_start(E, &o, &refusal, err, sizeof err);
+  if (!b->srv) return refused(L, refusal, err);
   return 1;
 }
 
@@ -149,7 +180,7 @@ int mend_serve_lua_open(lua_State *L) {
     lua_setfield(L, -2, "__gc");
   }
   lua_pop(L, 1);
-  static const luaL_Reg funcs[] = {{"listen", l_listen}, {NULL, NULL}};
+  static const luaL_Reg funcs[] = {{"listen", l_listen}, {"check", l_check}, {NULL, NULL}};
   luaL_newlib(L, funcs);
   return 1;
 }

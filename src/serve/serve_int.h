@@ -30,9 +30,22 @@ typedef struct mend_server_opts {
 
 typedef struct mend_server mend_server;
 
-/* Listens on opts->address on the engine's loop. NULL with err on failure (a bad address, a
- * port in use, a non-loopback address without a token). */
-mend_server *mend_server_start(mend_engine *E, const mend_server_opts *opts, char *err, int errlen);
+/* Why a server did not start. The first two are the options' own fault, known before a
+ * socket is made (the CLI's usage errors); the others are the system's answer. */
+typedef enum mend_server_refusal {
+  MEND_SERVER_BAD_ADDRESS = 1,  /* the address is not [HOST]:PORT of an IP address (or localhost) */
+  MEND_SERVER_NEEDS_TOKEN,      /* beyond loopback without a token */
+  MEND_SERVER_CANNOT_LISTEN,    /* bind or listen failed: a port in use, no permission, ... */
+  MEND_SERVER_NO_MEMORY,
+} mend_server_refusal;
+
+/* The options checked as mend_server_start checks them, without an engine or a socket: 0, or
+ * a refusal (BAD_ADDRESS, NEEDS_TOKEN) with err. */
+int mend_server_check(const mend_server_opts *opts, char *err, int errlen);
+/* Listens on opts->address on the engine's loop. NULL on failure, *refusal and err saying
+ * why. */
+mend_server *mend_server_start(mend_engine *E, const mend_server_opts *opts, int *refusal,
+                               char *err, int errlen);
 /* The address it listens on, with the port the system chose for port 0 ("127.0.0.1:43210"). */
 const char *mend_server_address(const mend_server *srv);
 /* Stops listening, lets open connections close (forcing them after 0.3 s) and frees h2o's

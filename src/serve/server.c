@@ -595,7 +595,7 @@ static void on_accept(uv_stream_t *listener, int status) {
   h2o_accept(&srv->accept_ctx, c->sock);
 }
 
-/* host:port, [v6]:port; "localhost" is 127.0.0.1. */
+/* host:port, [v6]:port; "localhost" is 127.0.0.1. 0, or -1 with err. */
 static int parse_address(const char *a, struct sockaddr_storage *ss, int *loopback, char *err,
                          int errlen) {
   char host[INET6_ADDRSTRLEN + 1];
@@ -633,18 +633,39 @@ static int parse_address(const char *a, struct sockaddr_storage *ss, int *loopba
   return 0;
 }
 
-mend_server *mend_server_start(mend_engine *E, const mend_server_opts *o, char *err, int errlen) {
+static const char *address_of(const mend_server_opts *o) {
+  return o->address ? o->address : "127.0.0.1:7070";
+}
+
+/* The address o asks for, into *ss: 0, or the refusal of the options with err. */
+static int check_options(const mend_server_opts *o, struct sockaddr_storage *ss, int *loopback,
+                         char *err, int errlen) {
+  if (parse_address(address_of(o), ss, loopback, err, errlen)) return MEND_SERVER_BAD_ADDRESS;
+  if (!*loopback && !(o->token && *o->token)) {
+    errorf(err, errlen, "--listen %s is not a loopback address: serving it needs --token-file, and "
+           "then every request needs Authorization: Bearer <token>", address_of(o));
+    return MEND_SERVER_NEEDS_TOKEN;
+  }
+  return 0;
+}
+
+int mend_server_check(const mend_server_opts *o, char *err, int errlen) {
   struct sockaddr_storage ss;
   int loopback = 0;
-  if (parse_address(o->address ? o->address : "127.0.0.1:7070", &ss, &loopback, err, errlen))
-    return NULL;
-  if (!loopback && !(o->token && *o->token)) {
-    errorf(err, errlen, "--listen %s is not a loopback address: serving it needs --token-file, and "
-           "then every request needs Authorization: Bearer <token>", o->address);
+  return check_options(o, &ss, &loopback, err, errlen);
+}
+
+mend_server *mend_server_start(mend_engine *E, const mend_server_opts *o, int *refusal,
+                               char *err, int errlen) {
+  struct sockaddr_storage ss;
+  int loopback = 0;
+  if ((*refusal = check_options(o, &ss, &loopback, err, errlen))) return NULL;
+  mend_server *srv = calloc(1, sizeof *srv);
+  if (!srv) {
+    *refusal = MEND_SERVER_NO_MEMORY;
+    errorf(err, errlen, "out of memory");
     return NULL;
   }
-  mend_server *srv = calloc(1, sizeof *srv);
-  if (!srv) { errorf(err, errlen, "out of memory"); return NULL; }
   srv->E = E;
   srv->loopback = loopback;
   srv->max_headers = o->max_headers ? o->max_headers : DEFAULT_MAX_HEADERS;
@@ -661,7 +682,8 @@ mend_server *mend_server_start(mend_engine *E, const mend_server_opts *o, char *
   int rc = uv_tcp_bind(&srv->listener, (struct sockaddr *)&ss, 0);
   if (!rc) rc = uv_listen((uv_stream_t *)&srv->listener, 128, on_accept);
   if (rc) {
-    errorf(err, errlen, "--listen %s: %s", o->address, uv_strerror(rc));
+    *refusal = MEND_SERVER_CANNOT_LISTEN;
+    errorf(err, errlen, "--listen %s: %s", address_of(o), uv_strerror(rc));
     srv->closed = 1;
     uv_close((uv_handle_t *)&srv->listener, NULL);
     uv_run(loop, UV_RUN_NOWAIT);
