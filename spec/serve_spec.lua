@@ -712,6 +712,36 @@ for _ in range(3):
     assert.are.equal(201, code)
   end)
 
+  -- A refused connection is kept open a while after its answer (above): a process a step
+  -- starts meanwhile (mend.exec, an alert command) must not inherit it, or the client's
+  -- connection outlives the server's hold on it.
+  it("keeps no descriptor of a lingering connection across an exec", function()
+    local dir, db = workspace()
+    local base, pid = start(dir, db, "--listen 127.0.0.1:0 --max-body 1000")
+    local port = base:match(":(%d+)$")
+    local rc, out = sh("python3 -c " .. q([[
+import os, socket, stat
+s = socket.create_connection(("127.0.0.1", ]] .. port .. [[), timeout=20)
+s.sendall(b"POST /api/v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000000\r\n\r\n")
+assert s.recv(4096).startswith(b"HTTP/1.1 413")
+sockets, inherited = 0, []
+for fd in os.listdir("/proc/]] .. pid .. [[/fd"):
+    try:
+        if not os.readlink("/proc/]] .. pid .. [[/fd/" + fd).startswith("socket:"): continue
+        flags = open("/proc/]] .. pid .. [[/fdinfo/" + fd).read().split("flags:")[1].split()[0]
+    except OSError:
+        continue
+    sockets += 1
+    if not int(flags, 8) & 0o2000000: inherited.append(fd)
+print(sockets, inherited)
+s.close()
+]]))
+    assert.are.equal(0, rc, out)
+    local sockets, inherited = out:match("^(%d+) (%b[])")
+    assert.is_true(tonumber(sockets) >= 2, out)   -- the listener and the lingering one
+    assert.are.equal("[]", inherited)
+  end)
+
   it("holds no write transaction while idle: another process runs a workflow on its database", function()
     local dir, db = workspace()
     start(dir, db)                  -- loading its workflows records their breakers, committed

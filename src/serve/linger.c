@@ -11,6 +11,7 @@
  */
 #include "serve_int.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -27,7 +28,8 @@ struct serve_lingering {
 
 int serve_linger_keep(h2o_socket_t *sock) {
   int fd = sock ? h2o_socket_get_fd(sock) : -1;
-  return fd < 0 ? -1 : dup(fd);
+  /* close-on-exec as libuv's own: a process a step starts meanwhile must not hold it open */
+  return fd < 0 ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, 0);
 }
 
 static void closed(uv_handle_t *h) {
