@@ -270,4 +270,43 @@ return { name = "m", steps = { { name = "s", map = function() return { 1, 2, 3 }
       end
     end
   end)
+
+  -- The bound is of values, not rows: 50 runs whose inputs hold 21k numbers each are 1.05M.
+  it("is printed whole when a few rows hold most of the values", function()
+    local db = setup()
+    local input = "[" .. ("1,"):rep(20999) .. "2]"
+    local ids = H.is_pg(db) and "FROM generate_series(1, 50) AS n(i)" or
+      "FROM (WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 50)"
+      .. " SELECT i FROM n) n"
+    local id = H.is_pg(db) and "'y' || lpad(i::text, 15, '0')" or "printf('y%015d', i)"
+    H.sql(db, ("INSERT INTO runs(id, workflow, status, input, attention, created, updated)"
+      .. " SELECT %s, 'refund', 'succeeded', '%s', 0, 3e9 + i, 3e9 + i " .. ids):format(id, input))
+    local runs = json_of(db, "runs")
+    assert.are.equal(50, #runs)
+    assert.are.equal(("y%015d"):format(50), runs[1].id)
+    assert.are.equal(21000, #runs[50].input)
+    assert.are.equal(2, runs[50].input[21000])
+  end)
+
+  -- mend.json counts a control character in a string as a value: results of line breaks,
+  -- 1.06M in all, one string of them more than the CLI encodes whole (a two-byte character
+  -- where it is cut in pieces).
+  it("is a run's status whole when its strings hold most of the values", function()
+    local dir = H.tmp_dir()
+    local db = H.new_db(dir, "nl.db")
+    local wf = H.write_file(dir, "nl.lua", [[
+local big = ("\n"):rep(262143) .. "\u{e9}" .. ("\n"):rep(500000)
+return { name = "nl", steps = {
+  { name = "a", execute = function() return ("\n"):rep(300000) end },
+  { name = "b", execute = function() return big end } } }
+]])
+    local f = io.popen(MEND .. " run " .. q(wf) .. " --json --db " .. q(db) .. " 2>/dev/null")
+    local st = mend.json.decode(f:read("a"))
+    assert.is_true(f:close())
+    assert.are.equal("succeeded", st.status)
+    assert.are.equal(300000, #st.steps[1].result)
+    assert.are.equal(("\n"):rep(262143) .. "\u{e9}" .. ("\n"):rep(500000), st.steps[2].result)
+    local again = json_of(db, "status " .. st.id)
+    assert.are.equal(st.steps[2].result, again.steps[2].result)
+  end)
 end)

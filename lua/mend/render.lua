@@ -47,35 +47,34 @@ local function fmt_value(v, width)
   return text
 end
 
--- A list printed as one JSON array (an empty Lua table would encode as an object), a slice of
--- its rows an encoding: one encoding is held to mend.json's bound of values, which a long list
--- passes (`mend runs --json` of 200k runs printed nothing and failed).
-local LIST_SLICE = 1000
-local function write_list(list)
-  if #list == 0 then return out("[]\n") end
-  for i = 1, #list, LIST_SLICE do
-    local slice = table.move(list, i, math.min(i + LIST_SLICE - 1, #list), 1, {})
-    out("%s%s", i == 1 and "[" or ",", json.encode(slice):sub(2, -2))
-  end
-  out("]\n")
+-- What the CLI prints as JSON comes from the database, a tree, and may be larger than one
+-- encoding of mend.json may be (2^20 values, a control character in a string counting as one:
+-- there to stop a small table shared by many branches from standing for a huge document): a
+-- list of 200k runs, a run whose map has 100k items, a step's result of a million line breaks.
+-- Such a document is written as one JSON text made of encodings each well under the bound: a
+-- part that fits is encoded whole, a larger table is opened and its members encoded one by
+-- one, a string with too many control characters in pieces. Everything is encoded before
+-- anything is printed, so that a value that cannot be encoded prints nothing but its error.
+local ENCODE_MOST = 1 << 19
+local STRING_PIECE = 1 << 18   -- bytes: fewer control characters than ENCODE_MOST
+
+local function controls(s)
+  return select(2, s:gsub("[%z\1-\31]", ""))
 end
 
--- A document (a run's status: a map of 100k items is 1.1M values in its steps) written as one
--- JSON text, each part that fits one encoding encoded whole: only a table past this many
--- values is opened, its members written one by one. Below the encoder's bound with room to
--- spare: a control character in a string is a value there, and one here.
-local ENCODE_MOST = 1 << 19
-
--- The values of v, as mend.json counts them (a table shared by several branches each time),
--- up to most + 1.
+-- The values of v as mend.json counts them, up to most + 1.
 local function values_of(v, most)
   local n = 0
   local function walk(x)
     n = n + 1
-    if type(x) ~= "table" then return end
-    for _, y in pairs(x) do
-      if n > most then return end
-      walk(y)
+    local t = type(x)
+    if t == "string" then
+      if #x > 0 then n = n + controls(x) end
+    elseif t == "table" then
+      for _, y in pairs(x) do
+        if n > most then return end
+        walk(y)
+      end
     end
   end
   walk(v)
@@ -88,29 +87,61 @@ local function is_list(t)
   return n > 0 and keys == n
 end
 
-local function write_value(v)
-  if type(v) ~= "table" or values_of(v, ENCODE_MOST) <= ENCODE_MOST then
-    return out("%s", json.encode(v))
+-- json.encode(v), its error naming where v is in the whole document.
+local function encode_at(v, path)
+  local ok, text = pcall(json.encode, v)
+  if ok then return text end
+  error((tostring(text):gsub("^mend%.json%.encode: value", "mend.json.encode: " .. path)), 0)
+end
+
+-- A string in pieces, each cut before a UTF-8 character's first byte.
+local function put_string(s, acc, path)
+  acc[#acc + 1] = '"'
+  local i, n = 1, #s
+  while i <= n do
+    local j = math.min(i + STRING_PIECE - 1, n)
+    while j > i and j < n and s:byte(j + 1) & 0xC0 == 0x80 do j = j - 1 end
+    acc[#acc + 1] = encode_at(s:sub(i, j), path):sub(2, -2)
+    i = j + 1
   end
-  if is_list(v) then
+  acc[#acc + 1] = '"'
+end
+
+local function put_value(v, acc, path)
+  if values_of(v, ENCODE_MOST) <= ENCODE_MOST then
+    acc[#acc + 1] = encode_at(v, path)
+  elseif type(v) == "string" then
+    put_string(v, acc, path)
+  elseif is_list(v) then
     for i = 1, #v do
-      out(i == 1 and "[" or ",")
-      write_value(v[i])
+      acc[#acc + 1] = i == 1 and "[" or ","
+      put_value(v[i], acc, ("%s[%d]"):format(path, i))
     end
-    return out("]")
+    acc[#acc + 1] = "]"
+  else
+    local first = true
+    for k, x in pairs(v) do
+      acc[#acc + 1] = first and "{" or ","
+      acc[#acc + 1] = encode_at(tostring(k), path)
+      acc[#acc + 1] = ":"
+      put_value(x, acc, ("%s.%s"):format(path, k))
+      first = false
+    end
+    acc[#acc + 1] = "}"
   end
-  local first = true
-  for k, x in pairs(v) do
-    out("%s%s:", first and "{" or ",", json.encode(tostring(k)))
-    write_value(x)
-    first = false
-  end
-  out("}")
 end
 
 local function write_json(v)
-  write_value(v)
-  out("\n")
+  local acc = {}
+  put_value(v, acc, "value")
+  acc[#acc + 1] = "\n"
+  out("%s", table.concat(acc))
+end
+
+-- A list as a JSON array (an empty Lua table would encode as an object).
+local function write_list(list)
+  if #list == 0 then return out("[]\n") end
+  write_json(list)
 end
 
 local function transition(e)
