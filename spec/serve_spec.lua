@@ -831,6 +831,18 @@ print("closed", len(gone))
       assert.matches("%-%-cors takes one origin", out)
     end
     assert.is_nil(io.open(dir .. "/none.db"))
+    -- a host's own listen (mend.serve in the mend program's Lua) is held to it as the flag is
+    local script = H.write_file(dir, "cors.lua", table.concat({
+      "eng = require('mend').engine{}",
+      "print('got', require('mend.serve').listen(eng, { address = '127.0.0.1:0', cors = " ..
+        "'http://dash.example\\r\\nX-Evil: 1' }))",
+      "print('check', require('mend.serve').check{ cors = 'http://dash.example:8080' })",
+      "eng:close()",
+    }, "\n") .. "\n")
+    local rc, out = sh(("timeout 20 %s repl < %s"):format(MEND, q(script)))
+    assert.are.equal(0, rc, out)
+    assert.matches("\ngot\tnil\t%-%-cors takes one origin[^\n]*\tcors\n", "\n" .. out)
+    assert.matches("\ncheck\ttrue\n", "\n" .. out)
   end)
 
   it("needs the token for every change when one is set, and for everything beyond loopback", function()

@@ -35,16 +35,11 @@ function M.options(o, cli)
   if o["max-body"] and not (max_body and max_body > 0) then
     cli.usage_error(o._command, "--max-body must be a whole number of bytes > 0, got %s", o["max-body"])
   end
-  -- Sent as Access-Control-Allow-Origin, which a browser compares with its page's origin
-  -- whole: scheme://host[:port], nothing after; a list, a path or "*" never do what is meant.
-  if o.cors and not o.cors:match("^%a[%w+.-]*://[%w.:%[%]_-]+$") then
-    cli.usage_error(o._command, "--cors takes one origin, as a browser names a page's: " ..
-                    "scheme://host[:port] (http://dash.example:8080), got %q", o.cors)
-  end
   local opts = { address = o.listen or "127.0.0.1:7070", token = token, max_body = max_body,
                  cors = o.cors, dashboard = dashboard_page(), process = "mend " .. o._command }
   local ok, err = require("mend.serve").check(opts)
-  -- a malformed address, or one beyond loopback without a token: the flags' fault
+  -- a malformed address, one beyond loopback without a token, a --cors not one origin: the
+  -- flags' fault
   if not ok then cli.usage_error(o._command, "%s", err) end
   return opts
 end

@@ -3,12 +3,12 @@
  * listen(engine, {address =, token =, max_body =, max_headers =, cors =, dashboard =,
  * process =}) -> server, or nil, message, code; check(opts) -> true, or nil, message, code
  * (the options as listen checks them, before an engine exists); codes "address" (not
- * [HOST]:PORT of an IP address), "token" (beyond loopback without one), "listen" (the system
- * refused: a port in use, no permission), "memory". And server:address(), server:run()
- * (serves until SIGINT or SIGTERM, for `mend serve`), server:close(). Must never outlive its
- * engine's loop: a server holds its engine, and is closed before the engine is (the CLI
- * closes it; a collected one closes itself); never turn the loop outside the guard the
- * engine's methods run under (mend_lua_engine_guarded).
+ * [HOST]:PORT of an IP address), "token" (beyond loopback without one), "cors" (not one
+ * origin), "listen" (the system refused: a port in use, no permission), "memory". And
+ * server:address(), server:run() (serves until SIGINT or SIGTERM, for `mend serve`),
+ * server:close(). Must never outlive its engine's loop: a server holds its engine, and is
+ * closed before the engine is (the CLI closes it; a collected one closes itself); never turn
+ * the loop outside the guard the engine's methods run under (mend_lua_engine_guarded).
  */
 #include <lauxlib.h>
 #include <signal.h>
@@ -68,10 +68,11 @@ static int refused(lua_State *L, int refusal, const char *err) {
   static const char *const codes[] = {[MEND_SERVER_BAD_ADDRESS] = "address",
                                       [MEND_SERVER_NEEDS_TOKEN] = "token",
                                       [MEND_SERVER_CANNOT_LISTEN] = "listen",
-                                      [MEND_SERVER_NO_MEMORY] = "memory"};
+                                      [MEND_SERVER_NO_MEMORY] = "memory",
+                                      [MEND_SERVER_BAD_CORS] = "cors"};
   lua_pushnil(L);
   lua_pushstring(L, err);   /* names the flag and the cause: no Lua position */
-  lua_pushstring(L, refusal > 0 && refusal <= MEND_SERVER_NO_MEMORY ? codes[refusal] : "listen");
+  lua_pushstring(L, refusal > 0 && refusal <= MEND_SERVER_BAD_CORS ? codes[refusal] : "listen");
   return 3;
 }
 

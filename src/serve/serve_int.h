@@ -30,17 +30,19 @@ typedef struct mend_server_opts {
 
 typedef struct mend_server mend_server;
 
-/* Why a server did not start. The first two are the options' own fault, known before a
- * socket is made (the CLI's usage errors); the others are the system's answer. */
+/* Why a server did not start. BAD_ADDRESS, NEEDS_TOKEN and BAD_CORS are the options' own
+ * fault, known before a socket is made (the CLI's usage errors); the others are the system's
+ * answer. */
 typedef enum mend_server_refusal {
   MEND_SERVER_BAD_ADDRESS = 1,  /* the address is not [HOST]:PORT of an IP address (or localhost) */
   MEND_SERVER_NEEDS_TOKEN,      /* beyond loopback without a token */
   MEND_SERVER_CANNOT_LISTEN,    /* bind or listen failed: a port in use, no permission, ... */
   MEND_SERVER_NO_MEMORY,
+  MEND_SERVER_BAD_CORS,         /* cors is not one origin, scheme://host[:port] */
 } mend_server_refusal;
 
 /* The options checked as mend_server_start checks them, without an engine or a socket: 0, or
- * a refusal (BAD_ADDRESS, NEEDS_TOKEN) with err. */
+ * a refusal (BAD_ADDRESS, NEEDS_TOKEN, BAD_CORS) with err. */
 int mend_server_check(const mend_server_opts *opts, char *err, int errlen);
 /* Listens on opts->address on the engine's loop. NULL on failure, *refusal and err saying
  * why. */

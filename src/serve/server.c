@@ -13,6 +13,7 @@
 #include "serve_int.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -637,6 +638,20 @@ static const char *address_of(const mend_server_opts *o) {
   return o->address ? o->address : "127.0.0.1:7070";
 }
 
+/* Sent as Access-Control-Allow-Origin, which a browser compares whole with its page's origin:
+ * scheme://host[:port] and nothing else (a list, a path or "*" never do what is meant; a line
+ * break would add headers of its own to every answer). */
+static int is_origin(const char *s) {
+  if (!isalpha((unsigned char)*s)) return 0;
+  while (isalnum((unsigned char)*s) || *s == '+' || *s == '.' || *s == '-') s++;
+  if (strncmp(s, "://", 3) != 0) return 0;
+  s += 3;
+  if (!*s) return 0;
+  for (; *s; s++)
+    if (!isalnum((unsigned char)*s) && !strchr(".:[]_-", *s)) return 0;
+  return 1;
+}
+
 /* The address o asks for, into *ss: 0, or the refusal of the options with err. */
 static int check_options(const mend_server_opts *o, struct sockaddr_storage *ss, int *loopback,
                          char *err, int errlen) {
@@ -645,6 +660,14 @@ static int check_options(const mend_server_opts *o, struct sockaddr_storage *ss,
     errorf(err, errlen, "--listen %s is not a loopback address: serving it needs --token-file, and "
            "then every request needs Authorization: Bearer <token>", address_of(o));
     return MEND_SERVER_NEEDS_TOKEN;
+  }
+  if (o->cors_origin && !is_origin(o->cors_origin)) {
+    int n = 0;   /* shown up to a control character, which would end the message's line */
+    while (n < 200 && (unsigned char)o->cors_origin[n] >= 0x20) n++;
+    errorf(err, errlen, "--cors takes one origin, as a browser names a page's: scheme://host[:port] "
+           "(http://dash.example:8080), got \"%.*s\"%s", n, o->cors_origin,
+           o->cors_origin[n] ? " and a control character" : "");
+    return MEND_SERVER_BAD_CORS;
   }
   return 0;
 }
