@@ -664,6 +664,11 @@ print(answer.decode())
     assert.matches("allow: GET, HEAD", headers)
     code, e, _, headers = post(base, "/ui", {})
     assert.are.equal(405, code)
+    -- whatever the method, the page's Allow is its own
+    local rc2, put = sh("curl -s -i -X PUT " .. q(base .. "/ui"))
+    assert.are.equal(0, rc2, put)
+    assert.matches("^HTTP/1%.1 405 ", put)
+    assert.matches("\nallow: GET, HEAD\r?\n", put:lower():gsub("get, head", "GET, HEAD"))
     local many = {}
     for i = 1, 101 do many[i] = "X-Pad-" .. i .. ": y" end
     code = get(base, "/api/v1/runs", { headers = many })

@@ -476,20 +476,21 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
     h2o_send_inline(req, "", 0);
     return 0;
   }
+  size_t plen = req->query_at != SIZE_MAX ? req->query_at : req->path.len;
+  int page = h2o_memis(req->path.base, plen, H2O_STRLIT("/")) ||
+             h2o_memis(req->path.base, plen, H2O_STRLIT("/ui"));
+  if (page && !get) {
+    add_header(req, H2O_TOKEN_ALLOW, "GET, HEAD");
+    serve_error(&r, 405, "method_not_allowed", "this endpoint takes GET");
+    return 0;
+  }
   if (!get && !r.post) {
     add_header(req, H2O_TOKEN_ALLOW, "GET, HEAD, POST");
     serve_error(&r, 405, "method_not_allowed", "method %.*s is not served (GET, HEAD, POST)",
                 (int)m.len, m.base);
     return 0;
   }
-  size_t plen = req->query_at != SIZE_MAX ? req->query_at : req->path.len;
-  if (h2o_memis(req->path.base, plen, H2O_STRLIT("/")) ||
-      h2o_memis(req->path.base, plen, H2O_STRLIT("/ui"))) {
-    if (!get) {
-      add_header(req, H2O_TOKEN_ALLOW, "GET, HEAD");
-      serve_error(&r, 405, "method_not_allowed", "this endpoint takes GET");
-      return 0;
-    }
+  if (page) {
     if (!srv->dashboard) {
       serve_error(&r, 404, "not_found", "the dashboard is not installed with this mend; the API is"
                   " under /api/v1");
