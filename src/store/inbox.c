@@ -136,7 +136,7 @@ long long mend__sqlite_last_event(mend_store *s) {
     int rc = sqlite3_step(q);
     long long seq = rc == SQLITE_ROW ? (long long)sqlite3_column_int64(q, 0) : -1;
     sqlite3_reset(q);
-    if (seq >= 0) return seq;   /* else read the way that says what is wrong */
+    if (seq >= 0) return seq;   /* else through the batch, which says what is wrong */
   }
   if (mend__sync_point(s) != 0) return -1;
   q = s->q[Q_LAST_EVENT];
