@@ -34,6 +34,8 @@ http {
 CONF
 nginx -p "$dir" -c "$dir/nginx.conf"
 trap 'kill $(cat "$dir/nginx.pid") 2>/dev/null; rm -rf "$dir"' EXIT
+# a shell killed by a signal runs no EXIT trap: piped into head, the script left nginx running
+trap 'exit 1' INT TERM HUP PIPE
 sleep 0.3
 url="http://127.0.0.1:$port/echo"
 cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -o "$dir/http_raw" "$here/bench/http_raw.c" -lcurl
