@@ -7,6 +7,9 @@
 # of the loop thread and a request of raw's, by who makes them (bench/http_allocs.py).
 # Needs valgrind and nginx; builds http_raw, not the module (run
 # `make bench-build` first). MEND_COST_OWN=1: the same on an engine with a Lua state of its own.
+# MEND_COST_LUA_SYMBOLS=1: the mend half under bench/lua_host.c (Debian's static liblua5.4.a,
+# symbols kept) rather than the stripped lua5.4, so that Lua's own functions have their names
+# in the profiles; the totals differ from lua5.4's by a percent or two (another build of Lua).
 set -e
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${BENCH_BUILD_DIR:-build-bench}
@@ -31,9 +34,17 @@ http {
 CONF
 nginx -p "$dir" -c "$dir/nginx.conf"
 trap 'kill $(cat "$dir/nginx.pid") 2>/dev/null; rm -rf "$dir"' EXIT
+# a shell killed by a signal runs no EXIT trap: piped into head, the script left nginx running
+trap 'exit 1' INT TERM HUP PIPE
 sleep 0.3
 url="http://127.0.0.1:$port/echo"
 cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -o "$dir/http_raw" "$here/bench/http_raw.c" -lcurl
+lua=lua5.4
+if [ "${MEND_COST_LUA_SYMBOLS:-0}" = 1 ]; then
+  lua="$dir/lua_host"
+  cc -O2 -g $(pkg-config --cflags lua5.4) -o "$lua" "$here/bench/lua_host.c" -Wl,-E \
+    "$(pkg-config --variable=libdir lua5.4)/liblua5.4.a" -lm -ldl
+fi
 total() { grep -h '^totals:\|^summary:' "$1" | head -1 | awk '{print $2}'; }
 # What run()'s looks at the store cost a thread (look_from_run, twice a second, for cancels
 # and events other processes sent, and mend__events_start, its first look at the inbox; both
@@ -50,7 +61,7 @@ for n in 1000 3000; do
   MEND_COST_URL="$url" MEND_COST_C="$c" \
   LUA_PATH="$here/lua/?.lua;$here/lua/?/init.lua;;" LUA_CPATH="$here/$build/lib/?.so;;" \
     valgrind -q --tool=callgrind --separate-threads=yes --callgrind-out-file="$dir/mend.$n" \
-    lua5.4 "$here/bench/http_cost.lua" "$url" $n "$c" "$dir/w9.db"
+    "$lua" "$here/bench/http_cost.lua" "$url" $n "$c" "$dir/w9.db"
   valgrind -q --tool=callgrind --callgrind-out-file="$dir/raw.$n" "$dir/http_raw" "$url" $n "$c" >/dev/null
 done
 # Threads by what they run: the loop (the first), the store's writer, any other (a resolver's,
@@ -70,6 +81,14 @@ for f in "$dir"/mend.3000-*; do
     echo "mend $name: $(( (b - a) / 2000 )) instructions per run ($(( (b - a - sb + sa) / 2000 )) without run()'s looks at the store)"
   done
 done
+# Lua's collector, inclusive (named only under lua_host): its steps are charged to whichever
+# call allocates when its debt falls due, most often the ctx table's lua_createtable.
+gc() { callgrind_annotate --inclusive=yes --threshold=100 "$1" 2>/dev/null | awk '
+  NF > 1 && $0 ~ /:luaC_step[ ]/ { gsub(",", "", $1); v = $1 + 0; if (v > m) m = v }
+  END { print m + 0 }'; }
+if [ "$lua" != lua5.4 ]; then
+  echo "of the loop thread's: Lua's collector (luaC_step): $(( ($(gc "$dir/mend.3000-01") - $(gc "$dir/mend.1000-01")) / 2000 )) instructions per run"
+fi
 a=$(total "$dir/raw.1000"); b=$(total "$dir/raw.3000")
 echo "raw libcurl: $(( (b - a) / 2000 )) instructions per request"
 echo "allocator calls a run, loop thread, by the caller's object:"

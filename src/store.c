@@ -601,6 +601,8 @@ void mend__sqlite_close(mend_store *s) {
   sqlite3_finalize(s->q_claimable[1]);
   sqlite3_finalize(s->q_events_after);
   sqlite3_finalize(s->q_next_committed);
+  sqlite3_finalize(s->q_cancels_committed);
+  sqlite3_finalize(s->q_last_committed);
   sqlite3_close_v2(s->reader);
   mend__ckpt_stop(s);
   sqlite3_close_v2(s->checkpointer);   /* the last connection to close checkpoints the WAL */
@@ -737,6 +739,7 @@ const mend_store_methods mend__sqlite_methods = {
   .take = mend__sqlite_take,
   .request_cancel = mend__sqlite_request_cancel,
   .cancel_requests = mend__sqlite_cancel_requests,
+  .cancels_requested = mend__sqlite_cancels_requested,
   .audit = mend__sqlite_audit,
   .schema_version = mend__sqlite_schema_version,
   .prune = mend__sqlite_prune,

@@ -294,6 +294,14 @@ typedef struct mend_store_methods {
   int (*request_cancel)(mend_store *s, const char *run_id);
   /* Ids of running runs held by owner whose cancel was asked for (array); NULL on error. */
   json_t *(*cancel_requests)(mend_store *s, const char *owner);
+  /* Whether cancel_requests would find anything, asked of committed rows through a connection
+   * of its own: no wait for the writer thread, and the open batch's records are not run on the
+   * caller's thread to be seen. run()'s looks and a serving worker's polls ask it first, and
+   * most find nothing. 0 none; 1 some, or it cannot tell (no such connection, a failed read:
+   * the caller reads cancel_requests, which says what is wrong). A cancel request is committed
+   * as it is made, so what it cannot see is a run that became owner's in the open batch: found
+   * by the first look after that batch. NULL: the caller reads cancel_requests. */
+  int (*cancels_requested)(mend_store *s, const char *owner);
   int (*audit)(mend_store *s, double at, const char *who, const char *op,                          const char *target, const char *detail);
   int (*schema_version)(mend_store *s);
   /* Removes the runs that ended (succeeded, compensated, failed, resolved) and were last updated
@@ -350,7 +358,10 @@ typedef struct mend_store_methods {
   /* Marks it consumed by `step`, recorded in the batch like a transition: the batch fails if
    * it was consumed already. */
   int (*consume_event)(mend_store *s, const char *run_id, long long seq,                                  const char *step, double at);
-  /* The highest seq sent so far (0: none); -1 error. */
+  /* The highest seq sent so far (0: none); -1 error. Of committed rows through a connection of
+   * its own where there is one, as events_after reads (no wait for the writer thread, the open
+   * batch's records not run on the caller's thread): an event the open batch sends is then
+   * above it, and events_after names its run once the batch is durable, a look too many. */
   long long (*last_event)(mend_store *s);
   /* Runs with events sent after seq `after` (committed ones, through a connection of its own
    * when the database is a file): calls fn for each, in seq order, at most `limit`; returns the
@@ -623,6 +634,10 @@ static inline int mend_store_request_cancel(mend_store *s, const char *run_id) {
 }
 static inline json_t *mend_store_cancel_requests(mend_store *s, const char *owner) {
   return MEND_STORE_M(s)->cancel_requests(s, owner);
+}
+static inline int mend_store_cancels_requested(mend_store *s, const char *owner) {
+  if (!MEND_STORE_M(s)->cancels_requested) return 1;
+  return MEND_STORE_M(s)->cancels_requested(s, owner);
 }
 static inline int mend_store_audit(mend_store *s, double at, const char *who, const char *op, const char *target, const char *detail) {
   return MEND_STORE_M(s)->audit(s, at, who, op, target, detail);

@@ -1053,6 +1053,34 @@ static void test_committed_events(void) {
   drop_case();
 }
 
+/* run()'s looks and a serving worker's polls ask committed rows first, on aux: a cancel
+ * request or an event of the open transaction is not seen until it commits (the look through
+ * the batch sees it), one committed is. */
+static void test_committed_looks(void) {
+  new_case();
+  mend_store *s = open_store();
+  if (!s) return;
+  mend_run_rec r = run_rec("c1", "w1");
+  CHECK_EQ_INT(mend__pg_insert_run(s, &r), 0);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(mend__pg_cancels_requested(s, "w1"), 0);
+  CHECK_EQ_INT(mend__pg_request_cancel(s, "c1"), 0);
+  CHECK_EQ_INT(mend__pg_cancels_requested(s, "w1"), 0);
+  json_t *ids = mend__pg_cancel_requests(s, "w1");
+  CHECK(ids && json_array_size(ids) == 1);
+  json_decref(ids);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK_EQ_INT(mend__pg_cancels_requested(s, "w1"), 1);
+  CHECK_EQ_INT(mend__pg_cancels_requested(s, "w2"), 0);   /* held by w1, not w2 */
+  CHECK_EQ_INT(mend__pg_last_event(s), 0);
+  CHECK_EQ_INT(mend__pg_send_event(s, "c1", "go", NULL, NULL, 3), 0);
+  CHECK_EQ_INT(mend__pg_last_event(s), 0);
+  CHECK_EQ_INT(mend__pg_commit(s), 0);
+  CHECK(mend__pg_last_event(s) > 0);
+  mend__pg_close(s);
+  drop_case();
+}
+
 /* A ticking host's look at many inboxes, sent without waiting and taken later: each pair's
  * oldest committed event not consumed, none of the open batch's; a blocking read on the same
  * connection meanwhile keeps the answer; one look at a time; a connection lost under it is a
@@ -1847,6 +1875,7 @@ int main(void) {
   test_dropped_connection();
   test_events();
   test_committed_events();
+  test_committed_looks();
   test_look_ahead();
   test_aux_opened_aside();
   test_aux_keeps_writer_error();

@@ -2072,6 +2072,57 @@ static void test_inbox(void) {
   sqlite3_close(db);
 }
 
+/* run()'s looks and a serving worker's polls at what other processes ask (a cancel, an event)
+ * read committed rows through the reader: a look that finds nothing neither waits for the
+ * writer thread nor runs the open batch's records on its thread, and what another connection
+ * committed is seen at once. */
+static void test_looks_without_the_batch(void) {
+  const char *path = file_in_dir("looks.db");
+  mend_store *s = writer_store(path, NULL, NULL);
+  CHECK(s != NULL);
+  if (!s) return;
+  mend_run_rec r = run_rec("c1", NULL, "running", 1);
+  r.owner = "w1";
+  CHECK_EQ_INT(mend_store_insert_run(s, &r), 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  mend_history_rec h = {"c1", NULL, 1, "run", NULL, "running", 0, NULL, -1, NULL, 0, NULL};
+  CHECK_EQ_INT(mend_store_append_history(s, &h), 0);
+  unsigned long flushed;
+  double cpu;
+  int pending;
+  mend_store_read_flushes(s, &flushed, &cpu, &pending);
+  CHECK_EQ_INT(pending, 1);
+  CHECK_EQ_INT(mend_store_cancels_requested(s, "w1"), 0);
+  CHECK_EQ_INT((int)mend_store_last_event(s), 0);
+  mend_store_read_flushes(s, &flushed, &cpu, &pending);
+  CHECK_EQ_INT(pending, 1);   /* still only recorded */
+  CHECK_EQ_INT((int)flushed, 0);
+  sqlite3 *db = raw_open(path);
+  CHECK_EQ_INT(sqlite3_exec(db, "UPDATE runs SET cancel_requested = 1 WHERE id = 'c1';"
+                                "INSERT INTO inbox(run_id, name, sent) VALUES('c1', 'go', 2)",
+                            NULL, NULL, NULL), SQLITE_OK);
+  CHECK_EQ_INT(mend_store_cancels_requested(s, "w1"), 1);
+  CHECK_EQ_INT(mend_store_cancels_requested(s, "w2"), 0);   /* held by w1, not w2 */
+  long long last = mend_store_last_event(s);
+  CHECK(last >= 1);
+  mend_store_read_flushes(s, &flushed, &cpu, &pending);
+  CHECK_EQ_INT(pending, 1);
+  /* the full read goes through the batch, and finds the same */
+  json_t *ids = mend_store_cancel_requests(s, "w1");
+  CHECK(ids && json_array_size(ids) == 1);
+  CHECK_STR(json_string_value(json_array_get(ids, 0)), "c1");
+  json_decref(ids);
+  mend_store_read_flushes(s, &flushed, &cpu, &pending);
+  CHECK_EQ_INT(pending, 0);
+  /* an event this store sends is in no look until its batch is durable */
+  CHECK_EQ_INT(mend_store_send_event(s, "c1", "more", NULL, NULL, 3), 0);
+  CHECK_EQ_INT((int)mend_store_last_event(s), (int)last);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  CHECK((int)mend_store_last_event(s) > (int)last);
+  mend_store_close(s);
+  sqlite3_close(db);
+}
+
 /* Completion tokens (schemas 11 and 13), known by digest: one use an attempt, whichever of
  * its tokens is used first; a token of another attempt is its own. */
 static void test_tokens(void) {
@@ -2122,6 +2173,7 @@ int main(void) {
   test_wal_hard_limit();
   test_upgrade_from_1();
   test_flushes_counted_once_asked();
+  test_looks_without_the_batch();
   test_writer_thread();
   test_writer_parts();
   test_compact_rows();

@@ -508,6 +508,9 @@ void mend__reload_breakers(mend_engine *E) {
 }
 
 void mend__take_cancel_requests(mend_engine *E) {
+  /* Most looks find none: asked of committed rows first, so that such a look neither waits for
+   * the writer thread nor runs the open batch's records on the loop (a read's sync point). */
+  if (mend_store_cancels_requested(E->store, E->owner) == 0) return;
   json_t *ids = mend_store_cancel_requests(E->store, E->owner);
   if (!ids) { mend__store_failed(E); return; }
   size_t i;

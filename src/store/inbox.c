@@ -131,8 +131,15 @@ int mend__sqlite_consume_event(mend_store *s, const char *run_id, long long seq,
 }
 
 long long mend__sqlite_last_event(mend_store *s) {
+  sqlite3_stmt *q = mend__reader_stmt(s, &s->q_last_committed, Q_LAST_EVENT);
+  if (q) {
+    int rc = sqlite3_step(q);
+    long long seq = rc == SQLITE_ROW ? (long long)sqlite3_column_int64(q, 0) : -1;
+    sqlite3_reset(q);
+    if (seq >= 0) return seq;   /* else through the batch, which says what is wrong */
+  }
   if (mend__sync_point(s) != 0) return -1;
-  sqlite3_stmt *q = s->q[Q_LAST_EVENT];
+  q = s->q[Q_LAST_EVENT];
   int r = mend__first_row(s, q, SQLITE_OK, "read the inbox");
   if (r <= 0) return r;
   long long seq = (long long)sqlite3_column_int64(q, 0);

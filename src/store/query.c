@@ -649,6 +649,25 @@ json_t *mend__sqlite_cancel_requests(mend_store *s, const char *owner) {
   return ids;
 }
 
+sqlite3_stmt *mend__reader_stmt(mend_store *s, sqlite3_stmt **slot, int k) {
+  if (mend__open_reader(s) != 0) return NULL;
+  if (!*slot && sqlite3_prepare_v3(s->reader, mend__query_sql[k], -1, SQLITE_PREPARE_PERSISTENT,
+                                   slot, NULL) != SQLITE_OK) {
+    sqlite3_finalize(*slot);
+    *slot = NULL;
+  }
+  return *slot;
+}
+
+int mend__sqlite_cancels_requested(mend_store *s, const char *owner) {
+  sqlite3_stmt *q = mend__reader_stmt(s, &s->q_cancels_committed, Q_CANCEL_REQUESTS);
+  if (!q) return 1;
+  int rc = mend__bind_text(q, 1, owner);
+  if (rc == SQLITE_OK) rc = sqlite3_step(q);
+  sqlite3_reset(q);   /* ends its read transaction: a checkpoint is not held back by it */
+  return rc == SQLITE_DONE ? 0 : 1;
+}
+
 int mend__sqlite_audit(mend_store *s, double at, const char *who, const char *op,
                      const char *target, const char *detail) {
   if (mend__sync_point(s) != 0 || mend__batch_begin(s) != 0) return -1;

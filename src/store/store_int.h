@@ -89,6 +89,8 @@ struct mend_store {
   sqlite3_stmt *q_claimable[2];   /* on reader: quick, thorough (mend_store_claimable) */
   sqlite3_stmt *q_events_after;   /* on reader: mend_store_events_after */
   sqlite3_stmt *q_next_committed; /* on reader: mend_store_next_committed_event */
+  sqlite3_stmt *q_cancels_committed; /* on reader: mend_store_cancels_requested */
+  sqlite3_stmt *q_last_committed;    /* on reader: mend_store_last_event */
   char *path;
   int in_batch;
   /* A write of this batch failed: the whole batch must not commit, or the transitions
@@ -197,6 +199,9 @@ int mend__writer_wait(mend_store *s);
 /* ---- query.c: reads and views */
 int mend__first_row(mend_store *s, sqlite3_stmt *q, int rc, const char *what);
 json_t *mend__rows_array(mend_store *s, sqlite3_stmt *q, int rc, const char *what);
+/* Query k's statement on the reader, prepared into *slot at its first use: NULL when there is
+ * no reader (in memory, it failed to open) or the statement cannot be prepared on it. */
+sqlite3_stmt *mend__reader_stmt(mend_store *s, sqlite3_stmt **slot, int k);
 
 /* ---- fence.c: leases and the fence */
 int mend__fence_at_begin(mend_store *s);
@@ -265,6 +270,7 @@ json_t *mend__sqlite_workflows(mend_store *s, const char *workflow);
 int mend__sqlite_take(mend_store *s, const char *id, const char *owner, double lease_seconds);
 int mend__sqlite_request_cancel(mend_store *s, const char *run_id);
 json_t *mend__sqlite_cancel_requests(mend_store *s, const char *owner);
+int mend__sqlite_cancels_requested(mend_store *s, const char *owner);
 int mend__sqlite_audit(mend_store *s, double at, const char *who, const char *op, const char *target, const char *detail);
 int mend__sqlite_schema_version(mend_store *s);
 json_t *mend__sqlite_prune(mend_store *s, double before, const char *status, int dry_run);

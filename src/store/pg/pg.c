@@ -535,6 +535,7 @@ const mend_store_methods mend__pg_methods = {
   .take = mend__pg_take,
   .request_cancel = mend__pg_request_cancel,
   .cancel_requests = mend__pg_cancel_requests,
+  .cancels_requested = mend__pg_cancels_requested,
   .audit = mend__pg_audit,
   .schema_version = mend__pg_schema_version,
   .prune = pg_prune,

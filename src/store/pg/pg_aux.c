@@ -142,6 +142,28 @@ PGresult *mend__pg_aux_read(mend_pg *p, int q, int n, const char *const *v) {
   return PQexecPrepared(p->aux, name, n, v, NULL, NULL, 0);
 }
 
+int mend__pg_cancels_requested(mend_store *s, const char *owner) {
+  const char *v[1] = {owner};
+  PGresult *r = mend__pg_aux_read(PG(s), P_CANCEL_REQUESTS, 1, v);
+  int some = !r || PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) > 0;
+  PQclear(r);   /* a connection that went is opened again at aux's next use */
+  return some;
+}
+
+int mend__pg_aux_last_event(mend_pg *p, long long *seq) {
+  /* Asked as run() or serving begins: a login here would hold up every short `mend run`, so
+   * it starts on its thread, for the first look. */
+  if (!adopt(p, 0) || !aux_usable(p)) {
+    mend__pg_aux_open_soon(p);
+    return -1;
+  }
+  PGresult *r = mend__pg_aux_read(p, P_LAST_EVENT, 0, NULL);
+  int ok = r && PQresultStatus(r) == PGRES_TUPLES_OK;
+  if (ok) *seq = PQntuples(r) ? atoll(PQgetvalue(r, 0, 0)) : 0;
+  PQclear(r);
+  return ok ? 0 : -1;
+}
+
 /* ---------------------------------------------------------------- looks sent ahead */
 
 typedef struct { char *a; size_t len, cap; } text_array;

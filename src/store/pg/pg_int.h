@@ -203,6 +203,8 @@ void mend__pg_aux_close(mend_pg *p);
  * (to check: the connection may be gone), no rows where a value cannot be text there (it is in
  * no row), or NULL when aux cannot be opened. */
 PGresult *mend__pg_aux_read(mend_pg *p, int q, int n, const char *const *v);
+/* mend_store_last_event among committed rows, on aux: 0, or -1 (read it another way). */
+int mend__pg_aux_last_event(mend_pg *p, long long *seq);
 void mend__pg_watch(mend_pg *p);   /* conn_doomed from conn's notices */
 
 /* pg_batch.c: before any statement but a recorded write (reads see the open batch). */
@@ -340,6 +342,7 @@ int mend__pg_request_cancel(mend_store *s, const char *run_id);
 int mend__pg_audit(mend_store *s, double at, const char *who, const char *op,
                    const char *target, const char *detail);
 json_t *mend__pg_cancel_requests(mend_store *s, const char *owner);
+int mend__pg_cancels_requested(mend_store *s, const char *owner);
 long mend__pg_last_history(mend_store *s, const char *run_id, double *at);
 long mend__pg_last_history_seq(mend_store *s, const char *run_id);
 char *mend__pg_version_script(mend_store *s, const char *workflow, const char *version,

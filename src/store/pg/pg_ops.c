@@ -495,9 +495,12 @@ int mend__pg_consume_event(mend_store *s, const char *run_id, long long seq, con
 }
 
 long long mend__pg_last_event(mend_store *s) {
+  long long seq;
+  if (mend__pg_aux_last_event(PG(s), &seq) == 0) return seq;
+  /* aux not open yet, or its read failed: in the open transaction, as before */
   PGresult *r = read_now(PG(s), P_LAST_EVENT, 0, NULL, "read the inbox");
   if (!r) return -1;
-  long long seq = PQntuples(r) ? atoll(PQgetvalue(r, 0, 0)) : 0;
+  seq = PQntuples(r) ? atoll(PQgetvalue(r, 0, 0)) : 0;
   PQclear(r);
   return seq;
 }
