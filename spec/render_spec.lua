@@ -125,3 +125,16 @@ return { name = "nap", steps = {
     assert.is_nil(out:find("%+%d%d%d+m"), out)
   end)
 end)
+
+describe("mend.render.write_json", function()
+  -- A document too large for one encoding is encoded in parts; a part that cannot be encoded
+  -- is named by its place in the whole, as mend.json names it (a key with `%` in it too).
+  it("names where a value that cannot be encoded is, in a document opened in parts", function()
+    local render = require "mend.render"
+    local filler = {}
+    for i = 1, 600000 do filler[i] = i end
+    local ok, err = pcall(render.write_json, { ["50%"] = { x = 0 / 0 }, filler = filler })
+    assert.is_false(ok)
+    assert.matches('^mend%.json%.encode: value%["50%%"%]%.x: cannot encode NaN', err)
+  end)
+end)

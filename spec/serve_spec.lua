@@ -836,6 +836,11 @@ print("closed", len(gone))
       assert.matches("%-%-cors takes one origin", out)
     end
     assert.is_nil(io.open(dir .. "/none.db"))
+    local rc, out = sh("timeout 10 " .. MEND .. " serve --db " .. q(dir .. "/none.db") ..
+                       " --listen 127.0.0.1:0 --cors " .. q("http://" .. ("a"):rep(250) .. "/"))
+    assert.are.equal(2, rc, out)
+    assert.matches('got "http://a+"%.%.%.', out)   -- cut, and said so: not a control character
+    assert.is_nil(out:find("control character"), out)
     -- a host's own listen (mend.serve in the mend program's Lua) is held to it as the flag is
     local script = H.write_file(dir, "cors.lua", table.concat({
       "eng = require('mend').engine{}",
@@ -844,7 +849,7 @@ print("closed", len(gone))
       "print('check', require('mend.serve').check{ cors = 'http://dash.example:8080' })",
       "eng:close()",
     }, "\n") .. "\n")
-    local rc, out = sh(("timeout 20 %s repl < %s"):format(MEND, q(script)))
+    rc, out = sh(("timeout 20 %s repl < %s"):format(MEND, q(script)))
     assert.are.equal(0, rc, out)
     assert.matches("\ngot\tnil\t%-%-cors takes one origin[^\n]*\tcors\n", "\n" .. out)
     assert.matches("\ncheck\ttrue\n", "\n" .. out)

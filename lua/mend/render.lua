@@ -91,7 +91,10 @@ end
 local function encode_at(v, path)
   local ok, text = pcall(json.encode, v)
   if ok then return text end
-  error((tostring(text):gsub("^mend%.json%.encode: value", "mend.json.encode: " .. path)), 0)
+  local prefix = "mend.json.encode: value"
+  text = tostring(text)
+  if text:sub(1, #prefix) == prefix then text = "mend.json.encode: " .. path .. text:sub(#prefix + 1) end
+  error(text, 0)
 end
 
 -- A string in pieces, each cut before a UTF-8 character's first byte.
@@ -124,7 +127,9 @@ local function put_value(v, acc, path)
       acc[#acc + 1] = first and "{" or ","
       acc[#acc + 1] = encode_at(tostring(k), path)
       acc[#acc + 1] = ":"
-      put_value(x, acc, ("%s.%s"):format(path, k))
+      local key = tostring(k)   -- spelled as mend.json spells a path
+      put_value(x, acc, key:match("^[%a_][%w_]*$") and path .. "." .. key
+                        or ("%s[\"%s\"]"):format(path, key:sub(1, 64)))
       first = false
     end
     acc[#acc + 1] = "}"

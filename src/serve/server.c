@@ -665,9 +665,10 @@ static int check_options(const mend_server_opts *o, struct sockaddr_storage *ss,
   if (o->cors_origin && !is_origin(o->cors_origin)) {
     int n = 0;   /* shown up to a control character, which would end the message's line */
     while (n < 200 && (unsigned char)o->cors_origin[n] >= 0x20) n++;
+    const char *rest = !o->cors_origin[n] ? "" : (unsigned char)o->cors_origin[n] < 0x20
+                     ? " and a control character" : "...";
     errorf(err, errlen, "--cors takes one origin, as a browser names a page's: scheme://host[:port] "
-           "(http://dash.example:8080), got \"%.*s\"%s", n, o->cors_origin,
-           o->cors_origin[n] ? " and a control character" : "");
+           "(http://dash.example:8080), got \"%.*s\"%s", n, o->cors_origin, rest);
     return MEND_SERVER_BAD_CORS;
   }
   return 0;
