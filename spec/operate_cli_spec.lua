@@ -288,6 +288,26 @@ return { name = "m", steps = { { name = "s", map = function() return { 1, 2, 3 }
     assert.are.equal(2, runs[50].input[21000])
   end)
 
+  -- mend.json encodes at most 100 levels: a result nested 98 deep is 101 in a run's status.
+  it("is a run's status whole when a step's result is nested as deep as a result may be", function()
+    local dir = H.tmp_dir()
+    local db = H.new_db(dir, "deep.db")
+    local wf = H.write_file(dir, "deep.lua", [[
+return { name = "deep", steps = { { name = "a", execute = function()
+  local r = { leaf = true }
+  for _ = 1, 97 do r = { a = r } end
+  return r
+end } } }
+]])
+    local rc, out = mend_cmd(db, "run " .. q(wf))
+    assert.are.equal(0, rc, out)
+    local st = json_of(db, "status " .. json_of(db, "runs")[1].id)
+    local r, depth = st.steps[1].result, 1
+    while r.a do r, depth = r.a, depth + 1 end
+    assert.are.equal(98, depth)
+    assert.is_true(r.leaf)
+  end)
+
   -- mend.json counts a control character in a string as a value: results of line breaks,
   -- 1.06M in all, one string of them more than the CLI encodes whole (a two-byte character
   -- where it is cut in pieces).

@@ -52,8 +52,8 @@ end
 -- there to stop a small table shared by many branches from standing for a huge document): a
 -- list of 200k runs, a run whose map has 100k items, a step's result of a million line breaks.
 -- Such a document is written as one JSON text made of encodings each well under the bound: a
--- part that fits is encoded whole, a larger table is opened and its members encoded one by
--- one, a string with too many control characters in pieces. Everything is encoded before
+-- part that fits is encoded whole, a larger or deeper table is opened and its members encoded
+-- one by one, a string with too many control characters in pieces. Everything is encoded before
 -- anything is printed, so that a value that cannot be encoded prints nothing but its error.
 local ENCODE_MOST = 1 << 19
 local STRING_PIECE = 1 << 18   -- bytes: fewer control characters than ENCODE_MOST
@@ -62,23 +62,27 @@ local function controls(s)
   return select(2, s:gsub("[%z\1-\31]", ""))
 end
 
--- The values of v as mend.json counts them, up to most + 1.
-local function values_of(v, most)
-  local n = 0
-  local function walk(x)
+-- Whether mend.json would encode v within a part's bounds: at most ENCODE_MOST values as it
+-- counts them, at most DEEPEST levels (its own bound is 100: a result nested 98 deep, as a
+-- step may return, is deeper than that in a run's status).
+local DEEPEST = 64
+local function fits(v)
+  local n, deep = 0, false
+  local function walk(x, d)
     n = n + 1
     local t = type(x)
     if t == "string" then
       if #x > 0 then n = n + controls(x) end
     elseif t == "table" then
+      if d > DEEPEST then deep = true return end
       for _, y in pairs(x) do
-        if n > most then return end
-        walk(y)
+        if n > ENCODE_MOST or deep then return end
+        walk(y, d + 1)
       end
     end
   end
-  walk(v)
-  return n
+  walk(v, 1)
+  return n <= ENCODE_MOST and not deep
 end
 
 local function is_list(t)
@@ -111,7 +115,7 @@ local function put_string(s, acc, path)
 end
 
 local function put_value(v, acc, path)
-  if values_of(v, ENCODE_MOST) <= ENCODE_MOST then
+  if fits(v) then
     acc[#acc + 1] = encode_at(v, path)
   elseif type(v) == "string" then
     put_string(v, acc, path)
