@@ -822,13 +822,34 @@ end
 -- "zone full", a wait for the player's event, compensations for a refused reward), a database
 -- file, mend_engine_tick with a budget of o.budget ms. Tick times p50/p99/max and the frames
 -- over budget; ticks the OS preempted are counted, and judged_p99_ms leaves them out.
+-- o.pinned: the game's thread on the first CPU this process may use and mend's threads on the
+-- others (game_loop --pin-game, --mend-cpus: mend_options.thread_cpus), mode "budgetB-pinned";
+-- left out, saying so, where the process may use one CPU only (the orchestrator's check).
+local function cpus_allowed()
+  local f = io.open("/proc/self/status")
+  local list = f and f:read("a"):match("Cpus_allowed_list:%s*([%d,%-]+)")
+  if f then f:close() end
+  local cpus = {}
+  for item in (list or ""):gmatch("[^,]+") do
+    local lo, hi = item:match("^(%d+)%-(%d+)$")
+    for c = tonumber(lo or item), tonumber(hi or item) do cpus[#cpus + 1] = c end
+  end
+  return cpus
+end
+
 W.W11 = function(o)
   local core = assert(package.searchpath("mend.core", package.cpath), "W11: no mend.core")
   local build = core:match("^(.*)/lib/mend/[^/]*$") or core:match("^(.*)/[^/]*$")
   local exe = build .. "/example_game_loop"
-  local cmd = string.format("%s %s %d %s --players %d --budget-ms %s --durability %s --no-strict --json",
+  local pin = ""
+  if o.pinned then
+    local cpus = cpus_allowed()
+    assert(#cpus >= 2, "W11 pinned: this process may use one CPU only")
+    pin = string.format(" --pin-game %d --mend-cpus %s", table.remove(cpus, 1), table.concat(cpus, ","))
+  end
+  local cmd = string.format("%s %s %d %s --players %d --budget-ms %s --durability %s --no-strict --json%s",
     sh_quote(exe), sh_quote(BENCH_DIR .. "/../examples/quest.lua"), o.frames or 3600,
-    sh_quote(o.db), o.n, tostring(o.budget or 2), o.durability)
+    sh_quote(o.db), o.n, tostring(o.budget or 2), o.durability, pin)
   rmdb(o.db)
   local p = io.popen(cmd)
   local out = p:read("a")
@@ -837,7 +858,8 @@ W.W11 = function(o)
   assert(ok and line, "W11: the game loop failed: " .. out)
   local t = json.decode(line)
   rmdb(o.db)
-  t.workload, t.n, t.durability, t.mode = o.workload, o.n, o.durability, "budget" .. (o.budget or 2)
+  t.workload, t.n, t.durability = o.workload, o.n, o.durability
+  t.mode = "budget" .. (o.budget or 2) .. (o.pinned and "-pinned" or "")
   t.unfinished_quests, t.unfinished = t.unfinished, nil
   return t
 end
@@ -959,6 +981,10 @@ local SUITES = {
     { "W13", 10000, "n/a" },
     { "W11", 10000, "full", budget = 1 }, { "W11", 10000, "process", budget = 1 },
     { "W11", 10000, "full", budget = 2 }, { "W11", 10000, "process", budget = 2 },
+    { "W11", 10000, "full", budget = 1, pinned = true },
+    { "W11", 10000, "process", budget = 1, pinned = true },
+    { "W11", 10000, "full", budget = 2, pinned = true },
+    { "W11", 10000, "process", budget = 2, pinned = true },
   },
   -- On a throw-away PostgreSQL cluster of its own (tests/pg/cluster.sh: fsync and
   -- synchronous_commit on, 127.0.0.1), each workload in a fresh schema. W1w: n runs drained by
@@ -1111,6 +1137,7 @@ local function parse_args(a)
     elseif k == "--probes" then o.probes = tonumber(val())
     elseif k == "--serve" then o.serve = true
     elseif k == "--budget" then o.budget = tonumber(val())
+    elseif k == "--pinned" then o.pinned = true
     elseif k == "--frames" then o.frames = tonumber(val())
     elseif k == "--workers" then o.workers = tonumber(val())
     else error("unknown option " .. k) end
@@ -1220,7 +1247,9 @@ local function main()
   local ok, err = pcall(function()
     for _, w in ipairs(suite) do
       local name, n, dur = w[1], w[2], w[3]
-      if not o.only or o.only[name] then
+      if w.pinned and #cpus_allowed() < 2 then
+        print("bench: " .. name .. " pinned left out: this process may use one CPU only")
+      elseif not o.only or o.only[name] then
         local cmd = string.format("%s %s --one %s --n %d --durability %s --dir %s", sh_quote(LUA),
           sh_quote(SELF), name, n, dur, sh_quote(dir))
         if w.rate then cmd = cmd .. " --rate " .. w.rate end
@@ -1228,6 +1257,7 @@ local function main()
         if w.probes then cmd = cmd .. " --probes " .. w.probes end
         if w.serve then cmd = cmd .. " --serve" end
         if w.budget then cmd = cmd .. " --budget " .. w.budget end
+        if w.pinned then cmd = cmd .. " --pinned" end
         if w.workers then cmd = cmd .. " --workers " .. w.workers end
         local best
         for rep = 1, o.repeat_n do

@@ -17,11 +17,14 @@
  *
  *   game_loop [QUEST_LUA] [FRAMES] [DB] [--players N] [--budget-ms B] [--fight-s S]
  *             [--durability full|process] [--writer-sched ticks|other|batch]
- *             [--no-strict] [--json] [--verbose]
+ *             [--pin-game CPU] [--mend-cpus LIST] [--no-strict] [--json] [--verbose]
  *
  * Defaults: examples/quest.lua, 600 frames, a database file in a directory of its own,
  * 2000 players, 2 ms, fights of 2 to 20 s, process durability, mend's choice of class for its
- * commit thread (--writer-sched: mend_writer_sched). --verbose names each tick over
+ * commit thread (--writer-sched: mend_writer_sched), every thread where the process may run.
+ * --pin-game keeps the game's thread (this one, which ticks) on one CPU, as game servers do;
+ * mend's threads, made by it, would follow it there unless --mend-cpus names where they go
+ * instead (mend_options.thread_cpus, e.g. "1" or "1-3"). --verbose names each tick over
  * its budget by more than 10%, with what it did and when it began (CLOCK_MONOTONIC seconds,
  * the clock of `perf record -k CLOCK_MONOTONIC`, to find who ran meanwhile). Players pick up
  * their quests over the first 60% of the frames;
@@ -46,6 +49,7 @@
 #include <string.h>
 #include <fcntl.h>
 #include <malloc.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -273,6 +277,8 @@ int main(int argc, char **argv) {
   double budget = 0.002;
   mend_durability_mode durability = MEND_SYNC_PROCESS;
   mend_writer_sched writer_sched = MEND_WRITER_SCHED_TICKS;
+  int pin_game = -1;
+  const char *mend_cpus = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--players") == 0 && i + 1 < argc) players = atoi(argv[++i]);
@@ -293,6 +299,15 @@ int main(int argc, char **argv) {
       else if (strcmp(w, "batch") == 0) writer_sched = MEND_WRITER_SCHED_BATCH;
       else { fprintf(stderr, "game_loop: --writer-sched is ticks, other or batch, not %s\n", w); return 2; }
     }
+    else if (strcmp(a, "--pin-game") == 0 && i + 1 < argc) {
+      char *end;
+      long cpu = strtol(argv[++i], &end, 10);
+      if (*end || cpu < 0 || cpu >= CPU_SETSIZE) {
+        fprintf(stderr, "game_loop: --pin-game is a CPU number, not %s\n", argv[i]);
+        return 2;
+      }
+      pin_game = (int)cpu;
+    } else if (strcmp(a, "--mend-cpus") == 0 && i + 1 < argc) mend_cpus = argv[++i];
     else if (a[0] == '-' && a[1] == '-') { fprintf(stderr, "game_loop: unknown option %s\n", a); return 2; }
     else if (npos < 3) pos[npos++] = a;
     else { fprintf(stderr, "game_loop: too many arguments (at %s)\n", a); return 2; }
@@ -333,9 +348,19 @@ int main(int argc, char **argv) {
    * merges its block then, a little at a time. */
   mallopt(M_MXFAST, 0);
 #endif
+  if (pin_game >= 0) {   /* before the engine: whatever mend starts from here on inherits it */
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(pin_game, &one);
+    if (sched_setaffinity(0, sizeof one, &one) != 0) {
+      perror("game_loop: --pin-game");
+      return 2;
+    }
+  }
   mend_options o;
   mend_options_init(&o);
   o.db_path = db;
+  o.thread_cpus = mend_cpus;
   o.durability = durability;
   o.writer_sched = writer_sched;
   o.memory_limit = 256u << 20;          /* a bad quest script cannot eat the server */
@@ -453,13 +478,14 @@ int main(int argc, char **argv) {
            "\"outside_p50_ms\":%.3f,\"outside_p99_ms\":%.3f,\"outside_max_ms\":%.3f,"
            "\"succeeded\":%d,\"compensated\":%d,\"failed\":%d,\"needs_attention\":%d,"
            "\"unfinished\":%d,\"signals\":%d,\"zone_full\":%d,\"own_p99_ms\":%.3f,"
-           "\"own_max_ms\":%.3f,\"stolen_max_ms\":%.3f,\"stalled_frames\":%d}\n",
+           "\"own_max_ms\":%.3f,\"stolen_max_ms\":%.3f,\"stalled_frames\":%d,\"pin_game\":%d,"
+           "\"mend_cpus\":\"%s\"}\n",
            players, mode, budget * 1e3, nticks, elapsed, peak, p50 * 1e3, p99 * 1e3, max * 1e3,
            over, over10, preempted, jp99 * 1e3, waited, left_frames, max_ready,
            pct(outside, nticks, 50) * 1e3, pct(outside, nticks, 99) * 1e3,
            outside[nticks - 1] * 1e3, g.by_status[0], g.by_status[1], g.by_status[2],
            g.by_status[3], in_flight, g.signals, g.zone_full, own_p99 * 1e3, own_max * 1e3,
-           stolen_max * 1e3, stalled_frames);
+           stolen_max * 1e3, stalled_frames, pin_game, mend_cpus ? mend_cpus : "");
   } else {
     printf("game_loop: %d players, %ld frames in %.2f s (%d Hz), %s durability, peak %d quests"
            " in flight\n", players, nticks, elapsed, HZ, mode, peak);

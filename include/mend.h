@@ -159,6 +159,14 @@ typedef struct mend_options {
                                  the database (README: Waiting for events). 0: never */
   mend_writer_sched writer_sched;  /* the scheduling class of the thread that commits
                                  (commit_thread, ticks): see mend_writer_sched */
+  const char *thread_cpus;    /* the CPUs mend's own threads run on (the commit thread, the
+                                 checkpoint thread, PostgreSQL's connection opener), listed as
+                                 Linux lists them: "1", "2-3", "0,2-3". NULL: where the thread
+                                 that makes the engine may run, whose affinity they inherit (a
+                                 game thread pinned to a core pins them to it too). Threads of
+                                 the libraries mend drives (libcurl's resolver) are not mend's:
+                                 they run where the engine's thread may. Read by
+                                 mend_engine_new */
 } mend_options;
 
 /* Fills *opts with defaults: in-memory database, full durability, real clock, random seed,
@@ -170,7 +178,8 @@ MEND_API void mend_options_init_size(mend_options *opts, size_t size);
 /* Creates an engine with its own Lua state. On failure returns the status, sets *out to NULL,
  * and writes a message naming the cause into err (if not NULL). MEND_EINVAL: an option out of
  * its range (a durability other than the two modes, a negative max_concurrency or
- * instruction_budget, an unknown log_level or writer_sched). */
+ * instruction_budget, an unknown log_level or writer_sched, a thread_cpus that names no CPU or
+ * one this process may not use: absent, offline, outside its cpuset). */
 MEND_API int mend_engine_new(const mend_options *opts, mend_engine **out, char *err, size_t errlen);
 /* Destroys the engine. Runs in flight stay in the database as they are, their leases given
  * back, for this or another engine to resume. Host calls still open stay valid: answering them

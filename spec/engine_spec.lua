@@ -579,6 +579,55 @@ describe("the engine's log", function()
   end)
 end)
 
+describe("mend's own threads (thread_cpus)", function()
+  after_each(H.cleanup)
+
+  local function cpus_allowed(status_path)
+    local f = assert(io.open(status_path))
+    local list = f:read("a"):match("Cpus_allowed_list:%s*([^\n]*)")
+    f:close()
+    return list
+  end
+
+  it("refuses a list it cannot use, naming the option", function()
+    assert.has_error(function() H.new_engine({ thread_cpus = {} }) end,
+      "thread_cpus is empty: name the CPUs mend's threads may run on, or leave it unset")
+    assert.has_error(function() H.new_engine({ thread_cpus = "two" }) end,
+      'thread_cpus: "two" is not a list of CPUs such as "1" or "0,2-3" (numbers below 1024)')
+    assert.has_error(function() H.new_engine({ thread_cpus = { 1.5 } }) end,
+      'mend.engine: thread_cpus must be a list of CPU numbers or a string such as "0,2-3"')
+    assert.has_error(function() H.new_engine({ thread_cpus = true }) end,
+      'mend.engine: thread_cpus must be a list of CPU numbers or a string such as "0,2-3"')
+    local ok, err = pcall(H.new_engine, { thread_cpus = 1023 })
+    assert.is_false(ok)
+    assert.matches("^thread_cpus: CPU 1023 is not one this process may run on %(it may use ", err)
+  end)
+
+  it("starts its commit thread on the CPUs given, as a string or a list", function()
+    -- the last CPU this process may use: on a machine of two or more, fewer CPUs than the
+    -- thread would inherit from the one that makes the engine
+    local last = tonumber(cpus_allowed("/proc/self/status"):match("(%d+)$"))
+    for _, given in ipairs({ tostring(last), { last } }) do
+      H.new_engine({ clock = "real", thread_cpus = given })
+      -- the thread names itself as it starts: looked for until it has
+      local found
+      for _ = 1, 500 do
+        for _, tid in ipairs(mend.listdir("/proc/self/task")) do
+          local f = io.open("/proc/self/task/" .. tid .. "/comm")
+          if f and f:read("l") == "mend-writer" then
+            found = cpus_allowed("/proc/self/task/" .. tid .. "/status")
+          end
+          if f then f:close() end
+        end
+        if found then break end
+        os.execute("sleep 0.01")
+      end
+      assert.are.equal(tostring(last), found)
+      H.cleanup()
+    end
+  end)
+end)
+
 describe("a step's code holding its own engine", function()
   after_each(H.cleanup)
 

@@ -365,6 +365,7 @@ MEND_API int mend_engine_new(const mend_options *host_opts, mend_engine **out, c
   cfg.http_allow = opts->http_allow;
   cfg.park_after = opts->park_after > 0 ? opts->park_after : -1;
   cfg.writer_sched = (int)opts->writer_sched;
+  cfg.thread_cpus = opts->thread_cpus;
   if (cfg.writer_sched < MEND_WRITER_SCHED_TICKS || cfg.writer_sched > MEND_WRITER_SCHED_BATCH) {
     if (err && errlen)
       snprintf(err, errlen, "writer_sched must be MEND_WRITER_SCHED_TICKS, _OTHER or _BATCH, got %d",

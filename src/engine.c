@@ -353,10 +353,18 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
                                 mend_refusal *why) {
   mend_refusal ignored;
   if (!why) why = &ignored;
+  /* A game host keeps its frame's core to itself by putting mend's threads elsewhere: they
+   * would otherwise inherit the affinity of the host's thread that makes the engine. */
+  mend_cpus cpus;
+  if (mend_cpus_parse(cfg->thread_cpus, "thread_cpus", &cpus, err, (size_t)errlen) != 0) {
+    *why = MEND_REFUSED_INVALID;
+    return NULL;
+  }
   *why = MEND_REFUSED_NOMEM;
   mend_engine *E = calloc(1, sizeof *E);
   if (!E) { snprintf(err, (size_t)errlen, "out of memory"); return NULL; }
   E->cfg = *cfg;
+  E->cfg.thread_cpus = NULL;   /* the host's string, read above: not kept */
   if (!E->cfg.log_level) E->cfg.log_level = MEND_LOG_INFO;
   E->cfg.alert_command = cfg->alert_command ? mend_dupstr(cfg->alert_command) : NULL;
   E->cfg.http_allow = cfg->http_allow ? mend_dupstr(cfg->http_allow) : NULL;
@@ -443,6 +451,7 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
   }
   mend_store_set_worker(E->store, E->owner);
   mend_store_set_busy_wait(E->store, LOOP_BUSY_MS);
+  mend_store_set_thread_cpus(E->store, &cpus);
   /* Every lease this engine takes from now on lasts at least this long. */
   E->fence_until = mend__lease_until(E);
   if (mend_store_set_fence(E->store, E->owner, E->lease_seconds)) {

@@ -62,6 +62,8 @@ typedef struct mend_engine_config {
                                    before it is parked (src/engine/park.c); 0: 1 s when
                                    serving, never otherwise; < 0: never */
   int writer_sched;             /* the writer thread's class: MEND_WRITER_SCHED_* (wsched.c) */
+  const char *thread_cpus;      /* the CPUs the store's threads run on, "0,2-3" (cpus.h); NULL:
+                                   where the engine's thread may. Read by mend_engine_create */
 } mend_engine_config;
 
 /* Why an operation refused or failed (a repair, a start, an advance, the engine's creation):

@@ -136,7 +136,7 @@ int mend__lengine_new(lua_State *L) {
                                        "lease", "grace", "max_concurrency",
                                        "instruction_budget", "alert_command", "writer_thread",
                                        "buffered_print", "log_level", "http_allow", "park_after",
-                                       "sandbox", "memory_limit", NULL};
+                                       "sandbox", "memory_limit", "thread_cpus", NULL};
   lua_pushnil(L);
   while (lua_next(L, 1)) {
     lua_pop(L, 1);
@@ -201,6 +201,27 @@ int mend__lengine_new(lua_State *L) {
     return luaL_error(L, "mend.engine: http_allow must be a list of host names");
   }
   cfg.http_allow = lua_tostring(L, -1);   /* NULL when not given */
+  /* thread_cpus = "0,2-3", 1 or {0, 2, 3}: the list as mend_options has it, on the stack until
+   * the engine has read it; the engine checks it (an empty list is refused there). */
+  int ct = lua_getfield(L, 1, "thread_cpus");
+  if (ct == LUA_TTABLE) {
+    int list = lua_gettop(L), parts = 0;
+    for (lua_Integer k = 1, n = luaL_len(L, list); k <= n; k++) {
+      if (lua_geti(L, list, k) != LUA_TNUMBER || !lua_isinteger(L, -1))
+        return luaL_error(L, "mend.engine: thread_cpus must be a list of CPU numbers or a string "
+                          "such as \"0,2-3\"");
+      lua_pushfstring(L, "%I", lua_tointeger(L, -1));
+      lua_remove(L, -2);
+      if (parts++) { lua_pushliteral(L, ","); lua_insert(L, -2); parts++; }
+    }
+    if (parts) lua_concat(L, parts);
+    else lua_pushliteral(L, "");
+    lua_remove(L, list);
+  } else if (ct != LUA_TNIL && ct != LUA_TSTRING && !(ct == LUA_TNUMBER && lua_isinteger(L, -1))) {
+    return luaL_error(L, "mend.engine: thread_cpus must be a list of CPU numbers or a string such "
+                      "as \"0,2-3\"");
+  }
+  cfg.thread_cpus = lua_tostring(L, -1);   /* NULL when not given */
   /* sandbox = true or a memory_limit: an engine with a Lua state of its own, as the C API
    * makes, where workflow code is held to them; its `require "mend"` is the C API's. */
   lua_getfield(L, 1, "sandbox");

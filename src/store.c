@@ -699,6 +699,7 @@ const mend_store_methods mend__sqlite_methods = {
   .commit = mend__sqlite_commit,
   .locked = mend__sqlite_locked,
   .set_busy_wait = mend__sqlite_set_busy_wait,
+  .set_thread_cpus = mend__sqlite_set_thread_cpus,
   .batch_open = mend__sqlite_batch_open,
   .start_writer = mend__sqlite_start_writer,
   .hand_off = mend__sqlite_hand_off,

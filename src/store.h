@@ -31,6 +31,7 @@
 
 #include <jansson.h>
 #include "breaker.h"
+#include "cpus.h"
 #include "transition.h"
 
 typedef struct mend_store mend_store;
@@ -173,6 +174,10 @@ typedef struct mend_store_methods {
   /* How long one statement waits for another connection's lock before giving up (default
    * 5000 ms; <= 0 restores it). */
   void (*set_busy_wait)(mend_store *s, int ms);
+  /* The CPUs every thread the store starts from now on runs on (copied; an empty set: where
+   * the thread that starts it may run). Before the first commit and start_writer, which start
+   * them (optional: NULL in a backend that starts none). */
+  void (*set_thread_cpus)(mend_store *s, const mend_cpus *cpus);
   int (*batch_open)(mend_store *s);   /* 1 if writes await a commit or a hand-off */
 
   /* The writer thread. Once started, writes are recorded (values copied) rather than run, and
@@ -509,6 +514,9 @@ static inline int mend_store_locked(mend_store *s) {
 }
 static inline void mend_store_set_busy_wait(mend_store *s, int ms) {
   if (MEND_STORE_M(s)->set_busy_wait) MEND_STORE_M(s)->set_busy_wait(s, ms);
+}
+static inline void mend_store_set_thread_cpus(mend_store *s, const mend_cpus *cpus) {
+  if (MEND_STORE_M(s)->set_thread_cpus) MEND_STORE_M(s)->set_thread_cpus(s, cpus);
 }
 static inline int mend_store_batch_open(mend_store *s) {
   return MEND_STORE_M(s)->batch_open(s);

@@ -8,7 +8,8 @@
  * (a stalled worker's writes to a run another took are dropped and reported), a connection
  * killed between batches (opened again, nothing lost) and mid-batch (not acknowledged,
  * nothing written), events, completion tokens and child runs (a child's end fenced with the
- * child), the upgrade of a database of schema 1, and a claim's runs' images read together.
+ * child), the upgrade of a database of schema 1, a claim's runs' images read together, and
+ * the CPUs the store's threads run on (thread_cpus).
  */
 #include "check.h"
 #include "store/pg/pg_int.h"
@@ -17,6 +18,7 @@
 #include <mend.h>
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -1189,6 +1191,69 @@ static void *unlock_later(void *arg) {
   return NULL;
 }
 
+/* The Cpus_allowed_list of the first of this process's threads named `comm`, or "". */
+static void cpus_of(const char *comm, char *out, size_t len) {
+  out[0] = 0;
+  DIR *d = opendir("/proc/self/task");
+  for (struct dirent *e; d && (e = readdir(d)) && !out[0];) {
+    char path[300], line[256] = "";
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+    FILE *f = e->d_name[0] == '.' ? NULL : fopen(path, "r");
+    if (!f) continue;
+    int named = fgets(line, sizeof line, f) && strncmp(line, comm, strlen(comm)) == 0 &&
+                line[strlen(comm)] == '\n';
+    fclose(f);
+    snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
+    if (!named || !(f = fopen(path, "r"))) continue;
+    char list[64];
+    while (fgets(line, sizeof line, f))
+      if (sscanf(line, "Cpus_allowed_list: %63s", list) == 1) {
+        snprintf(out, len, "%s", list);
+        break;
+      }
+    fclose(f);
+  }
+  if (d) closedir(d);
+}
+
+/* mend_options.thread_cpus on PostgreSQL: the second connection's opener (held in its PREPARE
+ * by a lock on inbox, to be looked at) and the writer thread run on the CPUs the store was
+ * given: here the last this thread may use, fewer than they would inherit on two or more. */
+static void test_thread_cpus(void) {
+  new_case();
+  mend_store *s = open_store();
+  if (!s) return;
+  char mine[64] = "", last[64], err[256] = "", seen[64];
+  FILE *f = fopen("/proc/thread-self/status", "r");
+  while (f && fgets(err, sizeof err, f))
+    if (sscanf(err, "Cpus_allowed_list: %63s", mine) == 1) break;
+  if (f) fclose(f);
+  const char *tail = mine + strlen(mine);
+  while (tail > mine && tail[-1] >= '0' && tail[-1] <= '9') tail--;
+  snprintf(last, sizeof last, "%s", tail);
+  mend_cpus cpus;
+  CHECK_EQ_INT(mend_cpus_parse(last, "thread_cpus", &cpus, err, sizeof err), 0);
+  mend_store_set_thread_cpus(s, &cpus);
+  PGconn *locker = raw();
+  sql(locker, "BEGIN");
+  sql(locker, "LOCK TABLE inbox IN ACCESS EXCLUSIVE MODE");
+  mend__pg_open_committed_reads(s);
+  CHECK(lock_waiters("relation") >= 1);
+  cpus_of("mend-pg-open", seen, sizeof seen);
+  CHECK_STR(seen, last);
+  sql(locker, "COMMIT");
+  PQfinish(locker);
+  CHECK_EQ_INT(mend__pg_start_writer(s, NULL, NULL), 0);
+  mend_run_rec r = run_rec("r1", NULL);
+  CHECK_EQ_INT(mend__pg_insert_run(s, &r), 0);
+  CHECK_EQ_INT(mend__pg_hand_off(s), 0);
+  while (mend__pg_writer_busy(s)) sleep_s(0.01);
+  cpus_of("mend-writer", seen, sizeof seen);
+  CHECK_STR(seen, last);
+  mend__pg_close(s);
+  drop_case();
+}
+
 static void test_aux_opened_aside(void) {
   new_case();
   mend_store *s = open_store();
@@ -1878,6 +1943,7 @@ int main(void) {
   test_committed_looks();
   test_look_ahead();
   test_aux_opened_aside();
+  test_thread_cpus();
   test_aux_keeps_writer_error();
   test_aux_on_writers_host();
   test_ticked_events();

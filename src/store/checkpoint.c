@@ -111,7 +111,7 @@ static struct ckpt *start(mend_store *s) {
   pthread_cond_init(&c->cv, NULL);
   pthread_cond_init(&c->idle_cv, NULL);
   s->ckpt = c;
-  if (pthread_create(&c->thread, NULL, ckpt_main, s) != 0) {
+  if (mend_thread_start(&c->thread, &s->cpus, ckpt_main, s) != 0) {
     pthread_cond_destroy(&c->idle_cv);
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);

@@ -69,7 +69,7 @@ static void *handoff_main(void *arg) {
 }
 
 int mend__handoff_start(mend_handoff **out, const mend_handoff_ops *ops, void *store,
-                        void (*done)(void *ud), void *ud) {
+                        const mend_cpus *cpus, void (*done)(void *ud), void *ud) {
   mend_handoff *h = calloc(1, sizeof *h);
   if (!h) return ENOMEM;
   h->ops = ops;
@@ -78,7 +78,7 @@ int mend__handoff_start(mend_handoff **out, const mend_handoff_ops *ops, void *s
   h->ud = ud;
   pthread_mutex_init(&h->mu, NULL);
   pthread_cond_init(&h->cv, NULL);
-  int rc = pthread_create(&h->thread, NULL, handoff_main, h);
+  int rc = mend_thread_start(&h->thread, cpus, handoff_main, h);
   if (rc != 0) {
     pthread_mutex_destroy(&h->mu);
     pthread_cond_destroy(&h->cv);

@@ -11,6 +11,8 @@
 
 #include <pthread.h>
 
+#include "cpus.h"
+
 typedef struct mend_handoff mend_handoff;
 
 typedef struct mend_handoff_ops {
@@ -39,9 +41,10 @@ struct mend_handoff {
   void *store;
 };
 
-/* Starts the thread: 0 and *out, or ENOMEM or pthread_create's error code (nothing started). */
+/* Starts the thread, on `cpus` (the store's mend_store_set_thread_cpus): 0 and *out, or
+ * ENOMEM or pthread_create's error code (nothing started). */
 int mend__handoff_start(mend_handoff **out, const mend_handoff_ops *ops, void *store,
-                        void (*done)(void *ud), void *ud);
+                        const mend_cpus *cpus, void (*done)(void *ud), void *ud);
 /* Lets the thread end its job, joins it and frees h. */
 void mend__handoff_stop(mend_handoff *h);
 /* With the lock held and the thread idle: job goes to it (its number, if any, set first). */

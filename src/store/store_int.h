@@ -143,6 +143,7 @@ struct mend_store {
   int no_auto_checkpoint; /* tests that checkpoint by hand */
   int wal_hard_frames;    /* tests: the WAL's hard limit in frames (0: checkpoint.c's) */
   int ckpt_pass_delay_ms; /* tests: each of the thread's passes takes this much longer */
+  mend_cpus cpus;         /* where the writer and checkpoint threads run (set_thread_cpus) */
   /* The fence (see "fencing" below). fence_news, lost_new and nlost_new are shared with the
    * loop and guarded by the writer's mutex; the rest belongs to whichever thread writes. */
   char *fence_owner;
@@ -230,6 +231,7 @@ int mend__sqlite_not_found(const mend_store *s);
 int mend__sqlite_commit(mend_store *s);
 int mend__sqlite_locked(mend_store *s);
 void mend__sqlite_set_busy_wait(mend_store *s, int ms);
+void mend__sqlite_set_thread_cpus(mend_store *s, const mend_cpus *cpus);
 int mend__sqlite_batch_open(mend_store *s);
 int mend__sqlite_start_writer(mend_store *s, void (*done)(void *ud), void *ud);
 int mend__sqlite_hand_off(mend_store *s);

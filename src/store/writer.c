@@ -423,7 +423,7 @@ int mend__sqlite_start_writer(mend_store *s, void (*done)(void *ud), void *ud) {
   if (s->w) return 0;
   /* In memory, the thread would gain nothing: no fsync to wait for, no second connection. */
   if (!s->checkpointer) return 1;
-  int rc = mend__handoff_start(&s->w, &writer_ops, s, done, ud);
+  int rc = mend__handoff_start(&s->w, &writer_ops, s, &s->cpus, done, ud);
   if (rc == ENOMEM) mend__set_msg(s->err, sizeof s->err, "%s: writer thread: out of memory", s->path);
   else if (rc != 0) mend__set_msg(s->err, sizeof s->err, "%s: writer thread: %s", s->path, strerror(rc));
   return rc ? -1 : 0;
@@ -541,6 +541,8 @@ void mend__sqlite_read_flushes(mend_store *s, unsigned long *records, double *cp
 }
 int mend__sqlite_locked(mend_store *s) { return atomic_load(&s->locked); }
 void mend__sqlite_set_busy_wait(mend_store *s, int ms) { s->busy_ms = ms > 0 ? ms : BUSY_TIMEOUT_MS; }
+
+void mend__sqlite_set_thread_cpus(mend_store *s, const mend_cpus *cpus) { s->cpus = *cpus; }
 unsigned long mend__sqlite_open_seq(const mend_store *s) { return s->open_seq; }
 unsigned long mend__sqlite_durable_seq(const mend_store *s) { return s->durable_seq; }
 void mend__sqlite_set_commit_hook(mend_store *s, void (*hook)(const char *phase)) {

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 
 enum { LOOK_NONE, LOOK_SENT, LOOK_KEPT };
 
@@ -62,6 +63,7 @@ static void opened(mend_pg *p, PGconn *c) {
 
 static void *open_on_thread(void *arg) {
   mend_pg *p = arg;
+  prctl(PR_SET_NAME, "mend-pg-open", 0, 0, 0);   /* told from the host's threads in perf, top -H */
   PGconn *c;
   if (connect_aux(p, &c) != 0) c = NULL;
   p->aux_new = c;
@@ -109,7 +111,7 @@ void mend__pg_aux_open_soon(mend_pg *p) {
   atomic_store(&p->aux_opened, 0);
   p->aux_new = NULL;
   /* without a thread, the first use opens it where it is */
-  p->aux_opening = pthread_create(&p->aux_opener, NULL, open_on_thread, p) == 0;
+  p->aux_opening = mend_thread_start(&p->aux_opener, &p->cpus, open_on_thread, p) == 0;
 }
 
 void mend__pg_aux_close(mend_pg *p) {

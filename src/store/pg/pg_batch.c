@@ -628,13 +628,15 @@ int mend__pg_rec_end(mend_pg *p) {
 int mend__pg_start_writer(mend_store *s, void (*done)(void *ud), void *ud) {
   mend_pg *p = PG(s);
   if (p->w) return 0;
-  int rc = mend__handoff_start(&p->w, &writer_ops, p, done, ud);
+  int rc = mend__handoff_start(&p->w, &writer_ops, p, &p->cpus, done, ud);
   if (rc == ENOMEM)
     mend__pg_msg(p->err, sizeof p->err, "%s: writer thread: out of memory", p->server);
   else if (rc != 0)
     mend__pg_msg(p->err, sizeof p->err, "%s: writer thread: cannot start", p->server);
   return rc ? -1 : 0;
 }
+
+void mend__pg_set_thread_cpus(mend_store *s, const mend_cpus *cpus) { PG(s)->cpus = *cpus; }
 
 void mend__pg_stop_writer(mend_pg *p) {
   mend__handoff_stop(p->w);

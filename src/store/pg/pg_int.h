@@ -97,6 +97,7 @@ typedef struct mend_pg {
    * thread's connection, or NULL if it failed, once aux_opened says it is done */
   pthread_t aux_opener;
   int aux_opening;
+  mend_cpus cpus;         /* where the opener and the writer thread run (set_thread_cpus) */
   atomic_int aux_opened;
   PGconn *aux_new;
   /* A ticking host's inbox look sent on aux and not yet taken (pg_aux.c): LOOK_SENT while its
@@ -300,6 +301,7 @@ int mend__pg_schema_version(mend_store *s);
 void mend__pg_close(mend_store *s);
 /* pg_batch.c */
 int mend__pg_start_writer(mend_store *s, void (*done)(void *ud), void *ud);
+void mend__pg_set_thread_cpus(mend_store *s, const mend_cpus *cpus);
 int mend__pg_commit(mend_store *s);
 int mend__pg_hand_off(mend_store *s);
 int mend__pg_writer_busy(mend_store *s);
