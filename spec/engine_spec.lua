@@ -603,6 +603,25 @@ describe("mend's own threads (thread_cpus)", function()
     assert.matches("^thread_cpus: CPU 1023 is not one this process may run on %(it may use ", err)
   end)
 
+  -- A list is joined as the engine is made: one as long as a large machine's (or a host's
+  -- allow-list) must not take a slot of Lua's stack each. Run in a plain lua5.4, whose stack
+  -- holds only what a C function is promised.
+  it("takes a long list, as it takes a long http_allow", function()
+    local script = H.write_file(H.tmp_dir(), "long.lua", [[
+local mend = require "mend"
+local cpus, hosts = {}, {}
+for i = 1, 1000 do cpus[i] = 0; hosts[i] = "h" .. i .. ".example" end
+local eng = mend.engine { thread_cpus = cpus, http_allow = hosts }
+eng:close()
+print("made")
+]])
+    local p = io.popen("timeout 60 lua5.4 " .. script .. " 2>&1")
+    local out = p:read("a")
+    local ok = p:close()
+    assert.is_true(ok, out)
+    assert.are.equal("made\n", out)
+  end)
+
   it("starts its commit thread on the CPUs given, as a string or a list", function()
     -- the last CPU this process may use: on a machine of two or more, fewer CPUs than the
     -- thread would inherit from the one that makes the engine

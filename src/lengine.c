@@ -189,13 +189,17 @@ int mend__lengine_new(lua_State *L) {
    * the string stays on the stack until the engine has copied it. */
   int at = lua_getfield(L, 1, "http_allow");
   if (at == LUA_TTABLE) {
-    int list = lua_gettop(L), parts = 0;
+    /* joined in a buffer: a list as long as a host may give holds no slot of the stack each */
+    int list = lua_gettop(L);
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
     for (lua_Integer k = 1, n = luaL_len(L, list); k <= n; k++) {
+      if (k > 1) luaL_addchar(&b, ',');
       if (lua_geti(L, list, k) != LUA_TSTRING || strchr(lua_tostring(L, -1), ','))
         return luaL_error(L, "mend.engine: http_allow must be a list of host names");
-      if (parts++) { lua_pushliteral(L, ","); lua_insert(L, -2); parts++; }
+      luaL_addvalue(&b);
     }
-    lua_concat(L, parts);
+    luaL_pushresult(&b);
     lua_remove(L, list);
   } else if (at != LUA_TNIL && at != LUA_TSTRING) {
     return luaL_error(L, "mend.engine: http_allow must be a list of host names");
@@ -205,17 +209,19 @@ int mend__lengine_new(lua_State *L) {
    * the engine has read it; the engine checks it (an empty list is refused there). */
   int ct = lua_getfield(L, 1, "thread_cpus");
   if (ct == LUA_TTABLE) {
-    int list = lua_gettop(L), parts = 0;
+    int list = lua_gettop(L);
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
     for (lua_Integer k = 1, n = luaL_len(L, list); k <= n; k++) {
+      if (k > 1) luaL_addchar(&b, ',');
       if (lua_geti(L, list, k) != LUA_TNUMBER || !lua_isinteger(L, -1))
         return luaL_error(L, "mend.engine: thread_cpus must be a list of CPU numbers or a string "
                           "such as \"0,2-3\"");
       lua_pushfstring(L, "%I", lua_tointeger(L, -1));
       lua_remove(L, -2);
-      if (parts++) { lua_pushliteral(L, ","); lua_insert(L, -2); parts++; }
+      luaL_addvalue(&b);
     }
-    if (parts) lua_concat(L, parts);
-    else lua_pushliteral(L, "");
+    luaL_pushresult(&b);
     lua_remove(L, list);
   } else if (ct != LUA_TNIL && ct != LUA_TSTRING && !(ct == LUA_TNUMBER && lua_isinteger(L, -1))) {
     return luaL_error(L, "mend.engine: thread_cpus must be a list of CPU numbers or a string such "
