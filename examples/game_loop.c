@@ -302,7 +302,7 @@ int main(int argc, char **argv) {
     else if (strcmp(a, "--pin-game") == 0 && i + 1 < argc) {
       char *end;
       long cpu = strtol(argv[++i], &end, 10);
-      if (*end || cpu < 0 || cpu >= CPU_SETSIZE) {
+      if (end == argv[i] || *end || cpu < 0 || cpu >= CPU_SETSIZE) {
         fprintf(stderr, "game_loop: --pin-game is a CPU number, not %s\n", argv[i]);
         return 2;
       }

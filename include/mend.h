@@ -165,7 +165,8 @@ typedef struct mend_options {
                                  that makes the engine may run, whose affinity they inherit (a
                                  game thread pinned to a core pins them to it too). Threads of
                                  the libraries mend drives (libcurl's resolver) are not mend's:
-                                 they run where the engine's thread may. Read by
+                                 they run where the engine's thread may, as do the processes a
+                                 step starts (mend.exec) and alert commands. Read by
                                  mend_engine_new */
 } mend_options;
 

@@ -56,30 +56,40 @@ static long number(const char **p) {
  * back what it got (those online and in the process's cpuset; taskset's narrower affinity is
  * only a thread's own, which a thread may widen). 0, or an errno (a seccomp filter, say). */
 typedef struct probe {
-  cpu_set_t allowed;
+  mend_cpus allowed;
   int err;
 } probe;
 
 static void *probe_main(void *arg) {
   probe *p = arg;
-  cpu_set_t every;
-  memset(&every, 0xff, sizeof every);
-  if (sched_setaffinity(0, sizeof every, &every) != 0 ||
-      sched_getaffinity(0, sizeof p->allowed, &p->allowed) != 0)
-    p->err = errno;
-  return NULL;
+  /* The mask sized for the CPUs the kernel may have, not cpu_set_t's 1024: a kernel with more
+   * possible CPUs refuses a shorter one (EINVAL). */
+  for (int n = CPU_SETSIZE;; n *= 2) {
+    cpu_set_t *set = CPU_ALLOC(n);
+    if (!set) {
+      p->err = ENOMEM;
+      return NULL;
+    }
+    size_t size = CPU_ALLOC_SIZE(n);
+    memset(set, 0xff, size);
+    int rc = sched_setaffinity(0, size, set) == 0 && sched_getaffinity(0, size, set) == 0;
+    p->err = rc ? 0 : errno;
+    if (rc)
+      for (int cpu = 0; cpu < MEND_CPUS_MAX; cpu++)
+        if (CPU_ISSET_S(cpu, size, set)) add(&p->allowed, cpu);
+    CPU_FREE(set);
+    if (p->err != EINVAL || n >= (1 << 22)) return NULL;
+  }
 }
 
 static int allowed(mend_cpus *out) {
-  probe p = {.err = 0};
+  probe p = {.allowed = {.any = 1}, .err = 0};
   pthread_t t;
   int rc = pthread_create(&t, NULL, probe_main, &p);
   if (rc != 0) return rc;
   pthread_join(t, NULL);
   if (p.err) return p.err;
-  *out = (mend_cpus){.any = 1};
-  for (int cpu = 0; cpu < MEND_CPUS_MAX; cpu++)
-    if (CPU_ISSET(cpu, &p.allowed)) add(out, cpu);
+  *out = p.allowed;
   return 0;
 }
 
