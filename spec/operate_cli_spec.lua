@@ -208,16 +208,23 @@ describe("a list or a run too long for one JSON encoding", function()
   after_each(H.cleanup)
   local N = 160000
 
+  -- SQL's rows i = 1..n (a FROM clause) and a run id made of i and a letter, in db's dialect.
+  local function numbered(db, n, letter)
+    local ids = H.is_pg(db) and ("FROM generate_series(1, %d) AS n(i)"):format(n) or
+      ("FROM (WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < %d)"
+       .. " SELECT i FROM n) n"):format(n)
+    local id = H.is_pg(db) and ("'%s' || lpad(i::text, 15, '0')"):format(letter)
+               or ("printf('%s%%015d', i)"):format(letter)
+    return ids, id
+  end
+
   -- N more runs, ended, and N dead letters, in one statement each (one transaction).
   local function grow(db)
-    local ids = H.is_pg(db) and "FROM generate_series(1, %d) AS n(i)" or
-      "FROM (WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < %d)"
-      .. " SELECT i FROM n) n"
-    local id = H.is_pg(db) and "'x' || lpad(i::text, 15, '0')" or "printf('x%015d', i)"
+    local ids, id = numbered(db, N, "x")
     H.sql(db, ("INSERT INTO runs(id, workflow, status, input, attention, created, updated)"
-      .. " SELECT %s, 'refund', 'succeeded', '{}', 0, i, i " .. ids):format(id, N))
+      .. " SELECT %s, 'refund', 'succeeded', '{}', 0, i, i %s"):format(id, ids))
     H.sql(db, ("INSERT INTO dlq(run_id, reason, step, error, detail, at)"
-      .. " SELECT %s, 'attempts_exhausted', 'charge', 'down', 'x', i " .. ids):format(id, N))
+      .. " SELECT %s, 'attempts_exhausted', 'charge', 'down', 'x', i %s"):format(id, ids))
   end
 
   it("is printed whole by mend runs --json and mend dlq --json", function()
@@ -275,12 +282,9 @@ return { name = "m", steps = { { name = "s", map = function() return { 1, 2, 3 }
   it("is printed whole when a few rows hold most of the values", function()
     local db = setup()
     local input = "[" .. ("1,"):rep(20999) .. "2]"
-    local ids = H.is_pg(db) and "FROM generate_series(1, 50) AS n(i)" or
-      "FROM (WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 50)"
-      .. " SELECT i FROM n) n"
-    local id = H.is_pg(db) and "'y' || lpad(i::text, 15, '0')" or "printf('y%015d', i)"
+    local ids, id = numbered(db, 50, "y")
     H.sql(db, ("INSERT INTO runs(id, workflow, status, input, attention, created, updated)"
-      .. " SELECT %s, 'refund', 'succeeded', '%s', 0, 3e9 + i, 3e9 + i " .. ids):format(id, input))
+      .. " SELECT %s, 'refund', 'succeeded', '%s', 0, 3e9 + i, 3e9 + i %s"):format(id, input, ids))
     local runs = json_of(db, "runs")
     assert.are.equal(50, #runs)
     assert.are.equal(("y%015d"):format(50), runs[1].id)
