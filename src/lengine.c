@@ -129,6 +129,43 @@ const char *mend__opt_string(lua_State *L, int idx, const char *field, const cha
 }
 
 /* mend.engine{db=, clock=, seed=, durability=, log=, log_level=, alert=, ...} -> engine  [-1, +1, e] */
+/* An element of a list option, at the top of the stack: 1, left there as text, or 0. */
+static int host_item(lua_State *L) {
+  return lua_type(L, -1) == LUA_TSTRING && !strchr(lua_tostring(L, -1), ',');
+}
+
+static int cpu_item(lua_State *L) {
+  if (!lua_isinteger(L, -1)) return 0;
+  lua_pushfstring(L, "%I", lua_tointeger(L, -1));
+  lua_remove(L, -2);
+  return 1;
+}
+
+/* Option `name` of the table at 1 as mend_options has a list: a string as given (or an integer
+ * where `integer_ok`), or a Lua list joined with commas, each element taken by `item`. Pushed,
+ * for the caller to keep until the engine has read it; NULL when absent. Joined in a buffer: a
+ * list as long as a host may give takes no slot of the stack an element. */
+static const char *option_list(lua_State *L, const char *name, int (*item)(lua_State *),
+                               int integer_ok, const char *refusal) {
+  int t = lua_getfield(L, 1, name);
+  if (t == LUA_TTABLE) {
+    int list = lua_gettop(L);
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    for (lua_Integer k = 1, n = luaL_len(L, list); k <= n; k++) {
+      if (k > 1) luaL_addchar(&b, ',');
+      lua_geti(L, list, k);
+      if (!item(L)) luaL_error(L, "%s", refusal);
+      luaL_addvalue(&b);
+    }
+    luaL_pushresult(&b);
+    lua_remove(L, list);
+  } else if (t != LUA_TNIL && t != LUA_TSTRING && !(integer_ok && lua_isinteger(L, -1))) {
+    luaL_error(L, "%s", refusal);
+  }
+  return lua_tostring(L, -1);
+}
+
 int mend__lengine_new(lua_State *L) {
   if (lua_isnoneornil(L, 1)) { lua_settop(L, 0); lua_newtable(L); }
   luaL_checktype(L, 1, LUA_TTABLE);
@@ -185,49 +222,14 @@ int mend__lengine_new(lua_State *L) {
   lua_pop(L, 3);
   if (!(cfg.lease_seconds > 0 && cfg.lease_seconds < HUGE_VAL))
     return luaL_error(L, "mend.engine: lease must be a finite number > 0 of seconds");
-  /* http_allow = {"a.example", "*.example.com"}: joined with commas, as mend_options has it;
-   * the string stays on the stack until the engine has copied it. */
-  int at = lua_getfield(L, 1, "http_allow");
-  if (at == LUA_TTABLE) {
-    /* joined in a buffer: a list as long as a host may give holds no slot of the stack each */
-    int list = lua_gettop(L);
-    luaL_Buffer b;
-    luaL_buffinit(L, &b);
-    for (lua_Integer k = 1, n = luaL_len(L, list); k <= n; k++) {
-      if (k > 1) luaL_addchar(&b, ',');
-      if (lua_geti(L, list, k) != LUA_TSTRING || strchr(lua_tostring(L, -1), ','))
-        return luaL_error(L, "mend.engine: http_allow must be a list of host names");
-      luaL_addvalue(&b);
-    }
-    luaL_pushresult(&b);
-    lua_remove(L, list);
-  } else if (at != LUA_TNIL && at != LUA_TSTRING) {
-    return luaL_error(L, "mend.engine: http_allow must be a list of host names");
-  }
-  cfg.http_allow = lua_tostring(L, -1);   /* NULL when not given */
-  /* thread_cpus = "0,2-3", 1 or {0, 2, 3}: the list as mend_options has it, on the stack until
-   * the engine has read it; the engine checks it (an empty list is refused there). */
-  int ct = lua_getfield(L, 1, "thread_cpus");
-  if (ct == LUA_TTABLE) {
-    int list = lua_gettop(L);
-    luaL_Buffer b;
-    luaL_buffinit(L, &b);
-    for (lua_Integer k = 1, n = luaL_len(L, list); k <= n; k++) {
-      if (k > 1) luaL_addchar(&b, ',');
-      if (lua_geti(L, list, k) != LUA_TNUMBER || !lua_isinteger(L, -1))
-        return luaL_error(L, "mend.engine: thread_cpus must be a list of CPU numbers or a string "
-                          "such as \"0,2-3\"");
-      lua_pushfstring(L, "%I", lua_tointeger(L, -1));
-      lua_remove(L, -2);
-      luaL_addvalue(&b);
-    }
-    luaL_pushresult(&b);
-    lua_remove(L, list);
-  } else if (ct != LUA_TNIL && ct != LUA_TSTRING && !(ct == LUA_TNUMBER && lua_isinteger(L, -1))) {
-    return luaL_error(L, "mend.engine: thread_cpus must be a list of CPU numbers or a string such "
-                      "as \"0,2-3\"");
-  }
-  cfg.thread_cpus = lua_tostring(L, -1);   /* NULL when not given */
+  /* http_allow = {"a.example", "*.example.com"} and thread_cpus = "0,2-3", 1 or {0, 2, 3}: as
+   * mend_options has them, on the stack until the engine has copied or read them (it checks
+   * thread_cpus: an empty list is refused there). */
+  cfg.http_allow = option_list(L, "http_allow", host_item, 0,
+                               "mend.engine: http_allow must be a list of host names");
+  cfg.thread_cpus = option_list(L, "thread_cpus", cpu_item, 1,
+                                "mend.engine: thread_cpus must be a list of CPU numbers or a "
+                                "string such as \"0,2-3\"");
   /* sandbox = true or a memory_limit: an engine with a Lua state of its own, as the C API
    * makes, where workflow code is held to them; its `require "mend"` is the C API's. */
   lua_getfield(L, 1, "sandbox");
