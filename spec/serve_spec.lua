@@ -78,6 +78,16 @@ local function start(dir, db, args, command)
   return base, pid
 end
 
+-- Another process holds db's write lock for `seconds`, in the background.
+local function hold_write_lock(db, seconds)
+  local hold = H.is_pg(db)
+    and ("psql -X -q %s -c 'BEGIN; LOCK TABLE runs IN EXCLUSIVE MODE; SELECT pg_sleep(%d); COMMIT'")
+        :format(q(db), seconds)
+    or ("(echo 'BEGIN IMMEDIATE; INSERT INTO audit(at, who, op) VALUES (1, ''spec'', ''hold'');'; "
+        .. "sleep %d; echo 'COMMIT;') | sqlite3 %s"):format(seconds, q(db))
+  sh("(" .. hold .. ") >/dev/null 2>&1 &")
+end
+
 local function stop_all()
   for i = #servers, 1, -1 do
     if os.execute("kill -0 " .. servers[i] .. " 2>/dev/null") then H.stop_worker(servers[i]) end
@@ -262,11 +272,7 @@ describe("mend serve", function()
     assert.are.equal(201, (post(base, "/api/v1/runs", { workflow = "hello", input = { to = "ann" } })))
     -- another process holds the write lock for 3 s: the start's answer waits for its commit,
     -- and its client gives up after 1 s
-    local hold = H.is_pg(db)
-      and "psql -X -q " .. q(db) .. " -c 'BEGIN; LOCK TABLE runs IN EXCLUSIVE MODE; SELECT pg_sleep(3); COMMIT'"
-      or "(echo 'BEGIN IMMEDIATE; INSERT INTO audit(at, who, op) VALUES (1, ''spec'', ''hold'');'; " ..
-         "sleep 3; echo 'COMMIT;') | sqlite3 " .. q(db)
-    sh("(" .. hold .. ") >/dev/null 2>&1 &")
+    hold_write_lock(db, 3)
     os.execute("sleep 0.5")
     local body = q(json.encode { workflow = "hello", input = { to = "gone" }, key = "k-gone" })
     local rc = sh("curl -s -m 1 -o /dev/null -H 'Content-Type: application/json' -d " .. body .. " " ..
@@ -286,11 +292,7 @@ describe("mend serve", function()
     local dir, db = workspace()
     local base = start(dir, db)
     assert.are.equal(201, (post(base, "/api/v1/runs", { workflow = "hello", input = { to = "ann" } })))
-    local hold = H.is_pg(db)
-      and "psql -X -q " .. q(db) .. " -c 'BEGIN; LOCK TABLE runs IN EXCLUSIVE MODE; SELECT pg_sleep(2); COMMIT'"
-      or "(echo 'BEGIN IMMEDIATE; INSERT INTO audit(at, who, op) VALUES (1, ''spec'', ''hold'');'; " ..
-         "sleep 2; echo 'COMMIT;') | sqlite3 " .. q(db)
-    sh("(" .. hold .. ") >/dev/null 2>&1 &")
+    hold_write_lock(db, 2)
     os.execute("sleep 0.5")
     local t0 = H.wall()
     local code, r = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "held" } })
@@ -300,8 +302,7 @@ describe("mend serve", function()
     if H.is_pg(db) then return end
     -- a breaker override that cannot commit for the lock is the database's failure, not the
     -- request's
-    sh("((echo 'BEGIN IMMEDIATE; INSERT INTO audit(at, who, op) VALUES (1, ''spec'', ''hold'');'; " ..
-       "sleep 7; echo 'COMMIT;') | sqlite3 " .. q(db) .. ") >/dev/null 2>&1 &")
+    hold_write_lock(db, 7)
     os.execute("sleep 0.5")
     local e
     code, e = post(base, "/api/v1/breakers/psp/open", {})
