@@ -866,6 +866,34 @@ W.W11 = function(o)
   return t
 end
 
+-- W11f: the floor under W11 (bench/tick_floor.c): the same 60 Hz frames, pinned as W11's game
+-- thread is (o.pinned) or not, whose tick is a fixed piece of arithmetic lasting the budget
+-- when nothing interrupts it. What stretches these pieces (the scheduler, interrupts, the
+-- hypervisor taking the virtual CPU away) stretches mend's ticks alike: W11's max is read
+-- against this max, taken on the same machine in the same suite.
+W.W11f = function(o)
+  local exe = o.dir .. "/tick_floor"
+  local cc = string.format("cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -o %s %s/tick_floor.c",
+    sh_quote(exe), sh_quote(BENCH_DIR))
+  assert(os.execute(cc), "W11f: cannot build tick_floor")
+  local cpu = ""
+  if o.pinned then
+    local cpus = cpus_allowed()
+    assert(#cpus >= 2, "W11f pinned: this process may use one CPU only")
+    cpu = " " .. table.remove(cpus)
+  end
+  local p = io.popen(string.format("%s %d %s%s", sh_quote(exe), o.frames or 3600, tostring(o.budget or 2), cpu))
+  local out = p:read("a")
+  local ok = p:close()
+  local line = out:match("(%b{})%s*$")
+  assert(ok and line, "W11f: tick_floor failed: " .. out)
+  local t = json.decode(line)
+  t.workload, t.n, t.durability = o.workload, o.n, o.durability
+  t.mode = "budget" .. (o.budget or 2) .. (o.pinned and "-pinned" or "")
+  t.floor = true
+  return t
+end
+
 -- W12: starting runs through mend serve's API (issue 23), beside eng:start in this process.
 -- The API records a run for workers (in the open batch, answered once that batch commits, with
 -- the starts that came with it), so the in-process figure to set beside it is
@@ -987,6 +1015,9 @@ local SUITES = {
     { "W11", 10000, "process", budget = 1, pinned = true },
     { "W11", 10000, "full", budget = 2, pinned = true },
     { "W11", 10000, "process", budget = 2, pinned = true },
+    { "W11f", 3600, "n/a", budget = 1 }, { "W11f", 3600, "n/a", budget = 2 },
+    { "W11f", 3600, "n/a", budget = 1, pinned = true },
+    { "W11f", 3600, "n/a", budget = 2, pinned = true },
   },
   -- On a throw-away PostgreSQL cluster of its own (tests/pg/cluster.sh: fsync and
   -- synchronous_commit on, 127.0.0.1), each workload in a fresh schema. W1w: n runs drained by
@@ -1053,7 +1084,10 @@ local function table_print(results)
     end
     if r.ns_per_check then extra[#extra + 1] = string.format("ns/check=%.2f", r.ns_per_check) end
     if r.offered_steps_per_s then extra[#extra + 1] = string.format("offered=%.0f steps/s run_p99=%sms", r.offered_steps_per_s, r.run_p99_ms) end
-    if r.budget_ms then
+    if r.floor then
+      extra[#extra + 1] = string.format("budget=%sms max=%sms over10%%=%s over2x=%s preempted=%s (fixed work, no engine)",
+        r.budget_ms, r.max_ms, r.over_10pct, r.over_2x, r.preempted)
+    elseif r.budget_ms then
       extra[#extra + 1] = string.format("budget=%sms max=%sms over=%s over10%%=%s preempted=%s judged_p99=%sms own_p99=%sms own_max=%sms stolen_max=%sms outside_p99=%sms unfinished=%s",
         r.budget_ms, r.max_ms, r.over_budget, r.over_10pct, r.preempted, r.judged_p99_ms, r.own_p99_ms, r.own_max_ms, r.stolen_max_ms, r.outside_p99_ms, r.unfinished_quests)
     end
