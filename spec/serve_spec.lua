@@ -382,7 +382,7 @@ describe("mend serve", function()
     for _, base in ipairs { a, b } do
       assert.are.equal(201, (post(base, "/api/v1/runs", { workflow = "hello", input = { to = "ann" } })))
     end
-    hold_write_lock(db, 6)
+    hold_write_lock(db, 8)
     os.execute("sleep 0.5")
     local answers = {}
     for i, base in ipairs { a, b, a, b } do
