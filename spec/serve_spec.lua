@@ -146,6 +146,21 @@ local function operator_details(base, id)
   return out
 end
 
+-- A POST sent in the background: returns a function that waits for its answer (up to 20 s)
+-- and gives its status, its decoded body, and the seconds it took.
+local function post_later(dir, base, path, body, name)
+  local out, code = dir .. "/" .. name .. ".out", dir .. "/" .. name .. ".code"
+  sh(("(s=$(date +%%s.%%N); curl -s -m 20 -o %s -w '%%{http_code}' -H 'Content-Type: application/json' " ..
+      "-d %s %s >%s.tmp; e=$(date +%%s.%%N); echo \" $s $e\" >>%s.tmp; mv %s.tmp %s) >/dev/null 2>&1 &")
+     :format(q(out), q(json.encode(body)), q(base .. path), q(code), q(code), q(code), q(code)))
+  return function()
+    H.wait_for("the answer to " .. name, function() return H.read(code) ~= "" end, 25)
+    local c, t0, t1 = H.read(code):match("^(%d+) ([%d.]+) ([%d.]+)")
+    local ok, decoded = pcall(json.decode, H.read(out))
+    return tonumber(c), ok and decoded or nil, tonumber(t1) - tonumber(t0)
+  end
+end
+
 describe("mend serve", function()
   after_each(function()
     stop_all()
@@ -290,6 +305,7 @@ describe("mend serve", function()
   -- the open batch, and its answer comes once that batch is committed after the lock.
   it("answers a start made while another process holds the write lock once the lock goes", function()
     local dir, db = workspace()
+    dead_letter(dir, db)   -- its breaker psp exists
     local base = start(dir, db)
     assert.are.equal(201, (post(base, "/api/v1/runs", { workflow = "hello", input = { to = "ann" } })))
     hold_write_lock(db, 2)
@@ -300,14 +316,126 @@ describe("mend serve", function()
     assert.is_true(H.wall() - t0 < 10, "answered after " .. (H.wall() - t0) .. " s")
     assert.are.same({ "1" }, H.sql(db, "SELECT count(*) FROM runs WHERE id = '" .. r.id .. "'"))
     if H.is_pg(db) then return end
-    -- a breaker override that cannot commit for the lock is the database's failure, not the
-    -- request's
+    -- a breaker override waits for the lock as a start does, the server answering the rest
     hold_write_lock(db, 7)
     os.execute("sleep 0.5")
-    local e
-    code, e = post(base, "/api/v1/breakers/psp/open", {})
-    assert.are.equal(503, code)
-    assert.are.equal("storage", e.error.code)
+    local answer = post_later(dir, base, "/api/v1/breakers/psp/open", {}, "breaker")
+    os.execute("sleep 0.3")
+    t0 = H.wall()
+    assert.are.equal(200, (get(base, "/api/v1/breakers")))
+    assert.is_true(H.wall() - t0 < 1, "answered after " .. (H.wall() - t0) .. " s")
+    local b, took
+    code, b, took = answer()
+    assert.are.equal(200, code, json.encode(b))
+    assert.are.same({ key = "psp", op = "open", state = "open" }, b)
+    assert.is_true(took > 5, "answered after " .. took .. " s, before the lock went")
+    assert.are.same({ "open" }, H.sql(db, "SELECT state FROM breakers WHERE key = 'psp'"))
+    assert.are.same({ "1" }, H.sql(db, "SELECT count(*) FROM audit WHERE op = 'open' AND target = 'psp'"))
+  end)
+
+  -- A start with a key looks its key up in the batch that records it: under another
+  -- process's lock it waits for the lock like any start, and the server answers the rest
+  -- meanwhile, from what is committed.
+  it("answers a keyed start made under another process's lock once the lock goes, and reads meanwhile #sqlite", function()
+    local dir, db = workspace()
+    local base = start(dir, db)
+    local code, first = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "ann" } })
+    assert.are.equal(201, code)
+    hold_write_lock(db, 6)
+    os.execute("sleep 0.5")
+    local answer = post_later(dir, base, "/api/v1/runs", { workflow = "hello", input = { to = "k" }, key = "k-held" }, "keyed")
+    os.execute("sleep 0.3")
+    -- while the start waits for the lock, reads are answered at once, from committed rows
+    for _, path in ipairs { "/api/v1/runs", "/api/v1/runs/" .. first.id, "/api/v1/runs/" .. first.id .. "/history",
+                            "/api/v1/dlq", "/api/v1/breakers", "/api/v1/workflows", "/metrics" } do
+      local t0 = H.wall()
+      local c, body = get(base, path)
+      assert.are.equal(200, c, path .. ": " .. json.encode(body))
+      assert.is_true(H.wall() - t0 < 1, path .. " answered after " .. (H.wall() - t0) .. " s")
+    end
+    local _, list = get(base, "/api/v1/runs")
+    assert.are.equal(1, #list.runs)   -- the keyed start is not committed yet: not shown
+    local c, r, took = answer()
+    assert.are.equal(201, c, json.encode(r))
+    assert.is_false(r.existed)
+    assert.is_true(took > 4, "answered after " .. took .. " s, before the lock went")
+    assert.are.same({ r.id }, H.sql(db, "SELECT id FROM runs WHERE run_key = 'k-held'"))
+    -- the same key again: the same run, answered at once
+    local again
+    code, again = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "k2" }, key = "k-held" })
+    assert.are.equal(200, code)
+    assert.are.same({ id = r.id, workflow = "hello", existed = true }, again)
+    -- a key of another workflow's run is refused, under the lock too
+    hold_write_lock(db, 3)
+    os.execute("sleep 0.5")
+    local other = post_later(dir, base, "/api/v1/runs", { workflow = "wait", key = "k-held" }, "other")
+    local oc, oe = other()
+    assert.are.equal(409, oc)
+    assert.are.equal("key_conflict", oe.error.code)
+    assert.are.same({ "2" }, H.sql(db, "SELECT count(*) FROM runs"))
+  end)
+
+  it("gives one run for the same key started on two servers at once under a lock #sqlite", function()
+    local dir, db = workspace()
+    local a = start(dir, db)
+    local b = start(dir, db)
+    for _, base in ipairs { a, b } do
+      assert.are.equal(201, (post(base, "/api/v1/runs", { workflow = "hello", input = { to = "ann" } })))
+    end
+    hold_write_lock(db, 8)
+    os.execute("sleep 0.5")
+    local answers = {}
+    for i, base in ipairs { a, b, a, b } do
+      answers[i] = post_later(dir, base, "/api/v1/runs", { workflow = "hello", input = { n = i }, key = "k-both" }, "both" .. i)
+    end
+    local ids, created = {}, 0
+    for i = 1, 4 do
+      local c, r = answers[i]()
+      assert.is_true(c == 201 or c == 200, tostring(c) .. " " .. json.encode(r))
+      assert.are.equal(c == 201, not r.existed)
+      if c == 201 then created = created + 1 end
+      ids[r.id] = true
+    end
+    assert.are.equal(1, created)
+    assert.are.same({ "1" }, H.sql(db, "SELECT count(*) FROM runs WHERE run_key = 'k-both'"))
+    local id = H.sql(db, "SELECT id FROM runs WHERE run_key = 'k-both'")[1]
+    assert.are.same({ [id] = true }, ids)
+    -- and no history of a run that lost the key
+    assert.are.same({ "0" }, H.sql(db, "SELECT count(*) FROM history WHERE run_id NOT IN (SELECT id FROM runs)"))
+  end)
+
+  it("keeps an event sent under another process's lock and answers it once recorded #sqlite", function()
+    local dir, db = workspace()
+    local base = start(dir, db)
+    local log = dir .. "/worker.log"
+    local worker = H.spawn_worker(db, dir, log)
+    servers[#servers + 1] = worker
+    local code, r = post(base, "/api/v1/runs", { workflow = "wait", key = "w-1" })
+    assert.are.equal(201, code)
+    H.wait_for("the run to wait for its event", function()
+      return H.sql(db, "SELECT count(*) FROM history WHERE run_id = '" .. r.id .. "'")[1] ~= "1" and
+             status_of(base, r.id) == "running"
+    end, 10)
+    hold_write_lock(db, 4)
+    os.execute("sleep 0.5")
+    local answer = post_later(dir, base, "/api/v1/runs/" .. r.id .. "/events",
+                              { name = "payment", data = { amount = 7 } }, "event")
+    local by_key = post_later(dir, base, "/api/v1/events",
+                              { run_key = "w-1", name = "note", data = 1 }, "event2")
+    os.execute("sleep 0.3")
+    local t0 = H.wall()
+    assert.are.equal(200, (get(base, "/api/v1/runs/" .. r.id .. "/events")))
+    assert.is_true(H.wall() - t0 < 1)
+    local c, sent, took = answer()
+    assert.are.equal(202, c, json.encode(sent))
+    assert.is_true(sent.sent)
+    assert.is_true(took > 2, "answered after " .. took .. " s, before the lock went")
+    c, sent = by_key()
+    assert.are.equal(202, c, json.encode(sent))
+    assert.are.equal(r.id, sent.run)
+    H.wait_for("the run to take its event", function() return status_of(base, r.id) == "succeeded" end, 10)
+    local _, run = get(base, "/api/v1/runs/" .. r.id)
+    assert.are.same({ amount = 7 }, run.steps[2].result)
   end)
 
   it("refuses a start it cannot make, naming the problem", function()

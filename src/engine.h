@@ -107,9 +107,19 @@ mend_workflow *mend_engine_load_version(mend_engine *E, const char *name, const 
  * batch (mend_engine_when_durable) before it says the run exists. Why a start failed is
  * mend_engine_refusal's: NOT_FOUND (no such workflow), INVALID (its input), STORE. */
 #define MEND_START_RECORD 2
+/* *existed after a MEND_START_RECORD with a key that the store looks up as the batch is written
+ * (SQLite: it waits for no lock): the run recorded under id_out is the key's only if the key
+ * was free then; mend_engine_start_outcome tells, once the batch is durable. */
+#define MEND_START_KEY_LATER (-1)
 int mend_engine_start_value(mend_engine *E, lua_State *L, const char *workflow, int input_idx,
                             const char *run_key, char id_out[MEND_RUN_ID_LEN], int *existed,
                             int detached, char *err, int errlen);
+/* Once the batch of a start that gave MEND_START_KEY_LATER is durable: the key's run in id_out,
+ * and *existed when it is not `recorded` (another start, here or in another process, had the
+ * key first). -1 with err: refusal STATE for a key of another workflow's run, STORE. */
+int mend_engine_start_outcome(mend_engine *E, const char *workflow, const char *run_key,
+                              const char *recorded, char id_out[MEND_RUN_ID_LEN], int *existed,
+                              char *err, int errlen);
 /* A caller whose answer must wait until what was written so far is durable (the write-ahead
  * rule for an answer given outside the engine, such as an HTTP reply), so that callers arriving
  * together share one commit. The caller owns the struct and keeps it until `done` is called
@@ -253,6 +263,11 @@ int mend_engine_upgrade_run(mend_engine *E, const char *id, const char *version,
 /* op: "reset" | "open" | "close"; seconds: how long "open" lasts (<= 0: the policy's). */
 int mend_engine_breaker_set(mend_engine *E, const char *key, const char *op, double seconds,
                             const char *who, char *err, int errlen);
+/* The same, recorded in the open batch only: the caller waits for that batch
+ * (mend_engine_when_durable) before it says it is done; *state is the breaker's state then. A
+ * breaker not held here is looked up among committed ones (no wait for a lock). */
+int mend_engine_breaker_record(mend_engine *E, const char *key, const char *op, double seconds,
+                               const char *who, mend_breaker_state *state, char *err, int errlen);
 int mend_engine_in_flight(const mend_engine *E);
 /* What this engine did since it was created (counters.h), read on its loop's thread: its
  * commits, and the counters of its i-th workflow version (from 0; names repeat, one per

@@ -55,16 +55,24 @@ static const char *io_cause(sqlite3 *db) {
 }
 
 /* "<path>: <what>: <sqlite errmsg>", read before any reset can change the message. */
-void mend__sql_err(mend_store *s, const char *what) {
-  int code = sqlite3_extended_errcode(s->db) & 0xff;
+static void db_err(mend_store *s, sqlite3 *db, const char *what) {
+  int code = sqlite3_extended_errcode(db) & 0xff;
   if (code == SQLITE_BUSY || code == SQLITE_LOCKED)
     mend__set_msg(s->err, sizeof s->err, "%s: %s: database is locked by another process (waited %.1f s)",
-            s->path, what, s->busy_ms / 1000.0);
+            s->path, what, (db == s->db ? s->busy_ms : BUSY_TIMEOUT_MS) / 1000.0);
   else if (code == SQLITE_IOERR || code == SQLITE_CANTOPEN)
-    mend__set_msg(s->err, sizeof s->err, "%s: %s: %s%s", s->path, what, sqlite3_errmsg(s->db),
-                  io_cause(s->db));
+    mend__set_msg(s->err, sizeof s->err, "%s: %s: %s%s", s->path, what, sqlite3_errmsg(db),
+                  io_cause(db));
   else
-    mend__set_msg(s->err, sizeof s->err, "%s: %s: %s", s->path, what, sqlite3_errmsg(s->db));
+    mend__set_msg(s->err, sizeof s->err, "%s: %s: %s", s->path, what, sqlite3_errmsg(db));
+}
+
+void mend__sql_err(mend_store *s, const char *what) { db_err(s, s->db, what); }
+
+void mend__stmt_err(mend_store *s, sqlite3_stmt *q, const char *what) {
+  if (q) db_err(s, sqlite3_db_handle(q), what);
+  else mend__set_msg(s->err, sizeof s->err, "%s: %s: its statement could not be prepared on the "
+                     "read-only connection", s->path, what);
 }
 
 double mend__now_mono(void) {
@@ -603,6 +611,8 @@ void mend__sqlite_close(mend_store *s) {
   sqlite3_finalize(s->q_next_committed);
   sqlite3_finalize(s->q_cancels_committed);
   sqlite3_finalize(s->q_last_committed);
+  for (int i = 0; i < Q__COUNT; i++) sqlite3_finalize(s->rq[i]);
+  mend_idset_clear(&s->key_taken);
   sqlite3_close_v2(s->reader);
   mend__ckpt_stop(s);
   sqlite3_close_v2(s->checkpointer);   /* the last connection to close checkpoints the WAL */
@@ -722,6 +732,7 @@ const mend_store_methods mend__sqlite_methods = {
   .put_breaker = mend__sqlite_put_breaker,
   .put_dlq = mend__sqlite_put_dlq,
   .find_run_key = mend__sqlite_find_run_key,
+  .find_run_key_committed = mend__sqlite_find_run_key_committed,
   .find_key_result = mend__sqlite_find_key_result,
   .get_breaker = mend__sqlite_get_breaker,
   .run = mend__sqlite_run,

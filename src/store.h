@@ -54,6 +54,9 @@ typedef struct mend_run_rec {
   const char *owner;       /* NULL: any worker may take it; else held while the owner's lease lasts */
   const char *step_names;  /* JSON array of its steps' names: the rows not yet written */
   const char *script;      /* the version's text, kept with it (NULL: none, as registered) */
+  /* With a run key: the key may be looked up as the batch is written rather than at once
+   * (insert_run's 2), so that the insert waits for nothing (another process's write lock). */
+  int key_at_commit;
 } mend_run_rec;
 
 typedef struct mend_step_rec {
@@ -235,7 +238,10 @@ typedef struct mend_store_methods {
   char *(*version_script)(mend_store *s, const char *workflow, const char *version,                                 char **source);
 
 
-  /* 0 inserted; 1 a run with this run key exists (nothing written); -1 error. The first run
+  /* 0 inserted; 1 a run with this run key exists (nothing written); -1 error; 2 recorded with
+   * r->key_at_commit, for a backend that looks the key up as the batch is written: inserted
+   * only if the key is free then (else none of the run's records of that batch are), the key's
+   * run known once the batch is durable (find_run_key_committed). The first run
    * of a workflow version this store sees writes the version's row at once, in the open batch
    * (as a read, it waits for the writer thread and the write lock); later ones only record. */
   int (*insert_run)(mend_store *s, const mend_run_rec *r);
@@ -255,6 +261,8 @@ typedef struct mend_store_methods {
   /* Point reads used by the engine while running. */
   /* 1 and the run id copied into id_out if a run with this key exists; 0 if not; -1 error. */
   int (*find_run_key)(mend_store *s, const char *run_key, char *id_out, int id_len);
+  /* The same among committed rows only, without waiting for the write log or a lock. */
+  int (*find_run_key_committed)(mend_store *s, const char *run_key, char *id_out, int id_len);
   /* 1 and a malloc'ed JSON result in *result_out if some step with this custom idempotency key
    * succeeded (any run); 0 if none; -1 error. */
   int (*find_key_result)(mend_store *s, const char *idem_key, char **result_out);
@@ -587,6 +595,12 @@ static inline int mend_store_put_dlq(mend_store *s, const mend_dlq_rec *d) {
 }
 static inline int mend_store_find_run_key(mend_store *s, const char *run_key, char *id_out, int id_len) {
   return MEND_STORE_M(s)->find_run_key(s, run_key, id_out, id_len);
+}
+static inline int mend_store_find_run_key_committed(mend_store *s, const char *run_key,
+                                                    char *id_out, int id_len) {
+  if (!MEND_STORE_M(s)->find_run_key_committed)
+    return MEND_STORE_M(s)->find_run_key(s, run_key, id_out, id_len);
+  return MEND_STORE_M(s)->find_run_key_committed(s, run_key, id_out, id_len);
 }
 static inline int mend_store_find_key_result(mend_store *s, const char *idem_key, char **result_out) {
   return MEND_STORE_M(s)->find_key_result(s, idem_key, result_out);

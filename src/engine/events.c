@@ -306,7 +306,10 @@ static int send_event(mend_engine *E, const char *id, const char *run_key, const
   }
   int rc = 0;
   if (!id) {
-    int f = mend_store_find_run_key(E->store, run_key, found_id, sizeof found_id);
+    /* Recorded, for a caller that waits for its batch: the run is a committed one (a start not
+     * yet committed has not been answered to anyone), looked up without the write lock. */
+    int f = record ? mend_store_find_run_key_committed(E->store, run_key, found_id, sizeof found_id)
+                   : mend_store_find_run_key(E->store, run_key, found_id, sizeof found_id);
     if (f < 0) rc = MEND_EVENT_ESTORE;
     else if (f == 0) rc = MEND_EVENT_ENOTFOUND;
     if (rc) {
@@ -328,19 +331,18 @@ static int send_event(mend_engine *E, const char *id, const char *run_key, const
   if (r) {
     status = mend_run_status_name(r->status);
   } else {
-    char owner[128];
-    double until;
-    int f = mend_store_owner(E->store, id, owner, sizeof owner, &until);
-    if (f > 0) row = mend_store_run(E->store, id);
-    if (f < 0 || (f > 0 && !row)) {
-      mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
-      free(text);
-      return MEND_EVENT_ESTORE;
-    }
-    if (f == 0) {
+    /* A view: while another process's write lock keeps the write log from being flushed, the
+     * committed run (query.c), and no wait for the lock. */
+    row = mend_store_run(E->store, id);
+    if (!row && mend_store_not_found(E->store)) {
       mend_errorf(err, errlen, "no run %s", id);
       free(text);
       return MEND_EVENT_ENOTFOUND;
+    }
+    if (!row) {
+      mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
+      free(text);
+      return MEND_EVENT_ESTORE;
     }
     status = json_string_value(json_object_get(row, "status"));
   }
@@ -357,7 +359,10 @@ static int send_event(mend_engine *E, const char *id, const char *run_key, const
   }
   json_decref(row);
   if (run_id_out) snprintf(run_id_out, MEND_RUN_ID_LEN, "%s", id);
-  if (joins_batch(E, r)) {
+  /* An event without a key to a run held elsewhere joins the batch too, when its caller waits
+   * for the batch: it waits for no lock then. One with a key is sent now, to tell whether it
+   * was sent before. */
+  if (joins_batch(E, r) || (record && !r && !key && mend_store_can_record_event(E->store))) {
     int rc = send_in_batch(E, id, name, text, key, err, errlen);
     if (rc != NOT_RECORDED) {
       free(text);

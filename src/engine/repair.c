@@ -455,14 +455,35 @@ int mend_engine_resolve(mend_engine *E, const char *id, const char *who, const c
   return 0;
 }
 
-int mend_engine_breaker_set(mend_engine *E, const char *key, const char *op, double seconds,
-                            const char *who, char *err, int errlen) {
+/* A breaker's state as committed, from the view (which waits for no lock): 1 and its state, 0
+ * none, -1 error. Only the state: an override keeps nothing else of it. */
+static int committed_breaker(mend_engine *E, const char *key, mend_breaker *b) {
+  json_t *list = mend_store_breakers(E->store);
+  if (!list) return -1;
+  int found = 0;
+  size_t i;
+  json_t *row;
+  json_array_foreach(list, i, row) {
+    const char *k = json_string_value(json_object_get(row, "key"));
+    const char *state = json_string_value(json_object_get(row, "state"));
+    if (!k || strcmp(k, key) != 0) continue;
+    mend_breaker_init(b);
+    found = state && mend_breaker_state_parse(state, &b->state) == 0;
+    break;
+  }
+  json_decref(list);
+  return found;
+}
+
+static int breaker_set(mend_engine *E, const char *key, const char *op, double seconds,
+                       const char *who, mend_breaker_state *state_out, int record, char *err,
+                       int errlen) {
   E->refusal = MEND_REFUSED_INVALID;
   struct mend_breaker_slot *s = NULL;
   for (struct mend_breaker_slot *x = E->breakers; x; x = x->next)
     if (strcmp(x->key, key) == 0) s = x;
   mend_breaker b;
-  int found = s ? 1 : mend_store_get_breaker(E->store, key, &b);
+  int found = s ? 1 : record ? committed_breaker(E, key, &b) : mend_store_get_breaker(E->store, key, &b);
   if (found < 0) {
     E->refusal = MEND_REFUSED_STORE;
     return mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
@@ -491,8 +512,24 @@ int mend_engine_breaker_set(mend_engine *E, const char *key, const char *op, dou
   snprintf(detail, sizeof detail, "%s -> %s", mend_breaker_state_name(before), mend_breaker_state_name(b.state));
   if (mend_store_audit(E->store, now, who, op, key, detail)) mend__store_failed(E);
   E->refusal = MEND_REFUSED_STORE;   /* what can fail from here is the database */
+  if (state_out) *state_out = b.state;
+  if (record) {   /* the caller waits for the batch */
+    if (E->broken) return mend_errorf(err, errlen, "%s", E->errmsg);
+    mend__kick(E);
+    return 0;
+  }
   if (mend__commit_now(E)) return mend_errorf(err, errlen, "%s", E->errmsg);
   return 0;
+}
+
+int mend_engine_breaker_set(mend_engine *E, const char *key, const char *op, double seconds,
+                            const char *who, char *err, int errlen) {
+  return breaker_set(E, key, op, seconds, who, NULL, 0, err, errlen);
+}
+
+int mend_engine_breaker_record(mend_engine *E, const char *key, const char *op, double seconds,
+                               const char *who, mend_breaker_state *state, char *err, int errlen) {
+  return breaker_set(E, key, op, seconds, who, state, 1, err, errlen);
 }
 
 /* Other processes change breakers (manual overrides, other workers): a serving engine reads

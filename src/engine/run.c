@@ -73,7 +73,7 @@ int mend_engine_start_value(mend_engine *E, lua_State *L, const char *workflow, 
 /* A run key names one run of one workflow: a start of workflow wf with the key of a run of
  * another is refused (MEND_REFUSED_STATE), so that a key reused across workflows by mistake
  * does not hand its caller another workflow's run and result. 0 when the run is wf's. */
-static int key_of_other(mend_engine *E, const mend_workflow *wf, const char *run_key,
+static int key_of_other(mend_engine *E, const char *workflow, const char *run_key,
                         const char *id, char *err, int errlen) {
   json_t *run = mend_store_run(E->store, id);
   if (!run) {
@@ -83,10 +83,10 @@ static int key_of_other(mend_engine *E, const mend_workflow *wf, const char *run
   }
   const char *other = json_string_value(json_object_get(run, "workflow"));
   int rc = 0;
-  if (!other || strcmp(other, wf->name) != 0) {
+  if (!other || strcmp(other, workflow) != 0) {
     E->refusal = MEND_REFUSED_STATE;
     snprintf(err, (size_t)errlen, "run key %s names run %s, a run of workflow %s, not %s: a run "
-             "key belongs to one workflow's run", run_key, id, other ? other : "?", wf->name);
+             "key belongs to one workflow's run", run_key, id, other ? other : "?", workflow);
     rc = -1;
   }
   json_decref(run);
@@ -120,11 +120,16 @@ static int start_value(mend_engine *E, lua_State *L, const char *workflow, int i
     return -1;
   }
   input_idx = lua_absindex(L, input_idx);
+  /* A start only recorded may leave its key to the batch that records it (a store that looks
+   * it up there): it then waits for no lock here, and its caller hears the key's run once the
+   * batch is durable (mend_engine_start_outcome). What is committed is looked at first. */
+  int record = detached == MEND_START_RECORD;
   if (run_key) {
-    int found = mend_store_find_run_key(E->store, run_key, id_out, MEND_RUN_ID_LEN);
+    int found = record ? mend_store_find_run_key_committed(E->store, run_key, id_out, MEND_RUN_ID_LEN)
+                       : mend_store_find_run_key(E->store, run_key, id_out, MEND_RUN_ID_LEN);
     if (found < 0) { snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store)); return -1; }
     if (found) {
-      if (key_of_other(E, wf, run_key, id_out, err, errlen)) return -1;
+      if (key_of_other(E, wf->name, run_key, id_out, err, errlen)) return -1;
       *existed = 1;
       return 0;
     }
@@ -141,7 +146,8 @@ static int start_value(mend_engine *E, lua_State *L, const char *workflow, int i
   mend__new_run_id(E, id);
   double now = mend_engine_now(E);
   mend_run_rec rec = {id, wf->name, wf->version, wf->source, run_key, "running", input_json,
-                      NULL, 0, now, now, detached ? NULL : E->owner, wf->step_names, wf->script};
+                      NULL, 0, now, now, detached ? NULL : E->owner, wf->step_names, wf->script,
+                      record};
   int ins = mend_store_insert_run(E->store, &rec);
   if (ins < 0) {
     snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store));
@@ -155,13 +161,14 @@ static int start_value(mend_engine *E, lua_State *L, const char *workflow, int i
     free(input_json);
     json_decref(input_doc);
     if (mend_store_find_run_key(E->store, run_key, id_out, MEND_RUN_ID_LEN) == 1) {
-      if (key_of_other(E, wf, run_key, id_out, err, errlen)) return -1;
+      if (key_of_other(E, wf->name, run_key, id_out, err, errlen)) return -1;
       *existed = 1;
       return 0;
     }
     snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store));
     return -1;
   }
+  if (ins == 2) *existed = MEND_START_KEY_LATER;
   wf->counts.runs_started++;
   mend_run *r = mend__run_new(E, wf, id);
   mend__history(r, NULL, "run", NULL, "running", 0, NULL, -1, run_key);
@@ -195,6 +202,22 @@ static int start_value(mend_engine *E, lua_State *L, const char *workflow, int i
    * first execute. */
   mend__queue_now(r, ACT_ADVANCE);
   return 0;
+}
+
+int mend_engine_start_outcome(mend_engine *E, const char *workflow, const char *run_key,
+                              const char *recorded, char id_out[MEND_RUN_ID_LEN], int *existed,
+                              char *err, int errlen) {
+  *existed = 0;
+  E->refusal = MEND_REFUSED_STORE;
+  int found = mend_store_find_run_key_committed(E->store, run_key, id_out, MEND_RUN_ID_LEN);
+  if (found <= 0) {
+    if (found < 0) snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store));
+    else snprintf(err, (size_t)errlen, "the start of run key %s is not recorded", run_key);
+    return -1;
+  }
+  /* The key was another's as the batch was written: its run, unless of another workflow. */
+  *existed = strcmp(id_out, recorded) != 0;
+  return *existed ? key_of_other(E, workflow, run_key, id_out, err, errlen) : 0;
 }
 
 int mend_engine_start_json(mend_engine *E, const char *workflow, const char *input_json,

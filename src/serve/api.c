@@ -90,6 +90,40 @@ static int workflow_here(serve_req *r, const char *name) {
   return ok;
 }
 
+/* A start the engine refused: for its input (400), for a key that names another workflow's run
+ * (409), or for the database: its own failure, or another process's lock (503). */
+static void start_refused(serve_req *r, const char *err) {
+  mend_refusal why = mend_engine_refusal(r->E);
+  if (why == MEND_REFUSED_STORE) serve_error(r, 503, "storage", "%s", err);
+  else if (why == MEND_REFUSED_STATE) serve_error(r, 409, "key_conflict", "%s", err);
+  else serve_error(r, 400, "start_refused", "%s", err);
+}
+
+/* A keyed start whose key its batch looked up: answered once that batch is durable, with the
+ * run that has the key then. */
+typedef struct keyed_start {
+  char id[MEND_RUN_ID_LEN];
+  char *workflow, *key;
+} keyed_start;
+
+static void keyed_answer(serve_req *r, void *ud) {
+  keyed_start *k = ud;
+  char id[MEND_RUN_ID_LEN], err[1024];
+  int existed = 0;
+  if (mend_engine_start_outcome(r->E, k->workflow, k->key, k->id, id, &existed, err, sizeof err))
+    start_refused(r, err);
+  else
+    serve_json(r, existed ? 200 : 201, json_pack("{s:s,s:s,s:b}", "id", id, "workflow", k->workflow,
+                                                 "existed", existed));
+}
+
+static char *pool_copy(serve_req *r, const char *t) {
+  size_t n = strlen(t) + 1;
+  char *c = h2o_mem_alloc_pool(&r->req->pool, n);
+  memcpy(c, t, n);
+  return c;
+}
+
 static void start_run(serve_req *r) {
   json_t *body = serve_body(r);
   if (!body) return;
@@ -111,15 +145,18 @@ static void start_run(serve_req *r) {
   int rc = mend_engine_start_value(r->E, L, name, lua_gettop(L), key, id, &existed,
                                    MEND_START_RECORD, err, sizeof err);
   lua_pop(L, 1);
-  /* A start fails for its input (400), for a key that names another workflow's run (409), or
-   * for the database: its own failure, or another process's lock (503). */
-  mend_refusal why = rc ? mend_engine_refusal(r->E) : MEND_REFUSED_INVALID;
-  if (rc && why == MEND_REFUSED_STORE) serve_error(r, 503, "storage", "%s", err);
-  else if (rc && why == MEND_REFUSED_STATE) serve_error(r, 409, "key_conflict", "%s", err);
-  else if (rc) serve_error(r, 400, "start_refused", "%s", err);
-  else
+  if (rc) {
+    start_refused(r, err);
+  } else if (existed == MEND_START_KEY_LATER) {
+    keyed_start *k = h2o_mem_alloc_pool(&r->req->pool, sizeof *k);
+    memcpy(k->id, id, sizeof k->id);
+    k->workflow = pool_copy(r, name);
+    k->key = pool_copy(r, key);
+    serve_when_durable(r, keyed_answer, k);
+  } else {
     serve_json_durable(r, existed ? 200 : 201, json_pack("{s:s,s:s,s:b}", "id", id, "workflow",
                                                          name, "existed", existed));
+  }
   json_decref(body);
 }
 
@@ -331,15 +368,14 @@ static void breaker_op(serve_req *r, const char *key, const char *op) {
   }
   json_decref(body);
   char err[600] = "";
-  if (mend_engine_breaker_set(r->E, key, op, seconds, r->who, err, sizeof err)) {
+  mend_breaker_state state;
+  /* In the open batch, answered once it is durable, as a start is. */
+  if (mend_engine_breaker_record(r->E, key, op, seconds, r->who, &state, err, sizeof err)) {
     refused(r, err);
     return;
   }
-  mend_breaker b;
-  const char *state = "?";
-  if (mend_store_get_breaker(mend_engine_store(r->E), key, &b) == 1)
-    state = mend_breaker_state_name(b.state);
-  serve_json(r, 200, json_pack("{s:s,s:s,s:s}", "key", key, "op", op, "state", state));
+  serve_json_durable(r, 200, json_pack("{s:s,s:s,s:s}", "key", key, "op", op, "state",
+                                       mend_breaker_state_name(state)));
 }
 
 /* ---------------------------------------------------------------- routes */

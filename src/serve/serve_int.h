@@ -75,6 +75,9 @@ void serve_error(serve_req *r, int status, const char *code, const char *fmt, ..
 /* serve_json once what the request wrote is durable (the write-ahead rule for the answer):
  * requests arriving together share one commit. A batch that fails answers 503 instead. */
 void serve_json_durable(serve_req *r, int status, json_t *body);
+/* The same, the answer made by answer(r, ud) once the batch is durable (ud in the request's
+ * pool): for an answer that depends on what the batch found as it was written. */
+void serve_when_durable(serve_req *r, void (*answer)(serve_req *r, void *ud), void *ud);
 /* A query parameter, percent-decoded into the request's pool, in *out (NULL when absent): 0,
  * or -1 after replying 400 for a malformed one. */
 int serve_query(serve_req *r, const char *name, const char **out);

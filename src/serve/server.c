@@ -44,6 +44,8 @@ typedef struct pending {
   int status;
   char *text;                  /* the answer, in the request's pool */
   size_t len;
+  void (*answer)(serve_req *r, void *ud);   /* or the answer made then (serve_when_durable) */
+  void *ud;
 } pending;
 
 struct mend_server {
@@ -154,6 +156,7 @@ static void pending_done(mend_durable_wait *w, const char *err) {
   pending_unlink(p);
   serve_req r = {.req = p->req, .srv = srv, .E = srv->E};
   if (err) serve_error(&r, 503, "storage", "%s", err);
+  else if (p->answer) p->answer(&r, p->ud);
   else send_text(&r, p->status, "application/json", p->text, p->len);
 }
 
@@ -164,6 +167,8 @@ static void pending_dispose(void *mem) {
   mend_engine_durable_cancel(p->srv->E, &p->wait);
   pending_unlink(p);
 }
+
+static void when_durable(serve_req *r, pending *p);
 
 void serve_json_durable(serve_req *r, int status, json_t *body) {
   char *text = body ? json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
@@ -182,6 +187,18 @@ void serve_json_durable(serve_req *r, int status, json_t *body) {
   p->len = n + 1;
   free(text);
   p->status = status;
+  when_durable(r, p);
+}
+
+void serve_when_durable(serve_req *r, void (*answer)(serve_req *r, void *ud), void *ud) {
+  pending *p = h2o_mem_alloc_shared(&r->req->pool, sizeof *p, pending_dispose);
+  memset(p, 0, sizeof *p);
+  p->answer = answer;
+  p->ud = ud;
+  when_durable(r, p);
+}
+
+static void when_durable(serve_req *r, pending *p) {
   p->req = r->req;
   p->srv = r->srv;
   p->next = r->srv->pending;

@@ -103,7 +103,7 @@ int mend__fence_drops(mend_store *s, const wlog *log, const wrec *r) {
   if (r->q == Q_PUT_BREAKER || r->q == Q_RENEW || v->type != V_TEXT) return 0;   /* not a run's */
   const char *id = log->text + v->off;
   size_t len = v->len;
-  if (r->q == Q_INSERT_RUN)   /* ours from the start */
+  if (r->q == Q_INSERT_RUN || r->q == Q_INSERT_RUN_KEY)   /* ours from the start */
     return s->fence_checking && mend_idset_add(&s->fence_checked, id, len) < 0 ? fence_oom(s) : 0;
   if (mend_idset_has(&s->lost, id, len)) return 1;
   if (!s->fence_checking || mend_idset_has(&s->fence_checked, id, len)) return 0;

@@ -185,8 +185,8 @@ long long mend__sqlite_events_after(mend_store *s, long long after, int limit,
 }
 
 json_t *mend__sqlite_inbox(mend_store *s, const char *run_id) {
-  if (mend__sync_point(s) != 0) return NULL;
-  sqlite3_stmt *q = s->q[Q_INBOX];
+  if (mend__view_point(s) != 0) return NULL;
+  sqlite3_stmt *q = mend__view_stmt(s, Q_INBOX);
   return mend__rows_array(s, q, mend__bind_text(q, 1, run_id), "read a run's inbox");
 }
 

@@ -1,7 +1,10 @@
 /*
  * query: the store's reads: point reads for the engine and the views for people (a run and its
  * steps as JSON, history, dead letters, runs, breakers), including the steps it derives
- * (pending, in flight). Must never: write; show a person a row the write log has not flushed.
+ * (pending, in flight), and which rows a view shows: the connection's own, the write log
+ * flushed first, or the committed ones while the log cannot be flushed. Must never: write; show
+ * a person a row the write log has not flushed while it could be; wait for another process's
+ * write lock to show a view.
  */
 #define _GNU_SOURCE   /* mremap */
 #include "store_int.h"
@@ -28,15 +31,48 @@
 
 /* Steps a bound read statement to its first row: 1 row, 0 none, -1 error (statement reset). */
 int mend__first_row(mend_store *s, sqlite3_stmt *q, int rc, const char *what) {
+  if (!q) {
+    mend__stmt_err(s, q, what);
+    return -1;
+  }
   if (rc == SQLITE_OK) rc = sqlite3_step(q);
   if (rc == SQLITE_ROW) return 1;
   if (rc == SQLITE_DONE) {
     mend__finish(q);
     return 0;
   }
-  mend__sql_err(s, what);
+  mend__stmt_err(s, q, what);
   mend__finish(q);
   return -1;
+}
+
+/* ---- which rows a view shows ----------------------------------------------------------- */
+
+/* A view shows what was written before it was asked for: the write log is flushed into the
+ * open transaction first. While that cannot be done now (another process holds the write lock
+ * and the batch waits for it, here or on the writer thread), the view shows the committed rows
+ * instead, read on the reader: nothing pending has been acknowledged to anyone (an answer
+ * waits for its batch), so no one can miss a write they were told of, and a view neither waits
+ * for the lock nor fails for it. In memory there is no other connection, and no other process
+ * to hold a lock. */
+int mend__view_point(mend_store *s) {
+  s->view_committed = 0;
+  int waiting = atomic_load(&s->locked) && (s->cur->nrec || mend__sqlite_writer_busy(s));
+  if (!waiting) {
+    int rc = mend__sync_point(s);
+    if (rc != MEND_STORE_BUSY) return rc;
+  }
+  if (mend__open_reader(s) != 0) {
+    if (waiting) mend__set_msg(s->err, sizeof s->err, "%s: the database is locked by another "
+                               "process, and it cannot be read without the lock", s->path);
+    return -1;
+  }
+  s->view_committed = 1;
+  return 0;
+}
+
+sqlite3_stmt *mend__view_stmt(mend_store *s, int k) {
+  return s->view_committed ? mend__reader_stmt(s, &s->rq[k], k) : s->q[k];
 }
 
 long mend__sqlite_last_history(mend_store *s, const char *run_id, double *at) {
@@ -81,9 +117,23 @@ char *mend__sqlite_version_script(mend_store *s, const char *workflow, const cha
   return text;
 }
 
+static int key_row(mend_store *s, sqlite3_stmt *q, const char *run_key, char *id_out, int id_len);
+
 int mend__sqlite_find_run_key(mend_store *s, const char *run_key, char *id_out, int id_len) {
   if (mend__sync_point(s) != 0) return -1;
-  sqlite3_stmt *q = s->q[Q_FIND_RUN_KEY];
+  return key_row(s, s->q[Q_FIND_RUN_KEY], run_key, id_out, id_len);
+}
+
+/* On the reader: needs no lock, and sees no batch not yet committed (a key an uncommitted start
+ * of this store took is found by the keyed insert itself, as the batch is written). */
+int mend__sqlite_find_run_key_committed(mend_store *s, const char *run_key, char *id_out,
+                                        int id_len) {
+  if (mend__open_reader(s) != 0) return mend__sqlite_find_run_key(s, run_key, id_out, id_len);
+  return key_row(s, mend__reader_stmt(s, &s->rq[Q_FIND_RUN_KEY], Q_FIND_RUN_KEY), run_key, id_out,
+                 id_len);
+}
+
+static int key_row(mend_store *s, sqlite3_stmt *q, const char *run_key, char *id_out, int id_len) {
   int r = mend__first_row(s, q, mend__bind_text(q, 1, run_key), "find run key");
   if (r != 1) return r;
   const char *id = (const char *)sqlite3_column_text(q, 0);
@@ -215,6 +265,10 @@ static json_t *row_object(sqlite3_stmt *q) {
 
 /* All rows of a bound statement as an array of objects; NULL on error (errmsg set). */
 json_t *mend__rows_array(mend_store *s, sqlite3_stmt *q, int rc, const char *what) {
+  if (!q) {
+    mend__stmt_err(s, q, what);
+    return NULL;
+  }
   json_t *a = json_array();
   if (!a) {
     mend__finish(q);
@@ -233,7 +287,7 @@ json_t *mend__rows_array(mend_store *s, sqlite3_stmt *q, int rc, const char *wha
     }
   }
   if (rc != SQLITE_DONE) {
-    mend__sql_err(s, what);
+    mend__stmt_err(s, q, what);
     mend__finish(q);
     json_decref(a);
     return NULL;
@@ -293,7 +347,12 @@ static int show_in_flight(mend_store *s, const char *id, json_t *steps) {
     mend__set_msg(s->err, sizeof s->err, "%s: read steps: out of memory", s->path);
     return -1;
   }
-  sqlite3_stmt *q = s->q[Q_IN_FLIGHT];
+  sqlite3_stmt *q = mend__view_stmt(s, Q_IN_FLIGHT);
+  if (!q) {
+    free(last);
+    mend__stmt_err(s, q, "read attempts in flight");
+    return -1;
+  }
   int rc = mend__bind_text(q, 1, id);
   if (rc == SQLITE_OK) rc = bind_code(q, 2, s->code_step);
   if (rc == SQLITE_OK) rc = bind_code(q, 3, s->code_running);
@@ -308,7 +367,7 @@ static int show_in_flight(mend_store *s, const char *id, json_t *steps) {
       break;
     }
   }
-  if (rc != SQLITE_DONE) mend__sql_err(s, "read attempts in flight");
+  if (rc != SQLITE_DONE) mend__stmt_err(s, q, "read attempts in flight");
   mend__finish(q);
   for (size_t i = 0; rc == SQLITE_DONE && i < n; i++) {
     if (!last[i].attempt_1) continue;
@@ -328,7 +387,7 @@ static int show_in_flight(mend_store *s, const char *id, json_t *steps) {
 }
 
 static json_t *read_run(mend_store *s, const char *id) {
-  sqlite3_stmt *q = s->q[Q_RUN];
+  sqlite3_stmt *q = mend__view_stmt(s, Q_RUN);
   int r = mend__first_row(s, q, mend__bind_text(q, 1, id), "read run");
   s->not_found = r == 0;
   if (r < 0) return NULL;
@@ -342,7 +401,7 @@ static json_t *read_run(mend_store *s, const char *id) {
     mend__set_msg(s->err, sizeof s->err, "%s: read run: out of memory", s->path);
     return NULL;
   }
-  sqlite3_stmt *qs = s->q[Q_STEPS];
+  sqlite3_stmt *qs = mend__view_stmt(s, Q_STEPS);
   json_t *steps = mend__rows_array(s, qs, mend__bind_text(qs, 1, id), "read steps");
   if (!steps || json_object_set_new(run, "steps", steps) != 0 || list_pending(s, run, steps) != 0) {
     json_decref(run);
@@ -358,10 +417,9 @@ static json_t *read_run(mend_store *s, const char *id) {
   return run;
 }
 
-static int step_read_txn(mend_store *s, int which) {
-  sqlite3_stmt *q = s->q[which];
-  int rc = sqlite3_step(q);
-  if (rc != SQLITE_DONE) mend__sql_err(s, "read run");
+static int step_read_txn(mend_store *s, sqlite3_stmt *q) {
+  int rc = q ? sqlite3_step(q) : SQLITE_MISUSE;
+  if (rc != SQLITE_DONE) mend__stmt_err(s, q, "read run");
   sqlite3_reset(q);
   return rc == SQLITE_DONE ? 0 : -1;
 }
@@ -371,11 +429,11 @@ static int step_read_txn(mend_store *s, int which) {
  * read as pending while a later one reads as running. */
 json_t *mend__sqlite_run(mend_store *s, const char *id) {
   s->not_found = 0;
-  if (mend__sync_point(s) != 0) return NULL;
-  int own = sqlite3_get_autocommit(s->db);
-  if (own && step_read_txn(s, Q_BEGIN_READ) != 0) return NULL;
+  if (mend__view_point(s) != 0) return NULL;
+  int own = s->view_committed || sqlite3_get_autocommit(s->db);
+  if (own && step_read_txn(s, mend__view_stmt(s, Q_BEGIN_READ)) != 0) return NULL;
   json_t *run = read_run(s, id);
-  if (own && step_read_txn(s, Q_COMMIT) != 0) {
+  if (own && step_read_txn(s, mend__view_stmt(s, Q_COMMIT)) != 0) {
     json_decref(run);
     return NULL;
   }
@@ -502,9 +560,9 @@ int mend__sqlite_run_image(mend_store *s, const char *id, mend_run_image *img) {
   s->not_found = 0;
   if (mend__sync_point(s) != 0) return -1;
   int own = sqlite3_get_autocommit(s->db);
-  if (own && step_read_txn(s, Q_BEGIN_READ) != 0) return -1;
+  if (own && step_read_txn(s, s->q[Q_BEGIN_READ]) != 0) return -1;
   int rc = image_rows(s, id, img);
-  if (own && step_read_txn(s, Q_COMMIT) != 0) rc = -1;
+  if (own && step_read_txn(s, s->q[Q_COMMIT]) != 0) rc = -1;
   if (rc != 0) mend_run_image_free(img);
   return rc;
 }
@@ -514,7 +572,7 @@ int mend__sqlite_run_image(mend_store *s, const char *id, mend_run_image *img) {
 static json_t *of_a_run(mend_store *s, const char *id, json_t *rows) {
   s->not_found = 0;
   if (!rows || json_array_size(rows) > 0) return rows;
-  sqlite3_stmt *q = s->q[Q_RUN_EXISTS];
+  sqlite3_stmt *q = mend__view_stmt(s, Q_RUN_EXISTS);
   int r = mend__first_row(s, q, mend__bind_text(q, 1, id), "read history");
   if (r > 0) {
     mend__finish(q);
@@ -530,16 +588,16 @@ static json_t *of_a_run(mend_store *s, const char *id, json_t *rows) {
 
 json_t *mend__sqlite_history(mend_store *s, const char *id) {
   s->not_found = 0;
-  if (mend__sync_point(s) != 0) return NULL;
-  sqlite3_stmt *q = s->q[Q_HISTORY];
+  if (mend__view_point(s) != 0) return NULL;
+  sqlite3_stmt *q = mend__view_stmt(s, Q_HISTORY);
   return of_a_run(s, id, mend__rows_array(s, q, mend__bind_text(q, 1, id), "read history"));
 }
 
 json_t *mend__sqlite_history_page(mend_store *s, const char *id, long after, long limit,
                                   long tail) {
   s->not_found = 0;
-  if (mend__sync_point(s) != 0) return NULL;
-  sqlite3_stmt *q = s->q[tail > 0 ? Q_HISTORY_TAIL : Q_HISTORY_AFTER];
+  if (mend__view_point(s) != 0) return NULL;
+  sqlite3_stmt *q = mend__view_stmt(s, tail > 0 ? Q_HISTORY_TAIL : Q_HISTORY_AFTER);
   int rc = mend__bind_text(q, 1, id);
   if (tail > 0) {
     if (rc == SQLITE_OK) rc = sqlite3_bind_int64(q, 2, tail);
@@ -551,13 +609,13 @@ json_t *mend__sqlite_history_page(mend_store *s, const char *id, long after, lon
 }
 
 json_t *mend__sqlite_dlq(mend_store *s) {
-  if (mend__sync_point(s) != 0) return NULL;
-  return mend__rows_array(s, s->q[Q_DLQ], SQLITE_OK, "read dlq");
+  if (mend__view_point(s) != 0) return NULL;
+  return mend__rows_array(s, mend__view_stmt(s, Q_DLQ), SQLITE_OK, "read dlq");
 }
 
 json_t *mend__sqlite_breakers(mend_store *s) {
-  if (mend__sync_point(s) != 0) return NULL;
-  return mend__rows_array(s, s->q[Q_BREAKERS], SQLITE_OK, "read breakers");
+  if (mend__view_point(s) != 0) return NULL;
+  return mend__rows_array(s, mend__view_stmt(s, Q_BREAKERS), SQLITE_OK, "read breakers");
 }
 
 json_t *mend__sqlite_runs(mend_store *s, const char *status, const char *workflow, int limit) {
@@ -566,8 +624,8 @@ json_t *mend__sqlite_runs(mend_store *s, const char *status, const char *workflo
 
 json_t *mend__sqlite_runs_where(mend_store *s, const char *status, const char *workflow,
                               double since, int attention_only, int limit) {
-  if (mend__sync_point(s) != 0) return NULL;
-  sqlite3_stmt *q = s->q[Q_RUNS];
+  if (mend__view_point(s) != 0) return NULL;
+  sqlite3_stmt *q = mend__view_stmt(s, Q_RUNS);
   int rc = SQLITE_OK;
   BIND(mend__bind_text(q, 1, status));
   BIND(mend__bind_text(q, 2, workflow));
@@ -619,8 +677,8 @@ int mend__sqlite_move_run(mend_store *s, const char *id, long long version_id, i
 }
 
 json_t *mend__sqlite_workflows(mend_store *s, const char *workflow) {
-  if (mend__sync_point(s) != 0) return NULL;
-  sqlite3_stmt *q = s->q[Q_WORKFLOWS];
+  if (mend__view_point(s) != 0) return NULL;
+  sqlite3_stmt *q = mend__view_stmt(s, Q_WORKFLOWS);
   return mend__rows_array(s, q, mend__bind_text(q, 1, workflow), "read workflow versions");
 }
 
@@ -668,15 +726,14 @@ int mend__sqlite_cancels_requested(mend_store *s, const char *owner) {
   return rc == SQLITE_DONE ? 0 : 1;
 }
 
+/* Recorded, as a run's writes are: it waits for no lock, and commits with the operation. */
 int mend__sqlite_audit(mend_store *s, double at, const char *who, const char *op,
                      const char *target, const char *detail) {
-  if (mend__sync_point(s) != 0 || mend__batch_begin(s) != 0) return -1;
-  sqlite3_stmt *q = s->q[Q_AUDIT];
-  int rc = SQLITE_OK;
-  BIND(sqlite3_bind_double(q, 1, at));
-  BIND(mend__bind_text(q, 2, who));
-  BIND(mend__bind_text(q, 3, op));
-  BIND(mend__bind_text(q, 4, target));
-  BIND(mend__bind_text(q, 5, detail));
-  return mend__run_write(s, q, rc, "append audit");
+  mend__rec_begin(s, Q_AUDIT);
+  mend__rec_real(s, at);
+  mend__rec_text(s, who);
+  mend__rec_text(s, op);
+  mend__rec_text(s, target);
+  mend__rec_text(s, detail);
+  return mend__rec_end(s);
 }

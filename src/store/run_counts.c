@@ -12,10 +12,11 @@ static const char *const RUN_COUNTS_SQL =
   " FROM runs GROUP BY workflow, status ORDER BY workflow, status";
 
 json_t *mend__sqlite_run_counts(mend_store *s) {
-  if (mend__sync_point(s) != 0) return NULL;
+  if (mend__view_point(s) != 0) return NULL;
   sqlite3_stmt *q = NULL;
-  if (sqlite3_prepare_v2(s->db, RUN_COUNTS_SQL, -1, &q, NULL) != SQLITE_OK) {
-    mend__sql_err(s, "count runs");
+  sqlite3 *db = s->view_committed ? s->reader : s->db;
+  if (sqlite3_prepare_v2(db, RUN_COUNTS_SQL, -1, &q, NULL) != SQLITE_OK) {
+    mend__set_msg(s->err, sizeof s->err, "%s: count runs: %s", s->path, sqlite3_errmsg(db));
     sqlite3_finalize(q);
     return NULL;
   }

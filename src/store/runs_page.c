@@ -21,10 +21,11 @@ static const char *const RUNS_PAGE_SQL =
 json_t *mend__sqlite_runs_page(mend_store *s, const char *status, const char *workflow,
                              double since, double after_created, const char *after_id,
                              int limit) {
-  if (mend__sync_point(s) != 0) return NULL;
+  if (mend__view_point(s) != 0) return NULL;
   sqlite3_stmt *q = NULL;
-  if (sqlite3_prepare_v2(s->db, RUNS_PAGE_SQL, -1, &q, NULL) != SQLITE_OK) {
-    mend__sql_err(s, "read a page of runs");
+  sqlite3 *db = s->view_committed ? s->reader : s->db;
+  if (sqlite3_prepare_v2(db, RUNS_PAGE_SQL, -1, &q, NULL) != SQLITE_OK) {
+    mend__set_msg(s->err, sizeof s->err, "%s: read a page of runs: %s", s->path, sqlite3_errmsg(db));
     sqlite3_finalize(q);
     return NULL;
   }

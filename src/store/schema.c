@@ -78,6 +78,11 @@
   "seq, run_id, step, at, event, from_status AS \"from\", to_status AS \"to\", attempt, error," \
   " error_kind, delay, detail, worker FROM history_named"
 
+#define INSERT_RUN_SQL \
+  "INSERT INTO runs(id, workflow, run_key, status, input, error, attention, created, updated," \
+  " owner, workflow_version) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)" \
+  " ON CONFLICT(run_key) DO NOTHING"
+
 const char *const mend__query_sql[Q__COUNT] = {
   [Q_BEGIN] = "BEGIN IMMEDIATE",
   [Q_COMMIT] = "COMMIT",
@@ -85,10 +90,9 @@ const char *const mend__query_sql[Q__COUNT] = {
   [Q_BEGIN_READ] = "BEGIN",
   /* version, source and step_names are the workflow version's (workflow_version), and NULL
    * here since schema 7. */
-  [Q_INSERT_RUN] =
-    "INSERT INTO runs(id, workflow, run_key, status, input, error, attention, created, updated,"
-    " owner, workflow_version) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
-    " ON CONFLICT(run_key) DO NOTHING",
+  [Q_INSERT_RUN] = INSERT_RUN_SQL,
+  /* The same, recorded: the key is looked up as the batch is written (writer.c). */
+  [Q_INSERT_RUN_KEY] = INSERT_RUN_SQL,
   [Q_PUT_VERSION] =
     "INSERT INTO workflow_versions(workflow, version, source, step_names, first_seen)"
     " SELECT ?1, ?2, ?3, ?4, ?5"

@@ -26,7 +26,7 @@
 
 enum {
   Q_BEGIN, Q_COMMIT, Q_ROLLBACK, Q_BEGIN_READ,
-  Q_INSERT_RUN, Q_UPDATE_RUN, Q_PUT_STEP, Q_UPDATE_STEP, Q_APPEND_HISTORY, Q_PUT_BREAKER, Q_PUT_DLQ,
+  Q_INSERT_RUN, Q_INSERT_RUN_KEY, Q_UPDATE_RUN, Q_PUT_STEP, Q_UPDATE_STEP, Q_APPEND_HISTORY, Q_PUT_BREAKER, Q_PUT_DLQ,
   Q_HISTORY_GROUP, Q_NAME_WORKER, Q_WORKER_ID, Q_PUT_VERSION, Q_VERSION_ID,
   Q_FIND_RUN_KEY, Q_FIND_KEY_RESULT, Q_GET_BREAKER, Q_LAST_SEQ,
   Q_CLAIM_OLDEST, Q_CLAIM_NEWEST, Q_CLAIM_FREE_OLDEST, Q_CLAIM_FREE_NEWEST,
@@ -91,6 +91,14 @@ struct mend_store {
   sqlite3_stmt *q_next_committed; /* on reader: mend_store_next_committed_event */
   sqlite3_stmt *q_cancels_committed; /* on reader: mend_store_cancels_requested */
   sqlite3_stmt *q_last_committed;    /* on reader: mend_store_last_event */
+  /* The views' statements on the reader, prepared at their first use: while the write log
+   * cannot be flushed (another process's write lock), a view shows the committed rows
+   * (mend__view_point). */
+  sqlite3_stmt *rq[Q__COUNT];
+  int view_committed;      /* the view being read is on the reader (loop thread only) */
+  /* Runs of the open batch whose keyed insert found the key taken (Q_INSERT_RUN_KEY): their
+   * other records in the batch are dropped. Written by whichever thread flushes. */
+  mend_idset key_taken;
   char *path;
   int in_batch;
   /* A write of this batch failed: the whole batch must not commit, or the transitions
@@ -203,6 +211,13 @@ json_t *mend__rows_array(mend_store *s, sqlite3_stmt *q, int rc, const char *wha
 /* Query k's statement on the reader, prepared into *slot at its first use: NULL when there is
  * no reader (in memory, it failed to open) or the statement cannot be prepared on it. */
 sqlite3_stmt *mend__reader_stmt(mend_store *s, sqlite3_stmt **slot, int k);
+/* Before a view's statements: 0 and the rows to show chosen (view_committed), or -1 with
+ * errmsg. Its statements are then mend__view_stmt's (NULL if it cannot be prepared: the read
+ * helpers below say so). */
+int mend__view_point(mend_store *s);
+sqlite3_stmt *mend__view_stmt(mend_store *s, int k);
+/* mend__sql_err for a statement's failure, named from its own connection. */
+void mend__stmt_err(mend_store *s, sqlite3_stmt *q, const char *what);
 
 /* ---- fence.c: leases and the fence */
 int mend__fence_at_begin(mend_store *s);
@@ -253,6 +268,8 @@ int mend__sqlite_append_history(mend_store *s, const mend_history_rec *h);
 int mend__sqlite_put_breaker(mend_store *s, const char *key, const mend_breaker *b, double updated);
 int mend__sqlite_put_dlq(mend_store *s, const mend_dlq_rec *d);
 int mend__sqlite_find_run_key(mend_store *s, const char *run_key, char *id_out, int id_len);
+int mend__sqlite_find_run_key_committed(mend_store *s, const char *run_key, char *id_out,
+                                        int id_len);
 int mend__sqlite_find_key_result(mend_store *s, const char *idem_key, char **result_out);
 int mend__sqlite_get_breaker(mend_store *s, const char *key, mend_breaker *b);
 json_t *mend__sqlite_run(mend_store *s, const char *id);

@@ -28,12 +28,13 @@
 /* ---- the write log and the writer thread ------------------------------------------------ */
 
 static const char *const record_what[Q__COUNT] = {
-  [Q_INSERT_RUN] = "insert run", [Q_UPDATE_RUN] = "update run", [Q_PUT_STEP] = "put step",
+  [Q_INSERT_RUN] = "insert run", [Q_INSERT_RUN_KEY] = "insert run", [Q_UPDATE_RUN] = "update run", [Q_PUT_STEP] = "put step",
   [Q_UPDATE_STEP] = "update step", [Q_APPEND_HISTORY] = "append history",
   [Q_HISTORY_GROUP] = "append history",
   [Q_PUT_BREAKER] = "put breaker", [Q_PUT_DLQ] = "put dlq", [Q_RENEW] = "renew the lease",
   [Q_CONSUME_EVENT] = "consume an event",
   [Q_SEND_EVENT] = "send an event",
+  [Q_AUDIT] = "append audit",
 };
 
 /* A log's arrays live in pages of their own (mmap), not in the heap: a burst grows them to
@@ -233,11 +234,20 @@ static void log_clear(wlog *log) {
   log->oom = 0;
 }
 
+/* A record of a run whose keyed insert found its key taken, in this batch: the run is not
+ * there, and the key's run is another's (mend__sqlite_insert_run). */
+static int of_key_taken(const mend_store *s, const wlog *log, const wrec *r) {
+  const wval *v = &log->vals[r->first];
+  if (r->q == Q_PUT_BREAKER || r->q == Q_RENEW || r->n == 0 || v->type != V_TEXT) return 0;
+  return mend_idset_has(&s->key_taken, log->text + v->off, v->len);
+}
+
 /* Runs the statements of `log` in the open transaction (begun if need be), then empties it;
  * or, if the transaction cannot begin for another connection's lock, runs none of them and
  * keeps them (MEND_STORE_BUSY). */
 static int flush_log(mend_store *s, wlog *log) {
   int ok = 1;
+  if (!s->in_batch && s->key_taken.count) mend_idset_clear(&s->key_taken);   /* a new batch */
   if (log->oom) {
     mend__set_msg(s->err, sizeof s->err, "%s: recording a write: out of memory", s->path);
     s->batch_failed = 1;
@@ -253,6 +263,7 @@ static int flush_log(mend_store *s, wlog *log) {
   int group[HISTORY_GROUP], ng = 0;
   for (int k = 0; ok && k < log->nrec; k++) {
     const wrec *r = &log->recs[k];
+    if (s->key_taken.count && of_key_taken(s, log, r)) continue;
     int drop = mend__fence_drops(s, log, r);
     if (drop) {
       if (drop < 0) ok = 0;
@@ -275,6 +286,13 @@ static int flush_log(mend_store *s, wlog *log) {
       ok = 0;
     } else if (r->q == Q_RENEW) {
       mend__renewed(s, log, r);
+    } else if (r->q == Q_INSERT_RUN_KEY && sqlite3_changes(s->db) == 0) {
+      const wval *id = &log->vals[r->first];
+      if (mend_idset_add(&s->key_taken, log->text + id->off, id->len) < 0) {
+        mend__set_msg(s->err, sizeof s->err, "%s: insert run: out of memory", s->path);
+        s->batch_failed = 1;
+        ok = 0;
+      }
     } else if ((r->q == Q_UPDATE_RUN || r->q == Q_UPDATE_STEP || r->q == Q_CONSUME_EVENT) &&
                sqlite3_changes(s->db) == 0) {
       /* An update that changes nothing would lose a transition silently; an event found
@@ -626,9 +644,13 @@ int mend__workflow_version(mend_store *s, const mend_run_rec *r, sqlite3_int64 *
 int mend__sqlite_insert_run(mend_store *s, const mend_run_rec *r) {
   sqlite3_int64 version_id;
   if (mend__workflow_version(s, r, &version_id) != 0) return -1;
-  /* With a run key the caller must hear at once whether the key was taken. */
-  if (r->run_key && mend__sync_point(s) != 0) return -1;
-  mend__rec_begin(s, Q_INSERT_RUN);
+  /* With a run key the caller must hear at once whether the key was taken; unless it asked
+   * for the key to be looked up as the batch is written, by the insert itself: then the run's
+   * other records of the batch go only if it was inserted (flush_log), and the key's run is
+   * the committed one once the batch is (mend_store_find_run_key_committed). */
+  int later = r->run_key && r->key_at_commit;
+  if (r->run_key && !later && mend__sync_point(s) != 0) return -1;
+  mend__rec_begin(s, later ? Q_INSERT_RUN_KEY : Q_INSERT_RUN);
   mend__rec_text(s, r->id);
   mend__rec_text(s, r->workflow);
   mend__rec_text(s, r->run_key);
@@ -641,6 +663,7 @@ int mend__sqlite_insert_run(mend_store *s, const mend_run_rec *r) {
   mend__rec_text(s, r->owner);
   mend__rec_int(s, version_id);
   if (!r->run_key) return mend__rec_end(s);
+  if (later) return mend__rec_end(s) < 0 ? -1 : 2;
   if (flush_log(s, s->cur) != 0) return -1;
   return sqlite3_changes(s->db) == 0 ? 1 : 0;   /* 1: the run key was taken */
 }
