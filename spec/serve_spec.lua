@@ -402,6 +402,13 @@ describe("mend serve", function()
     assert.are.same({ [id] = true }, ids)
     -- and no history of a run that lost the key
     assert.are.same({ "0" }, H.sql(db, "SELECT count(*) FROM history WHERE run_id NOT IN (SELECT id FROM runs)"))
+    -- nor a start counted for it: the two servers started three runs between them
+    local started = 0
+    for _, base in ipairs { a, b } do
+      local _, _, text = get(base, "/metrics")
+      started = started + tonumber(text:match('mend_runs_started_total{workflow="hello"} (%d+)'))
+    end
+    assert.are.equal(3, started)
   end)
 
   it("keeps an event sent under another process's lock and answers it once recorded #sqlite", function()

@@ -169,7 +169,7 @@ static int start_value(mend_engine *E, lua_State *L, const char *workflow, int i
     return -1;
   }
   if (ins == 2) *existed = MEND_START_KEY_LATER;
-  wf->counts.runs_started++;
+  else wf->counts.runs_started++;   /* a key found free later is counted by start_outcome */
   mend_run *r = mend__run_new(E, wf, id);
   mend__history(r, NULL, "run", NULL, "running", 0, NULL, -1, run_key);
   /* The run's input is the JSON form, as a restarted engine will see it: the document the
@@ -217,7 +217,10 @@ int mend_engine_start_outcome(mend_engine *E, const char *workflow, const char *
   }
   /* The key was another's as the batch was written: its run, unless of another workflow. */
   *existed = strcmp(id_out, recorded) != 0;
-  return *existed ? key_of_other(E, workflow, run_key, id_out, err, errlen) : 0;
+  if (*existed) return key_of_other(E, workflow, run_key, id_out, err, errlen);
+  mend_workflow *wf = mend_engine_workflow(E, workflow);
+  if (wf) wf->counts.runs_started++;
+  return 0;
 }
 
 int mend_engine_start_json(mend_engine *E, const char *workflow, const char *input_json,
