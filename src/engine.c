@@ -441,6 +441,7 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
   E->events = json_array();
   E->alerts_handed = json_array();
   E->events_handed = json_array();
+  E->events_due = json_array();
   char serr[600];
   E->store = mend_store_open(cfg->db_path ? cfg->db_path : ":memory:", cfg->durability, serr, sizeof serr);
   if (!E->store) {
@@ -505,6 +506,7 @@ void mend_engine_destroy(mend_engine *E) {
   mend__park_close(E);
   mend__http_close(E);
   if (E->store && !E->broken) mend_store_commit(E->store);
+  mend__hear_events(E);   /* durable already: a tick left them to later ones */
   mend__durable_close(E);
   mend_store_close(E->store);
   for (mend_workflow *wf = E->workflows, *next; wf; wf = next) {
@@ -522,6 +524,7 @@ void mend_engine_destroy(mend_engine *E) {
   json_decref(E->events);
   json_decref(E->alerts_handed);
   json_decref(E->events_handed);
+  json_decref(E->events_due);
   mend__forget_host_calls(E);
   mend__forget_sent_events(E);
   mend__looks_forget(E);
