@@ -290,6 +290,9 @@ struct mend_engine {
   int tprof_tried;
   run_fifo throttled;     /* attempts waiting under the global max_concurrency */
   json_t *events;         /* for cfg.on_event, fired after the batch commits */
+  json_t *events_due;     /* of durable batches, heard in order from events_heard (notify.c) */
+  size_t events_heard;
+  unsigned long events_heard_n;   /* every one heard so far: the tick profile's count */
   struct host_fn *hosts;
   struct mend_host_call *open_calls;
   /* answered, their steps resumed by a pump turn, in the order answered (hostcall.c) */
@@ -507,6 +510,8 @@ void mend__alert(mend_run *r, const char *kind, int step, const char *reason, co
 void mend__alert_handle_closed(uv_handle_t *h);
 void mend__emit(mend_engine *E, json_t *ev);
 void mend__fire_batch(mend_engine *E, json_t *alerts, json_t *events);
+int mend__events_due(const mend_engine *E);
+void mend__hear_events(mend_engine *E);
 
 /* ---- group.c: parallel groups, their lanes, their compensation in order of completion */
 struct mend_group {

@@ -37,7 +37,7 @@ static int any_waiting(const mend_engine *E) {
 int mend__has_ready_work(const mend_engine *E) {
   return E->ready_head || E->answered_head || mend__sent_event_ready(E) || any_waiting(E) ||
          mend_store_batch_open(E->store) ||
-         json_array_size(E->events) || json_array_size(E->alerts) ||
+         json_array_size(E->events) || json_array_size(E->alerts) || mend__events_due(E) ||
          (E->writer && (mend_store_writer_busy(E->store) || json_array_size(E->alerts_handed) ||
                         json_array_size(E->events_handed)));
 }
@@ -46,7 +46,8 @@ int mend__has_ready_work(const mend_engine *E) {
  * find nothing to do: the thread wakes the loop when it is done (on_wakeup). */
 int mend__turn_has_work(const mend_engine *E) {
   int writing = (E->writer && mend_store_writer_busy(E->store)) || mend__lock_waiting(E);
-  return E->ready_head || E->answered_head || (!writing && mend__has_ready_work(E));
+  return E->ready_head || E->answered_head || mend__events_due(E) ||
+         (!writing && mend__has_ready_work(E));
 }
 
 /* With nothing else to do, a run() on the virtual clock moves it to the next timer. */
@@ -444,8 +445,10 @@ int mend__pump_turn(mend_engine *E) {
 static int pump_turn(mend_engine *E) {
   if (E->broken) return -1;
   mend__tp_begin(E);
+  unsigned long heard = E->events_heard_n;
   if (E->writer) mend__settle_writer(E);
   else if (mend__end_batch(E)) return -1;   /* what the last turn wrote, before acting on it */
+  if (mend__events_due(E)) mend__hear_events(E);   /* what an earlier tick had no time to hear */
   mend__durable_fire(E);
   if (E->cancels_deferred) mend__land_deferred_cancels(E);
   mend__watch_lock(E);
@@ -463,7 +466,11 @@ static int pump_turn(mend_engine *E) {
     E->waiting[seq % 4].n = 0;
   }
   if (E->moved_seq < durable) E->moved_seq = durable;   /* every list was moved */
-  mend__tp_end(E, MEND_TP_PICKUP, NULL);
+  if (E->tprof) {
+    char what[32];
+    snprintf(what, sizeof what, "events=%lu", E->events_heard_n - heard);
+    mend__tp_end(E, MEND_TP_PICKUP, what);
+  }
   int did = 0;
   /* A ticking host's thread CPU clock, read once between two pieces: the end of one is the
    * start of the next. The kernel reads it in a system call (a VM's dearest: two a piece were

@@ -4,12 +4,15 @@
  * append to, or "-" for stderr) when an engine first ticks. For each piece of work a tick does
  * between two of its clock checks (an answer resuming its step, an event reaching its run, an
  * action, the turn's pick-up of durable batches, the hand-off of the open batch, a collector
- * step) it takes the thread's CPU time, wall time, page faults and voluntary context switches
- * (the thread waited: a lock, I/O), the open batch's records a read ran first and the Lua
- * heap's change; for each tick the same in all, with what its pieces did not account for (the
- * loop's own work, timers); for the collector's steps, what they did (marking, the atomic
- * step, sweeping), told apart by the bytes they freed. Prints the pieces and ticks worth a
- * look as they happen, and a table by kind when the engine is freed.
+ * step) it takes the thread's CPU time, wall time, page faults, voluntary context switches
+ * (the thread waited: a lock, I/O) and involuntary ones (it was preempted: on a VM that reports
+ * no steal time a thread's CPU clock runs on while the hypervisor has its vCPU, and the guest
+ * then preempts the thread for the slice it seems to have used, so a dear piece that was
+ * preempted is most likely time the thread never ran), the open batch's records a read ran
+ * first and the Lua heap's change; for each tick the same in all, with what its pieces did not
+ * account for (the loop's own work, timers); for the collector's steps, what they did
+ * (marking, the atomic step, sweeping), told apart by the bytes they freed. Prints the pieces
+ * and ticks worth a look as they happen, and a table by kind when the engine is freed.
  *
  * Must never: cost more than a call and a pointer test when it is off; change what a tick does
  * or decides (it reads clocks and counters only: the store's totals, the heap's size); run a
@@ -43,7 +46,7 @@ typedef struct tp_kind {
 
 typedef struct tp_sample {
   double cpu, wall, flush_cpu;
-  long minflt, majflt, vcsw;
+  long minflt, majflt, vcsw, ivcsw;
   unsigned long flushed;   /* the open batch's records a read ran first on this thread */
   long kb;                 /* the Lua heap */
   size_t allocated, used;  /* the engine allocator's totals */
@@ -78,6 +81,7 @@ struct mend_tickprof {
   /* every tick */
   double *tick_cpu;
   long ticks, ticks_cap, ticks_waited, ticks_faulted, ticks_over;
+  long ticks_long, ticks_long_preempted;   /* CPU over 1.5x the budget; of them, preempted */
   double rest_max;
   /* the collector's steps */
   tp_gc gc[GC_CLASSES];
@@ -103,6 +107,7 @@ static void sample(mend_engine *E, tp_sample *s) {
   s->minflt = ru.ru_minflt;
   s->majflt = ru.ru_majflt;
   s->vcsw = ru.ru_nvcsw;
+  s->ivcsw = ru.ru_nivcsw;
 }
 
 static void since(mend_engine *E, const tp_sample *a, tp_sample *d) {
@@ -118,6 +123,7 @@ static void since(mend_engine *E, const tp_sample *a, tp_sample *d) {
   d->minflt = b.minflt - a->minflt;
   d->majflt = b.majflt - a->majflt;
   d->vcsw = b.vcsw - a->vcsw;
+  d->ivcsw = b.ivcsw - a->ivcsw;
 }
 
 static void add(mend_tickprof *P, int kind, const tp_sample *d) {
@@ -150,9 +156,9 @@ static mend_tickprof *open_profile(void) {
     return NULL;
   }
   fprintf(P->out, "# mend tick profile: P tick kind what cpu_ms wall_ms minflt majflt vcsw"
-                  " flushed_recs flush_ms lua_kb_delta began_monotonic_s\n"
+                  " flushed_recs flush_ms lua_kb_delta began_monotonic_s ivcsw\n"
                   "#                    T tick cpu_ms wall_ms pieces pieces_cpu_ms rest_cpu_ms"
-                  " minflt majflt vcsw dearest_kind dearest_ms\n");
+                  " minflt majflt vcsw dearest_kind dearest_ms ivcsw\n");
   return P;
 }
 
@@ -238,9 +244,9 @@ void mend__tp_end(mend_engine *E, int kind, const char *what) {
     P->dearest_kind = kind;
   }
   if (d.cpu > PIECE_WORTH_A_LINE || d.vcsw || d.majflt)
-    fprintf(P->out, "P %ld %s %s %.3f %.3f %ld %ld %ld %lu %.3f %ld %.6f\n", P->tick_no,
+    fprintf(P->out, "P %ld %s %s %.3f %.3f %ld %ld %ld %lu %.3f %ld %.6f %ld\n", P->tick_no,
             kind_names[kind], what ? what : "-", d.cpu * 1e3, d.wall * 1e3, d.minflt, d.majflt,
-            d.vcsw, d.flushed, d.flush_cpu * 1e3, d.kb, P->piece0.wall);
+            d.vcsw, d.flushed, d.flush_cpu * 1e3, d.kb, P->piece0.wall, d.ivcsw);
 }
 
 void mend__tp_tick_end(mend_engine *E) {
@@ -264,10 +270,14 @@ void mend__tp_tick_end(mend_engine *E) {
   if (d.majflt) P->ticks_faulted++;
   int over = d.cpu > P->budget * 1.1;
   P->ticks_over += over;
+  if (d.cpu > P->budget * 1.5) {
+    P->ticks_long++;
+    P->ticks_long_preempted += d.ivcsw > 0;
+  }
   if (over || d.vcsw || d.majflt || rest > PIECE_WORTH_A_LINE)
-    fprintf(P->out, "T %ld %.3f %.3f %d %.3f %.3f %ld %ld %ld %s %.3f\n", P->tick_no, d.cpu * 1e3,
-            d.wall * 1e3, P->npieces, P->pieces_cpu * 1e3, rest * 1e3, d.minflt, d.majflt,
-            d.vcsw, kind_names[P->dearest_kind], P->dearest * 1e3);
+    fprintf(P->out, "T %ld %.3f %.3f %d %.3f %.3f %ld %ld %ld %s %.3f %ld\n", P->tick_no,
+            d.cpu * 1e3, d.wall * 1e3, P->npieces, P->pieces_cpu * 1e3, rest * 1e3, d.minflt,
+            d.majflt, d.vcsw, kind_names[P->dearest_kind], P->dearest * 1e3, d.ivcsw);
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -286,11 +296,12 @@ void mend__tp_close(mend_engine *E) {
   E->tprof = NULL;
   qsort(P->tick_cpu, (size_t)P->ticks, sizeof *P->tick_cpu, cmp_double);
   fprintf(P->out, "# ticks %ld: CPU p50 %.3f p99 %.3f max %.3f ms; over budget+10%% %ld;"
-                  " waited %ld; major faults in %ld; rest max %.3f ms\n", P->ticks,
+                  " over 1.5x %ld (preempted %ld); waited %ld; major faults in %ld;"
+                  " rest max %.3f ms\n", P->ticks,
           nearest_rank(P->tick_cpu, P->ticks, 50) * 1e3,
           nearest_rank(P->tick_cpu, P->ticks, 99) * 1e3,
-          nearest_rank(P->tick_cpu, P->ticks, 100) * 1e3, P->ticks_over, P->ticks_waited,
-          P->ticks_faulted, P->rest_max * 1e3);
+          nearest_rank(P->tick_cpu, P->ticks, 100) * 1e3, P->ticks_over, P->ticks_long,
+          P->ticks_long_preempted, P->ticks_waited, P->ticks_faulted, P->rest_max * 1e3);
   fprintf(P->out, "# %-10s %9s %9s %9s %9s %9s %7s %9s %7s %7s\n", "kind", "n", "cpu_ms",
           "mean_us", "max_ms", "maxwall", "dear", "minflt", "majflt", "waited");
   for (int i = 0; i < MEND_TP_KINDS; i++) {
