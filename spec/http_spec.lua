@@ -475,6 +475,29 @@ describe("mend.http", function()
     assert.are.equal(refund[1].idempotency_key, refund[2].idempotency_key)
   end)
 
+  it("names a failed compensation attempt's requests in its own history row, not the next one's", function()
+    script({ ["/undo"] = { { status = 503 }, { status = 200 } } })
+    local eng = H.new_engine()
+    eng:register({ name = "u", compensate_retry = { max_attempts = 3, initial = 1, jitter = 0 },
+      steps = {
+        { name = "do", execute = function() return 1 end,
+          compensate = function() mend.http{ method = "POST", url = server.base .. "/undo" } end },
+        { name = "fail", execute = function() error(mend.fatal("no")) end },
+      } })
+    local id = eng:start("u", {})
+    eng:run()
+    assert.are.equal("compensated", eng:status(id).status)
+    local rows = {}
+    for _, h in ipairs(eng:history(id)) do
+      if h.step == "do" and (h.event == "compensate_failed" or h.to == "compensating"
+                             or h.to == "compensated") then
+        rows[#rows + 1] = { h.event, h.attempt, h.detail and h.detail:match("-> (%w+)") or "-" }
+      end
+    end
+    assert.are.same({ { "step", 1, "-" }, { "compensate_failed", 1, "503" },
+                      { "step", 2, "-" }, { "step", 2, "200" } }, rows)
+  end)
+
   it("sends no Idempotency-Key on GET, nor when the call turns it off or sets its own", function()
     script({ ["/k"] = { { status = 200 } } })
     local eng = H.new_engine()
