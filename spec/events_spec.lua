@@ -273,6 +273,7 @@ describe("mend signal with a real worker", function()
   -- A deadline is the step's, not a worker's: that no worker ran when it passed (all killed,
   -- or stopped) does not stretch it for an event sent after it. An event sent in time while
   -- no worker ran is taken (the test above); one sent late stays in the inbox.
+  -- (A timeout of 3 s: a sanitizer build's worker and mend status must see the wait first.)
   it("times a wait out whose timeout passed while no worker ran, though an event came after it",
      function()
     local dir = H.tmp_dir()
@@ -281,7 +282,7 @@ describe("mend signal with a real worker", function()
       return { name = "quick", steps = {
         { name = "hold", execute = function() return 1 end,
           compensate = function() local f = io.open(undo, "a"); f:write("hold\n"); f:close() end },
-        { name = "kill", wait_for = "boss_killed", timeout = 1 },
+        { name = "kill", wait_for = "boss_killed", timeout = 3 },
       } }]])
     local db, log = H.new_db(dir, "q.db"), dir .. "/worker.log"
     local rc, out = mend_cmd(db, "start quick --workflows " .. q(dir))

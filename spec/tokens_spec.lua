@@ -469,6 +469,7 @@ return { name = "again", steps = {
 
   -- A deadline is the step's, not a worker's: that no worker ran when it passed (all killed,
   -- or stopped) does not stretch it for an answer that comes after it.
+  -- (A timeout of 3 s: a sanitizer build's worker and mend status must see the wait first.)
   it("refuses a completion that comes after the wait's timeout, though no worker ran then", function()
     local dir = H.tmp_dir()
     H.write_file(dir, "quick.lua", [[
@@ -476,7 +477,7 @@ return { name = "again", steps = {
       return { name = "quick", steps = {
         { name = "hold", execute = function() return 1 end,
           compensate = function() local f = io.open(undo, "a"); f:write("hold\n"); f:close() end },
-        { name = "approve", wait = "token", timeout = 1, retry = { max_attempts = 1 },
+        { name = "approve", wait = "token", timeout = 3, retry = { max_attempts = 1 },
           execute = function(ctx) ctx:log("mend complete %s", ctx:token()) end },
       } }]])
     local db, log = H.new_db(dir, "q.db"), dir .. "/worker.log"
