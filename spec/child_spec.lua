@@ -172,6 +172,44 @@ describe("a step with child", function()
     assert.are.same({ "refund" }, log)
   end)
 
+  it("puts a cancelled parent in the dead-letter queue when a branch's running child cannot be undone",
+     function()
+    local eng = H.new_engine()
+    local log = {}
+    local broken = true
+    eng:register{ name = "shipping", steps = {
+      { name = "pack", execute = function() return { box = 1 } end,
+        compensate_retry = { max_attempts = 1 },
+        compensate = function() if broken then error("the warehouse is closed") end end },
+      { name = "pickup", wait_for = "picked_up" } } }
+    eng:register{ name = "order", steps = {
+      { name = "charge", execute = function() return 1 end,
+        compensate = function() log[#log + 1] = "refund" end },
+      { name = "prepare", parallel = {
+        { name = "ship", child = "shipping" },
+        { name = "note", execute = function() return 2 end,
+          compensate = function() log[#log + 1] = "unnote" end } } } } }
+    local id = eng:start("order", {})
+    eng:advance(1)
+    local c = child_of(eng, id)
+    assert.are.equal("waiting", H.step(eng:status(c.run_id), "pickup").status)
+    eng:cancel(id)
+    eng:run()
+    assert.are.equal("needs_attention", eng:status(c.run_id).status)
+    local st = eng:status(id)
+    assert.are.equal("needs_attention", st.status)
+    assert.are.equal("compensation_failed", st.reason)
+    assert.are.same({}, log)   -- nothing undone past the branch whose child could not be
+    broken = false
+    eng:dlq_retry(c.run_id)
+    eng:run()
+    assert.are.equal("compensated", eng:status(c.run_id).status)
+    eng:dlq_retry(id)
+    eng:run()
+    assert.are.equal("compensated", eng:status(id).status)
+    assert.are.same({ "unnote", "refund" }, log)
+  end)
+
   -- A child "rebel" (pack, whose compensation unpacks, then `mutiny`, then after) under a
   -- parent "boss"; runs them until the child waits no more. The parent's and the child's
   -- status.

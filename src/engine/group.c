@@ -386,7 +386,8 @@ void mend__lane_failed(mend_run *l, int i, const mend_error_info *info, const ch
 
 /* Cancelled while the group goes on: every lane lets go now, its attempt abandoned; the child
  * runs its branches waited for are cancelled with it, once no lane waits any more (a child
- * that ends at once tells its parent, which must find nothing waiting). */
+ * that ends at once tells its parent, which must find nothing waiting), and those branches are
+ * compensated with the group: the run's compensation waits for each such child's end. */
 void mend__group_stop(mend_run *r, const char *why) {
   struct mend_group *G = MEND_COLD(r, group);
   if (!G || G->g < 0) return;
@@ -402,8 +403,15 @@ void mend__group_stop(mend_run *r, const char *why) {
     mend_timer_disarm(&l->E->timers, &l->wait);
     l->wait_kind = WAIT_NONE;
     if (l->queued) l->next_action = ACT_NONE;
-    if (child_waits(l) && children) children[nchildren++] = b;
-    if (l->steps[b].status == MEND_STEP_RUNNING) mend__step_to(l, b, MEND_STEP_FAILED, why, -1, NULL);
+    if (child_waits(l) && children) {
+      children[nchildren++] = b;
+      /* What its child did may be half done: the branch is undone with the group, first (its
+       * row is the latest settled), and stays compensating until the child has ended. */
+      mend_error_info info = {MEND_ERR_COMPENSABLE, why, -1, 1, 0};
+      mend__step_err_to(l, b, MEND_STEP_FAILED, &info, why, -1, NULL);
+      l->steps[b].compensate_self = 1;
+      note_done(r, b);
+    } else if (l->steps[b].status == MEND_STEP_RUNNING) mend__step_to(l, b, MEND_STEP_FAILED, why, -1, NULL);
     else if (l->steps[b].status != MEND_STEP_PENDING) mend__step_to(l, b, MEND_STEP_PENDING, NULL, -1, why);
     l->cur = -1;
   }

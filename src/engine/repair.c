@@ -158,7 +158,9 @@ int mend__cancel_now(mend_run *r, const char *who, char *err, int errlen) {
   r->reason = "cancelled";
   r->fail_step = i;
   int anything = child_waits;
-  for (int j = 0; j < r->wf->nsteps; j++) anything |= j != i && r->steps[j].status == MEND_STEP_SUCCEEDED;
+  for (int j = 0; j < r->wf->nsteps; j++)   /* a branch whose child was cancelled: compensable */
+    anything |= j != i && (r->steps[j].status == MEND_STEP_SUCCEEDED ||
+                           (r->steps[j].status == MEND_STEP_FAILED && r->steps[j].compensate_self));
   anything |= mend__items_succeeded(r);
   if (!anything) {
     mend__run_to(r, MEND_RUN_FAILED);
