@@ -210,6 +210,37 @@ describe("a step with child", function()
     assert.are.same({ "unnote", "refund" }, log)
   end)
 
+  -- The engine that cancels may hold the run only as the store has it (mend cancel while no
+  -- worker holds it): its group's branches were never started here.
+  it("cancels a branch's running child with a run read back from the store, and undoes it first",
+     function()
+    local eng, db = H.new_engine()
+    local log = {}
+    local function register(e)
+      e:register(shipping(log, { pickup = true }))
+      e:register{ name = "order", steps = {
+        { name = "charge", execute = function() return 1 end,
+          compensate = function() log[#log + 1] = "refund" end },
+        { name = "prepare", parallel = {
+          { name = "ship", child = "shipping", input = function() return { order = "o11" } end },
+          { name = "note", execute = function() return 2 end,
+            compensate = function() log[#log + 1] = "unnote" end } } } } }
+    end
+    register(eng)
+    local id = eng:start("order", {})
+    eng:advance(1)
+    local c = child_of(eng, id)
+    assert.are.equal("waiting", H.step(eng:status(c.run_id), "pickup").status)
+    H.close(eng)
+    local eng2 = H.reopen(db)
+    register(eng2)
+    assert.are.equal("cancelled", (eng2:cancel(id)))
+    eng2:run()
+    assert.are.equal("compensated", eng2:status(c.run_id).status)
+    assert.are.equal("compensated", eng2:status(id).status)
+    assert.are.same({ "pack o11", "unpack box-o11", "unnote", "refund" }, log)
+  end)
+
   -- A child "rebel" (pack, whose compensation unpacks, then `mutiny`, then after) under a
   -- parent "boss"; runs them until the child waits no more. The parent's and the child's
   -- status.
