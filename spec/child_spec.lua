@@ -132,8 +132,113 @@ describe("a step with child", function()
     local cst = eng:status(c.run_id)
     assert.are.equal("compensated", cst.status)
     assert.are.equal("cancelled", cst.reason)
-    table.sort(log)   -- the two runs compensate side by side
-    assert.are.same({ "pack o4", "refund", "unpack box-o4" }, log)
+    -- what the child did came after the charge: it is undone first (SPEC section 7)
+    assert.are.same({ "pack o4", "unpack box-o4", "refund" }, log)
+  end)
+
+  -- A parent is compensated only once what its child did is undone too: a child whose
+  -- compensation fails leaves the parent in the dead-letter queue with it, whether the parent
+  -- turned back after the child succeeded (above) or was cancelled while the child ran.
+  it("puts a cancelled parent in the dead-letter queue when its running child's compensation fails",
+     function()
+    local eng = H.new_engine()
+    local log = {}
+    local broken = true
+    eng:register{ name = "shipping", steps = {
+      { name = "pack", execute = function() return { box = 1 } end,
+        compensate_retry = { max_attempts = 1 },
+        compensate = function() if broken then error("the warehouse is closed") end end },
+      { name = "pickup", wait_for = "picked_up" } } }
+    eng:register(order(log))
+    local id = eng:start("order", { id = "o9" })
+    eng:advance(1)
+    local c = child_of(eng, id)
+    assert.are.equal("waiting", H.step(eng:status(c.run_id), "pickup").status)
+    eng:cancel(id)
+    eng:run()
+    assert.are.equal("needs_attention", eng:status(c.run_id).status)
+    local st = eng:status(id)
+    assert.are.equal("needs_attention", st.status)
+    assert.are.equal("compensation_failed", st.reason)
+    assert.are.equal("compensation_failed", H.step(st, "ship").status)
+    assert.are.same({}, log)   -- charge is not undone past a step that could not be
+    broken = false
+    eng:dlq_retry(c.run_id)
+    eng:run()
+    assert.are.equal("compensated", eng:status(c.run_id).status)
+    eng:dlq_retry(id)
+    eng:run()
+    assert.are.equal("compensated", eng:status(id).status)
+    assert.are.same({ "refund" }, log)
+  end)
+
+  it("puts a cancelled parent in the dead-letter queue when a branch's running child cannot be undone",
+     function()
+    local eng = H.new_engine()
+    local log = {}
+    local broken = true
+    eng:register{ name = "shipping", steps = {
+      { name = "pack", execute = function() return { box = 1 } end,
+        compensate_retry = { max_attempts = 1 },
+        compensate = function() if broken then error("the warehouse is closed") end end },
+      { name = "pickup", wait_for = "picked_up" } } }
+    eng:register{ name = "order", steps = {
+      { name = "charge", execute = function() return 1 end,
+        compensate = function() log[#log + 1] = "refund" end },
+      { name = "prepare", parallel = {
+        { name = "ship", child = "shipping" },
+        { name = "note", execute = function() return 2 end,
+          compensate = function() log[#log + 1] = "unnote" end } } } } }
+    local id = eng:start("order", {})
+    eng:advance(1)
+    local c = child_of(eng, id)
+    assert.are.equal("waiting", H.step(eng:status(c.run_id), "pickup").status)
+    eng:cancel(id)
+    eng:run()
+    assert.are.equal("needs_attention", eng:status(c.run_id).status)
+    local st = eng:status(id)
+    assert.are.equal("needs_attention", st.status)
+    assert.are.equal("compensation_failed", st.reason)
+    assert.are.same({}, log)   -- nothing undone past the branch whose child could not be
+    broken = false
+    eng:dlq_retry(c.run_id)
+    eng:run()
+    assert.are.equal("compensated", eng:status(c.run_id).status)
+    eng:dlq_retry(id)
+    eng:run()
+    assert.are.equal("compensated", eng:status(id).status)
+    assert.are.same({ "unnote", "refund" }, log)
+  end)
+
+  -- The engine that cancels may hold the run only as the store has it (mend cancel while no
+  -- worker holds it): its group's branches were never started here.
+  it("cancels a branch's running child with a run read back from the store, and undoes it first",
+     function()
+    local eng, db = H.new_engine()
+    local log = {}
+    local function register(e)
+      e:register(shipping(log, { pickup = true }))
+      e:register{ name = "order", steps = {
+        { name = "charge", execute = function() return 1 end,
+          compensate = function() log[#log + 1] = "refund" end },
+        { name = "prepare", parallel = {
+          { name = "ship", child = "shipping", input = function() return { order = "o11" } end },
+          { name = "note", execute = function() return 2 end,
+            compensate = function() log[#log + 1] = "unnote" end } } } } }
+    end
+    register(eng)
+    local id = eng:start("order", {})
+    eng:advance(1)
+    local c = child_of(eng, id)
+    assert.are.equal("waiting", H.step(eng:status(c.run_id), "pickup").status)
+    H.close(eng)
+    local eng2 = H.reopen(db)
+    register(eng2)
+    assert.are.equal("cancelled", (eng2:cancel(id)))
+    eng2:run()
+    assert.are.equal("compensated", eng2:status(c.run_id).status)
+    assert.are.equal("compensated", eng2:status(id).status)
+    assert.are.same({ "pack o11", "unpack box-o11", "unnote", "refund" }, log)
   end)
 
   -- A child "rebel" (pack, whose compensation unpacks, then `mutiny`, then after) under a

@@ -269,6 +269,42 @@ describe("mend signal with a real worker", function()
     assert.matches("%-%-data is not JSON", out)
   end)
 
+
+  -- A deadline is the step's, not a worker's: that no worker ran when it passed (all killed,
+  -- or stopped) does not stretch it for an event sent after it. An event sent in time while
+  -- no worker ran is taken (the test above); one sent late stays in the inbox.
+  -- (A timeout of 3 s: a sanitizer build's worker and mend status must see the wait first.)
+  it("times a wait out whose timeout passed while no worker ran, though an event came after it",
+     function()
+    local dir = H.tmp_dir()
+    H.write_file(dir, "quick.lua", [[
+      local undo = "]] .. dir .. [[/undone"
+      return { name = "quick", steps = {
+        { name = "hold", execute = function() return 1 end,
+          compensate = function() local f = io.open(undo, "a"); f:write("hold\n"); f:close() end },
+        { name = "kill", wait_for = "boss_killed", timeout = 3 },
+      } }]])
+    local db, log = H.new_db(dir, "q.db"), dir .. "/worker.log"
+    local rc, out = mend_cmd(db, "start quick --workflows " .. q(dir))
+    assert.are.equal(0, rc, out)
+    local id = out:match("(%S+)")
+    local pid = worker(db, dir, log)
+    H.wait_for("the wait", function() return kill_status(db, id) == "waiting" end, 10)
+    H.shell("kill -9 " .. pid)
+    local due = H.step(status_json(db, id), "kill").due
+    while os.time() < due + 1 do H.shell("sleep 0.2") end
+    rc, out = mend_cmd(db, "signal " .. id .. [[ boss_killed --data '{"gold":1}' --key late]])
+    assert.are.equal(0, rc, out)   -- the inbox keeps it: a later wait of that name may take it
+    pid = worker(db, dir, log)
+    rc, out = mend_cmd(db, "wait " .. id .. " --timeout 10")
+    stop(pid)
+    assert.are.equal(3, rc, out .. H.read(log))
+    local st = status_json(db, id)
+    assert.are.equal("compensated", st.status)
+    assert.are.equal("timeout", st.reason)
+    assert.are.equal("hold\n", H.read(dir .. "/undone"))
+    assert.are.same({ "boss_killed late -" }, inbox(db, id))
+  end)
   it("keeps an event sent while no worker runs for the next one, after a restart", function()
     local dir, db, log = setup()
     local rc, out = mend_cmd(db, "start quest --workflows " .. q(dir)

@@ -439,6 +439,65 @@ describe("mend.http", function()
     assert.are.equal(reqs[1].idempotency_key, reqs[2].idempotency_key)
   end)
 
+  -- An undo is another effect than its do: a service that keeps idempotency keys across its
+  -- endpoints (as Stripe does) would take a refund sent with its charge's key for a repeat of
+  -- the charge, and answer with the charge, refunding nothing.
+  it("sends a compensation's requests a key of their own, the same on its retries and after a restart", function()
+    script({ ["/charge"] = { { status = 200, body = "charged" } },
+             ["/refund"] = { { status = 503, headers = { ["Retry-After"] = "600" } },
+                             { status = 200, body = "refunded" } } })
+    local def = { name = "undo", compensate_retry = { max_attempts = 3, initial = 1, jitter = 0 },
+      steps = {
+        { name = "charge",
+          execute = function() return mend.http{ method = "POST", url = server.base .. "/charge" }.body end,
+          compensate = function() mend.http{ method = "POST", url = server.base .. "/refund" } end },
+        { name = "ship", execute = function() error(mend.fatal("no address")) end },
+      } }
+    local eng, db = H.new_engine()
+    eng:register(def)
+    local id = eng:start("undo", {})
+    for _ = 1, 200 do
+      eng:advance(0)
+      if #seen("/refund") == 1 and H.step(eng:status(id), "charge").due then break end
+      os.execute("sleep 0.02")
+    end
+    H.close(eng)
+    local eng2 = H.reopen(db)
+    eng2:register(def)
+    eng2:recover()
+    eng2:run()
+    assert.are.equal("compensated", eng2:status(id).status)
+    local charge, refund = seen("/charge"), seen("/refund")
+    assert.are.equal(1, #charge)
+    assert.are.equal(id .. "/charge", charge[1].idempotency_key)
+    assert.are.equal(2, #refund)
+    assert.are.equal(id .. "/charge/compensate", refund[1].idempotency_key)
+    assert.are.equal(refund[1].idempotency_key, refund[2].idempotency_key)
+  end)
+
+  it("names a failed compensation attempt's requests in its own history row, not the next one's", function()
+    script({ ["/undo"] = { { status = 503 }, { status = 200 } } })
+    local eng = H.new_engine()
+    eng:register({ name = "u", compensate_retry = { max_attempts = 3, initial = 1, jitter = 0 },
+      steps = {
+        { name = "do", execute = function() return 1 end,
+          compensate = function() mend.http{ method = "POST", url = server.base .. "/undo" } end },
+        { name = "fail", execute = function() error(mend.fatal("no")) end },
+      } })
+    local id = eng:start("u", {})
+    eng:run()
+    assert.are.equal("compensated", eng:status(id).status)
+    local rows = {}
+    for _, h in ipairs(eng:history(id)) do
+      if h.step == "do" and (h.event == "compensate_failed" or h.to == "compensating"
+                             or h.to == "compensated") then
+        rows[#rows + 1] = { h.event, h.attempt, h.detail and h.detail:match("-> (%w+)") or "-" }
+      end
+    end
+    assert.are.same({ { "step", 1, "-" }, { "compensate_failed", 1, "503" },
+                      { "step", 2, "-" }, { "step", 2, "200" } }, rows)
+  end)
+
   it("sends no Idempotency-Key on GET, nor when the call turns it off or sets its own", function()
     script({ ["/k"] = { { status = 200 } } })
     local eng = H.new_engine()

@@ -466,6 +466,42 @@ return { name = "again", steps = {
     stored_nowhere(db, tokens)
   end)
 
+
+  -- A deadline is the step's, not a worker's: that no worker ran when it passed (all killed,
+  -- or stopped) does not stretch it for an answer that comes after it.
+  -- (A timeout of 3 s: a sanitizer build's worker and mend status must see the wait first.)
+  it("refuses a completion that comes after the wait's timeout, though no worker ran then", function()
+    local dir = H.tmp_dir()
+    H.write_file(dir, "quick.lua", [[
+      local undo = "]] .. dir .. [[/undone"
+      return { name = "quick", steps = {
+        { name = "hold", execute = function() return 1 end,
+          compensate = function() local f = io.open(undo, "a"); f:write("hold\n"); f:close() end },
+        { name = "approve", wait = "token", timeout = 3, retry = { max_attempts = 1 },
+          execute = function(ctx) ctx:log("mend complete %s", ctx:token()) end },
+      } }]])
+    local db, log = H.new_db(dir, "q.db"), dir .. "/worker.log"
+    local rc, out = mend_cmd(db, "start quick --workflows " .. q(dir))
+    assert.are.equal(0, rc, out)
+    local id = out:match("(%S+)")
+    local pid = worker(db, dir, log)
+    H.wait_for("the wait", function() return approve_step(db, id).status == "waiting" end, 10)
+    H.shell("kill -9 " .. pid)
+    local due = approve_step(db, id).due
+    while os.time() < due + 1 do H.shell("sleep 0.2") end
+    local token = token_of(log)
+    rc, out = mend_cmd(db, "complete " .. token .. [[ --result '"late"']])
+    assert.are.equal(1, rc, out)
+    assert.matches("timed out", out)
+    pid = worker(db, dir, log)
+    rc, out = mend_cmd(db, "wait " .. id .. " --timeout 10")
+    H.stop_worker(pid)
+    assert.are.equal(3, rc, out .. H.read(log))
+    local st = status_json(db, id)
+    assert.are.equal("compensated", st.status)
+    assert.are.equal("timeout", st.reason)
+    assert.are.equal("hold\n", H.read(dir .. "/undone"))
+  end)
   it("keeps a completion sent while no worker runs for the next worker", function()
     local dir, db, log = setup()
     local id = start(db, dir)

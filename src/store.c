@@ -762,6 +762,7 @@ const mend_store_methods mend__sqlite_methods = {
   .next_event = mend__sqlite_next_event,
   .consume_event = mend__sqlite_consume_event,
   .last_event = mend__sqlite_last_event,
+  .event_sent = mend__sqlite_event_sent,
   .events_after = mend__sqlite_events_after,
   .inbox = mend__sqlite_inbox,
   .set_worker = mend__sqlite_set_worker,

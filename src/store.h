@@ -370,6 +370,10 @@ typedef struct mend_store_methods {
                          void *ud);
   /* Marks it consumed by `step`, recorded in the batch like a transition: the batch fails if
    * it was consumed already. */
+  /* When event seq was sent (the sender's clock), seeing the open batch: 1 and *sent; 0 no
+   * such event, or none recorded; -1 error. Read only for a wait that takes an event past its
+   * deadline, to tell one sent in time from one sent late. */
+  int (*event_sent)(mend_store *s, long long seq, double *sent);
   int (*consume_event)(mend_store *s, const char *run_id, long long seq,                                  const char *step, double at);
   /* The highest seq sent so far (0: none); -1 error. Of committed rows through a connection of
    * its own where there is one, as events_after reads (no wait for the writer thread, the open
@@ -702,6 +706,9 @@ static inline int mend_store_next_committed_event(mend_store *s, const char *run
 }
 static inline int mend_store_next_event(mend_store *s, const char *run_id, const char *name, long long *seq, char **payload, char **key) {
   return MEND_STORE_M(s)->next_event(s, run_id, name, seq, payload, key);
+}
+static inline int mend_store_event_sent(mend_store *s, long long seq, double *sent) {
+  return MEND_STORE_M(s)->event_sent(s, seq, sent);
 }
 static inline int mend_store_consume_event(mend_store *s, const char *run_id, long long seq, const char *step, double at) {
   return MEND_STORE_M(s)->consume_event(s, run_id, seq, step, at);

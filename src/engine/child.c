@@ -202,8 +202,9 @@ void mend__child_resolved(mend_engine *E, const char *id) {
  * not yet. Going forward the step waits for the child's end: succeeded gives the result;
  * compensated, failed or resolved fail the step; the dead-letter queue is no end yet (a
  * person may retry it). Going back, for the end of its undoing: compensated (or resolved by a
- * person) is done, the dead-letter queue or failed is a compensation that failed. Anything
- * else (an end of another step's child, or of one cancelled) is consumed and passed over. */
+ * person, or failed with nothing done) is done, the dead-letter queue a compensation that
+ * failed. Anything else (an end of another step's child, or of one cancelled) is consumed and
+ * passed over. */
 int mend__take_child(mend_run *r, int i) {
   mend_engine *E = r->E;
   step_rt *st = &r->steps[i];
@@ -229,7 +230,11 @@ int mend__take_child(mend_run *r, int i) {
     const char *step = json_string_value(json_object_get(p, "step"));
     const char *child = json_string_value(json_object_get(p, "child"));
     const char *status = json_string_value(json_object_get(p, "status"));
-    int done = status && (strcmp(status, "compensated") == 0 || strcmp(status, "resolved") == 0);
+    /* Going back, a child that failed had nothing to undo: it was cancelled with its parent
+     * before any of its steps succeeded (one that succeeded is reopened, and ends compensated
+     * or in the dead-letter queue). */
+    int done = status && (strcmp(status, "compensated") == 0 || strcmp(status, "resolved") == 0 ||
+                          (back && strcmp(status, "failed") == 0));
     int relevant = status && (forward ? strcmp(status, "needs_attention") != 0
                                       : strcmp(status, "succeeded") != 0);
     if (!p || !step || !relevant || strcmp(step, def->name) != 0) {

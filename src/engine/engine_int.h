@@ -585,8 +585,9 @@ int mend__event_due(mend_run *r, int i, char *msg, size_t len);
 int mend__events_start(mend_engine *E);
 int mend__take_event(mend_run *r, int i);
 /* The event a look read ahead found (lookahead.c): taken as mend__take_event takes one; the
- * payload and key (malloc'ed) are the step's from now on. */
-void mend__take_looked_event(mend_run *r, int i, long long seq, char *payload, char *key);
+ * payload and key (malloc'ed) are the step's from now on. 1 taken; 0 it was sent after the
+ * wait's deadline, and left in the inbox (payload and key freed). */
+int mend__take_looked_event(mend_run *r, int i, long long seq, char *payload, char *key);
 void mend__take_events(mend_engine *E);
 void mend__wake_waiting(mend_run *r, const char *name);
 

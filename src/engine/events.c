@@ -89,14 +89,34 @@ static int take_event_as(mend_run *r, int i, int committed) {
   if (found == 2) found = mend_store_next_event(E->store, r->id, def->wait_for, &seq, &payload, &key);
   if (found < 0) mend__store_failed(E);
   if (found <= 0) return 0;
-  mend__take_looked_event(r, i, seq, payload, key);
-  return 1;
+  return mend__take_looked_event(r, i, seq, payload, key);
 }
 
-void mend__take_looked_event(mend_run *r, int i, long long seq, char *payload, char *key) {
+/* Whether event seq came after the deadline of step i's wait: only asked of a take past that
+ * deadline (no worker held the run when it passed, or its timer has not fired yet), which
+ * takes an event sent in time however late it reads it, and none sent after. The times are
+ * the sender's clock and the waiting engine's; a store that cannot tell is not refused. */
+static int sent_late(mend_run *r, int i, long long seq) {
+  const step_rt *st = &r->steps[i];
+  if (st->due < 0 || mend_engine_now(r->E) <= st->due) return 0;
+  double sent;
+  int rc = mend_store_event_sent(r->E->store, seq, &sent);
+  if (rc < 0) mend__store_failed(r->E);
+  return rc == 1 && sent > st->due;
+}
+
+/* Takes event seq as step i's result (payload and key are the step's from now on, freed when
+ * it does not take it): 1, or 0 when it came after the wait's deadline, which the step's
+ * timeout decides (the event stays in the inbox for a later wait of its name). */
+int mend__take_looked_event(mend_run *r, int i, long long seq, char *payload, char *key) {
   mend_engine *E = r->E;
   step_rt *st = &r->steps[i];
   const mend_step_def *def = &r->wf->steps[i];
+  if (sent_late(r, i, seq)) {
+    free(payload);
+    free(key);
+    return 0;
+  }
   mend_timer_disarm(&E->timers, &r->wait);
   r->wait_kind = WAIT_NONE;
   if (mend_store_consume_event(E->store, r->id, seq, def->name, mend_engine_now(E)))
@@ -118,6 +138,7 @@ void mend__take_looked_event(mend_run *r, int i, long long seq, char *payload, c
   mend__step_to(r, i, MEND_STEP_SUCCEEDED, NULL, -1, NULL);
   mend__set_result(r, i);
   mend__after_success(r, i, 0);   /* the next step's writes join this batch; its execute waits for it */
+  return 1;
 }
 
 /* Step i, pending, waits for its event: from now on only its row and, with a timeout, a timer

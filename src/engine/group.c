@@ -386,10 +386,36 @@ void mend__lane_failed(mend_run *l, int i, const mend_error_info *info, const ch
 
 /* Cancelled while the group goes on: every lane lets go now, its attempt abandoned; the child
  * runs its branches waited for are cancelled with it, once no lane waits any more (a child
- * that ends at once tells its parent, which must find nothing waiting). */
+ * that ends at once tells its parent, which must find nothing waiting), and those branches are
+ * compensated with the group: the run's compensation waits for each such child's end. */
+/* A group at rest (its run read back from the store, its lanes never made here, as for a
+ * cancel of a run no worker holds): its branches move as its lanes' would. */
+static void stop_at_rest(mend_run *r, const char *why) {
+  int g = r->cur;
+  if (g < 0 || g >= r->wf->nsteps || !r->wf->steps[g].nbranches) return;
+  for (int b = g + 1; b <= g + r->wf->steps[g].nbranches; b++) {
+    step_rt *st = &r->steps[b];
+    if (st->status == MEND_STEP_WAITING && r->wf->steps[b].child) {
+      mend_error_info info = {MEND_ERR_COMPENSABLE, why, -1, 1, 0};
+      mend__step_err_to(r, b, MEND_STEP_FAILED, &info, why, -1, NULL);
+      st->compensate_self = 1;
+      note_done(r, b);
+      mend__cancel_child(r, b, why);
+    } else if (st->status == MEND_STEP_RUNNING) {
+      mend__step_to(r, b, MEND_STEP_FAILED, why, -1, NULL);
+    } else if (st->status == MEND_STEP_WAITING || st->status == MEND_STEP_RETRY_WAIT ||
+               st->status == MEND_STEP_SLEEPING || st->status == MEND_STEP_BREAKER_OPEN) {
+      mend__step_to(r, b, MEND_STEP_PENDING, NULL, -1, why);
+    }
+  }
+}
+
 void mend__group_stop(mend_run *r, const char *why) {
   struct mend_group *G = MEND_COLD(r, group);
-  if (!G || G->g < 0) return;
+  if (!G || G->g < 0) {
+    stop_at_rest(r, why);
+    return;
+  }
   int *children = calloc((size_t)G->nlanes + 1, sizeof *children), nchildren = 0;
   for (int k = 0; k < G->nlanes; k++) {
     mend_run *l = G->lanes[k];
@@ -402,8 +428,15 @@ void mend__group_stop(mend_run *r, const char *why) {
     mend_timer_disarm(&l->E->timers, &l->wait);
     l->wait_kind = WAIT_NONE;
     if (l->queued) l->next_action = ACT_NONE;
-    if (child_waits(l) && children) children[nchildren++] = b;
-    if (l->steps[b].status == MEND_STEP_RUNNING) mend__step_to(l, b, MEND_STEP_FAILED, why, -1, NULL);
+    if (child_waits(l) && children) {
+      children[nchildren++] = b;
+      /* What its child did may be half done: the branch is undone with the group, first (its
+       * row is the latest settled), and stays compensating until the child has ended. */
+      mend_error_info info = {MEND_ERR_COMPENSABLE, why, -1, 1, 0};
+      mend__step_err_to(l, b, MEND_STEP_FAILED, &info, why, -1, NULL);
+      l->steps[b].compensate_self = 1;
+      note_done(r, b);
+    } else if (l->steps[b].status == MEND_STEP_RUNNING) mend__step_to(l, b, MEND_STEP_FAILED, why, -1, NULL);
     else if (l->steps[b].status != MEND_STEP_PENDING) mend__step_to(l, b, MEND_STEP_PENDING, NULL, -1, why);
     l->cur = -1;
   }

@@ -412,17 +412,26 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
       strcmp(q->method, "HEAD")) {
     int i = r->cur;
     const step_rt *st = &r->steps[i];
-    /* ctx.idempotency_key's: a map's item or a branch is named for itself ("charge/3") */
-    const char *key = st->custom_key ? st->idem_key : NULL;
+    /* ctx.idempotency_key's: a map's item or a branch is named for itself ("charge/3"). A
+     * compensation's requests carry it with "/compensate": the undo is another effect, and a
+     * service that keeps keys across its endpoints would answer a refund sent with its
+     * charge's key with the charge, refunding nothing. */
+    static const char undo[] = "/compensate";
+    size_t ul = st->status == MEND_STEP_COMPENSATING ? sizeof undo - 1 : 0;
+    const char *key = st->custom_key && !ul ? st->idem_key : NULL;
     char small[256], *built = NULL;
     if (!key) {
-      const char *name = mend__step_name(r, i);
-      size_t idn = strlen(r->id), nn = strlen(name);
-      built = idn + nn + 2 <= sizeof small ? small : malloc(idn + nn + 2);
+      const char *head = st->custom_key ? st->idem_key : r->id;
+      const char *name = st->custom_key ? "" : mend__step_name(r, i);
+      size_t hn = strlen(head), nn = strlen(name), sep = st->custom_key ? 0 : 1;
+      size_t need = hn + sep + nn + ul + 1;
+      built = need <= sizeof small ? small : malloc(need);
       if (!built) { snprintf(err, (size_t)errlen, "out of memory"); return -1; }
-      memcpy(built, r->id, idn);
-      built[idn] = '/';
-      memcpy(built + idn + 1, name, nn + 1);
+      memcpy(built, head, hn);
+      if (sep) built[hn] = '/';
+      memcpy(built + hn + sep, name, nn);
+      memcpy(built + hn + sep + nn, undo, ul);
+      built[need - 1] = 0;
       key = built;
     }
     int bad = strpbrk(key, "\r\n") != NULL;

@@ -144,7 +144,7 @@ int mend__looks_pick_up(mend_engine *E, int wait) {
       look_row *w = rc > 0 ? row_for(&x, l) : NULL;
       if (w && r->took_seq <= E->look_seq) {
         mend__take_looked_event(r, l->step, w->seq, w->payload, w->key);
-        w->payload = w->key = NULL;   /* the step's now */
+        w->payload = w->key = NULL;   /* the step's now (freed by it if it came late) */
         free(w->run_id);              /* a second look of the run's finds the step moved on */
         w->run_id = NULL;
         did++;

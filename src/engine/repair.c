@@ -146,12 +146,21 @@ int mend__cancel_now(mend_run *r, const char *who, char *err, int errlen) {
   snprintf(msg, sizeof msg, "cancelled by %s", who ? who : "?");
   mend__group_stop(r, msg);   /* a group's branches in flight let go too */
   if (st && st->status == MEND_STEP_RUNNING) mend__step_to(r, i, MEND_STEP_FAILED, msg, -1, NULL);
-  else if (st && st->status != MEND_STEP_PENDING) mend__step_to(r, i, MEND_STEP_PENDING, NULL, -1, NULL);
+  else if (child_waits) {
+    /* What its child did came after every earlier step and may be half done: the step is
+     * undone first, as a compensable failure, and stays compensating until the child,
+     * cancelled below, has ended (a child that cannot be undone holds the run with it). */
+    mend_error_info info = {MEND_ERR_COMPENSABLE, msg, -1, 1, 0};
+    mend__step_err_to(r, i, MEND_STEP_FAILED, &info, msg, -1, NULL);
+    st->compensate_self = 1;
+  } else if (st && st->status != MEND_STEP_PENDING) mend__step_to(r, i, MEND_STEP_PENDING, NULL, -1, NULL);
   mend__set_str(&r->error, msg);
   r->reason = "cancelled";
   r->fail_step = i;
-  int anything = 0;
-  for (int j = 0; j < r->wf->nsteps; j++) anything |= j != i && r->steps[j].status == MEND_STEP_SUCCEEDED;
+  int anything = child_waits;
+  for (int j = 0; j < r->wf->nsteps; j++)   /* a branch whose child was cancelled: compensable */
+    anything |= j != i && (r->steps[j].status == MEND_STEP_SUCCEEDED ||
+                           (r->steps[j].status == MEND_STEP_FAILED && r->steps[j].compensate_self));
   anything |= mend__items_succeeded(r);
   if (!anything) {
     mend__run_to(r, MEND_RUN_FAILED);
@@ -160,7 +169,8 @@ int mend__cancel_now(mend_run *r, const char *who, char *err, int errlen) {
     mend__run_to(r, MEND_RUN_COMPENSATING);
     /* a group or a map cancelled in flight undoes its branches or items that succeeded */
     const mend_step_def *def = i < r->wf->nsteps ? &r->wf->steps[i] : NULL;
-    r->cur = def && def->nbranches ? i + def->nbranches : def && def->map_ref != LUA_NOREF ? i : i - 1;
+    r->cur = def && def->nbranches ? i + def->nbranches
+           : def && (def->map_ref != LUA_NOREF || child_waits) ? i : i - 1;
     mend__queue(r, ACT_ADVANCE);
   }
   if (child_waits) mend__cancel_child(r, i, who);   /* once this run no longer waits for it */

@@ -463,7 +463,14 @@ static void compensation_failed(mend_run *r, int i, const mend_error_info *info)
     st->last_delay = delay;
     st->due = mend_engine_now(E) + delay;
     mend__write_step(r, i);
-    mend__history(r, mend__step_name(r, i), "compensate_failed", NULL, NULL, st->comp_attempts, msg, delay, NULL);
+    /* The attempt's requests belong to its own outcome's row, not to the next attempt's. */
+    char *http = MEND_COLD(r, http_detail);
+    if (http) r->cold->http_detail = NULL;
+    mend__history(r, mend__step_name(r, i), "compensate_failed", NULL, NULL, st->comp_attempts, msg, delay, http);
+    if (http) {
+      free(http);
+      mend__run_cold_trim(r);
+    }
     mend_engine_log_line(E, "warn", r->id, mend__step_name(r, i), st->comp_attempts, "compensate_failed", msg);
     r->wait_kind = WAIT_COMP_RETRY;
     mend__arm(r, &r->wait, st->due);

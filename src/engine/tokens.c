@@ -219,10 +219,11 @@ int mend__token_due(mend_run *r, int i, char *msg, size_t len) {
 /* ---------------------------------------------------------------- completing */
 
 /* Where the attempt that made a token stands: from memory when the run is held here, else
- * from the store. 0 and status/attempts, or an MEND_TOKEN_* code with err. */
+ * from the store. 0 and status/attempts/due (-1: none), or an MEND_TOKEN_* code with err. */
 static int attempt_now(mend_engine *E, const char *run_id, const char *step, char *run_status,
-                       size_t rslen, char *step_status, size_t sslen, int *attempts, char *err,
-                       int errlen) {
+                       size_t rslen, char *step_status, size_t sslen, int *attempts, double *due,
+                       char *err, int errlen) {
+  *due = -1;
   mend_run *r = find_run(E, run_id);
   if (r) {
     snprintf(run_status, rslen, "%s", mend_run_status_name(r->status));
@@ -230,6 +231,7 @@ static int attempt_now(mend_engine *E, const char *run_id, const char *step, cha
       if (strcmp(r->wf->steps[i].name, step) != 0) continue;
       snprintf(step_status, sslen, "%s", mend_step_status_name(r->steps[i].status));
       *attempts = r->steps[i].attempts;
+      *due = r->steps[i].due;
       return 0;
     }
     mend_errorf(err, errlen, "run %s has no step %s", run_id, step);
@@ -250,6 +252,8 @@ static int attempt_now(mend_engine *E, const char *run_id, const char *step, cha
     if (!name || strcmp(name, step) != 0) continue;
     snprintf(step_status, sslen, "%s", json_string_value(json_object_get(s, "status")));
     *attempts = (int)json_integer_value(json_object_get(s, "attempts"));
+    json_t *d = json_object_get(s, "due");
+    if (json_is_number(d)) *due = json_number_value(d);
     rc = 0;
   }
   json_decref(row);
@@ -312,7 +316,9 @@ int mend_engine_settle_token(mend_engine *E, const char *token, int ok, const ch
   }
   char rs[32] = "", ss[32] = "";
   int now_attempts = 0;
-  if (!rc) rc = attempt_now(E, run_id, step, rs, sizeof rs, ss, sizeof ss, &now_attempts, err, errlen);
+  double due = -1;
+  if (!rc)
+    rc = attempt_now(E, run_id, step, rs, sizeof rs, ss, sizeof ss, &now_attempts, &due, err, errlen);
   if (!rc && strcmp(rs, "running") != 0) {
     mend_errorf(err, errlen, "run %s is %s: its tokens are of no use any more", run_id, rs);
     rc = MEND_TOKEN_EENDED;
@@ -323,6 +329,12 @@ int mend_engine_settle_token(mend_engine *E, const char *token, int ok, const ch
   } else if (!rc && strcmp(ss, "running") != 0 && strcmp(ss, "waiting") != 0) {
     mend_errorf(err, errlen, "attempt %d of step %s is over (%s): its token is refused", attempt,
                 step, ss);
+    rc = MEND_TOKEN_ESTALE;
+  } else if (!rc && strcmp(ss, "waiting") == 0 && due >= 0 && mend_engine_now(E) > due) {
+    /* The deadline is the step's: a worker that was not there to see it pass (killed,
+     * stopped) must not find an answer that came after it, and take it. */
+    mend_errorf(err, errlen, "attempt %d of step %s timed out %.3f s before this answer: its"
+                " token is refused", attempt, step, mend_engine_now(E) - due);
     rc = MEND_TOKEN_ESTALE;
   }
   if (rc) {

@@ -130,6 +130,21 @@ int mend__sqlite_consume_event(mend_store *s, const char *run_id, long long seq,
   return mend__rec_end(s);
 }
 
+int mend__sqlite_event_sent(mend_store *s, long long seq, double *sent) {
+  if (mend__sync_point(s) != 0) return -1;
+  sqlite3_stmt *q = NULL;
+  int rc = sqlite3_prepare_v2(s->db, "SELECT sent FROM inbox WHERE seq = ?1 AND sent IS NOT NULL",
+                              -1, &q, NULL);
+  if (rc == SQLITE_OK) rc = sqlite3_bind_int64(q, 1, (sqlite3_int64)seq);
+  if (rc == SQLITE_OK) rc = sqlite3_step(q);
+  int row = rc == SQLITE_ROW;
+  if (row) *sent = sqlite3_column_double(q, 0);
+  else if (rc != SQLITE_DONE)
+    mend__set_msg(s->err, sizeof s->err, "%s: read a run's inbox: %s", s->path, sqlite3_errmsg(s->db));
+  sqlite3_finalize(q);
+  return row ? 1 : rc == SQLITE_DONE ? 0 : -1;
+}
+
 long long mend__sqlite_last_event(mend_store *s) {
   sqlite3_stmt *q = mend__reader_stmt(s, &s->q_last_committed, Q_LAST_EVENT);
   if (q) {

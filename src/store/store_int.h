@@ -301,6 +301,7 @@ int mend__sqlite_record_event(mend_store *s, const char *run_id, const char *nam
 int mend__sqlite_next_event(mend_store *s, const char *run_id, const char *name, long long *seq, char **payload, char **key);
 int mend__sqlite_consume_event(mend_store *s, const char *run_id, long long seq, const char *step, double at);
 long long mend__sqlite_last_event(mend_store *s);
+int mend__sqlite_event_sent(mend_store *s, long long seq, double *sent);
 long long mend__sqlite_events_after(mend_store *s, long long after, int limit, void (*fn)(void *ud, const char *run_id), void *ud);
 json_t *mend__sqlite_inbox(mend_store *s, const char *run_id);
 void mend__sqlite_set_worker(mend_store *s, const char *worker);

@@ -549,6 +549,7 @@ const mend_store_methods mend__pg_methods = {
   .look_ahead_take = mend__pg_look_ahead_take,
   .consume_event = mend__pg_consume_event,
   .last_event = mend__pg_last_event,
+  .event_sent = mend__pg_event_sent,
   .events_after = mend__pg_events_after,
   .inbox = pg_inbox,
   .set_worker = mend__pg_set_worker,

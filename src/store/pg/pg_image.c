@@ -281,6 +281,7 @@ void mend__pg_pre_forget(mend_pg *p, int q, const char *v0) {
   case P_FIND_KEY_RESULT: case P_GET_BREAKER: case P_LAST_SEQ: case P_VERSION_SCRIPT:
   case P_OWNER: case P_HOLDERS: case P_HELD: case P_CLAIMABLE_QUICK: case P_CLAIMABLE_THOROUGH:
   case P_CANCEL_REQUESTS: case P_NEXT_EVENT: case P_LAST_EVENT: case P_EVENTS_AFTER:
+  case P_EVENT_SENT:
   case P_TOKEN_OF_ATTEMPT: case P_IMAGE_RUN: case P_IMAGE_STEPS: case P_IMAGE_HISTORY:
   case P_IMAGES_RUN: case P_IMAGES_STEPS: case P_IMAGES_HISTORY:
   case P_CLAIM_OLDEST: case P_CLAIM_NEWEST: case P_CLAIM_FREE_OLDEST: case P_CLAIM_FREE_NEWEST:

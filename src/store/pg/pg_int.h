@@ -38,7 +38,7 @@ enum {
   P_CLAIMABLE_QUICK, P_CLAIMABLE_THOROUGH,
   P_TAKE, P_REQUEST_CANCEL, P_CANCEL_REQUESTS, P_DLQ_REMOVE, P_AUDIT,
   P_MOVE_RUN, P_DROP_STEPS_FROM,
-  P_SEND_EVENT, P_NEXT_EVENT, P_LAST_EVENT, P_EVENTS_AFTER,
+  P_SEND_EVENT, P_NEXT_EVENT, P_LAST_EVENT, P_EVENTS_AFTER, P_EVENT_SENT,
   P_PUT_TOKEN, P_TOKEN_OF_ATTEMPT, P_USE_TOKEN, P_SET_PARENT, P_REOPEN_RUN,
   P_IMAGE_RUN, P_IMAGE_STEPS, P_IMAGE_HISTORY,
   P_IMAGES_RUN, P_IMAGES_STEPS, P_IMAGES_HISTORY, P_INSERT_RUN_KEY, P_APPEND_HISTORIES, P_PUT_STEPS,
@@ -369,6 +369,7 @@ int mend__pg_look_ahead_take(mend_store *s, int wait,
 int mend__pg_consume_event(mend_store *s, const char *run_id, long long seq, const char *step,
                            double at);
 long long mend__pg_last_event(mend_store *s);
+int mend__pg_event_sent(mend_store *s, long long seq, double *sent);
 long long mend__pg_events_after(mend_store *s, long long after, int limit,
                                 void (*fn)(void *ud, const char *run_id), void *ud);
 

@@ -494,6 +494,18 @@ int mend__pg_consume_event(mend_store *s, const char *run_id, long long seq, con
   return mend__pg_rec_end(p);
 }
 
+int mend__pg_event_sent(mend_store *s, long long seq, double *sent) {
+  char text[24];
+  snprintf(text, sizeof text, "%lld", seq);
+  const char *v[1] = {text};
+  PGresult *r = read_now(PG(s), P_EVENT_SENT, 1, v, "read a run's inbox");
+  if (!r) return -1;
+  int row = PQntuples(r) > 0;
+  if (row) *sent = atof(PQgetvalue(r, 0, 0));
+  PQclear(r);
+  return row;
+}
+
 long long mend__pg_last_event(mend_store *s) {
   long long seq;
   if (mend__pg_aux_last_event(PG(s), &seq) == 0) return seq;

@@ -235,6 +235,7 @@ const char *const mend__pg_sql[P__COUNT] = {
     " AS w(run_id, name) CROSS JOIN LATERAL (SELECT seq, payload, key FROM inbox"
     " WHERE run_id = w.run_id AND name = w.name AND consumed IS NULL ORDER BY seq LIMIT 1) e",
   [P_LAST_EVENT] = "SELECT coalesce(max(seq), 0) FROM inbox",
+  [P_EVENT_SENT] = "SELECT sent FROM inbox WHERE seq = $1::bigint AND sent IS NOT NULL",
   [P_EVENTS_AFTER] =
     "SELECT seq, run_id FROM inbox WHERE seq > $1::bigint ORDER BY seq LIMIT $2::bigint",
   /* Completion tokens and child runs (schema 2), joining the open batch at once (pg_tokens.c). */
