@@ -172,6 +172,35 @@ describe("a step with child", function()
     assert.are.same({ "refund" }, log)
   end)
 
+  -- A child in the dead-letter queue as its parent is cancelled is no end: the parent waits,
+  -- and once a person retries the child to success, the child is undone before the parent's
+  -- earlier steps.
+  it("undoes a child that succeeded after its parent was cancelled, then the parent", function()
+    local eng = H.new_engine()
+    local log = {}
+    local broken = true
+    eng:register{ name = "shipping", steps = {
+      { name = "pack", execute = function() log[#log + 1] = "pack" return { box = 1 } end,
+        compensate = function() log[#log + 1] = "unpack" end },
+      { name = "label", execute = function()
+          if broken then error(require("mend").compensable("printer jam", { severity = 3 })) end
+          return { t = 1 } end } } }
+    eng:register(order(log))
+    local id = eng:start("order", { id = "o10" })
+    eng:run()
+    local c = child_of(eng, id)
+    assert.are.equal("needs_attention", eng:status(c.run_id).status)
+    eng:cancel(id)
+    eng:run()
+    assert.are.equal("compensating", eng:status(id).status)
+    broken = false
+    eng:dlq_retry(c.run_id)
+    eng:run()
+    assert.are.equal("compensated", eng:status(c.run_id).status)
+    assert.are.equal("compensated", eng:status(id).status)
+    assert.are.same({ "pack", "unpack", "refund" }, log)
+  end)
+
   it("puts a cancelled parent in the dead-letter queue when a branch's running child cannot be undone",
      function()
     local eng = H.new_engine()

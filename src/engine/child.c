@@ -205,6 +205,8 @@ void mend__child_resolved(mend_engine *E, const char *id) {
  * person, or failed with nothing done) is done, the dead-letter queue a compensation that
  * failed. Anything else (an end of another step's child, or of one cancelled) is consumed and
  * passed over. */
+static void reopen_child(mend_run *r, int i, const char *id);
+
 int mend__take_child(mend_run *r, int i) {
   mend_engine *E = r->E;
   step_rt *st = &r->steps[i];
@@ -237,6 +239,16 @@ int mend__take_child(mend_run *r, int i) {
                           (back && strcmp(status, "failed") == 0));
     int relevant = status && (forward ? strcmp(status, "needs_attention") != 0
                                       : strcmp(status, "succeeded") != 0);
+    if (back && p && step && child && status && strcmp(status, "succeeded") == 0 &&
+        strcmp(step, def->name) == 0) {
+      /* The child ended well after the parent began going back (it sat in the dead-letter
+       * queue and a person retried it, or a worker elsewhere finished it as the cancel came):
+       * its undoing starts now, and the step waits for that end. */
+      char id[MEND_RUN_ID_LEN];
+      if (child_of(r, i, id) > 0 && strcmp(id, child) == 0) reopen_child(r, i, id);
+      json_decref(p);
+      continue;
+    }
     if (!p || !step || !relevant || strcmp(step, def->name) != 0) {
       json_decref(p);
       continue;
@@ -270,18 +282,11 @@ int mend__take_child(mend_run *r, int i) {
   }
 }
 
-/* Step i's child succeeded and the parent compensates: the child run is reopened to reverse
- * its own saga, here when its workflow is loaded here, else by whichever worker takes it.
- * The step stays compensating until the child's undoing ends. */
-void mend__undo_child(mend_run *r, int i) {
+/* Step i's child `id`, if it succeeded, is reopened to reverse its own saga: here when its
+ * workflow is loaded here, else by whichever worker takes it. One not (yet) succeeded is left
+ * as it is: a store's reopen takes a succeeded run only. */
+static void reopen_child(mend_run *r, int i, const char *id) {
   mend_engine *E = r->E;
-  char id[MEND_RUN_ID_LEN];
-  int f = child_of(r, i, id);
-  if (f <= 0) {
-    mend__attempt_done(r, 1, NULL, NULL);   /* nothing was started: nothing to undo */
-    return;
-  }
-  r->wait_kind = WAIT_EVENT;
   /* A copy here that ended is one about to be let go (its last action queued): the store's
    * run is the one reopened. One still going is being undone already. */
   mend_run *here = find_run(E, id);
@@ -307,6 +312,19 @@ void mend__undo_child(mend_run *r, int i) {
       }
     }
   }
+}
+
+/* Step i's child succeeded and the parent compensates: the child is reopened (reopen_child).
+ * The step stays compensating until the child's undoing ends. */
+void mend__undo_child(mend_run *r, int i) {
+  char id[MEND_RUN_ID_LEN];
+  int f = child_of(r, i, id);
+  if (f <= 0) {
+    mend__attempt_done(r, 1, NULL, NULL);   /* nothing was started: nothing to undo */
+    return;
+  }
+  r->wait_kind = WAIT_EVENT;
+  reopen_child(r, i, id);
   mend__take_child(r, i);
 }
 
