@@ -511,6 +511,7 @@ void mend_engine_destroy(mend_engine *E) {
     next = wf->next;
     mend_workflow_free(E->L, wf);
   }
+  mend_engine_load_failures_free(E);
   for (struct mend_breaker_slot *s = E->breakers, *next; s; s = next) {
     next = s->next;
     free(s->key);

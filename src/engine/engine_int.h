@@ -214,6 +214,7 @@ struct mend_engine {
   mend_rng rng;
   uint64_t id_ms, id_rnd;   /* the last run id made (new_run_id) */
   mend_workflow *workflows;
+  struct mend_load_failure *load_failures;   /* files whose last load failed (load.c) */
   struct mend_breaker_slot *breakers;
   mend_run *runs;
   /* States of ended attempts, kept for the next ones (attempt.c): with many attempts in
