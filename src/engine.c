@@ -439,6 +439,7 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
   E->wakeup->data = E;
   uv_unref((uv_handle_t *)E->wakeup);
   E->events = json_array();
+  E->events_durable = json_array();
   E->alerts_handed = json_array();
   E->events_handed = json_array();
   char serr[600];
@@ -521,6 +522,7 @@ void mend_engine_destroy(mend_engine *E) {
   while (E->children) mend__child_unlink(E->children);
   json_decref(E->alerts);
   json_decref(E->events);
+  json_decref(E->events_durable);
   json_decref(E->alerts_handed);
   json_decref(E->events_handed);
   mend__forget_host_calls(E);

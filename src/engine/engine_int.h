@@ -291,6 +291,8 @@ struct mend_engine {
   int tprof_tried;
   run_fifo throttled;     /* attempts waiting under the global max_concurrency */
   json_t *events;         /* for cfg.on_event, fired after the batch commits */
+  json_t *events_durable; /* for cfg.on_event, of batches durable already: fired as the pump
+                             turn that made them ends */
   struct host_fn *hosts;
   struct mend_host_call *open_calls;
   /* answered, their steps resumed by a pump turn, in the order answered (hostcall.c) */
@@ -507,6 +509,10 @@ void mend__admit_next(mend_run *r);
 void mend__alert(mend_run *r, const char *kind, int step, const char *reason, const char *error);
 void mend__alert_handle_closed(uv_handle_t *h);
 void mend__emit(mend_engine *E, json_t *ev);
+/* An event of what a durable batch recorded: heard as the pump turn ends, whatever the open
+ * batch holds. */
+void mend__emit_durable(mend_engine *E, json_t *ev);
+void mend__fire_durable(mend_engine *E);
 void mend__fire_batch(mend_engine *E, json_t *alerts, json_t *events);
 
 /* ---- group.c: parallel groups, their lanes, their compensation in order of completion */

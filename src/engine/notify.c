@@ -42,6 +42,19 @@ static void fire_events(mend_engine *E, json_t *events) {
   json_decref(events);
 }
 
+void mend__emit_durable(mend_engine *E, json_t *ev) {
+  if (!E->cfg.on_event) { json_decref(ev); return; }
+  json_object_set_new(ev, "at", json_real(mend_engine_now(E)));
+  json_array_append_new(E->events_durable, ev);
+}
+
+void mend__fire_durable(mend_engine *E) {
+  if (!json_array_size(E->events_durable)) return;
+  json_t *events = E->events_durable;
+  E->events_durable = json_array();
+  fire_events(E, events);
+}
+
 /* ---- the alert command: fire and forget, the event as one JSON line on its stdin */
 
 typedef struct alert_proc {

@@ -305,10 +305,14 @@ void mend__do_action(mend_run *r) {
       break;
     }
     case ACT_FINISH:
-      /* its last run_to already gave the lease back (mend_store_update_run) */
+      /* its last run_to already gave the lease back (mend_store_update_run). The batch of its
+       * end is durable: its end is heard in this turn, as it leaves the runs in flight, not
+       * with the open batch (a lease renewal in it would leave a host that stops ticking at 0
+       * in flight without it). */
       if (r->E->cfg.on_event)
-        mend__emit(r->E, json_pack("{s:s, s:s, s:s, s:s}", "type", "run_finished", "run_id", r->id,
-                           "workflow", r->wf->name, "status", mend_run_status_name(r->status)));
+        mend__emit_durable(r->E, json_pack("{s:s, s:s, s:s, s:s}", "type", "run_finished",
+                                           "run_id", r->id, "workflow", r->wf->name,
+                                           "status", mend_run_status_name(r->status)));
       mend__run_free(r);
       break;
     case ACT_NONE: break;
@@ -438,6 +442,7 @@ static int pump_turn(mend_engine *E);
 int mend__pump_turn(mend_engine *E) {
   int rc = pump_turn(E);
   mend__durable_fire(E);
+  mend__fire_durable(E);
   return rc;
 }
 
