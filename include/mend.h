@@ -288,10 +288,9 @@ MEND_API int mend_engine_tick_ex(mend_engine *engine, double budget, mend_tick_s
 MEND_API double mend_engine_next_tick(mend_engine *engine);
 /* Thread-safe: wakes the loop the engine runs on. */
 MEND_API void mend_engine_wakeup(mend_engine *engine);
-/* Runs in flight (held in memory by this engine). A run's end is heard (its run_finished
- * event) once the batch open when it left is durable, which may be a tick after this count fell:
- * a host that waits for every end ticks until mend_engine_next_tick() says nothing is
- * scheduled (-1) too. */
+/* Runs in flight (held in memory by this engine). A run leaves this count in the turn that
+ * delivers its run_finished event (once its end is durable): a host that stops ticking when
+ * it falls to 0 has heard every end. */
 MEND_API int mend_engine_in_flight_count(mend_engine *engine);
 /* Virtual clock only: moves time on by `seconds`, doing the work that comes due. MEND_ECLOCK
  * with a real clock; MEND_EINVAL if seconds is negative, NaN or would make the clock infinite;

@@ -488,6 +488,33 @@ describe("mend serve", function()
     assert.are.same({ 1.8446744073709552e19, math.maxinteger }, shown.input)
   end)
 
+  it("says a start's workflow file failed to load, and why, as the log says", function()
+    for _, command in ipairs { "serve", "worker" } do
+      local dir, db = workspace()
+      H.write_file(dir, "broken.lua", "return { name = 'broken', steps = {\n")
+      local base = start(dir, db, "--listen 127.0.0.1:0", command)
+      local code, e = post(base, "/api/v1/runs", { workflow = "broken" })
+      assert.are.equal(503, code, command)
+      assert.are.equal("workflow_failed_to_load", e.error.code, command)
+      local logged
+      for line in H.read(dir .. "/serve.err"):gmatch("[^\n]+") do
+        local ok, entry = pcall(json.decode, line)
+        if ok and type(entry) == "table" and entry.event == "workflow" then logged = entry.message end
+      end
+      assert.truthy(logged, command .. ": the load error in the log")
+      assert.matches("broken%.lua:%d+:", logged)
+      assert.are.equal("workflow broken cannot start: its file broken.lua failed to load: " ..
+                       logged, e.error.message)
+      -- the other files serve, and a name of no file at all is still unknown
+      code = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "x" } })
+      assert.are.equal(201, code, command)
+      code, e = post(base, "/api/v1/runs", { workflow = "nope" })
+      assert.are.equal(404, code, command)
+      assert.are.equal("unknown_workflow", e.error.code, command)
+      stop_all()
+    end
+  end)
+
   it("lists runs with filters, and pages through them with a cursor", function()
     local dir, db = workspace()
     local dead = dead_letter(dir, db)

@@ -247,15 +247,32 @@ describe("mend run FILE --key K again", function()
   end)
 
   it("waits for the end of a run that a live worker holds, and says so", function()
-    local dir, db = setup(1)
+    -- The worker's run waits for an event that is sent only once `mend run` says it waits:
+    -- the run cannot end before `mend run` has found it held, however slow either starts.
+    local dir = H.tmp_dir()
+    H.write_file(dir, "slow.lua", (slow(0):gsub("sleep = 0", 'wait_for = "go"')))
+    local db = H.new_db(dir, "jobs.db")
     local id = start(dir, db, "--key order-2")
     local worker = spawn(dir, db, "worker --workflows . --poll 0.02")
-    until_status(db, id, step_is("b", "sleeping"))
-    local rc, out, err = mend_in(dir, db, "run slow.lua --key order-2")
+    finally(function() kill_dead(worker) end)
+    until_status(db, id, step_is("b", "waiting"))
+    os.execute(("cd %s && sh -c '%s run slow.lua --key order-2 --db %s >out 2>err & echo $! >pid;"
+      .. " wait $!; echo $? >rc' &"):format(q(dir), MEND, q(db)))
+    H.wait_for("its pid", function() return H.read(dir .. "/pid"):match("%d+") end, 10)
+    finally(function()
+      if H.read(dir .. "/rc") == "" then kill_dead(H.read(dir .. "/pid"):match("%d+")) end
+    end)
+    H.wait_for("mend run to say it waits", function()
+      return H.read(dir .. "/err"):find("waiting for its end", 1, true) or H.read(dir .. "/rc") ~= ""
+    end, 30)
+    assert.matches("is held by worker %S+; waiting for its end", H.read(dir .. "/err"))
+    assert.are.equal("running", json_of(db, "status " .. id).status)
+    local rc, _, err = mend_in(nil, db, "signal " .. id .. " go")
+    assert.are.equal(0, rc, err)
+    H.wait_for("mend run to end", function() return H.read(dir .. "/rc") ~= "" end, 30)
     signal(worker, "TERM")
-    assert.are.equal(0, rc, out .. err)
-    assert.matches("is held by worker %S+; waiting for its end", err)
-    assert.matches("slow run " .. id .. ": succeeded", out)
+    assert.are.equal(0, tonumber(H.read(dir .. "/rc")), H.read(dir .. "/err"))
+    assert.matches("slow run " .. id .. ": succeeded", H.read(dir .. "/out"))
   end)
 end)
 

@@ -1,13 +1,14 @@
 /*
- * capi: the public C API of include/mend.h over the engine. Owns the mapping from internal
- * failures to mend_status codes, the JSON text handed to hosts, the adapters from the
- * engine's callbacks to the host's (and the count of those the engine is inside, from which it
- * is not freed), the refusal of what no call can use (a NULL engine or argument, options out of
- * range, an engine freed already), which thread an engine belongs to (its hand-over by
- * mend_engine_adopt, and the refusal of other threads' calls, told on both threads), and the
- * hint a host gets when mend's own Lua files are not where it looked. Nothing else. Must
- * never: choose a status from a message's text (each of the engine's codes, mend_refusal and
- * the event and token codes, has one status); reach the engine's insides (engine.h only).
+ * capi: the public C API of include/mend.h over the engine, but for the calls that read and
+ * repair (capi_ops.c, through capi_int.h). Owns the mapping from internal failures to
+ * mend_status codes, the adapters from the engine's callbacks to the host's (and the count of
+ * those the engine is inside, from which it is not freed), the refusal of what no call can use
+ * (a NULL engine or argument, options out of range, an engine freed already), which thread an
+ * engine belongs to (its hand-over by mend_engine_adopt, and the refusal of other threads'
+ * calls, told on both threads), and the hint a host gets when mend's own Lua files are not
+ * where it looked. Nothing else. Must never: choose a status from a message's text (each of
+ * the engine's codes, mend_refusal and the event and token codes, has one status); reach the
+ * engine's insides (engine.h only).
  */
 #include "mend.h"
 
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "capi_int.h"
 #include "engine.h"
 #include "log.h"
 #include "lmend.h"
@@ -233,9 +235,7 @@ static handle *start_driving(mend_engine *E) {
   return NULL;
 }
 
-/* MEND_OK when the call may go on with E: not NULL, made here and not freed, and on the
- * thread E belongs to (a call from another would race with everything that thread does). */
-static int check_engine(mend_engine *E, const char *what) {
+int mend__capi_check_engine(mend_engine *E, const char *what) {
   handle *h = NULL;
   int here = E ? owned_here(E, what, &h, 0) : -1;
   int rc = here < 0 ? MEND_EINVAL : here ? MEND_ESTATE : MEND_OK;
@@ -247,14 +247,7 @@ static int check_engine(mend_engine *E, const char *what) {
   return rc;
 }
 
-#define NEED_ENGINE_AS(E, what)                          \
-  do {                                                   \
-    int need_rc_ = check_engine((E), (what));            \
-    if (need_rc_ != MEND_OK) return need_rc_;            \
-  } while (0)
-#define NEED_ENGINE(E) NEED_ENGINE_AS((E), __func__)
-
-static int invalid(mend_engine *E, const char *what) {
+int mend__capi_invalid(mend_engine *E, const char *what) {
   mend_engine_note_error(E, what);
   return MEND_EINVAL;
 }
@@ -300,7 +293,7 @@ static int status_of(mend_refusal why) {
   return MEND_ESTATE;
 }
 
-static int refusal_status(mend_engine *engine) { return status_of(mend_engine_refusal(engine)); }
+int mend__capi_refusal_status(mend_engine *engine) { return status_of(mend_engine_refusal(engine)); }
 
 MEND_API int mend_engine_new(const mend_options *host_opts, mend_engine **out, char *err,
                              size_t errlen) {
@@ -459,7 +452,7 @@ MEND_API const char *mend_engine_errmsg(mend_engine *engine) {
 MEND_API int mend_engine_load(mend_engine *engine, const char *path, char *name_out, size_t name_len) {
   char err[1024];
   NEED_ENGINE(engine);
-  if (!path) return invalid(engine, "mend_engine_load: path is NULL");
+  if (!path) return mend__capi_invalid(engine, "mend_engine_load: path is NULL");
   PANIC_EXIT(engine);
   mend_workflow *wf = mend_engine_load_file(engine, path, err, sizeof err);
   PANIC_EXIT_END(engine);
@@ -484,7 +477,7 @@ static void host_adapter(void *ud, mend_host_call *call, json_t *args) {
 MEND_API int mend_engine_register_function(mend_engine *engine, const char *name, mend_host_fn fn,
                                            void *ud) {
   NEED_ENGINE(engine);
-  if (!name || !fn) return invalid(engine, "mend_engine_register_function: name and fn may not be NULL");
+  if (!name || !fn) return mend__capi_invalid(engine, "mend_engine_register_function: name and fn may not be NULL");
   handle *h = handle_of(engine);   /* there: NEED_ENGINE found it, on its own thread */
   host_fn_box *box = malloc(sizeof *box);
   if (!box) return MEND_ENOMEM;
@@ -557,7 +550,7 @@ MEND_API int mend_engine_start(mend_engine *engine, const char *workflow, const 
   char err[1024];
   NEED_ENGINE(engine);
   if (!workflow || !run_id_out)
-    return invalid(engine, "mend_engine_start: workflow and run_id_out may not be NULL");
+    return mend__capi_invalid(engine, "mend_engine_start: workflow and run_id_out may not be NULL");
   if (strlen(workflow) <= MEND_NAME_MAX && !mend_engine_workflow(engine, workflow)) {
     snprintf(err, sizeof err, "no workflow named \"%s\" is loaded", workflow);
     mend_engine_note_error(engine, err);
@@ -566,7 +559,7 @@ MEND_API int mend_engine_start(mend_engine *engine, const char *workflow, const 
   if (mend_engine_panicked(engine)) return MEND_EBROKEN;
   if (mend_engine_start_json(engine, workflow, input_json, run_key, run_id_out, &ex, err, sizeof err)) {
     mend_engine_note_error(engine, err);
-    return refusal_status(engine);
+    return mend__capi_refusal_status(engine);
   }
   if (existed) *existed = ex;
   return MEND_OK;
@@ -620,7 +613,7 @@ MEND_API int mend_engine_tick_ex(mend_engine *engine, double budget, mend_tick_s
 /* The getters that answer a value refuse another thread as check_engine does (they read what
  * the engine's thread writes), answering as for a NULL engine. */
 MEND_API double mend_engine_next_tick(mend_engine *engine) {
-  return check_engine(engine, __func__) == MEND_OK ? mend_engine_next_due(engine) : -1;
+  return mend__capi_check_engine(engine, __func__) == MEND_OK ? mend_engine_next_due(engine) : -1;
 }
 
 MEND_API void mend_engine_wakeup(mend_engine *engine) {
@@ -628,7 +621,7 @@ MEND_API void mend_engine_wakeup(mend_engine *engine) {
 }
 
 MEND_API int mend_engine_in_flight_count(mend_engine *engine) {
-  return check_engine(engine, __func__) == MEND_OK ? mend_engine_in_flight(engine) : 0;
+  return mend__capi_check_engine(engine, __func__) == MEND_OK ? mend_engine_in_flight(engine) : 0;
 }
 
 MEND_API int mend_engine_advance_clock(mend_engine *engine, double seconds) {
@@ -637,169 +630,9 @@ MEND_API int mend_engine_advance_clock(mend_engine *engine, double seconds) {
   PANIC_EXIT(engine);
   int rc = mend_engine_advance(engine, seconds);
   PANIC_EXIT_END(engine);
-  return rc ? refusal_status(engine) : MEND_OK;
+  return rc ? mend__capi_refusal_status(engine) : MEND_OK;
 }
 
 MEND_API double mend_engine_time(mend_engine *engine) {
-  return check_engine(engine, __func__) == MEND_OK ? mend_engine_now(engine) : 0;
-}
-
-/* A view the store gave. NULL: no such run (of_run: the view of a run), or the store failed,
- * which its errmsg names. */
-static int dump(mend_engine *engine, json_t *v, int of_run, char **out) {
-  if (!v) {
-    mend_store *s = mend_engine_store(engine);
-    mend_engine_note_error(engine, mend_store_errmsg(s));
-    return of_run && mend_store_not_found(s) ? MEND_ENOTFOUND : MEND_ESTORE;
-  }
-  *out = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
-  json_decref(v);
-  return *out ? MEND_OK : MEND_ENOMEM;
-}
-
-/* The query's arguments, before the store is asked. */
-static int query_args(mend_engine *engine, const char *what, const char *run_id, int needs_run,
-                      char **json_out) {
-  NEED_ENGINE_AS(engine, what);
-  if (!json_out) return invalid(engine, "json_out is NULL: pass &json");
-  *json_out = NULL;
-  if (needs_run && !run_id) return invalid(engine, "the run id is NULL");
-  return MEND_OK;
-}
-
-MEND_API int mend_engine_run_json(mend_engine *engine, const char *run_id, char **json_out) {
-  int rc = query_args(engine, __func__, run_id, 1, json_out);
-  if (rc != MEND_OK) return rc;
-  return dump(engine, mend_store_run(mend_engine_store(engine), run_id), 1, json_out);
-}
-
-MEND_API int mend_engine_history_json(mend_engine *engine, const char *run_id, char **json_out) {
-  int rc = query_args(engine, __func__, run_id, 1, json_out);
-  if (rc != MEND_OK) return rc;
-  return dump(engine, mend_store_history(mend_engine_store(engine), run_id), 1, json_out);
-}
-
-/* A page's bounds, as GET /runs/{id}/history takes them: NULL, or what is wrong in buf. */
-static const char *page_refused(long long after, long long limit, long long tail, char *buf,
-                                size_t n) {
-  if (after < 0) snprintf(buf, n, "after is %lld: a seq, 0 for the first page", after);
-  else if (tail < 0 || tail > MEND_HISTORY_PAGE_MAX)
-    snprintf(buf, n, "tail is %lld: 1 to %d rows, or 0 for pages after a seq", tail,
-             MEND_HISTORY_PAGE_MAX);
-  else if (tail > 0 && (after || limit))
-    snprintf(buf, n,
-             "tail is the last rows: give it with after and limit 0 (after %lld, limit %lld)",
-             after, limit);
-  else if (tail == 0 && (limit < 1 || limit > MEND_HISTORY_PAGE_MAX))
-    snprintf(buf, n, "limit is %lld: a page has 1 to %d rows", limit, MEND_HISTORY_PAGE_MAX);
-  else return NULL;
-  return buf;
-}
-
-MEND_API int mend_engine_history_page_json(mend_engine *engine, const char *run_id,
-                                           long long after, long long limit, long long tail,
-                                           char **json_out) {
-  int rc = query_args(engine, __func__, run_id, 1, json_out);
-  if (rc != MEND_OK) return rc;
-  char why[160];
-  if (page_refused(after, limit, tail, why, sizeof why)) return invalid(engine, why);
-  return dump(engine, mend_store_history_page(mend_engine_store(engine), run_id, (long)after,
-                                              (long)limit, (long)tail), 1, json_out);
-}
-
-MEND_API int mend_engine_dlq_json(mend_engine *engine, char **json_out) {
-  int rc = query_args(engine, __func__, NULL, 0, json_out);
-  if (rc != MEND_OK) return rc;
-  return dump(engine, mend_store_dlq(mend_engine_store(engine)), 0, json_out);
-}
-
-MEND_API void mend_free(void *p) { free(p); }
-
-static int repair_status(mend_engine *engine, int rc, const char *err) {
-  if (rc >= 0) return MEND_OK;
-  mend_engine_note_error(engine, err);
-  return refusal_status(engine);
-}
-
-MEND_API int mend_engine_override_breaker(mend_engine *engine, const char *key, const char *op,
-                                          double seconds, const char *who) {
-  char err[700];
-  NEED_ENGINE(engine);
-  if (!key || !op) return invalid(engine, "mend_engine_override_breaker: key and op may not be NULL");
-  if (mend_engine_breaker_set(engine, key, op, seconds, who, err, sizeof err) == 0) return MEND_OK;
-  mend_engine_note_error(engine, err);
-  return refusal_status(engine);
-}
-
-MEND_API int mend_engine_cancel(mend_engine *engine, const char *run_id, const char *who) {
-  char err[700];
-  NEED_ENGINE(engine);
-  if (!run_id) return invalid(engine, "mend_engine_cancel: the run id is NULL");
-  return repair_status(engine, mend_engine_cancel_run(engine, run_id, who, err, sizeof err), err);
-}
-
-static int signal_status(mend_engine *engine, const char *run_id, const char *run_key,
-                         const char *name, const char *payload_json, const char *key) {
-  char err[1200];
-  if (!name) return invalid(engine, "an event needs a name: name is NULL");
-  int rc = mend_engine_send_event(engine, run_id, run_key, name, payload_json, key, NULL, err,
-                                  sizeof err);
-  if (rc >= 0) return MEND_OK;
-  mend_engine_note_error(engine, err);
-  return rc == MEND_EVENT_ENOTFOUND ? MEND_ENOTFOUND
-       : rc == MEND_EVENT_EENDED ? MEND_ESTATE
-       : rc == MEND_EVENT_EINVAL ? MEND_EINVAL : MEND_ESTORE;
-}
-
-MEND_API int mend_engine_signal(mend_engine *engine, const char *run_id, const char *name,
-                                const char *payload_json, const char *key) {
-  NEED_ENGINE(engine);
-  if (!run_id) return invalid(engine, "mend_engine_signal: the run id is NULL");
-  return signal_status(engine, run_id, NULL, name, payload_json, key);
-}
-
-MEND_API int mend_engine_signal_by_key(mend_engine *engine, const char *run_key, const char *name,
-                                       const char *payload_json, const char *key) {
-  NEED_ENGINE(engine);
-  if (!run_key) return invalid(engine, "mend_engine_signal_by_key: the run key is NULL");
-  return signal_status(engine, NULL, run_key, name, payload_json, key);
-}
-
-static int token_status(mend_engine *engine, const char *what, const char *token, int ok,
-                        const char *result, const char *kind, const char *message) {
-  char err[1200];
-  NEED_ENGINE_AS(engine, what);
-  if (!token) return invalid(engine, "the token is NULL");
-  int rc = mend_engine_settle_token(engine, token, ok, result, kind, message, NULL, err, sizeof err);
-  if (rc >= 0) return MEND_OK;
-  mend_engine_note_error(engine, err);
-  return rc == MEND_TOKEN_ENOTFOUND ? MEND_ENOTFOUND
-       : rc == MEND_TOKEN_EUSED ? MEND_EUSED
-       : rc == MEND_TOKEN_ESTALE ? MEND_ESTALE
-       : rc == MEND_TOKEN_EENDED ? MEND_ESTATE
-       : rc == MEND_TOKEN_EINVAL ? MEND_EINVAL : MEND_ESTORE;
-}
-
-MEND_API int mend_engine_complete(mend_engine *engine, const char *token, const char *result_json) {
-  return token_status(engine, __func__, token, 1, result_json, NULL, NULL);
-}
-
-MEND_API int mend_engine_fail(mend_engine *engine, const char *token, const char *kind,
-                              const char *message) {
-  return token_status(engine, __func__, token, 0, NULL, kind, message);
-}
-
-MEND_API int mend_engine_retry_dead_letter(mend_engine *engine, const char *run_id, const char *who) {
-  char err[700];
-  NEED_ENGINE(engine);
-  if (!run_id) return invalid(engine, "mend_engine_retry_dead_letter: the run id is NULL");
-  return repair_status(engine, mend_engine_dlq_retry(engine, run_id, who, err, sizeof err), err);
-}
-
-MEND_API int mend_engine_resolve_dead_letter(mend_engine *engine, const char *run_id,
-                                             const char *who, const char *note) {
-  char err[700];
-  NEED_ENGINE(engine);
-  if (!run_id) return invalid(engine, "mend_engine_resolve_dead_letter: the run id is NULL");
-  return repair_status(engine, mend_engine_resolve(engine, run_id, who, note, err, sizeof err), err);
+  return mend__capi_check_engine(engine, __func__) == MEND_OK ? mend_engine_now(engine) : 0;
 }

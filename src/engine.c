@@ -107,7 +107,8 @@ double mend_engine_now(const mend_engine *E) { return mend_timers_now(&E->timers
 mend_store *mend_engine_store(mend_engine *E) { return E->store; }
 lua_State *mend_engine_lua(mend_engine *E) { return E->L; }
 uv_loop_t *mend_engine_loop(mend_engine *E) { return E->loop; }
-int mend_engine_in_flight(const mend_engine *E) { return E->in_flight; }
+/* A run whose run_finished a ticking host has not heard yet is still in flight to it. */
+int mend_engine_in_flight(const mend_engine *E) { return E->in_flight + E->finished_unheard; }
 const char *mend_engine_error(const mend_engine *E) { return E->errmsg; }
 void mend_engine_note_error(mend_engine *E, const char *msg) {
   if (!E->broken) snprintf(E->errmsg, sizeof E->errmsg, "%s", msg);
@@ -512,6 +513,7 @@ void mend_engine_destroy(mend_engine *E) {
     next = wf->next;
     mend_workflow_free(E->L, wf);
   }
+  mend_engine_load_failures_free(E);
   for (struct mend_breaker_slot *s = E->breakers, *next; s; s = next) {
     next = s->next;
     free(s->key);

@@ -90,6 +90,13 @@ void mend_engine_note_error(mend_engine *E, const char *msg);
 mend_workflow *mend_engine_load_file(mend_engine *E, const char *path, char *err, int errlen);
 mend_workflow *mend_engine_register(mend_engine *E, int idx, char *err, int errlen); /* table at idx of E's state */
 mend_workflow *mend_engine_workflow(mend_engine *E, const char *name);
+/* Why the last load of a file named NAME.lua (in whichever directory) failed, as its error said
+ * (the message mend_engine_load_file gave); NULL when no such file failed, or it loaded since.
+ * So that a start of a workflow whose file is broken is told so, not that there is no such
+ * workflow. */
+const char *mend_engine_load_failure(mend_engine *E, const char *name);
+/* Lets go of what load.c keeps of failed loads (at the engine's end). */
+void mend_engine_load_failures_free(mend_engine *E);
 /* Loads a version of a workflow from the script the store keeps for it (each version started
  * in a store keeps its file's text there), or returns the one loaded already. A version older
  * than one loaded carries its runs on but starts no new ones. NULL with err when the store

@@ -1242,6 +1242,41 @@ static void hits_run(mend_engine *E, int durable_first, int a, int b) {
   CHECK(run_has(E, id, want, 0));
 }
 
+/* A host that counts the runs it started, those in flight and the run_finished events it
+ * heard finds after every tick that each run gone from the count was heard: its end comes in
+ * the tick that takes it out of flight, though the batch open then has writes (the host's start
+ * of a run each frame, as a lease renewal would be), and a host that stops ticking at 0 in
+ * flight has heard them all. */
+static void it_hears_each_end_in_the_tick_the_run_leaves_flight(void) {
+  char db[128], id[17];
+  snprintf(db, sizeof db, "%s/ends.db", dir);
+  unlink(db);
+  mend_options o;
+  mend_options_init(&o);
+  o.db_path = db;
+  o.durability = MEND_SYNC_PROCESS;
+  o.on_event = on_event;
+  mend_engine *E = engine(&o);
+  load(E, "plain");
+  enum { RUNS = 30 };
+  events_finished = 0;
+  int started = 0, behind = 0;
+  double t0 = now_s();
+  while ((started < RUNS || mend_engine_in_flight_count(E) > 0) && now_s() - t0 < 20) {
+    if (started < RUNS) {
+      start(E, "plain", NULL, id);
+      started++;
+    }
+    CHECK_EQ_INT(mend_engine_tick(E, 0.002), MEND_OK);
+    if (started - mend_engine_in_flight_count(E) != events_finished) behind++;
+    usleep(1000);
+  }
+  CHECK_EQ_INT(mend_engine_in_flight_count(E), 0);
+  CHECK_EQ_INT(events_finished, RUNS);
+  CHECK_EQ_INT(behind, 0);
+  mend_engine_free(E);
+}
+
 static void it_takes_each_event_once_after_an_answer_in_a_tick(void) {
   char db[128];
   snprintf(db, sizeof db, "%s/hits.db", dir);
@@ -2562,6 +2597,7 @@ int main(void) {
   it_ticks_what_needs_no_store_while_its_writer_holds_a_batch();
   it_runs_what_waits_for_a_late_writer_while_every_frame_writes();
   it_takes_each_event_once_after_an_answer_in_a_tick();
+  it_hears_each_end_in_the_tick_the_run_leaves_flight();
   it_completes_tokens_through_the_c_api();
   it_parks_waiting_runs_out_of_memory();
   it_lets_go_of_calls_open_when_freed();

@@ -214,6 +214,7 @@ struct mend_engine {
   mend_rng rng;
   uint64_t id_ms, id_rnd;   /* the last run id made (new_run_id) */
   mend_workflow *workflows;
+  struct mend_load_failure *load_failures;   /* files whose last load failed (load.c) */
   struct mend_breaker_slot *breakers;
   mend_run *runs;
   /* States of ended attempts, kept for the next ones (attempt.c): with many attempts in
@@ -293,6 +294,8 @@ struct mend_engine {
   json_t *events_due;     /* of durable batches, heard in order from events_heard (notify.c) */
   size_t events_heard;
   unsigned long events_heard_n;   /* every one heard so far: the tick profile's count */
+  int finished_unheard;   /* run_finished events in events_due not heard yet: runs still in
+                             flight for the host (mend_engine_in_flight) */
   struct host_fn *hosts;
   struct mend_host_call *open_calls;
   /* answered, their steps resumed by a pump turn, in the order answered (hostcall.c) */
@@ -509,6 +512,9 @@ void mend__admit_next(mend_run *r);
 void mend__alert(mend_run *r, const char *kind, int step, const char *reason, const char *error);
 void mend__alert_handle_closed(uv_handle_t *h);
 void mend__emit(mend_engine *E, json_t *ev);
+/* A run's run_finished, its end durable: heard in the turn it leaves the engine, whatever the
+ * open batch holds (after what is due before it). */
+void mend__emit_finished(mend_engine *E, json_t *ev);
 void mend__fire_batch(mend_engine *E, json_t *alerts, json_t *events);
 int mend__events_due(const mend_engine *E);
 void mend__hear_events(mend_engine *E);

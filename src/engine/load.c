@@ -2,8 +2,8 @@
  * load: the workflows an engine knows. Owns running a workflow's text (its top level under the
  * engine's limits and, in a sandboxed engine, in an environment of its own), keeping each
  * version a run may need (the file's, or the script the store kept for an older one), and
- * finding a workflow by name or by name and version. Must never: let an older version start
- * new runs; free a version while runs may use it.
+ * finding a workflow by name or by name and version, and why a file's last load failed. Must
+ * never: let an older version start new runs; free a version while runs may use it.
  */
 #include "engine_int.h"
 
@@ -125,15 +125,72 @@ mend_workflow *mend_engine_load_version(mend_engine *E, const char *name, const 
   return wf;
 }
 
+/* ---------------------------------------------------------------- failed loads */
+
+/* One a file: the last load's error, kept until the file loads (a worker looks at its files
+ * again and again, so one broken file must not grow the list). */
+struct mend_load_failure {
+  char *path, *err;
+  struct mend_load_failure *next;
+};
+
+static struct mend_load_failure **failure_of(mend_engine *E, const char *path) {
+  struct mend_load_failure **f = &E->load_failures;
+  while (*f && strcmp((*f)->path, path) != 0) f = &(*f)->next;
+  return f;
+}
+
+static void note_load(mend_engine *E, const char *path, const char *err) {
+  struct mend_load_failure **at = failure_of(E, path), *f = *at;
+  if (!err) {
+    if (!f) return;
+    *at = f->next;
+    free(f->path);
+    free(f->err);
+    free(f);
+    return;
+  }
+  /* Out of memory, a failure is not kept: a start is then told there is no such workflow. */
+  char *copy = strdup(err);
+  if (!copy) return;
+  if (!f) {
+    f = calloc(1, sizeof *f);
+    if (!f || !(f->path = strdup(path))) {
+      free(f);
+      free(copy);
+      return;
+    }
+    *at = f;
+  }
+  free(f->err);
+  f->err = copy;
+}
+
+const char *mend_engine_load_failure(mend_engine *E, const char *name) {
+  size_t n = strlen(name);
+  for (struct mend_load_failure *f = E->load_failures; f; f = f->next) {
+    const char *slash = strrchr(f->path, '/'), *base = slash ? slash + 1 : f->path;
+    if (strncmp(base, name, n) == 0 && strcmp(base + n, ".lua") == 0) return f->err;
+  }
+  return NULL;
+}
+
+void mend_engine_load_failures_free(mend_engine *E) {
+  while (E->load_failures) note_load(E, E->load_failures->path, NULL);
+}
+
 mend_workflow *mend_engine_load_file(mend_engine *E, const char *path, char *err, int errlen) {
   size_t len;
+  mend_workflow *wf = NULL;
   char *text = mend_workflow_read(path, &len, err, errlen);
-  if (!text) return NULL;
-  char version[20];
-  mend_workflow_version_of(text, len, version);
-  mend_workflow *wf = load_text(E, text, len, path, version, err, errlen);
-  free(text);
-  return adopt(E, wf);
+  if (text) {
+    char version[20];
+    mend_workflow_version_of(text, len, version);
+    wf = adopt(E, load_text(E, text, len, path, version, err, errlen));
+    free(text);
+  }
+  note_load(E, path, wf ? NULL : err);
+  return wf;
 }
 
 mend_workflow *mend_engine_register(mend_engine *E, int idx, char *err, int errlen) {

@@ -306,10 +306,14 @@ void mend__do_action(mend_run *r) {
       break;
     }
     case ACT_FINISH:
-      /* its last run_to already gave the lease back (mend_store_update_run) */
+      /* its last run_to already gave the lease back (mend_store_update_run). The batch of its
+       * end is durable: its run_finished is due now, not with the open batch (a lease renewal
+       * in it would leave it for a later turn), and the run stays in the host's in-flight count
+       * until it is heard (notify.c). */
       if (r->E->cfg.on_event)
-        mend__emit(r->E, json_pack("{s:s, s:s, s:s, s:s}", "type", "run_finished", "run_id", r->id,
-                           "workflow", r->wf->name, "status", mend_run_status_name(r->status)));
+        mend__emit_finished(r->E, json_pack("{s:s, s:s, s:s, s:s}", "type", "run_finished",
+                                           "run_id", r->id, "workflow", r->wf->name,
+                                           "status", mend_run_status_name(r->status)));
       mend__run_free(r);
       break;
     case ACT_NONE: break;

@@ -80,7 +80,12 @@ static int workflow_here(serve_req *r, const char *name) {
   const char *v = json_string_value(json_object_get(json_array_get(versions, 0), "version"));
   char err[600] = "";
   int ok = v && mend_engine_load_version(r->E, name, v, err, sizeof err) != NULL;
-  if (!ok && !v)
+  const char *failed = ok || v ? NULL : mend_engine_load_failure(r->E, name);
+  /* 503: the request is right, the server cannot serve it until its file is fixed */
+  if (failed)
+    serve_error(r, 503, "workflow_failed_to_load", "workflow %s cannot start: its file %s.lua "
+                "failed to load: %s", name, name, failed);
+  else if (!ok && !v)
     serve_error(r, 404, "unknown_workflow", "no workflow %s: it is neither among the files this "
                 "server loaded (--workflows) nor recorded in the database", name);
   else if (!ok)

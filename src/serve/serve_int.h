@@ -1,9 +1,9 @@
 /*
  * serve_int: the insides of mend's HTTP server, shared by the files of src/serve only: the
  * server, a request as the API handlers see it, and the replies they give. The server
- * (server.c) owns sockets, h2o, limits and tokens; linger.c the last stage of closing a
- * connection whose body was refused; the API (api.c) owns routes and what each does with the
- * engine. Nothing here parses HTTP: h2o does. Must never: be included outside src/serve/.
+ * (server.c) owns sockets, h2o, limits and tokens; request.c reads a request's parts (path,
+ * query, body, who); linger.c the last stage of closing a connection whose body was refused;
+ * the API (api.c) owns routes and what each does with the engine. Nothing here parses HTTP: h2o does. Must never: be included outside src/serve/.
  */
 #ifndef MEND_SERVE_INT_H
 #define MEND_SERVE_INT_H
@@ -83,6 +83,17 @@ void serve_when_durable(serve_req *r, void (*answer)(serve_req *r, void *ud), vo
 int serve_query(serve_req *r, const char *name, const char **out);
 /* The body as a JSON object (an empty body is {}); NULL after replying 400 naming the fault. */
 json_t *serve_body(serve_req *r);
+
+/* request.c: the rest of a request's parts. serve_decode: s[0..n) percent-decoded into the
+ * pool ('+' as a space where plus), NULL when malformed or when it holds a NUL. serve_who: who
+ * does it, for the history: the X-Mend-Who a client gives and always where the request came
+ * from, served by process (NULL: "mend serve"); NULL after replying 400. serve_host_is_loopback:
+ * whether the request names this machine's loopback in its Host (or names none).
+ * serve_is_json_type: whether its Content-Type is application/json. */
+char *serve_decode(h2o_mem_pool_t *pool, const char *s, size_t n, int plus);
+const char *serve_who(serve_req *r, const char *process, int with_token);
+int serve_host_is_loopback(h2o_req_t *req);
+int serve_is_json_type(h2o_req_t *req);
 
 /* linger.c: a connection h2o closes after refusing a body it did not read (413, 400) is closed in
  * two stages, so that the client, still writing, gets the answer rather than a reset.
