@@ -795,6 +795,8 @@ static void test_upgrade_from_1(void) {
     "INSERT INTO runs(id, workflow, status, input, created, updated, owner, lease_until) VALUES"
     " ('a', 'wf', 'running', '{\"n\":1}', 1, 1, 'old', 99), ('b', 'wf', 'succeeded', 'null', 2, 2,"
     " NULL, NULL), ('c', 'wf', 'running', 'null', 3, 3, 'gone', NULL);"
+    "INSERT INTO runs(id, workflow, run_key, status, created, updated) VALUES"
+    " ('d', 'wf', 'key-d', 'succeeded', 4, 4);"
     "INSERT INTO steps(run_id, idx, name, status, attempts, idem_key, custom_key, result) VALUES"
     " ('a', 0, 'one', 'running', 1, 'a/one', 0, NULL),"
     " ('b', 0, 'one', 'succeeded', 1, 'k1', 1, '{\"x\":1}');"
@@ -836,8 +838,29 @@ static void test_upgrade_from_1(void) {
   CHECK_EQ_INT(mend_store_find_key_result(s, "k1", &found), 1);
   CHECK(found && strcmp(found, "{\"x\":1}") == 0);
   free(found);
+  /* a run key from before schema 16 is still taken, found, and runs without one may be many */
+  mend_run_rec again = run_rec("e", "key-d", "running", 5);
+  CHECK_EQ_INT(mend_store_insert_run(s, &again), 1);
+  char key_run[64] = "";
+  CHECK_EQ_INT(mend_store_find_run_key(s, "key-d", key_run, sizeof key_run), 1);
+  CHECK_STR(key_run, "d");
+  mend_run_rec nokey1 = run_rec("f", NULL, "running", 6), nokey2 = run_rec("g", NULL, "running", 7);
+  CHECK_EQ_INT(mend_store_insert_run(s, &nokey1), 0);
+  CHECK_EQ_INT(mend_store_insert_run(s, &nokey2), 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
   mend_store_close(s);
   db = raw_open(path);
+  /* schema 16: only runs with a key are in the key's index; the table made again kept its
+   * rows in their order (lists break ties of `created` by rowid) */
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE tbl_name = 'runs'"
+                           " AND name LIKE 'sqlite_autoindex_%'"), 1);
+  char *key_index = raw_text(db, "SELECT sql FROM sqlite_master WHERE name = 'runs_key'");
+  CHECK(key_index && strstr(key_index, "UNIQUE INDEX runs_key ON runs(run_key) WHERE run_key IS NOT NULL"));
+  free(key_index);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM runs INDEXED BY runs_key WHERE run_key IS NOT NULL"), 1);
+  char *order = raw_text(db, "SELECT group_concat(id, '') FROM (SELECT id FROM runs ORDER BY rowid)");
+  CHECK(order && strcmp(order, "abcdfg") == 0);
+  free(order);
   char *live = raw_text(db, "SELECT sql FROM sqlite_master WHERE name = 'runs_live'");
   CHECK(live && strstr(live, "(created) WHERE status IN ('running', 'compensating')"));
   free(live);
@@ -1165,6 +1188,71 @@ static void test_writer_parts(void) {
   writer_begin_fails();
   writer_fails_with_new_version();
   writer_queued_rest();
+}
+
+/* History rows written eight to a statement, whose parameters are bound again only where
+ * their value changes (writer.c: bind_group_row): each row reads back as written, whatever
+ * the same place in the group before it held (NULL, a label's code, other text, a number),
+ * across statements and batches. */
+static void test_history_group_binds(void) {
+  const char *path = file_in_dir("group.db");
+  char err[512] = "";
+  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  CHECK(s != NULL);
+  if (!s) return;
+  mend_store_set_worker(s, "host:1:grp");
+  CHECK_EQ_INT(mend_store_start_writer(s, NULL, NULL), 0);
+  mend_run_rec r = run_rec("g1", NULL, "running", 1);
+  CHECK_EQ_INT(mend_store_insert_run(s, &r), 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  static const char *const names[] = {"step", "run", "pending", "running", "custom"};
+  enum { ROWS = 48 };
+  for (long n = 1; n <= ROWS; n++) {
+    int k = (int)(n * 7 + n / 8 * 3);   /* the same place in the next group: another pattern */
+    char detail[32];
+    snprintf(detail, sizeof detail, "detail %ld", n);
+    mend_history_rec h = {"g1", k % 2 ? "s" : NULL, (double)n, names[k % 5],
+                          k % 3 ? NULL : names[(k + 1) % 5], names[(k + 2) % 5], k % 4 ? (int)n : 0,
+                          k % 5 ? NULL : "boom", k % 6 ? -1 : (double)n / 2,
+                          k % 7 ? NULL : detail, n, k % 5 ? NULL : "fatal"};
+    CHECK_EQ_INT(mend_store_append_history(s, &h), 0);
+    if (n == ROWS / 2) CHECK_EQ_INT(mend_store_commit(s), 0);   /* the rest in a second batch */
+  }
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  sqlite3 *db = raw_open(path);
+  sqlite3_stmt *q;
+  CHECK_EQ_INT(sqlite3_prepare_v2(db, "SELECT seq, step, event, from_status, to_status, attempt,"
+                                      " error, delay, detail, error_kind, worker, at"
+                                      " FROM history_named WHERE run_id = 'g1' ORDER BY seq",
+                                  -1, &q, NULL), SQLITE_OK);
+  long n = 0;
+  while (sqlite3_step(q) == SQLITE_ROW) {
+    n++;
+    int k = (int)(n * 7 + n / 8 * 3);
+    char detail[32];
+    snprintf(detail, sizeof detail, "detail %ld", n);
+    const char *step = (const char *)sqlite3_column_text(q, 1);
+    const char *from = (const char *)sqlite3_column_text(q, 3);
+    const char *error = (const char *)sqlite3_column_text(q, 6);
+    const char *det = (const char *)sqlite3_column_text(q, 8);
+    const char *kind = (const char *)sqlite3_column_text(q, 9);
+    CHECK_EQ_INT(sqlite3_column_int(q, 0), (int)n);
+    CHECK(k % 2 ? step && strcmp(step, "s") == 0 : step == NULL);
+    CHECK_STR((const char *)sqlite3_column_text(q, 2), names[k % 5]);
+    CHECK(k % 3 ? from == NULL : from && strcmp(from, names[(k + 1) % 5]) == 0);
+    CHECK_STR((const char *)sqlite3_column_text(q, 4), names[(k + 2) % 5]);
+    CHECK(k % 4 ? sqlite3_column_int(q, 5) == (int)n : sqlite3_column_type(q, 5) == SQLITE_NULL);
+    CHECK(k % 5 ? error == NULL : error && strcmp(error, "boom") == 0);
+    CHECK(k % 6 ? sqlite3_column_type(q, 7) == SQLITE_NULL : sqlite3_column_double(q, 7) == (double)n / 2);
+    CHECK(k % 7 ? det == NULL : det && strcmp(det, detail) == 0);
+    CHECK(k % 5 ? kind == NULL : kind && strcmp(kind, "fatal") == 0);
+    CHECK_STR((const char *)sqlite3_column_text(q, 10), "host:1:grp");
+    CHECK(sqlite3_column_double(q, 11) == (double)n);
+  }
+  CHECK_EQ_INT((int)n, ROWS);
+  sqlite3_finalize(q);
+  sqlite3_close(db);
+  mend_store_close(s);
 }
 
 /* Schema 5 writes fewer bytes: a history row names its worker by a number (worker_names), a
@@ -2177,6 +2265,7 @@ int main(void) {
   test_writer_thread();
   test_writer_parts();
   test_compact_rows();
+  test_history_group_binds();
   test_fence();
   test_released_run_is_fenced();
   test_history_numbers();

@@ -17,7 +17,7 @@
 #include "store/handoff.h"
 #include "store/sqlite.h"
 
-#define MEND_SCHEMA_VERSION 15   /* kept in PRAGMA user_version and in meta */
+#define MEND_SCHEMA_VERSION 16   /* kept in PRAGMA user_version and in meta */
 
 #define BUSY_TIMEOUT_MS 5000
 #define HISTORY_GROUP 8
@@ -120,6 +120,11 @@ struct mend_store {
   int nlabels;
   int code_step, code_running;   /* -1: not in labels */
   sqlite3_stmt *q[Q__COUNT];
+  /* What each parameter of q[Q_HISTORY_GROUP] holds now, so that append_group binds only the
+   * ones that change (writer.c: group_slot). Only append_group binds that statement and
+   * nothing clears its bindings; a statement is prepared with every parameter NULL, which is
+   * what a zeroed slot says. */
+  struct group_slot { unsigned char kind; sqlite3_int64 val; } group_slots[HISTORY_GROUP * HISTORY_VALUES];
   char err[1024];
   int not_found;            /* the last read of a run found none */
   wlog logs[3];   /* recording, and up to two with the writer thread (a part, the rest) */
