@@ -511,6 +511,11 @@ describe("mend serve", function()
       code, e = post(base, "/api/v1/runs", { workflow = "nope" })
       assert.are.equal(404, code, command)
       assert.are.equal("unknown_workflow", e.error.code, command)
+      -- a broken file removed is no failure to report: the workflow is unknown
+      os.remove(dir .. "/broken.lua")
+      code, e = post(base, "/api/v1/runs", { workflow = "broken" })
+      assert.are.equal(404, code, command)
+      assert.are.equal("unknown_workflow", e.error.code, command)
       stop_all()
     end
   end)

@@ -7,9 +7,11 @@
  */
 #include "engine_int.h"
 
+#include <errno.h>
 #include <lauxlib.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "sandbox.h"
 #include "util.h"
@@ -166,11 +168,18 @@ static void note_load(mend_engine *E, const char *path, const char *err) {
   f->err = copy;
 }
 
+/* A file removed since it failed is no failure to report: the workflow is then unknown. Asked
+ * only of a start of a workflow this engine has no version of, so one look at the file. */
 const char *mend_engine_load_failure(mend_engine *E, const char *name) {
   size_t n = strlen(name);
   for (struct mend_load_failure *f = E->load_failures; f; f = f->next) {
     const char *slash = strrchr(f->path, '/'), *base = slash ? slash + 1 : f->path;
-    if (strncmp(base, name, n) == 0 && strcmp(base + n, ".lua") == 0) return f->err;
+    if (strncmp(base, name, n) != 0 || strcmp(base + n, ".lua") != 0) continue;
+    if (access(f->path, F_OK) != 0 && errno == ENOENT) {
+      note_load(E, f->path, NULL);
+      return NULL;
+    }
+    return f->err;
   }
   return NULL;
 }
