@@ -526,7 +526,7 @@ void mend_engine_destroy(mend_engine *E) {
   json_decref(E->alerts_handed);
   json_decref(E->events_handed);
   /* not heard, as before a batch's events were: a host that waits for every end ticks until
-   * next_tick says -1 (mend.h), and no on_event comes from inside a free */
+   * in_flight_count says 0 (mend.h), and no on_event comes from inside a free */
   json_decref(E->events_due);
   mend__forget_host_calls(E);
   mend__forget_sent_events(E);

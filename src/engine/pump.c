@@ -364,7 +364,14 @@ int mend__end_batch(mend_engine *E) {
     mend__fire_batch(E, take_array(&E->alerts), take_array(&E->events));
     return 0;
   }
-  if (mend_store_durable_seq(E->store) >= E->handed_seq) mend__handed_durable(E);
+  if (mend_store_durable_seq(E->store) >= E->handed_seq) {
+    /* The batch handed last became durable since the turn looked: its alerts and events are
+     * heard now, not with this one (its runs may move on in the next turn, a run's
+     * run_finished heard before the events of the batch that ended it). */
+    mend__handed_durable(E);
+    if (json_array_size(E->alerts_handed) || json_array_size(E->events_handed))
+      mend__fire_batch(E, take_array(&E->alerts_handed), take_array(&E->events_handed));
+  }
   uint64_t handed_at = mend_store_batch_open(E->store) ? uv_hrtime() : 0;
   E->handed_seq = mend_store_open_seq(E->store);
   json_array_extend(E->alerts_handed, E->alerts);
