@@ -795,8 +795,6 @@ static void test_upgrade_from_1(void) {
     "INSERT INTO runs(id, workflow, status, input, created, updated, owner, lease_until) VALUES"
     " ('a', 'wf', 'running', '{\"n\":1}', 1, 1, 'old', 99), ('b', 'wf', 'succeeded', 'null', 2, 2,"
     " NULL, NULL), ('c', 'wf', 'running', 'null', 3, 3, 'gone', NULL);"
-    "INSERT INTO runs(id, workflow, run_key, status, created, updated) VALUES"
-    " ('d', 'wf', 'key-d', 'succeeded', 4, 4);"
     "INSERT INTO steps(run_id, idx, name, status, attempts, idem_key, custom_key, result) VALUES"
     " ('a', 0, 'one', 'running', 1, 'a/one', 0, NULL),"
     " ('b', 0, 'one', 'succeeded', 1, 'k1', 1, '{\"x\":1}');"
@@ -838,29 +836,8 @@ static void test_upgrade_from_1(void) {
   CHECK_EQ_INT(mend_store_find_key_result(s, "k1", &found), 1);
   CHECK(found && strcmp(found, "{\"x\":1}") == 0);
   free(found);
-  /* a run key from before schema 16 is still taken, found, and runs without one may be many */
-  mend_run_rec again = run_rec("e", "key-d", "running", 5);
-  CHECK_EQ_INT(mend_store_insert_run(s, &again), 1);
-  char key_run[64] = "";
-  CHECK_EQ_INT(mend_store_find_run_key(s, "key-d", key_run, sizeof key_run), 1);
-  CHECK_STR(key_run, "d");
-  mend_run_rec nokey1 = run_rec("f", NULL, "running", 6), nokey2 = run_rec("g", NULL, "running", 7);
-  CHECK_EQ_INT(mend_store_insert_run(s, &nokey1), 0);
-  CHECK_EQ_INT(mend_store_insert_run(s, &nokey2), 0);
-  CHECK_EQ_INT(mend_store_commit(s), 0);
   mend_store_close(s);
   db = raw_open(path);
-  /* schema 16: only runs with a key are in the key's index; the table made again kept its
-   * rows in their order (lists break ties of `created` by rowid) */
-  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE tbl_name = 'runs'"
-                           " AND name LIKE 'sqlite_autoindex_%'"), 1);
-  char *key_index = raw_text(db, "SELECT sql FROM sqlite_master WHERE name = 'runs_key'");
-  CHECK(key_index && strstr(key_index, "UNIQUE INDEX runs_key ON runs(run_key) WHERE run_key IS NOT NULL"));
-  free(key_index);
-  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM runs INDEXED BY runs_key WHERE run_key IS NOT NULL"), 1);
-  char *order = raw_text(db, "SELECT group_concat(id, '') FROM (SELECT id FROM runs ORDER BY rowid)");
-  CHECK(order && strcmp(order, "abcdfg") == 0);
-  free(order);
   char *live = raw_text(db, "SELECT sql FROM sqlite_master WHERE name = 'runs_live'");
   CHECK(live && strstr(live, "(created) WHERE status IN ('running', 'compensating')"));
   free(live);

@@ -6,8 +6,8 @@
  *
  * Schema (version MEND_SCHEMA_VERSION, kept in PRAGMA user_version and in meta):
  *   meta(key TEXT PRIMARY KEY, value TEXT)
- *   runs(id TEXT PRIMARY KEY, workflow TEXT, version TEXT, source TEXT, run_key TEXT (unique
- *        among the runs that have one: runs_key, since schema 16), status TEXT, input TEXT (JSON), error TEXT, attention INTEGER, reason TEXT (why it
+ *   runs(id TEXT PRIMARY KEY, workflow TEXT, version TEXT, source TEXT, run_key TEXT UNIQUE,
+ *        status TEXT, input TEXT (JSON), error TEXT, attention INTEGER, reason TEXT (why it
  *        failed for good), owner TEXT (the worker executing it), lease_until REAL (not
  *        written since schema 4: see workers), created REAL, updated REAL, step_names TEXT
  *        (JSON array: its steps, in order), workflow_version INTEGER (since schema 7, where
@@ -69,8 +69,6 @@
  *        transition's error, as steps.error_kind (NULL for other rows), in history_named too
  *   runs also has cancel_requested INTEGER: a cancel asked for by another process (indexed by
  *        owner where set)
- *   runs_key (schema 16): run_key's uniqueness as a partial index; the UNIQUE column before
- *        it held an entry for every run without a key too
  * Nullable text fields are passed as NULL; a delay or due time of < 0 is stored as NULL.
  */
 #include "store_int.h"
@@ -83,7 +81,7 @@
 #define INSERT_RUN_SQL \
   "INSERT INTO runs(id, workflow, run_key, status, input, error, attention, created, updated," \
   " owner, workflow_version) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)" \
-  " ON CONFLICT(run_key) WHERE run_key IS NOT NULL DO NOTHING"
+  " ON CONFLICT(run_key) DO NOTHING"
 
 const char *const mend__query_sql[Q__COUNT] = {
   [Q_BEGIN] = "BEGIN IMMEDIATE",
@@ -515,30 +513,5 @@ const char *const mend__migrations[MEND_SCHEMA_VERSION] = {
   " attempt, error, delay, detail,"
   " coalesce((SELECT name FROM worker_names w WHERE w.id = h.worker), h.worker) AS worker,"
   " error_kind FROM history h;",
-  /* 15 -> 16: run_key was a UNIQUE column, whose index holds every run, those without a key
-   * (all but keyed starts) too: an entry a start that nothing ever looks up, 4-5% of the
-   * writer thread's work a W9 run (bench/README.md, "eighteenth session, writer22"). Only runs
-   * that have a key are indexed now, as on PostgreSQL since its schema 3. A column's UNIQUE
-   * cannot be dropped, so the table is made again, rowids kept (lists order by them), its
-   * other indexes as they were. */
-  "CREATE TABLE runs_16(id TEXT PRIMARY KEY, workflow TEXT NOT NULL, version TEXT, source TEXT,"
-  " run_key TEXT, status TEXT NOT NULL, input TEXT, error TEXT,"
-  " attention INTEGER NOT NULL DEFAULT 0, reason TEXT, owner TEXT, lease_until REAL,"
-  " cancel_requested INTEGER NOT NULL DEFAULT 0, created REAL, updated REAL, step_names TEXT,"
-  " workflow_version INTEGER, unavailable TEXT, parent_run TEXT, parent_step TEXT);"
-  "INSERT INTO runs_16(rowid, id, workflow, version, source, run_key, status, input, error,"
-  " attention, reason, owner, lease_until, cancel_requested, created, updated, step_names,"
-  " workflow_version, unavailable, parent_run, parent_step)"
-  " SELECT rowid, id, workflow, version, source, run_key, status, input, error, attention,"
-  " reason, owner, lease_until, cancel_requested, created, updated, step_names,"
-  " workflow_version, unavailable, parent_run, parent_step FROM runs;"
-  "DROP TABLE runs;"
-  "ALTER TABLE runs_16 RENAME TO runs;"
-  "CREATE UNIQUE INDEX runs_key ON runs(run_key) WHERE run_key IS NOT NULL;"
-  "CREATE INDEX runs_live ON runs(created) WHERE status IN ('running', 'compensating');"
-  "CREATE INDEX runs_cancel ON runs(owner) WHERE cancel_requested = 1;"
-  "CREATE INDEX runs_free ON runs(created) WHERE owner IS NULL"
-  " AND status IN ('running', 'compensating');"
-  "CREATE INDEX runs_parent ON runs(parent_run) WHERE parent_run IS NOT NULL;",
 };
 
