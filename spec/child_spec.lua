@@ -136,19 +136,24 @@ describe("a step with child", function()
     assert.are.same({ "pack o4", "unpack box-o4", "refund" }, log)
   end)
 
+  -- shipping whose pack cannot be undone while the warehouse is closed; the child waits for a
+  -- pickup that never comes
+  local function unshippable(warehouse)
+    return { name = "shipping", steps = {
+      { name = "pack", execute = function() return { box = 1 } end,
+        compensate_retry = { max_attempts = 1 },
+        compensate = function() if warehouse.closed then error("the warehouse is closed") end end },
+      { name = "pickup", wait_for = "picked_up" } } }
+  end
+
   -- A parent is compensated only once what its child did is undone too: a child whose
   -- compensation fails leaves the parent in the dead-letter queue with it, whether the parent
   -- turned back after the child succeeded (above) or was cancelled while the child ran.
   it("puts a cancelled parent in the dead-letter queue when its running child's compensation fails",
      function()
     local eng = H.new_engine()
-    local log = {}
-    local broken = true
-    eng:register{ name = "shipping", steps = {
-      { name = "pack", execute = function() return { box = 1 } end,
-        compensate_retry = { max_attempts = 1 },
-        compensate = function() if broken then error("the warehouse is closed") end end },
-      { name = "pickup", wait_for = "picked_up" } } }
+    local log, warehouse = {}, { closed = true }
+    eng:register(unshippable(warehouse))
     eng:register(order(log))
     local id = eng:start("order", { id = "o9" })
     eng:advance(1)
@@ -162,7 +167,7 @@ describe("a step with child", function()
     assert.are.equal("compensation_failed", st.reason)
     assert.are.equal("compensation_failed", H.step(st, "ship").status)
     assert.are.same({}, log)   -- charge is not undone past a step that could not be
-    broken = false
+    warehouse.closed = false
     eng:dlq_retry(c.run_id)
     eng:run()
     assert.are.equal("compensated", eng:status(c.run_id).status)
@@ -204,13 +209,8 @@ describe("a step with child", function()
   it("puts a cancelled parent in the dead-letter queue when a branch's running child cannot be undone",
      function()
     local eng = H.new_engine()
-    local log = {}
-    local broken = true
-    eng:register{ name = "shipping", steps = {
-      { name = "pack", execute = function() return { box = 1 } end,
-        compensate_retry = { max_attempts = 1 },
-        compensate = function() if broken then error("the warehouse is closed") end end },
-      { name = "pickup", wait_for = "picked_up" } } }
+    local log, warehouse = {}, { closed = true }
+    eng:register(unshippable(warehouse))
     eng:register{ name = "order", steps = {
       { name = "charge", execute = function() return 1 end,
         compensate = function() log[#log + 1] = "refund" end },
@@ -229,7 +229,7 @@ describe("a step with child", function()
     assert.are.equal("needs_attention", st.status)
     assert.are.equal("compensation_failed", st.reason)
     assert.are.same({}, log)   -- nothing undone past the branch whose child could not be
-    broken = false
+    warehouse.closed = false
     eng:dlq_retry(c.run_id)
     eng:run()
     assert.are.equal("compensated", eng:status(c.run_id).status)
