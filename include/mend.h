@@ -160,7 +160,8 @@ typedef struct mend_options {
   mend_writer_sched writer_sched;  /* the scheduling class of the thread that commits
                                  (commit_thread, ticks): see mend_writer_sched */
   const char *thread_cpus;    /* the CPUs mend's own threads run on (the commit thread, the
-                                 checkpoint thread, PostgreSQL's connection opener), listed as
+                                 checkpoint thread, SQLite's inbox looks of a ticking host,
+                                 PostgreSQL's connection opener), listed as
                                  Linux lists them: "1", "2-3", "0,2-3". NULL: where the thread
                                  that makes the engine may run, whose affinity they inherit (a
                                  game thread pinned to a core pins them to it too). Threads of

@@ -614,6 +614,7 @@ void mend__sqlite_close(mend_store *s) {
   for (int i = 0; i < Q__COUNT; i++) sqlite3_finalize(s->rq[i]);
   mend_idset_clear(&s->key_taken);
   sqlite3_close_v2(s->reader);
+  mend__sqlite_look_stop(s);
   mend__ckpt_stop(s);
   sqlite3_close_v2(s->checkpointer);   /* the last connection to close checkpoints the WAL */
   free(s->path);
@@ -759,6 +760,9 @@ const mend_store_methods mend__sqlite_methods = {
   .record_event = mend__sqlite_record_event,
   .next_committed_event = mend__sqlite_next_committed_event,
   .open_committed_reads = mend__sqlite_open_committed_reads,
+  .can_look_ahead = mend__sqlite_can_look_ahead,
+  .look_ahead = mend__sqlite_look_ahead,
+  .look_ahead_take = mend__sqlite_look_ahead_take,
   .next_event = mend__sqlite_next_event,
   .consume_event = mend__sqlite_consume_event,
   .last_event = mend__sqlite_last_event,

@@ -257,9 +257,11 @@ typedef struct mend_store_methods {
   /* next_committed_event for n runs at once, sent without waiting for the answer (a ticking
    * host picks it up at a later tick with look_ahead_take): 0 sent; 1 not now (its connection
    * is still being opened: the caller sends it later); -1 not (the caller looks another way).
-   * At most one is in flight. NULL: the backend has none (its committed reads
-   * are local, no round trip to start early). */
+   * At most one is in flight. NULL: the backend has none. */
   int (*look_ahead)(mend_store *s, int n, const char *const *run_ids, const char *const *names);
+  /* Whether look_ahead can be asked now (SQLite: a file database whose thread for looks
+   * started). NULL: whenever look_ahead is there. */
+  int (*can_look_ahead)(mend_store *s);
   /* The answer to the look sent: 1 and fn called with each (run, name) that has an event, its
    * oldest (payload "null" for none; key NULL for none), as of a moment after look_ahead was
    * called; 0 not here yet (only when !wait); -1 failed or none in flight (the caller looks
@@ -592,7 +594,8 @@ static inline void mend_store_open_committed_reads(mend_store *s) {
   if (MEND_STORE_M(s)->open_committed_reads) MEND_STORE_M(s)->open_committed_reads(s);
 }
 static inline int mend_store_can_look_ahead(mend_store *s) {
-  return MEND_STORE_M(s)->look_ahead != NULL;
+  return MEND_STORE_M(s)->look_ahead != NULL &&
+         (!MEND_STORE_M(s)->can_look_ahead || MEND_STORE_M(s)->can_look_ahead(s));
 }
 static inline int mend_store_look_ahead(mend_store *s, int n, const char *const *run_ids, const char *const *names) {
   return MEND_STORE_M(s)->look_ahead ? MEND_STORE_M(s)->look_ahead(s, n, run_ids, names) : -1;

@@ -90,7 +90,25 @@ int mend__sqlite_next_event(mend_store *s, const char *run_id, const char *name,
   return rc_copy;
 }
 
-void mend__sqlite_open_committed_reads(mend_store *s) { (void)mend__open_reader(s); }
+#ifdef MEND_FAILPOINTS
+/* Tests hold a committed inbox read back on purpose, to show which thread waits for it:
+ * MEND_INBOX_READ_HOLD names a file while whose existence the read waits (read at each read, so
+ * set it before the engine starts). */
+#define HOLD_MAX_USEC 20000000   /* a test that forgets its file fails, rather than hangs */
+void mend__inbox_read_hold(void) {
+  const char *path = getenv("MEND_INBOX_READ_HOLD");
+  for (long t = 0; path && *path && t < HOLD_MAX_USEC && access(path, F_OK) == 0; t += 500)
+    usleep(500);
+}
+#else
+void mend__inbox_read_hold(void) {}
+#endif
+
+/* The looks' thread too: a ticking host's first tick opens what its reads use. */
+void mend__sqlite_open_committed_reads(mend_store *s) {
+  (void)mend__open_reader(s);
+  mend__sqlite_look_start(s);
+}
 
 int mend__sqlite_next_committed_event(mend_store *s, const char *run_id, const char *name,
                                       long long *seq, char **payload, char **key) {
@@ -104,6 +122,7 @@ int mend__sqlite_next_committed_event(mend_store *s, const char *run_id, const c
     return -1;
   }
   sqlite3_stmt *q = s->q_next_committed;
+  mend__inbox_read_hold();
   int rc = SQLITE_OK;
   BIND(mend__bind_text(q, 1, run_id));
   BIND(mend__bind_text(q, 2, name));

@@ -153,6 +153,7 @@ struct mend_store {
   void (*commit_hook)(const char *phase);
   int wal_frames;         /* the WAL's length after the last commit (sqlite3_wal_hook) */
   struct ckpt *ckpt;      /* the checkpoint thread (checkpoint.c), from the first commit on */
+  struct mend_look_thread *look;   /* the looks' thread (look.c), from the first tick on */
   int no_auto_checkpoint; /* tests that checkpoint by hand */
   int wal_hard_frames;    /* tests: the WAL's hard limit in frames (0: checkpoint.c's) */
   int ckpt_pass_delay_ms; /* tests: each of the thread's passes takes this much longer */
@@ -242,6 +243,12 @@ void mend__ckpt_after_commit(mend_store *s);
 void mend__ckpt_between_batches(mend_store *s);
 void mend__ckpt_stop(mend_store *s);
 
+/* ---- look.c: a ticking host's looks at committed inboxes, read on a thread of their own. */
+void mend__sqlite_look_start(mend_store *s);
+void mend__sqlite_look_stop(mend_store *s);
+/* inbox.c: in a build with failpoints, a committed inbox read waits here (tests). */
+void mend__inbox_read_hold(void);
+
 /* ---- the methods (store.h says what each does), and their table ---- */
 extern const mend_store_methods mend__sqlite_methods;
 void mend__sqlite_close(mend_store *s);
@@ -302,6 +309,9 @@ int mend__sqlite_send_event(mend_store *s, const char *run_id, const char *name,
 void mend__sqlite_read_flushes(mend_store *s, unsigned long *records, double *cpu, int *pending);
 int mend__sqlite_next_committed_event(mend_store *s, const char *run_id, const char *name, long long *seq, char **payload, char **key);
 void mend__sqlite_open_committed_reads(mend_store *s);
+int mend__sqlite_can_look_ahead(mend_store *s);
+int mend__sqlite_look_ahead(mend_store *s, int n, const char *const *run_ids, const char *const *names);
+int mend__sqlite_look_ahead_take(mend_store *s, int wait, void (*fn)(void *ud, const char *run_id, const char *name, long long seq, const char *payload, const char *key), void *ud);
 int mend__sqlite_record_event(mend_store *s, const char *run_id, const char *name, const char *payload, const char *key, double sent);
 int mend__sqlite_next_event(mend_store *s, const char *run_id, const char *name, long long *seq, char **payload, char **key);
 int mend__sqlite_consume_event(mend_store *s, const char *run_id, long long seq, const char *step, double at);

@@ -1,0 +1,205 @@
+/*
+ * look: the SQLite backend's looks ahead (store.h: look_ahead, look_ahead_take). A ticking
+ * host's look at committed inboxes is read by a thread of the store's own, on a read-only
+ * connection of its own, while the host's frame goes on: a read on the loop thread begins a
+ * WAL read transaction, which takes a mutex of SQLite's that the writer and checkpoint threads
+ * of this process hold too, and a tick waited behind them for up to tens of milliseconds
+ * (issue 24). Owns that thread (started by open_committed_reads, stopped by close) and its
+ * connection. Must never: touch the store's other connections or its error text from the
+ * thread; answer a look with rows read before it was asked; have two looks in flight.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+
+#include "store_int.h"
+
+typedef struct look_ans { long long seq; char *payload, *key; int found; } look_ans;
+
+struct mend_look_thread {
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;        /* the thread: asked or stop; the loop: answered */
+  int stop, asked, answered, failed;
+  int n;
+  char **ids, **names;      /* the look in flight, the loop's copies */
+  look_ans *ans;
+  char err[512];            /* why the look failed, the thread's */
+  /* the thread's alone */
+  sqlite3 *db;
+  sqlite3_stmt *q;
+};
+
+static void free_look(struct mend_look_thread *t) {
+  for (int i = 0; i < t->n; i++) {
+    free(t->ids[i]);
+    free(t->names[i]);
+    if (t->ans) {
+      free(t->ans[i].payload);
+      free(t->ans[i].key);
+    }
+  }
+  free(t->ids);
+  free(t->names);
+  free(t->ans);
+  t->ids = t->names = NULL;
+  t->ans = NULL;
+  t->n = 0;
+}
+
+static int fail(struct mend_look_thread *t, const char *path, const char *what) {
+  snprintf(t->err, sizeof t->err, "%s: %s: %s", path, what,
+           t->db ? sqlite3_errmsg(t->db) : "no connection");
+  return -1;
+}
+
+/* One read transaction for the whole look: one snapshot, one begin of a WAL read. */
+static int read_look(struct mend_look_thread *t, const char *path) {
+  if (!t->db) {
+    if (sqlite3_open_v2(path, &t->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) !=
+        SQLITE_OK) {
+      fail(t, path, "open a connection to look at inboxes");
+      sqlite3_close_v2(t->db);
+      t->db = NULL;
+      return -1;
+    }
+    sqlite3_busy_timeout(t->db, BUSY_TIMEOUT_MS);
+  }
+  if (!t->q && sqlite3_prepare_v3(t->db, mend__query_sql[Q_NEXT_EVENT], -1,
+                                  SQLITE_PREPARE_PERSISTENT, &t->q, NULL) != SQLITE_OK)
+    return fail(t, path, "read a run's inbox");
+  mend__inbox_read_hold();
+  if (sqlite3_exec(t->db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK)
+    return fail(t, path, "read a run's inbox");
+  int rc = SQLITE_OK;
+  for (int i = 0; i < t->n && rc == SQLITE_OK; i++) {
+    rc = sqlite3_bind_text(t->q, 1, t->ids[i], -1, SQLITE_STATIC);
+    if (rc == SQLITE_OK) rc = sqlite3_bind_text(t->q, 2, t->names[i], -1, SQLITE_STATIC);
+    if (rc == SQLITE_OK) rc = sqlite3_step(t->q);
+    if (rc == SQLITE_ROW) {
+      look_ans *a = &t->ans[i];
+      const char *p = (const char *)sqlite3_column_text(t->q, 1);
+      const char *k = (const char *)sqlite3_column_text(t->q, 2);
+      a->seq = (long long)sqlite3_column_int64(t->q, 0);
+      a->payload = strdup(p ? p : "null");
+      a->key = k ? strdup(k) : NULL;
+      a->found = 1;
+      rc = !a->payload || (k && !a->key) ? SQLITE_NOMEM : SQLITE_OK;
+    } else if (rc == SQLITE_DONE) {
+      rc = SQLITE_OK;
+    }
+    if (rc != SQLITE_OK) fail(t, path, "read a run's inbox");
+    sqlite3_reset(t->q);
+    sqlite3_clear_bindings(t->q);
+  }
+  sqlite3_exec(t->db, "COMMIT", NULL, NULL, NULL);   /* a read: nothing to lose */
+  return rc == SQLITE_OK ? 0 : -1;
+}
+
+static void *look_main(void *arg) {
+  mend_store *s = arg;
+  struct mend_look_thread *t = s->look;
+  prctl(PR_SET_NAME, "mend-look", 0, 0, 0);
+  pthread_mutex_lock(&t->mu);
+  for (;;) {
+    while (!t->stop && !(t->asked && !t->answered)) pthread_cond_wait(&t->cv, &t->mu);
+    if (t->stop) break;
+    pthread_mutex_unlock(&t->mu);
+    int failed = read_look(t, s->path) != 0;   /* the look is the thread's until answered */
+    pthread_mutex_lock(&t->mu);
+    t->failed = failed;
+    t->answered = 1;
+    pthread_cond_broadcast(&t->cv);
+  }
+  pthread_mutex_unlock(&t->mu);
+  sqlite3_finalize(t->q);
+  sqlite3_close_v2(t->db);
+  return NULL;
+}
+
+void mend__sqlite_look_start(mend_store *s) {
+  if (s->look || !s->checkpointer || !s->path) return;   /* in memory: nothing to look at */
+  struct mend_look_thread *t = calloc(1, sizeof *t);
+  if (!t) return;   /* no thread: the engine reads on its own thread, as before */
+  pthread_mutex_init(&t->mu, NULL);
+  pthread_cond_init(&t->cv, NULL);
+  s->look = t;
+  if (mend_thread_start(&t->thread, &s->cpus, look_main, s) != 0) {
+    pthread_cond_destroy(&t->cv);
+    pthread_mutex_destroy(&t->mu);
+    free(t);
+    s->look = NULL;
+  }
+}
+
+void mend__sqlite_look_stop(mend_store *s) {
+  struct mend_look_thread *t = s->look;
+  if (!t) return;
+  pthread_mutex_lock(&t->mu);
+  t->stop = 1;
+  pthread_cond_broadcast(&t->cv);
+  pthread_mutex_unlock(&t->mu);
+  pthread_join(t->thread, NULL);
+  free_look(t);
+  pthread_cond_destroy(&t->cv);
+  pthread_mutex_destroy(&t->mu);
+  free(t);
+  s->look = NULL;
+}
+
+int mend__sqlite_can_look_ahead(mend_store *s) { return s->look != NULL; }
+
+int mend__sqlite_look_ahead(mend_store *s, int n, const char *const *run_ids,
+                            const char *const *names) {
+  struct mend_look_thread *t = s->look;
+  if (!t || t->asked || n <= 0) return -1;
+  char **ids = calloc((size_t)n, sizeof *ids), **nm = calloc((size_t)n, sizeof *nm);
+  look_ans *ans = calloc((size_t)n, sizeof *ans);
+  int oom = !ids || !nm || !ans;
+  for (int i = 0; i < n && !oom; i++) {
+    ids[i] = strdup(run_ids[i]);
+    nm[i] = strdup(names[i]);
+    oom = !ids[i] || !nm[i];
+  }
+  pthread_mutex_lock(&t->mu);
+  t->ids = ids;
+  t->names = nm;
+  t->ans = ans;
+  t->n = ids && nm ? n : 0;
+  if (oom) {
+    free_look(t);
+    pthread_mutex_unlock(&t->mu);
+    return -1;
+  }
+  t->asked = 1;
+  t->answered = t->failed = 0;
+  pthread_cond_broadcast(&t->cv);
+  pthread_mutex_unlock(&t->mu);
+  return 0;
+}
+
+int mend__sqlite_look_ahead_take(mend_store *s, int wait,
+                                 void (*fn)(void *ud, const char *run_id, const char *name,
+                                            long long seq, const char *payload, const char *key),
+                                 void *ud) {
+  struct mend_look_thread *t = s->look;
+  if (!t || !t->asked) return -1;
+  pthread_mutex_lock(&t->mu);
+  if (!t->answered && !wait) {
+    pthread_mutex_unlock(&t->mu);
+    return 0;
+  }
+  while (!t->answered) pthread_cond_wait(&t->cv, &t->mu);
+  pthread_mutex_unlock(&t->mu);   /* answered: the thread waits for the next look */
+  int failed = t->failed;
+  if (failed) mend__set_msg(s->err, sizeof s->err, "%s", t->err);
+  for (int i = 0; i < t->n && !failed; i++)
+    if (t->ans[i].found)
+      fn(ud, t->ids[i], t->names[i], t->ans[i].seq, t->ans[i].payload, t->ans[i].key);
+  pthread_mutex_lock(&t->mu);
+  free_look(t);
+  t->asked = t->answered = 0;
+  pthread_mutex_unlock(&t->mu);
+  return failed ? -1 : 1;
+}
