@@ -331,6 +331,19 @@ describe("mend serve", function()
     assert.is_true(took > 5, "answered after " .. took .. " s, before the lock went")
     assert.are.same({ "open" }, H.sql(db, "SELECT state FROM breakers WHERE key = 'psp'"))
     assert.are.same({ "1" }, H.sql(db, "SELECT count(*) FROM audit WHERE op = 'open' AND target = 'psp'"))
+    -- two overrides under the lock of a breaker no workflow here uses (another host's): the
+    -- second's audit names the first's state as the one it changed
+    H.sql(db, "INSERT INTO breakers(key, state, failures, successes, updated) VALUES ('ext', 'closed', 0, 0, 1)")
+    hold_write_lock(db, 4)
+    os.execute("sleep 0.5")
+    local opening = post_later(dir, base, "/api/v1/breakers/ext/open", {}, "opening")
+    os.execute("sleep 0.3")
+    local closing = post_later(dir, base, "/api/v1/breakers/ext/close", {}, "closing")
+    assert.are.equal(200, (opening()))
+    assert.are.equal(200, (closing()))
+    assert.are.same({ "closed" }, H.sql(db, "SELECT state FROM breakers WHERE key = 'ext'"))
+    assert.are.same({ "closed -> open", "open -> closed" },
+                    H.sql(db, "SELECT detail FROM audit WHERE target = 'ext' ORDER BY seq"))
   end)
 
   -- A start with a key looks its key up in the batch that records it: under another

@@ -216,6 +216,10 @@ struct mend_engine {
   mend_workflow *workflows;
   struct mend_load_failure *load_failures;   /* files whose last load failed (load.c) */
   struct mend_breaker_slot *breakers;
+  /* Overrides this engine recorded of breakers it does not hold, until their batch is durable:
+   * what a later override's audit says it changed, while committed rows do not show them yet
+   * (repair.c). */
+  struct mend_breaker_recorded *breakers_recorded;
   mend_run *runs;
   /* States of ended attempts, kept for the next ones (attempt.c): with many attempts in
    * flight (W9's 64) one kept state served few of them, each other one a malloc and a free. */
@@ -688,6 +692,8 @@ void mend__store_lost(mend_engine *E);
 void mend__store_lost_let_go(mend_engine *E);
 
 /* ---- repair.c: people's repairs */
+/* Forgets the overrides recorded of breakers not held once their batch is durable, or all. */
+void mend__breakers_recorded_drop(mend_engine *E, int all);
 int mend__cancel_now(mend_run *r, const char *who, char *err, int errlen);
 int mend__cancel_cascade(mend_engine *E, const char *id, const char *who, char *err, int errlen);
 int mend__land_deferred_cancel(mend_run *r);

@@ -467,6 +467,43 @@ int mend_engine_resolve(mend_engine *E, const char *id, const char *who, const c
 
 /* A breaker's state as committed, from the view (which waits for no lock): 1 and its state, 0
  * none, -1 error. Only the state: an override keeps nothing else of it. */
+struct mend_breaker_recorded {
+  char *key;
+  mend_breaker_state state;
+  unsigned long seq;   /* the batch that holds it */
+  struct mend_breaker_recorded *next;
+};
+
+/* Forgets the recorded overrides whose batch is durable (committed rows show them), or all. */
+void mend__breakers_recorded_drop(mend_engine *E, int all) {
+  unsigned long durable = all || !E->store ? 0 : mend_store_durable_seq(E->store);
+  for (struct mend_breaker_recorded **at = &E->breakers_recorded, *x; (x = *at);) {
+    if (all || x->seq <= durable) {
+      *at = x->next;
+      free(x->key);
+      free(x);
+    } else {
+      at = &x->next;
+    }
+  }
+}
+
+static void note_recorded(mend_engine *E, const char *key, mend_breaker_state state) {
+  struct mend_breaker_recorded *x = E->breakers_recorded;
+  while (x && strcmp(x->key, key) != 0) x = x->next;
+  if (!x) {
+    x = calloc(1, sizeof *x);
+    if (!x || !(x->key = strdup(key))) {   /* out of memory: only an audit's "before" is lost */
+      free(x);
+      return;
+    }
+    x->next = E->breakers_recorded;
+    E->breakers_recorded = x;
+  }
+  x->state = state;
+  x->seq = mend_store_open_seq(E->store);
+}
+
 static int committed_breaker(mend_engine *E, const char *key, mend_breaker *b) {
   json_t *list = mend_store_breakers(E->store);
   if (!list) return -1;
@@ -482,6 +519,10 @@ static int committed_breaker(mend_engine *E, const char *key, mend_breaker *b) {
     break;
   }
   json_decref(list);
+  /* An override of ours not committed yet is the state the next one changes. */
+  mend__breakers_recorded_drop(E, 0);
+  for (struct mend_breaker_recorded *x = E->breakers_recorded; found && x; x = x->next)
+    if (strcmp(x->key, key) == 0) b->state = x->state;
   return found;
 }
 
@@ -525,6 +566,7 @@ static int breaker_set(mend_engine *E, const char *key, const char *op, double s
   if (state_out) *state_out = b.state;
   if (record) {   /* the caller waits for the batch */
     if (E->broken) return mend_errorf(err, errlen, "%s", E->errmsg);
+    if (!s) note_recorded(E, key, b.state);
     mend__kick(E);
     return 0;
   }
