@@ -932,9 +932,11 @@ static int spawn_asked(mend_engine *E, const char *id) { (void)E; (void)id; retu
 static int kill_waits(mend_engine *E, const char *id) { return run_has(E, id, "\"waiting\"", 0); }
 static int run_ended(mend_engine *E, const char *id) { (void)id; return mend_engine_in_flight_count(E) == 0; }
 
-static void it_ticks_answers_and_signals_in_its_ticks(void) {
-  char db[128], id[17], st[32];
-  snprintf(db, sizeof db, "%s/signals.db", dir);
+/* A file database of its own (name in the test dir), "slay" loaded with its host functions, one
+ * run of it started. */
+static mend_engine *slay_engine(const char *name, char id[17]) {
+  char db[160];
+  snprintf(db, sizeof db, "%s/%s", dir, name);
   unlink(db);
   mend_options o;
   mend_options_init(&o);
@@ -946,6 +948,12 @@ static void it_ticks_answers_and_signals_in_its_ticks(void) {
   load(E, "slay");
   start(E, "slay", NULL, id);
   spawn_call = NULL;
+  return E;
+}
+
+static void it_ticks_answers_and_signals_in_its_ticks(void) {
+  char id[17], st[32];
+  mend_engine *E = slay_engine("signals.db", id);
   resumed_calls = 0;
   tick_until(E, spawn_asked, id);
   CHECK_EQ_INT(mend_call_return(spawn_call, "{\"id\":1}"), MEND_OK);
@@ -1302,22 +1310,11 @@ static void it_begins_a_wait_in_a_tick_without_reading_the_inbox(void) {
 #ifndef MEND_FAILPOINTS
   return;   /* nothing holds the read back */
 #endif
-  char db[128], hold[160], id[17], st_text[32];
-  snprintf(db, sizeof db, "%s/held_inbox.db", dir);
+  char hold[160], id[17], st_text[32];
   snprintf(hold, sizeof hold, "%s/inbox-held", dir);
-  unlink(db);
   unlink(hold);
   setenv("MEND_INBOX_READ_HOLD", hold, 1);   /* before the engine's threads start */
-  mend_options o;
-  mend_options_init(&o);
-  o.db_path = db;
-  o.durability = MEND_SYNC_FULL;
-  mend_engine *E = engine(&o);
-  mend_engine_register_function(E, "spawn_later", spawn_later, NULL);
-  mend_engine_register_function(E, "resumed", resumed, NULL);
-  load(E, "slay");
-  start(E, "slay", NULL, id);
-  spawn_call = NULL;
+  mend_engine *E = slay_engine("held_inbox.db", id);
   tick_until(E, spawn_asked, id);
   CHECK_EQ_INT(mend_engine_signal(E, id, "boss_killed", "{\"gold\":7}", NULL), MEND_OK);
   mend_tick_stats st;
