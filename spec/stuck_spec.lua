@@ -418,6 +418,24 @@ describe("mend dlq retry", function()
   end)
 end)
 
+describe("mend dlq resolve", function()
+  after_each(H.cleanup)
+
+  it("ends the wait of `mend wait` and eng:wait: resolved is an end, exit 3", function()
+    local _, db, _, id = dead_letter()
+    local rc, out, err = mend_in(nil, db, "dlq resolve " .. id .. " --note 'refunded by hand'")
+    assert.are.equal(0, rc, out .. err)
+    local t0 = H.wall()
+    rc, out, err = mend_in(nil, db, "wait " .. id .. " --timeout 5")
+    assert.are.equal(3, rc, out .. err)
+    assert.matches("refund run " .. id .. ": resolved", out)
+    assert.is_true(H.wall() - t0 < 4, "mend wait waited for a run that had ended")
+    local eng = mend.engine{ db = db }
+    assert.are.equal("resolved", eng:wait(id, { timeout = 5 }).status)
+    eng:close()
+  end)
+end)
+
 describe("history times", function()
   after_each(H.cleanup)
 
