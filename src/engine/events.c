@@ -65,8 +65,7 @@ int mend__take_event(mend_run *r, int i) { return take_event_as(r, i, 0); }
  * - Names of the engine's own ("mend.child:..." and such) are put in the batch by the engine
  *   (a child's end): those are read with the batch. */
 static int inbox_committed_is_own(const mend_run *r, const char *name) {
-  return !r->lane && !MEND_COLD(r, group) && strncmp(name, "mend.", 5) != 0 &&
-         r->took_seq <= mend_store_durable_seq(r->E->store);
+  return !r->lane && !MEND_COLD(r, group) && strncmp(name, "mend.", 5) != 0;
 }
 
 /* committed: the caller lets the inbox be read among committed events, on the store's own
@@ -84,7 +83,10 @@ static int take_event_as(mend_run *r, int i, int committed) {
   long long seq;
   char *payload, *key;
   int own = committed && inbox_committed_is_own(r, def->wait_for);
-  if (own && mend__look_ahead(r, i)) return 0;   /* a later tick takes what the look finds */
+  /* A later tick takes what the look finds, sent once r's takes are durable: a wait that begins
+   * as the step before takes its event (a look's answer picked up) looks there too. */
+  if (own && mend__look_ahead(r, i)) return 0;
+  own = own && r->took_seq <= mend_store_durable_seq(E->store);
   int found = own ? mend_store_next_committed_event(E->store, r->id, def->wait_for, &seq, &payload, &key) : 2;
   if (found == 2) found = mend_store_next_event(E->store, r->id, def->wait_for, &seq, &payload, &key);
   if (found < 0) mend__store_failed(E);

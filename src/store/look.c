@@ -69,7 +69,7 @@ static int read_look(struct mend_look_thread *t, const char *path) {
   if (!t->q && sqlite3_prepare_v3(t->db, mend__query_sql[Q_NEXT_EVENT], -1,
                                   SQLITE_PREPARE_PERSISTENT, &t->q, NULL) != SQLITE_OK)
     return fail(t, path, "read a run's inbox");
-  mend__inbox_read_hold();
+  for (int i = 0; i < t->n; i++) mend__inbox_read_hold(t->names[i]);
   if (sqlite3_exec(t->db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK)
     return fail(t, path, "read a run's inbox");
   int rc = SQLITE_OK;
