@@ -53,10 +53,13 @@ void mend__wake_waiting(mend_run *r, const char *name) { wake_waiting(r, name, 0
 int mend__take_event(mend_run *r, int i) { return take_event_as(r, i, 0); }
 
 /* Whether the committed rows of r's inbox answer "its oldest event named `name`" as its own
- * open batch would, for an event that is there: read-your-own-writes only asks for the writes
- * that change that answer, and the engine knows each of them.
- * - Takes: r took none in a batch not yet durable (took_seq), so none it took is seen as new.
- *   A lane, or a run with lanes, shares its inbox with others that take from it: not here.
+ * open batch would, for an event that is there, once they are read after r's last take is
+ * durable: read-your-own-writes only asks for the writes that change that answer, and the
+ * engine knows each of them.
+ * - Takes: r took none in a batch not yet durable (took_seq) when the rows are read, so none it
+ *   took is seen as new: the caller's to check, now for a read now, at its send for a look
+ *   (lookahead.c). A lane, or a run with lanes, shares its inbox with others that take from
+ *   it: not here.
  * - Events sent to r not yet durable are only those a ticking host sent into the batch
  *   (send_in_batch): each reaches r through mend__deliver_sent_event once durable, which
  *   looks again. Every other send (the host's outside a tick, a token's use) commits before it

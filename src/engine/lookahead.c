@@ -5,8 +5,9 @@
  * a thread of the store's reads it, as a read on the tick's thread waited behind the writer's
  * and checkpointer's hold of a WAL mutex), the look is queued instead; the tick sends every
  * look it queued in one read as it ends, and a later tick takes the answer as it begins, each
- * run taking its event then, in that tick's batch. The frame's gap pays for the read, not the
- * frame. Must never: let a tick wait for the
+ * run taking its event then, in that tick's batch. A look of a run whose last take is not
+ * durable yet (its wait began as the step before took a looked event) stays queued until it is.
+ * The frame's gap pays for the read, not the frame. Must never: let a tick wait for the
  * answer (a run or an advance may: they block anyway); take an event for a run whose step is
  * not the one that looked, or whose last take was not durable when the look went (the answer
  * could show an event it took as still there); lose a look (a look that failed is read the
