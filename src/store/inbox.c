@@ -79,7 +79,7 @@ int mend__sqlite_next_event(mend_store *s, const char *run_id, const char *name,
                           long long *seq, char **payload, char **key) {
   *payload = *key = NULL;
   if (mend__sync_point(s) != 0) return -1;
-  mend__inbox_read_hold(name);
+  mend__inbox_read_hold(1, &name);
   sqlite3_stmt *q = s->q[Q_NEXT_EVENT];
   int rc = SQLITE_OK;
   BIND(mend__bind_text(q, 1, run_id));
@@ -96,23 +96,28 @@ int mend__sqlite_next_event(mend_store *s, const char *run_id, const char *name,
  * MEND_INBOX_READ_HOLD names a file while whose existence a read of the event it names (any
  * event when it is empty) waits (read at each read, so set it before the engine starts). */
 #define HOLD_MAX_USEC 20000000   /* a test that forgets its file fails, rather than hangs */
-static int held(const char *path, const char *name) {
+static int held(const char *path, int n, const char *const *names) {
   FILE *f = fopen(path, "r");
   if (!f) return 0;
   char want[256];
-  size_t n = fread(want, 1, sizeof want - 1, f);
+  size_t len = fread(want, 1, sizeof want - 1, f);
   fclose(f);
-  want[n] = 0;
-  return n == 0 || strcmp(want, name) == 0;
+  want[len] = 0;
+  for (int i = 0; i < n; i++)
+    if (len == 0 || strcmp(want, names[i]) == 0) return 1;
+  return 0;
 }
 
-void mend__inbox_read_hold(const char *name) {
+void mend__inbox_read_hold(int n, const char *const *names) {
   const char *path = getenv("MEND_INBOX_READ_HOLD");
-  for (long t = 0; path && *path && t < HOLD_MAX_USEC && held(path, name); t += 500)
+  for (long t = 0; path && *path && t < HOLD_MAX_USEC && held(path, n, names); t += 500)
     usleep(500);
 }
 #else
-void mend__inbox_read_hold(const char *name) { (void)name; }
+void mend__inbox_read_hold(int n, const char *const *names) {
+  (void)n;
+  (void)names;
+}
 #endif
 
 /* The looks' thread too: a ticking host's first tick opens what its reads use. */
@@ -133,7 +138,7 @@ int mend__sqlite_next_committed_event(mend_store *s, const char *run_id, const c
     return -1;
   }
   sqlite3_stmt *q = s->q_next_committed;
-  mend__inbox_read_hold(name);
+  mend__inbox_read_hold(1, &name);
   int rc = SQLITE_OK;
   BIND(mend__bind_text(q, 1, run_id));
   BIND(mend__bind_text(q, 2, name));
