@@ -327,6 +327,55 @@ static void it_runs_on_its_own_loop(void) {
   mend_engine_free(E);
 }
 
+/* The host hears each event as JSON text, byte for byte what json_dumps wrote before capi
+ * wrote it itself (flatjson.c, issue 24): keys in their order, quotes, backslashes and control
+ * characters escaped as jansson escapes them, UTF-8 and '/' as they are, the time a number. */
+static const char odd_fail_lua[] =
+  "local mend = require 'mend'\n"
+  "return { name = 'odd_fail', steps = {\n"
+  "  { name = 'bad', retry = { max_attempts = 1 }, execute = function(ctx)\n"
+  "      error(mend.fatal('say \"hi\"\\\\ back\\n\\ttab \\1 caf\\195\\169 \\226\\130\\172 /')) end } } }\n";
+
+static char *heard[8];
+static int nheard;
+static void keep_event(void *ud, const char *json) {
+  (void)ud;
+  if (nheard < 8) heard[nheard++] = strdup(json);
+}
+
+/* text is `prefix`, then a number, then "}" */
+static int event_is(const char *text, const char *prefix) {
+  if (!text || strncmp(text, prefix, strlen(prefix)) != 0) {
+    fprintf(stderr, "heard  %s\nwanted %s<number>}\n", text ? text : "(nothing)", prefix);
+    return 0;
+  }
+  char *end;
+  strtod(text + strlen(prefix), &end);
+  return end != text + strlen(prefix) && strcmp(end, "}") == 0;
+}
+
+static void it_hears_events_as_exact_json_text(void) {
+  mend_options o;
+  mend_options_init(&o);
+  o.on_event = keep_event;
+  mend_engine *E = engine(&o);
+  load(E, "odd_fail");
+  char id[17], want[512];
+  start(E, "odd_fail", NULL, id);
+  nheard = 0;
+  CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+  CHECK_EQ_INT(nheard, 2);
+  snprintf(want, sizeof want, "{\"type\":\"step_failed\",\"run_id\":\"%s\",\"workflow\":\"odd_fail\","
+           "\"step\":\"bad\",\"attempt\":1,\"error\":\"fatal: say \\\"hi\\\"\\\\ back\\n\\ttab "
+           "\\u0001 caf\xc3\xa9 \xe2\x82\xac /\",\"will_retry\":false,\"at\":", id);
+  CHECK(event_is(heard[0], want));
+  snprintf(want, sizeof want, "{\"type\":\"run_finished\",\"run_id\":\"%s\",\"workflow\":\"odd_fail\","
+           "\"status\":\"failed\",\"at\":", id);
+  CHECK(event_is(heard[1], want));
+  for (int i = 0; i < nheard; i++) free(heard[i]);
+  mend_engine_free(E);
+}
+
 /* A host function that tries to drive the engine calling it: each call is refused (it pulled
  * the step's coroutine from under itself before), and the call is then answered as usual. */
 static int reenter_status[4];
@@ -2693,6 +2742,7 @@ int main(void) {
   write_workflow("naps", naps_lua);
   write_workflow("slay", slay_lua);
   write_workflow("slay_twice", slay_twice_lua);
+  write_workflow("odd_fail", odd_fail_lua);
   write_workflow("hits", hits_lua);
   write_workflow("plain", plain_lua);
   write_workflow("litter", litter_lua);
@@ -2703,6 +2753,7 @@ int main(void) {
   write_workflow("engine_named", engine_named_lua);
 
   it_runs_on_its_own_loop();
+  it_hears_events_as_exact_json_text();
   it_refuses_a_host_function_driving_its_engine();
   it_refuses_driving_from_a_runs_when_key_or_map();
   it_refuses_to_free_from_its_callbacks();
