@@ -298,8 +298,11 @@ struct mend_engine {
   json_t *events_due;     /* of durable batches, heard in order from events_heard (notify.c) */
   size_t events_heard;
   unsigned long events_heard_n;   /* every one heard so far: the tick profile's count */
-  int finished_unheard;   /* run_finished events in events_due not heard yet: runs still in
-                             flight for the host (mend_engine_in_flight) */
+  /* Where the run_finished events not heard yet are, oldest first, as positions counted over
+   * every event ever due (events_heard_n is the next one heard): each one's run is still in
+   * flight for the host (mend_engine_in_flight) until it is heard (notify.c). */
+  unsigned long *finished_at;
+  size_t finished_head, finished_n, finished_cap;
   struct host_fn *hosts;
   struct mend_host_call *open_calls;
   /* answered, their steps resumed by a pump turn, in the order answered (hostcall.c) */
@@ -521,6 +524,7 @@ void mend__emit(mend_engine *E, json_t *ev);
 void mend__emit_finished(mend_engine *E, json_t *ev);
 void mend__fire_batch(mend_engine *E, json_t *alerts, json_t *events);
 int mend__events_due(const mend_engine *E);
+int mend__finished_unheard(const mend_engine *E);
 void mend__hear_events(mend_engine *E);
 
 /* ---- group.c: parallel groups, their lanes, their compensation in order of completion */

@@ -53,10 +53,13 @@ void mend__wake_waiting(mend_run *r, const char *name) { wake_waiting(r, name, 0
 int mend__take_event(mend_run *r, int i) { return take_event_as(r, i, 0); }
 
 /* Whether the committed rows of r's inbox answer "its oldest event named `name`" as its own
- * open batch would, for an event that is there: read-your-own-writes only asks for the writes
- * that change that answer, and the engine knows each of them.
- * - Takes: r took none in a batch not yet durable (took_seq), so none it took is seen as new.
- *   A lane, or a run with lanes, shares its inbox with others that take from it: not here.
+ * open batch would, for an event that is there, once they are read after r's last take is
+ * durable: read-your-own-writes only asks for the writes that change that answer, and the
+ * engine knows each of them.
+ * - Takes: r took none in a batch not yet durable (took_seq) when the rows are read, so none it
+ *   took is seen as new: the caller's to check, now for a read now, at its send for a look
+ *   (lookahead.c). A lane, or a run with lanes, shares its inbox with others that take from
+ *   it: not here.
  * - Events sent to r not yet durable are only those a ticking host sent into the batch
  *   (send_in_batch): each reaches r through mend__deliver_sent_event once durable, which
  *   looks again. Every other send (the host's outside a tick, a token's use) commits before it
@@ -65,8 +68,7 @@ int mend__take_event(mend_run *r, int i) { return take_event_as(r, i, 0); }
  * - Names of the engine's own ("mend.child:..." and such) are put in the batch by the engine
  *   (a child's end): those are read with the batch. */
 static int inbox_committed_is_own(const mend_run *r, const char *name) {
-  return !r->lane && !MEND_COLD(r, group) && strncmp(name, "mend.", 5) != 0 &&
-         r->took_seq <= mend_store_durable_seq(r->E->store);
+  return !r->lane && !MEND_COLD(r, group) && strncmp(name, "mend.", 5) != 0;
 }
 
 /* committed: the caller lets the inbox be read among committed events, on the store's own
@@ -84,7 +86,10 @@ static int take_event_as(mend_run *r, int i, int committed) {
   long long seq;
   char *payload, *key;
   int own = committed && inbox_committed_is_own(r, def->wait_for);
-  if (own && mend__look_ahead(r, i)) return 0;   /* a later tick takes what the look finds */
+  /* A later tick takes what the look finds, sent once r's takes are durable: a wait that begins
+   * as the step before takes its event (a look's answer picked up) looks there too. */
+  if (own && mend__look_ahead(r, i)) return 0;
+  own = own && r->took_seq <= mend_store_durable_seq(E->store);
   int found = own ? mend_store_next_committed_event(E->store, r->id, def->wait_for, &seq, &payload, &key) : 2;
   if (found == 2) found = mend_store_next_event(E->store, r->id, def->wait_for, &seq, &payload, &key);
   if (found < 0) mend__store_failed(E);

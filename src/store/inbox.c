@@ -79,6 +79,7 @@ int mend__sqlite_next_event(mend_store *s, const char *run_id, const char *name,
                           long long *seq, char **payload, char **key) {
   *payload = *key = NULL;
   if (mend__sync_point(s) != 0) return -1;
+  mend__inbox_read_hold(1, &name);
   sqlite3_stmt *q = s->q[Q_NEXT_EVENT];
   int rc = SQLITE_OK;
   BIND(mend__bind_text(q, 1, run_id));
@@ -91,17 +92,32 @@ int mend__sqlite_next_event(mend_store *s, const char *run_id, const char *name,
 }
 
 #ifdef MEND_FAILPOINTS
-/* Tests hold a committed inbox read back on purpose, to show which thread waits for it:
- * MEND_INBOX_READ_HOLD names a file while whose existence the read waits (read at each read, so
- * set it before the engine starts). */
+/* Tests hold an inbox read back on purpose, to show which thread waits for it:
+ * MEND_INBOX_READ_HOLD names a file while whose existence a read of the event it names (any
+ * event when it is empty) waits (read at each read, so set it before the engine starts). */
 #define HOLD_MAX_USEC 20000000   /* a test that forgets its file fails, rather than hangs */
-void mend__inbox_read_hold(void) {
+static int held(const char *path, int n, const char *const *names) {
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  char want[256];
+  size_t len = fread(want, 1, sizeof want - 1, f);
+  fclose(f);
+  want[len] = 0;
+  for (int i = 0; i < n; i++)
+    if (len == 0 || strcmp(want, names[i]) == 0) return 1;
+  return 0;
+}
+
+void mend__inbox_read_hold(int n, const char *const *names) {
   const char *path = getenv("MEND_INBOX_READ_HOLD");
-  for (long t = 0; path && *path && t < HOLD_MAX_USEC && access(path, F_OK) == 0; t += 500)
+  for (long t = 0; path && *path && t < HOLD_MAX_USEC && held(path, n, names); t += 500)
     usleep(500);
 }
 #else
-void mend__inbox_read_hold(void) {}
+void mend__inbox_read_hold(int n, const char *const *names) {
+  (void)n;
+  (void)names;
+}
 #endif
 
 /* The looks' thread too: a ticking host's first tick opens what its reads use. */
@@ -122,7 +138,7 @@ int mend__sqlite_next_committed_event(mend_store *s, const char *run_id, const c
     return -1;
   }
   sqlite3_stmt *q = s->q_next_committed;
-  mend__inbox_read_hold();
+  mend__inbox_read_hold(1, &name);
   int rc = SQLITE_OK;
   BIND(mend__bind_text(q, 1, run_id));
   BIND(mend__bind_text(q, 2, name));

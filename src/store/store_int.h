@@ -246,8 +246,8 @@ void mend__ckpt_stop(mend_store *s);
 /* ---- look.c: a ticking host's looks at committed inboxes, read on a thread of their own. */
 void mend__sqlite_look_start(mend_store *s);
 void mend__sqlite_look_stop(mend_store *s);
-/* inbox.c: in a build with failpoints, a committed inbox read waits here (tests). */
-void mend__inbox_read_hold(void);
+/* inbox.c: in a build with failpoints, an inbox read of the n events `names` waits here (tests). */
+void mend__inbox_read_hold(int n, const char *const *names);
 
 /* ---- the methods (store.h says what each does), and their table ---- */
 extern const mend_store_methods mend__sqlite_methods;
