@@ -124,6 +124,39 @@ describe("the mend command", function()
       assert.truthy(out:find("succeeded", 1, true), out)
     end)
 
+    -- A message that is not UTF-8 (Latin-1 text, a binary body's start) cannot go into JSON as
+    -- it is: its bytes become '?' once, where it is recorded, and the rest of it is kept.
+    it("keeps a step's error that is not UTF-8, in its log line, its status and its history", function()
+      local dir = H.tmp_dir()
+      local wf = dir .. "/latin.lua"
+      H.write_file(dir, "latin.lua", [[
+return { name = "latin", steps = {
+  { name = "a", execute = function() return 1 end, compensate_retry = { max_attempts = 1 },
+    compensate = function() error("r\xe9par\xe9", 0) end },
+  { name = "b", retry = { max_attempts = 1 },
+    execute = function() error("caf\xe9 \xff, not caf\xc3\xa9", 0) end },
+} }
+]])
+      local code, out, err = mend("run", wf, "--clock", "virtual", "--db", db, "--json")
+      assert.are.equal(4, code, err)
+      local failed = lines_matching(err, "running %-> failed")
+      assert.are.equal(1, #failed, err)
+      assert.matches("caf%? %?, not caf\u{e9}", failed[1])
+      local id = json.decode(out).id
+      local _, status = mend("status", id, "--db", db, "--json")
+      assert.are.equal("error: caf? ?, not caf\u{e9}", json.decode(status).steps[2].error)
+      local _, hist = mend("history", id, "--db", db, "--json")
+      local errors = {}
+      for _, e in ipairs(json.decode(hist)) do
+        local text = e.error and e.event ~= "alert" and e.step .. ": " .. e.error
+        if text and text ~= errors[#errors] then errors[#errors + 1] = text end
+      end
+      assert.are.same({ "b: error: caf? ?, not caf\u{e9}", "a: error: r?par?" }, errors)
+      -- the dead letter and its alert, as a person is told of it
+      local _, dlq = mend("dlq", "--db", db, "--json")
+      assert.are.equal("error: r?par?", json.decode(dlq)[1].error)
+    end)
+
     it("compensates a declined card in reverse and exits 3", function()
       local code, out, err = mend("run", "workflows/order.lua", "--clock", "virtual", "--db", db,
                                   "--input", '{"card":"declined"}')

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "numtext.h"
+#include "utf8.h"
 
 static int reserve(mend_textbuf *b, size_t more) {
   if (b->len + more < b->cap) return 0;
@@ -30,26 +31,6 @@ static int reserve(mend_textbuf *b, size_t more) {
 static void put(mend_textbuf *b, const char *s, size_t n) {
   memcpy(b->p + b->len, s, n);
   b->len += n;
-}
-
-/* The length of the UTF-8 sequence at s (n bytes left) as jansson's utf8_check_full accepts it
- * (no overlong form, no surrogate, nothing past U+10FFFF); 0 when it refuses it. */
-static size_t utf8_len(const unsigned char *s, size_t n) {
-  unsigned c = s[0];
-  size_t len;
-  unsigned v;
-  if (c >= 0xC2 && c <= 0xDF) len = 2, v = c & 0x1F;
-  else if (c >= 0xE0 && c <= 0xEF) len = 3, v = c & 0x0F;
-  else if (c >= 0xF0 && c <= 0xF4) len = 4, v = c & 0x07;
-  else return 0;
-  if (len > n) return 0;
-  for (size_t i = 1; i < len; i++) {
-    if ((s[i] & 0xC0) != 0x80) return 0;
-    v = (v << 6) | (s[i] & 0x3F);
-  }
-  if ((len == 3 && v < 0x800) || (len == 4 && v < 0x10000) || v > 0x10FFFF) return 0;
-  if (v >= 0xD800 && v <= 0xDFFF) return 0;
-  return len;
 }
 
 #define ONES 0x0101010101010101ULL
@@ -81,7 +62,7 @@ static int put_string(mend_textbuf *b, const char *str, size_t n) {
     }
     unsigned c = s[i];
     if (c >= 0x80) {
-      size_t len = utf8_len(s + i, n - i);
+      size_t len = mend_utf8_len(s + i, n - i);
       if (!len) return -1;
       memcpy(o, s + i, len);
       o += len;

@@ -329,12 +329,13 @@ static void it_runs_on_its_own_loop(void) {
 
 /* The host hears each event as JSON text, byte for byte what json_dumps wrote before capi
  * wrote it itself (flatjson.c, issue 24): keys in their order, quotes, backslashes and control
- * characters escaped as jansson escapes them, UTF-8 and '/' as they are, the time a number. */
+ * characters escaped as jansson escapes them, UTF-8 and '/' as they are, the time a number; a
+ * byte that is not UTF-8 as '?' (jansson refused the event whole). */
 static const char odd_fail_lua[] =
   "local mend = require 'mend'\n"
   "return { name = 'odd_fail', steps = {\n"
   "  { name = 'bad', retry = { max_attempts = 1 }, execute = function(ctx)\n"
-  "      error(mend.fatal('say \"hi\"\\\\ back\\n\\ttab \\1 caf\\195\\169 \\226\\130\\172 /')) end } } }\n";
+  "      error(mend.fatal('say \"hi\"\\\\ back\\n\\ttab \\1 caf\\195\\169 \\226\\130\\172 / \\255')) end } } }\n";
 
 static char *heard[8];
 static int nheard;
@@ -367,7 +368,7 @@ static void it_hears_events_as_exact_json_text(void) {
   CHECK_EQ_INT(nheard, 2);
   snprintf(want, sizeof want, "{\"type\":\"step_failed\",\"run_id\":\"%s\",\"workflow\":\"odd_fail\","
            "\"step\":\"bad\",\"attempt\":1,\"error\":\"fatal: say \\\"hi\\\"\\\\ back\\n\\ttab "
-           "\\u0001 caf\xc3\xa9 \xe2\x82\xac /\",\"will_retry\":false,\"at\":", id);
+           "\\u0001 caf\xc3\xa9 \xe2\x82\xac / ?\",\"will_retry\":false,\"at\":", id);
   CHECK(event_is(heard[0], want));
   snprintf(want, sizeof want, "{\"type\":\"run_finished\",\"run_id\":\"%s\",\"workflow\":\"odd_fail\","
            "\"status\":\"failed\",\"at\":", id);
