@@ -32,14 +32,6 @@ static void same_as_jansson(json_t *v, mend_textbuf *b) {
   free(want);
 }
 
-static uint64_t seed = 0x9E3779B97F4A7C15ULL;
-static uint64_t next(void) {
-  seed ^= seed << 13;
-  seed ^= seed >> 7;
-  seed ^= seed << 17;
-  return seed;
-}
-
 /* The engine's three events, as pump.c, saga.c and admit.c make them, with notify.c's time. */
 static json_t *run_finished(const char *id, const char *wf, const char *status, double at) {
   json_t *ev = json_pack("{s:s, s:s, s:s, s:s}", "type", "run_finished", "run_id", id,
@@ -199,24 +191,24 @@ static void it_writes_random_objects_as_jansson(void) {
   mend_textbuf b = {0};
   for (int i = 0; i < 20000; i++) {
     json_t *o = json_object();
-    int keys = (int)(next() % 9);
+    int keys = (int)(check_next() % 9);
     for (int k = 0; k < keys; k++) {
       char key[8], s[64];
-      snprintf(key, sizeof key, "k%d", (int)(next() % 12));
-      size_t len = next() % sizeof s;
-      int plain = (int)(next() % 4);   /* mostly plain runs: the 8-byte path, and its ends */
+      snprintf(key, sizeof key, "k%d", (int)(check_next() % 12));
+      size_t len = check_next() % sizeof s;
+      int plain = (int)(check_next() % 4);   /* mostly plain runs: the 8-byte path, and its ends */
       for (size_t j = 0; j < len; j++)
-        s[j] = next() % 8 < (uint64_t)plain * 2 + 1 ? (char)('A' + next() % 58)
-                                                     : alphabet[next() % (sizeof alphabet - 1)];
-      uint64_t bits = next();
+        s[j] = check_next() % 8 < (uint64_t)plain * 2 + 1 ? (char)('A' + check_next() % 58)
+                                                     : alphabet[check_next() % (sizeof alphabet - 1)];
+      uint64_t bits = check_next();
       double d;
       memcpy(&d, &bits, sizeof d);
-      switch (next() % 5) {
+      switch (check_next() % 5) {
         case 0: json_object_set_new(o, key, json_stringn_nocheck(s, len)); break;
-        case 1: json_object_set_new(o, key, json_integer((json_int_t)next())); break;
+        case 1: json_object_set_new(o, key, json_integer((json_int_t)check_next())); break;
         case 2: if (isfinite(d)) json_object_set_new(o, key, json_real(d)); break;
-        case 3: json_object_set_new(o, key, json_real(1.7e9 + (double)(next() % 100000000) / 1e6)); break;
-        default: json_object_set_new(o, key, json_boolean(next() & 1)); break;
+        case 3: json_object_set_new(o, key, json_real(1.7e9 + (double)(check_next() % 100000000) / 1e6)); break;
+        default: json_object_set_new(o, key, json_boolean(check_next() & 1)); break;
       }
     }
     same_as_jansson(o, &b);
