@@ -1090,6 +1090,17 @@ static int asks_at_least(mend_engine *E, const char *n) { (void)E; return n_asks
 static int nexts_at_least(mend_engine *E, const char *n) { (void)E; return saw_next >= atoi(n); }
 static int hears(mend_engine *E, const char *id) { return run_has(E, id, "\"waiting\"", 0); }
 
+/* Ticks until nothing is being committed and no work is due now (up to 20 s): every write so
+ * far is durable. */
+static void tick_until_settled(mend_engine *E) {
+  mend_tick_stats st;
+  double t0 = now_s();
+  do {
+    CHECK_EQ_INT(mend_engine_tick_stats(E, 0.002, &st), MEND_OK);
+    usleep(1000);
+  } while ((st.committing || mend_engine_next_tick(E) == 0) && now_s() - t0 < 20);
+}
+
 static void it_ticks_what_needs_no_store_while_its_writer_holds_a_batch(void) {
 #ifndef MEND_FAILPOINTS
   return;   /* nothing holds the thread back */
@@ -1120,11 +1131,7 @@ static void it_ticks_what_needs_no_store_while_its_writer_holds_a_batch(void) {
   tick_until(E, asks_at_least, "4");
   tick_until(E, hears, lonely);
   mend_tick_stats st;
-  double t0 = now_s();
-  do {   /* every write so far durable */
-    CHECK_EQ_INT(mend_engine_tick_stats(E, 0.002, &st), MEND_OK);
-    usleep(1000);
-  } while ((st.committing || mend_engine_next_tick(E) == 0) && now_s() - t0 < 20);
+  tick_until_settled(E);   /* every write so far durable */
   int timed = now_s() - lonely_from < 1.2;   /* the timeout is not due yet (a slow machine: it was) */
 
   start(E, "behind", NULL, id[4]);   /* its first step waits for the batch held below */
@@ -1162,11 +1169,7 @@ static void it_ticks_what_needs_no_store_while_its_writer_holds_a_batch(void) {
    * records) holds the connection as a batch does: a timeout due meanwhile waits too. */
   start(E, "lonely", NULL, lonely);
   tick_until(E, hears, lonely);
-  t0 = now_s();
-  do {
-    CHECK_EQ_INT(mend_engine_tick_stats(E, 0.002, &st), MEND_OK);
-    usleep(1000);
-  } while ((st.committing || mend_engine_next_tick(E) == 0) && now_s() - t0 < 20);
+  tick_until_settled(E);
   lonely_from = now_s();
   f = fopen(hold, "w");
   CHECK(f != NULL);
@@ -1189,11 +1192,7 @@ static void it_ticks_what_needs_no_store_while_its_writer_holds_a_batch(void) {
     n_asks = saw_next = 0;
     start(E, w == 0 ? "keyed" : "engine_named", NULL, keyed);
     tick_until(E, asks_at_least, "1");
-    t0 = now_s();
-    do {
-      CHECK_EQ_INT(mend_engine_tick_stats(E, 0.002, &st), MEND_OK);
-      usleep(1000);
-    } while ((st.committing || mend_engine_next_tick(E) == 0) && now_s() - t0 < 20);
+    tick_until_settled(E);
     start(E, "behind", NULL, id[0]);   /* a batch to hold */
     f = fopen(hold, "w");
     CHECK(f != NULL);
@@ -1385,11 +1384,7 @@ static void it_begins_a_wait_in_a_tick_without_reading_the_inbox(void) {
   tick_until(E, spawn_asked, id);
   CHECK_EQ_INT(mend_engine_signal(E, id, "boss_killed", "{\"gold\":7}", NULL), MEND_OK);
   mend_tick_stats st;
-  double t0 = now_s();
-  do {   /* the event durable before the wait begins */
-    CHECK_EQ_INT(mend_engine_tick_stats(E, 0.002, &st), MEND_OK);
-    usleep(1000);
-  } while ((st.committing || mend_engine_next_tick(E) == 0) && now_s() - t0 < 20);
+  tick_until_settled(E);   /* the event durable before the wait begins */
   FILE *f = fopen(hold, "w");
   CHECK(f != NULL);
   if (f) fclose(f);
@@ -1433,11 +1428,7 @@ static void it_begins_a_second_wait_in_a_tick_without_reading_the_inbox(void) {
   CHECK_EQ_INT(mend_engine_signal(E, id, "boss_killed", "{\"gold\":7}", NULL), MEND_OK);
   CHECK_EQ_INT(mend_engine_signal(E, id, "chest_opened", "{\"gold\":5}", NULL), MEND_OK);
   mend_tick_stats st;
-  double t0 = now_s();
-  do {   /* the events durable before the waits begin */
-    CHECK_EQ_INT(mend_engine_tick_stats(E, 0.002, &st), MEND_OK);
-    usleep(1000);
-  } while ((st.committing || mend_engine_next_tick(E) == 0) && now_s() - t0 < 20);
+  tick_until_settled(E);   /* the events durable before the waits begin */
   FILE *f = fopen(hold, "w");
   CHECK(f != NULL);
   if (f) {
