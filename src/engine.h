@@ -239,10 +239,16 @@ int mend_engine_send_event(mend_engine *E, const char *id, const char *run_key, 
                            const char *payload, const char *key, char run_id_out[MEND_RUN_ID_LEN],
                            char *err, int errlen);
 /* Same, recorded in the open batch only: the caller waits for it (mend_engine_when_durable)
- * before it says the event was sent; a run held here takes it once it is durable. */
+ * before it says the event was sent; a run held here takes it once it is durable. With a key
+ * and `ticket` (may be NULL), a store that looks the key up as the batch is written (SQLite: it
+ * waits for no lock) gives MEND_EVENT_LATER and *ticket: whether the key was sent before is
+ * mend_store_event_outcome's once the batch is durable, and the caller gives the ticket back
+ * (mend_store_event_ticket_free) once it asked, or will not ask. */
+#define MEND_EVENT_LATER 2
 int mend_engine_record_event(mend_engine *E, const char *id, const char *run_key, const char *name,
                              const char *payload, const char *key,
-                             char run_id_out[MEND_RUN_ID_LEN], char *err, int errlen);
+                             char run_id_out[MEND_RUN_ID_LEN], int *ticket, char *err,
+                             int errlen);
 /* Completes (ok) or fails the token a step's attempt handed out (ctx:token()): result is
  * JSON text (NULL: null) and becomes the step's result; a failure has a kind (retryable,
  * fatal, compensable) and a message, and the step's policy handles it as if its execute had

@@ -139,11 +139,13 @@ typedef struct mend_store_methods {
 
 
   /* 0 inserted; 1 a run with this run key exists (nothing written); -1 error; 2 recorded with
-   * r->key_at_commit, for a backend that looks the key up as the batch is written: inserted
+   * r->at_commit, for a backend that looks the key up as the batch is written: inserted
    * only if the key is free then (else none of the run's records of that batch are), the key's
    * run known once the batch is durable (find_run_key_committed). The first run
    * of a workflow version this store sees writes the version's row at once, in the open batch
-   * (as a read, it waits for the writer thread and the write lock); later ones only record. */
+   * (as a read, it waits for the writer thread and the write lock), unless r->at_commit: then
+   * a version committed before is looked up without the lock, and a new one is recorded with
+   * the run; later ones only record. */
   int (*insert_run)(mend_store *s, const mend_run_rec *r);
   /* A status other than running or compensating also gives the run's lease back. */
   int (*update_run)(mend_store *s, const char *id, const char *status, const char *error,                           int attention, double updated, const char *reason);
@@ -240,6 +242,17 @@ typedef struct mend_store_methods {
    * answer was lost did happen. */
   int (*record_event)(mend_store *s, const char *run_id, const char *name,
                       const char *payload, const char *key, double sent);
+  /* An event with a key recorded in the open batch, the key looked up as the batch is written
+   * (the insert does nothing for a key sent before): 0 and a ticket for event_outcome, 1 not
+   * recorded (the caller sends it at once), -1 error. NULL: the backend has none. */
+  int (*record_keyed_event)(mend_store *s, const char *run_id, const char *name,
+                            const char *payload, const char *key, double sent, int *ticket);
+  /* Once its batch is durable: 0 the ticket's event was sent, 1 its key had been sent before
+   * (nothing kept), -1 not known (its batch failed). */
+  int (*event_outcome)(mend_store *s, int ticket);
+  /* The ticket is no longer asked about (its answer given, or its client gone): it may be
+   * given to another event, even before its batch is written. */
+  void (*event_ticket_free)(mend_store *s, int ticket);
   /* The oldest event of `name` the run has not consumed, seeing the open batch: 1 and its seq,
    * payload (malloc'ed JSON text, "null" for none) and key (malloc'ed or NULL); 0 none; -1
    * error. */
@@ -578,6 +591,18 @@ static inline json_t *mend_store_prune(mend_store *s, double before, const char 
 }
 static inline int mend_store_send_event(mend_store *s, const char *run_id, const char *name, const char *payload, const char *key, double sent) {
   return MEND_STORE_M(s)->send_event(s, run_id, name, payload, key, sent);
+}
+static inline int mend_store_record_keyed_event(mend_store *s, const char *run_id, const char *name,
+                                                const char *payload, const char *key, double sent,
+                                                int *ticket) {
+  if (!MEND_STORE_M(s)->record_keyed_event) return 1;
+  return MEND_STORE_M(s)->record_keyed_event(s, run_id, name, payload, key, sent, ticket);
+}
+static inline int mend_store_event_outcome(mend_store *s, int ticket) {
+  return MEND_STORE_M(s)->event_outcome(s, ticket);
+}
+static inline void mend_store_event_ticket_free(mend_store *s, int ticket) {
+  MEND_STORE_M(s)->event_ticket_free(s, ticket);
 }
 static inline int mend_store_can_record_event(mend_store *s) {
   return MEND_STORE_M(s)->record_event != NULL;

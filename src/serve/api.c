@@ -300,6 +300,32 @@ static void cancel_run(serve_req *r, const char *id) {
   serve_json(r, 202, o);
 }
 
+/* An event with a key whose key its batch looked up: answered once that batch is durable, as
+ * sent or as a duplicate. Its ticket is given back with the request, answered or not. */
+typedef struct keyed_event {
+  mend_store *store;
+  int ticket;
+  char run[MEND_RUN_ID_LEN];
+  char *name;
+} keyed_event;
+
+static void keyed_event_dispose(void *mem) {
+  keyed_event *k = mem;
+  mend_store_event_ticket_free(k->store, k->ticket);
+}
+
+static void keyed_event_answer(serve_req *r, void *ud) {
+  keyed_event *k = ud;
+  int dup = mend_store_event_outcome(k->store, k->ticket);
+  if (dup < 0)
+    serve_error(r, 503, "storage", "event %s to run %s: its batch was not written", k->name, k->run);
+  else if (dup)
+    serve_json(r, 200, json_pack("{s:s,s:s,s:b,s:b}", "run", k->run, "event", k->name, "sent", 0,
+                                 "duplicate", 1));
+  else
+    serve_json(r, 202, json_pack("{s:s,s:s,s:b}", "run", k->run, "event", k->name, "sent", 1));
+}
+
 static void send_event(serve_req *r, const char *id) {
   json_t *body = serve_body(r);
   if (!body) return;
@@ -313,9 +339,20 @@ static void send_event(serve_req *r, const char *id) {
   char *payload = data ? json_dumps(data, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
   char run_id[MEND_RUN_ID_LEN] = "", err[600] = "";
   /* In the open batch, answered once it is durable, as a start is. */
-  int rc = mend_engine_record_event(r->E, id, run_key, name, payload, key, run_id, err, sizeof err);
+  int ticket = 0;
+  int rc = mend_engine_record_event(r->E, id, run_key, name, payload, key, run_id, &ticket, err,
+                                    sizeof err);
   free(payload);
   switch (rc) {
+    case MEND_EVENT_LATER: {   /* sent, or a duplicate: known once its batch is durable */
+      keyed_event *k = h2o_mem_alloc_shared(&r->req->pool, sizeof *k, keyed_event_dispose);
+      k->store = mend_engine_store(r->E);
+      k->ticket = ticket;
+      memcpy(k->run, run_id, sizeof k->run);
+      k->name = pool_copy(r, name);
+      serve_when_durable(r, keyed_event_answer, k);
+      break;
+    }
     case 0:
       serve_json_durable(r, 202, json_pack("{s:s,s:s,s:b}", "run", run_id, "event", name, "sent", 1));
       break;
