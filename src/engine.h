@@ -225,6 +225,12 @@ int mend_engine_host_call(lua_State *L, const char *name, int first_arg, char *e
  * step) with fresh attempts. resolve: a person settled it by hand; `note` says how. Runs
  * that retry or cancel here are then executed by this engine (run or serve it). */
 int mend_engine_cancel_run(mend_engine *E, const char *id, const char *who, char *err, int errlen);
+/* The same, for a caller that waits for the open batch (mend_engine_when_durable) before it
+ * answers: a run held elsewhere or by no one is looked at as committed rows show it, and its
+ * cancel is recorded in the batch (no wait for another process's write lock). A run no engine
+ * holds is still taken over at once (it waits for such a lock). */
+int mend_engine_cancel_record(mend_engine *E, const char *id, const char *who, char *err,
+                              int errlen);
 /* Why the last repair above, start or advance refused (see mend_refusal). */
 mend_refusal mend_engine_refusal(const mend_engine *E);
 /* Sends event `name` to a running run, by its id or (id NULL) by its run key, with a payload
@@ -266,6 +272,10 @@ json_t *mend_engine_children(mend_engine *E, const char *id);
 int mend_engine_dlq_retry(mend_engine *E, const char *id, const char *who, char *err, int errlen);
 int mend_engine_resolve(mend_engine *E, const char *id, const char *who, const char *note,
                         char *err, int errlen);
+/* The same, recorded for a caller that waits for the open batch, as mend_engine_cancel_record;
+ * a second resolve of the run before that batch is durable is refused as it would be after. */
+int mend_engine_resolve_record(mend_engine *E, const char *id, const char *who, const char *note,
+                               char *err, int errlen);
 /* Moves an unfinished run that no live worker holds to `version` of its workflow (loaded, or
  * from the store's script), recorded in its history with `who`: 0 moved, 1 on that version
  * already, -1 with err, which names the step when the version does not keep the steps the

@@ -132,6 +132,10 @@ typedef struct mend_store_methods {
   long (*last_history_seq)(mend_store *s, const char *run_id);
   /* Same, and the time of that last row in *at (-1: no history). */
   long (*last_history)(mend_store *s, const char *run_id, double *at);
+  /* Same, as a view reads (the runs' views): while another process's write lock keeps the
+   * write log from being flushed, among committed rows (*committed 1), with no wait for the
+   * lock; else with the open batch (*committed 0). NULL: last_history's. */
+  long (*last_history_view)(mend_store *s, const char *run_id, double *at, int *committed);
   /* The text kept for a version of a workflow (malloc'ed), and where it was loaded from in
    * *source (malloc'ed, or NULL) when source is not NULL; NULL when none is kept or on error
    * (errmsg says which). */
@@ -351,6 +355,9 @@ typedef struct mend_store_methods {
   void (*repairing)(mend_store *s, int on);
   /* 1 and the owner ("" if none) and its lease_until (-1 if none); 0 no run; -1 error. */
   int (*owner)(mend_store *s, const char *id, char *owner_out, int owner_len,                          double *lease_left);
+  /* Same, as a view reads (last_history_view). NULL: owner's. */
+  int (*owner_view)(mend_store *s, const char *id, char *owner_out, int owner_len,
+                    double *lease_left);
   /* Completion tokens (schema 11), known by their digest only (src/digest.c; schema 13): the
    * store never sees a token. put: records the digest of a token of a run's step's attempt at
    * once in the open batch (a caller commits it; an attempt may have more than one); 0, -1
@@ -484,6 +491,12 @@ static inline void mend_store_set_commit_hook(mend_store *s, void (*hook)(const 
 }
 static inline long mend_store_last_history_seq(mend_store *s, const char *run_id) {
   return MEND_STORE_M(s)->last_history_seq(s, run_id);
+}
+static inline long mend_store_last_history_view(mend_store *s, const char *run_id, double *at,
+                                                int *committed) {
+  *committed = 0;
+  if (!MEND_STORE_M(s)->last_history_view) return MEND_STORE_M(s)->last_history(s, run_id, at);
+  return MEND_STORE_M(s)->last_history_view(s, run_id, at, committed);
 }
 static inline long mend_store_last_history(mend_store *s, const char *run_id, double *at) {
   return MEND_STORE_M(s)->last_history(s, run_id, at);
@@ -691,6 +704,11 @@ static inline void mend_store_repairing(mend_store *s, int on) {
 }
 static inline int mend_store_owner(mend_store *s, const char *id, char *owner_out, int owner_len, double *lease_left) {
   return MEND_STORE_M(s)->owner(s, id, owner_out, owner_len, lease_left);
+}
+static inline int mend_store_owner_view(mend_store *s, const char *id, char *owner_out,
+                                        int owner_len, double *lease_left) {
+  if (!MEND_STORE_M(s)->owner_view) return MEND_STORE_M(s)->owner(s, id, owner_out, owner_len, lease_left);
+  return MEND_STORE_M(s)->owner_view(s, id, owner_out, owner_len, lease_left);
 }
 
 /* new: pg-views */

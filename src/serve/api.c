@@ -290,14 +290,15 @@ static void get_history(serve_req *r, const char *id) {
 
 static void cancel_run(serve_req *r, const char *id) {
   char err[600] = "";
-  int rc = mend_engine_cancel_run(r->E, id, r->who, err, sizeof err);
+  /* In the open batch, answered once it is durable, as a start is. */
+  int rc = mend_engine_cancel_record(r->E, id, r->who, err, sizeof err);
   if (rc < 0) { refused(r, err); return; }
   /* 0: cancelled here (it compensates in this process); 1: its live worker was asked to;
    * 2: recorded for whoever takes it next. */
   static const char *const how[] = {"cancelling", "requested", "recorded"};
   json_t *o = json_pack("{s:s,s:s}", "id", id, "cancel", how[rc]);
   if (rc == 2 && err[0]) json_object_set_new(o, "why", json_string(err));
-  serve_json(r, 202, o);
+  serve_json_durable(r, 202, o);
 }
 
 /* An event with a key whose key its batch looked up: answered once that batch is durable, as
@@ -374,7 +375,7 @@ static void dlq_op(serve_req *r, const char *id, const char *op) {
   char err[600] = "";
   if (strcmp(op, "retry") == 0) {
     if (mend_engine_dlq_retry(r->E, id, r->who, err, sizeof err)) { refused(r, err); return; }
-    serve_json(r, 202, json_pack("{s:s,s:s}", "id", id, "dlq", "retrying"));
+    serve_json_durable(r, 202, json_pack("{s:s,s:s}", "id", id, "dlq", "retrying"));
     return;
   }
   if (strcmp(op, "resolve") != 0) {
@@ -385,8 +386,8 @@ static void dlq_op(serve_req *r, const char *id, const char *op) {
   if (!body) return;
   const char *note;
   if (!body_string(r, body, "note", 1, &note)) {
-    if (mend_engine_resolve(r->E, id, r->who, note, err, sizeof err)) refused(r, err);
-    else serve_json(r, 200, json_pack("{s:s,s:s}", "id", id, "status", "resolved"));
+    if (mend_engine_resolve_record(r->E, id, r->who, note, err, sizeof err)) refused(r, err);
+    else serve_json_durable(r, 200, json_pack("{s:s,s:s}", "id", id, "status", "resolved"));
   }
   json_decref(body);
 }

@@ -280,6 +280,7 @@ unsigned long mend__sqlite_durable_seq(const mend_store *s);
 void mend__sqlite_set_commit_hook(mend_store *s, void (*hook)(const char *phase));
 long mend__sqlite_last_history_seq(mend_store *s, const char *run_id);
 long mend__sqlite_last_history(mend_store *s, const char *run_id, double *at);
+long mend__sqlite_last_history_view(mend_store *s, const char *run_id, double *at, int *committed);
 char *mend__sqlite_version_script(mend_store *s, const char *workflow, const char *version, char **source);
 int mend__sqlite_insert_run(mend_store *s, const mend_run_rec *r);
 int mend__sqlite_update_run(mend_store *s, const char *id, const char *status, const char *error, int attention, double updated, const char *reason);
@@ -348,6 +349,8 @@ int mend__sqlite_add_lost(mend_store *s, const char *id);
 void mend__sqlite_fence_verified(mend_store *s);
 void mend__sqlite_repairing(mend_store *s, int on);
 int mend__sqlite_owner(mend_store *s, const char *id, char *owner_out, int owner_len, double *lease_left);
+int mend__sqlite_owner_view(mend_store *s, const char *id, char *owner_out, int owner_len,
+                            double *lease_left);
 
 /* completion tokens and child runs (tokens.c) */
 int mend__sqlite_put_token(mend_store *s, const char *digest, const char *run_id, const char *step, int attempt, double made);
