@@ -226,11 +226,13 @@ int mend_engine_host_call(lua_State *L, const char *name, int first_arg, char *e
  * that retry or cancel here are then executed by this engine (run or serve it). */
 int mend_engine_cancel_run(mend_engine *E, const char *id, const char *who, char *err, int errlen);
 /* The same, for a caller that waits for the open batch (mend_engine_when_durable) before it
- * answers: a run held elsewhere or by no one is looked at as committed rows show it, and its
- * cancel is recorded in the batch (no wait for another process's write lock). A run no engine
- * holds is still taken over at once (it waits for such a lock). */
-int mend_engine_cancel_record(mend_engine *E, const char *id, const char *who, char *err,
-                              int errlen);
+ * answers: a run held elsewhere is looked at as committed rows show it, and its cancel is
+ * recorded in the batch (no wait for another process's write lock). A run no engine holds is
+ * taken over (read whole, its lease written at once) only with take_now: without,
+ * MEND_REPAIR_TAKE_LATER, and the caller asks again with take_now once the batch is durable. */
+#define MEND_REPAIR_TAKE_LATER 3
+int mend_engine_cancel_record(mend_engine *E, const char *id, const char *who, int take_now,
+                              char *err, int errlen);
 /* Why the last repair above, start or advance refused (see mend_refusal). */
 mend_refusal mend_engine_refusal(const mend_engine *E);
 /* Sends event `name` to a running run, by its id or (id NULL) by its run key, with a payload
@@ -270,6 +272,10 @@ int mend_engine_settle_token(mend_engine *E, const char *token, int ok, const ch
 /* The children a run's steps started: [{run_id, step, workflow, status}], or NULL (errmsg). */
 json_t *mend_engine_children(mend_engine *E, const char *id);
 int mend_engine_dlq_retry(mend_engine *E, const char *id, const char *who, char *err, int errlen);
+/* The same, as mend_engine_cancel_record: a dead letter is no engine's, so without take_now it
+ * gives MEND_REPAIR_TAKE_LATER once the run is found retriable. */
+int mend_engine_dlq_retry_record(mend_engine *E, const char *id, const char *who, int take_now,
+                                 char *err, int errlen);
 int mend_engine_resolve(mend_engine *E, const char *id, const char *who, const char *note,
                         char *err, int errlen);
 /* The same, recorded for a caller that waits for the open batch, as mend_engine_cancel_record;

@@ -76,6 +76,18 @@ static int resolved_recorded(mend_engine *E, const char *id) {
   return 0;
 }
 
+/* A run no engine holds, for a repair that waits for its batch: taking it over reads it whole
+ * and writes its lease at once, which would wait on this thread for another process's write
+ * lock. Only the lease is renewed, in the open batch: the caller asks again once that batch
+ * is durable (the lock gone), and the repair is made then, as it finds the run. */
+static int take_later(mend_engine *E, char *err, int errlen) {
+  E->refusal = MEND_REFUSED_STORE;   /* what can fail from here is the database */
+  if (mend_store_renew(E->store, E->owner, E->lease_seconds)) mend__store_failed(E);
+  if (E->broken) return mend_errorf(err, errlen, "%s", E->errmsg);
+  mend__kick(E);
+  return MEND_REPAIR_TAKE_LATER;
+}
+
 /* A repair made for a caller that waits for its batch (record) is done once recorded: the
  * caller answers once the batch is durable. Else it commits now. */
 static int repair_done(mend_engine *E, int record, char *err, int errlen) {
@@ -294,8 +306,8 @@ void mend__land_deferred_cancels(mend_engine *E) {
 
 mend_refusal mend_engine_refusal(const mend_engine *E) { return E->refusal; }
 
-static int cancel_run(mend_engine *E, const char *id, const char *who, int record, char *err,
-                      int errlen) {
+static int cancel_run(mend_engine *E, const char *id, const char *who, int record, int take_now,
+                      char *err, int errlen) {
   E->refusal = MEND_REFUSED_STATE;
   mend_run *r = find_run(E, id);
   if (r) return mend__cancel_now(r, who, err, errlen);
@@ -307,6 +319,7 @@ static int cancel_run(mend_engine *E, const char *id, const char *who, int recor
   int live = holder(E, id, owner, sizeof owner, record);
   if (live < 0) return mend_errorf(err, errlen, "%s", owner);
   char why[400] = "";
+  if (!live && record && !take_now) return take_later(E, err, errlen);
   r = live ? NULL : take_over(E, id, why, sizeof why);
   if (!r) {
     /* Held by a live worker, which cancels at its next poll; or not to be rebuilt here (its
@@ -323,12 +336,12 @@ static int cancel_run(mend_engine *E, const char *id, const char *who, int recor
 }
 
 int mend_engine_cancel_run(mend_engine *E, const char *id, const char *who, char *err, int errlen) {
-  return cancel_run(E, id, who, 0, err, errlen);
+  return cancel_run(E, id, who, 0, 0, err, errlen);
 }
 
-int mend_engine_cancel_record(mend_engine *E, const char *id, const char *who, char *err,
-                              int errlen) {
-  return cancel_run(E, id, who, 1, err, errlen);
+int mend_engine_cancel_record(mend_engine *E, const char *id, const char *who, int take_now,
+                              char *err, int errlen) {
+  return cancel_run(E, id, who, 1, take_now, err, errlen);
 }
 
 int mend_engine_resume_run(mend_engine *E, const char *id, char *err, int errlen) {
@@ -348,7 +361,8 @@ int mend_engine_resume_run(mend_engine *E, const char *id, char *err, int errlen
   return E->broken ? mend_errorf(err, errlen, "%s", E->errmsg) : 0;
 }
 
-int mend_engine_dlq_retry(mend_engine *E, const char *id, const char *who, char *err, int errlen) {
+static int dlq_retry(mend_engine *E, const char *id, const char *who, int record, int take_now,
+                     char *err, int errlen) {
   E->refusal = MEND_REFUSED_STATE;
   char status[64], reason[64];
   if (find_run(E, id)) return mend_errorf(err, errlen, "run %s is in flight: it is not in the dead-letter queue", id);
@@ -358,6 +372,7 @@ int mend_engine_dlq_retry(mend_engine *E, const char *id, const char *who, char 
   if (strcmp(reason, "attempts_exhausted") == 0)
     return mend_errorf(err, errlen, "run %s was compensated after its attempts ran out: there is nothing left to "
                   "resume; start a new run, or resolve this one with a note", id);
+  if (record && !take_now) return take_later(E, err, errlen);
   mend_run *r = take_over(E, id, err, errlen);
   if (!r) return -1;
   /* The step to resume from, found before anything is written. */
@@ -394,6 +409,15 @@ int mend_engine_dlq_retry(mend_engine *E, const char *id, const char *who, char 
   r->cur = i;
   mend__queue(r, ACT_ADVANCE);
   return E->broken ? mend_errorf(err, errlen, "%s", E->errmsg) : 0;
+}
+
+int mend_engine_dlq_retry(mend_engine *E, const char *id, const char *who, char *err, int errlen) {
+  return dlq_retry(E, id, who, 0, 0, err, errlen);
+}
+
+int mend_engine_dlq_retry_record(mend_engine *E, const char *id, const char *who, int take_now,
+                                 char *err, int errlen) {
+  return dlq_retry(E, id, who, 1, take_now, err, errlen);
 }
 
 /* A run that cannot progress (no engine can load its version) and that no live worker holds:

@@ -288,11 +288,35 @@ static void get_history(serve_req *r, const char *id) {
   serve_json(r, 200, h);
 }
 
-static void cancel_run(serve_req *r, const char *id) {
+/* A repair of a run no engine holds: made once the open batch is durable (another process's
+ * write lock gone), taking the run over then (MEND_REPAIR_TAKE_LATER). */
+typedef struct repair_later {
+  char *id;
+  int dlq;   /* a dead-letter retry, else a cancel */
+} repair_later;
+
+static void cancel_now(serve_req *r, const char *id, int take_now);
+static void dlq_retry_now(serve_req *r, const char *id, int take_now);
+
+static void repair_taking(serve_req *r, void *ud) {
+  repair_later *k = ud;
+  if (k->dlq) dlq_retry_now(r, k->id, 1);
+  else cancel_now(r, k->id, 1);
+}
+
+static void repair_when_durable(serve_req *r, const char *id, int dlq) {
+  repair_later *k = h2o_mem_alloc_pool(&r->req->pool, sizeof *k);
+  k->id = pool_copy(r, id);
+  k->dlq = dlq;
+  serve_when_durable(r, repair_taking, k);
+}
+
+static void cancel_now(serve_req *r, const char *id, int take_now) {
   char err[600] = "";
   /* In the open batch, answered once it is durable, as a start is. */
-  int rc = mend_engine_cancel_record(r->E, id, r->who, err, sizeof err);
+  int rc = mend_engine_cancel_record(r->E, id, r->who, take_now, err, sizeof err);
   if (rc < 0) { refused(r, err); return; }
+  if (rc == MEND_REPAIR_TAKE_LATER) { repair_when_durable(r, id, 0); return; }
   /* 0: cancelled here (it compensates in this process); 1: its live worker was asked to;
    * 2: recorded for whoever takes it next. */
   static const char *const how[] = {"cancelling", "requested", "recorded"};
@@ -300,6 +324,8 @@ static void cancel_run(serve_req *r, const char *id) {
   if (rc == 2 && err[0]) json_object_set_new(o, "why", json_string(err));
   serve_json_durable(r, 202, o);
 }
+
+static void cancel_run(serve_req *r, const char *id) { cancel_now(r, id, 0); }
 
 /* An event with a key whose key its batch looked up: answered once that batch is durable, as
  * sent or as a duplicate. Its ticket is given back with the request, answered or not. */
@@ -371,11 +397,18 @@ static void send_event(serve_req *r, const char *id) {
 
 /* ---------------------------------------------------------------- dead letters, breakers */
 
+static void dlq_retry_now(serve_req *r, const char *id, int take_now) {
+  char err[600] = "";
+  int rc = mend_engine_dlq_retry_record(r->E, id, r->who, take_now, err, sizeof err);
+  if (rc < 0) refused(r, err);
+  else if (rc == MEND_REPAIR_TAKE_LATER) repair_when_durable(r, id, 1);
+  else serve_json_durable(r, 202, json_pack("{s:s,s:s}", "id", id, "dlq", "retrying"));
+}
+
 static void dlq_op(serve_req *r, const char *id, const char *op) {
   char err[600] = "";
   if (strcmp(op, "retry") == 0) {
-    if (mend_engine_dlq_retry(r->E, id, r->who, err, sizeof err)) { refused(r, err); return; }
-    serve_json_durable(r, 202, json_pack("{s:s,s:s}", "id", id, "dlq", "retrying"));
+    dlq_retry_now(r, id, 0);
     return;
   }
   if (strcmp(op, "resolve") != 0) {
