@@ -211,6 +211,15 @@ describe("mend serve under another process's write lock #sqlite", function()
     H.wait_for("the runs to end", function()
       return status_of(base, id) == "failed" and status_of(base, dead) == "compensated"
     end, 10)
+    -- who asked is in each run's history, as without the lock
+    for _, run in ipairs { { id, "^cancel by http 127" }, { dead, "^dlq retry by http 127" } } do
+      local _, history = get(base, "/api/v1/runs/" .. run[1] .. "/history")
+      local said
+      for _, h in ipairs(history) do
+        if h.event == "operator" then said = h.detail end
+      end
+      assert.matches(run[2], said)
+    end
     -- a second retry finds it no dead letter any more
     c = post(base, "/api/v1/dlq/" .. dead .. "/retry", {})
     assert.are.equal(409, c)

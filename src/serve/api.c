@@ -292,7 +292,8 @@ static void get_history(serve_req *r, const char *id) {
  * write lock gone), taking the run over then (MEND_REPAIR_TAKE_LATER). */
 typedef struct repair_later {
   char *id;
-  int dlq;   /* a dead-letter retry, else a cancel */
+  const char *who;   /* the request's, in its pool: the answer's serve_req does not carry it */
+  int dlq;           /* a dead-letter retry, else a cancel */
 } repair_later;
 
 static void cancel_now(serve_req *r, const char *id, int take_now);
@@ -300,6 +301,7 @@ static void dlq_retry_now(serve_req *r, const char *id, int take_now);
 
 static void repair_taking(serve_req *r, void *ud) {
   repair_later *k = ud;
+  r->who = k->who;
   if (k->dlq) dlq_retry_now(r, k->id, 1);
   else cancel_now(r, k->id, 1);
 }
@@ -307,6 +309,7 @@ static void repair_taking(serve_req *r, void *ud) {
 static void repair_when_durable(serve_req *r, const char *id, int dlq) {
   repair_later *k = h2o_mem_alloc_pool(&r->req->pool, sizeof *k);
   k->id = pool_copy(r, id);
+  k->who = r->who;
   k->dlq = dlq;
   serve_when_durable(r, repair_taking, k);
 }
