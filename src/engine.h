@@ -228,8 +228,9 @@ int mend_engine_cancel_run(mend_engine *E, const char *id, const char *who, char
 /* The same, for a caller that waits for the open batch (mend_engine_when_durable) before it
  * answers: a run held elsewhere is looked at as committed rows show it, and its cancel is
  * recorded in the batch (no wait for another process's write lock). A run no engine holds is
- * taken over (read whole, its lease written at once) only with take_now: without,
- * MEND_REPAIR_TAKE_LATER, and the caller asks again with take_now once the batch is durable. */
+ * taken over (read whole, its lease written at once) only with take_now: without, on a store
+ * whose writes another process's lock can hold back (SQLite), MEND_REPAIR_TAKE_LATER, and the
+ * caller asks again with take_now once the batch is durable. */
 #define MEND_REPAIR_TAKE_LATER 3
 int mend_engine_cancel_record(mend_engine *E, const char *id, const char *who, int take_now,
                               char *err, int errlen);

@@ -446,6 +446,11 @@ static inline int mend_store_commit(mend_store *s) {
 static inline int mend_store_locked(mend_store *s) {
   return MEND_STORE_M(s)->locked ? MEND_STORE_M(s)->locked(s) : 0;
 }
+/* Whether another process's write lock can hold this backend's writes back (SQLite's file
+ * lock; it says when, with locked): PostgreSQL's writers wait for rows, not for one lock. */
+static inline int mend_store_has_write_lock(const mend_store *s) {
+  return MEND_STORE_M(s)->locked != NULL;
+}
 static inline void mend_store_set_busy_wait(mend_store *s, int ms) {
   if (MEND_STORE_M(s)->set_busy_wait) MEND_STORE_M(s)->set_busy_wait(s, ms);
 }

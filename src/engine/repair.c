@@ -78,8 +78,9 @@ static int resolved_recorded(mend_engine *E, const char *id) {
 
 /* A run no engine holds, for a repair that waits for its batch: taking it over reads it whole
  * and writes its lease at once, which would wait on this thread for another process's write
- * lock. Only the lease is renewed, in the open batch: the caller asks again once that batch
- * is durable (the lock gone), and the repair is made then, as it finds the run. */
+ * lock (a store that has one). Only the lease is renewed, in the open batch: the caller asks
+ * again once that batch is durable (the lock gone), and the repair is made then, as it finds
+ * the run. */
 static int take_later(mend_engine *E, char *err, int errlen) {
   E->refusal = MEND_REFUSED_STORE;   /* what can fail from here is the database */
   if (mend_store_renew(E->store, E->owner, E->lease_seconds)) mend__store_failed(E);
@@ -319,7 +320,8 @@ static int cancel_run(mend_engine *E, const char *id, const char *who, int recor
   int live = holder(E, id, owner, sizeof owner, record);
   if (live < 0) return mend_errorf(err, errlen, "%s", owner);
   char why[400] = "";
-  if (!live && record && !take_now) return take_later(E, err, errlen);
+  if (!live && record && !take_now && mend_store_has_write_lock(E->store))
+    return take_later(E, err, errlen);
   r = live ? NULL : take_over(E, id, why, sizeof why);
   if (!r) {
     /* Held by a live worker, which cancels at its next poll; or not to be rebuilt here (its
@@ -372,7 +374,7 @@ static int dlq_retry(mend_engine *E, const char *id, const char *who, int record
   if (strcmp(reason, "attempts_exhausted") == 0)
     return mend_errorf(err, errlen, "run %s was compensated after its attempts ran out: there is nothing left to "
                   "resume; start a new run, or resolve this one with a note", id);
-  if (record && !take_now) return take_later(E, err, errlen);
+  if (record && !take_now && mend_store_has_write_lock(E->store)) return take_later(E, err, errlen);
   mend_run *r = take_over(E, id, err, errlen);
   if (!r) return -1;
   /* The step to resume from, found before anything is written. */
