@@ -712,7 +712,8 @@ static inline int mend_store_owner(mend_store *s, const char *id, char *owner_ou
 }
 static inline int mend_store_owner_view(mend_store *s, const char *id, char *owner_out,
                                         int owner_len, double *lease_left) {
-  if (!MEND_STORE_M(s)->owner_view) return MEND_STORE_M(s)->owner(s, id, owner_out, owner_len, lease_left);
+  if (!MEND_STORE_M(s)->owner_view)
+    return MEND_STORE_M(s)->owner(s, id, owner_out, owner_len, lease_left);
   return MEND_STORE_M(s)->owner_view(s, id, owner_out, owner_len, lease_left);
 }
 

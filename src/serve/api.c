@@ -348,7 +348,8 @@ static void keyed_event_answer(serve_req *r, void *ud) {
   keyed_event *k = ud;
   int dup = mend_store_event_outcome(k->store, k->ticket);
   if (dup < 0)
-    serve_error(r, 503, "storage", "event %s to run %s: its batch was not written", k->name, k->run);
+    serve_error(r, 503, "storage", "event %s to run %s: its batch was not written", k->name,
+                k->run);
   else if (dup)
     serve_json(r, 200, json_pack("{s:s,s:s,s:b,s:b}", "run", k->run, "event", k->name, "sent", 0,
                                  "duplicate", 1));

@@ -30,13 +30,17 @@
 static const char *const record_what[Q__COUNT] = {
   [Q_INSERT_RUN] = "insert run", [Q_INSERT_RUN_KEY] = "insert run",
   [Q_INSERT_RUN_NEWV] = "insert run", [Q_PUT_VERSION] = "number a workflow version",
-  [Q_KEEP_SCRIPT_NEWV] = "keep a workflow version's script", [Q_UPDATE_RUN] = "update run", [Q_PUT_STEP] = "put step",
+  [Q_KEEP_SCRIPT] = "keep a workflow version's script",
+  [Q_KEEP_SCRIPT_NEWV] = "keep a workflow version's script",
+  [Q_UPDATE_RUN] = "update run", [Q_PUT_STEP] = "put step",
   [Q_UPDATE_STEP] = "update step", [Q_APPEND_HISTORY] = "append history",
   [Q_HISTORY_GROUP] = "append history",
   [Q_PUT_BREAKER] = "put breaker", [Q_PUT_DLQ] = "put dlq", [Q_RENEW] = "renew the lease",
   [Q_CONSUME_EVENT] = "consume an event",
   [Q_SEND_EVENT] = "send an event", [Q_SEND_EVENT_KEY] = "send an event",
-  [Q_AUDIT] = "append audit",
+  [Q_AUDIT] = "append audit", [Q_DLQ_REMOVE] = "remove from dlq",
+  [Q_REQUEST_CANCEL] = "request cancel", [Q_SET_UNAVAILABLE] = "mark a run unavailable",
+  [Q_CHILD_END] = "tell a parent its child ended",
 };
 
 /* A log's arrays live in pages of their own (mmap), not in the heap: a burst grows them to
@@ -317,7 +321,8 @@ static int flush_log(mend_store *s, wlog *log) {
       ok = 0;
     } else if (r->q == Q_RENEW) {
       mend__renewed(s, log, r);
-    } else if ((r->q == Q_INSERT_RUN_KEY || r->q == Q_INSERT_RUN_NEWV) && sqlite3_changes(s->db) == 0) {
+    } else if ((r->q == Q_INSERT_RUN_KEY || r->q == Q_INSERT_RUN_NEWV) &&
+               sqlite3_changes(s->db) == 0) {
       const wval *id = &log->vals[r->first];
       if (log->vals[r->first + 2].type != V_TEXT) {   /* no key: its version's row is missing */
         mend__set_msg(s->err, sizeof s->err, "%s: insert run: its workflow version is not "
@@ -643,7 +648,8 @@ static void remember_version(mend_store *s, struct wf_version *known, const mend
     }
   }
   struct wf_version v = {mend__copy_text(r->workflow, &oom), mend__copy_text(r->version, &oom),
-                         mend__copy_text(r->source, &oom), mend__copy_text(r->step_names, &oom), id};
+                         mend__copy_text(r->source, &oom), mend__copy_text(r->step_names, &oom),
+                         id};
   if (!oom) s->versions[s->nversions++] = v;
   else mend__free_version(&v);
 }
