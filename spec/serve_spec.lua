@@ -382,14 +382,19 @@ describe("mend serve", function()
       -- the other files serve, and a name of no file at all is still unknown
       code = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "x" } })
       assert.are.equal(201, code, command)
+      -- a name no file loaded as: a broken file may hold it under another file name (its name
+      -- cannot be read from it), so the 404 names the broken files
       code, e = post(base, "/api/v1/runs", { workflow = "nope" })
       assert.are.equal(404, code, command)
       assert.are.equal("unknown_workflow", e.error.code, command)
+      assert.matches("; a file that failed to load may hold it: broken%.lua %(.-broken%.lua:%d+:",
+                     e.error.message, 1)
       -- a broken file removed is no failure to report: the workflow is unknown
       os.remove(dir .. "/broken.lua")
       code, e = post(base, "/api/v1/runs", { workflow = "broken" })
       assert.are.equal(404, code, command)
       assert.are.equal("unknown_workflow", e.error.code, command)
+      assert.is_nil(e.error.message:find("failed to load", 1, true), command)
       stop_all()
     end
   end)

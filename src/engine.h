@@ -95,6 +95,9 @@ mend_workflow *mend_engine_workflow(mend_engine *E, const char *name);
  * So that a start of a workflow whose file is broken is told so, not that there is no such
  * workflow. */
 const char *mend_engine_load_failure(mend_engine *E, const char *name);
+/* The files whose last load failed and are still there, as "a.lua (error); ..." in BUF (cut to
+ * LEN); returns how many. */
+int mend_engine_load_failures_named(mend_engine *E, char *buf, size_t len);
 /* Lets go of what load.c keeps of failed loads (at the engine's end). */
 void mend_engine_load_failures_free(mend_engine *E);
 /* Loads a version of a workflow from the script the store keeps for it (each version started

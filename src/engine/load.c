@@ -184,6 +184,25 @@ const char *mend_engine_load_failure(mend_engine *E, const char *name) {
   return NULL;
 }
 
+/* Every failed file still there, named with its error, for a start of a name no file loaded
+ * as: the workflow may be in one of them under another file name, and its name cannot be read
+ * from a file that does not load. Each error cut to a line's length: a hint, not the log. */
+int mend_engine_load_failures_named(mend_engine *E, char *buf, size_t len) {
+  int n = 0;
+  size_t at = 0;
+  if (len) buf[0] = '\0';
+  for (struct mend_load_failure *f = E->load_failures; f; f = f->next) {
+    if (access(f->path, F_OK) != 0 && errno == ENOENT) continue;
+    const char *slash = strrchr(f->path, '/'), *base = slash ? slash + 1 : f->path;
+    if (at < len) {
+      int w = snprintf(buf + at, len - at, "%s%s (%.160s)", n ? "; " : "", base, f->err);
+      at = w < 0 ? len : at + (size_t)w;
+    }
+    n++;
+  }
+  return n;
+}
+
 void mend_engine_load_failures_free(mend_engine *E) {
   while (E->load_failures) note_load(E, E->load_failures->path, NULL);
 }

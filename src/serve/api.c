@@ -85,9 +85,15 @@ static int workflow_here(serve_req *r, const char *name) {
   if (failed)
     serve_error(r, 503, "workflow_failed_to_load", "workflow %s cannot start: its file %s.lua "
                 "failed to load: %s", name, name, failed);
-  else if (!ok && !v)
+  else if (!ok && !v) {
+    char broken[1024];
+    int n = mend_engine_load_failures_named(r->E, broken, sizeof broken);
     serve_error(r, 404, "unknown_workflow", "no workflow %s: it is neither among the files this "
-                "server loaded (--workflows) nor recorded in the database", name);
+                "server loaded (--workflows) nor recorded in the database%s%s", name,
+                n == 0 ? "" : n == 1 ? "; a file that failed to load may hold it: "
+                                     : "; files that failed to load may hold it: ",
+                n ? broken : "");
+  }
   else if (!ok)
     serve_error(r, 409, "workflow_unavailable", "workflow %s version %s cannot be loaded: %s", name,
                 v, err);
