@@ -515,6 +515,7 @@ void mend_engine_destroy(mend_engine *E) {
   }
   mend_engine_load_failures_free(E);
   mend__breakers_recorded_drop(E, 1);
+  mend__repairs_recorded_drop(E, 1);
   for (struct mend_breaker_slot *s = E->breakers, *next; s; s = next) {
     next = s->next;
     free(s->key);

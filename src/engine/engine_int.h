@@ -220,6 +220,9 @@ struct mend_engine {
    * what a later override's audit says it changed, while committed rows do not show them yet
    * (repair.c). */
   struct mend_breaker_recorded *breakers_recorded;
+  /* Runs this engine resolved by a person's hand, recorded, until their batch is durable: a
+   * repair after one, reading committed rows, answers as it would once it is (repair.c). */
+  struct mend_repair_recorded *repairs_recorded;
   mend_run *runs;
   /* States of ended attempts, kept for the next ones (attempt.c): with many attempts in
    * flight (W9's 64) one kept state served few of them, each other one a malloc and a free. */
@@ -617,7 +620,9 @@ char *mend__mask_tokens(const char *text, size_t len);
 /* ---- child.c: child runs (child = "workflow") */
 void mend__cancel_child(mend_run *r, int i, const char *who);
 void mend__child_ended(mend_run *r, mend_run_status to);
-void mend__child_resolved(mend_engine *E, const char *id);
+/* rows: the history rows the caller recorded for the run in the open batch (counted when the
+ * history read shows committed rows only). */
+void mend__child_resolved(mend_engine *E, const char *id, int rows);
 void mend__start_child(mend_run *r, int i);
 void mend__stop_child(mend_run *lane, int i);
 int mend__take_child(mend_run *r, int i);
@@ -698,6 +703,8 @@ void mend__store_lost_let_go(mend_engine *E);
 /* ---- repair.c: people's repairs */
 /* Forgets the overrides recorded of breakers not held once their batch is durable, or all. */
 void mend__breakers_recorded_drop(mend_engine *E, int all);
+/* The same of the runs resolved (repairs_recorded). */
+void mend__repairs_recorded_drop(mend_engine *E, int all);
 int mend__cancel_now(mend_run *r, const char *who, char *err, int errlen);
 int mend__cancel_cascade(mend_engine *E, const char *id, const char *who, char *err, int errlen);
 int mend__land_deferred_cancel(mend_run *r);

@@ -245,6 +245,33 @@ static int send_in_batch(mend_engine *E, const char *id, const char *name, const
   return 0;
 }
 
+static int send_keyed_in_batch(mend_engine *E, const char *id, const char *name,
+                               const char *text, const char *key, int *ticket, char *err,
+                               int errlen) {
+  size_t nlen = strlen(name) + 1;
+  struct mend_sent_event *ev = malloc(sizeof *ev + nlen);
+  if (!ev) {
+    mend_errorf(err, errlen, "out of memory");
+    return MEND_EVENT_ESTORE;
+  }
+  int recorded = mend_store_record_keyed_event(E->store, id, name, text, key, mend_engine_now(E),
+                                               ticket);
+  if (recorded) {
+    free(ev);
+    if (recorded == 1) return NOT_RECORDED;
+    mend__store_failed(E);
+    mend_errorf(err, errlen, "%s", E->errmsg[0] ? E->errmsg : mend_store_errmsg(E->store));
+    return MEND_EVENT_ESTORE;
+  }
+  queue_sent(E, ev, id, name, nlen);   /* a duplicate: the run finds nothing new, and waits on */
+  char msg[300];
+  snprintf(msg, sizeof msg, "event %s key %s sent with the next batch, unless sent before", name,
+           key);
+  mend_engine_log_line(E, "info", id, NULL, 0, "event", msg);
+  mend__kick(E);
+  return MEND_EVENT_LATER;
+}
+
 /* Whether delivering the oldest sent event may read through the store: bringing a parked run
  * back does; a run in memory as its pieces do (pump.c). */
 int mend__sent_event_needs_store(mend_engine *E) {
@@ -279,23 +306,24 @@ void mend__forget_sent_events(mend_engine *E) {
 
 static int send_event(mend_engine *E, const char *id, const char *run_key, const char *name,
                       const char *payload, const char *key, char run_id_out[MEND_RUN_ID_LEN],
-                      int record, char *err, int errlen);
+                      int record, int *ticket, char *err, int errlen);
 
 int mend_engine_send_event(mend_engine *E, const char *id, const char *run_key, const char *name,
                            const char *payload, const char *key, char run_id_out[MEND_RUN_ID_LEN],
                            char *err, int errlen) {
-  return send_event(E, id, run_key, name, payload, key, run_id_out, 0, err, errlen);
+  return send_event(E, id, run_key, name, payload, key, run_id_out, 0, NULL, err, errlen);
 }
 
 int mend_engine_record_event(mend_engine *E, const char *id, const char *run_key, const char *name,
                              const char *payload, const char *key,
-                             char run_id_out[MEND_RUN_ID_LEN], char *err, int errlen) {
-  return send_event(E, id, run_key, name, payload, key, run_id_out, 1, err, errlen);
+                             char run_id_out[MEND_RUN_ID_LEN], int *ticket, char *err,
+                             int errlen) {
+  return send_event(E, id, run_key, name, payload, key, run_id_out, 1, ticket, err, errlen);
 }
 
 static int send_event(mend_engine *E, const char *id, const char *run_key, const char *name,
                       const char *payload, const char *key, char run_id_out[MEND_RUN_ID_LEN],
-                      int record, char *err, int errlen) {
+                      int record, int *ticket, char *err, int errlen) {
   char found_id[MEND_RUN_ID_LEN];
   if (E->broken) {
     mend_errorf(err, errlen, "%s", E->errmsg);
@@ -385,9 +413,18 @@ static int send_event(mend_engine *E, const char *id, const char *run_key, const
   }
   json_decref(row);
   if (run_id_out) snprintf(run_id_out, MEND_RUN_ID_LEN, "%s", id);
+  /* One with a key, for a caller that waits for its batch, joins it too: whether its key was
+   * sent before is found by its insert as the batch is written, and told by its ticket once the
+   * batch is durable (a store without such tickets, or with all of them taken, sends it now). */
+  if (ticket && key) {
+    int rc = send_keyed_in_batch(E, id, name, text, key, ticket, err, errlen);
+    if (rc != NOT_RECORDED) {
+      free(text);
+      return rc;
+    }
+  }
   /* An event without a key to a run held elsewhere joins the batch too, when its caller waits
-   * for the batch: it waits for no lock then. One with a key is sent now, to tell whether it
-   * was sent before. */
+   * for the batch: it waits for no lock then. */
   if (joins_batch(E, r) || (record && !r && !key && mend_store_can_record_event(E->store))) {
     int rc = send_in_batch(E, id, name, text, key, err, errlen);
     if (rc != NOT_RECORDED) {
