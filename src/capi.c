@@ -511,8 +511,8 @@ MEND_API int mend_call_fail(mend_call *call, const char *kind, const char *messa
                             double retry_after, int severity) {
   if (!call) return MEND_EINVAL;
   if (foreign_call(call, __func__)) return MEND_ESTATE;
-  mend_host_fail((mend_host_call *)call, kind, message, retry_after, severity);
-  return MEND_OK;
+  return mend_host_fail((mend_host_call *)call, kind, message, retry_after, severity) ? MEND_ENOMEM
+                                                                                    : MEND_OK;
 }
 
 /* The host's hand-over of an engine between its threads: the old owner's calls have ended

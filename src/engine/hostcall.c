@@ -128,13 +128,20 @@ int mend_host_return(mend_host_call *call, const char *result_json) {
 
 mend_engine *mend_host_call_engine(const mend_host_call *call) { return call->E; }
 
-void mend_host_fail(mend_host_call *call, const char *kind, const char *message,
-                    double retry_after, int severity) {
-  json_t *e = json_pack("{s:s, s:s}", "kind", kind ? kind : "error", "message", message ? message : "");
-  if (retry_after >= 0) json_object_set_new(e, "retry_after", json_real(retry_after));
-  else json_object_set_new(e, "retry_after", json_real(-1));
-  if (severity > 0) json_object_set_new(e, "severity", json_integer(severity));
+int mend_host_fail(mend_host_call *call, const char *kind, const char *message,
+                   double retry_after, int severity) {
+  /* The message is kept unchecked: this object is never encoded, and a message that is not
+   * UTF-8 (a host's Latin-1 text) made json_pack fail, the NULL error then read as a success. */
+  json_t *e = json_object();
+  if (!e || json_object_set_new(e, "kind", json_string(kind ? kind : "error")) ||
+      json_object_set_new(e, "message", json_string_nocheck(message ? message : "")) ||
+      json_object_set_new(e, "retry_after", json_real(retry_after >= 0 ? retry_after : -1)) ||
+      (severity > 0 && json_object_set_new(e, "severity", json_integer(severity)))) {
+    json_decref(e);
+    return -1;
+  }
   answer(call, NULL, e);
+  return 0;
 }
 
 void mend__abandon_host_call(mend_run *r) {

@@ -1,0 +1,102 @@
+/*
+ * test_host_answers: what a step sees of a host function's answer, through include/mend.h
+ * alone: a failure is a failure whatever bytes its message holds. It never tests the driving
+ * modes or the limits (test_embed, test_hostile).
+ */
+#include <mend.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+
+static char dir[64];
+static char path[128];
+
+static void write_workflow(const char *text) {
+  snprintf(path, sizeof path, "%s/answers.lua", dir);
+  FILE *f = fopen(path, "w");
+  if (!f || fputs(text, f) < 0 || fclose(f)) {
+    perror(path);
+    exit(2);
+  }
+}
+
+static const char *const workflow =
+    "local mend = require 'mend'\n"
+    "return { name = 'answers',\n"
+    "  retry = { max_attempts = 2, initial = 0.01, multiplier = 1, max_delay = 0.01 },\n"
+    "  steps = {\n"
+    "    { name = 'a', execute = function(ctx, input)\n"
+    "        local answer = mend.call(input.fn, input.mode)\n"   /* line 6 */
+    "        return answer\n"
+    "      end },\n"
+    "  } }\n";
+
+static mend_engine *engine(int sandbox) {
+  mend_options o;
+  mend_options_init(&o);
+  o.virtual_clock = 1;
+  o.sandbox = sandbox;
+  mend_engine *E = NULL;
+  char err[512] = "";
+  if (mend_engine_new(&o, &E, err, sizeof err) != MEND_OK) {
+    fprintf(stderr, "mend_engine_new: %s\n", err);
+    exit(2);
+  }
+  int rc = mend_engine_load(E, path, NULL, 0);
+  if (rc != MEND_OK) fprintf(stderr, "load: %s\n", mend_engine_errmsg(E));
+  CHECK_EQ_INT(rc, MEND_OK);
+  return E;
+}
+
+/* Runs one run of the workflow to its end; its JSON, freed by the caller with mend_free. */
+static char *run(mend_engine *E, const char *input) {
+  char id[17];
+  CHECK_EQ_INT(mend_engine_start(E, "answers", input, NULL, id, NULL), MEND_OK);
+  CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+  char *json = NULL;
+  CHECK_EQ_INT(mend_engine_run_json(E, id, &json), MEND_OK);
+  return json ? json : calloc(1, 1);
+}
+
+static int has(const char *json, const char *text) {
+  if (strstr(json, text)) return 1;
+  fprintf(stderr, "expected <%s> in %s\n", text, json);
+  return 0;
+}
+
+/* The host's answers, each checked as it is made: the first wrong one, then a right one. */
+static void host(void *ud, mend_call *call, const char *args) {
+  (void)ud;
+  if (strstr(args, "\"bytes\"")) {           /* a message that is not UTF-8 (Latin-1, say) */
+    CHECK_EQ_INT(mend_call_fail(call, "fatal", "compte bloqu\xe9", -1, 0), MEND_OK);
+  }
+}
+
+/* A failure whose message is not UTF-8 is a failure: it read as a success with nil, as the
+ * error could not be made into the JSON the answer is kept in. */
+static void it_fails_a_step_whose_host_error_is_not_utf8(void) {
+  mend_engine *E = engine(1);
+  mend_engine_register_function(E, "host", host, NULL);
+  char *json = run(E, "{\"fn\":\"host\",\"mode\":\"bytes\"}");
+  CHECK(has(json, "\"status\":\"failed\""));
+  CHECK(has(json, "\"error_kind\":\"fatal\""));
+  CHECK(has(json, "compte bloqu"));
+  mend_free(json);
+  mend_engine_free(E);
+}
+
+int main(void) {
+  snprintf(dir, sizeof dir, "/tmp/mend-host-answers-XXXXXX");
+  if (!mkdtemp(dir)) {
+    perror("mkdtemp");
+    return 2;
+  }
+  write_workflow(workflow);
+  it_fails_a_step_whose_host_error_is_not_utf8();
+  unlink(path);
+  rmdir(dir);
+  return check_done("test_host_answers");
+}
