@@ -1,7 +1,9 @@
 /*
  * test_host_answers: what a step sees of a host function's answer, through include/mend.h
- * alone: a failure is a failure whatever bytes its message holds. It never tests the driving
- * modes or the limits (test_embed, test_hostile).
+ * alone. An answer the host gets wrong (a kind misspelt, a severity out of its range, bad
+ * JSON) is refused with MEND_EINVAL and leaves the call open for a right one; and a failure
+ * is a failure whatever bytes its message holds. It never tests the driving modes or the
+ * limits (test_embed, test_hostile).
  */
 #include <mend.h>
 #include <stdio.h>
@@ -68,10 +70,26 @@ static int has(const char *json, const char *text) {
 }
 
 /* The host's answers, each checked as it is made: the first wrong one, then a right one. */
+static int refusals, first_attempts;
 static void host(void *ud, mend_call *call, const char *args) {
   (void)ud;
   if (strstr(args, "\"bytes\"")) {           /* a message that is not UTF-8 (Latin-1, say) */
     CHECK_EQ_INT(mend_call_fail(call, "fatal", "compte bloqu\xe9", -1, 0), MEND_OK);
+  } else if (strstr(args, "\"kind\"")) {     /* a kind misspelt, then a retryable error */
+    if (first_attempts++ == 0) {
+      int rc = mend_call_fail(call, "retriable", "busy", 0, 0);
+      CHECK_EQ_INT(rc, MEND_EINVAL);
+      refusals += rc == MEND_EINVAL;
+      rc = mend_call_fail(call, "compensable", "half", -1, 7);
+      CHECK_EQ_INT(rc, MEND_EINVAL);
+      refusals += rc == MEND_EINVAL;
+      CHECK_EQ_INT(mend_call_fail(call, "retryable", "busy", 0, 0), MEND_OK);
+    } else {
+      CHECK_EQ_INT(mend_call_return(call, "\"done\""), MEND_OK);
+    }
+  } else if (strstr(args, "\"json\"")) {     /* JSON that is not, then a value */
+    CHECK_EQ_INT(mend_call_return(call, "{bad"), MEND_EINVAL);
+    CHECK_EQ_INT(mend_call_return(call, "\"ok\""), MEND_OK);
   }
 }
 
@@ -88,6 +106,24 @@ static void it_fails_a_step_whose_host_error_is_not_utf8(void) {
   mend_engine_free(E);
 }
 
+/* A kind that is none of the three, or a compensable severity outside 1..3, is refused and the
+ * call stays open: "retriable" was a plain error, never retried, and severity 7 a severity 1. */
+static void it_refuses_a_host_error_of_no_known_kind(void) {
+  mend_engine *E = engine(1);
+  mend_engine_register_function(E, "host", host, NULL);
+  refusals = first_attempts = 0;
+  char *json = run(E, "{\"fn\":\"host\",\"mode\":\"kind\"}");
+  CHECK_EQ_INT(refusals, 2);
+  CHECK(has(json, "\"status\":\"succeeded\""));
+  CHECK(has(json, "\"attempts\":2"));
+  CHECK(has(json, "\"result\":\"done\""));
+  mend_free(json);
+  json = run(E, "{\"fn\":\"host\",\"mode\":\"json\"}");
+  CHECK(has(json, "\"result\":\"ok\""));
+  mend_free(json);
+  mend_engine_free(E);
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/mend-host-answers-XXXXXX");
   if (!mkdtemp(dir)) {
@@ -96,6 +132,7 @@ int main(void) {
   }
   write_workflow(workflow);
   it_fails_a_step_whose_host_error_is_not_utf8();
+  it_refuses_a_host_error_of_no_known_kind();
   unlink(path);
   rmdir(dir);
   return check_done("test_host_answers");
