@@ -141,7 +141,14 @@ static int l_call(lua_State *L) {
   const char *name = luaL_checkstring(L, 1);
   char err[400];
   int rc = mend_engine_host_call(L, name, 2, err, sizeof err);
-  if (rc < 0) return luaL_error(L, "mend.call: %s", err);
+  if (rc < 0) {
+    /* Level 2: the workflow's line that called mend.call, not mend.call's own wrapper (Lua in
+     * lua/mend/init.lua, or the sandbox's). */
+    luaL_where(L, 2);
+    lua_pushfstring(L, "mend.call: %s", err);
+    lua_concat(L, 2);
+    return lua_error(L);
+  }
   if (rc == 1) return 2;
   return lua_yield(L, 0);
 }

@@ -1,9 +1,10 @@
 /*
  * test_host_answers: what a step sees of a host function's answer, through include/mend.h
  * alone. An answer the host gets wrong (a kind misspelt, a severity out of its range, bad
- * JSON) is refused with MEND_EINVAL and leaves the call open for a right one; and a failure
- * is a failure whatever bytes its message holds. It never tests the driving modes or the
- * limits (test_embed, test_hostile).
+ * JSON) is refused with MEND_EINVAL and leaves the call open for a right one; a failure is a
+ * failure whatever bytes its message holds; and an error mend.call raises itself names the
+ * workflow's line that called it, not mend's own code. It never tests the driving modes or
+ * the limits (test_embed, test_hostile).
  */
 #include <mend.h>
 #include <stdio.h>
@@ -124,6 +125,18 @@ static void it_refuses_a_host_error_of_no_known_kind(void) {
   mend_engine_free(E);
 }
 
+/* mend.call's own errors (no such function) name the workflow's line, sandboxed or not: they
+ * named mend's wrapper ("[string \"local call, error = ......\"]:3", ".../mend/init.lua:13"). */
+static void it_names_the_workflows_line_in_mend_calls_errors(void) {
+  for (int sandbox = 0; sandbox <= 1; sandbox++) {
+    mend_engine *E = engine(sandbox);
+    char *json = run(E, "{\"fn\":\"nosuch\",\"mode\":\"x\"}");
+    CHECK(has(json, "answers.lua:6: mend.call: no host function named \\\"nosuch\\\""));
+    mend_free(json);
+    mend_engine_free(E);
+  }
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/mend-host-answers-XXXXXX");
   if (!mkdtemp(dir)) {
@@ -133,6 +146,7 @@ int main(void) {
   write_workflow(workflow);
   it_fails_a_step_whose_host_error_is_not_utf8();
   it_refuses_a_host_error_of_no_known_kind();
+  it_names_the_workflows_line_in_mend_calls_errors();
   unlink(path);
   rmdir(dir);
   return check_done("test_host_answers");
