@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -153,21 +154,29 @@ static int l_call(lua_State *L) {
   return lua_yield(L, 0);
 }
 
-/* mend.listdir(path) -> {names} (without . and ..), or raises naming the path.  [-0, +1, e] */
+/* mend.listdir(path) -> {names} (without . and ..), {name = true for each regular file (a
+ * symbolic link to one too)}, or raises naming the path. The second lets a caller pass over a
+ * named pipe, whose opening blocks until a writer comes.  [-0, +2, e] */
 static int l_listdir(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
   DIR *d = opendir(path);
   if (!d) return luaL_error(L, "%s: %s", path, strerror(errno));
+  lua_newtable(L);
   lua_newtable(L);
   int n = 0;
   struct dirent *e;
   while ((e = readdir(d))) {
     if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
     lua_pushstring(L, e->d_name);
-    lua_rawseti(L, -2, ++n);
+    lua_rawseti(L, -3, ++n);
+    struct stat st;
+    if (fstatat(dirfd(d), e->d_name, &st, 0) == 0 && S_ISREG(st.st_mode)) {
+      lua_pushboolean(L, 1);
+      lua_setfield(L, -2, e->d_name);
+    }
   }
   closedir(d);
-  return 1;
+  return 2;
 }
 
 /* mend.copy(from, to) -> {table = rows copied} (mend copy: store.h, mend_store_copy), or

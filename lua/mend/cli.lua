@@ -713,14 +713,15 @@ end
 
 -- The workflow files of a directory, sorted, so that a worker loads them in a stable order.
 local function workflow_files(dir)
-  local ok, names = pcall(mend.listdir, dir)
+  local ok, names, regular = pcall(mend.listdir, dir)
   -- called by pcall, a C function: the message has no position to strip, only "path: reason"
   if not ok then
     fail("cannot read the workflows directory %s (a worker loads every .lua file of one)", names)
   end
   local files = {}
   for _, name in ipairs(names) do
-    if name:match("%.lua$") then files[#files + 1] = dir .. "/" .. name end
+    -- a named pipe's opening would block the worker until a writer came, deaf to SIGTERM
+    if name:match("%.lua$") and regular[name] then files[#files + 1] = dir .. "/" .. name end
   end
   table.sort(files)
   return files
