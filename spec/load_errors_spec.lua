@@ -77,6 +77,12 @@ describe("a workflow file", function()
     has(err, "typed2.lua: fatal: bad config")
   end)
 
+  it("that is a binary chunk is refused with a message naming the file", function()
+    -- said only "attempt to load a binary chunk (mode is 't')"
+    local path, err = load_broken("compiled.lua", string.dump(function() return {} end))
+    has(err, path .. ": attempt to load a binary chunk")
+  end)
+
   it("that does not return a table is refused with a message naming the file", function()
     local _, err = load_broken("notable.lua", "return 42\n")
     has(err, "notable.lua")

@@ -73,8 +73,10 @@ static mend_workflow *load_text(mend_engine *E, const char *text, size_t len, co
                   E->cfg.memory_limit);
     else {
       /* Lua puts the file name and line in front of a string raised as it loads; a table (a
-       * mend.fatal, an object with __tostring) says nothing of where it came from. */
-      int positioned = lua_type(L, -1) == LUA_TSTRING;
+       * mend.fatal, an object with __tostring) says nothing of where it came from, nor does
+       * the refusal of a binary chunk. */
+      int positioned = lua_type(L, -1) == LUA_TSTRING &&
+                       !(len >= 4 && memcmp(text, LUA_SIGNATURE, 4) == 0);   /* a binary chunk */
       E->loading_code++;   /* the error's __tostring is the file's code too */
       const char *why = mend__describe(E, NULL, L, -1, text_of, sizeof text_of, NULL);
       E->loading_code--;
