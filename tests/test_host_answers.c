@@ -2,9 +2,9 @@
  * test_host_answers: what a step sees of a host function's answer, through include/mend.h
  * alone. An answer the host gets wrong (a kind misspelt, a severity out of its range, bad
  * JSON) is refused with MEND_EINVAL and leaves the call open for a right one; a failure is a
- * failure whatever bytes its message holds; and an error mend.call raises itself names the
- * workflow's line that called it, not mend's own code. It never tests the driving modes or
- * the limits (test_embed, test_hostile).
+ * failure whatever bytes its message holds; and an error mend.call (or mend.sleep) raises
+ * itself names the workflow's line that called it, not mend's own code, and why it cannot
+ * wait there. It never tests the driving modes or the limits (test_embed, test_hostile).
  */
 #include <mend.h>
 #include <stdio.h>
@@ -32,8 +32,8 @@ static const char *const workflow =
     "  retry = { max_attempts = 2, initial = 0.01, multiplier = 1, max_delay = 0.01 },\n"
     "  steps = {\n"
     "    { name = 'a', execute = function(ctx, input)\n"
-    "        local answer = mend.call(input.fn, input.mode)\n"   /* line 6 */
-    "        return answer\n"
+    "        if not input.co then local answer = mend.call(input.fn, input.mode); return answer end\n"
+    "        return coroutine.wrap(function() local a = mend.sleep(1); return a end)()\n"
     "      end },\n"
     "  } }\n";
 
@@ -137,6 +137,16 @@ static void it_names_the_workflows_line_in_mend_calls_errors(void) {
   }
 }
 
+/* mend.sleep (mend.call alike) in a coroutine the step made cannot wait: it said "must be called
+ * from a step's execute or compensate", which it was. */
+static void it_says_a_steps_own_coroutine_is_needed_to_wait(void) {
+  mend_engine *E = engine(1);
+  char *json = run(E, "{\"co\":true}");
+  CHECK(has(json, "answers.lua:7: mend.sleep: cannot wait inside a coroutine the step made"));
+  mend_free(json);
+  mend_engine_free(E);
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/mend-host-answers-XXXXXX");
   if (!mkdtemp(dir)) {
@@ -147,6 +157,7 @@ int main(void) {
   it_fails_a_step_whose_host_error_is_not_utf8();
   it_refuses_a_host_error_of_no_known_kind();
   it_names_the_workflows_line_in_mend_calls_errors();
+  it_says_a_steps_own_coroutine_is_needed_to_wait();
   unlink(path);
   rmdir(dir);
   return check_done("test_host_answers");
