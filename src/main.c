@@ -62,6 +62,11 @@ int main(int argc, char **argv) {
    * without a word; ignored, the write fails with EFBIG and the store names the file and the
    * cause, as it does for a full disk. */
   signal(SIGXFSZ, SIG_IGN);
+  /* A child that exits without reading its stdin (an alert command that does not read the
+   * alert, a mend.exec given input it does not want) or a stdout whose reader went away would
+   * kill a worker without a word; ignored, the write fails with EPIPE, which each of them
+   * handles (print.c drops what stdout cannot take). */
+  signal(SIGPIPE, SIG_IGN);
   mend_store_quiet_memstatus();
   lua_State *L = luaL_newstate();
   if (!L) {
