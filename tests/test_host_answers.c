@@ -88,6 +88,11 @@ static void host(void *ud, mend_call *call, const char *args) {
     } else {
       CHECK_EQ_INT(mend_call_return(call, "\"done\""), MEND_OK);
     }
+  } else if (strstr(args, "\"forever\"")) {  /* an endless retry_after, then a value */
+    int rc = first_attempts++ == 0 ? mend_call_fail(call, "retryable", "later", 1.0 / 0.0, 0)
+                                   : mend_call_return(call, "\"done\"");
+    CHECK_EQ_INT(rc, MEND_OK);
+    if (rc != MEND_OK) mend_call_return(call, "null");   /* not left open: the run would hang */
   } else if (strstr(args, "\"json\"")) {     /* JSON that is not, then a value */
     CHECK_EQ_INT(mend_call_return(call, "{bad"), MEND_EINVAL);
     CHECK_EQ_INT(mend_call_return(call, "\"ok\""), MEND_OK);
@@ -125,6 +130,26 @@ static void it_refuses_a_host_error_of_no_known_kind(void) {
   mend_engine_free(E);
 }
 
+/* A dependency's advice of an endless retry_after is clamped to the policy's max_retry_after
+ * (900 s by default), as mend.retryable's is: the answer was refused (MEND_ENOMEM), and before
+ * that it was dropped, the step retried at once. */
+static void it_clamps_an_endless_retry_after(void) {
+  mend_engine *E = engine(1);
+  mend_engine_register_function(E, "host", host, NULL);
+  first_attempts = 0;
+  char *json = run(E, "{\"fn\":\"host\",\"mode\":\"forever\"}");
+  CHECK(has(json, "\"status\":\"succeeded\""));
+  CHECK(has(json, "\"attempts\":2"));
+  char *id = strstr(json, "\"id\":\""), run_id[17] = "";
+  if (id) memcpy(run_id, id + 6, 16);
+  char *hist = NULL;
+  CHECK_EQ_INT(mend_engine_history_json(E, run_id, &hist), MEND_OK);
+  CHECK(hist && has(hist, "\"delay\":900"));
+  mend_free(hist);
+  mend_free(json);
+  mend_engine_free(E);
+}
+
 /* mend.call's own errors (no such function) name the workflow's line, sandboxed or not: they
  * named mend's wrapper ("[string \"local call, error = ......\"]:3", ".../mend/init.lua:13"). */
 static void it_names_the_workflows_line_in_mend_calls_errors(void) {
@@ -156,6 +181,7 @@ int main(void) {
   write_workflow(workflow);
   it_fails_a_step_whose_host_error_is_not_utf8();
   it_refuses_a_host_error_of_no_known_kind();
+  it_clamps_an_endless_retry_after();
   it_names_the_workflows_line_in_mend_calls_errors();
   it_says_a_steps_own_coroutine_is_needed_to_wait();
   unlink(path);
