@@ -6,6 +6,7 @@
  * itself names the workflow's line that called it, not mend's own code, and why it cannot
  * wait there. It never tests the driving modes or the limits (test_embed, test_hostile).
  */
+#include <malloc.h>
 #include <mend.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,6 +151,46 @@ static void it_clamps_an_endless_retry_after(void) {
   mend_engine_free(E);
 }
 
+/* An answer given at once that is too large for the memory limit fails the attempt (a dead
+ * letter: workflow_error) and is freed: the call and the answer's whole document leaked. */
+static char *large_answer;
+static void large(void *ud, mend_call *call, const char *args) {
+  (void)ud;
+  (void)args;
+  CHECK_EQ_INT(mend_call_return(call, large_answer), MEND_OK);
+}
+
+static void it_frees_an_answer_too_large_for_the_memory_limit(void) {
+  size_t n = 300000;   /* numbers: some 10 MB of jansson's values, 5 MB as a Lua table */
+  large_answer = malloc(2 * n + 2);
+  large_answer[0] = '[';
+  for (size_t k = 0; k < n; k++) memcpy(large_answer + 1 + 2 * k, k + 1 < n ? "1," : "1]", 2);
+  large_answer[2 * n + 1] = 0;
+  mend_options o;
+  mend_options_init(&o);
+  o.virtual_clock = 1;
+  o.sandbox = 1;
+  o.memory_limit = 2 << 20;
+  mend_engine *E = NULL;
+  CHECK_EQ_INT(mend_engine_new(&o, &E, NULL, 0), MEND_OK);
+  CHECK_EQ_INT(mend_engine_load(E, path, NULL, 0), MEND_OK);
+  mend_engine_register_function(E, "large", large, NULL);
+  size_t before = 0;
+  for (int i = 0; i < 6; i++) {
+    if (i == 1) before = mallinfo2().uordblks;   /* after the first: the engine's own warm-up */
+    char *json = run(E, "{\"fn\":\"large\",\"mode\":\"x\"}");
+    CHECK(has(json, "\"reason\":\"workflow_error\""));
+    CHECK(has(json, "exceeded the memory limit"));
+    mend_free(json);
+  }
+  size_t after = mallinfo2().uordblks;
+  /* five leaks would be 50 MB; what the runs' rows and the collector keep is far less */
+  if (after > before + (8u << 20)) fprintf(stderr, "heap grew by %zu bytes\n", after - before);
+  CHECK(after <= before + (8u << 20));
+  mend_engine_free(E);
+  free(large_answer);
+}
+
 /* mend.call's own errors (no such function) name the workflow's line, sandboxed or not: they
  * named mend's wrapper ("[string \"local call, error = ......\"]:3", ".../mend/init.lua:13"). */
 static void it_names_the_workflows_line_in_mend_calls_errors(void) {
@@ -182,6 +223,7 @@ int main(void) {
   it_fails_a_step_whose_host_error_is_not_utf8();
   it_refuses_a_host_error_of_no_known_kind();
   it_clamps_an_endless_retry_after();
+  it_frees_an_answer_too_large_for_the_memory_limit();
   it_names_the_workflows_line_in_mend_calls_errors();
   it_says_a_steps_own_coroutine_is_needed_to_wait();
   unlink(path);

@@ -64,6 +64,14 @@ static void push_answer(lua_State *L, json_t *result, json_t *error) {
   }
 }
 
+/* push_answer under lua_pcall: (result, error as light userdata) -> what push_answer pushes. */
+static int push_answer_protected(lua_State *L) {
+  json_t *result = lua_touserdata(L, 1), *error = lua_touserdata(L, 2);
+  lua_settop(L, 0);
+  push_answer(L, result, error);
+  return 2;
+}
+
 static void answer(mend_host_call *call, json_t *result, json_t *error) {
   mend_engine *E = call->E;
   if (call->answered) { json_decref(result); json_decref(error); return; }
@@ -199,10 +207,17 @@ int mend_engine_host_call(lua_State *L, const char *name, int first_arg, char *e
   if (call->answered) {
     E->externals--;
     r->cold->host_call = NULL;
-    push_answer(L, call->result, call->error);
-    json_decref(call->result);
-    json_decref(call->error);
+    json_t *result = call->result, *error = call->error;
     free(call);
+    /* Protected, so that the answer's document is freed also when making it a Lua value
+     * raises (the memory limit): it leaked, with the call, at each answer too large. */
+    lua_pushcfunction(L, push_answer_protected);
+    lua_pushlightuserdata(L, result);
+    lua_pushlightuserdata(L, error);
+    int status = lua_pcall(L, 2, 2, 0);
+    json_decref(result);
+    json_decref(error);
+    if (status != LUA_OK) return lua_error(L);
     return 1;
   }
   r->waiting = 1;
