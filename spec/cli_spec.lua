@@ -555,3 +555,23 @@ describe("a child process that exits without reading its stdin", function()
     end
   end)
 end)
+
+describe("the mend command started with stdin, stdout or stderr closed", function()
+  after_each(H.cleanup)
+
+  -- A descriptor mend (libuv, SQLite) opened took the closed one's number, and libuv's close of
+  -- it aborted the process: "uv__close: Assertion `fd > STDERR_FILENO' failed" (exit 134).
+  it("works as with them open", function()
+    local dir, db = H.tmp_dir(), H.new_db()
+    local file = H.write_file(dir, "one.lua", [[
+      return { name = "one", steps = { { name = "a", execute = function() return 1 end } } }]])
+    for _, closed in ipairs { "<&-", ">&-", "2>&-" } do
+      local rc, out = H.shell(("%s run %s --db %s --clock virtual --log-level error %s; echo \"run=$?\""
+        .. "; %s runs --db %s %s; echo \"runs=$?\""):format(H.MEND, H.quote(file), H.quote(db),
+        closed, H.MEND, H.quote(db), closed))
+      assert.are.equal(0, rc, out)
+      assert.truthy(out:find("run=0", 1, true), closed .. ": " .. out)
+      assert.truthy(out:find("runs=0", 1, true), closed .. ": " .. out)
+    end
+  end)
+end)
