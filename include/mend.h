@@ -213,9 +213,11 @@ MEND_API int mend_engine_register_function(mend_engine *engine, const char *name
  * engine's thread, after mend_engine_wakeup() if it sleeps). Frees the call. */
 MEND_API int mend_call_return(mend_call *call, const char *result_json);
 /* Answers a host call with a typed error: kind "retryable" (retry_after >= 0 is the
- * dependency's advice, < 0 none), "fatal", or "compensable" (severity 1..3). Frees the call:
- * MEND_OK. MEND_EINVAL: call is NULL; MEND_ESTATE from a thread the call's engine does not
- * belong to (the call stays open, as with mend_call_return). */
+ * dependency's advice, clamped by the policy's max_retry_after; < 0 or NaN none), "fatal", or "compensable" (severity 1..3; 0 is 1). The
+ * message may be any bytes. Frees the call: MEND_OK. MEND_EINVAL: call is NULL, or kind is none
+ * of the three or a compensable severity is outside 0..3 (the call stays open: answer it
+ * again; mend_engine_errmsg says which); MEND_ESTATE from a thread the call's engine does not
+ * belong to (the call stays open, as with mend_call_return); MEND_ENOMEM (the call stays open). */
 MEND_API int mend_call_fail(mend_call *call, const char *kind, const char *message,
                             double retry_after, int severity);
 

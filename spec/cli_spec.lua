@@ -558,3 +558,53 @@ return { name = "latin", steps = {
     end)
   end)
 end)
+
+describe("a child process that exits without reading its stdin", function()
+  after_each(H.cleanup)
+
+  -- The write to its pipe raised SIGPIPE, which killed `mend run` (or a worker) without a word
+  -- (exit 141): every time for a step's mend.exec given more stdin than a pipe holds, now and
+  -- then for an alert command that does not read the alert.
+  it("is a step's result, or an alert command's exit, and mend goes on", function()
+    local dir, db = H.tmp_dir(), H.new_db()
+    local file = H.write_file(dir, "deaf.lua", [[
+      local mend = require "mend"
+      return { name = "deaf", steps = {
+        { name = "exec", execute = function()
+            return { status = mend.exec{ "true", stdin = string.rep("x", 1000000) }.status }
+          end },
+        { name = "fail", execute = function(ctx, input)
+            if input.fail then error(mend.compensable("stuck", { severity = 3 })) end
+          end } } }
+    ]])
+    local rc, out = H.shell(("%s run %s --db %s --clock virtual --json --log-level error"):format(
+      H.MEND, H.quote(file), H.quote(db)))
+    assert.are.equal(0, rc, out)
+    assert.are.same({ status = 0 }, json.decode(out:match("(%b{})%s*$")).steps[1].result)
+    for _ = 1, 5 do
+      rc, out = H.shell(("%s run %s --db %s --clock virtual --input '{\"fail\":true}'"
+        .. " --alert-command 'exit 0' --log-level error"):format(H.MEND, H.quote(file), H.quote(db)))
+      assert.are.equal(4, rc, out)
+    end
+  end)
+end)
+
+describe("the mend command started with stdin, stdout or stderr closed", function()
+  after_each(H.cleanup)
+
+  -- A descriptor mend (libuv, SQLite) opened took the closed one's number, and libuv's close of
+  -- it aborted the process: "uv__close: Assertion `fd > STDERR_FILENO' failed" (exit 134).
+  it("works as with them open", function()
+    local dir, db = H.tmp_dir(), H.new_db()
+    local file = H.write_file(dir, "one.lua", [[
+      return { name = "one", steps = { { name = "a", execute = function() return 1 end } } }]])
+    for _, closed in ipairs { "<&-", ">&-", "2>&-" } do
+      local rc, out = H.shell(("%s run %s --db %s --clock virtual --log-level error %s; echo \"run=$?\""
+        .. "; %s runs --db %s %s; echo \"runs=$?\""):format(H.MEND, H.quote(file), H.quote(db),
+        closed, H.MEND, H.quote(db), closed))
+      assert.are.equal(0, rc, out)
+      assert.truthy(out:find("run=0", 1, true), closed .. ": " .. out)
+      assert.truthy(out:find("runs=0", 1, true), closed .. ": " .. out)
+    end
+  end)
+end)

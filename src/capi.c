@@ -527,8 +527,23 @@ MEND_API int mend_call_fail(mend_call *call, const char *kind, const char *messa
                             double retry_after, int severity) {
   if (!call) return MEND_EINVAL;
   if (foreign_call(call, __func__)) return MEND_ESTATE;
-  mend_host_fail((mend_host_call *)call, kind, message, retry_after, severity);
-  return MEND_OK;
+  /* A kind misspelt ("retriable") was a plain error, never retried, and a severity out of its
+   * range a severity 1: refused instead, the call left open for a right answer, as bad JSON is. */
+  mend_engine *E = mend_host_call_engine((mend_host_call *)call);
+  int known = kind && (strcmp(kind, "retryable") == 0 || strcmp(kind, "fatal") == 0 ||
+                       strcmp(kind, "compensable") == 0);
+  if (!known) {
+    if (E) mend_engine_note_error(E, "mend_call_fail: kind must be \"retryable\", \"fatal\" or "
+                                     "\"compensable\"; the call stays open");
+    return MEND_EINVAL;
+  }
+  if (strcmp(kind, "compensable") == 0 && (severity < 0 || severity > 3)) {
+    if (E) mend_engine_note_error(E, "mend_call_fail: a compensable error's severity must be 1, 2 "
+                                     "or 3 (0: 1); the call stays open");
+    return MEND_EINVAL;
+  }
+  return mend_host_fail((mend_host_call *)call, kind, message, retry_after, severity) ? MEND_ENOMEM
+                                                                                    : MEND_OK;
 }
 
 /* The host's hand-over of an engine between its threads: the old owner's calls have ended

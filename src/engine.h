@@ -211,9 +211,10 @@ int mend_engine_register_host(mend_engine *E, const char *name, mend_engine_host
 int mend_host_return(mend_host_call *call, const char *result_json);
 /* The engine a call is of; NULL once that engine was destroyed. */
 mend_engine *mend_host_call_engine(const mend_host_call *call);
-/* kind: "retryable" | "fatal" | "compensable"; retry_after < 0 none; severity for compensable. */
-void mend_host_fail(mend_host_call *call, const char *kind, const char *message,
-                    double retry_after, int severity);
+/* kind: "retryable" | "fatal" | "compensable"; retry_after < 0 none; severity for compensable.
+ * 0, or -1 out of memory (the call stays open). */
+int mend_host_fail(mend_host_call *call, const char *kind, const char *message,
+                   double retry_after, int severity);
 /* Called by the Lua binding of mend.call: starts a host call for the attempt on L; the caller
  * yields unless the host answered at once (returns 1 then, with the results pushed). */
 int mend_engine_host_call(lua_State *L, const char *name, int first_arg, char *err, int errlen);

@@ -71,10 +71,17 @@ static mend_workflow *load_text(mend_engine *E, const char *text, size_t len, co
     if (status == LUA_ERRMEM && E->owned_state && E->cfg.memory_limit > 0)
       mend_errorf(err, errlen, "%s: exceeded the memory limit (%zu bytes) while it loaded", path,
                   E->cfg.memory_limit);
-    else {   /* Lua's message already starts with the file name and line */
+    else {
+      /* Lua puts the file name and line in front of a string raised as it loads; a table (a
+       * mend.fatal, an object with __tostring) says nothing of where it came from, nor does
+       * the refusal of a binary chunk. */
+      int positioned = lua_type(L, -1) == LUA_TSTRING &&
+                       !(len >= 4 && memcmp(text, LUA_SIGNATURE, 4) == 0);   /* a binary chunk */
       E->loading_code++;   /* the error's __tostring is the file's code too */
-      mend_errorf(err, errlen, "%s", mend__describe(E, NULL, L, -1, text_of, sizeof text_of, NULL));
+      const char *why = mend__describe(E, NULL, L, -1, text_of, sizeof text_of, NULL);
       E->loading_code--;
+      if (positioned) mend_errorf(err, errlen, "%s", why);
+      else mend_errorf(err, errlen, "%s: %s", path, why);
     }
     lua_settop(L, top);
     return NULL;
