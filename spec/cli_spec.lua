@@ -205,6 +205,25 @@ return { name = "latin", steps = {
                        .. ", a run of workflow order\n", err2)
     end)
 
+    -- A worker serves workflows by the names their files declare: mend start finds one by that
+    -- name too when no file is named after it, and names the files that failed to load.
+    it("mend start finds a workflow declared in a file named otherwise", function()
+      local dir = H.tmp_dir()
+      H.write_file(dir, "billing.lua", "return { name = 'invoice', steps = { { name = 'a', " ..
+                                       "execute = function() return 1 end } } }")
+      local code, id, err = mend("start", "invoice", "--db", db, "--workflows", dir)
+      assert.are.equal(0, code, err)
+      local _, status = mend("status", id:gsub("%s+$", ""), "--db", db, "--json")
+      assert.are.equal("invoice", json.decode(status).workflow)
+      H.write_file(dir, "broken.lua", "return { name = 'x', steps = {")
+      code, id, err = mend("start", "nope", "--db", db, "--workflows", dir)
+      assert.are.equal(1, code, err)
+      assert.are.equal("", id)
+      assert.matches("^mend: no workflow file nope, and no " .. dir:gsub("%p", "%%%0") ..
+                     "/nope%.lua, nor a file in .- that declares workflow nope; these failed to " ..
+                     "load and may: .-broken%.lua:%d+:", err)
+    end)
+
     it("refuses a run key of another workflow's run, with mend start and mend run (exit 1)", function()
       local code, id, err = mend("start", "order", "--db", db, "--key", "k-10")
       assert.are.equal(0, code, err)

@@ -851,16 +851,33 @@ local function workflow_file(o, workflow)
   end
   local path = dir .. "/" .. workflow .. ".lua"
   f = io.open(path, "rb")
-  if not f then fail("no workflow file %s, and no %s", workflow, path) end
+  if not f then return nil, path end
   f:close()
   return path
 end
 
+-- A workflow NAME of no file DIR/NAME.lua: the file that declares it under another file name,
+-- as a worker serving DIR would find it (each file of DIR loaded; a file that fails is named).
+local function load_named(eng, o, workflow, path)
+  local dir = o.workflows or "workflows"
+  local ok, files = pcall(workflow_files, dir)
+  if not ok then fail("no workflow file %s, and no %s", workflow, path) end
+  local broken = {}
+  for _, file in ipairs(files) do
+    local loaded, name = pcall(eng.load, eng, file)
+    if loaded and name == workflow then return name end
+    if not loaded then broken[#broken + 1] = tostring(name) end
+  end
+  fail("no workflow file %s, and no %s, nor a file in %s that declares workflow %s%s", workflow,
+       path, dir, workflow, #broken > 0 and ("; these failed to load and may: " ..
+       table.concat(broken, "; ")) or "")
+end
+
 local function cmd_start(o, workflow)
   local input = decode_input(o.input)
-  local file = workflow_file(o, workflow)
+  local file, path = workflow_file(o, workflow)
   return with_engine({ db = o.db, durability = o.durability }, function(eng)
-    local name = eng:load(file)
+    local name = file and eng:load(file) or load_named(eng, o, workflow, path)
     local id, existed = eng:start(name, input, { key = o.key, detached = true })
     -- stdout holds the id alone, for scripts; a key that was used before is told on stderr (a
     -- key of another workflow's run is refused by eng:start, exit 1)
