@@ -201,7 +201,8 @@ MEND_API const char *mend_engine_errmsg(mend_engine *engine);
 #define MEND_KEY_MAX 1024
 
 /* Loads a workflow script (a Lua file returning a definition). On success copies the
- * workflow's name into name_out (if not NULL; MEND_NAME_MAX + 1 bytes hold any).
+ * workflow's name into name_out (if not NULL; MEND_NAME_MAX + 1 bytes hold any): a name_len
+ * too small for it is MEND_EINVAL, name_out "", the workflow loaded all the same.
  * MEND_ELOAD names the file, step and field. */
 MEND_API int mend_engine_load(mend_engine *engine, const char *path, char *name_out, size_t name_len);
 

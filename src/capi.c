@@ -476,7 +476,17 @@ MEND_API int mend_engine_load(mend_engine *engine, const char *path, char *name_
     mend_engine_note_error(engine, err);
     return MEND_ELOAD;
   }
-  if (name_out && name_len) snprintf(name_out, name_len, "%s", wf->name);
+  if (name_out && name_len) {
+    size_t need = strlen(wf->name) + 1;
+    snprintf(name_out, name_len, "%s", need <= name_len ? wf->name : "");
+    /* a cut name would name another workflow, or none */
+    if (need > name_len) {
+      snprintf(err, sizeof err, "mend_engine_load: name_out holds %zu bytes, the name of the "
+               "workflow loaded from %.600s needs %zu (MEND_NAME_MAX + 1 hold any)", name_len,
+               path, need);
+      return mend__capi_invalid(engine, err);
+    }
+  }
   return MEND_OK;
 }
 

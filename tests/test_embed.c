@@ -327,6 +327,24 @@ static void it_runs_on_its_own_loop(void) {
   mend_engine_free(E);
 }
 
+/* A name_out too small for the workflow's name: a cut name would name another workflow (or
+ * none), so the load says so, and the workflow is loaded all the same. */
+static void it_refuses_to_cut_a_loaded_workflows_name(void) {
+  mend_options o;
+  mend_options_init(&o);
+  mend_engine *E = engine(&o);
+  char path[128], name[4] = "xyz", id[17], st[32];
+  snprintf(path, sizeof path, "%s/plain.lua", dir);
+  CHECK_EQ_INT(mend_engine_load(E, path, name, sizeof name), MEND_EINVAL);
+  CHECK_STR(name, "");
+  CHECK(strstr(mend_engine_errmsg(E), "name_out holds 4 bytes") != NULL);
+  CHECK(strstr(mend_engine_errmsg(E), "needs 6") != NULL);
+  start(E, "plain", NULL, id);
+  CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+  CHECK_STR(run_status(E, id, st, sizeof st), "succeeded");
+  mend_engine_free(E);
+}
+
 /* The host hears each event as JSON text, byte for byte what json_dumps wrote before capi
  * wrote it itself (flatjson.c, issue 24): keys in their order, quotes, backslashes and control
  * characters escaped as jansson escapes them, UTF-8 and '/' as they are, the time a number; a
@@ -2746,6 +2764,7 @@ int main(void) {
 
   it_runs_on_its_own_loop();
   it_hears_events_as_exact_json_text();
+  it_refuses_to_cut_a_loaded_workflows_name();
   it_refuses_a_host_function_driving_its_engine();
   it_refuses_driving_from_a_runs_when_key_or_map();
   it_refuses_to_free_from_its_callbacks();
