@@ -20,7 +20,9 @@
  * queries; mend_engine_free() from any callback gets MEND_ESTATE, the engine left as it was;
  * a callback reached from a run's code (a host function called by a step; a log line of a
  * step, of a when, idempotency_key or map's list function, of a child step's input) that
- * drives it (run_all, tick, tick_ex, advance_clock, recover) gets MEND_ESTATE.
+ * drives it (run_all, tick, tick_ex, advance_clock, recover) gets MEND_ESTATE. The event and
+ * alert callbacks are heard between pieces of work, outside any run's code: they may drive it
+ * (a nested call does the work that is ready, and hears the events after theirs).
  *
  * Three ways to drive an engine:
  *  - it owns its loop, and mend_engine_run_all() blocks until no run is in flight;
