@@ -20,7 +20,9 @@
  * queries; mend_engine_free() from any callback gets MEND_ESTATE, the engine left as it was;
  * a callback reached from a run's code (a host function called by a step; a log line of a
  * step, of a when, idempotency_key or map's list function, of a child step's input) that
- * drives it (run_all, tick, tick_ex, advance_clock, recover) gets MEND_ESTATE.
+ * drives it (run_all, tick, tick_ex, advance_clock, recover) gets MEND_ESTATE. The event and
+ * alert callbacks are heard between pieces of work, outside any run's code: they may drive it
+ * (a nested call does the work that is ready, and hears the events after theirs).
  *
  * Three ways to drive an engine:
  *  - it owns its loop, and mend_engine_run_all() blocks until no run is in flight;
@@ -201,7 +203,8 @@ MEND_API const char *mend_engine_errmsg(mend_engine *engine);
 #define MEND_KEY_MAX 1024
 
 /* Loads a workflow script (a Lua file returning a definition). On success copies the
- * workflow's name into name_out (if not NULL; MEND_NAME_MAX + 1 bytes hold any).
+ * workflow's name into name_out (if not NULL; MEND_NAME_MAX + 1 bytes hold any): a name_len
+ * too small for it is MEND_EINVAL, name_out "", the workflow loaded all the same.
  * MEND_ELOAD names the file, step and field. */
 MEND_API int mend_engine_load(mend_engine *engine, const char *path, char *name_out, size_t name_len);
 
@@ -213,9 +216,11 @@ MEND_API int mend_engine_register_function(mend_engine *engine, const char *name
  * engine's thread, after mend_engine_wakeup() if it sleeps). Frees the call. */
 MEND_API int mend_call_return(mend_call *call, const char *result_json);
 /* Answers a host call with a typed error: kind "retryable" (retry_after >= 0 is the
- * dependency's advice, < 0 none), "fatal", or "compensable" (severity 1..3). Frees the call:
- * MEND_OK. MEND_EINVAL: call is NULL; MEND_ESTATE from a thread the call's engine does not
- * belong to (the call stays open, as with mend_call_return). */
+ * dependency's advice, clamped by the policy's max_retry_after; < 0 or NaN none), "fatal", or "compensable" (severity 1..3; 0 is 1). The
+ * message may be any bytes. Frees the call: MEND_OK. MEND_EINVAL: call is NULL, or kind is none
+ * of the three or a compensable severity is outside 0..3 (the call stays open: answer it
+ * again; mend_engine_errmsg says which); MEND_ESTATE from a thread the call's engine does not
+ * belong to (the call stays open, as with mend_call_return); MEND_ENOMEM (the call stays open). */
 MEND_API int mend_call_fail(mend_call *call, const char *kind, const char *message,
                             double retry_after, int severity);
 

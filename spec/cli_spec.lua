@@ -124,6 +124,39 @@ describe("the mend command", function()
       assert.truthy(out:find("succeeded", 1, true), out)
     end)
 
+    -- A message that is not UTF-8 (Latin-1 text, a binary body's start) cannot go into JSON as
+    -- it is: its bytes become '?' once, where it is recorded, and the rest of it is kept.
+    it("keeps a step's error that is not UTF-8, in its log line, its status and its history", function()
+      local dir = H.tmp_dir()
+      local wf = dir .. "/latin.lua"
+      H.write_file(dir, "latin.lua", [[
+return { name = "latin", steps = {
+  { name = "a", execute = function() return 1 end, compensate_retry = { max_attempts = 1 },
+    compensate = function() error("r\xe9par\xe9", 0) end },
+  { name = "b", retry = { max_attempts = 1 },
+    execute = function() error("caf\xe9 \xff, not caf\xc3\xa9", 0) end },
+} }
+]])
+      local code, out, err = mend("run", wf, "--clock", "virtual", "--db", db, "--json")
+      assert.are.equal(4, code, err)
+      local failed = lines_matching(err, "running %-> failed")
+      assert.are.equal(1, #failed, err)
+      assert.matches("caf%? %?, not caf\u{e9}", failed[1])
+      local id = json.decode(out).id
+      local _, status = mend("status", id, "--db", db, "--json")
+      assert.are.equal("error: caf? ?, not caf\u{e9}", json.decode(status).steps[2].error)
+      local _, hist = mend("history", id, "--db", db, "--json")
+      local errors = {}
+      for _, e in ipairs(json.decode(hist)) do
+        local text = e.error and e.event ~= "alert" and e.step .. ": " .. e.error
+        if text and text ~= errors[#errors] then errors[#errors + 1] = text end
+      end
+      assert.are.same({ "b: error: caf? ?, not caf\u{e9}", "a: error: r?par?" }, errors)
+      -- the dead letter and its alert, as a person is told of it
+      local _, dlq = mend("dlq", "--db", db, "--json")
+      assert.are.equal("error: r?par?", json.decode(dlq)[1].error)
+    end)
+
     it("compensates a declined card in reverse and exits 3", function()
       local code, out, err = mend("run", "workflows/order.lua", "--clock", "virtual", "--db", db,
                                   "--input", '{"card":"declined"}')
@@ -170,6 +203,25 @@ describe("the mend command", function()
       assert.are.equal(id, id2)
       assert.are.equal("mend: run key k-9 names the existing run " .. id:gsub("%s+$", "")
                        .. ", a run of workflow order\n", err2)
+    end)
+
+    -- A worker serves workflows by the names their files declare: mend start finds one by that
+    -- name too when no file is named after it, and names the files that failed to load.
+    it("mend start finds a workflow declared in a file named otherwise", function()
+      local dir = H.tmp_dir()
+      H.write_file(dir, "billing.lua", "return { name = 'invoice', steps = { { name = 'a', " ..
+                                       "execute = function() return 1 end } } }")
+      local code, id, err = mend("start", "invoice", "--db", db, "--workflows", dir)
+      assert.are.equal(0, code, err)
+      local _, status = mend("status", id:gsub("%s+$", ""), "--db", db, "--json")
+      assert.are.equal("invoice", json.decode(status).workflow)
+      H.write_file(dir, "broken.lua", "return { name = 'x', steps = {")
+      code, id, err = mend("start", "nope", "--db", db, "--workflows", dir)
+      assert.are.equal(1, code, err)
+      assert.are.equal("", id)
+      assert.matches("^mend: no workflow file nope, and no " .. dir:gsub("%p", "%%%0") ..
+                     "/nope%.lua, nor a file in .- that declares workflow nope; these failed to " ..
+                     "load and may: .-broken%.lua:%d+:", err)
     end)
 
     it("refuses a run key of another workflow's run, with mend start and mend run (exit 1)", function()
@@ -523,5 +575,55 @@ describe("the mend command", function()
       assert.are.equal(2, st.steps[1].attempts)
       assert.are.same({ charge_id = "ch-1", applied = 1, gateway_calls = 2 }, st.steps[2].result)
     end)
+  end)
+end)
+
+describe("a child process that exits without reading its stdin", function()
+  after_each(H.cleanup)
+
+  -- The write to its pipe raised SIGPIPE, which killed `mend run` (or a worker) without a word
+  -- (exit 141): every time for a step's mend.exec given more stdin than a pipe holds, now and
+  -- then for an alert command that does not read the alert.
+  it("is a step's result, or an alert command's exit, and mend goes on", function()
+    local dir, db = H.tmp_dir(), H.new_db()
+    local file = H.write_file(dir, "deaf.lua", [[
+      local mend = require "mend"
+      return { name = "deaf", steps = {
+        { name = "exec", execute = function()
+            return { status = mend.exec{ "true", stdin = string.rep("x", 1000000) }.status }
+          end },
+        { name = "fail", execute = function(ctx, input)
+            if input.fail then error(mend.compensable("stuck", { severity = 3 })) end
+          end } } }
+    ]])
+    local rc, out = H.shell(("%s run %s --db %s --clock virtual --json --log-level error"):format(
+      H.MEND, H.quote(file), H.quote(db)))
+    assert.are.equal(0, rc, out)
+    assert.are.same({ status = 0 }, json.decode(out:match("(%b{})%s*$")).steps[1].result)
+    for _ = 1, 5 do
+      rc, out = H.shell(("%s run %s --db %s --clock virtual --input '{\"fail\":true}'"
+        .. " --alert-command 'exit 0' --log-level error"):format(H.MEND, H.quote(file), H.quote(db)))
+      assert.are.equal(4, rc, out)
+    end
+  end)
+end)
+
+describe("the mend command started with stdin, stdout or stderr closed", function()
+  after_each(H.cleanup)
+
+  -- A descriptor mend (libuv, SQLite) opened took the closed one's number, and libuv's close of
+  -- it aborted the process: "uv__close: Assertion `fd > STDERR_FILENO' failed" (exit 134).
+  it("works as with them open", function()
+    local dir, db = H.tmp_dir(), H.new_db()
+    local file = H.write_file(dir, "one.lua", [[
+      return { name = "one", steps = { { name = "a", execute = function() return 1 end } } }]])
+    for _, closed in ipairs { "<&-", ">&-", "2>&-" } do
+      local rc, out = H.shell(("%s run %s --db %s --clock virtual --log-level error %s; echo \"run=$?\""
+        .. "; %s runs --db %s %s; echo \"runs=$?\""):format(H.MEND, H.quote(file), H.quote(db),
+        closed, H.MEND, H.quote(db), closed))
+      assert.are.equal(0, rc, out)
+      assert.truthy(out:find("run=0", 1, true), closed .. ": " .. out)
+      assert.truthy(out:find("runs=0", 1, true), closed .. ": " .. out)
+    end
   end)
 end)

@@ -40,6 +40,15 @@ describe("mend copy", function()
     assert.are.equal(2, rc, out)
   end)
 
+  it("refuses a source that is not a database, naming it", function()
+    -- the query of its schema version was finalized twice: a bus error (exit 135)
+    local dir = H.tmp_dir()
+    local notdb = H.write_file(dir, "notdb.db", "hello")
+    local rc, out = mend("copy", "--from", notdb, "--to", "postgresql://127.0.0.1:1/x")
+    assert.are.equal(1, rc, out)
+    assert.truthy(out:find(notdb .. ": file is not a database", 1, true), out)
+  end)
+
   local it_pg = H.PG and it or pending
 
   it_pg("says a wrong password is wrong, naming the server and not the password", function()

@@ -55,6 +55,34 @@ describe("a workflow file", function()
     has(err, "cannot configure")
   end)
 
+  it("that raises an error object while loading is refused with a message naming the file",
+     function()
+    -- Lua puts the file and line only in front of a string; these said "(error object is a
+    -- table value)", "custom msg" or "fatal: bad config", with nothing to say which file.
+    local raises = {
+      ["table.lua"] = "error({ code = 1 })\n",
+      ["tostring.lua"] = "error(setmetatable({}, { __tostring = function() return 'custom msg' end }))\n",
+      ["typed.lua"] = "error(require('mend').fatal('bad config'))\n",
+    }
+    for _, sandbox in ipairs { false, true } do
+      for fname, text in pairs(raises) do
+        local eng = H.new_engine { sandbox = sandbox }
+        local path = H.write_file(H.tmp_dir(), fname, text)
+        local ok, err = pcall(eng.load, eng, path)
+        assert.is_false(ok)
+        has(tostring(err), path .. ": ")
+      end
+    end
+    local _, err = load_broken("typed2.lua", "error(require('mend').fatal('bad config'))\n")
+    has(err, "typed2.lua: fatal: bad config")
+  end)
+
+  it("that is a binary chunk is refused with a message naming the file", function()
+    -- said only "attempt to load a binary chunk (mode is 't')"
+    local path, err = load_broken("compiled.lua", string.dump(function() return {} end))
+    has(err, path .. ": attempt to load a binary chunk")
+  end)
+
   it("that does not return a table is refused with a message naming the file", function()
     local _, err = load_broken("notable.lua", "return 42\n")
     has(err, "notable.lua")

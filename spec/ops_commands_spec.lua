@@ -214,6 +214,8 @@ describe("mend history --step and --tail", function()
     rc, out = mend_cmd(db, "history " .. id .. " --step nope")
     assert.are.equal(1, rc, out)
     assert.matches("has no step nope %(its steps: a, b%)", out)
+    -- refused before anything is printed: the run's outcome and "timeline:" came out first
+    assert.is_nil(out:find("timeline:", 1, true), out)
     rc, out = mend_cmd(db, "history " .. id .. " --tail 0")
     assert.are.equal(2, rc, out)
     assert.matches("%-%-tail must be a whole number from 1 to 10000, got 0", out)

@@ -261,6 +261,21 @@ describe("the REPL's helpers", function()
     assert.truthy(stdout:find("dlq_retry(id)\n  Takes a run out of the dead-letter queue", from, true))
   end)
 
+  it("runs the examples that start a run as written, in a fresh session", function()
+    -- start("playground") found no workflow: the examples of start, signal and cancel needed
+    -- a use "playground" (use "quest") that they do not show
+    for _, name in ipairs { "start", "signal", "cancel" } do
+      local example
+      for _, h in ipairs(repl.help_entries) do
+        if h.name == name then example = h.example end
+      end
+      local code, stdout, stderr = repl_run(example .. "\nprint(eng:status(id).status)\n", "--seed", "1")
+      assert.are.equal(0, code, name)
+      assert.is_nil((stdout .. stderr):find("error: stdin", 1, true), name .. ": " .. stdout .. stderr)
+      assert.truthy(stdout:find("\n(%a+)\n$"), name .. ": " .. stdout)
+    end
+  end)
+
   it("lists every helper with help(), cancel, dlq_retry and resolve among them", function()
     local _, stdout = repl_run("help()\n")
     for _, h in ipairs(repl.help_entries) do

@@ -7,134 +7,10 @@ local mend = require "mend"
 local MEND, q, sh = H.MEND, H.quote, H.shell
 local json = mend.json
 
--- A saga whose refund fails while the flag file exists: `mend run` leaves it a dead letter.
-local REFUND = [[
-local mend = require "mend"
-return { name = "refund", compensate_retry = { max_attempts = 2, initial = 0.01, jitter = 0 },
-  steps = {
-    { name = "reserve", execute = function() return "r" end, compensate = function() end },
-    { name = "charge", breaker = "psp", execute = function() return "c" end,
-      compensate = function(ctx)
-        local f = io.open(ctx.input.flag)
-        if f then f:close(); error(mend.retryable("refund service down")) end
-      end },
-    { name = "ship", execute = function() error(mend.fatal("no courier")) end },
-  } }
-]]
-
-local WAIT = [[
-return { name = "wait", steps = {
-  { name = "paid", wait_for = "payment", timeout = 3600 },
-  { name = "ship", execute = function(ctx) return { amount = ctx.results.paid.amount } end },
-} }
-]]
-
-local HELLO = [[
-return { name = "hello", steps = {
-  { name = "greet", execute = function(ctx, input) return { said = "hello " .. input.to } end },
-  { name = "bye", execute = function() return "bye" end },
-} }
-]]
-
--- A directory with the workflows, and the database of the run's backend (a file in the
--- directory, or a fresh PostgreSQL database).
-local function workspace()
-  local dir = H.tmp_dir()
-  H.write_file(dir, "hello.lua", HELLO)
-  H.write_file(dir, "refund.lua", REFUND)
-  H.write_file(dir, "wait.lua", WAIT)
-  return dir, H.new_db(dir, "serve.db")
-end
-
--- A dead letter of `refund` in db (its compensation failed); returns its id and the flag
--- file that keeps the refund failing.
-local function dead_letter(dir, db, name)
-  local flag = H.write_file(dir, name or "refund-down", "")
-  local rc, out = sh(MEND .. " run " .. q(dir .. "/refund.lua") .. " --db " .. q(db) ..
-                     " --clock virtual --input " .. q('{"flag":"' .. flag .. '"}') .. " --json")
-  assert.are.equal(4, rc, out)
-  return json.decode(out:match("(%b{})%s*$")).id, flag
-end
-
-local servers = {}
-
--- Starts `mend <command> --db db --listen 127.0.0.1:0 <args>` and waits until it says where
--- it listens. Returns the base URL ("http://127.0.0.1:PORT") and the process id.
-local function start(dir, db, args, command)
-  local out, err = dir .. "/serve.out", dir .. "/serve.err"
-  os.remove(out)
-  local p = assert(io.popen(MEND .. " " .. (command or "serve") .. " --db " .. q(db) ..
-                            " --workflows " .. q(dir) .. " " .. (args or "--listen 127.0.0.1:0") ..
-                            " >" .. q(out) .. " 2>" .. q(err) .. " & echo $!"))
-  local pid = p:read("l")
-  p:close()
-  servers[#servers + 1] = pid
-  local base
-  H.wait_for("the server to listen", function()
-    base = H.read(out):match("serving (http://[%d%.]+:%d+)/api/v1")
-    return base ~= nil or not os.execute("kill -0 " .. pid .. " 2>/dev/null")
-  end, 10)
-  assert(base, "the server did not start: " .. H.read(err))
-  return base, pid
-end
-
--- Another process holds db's write lock for `seconds`, in the background.
-local function hold_write_lock(db, seconds)
-  local hold = H.is_pg(db)
-    and ("psql -X -q %s -c 'BEGIN; LOCK TABLE runs IN EXCLUSIVE MODE; SELECT pg_sleep(%d); COMMIT'")
-        :format(q(db), seconds)
-    or ("(echo 'BEGIN IMMEDIATE; INSERT INTO audit(at, who, op) VALUES (1, ''spec'', ''hold'');'; "
-        .. "sleep %d; echo 'COMMIT;') | sqlite3 %s"):format(seconds, q(db))
-  sh("(" .. hold .. ") >/dev/null 2>&1 &")
-end
-
-local function stop_all()
-  for i = #servers, 1, -1 do
-    if os.execute("kill -0 " .. servers[i] .. " 2>/dev/null") then H.stop_worker(servers[i]) end
-    servers[i] = nil
-  end
-end
-
--- One request with curl. opts: body (text), headers (list), token, who, type (Content-Type of
--- a POST, default application/json). Returns the status, the decoded JSON body (nil if not
--- JSON), the raw body and the response's header text.
-local function http(base, method, path, opts)
-  opts = opts or {}
-  local body_file, out, hdr = os.tmpname(), os.tmpname(), os.tmpname()
-  local cmd = { "curl -s -m 20 -o", q(out), "-D", q(hdr), "-w '%{http_code}' -X", method }
-  if opts.body then
-    local f = assert(io.open(body_file, "wb"))
-    f:write(opts.body)
-    f:close()
-    cmd[#cmd + 1] = "--data-binary @" .. q(body_file)
-  end
-  if method == "POST" and opts.type ~= false then
-    cmd[#cmd + 1] = "-H " .. q("Content-Type: " .. (opts.type or "application/json"))
-  end
-  if opts.token then cmd[#cmd + 1] = "-H " .. q("Authorization: Bearer " .. opts.token) end
-  if opts.who then cmd[#cmd + 1] = "-H " .. q("X-Mend-Who: " .. opts.who) end
-  for _, h in ipairs(opts.headers or {}) do cmd[#cmd + 1] = "-H " .. q(h) end
-  cmd[#cmd + 1] = q(base .. path)
-  local rc, code = sh(table.concat(cmd, " "))
-  assert.are.equal(0, rc, "curl failed: " .. tostring(code))
-  local raw, headers = H.read(out), H.read(hdr)
-  os.remove(body_file); os.remove(out); os.remove(hdr)
-  local ok, decoded = pcall(json.decode, raw)
-  return tonumber(code), ok and decoded or nil, raw, headers
-end
-
-local function get(base, path, opts) return http(base, "GET", path, opts) end
-local function post(base, path, body, opts)
-  opts = opts or {}
-  opts.body = body and (type(body) == "string" and body or json.encode(body)) or nil
-  return http(base, "POST", path, opts)
-end
-
-local function status_of(base, id)
-  local code, run = get(base, "/api/v1/runs/" .. id)
-  assert.are.equal(200, code)
-  return run.status
-end
+local S = require "spec.support.serve_harness"
+local workspace, dead_letter, start, stop_all = S.workspace, S.dead_letter, S.start, S.stop_all
+local hold_write_lock, post_later, status_of = S.hold_write_lock, S.post_later, S.status_of
+local http, get, post, servers = S.http, S.get, S.post, S.servers
 
 local function operator_details(base, id)
   local code, history = get(base, "/api/v1/runs/" .. id .. "/history")
@@ -144,21 +20,6 @@ local function operator_details(base, id)
     if h.event == "operator" then out[#out + 1] = h.detail end
   end
   return out
-end
-
--- A POST sent in the background: returns a function that waits for its answer (up to 20 s)
--- and gives its status, its decoded body, and the seconds it took.
-local function post_later(dir, base, path, body, name)
-  local out, code = dir .. "/" .. name .. ".out", dir .. "/" .. name .. ".code"
-  sh(("(s=$(date +%%s.%%N); curl -s -m 20 -o %s -w '%%{http_code}' -H 'Content-Type: application/json' " ..
-      "-d %s %s >%s.tmp; e=$(date +%%s.%%N); echo \" $s $e\" >>%s.tmp; mv %s.tmp %s) >/dev/null 2>&1 &")
-     :format(q(out), q(json.encode(body)), q(base .. path), q(code), q(code), q(code), q(code)))
-  return function()
-    H.wait_for("the answer to " .. name, function() return H.read(code) ~= "" end, 25)
-    local c, t0, t1 = H.read(code):match("^(%d+) ([%d.]+) ([%d.]+)")
-    local ok, decoded = pcall(json.decode, H.read(out))
-    return tonumber(c), ok and decoded or nil, tonumber(t1) - tonumber(t0)
-  end
 end
 
 describe("mend serve", function()
@@ -521,14 +382,19 @@ describe("mend serve", function()
       -- the other files serve, and a name of no file at all is still unknown
       code = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "x" } })
       assert.are.equal(201, code, command)
+      -- a name no file loaded as: a broken file may hold it under another file name (its name
+      -- cannot be read from it), so the 404 names the broken files
       code, e = post(base, "/api/v1/runs", { workflow = "nope" })
       assert.are.equal(404, code, command)
       assert.are.equal("unknown_workflow", e.error.code, command)
+      assert.matches("; a file that failed to load may hold it: broken%.lua %(.-broken%.lua:%d+:",
+                     e.error.message, 1)
       -- a broken file removed is no failure to report: the workflow is unknown
       os.remove(dir .. "/broken.lua")
       code, e = post(base, "/api/v1/runs", { workflow = "broken" })
       assert.are.equal(404, code, command)
       assert.are.equal("unknown_workflow", e.error.code, command)
+      assert.is_nil(e.error.message:find("failed to load", 1, true), command)
       stop_all()
     end
   end)

@@ -133,4 +133,29 @@ describe("a worker", function()
     H.wait_for("the worker to stop", function() return not alive(pid) end, 15)
     pid = nil
   end)
+
+  it("serves the workflows beside a .lua entry that is not a file, and stops on SIGTERM", function()
+    -- A named pipe (or a socket) opened to be read blocks until a writer comes: the worker hung
+    -- in its first look at the folder, before serving anything, and SIGTERM did not stop it.
+    local dir = H.tmp_dir()
+    local wf, db = dir .. "/wf", H.new_db(dir, "jobs.db")
+    assert(require("lfs").mkdir(wf))
+    H.write_file(wf, "good.lua", GOOD)
+    assert.are.equal(0, (sh("mkfifo " .. q(wf .. "/pipe.lua"))))
+    assert(require("lfs").mkdir(wf .. "/folder.lua"))
+    local log = dir .. "/worker.log"
+    local _, out = sh(string.format("%s worker --db %s --workflows %s >%s 2>&1 & echo $!", MEND,
+                                    q(db), q(wf), q(log)))
+    pid = assert(tonumber(out:match("%d+")))
+    local rc, id = sh(string.format("%s start good --db %s --workflows %s", MEND, q(db), q(wf)))
+    assert.are.equal(0, rc, id)
+    id = id:match("%S+")
+    H.wait_for("the good run", function()
+      local _, json = sh(string.format("%s status %s --db %s --json", MEND, id, q(db)))
+      return json:find('"status":"succeeded"', 1, true)
+    end, 10)
+    assert.are.equal(0, (sh("kill -TERM " .. pid)))
+    H.wait_for("the worker to stop", function() return not alive(pid) end, 15)
+    pid = nil
+  end)
 end)

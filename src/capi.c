@@ -23,6 +23,7 @@
 
 #include "capi_int.h"
 #include "engine.h"
+#include "flatjson.h"
 #include "log.h"
 #include "lmend.h"
 #include "luadir.h"
@@ -130,6 +131,8 @@ typedef struct host_side {
   struct host_fn_box *functions;
   int in_callback;        /* callbacks of the host's that the engine is inside now */
   int refusing_free;      /* the log line refusing mend_engine_free is being written */
+  mend_textbuf event_text, alert_text;   /* the texts heard, their memory kept for the next */
+  int event_busy, alert_busy;            /* a callback is reading that text now */
 } host_side;
 
 /* The host's function behind a registered name. */
@@ -262,22 +265,33 @@ static void log_adapter(void *ud, const mend_log_record *rec) {
   s->in_callback--;
 }
 
-static void json_adapter(host_side *s, mend_json_fn fn, void *ud, json_t *v) {
-  char *text = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER);
+/* An event or alert as its JSON text, written into a buffer kept for the next (flatjson.c:
+ * json_dumps was 95% of hearing an event in a tick). A callback that makes another one heard
+ * while its own text is in use, or an object that is not flat, gets a text of its own from
+ * json_dumps, the same bytes. Text jansson refuses (a string that is not UTF-8) is not heard,
+ * as before. */
+static void json_adapter(host_side *s, mend_json_fn fn, void *ud, json_t *v, mend_textbuf *buf,
+                         int *busy) {
+  char *own = NULL;
+  const char *text = *busy ? NULL : mend_flatjson(v, buf);
+  if (!text) text = own = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  if (!text) return;
+  if (!own) *busy = 1;
   s->in_callback++;
-  if (text) fn(ud, text);
+  fn(ud, text);
   s->in_callback--;
-  free(text);
+  if (!own) *busy = 0;
+  free(own);
 }
 
 static void alert_adapter(void *ud, json_t *ev) {
   host_side *s = ud;
-  json_adapter(s, s->opts.alert, s->opts.alert_ud, ev);
+  json_adapter(s, s->opts.alert, s->opts.alert_ud, ev, &s->alert_text, &s->alert_busy);
 }
 
 static void event_adapter(void *ud, json_t *ev) {
   host_side *s = ud;
-  json_adapter(s, s->opts.on_event, s->opts.event_ud, ev);
+  json_adapter(s, s->opts.on_event, s->opts.event_ud, ev, &s->event_text, &s->event_busy);
 }
 
 /* One status for each of the engine's codes (engine.h, mend_refusal). */
@@ -440,6 +454,8 @@ MEND_API int mend_engine_free(mend_engine *engine) {
     next = b->next;
     free(b);
   }
+  mend_textbuf_free(&owner->side.event_text);
+  mend_textbuf_free(&owner->side.alert_text);
   free(owner);
   return MEND_OK;
 }
@@ -460,7 +476,17 @@ MEND_API int mend_engine_load(mend_engine *engine, const char *path, char *name_
     mend_engine_note_error(engine, err);
     return MEND_ELOAD;
   }
-  if (name_out && name_len) snprintf(name_out, name_len, "%s", wf->name);
+  if (name_out && name_len) {
+    size_t need = strlen(wf->name) + 1;
+    snprintf(name_out, name_len, "%s", need <= name_len ? wf->name : "");
+    /* a cut name would name another workflow, or none */
+    if (need > name_len) {
+      snprintf(err, sizeof err, "mend_engine_load: name_out holds %zu bytes, the name of the "
+               "workflow loaded from %.600s needs %zu (MEND_NAME_MAX + 1 hold any)", name_len,
+               path, need);
+      return mend__capi_invalid(engine, err);
+    }
+  }
   return MEND_OK;
 }
 
@@ -511,8 +537,23 @@ MEND_API int mend_call_fail(mend_call *call, const char *kind, const char *messa
                             double retry_after, int severity) {
   if (!call) return MEND_EINVAL;
   if (foreign_call(call, __func__)) return MEND_ESTATE;
-  mend_host_fail((mend_host_call *)call, kind, message, retry_after, severity);
-  return MEND_OK;
+  /* A kind misspelt ("retriable") was a plain error, never retried, and a severity out of its
+   * range a severity 1: refused instead, the call left open for a right answer, as bad JSON is. */
+  mend_engine *E = mend_host_call_engine((mend_host_call *)call);
+  int known = kind && (strcmp(kind, "retryable") == 0 || strcmp(kind, "fatal") == 0 ||
+                       strcmp(kind, "compensable") == 0);
+  if (!known) {
+    if (E) mend_engine_note_error(E, "mend_call_fail: kind must be \"retryable\", \"fatal\" or "
+                                     "\"compensable\"; the call stays open");
+    return MEND_EINVAL;
+  }
+  if (strcmp(kind, "compensable") == 0 && (severity < 0 || severity > 3)) {
+    if (E) mend_engine_note_error(E, "mend_call_fail: a compensable error's severity must be 1, 2 "
+                                     "or 3 (0: 1); the call stays open");
+    return MEND_EINVAL;
+  }
+  return mend_host_fail((mend_host_call *)call, kind, message, retry_after, severity) ? MEND_ENOMEM
+                                                                                    : MEND_OK;
 }
 
 /* The host's hand-over of an engine between its threads: the old owner's calls have ended

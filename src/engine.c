@@ -108,7 +108,7 @@ mend_store *mend_engine_store(mend_engine *E) { return E->store; }
 lua_State *mend_engine_lua(mend_engine *E) { return E->L; }
 uv_loop_t *mend_engine_loop(mend_engine *E) { return E->loop; }
 /* A run whose run_finished a ticking host has not heard yet is still in flight to it. */
-int mend_engine_in_flight(const mend_engine *E) { return E->in_flight + E->finished_unheard; }
+int mend_engine_in_flight(const mend_engine *E) { return E->in_flight + mend__finished_unheard(E); }
 const char *mend_engine_error(const mend_engine *E) { return E->errmsg; }
 void mend_engine_note_error(mend_engine *E, const char *msg) {
   if (!E->broken) snprintf(E->errmsg, sizeof E->errmsg, "%s", msg);
@@ -515,6 +515,7 @@ void mend_engine_destroy(mend_engine *E) {
   }
   mend_engine_load_failures_free(E);
   mend__breakers_recorded_drop(E, 1);
+  mend__repairs_recorded_drop(E, 1);
   for (struct mend_breaker_slot *s = E->breakers, *next; s; s = next) {
     next = s->next;
     free(s->key);
@@ -529,6 +530,7 @@ void mend_engine_destroy(mend_engine *E) {
   /* not heard, as before a batch's events were: a host that waits for every end ticks until
    * in_flight_count says 0 (mend.h), and no on_event comes from inside a free */
   json_decref(E->events_due);
+  free(E->finished_at);
   mend__forget_host_calls(E);
   mend__forget_sent_events(E);
   mend__looks_forget(E);

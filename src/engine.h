@@ -95,6 +95,9 @@ mend_workflow *mend_engine_workflow(mend_engine *E, const char *name);
  * So that a start of a workflow whose file is broken is told so, not that there is no such
  * workflow. */
 const char *mend_engine_load_failure(mend_engine *E, const char *name);
+/* The files whose last load failed and are still there, as "a.lua (error); ..." in BUF (cut to
+ * LEN); returns how many. */
+int mend_engine_load_failures_named(mend_engine *E, char *buf, size_t len);
 /* Lets go of what load.c keeps of failed loads (at the engine's end). */
 void mend_engine_load_failures_free(mend_engine *E);
 /* Loads a version of a workflow from the script the store keeps for it (each version started
@@ -208,9 +211,10 @@ int mend_engine_register_host(mend_engine *E, const char *name, mend_engine_host
 int mend_host_return(mend_host_call *call, const char *result_json);
 /* The engine a call is of; NULL once that engine was destroyed. */
 mend_engine *mend_host_call_engine(const mend_host_call *call);
-/* kind: "retryable" | "fatal" | "compensable"; retry_after < 0 none; severity for compensable. */
-void mend_host_fail(mend_host_call *call, const char *kind, const char *message,
-                    double retry_after, int severity);
+/* kind: "retryable" | "fatal" | "compensable"; retry_after < 0 none; severity for compensable.
+ * 0, or -1 out of memory (the call stays open). */
+int mend_host_fail(mend_host_call *call, const char *kind, const char *message,
+                   double retry_after, int severity);
 /* Called by the Lua binding of mend.call: starts a host call for the attempt on L; the caller
  * yields unless the host answered at once (returns 1 then, with the results pushed). */
 int mend_engine_host_call(lua_State *L, const char *name, int first_arg, char *err, int errlen);
@@ -225,6 +229,15 @@ int mend_engine_host_call(lua_State *L, const char *name, int first_arg, char *e
  * step) with fresh attempts. resolve: a person settled it by hand; `note` says how. Runs
  * that retry or cancel here are then executed by this engine (run or serve it). */
 int mend_engine_cancel_run(mend_engine *E, const char *id, const char *who, char *err, int errlen);
+/* The same, for a caller that waits for the open batch (mend_engine_when_durable) before it
+ * answers: a run held elsewhere is looked at as committed rows show it, and its cancel is
+ * recorded in the batch (no wait for another process's write lock). A run no engine holds is
+ * taken over (read whole, its lease written at once) only with take_now: without, on a store
+ * whose writes another process's lock can hold back (SQLite), MEND_REPAIR_TAKE_LATER, and the
+ * caller asks again with take_now once the batch is durable. */
+#define MEND_REPAIR_TAKE_LATER 3
+int mend_engine_cancel_record(mend_engine *E, const char *id, const char *who, int take_now,
+                              char *err, int errlen);
 /* Why the last repair above, start or advance refused (see mend_refusal). */
 mend_refusal mend_engine_refusal(const mend_engine *E);
 /* Sends event `name` to a running run, by its id or (id NULL) by its run key, with a payload
@@ -239,10 +252,16 @@ int mend_engine_send_event(mend_engine *E, const char *id, const char *run_key, 
                            const char *payload, const char *key, char run_id_out[MEND_RUN_ID_LEN],
                            char *err, int errlen);
 /* Same, recorded in the open batch only: the caller waits for it (mend_engine_when_durable)
- * before it says the event was sent; a run held here takes it once it is durable. */
+ * before it says the event was sent; a run held here takes it once it is durable. With a key
+ * and `ticket` (may be NULL), a store that looks the key up as the batch is written (SQLite: it
+ * waits for no lock) gives MEND_EVENT_LATER and *ticket: whether the key was sent before is
+ * mend_store_event_outcome's once the batch is durable, and the caller gives the ticket back
+ * (mend_store_event_ticket_free) once it asked, or will not ask. */
+#define MEND_EVENT_LATER 2
 int mend_engine_record_event(mend_engine *E, const char *id, const char *run_key, const char *name,
                              const char *payload, const char *key,
-                             char run_id_out[MEND_RUN_ID_LEN], char *err, int errlen);
+                             char run_id_out[MEND_RUN_ID_LEN], int *ticket, char *err,
+                             int errlen);
 /* Completes (ok) or fails the token a step's attempt handed out (ctx:token()): result is
  * JSON text (NULL: null) and becomes the step's result; a failure has a kind (retryable,
  * fatal, compensable) and a message, and the step's policy handles it as if its execute had
@@ -258,8 +277,16 @@ int mend_engine_settle_token(mend_engine *E, const char *token, int ok, const ch
 /* The children a run's steps started: [{run_id, step, workflow, status}], or NULL (errmsg). */
 json_t *mend_engine_children(mend_engine *E, const char *id);
 int mend_engine_dlq_retry(mend_engine *E, const char *id, const char *who, char *err, int errlen);
+/* The same, as mend_engine_cancel_record: a dead letter is no engine's, so without take_now it
+ * gives MEND_REPAIR_TAKE_LATER once the run is found retriable. */
+int mend_engine_dlq_retry_record(mend_engine *E, const char *id, const char *who, int take_now,
+                                 char *err, int errlen);
 int mend_engine_resolve(mend_engine *E, const char *id, const char *who, const char *note,
                         char *err, int errlen);
+/* The same, recorded for a caller that waits for the open batch, as mend_engine_cancel_record;
+ * a second resolve of the run before that batch is durable is refused as it would be after. */
+int mend_engine_resolve_record(mend_engine *E, const char *id, const char *who, const char *note,
+                               char *err, int errlen);
 /* Moves an unfinished run that no live worker holds to `version` of its workflow (loaded, or
  * from the store's script), recorded in its history with `who`: 0 moved, 1 on that version
  * already, -1 with err, which names the step when the version does not keep the steps the

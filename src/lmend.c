@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -141,26 +142,41 @@ static int l_call(lua_State *L) {
   const char *name = luaL_checkstring(L, 1);
   char err[400];
   int rc = mend_engine_host_call(L, name, 2, err, sizeof err);
-  if (rc < 0) return luaL_error(L, "mend.call: %s", err);
+  if (rc < 0) {
+    /* Level 2: the workflow's line that called mend.call, not mend.call's own wrapper (Lua in
+     * lua/mend/init.lua, or the sandbox's). */
+    luaL_where(L, 2);
+    lua_pushfstring(L, "mend.call: %s", err);
+    lua_concat(L, 2);
+    return lua_error(L);
+  }
   if (rc == 1) return 2;
   return lua_yield(L, 0);
 }
 
-/* mend.listdir(path) -> {names} (without . and ..), or raises naming the path.  [-0, +1, e] */
+/* mend.listdir(path) -> {names} (without . and ..), {name = true for each regular file (a
+ * symbolic link to one too)}, or raises naming the path. The second lets a caller pass over a
+ * named pipe, whose opening blocks until a writer comes.  [-0, +2, e] */
 static int l_listdir(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
   DIR *d = opendir(path);
   if (!d) return luaL_error(L, "%s: %s", path, strerror(errno));
+  lua_newtable(L);
   lua_newtable(L);
   int n = 0;
   struct dirent *e;
   while ((e = readdir(d))) {
     if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
     lua_pushstring(L, e->d_name);
-    lua_rawseti(L, -2, ++n);
+    lua_rawseti(L, -3, ++n);
+    struct stat st;
+    if (fstatat(dirfd(d), e->d_name, &st, 0) == 0 && S_ISREG(st.st_mode)) {
+      lua_pushboolean(L, 1);
+      lua_setfield(L, -2, e->d_name);
+    }
   }
   closedir(d);
-  return 1;
+  return 2;
 }
 
 /* mend.copy(from, to) -> {table = rows copied} (mend copy: store.h, mend_store_copy), or

@@ -5,9 +5,12 @@
 #include "log.h"
 
 #include <jansson.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "utf8.h"
 
 int mend_log_level_of(const char *name) {
   static const char *const names[] = {"debug", "info", "warn", "error"};
@@ -24,8 +27,16 @@ void mend_log_sink_init(mend_log_sink *s, FILE *out) {
 void mend_log_to_sink(void *ud, const mend_log_record *rec) {
   mend_log_sink *s = ud;
   if (!s->human) {
+    const char *msg = rec->message ? rec->message : "";
     json_t *o = json_pack("{s:s, s:f, s:s, s:s}", "level", rec->level, "time", rec->time,
-                          "event", rec->event, "message", rec->message ? rec->message : "");
+                          "event", rec->event, "message", msg);
+    if (!o) {   /* a message that is not UTF-8 (a step's error, as raised): its line, fixed */
+      char *fixed = strdup(msg);
+      if (fixed) mend_utf8_fix(fixed);
+      o = fixed ? json_pack("{s:s, s:f, s:s, s:s}", "level", rec->level, "time", rec->time,
+                            "event", rec->event, "message", fixed) : NULL;
+      free(fixed);
+    }
     if (!o) return;
     if (rec->run) json_object_set_new(o, "run", json_string(rec->run));
     if (rec->step) json_object_set_new(o, "step", json_string(rec->step));

@@ -132,6 +132,10 @@ typedef struct mend_store_methods {
   long (*last_history_seq)(mend_store *s, const char *run_id);
   /* Same, and the time of that last row in *at (-1: no history). */
   long (*last_history)(mend_store *s, const char *run_id, double *at);
+  /* Same, as a view reads (the runs' views): while another process's write lock keeps the
+   * write log from being flushed, among committed rows (*committed 1), with no wait for the
+   * lock; else with the open batch (*committed 0). NULL: last_history's. */
+  long (*last_history_view)(mend_store *s, const char *run_id, double *at, int *committed);
   /* The text kept for a version of a workflow (malloc'ed), and where it was loaded from in
    * *source (malloc'ed, or NULL) when source is not NULL; NULL when none is kept or on error
    * (errmsg says which). */
@@ -139,11 +143,13 @@ typedef struct mend_store_methods {
 
 
   /* 0 inserted; 1 a run with this run key exists (nothing written); -1 error; 2 recorded with
-   * r->key_at_commit, for a backend that looks the key up as the batch is written: inserted
+   * r->at_commit, for a backend that looks the key up as the batch is written: inserted
    * only if the key is free then (else none of the run's records of that batch are), the key's
    * run known once the batch is durable (find_run_key_committed). The first run
    * of a workflow version this store sees writes the version's row at once, in the open batch
-   * (as a read, it waits for the writer thread and the write lock); later ones only record. */
+   * (as a read, it waits for the writer thread and the write lock), unless r->at_commit: then
+   * a version committed before is looked up without the lock, and a new one is recorded with
+   * the run; later ones only record. */
   int (*insert_run)(mend_store *s, const mend_run_rec *r);
   /* A status other than running or compensating also gives the run's lease back. */
   int (*update_run)(mend_store *s, const char *id, const char *status, const char *error,                           int attention, double updated, const char *reason);
@@ -240,6 +246,17 @@ typedef struct mend_store_methods {
    * answer was lost did happen. */
   int (*record_event)(mend_store *s, const char *run_id, const char *name,
                       const char *payload, const char *key, double sent);
+  /* An event with a key recorded in the open batch, the key looked up as the batch is written
+   * (the insert does nothing for a key sent before): 0 and a ticket for event_outcome, 1 not
+   * recorded (the caller sends it at once), -1 error. NULL: the backend has none. */
+  int (*record_keyed_event)(mend_store *s, const char *run_id, const char *name,
+                            const char *payload, const char *key, double sent, int *ticket);
+  /* Once its batch is durable: 0 the ticket's event was sent, 1 its key had been sent before
+   * (nothing kept), -1 not known (its batch failed). */
+  int (*event_outcome)(mend_store *s, int ticket);
+  /* The ticket is no longer asked about (its answer given, or its client gone): it may be
+   * given to another event, even before its batch is written. */
+  void (*event_ticket_free)(mend_store *s, int ticket);
   /* The oldest event of `name` the run has not consumed, seeing the open batch: 1 and its seq,
    * payload (malloc'ed JSON text, "null" for none) and key (malloc'ed or NULL); 0 none; -1
    * error. */
@@ -338,6 +355,9 @@ typedef struct mend_store_methods {
   void (*repairing)(mend_store *s, int on);
   /* 1 and the owner ("" if none) and its lease_until (-1 if none); 0 no run; -1 error. */
   int (*owner)(mend_store *s, const char *id, char *owner_out, int owner_len,                          double *lease_left);
+  /* Same, as a view reads (last_history_view). NULL: owner's. */
+  int (*owner_view)(mend_store *s, const char *id, char *owner_out, int owner_len,
+                    double *lease_left);
   /* Completion tokens (schema 11), known by their digest only (src/digest.c; schema 13): the
    * store never sees a token. put: records the digest of a token of a run's step's attempt at
    * once in the open batch (a caller commits it; an attempt may have more than one); 0, -1
@@ -426,6 +446,11 @@ static inline int mend_store_commit(mend_store *s) {
 static inline int mend_store_locked(mend_store *s) {
   return MEND_STORE_M(s)->locked ? MEND_STORE_M(s)->locked(s) : 0;
 }
+/* Whether another process's write lock can hold this backend's writes back (SQLite's file
+ * lock; it says when, with locked): PostgreSQL's writers wait for rows, not for one lock. */
+static inline int mend_store_has_write_lock(const mend_store *s) {
+  return MEND_STORE_M(s)->locked != NULL;
+}
 static inline void mend_store_set_busy_wait(mend_store *s, int ms) {
   if (MEND_STORE_M(s)->set_busy_wait) MEND_STORE_M(s)->set_busy_wait(s, ms);
 }
@@ -471,6 +496,12 @@ static inline void mend_store_set_commit_hook(mend_store *s, void (*hook)(const 
 }
 static inline long mend_store_last_history_seq(mend_store *s, const char *run_id) {
   return MEND_STORE_M(s)->last_history_seq(s, run_id);
+}
+static inline long mend_store_last_history_view(mend_store *s, const char *run_id, double *at,
+                                                int *committed) {
+  *committed = 0;
+  if (!MEND_STORE_M(s)->last_history_view) return MEND_STORE_M(s)->last_history(s, run_id, at);
+  return MEND_STORE_M(s)->last_history_view(s, run_id, at, committed);
 }
 static inline long mend_store_last_history(mend_store *s, const char *run_id, double *at) {
   return MEND_STORE_M(s)->last_history(s, run_id, at);
@@ -579,6 +610,18 @@ static inline json_t *mend_store_prune(mend_store *s, double before, const char 
 static inline int mend_store_send_event(mend_store *s, const char *run_id, const char *name, const char *payload, const char *key, double sent) {
   return MEND_STORE_M(s)->send_event(s, run_id, name, payload, key, sent);
 }
+static inline int mend_store_record_keyed_event(mend_store *s, const char *run_id, const char *name,
+                                                const char *payload, const char *key, double sent,
+                                                int *ticket) {
+  if (!MEND_STORE_M(s)->record_keyed_event) return 1;
+  return MEND_STORE_M(s)->record_keyed_event(s, run_id, name, payload, key, sent, ticket);
+}
+static inline int mend_store_event_outcome(mend_store *s, int ticket) {
+  return MEND_STORE_M(s)->event_outcome(s, ticket);
+}
+static inline void mend_store_event_ticket_free(mend_store *s, int ticket) {
+  MEND_STORE_M(s)->event_ticket_free(s, ticket);
+}
 static inline int mend_store_can_record_event(mend_store *s) {
   return MEND_STORE_M(s)->record_event != NULL;
 }
@@ -666,6 +709,12 @@ static inline void mend_store_repairing(mend_store *s, int on) {
 }
 static inline int mend_store_owner(mend_store *s, const char *id, char *owner_out, int owner_len, double *lease_left) {
   return MEND_STORE_M(s)->owner(s, id, owner_out, owner_len, lease_left);
+}
+static inline int mend_store_owner_view(mend_store *s, const char *id, char *owner_out,
+                                        int owner_len, double *lease_left) {
+  if (!MEND_STORE_M(s)->owner_view)
+    return MEND_STORE_M(s)->owner(s, id, owner_out, owner_len, lease_left);
+  return MEND_STORE_M(s)->owner_view(s, id, owner_out, owner_len, lease_left);
 }
 
 /* new: pg-views */

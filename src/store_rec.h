@@ -20,9 +20,10 @@ typedef struct mend_run_rec {
   const char *owner;       /* NULL: any worker may take it; else held while the owner's lease lasts */
   const char *step_names;  /* JSON array of its steps' names: the rows not yet written */
   const char *script;      /* the version's text, kept with it (NULL: none, as registered) */
-  /* With a run key: the key may be looked up as the batch is written rather than at once
-   * (insert_run's 2), so that the insert waits for nothing (another process's write lock). */
-  int key_at_commit;
+  /* The caller waits for the batch: the run key, and the number of a version not committed
+   * before, may be looked up as the batch is written rather than at once (insert_run's 2), so
+   * that the insert waits for nothing (another process's write lock). */
+  int at_commit;
 } mend_run_rec;
 
 typedef struct mend_step_rec {

@@ -7,6 +7,7 @@
 #define MEND_CHECK_H
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -38,6 +39,16 @@ static int check_passed, check_failed;
                                    __FILE__, __LINE__, #a, #b, check_a_ ? check_a_ : "(null)", \
                                    check_b_ ? check_b_ : "(null)"); } \
   } while (0)
+
+/* A fixed sequence of pseudo-random numbers (xorshift64), the same at every run: a test that
+ * fails on one of them fails again. */
+static uint64_t check_rng = 88172645463325252ULL;
+static inline uint64_t check_next(void) {
+  check_rng ^= check_rng << 13;
+  check_rng ^= check_rng >> 7;
+  check_rng ^= check_rng << 17;
+  return check_rng;
+}
 
 static int check_done(const char *suite) {
   printf("%s: %d passed, %d failed\n", suite, check_passed, check_failed);

@@ -327,6 +327,74 @@ static void it_runs_on_its_own_loop(void) {
   mend_engine_free(E);
 }
 
+/* A name_out too small for the workflow's name: a cut name would name another workflow (or
+ * none), so the load says so, and the workflow is loaded all the same. */
+static void it_refuses_to_cut_a_loaded_workflows_name(void) {
+  mend_options o;
+  mend_options_init(&o);
+  mend_engine *E = engine(&o);
+  char path[128], name[4] = "xyz", id[17], st[32];
+  snprintf(path, sizeof path, "%s/plain.lua", dir);
+  CHECK_EQ_INT(mend_engine_load(E, path, name, sizeof name), MEND_EINVAL);
+  CHECK_STR(name, "");
+  CHECK(strstr(mend_engine_errmsg(E), "name_out holds 4 bytes") != NULL);
+  CHECK(strstr(mend_engine_errmsg(E), "needs 6") != NULL);
+  start(E, "plain", NULL, id);
+  CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+  CHECK_STR(run_status(E, id, st, sizeof st), "succeeded");
+  mend_engine_free(E);
+}
+
+/* The host hears each event as JSON text, byte for byte what json_dumps wrote before capi
+ * wrote it itself (flatjson.c, issue 24): keys in their order, quotes, backslashes and control
+ * characters escaped as jansson escapes them, UTF-8 and '/' as they are, the time a number; a
+ * byte that is not UTF-8 as '?' (jansson refused the event whole). */
+static const char odd_fail_lua[] =
+  "local mend = require 'mend'\n"
+  "return { name = 'odd_fail', steps = {\n"
+  "  { name = 'bad', retry = { max_attempts = 1 }, execute = function(ctx)\n"
+  "      error(mend.fatal('say \"hi\"\\\\ back\\n\\ttab \\1 caf\\195\\169 \\226\\130\\172 / \\255')) end } } }\n";
+
+static char *heard[8];
+static int nheard;
+static void keep_event(void *ud, const char *json) {
+  (void)ud;
+  if (nheard < 8) heard[nheard++] = strdup(json);
+}
+
+/* text is `prefix`, then a number, then "}" */
+static int event_is(const char *text, const char *prefix) {
+  if (!text || strncmp(text, prefix, strlen(prefix)) != 0) {
+    fprintf(stderr, "heard  %s\nwanted %s<number>}\n", text ? text : "(nothing)", prefix);
+    return 0;
+  }
+  char *end;
+  strtod(text + strlen(prefix), &end);
+  return end != text + strlen(prefix) && strcmp(end, "}") == 0;
+}
+
+static void it_hears_events_as_exact_json_text(void) {
+  mend_options o;
+  mend_options_init(&o);
+  o.on_event = keep_event;
+  mend_engine *E = engine(&o);
+  load(E, "odd_fail");
+  char id[17], want[512];
+  start(E, "odd_fail", NULL, id);
+  nheard = 0;
+  CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+  CHECK_EQ_INT(nheard, 2);
+  snprintf(want, sizeof want, "{\"type\":\"step_failed\",\"run_id\":\"%s\",\"workflow\":\"odd_fail\","
+           "\"step\":\"bad\",\"attempt\":1,\"error\":\"fatal: say \\\"hi\\\"\\\\ back\\n\\ttab "
+           "\\u0001 caf\xc3\xa9 \xe2\x82\xac / ?\",\"will_retry\":false,\"at\":", id);
+  CHECK(event_is(heard[0], want));
+  snprintf(want, sizeof want, "{\"type\":\"run_finished\",\"run_id\":\"%s\",\"workflow\":\"odd_fail\","
+           "\"status\":\"failed\",\"at\":", id);
+  CHECK(event_is(heard[1], want));
+  for (int i = 0; i < nheard; i++) free(heard[i]);
+  mend_engine_free(E);
+}
+
 /* A host function that tries to drive the engine calling it: each call is refused (it pulled
  * the step's coroutine from under itself before), and the call is then answered as usual. */
 static int reenter_status[4];
@@ -932,9 +1000,22 @@ static int spawn_asked(mend_engine *E, const char *id) { (void)E; (void)id; retu
 static int kill_waits(mend_engine *E, const char *id) { return run_has(E, id, "\"waiting\"", 0); }
 static int run_ended(mend_engine *E, const char *id) { (void)id; return mend_engine_in_flight_count(E) == 0; }
 
-/* A file database of its own (name in the test dir), "slay" loaded with its host functions, one
- * run of it started. */
-static mend_engine *slay_engine(const char *name, char id[17]) {
+/* "slay" with a second wait right after the first. */
+static const char slay_twice_lua[] =
+  "local mend = require 'mend'\n"
+  "return { name = 'slay_twice', steps = {\n"
+  "  { name = 'spawn', execute = function(ctx)\n"
+  "      local m = mend.call('spawn_later')\n"
+  "      mend.call('resumed')\n"
+  "      return m end },\n"
+  "  { name = 'kill', wait_for = 'boss_killed', timeout = 3600 },\n"
+  "  { name = 'loot', wait_for = 'chest_opened', timeout = 3600 },\n"
+  "  { name = 'reward', execute = function(ctx)\n"
+  "      return ctx.results.kill.gold + ctx.results.loot.gold end } } }\n";
+
+/* A file database of its own (name in the test dir), workflow `wf` ("slay" or "slay_twice")
+ * loaded with its host functions, one run of it started. */
+static mend_engine *slay_engine_of(const char *name, const char *wf, char id[17]) {
   char db[160];
   snprintf(db, sizeof db, "%s/%s", dir, name);
   unlink(db);
@@ -945,10 +1026,14 @@ static mend_engine *slay_engine(const char *name, char id[17]) {
   mend_engine *E = engine(&o);
   mend_engine_register_function(E, "spawn_later", spawn_later, NULL);
   mend_engine_register_function(E, "resumed", resumed, NULL);
-  load(E, "slay");
-  start(E, "slay", NULL, id);
+  load(E, wf);
+  start(E, wf, NULL, id);
   spawn_call = NULL;
   return E;
+}
+
+static mend_engine *slay_engine(const char *name, char id[17]) {
+  return slay_engine_of(name, "slay", id);
 }
 
 static void it_ticks_answers_and_signals_in_its_ticks(void) {
@@ -1023,6 +1108,17 @@ static int asks_at_least(mend_engine *E, const char *n) { (void)E; return n_asks
 static int nexts_at_least(mend_engine *E, const char *n) { (void)E; return saw_next >= atoi(n); }
 static int hears(mend_engine *E, const char *id) { return run_has(E, id, "\"waiting\"", 0); }
 
+/* Ticks until nothing is being committed and no work is due now (up to 20 s): every write so
+ * far is durable. */
+static void tick_until_settled(mend_engine *E) {
+  mend_tick_stats st;
+  double t0 = now_s();
+  do {
+    CHECK_EQ_INT(mend_engine_tick_stats(E, 0.002, &st), MEND_OK);
+    usleep(1000);
+  } while ((st.committing || mend_engine_next_tick(E) == 0) && now_s() - t0 < 20);
+}
+
 static void it_ticks_what_needs_no_store_while_its_writer_holds_a_batch(void) {
 #ifndef MEND_FAILPOINTS
   return;   /* nothing holds the thread back */
@@ -1053,11 +1149,7 @@ static void it_ticks_what_needs_no_store_while_its_writer_holds_a_batch(void) {
   tick_until(E, asks_at_least, "4");
   tick_until(E, hears, lonely);
   mend_tick_stats st;
-  double t0 = now_s();
-  do {   /* every write so far durable */
-    CHECK_EQ_INT(mend_engine_tick_stats(E, 0.002, &st), MEND_OK);
-    usleep(1000);
-  } while ((st.committing || mend_engine_next_tick(E) == 0) && now_s() - t0 < 20);
+  tick_until_settled(E);   /* every write so far durable */
   int timed = now_s() - lonely_from < 1.2;   /* the timeout is not due yet (a slow machine: it was) */
 
   start(E, "behind", NULL, id[4]);   /* its first step waits for the batch held below */
@@ -1095,11 +1187,7 @@ static void it_ticks_what_needs_no_store_while_its_writer_holds_a_batch(void) {
    * records) holds the connection as a batch does: a timeout due meanwhile waits too. */
   start(E, "lonely", NULL, lonely);
   tick_until(E, hears, lonely);
-  t0 = now_s();
-  do {
-    CHECK_EQ_INT(mend_engine_tick_stats(E, 0.002, &st), MEND_OK);
-    usleep(1000);
-  } while ((st.committing || mend_engine_next_tick(E) == 0) && now_s() - t0 < 20);
+  tick_until_settled(E);
   lonely_from = now_s();
   f = fopen(hold, "w");
   CHECK(f != NULL);
@@ -1122,11 +1210,7 @@ static void it_ticks_what_needs_no_store_while_its_writer_holds_a_batch(void) {
     n_asks = saw_next = 0;
     start(E, w == 0 ? "keyed" : "engine_named", NULL, keyed);
     tick_until(E, asks_at_least, "1");
-    t0 = now_s();
-    do {
-      CHECK_EQ_INT(mend_engine_tick_stats(E, 0.002, &st), MEND_OK);
-      usleep(1000);
-    } while ((st.committing || mend_engine_next_tick(E) == 0) && now_s() - t0 < 20);
+    tick_until_settled(E);
     start(E, "behind", NULL, id[0]);   /* a batch to hold */
     f = fopen(hold, "w");
     CHECK(f != NULL);
@@ -1318,11 +1402,7 @@ static void it_begins_a_wait_in_a_tick_without_reading_the_inbox(void) {
   tick_until(E, spawn_asked, id);
   CHECK_EQ_INT(mend_engine_signal(E, id, "boss_killed", "{\"gold\":7}", NULL), MEND_OK);
   mend_tick_stats st;
-  double t0 = now_s();
-  do {   /* the event durable before the wait begins */
-    CHECK_EQ_INT(mend_engine_tick_stats(E, 0.002, &st), MEND_OK);
-    usleep(1000);
-  } while ((st.committing || mend_engine_next_tick(E) == 0) && now_s() - t0 < 20);
+  tick_until_settled(E);   /* the event durable before the wait begins */
   FILE *f = fopen(hold, "w");
   CHECK(f != NULL);
   if (f) fclose(f);
@@ -1344,6 +1424,53 @@ static void it_begins_a_wait_in_a_tick_without_reading_the_inbox(void) {
   tick_until(E, run_ended, id);
   CHECK_STR(run_status(E, id, st_text, sizeof st_text), "succeeded");
   CHECK(run_has(E, id, "\"result\":7", 0));
+  mend_engine_free(E);   /* its threads stopped: none reads the environment as it changes */
+  unsetenv("MEND_INBOX_READ_HOLD");
+}
+
+/* The same for a step whose wait begins as the step before takes its event, in the tick's
+ * pick-up of a look's answer: the run's take is not durable yet, and the second look was read
+ * through the batch on the tick's thread (issue 24). It goes to the look thread once the take
+ * is durable; both events, durable before the waits began, are taken once each. The hold
+ * (MEND_INBOX_READ_HOLD) names the second wait's event only. */
+static void it_begins_a_second_wait_in_a_tick_without_reading_the_inbox(void) {
+#ifndef MEND_FAILPOINTS
+  return;   /* nothing holds the read back */
+#endif
+  char hold[160], id[17], st_text[32];
+  snprintf(hold, sizeof hold, "%s/inbox-held-twice", dir);
+  unlink(hold);
+  setenv("MEND_INBOX_READ_HOLD", hold, 1);   /* before the engine's threads start */
+  mend_engine *E = slay_engine_of("held_inbox_twice.db", "slay_twice", id);
+  tick_until(E, spawn_asked, id);
+  CHECK_EQ_INT(mend_engine_signal(E, id, "boss_killed", "{\"gold\":7}", NULL), MEND_OK);
+  CHECK_EQ_INT(mend_engine_signal(E, id, "chest_opened", "{\"gold\":5}", NULL), MEND_OK);
+  mend_tick_stats st;
+  tick_until_settled(E);   /* the events durable before the waits begin */
+  FILE *f = fopen(hold, "w");
+  CHECK(f != NULL);
+  if (f) {
+    fputs("chest_opened", f);
+    fclose(f);
+  }
+  resumed_calls = 0;
+  CHECK_EQ_INT(mend_call_return(spawn_call, "{\"id\":1}"), MEND_OK);
+  int waiting = 0;
+  for (int k = 0; k < 400 && waiting < 3; k++) {   /* until loot waits, and 3 ticks more */
+    CHECK_EQ_INT(mend_engine_tick_stats(E, 0.05, &st), MEND_OK);
+    CHECK(st.seconds < 2);   /* the read is held up to 20 s: this tick did not make it */
+    char *json = NULL;
+    mend_engine_run_json(E, id, &json);
+    if (json && strstr(json, "\"gold\":7") && strstr(json, "\"waiting\"")) waiting++;
+    mend_free(json);
+    usleep(2000);
+  }
+  CHECK_EQ_INT(resumed_calls, 1);
+  CHECK_EQ_INT(waiting, 3);   /* kill took its event; loot began its wait, not taken yet */
+  unlink(hold);
+  tick_until(E, run_ended, id);
+  CHECK_STR(run_status(E, id, st_text, sizeof st_text), "succeeded");
+  CHECK(run_has(E, id, "\"result\":12", 0));
   mend_engine_free(E);   /* its threads stopped: none reads the environment as it changes */
   unsetenv("MEND_INBOX_READ_HOLD");
 }
@@ -2624,6 +2751,8 @@ int main(void) {
   write_workflow("ahead", ahead_lua);
   write_workflow("naps", naps_lua);
   write_workflow("slay", slay_lua);
+  write_workflow("slay_twice", slay_twice_lua);
+  write_workflow("odd_fail", odd_fail_lua);
   write_workflow("hits", hits_lua);
   write_workflow("plain", plain_lua);
   write_workflow("litter", litter_lua);
@@ -2634,6 +2763,8 @@ int main(void) {
   write_workflow("engine_named", engine_named_lua);
 
   it_runs_on_its_own_loop();
+  it_hears_events_as_exact_json_text();
+  it_refuses_to_cut_a_loaded_workflows_name();
   it_refuses_a_host_function_driving_its_engine();
   it_refuses_driving_from_a_runs_when_key_or_map();
   it_refuses_to_free_from_its_callbacks();
@@ -2654,6 +2785,7 @@ int main(void) {
   it_takes_each_event_once_after_an_answer_in_a_tick();
   it_hears_each_end_in_the_tick_the_run_leaves_flight();
   it_begins_a_wait_in_a_tick_without_reading_the_inbox();
+  it_begins_a_second_wait_in_a_tick_without_reading_the_inbox();
   it_completes_tokens_through_the_c_api();
   it_parks_waiting_runs_out_of_memory();
   it_lets_go_of_calls_open_when_freed();

@@ -32,14 +32,6 @@ static void same_as_printf(double d) {
   }
 }
 
-static uint64_t rng = 88172645463325252ULL;
-static uint64_t next(void) {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return rng;
-}
-
 static void it_writes_integers_as_printf(void) {
   long long v[] = {0, 1, -1, 9, 10, -10, 123456789, LLONG_MAX, LLONG_MIN, LLONG_MIN + 1, INT_MAX,
                    INT_MIN, 1000000000000000000LL};
@@ -50,7 +42,7 @@ static void it_writes_integers_as_printf(void) {
     CHECK_STR(got, want);
   }
   for (int i = 0; i < 100000; i++) {
-    long long x = (long long)(next() >> (next() % 64));
+    long long x = (long long)(check_next() >> (check_next() % 64));
     if (i & 1) x = -x;
     char want[32], got[MEND_NUMTEXT_MAX];
     snprintf(want, sizeof want, "%lld", x);
@@ -91,14 +83,14 @@ static void it_writes_edge_doubles_as_printf(void) {
 
 static void it_writes_random_doubles_as_printf(void) {
   for (int i = 0; i < 300000; i++) {   /* any bit pattern: every range, sign, NaN */
-    uint64_t b = next();
+    uint64_t b = check_next();
     double d;
     memcpy(&d, &b, sizeof d);
     same_as_printf(d);
   }
   for (int i = 0; i < 700000; i++) {   /* each binade of [1, 2^53), the fast path's range */
-    double d = ldexp(1.0 + (double)(next() >> 12) / 4503599627370496.0, (int)(next() % 53));
-    if (i % 3 == 0) d = 1.7e9 + (double)(next() % 100000000) / 1e6;   /* times of day */
+    double d = ldexp(1.0 + (double)(check_next() >> 12) / 4503599627370496.0, (int)(check_next() % 53));
+    if (i % 3 == 0) d = 1.7e9 + (double)(check_next() % 100000000) / 1e6;   /* times of day */
     same_as_printf(i & 1 ? -d : d);
   }
 }

@@ -300,8 +300,8 @@ end
 
 -- The rows of --step S (its last `tail`, if given), read in pages and passed on a page at a
 -- time; a tail is the only list kept, and it is at most `tail` rows.
-local function step_rows(eng, st, id, o, tail, sink)
-  local keep, ring, n = step_filter(st, o.step), {}, 0
+local function step_rows(eng, id, keep, tail, sink)
+  local ring, n = {}, 0
   each_page(eng, id, 0, nil, function(page)
     local rows = {}
     for _, e in ipairs(page) do
@@ -359,13 +359,14 @@ local function cmd_history(o, id)
       print_chart(eng, st, id)
       return EXIT_OK
     end
+    local keep = o.step and step_filter(st, o.step)   -- refused before anything is printed
     local first = history_page(eng, id, { limit = 1 })[1]
     if not o.json then
       print_outcome(st)
       out("timeline:\n")
     end
     local sink = history_sink(o, first and first.at)
-    if o.step then step_rows(eng, st, id, o, tail, sink)
+    if keep then step_rows(eng, id, keep, tail, sink)
     elseif tail then sink.page(history_page(eng, id, { tail = tail }))
     elseif limit then sink.page(history_page(eng, id, { after = after or 0, limit = limit }))
     else each_page(eng, id, after or 0, nil, sink.page) end
@@ -713,14 +714,15 @@ end
 
 -- The workflow files of a directory, sorted, so that a worker loads them in a stable order.
 local function workflow_files(dir)
-  local ok, names = pcall(mend.listdir, dir)
+  local ok, names, regular = pcall(mend.listdir, dir)
   -- called by pcall, a C function: the message has no position to strip, only "path: reason"
   if not ok then
     fail("cannot read the workflows directory %s (a worker loads every .lua file of one)", names)
   end
   local files = {}
   for _, name in ipairs(names) do
-    if name:match("%.lua$") then files[#files + 1] = dir .. "/" .. name end
+    -- a named pipe's opening would block the worker until a writer came, deaf to SIGTERM
+    if name:match("%.lua$") and regular[name] then files[#files + 1] = dir .. "/" .. name end
   end
   table.sort(files)
   return files
@@ -849,16 +851,33 @@ local function workflow_file(o, workflow)
   end
   local path = dir .. "/" .. workflow .. ".lua"
   f = io.open(path, "rb")
-  if not f then fail("no workflow file %s, and no %s", workflow, path) end
+  if not f then return nil, path end
   f:close()
   return path
 end
 
+-- A workflow NAME of no file DIR/NAME.lua: the file that declares it under another file name,
+-- as a worker serving DIR would find it (each file of DIR loaded; a file that fails is named).
+local function load_named(eng, o, workflow, path)
+  local dir = o.workflows or "workflows"
+  local ok, files = pcall(workflow_files, dir)
+  if not ok then fail("no workflow file %s, and no %s", workflow, path) end
+  local broken = {}
+  for _, file in ipairs(files) do
+    local loaded, name = pcall(eng.load, eng, file)
+    if loaded and name == workflow then return name end
+    if not loaded then broken[#broken + 1] = tostring(name) end
+  end
+  fail("no workflow file %s, and no %s, nor a file in %s that declares workflow %s%s", workflow,
+       path, dir, workflow, #broken > 0 and ("; these failed to load and may: " ..
+       table.concat(broken, "; ")) or "")
+end
+
 local function cmd_start(o, workflow)
   local input = decode_input(o.input)
-  local file = workflow_file(o, workflow)
+  local file, path = workflow_file(o, workflow)
   return with_engine({ db = o.db, durability = o.durability }, function(eng)
-    local name = eng:load(file)
+    local name = file and eng:load(file) or load_named(eng, o, workflow, path)
     local id, existed = eng:start(name, input, { key = o.key, detached = true })
     -- stdout holds the id alone, for scripts; a key that was used before is told on stderr (a
     -- key of another workflow's run is refused by eng:start, exit 1)

@@ -356,7 +356,8 @@ local HELP = {
     example = 'use "playground"' },
   { name = "start", usage = "start(name, input, opts)",
     line = "starts a run (opts.key: run key); returns its id",
-    text = "Starts a run of a loaded workflow (a NAME.lua path is loaded first) with the "
+    text = "Starts a run of a loaded workflow (a NAME.lua path, or workflows/NAME.lua for a "
+      .. "name not loaded yet, is loaded first) with the "
       .. "input table (default {}) and returns its id; opts.key makes the start idempotent: "
       .. "the same key names the same run. On the virtual clock what is due at once is done "
       .. "and printed; advance() or run() does the rest.",
@@ -524,7 +525,16 @@ function Session:helpers(env)
 
   function f.start(name, input, opts)
     if type(name) ~= "string" then error("start: a workflow name expected", 0) end
-    if name:match("%.lua$") then name = f.use(name) end
+    if name:match("%.lua$") then
+      name = f.use(name)
+    elseif not eng:loaded_version(name) and not name:find("/", 1, true) then
+      -- as `mend start NAME` finds workflows/NAME.lua: start("playground") in a fresh session
+      local fh = io.open("workflows/" .. name .. ".lua", "rb")
+      if fh then
+        fh:close()
+        f.use(name)
+      end
+    end
     local id, existed = eng:start(name, input or {}, opts)
     self.last_run = id
     if existed then out("run key %s names the existing run %s\n", tostring(opts.key), id) end

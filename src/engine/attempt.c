@@ -682,11 +682,30 @@ mend_run *mend_engine_current_run(lua_State *L) {
   return r && r->co == L ? r : NULL;
 }
 
+/* Whether some attempt's coroutine is suspended in a resume of another (status "normal"): L,
+ * which is none of theirs, then runs in a coroutine a step made. */
+static int in_a_steps_coroutine(lua_State *L) {
+  int found = 0;
+  lua_getfield(L, LUA_REGISTRYINDEX, THREADS_KEY);
+  if (!lua_istable(L, -1)) { lua_pop(L, 1); return 0; }
+  lua_pushnil(L);
+  while (!found && lua_next(L, -2)) {
+    lua_State *co = lua_tothread(L, -2);
+    lua_Debug ar;
+    found = co && co != L && lua_status(co) == LUA_OK && lua_getstack(co, 0, &ar);
+    lua_pop(L, 1);
+  }
+  lua_pop(L, found ? 2 : 1);
+  return found;
+}
+
 /* The run whose attempt may wait here: L is its coroutine and can yield now. */
 mend_run *mend__waiting_run(lua_State *L, char *err, int errlen) {
   mend_run *r = mend_engine_current_run(L);
   if (!r) {
-    snprintf(err, (size_t)errlen, "must be called from a step's execute or compensate");
+    snprintf(err, (size_t)errlen, "%s", in_a_steps_coroutine(L)
+             ? "cannot wait inside a coroutine the step made: call it in the step's own code"
+             : "must be called from a step's execute or compensate");
     return NULL;
   }
   if (!lua_isyieldable(L)) {

@@ -187,13 +187,17 @@ void mend__child_ended(mend_run *r, mend_run_status to) {
 
 /* A person resolved child run `id` by hand (it was in the dead-letter queue): going forward
  * its parent's step fails; a compensation settled by hand counts as done. */
-void mend__child_resolved(mend_engine *E, const char *id) {
+void mend__child_resolved(mend_engine *E, const char *id, int rows) {
   json_t *row = mend_store_run(E->store, id);
   if (!row) {
     mend__store_failed(E);
     return;
   }
-  long seq = mend_store_last_history(E->store, id, NULL);
+  /* Read as a view (no wait for another process's lock): the rows the resolve recorded come
+   * after the committed ones, and the key is the history's length with them. */
+  int committed;
+  long seq = mend_store_last_history_view(E->store, id, NULL, &committed);
+  if (seq >= 0 && committed) seq += rows;
   tell_parent(E, id, row, "resolved", seq, json_string_value(json_object_get(row, "error")), NULL);
   json_decref(row);
 }

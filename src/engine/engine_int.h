@@ -220,6 +220,9 @@ struct mend_engine {
    * what a later override's audit says it changed, while committed rows do not show them yet
    * (repair.c). */
   struct mend_breaker_recorded *breakers_recorded;
+  /* Runs this engine resolved by a person's hand, recorded, until their batch is durable: a
+   * repair after one, reading committed rows, answers as it would once it is (repair.c). */
+  struct mend_repair_recorded *repairs_recorded;
   mend_run *runs;
   /* States of ended attempts, kept for the next ones (attempt.c): with many attempts in
    * flight (W9's 64) one kept state served few of them, each other one a malloc and a free. */
@@ -298,8 +301,11 @@ struct mend_engine {
   json_t *events_due;     /* of durable batches, heard in order from events_heard (notify.c) */
   size_t events_heard;
   unsigned long events_heard_n;   /* every one heard so far: the tick profile's count */
-  int finished_unheard;   /* run_finished events in events_due not heard yet: runs still in
-                             flight for the host (mend_engine_in_flight) */
+  /* Where the run_finished events not heard yet are, oldest first, as positions counted over
+   * every event ever due (events_heard_n is the next one heard): each one's run is still in
+   * flight for the host (mend_engine_in_flight) until it is heard (notify.c). */
+  unsigned long *finished_at;
+  size_t finished_head, finished_n, finished_cap;
   struct host_fn *hosts;
   struct mend_host_call *open_calls;
   /* answered, their steps resumed by a pump turn, in the order answered (hostcall.c) */
@@ -521,6 +527,7 @@ void mend__emit(mend_engine *E, json_t *ev);
 void mend__emit_finished(mend_engine *E, json_t *ev);
 void mend__fire_batch(mend_engine *E, json_t *alerts, json_t *events);
 int mend__events_due(const mend_engine *E);
+int mend__finished_unheard(const mend_engine *E);
 void mend__hear_events(mend_engine *E);
 
 /* ---- group.c: parallel groups, their lanes, their compensation in order of completion */
@@ -613,7 +620,9 @@ char *mend__mask_tokens(const char *text, size_t len);
 /* ---- child.c: child runs (child = "workflow") */
 void mend__cancel_child(mend_run *r, int i, const char *who);
 void mend__child_ended(mend_run *r, mend_run_status to);
-void mend__child_resolved(mend_engine *E, const char *id);
+/* rows: the history rows the caller recorded for the run in the open batch (counted when the
+ * history read shows committed rows only). */
+void mend__child_resolved(mend_engine *E, const char *id, int rows);
 void mend__start_child(mend_run *r, int i);
 void mend__stop_child(mend_run *lane, int i);
 int mend__take_child(mend_run *r, int i);
@@ -694,6 +703,8 @@ void mend__store_lost_let_go(mend_engine *E);
 /* ---- repair.c: people's repairs */
 /* Forgets the overrides recorded of breakers not held once their batch is durable, or all. */
 void mend__breakers_recorded_drop(mend_engine *E, int all);
+/* The same of the runs resolved (repairs_recorded). */
+void mend__repairs_recorded_drop(mend_engine *E, int all);
 int mend__cancel_now(mend_run *r, const char *who, char *err, int errlen);
 int mend__cancel_cascade(mend_engine *E, const char *id, const char *who, char *err, int errlen);
 int mend__land_deferred_cancel(mend_run *r);

@@ -53,10 +53,13 @@ void mend__wake_waiting(mend_run *r, const char *name) { wake_waiting(r, name, 0
 int mend__take_event(mend_run *r, int i) { return take_event_as(r, i, 0); }
 
 /* Whether the committed rows of r's inbox answer "its oldest event named `name`" as its own
- * open batch would, for an event that is there: read-your-own-writes only asks for the writes
- * that change that answer, and the engine knows each of them.
- * - Takes: r took none in a batch not yet durable (took_seq), so none it took is seen as new.
- *   A lane, or a run with lanes, shares its inbox with others that take from it: not here.
+ * open batch would, for an event that is there, once they are read after r's last take is
+ * durable: read-your-own-writes only asks for the writes that change that answer, and the
+ * engine knows each of them.
+ * - Takes: r took none in a batch not yet durable (took_seq) when the rows are read, so none it
+ *   took is seen as new: the caller's to check, now for a read now, at its send for a look
+ *   (lookahead.c). A lane, or a run with lanes, shares its inbox with others that take from
+ *   it: not here.
  * - Events sent to r not yet durable are only those a ticking host sent into the batch
  *   (send_in_batch): each reaches r through mend__deliver_sent_event once durable, which
  *   looks again. Every other send (the host's outside a tick, a token's use) commits before it
@@ -65,8 +68,7 @@ int mend__take_event(mend_run *r, int i) { return take_event_as(r, i, 0); }
  * - Names of the engine's own ("mend.child:..." and such) are put in the batch by the engine
  *   (a child's end): those are read with the batch. */
 static int inbox_committed_is_own(const mend_run *r, const char *name) {
-  return !r->lane && !MEND_COLD(r, group) && strncmp(name, "mend.", 5) != 0 &&
-         r->took_seq <= mend_store_durable_seq(r->E->store);
+  return !r->lane && !MEND_COLD(r, group) && strncmp(name, "mend.", 5) != 0;
 }
 
 /* committed: the caller lets the inbox be read among committed events, on the store's own
@@ -84,7 +86,10 @@ static int take_event_as(mend_run *r, int i, int committed) {
   long long seq;
   char *payload, *key;
   int own = committed && inbox_committed_is_own(r, def->wait_for);
-  if (own && mend__look_ahead(r, i)) return 0;   /* a later tick takes what the look finds */
+  /* A later tick takes what the look finds, sent once r's takes are durable: a wait that begins
+   * as the step before takes its event (a look's answer picked up) looks there too. */
+  if (own && mend__look_ahead(r, i)) return 0;
+  own = own && r->took_seq <= mend_store_durable_seq(E->store);
   int found = own ? mend_store_next_committed_event(E->store, r->id, def->wait_for, &seq, &payload, &key) : 2;
   if (found == 2) found = mend_store_next_event(E->store, r->id, def->wait_for, &seq, &payload, &key);
   if (found < 0) mend__store_failed(E);
@@ -240,6 +245,33 @@ static int send_in_batch(mend_engine *E, const char *id, const char *name, const
   return 0;
 }
 
+static int send_keyed_in_batch(mend_engine *E, const char *id, const char *name,
+                               const char *text, const char *key, int *ticket, char *err,
+                               int errlen) {
+  size_t nlen = strlen(name) + 1;
+  struct mend_sent_event *ev = malloc(sizeof *ev + nlen);
+  if (!ev) {
+    mend_errorf(err, errlen, "out of memory");
+    return MEND_EVENT_ESTORE;
+  }
+  int recorded = mend_store_record_keyed_event(E->store, id, name, text, key, mend_engine_now(E),
+                                               ticket);
+  if (recorded) {
+    free(ev);
+    if (recorded == 1) return NOT_RECORDED;
+    mend__store_failed(E);
+    mend_errorf(err, errlen, "%s", E->errmsg[0] ? E->errmsg : mend_store_errmsg(E->store));
+    return MEND_EVENT_ESTORE;
+  }
+  queue_sent(E, ev, id, name, nlen);   /* a duplicate: the run finds nothing new, and waits on */
+  char msg[300];
+  snprintf(msg, sizeof msg, "event %s key %s sent with the next batch, unless sent before", name,
+           key);
+  mend_engine_log_line(E, "info", id, NULL, 0, "event", msg);
+  mend__kick(E);
+  return MEND_EVENT_LATER;
+}
+
 /* Whether delivering the oldest sent event may read through the store: bringing a parked run
  * back does; a run in memory as its pieces do (pump.c). */
 int mend__sent_event_needs_store(mend_engine *E) {
@@ -274,23 +306,24 @@ void mend__forget_sent_events(mend_engine *E) {
 
 static int send_event(mend_engine *E, const char *id, const char *run_key, const char *name,
                       const char *payload, const char *key, char run_id_out[MEND_RUN_ID_LEN],
-                      int record, char *err, int errlen);
+                      int record, int *ticket, char *err, int errlen);
 
 int mend_engine_send_event(mend_engine *E, const char *id, const char *run_key, const char *name,
                            const char *payload, const char *key, char run_id_out[MEND_RUN_ID_LEN],
                            char *err, int errlen) {
-  return send_event(E, id, run_key, name, payload, key, run_id_out, 0, err, errlen);
+  return send_event(E, id, run_key, name, payload, key, run_id_out, 0, NULL, err, errlen);
 }
 
 int mend_engine_record_event(mend_engine *E, const char *id, const char *run_key, const char *name,
                              const char *payload, const char *key,
-                             char run_id_out[MEND_RUN_ID_LEN], char *err, int errlen) {
-  return send_event(E, id, run_key, name, payload, key, run_id_out, 1, err, errlen);
+                             char run_id_out[MEND_RUN_ID_LEN], int *ticket, char *err,
+                             int errlen) {
+  return send_event(E, id, run_key, name, payload, key, run_id_out, 1, ticket, err, errlen);
 }
 
 static int send_event(mend_engine *E, const char *id, const char *run_key, const char *name,
                       const char *payload, const char *key, char run_id_out[MEND_RUN_ID_LEN],
-                      int record, char *err, int errlen) {
+                      int record, int *ticket, char *err, int errlen) {
   char found_id[MEND_RUN_ID_LEN];
   if (E->broken) {
     mend_errorf(err, errlen, "%s", E->errmsg);
@@ -380,9 +413,18 @@ static int send_event(mend_engine *E, const char *id, const char *run_key, const
   }
   json_decref(row);
   if (run_id_out) snprintf(run_id_out, MEND_RUN_ID_LEN, "%s", id);
+  /* One with a key, for a caller that waits for its batch, joins it too: whether its key was
+   * sent before is found by its insert as the batch is written, and told by its ticket once the
+   * batch is durable (a store without such tickets, or with all of them taken, sends it now). */
+  if (ticket && key) {
+    int rc = send_keyed_in_batch(E, id, name, text, key, ticket, err, errlen);
+    if (rc != NOT_RECORDED) {
+      free(text);
+      return rc;
+    }
+  }
   /* An event without a key to a run held elsewhere joins the batch too, when its caller waits
-   * for the batch: it waits for no lock then. One with a key is sent now, to tell whether it
-   * was sent before. */
+   * for the batch: it waits for no lock then. */
   if (joins_batch(E, r) || (record && !r && !key && mend_store_can_record_event(E->store))) {
     int rc = send_in_batch(E, id, name, text, key, err, errlen);
     if (rc != NOT_RECORDED) {

@@ -8,6 +8,7 @@
  */
 #include "engine_int.h"
 
+#include <float.h>
 #include <lauxlib.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +62,14 @@ static void push_answer(lua_State *L, json_t *result, json_t *error) {
     lua_pushboolean(L, 1);
     mend_json_push(L, result);
   }
+}
+
+/* push_answer under lua_pcall: (result, error as light userdata) -> what push_answer pushes. */
+static int push_answer_protected(lua_State *L) {
+  json_t *result = lua_touserdata(L, 1), *error = lua_touserdata(L, 2);
+  lua_settop(L, 0);
+  push_answer(L, result, error);
+  return 2;
 }
 
 static void answer(mend_host_call *call, json_t *result, json_t *error) {
@@ -128,13 +137,23 @@ int mend_host_return(mend_host_call *call, const char *result_json) {
 
 mend_engine *mend_host_call_engine(const mend_host_call *call) { return call->E; }
 
-void mend_host_fail(mend_host_call *call, const char *kind, const char *message,
-                    double retry_after, int severity) {
-  json_t *e = json_pack("{s:s, s:s}", "kind", kind ? kind : "error", "message", message ? message : "");
-  if (retry_after >= 0) json_object_set_new(e, "retry_after", json_real(retry_after));
-  else json_object_set_new(e, "retry_after", json_real(-1));
-  if (severity > 0) json_object_set_new(e, "severity", json_integer(severity));
+int mend_host_fail(mend_host_call *call, const char *kind, const char *message,
+                   double retry_after, int severity) {
+  /* The message is kept unchecked: this object is never encoded, and a message that is not
+   * UTF-8 (a host's Latin-1 text) made json_pack fail, the NULL error then read as a success.
+   * An endless retry_after, which JSON cannot hold, is the longest there is: the policy's
+   * max_retry_after clamps it, as it does mend.retryable's. */
+  if (retry_after > DBL_MAX) retry_after = DBL_MAX;
+  json_t *e = json_object();
+  if (!e || json_object_set_new(e, "kind", json_string(kind ? kind : "error")) ||
+      json_object_set_new(e, "message", json_string_nocheck(message ? message : "")) ||
+      json_object_set_new(e, "retry_after", json_real(retry_after >= 0 ? retry_after : -1)) ||
+      (severity > 0 && json_object_set_new(e, "severity", json_integer(severity)))) {
+    json_decref(e);
+    return -1;
+  }
   answer(call, NULL, e);
+  return 0;
 }
 
 void mend__abandon_host_call(mend_run *r) {
@@ -188,10 +207,17 @@ int mend_engine_host_call(lua_State *L, const char *name, int first_arg, char *e
   if (call->answered) {
     E->externals--;
     r->cold->host_call = NULL;
-    push_answer(L, call->result, call->error);
-    json_decref(call->result);
-    json_decref(call->error);
+    json_t *result = call->result, *error = call->error;
     free(call);
+    /* Protected, so that the answer's document is freed also when making it a Lua value
+     * raises (the memory limit): it leaked, with the call, at each answer too large. */
+    lua_pushcfunction(L, push_answer_protected);
+    lua_pushlightuserdata(L, result);
+    lua_pushlightuserdata(L, error);
+    int status = lua_pcall(L, 2, 2, 0);
+    json_decref(result);
+    json_decref(error);
+    if (status != LUA_OK) return lua_error(L);
     return 1;
   }
   r->waiting = 1;

@@ -71,10 +71,17 @@ static mend_workflow *load_text(mend_engine *E, const char *text, size_t len, co
     if (status == LUA_ERRMEM && E->owned_state && E->cfg.memory_limit > 0)
       mend_errorf(err, errlen, "%s: exceeded the memory limit (%zu bytes) while it loaded", path,
                   E->cfg.memory_limit);
-    else {   /* Lua's message already starts with the file name and line */
+    else {
+      /* Lua puts the file name and line in front of a string raised as it loads; a table (a
+       * mend.fatal, an object with __tostring) says nothing of where it came from, nor does
+       * the refusal of a binary chunk. */
+      int positioned = lua_type(L, -1) == LUA_TSTRING &&
+                       !(len >= 4 && memcmp(text, LUA_SIGNATURE, 4) == 0);   /* a binary chunk */
       E->loading_code++;   /* the error's __tostring is the file's code too */
-      mend_errorf(err, errlen, "%s", mend__describe(E, NULL, L, -1, text_of, sizeof text_of, NULL));
+      const char *why = mend__describe(E, NULL, L, -1, text_of, sizeof text_of, NULL);
       E->loading_code--;
+      if (positioned) mend_errorf(err, errlen, "%s", why);
+      else mend_errorf(err, errlen, "%s: %s", path, why);
     }
     lua_settop(L, top);
     return NULL;
@@ -182,6 +189,25 @@ const char *mend_engine_load_failure(mend_engine *E, const char *name) {
     return f->err;
   }
   return NULL;
+}
+
+/* Every failed file still there, named with its error, for a start of a name no file loaded
+ * as: the workflow may be in one of them under another file name, and its name cannot be read
+ * from a file that does not load. Each error cut to a line's length: a hint, not the log. */
+int mend_engine_load_failures_named(mend_engine *E, char *buf, size_t len) {
+  int n = 0;
+  size_t at = 0;
+  if (len) buf[0] = '\0';
+  for (struct mend_load_failure *f = E->load_failures; f; f = f->next) {
+    if (access(f->path, F_OK) != 0 && errno == ENOENT) continue;
+    const char *slash = strrchr(f->path, '/'), *base = slash ? slash + 1 : f->path;
+    if (at < len) {
+      int w = snprintf(buf + at, len - at, "%s%s (%.160s)", n ? "; " : "", base, f->err);
+      at = w < 0 ? len : at + (size_t)w;
+    }
+    n++;
+  }
+  return n;
 }
 
 void mend_engine_load_failures_free(mend_engine *E) {

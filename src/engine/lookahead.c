@@ -5,8 +5,9 @@
  * a thread of the store's reads it, as a read on the tick's thread waited behind the writer's
  * and checkpointer's hold of a WAL mutex), the look is queued instead; the tick sends every
  * look it queued in one read as it ends, and a later tick takes the answer as it begins, each
- * run taking its event then, in that tick's batch. The frame's gap pays for the read, not the
- * frame. Must never: let a tick wait for the
+ * run taking its event then, in that tick's batch. A look of a run whose last take is not
+ * durable yet (its wait began as the step before took a looked event) stays queued until it is.
+ * The frame's gap pays for the read, not the frame. Must never: let a tick wait for the
  * answer (a run or an advance may: they block anyway); take an event for a run whose step is
  * not the one that looked, or whose last take was not durable when the look went (the answer
  * could show an event it took as still there); lose a look (a look that failed is read the
@@ -23,6 +24,7 @@
 struct mend_look {
   struct mend_look *next;
   int step, attempts;
+  unsigned long after;   /* the batch of the run's last take: the look is sent once durable */
   char run_id[MEND_RUN_ID_LEN];
   char name[];
 };
@@ -37,6 +39,7 @@ int mend__look_ahead(mend_run *r, int i) {
   l->next = NULL;
   l->step = i;
   l->attempts = r->steps[i].attempts;
+  l->after = r->took_seq;
   memcpy(l->run_id, r->id, sizeof l->run_id);
   memcpy(l->name, name, n);
   if (E->look_queued_tail) E->look_queued_tail->next = l;
@@ -58,26 +61,63 @@ static void look_trouble(mend_engine *E) {
   mend_engine_log_line(E, "warn", NULL, NULL, 0, "event", msg);
 }
 
+/* The looks queued whose runs' takes are durable by `seq`, in order, taken off the queue; the
+ * others stay queued for a later send (a run that took an event in a batch not yet durable
+ * would see it in the committed rows as still there). */
+static struct mend_look *take_sendable(mend_engine *E, unsigned long seq, int *n) {
+  struct mend_look *head = NULL, **tail = &head, **p = &E->look_queued;
+  E->look_queued_tail = NULL;
+  *n = 0;
+  while (*p) {
+    struct mend_look *l = *p;
+    if (l->after <= seq) {
+      *p = l->next;
+      l->next = NULL;
+      *tail = l;
+      tail = &l->next;
+      ++*n;
+      E->look_nqueued--;
+    } else {
+      E->look_queued_tail = l;
+      p = &l->next;
+    }
+  }
+  return head;
+}
+
+/* Puts looks taken by take_sendable back at the queue's head, in their order. */
+static void requeue(mend_engine *E, struct mend_look *sent, int n) {
+  struct mend_look *last = sent;
+  while (last->next) last = last->next;
+  last->next = E->look_queued;
+  if (!E->look_queued) E->look_queued_tail = last;
+  E->look_queued = sent;
+  E->look_nqueued += n;
+}
+
 void mend__looks_send(mend_engine *E) {
   if (E->look_sent || !E->look_queued) return;
-  int n = E->look_nqueued;
+  /* before the send: the answer sees every batch durable by now */
+  unsigned long seq = mend_store_durable_seq(E->store);
+  int n;
+  struct mend_look *sent = take_sendable(E, seq, &n);
+  if (!sent) return;   /* every run's take is still in flight: a later tick's end sends them */
   const char **v = malloc(2 * (size_t)n * sizeof *v);
   int k = 0;
-  for (struct mend_look *l = E->look_queued; v && l; l = l->next, k++) {
+  for (struct mend_look *l = sent; v && l; l = l->next, k++) {
     v[k] = l->run_id;
     v[n + k] = l->name;
   }
-  /* before the send: the answer sees every batch durable by now */
-  unsigned long seq = mend_store_durable_seq(E->store);
   int rc = v ? mend_store_look_ahead(E->store, n, v, v + n) : -1;
   free(v);
-  if (rc == 1) return;   /* the store is not ready to send it: a later tick's end sends it */
+  if (rc == 1) {   /* the store is not ready to send it: a later tick's end sends it */
+    requeue(E, sent, n);
+    return;
+  }
   if (rc != 0 && v) look_trouble(E);
   E->look_seq = seq;
   E->look_failed = rc != 0;
-  E->look_sent = E->look_queued;
-  E->look_queued = E->look_queued_tail = NULL;
-  E->look_nqueued = 0;
+  E->look_sent = sent;
 }
 
 typedef struct { char *run_id, *name, *payload, *key; long long seq; } look_row;
@@ -170,7 +210,8 @@ int mend__looks_pick_up(mend_engine *E, int wait) {
 void mend__looks_settle(mend_engine *E) {
   while (!E->broken && (E->look_sent || E->look_queued)) {
     mend__looks_send(E);
-    if (!E->look_sent) {   /* the store cannot send it yet: read the other way, now */
+    if (!E->look_sent) {   /* the store cannot send it yet, or a take is not durable: read the
+                            * other way, now */
       E->look_sent = E->look_queued;
       E->look_queued = E->look_queued_tail = NULL;
       E->look_nqueued = 0;

@@ -49,11 +49,9 @@ int mend__events_due(const mend_engine *E) {
 void mend__hear_events(mend_engine *E) {
   while (E->events_heard < json_array_size(E->events_due)) {
     json_t *ev = json_incref(json_array_get(E->events_due, E->events_heard++));
+    if (E->finished_head < E->finished_n && E->finished_at[E->finished_head] == E->events_heard_n)
+      E->finished_head++;   /* a run's end: out of flight as the host hears it */
     E->events_heard_n++;
-    if (json_object_get(ev, "_finished")) {
-      json_object_del(ev, "_finished");
-      E->finished_unheard--;
-    }
     E->cfg.on_event(E->cfg.event_ud, ev);
     json_decref(ev);
     if (E->turn_deadline > 0 && mend_real_now() >= E->turn_deadline) break;
@@ -77,12 +75,28 @@ void mend__hear_events(mend_engine *E) {
  * run counts as in flight, so that a host that stops ticking at 0 has heard every end even when
  * its tick had no time left to hear them all. */
 void mend__emit_finished(mend_engine *E, json_t *ev) {
-  if (!E->cfg.on_event) { json_decref(ev); return; }
+  if (!E->cfg.on_event || !ev) { json_decref(ev); return; }
+  if (E->finished_head == E->finished_n) E->finished_head = E->finished_n = 0;
+  if (E->finished_n == E->finished_cap) {
+    if (E->finished_head > 0) {   /* those heard make room */
+      memmove(E->finished_at, E->finished_at + E->finished_head,
+              (E->finished_n - E->finished_head) * sizeof *E->finished_at);
+      E->finished_n -= E->finished_head;
+      E->finished_head = 0;
+    } else {
+      size_t cap = E->finished_cap ? 2 * E->finished_cap : 64;
+      unsigned long *at = realloc(E->finished_at, cap * sizeof *at);
+      if (!at) { json_decref(ev); return; }   /* not heard: the run leaves flight now */
+      E->finished_at = at;
+      E->finished_cap = cap;
+    }
+  }
   json_object_set_new(ev, "at", json_real(mend_engine_now(E)));
-  json_object_set_new(ev, "_finished", json_true());
-  json_array_append_new(E->events_due, ev);
-  E->finished_unheard++;
+  E->finished_at[E->finished_n++] = E->events_heard_n + json_array_size(E->events_due) - E->events_heard;
+  if (json_array_append_new(E->events_due, ev)) E->finished_n--;
 }
+
+int mend__finished_unheard(const mend_engine *E) { return (int)(E->finished_n - E->finished_head); }
 
 /* ---- the alert command: fire and forget, the event as one JSON line on its stdin */
 

@@ -31,11 +31,71 @@ static mend_run *find_run(mend_engine *E, const char *id) {
   return r;
 }
 
-/* The time for a row of a run this engine does not hold: now, or its last row's if later. */
+/* The time for a row of a run this engine does not hold: now, or its last row's if later
+ * (read as a view: the committed one while another process's lock keeps the batch). */
 double mend__entry_time(mend_engine *E, const char *id) {
   double now = mend_engine_now(E), last = -1;
-  if (mend_store_last_history(E->store, id, &last) < 0) mend__store_failed(E);
+  int committed;
+  if (mend_store_last_history_view(E->store, id, &last, &committed) < 0) mend__store_failed(E);
   return last > now ? last : now;
+}
+
+/* A run resolved in a batch not durable yet (repairs_recorded). */
+struct mend_repair_recorded {
+  struct mend_repair_recorded *next;
+  unsigned long seq;
+  char id[MEND_RUN_ID_LEN];
+};
+
+void mend__repairs_recorded_drop(mend_engine *E, int all) {
+  unsigned long durable = all || !E->store ? 0 : mend_store_durable_seq(E->store);
+  for (struct mend_repair_recorded **at = &E->repairs_recorded, *x; (x = *at);) {
+    if (all || x->seq <= durable) {
+      *at = x->next;
+      free(x);
+    } else {
+      at = &x->next;
+    }
+  }
+}
+
+/* Out of memory, not noted: a second resolve under the lock would then be recorded too. */
+static void note_resolved(mend_engine *E, const char *id) {
+  struct mend_repair_recorded *x = calloc(1, sizeof *x);
+  if (!x) return;
+  snprintf(x->id, sizeof x->id, "%s", id);
+  x->seq = mend_store_open_seq(E->store);
+  x->next = E->repairs_recorded;
+  E->repairs_recorded = x;
+}
+
+static int resolved_recorded(mend_engine *E, const char *id) {
+  mend__repairs_recorded_drop(E, 0);
+  for (struct mend_repair_recorded *x = E->repairs_recorded; x; x = x->next)
+    if (strcmp(x->id, id) == 0) return 1;
+  return 0;
+}
+
+/* A run no engine holds, for a repair that waits for its batch: taking it over reads it whole
+ * and writes its lease at once, which would wait on this thread for another process's write
+ * lock (a store that has one). Only the lease is renewed, in the open batch: the caller asks
+ * again once that batch is durable (the lock gone), and the repair is made then, as it finds
+ * the run. */
+static int take_later(mend_engine *E, char *err, int errlen) {
+  E->refusal = MEND_REFUSED_STORE;   /* what can fail from here is the database */
+  if (mend_store_renew(E->store, E->owner, E->lease_seconds)) mend__store_failed(E);
+  if (E->broken) return mend_errorf(err, errlen, "%s", E->errmsg);
+  mend__kick(E);
+  return MEND_REPAIR_TAKE_LATER;
+}
+
+/* A repair made for a caller that waits for its batch (record) is done once recorded: the
+ * caller answers once the batch is durable. Else it commits now. */
+static int repair_done(mend_engine *E, int record, char *err, int errlen) {
+  if (!record) return mend__commit_now(E) ? mend_errorf(err, errlen, "%s", E->errmsg) : 0;
+  if (E->broken) return mend_errorf(err, errlen, "%s", E->errmsg);
+  mend__kick(E);
+  return 0;
 }
 
 /* r: the run, if this engine holds it (it numbers the row); else NULL and the id. */
@@ -49,7 +109,9 @@ static void operator_entry(mend_engine *E, mend_run *r, const char *id, const ch
   mend_engine_log_line(E, "info", id, NULL, 0, "operator", detail);
 }
 
-/* Reads a run's status and reason from the store; 0, or -1 with "no run <id>" in err. */
+/* Reads a run's status and reason from the store (a view: committed rows while another
+ * process's lock keeps the batch, with the runs resolved here meanwhile); 0, or -1 with "no run
+ * <id>" in err. */
 static int stored_status(mend_engine *E, const char *id, char *status, char *reason, int len,
                          char *err, int errlen) {
   json_t *row = mend_store_run(E->store, id);
@@ -59,6 +121,7 @@ static int stored_status(mend_engine *E, const char *id, char *status, char *rea
   }
   const char *st = json_string_value(json_object_get(row, "status"));
   const char *why = json_string_value(json_object_get(row, "reason"));
+  if (resolved_recorded(E, id)) st = "resolved";
   snprintf(status, (size_t)len, "%s", st ? st : "");
   snprintf(reason, (size_t)len, "%s", why ? why : "");
   json_decref(row);
@@ -78,14 +141,21 @@ static int holder_live(const mend_engine *E, const char *owner, double lease_lef
   return 1;
 }
 
-int mend_engine_holder(mend_engine *E, const char *id, char *owner, int len) {
+/* view: the lease as a view reads it (committed while another process's lock keeps the
+ * batch), for a repair that waits for its batch. */
+static int holder(mend_engine *E, const char *id, char *owner, int len, int view) {
   double left;
-  int found = mend_store_owner(E->store, id, owner, len, &left);
+  int found = view ? mend_store_owner_view(E->store, id, owner, len, &left)
+                   : mend_store_owner(E->store, id, owner, len, &left);
   if (found < 0) return mend_errorf(owner, len, "%s", mend_store_errmsg(E->store));
   if (found == 0) owner[0] = 0;
   if (found && strcmp(owner, E->owner) == 0)   /* this engine */
     return in_memory(E, id) != NULL || mend__parked(E, id);
   return found && holder_live(E, owner, left);
+}
+
+int mend_engine_holder(mend_engine *E, const char *id, char *owner, int len) {
+  return holder(E, id, owner, len, 0);
 }
 
 /* Brings a run that no live engine holds into this engine, holding its lease. */
@@ -237,7 +307,8 @@ void mend__land_deferred_cancels(mend_engine *E) {
 
 mend_refusal mend_engine_refusal(const mend_engine *E) { return E->refusal; }
 
-int mend_engine_cancel_run(mend_engine *E, const char *id, const char *who, char *err, int errlen) {
+static int cancel_run(mend_engine *E, const char *id, const char *who, int record, int take_now,
+                      char *err, int errlen) {
   E->refusal = MEND_REFUSED_STATE;
   mend_run *r = find_run(E, id);
   if (r) return mend__cancel_now(r, who, err, errlen);
@@ -246,9 +317,11 @@ int mend_engine_cancel_run(mend_engine *E, const char *id, const char *who, char
   if (strcmp(status, "running") != 0)
     return mend_errorf(err, errlen, "run %s is %s: only a running run can be cancelled", id, status);
   char owner[128];
-  int live = mend_engine_holder(E, id, owner, sizeof owner);
+  int live = holder(E, id, owner, sizeof owner, record);
   if (live < 0) return mend_errorf(err, errlen, "%s", owner);
   char why[400] = "";
+  if (!live && record && !take_now && mend_store_has_write_lock(E->store))
+    return take_later(E, err, errlen);
   r = live ? NULL : take_over(E, id, why, sizeof why);
   if (!r) {
     /* Held by a live worker, which cancels at its next poll; or not to be rebuilt here (its
@@ -257,11 +330,20 @@ int mend_engine_cancel_run(mend_engine *E, const char *id, const char *who, char
     mend_store_repairing(E->store, 1);   /* a note in its history, not a transition */
     operator_entry(E, NULL, id, "cancel requested", who, live ? NULL : why);
     mend_store_repairing(E->store, 0);
-    if (mend__commit_now(E)) return mend_errorf(err, errlen, "%s", E->errmsg);
+    if (repair_done(E, record, err, errlen)) return -1;
     if (!live) snprintf(err, (size_t)errlen, "%s", why);
     return live ? 1 : 2;
   }
   return mend__cancel_now(r, who, err, errlen);
+}
+
+int mend_engine_cancel_run(mend_engine *E, const char *id, const char *who, char *err, int errlen) {
+  return cancel_run(E, id, who, 0, 0, err, errlen);
+}
+
+int mend_engine_cancel_record(mend_engine *E, const char *id, const char *who, int take_now,
+                              char *err, int errlen) {
+  return cancel_run(E, id, who, 1, take_now, err, errlen);
 }
 
 int mend_engine_resume_run(mend_engine *E, const char *id, char *err, int errlen) {
@@ -281,7 +363,8 @@ int mend_engine_resume_run(mend_engine *E, const char *id, char *err, int errlen
   return E->broken ? mend_errorf(err, errlen, "%s", E->errmsg) : 0;
 }
 
-int mend_engine_dlq_retry(mend_engine *E, const char *id, const char *who, char *err, int errlen) {
+static int dlq_retry(mend_engine *E, const char *id, const char *who, int record, int take_now,
+                     char *err, int errlen) {
   E->refusal = MEND_REFUSED_STATE;
   char status[64], reason[64];
   if (find_run(E, id)) return mend_errorf(err, errlen, "run %s is in flight: it is not in the dead-letter queue", id);
@@ -291,6 +374,7 @@ int mend_engine_dlq_retry(mend_engine *E, const char *id, const char *who, char 
   if (strcmp(reason, "attempts_exhausted") == 0)
     return mend_errorf(err, errlen, "run %s was compensated after its attempts ran out: there is nothing left to "
                   "resume; start a new run, or resolve this one with a note", id);
+  if (record && !take_now && mend_store_has_write_lock(E->store)) return take_later(E, err, errlen);
   mend_run *r = take_over(E, id, err, errlen);
   if (!r) return -1;
   /* The step to resume from, found before anything is written. */
@@ -329,11 +413,20 @@ int mend_engine_dlq_retry(mend_engine *E, const char *id, const char *who, char 
   return E->broken ? mend_errorf(err, errlen, "%s", E->errmsg) : 0;
 }
 
+int mend_engine_dlq_retry(mend_engine *E, const char *id, const char *who, char *err, int errlen) {
+  return dlq_retry(E, id, who, 0, 0, err, errlen);
+}
+
+int mend_engine_dlq_retry_record(mend_engine *E, const char *id, const char *who, int take_now,
+                                 char *err, int errlen) {
+  return dlq_retry(E, id, who, 1, take_now, err, errlen);
+}
+
 /* A run that cannot progress (no engine can load its version) and that no live worker holds:
  * it goes to the dead-letter queue's end state as a dead letter would, running ->
  * needs_attention -> resolved, with nothing of its code run. */
 static int resolve_unavailable(mend_engine *E, const char *id, const char *who, const char *note,
-                               char *err, int errlen) {
+                               int record, char *err, int errlen) {
   json_t *row = mend_store_run(E->store, id);
   if (!row) {
     E->refusal = mend_store_not_found(E->store) ? MEND_REFUSED_NOT_FOUND : MEND_REFUSED_STORE;
@@ -346,7 +439,7 @@ static int resolve_unavailable(mend_engine *E, const char *id, const char *who, 
   int live = 0;
   if (!st || mend_run_status_parse(st, &from) ||
       !mend_run_transition_ok(from, MEND_RUN_NEEDS_ATTENTION) || !why ||
-      (live = mend_engine_holder(E, id, owner, sizeof owner)) != 0) {
+      (live = holder(E, id, owner, sizeof owner, record)) != 0) {
     if (live > 0) mend_errorf(err, errlen, "run %s is held by worker %s, which can carry it on", id, owner);
     else if (live < 0) mend_errorf(err, errlen, "%s", owner);
     else mend_errorf(err, errlen, "run %s is %s: only a run in the dead-letter queue, or one that cannot "
@@ -366,7 +459,8 @@ static int resolve_unavailable(mend_engine *E, const char *id, const char *who, 
   operator_entry(E, NULL, id, "dlq resolve", who, note);
   mend_store_repairing(E->store, 0);
   json_decref(row);
-  return mend__commit_now(E) ? mend_errorf(err, errlen, "%s", E->errmsg) : 0;
+  if (record) note_resolved(E, id);
+  return repair_done(E, record, err, errlen);
 }
 
 int mend_engine_upgrade_run(mend_engine *E, const char *id, const char *version, const char *who,
@@ -440,14 +534,17 @@ int mend_engine_upgrade_run(mend_engine *E, const char *id, const char *version,
   return rc;
 }
 
-int mend_engine_resolve(mend_engine *E, const char *id, const char *who, const char *note,
-                        char *err, int errlen) {
+static int resolve(mend_engine *E, const char *id, const char *who, const char *note,
+                   int record, char *err, int errlen) {
   E->refusal = MEND_REFUSED_STATE;
   char status[64], reason[64];
   if (!note || !*note) return mend_errorf(err, errlen, "resolving a run needs a note saying what was done");
   if (stored_status(E, id, status, reason, sizeof status, err, errlen)) return -1;
+  if (strcmp(status, "resolved") == 0)   /* resolved here, not committed yet: as once it is */
+    return mend_errorf(err, errlen, "run %s is resolved: only a run in the dead-letter queue, or "
+                       "one that cannot progress (mend runs --attention), can be resolved", id);
   if (strcmp(status, "needs_attention") != 0)
-    return resolve_unavailable(E, id, who, note, err, errlen);
+    return resolve_unavailable(E, id, who, note, record, err, errlen);
   double now = mend__entry_time(E, id);
   json_t *row = mend_store_run(E->store, id);
   const char *error = row ? json_string_value(json_object_get(row, "error")) : NULL;
@@ -460,9 +557,19 @@ int mend_engine_resolve(mend_engine *E, const char *id, const char *who, const c
   operator_entry(E, NULL, id, "dlq resolve", who, note);
   mend_store_repairing(E->store, 0);
   if (mend_store_dlq_remove(E->store, id)) mend__store_failed(E);
-  mend__child_resolved(E, id);   /* a parent waiting for it hears of it */
-  if (mend__commit_now(E)) return mend_errorf(err, errlen, "%s", E->errmsg);
-  return 0;
+  mend__child_resolved(E, id, 2);   /* a parent waiting for it hears of it */
+  if (record) note_resolved(E, id);
+  return repair_done(E, record, err, errlen);
+}
+
+int mend_engine_resolve(mend_engine *E, const char *id, const char *who, const char *note,
+                        char *err, int errlen) {
+  return resolve(E, id, who, note, 0, err, errlen);
+}
+
+int mend_engine_resolve_record(mend_engine *E, const char *id, const char *who, const char *note,
+                               char *err, int errlen) {
+  return resolve(E, id, who, note, 1, err, errlen);
 }
 
 /* A breaker's state as committed, from the view (which waits for no lock): 1 and its state, 0

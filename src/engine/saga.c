@@ -16,6 +16,7 @@
 
 #include "json.h"
 #include "log.h"
+#include "utf8.h"
 #include "util.h"
 
 /* ---------------------------------------------------------------- forward */
@@ -279,6 +280,7 @@ static void fail_step(mend_run *r, int i, const mend_error_info *info, int calle
   counts->failures[MEND_PHASE_EXECUTE][info->kind]++;
   char msg[600];
   snprintf(msg, sizeof msg, "%s: %s", mend_error_kind_name(info->kind), info->message ? info->message : "");
+  mend_utf8_fix(msg);   /* else its event, alert and log line are dropped (utf8.c) */
   mend__emit(E, json_pack("{s:s, s:s, s:s, s:s, s:i, s:s, s:b}", "type", "step_failed", "run_id", r->id,
                     "workflow", r->wf->name, "step", mend__step_name(r, i), "attempt", st->attempts,
                     "error", msg, "will_retry", retryable && st->attempts < def->retry.max_attempts));
@@ -447,6 +449,7 @@ static void compensation_failed(mend_run *r, int i, const mend_error_info *info)
   const mend_retry_policy *p = &r->wf->steps[i].compensate_retry;
   char msg[600];
   snprintf(msg, sizeof msg, "%s: %s", mend_error_kind_name(info->kind), info->message ? info->message : "");
+  mend_utf8_fix(msg);
   mend__set_str(&st->error, msg);
   mend__step_error_of(st, info);
   mend_workflow_counters *counts = &mend__root(r)->wf->counts;

@@ -85,9 +85,15 @@ static int workflow_here(serve_req *r, const char *name) {
   if (failed)
     serve_error(r, 503, "workflow_failed_to_load", "workflow %s cannot start: its file %s.lua "
                 "failed to load: %s", name, name, failed);
-  else if (!ok && !v)
+  else if (!ok && !v) {
+    char broken[1024];
+    int n = mend_engine_load_failures_named(r->E, broken, sizeof broken);
     serve_error(r, 404, "unknown_workflow", "no workflow %s: it is neither among the files this "
-                "server loaded (--workflows) nor recorded in the database", name);
+                "server loaded (--workflows) nor recorded in the database%s%s", name,
+                n == 0 ? "" : n == 1 ? "; a file that failed to load may hold it: "
+                                     : "; files that failed to load may hold it: ",
+                n ? broken : "");
+  }
   else if (!ok)
     serve_error(r, 409, "workflow_unavailable", "workflow %s version %s cannot be loaded: %s", name,
                 v, err);
@@ -288,16 +294,73 @@ static void get_history(serve_req *r, const char *id) {
   serve_json(r, 200, h);
 }
 
-static void cancel_run(serve_req *r, const char *id) {
+/* A repair of a run no engine holds: made once the open batch is durable (another process's
+ * write lock gone), taking the run over then (MEND_REPAIR_TAKE_LATER). */
+typedef struct repair_later {
+  char *id;
+  const char *who;   /* the request's, in its pool: the answer's serve_req does not carry it */
+  int dlq;           /* a dead-letter retry, else a cancel */
+} repair_later;
+
+static void cancel_now(serve_req *r, const char *id, int take_now);
+static void dlq_retry_now(serve_req *r, const char *id, int take_now);
+
+static void repair_taking(serve_req *r, void *ud) {
+  repair_later *k = ud;
+  r->who = k->who;
+  if (k->dlq) dlq_retry_now(r, k->id, 1);
+  else cancel_now(r, k->id, 1);
+}
+
+static void repair_when_durable(serve_req *r, const char *id, int dlq) {
+  repair_later *k = h2o_mem_alloc_pool(&r->req->pool, sizeof *k);
+  k->id = pool_copy(r, id);
+  k->who = r->who;
+  k->dlq = dlq;
+  serve_when_durable(r, repair_taking, k);
+}
+
+static void cancel_now(serve_req *r, const char *id, int take_now) {
   char err[600] = "";
-  int rc = mend_engine_cancel_run(r->E, id, r->who, err, sizeof err);
+  /* In the open batch, answered once it is durable, as a start is. */
+  int rc = mend_engine_cancel_record(r->E, id, r->who, take_now, err, sizeof err);
   if (rc < 0) { refused(r, err); return; }
+  if (rc == MEND_REPAIR_TAKE_LATER) { repair_when_durable(r, id, 0); return; }
   /* 0: cancelled here (it compensates in this process); 1: its live worker was asked to;
    * 2: recorded for whoever takes it next. */
   static const char *const how[] = {"cancelling", "requested", "recorded"};
   json_t *o = json_pack("{s:s,s:s}", "id", id, "cancel", how[rc]);
   if (rc == 2 && err[0]) json_object_set_new(o, "why", json_string(err));
-  serve_json(r, 202, o);
+  serve_json_durable(r, 202, o);
+}
+
+static void cancel_run(serve_req *r, const char *id) { cancel_now(r, id, 0); }
+
+/* An event with a key whose key its batch looked up: answered once that batch is durable, as
+ * sent or as a duplicate. Its ticket is given back with the request, answered or not. */
+typedef struct keyed_event {
+  mend_store *store;
+  int ticket;
+  char run[MEND_RUN_ID_LEN];
+  char *name;
+} keyed_event;
+
+static void keyed_event_dispose(void *mem) {
+  keyed_event *k = mem;
+  mend_store_event_ticket_free(k->store, k->ticket);
+}
+
+static void keyed_event_answer(serve_req *r, void *ud) {
+  keyed_event *k = ud;
+  int dup = mend_store_event_outcome(k->store, k->ticket);
+  if (dup < 0)
+    serve_error(r, 503, "storage", "event %s to run %s: its batch was not written", k->name,
+                k->run);
+  else if (dup)
+    serve_json(r, 200, json_pack("{s:s,s:s,s:b,s:b}", "run", k->run, "event", k->name, "sent", 0,
+                                 "duplicate", 1));
+  else
+    serve_json(r, 202, json_pack("{s:s,s:s,s:b}", "run", k->run, "event", k->name, "sent", 1));
 }
 
 static void send_event(serve_req *r, const char *id) {
@@ -313,9 +376,20 @@ static void send_event(serve_req *r, const char *id) {
   char *payload = data ? json_dumps(data, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
   char run_id[MEND_RUN_ID_LEN] = "", err[600] = "";
   /* In the open batch, answered once it is durable, as a start is. */
-  int rc = mend_engine_record_event(r->E, id, run_key, name, payload, key, run_id, err, sizeof err);
+  int ticket = 0;
+  int rc = mend_engine_record_event(r->E, id, run_key, name, payload, key, run_id, &ticket, err,
+                                    sizeof err);
   free(payload);
   switch (rc) {
+    case MEND_EVENT_LATER: {   /* sent, or a duplicate: known once its batch is durable */
+      keyed_event *k = h2o_mem_alloc_shared(&r->req->pool, sizeof *k, keyed_event_dispose);
+      k->store = mend_engine_store(r->E);
+      k->ticket = ticket;
+      memcpy(k->run, run_id, sizeof k->run);
+      k->name = pool_copy(r, name);
+      serve_when_durable(r, keyed_event_answer, k);
+      break;
+    }
     case 0:
       serve_json_durable(r, 202, json_pack("{s:s,s:s,s:b}", "run", run_id, "event", name, "sent", 1));
       break;
@@ -333,11 +407,18 @@ static void send_event(serve_req *r, const char *id) {
 
 /* ---------------------------------------------------------------- dead letters, breakers */
 
+static void dlq_retry_now(serve_req *r, const char *id, int take_now) {
+  char err[600] = "";
+  int rc = mend_engine_dlq_retry_record(r->E, id, r->who, take_now, err, sizeof err);
+  if (rc < 0) refused(r, err);
+  else if (rc == MEND_REPAIR_TAKE_LATER) repair_when_durable(r, id, 1);
+  else serve_json_durable(r, 202, json_pack("{s:s,s:s}", "id", id, "dlq", "retrying"));
+}
+
 static void dlq_op(serve_req *r, const char *id, const char *op) {
   char err[600] = "";
   if (strcmp(op, "retry") == 0) {
-    if (mend_engine_dlq_retry(r->E, id, r->who, err, sizeof err)) { refused(r, err); return; }
-    serve_json(r, 202, json_pack("{s:s,s:s}", "id", id, "dlq", "retrying"));
+    dlq_retry_now(r, id, 0);
     return;
   }
   if (strcmp(op, "resolve") != 0) {
@@ -348,8 +429,8 @@ static void dlq_op(serve_req *r, const char *id, const char *op) {
   if (!body) return;
   const char *note;
   if (!body_string(r, body, "note", 1, &note)) {
-    if (mend_engine_resolve(r->E, id, r->who, note, err, sizeof err)) refused(r, err);
-    else serve_json(r, 200, json_pack("{s:s,s:s}", "id", id, "status", "resolved"));
+    if (mend_engine_resolve_record(r->E, id, r->who, note, err, sizeof err)) refused(r, err);
+    else serve_json_durable(r, 200, json_pack("{s:s,s:s}", "id", id, "status", "resolved"));
   }
   json_decref(body);
 }

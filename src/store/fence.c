@@ -358,10 +358,23 @@ int mend__sqlite_release(mend_store *s, const char *id, const char *owner) {
   return mend_idset_add(&s->lost, id, strlen(id)) < 0 ? fence_oom(s) : 0;
 }
 
+static int owner_row(mend_store *s, sqlite3_stmt *q, const char *id, char *owner_out,
+                     int owner_len, double *lease_left);
+
 int mend__sqlite_owner(mend_store *s, const char *id, char *owner_out, int owner_len,
                      double *lease_left) {
   if (mend__sync_point(s) != 0) return -1;
-  sqlite3_stmt *q = s->q[Q_OWNER];
+  return owner_row(s, s->q[Q_OWNER], id, owner_out, owner_len, lease_left);
+}
+
+int mend__sqlite_owner_view(mend_store *s, const char *id, char *owner_out, int owner_len,
+                            double *lease_left) {
+  if (mend__view_point(s) != 0) return -1;
+  return owner_row(s, mend__view_stmt(s, Q_OWNER), id, owner_out, owner_len, lease_left);
+}
+
+static int owner_row(mend_store *s, sqlite3_stmt *q, const char *id, char *owner_out,
+                     int owner_len, double *lease_left) {
   int r = mend__first_row(s, q, mend__bind_text(q, 1, id), "read lease");
   if (r != 1) return r;
   const char *o = (const char *)sqlite3_column_text(q, 0);

@@ -56,6 +56,64 @@ int mend__sqlite_record_event(mend_store *s, const char *run_id, const char *nam
   return mend__rec_end(s);
 }
 
+/* ---- keyed events whose key is looked up as their batch is written ------------------------
+ * A ticket names one such event: slot (ticket - 1) % EVENT_TICKETS of event_outcome, in its
+ * generation (ticket - 1) / EVENT_TICKETS, so that a ticket given back and taken again is never
+ * set by the write of the event it named before (its client left, its batch still waits). A
+ * slot holds gen << 2 | state. */
+enum { TICKET_FREE, TICKET_WAITING, TICKET_SENT, TICKET_DUPLICATE };
+#define TICKET_GENS (1u << 22)   /* a ticket stays a positive int */
+
+static unsigned ticket_slot(int ticket) { return (unsigned)(ticket - 1) % EVENT_TICKETS; }
+static unsigned ticket_gen(int ticket) { return (unsigned)(ticket - 1) / EVENT_TICKETS; }
+
+/* On the thread that flushes: what the ticket's insert found (sent: the key was free). */
+void mend__event_outcome(mend_store *s, int ticket, int sent) {
+  unsigned want = ticket_gen(ticket) << 2 | TICKET_WAITING;
+  atomic_compare_exchange_strong(&s->event_outcome[ticket_slot(ticket)], &want,
+                                 ticket_gen(ticket) << 2 | (sent ? TICKET_SENT : TICKET_DUPLICATE));
+}
+
+int mend__sqlite_record_keyed_event(mend_store *s, const char *run_id, const char *name,
+                                    const char *payload, const char *key, double sent,
+                                    int *ticket) {
+  unsigned k = 0, v = 0;
+  int found = 0;
+  for (unsigned n = 0; n < EVENT_TICKETS && !found; n++) {
+    k = (s->ticket_at + n) % EVENT_TICKETS;
+    v = atomic_load(&s->event_outcome[k]);
+    found = (v & 3) == TICKET_FREE;
+  }
+  if (!found) return 1;   /* as many wait already: this one is sent at once */
+  s->ticket_at = k + 1;
+  unsigned gen = ((v >> 2) + 1) % TICKET_GENS;
+  atomic_store(&s->event_outcome[k], gen << 2 | TICKET_WAITING);
+  *ticket = (int)(gen * EVENT_TICKETS + k + 1);
+  int repairing = s->repairing;
+  s->repairing = *ticket;   /* its record's ticket, and no write of the run's holder (fence) */
+  mend__rec_begin(s, Q_SEND_EVENT_KEY);
+  mend__rec_text(s, run_id);
+  mend__rec_text(s, name);
+  mend__rec_text(s, payload);
+  mend__rec_text(s, key);
+  mend__rec_real(s, sent);
+  s->repairing = repairing;
+  if (mend__rec_end(s) == 0) return 0;
+  mend__sqlite_event_ticket_free(s, *ticket);
+  return -1;
+}
+
+int mend__sqlite_event_outcome(mend_store *s, int ticket) {
+  unsigned v = atomic_load(&s->event_outcome[ticket_slot(ticket)]);
+  if (v >> 2 != ticket_gen(ticket)) return -1;
+  return (v & 3) == TICKET_SENT ? 0 : (v & 3) == TICKET_DUPLICATE ? 1 : -1;
+}
+
+void mend__sqlite_event_ticket_free(mend_store *s, int ticket) {
+  unsigned gen = ticket_gen(ticket);
+  atomic_store(&s->event_outcome[ticket_slot(ticket)], gen << 2 | TICKET_FREE);
+}
+
 /* The event of the inbox row q stands on (seq, payload, key), copied before q is reset: 1, or
  * -1 out of memory (nothing kept). */
 static int copy_event(mend_store *s, sqlite3_stmt *q, long long *seq, char **payload,
@@ -79,6 +137,7 @@ int mend__sqlite_next_event(mend_store *s, const char *run_id, const char *name,
                           long long *seq, char **payload, char **key) {
   *payload = *key = NULL;
   if (mend__sync_point(s) != 0) return -1;
+  mend__inbox_read_hold(1, &name);
   sqlite3_stmt *q = s->q[Q_NEXT_EVENT];
   int rc = SQLITE_OK;
   BIND(mend__bind_text(q, 1, run_id));
@@ -91,17 +150,32 @@ int mend__sqlite_next_event(mend_store *s, const char *run_id, const char *name,
 }
 
 #ifdef MEND_FAILPOINTS
-/* Tests hold a committed inbox read back on purpose, to show which thread waits for it:
- * MEND_INBOX_READ_HOLD names a file while whose existence the read waits (read at each read, so
- * set it before the engine starts). */
+/* Tests hold an inbox read back on purpose, to show which thread waits for it:
+ * MEND_INBOX_READ_HOLD names a file while whose existence a read of the event it names (any
+ * event when it is empty) waits (read at each read, so set it before the engine starts). */
 #define HOLD_MAX_USEC 20000000   /* a test that forgets its file fails, rather than hangs */
-void mend__inbox_read_hold(void) {
+static int held(const char *path, int n, const char *const *names) {
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  char want[256];
+  size_t len = fread(want, 1, sizeof want - 1, f);
+  fclose(f);
+  want[len] = 0;
+  for (int i = 0; i < n; i++)
+    if (len == 0 || strcmp(want, names[i]) == 0) return 1;
+  return 0;
+}
+
+void mend__inbox_read_hold(int n, const char *const *names) {
   const char *path = getenv("MEND_INBOX_READ_HOLD");
-  for (long t = 0; path && *path && t < HOLD_MAX_USEC && access(path, F_OK) == 0; t += 500)
+  for (long t = 0; path && *path && t < HOLD_MAX_USEC && held(path, n, names); t += 500)
     usleep(500);
 }
 #else
-void mend__inbox_read_hold(void) {}
+void mend__inbox_read_hold(int n, const char *const *names) {
+  (void)n;
+  (void)names;
+}
 #endif
 
 /* The looks' thread too: a ticking host's first tick opens what its reads use. */
@@ -122,7 +196,7 @@ int mend__sqlite_next_committed_event(mend_store *s, const char *run_id, const c
     return -1;
   }
   sqlite3_stmt *q = s->q_next_committed;
-  mend__inbox_read_hold();
+  mend__inbox_read_hold(1, &name);
   int rc = SQLITE_OK;
   BIND(mend__bind_text(q, 1, run_id));
   BIND(mend__bind_text(q, 2, name));

@@ -29,6 +29,7 @@ struct mend_look_thread {
   /* the thread's alone */
   sqlite3 *db;
   sqlite3_stmt *q;
+  sqlite3_stmt *txn[2];     /* BEGIN, COMMIT */
 };
 
 static void free_look(struct mend_look_thread *t) {
@@ -69,9 +70,16 @@ static int read_look(struct mend_look_thread *t, const char *path) {
   if (!t->q && sqlite3_prepare_v3(t->db, mend__query_sql[Q_NEXT_EVENT], -1,
                                   SQLITE_PREPARE_PERSISTENT, &t->q, NULL) != SQLITE_OK)
     return fail(t, path, "read a run's inbox");
-  mend__inbox_read_hold();
-  if (sqlite3_exec(t->db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK)
-    return fail(t, path, "read a run's inbox");
+  /* BEGIN and COMMIT prepared once: sqlite3_exec parsed them again at every look, a third of
+   * the thread's instructions (game_loop, callgrind) */
+  for (int k = 0; k < 2; k++)
+    if (!t->txn[k] && sqlite3_prepare_v3(t->db, k ? "COMMIT" : "BEGIN", -1,
+                                         SQLITE_PREPARE_PERSISTENT, &t->txn[k], NULL) != SQLITE_OK)
+      return fail(t, path, "read a run's inbox");
+  mend__inbox_read_hold(t->n, (const char *const *)t->names);
+  int began = sqlite3_step(t->txn[0]);
+  sqlite3_reset(t->txn[0]);
+  if (began != SQLITE_DONE) return fail(t, path, "read a run's inbox");
   int rc = SQLITE_OK;
   for (int i = 0; i < t->n && rc == SQLITE_OK; i++) {
     rc = sqlite3_bind_text(t->q, 1, t->ids[i], -1, SQLITE_STATIC);
@@ -93,7 +101,8 @@ static int read_look(struct mend_look_thread *t, const char *path) {
     sqlite3_reset(t->q);
     sqlite3_clear_bindings(t->q);
   }
-  sqlite3_exec(t->db, "COMMIT", NULL, NULL, NULL);   /* a read: nothing to lose */
+  sqlite3_step(t->txn[1]);   /* a read: nothing to lose */
+  sqlite3_reset(t->txn[1]);
   return rc == SQLITE_OK ? 0 : -1;
 }
 
@@ -114,6 +123,8 @@ static void *look_main(void *arg) {
   }
   pthread_mutex_unlock(&t->mu);
   sqlite3_finalize(t->q);
+  sqlite3_finalize(t->txn[0]);
+  sqlite3_finalize(t->txn[1]);
   sqlite3_close_v2(t->db);
   return NULL;
 }

@@ -83,6 +83,9 @@
   " owner, workflow_version) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)" \
   " ON CONFLICT(run_key) DO NOTHING"
 
+#define SEND_EVENT_SQL \
+  "INSERT OR IGNORE INTO inbox(run_id, name, payload, key, sent) VALUES(?1, ?2, ?3, ?4, ?5)"
+
 const char *const mend__query_sql[Q__COUNT] = {
   [Q_BEGIN] = "BEGIN IMMEDIATE",
   [Q_COMMIT] = "COMMIT",
@@ -93,6 +96,13 @@ const char *const mend__query_sql[Q__COUNT] = {
   [Q_INSERT_RUN] = INSERT_RUN_SQL,
   /* The same, recorded: the key is looked up as the batch is written (writer.c). */
   [Q_INSERT_RUN_KEY] = INSERT_RUN_SQL,
+  /* The same, its version numbered in this batch: ?11-?13 its version, source and step names
+   * (writer.c). The WHERE keeps ON CONFLICT from reading as a join's ON. */
+  [Q_INSERT_RUN_NEWV] =
+    "INSERT INTO runs(id, workflow, run_key, status, input, error, attention, created, updated,"
+    " owner, workflow_version) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, id"
+    " FROM workflow_versions WHERE workflow = ?2 AND version IS ?11 AND source IS ?12"
+    " AND step_names IS ?13 ON CONFLICT(run_key) DO NOTHING",
   [Q_PUT_VERSION] =
     "INSERT INTO workflow_versions(workflow, version, source, step_names, first_seen)"
     " SELECT ?1, ?2, ?3, ?4, ?5"
@@ -251,8 +261,9 @@ const char *const mend__query_sql[Q__COUNT] = {
   [Q_AUDIT] = "INSERT INTO audit(at, who, op, target, detail) VALUES(?1, ?2, ?3, ?4, ?5)",
   [Q_AUDIT_LIST] = "SELECT seq, at, who, op, target, detail FROM audit ORDER BY seq",
   /* A run's inbox (schema 10). The same key twice is one event (inbox_key). */
-  [Q_SEND_EVENT] =
-    "INSERT OR IGNORE INTO inbox(run_id, name, payload, key, sent) VALUES(?1, ?2, ?3, ?4, ?5)",
+  [Q_SEND_EVENT] = SEND_EVENT_SQL,
+  /* The same, recorded with a ticket that hears whether the key was free (inbox.c). */
+  [Q_SEND_EVENT_KEY] = SEND_EVENT_SQL,
   [Q_NEXT_EVENT] =   /* inbox_waiting */
     "SELECT seq, payload, key FROM inbox WHERE run_id = ?1 AND name = ?2 AND consumed IS NULL"
     " ORDER BY seq LIMIT 1",
@@ -309,6 +320,9 @@ const char *const mend__query_sql[Q__COUNT] = {
     "SELECT script, source FROM workflow_versions WHERE workflow = ?1 AND version = ?2"
     " AND script IS NOT NULL ORDER BY id DESC LIMIT 1",
   [Q_KEEP_SCRIPT] = "UPDATE workflow_versions SET script = ?2 WHERE id = ?1 AND script IS NULL",
+  [Q_KEEP_SCRIPT_NEWV] =
+    "UPDATE workflow_versions SET script = ?5 WHERE workflow = ?1 AND version IS ?2"
+    " AND source IS ?3 AND step_names IS ?4 AND script IS NULL",
   [Q_SET_UNAVAILABLE] = "UPDATE runs SET unavailable = ?2 WHERE id = ?1",
   /* Its own version, source and step names (runs from before schema 7) give way to the
    * version's. */

@@ -24,18 +24,23 @@
 #define HISTORY_VALUES 13   /* the values of a history record (mend_store_append_history) */
 #define LABELS_MAX 64       /* more names than that are written out, as before schema 7 */
 
+/* Keyed events that may wait for their batch at once (inbox.c); more are sent at once. */
+#define EVENT_TICKETS 256
+
 enum {
   Q_BEGIN, Q_COMMIT, Q_ROLLBACK, Q_BEGIN_READ,
-  Q_INSERT_RUN, Q_INSERT_RUN_KEY, Q_UPDATE_RUN, Q_PUT_STEP, Q_UPDATE_STEP, Q_APPEND_HISTORY, Q_PUT_BREAKER, Q_PUT_DLQ,
+  Q_INSERT_RUN, Q_INSERT_RUN_KEY, Q_INSERT_RUN_NEWV,
+  Q_UPDATE_RUN, Q_PUT_STEP, Q_UPDATE_STEP, Q_APPEND_HISTORY, Q_PUT_BREAKER, Q_PUT_DLQ,
   Q_HISTORY_GROUP, Q_NAME_WORKER, Q_WORKER_ID, Q_PUT_VERSION, Q_VERSION_ID,
   Q_FIND_RUN_KEY, Q_FIND_KEY_RESULT, Q_GET_BREAKER, Q_LAST_SEQ,
   Q_CLAIM_OLDEST, Q_CLAIM_NEWEST, Q_CLAIM_FREE_OLDEST, Q_CLAIM_FREE_NEWEST,
   Q_RENEW, Q_RELEASE, Q_OWNER, Q_HOLDERS, Q_RELEASE_OWNER, Q_HELD,
   Q_FORGET_WORKER, Q_FORGET_GONE,
   Q_DLQ_REMOVE, Q_REQUEST_CANCEL, Q_CANCEL_REQUESTS, Q_AUDIT, Q_AUDIT_LIST, Q_TAKE,
-  Q_VERSION_SCRIPT, Q_KEEP_SCRIPT, Q_SET_UNAVAILABLE, Q_MOVE_RUN, Q_DROP_STEPS_FROM, Q_WORKFLOWS,
+  Q_VERSION_SCRIPT, Q_KEEP_SCRIPT, Q_KEEP_SCRIPT_NEWV,
+  Q_SET_UNAVAILABLE, Q_MOVE_RUN, Q_DROP_STEPS_FROM, Q_WORKFLOWS,
   Q_RUN, Q_STEPS, Q_IN_FLIGHT, Q_HISTORY, Q_HISTORY_AFTER, Q_HISTORY_TAIL, Q_RUN_EXISTS, Q_DLQ, Q_BREAKERS, Q_RUNS,
-  Q_SEND_EVENT, Q_NEXT_EVENT, Q_CONSUME_EVENT, Q_LAST_EVENT, Q_INBOX,
+  Q_SEND_EVENT, Q_SEND_EVENT_KEY, Q_NEXT_EVENT, Q_CONSUME_EVENT, Q_LAST_EVENT, Q_INBOX,
   /* new: tokens */
   Q_PUT_TOKEN, Q_TOKEN_OF_ATTEMPT, Q_TOKEN, Q_USE_TOKEN, Q_SET_PARENT, Q_CHILDREN, Q_REOPEN_RUN,
   Q_CHILD_END,
@@ -65,7 +70,9 @@ typedef struct wval {
     size_t off;      /* V_TEXT: where in the log's text */
   };
 } wval;
-typedef struct wrec { int q, first, n, repair; } wrec;   /* repair: see mend_store_repairing */
+/* repair: see mend_store_repairing; a Q_SEND_EVENT_KEY's is its ticket (inbox.c), never 0: an
+ * event passes the fence whoever holds its run. */
+typedef struct wrec { int q, first, n, repair; } wrec;
 typedef struct wlog {
   wrec *recs;
   int nrec, caprec;
@@ -99,6 +106,10 @@ struct mend_store {
   /* Runs of the open batch whose keyed insert found the key taken (Q_INSERT_RUN_KEY): their
    * other records in the batch are dropped. Written by whichever thread flushes. */
   mend_idset key_taken;
+  /* Keyed events recorded with their ticket (inbox.c): what their insert found, set by the
+   * thread that flushes, read by the loop once the batch is durable. */
+  _Atomic unsigned event_outcome[EVENT_TICKETS];
+  unsigned ticket_at;      /* where the loop looks for a free ticket next */
   char *path;
   int in_batch;
   /* A write of this batch failed: the whole batch must not commit, or the transitions
@@ -246,8 +257,8 @@ void mend__ckpt_stop(mend_store *s);
 /* ---- look.c: a ticking host's looks at committed inboxes, read on a thread of their own. */
 void mend__sqlite_look_start(mend_store *s);
 void mend__sqlite_look_stop(mend_store *s);
-/* inbox.c: in a build with failpoints, a committed inbox read waits here (tests). */
-void mend__inbox_read_hold(void);
+/* inbox.c: in a build with failpoints, an inbox read of the n events `names` waits here (tests). */
+void mend__inbox_read_hold(int n, const char *const *names);
 
 /* ---- the methods (store.h says what each does), and their table ---- */
 extern const mend_store_methods mend__sqlite_methods;
@@ -271,6 +282,7 @@ unsigned long mend__sqlite_durable_seq(const mend_store *s);
 void mend__sqlite_set_commit_hook(mend_store *s, void (*hook)(const char *phase));
 long mend__sqlite_last_history_seq(mend_store *s, const char *run_id);
 long mend__sqlite_last_history(mend_store *s, const char *run_id, double *at);
+long mend__sqlite_last_history_view(mend_store *s, const char *run_id, double *at, int *committed);
 char *mend__sqlite_version_script(mend_store *s, const char *workflow, const char *version, char **source);
 int mend__sqlite_insert_run(mend_store *s, const mend_run_rec *r);
 int mend__sqlite_update_run(mend_store *s, const char *id, const char *status, const char *error, int attention, double updated, const char *reason);
@@ -313,6 +325,12 @@ int mend__sqlite_can_look_ahead(mend_store *s);
 int mend__sqlite_look_ahead(mend_store *s, int n, const char *const *run_ids, const char *const *names);
 int mend__sqlite_look_ahead_take(mend_store *s, int wait, void (*fn)(void *ud, const char *run_id, const char *name, long long seq, const char *payload, const char *key), void *ud);
 int mend__sqlite_record_event(mend_store *s, const char *run_id, const char *name, const char *payload, const char *key, double sent);
+int mend__sqlite_record_keyed_event(mend_store *s, const char *run_id, const char *name,
+                                    const char *payload, const char *key, double sent,
+                                    int *ticket);
+int mend__sqlite_event_outcome(mend_store *s, int ticket);
+void mend__sqlite_event_ticket_free(mend_store *s, int ticket);
+void mend__event_outcome(mend_store *s, int ticket, int sent);
 int mend__sqlite_next_event(mend_store *s, const char *run_id, const char *name, long long *seq, char **payload, char **key);
 int mend__sqlite_consume_event(mend_store *s, const char *run_id, long long seq, const char *step, double at);
 long long mend__sqlite_last_event(mend_store *s);
@@ -333,6 +351,8 @@ int mend__sqlite_add_lost(mend_store *s, const char *id);
 void mend__sqlite_fence_verified(mend_store *s);
 void mend__sqlite_repairing(mend_store *s, int on);
 int mend__sqlite_owner(mend_store *s, const char *id, char *owner_out, int owner_len, double *lease_left);
+int mend__sqlite_owner_view(mend_store *s, const char *id, char *owner_out, int owner_len,
+                            double *lease_left);
 
 /* completion tokens and child runs (tokens.c) */
 int mend__sqlite_put_token(mend_store *s, const char *digest, const char *run_id, const char *step, int attempt, double made);

@@ -28,13 +28,19 @@
 /* ---- the write log and the writer thread ------------------------------------------------ */
 
 static const char *const record_what[Q__COUNT] = {
-  [Q_INSERT_RUN] = "insert run", [Q_INSERT_RUN_KEY] = "insert run", [Q_UPDATE_RUN] = "update run", [Q_PUT_STEP] = "put step",
+  [Q_INSERT_RUN] = "insert run", [Q_INSERT_RUN_KEY] = "insert run",
+  [Q_INSERT_RUN_NEWV] = "insert run", [Q_PUT_VERSION] = "number a workflow version",
+  [Q_KEEP_SCRIPT] = "keep a workflow version's script",
+  [Q_KEEP_SCRIPT_NEWV] = "keep a workflow version's script",
+  [Q_UPDATE_RUN] = "update run", [Q_PUT_STEP] = "put step",
   [Q_UPDATE_STEP] = "update step", [Q_APPEND_HISTORY] = "append history",
   [Q_HISTORY_GROUP] = "append history",
   [Q_PUT_BREAKER] = "put breaker", [Q_PUT_DLQ] = "put dlq", [Q_RENEW] = "renew the lease",
   [Q_CONSUME_EVENT] = "consume an event",
-  [Q_SEND_EVENT] = "send an event",
-  [Q_AUDIT] = "append audit",
+  [Q_SEND_EVENT] = "send an event", [Q_SEND_EVENT_KEY] = "send an event",
+  [Q_AUDIT] = "append audit", [Q_DLQ_REMOVE] = "remove from dlq",
+  [Q_REQUEST_CANCEL] = "request cancel", [Q_SET_UNAVAILABLE] = "mark a run unavailable",
+  [Q_CHILD_END] = "tell a parent its child ended",
 };
 
 /* A log's arrays live in pages of their own (mmap), not in the heap: a burst grows them to
@@ -315,13 +321,21 @@ static int flush_log(mend_store *s, wlog *log) {
       ok = 0;
     } else if (r->q == Q_RENEW) {
       mend__renewed(s, log, r);
-    } else if (r->q == Q_INSERT_RUN_KEY && sqlite3_changes(s->db) == 0) {
+    } else if ((r->q == Q_INSERT_RUN_KEY || r->q == Q_INSERT_RUN_NEWV) &&
+               sqlite3_changes(s->db) == 0) {
       const wval *id = &log->vals[r->first];
-      if (mend_idset_add(&s->key_taken, log->text + id->off, id->len) < 0) {
+      if (log->vals[r->first + 2].type != V_TEXT) {   /* no key: its version's row is missing */
+        mend__set_msg(s->err, sizeof s->err, "%s: insert run: its workflow version is not "
+                      "recorded", s->path);
+        s->batch_failed = 1;
+        ok = 0;
+      } else if (mend_idset_add(&s->key_taken, log->text + id->off, id->len) < 0) {
         mend__set_msg(s->err, sizeof s->err, "%s: insert run: out of memory", s->path);
         s->batch_failed = 1;
         ok = 0;
       }
+    } else if (r->q == Q_SEND_EVENT_KEY) {
+      mend__event_outcome(s, r->repair, sqlite3_changes(s->db) != 0);
     } else if ((r->q == Q_UPDATE_RUN || r->q == Q_UPDATE_STEP || r->q == Q_CONSUME_EVENT) &&
                sqlite3_changes(s->db) == 0) {
       /* An update that changes nothing would lose a transition silently; an event found
@@ -600,10 +614,6 @@ void mend__sqlite_set_commit_hook(mend_store *s, void (*hook)(const char *phase)
 
 int mend__first_row(mend_store *s, sqlite3_stmt *q, int rc, const char *what);
 
-static int same_text(const char *a, const char *b) {
-  return a == b || (a && b && strcmp(a, b) == 0);
-}
-
 char *mend__copy_text(const char *t, int *oom) {
   if (!t) return NULL;
   size_t n = strlen(t) + 1;
@@ -613,63 +623,6 @@ char *mend__copy_text(const char *t, int *oom) {
   return c;
 }
 
-/* The number of a run's workflow version in workflow_versions: known, or written (once a
- * version and process) in the open batch, which it joins before the run is recorded. */
-int mend__workflow_version(mend_store *s, const mend_run_rec *r, sqlite3_int64 *id) {
-  for (int i = 0; i < s->nversions; i++) {
-    const struct wf_version *v = &s->versions[i];
-    if (same_text(v->workflow, r->workflow) && same_text(v->version, r->version) &&
-        same_text(v->source, r->source) && same_text(v->step_names, r->step_names)) {
-      *id = v->id;
-      return 0;
-    }
-  }
-  if (mend__sync_point(s) != 0 || mend__batch_begin(s) != 0) return -1;
-  const char *values[4] = {r->workflow, r->version, r->source, r->step_names};
-  sqlite3_stmt *q = s->q[Q_PUT_VERSION];
-  int rc = SQLITE_OK;
-  for (int k = 0; k < 4; k++) BIND(mend__bind_text(q, k + 1, values[k]));
-  BIND(sqlite3_bind_double(q, 5, r->created));
-  if (mend__run_write(s, q, rc, "number a workflow version") != 0) return -1;
-  q = s->q[Q_VERSION_ID];
-  for (int k = 0; k < 4; k++) BIND(mend__bind_text(q, k + 1, values[k]));
-  int found = mend__first_row(s, q, rc, "number a workflow version");
-  if (found <= 0) {
-    if (found == 0) mend__set_msg(s->err, sizeof s->err, "%s: workflow version of %s not found after"
-                            " writing it", s->path, r->workflow);
-    s->batch_failed = 1;
-    return -1;
-  }
-  *id = sqlite3_column_int64(q, 0);
-  mend__finish(q);
-  if (r->script) {
-    q = s->q[Q_KEEP_SCRIPT];
-    rc = SQLITE_OK;
-    BIND(sqlite3_bind_int64(q, 1, *id));
-    BIND(mend__bind_text(q, 2, r->script));
-    if (mend__run_write(s, q, rc, "keep a workflow version's script") != 0) return -1;
-  }
-  int oom = 0;
-  if (s->nversions == s->capversions) {
-    int cap = s->capversions ? s->capversions * 2 : 8;
-    struct wf_version *more = realloc(s->versions, (size_t)cap * sizeof *more);
-    if (more) {
-      s->versions = more;
-      s->capversions = cap;
-    } else {
-      oom = 1;
-    }
-  }
-  struct wf_version v = {mend__copy_text(r->workflow, &oom), mend__copy_text(r->version, &oom),
-                         mend__copy_text(r->source, &oom), mend__copy_text(r->step_names, &oom), *id};
-  if (!oom) {
-    s->versions[s->nversions++] = v;
-  } else {   /* not kept: the next run asks the database again */
-    mend__free_version(&v);
-  }
-  return 0;
-}
-
 int mend__sqlite_insert_run(mend_store *s, const mend_run_rec *r) {
   sqlite3_int64 version_id;
   if (mend__workflow_version(s, r, &version_id) != 0) return -1;
@@ -677,9 +630,10 @@ int mend__sqlite_insert_run(mend_store *s, const mend_run_rec *r) {
    * for the key to be looked up as the batch is written, by the insert itself: then the run's
    * other records of the batch go only if it was inserted (flush_log), and the key's run is
    * the committed one once the batch is (mend_store_find_run_key_committed). */
-  int later = r->run_key && r->key_at_commit;
+  int later = r->run_key && r->at_commit;
   if (r->run_key && !later && mend__sync_point(s) != 0) return -1;
-  mend__rec_begin(s, later ? Q_INSERT_RUN_KEY : Q_INSERT_RUN);
+  /* A version numbered as the batch is written: the insert takes its number there. */
+  mend__rec_begin(s, version_id == 0 ? Q_INSERT_RUN_NEWV : later ? Q_INSERT_RUN_KEY : Q_INSERT_RUN);
   mend__rec_text(s, r->id);
   mend__rec_text(s, r->workflow);
   mend__rec_text(s, r->run_key);
@@ -690,7 +644,13 @@ int mend__sqlite_insert_run(mend_store *s, const mend_run_rec *r) {
   mend__rec_real(s, r->created);
   mend__rec_real(s, r->updated);
   mend__rec_text(s, r->owner);
-  mend__rec_int(s, version_id);
+  if (version_id) {
+    mend__rec_int(s, version_id);
+  } else {
+    mend__rec_text(s, r->version);
+    mend__rec_text(s, r->source);
+    mend__rec_text(s, r->step_names);
+  }
   if (!r->run_key) return mend__rec_end(s);
   if (later) return mend__rec_end(s) < 0 ? -1 : 2;
   if (flush_log(s, s->cur) != 0) return -1;

@@ -372,11 +372,12 @@ json_t *mend_store_copy(const char *from, const char *to, char *err, int errlen)
   /* Its own schema, at this mend's version: older ones are upgraded by opening them. */
   long long version = -1;
   long long app = 0;
-  sqlite3_stmt *q;
+  sqlite3_stmt *q = NULL;
   if (sqlite3_prepare_v2(src, "PRAGMA user_version", -1, &q, NULL) == SQLITE_OK &&
       sqlite3_step(q) == SQLITE_ROW)
     version = sqlite3_column_int64(q, 0);
   sqlite3_finalize(q);
+  q = NULL;   /* finalized: the one below may never be prepared (a file that is no database) */
   if (version >= 0 &&
       sqlite3_prepare_v2(src, "SELECT count(*) FROM sqlite_master WHERE name = 'runs'", -1, &q,
                          NULL) == SQLITE_OK &&
