@@ -205,8 +205,11 @@ describe("mend cancel", function()
       .. " --log-level debug --db %s 2>%s' >/dev/null & echo $!"):format(q(dir), MEND, q(db), q(log)))
     local worker = p:read("l")
     p:close()
-    H.wait_for("the run to be parked", function() return H.read(log):find("parked", 1, true) end, 20)
+    local ok, why = pcall(H.wait_for, "the run to be parked",
+                          function() return H.read(log):find("parked", 1, true) end, 20)
+    if not ok then kill_dead(worker) error(why, 0) end
     local rc, out, err = mend_in(nil, db, "cancel " .. id)
+    if rc ~= 0 then kill_dead(worker) end
     assert.are.equal(0, rc, err)
     assert.matches("it was asked to cancel", out)
     rc, out, err = mend_in(nil, db, "wait " .. id .. " --timeout 20")
