@@ -819,6 +819,9 @@ describe("mend.http", function()
     assert.are.equal("on time", box.res.body)
     local rw = H.events(eng, id, { event = "step", to = "retry_wait" })
     assert.are.equal(1, #rw)
+    -- the timed-out attempt's row names the request it was waiting on, as any attempt's does
+    assert.matches("^GET http://127.0.0.1:%d+/stall %-> abandoned at the attempt's end %(0%.%d%d%d s%)$",
+                   rw[1].detail)
   end)
 
   -- A kept connection stays watched between requests (src/engine/http.c, on_socket): one

@@ -7,6 +7,7 @@
 -- password, a database that is not mend's) are the PostgreSQL store's own specs.
 local H = require "spec.helper"
 
+local mend = require "mend"
 local MEND, q, run = H.MEND, H.quote, H.shell
 
 local function write(path, text)
@@ -182,6 +183,59 @@ describe("a locked database #sqlite", function()
     rc, out = run(string.format("%s start big --db %s --workflows %s", MEND, db, wfdir))
     assert.are.equal(0, rc, out)
     assert.are.equal("2", H.sql(db, "SELECT count(*) FROM runs")[1])
+  end)
+
+  -- Another process holds the write lock for about a second (well inside the 5 s every command
+  -- that writes waits); a step of this file's own engine waits meanwhile.
+  local function hold_lock_briefly(db)
+    local marker = H.tmp_db()
+    os.remove(marker)
+    local holder = assert(io.popen("sqlite3 " .. q(db) .. " >/dev/null", "w"))
+    holder:write(".bail on\nBEGIN IMMEDIATE;\n", ".system touch " .. q(marker) .. "\n",
+                 ".system sleep 1\n", "ROLLBACK;\n.quit\n")
+    holder:flush()
+    H.wait_for("the holder to take the lock", function() return io.open(marker) end, 10)
+    return holder
+  end
+
+  it("makes `mend signal` and `mend complete` wait for a lock of a second, as `mend start` does", function()
+    local db = H.tmp_db()
+    local dir = H.tmp_dir()
+    local token_file = dir .. "/token"
+    write(dir .. "/gate.lua", ([[
+return { name = "gate", steps = {
+  { name = "go", wait_for = "go" },
+  { name = "ok", wait = "token", execute = function(ctx)
+      local f = assert(io.open(%q, "w")); f:write(ctx:token()); f:close() end },
+} }
+]]):format(token_file))
+    -- an engine that carries the run on to its wait, then gives it back for the next
+    local function carry_on()
+      local eng = mend.engine{ db = db, clock = "virtual" }
+      eng:load(dir .. "/gate.lua")
+      eng:recover()
+      eng:advance(1)
+      return eng
+    end
+    local eng = mend.engine{ db = db, clock = "virtual" }
+    eng:load(dir .. "/gate.lua")
+    local id = eng:start("gate", {})
+    eng:advance(1)
+    eng:close()
+    local holder = hold_lock_briefly(db)
+    local rc, out = run(string.format("%s signal %s go --db %s --key g1", MEND, id, q(db)))
+    holder:close()
+    assert.are.equal(0, rc, out)
+    eng = carry_on()
+    assert.are.equal("waiting", H.step(eng:status(id), "ok").status)
+    eng:close()
+    holder = hold_lock_briefly(db)
+    rc, out = run(string.format("%s complete %s --db %s", MEND, H.read(token_file), q(db)))
+    holder:close()
+    assert.are.equal(0, rc, out)
+    eng = carry_on()
+    assert.are.equal("succeeded", eng:status(id).status)
+    eng:close()
   end)
 
   it("is waited for by the writer thread while the loop sleeps instead of spinning", function()

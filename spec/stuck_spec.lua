@@ -197,6 +197,30 @@ describe("mend cancel", function()
     assert.are.equal("cancel by an operator (requested)", ops[2])
   end)
 
+  it("asks a live worker that parked the run: it cancels it once, and logs no refusal of it", function()
+    local dir, db = setup(30)
+    local id = start(dir, db)
+    local log = dir .. "/worker.log"
+    local p = io.popen(("cd %s && sh -c 'exec %s worker --workflows . --poll 0.02 --park-after 0.1"
+      .. " --log-level debug --db %s 2>%s' >/dev/null & echo $!"):format(q(dir), MEND, q(db), q(log)))
+    local worker = p:read("l")
+    p:close()
+    local ok, why = pcall(H.wait_for, "the run to be parked",
+                          function() return H.read(log):find("parked", 1, true) end, 20)
+    if not ok then kill_dead(worker) error(why, 0) end
+    local rc, out, err = mend_in(nil, db, "cancel " .. id)
+    if rc ~= 0 then kill_dead(worker) end
+    assert.are.equal(0, rc, err)
+    assert.matches("it was asked to cancel", out)
+    rc, out, err = mend_in(nil, db, "wait " .. id .. " --timeout 20")
+    signal(worker, "TERM")
+    assert.are.equal(3, rc, out .. err)
+    local text = H.read(log)
+    assert.is_nil(text:find("only a running run can be cancelled", 1, true), text)
+    assert.is_nil(text:find('"level":"warn","time":[%d.]+,"event":"operator"'), text)
+    assert.are.equal("cancel by an operator (requested)", operators(db, id)[2])
+  end)
+
   it("records the request when the run cannot be carried on here; the next worker cancels it", function()
     local dir, db = setup(30)
     local id = start(dir, db)
@@ -394,6 +418,24 @@ describe("mend dlq retry", function()
     assert.matches("cannot load the workflow of run " .. id .. ": .*no script of workflow refund"
                    .. " version %x+ is kept; and refund.lua cannot be opened from here", err)
     assert.are.equal("needs_attention", json_of(db, "status " .. id).status)
+  end)
+end)
+
+describe("mend dlq resolve", function()
+  after_each(H.cleanup)
+
+  it("ends the wait of `mend wait` and eng:wait: resolved is an end, exit 3", function()
+    local _, db, _, id = dead_letter()
+    local rc, out, err = mend_in(nil, db, "dlq resolve " .. id .. " --note 'refunded by hand'")
+    assert.are.equal(0, rc, out .. err)
+    local t0 = H.wall()
+    rc, out, err = mend_in(nil, db, "wait " .. id .. " --timeout 5")
+    assert.are.equal(3, rc, out .. err)
+    assert.matches("refund run " .. id .. ": resolved", out)
+    assert.is_true(H.wall() - t0 < 4, "mend wait waited for a run that had ended")
+    local eng = mend.engine{ db = db }
+    assert.are.equal("resolved", eng:wait(id, { timeout = 5 }).status)
+    eng:close()
   end)
 end)
 

@@ -22,9 +22,12 @@
 #include "mend.h"
 #include "timers.h"
 
+/* Where a wait ends: an end state, or the dead-letter queue (a person must act); a dead letter
+ * a person resolved has ended too. */
 static int is_final_status(const char *st) {
   return st && (strcmp(st, "succeeded") == 0 || strcmp(st, "compensated") == 0 ||
-                strcmp(st, "failed") == 0 || strcmp(st, "needs_attention") == 0);
+                strcmp(st, "failed") == 0 || strcmp(st, "needs_attention") == 0 ||
+                strcmp(st, "resolved") == 0);
 }
 
 /* eng:wait(run_id [, {timeout = s, poll = s}]) -> status | nil, "timeout". Blocks this process

@@ -14,7 +14,7 @@ local json = mend.json
 local M = {}
 
 local EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
-local OUTCOME_EXIT = { succeeded = 0, compensated = 3, failed = 3, needs_attention = 4 }
+local OUTCOME_EXIT = { succeeded = 0, compensated = 3, failed = 3, needs_attention = 4, resolved = 3 }
 
 ---------------------------------------------------------------------------------------------
 -- Output and the CLI's own errors

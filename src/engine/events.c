@@ -432,7 +432,13 @@ static int send_event(mend_engine *E, const char *id, const char *run_key, const
       return rc;
     }
   }
+  /* A send is an answer to its caller, as a start is: one that commits now waits for another
+   * process's lock up to the store's default busy wait, not the loop's own short one (two
+   * workers' commits on one file made `mend signal` fail at 0.1 s). A recorded one stays
+   * with the loop's: its caller (mend serve) must not hold its thread that long. */
+  if (!record) mend_store_set_busy_wait(E->store, 0);
   int sent = mend_store_send_event(E->store, id, name, text, key, mend_engine_now(E));
+  if (!record) mend_store_set_busy_wait(E->store, LOOP_BUSY_MS);
   free(text);
   if (record && sent >= 0) {
     /* In the open batch: the caller answers once it is durable, and a run held here that

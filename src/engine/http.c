@@ -326,9 +326,14 @@ void mend__http_close(mend_engine *E) {
   E->http = NULL;
 }
 
+static void note(mend_run *r, http_req *q, const char *outcome);
+
+/* The attempt ended first (its timeout, a cancel): its outcome's row names the request it
+ * was waiting on, as it names those that answered. */
 void mend__abandon_http(mend_run *r) {
   http_req *q = MEND_COLD(r, http);
   if (!q) return;
+  note(r, q, "abandoned at the attempt's end");
   q->run = NULL;
   mend__http_req_free(q);
   r->cold->http = NULL;

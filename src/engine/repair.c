@@ -714,7 +714,10 @@ void mend__take_cancel_requests(mend_engine *E) {
   json_array_foreach(ids, i, id) {
     mend_run *r = find_run(E, json_string_value(id));
     char err[300];
-    if (r && mend__cancel_now(r, "an operator (requested)", err, sizeof err))
+    /* A parked run brought back for it has honoured the request already as it came back
+     * (recover.c, mend__carry_on): no second cancel, and no refusal of one to log. */
+    if (r && r->status == MEND_RUN_RUNNING &&
+        mend__cancel_now(r, "an operator (requested)", err, sizeof err))
       mend_engine_log_line(E, "warn", r->id, NULL, 0, "operator", err);
   }
   json_decref(ids);
