@@ -180,14 +180,18 @@ describe("a step with child", function()
   -- A child in the dead-letter queue as its parent is cancelled is no end: the parent waits,
   -- and once a person retries the child to success, the child is undone before the parent's
   -- earlier steps.
-  it("undoes a child that succeeded after its parent was cancelled, then the parent", function()
+  -- The child sat in the dead-letter queue (severity 3) as its parent was cancelled: retried,
+  -- it is undone from its failed step, which does not run forward again (label has no
+  -- compensate: what it did would stay done), then the parent.
+  it("undoes a dead-lettered child retried after its parent was cancelled, then the parent", function()
     local eng = H.new_engine()
     local log = {}
-    local broken = true
+    local broken, labels = true, 0
     eng:register{ name = "shipping", steps = {
       { name = "pack", execute = function() log[#log + 1] = "pack" return { box = 1 } end,
         compensate = function() log[#log + 1] = "unpack" end },
       { name = "label", execute = function()
+          labels = labels + 1
           if broken then error(require("mend").compensable("printer jam", { severity = 3 })) end
           return { t = 1 } end } } }
     eng:register(order(log))
@@ -201,9 +205,16 @@ describe("a step with child", function()
     broken = false
     eng:dlq_retry(c.run_id)
     eng:run()
+    assert.are.equal(1, labels)
     assert.are.equal("compensated", eng:status(c.run_id).status)
     assert.are.equal("compensated", eng:status(id).status)
     assert.are.same({ "pack", "unpack", "refund" }, log)
+    local said
+    for _, e in ipairs(eng:history(c.run_id)) do
+      if e.event == "operator" then said = e.detail end
+    end
+    assert.matches("dlq retry by .-: its parent is going back: the run is undone from its failed "
+                   .. "step, not run forward", said)
   end)
 
   it("puts a cancelled parent in the dead-letter queue when a branch's running child cannot be undone",

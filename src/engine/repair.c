@@ -363,6 +363,31 @@ int mend_engine_resume_run(mend_engine *E, const char *id, char *err, int errlen
   return E->broken ? mend_errorf(err, errlen, "%s", E->errmsg) : 0;
 }
 
+/* 1 when run id is a child whose parent is going back (compensating: cancelled, or a later
+ * step failed), 0 when not, -1 when the store failed. Its parent waits for it to be undone:
+ * retried, its failed step would run forward again only for that to be undone, and a step
+ * with no compensate would keep what it did. */
+static int parent_going_back(mend_engine *E, const char *id) {
+  json_t *row = mend_store_run(E->store, id);
+  if (!row) return -1;
+  const char *parent = json_string_value(json_object_get(row, "parent_run"));
+  int back = 0;
+  if (parent) {
+    mend_run *pr = in_memory(E, parent);
+    if (pr) {
+      back = pr->status == MEND_RUN_COMPENSATING;
+    } else {
+      json_t *prow = mend_store_run(E->store, parent);
+      const char *st = prow ? json_string_value(json_object_get(prow, "status")) : NULL;
+      back = !prow ? (mend_store_not_found(E->store) ? 0 : -1)
+                   : st && strcmp(st, "compensating") == 0;
+      json_decref(prow);
+    }
+  }
+  json_decref(row);
+  return back;
+}
+
 static int dlq_retry(mend_engine *E, const char *id, const char *who, int record, int take_now,
                      char *err, int errlen) {
   E->refusal = MEND_REFUSED_STATE;
@@ -375,10 +400,15 @@ static int dlq_retry(mend_engine *E, const char *id, const char *who, int record
     return mend_errorf(err, errlen, "run %s was compensated after its attempts ran out: there is nothing left to "
                   "resume; start a new run, or resolve this one with a note", id);
   if (record && !take_now && mend_store_has_write_lock(E->store)) return take_later(E, err, errlen);
+  int comp = strcmp(reason, "compensation_failed") == 0;
+  int back = comp ? 0 : parent_going_back(E, id);
+  if (back < 0) {
+    E->refusal = MEND_REFUSED_STORE;
+    return mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
+  }
   mend_run *r = take_over(E, id, err, errlen);
   if (!r) return -1;
   /* The step to resume from, found before anything is written. */
-  int comp = strcmp(reason, "compensation_failed") == 0;
   int i = r->wf->nsteps - 1;
   if (comp) while (i >= 0 && r->steps[i].status != MEND_STEP_COMPENSATION_FAILED) i--;
   else i = r->fail_step;
@@ -386,7 +416,8 @@ static int dlq_retry(mend_engine *E, const char *id, const char *who, int record
     mend__run_free(r);
     return mend_errorf(err, errlen, "run %s: no step is %s", id, comp ? "compensation_failed" : "failed");
   }
-  operator_entry(E, r, id, "dlq retry", who, NULL);
+  operator_entry(E, r, id, "dlq retry", who, back ? "its parent is going back: the run is undone "
+                 "from its failed step, not run forward" : NULL);
   if (mend_store_dlq_remove(E->store, id)) mend__store_failed(E);
   if (comp) {
     r->steps[i].comp_attempts = 0;   /* fresh attempts */
@@ -397,6 +428,18 @@ static int dlq_retry(mend_engine *E, const char *id, const char *who, int record
     if (f >= 0 && f < r->wf->nsteps && r->steps[f].status == MEND_STEP_FAILED && r->steps[f].error)
       mend__set_str(&r->error, r->steps[f].error);
     mend__run_to(r, MEND_RUN_COMPENSATING);
+  } else if (back) {
+    /* severity 3 of a child whose parent goes back: the person's go-ahead undoes it from its
+     * failed step (compensable: what it did is undone too), as a cancel would have */
+    r->steps[i].comp_attempts = 0;
+    r->steps[i].last_delay = -1;
+    r->steps[i].compensate_self = 1;
+    r->reason = "cancelled";
+    mend__run_to(r, MEND_RUN_COMPENSATING);
+    const mend_step_def *def = &r->wf->steps[i];
+    r->cur = def->group >= 0 ? def->group + r->wf->steps[def->group].nbranches : i;
+    mend__queue(r, ACT_ADVANCE);
+    return E->broken ? mend_errorf(err, errlen, "%s", E->errmsg) : 0;
   } else {   /* severity 3: the failed step again, with fresh attempts */
     r->steps[i].attempts = 0;
     r->steps[i].last_delay = -1;
