@@ -257,8 +257,12 @@ describe("mend signal with a real worker", function()
     assert.are.same({ gold = 50 }, st.steps[3].result)
     rc, out = mend_cmd(db, "history " .. id)
     assert.matches("event boss_killed consumed %(key k1%)", out)
-    -- a duplicate, an ended run, an unknown run
+    -- a duplicate after the run ended (a client repeating a send whose answer it lost) is
+    -- told it was sent; a new event to the ended run, an unknown run are refused
     rc, out = mend_cmd(db, "signal " .. id .. " boss_killed --key k1")
+    assert.are.equal(0, rc, out)
+    assert.matches("run " .. id .. " has event boss_killed with key k1 already: nothing sent", out, 1, true)
+    rc, out = mend_cmd(db, "signal " .. id .. " boss_killed --key k2")
     assert.are.equal(1, rc)
     assert.matches("has ended %(succeeded%): events go only to running runs", out)
     rc, out = mend_cmd(db, "signal nosuchrun boss_killed")

@@ -284,6 +284,21 @@ int mend__sent_event_ready(const mend_engine *E) {
   return E->sent_head && E->sent_head->seq <= mend_store_durable_seq(E->store);
 }
 
+/* 1 when run id's inbox has an event sent with `key`, 0 when not, -1 when the store failed. */
+static int key_in_inbox(mend_engine *E, const char *id, const char *key) {
+  json_t *inbox = mend_store_inbox(E->store, id);
+  if (!inbox) return -1;
+  size_t i;
+  json_t *ev;
+  int seen = 0;
+  json_array_foreach(inbox, i, ev) {
+    const char *k = json_string_value(json_object_get(ev, "key"));
+    if (k && strcmp(k, key) == 0) seen = 1;
+  }
+  json_decref(inbox);
+  return seen;
+}
+
 /* The oldest event sent in a batch now durable reaches its run, if it waits for it (a key sent
  * before was kept once by the store: the run then finds no new event and waits on). */
 void mend__deliver_sent_event(mend_engine *E) {
@@ -400,7 +415,19 @@ static int send_event(mend_engine *E, const char *id, const char *run_key, const
     }
     status = json_string_value(json_object_get(row, "status"));
   }
-  /* A run going back, or ended, waits for nothing any more: the event would never be taken. */
+  /* A run going back, or ended, waits for nothing any more: the event would never be taken.
+   * But a key it was sent with before is that event again (a client repeating a send whose
+   * answer it lost, after the run went on to its end): it was sent, as a running run's says. */
+  if (status && strcmp(status, "running") != 0 && key) {
+    int seen = key_in_inbox(E, id, key);
+    if (seen != 0) {
+      json_decref(row);
+      free(text);
+      if (seen < 0) mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
+      if (seen > 0 && run_id_out) snprintf(run_id_out, MEND_RUN_ID_LEN, "%s", id);
+      return seen < 0 ? MEND_EVENT_ESTORE : 1;
+    }
+  }
   if (!status || strcmp(status, "running") != 0) {
     mend_run_status rs;
     int ended = status && mend_run_status_parse(status, &rs) == 0 && mend_run_status_final(rs);
