@@ -1013,6 +1013,16 @@ static const char slay_twice_lua[] =
   "  { name = 'reward', execute = function(ctx)\n"
   "      return ctx.results.kill.gold + ctx.results.loot.gold end } } }\n";
 
+/* Two waits in a row for the same event name. */
+static const char twice_same_lua[] =
+  "local mend = require 'mend'\n"
+  "return { name = 'twice_same', steps = {\n"
+  "  { name = 'spawn', execute = function(ctx) return mend.call('spawn_later') end },\n"
+  "  { name = 'kill', wait_for = 'e' },\n"
+  "  { name = 'loot', wait_for = 'e' },\n"
+  "  { name = 'reward', execute = function(ctx)\n"
+  "      return ctx.results.kill.n * 10 + ctx.results.loot.n end } } }\n";
+
 /* A file database of its own (name in the test dir), workflow `wf` ("slay" or "slay_twice")
  * loaded with its host functions, one run of it started. */
 static mend_engine *slay_engine_of(const char *name, const char *wf, char id[17]) {
@@ -1473,6 +1483,25 @@ static void it_begins_a_second_wait_in_a_tick_without_reading_the_inbox(void) {
   CHECK(run_has(E, id, "\"result\":12", 0));
   mend_engine_free(E);   /* its threads stopped: none reads the environment as it changes */
   unsetenv("MEND_INBOX_READ_HOLD");
+}
+
+/* An engine that ticked (its committed reads open) and is then driven by run_all: the second
+ * of two waits in a row for the same name begins in the batch that took the first event, not
+ * durable yet, so the committed rows still show that event; the wait reads through the batch
+ * and takes the second (events.c: the take's durability checked before a committed read, now
+ * that a look may wait for it). Without that check the second wait took the first event again
+ * and the engine broke ("consume an event: no unconsumed event"). */
+static void it_takes_the_second_event_of_a_name_in_run_all_after_ticks(void) {
+  char id[17], st_text[32];
+  mend_engine *E = slay_engine_of("twice_same.db", "twice_same", id);
+  tick_until(E, spawn_asked, id);
+  CHECK_EQ_INT(mend_engine_signal(E, id, "e", "{\"n\":1}", NULL), MEND_OK);
+  CHECK_EQ_INT(mend_engine_signal(E, id, "e", "{\"n\":2}", NULL), MEND_OK);
+  CHECK_EQ_INT(mend_call_return(spawn_call, "{\"id\":1}"), MEND_OK);
+  CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+  CHECK_STR(run_status(E, id, st_text, sizeof st_text), "succeeded");
+  CHECK(run_has(E, id, "\"result\":12", 0));
+  mend_engine_free(E);
 }
 
 /* Completion tokens through the C API (issue 18): the step hands its token to the host (here
@@ -2752,6 +2781,7 @@ int main(void) {
   write_workflow("naps", naps_lua);
   write_workflow("slay", slay_lua);
   write_workflow("slay_twice", slay_twice_lua);
+  write_workflow("twice_same", twice_same_lua);
   write_workflow("odd_fail", odd_fail_lua);
   write_workflow("hits", hits_lua);
   write_workflow("plain", plain_lua);
@@ -2786,6 +2816,7 @@ int main(void) {
   it_hears_each_end_in_the_tick_the_run_leaves_flight();
   it_begins_a_wait_in_a_tick_without_reading_the_inbox();
   it_begins_a_second_wait_in_a_tick_without_reading_the_inbox();
+  it_takes_the_second_event_of_a_name_in_run_all_after_ticks();
   it_completes_tokens_through_the_c_api();
   it_parks_waiting_runs_out_of_memory();
   it_lets_go_of_calls_open_when_freed();

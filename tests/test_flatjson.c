@@ -12,6 +12,7 @@
 #include <float.h>
 #include <jansson.h>
 #include <limits.h>
+#include <locale.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -217,11 +218,33 @@ static void it_writes_random_objects_as_jansson(void) {
   mend_textbuf_free(&b);
 }
 
+/* A host may set its locale (a game localised with setlocale(LC_ALL, "")): jansson writes a
+ * real with '.' whatever LC_NUMERIC says (strconv.c converts the locale's decimal point), so
+ * the host's text is JSON in every locale. Needs a locale whose decimal point is ','
+ * (de_DE.UTF-8; LOCPATH may name a directory localedef wrote it to): skipped without one. */
+static void it_writes_reals_with_a_point_in_a_comma_locale(void) {
+  if (!setlocale(LC_NUMERIC, "de_DE.UTF-8") && !setlocale(LC_NUMERIC, "de_DE.utf8")) {
+    fprintf(stderr, "  no de_DE locale: the comma locale case is skipped\n");
+    return;
+  }
+  mend_textbuf b = {0};
+  const double xs[] = {0.5, -0.25, 1e-7, 3.2731802469906564e-254, 1e300, 9007199254740993.0 * 4,
+                       1.5, 1796490732.7931044};
+  for (size_t i = 0; i < sizeof xs / sizeof *xs; i++) {
+    json_t *o = json_pack("{s:s, s:f}", "type", "run_finished", "at", xs[i]);
+    same_as_jansson(o, &b);
+    json_decref(o);
+  }
+  setlocale(LC_NUMERIC, "C");
+  mend_textbuf_free(&b);
+}
+
 int main(void) {
   it_writes_every_kind_of_event_as_jansson();
   it_writes_numbers_and_strings_as_jansson();
   it_refuses_what_is_not_flat();
   it_writes_random_objects_as_jansson();
+  it_writes_reals_with_a_point_in_a_comma_locale();
   CHECK_EQ_INT(mismatches, 0);
   CHECK(compared > 20000);
   return check_done("flatjson");
