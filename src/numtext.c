@@ -39,9 +39,22 @@ static const char pairs[] =
   "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
   "8081828384858687888990919293949596979899";
 
+/* snprintf writes the locale's decimal point (a host that called setlocale(LC_ALL, "") in a
+ * comma locale: "0,5"), JSON and PostgreSQL read '.': the point, of whatever bytes, becomes
+ * '.', as jansson does after its own snprintf. */
 static size_t slow_real(char *out, double d) {
   int n = snprintf(out, MEND_NUMTEXT_MAX, "%.17g", d);
-  return n < 0 ? 0 : (size_t)n;
+  if (n < 0) return 0;
+  size_t len = (size_t)n, i = 0;
+  while (i < len && strchr("0123456789-+eEinfa", out[i])) i++;
+  if (i < len && out[i] != '.') {
+    size_t end = i;
+    while (end < len && !strchr("0123456789-+eE", out[end])) end++;
+    out[i] = '.';
+    memmove(out + i + 1, out + end, len - end + 1);
+    len -= end - i - 1;
+  }
+  return len;
 }
 
 size_t mend_numtext_real(char *out, double d) {
