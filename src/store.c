@@ -569,6 +569,16 @@ mend_store *mend__sqlite_open(const char *path, mend_durability durability, char
     free(s);
     return NULL;
   }
+#ifdef MEND_FAILPOINTS
+  const char *hold = getenv("MEND_INBOX_READ_HOLD");   /* once: threads read the store */
+  if (hold && *hold && !(s->inbox_hold = strdup(hold))) {
+    mend__set_msg(err, errlen, "%s: out of memory", path);
+    free(s->path);
+  free(s->inbox_hold);
+    free(s);
+    return NULL;
+  }
+#endif
   s->cur = &s->logs[0];
   s->open_seq = 1;
   s->busy_ms = BUSY_TIMEOUT_MS;

@@ -137,7 +137,7 @@ int mend__sqlite_next_event(mend_store *s, const char *run_id, const char *name,
                           long long *seq, char **payload, char **key) {
   *payload = *key = NULL;
   if (mend__sync_point(s) != 0) return -1;
-  mend__inbox_read_hold(1, &name);
+  mend__inbox_read_hold(s->inbox_hold, 1, &name);
   sqlite3_stmt *q = s->q[Q_NEXT_EVENT];
   int rc = SQLITE_OK;
   BIND(mend__bind_text(q, 1, run_id));
@@ -152,7 +152,7 @@ int mend__sqlite_next_event(mend_store *s, const char *run_id, const char *name,
 #ifdef MEND_FAILPOINTS
 /* Tests hold an inbox read back on purpose, to show which thread waits for it:
  * MEND_INBOX_READ_HOLD names a file while whose existence a read of the event it names (any
- * event when it is empty) waits (read at each read, so set it before the engine starts). */
+ * event when it is empty) waits (read as the store opens: set it before the engine starts). */
 #define HOLD_MAX_USEC 20000000   /* a test that forgets its file fails, rather than hangs */
 static int held(const char *path, int n, const char *const *names) {
   FILE *f = fopen(path, "r");
@@ -166,13 +166,12 @@ static int held(const char *path, int n, const char *const *names) {
   return 0;
 }
 
-void mend__inbox_read_hold(int n, const char *const *names) {
-  const char *path = getenv("MEND_INBOX_READ_HOLD");
-  for (long t = 0; path && *path && t < HOLD_MAX_USEC && held(path, n, names); t += 500)
-    usleep(500);
+void mend__inbox_read_hold(const char *hold, int n, const char *const *names) {
+  for (long t = 0; hold && t < HOLD_MAX_USEC && held(hold, n, names); t += 500) usleep(500);
 }
 #else
-void mend__inbox_read_hold(int n, const char *const *names) {
+void mend__inbox_read_hold(const char *hold, int n, const char *const *names) {
+  (void)hold;
   (void)n;
   (void)names;
 }
@@ -196,7 +195,7 @@ int mend__sqlite_next_committed_event(mend_store *s, const char *run_id, const c
     return -1;
   }
   sqlite3_stmt *q = s->q_next_committed;
-  mend__inbox_read_hold(1, &name);
+  mend__inbox_read_hold(s->inbox_hold, 1, &name);
   int rc = SQLITE_OK;
   BIND(mend__bind_text(q, 1, run_id));
   BIND(mend__bind_text(q, 2, name));

@@ -56,7 +56,7 @@ static int fail(struct mend_look_thread *t, const char *path, const char *what) 
 }
 
 /* One read transaction for the whole look: one snapshot, one begin of a WAL read. */
-static int read_look(struct mend_look_thread *t, const char *path) {
+static int read_look(struct mend_look_thread *t, const char *path, const char *hold) {
   if (!t->db) {
     if (sqlite3_open_v2(path, &t->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) !=
         SQLITE_OK) {
@@ -76,7 +76,7 @@ static int read_look(struct mend_look_thread *t, const char *path) {
     if (!t->txn[k] && sqlite3_prepare_v3(t->db, k ? "COMMIT" : "BEGIN", -1,
                                          SQLITE_PREPARE_PERSISTENT, &t->txn[k], NULL) != SQLITE_OK)
       return fail(t, path, "read a run's inbox");
-  mend__inbox_read_hold(t->n, (const char *const *)t->names);
+  mend__inbox_read_hold(hold, t->n, (const char *const *)t->names);
   int began = sqlite3_step(t->txn[0]);
   sqlite3_reset(t->txn[0]);
   if (began != SQLITE_DONE) return fail(t, path, "read a run's inbox");
@@ -115,7 +115,7 @@ static void *look_main(void *arg) {
     while (!t->stop && !(t->asked && !t->answered)) pthread_cond_wait(&t->cv, &t->mu);
     if (t->stop) break;
     pthread_mutex_unlock(&t->mu);
-    int failed = read_look(t, s->path) != 0;   /* the look is the thread's until answered */
+    int failed = read_look(t, s->path, s->inbox_hold) != 0;   /* the look is the thread's until answered */
     pthread_mutex_lock(&t->mu);
     t->failed = failed;
     t->answered = 1;

@@ -111,6 +111,7 @@ struct mend_store {
   _Atomic unsigned event_outcome[EVENT_TICKETS];
   unsigned ticket_at;      /* where the loop looks for a free ticket next */
   char *path;
+  char *inbox_hold;   /* MEND_INBOX_READ_HOLD as the store opened (failpoints: tests) */
   int in_batch;
   /* A write of this batch failed: the whole batch must not commit, or the transitions
    * recorded before the failure would be kept without the one that failed. */
@@ -257,8 +258,9 @@ void mend__ckpt_stop(mend_store *s);
 /* ---- look.c: a ticking host's looks at committed inboxes, read on a thread of their own. */
 void mend__sqlite_look_start(mend_store *s);
 void mend__sqlite_look_stop(mend_store *s);
-/* inbox.c: in a build with failpoints, an inbox read of the n events `names` waits here (tests). */
-void mend__inbox_read_hold(int n, const char *const *names);
+/* inbox.c: in a build with failpoints, an inbox read of the n events `names` waits here while
+ * the file `hold` (the store's inbox_hold) is there (tests). */
+void mend__inbox_read_hold(const char *hold, int n, const char *const *names);
 
 /* ---- the methods (store.h says what each does), and their table ---- */
 extern const mend_store_methods mend__sqlite_methods;
