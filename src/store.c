@@ -574,7 +574,6 @@ mend_store *mend__sqlite_open(const char *path, mend_durability durability, char
   if (hold && *hold && !(s->inbox_hold = strdup(hold))) {
     mend__set_msg(err, errlen, "%s: out of memory", path);
     free(s->path);
-  free(s->inbox_hold);
     free(s);
     return NULL;
   }
@@ -628,6 +627,7 @@ void mend__sqlite_close(mend_store *s) {
   mend__ckpt_stop(s);
   sqlite3_close_v2(s->checkpointer);   /* the last connection to close checkpoints the WAL */
   free(s->path);
+  free(s->inbox_hold);
   free(s->worker);
   forget_versions(s, 0);
   free(s->versions);
