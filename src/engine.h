@@ -284,9 +284,11 @@ int mend_engine_dlq_retry_record(mend_engine *E, const char *id, const char *who
 int mend_engine_resolve(mend_engine *E, const char *id, const char *who, const char *note,
                         char *err, int errlen);
 /* The same, recorded for a caller that waits for the open batch, as mend_engine_cancel_record;
- * a second resolve of the run before that batch is durable is refused as it would be after. */
+ * a second resolve of the run before that batch is durable is refused as it would be after.
+ * Under another process's write lock, without take_now, MEND_REPAIR_TAKE_LATER once the run
+ * is found resolvable: looked at again once the batch is durable. */
 int mend_engine_resolve_record(mend_engine *E, const char *id, const char *who, const char *note,
-                               char *err, int errlen);
+                               int take_now, char *err, int errlen);
 /* Moves an unfinished run that no live worker holds to `version` of its workflow (loaded, or
  * from the store's script), recorded in its history with `who`: 0 moved, 1 on that version
  * already, -1 with err, which names the step when the version does not keep the steps the

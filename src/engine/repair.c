@@ -578,7 +578,7 @@ int mend_engine_upgrade_run(mend_engine *E, const char *id, const char *version,
 }
 
 static int resolve(mend_engine *E, const char *id, const char *who, const char *note,
-                   int record, char *err, int errlen) {
+                   int record, int take_now, char *err, int errlen) {
   E->refusal = MEND_REFUSED_STATE;
   char status[64], reason[64];
   if (!note || !*note) return mend_errorf(err, errlen, "resolving a run needs a note saying what was done");
@@ -588,6 +588,9 @@ static int resolve(mend_engine *E, const char *id, const char *who, const char *
                        "one that cannot progress (mend runs --attention), can be resolved", id);
   if (strcmp(status, "needs_attention") != 0)
     return resolve_unavailable(E, id, who, note, record, err, errlen);
+  /* As a retry does: under another process's lock what is committed may change before this
+   * batch is (a resolve or a retry by another server): it is looked at again once it is. */
+  if (record && !take_now && mend_store_has_write_lock(E->store)) return take_later(E, err, errlen);
   double now = mend__entry_time(E, id);
   json_t *row = mend_store_run(E->store, id);
   const char *error = row ? json_string_value(json_object_get(row, "error")) : NULL;
@@ -607,12 +610,12 @@ static int resolve(mend_engine *E, const char *id, const char *who, const char *
 
 int mend_engine_resolve(mend_engine *E, const char *id, const char *who, const char *note,
                         char *err, int errlen) {
-  return resolve(E, id, who, note, 0, err, errlen);
+  return resolve(E, id, who, note, 0, 0, err, errlen);
 }
 
 int mend_engine_resolve_record(mend_engine *E, const char *id, const char *who, const char *note,
-                               char *err, int errlen) {
-  return resolve(E, id, who, note, 1, err, errlen);
+                               int take_now, char *err, int errlen) {
+  return resolve(E, id, who, note, 1, take_now, err, errlen);
 }
 
 /* A breaker's state as committed, from the view (which waits for no lock): 1 and its state, 0

@@ -299,22 +299,26 @@ static void get_history(serve_req *r, const char *id) {
 typedef struct repair_later {
   char *id;
   const char *who;   /* the request's, in its pool: the answer's serve_req does not carry it */
-  int dlq;           /* a dead-letter retry, else a cancel */
+  const char *note;  /* a resolve's, in its pool */
+  int dlq;           /* 1 a dead-letter retry, 2 a resolve, else a cancel */
 } repair_later;
 
 static void cancel_now(serve_req *r, const char *id, int take_now);
 static void dlq_retry_now(serve_req *r, const char *id, int take_now);
+static void resolve_now(serve_req *r, const char *id, const char *note, int take_now);
 
 static void repair_taking(serve_req *r, void *ud) {
   repair_later *k = ud;
   r->who = k->who;
-  if (k->dlq) dlq_retry_now(r, k->id, 1);
+  if (k->dlq == 1) dlq_retry_now(r, k->id, 1);
+  else if (k->dlq == 2) resolve_now(r, k->id, k->note, 1);
   else cancel_now(r, k->id, 1);
 }
 
-static void repair_when_durable(serve_req *r, const char *id, int dlq) {
+static void repair_when_durable(serve_req *r, const char *id, const char *note, int dlq) {
   repair_later *k = h2o_mem_alloc_pool(&r->req->pool, sizeof *k);
   k->id = pool_copy(r, id);
+  k->note = note ? pool_copy(r, note) : NULL;
   k->who = r->who;
   k->dlq = dlq;
   serve_when_durable(r, repair_taking, k);
@@ -325,7 +329,7 @@ static void cancel_now(serve_req *r, const char *id, int take_now) {
   /* In the open batch, answered once it is durable, as a start is. */
   int rc = mend_engine_cancel_record(r->E, id, r->who, take_now, err, sizeof err);
   if (rc < 0) { refused(r, err); return; }
-  if (rc == MEND_REPAIR_TAKE_LATER) { repair_when_durable(r, id, 0); return; }
+  if (rc == MEND_REPAIR_TAKE_LATER) { repair_when_durable(r, id, NULL, 0); return; }
   /* 0: cancelled here (it compensates in this process); 1: its live worker was asked to;
    * 2: recorded for whoever takes it next. */
   static const char *const how[] = {"cancelling", "requested", "recorded"};
@@ -411,12 +415,19 @@ static void dlq_retry_now(serve_req *r, const char *id, int take_now) {
   char err[600] = "";
   int rc = mend_engine_dlq_retry_record(r->E, id, r->who, take_now, err, sizeof err);
   if (rc < 0) refused(r, err);
-  else if (rc == MEND_REPAIR_TAKE_LATER) repair_when_durable(r, id, 1);
+  else if (rc == MEND_REPAIR_TAKE_LATER) repair_when_durable(r, id, NULL, 1);
   else serve_json_durable(r, 202, json_pack("{s:s,s:s}", "id", id, "dlq", "retrying"));
 }
 
-static void dlq_op(serve_req *r, const char *id, const char *op) {
+static void resolve_now(serve_req *r, const char *id, const char *note, int take_now) {
   char err[600] = "";
+  int rc = mend_engine_resolve_record(r->E, id, r->who, note, take_now, err, sizeof err);
+  if (rc < 0) refused(r, err);
+  else if (rc == MEND_REPAIR_TAKE_LATER) repair_when_durable(r, id, note, 2);
+  else serve_json_durable(r, 200, json_pack("{s:s,s:s}", "id", id, "status", "resolved"));
+}
+
+static void dlq_op(serve_req *r, const char *id, const char *op) {
   if (strcmp(op, "retry") == 0) {
     dlq_retry_now(r, id, 0);
     return;
@@ -428,10 +439,7 @@ static void dlq_op(serve_req *r, const char *id, const char *op) {
   json_t *body = serve_body(r);
   if (!body) return;
   const char *note;
-  if (!body_string(r, body, "note", 1, &note)) {
-    if (mend_engine_resolve_record(r->E, id, r->who, note, err, sizeof err)) refused(r, err);
-    else serve_json_durable(r, 200, json_pack("{s:s,s:s}", "id", id, "status", "resolved"));
-  }
+  if (!body_string(r, body, "note", 1, &note)) resolve_now(r, id, note, 0);
   json_decref(body);
 }
 

@@ -1,0 +1,228 @@
+-- Races under another process's lock: `mend serve` and `mend worker --listen` on one SQLite
+-- file, two servers asked the same thing while another process holds the write lock (two
+-- resolves, a resolve and a retry, one key, one new version), a batch that fails under it, a
+-- server stopped under it. Each is answered as docs/http-api.md says, and recorded once.
+local H = require "spec.helper"
+local mend = require "mend"
+
+local S = require "spec.support.serve_harness"
+local workspace, start, stop_all = S.workspace, S.start, S.stop_all
+local hold_write_lock, post_later, status_of = S.hold_write_lock, S.post_later, S.status_of
+local get, post = S.get, S.post
+
+local MEND, q, sh = H.MEND, H.quote, H.shell
+local json = mend.json
+
+local function took(fn)
+  local t0 = H.wall()
+  local a, b, c = fn()
+  return H.wall() - t0, a, b, c
+end
+
+local function waiting_run(base, key)
+  local code, r = post(base, "/api/v1/runs", { workflow = "wait", key = key })
+  assert.are.equal(201, code, json.encode(r))
+  return r.id
+end
+
+local SHIPPING = [[
+return { name = "shipping", steps = {
+  { name = "pack", retry = { max_attempts = 1 },
+    execute = function() error(require("mend").retryable("carrier down")) end } } }
+]]
+local ORDER = [[
+return { name = "order", steps = {
+  { name = "charge", execute = function() return { charged = 5 } end, compensate = function() end },
+  { name = "ship", child = "shipping", input = function(ctx) return { order = 1 } end },
+  { name = "confirm", execute = function() return "ok" end },
+} }
+]]
+
+describe("two servers and a worker under another process's write lock #sqlite", function()
+  after_each(function()
+    stop_all()
+    H.cleanup()
+  end)
+
+  it("two servers' resolves of one dead letter under the lock: one is resolved, the other refused", function()
+    local dir, db = workspace()
+    local id = S.dead_letter(dir, db)
+    local a = start(dir, db)
+    local b = start(dir, db)
+    hold_write_lock(db, 4)
+    os.execute("sleep 0.5")
+    local ra = post_later(dir, a, "/api/v1/dlq/" .. id .. "/resolve", { note = "by alice" }, "ra")
+    local rb = post_later(dir, b, "/api/v1/dlq/" .. id .. "/resolve", { note = "by bob" }, "rb")
+    local ca, ba = ra()
+    local cb, bb = rb()
+    -- without the lock the second one finds the run resolved: 409
+    local codes = { ca, cb }
+    table.sort(codes)
+    local _, history = get(a, "/api/v1/runs/" .. id .. "/history")
+    local notes = {}
+    for _, h in ipairs(history) do
+      if h.event == "operator" then notes[#notes + 1] = h.detail end
+    end
+    assert.are.same({ 200, 409 }, codes, json.encode({ ba, bb, notes }))
+    assert.are.equal(1, #notes, json.encode(notes))
+  end)
+
+  it("a resolve on one server and a retry on another under the lock: not both done", function()
+    local dir, db = workspace()
+    local id, flag = S.dead_letter(dir, db)
+    os.remove(flag)
+    local a = start(dir, db)
+    local b = start(dir, db)
+    hold_write_lock(db, 4)
+    os.execute("sleep 0.5")
+    local rb = post_later(dir, b, "/api/v1/dlq/" .. id .. "/retry", {}, "rb")
+    local ra = post_later(dir, a, "/api/v1/dlq/" .. id .. "/resolve", { note = "by alice" }, "ra")
+    local ca, ba = ra()
+    local cb, bb = rb()
+    os.execute("sleep 1")
+    local st = H.sql(db, "SELECT status FROM runs WHERE id = '" .. id .. "'")[1]
+    local _, history = get(a, "/api/v1/runs/" .. id .. "/history")
+    local ops = {}
+    for _, h in ipairs(history) do
+      if h.event == "operator" then ops[#ops + 1] = h.detail end
+    end
+    -- without the lock, whichever comes second is refused (409)
+    assert.is_true(ca == 409 or cb == 409, json.encode({ ca, ba, cb, bb, st, ops }))
+  end)
+
+  it("a keyed event from the server and `mend signal` under the lock: one event, one sent", function()
+    local dir, db = workspace()
+    local a = start(dir, db)
+    local id = waiting_run(a, "w-cli")
+    hold_write_lock(db, 3)
+    os.execute("sleep 0.5")
+    local out = dir .. "/signal.out"
+    sh(("(%s signal %s payment --key k1 --data 7 --db %s >%s 2>&1; echo rc=$? >>%s) &")
+       :format(MEND, id, q(db), q(out), q(out)))
+    local ans = post_later(dir, a, "/api/v1/runs/" .. id .. "/events", { name = "payment", key = "k1", data = 1 }, "ev")
+    local c, body = ans()
+    H.wait_for("mend signal", function() return H.read(out):match("rc=%d") ~= nil end, 15)
+    local cli = H.read(out)
+    assert.are.same({ "1" }, H.sql(db, "SELECT count(*) FROM inbox WHERE key = 'k1'"))
+    local cli_sent = cli:match("rc=0") and not cli:match("already")
+    local srv_sent = c == 202
+    assert.is_true(c == 200 or c == 202, json.encode(body))
+    assert.is_true((cli_sent and 1 or 0) + (srv_sent and 1 or 0) == 1, cli .. " / " .. json.encode(body))
+  end)
+
+  it("a batch that fails under the lock answers every request attached to it 503", function()
+    local dir, db = workspace()
+    local dead = S.dead_letter(dir, db)
+    local a = start(dir, db)
+    local id = waiting_run(a, "w-fail")
+    local other = waiting_run(a, "w-fail-2")
+    -- the batch fails as a full disk would make it: one of its inserts is refused
+    H.sql(db, "CREATE TRIGGER boom BEFORE INSERT ON inbox WHEN NEW.key = 'boom' " ..
+              "BEGIN SELECT RAISE(ABORT, 'refused'); END")
+    hold_write_lock(db, 3)
+    os.execute("sleep 0.5")
+    local answers = {
+      post_later(dir, a, "/api/v1/runs/" .. id .. "/events", { name = "payment", key = "ok", data = 1 }, "ok"),
+      post_later(dir, a, "/api/v1/dlq/" .. dead .. "/resolve", { note = "n" }, "resolve"),
+      post_later(dir, a, "/api/v1/runs/" .. other .. "/cancel", {}, "cancel"),
+    }
+    os.execute("sleep 0.3")
+    answers[#answers + 1] = post_later(dir, a, "/api/v1/runs/" .. id .. "/events",
+                                       { name = "payment", key = "boom", data = 2 }, "boom")
+    for i, ans in ipairs(answers) do
+      local c, body = ans()
+      assert.are.equal(503, c, i .. ": " .. json.encode(body))
+    end
+    assert.are.same({ "0" }, H.sql(db, "SELECT count(*) FROM inbox"))
+    assert.are.same({ "needs_attention" }, H.sql(db, "SELECT status FROM runs WHERE id = '" .. dead .. "'"))
+  end)
+
+  it("a server stopped while requests wait for the lock tells none of them done that is not", function()
+    local dir, db = workspace()
+    local dead = S.dead_letter(dir, db)
+    local a, pid = start(dir, db)
+    local id = waiting_run(a, "w-stop")
+    hold_write_lock(db, 8)
+    os.execute("sleep 0.5")
+    local ev = post_later(dir, a, "/api/v1/runs/" .. id .. "/events", { name = "payment", key = "k", data = 1 }, "ev")
+    local res = post_later(dir, a, "/api/v1/dlq/" .. dead .. "/resolve", { note = "n" }, "res")
+    os.execute("sleep 0.5")
+    os.execute("kill -TERM " .. pid)
+    local c1, b1 = ev()
+    local c2, b2 = res()
+    H.wait_for("the server to stop", function() return not os.execute("kill -0 " .. pid .. " 2>/dev/null") end, 15)
+    os.execute("sleep 8")
+    local kept = H.sql(db, "SELECT count(*) FROM inbox")[1]
+    local st = H.sql(db, "SELECT status FROM runs WHERE id = '" .. dead .. "'")[1]
+    assert.is_true(c1 ~= 202 or kept == "1")
+    assert.is_true(c2 ~= 200 or st == "resolved")
+  end)
+
+  it("a worker --listen answers reads while a cancel of a run it holds parked waits for the lock", function()
+    local dir, db = workspace()
+    local base = start(dir, db, "--listen 127.0.0.1:0 --poll 0.05", "worker")
+    local id = waiting_run(base, "w-parked")
+    H.wait_for("the run to wait", function()
+      return H.sql(db, "SELECT status FROM steps WHERE run_id = '" .. id .. "' AND name = 'paid'")[1] == "waiting"
+    end, 10)
+    os.execute("sleep 2.5")   -- parked after park_after (1 s)
+    hold_write_lock(db, 5)
+    os.execute("sleep 0.5")
+    -- a start waits for the lock: the writer thread retries its batch meanwhile
+    local started = post_later(dir, base, "/api/v1/runs", { workflow = "hello", input = { to = "x" } }, "start")
+    os.execute("sleep 0.3")
+    local t0 = took(function() return get(base, "/api/v1") end)
+    local cancel = post_later(dir, base, "/api/v1/runs/" .. id .. "/cancel", {}, "cancel")
+    os.execute("sleep 0.2")
+    local t = took(function() return get(base, "/api/v1") end)
+    local c, body, waited = cancel()
+    assert.are.equal(201, (started()))
+    assert.is_true(c == 202, json.encode(body))
+    assert.is_true(t < 1, "GET /api/v1 while the cancel waited took " .. t .. " s (before it: " .. t0 ..
+                   " s; the cancel " .. waited .. " s)")
+  end)
+
+  it("the first start of a new version with one key on two servers under the lock: one run", function()
+    local dir, db = workspace()
+    local a = start(dir, db)
+    local b = start(dir, db)
+    hold_write_lock(db, 3)
+    os.execute("sleep 0.5")
+    local ra = post_later(dir, a, "/api/v1/runs", { workflow = "refund", input = {}, key = "same" }, "ra")
+    local rb = post_later(dir, b, "/api/v1/runs", { workflow = "refund", input = {}, key = "same" }, "rb")
+    local ca, ba = ra()
+    local cb, bb = rb()
+    local codes = { ca, cb }
+    table.sort(codes)
+    assert.are.same({ 200, 201 }, codes, json.encode({ ba, bb }))
+    assert.are.equal(ba.id, bb.id)
+    assert.are.same({ "1" }, H.sql(db, "SELECT count(*) FROM runs"))
+    assert.are.same({ "1" }, H.sql(db, "SELECT count(*) FROM workflow_versions"))
+    assert.are.same({ "0" }, H.sql(db, "SELECT count(*) FROM runs r LEFT JOIN workflow_versions v " ..
+                                       "ON v.id = r.workflow_version WHERE v.id IS NULL"))
+  end)
+
+  it("a worker --listen takes a keyed event sent twice under the lock to a run it holds once", function()
+    local dir, db = workspace()
+    local base = start(dir, db, "--listen 127.0.0.1:0 --poll 0.05", "worker")
+    local id = waiting_run(base, "w-held")
+    H.wait_for("the run to wait", function()
+      return H.sql(db, "SELECT status FROM steps WHERE run_id = '" .. id .. "' AND name = 'paid'")[1] == "waiting"
+    end, 10)
+    hold_write_lock(db, 3)
+    os.execute("sleep 0.5")
+    local e1 = post_later(dir, base, "/api/v1/runs/" .. id .. "/events", { name = "payment", key = "p", data = { amount = 5 } }, "e1")
+    local e2 = post_later(dir, base, "/api/v1/runs/" .. id .. "/events", { name = "payment", key = "p", data = { amount = 6 } }, "e2")
+    local c1, b1 = e1()
+    local c2, b2 = e2()
+    local codes = { c1, c2 }
+    table.sort(codes)
+    assert.are.same({ 200, 202 }, codes, json.encode({ b1, b2 }))
+    H.wait_for("the run to succeed", function() return status_of(base, id) == "succeeded" end, 10)
+    local _, run = get(base, "/api/v1/runs/" .. id)
+    local ship
+    for _, st in ipairs(run.steps) do if st.name == "ship" then ship = st.result end end
+    assert.are.same({ amount = c1 == 202 and 5 or 6 }, ship)
+    assert.are.same({ "1" }, H.sql(db, "SELECT count(*) FROM inbox"))
+  end)
+end)
