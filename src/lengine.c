@@ -19,6 +19,7 @@
 #include <math.h>
 #include <lauxlib.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,6 +135,20 @@ static int host_item(lua_State *L) {
   return lua_type(L, -1) == LUA_TSTRING && !strchr(lua_tostring(L, -1), ',');
 }
 
+static void sigpipe_nothing(int sig) { (void)sig; }
+
+void mend_lua_quiet_sigpipe(void) {
+  struct sigaction now;
+  if (sigaction(SIGPIPE, NULL, &now) != 0 || now.sa_handler != SIG_DFL ||
+      (now.sa_flags & SA_SIGINFO))
+    return;
+  struct sigaction quiet = {0};
+  quiet.sa_handler = sigpipe_nothing;
+  quiet.sa_flags = SA_RESTART;
+  sigemptyset(&quiet.sa_mask);
+  sigaction(SIGPIPE, &quiet, NULL);
+}
+
 static int cpu_item(lua_State *L) {
   if (!lua_isinteger(L, -1)) return 0;
   lua_pushfstring(L, "%I", lua_tointeger(L, -1));
@@ -244,6 +259,7 @@ int mend__lengine_new(lua_State *L) {
     cfg.open_module = mend_lua_open;
     cfg.lua_path = mend_lua_dir_default();
   }
+  mend_lua_quiet_sigpipe();   /* a Lua host (lua5.4 with require "mend") has no main.c */
   engine_box *b = lua_newuserdatauv(L, sizeof *b, 0);
   *b = (engine_box){.alert_ref = LUA_NOREF, .log_ref = LUA_NOREF, .owned = owned};
   lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);

@@ -10,6 +10,12 @@
 
 #include "lerror.h"
 
+/* SIGPIPE made harmless for this process when it is at its default (a handler that does
+ * nothing, not SIG_IGN, which a process started by io.popen or os.execute would inherit):
+ * a write to a pipe whose reader went away then fails with EPIPE, which mend handles, instead
+ * of killing the process without a word. A host's own handler or SIG_IGN is left as it is. */
+void mend_lua_quiet_sigpipe(void);
+
 /* Opens mend.core (pushes the module table) and registers its metatables. */
 int mend_lua_open(lua_State *L);
 /* The engine of the engine userdata at idx (raises if it is not one, or is closed). */

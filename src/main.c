@@ -82,9 +82,9 @@ int main(int argc, char **argv) {
   signal(SIGXFSZ, SIG_IGN);
   /* A child that exits without reading its stdin (an alert command that does not read the
    * alert, a mend.exec given input it does not want) or a stdout whose reader went away would
-   * kill a worker without a word; ignored, the write fails with EPIPE, which each of them
-   * handles (print.c drops what stdout cannot take). */
-  signal(SIGPIPE, SIG_IGN);
+   * kill a worker without a word; caught, the write fails with EPIPE, which each of them
+   * handles (src/engine/print.c drops what stdout cannot take). */
+  mend_lua_quiet_sigpipe();
   mend_store_quiet_memstatus();
   lua_State *L = luaL_newstate();
   if (!L) {

@@ -529,10 +529,11 @@ function Session:helpers(env)
       name = f.use(name)
     elseif not eng:loaded_version(name) and not name:find("/", 1, true) then
       -- as `mend start NAME` finds workflows/NAME.lua: start("playground") in a fresh session
-      local fh = io.open("workflows/" .. name .. ".lua", "rb")
-      if fh then
+      local file = "workflows/" .. name .. ".lua"
+      local fh = io.open(file, "rb")
+      if fh then   -- the file, never ./NAME (a folder named so); its workflow, by its own name
         fh:close()
-        f.use(name)
+        name = eng:load(file)
       end
     end
     local id, existed = eng:start(name, input or {}, opts)

@@ -36,6 +36,17 @@ static mend_workflow *adopt(mend_engine *E, mend_workflow *wf) {
   return wf;
 }
 
+/* Whether a message Lua raised names the file: luaO_chunkid shows "@path" as path, or, past
+ * LUA_IDSIZE, as "..." and the path's tail. */
+static int names_file(const char *why, const char *path) {
+  size_t n = strlen(path);
+  if (strncmp(why, path, n) == 0 && why[n] == ':') return 1;
+  if (strncmp(why, "...", 3) != 0) return 0;
+  const char *colon = strchr(why + 3, ':');
+  size_t tail = colon ? (size_t)(colon - why - 3) : 0;
+  return tail > 0 && tail <= n && strncmp(path + n - tail, why + 3, tail) == 0;
+}
+
 /* Runs a workflow's text (its top level, under the engine's limits and, in a sandboxed engine,
  * in an environment of its own) and checks the definition it returns. `path` names it in
  * messages and is where its `require` looks in a sandbox. */
@@ -72,15 +83,14 @@ static mend_workflow *load_text(mend_engine *E, const char *text, size_t len, co
       mend_errorf(err, errlen, "%s: exceeded the memory limit (%zu bytes) while it loaded", path,
                   E->cfg.memory_limit);
     else {
-      /* Lua puts the file name and line in front of a string raised as it loads; a table (a
-       * mend.fatal, an object with __tostring) says nothing of where it came from, nor does
-       * the refusal of a binary chunk. */
-      int positioned = lua_type(L, -1) == LUA_TSTRING &&
-                       !(len >= 4 && memcmp(text, LUA_SIGNATURE, 4) == 0);   /* a binary chunk */
+      /* Lua puts the file name and line in front of most strings raised as it loads, but not
+       * of error(msg, 0) or error(msg, 2), nor of its refusal of a binary chunk; a table (a
+       * mend.fatal, an object with __tostring) says nothing of where it came from. */
+      int is_string = lua_type(L, -1) == LUA_TSTRING;
       E->loading_code++;   /* the error's __tostring is the file's code too */
       const char *why = mend__describe(E, NULL, L, -1, text_of, sizeof text_of, NULL);
       E->loading_code--;
-      if (positioned) mend_errorf(err, errlen, "%s", why);
+      if (is_string && names_file(why, path)) mend_errorf(err, errlen, "%s", why);
       else mend_errorf(err, errlen, "%s: %s", path, why);
     }
     lua_settop(L, top);
