@@ -209,6 +209,12 @@ int mend_engine_host_call(lua_State *L, const char *name, int first_arg, char *e
     r->cold->host_call = NULL;
     json_t *result = call->result, *error = call->error;
     free(call);
+    if (!(E->owned_state && E->cfg.memory_limit > 0)) {   /* nothing but the machine's end raises */
+      push_answer(L, result, error);
+      json_decref(result);
+      json_decref(error);
+      return 1;
+    }
     /* Protected, so that the answer's document is freed also when making it a Lua value
      * raises (the memory limit): it leaked, with the call, at each answer too large. */
     lua_pushcfunction(L, push_answer_protected);
