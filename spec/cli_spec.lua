@@ -488,7 +488,8 @@ return { name = "latin", steps = {
       assert.are.equal(last_lines(full, 3), last_lines(tail, 3))
       assert.truthy(last_lines(tail, 3):find("+", 1, true), tail)
       for _, args in ipairs { { "--after", "-1" }, { "--after", "x" }, { "--limit", "0" },
-                              { "--tail", "2", "--limit", "3" }, { "--after", "1", "--chart" } } do
+                              { "--tail", "2", "--limit", "3" }, { "--after", "1", "--chart" },
+                              { "--chart", "--step", "charge" } } do
         code, out, err = mend("history", id, "--db", db, table.unpack(args))
         assert.are.equal(2, code, table.concat(args, " ") .. ": " .. out)
         assert.matches("%-%-" .. args[1]:sub(3), err)

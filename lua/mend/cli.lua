@@ -342,6 +342,7 @@ end
 -- has), so that a long run costs its pages' memory, not its whole history's.
 local function cmd_history(o, id)
   if o.chart and o.json then usage_error("history", "--chart and --json draw the run two ways: give one") end
+  if o.chart and o.step then usage_error("history", "--chart draws every step: give it without --step") end
   local most = mend.history_page_max
   local tail = page_flag(o, "tail", 1, most)
   local limit = page_flag(o, "limit", 1, most)
