@@ -15,19 +15,7 @@ local function json_of(db, args)
 end
 
 -- A saga whose refund fails while the flag file exists.
-local REFUND = [[
-local mend = require "mend"
-return { name = "refund", compensate_retry = { max_attempts = 2, initial = 0.01, jitter = 0 },
-  steps = {
-    { name = "reserve", execute = function() return "r" end, compensate = function() end },
-    { name = "charge", breaker = "psp", execute = function() return "c" end,
-      compensate = function(ctx)
-        local f = io.open(ctx.input.flag)
-        if f then f:close(); error(mend.retryable("refund service down")) end
-      end },
-    { name = "ship", execute = function() error(mend.fatal("no courier")) end },
-  } }
-]]
+local REFUND = require("spec.support.serve_harness").REFUND
 
 local function setup()
   local dir = H.tmp_dir()
