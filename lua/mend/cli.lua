@@ -955,8 +955,9 @@ local commands = {
            "                   mend_engine_new's (README: Limits and sandbox), its allocations\n" ..
            "                   and C work charged to --instruction-budget\n" ..
            "  --memory-limit N bytes the workflow's code may hold (with --sandbox)\n\n" ..
-           "Exit codes: 0 succeeded, 3 compensated or failed, 4 needs attention (dead-letter\n" ..
-           "queue), 1 mend failed (load, storage or input error), 2 usage error.\n",
+           "Exit codes: 0 succeeded, 3 compensated or failed (or, with --key, a run a person\n" ..
+           "resolved), 4 needs attention (dead-letter queue), 1 mend failed (load, storage or\n" ..
+           "input error), 2 usage error.\n",
     action = cmd_run,
   },
   status = {
@@ -1069,8 +1070,9 @@ local commands = {
     args = { "RUN" },
     flags = { db = "value", timeout = "value", json = "switch" },
     usage = "mend wait RUN [--db PATH] [--timeout S] [--json]",
-    help = "Blocks until the run ends and exits with its outcome: 0 succeeded, 3 compensated\n" ..
-           "or failed, 4 needs attention; 1 if --timeout passed first.\n\n" .. DB_HELP ..
+    help = "Blocks until the run ends and exits with its outcome: 0 succeeded, 3 compensated,\n" ..
+           "failed or resolved by a person, 4 needs attention; 1 if --timeout passed first.\n\n" ..
+           DB_HELP ..
            "  --timeout S      give up after S seconds\n" ..
            "  --json           print the final status as JSON\n",
     action = cmd_wait,

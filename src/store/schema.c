@@ -214,7 +214,8 @@ const char *const mend__query_sql[Q__COUNT] = {
     " r.attention, r.reason, r.owner,"
     " (SELECT w.lease_until FROM workers w WHERE w.owner = r.owner) AS lease_until,"
     " r.created, r.updated, coalesce(r.step_names, v.step_names) AS step_names,"
-    " nullif(r.cancel_requested, 0) AS cancel_requested, r.unavailable, r.parent_run,"
+    " CASE WHEN r.status = 'running' THEN nullif(r.cancel_requested, 0) END AS cancel_requested,"
+    " r.unavailable, r.parent_run,"
     " r.parent_step"
     " FROM runs r LEFT JOIN workflow_versions v ON v.id = r.workflow_version WHERE r.id = ?1",
   [Q_STEPS] =

@@ -145,7 +145,8 @@ static const char SQL_RUN[] =
   " coalesce(r.source, v.source) AS source, r.run_key AS key, r.status, r.input, r.error,"
   " r.attention, r.reason, r.owner, " LEASE_UNTIL ","
   " r.created, r.updated, coalesce(r.step_names, v.step_names) AS step_names,"
-  " nullif(r.cancel_requested, 0) AS cancel_requested, r.unavailable, r.parent_run,"
+  " CASE WHEN r.status = 'running' THEN nullif(r.cancel_requested, 0) END AS cancel_requested,"
+  " r.unavailable, r.parent_run,"
   " r.parent_step"
   " FROM runs r LEFT JOIN workflow_versions v ON v.id = r.workflow_version WHERE r.id = $1";
 
