@@ -103,5 +103,52 @@ return { name = "busy", steps = {
     assert.is_nil(text:find("only a running run can be cancelled", 1, true))
     assert.is_nil(st.cancel_requested, "an ended run still says a cancel waits")
   end)
-end)
 
+  it("returns from `mend cancel` of a parent whose child is in the dead-letter queue", function()
+    local dir = H.tmp_dir()
+    H.write_file(dir, "shipping.lua", [[
+local mend = require "mend"
+return { name = "shipping", steps = {
+  { name = "pack", execute = function() return 1 end, compensate = function() end },
+  { name = "label", execute = function() error(mend.compensable("printer jam", { severity = 3 })) end },
+} }]])
+    H.write_file(dir, "order.lua", [[
+return { name = "order", steps = {
+  { name = "charge", execute = function() return 1 end, compensate = function() end },
+  { name = "ship", child = "shipping", input = function() return {} end },
+} }]])
+    local db = H.new_db(dir, "jobs.db")
+    local rc, out, err = mend_in(dir, db, "start order --workflows .")
+    assert.are.equal(0, rc, err)
+    local id = out:match("(%S+)")
+    local p = io.popen(("cd %s && sh -c 'exec %s worker --workflows . --poll 0.02 --db %s"
+      .. " >/dev/null 2>&1' & echo $!"):format(q(dir), MEND, q(db)))
+    local worker = p:read("l")
+    p:close()
+    H.wait_for("the child in the dead-letter queue", function()
+      local _, o = mend_in(nil, db, "dlq --json")
+      local ok, list = pcall(json.decode, o)
+      return ok and type(list) == "table" and #list == 1
+    end, 20)
+    os.execute("kill -TERM " .. worker .. "; while kill -0 " .. worker .. " 2>/dev/null; do sleep 0.05; done")
+    local t0 = H.wall()
+    local errfile = dir .. "/cancel.err"
+    local ok, _, code = os.execute(("cd %s && timeout 15 %s cancel %s --db %s >%s 2>%s")
+      :format(q(dir), MEND, id, q(db), q(dir .. "/cancel.out"), q(errfile)))
+    assert.are_not.equal(124, code, "mend cancel did not return in 15 s: " .. H.read(errfile))
+    assert.is_true(H.wall() - t0 < 14)
+    assert.matches("waits for its child run %S+, in the dead%-letter queue", H.read(dir .. "/cancel.out"))
+    -- the child repaired by hand, a worker carries the parent on to its end
+    local child = json.decode(select(2, mend_in(nil, db, "dlq --json")))[1].run_id
+    rc, out, err = mend_in(nil, db, "dlq resolve " .. child .. " --note 'label voided by hand'")
+    assert.are.equal(0, rc, err)
+    p = io.popen(("cd %s && sh -c 'exec %s worker --workflows . --poll 0.02 --db %s"
+      .. " >/dev/null 2>&1' & echo $!"):format(q(dir), MEND, q(db)))
+    worker = p:read("l")
+    p:close()
+    rc, out, err = mend_in(nil, db, "wait " .. id .. " --timeout 20")
+    os.execute("kill -TERM " .. worker)
+    assert.are.equal(3, rc, out .. err)
+    assert.are.equal("compensated", json.decode(select(2, mend_in(nil, db, "status " .. id .. " --json"))).status)
+  end)
+end)

@@ -650,6 +650,18 @@ local function cmd_cancel(o, id)
           .. " recorded: the worker that next takes the run cancels it\n", id, why or "?")
       return EXIT_OK
     end
+    -- going back, it first waits for its child's undoing; a child in the dead-letter queue waits
+    -- for a person, and this process would wait with it for ever
+    local st = run_status(eng, id)
+    for _, c in ipairs(st.children or {}) do
+      if c.status == "needs_attention" then
+        print_outcome(st)
+        out("run %s waits for its child run %s, in the dead-letter queue, to be undone: repair"
+            .. " it (mend dlq retry %s, or resolve it); a worker carries the run on then\n",
+            id, c.run_id, c.run_id)
+        return EXIT_OK
+      end
+    end
     eng:run()
     print_outcome(run_status(eng, id))
     return EXIT_OK
