@@ -1,7 +1,8 @@
 /*
  * flatjson: a flat JSON object (keys to strings, integers, reals, booleans and null: the shape
  * of the engine's events and alerts) as the text jansson's json_dumps(v, JSON_COMPACT) writes,
- * into a buffer the caller keeps from one object to the next. Header of flatjson.c.
+ * into a buffer the caller keeps from one object to the next. Header of flatjson.c, which
+ * must never write other bytes than json_dumps.
  */
 #ifndef MEND_FLATJSON_H
 #define MEND_FLATJSON_H

@@ -1,6 +1,7 @@
 /*
  * utf8: UTF-8 as jansson accepts it, for texts the engine writes into JSON (events, alerts,
- * logs, the HTTP API) whose bytes come from what workflow code raised. Header of utf8.c.
+ * logs, the HTTP API) whose bytes come from what workflow code raised. Header of utf8.c, which
+ * must never change a text that is valid.
  */
 #ifndef MEND_UTF8_H
 #define MEND_UTF8_H
