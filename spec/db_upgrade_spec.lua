@@ -20,28 +20,6 @@ local function run(dir, db, key)
   return rc, out
 end
 
--- The runs table as a file of schema 15 has it once this mend opened it: run_key's UNIQUE is
--- the column's (its rows and their rowids as they were).
-local AS_SCHEMA_15 = [[
-BEGIN;
-CREATE TABLE r15(id TEXT PRIMARY KEY, workflow TEXT NOT NULL, version TEXT, source TEXT,
-  run_key TEXT UNIQUE, status TEXT NOT NULL, input TEXT, error TEXT,
-  attention INTEGER NOT NULL DEFAULT 0, reason TEXT, owner TEXT, lease_until REAL,
-  cancel_requested INTEGER NOT NULL DEFAULT 0, created REAL, updated REAL, step_names TEXT,
-  workflow_version INTEGER, unavailable TEXT, parent_run TEXT, parent_step TEXT);
-INSERT INTO r15(rowid, id, workflow, version, source, run_key, status, input, error, attention,
-  reason, owner, lease_until, cancel_requested, created, updated, step_names, workflow_version,
-  unavailable, parent_run, parent_step) SELECT rowid, id, workflow, version, source, run_key,
-  status, input, error, attention, reason, owner, lease_until, cancel_requested, created,
-  updated, step_names, workflow_version, unavailable, parent_run, parent_step FROM runs;
-DROP TABLE runs;
-ALTER TABLE r15 RENAME TO runs;
-CREATE INDEX runs_live ON runs(created) WHERE status IN ('running', 'compensating');
-CREATE INDEX runs_cancel ON runs(owner) WHERE cancel_requested = 1;
-CREATE INDEX runs_free ON runs(created) WHERE owner IS NULL AND status IN ('running', 'compensating');
-CREATE INDEX runs_parent ON runs(parent_run) WHERE parent_run IS NOT NULL;
-UPDATE meta SET value = 'column' WHERE key = 'runs_key_layout';
-COMMIT;]]
 
 describe("mend db upgrade #sqlite", function()
   after_each(H.cleanup)
@@ -66,7 +44,7 @@ describe("mend db upgrade #sqlite", function()
     local k1 = H.sql(db, "SELECT id FROM runs WHERE run_key = 'k1'")[1]
     assert.are.equal(0, (run(dir, db)))
     assert.are.equal(0, (run(dir, db, "k2")))
-    H.sql(db, AS_SCHEMA_15)
+    H.runs_key_column(db)
     assert.are.equal("column", layout(db))
     local before = rows(db)
 
