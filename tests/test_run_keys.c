@@ -356,7 +356,7 @@ static double now_s(void) {
 static void test_killed(void) {
   const char *timed = file_in_dir("timed.db");
   make_v15(timed);
-  add_runs(timed, 200000);
+  add_runs(timed, 100000);
   char err[512] = "";
   double t0 = now_s();
   CHECK_EQ_INT(mend_store_upgrade_run_keys(timed, 0, err, sizeof err), MEND_RUN_KEYS_UPGRADED);
@@ -367,7 +367,7 @@ static void test_killed(void) {
     snprintf(name, sizeof name, "killed%d.db", k);
     const char *path = file_in_dir(name);
     make_v15(path);
-    add_runs(path, 200000);
+    add_runs(path, 100000);
     mend_store_close(mend_store_open(path, MEND_DURABILITY_FULL, err, sizeof err));
     char *before = file_text(path, ORDER);
     pid_t pid = fork();
@@ -397,7 +397,7 @@ static void test_killed(void) {
     /* and the upgrade given again finishes it */
     CHECK(mend_store_upgrade_run_keys(path, 0, err, sizeof err) != MEND_RUN_KEYS_FAILED);
   }
-  printf("run_keys: the rebuild of 200k runs took %.2f s; killed before its commit %d times of 4\n",
+  printf("run_keys: the rebuild of 100k runs took %.2f s; killed before its commit %d times of 4\n",
          took, before_commit);
 }
 
