@@ -129,11 +129,13 @@ describe("mend copy", function()
     H.write_file(dir, "ok.lua", WORKFLOWS["ok.lua"])
     for _, layout in ipairs{ "column", "partial" } do
       local src = dir .. "/" .. layout .. ".db"
-      local rc, out = mend("run", dir .. "/ok.lua", "--clock", "virtual", "--db", src, "--key", "k1")
+      local rc, out = mend("run", dir .. "/ok.lua", "--clock", "virtual", "--db", src,
+                           "--key", "k1")
       assert.are.equal(0, rc, out)
       assert.are.equal(0, (mend("run", dir .. "/ok.lua", "--clock", "virtual", "--db", src)))
       if layout == "column" then H.runs_key_column(src) end
-      assert.are.same({ layout }, H.sql(src, "SELECT value FROM meta WHERE key = 'runs_key_layout'"))
+      assert.are.same({ layout },
+                      H.sql(src, "SELECT value FROM meta WHERE key = 'runs_key_layout'"))
       local k1 = H.sql(src, "SELECT id FROM runs WHERE run_key = 'k1'")[1]
       local to = H.new_db()
       rc, out = mend("copy", "--from", src, "--to", to, "--json")

@@ -8,7 +8,9 @@ local MEND, q, sh = H.MEND, H.quote, H.shell
 
 local OK = [[return { name = "ok", steps = { { name = "a", execute = function() return 1 end } } }]]
 
-local function layout(db) return H.sql(db, "SELECT value FROM meta WHERE key = 'runs_key_layout'")[1] end
+local function layout(db)
+  return H.sql(db, "SELECT value FROM meta WHERE key = 'runs_key_layout'")[1]
+end
 local function rows(db)
   return H.sql(db, "SELECT group_concat(id || ':' || coalesce(run_key, '-'), ' ')"
                    .. " FROM (SELECT id, run_key FROM runs ORDER BY rowid)")[1]

@@ -127,7 +127,8 @@ static void make_v15(const char *path) {
   sqlite3 *db = raw_open(path);
   CHECK_EQ_INT(mend__sqlite_digest_fn(db), SQLITE_OK);
   CHECK_EQ_INT(sqlite3_exec(db, "PRAGMA journal_mode = WAL; BEGIN", NULL, NULL, NULL), SQLITE_OK);
-  for (int v = 0; v < 15; v++) CHECK_EQ_INT(sqlite3_exec(db, mend__migrations[v], NULL, NULL, NULL), SQLITE_OK);
+  for (int v = 0; v < 15; v++)
+    CHECK_EQ_INT(sqlite3_exec(db, mend__migrations[v], NULL, NULL, NULL), SQLITE_OK);
   CHECK_EQ_INT(sqlite3_exec(db,
     "INSERT OR REPLACE INTO meta(key, value) VALUES('schema_version', '15');"
     "PRAGMA user_version = 15;"
@@ -185,7 +186,8 @@ static void test_new_file(void) {
   CHECK(sql && strstr(sql, "UNIQUE INDEX runs_key ON runs(run_key) WHERE run_key IS NOT NULL"));
   free(sql);
   CHECK(key_lookup_uses(path, "runs_key"));
-  CHECK_EQ_INT(file_int(path, "SELECT count(*) FROM runs INDEXED BY runs_key WHERE run_key IS NOT NULL"), 2);
+  CHECK_EQ_INT(file_int(path, "SELECT count(*) FROM runs INDEXED BY runs_key"
+                              " WHERE run_key IS NOT NULL"), 2);
   /* nothing to do on it */
   CHECK_EQ_INT(mend_store_upgrade_run_keys(path, 0, err, sizeof err), MEND_RUN_KEYS_CURRENT);
 }

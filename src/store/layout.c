@@ -31,8 +31,8 @@ static int live_workers(mend_store *s, char *buf, size_t len, int *failed) {
     const char *owner = (const char *)sqlite3_column_text(q, 0);
     int runs = sqlite3_column_int(q, 1);
     if (used < len) {
-      int w = snprintf(buf + used, len - used, "%sworker %s (%d run%s, its lease lasts %.0f s more)",
-                       n ? ", " : "", owner ? owner : "?", runs, runs == 1 ? "" : "s",
+      int w = snprintf(buf + used, len - used,
+                       "%sworker %s (%d run%s, its lease lasts %.0f s more)", n ? ", " : "", owner ? owner : "?", runs, runs == 1 ? "" : "s",
                        sqlite3_column_double(q, 2));
       used = w < 0 ? len : used + (size_t)w;
     }

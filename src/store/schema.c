@@ -7,8 +7,8 @@
  * Schema (version MEND_SCHEMA_VERSION, kept in PRAGMA user_version and in meta):
  *   meta(key TEXT PRIMARY KEY, value TEXT)
  *   runs(id TEXT PRIMARY KEY, workflow TEXT, version TEXT, source TEXT, run_key TEXT (unique:
- *        see runs_key_layout below), status TEXT, input TEXT (JSON), error TEXT, attention INTEGER, reason TEXT (why it
- *        failed for good), owner TEXT (the worker executing it), lease_until REAL (not
+ *        see runs_key_layout below), status TEXT, input TEXT (JSON), error TEXT, attention
+ *        INTEGER, reason TEXT (why it failed for good), owner TEXT (the worker executing it), lease_until REAL (not
  *        written since schema 4: see workers), created REAL, updated REAL, step_names TEXT
  *        (JSON array: its steps, in order), workflow_version INTEGER (since schema 7, where
  *        version, source and step_names are; they are NULL in the run then), unavailable
