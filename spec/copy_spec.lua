@@ -122,6 +122,33 @@ describe("mend copy", function()
     assert.are.same({ "4" }, H.sql(to, "SELECT count(*) FROM runs"))
   end)
 
+  -- A file made before schema 16 keeps run_key's UNIQUE column until mend db upgrade: either
+  -- layout copies alike, and a key stays taken on PostgreSQL.
+  it_pg("copies a file of either run-key layout, its keys still taken", function()
+    local dir = H.tmp_dir()
+    H.write_file(dir, "ok.lua", WORKFLOWS["ok.lua"])
+    for _, layout in ipairs{ "column", "partial" } do
+      local src = dir .. "/" .. layout .. ".db"
+      local rc, out = mend("run", dir .. "/ok.lua", "--clock", "virtual", "--db", src,
+                           "--key", "k1")
+      assert.are.equal(0, rc, out)
+      assert.are.equal(0, (mend("run", dir .. "/ok.lua", "--clock", "virtual", "--db", src)))
+      if layout == "column" then H.runs_key_column(src) end
+      assert.are.same({ layout },
+                      H.sql(src, "SELECT value FROM meta WHERE key = 'runs_key_layout'"))
+      local k1 = H.sql(src, "SELECT id FROM runs WHERE run_key = 'k1'")[1]
+      local to = H.new_db()
+      rc, out = mend("copy", "--from", src, "--to", to, "--json")
+      assert.are.equal(0, rc, out)
+      assert.are.equal(2, json.decode(out:match("(%b{})%s*$")).runs)
+      assert.are.same({ k1 }, H.sql(to, "SELECT id FROM runs WHERE run_key = 'k1'"))
+      rc, out = mend("run", dir .. "/ok.lua", "--clock", "virtual", "--db", to, "--key", "k1")
+      assert.are.equal(0, rc, out)
+      assert.truthy(out:find("names the existing run " .. k1, 1, true), out)
+      assert.are.same({ "2" }, H.sql(to, "SELECT count(*) FROM runs"))
+    end
+  end)
+
   -- A run waiting for its token and a parent waiting for its child, moved while they wait:
   -- the token and the links come along, and workers on PostgreSQL finish both.
   it_pg("moves runs that wait for a token and for a child run, which end on PostgreSQL",

@@ -288,6 +288,32 @@ function H.sql(path, query)
   return lines
 end
 
+-- Gives the SQLite file at path the runs table a file of schema 15 has once this mend opened it
+-- (layout `column`: run_key's UNIQUE is the column's), its rows and their rowids as they were:
+-- what mend db upgrade changes, and every reader must read alike.
+function H.runs_key_column(path)
+  H.sql(path, [[
+BEGIN;
+CREATE TABLE r15(id TEXT PRIMARY KEY, workflow TEXT NOT NULL, version TEXT, source TEXT,
+  run_key TEXT UNIQUE, status TEXT NOT NULL, input TEXT, error TEXT,
+  attention INTEGER NOT NULL DEFAULT 0, reason TEXT, owner TEXT, lease_until REAL,
+  cancel_requested INTEGER NOT NULL DEFAULT 0, created REAL, updated REAL, step_names TEXT,
+  workflow_version INTEGER, unavailable TEXT, parent_run TEXT, parent_step TEXT);
+INSERT INTO r15(rowid, id, workflow, version, source, run_key, status, input, error, attention,
+  reason, owner, lease_until, cancel_requested, created, updated, step_names, workflow_version,
+  unavailable, parent_run, parent_step) SELECT rowid, id, workflow, version, source, run_key,
+  status, input, error, attention, reason, owner, lease_until, cancel_requested, created,
+  updated, step_names, workflow_version, unavailable, parent_run, parent_step FROM runs;
+DROP TABLE runs;
+ALTER TABLE r15 RENAME TO runs;
+CREATE INDEX runs_live ON runs(created) WHERE status IN ('running', 'compensating');
+CREATE INDEX runs_cancel ON runs(owner) WHERE cancel_requested = 1;
+CREATE INDEX runs_free ON runs(created) WHERE owner IS NULL AND status IN ('running', 'compensating');
+CREATE INDEX runs_parent ON runs(parent_run) WHERE parent_run IS NOT NULL;
+UPDATE meta SET value = 'column' WHERE key = 'runs_key_layout';
+COMMIT;]])
+end
+
 -- The mend binary under test ($MEND_BIN, set by ctest).
 H.MEND = os.getenv("MEND_BIN") or "./build/mend"
 

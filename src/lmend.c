@@ -194,6 +194,27 @@ static int l_copy(lua_State *L) {
   return 1;
 }
 
+/* mend.upgrade_db(path [, {despite_leases = true}]) -> "upgraded" | "current" (mend db
+ * upgrade: store.h, mend_store_upgrade_run_keys), or raises with the reason (a worker's lease
+ * lasts, or the file could not be changed: it is as it was).  [-0, +1, e] */
+static int l_upgrade_db(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  int despite = 0;
+  if (!lua_isnoneornil(L, 2)) {
+    luaL_checktype(L, 2, LUA_TTABLE);
+    despite = lua_getfield(L, 2, "despite_leases") != LUA_TNIL && lua_toboolean(L, -1);
+    lua_pop(L, 1);
+  }
+  char err[1024] = "";
+  mend_run_keys_outcome r = mend_store_upgrade_run_keys(path, despite, err, (int)sizeof err);
+  if (r == MEND_RUN_KEYS_HELD || r == MEND_RUN_KEYS_FAILED) {
+    lua_pushstring(L, err);
+    return lua_error(L);
+  }
+  lua_pushstring(L, r == MEND_RUN_KEYS_UPGRADED ? "upgraded" : "current");
+  return 1;
+}
+
 /* mend.core._hear_stop(on) -> "SIGINT" | "SIGTERM" | nil: a worker hears a stop while its
  * workflow files load (guard.h: mend_limits_hear_stop); nil: none heard yet.  [-0, +1, -] */
 static int l_hear_stop(lua_State *L) {
@@ -214,7 +235,8 @@ int mend_lua_open(lua_State *L) {
   static const luaL_Reg funcs[] = {
     {"retryable", l_retryable}, {"fatal", l_fatal}, {"compensable", l_compensable},
     {"is_error", l_is_error}, {"sleep", l_sleep}, {"exec", l_exec}, {"http", l_http}, {"engine", mend__lengine_new},
-    {"isatty", l_isatty}, {"listdir", l_listdir}, {"copy", l_copy}, {"_call", l_call},
+    {"isatty", l_isatty}, {"listdir", l_listdir}, {"copy", l_copy}, {"upgrade_db", l_upgrade_db},
+    {"_call", l_call},
     {"_hear_stop", l_hear_stop}, {NULL, NULL}};
   mend_lerror_open(L);
   mend__lengine_open(L);

@@ -394,6 +394,9 @@ static int upgrade_schema(mend_store *s) {
   }
   for (int v = version; v < MEND_SCHEMA_VERSION; v++)
     if (exec_sql(s, mend__migrations[v], "create schema") != 0) goto fail;
+  /* No process can be running on a file that did not exist: a new one takes run_key's
+   * partial index at once (schema.c, runs_key_layout). */
+  if (version == 0 && exec_sql(s, mend__runs_key_rebuild, "create schema") != 0) goto fail;
   if (version < MEND_SCHEMA_VERSION) {
     char sql[160];
     snprintf(sql, sizeof sql,

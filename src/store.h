@@ -726,6 +726,21 @@ static inline int mend_store_owner_view(mend_store *s, const char *id, char *own
  * ({"runs": n, ...}) or NULL with a message in err (naming no password). src/store/pg/pg_copy.c */
 json_t *mend_store_copy(const char *from, const char *to, char *err, int errlen);
 
+/* `mend db upgrade`: what became of a SQLite file's run keys (src/store/layout.c). */
+typedef enum {
+  MEND_RUN_KEYS_UPGRADED,   /* runs_key is partial now: the table was made again */
+  MEND_RUN_KEYS_CURRENT,    /* partial already (new files, PostgreSQL): nothing done */
+  MEND_RUN_KEYS_HELD,       /* refused: a worker's lease on the file lasts (err names them) */
+  MEND_RUN_KEYS_FAILED      /* err says why; the file is as it was */
+} mend_run_keys_outcome;
+
+/* Makes run_key's uniqueness in the SQLite store at `path` a partial index (schema.c,
+ * runs_key_layout), as a new file has it: in one transaction, rowids, keys and every other
+ * column and index kept. A mend before schema 16 still running on the file fails every start
+ * after it, so it is refused while any worker's lease lasts, unless `despite_leases`. */
+mend_run_keys_outcome mend_store_upgrade_run_keys(const char *path, int despite_leases, char *err,
+                                                  int errlen);
+
 static inline int mend_store_put_token(mend_store *s, const char *digest, const char *run_id, const char *step, int attempt, double made) {
   return MEND_STORE_M(s)->put_token(s, digest, run_id, step, attempt, made);
 }

@@ -577,6 +577,20 @@ local function cmd_copy(o)
   return EXIT_OK
 end
 
+-- mend db upgrade: the file's own layout made current (run keys: a partial index), which the
+-- automatic upgrade at open leaves to a person, since older mends on the file do not survive it.
+local function cmd_db_upgrade(o)
+  existing_db(o.db)
+  local how = mend.upgrade_db(o.db, { despite_leases = o["despite-leases"] })
+  if how == "current" then out("%s: run keys are a partial index already\n", o.db)
+  else out("%s: run keys are a partial index now (the runs table was made again)\n", o.db) end
+  return EXIT_OK
+end
+
+local function cmd_db(_, sub)
+  usage_error("db", sub and ("unknown db command %s"):format(sub) or "give a db command: upgrade")
+end
+
 -- The version `mend upgrade` moves runs to: the one the file given has (loading it here
 -- records it with the runs it takes), the one --to names (a prefix is enough), or the newest
 -- the store knows.
@@ -1202,6 +1216,31 @@ local commands = {
            "  --file PATH      the version in this workflow file\n",
     action = cmd_upgrade,
   },
+  db = {
+    args = {},
+    optional = { "COMMAND" },
+    flags = {},
+    usage = "mend db upgrade [--db PATH] [--despite-leases]",
+    help = "Changes to the database file itself: 'mend db upgrade' (see its --help).\n",
+    action = cmd_db,
+  },
+  ["db upgrade"] = {
+    args = {},
+    flags = { db = "value", ["despite-leases"] = "switch" },
+    usage = "mend db upgrade [--db PATH] [--despite-leases]",
+    help = "Brings a SQLite file made by a mend before schema 16 to the layout a new file has:\n" ..
+           "run keys (--key) unique by an index of the runs that have one, instead of a\n" ..
+           "column's index with an entry for every run (a start writes less). Opening a file\n" ..
+           "never does this by itself: the runs table is made again, and a mend before\n" ..
+           "schema 16 still running on the file would fail every start after it. Stop every\n" ..
+           "mend running on the file first: refused while a worker's lease on it lasts,\n" ..
+           "naming the workers. One transaction: stopped or failed, the file is as it was.\n" ..
+           "Rows, their order and keys are kept. Nothing to do on a new file or PostgreSQL.\n\n" ..
+           DB_HELP ..
+           "  --despite-leases upgrade while workers hold leases (every one of them must be\n" ..
+           "                   a mend of schema 16 or later)\n",
+    action = cmd_db_upgrade,
+  },
   runs = {
     args = {},
     flags = { db = "value", json = "switch", status = "value", workflow = "value",
@@ -1307,6 +1346,7 @@ Commands:
   upgrade RUN   move unfinished runs to another version (--workflow W, --to V, --file F)
   prune         remove runs that ended long ago (--older-than 30d, --dry-run)
   copy          copy a SQLite store into a new PostgreSQL one (--from, --to)
+  db upgrade    give an older SQLite file a new one's layout (stop older mends first)
   repl          an interactive shell: use a workflow, start, advance the clock, inspect
 
 Run 'mend <command> --help' for a command's options; 'mend --version' prints the version.
@@ -1400,6 +1440,7 @@ local function dispatch(args)
   if name == "dlq" and (args[2] == "retry" or args[2] == "resolve") then
     name, first = "dlq " .. args[2], 3
   end
+  if name == "db" and args[2] == "upgrade" then name, first = "db upgrade", 3 end
   local cmd = commands[name]
   if not cmd then usage_error(nil, "unknown command %s", name) end
   local opts, positional = parse(name, args, first)

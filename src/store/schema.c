@@ -6,9 +6,9 @@
  *
  * Schema (version MEND_SCHEMA_VERSION, kept in PRAGMA user_version and in meta):
  *   meta(key TEXT PRIMARY KEY, value TEXT)
- *   runs(id TEXT PRIMARY KEY, workflow TEXT, version TEXT, source TEXT, run_key TEXT UNIQUE,
- *        status TEXT, input TEXT (JSON), error TEXT, attention INTEGER, reason TEXT (why it
- *        failed for good), owner TEXT (the worker executing it), lease_until REAL (not
+ *   runs(id TEXT PRIMARY KEY, workflow TEXT, version TEXT, source TEXT, run_key TEXT (unique:
+ *        see runs_key_layout below), status TEXT, input TEXT (JSON), error TEXT, attention
+ *        INTEGER, reason TEXT (why it failed for good), owner TEXT (the worker executing it), lease_until REAL (not
  *        written since schema 4: see workers), created REAL, updated REAL, step_names TEXT
  *        (JSON array: its steps, in order), workflow_version INTEGER (since schema 7, where
  *        version, source and step_names are; they are NULL in the run then), unavailable
@@ -69,6 +69,13 @@
  *        transition's error, as steps.error_kind (NULL for other rows), in history_named too
  *   runs also has cancel_requested INTEGER: a cancel asked for by another process (indexed by
  *        owner where set)
+ *   meta.runs_key_layout (schema 16): how run_key is kept unique. `column`: the UNIQUE column
+ *        of schema 1, whose index holds an entry for every run, with a key or not (files made
+ *        before schema 16); `partial`: runs_key, a unique index of the runs that have a key
+ *        (as on PostgreSQL), which a new file has from birth. A file goes from one to the
+ *        other only on purpose (mend_store_upgrade_run_keys, `mend db upgrade`): the table is
+ *        made again, and a mend before schema 16 still running on the file would fail every
+ *        start after it. The statements below work on both.
  * Nullable text fields are passed as NULL; a delay or due time of < 0 is stored as NULL.
  */
 #include "store_int.h"
@@ -78,10 +85,14 @@
   "seq, run_id, step, at, event, from_status AS \"from\", to_status AS \"to\", attempt, error," \
   " error_kind, delay, detail, worker FROM history_named"
 
+/* The target of a start's ON CONFLICT: with its WHERE it names the UNIQUE column's index
+ * (layout `column`) and runs_key (layout `partial`) alike, so one text serves both. */
+#define RUN_KEY_TARGET "ON CONFLICT(run_key) WHERE run_key IS NOT NULL DO NOTHING"
+
 #define INSERT_RUN_SQL \
   "INSERT INTO runs(id, workflow, run_key, status, input, error, attention, created, updated," \
   " owner, workflow_version) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)" \
-  " ON CONFLICT(run_key) DO NOTHING"
+  " " RUN_KEY_TARGET
 
 #define SEND_EVENT_SQL \
   "INSERT OR IGNORE INTO inbox(run_id, name, payload, key, sent) VALUES(?1, ?2, ?3, ?4, ?5)"
@@ -102,7 +113,7 @@ const char *const mend__query_sql[Q__COUNT] = {
     "INSERT INTO runs(id, workflow, run_key, status, input, error, attention, created, updated,"
     " owner, workflow_version) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, id"
     " FROM workflow_versions WHERE workflow = ?2 AND version IS ?11 AND source IS ?12"
-    " AND step_names IS ?13 ON CONFLICT(run_key) DO NOTHING",
+    " AND step_names IS ?13 " RUN_KEY_TARGET,
   [Q_PUT_VERSION] =
     "INSERT INTO workflow_versions(workflow, version, source, step_names, first_seen)"
     " SELECT ?1, ?2, ?3, ?4, ?5"
@@ -349,7 +360,11 @@ const char *const mend__query_sql[Q__COUNT] = {
 };
 
 /* migrations[v] takes a database from version v to v + 1; a new version appends one here and
- * bumps MEND_SCHEMA_VERSION. Each runs inside the transaction of upgrade_schema. */
+ * bumps MEND_SCHEMA_VERSION. Each runs inside the transaction of upgrade_schema, at any open
+ * of the file, while mends of the older version may still run on it: a migration only adds
+ * what their prepared statements survive (a column, a table, an index, a meta row). A change
+ * they would not survive (a constraint they name, a table made again) is a command run on
+ * purpose once they are stopped (layout.c), and statements work with and without it. */
 const char *const mend__migrations[MEND_SCHEMA_VERSION] = {
   "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);"
   "CREATE TABLE runs(id TEXT PRIMARY KEY, workflow TEXT NOT NULL, version TEXT, source TEXT,"
@@ -528,5 +543,49 @@ const char *const mend__migrations[MEND_SCHEMA_VERSION] = {
   " attempt, error, delay, detail,"
   " coalesce((SELECT name FROM worker_names w WHERE w.id = h.worker), h.worker) AS worker,"
   " error_kind FROM history h;",
+  /* 15 -> 16: only says which layout run_key's uniqueness has (`column`: every file before
+   * this one). A migration runs at any open, while older mends may run on the file: it adds
+   * only what their statements survive. A new file is then made `partial` in the same
+   * transaction (store.c); an existing one only by mend_store_upgrade_run_keys. */
+  "INSERT OR REPLACE INTO meta(key, value) VALUES('runs_key_layout', 'column');",
 };
+
+/* run_key's layout from `column` to `partial` (src/store/layout.c), in its caller's
+ * transaction. A column's UNIQUE cannot be dropped, so the table is made again: rowids kept
+ * (lists break ties of `created` by them), its columns and other indexes as they were. The
+ * UNIQUE column's index held an entry for every run, those without a key (all but keyed
+ * starts) too: 4-5% of the writer thread's work a W9 run (bench/README.md, "eighteenth
+ * session, writer22"). */
+const char *const mend__runs_key_rebuild =
+  "CREATE TABLE runs_16(id TEXT PRIMARY KEY, workflow TEXT NOT NULL, version TEXT, source TEXT,"
+  " run_key TEXT, status TEXT NOT NULL, input TEXT, error TEXT,"
+  " attention INTEGER NOT NULL DEFAULT 0, reason TEXT, owner TEXT, lease_until REAL,"
+  " cancel_requested INTEGER NOT NULL DEFAULT 0, created REAL, updated REAL, step_names TEXT,"
+  " workflow_version INTEGER, unavailable TEXT, parent_run TEXT, parent_step TEXT);"
+  "INSERT INTO runs_16(rowid, id, workflow, version, source, run_key, status, input, error,"
+  " attention, reason, owner, lease_until, cancel_requested, created, updated, step_names,"
+  " workflow_version, unavailable, parent_run, parent_step)"
+  " SELECT rowid, id, workflow, version, source, run_key, status, input, error, attention,"
+  " reason, owner, lease_until, cancel_requested, created, updated, step_names,"
+  " workflow_version, unavailable, parent_run, parent_step FROM runs ORDER BY rowid;"
+  "DROP TABLE runs;"
+  "ALTER TABLE runs_16 RENAME TO runs;"
+  "CREATE UNIQUE INDEX runs_key ON runs(run_key) WHERE run_key IS NOT NULL;"
+  "CREATE INDEX runs_live ON runs(created) WHERE status IN ('running', 'compensating');"
+  "CREATE INDEX runs_cancel ON runs(owner) WHERE cancel_requested = 1;"
+  "CREATE INDEX runs_free ON runs(created) WHERE owner IS NULL"
+  " AND status IN ('running', 'compensating');"
+  "CREATE INDEX runs_parent ON runs(parent_run) WHERE parent_run IS NOT NULL;"
+  "INSERT OR REPLACE INTO meta(key, value) VALUES('runs_key_layout', 'partial');";
+
+/* The layout meta names (a file of this schema always has one). */
+const char *const mend__runs_key_layout_sql =
+  "SELECT value FROM meta WHERE key = 'runs_key_layout'";
+
+/* Every worker whose lease lasts at ?1, with the runs it holds and how long the lease lasts:
+ * one still running may be a mend before schema 16, which the rebuild would stop. */
+const char *const mend__runs_key_holders_sql =
+  "SELECT w.owner, (SELECT count(*) FROM runs r WHERE r.owner = w.owner"
+  " AND r.status IN ('running', 'compensating')), w.lease_until - ?1"
+  " FROM workers w WHERE w.lease_until >= ?1 ORDER BY w.lease_until DESC";
 

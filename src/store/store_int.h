@@ -17,7 +17,7 @@
 #include "store/handoff.h"
 #include "store/sqlite.h"
 
-#define MEND_SCHEMA_VERSION 15   /* kept in PRAGMA user_version and in meta */
+#define MEND_SCHEMA_VERSION 16   /* kept in PRAGMA user_version and in meta */
 
 #define BUSY_TIMEOUT_MS 5000
 #define HISTORY_GROUP 8
@@ -191,6 +191,9 @@ struct mend_store {
 /* ---- schema.c: every SQL text of the store */
 extern const char *const mend__query_sql[Q__COUNT];
 extern const char *const mend__migrations[MEND_SCHEMA_VERSION];
+extern const char *const mend__runs_key_rebuild;
+extern const char *const mend__runs_key_layout_sql;
+extern const char *const mend__runs_key_holders_sql;
 
 /* ---- store.c: open and close, connections, errors, versions, pruning */
 int mend__batch_begin(mend_store *s);
