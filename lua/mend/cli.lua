@@ -852,10 +852,15 @@ local function cmd_serve(o)
   end)
 end
 
--- WORKFLOW names a file, or a workflow NAME found as DIR/NAME.lua.
+-- WORKFLOW names a file, or a workflow NAME found as DIR/NAME.lua. A folder of that name (a
+-- service's code beside its workflow) opens as a file would, and is no workflow file.
 local function workflow_file(o, workflow)
   local f = io.open(workflow, "rb")
-  if f then f:close() return workflow end
+  if f then
+    local _, unreadable = f:read(0)
+    f:close()
+    if not unreadable then return workflow end
+  end
   local dir = o.workflows or "workflows"
   -- MEND_NAME_MAX of mend.h: no workflow has a longer name.
   if #workflow > 512 then
