@@ -548,8 +548,8 @@ local function print_workflows(list)
     if not newest[v.workflow] then newest[v.workflow] = true; notes[#notes + 1] = "newest" end
     if (v.unavailable or 0) > 0 then notes[#notes + 1] = v.unavailable .. " cannot progress" end
     if v.kept ~= true then notes[#notes + 1] = "no script kept" end
-    out("%-18s  %-16s  %-27s  %-10d  %s%s\n", v.workflow, v.version or "-", fmt_time(v.first_seen),
-        v.unfinished or 0, table.concat(sources, ", "),
+    out("%s  %-16s  %-27s  %-10d  %s%s\n", render.cell(v.workflow, 18), v.version or "-",
+        fmt_time(v.first_seen), v.unfinished or 0, table.concat(sources, ", "),
         #notes > 0 and ("  (" .. table.concat(notes, ", ") .. ")") or "")
   end
 end
