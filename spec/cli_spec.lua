@@ -224,6 +224,18 @@ return { name = "latin", steps = {
                      "load and may: .-broken%.lua:%d+:", err)
     end)
 
+    it("mend start NAME finds the workflow when a folder of that name is where it runs", function()
+      local dir = H.tmp_dir()
+      os.execute("mkdir -p " .. quote(dir .. "/invoice") .. " " .. quote(dir .. "/wf"))
+      H.write_file(dir .. "/wf", "invoice.lua", "return { name = 'invoice', steps = { { name = 'a', " ..
+                                                "execute = function() return 1 end } } }")
+      local code, out = H.shell(("cd %s && %s start invoice --db %s --workflows wf")
+                                :format(quote(dir), quote(MEND), quote(db)))
+      assert.are.equal(0, code, out)
+      local _, status = mend("status", out:match("%S+"), "--db", db, "--json")
+      assert.are.equal("invoice", json.decode(status).workflow)
+    end)
+
     it("refuses a run key of another workflow's run, with mend start and mend run (exit 1)", function()
       local code, id, err = mend("start", "order", "--db", db, "--key", "k-10")
       assert.are.equal(0, code, err)

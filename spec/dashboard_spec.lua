@@ -2,7 +2,9 @@
 -- chromedriver's WebDriver protocol (spoken with curl), against a server on a database with a
 -- known run. The run's timeline must have the bars its history says (attempts, retry waits, a
 -- breaker wait, a failed compensation); a click on Retry in the dead-letter list must carry the
--- run on to its end. Screenshots go to build/artifacts (MEND_ARTIFACT_DIR).
+-- run on to its end; Cancel, Resolve and a breaker's Open must do what they say, and a refusal
+-- (no token, a dead letter already settled) must be shown. Screenshots go to build/artifacts
+-- (MEND_ARTIFACT_DIR).
 local H = require "spec.helper"
 local mend = require "mend"
 
@@ -98,6 +100,31 @@ local function spawn(cmd)
   return pid
 end
 
+-- `mend serve` on db (the workflows of dir, flags `extra`), chromedriver, and a WebDriver
+-- session: the server's base URL and the session.
+local function serve_and_browse(dir, db, extra)
+  spawn(MEND .. " serve --db " .. q(db) .. " --workflows " .. q(dir) .. " --listen 127.0.0.1:0 " ..
+        (extra or "") .. " >" .. q(dir .. "/serve.out") .. " 2>" .. q(dir .. "/serve.err"))
+  local base
+  H.wait_for("the server", function()
+    base = H.read(dir .. "/serve.out"):match("serving (http://[%d%.]+:%d+)/api/v1")
+    return base ~= nil
+  end, 10)
+  local port
+  for _ = 1, 5 do
+    port = 20000 + math.random(0, 20000)
+    spawn(CHROMEDRIVER .. " --port=" .. port .. " >" .. q(dir .. "/driver.log") .. " 2>&1")
+    local ok = pcall(H.wait_for, "chromedriver", function()
+      local st = http_json("GET", "http://127.0.0.1:" .. port .. "/status")
+      return st and st.value and st.value.ready
+    end, 10)
+    if ok then break end
+    port = nil
+  end
+  assert(port, "chromedriver did not start: " .. H.read(dir .. "/driver.log"))
+  return base, webdriver(port, dir .. "/profile")
+end
+
 describe("the dashboard in chromium", function()
   local session
   after_each(function()
@@ -136,26 +163,8 @@ return { name = "loop", steps = {
     assert.are.equal(0, rc, out)
     local long_id = json.decode(out:match("(%b{})%s*$")).id
 
-    spawn(MEND .. " serve --db " .. q(db) .. " --workflows " .. q(dir) .. " --listen 127.0.0.1:0 >" ..
-          q(dir .. "/serve.out") .. " 2>" .. q(dir .. "/serve.err"))
     local base
-    H.wait_for("the server", function()
-      base = H.read(dir .. "/serve.out"):match("serving (http://[%d%.]+:%d+)/api/v1")
-      return base ~= nil
-    end, 10)
-    local port
-    for _ = 1, 5 do
-      port = 20000 + math.random(0, 20000)
-      spawn(CHROMEDRIVER .. " --port=" .. port .. " >" .. q(dir .. "/driver.log") .. " 2>&1")
-      local ok = pcall(H.wait_for, "chromedriver", function()
-        local st = http_json("GET", "http://127.0.0.1:" .. port .. "/status")
-        return st and st.value and st.value.ready
-      end, 10)
-      if ok then break end
-      port = nil
-    end
-    assert(port, "chromedriver did not start: " .. H.read(dir .. "/driver.log"))
-    session = webdriver(port, dir .. "/profile")
+    base, session = serve_and_browse(dir, db)
 
     -- What the history says the timeline must show.
     local history = http_json("GET", base .. "/api/v1/runs/" .. id .. "/history")
@@ -228,5 +237,100 @@ return { name = "loop", steps = {
     assert.are.equal(500, listed[1])
     assert.matches(tail[1].event, listed[2])
     session.screenshot("dashboard-long-run")
+  end)
+
+  it("cancels a run, resolves a dead letter and opens a breaker when clicked, and shows the server's refusals", function()
+    local dir = H.tmp_dir()
+    local db = H.new_db(dir, "buttons.db")
+    H.write_file(dir, "hold.lua", [[
+return { name = "hold", steps = {
+  { name = "book", breaker = { key = "agency" }, execute = function() return "b" end,
+    compensate = function() end },
+  { name = "wait", sleep = 3600 } } }
+]])
+    local dead = H.write_file(dir, "dead.lua", [[
+local mend = require "mend"
+return { name = "dead", compensate_retry = { max_attempts = 1 }, steps = {
+  { name = "refund", execute = function() return 1 end,
+    compensate = function() error(mend.retryable("refund service down")) end },
+  { name = "charge", execute = function() error(mend.fatal("card declined")) end } } }
+]])
+    local dead_ids = {}
+    for i = 1, 2 do
+      local rc, out = sh(MEND .. " run " .. q(dead) .. " --db " .. q(db) .. " --clock virtual --json 2>/dev/null")
+      assert.are.equal(4, rc, out)
+      dead_ids[i] = json.decode(out:match("(%b{})%s*$")).id
+    end
+    local token = "dashboard-token-0123456789"
+    local token_file = H.write_file(dir, "token", token .. "\n")
+    local base
+    base, session = serve_and_browse(dir, db, "--token-file " .. q(token_file))
+    local out = os.tmpname()
+    assert.are.equal(0, sh("curl -s -o " .. q(out) .. " -H 'Content-Type: application/json' -H " ..
+                           q("Authorization: Bearer " .. token) .. " -d '{\"workflow\":\"hold\"}' " ..
+                           q(base .. "/api/v1/runs")))
+    local id = json.decode(H.read(out)).id
+    os.remove(out)
+    spawn(MEND .. " worker --db " .. q(db) .. " --workflows " .. q(dir) .. " --poll 0.05 2>/dev/null")
+    H.wait_for("the run's sleep", function()
+      local run = http_json("GET", base .. "/api/v1/runs/" .. id)
+      return run and run.steps[2].status == "sleeping"
+    end, 15)
+    local toast = "var t = document.querySelector('#toast'); return t.style.display === 'block' && [t.className, t.textContent];"
+
+    -- Without the token a read works, a change is refused and the page says why.
+    session.go(base .. "/#/run/" .. id)
+    session.wait("the Cancel button", "return document.querySelector('#cancel') !== null", 15)
+    session.js("document.querySelector('#cancel').click()")
+    local shown = session.wait("the refusal", toast, 10)
+    assert.are.equal("bad", shown[1])
+    assert.matches("token", shown[2])
+    assert.are.equal("running", http_json("GET", base .. "/api/v1/runs/" .. id).status)
+    session.js("var t = document.querySelector('#token'); t.value = " .. json.encode(token) ..
+               "; t.dispatchEvent(new Event('change'));")
+    session.wait("the Cancel button again", "return document.querySelector('#cancel') !== null", 15)
+    session.js("document.querySelector('#toast').style.display = 'none'; document.querySelector('#cancel').click()")
+    shown = session.wait("the cancel's answer", toast, 10)
+    assert.are.equal("", shown[1])
+    assert.matches("cancel: requested", shown[2])   -- the worker holding the run cancels it
+    session.wait("the run compensated", "var b = document.querySelector('h2 .badge');" ..
+                 " return b && b.textContent === 'compensated'", 20)
+    session.screenshot("dashboard-run-cancelled")
+
+    -- Resolve with a note; a dead letter settled behind the page's back is refused, said so.
+    session.go(base .. "/#/dlq")
+    for _, d in ipairs(dead_ids) do
+      session.wait("the dead letter", "return document.querySelector('tr[data-run=\"" .. d .. "\"] button.resolve') !== null", 15)
+    end
+    session.js("window.prompt = function () { return 'refunded by hand, ticket 7'; };" ..
+               "document.querySelector('tr[data-run=\"" .. dead_ids[1] .. "\"] button.resolve').click()")
+    session.wait("the resolved row gone", "return document.querySelector('tr[data-run=\"" .. dead_ids[1] .. "\"]') === null", 10)
+    assert.are.equal("resolved", http_json("GET", base .. "/api/v1/runs/" .. dead_ids[1]).status)
+    local noted
+    for _, h in ipairs(http_json("GET", base .. "/api/v1/runs/" .. dead_ids[1] .. "/history")) do
+      if tostring(h.detail):find("refunded by hand, ticket 7", 1, true) then noted = true end
+    end
+    assert.is_true(noted)
+    assert.are.equal(0, sh("curl -s -o /dev/null -H 'Content-Type: application/json' -H " ..
+                           q("Authorization: Bearer " .. token) .. " -d '{\"note\":\"by the CLI\"}' " ..
+                           q(base .. "/api/v1/dlq/" .. dead_ids[2] .. "/resolve")))
+    session.js("document.querySelector('#toast').style.display = 'none';" ..
+               "document.querySelector('tr[data-run=\"" .. dead_ids[2] .. "\"] button.resolve').click()")
+    shown = session.wait("the refusal of a second resolve", toast, 10)
+    assert.are.equal("bad", shown[1])
+    assert.matches(dead_ids[2], shown[2])
+    session.screenshot("dashboard-resolve-refused")
+
+    -- A breaker opened from its list.
+    session.go(base .. "/#/breakers")
+    session.wait("the breaker", "return document.querySelector('tr[data-key=\"agency\"] button[data-op=open]') !== null", 15)
+    session.js("document.querySelector('tr[data-key=\"agency\"] button[data-op=open]').click()")
+    session.wait("the breaker open", "var b = document.querySelector('tr[data-key=\"agency\"] .badge');" ..
+                 " return b && b.textContent === 'open'", 10)
+    local state
+    for _, b in ipairs(http_json("GET", base .. "/api/v1/breakers")) do
+      if b.key == "agency" then state = b.state end
+    end
+    assert.are.equal("open", state)
   end)
 end)

@@ -126,6 +126,44 @@ return { name = "nap", steps = {
   end)
 end)
 
+describe("tables with names beyond ASCII", function()
+  after_each(H.cleanup)
+
+  it("keep their columns aligned: runs, breakers, workflows, a status's steps and a timeline", function()
+    local dir = H.tmp_dir()
+    local db = H.new_db(dir, "names.db")
+    local wf = H.write_file(dir, "names.lua", [[
+return { name = "bücher-café", steps = {
+  { name = "prüfen", breaker = "zahlung-ü", execute = function() return 1 end },
+  { name = "ok", execute = function() return 2 end } } }
+]])
+    local code, out = stdout_of(("%s run %s --db %s --clock virtual"):format(H.MEND, H.quote(wf), H.quote(db)))
+    assert.are.equal(0, code, out)
+    local id = out:match("run (%w+):")
+    code, out = stdout_of(("%s run workflows/order.lua --db %s --clock virtual"):format(H.MEND, H.quote(db)))
+    assert.are.equal(0, code, out)
+    -- In the output of `args`, the first line holding each name: the column (in characters)
+    -- where `after` (a pattern) is first found past the name is the same in both.
+    local function aligned(args, wide, plain, after)
+      local text = cli(db, args)
+      local function column(name)
+        for line in text:gmatch("[^\n]+") do
+          local _, e = line:find(name, 1, true)
+          local at = e and line:find(after, e + 1)
+          if at then return utf8.len(line:sub(1, at - 1)) end
+        end
+        error("no line with " .. name .. " in:\n" .. text)
+      end
+      assert.are.equal(column(plain), column(wide), text)
+    end
+    aligned("runs", "bücher-café", "order ", "succeeded")
+    aligned("breakers", "zahlung-ü", "charge", "closed")
+    aligned("workflows", "bücher-café", "order ", "%d%d%d%d%-%d%d%-%d%d")
+    aligned("status " .. id, " prüfen", " ok", "succeeded")
+    aligned("history " .. id, " prüfen", " ok ", "pending")
+  end)
+end)
+
 describe("mend.render.write_json", function()
   -- A document too large for one encoding is encoded in parts; a part that cannot be encoded
   -- is named by its place in the whole, as mend.json names it (a key with `%` in it too).

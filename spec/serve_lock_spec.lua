@@ -224,4 +224,24 @@ describe("mend serve under another process's write lock #sqlite", function()
     c = post(base, "/api/v1/dlq/" .. dead .. "/retry", {})
     assert.are.equal(409, c)
   end)
+
+  it("says in its log, when stopped, that a start waiting for the lock was left unanswered", function()
+    local dir, db = workspace()
+    local base, pid = start(dir, db)
+    hold_write_lock(db, 10)
+    os.execute("sleep 0.5")
+    local answer = post_later(dir, base, "/api/v1/runs", { workflow = "hello", key = "cut-short",
+                                                           input = { to = "x" } }, "cut")
+    os.execute("sleep 0.5")
+    H.stop_worker(pid)
+    local code = answer()
+    assert.are.equal(0, code)   -- curl: the connection closed, no answer
+    local said
+    for line in H.read(dir .. "/serve.err"):gmatch("[^\n]+") do
+      local e = json.decode(line)
+      if e.event == "serve" and e.level == "warn" then said = e.message end
+    end
+    assert.truthy(said and said:find("1 request waiting for its commit", 1, true), said)
+    assert.truthy(said:find("left unanswered", 1, true), said)
+  end)
 end)

@@ -138,6 +138,46 @@ describe("a read-only file system #sqlite", function()
   end)
 end)
 
+describe("a database deleted under a running worker #sqlite", function()
+  local pidfile
+  after_each(function()
+    local pid = pidfile and H.read(pidfile):match("%d+")
+    if pid then os.execute("kill -KILL " .. pid .. " 2>/dev/null") end
+    pidfile = nil
+    H.cleanup()
+  end)
+
+  -- In WAL mode SQLite writes on to an unlinked file: without a look, every later batch
+  -- would be answered durable and go with the process.
+  it("stops the worker with an error naming the file, rather than writing on to a file that is gone", function()
+    local wfdir, dir = H.tmp_dir(), H.tmp_dir()
+    write(wfdir .. "/slow.lua", [[
+return { name = "slow", steps = {
+  { name = "a", execute = function(ctx) ctx:sleep(0.3) return 1 end },
+  { name = "b", execute = function(ctx) ctx:sleep(0.3) return 2 end },
+  { name = "c", execute = function(ctx) ctx:sleep(0.3) return 3 end },
+  { name = "d", execute = function(ctx) ctx:sleep(0.3) return 4 end },
+} }
+]])
+    local db = dir .. "/mend.db"
+    local rc, out = run(string.format("%s start slow --db %s --workflows %s", MEND, db, wfdir))
+    assert.are.equal(0, rc, out)
+    local log, done = dir .. "/worker.log", dir .. "/worker.rc"
+    pidfile = dir .. "/worker.pid"
+    os.execute(string.format("sh -c '%s worker --db %s --workflows %s --poll 0.05 2>%s & echo $! >%s; wait $!; echo $? >%s' >/dev/null 2>&1 &",
+                             MEND, db, wfdir, log, pidfile, done))
+    H.wait_for("the run's first step", function()
+      return H.read(log):find('"step":"a"', 1, true) ~= nil
+    end, 10)
+    os.remove(db)
+    os.remove(db .. "-wal")
+    os.remove(db .. "-shm")
+    H.wait_for("the worker to exit", function() return H.read(done) ~= "" end, 10)
+    assert.are.equal("1", H.read(done):match("%d+"))
+    assert.matches(db:gsub("%p", "%%%0") .. ": commit: the database file was deleted or moved", H.read(log))
+  end)
+end)
+
 describe("a database in a folder that does not exist #sqlite", function()
   after_each(H.cleanup)
 

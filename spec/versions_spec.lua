@@ -280,4 +280,37 @@ describe("versions: in-flight runs keep their code", function()
     stop(w2)
     assert.are.equal(1, #json_of(db, "runs --attention"))
   end)
+
+  it("flags once a run of an older mend that names no version, when its workflow's steps changed since", function()
+    local NAP = 2
+    write(wf .. "/o.lua", workflow("o", { { "a", "v1-a" }, { "b" } }, NAP))
+    local id = ok_cmd(db, "start o --workflows " .. q(wf)):match("%S+")
+    local w = worker(db, wf, log)
+    until_true("b sleeping", function() return step_status(db, id, "b") == "sleeping" end)
+    stop(w)
+    -- as a database of a mend before versions leaves it: the run names no version
+    H.sql(db, "UPDATE runs SET version = NULL, workflow_version = NULL, step_names = NULL")
+    write(wf .. "/o.lua", workflow("o", { { "a", "v2-a" }, { "b" }, { "c", "v2-c" } }, NAP))
+    w = worker(db, wf, log)
+    until_true("flagged", function() return #json_of(db, "runs --attention") == 1 end)
+    os.execute("sleep 0.5")   -- ten polls
+    stop(w)
+    local st = json_of(db, "status " .. id)
+    assert.are.equal("running", st.status)
+    assert.truthy(st.unavailable:find('workflow "o" now has 3 steps, the run has 2', 1, true), st.unavailable)
+    local loud = 0
+    for line in H.slurp(log):gmatch("[^\n]+") do
+      local e = json.decode(line)
+      if e.run == id and e.event == "recover" and (e.level == "warn" or e.level == "error") then
+        loud = loud + 1
+      end
+    end
+    assert.are.equal(1, loud)
+    -- its steps back as they were: a worker carries it on
+    write(wf .. "/o.lua", workflow("o", { { "a", "v1-a" }, { "b" } }, NAP))
+    w = worker(db, wf, log)
+    ok_cmd(db, "wait " .. id .. " --timeout 20")
+    stop(w)
+    assert.are.equal("succeeded", json_of(db, "status " .. id).status)
+  end)
 end)

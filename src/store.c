@@ -674,11 +674,29 @@ int mend__sqlite_batch_open(mend_store *s) {
   return busy ? part : s->in_batch;
 }
 
+/* Whether the database file was deleted or moved since it was opened. In WAL mode SQLite
+ * goes on writing to the unlinked file (it checks only in rollback-journal mode), so that every
+ * batch after a `rm` would be answered durable and vanish with the process. One stat(2) of the
+ * path per commit, far below a commit's own cost. */
+static int file_gone(mend_store *s) {
+  if (strcmp(s->path, ":memory:") == 0 || s->path[0] == 0) return 0;
+  int moved = 0;
+  if (sqlite3_file_control(s->db, "main", SQLITE_FCNTL_HAS_MOVED, &moved) != SQLITE_OK) return 0;
+  return moved;
+}
+
 /* Ends the open transaction, if any (on whichever thread holds the connection now). */
 int mend__commit_batch(mend_store *s) {
   if (!s->in_batch) return 0;
   if (s->batch_failed) {
     /* errmsg keeps the write that failed: that is the cause worth reporting. */
+    mend__rollback(s);
+    return -1;
+  }
+  if (file_gone(s)) {
+    mend__set_msg(s->err, sizeof s->err, "%s: commit: the database file was deleted or moved "
+                  "after it was opened; nothing more is written to it (put it back or start "
+                  "again on a database that is there)", s->path);
     mend__rollback(s);
     return -1;
   }

@@ -548,8 +548,8 @@ local function print_workflows(list)
     if not newest[v.workflow] then newest[v.workflow] = true; notes[#notes + 1] = "newest" end
     if (v.unavailable or 0) > 0 then notes[#notes + 1] = v.unavailable .. " cannot progress" end
     if v.kept ~= true then notes[#notes + 1] = "no script kept" end
-    out("%-18s  %-16s  %-27s  %-10d  %s%s\n", v.workflow, v.version or "-", fmt_time(v.first_seen),
-        v.unfinished or 0, table.concat(sources, ", "),
+    out("%s  %-16s  %-27s  %-10d  %s%s\n", render.cell(v.workflow, 18), v.version or "-",
+        fmt_time(v.first_seen), v.unfinished or 0, table.concat(sources, ", "),
         #notes > 0 and ("  (" .. table.concat(notes, ", ") .. ")") or "")
   end
 end
@@ -866,10 +866,15 @@ local function cmd_serve(o)
   end)
 end
 
--- WORKFLOW names a file, or a workflow NAME found as DIR/NAME.lua.
+-- WORKFLOW names a file, or a workflow NAME found as DIR/NAME.lua. A folder of that name (a
+-- service's code beside its workflow) opens as a file would, and is no workflow file.
 local function workflow_file(o, workflow)
   local f = io.open(workflow, "rb")
-  if f then f:close() return workflow end
+  if f then
+    local _, unreadable = f:read(0)
+    f:close()
+    if not unreadable then return workflow end
+  end
   local dir = o.workflows or "workflows"
   -- MEND_NAME_MAX of mend.h: no workflow has a longer name.
   if #workflow > 512 then

@@ -11,6 +11,14 @@ local function out(fmt, ...) io.stdout:write(fmt:format(...)) end
 
 local function present(v) return v ~= nil and v ~= json.null end
 
+-- s padded to n columns: a name of workflow code (a workflow, a step, a breaker key) may be any
+-- UTF-8, which string.format's %-Ns pads by bytes, and a column after it would go askew.
+local function cell(s, n)
+  s = tostring(s)
+  local len = utf8.len(s) or #s
+  return len >= n and s or s .. (" "):rep(n - len)
+end
+
 -- Times and delays that no clock reaches (a `sleep = 1e308` step) are printed as numbers.
 local FAR = 1e12
 
@@ -237,7 +245,7 @@ local function print_events(history, first, t0)
       out("  ---- turning back: compensating the completed steps in reverse ----\n")
     end
     local who = e.step or (e.event == "run" and "(run)" or "")
-    out("  %-10s %-16s %s\n", fmt_reltime((e.at or t0) - t0), who, render_event(e))
+    out("  %-10s %s %s\n", fmt_reltime((e.at or t0) - t0), cell(who, 16), render_event(e))
   end
 end
 
@@ -349,8 +357,8 @@ local function print_status(st, now)
   local nested = nest_branches({ steps = st.steps })
   local rows = {}
   for n, s in ipairs(nested.steps) do
-    rows[#rows + 1] = { s, ("%2d %-16s"):format(n, s.name) }
-    for _, b in ipairs(s.branches or {}) do rows[#rows + 1] = { b, ("   \u{2514} %-14s"):format(b.name) } end
+    rows[#rows + 1] = { s, ("%2d %s"):format(n, cell(s.name, 16)) }
+    for _, b in ipairs(s.branches or {}) do rows[#rows + 1] = { b, ("   \u{2514} %s"):format(cell(b.name, 14)) } end
   end
   for _, row in ipairs(rows) do
     local s = row[1]
@@ -367,7 +375,7 @@ local function print_status(st, now)
   if st.children and #st.children > 0 then
     out("children:\n")
     for _, c in ipairs(st.children) do
-      out("  %-16s %-16s %-18s %s\n", c.step or "?", c.run_id, c.workflow or "?", c.status or "?")
+      out("  %s %-16s %s %s\n", cell(c.step or "?", 16), c.run_id, cell(c.workflow or "?", 18), c.status or "?")
     end
   end
 end
@@ -386,7 +394,7 @@ local function print_dlq(entries)
   end
   out("%-16s  %-20s  %-14s  %5s  %s\n", "RUN", "REASON", "STEP", "AGE", "LAST ERROR")
   for _, d in ipairs(entries) do
-    out("%-16s  %-20s  %-14s  %5s  %s\n", d.run_id, d.reason or "?", d.step or "-",
+    out("%-16s  %-20s  %s  %5s  %s\n", d.run_id, d.reason or "?", cell(d.step or "-", 14),
         fmt_age(math.max(0, os.time() - (d.at or os.time()))), fmt_error(d.error) or "")
   end
 end
@@ -399,7 +407,7 @@ local function print_runs(runs)
   out("%-16s  %-18s  %-16s  %-9s  %-23s  %s\n", "RUN", "WORKFLOW", "STATUS", "ATTENTION", "CREATED", "ERROR")
   for _, r in ipairs(runs) do
     local blocked = present(r.unavailable) and (r.status == "running" or r.status == "compensating")
-    out("%-16s  %-18s  %-16s  %-9s  %-23s  %s\n", r.id, r.workflow, r.status,
+    out("%-16s  %s  %-16s  %-9s  %-23s  %s\n", r.id, cell(r.workflow, 18), r.status,
         blocked and "blocked" or r.attention == true and "yes" or "", fmt_time(r.created),
         blocked and ("workflow_unavailable: " .. r.unavailable) or fmt_error(r.error) or "")
   end
@@ -430,7 +438,7 @@ local function print_breakers(list, now)
         until_ = until_ .. " (half-opens in " .. fmt_seconds(b.open_until - now) .. ")"
       end
     end
-    out("%-20s  %-9s  %8d  %9d  %s\n", b.key, b.state, b.failures or 0, b.successes or 0, until_)
+    out("%s  %-9s  %8d  %9d  %s\n", cell(b.key, 20), b.state, b.failures or 0, b.successes or 0, until_)
   end
 end
 
@@ -444,6 +452,7 @@ end
 
 return {
   breakers_now = breakers_now,
+  cell = cell,
   db_shown = db_shown,
   due_lines = due_lines,
   fmt_seconds = fmt_seconds,

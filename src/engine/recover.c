@@ -92,7 +92,13 @@ static mend_run *rebuild_from(mend_engine *E, const char *id, const mend_run_ima
       snprintf(why, (size_t)whylen, "step #%d is \"%s\" in the run but \"%s\" in the workflow", i + 1,
                name ? name : "?", wf->steps[i].name);
   }
-  if (why[0]) return NULL;
+  if (why[0]) {
+    /* A run that names no version (a database of an older mend) whose workflow has changed
+     * since cannot go on with the steps loaded here, any more than one whose version is
+     * gone: flagged once, as that one is, rather than logged at every poll. */
+    if (unavailable) *unavailable = img->unavailable ? 2 : 1;
+    return NULL;
+  }
   /* It loads here: whoever looks for runs to take may take it again. */
   if (img->unavailable && mend_store_set_unavailable(E->store, id, NULL)) mend__store_failed(E);
   mend_run *r = mend__run_new(E, wf, id);

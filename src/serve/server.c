@@ -648,10 +648,23 @@ void mend_server_close(mend_server *srv) {
   uint64_t until = uv_now(loop) + 300;
   while (srv->conns && uv_now(loop) < until) uv_run(loop, UV_RUN_ONCE);
   /* A request still waiting for its batch is closed under h2o with its connection, never to
-   * be disposed of: it is let go of here, and not answered. */
+   * be disposed of: it is let go of here, and not answered. Said in the log: its client saw
+   * only a closed connection, and what it wrote is committed only if the batch still is, as
+   * the engine closes. */
+  int unanswered = 0;
   while (srv->pending) {
     mend_engine_durable_cancel(srv->E, &srv->pending->wait);
     pending_unlink(srv->pending);
+    unanswered++;
+  }
+  if (unanswered) {
+    char msg[300];
+    snprintf(msg, sizeof msg, "stopping: %d request%s waiting for %s commit (another process "
+             "holds the database's lock?) left unanswered, its connection closed: what %s "
+             "is kept only if the engine's last commit, as it closes, succeeds", unanswered,
+             unanswered == 1 ? "" : "s", unanswered == 1 ? "its" : "their",
+             unanswered == 1 ? "it wrote" : "they wrote");
+    mend_engine_log_line(srv->E, "warn", NULL, NULL, 0, "serve", msg);
   }
   for (conn *c = srv->conns; c; c = c->next)
     if (!uv_is_closing((uv_handle_t *)&c->tcp)) h2o_socket_close(c->sock);
