@@ -24,6 +24,7 @@
  */
 #include "engine.h"
 #include "idset.h"
+#include "stdfds.h"
 #include "log.h"
 
 #include <lauxlib.h>
@@ -354,6 +355,8 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
                                 mend_refusal *why) {
   mend_refusal ignored;
   if (!why) why = &ignored;
+  /* before the loop, its wake-ups or the store open a descriptor that would take 0, 1 or 2 */
+  mend_fill_standard_fds();
   /* A game host keeps its frame's core to itself by putting mend's threads elsewhere: they
    * would otherwise inherit the affinity of the host's thread that makes the engine. */
   mend_cpus cpus;
