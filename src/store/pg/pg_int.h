@@ -23,6 +23,11 @@
 #include "../handoff.h"
 #include "pg.h"
 
+/* How long a statement of an operation that answers a caller (a cancel, a signal, a commit
+ * now) waits for a row another session holds locked before it gives up, as SQLite's busy wait
+ * does for its file's lock. */
+#define PG_OP_LOCK_WAIT_MS 5000
+
 /* PostgreSQL's own schema versions (meta 'schema_version'), unrelated to SQLite's. */
 #define MEND_PG_SCHEMA_VERSION 6
 
@@ -110,6 +115,10 @@ typedef struct mend_pg {
   pg_at writer_at;
   int writer_at_known;
   int conn_doomed;             /* the server said it ends conn's session (mend__pg_watch) */
+  /* conn's lock_timeout as last set (ms; 0: none, the loop's writes wait rows out; -1: not
+   * known, after a rollback or a new session): PG_OP_LOCK_WAIT_MS while an operation that
+   * answers a caller runs (mend__pg_set_busy_wait) */
+  int lock_wait_ms;
   char *conninfo;
   char server[300];            /* host:port/dbname, for messages: never the password */
   char err[1536];
@@ -296,6 +305,7 @@ int mend__pg_prepare_to(PGconn *c, char *err, int errlen, const char *server);
 /* The methods (store.h's table of them is filled in pg.c), by file. */
 /* pg.c */
 const char *mend__pg_errmsg(mend_store *s);
+void mend__pg_set_busy_wait(mend_store *s, int ms);
 int mend__pg_not_found(const mend_store *s);
 int mend__pg_schema_version(mend_store *s);
 void mend__pg_close(mend_store *s);
