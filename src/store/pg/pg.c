@@ -70,10 +70,10 @@ double mend__pg_mono(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* The first line of a libpq message, without its "ERROR:  " and trailing newline. */
-static void first_line(char *out, size_t len, const char *msg) {
+void mend__pg_first_line(char *out, size_t len, const char *msg) {
   if (!msg || !*msg) msg = "unknown error";
   if (strncmp(msg, "ERROR:  ", 8) == 0) msg += 8;
+  else if (strncmp(msg, "FATAL:  ", 8) == 0) msg += 8;
   size_t n = strcspn(msg, "\n");
   if (n >= len) n = len - 1;
   memcpy(out, msg, n);
@@ -85,7 +85,7 @@ int mend__pg_fail_to(char *err, int errlen, const char *server, PGconn *c, const
   char cause[1024];
   const char *m = r ? PQresultErrorMessage(r) : NULL;
   if (!m || !*m) m = c ? PQerrorMessage(c) : NULL;
-  first_line(cause, sizeof cause, m);
+  mend__pg_first_line(cause, sizeof cause, m);
   const char *code = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
   if (code && strcmp(code, "55P03") == 0)   /* lock_not_available: lock_timeout ran out */
     mend__pg_msg(err, errlen, "%s: %s: a row it needs is locked by another session (waited "
@@ -214,7 +214,7 @@ int mend__pg_connect_at(mend_pg *p, const pg_at *at, char *err, int errlen, char
   name_server(server, serverlen, c);
   if (PQstatus(c) != CONNECTION_OK) {
     char cause[1024];
-    first_line(cause, sizeof cause, PQerrorMessage(c));
+    mend__pg_first_line(cause, sizeof cause, PQerrorMessage(c));
     /* libpq's own words, which say whether it was the address, the password or the database;
      * a message never repeats the password, but a malformed URI could be echoed: cut it. */
     PQconninfoOption *opts = PQconninfoParse(p->conninfo, NULL);

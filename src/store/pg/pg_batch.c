@@ -288,8 +288,9 @@ static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late,
   char *ids = NULL;
   int began = 0;
   if (PQstatus(c) != CONNECTION_OK) {
-    mend__pg_msg(p->err, sizeof p->err, "%s: connection lost: %s", p->server,
-                 PQerrorMessage(c));
+    char cause[512];
+    mend__pg_first_line(cause, sizeof cause, PQerrorMessage(c));
+    mend__pg_msg(p->err, sizeof p->err, "%s: connection lost: %s", p->server, cause);
     return -1;
   }
   if (!PQenterPipelineMode(c)) return mend__pg_fail(p, c, NULL, "enter pipeline mode");
@@ -466,9 +467,9 @@ static int ensure_connected(mend_pg *p) {
                  " try in %.1f s): %s", p->server, p->retry_at - now, p->retry_err);
     return -1;
   }
-  char first[sizeof p->err];
-  mend__pg_msg(first, sizeof first, "%s: connection lost: %s", p->server,
-               PQerrorMessage(p->conn));
+  char first[sizeof p->err], cause[512];
+  mend__pg_first_line(cause, sizeof cause, PQerrorMessage(p->conn));
+  mend__pg_msg(first, sizeof first, "%s: connection lost: %s", p->server, cause);
   double give_up = mend__pg_mono() + RECONNECT_SECONDS, delay = 0.1;
   for (;;) {
     if (reopen(p) == 0) return 0;

@@ -170,6 +170,10 @@ typedef struct mend_pg {
 
 /* pg.c */
 void mend__pg_msg(char *buf, int len, const char *fmt, ...);
+/* The first line of a libpq message (its "ERROR:  " or "FATAL:  " left out), which names the
+ * problem: libpq's later lines ("\tThis probably means the server terminated abnormally ...")
+ * would stand alone in a log or on a terminal. */
+void mend__pg_first_line(char *out, size_t len, const char *msg);
 /* 1 when the server can take t as text (NULL too); 0 when it would refuse it (not UTF-8 on a
  * UTF8 connection), which means no row holds it: a read can answer "none" without asking.
  * Waits for the writer thread first, as a read does. */
