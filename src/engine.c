@@ -13,7 +13,8 @@
  * The rest is in src/engine/, one concern a file, behind src/engine/engine_int.h: pump.c (the
  * pump and its batches: the write-ahead rule), drive.c (run, advance, tick: how a host drives
  * the pump), status.c (the one place statuses change, and the history they write), saga.c
- * (what outcomes mean), attempt.c (coroutines and every call into workflow code), admit.c
+ * (what outcomes mean), attempt.c (coroutines and every call into workflow code), ctx.c (what
+ * a step sees of its run: ctx, its waits from Lua), admit.c
  * (breakers and caps), notify.c (alerts and events for the host), events.c (events sent to runs
  * and the steps that wait for them), exec.c, http.c, hostcall.c, load.c (workflows and their
  * versions), lock.c (a lock held by another process, waited out), recover.c, run.c (runs in
