@@ -95,7 +95,7 @@ int mend__commit_now(mend_engine *E) {
   if (E->broken) return -1;
   mend_store_set_busy_wait(E->store, 0);
   int rc = mend__commit_counted(E);
-  mend_store_set_busy_wait(E->store, E->answering ? 0 : LOOP_BUSY_MS);
+  mend_store_set_busy_wait(E->store, LOOP_BUSY_MS);
   if (rc) {
     if (rc == MEND_STORE_BUSY)
       snprintf(E->errmsg, sizeof E->errmsg, "%s", mend_store_errmsg(E->store));

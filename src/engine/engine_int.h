@@ -348,8 +348,6 @@ struct mend_engine {
   double lock_warned;     /* when the last warning was logged */
   double lock_retry_at, lock_delay;
   uv_timer_t *lock_timer;
-  int answering;          /* an operation answering its caller waits for rows only so long
-                             (repair.c): mend__commit_now leaves the store's wait so */
   int fence_recheck;      /* a match of our runs against the store's was cut short by a lock */
   long long inbox_seen;   /* a serving engine has looked at the events sent up to this seq */
   int inbox_started;      /* inbox_seen was set: a look since then takes what came after it */

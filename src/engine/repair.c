@@ -100,14 +100,10 @@ static int repair_done(mend_engine *E, int record, char *err, int errlen) {
 
 /* An operation that answers its caller now (mend cancel, dlq retry, dlq resolve; not one
  * recorded in the loop's batch, as a serving worker's are): every statement of it waits for a
- * row another session holds locked (PostgreSQL's) only as long as a commit now waits, then it
- * fails naming the lock, where it waited for ever (a session left open in psql). SQLite's file
- * lock is met at its commit already (mend__commit_now), its busy wait left as it was. */
-static void answering(mend_engine *E, int on) {
-  if (mend_store_has_write_lock(E->store)) return;
-  E->answering = on;
-  mend_store_set_busy_wait(E->store, on ? 0 : LOOP_BUSY_MS);
-}
+ * row another session holds locked (PostgreSQL's) only a few seconds, then it fails naming the
+ * lock, where it waited for ever (a session left open in psql). SQLite's file lock is met at
+ * its commit already (mend__commit_now). */
+static void answering(mend_engine *E, int on) { mend_store_bound_row_waits(E->store, on); }
 
 /* r: the run, if this engine holds it (it numbers the row); else NULL and the id. */
 static void operator_entry(mend_engine *E, mend_run *r, const char *id, const char *op,

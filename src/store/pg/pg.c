@@ -491,16 +491,16 @@ static json_t *pg_prune(mend_store *s, double before, const char *status, int dr
   VIEW(p, mend__pg_view_prune(p->conn, before, status, dry_run, E_));
 }
 
-/* The store's busy wait (store.h), in PostgreSQL's terms: an operation that answers a caller
- * (ms <= 0: the default) gives up on a row locked by another session after PG_OP_LOCK_WAIT_MS,
- * with an error naming the lock (a session left open in psql would hold `mend cancel` for
- * ever); the loop's own writes (ms > 0) wait rows out, as a lock is waited out on SQLite, for
- * there they would fail a batch. Set on conn's session at once: a batch the writer thread sends
- * next must not run under the operation's bound. A SET in a transaction rolled back is undone
- * with it (mend__pg_rollback forgets what was set). */
-void mend__pg_set_busy_wait(mend_store *s, int ms) {
+/* bound_row_waits (store.h): while an operation that answers a caller runs, a statement gives
+ * up on a row locked by another session after PG_OP_LOCK_WAIT_MS, with an error naming the
+ * lock (a session left open in psql held `mend cancel` for ever); otherwise the loop's writes
+ * wait rows out, as a lock is waited out on SQLite, for there they would fail a batch. Set on
+ * conn's session at once, which such operations (rare, and a person's) can afford: a batch the
+ * writer thread sends next must not run under the operation's bound. A SET in a transaction
+ * rolled back is undone with it (mend__pg_rollback forgets what was set). */
+void mend__pg_bound_row_waits(mend_store *s, int on) {
   mend_pg *p = PG(s);
-  int want = ms <= 0 ? PG_OP_LOCK_WAIT_MS : 0;
+  int want = on ? PG_OP_LOCK_WAIT_MS : 0;
   if (p->lock_wait_ms == want || mend__pg_writer_wait(p) != 0 || !p->conn ||
       PQstatus(p->conn) != CONNECTION_OK)
     return;
@@ -520,7 +520,7 @@ const mend_store_methods mend__pg_methods = {
   .errmsg = mend__pg_errmsg,
   .not_found = mend__pg_not_found,
   .commit = mend__pg_commit,
-  .set_busy_wait = mend__pg_set_busy_wait,
+  .bound_row_waits = mend__pg_bound_row_waits,
   .batch_open = mend__pg_batch_open,
   .start_writer = mend__pg_start_writer,
   .set_thread_cpus = mend__pg_set_thread_cpus,

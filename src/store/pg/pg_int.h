@@ -117,7 +117,7 @@ typedef struct mend_pg {
   int conn_doomed;             /* the server said it ends conn's session (mend__pg_watch) */
   /* conn's lock_timeout as last set (ms; 0: none, the loop's writes wait rows out; -1: not
    * known, after a rollback or a new session): PG_OP_LOCK_WAIT_MS while an operation that
-   * answers a caller runs (mend__pg_set_busy_wait) */
+   * answers a caller runs (mend__pg_bound_row_waits) */
   int lock_wait_ms;
   char *conninfo;
   char server[300];            /* host:port/dbname, for messages: never the password */
@@ -309,7 +309,7 @@ int mend__pg_prepare_to(PGconn *c, char *err, int errlen, const char *server);
 /* The methods (store.h's table of them is filled in pg.c), by file. */
 /* pg.c */
 const char *mend__pg_errmsg(mend_store *s);
-void mend__pg_set_busy_wait(mend_store *s, int ms);
+void mend__pg_bound_row_waits(mend_store *s, int on);
 int mend__pg_not_found(const mend_store *s);
 int mend__pg_schema_version(mend_store *s);
 void mend__pg_close(mend_store *s);
