@@ -5,17 +5,7 @@ local json = require("mend").json
 
 local MEND, q = H.MEND, H.quote
 
-local function mend_in(dir, db, args)
-  local errfile = os.tmpname()
-  local cmd = ("%s%s %s --db %s 2>%s"):format(dir and ("cd " .. q(dir) .. " && ") or "", MEND,
-                                             args, q(db), q(errfile))
-  local p = assert(io.popen(cmd, "r"))
-  local stdout = p:read("a")
-  local _, _, code = p:close()
-  local stderr = H.slurp(errfile)
-  os.remove(errfile)
-  return code, stdout, stderr
-end
+local mend_in = H.mend_in
 
 describe("a cancel at the edges", function()
   after_each(H.cleanup)

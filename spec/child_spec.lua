@@ -217,6 +217,47 @@ describe("a step with child", function()
                    .. "step, not run forward", said)
   end)
 
+  -- The parent's error says why it turned back (its cancel), as a run whose compensation was
+  -- retried to its end does: not the error of a child's undoing that failed and was repaired.
+  it("ends a cancelled parent compensated with its cancel as its error after its child's undoing failed again",
+     function()
+    local eng = H.new_engine()
+    local log = {}
+    local broken, closed = true, true
+    eng:register{ name = "shipping", steps = {
+      { name = "pack", execute = function() return { box = 1 } end,
+        compensate_retry = { max_attempts = 1 },
+        compensate = function()
+          if closed then error("the warehouse is closed") end
+          log[#log + 1] = "unpack"
+        end },
+      { name = "label", execute = function()
+          if broken then error(require("mend").compensable("printer jam", { severity = 3 })) end
+          return { t = 1 } end } } }
+    eng:register(order(log))
+    local id = eng:start("order", { id = "o11" })
+    eng:run()
+    local c = child_of(eng, id)
+    eng:cancel(id)
+    eng:run()
+    local cancelled = eng:status(id).error
+    assert.matches("^cancelled by ", cancelled)
+    eng:dlq_retry(c.run_id)   -- undone from its failed step: the warehouse is still closed
+    eng:run()
+    assert.are.equal("needs_attention", eng:status(c.run_id).status)
+    assert.are.equal("needs_attention", eng:status(id).status)
+    closed = false
+    eng:dlq_retry(c.run_id)
+    eng:run()
+    assert.are.equal("compensated", eng:status(c.run_id).status)
+    eng:dlq_retry(id)
+    eng:run()
+    local st = eng:status(id)
+    assert.are.equal("compensated", st.status)
+    assert.are.equal(cancelled, st.error)
+    assert.are.same({ "unpack", "refund" }, log)
+  end)
+
   it("puts a cancelled parent in the dead-letter queue when a branch's running child cannot be undone",
      function()
     local eng = H.new_engine()

@@ -354,6 +354,20 @@ function H.mend_cmd(db, args)
   return H.shell(("%s %s --db %s"):format(H.MEND, args, H.quote(db)))
 end
 
+-- `mend ARGS --db DB` run in directory `dir` (nil: here): its exit status, stdout and stderr
+-- apart (H.mend_cmd gives them together).
+function H.mend_in(dir, db, args)
+  local errfile = os.tmpname()
+  local cmd = ("%s%s %s --db %s 2>%s"):format(dir and ("cd " .. H.quote(dir) .. " && ") or "",
+                                             H.MEND, args, H.quote(db), H.quote(errfile))
+  local p = assert(io.popen(cmd, "r"))
+  local stdout = p:read("a")
+  local _, _, code = p:close()
+  local stderr = H.slurp(errfile)
+  os.remove(errfile)
+  return code, stdout, stderr
+end
+
 -- A `mend worker` on DB serving the workflows in DIR (poll 0.05 s), its stderr appended to
 -- LOG; its pid.
 function H.spawn_worker(db, dir, log)

@@ -2,9 +2,10 @@
 -- strict reader of Prometheus' text format 0.0.4 (and by `promtool check metrics` when the
 -- machine has it), and the process's counters checked against the runs the test made.
 local H = require "spec.helper"
+local S = require "spec.support.serve_harness"
 local mend = require "mend"
 
-local MEND, q, sh = H.MEND, H.quote, H.shell
+local q, sh = H.quote, H.shell
 local json = mend.json
 
 local OK = [[
@@ -35,25 +36,6 @@ return { name = "saga", steps = {
   { name = "charge", execute = function() error(mend.fatal("declined")) end },
 } }
 ]]
-
-local servers = {}
-
-local function start(dir, db, command)
-  local out, err = dir .. "/out", dir .. "/err"
-  local p = assert(io.popen(MEND .. " " .. command .. " --db " .. q(db) .. " --workflows " ..
-                            q(dir .. "/wf") .. " --listen 127.0.0.1:0 >" .. q(out) .. " 2>" ..
-                            q(err) .. " & echo $!"))
-  local pid = p:read("l")
-  p:close()
-  servers[#servers + 1] = pid
-  local base
-  H.wait_for("the server to listen", function()
-    base = H.read(out):match("serving (http://[%d%.]+:%d+)/api/v1")
-    return base ~= nil or not os.execute("kill -0 " .. pid .. " 2>/dev/null")
-  end, 10)
-  assert(base, "the server did not start: " .. H.read(err))
-  return base
-end
 
 local function curl(args)
   local out = os.tmpname()
@@ -243,10 +225,7 @@ end
 
 describe("/metrics", function()
   after_each(function()
-    for i = #servers, 1, -1 do
-      if os.execute("kill -0 " .. servers[i] .. " 2>/dev/null") then H.stop_worker(servers[i]) end
-      servers[i] = nil
-    end
+    S.stop_all()
     H.cleanup()
   end)
 
@@ -269,7 +248,7 @@ describe("/metrics", function()
 
   it("counts what a worker did: runs started and ended, attempts, failures by kind, retries, commits", function()
     local dir, db = workspace()
-    local base = start(dir, db, "worker")
+    local base = S.start(dir .. "/wf", db, nil, "worker")
     local ids = {
       start_run(base, "ok", {}),
       start_run(base, "flaky", { count = dir .. "/count" }),
@@ -320,7 +299,7 @@ describe("/metrics", function()
 
   it("counts in the process that does the work: mend serve only starts runs", function()
     local dir, db = workspace()
-    local base = start(dir, db, "serve")
+    local base = S.start(dir .. "/wf", db, nil, "serve")
     start_run(base, "ok", {})
     local m = metrics(base)
     assert.are.equal(1, value(m, "mend_runs_started_total", "mend_runs_started_total", { workflow = "ok" }))

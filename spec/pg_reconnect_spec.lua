@@ -401,3 +401,53 @@ describe("mend serve on PostgreSQL whose server went away", function()
     assert(ok, tostring(err) .. "\n" .. H.read(log))
   end)
 end)
+
+-- `mend run` whose server goes away for longer than it reconnects for (10 s): the error it
+-- ends with, and every line it logs, are single lines naming the database problem; libpq's
+-- own text ("server closed the connection unexpectedly\n\tThis probably means ...") was put in
+-- whole, its later lines standing alone in the output.
+describe("mend run on PostgreSQL whose server stays away", function()
+  after_each(H.cleanup)
+  local STATE = os.getenv("MEND_TEST_PG_STATE")
+  local it_restart = H.PG and STATE and it or pending
+
+  it_restart("ends with one line naming the database problem", function()
+    local dir = H.tmp_dir()
+    local db = H.new_db(dir)
+    local steps = {}
+    for i = 1, 60 do
+      steps[i] = ("{ name = 's%d', execute = function() os.execute('sleep 0.5') return %d end }"):format(i, i)
+    end
+    H.write_file(dir, "long.lua", "return { name = 'long', steps = {\n" .. table.concat(steps, ",\n") .. " } }\n")
+    local inner = ("cd %s && %s run long.lua --db %s >out 2>err; echo $? >rc"):format(q(dir), MEND, q(db))
+    os.execute(("sh -c %s >/dev/null 2>&1 &"):format(q(inner)))
+    local up = true
+    local ok, err = pcall(function()
+      H.wait_for("the run to begin", function() return H.read(dir .. "/err"):find("s2", 1, true) ~= nil end, 30)
+      local rc, text = H.shell("sh tests/pg/cluster.sh down " .. q(STATE))
+      assert.are.equal(0, rc, text)
+      up = false
+      H.wait_for("mend run to end", function() return H.read(dir .. "/rc") ~= "" end, 60)
+      rc, text = H.shell("sh tests/pg/cluster.sh up " .. q(STATE))
+      assert.are.equal(0, rc, text)
+      up = true
+    end)
+    if not up then H.shell("sh tests/pg/cluster.sh up " .. q(STATE)) end
+    local out, errtext = H.read(dir .. "/out"), H.read(dir .. "/err")
+    assert(ok, tostring(err) .. "\n" .. out .. errtext)
+    assert.are_not.equal("0", (H.read(dir .. "/rc"):gsub("%s+$", "")), out .. errtext)
+    local last
+    for line in errtext:gmatch("[^\n]+") do
+      -- a JSON log line, or mend's own last word: nothing of a message on a line of its own
+      assert.is_truthy(line:match("^{") or line:match("^mend: "), "a stray line: " .. line .. "\n" .. errtext)
+      if line:match("^{") then
+        assert.is_nil(line:find("\\n", 1, true), "a message of several lines: " .. line)
+      else
+        last = line
+      end
+    end
+    assert.is_string(last, errtext)
+    assert.matches("127%.0%.0%.1:%d+/mend: ", last)
+    assert.is_nil(last:find("This probably means", 1, true), last)
+  end)
+end)

@@ -8,15 +8,7 @@ local json = mend.json
 
 local MEND, q = H.MEND, H.quote
 
-local function mend_cmd(db, args)
-  local errfile = os.tmpname()
-  local p = assert(io.popen(("%s %s --db %s 2>%s"):format(MEND, args, q(db), q(errfile)), "r"))
-  local stdout = p:read("a")
-  local _, _, code = p:close()
-  local stderr = H.slurp(errfile)
-  os.remove(errfile)
-  return code, stdout, stderr
-end
+local function mend_cmd(db, args) return H.mend_in(nil, db, args) end
 
 local function ok_cmd(db, args)
   local rc, out, err = mend_cmd(db, args)

@@ -13,7 +13,8 @@
  * The rest is in src/engine/, one concern a file, behind src/engine/engine_int.h: pump.c (the
  * pump and its batches: the write-ahead rule), drive.c (run, advance, tick: how a host drives
  * the pump), status.c (the one place statuses change, and the history they write), saga.c
- * (what outcomes mean), attempt.c (coroutines and every call into workflow code), admit.c
+ * (what outcomes mean), attempt.c (coroutines and every call into workflow code), ctx.c (what
+ * a step sees of its run: ctx, its waits from Lua), admit.c
  * (breakers and caps), notify.c (alerts and events for the host), events.c (events sent to runs
  * and the steps that wait for them), exec.c, http.c, hostcall.c, load.c (workflows and their
  * versions), lock.c (a lock held by another process, waited out), recover.c, run.c (runs in
@@ -24,6 +25,7 @@
  */
 #include "engine.h"
 #include "idset.h"
+#include "stdfds.h"
 #include "log.h"
 
 #include <lauxlib.h>
@@ -354,6 +356,8 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
                                 mend_refusal *why) {
   mend_refusal ignored;
   if (!why) why = &ignored;
+  /* before the loop, its wake-ups or the store open a descriptor that would take 0, 1 or 2 */
+  mend_fill_standard_fds();
   /* A game host keeps its frame's core to itself by putting mend's threads elsewhere: they
    * would otherwise inherit the affinity of the host's thread that makes the engine. */
   mend_cpus cpus;

@@ -4,8 +4,6 @@
  * which is written against the same Lua API that users have. Must never: hold a command's
  * logic (mend.cli does); run Lua outside a protected call.
  */
-#include <errno.h>
-#include <fcntl.h>
 #include <lauxlib.h>
 #include <lua.h>
 #include <lualib.h>
@@ -17,6 +15,7 @@
 #include "lmend.h"
 #include "luadir.h"
 #include "serve/serve.h"
+#include "stdfds.h"
 #include "store.h"
 
 static int traceback(lua_State *L) {
@@ -60,22 +59,8 @@ static int run_cli(lua_State *L) {
   return 1;
 }
 
-/* Opens /dev/null on whichever of stdin, stdout and stderr is closed: a descriptor libuv or
- * SQLite opens would take its number, and libuv aborts when it closes one of those three
- * ("uv__close: Assertion `fd > STDERR_FILENO' failed"). */
-static void fill_standard_fds(void) {
-  for (int fd = 0; fd <= 2; fd++) {
-    if (fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
-    int got = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
-    if (got >= 0 && got != fd) {   /* not reached: the lower ones are open by now */
-      dup2(got, fd);
-      close(got);
-    }
-  }
-}
-
 int main(int argc, char **argv) {
-  fill_standard_fds();
+  mend_fill_standard_fds();
   /* A write past the file size limit (RLIMIT_FSIZE, `ulimit -f`) would kill the process
    * without a word; ignored, the write fails with EFBIG and the store names the file and the
    * cause, as it does for a full disk. */

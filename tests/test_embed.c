@@ -1438,6 +1438,45 @@ static void it_begins_a_wait_in_a_tick_without_reading_the_inbox(void) {
   unsetenv("MEND_INBOX_READ_HOLD");
 }
 
+/* The two second-wait tests' set-up: "slay_twice" started in its own database (named after
+ * what), the hold file that MEND_INBOX_READ_HOLD names set before the engine's threads start
+ * (absent: nothing held yet), the run asking for its spawn, and both events sent and durable
+ * before either wait begins. */
+static mend_engine *second_wait_engine(const char *what, char *hold, size_t len, char id[17]) {
+  char db[64];
+  snprintf(hold, len, "%s/inbox-held-%s", dir, what);
+  snprintf(db, sizeof db, "held_inbox_%s.db", what);
+  unlink(hold);
+  setenv("MEND_INBOX_READ_HOLD", hold, 1);
+  mend_engine *E = slay_engine_of(db, "slay_twice", id);
+  tick_until(E, spawn_asked, id);
+  CHECK_EQ_INT(mend_engine_signal(E, id, "boss_killed", "{\"gold\":7}", NULL), MEND_OK);
+  CHECK_EQ_INT(mend_engine_signal(E, id, "chest_opened", "{\"gold\":5}", NULL), MEND_OK);
+  tick_until_settled(E);
+  return E;
+}
+
+/* From now on the inbox read of the second wait's event (loot's) is held back. */
+static void hold_loot_read(const char *hold) {
+  FILE *f = fopen(hold, "w");
+  CHECK(f != NULL);
+  if (f) {
+    fputs("chest_opened", f);
+    fclose(f);
+  }
+}
+
+/* The hold let go: the run takes both events once each and succeeds with their sum. */
+static void second_wait_finish(mend_engine *E, const char *hold, const char *id) {
+  char st_text[32];
+  unlink(hold);
+  tick_until(E, run_ended, id);
+  CHECK_STR(run_status(E, id, st_text, sizeof st_text), "succeeded");
+  CHECK(run_has(E, id, "\"result\":12", 0));
+  mend_engine_free(E);   /* its threads stopped: none reads the environment as it changes */
+  unsetenv("MEND_INBOX_READ_HOLD");
+}
+
 /* The same for a step whose wait begins as the step before takes its event, in the tick's
  * pick-up of a look's answer: the run's take is not durable yet, and the second look was read
  * through the batch on the tick's thread (issue 24). It goes to the look thread once the take
@@ -1447,22 +1486,10 @@ static void it_begins_a_second_wait_in_a_tick_without_reading_the_inbox(void) {
 #ifndef MEND_FAILPOINTS
   return;   /* nothing holds the read back */
 #endif
-  char hold[160], id[17], st_text[32];
-  snprintf(hold, sizeof hold, "%s/inbox-held-twice", dir);
-  unlink(hold);
-  setenv("MEND_INBOX_READ_HOLD", hold, 1);   /* before the engine's threads start */
-  mend_engine *E = slay_engine_of("held_inbox_twice.db", "slay_twice", id);
-  tick_until(E, spawn_asked, id);
-  CHECK_EQ_INT(mend_engine_signal(E, id, "boss_killed", "{\"gold\":7}", NULL), MEND_OK);
-  CHECK_EQ_INT(mend_engine_signal(E, id, "chest_opened", "{\"gold\":5}", NULL), MEND_OK);
+  char hold[160], id[17];
+  mend_engine *E = second_wait_engine("twice", hold, sizeof hold, id);
   mend_tick_stats st;
-  tick_until_settled(E);   /* the events durable before the waits begin */
-  FILE *f = fopen(hold, "w");
-  CHECK(f != NULL);
-  if (f) {
-    fputs("chest_opened", f);
-    fclose(f);
-  }
+  hold_loot_read(hold);
   resumed_calls = 0;
   CHECK_EQ_INT(mend_call_return(spawn_call, "{\"id\":1}"), MEND_OK);
   int waiting = 0;
@@ -1477,12 +1504,7 @@ static void it_begins_a_second_wait_in_a_tick_without_reading_the_inbox(void) {
   }
   CHECK_EQ_INT(resumed_calls, 1);
   CHECK_EQ_INT(waiting, 3);   /* kill took its event; loot began its wait, not taken yet */
-  unlink(hold);
-  tick_until(E, run_ended, id);
-  CHECK_STR(run_status(E, id, st_text, sizeof st_text), "succeeded");
-  CHECK(run_has(E, id, "\"result\":12", 0));
-  mend_engine_free(E);   /* its threads stopped: none reads the environment as it changes */
-  unsetenv("MEND_INBOX_READ_HOLD");
+  second_wait_finish(E, hold, id);
 }
 
 /* The second wait's look is sent once the take before it is durable, not at the end of the
@@ -1496,20 +1518,9 @@ static void it_sends_a_second_waits_look_once_its_take_is_durable(void) {
 #ifndef MEND_FAILPOINTS
   return;   /* nothing holds the read back */
 #endif
-  char hold[160], id[17], st_text[32];
-  snprintf(hold, sizeof hold, "%s/inbox-held-late", dir);
-  unlink(hold);
-  setenv("MEND_INBOX_READ_HOLD", hold, 1);   /* before the engine's threads start */
-  mend_engine *E = slay_engine_of("held_inbox_late.db", "slay_twice", id);
-  tick_until(E, spawn_asked, id);
-  CHECK_EQ_INT(mend_engine_signal(E, id, "boss_killed", "{\"gold\":7}", NULL), MEND_OK);
-  CHECK_EQ_INT(mend_engine_signal(E, id, "chest_opened", "{\"gold\":5}", NULL), MEND_OK);
+  char hold[160], id[17];
+  mend_engine *E = second_wait_engine("late", hold, sizeof hold, id);
   mend_tick_stats st;
-  double t0 = now_s();
-  do {   /* the events durable before the waits begin */
-    CHECK_EQ_INT(mend_engine_tick_stats(E, 0.002, &st), MEND_OK);
-    usleep(1000);
-  } while ((st.committing || mend_engine_next_tick(E) == 0) && now_s() - t0 < 20);
   resumed_calls = 0;
   CHECK_EQ_INT(mend_call_return(spawn_call, "{\"id\":1}"), MEND_OK);
   for (int k = 0; k < 400 && resumed_calls == 0; k++) {   /* the step resumed, kill looks */
@@ -1520,23 +1531,13 @@ static void it_sends_a_second_waits_look_once_its_take_is_durable(void) {
   usleep(200000);   /* kill's look answered */
   CHECK_EQ_INT(mend_engine_tick_stats(E, 0.05, &st), MEND_OK);   /* kill takes, loot waits */
   usleep(200000);   /* a look of loot's sent at that tick's end would be answered by now */
-  FILE *f = fopen(hold, "w");
-  CHECK(f != NULL);
-  if (f) {
-    fputs("chest_opened", f);
-    fclose(f);
-  }
+  hold_loot_read(hold);
   for (int k = 0; k < 10; k++) {
     CHECK_EQ_INT(mend_engine_tick_stats(E, 0.05, &st), MEND_OK);
     CHECK(st.seconds < 2);   /* the read is held up to 20 s: this tick did not make it */
     usleep(2000);
   }
-  unlink(hold);
-  tick_until(E, run_ended, id);
-  CHECK_STR(run_status(E, id, st_text, sizeof st_text), "succeeded");
-  CHECK(run_has(E, id, "\"result\":12", 0));
-  mend_engine_free(E);   /* its threads stopped: none reads the environment as it changes */
-  unsetenv("MEND_INBOX_READ_HOLD");
+  second_wait_finish(E, hold, id);
 }
 
 /* An engine that ticked (its committed reads open) and is then driven by run_all: the second

@@ -500,11 +500,15 @@ char *mend__ask_map(mend_run *r, int i, mend_error_info *info);
 int mend__ensure_key(mend_run *r, int i, mend_error_info *info);
 int mend__guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres);
 int mend__run_pcall(mend_run *r, mend_limits *lim, int nargs, int nres);
-void mend__make_ctx_metatable(mend_engine *E);
-void mend__push_ctx(mend_run *r, int i);
 void mend__on_deadline(mend_timer *t);
 void mend__resume(mend_run *r, int nargs);
 void mend__start_attempt(mend_run *r, int compensating);
+
+/* ---- ctx.c: what a step's code sees of its run, and its waits from Lua */
+void mend__make_ctx_metatable(mend_engine *E);
+/* Pushes a new ctx table for step i, of its compensation with `compensating`. [-0, +1, m] */
+void mend__push_ctx_for(mend_run *r, int i, int compensating);
+void mend__push_ctx(mend_run *r, int i);   /* not compensating */
 mend_run *mend__waiting_run(lua_State *L, char *err, int errlen);
 
 /* ---- admit.c: breaker slots and concurrency caps */

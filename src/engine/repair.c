@@ -98,6 +98,13 @@ static int repair_done(mend_engine *E, int record, char *err, int errlen) {
   return 0;
 }
 
+/* An operation that answers its caller now (mend cancel, dlq retry, dlq resolve; not one
+ * recorded in the loop's batch, as a serving worker's are): every statement of it waits for a
+ * row another session holds locked (PostgreSQL's) only a few seconds, then it fails naming the
+ * lock, where it waited for ever (a session left open in psql). SQLite's file lock is met at
+ * its commit already (mend__commit_now). */
+static void answering(mend_engine *E, int on) { mend_store_bound_row_waits(E->store, on); }
+
 /* r: the run, if this engine holds it (it numbers the row); else NULL and the id. */
 static void operator_entry(mend_engine *E, mend_run *r, const char *id, const char *op,
                            const char *who, const char *note) {
@@ -338,7 +345,10 @@ static int cancel_run(mend_engine *E, const char *id, const char *who, int recor
 }
 
 int mend_engine_cancel_run(mend_engine *E, const char *id, const char *who, char *err, int errlen) {
-  return cancel_run(E, id, who, 0, 0, err, errlen);
+  answering(E, 1);
+  int rc = cancel_run(E, id, who, 0, 0, err, errlen);
+  answering(E, 0);
+  return rc;
 }
 
 int mend_engine_cancel_record(mend_engine *E, const char *id, const char *who, int take_now,
@@ -388,6 +398,36 @@ static int parent_going_back(mend_engine *E, const char *id) {
   return back;
 }
 
+/* The error with which step `step` of run id last failed, from its history (a copy to free), or
+ * NULL: the failure that turned the run back, once the step's own error is its compensation's
+ * (a step undone for its own failure, a child's step of a cancelled parent). Read a page at a
+ * time, as a long history must cost a page's memory. */
+#define TURNED_BACK_PAGE 1000
+static char *failed_with(mend_engine *E, const char *id, const char *step) {
+  char *found = NULL;
+  long after = 0;
+  for (;;) {
+    json_t *page = mend_store_history_page(E->store, id, after, TURNED_BACK_PAGE, 0);
+    size_t n = json_is_array(page) ? json_array_size(page) : 0;
+    for (size_t k = 0; k < n; k++) {
+      json_t *row = json_array_get(page, k);
+      const char *ev = json_string_value(json_object_get(row, "event"));
+      const char *name = json_string_value(json_object_get(row, "step"));
+      const char *to = json_string_value(json_object_get(row, "to"));
+      const char *error = json_string_value(json_object_get(row, "error"));
+      if (ev && name && to && error && strcmp(ev, "step") == 0 && strcmp(name, step) == 0 &&
+          strcmp(to, "failed") == 0) {
+        free(found);
+        found = mend_dupstr(error);
+      }
+      json_int_t seq = json_integer_value(json_object_get(row, "seq"));
+      if (seq > after) after = (long)seq;
+    }
+    json_decref(page);
+    if (n < TURNED_BACK_PAGE) return found;
+  }
+}
+
 static int dlq_retry(mend_engine *E, const char *id, const char *who, int record, int take_now,
                      char *err, int errlen) {
   E->refusal = MEND_REFUSED_STATE;
@@ -423,10 +463,17 @@ static int dlq_retry(mend_engine *E, const char *id, const char *who, int record
     r->steps[i].comp_attempts = 0;   /* fresh attempts */
     r->steps[i].last_delay = -1;
     /* The run's error goes back to why it turned back: the compensation's error stays with
-     * its step, and a run compensated at last would otherwise show it as its cause. */
+     * its step, and a run compensated at last would otherwise show it as its cause. A step
+     * undone for its own failure (a compensable error, a cancel of a parent waiting for its
+     * child) holds its compensation's error now: its failure is in its history. */
     int f = r->fail_step;
-    if (f >= 0 && f < r->wf->nsteps && r->steps[f].status == MEND_STEP_FAILED && r->steps[f].error)
+    if (f >= 0 && f < r->wf->nsteps && r->steps[f].status == MEND_STEP_FAILED && r->steps[f].error) {
       mend__set_str(&r->error, r->steps[f].error);
+    } else if (f >= 0 && f < r->wf->nsteps) {
+      char *why = failed_with(E, id, r->wf->steps[f].name);
+      if (why) mend__set_str(&r->error, why);
+      free(why);
+    }
     mend__run_to(r, MEND_RUN_COMPENSATING);
   } else if (back) {
     /* severity 3 of a child whose parent goes back: the person's go-ahead undoes it from its
@@ -457,7 +504,10 @@ static int dlq_retry(mend_engine *E, const char *id, const char *who, int record
 }
 
 int mend_engine_dlq_retry(mend_engine *E, const char *id, const char *who, char *err, int errlen) {
-  return dlq_retry(E, id, who, 0, 0, err, errlen);
+  answering(E, 1);
+  int rc = dlq_retry(E, id, who, 0, 0, err, errlen);
+  answering(E, 0);
+  return rc;
 }
 
 int mend_engine_dlq_retry_record(mend_engine *E, const char *id, const char *who, int take_now,
@@ -610,7 +660,10 @@ static int resolve(mend_engine *E, const char *id, const char *who, const char *
 
 int mend_engine_resolve(mend_engine *E, const char *id, const char *who, const char *note,
                         char *err, int errlen) {
-  return resolve(E, id, who, note, 0, 0, err, errlen);
+  answering(E, 1);
+  int rc = resolve(E, id, who, note, 0, 0, err, errlen);
+  answering(E, 0);
+  return rc;
 }
 
 int mend_engine_resolve_record(mend_engine *E, const char *id, const char *who, const char *note,

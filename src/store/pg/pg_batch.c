@@ -228,6 +228,7 @@ void mend__pg_rollback(mend_pg *p) {
   if (p->conn && PQstatus(p->conn) == CONNECTION_OK &&
       PQtransactionStatus(p->conn) != PQTRANS_IDLE)
     PQclear(PQexec(p->conn, "ROLLBACK"));
+  p->lock_wait_ms = -1;   /* a SET of lock_timeout in it went with it */
   events_not_committed(p);
   p->in_batch = 0;
   p->batch_failed = 0;
@@ -287,8 +288,9 @@ static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late,
   char *ids = NULL;
   int began = 0;
   if (PQstatus(c) != CONNECTION_OK) {
-    mend__pg_msg(p->err, sizeof p->err, "%s: connection lost: %s", p->server,
-                 PQerrorMessage(c));
+    char cause[512];
+    mend__pg_first_line(cause, sizeof cause, PQerrorMessage(c));
+    mend__pg_msg(p->err, sizeof p->err, "%s: connection lost: %s", p->server, cause);
     return -1;
   }
   if (!PQenterPipelineMode(c)) return mend__pg_fail(p, c, NULL, "enter pipeline mode");
@@ -439,6 +441,7 @@ static int reopen(mend_pg *p) {
   }
   PQfinish(p->conn);
   p->conn = c;
+  p->lock_wait_ms = -1;   /* a new session: the server's default */
   mend__pg_watch(p);
   mend__pg_note_writer_host(p, c);
   p->retry_at = p->retry_delay = 0;
@@ -464,9 +467,9 @@ static int ensure_connected(mend_pg *p) {
                  " try in %.1f s): %s", p->server, p->retry_at - now, p->retry_err);
     return -1;
   }
-  char first[sizeof p->err];
-  mend__pg_msg(first, sizeof first, "%s: connection lost: %s", p->server,
-               PQerrorMessage(p->conn));
+  char first[sizeof p->err], cause[512];
+  mend__pg_first_line(cause, sizeof cause, PQerrorMessage(p->conn));
+  mend__pg_msg(first, sizeof first, "%s: connection lost: %s", p->server, cause);
   double give_up = mend__pg_mono() + RECONNECT_SECONDS, delay = 0.1;
   for (;;) {
     if (reopen(p) == 0) return 0;

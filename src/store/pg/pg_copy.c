@@ -26,9 +26,10 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...) {
   va_end(ap);
 }
 
+/* what: the first line of libpq's message m (its later lines would stand alone). */
 static void trim_copy(char *err, size_t errlen, const char *what, const char *m) {
-  size_t n = strlen(m);
-  while (n > 0 && (m[n - 1] == '\n' || m[n - 1] == ' ')) n--;
+  size_t n = strcspn(m, "\n");
+  while (n > 0 && m[n - 1] == ' ') n--;
   set_err(err, errlen, "%s: %.*s", what, (int)n, m);
 }
 

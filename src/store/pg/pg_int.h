@@ -23,6 +23,11 @@
 #include "../handoff.h"
 #include "pg.h"
 
+/* How long a statement of an operation that answers a caller (a cancel, a signal, a commit
+ * now) waits for a row another session holds locked before it gives up, as SQLite's busy wait
+ * does for its file's lock. */
+#define PG_OP_LOCK_WAIT_MS 5000
+
 /* PostgreSQL's own schema versions (meta 'schema_version'), unrelated to SQLite's. */
 #define MEND_PG_SCHEMA_VERSION 6
 
@@ -110,6 +115,10 @@ typedef struct mend_pg {
   pg_at writer_at;
   int writer_at_known;
   int conn_doomed;             /* the server said it ends conn's session (mend__pg_watch) */
+  /* conn's lock_timeout as last set (ms; 0: none, the loop's writes wait rows out; -1: not
+   * known, after a rollback or a new session): PG_OP_LOCK_WAIT_MS while an operation that
+   * answers a caller runs (mend__pg_bound_row_waits) */
+  int lock_wait_ms;
   char *conninfo;
   char server[300];            /* host:port/dbname, for messages: never the password */
   char err[1536];
@@ -161,6 +170,10 @@ typedef struct mend_pg {
 
 /* pg.c */
 void mend__pg_msg(char *buf, int len, const char *fmt, ...);
+/* The first line of a libpq message (its "ERROR:  " or "FATAL:  " left out), which names the
+ * problem: libpq's later lines ("\tThis probably means the server terminated abnormally ...")
+ * would stand alone in a log or on a terminal. */
+void mend__pg_first_line(char *out, size_t len, const char *msg);
 /* 1 when the server can take t as text (NULL too); 0 when it would refuse it (not UTF-8 on a
  * UTF8 connection), which means no row holds it: a read can answer "none" without asking.
  * Waits for the writer thread first, as a read does. */
@@ -296,6 +309,7 @@ int mend__pg_prepare_to(PGconn *c, char *err, int errlen, const char *server);
 /* The methods (store.h's table of them is filled in pg.c), by file. */
 /* pg.c */
 const char *mend__pg_errmsg(mend_store *s);
+void mend__pg_bound_row_waits(mend_store *s, int on);
 int mend__pg_not_found(const mend_store *s);
 int mend__pg_schema_version(mend_store *s);
 void mend__pg_close(mend_store *s);

@@ -23,11 +23,18 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...) {
   va_end(ap);
 }
 
-/* The server's message without its trailing newline. */
+/* The length of a message's first line, trailing blanks left out: libpq's later lines
+ * ("\tThis probably means ...") would stand alone where the message is printed. */
+static size_t first_line_len(const char *m) {
+  size_t n = strcspn(m, "\n");
+  while (n > 0 && m[n - 1] == ' ') n--;
+  return n;
+}
+
+/* The server's message, its first line. */
 static void pg_err(PGconn *c, const char *what, char *err, size_t errlen) {
   const char *m = PQerrorMessage(c);
-  size_t n = strlen(m);
-  while (n > 0 && (m[n - 1] == '\n' || m[n - 1] == ' ')) n--;
+  size_t n = first_line_len(m);
   set_err(err, errlen, "%s: %.*s", what, (int)n, n ? m : "no connection");
 }
 
@@ -39,8 +46,7 @@ static PGresult *exec(PGconn *c, const char *sql, int n, const char *const *para
   if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) return r;
   const char *m = r ? PQresultErrorMessage(r) : "";
   if (m && *m) {
-    size_t len = strlen(m);
-    while (len > 0 && (m[len - 1] == '\n' || m[len - 1] == ' ')) len--;
+    size_t len = first_line_len(m);
     set_err(err, errlen, "%s: %.*s", what, (int)len, m);
   } else {
     pg_err(c, what, err, errlen);
