@@ -125,11 +125,14 @@ describe("a read-only file system #sqlite", function()
     assert.is_truthy(os.execute("mount -o remount,ro " .. mnt))
     rc, out = run(string.format("%s start big --db %s --workflows %s", MEND, db, wfdir))
     assert.are.equal(1, rc, out)
-    assert.matches(db .. ": .*%(the file is read%-only: Read%-only file system%)", out)
-    -- WAL mode needs to write its shared-memory file even to read: reads fail as clearly
+    assert.matches(db .. ": .*the file is read%-only %(Read%-only file system%)", out)
+    -- WAL mode needs its shared-memory file even to read: reads fail as clearly, naming that
+    -- file, not "No such file or directory" as if the database were missing
     rc, out = run(string.format("%s status %s --db %s --json", MEND, id, db))
     assert.are.equal(1, rc, out)
     assert.matches("read%-only", out)
+    assert.matches(db .. "%-shm file", out)
+    assert.not_matches("No such file", out)
     -- writable again: everything is there
     assert.is_truthy(os.execute("mount -o remount,rw " .. mnt))
     rc, out = run(string.format("%s status %s --db %s --json", MEND, id, db))

@@ -549,7 +549,18 @@ static void explain_open_failure(mend_store *s) {
   size_t n = strlen(s->err);
   int room = (int)(sizeof s->err - n);
   if (access(s->path, F_OK) == 0 && access(s->path, W_OK) != 0) {
-    mend__set_msg(s->err + n, room, " (the file is read-only: %s)", strerror(errno));
+    int why = errno;
+    char shm[4200];
+    mend__set_msg(shm, sizeof shm, "%s-shm", s->path);
+    /* SQLite's own cause is then the -shm file's (ENOENT: it could not be made), which reads
+     * as if the database were missing: say what is missing and why it is needed. */
+    if (access(shm, F_OK) != 0)
+      mend__set_msg(s->err, (int)sizeof s->err, "%s: cannot open: the file is read-only (%s), and "
+                    "its %s-shm file, which a database in WAL mode needs even to be read, is not "
+                    "there and cannot be made: open it where it can be written, or copy it",
+                    s->path, strerror(why), s->path);
+    else
+      mend__set_msg(s->err + n, room, " (the file is read-only: %s)", strerror(why));
   } else if (access(dir, W_OK) != 0) {
     if (errno == ENOENT || errno == ENOTDIR)
       mend__set_msg(s->err + n, room, " (its folder %s does not exist)", dir);
