@@ -158,4 +158,41 @@ describe("a worker", function()
     H.wait_for("the worker to stop", function() return not alive(pid) end, 15)
     pid = nil
   end)
+  it("says once that its workflows directory went, serves what it loaded, and says when it is back", function()
+    local dir = H.tmp_dir()
+    local wf, db = dir .. "/wf", H.new_db(dir, "jobs.db")
+    assert(require("lfs").mkdir(wf))
+    H.write_file(wf, "good.lua", GOOD)
+    local log = dir .. "/worker.log"
+    local _, out = sh(string.format("%s worker --db %s --workflows %s >%s 2>&1 & echo $!", MEND,
+                                    q(db), q(wf), q(log)))
+    pid = assert(tonumber(out:match("%d+")))
+    H.wait_for("the worker's first look", function() return H.read(log) ~= nil end, 10)
+    os.execute("sleep 0.5")
+    assert.are.equal(0, (sh("rm -rf " .. q(wf))))
+    H.wait_for("the warning", function()
+      return (H.read(log) or ""):find("cannot read the workflows directory " .. wf, 1, true)
+    end, 10)
+    os.execute("sleep 4.5")   -- two more looks (every 2 s): said once, not at each
+    local n = 0
+    for _ in H.read(log):gmatch("cannot read the workflows directory") do n = n + 1 end
+    assert.are.equal(1, n, H.read(log))
+    assert.matches("serving the workflows loaded before", H.read(log))
+    -- what it loaded is still served: a run started with its file elsewhere runs here
+    local other = dir .. "/other"
+    assert(require("lfs").mkdir(other))
+    H.write_file(other, "good.lua", GOOD)
+    local rc, id = sh(string.format("%s start good --db %s --workflows %s", MEND, q(db), q(other)))
+    assert.are.equal(0, rc, id)
+    id = id:match("%S+")
+    H.wait_for("the good run", function()
+      local _, json = sh(string.format("%s status %s --db %s --json", MEND, id, q(db)))
+      return json:find('"status":"succeeded"', 1, true)
+    end, 10)
+    assert(require("lfs").mkdir(wf))
+    H.wait_for("the directory back", function()
+      return H.read(log):find("can be read again", 1, true)
+    end, 10)
+    assert.is_true(alive(pid))
+  end)
 end)

@@ -763,12 +763,22 @@ end
 -- seconds (up to its load limit): a SIGINT or SIGTERM meanwhile stops it, and nothing more loads
 -- (the worker stops).
 local function workflow_loader(eng, dir)
-  local seen = {}
+  local seen, unreadable = {}, nil
   local function load_new(first)
     local ok, files = pcall(workflow_files, dir)
     if not ok then
       if first then error(files, 0) end
+      -- said once, not at every look: the workflows loaded before go on being served
+      local why = type(files) == "table" and files.message or tostring(files)
+      if unreadable ~= why then
+        unreadable = why
+        eng:log("warn", "workflow", why .. ": serving the workflows loaded before")
+      end
       return
+    end
+    if unreadable then
+      unreadable = nil
+      eng:log("info", "workflow", "the workflows directory " .. dir .. " can be read again")
     end
     for _, file in ipairs(files) do
       if core._hear_stop() then return end
