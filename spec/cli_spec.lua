@@ -236,6 +236,20 @@ return { name = "latin", steps = {
       assert.are.equal("invoice", json.decode(status).workflow)
     end)
 
+    -- Review of qa7: the case beside the folder one: a service's executable (or script) named
+    -- like its workflow is read as the workflow file, and the user is told of a Lua syntax
+    -- error in their shell script, though --workflows has NAME.lua.
+    it("mend start NAME finds the workflow when a script of that name is where it runs (review of qa7)", function()
+      local dir = H.tmp_dir()
+      os.execute("mkdir -p " .. quote(dir .. "/wf"))
+      H.write_file(dir, "invoice", "#!/bin/sh\necho invoicing\n")
+      H.write_file(dir .. "/wf", "invoice.lua", "return { name = 'invoice', steps = { { name = 'a', " ..
+                                                "execute = function() return 1 end } } }")
+      local code, out = H.shell(("cd %s && %s start invoice --db %s --workflows wf 2>&1")
+                                :format(quote(dir), quote(MEND), quote(db)))
+      assert.are.equal(0, code, out)
+    end)
+
     it("refuses a run key of another workflow's run, with mend start and mend run (exit 1)", function()
       local code, id, err = mend("start", "order", "--db", db, "--key", "k-10")
       assert.are.equal(0, code, err)

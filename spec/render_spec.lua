@@ -176,3 +176,82 @@ describe("mend.render.write_json", function()
     assert.matches('^mend%.json%.encode: value%["50%%"%]%.x: cannot encode NaN', err)
   end)
 end)
+
+-- Review of qa7: a terminal shows an East Asian wide character in two columns and a combining
+-- mark in none; cell() counts code points, so a CJK name or a decomposed accent (NFD, as
+-- macOS file names give) still pushes the columns after it askew.
+describe("tables with wide or combining characters (review of qa7)", function()
+  after_each(H.cleanup)
+
+  -- Display columns of UTF-8 text: combining marks (U+0300-036F) none, CJK/Hangul/fullwidth two.
+  local function width(s)
+    local w = 0
+    for _, c in utf8.codes(s) do
+      if c >= 0x300 and c <= 0x36F then w = w + 0
+      elseif (c >= 0x1100 and c <= 0x115F) or (c >= 0x2E80 and c <= 0xA4CF) or
+             (c >= 0xAC00 and c <= 0xD7A3) or (c >= 0xF900 and c <= 0xFAFF) or
+             (c >= 0xFF00 and c <= 0xFF60) or (c >= 0xFFE0 and c <= 0xFFE6) then w = w + 2
+      else w = w + 1 end
+    end
+    return w
+  end
+
+  it("keep their columns aligned on a terminal", function()
+    local dir = H.tmp_dir()
+    local db = H.new_db(dir, "wide.db")
+    local wf = H.write_file(dir, "wide.lua", [[
+return { name = "注文処理", steps = {
+  { name = "cafe\u{301}", execute = function() return 1 end },
+  { name = "ok", execute = function() return 2 end } } }
+]])
+    local code, out = stdout_of(("%s run %s --db %s --clock virtual"):format(H.MEND, H.quote(wf), H.quote(db)))
+    assert.are.equal(0, code, out)
+    local id = out:match("run (%w+):")
+    code, out = stdout_of(("%s run workflows/order.lua --db %s --clock virtual"):format(H.MEND, H.quote(db)))
+    assert.are.equal(0, code, out)
+    local function aligned(args, wide, plain, after)
+      local text = cli(db, args)
+      local function column(name)
+        for line in text:gmatch("[^\n]+") do
+          local _, e = line:find(name, 1, true)
+          local at = e and line:find(after, e + 1)
+          if at then return width(line:sub(1, at - 1)) end
+        end
+        error("no line with " .. name .. " in:\n" .. text)
+      end
+      assert.are.equal(column(plain), column(wide), args .. ":\n" .. text)
+    end
+    aligned("status " .. id, " cafe\u{301}", " ok", "succeeded")
+    aligned("runs", "注文処理", "order ", "succeeded")
+  end)
+end)
+
+-- Review of qa7: `mend history RUN --chart` (mend.chart) still pads its lane names by bytes and
+-- cuts them at 24 bytes: a step name beyond ASCII moves its bars left of the others, and one
+-- whose 24th byte is inside a character is printed as half a character (invalid UTF-8).
+describe("mend history --chart with step names beyond ASCII (review of qa7)", function()
+  after_each(H.cleanup)
+
+  it("keeps the bars aligned and prints whole characters", function()
+    local dir = H.tmp_dir()
+    local db = H.new_db(dir, "chart.db")
+    local wf = H.write_file(dir, "chart.lua", [[
+return { name = "chart", steps = {
+  { name = "prüfen", execute = function() return 1 end },
+  { name = "ok", execute = function() return 2 end },
+  { name = "abcdefghijklmnopqrstuvwä-more", execute = function() return 3 end } } }
+]])
+    local code, out = stdout_of(("%s run %s --db %s --clock virtual"):format(H.MEND, H.quote(wf), H.quote(db)))
+    assert.are.equal(0, code, out)
+    local id = out:match("run (%w+):")
+    local text = cli(db, "history " .. id .. " --chart")
+    local bars = {}
+    for line in text:gmatch("[^\n]+") do
+      assert.truthy(utf8.len(line), "not UTF-8: " .. line)
+      local at = line:find("|", 1, true)
+      if at then bars[#bars + 1] = utf8.len(line:sub(1, at - 1)) or -1 end
+    end
+    assert.are.equal(3, #bars, text)
+    assert.are.same({ bars[1], bars[1], bars[1] }, bars, text)
+  end)
+end)

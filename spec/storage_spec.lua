@@ -181,6 +181,105 @@ return { name = "slow", steps = {
   end)
 end)
 
+-- Review of qa7: a worker with nothing to do commits nothing, so it never looks: deleted under
+-- it, it polls the unlinked file for good, and a run started on the new file at that path (as
+-- `mend start` makes one) is never taken; stopped, it exits 0 without a word.
+describe("a database deleted under an idle worker #sqlite", function()
+  local pidfile
+  after_each(function()
+    local pid = pidfile and H.read(pidfile):match("%d+")
+    if pid then os.execute("kill -KILL " .. pid .. " 2>/dev/null") end
+    pidfile = nil
+    H.cleanup()
+  end)
+
+  it("stops the worker naming the file, or the worker takes the runs of the file now there (review of qa7)", function()
+    local wfdir, dir = H.tmp_dir(), H.tmp_dir()
+    write(wfdir .. "/quick.lua", [[
+return { name = "quick", steps = { { name = "a", execute = function() return 1 end } } }
+]])
+    local db = dir .. "/mend.db"
+    local rc, out = run(string.format("%s start quick --db %s --workflows %s", MEND, db, wfdir))
+    assert.are.equal(0, rc, out)
+    local first = out:match("%S+")
+    local log, done = dir .. "/worker.log", dir .. "/worker.rc"
+    pidfile = dir .. "/worker.pid"
+    os.execute(string.format("sh -c '%s worker --db %s --workflows %s --poll 0.05 2>%s & echo $! >%s; wait $!; echo $? >%s' >/dev/null 2>&1 &",
+                             MEND, db, wfdir, log, pidfile, done))
+    H.wait_for("the first run done", function()
+      return H.read(log):find('"run":"' .. first .. '"', 1, true) ~= nil and
+             H.read(log):find('running -> succeeded","run":"' .. first, 1, true) ~= nil
+    end, 10)
+    os.execute("sleep 0.5")
+    os.remove(db)
+    os.remove(db .. "-wal")
+    os.remove(db .. "-shm")
+    rc, out = run(string.format("%s start quick --db %s --workflows %s", MEND, db, wfdir))
+    assert.are.equal(0, rc, out)
+    local second = out:match("%S+")
+    local status
+    for _ = 1, 50 do
+      if H.read(done) ~= "" then break end
+      local _, st = run(string.format("%s status %s --db %s --json", MEND, second, db))
+      status = st:match('"status":"(%a+)"')
+      if status == "succeeded" then break end
+      os.execute("sleep 0.1")
+    end
+    local exited = H.read(done):match("%d+")
+    assert.truthy(status == "succeeded" or exited == "1",
+                  "5 s on: the run on the new file is " .. tostring(status) .. ", the worker " ..
+                  (exited and ("exited " .. exited) or "still running, saying nothing") .. ":\n" .. H.read(log))
+    if exited == "1" then assert.matches("deleted or moved", H.read(log)) end
+  end)
+end)
+
+-- Review of qa7: a database file bind-mounted on its own (a container's `-v ./mend.db:/data/mend.db`)
+-- and deleted on the host: the path still names the same inode, now with no link, and
+-- SQLITE_FCNTL_HAS_MOVED compares inode numbers only: the worker writes on into the unlinked
+-- file, its runs "succeed", and all of it goes with the process. Needs mount namespaces (root
+-- or user namespaces); pending where `unshare -m` is refused.
+describe("a bind-mounted database deleted on the host under a running worker #sqlite", function()
+  after_each(H.cleanup)
+
+  it("stops the worker with an error naming the file (review of qa7)", function()
+    if os.execute("unshare -m true 2>/dev/null") ~= true then
+      return pending("no mount namespace here (unshare -m)")
+    end
+    local wfdir, dir = H.tmp_dir(), H.tmp_dir()
+    write(wfdir .. "/slow.lua", [[
+return { name = "slow", steps = {
+  { name = "a", execute = function(ctx) ctx:sleep(0.3) return 1 end },
+  { name = "b", execute = function(ctx) ctx:sleep(0.3) return 2 end },
+  { name = "c", execute = function(ctx) ctx:sleep(0.3) return 3 end },
+} }
+]])
+    os.execute("mkdir -p " .. q(dir .. "/host") .. " " .. q(dir .. "/ctr"))
+    local hostdb, db = dir .. "/host/mend.db", dir .. "/ctr/mend.db"
+    for _ = 1, 3 do
+      local rc, out = run(string.format("%s start slow --db %s --workflows %s", MEND, q(hostdb), q(wfdir)))
+      assert.are.equal(0, rc, out)
+    end
+    local log, done = dir .. "/worker.log", dir .. "/worker.rc"
+    -- In a mount namespace of its own: the file bound on ctr/mend.db, a worker on that path,
+    -- the host's name removed once the first step began, then at most 5 s for the worker.
+    local script = table.concat({
+      "touch " .. q(db) .. " && mount --bind " .. q(hostdb) .. " " .. q(db) .. " || exit 1",
+      MEND .. " worker --db " .. q(db) .. " --workflows " .. q(wfdir) .. " --poll 0.05 2>" .. q(log) .. " &",
+      "w=$!",
+      [[i=0; until grep -q '"step":"a"' ]] .. q(log) .. " 2>/dev/null; do sleep 0.05; i=$((i+1)); [ $i -lt 200 ] || break; done",
+      "rm -f " .. q(hostdb) .. " " .. q(hostdb .. "-wal") .. " " .. q(hostdb .. "-shm"),
+      "i=0; while kill -0 $w 2>/dev/null && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done",
+      "if kill -0 $w 2>/dev/null; then kill -TERM $w; wait $w || true; echo running >" .. q(done) ..
+        "; else rc=0; wait $w || rc=$?; echo $rc >" .. q(done) .. "; fi",
+    }, "\n")
+    local sh = dir .. "/ns.sh"
+    write(sh, script .. "\n")
+    os.execute("unshare -m sh " .. q(sh) .. " >/dev/null 2>&1")
+    assert.are.equal("1", H.read(done):match("%w+"), "the worker went on writing into the unlinked file:\n" .. H.read(log))
+    assert.matches("the database file was deleted or moved", H.read(log))
+  end)
+end)
+
 describe("a database in a folder that does not exist #sqlite", function()
   after_each(H.cleanup)
 

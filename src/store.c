@@ -24,6 +24,7 @@
 #include <string.h>
 #include <errno.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -687,13 +688,19 @@ int mend__sqlite_batch_open(mend_store *s) {
 
 /* Whether the database file was deleted or moved since it was opened. In WAL mode SQLite
  * goes on writing to the unlinked file (it checks only in rollback-journal mode), so that every
- * batch after a `rm` would be answered durable and vanish with the process. One stat(2) of the
- * path per commit, far below a commit's own cost. */
-static int file_gone(mend_store *s) {
-  if (strcmp(s->path, ":memory:") == 0 || s->path[0] == 0) return 0;
+ * batch after a `rm` would be answered durable and vanish with the process. SQLite's check
+ * compares the path's inode with the open file's; a file bind-mounted on its own (a container's
+ * volume of one file) and deleted on the host keeps its inode under the path with no link left,
+ * which only the link count tells. Two stat(2)s of the absolute path SQLite opened, per commit
+ * and per idle poll (mend__sqlite_claimable), far below a commit's own cost. */
+int mend__file_gone(mend_store *s, sqlite3 *db) {
+  if (strcmp(s->path, ":memory:") == 0 || s->path[0] == 0 || !db) return 0;
   int moved = 0;
-  if (sqlite3_file_control(s->db, "main", SQLITE_FCNTL_HAS_MOVED, &moved) != SQLITE_OK) return 0;
-  return moved;
+  if (sqlite3_file_control(db, "main", SQLITE_FCNTL_HAS_MOVED, &moved) != SQLITE_OK) return 0;
+  if (moved) return 1;
+  const char *abs = sqlite3_db_filename(db, "main");
+  struct stat st;
+  return abs && abs[0] && stat(abs, &st) == 0 && st.st_nlink == 0;
 }
 
 /* Ends the open transaction, if any (on whichever thread holds the connection now). */
@@ -704,7 +711,7 @@ int mend__commit_batch(mend_store *s) {
     mend__rollback(s);
     return -1;
   }
-  if (file_gone(s)) {
+  if (mend__file_gone(s, s->db)) {
     mend__set_msg(s->err, sizeof s->err, "%s: commit: the database file was deleted or moved "
                   "after it was opened; nothing more is written to it (put it back or start "
                   "again on a database that is there)", s->path);

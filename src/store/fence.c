@@ -273,8 +273,10 @@ int mend__open_reader(mend_store *s) {
 int mend__sqlite_claimable(mend_store *s, const char *owner, int thorough) {
   double now = mend__wall_now();
   const int anything = MEND_CLAIMABLE_FREE | MEND_CLAIMABLE_GONE;
-  /* in memory, or no reader: only the claim itself can look (and say what is wrong) */
-  if (mend__open_reader(s) != 0) return anything;
+  /* in memory, or no reader: only the claim itself can look (and say what is wrong); a file
+   * deleted under an idle worker, which commits nothing that would find it out: the claim's
+   * commit says so (asked of the reader: the writer thread may hold the other connection) */
+  if (mend__open_reader(s) != 0 || mend__file_gone(s, s->reader)) return anything;
   sqlite3_stmt **q = &s->q_claimable[thorough ? 1 : 0];
   if (!*q && sqlite3_prepare_v3(s->reader, claimable_sql[thorough ? 1 : 0], -1,
                                 SQLITE_PREPARE_PERSISTENT, q, NULL) != SQLITE_OK)

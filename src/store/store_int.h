@@ -200,6 +200,9 @@ int mend__batch_begin(mend_store *s);
 int mend__bind_opt_real(sqlite3_stmt *q, int i, double v);
 int mend__bind_text(sqlite3_stmt *q, int i, const char *v);
 int mend__commit_batch(mend_store *s);
+/* 1 when the database file was deleted or moved since db (s's connection, or its reader,
+ * each on the thread that holds it) opened it (store.c). */
+int mend__file_gone(mend_store *s, sqlite3 *db);
 void mend__finish(sqlite3_stmt *q);
 void mend__free_version(struct wf_version *v);
 int mend__label_code(const mend_store *s, const char *name);
