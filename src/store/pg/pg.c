@@ -534,6 +534,7 @@ const mend_store_methods mend__pg_methods = {
   .runs_page = mend__pg_runs_page,
   .run_counts = mend__pg_run_counts,
   .take = mend__pg_take,
+  .hold_status = mend__pg_hold_status,
   .request_cancel = mend__pg_request_cancel,
   .cancel_requests = mend__pg_cancel_requests,
   .cancels_requested = mend__pg_cancels_requested,
