@@ -42,6 +42,7 @@ return { name = "order", steps = {
 -- shell, a few milliseconds apart): each server looks at the run before either writes. Exactly
 -- one takes effect; the other is refused 409 naming the run's state, as once the first is
 -- seen; one operator row in the run's history; a refused retry leaves the run held by nobody.
+-- Sends both; returns a function that waits for their answers.
 local function both(dir, a, path_a, body_a, b, path_b, body_b, tag)
   local function curl(base, path, body, name)
     local out, code = dir .. "/" .. tag .. name .. ".out", dir .. "/" .. tag .. name .. ".code"
@@ -51,15 +52,17 @@ local function both(dir, a, path_a, body_a, b, path_b, body_b, tag)
   end
   local ca, oa, fa = curl(a, path_a, body_a, "a")
   local cb, ob, fb = curl(b, path_b, body_b, "b")
-  sh("(" .. ca .. " " .. cb .. " wait) >/dev/null 2>&1")
+  sh("(" .. ca .. " " .. cb .. ") >/dev/null 2>&1")
   local function answer(out, code)
     H.wait_for("the answer " .. code, function() return H.read(code) ~= "" end, 25)
     local ok, decoded = pcall(json.decode, H.read(out))
     return tonumber(H.read(code)), ok and decoded or nil
   end
-  local c1, b1 = answer(oa, fa)
-  local c2, b2 = answer(ob, fb)
-  return c1, b1, c2, b2
+  return function()
+    local c1, b1 = answer(oa, fa)
+    local c2, b2 = answer(ob, fb)
+    return c1, b1, c2, b2
+  end
 end
 
 local function operator_rows(base, id)
@@ -86,25 +89,44 @@ local function one_took_effect(db, base, id, ca, ba, cb, bb, won_a, won_b)
   return st, ops, why
 end
 
+-- A resolve on a and one on b, sent; returns the function that checks their answers.
 local function resolve_twice(dir, db, id, a, b, tag)
-  local ca, ba, cb, bb = both(dir, a, "/api/v1/dlq/" .. id .. "/resolve", { note = "by alice" },
-                              b, "/api/v1/dlq/" .. id .. "/resolve", { note = "by bob" }, tag)
-  local st, _, why = one_took_effect(db, a, id, ca, ba, cb, bb, 200, 200)
-  assert.are.equal("resolved", st, why)
+  local answers = both(dir, a, "/api/v1/dlq/" .. id .. "/resolve", { note = "by alice" },
+                       b, "/api/v1/dlq/" .. id .. "/resolve", { note = "by bob" }, tag)
+  return function()
+    local ca, ba, cb, bb = answers()
+    local st, _, why = one_took_effect(db, a, id, ca, ba, cb, bb, 200, 200)
+    assert.are.equal("resolved", st, why)
+  end
 end
 
--- A resolve on a, a retry on b: a refused retry holds nothing.
+-- A resolve on a, a retry on b, sent; the function returned checks their answers: a refused
+-- retry holds nothing.
 local function resolve_and_retry(dir, db, id, a, b, tag)
-  local ca, ba, cb, bb = both(dir, a, "/api/v1/dlq/" .. id .. "/resolve", { note = "by alice" },
-                              b, "/api/v1/dlq/" .. id .. "/retry", {}, tag)
-  local st, ops, why = one_took_effect(db, a, id, ca, ba, cb, bb, 200, 202)
-  if ca == 200 then
-    assert.are.equal("resolved", st, why)
-    assert.are.same({ "" }, H.sql(db, "SELECT coalesce(owner, '') FROM runs WHERE id = '" .. id .. "'"), why)
-  else
-    assert.are_not.equal("resolved", st, why)
-    assert.is_truthy(ops[1]:find("dlq retry", 1, true), why)
+  local answers = both(dir, a, "/api/v1/dlq/" .. id .. "/resolve", { note = "by alice" },
+                       b, "/api/v1/dlq/" .. id .. "/retry", {}, tag)
+  return function()
+    local ca, ba, cb, bb = answers()
+    local st, ops, why = one_took_effect(db, a, id, ca, ba, cb, bb, 200, 202)
+    if ca == 200 then
+      assert.are.equal("resolved", st, why)
+      assert.are.same({ "" }, H.sql(db, "SELECT coalesce(owner, '') FROM runs WHERE id = '" .. id .. "'"), why)
+    else
+      assert.are_not.equal("resolved", st, why)
+      assert.is_truthy(ops[1]:find("dlq retry", 1, true), why)
+    end
   end
+end
+
+-- n dead letters of refund (whose compensation, retried, succeeds unless keep_failing).
+local function dead_letters(dir, db, n, keep_failing)
+  local ids = {}
+  for i = 1, n do
+    local id, flag = S.dead_letter(dir, db, "down" .. i)
+    if not keep_failing then os.remove(flag) end
+    ids[i] = id
+  end
+  return ids
 end
 
 describe("two servers' repairs of one dead letter at once, without a lock", function()
@@ -115,24 +137,18 @@ describe("two servers' repairs of one dead letter at once, without a lock", func
 
   it("two resolves: one resolved, the other refused 409 naming the state", function()
     local dir, db = workspace()
-    local ids = {}
-    for i = 1, 3 do ids[i] = S.dead_letter(dir, db, "down" .. i) end
+    local ids = dead_letters(dir, db, 5, true)
     local a = start(dir, db)
     local b = start(dir, db)
-    for i, id in ipairs(ids) do resolve_twice(dir, db, id, a, b, "r" .. i) end
+    for i, id in ipairs(ids) do resolve_twice(dir, db, id, a, b, "r" .. i)() end
   end)
 
   it("a resolve and a retry: one done, the other refused 409 naming the state", function()
     local dir, db = workspace()
-    local ids = {}
-    for i = 1, 3 do
-      local id, flag = S.dead_letter(dir, db, "down" .. i)
-      os.remove(flag)   -- a retry, if it wins, compensates the run to its end
-      ids[i] = id
-    end
+    local ids = dead_letters(dir, db, 5)
     local a = start(dir, db)
     local b = start(dir, db)
-    for i, id in ipairs(ids) do resolve_and_retry(dir, db, id, a, b, "x" .. i) end
+    for i, id in ipairs(ids) do resolve_and_retry(dir, db, id, a, b, "x" .. i)() end
   end)
 end)
 
@@ -144,23 +160,26 @@ describe("two servers and a worker under another process's write lock #sqlite", 
 
   it("two servers' resolves of one dead letter under the lock: one is resolved, the other refused", function()
     local dir, db = workspace()
-    local id = S.dead_letter(dir, db)
+    local ids = dead_letters(dir, db, 3, true)
     local a = start(dir, db)
     local b = start(dir, db)
     hold_write_lock(db, 4)
     os.execute("sleep 0.5")
-    resolve_twice(dir, db, id, a, b, "lock")
+    local checks = {}
+    for i, id in ipairs(ids) do checks[i] = resolve_twice(dir, db, id, a, b, "lock" .. i) end
+    for _, check in ipairs(checks) do check() end
   end)
 
   it("a resolve on one server and a retry on another under the lock: one done, the other refused", function()
     local dir, db = workspace()
-    local id, flag = S.dead_letter(dir, db)
-    os.remove(flag)
+    local ids = dead_letters(dir, db, 3)
     local a = start(dir, db)
     local b = start(dir, db)
     hold_write_lock(db, 4)
     os.execute("sleep 0.5")
-    resolve_and_retry(dir, db, id, a, b, "lock")
+    local checks = {}
+    for i, id in ipairs(ids) do checks[i] = resolve_and_retry(dir, db, id, a, b, "lock" .. i) end
+    for _, check in ipairs(checks) do check() end
   end)
 
   it("a keyed event from the server and `mend signal` under the lock: one event, one sent", function()
