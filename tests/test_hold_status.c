@@ -2,8 +2,12 @@
  * test_hold_status: mend_store_hold_status on SQLite, with two stores on one file as two
  * servers are. A repair's look at a run's status, as its batch is written, is held until that
  * batch commits: the other store's look waits for it (or fails for the lock, never passes), and
- * then finds what the first wrote. Another process's lock makes the look fail, not answer.
+ * then finds what the first wrote. Another process's lock makes the look fail, not answer; an
+ * engine's repair of a run nobody holds is then refused as the database's failure
+ * (MEND_ESTORE, HTTP 503), not as the run's state (MEND_ESTATE, 409).
  */
+#include <mend.h>
+
 #include "check.h"
 #include "store.h"
 
@@ -64,6 +68,32 @@ int main(void) {
   CHECK_EQ_INT(mend_store_hold_status(a, "d1", "resolved", found, sizeof found), 1);
   CHECK_STR(found, "running");
   CHECK_EQ_INT(mend_store_commit(a), 0);
+
+  /* A dead letter and a running run that nobody holds, repaired by an engine while another
+   * process holds the lock. */
+  mend_run_rec dl = {.id = "d2", .workflow = "order", .version = "v1", .source = "order.lua",
+                     .status = "needs_attention", .input = "{}", .created = 1, .updated = 1};
+  mend_run_rec run = {.id = "r1", .workflow = "order", .version = "v1", .source = "order.lua",
+                      .status = "running", .input = "{}", .created = 1, .updated = 1};
+  CHECK_EQ_INT(mend_store_insert_run(a, &dl), 0);
+  CHECK_EQ_INT(mend_store_insert_run(a, &run), 0);
+  CHECK_EQ_INT(mend_store_update_run(a, "d2", "needs_attention", "down", 1, 2,
+                                     "compensation_failed"), 0);
+  CHECK_EQ_INT(mend_store_commit(a), 0);
+  mend_options o;
+  mend_options_init(&o);
+  o.db_path = path;
+  mend_engine *E = NULL;
+  char err[512] = "";
+  CHECK_EQ_INT(mend_engine_new(&o, &E, err, sizeof err), MEND_OK);
+  if (E) {
+    CHECK_EQ_INT(sqlite3_exec(holder, "BEGIN IMMEDIATE; INSERT INTO meta VALUES('held', 'x')",
+                              NULL, NULL, NULL), SQLITE_OK);
+    CHECK_EQ_INT(mend_engine_retry_dead_letter(E, "d2", "t"), MEND_ESTORE);
+    CHECK_EQ_INT(mend_engine_cancel(E, "r1", "t"), MEND_ESTORE);
+    CHECK_EQ_INT(sqlite3_exec(holder, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
+    mend_engine_free(E);
+  }
   sqlite3_close(holder);
 
   mend_store_close(a);
