@@ -134,10 +134,16 @@ static int stored_status(mend_engine *E, const char *id, char *status, char *rea
  * -1, refused as once the other repair is seen (409 naming what the run is now, `what` saying
  * why), or 503 when the store cannot look (another process's lock again). */
 static int hold_status(mend_engine *E, const char *id, const char *status, const char *what,
-                       char *err, int errlen) {
+                       int record, char *err, int errlen) {
   char found[64];
   int rc = mend_store_hold_status(E->store, id, status, found, sizeof found);
   if (rc == 0) return 0;
+  /* The look began the batch's transaction, which holds the run (SQLite: the write lock) until
+   * it commits, and a refusal writes nothing to end it: it ends now (or at the turn this
+   * kicks), not at this engine's next work, however far off, while another server's repair
+   * waits for it. */
+  if (rc > 0 && !record) mend__commit_now(E);
+  else mend__kick(E);
   if (rc < 0) {
     E->refusal = MEND_REFUSED_STORE;
     return mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
@@ -342,7 +348,8 @@ static int cancel_run(mend_engine *E, const char *id, const char *who, int recor
   char why[400] = "";
   if (!live && record && !take_now && mend_store_has_write_lock(E->store))
     return take_later(E, err, errlen);
-  if (!live && hold_status(E, id, "running", "only a running run can be cancelled", err, errlen))
+  if (!live && hold_status(E, id, "running", "only a running run can be cancelled", record, err,
+                           errlen))
     return -1;
   r = live ? NULL : take_over(E, id, why, sizeof why);
   if (!r) {
@@ -423,7 +430,7 @@ static int dlq_retry(mend_engine *E, const char *id, const char *who, int record
                   "resume; start a new run, or resolve this one with a note", id);
   if (record && !take_now && mend_store_has_write_lock(E->store)) return take_later(E, err, errlen);
   if (hold_status(E, id, "needs_attention", "only a run in the dead-letter queue can be retried",
-                  err, errlen))
+                  record, err, errlen))
     return -1;
   int comp = strcmp(reason, "compensation_failed") == 0;
   int back = comp ? 0 : parent_going_back(E, id);
@@ -522,7 +529,7 @@ static int resolve_unavailable(mend_engine *E, const char *id, const char *who, 
     json_decref(row);
     return take_later(E, err, errlen);
   }
-  if (hold_status(E, id, st, RESOLVE_ONLY, err, errlen)) {
+  if (hold_status(E, id, st, RESOLVE_ONLY, record, err, errlen)) {
     json_decref(row);
     return -1;
   }
@@ -626,7 +633,7 @@ static int resolve(mend_engine *E, const char *id, const char *who, const char *
   /* As a retry does: under another process's lock what is committed may change before this
    * batch is (a resolve or a retry by another server): it is looked at again once it is. */
   if (record && !take_now && mend_store_has_write_lock(E->store)) return take_later(E, err, errlen);
-  if (hold_status(E, id, "needs_attention", RESOLVE_ONLY, err, errlen)) return -1;
+  if (hold_status(E, id, "needs_attention", RESOLVE_ONLY, record, err, errlen)) return -1;
   double now = mend__entry_time(E, id);
   json_t *row = mend_store_run(E->store, id);
   const char *error = row ? json_string_value(json_object_get(row, "error")) : NULL;
