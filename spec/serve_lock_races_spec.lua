@@ -38,16 +38,119 @@ return { name = "order", steps = {
 } }
 ]]
 
--- Known defect (docs/http-api.md): once the lock goes, each server looks at the run again and
--- acts on what it finds; the look and the write are not one transaction, and both servers look
--- within milliseconds. Needs the repair's write to check the run's status as the batch is
--- written (as a keyed start's key is), and its answer to follow from that. MEND_KNOWN_DEFECTS
--- runs the cases.
-local function known_defect()
-  if os.getenv("MEND_KNOWN_DEFECTS") then return false end
-  pending("two servers' repairs of one dead letter right after a lock: not one transaction")
-  return true
+-- The repairs of one dead letter asked of two servers at once (both requests sent by one
+-- shell, a few milliseconds apart): each server looks at the run before either writes. Exactly
+-- one takes effect; the other is refused 409 naming the run's state, as once the first is
+-- seen; one operator row in the run's history; a refused retry leaves the run held by nobody.
+-- Sends both; returns a function that waits for their answers.
+local function both(dir, a, path_a, body_a, b, path_b, body_b, tag)
+  local function curl(base, path, body, name)
+    local out, code = dir .. "/" .. tag .. name .. ".out", dir .. "/" .. tag .. name .. ".code"
+    return ("(curl -s -m 20 -o %s -w '%%{http_code}' -H 'Content-Type: application/json' -d %s %s " ..
+            ">%s.tmp; mv %s.tmp %s) &"):format(q(out), q(json.encode(body)), q(base .. path),
+                                               q(code), q(code), q(code)), out, code
+  end
+  local ca, oa, fa = curl(a, path_a, body_a, "a")
+  local cb, ob, fb = curl(b, path_b, body_b, "b")
+  sh("(" .. ca .. " " .. cb .. ") >/dev/null 2>&1")
+  local function answer(out, code)
+    H.wait_for("the answer " .. code, function() return H.read(code) ~= "" end, 25)
+    local ok, decoded = pcall(json.decode, H.read(out))
+    return tonumber(H.read(code)), ok and decoded or nil
+  end
+  return function()
+    local c1, b1 = answer(oa, fa)
+    local c2, b2 = answer(ob, fb)
+    return c1, b1, c2, b2
+  end
 end
+
+local function operator_rows(base, id)
+  local _, history = get(base, "/api/v1/runs/" .. id .. "/history")
+  local ops = {}
+  for _, h in ipairs(history) do
+    if h.event == "operator" then ops[#ops + 1] = h.detail end
+  end
+  return ops
+end
+
+-- One took effect (answered won_a on a, or won_b on b), the other was refused 409 naming the
+-- state the first left the run in.
+local function one_took_effect(db, base, id, ca, ba, cb, bb, won_a, won_b)
+  local st = H.sql(db, "SELECT status FROM runs WHERE id = '" .. id .. "'")[1]
+  local ops = operator_rows(base, id)
+  local why = json.encode({ ca, ba, cb, bb, st, ops })
+  assert.is_true((ca == won_a and cb == 409) or (cb == won_b and ca == 409), why)
+  local refused = ca == 409 and ba or bb
+  assert.are.equal("conflict", refused.error.code, why)
+  assert.is_truthy(refused.error.message:find("run " .. id .. " is %l+:"), why)
+  assert.is_falsy(refused.error.message:find("needs_attention", 1, true), why)
+  assert.are.equal(1, #ops, why)
+  return st, ops, why
+end
+
+-- A resolve on a and one on b, sent; returns the function that checks their answers.
+local function resolve_twice(dir, db, id, a, b, tag)
+  local answers = both(dir, a, "/api/v1/dlq/" .. id .. "/resolve", { note = "by alice" },
+                       b, "/api/v1/dlq/" .. id .. "/resolve", { note = "by bob" }, tag)
+  return function()
+    local ca, ba, cb, bb = answers()
+    local st, _, why = one_took_effect(db, a, id, ca, ba, cb, bb, 200, 200)
+    assert.are.equal("resolved", st, why)
+  end
+end
+
+-- A resolve on a, a retry on b, sent; the function returned checks their answers: a refused
+-- retry holds nothing.
+local function resolve_and_retry(dir, db, id, a, b, tag)
+  local answers = both(dir, a, "/api/v1/dlq/" .. id .. "/resolve", { note = "by alice" },
+                       b, "/api/v1/dlq/" .. id .. "/retry", {}, tag)
+  return function()
+    local ca, ba, cb, bb = answers()
+    local st, ops, why = one_took_effect(db, a, id, ca, ba, cb, bb, 200, 202)
+    if ca == 200 then
+      assert.are.equal("resolved", st, why)
+      assert.are.same({ "" }, H.sql(db, "SELECT coalesce(owner, '') FROM runs WHERE id = '" .. id .. "'"), why)
+    else
+      assert.are_not.equal("resolved", st, why)
+      assert.is_truthy(ops[1]:find("dlq retry", 1, true), why)
+    end
+  end
+end
+
+-- n dead letters of refund (whose compensation, retried, succeeds unless keep_failing).
+local function dead_letters(dir, db, n, keep_failing)
+  local ids = {}
+  for i = 1, n do
+    local id, flag = S.dead_letter(dir, db, "down" .. i)
+    if not keep_failing then os.remove(flag) end
+    ids[i] = id
+  end
+  return ids
+end
+
+describe("two servers' repairs of one dead letter at once, without a lock", function()
+  after_each(function()
+    stop_all()
+    H.cleanup()
+  end)
+
+  it("two resolves: one resolved, the other refused 409 naming the state", function()
+    local dir, db = workspace()
+    local ids = dead_letters(dir, db, 5, true)
+    local a = start(dir, db)
+    local b = start(dir, db)
+    for i, id in ipairs(ids) do resolve_twice(dir, db, id, a, b, "r" .. i)() end
+  end)
+
+  it("a resolve and a retry: one done, the other refused 409 naming the state", function()
+    local dir, db = workspace()
+    local ids = dead_letters(dir, db, 5)
+    local a = start(dir, db)
+    local b = start(dir, db)
+    for i, id in ipairs(ids) do resolve_and_retry(dir, db, id, a, b, "x" .. i)() end
+  end)
+end)
 
 describe("two servers and a worker under another process's write lock #sqlite", function()
   after_each(function()
@@ -56,51 +159,27 @@ describe("two servers and a worker under another process's write lock #sqlite", 
   end)
 
   it("two servers' resolves of one dead letter under the lock: one is resolved, the other refused", function()
-    if known_defect() then return end
     local dir, db = workspace()
-    local id = S.dead_letter(dir, db)
+    local ids = dead_letters(dir, db, 3, true)
     local a = start(dir, db)
     local b = start(dir, db)
     hold_write_lock(db, 4)
     os.execute("sleep 0.5")
-    local ra = post_later(dir, a, "/api/v1/dlq/" .. id .. "/resolve", { note = "by alice" }, "ra")
-    local rb = post_later(dir, b, "/api/v1/dlq/" .. id .. "/resolve", { note = "by bob" }, "rb")
-    local ca, ba = ra()
-    local cb, bb = rb()
-    -- without the lock the second one finds the run resolved: 409
-    local codes = { ca, cb }
-    table.sort(codes)
-    local _, history = get(a, "/api/v1/runs/" .. id .. "/history")
-    local notes = {}
-    for _, h in ipairs(history) do
-      if h.event == "operator" then notes[#notes + 1] = h.detail end
-    end
-    assert.are.same({ 200, 409 }, codes, json.encode({ ba, bb, notes }))
-    assert.are.equal(1, #notes, json.encode(notes))
+    local checks = {}
+    for i, id in ipairs(ids) do checks[i] = resolve_twice(dir, db, id, a, b, "lock" .. i) end
+    for _, check in ipairs(checks) do check() end
   end)
 
-  it("a resolve on one server and a retry on another under the lock: not both done", function()
-    if known_defect() then return end
+  it("a resolve on one server and a retry on another under the lock: one done, the other refused", function()
     local dir, db = workspace()
-    local id, flag = S.dead_letter(dir, db)
-    os.remove(flag)
+    local ids = dead_letters(dir, db, 3)
     local a = start(dir, db)
     local b = start(dir, db)
     hold_write_lock(db, 4)
     os.execute("sleep 0.5")
-    local rb = post_later(dir, b, "/api/v1/dlq/" .. id .. "/retry", {}, "rb")
-    local ra = post_later(dir, a, "/api/v1/dlq/" .. id .. "/resolve", { note = "by alice" }, "ra")
-    local ca, ba = ra()
-    local cb, bb = rb()
-    os.execute("sleep 1")
-    local st = H.sql(db, "SELECT status FROM runs WHERE id = '" .. id .. "'")[1]
-    local _, history = get(a, "/api/v1/runs/" .. id .. "/history")
-    local ops = {}
-    for _, h in ipairs(history) do
-      if h.event == "operator" then ops[#ops + 1] = h.detail end
-    end
-    -- without the lock, whichever comes second is refused (409)
-    assert.is_true(ca == 409 or cb == 409, json.encode({ ca, ba, cb, bb, st, ops }))
+    local checks = {}
+    for i, id in ipairs(ids) do checks[i] = resolve_and_retry(dir, db, id, a, b, "lock" .. i) end
+    for _, check in ipairs(checks) do check() end
   end)
 
   it("a keyed event from the server and `mend signal` under the lock: one event, one sent", function()

@@ -800,6 +800,7 @@ const mend_store_methods mend__sqlite_methods = {
   .move_run = mend__sqlite_move_run,
   .workflows = mend__sqlite_workflows,
   .take = mend__sqlite_take,
+  .hold_status = mend__sqlite_hold_status,
   .request_cancel = mend__sqlite_request_cancel,
   .cancel_requests = mend__sqlite_cancel_requests,
   .cancels_requested = mend__sqlite_cancels_requested,

@@ -215,6 +215,12 @@ typedef struct mend_store_methods {
    * first_seen, sources, kept (the script is kept), step_names, unfinished, unavailable. */
   json_t *(*workflows)(mend_store *s, const char *workflow);
   int (*take)(mend_store *s, const char *id, const char *owner, double lease_seconds);
+  /* Whether run id's status is `status` as the open batch is written, held so until that batch
+   * commits (SQLite's write lock, PostgreSQL's lock on the run's row): 0 it is; 1 it is not,
+   * its status in found ("" for no run); -1 error (MEND_STORE_BUSY: another process's lock).
+   * A repair of a run nobody holds asks it before it writes, so that of two made at once from
+   * one look (two servers) the second finds the first's and is refused. */
+  int (*hold_status)(mend_store *s, const char *id, const char *status, char *found, int len);
   int (*request_cancel)(mend_store *s, const char *run_id);
   /* Ids of running runs held by owner whose cancel was asked for (array); NULL on error. */
   json_t *(*cancel_requests)(mend_store *s, const char *owner);
@@ -595,6 +601,10 @@ static inline json_t *mend_store_workflows(mend_store *s, const char *workflow) 
 }
 static inline int mend_store_take(mend_store *s, const char *id, const char *owner, double lease_seconds) {
   return MEND_STORE_M(s)->take(s, id, owner, lease_seconds);
+}
+static inline int mend_store_hold_status(mend_store *s, const char *id, const char *status,
+                                         char *found, int len) {
+  return MEND_STORE_M(s)->hold_status(s, id, status, found, len);
 }
 static inline int mend_store_request_cancel(mend_store *s, const char *run_id) {
   return MEND_STORE_M(s)->request_cancel(s, run_id);

@@ -135,6 +135,31 @@ static int stored_status(mend_engine *E, const char *id, char *status, char *rea
   return 0;
 }
 
+/* The look before a repair of a run nobody holds is not its write: another server may repair
+ * the run between them. As the repair's batch is written the run's status is looked at again
+ * and held until that batch commits (mend_store_hold_status): 0 when it is `status` still; else
+ * -1, refused as once the other repair is seen (409 naming what the run is now, `what` saying
+ * why), or 503 when the store cannot look (another process's lock again). */
+static int hold_status(mend_engine *E, const char *id, const char *status, const char *what,
+                       int record, char *err, int errlen) {
+  char found[64];
+  int rc = mend_store_hold_status(E->store, id, status, found, sizeof found);
+  if (rc == 0) return 0;
+  /* The look began the batch's transaction, which holds the run (SQLite: the write lock) until
+   * it commits, and a refusal writes nothing to end it: it ends now (or at the turn this
+   * kicks), not at this engine's next work, however far off, while another server's repair
+   * waits for it. */
+  if (rc > 0 && !record) mend__commit_now(E);
+  else mend__kick(E);
+  if (rc < 0) {
+    E->refusal = MEND_REFUSED_STORE;
+    return mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
+  }
+  E->refusal = found[0] ? MEND_REFUSED_STATE : MEND_REFUSED_NOT_FOUND;
+  if (!found[0]) return mend_errorf(err, errlen, "no run %s", id);
+  return mend_errorf(err, errlen, "run %s is %s: %s", id, found, what);
+}
+
 /* 1 when `owner` (host:pid:tag) is another engine that holds its runs now: its lease lasts
  * and, on this host, its process is there (one killed leaves a lease nobody will renew). */
 static int holder_live(const mend_engine *E, const char *owner, double lease_left) {
@@ -170,6 +195,7 @@ static mend_run *take_over(mend_engine *E, const char *id, char *err, int errlen
   char owner[128];
   double left;
   if (mend_store_owner(E->store, id, owner, sizeof owner, &left) < 0) {
+    E->refusal = MEND_REFUSED_STORE;
     mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
     return NULL;
   }
@@ -329,6 +355,9 @@ static int cancel_run(mend_engine *E, const char *id, const char *who, int recor
   char why[400] = "";
   if (!live && record && !take_now && mend_store_has_write_lock(E->store))
     return take_later(E, err, errlen);
+  if (!live && hold_status(E, id, "running", "only a running run can be cancelled", record, err,
+                           errlen))
+    return -1;
   r = live ? NULL : take_over(E, id, why, sizeof why);
   if (!r) {
     /* Held by a live worker, which cancels at its next poll; or not to be rebuilt here (its
@@ -440,6 +469,9 @@ static int dlq_retry(mend_engine *E, const char *id, const char *who, int record
     return mend_errorf(err, errlen, "run %s was compensated after its attempts ran out: there is nothing left to "
                   "resume; start a new run, or resolve this one with a note", id);
   if (record && !take_now && mend_store_has_write_lock(E->store)) return take_later(E, err, errlen);
+  if (hold_status(E, id, "needs_attention", "only a run in the dead-letter queue can be retried",
+                  record, err, errlen))
+    return -1;
   int comp = strcmp(reason, "compensation_failed") == 0;
   int back = comp ? 0 : parent_going_back(E, id);
   if (back < 0) {
@@ -515,11 +547,14 @@ int mend_engine_dlq_retry_record(mend_engine *E, const char *id, const char *who
   return dlq_retry(E, id, who, 1, take_now, err, errlen);
 }
 
+#define RESOLVE_ONLY "only a run in the dead-letter queue, or one that cannot progress (mend runs " \
+  "--attention), can be resolved"
+
 /* A run that cannot progress (no engine can load its version) and that no live worker holds:
  * it goes to the dead-letter queue's end state as a dead letter would, running ->
  * needs_attention -> resolved, with nothing of its code run. */
 static int resolve_unavailable(mend_engine *E, const char *id, const char *who, const char *note,
-                               int record, char *err, int errlen) {
+                               int record, int take_now, char *err, int errlen) {
   json_t *row = mend_store_run(E->store, id);
   if (!row) {
     E->refusal = mend_store_not_found(E->store) ? MEND_REFUSED_NOT_FOUND : MEND_REFUSED_STORE;
@@ -535,8 +570,16 @@ static int resolve_unavailable(mend_engine *E, const char *id, const char *who, 
       (live = holder(E, id, owner, sizeof owner, record)) != 0) {
     if (live > 0) mend_errorf(err, errlen, "run %s is held by worker %s, which can carry it on", id, owner);
     else if (live < 0) mend_errorf(err, errlen, "%s", owner);
-    else mend_errorf(err, errlen, "run %s is %s: only a run in the dead-letter queue, or one that cannot "
-                     "progress (mend runs --attention), can be resolved", id, st ? st : "?");
+    else mend_errorf(err, errlen, "run %s is %s: " RESOLVE_ONLY, id, st ? st : "?");
+    json_decref(row);
+    return -1;
+  }
+  /* As a resolve of a dead letter: looked at again as its batch is written. */
+  if (record && !take_now && mend_store_has_write_lock(E->store)) {
+    json_decref(row);
+    return take_later(E, err, errlen);
+  }
+  if (hold_status(E, id, st, RESOLVE_ONLY, record, err, errlen)) {
     json_decref(row);
     return -1;
   }
@@ -634,13 +677,13 @@ static int resolve(mend_engine *E, const char *id, const char *who, const char *
   if (!note || !*note) return mend_errorf(err, errlen, "resolving a run needs a note saying what was done");
   if (stored_status(E, id, status, reason, sizeof status, err, errlen)) return -1;
   if (strcmp(status, "resolved") == 0)   /* resolved here, not committed yet: as once it is */
-    return mend_errorf(err, errlen, "run %s is resolved: only a run in the dead-letter queue, or "
-                       "one that cannot progress (mend runs --attention), can be resolved", id);
+    return mend_errorf(err, errlen, "run %s is resolved: " RESOLVE_ONLY, id);
   if (strcmp(status, "needs_attention") != 0)
-    return resolve_unavailable(E, id, who, note, record, err, errlen);
+    return resolve_unavailable(E, id, who, note, record, take_now, err, errlen);
   /* As a retry does: under another process's lock what is committed may change before this
    * batch is (a resolve or a retry by another server): it is looked at again once it is. */
   if (record && !take_now && mend_store_has_write_lock(E->store)) return take_later(E, err, errlen);
+  if (hold_status(E, id, "needs_attention", RESOLVE_ONLY, record, err, errlen)) return -1;
   double now = mend__entry_time(E, id);
   json_t *row = mend_store_run(E->store, id);
   const char *error = row ? json_string_value(json_object_get(row, "error")) : NULL;

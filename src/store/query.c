@@ -659,6 +659,22 @@ int mend__sqlite_take(mend_store *s, const char *id, const char *owner, double l
   return 0;
 }
 
+/* In the open batch's transaction (BEGIN IMMEDIATE): the write lock is this connection's from
+ * the look to the commit, so no other process's write comes between. */
+int mend__sqlite_hold_status(mend_store *s, const char *id, const char *status, char *found,
+                             int len) {
+  int rc = mend__sync_point(s);
+  if (rc == 0) rc = mend__batch_begin(s);
+  if (rc != 0) return rc < 0 ? rc : -1;
+  sqlite3_stmt *q = s->q[Q_RUN_STATUS];
+  int row = mend__first_row(s, q, mend__bind_text(q, 1, id), "read a run's status");
+  if (row < 0) return -1;
+  const char *st = row ? (const char *)sqlite3_column_text(q, 0) : NULL;
+  mend__set_msg(found, len, "%s", st ? st : "");
+  if (row) mend__finish(q);
+  return strcmp(found, status) == 0 ? 0 : 1;
+}
+
 int mend__sqlite_set_unavailable(mend_store *s, const char *id, const char *why) {
   mend__rec_begin(s, Q_SET_UNAVAILABLE);
   mend__rec_text(s, id);

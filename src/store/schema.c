@@ -267,6 +267,7 @@ const char *const mend__query_sql[Q__COUNT] = {
     " OR r.unavailable IS NOT NULL) ORDER BY r.created DESC, r.rowid DESC LIMIT ?3",
   [Q_DLQ_REMOVE] = "DELETE FROM dlq WHERE run_id = ?1",
   [Q_TAKE] = "UPDATE runs SET owner = ?2, lease_until = NULL, cancel_requested = 0 WHERE id = ?1",
+  [Q_RUN_STATUS] = "SELECT status FROM runs WHERE id = ?1",
   [Q_REQUEST_CANCEL] = "UPDATE runs SET cancel_requested = 1 WHERE id = ?1",
   [Q_CANCEL_REQUESTS] =   /* runs_cancel */
     "SELECT id FROM runs WHERE owner = ?1 AND cancel_requested = 1 AND status = 'running'",

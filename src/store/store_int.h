@@ -36,7 +36,7 @@ enum {
   Q_CLAIM_OLDEST, Q_CLAIM_NEWEST, Q_CLAIM_FREE_OLDEST, Q_CLAIM_FREE_NEWEST,
   Q_RENEW, Q_RELEASE, Q_OWNER, Q_HOLDERS, Q_RELEASE_OWNER, Q_HELD,
   Q_FORGET_WORKER, Q_FORGET_GONE,
-  Q_DLQ_REMOVE, Q_REQUEST_CANCEL, Q_CANCEL_REQUESTS, Q_AUDIT, Q_AUDIT_LIST, Q_TAKE,
+  Q_DLQ_REMOVE, Q_REQUEST_CANCEL, Q_CANCEL_REQUESTS, Q_AUDIT, Q_AUDIT_LIST, Q_TAKE, Q_RUN_STATUS,
   Q_VERSION_SCRIPT, Q_KEEP_SCRIPT, Q_KEEP_SCRIPT_NEWV,
   Q_SET_UNAVAILABLE, Q_MOVE_RUN, Q_DROP_STEPS_FROM, Q_WORKFLOWS,
   Q_RUN, Q_STEPS, Q_IN_FLIGHT, Q_HISTORY, Q_HISTORY_AFTER, Q_HISTORY_TAIL, Q_RUN_EXISTS, Q_DLQ, Q_BREAKERS, Q_RUNS,
@@ -319,6 +319,8 @@ int mend__sqlite_version_number(mend_store *s, const mend_run_rec *r, long long 
 int mend__sqlite_move_run(mend_store *s, const char *id, long long version_id, int keep_steps);
 json_t *mend__sqlite_workflows(mend_store *s, const char *workflow);
 int mend__sqlite_take(mend_store *s, const char *id, const char *owner, double lease_seconds);
+int mend__sqlite_hold_status(mend_store *s, const char *id, const char *status, char *found,
+                             int len);
 int mend__sqlite_request_cancel(mend_store *s, const char *run_id);
 json_t *mend__sqlite_cancel_requests(mend_store *s, const char *owner);
 int mend__sqlite_cancels_requested(mend_store *s, const char *owner);

@@ -130,10 +130,11 @@ PGresult *mend__pg_run(mend_pg *p, int q, const char *sql, int n, const char *co
   ExecStatusType st = PQresultStatus(r);
   if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return r;
   mend__pg_fail(p, p->conn, r, what);
-  const char *sev = PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED);
+  const char *sev = PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED);   /* r's: read first */
+  int fatal = sev && strcmp(sev, "FATAL") == 0;
   int conflict = mend__pg_conflict(r);
   PQclear(r);
-  if ((sev && strcmp(sev, "FATAL") == 0) || PQstatus(p->conn) != CONNECTION_OK) {
+  if (fatal || PQstatus(p->conn) != CONNECTION_OK) {
     /* the connection is gone, and the transaction with it: told once (pg_batch.c, flush) */
     p->conn_doomed = 1;
     p->conn_lost = 1;
@@ -559,6 +560,7 @@ const mend_store_methods mend__pg_methods = {
   .runs_page = mend__pg_runs_page,
   .run_counts = mend__pg_run_counts,
   .take = mend__pg_take,
+  .hold_status = mend__pg_hold_status,
   .request_cancel = mend__pg_request_cancel,
   .cancel_requests = mend__pg_cancel_requests,
   .cancels_requested = mend__pg_cancels_requested,

@@ -41,7 +41,7 @@ enum {
   P_CLAIM_OLDEST, P_CLAIM_NEWEST, P_CLAIM_FREE_OLDEST, P_CLAIM_FREE_NEWEST, P_FORGET_GONE,
   P_RELEASE, P_OWNER, P_HOLDERS, P_RELEASE_OWNER, P_FORGET_WORKER, P_HELD,
   P_CLAIMABLE_QUICK, P_CLAIMABLE_THOROUGH,
-  P_TAKE, P_REQUEST_CANCEL, P_CANCEL_REQUESTS, P_DLQ_REMOVE, P_AUDIT,
+  P_TAKE, P_RUN_STATUS, P_REQUEST_CANCEL, P_CANCEL_REQUESTS, P_DLQ_REMOVE, P_AUDIT,
   P_MOVE_RUN, P_DROP_STEPS_FROM,
   P_SEND_EVENT, P_NEXT_EVENT, P_LAST_EVENT, P_EVENTS_AFTER, P_EVENT_SENT,
   P_PUT_TOKEN, P_TOKEN_OF_ATTEMPT, P_USE_TOKEN, P_SET_PARENT, P_REOPEN_RUN,
@@ -341,6 +341,7 @@ int mend__pg_owner(mend_store *s, const char *id, char *owner_out, int owner_len
 json_t *mend__pg_lease_holders(mend_store *s);
 int mend__pg_release_owner(mend_store *s, const char *owner);
 int mend__pg_take(mend_store *s, const char *id, const char *owner, double lease_seconds);
+int mend__pg_hold_status(mend_store *s, const char *id, const char *status, char *found, int len);
 /* pg_ops.c */
 int mend__pg_version_number(mend_store *s, const mend_run_rec *r, long long *id);
 int mend__pg_insert_run(mend_store *s, const mend_run_rec *r);

@@ -382,6 +382,22 @@ int mend__pg_release_owner(mend_store *s, const char *owner) {
   return 0;
 }
 
+/* The run's row locked in the open batch's transaction until it commits: another server's
+ * repair of it waits for that, then reads what this one wrote. */
+int mend__pg_hold_status(mend_store *s, const char *id, const char *status, char *found, int len) {
+  mend_pg *p = PG(s);
+  found[0] = 0;
+  if (!mend__pg_text_fits(p, id)) return 1;   /* no run's id (from a URL) */
+  if (mend__pg_begin(p) != 0) return -1;
+  const char *v[1] = {id};
+  PGresult *r = mend__pg_run(p, P_RUN_STATUS, NULL, 1, v, "read a run's status");
+  if (!r) return -1;
+  const char *st = PQntuples(r) > 0 ? PG_TEXT(r, 0, 0) : NULL;
+  mend__pg_msg(found, len, "%s", st ? st : "");
+  PQclear(r);
+  return strcmp(found, status) == 0 ? 0 : 1;
+}
+
 int mend__pg_take(mend_store *s, const char *id, const char *owner, double lease_seconds) {
   mend_pg *p = PG(s);
   if (mend__pg_begin(p) != 0 || mend__pg_lease_at_least(p, owner, lease_seconds) != 0) return -1;

@@ -204,6 +204,7 @@ const char *const mend__pg_sql[P__COUNT] = {
   [P_TAKE] =
     "UPDATE runs SET owner = $2::text, fence = fence + 1, cancel_requested = 0"
     " WHERE id = $1::text",
+  [P_RUN_STATUS] = "SELECT status FROM runs WHERE id = $1::text FOR UPDATE",
   [P_REQUEST_CANCEL] = "UPDATE runs SET cancel_requested = 1 WHERE id = $1::text",
   [P_CANCEL_REQUESTS] =
     "SELECT id FROM runs WHERE owner = $1::text AND cancel_requested = 1 AND status = 'running'",
