@@ -85,6 +85,53 @@ describe("mend db upgrade #sqlite", function()
     assert.truthy(out:find("partial index already", 1, true), out)
   end)
 
+  -- Review of schema16: the rebuild drops runs and makes it again; what an operator made on
+  -- runs (an index for a query of theirs, a trigger, a view) is part of the file too.
+  local function column_file(dir)
+    H.write_file(dir, "ok.lua", OK)
+    local db = dir .. "/old.db"
+    assert.are.equal(0, (run(dir, db, "k1")))
+    assert.are.equal(0, (run(dir, db)))
+    H.runs_key_column(db)
+    assert.are.equal("column", layout(db))
+    return db
+  end
+
+  it("keeps an index and a trigger an operator made on runs (rev-schema16)", function()
+    local db = column_file(H.tmp_dir())
+    H.sql(db, "CREATE INDEX ops_by_workflow ON runs(workflow, status);"
+              .. " CREATE TABLE ops_done(id TEXT);"
+              .. " CREATE TRIGGER ops_runs_done AFTER UPDATE OF status ON runs"
+              .. " BEGIN INSERT INTO ops_done VALUES(new.id); END;")
+    local rc, out = H.mend_cmd(db, "db upgrade")
+    assert.are.equal(0, rc, out)
+    assert.are.equal("partial", layout(db))
+    assert.are.same({ "ops_by_workflow", "ops_runs_done" },
+                    H.sql(db, "SELECT name FROM sqlite_master WHERE name LIKE 'ops_%'"
+                              .. " AND tbl_name = 'runs' ORDER BY name"))
+  end)
+
+  it("goes through a view an operator made on runs, which still reads (rev-schema16)", function()
+    local db = column_file(H.tmp_dir())
+    H.sql(db, "CREATE VIEW ops_keyed AS SELECT id, run_key FROM runs WHERE run_key IS NOT NULL")
+    local rc, out = H.mend_cmd(db, "db upgrade")
+    -- on schema16: exit 1, "error in view ops_keyed: no such table: main.runs"
+    assert.are.equal(0, rc, out)
+    assert.falsy(out:find("no such table", 1, true), out)
+    assert.are.equal("partial", layout(db))
+    assert.are.same({ "k1" }, H.sql(db, "SELECT run_key FROM ops_keyed"))
+  end)
+
+  it("names no password of a PostgreSQL URI, nor calls a server it never reached current"
+     .. " (rev-schema16)", function()
+    -- nothing listens on port 1: this mend never saw that database
+    local rc, out = H.shell(MEND .. " db upgrade --db "
+                            .. q("postgres://bob:s3cret-pw@127.0.0.1:1/nodb"))
+    assert.falsy(out:find("s3cret-pw", 1, true), out)
+    assert.are_not.equal(0, rc, out)
+    assert.falsy(out:find("partial index already", 1, true), out)
+  end)
+
   it("names what it wants when given no command or another", function()
     local rc, out = sh(MEND .. " db")
     assert.are.equal(2, rc, out)

@@ -403,6 +403,37 @@ static void test_killed(void) {
          took, before_commit);
 }
 
+/* Review of schema16 (rev-schema16). mend db upgrade names a file: a path mistyped is not a
+ * new database to make and call current (the CLI's check of the path is skipped for file:
+ * URIs, and mend.upgrade_db has none). */
+static void test_rev_missing_file_is_not_made(void) {
+  const char *path = file_in_dir("typo.db");
+  char err[512] = "";
+  CHECK_EQ_INT(mend_store_upgrade_run_keys(path, 0, err, sizeof err), MEND_RUN_KEYS_FAILED);
+  CHECK(access(path, F_OK) != 0);
+  unlink(path);
+}
+
+/* A file of the first schema 16 (6fc0237, on main from 13:41 until its revert c34943a) has
+ * user_version 16 and runs_key, and no runs_key_layout row: this mend opens it as current, and
+ * its upgrade has nothing to do, rather than failing on "no run-key layout in meta". */
+static void test_rev_first_schema16_file(void) {
+  const char *path = file_in_dir("first16.db");
+  char err[512] = "";
+  mend_store *s = mend_store_open(path, MEND_DURABILITY_FULL, err, sizeof err);
+  CHECK(s != NULL);
+  mend_store_close(s);
+  sqlite3 *db = raw_open(path);
+  CHECK_EQ_INT(sqlite3_exec(db, "DELETE FROM meta WHERE key = 'runs_key_layout'", NULL, NULL,
+                            NULL), SQLITE_OK);
+  sqlite3_close(db);
+  err[0] = '\0';
+  mend_run_keys_outcome r = mend_store_upgrade_run_keys(path, 0, err, sizeof err);
+  if (r != MEND_RUN_KEYS_CURRENT) fprintf(stderr, "first16: %d %s\n", (int)r, err);
+  CHECK_EQ_INT(r, MEND_RUN_KEYS_CURRENT);
+}
+
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/mend-test-run-keys-XXXXXX");
   if (!mkdtemp(dir)) {
@@ -414,6 +445,8 @@ int main(void) {
   test_this_version_survives_the_rebuild();
   test_failed_halfway();
   test_killed();
+  test_rev_missing_file_is_not_made();
+  test_rev_first_schema16_file();
   DIR *d = opendir(dir);
   for (struct dirent *e; d && (e = readdir(d));) {
     if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;

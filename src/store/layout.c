@@ -10,9 +10,13 @@
  */
 #include "store_int.h"
 #include "store/sqlite.h"
+#include "util.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* The live workers, as "worker W (N runs, its lease lasts S s more), ..." in buf; their count. */
 static int live_workers(mend_store *s, char *buf, size_t len, int *failed) {
@@ -43,7 +47,8 @@ static int live_workers(mend_store *s, char *buf, size_t len, int *failed) {
   return n;
 }
 
-/* The layout meta names in buf ("column" or "partial"); -1 when it cannot be read. */
+/* The layout meta names in buf ("column" or "partial"); -1 when it cannot be read. A file of
+ * schema 16 made before the layout was recorded has no row: its runs_key index says. */
 static int read_layout(mend_store *s, char *buf, size_t len) {
   sqlite3_stmt *q;
   if (sqlite3_prepare_v2(s->db, mend__runs_key_layout_sql, -1, &q, NULL) != SQLITE_OK) return -1;
@@ -51,7 +56,45 @@ static int read_layout(mend_store *s, char *buf, size_t len) {
   const char *v = rc == SQLITE_ROW ? (const char *)sqlite3_column_text(q, 0) : NULL;
   snprintf(buf, len, "%s", v ? v : "");
   sqlite3_finalize(q);
-  return v ? 0 : -1;
+  if (v || rc != SQLITE_DONE) return v ? 0 : -1;
+  if (sqlite3_prepare_v2(s->db, mend__runs_key_index_sql, -1, &q, NULL) != SQLITE_OK) return -1;
+  rc = sqlite3_step(q);
+  snprintf(buf, len, "%s", rc == SQLITE_ROW ? "partial" : "column");
+  sqlite3_finalize(q);
+  return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : -1;
+}
+
+/* What a person made on runs (an index for a query of theirs, a trigger) goes with the old
+ * table: its SQL, read before, is run again after. Views name runs by name and are left as
+ * they are (the rename does not look into them: legacy_alter_table). */
+typedef struct {
+  char **sql;
+  int n;
+} own_schema;
+
+static int own_schema_read(mend_store *s, own_schema *o) {
+  sqlite3_stmt *q;
+  o->sql = NULL;
+  o->n = 0;
+  if (sqlite3_prepare_v2(s->db, mend__runs_own_schema_sql, -1, &q, NULL) != SQLITE_OK) return -1;
+  int rc;
+  while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+    char **more = realloc(o->sql, (size_t)(o->n + 1) * sizeof *more);
+    char *one = more ? mend_dupstr((const char *)sqlite3_column_text(q, 0)) : NULL;
+    if (more) o->sql = more;
+    if (!one) {
+      rc = SQLITE_NOMEM;
+      break;
+    }
+    o->sql[o->n++] = one;
+  }
+  sqlite3_finalize(q);
+  return rc == SQLITE_DONE ? 0 : -1;
+}
+
+static void own_schema_free(own_schema *o) {
+  for (int i = 0; i < o->n; i++) free(o->sql[i]);
+  free(o->sql);
 }
 
 static mend_run_keys_outcome upgrade(mend_store *s, int despite_leases, char *err, int errlen) {
@@ -83,10 +126,30 @@ static mend_run_keys_outcome upgrade(mend_store *s, int despite_leases, char *er
     sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
     return MEND_RUN_KEYS_HELD;
   }
-  if (sqlite3_exec(s->db, mend__runs_key_rebuild, NULL, NULL, NULL) != SQLITE_OK) {
-    mend__set_msg(err, errlen, "%s: make run keys partial: %s", s->path, sqlite3_errmsg(s->db));
+  own_schema own;
+  if (own_schema_read(s, &own) != 0) {
+    mend__set_msg(err, errlen, "%s: read the indexes and triggers made on runs: %s", s->path,
+                  sqlite3_errmsg(s->db));
+    own_schema_free(&own);
     goto fail;
   }
+  sqlite3_exec(s->db, "PRAGMA legacy_alter_table = ON", NULL, NULL, NULL);
+  int rebuilt = sqlite3_exec(s->db, mend__runs_key_rebuild, NULL, NULL, NULL) == SQLITE_OK;
+  if (!rebuilt)   /* before the next statement resets the message */
+    mend__set_msg(err, errlen, "%s: make run keys partial: %s", s->path, sqlite3_errmsg(s->db));
+  sqlite3_exec(s->db, "PRAGMA legacy_alter_table = OFF", NULL, NULL, NULL);
+  if (!rebuilt) {
+    own_schema_free(&own);
+    goto fail;
+  }
+  for (int i = 0; i < own.n; i++)
+    if (sqlite3_exec(s->db, own.sql[i], NULL, NULL, NULL) != SQLITE_OK) {
+      mend__set_msg(err, errlen, "%s: make again what was made on runs (%s): %s", s->path,
+                    own.sql[i], sqlite3_errmsg(s->db));
+      own_schema_free(&own);
+      goto fail;
+    }
+  own_schema_free(&own);
   if (sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
     mend__set_msg(err, errlen, "%s: commit: %s", s->path, sqlite3_errmsg(s->db));
     goto fail;
@@ -99,8 +162,21 @@ fail:
 
 mend_run_keys_outcome mend_store_upgrade_run_keys(const char *path, int despite_leases, char *err,
                                                   int errlen) {
-  /* PostgreSQL's run_key index is partial since its schema 3 */
-  if (mend_store_is_postgres(path)) return MEND_RUN_KEYS_CURRENT;
+  /* Not looked at, so not called current: its address may hold a password to keep quiet. */
+  if (mend_store_is_postgres(path)) {
+    mend__set_msg(err, errlen, "mend db upgrade changes SQLite files only: on PostgreSQL, run "
+                  "keys are a partial index from mend's first schema there, with nothing to do");
+    return MEND_RUN_KEYS_FAILED;
+  }
+  /* A path mistyped is no new database to make and call current. */
+  char file[4096];
+  const char *p = strncmp(path, "file:", 5) == 0 ? path + 5 : path;
+  mend__set_msg(file, (int)sizeof file, "%s", p);
+  if (p != path) file[strcspn(file, "?#")] = 0;
+  if (strcmp(path, ":memory:") != 0 && file[0] && access(file, F_OK) != 0) {
+    mend__set_msg(err, errlen, "%s: no database there (%s)", path, strerror(errno));
+    return MEND_RUN_KEYS_FAILED;
+  }
   mend_store *s = mend__sqlite_open(path, MEND_DURABILITY_FULL, err, errlen);
   if (!s) return MEND_RUN_KEYS_FAILED;
   mend_run_keys_outcome r = upgrade(s, despite_leases, err, errlen);

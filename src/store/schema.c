@@ -545,8 +545,8 @@ const char *const mend__migrations[MEND_SCHEMA_VERSION] = {
   " coalesce((SELECT name FROM worker_names w WHERE w.id = h.worker), h.worker) AS worker,"
   " error_kind FROM history h;",
   /* 15 -> 16: only says which layout run_key's uniqueness has (`column`: every file before
-   * this one). A migration runs at any open, while older mends may run on the file: it adds
-   * only what their statements survive. A new file is then made `partial` in the same
+   * this one). A migration runs at any open, while older mends may run on the file: from
+   * this one on it adds only what their statements survive (12 -> 13 renamed a column). A new file is then made `partial` in the same
    * transaction (store.c); an existing one only by mend_store_upgrade_run_keys. */
   "INSERT OR REPLACE INTO meta(key, value) VALUES('runs_key_layout', 'column');",
 };
@@ -582,6 +582,17 @@ const char *const mend__runs_key_rebuild =
 /* The layout meta names (a file of this schema always has one). */
 const char *const mend__runs_key_layout_sql =
   "SELECT value FROM meta WHERE key = 'runs_key_layout'";
+
+/* Whether runs has the partial index (a file of schema 16 that records no layout). */
+const char *const mend__runs_key_index_sql =
+  "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'runs_key' AND tbl_name = 'runs'";
+
+/* The indexes and triggers on runs that are not mend's (a person's): made again after the
+ * rebuild. An autoindex has no SQL. */
+const char *const mend__runs_own_schema_sql =
+  "SELECT sql FROM sqlite_master WHERE tbl_name = 'runs' AND type IN ('index', 'trigger')"
+  " AND sql IS NOT NULL AND name NOT IN ('runs_key', 'runs_live', 'runs_cancel', 'runs_free',"
+  " 'runs_parent') ORDER BY type, name";
 
 /* Every worker whose lease lasts at ?1, with the runs it holds and how long the lease lasts:
  * one still running may be a mend before schema 16, which the rebuild would stop. */

@@ -194,6 +194,8 @@ extern const char *const mend__migrations[MEND_SCHEMA_VERSION];
 extern const char *const mend__runs_key_rebuild;
 extern const char *const mend__runs_key_layout_sql;
 extern const char *const mend__runs_key_holders_sql;
+extern const char *const mend__runs_key_index_sql;
+extern const char *const mend__runs_own_schema_sql;
 
 /* ---- store.c: open and close, connections, errors, versions, pruning */
 int mend__batch_begin(mend_store *s);
