@@ -77,11 +77,6 @@ typedef struct mend_store_methods {
   /* How long one statement waits for another connection's lock before giving up (default
    * 5000 ms; <= 0 restores it). */
   void (*set_busy_wait)(mend_store *s, int ms);
-  /* An operation that answers its caller now (a cancel, a dead-letter retry or resolve) runs
-   * (on 1) or has ended (on 0): meanwhile a row another session holds locked is waited for a
-   * few seconds, then the statement fails naming the lock; otherwise rows are waited out.
-   * Optional: NULL in a backend whose writers wait for one lock of the file (busy_wait). */
-  void (*bound_row_waits)(mend_store *s, int on);
   /* The CPUs every thread the store starts from now on runs on (copied; an empty set: where
    * the thread that starts it may run). Before the first commit and start_writer, which start
    * them (optional: NULL in a backend that starts none). */
@@ -464,9 +459,6 @@ static inline int mend_store_has_write_lock(const mend_store *s) {
 }
 static inline void mend_store_set_busy_wait(mend_store *s, int ms) {
   if (MEND_STORE_M(s)->set_busy_wait) MEND_STORE_M(s)->set_busy_wait(s, ms);
-}
-static inline void mend_store_bound_row_waits(mend_store *s, int on) {
-  if (MEND_STORE_M(s)->bound_row_waits) MEND_STORE_M(s)->bound_row_waits(s, on);
 }
 static inline void mend_store_set_thread_cpus(mend_store *s, const mend_cpus *cpus) {
   if (MEND_STORE_M(s)->set_thread_cpus) MEND_STORE_M(s)->set_thread_cpus(s, cpus);

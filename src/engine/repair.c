@@ -98,13 +98,6 @@ static int repair_done(mend_engine *E, int record, char *err, int errlen) {
   return 0;
 }
 
-/* An operation that answers its caller now (mend cancel, dlq retry, dlq resolve; not one
- * recorded in the loop's batch, as a serving worker's are): every statement of it waits for a
- * row another session holds locked (PostgreSQL's) only a few seconds, then it fails naming the
- * lock, where it waited for ever (a session left open in psql). SQLite's file lock is met at
- * its commit already (mend__commit_now). */
-static void answering(mend_engine *E, int on) { mend_store_bound_row_waits(E->store, on); }
-
 /* r: the run, if this engine holds it (it numbers the row); else NULL and the id. */
 static void operator_entry(mend_engine *E, mend_run *r, const char *id, const char *op,
                            const char *who, const char *note) {
@@ -374,10 +367,7 @@ static int cancel_run(mend_engine *E, const char *id, const char *who, int recor
 }
 
 int mend_engine_cancel_run(mend_engine *E, const char *id, const char *who, char *err, int errlen) {
-  answering(E, 1);
-  int rc = cancel_run(E, id, who, 0, 0, err, errlen);
-  answering(E, 0);
-  return rc;
+  return cancel_run(E, id, who, 0, 0, err, errlen);
 }
 
 int mend_engine_cancel_record(mend_engine *E, const char *id, const char *who, int take_now,
@@ -536,10 +526,7 @@ static int dlq_retry(mend_engine *E, const char *id, const char *who, int record
 }
 
 int mend_engine_dlq_retry(mend_engine *E, const char *id, const char *who, char *err, int errlen) {
-  answering(E, 1);
-  int rc = dlq_retry(E, id, who, 0, 0, err, errlen);
-  answering(E, 0);
-  return rc;
+  return dlq_retry(E, id, who, 0, 0, err, errlen);
 }
 
 int mend_engine_dlq_retry_record(mend_engine *E, const char *id, const char *who, int take_now,
@@ -703,10 +690,7 @@ static int resolve(mend_engine *E, const char *id, const char *who, const char *
 
 int mend_engine_resolve(mend_engine *E, const char *id, const char *who, const char *note,
                         char *err, int errlen) {
-  answering(E, 1);
-  int rc = resolve(E, id, who, note, 0, 0, err, errlen);
-  answering(E, 0);
-  return rc;
+  return resolve(E, id, who, note, 0, 0, err, errlen);
 }
 
 int mend_engine_resolve_record(mend_engine *E, const char *id, const char *who, const char *note,

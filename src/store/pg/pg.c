@@ -86,11 +86,7 @@ int mend__pg_fail_to(char *err, int errlen, const char *server, PGconn *c, const
   const char *m = r ? PQresultErrorMessage(r) : NULL;
   if (!m || !*m) m = c ? PQerrorMessage(c) : NULL;
   mend__pg_first_line(cause, sizeof cause, m);
-  const char *code = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
-  if (code && strcmp(code, "55P03") == 0)   /* lock_not_available: lock_timeout ran out */
-    mend__pg_msg(err, errlen, "%s: %s: a row it needs is locked by another session (waited "
-                 "%.1f s): %s", server, what, PG_OP_LOCK_WAIT_MS / 1000.0, cause);
-  else if (c && PQstatus(c) == CONNECTION_BAD)
+  if (c && PQstatus(c) == CONNECTION_BAD)
     mend__pg_msg(err, errlen, "%s: %s: connection lost: %s", server, what, cause);
   else
     mend__pg_msg(err, errlen, "%s: %s: %s", server, what, cause);
@@ -492,26 +488,6 @@ static json_t *pg_prune(mend_store *s, double before, const char *status, int dr
   VIEW(p, mend__pg_view_prune(p->conn, before, status, dry_run, E_));
 }
 
-/* bound_row_waits (store.h): while an operation that answers a caller runs, a statement gives
- * up on a row locked by another session after PG_OP_LOCK_WAIT_MS, with an error naming the
- * lock (a session left open in psql held `mend cancel` for ever); otherwise the loop's writes
- * wait rows out, as a lock is waited out on SQLite, for there they would fail a batch. Set on
- * conn's session at once, which such operations (rare, and a person's) can afford: a batch the
- * writer thread sends next must not run under the operation's bound. A SET in a transaction
- * rolled back is undone with it (mend__pg_rollback forgets what was set). */
-void mend__pg_bound_row_waits(mend_store *s, int on) {
-  mend_pg *p = PG(s);
-  int want = on ? PG_OP_LOCK_WAIT_MS : 0;
-  if (p->lock_wait_ms == want || mend__pg_writer_wait(p) != 0 || !p->conn ||
-      PQstatus(p->conn) != CONNECTION_OK)
-    return;
-  char sql[64];
-  snprintf(sql, sizeof sql, "SET lock_timeout = %d", want);
-  PGresult *r = PQexec(p->conn, sql);   /* a failure (an aborted transaction) leaves err alone */
-  p->lock_wait_ms = PQresultStatus(r) == PGRES_COMMAND_OK ? want : -1;
-  PQclear(r);
-}
-
 /* ---- the table ------------------------------------------------------------------------------
  * SQLite's policies (checkpoints, the write lock's busy wait, parts of a batch, trimming the
  * log) are left out: the dispatcher answers for them. */
@@ -521,7 +497,6 @@ const mend_store_methods mend__pg_methods = {
   .errmsg = mend__pg_errmsg,
   .not_found = mend__pg_not_found,
   .commit = mend__pg_commit,
-  .bound_row_waits = mend__pg_bound_row_waits,
   .batch_open = mend__pg_batch_open,
   .start_writer = mend__pg_start_writer,
   .set_thread_cpus = mend__pg_set_thread_cpus,

@@ -228,7 +228,6 @@ void mend__pg_rollback(mend_pg *p) {
   if (p->conn && PQstatus(p->conn) == CONNECTION_OK &&
       PQtransactionStatus(p->conn) != PQTRANS_IDLE)
     PQclear(PQexec(p->conn, "ROLLBACK"));
-  p->lock_wait_ms = -1;   /* a SET of lock_timeout in it went with it */
   events_not_committed(p);
   p->in_batch = 0;
   p->batch_failed = 0;
@@ -441,7 +440,6 @@ static int reopen(mend_pg *p) {
   }
   PQfinish(p->conn);
   p->conn = c;
-  p->lock_wait_ms = -1;   /* a new session: the server's default */
   mend__pg_watch(p);
   mend__pg_note_writer_host(p, c);
   p->retry_at = p->retry_delay = 0;

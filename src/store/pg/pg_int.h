@@ -23,11 +23,6 @@
 #include "../handoff.h"
 #include "pg.h"
 
-/* How long a statement of an operation that answers a caller (a cancel, a signal, a commit
- * now) waits for a row another session holds locked before it gives up, as SQLite's busy wait
- * does for its file's lock. */
-#define PG_OP_LOCK_WAIT_MS 5000
-
 /* PostgreSQL's own schema versions (meta 'schema_version'), unrelated to SQLite's. */
 #define MEND_PG_SCHEMA_VERSION 6
 
@@ -115,10 +110,6 @@ typedef struct mend_pg {
   pg_at writer_at;
   int writer_at_known;
   int conn_doomed;             /* the server said it ends conn's session (mend__pg_watch) */
-  /* conn's lock_timeout as last set (ms; 0: none, the loop's writes wait rows out; -1: not
-   * known, after a rollback or a new session): PG_OP_LOCK_WAIT_MS while an operation that
-   * answers a caller runs (mend__pg_bound_row_waits) */
-  int lock_wait_ms;
   char *conninfo;
   char server[300];            /* host:port/dbname, for messages: never the password */
   char err[1536];
@@ -309,7 +300,6 @@ int mend__pg_prepare_to(PGconn *c, char *err, int errlen, const char *server);
 /* The methods (store.h's table of them is filled in pg.c), by file. */
 /* pg.c */
 const char *mend__pg_errmsg(mend_store *s);
-void mend__pg_bound_row_waits(mend_store *s, int on);
 int mend__pg_not_found(const mend_store *s);
 int mend__pg_schema_version(mend_store *s);
 void mend__pg_close(mend_store *s);
