@@ -70,13 +70,28 @@ double mend__pg_mono(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-void mend__pg_first_line(char *out, size_t len, const char *msg) {
+/* libpq's message on one line: its lines joined by "; ", each without its severity prefix, and
+ * its indented lines (hints: "\tThis probably means the server terminated abnormally", "\tIs
+ * the server running on that host") left out. Not only the first line: a URI of several hosts
+ * has each host's failure on a line of its own, the one that answered (a password refused)
+ * after those that did not. */
+void mend__pg_one_line(char *out, size_t len, const char *msg) {
   if (!msg || !*msg) msg = "unknown error";
-  if (strncmp(msg, "ERROR:  ", 8) == 0) msg += 8;
-  else if (strncmp(msg, "FATAL:  ", 8) == 0) msg += 8;
-  size_t n = strcspn(msg, "\n");
-  if (n >= len) n = len - 1;
-  memcpy(out, msg, n);
+  size_t n = 0;
+  while (*msg && n + 1 < len) {
+    int hint = *msg == '\t';
+    if (strncmp(msg, "ERROR:  ", 8) == 0 || strncmp(msg, "FATAL:  ", 8) == 0) msg += 8;
+    size_t line = hint ? 0 : strcspn(msg, "\n");
+    while (line && (msg[line - 1] == ' ' || msg[line - 1] == '\r')) line--;
+    if (line) {
+      if (n && n + 2 < len) { out[n++] = ';'; out[n++] = ' '; }
+      size_t take = line < len - 1 - n ? line : len - 1 - n;
+      memcpy(out + n, msg, take);
+      n += take;
+    }
+    msg += strcspn(msg, "\n");
+    if (*msg) msg++;
+  }
   out[n] = 0;
 }
 
@@ -85,7 +100,7 @@ int mend__pg_fail_to(char *err, int errlen, const char *server, PGconn *c, const
   char cause[1024];
   const char *m = r ? PQresultErrorMessage(r) : NULL;
   if (!m || !*m) m = c ? PQerrorMessage(c) : NULL;
-  mend__pg_first_line(cause, sizeof cause, m);
+  mend__pg_one_line(cause, sizeof cause, m);
   if (c && PQstatus(c) == CONNECTION_BAD)
     mend__pg_msg(err, errlen, "%s: %s: connection lost: %s", server, what, cause);
   else
@@ -211,7 +226,7 @@ int mend__pg_connect_at(mend_pg *p, const pg_at *at, char *err, int errlen, char
   name_server(server, serverlen, c);
   if (PQstatus(c) != CONNECTION_OK) {
     char cause[1024];
-    mend__pg_first_line(cause, sizeof cause, PQerrorMessage(c));
+    mend__pg_one_line(cause, sizeof cause, PQerrorMessage(c));
     /* libpq's own words, which say whether it was the address, the password or the database;
      * a message never repeats the password, but a malformed URI could be echoed: cut it. */
     PQconninfoOption *opts = PQconninfoParse(p->conninfo, NULL);

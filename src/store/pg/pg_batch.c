@@ -288,7 +288,7 @@ static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late,
   int began = 0;
   if (PQstatus(c) != CONNECTION_OK) {
     char cause[512];
-    mend__pg_first_line(cause, sizeof cause, PQerrorMessage(c));
+    mend__pg_one_line(cause, sizeof cause, PQerrorMessage(c));
     mend__pg_msg(p->err, sizeof p->err, "%s: connection lost: %s", p->server, cause);
     return -1;
   }
@@ -466,7 +466,7 @@ static int ensure_connected(mend_pg *p) {
     return -1;
   }
   char first[sizeof p->err], cause[512];
-  mend__pg_first_line(cause, sizeof cause, PQerrorMessage(p->conn));
+  mend__pg_one_line(cause, sizeof cause, PQerrorMessage(p->conn));
   mend__pg_msg(first, sizeof first, "%s: connection lost: %s", p->server, cause);
   double give_up = mend__pg_mono() + RECONNECT_SECONDS, delay = 0.1;
   for (;;) {

@@ -161,17 +161,17 @@ typedef struct mend_pg {
 
 /* pg.c */
 void mend__pg_msg(char *buf, int len, const char *fmt, ...);
-/* The first line of a libpq message (its "ERROR:  " or "FATAL:  " left out), which names the
- * problem: libpq's later lines ("\tThis probably means the server terminated abnormally ...")
- * would stand alone in a log or on a terminal. */
-void mend__pg_first_line(char *out, size_t len, const char *msg);
+/* A libpq message on one line, its lines joined by "; " (each without "ERROR:  " or "FATAL:  "
+ * and its indentation): a later line standing alone in a log or on a terminal reads as a
+ * message of its own, and a URI of several hosts has the answering host's cause last. */
+void mend__pg_one_line(char *out, size_t len, const char *msg);
 /* 1 when the server can take t as text (NULL too); 0 when it would refuse it (not UTF-8 on a
  * UTF8 connection), which means no row holds it: a read can answer "none" without asking.
  * Waits for the writer thread first, as a read does. */
 int mend__pg_text_fits(mend_pg *p, const char *t);
 int mend__pg_text_fits_on(PGconn *c, const char *t);
 int mend__pg_utf8(const char *t);   /* RFC 3629's well-formed UTF-8 */
-/* err = "<server>: <what>: <PostgreSQL's message>" (first line); returns -1. */
+/* err = "<server>: <what>: <PostgreSQL's message>" (on one line); returns -1. */
 int mend__pg_fail(mend_pg *p, PGconn *c, const PGresult *r, const char *what);
 /* The same into err (errlen), naming server: for a connection whose messages are its own. */
 int mend__pg_fail_to(char *err, int errlen, const char *server, PGconn *c, const PGresult *r,
