@@ -1,9 +1,7 @@
--- libpq's message cut to its first line drops the cause when the URI names
--- several hosts (which the PostgreSQL store supports, src/store/pg/pg.c): libpq tells each
--- host's failure in turn, the first ("port 1 failed: Connection refused") says nothing of the
--- server that answered and refused the password. Predates tidy20 at connect (first_line), and
--- tidy20 spread the same cut to the views, mend copy and the writer's errors.
--- PostgreSQL only (MEND_TEST_PG).
+-- PostgreSQL's errors as a person reads them: libpq's message on one line, every host's cause
+-- kept. A URI of several hosts (which the store supports, src/store/pg/pg.c) has libpq tell
+-- each host's failure in turn: the first ("port 1 failed: Connection refused") says nothing of
+-- the server that answered and refused the password. PostgreSQL only (MEND_TEST_PG).
 local H = require "spec.helper"
 local it_pg = H.PG and it or pending
 
