@@ -186,8 +186,11 @@ MEND_API void mend_options_init_size(mend_options *opts, size_t size);
  * one this process may not use: absent, offline, outside its cpuset).
  * Any of descriptors 0, 1 and 2 (stdin, stdout, stderr) that is closed is opened on /dev/null
  * first: libuv aborts the process when it closes a descriptor of its own numbered 0 to 2, which
- * the engine's loop would otherwise get. A host that gives its own uv_loop must make that loop
- * with them open: its descriptors are taken before the engine is made. */
+ * the engine's loop would otherwise get. MEND_ESTATE, naming it, when one cannot be (no
+ * /dev/null: a chroot). A host that gives its own uv_loop must make that loop with them open:
+ * its descriptors are taken before the engine is made. They must stay open while the engine
+ * lives: a host that closes one later (a daemon detaching) gives its number to the next
+ * descriptor the engine opens (a reconnection, a mend.exec's pipe). */
 MEND_API int mend_engine_new(const mend_options *opts, mend_engine **out, char *err, size_t errlen);
 /* Destroys the engine. Runs in flight stay in the database as they are, their leases given
  * back, for this or another engine to resume. Host calls still open stay valid: answering them

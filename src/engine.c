@@ -357,7 +357,16 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
   mend_refusal ignored;
   if (!why) why = &ignored;
   /* before the loop, its wake-ups or the store open a descriptor that would take 0, 1 or 2 */
-  mend_fill_standard_fds();
+  int closed = mend_fill_standard_fds();
+  if (closed >= 0) {
+    static const char *const names[] = {"stdin", "stdout", "stderr"};
+    snprintf(err, (size_t)errlen, "descriptor %d (%s) is closed and /dev/null cannot be opened "
+             "on it (%s): the engine's loop would take that number, and libuv aborts the "
+             "process when it closes it; open it before making an engine", closed,
+             names[closed], strerror(errno));
+    *why = MEND_REFUSED_STATE;
+    return NULL;
+  }
   /* A game host keeps its frame's core to itself by putting mend's threads elsewhere: they
    * would otherwise inherit the affinity of the host's thread that makes the engine. */
   mend_cpus cpus;

@@ -8,7 +8,8 @@
 
 /* Opens /dev/null on whichever of descriptors 0, 1 and 2 is closed: a descriptor libuv or
  * SQLite opens would take its number, and libuv aborts when it closes one of those three
- * ("uv__close: Assertion `fd > STDERR_FILENO' failed"). What cannot be opened stays closed. */
-void mend_fill_standard_fds(void);
+ * ("uv__close: Assertion `fd > STDERR_FILENO' failed"). -1 when all three are open now; else
+ * the first that stays closed (no /dev/null: a chroot), errno saying why. */
+int mend_fill_standard_fds(void);
 
 #endif
