@@ -3,6 +3,8 @@
 -- each wait, from the run's history alone. Holds no state and reads nothing but what it is
 -- given; it keeps a run's lanes and columns, never its rows.
 
+local columns = require "mend.columns"
+
 local M = {}
 
 -- The statuses worth a bar, and the character of each. An attempt is drawn by how it ended.
@@ -104,12 +106,12 @@ function M.lines(run, history, now, width, first, last)
     end
   end)
   local name_w = 8
-  for _, l in ipairs(lanes) do name_w = math.max(name_w, math.min(#l, 24)) end
+  for _, l in ipairs(lanes) do name_w = math.max(name_w, math.min(columns.width(l), 24)) end
   local out = {}
   local right = "+" .. secs(span)
   out[#out + 1] = (" "):rep(name_w + 3) .. "0" .. (" "):rep(math.max(1, width - #right)) .. right
   for _, l in ipairs(lanes) do
-    out[#out + 1] = ("%-" .. name_w .. "s  |%s|"):format(l:sub(1, 24), table.concat(row_of(l)))
+    out[#out + 1] = ("%s  |%s|"):format(columns.pad(columns.cut(l, 24), name_w), table.concat(row_of(l)))
   end
   local pad = (" "):rep(name_w + 3)
   out[#out + 1] = pad .. "# attempt ok  x attempt failed  > attempt running  ~ retry wait  B breaker wait"

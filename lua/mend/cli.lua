@@ -876,16 +876,25 @@ local function cmd_serve(o)
   end)
 end
 
--- WORKFLOW names a file, or a workflow NAME found as DIR/NAME.lua. A folder of that name (a
--- service's code beside its workflow) opens as a file would, and is no workflow file.
+-- WORKFLOW names a workflow NAME found as DIR/NAME.lua, or a file. A bare name (no "/", no
+-- ".lua") is a name first when DIR/NAME.lua is there: a script or a folder called as the
+-- workflow where the command runs (a service's code beside it) is no workflow file; `./NAME`
+-- names such a file. A folder opens as a file would, and is no workflow file either.
 local function workflow_file(o, workflow)
+  local dir = o.workflows or "workflows"
+  if not workflow:find("/", 1, true) and not workflow:find("%.lua$") and #workflow <= 512 then
+    local named = io.open(dir .. "/" .. workflow .. ".lua", "rb")
+    if named then
+      named:close()
+      return dir .. "/" .. workflow .. ".lua"
+    end
+  end
   local f = io.open(workflow, "rb")
   if f then
     local _, unreadable = f:read(0)
     f:close()
     if not unreadable then return workflow end
   end
-  local dir = o.workflows or "workflows"
   -- MEND_NAME_MAX of mend.h: no workflow has a longer name.
   if #workflow > 512 then
     fail("no workflow file %s, and a workflow name of %d bytes, over the longest name of 512 bytes",
@@ -1099,7 +1108,8 @@ local commands = {
     choices = { durability = { full = true, process = true } },
     usage = "mend start WORKFLOW [--input JSON] [--key K] [--db PATH] [--workflows DIR]",
     help = "Records a new run for a worker to execute and prints its id at once. WORKFLOW is a\n" ..
-           "file, or a name looked up as DIR/NAME.lua. With a run key that was used before,\n" ..
+           "name looked up as DIR/NAME.lua, or a file (./NAME for one named as a workflow).\n" ..
+           "With a run key that was used before,\n" ..
            "prints that run's id and records nothing.\n\n" ..
            "  --input JSON     the run's input (default {}); @FILE reads it from FILE, @- from\n" ..
            "                   stdin\n" ..

@@ -5,19 +5,15 @@
 -- stdout and reads nothing but what it is given.
 
 local mend = require "mend"
+local columns = require "mend.columns"
 local json = mend.json
 
 local function out(fmt, ...) io.stdout:write(fmt:format(...)) end
 
 local function present(v) return v ~= nil and v ~= json.null end
 
--- s padded to n columns: a name of workflow code (a workflow, a step, a breaker key) may be any
--- UTF-8, which string.format's %-Ns pads by bytes, and a column after it would go askew.
-local function cell(s, n)
-  s = tostring(s)
-  local len = utf8.len(s) or #s
-  return len >= n and s or s .. (" "):rep(n - len)
-end
+-- s padded to n columns of a terminal (mend.columns: names may be any UTF-8).
+local function cell(s, n) return columns.pad(tostring(s), n) end
 
 -- Times and delays that no clock reaches (a `sleep = 1e308` step) are printed as numbers.
 local FAR = 1e12
