@@ -141,4 +141,27 @@ return { name = "order", steps = {
     assert.are.equal(3, rc, out .. err)
     assert.are.equal("compensated", json.decode(select(2, mend_in(nil, db, "status " .. id .. " --json"))).status)
   end)
+  it("shows a run cancelled while it waited, its undoing retried, as cancelled by its canceller", function()
+    -- the step it waited at never failed: what turned it back is the cancel, not the undoing's
+    -- error, and its reason is `cancelled` again, not `compensation_failed`
+    local eng = H.new_engine()
+    local closed = true
+    eng:register{ name = "w", steps = {
+      { name = "a", execute = function() return 1 end, compensate_retry = { max_attempts = 1 },
+        compensate = function() if closed then error("the warehouse is closed") end end },
+      { name = "paid", wait_for = "payment" } } }
+    local id = eng:start("w", {})
+    eng:run()
+    eng:cancel(id, { who = "ana" })
+    eng:run()
+    assert.are.equal("needs_attention", eng:status(id).status)
+    assert.are.equal("compensation_failed", eng:status(id).reason)
+    closed = false
+    eng:dlq_retry(id)
+    eng:run()
+    local st = eng:status(id)
+    assert.are.equal("compensated", st.status)
+    assert.are.equal("cancelled by ana", st.error)
+    assert.are.equal("cancelled", st.reason)
+  end)
 end)

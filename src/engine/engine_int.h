@@ -384,6 +384,8 @@ int mend__logs(const mend_engine *E, const char *level);
 void mend__new_run_id(mend_engine *E, char out[MEND_RUN_ID_LEN]);
 void mend__set_str(char **slot, const char *s);
 void mend__store_failed(mend_engine *E);
+/* recover.c: a run's stored reason as the engine's static string; NULL when not one. */
+const char *mend__known_reason(const char *text);
 
 /* ---- pump.c: the write-ahead rule: queues, actions, batches, a pump turn */
 void mend__append(mend_run **head, mend_run **tail, mend_run *r);

@@ -26,6 +26,19 @@
 /* The workflow a run executes: the version it started with (SPEC section 13), loaded here
  * or from the script the store keeps; by name only for a run that names no version. NULL with
  * the reason in `why` when that version cannot be loaded. */
+
+/* The reason is one of the engine's own static strings; the stored text mapped back to it, or
+ * NULL for text this mend does not know. */
+const char *mend__known_reason(const char *text) {
+  static const char *const reasons[] = {"attempts_exhausted", "fatal", "severity_2", "compensable",
+                                        "error", "severity_3", "compensation_failed", "cancelled",
+                                        "workflow_error", "timeout", "crash_loop",
+                                        "parent_compensated"};
+  for (size_t k = 0; text && k < sizeof reasons / sizeof *reasons; k++)
+    if (strcmp(text, reasons[k]) == 0) return reasons[k];
+  return NULL;
+}
+
 static mend_workflow *run_workflow(mend_engine *E, const char *name, const char *version,
                                    char *why, int whylen) {
   if (!name) {
@@ -111,13 +124,7 @@ static mend_run *rebuild_from(mend_engine *E, const char *id, const mend_run_ima
   r->status = img->status;
   r->attention = img->attention;
   r->error = mend_dupstr(img->error);
-  /* The reason is one of the engine's own static strings; map the stored text back to it. */
-  static const char *const reasons[] = {"attempts_exhausted", "fatal", "severity_2", "compensable",
-                                        "error", "severity_3", "compensation_failed", "cancelled",
-                                        "workflow_error", "timeout", "crash_loop",
-                                        "parent_compensated"};
-  for (size_t k = 0; img->reason && k < sizeof reasons / sizeof *reasons; k++)
-    if (strcmp(img->reason, reasons[k]) == 0) r->reason = reasons[k];
+  r->reason = mend__known_reason(img->reason);
   /* A run going back always has a reason; one this mend does not know counts as an error. */
   if (!r->reason && r->status != MEND_RUN_RUNNING) r->reason = "error";
   /* Input that is not JSON after all reads as its text, as the view of the run shows it. */

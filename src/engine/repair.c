@@ -417,13 +417,17 @@ static int parent_going_back(mend_engine *E, const char *id) {
   return back;
 }
 
-/* The error with which step `step` of run id last failed, from its history (a copy to free), or
- * NULL: the failure that turned the run back, once the step's own error is its compensation's
- * (a step undone for its own failure, a child's step of a cancelled parent). Read a page at a
- * time, as a long history must cost a page's memory. */
+/* Why run id last turned back, from its history, read a page at a time (a long history must
+ * cost a page's memory): the reason of its last turn back (`run ... -> compensating`: its
+ * detail), and the error it turned back with: the last failure of step `step` (NULL: none),
+ * else, turned back by a cancel, "cancelled by WHO" of the last cancel an operator asked for.
+ * The run's own reason and error by then are its compensation's (compensation_failed, its
+ * message). *reason is one of the engine's static strings or NULL; *error a copy to free. */
 #define TURNED_BACK_PAGE 1000
-static char *failed_with(mend_engine *E, const char *id, const char *step) {
-  char *found = NULL;
+static void turned_back(mend_engine *E, const char *id, const char *step, const char **reason,
+                        char **error) {
+  char *failed = NULL, *canceller = NULL;
+  *reason = NULL;
   long after = 0;
   for (;;) {
     json_t *page = mend_store_history_page(E->store, id, after, TURNED_BACK_PAGE, 0);
@@ -433,18 +437,38 @@ static char *failed_with(mend_engine *E, const char *id, const char *step) {
       const char *ev = json_string_value(json_object_get(row, "event"));
       const char *name = json_string_value(json_object_get(row, "step"));
       const char *to = json_string_value(json_object_get(row, "to"));
-      const char *error = json_string_value(json_object_get(row, "error"));
-      if (ev && name && to && error && strcmp(ev, "step") == 0 && strcmp(name, step) == 0 &&
+      const char *err = json_string_value(json_object_get(row, "error"));
+      const char *detail = json_string_value(json_object_get(row, "detail"));
+      if (!ev) continue;
+      if (step && name && to && err && strcmp(ev, "step") == 0 && strcmp(name, step) == 0 &&
           strcmp(to, "failed") == 0) {
-        free(found);
-        found = mend_dupstr(error);
+        free(failed);
+        failed = mend_dupstr(err);
+      } else if (to && detail && strcmp(ev, "run") == 0 && strcmp(to, "compensating") == 0) {
+        const char *known = mend__known_reason(detail);
+        if (known) *reason = known;
+      } else if (detail && strcmp(ev, "operator") == 0) {
+        const char *who = strncmp(detail, "cancel by ", 10) == 0 ? detail + 10
+                        : strncmp(detail, "cancel requested by ", 20) == 0 ? detail + 20 : NULL;
+        if (who) {
+          free(canceller);
+          canceller = mend_dupstr(who);
+          if (canceller) canceller[strcspn(canceller, ":")] = 0;
+        }
       }
       json_int_t seq = json_integer_value(json_object_get(row, "seq"));
       if (seq > after) after = (long)seq;
     }
     json_decref(page);
-    if (n < TURNED_BACK_PAGE) return found;
+    if (n < TURNED_BACK_PAGE) break;
   }
+  *error = failed;
+  if (!failed && canceller && *reason && strcmp(*reason, "cancelled") == 0) {
+    char msg[300];
+    snprintf(msg, sizeof msg, "cancelled by %s", canceller);
+    *error = mend_dupstr(msg);
+  }
+  free(canceller);
 }
 
 static int dlq_retry(mend_engine *E, const char *id, const char *who, int record, int take_now,
@@ -489,13 +513,14 @@ static int dlq_retry(mend_engine *E, const char *id, const char *who, int record
      * undone for its own failure (a compensable error, a cancel of a parent waiting for its
      * child) holds its compensation's error now: its failure is in its history. */
     int f = r->fail_step;
-    if (f >= 0 && f < r->wf->nsteps && r->steps[f].status == MEND_STEP_FAILED && r->steps[f].error) {
-      mend__set_str(&r->error, r->steps[f].error);
-    } else if (f >= 0 && f < r->wf->nsteps) {
-      char *why = failed_with(E, id, r->wf->steps[f].name);
-      if (why) mend__set_str(&r->error, why);
-      free(why);
-    }
+    int own = f >= 0 && f < r->wf->nsteps && r->steps[f].status == MEND_STEP_FAILED && r->steps[f].error;
+    const char *reason;
+    char *why;
+    turned_back(E, id, f >= 0 && f < r->wf->nsteps && !own ? r->wf->steps[f].name : NULL, &reason, &why);
+    if (own) mend__set_str(&r->error, r->steps[f].error);
+    else if (why) mend__set_str(&r->error, why);
+    free(why);
+    if (reason) r->reason = reason;   /* not compensation_failed, once it is compensated */
     mend__run_to(r, MEND_RUN_COMPENSATING);
   } else if (back) {
     /* severity 3 of a child whose parent goes back: the person's go-ahead undoes it from its
