@@ -136,8 +136,22 @@ static int stored_status(mend_engine *E, const char *id, char *status, char *rea
 static int hold_status(mend_engine *E, const char *id, const char *status, const char *what,
                        int record, char *err, int errlen) {
   char found[64];
+  /* A caller that waits for the answer here (a command, a host's call) waits out another
+   * process's lock as a commit now does (the store's default wait); a server's loop does not
+   * (its repair was taken later already, and a lock taken again is its 503). */
+  if (!record) mend_store_set_busy_wait(E->store, 0);
   int rc = mend_store_hold_status(E->store, id, status, found, sizeof found);
+  if (!record) mend_store_set_busy_wait(E->store, LOOP_BUSY_MS);
   if (rc == 0) return 0;
+  /* Not a lock: the look's failure may have taken the open batch with it (PostgreSQL rolls back
+   * a transaction a deadlock ended, and the repairs it held already): the engine must hear of
+   * it, or what waits for that batch would be answered as durable. */
+  if (rc < 0 && rc != MEND_STORE_BUSY) {
+    E->refusal = MEND_REFUSED_STORE;
+    mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
+    mend__store_failed(E);
+    return -1;
+  }
   /* The look began the batch's transaction, which holds the run (SQLite: the write lock) until
    * it commits, and a refusal writes nothing to end it: it ends now (or at the turn this
    * kicks), not at this engine's next work, however far off, while another server's repair
