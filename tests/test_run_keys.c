@@ -6,6 +6,7 @@
  * failed or killed halfway leaves the file as it was.
  */
 #include "check.h"
+#include "raw_sqlite.h"
 #include "store.h"
 #include "store/store_int.h"   /* the migrations: a file of schema 15 made as main made it */
 
@@ -37,23 +38,6 @@ static sqlite3 *raw_open(const char *path) {
   }
   sqlite3_busy_timeout(db, 5000);
   return db;
-}
-
-static char *raw_text(sqlite3 *db, const char *sql) {
-  sqlite3_stmt *q;
-  char *out = NULL;
-  if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK) return NULL;
-  if (sqlite3_step(q) == SQLITE_ROW && sqlite3_column_text(q, 0))
-    out = strdup((const char *)sqlite3_column_text(q, 0));
-  sqlite3_finalize(q);
-  return out;
-}
-
-static int raw_int(sqlite3 *db, const char *sql) {
-  char *t = raw_text(db, sql);
-  int v = t ? atoi(t) : -1;
-  free(t);
-  return v;
 }
 
 static int file_int(const char *path, const char *sql) {

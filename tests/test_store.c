@@ -5,6 +5,7 @@
  * write without touching what was committed before.
  */
 #include "check.h"
+#include "raw_sqlite.h"
 #include "breaker.h"
 #include "store.h"
 #include "store/store_int.h"   /* stall(): a test of the SQLite backend itself */
@@ -48,23 +49,6 @@ static sqlite3 *raw_open(const char *path) {
     exit(2);
   }
   return db;
-}
-
-static char *raw_text(sqlite3 *db, const char *sql) {
-  sqlite3_stmt *q;
-  char *out = NULL;
-  if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK) return NULL;
-  if (sqlite3_step(q) == SQLITE_ROW && sqlite3_column_text(q, 0))
-    out = strdup((const char *)sqlite3_column_text(q, 0));
-  sqlite3_finalize(q);
-  return out;
-}
-
-static int raw_int(sqlite3 *db, const char *sql) {
-  char *t = raw_text(db, sql);
-  int v = t ? atoi(t) : -1;
-  free(t);
-  return v;
 }
 
 static const char *str_field(const json_t *o, const char *k) {
