@@ -236,10 +236,10 @@ return { name = "latin", steps = {
       assert.are.equal("invoice", json.decode(status).workflow)
     end)
 
-    -- Review of qa7: the case beside the folder one: a service's executable (or script) named
-    -- like its workflow is read as the workflow file, and the user is told of a Lua syntax
-    -- error in their shell script, though --workflows has NAME.lua.
-    it("mend start NAME finds the workflow when a script of that name is where it runs (review of qa7)", function()
+    -- beside the folder case: a service's executable (or script) named like its workflow is
+    -- not read as the workflow file (a Lua syntax error in a shell script) when --workflows
+    -- has NAME.lua.
+    it("mend start NAME finds the workflow when a script of that name is where it runs", function()
       local dir = H.tmp_dir()
       os.execute("mkdir -p " .. quote(dir .. "/wf"))
       H.write_file(dir, "invoice", "#!/bin/sh\necho invoicing\n")

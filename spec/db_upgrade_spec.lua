@@ -85,7 +85,7 @@ describe("mend db upgrade #sqlite", function()
     assert.truthy(out:find("partial index already", 1, true), out)
   end)
 
-  -- Review of schema16: the rebuild drops runs and makes it again; what an operator made on
+  -- The rebuild drops runs and makes it again; what an operator made on
   -- runs (an index for a query of theirs, a trigger, a view) is part of the file too.
   local function column_file(dir)
     H.write_file(dir, "ok.lua", OK)
@@ -97,7 +97,7 @@ describe("mend db upgrade #sqlite", function()
     return db
   end
 
-  it("keeps an index and a trigger an operator made on runs (rev-schema16)", function()
+  it("keeps an index and a trigger an operator made on runs", function()
     local db = column_file(H.tmp_dir())
     H.sql(db, "CREATE INDEX ops_by_workflow ON runs(workflow, status);"
               .. " CREATE TABLE ops_done(id TEXT);"
@@ -111,7 +111,7 @@ describe("mend db upgrade #sqlite", function()
                               .. " AND tbl_name = 'runs' ORDER BY name"))
   end)
 
-  it("goes through a view an operator made on runs, which still reads (rev-schema16)", function()
+  it("goes through a view an operator made on runs, which still reads", function()
     local db = column_file(H.tmp_dir())
     H.sql(db, "CREATE VIEW ops_keyed AS SELECT id, run_key FROM runs WHERE run_key IS NOT NULL")
     local rc, out = H.mend_cmd(db, "db upgrade")
@@ -122,8 +122,7 @@ describe("mend db upgrade #sqlite", function()
     assert.are.same({ "k1" }, H.sql(db, "SELECT run_key FROM ops_keyed"))
   end)
 
-  it("names no password of a PostgreSQL URI, nor calls a server it never reached current"
-     .. " (rev-schema16)", function()
+  it("names no password of a PostgreSQL URI, nor calls a server it never reached current", function()
     -- nothing listens on port 1: this mend never saw that database
     local rc, out = H.shell(MEND .. " db upgrade --db "
                             .. q("postgres://bob:s3cret-pw@127.0.0.1:1/nodb"))

@@ -177,10 +177,10 @@ describe("mend.render.write_json", function()
   end)
 end)
 
--- Review of qa7: a terminal shows an East Asian wide character in two columns and a combining
--- mark in none; cell() counts code points, so a CJK name or a decomposed accent (NFD, as
--- macOS file names give) still pushes the columns after it askew.
-describe("tables with wide or combining characters (review of qa7)", function()
+-- A terminal shows an East Asian wide character in two columns and a combining mark in none:
+-- counted as code points, a CJK name or a decomposed accent (NFD, as macOS file names give)
+-- pushed the columns after it askew.
+describe("tables with wide or combining characters", function()
   after_each(H.cleanup)
 
   -- Display columns of UTF-8 text: combining marks (U+0300-036F) none, CJK/Hangul/fullwidth two.
@@ -226,10 +226,10 @@ return { name = "注文処理", steps = {
   end)
 end)
 
--- Review of qa7: `mend history RUN --chart` (mend.chart) still pads its lane names by bytes and
--- cuts them at 24 bytes: a step name beyond ASCII moves its bars left of the others, and one
--- whose 24th byte is inside a character is printed as half a character (invalid UTF-8).
-describe("mend history --chart with step names beyond ASCII (review of qa7)", function()
+-- `mend history RUN --chart` (mend.chart) pads its lane names by a terminal's columns and cuts
+-- them at a character's edge: padded by bytes, a step name beyond ASCII moved its bars left of
+-- the others, and one cut at its 24th byte was printed as half a character (invalid UTF-8).
+describe("mend history --chart with step names beyond ASCII", function()
   after_each(H.cleanup)
 
   it("keeps the bars aligned and prints whole characters", function()

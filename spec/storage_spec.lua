@@ -181,9 +181,9 @@ return { name = "slow", steps = {
   end)
 end)
 
--- Review of qa7: a worker with nothing to do commits nothing, so it never looks: deleted under
--- it, it polls the unlinked file for good, and a run started on the new file at that path (as
--- `mend start` makes one) is never taken; stopped, it exits 0 without a word.
+-- A worker with nothing to do commits nothing: its polls look at the file too, or, deleted
+-- under it, it would poll the unlinked file for good, a run started on the new file at that
+-- path (as `mend start` makes one) never taken, and stop with exit 0 without a word.
 describe("a database deleted under an idle worker #sqlite", function()
   local pidfile
   after_each(function()
@@ -193,7 +193,7 @@ describe("a database deleted under an idle worker #sqlite", function()
     H.cleanup()
   end)
 
-  it("stops the worker naming the file, or the worker takes the runs of the file now there (review of qa7)", function()
+  it("stops the worker naming the file, or the worker takes the runs of the file now there", function()
     local wfdir, dir = H.tmp_dir(), H.tmp_dir()
     write(wfdir .. "/quick.lua", [[
 return { name = "quick", steps = { { name = "a", execute = function() return 1 end } } }
@@ -233,15 +233,15 @@ return { name = "quick", steps = { { name = "a", execute = function() return 1 e
   end)
 end)
 
--- Review of qa7: a database file bind-mounted on its own (a container's `-v ./mend.db:/data/mend.db`)
--- and deleted on the host: the path still names the same inode, now with no link, and
--- SQLITE_FCNTL_HAS_MOVED compares inode numbers only: the worker writes on into the unlinked
--- file, its runs "succeed", and all of it goes with the process. Needs mount namespaces (root
+-- A database file bind-mounted on its own (a container's `-v ./mend.db:/data/mend.db`) and
+-- deleted on the host: the path still names the same inode, now with no link, which
+-- SQLITE_FCNTL_HAS_MOVED (inode numbers only) does not see: the link count tells, or the
+-- worker would write on into the unlinked file, its runs "succeed" and go with the process. Needs mount namespaces (root
 -- or user namespaces); pending where `unshare -m` is refused.
 describe("a bind-mounted database deleted on the host under a running worker #sqlite", function()
   after_each(H.cleanup)
 
-  it("stops the worker with an error naming the file (review of qa7)", function()
+  it("stops the worker with an error naming the file", function()
     if os.execute("unshare -m true 2>/dev/null") ~= true then
       return pending("no mount namespace here (unshare -m)")
     end

@@ -6,10 +6,12 @@
 #ifndef MEND_CHECK_H
 #define MEND_CHECK_H
 
+#include <dirent.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 static int check_passed, check_failed;
 
@@ -48,6 +50,20 @@ static inline uint64_t check_next(void) {
   check_rng ^= check_rng >> 7;
   check_rng ^= check_rng << 17;
   return check_rng;
+}
+
+/* Removes every file a test made in dir, whatever its name (a list kept by hand forgets new
+ * ones), then dir itself. */
+static inline void check_remove_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  for (struct dirent *e; d && (e = readdir(d));) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    char p[4096];
+    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+    unlink(p);
+  }
+  if (d) closedir(d);
+  if (rmdir(dir) != 0) perror(dir);
 }
 
 static int check_done(const char *suite) {

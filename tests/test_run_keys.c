@@ -176,8 +176,8 @@ static void test_new_file(void) {
   CHECK_EQ_INT(mend_store_upgrade_run_keys(path, 0, err, sizeof err), MEND_RUN_KEYS_CURRENT);
 }
 
-/* The review of the first schema 16 (c34943a): a mend of schema 15 running on the file when
- * this one opens it must keep starting runs, keyed or not, its statements as they were. */
+/* A mend of schema 15 running on the file when this one opens it keeps starting runs, keyed or
+ * not, its statements as they were (a rebuild of runs at open stopped it). */
 static void test_older_process_survives(void) {
   const char *path = file_in_dir("v15.db");
   make_v15(path);
@@ -387,10 +387,10 @@ static void test_killed(void) {
          took, before_commit);
 }
 
-/* Review of schema16 (rev-schema16). mend db upgrade names a file: a path mistyped is not a
+/* mend db upgrade names a file: a path mistyped is not a
  * new database to make and call current (the CLI's check of the path is skipped for file:
  * URIs, and mend.upgrade_db has none). */
-static void test_rev_missing_file_is_not_made(void) {
+static void test_missing_file_is_not_made(void) {
   const char *path = file_in_dir("typo.db");
   char err[512] = "";
   CHECK_EQ_INT(mend_store_upgrade_run_keys(path, 0, err, sizeof err), MEND_RUN_KEYS_FAILED);
@@ -398,10 +398,10 @@ static void test_rev_missing_file_is_not_made(void) {
   unlink(path);
 }
 
-/* A file of the first schema 16 (6fc0237, on main from 13:41 until its revert c34943a) has
- * user_version 16 and runs_key, and no runs_key_layout row: this mend opens it as current, and
+/* A file a mend of an earlier schema 16 made has user_version 16 and runs_key, and no
+ * runs_key_layout row: this mend opens it as current, and
  * its upgrade has nothing to do, rather than failing on "no run-key layout in meta". */
-static void test_rev_first_schema16_file(void) {
+static void test_first_schema16_file(void) {
   const char *path = file_in_dir("first16.db");
   char err[512] = "";
   mend_store *s = mend_store_open(path, MEND_DURABILITY_FULL, err, sizeof err);
@@ -429,16 +429,8 @@ int main(void) {
   test_this_version_survives_the_rebuild();
   test_failed_halfway();
   test_killed();
-  test_rev_missing_file_is_not_made();
-  test_rev_first_schema16_file();
-  DIR *d = opendir(dir);
-  for (struct dirent *e; d && (e = readdir(d));) {
-    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-    char p[4096];
-    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-    unlink(p);
-  }
-  if (d) closedir(d);
-  if (rmdir(dir) != 0) perror(dir);
+  test_missing_file_is_not_made();
+  test_first_schema16_file();
+  check_remove_dir(dir);
   return check_done("run_keys");
 }

@@ -2240,15 +2240,6 @@ int main(void) {
   test_version_scripts();
   test_inbox();
 
-  /* Every file the tests made, whatever its name: a list kept by hand forgets new ones. */
-  DIR *d = opendir(dir);
-  for (struct dirent *e; d && (e = readdir(d));) {
-    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-    char p[4096];
-    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-    unlink(p);
-  }
-  if (d) closedir(d);
-  if (rmdir(dir) != 0) perror(dir);
+  check_remove_dir(dir);
   return check_done("store");
 }
