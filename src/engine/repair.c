@@ -431,17 +431,15 @@ static int parent_going_back(mend_engine *E, const char *id) {
   return back;
 }
 
-/* Why run id last turned back, from its history, read a page at a time (a long history must
- * cost a page's memory): the reason of its last turn back (`run ... -> compensating`: its
- * detail), and the error it turned back with: the last failure of step `step` (NULL: none),
- * else, turned back by a cancel, "cancelled by WHO" of the last cancel an operator asked for.
- * The run's own reason and error by then are its compensation's (compensation_failed, its
- * message). *reason is one of the engine's static strings or NULL; *error a copy to free. */
+/* The error run id last turned back with, from its history, read a page at a time (a long
+ * history must cost a page's memory): the last failure of step `step` (NULL: none), else,
+ * turned back by a cancel (its last turn back's reason, `run ... -> compensating`), "cancelled
+ * by WHO" of the last cancel an operator asked for. The run's own error by then is its
+ * compensation's. A copy to free, or NULL. */
 #define TURNED_BACK_PAGE 1000
-static void turned_back(mend_engine *E, const char *id, const char *step, const char **reason,
-                        char **error) {
+static char *turned_back(mend_engine *E, const char *id, const char *step) {
   char *failed = NULL, *canceller = NULL;
-  *reason = NULL;
+  const char *reason = NULL;
   long after = 0;
   for (;;) {
     json_t *page = mend_store_history_page(E->store, id, after, TURNED_BACK_PAGE, 0);
@@ -460,7 +458,7 @@ static void turned_back(mend_engine *E, const char *id, const char *step, const 
         failed = mend_dupstr(err);
       } else if (to && detail && strcmp(ev, "run") == 0 && strcmp(to, "compensating") == 0) {
         const char *known = mend__known_reason(detail);
-        if (known) *reason = known;
+        if (known) reason = known;
       } else if (detail && strcmp(ev, "operator") == 0) {
         const char *who = strncmp(detail, "cancel by ", 10) == 0 ? detail + 10
                         : strncmp(detail, "cancel requested by ", 20) == 0 ? detail + 20 : NULL;
@@ -476,13 +474,13 @@ static void turned_back(mend_engine *E, const char *id, const char *step, const 
     json_decref(page);
     if (n < TURNED_BACK_PAGE) break;
   }
-  *error = failed;
-  if (!failed && canceller && *reason && strcmp(*reason, "cancelled") == 0) {
+  if (!failed && canceller && reason && strcmp(reason, "cancelled") == 0) {
     char msg[300];
     snprintf(msg, sizeof msg, "cancelled by %s", canceller);
-    *error = mend_dupstr(msg);
+    failed = mend_dupstr(msg);
   }
   free(canceller);
+  return failed;
 }
 
 static int dlq_retry(mend_engine *E, const char *id, const char *who, int record, int take_now,
@@ -528,13 +526,15 @@ static int dlq_retry(mend_engine *E, const char *id, const char *who, int record
      * child) holds its compensation's error now: its failure is in its history. */
     int f = r->fail_step;
     int own = f >= 0 && f < r->wf->nsteps && r->steps[f].status == MEND_STEP_FAILED && r->steps[f].error;
-    const char *reason;
-    char *why;
-    turned_back(E, id, f >= 0 && f < r->wf->nsteps && !own ? r->wf->steps[f].name : NULL, &reason, &why);
-    if (own) mend__set_str(&r->error, r->steps[f].error);
-    else if (why) mend__set_str(&r->error, why);
-    free(why);
-    if (reason) r->reason = reason;   /* not compensation_failed, once it is compensated */
+    if (own) {
+      mend__set_str(&r->error, r->steps[f].error);
+    } else {
+      char *why = turned_back(E, id, f >= 0 && f < r->wf->nsteps ? r->wf->steps[f].name : NULL);
+      if (why) mend__set_str(&r->error, why);
+      free(why);
+    }
+    /* Its reason stays compensation_failed: the reason it turned back for would decide its end
+     * again (attempts_exhausted parks a compensated run in the dead-letter queue). */
     mend__run_to(r, MEND_RUN_COMPENSATING);
   } else if (back) {
     /* severity 3 of a child whose parent goes back: the person's go-ahead undoes it from its
