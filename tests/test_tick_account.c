@@ -2,9 +2,13 @@
  * test_tick_account: what mend_tick_stats says a tick's time went to, from a host's side (a
  * game that profiles its frames): the pieces it counts (answers that resumed steps, events that
  * reached waiting runs, batches picked up and handed off, events heard, collector steps), the
- * Lua heap around the tick, and the wall clock of its phases, which add up to the tick.
+ * Lua heap around the tick, and the wall clock of its phases, which add up to the tick; and
+ * that the thread a tick wakes to read its looks at inboxes does not preempt the ticking one.
  */
+#define _GNU_SOURCE   /* SCHED_BATCH */
+#include <dirent.h>
 #include <mend.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +73,24 @@ static int status_is(mend_engine *E, const char *id, const char *status) {
   return is;
 }
 
+/* The scheduling class of this process's thread of that name; -1: none has it. */
+static int class_of(const char *name) {
+  DIR *d = opendir("/proc/self/task");
+  int policy = -1;
+  for (struct dirent *e; d && policy < 0 && (e = readdir(d));) {
+    if (e->d_name[0] == '.') continue;
+    char path[300], comm[64] = "";
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    if (fgets(comm, sizeof comm, f)) comm[strcspn(comm, "\n")] = 0;
+    fclose(f);
+    if (strcmp(comm, name) == 0) policy = sched_getscheduler(atoi(e->d_name));
+  }
+  if (d) closedir(d);
+  return policy;
+}
+
 typedef struct totals {
   long ticks, actions, resumed, delivered, picked_up, heard, handed_off, gc_steps;
   int phases_bad;   /* a phase below 0, or the phases past the tick's time */
@@ -122,6 +144,9 @@ static void it_counts_what_a_tick_did(void) {
     if (mend_engine_next_tick(E) != 0) usleep(1000);
   }
   CHECK_EQ_INT(ncalls, RUNS);
+  /* The thread that reads a ticking host's looks at inboxes is woken as a tick ends: it must
+   * not take the CPU from the thread that ticks (as the commit thread does not). */
+  CHECK_EQ_INT(class_of("mend-look"), SCHED_BATCH);
   CHECK(t.handed_off >= 1);   /* the starts' batch, and the attempts' */
   CHECK(t.picked_up >= 1);
   CHECK_EQ_INT(t.resumed, 0);
