@@ -2,8 +2,8 @@
  * drive: the three ways a host drives an engine (README: "Three ways to drive an engine"):
  * run (a blocking loop until nothing is left to do), advance (the virtual clock moved on by
  * hand) and tick (pieces of work within a frame's budget, and when to tick next), with what a
- * tick needs of its own: the writer thread started at the first tick, and the Lua collector's
- * steps in a tick's spare time.
+ * tick needs of its own: the writer thread started at the first tick, the Lua collector's
+ * steps in a tick's spare time, and the tick's account of what its time went to.
  *
  * Must never: do an action itself (the pump does, pump.c); let a tick wait for a commit or
  * its fsync; keep a host's loop alive with nothing to do.
