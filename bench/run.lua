@@ -855,7 +855,10 @@ end
 -- 60 Hz for o.frames frames (60 s) of game time: N players each run a quest saga (retries on
 -- "zone full", a wait for the player's event, compensations for a refused reward), a database
 -- file, mend_engine_tick with a budget of o.budget ms. Tick times p50/p99/max and the frames
--- over budget; ticks the OS preempted are counted, and judged_p99_ms leaves them out.
+-- over budget; ticks the OS preempted are counted, and judged_p99_ms leaves them out. Ticks
+-- over twice the budget by cause (over_2x_*: own CPU past the budget, by its dearest phase, or
+-- preempted / waited), the longest one described (worst_tick), each in o.dir's
+-- W11-<durability>-<mode>.ticks (game_loop --tick-log).
 -- o.pinned: the game's thread on the last CPU this process may use and mend's threads on the
 -- others (game_loop --pin-game, --mend-cpus: mend_options.thread_cpus), mode "budgetB-pinned";
 -- not the first: CPU 0 takes more of the machine's own work (a game pinned there had ticks of
@@ -883,9 +886,11 @@ W.W11 = function(o)
     assert(#cpus >= 2, "W11 pinned: this process may use one CPU only")
     pin = string.format(" --pin-game %d --mend-cpus %s", table.remove(cpus), table.concat(cpus, ","))
   end
-  local cmd = string.format("%s %s %d %s --players %d --budget-ms %s --durability %s --no-strict --json%s",
+  local mode = "budget" .. (o.budget or 2) .. (o.pinned and "-pinned" or "")
+  local log = string.format("%s/W11-%s-%s.ticks", o.dir, o.durability, mode)
+  local cmd = string.format("%s %s %d %s --players %d --budget-ms %s --durability %s --no-strict --json --tick-log %s%s",
     sh_quote(exe), sh_quote(BENCH_DIR .. "/../examples/quest.lua"), o.frames or 3600,
-    sh_quote(o.db), o.n, tostring(o.budget or 2), o.durability, pin)
+    sh_quote(o.db), o.n, tostring(o.budget or 2), o.durability, sh_quote(log), pin)
   rmdb(o.db)
   local p = io.popen(cmd)
   local out = p:read("a")
@@ -895,7 +900,8 @@ W.W11 = function(o)
   local t = json.decode(line)
   rmdb(o.db)
   t.workload, t.n, t.durability = o.workload, o.n, o.durability
-  t.mode = "budget" .. (o.budget or 2) .. (o.pinned and "-pinned" or "")
+  t.mode = mode
+  t.tick_log = log
   t.unfinished_quests, t.unfinished = t.unfinished, nil
   return t
 end
@@ -1132,6 +1138,11 @@ local function table_print(results)
     elseif r.budget_ms then
       extra[#extra + 1] = string.format("budget=%sms max=%sms over=%s over10%%=%s preempted=%s judged_p99=%sms own_p99=%sms own_max=%sms stolen_max=%sms outside_p99=%sms unfinished=%s",
         r.budget_ms, r.max_ms, r.over_budget, r.over_10pct, r.preempted, r.judged_p99_ms, r.own_p99_ms, r.own_max_ms, r.stolen_max_ms, r.outside_p99_ms, r.unfinished_quests)
+      if r.over_2x then
+        extra[#extra + 1] = string.format("over2x=%s: own_cpu=%s (pickup/work/gc/handoff %s/%s/%s/%s) own_cpu+preempted=%s preempted/waited=%s other=%s",
+          r.over_2x, r.over_2x_own_cpu, r.over_2x_own_pickup, r.over_2x_own_work, r.over_2x_own_gc,
+          r.over_2x_own_handoff, r.over_2x_own_cpu_preempted, r.over_2x_switched, r.over_2x_other)
+      end
     end
     if r.api_runs_per_s then
       extra[#extra + 1] = string.format("API c%d=%s c1=%s eng:start detached=%s eng:start=%s runs/s",

@@ -18,6 +18,7 @@
  *   game_loop [QUEST_LUA] [FRAMES] [DB] [--players N] [--budget-ms B] [--fight-s S]
  *             [--durability full|process] [--writer-sched ticks|other|batch]
  *             [--pin-game CPU] [--mend-cpus LIST] [--no-strict] [--json] [--verbose]
+             [--tick-log FILE]
  *
  * Defaults: examples/quest.lua, 600 frames, a database file in a directory of its own,
  * 2000 players, 2 ms, fights of 2 to 20 s, process durability, mend's choice of class for its
@@ -40,6 +41,12 @@
  * CPUs, or more than a tenth of the ticks preempted) the p99 is judged against the budget plus
  * 50% instead, and the output says so: other programs' threads slow the ticks they do not
  * preempt too (caches, memory, the other half of a core), and the rule is about mend's work.
+ * Every tick over twice its budget is accounted for: the OS's side (the thread's CPU clock,
+ * its context switches and page faults, time runnable but not running) beside mend's
+ * (mend_tick_stats: the actions, answers and events it did, batches picked up and handed off,
+ * collector steps, the Lua heap, the time of each phase). The summary counts them by cause:
+ * mend's own CPU past the budget (by the phase that took most), or the OS's preemption or a
+ * wait. --tick-log FILE writes each of them, and every 300th tick for comparison, a line each.
  * --json prints the figures as one JSON line (bench/run.lua).
  */
 #define _GNU_SOURCE   /* RUSAGE_THREAD, mkdtemp */
@@ -83,14 +90,6 @@ static double cpu_s(void) {   /* this thread's CPU time */
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* Context switches of this thread so far: involuntary (preempted) and voluntary (it waited). */
-static void switches(long *involuntary, long *voluntary) {
-  struct rusage ru;
-  getrusage(RUSAGE_THREAD, &ru);
-  *involuntary = ru.ru_nivcsw;
-  *voluntary = ru.ru_nvcsw;
-}
-
 /* Time this thread spent runnable but not running (the kernel's run_delay, in seconds): what
  * the OS gave other threads while a tick wanted the CPU. -1 where the kernel does not say. */
 static double run_delay_s(int fd) {
@@ -102,6 +101,99 @@ static double run_delay_s(int fd) {
   unsigned long long on_cpu, waited;
   if (sscanf(buf, "%llu %llu", &on_cpu, &waited) != 2) return -1;
   return (double)waited / 1e9;
+}
+
+/* ---------------------------------------------------------------- what an overrun did */
+
+/* The OS's count of this thread: context switches (involuntary: preempted; voluntary: it
+ * waited) and page faults (minor: a page mapped; major: read from disk). */
+typedef struct os_count {
+  long ivcsw, vcsw, minflt, majflt;
+} os_count;
+
+static void os_counts(os_count *c) {
+  struct rusage ru;
+  getrusage(RUSAGE_THREAD, &ru);
+  c->ivcsw = ru.ru_nivcsw;
+  c->vcsw = ru.ru_nvcsw;
+  c->minflt = ru.ru_minflt;
+  c->majflt = ru.ru_majflt;
+}
+
+/* Why a tick took more than twice its budget. Its thread's CPU over the budget is mend's own
+ * work, unless the OS also preempted it: on a VM that reports no steal time the thread's CPU
+ * clock runs on while the hypervisor holds its vCPU (bench/README, own24), so such a tick is
+ * counted apart. A tick with its CPU within the budget lost the rest of its time to the OS
+ * (preempted) or to a wait (a lock, I/O); "other" had neither switch (time taken from the
+ * vCPU without the guest knowing). */
+enum { OVER_OWN_CPU, OVER_OWN_CPU_PREEMPTED, OVER_SWITCHED, OVER_OTHER, OVER_CAUSES };
+static const char *const over_names[OVER_CAUSES] = {"own_cpu", "own_cpu_preempted", "switched",
+                                                    "other"};
+/* mend_tick_stats' phases: which took the most of a tick */
+enum { PH_PICKUP, PH_WORK, PH_GC, PH_HANDOFF, PHASES };
+
+#define SAMPLE_EVERY 300   /* frames: a normal tick written to the tick log, for comparison */
+
+typedef struct overruns {
+  long n, cause[OVER_CAUSES];
+  long own_phase[PHASES];   /* own-CPU overruns by their dearest phase */
+  long minflt, majflt, gc_steps, resumed, delivered, picked_up, heard, actions;
+  FILE *log;                /* --tick-log: every overrun and a sample of the other ticks */
+  double worst_wall;
+  char worst[400];
+} overruns;
+
+static int dearest_phase(const mend_tick_stats *st) {
+  double t[PHASES] = {st->pickup_seconds, st->work_seconds, st->gc_seconds, st->handoff_seconds};
+  int k = 0;
+  for (int i = 1; i < PHASES; i++)
+    if (t[i] > t[k]) k = i;
+  return k;
+}
+
+static void describe(char *out, size_t len, long frame, double wall, double cpu, double stolen,
+                     const os_count *d, const mend_tick_stats *st, const char *cause) {
+  snprintf(out, len, "frame %ld wall %.3f cpu %.3f runnable %.3f ivcsw %ld vcsw %ld minflt %ld"
+           " majflt %ld actions %d resumed %d delivered %d picked_up %d heard %d handed_off %d"
+           " gc_steps %d lua_kb %d>%d pickup %.3f work %.3f gc %.3f handoff %.3f ready %d"
+           " committing %d cause %s", frame, wall * 1e3, cpu * 1e3, stolen * 1e3, d->ivcsw,
+           d->vcsw, d->minflt, d->majflt, st->actions, st->resumed, st->delivered, st->picked_up,
+           st->heard, st->handed_off, st->gc_steps, st->lua_kb_begin, st->lua_kb_end,
+           st->pickup_seconds * 1e3, st->work_seconds * 1e3, st->gc_seconds * 1e3,
+           st->handoff_seconds * 1e3, st->ready, st->committing, cause);
+}
+
+/* One tick: an overrun (over twice the budget) is counted by cause and kept; every
+ * SAMPLE_EVERY-th other tick is written to the log beside them. */
+static void account_tick(overruns *R, long frame, double budget, double wall, double cpu,
+                         double stolen, const os_count *d, const mend_tick_stats *st) {
+  char line[400];
+  if (wall <= 2 * budget) {
+    if (R->log && frame % SAMPLE_EVERY == 0) {
+      describe(line, sizeof line, frame, wall, cpu, stolen, d, st, "-");
+      fprintf(R->log, "sample %s\n", line);
+    }
+    return;
+  }
+  int cause = cpu > budget ? (d->ivcsw ? OVER_OWN_CPU_PREEMPTED : OVER_OWN_CPU)
+              : d->ivcsw || d->vcsw ? OVER_SWITCHED : OVER_OTHER;
+  R->n++;
+  R->cause[cause]++;
+  if (cause == OVER_OWN_CPU) R->own_phase[dearest_phase(st)]++;
+  R->minflt += d->minflt;
+  R->majflt += d->majflt;
+  R->gc_steps += st->gc_steps;
+  R->resumed += st->resumed;
+  R->delivered += st->delivered;
+  R->picked_up += st->picked_up;
+  R->heard += st->heard;
+  R->actions += st->actions;
+  describe(line, sizeof line, frame, wall, cpu, stolen, d, st, over_names[cause]);
+  if (R->log) fprintf(R->log, "over %s\n", line);
+  if (wall > R->worst_wall) {
+    R->worst_wall = wall;
+    memcpy(R->worst, line, sizeof R->worst);
+  }
 }
 
 /* ---------------------------------------------------------------- the game's side */
@@ -278,7 +370,7 @@ int main(int argc, char **argv) {
   mend_durability_mode durability = MEND_SYNC_PROCESS;
   mend_writer_sched writer_sched = MEND_WRITER_SCHED_TICKS;
   int pin_game = -1;
-  const char *mend_cpus = NULL;
+  const char *mend_cpus = NULL, *tick_log = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--players") == 0 && i + 1 < argc) players = atoi(argv[++i]);
@@ -291,6 +383,7 @@ int main(int argc, char **argv) {
     } else if (strcmp(a, "--no-strict") == 0) strict = 0;
     else if (strcmp(a, "--json") == 0) as_json = 1;
     else if (strcmp(a, "--verbose") == 0) verbose = 1;
+    else if (strcmp(a, "--tick-log") == 0 && i + 1 < argc) tick_log = argv[++i];
     else if (strcmp(a, "--fight-s") == 0 && i + 1 < argc) g.fight_s = atof(argv[++i]);
     else if (strcmp(a, "--writer-sched") == 0 && i + 1 < argc) {
       const char *w = argv[++i];
@@ -393,6 +486,11 @@ int main(int argc, char **argv) {
   long preempted = 0, waited = 0, njudged = 0, over = 0, over10 = 0;
   long f;
   double stolen_max = 0;
+  overruns R = {0};
+  if (tick_log && !(R.log = fopen(tick_log, "w"))) {
+    perror(tick_log);
+    return 2;
+  }
   int sched_fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
   double load0 = load_average();
   double t0 = now_s();
@@ -415,9 +513,9 @@ int main(int argc, char **argv) {
     game_frame(E, &g);
     outside[f] = now_s() - h;
     /* mend's slice of the frame */
-    long inv0, vol0, inv1, vol1;
+    os_count os0, os1;
     mend_tick_stats st;
-    switches(&inv0, &vol0);
+    os_counts(&os0);
     double d0 = run_delay_s(sched_fd);
     double t = now_s(), c = cpu_s();
     if (mend_engine_tick_stats(E, budget, &st) != MEND_OK) {
@@ -426,20 +524,23 @@ int main(int argc, char **argv) {
     }
     double took = now_s() - t, cpu = cpu_s() - c;
     double d1 = run_delay_s(sched_fd);
-    switches(&inv1, &vol1);
+    os_counts(&os1);
+    os_count od = {os1.ivcsw - os0.ivcsw, os1.vcsw - os0.vcsw, os1.minflt - os0.minflt,
+                   os1.majflt - os0.majflt};
     ticks[f] = took;
     double stolen = d0 >= 0 && d1 >= d0 ? d1 - d0 : 0;
     if (stolen > took) stolen = took;
     if (stolen > stolen_max) stolen_max = stolen;
     own[f] = took - stolen;
-    if (inv1 > inv0) preempted++;
+    account_tick(&R, f, budget, took, cpu, stolen, &od, &st);
+    if (od.ivcsw) preempted++;
     else judged[njudged++] = took;
-    if (vol1 > vol0) waited++;
+    if (od.vcsw) waited++;
     if (verbose && took > budget * 1.1)
       fprintf(stderr, "frame %ld at %.6f: %.3f ms (CPU %.3f ms), %d actions, %d ready, %d timers,"
               " committing %d, switches: %ld involuntary, %ld voluntary, %.3f ms runnable not"
               " running\n", f, t, took * 1e3, cpu * 1e3, st.actions, st.ready, st.timers_due, st.committing,
-              inv1 - inv0, vol1 - vol0, stolen * 1e3);
+              od.ivcsw, od.vcsw, stolen * 1e3);
     if (took > budget) over++;
     if (took > budget * 1.1) over10++;
     if (st.ready || st.timers_due) left_frames++;
@@ -477,13 +578,20 @@ int main(int argc, char **argv) {
            "\"succeeded\":%d,\"compensated\":%d,\"failed\":%d,\"needs_attention\":%d,"
            "\"unfinished\":%d,\"signals\":%d,\"zone_full\":%d,\"own_p99_ms\":%.3f,"
            "\"own_max_ms\":%.3f,\"stolen_max_ms\":%.3f,\"stalled_frames\":%d,\"pin_game\":%d,"
-           "\"mend_cpus\":\"%s\"}\n",
+           "\"mend_cpus\":\"%s\",\"over_2x\":%ld,\"over_2x_own_cpu\":%ld,"
+           "\"over_2x_own_cpu_preempted\":%ld,\"over_2x_switched\":%ld,\"over_2x_other\":%ld,"
+           "\"over_2x_own_pickup\":%ld,\"over_2x_own_work\":%ld,\"over_2x_own_gc\":%ld,"
+           "\"over_2x_own_handoff\":%ld,\"over_2x_minflt\":%ld,\"over_2x_majflt\":%ld,"
+           "\"over_2x_gc_steps\":%ld,\"worst_tick\":\"%s\"}\n",
            players, mode, budget * 1e3, nticks, elapsed, peak, p50 * 1e3, p99 * 1e3, max * 1e3,
            over, over10, preempted, jp99 * 1e3, waited, left_frames, max_ready,
            pct(outside, nticks, 50) * 1e3, pct(outside, nticks, 99) * 1e3,
            outside[nticks - 1] * 1e3, g.by_status[0], g.by_status[1], g.by_status[2],
            g.by_status[3], in_flight, g.signals, g.zone_full, own_p99 * 1e3, own_max * 1e3,
-           stolen_max * 1e3, stalled_frames, pin_game, mend_cpus ? mend_cpus : "");
+           stolen_max * 1e3, stalled_frames, pin_game, mend_cpus ? mend_cpus : "", R.n,
+           R.cause[OVER_OWN_CPU], R.cause[OVER_OWN_CPU_PREEMPTED], R.cause[OVER_SWITCHED],
+           R.cause[OVER_OTHER], R.own_phase[PH_PICKUP], R.own_phase[PH_WORK], R.own_phase[PH_GC],
+           R.own_phase[PH_HANDOFF], R.minflt, R.majflt, R.gc_steps, R.worst);
   } else {
     printf("game_loop: %d players, %ld frames in %.2f s (%d Hz), %s durability, peak %d quests"
            " in flight\n", players, nticks, elapsed, HZ, mode, peak);
@@ -506,6 +614,17 @@ int main(int argc, char **argv) {
     printf("  mend outside the tick (starts, signals, answers): p50 %.3f ms,"
            " p99 %.3f ms, max %.3f ms a frame\n", pct(outside, nticks, 50) * 1e3,
            pct(outside, nticks, 99) * 1e3, outside[nticks - 1] * 1e3);
+    printf("  ticks over twice the budget: %ld; own CPU > budget: %ld (by the dearest phase:"
+           " pickup %ld, work %ld, gc %ld, handoff %ld), and preempted as well (CPU clock not"
+           " to be trusted): %ld; preempted / waited with CPU within budget: %ld; other: %ld\n",
+           R.n, R.cause[OVER_OWN_CPU], R.own_phase[PH_PICKUP], R.own_phase[PH_WORK],
+           R.own_phase[PH_GC], R.own_phase[PH_HANDOFF], R.cause[OVER_OWN_CPU_PREEMPTED],
+           R.cause[OVER_SWITCHED], R.cause[OVER_OTHER]);
+    if (R.n)
+      printf("  in them: %ld minor and %ld major page faults, %ld collector steps, %ld actions"
+             " (%ld answers resumed, %ld events delivered), %ld batches picked up, %ld events"
+             " heard; the longest: %s\n", R.minflt, R.majflt, R.gc_steps, R.actions, R.resumed,
+             R.delivered, R.picked_up, R.heard, R.worst);
   }
 
   int ok = 1, too_busy = 0;
@@ -534,6 +653,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "game_loop: the quests did not all end as they should have\n");
     ok = 0;
   }
+  if (R.log) fclose(R.log);
   free(ticks);
   free(judged);
   free(outside);

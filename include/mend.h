@@ -285,6 +285,22 @@ typedef struct mend_tick_stats {
   int timers_due;   /* timers due (retries, sleeps, timeouts) left for the next tick */
   int committing;   /* 1: a batch is being committed on mend's thread; what waits for it goes on
                        in a tick after it is durable */
+  /* What the tick's time went to, for a host that profiles its frames (a tick past its budget:
+   * was it the runs' work, the collector, a pick-up?). Counts are this tick's; the times are
+   * the wall clock of its phases, which make up `seconds` but for a few clock reads. Wall
+   * clock, not CPU: the host reads its thread's CPU clock and context switches around the
+   * call to tell mend's work from time the OS took (examples/game_loop.c). */
+  int resumed;      /* of actions: steps resumed with a host function's answer */
+  int delivered;    /* of actions: events (mend_engine_signal) that reached a waiting run */
+  int picked_up;    /* batches found durable (their runs' next actions made ready) */
+  int heard;        /* events heard by on_event in this tick */
+  int handed_off;   /* 1: the tick handed its batch to mend's commit thread */
+  int gc_steps;     /* steps of Lua's collector (from the first tick, ticks run it) */
+  int lua_kb_begin, lua_kb_end;   /* the Lua heap, KB, as the tick began and as it ended */
+  double pickup_seconds;    /* picking up: durable batches, their events heard, looks' answers */
+  double work_seconds;      /* the pieces: answers, events, actions (step code), timers */
+  double gc_seconds;        /* the collector's steps */
+  double handoff_seconds;   /* ending the batch and handing it off, inbox looks sent */
 } mend_tick_stats;
 /* mend_engine_tick() that fills *stats (if not NULL) as the tick ends. Call it through
  * mend_engine_tick_stats(engine, budget, &stats): a later libmend whose stats have grown

@@ -645,7 +645,10 @@ MEND_API int mend_engine_tick_ex(mend_engine *engine, double budget, mend_tick_s
   PANIC_EXIT_END(engine);
   if (stats) {
     mend_tick_stats full = {info.seconds, info.actions, info.ready, info.timers_due,
-                            info.committing};
+                            info.committing, info.resumed, info.delivered, info.picked_up,
+                            info.heard, info.handed_off, info.gc_steps, info.lua_kb_begin,
+                            info.lua_kb_end, info.pickup_seconds, info.work_seconds,
+                            info.gc_seconds, info.handoff_seconds};
     memcpy(stats, &full, stats_size < sizeof full ? stats_size : sizeof full);
   }
   return rc < 0 ? MEND_ESTORE : MEND_OK;

@@ -192,6 +192,10 @@ typedef struct mend_engine_tick_info {
   int ready;        /* actions ready and left for the next tick (the budget ran out) */
   int timers_due;   /* timers due and left (the budget ran out) */
   int committing;   /* 1: a batch is on the writer thread; what waits for it goes on after */
+  /* the account (mend.h: mend_tick_stats) */
+  int resumed, delivered, picked_up, heard, handed_off, gc_steps;
+  int lua_kb_begin, lua_kb_end;
+  double pickup_seconds, work_seconds, gc_seconds, handoff_seconds;
 } mend_engine_tick_info;
 int mend_engine_tick_with(mend_engine *E, double budget, mend_engine_tick_info *info);
 int mend_engine_tick_for(mend_engine *E, double budget);

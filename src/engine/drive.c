@@ -2,8 +2,8 @@
  * drive: the three ways a host drives an engine (README: "Three ways to drive an engine"):
  * run (a blocking loop until nothing is left to do), advance (the virtual clock moved on by
  * hand) and tick (pieces of work within a frame's budget, and when to tick next), with what a
- * tick needs of its own: the writer thread started at the first tick, and the Lua collector's
- * steps in a tick's spare time.
+ * tick needs of its own: the writer thread started at the first tick, the Lua collector's
+ * steps in a tick's spare time, and the tick's account of what its time went to.
  *
  * Must never: do an action itself (the pump does, pump.c); let a tick wait for a commit or
  * its fsync; keep a host's loop alive with nothing to do.
@@ -77,6 +77,7 @@ static int gc_step(mend_engine *E, double *cpu, int owing, double end) {
   int ended;
   do {
     ended = lua_gc(L, LUA_GCSTEP, 0);
+    E->tick_gc_steps++;
     E->tick_gc_owed -= TICK_GC_STEP_PAYS;
   } while (!ended && (!owing || E->tick_gc_owed > 0) && mend_real_now() < until);
   mend__tp_end(E, MEND_TP_GC, ended ? "cycle_end" : NULL);
@@ -163,6 +164,10 @@ int mend_engine_tick_with(mend_engine *E, double budget, mend_engine_tick_info *
   double start = mend_real_now();
   E->turn_deadline = start + (budget > 0 ? budget : 0);
   E->tick_did = 0;
+  E->tick_resumed = E->tick_delivered = E->tick_gc_steps = 0;
+  E->tick_pickup_seconds = 0;
+  unsigned long moved0 = E->moved_seq, heard0 = E->events_heard_n;
+  int kb0 = lua_gc(E->L, LUA_GCCOUNT);
   mend__tp_tick_begin(E, budget);
   mend__writer_sched_want(E, 1);
   if (!E->broken) tick_writer(E);
@@ -171,6 +176,8 @@ int mend_engine_tick_with(mend_engine *E, double budget, mend_engine_tick_info *
     mend_store_open_committed_reads(E->store);
   }
   if (!E->broken) mend__looks_pick_up(E, 0);   /* what the last tick's look found, if here */
+  double t_work = mend_real_now();
+  E->tick_pickup_seconds += t_work - start;
   int turns = 0;
   do {
     if (mend__turn_has_work(E)) mend__kick(E);   /* a write outside any run (a load) needs a turn too */
@@ -182,9 +189,17 @@ int mend_engine_tick_with(mend_engine *E, double budget, mend_engine_tick_info *
            (!E->writer || tick_turn_again(E)) &&
            !mend__writer_holds_batch(E) &&   /* the actions left would wait for it: the next tick's */
            mend_real_now() + mend__tick_next_piece(E) < E->turn_deadline);
+  double t_send = mend_real_now();
   if (!E->broken) mend__looks_send(E);   /* its round trip in the frame's gap */
+  double t_gc = mend_real_now();
   if (!E->broken) tick_collect(E, budget > 0 ? budget : 0);
-  if (!E->broken && E->writer) tick_hand_off(E);
+  double t_off = mend_real_now();
+  int handed = 0;
+  if (!E->broken && E->writer) {   /* handed: it was open, and is no longer */
+    handed = mend_store_batch_open(E->store);
+    tick_hand_off(E);
+    handed = handed && !mend_store_batch_open(E->store);
+  }
   E->turn_deadline = 0;
   if (info) {
     double now = mend_real_now();
@@ -193,6 +208,19 @@ int mend_engine_tick_with(mend_engine *E, double budget, mend_engine_tick_info *
     info->ready = (int)E->ready_n;   /* a walk of the list missed the cache at every run */
     info->timers_due = E->timers.is_virtual ? 0 : timers_due(&E->timers, 0, now);
     info->committing = E->writer && mend_store_writer_busy(E->store);
+    info->resumed = E->tick_resumed;
+    info->delivered = E->tick_delivered;
+    info->picked_up = (int)(E->moved_seq - moved0);
+    info->heard = (int)(E->events_heard_n - heard0);
+    info->handed_off = handed;
+    info->gc_steps = E->tick_gc_steps;
+    info->lua_kb_begin = kb0;
+    info->lua_kb_end = lua_gc(E->L, LUA_GCCOUNT);
+    info->pickup_seconds = E->tick_pickup_seconds;
+    /* the turns' pick-ups (pump.c) are inside the turns' time */
+    info->work_seconds = t_send - t_work - (E->tick_pickup_seconds - (t_work - start));
+    info->gc_seconds = t_off - t_gc;
+    info->handoff_seconds = (t_gc - t_send) + (now - t_off);
   }
   mend__tp_tick_end(E);
   return E->broken ? -1 : turns;

@@ -281,6 +281,10 @@ struct mend_engine {
   unsigned long tick_flushed_recs; /* the store's totals when the piece began */
   double tick_flushed_cpu;
   unsigned long tick_did; /* actions done in this tick */
+  /* What this tick's time went to (mend_tick_stats' account, drive.c): pieces by kind, and
+   * the wall clock of its pick-ups, read in pump.c only while a tick runs. */
+  int tick_resumed, tick_delivered, tick_gc_steps;
+  double tick_pickup_seconds;
   int tick_writer_tried;  /* a tick started (or could not start) the writer thread */
   int tick_reads_opened;  /* a tick opened the store's reads of committed events (drive.c) */
   int cancels_deferred;   /* a run holds a cancel kept while its code ran (repair.c) */

@@ -456,6 +456,7 @@ int mend__pump_turn(mend_engine *E) {
 static int pump_turn(mend_engine *E) {
   if (E->broken) return -1;
   mend__tp_begin(E);
+  double picking = E->turn_deadline > 0 ? mend_real_now() : 0;
   unsigned long heard = E->events_heard_n;
   if (E->writer) mend__settle_writer(E);
   else if (mend__end_batch(E)) return -1;   /* what the last turn wrote, before acting on it */
@@ -477,6 +478,7 @@ static int pump_turn(mend_engine *E) {
     E->waiting[seq % 4].n = 0;
   }
   if (E->moved_seq < durable) E->moved_seq = durable;   /* every list was moved */
+  if (picking > 0) E->tick_pickup_seconds += mend_real_now() - picking;
   if (E->tprof) {
     char what[32];
     snprintf(what, sizeof what, "events=%lu", E->events_heard_n - heard);
@@ -516,8 +518,13 @@ static int pump_turn(mend_engine *E) {
     if ((E->answered_head && !answers_wait) || (!events_wait && mend__sent_event_ready(E))) {
       int kind = E->answered_head && !answers_wait ? MEND_TP_ANSWER : MEND_TP_EVENT;
       mend__tp_begin(E);
-      if (kind == MEND_TP_ANSWER) mend__resume_answered(E);
-      else mend__deliver_sent_event(E);
+      if (kind == MEND_TP_ANSWER) {
+        mend__resume_answered(E);
+        E->tick_resumed++;
+      } else {
+        mend__deliver_sent_event(E);
+        E->tick_delivered++;
+      }
       mend__tp_end(E, kind, NULL);
       did++;
       if (c0 > 0) tick_piece_cost(E, (c_last = mend__thread_cpu_now()) - c0);

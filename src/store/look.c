@@ -8,6 +8,8 @@
  * connection. Must never: touch the store's other connections or its error text from the
  * thread; answer a look with rows read before it was asked; have two looks in flight.
  */
+#define _GNU_SOURCE   /* SCHED_BATCH */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,6 +112,13 @@ static void *look_main(void *arg) {
   mend_store *s = arg;
   struct mend_look_thread *t = s->look;
   prctl(PR_SET_NAME, "mend-look", 0, 0, 0);
+  /* It serves ticking hosts only, and is woken as a tick ends (mend__looks_send): in
+   * SCHED_OTHER, having slept most of the time, it took the CPU from the ticking thread at
+   * once where they shared one (W11 unpinned: 69% of the game thread's preemptions,
+   * bench/README, tick21). In SCHED_BATCH a wake-up never preempts; it keeps its share of the
+   * CPU (wsched.c does the same for the commit thread). */
+  struct sched_param sp = {0};
+  sched_setscheduler(0, SCHED_BATCH, &sp);   /* refused: it stays as it was */
   pthread_mutex_lock(&t->mu);
   for (;;) {
     while (!t->stop && !(t->asked && !t->answered)) pthread_cond_wait(&t->cv, &t->mu);
