@@ -233,6 +233,43 @@ return { name = "quick", steps = { { name = "a", execute = function() return 1 e
   end)
 end)
 
+-- `mend serve` commits nothing while it is only asked to read: without a look at the file it
+-- answered reads from the deleted file and refused writes with 503 for good, and exited 0 when
+-- stopped. It stops as a worker does, naming the file, exit 1.
+describe("a database deleted under mend serve #sqlite", function()
+  local pidfile
+  after_each(function()
+    local pid = pidfile and H.read(pidfile):match("%d+")
+    if pid then os.execute("kill -KILL " .. pid .. " 2>/dev/null") end
+    pidfile = nil
+    H.cleanup()
+  end)
+
+  it("stops the server with an error naming the file, exit 1", function()
+    local wfdir, dir = H.tmp_dir(), H.tmp_dir()
+    write(wfdir .. "/quick.lua", [[
+return { name = "quick", steps = { { name = "a", execute = function() return 1 end } } }
+]])
+    local db = dir .. "/mend.db"
+    local rc, out = run(string.format("%s start quick --db %s --workflows %s", MEND, db, wfdir))
+    assert.are.equal(0, rc, out)
+    local log, done, said = dir .. "/serve.log", dir .. "/serve.rc", dir .. "/serve.out"
+    pidfile = dir .. "/serve.pid"
+    os.execute(string.format("sh -c '%s serve --db %s --workflows %s --listen 127.0.0.1:0 >%s 2>%s & echo $! >%s; wait $!; echo $? >%s' >/dev/null 2>&1 &",
+                             MEND, db, wfdir, said, log, pidfile, done))
+    H.wait_for("the server to listen", function()
+      return H.read(said):find("serving http", 1, true) ~= nil or H.read(done) ~= ""
+    end, 10)
+    os.remove(db)
+    os.remove(db .. "-wal")
+    os.remove(db .. "-shm")
+    local ok = pcall(H.wait_for, "the server to exit", function() return H.read(done) ~= "" end, 10)
+    assert(ok, "the server goes on: " .. H.read(said) .. H.read(log))
+    assert.are.equal("1", H.read(done):match("%d+"), H.read(log))
+    assert.matches(db:gsub("%p", "%%%0") .. ": the database file was deleted or moved", H.read(log))
+  end)
+end)
+
 -- A database file bind-mounted on its own (a container's `-v ./mend.db:/data/mend.db`) and
 -- deleted on the host: the path still names the same inode, now with no link, which
 -- SQLITE_FCNTL_HAS_MOVED (inode numbers only) does not see: the link count tells, or the
