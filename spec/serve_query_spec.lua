@@ -7,7 +7,7 @@ local H = require "spec.helper"
 local mend = require "mend"
 
 local S = require "spec.support.serve_harness"
-local workspace, start, stop_all, get, post = S.workspace, S.start, S.stop_all, S.get, S.post
+local workspace, start, get, post = S.workspace, S.start, S.get, S.post
 local json = mend.json
 
 local function refused(base, path, code_name, pattern)
@@ -18,10 +18,7 @@ local function refused(base, path, code_name, pattern)
 end
 
 describe("the HTTP API's query parameters and bodies", function()
-  after_each(function()
-    stop_all()
-    H.cleanup()
-  end)
+  after_each(S.cleanup)
 
   it("refuses a malformed count, an unknown parameter and a repeated one, naming it", function()
     local dir, db = workspace()

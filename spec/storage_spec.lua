@@ -172,6 +172,17 @@ local function remove_db(db)
   os.remove(db .. "-shm")
 end
 
+-- A folder with quick.lua, another with mend.db holding a run of it: both folders, the
+-- database and the run's id.
+local function quick_run()
+  local wfdir, dir = H.tmp_dir(), H.tmp_dir()
+  write(wfdir .. "/quick.lua", QUICK_WORKFLOW)
+  local db = dir .. "/mend.db"
+  local rc, out = run(string.format("%s start quick --db %s --workflows %s", MEND, db, wfdir))
+  assert.are.equal(0, rc, out)
+  return wfdir, dir, db, out:match("%S+")
+end
+
 -- The process stopped, exit 1, its log naming db's file as gone (why names db's step).
 local function stopped_naming(db, log, done, why)
   local ok = pcall(H.wait_for, "the process to exit", function() return H.read(done) ~= "" end, 10)
@@ -214,12 +225,7 @@ describe("a database deleted under an idle worker #sqlite", function()
   after_each(kill_background)
 
   it("stops the worker naming the file, or the worker takes the runs of the file now there", function()
-    local wfdir, dir = H.tmp_dir(), H.tmp_dir()
-    write(wfdir .. "/quick.lua", QUICK_WORKFLOW)
-    local db = dir .. "/mend.db"
-    local rc, out = run(string.format("%s start quick --db %s --workflows %s", MEND, db, wfdir))
-    assert.are.equal(0, rc, out)
-    local first = out:match("%S+")
+    local wfdir, dir, db, first = quick_run()
     local log, done = start_in_background(dir, "worker", ("worker --db %s --workflows %s --poll 0.05"):format(db, wfdir))
     H.wait_for("the first run done", function()
       return H.read(log):find('"run":"' .. first .. '"', 1, true) ~= nil and
@@ -227,7 +233,7 @@ describe("a database deleted under an idle worker #sqlite", function()
     end, 10)
     os.execute("sleep 0.5")
     remove_db(db)
-    rc, out = run(string.format("%s start quick --db %s --workflows %s", MEND, db, wfdir))
+    local rc, out = run(string.format("%s start quick --db %s --workflows %s", MEND, db, wfdir))
     assert.are.equal(0, rc, out)
     local second = out:match("%S+")
     local status
@@ -253,11 +259,7 @@ describe("a database deleted under mend serve #sqlite", function()
   after_each(kill_background)
 
   it("stops the server with an error naming the file, exit 1", function()
-    local wfdir, dir = H.tmp_dir(), H.tmp_dir()
-    write(wfdir .. "/quick.lua", QUICK_WORKFLOW)
-    local db = dir .. "/mend.db"
-    local rc, out = run(string.format("%s start quick --db %s --workflows %s", MEND, db, wfdir))
-    assert.are.equal(0, rc, out)
+    local wfdir, dir, db = quick_run()
     local log, done = start_in_background(dir, "serve", ("serve --db %s --workflows %s --listen 127.0.0.1:0"):format(db, wfdir))
     H.wait_for("the server to listen", function()
       return H.read(dir .. "/serve.out"):find("serving http", 1, true) ~= nil or H.read(done) ~= ""
