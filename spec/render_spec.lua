@@ -40,6 +40,35 @@ local function repl(db, line)
   return out
 end
 
+-- A database with a run of the workflow `script` (written to dir/file) and one of the repo's
+-- order.lua; returns the database and the first run's id.
+local function named_runs(file, script)
+  local dir = H.tmp_dir()
+  local db = H.new_db(dir, file .. ".db")
+  local wf = H.write_file(dir, file .. ".lua", script)
+  local code, out = stdout_of(("%s run %s --db %s --clock virtual"):format(H.MEND, H.quote(wf), H.quote(db)))
+  assert.are.equal(0, code, out)
+  local id = out:match("run (%w+):")
+  code, out = stdout_of(("%s run workflows/order.lua --db %s --clock virtual"):format(H.MEND, H.quote(db)))
+  assert.are.equal(0, code, out)
+  return db, id
+end
+
+-- In the output of `mend ARGS`, the first line holding each name: the column where `after` (a
+-- pattern) is first found past the name is the same for both, as measure(text before) counts.
+local function assert_aligned(db, measure, args, wide, plain, after)
+  local text = cli(db, args)
+  local function column(name)
+    for line in text:gmatch("[^\n]+") do
+      local _, e = line:find(name, 1, true)
+      local at = e and line:find(after, e + 1)
+      if at then return measure(line:sub(1, at - 1)) end
+    end
+    error("no line with " .. name .. " in:\n" .. text)
+  end
+  assert.are.equal(column(plain), column(wide), args .. ":\n" .. text)
+end
+
 local function masked(text)
   text = text:gsub("(half%-opens in )[%d.]+s", "%1<left>")
   return (text:gsub("(compensation_failed%s+reserve%s+)%d+[smhd]", "%1<age>"))
@@ -130,32 +159,12 @@ describe("tables with names beyond ASCII", function()
   after_each(H.cleanup)
 
   it("keep their columns aligned: runs, breakers, workflows, a status's steps and a timeline", function()
-    local dir = H.tmp_dir()
-    local db = H.new_db(dir, "names.db")
-    local wf = H.write_file(dir, "names.lua", [[
+    local db, id = named_runs("names", [[
 return { name = "bücher-café", steps = {
   { name = "prüfen", breaker = "zahlung-ü", execute = function() return 1 end },
   { name = "ok", execute = function() return 2 end } } }
 ]])
-    local code, out = stdout_of(("%s run %s --db %s --clock virtual"):format(H.MEND, H.quote(wf), H.quote(db)))
-    assert.are.equal(0, code, out)
-    local id = out:match("run (%w+):")
-    code, out = stdout_of(("%s run workflows/order.lua --db %s --clock virtual"):format(H.MEND, H.quote(db)))
-    assert.are.equal(0, code, out)
-    -- In the output of `args`, the first line holding each name: the column (in characters)
-    -- where `after` (a pattern) is first found past the name is the same in both.
-    local function aligned(args, wide, plain, after)
-      local text = cli(db, args)
-      local function column(name)
-        for line in text:gmatch("[^\n]+") do
-          local _, e = line:find(name, 1, true)
-          local at = e and line:find(after, e + 1)
-          if at then return utf8.len(line:sub(1, at - 1)) end
-        end
-        error("no line with " .. name .. " in:\n" .. text)
-      end
-      assert.are.equal(column(plain), column(wide), text)
-    end
+    local function aligned(...) assert_aligned(db, utf8.len, ...) end   -- in characters
     aligned("runs", "bücher-café", "order ", "succeeded")
     aligned("breakers", "zahlung-ü", "charge", "closed")
     aligned("workflows", "bücher-café", "order ", "%d%d%d%d%-%d%d%-%d%d")
@@ -197,30 +206,12 @@ describe("tables with wide or combining characters", function()
   end
 
   it("keep their columns aligned on a terminal", function()
-    local dir = H.tmp_dir()
-    local db = H.new_db(dir, "wide.db")
-    local wf = H.write_file(dir, "wide.lua", [[
+    local db, id = named_runs("wide", [[
 return { name = "注文処理", steps = {
   { name = "cafe\u{301}", execute = function() return 1 end },
   { name = "ok", execute = function() return 2 end } } }
 ]])
-    local code, out = stdout_of(("%s run %s --db %s --clock virtual"):format(H.MEND, H.quote(wf), H.quote(db)))
-    assert.are.equal(0, code, out)
-    local id = out:match("run (%w+):")
-    code, out = stdout_of(("%s run workflows/order.lua --db %s --clock virtual"):format(H.MEND, H.quote(db)))
-    assert.are.equal(0, code, out)
-    local function aligned(args, wide, plain, after)
-      local text = cli(db, args)
-      local function column(name)
-        for line in text:gmatch("[^\n]+") do
-          local _, e = line:find(name, 1, true)
-          local at = e and line:find(after, e + 1)
-          if at then return width(line:sub(1, at - 1)) end
-        end
-        error("no line with " .. name .. " in:\n" .. text)
-      end
-      assert.are.equal(column(plain), column(wide), args .. ":\n" .. text)
-    end
+    local function aligned(...) assert_aligned(db, width, ...) end
     aligned("status " .. id, " cafe\u{301}", " ok", "succeeded")
     aligned("runs", "注文処理", "order ", "succeeded")
   end)

@@ -16,6 +16,10 @@ local function write(path, text)
   f:close()
 end
 
+local QUICK_WORKFLOW = [[
+return { name = "quick", steps = { { name = "a", execute = function() return 1 end } } }
+]]
+
 local BIG_STEP_WORKFLOW = [[
 return { name = "big", steps = {
   { name = "one", execute = function(ctx, input) return string.rep("x", 40000) .. ctx.run_id end },
@@ -141,14 +145,54 @@ describe("a read-only file system #sqlite", function()
   end)
 end)
 
-describe("a database deleted under a running worker #sqlite", function()
-  local pidfile
-  after_each(function()
-    local pid = pidfile and H.read(pidfile):match("%d+")
+-- The deleted-file cases: a `mend` process in the background, its stderr in dir/NAME.log, its
+-- pid in dir/NAME.pid and its exit code, once it ends, in dir/NAME.rc. Killed after each test.
+local background = {}
+
+local function start_in_background(dir, name, args)
+  local log, done, pidfile = dir .. "/" .. name .. ".log", dir .. "/" .. name .. ".rc", dir .. "/" .. name .. ".pid"
+  os.execute(string.format("sh -c '%s %s >%s 2>%s & echo $! >%s; wait $!; echo $? >%s' >/dev/null 2>&1 &",
+                           MEND, args, dir .. "/" .. name .. ".out", log, pidfile, done))
+  background[#background + 1] = pidfile
+  return log, done
+end
+
+local function kill_background()
+  for i = #background, 1, -1 do
+    local pid = H.read(background[i]):match("%d+")
     if pid then os.execute("kill -KILL " .. pid .. " 2>/dev/null") end
-    pidfile = nil
-    H.cleanup()
-  end)
+    background[i] = nil
+  end
+  H.cleanup()
+end
+
+local function remove_db(db)
+  os.remove(db)
+  os.remove(db .. "-wal")
+  os.remove(db .. "-shm")
+end
+
+-- A folder with quick.lua, another with mend.db holding a run of it: both folders, the
+-- database and the run's id.
+local function quick_run()
+  local wfdir, dir = H.tmp_dir(), H.tmp_dir()
+  write(wfdir .. "/quick.lua", QUICK_WORKFLOW)
+  local db = dir .. "/mend.db"
+  local rc, out = run(string.format("%s start quick --db %s --workflows %s", MEND, db, wfdir))
+  assert.are.equal(0, rc, out)
+  return wfdir, dir, db, out:match("%S+")
+end
+
+-- The process stopped, exit 1, its log naming db's file as gone (why names db's step).
+local function stopped_naming(db, log, done, why)
+  local ok = pcall(H.wait_for, "the process to exit", function() return H.read(done) ~= "" end, 10)
+  assert(ok, "it goes on:\n" .. H.read(log))
+  assert.are.equal("1", H.read(done):match("%d+"), H.read(log))
+  assert.matches(db:gsub("%p", "%%%0") .. ": " .. why .. "the database file was deleted or moved", H.read(log))
+end
+
+describe("a database deleted under a running worker #sqlite", function()
+  after_each(kill_background)
 
   -- In WAL mode SQLite writes on to an unlinked file: without a look, every later batch
   -- would be answered durable and go with the process.
@@ -165,19 +209,12 @@ return { name = "slow", steps = {
     local db = dir .. "/mend.db"
     local rc, out = run(string.format("%s start slow --db %s --workflows %s", MEND, db, wfdir))
     assert.are.equal(0, rc, out)
-    local log, done = dir .. "/worker.log", dir .. "/worker.rc"
-    pidfile = dir .. "/worker.pid"
-    os.execute(string.format("sh -c '%s worker --db %s --workflows %s --poll 0.05 2>%s & echo $! >%s; wait $!; echo $? >%s' >/dev/null 2>&1 &",
-                             MEND, db, wfdir, log, pidfile, done))
+    local log, done = start_in_background(dir, "worker", ("worker --db %s --workflows %s --poll 0.05"):format(db, wfdir))
     H.wait_for("the run's first step", function()
       return H.read(log):find('"step":"a"', 1, true) ~= nil
     end, 10)
-    os.remove(db)
-    os.remove(db .. "-wal")
-    os.remove(db .. "-shm")
-    H.wait_for("the worker to exit", function() return H.read(done) ~= "" end, 10)
-    assert.are.equal("1", H.read(done):match("%d+"))
-    assert.matches(db:gsub("%p", "%%%0") .. ": commit: the database file was deleted or moved", H.read(log))
+    remove_db(db)
+    stopped_naming(db, log, done, "commit: ")
   end)
 end)
 
@@ -185,36 +222,18 @@ end)
 -- under it, it would poll the unlinked file for good, a run started on the new file at that
 -- path (as `mend start` makes one) never taken, and stop with exit 0 without a word.
 describe("a database deleted under an idle worker #sqlite", function()
-  local pidfile
-  after_each(function()
-    local pid = pidfile and H.read(pidfile):match("%d+")
-    if pid then os.execute("kill -KILL " .. pid .. " 2>/dev/null") end
-    pidfile = nil
-    H.cleanup()
-  end)
+  after_each(kill_background)
 
   it("stops the worker naming the file, or the worker takes the runs of the file now there", function()
-    local wfdir, dir = H.tmp_dir(), H.tmp_dir()
-    write(wfdir .. "/quick.lua", [[
-return { name = "quick", steps = { { name = "a", execute = function() return 1 end } } }
-]])
-    local db = dir .. "/mend.db"
-    local rc, out = run(string.format("%s start quick --db %s --workflows %s", MEND, db, wfdir))
-    assert.are.equal(0, rc, out)
-    local first = out:match("%S+")
-    local log, done = dir .. "/worker.log", dir .. "/worker.rc"
-    pidfile = dir .. "/worker.pid"
-    os.execute(string.format("sh -c '%s worker --db %s --workflows %s --poll 0.05 2>%s & echo $! >%s; wait $!; echo $? >%s' >/dev/null 2>&1 &",
-                             MEND, db, wfdir, log, pidfile, done))
+    local wfdir, dir, db, first = quick_run()
+    local log, done = start_in_background(dir, "worker", ("worker --db %s --workflows %s --poll 0.05"):format(db, wfdir))
     H.wait_for("the first run done", function()
       return H.read(log):find('"run":"' .. first .. '"', 1, true) ~= nil and
              H.read(log):find('running -> succeeded","run":"' .. first, 1, true) ~= nil
     end, 10)
     os.execute("sleep 0.5")
-    os.remove(db)
-    os.remove(db .. "-wal")
-    os.remove(db .. "-shm")
-    rc, out = run(string.format("%s start quick --db %s --workflows %s", MEND, db, wfdir))
+    remove_db(db)
+    local rc, out = run(string.format("%s start quick --db %s --workflows %s", MEND, db, wfdir))
     assert.are.equal(0, rc, out)
     local second = out:match("%S+")
     local status
@@ -230,6 +249,23 @@ return { name = "quick", steps = { { name = "a", execute = function() return 1 e
                   "5 s on: the run on the new file is " .. tostring(status) .. ", the worker " ..
                   (exited and ("exited " .. exited) or "still running, saying nothing") .. ":\n" .. H.read(log))
     if exited == "1" then assert.matches("deleted or moved", H.read(log)) end
+  end)
+end)
+
+-- `mend serve` commits nothing while it is only asked to read: without a look at the file it
+-- answered reads from the deleted file and refused writes with 503 for good, and exited 0 when
+-- stopped. It stops as a worker does, naming the file, exit 1.
+describe("a database deleted under mend serve #sqlite", function()
+  after_each(kill_background)
+
+  it("stops the server with an error naming the file, exit 1", function()
+    local wfdir, dir, db = quick_run()
+    local log, done = start_in_background(dir, "serve", ("serve --db %s --workflows %s --listen 127.0.0.1:0"):format(db, wfdir))
+    H.wait_for("the server to listen", function()
+      return H.read(dir .. "/serve.out"):find("serving http", 1, true) ~= nil or H.read(done) ~= ""
+    end, 10)
+    remove_db(db)
+    stopped_naming(db, log, done, "")
   end)
 end)
 

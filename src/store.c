@@ -703,6 +703,22 @@ int mend__file_gone(mend_store *s, sqlite3 *db) {
   return abs && abs[0] && stat(abs, &st) == 0 && st.st_nlink == 0;
 }
 
+/* The store's gone method (store.h): asked of the reader, the loop thread's own connection
+ * (the writer thread may hold the other), as an idle worker's poll is. The reader is opened at
+ * the first look, which must come while the file is there (a reader opened later would be of
+ * a new file at that path): one that cannot open then, the path naming nothing, is gone too. */
+static int sqlite_gone(mend_store *s, char *why, int len) {
+  if (strcmp(s->path, ":memory:") == 0 || s->path[0] == 0) return 0;
+  struct stat st;
+  int opened = mend__open_reader(s) == 0;
+  if (opened ? !mend__file_gone(s, s->reader) : stat(s->path, &st) == 0 || errno != ENOENT)
+    return 0;
+  mend__set_msg(why, len, "%s: the database file was deleted or moved after it was opened; "
+                "nothing more is written to it (put it back or start again on a database that "
+                "is there)", s->path);
+  return 1;
+}
+
 /* Ends the open transaction, if any (on whichever thread holds the connection now). */
 int mend__commit_batch(mend_store *s) {
   if (!s->in_batch) return 0;
@@ -849,4 +865,5 @@ const mend_store_methods mend__sqlite_methods = {
   .runs_page = mend__sqlite_runs_page,
   .run_counts = mend__sqlite_run_counts,
   .run_image = mend__sqlite_run_image,
+  .gone = sqlite_gone,
 };

@@ -416,6 +416,11 @@ typedef struct mend_store_methods {
   /* The last failure of a read on the loop thread's own connection (events_after, the inbox's
    * committed looks), where another thread writes errmsg's (optional: NULL, errmsg). */
   const char *(*read_errmsg)(mend_store *s);
+  /* 1 when the database this store opened is no longer where it was (a SQLite file deleted or
+   * moved: its writes now go to a file no one will open again), with why (naming the file) in
+   * why[len]; 0 otherwise. A look of the loop's thread that commits nothing, for a process that
+   * may go a long time without a commit (`mend serve`). Optional: NULL (0) for a server. */
+  int (*gone)(mend_store *s, char *why, int len);
 } mend_store_methods;
 
 #define MEND_STORE_M(s) (*(const mend_store_methods *const *)(const void *)(s))
@@ -442,6 +447,9 @@ static inline const char *mend_store_errmsg(mend_store *s) {
 }
 static inline const char *mend_store_read_errmsg(mend_store *s) {
   return MEND_STORE_M(s)->read_errmsg ? MEND_STORE_M(s)->read_errmsg(s) : mend_store_errmsg(s);
+}
+static inline int mend_store_gone(mend_store *s, char *why, int len) {
+  return MEND_STORE_M(s)->gone ? MEND_STORE_M(s)->gone(s, why, len) : 0;
 }
 static inline int mend_store_not_found(const mend_store *s) {
   return MEND_STORE_M(s)->not_found(s);

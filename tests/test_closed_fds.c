@@ -15,15 +15,7 @@
 #include <unistd.h>
 
 #include "check.h"
-
-static const char workflow_lua[] =
-  "local mend = require 'mend'\n"
-  "return { name = 'two', steps = {\n"
-  "  { name = 'one', retry = { max_attempts = 3, initial = 0.01 }, execute = function(ctx)\n"
-  "      if ctx.attempt == 1 then error(mend.retryable('not yet')) end\n"
-  "      return 1\n"
-  "    end },\n"
-  "  { name = 'two', execute = function() return 2 end } } }\n";
+#include "two_steps.h"
 
 /* In the child, its standard descriptors closed: 0 when the run succeeded and the engine was
  * freed; what went wrong is written to `report` (a descriptor above 2). */
@@ -62,12 +54,7 @@ int main(void) {
     return 1;
   }
   char wf[300];
-  snprintf(wf, sizeof wf, "%s/two.lua", dir);
-  FILE *f = fopen(wf, "w");
-  if (!f || fputs(workflow_lua, f) < 0 || fclose(f) != 0) {
-    perror(wf);
-    return 1;
-  }
+  if (two_steps_write(dir, wf, sizeof wf) != 0) return 1;
   int pipefd[2];
   if (pipe(pipefd) != 0) {
     perror("pipe");
@@ -90,8 +77,6 @@ int main(void) {
   if (WIFSIGNALED(status)) fprintf(stderr, "the host died of signal %d\n", WTERMSIG(status));
   if (*said) fprintf(stderr, "%s", said);
   CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  char cmd[400];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+  check_remove_dir(dir);
   return check_done("test_closed_fds");
 }

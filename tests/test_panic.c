@@ -17,16 +17,8 @@
 #include <uv.h>
 
 #include "check.h"
+#include "two_steps.h"
 #include "engine.h"
-
-static const char workflow_lua[] =
-  "local mend = require 'mend'\n"
-  "return { name = 'two', steps = {\n"
-  "  { name = 'one', retry = { max_attempts = 3, initial = 0.01 }, execute = function(ctx)\n"
-  "      if ctx.attempt == 1 then error(mend.retryable('not yet')) end\n"
-  "      return 1\n"
-  "    end },\n"
-  "  { name = 'two', execute = function() return 2 end } } }\n";
 
 static mend_engine *engine;
 static int armed, raised;
@@ -148,14 +140,10 @@ int main(int argc, char **argv) {
   if (!mkdtemp(dir)) return 2;
   char db[128], wf[128];
   snprintf(db, sizeof db, "%s/runs.db", dir);
-  snprintf(wf, sizeof wf, "%s/two.lua", dir);
-  FILE *f = fopen(wf, "w");
-  if (!f || fputs(workflow_lua, f) < 0 || fclose(f)) return 2;
+  if (two_steps_write(dir, wf, sizeof wf) != 0) return 2;
   if (argc > 1 && strcmp(argv[1], "attempt_state") == 0) {
     int rc = attempt_state_case(db, wf);
-    char cmd[160];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    check_remove_dir(dir);
     return rc;
   }
 
@@ -194,11 +182,9 @@ int main(int argc, char **argv) {
   char db2[128], slow[128];
   snprintf(db2, sizeof db2, "%s/host.db", dir);
   snprintf(slow, sizeof slow, "%s/slow.lua", dir);
-  f = fopen(slow, "w");
+  FILE *f = fopen(slow, "w");
   if (!f || fputs(slow_lua, f) < 0 || fclose(f)) return 2;
   host_loop_case(db2, wf, slow);
-  char cmd[160];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+  check_remove_dir(dir);
   return check_done("test_panic");
 }

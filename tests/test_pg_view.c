@@ -348,6 +348,16 @@ int main(int argc, char **argv) {
 
   sqlite3 *src = NULL;
   CHECK_EQ_INT(sqlite3_open_v2(path, &src, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  /* A row the target refuses: the copy's error keeps PostgreSQL's later lines, which say
+   * which row of which table (only the first line was kept), and writes nothing. */
+  CHECK_EQ_INT(run_sql(c, "ALTER TABLE breakers ADD CONSTRAINT mend_test_refuses"
+                          " CHECK (false) NOT VALID"), 0);
+  CHECK(mend__pg_copy_into(src, c, err, sizeof err) == NULL);
+  CHECK(strstr(err, "violates check constraint \"mend_test_refuses\"") != NULL);
+  CHECK(strstr(err, "; DETAIL:  Failing row contains") != NULL);
+  CHECK(strstr(err, "; CONTEXT:  COPY breakers, line 1") != NULL);
+  CHECK(strchr(err, '\n') == NULL);
+  CHECK_EQ_INT(run_sql(c, "ALTER TABLE breakers DROP CONSTRAINT mend_test_refuses"), 0);
   json_t *counts = mend__pg_copy_into(src, c, err, sizeof err);
   CHECK(counts != NULL);
   if (!counts) fprintf(stderr, "copy: %s\n", err);
@@ -455,6 +465,15 @@ int main(int argc, char **argv) {
        mend__pg_view_prune(c, before, NULL, 1, err, sizeof err));
   same("prune failed", mend_store_prune(s, before, "failed", 0),
        mend__pg_view_prune(c, before, "failed", 0, err, sizeof err));
+  /* A view's error keeps PostgreSQL's later lines: here the run a table of the user's holds. */
+  CHECK_EQ_INT(run_sql(c, "CREATE TABLE mend_test_hold (run text REFERENCES runs(id));"
+                          "INSERT INTO mend_test_hold SELECT id FROM runs"), 0);
+  CHECK(mend__pg_view_prune(c, 1e12, NULL, 0, err, sizeof err) == NULL);
+  CHECK(strstr(err, "violates foreign key constraint") != NULL);
+  CHECK(strstr(err, "; DETAIL:  Key (id)=(") != NULL);
+  CHECK(strstr(err, "is still referenced from table \"mend_test_hold\"") != NULL);
+  CHECK(strchr(err, '\n') == NULL);
+  CHECK_EQ_INT(run_sql(c, "DROP TABLE mend_test_hold"), 0);
   same("prune", mend_store_prune(s, 1e12, NULL, 0), mend__pg_view_prune(c, 1e12, NULL, 0, err, sizeof err));
   same("runs after prune", mend_store_runs(s, NULL, NULL, 0),
        mend__pg_view_runs(c, NULL, NULL, 0, err, sizeof err));

@@ -418,6 +418,36 @@ static void test_first_schema16_file(void) {
 }
 
 
+/* Thirty workers holding leases: the refusal lists as many as fit and says how many more there
+ * are (the list used to stop mid-name with no word of the rest), and still ends with what to
+ * do. */
+static void test_many_holders_counted(void) {
+  const char *path = file_in_dir("many.db");
+  make_v15(path);
+  sqlite3 *db = raw_open(path);
+  for (int i = 0; i < 30; i++) {
+    char *sql = sqlite3_mprintf("INSERT INTO workers(owner, lease_until) VALUES("
+                                "'worker-host-%02d.example.internal-pid-123456', %f)", i,
+                                (double)time(NULL) + 60 + i);
+    CHECK_EQ_INT(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_free(sql);
+  }
+  sqlite3_close(db);
+  char err[1024] = "";   /* as mend.upgrade_db's */
+  CHECK_EQ_INT(mend_store_upgrade_run_keys(path, 0, err, sizeof err), MEND_RUN_KEYS_HELD);
+  int listed = 0;
+  for (const char *p = err; (p = strstr(p, "pid-123456 (0 runs, its lease lasts")); p++)
+    listed++;
+  const char *more = strstr(err, ", and ");
+  int rest = more ? atoi(more + 6) : 0;
+  if (listed + rest != 30 || !more || !strstr(more, " more:"))
+    fprintf(stderr, "many holders: %s\n", err);
+  CHECK(listed > 0 && rest > 0);
+  CHECK_EQ_INT(listed + rest, 30);
+  CHECK(more && strstr(more, " more:") != NULL);
+  CHECK(strstr(err, "--despite-leases") != NULL);
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/mend-test-run-keys-XXXXXX");
   if (!mkdtemp(dir)) {
@@ -431,6 +461,7 @@ int main(void) {
   test_killed();
   test_missing_file_is_not_made();
   test_first_schema16_file();
+  test_many_holders_counted();
   check_remove_dir(dir);
   return check_done("run_keys");
 }

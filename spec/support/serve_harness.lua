@@ -100,6 +100,12 @@ function S.stop_all()
   end
 end
 
+-- For after_each: every server started stopped, every folder made removed.
+function S.cleanup()
+  S.stop_all()
+  H.cleanup()
+end
+
 -- One request with curl. opts: body (text), headers (list), token, who, type (Content-Type of
 -- a POST, default application/json). Returns the status, the decoded JSON body (nil if not
 -- JSON), the raw body and the response's header text.

@@ -25,13 +25,25 @@ static const char *const RUN_STATUSES[] = {"running", "compensating", "succeeded
                                            "failed", "needs_attention", "resolved", NULL};
 
 /* 1 when the request's method is the one the endpoint takes; else 405 and 0. */
-static int want(serve_req *r, int post) {
-  if (r->post == post) return 1;
-  h2o_add_header(&r->req->pool, &r->req->res.headers, H2O_TOKEN_ALLOW, NULL,
-                 post ? "POST" : "GET, HEAD", post ? 4 : 9);
-  serve_error(r, 405, "method_not_allowed", "this endpoint takes %s", post ? "POST" : "GET");
-  return 0;
+/* The query parameters of the endpoints that take any; every other endpoint takes none. A
+ * parameter an endpoint does not know, or one given twice, is refused (400), never ignored:
+ * a misspelt `limt` or a second `limit` would be answered as if not given. */
+static const char *const RUNS_QUERY[] = {"status", "workflow", "since", "limit", "cursor", NULL};
+static const char *const HISTORY_QUERY[] = {"after", "limit", "tail", NULL};
+
+/* Whether the request is of the method the endpoint takes and its query only of the parameters
+ * known (NULL: none); else 0 after replying 405 or 400. */
+static int want_query(serve_req *r, int post, const char *const *known, const char *what) {
+  if (r->post != post) {
+    h2o_add_header(&r->req->pool, &r->req->res.headers, H2O_TOKEN_ALLOW, NULL,
+                   post ? "POST" : "GET, HEAD", post ? 4 : 9);
+    serve_error(r, 405, "method_not_allowed", "this endpoint takes %s", post ? "POST" : "GET");
+    return 0;
+  }
+  return serve_query_only(r, known, what) == 0;
 }
+
+static int want(serve_req *r, int post) { return want_query(r, post, NULL, "this endpoint"); }
 
 /* A store read that gave NULL: 404 for a missing run, 503 for the store's own failure. */
 static void store_failed(serve_req *r) {
@@ -181,11 +193,31 @@ static int parse_cursor(const char *c, double *created, char *id, size_t idlen) 
   return 0;
 }
 
+/* A whole number of the query from lo to hi into *out (dflt if absent): 0, or -1 after replying
+ * 400 naming the parameter. */
+static int query_count(serve_req *r, const char *name, long lo, long hi, long dflt, long *out) {
+  const char *v;
+  if (serve_query(r, name, &v)) return -1;
+  *out = dflt;
+  if (!v) return 0;
+  char *end;
+  errno = 0;
+  long n = strtol(v, &end, 10);
+  if (!isdigit((unsigned char)v[0]) || *end || errno == ERANGE || n < lo || n > hi) {
+    serve_error(r, 400, "bad_query", "%s must be a whole number from %ld to %ld, got \"%s\"",
+                name, lo, hi, v);
+    return -1;
+  }
+  *out = n;
+  return 0;
+}
+
 static void list_runs(serve_req *r) {
-  const char *status, *workflow, *since_s, *limit_s, *cursor;
+  const char *status, *workflow, *since_s, *cursor;
+  long limit;
   if (serve_query(r, "status", &status) || serve_query(r, "workflow", &workflow) ||
-      serve_query(r, "since", &since_s) || serve_query(r, "limit", &limit_s) ||
-      serve_query(r, "cursor", &cursor))
+      serve_query(r, "since", &since_s) || serve_query(r, "cursor", &cursor) ||
+      query_count(r, "limit", 1, LIST_MAX, LIST_DEFAULT, &limit))
     return;
   if (status) {
     int ok = 0;
@@ -201,19 +233,11 @@ static void list_runs(serve_req *r) {
   if (since_s) {
     char *end;
     since = strtod(since_s, &end);
-    if (end == since_s || *end || !isfinite(since) || since < 0) {
+    /* as a count: digits from the first byte (strtod would pass " 5", "+5" and "0x5") */
+    if (!(isdigit((unsigned char)since_s[0]) || since_s[0] == '.') || strpbrk(since_s, "xX") ||
+        end == since_s || *end || !isfinite(since) || since < 0) {
       serve_error(r, 400, "bad_query", "since must be a time in seconds since the epoch, got \"%s\"",
                   since_s);
-      return;
-    }
-  }
-  long limit = LIST_DEFAULT;
-  if (limit_s) {
-    char *end;
-    limit = strtol(limit_s, &end, 10);
-    if (end == limit_s || *end || limit < 1 || limit > LIST_MAX) {
-      serve_error(r, 400, "bad_query", "limit must be a whole number from 1 to %d, got \"%s\"",
-                  LIST_MAX, limit_s);
       return;
     }
   }
@@ -242,25 +266,6 @@ static void get_run(serve_req *r, const char *id) {
   json_t *run = mend_store_run(mend_engine_store(r->E), id);
   if (!run) { store_failed(r); return; }
   serve_json(r, 200, run);
-}
-
-/* A whole number of the query from lo to hi into *out (dflt if absent): 0, or -1 after replying
- * 400 naming the parameter. */
-static int query_count(serve_req *r, const char *name, long lo, long hi, long dflt, long *out) {
-  const char *v;
-  if (serve_query(r, name, &v)) return -1;
-  *out = dflt;
-  if (!v) return 0;
-  char *end;
-  errno = 0;
-  long n = strtol(v, &end, 10);
-  if (!isdigit((unsigned char)v[0]) || *end || errno == ERANGE || n < lo || n > hi) {
-    serve_error(r, 400, "bad_query", "%s must be a whole number from %ld to %ld, got \"%s\"",
-                name, lo, hi, v);
-    return -1;
-  }
-  *out = n;
-  return 0;
 }
 
 /* A page of a run's history, never the whole of a long one: the rows after seq `after`, at most
@@ -511,15 +516,16 @@ void serve_api(serve_req *r) {
     if (want(r, 0)) index_page(r);
   } else if (strcmp(s[0], "runs") == 0) {
     if (n == 1) {
-      if (r->post) start_run(r);
-      else list_runs(r);
+      if (r->post) { if (want(r, 1)) start_run(r); }
+      else if (want_query(r, 0, RUNS_QUERY, "GET /api/v1/runs")) list_runs(r);
     } else if (n == 2) {
       if (want(r, 0)) get_run(r, s[1]);
     } else if (n == 3 && strcmp(s[2], "history") == 0) {
-      if (want(r, 0)) get_history(r, s[1]);
+      if (want_query(r, 0, HISTORY_QUERY, "GET /api/v1/runs/{id}/history")) get_history(r, s[1]);
     } else if (n == 3 && strcmp(s[2], "cancel") == 0) {
       if (want(r, 1)) cancel_run(r, s[1]);
     } else if (n == 3 && strcmp(s[2], "events") == 0) {
+      if (!want(r, r->post)) return;
       if (r->post) {
         send_event(r, s[1]);
       } else {

@@ -5,8 +5,8 @@
  * (the options as listen checks them, before an engine exists); codes "address" (not
  * [HOST]:PORT of an IP address), "token" (beyond loopback without one), "cors" (not one
  * origin), "listen" (the system refused: a port in use, no permission), "memory". And
- * server:address(), server:run() (serves until SIGINT or SIGTERM, for `mend serve`),
- * server:close(). Must never outlive its engine's loop: a server holds its engine, and is
+ * server:address(), server:run() (serves until SIGINT or SIGTERM, for `mend serve`; raises
+ * naming the file when its database file is deleted or moved), server:close(). Must never outlive its engine's loop: a server holds its engine, and is
  * closed before the engine is (the CLI closes it; a collected one closes itself); never turn
  * the loop outside the guard the engine's methods run under (mend_lua_engine_guarded).
  */
@@ -17,6 +17,7 @@
 
 #include "lmend.h"
 #include "serve.h"
+#include "store.h"
 #include "serve_int.h"
 
 #define SERVER_MT "mend.server"
@@ -25,8 +26,17 @@ typedef struct server_box {
   mend_server *srv;
   mend_engine *E;
   uv_signal_t *signals[2];   /* SIGINT, SIGTERM, while run turns the loop */
-  int stop;                  /* the signal that came */
+  uv_timer_t *watch;         /* the look at the database file, while run turns the loop */
+  int stop;                  /* the signal that came; GONE: the database file went */
+  char why[512];             /* GONE's cause, naming the file */
 } server_box;
+
+enum { GONE = -1 };
+
+/* How often run looks whether its database file is still there (two stat(2)s). A server that
+ * is asked only reads commits nothing that would find it out, and would answer from the
+ * deleted file for good, its writes refused, until stopped by hand with exit 0. */
+#define WATCH_MS 500
 
 static server_box *check_server(lua_State *L) {
   server_box *b = luaL_checkudata(L, 1, SERVER_MT);
@@ -111,6 +121,12 @@ static int server_address(lua_State *L) {
 static void on_signal(uv_signal_t *h, int signum) { *(int *)h->data = signum; }
 static void free_on_close(uv_handle_t *h) { free(h); }
 
+static void on_watch(uv_timer_t *t) {
+  server_box *b = t->data;
+  if (!b->stop && mend_store_gone(mend_engine_store(b->E), b->why, (int)sizeof b->why))
+    b->stop = GONE;
+}
+
 /* The engine's loop turns until a signal comes; runs under the engine's method guard
  * (mend_lua_engine_guarded), with the server at 1. The signal handles live apart from this C
  * frame, so that a panic of the engine's state jumping out of it leaves none behind on a dead
@@ -127,21 +143,31 @@ static int serve_until_signal(lua_State *L) {
     b->signals[k] = h;
     uv_signal_start(h, on_signal, sigs[k]);
   }
+  /* the first look now, while the file is surely there (it opens what later looks ask) */
+  if (mend_store_gone(mend_engine_store(b->E), b->why, (int)sizeof b->why)) b->stop = GONE;
+  b->watch = malloc(sizeof *b->watch);
+  if (!b->watch) return luaL_error(L, "run: out of memory");
+  uv_timer_init(loop, b->watch);
+  b->watch->data = b;
+  uv_timer_start(b->watch, on_watch, WATCH_MS, WATCH_MS);
   while (!b->stop) uv_run(loop, UV_RUN_ONCE);
   return 0;
 }
 
-/* The signal handles run made, closed (freed as the loop next turns, or as the engine is
- * destroyed). */
+/* The signal handles and the watch run made, closed (freed as the loop next turns, or as the
+ * engine is destroyed). */
 static void close_signals(server_box *b) {
   for (int k = 0; k < 2; k++) {
     if (b->signals[k]) uv_close((uv_handle_t *)b->signals[k], free_on_close);
     b->signals[k] = NULL;
   }
+  if (b->watch) uv_close((uv_handle_t *)b->watch, free_on_close);
+  b->watch = NULL;
 }
 
 /* server:run() -> "SIGINT" | "SIGTERM": the engine's loop turns (requests, and the runs an
- * operation hands this engine) until a signal comes. A panic of the engine's own state as it
+ * operation hands this engine) until a signal comes, or raises naming the file when the
+ * database file is deleted or moved, as a worker stops then. A panic of the engine's own state as it
  * turns breaks the engine and raises "the engine is broken: ...", as its methods do. */
 static int server_run(lua_State *L) {
   server_box *b = check_server(L);
@@ -157,6 +183,10 @@ static int server_run(lua_State *L) {
   close_signals(b);
   if (n < 0) return luaL_error(L, "the engine is broken: %s", mend_engine_error(b->E));
   uv_run(mend_engine_loop(b->E), UV_RUN_NOWAIT);
+  if (b->stop == GONE) {   /* the cause alone: no place in the caller's code is at fault */
+    lua_pushstring(L, b->why);
+    return lua_error(L);
+  }
   lua_pushstring(L, b->stop == SIGINT ? "SIGINT" : "SIGTERM");
   return 1;
 }

@@ -43,31 +43,114 @@ char *serve_decode(h2o_mem_pool_t *pool, const char *s, size_t n, int plus) {
   return out;
 }
 
-int serve_query(serve_req *r, const char *name, const char **out) {
-  size_t nlen = strlen(name);
+/* The name of the query's parameter p[0..n), percent-decoded ("" when it has none); NULL after
+ * replying 400 for a malformed escape. */
+static const char *param_name(serve_req *r, const char *p, size_t n) {
+  if (!memchr(p, '%', n) && !memchr(p, '+', n)) {
+    char *name = h2o_mem_alloc_pool(&r->req->pool, n + 1);
+    memcpy(name, p, n);
+    name[n] = 0;
+    return name;
+  }
+  const char *name = serve_decode(&r->req->pool, p, n, 1);
+  if (!name)
+    serve_error(r, 400, "bad_query", "a query parameter's name has a malformed percent-escape");
+  return name;
+}
+
+/* Calls each(r, name, value, value_len, ud) for every parameter of the query, in order (empty
+ * ones, "a=1&&b=2", are none), until it returns nonzero; that, or -1 after replying 400. */
+static int each_param(serve_req *r, int (*each)(serve_req *, const char *, const char *, size_t,
+                                                void *), void *ud) {
   const char *p = r->query, *end = r->query + r->query_len;
-  *out = NULL;
   while (p < end) {
     const char *amp = memchr(p, '&', (size_t)(end - p));
     if (!amp) amp = end;
-    const char *eq = memchr(p, '=', (size_t)(amp - p));
-    const char *kend = eq ? eq : amp;
-    if ((size_t)(kend - p) == nlen && memcmp(p, name, nlen) == 0) {
-      *out = eq ? serve_decode(&r->req->pool, eq + 1, (size_t)(amp - eq - 1), 1) : "";
-      if (*out) return 0;
-      serve_error(r, 400, "bad_query", "the query parameter %s has a malformed percent-escape", name);
-      return -1;
+    if (amp > p) {
+      const char *eq = memchr(p, '=', (size_t)(amp - p));
+      const char *kend = eq ? eq : amp;
+      const char *name = param_name(r, p, (size_t)(kend - p));
+      if (!name) return -1;
+      int rc = each(r, name, eq ? eq + 1 : NULL, eq ? (size_t)(amp - eq - 1) : 0, ud);
+      if (rc) return rc;
     }
     p = amp + 1;
   }
   return 0;
 }
 
+typedef struct wanted {
+  const char *name;
+  const char **out;
+} wanted;
+
+static int take_value(serve_req *r, const char *name, const char *v, size_t n, void *ud) {
+  wanted *w = ud;
+  if (strcmp(name, w->name) != 0) return 0;
+  *w->out = v ? serve_decode(&r->req->pool, v, n, 1) : "";
+  if (*w->out) return 1;
+  serve_error(r, 400, "bad_query", "the query parameter %s has a malformed percent-escape", name);
+  return -1;
+}
+
+int serve_query(serve_req *r, const char *name, const char **out) {
+  wanted w = {name, out};
+  *out = NULL;
+  return each_param(r, take_value, &w) < 0 ? -1 : 0;
+}
+
+typedef struct only {
+  const char *const *known;
+  const char *what;
+  const char **seen;   /* the names before, in the pool */
+  size_t nseen;
+} only;
+
+static int check_param(serve_req *r, const char *name, const char *v, size_t n, void *ud) {
+  (void)v;
+  (void)n;
+  only *o = ud;
+  int known = 0;
+  for (const char *const *k = o->known; k && *k && !known; k++) known = strcmp(*k, name) == 0;
+  if (!known) {
+    char takes[200] = "none";
+    size_t used = 0;
+    for (const char *const *k = o->known; k && *k && used < sizeof takes; k++) {
+      int w = snprintf(takes + used, sizeof takes - used, "%s%s", used ? ", " : "", *k);
+      used = w < 0 ? sizeof takes : used + (size_t)w;
+    }
+    serve_error(r, 400, "bad_query", "unknown query parameter \"%s\": %s takes %s", name,
+                o->what, takes);
+    return -1;
+  }
+  for (size_t i = 0; i < o->nseen; i++) {
+    if (strcmp(o->seen[i], name) == 0) {
+      serve_error(r, 400, "bad_query", "the query parameter %s is given twice", name);
+      return -1;
+    }
+  }
+  o->seen[o->nseen++] = name;
+  return 0;
+}
+
+int serve_query_only(serve_req *r, const char *const *known, const char *what) {
+  size_t most = 1;   /* parameters: at most one more than the '&'s */
+  for (size_t i = 0; i < r->query_len; i++) most += r->query[i] == '&';
+  only o = {known, what, h2o_mem_alloc_pool(&r->req->pool, most * sizeof(char *)), 0};
+  return each_param(r, check_param, &o) < 0 ? -1 : 0;
+}
+
 json_t *serve_body(serve_req *r) {
   h2o_iovec_t b = r->req->entity;
   if (!b.base || b.len == 0) return json_object();
   json_error_t je;
-  json_t *v = json_loadb(b.base, b.len, JSON_DECODE_ANY, &je);
+  /* A key given twice would be read as its last: what the client meant is not known. */
+  json_t *v = json_loadb(b.base, b.len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
+  if (!v && json_error_code(&je) == json_error_duplicate_key) {
+    serve_error(r, 400, "bad_json", "the request body gives a key twice: %s (line %d, column %d)",
+                je.text, je.line, je.column);
+    return NULL;
+  }
   if (!v) {
     serve_error(r, 400, "bad_json", "the request body is not JSON: %s (line %d, column %d)",
                 je.text, je.line, je.column);

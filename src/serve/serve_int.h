@@ -81,7 +81,11 @@ void serve_when_durable(serve_req *r, void (*answer)(serve_req *r, void *ud), vo
 /* A query parameter, percent-decoded into the request's pool, in *out (NULL when absent): 0,
  * or -1 after replying 400 for a malformed one. */
 int serve_query(serve_req *r, const char *name, const char **out);
-/* The body as a JSON object (an empty body is {}); NULL after replying 400 naming the fault. */
+/* 0 when every parameter of the query is one of known (NULL-terminated; NULL: none) and none is
+ * given twice; else -1 after replying 400 naming it (what: the endpoint, for the message). */
+int serve_query_only(serve_req *r, const char *const *known, const char *what);
+/* The body as a JSON object (an empty body is {}, a key given twice refused); NULL after
+ * replying 400 naming the fault. */
 json_t *serve_body(serve_req *r);
 
 /* request.c: the rest of a request's parts. serve_decode: s[0..n) percent-decoded into the

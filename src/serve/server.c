@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 
 #define DEFAULT_MAX_BODY (1u << 20)
 #define DEFAULT_MAX_HEADERS (16u << 10)
@@ -30,6 +31,7 @@ typedef struct conn {
   mend_server *srv;
   h2o_socket_t *sock;
   int linger_fd;               /* kept open past h2o's close of a refused body (linger.c); -1 */
+  int shut;                    /* shut at close under a request left unanswered: h2o closes it */
   struct conn *prev, *next;
 } conn;
 
@@ -647,15 +649,34 @@ void mend_server_close(mend_server *srv) {
   uv_timer_start(&t, tick, 50, 50);
   uint64_t until = uv_now(loop) + 300;
   while (srv->conns && uv_now(loop) < until) uv_run(loop, UV_RUN_ONCE);
-  /* A request still waiting for its batch is closed under h2o with its connection, never to
-   * be disposed of: it is let go of here, and not answered. Said in the log: its client saw
-   * only a closed connection, and what it wrote is committed only if the batch still is, as
-   * the engine closes. */
+  /* A request still waiting for its batch is let go of, not answered: its client sees only a
+   * closed connection (said in the log), and what it wrote is committed only if the batch
+   * still is, as the engine closes. Its connection is shut first and h2o then given an answer
+   * it cannot write: h2o ends the request and closes the connection itself, freeing both.
+   * Closed under h2o with its request in flight (h2o reads nothing then), h2o would never
+   * learn of it and would keep both, 5 KB a request. */
   int unanswered = 0;
   while (srv->pending) {
-    mend_engine_durable_cancel(srv->E, &srv->pending->wait);
-    pending_unlink(srv->pending);
+    pending *p = srv->pending;
+    mend_engine_durable_cancel(srv->E, &p->wait);
+    pending_unlink(p);
+    h2o_socket_t *sock = p->req->conn->callbacks->get_socket(p->req->conn);
+    for (conn *c = srv->conns; c; c = c->next) {
+      uv_os_fd_t fd;
+      if (c->sock == sock && uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0) {
+        shutdown(fd, SHUT_RDWR);
+        c->shut = 1;
+      }
+    }
+    serve_req r = {.req = p->req, .srv = srv, .E = srv->E};
+    serve_error(&r, 503, "stopping", "the server stopped before this was committed");
     unanswered++;
+  }
+  for (until = uv_now(loop) + 300; uv_now(loop) < until;) {
+    int shut = 0;
+    for (conn *c = srv->conns; c && !shut; c = c->next) shut = c->shut;
+    if (!shut) break;
+    uv_run(loop, UV_RUN_ONCE);
   }
   if (unanswered) {
     char msg[300];

@@ -18,7 +18,8 @@
 #include <string.h>
 #include <unistd.h>
 
-/* The live workers, as "worker W (N runs, its lease lasts S s more), ..." in buf; their count. */
+/* The live workers, as "worker W (N runs, its lease lasts S s more), ..." in buf, as many
+ * whole entries as fit and then ", and K more" for the rest; their count. */
 static int live_workers(mend_store *s, char *buf, size_t len, int *failed) {
   sqlite3_stmt *q;
   *failed = 0;
@@ -28,20 +29,28 @@ static int live_workers(mend_store *s, char *buf, size_t len, int *failed) {
     *failed = 1;
     return 0;
   }
-  int n = 0, rc;
+  enum { MORE_ROOM = sizeof ", and 2147483647 more" };
+  int n = 0, left_out = 0, rc;
   size_t used = 0;
   buf[0] = '\0';
   while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
     const char *owner = (const char *)sqlite3_column_text(q, 0);
     int runs = sqlite3_column_int(q, 1);
-    if (used < len) {
-      int w = snprintf(buf + used, len - used,
-                       "%sworker %s (%d run%s, its lease lasts %.0f s more)", n ? ", " : "", owner ? owner : "?", runs, runs == 1 ? "" : "s",
-                       sqlite3_column_double(q, 2));
-      used = w < 0 ? len : used + (size_t)w;
+    char one[320];
+    int w = snprintf(one, sizeof one, "%sworker %s (%d run%s, its lease lasts %.0f s more)",
+                     n ? ", " : "", owner ? owner : "?", runs, runs == 1 ? "" : "s",
+                     sqlite3_column_double(q, 2));
+    /* A name cut short or half an entry would read as a worker of that name. */
+    if (!left_out && w > 0 && (size_t)w < sizeof one && used + (size_t)w + MORE_ROOM <= len) {
+      memcpy(buf + used, one, (size_t)w + 1);
+      used += (size_t)w;
+    } else {
+      left_out++;
     }
     n++;
   }
+  if (left_out && len > used)
+    snprintf(buf + used, len - used, "%sand %d more", used ? ", " : "", left_out);
   if (rc != SQLITE_DONE) *failed = 1;
   sqlite3_finalize(q);
   return n;

@@ -70,31 +70,6 @@ double mend__pg_mono(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* libpq's message on one line: its lines joined by "; ", each without its severity prefix, and
- * its indented lines (hints: "\tThis probably means the server terminated abnormally", "\tIs
- * the server running on that host") left out. Not only the first line: a URI of several hosts
- * has each host's failure on a line of its own, the one that answered (a password refused)
- * after those that did not. */
-void mend__pg_one_line(char *out, size_t len, const char *msg) {
-  if (!msg || !*msg) msg = "unknown error";
-  size_t n = 0;
-  while (*msg && n + 1 < len) {
-    int hint = *msg == '\t';
-    if (strncmp(msg, "ERROR:  ", 8) == 0 || strncmp(msg, "FATAL:  ", 8) == 0) msg += 8;
-    size_t line = hint ? 0 : strcspn(msg, "\n");
-    while (line && (msg[line - 1] == ' ' || msg[line - 1] == '\r')) line--;
-    if (line) {
-      if (n && n + 2 < len) { out[n++] = ';'; out[n++] = ' '; }
-      size_t take = line < len - 1 - n ? line : len - 1 - n;
-      memcpy(out + n, msg, take);
-      n += take;
-    }
-    msg += strcspn(msg, "\n");
-    if (*msg) msg++;
-  }
-  out[n] = 0;
-}
-
 int mend__pg_fail_to(char *err, int errlen, const char *server, PGconn *c, const PGresult *r,
                      const char *what) {
   char cause[1024];

@@ -7,6 +7,7 @@
  * leave a partial copy behind; copy into a store that has rows; name a password.
  */
 #include "store/pg/pg_copy.h"
+#include "store/pg/pg_line.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -26,11 +27,11 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...) {
   va_end(ap);
 }
 
-/* what: the first line of libpq's message m (its later lines would stand alone). */
+/* "what: " and libpq's message m, on one line. */
 static void trim_copy(char *err, size_t errlen, const char *what, const char *m) {
-  size_t n = strcspn(m, "\n");
-  while (n > 0 && m[n - 1] == ' ') n--;
-  set_err(err, errlen, "%s: %.*s", what, (int)n, m);
+  char cause[768];
+  mend__pg_one_line(cause, sizeof cause, m);
+  set_err(err, errlen, "%s: %s", what, cause);
 }
 
 static PGresult *pexec(PGconn *c, const char *sql, const char *what, char *err, size_t errlen) {

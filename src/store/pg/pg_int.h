@@ -22,6 +22,7 @@
 #include "../../store.h"
 #include "../handoff.h"
 #include "pg.h"
+#include "pg_line.h"
 
 /* PostgreSQL's own schema versions (meta 'schema_version'), unrelated to SQLite's. */
 #define MEND_PG_SCHEMA_VERSION 6
@@ -161,10 +162,6 @@ typedef struct mend_pg {
 
 /* pg.c */
 void mend__pg_msg(char *buf, int len, const char *fmt, ...);
-/* A libpq message on one line, its lines joined by "; " (each without "ERROR:  " or "FATAL:  "
- * and its indentation): a later line standing alone in a log or on a terminal reads as a
- * message of its own, and a URI of several hosts has the answering host's cause last. */
-void mend__pg_one_line(char *out, size_t len, const char *msg);
 /* 1 when the server can take t as text (NULL too); 0 when it would refuse it (not UTF-8 on a
  * UTF8 connection), which means no row holds it: a read can answer "none" without asking.
  * Waits for the writer thread first, as a read does. */

@@ -7,6 +7,7 @@
  * transaction open that it began; name the server or a password in a message.
  */
 #include "store/pg/pg_view.h"
+#include "store/pg/pg_line.h"
 
 #include <float.h>
 #include <math.h>
@@ -23,19 +24,11 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...) {
   va_end(ap);
 }
 
-/* The length of a message's first line, trailing blanks left out: libpq's later lines
- * ("\tThis probably means ...") would stand alone where the message is printed. */
-static size_t first_line_len(const char *m) {
-  size_t n = strcspn(m, "\n");
-  while (n > 0 && m[n - 1] == ' ') n--;
-  return n;
-}
-
-/* The server's message, its first line. */
-static void pg_err(PGconn *c, const char *what, char *err, size_t errlen) {
-  const char *m = PQerrorMessage(c);
-  size_t n = first_line_len(m);
-  set_err(err, errlen, "%s: %.*s", what, (int)n, n ? m : "no connection");
+/* The server's message, on one line. */
+static void pg_err(const char *m, const char *what, char *err, size_t errlen) {
+  char cause[768];
+  mend__pg_one_line(cause, sizeof cause, m && *m ? m : "no connection");
+  set_err(err, errlen, "%s: %s", what, cause);
 }
 
 /* Runs sql with text parameters; the result, or NULL with err set. */
@@ -45,12 +38,7 @@ static PGresult *exec(PGconn *c, const char *sql, int n, const char *const *para
   ExecStatusType st = PQresultStatus(r);
   if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) return r;
   const char *m = r ? PQresultErrorMessage(r) : "";
-  if (m && *m) {
-    size_t len = first_line_len(m);
-    set_err(err, errlen, "%s: %.*s", what, (int)len, m);
-  } else {
-    pg_err(c, what, err, errlen);
-  }
+  pg_err(m && *m ? m : PQerrorMessage(c), what, err, errlen);
   PQclear(r);
   return NULL;
 }

@@ -1,0 +1,72 @@
+-- The HTTP API's query parameters and JSON bodies read one way everywhere: a count is digits
+-- from its first byte (`limit` took " 5" where `tail` refused it), a parameter the endpoint
+-- does not take or one given twice is refused naming it (both were ignored: a misspelt `limt`
+-- or a second `limit` answered as if not given), and a body's key given twice is refused
+-- (the last was taken). Each is 400, as docs/http-api.md says.
+local H = require "spec.helper"
+local mend = require "mend"
+
+local S = require "spec.support.serve_harness"
+local workspace, start, get, post = S.workspace, S.start, S.get, S.post
+local json = mend.json
+
+local function refused(base, path, code_name, pattern)
+  local code, e, raw = get(base, path)
+  assert.are.equal(400, code, path .. ": " .. tostring(raw))
+  assert.are.equal(code_name, e.error.code, path)
+  assert.matches(pattern, e.error.message, 1, false)
+end
+
+describe("the HTTP API's query parameters and bodies", function()
+  after_each(S.cleanup)
+
+  it("refuses a malformed count, an unknown parameter and a repeated one, naming it", function()
+    local dir, db = workspace()
+    local base = start(dir, db)
+    local code, r = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "x" } })
+    assert.are.equal(201, code, json.encode(r))
+    local history = "/api/v1/runs/" .. r.id .. "/history"
+    -- what is right is answered
+    assert.are.equal(200, (get(base, "/api/v1/runs?limit=5&status=running&workflow=hello")))
+    assert.are.equal(200, (get(base, "/api/v1/runs?since=0.5")))
+    assert.are.equal(200, (get(base, history .. "?tail=1")))
+    assert.are.equal(200, (get(base, history .. "?after=0&limit=2")))
+    assert.are.equal(200, (get(base, "/api/v1/runs/" .. r.id)))
+    -- a count as tail reads it, for limit and since too
+    for _, v in ipairs { "%205", "+5", "%2B5" } do
+      refused(base, "/api/v1/runs?limit=" .. v, "bad_query", "^limit must be a whole number")
+      refused(base, history .. "?tail=" .. v, "bad_query", "^tail must be a whole number")
+      refused(base, "/api/v1/runs?since=" .. v, "bad_query", "^since must be a time")
+    end
+    refused(base, "/api/v1/runs?since=0x10", "bad_query", "^since must be a time")
+    -- a parameter the endpoint does not take
+    refused(base, "/api/v1/runs?limt=5", "bad_query",
+            '^unknown query parameter "limt": GET /api/v1/runs takes status, workflow, since, limit, cursor$')
+    refused(base, history .. "?tial=5", "bad_query", 'unknown query parameter "tial"')
+    refused(base, "/api/v1/runs/" .. r.id .. "?limit=5", "bad_query",
+            '^unknown query parameter "limit": this endpoint takes none$')
+    refused(base, "/api/v1/dlq?x", "bad_query", 'unknown query parameter "x"')
+    code = post(base, "/api/v1/runs?dry_run=1", { workflow = "hello", input = { to = "y" } })
+    assert.are.equal(400, code)
+    -- one given twice, even with the same value, or spelt with an escape
+    refused(base, "/api/v1/runs?limit=1&limit=2", "bad_query", "^the query parameter limit is given twice$")
+    refused(base, history .. "?tail=1&tail=1", "bad_query", "^the query parameter tail is given twice$")
+    refused(base, "/api/v1/runs?limit=1&l%69mit=2", "bad_query", "limit is given twice")
+    -- a name spelt with an escape is the name
+    assert.are.equal(200, (get(base, "/api/v1/runs?l%69mit=1")))
+    assert.are.same({ "1" }, H.sql(db, "SELECT count(*) FROM runs"))
+  end)
+
+  it("refuses a body whose key is given twice, naming the key", function()
+    local dir, db = workspace()
+    local base = start(dir, db)
+    local code, e = post(base, "/api/v1/runs", '{"workflow": "hello", "workflow": "nope"}')
+    assert.are.equal(400, code)
+    assert.are.equal("bad_json", e.error.code)
+    assert.matches('gives a key twice: .*"workflow"', e.error.message)
+    code, e = post(base, "/api/v1/runs", '{"workflow": "hello", "input": {"to": "a", "to": "b"}}')
+    assert.are.equal(400, code)
+    assert.matches('gives a key twice: .*"to"', e.error.message)
+    assert.are.same({ "0" }, H.sql(db, "SELECT count(*) FROM runs"))
+  end)
+end)
