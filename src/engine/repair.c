@@ -362,8 +362,11 @@ static int cancel_run(mend_engine *E, const char *id, const char *who, int recor
   char why[400] = "";
   if (!live && record && !take_now && mend_store_has_write_lock(E->store))
     return take_later(E, err, errlen);
-  if (!live && hold_status(E, id, "running", "only a running run can be cancelled", record, err,
-                           errlen))
+  /* Held by a live worker, the run's row is still written (its cancel requested): the look
+   * holds it first, so that another session's lock on it is met there, bounded, and not by
+   * the batch's writes, which would wait for it without end. */
+  if ((!live || !(record && mend_store_has_write_lock(E->store))) &&
+      hold_status(E, id, "running", "only a running run can be cancelled", record, err, errlen))
     return -1;
   r = live ? NULL : take_over(E, id, why, sizeof why);
   if (!r) {
