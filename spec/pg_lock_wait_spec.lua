@@ -83,6 +83,28 @@ describe("a run's row locked by another PostgreSQL session", function()
     assert.are.equal(0, rc, out .. err)
   end)
 
+  it_pg("mend complete answers while the run's row is held: a token takes no lock on it", function()
+    local dir = H.tmp_dir()
+    H.write_file(dir, "approval.lua", H.slurp("workflows/approval.lua"))
+    local db, log = H.new_db(dir, "a.db"), dir .. "/worker.log"
+    local rc, out = H.mend_in(nil, db, "start approval --workflows " .. q(dir)
+      .. [[ --input '{"order":"o-1","amount":25}']])
+    assert.are.equal(0, rc, out)
+    local id = out:match("(%S+)")
+    local pid = H.spawn_worker(db, dir, log)
+    local token
+    H.wait_for("the token", function()
+      token = H.read(log):match("mtk_%x+")
+      return token ~= nil
+    end, 10)
+    H.stop_worker(pid)
+    hold_row(dir, db, id)
+    local err
+    rc, out, err = mend_bounded(db, "complete " .. token .. " --result '{\"by\":\"alice\"}'")
+    assert.are.equal(0, rc, out .. err)
+    assert.matches("token completed: run " .. id, out)
+  end)
+
   it_pg("mend dlq retry and mend dlq resolve give up naming the run, and the dead letter stays", function()
     local dir, db = S.workspace()
     local id = S.dead_letter(dir, db)

@@ -403,6 +403,7 @@ int mend__pg_hold_status(mend_store *s, const char *id, const char *status, char
   int ms = p->busy_ms > 0 ? p->busy_ms : PG_BUSY_MS;
   snprintf(set, sizeof set, "SAVEPOINT mend_look; SET LOCAL lock_timeout = %d", ms);
   if (look_exec(p, set) != 0) return -1;
+  p->tx_savepoints++;   /* a subtransaction of its own: counted with the flushes' (pg_batch.c) */
   const char *v[1] = {id};
   char name[16];
   snprintf(name, sizeof name, "m%d", P_RUN_STATUS);
