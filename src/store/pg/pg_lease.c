@@ -412,7 +412,8 @@ int mend__pg_hold_status(mend_store *s, const char *id, const char *status, char
   if (PQresultStatus(r) != PGRES_TUPLES_OK) {
     const char *code = PQresultErrorField(r, PG_DIAG_SQLSTATE);
     /* lock_not_available (the bound), or picked to end a deadlock while it waited: a lock */
-    int timed_out = code && (strcmp(code, "55P03") == 0 || strcmp(code, "40P01") == 0);
+    int deadlock = code && strcmp(code, "40P01") == 0;
+    int timed_out = deadlock || (code && strcmp(code, "55P03") == 0);
     mend__pg_fail(p, p->conn, r, "read a run's status");
     PQclear(r);
     if (PQstatus(p->conn) != CONNECTION_OK) {
@@ -427,8 +428,12 @@ int mend__pg_hold_status(mend_store *s, const char *id, const char *status, char
       p->batch_failed = 1;   /* not a lock: as any failed statement, the engine hears of it */
       return -1;
     }
-    mend__pg_msg(p->err, sizeof p->err, "%s: read a run's status: run %s is locked by another "
-                 "session (waited %.1f s)", p->server, id, ms / 1000.0);
+    if (deadlock)
+      mend__pg_msg(p->err, sizeof p->err, "%s: read a run's status: run %s is locked by another "
+                   "session, which waits for this one's (deadlock)", p->server, id);
+    else
+      mend__pg_msg(p->err, sizeof p->err, "%s: read a run's status: run %s is locked by another "
+                   "session (waited %.1f s)", p->server, id, ms / 1000.0);
     return MEND_STORE_BUSY;
   }
   const char *st = PQntuples(r) > 0 ? PG_TEXT(r, 0, 0) : NULL;
