@@ -617,8 +617,10 @@ static int resolve_unavailable(mend_engine *E, const char *id, const char *who, 
    * again now that the run is held until the batch commits (its row; SQLite's write lock). */
   if ((live = holder(E, id, owner, sizeof owner, 0)) != 0) {
     E->refusal = live > 0 ? MEND_REFUSED_STATE : MEND_REFUSED_STORE;
-    if (live > 0) mend_errorf(err, errlen, "run %s is held by worker %s, which can carry it on", id, owner);
-    else mend_errorf(err, errlen, "%s", owner);
+    if (live > 0)
+      mend_errorf(err, errlen, "run %s is held by worker %s, which can carry it on", id, owner);
+    else
+      mend_errorf(err, errlen, "%s", owner);
     json_decref(row);
     if (!record) mend__commit_now(E);   /* ends the look's transaction, as a refusal there does */
     else mend__kick(E);
