@@ -188,6 +188,21 @@ void mend__failpoint_lua(lua_State *L, const char *name) {
   if (hit == 1) raise(SIGKILL);
   if (hit == 2) luaL_error(L, "failpoint %s: a Lua error outside every protected call", name);
 }
+
+/* MEND_PAUSE=name:FILE: at point `name` the process makes FILE and waits (up to 60 s) until it
+ * is removed, so that a spec can act between two statements of mend's on cue (a worker's
+ * claim between a repair's first look and its transaction). */
+void mend__pause_point(const char *name) {
+  const char *spec = getenv("MEND_PAUSE");
+  const char *colon = spec ? strchr(spec, ':') : NULL;
+  if (!colon || strlen(name) != (size_t)(colon - spec) || strncmp(spec, name, strlen(name)) != 0)
+    return;
+  FILE *f = fopen(colon + 1, "w");
+  if (!f) return;
+  fclose(f);
+  struct timespec ts = {0, 10 * 1000 * 1000};
+  for (int i = 0; i < 6000 && access(colon + 1, F_OK) == 0; i++) nanosleep(&ts, NULL);
+}
 #else
 #define mend__failpoint(name) ((void)0)
 #endif

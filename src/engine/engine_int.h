@@ -381,8 +381,11 @@ void mend__failpoint(const char *name);
 #ifdef MEND_FAILPOINTS
 /* mend__failpoint, at a point where L is in no protected call: "name:N:panic" raises there. */
 void mend__failpoint_lua(lua_State *L, const char *name);
+/* A pause for a spec between two statements (engine.c, MEND_PAUSE). */
+void mend__pause_point(const char *name);
 #else
 #define mend__failpoint_lua(L, name) ((void)(L), (void)(name))
+#define mend__pause_point(name) ((void)(name))
 #endif
 int mend__logs(const mend_engine *E, const char *level);
 void mend__new_run_id(mend_engine *E, char out[MEND_RUN_ID_LEN]);

@@ -362,8 +362,11 @@ static int cancel_run(mend_engine *E, const char *id, const char *who, int recor
   char why[400] = "";
   if (!live && record && !take_now && mend_store_has_write_lock(E->store))
     return take_later(E, err, errlen);
-  if (!live && hold_status(E, id, "running", "only a running run can be cancelled", record, err,
-                           errlen))
+  /* Held by a live worker, the run's row is still written (its cancel requested): the look
+   * holds it first, so that another session's lock on it is met there, bounded, and not by
+   * the batch's writes, which would wait for it without end. */
+  if ((!live || !(record && mend_store_has_write_lock(E->store))) &&
+      hold_status(E, id, "running", "only a running run can be cancelled", record, err, errlen))
     return -1;
   r = live ? NULL : take_over(E, id, why, sizeof why);
   if (!r) {
@@ -605,8 +608,22 @@ static int resolve_unavailable(mend_engine *E, const char *id, const char *who, 
     json_decref(row);
     return take_later(E, err, errlen);
   }
+  mend__pause_point("resolve_unavailable");
   if (hold_status(E, id, st, RESOLVE_ONLY, record, err, errlen)) {
     json_decref(row);
+    return -1;
+  }
+  /* Who holds it was read before this transaction: a worker may have claimed it since. Read
+   * again now that the run is held until the batch commits (its row; SQLite's write lock). */
+  if ((live = holder(E, id, owner, sizeof owner, 0)) != 0) {
+    E->refusal = live > 0 ? MEND_REFUSED_STATE : MEND_REFUSED_STORE;
+    if (live > 0)
+      mend_errorf(err, errlen, "run %s is held by worker %s, which can carry it on", id, owner);
+    else
+      mend_errorf(err, errlen, "%s", owner);
+    json_decref(row);
+    if (!record) mend__commit_now(E);   /* ends the look's transaction, as a refusal there does */
+    else mend__kick(E);
     return -1;
   }
   double now = mend__entry_time(E, id);

@@ -490,6 +490,7 @@ const mend_store_methods mend__pg_methods = {
   .batch_open = mend__pg_batch_open,
   .start_writer = mend__pg_start_writer,
   .set_thread_cpus = mend__pg_set_thread_cpus,
+  .set_busy_wait = mend__pg_set_busy_wait,
   .hand_off = mend__pg_hand_off,
   .writer_busy = mend__pg_writer_busy,
   .batch_writes = mend__pg_batch_writes,

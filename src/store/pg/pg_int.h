@@ -147,6 +147,7 @@ typedef struct mend_pg {
   long writes_alone;           /* recorded writes sent one statement each, since the open: what
                                   test_pg_store reads to see that the arrays took a batch */
   long steps_inserted;         /* step rows sent by plain insert (P_INSERT_STEPS), likewise */
+  int busy_ms;                 /* how long a repair's look waits for a row (set_busy_wait) */
   int tx_conflict;             /* the server rolled the open batch back (a deadlock): SQLSTATE 40 */
   double retry_at, retry_delay;  /* reconnecting after the long try failed (pg_batch.c) */
   char retry_err[512];
@@ -159,6 +160,8 @@ typedef struct mend_pg {
 } mend_pg;
 
 #define PG(s) ((mend_pg *)(void *)(s))
+/* How long a repair's look waits for a run's row another session holds, unless told. */
+#define PG_BUSY_MS 5000
 
 /* pg.c */
 void mend__pg_msg(char *buf, int len, const char *fmt, ...);
@@ -328,6 +331,7 @@ int mend__pg_owner(mend_store *s, const char *id, char *owner_out, int owner_len
 json_t *mend__pg_lease_holders(mend_store *s);
 int mend__pg_release_owner(mend_store *s, const char *owner);
 int mend__pg_take(mend_store *s, const char *id, const char *owner, double lease_seconds);
+void mend__pg_set_busy_wait(mend_store *s, int ms);
 int mend__pg_hold_status(mend_store *s, const char *id, const char *status, char *found, int len);
 /* pg_ops.c */
 int mend__pg_version_number(mend_store *s, const mend_run_rec *r, long long *id);

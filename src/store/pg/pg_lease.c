@@ -382,21 +382,69 @@ int mend__pg_release_owner(mend_store *s, const char *owner) {
   return 0;
 }
 
+/* Runs sql in the open transaction; 0, or -1 with the batch failed (its message in err). */
+static int look_exec(mend_pg *p, const char *sql) {
+  if (mend__pg_exec(p, p->conn, sql, "read a run's status") == 0) return 0;
+  p->batch_failed = 1;
+  return -1;
+}
+
 /* The run's row locked in the open batch's transaction until it commits: another server's
- * repair of it waits for that, then reads what this one wrote. */
+ * repair of it waits for that, then reads what this one wrote. The lock is waited for only
+ * busy_ms (lock_timeout set for this look alone, in a savepoint of its own): another session's
+ * lock held longer (psql left open) rolls back to that savepoint only, and the batch, with the
+ * writes before it, goes on to commit; the session keeps no lock_timeout past the look. */
 int mend__pg_hold_status(mend_store *s, const char *id, const char *status, char *found, int len) {
   mend_pg *p = PG(s);
   found[0] = 0;
   if (!mend__pg_text_fits(p, id)) return 1;   /* no run's id (from a URL) */
   if (mend__pg_begin(p) != 0) return -1;
+  char set[96];
+  int ms = p->busy_ms > 0 ? p->busy_ms : PG_BUSY_MS;
+  snprintf(set, sizeof set, "SAVEPOINT mend_look; SET LOCAL lock_timeout = %d", ms);
+  if (look_exec(p, set) != 0) return -1;
+  p->tx_savepoints++;   /* a subtransaction of its own: counted with the flushes' (pg_batch.c) */
   const char *v[1] = {id};
-  PGresult *r = mend__pg_run(p, P_RUN_STATUS, NULL, 1, v, "read a run's status");
-  if (!r) return -1;
+  char name[16];
+  snprintf(name, sizeof name, "m%d", P_RUN_STATUS);
+  mend__pg_pre_forget(p, P_RUN_STATUS, id);
+  PGresult *r = PQexecPrepared(p->conn, name, 1, v, NULL, NULL, 0);
+  if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+    const char *code = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+    /* lock_not_available (the bound), or picked to end a deadlock while it waited: a lock */
+    int deadlock = code && strcmp(code, "40P01") == 0;
+    int timed_out = deadlock || (code && strcmp(code, "55P03") == 0);
+    mend__pg_fail(p, p->conn, r, "read a run's status");
+    PQclear(r);
+    if (PQstatus(p->conn) != CONNECTION_OK) {
+      p->conn_doomed = p->conn_lost = 1;
+      mend__pg_rollback(p);
+      return -1;
+    }
+    /* Whatever failed, the batch's writes before the look are kept: back to the savepoint. */
+    if (look_exec(p, "ROLLBACK TO SAVEPOINT mend_look; RELEASE SAVEPOINT mend_look") != 0)
+      return -1;
+    if (!timed_out) {
+      p->batch_failed = 1;   /* not a lock: as any failed statement, the engine hears of it */
+      return -1;
+    }
+    if (deadlock)
+      mend__pg_msg(p->err, sizeof p->err, "%s: read a run's status: run %s is locked by another "
+                   "session, which waits for this one's (deadlock)", p->server, id);
+    else
+      mend__pg_msg(p->err, sizeof p->err, "%s: read a run's status: run %s is locked by another "
+                   "session (waited %.1f s)", p->server, id, ms / 1000.0);
+    return MEND_STORE_BUSY;
+  }
   const char *st = PQntuples(r) > 0 ? PG_TEXT(r, 0, 0) : NULL;
   mend__pg_msg(found, len, "%s", st ? st : "");
   PQclear(r);
+  if (look_exec(p, "RELEASE SAVEPOINT mend_look; SET LOCAL lock_timeout TO DEFAULT") != 0)
+    return -1;
   return strcmp(found, status) == 0 ? 0 : 1;
 }
+
+void mend__pg_set_busy_wait(mend_store *s, int ms) { PG(s)->busy_ms = ms > 0 ? ms : PG_BUSY_MS; }
 
 int mend__pg_take(mend_store *s, const char *id, const char *owner, double lease_seconds) {
   mend_pg *p = PG(s);

@@ -1,0 +1,178 @@
+-- A run's row held locked by another PostgreSQL session (`BEGIN; SELECT ... FOR UPDATE;` in
+-- psql, left open): a repair of it gives up as it does on SQLite behind another process's write
+-- lock, naming the run and the lock: a command after 5 s (exit 1), mend serve's loop after 0.1 s
+-- (503) while it goes on answering other requests, a host's call after 5 s with the engine
+-- whole (the batch the repair joined commits, later starts and statuses work). They waited for
+-- ever. Every command runs under `timeout` so that a wait without end fails the test. Needs the
+-- test cluster (MEND_TEST_PG); pending without it.
+local H = require "spec.helper"
+local S = require "spec.support.serve_harness"
+local json = require("mend").json
+
+local q, sh = H.quote, H.shell
+
+local it_pg = H.PG and it or pending
+
+local holds = {}
+
+-- A psql session that locks run id's row (FOR UPDATE) and keeps its transaction open; returns
+-- once the lock is held.
+local function hold_row(dir, db, id)
+  local name = ("mend-hold-%d-"):format(#holds + 1) .. dir:match("([%w_]+)$")
+  local held = dir .. "/" .. name
+  local script = H.write_file(dir, name .. ".sql", ("BEGIN;\nSELECT id FROM runs WHERE id = '%s' FOR UPDATE;\n"
+    .. "\\! touch %s\nSELECT pg_sleep(120);\nCOMMIT;\n"):format(id, held))
+  os.execute(("PGAPPNAME=%s psql -X -q %s -f %s >/dev/null 2>&1 &"):format(q(name), q(db), q(script)))
+  holds[#holds + 1] = name
+  H.wait_for("psql to hold the row", function() return sh("test -e " .. q(held)) == 0 end, 10)
+end
+
+local function release_all()
+  for i = #holds, 1, -1 do
+    H.sql(H.PG, ("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = '%s'")
+      :format(holds[i]))
+    holds[i] = nil
+  end
+end
+
+-- `mend ARGS --db DB` under a 40 s timeout (124: it waited that long); code, stdout, stderr
+-- and the seconds it took.
+local function mend_bounded(db, args)
+  local t0 = H.wall()
+  local rc, out, err = H.mend_in(nil, db, args)
+  return rc, out, err, H.wall() - t0
+end
+
+local function gives_up(id, rc, out, err, took)
+  assert.are_not.equal(124, rc, "it waited for the lock without end")
+  assert.are.equal(1, rc, out .. err)
+  assert.matches("run " .. id .. " is locked by another session %(waited 5%.0 s%)", err)
+  assert.is_true(took < 30, "took " .. took)
+end
+
+describe("a run's row locked by another PostgreSQL session", function()
+  local real_mend
+  setup(function()
+    real_mend = H.MEND
+    H.MEND = "timeout 40 " .. H.MEND
+  end)
+  teardown(function() H.MEND = real_mend end)
+  after_each(function()
+    release_all()
+    S.stop_all()
+    H.cleanup()
+  end)
+
+  it_pg("mend cancel gives up naming the run and the lock, and the run is as it was", function()
+    local dir, db = S.workspace()
+    local rc, out, err = H.mend_in(dir, db, "start wait --workflows .")
+    assert.are.equal(0, rc, err)
+    local id = out:match("(%S+)")
+    local before = H.status_json(db, id)
+    hold_row(dir, db, id)
+    local took
+    rc, out, err, took = mend_bounded(db, "cancel " .. id)
+    gives_up(id, rc, out, err, took)
+    release_all()
+    local st = H.status_json(db, id)
+    assert.are.equal("running", st.status)
+    assert.are.same(before.steps, st.steps)
+    -- a signal takes no lock on the run's row: it answers while the row is held
+    hold_row(dir, db, id)
+    rc, out, err = H.mend_in(nil, db, "signal " .. id .. " payment --data '{\"amount\":5}'")
+    assert.are.equal(0, rc, out .. err)
+  end)
+
+  it_pg("mend complete answers while the run's row is held: a token takes no lock on it", function()
+    local dir = H.tmp_dir()
+    H.write_file(dir, "approval.lua", H.slurp("workflows/approval.lua"))
+    local db, log = H.new_db(dir, "a.db"), dir .. "/worker.log"
+    local rc, out = H.mend_in(nil, db, "start approval --workflows " .. q(dir)
+      .. [[ --input '{"order":"o-1","amount":25}']])
+    assert.are.equal(0, rc, out)
+    local id = out:match("(%S+)")
+    local pid = H.spawn_worker(db, dir, log)
+    local token
+    H.wait_for("the token", function()
+      token = H.read(log):match("mtk_%x+")
+      return token ~= nil
+    end, 10)
+    H.stop_worker(pid)
+    hold_row(dir, db, id)
+    local err
+    rc, out, err = mend_bounded(db, "complete " .. token .. " --result '{\"by\":\"alice\"}'")
+    assert.are.equal(0, rc, out .. err)
+    assert.matches("token completed: run " .. id, out)
+  end)
+
+  it_pg("mend dlq retry and mend dlq resolve give up naming the run, and the dead letter stays", function()
+    local dir, db = S.workspace()
+    local id = S.dead_letter(dir, db)
+    hold_row(dir, db, id)
+    gives_up(id, mend_bounded(db, "dlq retry " .. id))
+    gives_up(id, mend_bounded(db, "dlq resolve " .. id .. " --note 'refunded by hand'"))
+    release_all()
+    assert.are.equal("needs_attention", H.status_json(db, id).status)
+    local rc, out, err = H.mend_in(nil, db, "dlq resolve " .. id .. " --note 'refunded by hand'")
+    assert.are.equal(0, rc, out .. err)
+  end)
+
+  it_pg("mend serve answers a cancel 503 at once, and other requests meanwhile", function()
+    local dir, db = S.workspace()
+    local rc, out, err = H.mend_in(dir, db, "start wait --workflows .")
+    assert.are.equal(0, rc, err)
+    local id = out:match("(%S+)")
+    local dead = S.dead_letter(dir, db)
+    local base = S.start(dir, db)
+    hold_row(dir, db, id)
+    hold_row(dir, db, dead)
+    local cancel = S.post_later(dir, base, "/api/v1/runs/" .. id .. "/cancel", {}, "cancel")
+    local resolve = S.post_later(dir, base, "/api/v1/dlq/" .. dead .. "/resolve", { note = "x" }, "resolve")
+    local started = S.post_later(dir, base, "/api/v1/runs", { workflow = "hello", input = { to = "a" } }, "start")
+    local code, body, took = started()
+    assert.are.equal(201, code, json.encode(body))
+    assert.is_true(took < 5, "the start waited " .. took .. " s")
+    for _, answer in ipairs({ cancel, resolve }) do
+      code, body = answer()
+      assert.are.equal(503, code, json.encode(body))
+      assert.matches("is locked by another session", body.error.message)
+    end
+    release_all()
+    code = S.post(base, "/api/v1/runs/" .. id .. "/cancel", {})
+    assert.is_truthy(code == 200 or code == 202, code)
+  end)
+
+  it_pg("a host's cancel gives up and its engine goes on: the batch it joined commits", function()
+    local dir, db = S.workspace()
+    local rc, out, err = H.mend_in(dir, db, "start wait --workflows .")
+    assert.are.equal(0, rc, err)
+    local id = out:match("(%S+)")
+    hold_row(dir, db, id)
+    local script = H.write_file(dir, "host.lua", [==[
+      local mend = require "mend"
+      local eng = mend.engine{ db = arg[1] }
+      eng:load(arg[2] .. "/wait.lua")
+      eng:load(arg[2] .. "/hello.lua")
+      local first = eng:start("wait", {})
+      local ok, err = pcall(eng.cancel, eng, arg[3])
+      print("cancel", ok, err)
+      local second = eng:start("hello", { to = "b" })
+      print("status", eng:status(first).status, eng:status(second).status)
+      print("ids", first, second)
+    ]==])
+    local t0 = H.wall()
+    rc, out = sh(("timeout 40 lua5.4 %s %s %s %s 2>&1"):format(q(script), q(db), q(dir), id))
+    assert.are_not.equal(124, rc, "it waited for the lock without end: " .. out)
+    assert.are.equal(0, rc, out)
+    assert.is_true(H.wall() - t0 < 30)
+    assert.matches("cancel\tfalse\t[^\n]*run " .. id .. " is locked by another session", out)
+    assert.matches("status\trunning\t%a+", out)
+    local first, second = out:match("ids\t(%S+)\t(%S+)")
+    release_all()
+    assert.are.equal("running", H.status_json(db, first).status)
+    assert.is_truthy(H.status_json(db, second).status)
+    assert.are.equal("running", H.status_json(db, id).status)
+    -- the session kept no lock_timeout: nothing else of the engine gave up
+    assert.is_falsy(out:find("lock timeout"), out)
+  end)
+end)
