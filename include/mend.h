@@ -97,7 +97,8 @@ typedef void (*mend_json_fn)(void *ud, const char *json);
  * (asynchronous); the step waits without blocking anything meanwhile. */
 typedef void (*mend_host_fn)(void *ud, mend_call *call, const char *args_json);
 
-/* The class the kernel schedules mend's commit thread in. With fewer cores than busy threads,
+/* The class the kernel schedules mend's commit thread in (and the thread that reads a ticking
+ * host's inbox looks, which follows it: SCHED_BATCH unless MEND_WRITER_SCHED_OTHER). With fewer cores than busy threads,
  * the kernel runs the thread woken to commit a batch at once on the core of the thread that
  * handed it over, in the middle of that thread's tick (W11 under load: up to a fifth of the
  * hand-offs). In SCHED_BATCH it keeps its full share of the CPU, so commits are not starved,
@@ -291,7 +292,8 @@ typedef struct mend_tick_stats {
    * clock, not CPU: the host reads its thread's CPU clock and context switches around the
    * call to tell mend's work from time the OS took (examples/game_loop.c). */
   int resumed;      /* of actions: steps resumed with a host function's answer */
-  int delivered;    /* of actions: events (mend_engine_signal) that reached a waiting run */
+  int delivered;    /* events taken by steps waiting for them (mend_engine_signal's, or found
+                       in the inbox by a look) */
   int picked_up;    /* batches found durable (their runs' next actions made ready) */
   int heard;        /* events heard by on_event in this tick */
   int handed_off;   /* 1: the tick handed its batch to mend's commit thread */

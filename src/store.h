@@ -275,8 +275,10 @@ typedef struct mend_store_methods {
   int (*next_committed_event)(mend_store *s, const char *run_id, const char *name,
                               long long *seq, char **payload, char **key);
   /* Opens now what next_committed_event reads with (a reader, a connection: a login takes
-   * milliseconds), so that its first use is not inside a tick. NULL: nothing to open. */
-  void (*open_committed_reads)(mend_store *s);
+   * milliseconds), so that its first use is not inside a tick. batch: a thread the store
+   * starts for it runs in SCHED_BATCH (the host's mend_writer_sched), else in the class it
+   * inherits. NULL: nothing to open. */
+  void (*open_committed_reads)(mend_store *s, int batch);
   /* next_committed_event for n runs at once, sent without waiting for the answer (a ticking
    * host picks it up at a later tick with look_ahead_take): 0 sent; 1 not now (its connection
    * is still being opened: the caller sends it later); -1 not (the caller looks another way).
@@ -651,8 +653,8 @@ static inline int mend_store_record_event(mend_store *s, const char *run_id, con
 static inline int mend_store_reads_committed_events(mend_store *s) {
   return MEND_STORE_M(s)->next_committed_event != NULL;
 }
-static inline void mend_store_open_committed_reads(mend_store *s) {
-  if (MEND_STORE_M(s)->open_committed_reads) MEND_STORE_M(s)->open_committed_reads(s);
+static inline void mend_store_open_committed_reads(mend_store *s, int batch) {
+  if (MEND_STORE_M(s)->open_committed_reads) MEND_STORE_M(s)->open_committed_reads(s, batch);
 }
 static inline int mend_store_can_look_ahead(mend_store *s) {
   return MEND_STORE_M(s)->look_ahead != NULL &&

@@ -1237,7 +1237,7 @@ static void test_thread_cpus(void) {
   PGconn *locker = raw();
   sql(locker, "BEGIN");
   sql(locker, "LOCK TABLE inbox IN ACCESS EXCLUSIVE MODE");
-  mend__pg_open_committed_reads(s);
+  mend__pg_open_committed_reads(s, 0);
   CHECK(lock_waiters("relation") >= 1);
   cpus_of("mend-pg-open", seen, sizeof seen);
   CHECK_STR(seen, last);
@@ -1268,7 +1268,7 @@ static void test_aux_opened_aside(void) {
   pthread_t t;
   pthread_create(&t, NULL, unlock_later, locker);   /* so that a blocking open ends too */
   double t0 = mend__pg_mono();
-  mend__pg_open_committed_reads(s);
+  mend__pg_open_committed_reads(s, 0);
   CHECK(mend__pg_mono() - t0 < 1.0);
   CHECK(lock_waiters("relation") >= 1);
   const char *ids[1] = {"r1"}, *names[1] = {"paid"};

@@ -110,7 +110,7 @@ static void tick(mend_engine *E, double budget, mend_tick_stats *st, totals *t) 
   double phases = st->pickup_seconds + st->work_seconds + st->gc_seconds + st->handoff_seconds;
   if (st->pickup_seconds < 0 || st->work_seconds < 0 || st->gc_seconds < 0 ||
       st->handoff_seconds < 0 || phases > st->seconds + 1e-6 ||
-      st->resumed + st->delivered > st->actions || st->handed_off < 0 || st->handed_off > 1 ||
+      st->resumed > st->actions || st->handed_off < 0 || st->handed_off > 1 ||
       st->lua_kb_begin <= 0 || st->lua_kb_end <= 0)
     t->phases_bad++;
 }

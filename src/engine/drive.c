@@ -15,6 +15,7 @@
 #include <stdlib.h>
 
 #include <lua.h>
+#include <mend.h>
 
 #include "util.h"
 
@@ -173,7 +174,7 @@ int mend_engine_tick_with(mend_engine *E, double budget, mend_engine_tick_info *
   if (!E->broken) tick_writer(E);
   if (!E->tick_reads_opened) {   /* at the first tick, so that no later one pays for a login */
     E->tick_reads_opened = 1;
-    mend_store_open_committed_reads(E->store);
+    mend_store_open_committed_reads(E->store, E->cfg.writer_sched != MEND_WRITER_SCHED_OTHER);
   }
   if (!E->broken) mend__looks_pick_up(E, 0);   /* what the last tick's look found, if here */
   double t_work = mend_real_now();

@@ -677,7 +677,7 @@ void mend__http_close(mend_engine *E);
 /* ---- hostcall.c: functions of the host, called from steps */
 void mend__abandon_host_call(mend_run *r);
 void mend__forget_host_calls(mend_engine *E);
-void mend__resume_answered(mend_engine *E);
+int mend__resume_answered(mend_engine *E);
 int mend__sent_event_ready(const mend_engine *E);
 int mend__sent_event_needs_store(mend_engine *E);
 int mend__answer_needs_store(const mend_engine *E);

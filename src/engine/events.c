@@ -143,6 +143,7 @@ int mend__take_looked_event(mend_run *r, int i, long long seq, char *payload, ch
   mend__step_to(r, i, MEND_STEP_SUCCEEDED, NULL, -1, NULL);
   mend__set_result(r, i);
   mend__after_success(r, i, 0);   /* the next step's writes join this batch; its execute waits for it */
+  if (E->turn_deadline > 0) E->tick_delivered++;
   return 1;
 }
 

@@ -108,7 +108,7 @@ int mend__answer_needs_store(const mend_engine *E) {
 }
 
 /* The oldest answer resumes its step (or, its attempt abandoned meanwhile, is only freed). */
-void mend__resume_answered(mend_engine *E) {
+int mend__resume_answered(mend_engine *E) {
   mend_host_call *call = E->answered_head;
   E->answered_head = call->next;
   if (!E->answered_head) E->answered_tail = NULL;
@@ -122,6 +122,7 @@ void mend__resume_answered(mend_engine *E) {
   json_decref(call->error);
   free(call);
   if (r) mend__resume(r, 2);
+  return r != NULL;
 }
 
 int mend_host_return(mend_host_call *call, const char *result_json) {

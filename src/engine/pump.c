@@ -519,11 +519,10 @@ static int pump_turn(mend_engine *E) {
       int kind = E->answered_head && !answers_wait ? MEND_TP_ANSWER : MEND_TP_EVENT;
       mend__tp_begin(E);
       if (kind == MEND_TP_ANSWER) {
-        mend__resume_answered(E);
-        E->tick_resumed++;
+        int resumed = mend__resume_answered(E);
+        if (E->turn_deadline > 0) E->tick_resumed += resumed;
       } else {
         mend__deliver_sent_event(E);
-        E->tick_delivered++;
       }
       mend__tp_end(E, kind, NULL);
       did++;

@@ -178,9 +178,9 @@ void mend__inbox_read_hold(const char *hold, int n, const char *const *names) {
 #endif
 
 /* The looks' thread too: a ticking host's first tick opens what its reads use. */
-void mend__sqlite_open_committed_reads(mend_store *s) {
+void mend__sqlite_open_committed_reads(mend_store *s, int batch) {
   (void)mend__open_reader(s);
-  mend__sqlite_look_start(s);
+  mend__sqlite_look_start(s, batch);
 }
 
 int mend__sqlite_next_committed_event(mend_store *s, const char *run_id, const char *name,

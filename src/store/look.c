@@ -24,6 +24,7 @@ struct mend_look_thread {
   pthread_mutex_t mu;
   pthread_cond_t cv;        /* the thread: asked or stop; the loop: answered */
   int stop, asked, answered, failed;
+  int batch;                /* SCHED_BATCH: set before the thread starts */
   int n;
   char **ids, **names;      /* the look in flight, the loop's copies */
   look_ans *ans;
@@ -116,9 +117,12 @@ static void *look_main(void *arg) {
    * SCHED_OTHER, having slept most of the time, it took the CPU from the ticking thread at
    * once where they shared one (W11 unpinned: 69% of the game thread's preemptions,
    * bench/README, tick21). In SCHED_BATCH a wake-up never preempts; it keeps its share of the
-   * CPU (wsched.c does the same for the commit thread). */
-  struct sched_param sp = {0};
-  sched_setscheduler(0, SCHED_BATCH, &sp);   /* refused: it stays as it was */
+   * CPU (wsched.c does the same for the commit thread). A host that keeps mend's threads in
+   * its own class (MEND_WRITER_SCHED_OTHER) keeps this one there too. */
+  if (t->batch) {
+    struct sched_param sp = {0};
+    sched_setscheduler(0, SCHED_BATCH, &sp);   /* refused: it stays as it was */
+  }
   pthread_mutex_lock(&t->mu);
   for (;;) {
     while (!t->stop && !(t->asked && !t->answered)) pthread_cond_wait(&t->cv, &t->mu);
@@ -138,12 +142,13 @@ static void *look_main(void *arg) {
   return NULL;
 }
 
-void mend__sqlite_look_start(mend_store *s) {
+void mend__sqlite_look_start(mend_store *s, int batch) {
   if (s->look || !s->checkpointer || !s->path) return;   /* in memory: nothing to look at */
   struct mend_look_thread *t = calloc(1, sizeof *t);
   if (!t) return;   /* no thread: the engine reads on its own thread, as before */
   pthread_mutex_init(&t->mu, NULL);
   pthread_cond_init(&t->cv, NULL);
+  t->batch = batch;
   s->look = t;
   if (mend_thread_start(&t->thread, &s->cpus, look_main, s) != 0) {
     pthread_cond_destroy(&t->cv);

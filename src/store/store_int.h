@@ -264,7 +264,7 @@ void mend__ckpt_between_batches(mend_store *s);
 void mend__ckpt_stop(mend_store *s);
 
 /* ---- look.c: a ticking host's looks at committed inboxes, read on a thread of their own. */
-void mend__sqlite_look_start(mend_store *s);
+void mend__sqlite_look_start(mend_store *s, int batch);
 void mend__sqlite_look_stop(mend_store *s);
 /* inbox.c: in a build with failpoints, an inbox read of the n events `names` waits here while
  * the file `hold` (the store's inbox_hold) is there (tests). */
@@ -332,7 +332,7 @@ json_t *mend__sqlite_prune(mend_store *s, double before, const char *status, int
 int mend__sqlite_send_event(mend_store *s, const char *run_id, const char *name, const char *payload, const char *key, double sent);
 void mend__sqlite_read_flushes(mend_store *s, unsigned long *records, double *cpu, int *pending);
 int mend__sqlite_next_committed_event(mend_store *s, const char *run_id, const char *name, long long *seq, char **payload, char **key);
-void mend__sqlite_open_committed_reads(mend_store *s);
+void mend__sqlite_open_committed_reads(mend_store *s, int batch);
 int mend__sqlite_can_look_ahead(mend_store *s);
 int mend__sqlite_look_ahead(mend_store *s, int n, const char *const *run_ids, const char *const *names);
 int mend__sqlite_look_ahead_take(mend_store *s, int wait, void (*fn)(void *ud, const char *run_id, const char *name, long long seq, const char *payload, const char *key), void *ud);

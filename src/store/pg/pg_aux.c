@@ -133,7 +133,10 @@ int mend__pg_aux(mend_pg *p) {
   return p->aux ? 0 : -1;
 }
 
-void mend__pg_open_committed_reads(mend_store *s) { mend__pg_aux_open_soon(PG(s)); }
+void mend__pg_open_committed_reads(mend_store *s, int batch) {
+  (void)batch;   /* the opener's thread only logs in: it takes no tick's CPU */
+  mend__pg_aux_open_soon(PG(s));
+}
 
 PGresult *mend__pg_aux_read(mend_pg *p, int q, int n, const char *const *v) {
   if (mend__pg_aux(p) != 0) return NULL;

@@ -366,7 +366,7 @@ int mend__pg_record_event(mend_store *s, const char *run_id, const char *name,
                           const char *payload, const char *key, double sent);
 int mend__pg_next_committed_event(mend_store *s, const char *run_id, const char *name,
                                   long long *seq, char **payload, char **key);
-void mend__pg_open_committed_reads(mend_store *s);
+void mend__pg_open_committed_reads(mend_store *s, int batch);
 int mend__pg_look_ahead(mend_store *s, int n, const char *const *run_ids, const char *const *names);
 int mend__pg_look_ahead_take(mend_store *s, int wait,
                              void (*fn)(void *ud, const char *run_id, const char *name,
