@@ -1,7 +1,8 @@
 -- mend.cli.store: the commands that look after the store as a whole: `mend prune` (runs that
 -- ended long ago removed), `mend copy` (a SQLite store into a new PostgreSQL one) and `mend db
 -- upgrade` (an older SQLite file given a new one's layout). Each is one call of the Lua API,
--- which owns the SQL and the transaction; this module checks the flags and says what was done.
+-- which owns the SQL and the transaction; this module checks the flags and says what was done,
+-- and never reads or writes the database by itself.
 
 local mend = require "mend"
 local base = require "mend.cli.base"
