@@ -270,7 +270,7 @@ void mend__loop_once(mend_engine *E) {
 
 static void look_from_run(uv_timer_t *t) {
   mend_engine *E = t->data;
-  if (E->broken || E->draining || E->store_lost || mend_store_locked(E->store)) return;
+  if (E->broken || E->draining || E->store_lost || mend__lock_stops_looks(E)) return;
   mend__take_cancel_requests(E);
   if (!E->broken) mend__take_events(E);
 }

@@ -117,8 +117,8 @@ static int claimable(mend_engine *E, double now) {
 static void poll_for_runs(uv_timer_t *t) {
   mend_engine *E = t->data;
   if (E->draining || E->broken) return;
-  /* No look for work while another process holds the lock: it would wait for the lock too. */
-  if (mend_store_locked(E->store)) {
+  /* No look for work while another process's lock is being waited out (lock.c). */
+  if (mend__lock_stops_looks(E)) {
     uv_timer_start(t, poll_for_runs, E->poll_ms, 0);
     return;
   }

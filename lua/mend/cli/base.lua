@@ -1,0 +1,179 @@
+-- mend.cli.base: what every command of `mend` shares: its output, its own errors (a usage
+-- error, a failure of the command) and their exit codes, the engine a command opens and closes,
+-- and the readers of flag values that more than one command takes. It never reads the
+-- database by itself, prints no run (mend.render does), and knows no command: a command's
+-- module requires it, never the other way round.
+
+local mend = require "mend"
+local pages = require "mend.pages"
+local json = mend.json
+
+local M = {}
+
+M.EXIT_OK, M.EXIT_FAILURE, M.EXIT_USAGE = 0, 1, 2
+M.OUTCOME_EXIT = { succeeded = 0, compensated = 3, failed = 3, needs_attention = 4, resolved = 3 }
+local EXIT_FAILURE, EXIT_USAGE = M.EXIT_FAILURE, M.EXIT_USAGE
+
+---------------------------------------------------------------------------------------------
+-- Output and the CLI's own errors
+
+function M.out(fmt, ...) io.stdout:write(fmt:format(...)) end
+function M.say(fmt, ...) io.stderr:write(fmt:format(...)) end
+
+-- Errors of the CLI itself carry this metatable; anything else raised (a load error, a
+-- storage error) is the engine's and is reported as it is.
+M.CliError = {}
+local CliError = M.CliError
+
+function M.fail(fmt, ...)
+  error(setmetatable({ code = EXIT_FAILURE, message = fmt:format(...) }, CliError), 0)
+end
+local fail = M.fail
+
+function M.usage_error(cmd, fmt, ...)
+  error(setmetatable({ code = EXIT_USAGE, command = cmd, message = fmt:format(...) }, CliError), 0)
+end
+local usage_error = M.usage_error
+
+---------------------------------------------------------------------------------------------
+-- Engines
+
+-- Calls fn(eng) with a fresh engine and closes it, whatever fn does.
+function M.with_engine(conf, fn)
+  local eng = mend.engine(conf)
+  local res = table.pack(pcall(fn, eng))
+  eng:close()
+  if not res[1] then error(res[2], 0) end
+  return table.unpack(res, 2, res.n)
+end
+
+-- The read-only commands must not create a database where there was none.
+function M.existing_db(path)
+  if path ~= ":memory:" and not path:match("^file:") and not path:match("^postgres") then
+    local f = io.open(path, "rb")
+    if not f then fail("no database %s", path) end
+    f:close()
+  end
+  return { db = path }
+end
+
+-- The status of run id; an unknown run (nil from the engine) is a failure of the command, and
+-- any error raised is the engine's own.
+function M.run_status(eng, id)
+  local st = eng:status(id)
+  if not st then fail("no run %s", id) end
+  return st
+end
+
+-- Calls an engine operation; its refusal ("dlq retry: run ... is ...") becomes mend's error.
+function M.operate(prefix, method, eng, ...)
+  local res = table.pack(pcall(method, eng, ...))
+  if not res[1] then fail("%s", (tostring(res[2]):gsub("^" .. prefix .. ": ", ""))) end
+  return table.unpack(res, 2, res.n)
+end
+
+-- A page of the run's history; a run gone meanwhile (pruned) is a failure of the command.
+function M.history_page(eng, id, opts)
+  local page, err = eng:history(id, opts)
+  if not page then fail("%s", err) end
+  return page
+end
+
+-- Calls each(page) with the run's rows after seq `after` up to seq `upto` (all if nil), a page
+-- at a time (mend.pages); a run gone meanwhile is a failure of the command.
+function M.each_page(eng, id, after, upto, each)
+  local last, err = pages.each(eng, id, after, upto, each)
+  if not last then fail("%s", err) end
+end
+
+-- Who does an operation, for the history: the user and host of this process.
+function M.who()
+  local p = io.popen("id -un 2>/dev/null; hostname 2>/dev/null")
+  local user, host = p and p:read("l"), p and p:read("l")
+  if p then p:close() end
+  return ("%s@%s (mend cli)"):format(user or os.getenv("USER") or "unknown", host or "?")
+end
+
+---------------------------------------------------------------------------------------------
+-- Flag values
+
+-- The JSON text of a flag; `@FILE` (`@-`: stdin) reads it from there: a command line holds at
+-- most 128 KiB in one argument, and no JSON text begins with @.
+function M.json_text(flag, text)
+  local file = text:match("^@(.*)$")
+  if not file then return text end
+  local f, err = io.stdin, nil
+  if file ~= "-" then f, err = io.open(file, "rb") end
+  if not f then fail("cannot read --%s %s", flag, err) end
+  text = f:read("a")
+  if f ~= io.stdin then f:close() end
+  if not text then fail("cannot read --%s %s", flag, file) end
+  return text
+end
+
+function M.decode_input(text)
+  if text == nil then return {} end
+  text = M.json_text("input", text)
+  local ok, v = pcall(json.decode, text)
+  if not ok then fail("invalid --input JSON: %s", tostring(v)) end
+  return v
+end
+
+function M.check_readable(file)
+  local f, err = io.open(file, "rb")
+  if not f then fail("cannot open workflow %s", err) end
+  f:close()
+end
+
+function M.number_flag(o, name, default)
+  local v = o[name]
+  if v == nil then return default end
+  local n = tonumber(v)
+  -- 1e999 reads as infinity: no lease, poll or grace can last that long (PostgreSQL refuses
+  -- such an interval only once the worker runs)
+  if not n or not (n > 0 and n < math.huge) then
+    usage_error(o._command, "--%s must be a finite number > 0, got %s", name, v)
+  end
+  return n
+end
+
+-- A count (0 when not given): 2.5 is no count, and had been read as no limit.
+function M.whole_flag(o, name)
+  local n = M.number_flag(o, name, 0)
+  if not math.tointeger(n) then usage_error(o._command, "--%s must be a whole number > 0, got %s", name, o[name]) end
+  return math.tointeger(n)
+end
+
+-- --instruction-budget N: a whole number of instructions, or nil.
+function M.budget_flag(o)
+  if o["instruction-budget"] == nil then return nil end
+  local n = math.tointeger(tonumber(o["instruction-budget"]))
+  if not n or n < 1 then
+    usage_error(o._command, "--instruction-budget must be a whole number >= 1, got %s",
+                o["instruction-budget"])
+  end
+  return n
+end
+
+-- --memory-limit N: bytes, or nil; only with --sandbox.
+function M.memory_flag(o)
+  if o["memory-limit"] == nil then return nil end
+  local n = math.tointeger(tonumber(o["memory-limit"]))
+  if not n or n < 1 then
+    usage_error(o._command, "--memory-limit must be a whole number of bytes >= 1, got %s",
+                o["memory-limit"])
+  end
+  if not o.sandbox then usage_error(o._command, "--memory-limit needs --sandbox") end
+  return n
+end
+
+-- --status S, one of `allowed` (what: what the status is, for the message).
+function M.check_status(o, allowed, what)
+  if o.status == nil then return end
+  for _, s in ipairs(allowed) do
+    if s == o.status then return end
+  end
+  usage_error(o._command, "--status %s: %s is one of %s", o.status, what, table.concat(allowed, ", "))
+end
+
+return M

@@ -1,0 +1,136 @@
+-- mend.cli.files: the workflow files of the `mend` command: the files of a workflows
+-- directory (a worker loads them all, and again as they change), and the file a WORKFLOW
+-- argument names (a file, or a name looked up in the directory). It loads files into the engine
+-- it is given, never opens an engine, never reads the database, and prints nothing: what
+-- goes wrong while serving is the engine's log and alert.
+
+local mend = require "mend"
+local core = require "mend.core"   -- its _hear_stop, for a worker whose files load
+local base = require "mend.cli.base"
+
+local fail = base.fail
+
+local M = {}
+
+-- The workflow files of a directory, sorted, so that a worker loads them in a stable order.
+function M.workflow_files(dir)
+  local ok, names, regular = pcall(mend.listdir, dir)
+  -- called by pcall, a C function: the message has no position to strip, only "path: reason"
+  if not ok then
+    fail("cannot read the workflows directory %s (a worker loads every .lua file of one)", names)
+  end
+  local files = {}
+  for _, name in ipairs(names) do
+    -- a named pipe's opening would block the worker until a writer came, deaf to SIGTERM
+    if name:match("%.lua$") and regular[name] then files[#files + 1] = dir .. "/" .. name end
+  end
+  table.sort(files)
+  return files
+end
+
+-- Loads the files of the workflows directory that are new or changed since it last looked. One
+-- that does not load is logged and alerted once per text, and the others are served: a broken
+-- file must not take every workflow down. Looked at again every few seconds while serving, so
+-- that a file fixed (or added) is taken up without a restart. A file's top level may take
+-- seconds (up to its load limit): a SIGINT or SIGTERM meanwhile stops it, and nothing more loads
+-- (the worker stops).
+function M.workflow_loader(eng, dir)
+  local seen, unreadable = {}, nil
+  local function load_new(first)
+    local ok, files = pcall(M.workflow_files, dir)
+    if not ok then
+      if first then error(files, 0) end
+      -- said once, not at every look: the workflows loaded before go on being served
+      local why = type(files) == "table" and files.message or tostring(files)
+      if unreadable ~= why then
+        unreadable = why
+        eng:log("warn", "workflow", why .. ": serving the workflows loaded before")
+      end
+      return
+    end
+    if unreadable then
+      unreadable = nil
+      eng:log("info", "workflow", "the workflows directory " .. dir .. " can be read again")
+    end
+    for _, file in ipairs(files) do
+      if core._hear_stop() then return end
+      local f = io.open(file, "rb")
+      local text = f and f:read("a")
+      if f then f:close() end
+      if text and text ~= seen[file] then
+        seen[file] = text
+        local loaded, err = pcall(eng.load, eng, file)
+        local stop = not loaded and core._hear_stop()
+        if loaded then
+          if not first then eng:log("info", "workflow", "loaded " .. file .. " (" .. err .. ")") end
+        elseif stop then
+          seen[file] = nil
+          eng:log("info", "worker", stop .. ": stopped loading " .. file)
+          return
+        else
+          err = tostring(err)
+          eng:log("error", "workflow", err)
+          eng:alert{ kind = "workflow_load_failed", file = file, error = err }
+        end
+      end
+    end
+  end
+  -- Until serve's loop listens for them, and while its tick loads, the signals are heard here;
+  -- one heard in a tick goes on to the loop then (mend_limits_hear_stop).
+  return function(first)
+    core._hear_stop(true)
+    local ok, err = pcall(load_new, first)
+    core._hear_stop(false)
+    if not ok then error(err, 0) end
+  end
+end
+
+-- WORKFLOW names a workflow NAME found as DIR/NAME.lua, or a file. A bare name (no "/", no
+-- ".lua") is a name first when DIR/NAME.lua is there: a script or a folder called as the
+-- workflow where the command runs (a service's code beside it) is no workflow file; `./NAME`
+-- names such a file. A folder opens as a file would, and is no workflow file either.
+function M.workflow_file(o, workflow)
+  local dir = o.workflows or "workflows"
+  if not workflow:find("/", 1, true) and not workflow:find("%.lua$") and #workflow <= 512 then
+    local named = io.open(dir .. "/" .. workflow .. ".lua", "rb")
+    if named then
+      named:close()
+      return dir .. "/" .. workflow .. ".lua"
+    end
+  end
+  local f = io.open(workflow, "rb")
+  if f then
+    local _, unreadable = f:read(0)
+    f:close()
+    if not unreadable then return workflow end
+  end
+  -- MEND_NAME_MAX of mend.h: no workflow has a longer name.
+  if #workflow > 512 then
+    fail("no workflow file %s, and a workflow name of %d bytes, over the longest name of 512 bytes",
+         workflow:sub(1, 64) .. "...", #workflow)
+  end
+  local path = dir .. "/" .. workflow .. ".lua"
+  f = io.open(path, "rb")
+  if not f then return nil, path end
+  f:close()
+  return path
+end
+
+-- A workflow NAME of no file DIR/NAME.lua: the file that declares it under another file name,
+-- as a worker serving DIR would find it (each file of DIR loaded; a file that fails is named).
+function M.load_named(eng, o, workflow, path)
+  local dir = o.workflows or "workflows"
+  local ok, files = pcall(M.workflow_files, dir)
+  if not ok then fail("no workflow file %s, and no %s", workflow, path) end
+  local broken = {}
+  for _, file in ipairs(files) do
+    local loaded, name = pcall(eng.load, eng, file)
+    if loaded and name == workflow then return name end
+    if not loaded then broken[#broken + 1] = tostring(name) end
+  end
+  fail("no workflow file %s, and no %s, nor a file in %s that declares workflow %s%s", workflow,
+       path, dir, workflow, #broken > 0 and ("; these failed to load and may: " ..
+       table.concat(broken, "; ")) or "")
+end
+
+return M

@@ -1,0 +1,75 @@
+-- A lock met by a worker's claim, through a real `mend worker` and a real `sqlite3` shell. An
+-- idle worker has nothing of its own to write: its claim of a new run is what meets another
+-- process's write lock, and nothing is kept to be committed once the lock goes. The worker
+-- must still take the run soon after the lock goes, not when some other write of its own
+-- happens to begin (a lease renewal, seconds later; none at all while it holds no run).
+
+local H = require "spec.helper"
+
+local MEND, q, run = H.MEND, H.quote, H.shell
+
+local WORKFLOW = [[
+return { name = "one", steps = { { name = "a", execute = function() return 1 end } } }
+]]
+
+local function read_number(path)
+  local f = io.open(path)
+  if not f then return nil end
+  local n = tonumber(f:read("a"))
+  f:close()
+  return n
+end
+
+local function succeeded(db)
+  return tonumber(H.sql(db, "SELECT count(*) FROM runs WHERE status = 'succeeded'")[1])
+end
+
+-- SQLite only (#sqlite): the subject is SQLite's file write lock.
+describe("a worker whose claim meets another process's lock #sqlite", function()
+  local worker_pid
+  after_each(function()
+    if worker_pid then os.execute("kill -9 " .. worker_pid .. " 2>/dev/null") end
+    worker_pid = nil
+    H.cleanup()
+  end)
+
+  it("takes the run within a few seconds of the lock's release", function()
+    local dir = H.tmp_dir()
+    local db, wfdir = dir .. "/jobs.db", dir .. "/wf"
+    assert(require("lfs").mkdir(wfdir))
+    H.write_file(wfdir, "one.lua", WORKFLOW)
+    local start = string.format("%s start one --db %s --workflows %s", MEND, q(db), q(wfdir))
+    assert.are.equal(0, (run(start)))
+    local log, pid_file = dir .. "/worker.log", dir .. "/worker.pid"
+    os.execute(string.format("%s worker --db %s --workflows %s --poll 0.05 --log-level debug"
+                             .. " >%s 2>&1 & echo $! >%s", MEND, q(db), q(wfdir), q(log), q(pid_file)))
+    worker_pid = read_number(pid_file)
+    assert.is_truthy(worker_pid)
+    -- idle: its first run done, nothing of its own left to write
+    H.wait_for("the first run", function() return succeeded(db) == 1 end, 10)
+    os.execute("sleep 0.3")
+    -- stopped, so that the new run is there for its next look and the lock is taken first
+    assert.are.equal(0, (run("kill -STOP " .. worker_pid)))
+    local rc, out = run(start)
+    assert.are.equal(0, rc, out)
+    local took, freed = dir .. "/took", dir .. "/freed"
+    local holder = assert(io.popen("sqlite3 " .. q(db) .. " >/dev/null", "w"))
+    holder:write(".bail on\nBEGIN IMMEDIATE;\nINSERT INTO meta VALUES('lock-test', 'x');\n",
+                 ".system date +%s.%N >" .. q(took) .. "\n",
+                 ".system sleep 1.4\n",
+                 ".system date +%s.%N >" .. q(freed) .. "\n",
+                 "ROLLBACK;\n.quit\n")
+    holder:flush()
+    H.wait_for("the holder to take the lock", function() return read_number(took) end, 10)
+    assert.are.equal(0, (run("kill -CONT " .. worker_pid)))
+    holder:close()   -- returns once the shell has rolled back
+    local t_free = assert(read_number(freed))
+    local text = H.slurp(log)
+    assert.matches('"level":"warn"[^\n]*database is locked by another process', text)
+    -- a claim retried as a batch is (50 ms doubling to 1 s), not left to another write
+    H.wait_for("the second run, soon after the lock went", function() return succeeded(db) == 2 end, 4)
+    local ended = tonumber(H.sql(db, "SELECT max(updated) FROM runs WHERE status = 'succeeded'")[1])
+    assert.is_truthy(ended - t_free < 3, ("ended %.2f s after the release"):format(ended - t_free))
+    assert.matches("database lock is gone after", H.slurp(log))
+  end)
+end)
