@@ -24,11 +24,12 @@ local function write(path, text)
   f:close()
 end
 
--- A worker in the background, its log (JSON lines) in `log`; returns its pid.
-local function worker(db, dir, log)
+-- A worker in the background, its log (JSON lines) in `log`; returns its pid. `extra`: more
+-- flags.
+local function worker(db, dir, log, extra)
   local p = io.popen(("sh -c 'exec %s worker --db %s --workflows %s --poll 0.05 --log-level debug"
-    .. " --alert-command \"cat >> %s\" 2>>%s' >/dev/null & echo $!")
-    :format(MEND, q(db), q(dir), q(dir .. "/../alerts"), q(log)))
+    .. " --alert-command \"cat >> %s\" %s 2>>%s' >/dev/null & echo $!")
+    :format(MEND, q(db), q(dir), q(dir .. "/../alerts"), extra or "", q(log)))
   local pid = p:read("l")
   p:close()
   return pid
@@ -86,9 +87,10 @@ describe("versions: in-flight runs keep their code", function()
   after_each(H.cleanup)
 
   it("finishes each old run with its own version after a body change, a rename, an insert and a removal", function()
-    -- Long enough for `mend status` to see each run asleep in b: each look is a new process,
-    -- and on PostgreSQL a new connection too.
-    local NAP = H.PG and 4 or 1.5
+    -- The first worker leaves every run asleep in b, however long `mend status` takes to see
+    -- it (each look is a new process: on a loaded machine a 1.5 s nap ended unseen); the
+    -- second, on the virtual clock, has the naps come due at once.
+    local NAP = 3600
     local v1 = { { "a", "v1-a" }, { "b" }, { "c", "v1-c" } }
     local v2 = {
       body = { { "a", "v2-a" }, { "b" }, { "c", "v2-c" } },
@@ -109,7 +111,7 @@ describe("versions: in-flight runs keep their code", function()
     for _, k in ipairs(kinds) do write(wf .. "/" .. k .. ".lua", workflow(k, v2[k], NAP)) end
     local new = {}
     for _, k in ipairs(kinds) do new[k] = ok_cmd(db, ("start %s --workflows %s"):format(k, q(wf))):match("%S+") end
-    local w2 = worker(db, wf, log)
+    local w2 = worker(db, wf, log, "--clock virtual")
     for _, k in ipairs(kinds) do
       ok_cmd(db, "wait " .. old[k] .. " --timeout 20")
       ok_cmd(db, "wait " .. new[k] .. " --timeout 20")
