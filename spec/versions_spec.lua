@@ -162,7 +162,9 @@ describe("versions: in-flight runs keep their code", function()
   end)
 
   it("flags a run whose version cannot be loaded once, and upgrade moves it or is refused", function()
-    local NAP = 0.5
+    -- asleep in b until the first worker is stopped, however slow the look; the later
+    -- workers, on the virtual clock, have the nap come due at once
+    local NAP = 3600
     write(wf .. "/u.lua", workflow("u", { { "a", "v1-a" }, { "b" }, { "c", "v1-c" } }, NAP))
     local id = ok_cmd(db, "start u --workflows " .. q(wf)):match("%S+")
     local w1 = worker(db, wf, log)
@@ -172,11 +174,10 @@ describe("versions: in-flight runs keep their code", function()
     -- a database from a mend that kept no scripts, and the file changed: v1 is nowhere
     H.sql(db, "UPDATE workflow_versions SET script = NULL")
     write(wf .. "/u.lua", workflow("u", { { "a", "v2-a" }, { "b" }, { "c", "v2-c" } }, NAP))
-    os.execute("sleep " .. NAP)
-    local w2 = worker(db, wf, log)
+    local w2 = worker(db, wf, log, "--clock virtual")
     until_true("flagged", function() return #json_of(db, "runs --attention") == 1 end)
     os.execute("sleep 0.5")   -- ten polls
-    local w3 = worker(db, wf, log)   -- another worker looks at it on its first poll
+    local w3 = worker(db, wf, log, "--clock virtual")   -- another worker looks at it on its first poll
     os.execute("sleep 0.5")
 
     local st = json_of(db, "status " .. id)
@@ -276,7 +277,7 @@ describe("versions: in-flight runs keep their code", function()
   end)
 
   it("flags once a run of an older mend that names no version, when its workflow's steps changed since", function()
-    local NAP = 2
+    local NAP = 3600   -- asleep in b until the first worker is stopped; the last one is virtual
     write(wf .. "/o.lua", workflow("o", { { "a", "v1-a" }, { "b" } }, NAP))
     local id = ok_cmd(db, "start o --workflows " .. q(wf)):match("%S+")
     local w = worker(db, wf, log)
@@ -302,7 +303,7 @@ describe("versions: in-flight runs keep their code", function()
     assert.are.equal(1, loud)
     -- its steps back as they were: a worker carries it on
     write(wf .. "/o.lua", workflow("o", { { "a", "v1-a" }, { "b" } }, NAP))
-    w = worker(db, wf, log)
+    w = worker(db, wf, log, "--clock virtual")
     ok_cmd(db, "wait " .. id .. " --timeout 20")
     stop(w)
     assert.are.equal("succeeded", json_of(db, "status " .. id).status)
