@@ -8,13 +8,15 @@
 #
 # Variables: BUILD_TYPE (RelWithDebInfo), SANITIZE (OFF; ON builds with ASan and UBSan, thread
 # with TSan, which runs the C tests only),
-# BUILD_DIR (build), JOBS (all processors). Builds made here treat warnings as errors
-# (MEND_WERROR=ON); a plain `cmake` build does not.
+# BUILD_DIR (build), JOBS (all processors), TEST_JOBS (2: tests ctest runs side by side).
+# Builds made here treat warnings as errors (MEND_WERROR=ON); a plain `cmake` build does not.
 
 BUILD_TYPE ?= RelWithDebInfo
 SANITIZE   ?= OFF
 BUILD_DIR  ?= build
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+# ctest's tests side by side in `make test` (CMakeLists.txt keeps the heavy ones apart)
+TEST_JOBS  ?= 2
 CMAKE      ?= cmake
 MEND       := $(BUILD_DIR)/mend
 
@@ -79,7 +81,7 @@ demo: build
 test: build
 	@state="$$(cd $(BUILD_DIR) && pwd)/pg-cluster"; script="$(CURDIR)/tests/pg/cluster.sh"; \
 	  trap 'sh "$$script" stop "$$state"' EXIT INT TERM; \
-	  cd $(BUILD_DIR) && ctest --output-on-failure
+	  cd $(BUILD_DIR) && ctest --output-on-failure -j $(TEST_JOBS)
 
 # Thousands of kill -9 / restart cycles of real workers: CYCLES on SQLite (busted_crash; make
 # test runs 200), PG_CYCLES on PostgreSQL (busted_crash_pg; make test runs 120).

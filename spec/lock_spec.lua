@@ -10,7 +10,10 @@ local MEND, q, run = H.MEND, H.quote, H.shell
 
 -- Each execute appends "<run> <step> <wall time>" to the effects file (the time from `date`:
 -- os.time() has whole seconds only); `nap` is a durable
--- sleep that ends while the lock is held.
+-- sleep that ends while the lock is held: long enough that the last run reaches it and the
+-- holder takes the lock before the first run's nap ends, even on a loaded machine (with 2 s,
+-- the five `mend start`s and the holder's start outlasted it under load, and a run's b ran
+-- before the lock was taken), short enough to end within the lock's 10 s.
 local WORKFLOW = [[
 local effects = %q
 local function effect(ctx, step)
@@ -25,7 +28,7 @@ return {
   name = "hops",
   steps = {
     { name = "a", execute = function(ctx) effect(ctx, "a"); return 1 end },
-    { name = "nap", sleep = 2 },
+    { name = "nap", sleep = 5 },
     { name = "b", execute = function(ctx) effect(ctx, "b"); return 2 end },
     { name = "c", execute = function(ctx) effect(ctx, "c"); return 3 end },
   },

@@ -41,15 +41,16 @@ local function run(dir, db, name, expect_rc)
   return mend.json.decode(out).id
 end
 
-local function count(db, sql) return tonumber(H.sql(db, sql)[1]) end
-
+-- (one query: a sqlite3 or psql process each costs more than the counts)
 local function rows_of(db, id)
-  return {
-    runs = count(db, ("SELECT count(*) FROM runs WHERE id = '%s'"):format(id)),
-    steps = count(db, ("SELECT count(*) FROM steps WHERE run_id = '%s'"):format(id)),
-    history = count(db, ("SELECT count(*) FROM history WHERE run_id = '%s'"):format(id)),
-    dlq = count(db, ("SELECT count(*) FROM dlq WHERE run_id = '%s'"):format(id)),
-  }
+  local row = H.sql(db, ("SELECT (SELECT count(*) FROM runs WHERE id = '%s'),"
+    .. " (SELECT count(*) FROM steps WHERE run_id = '%s'),"
+    .. " (SELECT count(*) FROM history WHERE run_id = '%s'),"
+    .. " (SELECT count(*) FROM dlq WHERE run_id = '%s')"):format(id, id, id, id))[1]
+  local runs, steps, history, dlq = row:match("^(%d+)|(%d+)|(%d+)|(%d+)$")
+  assert(runs, row)
+  return { runs = tonumber(runs), steps = tonumber(steps), history = tonumber(history),
+           dlq = tonumber(dlq) }
 end
 
 local function totals(db)

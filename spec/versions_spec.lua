@@ -24,11 +24,12 @@ local function write(path, text)
   f:close()
 end
 
--- A worker in the background, its log (JSON lines) in `log`; returns its pid.
-local function worker(db, dir, log)
+-- A worker in the background, its log (JSON lines) in `log`; returns its pid. `extra`: more
+-- flags.
+local function worker(db, dir, log, extra)
   local p = io.popen(("sh -c 'exec %s worker --db %s --workflows %s --poll 0.05 --log-level debug"
-    .. " --alert-command \"cat >> %s\" 2>>%s' >/dev/null & echo $!")
-    :format(MEND, q(db), q(dir), q(dir .. "/../alerts"), q(log)))
+    .. " --alert-command \"cat >> %s\" %s 2>>%s' >/dev/null & echo $!")
+    :format(MEND, q(db), q(dir), q(dir .. "/../alerts"), extra or "", q(log)))
   local pid = p:read("l")
   p:close()
   return pid
@@ -86,9 +87,10 @@ describe("versions: in-flight runs keep their code", function()
   after_each(H.cleanup)
 
   it("finishes each old run with its own version after a body change, a rename, an insert and a removal", function()
-    -- Long enough for `mend status` to see each run asleep in b: each look is a new process,
-    -- and on PostgreSQL a new connection too.
-    local NAP = H.PG and 4 or 1.5
+    -- The first worker leaves every run asleep in b, however long `mend status` takes to see
+    -- it (each look is a new process: on a loaded machine a 1.5 s nap ended unseen); the
+    -- second, on the virtual clock, has the naps come due at once.
+    local NAP = 3600
     local v1 = { { "a", "v1-a" }, { "b" }, { "c", "v1-c" } }
     local v2 = {
       body = { { "a", "v2-a" }, { "b" }, { "c", "v2-c" } },
@@ -109,7 +111,7 @@ describe("versions: in-flight runs keep their code", function()
     for _, k in ipairs(kinds) do write(wf .. "/" .. k .. ".lua", workflow(k, v2[k], NAP)) end
     local new = {}
     for _, k in ipairs(kinds) do new[k] = ok_cmd(db, ("start %s --workflows %s"):format(k, q(wf))):match("%S+") end
-    local w2 = worker(db, wf, log)
+    local w2 = worker(db, wf, log, "--clock virtual")
     for _, k in ipairs(kinds) do
       ok_cmd(db, "wait " .. old[k] .. " --timeout 20")
       ok_cmd(db, "wait " .. new[k] .. " --timeout 20")
@@ -160,7 +162,9 @@ describe("versions: in-flight runs keep their code", function()
   end)
 
   it("flags a run whose version cannot be loaded once, and upgrade moves it or is refused", function()
-    local NAP = 0.5
+    -- asleep in b until the first worker is stopped, however slow the look; the later
+    -- workers, on the virtual clock, have the nap come due at once
+    local NAP = 3600
     write(wf .. "/u.lua", workflow("u", { { "a", "v1-a" }, { "b" }, { "c", "v1-c" } }, NAP))
     local id = ok_cmd(db, "start u --workflows " .. q(wf)):match("%S+")
     local w1 = worker(db, wf, log)
@@ -170,11 +174,10 @@ describe("versions: in-flight runs keep their code", function()
     -- a database from a mend that kept no scripts, and the file changed: v1 is nowhere
     H.sql(db, "UPDATE workflow_versions SET script = NULL")
     write(wf .. "/u.lua", workflow("u", { { "a", "v2-a" }, { "b" }, { "c", "v2-c" } }, NAP))
-    os.execute("sleep " .. NAP)
-    local w2 = worker(db, wf, log)
+    local w2 = worker(db, wf, log, "--clock virtual")
     until_true("flagged", function() return #json_of(db, "runs --attention") == 1 end)
     os.execute("sleep 0.5")   -- ten polls
-    local w3 = worker(db, wf, log)   -- another worker looks at it on its first poll
+    local w3 = worker(db, wf, log, "--clock virtual")   -- another worker looks at it on its first poll
     os.execute("sleep 0.5")
 
     local st = json_of(db, "status " .. id)
@@ -274,7 +277,7 @@ describe("versions: in-flight runs keep their code", function()
   end)
 
   it("flags once a run of an older mend that names no version, when its workflow's steps changed since", function()
-    local NAP = 2
+    local NAP = 3600   -- asleep in b until the first worker is stopped; the last one is virtual
     write(wf .. "/o.lua", workflow("o", { { "a", "v1-a" }, { "b" } }, NAP))
     local id = ok_cmd(db, "start o --workflows " .. q(wf)):match("%S+")
     local w = worker(db, wf, log)
@@ -300,7 +303,7 @@ describe("versions: in-flight runs keep their code", function()
     assert.are.equal(1, loud)
     -- its steps back as they were: a worker carries it on
     write(wf .. "/o.lua", workflow("o", { { "a", "v1-a" }, { "b" } }, NAP))
-    w = worker(db, wf, log)
+    w = worker(db, wf, log, "--clock virtual")
     ok_cmd(db, "wait " .. id .. " --timeout 20")
     stop(w)
     assert.are.equal("succeeded", json_of(db, "status " .. id).status)

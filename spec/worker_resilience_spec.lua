@@ -167,8 +167,16 @@ describe("a worker", function()
     local _, out = sh(string.format("%s worker --db %s --workflows %s >%s 2>&1 & echo $!", MEND,
                                     q(db), q(wf), q(log)))
     pid = assert(tonumber(out:match("%d+")))
-    H.wait_for("the worker's first look", function() return H.read(log) ~= nil end, 10)
-    os.execute("sleep 0.5")
+    -- the worker has loaded the directory once it ran a run of it (its log says nothing of a
+    -- load; the log file and a fixed wait of 0.5 s did not tell it on a loaded machine, and
+    -- the directory went before the worker's start read it)
+    local rc, first = sh(string.format("%s start good --db %s --workflows %s", MEND, q(db), q(wf)))
+    assert.are.equal(0, rc, first)
+    first = first:match("%S+")
+    H.wait_for("the worker's first run", function()
+      local _, json = sh(string.format("%s status %s --db %s --json", MEND, first, q(db)))
+      return json:find('"status":"succeeded"', 1, true)
+    end, 10)
     assert.are.equal(0, (sh("rm -rf " .. q(wf))))
     H.wait_for("the warning", function()
       return (H.read(log) or ""):find("cannot read the workflows directory " .. wf, 1, true)
