@@ -33,14 +33,18 @@ static const char *const HISTORY_QUERY[] = {"after", "limit", "tail", NULL};
 
 /* Whether the request is of the method the endpoint takes and its query only of the parameters
  * known (NULL: none); else 0 after replying 405 or 400. */
-static int want_query(serve_req *r, int post, const char *const *known, const char *what) {
+static int want_method(serve_req *r, int post) {
   if (r->post != post) {
     h2o_add_header(&r->req->pool, &r->req->res.headers, H2O_TOKEN_ALLOW, NULL,
                    post ? "POST" : "GET, HEAD", post ? 4 : 9);
     serve_error(r, 405, "method_not_allowed", "this endpoint takes %s", post ? "POST" : "GET");
     return 0;
   }
-  return serve_query_only(r, known, what) == 0;
+  return 1;
+}
+
+static int want_query(serve_req *r, int post, const char *const *known, const char *what) {
+  return want_method(r, post) && serve_query_only(r, known, what) == 0;
 }
 
 static int want(serve_req *r, int post) { return want_query(r, post, NULL, "this endpoint"); }
@@ -504,7 +508,8 @@ void serve_api(serve_req *r) {
   char **s = r->seg;
   int n = r->nseg;
   if (n == 1 && strcmp(s[0], "metrics") == 0) {
-    if (want(r, 0)) serve_metrics(r);
+    /* a scraper may add parameters of its own (Prometheus' `params:`): ignored */
+    if (want_method(r, 0)) serve_metrics(r);
     return;
   }
   if (n < 2 || strcmp(s[0], "api") != 0 || strcmp(s[1], "v1") != 0) { not_found(r); return; }
