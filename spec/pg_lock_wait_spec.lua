@@ -175,4 +175,68 @@ describe("a run's row locked by another PostgreSQL session", function()
     -- the session kept no lock_timeout: nothing else of the engine gave up
     assert.is_falsy(out:find("lock timeout"), out)
   end)
+
+  it_pg("mend fail answers while the run's row is held", function()
+    local dir = H.tmp_dir()
+    H.write_file(dir, "approval.lua", H.slurp("workflows/approval.lua"))
+    local db, log = H.new_db(dir, "a.db"), dir .. "/worker.log"
+    local rc, out = H.mend_in(nil, db, "start approval --workflows " .. q(dir)
+      .. [[ --input '{"order":"o-1","amount":25}']])
+    assert.are.equal(0, rc, out)
+    local id = out:match("(%S+)")
+    local pid = H.spawn_worker(db, dir, log)
+    local token
+    H.wait_for("the token", function()
+      token = H.read(log):match("mtk_%x+")
+      return token ~= nil
+    end, 10)
+    H.stop_worker(pid)
+    hold_row(dir, db, id)
+    local err
+    rc, out, err = mend_bounded(db, "fail " .. token .. " --kind fatal --message no")
+    assert.are_not.equal(124, rc, "it waited for the lock without end")
+    assert.are.equal(0, rc, out .. err)
+  end)
+
+  -- A host's look at run X waits for psql, which holds X and then waits for the host's lease
+  -- row (the host's transaction updated it as it began): the look is picked to end the
+  -- deadlock. Refused naming it; and the host, which does not turn its loop for 4 s after,
+  -- does not keep psql waiting that long (its batch's earlier writes are committed at once).
+  it_pg("a host's look picked to end a deadlock is refused so, and the other session goes on", function()
+    local dir, db = S.workspace()
+    local rc, out, err = H.mend_in(dir, db, "start wait --workflows .")
+    assert.are.equal(0, rc, err)
+    local id = out:match("(%S+)")
+    local ownerf, go = dir .. "/owner", dir .. "/go"
+    local script = H.write_file(dir, "host.lua", [==[
+      local mend = require "mend"
+      local eng = mend.engine{ db = arg[1] }
+      eng:load(arg[2] .. "/wait.lua")
+      eng:load(arg[2] .. "/hello.lua")
+      local first = eng:start("wait", {})
+      local f = io.open(arg[4], "w"); f:write(eng:status(first).owner or "?"); f:close()
+      while not io.open(arg[5]) do os.execute("sleep 0.05") end
+      local ok, e = pcall(eng.cancel, eng, arg[3])
+      print("cancel", ok, e)
+      io.stdout:flush()
+      os.execute("sleep 4")
+      print("second", eng:start("hello", { to = "b" }))
+    ]==])
+    sh(("timeout 60 lua5.4 %s %s %s %s %s %s >%s 2>&1 &"):format(q(script), q(db), q(dir), id, q(ownerf), q(go),
+      q(dir .. "/host.out")))
+    H.wait_for("the host's owner", function() return (H.read(ownerf) or "") ~= "" end, 20)
+    local owner = H.read(ownerf)
+    local name = "mend-hold-dl-" .. dir:match("([%w_]+)$")
+    holds[#holds + 1] = name
+    local sql = H.write_file(dir, name .. ".sql", ("BEGIN;\nSELECT id FROM runs WHERE id = '%s' FOR UPDATE;\n"
+      .. "\\! touch %s\nSELECT pg_sleep(0.5);\n"
+      .. "UPDATE workers SET lease_until = lease_until WHERE owner = '%s';\nCOMMIT;\n"):format(id, go, owner))
+    local t0 = H.wall()
+    sh(("PGAPPNAME=%s timeout 40 psql -X -q -A -t %s -f %s >/dev/null 2>&1"):format(q(name), q(db), q(sql)))
+    local waited = H.wall() - t0
+    H.wait_for("the host to end", function() return (H.read(dir .. "/host.out") or ""):find("second") end, 30)
+    local hout = H.read(dir .. "/host.out")
+    assert.matches("cancel\tfalse\t[^\n]*deadlock", hout)
+    assert.is_true(waited < 3, ("psql was kept waiting %.1f s by the host's idle transaction"):format(waited))
+  end)
 end)

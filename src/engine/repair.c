@@ -155,8 +155,11 @@ static int hold_status(mend_engine *E, const char *id, const char *status, const
   /* The look began the batch's transaction, which holds the run (SQLite: the write lock) until
    * it commits, and a refusal writes nothing to end it: it ends now (or at the turn this
    * kicks), not at this engine's next work, however far off, while another server's repair
-   * waits for it. */
-  if (rc > 0 && !record) mend__commit_now(E);
+   * waits for it. A look another session's lock turned away (PostgreSQL: rolled back to its
+   * savepoint) leaves the batch's earlier writes holding their rows, which that session may
+   * be waiting for (a deadlock the look was picked to end): a caller that waited commits them
+   * now too. */
+  if (!record && (rc > 0 || mend_store_batch_open(E->store))) mend__commit_now(E);
   else mend__kick(E);
   if (rc < 0) {
     E->refusal = MEND_REFUSED_STORE;
