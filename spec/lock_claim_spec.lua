@@ -72,4 +72,46 @@ describe("a worker whose claim meets another process's lock #sqlite", function()
     assert.is_truthy(ended - t_free < 3, ("ended %.2f s after the release"):format(ended - t_free))
     assert.matches("database lock is gone after", H.slurp(log))
   end)
+
+  -- The lock goes, and what the claim was for is no longer there (the holder made the run
+  -- unavailable as it committed: another worker's take, deterministically): the worker's looks
+  -- find nothing to write, and nothing of its own begins a batch. It still tells the lock's end,
+  -- and starts the next lock's clock afresh.
+  it("tells the lock's end when its look finds nothing left to claim", function()
+    local dir = H.tmp_dir()
+    local db, wfdir = dir .. "/jobs.db", dir .. "/wf"
+    assert(require("lfs").mkdir(wfdir))
+    H.write_file(wfdir, "one.lua", WORKFLOW)
+    local start = string.format("%s start one --db %s --workflows %s", MEND, q(db), q(wfdir))
+    assert.are.equal(0, (run(start)))
+    local log, pid_file = dir .. "/worker.log", dir .. "/worker.pid"
+    os.execute(string.format("%s worker --db %s --workflows %s --poll 0.05 --log-level debug"
+                             .. " >%s 2>&1 & echo $! >%s", MEND, q(db), q(wfdir), q(log), q(pid_file)))
+    worker_pid = read_number(pid_file)
+    assert.is_truthy(worker_pid)
+    H.wait_for("the first run", function() return succeeded(db) == 1 end, 10)
+    os.execute("sleep 0.3")
+    assert.are.equal(0, (run("kill -STOP " .. worker_pid)))
+    local rc, out = run(start)
+    assert.are.equal(0, rc, out)
+    local took = dir .. "/took"
+    local holder = assert(io.popen("sqlite3 " .. q(db) .. " >/dev/null", "w"))
+    holder:write(".bail on\nBEGIN IMMEDIATE;\nINSERT INTO meta VALUES('lock-test', 'x');\n",
+                 ".system date +%s.%N >" .. q(took) .. "\n",
+                 ".system sleep 1.4\n",
+                 "UPDATE runs SET unavailable = 'taken elsewhere' WHERE status = 'running';\n",
+                 "DELETE FROM meta WHERE key = 'lock-test';\nCOMMIT;\n.quit\n")
+    holder:flush()
+    H.wait_for("the holder to take the lock", function() return read_number(took) end, 10)
+    assert.are.equal(0, (run("kill -CONT " .. worker_pid)))
+    H.wait_for("the worker to meet the lock", function()
+      return H.slurp(log):find("database is locked by another process", 1, true) ~= nil
+    end, 10)
+    holder:close()
+    H.wait_for("the lock's end told", function()
+      return H.slurp(log):find("database lock is gone after", 1, true) ~= nil
+    end, 5)
+    local gone = tonumber(H.slurp(log):match("database lock is gone after ([%d.]+) s"))
+    assert.is_truthy(gone < 5, "a lock of 1.4 s told gone after " .. tostring(gone) .. " s")
+  end)
 end)

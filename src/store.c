@@ -774,6 +774,7 @@ const mend_store_methods mend__sqlite_methods = {
   .not_found = mend__sqlite_not_found,
   .commit = mend__sqlite_commit,
   .locked = mend__sqlite_locked,
+  .lock_try = mend__sqlite_lock_try,
   .set_busy_wait = mend__sqlite_set_busy_wait,
   .set_thread_cpus = mend__sqlite_set_thread_cpus,
   .batch_open = mend__sqlite_batch_open,

@@ -74,6 +74,12 @@ typedef struct mend_store_methods {
    * Without a writer thread, writes are only recorded meanwhile; the writer thread tries its
    * batch again by itself, calling `done` at each try. Safe from any thread. */
   int (*locked)(mend_store *s);
+  /* While `locked` says so and nothing of this connection waits the lock out (no batch open,
+   * the writer thread idle): tries the write lock once now (the busy wait as set) and lets it
+   * go. 1 when it was free: the mark is cleared. A caller whose next write would have been the
+   * try (a look for work) may find nothing to write, and would leave the mark for good. NULL:
+   * the backend has no such lock (see locked). */
+  int (*lock_try)(mend_store *s);
   /* How long one statement waits for another connection's lock before giving up (default
    * 5000 ms; <= 0 restores it). */
   void (*set_busy_wait)(mend_store *s, int ms);
@@ -461,6 +467,10 @@ static inline int mend_store_commit(mend_store *s) {
 }
 static inline int mend_store_locked(mend_store *s) {
   return MEND_STORE_M(s)->locked ? MEND_STORE_M(s)->locked(s) : 0;
+}
+
+static inline int mend_store_lock_try(mend_store *s) {
+  return MEND_STORE_M(s)->lock_try ? MEND_STORE_M(s)->lock_try(s) : 1;
 }
 /* Whether another process's write lock can hold this backend's writes back (SQLite's file
  * lock; it says when, with locked): PostgreSQL's writers wait for rows, not for one lock. */

@@ -478,7 +478,7 @@ mend_run *mend__run_new(mend_engine *E, mend_workflow *wf, const char *id);
 /* ---- lock.c: a write lock held by another process, waited out */
 void mend__lock_wait(mend_engine *E);
 int mend__lock_waiting(const mend_engine *E);
-int mend__lock_stops_looks(const mend_engine *E);
+int mend__lock_stops_looks(mend_engine *E);
 void mend__watch_lock(mend_engine *E);
 
 /* ---- saga.c: what outcomes mean: forward, backward, the ends of waits */

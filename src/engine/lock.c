@@ -93,11 +93,19 @@ int mend__lock_waiting(const mend_engine *E) {
 /* A look for work would meet the lock too, so it waits while something else waits it out: a
  * batch kept for it (its retry is the look at the lock), or the back-off before the next try.
  * A begin that met the lock with nothing to keep (a claim, a release: their writes start with
- * it) leaves the store's mark and no batch to retry; the look is the next try then, else an
- * idle worker would look for no work until a write of its own began a batch (a lease renewal,
- * seconds later; none while it holds no run). */
-int mend__lock_stops_looks(const mend_engine *E) {
+ * it) leaves the store's mark and no batch to retry; once the back-off is over the lock is
+ * tried here, else an idle worker would look for no work until a write of its own began a
+ * batch (a lease renewal, seconds later; none while it holds no run), and one whose look then
+ * found nothing to write (another worker took the run) would keep the mark, and the lock's
+ * start, for good: no "gone", and the next lock told from this one's start. */
+int mend__lock_stops_looks(mend_engine *E) {
   if (!mend_store_locked(E->store)) return 0;
   if (mend_store_batch_open(E->store) || (E->writer && mend_store_writer_busy(E->store))) return 1;
-  return mend__lock_waiting(E);
+  if (mend__lock_waiting(E)) return 1;
+  if (mend_store_lock_try(E->store)) {
+    mend__kick(E);   /* the turn tells the lock's end */
+    return 0;
+  }
+  mend__lock_wait(E);
+  return 1;
 }

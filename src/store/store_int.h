@@ -278,6 +278,7 @@ const char *mend__sqlite_errmsg(mend_store *s);
 int mend__sqlite_not_found(const mend_store *s);
 int mend__sqlite_commit(mend_store *s);
 int mend__sqlite_locked(mend_store *s);
+int mend__sqlite_lock_try(mend_store *s);
 void mend__sqlite_set_busy_wait(mend_store *s, int ms);
 void mend__sqlite_set_thread_cpus(mend_store *s, const mend_cpus *cpus);
 int mend__sqlite_batch_open(mend_store *s);

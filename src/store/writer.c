@@ -601,6 +601,19 @@ void mend__sqlite_read_flushes(mend_store *s, unsigned long *records, double *cp
   *pending = s->w ? s->cur->nrec : 0;
 }
 int mend__sqlite_locked(mend_store *s) { return atomic_load(&s->locked); }
+
+int mend__sqlite_lock_try(mend_store *s) {
+  if (!atomic_load(&s->locked)) return 1;
+  if (s->in_batch || s->batch_failed || (s->cur && s->cur->nrec) || mend__sqlite_writer_busy(s))
+    return 0;
+  int rc = mend__step_busy_retry(s, s->q[Q_BEGIN]);
+  sqlite3_reset(s->q[Q_BEGIN]);
+  if (rc != SQLITE_DONE) return 0;
+  sqlite3_step(s->q[Q_ROLLBACK]);   /* nothing was written: nothing to lose */
+  sqlite3_reset(s->q[Q_ROLLBACK]);
+  atomic_store(&s->locked, 0);
+  return 1;
+}
 void mend__sqlite_set_busy_wait(mend_store *s, int ms) { s->busy_ms = ms > 0 ? ms : BUSY_TIMEOUT_MS; }
 
 void mend__sqlite_set_thread_cpus(mend_store *s, const mend_cpus *cpus) { s->cpus = *cpus; }
