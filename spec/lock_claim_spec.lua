@@ -33,7 +33,11 @@ describe("a worker whose claim meets another process's lock #sqlite", function()
     H.cleanup()
   end)
 
-  it("takes the run within a few seconds of the lock's release", function()
+  -- An idle worker (its first run done, nothing of its own left to write), stopped with a new
+  -- run waiting for its next look; a sqlite3 shell takes the write lock, runs `inside` (lines
+  -- of the shell) 1.4 s later and ends with `finish`; the worker goes on once the lock is
+  -- held. The shell's handle (close: wait for it to end), the database and the worker's log.
+  local function claim_meets_lock(inside, finish)
     local dir = H.tmp_dir()
     local db, wfdir = dir .. "/jobs.db", dir .. "/wf"
     assert(require("lfs").mkdir(wfdir))
@@ -45,25 +49,27 @@ describe("a worker whose claim meets another process's lock #sqlite", function()
                              .. " >%s 2>&1 & echo $! >%s", MEND, q(db), q(wfdir), q(log), q(pid_file)))
     worker_pid = read_number(pid_file)
     assert.is_truthy(worker_pid)
-    -- idle: its first run done, nothing of its own left to write
     H.wait_for("the first run", function() return succeeded(db) == 1 end, 10)
     os.execute("sleep 0.3")
     -- stopped, so that the new run is there for its next look and the lock is taken first
     assert.are.equal(0, (run("kill -STOP " .. worker_pid)))
     local rc, out = run(start)
     assert.are.equal(0, rc, out)
-    local took, freed = dir .. "/took", dir .. "/freed"
+    local took = dir .. "/took"
     local holder = assert(io.popen("sqlite3 " .. q(db) .. " >/dev/null", "w"))
     holder:write(".bail on\nBEGIN IMMEDIATE;\nINSERT INTO meta VALUES('lock-test', 'x');\n",
-                 ".system date +%s.%N >" .. q(took) .. "\n",
-                 ".system sleep 1.4\n",
-                 ".system date +%s.%N >" .. q(freed) .. "\n",
-                 "ROLLBACK;\n.quit\n")
+                 ".system date +%s.%N >" .. q(took) .. "\n", ".system sleep 1.4\n",
+                 inside:gsub("DIR", dir), finish, ";\n.quit\n")
     holder:flush()
     H.wait_for("the holder to take the lock", function() return read_number(took) end, 10)
     assert.are.equal(0, (run("kill -CONT " .. worker_pid)))
+    return holder, db, log, dir
+  end
+
+  it("takes the run within a few seconds of the lock's release", function()
+    local holder, db, log, dir = claim_meets_lock(".system date +%s.%N >DIR/freed\n", "ROLLBACK")
     holder:close()   -- returns once the shell has rolled back
-    local t_free = assert(read_number(freed))
+    local t_free = assert(read_number(dir .. "/freed"))
     local text = H.slurp(log)
     assert.matches('"level":"warn"[^\n]*database is locked by another process', text)
     -- a claim retried as a batch is (50 ms doubling to 1 s), not left to another write
@@ -78,32 +84,9 @@ describe("a worker whose claim meets another process's lock #sqlite", function()
   -- find nothing to write, and nothing of its own begins a batch. It still tells the lock's end,
   -- and starts the next lock's clock afresh.
   it("tells the lock's end when its look finds nothing left to claim", function()
-    local dir = H.tmp_dir()
-    local db, wfdir = dir .. "/jobs.db", dir .. "/wf"
-    assert(require("lfs").mkdir(wfdir))
-    H.write_file(wfdir, "one.lua", WORKFLOW)
-    local start = string.format("%s start one --db %s --workflows %s", MEND, q(db), q(wfdir))
-    assert.are.equal(0, (run(start)))
-    local log, pid_file = dir .. "/worker.log", dir .. "/worker.pid"
-    os.execute(string.format("%s worker --db %s --workflows %s --poll 0.05 --log-level debug"
-                             .. " >%s 2>&1 & echo $! >%s", MEND, q(db), q(wfdir), q(log), q(pid_file)))
-    worker_pid = read_number(pid_file)
-    assert.is_truthy(worker_pid)
-    H.wait_for("the first run", function() return succeeded(db) == 1 end, 10)
-    os.execute("sleep 0.3")
-    assert.are.equal(0, (run("kill -STOP " .. worker_pid)))
-    local rc, out = run(start)
-    assert.are.equal(0, rc, out)
-    local took = dir .. "/took"
-    local holder = assert(io.popen("sqlite3 " .. q(db) .. " >/dev/null", "w"))
-    holder:write(".bail on\nBEGIN IMMEDIATE;\nINSERT INTO meta VALUES('lock-test', 'x');\n",
-                 ".system date +%s.%N >" .. q(took) .. "\n",
-                 ".system sleep 1.4\n",
-                 "UPDATE runs SET unavailable = 'taken elsewhere' WHERE status = 'running';\n",
-                 "DELETE FROM meta WHERE key = 'lock-test';\nCOMMIT;\n.quit\n")
-    holder:flush()
-    H.wait_for("the holder to take the lock", function() return read_number(took) end, 10)
-    assert.are.equal(0, (run("kill -CONT " .. worker_pid)))
+    local holder, _, log = claim_meets_lock(
+      "UPDATE runs SET unavailable = 'taken elsewhere' WHERE status = 'running';\n"
+      .. "DELETE FROM meta WHERE key = 'lock-test';\n", "COMMIT")
     H.wait_for("the worker to meet the lock", function()
       return H.slurp(log):find("database is locked by another process", 1, true) ~= nil
     end, 10)

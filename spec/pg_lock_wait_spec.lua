@@ -83,7 +83,8 @@ describe("a run's row locked by another PostgreSQL session", function()
     assert.are.equal(0, rc, out .. err)
   end)
 
-  it_pg("mend complete answers while the run's row is held: a token takes no lock on it", function()
+  -- A run of workflows/approval.lua waiting on its token, its row held by psql: its id and token.
+  local function token_waits_row_held()
     local dir = H.tmp_dir()
     H.write_file(dir, "approval.lua", H.slurp("workflows/approval.lua"))
     local db, log = H.new_db(dir, "a.db"), dir .. "/worker.log"
@@ -99,10 +100,19 @@ describe("a run's row locked by another PostgreSQL session", function()
     end, 10)
     H.stop_worker(pid)
     hold_row(dir, db, id)
-    local err
-    rc, out, err = mend_bounded(db, "complete " .. token .. " --result '{\"by\":\"alice\"}'")
+    return db, id, token
+  end
+
+  it_pg("mend complete and mend fail answer while the run's row is held: a token takes no lock on it", function()
+    local db, id, token = token_waits_row_held()
+    local rc, out, err = mend_bounded(db, "complete " .. token .. " --result '{\"by\":\"alice\"}'")
     assert.are.equal(0, rc, out .. err)
     assert.matches("token completed: run " .. id, out)
+    release_all()
+    db, id, token = token_waits_row_held()
+    rc, out, err = mend_bounded(db, "fail " .. token .. " --kind fatal --message no")
+    assert.are_not.equal(124, rc, "it waited for the lock without end")
+    assert.are.equal(0, rc, out .. err)
   end)
 
   it_pg("mend dlq retry and mend dlq resolve give up naming the run, and the dead letter stays", function()
@@ -174,28 +184,6 @@ describe("a run's row locked by another PostgreSQL session", function()
     assert.are.equal("running", H.status_json(db, id).status)
     -- the session kept no lock_timeout: nothing else of the engine gave up
     assert.is_falsy(out:find("lock timeout"), out)
-  end)
-
-  it_pg("mend fail answers while the run's row is held", function()
-    local dir = H.tmp_dir()
-    H.write_file(dir, "approval.lua", H.slurp("workflows/approval.lua"))
-    local db, log = H.new_db(dir, "a.db"), dir .. "/worker.log"
-    local rc, out = H.mend_in(nil, db, "start approval --workflows " .. q(dir)
-      .. [[ --input '{"order":"o-1","amount":25}']])
-    assert.are.equal(0, rc, out)
-    local id = out:match("(%S+)")
-    local pid = H.spawn_worker(db, dir, log)
-    local token
-    H.wait_for("the token", function()
-      token = H.read(log):match("mtk_%x+")
-      return token ~= nil
-    end, 10)
-    H.stop_worker(pid)
-    hold_row(dir, db, id)
-    local err
-    rc, out, err = mend_bounded(db, "fail " .. token .. " --kind fatal --message no")
-    assert.are_not.equal(124, rc, "it waited for the lock without end")
-    assert.are.equal(0, rc, out .. err)
   end)
 
   -- A host's look at run X waits for psql, which holds X and then waits for the host's lease

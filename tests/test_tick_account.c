@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "tick_host.h"
 
 static char dir[64];
 
@@ -52,43 +53,6 @@ static void on_event(void *ud, const char *json) {
   (void)ud;
   (void)json;
   heard_events++;
-}
-
-static void write_file(const char *name, const char *text) {
-  char path[128];
-  snprintf(path, sizeof path, "%s/%s.lua", dir, name);
-  FILE *f = fopen(path, "w");
-  if (!f || fputs(text, f) < 0 || fclose(f)) {
-    perror(path);
-    exit(2);
-  }
-}
-
-static int status_is(mend_engine *E, const char *id, const char *status) {
-  char *json = NULL, want[48];
-  if (mend_engine_run_json(E, id, &json) != MEND_OK || !json) return 0;
-  snprintf(want, sizeof want, "\"status\":\"%s\"", status);
-  int is = strstr(json, want) != NULL;
-  mend_free(json);
-  return is;
-}
-
-/* The scheduling class of this process's thread of that name; -1: none has it. */
-static int class_of(const char *name) {
-  DIR *d = opendir("/proc/self/task");
-  int policy = -1;
-  for (struct dirent *e; d && policy < 0 && (e = readdir(d));) {
-    if (e->d_name[0] == '.') continue;
-    char path[300], comm[64] = "";
-    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-    FILE *f = fopen(path, "r");
-    if (!f) continue;
-    if (fgets(comm, sizeof comm, f)) comm[strcspn(comm, "\n")] = 0;
-    fclose(f);
-    if (strcmp(comm, name) == 0) policy = sched_getscheduler(atoi(e->d_name));
-  }
-  if (d) closedir(d);
-  return policy;
 }
 
 typedef struct totals {
@@ -213,8 +177,8 @@ static void it_puts_step_code_in_the_work(void) {
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/mend-tickacct-XXXXXX");
   if (!mkdtemp(dir)) return 2;
-  write_file("q", quest);
-  write_file("spin", spin);
+  tick_host_write(dir, "q", quest);
+  tick_host_write(dir, "spin", spin);
   it_counts_what_a_tick_did();
   it_puts_step_code_in_the_work();
   check_remove_dir(dir);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "tick_host.h"
 
 static char dir[64];
 
@@ -34,42 +35,6 @@ static void later(void *ud, mend_call *call, const char *args) {
   (void)args;
   if (ncalls < RUNS) calls[ncalls++] = call;
   else mend_call_fail(call, "fatal", "too many", -1, 0);
-}
-
-static void write_file(const char *name, const char *text) {
-  char path[128];
-  snprintf(path, sizeof path, "%s/%s.lua", dir, name);
-  FILE *f = fopen(path, "w");
-  if (!f || fputs(text, f) < 0 || fclose(f)) {
-    perror(path);
-    exit(2);
-  }
-}
-
-static int status_is(mend_engine *E, const char *id, const char *status) {
-  char *json = NULL, want[48];
-  if (mend_engine_run_json(E, id, &json) != MEND_OK || !json) return 0;
-  snprintf(want, sizeof want, "\"status\":\"%s\"", status);
-  int is = strstr(json, want) != NULL;
-  mend_free(json);
-  return is;
-}
-
-static int class_of(const char *name) {
-  DIR *d = opendir("/proc/self/task");
-  int policy = -1;
-  for (struct dirent *e; d && policy < 0 && (e = readdir(d));) {
-    if (e->d_name[0] == '.') continue;
-    char path[300], comm[64] = "";
-    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-    FILE *f = fopen(path, "r");
-    if (!f) continue;
-    if (fgets(comm, sizeof comm, f)) comm[strcspn(comm, "\n")] = 0;
-    fclose(f);
-    if (strcmp(comm, name) == 0) policy = sched_getscheduler(atoi(e->d_name));
-  }
-  if (d) closedir(d);
-  return policy;
 }
 
 static mend_engine *engine(const char *db, mend_writer_sched sched) {
@@ -189,7 +154,7 @@ static void it_keeps_the_look_thread_in_the_class_the_host_chose(void) {
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/mend-tick-edges-XXXXXX");
   if (!mkdtemp(dir)) return 2;
-  write_file("q", quest);
+  tick_host_write(dir, "q", quest);
   it_writes_no_byte_past_an_older_hosts_stats();
   it_counts_only_what_reached_a_waiting_run();
   it_keeps_the_look_thread_in_the_class_the_host_chose();
