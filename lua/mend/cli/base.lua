@@ -111,6 +111,14 @@ function M.json_text(flag, text)
   return text
 end
 
+-- The JSON value of flag `name` (nil when not given).
+function M.json_flag(o, name)
+  if o[name] == nil then return nil end
+  local ok, v = pcall(json.decode, M.json_text(name, o[name]))
+  if not ok then fail("--%s is not JSON: %s", name, tostring(v)) end
+  return v
+end
+
 function M.decode_input(text)
   if text == nil then return {} end
   text = M.json_text("input", text)

@@ -5,10 +5,8 @@
 -- does it here, in an engine that has loaded the run's own workflow version. It never reads
 -- the database by itself and decides nothing the engine decides: a refusal is the engine's.
 
-local mend = require "mend"
 local base = require "mend.cli.base"
 local render = require "mend.render"
-local json = mend.json
 
 local out, say, fail, usage_error = base.out, base.say, base.fail, base.usage_error
 local with_engine, existing_db, run_status = base.with_engine, base.existing_db, base.run_status
@@ -191,12 +189,7 @@ function M.signal(o, first, second)
   elseif second == nil then
     usage_error("signal", "missing NAME")
   end
-  local data = nil
-  if o.data then
-    local ok, v = pcall(json.decode, base.json_text("data", o.data))
-    if not ok then fail("--data is not JSON: %s", tostring(v)) end
-    data = v
-  end
+  local data = base.json_flag(o, "data")
   return with_engine(existing_db(o.db), function(eng)
     local how, run = operate("signal", eng.signal, eng, id, name, data,
                              { key = o.key, run_key = o["run-key"] })
@@ -210,12 +203,7 @@ function M.signal(o, first, second)
 end
 
 function M.complete(o, token)
-  local result = nil
-  if o.result then
-    local ok, v = pcall(json.decode, base.json_text("result", o.result))
-    if not ok then fail("--result is not JSON: %s", tostring(v)) end
-    result = v
-  end
+  local result = base.json_flag(o, "result")
   return with_engine(existing_db(o.db), function(eng)
     local run = operate("complete", eng.complete, eng, token, result)
     out("token completed: run %s goes on\n", run)
