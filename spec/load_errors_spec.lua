@@ -94,6 +94,21 @@ describe("a workflow file", function()
     local ok, err = pcall(eng.load, eng, path)
     assert.is_false(ok)
     has(tostring(err), "missing.lua")
+    has(tostring(err), "No such file or directory")
+  end)
+
+  -- eng:load, mend_engine_load, the REPL's use and mend run read the file alike: a folder
+  -- opens as a file would, and only its read fails; the message says which it is.
+  it("that is a folder is refused, saying it is a folder", function()
+    local eng = H.new_engine()
+    local path = H.tmp_dir() .. "/order.lua"
+    assert(os.execute("mkdir " .. H.quote(path)))
+    local ok, err = pcall(eng.load, eng, path)
+    assert.is_false(ok)
+    has(tostring(err), path .. ": cannot read workflow file: Is a directory")
+    local code, out = H.mend_cmd(H.new_db(), "run " .. H.quote(path))
+    assert.are.equal(1, code, out)
+    has(out, path .. ": cannot read workflow file: Is a directory")
   end)
 
   it("without a name is refused, naming the file and the field", function()

@@ -12,6 +12,7 @@
 #include <mend.h>
 #include "util.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <lauxlib.h>
 #include <math.h>
@@ -673,9 +674,11 @@ bad:
 }
 
 char *mend_workflow_read(const char *path, size_t *len, char *err, int errlen) {
+  /* errno says why, for a person: a missing file, no permission, a folder (which opens as a
+   * file would, its first read failing with EISDIR). */
   FILE *f = fopen(path, "rb");
   if (!f) {
-    mend_errorf(err, errlen, "%s: cannot open workflow file", path);
+    mend_errorf(err, errlen, "%s: cannot open workflow file: %s", path, strerror(errno));
     return NULL;
   }
   size_t cap = 4096, n = 0, got;
@@ -692,11 +695,12 @@ char *mend_workflow_read(const char *path, size_t *len, char *err, int errlen) {
     }
     text = more;
   }
-  int failed = ferror(f);
+  int failed = ferror(f) ? errno : 0;
   fclose(f);
   if (!text || failed) {
     free(text);
-    mend_errorf(err, errlen, "%s: cannot read workflow file", path);
+    mend_errorf(err, errlen, "%s: cannot read workflow file: %s", path,
+                failed ? strerror(failed) : "out of memory");
     return NULL;
   }
   *len = n;
