@@ -224,6 +224,29 @@ return { name = "latin", steps = {
                      "load and may: .-broken%.lua:%d+:", err)
     end)
 
+    -- A --workflows that cannot be read (missing, a file) is named with why, as the worker's
+    -- refusal names it; a WORKFLOW given as a path that is a folder is named as one, not
+    -- looked up as DIR/<path>.lua.
+    it("mend start says why --workflows cannot be read, and that a WORKFLOW path is a folder",
+       function()
+      local code, id, err = mend("start", "order", "--db", db, "--workflows", "workflows/order.lua")
+      assert.are.equal(1, code, err)
+      assert.are.equal("", id)
+      assert.truthy(error_line(err):find("workflows directory workflows/order.lua: Not a directory",
+                                         1, true), err)
+      local missing = H.tmp_dir() .. "/none"
+      code, _, err = mend("start", "order", "--db", db, "--workflows", missing)
+      assert.are.equal(1, code, err)
+      assert.truthy(error_line(err):find("workflows directory " .. missing ..
+                                         ": No such file or directory", 1, true), err)
+      local folder = H.tmp_dir() .. "/order.lua"
+      assert(os.execute("mkdir " .. quote(folder)))
+      code, id, err = mend("start", folder, "--db", db)
+      assert.are.equal(1, code, err)
+      assert.are.equal("", id)
+      assert.are.equal("mend: " .. folder .. " is a folder, not a workflow file", error_line(err))
+    end)
+
     it("mend start NAME finds the workflow when a folder of that name is where it runs", function()
       local dir = H.tmp_dir()
       os.execute("mkdir -p " .. quote(dir .. "/invoice") .. " " .. quote(dir .. "/wf"))

@@ -12,19 +12,26 @@ local fail = base.fail
 
 local M = {}
 
--- The workflow files of a directory, sorted, so that a worker loads them in a stable order.
-function M.workflow_files(dir)
+-- The workflow files of a directory, sorted, so that a worker loads them in a stable order;
+-- or nil and "DIR: why" when it cannot be read.
+local function list_files(dir)
   local ok, names, regular = pcall(mend.listdir, dir)
   -- called by pcall, a C function: the message has no position to strip, only "path: reason"
-  if not ok then
-    fail("cannot read the workflows directory %s (a worker loads every .lua file of one)", names)
-  end
+  if not ok then return nil, names end
   local files = {}
   for _, name in ipairs(names) do
     -- a named pipe's opening would block the worker until a writer came, deaf to SIGTERM
     if name:match("%.lua$") and regular[name] then files[#files + 1] = dir .. "/" .. name end
   end
   table.sort(files)
+  return files
+end
+
+function M.workflow_files(dir)
+  local files, why = list_files(dir)
+  if not files then
+    fail("cannot read the workflows directory %s (a worker loads every .lua file of one)", why)
+  end
   return files
 end
 
@@ -103,6 +110,10 @@ function M.workflow_file(o, workflow)
     local _, unreadable = f:read(0)
     f:close()
     if not unreadable then return workflow end
+    -- a path (not a bare name) is no workflow name to look up in DIR either
+    if workflow:find("/", 1, true) or workflow:find("%.lua$") then
+      fail("%s is a folder, not a workflow file", workflow)
+    end
   end
   -- MEND_NAME_MAX of mend.h: no workflow has a longer name.
   if #workflow > 512 then
@@ -120,8 +131,11 @@ end
 -- as a worker serving DIR would find it (each file of DIR loaded; a file that fails is named).
 function M.load_named(eng, o, workflow, path)
   local dir = o.workflows or "workflows"
-  local ok, files = pcall(M.workflow_files, dir)
-  if not ok then fail("no workflow file %s, and no %s", workflow, path) end
+  local files, why = list_files(dir)
+  if not files then
+    fail("no workflow file %s, and no %s: cannot read the workflows directory %s", workflow,
+         path, why)
+  end
   local broken = {}
   for _, file in ipairs(files) do
     local loaded, name = pcall(eng.load, eng, file)
