@@ -17,15 +17,17 @@ local present, write_list, print_outcome = render.present, render.write_list, re
 local M = {}
 
 function M.breakers(o, op, key)
+  if op ~= nil and not ({ reset = true, open = true, close = true })[op] then
+    usage_error("breakers", "unknown breaker operation %s (reset, open or close)", op)
+  end
+  -- taken by open alone: dropped elsewhere, it would say something that does not happen
+  if o["for"] ~= nil and op ~= "open" then usage_error("breakers", "--for is for open only") end
   if op == nil then
     return with_engine(existing_db(o.db), function(eng)
       local list = render.breakers_now(eng:breakers(), eng:now())
       if o.json then write_list(list) else render.print_breakers(list, eng:now()) end
       return EXIT_OK
     end)
-  end
-  if not ({ reset = true, open = true, close = true })[op] then
-    usage_error("breakers", "unknown breaker operation %s (reset, open or close)", op)
   end
   if key == nil then usage_error("breakers", "missing KEY") end
   return with_engine(existing_db(o.db), function(eng)
