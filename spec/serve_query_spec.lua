@@ -70,6 +70,38 @@ describe("the HTTP API's query parameters and bodies", function()
     assert.are.same({ "0" }, H.sql(db, "SELECT count(*) FROM runs"))
   end)
 
+  -- A misspelt field ("imput") was ignored: the run started with no input, the event went
+  -- without its data, a breaker opened for its policy's time.
+  it("refuses a body field the endpoint does not take, naming it and what it takes", function()
+    local dir, db = workspace()
+    local base = start(dir, db)
+    local code, e = post(base, "/api/v1/runs", { workflow = "hello", imput = { to = "x" } })
+    assert.are.equal(400, code, json.encode(e))
+    assert.are.equal("bad_field", e.error.code)
+    assert.are.equal('unknown field "imput": POST /api/v1/runs takes workflow, input, key',
+                     e.error.message)
+    assert.are.same({ "0" }, H.sql(db, "SELECT count(*) FROM runs"))
+    local r
+    code, r = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "x" }, key = "k" })
+    assert.are.equal(201, code, json.encode(r))
+    code, e = post(base, "/api/v1/runs/" .. r.id .. "/events", { name = "x", payload = 1 })
+    assert.are.equal(400, code, json.encode(e))
+    assert.are.equal('unknown field "payload": POST /api/v1/runs/{id}/events takes name, data, key',
+                     e.error.message)
+    code, e = post(base, "/api/v1/events", { run_key = "k", name = "x", run = r.id })
+    assert.are.equal(400, code, json.encode(e))
+    assert.matches('^unknown field "run": POST /api/v1/events takes run_key, name, data, key$',
+                   e.error.message)
+    code, e = post(base, "/api/v1/dlq/" .. r.id .. "/resolve", { notes = "done" })
+    assert.are.equal(400, code, json.encode(e))
+    assert.matches('^unknown field "notes"', e.error.message)
+    code, e = post(base, "/api/v1/breakers/hello/open", { secs = 5 })
+    assert.are.equal(400, code, json.encode(e))
+    assert.matches('^unknown field "secs": POST /api/v1/breakers/{key}/{op} takes seconds$',
+                   e.error.message)
+    assert.are.same({ "0" }, H.sql(db, "SELECT count(*) FROM inbox"))
+  end)
+
   it("lets a scrape of /metrics add parameters of its own", function()
     local dir, db = workspace()
     local base = start(dir, db)

@@ -152,7 +152,8 @@ static char *pool_copy(serve_req *r, const char *t) {
 }
 
 static void start_run(serve_req *r) {
-  json_t *body = serve_body(r);
+  static const char *const fields[] = {"workflow", "input", "key", NULL};
+  json_t *body = serve_body(r, fields, "POST /api/v1/runs");
   if (!body) return;
   const char *name, *key;
   if (body_string(r, body, "workflow", 1, &name) || body_string(r, body, "key", 0, &key) ||
@@ -377,7 +378,10 @@ static void keyed_event_answer(serve_req *r, void *ud) {
 }
 
 static void send_event(serve_req *r, const char *id) {
-  json_t *body = serve_body(r);
+  static const char *const to_id[] = {"name", "data", "key", NULL};
+  static const char *const to_key[] = {"run_key", "name", "data", "key", NULL};
+  json_t *body = id ? serve_body(r, to_id, "POST /api/v1/runs/{id}/events")
+                    : serve_body(r, to_key, "POST /api/v1/events");
   if (!body) return;
   const char *name, *key, *run_key = NULL;
   if (body_string(r, body, "name", 1, &name) || body_string(r, body, "key", 0, &key) ||
@@ -445,7 +449,8 @@ static void dlq_op(serve_req *r, const char *id, const char *op) {
     serve_error(r, 404, "not_found", "no dead-letter operation %s (retry, resolve)", op);
     return;
   }
-  json_t *body = serve_body(r);
+  static const char *const fields[] = {"note", NULL};
+  json_t *body = serve_body(r, fields, "POST /api/v1/dlq/{id}/resolve");
   if (!body) return;
   const char *note;
   if (!body_string(r, body, "note", 1, &note)) resolve_now(r, id, note, 0);
@@ -457,7 +462,8 @@ static void breaker_op(serve_req *r, const char *key, const char *op) {
     serve_error(r, 404, "not_found", "no breaker operation %s (open, close, reset)", op);
     return;
   }
-  json_t *body = serve_body(r);
+  static const char *const fields[] = {"seconds", NULL};
+  json_t *body = serve_body(r, fields, "POST /api/v1/breakers/{key}/{op}");
   if (!body) return;
   json_t *sec = json_object_get(body, "seconds");
   double seconds = 0;

@@ -140,7 +140,29 @@ int serve_query_only(serve_req *r, const char *const *known, const char *what) {
   return each_param(r, check_param, &o) < 0 ? -1 : 0;
 }
 
-json_t *serve_body(serve_req *r) {
+/* 0 when every key of body is one of known; else -1 after replying 400 naming it. */
+static int body_fields_known(serve_req *r, json_t *body, const char *const *known,
+                             const char *what) {
+  const char *name;
+  json_t *v;
+  json_object_foreach(body, name, v) {
+    const char *const *k = known;
+    while (*k && strcmp(*k, name) != 0) k++;
+    if (*k) continue;
+    char takes[256] = "";
+    size_t used = 0;
+    for (k = known; *k && used < sizeof takes; k++) {
+      int w = snprintf(takes + used, sizeof takes - used, "%s%s", used ? ", " : "", *k);
+      used = w < 0 ? sizeof takes : used + (size_t)w;
+    }
+    /* %.64s: a key is the client's text, of any length */
+    serve_error(r, 400, "bad_field", "unknown field \"%.64s\": %s takes %s", name, what, takes);
+    return -1;
+  }
+  return 0;
+}
+
+json_t *serve_body(serve_req *r, const char *const *known, const char *what) {
   h2o_iovec_t b = r->req->entity;
   if (!b.base || b.len == 0) return json_object();
   json_error_t je;
@@ -159,6 +181,10 @@ json_t *serve_body(serve_req *r) {
   if (!json_is_object(v)) {
     json_decref(v);
     serve_error(r, 400, "bad_json", "the request body must be a JSON object");
+    return NULL;
+  }
+  if (body_fields_known(r, v, known, what) < 0) {
+    json_decref(v);
     return NULL;
   }
   return v;

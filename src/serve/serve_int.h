@@ -84,9 +84,10 @@ int serve_query(serve_req *r, const char *name, const char **out);
 /* 0 when every parameter of the query is one of known (NULL-terminated; NULL: none) and none is
  * given twice; else -1 after replying 400 naming it (what: the endpoint, for the message). */
 int serve_query_only(serve_req *r, const char *const *known, const char *what);
-/* The body as a JSON object (an empty body is {}, a key given twice refused); NULL after
- * replying 400 naming the fault. */
-json_t *serve_body(serve_req *r);
+/* The body as a JSON object (an empty body is {}, a key given twice refused, a key not in
+ * known (NULL-terminated) refused: a misspelt field must not be read as absent); NULL after
+ * replying 400 naming the fault (what: the endpoint, for the message). */
+json_t *serve_body(serve_req *r, const char *const *known, const char *what);
 
 /* request.c: the rest of a request's parts. serve_decode: s[0..n) percent-decoded into the
  * pool ('+' as a space where plus), NULL when malformed or when it holds a NUL. serve_who: who
