@@ -1684,7 +1684,11 @@ static void it_repairs_through_the_c_api(void) {
   CHECK_STR(run_status(E, id, st, sizeof st), "needs_attention");
   CHECK_EQ_INT(mend_engine_cancel(E, id, "ops"), MEND_ESTATE);
   CHECK(strstr(mend_engine_errmsg(E), "only a running run can be cancelled") != NULL);
-  CHECK_EQ_INT(mend_engine_resolve_dead_letter(E, id, "ops", NULL), MEND_ESTATE);
+  /* mend.h: a NULL where a call needs a value is MEND_EINVAL; a resolve needs its note */
+  CHECK_EQ_INT(mend_engine_resolve_dead_letter(E, id, "ops", NULL), MEND_EINVAL);
+  CHECK(strstr(mend_engine_errmsg(E), "needs a note") != NULL);
+  CHECK_EQ_INT(mend_engine_resolve_dead_letter(E, id, "ops", ""), MEND_EINVAL);
+  CHECK_STR(run_status(E, id, st, sizeof st), "needs_attention");
   CHECK_EQ_INT(mend_engine_resolve_dead_letter(E, id, "ops", "undone by hand"), MEND_OK);
   CHECK_STR(run_status(E, id, st, sizeof st), "resolved");
   CHECK(run_has(E, id, "dlq resolve by ops: undone by hand", 1));

@@ -718,9 +718,11 @@ int mend_engine_upgrade_run(mend_engine *E, const char *id, const char *version,
 
 static int resolve(mend_engine *E, const char *id, const char *who, const char *note,
                    int record, int take_now, char *err, int errlen) {
-  E->refusal = MEND_REFUSED_STATE;
   char status[64], reason[64];
+  /* a missing argument, whatever the run's state (mend.h: MEND_EINVAL) */
+  E->refusal = MEND_REFUSED_INVALID;
   if (!note || !*note) return mend_errorf(err, errlen, "resolving a run needs a note saying what was done");
+  E->refusal = MEND_REFUSED_STATE;
   if (stored_status(E, id, status, reason, sizeof status, err, errlen)) return -1;
   if (strcmp(status, "resolved") == 0)   /* resolved here, not committed yet: as once it is */
     return mend_errorf(err, errlen, "run %s is resolved: " RESOLVE_ONLY, id);
