@@ -100,6 +100,17 @@ describe("the HTTP API's query parameters and bodies", function()
     assert.matches('^unknown field "secs": POST /api/v1/breakers/{key}/{op} takes seconds$',
                    e.error.message)
     assert.are.same({ "0" }, H.sql(db, "SELECT count(*) FROM inbox"))
+    -- a cancel and a retry take none (who did it is X-Mend-Who)
+    code, e = post(base, "/api/v1/runs/" .. r.id .. "/cancel", { who = "alice" })
+    assert.are.equal(400, code, json.encode(e))
+    assert.are.equal('unknown field "who": POST /api/v1/runs/{id}/cancel takes no field',
+                     e.error.message)
+    code, e = post(base, "/api/v1/dlq/" .. r.id .. "/retry", { who = "alice" })
+    assert.are.equal(400, code, json.encode(e))
+    assert.matches('^unknown field "who"', e.error.message)
+    assert.are.equal("running", S.status_of(base, r.id))
+    code = post(base, "/api/v1/runs/" .. r.id .. "/cancel", "{}")
+    assert.are.equal(202, code)
   end)
 
   it("lets a scrape of /metrics add parameters of its own", function()

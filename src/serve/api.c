@@ -348,7 +348,17 @@ static void cancel_now(serve_req *r, const char *id, int take_now) {
   serve_json_durable(r, 202, o);
 }
 
-static void cancel_run(serve_req *r, const char *id) { cancel_now(r, id, 0); }
+/* A body that takes no field: {} or none. NULL after replying 400. */
+static int no_body_fields(serve_req *r, const char *what) {
+  static const char *const none[] = {NULL};
+  json_t *body = serve_body(r, none, what);
+  json_decref(body);
+  return body != NULL;
+}
+
+static void cancel_run(serve_req *r, const char *id) {
+  if (no_body_fields(r, "POST /api/v1/runs/{id}/cancel")) cancel_now(r, id, 0);
+}
 
 /* An event with a key whose key its batch looked up: answered once that batch is durable, as
  * sent or as a duplicate. Its ticket is given back with the request, answered or not. */
@@ -442,7 +452,7 @@ static void resolve_now(serve_req *r, const char *id, const char *note, int take
 
 static void dlq_op(serve_req *r, const char *id, const char *op) {
   if (strcmp(op, "retry") == 0) {
-    dlq_retry_now(r, id, 0);
+    if (no_body_fields(r, "POST /api/v1/dlq/{id}/retry")) dlq_retry_now(r, id, 0);
     return;
   }
   if (strcmp(op, "resolve") != 0) {

@@ -156,7 +156,8 @@ static int body_fields_known(serve_req *r, json_t *body, const char *const *know
       used = w < 0 ? sizeof takes : used + (size_t)w;
     }
     /* %.64s: a key is the client's text, of any length */
-    serve_error(r, 400, "bad_field", "unknown field \"%.64s\": %s takes %s", name, what, takes);
+    serve_error(r, 400, "bad_field", "unknown field \"%.64s\": %s takes %s", name, what,
+                *known ? takes : "no field");
     return -1;
   }
   return 0;
