@@ -129,6 +129,31 @@ const char *mend__opt_string(lua_State *L, int idx, const char *field, const cha
   return s;
 }
 
+void mend__opts_known(lua_State *L, int idx, const char *method, const char *const *known) {
+  if (!lua_istable(L, idx)) return;
+  idx = lua_absindex(L, idx);
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    lua_pop(L, 1);
+    const char *const *k = known;
+    if (lua_type(L, -1) == LUA_TSTRING)
+      while (*k && strcmp(lua_tostring(L, -1), *k) != 0) k++;
+    else
+      while (*k) k++;
+    if (*k) continue;
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    for (k = known; *k; k++) {
+      if (k != known) luaL_addstring(&b, ", ");
+      luaL_addstring(&b, *k);
+    }
+    luaL_pushresult(&b);
+    const char *takes = lua_tostring(L, -1);
+    const char *name = luaL_tolstring(L, -2, NULL);
+    luaL_error(L, "%s: unknown option %s (it takes %s)", method, name, takes);
+  }
+}
+
 /* mend.engine{db=, clock=, seed=, durability=, log=, log_level=, alert=, ...} -> engine  [-1, +1, e] */
 /* An element of a list option, at the top of the stack: 1, left there as text, or 0. */
 static int host_item(lua_State *L) {
@@ -340,6 +365,8 @@ static int engine_start(lua_State *L) {
   int detached = 0;
   if (!lua_isnoneornil(L, 4)) {
     luaL_checktype(L, 4, LUA_TTABLE);
+    static const char *const known[] = {"key", "detached", NULL};
+    mend__opts_known(L, 4, "start", known);
     key = mend__opt_string(L, 4, "key", NULL);
     lua_getfield(L, 4, "detached");
     detached = lua_toboolean(L, -1);

@@ -36,6 +36,8 @@ static int engine_wait(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
   const char *id = luaL_checkstring(L, 2);
   double timeout = -1, poll = 0.05;
+  static const char *const known[] = {"timeout", "poll", NULL};
+  mend__opts_known(L, 3, "wait", known);
   if (lua_istable(L, 3)) {
     lua_getfield(L, 3, "timeout");
     timeout = luaL_optnumber(L, -1, -1);
@@ -131,6 +133,8 @@ static int engine_history(lua_State *L) {
     h = mend_store_history(s, id);
   } else {
     luaL_checktype(L, 3, LUA_TTABLE);
+    static const char *const known[] = {"after", "limit", "tail", NULL};
+    mend__opts_known(L, 3, "history", known);
     int has_after, has_limit, has_tail;
     long after = page_opt(L, "after", 0, LONG_MAX, 0, &has_after);
     long limit = page_opt(L, "limit", 1, MEND_HISTORY_PAGE_MAX, MEND_HISTORY_PAGE, &has_limit);
@@ -164,6 +168,8 @@ static int engine_runs(lua_State *L) {
   const char *status = NULL, *workflow = NULL;
   int limit = 0, attention = 0;
   double since = -1;
+  static const char *const known[] = {"status", "workflow", "since", "attention", "limit", NULL};
+  mend__opts_known(L, 2, "runs", known);
   if (lua_istable(L, 2)) {
     status = mend__opt_string(L, 2, "status", NULL);
     workflow = mend__opt_string(L, 2, "workflow", NULL);
@@ -186,6 +192,8 @@ static int engine_runs(lua_State *L) {
 static int engine_prune(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
+  static const char *const known[] = {"older_than", "status", "dry_run", NULL};
+  mend__opts_known(L, 2, "prune", known);
   lua_getfield(L, 2, "older_than");
   int ok;
   double older = lua_tonumberx(L, -1, &ok);
@@ -203,6 +211,9 @@ static int engine_prune(lua_State *L) {
   return push_query(L, E, v);
 }
 
+/* The options of a repair that takes only who did it. */
+static const char *const WHO[] = {"who", NULL};
+
 /* Who did an operation: opts.who, or the user and host of this process. [-0, +1, m] */
 static const char *push_who(lua_State *L, int opts) {
   if (lua_istable(L, opts) && lua_getfield(L, opts, "who") == LUA_TSTRING) return lua_tostring(L, -1);
@@ -218,6 +229,7 @@ static const char *push_who(lua_State *L, int opts) {
 static int engine_cancel(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
   const char *id = luaL_checkstring(L, 2);
+  mend__opts_known(L, 3, "cancel", WHO);
   const char *who = push_who(L, 3);
   char err[600];
   int rc = mend_engine_cancel_run(E, id, who, err, sizeof err);
@@ -237,6 +249,8 @@ static int engine_signal(lua_State *L) {
   const char *key = NULL, *run_key = NULL;
   if (!lua_isnoneornil(L, 5)) {
     luaL_checktype(L, 5, LUA_TTABLE);
+    static const char *const known[] = {"key", "run_key", NULL};
+    mend__opts_known(L, 5, "signal", known);
     key = mend__opt_string(L, 5, "key", NULL);
     run_key = mend__opt_string(L, 5, "run_key", NULL);
   }
@@ -295,6 +309,7 @@ static int engine_upgrade(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
   const char *id = luaL_checkstring(L, 2);
   const char *version = luaL_checkstring(L, 3);
+  mend__opts_known(L, 4, "upgrade", WHO);
   const char *who = push_who(L, 4);
   char err[1200];
   int rc = mend_engine_upgrade_run(E, id, version, who, err, sizeof err);
@@ -321,6 +336,7 @@ static int engine_workflows(lua_State *L) {
 static int engine_dlq_retry(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
   const char *id = luaL_checkstring(L, 2);
+  mend__opts_known(L, 3, "dlq_retry", WHO);
   const char *who = push_who(L, 3);
   char err[600];
   if (mend_engine_dlq_retry(E, id, who, err, sizeof err)) return luaL_error(L, "dlq retry: %s", err);
@@ -331,6 +347,8 @@ static int engine_dlq_retry(lua_State *L) {
 static int engine_resolve(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
   const char *id = luaL_checkstring(L, 2);
+  static const char *const known[] = {"note", "who", NULL};
+  mend__opts_known(L, 3, "resolve", known);
   const char *note = lua_istable(L, 3) ? mend__opt_string(L, 3, "note", NULL) : NULL;
   const char *who = push_who(L, 3);
   char err[600];
@@ -344,6 +362,8 @@ static int engine_breaker(lua_State *L) {
   const char *key = luaL_checkstring(L, 2);
   const char *op = luaL_checkstring(L, 3);
   double seconds = 0;
+  static const char *const known[] = {"seconds", "who", NULL};
+  mend__opts_known(L, 4, "breaker", known);
   if (lua_istable(L, 4)) {
     lua_getfield(L, 4, "seconds");
     seconds = luaL_optnumber(L, -1, 0);

@@ -19,6 +19,10 @@ void mend__lengine_open(lua_State *L);
 /* opts[field] as a string, def when nil; raises naming nothing else when not a string. The
  * string stays anchored in the table.  [-0, +0, e] */
 const char *mend__opt_string(lua_State *L, int idx, const char *field, const char *def);
+/* Raises "METHOD: unknown option F (it takes A, B)" for a key of the table at idx (when it is
+ * one) that is not in known (NULL-terminated): a misspelt option must not be read as absent
+ * (a run key dropped is a second run).  [-0, +0, e] */
+void mend__opts_known(lua_State *L, int idx, const char *method, const char *const *known);
 /* Raises the formatted message as it is, with no "file:line:" of the calling Lua code: for a
  * failure of the engine or its store (a full disk, a lock), which is not the caller's line and
  * which the mend command prints as its own error.  [-0, +0, v] */

@@ -1,0 +1,48 @@
+-- The option tables of an engine's methods are read as mend.engine{} and workflow definitions
+-- are: a field a method does not take raises, naming it and what the method takes. A
+-- misspelt `key` was dropped: eng:start started a second run where the key promised the
+-- first, eng:signal sent an event twice where the key promised once.
+local H = require "spec.helper"
+
+local WF = [[
+return { name = "w", steps = { { name = "hear", wait_for = "go" } } }
+]]
+
+local function refuses(pattern, f, ...)
+  local ok, err = pcall(f, ...)
+  assert.is_false(ok, "accepted: " .. pattern)
+  assert.matches(pattern, tostring(err), 1, true)
+end
+
+describe("an engine method's options", function()
+  after_each(H.cleanup)
+
+  it("are refused when the method does not take them, naming the field", function()
+    local eng = H.new_engine()
+    eng:load(H.write_file(H.tmp_dir(), "w.lua", WF))
+    refuses("start: unknown option kye (it takes key, detached)", eng.start, eng, "w", nil,
+            { kye = "k-1" })
+    assert.are.same({}, eng:runs())
+    local id = eng:start("w", nil, { key = "k-1" })
+    refuses("signal: unknown option kye (it takes key, run_key)", eng.signal, eng, id, "go", 1,
+            { kye = "e-1" })
+    refuses("history: unknown option tial", eng.history, eng, id, { tial = 5 })
+    refuses("runs: unknown option stauts", eng.runs, eng, { stauts = "running" })
+    refuses("wait: unknown option timout", eng.wait, eng, id, { timout = 0.1 })
+    refuses("prune: unknown option olderthan", eng.prune, eng, { older_than = 1, olderthan = 1 })
+    refuses("cancel: unknown option whoo (it takes who)", eng.cancel, eng, id, { whoo = "x" })
+    refuses("dlq_retry: unknown option whoo", eng.dlq_retry, eng, id, { whoo = "x" })
+    refuses("resolve: unknown option notes (it takes note, who)", eng.resolve, eng, id,
+            { notes = "x" })
+    refuses("upgrade: unknown option whoo", eng.upgrade, eng, id, "v", { whoo = "x" })
+    refuses("breaker: unknown option secs (it takes seconds, who)", eng.breaker, eng, "hear",
+            "open", { secs = 5 })
+    refuses("start: unknown option 1", eng.start, eng, "w", nil, { "k-2" })
+    -- nothing of them was done: one run, no event in its inbox, still running
+    assert.are.equal(1, #eng:runs())
+    assert.are.equal("running", eng:status(id).status)
+    assert.are.equal("sent", (eng:signal(id, "go", 1, { key = "e-1" })))
+    eng:run()
+    assert.are.equal("succeeded", eng:status(id).status)
+  end)
+end)
