@@ -321,6 +321,11 @@ return { name = "latin", steps = {
       assert.are.equal(1, code3)
       assert.truthy(err3:find("^mend: cannot read %-%-input " .. path:gsub("%p", "%%%0")
                               .. ": No such file"), err3)
+      -- a folder opens as a file would: its read fails, and says why
+      local dir = H.tmp_dir()
+      local code4, _, err4 = mend("run", "workflows/order.lua", "--db", db, "--input", "@" .. dir)
+      assert.are.equal(1, code4)
+      assert.are.equal("mend: cannot read --input " .. dir .. ": Is a directory", error_line(err4))
     end)
 
     it("fails with exit 1 naming a missing workflow file", function()

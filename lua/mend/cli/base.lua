@@ -105,9 +105,11 @@ function M.json_text(flag, text)
   local f, err = io.stdin, nil
   if file ~= "-" then f, err = io.open(file, "rb") end
   if not f then fail("cannot read --%s %s", flag, err) end
-  text = f:read("a")
+  local why
+  text, why = f:read("a")
   if f ~= io.stdin then f:close() end
-  if not text then fail("cannot read --%s %s", flag, file) end
+  -- a folder opens as a file would, and only its read fails
+  if not text then fail("cannot read --%s %s: %s", flag, file, why) end
   return text
 end
 
