@@ -90,6 +90,23 @@ describe("the command lines the documents show", function()
     end)
   end)
 
+  -- mend serve took --durability and --log-level, mend start --durability, and their --help
+  -- named neither.
+  it("name in each command's --help every flag the command takes", function()
+    local commands = require("mend.cli.commands").commands
+    local wrong = {}
+    for name, cmd in pairs(commands) do
+      local text = help_of(name).text
+      for flag in pairs(cmd.flags or {}) do
+        if not text:find("--" .. lit(flag) .. "%f[^%w-]") then
+          wrong[#wrong + 1] = ("mend %s takes --%s, which its --help does not name"):format(name, flag)
+        end
+      end
+    end
+    table.sort(wrong)
+    assert.are.same({}, wrong)
+  end)
+
   it("give commands that take only flags no other argument", function()
     each_line(function(l, wrong)
       if not FLAGS_ONLY[l.cmd] or l.synopsis then return end

@@ -134,7 +134,8 @@ local commands = {
               ["max-body"] = "value", cors = "value", durability = "value", ["log-level"] = "value" },
     choices = { durability = { full = true, process = true }, ["log-level"] = LOG_LEVELS },
     usage = "mend serve [--db PATH] [--listen HOST:PORT] [--token-file F] [--workflows DIR]\n" ..
-            "                  [--max-body BYTES] [--cors ORIGIN]",
+            "                  [--max-body BYTES] [--cors ORIGIN] [--durability full|process]\n" ..
+            "                  [--log-level debug|info|warn|error]",
     help = "Serves the JSON API under /api/v1 and /metrics (docs/http-api.md) until SIGINT or\n" ..
            "SIGTERM; prints 'mend: serving http://HOST:PORT/api/v1' once it listens. Runs it\n" ..
            "starts are left for workers (mend worker, which takes --listen too).\n\n" .. DB_HELP ..
@@ -146,7 +147,9 @@ local commands = {
            "  --workflows DIR  workflow files to start runs of (default workflows, if there);\n" ..
            "                   else the newest version the database keeps\n" ..
            "  --max-body BYTES the largest request body (default 1048576; larger: 413)\n" ..
-           "  --cors ORIGIN    answer browsers from ORIGIN (default: no CORS headers)\n",
+           "  --cors ORIGIN    answer browsers from ORIGIN (default: no CORS headers)\n" ..
+           "  --durability D   full (default: survives power loss) or process, for what it\n" ..
+           "                   writes (runs started, events, repairs)\n" .. LOG_LEVEL_HELP,
     does = { "mend.cli.serve", "serve" },
   },
   start = {
@@ -154,7 +157,8 @@ local commands = {
     flags = { db = "value", input = "value", key = "value", workflows = "value",
               durability = "value" },
     choices = { durability = { full = true, process = true } },
-    usage = "mend start WORKFLOW [--input JSON] [--key K] [--db PATH] [--workflows DIR]",
+    usage = "mend start WORKFLOW [--input JSON] [--key K] [--db PATH] [--workflows DIR]\n" ..
+            "                  [--durability full|process]",
     help = "Records a new run for a worker to execute and prints its id at once. WORKFLOW is a\n" ..
            "name looked up as DIR/NAME.lua, or a file (./NAME for one named as a workflow).\n" ..
            "With a run key that was used before,\n" ..
@@ -162,7 +166,8 @@ local commands = {
            "  --input JSON     the run's input (default {}); @FILE reads it from FILE, @- from\n" ..
            "                   stdin\n" ..
            "  --key K          run key (idempotency of the start)\n" .. DB_HELP ..
-           "  --workflows DIR  where to look WORKFLOW up by name (default workflows)\n",
+           "  --workflows DIR  where to look WORKFLOW up by name (default workflows)\n" ..
+           "  --durability D   full (default: the start survives power loss) or process\n",
     does = { "mend.cli.run", "start" },
   },
   wait = {
