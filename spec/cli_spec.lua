@@ -328,6 +328,26 @@ return { name = "latin", steps = {
       assert.are.equal("mend: cannot read --input " .. dir .. ": Is a directory", error_line(err4))
     end)
 
+    -- The last of two values was taken, the first dropped without a word: which key or input
+    -- was meant is not known (the HTTP API refuses a query parameter given twice likewise).
+    it("refuses a flag that takes a value given twice (exit 2), naming it, recording nothing",
+       function()
+      local code, out, err = mend("run", "workflows/order.lua", "--clock", "virtual", "--db", db,
+                                  "--key", "k-a", "--key=k-b")
+      assert.are.equal(2, code, err)
+      assert.are.equal("", out)
+      assert.are.equal("mend: --key is given twice: give it once", error_line(err))
+      code, _, err = mend("start", "order", "--db", db, "--input", "{}", "--input", "{}")
+      assert.are.equal(2, code, err)
+      assert.are.equal("mend: --input is given twice: give it once", error_line(err))
+      -- no run: no database made either, or one without runs
+      local code_runs, runs = mend("runs", "--db", db, "--json")
+      assert.truthy(code_runs == 1 or #json.decode(runs) == 0, runs)
+      -- a switch given twice says the same thing twice
+      assert.are.equal(0, (mend("run", "workflows/order.lua", "--clock", "virtual", "--db", db,
+                                "--json", "--json")))
+    end)
+
     it("fails with exit 1 naming a missing workflow file", function()
       local code, _, err = mend("run", "workflows/no_such_flow.lua", "--db", db)
       assert.are.equal(1, code)
