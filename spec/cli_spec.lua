@@ -399,6 +399,8 @@ return { name = "latin", steps = {
         { "--poll", "1e999", "--poll must be a finite number > 0, got 1e999" },
         { "--park-after", "1e999", "--park-after must be a finite number >= 0, got 1e999" },
         { "--max-in-flight", "2.5", "--max-in-flight must be a whole number > 0, got 2.5" },
+        { "--max-in-flight", "0", "--max-in-flight must be a whole number > 0, got 0" },
+        { "--max-in-flight", "1e999", "--max-in-flight must be a whole number > 0, got 1e999" },
       } do
         local code, _, err = mend("worker", "--db", db, "--workflows", empty, case[1], case[2])
         assert.are.equal(2, code, case[1])

@@ -149,9 +149,11 @@ end
 
 -- A count (0 when not given): 2.5 is no count, and had been read as no limit.
 function M.whole_flag(o, name)
-  local n = M.number_flag(o, name, 0)
-  if not math.tointeger(n) then usage_error(o._command, "--%s must be a whole number > 0, got %s", name, o[name]) end
-  return math.tointeger(n)
+  if o[name] == nil then return 0 end
+  local n = math.tointeger(tonumber(o[name]))
+  -- one message for every value that is no count: 0 is not "a finite number > 0" to fix
+  if not n or n < 1 then usage_error(o._command, "--%s must be a whole number > 0, got %s", name, o[name]) end
+  return n
 end
 
 -- --instruction-budget N: a whole number of instructions, or nil.
