@@ -348,6 +348,30 @@ return { name = "latin", steps = {
                                 "--json", "--json")))
     end)
 
+    -- `--key "$ORDER"` with ORDER unset gave every start the run key "": the second start of
+    -- any order answered the first one's run, and an event key "" made every later event a
+    -- duplicate. The HTTP API refuses an empty key; so do these.
+    it("refuses an empty run key or event key (exit 1), starting and sending nothing", function()
+      local code, id, err = mend("start", "order", "--db", db, "--key", "")
+      assert.are.equal(1, code, err)
+      assert.are.equal("", id)
+      assert.truthy(error_line(err):find("run key is empty", 1, true), err)
+      code, _, err = mend("run", "workflows/order.lua", "--clock", "virtual", "--db", db, "--key", "")
+      assert.are.equal(1, code, err)
+      assert.truthy(error_line(err):find("run key is empty", 1, true), err)
+      code, id, err = mend("start", "quest", "--db", db, "--key", "q-1")
+      assert.are.equal(0, code, err)
+      id = id:gsub("%s+$", "")
+      code, _, err = mend("signal", id, "boss_killed", "--db", db, "--key", "")
+      assert.are.equal(1, code, err)
+      assert.truthy(error_line(err):find("event key is empty", 1, true), err)
+      code, _, err = mend("signal", "--run-key", "", "boss_killed", "--db", db)
+      assert.are.equal(1, code, err)
+      local _, runs = mend("runs", "--db", db, "--json")
+      assert.are.equal(1, #json.decode(runs))
+      assert.are.same({}, H.sql(db, "SELECT seq FROM inbox"))
+    end)
+
     it("fails with exit 1 naming a missing workflow file", function()
       local code, _, err = mend("run", "workflows/no_such_flow.lua", "--db", db)
       assert.are.equal(1, code)

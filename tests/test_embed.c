@@ -324,6 +324,11 @@ static void it_runs_on_its_own_loop(void) {
   CHECK(strstr(mend_engine_errmsg(E), "a run key of 1025 bytes") != NULL);
   CHECK_EQ_INT(mend_engine_signal(E, id[1], longer, NULL, NULL), MEND_EINVAL);
   CHECK(strstr(mend_engine_errmsg(E), "MEND_NAME_MAX") != NULL);
+  /* An empty key (a host's unset variable) would make every start one run, every event one. */
+  CHECK_EQ_INT(mend_engine_start(E, "basic", NULL, "", id[0], NULL), MEND_EINVAL);
+  CHECK(strstr(mend_engine_errmsg(E), "the run key is empty") != NULL);
+  CHECK_EQ_INT(mend_engine_signal(E, id[1], "ev", NULL, ""), MEND_EINVAL);
+  CHECK(strstr(mend_engine_errmsg(E), "the event key is empty") != NULL);
   mend_engine_free(E);
 }
 

@@ -349,6 +349,11 @@ static int send_event(mend_engine *E, const char *id, const char *run_key, const
     mend_errorf(err, errlen, "an event needs a name");
     return MEND_EVENT_EINVAL;
   }
+  if (key && !*key) {
+    /* every later event sent with it would be a duplicate of the first */
+    mend_errorf(err, errlen, "the event key is empty: give a key, or none");
+    return MEND_EVENT_EINVAL;
+  }
   if (strlen(name) > MEND_NAME_MAX || (key && strlen(key) > MEND_KEY_MAX) ||
       (run_key && strlen(run_key) > MEND_KEY_MAX)) {
     mend_errorf(err, errlen, "an event's name (at most %d bytes, MEND_NAME_MAX), its key or its "

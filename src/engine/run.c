@@ -107,6 +107,12 @@ static int start_value(mend_engine *E, lua_State *L, const char *workflow, int i
              "bytes (MEND_NAME_MAX)", strlen(workflow), MEND_NAME_MAX);
     return -1;
   }
+  if (run_key && !*run_key) {
+    /* an unset shell variable (--key "$ORDER"): every such start would be one run */
+    E->refusal = MEND_REFUSED_INVALID;
+    snprintf(err, (size_t)errlen, "the run key is empty: give a key, or none");
+    return -1;
+  }
   if (run_key && strlen(run_key) > MEND_KEY_MAX) {
     E->refusal = MEND_REFUSED_INVALID;
     snprintf(err, (size_t)errlen, "a run key of %zu bytes, over the longest key of %d bytes "
