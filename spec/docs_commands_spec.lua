@@ -107,6 +107,20 @@ describe("the command lines the documents show", function()
     assert.are.same({}, wrong)
   end)
 
+  -- README named MEND_DB "wherever a database is named", and nothing read it: a reader who
+  -- set it had every command on ./mend.db.
+  it("name no MEND_ variable, constant or option that mend does not have", function()
+    local missing = {}
+    for _, file in ipairs(doc_files()) do
+      for name in H.slurp(ROOT .. "/" .. file):gmatch("MEND_[%u%d_]+") do
+        local rc = H.shell(("grep -rqw %s %s/src %s/lua %s/include %s/CMakeLists.txt")
+                             :format(name, ROOT, ROOT, ROOT, ROOT))
+        if rc ~= 0 then missing[#missing + 1] = file .. ": " .. name end
+      end
+    end
+    assert.are.same({}, missing)
+  end)
+
   it("give commands that take only flags no other argument", function()
     each_line(function(l, wrong)
       if not FLAGS_ONLY[l.cmd] or l.synopsis then return end
