@@ -179,6 +179,16 @@ describe("mend breakers", function()
     end
     assert.are.same({ "0" }, H.sql(db, "SELECT count(*) FROM audit"))
   end)
+
+  -- --json printed the text line of an override (the list alone has a JSON form), as
+  -- mend dlq retry and resolve refuse it
+  it("refuses --json with an override (exit 2), changing nothing", function()
+    local db = setup()
+    local rc, out = mend_cmd(db, "breakers open psp --json")
+    assert.are.equal(2, rc, out)
+    assert.matches("mend: %-%-json is for the list only", out)
+    assert.are.same({ "0" }, H.sql(db, "SELECT count(*) FROM audit"))
+  end)
 end)
 
 describe("the alert command", function()

@@ -22,6 +22,7 @@ function M.breakers(o, op, key)
   end
   -- taken by open alone: dropped elsewhere, it would say something that does not happen
   if o["for"] ~= nil and op ~= "open" then usage_error("breakers", "--for is for open only") end
+  if o.json and op ~= nil then usage_error("breakers", "--json is for the list only") end
   if op == nil then
     return with_engine(existing_db(o.db), function(eng)
       local list = render.breakers_now(eng:breakers(), eng:now())
