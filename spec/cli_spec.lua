@@ -356,7 +356,8 @@ return { name = "latin", steps = {
       assert.are.equal(1, code, err)
       assert.are.equal("", id)
       assert.truthy(error_line(err):find("run key is empty", 1, true), err)
-      code, _, err = mend("run", "workflows/order.lua", "--clock", "virtual", "--db", db, "--key", "")
+      code, _, err = mend("run", "workflows/order.lua", "--clock", "virtual", "--db", db,
+                          "--key", "")
       assert.are.equal(1, code, err)
       assert.truthy(error_line(err):find("run key is empty", 1, true), err)
       code, id, err = mend("start", "quest", "--db", db, "--key", "q-1")

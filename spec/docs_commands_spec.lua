@@ -99,7 +99,8 @@ describe("the command lines the documents show", function()
       local text = help_of(name).text
       for flag in pairs(cmd.flags or {}) do
         if not text:find("--" .. lit(flag) .. "%f[^%w-]") then
-          wrong[#wrong + 1] = ("mend %s takes --%s, which its --help does not name"):format(name, flag)
+          wrong[#wrong + 1] = ("mend %s takes --%s, which its --help does not name")
+                                :format(name, flag)
         end
       end
     end

@@ -74,7 +74,9 @@ local function parse(cmd_name, args, first)
         if not value then i = i + 1; value = args[i] end
         if value == nil then usage_error(cmd_name, "--%s needs a value", name) end
         -- which of two was meant is not known: the last must not silently win
-        if opts[name] ~= nil then usage_error(cmd_name, "--%s is given twice: give it once", name) end
+        if opts[name] ~= nil then
+          usage_error(cmd_name, "--%s is given twice: give it once", name)
+        end
         opts[name] = value
       end
     end

@@ -152,7 +152,9 @@ function M.whole_flag(o, name)
   if o[name] == nil then return 0 end
   local n = math.tointeger(tonumber(o[name]))
   -- one message for every value that is no count: 0 is not "a finite number > 0" to fix
-  if not n or n < 1 then usage_error(o._command, "--%s must be a whole number > 0, got %s", name, o[name]) end
+  if not n or n < 1 then
+    usage_error(o._command, "--%s must be a whole number > 0, got %s", name, o[name])
+  end
   return n
 end
 
