@@ -140,7 +140,10 @@ int mend_jitter_mode_parse(const char *name, mend_jitter_mode *out) {
 }
 
 static int bad(char *err, unsigned errlen, const char *field, const char *rule, double got) {
-  if (err && errlen) snprintf(err, errlen, "%s must be %s, got %g", field, rule, got);
+  /* inf meets ">= 0": what it breaks is finiteness, which the rule then names */
+  if (err && errlen)
+    snprintf(err, errlen, "%s must be %s%s, got %g", field, isinf(got) ? "a finite number " : "",
+             rule, got);
   return -1;
 }
 

@@ -286,6 +286,11 @@ static void it_checks_every_field(void) {
   REFUSES_NAMING(jitter_mode, (mend_jitter_mode)7);
   REFUSES_NAMING(initial, NAN);
   REFUSES_NAMING(initial, INFINITY);
+  /* inf is >= 0: the rule it breaks is finiteness, and the message must say so */
+  REFUSES(initial, INFINITY, "initial must be a finite number >= 0, got inf");
+  REFUSES(multiplier, INFINITY, "multiplier must be a finite number >= 1, got inf");
+  REFUSES(max_delay, INFINITY, "max_delay must be a finite number >= 0, got inf");
+  REFUSES(max_retry_after, INFINITY, "max_retry_after must be a finite number >= 0, got inf");
   REFUSES_NAMING(multiplier, NAN);
   REFUSES_NAMING(max_delay, NAN);
   REFUSES_NAMING(jitter, NAN);
