@@ -38,6 +38,13 @@ describe("an engine method's options", function()
     refuses("breaker: unknown option secs (it takes seconds, who)", eng.breaker, eng, "hear",
             "open", { secs = 5 })
     refuses("start: unknown option 1", eng.start, eng, "w", nil, { "k-2" })
+    refuses("fail: unknown option mesage (it takes kind, message)", eng.fail, eng, "mtk_x",
+            { kind = "fatal", mesage = "typo" })
+    refuses("serve: unknown option pol (it takes poll, max_in_flight, every, tick)", eng.serve,
+            eng, { pol = 0.1 })
+    local mend = require "mend"
+    refuses("upgrade_db: unknown option despite (it takes despite_leases)", mend.upgrade_db,
+            H.tmp_dir() .. "/none.db", { despite = true })
     -- nothing of them was done: one run, no event in its inbox, still running
     assert.are.equal(1, #eng:runs())
     assert.are.equal("running", eng:status(id).status)

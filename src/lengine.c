@@ -467,6 +467,8 @@ static int engine_serve(lua_State *L) {
   engine_box *b = check_driving(L, "serve");
   double poll = 0.1, every = 1;
   int max_in_flight = 0, tick = LUA_NOREF;
+  static const char *const known[] = {"poll", "max_in_flight", "every", "tick", NULL};
+  mend__opts_known(L, 2, "serve", known);
   if (lua_istable(L, 2)) {
     lua_getfield(L, 2, "poll");
     poll = luaL_optnumber(L, -1, poll);

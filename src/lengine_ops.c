@@ -295,6 +295,8 @@ static int engine_fail(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
   const char *token = luaL_checkstring(L, 2);
   luaL_checktype(L, 3, LUA_TTABLE);
+  static const char *const known[] = {"kind", "message", NULL};
+  mend__opts_known(L, 3, "fail", known);
   const char *kind = mend__opt_string(L, 3, "kind", NULL);
   const char *message = mend__opt_string(L, 3, "message", NULL);
   char err[1024], run_id[MEND_RUN_ID_LEN];

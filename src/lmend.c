@@ -7,6 +7,7 @@
  * Must never: reach the engine's insides (engine.h only); yield but from a step's coroutine.
  */
 #include "lmend.h"
+#include "lmend_int.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -202,6 +203,8 @@ static int l_upgrade_db(lua_State *L) {
   int despite = 0;
   if (!lua_isnoneornil(L, 2)) {
     luaL_checktype(L, 2, LUA_TTABLE);
+    static const char *const known[] = {"despite_leases", NULL};
+    mend__opts_known(L, 2, "upgrade_db", known);
     despite = lua_getfield(L, 2, "despite_leases") != LUA_TNIL && lua_toboolean(L, -1);
     lua_pop(L, 1);
   }
