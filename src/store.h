@@ -352,7 +352,7 @@ typedef struct mend_store_methods {
   /* Gives back every unfinished run held by `owner` (a worker known to be dead), and forgets
    * its lease. */
   int (*release_owner)(mend_store *s, const char *owner);
-  /* The fence (store.c, "fencing"): a transaction that begins after this worker's leases ran out
+  /* The fence (src/store/fence.c): a transaction that begins after this worker's leases ran out
    * (`until`, moved on by each renewal) renews them and drops every write to a run another
    * worker took meanwhile. set_fence names the worker and its lease, once, before any write.
    * fence_news calls `lost` with each run found lost since the last call and returns 1 if a

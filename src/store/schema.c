@@ -547,7 +547,7 @@ const char *const mend__migrations[MEND_SCHEMA_VERSION] = {
   /* 15 -> 16: only says which layout run_key's uniqueness has (`column`: every file before
    * this one). A migration runs at any open, while older mends may run on the file: from
    * this one on it adds only what their statements survive (12 -> 13 renamed a column). A new file is then made `partial` in the same
-   * transaction (store.c); an existing one only by mend_store_upgrade_run_keys. */
+   * transaction (schema_check.c); an existing one only by mend_store_upgrade_run_keys. */
   "INSERT OR REPLACE INTO meta(key, value) VALUES('runs_key_layout', 'column');",
 };
 
