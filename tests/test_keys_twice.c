@@ -102,17 +102,9 @@ static void it_refuses_a_key_given_twice_wherever_json_text_comes_in(void) {
 }
 
 int main(void) {
-  snprintf(dir, sizeof dir, "/tmp/mend-keys-twice-XXXXXX");
-  if (!mkdtemp(dir)) {
-    perror("mkdtemp");
-    return 2;
-  }
+  check_make_dir(dir, sizeof dir, "keys-twice");
   snprintf(path, sizeof path, "%s/twice.lua", dir);
-  FILE *f = fopen(path, "w");
-  if (!f || fputs(workflow, f) < 0 || fclose(f)) {
-    perror(path);
-    return 2;
-  }
+  check_write_file(path, workflow);
   it_refuses_a_key_given_twice_wherever_json_text_comes_in();
   check_remove_dir(dir);
   return check_done("test_keys_twice");
