@@ -13,7 +13,7 @@ src=$1
 dir=$2
 jobs=${3:-2}
 cmake=${CMAKE:-cmake}
-tests="json backoff breaker transition idset numtext flatjson utf8 parkset timers panic embed cpus host_answers closed_fds hold_status tick_account"
+tests="json backoff breaker transition idset numtext flatjson utf8 parkset timers panic embed cpus host_answers keys_twice closed_fds hold_status tick_account"
 
 start=$(date +%s)
 "$cmake" -S "$src" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMEND_SANITIZE=ON \
