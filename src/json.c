@@ -720,6 +720,14 @@ static int quick_object(lua_State *L, const char *text, size_t len) {
   return 1;
 }
 
+json_t *mend_json_load(const char *text, size_t len, size_t flags, char *err, int errlen) {
+  json_error_t je;
+  json_t *v = json_loadb(text, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | flags, &je);
+  if (!v && err && errlen > 0)
+    snprintf(err, (size_t)errlen, "line %d column %d: %s", je.line, je.column, je.text);
+  return v;
+}
+
 int mend_json_decode(lua_State *L, const char *text, size_t len, char *err, int errlen) {
   /* the texts scalar_text writes, read back without jansson (null at the top is nil) */
   if ((len == 4 && memcmp(text, "true", 4) == 0) || (len == 5 && memcmp(text, "false", 5) == 0)) {
@@ -732,13 +740,8 @@ int mend_json_decode(lua_State *L, const char *text, size_t len, char *err, int 
   }
   /* ...and the texts quick_text writes */
   if (quick_scalar(L, text, len) || quick_object(L, text, len)) return 0;
-  json_error_t je;
-  json_t *v = json_loadb(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
-  if (!v) {
-    if (err && errlen > 0)
-      snprintf(err, (size_t)errlen, "line %d column %d: %s", je.line, je.column, je.text);
-    return -1;
-  }
+  json_t *v = mend_json_load(text, len, JSON_ALLOW_NUL, err, errlen);
+  if (!v) return -1;
   int rc = mend_json_push_doc(L, v, err, errlen);
   json_decref(v);
   return rc;

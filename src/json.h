@@ -44,8 +44,14 @@ char *mend_json_encode_metered(lua_State *L, int idx, const char *what, char *er
 /* Pushes the Lua form of doc, as mend_json_decode of its text would; 0, or -1 with err set and
  * nothing pushed (out of memory). */
 int mend_json_push_doc(lua_State *L, const json_t *doc, char *err, int errlen);
-/* Decodes text and pushes it; returns 0, or -1 with err set ("line 1 column 5: ...") and
- * nothing pushed. Any JSON value is accepted at the top, not only objects and arrays. */
+/* Parses JSON text handed to mend (a run's input, an event's payload, a token's or a host
+ * call's result, mend.json.decode's argument): any value at the top, `flags` added to jansson's
+ * (JSON_ALLOW_NUL). A key given twice in one object is refused, as the HTTP API refuses it:
+ * which of the two was meant is not known, and jansson would keep the last silently. NULL with
+ * err set ("line 1 column 10: duplicate object key near '\"a\"'") on failure. */
+json_t *mend_json_load(const char *text, size_t len, size_t flags, char *err, int errlen);
+/* Decodes text (as mend_json_load reads it) and pushes it; returns 0, or -1 with err set
+ * ("line 1 column 5: ...") and nothing pushed. */
 int mend_json_decode(lua_State *L, const char *text, size_t len, char *err, int errlen);
 
 /* A table whose metatable holds a C function at this key (lua_rawsetp) is not complete until

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json.h"
 #include "log.h"
 #include "util.h"
 
@@ -363,10 +364,10 @@ static int send_event(mend_engine *E, const char *id, const char *run_key, const
   }
   char *text = NULL;
   if (payload) {
-    json_error_t jerr;
-    json_t *v = json_loads(payload, JSON_DECODE_ANY, &jerr);
+    char jerr[200];
+    json_t *v = mend_json_load(payload, strlen(payload), 0, jerr, sizeof jerr);
     if (!v) {
-      mend_errorf(err, errlen, "the event's payload is not JSON: %s", jerr.text);
+      mend_errorf(err, errlen, "the event's payload is not JSON: %s", jerr);
       return MEND_EVENT_EINVAL;
     }
     text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);

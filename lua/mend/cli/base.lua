@@ -171,8 +171,17 @@ function M.memory_flag(o)
     usage_error(o._command, "--memory-limit must be a whole number of bytes >= 1, got %s",
                 o["memory-limit"])
   end
-  if not o.sandbox then usage_error(o._command, "--memory-limit needs --sandbox") end
+  M.needs(o, "sandbox", "memory-limit")
   return n
+end
+
+-- Flags (the names after `needed`) that do nothing without flag `needed` are refused without
+-- it, never ignored: the user meant them to do something.
+function M.needs(o, needed, ...)
+  if o[needed] then return end
+  for _, flag in ipairs { ... } do
+    if o[flag] ~= nil then usage_error(o._command, "--%s needs --%s", flag, needed) end
+  end
 end
 
 -- --status S, one of `allowed` (what: what the status is, for the message).

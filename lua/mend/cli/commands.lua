@@ -97,7 +97,7 @@ local commands = {
             "                   [--park-after S] [--clock virtual|real]\n" ..
             "                   [--log-level debug|info|warn|error] [--alert-command CMD]\n" ..
             "                   [--instruction-budget N] [--sandbox [--memory-limit N]]\n" ..
-            "                   [--listen HOST:PORT [--token-file F]]",
+            "                   [--listen HOST:PORT [--token-file F] [--max-body B] [--cors O]]",
     help = "Executes runs until stopped. On start it resumes every unfinished run that no live\n" ..
            "worker holds, from the database alone; then it takes new runs as `mend start`\n" ..
            "records them. Several workers may share one database: each run is executed by one\n" ..
@@ -125,7 +125,8 @@ local commands = {
            "                   meets a limit is a dead letter and the worker goes on\n" ..
            "  --memory-limit N bytes the workflows' code may hold (with --sandbox)\n" ..
            "  --listen HOST:PORT  also serve the HTTP API there; --token-file, --max-body and\n" ..
-           "                   --cors as for mend serve (see mend serve --help)\n",
+           "                   --cors as for mend serve (see mend serve --help), and only\n" ..
+           "                   with --listen\n",
     does = { "mend.cli.serve", "worker" },
   },
   serve = {
@@ -373,8 +374,8 @@ local commands = {
            "reset or close it (closed, counts cleared), or open it (for S seconds, default its\n" ..
            "policy's). Overrides are recorded in the audit table with who did them; workers\n" ..
            "read them within a second.\n\n" .. DB_HELP ..
-           "  --for S          how long 'open' lasts\n" ..
-           "  --json           print a JSON array\n",
+           "  --for S          how long 'open' lasts (only with open)\n" ..
+           "  --json           print the list as a JSON array (only without an operation)\n",
     does = { "mend.cli.repair", "breakers" },
   },
   repl = {

@@ -17,6 +17,12 @@ local present, write_list, print_outcome = render.present, render.write_list, re
 local M = {}
 
 function M.breakers(o, op, key)
+  if o["for"] and op ~= "open" then
+    usage_error("breakers", "--for is how long open lasts: give it with open")
+  end
+  if o.json and op ~= nil then
+    usage_error("breakers", "--json prints the list: give it without an operation")
+  end
   if op == nil then
     return with_engine(existing_db(o.db), function(eng)
       local list = render.breakers_now(eng:breakers(), eng:now())

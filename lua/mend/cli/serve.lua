@@ -38,12 +38,15 @@ function M.worker(o)
     end
     conf.park_after = n > 0 and n or -1
   end
-  -- every flag is checked before anything is opened or loaded
+  -- every flag is checked before anything is opened or loaded; the HTTP API's only with
+  -- --listen (a token file that is not there is named first, whatever else is wrong)
   local serving = { poll = number_flag(o, "poll", 0.1), max_in_flight = base.whole_flag(o, "max-in-flight"),
                     every = 2 }
+  if not o.listen then require("mend.listen").token(o, LISTEN_CLI) end
+  base.needs(o, "listen", "token-file", "max-body", "cors")
+  local listen = o.listen and listen_options(o)
   local files = workflow_files(o.workflows or "workflows")
   if #files == 0 then fail("no workflow files (*.lua) in %s", o.workflows or "workflows") end
-  local listen = o.listen and listen_options(o)
   return with_engine(conf, function(eng)
     local load_new = workflow_loader(eng, o.workflows or "workflows")
     load_new(true)
