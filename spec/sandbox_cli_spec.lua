@@ -80,4 +80,17 @@ describe("commands that load a stored workflow", function()
     assert.are.equal(2, rc, out)
     assert.matches("--memory-limit needs --sandbox", out, 1, true)
   end)
+
+  it("serve --sandbox loads its workflow files sandboxed", function()
+    local dir, db = H.tmp_dir(), H.new_db()
+    local outside, log = dir .. "/outside", dir .. "/serve.log"
+    evil(dir, outside)
+    local p = io.popen(("sh -c 'exec %s serve --db %s --workflows %s --listen 127.0.0.1:0 --sandbox"
+                        .. " >>%s 2>&1' >/dev/null & echo $!"):format(H.MEND, H.quote(db), H.quote(dir), H.quote(log)))
+    local pid = p:read("l")
+    p:close()
+    H.wait_for("mend serve to listen", function() return H.read(log):find("serving", 1, true) end, 10)
+    H.stop_worker(pid)
+    assert.is_false(exists(outside), H.read(log))
+  end)
 end)

@@ -144,11 +144,12 @@ local commands = {
   },
   serve = {
     args = {},
-    flags = { db = "value", workflows = "value", listen = "value", ["token-file"] = "value",
-              ["max-body"] = "value", cors = "value", durability = "value", ["log-level"] = "value" },
+    flags = with_sandbox_flags { db = "value", workflows = "value", listen = "value",
+              ["token-file"] = "value", ["max-body"] = "value", cors = "value",
+              durability = "value", ["log-level"] = "value" },
     choices = { durability = { full = true, process = true }, ["log-level"] = LOG_LEVELS },
     usage = "mend serve [--db PATH] [--listen HOST:PORT] [--token-file F] [--workflows DIR]\n" ..
-            "                  [--max-body BYTES] [--cors ORIGIN]",
+            "                  [--max-body BYTES] [--cors ORIGIN] " .. SANDBOX_USAGE,
     help = "Serves the JSON API under /api/v1 and /metrics (docs/http-api.md) until SIGINT or\n" ..
            "SIGTERM; prints 'mend: serving http://HOST:PORT/api/v1' once it listens. Runs it\n" ..
            "starts are left for workers (mend worker, which takes --listen too).\n\n" .. DB_HELP ..
@@ -160,7 +161,8 @@ local commands = {
            "  --workflows DIR  workflow files to start runs of (default workflows, if there);\n" ..
            "                   else the newest version the database keeps\n" ..
            "  --max-body BYTES the largest request body (default 1048576; larger: 413)\n" ..
-           "  --cors ORIGIN    answer browsers from ORIGIN (default: no CORS headers)\n",
+           "  --cors ORIGIN    answer browsers from ORIGIN (default: no CORS headers)\n" ..
+           SANDBOX_HELP,
     does = { "mend.cli.serve", "serve" },
   },
   start = {
