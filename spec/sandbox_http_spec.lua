@@ -26,13 +26,18 @@ local function seen()
   return out
 end
 
-local CALLER = [[
+local CALLER = [==[
 local mend = require "mend"
 return { name = "caller", steps = { { name = "s", retry = { max_attempts = 1 }, execute = function(ctx)
-  local res = mend.http(ctx.input)
+  local call = ctx.input
+  -- JSON holds no NUL in a key: { name, rest, value } is the header name .. "\0" .. rest
+  if call.nul_name then call.headers = { [call.nul_name[1] .. "\0" .. call.nul_name[2]] = call.nul_name[3] } end
+  if call.nul_value then call.headers = { [call.nul_value[1]] = call.nul_value[2] .. "\0" .. call.nul_value[3] } end
+  call.nul_name, call.nul_value = nil, nil
+  local res = mend.http(call)
   return { status = res.status, location = res.headers.location }
 end } } }
-]]
+]==]
 
 -- Runs the caller with `call` as its input in a sandboxed engine allowing `allow`; its status.
 local function call(input, allow)
@@ -86,6 +91,11 @@ describe("mend.http in a sandbox", function()
       local st = call({ url = server.base .. "/a", headers = { [name] = "admin.internal" } })
       failed_with(st, ('header "%s" is not allowed with http_allow'):format(name))
     end
+    -- read as a C string, "Host\0x" was "Host" to curl, and passed the check
+    local st = call({ url = server.base .. "/a", nul_name = { "Host", "x", "admin.internal" } })
+    failed_with(st, 'header "Host" has a NUL byte')
+    st = call({ url = server.base .. "/a", nul_value = { "X-A", "ok", "\r\nHost: admin.internal" } })
+    failed_with(st, 'header "X-A" has a NUL byte')
     assert.are.equal(0, #seen())
   end)
 

@@ -377,8 +377,15 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
         snprintf(err, (size_t)errlen, "headers must map names to strings");
         return -1;
       }
-      const char *name = lua_tostring(L, -2);
-      if (strpbrk(name, ":\r\n") || strpbrk(lua_tostring(L, -1), "\r\n")) {
+      size_t nlen, vlen;
+      const char *name = lua_tolstring(L, -2, &nlen);
+      const char *value = lua_tolstring(L, -1, &vlen);
+      /* Read as C strings from here: a NUL would end "Host\0x" as "Host", past the checks. */
+      if (strlen(name) != nlen || strlen(value) != vlen) {
+        snprintf(err, (size_t)errlen, "header \"%.100s\" has a NUL byte", name);
+        return -1;
+      }
+      if (strpbrk(name, ":\r\n") || strpbrk(value, "\r\n")) {
         snprintf(err, (size_t)errlen, "header \"%.100s\" has a newline or a colon", name);
         return -1;
       }
