@@ -96,7 +96,17 @@ int mend__ensure_key(mend_run *r, int i, mend_error_info *info) {
     answer_refused(st, "idempotency_key: must return a string", info);
     return -1;
   }
-  mend__set_str(&st->idem_key, lua_tostring(L, -1));
+  size_t len;
+  const char *key = lua_tolstring(L, -1, &len);
+  /* The key is kept and sent as a C string: "order-7\0x", from a run's input, was the key of
+   * the run of "order-7", the service answering it with that run's charge. */
+  if (strlen(key) != len) {
+    lua_pop(L, 1);
+    answer_refused(st, "idempotency_key: a key holding a NUL byte would be the key of its part "
+                       "before it", info);
+    return -1;
+  }
+  mend__set_str(&st->idem_key, key);
   lua_pop(L, 1);
   st->custom_key = 1;
   st->key_ready = 1;

@@ -184,6 +184,16 @@ function M.needs(o, needed, ...)
   end
 end
 
+-- conf with the engine's limits the flags give: --sandbox, --memory-limit, --instruction-budget.
+-- A command that loads a workflow's code (a stored version or a file) runs its top level and,
+-- carrying a run on, its steps: code a sandboxed worker ran must be loaded so here too.
+function M.sandboxed(o, conf)
+  conf.sandbox = o.sandbox or nil
+  conf.memory_limit = M.memory_flag(o)
+  conf.instruction_budget = M.budget_flag(o)
+  return conf
+end
+
 -- --status S, one of `allowed` (what: what the status is, for the message).
 function M.check_status(o, allowed, what)
   if o.status == nil then return end

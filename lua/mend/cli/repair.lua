@@ -65,7 +65,7 @@ end
 -- Runs fn(eng) in an engine that has loaded the workflow the run came from, so that a repair
 -- can carry the run on here. `optional`: go on without it (the engine says what it can do).
 local function with_run_engine(o, id, fn, optional)
-  local conf = existing_db(o.db)
+  local conf = base.sandboxed(o, existing_db(o.db))
   conf.log = "stderr"
   return with_engine(conf, function(eng)
     if optional then pcall(load_run_workflow, eng, id) else load_run_workflow(eng, id) end
@@ -124,7 +124,7 @@ function M.upgrade(o, id)
   if (id == nil) == (o.workflow == nil) then
     usage_error("upgrade", "give either a RUN or --workflow W")
   end
-  return with_engine(existing_db(o.db), function(eng)
+  return with_engine(base.sandboxed(o, existing_db(o.db)), function(eng)
     local runs, name = {}, o.workflow
     if id then
       local st = run_status(eng, id)

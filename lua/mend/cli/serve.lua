@@ -67,7 +67,8 @@ end
 -- mend serve: the HTTP API alone. Runs it starts are left for workers; a dead letter retried
 -- or a run cancelled through it is carried on here, as `mend dlq retry` does.
 function M.serve(o)
-  local conf = { db = o.db, durability = o.durability, log = "stderr", log_level = o["log-level"] }
+  local conf = base.sandboxed(o, { db = o.db, durability = o.durability, log = "stderr",
+                                   log_level = o["log-level"] })
   local listen = listen_options(o)
   return with_engine(conf, function(eng)
     local dir = o.workflows or "workflows"
