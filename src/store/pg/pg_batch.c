@@ -52,7 +52,7 @@ static void carry_first(mend_pg *p, pg_log *log) {
  * batch never fills both sockets' buffers at once (blocking libpq would then wait forever). */
 #define CHUNK 512
 
-enum { K_BEGIN, K_LIVE, K_RENEW, K_CHECK, K_SAVEPOINT, K_WRITE, K_RUNS, K_RUN_UPDATES,
+enum { K_BEGIN, K_BOUND, K_LIVE, K_RENEW, K_CHECK, K_SAVEPOINT, K_WRITE, K_RUNS, K_RUN_UPDATES,
        K_NEW_STEPS, K_STEPS, K_HISTORY, K_NOTIFY, K_COMMIT, K_READ };
 
 typedef struct pipe {
@@ -77,6 +77,7 @@ static const char *what_of(int kind, const pg_rec *r) {
   };
   switch (kind) {
   case K_BEGIN: return "begin";
+  case K_BOUND: return "set lock_timeout";
   case K_LIVE: return "renew the lease";
   case K_RENEW: return "renew the lease";
   case K_CHECK: return "look up who holds a run";
@@ -133,6 +134,11 @@ static void take_result(pipe *pp, int i, PGresult *r) {
           strcmp(code, "23505") == 0)
         pp->taken = 1;
       if (mend__pg_conflict(r)) p->tx_conflict = 1;
+      if (mend__pg_lock_timed_out(r)) {
+        const char *ctx = PQresultErrorField(r, PG_DIAG_CONTEXT);
+        p->tx_lock = 1;
+        snprintf(p->lock_context, sizeof p->lock_context, "%s", ctx ? ctx : "");
+      }
       mend__pg_fail(p, p->conn, r, what_of(pp->kind[i], pp->rec[i]));
     }
     pp->failed = 1;
@@ -301,6 +307,11 @@ static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late,
     const char *v[2] = {p->fence_owner, secs};
     if (pipe_send(&pp, K_BEGIN, -1, "BEGIN", 0, NULL, NULL) != 0) goto done;
     began = 1;
+    /* another session's lock is waited for this long a try (pg_wait.c) */
+    if (pipe_send(&pp, K_BOUND, -1, "SET LOCAL lock_timeout = " PG_TEXT_OF(PG_WRITE_WAIT_MS), 0,
+                  NULL, NULL) != 0)
+      goto done;
+    p->tx_lock_ms = PG_WRITE_WAIT_MS;
     if (kind == B_LIVE && pipe_send(&pp, K_LIVE, P_LEASE_LIVE, NULL, 2, v, NULL) != 0) goto done;
     if (kind == B_LATE) {
       if (pipe_send(&pp, K_RENEW, P_RENEW, NULL, 2, v, NULL) != 0) goto done;
@@ -512,6 +523,7 @@ static int flush(mend_pg *p, pg_log *log, int commit, int begin) {
   }
   if (!log->nrec && !p->in_batch && !begin) return 0;
   int late = 0, taken = 0, was_open = p->in_batch, tx_savepoints = p->tx_savepoints;
+  p->tx_lock = 0;
   /* What a renewal in a transaction rolled back below had told us is undone with it. */
   double fence_until_was = p->fence_until;
   int registered_was = p->fence_registered;
@@ -539,6 +551,19 @@ static int flush(mend_pg *p, pg_log *log, int commit, int begin) {
     rc = flush_once(p, log, commit, begin, &late, &taken);
     p->rows_one_by_one = 0;
   }
+  if (rc != 0 && p->tx_lock && !was_open && PQstatus(p->conn) == CONNECTION_OK &&
+      !p->conn_doomed) {
+    /* Another session's lock held past the bound, in a transaction this flush began: nothing
+     * of it was written. Rolled back, its log kept whole for the next try (pg_wait.c). */
+    p->tx_lock = p->tx_conflict = 0;
+    mend__pg_rollback(p);
+    p->fence_until = fence_until_was;
+    p->fence_registered = registered_was;
+    p->tx_savepoints = tx_savepoints;
+    mend__pg_lock_note(p, p->conn, p->lock_context, 1);
+    return MEND_STORE_BUSY;
+  }
+  if (rc == 0) mend__pg_lock_gone(p);
   if (rc == 0 && commit) mend__pg_log_clear(&p->tx_events);
   else mend__pg_log_keep(&p->tx_events, log, P_RECORD_EVENT);   /* in the transaction, or gone with it */
   mend__pg_log_clear(log);
@@ -549,9 +574,14 @@ static int flush(mend_pg *p, pg_log *log, int commit, int begin) {
      * a deadlock (two workers' locks crossing, as on runs one of them lost: SQLSTATE 40P01)
      * is told the same way: nothing of it was written, and the worker that wrote it reads its
      * runs again and goes on, on the same connection. */
-    p->conn_lost = PQstatus(p->conn) != CONNECTION_OK || p->conn_doomed || p->tx_conflict;
-    p->tx_conflict = 0;
+    /* A lock held past the bound in a transaction open before this flush is told so too:
+     * its earlier writes cannot be sent again from here (pg_wait.c). */
+    int lock = p->tx_lock;
+    p->conn_lost = PQstatus(p->conn) != CONNECTION_OK || p->conn_doomed || p->tx_conflict || lock;
+    p->tx_conflict = p->tx_lock = 0;
     mend__pg_rollback(p);
+    if (lock && PQstatus(p->conn) == CONNECTION_OK && !p->conn_doomed)
+      mend__pg_lock_note(p, p->conn, p->lock_context, 0);
     p->batch_failed = !p->conn_lost;   /* every call fails until commit() says so too */
   }
   return rc;
@@ -559,7 +589,53 @@ static int flush(mend_pg *p, pg_log *log, int commit, int begin) {
 
 /* ---- the writer thread -------------------------------------------------------------------- */
 
-static int writer_write(void *store, void *job) { return flush(store, job, 1, 0); }
+/* A batch that met another session's lock past the bound (pg_wait.c) is tried again after
+ * 50 ms, then twice as long each time up to 1 s, for as long as the lock lasts: this thread
+ * waits, the loop goes on recording the next batch and is told at each try (done: it warns,
+ * mend_store_locked). Once the store is closing it tries for PG_BUSY_MS more, then gives the
+ * batch up, as a crash would: nothing in it was acted on. */
+static int writer_write(void *store, void *job) {
+  mend_pg *p = store;
+  pg_writer *w = p->w;
+  double delay = 0.05, give_up = -1;
+  int rc;
+  while ((rc = flush(p, job, 1, 0)) == MEND_STORE_BUSY) {
+    pthread_mutex_lock(&w->mu);
+    mend__handoff_tell(w);
+    if (w->stop && give_up < 0) give_up = mend__pg_mono() + PG_BUSY_MS / 1000.0;
+    if (give_up >= 0 && mend__pg_mono() >= give_up) {
+      pthread_mutex_unlock(&w->mu);
+      mend__pg_msg(p->err, sizeof p->err, "%s: closing: a batch waiting for another session's"
+                   " lock was given up: %s", p->server, mend__pg_lock_msg(p));
+      mend__pg_log_clear(job);
+      mend__pg_lock_gone(p);
+      return -1;
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    long ns = until.tv_nsec + (long)(delay * 1e9);
+    until.tv_sec += ns / 1000000000L;
+    until.tv_nsec = ns % 1000000000L;
+    if (!w->stop) pthread_cond_timedwait(&w->cv, &w->mu, &until);
+    pthread_mutex_unlock(&w->mu);
+    delay = delay * 2 > 1 ? 1 : delay * 2;
+  }
+  return rc;
+}
+
+/* A flush on the caller's thread (a read, a transaction begun) waits out another session's
+ * lock as before there was a bound, trying again until it lands: its caller has no batch to
+ * keep. The views do not come here while a batch waits (pg_wait.c). */
+static int flush_waiting(mend_pg *p, int begin) {
+  double delay = 0.05;
+  int rc;
+  while ((rc = flush(p, p->cur, 0, begin)) == MEND_STORE_BUSY) {
+    struct timespec ts = {(time_t)delay, (long)((delay - (double)(time_t)delay) * 1e9)};
+    nanosleep(&ts, NULL);
+    delay = delay * 2 > 1 ? 1 : delay * 2;
+  }
+  return rc;
+}
 
 /* With the writer's lock held: a batch committed is durable. */
 static void *writer_settle(void *store, int rc) {
@@ -588,14 +664,14 @@ static int writer_told(mend_pg *p) {
 
 int mend__pg_sync(mend_pg *p) {
   if (writer_told(p) != 0 || p->batch_failed) return -1;
-  return flush(p, p->cur, 0, 0);
+  return flush_waiting(p, 0);
 }
 
 int mend__pg_sync_reads(mend_pg *p, pg_reads *r) {
   if (writer_told(p) != 0 || p->batch_failed) return -1;
-  r->sent = 0;
+  r->sent = 0;   /* a try that met a lock sends the same reads again */
   p->reads = r;
-  int rc = flush(p, p->cur, 0, 0);
+  int rc = flush_waiting(p, 0);
   p->reads = NULL;
   if (rc != 0) return -1;
   return r->sent ? 0 : 1;
@@ -603,7 +679,7 @@ int mend__pg_sync_reads(mend_pg *p, pg_reads *r) {
 
 int mend__pg_begin(mend_pg *p) {
   if (writer_told(p) != 0 || p->batch_failed) return -1;
-  return flush(p, p->cur, 0, 1);
+  return flush_waiting(p, 1);
 }
 
 /* A log holds at most this many records: a larger burst is sent in parts, in the open
@@ -652,7 +728,9 @@ int mend__pg_commit(mend_store *s) {
     mend__pg_log_clear(p->cur);
     return -1;
   }
-  if (flush(p, p->cur, 1, 0) != 0) {
+  int rc = flush(p, p->cur, 1, 0);
+  if (rc == MEND_STORE_BUSY) return rc;   /* kept whole for the next call (pg_wait.c) */
+  if (rc != 0) {
     p->batch_failed = 0;   /* told now: the next batch is a batch of its own */
     return -1;
   }
