@@ -1,5 +1,5 @@
 -- A row held locked by another PostgreSQL session (`BEGIN; SELECT ... FOR UPDATE;` in psql, left
--- open) that mend's own writes need: a serving worker's batch waits for it in tries of 1 s and
+-- open) that mend's own writes need: a worker's batch waits for it in tries of 2 s and
 -- lands once it goes (nothing lost, nothing twice) while mend serve goes on answering reads and
 -- its log names the run and the session; a repair's writes after its look are bounded as the
 -- look is; a statement_timeout set on the role cuts none of it short (mend's sessions set their

@@ -577,6 +577,7 @@ static int flush(mend_pg *p, pg_log *log, int commit, int begin) {
     /* A lock held past the bound in a transaction open before this flush is told so too:
      * its earlier writes cannot be sent again from here (pg_wait.c). */
     int lock = p->tx_lock;
+    mend__pg_lock_gone(p);   /* a kept batch, if any, is gone with this one: told as its failure */
     p->conn_lost = PQstatus(p->conn) != CONNECTION_OK || p->conn_doomed || p->tx_conflict || lock;
     p->tx_conflict = p->tx_lock = 0;
     mend__pg_rollback(p);

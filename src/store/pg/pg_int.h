@@ -175,8 +175,9 @@ typedef struct mend_pg {
 /* How long a repair's look waits for a run's row another session holds, unless told. */
 #define PG_BUSY_MS 5000
 /* How long one try of a batch waits for another session's lock before it is rolled back and
- * tried again (pg_wait.c). */
-#define PG_WRITE_WAIT_MS 1000
+ * tried again (pg_wait.c). Longer than the server's deadlock_timeout (1 s by default): in a
+ * deadlock the server picks the batch to roll back first, as before there was a bound. */
+#define PG_WRITE_WAIT_MS 2000
 #define PG_TEXT_OF_(x) #x
 #define PG_TEXT_OF(x) PG_TEXT_OF_(x)
 
