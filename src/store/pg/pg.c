@@ -122,7 +122,8 @@ PGresult *mend__pg_run(mend_pg *p, int q, const char *sql, int n, const char *co
   const char *sev = PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED);   /* r's: read first */
   int fatal = sev && strcmp(sev, "FATAL") == 0;
   int conflict = mend__pg_conflict(r);
-  if (p->in_batch && mend__pg_lock_timed_out(r))   /* the bound (pg_wait.c): said so */
+  int timed_out = p->in_batch && mend__pg_lock_timed_out(r);
+  if (timed_out)   /* the bound (pg_wait.c): said so */
     mend__pg_lock_told(p, what, PQresultErrorField(r, PG_DIAG_CONTEXT));
   PQclear(r);
   if (fatal || PQstatus(p->conn) != CONNECTION_OK) {
@@ -134,7 +135,9 @@ PGresult *mend__pg_run(mend_pg *p, int q, const char *sql, int n, const char *co
   }
   if (conflict && p->in_batch) {
     /* The server chose this batch to end a deadlock: rolled back, as with a lost connection,
-     * and told the same way, so that a worker reads its runs again rather than stop. */
+     * and told the same way, so that a worker reads its runs again rather than stop. (A lock
+     * past a repair's bound is not told so: its caller would take the batch for lost and
+     * its repair for done; it fails the batch, below.) */
     p->conn_lost = 1;
     mend__pg_rollback(p);
     return NULL;

@@ -300,6 +300,16 @@ static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late,
   }
   if (!PQenterPipelineMode(c)) return mend__pg_fail(p, c, NULL, "enter pipeline mode");
   pp.sent_at = mend__pg_mono();
+  /* Another session's lock is waited for this long a try by what the flush sends (pg_wait.c):
+   * on a loop's thread no longer than its busy wait (0.1 s), which answers requests between
+   * tries. Statements run alone later in the transaction wait as it stands (no bound, or a
+   * repair's after its look). */
+  int ms = p->on_writer || p->busy_ms <= 0 || p->busy_ms > PG_WRITE_WAIT_MS ? PG_WRITE_WAIT_MS
+                                                                            : p->busy_ms;
+  char bound[48];
+  snprintf(bound, sizeof bound, "SET LOCAL lock_timeout = %d", ms);
+  int bounded = 0;
+  p->tx_lock_ms = ms;
   if (!p->in_batch && (begin || log->nrec || commit)) {
     int kind = begin_kind(p);
     char secs[40];
@@ -307,11 +317,9 @@ static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late,
     const char *v[2] = {p->fence_owner, secs};
     if (pipe_send(&pp, K_BEGIN, -1, "BEGIN", 0, NULL, NULL) != 0) goto done;
     began = 1;
-    /* another session's lock is waited for this long a try (pg_wait.c) */
-    if (pipe_send(&pp, K_BOUND, -1, "SET LOCAL lock_timeout = " PG_TEXT_OF(PG_WRITE_WAIT_MS), 0,
-                  NULL, NULL) != 0)
-      goto done;
-    p->tx_lock_ms = PG_WRITE_WAIT_MS;
+    p->tx_standing_ms = 0;
+    if (pipe_send(&pp, K_BOUND, -1, bound, 0, NULL, NULL) != 0) goto done;
+    bounded = 1;
     if (kind == B_LIVE && pipe_send(&pp, K_LIVE, P_LEASE_LIVE, NULL, 2, v, NULL) != 0) goto done;
     if (kind == B_LATE) {
       if (pipe_send(&pp, K_RENEW, P_RENEW, NULL, 2, v, NULL) != 0) goto done;
@@ -349,6 +357,10 @@ static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late,
     pp.failed = 1;
     goto done;
   }
+  if (!bounded && log->nrec) {
+    if (pipe_send(&pp, K_BOUND, -1, bound, 0, NULL, NULL) != 0) goto done;
+    bounded = 1;
+  }
   if (p->in_batch && (ar.nhist || ar.nnew_steps)) {
     if (pipe_send(&pp, K_SAVEPOINT, -1, "SAVEPOINT mend_rows", 0, NULL, NULL) != 0) goto done;
     p->tx_savepoints++;
@@ -380,6 +392,11 @@ static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late,
     }
     if (pipe_send(&pp, kinds[i], stmts[i], NULL, 2 * sets[i]->ncols, av, NULL) != 0) goto done;
     if (kinds[i] == K_NEW_STEPS) p->steps_inserted += sets[i]->n;
+  }
+  if (bounded && !commit && !pp.failed) {
+    char standing[48];
+    snprintf(standing, sizeof standing, "SET LOCAL lock_timeout = %d", p->tx_standing_ms);
+    if (pipe_send(&pp, K_BOUND, -1, standing, 0, NULL, NULL) != 0) goto done;
   }
   /* reads that must see these writes: in the same round trip */
   for (int i = 0; p->reads && !commit && !pp.failed && i < p->reads->n; i++) {
@@ -600,6 +617,7 @@ static int writer_write(void *store, void *job) {
   pg_writer *w = p->w;
   double delay = 0.05, give_up = -1;
   int rc;
+  p->on_writer = 1;
   while ((rc = flush(p, job, 1, 0)) == MEND_STORE_BUSY) {
     pthread_mutex_lock(&w->mu);
     mend__handoff_tell(w);
@@ -610,6 +628,7 @@ static int writer_write(void *store, void *job) {
                    " lock was given up: %s", p->server, mend__pg_lock_msg(p));
       mend__pg_log_clear(job);
       mend__pg_lock_gone(p);
+      p->on_writer = 0;
       return -1;
     }
     struct timespec until;
@@ -621,6 +640,7 @@ static int writer_write(void *store, void *job) {
     pthread_mutex_unlock(&w->mu);
     delay = delay * 2 > 1 ? 1 : delay * 2;
   }
+  p->on_writer = 0;
   return rc;
 }
 

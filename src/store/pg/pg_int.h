@@ -151,7 +151,9 @@ typedef struct mend_pg {
   int tx_conflict;             /* the server rolled the open batch back (a deadlock): SQLSTATE 40 */
   /* A try of a batch met another session's lock past its bound (pg_wait.c): SQLSTATE 55P03,
    * and the server's context of it (which row). */
-  int tx_lock, tx_lock_ms;      /* tx_lock_ms: the bound the open transaction waits under */
+  int on_writer;               /* the writer thread is flushing (its tries wait the full bound) */
+  int tx_lock, tx_lock_ms;      /* tx_lock_ms: the bound the last flush's writes waited under */
+  int tx_standing_ms;          /* lock_timeout of the open transaction between flushes (0: none) */
   char lock_context[512];
   /* A batch waits for another session's lock (mend_store_locked), and what holds it: the
    * message is written by whichever thread tried the batch, under wait_mu; wait_seen is the
@@ -174,8 +176,8 @@ typedef struct mend_pg {
 #define PG(s) ((mend_pg *)(void *)(s))
 /* How long a repair's look waits for a run's row another session holds, unless told. */
 #define PG_BUSY_MS 5000
-/* How long one try of a batch waits for another session's lock before it is rolled back and
- * tried again (pg_wait.c). Longer than the server's deadlock_timeout (1 s by default): in a
+/* How long one try of a batch on the writer thread waits for another session's lock before it
+ * is rolled back and tried again (pg_wait.c); on the caller's thread, busy_ms if shorter. Longer than the server's deadlock_timeout (1 s by default): in a
  * deadlock the server picks the batch to roll back first, as before there was a bound. */
 #define PG_WRITE_WAIT_MS 2000
 #define PG_TEXT_OF_(x) #x

@@ -440,12 +440,14 @@ int mend__pg_hold_status(mend_store *s, const char *id, const char *status, char
   const char *st = PQntuples(r) > 0 ? PG_TEXT(r, 0, 0) : NULL;
   mend__pg_msg(found, len, "%s", st ? st : "");
   PQclear(r);
-  /* The repair's writes that follow, on other tables (steps, history, dlq) that another
-   * session could hold too, wait no longer than the look, nor less than a batch (pg_wait.c). */
-  int after = ms > PG_WRITE_WAIT_MS ? ms : PG_WRITE_WAIT_MS;
+  /* The repair's writes that follow, on other tables (a dead letter's row, history) that
+   * another session could hold too, wait no longer than the look from a command or a host's
+   * call: past it the batch fails naming the table (a command exits 1, nothing written). On a
+   * loop (serve's 0.1 s look) they wait as before: a failed batch would stop its engine. */
+  int after = ms >= PG_WRITE_WAIT_MS ? ms : 0;
   snprintf(set, sizeof set, "RELEASE SAVEPOINT mend_look; SET LOCAL lock_timeout = %d", after);
   if (look_exec(p, set) != 0) return -1;
-  p->tx_lock_ms = after;
+  p->tx_standing_ms = after;
   return strcmp(found, status) == 0 ? 0 : 1;
 }
 

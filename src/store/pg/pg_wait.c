@@ -9,7 +9,8 @@
  * thread may (the mark's message is a buffer of its own, under its own lock).
  *
  * The design. A batch's transaction waits for another session's lock at most PG_WRITE_WAIT_MS
- * (SET LOCAL lock_timeout right after BEGIN). A try that met it (SQLSTATE 55P03) in a
+ * (SET LOCAL lock_timeout right after BEGIN; on a loop's thread no longer than its busy wait,
+ * 0.1 s, so that the loop answers between tries). A try that met it (SQLSTATE 55P03) in a
  * transaction it began itself is rolled back whole: nothing of it was written, and the log
  * that holds it is kept and sent again after a backoff (50 ms doubling to 1 s), by the writer
  * thread on its own, or by the engine's lock timer without one (commit answers
@@ -139,10 +140,10 @@ void mend__pg_lock_told(mend_pg *p, const char *what, const char *context) {
   if (tuple_of(context, tid, sizeof tid, table, sizeof table))
     mend__pg_msg(p->err, sizeof p->err, "%s: %s: a row of table %s is locked by another session"
                  " (waited %.1f s; the batch was rolled back)", p->server, what, table,
-                 p->tx_lock_ms / 1000.0);
+                 p->tx_standing_ms / 1000.0);
   else
     mend__pg_msg(p->err, sizeof p->err, "%s: %s: a lock is held by another session (waited %.1f"
-                 " s; the batch was rolled back)", p->server, what, p->tx_lock_ms / 1000.0);
+                 " s; the batch was rolled back)", p->server, what, p->tx_standing_ms / 1000.0);
 }
 
 void mend__pg_lock_gone(mend_pg *p) { atomic_store(&p->waiting, 0); }
