@@ -523,7 +523,7 @@ static int to_savepoint(mend_pg *p) {
 
 /* Sends the log's writes in the open transaction (begun if need be, or if `begin`), and
  * COMMIT after them with `commit`; empties the log. A failure rolls the whole batch back. */
-static int flush(mend_pg *p, pg_log *log, int commit, int begin) {
+int mend__pg_flush(mend_pg *p, pg_log *log, int commit, int begin) {
   if (p->carry.nrec && !log->oom) carry_first(p, log);
   if (log->oom) {
     mend__pg_msg(p->err, sizeof p->err, "%s: recording a write: out of memory", p->server);
@@ -607,56 +607,7 @@ static int flush(mend_pg *p, pg_log *log, int commit, int begin) {
 
 /* ---- the writer thread -------------------------------------------------------------------- */
 
-/* A batch that met another session's lock past the bound (pg_wait.c) is tried again after
- * 50 ms, then twice as long each time up to 1 s, for as long as the lock lasts: this thread
- * waits, the loop goes on recording the next batch and is told at each try (done: it warns,
- * mend_store_locked). Once the store is closing it tries for PG_BUSY_MS more, then gives the
- * batch up, as a crash would: nothing in it was acted on. */
-static int writer_write(void *store, void *job) {
-  mend_pg *p = store;
-  pg_writer *w = p->w;
-  double delay = 0.05, give_up = -1;
-  int rc;
-  p->on_writer = 1;
-  while ((rc = flush(p, job, 1, 0)) == MEND_STORE_BUSY) {
-    pthread_mutex_lock(&w->mu);
-    mend__handoff_tell(w);
-    if (w->stop && give_up < 0) give_up = mend__pg_mono() + PG_BUSY_MS / 1000.0;
-    if (give_up >= 0 && mend__pg_mono() >= give_up) {
-      pthread_mutex_unlock(&w->mu);
-      mend__pg_msg(p->err, sizeof p->err, "%s: closing: a batch waiting for another session's"
-                   " lock was given up: %s", p->server, mend__pg_lock_msg(p));
-      mend__pg_log_clear(job);
-      mend__pg_lock_gone(p);
-      p->on_writer = 0;
-      return -1;
-    }
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    long ns = until.tv_nsec + (long)(delay * 1e9);
-    until.tv_sec += ns / 1000000000L;
-    until.tv_nsec = ns % 1000000000L;
-    if (!w->stop) pthread_cond_timedwait(&w->cv, &w->mu, &until);
-    pthread_mutex_unlock(&w->mu);
-    delay = delay * 2 > 1 ? 1 : delay * 2;
-  }
-  p->on_writer = 0;
-  return rc;
-}
-
-/* A flush on the caller's thread (a read, a transaction begun) waits out another session's
- * lock as before there was a bound, trying again until it lands: its caller has no batch to
- * keep. The views do not come here while a batch waits (pg_wait.c). */
-static int flush_waiting(mend_pg *p, int begin) {
-  double delay = 0.05;
-  int rc;
-  while ((rc = flush(p, p->cur, 0, begin)) == MEND_STORE_BUSY) {
-    struct timespec ts = {(time_t)delay, (long)((delay - (double)(time_t)delay) * 1e9)};
-    nanosleep(&ts, NULL);
-    delay = delay * 2 > 1 ? 1 : delay * 2;
-  }
-  return rc;
-}
+static int writer_write(void *store, void *job) { return mend__pg_flush_writer(store, job); }
 
 /* With the writer's lock held: a batch committed is durable. */
 static void *writer_settle(void *store, int rc) {
@@ -685,14 +636,14 @@ static int writer_told(mend_pg *p) {
 
 int mend__pg_sync(mend_pg *p) {
   if (writer_told(p) != 0 || p->batch_failed) return -1;
-  return flush_waiting(p, 0);
+  return mend__pg_flush_waiting(p, 0);
 }
 
 int mend__pg_sync_reads(mend_pg *p, pg_reads *r) {
   if (writer_told(p) != 0 || p->batch_failed) return -1;
   r->sent = 0;   /* a try that met a lock sends the same reads again */
   p->reads = r;
-  int rc = flush_waiting(p, 0);
+  int rc = mend__pg_flush_waiting(p, 0);
   p->reads = NULL;
   if (rc != 0) return -1;
   return r->sent ? 0 : 1;
@@ -700,7 +651,7 @@ int mend__pg_sync_reads(mend_pg *p, pg_reads *r) {
 
 int mend__pg_begin(mend_pg *p) {
   if (writer_told(p) != 0 || p->batch_failed) return -1;
-  return flush_waiting(p, 1);
+  return mend__pg_flush_waiting(p, 1);
 }
 
 /* A log holds at most this many records: a larger burst is sent in parts, in the open
@@ -749,7 +700,7 @@ int mend__pg_commit(mend_store *s) {
     mend__pg_log_clear(p->cur);
     return -1;
   }
-  int rc = flush(p, p->cur, 1, 0);
+  int rc = mend__pg_flush(p, p->cur, 1, 0);
   if (rc == MEND_STORE_BUSY) return rc;   /* kept whole for the next call (pg_wait.c) */
   if (rc != 0) {
     p->batch_failed = 0;   /* told now: the next batch is a batch of its own */

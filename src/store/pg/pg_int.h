@@ -195,6 +195,10 @@ void mend__pg_lock_told(mend_pg *p, const char *what, const char *context);
 void mend__pg_lock_gone(mend_pg *p);
 const char *mend__pg_lock_msg(mend_pg *p);
 PGconn *mend__pg_view_aux(mend_pg *p);
+/* The writer thread's job flushed and committed, tried again while another session's lock
+ * holds it (until the store closes); and the caller's open batch flushed, likewise. */
+int mend__pg_flush_writer(mend_pg *p, pg_log *job);
+int mend__pg_flush_waiting(mend_pg *p, int begin);
 int mend__pg_locked(mend_store *s);
 
 /* pg.c */
@@ -253,6 +257,10 @@ int  mend__pg_sync(mend_pg *p);
  * (a read that failed fails the batch, as any statement of it). */
 int  mend__pg_sync_reads(mend_pg *p, pg_reads *r);
 int  mend__pg_writer_wait(mend_pg *p);      /* the connection is the caller's: 0, or -1 */
+/* Sends log's writes in the open transaction (begun if need be, or if `begin`), COMMIT after
+ * them with `commit`; empties the log: 0, -1 (the batch rolled back), or MEND_STORE_BUSY (another
+ * session's lock past the bound, in a transaction it began: nothing written, the log kept). */
+int  mend__pg_flush(mend_pg *p, pg_log *log, int commit, int begin);
 int  mend__pg_begin(mend_pg *p);            /* opens the transaction (fenced): 0 or -1 */
 void mend__pg_rollback(mend_pg *p);
 void mend__pg_rec_begin(mend_pg *p, int q);

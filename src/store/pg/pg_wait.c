@@ -8,22 +8,25 @@
  * yet, and the write-ahead rule holds them all); write p->err from the loop while the writer
  * thread may (the mark's message is a buffer of its own, under its own lock).
  *
- * The design. A batch's transaction waits for another session's lock at most PG_WRITE_WAIT_MS
- * (SET LOCAL lock_timeout right after BEGIN; on a loop's thread no longer than its busy wait,
- * 0.1 s, so that the loop answers between tries). A try that met it (SQLSTATE 55P03) in a
- * transaction it began itself is rolled back whole: nothing of it was written, and the log
- * that holds it is kept and sent again after a backoff (50 ms doubling to 1 s), by the writer
- * thread on its own, or by the engine's lock timer without one (commit answers
- * MEND_STORE_BUSY), as SQLite's batches wait out another process's write lock (lock.c: the
- * same warnings, claims held back meanwhile). So the writes land once the lock goes, once
- * each, and in their order. While it waits the loop does not wait with it: the views (a run,
- * its history, a page of runs) read the committed rows on the side connection instead, as
- * SQLite's read on its reader. The batch is one transaction, so the engine's other runs'
- * writes in it wait too: a batch is the unit the write-ahead rule acts on, and splitting off
- * one run's writes would need a transaction per run. A try in a transaction already open
- * before it (a repair's look began it; a read sent earlier writes) cannot be sent again
- * whole: it fails as a deadlock does (nothing of it written, told once), after the look's
- * bound (busy_ms: a repair's writes after its look wait no longer than its look).
+ * The design. What a flush sends (a batch's recorded writes, its BEGIN's lease renewal) waits
+ * for another session's lock at most PG_WRITE_WAIT_MS a try (SET LOCAL lock_timeout before
+ * it; on a loop's thread no longer than its busy wait, 0.1 s, so that the loop answers between
+ * tries); past them the transaction's standing value comes back (none; a command's repair after
+ * its look: the look's bound), so a statement run alone waits as it did. A try that met the
+ * bound (SQLSTATE 55P03) in a transaction it began itself is rolled back whole: nothing of it
+ * was written, and the log that holds it is kept and sent again after a backoff (50 ms
+ * doubling to 1 s), by the writer thread on its own, or by the engine's lock timer without one
+ * (commit answers MEND_STORE_BUSY), as SQLite's batches wait out another process's write lock
+ * (lock.c: the same warnings, claims held back meanwhile). So the writes land once the lock
+ * goes, once each, and in their order. While it waits the loop does not wait with it: the
+ * views (a run, its history, a page of runs) read the committed rows on the side connection,
+ * as SQLite's read on its reader. The engine's own reads still wait for the batch (they must
+ * see it). The batch is one transaction, so the engine's other runs' writes in it wait too: a
+ * batch is the unit the write-ahead rule acts on, and splitting off one run's writes would
+ * need a transaction per run. A try in a transaction open before it (a repair's look began it;
+ * a read sent earlier writes) cannot be sent again whole: it fails as a deadlock does (nothing
+ * of it written, told once as a lost batch). A repair's statement after its look that meets
+ * the look's bound fails the batch, naming the table (pg.c).
  *
  * Timeouts set on the role or the database (statement_timeout, lock_timeout,
  * idle_in_transaction_session_timeout) are set back to none as each session opens, as pg_dump
@@ -35,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 const char *const mend__pg_session_sql =
     "SET statement_timeout = 0; SET lock_timeout = 0; SET idle_in_transaction_session_timeout = 0";
@@ -166,4 +170,54 @@ PGconn *mend__pg_view_aux(mend_pg *p) {
   if (!atomic_load(&p->waiting)) return NULL;
   if (!p->cur->nrec && !(p->w && mend__handoff_busy(p->w))) return NULL;
   return mend__pg_aux(p) == 0 ? p->aux : NULL;
+}
+
+/* A batch that met another session's lock past the bound (pg_wait.c) is tried again after
+ * 50 ms, then twice as long each time up to 1 s, for as long as the lock lasts: this thread
+ * waits, the loop goes on recording the next batch and is told at each try (done: it warns,
+ * mend_store_locked). Once the store is closing it tries for PG_BUSY_MS more, then gives the
+ * batch up, as a crash would: nothing in it was acted on. */
+int mend__pg_flush_writer(mend_pg *p, pg_log *job) {
+  pg_writer *w = p->w;
+  double delay = 0.05, give_up = -1;
+  int rc;
+  p->on_writer = 1;
+  while ((rc = mend__pg_flush(p, job, 1, 0)) == MEND_STORE_BUSY) {
+    pthread_mutex_lock(&w->mu);
+    mend__handoff_tell(w);
+    if (w->stop && give_up < 0) give_up = mend__pg_mono() + PG_BUSY_MS / 1000.0;
+    if (give_up >= 0 && mend__pg_mono() >= give_up) {
+      pthread_mutex_unlock(&w->mu);
+      mend__pg_msg(p->err, sizeof p->err, "%s: closing: a batch waiting for another session's"
+                   " lock was given up: %s", p->server, mend__pg_lock_msg(p));
+      mend__pg_log_clear(job);
+      mend__pg_lock_gone(p);
+      p->on_writer = 0;
+      return -1;
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    long ns = until.tv_nsec + (long)(delay * 1e9);
+    until.tv_sec += ns / 1000000000L;
+    until.tv_nsec = ns % 1000000000L;
+    if (!w->stop) pthread_cond_timedwait(&w->cv, &w->mu, &until);
+    pthread_mutex_unlock(&w->mu);
+    delay = delay * 2 > 1 ? 1 : delay * 2;
+  }
+  p->on_writer = 0;
+  return rc;
+}
+
+/* A flush on the caller's thread (a read, a transaction begun) waits out another session's
+ * lock as before there was a bound, trying again until it lands: its caller has no batch to
+ * keep. The views do not come here while a batch waits (pg_wait.c). */
+int mend__pg_flush_waiting(mend_pg *p, int begin) {
+  double delay = 0.05;
+  int rc;
+  while ((rc = mend__pg_flush(p, p->cur, 0, begin)) == MEND_STORE_BUSY) {
+    struct timespec ts = {(time_t)delay, (long)((delay - (double)(time_t)delay) * 1e9)};
+    nanosleep(&ts, NULL);
+    delay = delay * 2 > 1 ? 1 : delay * 2;
+  }
+  return rc;
 }
