@@ -473,9 +473,10 @@ static inline int mend_store_lock_try(mend_store *s) {
   return MEND_STORE_M(s)->lock_try ? MEND_STORE_M(s)->lock_try(s) : 1;
 }
 /* Whether another process's write lock can hold this backend's writes back (SQLite's file
- * lock; it says when, with locked): PostgreSQL's writers wait for rows, not for one lock. */
+ * lock; it says when, with locked, and can be tried, with lock_try): PostgreSQL's writers wait
+ * for rows, not for one lock (its locked says a batch waits for another session's rows). */
 static inline int mend_store_has_write_lock(const mend_store *s) {
-  return MEND_STORE_M(s)->locked != NULL;
+  return MEND_STORE_M(s)->lock_try != NULL;
 }
 static inline void mend_store_set_busy_wait(mend_store *s, int ms) {
   if (MEND_STORE_M(s)->set_busy_wait) MEND_STORE_M(s)->set_busy_wait(s, ms);
