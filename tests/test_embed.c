@@ -7,7 +7,9 @@
  * It is built three ways by the test suite: against the build tree's libmend (c_embed, under
  * AddressSanitizer in a sanitized build), and against the installed library with pkg-config
  * and with find_package(mend) (tests/embed_*.sh). So it needs nothing but mend.h, libuv (for
- * the attached mode) and the workflow files it writes itself.
+ * the attached mode), the workflow files it writes itself and tests/tick_host.h (the small
+ * readers of a run's status and of a thread's class it shares with the tick tests: they too
+ * use mend.h alone).
  */
 #define _GNU_SOURCE   /* SCHED_BATCH */
 #include <dirent.h>

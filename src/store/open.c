@@ -3,8 +3,9 @@
  * the busy handler, WAL, synchronous, the WAL hook), the checkpointer's, and at close the reader
  * and the threads; every statement prepared once at open and finalized at close, and a failure
  * to open explained for a person. What the file holds is schema_check.c's to judge. Must never:
- * leave a store half open (a failure closes what was opened), or let the runs a closing worker
- * holds wait for its lease to end when they can be let go of.
+ * leave a store half open (a failure closes what was opened), take the write lock to upgrade a
+ * database that is up to date, or let the runs a closing worker holds wait for its lease to end
+ * when they can be let go of.
  */
 #include "store_int.h"
 #include "walvfs.h"

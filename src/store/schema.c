@@ -361,7 +361,7 @@ const char *const mend__query_sql[Q__COUNT] = {
 };
 
 /* migrations[v] takes a database from version v to v + 1; a new version appends one here and
- * bumps MEND_SCHEMA_VERSION. Each runs inside the transaction of upgrade_schema, at any open
+ * bumps MEND_SCHEMA_VERSION. Each runs inside the transaction of mend__upgrade_schema (schema_check.c), at any open
  * of the file, while mends of the older version may still run on it: a migration only adds
  * what their prepared statements survive (a column, a table, an index, a meta row). A change
  * they would not survive (a constraint they name, a table made again) is a command run on

@@ -2,8 +2,7 @@
  * schema_check: what the SQLite backend finds in a file as it opens it: a database at all, a
  * mend's (user_version and meta agree), a version this mend can read, and the schema created or
  * upgraded in one write transaction; then the labels history rows write as codes. Must never:
- * change anything in a database that is someone else's or newer (its journal mode included),
- * nor take the write lock for a database that is up to date.
+ * change anything in a database that is someone else's or newer (its journal mode included).
  */
 #include "store_int.h"
 
