@@ -29,6 +29,11 @@ describe("a flag that does nothing without another", function()
       assert.are.equal(1, rc, cmd .. ": " .. out)
       assert.matches("mend: cannot read --token-file: " .. missing .. ": No such file or directory", out,
                      1, true)
+      -- a folder opens but cannot be read: that is said, not that its token is empty
+      local folder = H.tmp_dir()
+      rc, out = sh(("%s %s --token-file %s --db %s"):format(H.MEND, cmd, H.quote(folder), H.quote(db)))
+      assert.are.equal(1, rc, cmd .. ": " .. out)
+      assert.matches("mend: cannot read --token-file: " .. folder .. ": Is a directory", out, 1, true)
     end
   end)
 

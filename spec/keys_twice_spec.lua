@@ -1,6 +1,6 @@
--- JSON text with a key given twice in one object, refused wherever it comes in from the command
--- line or from Lua, with a message naming the key, as the HTTP API refuses such a body
--- (bad_json): the last of the two was taken silently, and which one was meant is not known.
+-- JSON text with a key given twice in one object, refused wherever it is handed to mend from
+-- outside (the command line; Lua's decode when asked), with a message naming the key, as the
+-- HTTP API refuses such a body (bad_json): which of the two was meant is not known.
 -- The C API's entries are test_keys_twice's.
 
 local mend = require "mend"
@@ -36,11 +36,51 @@ describe("JSON text with a key given twice", function()
     assert.are.same({ "0" }, H.sql(db, "SELECT count(*) FROM inbox"))
   end)
 
-  it("is refused by mend.json.decode, the REPL's json.decode, naming the key and where", function()
-    local ok, err = pcall(mend.json.decode, '{"a": {"b": 1,\n "b": 2}}')
+  it("is refused by mend.json.decode given { duplicates = false }, naming the key and where", function()
+    local ok, err = pcall(mend.json.decode, '{"a": {"b": 1,\n "b": 2}}', { duplicates = false })
     assert.is_false(ok)
     assert.matches("line 2 column %d+: duplicate object key near '\"b\"'", err)
     -- the same key in two objects is two keys
-    assert.are.same({ { b = 1 }, { b = 2 } }, mend.json.decode('[{"b": 1}, {"b": 2}]'))
+    assert.are.same({ { b = 1 }, { b = 2 } },
+                    mend.json.decode('[{"b": 1}, {"b": 2}]', { duplicates = false }))
+    -- by default the last one wins, as most JSON readers read a service's answer
+    assert.are.same({ a = { b = 2 } }, mend.json.decode('{"a": {"b": 1,\n "b": 2}}'))
+    assert.has_error(function() mend.json.decode("{}", { duplicates = "no" }) end,
+                     "mend.json.decode: duplicates is true or false, got string")
+  end)
+end)
+
+local legacy = { name = "legacy", steps = {
+  { name = "first", execute = function() return { a = 1 } end },
+  { name = "gate", wait_for = "go" },
+  { name = "use", execute = function(ctx, input)
+      return { first = ctx.results.first, input_type = type(input),
+               x = type(input) == "table" and input.x or nil }
+    end },
+} }
+
+-- A row mend stored is read as it was written, whoever wrote it (another tool, a hand, a copy):
+-- a key given twice in it is read as the status view reads it, the last winning.
+describe("#sqlite a stored row with a key given twice", function()
+  after_each(H.cleanup)
+
+  it("still loads after a restart: a step's result and the run's input as the status shows them", function()
+    local eng, db = H.new_engine()
+    eng:register(legacy)
+    local id = eng:start("legacy", { x = 1 })
+    eng:run()
+    assert.are.equal("waiting", H.step(eng:status(id), "gate").status)
+    H.close(eng)
+    H.sql(db, ("UPDATE steps SET result = '{\"a\":1,\"a\":2}' WHERE run_id = '%s' AND name = 'first'"):format(id))
+    H.sql(db, ("UPDATE runs SET input = '{\"x\":1,\"x\":2}' WHERE id = '%s'"):format(id))
+    local eng2 = H.reopen(db)
+    eng2:register(legacy)
+    eng2:recover()
+    assert.are.same({ a = 2 }, H.step(eng2:status(id), "first").result)
+    eng2:signal(id, "go", {})
+    eng2:run()
+    local st = eng2:status(id)
+    assert.are.equal("succeeded", st.status)
+    assert.are.same({ first = { a = 2 }, input_type = "table", x = 2 }, H.step(st, "use").result)
   end)
 end)

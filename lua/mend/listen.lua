@@ -22,8 +22,11 @@ function M.token(o, cli)
   if not o["token-file"] then return nil end
   local f, err = io.open(o["token-file"], "rb")
   if not f then cli.fail("cannot read --token-file: %s", err) end
-  local token = (f:read("a") or ""):match("^%s*(.-)%s*$")
+  local text, rerr = f:read("a")
   f:close()
+  -- a folder opens but cannot be read: say so, not that its token is empty
+  if not text then cli.fail("cannot read --token-file: %s: %s", o["token-file"], rerr) end
+  local token = text:match("^%s*(.-)%s*$")
   if #token < 16 then
     cli.fail("the token in %s is %s: it must be at least 16 characters", o["token-file"],
              #token == 0 and "empty" or "too short")

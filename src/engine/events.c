@@ -365,7 +365,7 @@ static int send_event(mend_engine *E, const char *id, const char *run_key, const
   char *text = NULL;
   if (payload) {
     char jerr[200];
-    json_t *v = mend_json_load(payload, strlen(payload), 0, jerr, sizeof jerr);
+    json_t *v = mend_json_load(payload, strlen(payload), JSON_REJECT_DUPLICATES, jerr, sizeof jerr);
     if (!v) {
       mend_errorf(err, errlen, "the event's payload is not JSON: %s", jerr);
       return MEND_EVENT_EINVAL;

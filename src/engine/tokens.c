@@ -280,7 +280,7 @@ int mend_engine_settle_token(mend_engine *E, const char *token, int ok, const ch
   json_t *res = NULL;
   if (ok && result) {
     char jerr[200];
-    res = mend_json_load(result, strlen(result), 0, jerr, sizeof jerr);
+    res = mend_json_load(result, strlen(result), JSON_REJECT_DUPLICATES, jerr, sizeof jerr);
     if (!res) {
       mend_errorf(err, errlen, "the result is not JSON: %s", jerr);
       return MEND_TOKEN_EINVAL;

@@ -111,10 +111,14 @@ function M.json_text(flag, text)
   return text
 end
 
+-- JSON text given on the command line is read as the HTTP API reads a body: of a key given
+-- twice in one object, which was meant is not known.
+local REFUSE_TWICE = { duplicates = false }
+
 -- The JSON value of flag `name` (nil when not given).
 function M.json_flag(o, name)
   if o[name] == nil then return nil end
-  local ok, v = pcall(json.decode, M.json_text(name, o[name]))
+  local ok, v = pcall(json.decode, M.json_text(name, o[name]), REFUSE_TWICE)
   if not ok then fail("--%s is not JSON: %s", name, tostring(v)) end
   return v
 end
@@ -122,7 +126,7 @@ end
 function M.decode_input(text)
   if text == nil then return {} end
   text = M.json_text("input", text)
-  local ok, v = pcall(json.decode, text)
+  local ok, v = pcall(json.decode, text, REFUSE_TWICE)
   if not ok then fail("invalid --input JSON: %s", tostring(v)) end
   return v
 end

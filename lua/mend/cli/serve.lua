@@ -39,7 +39,8 @@ function M.worker(o)
     conf.park_after = n > 0 and n or -1
   end
   -- every flag is checked before anything is opened or loaded; the HTTP API's only with
-  -- --listen (a token file that is not there is named first, whatever else is wrong)
+  -- --listen (without it, a token file that cannot be read is named before the flags that
+  -- need --listen are refused)
   local serving = { poll = number_flag(o, "poll", 0.1), max_in_flight = base.whole_flag(o, "max-in-flight"),
                     every = 2 }
   if not o.listen then require("mend.listen").token(o, LISTEN_CLI) end
