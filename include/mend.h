@@ -219,7 +219,8 @@ MEND_API int mend_engine_load(mend_engine *engine, const char *path, char *name_
 /* Registers a host function under `name` for mend.call. Not from a callback. */
 MEND_API int mend_engine_register_function(mend_engine *engine, const char *name, mend_host_fn fn,
                                            void *ud);
-/* Answers a host call with a JSON value (NULL: nil). MEND_EINVAL if the JSON is bad, MEND_ESTATE
+/* Answers a host call with a JSON value (NULL: nil). MEND_EINVAL if the JSON is bad (a key given
+ * twice in one object is, as in mend_engine_start; mend_engine_errmsg says which), MEND_ESTATE
  * from a thread the call's engine does not belong to (the call stays open: answer it on the
  * engine's thread, after mend_engine_wakeup() if it sleeps). Frees the call. */
 MEND_API int mend_call_return(mend_call *call, const char *result_json);
@@ -248,8 +249,10 @@ MEND_API int mend_engine_adopt(mend_engine *engine);
 /* Starts a run of `workflow` with `input_json` (NULL: null). With a non-NULL `run_key` that was
  * used before, returns the existing run's id instead and sets *existed (may be NULL) to 1.
  * run_id_out must hold 17 bytes. The run executes as the engine is driven. MEND_ENOTFOUND: no
- * such workflow is loaded; MEND_EINVAL: input_json is not JSON; MEND_ESTATE: `run_key` names a
- * run of another workflow (nothing started; the message names that run and its workflow);
+ * such workflow is loaded; MEND_EINVAL: input_json is not JSON (an object that gives a key twice,
+ * at any depth, is not: which of the two was meant is not known; the message names the key);
+ * MEND_ESTATE: `run_key` names a run of another workflow (nothing started; the message names
+ * that run and its workflow);
  * MEND_ESTORE: the database failed (the engine then stops, as mend_engine_run_all would). */
 MEND_API int mend_engine_start(mend_engine *engine, const char *workflow, const char *input_json,
                                const char *run_key, char run_id_out[17], int *existed);
@@ -364,7 +367,8 @@ MEND_API int mend_engine_resolve_dead_letter(mend_engine *engine, const char *ru
  * not taken, and its payload (JSON text; NULL: null) is the step's result. The event is durable
  * when this returns, whether the run waits for it yet or not. With a non-NULL `key`, sending
  * the same key to the same run again is one event (MEND_OK, nothing sent). MEND_ENOTFOUND: no
- * such run; MEND_ESTATE: the run has ended (or is compensating); MEND_EINVAL: bad JSON.
+ * such run; MEND_ESTATE: the run has ended (or is compensating); MEND_EINVAL: bad JSON (a key
+ * given twice in one object is bad, as in mend_engine_start).
  * by_key: the run is the one started with that run key. Being durable on return, a signal
  * commits (in MEND_SYNC_FULL, an fsync) on the caller's thread, after the batch the commit
  * thread may be writing. Except in an engine that ticks (mend_engine_tick), to a run it holds
@@ -386,7 +390,8 @@ MEND_API int mend_engine_signal_by_key(mend_engine *engine, const char *run_key,
  * `message` (may be NULL), and its policy handles it. Durable when it returns MEND_OK.
  * MEND_ENOTFOUND: no such token; MEND_EUSED: it was completed or failed already (a token is
  * single use); MEND_ESTALE: it is of an attempt that no longer waits (an earlier attempt, one
- * that timed out); MEND_ESTATE: its run has ended; MEND_EINVAL: bad JSON or kind. */
+ * that timed out); MEND_ESTATE: its run has ended; MEND_EINVAL: bad JSON (a key given twice in
+ * one object is, as in mend_engine_start) or kind. */
 MEND_API int mend_engine_complete(mend_engine *engine, const char *token, const char *result_json);
 MEND_API int mend_engine_fail(mend_engine *engine, const char *token, const char *kind,
                               const char *message);

@@ -52,8 +52,7 @@ describe("a step with wait_for", function()
     assert.are.same({ "pending->waiting", "waiting->succeeded" }, H.transitions(eng, id, "kill"))
     local ev = H.events(eng, id, { event = "event", step = "kill" })
     assert.are.equal(1, #ev)
-    assert.matches('"name":"boss_killed"', ev[1].detail)
-    assert.matches('"key":"k1"', ev[1].detail)
+    assert.matches('^{"name":"boss_killed","key":"k1","seq":%d+}$', ev[1].detail)
     assert.are.same({ "boss_killed k1 kill" }, inbox(db, id))
   end)
 
@@ -66,6 +65,16 @@ describe("a step with wait_for", function()
     eng:run()
     assert.are.equal("succeeded", eng:status(id).status)
     assert.are.same({ gold = 7 }, step(eng, id, "reward").result)
+    local ev = H.events(eng, id, { event = "event", step = "kill" })
+    assert.matches('^{"name":"boss_killed","key":null,"seq":%d+}$', ev[1].detail)
+    -- a key that JSON must escape, and one more run to show the kept buffer holds no old bytes
+    local id2 = eng:start("quest", { quest = "rats" })
+    eng:signal(id2, "boss_killed", { gold = 1 }, { key = 'q"\\\n\u{e9}' })
+    eng:run()
+    local detail = H.events(eng, id2, { event = "event", step = "kill" })[1].detail
+    assert.are.same({ name = "boss_killed", key = 'q"\\\n\u{e9}' },
+      (function(t) t.seq = nil; return t end)(require("mend").json.decode(detail)))
+    assert.matches('^{"name":"boss_killed","key":"q\\"\\\\\\n\u{e9}","seq":%d+}$', detail)
   end)
 
   it("keeps one event for a key sent twice, and two events of one name for two waits, in order",

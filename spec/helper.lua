@@ -378,6 +378,29 @@ function H.spawn_worker(db, dir, log)
   return pid
 end
 
+-- A `mend worker ARGS` on DB serving the workflows in DIR, its stdout and stderr written to LOG
+-- (LOG.pid keeps its pid); its pid, a number.
+function H.start_worker(db, dir, log, args)
+  local pid_file = log .. ".pid"
+  os.execute(("%s worker --db %s --workflows %s %s >%s 2>&1 & echo $! >%s")
+    :format(H.MEND, H.quote(db), H.quote(dir), args or "", H.quote(log), H.quote(pid_file)))
+  return assert(H.read_number(pid_file), "the worker's pid")
+end
+
+-- The number a file holds (a pid, a time from `date +%s.%N`), or nil while there is none.
+function H.read_number(path)
+  local f = io.open(path)
+  if not f then return nil end
+  local n = tonumber(f:read("a"))
+  f:close()
+  return n
+end
+
+-- How many runs of the database at PATH have succeeded.
+function H.succeeded(path)
+  return tonumber(H.sql(path, "SELECT count(*) FROM runs WHERE status = 'succeeded'")[1])
+end
+
 -- `mend status RUN --json`, decoded.
 function H.status_json(db, id)
   local rc, out = H.mend_cmd(db, "status " .. id .. " --json")

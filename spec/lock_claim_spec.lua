@@ -7,22 +7,11 @@
 local H = require "spec.helper"
 
 local MEND, q, run = H.MEND, H.quote, H.shell
+local read_number, succeeded = H.read_number, H.succeeded
 
 local WORKFLOW = [[
 return { name = "one", steps = { { name = "a", execute = function() return 1 end } } }
 ]]
-
-local function read_number(path)
-  local f = io.open(path)
-  if not f then return nil end
-  local n = tonumber(f:read("a"))
-  f:close()
-  return n
-end
-
-local function succeeded(db)
-  return tonumber(H.sql(db, "SELECT count(*) FROM runs WHERE status = 'succeeded'")[1])
-end
 
 -- SQLite only (#sqlite): the subject is SQLite's file write lock.
 describe("a worker whose claim meets another process's lock #sqlite", function()
@@ -44,11 +33,8 @@ describe("a worker whose claim meets another process's lock #sqlite", function()
     H.write_file(wfdir, "one.lua", WORKFLOW)
     local start = string.format("%s start one --db %s --workflows %s", MEND, q(db), q(wfdir))
     assert.are.equal(0, (run(start)))
-    local log, pid_file = dir .. "/worker.log", dir .. "/worker.pid"
-    os.execute(string.format("%s worker --db %s --workflows %s --poll 0.05 --log-level debug"
-                             .. " >%s 2>&1 & echo $! >%s", MEND, q(db), q(wfdir), q(log), q(pid_file)))
-    worker_pid = read_number(pid_file)
-    assert.is_truthy(worker_pid)
+    local log = dir .. "/worker.log"
+    worker_pid = H.start_worker(db, wfdir, log, "--poll 0.05 --log-level debug")
     H.wait_for("the first run", function() return succeeded(db) == 1 end, 10)
     os.execute("sleep 0.3")
     -- stopped, so that the new run is there for its next look and the lock is taken first

@@ -7,6 +7,7 @@
 local H = require "spec.helper"
 
 local MEND, q, run = H.MEND, H.quote, H.shell
+local read_number = H.read_number
 
 -- Each execute appends "<run> <step> <wall time>" to the effects file (the time from `date`:
 -- os.time() has whole seconds only); `nap` is a durable
@@ -35,14 +36,6 @@ return {
 }
 ]]
 
-local function read_number(path)
-  local f = io.open(path)
-  if not f then return nil end
-  local n = tonumber(f:read("a"))
-  f:close()
-  return n
-end
-
 -- SQLite only (#sqlite): the subject is SQLite's file write lock, which PostgreSQL has no
 -- equivalent of (its row locks are the PostgreSQL store's own, tested with it).
 describe("a lock held by another process for 10 s #sqlite", function()
@@ -60,12 +53,8 @@ describe("a lock held by another process for 10 s #sqlite", function()
     assert(require("lfs").mkdir(wfdir))
     H.write_file(wfdir, "hops.lua", WORKFLOW:format(effects))
     local log = dir .. "/worker.log"
-    local pid_file = dir .. "/worker.pid"
     -- a lease shorter than the lock: the worker cannot renew it meanwhile (the fence holds)
-    os.execute(string.format("%s worker --db %s --workflows %s --lease 4 >%s 2>&1 & echo $! >%s",
-                             MEND, q(db), q(wfdir), q(log), q(pid_file)))
-    worker_pid = read_number(pid_file)
-    assert.is_truthy(worker_pid)
+    worker_pid = H.start_worker(db, wfdir, log, "--lease 4")
     local ids = {}
     for i = 1, 5 do
       local rc, out = run(string.format("%s start hops --db %s --workflows %s --input '{\"n\":%d}'",
@@ -99,9 +88,7 @@ describe("a lock held by another process for 10 s #sqlite", function()
     assert.matches("hops run " .. ids[1], out)
     holder:close()   -- returns once the shell has rolled back
     local t_free = assert(read_number(freed))
-    H.wait_for("every run to succeed", function()
-      return H.sql(db, "SELECT count(*) FROM runs WHERE status = 'succeeded'")[1] == "5"
-    end, 15)
+    H.wait_for("every run to succeed", function() return H.succeeded(db) == 5 end, 15)
     assert.are.equal(0, (run("kill -0 " .. worker_pid)), "the worker exited")
     local text = H.slurp(log)
     assert.matches("database lock is gone after", text)

@@ -166,29 +166,6 @@ describe("mend breakers", function()
     assert.are.equal(2, rc)
     assert.matches("unknown breaker operation flip", out)
   end)
-
-  -- --for was taken and dropped by close and reset, and by the list (the HTTP API refuses
-  -- "seconds" on close and reset): a person who typed it meant something that did not happen.
-  it("refuses --for but with open (exit 2), changing nothing", function()
-    local db = setup()
-    for _, args in ipairs { "breakers close psp --for 60", "breakers reset psp --for 60",
-                            "breakers --for 60" } do
-      local rc, out = mend_cmd(db, args)
-      assert.are.equal(2, rc, args .. ": " .. out)
-      assert.matches("mend: %-%-for is for open only", out)
-    end
-    assert.are.same({ "0" }, H.sql(db, "SELECT count(*) FROM audit"))
-  end)
-
-  -- --json printed the text line of an override (the list alone has a JSON form), as
-  -- mend dlq retry and resolve refuse it
-  it("refuses --json with an override (exit 2), changing nothing", function()
-    local db = setup()
-    local rc, out = mend_cmd(db, "breakers open psp --json")
-    assert.are.equal(2, rc, out)
-    assert.matches("mend: %-%-json is for the list only", out)
-    assert.are.same({ "0" }, H.sql(db, "SELECT count(*) FROM audit"))
-  end)
 end)
 
 describe("the alert command", function()

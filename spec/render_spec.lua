@@ -214,6 +214,21 @@ return { name = "注文処理", steps = {
     local function aligned(...) assert_aligned(db, width, ...) end
     aligned("status " .. id, " cafe\u{301}", " ok", "succeeded")
     aligned("runs", "注文処理", "order ", "succeeded")
+    aligned("workflows", "注文処理", "order ", "%d%d%d%d%-%d%d%-%d%d")
+  end)
+
+  -- A name wider than its column widens it for every row (one table printer, mend.render):
+  -- it pushed the rest of its own row askew.
+  it("keep their columns aligned when a name is wider than its column", function()
+    local db = named_runs("wider", [[
+return { name = "注文処理と請求書の発行-über", steps = {
+  { name = "reserve", breaker = "支払いサービス-ゲートウェイ", execute = function() return 1 end },
+  { name = "ok", execute = function() return 2 end } } }
+]])
+    local function aligned(...) assert_aligned(db, width, ...) end
+    aligned("runs", "注文処理と請求書の発行-über", "order ", "succeeded")
+    aligned("workflows", "注文処理と請求書の発行-über", "order ", "%d%d%d%d%-%d%d%-%d%d")
+    aligned("breakers", "支払いサービス-ゲートウェイ", "charge", "closed")
   end)
 end)
 

@@ -129,6 +129,29 @@ local function dead_letters(dir, db, n, keep_failing)
   return ids
 end
 
+-- n dead letters repaired on two servers at once by `repair` (resolve_twice or
+-- resolve_and_retry), after another process took the write lock for `lock` seconds when given:
+-- without it each pair is checked before the next is sent; under it every pair is sent before
+-- the first is checked (each waits for the lock).
+local function repairs_at_once(n, keep_failing, repair, tag, lock)
+  local dir, db = workspace()
+  local ids = dead_letters(dir, db, n, keep_failing)
+  local a = start(dir, db)
+  local b = start(dir, db)
+  if lock then
+    hold_write_lock(db, lock)
+    os.execute("sleep 0.5")
+  end
+  local checks = {}
+  for i, id in ipairs(ids) do
+    checks[i] = repair(dir, db, id, a, b, tag .. i)
+    if not lock then checks[i]() end
+  end
+  if lock then
+    for _, check in ipairs(checks) do check() end
+  end
+end
+
 describe("two servers' repairs of one dead letter at once, without a lock", function()
   after_each(function()
     stop_all()
@@ -136,19 +159,11 @@ describe("two servers' repairs of one dead letter at once, without a lock", func
   end)
 
   it("two resolves: one resolved, the other refused 409 naming the state", function()
-    local dir, db = workspace()
-    local ids = dead_letters(dir, db, 5, true)
-    local a = start(dir, db)
-    local b = start(dir, db)
-    for i, id in ipairs(ids) do resolve_twice(dir, db, id, a, b, "r" .. i)() end
+    repairs_at_once(5, true, resolve_twice, "r")
   end)
 
   it("a resolve and a retry: one done, the other refused 409 naming the state", function()
-    local dir, db = workspace()
-    local ids = dead_letters(dir, db, 5)
-    local a = start(dir, db)
-    local b = start(dir, db)
-    for i, id in ipairs(ids) do resolve_and_retry(dir, db, id, a, b, "x" .. i)() end
+    repairs_at_once(5, false, resolve_and_retry, "x")
   end)
 end)
 
@@ -159,27 +174,11 @@ describe("two servers and a worker under another process's write lock #sqlite", 
   end)
 
   it("two servers' resolves of one dead letter under the lock: one is resolved, the other refused", function()
-    local dir, db = workspace()
-    local ids = dead_letters(dir, db, 3, true)
-    local a = start(dir, db)
-    local b = start(dir, db)
-    hold_write_lock(db, 4)
-    os.execute("sleep 0.5")
-    local checks = {}
-    for i, id in ipairs(ids) do checks[i] = resolve_twice(dir, db, id, a, b, "lock" .. i) end
-    for _, check in ipairs(checks) do check() end
+    repairs_at_once(3, true, resolve_twice, "lock", 4)
   end)
 
   it("a resolve on one server and a retry on another under the lock: one done, the other refused", function()
-    local dir, db = workspace()
-    local ids = dead_letters(dir, db, 3)
-    local a = start(dir, db)
-    local b = start(dir, db)
-    hold_write_lock(db, 4)
-    os.execute("sleep 0.5")
-    local checks = {}
-    for i, id in ipairs(ids) do checks[i] = resolve_and_retry(dir, db, id, a, b, "lock" .. i) end
-    for _, check in ipairs(checks) do check() end
+    repairs_at_once(3, false, resolve_and_retry, "lock", 4)
   end)
 
   it("a keyed event from the server and `mend signal` under the lock: one event, one sent", function()

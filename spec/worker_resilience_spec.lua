@@ -134,49 +134,45 @@ describe("a worker", function()
     pid = nil
   end)
 
-  it("serves the workflows beside a .lua entry that is not a file, and stops on SIGTERM", function()
-    -- A named pipe (or a socket) opened to be read blocks until a writer comes: the worker hung
-    -- in its first look at the folder, before serving anything, and SIGTERM did not stop it.
+  -- A worker on a new database serving good.lua from a folder of its own, beside what `more`
+  -- (given the folder) puts there first: the folder, the database and the worker's log.
+  local function good_worker(more)
     local dir = H.tmp_dir()
     local wf, db = dir .. "/wf", H.new_db(dir, "jobs.db")
     assert(require("lfs").mkdir(wf))
     H.write_file(wf, "good.lua", GOOD)
-    assert.are.equal(0, (sh("mkfifo " .. q(wf .. "/pipe.lua"))))
-    assert(require("lfs").mkdir(wf .. "/folder.lua"))
+    if more then more(wf) end
     local log = dir .. "/worker.log"
-    local _, out = sh(string.format("%s worker --db %s --workflows %s >%s 2>&1 & echo $!", MEND,
-                                    q(db), q(wf), q(log)))
-    pid = assert(tonumber(out:match("%d+")))
-    local rc, id = sh(string.format("%s start good --db %s --workflows %s", MEND, q(db), q(wf)))
+    pid = H.start_worker(db, wf, log)
+    return dir, wf, db, log
+  end
+
+  -- A run of good (its file in folder `from`) started, and served to its end by the worker.
+  local function good_run_succeeds(db, from, what)
+    local rc, id = sh(string.format("%s start good --db %s --workflows %s", MEND, q(db), q(from)))
     assert.are.equal(0, rc, id)
     id = id:match("%S+")
-    H.wait_for("the good run", function()
-      local _, json = sh(string.format("%s status %s --db %s --json", MEND, id, q(db)))
-      return json:find('"status":"succeeded"', 1, true)
-    end, 10)
+    H.wait_for(what, function() return H.status_json(db, id).status == "succeeded" end, 10)
+  end
+
+  it("serves the workflows beside a .lua entry that is not a file, and stops on SIGTERM", function()
+    -- A named pipe (or a socket) opened to be read blocks until a writer comes: the worker hung
+    -- in its first look at the folder, before serving anything, and SIGTERM did not stop it.
+    local _, wf, db = good_worker(function(wf)
+      assert.are.equal(0, (sh("mkfifo " .. q(wf .. "/pipe.lua"))))
+      assert(require("lfs").mkdir(wf .. "/folder.lua"))
+    end)
+    good_run_succeeds(db, wf, "the good run")
     assert.are.equal(0, (sh("kill -TERM " .. pid)))
     H.wait_for("the worker to stop", function() return not alive(pid) end, 15)
     pid = nil
   end)
   it("says once that its workflows directory went, serves what it loaded, and says when it is back", function()
-    local dir = H.tmp_dir()
-    local wf, db = dir .. "/wf", H.new_db(dir, "jobs.db")
-    assert(require("lfs").mkdir(wf))
-    H.write_file(wf, "good.lua", GOOD)
-    local log = dir .. "/worker.log"
-    local _, out = sh(string.format("%s worker --db %s --workflows %s >%s 2>&1 & echo $!", MEND,
-                                    q(db), q(wf), q(log)))
-    pid = assert(tonumber(out:match("%d+")))
+    local dir, wf, db, log = good_worker()
     -- the worker has loaded the directory once it ran a run of it (its log says nothing of a
     -- load; the log file and a fixed wait of 0.5 s did not tell it on a loaded machine, and
     -- the directory went before the worker's start read it)
-    local rc, first = sh(string.format("%s start good --db %s --workflows %s", MEND, q(db), q(wf)))
-    assert.are.equal(0, rc, first)
-    first = first:match("%S+")
-    H.wait_for("the worker's first run", function()
-      local _, json = sh(string.format("%s status %s --db %s --json", MEND, first, q(db)))
-      return json:find('"status":"succeeded"', 1, true)
-    end, 10)
+    good_run_succeeds(db, wf, "the worker's first run")
     assert.are.equal(0, (sh("rm -rf " .. q(wf))))
     H.wait_for("the warning", function()
       return (H.read(log) or ""):find("cannot read the workflows directory " .. wf, 1, true)
@@ -190,13 +186,7 @@ describe("a worker", function()
     local other = dir .. "/other"
     assert(require("lfs").mkdir(other))
     H.write_file(other, "good.lua", GOOD)
-    local rc, id = sh(string.format("%s start good --db %s --workflows %s", MEND, q(db), q(other)))
-    assert.are.equal(0, rc, id)
-    id = id:match("%S+")
-    H.wait_for("the good run", function()
-      local _, json = sh(string.format("%s status %s --db %s --json", MEND, id, q(db)))
-      return json:find('"status":"succeeded"', 1, true)
-    end, 10)
+    good_run_succeeds(db, other, "the good run")
     assert(require("lfs").mkdir(wf))
     H.wait_for("the directory back", function()
       return H.read(log):find("can be read again", 1, true)

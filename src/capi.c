@@ -530,7 +530,12 @@ static int foreign_call(mend_call *call, const char *what) {
 MEND_API int mend_call_return(mend_call *call, const char *result_json) {
   if (!call) return MEND_EINVAL;
   if (foreign_call(call, __func__)) return MEND_ESTATE;
-  return mend_host_return((mend_host_call *)call, result_json) ? MEND_EINVAL : MEND_OK;
+  char err[300], why[400];
+  if (mend_host_return((mend_host_call *)call, result_json, err, sizeof err) == 0) return MEND_OK;
+  mend_engine *E = mend_host_call_engine((mend_host_call *)call);
+  snprintf(why, sizeof why, "mend_call_return: the result is not JSON: %s; the call stays open", err);
+  if (E) mend_engine_note_error(E, why);
+  return MEND_EINVAL;
 }
 
 MEND_API int mend_call_fail(mend_call *call, const char *kind, const char *message,

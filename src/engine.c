@@ -587,5 +587,6 @@ void mend_engine_destroy(mend_engine *E) {
   mend__free_spare_attempts(E);
   free((char *)E->cfg.alert_command);
   free((char *)E->cfg.http_allow);
+  mend_textbuf_free(&E->event_detail);
   free(E);
 }

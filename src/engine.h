@@ -211,8 +211,9 @@ void mend_engine_on_wake(mend_engine *E, void (*fn)(void *ud), void *ud);
 
 int mend_engine_register_host(mend_engine *E, const char *name, mend_engine_host_fn fn, void *ud);
 /* Completes a host call: the step resumes with the value of `result` (JSON text; NULL: nil).
- * Exactly one of return/fail per call; the call is freed by it. 0, or -1 if the JSON is bad. */
-int mend_host_return(mend_host_call *call, const char *result_json);
+ * Exactly one of return/fail per call; the call is freed by it. 0, or -1 with err set if the
+ * JSON is bad (mend_json_load: a key given twice is bad), the call left open. */
+int mend_host_return(mend_host_call *call, const char *result_json, char *err, int errlen);
 /* The engine a call is of; NULL once that engine was destroyed. */
 mend_engine *mend_host_call_engine(const mend_host_call *call);
 /* kind: "retryable" | "fatal" | "compensable"; retry_after < 0 none; severity for compensable.

@@ -720,7 +720,16 @@ static int quick_object(lua_State *L, const char *text, size_t len) {
   return 1;
 }
 
-int mend_json_decode(lua_State *L, const char *text, size_t len, char *err, int errlen) {
+json_t *mend_json_load(const char *text, size_t len, size_t flags, char *err, int errlen) {
+  json_error_t je;
+  json_t *v = json_loadb(text, len, JSON_DECODE_ANY | flags, &je);
+  if (!v && err && errlen > 0)
+    snprintf(err, (size_t)errlen, "line %d column %d: %s", je.line, je.column, je.text);
+  return v;
+}
+
+static int decode(lua_State *L, const char *text, size_t len, size_t flags, char *err,
+                  int errlen) {
   /* the texts scalar_text writes, read back without jansson (null at the top is nil) */
   if ((len == 4 && memcmp(text, "true", 4) == 0) || (len == 5 && memcmp(text, "false", 5) == 0)) {
     lua_pushboolean(L, len == 4);
@@ -732,16 +741,19 @@ int mend_json_decode(lua_State *L, const char *text, size_t len, char *err, int 
   }
   /* ...and the texts quick_text writes */
   if (quick_scalar(L, text, len) || quick_object(L, text, len)) return 0;
-  json_error_t je;
-  json_t *v = json_loadb(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
-  if (!v) {
-    if (err && errlen > 0)
-      snprintf(err, (size_t)errlen, "line %d column %d: %s", je.line, je.column, je.text);
-    return -1;
-  }
+  json_t *v = mend_json_load(text, len, JSON_ALLOW_NUL | flags, err, errlen);
+  if (!v) return -1;
   int rc = mend_json_push_doc(L, v, err, errlen);
   json_decref(v);
   return rc;
+}
+
+int mend_json_decode(lua_State *L, const char *text, size_t len, char *err, int errlen) {
+  return decode(L, text, len, 0, err, errlen);
+}
+
+int mend_json_decode_in(lua_State *L, const char *text, size_t len, char *err, int errlen) {
+  return decode(L, text, len, JSON_REJECT_DUPLICATES, err, errlen);
 }
 
 /* ---- the mend.json module -------------------------------------------------------------- */
@@ -757,12 +769,22 @@ static int l_encode(lua_State *L) {
   return 1;
 }
 
-/* decode(s) -> value  [-0, +1, e] */
+/* decode(s [, {duplicates = false}]) -> value  [-0, +1, e] */
 static int l_decode(lua_State *L) {
   char err[512];
   size_t len;
   const char *s = luaL_checklstring(L, 1, &len);
-  if (mend_json_decode(L, s, len, err, sizeof err) != 0)
+  int refuse = 0;
+  if (!lua_isnoneornil(L, 2)) {
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lua_getfield(L, 2, "duplicates");
+    if (!lua_isnil(L, -1) && !lua_isboolean(L, -1))
+      return luaL_error(L, "mend.json.decode: duplicates is true or false, got %s",
+                        luaL_typename(L, -1));
+    refuse = lua_isboolean(L, -1) && !lua_toboolean(L, -1);
+    lua_pop(L, 1);
+  }
+  if ((refuse ? mend_json_decode_in : mend_json_decode)(L, s, len, err, sizeof err) != 0)
     return luaL_error(L, "mend.json.decode: %s", err);
   return 1;
 }

@@ -44,9 +44,19 @@ char *mend_json_encode_metered(lua_State *L, int idx, const char *what, char *er
 /* Pushes the Lua form of doc, as mend_json_decode of its text would; 0, or -1 with err set and
  * nothing pushed (out of memory). */
 int mend_json_push_doc(lua_State *L, const json_t *doc, char *err, int errlen);
-/* Decodes text and pushes it; returns 0, or -1 with err set ("line 1 column 5: ...") and
- * nothing pushed. Any JSON value is accepted at the top, not only objects and arrays. */
+/* Parses JSON text: any value at the top, `flags` added to jansson's. Text handed to mend from
+ * outside (a run's input, an event's payload, a token's or a host call's result, through the C
+ * API or the command line) is read with JSON_REJECT_DUPLICATES, as the HTTP API reads its
+ * bodies: of a key given twice, which was meant is not known. Text mend stored, and text a
+ * workflow decodes (a service's answer), is read as most JSON readers do, the last key winning:
+ * a row must load as it was written. NULL with err set ("line 1 column 10: duplicate object
+ * key near '\"a\"'") on failure. */
+json_t *mend_json_load(const char *text, size_t len, size_t flags, char *err, int errlen);
+/* Decodes text (a key given twice: the last) and pushes it; returns 0, or -1 with err set
+ * ("line 1 column 5: ...") and nothing pushed. */
 int mend_json_decode(lua_State *L, const char *text, size_t len, char *err, int errlen);
+/* The same for text handed in from outside: a key given twice is refused. */
+int mend_json_decode_in(lua_State *L, const char *text, size_t len, char *err, int errlen);
 
 /* A table whose metatable holds a C function at this key (lua_rawsetp) is not complete until
  * the function is called with it: the encoding calls it (fields made on first use, such as a

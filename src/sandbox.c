@@ -28,6 +28,10 @@
 
 /* Modules a sandbox reads from disk are Lua source of a sensible size. */
 #define MAX_MODULE_BYTES (16u << 20)
+/* Reading a module's file (its open, reads and close) as instructions, on top of a byte of its
+ * text each for the read and the parse, as load is charged: a module that raises as it loads is
+ * kept by nobody, and read again at the next require. */
+#define MODULE_OPEN_COST 2000.0
 
 /* ---------------------------------------------------------------- the environment */
 
@@ -314,6 +318,7 @@ static int safe_require(lua_State *L) {
   luaL_pushresult(&b);
   const char *path = lua_tostring(L, -1);
   size_t len;
+  mend_limits_charge(L, MODULE_OPEN_COST);
   char *text = read_module(L, path, &len);
   if (!text && ours)
     return luaL_error(L, "require: module \"%s\" not found: mend's Lua files are not in %s: set "
@@ -325,6 +330,7 @@ static int safe_require(lua_State *L) {
   lua_pushfstring(L, "@%s", path);
   int status = luaL_loadbufferx(L, text, len, lua_tostring(L, -1), "t");
   free(text);
+  mend_limits_charge(L, (double)len);   /* once the text is freed: the charge may raise */
   if (status != LUA_OK) return lua_error(L);
   lua_pushvalue(L, lua_upvalueindex(1));
   lua_setupvalue(L, -2, 1);

@@ -352,7 +352,7 @@ typedef struct mend_store_methods {
   /* Gives back every unfinished run held by `owner` (a worker known to be dead), and forgets
    * its lease. */
   int (*release_owner)(mend_store *s, const char *owner);
-  /* The fence (store.c, "fencing"): a transaction that begins after this worker's leases ran out
+  /* The fence (src/store/fence.c): a transaction that begins after this worker's leases ran out
    * (`until`, moved on by each renewal) renews them and drops every write to a run another
    * worker took meanwhile. set_fence names the worker and its lease, once, before any write.
    * fence_news calls `lost` with each run found lost since the last call and returns 1 if a
@@ -473,9 +473,10 @@ static inline int mend_store_lock_try(mend_store *s) {
   return MEND_STORE_M(s)->lock_try ? MEND_STORE_M(s)->lock_try(s) : 1;
 }
 /* Whether another process's write lock can hold this backend's writes back (SQLite's file
- * lock; it says when, with locked): PostgreSQL's writers wait for rows, not for one lock. */
+ * lock; it says when, with locked, and can be tried, with lock_try): PostgreSQL's writers wait
+ * for rows, not for one lock (its locked says a batch waits for another session's rows). */
 static inline int mend_store_has_write_lock(const mend_store *s) {
-  return MEND_STORE_M(s)->locked != NULL;
+  return MEND_STORE_M(s)->lock_try != NULL;
 }
 static inline void mend_store_set_busy_wait(mend_store *s, int ms) {
   if (MEND_STORE_M(s)->set_busy_wait) MEND_STORE_M(s)->set_busy_wait(s, ms);

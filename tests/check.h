@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -50,6 +51,25 @@ static inline uint64_t check_next(void) {
   check_rng ^= check_rng >> 7;
   check_rng ^= check_rng << 17;
   return check_rng;
+}
+
+/* A fresh directory /tmp/mend-NAME-XXXXXX into dir (len bytes), or the test ends (exit 2):
+ * nothing it checks could be trusted without it. */
+static inline void check_make_dir(char *dir, size_t len, const char *name) {
+  snprintf(dir, len, "/tmp/mend-%s-XXXXXX", name);
+  if (!mkdtemp(dir)) {
+    perror("mkdtemp");
+    exit(2);
+  }
+}
+
+/* Writes text to path, or the test ends (exit 2). */
+static inline void check_write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  if (!f || fputs(text, f) < 0 || fclose(f)) {
+    perror(path);
+    exit(2);
+  }
 }
 
 /* Removes every file a test made in dir, whatever its name (a list kept by hand forgets new

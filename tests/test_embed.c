@@ -7,8 +7,11 @@
  * It is built three ways by the test suite: against the build tree's libmend (c_embed, under
  * AddressSanitizer in a sanitized build), and against the installed library with pkg-config
  * and with find_package(mend) (tests/embed_*.sh). So it needs nothing but mend.h, libuv (for
- * the attached mode) and the workflow files it writes itself.
+ * the attached mode), the workflow files it writes itself and tests/tick_host.h (the small
+ * readers of a run's status and of a thread's class it shares with the tick tests: they too
+ * use mend.h alone).
  */
+#define _GNU_SOURCE   /* SCHED_BATCH */
 #include <dirent.h>
 #include <mend.h>
 #include <pthread.h>
@@ -22,6 +25,7 @@
 #include <uv.h>
 
 #include "check.h"
+#include "tick_host.h"
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -33,15 +37,7 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static void write_workflow(const char *name, const char *text) {
-  char path[128];
-  snprintf(path, sizeof path, "%s/%s.lua", dir, name);
-  FILE *f = fopen(path, "w");
-  if (!f || fputs(text, f) < 0 || fclose(f)) {
-    perror(path);
-    exit(2);
-  }
-}
+static void write_workflow(const char *name, const char *text) { tick_host_write(dir, name, text); }
 
 static void load(mend_engine *E, const char *name) {
   char path[128], loaded[64] = "";
@@ -74,30 +70,6 @@ static char *run_json(mend_engine *E, const char *id) {
   char *json = NULL;
   CHECK_EQ_INT(mend_engine_run_json(E, id, &json), MEND_OK);
   return json ? json : calloc(1, 1);
-}
-
-/* The first string field `name` of a JSON text: the run's own fields come before its steps.
- * Good enough for the texts compared here (no escaped quotes in them). */
-static const char *field(const char *json, const char *name, char *out, size_t len) {
-  char key[64];
-  snprintf(key, sizeof key, "\"%s\":\"", name);
-  const char *p = strstr(json, key);
-  out[0] = 0;
-  if (!p) return out;
-  p += strlen(key);
-  const char *end = strchr(p, '"');
-  size_t n = end ? (size_t)(end - p) : strlen(p);
-  if (n >= len) n = len - 1;
-  memcpy(out, p, n);
-  out[n] = 0;
-  return out;
-}
-
-static const char *run_status(mend_engine *E, const char *id, char *out, size_t len) {
-  char *json = run_json(E, id);
-  field(json, "status", out, len);
-  mend_free(json);
-  return out;
 }
 
 /* Does the run's JSON (or history, with hist) contain `text`? Prints it when not. */
@@ -1766,37 +1738,6 @@ static int threads_of_an_engine(const mend_options *o) {
   return added;
 }
 
-/* This process's threads of that name (the commit thread: "mend-writer") in SCHED_BATCH: the
- * policy is the 41st field of a task's stat, the 39th after the command's closing
- * parenthesis. */
-static int threads_in_batch(const char *name) {
-  DIR *d = opendir("/proc/self/task");
-  if (!d) return -1;
-  int n = 0;
-  for (struct dirent *e; (e = readdir(d));) {
-    if (e->d_name[0] == '.') continue;
-    char path[300], buf[1024];
-    snprintf(path, sizeof path, "/proc/self/task/%s/stat", e->d_name);
-    FILE *f = fopen(path, "r");
-    if (!f) continue;
-    size_t len = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[len] = 0;
-    char comm[40];
-    snprintf(comm, sizeof comm, "(%s)", name);
-    if (!strstr(buf, comm)) continue;
-    char *p = strrchr(buf, ')');
-    int field = 2;
-    while (p && field < 41) {
-      p = strchr(p + 1, ' ');
-      field++;
-    }
-    n += p && atoi(p + 1) == 3;   /* SCHED_BATCH */
-  }
-  closedir(d);
-  return n;
-}
-
 /* The thread that commits for a ticked engine does not take the CPU from the thread that
  * ticks (mend_writer_sched): it is in SCHED_BATCH from its first batch, unless the host asks
  * for SCHED_OTHER; MEND_WRITER_SCHED_BATCH asks for it under run_all too. By default it goes
@@ -1819,7 +1760,7 @@ static void it_runs_its_commit_thread_in_the_class_asked(void) {
     o.db_path = db;
     o.durability = MEND_SYNC_PROCESS;
     o.writer_sched = cases[c].sched;
-    int before = threads_in_batch("mend-writer");
+    int before = threads_in_class("mend-writer", SCHED_BATCH);
     mend_engine *E = engine(&o);
     mend_engine_register_function(E, "greet", greet, NULL);
     load(E, "basic");
@@ -1831,18 +1772,18 @@ static void it_runs_its_commit_thread_in_the_class_asked(void) {
       usleep(1000);
     }
     CHECK_STR(run_status(E, id, st, sizeof st), "succeeded");
-    CHECK_EQ_INT(threads_in_batch("mend-writer") - before, cases[c].ticked);
+    CHECK_EQ_INT(threads_in_class("mend-writer", SCHED_BATCH) - before, cases[c].ticked);
     if (cases[c].sched == MEND_WRITER_SCHED_TICKS) {
       CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);   /* nothing to do: no batch */
-      CHECK_EQ_INT(threads_in_batch("mend-writer") - before, 0);
+      CHECK_EQ_INT(threads_in_class("mend-writer", SCHED_BATCH) - before, 0);
       CHECK_EQ_INT(mend_engine_tick(E, 0.002), MEND_OK);
-      CHECK_EQ_INT(threads_in_batch("mend-writer") - before, 1);
+      CHECK_EQ_INT(threads_in_class("mend-writer", SCHED_BATCH) - before, 1);
     }
     if (cases[c].run >= 0) {
       /* a backlog, so that run_all gives the thread batches (a small one it commits itself) */
       for (int i = 0; i < 3000; i++) start(E, "basic", "{\"who\":\"kim\"}", id);
       CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
-      CHECK_EQ_INT(threads_in_batch("mend-writer") - before, cases[c].run);
+      CHECK_EQ_INT(threads_in_class("mend-writer", SCHED_BATCH) - before, cases[c].run);
     }
     mend_engine_free(E);
   }

@@ -314,13 +314,15 @@ static void test_doc(void) {
 }
 
 /* Integers and plain strings are written and read without jansson: each text must read back
- * as jansson reads it (type, integer or float, value), or fail where jansson fails. */
-static void check_reads_as_jansson(const char *text, size_t len) {
+ * as jansson reads it (type, integer or float, value), or fail where jansson fails; read as
+ * text handed in (mend_json_decode_in), a key given twice in one object is refused too. */
+static void reads_as_jansson(const char *text, size_t len, int in) {
   char err[256] = "";
   json_error_t je;
-  json_t *want = json_loadb(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+  json_t *want = json_loadb(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL |
+                                       (in ? JSON_REJECT_DUPLICATES : 0), &je);
   int top = lua_gettop(L);
-  int rc = mend_json_decode(L, text, len, err, sizeof err);
+  int rc = (in ? mend_json_decode_in : mend_json_decode)(L, text, len, err, sizeof err);
   CHECK_EQ_INT(rc, want ? 0 : -1);
   if (rc == 0 && want) {
     mend_json_push(L, want);
@@ -331,6 +333,11 @@ static void check_reads_as_jansson(const char *text, size_t len) {
   }
   lua_settop(L, top);
   json_decref(want);
+}
+
+static void check_reads_as_jansson(const char *text, size_t len) {
+  reads_as_jansson(text, len, 0);
+  reads_as_jansson(text, len, 1);
 }
 
 /* ...and what is written is what jansson prints, also under a meter, which is charged. */
@@ -458,6 +465,9 @@ static void test_quick(void) {
     if (ok) check_object_as_jansson(objects[i]);
     else check_reads_as_jansson(objects[i], strlen(objects[i]));
     json_decref(ok);
+    json_t *in = json_loads(objects[i], JSON_REJECT_DUPLICATES, NULL);
+    if (!in) reads_as_jansson(objects[i], strlen(objects[i]), 1);   /* refused as jansson does */
+    json_decref(in);
   }
   static const char *const broken[] = {"{", "}", "{\"a\"}", "{\"a\":}", "{\"a\":1,}", "{\"a\":\"x}",
                                        "{\"a:1}", "{,}", "{\"a\":1 } x"};

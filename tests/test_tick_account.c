@@ -110,7 +110,7 @@ static void it_counts_what_a_tick_did(void) {
   CHECK_EQ_INT(ncalls, RUNS);
   /* The thread that reads a ticking host's looks at inboxes is woken as a tick ends: it must
    * not take the CPU from the thread that ticks (as the commit thread does not). */
-  CHECK_EQ_INT(class_of("mend-look"), SCHED_BATCH);
+  CHECK_EQ_INT(threads_in_class("mend-look", SCHED_BATCH), 1);
   CHECK(t.handed_off >= 1);   /* the starts' batch, and the attempts' */
   CHECK(t.picked_up >= 1);
   CHECK_EQ_INT(t.resumed, 0);
@@ -122,7 +122,7 @@ static void it_counts_what_a_tick_did(void) {
     if (mend_engine_next_tick(E) != 0) usleep(1000);
     if (i % 20 == 19) {
       waiting = 0;
-      for (int r = 0; r < RUNS; r++) waiting += status_is(E, id[r], "waiting");
+      for (int r = 0; r < RUNS; r++) waiting += step_status_is(E, id[r], "slay", "waiting");
     }
   }
   CHECK_EQ_INT(waiting, RUNS);

@@ -143,8 +143,8 @@ static void it_keeps_the_look_thread_in_the_class_the_host_chose(void) {
   CHECK_EQ_INT(mend_engine_start(E, "q", "{\"n\":1}", NULL, id, NULL), MEND_OK);
   long d = 0, r = 0;
   for (int i = 0; i < 2000 && ncalls < 1; i++) ticks(E, 1, &d, &r);
-  CHECK_EQ_INT(class_of("mend-writer"), SCHED_OTHER);
-  CHECK_EQ_INT(class_of("mend-look"), SCHED_OTHER);
+  CHECK_EQ_INT(threads_in_class("mend-writer", SCHED_OTHER), 1);
+  CHECK_EQ_INT(threads_in_class("mend-look", SCHED_OTHER), 1);
   CHECK_EQ_INT(mend_call_return(calls[0], "{}"), MEND_OK);
   CHECK_EQ_INT(mend_engine_cancel(E, id, "the test"), MEND_OK);
   ticks(E, 20, &d, &r);

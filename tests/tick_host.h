@@ -1,8 +1,8 @@
 /*
- * tick_host: what the tests of a ticking host's account share (test_tick_account,
+ * tick_host: what the tests of a host that embeds mend share (test_embed, test_tick_account,
  * test_tick_account_edges): writing a workflow file, a run's status read as a host reads it,
- * and the scheduling class of one of this process's threads by name. Must never: hold a
- * test's checks.
+ * and the scheduling class of this process's threads by name. Must never: hold a test's
+ * checks.
  */
 #ifndef MEND_TICK_HOST_H
 #define MEND_TICK_HOST_H
@@ -15,7 +15,7 @@
 #include <string.h>
 
 /* dir/name.lua holds text, or the test ends (2). */
-static void tick_host_write(const char *dir, const char *name, const char *text) {
+static inline void tick_host_write(const char *dir, const char *name, const char *text) {
   char path[160];
   snprintf(path, sizeof path, "%s/%s.lua", dir, name);
   FILE *f = fopen(path, "w");
@@ -25,20 +25,47 @@ static void tick_host_write(const char *dir, const char *name, const char *text)
   }
 }
 
-static int status_is(mend_engine *E, const char *id, const char *status) {
-  char *json = NULL, want[48];
+/* The run's own status in out (its JSON's first "status": the run's fields come before its
+ * steps'); "" when the run cannot be read. */
+static inline const char *run_status(mend_engine *E, const char *id, char *out, size_t len) {
+  char *json = NULL;
+  out[0] = 0;
+  const char *p = mend_engine_run_json(E, id, &json) == MEND_OK && json
+                    ? strstr(json, "\"status\":\"") : NULL;
+  if (p) {
+    p += strlen("\"status\":\"");
+    size_t n = strcspn(p, "\"");
+    if (n >= len) n = len - 1;
+    memcpy(out, p, n);
+    out[n] = 0;
+  }
+  mend_free(json);
+  return out;
+}
+
+/* Whether the run itself is in that status. */
+static inline int status_is(mend_engine *E, const char *id, const char *status) {
+  char st[48];
+  return strcmp(run_status(E, id, st, sizeof st), status) == 0;
+}
+
+/* Whether the run's step of that name is in that status (in the run's JSON a step's "status"
+ * comes right after its "name"). */
+static inline int step_status_is(mend_engine *E, const char *id, const char *step,
+                                 const char *status) {
+  char *json = NULL, want[128];
   if (mend_engine_run_json(E, id, &json) != MEND_OK || !json) return 0;
-  snprintf(want, sizeof want, "\"status\":\"%s\"", status);
+  snprintf(want, sizeof want, "\"name\":\"%s\",\"status\":\"%s\"", step, status);
   int is = strstr(json, want) != NULL;
   mend_free(json);
   return is;
 }
 
-/* The scheduling class of this process's thread of that name; -1: none has it. */
-static int class_of(const char *name) {
+/* How many of this process's threads of that name are in scheduling class `policy`. */
+static inline int threads_in_class(const char *name, int policy) {
   DIR *d = opendir("/proc/self/task");
-  int policy = -1;
-  for (struct dirent *e; d && policy < 0 && (e = readdir(d));) {
+  int n = 0;
+  for (struct dirent *e; d && (e = readdir(d));) {
     if (e->d_name[0] == '.') continue;
     char path[300], comm[64] = "";
     snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
@@ -46,10 +73,10 @@ static int class_of(const char *name) {
     if (!f) continue;
     if (fgets(comm, sizeof comm, f)) comm[strcspn(comm, "\n")] = 0;
     fclose(f);
-    if (strcmp(comm, name) == 0) policy = sched_getscheduler(atoi(e->d_name));
+    n += strcmp(comm, name) == 0 && sched_getscheduler(atoi(e->d_name)) == policy;
   }
   if (d) closedir(d);
-  return policy;
+  return n;
 }
 
 #endif

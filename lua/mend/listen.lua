@@ -16,21 +16,29 @@ local function dashboard_page()
   return text
 end
 
+-- The token of --token-file (nil when not given); a file that cannot be read, or holds a token
+-- too short, is the command's failure, naming the file.
+function M.token(o, cli)
+  if not o["token-file"] then return nil end
+  local f, err = io.open(o["token-file"], "rb")
+  if not f then cli.fail("cannot read --token-file: %s", err) end
+  local text, rerr = f:read("a")
+  f:close()
+  -- a folder opens but cannot be read: say so, not that its token is empty
+  if not text then cli.fail("cannot read --token-file: %s: %s", o["token-file"], rerr) end
+  local token = text:match("^%s*(.-)%s*$")
+  if #token < 16 then
+    cli.fail("the token in %s is %s: it must be at least 16 characters", o["token-file"],
+             #token == 0 and "empty" or "too short")
+  end
+  return token
+end
+
 -- The server's options from the command's flags (listen, token-file, max-body, cors), checked
 -- before anything is opened. cli: the CLI's fail, usage_error and out, so that a bad flag is
 -- reported as the CLI reports its own.
 function M.options(o, cli)
-  local token
-  if o["token-file"] then
-    local f, err = io.open(o["token-file"], "rb")
-    if not f then cli.fail("cannot read --token-file: %s", err) end
-    token = f:read("a"):match("^%s*(.-)%s*$")
-    f:close()
-    if #token < 16 then
-      cli.fail("the token in %s is %s: it must be at least 16 characters", o["token-file"],
-               #token == 0 and "empty" or "too short")
-    end
-  end
+  local token = M.token(o, cli)
   local max_body = o["max-body"] and math.tointeger(tonumber(o["max-body"]))
   if o["max-body"] and not (max_body and max_body > 0) then
     cli.usage_error(o._command, "--max-body must be a whole number of bytes > 0, got %s", o["max-body"])

@@ -383,16 +383,47 @@ local function fmt_age(seconds)
   return ("%dd"):format(seconds // 86400)
 end
 
+-- The lists mend prints (runs, workflows, dead letters, breakers): a header, then a line a row,
+-- two spaces between columns. Each column but the last is padded to the widest of its title
+-- and its cells, and to at least its width, in a terminal's columns (mend.columns: a name may
+-- be any UTF-8, and one wider than its column widens it rather than push its own row askew);
+-- a `right` one is aligned to the right. cols: { { "RUN", 16 }, { "AGE", 5, right = true },
+-- { "ERROR" } }; rows: one string a column.
+local function print_table(cols, rows)
+  local widths = {}
+  for i = 1, #cols - 1 do
+    local w = math.max(cols[i][2] or 0, columns.width(cols[i][1]))
+    for _, row in ipairs(rows) do w = math.max(w, columns.width(tostring(row[i]))) end
+    widths[i] = w
+  end
+  local function line(cells)
+    local parts = {}
+    for i = 1, #cols - 1 do
+      local s = tostring(cells[i])
+      local pad = (" "):rep(widths[i] - columns.width(s))
+      parts[i] = cols[i].right and pad .. s or s .. pad
+    end
+    parts[#cols] = tostring(cells[#cols])
+    out("%s\n", table.concat(parts, "  "))
+  end
+  local titles = {}
+  for i, c in ipairs(cols) do titles[i] = c[1] end
+  line(titles)
+  for _, row in ipairs(rows) do line(row) end
+end
+
 local function print_dlq(entries)
   if #entries == 0 then
     out("the dead-letter queue is empty\n")
     return
   end
-  out("%-16s  %-20s  %-14s  %5s  %s\n", "RUN", "REASON", "STEP", "AGE", "LAST ERROR")
-  for _, d in ipairs(entries) do
-    out("%-16s  %-20s  %s  %5s  %s\n", d.run_id, d.reason or "?", cell(d.step or "-", 14),
-        fmt_age(math.max(0, os.time() - (d.at or os.time()))), fmt_error(d.error) or "")
+  local rows = {}
+  for i, d in ipairs(entries) do
+    rows[i] = { d.run_id, d.reason or "?", d.step or "-",
+                fmt_age(math.max(0, os.time() - (d.at or os.time()))), fmt_error(d.error) or "" }
   end
+  print_table({ { "RUN", 16 }, { "REASON", 20 }, { "STEP", 14 }, { "AGE", 5, right = true },
+                { "LAST ERROR" } }, rows)
 end
 
 local function print_runs(runs)
@@ -400,13 +431,39 @@ local function print_runs(runs)
     out("no runs\n")
     return
   end
-  out("%-16s  %-18s  %-16s  %-9s  %-23s  %s\n", "RUN", "WORKFLOW", "STATUS", "ATTENTION", "CREATED", "ERROR")
-  for _, r in ipairs(runs) do
+  local rows = {}
+  for i, r in ipairs(runs) do
     local blocked = present(r.unavailable) and (r.status == "running" or r.status == "compensating")
-    out("%-16s  %s  %-16s  %-9s  %-23s  %s\n", r.id, cell(r.workflow, 18), r.status,
-        blocked and "blocked" or r.attention == true and "yes" or "", fmt_time(r.created),
-        blocked and ("workflow_unavailable: " .. r.unavailable) or fmt_error(r.error) or "")
+    rows[i] = { r.id, r.workflow, r.status, blocked and "blocked" or r.attention == true and "yes" or "",
+                fmt_time(r.created),
+                blocked and ("workflow_unavailable: " .. r.unavailable) or fmt_error(r.error) or "" }
   end
+  print_table({ { "RUN", 16 }, { "WORKFLOW", 18 }, { "STATUS", 16 }, { "ATTENTION", 9 },
+                { "CREATED", 23 }, { "ERROR" } }, rows)
+end
+
+-- The workflows' versions, newest first (eng:workflows()): where each one's script is, and
+-- which cannot carry their runs on.
+local function print_workflows(list)
+  if #list == 0 then
+    out("no workflow versions recorded yet (a version is recorded with its first run)\n")
+    return
+  end
+  local newest, rows = {}, {}
+  for i, v in ipairs(list) do
+    local sources = {}
+    for _, src in ipairs(type(v.sources) == "table" and v.sources or {}) do
+      if present(src) then sources[#sources + 1] = src end
+    end
+    local notes = {}
+    if not newest[v.workflow] then newest[v.workflow] = true; notes[#notes + 1] = "newest" end
+    if (v.unavailable or 0) > 0 then notes[#notes + 1] = v.unavailable .. " cannot progress" end
+    if v.kept ~= true then notes[#notes + 1] = "no script kept" end
+    rows[i] = { v.workflow, v.version or "-", fmt_time(v.first_seen), ("%d"):format(v.unfinished or 0),
+                table.concat(sources, ", ") .. (#notes > 0 and ("  (" .. table.concat(notes, ", ") .. ")") or "") }
+  end
+  print_table({ { "WORKFLOW", 18 }, { "VERSION", 16 }, { "FIRST SEEN", 27 }, { "UNFINISHED", 10 },
+                { "SOURCE" } }, rows)
 end
 
 -- An open breaker whose time is up lets the next call through as a probe: it is half-open,
@@ -425,8 +482,8 @@ local function print_breakers(list, now)
     out("no breakers yet (one appears once a step using it has run)\n")
     return
   end
-  out("%-20s  %-9s  %8s  %9s  %s\n", "KEY", "STATE", "FAILURES", "SUCCESSES", "OPEN UNTIL")
-  for _, b in ipairs(list) do
+  local rows = {}
+  for i, b in ipairs(list) do
     local until_ = "-"
     if b.state == "open" then
       until_ = fmt_time(b.open_until)
@@ -434,8 +491,10 @@ local function print_breakers(list, now)
         until_ = until_ .. " (half-opens in " .. fmt_seconds(b.open_until - now) .. ")"
       end
     end
-    out("%s  %-9s  %8d  %9d  %s\n", cell(b.key, 20), b.state, b.failures or 0, b.successes or 0, until_)
+    rows[i] = { b.key, b.state, ("%d"):format(b.failures or 0), ("%d"):format(b.successes or 0), until_ }
   end
+  print_table({ { "KEY", 20 }, { "STATE", 9 }, { "FAILURES", 8, right = true },
+                { "SUCCESSES", 9, right = true }, { "OPEN UNTIL" } }, rows)
 end
 
 -- A database as mend may print it: a PostgreSQL URI without its password (in the user part or
@@ -448,7 +507,6 @@ end
 
 return {
   breakers_now = breakers_now,
-  cell = cell,
   db_shown = db_shown,
   due_lines = due_lines,
   fmt_seconds = fmt_seconds,
@@ -460,6 +518,8 @@ return {
   print_events = print_events,
   print_outcome = print_outcome,
   print_runs = print_runs,
+  print_table = print_table,
+  print_workflows = print_workflows,
   print_status = print_status,
   print_timeline = print_timeline,
   render_event = render_event,

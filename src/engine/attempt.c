@@ -62,6 +62,20 @@ void mend__call_failed(mend_run *r, step_rt *st, mend_limits *lim, int status,
   info->message = st->error;
 }
 
+/* Calls step i's function `ref` (what: when, idempotency_key, map) with its ctx, held to the
+ * limits it sets in *lim: LUA_OK with the one value it returned on the stack, or how it
+ * failed, its error popped (mend__call_failed: *info says how, the step's error why). */
+static int call_step_fn(mend_run *r, int i, int ref, const char *what, mend_limits *lim,
+                        mend_error_info *info) {
+  mend_engine *E = r->E;
+  lua_rawgeti(E->L, LUA_REGISTRYINDEX, ref);
+  mend__push_ctx(r, i);
+  mend_limits_init(lim, what, E->cfg.instruction_budget, CALL_SECONDS);
+  int status = mend__run_pcall(r, lim, 1, 1);
+  if (status != LUA_OK) mend__call_failed(r, &r->steps[i], lim, status, info);
+  return status;
+}
+
 /* A returned answer that cannot be used: a plain error of the step's. */
 static void answer_refused(step_rt *st, const char *msg, mend_error_info *info) {
   mend__set_str(&st->error, msg);
@@ -74,23 +88,25 @@ int mend__ensure_key(mend_run *r, int i, mend_error_info *info) {
   step_rt *st = &r->steps[i];
   const mend_step_def *def = &r->wf->steps[i];
   if (st->key_ready || def->key_ref == LUA_NOREF) return 0;
-  mend_engine *E = r->E;
-  lua_State *L = E->L;
-  lua_rawgeti(L, LUA_REGISTRYINDEX, def->key_ref);
-  mend__push_ctx(r, i);
+  lua_State *L = r->E->L;
   mend_limits lim;
-  mend_limits_init(&lim, "idempotency_key", E->cfg.instruction_budget, CALL_SECONDS);
-  int status = mend__run_pcall(r, &lim, 1, 1);
-  if (status != LUA_OK) {
-    mend__call_failed(r, st, &lim, status, info);
-    return -1;
-  }
+  if (call_step_fn(r, i, def->key_ref, "idempotency_key", &lim, info) != LUA_OK) return -1;
   if (!lua_isstring(L, -1)) {
     lua_pop(L, 1);
     answer_refused(st, "idempotency_key: must return a string", info);
     return -1;
   }
-  mend__set_str(&st->idem_key, lua_tostring(L, -1));
+  size_t len;
+  const char *key = lua_tolstring(L, -1, &len);
+  /* The key is kept and sent as a C string: "order-7\0x", from a run's input, was the key of
+   * the run of "order-7", the service answering it with that run's charge. */
+  if (strlen(key) != len) {
+    lua_pop(L, 1);
+    answer_refused(st, "idempotency_key: a key holding a NUL byte would be the key of its part "
+                       "before it", info);
+    return -1;
+  }
+  mend__set_str(&st->idem_key, key);
   lua_pop(L, 1);
   st->custom_key = 1;
   st->key_ready = 1;
@@ -100,18 +116,9 @@ int mend__ensure_key(mend_run *r, int i, mend_error_info *info) {
 /* Asks step i's when(ctx): 1 run it, 0 skip it (false or nil); -1 when it failed (*info says
  * how, st->error why). */
 int mend__ask_when(mend_run *r, int i, mend_error_info *info) {
-  step_rt *st = &r->steps[i];
-  mend_engine *E = r->E;
-  lua_State *L = E->L;
-  lua_rawgeti(L, LUA_REGISTRYINDEX, r->wf->steps[i].when_ref);
-  mend__push_ctx(r, i);
+  lua_State *L = r->E->L;
   mend_limits lim;
-  mend_limits_init(&lim, "when", E->cfg.instruction_budget, CALL_SECONDS);
-  int status = mend__run_pcall(r, &lim, 1, 1);
-  if (status != LUA_OK) {
-    mend__call_failed(r, st, &lim, status, info);
-    return -1;
-  }
+  if (call_step_fn(r, i, r->wf->steps[i].when_ref, "when", &lim, info) != LUA_OK) return -1;
   int yes = lua_toboolean(L, -1);
   lua_pop(L, 1);
   return yes;
@@ -153,15 +160,8 @@ char *mend__ask_map(mend_run *r, int i, mend_error_info *info) {
   step_rt *st = &r->steps[i];
   mend_engine *E = r->E;
   lua_State *L = E->L;
-  lua_rawgeti(L, LUA_REGISTRYINDEX, r->wf->steps[i].map_ref);
-  mend__push_ctx(r, i);
   mend_limits lim;
-  mend_limits_init(&lim, "map", E->cfg.instruction_budget, CALL_SECONDS);
-  int status = mend__run_pcall(r, &lim, 1, 1);
-  if (status != LUA_OK) {
-    mend__call_failed(r, st, &lim, status, info);
-    return NULL;
-  }
+  if (call_step_fn(r, i, r->wf->steps[i].map_ref, "map", &lim, info) != LUA_OK) return NULL;
   char msg[600], text[400], why[200];
   int stopped = 0;
   char *json = NULL;

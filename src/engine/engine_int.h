@@ -16,6 +16,7 @@
 #include "backoff.h"
 #include "breaker.h"
 #include "engine.h"
+#include "flatjson.h"
 #include "guard.h"
 #include "idset.h"
 #include "lerror.h"
@@ -284,6 +285,7 @@ struct mend_engine {
   /* What this tick's time went to (mend_tick_stats' account, drive.c): pieces by kind, and
    * the wall clock of its pick-ups, read in pump.c only while a tick runs. */
   int tick_resumed, tick_delivered, tick_gc_steps;
+  mend_textbuf event_detail;  /* a taken event's history detail, its memory kept (events.c) */
   double tick_pickup_seconds;
   int tick_writer_tried;  /* a tick started (or could not start) the writer thread */
   int tick_reads_opened;  /* a tick opened the store's reads of committed events (drive.c) */

@@ -125,11 +125,11 @@ int mend__resume_answered(mend_engine *E) {
   return r != NULL;
 }
 
-int mend_host_return(mend_host_call *call, const char *result_json) {
+int mend_host_return(mend_host_call *call, const char *result_json, char *err, int errlen) {
   json_t *v = json_null();
   if (result_json) {
-    json_error_t jerr;
-    v = json_loads(result_json, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+    v = mend_json_load(result_json, strlen(result_json), JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES, err,
+                       errlen);
     if (!v) return -1;
   }
   answer(call, v, NULL);

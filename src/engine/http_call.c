@@ -377,9 +377,23 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
         snprintf(err, (size_t)errlen, "headers must map names to strings");
         return -1;
       }
-      const char *name = lua_tostring(L, -2);
-      if (strpbrk(name, ":\r\n") || strpbrk(lua_tostring(L, -1), "\r\n")) {
+      size_t nlen, vlen;
+      const char *name = lua_tolstring(L, -2, &nlen);
+      const char *value = lua_tolstring(L, -1, &vlen);
+      /* Read as C strings from here: a NUL would end "Host\0x" as "Host", past the checks. */
+      if (strlen(name) != nlen || strlen(value) != vlen) {
+        snprintf(err, (size_t)errlen, "header \"%.100s\" has a NUL byte", name);
+        return -1;
+      }
+      if (strpbrk(name, ":\r\n") || strpbrk(value, "\r\n")) {
         snprintf(err, (size_t)errlen, "header \"%.100s\" has a newline or a colon", name);
+        return -1;
+      }
+      /* The allow-list is of the hosts a request is for: a Host of the call's own would reach
+       * any site served at an allowed host's address (a shared proxy's other names). */
+      if ((E->cfg.sandbox || E->cfg.http_allow) && strcasecmp(name, "host") == 0) {
+        snprintf(err, (size_t)errlen, "header \"%.100s\" is not allowed with http_allow: the "
+                 "host is the url's", name);
         return -1;
       }
       if (strcasecmp(name, "content-type") == 0) has_type = 1;
@@ -461,6 +475,13 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
   if (field(L, base, F_MAX_BYTES) != LUA_TNIL) {
     lua_Integer v = lua_tointeger(L, -1);
     if (v <= 0) { snprintf(err, (size_t)errlen, "max_bytes must be an integer > 0"); return -1; }
+    /* The answer is held outside the state's allocator until it is whole: no larger than
+     * what the workflow's code may hold. */
+    if (E->cfg.memory_limit && (lua_Unsigned)v > E->cfg.memory_limit) {
+      snprintf(err, (size_t)errlen, "max_bytes of %lld is over the memory limit (%zu bytes)",
+               (long long)v, E->cfg.memory_limit);
+      return -1;
+    }
     q->max_bytes = (size_t)v;
   }
   lua_pop(L, 1);
@@ -468,7 +489,15 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
     curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)q->max_bytes);
     q->on_max_bytes = (curl_off_t)q->max_bytes;
   }
-  if (field(L, base, F_CA_FILE) == LUA_TSTRING) {
+  int ca = field(L, base, F_CA_FILE);
+  /* curl opens the file and reads it to its end on the loop's thread: a FIFO or /dev/stdin
+   * held the engine until its writer closed it, and any other path of the host is read. */
+  if (ca != LUA_TNIL && E->cfg.sandbox) {
+    snprintf(err, (size_t)errlen, "ca_file is not available in a sandbox (it names a file of "
+             "the host's)");
+    return -1;
+  }
+  if (ca == LUA_TSTRING) {
     q->dirty = 1;
     curl_easy_setopt(c, CURLOPT_CAINFO, lua_tostring(L, -1));   /* copied by curl */
   }

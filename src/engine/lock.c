@@ -1,6 +1,7 @@
 /*
  * lock: waiting out a write lock that another process holds on the database (someone in the
- * sqlite3 shell, a process stopped mid-write). Owns the retry of the kept batch on a timer with
+ * sqlite3 shell, a process stopped mid-write), or on PostgreSQL a row or table another
+ * session holds that a batch writes (psql left inside a transaction; src/store/pg/pg_wait.c). Owns the retry of the kept batch on a timer with
  * backoff, and the warnings while it lasts. Must never: block the loop on the lock; let an
  * action run before the batch that announces it is durable.
  */
@@ -19,7 +20,7 @@
  * process stopped mid-write). Nothing is lost: the batch stays recorded and nothing it
  * announces runs until it commits (the write-ahead rule), so the runs simply wait. Without a
  * writer thread the commit is tried again on a timer, 50 ms doubling to 1 s; the writer thread
- * retries its batch by itself (store.c). Either way a warning is logged every few seconds,
+ * retries its batch by itself (src/store/writer.c). Either way a warning is logged every few seconds,
  * and a line when the lock goes. Leases are not renewed meanwhile: a lock longer than the
  * lease is a stall like any other, and the fence sorts out what another worker took. */
 
@@ -36,8 +37,13 @@ static void lock_retry(uv_timer_t *t) {
 
 static void lock_warn(mend_engine *E, double now) {
   char msg[1200];
-  snprintf(msg, sizeof msg, "the database is locked by another process: writes wait"
-           " (%.0f s so far), retrying; %s", now - E->lock_since, mend_store_errmsg(E->store));
+  /* PostgreSQL's writes wait for another session's rows or tables, not one lock: its
+   * message names them (pg_wait.c). */
+  const char *what = mend_store_has_write_lock(E->store)
+                         ? "the database is locked by another process"
+                         : "another session holds a lock the writes need";
+  snprintf(msg, sizeof msg, "%s: writes wait (%.0f s so far), retrying; %s", what,
+           now - E->lock_since, mend_store_errmsg(E->store));
   mend_engine_log_line(E, "warn", NULL, NULL, 0, "store", msg);
   E->lock_warned = now;
 }
@@ -79,7 +85,8 @@ void mend__watch_lock(mend_engine *E) {
   }
   if (E->lock_since <= 0) return;
   char msg[160];
-  snprintf(msg, sizeof msg, "the database lock is gone after %.1f s: going on",
+  snprintf(msg, sizeof msg, "%s lock is gone after %.1f s: going on",
+           mend_store_has_write_lock(E->store) ? "the database" : "the other session's",
            mend_real_now() - E->lock_since);
   mend_engine_log_line(E, "info", NULL, NULL, 0, "store", msg);
   E->lock_since = E->lock_retry_at = 0;

@@ -233,8 +233,10 @@ int mend_engine_start_json(mend_engine *E, const char *workflow, const char *inp
                            const char *run_key, char id_out[MEND_RUN_ID_LEN], int *existed,
                            char *err, int errlen) {
   lua_State *L = E->L;
-  if (mend_json_decode(L, input_json ? input_json : "null", input_json ? strlen(input_json) : 4,
-                       err, errlen)) {
+  char jerr[200];
+  if (mend_json_decode_in(L, input_json ? input_json : "null", input_json ? strlen(input_json) : 4,
+                          jerr, sizeof jerr)) {
+    snprintf(err, (size_t)errlen, "the input is not JSON: %s", jerr);
     E->refusal = MEND_REFUSED_INVALID;
     return -1;
   }

@@ -279,10 +279,10 @@ int mend_engine_settle_token(mend_engine *E, const char *token, int ok, const ch
   }
   json_t *res = NULL;
   if (ok && result) {
-    json_error_t jerr;
-    res = json_loads(result, JSON_DECODE_ANY, &jerr);
+    char jerr[200];
+    res = mend_json_load(result, strlen(result), JSON_REJECT_DUPLICATES, jerr, sizeof jerr);
     if (!res) {
-      mend_errorf(err, errlen, "the result is not JSON: %s", jerr.text);
+      mend_errorf(err, errlen, "the result is not JSON: %s", jerr);
       return MEND_TOKEN_EINVAL;
     }
   }

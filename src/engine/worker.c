@@ -17,7 +17,7 @@
 /* ---------------------------------------------------------------- fencing */
 
 /* The store drops every write to a run another worker took while this one stalled past its
- * lease (store.c, "fencing"); here such runs are let go, wherever they are, and the leases
+ * lease (src/store/fence.c); here such runs are let go, wherever they are, and the leases
  * renewed before they can run out under a long turn. */
 
 double mend__lease_until(const mend_engine *E);

@@ -31,7 +31,7 @@ typedef struct conn {
   mend_server *srv;
   h2o_socket_t *sock;
   int linger_fd;               /* kept open past h2o's close of a refused body (linger.c); -1 */
-  int shut;                    /* shut at close under a request left unanswered: h2o closes it */
+  int shut;                    /* shut at close (shut()): h2o reads its end and closes it */
   struct conn *prev, *next;
 } conn;
 
@@ -627,6 +627,15 @@ const char *mend_server_address(const mend_server *srv) { return srv->address; }
 
 static void tick(uv_timer_t *t) { (void)t; }
 
+/* Shuts c's socket both ways, once: h2o's next read of it ends, and h2o closes it. */
+static void shut(conn *c) {
+  uv_os_fd_t fd;
+  if (c->shut || uv_is_closing((uv_handle_t *)&c->tcp) || uv_fileno((uv_handle_t *)&c->tcp, &fd))
+    return;
+  shutdown(fd, SHUT_RDWR);
+  c->shut = 1;
+}
+
 /* A connection closed under h2o leaves its timeouts armed, which h2o_context_dispose refuses
  * (it aborts): nothing is left to call them, so they are let go first. */
 static void unlink_all(h2o_timeout_t *t) {
@@ -661,23 +670,19 @@ void mend_server_close(mend_server *srv) {
     mend_engine_durable_cancel(srv->E, &p->wait);
     pending_unlink(p);
     h2o_socket_t *sock = p->req->conn->callbacks->get_socket(p->req->conn);
-    for (conn *c = srv->conns; c; c = c->next) {
-      uv_os_fd_t fd;
-      if (c->sock == sock && uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0) {
-        shutdown(fd, SHUT_RDWR);
-        c->shut = 1;
-      }
-    }
+    for (conn *c = srv->conns; c; c = c->next)
+      if (c->sock == sock) shut(c);
     serve_req r = {.req = p->req, .srv = srv, .E = srv->E};
     serve_error(&r, 503, "stopping", "the server stopped before this was committed");
     unanswered++;
   }
-  for (until = uv_now(loop) + 300; uv_now(loop) < until;) {
-    int shut = 0;
-    for (conn *c = srv->conns; c && !shut; c = c->next) shut = c->shut;
-    if (!shut) break;
-    uv_run(loop, UV_RUN_ONCE);
-  }
+  /* Every other connection left (one idle before its first request or between two, one in
+   * the middle of a request line or a body) is shut too: h2o reads its end and closes it,
+   * freeing its connection and its request's memory. Closed under h2o (h2o_socket_close),
+   * h2o never learned of it and kept them: 824 bytes a connection, 4 KB more with half a
+   * body. */
+  for (conn *c = srv->conns; c; c = c->next) shut(c);
+  for (until = uv_now(loop) + 300; srv->conns && uv_now(loop) < until;) uv_run(loop, UV_RUN_ONCE);
   if (unanswered) {
     char msg[300];
     snprintf(msg, sizeof msg, "stopping: %d request%s waiting for %s commit (another process "

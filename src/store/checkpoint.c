@@ -199,3 +199,18 @@ void mend__ckpt_stop(mend_store *s) {
   free(c);
   s->ckpt = NULL;
 }
+
+/* A passive checkpoint on the checkpointer's connection: the frames copied (0 when busy), and
+ * the WAL's length in *wal_frames; -1 on error. */
+int mend__sqlite_checkpoint(mend_store *s, int *wal_frames) {
+  if (wal_frames) *wal_frames = 0;
+  if (!s->checkpointer) return 0;
+  int log = 0, done = 0;
+  /* A connection that has read nothing does not know the file is in WAL mode, and its
+   * checkpoint would quietly do nothing: read first. */
+  sqlite3_exec(s->checkpointer, "SELECT 1 FROM sqlite_master LIMIT 1", NULL, NULL, NULL);
+  int rc = sqlite3_wal_checkpoint_v2(s->checkpointer, NULL, SQLITE_CHECKPOINT_PASSIVE, &log, &done);
+  if (wal_frames) *wal_frames = log > 0 ? log : 0;
+  if (rc == SQLITE_BUSY) return 0;
+  return rc == SQLITE_OK ? (done > 0 ? done : 0) : -1;
+}

@@ -41,12 +41,13 @@ int mend__sqlite_send_event(mend_store *s, const char *run_id, const char *name,
   return sqlite3_changes(s->db) == 0 ? 1 : 0;
 }
 
-/* An event is no write of the run's holder: whoever holds the run, the fence lets it pass. */
-int mend__sqlite_record_event(mend_store *s, const char *run_id, const char *name,
-                              const char *payload, const char *key, double sent) {
+/* An event's record of query q (Q_SEND_EVENT, Q_SEND_EVENT_KEY), marked `repair` (wrec): an
+ * event is no write of the run's holder, and whoever holds the run, the fence lets it pass. */
+static int rec_event(mend_store *s, int q, int repair, const char *run_id, const char *name,
+                     const char *payload, const char *key, double sent) {
   int repairing = s->repairing;
-  s->repairing = 1;
-  mend__rec_begin(s, Q_SEND_EVENT);
+  s->repairing = repair;
+  mend__rec_begin(s, q);
   mend__rec_text(s, run_id);
   mend__rec_text(s, name);
   mend__rec_text(s, payload);
@@ -54,6 +55,11 @@ int mend__sqlite_record_event(mend_store *s, const char *run_id, const char *nam
   mend__rec_real(s, sent);
   s->repairing = repairing;
   return mend__rec_end(s);
+}
+
+int mend__sqlite_record_event(mend_store *s, const char *run_id, const char *name,
+                              const char *payload, const char *key, double sent) {
+  return rec_event(s, Q_SEND_EVENT, 1, run_id, name, payload, key, sent);
 }
 
 /* ---- keyed events whose key is looked up as their batch is written ------------------------
@@ -89,16 +95,8 @@ int mend__sqlite_record_keyed_event(mend_store *s, const char *run_id, const cha
   unsigned gen = ((v >> 2) + 1) % TICKET_GENS;
   atomic_store(&s->event_outcome[k], gen << 2 | TICKET_WAITING);
   *ticket = (int)(gen * EVENT_TICKETS + k + 1);
-  int repairing = s->repairing;
-  s->repairing = *ticket;   /* its record's ticket, and no write of the run's holder (fence) */
-  mend__rec_begin(s, Q_SEND_EVENT_KEY);
-  mend__rec_text(s, run_id);
-  mend__rec_text(s, name);
-  mend__rec_text(s, payload);
-  mend__rec_text(s, key);
-  mend__rec_real(s, sent);
-  s->repairing = repairing;
-  if (mend__rec_end(s) == 0) return 0;
+  /* its record's ticket, and no write of the run's holder (fence) */
+  if (rec_event(s, Q_SEND_EVENT_KEY, *ticket, run_id, name, payload, key, sent) == 0) return 0;
   mend__sqlite_event_ticket_free(s, *ticket);
   return -1;
 }

@@ -1,7 +1,7 @@
 /*
  * run_counts: how many runs there are of each workflow in each status, and the oldest
  * unfinished one's creation time, in one pass over the runs table, for /metrics. Must never
- * write, nor keep a statement between calls (the store's prepared table belongs to store.c
+ * write, nor keep a statement between calls (the store's prepared table belongs to open.c
  * and schema.c).
  */
 #include "store_int.h"

@@ -2,7 +2,7 @@
  * runs_page: one page of the runs list for clients that walk it with a cursor (the HTTP API).
  * Owns that one query, ordered by (created, id) newest first so that a cursor names a place in
  * the order that later inserts do not move. Must never write, nor hold a statement between
- * calls (the store's prepared table belongs to store.c and schema.c).
+ * calls (the store's prepared table belongs to open.c and schema.c).
  */
 #include <stdio.h>
 

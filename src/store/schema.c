@@ -361,7 +361,7 @@ const char *const mend__query_sql[Q__COUNT] = {
 };
 
 /* migrations[v] takes a database from version v to v + 1; a new version appends one here and
- * bumps MEND_SCHEMA_VERSION. Each runs inside the transaction of upgrade_schema, at any open
+ * bumps MEND_SCHEMA_VERSION. Each runs inside the transaction of mend__upgrade_schema (schema_check.c), at any open
  * of the file, while mends of the older version may still run on it: a migration only adds
  * what their prepared statements survive (a column, a table, an index, a meta row). A change
  * they would not survive (a constraint they name, a table made again) is a command run on
@@ -547,7 +547,7 @@ const char *const mend__migrations[MEND_SCHEMA_VERSION] = {
   /* 15 -> 16: only says which layout run_key's uniqueness has (`column`: every file before
    * this one). A migration runs at any open, while older mends may run on the file: from
    * this one on it adds only what their statements survive (12 -> 13 renamed a column). A new file is then made `partial` in the same
-   * transaction (store.c); an existing one only by mend_store_upgrade_run_keys. */
+   * transaction (schema_check.c); an existing one only by mend_store_upgrade_run_keys. */
   "INSERT OR REPLACE INTO meta(key, value) VALUES('runs_key_layout', 'column');",
 };
 

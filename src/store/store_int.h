@@ -1,6 +1,6 @@
 /*
- * store_int: the insides of the SQLite store, shared by its files (src/store.c and
- * src/store/) and by nothing else: the statement numbers, the write log, the writer thread,
+ * store_int: the insides of the SQLite store, shared by its files (src/store.c, its table of
+ * methods, and src/store/) and by nothing else: the statement numbers, the write log, the writer thread,
  * struct mend_store, and the functions one store file calls in another (mend__*). Must
  * never: be included outside the store's files (nor may sqlite3.h be, outside them).
  */
@@ -197,25 +197,44 @@ extern const char *const mend__runs_key_holders_sql;
 extern const char *const mend__runs_key_index_sql;
 extern const char *const mend__runs_own_schema_sql;
 
-/* ---- store.c: open and close, connections, errors, versions, pruning */
-int mend__batch_begin(mend_store *s);
+/* ---- stmt.c: statements run, and their errors */
 int mend__bind_opt_real(sqlite3_stmt *q, int i, double v);
 int mend__bind_text(sqlite3_stmt *q, int i, const char *v);
-int mend__commit_batch(mend_store *s);
-/* 1 when the database file was deleted or moved since db (s's connection, or its reader,
- * each on the thread that holds it) opened it (store.c). */
-int mend__file_gone(mend_store *s, sqlite3 *db);
+/* sqlite3_exec of sql on the writing connection: -1 with errmsg naming `what` (open time). */
+int mend__exec_sql(mend_store *s, const char *sql, const char *what);
 void mend__finish(sqlite3_stmt *q);
-void mend__free_version(struct wf_version *v);
-int mend__label_code(const mend_store *s, const char *name);
 double mend__now_mono(void);
-void mend__rollback(mend_store *s);
 int mend__run_bound(mend_store *s, sqlite3_stmt *q, int rc, const char *what, int keep);
 int mend__run_write(mend_store *s, sqlite3_stmt *q, int rc, const char *what);
 __attribute__((format(printf, 3, 4)))
 void mend__set_msg(char *buf, int len, const char *fmt,
               ...);
 void mend__sql_err(mend_store *s, const char *what);
+/* sqlite3_step, retried on SQLITE_BUSY for as long as the busy wait allows. */
+int mend__step_busy_retry(const mend_store *s, sqlite3_stmt *q);
+/* mend__sql_err for a statement's failure, named from its own connection. */
+void mend__stmt_err(mend_store *s, sqlite3_stmt *q, const char *what);
+
+/* ---- batch.c: the batch begun, committed, rolled back; the file still there */
+int mend__batch_begin(mend_store *s);
+int mend__commit_batch(mend_store *s);
+/* 1 when the database file was deleted or moved since db (s's connection, or its reader,
+ * each on the thread that holds it) opened it. */
+int mend__file_gone(mend_store *s, sqlite3 *db);
+void mend__rollback(mend_store *s);
+int mend__sqlite_gone(mend_store *s, char *why, int len);
+
+/* ---- schema_check.c: what the file holds, judged at open; the schema made or upgraded */
+int mend__check_meta(mend_store *s, int version);
+int mend__label_code(const mend_store *s, const char *name);
+int mend__load_labels(mend_store *s);
+int mend__schema_found(mend_store *s, int *version);
+int mend__upgrade_schema(mend_store *s);
+
+/* ---- versions.c: workflow versions numbered */
+/* Drops the known workflow versions from `from` on. */
+void mend__forget_versions(mend_store *s, int from);
+void mend__free_version(struct wf_version *v);
 
 /* ---- writer.c: the write log, the writer thread, writes */
 char *mend__copy_text(const char *t, int *oom);
@@ -242,15 +261,11 @@ sqlite3_stmt *mend__reader_stmt(mend_store *s, sqlite3_stmt **slot, int k);
  * helpers below say so). */
 int mend__view_point(mend_store *s);
 sqlite3_stmt *mend__view_stmt(mend_store *s, int k);
-/* mend__sql_err for a statement's failure, named from its own connection. */
-void mend__stmt_err(mend_store *s, sqlite3_stmt *q, const char *what);
 
 /* ---- fence.c: leases and the fence */
 int mend__fence_at_begin(mend_store *s);
 int mend__fence_drops(mend_store *s, const wlog *log, const wrec *r);
 double mend__wall_now(void);
-/* sqlite3_step, retried on SQLITE_BUSY for as long as the busy wait allows. */
-int mend__step_busy_retry(const mend_store *s, sqlite3_stmt *q);
 int mend__lease_at_least(mend_store *s, const char *owner, double until);
 int mend__open_reader(mend_store *s);
 void mend__ours_again(mend_store *s, const char *id);

@@ -2,7 +2,7 @@
  * versions: the numbers of workflow versions in workflow_versions, which each run's row names:
  * the ones this store knows, looked up among committed rows, or written (once a version and
  * process) with the first run of a version new to the database. Must never: give a run a
- * number another version has; keep a number of a batch that was rolled back (store.c forgets
+ * number another version has; keep a number of a batch that was rolled back (batch.c forgets
  * them).
  */
 #include "store_int.h"
@@ -140,4 +140,17 @@ int mend__workflow_version(mend_store *s, const mend_run_rec *r, sqlite3_int64 *
   }
   remember_version(s, known, r, *id);
   return 0;
+}
+
+void mend__free_version(struct wf_version *v) {
+  free(v->workflow);
+  free(v->version);
+  free(v->source);
+  free(v->step_names);
+}
+
+/* Drops the known workflow versions from `from` on. */
+void mend__forget_versions(mend_store *s, int from) {
+  while (s->nversions > from) mend__free_version(&s->versions[--s->nversions]);
+  if (s->versions_committed > s->nversions) s->versions_committed = s->nversions;
 }

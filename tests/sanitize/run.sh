@@ -1,7 +1,8 @@
 #!/bin/sh
 # Builds what the hostile corpus and the cheap C unit tests need with AddressSanitizer and
-# UBSan, in a directory of its own, and runs them there (issue 16): `make test` runs this as
-# the ctest `c_sanitized`, so that a plain build's CI also catches what only the sanitizers see.
+# UBSan, in a directory of its own, and runs them there (issue 16), and mend serve's stop under
+# LeakSanitizer (serve_close.sh): `make test` runs this as the ctest `c_sanitized`, so that a
+# plain build's CI also catches what only the sanitizers see.
 #
 #   sh tests/sanitize/run.sh SOURCE_DIR BUILD_DIR [JOBS]
 #
@@ -12,13 +13,13 @@ src=$1
 dir=$2
 jobs=${3:-2}
 cmake=${CMAKE:-cmake}
-tests="json backoff breaker transition idset numtext flatjson utf8 parkset timers panic embed cpus host_answers closed_fds hold_status tick_account"
+tests="json backoff breaker transition idset numtext flatjson utf8 parkset timers panic embed cpus host_answers keys_twice closed_fds hold_status tick_account"
 
 start=$(date +%s)
 "$cmake" -S "$src" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMEND_SANITIZE=ON \
   -DMEND_WERROR=ON -DMEND_TESTS=ON >"$dir.configure.log" 2>&1 \
   || { cat "$dir.configure.log"; exit 1; }
-targets="test_hostile"
+targets="test_hostile mend"
 for t in $tests; do targets="$targets test_$t"; done
 # shellcheck disable=SC2086
 "$cmake" --build "$dir" --target $targets -j "$jobs" >"$dir.build.log" 2>&1 \
@@ -38,5 +39,9 @@ for t in $tests; do
 done
 if ! (cd "$dir" && ./test_hostile "$src/tests/hostile") >"$dir.test_hostile.log" 2>&1; then
   echo "sanitized: test_hostile failed:"; grep -v ' ms$' "$dir.test_hostile.log"; exit 1
+fi
+# mend serve stopping under clients h2o holds: leak-checked, the one process here that is
+if ! sh "$src/tests/sanitize/serve_close.sh" "$dir/mend" "$src" >"$dir.serve_close.log" 2>&1; then
+  cat "$dir.serve_close.log"; exit 1
 fi
 echo "sanitized: tests passed in $(($(date +%s) - built)) s"

@@ -113,10 +113,14 @@ function M.json_text(flag, text)
   return text
 end
 
+-- JSON text given on the command line is read as the HTTP API reads a body: of a key given
+-- twice in one object, which was meant is not known.
+local REFUSE_TWICE = { duplicates = false }
+
 -- The JSON value of flag `name` (nil when not given).
 function M.json_flag(o, name)
   if o[name] == nil then return nil end
-  local ok, v = pcall(json.decode, M.json_text(name, o[name]))
+  local ok, v = pcall(json.decode, M.json_text(name, o[name]), REFUSE_TWICE)
   if not ok then fail("--%s is not JSON: %s", name, tostring(v)) end
   return v
 end
@@ -124,7 +128,7 @@ end
 function M.decode_input(text)
   if text == nil then return {} end
   text = M.json_text("input", text)
-  local ok, v = pcall(json.decode, text)
+  local ok, v = pcall(json.decode, text, REFUSE_TWICE)
   if not ok then fail("invalid --input JSON: %s", tostring(v)) end
   return v
 end
@@ -177,8 +181,27 @@ function M.memory_flag(o)
     usage_error(o._command, "--memory-limit must be a whole number of bytes >= 1, got %s",
                 o["memory-limit"])
   end
-  if not o.sandbox then usage_error(o._command, "--memory-limit needs --sandbox") end
+  M.needs(o, "sandbox", "memory-limit")
   return n
+end
+
+-- Flags (the names after `needed`) that do nothing without flag `needed` are refused without
+-- it, never ignored: the user meant them to do something.
+function M.needs(o, needed, ...)
+  if o[needed] then return end
+  for _, flag in ipairs { ... } do
+    if o[flag] ~= nil then usage_error(o._command, "--%s needs --%s", flag, needed) end
+  end
+end
+
+-- conf with the engine's limits the flags give: --sandbox, --memory-limit, --instruction-budget.
+-- A command that loads a workflow's code (a stored version or a file) runs its top level and,
+-- carrying a run on, its steps: code a sandboxed worker ran must be loaded so here too.
+function M.sandboxed(o, conf)
+  conf.sandbox = o.sandbox or nil
+  conf.memory_limit = M.memory_flag(o)
+  conf.instruction_budget = M.budget_flag(o)
+  return conf
 end
 
 -- --status S, one of `allowed` (what: what the status is, for the message).

@@ -16,6 +16,20 @@ local LOG_LEVEL_HELP =
 local BUDGET_HELP =
   "  --instruction-budget N  Lua instructions one attempt may run (default: no budget); over\n" ..
   "                   it the attempt fails, not retried, and the worker goes on\n"
+-- The flags of a command that loads a workflow's code in an engine of its own: without
+-- --sandbox its top level (and, carrying a run on, its steps) runs with io and os.
+local SANDBOX_FLAGS = { sandbox = "switch", ["memory-limit"] = "value", ["instruction-budget"] = "value" }
+local function with_sandbox_flags(flags)
+  for k, v in pairs(SANDBOX_FLAGS) do flags[k] = v end
+  return flags
+end
+local SANDBOX_USAGE = "[--sandbox [--memory-limit N] [--instruction-budget N]]"
+local SANDBOX_HELP =
+  "  --sandbox        load the workflow's code sandboxed, as `mend worker --sandbox` runs it\n" ..
+  "                   (README: Limits and sandbox): without it the code runs with io and\n" ..
+  "                   os here, trusted\n" ..
+  "  --memory-limit N bytes the workflow's code may hold (with --sandbox)\n" ..
+  "  --instruction-budget N  Lua instructions one attempt may run (default: no budget)\n"
 local ALERT_HELP =
   "  --alert-command CMD  run with sh -c for each alert (a run in the dead-letter queue),\n" ..
   "                   the alert as one line of JSON on its stdin; without it alerts are\n" ..
@@ -97,7 +111,7 @@ local commands = {
             "                   [--park-after S] [--clock virtual|real]\n" ..
             "                   [--log-level debug|info|warn|error] [--alert-command CMD]\n" ..
             "                   [--instruction-budget N] [--sandbox [--memory-limit N]]\n" ..
-            "                   [--listen HOST:PORT [--token-file F]]",
+            "                   [--listen HOST:PORT [--token-file F] [--max-body B] [--cors O]]",
     help = "Executes runs until stopped. On start it resumes every unfinished run that no live\n" ..
            "worker holds, from the database alone; then it takes new runs as `mend start`\n" ..
            "records them. Several workers may share one database: each run is executed by one\n" ..
@@ -125,17 +139,19 @@ local commands = {
            "                   meets a limit is a dead letter and the worker goes on\n" ..
            "  --memory-limit N bytes the workflows' code may hold (with --sandbox)\n" ..
            "  --listen HOST:PORT  also serve the HTTP API there; --token-file, --max-body and\n" ..
-           "                   --cors as for mend serve (see mend serve --help)\n",
+           "                   --cors as for mend serve (see mend serve --help), and only\n" ..
+           "                   with --listen\n",
     does = { "mend.cli.serve", "worker" },
   },
   serve = {
     args = {},
-    flags = { db = "value", workflows = "value", listen = "value", ["token-file"] = "value",
-              ["max-body"] = "value", cors = "value", durability = "value", ["log-level"] = "value" },
+    flags = with_sandbox_flags { db = "value", workflows = "value", listen = "value",
+              ["token-file"] = "value", ["max-body"] = "value", cors = "value",
+              durability = "value", ["log-level"] = "value" },
     choices = { durability = { full = true, process = true }, ["log-level"] = LOG_LEVELS },
     usage = "mend serve [--db PATH] [--listen HOST:PORT] [--token-file F] [--workflows DIR]\n" ..
             "                  [--max-body BYTES] [--cors ORIGIN] [--durability full|process]\n" ..
-            "                  [--log-level debug|info|warn|error]",
+            "                  [--log-level debug|info|warn|error] " .. SANDBOX_USAGE,
     help = "Serves the JSON API under /api/v1 and /metrics (docs/http-api.md) until SIGINT or\n" ..
            "SIGTERM; prints 'mend: serving http://HOST:PORT/api/v1' once it listens. Runs it\n" ..
            "starts are left for workers (mend worker, which takes --listen too).\n\n" .. DB_HELP ..
@@ -149,16 +165,17 @@ local commands = {
            "  --max-body BYTES the largest request body (default 1048576; larger: 413)\n" ..
            "  --cors ORIGIN    answer browsers from ORIGIN (default: no CORS headers)\n" ..
            "  --durability D   full (default: survives power loss) or process, for what it\n" ..
-           "                   writes (runs started, events, repairs)\n" .. LOG_LEVEL_HELP,
+           "                   writes (runs started, events, repairs)\n" .. LOG_LEVEL_HELP ..
+           SANDBOX_HELP,
     does = { "mend.cli.serve", "serve" },
   },
   start = {
     args = { "WORKFLOW" },
-    flags = { db = "value", input = "value", key = "value", workflows = "value",
-              durability = "value" },
+    flags = with_sandbox_flags { db = "value", input = "value", key = "value", workflows = "value",
+                                 durability = "value" },
     choices = { durability = { full = true, process = true } },
     usage = "mend start WORKFLOW [--input JSON] [--key K] [--db PATH] [--workflows DIR]\n" ..
-            "                  [--durability full|process]",
+            "                  [--durability full|process] " .. SANDBOX_USAGE,
     help = "Records a new run for a worker to execute and prints its id at once. WORKFLOW is a\n" ..
            "name looked up as DIR/NAME.lua, or a file (./NAME for one named as a workflow).\n" ..
            "With a run key that was used before,\n" ..
@@ -167,7 +184,8 @@ local commands = {
            "                   stdin\n" ..
            "  --key K          run key (idempotency of the start)\n" .. DB_HELP ..
            "  --workflows DIR  where to look WORKFLOW up by name (default workflows)\n" ..
-           "  --durability D   full (default: the start survives power loss) or process\n",
+           "  --durability D   full (default: the start survives power loss) or process\n" ..
+           SANDBOX_HELP,
     does = { "mend.cli.run", "start" },
   },
   wait = {
@@ -185,7 +203,7 @@ local commands = {
     args = {},
     flags = { db = "value", json = "switch" },
     usage = "mend dlq [--db PATH] [--json]\n" ..
-            "       mend dlq retry RUN [--detach] [--db PATH]\n" ..
+            "       mend dlq retry RUN [--detach] [--db PATH] [--sandbox ...]\n" ..
             "       mend dlq resolve RUN --note TEXT [--db PATH]",
     help = "Lists the dead-letter queue: runs a machine could not settle, with the reason,\n" ..
            "the step, the age and the last error.\n\n" .. DB_HELP ..
@@ -195,14 +213,15 @@ local commands = {
   },
   ["dlq retry"] = {
     args = { "RUN" },
-    flags = { db = "value", detach = "switch" },
-    usage = "mend dlq retry RUN [--detach] [--db PATH]",
+    flags = with_sandbox_flags { db = "value", detach = "switch" },
+    usage = "mend dlq retry RUN [--detach] [--db PATH] " .. SANDBOX_USAGE,
     help = "Resumes a run of the dead-letter queue where it stopped, with fresh attempts: the\n" ..
            "compensation that failed, or the step that failed with severity 3. The run then\n" ..
            "executes here to its end (the workflow file it came from is loaded), or, with\n" ..
            "--detach, is left for a worker. Recorded in the run's history with who did it.\n" ..
            "Refused for a run that is not in the queue, and for one compensated after its\n" ..
-           "attempts ran out (nothing is left to resume: start a new run).\n\n" .. DB_HELP,
+           "attempts ran out (nothing is left to resume: start a new run).\n\n" .. DB_HELP ..
+           SANDBOX_HELP,
     does = { "mend.cli.repair", "dlq_retry" },
   },
   ["dlq resolve"] = {
@@ -216,12 +235,12 @@ local commands = {
   },
   cancel = {
     args = { "RUN" },
-    flags = { db = "value" },
-    usage = "mend cancel RUN [--db PATH]",
+    flags = with_sandbox_flags { db = "value" },
+    usage = "mend cancel RUN [--db PATH] " .. SANDBOX_USAGE,
     help = "Cancels a running run: the attempt in flight is abandoned and the steps done are\n" ..
            "compensated in reverse. If a live worker holds the run, it is asked to, and does\n" ..
            "within a second; otherwise the compensation runs here. Refused for a run that has\n" ..
-           "ended.\n\n" .. DB_HELP,
+           "ended.\n\n" .. DB_HELP .. SANDBOX_HELP,
     does = { "mend.cli.repair", "cancel" },
   },
   signal = {
@@ -280,8 +299,9 @@ local commands = {
   upgrade = {
     args = {},
     optional = { "RUN" },
-    flags = { db = "value", workflow = "value", to = "value", file = "value" },
-    usage = "mend upgrade RUN|--workflow W [--to VERSION] [--file PATH] [--db PATH]",
+    flags = with_sandbox_flags { db = "value", workflow = "value", to = "value", file = "value" },
+    usage = "mend upgrade RUN|--workflow W [--to VERSION] [--file PATH] [--db PATH]\n" ..
+            "                    " .. SANDBOX_USAGE,
     help = "Moves an unfinished run (or every unfinished run of workflow W) to another version\n" ..
            "of its workflow: the newest the database knows, the one --to names (a prefix of it\n" ..
            "is enough), or the one in the file --file gives (recorded as a version). Refused,\n" ..
@@ -291,7 +311,7 @@ local commands = {
            DB_HELP ..
            "  --workflow W     every unfinished run of this workflow\n" ..
            "  --to VERSION     the version to move to (mend workflows lists them)\n" ..
-           "  --file PATH      the version in this workflow file\n",
+           "  --file PATH      the version in this workflow file\n" .. SANDBOX_HELP,
     does = { "mend.cli.repair", "upgrade" },
   },
   db = {
@@ -378,8 +398,8 @@ local commands = {
            "reset or close it (closed, counts cleared), or open it (for S seconds, default its\n" ..
            "policy's). Overrides are recorded in the audit table with who did them; workers\n" ..
            "read them within a second.\n\n" .. DB_HELP ..
-           "  --for S          how long 'open' lasts\n" ..
-           "  --json           print a JSON array\n",
+           "  --for S          how long 'open' lasts (only with open)\n" ..
+           "  --json           print the list as a JSON array (only without an operation)\n",
     does = { "mend.cli.repair", "breakers" },
   },
   repl = {

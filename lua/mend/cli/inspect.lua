@@ -12,7 +12,6 @@ local out, fail, usage_error = base.out, base.fail, base.usage_error
 local with_engine, existing_db, run_status = base.with_engine, base.existing_db, base.run_status
 local history_page, each_page = base.history_page, base.each_page
 local EXIT_OK = base.EXIT_OK
-local present, fmt_time = render.present, render.fmt_time
 local write_json, write_list = render.write_json, render.write_list
 local print_events, print_outcome = render.print_events, render.print_outcome
 local print_status, print_dlq, print_runs = render.print_status, render.print_dlq, render.print_runs
@@ -173,32 +172,10 @@ function M.runs(o)
   end)
 end
 
-local function print_workflows(list)
-  if #list == 0 then
-    out("no workflow versions recorded yet (a version is recorded with its first run)\n")
-    return
-  end
-  out("%-18s  %-16s  %-27s  %-10s  %s\n", "WORKFLOW", "VERSION", "FIRST SEEN", "UNFINISHED", "SOURCE")
-  local newest = {}
-  for _, v in ipairs(list) do
-    local sources = {}
-    for _, src in ipairs(type(v.sources) == "table" and v.sources or {}) do
-      if present(src) then sources[#sources + 1] = src end
-    end
-    local notes = {}
-    if not newest[v.workflow] then newest[v.workflow] = true; notes[#notes + 1] = "newest" end
-    if (v.unavailable or 0) > 0 then notes[#notes + 1] = v.unavailable .. " cannot progress" end
-    if v.kept ~= true then notes[#notes + 1] = "no script kept" end
-    out("%s  %-16s  %-27s  %-10d  %s%s\n", render.cell(v.workflow, 18), v.version or "-",
-        fmt_time(v.first_seen), v.unfinished or 0, table.concat(sources, ", "),
-        #notes > 0 and ("  (" .. table.concat(notes, ", ") .. ")") or "")
-  end
-end
-
 function M.workflows(o)
   return with_engine(existing_db(o.db), function(eng)
     local list = eng:workflows(o.workflow)
-    if o.json then write_list(list) else print_workflows(list) end
+    if o.json then write_list(list) else render.print_workflows(list) end
     return EXIT_OK
   end)
 end

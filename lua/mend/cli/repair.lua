@@ -20,9 +20,12 @@ function M.breakers(o, op, key)
   if op ~= nil and not ({ reset = true, open = true, close = true })[op] then
     usage_error("breakers", "unknown breaker operation %s (reset, open or close)", op)
   end
-  -- taken by open alone: dropped elsewhere, it would say something that does not happen
-  if o["for"] ~= nil and op ~= "open" then usage_error("breakers", "--for is for open only") end
-  if o.json and op ~= nil then usage_error("breakers", "--json is for the list only") end
+  if o["for"] and op ~= "open" then
+    usage_error("breakers", "--for is how long open lasts: give it with open")
+  end
+  if o.json and op ~= nil then
+    usage_error("breakers", "--json prints the list: give it without an operation")
+  end
   if op == nil then
     return with_engine(existing_db(o.db), function(eng)
       local list = render.breakers_now(eng:breakers(), eng:now())
@@ -62,7 +65,7 @@ end
 -- Runs fn(eng) in an engine that has loaded the workflow the run came from, so that a repair
 -- can carry the run on here. `optional`: go on without it (the engine says what it can do).
 local function with_run_engine(o, id, fn, optional)
-  local conf = existing_db(o.db)
+  local conf = base.sandboxed(o, existing_db(o.db))
   conf.log = "stderr"
   return with_engine(conf, function(eng)
     if optional then pcall(load_run_workflow, eng, id) else load_run_workflow(eng, id) end
@@ -121,7 +124,7 @@ function M.upgrade(o, id)
   if (id == nil) == (o.workflow == nil) then
     usage_error("upgrade", "give either a RUN or --workflow W")
   end
-  return with_engine(existing_db(o.db), function(eng)
+  return with_engine(base.sandboxed(o, existing_db(o.db)), function(eng)
     local runs, name = {}, o.workflow
     if id then
       local st = run_status(eng, id)

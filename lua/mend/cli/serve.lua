@@ -38,12 +38,16 @@ function M.worker(o)
     end
     conf.park_after = n > 0 and n or -1
   end
-  -- every flag is checked before anything is opened or loaded
+  -- every flag is checked before anything is opened or loaded; the HTTP API's only with
+  -- --listen (without it, a token file that cannot be read is named before the flags that
+  -- need --listen are refused)
   local serving = { poll = number_flag(o, "poll", 0.1), max_in_flight = base.whole_flag(o, "max-in-flight"),
                     every = 2 }
+  if not o.listen then require("mend.listen").token(o, LISTEN_CLI) end
+  base.needs(o, "listen", "token-file", "max-body", "cors")
+  local listen = o.listen and listen_options(o)
   local files = workflow_files(o.workflows or "workflows")
   if #files == 0 then fail("no workflow files (*.lua) in %s", o.workflows or "workflows") end
-  local listen = o.listen and listen_options(o)
   return with_engine(conf, function(eng)
     local load_new = workflow_loader(eng, o.workflows or "workflows")
     load_new(true)
@@ -64,7 +68,8 @@ end
 -- mend serve: the HTTP API alone. Runs it starts are left for workers; a dead letter retried
 -- or a run cancelled through it is carried on here, as `mend dlq retry` does.
 function M.serve(o)
-  local conf = { db = o.db, durability = o.durability, log = "stderr", log_level = o["log-level"] }
+  local conf = base.sandboxed(o, { db = o.db, durability = o.durability, log = "stderr",
+                                   log_level = o["log-level"] })
   local listen = listen_options(o)
   return with_engine(conf, function(eng)
     local dir = o.workflows or "workflows"

@@ -60,7 +60,10 @@ int mend__pg_text_fits_on(PGconn *c, const char *t) {
 
 /* After the writer thread is done with the connection (it may open it again): as every read. */
 int mend__pg_text_fits(mend_pg *p, const char *t) {
-  if (!t || mend__pg_writer_wait(p) != 0 || !p->conn) return 1;   /* the read after says why */
+  if (!t) return 1;
+  PGconn *aux = mend__pg_view_aux(p);   /* a view that will read there, not wait for conn */
+  if (aux) return mend__pg_text_fits_on(aux, t);
+  if (mend__pg_writer_wait(p) != 0 || !p->conn) return 1;   /* the read after says why */
   return mend__pg_text_fits_on(p->conn, t);
 }
 
@@ -119,6 +122,9 @@ PGresult *mend__pg_run(mend_pg *p, int q, const char *sql, int n, const char *co
   const char *sev = PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED);   /* r's: read first */
   int fatal = sev && strcmp(sev, "FATAL") == 0;
   int conflict = mend__pg_conflict(r);
+  int timed_out = p->in_batch && mend__pg_lock_timed_out(r);
+  if (timed_out)   /* the bound (pg_wait.c): said so */
+    mend__pg_lock_told(p, what, PQresultErrorField(r, PG_DIAG_CONTEXT));
   PQclear(r);
   if (fatal || PQstatus(p->conn) != CONNECTION_OK) {
     /* the connection is gone, and the transaction with it: told once (pg_batch.c, flush) */
@@ -129,7 +135,9 @@ PGresult *mend__pg_run(mend_pg *p, int q, const char *sql, int n, const char *co
   }
   if (conflict && p->in_batch) {
     /* The server chose this batch to end a deadlock: rolled back, as with a lost connection,
-     * and told the same way, so that a worker reads its runs again rather than stop. */
+     * and told the same way, so that a worker reads its runs again rather than stop. (A lock
+     * past a repair's bound is not told so: its caller would take the batch for lost and
+     * its repair for done; it fails the batch, below.) */
     p->conn_lost = 1;
     mend__pg_rollback(p);
     return NULL;
@@ -219,7 +227,8 @@ int mend__pg_connect_at(mend_pg *p, const pg_at *at, char *err, int errlen, char
                                       : "SET synchronous_commit = off";
   if (setup(c, commit, "set synchronous_commit", err, errlen, server) != 0 ||
       setup(c, "SET client_min_messages = warning", "set client_min_messages", err, errlen,
-            server) != 0) {
+            server) != 0 ||
+      setup(c, mend__pg_session_sql, "set the timeouts", err, errlen, server) != 0) {
     PQfinish(c);
     return -1;
   }
@@ -293,6 +302,7 @@ mend_store *mend__pg_open(const char *uri, mend_durability d, char *err, int err
   p->sync_commit = d == MEND_DURABILITY_FULL;
   mend__pg_msg(p->server, sizeof p->server, "postgres");
   pthread_mutex_init(&p->at_mu, NULL);
+  pthread_mutex_init(&p->wait_mu, NULL);
   if (mend__pg_connect(p, &p->conn) == 0) {
     mend__pg_watch(p);
     mend__pg_note_writer_host(p, p->conn);
@@ -307,7 +317,16 @@ mend_store *mend__pg_open(const char *uri, mend_durability d, char *err, int err
   return (mend_store *)(void *)p;
 }
 
-const char *mend__pg_errmsg(mend_store *s) { return s ? PG(s)->err : "no store"; }
+/* While a batch waits for another session's lock on the writer thread, err is the thread's
+ * (each try writes it): what is told is what holds the lock (pg_wait.c), or a view's failure
+ * on aux. */
+const char *mend__pg_errmsg(mend_store *s) {
+  if (!s) return "no store";
+  mend_pg *p = PG(s);
+  if (p->view_failed) return p->view_err;
+  if (atomic_load(&p->waiting) && p->w && mend__handoff_busy(p->w)) return mend__pg_lock_msg(p);
+  return p->err;
+}
 static const char *read_errmsg(mend_store *s) { return PG(s)->aux_err; }
 int mend__pg_not_found(const mend_store *s) { return PG(s)->not_found; }
 int mend__pg_schema_version(mend_store *s) { return PG(s)->schema_version; }
@@ -364,6 +383,7 @@ void mend__pg_close(mend_store *s) {
   mend__pg_log_free(&p->carry);
   PQclear(p->look_res);
   pthread_mutex_destroy(&p->at_mu);
+  pthread_mutex_destroy(&p->wait_mu);
   free(p);
 }
 
@@ -387,11 +407,27 @@ static json_t *viewed(mend_pg *p, json_t *v, const char *msg) {
   return NULL;
 }
 
+/* A view read on aux (pg_wait.c: a batch waits for another session's lock): its failure told
+ * in view_err, err being the writer thread's. */
+static json_t *viewed_aux(mend_pg *p, json_t *v, const char *msg) {
+  if (v) return v;
+  p->view_failed = 1;
+  if (p->not_found) mend__pg_msg(p->view_err, sizeof p->view_err, "%s", msg);
+  else mend__pg_msg(p->view_err, sizeof p->view_err, "%s: %s", p->aux_server, msg);
+  return NULL;
+}
+
 #ifdef MEND_PG_VIEWS
+/* C_ is the connection the view reads on: aux while a batch waits for another session's lock
+ * (the committed rows, as SQLite's reader), else conn with the open batch sent first. */
 #define VIEW(p, call)                                                        \
   do {                                                                       \
     char verr_[sizeof (p)->err];                                             \
     verr_[0] = 0;                                                            \
+    (p)->view_failed = 0;                                                    \
+    PGconn *C_ = mend__pg_view_aux(p);                                       \
+    if (C_) return viewed_aux((p), call, verr_);                             \
+    C_ = (p)->conn;                                                          \
     if (mend__pg_sync(p) != 0) return NULL;                                  \
     json_t *v_ = call;                                                       \
     if (!v_ && (p)->in_batch && PQtransactionStatus((p)->conn) == PQTRANS_INERROR) \
@@ -421,54 +457,54 @@ static json_t *pg_run(mend_store *s, const char *id) {
   mend_pg *p = PG(s);
   p->not_found = 0;
   if (NO_SUCH_TEXT(p, id)) return no_run(p, id);
-  VIEW(p, mend__pg_view_run(p->conn, id, E_, &p->not_found));
+  VIEW(p, mend__pg_view_run(C_, id, E_, &p->not_found));
 }
 static json_t *pg_history(mend_store *s, const char *id) {
   mend_pg *p = PG(s);
   p->not_found = 0;
   if (NO_SUCH_TEXT(p, id)) return no_run(p, id);
-  VIEW(p, mend__pg_view_history(p->conn, id, E_, &p->not_found));
+  VIEW(p, mend__pg_view_history(C_, id, E_, &p->not_found));
 }
 static json_t *pg_history_page(mend_store *s, const char *id, long after, long limit, long tail) {
   mend_pg *p = PG(s);
   p->not_found = 0;
   if (NO_SUCH_TEXT(p, id)) return no_run(p, id);
-  VIEW(p, mend__pg_view_history_page(p->conn, id, after, limit, tail, E_, &p->not_found));
+  VIEW(p, mend__pg_view_history_page(C_, id, after, limit, tail, E_, &p->not_found));
 }
 static json_t *pg_dlq(mend_store *s) {
   mend_pg *p = PG(s);
-  VIEW(p, mend__pg_view_dlq(p->conn, E_));
+  VIEW(p, mend__pg_view_dlq(C_, E_));
 }
 static json_t *pg_breakers(mend_store *s) {
   mend_pg *p = PG(s);
-  VIEW(p, mend__pg_view_breakers(p->conn, E_));
+  VIEW(p, mend__pg_view_breakers(C_, E_));
 }
 static json_t *pg_runs(mend_store *s, const char *status, const char *workflow, int limit) {
   mend_pg *p = PG(s);
   (void)limit;
   if (NO_SUCH_TEXT(p, status) || NO_SUCH_TEXT(p, workflow)) return json_array();
-  VIEW(p, mend__pg_view_runs(p->conn, status, workflow, limit, E_));
+  VIEW(p, mend__pg_view_runs(C_, status, workflow, limit, E_));
 }
 static json_t *pg_runs_where(mend_store *s, const char *status, const char *workflow,
                              double since, int attention_only, int limit) {
   mend_pg *p = PG(s);
   (void)since, (void)attention_only, (void)limit;
   if (NO_SUCH_TEXT(p, status) || NO_SUCH_TEXT(p, workflow)) return json_array();
-  VIEW(p, mend__pg_view_runs_where(p->conn, status, workflow, since, attention_only, limit, E_));
+  VIEW(p, mend__pg_view_runs_where(C_, status, workflow, since, attention_only, limit, E_));
 }
 static json_t *pg_audit_list(mend_store *s) {
   mend_pg *p = PG(s);
-  VIEW(p, mend__pg_view_audit_list(p->conn, E_));
+  VIEW(p, mend__pg_view_audit_list(C_, E_));
 }
 static json_t *pg_workflows(mend_store *s, const char *workflow) {
   mend_pg *p = PG(s);
   if (NO_SUCH_TEXT(p, workflow)) return json_array();
-  VIEW(p, mend__pg_view_workflows(p->conn, workflow, E_));
+  VIEW(p, mend__pg_view_workflows(C_, workflow, E_));
 }
 static json_t *pg_inbox(mend_store *s, const char *run_id) {
   mend_pg *p = PG(s);
   if (NO_SUCH_TEXT(p, run_id)) return json_array();
-  VIEW(p, mend__pg_view_inbox(p->conn, run_id, E_));
+  VIEW(p, mend__pg_view_inbox(C_, run_id, E_));
 }
 /* A transaction of its own: what this store recorded before is committed first. */
 static json_t *pg_prune(mend_store *s, double before, const char *status, int dry_run) {
@@ -527,6 +563,7 @@ const mend_store_methods mend__pg_methods = {
   .run_counts = mend__pg_run_counts,
   .take = mend__pg_take,
   .hold_status = mend__pg_hold_status,
+  .locked = mend__pg_locked,
   .request_cancel = mend__pg_request_cancel,
   .cancel_requests = mend__pg_cancel_requests,
   .cancels_requested = mend__pg_cancels_requested,

@@ -52,7 +52,7 @@ static void carry_first(mend_pg *p, pg_log *log) {
  * batch never fills both sockets' buffers at once (blocking libpq would then wait forever). */
 #define CHUNK 512
 
-enum { K_BEGIN, K_LIVE, K_RENEW, K_CHECK, K_SAVEPOINT, K_WRITE, K_RUNS, K_RUN_UPDATES,
+enum { K_BEGIN, K_BOUND, K_LIVE, K_RENEW, K_CHECK, K_SAVEPOINT, K_WRITE, K_RUNS, K_RUN_UPDATES,
        K_NEW_STEPS, K_STEPS, K_HISTORY, K_NOTIFY, K_COMMIT, K_READ };
 
 typedef struct pipe {
@@ -77,6 +77,7 @@ static const char *what_of(int kind, const pg_rec *r) {
   };
   switch (kind) {
   case K_BEGIN: return "begin";
+  case K_BOUND: return "set lock_timeout";
   case K_LIVE: return "renew the lease";
   case K_RENEW: return "renew the lease";
   case K_CHECK: return "look up who holds a run";
@@ -133,6 +134,11 @@ static void take_result(pipe *pp, int i, PGresult *r) {
           strcmp(code, "23505") == 0)
         pp->taken = 1;
       if (mend__pg_conflict(r)) p->tx_conflict = 1;
+      if (mend__pg_lock_timed_out(r)) {
+        const char *ctx = PQresultErrorField(r, PG_DIAG_CONTEXT);
+        p->tx_lock = 1;
+        snprintf(p->lock_context, sizeof p->lock_context, "%s", ctx ? ctx : "");
+      }
       mend__pg_fail(p, p->conn, r, what_of(pp->kind[i], pp->rec[i]));
     }
     pp->failed = 1;
@@ -294,6 +300,16 @@ static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late,
   }
   if (!PQenterPipelineMode(c)) return mend__pg_fail(p, c, NULL, "enter pipeline mode");
   pp.sent_at = mend__pg_mono();
+  /* Another session's lock is waited for this long a try by what the flush sends (pg_wait.c):
+   * on a loop's thread no longer than its busy wait (0.1 s), which answers requests between
+   * tries. Statements run alone later in the transaction wait as it stands (no bound, or a
+   * repair's after its look). */
+  int ms = p->on_writer || p->busy_ms <= 0 || p->busy_ms > PG_WRITE_WAIT_MS ? PG_WRITE_WAIT_MS
+                                                                            : p->busy_ms;
+  char bound[48];
+  snprintf(bound, sizeof bound, "SET LOCAL lock_timeout = %d", ms);
+  int bounded = 0;
+  p->tx_lock_ms = ms;
   if (!p->in_batch && (begin || log->nrec || commit)) {
     int kind = begin_kind(p);
     char secs[40];
@@ -301,6 +317,9 @@ static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late,
     const char *v[2] = {p->fence_owner, secs};
     if (pipe_send(&pp, K_BEGIN, -1, "BEGIN", 0, NULL, NULL) != 0) goto done;
     began = 1;
+    p->tx_standing_ms = 0;
+    if (pipe_send(&pp, K_BOUND, -1, bound, 0, NULL, NULL) != 0) goto done;
+    bounded = 1;
     if (kind == B_LIVE && pipe_send(&pp, K_LIVE, P_LEASE_LIVE, NULL, 2, v, NULL) != 0) goto done;
     if (kind == B_LATE) {
       if (pipe_send(&pp, K_RENEW, P_RENEW, NULL, 2, v, NULL) != 0) goto done;
@@ -338,6 +357,10 @@ static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late,
     pp.failed = 1;
     goto done;
   }
+  if (!bounded && log->nrec) {
+    if (pipe_send(&pp, K_BOUND, -1, bound, 0, NULL, NULL) != 0) goto done;
+    bounded = 1;
+  }
   if (p->in_batch && (ar.nhist || ar.nnew_steps)) {
     if (pipe_send(&pp, K_SAVEPOINT, -1, "SAVEPOINT mend_rows", 0, NULL, NULL) != 0) goto done;
     p->tx_savepoints++;
@@ -369,6 +392,11 @@ static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late,
     }
     if (pipe_send(&pp, kinds[i], stmts[i], NULL, 2 * sets[i]->ncols, av, NULL) != 0) goto done;
     if (kinds[i] == K_NEW_STEPS) p->steps_inserted += sets[i]->n;
+  }
+  if (bounded && !commit && !pp.failed) {
+    char standing[48];
+    snprintf(standing, sizeof standing, "SET LOCAL lock_timeout = %d", p->tx_standing_ms);
+    if (pipe_send(&pp, K_BOUND, -1, standing, 0, NULL, NULL) != 0) goto done;
   }
   /* reads that must see these writes: in the same round trip */
   for (int i = 0; p->reads && !commit && !pp.failed && i < p->reads->n; i++) {
@@ -495,7 +523,7 @@ static int to_savepoint(mend_pg *p) {
 
 /* Sends the log's writes in the open transaction (begun if need be, or if `begin`), and
  * COMMIT after them with `commit`; empties the log. A failure rolls the whole batch back. */
-static int flush(mend_pg *p, pg_log *log, int commit, int begin) {
+int mend__pg_flush(mend_pg *p, pg_log *log, int commit, int begin) {
   if (p->carry.nrec && !log->oom) carry_first(p, log);
   if (log->oom) {
     mend__pg_msg(p->err, sizeof p->err, "%s: recording a write: out of memory", p->server);
@@ -512,6 +540,7 @@ static int flush(mend_pg *p, pg_log *log, int commit, int begin) {
   }
   if (!log->nrec && !p->in_batch && !begin) return 0;
   int late = 0, taken = 0, was_open = p->in_batch, tx_savepoints = p->tx_savepoints;
+  p->tx_lock = 0;
   /* What a renewal in a transaction rolled back below had told us is undone with it. */
   double fence_until_was = p->fence_until;
   int registered_was = p->fence_registered;
@@ -539,6 +568,19 @@ static int flush(mend_pg *p, pg_log *log, int commit, int begin) {
     rc = flush_once(p, log, commit, begin, &late, &taken);
     p->rows_one_by_one = 0;
   }
+  if (rc != 0 && p->tx_lock && !was_open && PQstatus(p->conn) == CONNECTION_OK &&
+      !p->conn_doomed) {
+    /* Another session's lock held past the bound, in a transaction this flush began: nothing
+     * of it was written. Rolled back, its log kept whole for the next try (pg_wait.c). */
+    p->tx_lock = p->tx_conflict = 0;
+    mend__pg_rollback(p);
+    p->fence_until = fence_until_was;
+    p->fence_registered = registered_was;
+    p->tx_savepoints = tx_savepoints;
+    mend__pg_lock_note(p, p->conn, p->lock_context, 1);
+    return MEND_STORE_BUSY;
+  }
+  if (rc == 0) mend__pg_lock_gone(p);
   if (rc == 0 && commit) mend__pg_log_clear(&p->tx_events);
   else mend__pg_log_keep(&p->tx_events, log, P_RECORD_EVENT);   /* in the transaction, or gone with it */
   mend__pg_log_clear(log);
@@ -549,9 +591,15 @@ static int flush(mend_pg *p, pg_log *log, int commit, int begin) {
      * a deadlock (two workers' locks crossing, as on runs one of them lost: SQLSTATE 40P01)
      * is told the same way: nothing of it was written, and the worker that wrote it reads its
      * runs again and goes on, on the same connection. */
-    p->conn_lost = PQstatus(p->conn) != CONNECTION_OK || p->conn_doomed || p->tx_conflict;
-    p->tx_conflict = 0;
+    /* A lock held past the bound in a transaction open before this flush is told so too:
+     * its earlier writes cannot be sent again from here (pg_wait.c). */
+    int lock = p->tx_lock;
+    mend__pg_lock_gone(p);   /* a kept batch, if any, is gone with this one: told as its failure */
+    p->conn_lost = PQstatus(p->conn) != CONNECTION_OK || p->conn_doomed || p->tx_conflict || lock;
+    p->tx_conflict = p->tx_lock = 0;
     mend__pg_rollback(p);
+    if (lock && PQstatus(p->conn) == CONNECTION_OK && !p->conn_doomed)
+      mend__pg_lock_note(p, p->conn, p->lock_context, 0);
     p->batch_failed = !p->conn_lost;   /* every call fails until commit() says so too */
   }
   return rc;
@@ -559,7 +607,7 @@ static int flush(mend_pg *p, pg_log *log, int commit, int begin) {
 
 /* ---- the writer thread -------------------------------------------------------------------- */
 
-static int writer_write(void *store, void *job) { return flush(store, job, 1, 0); }
+static int writer_write(void *store, void *job) { return mend__pg_flush_writer(store, job); }
 
 /* With the writer's lock held: a batch committed is durable. */
 static void *writer_settle(void *store, int rc) {
@@ -588,14 +636,14 @@ static int writer_told(mend_pg *p) {
 
 int mend__pg_sync(mend_pg *p) {
   if (writer_told(p) != 0 || p->batch_failed) return -1;
-  return flush(p, p->cur, 0, 0);
+  return mend__pg_flush_waiting(p, 0);
 }
 
 int mend__pg_sync_reads(mend_pg *p, pg_reads *r) {
   if (writer_told(p) != 0 || p->batch_failed) return -1;
-  r->sent = 0;
+  r->sent = 0;   /* a try that met a lock sends the same reads again */
   p->reads = r;
-  int rc = flush(p, p->cur, 0, 0);
+  int rc = mend__pg_flush_waiting(p, 0);
   p->reads = NULL;
   if (rc != 0) return -1;
   return r->sent ? 0 : 1;
@@ -603,7 +651,7 @@ int mend__pg_sync_reads(mend_pg *p, pg_reads *r) {
 
 int mend__pg_begin(mend_pg *p) {
   if (writer_told(p) != 0 || p->batch_failed) return -1;
-  return flush(p, p->cur, 0, 1);
+  return mend__pg_flush_waiting(p, 1);
 }
 
 /* A log holds at most this many records: a larger burst is sent in parts, in the open
@@ -652,7 +700,9 @@ int mend__pg_commit(mend_store *s) {
     mend__pg_log_clear(p->cur);
     return -1;
   }
-  if (flush(p, p->cur, 1, 0) != 0) {
+  int rc = mend__pg_flush(p, p->cur, 1, 0);
+  if (rc == MEND_STORE_BUSY) return rc;   /* kept whole for the next call (pg_wait.c) */
+  if (rc != 0) {
     p->batch_failed = 0;   /* told now: the next batch is a batch of its own */
     return -1;
   }

@@ -149,6 +149,20 @@ typedef struct mend_pg {
   long steps_inserted;         /* step rows sent by plain insert (P_INSERT_STEPS), likewise */
   int busy_ms;                 /* how long a repair's look waits for a row (set_busy_wait) */
   int tx_conflict;             /* the server rolled the open batch back (a deadlock): SQLSTATE 40 */
+  /* A try of a batch met another session's lock past its bound (pg_wait.c): SQLSTATE 55P03,
+   * and the server's context of it (which row). */
+  int on_writer;               /* the writer thread is flushing (its tries wait the full bound) */
+  int tx_lock, tx_lock_ms;      /* tx_lock_ms: the bound the last flush's writes waited under */
+  int tx_standing_ms;          /* lock_timeout of the open transaction between flushes (0: none) */
+  char lock_context[512];
+  /* A batch waits for another session's lock (mend_store_locked), and what holds it: the
+   * message is written by whichever thread tried the batch, under wait_mu; wait_seen is the
+   * loop's copy. */
+  atomic_int waiting;
+  pthread_mutex_t wait_mu;
+  char wait_msg[700], wait_seen[700];
+  int view_failed;             /* the last view read on aux and failed: view_err says why */
+  char view_err[1536];
   double retry_at, retry_delay;  /* reconnecting after the long try failed (pg_batch.c) */
   char retry_err[512];
   pg_reads *reads;             /* for the flush under way (mend__pg_sync_reads) */
@@ -162,6 +176,30 @@ typedef struct mend_pg {
 #define PG(s) ((mend_pg *)(void *)(s))
 /* How long a repair's look waits for a run's row another session holds, unless told. */
 #define PG_BUSY_MS 5000
+/* How long one try of a batch on the writer thread waits for another session's lock before it
+ * is rolled back and tried again (pg_wait.c); on the caller's thread, busy_ms if shorter. Longer than the server's deadlock_timeout (1 s by default): in a
+ * deadlock the server picks the batch to roll back first, as before there was a bound. */
+#define PG_WRITE_WAIT_MS 2000
+#define PG_TEXT_OF_(x) #x
+#define PG_TEXT_OF(x) PG_TEXT_OF_(x)
+
+/* pg_wait.c */
+/* SET back, as a session opens, the timeouts a role or database may set: none of them. */
+extern const char *const mend__pg_session_sql;
+int mend__pg_lock_timed_out(const PGresult *r);   /* SQLSTATE 55P03: a lock_timeout */
+/* After a try that met the bound, on conn idle again: what holds the lock (context: the
+ * server's context of the failure), told by the mark (mark), or as the batch's failure in err. */
+void mend__pg_lock_note(mend_pg *p, PGconn *c, const char *context, int mark);
+/* The same told in err from a failed statement's context alone (what: the statement's). */
+void mend__pg_lock_told(mend_pg *p, const char *what, const char *context);
+void mend__pg_lock_gone(mend_pg *p);
+const char *mend__pg_lock_msg(mend_pg *p);
+PGconn *mend__pg_view_aux(mend_pg *p);
+/* The writer thread's job flushed and committed, tried again while another session's lock
+ * holds it (until the store closes); and the caller's open batch flushed, likewise. */
+int mend__pg_flush_writer(mend_pg *p, pg_log *job);
+int mend__pg_flush_waiting(mend_pg *p, int begin);
+int mend__pg_locked(mend_store *s);
 
 /* pg.c */
 void mend__pg_msg(char *buf, int len, const char *fmt, ...);
@@ -219,6 +257,10 @@ int  mend__pg_sync(mend_pg *p);
  * (a read that failed fails the batch, as any statement of it). */
 int  mend__pg_sync_reads(mend_pg *p, pg_reads *r);
 int  mend__pg_writer_wait(mend_pg *p);      /* the connection is the caller's: 0, or -1 */
+/* Sends log's writes in the open transaction (begun if need be, or if `begin`), COMMIT after
+ * them with `commit`; empties the log: 0, -1 (the batch rolled back), or MEND_STORE_BUSY (another
+ * session's lock past the bound, in a transaction it began: nothing written, the log kept). */
+int  mend__pg_flush(mend_pg *p, pg_log *log, int commit, int begin);
 int  mend__pg_begin(mend_pg *p);            /* opens the transaction (fenced): 0 or -1 */
 void mend__pg_rollback(mend_pg *p);
 void mend__pg_rec_begin(mend_pg *p, int q);

@@ -393,7 +393,8 @@ static int look_exec(mend_pg *p, const char *sql) {
  * repair of it waits for that, then reads what this one wrote. The lock is waited for only
  * busy_ms (lock_timeout set for this look alone, in a savepoint of its own): another session's
  * lock held longer (psql left open) rolls back to that savepoint only, and the batch, with the
- * writes before it, goes on to commit; the session keeps no lock_timeout past the look. */
+ * writes before it, goes on to commit. After it the transaction keeps a bound of the same
+ * length for the repair's own writes (pg_wait.c says what a batch that meets it does). */
 int mend__pg_hold_status(mend_store *s, const char *id, const char *status, char *found, int len) {
   mend_pg *p = PG(s);
   found[0] = 0;
@@ -439,8 +440,14 @@ int mend__pg_hold_status(mend_store *s, const char *id, const char *status, char
   const char *st = PQntuples(r) > 0 ? PG_TEXT(r, 0, 0) : NULL;
   mend__pg_msg(found, len, "%s", st ? st : "");
   PQclear(r);
-  if (look_exec(p, "RELEASE SAVEPOINT mend_look; SET LOCAL lock_timeout TO DEFAULT") != 0)
-    return -1;
+  /* The repair's writes that follow, on other tables (a dead letter's row, history) that
+   * another session could hold too, wait no longer than the look from a command or a host's
+   * call: past it the batch fails naming the table (a command exits 1, nothing written). On a
+   * loop (serve's 0.1 s look) they wait as before: a failed batch would stop its engine. */
+  int after = ms >= PG_WRITE_WAIT_MS ? ms : 0;
+  snprintf(set, sizeof set, "RELEASE SAVEPOINT mend_look; SET LOCAL lock_timeout = %d", after);
+  if (look_exec(p, set) != 0) return -1;
+  p->tx_standing_ms = after;
   return strcmp(found, status) == 0 ? 0 : 1;
 }
 

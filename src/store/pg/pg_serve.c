@@ -4,7 +4,8 @@
  * (run_counts), in exactly the JSON shapes of src/store/runs_page.c and run_counts.c. The
  * order is SQLite's, (created, id) newest first with ids compared by bytes (COLLATE "C"), so a
  * cursor names a place that later inserts do not move. Reads run after the open batch, in its
- * transaction, as every read of this store does. Must never: write; name a password in a
+ * transaction, as every read of this store does, but while a batch waits for another session's
+ * lock (pg_wait.c): then the committed rows, on aux. Must never: write; name a password in a
  * message (errors carry the server's host:port/dbname only).
  */
 #include "store/pg/pg_int.h"
@@ -70,9 +71,21 @@ static json_t *value(const PGresult *r, int i, int f) {
  * stores as NULL) left out; NULL with the store's error set. */
 static json_t *rows(mend_pg *p, const char *sql, int n, const char *const *vals,
                     const char *what) {
-  if (mend__pg_sync(p) != 0) return NULL;
-  PGresult *r = mend__pg_run(p, -1, sql, n, vals, what);
-  if (!r) return NULL;
+  p->view_failed = 0;
+  PGconn *aux = mend__pg_view_aux(p);   /* a batch waits for a lock: the committed rows */
+  PGresult *r;
+  if (aux) {
+    r = PQexecParams(aux, sql, n, NULL, vals, NULL, NULL, 0);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+      p->view_failed = 1;
+      mend__pg_fail_to(p->view_err, sizeof p->view_err, p->aux_server, aux, r, what);
+      PQclear(r);
+      return NULL;
+    }
+  } else {
+    if (mend__pg_sync(p) != 0) return NULL;
+    if (!(r = mend__pg_run(p, -1, sql, n, vals, what))) return NULL;
+  }
   json_t *a = json_array();
   for (int i = 0; a && i < PQntuples(r); i++) {
     json_t *o = json_object();
@@ -91,7 +104,12 @@ static json_t *rows(mend_pg *p, const char *sql, int n, const char *const *vals,
     }
   }
   PQclear(r);
-  if (!a) mend__pg_msg(p->err, sizeof p->err, "%s: %s: out of memory", p->server, what);
+  if (!a && aux) {
+    p->view_failed = 1;
+    mend__pg_msg(p->view_err, sizeof p->view_err, "%s: %s: out of memory", p->aux_server, what);
+  } else if (!a) {
+    mend__pg_msg(p->err, sizeof p->err, "%s: %s: out of memory", p->server, what);
+  }
   return a;
 }
 

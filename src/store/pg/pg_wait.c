@@ -1,0 +1,223 @@
+/*
+ * pg_wait: how long the PostgreSQL store's batches wait for a lock another session holds (a
+ * run's row held in psql, `BEGIN; SELECT ... FOR UPDATE;` left open; a table locked by hand),
+ * and what is told meanwhile. Owns the bound (lock_timeout, set in each batch's transaction),
+ * the reading of a try that met it, the mark that a batch waits (mend_store_locked) and its
+ * message naming the row and the session that holds it. Must never: give up a batch for the
+ * lock (the batch is kept and tried again until it lands: its writes were acted on by no one
+ * yet, and the write-ahead rule holds them all); write p->err from the loop while the writer
+ * thread may (the mark's message is a buffer of its own, under its own lock).
+ *
+ * The design. What a flush sends (a batch's recorded writes, its BEGIN's lease renewal) waits
+ * for another session's lock at most PG_WRITE_WAIT_MS a try (SET LOCAL lock_timeout before
+ * it; on a loop's thread no longer than its busy wait, 0.1 s, so that the loop answers between
+ * tries); past them the transaction's standing value comes back (none; a command's repair after
+ * its look: the look's bound), so a statement run alone waits as it did. A try that met the
+ * bound (SQLSTATE 55P03) in a transaction it began itself is rolled back whole: nothing of it
+ * was written, and the log that holds it is kept and sent again after a backoff (50 ms
+ * doubling to 1 s), by the writer thread on its own, or by the engine's lock timer without one
+ * (commit answers MEND_STORE_BUSY), as SQLite's batches wait out another process's write lock
+ * (lock.c: the same warnings, claims held back meanwhile). So the writes land once the lock
+ * goes, once each, and in their order. While it waits the loop does not wait with it: the
+ * views (a run, its history, a page of runs) read the committed rows on the side connection,
+ * as SQLite's read on its reader. The engine's own reads still wait for the batch (they must
+ * see it). The batch is one transaction, so the engine's other runs' writes in it wait too: a
+ * batch is the unit the write-ahead rule acts on, and splitting off one run's writes would
+ * need a transaction per run. A try in a transaction open before it (a repair's look began it;
+ * a read sent earlier writes) cannot be sent again whole: it fails as a deadlock does (nothing
+ * of it written, told once as a lost batch). A repair's statement after its look that meets
+ * the look's bound fails the batch, naming the table (pg.c).
+ *
+ * Timeouts set on the role or the database (statement_timeout, lock_timeout,
+ * idle_in_transaction_session_timeout) are set back to none as each session opens, as pg_dump
+ * does: mend bounds its own waits, and a statement cut off by a role's timeout (57014) would
+ * be a failure of the store, which breaks an engine.
+ */
+#include "pg_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+const char *const mend__pg_session_sql =
+    "SET statement_timeout = 0; SET lock_timeout = 0; SET idle_in_transaction_session_timeout = 0";
+
+int mend__pg_lock_timed_out(const PGresult *r) {
+  const char *code = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+  return code && strcmp(code, "55P03") == 0;
+}
+
+/* The tables whose rows a batch writes, and the column that names the run (or the worker). */
+static const char *key_of(const char *table) {
+  static const char *const keys[][2] = {
+    {"runs", "id"}, {"steps", "run_id"}, {"history", "run_id"}, {"dlq", "run_id"},
+    {"inbox", "run_id"}, {"tokens", "run_id"}, {"workers", "owner"},
+  };
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+    if (strcmp(table, keys[i][0]) == 0) return keys[i][1];
+  return NULL;
+}
+
+/* The server's context of a lock wait: `while updating tuple (0,5) in relation "runs"`. */
+static int tuple_of(const char *context, char *tid, size_t tidlen, char *table, size_t tablelen) {
+  const char *t = context ? strstr(context, "tuple (") : NULL;
+  if (!t) return 0;
+  t += 6;
+  const char *end = strchr(t, ')');
+  const char *rel = strstr(t, "relation \"");
+  if (!end || !rel || (size_t)(end - t + 1) >= tidlen) return 0;
+  memcpy(tid, t, (size_t)(end - t + 1));
+  tid[end - t + 1] = 0;
+  rel += 10;
+  const char *q = strchr(rel, '"');
+  if (!q || (size_t)(q - rel) >= tablelen) return 0;
+  memcpy(table, rel, (size_t)(q - rel));
+  table[q - rel] = 0;
+  return 1;
+}
+
+static void set_msg(mend_pg *p, const char *msg) {
+  pthread_mutex_lock(&p->wait_mu);
+  snprintf(p->wait_msg, sizeof p->wait_msg, "%s", msg);
+  pthread_mutex_unlock(&p->wait_mu);
+}
+
+/* After a try that met the bound: who holds what it waited for, asked on c (conn rolled back
+ * and idle, this thread's; or aux, the loop's, while conn's transaction is the one that
+ * failed). A row: by the transaction id in its xmax, which the holder's lock names. A
+ * table: by a granted lock on it that a write conflicts with. */
+void mend__pg_lock_note(mend_pg *p, PGconn *c, const char *context, int mark) {
+  char tid[64], table[64], sql[900], msg[sizeof p->wait_msg];
+  const char *key = NULL;
+  int row = tuple_of(context, tid, sizeof tid, table, sizeof table) && (key = key_of(table));
+  if (row)
+    snprintf(sql, sizeof sql, "SELECT t.%s, l.pid, a.application_name FROM %s t"
+             " LEFT JOIN pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = t.xmax"
+             " AND l.granted AND l.mode = 'ExclusiveLock' AND l.pid <> pg_backend_pid()"
+             " LEFT JOIN pg_stat_activity a ON a.pid = l.pid WHERE t.ctid = $1::tid LIMIT 1",
+             key, table);
+  else
+    snprintf(sql, sizeof sql, "SELECT c.relname, l.pid, a.application_name FROM pg_locks l"
+             " JOIN pg_class c ON c.oid = l.relation LEFT JOIN pg_stat_activity a ON a.pid = l.pid"
+             " WHERE l.granted AND l.pid <> pg_backend_pid() AND l.mode IN ('ShareLock',"
+             " 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')"
+             " AND c.relnamespace = current_schema()::regnamespace LIMIT 1");
+  const char *v[1] = {tid};
+  PGresult *r = PQexecParams(c, sql, row ? 1 : 0, NULL, row ? v : NULL, NULL, NULL, 0);
+  int found = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
+  const char *what = found ? PG_TEXT(r, 0, 0) : NULL;
+  const char *pid = found ? PG_TEXT(r, 0, 1) : NULL;
+  const char *app = found ? PG_TEXT(r, 0, 2) : NULL;
+  char holder[160];
+  if (pid) snprintf(holder, sizeof holder, "session %s%s%s%s", pid, app && *app ? " (" : "",
+                    app && *app ? app : "", app && *app ? ")" : "");
+  else snprintf(holder, sizeof holder, "another session");
+  if (row && what && strcmp(table, "runs") == 0)
+    snprintf(msg, sizeof msg, "%s: run %s is locked by %s: its writes wait", p->server, what,
+             holder);
+  else if (row && what)
+    snprintf(msg, sizeof msg, "%s: a row of table %s of %s %s is locked by %s: its writes wait",
+             p->server, table, strcmp(table, "workers") == 0 ? "worker" : "run", what, holder);
+  else if (!row && what)
+    snprintf(msg, sizeof msg, "%s: table %s is locked by %s: writes wait", p->server, what,
+             holder);
+  else
+    snprintf(msg, sizeof msg, "%s: a row a batch writes is locked by another session: writes"
+             " wait", p->server);
+  PQclear(r);
+  if (!mark) {   /* the batch failed for it: told as its failure */
+    mend__pg_msg(p->err, sizeof p->err, "%s (waited %.1f s; the batch was rolled back)", msg,
+                 p->tx_lock_ms / 1000.0);
+    return;
+  }
+  mend__pg_msg(p->err, sizeof p->err, "%s", msg);   /* this thread's, as the try's failure */
+  set_msg(p, msg);
+  atomic_store(&p->waiting, 1);
+}
+
+/* A statement run alone in the open transaction (a repair's write after its look) that met
+ * the bound: the transaction is aborted, so nothing more can be asked on conn, and aux is not
+ * this thread's to ask on; told from the server's context alone. */
+void mend__pg_lock_told(mend_pg *p, const char *what, const char *context) {
+  char tid[64], table[64];
+  if (tuple_of(context, tid, sizeof tid, table, sizeof table))
+    mend__pg_msg(p->err, sizeof p->err, "%s: %s: a row of table %s is locked by another session"
+                 " (waited %.1f s; the batch was rolled back)", p->server, what, table,
+                 p->tx_standing_ms / 1000.0);
+  else
+    mend__pg_msg(p->err, sizeof p->err, "%s: %s: a lock is held by another session (waited %.1f"
+                 " s; the batch was rolled back)", p->server, what, p->tx_standing_ms / 1000.0);
+}
+
+void mend__pg_lock_gone(mend_pg *p) { atomic_store(&p->waiting, 0); }
+
+int mend__pg_locked(mend_store *s) { return atomic_load(&PG(s)->waiting); }
+
+/* The loop's copy of the mark's message: the writer thread may be writing the next. */
+const char *mend__pg_lock_msg(mend_pg *p) {
+  pthread_mutex_lock(&p->wait_mu);
+  snprintf(p->wait_seen, sizeof p->wait_seen, "%s", p->wait_msg);
+  pthread_mutex_unlock(&p->wait_mu);
+  return p->wait_seen;
+}
+
+/* While a batch waits for a lock (on the writer thread, or kept in the log for the engine's
+ * next try), a view reads the committed rows on aux rather than wait with it; NULL: read as
+ * usual, on conn. Nothing the batch holds was told to anyone yet (an answer waits for its
+ * batch), so no one misses a write they were told of. */
+PGconn *mend__pg_view_aux(mend_pg *p) {
+  if (!atomic_load(&p->waiting)) return NULL;
+  if (!p->cur->nrec && !(p->w && mend__handoff_busy(p->w))) return NULL;
+  return mend__pg_aux(p) == 0 ? p->aux : NULL;
+}
+
+/* A batch that met another session's lock past the bound (pg_wait.c) is tried again after
+ * 50 ms, then twice as long each time up to 1 s, for as long as the lock lasts: this thread
+ * waits, the loop goes on recording the next batch and is told at each try (done: it warns,
+ * mend_store_locked). Once the store is closing it tries for PG_BUSY_MS more, then gives the
+ * batch up, as a crash would: nothing in it was acted on. */
+int mend__pg_flush_writer(mend_pg *p, pg_log *job) {
+  pg_writer *w = p->w;
+  double delay = 0.05, give_up = -1;
+  int rc;
+  p->on_writer = 1;
+  while ((rc = mend__pg_flush(p, job, 1, 0)) == MEND_STORE_BUSY) {
+    pthread_mutex_lock(&w->mu);
+    mend__handoff_tell(w);
+    if (w->stop && give_up < 0) give_up = mend__pg_mono() + PG_BUSY_MS / 1000.0;
+    if (give_up >= 0 && mend__pg_mono() >= give_up) {
+      pthread_mutex_unlock(&w->mu);
+      mend__pg_msg(p->err, sizeof p->err, "%s: closing: a batch waiting for another session's"
+                   " lock was given up: %s", p->server, mend__pg_lock_msg(p));
+      mend__pg_log_clear(job);
+      mend__pg_lock_gone(p);
+      p->on_writer = 0;
+      return -1;
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    long ns = until.tv_nsec + (long)(delay * 1e9);
+    until.tv_sec += ns / 1000000000L;
+    until.tv_nsec = ns % 1000000000L;
+    if (!w->stop) pthread_cond_timedwait(&w->cv, &w->mu, &until);
+    pthread_mutex_unlock(&w->mu);
+    delay = delay * 2 > 1 ? 1 : delay * 2;
+  }
+  p->on_writer = 0;
+  return rc;
+}
+
+/* A flush on the caller's thread (a read, a transaction begun) waits out another session's
+ * lock as before there was a bound, trying again until it lands: its caller has no batch to
+ * keep. The views do not come here while a batch waits (pg_wait.c). */
+int mend__pg_flush_waiting(mend_pg *p, int begin) {
+  double delay = 0.05;
+  int rc;
+  while ((rc = mend__pg_flush(p, p->cur, 0, begin)) == MEND_STORE_BUSY) {
+    struct timespec ts = {(time_t)delay, (long)((delay - (double)(time_t)delay) * 1e9)};
+    nanosleep(&ts, NULL);
+    delay = delay * 2 > 1 ? 1 : delay * 2;
+  }
+  return rc;
+}
