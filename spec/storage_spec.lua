@@ -329,6 +329,17 @@ describe("a database in a folder that does not exist #sqlite", function()
     assert.matches("its folder " .. missing:gsub("%p", "%%%0") .. " does not exist", out)
     assert.is_nil(io.open(missing))
   end)
+
+  it("is refused naming a folder given as the database, and what to give instead", function()
+    local wfdir, folder = H.tmp_dir(), H.tmp_dir()
+    write(wfdir .. "/big.lua", BIG_STEP_WORKFLOW)
+    for _, cmd in ipairs { "start big --workflows " .. wfdir, "runs" } do
+      local rc, out = run(string.format("%s %s --db %s/", MEND, cmd, folder))
+      assert.are.equal(1, rc, out)
+      assert.matches("(it is a folder: a database is a file; give a path in it, as " .. folder .. "/mend.db)",
+                     out, 1, true)
+    end
+  end)
 end)
 
 describe("a locked database #sqlite", function()

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -162,6 +163,14 @@ static void explain_open_failure(mend_store *s) {
   else mend__set_msg(dir, sizeof dir, ".");
   size_t n = strlen(s->err);
   int room = (int)(sizeof s->err - n);
+  struct stat st;
+  if (stat(s->path, &st) == 0 && S_ISDIR(st.st_mode)) {
+    size_t len = strlen(s->path);
+    while (len > 1 && s->path[len - 1] == '/') len--;
+    mend__set_msg(s->err + n, room, " (it is a folder: a database is a file; give a path in it, "
+                  "as %.*s/mend.db)", (int)len, s->path);
+    return;
+  }
   if (access(s->path, F_OK) == 0 && access(s->path, W_OK) != 0) {
     int why = errno;
     char shm[4200];
