@@ -240,6 +240,21 @@ describe("a registered definition", function()
     has(err, "register")
     has(err, 'step "charge": retry.initial must be >= 0, got -1')
   end)
+
+  it("refuses a number field that is NaN, saying so (it printed \"-nan\")", function()
+    local eng = H.new_engine()
+    for _, field in ipairs { "timeout", "sleep" } do
+      local step = { name = "charge", execute = function() end }
+      step[field] = 0 / 0
+      local ok, err = pcall(eng.register, eng, { name = "nan_" .. field, steps = { step } })
+      assert.is_false(ok)
+      has(tostring(err), 'step "charge": step.' .. field .. ' must be a number, got NaN')
+    end
+    local ok, err = pcall(eng.register, eng, { name = "nan_retry", steps = {
+      { name = "charge", execute = function() end, retry = { initial = 0 / 0 } } } })
+    assert.is_false(ok)
+    assert.is_nil(tostring(err):find("nan", 1, true), tostring(err))
+  end)
 end)
 
 -- Names had no maximum: a workflow with a 4 MiB name loaded, then a host's buffer for its name

@@ -59,7 +59,9 @@ static int opt_number(lua_State *L, int idx, const char *field, const char *what
   int t = raw_field(L, idx, field);
   int r = 0;
   if (t == LUA_TNUMBER) { *out = lua_tonumber(L, -1); r = 1; }
-  else if (t != LUA_TNIL)
+  /* no rule of a number holds for NaN, and %g would print it as "-nan" */
+  if (r == 1 && isnan(*out)) r = mend_errorf(err, errlen, "%s.%s must be a number, got NaN", what, field);
+  else if (t != LUA_TNIL && t != LUA_TNUMBER)
     r = mend_errorf(err, errlen, "%s.%s must be a number, got %s", what, field, lua_typename(L, t));
   lua_pop(L, 1);
   return r;
