@@ -90,6 +90,11 @@ describe("mend dlq resolve", function()
     local rc, out = mend_cmd(db, "dlq resolve " .. id)
     assert.are.equal(2, rc)
     assert.matches("%-%-note TEXT is required", out)
+    for _, blank in ipairs { "", "   " } do   -- a note of nothing says nothing either
+      rc, out = mend_cmd(db, "dlq resolve " .. id .. " --note " .. q(blank))
+      assert.are.equal(2, rc, out)
+      assert.matches("%-%-note TEXT is required", out)
+    end
     rc, out = mend_cmd(db, "dlq resolve " .. id .. " --note " .. q("refunded by hand"))
     assert.are.equal(0, rc, out)
     assert.are.equal("resolved", json_of(db, "status " .. id).status)

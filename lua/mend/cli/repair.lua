@@ -88,7 +88,10 @@ function M.dlq_retry(o, id)
 end
 
 function M.dlq_resolve(o, id)
-  if not o.note then usage_error("dlq resolve", "--note TEXT is required: say what was done") end
+  -- a note of blanks says nothing of what was done: refused as a missing one is
+  if not o.note or not o.note:find("%S") then
+    usage_error("dlq resolve", "--note TEXT is required: say what was done")
+  end
   return with_engine(existing_db(o.db), function(eng)
     operate("dlq resolve", eng.resolve, eng, id, { note = o.note, who = who() })
     out("run %s resolved\n", id)
