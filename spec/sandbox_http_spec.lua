@@ -108,6 +108,28 @@ describe("mend.http in a sandbox", function()
     assert.are.equal("succeeded", st.status)
   end)
 
+  it("holds no answer larger than a memory limit under 16 MiB: the default max_bytes is the limit", function()
+    -- the default (16 MiB) was held whatever the limit: with 8 MiB a call that gave none took a
+    -- 12 MB answer whole outside the limit, and only then failed it
+    script({ ["/big"] = { { status = 200, size = 12000000 } } })
+    local eng = H.new_engine({ sandbox = true, memory_limit = 8 << 20, http_allow = { "127.0.0.1" } })
+    eng:load(H.write_file(H.tmp_dir(), "caller.lua", CALLER))
+    local id = eng:start("caller", { url = server.base .. "/big" })
+    eng:run()
+    failed_with(eng:status(id), "response larger than max_bytes (8388608 bytes)")
+  end)
+
+  it("refuses a header name that is not a token, which curl reads its own way", function()
+    -- curl took "Host;" for its Host with an empty value, dropped its own and sent
+    -- "Host:: admin.internal"; "Host " and "Host\t" went as a second Host line
+    script({ ["/a"] = { { status = 200 } } })
+    for _, name in ipairs { "Host;", "Host ", "Host\t", "X:A", "", "caf\u{e9}" } do
+      local st = call({ url = server.base .. "/a", headers = { [name] = "admin.internal" } })
+      failed_with(st, ('header "%s" is not a header name'):format(name))
+    end
+    assert.are.equal(0, #seen())
+  end)
+
   -- What held before: each is refused at the call, nothing sent.
   it("matches the host curl connects to, whatever the URL's text makes of it", function()
     script({ ["/a"] = { { status = 200 } } })

@@ -122,11 +122,25 @@ static void log_to_lua(void *ud, const mend_log_record *rec) {
   if (with_exit_kept(b, L, 1) != LUA_OK) lua_pop(L, 1);   /* a broken logger must not stop runs */
 }
 
+/* A Lua string may hold a NUL byte; C reads it only up to there: "order-7\0x" would be the run
+ * key "order-7", another run's. Refused, naming what it was given for. */
+static const char *whole_text(lua_State *L, int idx, const char *what) {
+  size_t len;
+  const char *s = luaL_checklstring(L, idx, &len);
+  if (strlen(s) != len)
+    luaL_error(L, "%s holds a NUL byte: it would be cut short there", what);
+  return s;
+}
+
 const char *mend__opt_string(lua_State *L, int idx, const char *field, const char *def) {
   lua_getfield(L, idx, field);
-  const char *s = lua_isnil(L, -1) ? def : luaL_checkstring(L, -1);
+  const char *s = lua_isnil(L, -1) ? def : whole_text(L, -1, field);
   lua_pop(L, 1);
   return s;
+}
+
+const char *mend__check_text(lua_State *L, int idx, const char *what) {
+  return whole_text(L, idx, what);
 }
 
 void mend__opts_known(lua_State *L, int idx, const char *method, const char *const *known) {
@@ -360,7 +374,7 @@ static int engine_register(lua_State *L) {
 /* eng:start(name, input [, {key = k}]) -> run_id, existed  [-0, +2, e] */
 static int engine_start(lua_State *L) {
   engine_box *b = check_engine(L);
-  const char *name = luaL_checkstring(L, 2);
+  const char *name = mend__check_text(L, 2, "the workflow's name");
   const char *key = NULL;
   int detached = 0;
   if (!lua_isnoneornil(L, 4)) {

@@ -244,8 +244,8 @@ static int engine_cancel(lua_State *L) {
  * an event to a running run, by its id or (id nil) by opts.run_key.  [-0, +2, e] */
 static int engine_signal(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
-  const char *id = luaL_optstring(L, 2, NULL);
-  const char *name = luaL_checkstring(L, 3);
+  const char *id = lua_isnoneornil(L, 2) ? NULL : mend__check_text(L, 2, "the run id");
+  const char *name = mend__check_text(L, 3, "the event's name");
   const char *key = NULL, *run_key = NULL;
   if (!lua_isnoneornil(L, 5)) {
     luaL_checktype(L, 5, LUA_TTABLE);

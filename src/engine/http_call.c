@@ -289,6 +289,15 @@ static void finish_headers(http_req *q) {
   q->headers = q->nlines ? q->nodes : NULL;
 }
 
+/* An HTTP header's name is a token (RFC 9110 5.1): curl reads others its own way ("Host;" is
+ * its Host with an empty value, sent as "Host:: x"), past the checks made of the name here. */
+static int is_token(const char *s) {
+  if (!*s) return 0;
+  for (; *s; s++)
+    if (!(isalnum((unsigned char)*s) || strchr("!#$%&'*+-.^_`|~", *s))) return 0;
+  return 1;
+}
+
 /* Reads the call's table (at 1), sets the request up and starts it. 0: the step yields; -1:
  * err says why it cannot be made (a fatal error for the step). */
 static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) {
@@ -385,8 +394,10 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
         snprintf(err, (size_t)errlen, "header \"%.100s\" has a NUL byte", name);
         return -1;
       }
-      if (strpbrk(name, ":\r\n") || strpbrk(value, "\r\n")) {
-        snprintf(err, (size_t)errlen, "header \"%.100s\" has a newline or a colon", name);
+      if (!is_token(name) || strpbrk(value, "\r\n")) {
+        snprintf(err, (size_t)errlen, "header \"%.100s\" %s", name, !is_token(name)
+                 ? "is not a header name (letters, digits and !#$%&'*+-.^_`|~ only)"
+                 : "has a newline in its value");
         return -1;
       }
       /* The allow-list is of the hosts a request is for: a Host of the call's own would reach
@@ -471,12 +482,13 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, connect_ms);
     q->on_connect_ms = connect_ms;
   }
+  /* The answer is held outside the state's allocator until it is whole: no larger than what
+   * the workflow's code may hold, the default included. */
   q->max_bytes = HTTP_MAX_BYTES;
+  if (E->cfg.memory_limit && E->cfg.memory_limit < q->max_bytes) q->max_bytes = E->cfg.memory_limit;
   if (field(L, base, F_MAX_BYTES) != LUA_TNIL) {
     lua_Integer v = lua_tointeger(L, -1);
     if (v <= 0) { snprintf(err, (size_t)errlen, "max_bytes must be an integer > 0"); return -1; }
-    /* The answer is held outside the state's allocator until it is whole: no larger than
-     * what the workflow's code may hold. */
     if (E->cfg.memory_limit && (lua_Unsigned)v > E->cfg.memory_limit) {
       snprintf(err, (size_t)errlen, "max_bytes of %lld is over the memory limit (%zu bytes)",
                (long long)v, E->cfg.memory_limit);
