@@ -436,6 +436,9 @@ void mend_sandbox_env(lua_State *L, const char *dir, const char *lua_dir) {
   lua_pushliteral(L, "print");
   lua_pushcclosure(L, mend__sandbox_charged_tostrings, 2);
   lua_setfield(L, env, "print");
+  lua_getglobal(L, "tostring");
+  lua_pushcclosure(L, mend__sandbox_charged_tostring, 1);
+  lua_setfield(L, env, "tostring");
   lua_pushvalue(L, env);
   lua_getglobal(L, "load");
   lua_pushcclosure(L, safe_load, 2);
@@ -470,6 +473,9 @@ void mend_sandbox_env(lua_State *L, const char *dir, const char *lua_dir) {
   lua_getfield(L, -1, "date");
   lua_pushcclosure(L, mend__sandbox_bounded_date, 1);
   lua_setfield(L, -2, "date");
+  lua_getfield(L, -1, "time");
+  lua_pushcclosure(L, mend__sandbox_charged_time, 1);
+  lua_setfield(L, -2, "time");
   lua_pop(L, 1);
   /* require, with its own table of what it loaded: "mend" is there from the start. */
   lua_newtable(L);

@@ -344,21 +344,41 @@ int mend__sandbox_charged_strings(lua_State *L) {
 /* os.date calls strftime once for each conversion of its format: no format of a sensible
  * length needs more than this. */
 #define MAX_DATE_FORMAT 4096
-/* One conversion: a call to strftime, 170-240 ns for a %c or %Ec. */
+/* One conversion: a call to strftime, 170-240 ns for a %c or %Ec. Each call, conversions or
+ * not: localtime_r or gmtime_r and a string or a table made (80-330 ns). */
 #define DATE_CONVERSION_COST 32.0
+#define DATE_CALL_COST 32.0
 
 int mend__sandbox_bounded_date(lua_State *L) {
   size_t n;
   const char *f;
+  double work = DATE_CALL_COST;
   if (lua_type(L, 1) == LUA_TSTRING && (f = lua_tolstring(L, 1, &n))) {
     if (n > MAX_DATE_FORMAT)
       return luaL_error(L, "os.date: a format of %I bytes, over the sandbox's bound of %d",
                         (lua_Integer)n, MAX_DATE_FORMAT);
-    double work = 0;
     for (size_t i = 0; i < n; i++)
       if (f[i] == '%') { work += DATE_CONVERSION_COST; i++; }
-    if (work > 1) mend_limits_charge(L, work);
   }
+  mend_limits_charge(L, work);
+  return call_original(L);
+}
+
+/* os.time of a table calls mktime, which (glibc, TZ unset) looks at /etc/localtime again with
+ * a stat each call: 1-2 us of CPU, of system time mostly. */
+#define MKTIME_COST 512.0
+
+int mend__sandbox_charged_time(lua_State *L) {
+  if (lua_type(L, 1) == LUA_TTABLE) mend_limits_charge(L, MKTIME_COST);
+  return call_original(L);
+}
+
+/* tostring makes a string of a number (snprintf) or of a table's, a function's or a
+ * userdata's address, as print does; a string, a boolean and nil it returns as they are. */
+int mend__sandbox_charged_tostring(lua_State *L) {
+  int t = lua_type(L, 1);
+  if (t != LUA_TSTRING && t != LUA_TBOOLEAN && t != LUA_TNIL && t != LUA_TNONE)
+    mend_limits_charge(L, FORMAT_TOSTRING_COST);
   return call_original(L);
 }
 

@@ -148,17 +148,66 @@ static double cost_log10(const char *s, size_t n, const char *p, size_t plen, in
   return lg + log10(leaf);
 }
 
-/* What gsub does for one escape of its replacement string ("%0", "%1", "%%") at one match: a
- * capture pushed and added to the result, made a string first when it is a position (60-85 ns);
- * an empty capture adds nothing to the result, so its allocation charges nothing either. */
+/* What gsub does at one match for each escape of its replacement string that names a capture
+ * ("%0".."%9"): the capture pushed and added to the result, made a string first when it is a
+ * position (60-85 ns); an empty capture adds nothing to the result, so its allocation charges
+ * nothing either. A "%%" adds a byte (one instruction); the other bytes are copied at the
+ * cost their allocation is charged. */
 #define GSUB_ESCAPE_COST 16.0
+/* What gsub does at one match for a function or table replacement: the captures pushed and a
+ * call or a lookup (25-30 ns); the function's own instructions are counted by the hook. */
+#define GSUB_CALL_COST 16.0
 
-/* The escapes of gsub's replacement string, each read again at every match. */
-static double gsub_escapes(const char *r, size_t rlen) {
-  double n = 0;
-  for (size_t i = 0; i < rlen; i++)
-    if (r[i] == '%') { n++; i++; }
-  return n;
+/* The work of gsub's replacement string at each match. */
+static double gsub_per_match(const char *r, size_t rlen) {
+  double work = 0;
+  for (size_t i = 0; i + 1 < rlen; i++)
+    if (r[i] == '%') {
+      work += r[i + 1] == '%' ? 1 : GSUB_ESCAPE_COST;
+      i++;
+    }
+  return work;
+}
+
+/* The most matches gsub can make of p in s (n of them at most): one at most when p is
+ * anchored; when every match starts with a byte of one class (p's first item, a character or
+ * a "%" class that is not optional), no more than the bytes of s in that class; n + 1
+ * otherwise (an empty match at every start position). */
+static double gsub_matches(const char *s, size_t n, const char *p, size_t plen) {
+  size_t i = 0;
+  if (plen > 0 && p[0] == '^') return 1;
+  while (i < plen && (p[i] == '(' || p[i] == ')')) {
+    if (p[i] == '(' && i + 1 < plen && p[i + 1] == ')') return (double)n + 1;   /* a position */
+    i++;
+  }
+  if (i >= plen || p[i] == '[' || p[i] == '.' || p[i] == '$') return (double)n + 1;
+  size_t clen = 1;
+  if (p[i] == '%') {
+    if (i + 1 >= plen || p[i + 1] == 'b' || p[i + 1] == 'f' || isdigit((unsigned char)p[i + 1]))
+      return (double)n + 1;
+    clen = 2;
+  }
+  size_t after = i + clen;
+  if (after < plen && (p[after] == '*' || p[after] == '-' || p[after] == '?'))
+    return (double)n + 1;
+  double count = 0;
+  for (size_t k = 0; k < n; k++) count += class_has(p + i, clen, (unsigned char)s[k]);
+  return count;
+}
+
+/* A function or table replacement of gsub, called at each match: charged its push and call,
+ * as the match happens. Upvalue 1: the function or table. */
+static int charged_replacement(lua_State *L) {
+  mend_limits_charge(L, GSUB_CALL_COST);
+  if (lua_type(L, lua_upvalueindex(1)) == LUA_TFUNCTION) {
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, lua_gettop(L) - 1, 1);
+    return 1;
+  }
+  lua_settop(L, 1);
+  lua_gettable(L, lua_upvalueindex(1));
+  return 1;
 }
 
 enum { PAT_FIND, PAT_MATCH, PAT_GMATCH, PAT_GSUB };
@@ -168,6 +217,7 @@ static const char *const pattern_fn[] = {"find", "match", "gmatch", "gsub"};
 static int bounded_pattern(lua_State *L) {
   int which = (int)lua_tointeger(L, lua_upvalueindex(2));
   int ts = lua_type(L, 1), tp = lua_type(L, 2);
+  double per_match = 0;
   if ((ts == LUA_TSTRING || ts == LUA_TNUMBER) && (tp == LUA_TSTRING || tp == LUA_TNUMBER)) {
     size_t n, plen;
     const char *s = lua_tolstring(L, 1, &n);
@@ -176,16 +226,28 @@ static int bounded_pattern(lua_State *L) {
     double lg = which == PAT_FIND && lua_toboolean(L, 4)
       ? log10((double)n + 1) + log10((double)plen + 1)
       : cost_log10(s, n, p, plen, which != PAT_GMATCH || LUA_VERSION_RELEASE_NUM >= 50400);
-    /* gsub's matches (at most one a start position, or its n) each read the replacement. */
-    double extra = 0;
+    /* gsub's replacement string is read again at each match: refused when that alone may go
+     * over the bound at the matches it may make, charged for those it made (below). */
+    double matches = 0;
     if (which == PAT_GSUB && lua_type(L, 3) == LUA_TSTRING) {
       size_t rlen;
       const char *r = lua_tolstring(L, 3, &rlen);
-      double matches = (double)n + 1;
+      per_match = gsub_per_match(r, rlen);
+      matches = gsub_matches(s, n, p, plen);
       if (lua_type(L, 4) == LUA_TNUMBER && lua_tonumber(L, 4) < matches)
         matches = lua_tonumber(L, 4) > 0 ? lua_tonumber(L, 4) : 0;
-      extra = matches * gsub_escapes(r, rlen) * GSUB_ESCAPE_COST;
-      if (extra > 0) lg = log10(pow(10.0, lg) + extra);
+      if (matches * per_match > MEND_SANDBOX_PATTERN_STEPS) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "string.gsub: a replacement of %.0f instructions of work at "
+                 "each of up to %.0f matches, over the sandbox's bound of %.0e in one call "
+                 "(README: Limits and sandbox)", per_match, matches, MEND_SANDBOX_PATTERN_STEPS);
+        return luaL_error(L, "%s", msg);
+      }
+    } else if (which == PAT_GSUB && (lua_type(L, 3) == LUA_TFUNCTION ||
+                                     lua_type(L, 3) == LUA_TTABLE)) {
+      lua_pushvalue(L, 3);
+      lua_pushcclosure(L, charged_replacement, 1);
+      lua_replace(L, 3);
     }
     if (lg > log10(MEND_SANDBOX_PATTERN_STEPS)) {
       char msg[300];
@@ -204,6 +266,9 @@ static int bounded_pattern(lua_State *L) {
   lua_pushvalue(L, lua_upvalueindex(1));
   lua_insert(L, 1);
   lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  /* gsub answers the matches it made. */
+  if (per_match > 0 && lua_gettop(L) >= 2 && lua_isinteger(L, 2))
+    mend_limits_charge(L, (double)lua_tointeger(L, 2) * per_match);
   return lua_gettop(L);
 }
 

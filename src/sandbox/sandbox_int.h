@@ -19,6 +19,8 @@ int mend__sandbox_bounded_date(lua_State *L);
 int mend__sandbox_bounded_decode(lua_State *L);
 int mend__sandbox_charged_encode(lua_State *L);
 int mend__sandbox_charged_strings(lua_State *L);
+int mend__sandbox_charged_time(lua_State *L);
+int mend__sandbox_charged_tostring(lua_State *L);
 int mend__sandbox_charged_tostrings(lua_State *L);   /* upvalue 2: the function's name */
 
 #endif
