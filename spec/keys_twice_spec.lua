@@ -47,6 +47,8 @@ describe("JSON text with a key given twice", function()
     assert.are.same({ a = { b = 2 } }, mend.json.decode('{"a": {"b": 1,\n "b": 2}}'))
     assert.has_error(function() mend.json.decode("{}", { duplicates = "no" }) end,
                      "mend.json.decode: duplicates is true or false, got string")
+    -- what is not a table after the text is not options (decode(select(2, ...)) passes it on)
+    assert.are.same({ a = 2 }, mend.json.decode('{"a": 1, "a": 2}', "stderr text"))
   end)
 end)
 

@@ -775,8 +775,8 @@ static int l_decode(lua_State *L) {
   size_t len;
   const char *s = luaL_checklstring(L, 1, &len);
   int refuse = 0;
-  if (!lua_isnoneornil(L, 2)) {
-    luaL_checktype(L, 2, LUA_TTABLE);
+  /* Only a table is options: decode(select(2, ...)) passes what follows the text along too */
+  if (lua_type(L, 2) == LUA_TTABLE) {
     lua_getfield(L, 2, "duplicates");
     if (!lua_isnil(L, -1) && !lua_isboolean(L, -1))
       return luaL_error(L, "mend.json.decode: duplicates is true or false, got %s",
