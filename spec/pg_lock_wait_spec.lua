@@ -15,16 +15,34 @@ local it_pg = H.PG and it or pending
 
 local holds = {}
 
--- A psql session that locks run id's row (FOR UPDATE) and keeps its transaction open; returns
--- once the lock is held.
-local function hold_row(dir, db, id)
+-- A psql session that runs `sql` in a transaction it keeps open, `%HELD%` in it the file that
+-- says the locks are held (touched after `sql` when it holds no `\! touch %HELD%`); returns
+-- once that file is there.
+local function hold(dir, db, sql)
   local name = ("mend-hold-%d-"):format(#holds + 1) .. dir:match("([%w_]+)$")
   local held = dir .. "/" .. name
-  local script = H.write_file(dir, name .. ".sql", ("BEGIN;\nSELECT id FROM runs WHERE id = '%s' FOR UPDATE;\n"
-    .. "\\! touch %s\nSELECT pg_sleep(120);\nCOMMIT;\n"):format(id, held))
+  if not sql:find("%HELD%", 1, true) then sql = sql .. ";\n\\! touch %HELD%" end
+  local script = H.write_file(dir, name .. ".sql", ("SET statement_timeout = 0;\nBEGIN;\n%s\n"
+    .. "SELECT pg_sleep(120);\nCOMMIT;\n"):format((sql:gsub("%%HELD%%", held))))
   os.execute(("PGAPPNAME=%s psql -X -q %s -f %s >/dev/null 2>&1 &"):format(q(name), q(db), q(script)))
   holds[#holds + 1] = name
-  H.wait_for("psql to hold the row", function() return sh("test -e " .. q(held)) == 0 end, 10)
+  H.wait_for("psql to hold the lock", function() return sh("test -e " .. q(held)) == 0 end, 10)
+end
+
+-- A psql session that locks run id's row (FOR UPDATE) and keeps its transaction open.
+local function hold_row(dir, db, id)
+  hold(dir, db, ("SELECT id FROM runs WHERE id = '%s' FOR UPDATE"):format(id))
+end
+
+-- A psql session that holds dead letter id's dlq row, waits for mend's session to wait for a
+-- lock (its delete of that row), then asks for the run's row, which mend's look holds: the
+-- server ends one of the two transactions after deadlock_timeout, here mend's (the later
+-- waiter is the one checked).
+local function deadlock_on_dlq(dir, db, id)
+  hold(dir, db, ("SELECT run_id FROM dlq WHERE run_id = '%s' FOR UPDATE;\n\\! touch %%HELD%%\n"
+    .. "DO $$ BEGIN WHILE NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+    .. " AND application_name = 'mend') LOOP PERFORM pg_stat_clear_snapshot(); PERFORM pg_sleep(0.02);"
+    .. " END LOOP; END $$;\nSELECT id FROM runs WHERE id = '%s' FOR UPDATE;"):format(id, id))
 end
 
 local function release_all()
@@ -226,5 +244,34 @@ describe("a run's row locked by another PostgreSQL session", function()
     local hout = H.read(dir .. "/host.out")
     assert.matches("cancel\tfalse\t[^\n]*deadlock", hout)
     assert.is_true(waited < 3, ("psql was kept waiting %.1f s by the host's idle transaction"):format(waited))
+  end)
+  -- The repair's writes after its look were sent by a read's flush before its commit; the
+  -- server ended that transaction (a deadlock's victim), and the commit that followed held
+  -- nothing: `mend dlq resolve` printed "resolved", exit 0, and serve answered 200, with the run
+  -- still a dead letter.
+  it_pg("a resolve whose writes a deadlock ended says so, from the CLI and from serve", function()
+    local dir, db = S.workspace()
+    local id = S.dead_letter(dir, db)
+    deadlock_on_dlq(dir, db, id)
+    local rc, out, err = mend_bounded(db, "dlq resolve " .. id .. " --note x")
+    release_all()
+    assert.are.equal(1, rc, out .. err)
+    assert.matches("the database ended this repair's transaction before it was committed %(.*"
+                   .. "deadlock detected.*%): nothing of it was written; try again", err)
+    assert.are.equal("needs_attention", H.status_json(db, id).status)
+    local base = S.start(dir, db)
+    deadlock_on_dlq(dir, db, id)
+    -- serve's loop waits 0.1 s at a time: which session the server picks, or whether the loop
+    -- gave up first, is the timing's; what is answered must be what was written
+    local code, body = S.post(base, "/api/v1/dlq/" .. id .. "/resolve", { note = "x" })
+    release_all()
+    if code ~= 200 then
+      assert.are.equal(503, code, json.encode(body or {}))
+      assert.are.equal("needs_attention", H.status_json(db, id).status)
+      -- and the engine goes on: the same resolve, unhindered, is made
+      code, body = S.post(base, "/api/v1/dlq/" .. id .. "/resolve", { note = "y" })
+      assert.are.equal(200, code, json.encode(body or {}))
+    end
+    assert.are.equal("resolved", H.status_json(db, id).status)
   end)
 end)

@@ -81,9 +81,11 @@ void mend__breakdown(mend_engine *E, const char *fmt, ...) {
  * engine waits it out (lock.c). A batch lost with its connection is a lost batch, for a worker
  * and a client engine alike (reconnect.c). Anything else stops the engine. */
 void mend__store_failed(mend_engine *E) {
-  if (mend_store_locked(E->store)) mend__lock_wait(E);
-  else if (mend_store_conn_lost(E->store) && !E->draining) mend__store_lost(E);
-  else mend__breakdown(E, "%s", mend_store_errmsg(E->store));
+  if (mend_store_locked(E->store)) mend__lock_wait(E);   /* the batch is kept, for later */
+  else if (mend_store_conn_lost(E->store) && !E->draining) {
+    E->store_failures++;   /* a batch lost: repair.c's repair_done asks */
+    mend__store_lost(E);
+  } else mend__breakdown(E, "%s", mend_store_errmsg(E->store));
 }
 
 /* Commits the batch now, outside the pump (an operation that must be durable before it

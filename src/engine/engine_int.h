@@ -285,6 +285,8 @@ struct mend_engine {
   /* What this tick's time went to (mend_tick_stats' account, drive.c): pieces by kind, and
    * the wall clock of its pick-ups, read in pump.c only while a tick runs. */
   int tick_resumed, tick_delivered, tick_gc_steps;
+  unsigned store_failures;    /* batches lost with their transaction (engine.c) */
+  unsigned repair_failures;   /* store_failures as a repair's look ended (repair.c) */
   mend_textbuf event_detail;  /* a taken event's history detail, its memory kept (events.c) */
   double tick_pickup_seconds;
   int tick_writer_tried;  /* a tick started (or could not start) the writer thread */

@@ -92,6 +92,16 @@ static int take_later(mend_engine *E, char *err, int errlen) {
 /* A repair made for a caller that waits for its batch (record) is done once recorded: the
  * caller answers once the batch is durable. Else it commits now. */
 static int repair_done(mend_engine *E, int record, char *err, int errlen) {
+  /* A store failure between the look and here (PostgreSQL: a read's flush sent the repair's
+   * writes and the server ended that transaction, a deadlock's victim) took the writes made so
+   * far; what is committed now would be without them, and told as done. */
+  if (E->store_failures != E->repair_failures) {
+    E->refusal = MEND_REFUSED_STORE;
+    if (!record) mend__commit_now(E);
+    return mend_errorf(err, errlen, "the database ended this repair's transaction before it was "
+                       "committed (%s): nothing of it was written; try again",
+                       mend_store_errmsg(E->store));
+  }
   if (!record) return mend__commit_now(E) ? mend_errorf(err, errlen, "%s", E->errmsg) : 0;
   if (E->broken) return mend_errorf(err, errlen, "%s", E->errmsg);
   mend__kick(E);
@@ -142,6 +152,7 @@ static int hold_status(mend_engine *E, const char *id, const char *status, const
   if (!record) mend_store_set_busy_wait(E->store, 0);
   int rc = mend_store_hold_status(E->store, id, status, found, sizeof found);
   if (!record) mend_store_set_busy_wait(E->store, LOOP_BUSY_MS);
+  E->repair_failures = E->store_failures;   /* repair_done: did the store fail since? */
   if (rc == 0) return 0;
   /* Not a lock: the look's failure may have taken the open batch with it (PostgreSQL rolls back
    * a transaction a deadlock ended, and the repairs it held already): the engine must hear of
