@@ -250,7 +250,8 @@ MEND_API int mend_engine_adopt(mend_engine *engine);
  * used before, returns the existing run's id instead and sets *existed (may be NULL) to 1.
  * run_id_out must hold 17 bytes. The run executes as the engine is driven. MEND_ENOTFOUND: no
  * such workflow is loaded; MEND_EINVAL: input_json is not JSON (an object that gives a key twice,
- * at any depth, is not: which of the two was meant is not known; the message names the key);
+ * at any depth, is not: which of the two was meant is not known; the message names the key), or
+ * run_key is "" (as an unset shell variable gives: a key, or NULL);
  * MEND_ESTATE: `run_key` names a run of another workflow (nothing started; the message names
  * that run and its workflow);
  * MEND_ESTORE: the database failed (the engine then stops, as mend_engine_run_all would). */
@@ -358,7 +359,9 @@ MEND_API int mend_engine_dlq_json(mend_engine *engine, char **json_out);
 MEND_API void mend_free(void *p);
 
 /* Repairs (recorded in the run's history with `who`): see the README, "Operating mend".
- * MEND_ESTATE with a message when the operation makes no sense for the run. */
+ * MEND_ESTATE with a message when the operation makes no sense for the run; MEND_EINVAL when an
+ * argument it needs is missing (a resolve's note NULL or ""); MEND_ESTORE when the database
+ * ended the repair's transaction before its commit (nothing of it written: try again). */
 MEND_API int mend_engine_cancel(mend_engine *engine, const char *run_id, const char *who);
 MEND_API int mend_engine_retry_dead_letter(mend_engine *engine, const char *run_id, const char *who);
 MEND_API int mend_engine_resolve_dead_letter(mend_engine *engine, const char *run_id,
@@ -368,7 +371,7 @@ MEND_API int mend_engine_resolve_dead_letter(mend_engine *engine, const char *ru
  * when this returns, whether the run waits for it yet or not. With a non-NULL `key`, sending
  * the same key to the same run again is one event (MEND_OK, nothing sent). MEND_ENOTFOUND: no
  * such run; MEND_ESTATE: the run has ended (or is compensating); MEND_EINVAL: bad JSON (a key
- * given twice in one object is bad, as in mend_engine_start).
+ * given twice in one object is bad, as in mend_engine_start), or a key or run key that is "".
  * by_key: the run is the one started with that run key. Being durable on return, a signal
  * commits (in MEND_SYNC_FULL, an fsync) on the caller's thread, after the batch the commit
  * thread may be writing. Except in an engine that ticks (mend_engine_tick), to a run it holds

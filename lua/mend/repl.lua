@@ -510,16 +510,28 @@ function Session:helpers(env)
 
   env.eng, env.mend, env.json, env.sim = eng, mend, json, sim
 
+  -- Whether path is a file that can be read: true, or nil and the system's reason (a folder
+  -- opens, and says "Is a directory" only when read).
+  local function readable(path)
+    local fh, err = io.open(path, "rb")
+    if not fh then return nil, err end
+    local ok, rerr = fh:read(0)
+    fh:close()
+    if ok == nil and rerr then return nil, path .. ": " .. rerr end
+    return true
+  end
+
   function f.use(path)
     if type(path) ~= "string" then error("use: a workflow file path expected", 0) end
     local file = path
-    local fh = io.open(file, "rb")
-    if not fh and not path:find("/", 1, true) then
+    local ok, why = readable(file)
+    if not ok and not path:find("/", 1, true) then
+      -- not a file here (none, or a folder of that name): workflows/NAME.lua, as start(NAME)
       file = "workflows/" .. path .. (path:match("%.lua$") and "" or ".lua")
-      fh = io.open(file, "rb")
+      local ok2, why2 = readable(file)
+      ok, why = ok2, ok2 and why or (why .. "; " .. why2)
     end
-    if not fh then error(("use: no workflow file %s"):format(path), 0) end
-    fh:close()
+    if not ok then error(("use: no workflow file %s (%s)"):format(path, why), 0) end
     return eng:load(file)
   end
 

@@ -39,8 +39,15 @@ local function run_output(o)
   return level, level == "info" or level == "debug"
 end
 
+-- An empty --key is known from the command line alone: refused before a database is made
+-- (`--key "$ORDER"` with ORDER unset), with the engine's words.
+local function check_key(o)
+  if o.key == "" then fail("the run key is empty: give a key, or none") end
+end
+
 function M.run(o, file)
   local input = base.decode_input(o.input)
+  check_key(o)
   base.check_readable(file)
   local level, live = run_output(o)
   local conf = { db = o.db, clock = o.clock, seed = o.seed, durability = o.durability,
@@ -90,6 +97,7 @@ end
 
 function M.start(o, workflow)
   local input = base.decode_input(o.input)
+  check_key(o)
   local file, path = files.workflow_file(o, workflow)
   return with_engine(base.sandboxed(o, { db = o.db, durability = o.durability }), function(eng)
     local name = file and eng:load(file) or files.load_named(eng, o, workflow, path)
