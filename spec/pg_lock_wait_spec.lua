@@ -274,4 +274,29 @@ describe("a run's row locked by another PostgreSQL session", function()
     end
     assert.are.equal("resolved", H.status_json(db, id).status)
   end)
+  -- A write after the look that waits past the bound ended the engine of a host: every later
+  -- call failed with the lock's message. The repair fails; the engine goes on.
+  it_pg("a host's resolve whose write waits past the bound fails, and its engine goes on", function()
+    local dir, db = S.workspace()
+    local id = S.dead_letter(dir, db)
+    hold(dir, db, ("SELECT run_id FROM dlq WHERE run_id = '%s' FOR UPDATE"):format(id))
+    local script = H.write_file(dir, "host.lua", [==[
+      local mend = require "mend"
+      local eng = mend.engine{ db = arg[1] }
+      eng:load(arg[2] .. "/hello.lua")
+      local ok, err = pcall(eng.resolve, eng, arg[3], { note = "x" })
+      print("resolve", ok, err)
+      local ok2, second = pcall(eng.start, eng, "hello", { to = "b" })
+      print("start", ok2, second)
+      if ok2 then eng:run(); print("status", eng:status(second).status) end
+    ]==])
+    local rc, out = sh(("timeout 40 lua5.4 %s %s %s %s 2>&1"):format(q(script), q(db), q(dir), id))
+    release_all()
+    assert.are_not.equal(124, rc, out)
+    assert.matches("resolve\tfalse\tdlq resolve: the database ended this repair's transaction before it"
+                   .. " was committed %(.*a row of table dlq is locked by another session", out)
+    assert.matches("start\ttrue", out)
+    assert.matches("status\tsucceeded", out)
+    assert.are.equal("needs_attention", H.status_json(db, id).status)
+  end)
 end)

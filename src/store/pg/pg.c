@@ -133,11 +133,10 @@ PGresult *mend__pg_run(mend_pg *p, int q, const char *sql, int n, const char *co
     mend__pg_rollback(p);
     return NULL;
   }
-  if (conflict && p->in_batch) {
-    /* The server chose this batch to end a deadlock: rolled back, as with a lost connection,
-     * and told the same way, so that a worker reads its runs again rather than stop. (A lock
-     * past a repair's bound is not told so: its caller would take the batch for lost and
-     * its repair for done; it fails the batch, below.) */
+  if ((conflict || timed_out) && p->in_batch) {
+    /* The server chose this batch to end a deadlock, or a lock held it past a repair's bound:
+     * rolled back, as with a lost connection, and told the same way, so that a worker reads
+     * its runs again rather than stop (a repair told so fails: repair.c, repair_done). */
     p->conn_lost = 1;
     mend__pg_rollback(p);
     return NULL;

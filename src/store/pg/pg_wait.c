@@ -26,7 +26,7 @@
  * need a transaction per run. A try in a transaction open before it (a repair's look began it;
  * a read sent earlier writes) cannot be sent again whole: it fails as a deadlock does (nothing
  * of it written, told once as a lost batch). A repair's statement after its look that meets
- * the look's bound fails the batch, naming the table (pg.c).
+ * the look's bound is told so too, naming the table (pg.c): the repair fails, the engine goes on.
  *
  * Timeouts set on the role or the database (statement_timeout, lock_timeout,
  * idle_in_transaction_session_timeout) are set back to none as each session opens, as pg_dump
