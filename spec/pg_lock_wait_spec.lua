@@ -13,21 +13,8 @@ local q, sh = H.quote, H.shell
 
 local it_pg = H.PG and it or pending
 
-local holds = {}
-
--- A psql session that runs `sql` in a transaction it keeps open, `%HELD%` in it the file that
--- says the locks are held (touched after `sql` when it holds no `\! touch %HELD%`); returns
--- once that file is there.
-local function hold(dir, db, sql)
-  local name = ("mend-hold-%d-"):format(#holds + 1) .. dir:match("([%w_]+)$")
-  local held = dir .. "/" .. name
-  if not sql:find("%HELD%", 1, true) then sql = sql .. ";\n\\! touch %HELD%" end
-  local script = H.write_file(dir, name .. ".sql", ("SET statement_timeout = 0;\nBEGIN;\n%s\n"
-    .. "SELECT pg_sleep(120);\nCOMMIT;\n"):format((sql:gsub("%%HELD%%", held))))
-  os.execute(("PGAPPNAME=%s psql -X -q %s -f %s >/dev/null 2>&1 &"):format(q(name), q(db), q(script)))
-  holds[#holds + 1] = name
-  H.wait_for("psql to hold the lock", function() return sh("test -e " .. q(held)) == 0 end, 10)
-end
+local PGH = require "spec.support.pg_hold"
+local hold, release_all = PGH.hold, PGH.release
 
 -- A psql session that locks run id's row (FOR UPDATE) and keeps its transaction open.
 local function hold_row(dir, db, id)
@@ -43,14 +30,6 @@ local function deadlock_on_dlq(dir, db, id)
     .. "DO $$ BEGIN WHILE NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
     .. " AND application_name = 'mend') LOOP PERFORM pg_stat_clear_snapshot(); PERFORM pg_sleep(0.02);"
     .. " END LOOP; END $$;\nSELECT id FROM runs WHERE id = '%s' FOR UPDATE;"):format(id, id))
-end
-
-local function release_all()
-  for i = #holds, 1, -1 do
-    H.sql(H.PG, ("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = '%s'")
-      :format(holds[i]))
-    holds[i] = nil
-  end
 end
 
 -- `mend ARGS --db DB` under a 40 s timeout (124: it waited that long); code, stdout, stderr
@@ -233,7 +212,7 @@ describe("a run's row locked by another PostgreSQL session", function()
     H.wait_for("the host's owner", function() return (H.read(ownerf) or "") ~= "" end, 20)
     local owner = H.read(ownerf)
     local name = "mend-hold-dl-" .. dir:match("([%w_]+)$")
-    holds[#holds + 1] = name
+    PGH.adopt(name)
     local sql = H.write_file(dir, name .. ".sql", ("BEGIN;\nSELECT id FROM runs WHERE id = '%s' FOR UPDATE;\n"
       .. "\\! touch %s\nSELECT pg_sleep(0.5);\n"
       .. "UPDATE workers SET lease_until = lease_until WHERE owner = '%s';\nCOMMIT;\n"):format(id, go, owner))

@@ -13,28 +13,8 @@ local q, sh = H.quote, H.shell
 
 local it_pg = H.PG and it or pending
 
-local holds = {}
-
--- A psql session that locks `what` (a SELECT ... FOR UPDATE) and keeps its transaction open;
--- returns its application name once the lock is held.
-local function hold(dir, db, what)
-  local name = ("mend-hold-%d-"):format(#holds + 1) .. dir:match("([%w_]+)$")
-  local held = dir .. "/" .. name
-  local script = H.write_file(dir, name .. ".sql", ("SET statement_timeout = 0;\nBEGIN;\n%s;\n\\! touch %s\nSELECT pg_sleep(120);\nCOMMIT;\n")
-    :format(what, held))
-  os.execute(("PGAPPNAME=%s psql -X -q %s -f %s >/dev/null 2>&1 &"):format(q(name), q(db), q(script)))
-  holds[#holds + 1] = name
-  H.wait_for("psql to hold the lock", function() return sh("test -e " .. q(held)) == 0 end, 10)
-  return name
-end
-
-local function release_all()
-  for i = #holds, 1, -1 do
-    H.sql(H.PG, ("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = '%s'")
-      :format(holds[i]))
-    holds[i] = nil
-  end
-end
+local PGH = require "spec.support.pg_hold"
+local hold, release_all = PGH.hold, PGH.release
 
 -- `curl` under a 10 s bound: the status (0: no answer) and the seconds it took.
 local function get_timed(base, path)

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifdef MEND_FAILPOINTS
@@ -122,4 +123,15 @@ int mend__handoff_busy(mend_handoff *h) {
   if (!busy && h->ops->idle) h->ops->idle(h->store);
   pthread_mutex_unlock(&h->mu);
   return busy;
+}
+
+void mend__handoff_nap(mend_handoff *h, double *delay) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  long ns = until.tv_nsec + (long)(*delay * 1e9);
+  until.tv_sec += ns / 1000000000L;
+  until.tv_nsec = ns % 1000000000L;
+  if (!h->stop) pthread_cond_timedwait(&h->cv, &h->mu, &until);
+  pthread_mutex_unlock(&h->mu);
+  *delay = *delay * 2 > 1 ? 1 : *delay * 2;
 }

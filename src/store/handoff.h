@@ -51,6 +51,10 @@ void mend__handoff_stop(mend_handoff *h);
 void mend__handoff_post(mend_handoff *h, void *job);
 /* With the lock held: done(), outside the lock (a thread that waits on it tells the loop why). */
 void mend__handoff_tell(mend_handoff *h);
+/* With h's mutex held, by the thread: waits *delay seconds for another try at a batch a lock
+ * holds back (at once when stopping; sooner when told), lets the mutex go, and doubles *delay
+ * up to 1 s. */
+void mend__handoff_nap(mend_handoff *h, double *delay);
 /* Waits until the thread is idle and out of done(); -1 if a job of it failed. */
 int mend__handoff_wait(mend_handoff *h);
 /* Whether the thread has a job now. */

@@ -402,14 +402,7 @@ static int writer_flush(mend_store *s, wlog *job) {
       log_clear(job);
       return -1;
     }
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    long ns = until.tv_nsec + (long)(delay * 1e9);
-    until.tv_sec += ns / 1000000000L;
-    until.tv_nsec = ns % 1000000000L;
-    if (!w->stop) pthread_cond_timedwait(&w->cv, &w->mu, &until);
-    pthread_mutex_unlock(&w->mu);
-    delay = delay * 2 > 1 ? 1 : delay * 2;
+    mend__handoff_nap(w, &delay);
   }
   return rc;
 }

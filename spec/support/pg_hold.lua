@@ -1,0 +1,39 @@
+-- Locks held by another PostgreSQL session, for the specs of what mend does meanwhile: a psql
+-- process runs SQL in a transaction it keeps open (120 s), named by its application_name so
+-- that release() ends it with pg_terminate_backend.
+local H = require "spec.helper"
+
+local M = {}
+local q, sh = H.quote, H.shell
+local holds = {}
+
+-- Runs `sql` (statements; `%HELD%` in it is the file that says the locks are held, touched
+-- after `sql` when it holds no `\! touch %HELD%`) in a transaction psql keeps open; returns its
+-- application name once that file is there.
+function M.hold(dir, db, sql)
+  local name = ("mend-hold-%d-"):format(#holds + 1) .. dir:match("([%w_]+)$")
+  local held = dir .. "/" .. name
+  if not sql:find("%HELD%", 1, true) then sql = sql .. ";\n\\! touch %HELD%" end
+  local script = H.write_file(dir, name .. ".sql", ("SET statement_timeout = 0;\nBEGIN;\n%s\n"
+    .. "SELECT pg_sleep(120);\nCOMMIT;\n"):format((sql:gsub("%%HELD%%", held))))
+  os.execute(("PGAPPNAME=%s psql -X -q %s -f %s >/dev/null 2>&1 &"):format(q(name), q(db), q(script)))
+  holds[#holds + 1] = name
+  H.wait_for("psql to hold the lock", function() return sh("test -e " .. q(held)) == 0 end, 10)
+  return name
+end
+
+-- A session the spec starts itself (its application name), ended by release() too.
+function M.adopt(name)
+  holds[#holds + 1] = name
+end
+
+-- Ends every session hold() started or adopt() was told of, newest first.
+function M.release()
+  for i = #holds, 1, -1 do
+    H.sql(H.PG, ("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = '%s'")
+      :format(holds[i]))
+    holds[i] = nil
+  end
+end
+
+return M
