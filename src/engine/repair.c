@@ -91,11 +91,13 @@ static int take_later(mend_engine *E, char *err, int errlen) {
 
 /* A repair made for a caller that waits for its batch (record) is done once recorded: the
  * caller answers once the batch is durable. Else it commits now. */
+/* Whether a batch was lost since the repair's look (PostgreSQL: a read's flush or a write sent
+ * the repair's writes and the server ended that transaction, a deadlock's victim): the writes
+ * made so far are gone; what is committed now would be without them. */
+static int repair_lost(const mend_engine *E) { return E->store_failures != E->repair_failures; }
+
 static int repair_done(mend_engine *E, int record, char *err, int errlen) {
-  /* A store failure between the look and here (PostgreSQL: a read's flush sent the repair's
-   * writes and the server ended that transaction, a deadlock's victim) took the writes made so
-   * far; what is committed now would be without them, and told as done. */
-  if (E->store_failures != E->repair_failures) {
+  if (repair_lost(E)) {
     E->refusal = MEND_REFUSED_STORE;
     if (!record) mend__commit_now(E);
     return mend_errorf(err, errlen, "the database ended this repair's transaction before it was "
@@ -652,7 +654,7 @@ static int resolve_unavailable(mend_engine *E, const char *id, const char *who, 
   operator_entry(E, NULL, id, "dlq resolve", who, note);
   mend_store_repairing(E->store, 0);
   json_decref(row);
-  if (record) note_resolved(E, id);
+  if (record && !repair_lost(E)) note_resolved(E, id);
   return repair_done(E, record, err, errlen);
 }
 
@@ -755,8 +757,10 @@ static int resolve(mend_engine *E, const char *id, const char *who, const char *
   operator_entry(E, NULL, id, "dlq resolve", who, note);
   mend_store_repairing(E->store, 0);
   if (mend_store_dlq_remove(E->store, id)) mend__store_failed(E);
-  mend__child_resolved(E, id, 2);   /* a parent waiting for it hears of it */
-  if (record) note_resolved(E, id);
+  if (!repair_lost(E)) {   /* a resolve not written is heard of by no parent */
+    mend__child_resolved(E, id, 2);   /* a parent waiting for it hears of it */
+    if (record) note_resolved(E, id);
+  }
   return repair_done(E, record, err, errlen);
 }
 
