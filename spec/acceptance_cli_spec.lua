@@ -17,7 +17,10 @@ return { name = "acc", retry = { max_attempts = 2, initial = 0.01, jitter = 0 },
   compensate_retry = { max_attempts = 1 },
   steps = {
     { name = "a", execute = function(ctx) mark(ctx, "a"); return "A" end,
-      compensate = function(ctx) mark(ctx, "undo-a")
+      compensate = function(ctx)
+        mark(ctx, "undo-a-start")
+        if (ctx.input.comp_nap or 0) > 0 then mend.sleep(ctx.input.comp_nap) end
+        mark(ctx, "undo-a")
         if ctx.input.outcome == "stuck" then error(mend.retryable("refund down")) end end },
     { name = "b", execute = function(ctx)
         mark(ctx, "b-start")
@@ -27,6 +30,9 @@ return { name = "acc", retry = { max_attempts = 2, initial = 0.01, jitter = 0 },
         if ctx.input.outcome == "fatal" or ctx.input.outcome == "stuck" then
           error(mend.fatal("declined")) end
         if ctx.input.outcome == "busy" then error(mend.retryable("busy")) end
+        mark(ctx, "c-try")
+        if ctx.input.outcome == "flaky" and ctx.attempt == 1 then
+          error(mend.retryable("later", { retry_after = ctx.input.nap })) end
         mark(ctx, "c"); return "C" end },
   } }
 ]]
@@ -43,8 +49,9 @@ local function setup()
   return dir, file, dir .. "/mend.db", dir .. "/effects"
 end
 
-local function input(effects, outcome, nap)
-  return H.quote(json.encode { effects = effects, outcome = outcome or "ok", nap = nap or 0 })
+local function input(effects, outcome, nap, comp_nap)
+  return H.quote(json.encode { effects = effects, outcome = outcome or "ok", nap = nap or 0,
+                               comp_nap = comp_nap or 0 })
 end
 
 describe("acceptance: mend exit codes", function()
@@ -98,10 +105,10 @@ describe("acceptance: a mend run killed mid-step", function()
   after_each(H.cleanup)
 
   -- Starts `mend run --key K` in the background, real clock; its pid.
-  local function spawn(file, db, eff, key, outcome, nap)
+  local function spawn(file, db, eff, key, outcome, nap, comp_nap)
     local pidf = os.tmpname()
     os.execute(("%s run %s --db %s --key %s --input %s >/dev/null 2>&1 & echo $! >%s")
-      :format(H.MEND, H.quote(file), H.quote(db), key, input(eff, outcome, nap), pidf))
+      :format(H.MEND, H.quote(file), H.quote(db), key, input(eff, outcome, nap, comp_nap), pidf))
     local pid = H.read_number(pidf)
     os.remove(pidf)
     return pid
@@ -109,13 +116,20 @@ describe("acceptance: a mend run killed mid-step", function()
 
   for _, case in ipairs {
     { at = "b-start", outcome = "ok", want = 0, final = "succeeded",
-      effects = { "a", "b-start", "b-start", "b", "c" } },
+      effects = { "a", "b-start", "b-start", "b", "c-try", "c" } },
     { at = "b-start", outcome = "fatal", want = 3, final = "compensated",
-      effects = { "a", "b-start", "b-start", "b", "undo-a" } },
+      effects = { "a", "b-start", "b-start", "b", "undo-a-start", "undo-a" } },
+    -- killed in a retry wait: the next attempt is attempt 2, once
+    { at = "c-try", outcome = "flaky", nap = 0, wait = 2, want = 0, final = "succeeded",
+      effects = { "a", "b-start", "b", "c-try", "c-try", "c" }, attempts = { c = 2 } },
+    -- killed inside a compensation: it runs again, the done steps are not run again
+    { at = "undo-a-start", outcome = "fatal", nap = 0, comp_nap = 1.5, want = 3, final = "compensated",
+      effects = { "a", "b-start", "b", "undo-a-start", "undo-a-start", "undo-a" } },
   } do
     it(("resumes with --key after a SIGKILL at %s (%s)"):format(case.at, case.outcome), function()
       local _, file, db, eff = setup()
-      local pid = spawn(file, db, eff, "k1", case.outcome, 1.5)
+      local pid = spawn(file, db, eff, "k1", case.outcome, case.wait or (case.nap or 1.5),
+                        case.comp_nap)
       H.wait_for("the step to begin", function()
         return H.index_of(lines(eff), case.at) ~= nil
       end, 20)
@@ -127,15 +141,18 @@ describe("acceptance: a mend run killed mid-step", function()
       local rc, out = H.mend_cmd(db, ("run %s --key k1 --input %s"):format(H.quote(file),
         input(eff, case.outcome, 0)))
       assert.are.equal(case.want, rc, out)
+      local id = H.sql(db, "SELECT id FROM runs")[1]
+      for step, n in pairs(case.attempts or {}) do
+        assert.are.equal(n, H.step(H.status_json(db, id), step).attempts)
+      end
       local rows = H.sql(db, "SELECT status FROM runs")
       assert.are.same({ case.final }, rows)
       assert.are.same(case.effects, lines(eff))
-      -- one key per step whatever the attempt
-      local keys = {}
+      -- one key per step whatever the attempt: run id/step
       for l in H.read(eff):gmatch("[^\n]+") do
         local what, key = l:match("^(%S+) (%S+)$")
-        keys[what:gsub("^undo%-", ""):gsub("%-start$", "")] = keys[what] or key
-        assert.matches("/" .. what:gsub("^undo%-", ""):gsub("%-start$", "") .. "$", key)
+        local step = what:gsub("^undo%-", ""):gsub("%-start$", ""):gsub("%-try$", "")
+        assert.are.equal(id .. "/" .. step, key)
       end
     end)
   end
