@@ -115,6 +115,27 @@ describe("acceptance: compensation", function()
       assert.are.equal(1, #H.events(eng, id, { event = "dead_letter" }))
     end)
 
+  -- SPEC 4's attention_after is a field of every retry policy, compensate_retry's too: a
+  -- refund that keeps failing tells a person while its retries go on.
+  it("flags attention after compensate_retry's attention_after failures, retries going on",
+    function()
+      local n = 0
+      local def, box = saga(function() return mend.fatal("declined") end,
+        function() n = n + 1; if n < 4 then error(mend.retryable("refund down")) end end,
+        { compensate_retry = { max_attempts = 5, attention_after = 2, jitter = 0 } })
+      local eng, id, alerts = start(def)
+      assert.are.same({ "do a", "do b", "do c", "do d", "undo b", "undo b", "undo b", "undo b",
+                        "undo a" }, box.log)
+      local st = eng:status(id)
+      assert.are.equal("compensated", st.status)
+      assert.truthy(st.attention)
+      local att = H.alerts_of(alerts, "attention")
+      assert.are.equal(1, #att)
+      assert.are.equal("b", att[1].step)
+      assert.matches("refund down", att[1].error)
+      assert.are.equal(1, #eng:runs{ attention = true })
+    end)
+
   it("dlq retry resumes the failed compensation with fresh attempts, then the rest", function()
     local broken = true
     local def, box = saga(function() return mend.fatal("declined") end,
