@@ -44,6 +44,73 @@ describe("acceptance: idempotency", function()
     assert.are.equal("charge-7", H.step(eng:status(a), "work").idempotency_key)
   end)
 
+  -- DEFECT (pending, not fixed here): a run whose step reused another run's result for its
+  -- custom key (SPEC 6) compensates that step as its own when it turns back. The key's one
+  -- execution is then compensated twice when the run that executed it turns back too (README,
+  -- Guarantees: "at most once per step key"), and a run that succeeded has its effect undone by
+  -- another's saga. And the reusing run's row stays `succeeded` after the executing run undid
+  -- the key, so a third run reuses a result whose effect is gone (the store's lookup,
+  -- Q_FIND_KEY_RESULT, takes any succeeded row of the key). Suggested rule: a reused step's
+  -- effect is its executing run's: the reusing run skips its compensation, logged
+  -- (skip_compensate, "result reused from another run"), in saga.c's backward walk, group.c's
+  -- and recover.c's (a reused step: custom key, succeeded, attempts 0), and the lookup takes
+  -- only a row that executed (attempts > 0) and is still succeeded.
+  local function reusing_order(eng, log)
+    eng:register { name = "order", steps = {
+      { name = "charge", idempotency_key = function(ctx) return "charge-" .. ctx.input.order end,
+        execute = function() log.charges = log.charges + 1; return "c-" .. log.charges end,
+        compensate = function(ctx) log.refunds[#log.refunds + 1] = ctx.run_id end },
+      { name = "ok", wait_for = "ok", timeout = 10 } } }
+  end
+
+  pending("compensates a custom key's one execution once, however many runs reused it", function()
+    local eng = H.new_engine()
+    local log = { charges = 0, refunds = {} }
+    reusing_order(eng, log)
+    local a = eng:start("order", { order = 17 })
+    eng:advance(1)
+    local b = eng:start("order", { order = 17 })
+    eng:run()   -- neither sees "ok": both time out and turn back
+    assert.are.same({ "compensated", "compensated" }, { eng:status(a).status, eng:status(b).status })
+    assert.are.equal(1, log.charges)
+    assert.are.same({ a }, log.refunds)   -- refunded twice: { b, a }
+  end)
+
+  pending("leaves the effect of a run that succeeded when a run that reused it turns back", function()
+    local eng = H.new_engine()
+    local log = { charges = 0, refunds = {} }
+    reusing_order(eng, log)
+    local a = eng:start("order", { order = 17 })
+    eng:advance(1)
+    eng:signal(a, "ok", true)
+    eng:advance(1)
+    assert.are.equal("succeeded", eng:status(a).status)
+    local b = eng:start("order", { order = 17 })
+    eng:run()
+    assert.are.equal("compensated", eng:status(b).status)
+    assert.are.same({}, log.refunds)   -- a's charge refunded by b's saga: { b }
+  end)
+
+  pending("executes a custom key again once the run that executed it undid it", function()
+    local eng = H.new_engine()
+    local log = { charges = 0, refunds = {} }
+    reusing_order(eng, log)
+    local a = eng:start("order", { order = 17 })
+    eng:advance(1)
+    local b = eng:start("order", { order = 17 })   -- reuses a's charge
+    eng:advance(1)
+    eng:signal(b, "ok", true)
+    eng:advance(1)
+    assert.are.equal("succeeded", eng:status(b).status)
+    eng:run()                                      -- a times out and refunds charge-17
+    assert.are.same({ a }, log.refunds)
+    local c = eng:start("order", { order = 17 })
+    eng:advance(1)
+    -- c reuses b's "succeeded" row of a charge that was refunded: nothing charged
+    assert.are.equal(2, log.charges)
+    assert.are_not.equal("c-1", H.step(eng:status(c), "charge").result)
+  end)
+
   it("never executes a succeeded step again after a restart mid-run", function()
     local eng, path = H.new_engine()
     local calls = { a = 0, b = 0 }
