@@ -69,6 +69,34 @@ describe("acceptance: finer points", function()
     assert.are.equal("compensated", eng:status(id).status)
   end)
 
+  -- Compensation has its own retry policy (SPEC 7): its decorrelated backoff starts from its
+  -- own `initial`, not from the last delay the way forward waited.
+  it("starts a compensation's decorrelated backoff afresh, whatever the way forward waited",
+    function()
+      for seed = 1, 5 do
+        local eng = H.new_engine({ seed = seed })
+        eng:register { name = "dc", steps = {
+          { name = "a", retry = { max_attempts = 3, initial = 200, max_delay = 300, jitter = 0 },
+            compensate_retry = { max_attempts = 2, initial = 1, max_delay = 1000,
+                                 jitter_mode = "decorrelated" },
+            execute = function(ctx)
+              if ctx.attempt < 3 then error(mend.retryable("x")) end
+              return 1
+            end,
+            compensate = function(ctx) if ctx.attempt == 1 then error(mend.retryable("c")) end end },
+          { name = "b", execute = function() error(mend.fatal("f")) end } } }
+        local id = eng:start("dc", {})
+        eng:run()
+        assert.are.same({ 200, 300 }, H.retry_delays(eng, id, "a"))
+        local cf = H.events(eng, id, { event = "compensate_failed" })
+        assert.are.equal(1, #cf)
+        assert.is_true(cf[1].delay >= 1 and cf[1].delay <= 3,
+          ("seed %d: first compensation delay %s"):format(seed, cf[1].delay))
+        assert.are.equal("compensated", eng:status(id).status)
+        H.close(eng)
+      end
+    end)
+
   it("dlq retry of a severity-3 dead letter runs the failed step again, fresh attempts", function()
     local eng = H.new_engine()
     local calls, fixed = 0, false

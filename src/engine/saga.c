@@ -467,10 +467,13 @@ static void compensation_failed(mend_run *r, int i, const mend_error_info *info)
   int retryable = info->kind == MEND_ERR_RETRYABLE || info->kind == MEND_ERR_TIMEOUT;
   if (retryable && st->comp_attempts < p->max_attempts) {
     counts->retries[MEND_PHASE_COMPENSATE]++;
-    /* The service's own advice wins here as on the way forward (SPEC section 3). */
+    /* The service's own advice wins here as on the way forward (SPEC section 3). A first
+     * failed compensation has no delay of its own before it: the way forward's last one, still
+     * in last_delay, is another policy's (decorrelated jitter grows from it). */
+    double previous = st->comp_attempts > 1 && st->last_delay > 0 ? st->last_delay : 0;
     double delay = info->retry_after >= 0
       ? mend_backoff_clamp_retry_after(p, info->retry_after)
-      : mend_backoff_delay(p, st->comp_attempts, st->last_delay > 0 ? st->last_delay : 0, &E->rng);
+      : mend_backoff_delay(p, st->comp_attempts, previous, &E->rng);
     st->last_delay = delay;
     st->due = mend_engine_now(E) + delay;
     mend__write_step(r, i);
