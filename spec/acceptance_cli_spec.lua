@@ -54,7 +54,7 @@ local function input(effects, outcome, nap, comp_nap)
                                comp_nap = comp_nap or 0 })
 end
 
-describe("acceptance: mend exit codes", function()
+describe("acceptance: mend exit codes #sqlite", function()
   after_each(H.cleanup)
 
   it("0 succeeded, 3 compensated, 4 needs attention", function()
@@ -101,7 +101,7 @@ describe("acceptance: mend exit codes", function()
   end)
 end)
 
-describe("acceptance: a mend run killed mid-step", function()
+describe("acceptance: a mend run killed mid-step #sqlite", function()
   after_each(H.cleanup)
 
   -- Starts `mend run --key K` in the background, real clock; its pid.
@@ -123,7 +123,8 @@ describe("acceptance: a mend run killed mid-step", function()
     { at = "c-try", outcome = "flaky", nap = 0, wait = 2, want = 0, final = "succeeded",
       effects = { "a", "b-start", "b", "c-try", "c-try", "c" }, attempts = { c = 2 } },
     -- killed inside a compensation: it runs again, the done steps are not run again
-    { at = "undo-a-start", outcome = "fatal", nap = 0, comp_nap = 1.5, want = 3, final = "compensated",
+    { at = "undo-a-start", outcome = "fatal", nap = 0, comp_nap = 1.5, want = 3,
+      final = "compensated",
       effects = { "a", "b-start", "b", "undo-a-start", "undo-a-start", "undo-a" } },
   } do
     it(("resumes with --key after a SIGKILL at %s (%s)"):format(case.at, case.outcome), function()

@@ -3,7 +3,7 @@
 local mend = require "mend"
 local H = require "spec.helper"
 
-describe("acceptance: finer points", function()
+describe("acceptance: finer points #sqlite", function()
   after_each(H.cleanup)
 
   it("admits one half-open probe at a time", function()
@@ -52,7 +52,8 @@ describe("acceptance: finer points", function()
   it("honours a compensation's retry_after, clamped by max_retry_after", function()
     local eng = H.new_engine()
     local n = 0
-    eng:register({ name = "p", compensate_retry = { max_attempts = 3, max_retry_after = 50, jitter = 0 },
+    eng:register({ name = "p", compensate_retry = { max_attempts = 3, max_retry_after = 50,
+      jitter = 0 },
       steps = {
       { name = "a", execute = function() return 1 end,
         compensate = function()
@@ -64,7 +65,8 @@ describe("acceptance: finer points", function()
     local id = eng:start("p", {})
     eng:run()
     local d = {}
-    for _, h in ipairs(H.events(eng, id, { event = "compensate_failed" })) do d[#d + 1] = h.delay end
+    for _, h in ipairs(H.events(eng, id,
+      { event = "compensate_failed" })) do d[#d + 1] = h.delay end
     assert.are.same({ 20, 50 }, d)
     assert.are.equal("compensated", eng:status(id).status)
   end)
@@ -83,7 +85,8 @@ describe("acceptance: finer points", function()
               if ctx.attempt < 3 then error(mend.retryable("x")) end
               return 1
             end,
-            compensate = function(ctx) if ctx.attempt == 1 then error(mend.retryable("c")) end end },
+            compensate = function(ctx) if ctx.attempt == 1 then error(mend.retryable("c")) end end
+              },
           { name = "b", execute = function() error(mend.fatal("f")) end } } }
         local id = eng:start("dc", {})
         eng:run()

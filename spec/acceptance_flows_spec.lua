@@ -5,7 +5,7 @@
 local mend = require "mend"
 local H = require "spec.helper"
 
-describe("acceptance: flows", function()
+describe("acceptance: flows #sqlite", function()
   after_each(H.cleanup)
 
   it("keeps an event key a duplicate after its event was taken; keys are per run", function()
@@ -21,7 +21,8 @@ describe("acceptance: flows", function()
     assert.are.equal("sent", (eng:signal(id2, "e", 3, { key = "k" })))
     eng:run()
     local st = eng:status(id)
-    assert.are.same({ "compensated", "timeout", 1 }, { st.status, st.reason, H.step(st, "w1").result })
+    assert.are.same({ "compensated", "timeout", 1 }, { st.status, st.reason, H.step(st,
+      "w1").result })
     assert.are.equal(3, H.step(eng:status(id2), "w1").result)
     local id3 = eng:start("e", {}, { key = "RK" })
     eng:advance(0.1)
@@ -38,7 +39,8 @@ describe("acceptance: flows", function()
         if not fixed then error(mend.compensable("?", { severity = 3 })) end
         return "kid ok" end } } }
       eng:register { name = "par", steps = {
-        { name = "p1", execute = function() return 1 end, compensate = function() log[#log + 1] = "undo p1" end },
+        { name = "p1", execute = function() return 1 end,
+          compensate = function() log[#log + 1] = "undo p1" end },
         { name = "c", child = "kid" },
         { name = "after", execute = function(ctx) return ctx.results.c.k end } } }
       local p1 = eng:start("par", {})

@@ -9,7 +9,7 @@ local function delays(eng, id)
   return H.retry_delays(eng, id, "s")
 end
 
-describe("acceptance: more", function()
+describe("acceptance: more #sqlite", function()
   after_each(H.cleanup)
 
   it("keeps retry_after when the error is caught and raised again, also through a coroutine",
@@ -44,14 +44,16 @@ describe("acceptance: more", function()
     assert.are.same({ 1 }, delays(eng, id))
     local n = 0
     eng:register { name = "cm", compensate_retry = { max_attempts = 4, initial = 3, jitter = 0 },
-      steps = { { name = "a", compensate_retry = { initial = 0.5 }, execute = function() return 1 end,
+      steps = { { name = "a", compensate_retry = { initial = 0.5 },
+        execute = function() return 1 end,
                   compensate = function() n = n + 1; error(mend.retryable("d")) end },
                 { name = "b", execute = function() error(mend.fatal("f")) end } } }
     local id2 = eng:start("cm", {})
     eng:run()
     assert.are.equal(4, n)
     local d = {}
-    for _, h in ipairs(H.events(eng, id2, { event = "compensate_failed" })) do d[#d + 1] = h.delay end
+    for _, h in ipairs(H.events(eng, id2,
+      { event = "compensate_failed" })) do d[#d + 1] = h.delay end
     assert.are.same({ 0.5, 1, 2 }, d)
   end)
 
@@ -99,7 +101,8 @@ describe("acceptance: more", function()
   it("counts consecutive failures only, timeouts among them", function()
     local eng = H.new_engine()
     local mode = "down"
-    eng:register { name = "w", steps = { { name = "call", breaker = "dep", retry = { max_attempts = 1 },
+    eng:register { name = "w", steps = { { name = "call", breaker = "dep",
+      retry = { max_attempts = 1 },
       execute = function() if mode == "down" then error(mend.retryable("x")) end end } } }
     for _ = 1, 4 do eng:start("w", {}) end
     eng:run()
@@ -126,7 +129,8 @@ describe("acceptance: more", function()
       mend.sleep(1)
       inside = inside - 1
     end
-    eng:register { name = "c", breaker = { max_concurrency = 2 }, steps = { { name = "call", execute = body } } }
+    eng:register { name = "c", breaker = { max_concurrency = 2 }, steps = { { name = "call",
+      execute = body } } }
     eng:register { name = "d", steps = { { name = "other", execute = body } } }
     for _ = 1, 6 do eng:start("c", {}) end
     eng:run()
@@ -141,17 +145,20 @@ describe("acceptance: more", function()
     local eng = H.new_engine()
     local log = {}
     eng:register { name = "kid", steps = {
-      { name = "k1", execute = function() return 1 end, compensate = function() log[#log + 1] = "undo k1" end },
+      { name = "k1", execute = function() return 1 end,
+        compensate = function() log[#log + 1] = "undo k1" end },
       { name = "kw", wait_for = "never" } } }
     eng:register { name = "par", steps = {
-      { name = "p1", execute = function() return 1 end, compensate = function() log[#log + 1] = "undo p1" end },
+      { name = "p1", execute = function() return 1 end,
+        compensate = function() log[#log + 1] = "undo p1" end },
       { name = "c", child = "kid" } } }
     local pid = eng:start("par", {})
     eng:advance(1)
     assert.are.equal("cancelled", eng:cancel(pid, { who = "t" }))
     eng:run()
     local kid = eng:runs{ workflow = "kid" }[1]
-    assert.are.same({ "compensated", "cancelled" }, { eng:status(pid).status, eng:status(pid).reason })
+    assert.are.same({ "compensated", "cancelled" }, { eng:status(pid).status,
+      eng:status(pid).reason })
     assert.are.equal("compensated", eng:status(kid.id).status)
     assert.are.same({ "undo k1", "undo p1" }, log)
   end)
@@ -182,7 +189,8 @@ describe("acceptance: more", function()
     local toks = {}
     eng:register { name = "ap", steps = { { name = "approve", wait = "token", timeout = 100,
       retry = { max_attempts = 3, jitter = 0 },
-      execute = function(ctx) toks[#toks + 1] = ctx:token(); assert(ctx:token() == toks[#toks]) end } } }
+      execute = function(ctx) toks[#toks + 1] = ctx:token();
+        assert(ctx:token() == toks[#toks]) end } } }
     local id = eng:start("ap", {})
     eng:advance(1)
     assert.matches("^mtk_%x+$", toks[1])
@@ -229,7 +237,8 @@ describe("acceptance: more", function()
     local def = { name = "nm", steps = {
       { name = "a", execute = function() return { id = 3, f = 2.5 } end },
       { name = "b", sleep = 10, execute = function(ctx)
-          seen = "order-" .. ctx.results.a.id .. "/" .. ctx.input.n .. "/" .. ctx.results.a.f end } } }
+          seen = "order-" .. ctx.results.a.id .. "/" .. ctx.input.n .. "/" .. ctx.results.a.f end
+            } } }
     eng:register(def)
     eng:start("nm", { n = 7 })
     eng:advance(1)
@@ -244,7 +253,8 @@ describe("acceptance: more", function()
   it("interrupts a CPU-bound step at its timeout (real clock), a retryable timeout", function()
     local eng = H.new_engine({ clock = "real" })
     eng:register { name = "cpu", steps = { { name = "s", timeout = 0.2,
-      retry = { max_attempts = 2, initial = 0.05, jitter = 0 }, execute = function() while true do end end } } }
+      retry = { max_attempts = 2, initial = 0.05, jitter = 0 },
+        execute = function() while true do end end } } }
     local id = eng:start("cpu", {})
     eng:run()
     local st = eng:status(id)
@@ -292,7 +302,8 @@ describe("acceptance: more", function()
           local id = eng:start("j", {})
           eng:run()
           for _, d in ipairs(delays(eng, id)) do
-            assert.is_true(d >= 0 and d <= cfg.max_delay + 1e-9, ("%s %s %s"):format(mode, strategy, d))
+            assert.is_true(d >= 0 and d <= cfg.max_delay + 1e-9, ("%s %s %s"):format(mode,
+              strategy, d))
           end
           H.close(eng)
         end

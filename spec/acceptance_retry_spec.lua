@@ -25,7 +25,7 @@ end
 local function always(e) return function() return e end end
 local function busy() return mend.retryable("busy") end
 
-describe("acceptance: retries", function()
+describe("acceptance: retries #sqlite", function()
   after_each(H.cleanup)
 
   it("numbers attempts from 1, keeps the key on each, and counts max_attempts", function()

@@ -32,8 +32,10 @@ local function saga(last, comp_b, extra)
     steps = {
       step("a", true), b, step("c", false),
       { name = "d", retry = { max_attempts = 2, jitter = 0 },
-        execute = function() box.log[#box.log + 1] = "do d"; local e = last(box); if e then error(e) end end,
-        compensate = function(_, result) box.log[#box.log + 1] = "undo d"; box.d_result = result end },
+        execute = function() box.log[#box.log + 1] = "do d"; local e = last(box);
+          if e then error(e) end end,
+        compensate = function(_, result) box.log[#box.log + 1] = "undo d";
+          box.d_result = result end },
     },
   }
   for k, v in pairs(extra or {}) do def[k] = v end
@@ -48,7 +50,7 @@ local function start(def, opts)
   return eng, id, alerts
 end
 
-describe("acceptance: compensation", function()
+describe("acceptance: compensation #sqlite", function()
   after_each(H.cleanup)
 
   it("undoes the done steps in reverse order with their results, skipping and logging c",
@@ -203,14 +205,15 @@ describe("acceptance: compensation", function()
   end)
 end)
 
-describe("acceptance: breakers", function()
+describe("acceptance: breakers #sqlite", function()
   after_each(H.cleanup)
 
   -- n runs of a one-step workflow `name` through breaker `key`, whose calls fail while
   -- box.down; returns the engine, ids and box.
   local function breaker_runs(eng, name, key, box, policy, max_attempts)
     eng:register({ name = name, breaker = policy,
-      steps = { { name = "call", breaker = key, retry = { max_attempts = max_attempts or 20, jitter = 0,
+      steps = { { name = "call", breaker = key, retry = { max_attempts = max_attempts or 20,
+        jitter = 0,
                                                           initial = 1, max_delay = 1 },
         execute = function()
           box.calls = box.calls + 1

@@ -3,7 +3,7 @@
 local mend = require "mend"
 local H = require "spec.helper"
 
-describe("acceptance: idempotency", function()
+describe("acceptance: idempotency #sqlite", function()
   after_each(H.cleanup)
 
   it("gives the existing run for a run key, also after a restart", function()
@@ -71,12 +71,14 @@ describe("acceptance: idempotency", function()
     eng:advance(1)
     local b = eng:start("order", { order = 17 })
     eng:run()   -- neither sees "ok": both time out and turn back
-    assert.are.same({ "compensated", "compensated" }, { eng:status(a).status, eng:status(b).status })
+    assert.are.same({ "compensated", "compensated" }, { eng:status(a).status,
+      eng:status(b).status })
     assert.are.equal(1, log.charges)
     assert.are.same({ a }, log.refunds)   -- refunded twice: { b, a }
   end)
 
-  pending("leaves the effect of a run that succeeded when a run that reused it turns back", function()
+  pending("leaves the effect of a run that succeeded when a run that reused it turns back",
+    function()
     local eng = H.new_engine()
     local log = { charges = 0, refunds = {} }
     reusing_order(eng, log)
@@ -116,7 +118,8 @@ describe("acceptance: idempotency", function()
     local calls = { a = 0, b = 0 }
     local def = { name = "two", steps = {
       { name = "a", execute = function() calls.a = calls.a + 1; return "A" end },
-      { name = "b", sleep = 100, execute = function(ctx) calls.b = calls.b + 1; return ctx.results.a end },
+      { name = "b", sleep = 100, execute = function(ctx) calls.b = calls.b + 1;
+        return ctx.results.a end },
     } }
     eng:register(def)
     local id = eng:start("two", {})
@@ -134,7 +137,7 @@ describe("acceptance: idempotency", function()
   end)
 end)
 
-describe("acceptance: events", function()
+describe("acceptance: events #sqlite", function()
   after_each(H.cleanup)
 
   local function quest(timeout, retry)
@@ -166,7 +169,8 @@ describe("acceptance: events", function()
     local eng = H.new_engine()
     local undone = false
     eng:register({ name = "q", steps = {
-      { name = "prep", execute = function() return 1 end, compensate = function() undone = true end },
+      { name = "prep", execute = function() return 1 end,
+        compensate = function() undone = true end },
       { name = "kill", wait_for = "boss", timeout = 60 } } })
     local id = eng:start("q", {})
     eng:advance(59)
@@ -205,15 +209,17 @@ describe("acceptance: events", function()
   end)
 end)
 
-describe("acceptance: cancel", function()
+describe("acceptance: cancel #sqlite", function()
   after_each(H.cleanup)
 
   it("compensates a waiting run it cancels, reason cancelled", function()
     local eng = H.new_engine()
     local log = {}
     eng:register({ name = "c", steps = {
-      { name = "a", execute = function() return "ra" end, compensate = function(_, r) log[#log + 1] = "undo a " .. r end },
-      { name = "b", execute = function() return "rb" end, compensate = function(_, r) log[#log + 1] = "undo b " .. r end },
+      { name = "a", execute = function() return "ra" end, compensate = function(_,
+        r) log[#log + 1] = "undo a " .. r end },
+      { name = "b", execute = function() return "rb" end, compensate = function(_,
+        r) log[#log + 1] = "undo b " .. r end },
       { name = "w", wait_for = "never" } } })
     local id = eng:start("c", {})
     eng:advance(1)
@@ -241,7 +247,7 @@ describe("acceptance: cancel", function()
   end)
 end)
 
-describe("acceptance: child runs", function()
+describe("acceptance: child runs #sqlite", function()
   after_each(H.cleanup)
 
   local function defs(child_fails, log)
@@ -255,7 +261,8 @@ describe("acceptance: child runs", function()
       { name = "order", steps = {
         { name = "charge", execute = function() return 1 end,
           compensate = function() log[#log + 1] = "undo charge" end },
-        { name = "ship", child = "shipping", input = function(ctx) return { order = ctx.input.id } end },
+        { name = "ship", child = "shipping",
+          input = function(ctx) return { order = ctx.input.id } end },
         { name = "after", execute = function(ctx)
             if ctx.input.fail_after then error(mend.fatal("late")) end
             return ctx.results.ship.label.tracking
@@ -300,7 +307,7 @@ describe("acceptance: child runs", function()
   end)
 end)
 
-describe("acceptance: branches", function()
+describe("acceptance: branches #sqlite", function()
   after_each(H.cleanup)
 
   it("skips a step when says no, never compensates it, compensates a group latest first",
@@ -308,7 +315,8 @@ describe("acceptance: branches", function()
       local eng = H.new_engine()
       local log = {}
       local function s(name, extra)
-        local t = { name = name, execute = function() log[#log + 1] = "do " .. name; return name end,
+        local t = { name = name, execute = function() log[#log + 1] = "do " .. name;
+          return name end,
                     compensate = function() log[#log + 1] = "undo " .. name end }
         for k, v in pairs(extra or {}) do t[k] = v end
         return t

@@ -27,7 +27,8 @@ local function step(name)
 end
 return { name = "acc_crash", retry = { initial = 0.02, jitter = 0 },
   compensate_retry = { initial = 0.02 },
-  steps = { step("a"), step("b"), { name = "w", wait_for = "go", timeout = 60 }, step("c"), step("d") } }
+  steps = { step("a"), step("b"), { name = "w", wait_for = "go", timeout = 60 }, step("c"),
+    step("d") } }
 ]]
 
 -- The steps of each run in the history: for each, the transitions in order.
@@ -39,14 +40,15 @@ local function audit(db)
   for _, r in ipairs(rows) do
     local run, step, from, to = r:match("^([^|]*)|([^|]*)|([^|]*)|([^|]*)$")
     local k = run .. "/" .. step
-    if seen[k] == "succeeded" and to == "running" then bad[#bad + 1] = k .. " ran after it succeeded" end
+    if seen[k] == "succeeded" and to == "running" then bad[#bad + 1] = k ..
+      " ran after it succeeded" end
     if to == "succeeded" then seen[k] = "succeeded" end
     if from == "compensated" then bad[#bad + 1] = k .. " moved after compensated" end
   end
   return bad
 end
 
-describe("acceptance: workers killed mid-run", function()
+describe("acceptance: workers killed mid-run #sqlite", function()
   after_each(H.cleanup)
 
   it("ends every run once and never runs a recorded success again", function()
@@ -76,7 +78,8 @@ describe("acceptance: workers killed mid-run", function()
     end
     local pid = H.start_worker(db, dir, log .. "last", "--lease 0.3 --poll 0.02")
     H.wait_for("every run to end", function()
-      return tonumber(H.sql(db, "SELECT count(*) FROM runs WHERE status IN ('running', 'compensating')")[1]) == 0
+      return tonumber(H.sql(db,
+        "SELECT count(*) FROM runs WHERE status IN ('running', 'compensating')")[1]) == 0
     end, 60)
     H.stop_worker(pid)
     local statuses = {}
