@@ -271,6 +271,21 @@ static void succeed_step(mend_run *r, int i, const char *result_json) {
 
 /* called: the step's execute was called (or its wait ended); 0 when code of the step's that
  * decides before it failed, and no call its breaker guards was made. */
+/* SPEC section 4's attention_after, of the way forward's policy or of compensate_retry: after
+ * `failed` failed attempts of step i the run is flagged and one alert fires (once a run), while
+ * the retries go on. */
+static void flag_attention(mend_run *r, int i, const mend_retry_policy *p, int failed,
+                           const char *msg) {
+  mend_run *run = mend__root(r);
+  if (p->attention_after <= 0 || failed < p->attention_after || run->attention) return;
+  mend_engine *E = r->E;
+  run->attention = 1;
+  if (mend_store_update_run(E->store, run->id, mend_run_status_name(run->status), run->error, 1,
+                            mend_engine_now(E), run->reason))
+    mend__store_failed(E);
+  mend__alert(run, "attention", i, "attention_after", msg);
+}
+
 static void fail_step(mend_run *r, int i, const mend_error_info *info, int called) {
   mend_engine *E = r->E;
   step_rt *st = &r->steps[i];
@@ -303,14 +318,7 @@ static void fail_step(mend_run *r, int i, const mend_error_info *info, int calle
     st->due = mend_engine_now(E) + delay;
     mend__step_err_to(r, i, MEND_STEP_RETRY_WAIT, info, msg, delay, NULL);
     counts->retries[MEND_PHASE_EXECUTE]++;
-    mend_run *run = mend__root(r);
-    if (def->retry.attention_after > 0 && st->attempts >= def->retry.attention_after && !run->attention) {
-      run->attention = 1;
-      if (mend_store_update_run(E->store, run->id, mend_run_status_name(run->status), run->error, 1,
-                                mend_engine_now(E), run->reason))
-        mend__store_failed(E);
-      mend__alert(run, "attention", i, "attention_after", msg);
-    }
+    flag_attention(r, i, &def->retry, st->attempts, msg);
     r->wait_kind = WAIT_RETRY;
     mend__arm(r, &r->wait, st->due);
     return;
@@ -459,10 +467,13 @@ static void compensation_failed(mend_run *r, int i, const mend_error_info *info)
   int retryable = info->kind == MEND_ERR_RETRYABLE || info->kind == MEND_ERR_TIMEOUT;
   if (retryable && st->comp_attempts < p->max_attempts) {
     counts->retries[MEND_PHASE_COMPENSATE]++;
-    /* The service's own advice wins here as on the way forward (SPEC section 3). */
+    /* The service's own advice wins here as on the way forward (SPEC section 3). A first
+     * failed compensation has no delay of its own before it: the way forward's last one, still
+     * in last_delay, is another policy's (decorrelated jitter grows from it). */
+    double previous = st->comp_attempts > 1 && st->last_delay > 0 ? st->last_delay : 0;
     double delay = info->retry_after >= 0
       ? mend_backoff_clamp_retry_after(p, info->retry_after)
-      : mend_backoff_delay(p, st->comp_attempts, st->last_delay > 0 ? st->last_delay : 0, &E->rng);
+      : mend_backoff_delay(p, st->comp_attempts, previous, &E->rng);
     st->last_delay = delay;
     st->due = mend_engine_now(E) + delay;
     mend__write_step(r, i);
@@ -475,6 +486,7 @@ static void compensation_failed(mend_run *r, int i, const mend_error_info *info)
       mend__run_cold_trim(r);
     }
     mend_engine_log_line(E, "warn", r->id, mend__step_name(r, i), st->comp_attempts, "compensate_failed", msg);
+    flag_attention(r, i, p, st->comp_attempts, msg);
     r->wait_kind = WAIT_COMP_RETRY;
     mend__arm(r, &r->wait, st->due);
     return;
