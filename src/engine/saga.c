@@ -269,8 +269,6 @@ static void succeed_step(mend_run *r, int i, const char *result_json) {
   mend__after_success(r, i, 0);
 }
 
-/* called: the step's execute was called (or its wait ended); 0 when code of the step's that
- * decides before it failed, and no call its breaker guards was made. */
 /* SPEC section 4's attention_after, of the way forward's policy or of compensate_retry: after
  * `failed` failed attempts of step i the run is flagged and one alert fires (once a run), while
  * the retries go on. */
@@ -286,6 +284,8 @@ static void flag_attention(mend_run *r, int i, const mend_retry_policy *p, int f
   mend__alert(run, "attention", i, "attention_after", msg);
 }
 
+/* called: the step's execute was called (or its wait ended); 0 when code of the step's that
+ * decides before it failed, and no call its breaker guards was made. */
 static void fail_step(mend_run *r, int i, const mend_error_info *info, int called) {
   mend_engine *E = r->E;
   step_rt *st = &r->steps[i];
