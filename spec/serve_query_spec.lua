@@ -57,6 +57,38 @@ describe("the HTTP API's query parameters and bodies", function()
     assert.are.same({ "1" }, H.sql(db, "SELECT count(*) FROM runs"))
   end)
 
+  -- `?workflow=` (a client's filter variable left empty) listed every run, as if no filter
+  -- had been asked for: an empty value filters nothing a client meant, so it is refused.
+  it("refuses a parameter given without a value, naming it, on every route that takes any",
+     function()
+    local dir, db = workspace()
+    local base = start(dir, db)
+    local code, r = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "x" } })
+    assert.are.equal(201, code, json.encode(r))
+    local history = "/api/v1/runs/" .. r.id .. "/history"
+    for _, p in ipairs { "workflow", "status", "since", "limit", "cursor" } do
+      for _, q in ipairs { p .. "=", p } do
+        refused(base, "/api/v1/runs?" .. q, "bad_query", "^" .. p .. " ")
+        local other = p == "limit" and "status=running&" or "limit=5&"
+        refused(base, "/api/v1/runs?" .. other .. q, "bad_query", "^" .. p .. " ")
+      end
+    end
+    refused(base, "/api/v1/runs?workflow=", "bad_query", "^workflow is empty")
+    for _, p in ipairs { "after", "limit", "tail" } do
+      refused(base, history .. "?" .. p .. "=", "bad_query", "^" .. p .. " ")
+    end
+    -- the list routes without a parameter take none: each refuses one, empty or not
+    for _, path in ipairs { "/api/v1/dlq", "/api/v1/breakers", "/api/v1/workflows",
+                            "/api/v1/workflows/hello", "/api/v1/runs/" .. r.id .. "/events" } do
+      refused(base, path .. "?workflow=", "bad_query", '^unknown query parameter "workflow"')
+      refused(base, path .. "?limit=5", "bad_query", '^unknown query parameter "limit"')
+    end
+    -- a filter given is a filter
+    code, r = get(base, "/api/v1/runs?workflow=refund")
+    assert.are.equal(200, code)
+    assert.are.same({}, r.runs)
+  end)
+
   it("refuses a body whose key is given twice, naming the key", function()
     local dir, db = workspace()
     local base = start(dir, db)

@@ -233,7 +233,12 @@ static void list_runs(serve_req *r) {
       return;
     }
   }
-  if (workflow && !*workflow) workflow = NULL;
+  if (workflow && !*workflow) {
+    /* a client's filter variable left empty: listing every run would answer another question */
+    serve_error(r, 400, "bad_query", "workflow is empty: give a workflow's name, or leave the "
+                "parameter out");
+    return;
+  }
   double since = -1;
   if (since_s) {
     char *end;
