@@ -89,6 +89,37 @@ describe("the HTTP API's query parameters and bodies", function()
     assert.are.same({}, r.runs)
   end)
 
+  -- A run id left empty in a client's path template ("/api/v1/runs/" .. id .. "/events") took
+  -- another route: GET /api/v1/runs/ listed every run, GET /api/v1/runs//history read run
+  -- "history", and POST /api/v1/runs//events was 405, "this endpoint takes GET".
+  it("answers a path with an empty segment 404, naming the path, never another route", function()
+    local dir, db = workspace()
+    local base = start(dir, db)
+    local code, r = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "x" } })
+    assert.are.equal(201, code, json.encode(r))
+    local function none(path, body)
+      local c, e, raw
+      if body then c, e, raw = post(base, path, body) else c, e, raw = get(base, path) end
+      assert.are.equal(404, c, path .. ": " .. tostring(raw))
+      assert.are.equal("not_found", e.error.code, path)
+      assert.matches("no such endpoint: " .. path:gsub("%p", "%%%0") .. " %(a segment is empty", e.error.message)
+    end
+    none("/api/v1/runs/")
+    none("/api/v1/runs//history")
+    none("/api/v1/runs//events")
+    none("/api/v1/runs//events", { name = "x" })
+    none("/api/v1/runs//cancel", {})
+    none("/api/v1/dlq//retry", {})
+    none("/api/v1/breakers//open", {})
+    none("/api/v1/workflows/")
+    assert.are.same({ "0" }, H.sql(db, "SELECT count(*) FROM inbox"))
+    assert.are.equal("running", S.status_of(base, r.id))
+    -- the paths themselves are served
+    assert.are.equal(200, (get(base, "/api/v1/runs")))
+    assert.are.equal(200, (get(base, "/api/v1/runs/" .. r.id .. "/history")))
+    assert.are.equal(200, (get(base, "/api/v1")))
+  end)
+
   it("refuses a body whose key is given twice, naming the key", function()
     local dir, db = workspace()
     local base = start(dir, db)
