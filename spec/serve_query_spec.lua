@@ -222,6 +222,35 @@ describe("the HTTP API's query parameters and bodies", function()
     assert.are.same({ "0" }, H.sql(db, "SELECT count(*) FROM inbox"))
   end)
 
+  -- A client switches on the code: each one the server can answer is in docs/http-api.md's
+  -- table, with its status, and the table names none it never sends.
+  it("sends only the error codes docs/http-api.md's table lists, each with its status", function()
+    local root = debug.getinfo(1, "S").source:match("^@(.*)/spec/[^/]*$") or "."
+    local documented = {}
+    for line in io.lines(root .. "/docs/http-api.md") do
+      local status, codes = line:match("^| (%d%d%d) | (`[^|]*) |")
+      if status then
+        for c in codes:gmatch("`([%w_]+)`") do documented[c] = tonumber(status) end
+      end
+    end
+    local sent = {}
+    local p = assert(io.popen("ls " .. H.quote(root) .. "/src/serve/*.c"))
+    for file in p:lines() do
+      local text = H.read(file)
+      for status, c in text:gmatch('serve_error%([^,]+, (%d+), "([%w_]+)"') do sent[c] = tonumber(status) end
+      for c in text:gmatch('\\"code\\":\\"([%w_]+)\\"') do sent[c] = sent[c] or true end
+    end
+    p:close()
+    -- an answer to a request whose connection is already shut, as the server stops: never read
+    sent.stopping = nil
+    assert.is_true(next(sent) ~= nil and sent.unknown_field == 400, "no codes found in src/serve")
+    for c, status in pairs(sent) do
+      assert.truthy(documented[c], "docs/http-api.md's table lacks the code " .. c)
+      if status ~= true then assert.are.equal(status, documented[c], c) end
+    end
+    for c in pairs(documented) do assert.truthy(sent[c], "docs/http-api.md lists " .. c .. ", never sent") end
+  end)
+
   it("lets a scrape of /metrics add parameters of its own", function()
     local dir, db = workspace()
     local base = start(dir, db)
