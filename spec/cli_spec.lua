@@ -368,6 +368,8 @@ return { name = "latin", steps = {
       assert.truthy(error_line(err):find("event key is empty", 1, true), err)
       code, _, err = mend("signal", "--run-key", "", "boss_killed", "--db", db)
       assert.are.equal(1, code, err)
+      -- the key given is empty: the run was named, by a key that names none
+      assert.truthy(error_line(err):find("run key is empty", 1, true), err)
       local _, runs = mend("runs", "--db", db, "--json")
       assert.are.equal(1, #json.decode(runs))
       assert.are.same({}, H.sql(db, "SELECT seq FROM inbox"))

@@ -297,6 +297,51 @@ describe("/metrics", function()
     assert.are.equal(1, c("mend_runs", { workflow = "saga", status = "compensated" }))
   end)
 
+  -- A reader of docs/http-api.md looks a metric up there: every family serve and a worker
+  -- export has its row, of its type, and every row is a family they export. `mend_runs_parked`
+  -- was the dead-letter queue's size again, while parked runs (README) are runs moved out of
+  -- memory: a name says what it counts, counters end in _total, times in _seconds.
+  it("exports each metric docs/http-api.md documents, and only those, named by what they count",
+     function()
+    local root = debug.getinfo(1, "S").source:match("^@(.*)/spec/[^/]*$") or "."
+    local documented, rows = {}, 0
+    for line in io.lines(root .. "/docs/http-api.md") do
+      local cell, kind = line:match("^| (`mend_[^|]*) | (%a+) |")
+      if cell then
+        rows = rows + 1
+        local names = {}
+        for n in cell:gmatch("`(mend_[%w_]+)") do names[#names + 1] = n end
+        assert.are.equal(1, #names, "one metric a row: " .. line)
+        assert.is_nil(documented[names[1]], names[1] .. " documented twice")
+        documented[names[1]] = kind
+      end
+    end
+    assert.is_true(rows >= 10, "the metric tables of docs/http-api.md were not found")
+    for _, command in ipairs({ "serve", "worker" }) do
+      local dir, db = workspace()
+      local base = S.start(dir .. "/wf", db, nil, command)
+      start_run(base, "ok", {})
+      local m, text = metrics(base)
+      local exported = {}
+      for name, f in pairs(m) do
+        exported[name] = f.type
+        assert.are.equal(documented[name], f.type, command .. " exports " .. name ..
+                         " (" .. f.type .. "), which docs/http-api.md does not document as such")
+        if f.type == "counter" then assert.matches("_total$", name)
+        else assert.is_nil(name:match("_total$"), name .. " is no counter") end
+        assert.is_nil(name:match("parked"), name .. ": parked runs are runs out of memory")
+      end
+      for name, kind in pairs(documented) do
+        assert.are.equal(kind, exported[name], "docs/http-api.md documents " .. name ..
+                         ", which " .. command .. " does not export:\n" .. text)
+      end
+      for _, name in ipairs({ "mend_oldest_unfinished_run_age_seconds", "mend_commit_latency_seconds" }) do
+        assert.truthy(exported[name], name)
+      end
+      S.stop_all()
+    end
+  end)
+
   it("counts in the process that does the work: mend serve only starts runs", function()
     local dir, db = workspace()
     local base = S.start(dir .. "/wf", db, nil, "serve")

@@ -57,6 +57,69 @@ describe("the HTTP API's query parameters and bodies", function()
     assert.are.same({ "1" }, H.sql(db, "SELECT count(*) FROM runs"))
   end)
 
+  -- `?workflow=` (a client's filter variable left empty) listed every run, as if no filter
+  -- had been asked for: an empty value filters nothing a client meant, so it is refused.
+  it("refuses a parameter given without a value, naming it, on every route that takes any",
+     function()
+    local dir, db = workspace()
+    local base = start(dir, db)
+    local code, r = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "x" } })
+    assert.are.equal(201, code, json.encode(r))
+    local history = "/api/v1/runs/" .. r.id .. "/history"
+    for _, p in ipairs { "workflow", "status", "since", "limit", "cursor" } do
+      for _, q in ipairs { p .. "=", p } do
+        refused(base, "/api/v1/runs?" .. q, "bad_query", "^" .. p .. " ")
+        local other = p == "limit" and "status=running&" or "limit=5&"
+        refused(base, "/api/v1/runs?" .. other .. q, "bad_query", "^" .. p .. " ")
+      end
+    end
+    refused(base, "/api/v1/runs?workflow=", "bad_query", "^workflow is empty")
+    for _, p in ipairs { "after", "limit", "tail" } do
+      refused(base, history .. "?" .. p .. "=", "bad_query", "^" .. p .. " ")
+    end
+    -- the list routes without a parameter take none: each refuses one, empty or not
+    for _, path in ipairs { "/api/v1/dlq", "/api/v1/breakers", "/api/v1/workflows",
+                            "/api/v1/workflows/hello", "/api/v1/runs/" .. r.id .. "/events" } do
+      refused(base, path .. "?workflow=", "bad_query", '^unknown query parameter "workflow"')
+      refused(base, path .. "?limit=5", "bad_query", '^unknown query parameter "limit"')
+    end
+    -- a filter given is a filter
+    code, r = get(base, "/api/v1/runs?workflow=refund")
+    assert.are.equal(200, code)
+    assert.are.same({}, r.runs)
+  end)
+
+  -- A run id left empty in a client's path template ("/api/v1/runs/" .. id .. "/events") took
+  -- another route: GET /api/v1/runs/ listed every run, GET /api/v1/runs//history read run
+  -- "history", and POST /api/v1/runs//events was 405, "this endpoint takes GET".
+  it("answers a path with an empty segment 404, naming the path, never another route", function()
+    local dir, db = workspace()
+    local base = start(dir, db)
+    local code, r = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "x" } })
+    assert.are.equal(201, code, json.encode(r))
+    local function none(path, body)
+      local c, e, raw
+      if body then c, e, raw = post(base, path, body) else c, e, raw = get(base, path) end
+      assert.are.equal(404, c, path .. ": " .. tostring(raw))
+      assert.are.equal("not_found", e.error.code, path)
+      assert.matches("no such endpoint: " .. path:gsub("%p", "%%%0") .. " %(a segment is empty", e.error.message)
+    end
+    none("/api/v1/runs/")
+    none("/api/v1/runs//history")
+    none("/api/v1/runs//events")
+    none("/api/v1/runs//events", { name = "x" })
+    none("/api/v1/runs//cancel", {})
+    none("/api/v1/dlq//retry", {})
+    none("/api/v1/breakers//open", {})
+    none("/api/v1/workflows/")
+    assert.are.same({ "0" }, H.sql(db, "SELECT count(*) FROM inbox"))
+    assert.are.equal("running", S.status_of(base, r.id))
+    -- the paths themselves are served
+    assert.are.equal(200, (get(base, "/api/v1/runs")))
+    assert.are.equal(200, (get(base, "/api/v1/runs/" .. r.id .. "/history")))
+    assert.are.equal(200, (get(base, "/api/v1")))
+  end)
+
   it("refuses a body whose key is given twice, naming the key", function()
     local dir, db = workspace()
     local base = start(dir, db)
@@ -77,7 +140,7 @@ describe("the HTTP API's query parameters and bodies", function()
     local base = start(dir, db)
     local code, e = post(base, "/api/v1/runs", { workflow = "hello", imput = { to = "x" } })
     assert.are.equal(400, code, json.encode(e))
-    assert.are.equal("bad_field", e.error.code)
+    assert.are.equal("unknown_field", e.error.code)
     assert.are.equal('unknown field "imput": POST /api/v1/runs takes workflow, input, key',
                      e.error.message)
     assert.are.same({ "0" }, H.sql(db, "SELECT count(*) FROM runs"))
@@ -86,31 +149,106 @@ describe("the HTTP API's query parameters and bodies", function()
     assert.are.equal(201, code, json.encode(r))
     code, e = post(base, "/api/v1/runs/" .. r.id .. "/events", { name = "x", payload = 1 })
     assert.are.equal(400, code, json.encode(e))
+    assert.are.equal("unknown_field", e.error.code)
     assert.are.equal('unknown field "payload": POST /api/v1/runs/{id}/events takes name, data, key',
                      e.error.message)
     code, e = post(base, "/api/v1/events", { run_key = "k", name = "x", run = r.id })
     assert.are.equal(400, code, json.encode(e))
+    assert.are.equal("unknown_field", e.error.code)
     assert.matches('^unknown field "run": POST /api/v1/events takes run_key, name, data, key$',
                    e.error.message)
     code, e = post(base, "/api/v1/dlq/" .. r.id .. "/resolve", { notes = "done" })
     assert.are.equal(400, code, json.encode(e))
+    assert.are.equal("unknown_field", e.error.code)
     assert.matches('^unknown field "notes"', e.error.message)
     code, e = post(base, "/api/v1/breakers/hello/open", { secs = 5 })
     assert.are.equal(400, code, json.encode(e))
-    assert.matches('^unknown field "secs": POST /api/v1/breakers/{key}/{op} takes seconds$',
+    assert.are.equal("unknown_field", e.error.code)
+    assert.matches('^unknown field "secs": POST /api/v1/breakers/{key}/open takes seconds$',
                    e.error.message)
     assert.are.same({ "0" }, H.sql(db, "SELECT count(*) FROM inbox"))
     -- a cancel and a retry take none (who did it is X-Mend-Who)
     code, e = post(base, "/api/v1/runs/" .. r.id .. "/cancel", { who = "alice" })
     assert.are.equal(400, code, json.encode(e))
+    assert.are.equal("unknown_field", e.error.code)
     assert.are.equal('unknown field "who": POST /api/v1/runs/{id}/cancel takes no field',
                      e.error.message)
     code, e = post(base, "/api/v1/dlq/" .. r.id .. "/retry", { who = "alice" })
     assert.are.equal(400, code, json.encode(e))
+    assert.are.equal("unknown_field", e.error.code)
     assert.matches('^unknown field "who"', e.error.message)
     assert.are.equal("running", S.status_of(base, r.id))
     code = post(base, "/api/v1/runs/" .. r.id .. "/cancel", "{}")
     assert.are.equal(202, code)
+  end)
+
+  -- A client tells a field the route does not take (unknown_field) from a field it takes with
+  -- a value it refuses (bad_field) by the code alone, on every route that takes a body.
+  it("tells an unknown field from a bad value by its code, on every route", function()
+    local dir, db = workspace()
+    local base = start(dir, db)
+    local code, r = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "x" }, key = "k" })
+    assert.are.equal(201, code, json.encode(r))
+    local function says(want, path, body, pattern)
+      local c, e, raw = post(base, path, body)
+      assert.are.equal(400, c, path .. ": " .. tostring(raw))
+      assert.are.equal(want, e.error.code, path .. ": " .. tostring(raw))
+      assert.matches(pattern, e.error.message, 1, false)
+    end
+    local id = "/api/v1/runs/" .. r.id
+    -- bad values: a field the route takes
+    says("bad_field", "/api/v1/runs", { workflow = 5 }, '^"workflow" must be a non%-empty string$')
+    says("bad_field", "/api/v1/runs", { workflow = "" }, '"workflow"')
+    says("bad_field", "/api/v1/runs", { workflow = "hello", key = { 1 } }, '"key"')
+    says("bad_field", id .. "/events", { name = true }, '"name"')
+    says("bad_field", id .. "/events", { name = "x", key = 7 }, '"key"')
+    says("bad_field", "/api/v1/events", { run_key = 1, name = "x" }, '"run_key"')
+    says("bad_field", "/api/v1/dlq/" .. r.id .. "/resolve", { note = "" }, '"note"')
+    says("bad_field", "/api/v1/breakers/psp/open", { seconds = -1 }, '^"seconds" must be a number > 0')
+    says("bad_field", "/api/v1/breakers/psp/open", { seconds = "5" }, '"seconds"')
+    -- unknown fields, each named
+    says("unknown_field", "/api/v1/runs", { workflow = "hello", imput = 1 }, '"imput"')
+    says("unknown_field", id .. "/events", { name = "x", payload = 1 }, '"payload"')
+    says("unknown_field", "/api/v1/events", { run_key = "k", name = "x", run = 1 }, '"run"')
+    says("unknown_field", id .. "/cancel", { why = "x" }, '"why"')
+    says("unknown_field", "/api/v1/dlq/" .. r.id .. "/retry", { x = 1 }, '"x"')
+    says("unknown_field", "/api/v1/dlq/" .. r.id .. "/resolve", { note = "n", by = "me" }, '"by"')
+    says("unknown_field", "/api/v1/breakers/psp/open", { secs = 5 }, '"secs"')
+    -- close and reset take no seconds: a field of open, not theirs
+    says("unknown_field", "/api/v1/breakers/psp/close", { seconds = 5 },
+         '^unknown field "seconds": POST /api/v1/breakers/{key}/close takes no field')
+    says("unknown_field", "/api/v1/breakers/psp/reset", { seconds = 5 }, '"seconds"')
+    assert.are.equal("running", S.status_of(base, r.id))
+    assert.are.same({ "0" }, H.sql(db, "SELECT count(*) FROM inbox"))
+  end)
+
+  -- A client switches on the code: each one the server can answer is in docs/http-api.md's
+  -- table, with its status, and the table names none it never sends.
+  it("sends only the error codes docs/http-api.md's table lists, each with its status", function()
+    local root = debug.getinfo(1, "S").source:match("^@(.*)/spec/[^/]*$") or "."
+    local documented = {}
+    for line in io.lines(root .. "/docs/http-api.md") do
+      local status, codes = line:match("^| (%d%d%d) | (`[^|]*) |")
+      if status then
+        for c in codes:gmatch("`([%w_]+)`") do documented[c] = tonumber(status) end
+      end
+    end
+    local sent = {}
+    local p = assert(io.popen("ls " .. H.quote(root) .. "/src/serve/*.c"))
+    for file in p:lines() do
+      local text = H.read(file)
+      for status, c in text:gmatch('serve_error%([^,]+, (%d+), "([%w_]+)"') do sent[c] = tonumber(status) end
+      for c in text:gmatch('\\"code\\":\\"([%w_]+)\\"') do sent[c] = sent[c] or true end
+    end
+    p:close()
+    -- an answer to a request whose connection is already shut, as the server stops: never read
+    sent.stopping = nil
+    assert.is_true(next(sent) ~= nil and sent.unknown_field == 400, "no codes found in src/serve")
+    for c, status in pairs(sent) do
+      assert.truthy(documented[c], "docs/http-api.md's table lacks the code " .. c)
+      if status ~= true then assert.are.equal(status, documented[c], c) end
+    end
+    for c in pairs(documented) do assert.truthy(sent[c], "docs/http-api.md lists " .. c .. ", never sent") end
   end)
 
   it("lets a scrape of /metrics add parameters of its own", function()

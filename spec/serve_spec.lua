@@ -1039,7 +1039,7 @@ print("closed", len(gone))
       end
     end
     assert.are.equal(1, samples.mend_dlq_size)
-    assert.are.equal(1, samples.mend_runs_parked)
+    assert.is_nil(samples.mend_runs_parked)
     assert.are.equal(1, samples['mend_runs{workflow="refund",status="needs_attention"}'])
     assert.are.equal(1, samples['mend_runs{workflow="hello",status="running"}'])
     assert.are.equal(1, samples['mend_runs_by_status{status="running"}'])

@@ -363,7 +363,12 @@ static int send_event(mend_engine *E, const char *id, const char *run_key, const
                 "run key (at most %d, MEND_KEY_MAX) is too long", MEND_NAME_MAX, MEND_KEY_MAX);
     return MEND_EVENT_EINVAL;
   }
-  if (!id && (!run_key || !*run_key)) {
+  if (!id && run_key && !*run_key) {
+    /* `--run-key "$ORDER"` with ORDER unset: the run was named, by a key that names none */
+    mend_errorf(err, errlen, "the run key is empty: give the run's key, or its id");
+    return MEND_EVENT_EINVAL;
+  }
+  if (!id && !run_key) {
     mend_errorf(err, errlen, "an event needs a run: its id or its run key");
     return MEND_EVENT_EINVAL;
   }

@@ -233,7 +233,12 @@ static void list_runs(serve_req *r) {
       return;
     }
   }
-  if (workflow && !*workflow) workflow = NULL;
+  if (workflow && !*workflow) {
+    /* a client's filter variable left empty: listing every run would answer another question */
+    serve_error(r, 400, "bad_query", "workflow is empty: give a workflow's name, or leave the "
+                "parameter out");
+    return;
+  }
   double since = -1;
   if (since_s) {
     char *end;
@@ -472,14 +477,20 @@ static void breaker_op(serve_req *r, const char *key, const char *op) {
     serve_error(r, 404, "not_found", "no breaker operation %s (open, close, reset)", op);
     return;
   }
-  static const char *const fields[] = {"seconds", NULL};
-  json_t *body = serve_body(r, fields, "POST /api/v1/breakers/{key}/{op}");
+  /* seconds is open's: close and reset take no field, and a seconds sent to them is unknown
+   * there, not a bad value */
+  static const char *const fields[] = {"seconds", NULL}, *const none[] = {NULL};
+  int open = strcmp(op, "open") == 0;
+  json_t *body = open ? serve_body(r, fields, "POST /api/v1/breakers/{key}/open")
+                      : serve_body(r, none, strcmp(op, "close") == 0
+                                                ? "POST /api/v1/breakers/{key}/close"
+                                                : "POST /api/v1/breakers/{key}/reset");
   if (!body) return;
   json_t *sec = json_object_get(body, "seconds");
   double seconds = 0;
   if (sec && !json_is_null(sec)) {
-    if (!json_is_number(sec) || !(json_number_value(sec) > 0) || strcmp(op, "open") != 0) {
-      serve_error(r, 400, "bad_field", "\"seconds\" is for open only, a number > 0");
+    if (!json_is_number(sec) || !(json_number_value(sec) > 0)) {
+      serve_error(r, 400, "bad_field", "\"seconds\" must be a number > 0");
       json_decref(body);
       return;
     }

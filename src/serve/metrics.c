@@ -199,9 +199,10 @@ void serve_metrics(serve_req *r) {
   put(&b, "# HELP mend_runs_by_status Runs in the database by status.\n"
           "# TYPE mend_runs_by_status gauge\n");
   for (int i = 0; STATUSES[i]; i++) put(&b, "mend_runs_by_status{status=\"%s\"} %ld\n", STATUSES[i], by_status[i]);
-  put(&b, "# HELP mend_runs_parked Runs that need a person: in the dead-letter queue.\n"
-          "# TYPE mend_runs_parked gauge\nmend_runs_parked %zu\n", json_array_size(dlq));
-  put(&b, "# HELP mend_dlq_size Runs in the dead-letter queue.\n# TYPE mend_dlq_size gauge\n");
+  /* One name for the queue's size: parked runs are, elsewhere in mend, runs moved out of
+   * memory (README), which no gauge read from the database counts. */
+  put(&b, "# HELP mend_dlq_size Runs in the dead-letter queue, waiting for a person.\n"
+          "# TYPE mend_dlq_size gauge\n");
   put(&b, "mend_dlq_size %zu\n", json_array_size(dlq));
   put(&b, "# HELP mend_oldest_unfinished_run_age_seconds Age of the oldest running or compensating"
           " run (0: none).\n# TYPE mend_oldest_unfinished_run_age_seconds gauge\n");

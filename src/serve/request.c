@@ -140,7 +140,8 @@ int serve_query_only(serve_req *r, const char *const *known, const char *what) {
   return each_param(r, check_param, &o) < 0 ? -1 : 0;
 }
 
-/* 0 when every key of body is one of known; else -1 after replying 400 naming it. */
+/* 0 when every key of body is one of known; else -1 after replying 400 unknown_field naming
+ * it (bad_field is a known field's bad value: a client tells the two apart by the code). */
 static int body_fields_known(serve_req *r, json_t *body, const char *const *known,
                              const char *what) {
   const char *name;
@@ -156,7 +157,7 @@ static int body_fields_known(serve_req *r, json_t *body, const char *const *know
       used = w < 0 ? sizeof takes : used + (size_t)w;
     }
     /* %.64s: a key is the client's text, of any length */
-    serve_error(r, 400, "bad_field", "unknown field \"%.64s\": %s takes %s", name, what,
+    serve_error(r, 400, "unknown_field", "unknown field \"%.64s\": %s takes %s", name, what,
                 *known ? takes : "no field");
     return -1;
   }

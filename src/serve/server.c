@@ -410,7 +410,16 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
   }
   const char *p = req->path.base, *end = p + plen;
   while (p < end) {
+    const char *from = p;
     while (p < end && *p == '/') p++;
+    /* An empty segment past the first ("/api/v1/runs//history", "/api/v1/runs/"): an id left
+     * empty in a client's path would otherwise take another route (the list, run "history",
+     * a 405). Leading slashes are read leniently. */
+    if (r.nseg > 0 && (p - from > 1 || p == end)) {
+      serve_error(&r, 404, "not_found", "no such endpoint: %.*s (a segment is empty: an id "
+                  "left empty?)", (int)plen, req->path.base);
+      return 0;
+    }
     if (p == end) break;
     const char *slash = memchr(p, '/', (size_t)(end - p));
     if (!slash) slash = end;
