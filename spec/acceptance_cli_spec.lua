@@ -80,6 +80,18 @@ describe("acceptance: mend exit codes #sqlite", function()
     assert.are.equal(2, (H.mend_cmd(db, "status")))
   end)
 
+  -- A script waiting with --timeout must tell "still going" from "no such run" (both were 1).
+  it("mend wait: 5 when --timeout passes first, 1 for a run it cannot find", function()
+    local _, file, db, eff = setup()
+    local rc, id = H.mend_in(nil, db, ("start %s --input %s"):format(file, input(eff)))
+    assert.are.equal(0, rc, id)
+    id = id:match("%S+")
+    local rc2, out, err = H.mend_in(nil, db, "wait " .. id .. " --timeout 0.2")
+    assert.are.equal(5, rc2, out)
+    assert.matches("did not finish within 0.2s", err or out, 1, true)
+    assert.are.equal(1, (H.mend_cmd(db, "wait no-such-run --timeout 0.2")))
+  end)
+
   it("repairs from the shell: dlq lists, dlq retry and resolve, refusals", function()
     local _, file, db, eff = setup()
     local rc, out = H.mend_in(nil, db, ("run %s --clock virtual --json --input %s")

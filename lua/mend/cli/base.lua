@@ -11,6 +11,8 @@ local json = mend.json
 local M = {}
 
 M.EXIT_OK, M.EXIT_FAILURE, M.EXIT_USAGE = 0, 1, 2
+-- `mend wait --timeout`: the run goes on; apart from 1, so a script tells it from a typo'd id
+M.EXIT_STILL_RUNNING = 5
 M.OUTCOME_EXIT = { succeeded = 0, compensated = 3, failed = 3, needs_attention = 4, resolved = 3 }
 local EXIT_FAILURE, EXIT_USAGE = M.EXIT_FAILURE, M.EXIT_USAGE
 

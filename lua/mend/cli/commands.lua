@@ -193,7 +193,8 @@ local commands = {
     flags = { db = "value", timeout = "value", json = "switch" },
     usage = "mend wait RUN [--db PATH] [--timeout S] [--json]",
     help = "Blocks until the run ends and exits with its outcome: 0 succeeded, 3 compensated,\n" ..
-           "failed or resolved by a person, 4 needs attention; 1 if --timeout passed first.\n\n" ..
+           "failed or resolved by a person, 4 needs attention; 5 if --timeout passed first (the run\n" ..
+           "goes on); 1 if mend failed (no such run, no database).\n\n" ..
            DB_HELP ..
            "  --timeout S      give up after S seconds\n" ..
            "  --json           print the final status as JSON\n",

@@ -122,7 +122,10 @@ function M.wait(o, id)
           .. " --db %s)%s\n", id, render.db_shown(o.db), #due > 0 and ("; " .. table.concat(due, "; ")) or "")
     end
     local st = eng:wait(id, { timeout = timeout })
-    if not st then fail("run %s did not finish within %ss", id, o.timeout) end
+    if not st then
+      say("mend: run %s did not finish within %ss\n", id, o.timeout)
+      return base.EXIT_STILL_RUNNING
+    end
     if o.json then write_json(st) else print_outcome(st) end
     return OUTCOME_EXIT[st.status]
   end)
