@@ -345,7 +345,7 @@ static int load_error(lua_State *L, const char *err) { lua_pushstring(L, err); r
 /* eng:load(path) -> name  [-0, +1, e] */
 static int engine_load(lua_State *L) {
   engine_box *b = check_engine(L);
-  const char *path = luaL_checkstring(L, 2);
+  const char *path = mend__check_text(L, 2, "the path");
   char err[1024];
   mend_workflow *wf = mend_engine_load_file(b->E, path, err, sizeof err);
   if (!wf) return load_error(L, err);
@@ -597,7 +597,7 @@ static int engine_in_flight(lua_State *L) {
 static int engine_resume(lua_State *L) {
   engine_box *b = check_engine(L);
   char err[600];
-  const char *id = luaL_checkstring(L, 2);
+  const char *id = mend__check_text(L, 2, "the run id");
   int rc = mend_engine_resume_run(b->E, id, err, sizeof err);
   if (rc < 0) return luaL_error(L, "resume: %s", err);
   if (rc == 0) {
@@ -614,7 +614,8 @@ static int engine_resume(lua_State *L) {
 static int engine_load_version(lua_State *L) {
   engine_box *b = check_engine(L);
   char err[1024];
-  mend_workflow *wf = mend_engine_load_version(b->E, luaL_checkstring(L, 2), luaL_checkstring(L, 3),
+  mend_workflow *wf = mend_engine_load_version(b->E, mend__check_text(L, 2, "the workflow's name"),
+                                               mend__check_text(L, 3, "the version"),
                                                err, sizeof err);
   if (!wf) return load_error(L, err);
   lua_pushstring(L, wf->name);
