@@ -154,8 +154,10 @@ typedef struct mend_options {
   const char *http_allow;     /* the hosts mend.http may call, comma-separated (a host name
                                  never holds a comma): "payments.internal,*.example.com", where
                                  "*.example.com" is any name under example.com. NULL: any host,
-                                 except in a sandbox, where NULL allows none. Copied by
-                                 mend_engine_new */
+                                 except in a sandbox, where NULL allows none. With a list (or
+                                 a sandbox) a loopback, unspecified or link-local address is
+                                 connected to only if the list names it or "localhost"
+                                 (docs/lua-api.md). Copied by mend_engine_new */
   double park_after;          /* seconds of the engine's clock a run waiting for an event, a
                                  due time or a retry stays in memory; then it is parked out of
                                  it until its event, due time or a cancel brings it back from
