@@ -174,6 +174,10 @@ typedef struct mend_options {
                                  they run where the engine's thread may, as do the processes a
                                  step starts (mend.exec) and alert commands. Read by
                                  mend_engine_new */
+  int no_sandbox;             /* 1 with sandbox 0: a database marked sandboxed (a sandboxed
+                                 engine opened it, README: Limits and sandbox) runs its
+                                 workflows' code unsandboxed all the same, with a warning in
+                                 the log. 0: such a database makes the engine sandboxed */
 } mend_options;
 
 /* Fills *opts with defaults: in-memory database, full durability, real clock, random seed,

@@ -227,7 +227,8 @@ int mend__lengine_new(lua_State *L) {
                                        "lease", "grace", "max_concurrency",
                                        "instruction_budget", "alert_command", "writer_thread",
                                        "buffered_print", "log_level", "http_allow", "park_after",
-                                       "sandbox", "memory_limit", "thread_cpus", NULL};
+                                       "sandbox", "no_sandbox", "memory_limit", "thread_cpus",
+                                       NULL};
   lua_pushnil(L);
   while (lua_next(L, 1)) {
     lua_pop(L, 1);
@@ -288,9 +289,13 @@ int mend__lengine_new(lua_State *L) {
    * makes, where workflow code is held to them; its `require "mend"` is the C API's. */
   lua_getfield(L, 1, "sandbox");
   cfg.sandbox = lua_toboolean(L, -1);
+  lua_getfield(L, 1, "no_sandbox");
+  cfg.no_sandbox = lua_toboolean(L, -1);
   lua_getfield(L, 1, "memory_limit");
   lua_Integer limit = luaL_optinteger(L, -1, 0);
-  lua_pop(L, 2);
+  lua_pop(L, 3);
+  if (cfg.sandbox && cfg.no_sandbox)
+    return luaL_error(L, "mend.engine: sandbox and no_sandbox: give one of them");
   if (limit < 0) return luaL_error(L, "mend.engine: memory_limit must be >= 0 bytes");
   cfg.memory_limit = (size_t)limit;
   int owned = cfg.sandbox || cfg.memory_limit > 0;
@@ -330,7 +335,16 @@ int mend__lengine_new(lua_State *L) {
     lua_pop(L, 1);
   }
   char err[1024];
-  b->E = mend_engine_create(owned ? NULL : L, &cfg, err, sizeof err, NULL);
+  mend_refusal why;
+  b->E = mend_engine_create(owned ? NULL : L, &cfg, err, sizeof err, &why);
+  if (!b->E && why == MEND_REFUSED_SANDBOX) {
+    /* The database holds untrusted workflows: sandboxed, unless the host said no_sandbox. */
+    cfg.sandbox = 1;
+    cfg.open_module = mend_lua_open;
+    cfg.lua_path = mend_lua_dir_default();
+    b->owned = owned = 1;
+    b->E = mend_engine_create(NULL, &cfg, err, sizeof err, NULL);
+  }
   if (!b->E) {
     lua_pushstring(L, err);   /* the message names the file already: no Lua position */
     return lua_error(L);
