@@ -144,6 +144,7 @@ local commands = {
            "                   and C work charged to --instruction-budget; a run whose code\n" ..
            "                   meets a limit is a dead letter and the worker goes on\n" ..
            "  --memory-limit N bytes the workflows' code may hold (with --sandbox)\n" ..
+           NO_SANDBOX_HELP ..
            "  --listen HOST:PORT  also serve the HTTP API there; --token-file, --max-body and\n" ..
            "                   --cors as for mend serve (see mend serve --help), and only\n" ..
            "                   with --listen\n",
@@ -413,7 +414,7 @@ local commands = {
     flags = { db = "value", clock = "value", seed = "value", ["no-sandbox"] = "switch" },
     choices = { clock = { virtual = true, real = true } },
     default_db = ":memory:",
-    usage = "mend repl [--db PATH] [--clock virtual|real] [--seed N]",
+    usage = "mend repl [--db PATH] [--clock virtual|real] [--seed N] [--no-sandbox]",
     help = "An interactive Lua shell around one engine: load workflows (use), start runs, move\n" ..
            "the virtual clock with advance(seconds), break simulated services (sim) and watch\n" ..
            "the retries, breakers and compensations; help() lists what is in scope. On a\n" ..
@@ -422,7 +423,8 @@ local commands = {
            "stdin, one chunk at a time, and prints the results.\n\n" ..
            "  --db PATH        the database (default :memory:)\n" ..
            "  --clock C        virtual (default: time moves only with advance and run) or real\n" ..
-           "  --seed N         seed of the backoff jitter generator (default random)\n",
+           "  --seed N         seed of the backoff jitter generator (default random)\n" ..
+           NO_SANDBOX_HELP,
     does = { "mend.cli.run", "repl" },
   },
 }
