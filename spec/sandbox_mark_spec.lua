@@ -71,6 +71,19 @@ describe("the sandbox mark", function()
     assert.are.equal(2, rc, out)
   end)
 
+  -- #sqlite: the copy's source is a SQLite file, the target this run's PostgreSQL store
+  local it_pg = H.PG and it or pending
+  it_pg("goes with the workflows through mend copy to PostgreSQL", function()
+    local src = H.tmp_db()
+    H.close(H.reopen(src, { sandbox = true }))
+    local to = H.new_db()
+    local rc, out = H.shell(("%s copy --from %s --to %s 2>&1"):format(H.MEND, H.quote(src), H.quote(to)))
+    assert.are.equal(0, rc, out)
+    assert.are.equal("on", mark_of(to))
+    local eng = H.reopen(to, { clock = "virtual" })
+    assert.are.same({ top = false, step = false }, probe(eng, H.tmp_dir()))
+  end)
+
   it("is added as off by the migration to a database of the schema before", function()
     local db = H.new_db()
     local pg = H.is_pg(db)
