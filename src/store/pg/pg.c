@@ -568,6 +568,7 @@ const mend_store_methods mend__pg_methods = {
   .cancels_requested = mend__pg_cancels_requested,
   .audit = mend__pg_audit,
   .schema_version = mend__pg_schema_version,
+  .sandbox_mark = mend__pg_sandbox_mark,
   .prune = pg_prune,
   .send_event = mend__pg_send_event,
   .next_event = mend__pg_next_event,

@@ -25,7 +25,7 @@
 #include "pg_line.h"
 
 /* PostgreSQL's own schema versions (meta 'schema_version'), unrelated to SQLite's. */
-#define MEND_PG_SCHEMA_VERSION 6
+#define MEND_PG_SCHEMA_VERSION 7
 
 /* Statements prepared on every connection at open (pg_schema.c holds their text). The write
  * statements (P_INSERT_RUN .. P_SET_UNAVAILABLE) are the ones a batch records. */
@@ -344,6 +344,7 @@ int mend__pg_prepare_to(PGconn *c, char *err, int errlen, const char *server);
 const char *mend__pg_errmsg(mend_store *s);
 int mend__pg_not_found(const mend_store *s);
 int mend__pg_schema_version(mend_store *s);
+int mend__pg_sandbox_mark(mend_store *s, int set);
 void mend__pg_close(mend_store *s);
 /* pg_batch.c */
 int mend__pg_start_writer(mend_store *s, void (*done)(void *ud), void *ud);

@@ -451,6 +451,8 @@ const char *const mend__pg_migrations[MEND_PG_SCHEMA_VERSION] = {
   MIGRATE_ERROR_KIND,
   /* 5 -> 6 */
   MIGRATE_ERROR_DETAIL,
+  /* 6 -> 7: the sandbox mark, as SQLite's 16 -> 17 (schema.c) */
+  "INSERT INTO meta(key, value) VALUES('sandbox', 'off') ON CONFLICT (key) DO NOTHING;",
 };
 
 /* The advisory lock that makes creating and upgrading the schema one worker's at a time
