@@ -27,11 +27,13 @@ static inline void sleep_s(double s) {
   nanosleep(&ts, NULL);
 }
 
-static inline void sql(PGconn *c, const char *q) {
+/* Runs q on c: 0, or -1 saying why on stderr. */
+static inline int sql(PGconn *c, const char *q) {
   PGresult *r = PQexec(c, q);
-  if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK)
-    fprintf(stderr, "pg_case: %s: %s", q, PQerrorMessage(c));
+  int ok = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK;
+  if (!ok) fprintf(stderr, "pg_case: %s: %s", q, PQerrorMessage(c));
   PQclear(r);
+  return ok ? 0 : -1;
 }
 
 /* base's parameters with dbname (and, if given, password) replaced, as a conninfo string. */
