@@ -5,9 +5,11 @@
 --
 --   lua5.4 tests/specs/shard.lua STORE SHARD COUNT WEIGHTS FILE...
 --
--- STORE is sqlite or pg; SHARD is 1..COUNT, `server` (the PostgreSQL specs that restart or
--- stop the test cluster's server: their text runs `tests/pg/cluster.sh restart`, `down` or
--- `kill9`, found by that, so a new one is found too; ctest runs them alone) or `check`;
+-- STORE is sqlite or pg; SHARD is 1..COUNT, `server` or `check`. `server` is the PostgreSQL
+-- specs that act on the test cluster's server or read the sessions of all of it, which other
+-- specs beside them would disturb or be read in: their text runs `tests/pg/cluster.sh restart`,
+-- `down` or `kill9`, or reads pg_stat_activity (found by that, so a new one is found too; ctest
+-- runs them with no other test of the cluster);
 -- WEIGHTS is tests/specs/weights.txt (a spec file's seconds on each store, measured; a file
 -- it does not name weighs DEFAULT); FILE... are every spec file (spec/*_spec.lua). The crash
 -- harnesses (crash_spec.lua, pg_crash_spec.lua) have ctest entries of their own and are in
@@ -27,12 +29,12 @@ end
 
 local function base(path) return path:match("([^/]+)$") end
 local function crash(path) return base(path):match("crash_spec%.lua$") ~= nil end
-local function restarts_server(path)
+local function needs_the_server_alone(path)
   local f = assert(io.open(path, "r"))
   local text = f:read("a")
   f:close()
-  for _, verb in ipairs { "restart", "down", "kill9" } do
-    if text:find("cluster.sh " .. verb, 1, true) then return true end
+  for _, word in ipairs { "cluster.sh restart", "cluster.sh down", "cluster.sh kill9", "pg_stat_activity" } do
+    if text:find(word, 1, true) then return true end
   end
   return false
 end
@@ -42,7 +44,7 @@ local function deal(st)
   local list, server = {}, {}
   for _, path in ipairs(files) do
     if not crash(path) then
-      if st == "pg" and restarts_server(path) then server[#server + 1] = path
+      if st == "pg" and needs_the_server_alone(path) then server[#server + 1] = path
       else list[#list + 1] = path end
     end
   end
