@@ -4,7 +4,8 @@
  * the writer thread, a failed write failing its whole batch, and a deadlock's victim.
  *
  * Against a real server named by MEND_TEST_PG (tests/pg_case.h: each case gets a database of
- * its own, dropped after; skipped, saying so, without a server).
+ * its own, dropped after; skipped, saying so, without a server). Must never: let one case
+ * read what another left.
  */
 #include "check.h"
 #include "pg_case.h"
