@@ -145,7 +145,7 @@ typedef struct mend_pg {
                                   rows one statement each, new steps' rows as puts (pg_batch.c) */
   int tx_savepoints;           /* set in the open transaction (pg_batch.c) */
   long writes_alone;           /* recorded writes sent one statement each, since the open: what
-                                  test_pg_store reads to see that the arrays took a batch */
+                                  test_pg_store_batches reads to see that the arrays took a batch */
   long steps_inserted;         /* step rows sent by plain insert (P_INSERT_STEPS), likewise */
   int busy_ms;                 /* how long a repair's look waits for a row (set_busy_wait) */
   int tx_conflict;             /* the server rolled the open batch back (a deadlock): SQLSTATE 40 */
