@@ -344,7 +344,10 @@ void mend__pg_close(mend_store *s) {
   if (p->conn && p->fence_registered && PQstatus(p->conn) == CONNECTION_OK) {
     const char *v[1] = {p->fence_owner};
     PGresult *r;
-    int ok = mend__pg_exec(p, p->conn, "BEGIN", "close") == 0;
+    /* bounded (pg_wait.c): a workers row another session holds leaves the lease to run out */
+    int ok = mend__pg_exec(p, p->conn, "BEGIN", "close") == 0 &&
+             mend__pg_exec(p, p->conn, "SET LOCAL lock_timeout = " PG_TEXT_OF(PG_CLOSE_WAIT_MS),
+                           "close") == 0;
     for (int i = 0; ok && i < 2; i++) {
       r = mend__pg_run(p, i == 0 ? P_FORGET_WORKER : P_RELEASE_OWNER, NULL, 1, v, "close");
       ok = r != NULL;

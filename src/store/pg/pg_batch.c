@@ -625,7 +625,8 @@ int mend__pg_writer_wait(mend_pg *p) { return p->w ? mend__handoff_wait(p->w) : 
 /* writer_wait for a call that tells its caller: a batch lost with its connection is told
  * once (conn_lost says which), and the next batch reconnects; any other failure stays. */
 static int writer_told(mend_pg *p) {
-  if (mend__pg_writer_wait(p) == 0) return 0;
+  int rc = mend__pg_writer_wait_bounded(p);
+  if (rc == 0 || rc == MEND_STORE_BUSY) return rc;
   if (p->conn_lost) {
     pthread_mutex_lock(&p->w->mu);
     p->w->failed = 0;
@@ -694,7 +695,8 @@ void mend__pg_stop_writer(mend_pg *p) {
 
 int mend__pg_commit(mend_store *s) {
   mend_pg *p = PG(s);
-  if (writer_told(p) != 0) return -1;
+  int told = writer_told(p);
+  if (told != 0) return told == MEND_STORE_BUSY ? told : -1;   /* BUSY: the batch is kept */
   if (p->batch_failed) {   /* the failure was told when it happened; the batch is gone */
     mend__pg_rollback(p);
     mend__pg_log_clear(p->cur);
@@ -714,7 +716,8 @@ int mend__pg_hand_off(mend_store *s) {
   mend_pg *p = PG(s);
   pg_writer *w = p->w;
   if (!w) return mend__pg_commit(s);
-  if (writer_told(p) != 0) return -1;
+  int told = writer_told(p);
+  if (told != 0) return told == MEND_STORE_BUSY ? told : -1;   /* BUSY: the batch is kept */
   if (p->batch_failed) return mend__pg_commit(s);
   pthread_mutex_lock(&w->mu);
   if (!p->cur->nrec && !p->in_batch) {

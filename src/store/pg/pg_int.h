@@ -180,6 +180,9 @@ typedef struct mend_pg {
  * is rolled back and tried again (pg_wait.c); on the caller's thread, busy_ms if shorter. Longer than the server's deadlock_timeout (1 s by default): in a
  * deadlock the server picks the batch to roll back first, as before there was a bound. */
 #define PG_WRITE_WAIT_MS 2000
+/* How long a closing store waits for another session's lock: the writer thread's batch for
+ * the try under way and no more, the lease given back this long (pg_wait.c). */
+#define PG_CLOSE_WAIT_MS 1000
 #define PG_TEXT_OF_(x) #x
 #define PG_TEXT_OF(x) PG_TEXT_OF_(x)
 
@@ -199,6 +202,8 @@ PGconn *mend__pg_view_aux(mend_pg *p);
  * holds it (until the store closes); and the caller's open batch flushed, likewise. */
 int mend__pg_flush_writer(mend_pg *p, pg_log *job);
 int mend__pg_flush_waiting(mend_pg *p, int begin);
+/* mend__handoff_wait, bounded while the writer's batch waits for a lock: MEND_STORE_BUSY. */
+int mend__pg_writer_wait_bounded(mend_pg *p);
 int mend__pg_locked(mend_store *s);
 
 /* pg.c */

@@ -188,8 +188,11 @@ const char *const mend__pg_sql[P__COUNT] = {
     " FROM runs r LEFT JOIN workers w ON w.owner = r.owner WHERE r.id = $1::text",
   [P_HOLDERS] =
     "SELECT owner FROM workers WHERE lease_until >= clock_timestamp() ORDER BY owner",
+  /* A row another session holds is passed over (its owner's workers row is gone, so it is
+   * for any worker to take all the same): a close must not wait for that session. */
   [P_RELEASE_OWNER] =
-    "UPDATE runs SET owner = NULL WHERE owner = $1::text AND status IN " LIVE,
+    "UPDATE runs SET owner = NULL WHERE id IN (SELECT id FROM runs WHERE owner = $1::text"
+    " AND status IN " LIVE " FOR UPDATE SKIP LOCKED)",
   /* Deleted first, so that its row is locked: the worker, if it lives, is then late. */
   [P_FORGET_WORKER] = "DELETE FROM workers WHERE owner = $1::text",
   [P_HELD] = "SELECT id FROM runs WHERE owner = $1::text AND status IN " LIVE,

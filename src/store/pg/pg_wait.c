@@ -172,45 +172,96 @@ PGconn *mend__pg_view_aux(mend_pg *p) {
   return mend__pg_aux(p) == 0 ? p->aux : NULL;
 }
 
+/* Another try is waited for this long (doubling from 50 ms up to 1 s), with a tenth more or
+ * less at random: two engines whose batches cross each other's locks and both meet the bound
+ * (the server's deadlock_timeout above it finds no deadlock first) do not try again in step. */
+static double jittered(double delay) {
+  double t = mend__pg_mono() * 1e6;   /* its microseconds: random enough, and any thread's */
+  return delay * (0.9 + 0.2 * (t - 1000.0 * (double)(long long)(t / 1000.0)) / 1000.0);
+}
+
+/* How long a caller on its own thread waits for another session's lock: its busy wait (a
+ * loop's 0.1 s; a caller that waits, PG_BUSY_MS) and no longer, so that a loop answers
+ * between its tries and nothing waits without end. */
+static double caller_bound(const mend_pg *p) {
+  return (p->busy_ms > 0 ? p->busy_ms : PG_BUSY_MS) / 1000.0;
+}
+
 /* A batch that met another session's lock past the bound (pg_wait.c) is tried again after
  * 50 ms, then twice as long each time up to 1 s, for as long as the lock lasts: this thread
  * waits, the loop goes on recording the next batch and is told at each try (done: it warns,
- * mend_store_locked). Once the store is closing it tries for PG_BUSY_MS more, then gives the
- * batch up, as a crash would: nothing in it was acted on. */
+ * mend_store_locked). Once the store is closing it gives the batch up after the try under way,
+ * as a crash would (nothing in it was acted on; its runs are taken and their work done again
+ * from what was committed): a stop (SIGTERM) must not wait as long as the lock lasts. */
 int mend__pg_flush_writer(mend_pg *p, pg_log *job) {
   pg_writer *w = p->w;
-  double delay = 0.05, give_up = -1;
+  double delay = 0.05;
   int rc;
   p->on_writer = 1;
   while ((rc = mend__pg_flush(p, job, 1, 0)) == MEND_STORE_BUSY) {
     pthread_mutex_lock(&w->mu);
     mend__handoff_tell(w);
-    if (w->stop && give_up < 0) give_up = mend__pg_mono() + PG_BUSY_MS / 1000.0;
-    if (give_up >= 0 && mend__pg_mono() >= give_up) {
+    if (w->stop) {
       pthread_mutex_unlock(&w->mu);
       mend__pg_msg(p->err, sizeof p->err, "%s: closing: a batch waiting for another session's"
-                   " lock was given up: %s", p->server, mend__pg_lock_msg(p));
+                   " lock was given up, not written: %s", p->server, mend__pg_lock_msg(p));
       mend__pg_log_clear(job);
       mend__pg_lock_gone(p);
       p->on_writer = 0;
       return -1;
     }
-    mend__handoff_nap(w, &delay);
+    double d = jittered(delay);
+    mend__handoff_nap(w, &d);
+    delay = delay * 2 > 1 ? 1 : delay * 2;
   }
   p->on_writer = 0;
   return rc;
 }
 
-/* A flush on the caller's thread (a read, a transaction begun) waits out another session's
- * lock as before there was a bound, trying again until it lands: its caller has no batch to
- * keep. The views do not come here while a batch waits (pg_wait.c). */
+/* A flush on the caller's thread (a read, a transaction begun): tried again while another
+ * session's lock holds it back, for as long as the caller waits (caller_bound); past it,
+ * MEND_STORE_BUSY with the batch kept whole (the try was rolled back), the mark set and its
+ * message in err: the engine answers the read's caller so (503) and commits the batch once
+ * the lock goes, as its lock timer does for a commit. The views do not come here while a
+ * batch waits (pg_wait.c). */
 int mend__pg_flush_waiting(mend_pg *p, int begin) {
-  double delay = 0.05;
+  double delay = 0.05, until = mend__pg_mono() + caller_bound(p);
   int rc;
   while ((rc = mend__pg_flush(p, p->cur, 0, begin)) == MEND_STORE_BUSY) {
-    struct timespec ts = {(time_t)delay, (long)((delay - (double)(time_t)delay) * 1e9)};
+    if (mend__pg_mono() >= until) return rc;
+    double d = jittered(delay);
+    struct timespec ts = {(time_t)d, (long)((d - (double)(time_t)d) * 1e9)};
     nanosleep(&ts, NULL);
     delay = delay * 2 > 1 ? 1 : delay * 2;
   }
   return rc;
+}
+
+/* Waits for the writer thread to be done with the connection, as mend__handoff_wait does;
+ * but while its batch waits for another session's lock (the mark), no longer than the
+ * caller waits (caller_bound): MEND_STORE_BUSY then, the writer keeping conn and its batch
+ * (errmsg names the lock). A loop that read on conn waited as long as the lock lasted. */
+int mend__pg_writer_wait_bounded(mend_pg *p) {
+  pg_writer *w = p->w;
+  if (!w) return 0;
+  double until = mend__pg_mono() + caller_bound(p);
+  pthread_mutex_lock(&w->mu);
+  while (w->busy || w->in_done) {
+    if (atomic_load(&p->waiting) && mend__pg_mono() >= until) {
+      pthread_mutex_unlock(&w->mu);
+      return MEND_STORE_BUSY;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 20000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+  }
+  int failed = w->failed;
+  if (w->ops->idle) w->ops->idle(w->store);
+  pthread_mutex_unlock(&w->mu);
+  return failed ? -1 : 0;
 }
