@@ -116,4 +116,28 @@ describe("a batch of mend serve waiting for another PostgreSQL session's lock", 
     end
     assert.are.equal(1, completed, out)
   end)
+
+  -- Preparing mend's statements takes each table's lock for writing: a table locked by hand
+  -- held every open back without end (mend status, mend worker), mend's session having no
+  -- lock_timeout of its own.
+  it_pg("opening the store while a table is locked fails in a few seconds naming the table and the session", function()
+    local dir, db = S.workspace()
+    local rc, out, err = H.mend_in(dir, db, "start wait --workflows .")
+    assert.are.equal(0, rc, err)
+    local id = out:match("(%S+)")
+    local name = PGH.hold(dir, db, "LOCK TABLE history IN SHARE MODE")
+    for _, args in ipairs({ "status " .. id, "runs", "worker --listen 127.0.0.1:0 --workflows " .. q(dir) }) do
+      local t0 = H.wall()
+      rc, out, err = H.mend_in(nil, db, args)
+      local took = H.wall() - t0
+      assert.are_not.equal(124, rc, args .. ": it waited for the lock without end")
+      assert.are.equal(1, rc, args .. ": " .. out .. err)
+      assert.matches("table history is locked by session %d+ %(" .. name:gsub("%-", "%%-") .. "%)", err)
+      assert.matches("try again once it is gone", err)
+      assert.is_true(took < 15, args .. " took " .. took)
+    end
+    PGH.release()
+    rc, out, err = H.mend_in(nil, db, "status " .. id)
+    assert.are.equal(0, rc, out .. err)
+  end)
 end)

@@ -304,8 +304,8 @@ static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late,
    * on a loop's thread no longer than its busy wait (0.1 s), which answers requests between
    * tries. Statements run alone later in the transaction wait as it stands (no bound, or a
    * repair's after its look). */
-  int ms = p->on_writer || p->busy_ms <= 0 || p->busy_ms > PG_WRITE_WAIT_MS ? PG_WRITE_WAIT_MS
-                                                                            : p->busy_ms;
+  int full = p->write_wait_ms > 0 ? p->write_wait_ms : PG_WRITE_WAIT_MS;
+  int ms = p->on_writer || p->busy_ms <= 0 || p->busy_ms > full ? full : p->busy_ms;
   char bound[48];
   snprintf(bound, sizeof bound, "SET LOCAL lock_timeout = %d", ms);
   int bounded = 0;

@@ -559,7 +559,13 @@ fail:
 
 /* Every statement in one round trip (a pipeline): a worker's start is one connection's
  * work, not forty-odd round trips of it. */
+/* Preparing a write takes its table's lock for writing (ROW EXCLUSIVE, as parse analysis
+ * does): a table another session locked by hand (`LOCK TABLE history IN SHARE MODE`) holds
+ * the prepare back, and the session sets no lock_timeout of its own (mend__pg_session_sql).
+ * Bounded here to PG_OPEN_TRY_MS: MEND_STORE_BUSY then, err naming the table and the session
+ * (the opener tries again, pg.c). */
 int mend__pg_prepare_to(PGconn *c, char *err, int errlen, const char *server) {
+  PQclear(PQexec(c, "SET lock_timeout = " PG_TEXT_OF(PG_OPEN_TRY_MS)));
   int ok = PQenterPipelineMode(c);
   for (int i = 0; ok && i < P__COUNT; i++) {
     char name[16];
@@ -571,7 +577,7 @@ int mend__pg_prepare_to(PGconn *c, char *err, int errlen, const char *server) {
     PQexitPipelineMode(c);
     return -1;
   }
-  int failed = 0;
+  int failed = 0, locked = 0;
   for (int i = 0; i < P__COUNT; i++) {
     PGresult *r = PQgetResult(c);
     if (!r) {
@@ -584,6 +590,7 @@ int mend__pg_prepare_to(PGconn *c, char *err, int errlen, const char *server) {
       snprintf(what, sizeof what, "prepare statement %d", i);
       mend__pg_fail_to(err, errlen, server, c, r, what);
       failed = 1;
+      locked = mend__pg_lock_timed_out(r);
     }
     PQclear(r);
     while ((r = PQgetResult(c))) PQclear(r);   /* the NULL that ends each one's results */
@@ -595,6 +602,14 @@ int mend__pg_prepare_to(PGconn *c, char *err, int errlen, const char *server) {
     if (st == PGRES_PIPELINE_SYNC) break;
   }
   PQexitPipelineMode(c);
+  PQclear(PQexec(c, "SET lock_timeout = 0"));
+  if (locked) {
+    PQclear(PQexec(c, "DEALLOCATE ALL"));   /* those prepared before it: all again next try */
+    char holder[300];
+    mend__pg_table_holder(c, holder, sizeof holder);
+    mend__pg_msg(err, errlen, "%s: prepare statements: %s", server, holder);
+    return MEND_STORE_BUSY;
+  }
   return failed ? -1 : 0;
 }
 

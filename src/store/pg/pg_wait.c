@@ -83,6 +83,27 @@ static void set_msg(mend_pg *p, const char *msg) {
   pthread_mutex_unlock(&p->wait_mu);
 }
 
+/* A granted lock on a table of the schema that a write conflicts with, another session's. */
+static const char table_lock_sql[] =
+    "SELECT c.relname, l.pid, a.application_name FROM pg_locks l"
+    " JOIN pg_class c ON c.oid = l.relation LEFT JOIN pg_stat_activity a ON a.pid = l.pid"
+    " WHERE l.granted AND l.pid <> pg_backend_pid() AND l.mode IN ('ShareLock',"
+    " 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')"
+    " AND c.relnamespace = current_schema()::regnamespace LIMIT 1";
+
+void mend__pg_table_holder(PGconn *c, char *out, size_t n) {
+  PGresult *r = PQexec(c, table_lock_sql);
+  int found = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
+  const char *app = found ? PG_TEXT(r, 0, 2) : NULL;
+  if (found)
+    snprintf(out, n, "table %s is locked by session %s%s%s%s", PQgetvalue(r, 0, 0),
+             PQgetvalue(r, 0, 1), app && *app ? " (" : "", app && *app ? app : "",
+             app && *app ? ")" : "");
+  else
+    snprintf(out, n, "a table is locked by another session");
+  PQclear(r);
+}
+
 /* After a try that met the bound: who holds what it waited for, asked on c (conn rolled back
  * and idle, this thread's; or aux, the loop's, while conn's transaction is the one that
  * failed). A row: by the transaction id in its xmax, which the holder's lock names. A
@@ -98,11 +119,7 @@ void mend__pg_lock_note(mend_pg *p, PGconn *c, const char *context, int mark) {
              " LEFT JOIN pg_stat_activity a ON a.pid = l.pid WHERE t.ctid = $1::tid LIMIT 1",
              key, table);
   else
-    snprintf(sql, sizeof sql, "SELECT c.relname, l.pid, a.application_name FROM pg_locks l"
-             " JOIN pg_class c ON c.oid = l.relation LEFT JOIN pg_stat_activity a ON a.pid = l.pid"
-             " WHERE l.granted AND l.pid <> pg_backend_pid() AND l.mode IN ('ShareLock',"
-             " 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')"
-             " AND c.relnamespace = current_schema()::regnamespace LIMIT 1");
+    snprintf(sql, sizeof sql, "%s", table_lock_sql);
   const char *v[1] = {tid};
   PGresult *r = PQexecParams(c, sql, row ? 1 : 0, NULL, row ? v : NULL, NULL, NULL, 0);
   int found = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
