@@ -316,7 +316,7 @@ static int open_schema(mend_pg *p) {
       }
     }
     if (rc == 0 && mend__pg_exec(p, p->conn, "SET lock_timeout = 0", "open") != 0) rc = -1;
-    if (rc == 0) rc = mend__pg_prepare(p, p->conn);
+    if (rc == 0) rc = mend__pg_prepare(p, p->conn, 1);
     if (rc != MEND_STORE_BUSY) return rc;
     double waited = mend__pg_mono() - started;
     if (waited * 1000 >= PG_BUSY_MS) {

@@ -462,7 +462,7 @@ done:
 static int reopen(mend_pg *p) {
   PGconn *c;
   if (mend__pg_connect(p, &c) != 0) return -1;
-  if (mend__pg_server_clock(p, c) != 0 || mend__pg_prepare(p, c) != 0) {
+  if (mend__pg_server_clock(p, c) != 0 || mend__pg_prepare(p, c, 0) != 0) {
     PQfinish(c);
     return -1;
   }

@@ -350,8 +350,9 @@ void mend__pg_arrays_free(pg_batch_arrays *b);
 
 /* pg_schema.c */
 int mend__pg_schema(mend_pg *p);            /* creates, upgrades, checks: 0 or -1 */
-int mend__pg_prepare(mend_pg *p, PGconn *c);
-int mend__pg_prepare_to(PGconn *c, char *err, int errlen, const char *server);
+/* bounded: a table another session locked is waited for PG_OPEN_TRY_MS (MEND_STORE_BUSY). */
+int mend__pg_prepare(mend_pg *p, PGconn *c, int bounded);
+int mend__pg_prepare_to(PGconn *c, char *err, int errlen, const char *server, int bounded);
 
 /* The methods (store.h's table of them is filled in pg.c), by file. */
 /* pg.c */

@@ -562,10 +562,11 @@ fail:
 /* Preparing a write takes its table's lock for writing (ROW EXCLUSIVE, as parse analysis
  * does): a table another session locked by hand (`LOCK TABLE history IN SHARE MODE`) holds
  * the prepare back, and the session sets no lock_timeout of its own (mend__pg_session_sql).
- * Bounded here to PG_OPEN_TRY_MS: MEND_STORE_BUSY then, err naming the table and the session
- * (the opener tries again, pg.c). */
-int mend__pg_prepare_to(PGconn *c, char *err, int errlen, const char *server) {
-  PQclear(PQexec(c, "SET lock_timeout = " PG_TEXT_OF(PG_OPEN_TRY_MS)));
+ * Bounded (the store's opening, which the opener tries again: pg.c) to PG_OPEN_TRY_MS:
+ * MEND_STORE_BUSY then, err naming the table and the session. Unbounded on the side
+ * connection, which opens aside from the loop (pg_aux.c) and fails no read for a lock. */
+int mend__pg_prepare_to(PGconn *c, char *err, int errlen, const char *server, int bounded) {
+  if (bounded) PQclear(PQexec(c, "SET lock_timeout = " PG_TEXT_OF(PG_OPEN_TRY_MS)));
   int ok = PQenterPipelineMode(c);
   for (int i = 0; ok && i < P__COUNT; i++) {
     char name[16];
@@ -602,7 +603,7 @@ int mend__pg_prepare_to(PGconn *c, char *err, int errlen, const char *server) {
     if (st == PGRES_PIPELINE_SYNC) break;
   }
   PQexitPipelineMode(c);
-  PQclear(PQexec(c, "SET lock_timeout = 0"));
+  if (bounded) PQclear(PQexec(c, "SET lock_timeout = 0"));
   if (locked) {
     PQclear(PQexec(c, "DEALLOCATE ALL"));   /* those prepared before it: all again next try */
     char holder[300];
@@ -613,6 +614,6 @@ int mend__pg_prepare_to(PGconn *c, char *err, int errlen, const char *server) {
   return failed ? -1 : 0;
 }
 
-int mend__pg_prepare(mend_pg *p, PGconn *c) {
-  return mend__pg_prepare_to(c, p->err, sizeof p->err, p->server);
+int mend__pg_prepare(mend_pg *p, PGconn *c, int bounded) {
+  return mend__pg_prepare_to(c, p->err, sizeof p->err, p->server, bounded);
 }
