@@ -4,34 +4,38 @@
  * and what is told meanwhile. Owns the bound (lock_timeout, set in each batch's transaction),
  * the reading of a try that met it, the mark that a batch waits (mend_store_locked) and its
  * message naming the row and the session that holds it. Must never: give up a batch for the
- * lock (the batch is kept and tried again until it lands: its writes were acted on by no one
- * yet, and the write-ahead rule holds them all); write p->err from the loop while the writer
+ * lock but as the store closes (the batch is kept and tried again until it lands: its writes
+ * were acted on by no one yet, and the write-ahead rule holds them all); write p->err from the loop while the writer
  * thread may (the mark's message is a buffer of its own, under its own lock).
  *
- * The design. What a flush sends (a batch's recorded writes, its BEGIN's lease renewal) waits
- * for another session's lock at most PG_WRITE_WAIT_MS a try (SET LOCAL lock_timeout before
- * it; on a loop's thread no longer than its busy wait, 0.1 s, so that the loop answers between
- * tries); past them the transaction's standing value comes back (none; a command's repair after
- * its look: the look's bound), so a statement run alone waits as it did. A try that met the
- * bound (SQLSTATE 55P03) in a transaction it began itself is rolled back whole: nothing of it
- * was written, and the log that holds it is kept and sent again after a backoff (50 ms
- * doubling to 1 s), by the writer thread on its own, or by the engine's lock timer without one
+ * The design. What a flush sends (a batch's recorded writes, its BEGIN's lease renewal) waits for
+ * another session's lock at most PG_WRITE_WAIT_MS a try, or a second more than the server's
+ * deadlock_timeout when that is longer, so that in a deadlock the server picks a victim first (SET
+ * LOCAL lock_timeout before it; on a loop's thread no longer than its busy wait, 0.1 s, so that
+ * the loop answers between tries); past them the transaction's standing value comes back (none; a
+ * command's repair after its look: the look's bound), so a statement run alone waits as it did. A
+ * try that met the bound (SQLSTATE 55P03) in a transaction it began itself is rolled back whole:
+ * nothing of it was written, and the log that holds it is kept and sent again after a backoff (50
+ * ms doubling to 1 s), by the writer thread on its own, or by the engine's lock timer without one
  * (commit answers MEND_STORE_BUSY), as SQLite's batches wait out another process's write lock
- * (lock.c: the same warnings, claims held back meanwhile). So the writes land once the lock
- * goes, once each, and in their order. While it waits the loop does not wait with it: the
- * views (a run, its history, a page of runs) read the committed rows on the side connection,
- * as SQLite's read on its reader. The engine's own reads still wait for the batch (they must
- * see it). The batch is one transaction, so the engine's other runs' writes in it wait too: a
- * batch is the unit the write-ahead rule acts on, and splitting off one run's writes would
- * need a transaction per run. A try in a transaction open before it (a repair's look began it;
- * a read sent earlier writes) cannot be sent again whole: it fails as a deadlock does (nothing
- * of it written, told once as a lost batch). A repair's statement after its look that meets
- * the look's bound is told so too, naming the table (pg.c): the repair fails, the engine goes on.
+ * (lock.c: the same warnings, claims held back meanwhile). So the writes land once the lock goes,
+ * once each, and in their order. A flush on the caller's thread, and its wait for the writer
+ * thread's batch, last no longer than the caller's busy wait (MEND_STORE_BUSY: the engine refuses
+ * what needed it, 503, and tries the batch again later). While it waits the loop does not wait
+ * with it: the views (a run, its history, a page of runs) read the committed rows on the side
+ * connection, as SQLite's read on its reader. The engine's own reads still wait for the batch
+ * (they must see it), as long as the caller's busy wait. The batch is one transaction, so the
+ * engine's other runs' writes in it wait too: a batch is the unit the write-ahead rule acts on,
+ * and splitting off one run's writes would need a transaction per run. A try in a transaction open
+ * before it (a repair's look began it; a read sent earlier writes) cannot be sent again whole: it
+ * fails as a deadlock does (nothing of it written, told once as a lost batch). A repair's
+ * statement after its look that meets the look's bound is told so too, naming the table (pg.c):
+ * the repair fails, the engine goes on.
  *
  * Timeouts set on the role or the database (statement_timeout, lock_timeout,
  * idle_in_transaction_session_timeout) are set back to none as each session opens, as pg_dump
- * does: mend bounds its own waits, and a statement cut off by a role's timeout (57014) would
- * be a failure of the store, which breaks an engine.
+ * does: mend bounds its own waits (the store's opening too: pg.c), and a statement cut off by
+ * a role's timeout (57014) would be a failure of the store, which breaks an engine.
  */
 #include "pg_int.h"
 
@@ -189,9 +193,10 @@ PGconn *mend__pg_view_aux(mend_pg *p) {
   return mend__pg_aux(p) == 0 ? p->aux : NULL;
 }
 
-/* Another try is waited for this long (doubling from 50 ms up to 1 s), with a tenth more or
- * less at random: two engines whose batches cross each other's locks and both meet the bound
- * (the server's deadlock_timeout above it finds no deadlock first) do not try again in step. */
+/* Another try is waited for this long (doubling from 50 ms up to 1 s), a tenth more or less
+ * at random: two engines whose batches cross each other's locks and both meet their bound
+ * before the server looks for a deadlock (a loop's tries of 0.1 s always do) roll back and
+ * try again; in step they could cross again each time. */
 static double jittered(double delay) {
   double t = mend__pg_mono() * 1e6;   /* its microseconds: random enough, and any thread's */
   return delay * (0.9 + 0.2 * (t - 1000.0 * (double)(long long)(t / 1000.0)) / 1000.0);
