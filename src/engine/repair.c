@@ -25,14 +25,16 @@ static mend_run *in_memory(mend_engine *E, const char *id) {
 }
 
 /* A repair acts on the run in memory: a parked one is brought back for it. One that cannot
- * be read back while a batch waits for another session's lock (parked again, for later) is
- * the store's refusal (503, naming the lock), not a run to look for elsewhere. */
+ * be read back while a batch waits for another PostgreSQL session's lock (parked again, for
+ * later) is the store's refusal (503, naming the lock), not a run to look for elsewhere; under
+ * SQLite's write lock the repair goes on to be made once the lock goes (take_later). */
 static mend_run *find_run(mend_engine *E, const char *id) {
   mend_run *r = in_memory(E, id);
   if (r) return r;
   int back = mend__unpark(E, id, "a repair or a cancel asks for it");
   if (back > 0) return in_memory(E, id);
-  if (back < 0 && mend_store_locked(E->store)) E->refusal = MEND_REFUSED_STORE;
+  if (back < 0 && mend_store_locked(E->store) && !mend_store_has_write_lock(E->store))
+    E->refusal = MEND_REFUSED_STORE;
   return NULL;
 }
 
