@@ -180,8 +180,9 @@ typedef struct mend_pg {
 /* How long a repair's look waits for a run's row another session holds, unless told. */
 #define PG_BUSY_MS 5000
 /* How long one try of a batch on the writer thread waits for another session's lock before it
- * is rolled back and tried again (pg_wait.c); on the caller's thread, busy_ms if shorter. Longer than the server's deadlock_timeout (1 s by default): in a
- * deadlock the server picks the batch to roll back first, as before there was a bound. */
+ * is rolled back and tried again (pg_wait.c); on the caller's thread, busy_ms if shorter.
+ * Longer than the server's deadlock_timeout (1 s by default; write_wait_ms when the server's
+ * is longer): in a deadlock the server picks the batch to roll back first. */
 #define PG_WRITE_WAIT_MS 2000
 /* How long a closing store waits for another session's lock: the writer thread's batch for
  * the try under way and no more, the lease given back this long (pg_wait.c). */
