@@ -2,8 +2,7 @@
 -- engine's own machine or link (loopback, unspecified, link-local, IPv4-mapped forms of these):
 -- refused at the address curl connects to, a fatal error naming the host and the address,
 -- unless the allow-list names that address or localhost. curl resolves "localhost" and any name
--- under it to loopback without DNS, and a wildcard can match an address's text, so these specs
--- need no DNS of their own. An environment proxy is the host's: its address is allowed, and the
+-- under it to loopback without DNS, so these specs need no DNS of their own. An environment proxy is the host's: its address is allowed, and the
 -- target's name is what the allow-list checks (src/engine/http_addr.c).
 local mend = require "mend"
 local H = require "spec.helper"
@@ -80,12 +79,18 @@ describe("mend.http's connections under http_allow", function()
     assert.are.equal(0, #seen())
   end)
 
-  it("refuses loopback, unspecified and mapped addresses a wildcard matches as text", function()
+  -- A wildcard names hosts under a domain: "*.0.0.1" is not a domain of 127.0.0.1 (nor "*.8.8"
+  -- of Google's resolver), so it matches no address written as one, in any of its forms.
+  it("matches no address's text with a wildcard: refused before any connection", function()
     script({ ["/a"] = { { status = 200 } } })
-    refused(call("http://127.0.0.1:" .. server.port .. "/a", { "*.0.0.1" }), "127.0.0.1", "127.0.0.1")
-    refused(call("http://0.0.0.0:" .. server.port .. "/a", { "*.0.0" }), "0.0.0.0", "0.0.0.0")
-    refused(call("http://[::ffff:127.0.0.1]:" .. server.port .. "/a", { "*.0.0.1]" }),
-            "[::ffff:127.0.0.1]", "::ffff:127.0.0.1")
+    for _, case in ipairs {
+      { "127.0.0.1", "*.0.0.1" }, { "0.0.0.0", "*.0.0" }, { "[::ffff:127.0.0.1]", "*.0.0.1]" },
+      { "10.0.0.1", "*.0.1" }, { "2130706433", "*.2130706433" }, { "127.1", "*.1" } } do
+      local st = call("http://" .. case[1] .. ":" .. server.port .. "/a", { case[2] })
+      assert.are.equal("failed", st.status)
+      local e = st.steps[1].error
+      assert.is_truthy(e:find(" is not allowed (http_allow: " .. case[2], 1, true), case[1] .. ": " .. e)
+    end
     assert.are.equal(0, #seen())
   end)
 
