@@ -220,6 +220,7 @@ static int is_bool_column(const char *name) {
   case 'a': return strcmp(name, "attention") == 0;
   case 'c': return strcmp(name, "custom_key") == 0 || strcmp(name, "cancel_requested") == 0;
   case 'k': return strcmp(name, "kept") == 0;
+  case 'r': return strcmp(name, "reused") == 0;
   case 's': return strcmp(name, "slept") == 0;
   default: return 0;
   }

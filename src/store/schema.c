@@ -232,10 +232,16 @@ const char *const mend__query_sql[Q__COUNT] = {
     " r.unavailable, r.parent_run,"
     " r.parent_step"
     " FROM runs r LEFT JOIN workflow_versions v ON v.id = r.workflow_version WHERE r.id = ?1",
+  /* A reused result says where it is from: the run named by the step's `reused` history row
+   * (reuse.c), looked up for those steps alone. */
   [Q_STEPS] =
     "SELECT idx, name, status, attempts, comp_attempts,"
     " coalesce(idem_key, run_id || '/' || name) AS idempotency_key,"
-    " custom_key, result, error, error_kind, due, last_delay, updated, slept, awaits FROM steps"
+    " custom_key, result, error, error_kind, due, last_delay, updated, slept, awaits,"
+    " CASE WHEN custom_key = 2 THEN 1 END AS reused,"
+    " CASE WHEN custom_key = 2 THEN (SELECT h.detail FROM history_named h WHERE"
+    " h.run_id = steps.run_id AND h.step = steps.name AND h.event = 'reused'"
+    " ORDER BY h.seq DESC LIMIT 1) END AS reused_from FROM steps"
     " WHERE run_id = ?1"
     " ORDER BY idx",
   /* The attempts begun and not ended: a step whose last transition is to running (its row is
