@@ -51,6 +51,22 @@ describe("a reused step's result", function()
     assert.are.equal("compensated", H.step(eng:status(a), "charge").status)
   end)
 
+  it("is named by mend status: the run it came from", function()
+    local eng, db = H.new_engine()
+    local log = { charges = 0, refunds = {} }
+    eng:register(order_def(log))
+    local a = eng:start("order", { order = 6 })
+    eng:advance(1)
+    local b = eng:start("order", { order = 6 })
+    eng:advance(1)
+    H.close(eng)
+    local rc, out = H.mend_cmd(db, "status " .. b)
+    assert.are.equal(0, rc)
+    assert.matches("charge%s+succeeded%s+attempts 0.*reused from run " .. a, out)
+    local _, out_a = H.mend_cmd(db, "status " .. a)
+    assert.not_matches("reused from", out_a)
+  end)
+
   it("is not taken from a run that is compensating: the key executes again", function()
     local eng = H.new_engine()
     local log = { charges = 0, refunds = {} }
