@@ -195,4 +195,41 @@ describe("a reused step's result", function()
     assert.are.equal(1, log.charges)
     assert.are.equal(a, H.step(eng2:status(c), "charge").reused_from)
   end)
+
+  it("is still another run's after a restart, in a group's branch and a map's item", function()
+    local eng, db = H.new_engine()
+    local log = { refunds = {}, calls = 0 }
+    local function def(name, wait)
+      local steps = {
+        { name = "g", parallel = {
+          { name = "pay", idempotency_key = function(ctx) return "pay-" .. ctx.input.o end,
+            execute = function() log.calls = log.calls + 1; return "p" end,
+            compensate = function(ctx) log.refunds[#log.refunds + 1] = ctx.run_id .. " pay" end },
+          { name = "note", execute = function() return "n" end } } },
+        { name = "m", map = function() return { 1 } end, step = {
+          idempotency_key = function(ctx) return "item-" .. ctx.input.o end,
+          execute = function() log.calls = log.calls + 1; return "i" end,
+          compensate = function(ctx) log.refunds[#log.refunds + 1] = ctx.run_id .. " item" end } } }
+      if wait then steps[#steps + 1] = { name = "ok", wait_for = "ok", timeout = 10 } end
+      return { name = name, steps = steps }
+    end
+    eng:register(def("first", false))
+    eng:register(def("second", true))
+    local a = eng:start("first", { o = 4 })
+    eng:run()
+    local b = eng:start("second", { o = 4 })
+    eng:advance(1)
+    assert.are.equal(2, log.calls)
+    H.close(eng)
+    local eng2 = H.reopen(db)
+    eng2:register(def("first", false))
+    eng2:register(def("second", true))
+    eng2:recover()
+    eng2:run()   -- b times out and turns back
+    assert.are.equal("compensated", eng2:status(b).status)
+    assert.are.same({}, log.refunds)
+    local why = "result reused from run " .. a .. ": that run owns its effect"
+    assert.are.same({ why }, skips(eng2, b, "g/pay"))
+    assert.are.same({ why }, skips(eng2, b, "m/1"))
+  end)
 end)
