@@ -23,7 +23,9 @@
  *        runs while its lease lasts; one row renewed, however many runs it holds
  *   steps(run_id TEXT, idx INTEGER, name TEXT, status TEXT, attempts INTEGER,
  *         comp_attempts INTEGER, idem_key TEXT (NULL: the default, run_id/name, and read
- *         as that), custom_key INTEGER, result TEXT (JSON),
+ *         as that), custom_key INTEGER (mend_key_kind: 0 the default key, 1 the step's own,
+ *         2 its own with a result reused from another row, whose effect is that run's: no
+ *         migration, as mends before it read 2 as 1), result TEXT (JSON),
  *         error TEXT, due REAL, last_delay REAL, updated REAL, slept INTEGER,
  *         PRIMARY KEY(run_id, idx))
  *         + index on idem_key for custom keys; a step has a row from its first transition
