@@ -152,7 +152,9 @@ describe("a reused step's result", function()
           idempotency_key = function(ctx) return "item-" .. ctx.input.items[tonumber(
             ctx.step:match("/(%d+)$"))] end,
           execute = function(_, item) log.charges[#log.charges + 1] = item; return item end,
-          compensate = function(ctx, r) log.refunds[#log.refunds + 1] = ctx.run_id .. ":" .. r end } },
+          compensate = function(ctx, r)
+            log.refunds[#log.refunds + 1] = ctx.run_id .. ":" .. r
+          end } },
         { name = "end", execute = function() if fail then error(mend.fatal("no")) end end } } }
     end
     eng:register(def("m_ok", false))

@@ -420,7 +420,8 @@ void mend__backward(mend_run *r) {
       if (mend__group_backward(r, i)) return;
       continue;
     }
-    if (!mend__needs_compensation(r, i) || mend__skip_reused(r, mend__step_name(r, i), &r->steps[i])) continue;
+    if (!mend__needs_compensation(r, i)) continue;
+    if (mend__skip_reused(r, mend__step_name(r, i), &r->steps[i])) continue;
     if (!mend__compensable(&r->wf->steps[i])) {
       mend__history(r, mend__step_name(r, i), "skip_compensate", NULL, NULL, 0, NULL, -1, "step has no compensate");
       mend_engine_log_line(r->E, "info", r->id, mend__step_name(r, i), 0, "skip_compensate",

@@ -338,7 +338,8 @@ const char *const mend__query_sql[Q__COUNT] = {
     " last_delay, slept, error_kind, error_severity, error_stopped FROM steps WHERE run_id = ?1"
     " ORDER BY idx",
   [Q_IMAGE_HISTORY] =
-    "SELECT seq, at, step, event, to_status, attempt, CASE WHEN event IN ('map', 'reused') THEN detail END"
+    "SELECT seq, at, step, event, to_status, attempt,"
+    " CASE WHEN event IN ('map', 'reused') THEN detail END"
     " FROM history_named WHERE run_id = ?1 ORDER BY seq",
   /* The text of a version is the same wherever it was loaded from (the version is its hash). */
   [Q_VERSION_SCRIPT] =

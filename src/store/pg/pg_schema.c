@@ -276,7 +276,8 @@ const char *const mend__pg_sql[P__COUNT] = {
     " last_delay, slept, error_kind, error_severity, error_stopped FROM steps"
     " WHERE run_id = $1::text ORDER BY idx",
   [P_IMAGE_HISTORY] =
-    "SELECT seq, at, step, event, to_status, attempt, CASE WHEN event IN ('map', 'reused') THEN detail END"
+    "SELECT seq, at, step, event, to_status, attempt,"
+    " CASE WHEN event IN ('map', 'reused') THEN detail END"
     " FROM history WHERE run_id = $1::text ORDER BY seq",
   /* The same for the runs of a claim, read together: the run's id last. */
   [P_IMAGES_RUN] =
@@ -290,7 +291,8 @@ const char *const mend__pg_sql[P__COUNT] = {
     " WHERE run_id = ANY($1::text[])"
     " ORDER BY run_id, idx",
   [P_IMAGES_HISTORY] =
-    "SELECT seq, at, step, event, to_status, attempt, CASE WHEN event IN ('map', 'reused') THEN detail END,"
+    "SELECT seq, at, step, event, to_status, attempt,"
+    " CASE WHEN event IN ('map', 'reused') THEN detail END,"
     " run_id FROM history WHERE run_id = ANY($1::text[]) ORDER BY run_id, seq",
   [P_INSERT_RUN_KEY] = INSERT_RUN " ON CONFLICT (run_key) WHERE run_key IS NOT NULL DO NOTHING",
   /* A batch's history rows that carry their number, as arrays in the order recorded
