@@ -44,17 +44,9 @@ describe("acceptance: idempotency #sqlite", function()
     assert.are.equal("charge-7", H.step(eng:status(a), "work").idempotency_key)
   end)
 
-  -- DEFECT (pending, not fixed here): a run whose step reused another run's result for its
-  -- custom key (SPEC 6) compensates that step as its own when it turns back. The key's one
-  -- execution is then compensated twice when the run that executed it turns back too (README,
-  -- Guarantees: "at most once per step key"), and a run that succeeded has its effect undone by
-  -- another's saga. And the reusing run's row stays `succeeded` after the executing run undid
-  -- the key, so a third run reuses a result whose effect is gone (the store's lookup,
-  -- Q_FIND_KEY_RESULT, takes any succeeded row of the key). Suggested rule: a reused step's
-  -- effect is its executing run's: the reusing run skips its compensation, logged
-  -- (skip_compensate, "result reused from another run"), in saga.c's backward walk, group.c's
-  -- and recover.c's (a reused step: custom key, succeeded, attempts 0), and the lookup takes
-  -- only a row that executed (attempts > 0) and is still succeeded.
+  -- A reused step's effect is its executing run's (SPEC 6; README, Guarantees: at most once per
+  -- step key): the reusing run passes it by on its way back, and once the executing run undid
+  -- the key, the next run executes it again.
   local function reusing_order(eng, log)
     eng:register { name = "order", steps = {
       { name = "charge", idempotency_key = function(ctx) return "charge-" .. ctx.input.order end,
@@ -63,7 +55,7 @@ describe("acceptance: idempotency #sqlite", function()
       { name = "ok", wait_for = "ok", timeout = 10 } } }
   end
 
-  pending("compensates a custom key's one execution once, however many runs reused it", function()
+  it("compensates a custom key's one execution once, however many runs reused it", function()
     local eng = H.new_engine()
     local log = { charges = 0, refunds = {} }
     reusing_order(eng, log)
@@ -74,10 +66,10 @@ describe("acceptance: idempotency #sqlite", function()
     assert.are.same({ "compensated", "compensated" }, { eng:status(a).status,
       eng:status(b).status })
     assert.are.equal(1, log.charges)
-    assert.are.same({ a }, log.refunds)   -- refunded twice: { b, a }
+    assert.are.same({ a }, log.refunds)
   end)
 
-  pending("leaves the effect of a run that succeeded when a run that reused it turns back",
+  it("leaves the effect of a run that succeeded when a run that reused it turns back",
     function()
     local eng = H.new_engine()
     local log = { charges = 0, refunds = {} }
@@ -90,10 +82,10 @@ describe("acceptance: idempotency #sqlite", function()
     local b = eng:start("order", { order = 17 })
     eng:run()
     assert.are.equal("compensated", eng:status(b).status)
-    assert.are.same({}, log.refunds)   -- a's charge refunded by b's saga: { b }
+    assert.are.same({}, log.refunds)
   end)
 
-  pending("executes a custom key again once the run that executed it undid it", function()
+  it("executes a custom key again once the run that executed it undid it", function()
     local eng = H.new_engine()
     local log = { charges = 0, refunds = {} }
     reusing_order(eng, log)
@@ -108,7 +100,7 @@ describe("acceptance: idempotency #sqlite", function()
     assert.are.same({ a }, log.refunds)
     local c = eng:start("order", { order = 17 })
     eng:advance(1)
-    -- c reuses b's "succeeded" row of a charge that was refunded: nothing charged
+    -- not b's row (a reuse) nor a's (compensated): c charges again
     assert.are.equal(2, log.charges)
     assert.are_not.equal("c-1", H.step(eng:status(c), "charge").result)
   end)

@@ -175,9 +175,12 @@ typedef struct mend_store_methods {
   int (*find_run_key)(mend_store *s, const char *run_key, char *id_out, int id_len);
   /* The same among committed rows only, without waiting for the write log or a lock. */
   int (*find_run_key_committed)(mend_store *s, const char *run_key, char *id_out, int id_len);
-  /* 1 and a malloc'ed JSON result in *result_out if some step with this custom idempotency key
-   * succeeded (any run); 0 if none; -1 error. */
-  int (*find_key_result)(mend_store *s, const char *idem_key, char **result_out);
+  /* 1, a malloc'ed JSON result in *result_out and the id of its run in run_out if a step with
+   * this custom idempotency key executed and succeeded (any run) and its effect is there: not
+   * a reuse of it (MEND_KEY_REUSED), not compensated, its run not compensating; 0 if none; -1
+   * error. */
+  int (*find_key_result)(mend_store *s, const char *idem_key, char **result_out, char *run_out,
+                         int run_len);
   /* 1 and *b filled if the breaker is stored (probes = 0); 0 if not; -1 error. */
   int (*get_breaker)(mend_store *s, const char *key, mend_breaker *b);
 
@@ -572,8 +575,9 @@ static inline int mend_store_find_run_key_committed(mend_store *s, const char *r
     return MEND_STORE_M(s)->find_run_key(s, run_key, id_out, id_len);
   return MEND_STORE_M(s)->find_run_key_committed(s, run_key, id_out, id_len);
 }
-static inline int mend_store_find_key_result(mend_store *s, const char *idem_key, char **result_out) {
-  return MEND_STORE_M(s)->find_key_result(s, idem_key, result_out);
+static inline int mend_store_find_key_result(mend_store *s, const char *idem_key, char **result_out,
+                                             char *run_out, int run_len) {
+  return MEND_STORE_M(s)->find_key_result(s, idem_key, result_out, run_out, run_len);
 }
 static inline int mend_store_get_breaker(mend_store *s, const char *key, mend_breaker *b) {
   return MEND_STORE_M(s)->get_breaker(s, key, b);

@@ -26,13 +26,23 @@ typedef struct mend_run_rec {
   int at_commit;
 } mend_run_rec;
 
+/* steps.custom_key: 0 the default key; else the step's own idempotency_key, and the step's
+ * result either its own execution's or reused from the row of another that executed it (SPEC
+ * section 6). Only an executing row is a source of reuse: its effect is its run's, compensated
+ * by that run alone. 2 is read as 1 (a key of its own) by mends before it. */
+typedef enum mend_key_kind {
+  MEND_KEY_DEFAULT = 0,
+  MEND_KEY_OWN = 1,
+  MEND_KEY_REUSED = 2,
+} mend_key_kind;
+
 typedef struct mend_step_rec {
   const char *run_id;
   int idx;
   const char *name, *status;
   int attempts, comp_attempts;
   const char *idem_key;    /* in an update, NULL keeps the row's */
-  int custom_key;          /* 1 if idem_key came from the step's own idempotency_key function */
+  int custom_key;          /* a mend_key_kind: how the row's custom idem_key came to be */
   const char *result;      /* JSON text or NULL */
   const char *error;
   const char *error_kind;  /* the kind of that error by its name ("fatal", as lerror.h's
@@ -76,7 +86,7 @@ typedef struct mend_step_image {
   char *name;
   mend_step_status status;   /* running when an attempt was begun and has no outcome yet */
   int attempts, comp_attempts;
-  int custom_key;            /* idem_key came from the step's own idempotency_key function */
+  int custom_key;            /* a mend_key_kind, as written */
   char *idem_key;            /* the key kept with the row; NULL: none kept */
   char *error;
   char *error_kind;          /* that error's kind by its name, as written; NULL: no error */

@@ -98,8 +98,8 @@ static void test_batches(void) {
                       .attempts = 1, .idem_key = "card-7", .custom_key = 1,
                       .result = "{\"ok\":true}", .due = -1, .last_delay = -1, .updated = 3};
   CHECK_EQ_INT(mend__pg_put_step(s, &st), 0);
-  char *res = NULL;
-  CHECK_EQ_INT(mend__pg_find_key_result(s, "card-7", &res), 1);
+  char *res = NULL, owner[64];
+  CHECK_EQ_INT(mend__pg_find_key_result(s, "card-7", &res, owner, sizeof owner), 1);
   CHECK_STR(res, "{\"ok\":true}");
   free(res);
   mend_breaker b = {.state = MEND_BREAKER_OPEN, .failures = 3, .opened_at = 10, .open_until = 40};

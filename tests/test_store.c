@@ -328,8 +328,8 @@ static void test_round_trip(void) {
   CHECK_EQ_INT(mend_store_find_run_key(s, "order-99", id, sizeof id), 0);
   CHECK_EQ_INT(mend_store_find_run_key(s, "order-42", id, 2), -1);   /* does not fit */
 
-  char *res = NULL;
-  CHECK_EQ_INT(mend_store_find_key_result(s, "reserve-42", &res), 1);
+  char *res = NULL, owner[64];
+  CHECK_EQ_INT(mend_store_find_key_result(s, "reserve-42", &res, owner, sizeof owner), 1);
   CHECK_STR(res, "{\"ok\":true,\"n\":3}");
   free(res);
   res = NULL;
@@ -348,16 +348,16 @@ static void test_round_trip(void) {
   CHECK_EQ_INT(mend_store_put_step(s, &failed), 0);
   CHECK_EQ_INT(mend_store_put_step(s, &running), 0);
   CHECK_EQ_INT(mend_store_commit(s), 0);
-  CHECK_EQ_INT(mend_store_find_key_result(s, "derived-1", &res), 0);
-  CHECK_EQ_INT(mend_store_find_key_result(s, "custom-failed", &res), 0);
-  CHECK_EQ_INT(mend_store_find_key_result(s, "custom-running", &res), 0);
-  CHECK_EQ_INT(mend_store_find_key_result(s, "unknown", &res), 0);
+  CHECK_EQ_INT(mend_store_find_key_result(s, "derived-1", &res, owner, sizeof owner), 0);
+  CHECK_EQ_INT(mend_store_find_key_result(s, "custom-failed", &res, owner, sizeof owner), 0);
+  CHECK_EQ_INT(mend_store_find_key_result(s, "custom-running", &res, owner, sizeof owner), 0);
+  CHECK_EQ_INT(mend_store_find_key_result(s, "unknown", &res, owner, sizeof owner), 0);
   CHECK(res == NULL);
   /* A succeeded custom step with no result gives JSON null. */
   running.status = "succeeded";
   CHECK_EQ_INT(mend_store_put_step(s, &running), 0);
   CHECK_EQ_INT(mend_store_commit(s), 0);
-  CHECK_EQ_INT(mend_store_find_key_result(s, "custom-running", &res), 1);
+  CHECK_EQ_INT(mend_store_find_key_result(s, "custom-running", &res, owner, sizeof owner), 1);
   CHECK_STR(res, "null");
   free(res);
 
@@ -816,8 +816,8 @@ static void test_upgrade_from_1(void) {
   CHECK(run && json_array_size(json_object_get(run, "steps")) == 1);
   CHECK_EQ_INT((int)json_integer_value(json_object_get(json_object_get(run, "input"), "n")), 1);
   json_decref(run);
-  char *found = NULL;
-  CHECK_EQ_INT(mend_store_find_key_result(s, "k1", &found), 1);
+  char *found = NULL, owner[64];
+  CHECK_EQ_INT(mend_store_find_key_result(s, "k1", &found, owner, sizeof owner), 1);
   CHECK(found && strcmp(found, "{\"x\":1}") == 0);
   free(found);
   mend_store_close(s);

@@ -362,6 +362,10 @@ local function print_status(st, now)
     if (s.comp_attempts or 0) > 0 then parts[#parts + 1] = "compensations " .. s.comp_attempts end
     if present(s.error) then parts[#parts + 1] = fmt_error(s.error) end
     if present(s.result) then parts[#parts + 1] = "result " .. fmt_value(s.result, 60) end
+    -- its key's result and effect are another run's: that run compensates it
+    if s.reused == true then
+      parts[#parts + 1] = "reused from run " .. (present(s.reused_from) and s.reused_from or "?")
+    end
     out("  %s\n", join(parts))
   end
   for _, line in ipairs(due_lines(st, now)) do out("  due: %s\n", line) end

@@ -88,6 +88,8 @@ typedef struct step_rt {
   mend_step_status status;
   int attempts, comp_attempts;
   unsigned custom_key : 1;        /* idem_key is the step's own key(ctx), not the default */
+  unsigned reused : 1;            /* its result was another execution's of that key (reuse.c) */
+  unsigned reused_known : 1;      /* the run it is from is kept with the key (mend__reused_from) */
   unsigned key_ready : 1;
   unsigned compensate_self : 1;   /* failed with a compensable error: it is compensated too */
   unsigned slept : 1;             /* its `sleep` wait is over */
@@ -512,6 +514,12 @@ void mend__call_failed(mend_run *r, step_rt *st, mend_limits *lim, int status,
                        mend_error_info *info);
 char *mend__ask_map(mend_run *r, int i, mend_error_info *info);
 int mend__ensure_key(mend_run *r, int i, mend_error_info *info);
+/* reuse.c: step i's custom key already succeeded elsewhere: 1 its result taken (the step
+ * succeeded, reused), 0 none to take, -1 the store failed (asked again later). */
+int mend__reuse_key(mend_run *r, int i);
+int mend__skip_reused(mend_run *r, const char *name, const step_rt *st);
+const char *mend__reused_from(const step_rt *st);   /* NULL: not reused, or not known */
+void mend__reuse_restore(mend_run *r, const mend_run_image *img);
 int mend__guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres);
 int mend__run_pcall(mend_run *r, mend_limits *lim, int nargs, int nres);
 void mend__on_deadline(mend_timer *t);

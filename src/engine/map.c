@@ -256,6 +256,12 @@ int mend__map_backward(mend_run *r, int m) {
     int k = ms->order[ms->pos];
     step_rt *st = &ms->items[k];
     if (!item_needs_compensation(st)) continue;
+    if (st->reused) {
+      char name[300];
+      snprintf(name, sizeof name, "%s/%d", r->wf->steps[m].name, k + 1);
+      mend__skip_reused(r, name, st);
+      continue;
+    }
     if (r->E->draining) return 1;
     mend_run *l = mend__idle_lane(r);
     if (!l) return 1;

@@ -68,7 +68,8 @@ void mend__step_from_image(step_rt *st, const mend_step_image *si) {
   st->status = si->status;
   st->attempts = si->attempts;
   st->comp_attempts = si->comp_attempts;
-  st->custom_key = si->custom_key;
+  st->custom_key = si->custom_key != MEND_KEY_DEFAULT;
+  st->reused = si->custom_key == MEND_KEY_REUSED;
   if (st->custom_key) st->idem_key = mend_dupstr(si->idem_key);
   st->error = mend_dupstr(si->error);
   st->err_kind = mend_error_kind_parse(si->error_kind);
@@ -150,6 +151,7 @@ static mend_run *rebuild_from(mend_engine *E, const char *id, const mend_run_ima
   }
   /* when(ctx)'s answers, the order its branches ended in, its maps' lists and items */
   mend__group_restore(r, img);
+  mend__reuse_restore(r, img);
   return r;
 }
 
@@ -182,7 +184,7 @@ void mend__find_current_step(mend_run *r) {
   } else {
     r->cur = wf->nsteps - 1;
     /* a group is undone through its branches: it has no compensate of its own */
-    while (r->cur >= 0 && (!mend__needs_compensation(r, r->cur) ||
+    while (r->cur >= 0 && (!mend__needs_compensation(r, r->cur) || r->steps[r->cur].reused ||
                            (!mend__compensable(&wf->steps[r->cur]) && !wf->steps[r->cur].nbranches &&
                             wf->steps[r->cur].map_ref == LUA_NOREF)))
       r->cur--;

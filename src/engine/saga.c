@@ -183,6 +183,7 @@ static void forward_step(mend_run *r, int i, int admitted) {
   if (st->status != MEND_STEP_PENDING && st->status != MEND_STEP_RUNNING) return;  /* waiting */
   if (E->draining) return;   /* parked: its lease is given back when the worker stops */
   if (st->status == MEND_STEP_PENDING) {
+    st->reused = 0;   /* set pending again by a person: its result is decided afresh */
     mend_error_info info;
     int key = mend__ensure_key(r, i, &info);
     if (mend__land_kept_cancel(r)) return;
@@ -191,19 +192,15 @@ static void forward_step(mend_run *r, int i, int admitted) {
       return;
     }
     if (st->custom_key) {
-      char *found = NULL;
-      int r2 = mend_store_find_key_result(E->store, st->idem_key, &found);
+      int r2 = mend__reuse_key(r, i);
       if (r2 < 0) {
         give_back_admission(r, i);   /* asked for again when the step comes round */
-        mend__store_failed(E);
+        if (!E->broken) mend__store_failed(E);
         if (!E->broken) mend__queue(r, ACT_ADVANCE);   /* a lock elsewhere: again after the commit */
         return;
       }
       if (r2 == 1) {
         give_back_admission(r, i);
-        mend__set_str(&st->result, found);
-        free(found);
-        mend__step_to(r, i, MEND_STEP_SUCCEEDED, NULL, -1, "result reused: idempotency key already succeeded");
         mend__set_result(r, i);
         mend__after_success(r, i, 1);
         return;
@@ -424,6 +421,7 @@ void mend__backward(mend_run *r) {
       continue;
     }
     if (!mend__needs_compensation(r, i)) continue;
+    if (mend__skip_reused(r, mend__step_name(r, i), &r->steps[i])) continue;
     if (!mend__compensable(&r->wf->steps[i])) {
       mend__history(r, mend__step_name(r, i), "skip_compensate", NULL, NULL, 0, NULL, -1, "step has no compensate");
       mend_engine_log_line(r->E, "info", r->id, mend__step_name(r, i), 0, "skip_compensate",
@@ -497,7 +495,7 @@ static void compensation_failed(mend_run *r, int i, const mend_error_info *info)
   size_t used = 0;
   for (int j = i; j >= 0; j--) {
     if (j != i && !mend__needs_compensation(r, j)) continue;
-    if (j != i && !mend__compensable(&r->wf->steps[j])) continue;
+    if (j != i && (!mend__compensable(&r->wf->steps[j]) || r->steps[j].reused)) continue;
     int n = snprintf(left + used, sizeof left - used, "%s%s", used ? ", " : "", mend__step_name(r, j));
     if (n < 0 || (size_t)n >= sizeof left - used) break;
     used += (size_t)n;

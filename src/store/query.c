@@ -160,11 +160,14 @@ static int key_row(mend_store *s, sqlite3_stmt *q, const char *run_key, char *id
   return 1;
 }
 
-int mend__sqlite_find_key_result(mend_store *s, const char *idem_key, char **result_out) {
+int mend__sqlite_find_key_result(mend_store *s, const char *idem_key, char **result_out,
+                                 char *run_out, int run_len) {
   if (mend__sync_point(s) != 0) return -1;
   sqlite3_stmt *q = s->q[Q_FIND_KEY_RESULT];
   int r = mend__first_row(s, q, mend__bind_text(q, 1, idem_key), "find key result");
   if (r != 1) return r;
+  const char *run = (const char *)sqlite3_column_text(q, 1);
+  snprintf(run_out, (size_t)run_len, "%s", run ? run : "");
   const char *res = (const char *)sqlite3_column_text(q, 0);
   /* A step that returned nothing has a NULL result, which is JSON null to the caller. */
   *result_out = strdup(res ? res : "null");
@@ -217,6 +220,7 @@ static int is_bool_column(const char *name) {
   case 'a': return strcmp(name, "attention") == 0;
   case 'c': return strcmp(name, "custom_key") == 0 || strcmp(name, "cancel_requested") == 0;
   case 'k': return strcmp(name, "kept") == 0;
+  case 'r': return strcmp(name, "reused") == 0;
   case 's': return strcmp(name, "slept") == 0;
   default: return 0;
   }
@@ -517,7 +521,7 @@ static int image_rows(mend_store *s, const char *id, mend_run_image *img) {
     st->attempts = sqlite3_column_int(q, 3);
     st->comp_attempts = sqlite3_column_int(q, 4);
     st->idem_key = col_text(q, 5, &oom);
-    st->custom_key = sqlite3_column_int(q, 6) != 0;
+    st->custom_key = sqlite3_column_int(q, 6);
     st->result = col_text(q, 7, &oom);
     st->error = col_text(q, 8, &oom);
     st->due = col_real(q, 9);

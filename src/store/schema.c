@@ -23,7 +23,9 @@
  *        runs while its lease lasts; one row renewed, however many runs it holds
  *   steps(run_id TEXT, idx INTEGER, name TEXT, status TEXT, attempts INTEGER,
  *         comp_attempts INTEGER, idem_key TEXT (NULL: the default, run_id/name, and read
- *         as that), custom_key INTEGER, result TEXT (JSON),
+ *         as that), custom_key INTEGER (mend_key_kind: 0 the default key, 1 the step's own,
+ *         2 its own with a result reused from another row, whose effect is that run's: no
+ *         migration, as mends before it read 2 as 1), result TEXT (JSON),
  *         error TEXT, due REAL, last_delay REAL, updated REAL, slept INTEGER,
  *         PRIMARY KEY(run_id, idx))
  *         + index on idem_key for custom keys; a step has a row from its first transition
@@ -172,10 +174,13 @@ const char *const mend__query_sql[Q__COUNT] = {
     " error = excluded.error, detail = excluded.detail, at = excluded.at",
   [Q_FIND_RUN_KEY] = "SELECT id FROM runs WHERE run_key = ?1",
   [Q_LAST_SEQ] = "SELECT seq, at FROM history WHERE run_id = ?1 ORDER BY seq DESC LIMIT 1",
-  /* custom_key = 1 lets SQLite use the partial index on idem_key. */
+  /* custom_key = 1 lets SQLite use the partial index on idem_key, and takes only a row that
+   * executed (a reuse's is 2: its effect is another run's). A run going back is undoing its
+   * succeeded steps: their effect is on its way out, not to be reused. */
   [Q_FIND_KEY_RESULT] =
-    "SELECT result FROM steps WHERE idem_key = ?1 AND custom_key = 1 AND status = 'succeeded'"
-    " ORDER BY updated DESC LIMIT 1",
+    "SELECT result, run_id FROM steps s WHERE idem_key = ?1 AND custom_key = 1"
+    " AND status = 'succeeded' AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = s.run_id"
+    " AND r.status = 'compensating') ORDER BY updated DESC LIMIT 1",
   [Q_GET_BREAKER] =
     "SELECT state, failures, successes, opened_at, open_until FROM breakers WHERE key = ?1",
   /* Takes unfinished runs nobody holds (no owner, or one whose lease ran out) for `owner`.
@@ -231,10 +236,16 @@ const char *const mend__query_sql[Q__COUNT] = {
     " r.unavailable, r.parent_run,"
     " r.parent_step"
     " FROM runs r LEFT JOIN workflow_versions v ON v.id = r.workflow_version WHERE r.id = ?1",
+  /* A reused result says where it is from: the run named by the step's `reused` history row
+   * (reuse.c), looked up for those steps alone. */
   [Q_STEPS] =
     "SELECT idx, name, status, attempts, comp_attempts,"
     " coalesce(idem_key, run_id || '/' || name) AS idempotency_key,"
-    " custom_key, result, error, error_kind, due, last_delay, updated, slept, awaits FROM steps"
+    " custom_key, result, error, error_kind, due, last_delay, updated, slept, awaits,"
+    " CASE WHEN custom_key = 2 THEN 1 END AS reused,"
+    " CASE WHEN custom_key = 2 THEN (SELECT h.detail FROM history_named h WHERE"
+    " h.run_id = steps.run_id AND h.step = steps.name AND h.event = 'reused'"
+    " ORDER BY h.seq DESC LIMIT 1) END AS reused_from FROM steps"
     " WHERE run_id = ?1"
     " ORDER BY idx",
   /* The attempts begun and not ended: a step whose last transition is to running (its row is
@@ -317,7 +328,8 @@ const char *const mend__query_sql[Q__COUNT] = {
     "UPDATE runs SET status = 'compensating', reason = ?2, owner = ?3, updated = ?4,"
     " error = 'compensated with its parent' WHERE id = ?1 AND status = 'succeeded'",
   /* A run's image for the engine (mend_store_run_image): the columns it rebuilds from, typed;
-   * of history, what recovery reads (a map's list is the only detail it needs). */
+   * of history, what recovery reads (the details it needs: a map's list of items, and the run
+   * whose result a step reused). */
   [Q_IMAGE_RUN] =
     "SELECT r.workflow, coalesce(r.version, v.version), r.status, r.reason, r.error, r.attention,"
     " r.cancel_requested, r.parent_run, r.unavailable, r.input,"
@@ -328,7 +340,8 @@ const char *const mend__query_sql[Q__COUNT] = {
     " last_delay, slept, error_kind, error_severity, error_stopped FROM steps WHERE run_id = ?1"
     " ORDER BY idx",
   [Q_IMAGE_HISTORY] =
-    "SELECT seq, at, step, event, to_status, attempt, CASE WHEN event = 'map' THEN detail END"
+    "SELECT seq, at, step, event, to_status, attempt,"
+    " CASE WHEN event IN ('map', 'reused') THEN detail END"
     " FROM history_named WHERE run_id = ?1 ORDER BY seq",
   /* The text of a version is the same wherever it was loaded from (the version is its hash). */
   [Q_VERSION_SCRIPT] =

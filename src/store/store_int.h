@@ -320,7 +320,8 @@ int mend__sqlite_put_dlq(mend_store *s, const mend_dlq_rec *d);
 int mend__sqlite_find_run_key(mend_store *s, const char *run_key, char *id_out, int id_len);
 int mend__sqlite_find_run_key_committed(mend_store *s, const char *run_key, char *id_out,
                                         int id_len);
-int mend__sqlite_find_key_result(mend_store *s, const char *idem_key, char **result_out);
+int mend__sqlite_find_key_result(mend_store *s, const char *idem_key, char **result_out,
+                                 char *run_out, int run_len);
 int mend__sqlite_get_breaker(mend_store *s, const char *key, mend_breaker *b);
 json_t *mend__sqlite_run(mend_store *s, const char *id);
 int mend__sqlite_run_image(mend_store *s, const char *id, mend_run_image *img);

@@ -685,7 +685,7 @@ static int rec_step(mend_store *s, int q, const mend_step_rec *st) {
   mend__rec_int(s, st->attempts);
   mend__rec_int(s, st->comp_attempts);
   mend__rec_text(s, st->idem_key);
-  mend__rec_int(s, st->custom_key ? 1 : 0);
+  mend__rec_int(s, st->custom_key);
   mend__rec_text(s, st->result);
   mend__rec_text(s, st->error);
   rec_opt_real(s, st->due);

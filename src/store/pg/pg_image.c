@@ -85,7 +85,7 @@ static int step_row(mend_pg *p, const char *id, const PGresult *r, int i, mend_r
   st->attempts = (int)int_of(r, i, 3);
   st->comp_attempts = (int)int_of(r, i, 4);
   st->idem_key = text_of(r, i, 5, oom);
-  st->custom_key = int_of(r, i, 6) != 0;
+  st->custom_key = (int)int_of(r, i, 6);
   st->result = text_of(r, i, 7, oom);
   st->error = text_of(r, i, 8, oom);
   st->due = real_of(r, i, 9);

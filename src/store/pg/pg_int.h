@@ -415,7 +415,8 @@ long mend__pg_last_history_seq(mend_store *s, const char *run_id);
 char *mend__pg_version_script(mend_store *s, const char *workflow, const char *version,
                               char **source);
 int mend__pg_find_run_key(mend_store *s, const char *run_key, char *id_out, int id_len);
-int mend__pg_find_key_result(mend_store *s, const char *idem_key, char **result_out);
+int mend__pg_find_key_result(mend_store *s, const char *idem_key, char **result_out, char *run_out,
+                             int run_len);
 int mend__pg_get_breaker(mend_store *s, const char *key, mend_breaker *b);
 int mend__pg_send_event(mend_store *s, const char *run_id, const char *name,
                         const char *payload, const char *key, double sent);

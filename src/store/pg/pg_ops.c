@@ -142,7 +142,7 @@ static int rec_step(mend_pg *p, int q, const mend_step_rec *st) {
   mend__pg_rec_int(p, st->attempts);
   mend__pg_rec_int(p, st->comp_attempts);
   mend__pg_rec_text(p, st->idem_key);
-  mend__pg_rec_int(p, st->custom_key ? 1 : 0);
+  mend__pg_rec_int(p, st->custom_key);
   mend__pg_rec_text(p, st->result);
   mend__pg_rec_text(p, st->error);
   mend__pg_rec_opt_real(p, st->due);
@@ -341,7 +341,8 @@ int mend__pg_find_run_key(mend_store *s, const char *run_key, char *id_out, int 
   return found;
 }
 
-int mend__pg_find_key_result(mend_store *s, const char *idem_key, char **result_out) {
+int mend__pg_find_key_result(mend_store *s, const char *idem_key, char **result_out, char *run_out,
+                             int run_len) {
   mend_pg *p = PG(s);
   const char *v[1] = {idem_key};
   PGresult *r = read_now(p, P_FIND_KEY_RESULT, 1, v, "find key result");
@@ -350,6 +351,8 @@ int mend__pg_find_key_result(mend_store *s, const char *idem_key, char **result_
     PQclear(r);
     return 0;
   }
+  const char *run = PG_TEXT(r, 0, 1);
+  snprintf(run_out, (size_t)run_len, "%s", run ? run : "");
   const char *res = PG_TEXT(r, 0, 0);
   *result_out = strdup(res ? res : "null");   /* a step that returned nothing: JSON null */
   PQclear(r);

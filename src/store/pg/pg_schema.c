@@ -141,9 +141,11 @@ const char *const mend__pg_sql[P__COUNT] = {
   [P_KEEP_SCRIPT] =
     "UPDATE workflow_versions SET script = $2::text WHERE id = $1::bigint AND script IS NULL",
   [P_FIND_RUN_KEY] = "SELECT id FROM runs WHERE run_key = $1::text",
+  /* As Q_FIND_KEY_RESULT: an executing row (1), its effect still there. */
   [P_FIND_KEY_RESULT] =
-    "SELECT result FROM steps WHERE idem_key = $1::text AND custom_key = 1"
-    " AND status = 'succeeded' ORDER BY updated DESC LIMIT 1",
+    "SELECT result, run_id FROM steps s WHERE idem_key = $1::text AND custom_key = 1"
+    " AND status = 'succeeded' AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = s.run_id"
+    " AND r.status = 'compensating') ORDER BY updated DESC LIMIT 1",
   [P_GET_BREAKER] =
     "SELECT state, failures, successes, opened_at, open_until FROM breakers WHERE key = $1::text",
   [P_LAST_SEQ] =
@@ -265,7 +267,8 @@ const char *const mend__pg_sql[P__COUNT] = {
     " fence = fence + 1, updated = $4::float8, error = 'compensated with its parent'"
     " WHERE id = $1::text AND status = 'succeeded'",
   /* A run's image for the engine (pg_image.c): the columns it rebuilds from; of history, what
-   * recovery reads (a map's list is the only detail it needs). */
+   * recovery reads (the details it needs: a map's list of items, the run a reused result is
+   * from). */
   [P_IMAGE_RUN] =
     "SELECT r.workflow, coalesce(r.version, v.version), r.status, r.reason, r.error, r.attention,"
     " r.cancel_requested, r.parent_run, r.unavailable, r.input,"
@@ -276,7 +279,8 @@ const char *const mend__pg_sql[P__COUNT] = {
     " last_delay, slept, error_kind, error_severity, error_stopped FROM steps"
     " WHERE run_id = $1::text ORDER BY idx",
   [P_IMAGE_HISTORY] =
-    "SELECT seq, at, step, event, to_status, attempt, CASE WHEN event = 'map' THEN detail END"
+    "SELECT seq, at, step, event, to_status, attempt,"
+    " CASE WHEN event IN ('map', 'reused') THEN detail END"
     " FROM history WHERE run_id = $1::text ORDER BY seq",
   /* The same for the runs of a claim, read together: the run's id last. */
   [P_IMAGES_RUN] =
@@ -290,7 +294,8 @@ const char *const mend__pg_sql[P__COUNT] = {
     " WHERE run_id = ANY($1::text[])"
     " ORDER BY run_id, idx",
   [P_IMAGES_HISTORY] =
-    "SELECT seq, at, step, event, to_status, attempt, CASE WHEN event = 'map' THEN detail END,"
+    "SELECT seq, at, step, event, to_status, attempt,"
+    " CASE WHEN event IN ('map', 'reused') THEN detail END,"
     " run_id FROM history WHERE run_id = ANY($1::text[]) ORDER BY run_id, seq",
   [P_INSERT_RUN_KEY] = INSERT_RUN " ON CONFLICT (run_key) WHERE run_key IS NOT NULL DO NOTHING",
   /* A batch's history rows that carry their number, as arrays in the order recorded

@@ -50,7 +50,7 @@ static int is_json_column(const char *name) {
 
 static int is_bool_column(const char *name) {
   return strcmp(name, "attention") == 0 || strcmp(name, "custom_key") == 0 ||
-         strcmp(name, "kept") == 0 || strcmp(name, "slept") == 0 ||
+         strcmp(name, "kept") == 0 || strcmp(name, "slept") == 0 || strcmp(name, "reused") == 0 ||
          strcmp(name, "cancel_requested") == 0;
 }
 
@@ -147,7 +147,11 @@ static const char SQL_RUN[] =
 static const char SQL_STEPS[] =
   "SELECT idx, name, status, attempts, comp_attempts,"
   " coalesce(idem_key, run_id || '/' || name) AS idempotency_key,"
-  " custom_key, result, error, error_kind, due, last_delay, updated, slept, awaits FROM steps"
+  " custom_key, result, error, error_kind, due, last_delay, updated, slept, awaits,"
+  " CASE WHEN custom_key = 2 THEN 1 END AS reused,"
+  " CASE WHEN custom_key = 2 THEN (SELECT h.detail FROM history h WHERE"
+  " h.run_id = steps.run_id AND h.step = steps.name AND h.event = 'reused'"
+  " ORDER BY h.seq DESC LIMIT 1) END AS reused_from FROM steps"
   " WHERE run_id = $1 ORDER BY idx";
 
 static const char SQL_IN_FLIGHT[] =
