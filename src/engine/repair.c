@@ -456,6 +456,13 @@ static int parent_going_back(mend_engine *E, const char *id) {
  * by WHO" of the last cancel an operator asked for. The run's own error by then is its
  * compensation's. A copy to free, or NULL. */
 #define TURNED_BACK_PAGE 1000
+
+/* The length of WHO in an operator row's `... by WHO[: note]`: a note follows ": " (WHO may
+ * hold a colon of its own, as in "via http 127.0.0.1:7070"). */
+static size_t who_len(const char *who) {
+  const char *note = strstr(who, ": ");
+  return note ? (size_t)(note - who) : strlen(who);
+}
 static char *turned_back(mend_engine *E, const char *id, const char *step) {
   char *failed = NULL, *canceller = NULL;
   const char *reason = NULL;
@@ -484,7 +491,7 @@ static char *turned_back(mend_engine *E, const char *id, const char *step) {
         if (who) {
           free(canceller);
           canceller = mend_dupstr(who);
-          if (canceller) canceller[strcspn(canceller, ":")] = 0;
+          if (canceller) canceller[who_len(canceller)] = 0;
         }
       }
       json_int_t seq = json_integer_value(json_object_get(row, "seq"));
@@ -776,8 +783,8 @@ int mend_engine_resolve_record(mend_engine *E, const char *id, const char *who, 
 
 /* Who asked for the cancel a run carries out now, named in its error and history as a cancel
  * done here names its canceller: the last `cancel requested by WHO` row of its history (read a
- * page at a time; what follows a colon is the request's note), into who. Not found (a request
- * from a database of an older mend): "an operator (requested)". */
+ * page at a time; the note of why it was not done where it was asked left out), into who. Not
+ * found (a request from a database of an older mend): "an operator (requested)". */
 void mend__cancel_requester(mend_engine *E, const char *id, char *who, int len) {
   snprintf(who, (size_t)len, "an operator (requested)");
   long after = 0;
@@ -789,7 +796,7 @@ void mend__cancel_requester(mend_engine *E, const char *id, char *who, int len) 
       const char *ev = json_string_value(json_object_get(row, "event"));
       const char *detail = json_string_value(json_object_get(row, "detail"));
       if (ev && detail && strcmp(ev, "operator") == 0 && strncmp(detail, "cancel requested by ", 20) == 0)
-        snprintf(who, (size_t)len, "%.*s", (int)strcspn(detail + 20, ":"), detail + 20);
+        snprintf(who, (size_t)len, "%.*s", (int)who_len(detail + 20), detail + 20);
       json_int_t seq = json_integer_value(json_object_get(row, "seq"));
       if (seq > after) after = (long)seq;
     }
