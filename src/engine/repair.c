@@ -795,7 +795,8 @@ void mend__cancel_requester(mend_engine *E, const char *id, char *who, int len) 
       json_t *row = json_array_get(page, k);
       const char *ev = json_string_value(json_object_get(row, "event"));
       const char *detail = json_string_value(json_object_get(row, "detail"));
-      if (ev && detail && strcmp(ev, "operator") == 0 && strncmp(detail, "cancel requested by ", 20) == 0)
+      if (ev && detail && strcmp(ev, "operator") == 0 &&
+          strncmp(detail, "cancel requested by ", 20) == 0)
         snprintf(who, (size_t)len, "%.*s", (int)who_len(detail + 20), detail + 20);
       json_int_t seq = json_integer_value(json_object_get(row, "seq"));
       if (seq > after) after = (long)seq;
