@@ -336,3 +336,43 @@ describe("a circuit breaker", function()
     assert.near(b.open_until, b2.open_until, 1e-6)
   end)
 end)
+
+describe("the breakers listed", function()
+  after_each(H.cleanup)
+
+  local function keys(eng)
+    local out = {}
+    for _, b in ipairs(eng:breakers()) do out[#out + 1] = b.key end
+    table.sort(out)
+    return out
+  end
+
+  it("are those of the steps that execute: a group and a map, which execute nothing, have none",
+    function()
+      local eng = H.new_engine()
+      local asked = 0
+      eng:register{ name = "shapes", steps = {
+        -- a when that raises first: the group's failed attempt asks no breaker
+        { name = "g", when = function()
+            asked = asked + 1
+            if asked == 1 then error(mend.retryable("not yet")) end
+            return true
+          end,
+          parallel = { { name = "a", execute = function() return 1 end },
+                       { name = "b", breaker = "shared", execute = function() return 2 end } } },
+        { name = "m", map = function() return { 1, 2 } end,
+          step = { execute = function() return 3 end } },
+      } }
+      eng:register{ name = "refused", steps = {
+        { name = "h", when = function() error(mend.fatal("no")) end,
+          parallel = { { name = "x", execute = function() return 1 end } } },
+      } }
+      local id = eng:start("shapes", {})
+      local other = eng:start("refused", {})
+      eng:run()
+      assert.are.equal("succeeded", eng:status(id).status)
+      assert.are.equal(2, asked)
+      assert.are.equal("failed", eng:status(other).status)
+      assert.are.same({ "g/a", "h/x", "m/item", "shared" }, keys(eng))
+    end)
+end)

@@ -152,7 +152,7 @@ return { name = "order", steps = {
       { name = "paid", wait_for = "payment" } } }
     local id = eng:start("w", {})
     eng:run()
-    eng:cancel(id, { who = "ana" })
+    eng:cancel(id, { who = "ana via http 10.0.0.7:7070" })   -- a colon of its own: no note
     eng:run()
     assert.are.equal("needs_attention", eng:status(id).status)
     assert.are.equal("compensation_failed", eng:status(id).reason)
@@ -161,6 +161,6 @@ return { name = "order", steps = {
     eng:run()
     local st = eng:status(id)
     assert.are.equal("compensated", st.status)
-    assert.are.equal("cancelled by ana", st.error)
+    assert.are.equal("cancelled by ana via http 10.0.0.7:7070", st.error)
   end)
 end)

@@ -337,3 +337,43 @@ describe("a failing compensation", function()
     assert.are.equal("compensation_failed", H.dlq_entry(eng, id).reason)
   end)
 end)
+
+describe("a step compensated after a failed compensation attempt", function()
+  after_each(H.cleanup)
+
+  it("shows its own failure as its error, not the compensation attempt's (kept in its history)",
+    function()
+      local eng = H.new_engine()
+      local log = {}
+      local tries = { charge_card = 0, ship_parcel = 0 }
+      local def = saga(log, { ship_parcel = always(mend.compensable("half shipped")) })
+      for _, s in ipairs(def.steps) do
+        local undo = s.compensate
+        if tries[s.name] then
+          s.compensate_retry = { max_attempts = 3, initial = 1, jitter = 0 }
+          s.compensate = function(ctx, result)
+            undo(ctx, result)
+            tries[s.name] = tries[s.name] + 1
+            if tries[s.name] == 1 then error(mend.retryable(s.name .. " refund down")) end
+          end
+        end
+      end
+      eng:register(def)
+      local id = eng:start("saga", {})
+      eng:run()
+      local st = eng:status(id)
+      assert.are.equal("compensated", st.status)
+      local charge, ship = H.step(st, "charge_card"), H.step(st, "ship_parcel")
+      assert.are.same({ "compensated", 2, nil, nil },
+        { charge.status, charge.comp_attempts, charge.error, charge.error_kind })
+      assert.are.same({ "compensated", 2, "compensable" },
+        { ship.status, ship.comp_attempts, ship.error_kind })
+      assert.matches("half shipped", ship.error)
+      local failed = {}
+      for _, h in ipairs(H.events(eng, id, { event = "compensate_failed" })) do
+        failed[#failed + 1] = h.step .. ": " .. h.error
+      end
+      assert.are.same({ "ship_parcel: retryable: ship_parcel refund down",
+                        "charge_card: retryable: charge_card refund down" }, failed)
+    end)
+end)

@@ -407,7 +407,6 @@ static int parse_group(lua_State *L, int idx, int n, const mend_retry_policy *re
                        .map_ref = LUA_NOREF, .retry = *retry, .compensate_retry = *comp, .breaker = *breaker,
                        .nbranches = (int)len, .max_concurrency = max};
   s->name = mend_dupstr(name);
-  s->breaker_key = mend_dupstr(name);
   wf->nsteps = ++*at;
   lua_pushstring(L, name);
   s->name_ref = luaL_ref(L, LUA_REGISTRYINDEX);
@@ -474,7 +473,6 @@ static int parse_map(lua_State *L, int idx, int n, const mend_retry_policy *retr
                        .map_ref = LUA_NOREF, .retry = *retry, .compensate_retry = *comp,
                        .breaker = *breaker, .max_concurrency = max};
   s->name = mend_dupstr(name);
-  s->breaker_key = mend_dupstr(name);
   wf->nsteps = ++*at;
   lua_pushstring(L, name);
   s->name_ref = luaL_ref(L, LUA_REGISTRYINDEX);

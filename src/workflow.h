@@ -19,7 +19,7 @@ typedef struct mend_step_def {
   int name_ref;                               /* the name as a Lua string (ctx.step) */
   int execute_ref, compensate_ref, key_ref;   /* LUA_NOREF when absent */
   mend_retry_policy retry, compensate_retry;
-  char *breaker_key;
+  char *breaker_key;    /* NULL for a group or a map: they execute nothing */
   mend_breaker_policy breaker;
   double timeout;                             /* seconds; 0 = none */
   double sleep;                               /* durable wait before executing; 0 = none */
@@ -29,7 +29,7 @@ typedef struct mend_step_def {
                          * completed or failed (timeout: how long, counted from execute's end) */
   char *child;          /* the workflow of the run it starts and waits for; NULL: none */
   int child_input_ref;  /* input(ctx) -> the child's input; LUA_NOREF: the parent's input */
-  mend_breaker_slot *slot;                    /* resolved by the engine at registration */
+  mend_breaker_slot *slot;   /* resolved by the engine at registration; NULL with breaker_key */
   int when_ref;         /* when(ctx): false skips the step; LUA_NOREF when absent */
   /* A parallel group (`parallel = {...}`) is a step that executes nothing itself: its
    * nbranches branches follow it in `steps`, each named "<group>/<branch>", and run at the

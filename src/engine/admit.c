@@ -85,6 +85,7 @@ int mend__holds_probe(mend_run *r, int i) {
 
 void mend__breaker_outcome(mend_run *r, int i, mend_breaker_outcome outcome) {
   struct mend_breaker_slot *s = r->wf->steps[i].slot;
+  if (!s) return;   /* a group's or a map's when that failed: it asked no breaker */
   /* An attempt admitted before the breaker opened, ending while it is half-open, is no probe:
    * it has no slot to give back (giving one would let a second probe in beside the first),
    * and the breaker judged the dependency when it opened, as for a late outcome while open. */

@@ -732,6 +732,8 @@ void mend__breakers_recorded_drop(mend_engine *E, int all);
 /* The same of the runs resolved (repairs_recorded). */
 void mend__repairs_recorded_drop(mend_engine *E, int all);
 int mend__cancel_now(mend_run *r, const char *who, char *err, int errlen);
+/* Who asked for the cancel of run id that another process requested (repair.c). */
+void mend__cancel_requester(mend_engine *E, const char *id, char *who, int len);
 int mend__cancel_cascade(mend_engine *E, const char *id, const char *who, char *err, int errlen);
 int mend__land_deferred_cancel(mend_run *r);
 int mend__land_kept_cancel(mend_run *r);

@@ -22,7 +22,10 @@ static mend_workflow *adopt(mend_engine *E, mend_workflow *wf) {
   if (!wf) return NULL;
   wf->store_free = mend__workflow_store_free(E, wf);
   for (int i = 0; i < wf->nsteps; i++) {
-    wf->steps[i].slot = mend__breaker_slot(E, wf->steps[i].breaker_key, &wf->steps[i].breaker);
+    /* A group or a map executes nothing (its branches and its item do): no breaker, and no
+     * row that `mend breakers` would list for it. */
+    if (wf->steps[i].breaker_key)
+      wf->steps[i].slot = mend__breaker_slot(E, wf->steps[i].breaker_key, &wf->steps[i].breaker);
     mend_step_def *item = wf->steps[i].item_wf ? &wf->steps[i].item_wf->steps[0] : NULL;
     if (item) item->slot = mend__breaker_slot(E, item->breaker_key, &item->breaker);
   }

@@ -243,7 +243,9 @@ void mend__carry_on(mend_run *r) {
   char err[300];
   if (r->cancel_asked && r->status == MEND_RUN_RUNNING) {
     mend__find_current_step(r);
-    if (mend__cancel_now(r, "an operator (requested)", err, sizeof err) == 0) return;
+    char who[300];
+    mend__cancel_requester(r->E, r->id, who, sizeof who);
+    if (mend__cancel_now(r, who, err, sizeof err) == 0) return;
     mend_engine_log_line(r->E, "warn", r->id, NULL, 0, "operator", err);
   }
   schedule_restored(r);

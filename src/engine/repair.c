@@ -480,6 +480,13 @@ static int parent_going_back(mend_engine *E, const char *id) {
  * by WHO" of the last cancel an operator asked for. The run's own error by then is its
  * compensation's. A copy to free, or NULL. */
 #define TURNED_BACK_PAGE 1000
+
+/* The length of WHO in an operator row's `... by WHO[: note]`: a note follows ": " (WHO may
+ * hold a colon of its own, as in "via http 127.0.0.1:7070"). */
+static size_t who_len(const char *who) {
+  const char *note = strstr(who, ": ");
+  return note ? (size_t)(note - who) : strlen(who);
+}
 static char *turned_back(mend_engine *E, const char *id, const char *step) {
   char *failed = NULL, *canceller = NULL;
   const char *reason = NULL;
@@ -508,7 +515,7 @@ static char *turned_back(mend_engine *E, const char *id, const char *step) {
         if (who) {
           free(canceller);
           canceller = mend_dupstr(who);
-          if (canceller) canceller[strcspn(canceller, ":")] = 0;
+          if (canceller) canceller[who_len(canceller)] = 0;
         }
       }
       json_int_t seq = json_integer_value(json_object_get(row, "seq"));
@@ -800,6 +807,31 @@ int mend_engine_resolve_record(mend_engine *E, const char *id, const char *who, 
   return resolve(E, id, who, note, 1, take_now, err, errlen);
 }
 
+/* Who asked for the cancel a run carries out now, named in its error and history as a cancel
+ * done here names its canceller: the last `cancel requested by WHO` row of its history (read a
+ * page at a time; the note of why it was not done where it was asked left out), into who. Not
+ * found (a request from a database of an older mend): "an operator (requested)". */
+void mend__cancel_requester(mend_engine *E, const char *id, char *who, int len) {
+  snprintf(who, (size_t)len, "an operator (requested)");
+  long after = 0;
+  for (;;) {
+    json_t *page = mend_store_history_page(E->store, id, after, TURNED_BACK_PAGE, 0);
+    size_t n = json_is_array(page) ? json_array_size(page) : 0;
+    for (size_t k = 0; k < n; k++) {
+      json_t *row = json_array_get(page, k);
+      const char *ev = json_string_value(json_object_get(row, "event"));
+      const char *detail = json_string_value(json_object_get(row, "detail"));
+      if (ev && detail && strcmp(ev, "operator") == 0 &&
+          strncmp(detail, "cancel requested by ", 20) == 0)
+        snprintf(who, (size_t)len, "%.*s", (int)who_len(detail + 20), detail + 20);
+      json_int_t seq = json_integer_value(json_object_get(row, "seq"));
+      if (seq > after) after = (long)seq;
+    }
+    json_decref(page);
+    if (n < TURNED_BACK_PAGE) break;
+  }
+}
+
 void mend__take_cancel_requests(mend_engine *E) {
   /* Most looks find none: asked of committed rows first, so that such a look neither waits for
    * the writer thread nor runs the open batch's records on the loop (a read's sync point). */
@@ -813,8 +845,9 @@ void mend__take_cancel_requests(mend_engine *E) {
     char err[300];
     /* A parked run brought back for it has honoured the request already as it came back
      * (recover.c, mend__carry_on): no second cancel, and no refusal of one to log. */
-    if (r && r->status == MEND_RUN_RUNNING &&
-        mend__cancel_now(r, "an operator (requested)", err, sizeof err))
+    char who[300];
+    if (r && r->status == MEND_RUN_RUNNING) mend__cancel_requester(E, r->id, who, sizeof who);
+    if (r && r->status == MEND_RUN_RUNNING && mend__cancel_now(r, who, err, sizeof err))
       mend_engine_log_line(E, "warn", r->id, NULL, 0, "operator", err);
   }
   json_decref(ids);

@@ -300,6 +300,7 @@ void mend__give_back(mend_run *r, int was_queued, int was_running) {
   int i = r->cur;
   if (i < 0 || i >= r->wf->nsteps) return;
   struct mend_breaker_slot *slot = r->wf->steps[i].slot;
+  if (!slot) return;   /* a group or a map: its lanes' slots are theirs to give back */
   if (was_queued && (r->next_action == ACT_EXECUTE || r->next_action == ACT_COMPENSATE)) {
     mend_run *next = mend__fifo_pop(&slot->waiting);
     if (!next) next = mend__fifo_pop(&E->throttled);

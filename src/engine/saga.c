@@ -440,6 +440,11 @@ void mend__backward(mend_run *r) {
 }
 
 static void compensated(mend_run *r, int i) {
+  /* A step's error is its own failure on the way forward (a compensable one, for a step undone
+   * for it): a failed compensation attempt's, shown while the step waited for another, goes
+   * (its history row keeps it), or `compensated` would stand beside an error it overcame. */
+  step_rt *st = &r->steps[i];
+  if (st->error && st->err_kind != MEND_ERR_COMPENSABLE) mend__set_str(&st->error, NULL);
   mend__step_to(r, i, MEND_STEP_COMPENSATED, NULL, -1, NULL);
   if (MEND_COLD(r, parent)) {   /* an item of a map: its run goes on with the next */
     mend__lane_compensated(r);
@@ -456,14 +461,20 @@ static void compensation_failed(mend_run *r, int i, const mend_error_info *info)
   char msg[600];
   snprintf(msg, sizeof msg, "%s: %s", mend_error_kind_name(info->kind), info->message ? info->message : "");
   mend_utf8_fix(msg);
-  mend__set_str(&st->error, msg);
-  mend__step_error_of(st, info);
-  mend_workflow_counters *counts = &mend__root(r)->wf->counts;
-  counts->failures[MEND_PHASE_COMPENSATE][info->kind]++;
   /* As on the way forward (SPEC section 3), only a transient failure is worth another try: a
    * fatal or unknown one would fail again, and a person must look at it now. */
   int retryable = info->kind == MEND_ERR_RETRYABLE || info->kind == MEND_ERR_TIMEOUT;
-  if (retryable && st->comp_attempts < p->max_attempts) {
+  int again = retryable && st->comp_attempts < p->max_attempts;
+  /* A step undone for its own compensable failure keeps that failure as its error while it
+   * waits for another try (the attempt's is in its history row); one that had none shows the
+   * attempt's until it is compensated. */
+  if (!again || !st->error || st->err_kind != MEND_ERR_COMPENSABLE) {
+    mend__set_str(&st->error, msg);
+    mend__step_error_of(st, info);
+  }
+  mend_workflow_counters *counts = &mend__root(r)->wf->counts;
+  counts->failures[MEND_PHASE_COMPENSATE][info->kind]++;
+  if (again) {
     counts->retries[MEND_PHASE_COMPENSATE]++;
     /* The service's own advice wins here as on the way forward (SPEC section 3). A first
      * failed compensation has no delay of its own before it: the way forward's last one, still
