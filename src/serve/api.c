@@ -304,13 +304,17 @@ static void get_run(serve_req *r, const char *id) {
   json_t *run = mend_store_run(mend_engine_store(r->E), id);
   if (!run) { store_failed(r); return; }
   if (wait < 0) { serve_json(r, 200, run); return; }
-  if (serve_run_ended(run) || wait == 0) {
-    json_object_set_new(run, "wait", json_string(serve_run_ended(run) ? "ended" : "timeout"));
+  if (serve_run_ended(run)) {   /* said once the end is durable (src/serve/wait.c) */
+    json_object_set_new(run, "wait", json_string("ended"));
+    serve_json_durable(r, 200, run);
+    return;
+  }
+  if (wait == 0) {
+    json_object_set_new(run, "wait", json_string("timeout"));
     serve_json(r, 200, run);
     return;
   }
-  json_decref(run);
-  serve_wait(r, id, wait);
+  serve_wait(r, id, run, wait);
 }
 
 /* A page of a run's history, never the whole of a long one: the rows after seq `after`, at most

@@ -113,13 +113,13 @@ void serve_linger_stop(serve_lingering **list);
 
 /* wait.c: the long poll of GET /api/v1/runs/{id}?wait=S, one set of waiters a server.
  * serve_wait: holds r until run id ends, seconds pass (at most a tick late) or the server
- * stops, then answers it with the run and "wait": "ended", "timeout" or "stopping" (the run
- * was read once already: it exists and had not ended). serve_waits_stop: answers every waiter
+ * stops, then answers it with the run and "wait": "ended", "timeout" or "stopping"; run is the
+ * run as the request read it, not ended (stolen). serve_waits_stop: answers every waiter
  * now with the run as it is and lets the timer go (the server closing); no wait is taken
  * after. serve_run_ended: whether a run (the store's view) has ended, as `mend wait` ends. */
 typedef struct serve_waits serve_waits;
 serve_waits *serve_waits_new(mend_server *srv, mend_engine *E);
-void serve_wait(serve_req *r, const char *id, double seconds);
+void serve_wait(serve_req *r, const char *id, json_t *run, double seconds);
 int serve_waits_count(const serve_waits *w);
 void serve_waits_stop(serve_waits *w);
 void serve_waits_free(serve_waits *w);

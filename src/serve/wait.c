@@ -2,7 +2,9 @@
  * wait: the long poll of GET /api/v1/runs/{id}?wait=S (docs/http-api.md): a request held open
  * until its run ends (an end state or the dead-letter queue, as `mend wait` and eng:wait end),
  * until S seconds pass, or until the server stops, then answered with the run as GET
- * /api/v1/runs/{id} gives it and a field "wait" saying which ("ended", "timeout", "stopping").
+ * /api/v1/runs/{id} gives it and a field "wait" saying which ("ended", "timeout", "stopping");
+ * "ended" once the batch that holds the end is durable, as every answer that says a thing
+ * happened waits for its commit.
  * The run may be executed by this process or by a `mend worker` of the same database: the end
  * is learnt from the store, as eng:wait learns it, on the loop. One timer serves every waiter:
  * at each tick one look at the store (the run counts /metrics reads: one aggregate query,
@@ -80,8 +82,11 @@ static void answer(waiter *x, json_t *run, const char *how) {
     else serve_error(&r, 503, "storage", "%s", mend_store_errmsg(s));
     return;
   }
+  /* a read sees this process's open batch: the end may not be committed yet */
+  int ended = strcmp(how, "ended") == 0;
   json_object_set_new(run, "wait", json_string(how));
-  serve_json(&r, 200, run);
+  if (ended) serve_json_durable(&r, 200, run);
+  else serve_json(&r, 200, run);
 }
 
 /* 1 when the client of x closed its end (or its socket failed): no answer can reach it. */
@@ -159,12 +164,19 @@ serve_waits *serve_waits_new(mend_server *srv, mend_engine *E) {
   return w;
 }
 
-void serve_wait(serve_req *r, const char *id, double seconds) {
+void serve_wait(serve_req *r, const char *id, json_t *run, double seconds) {
   serve_waits *w = serve_server_waits(r->srv);
-  if (!w || w->closed) {
-    serve_error(r, 503, "stopping", "the server is stopping");
+  if (!w) {
+    json_decref(run);
+    serve_error(r, 500, "internal", "out of memory");
     return;
   }
+  if (w->closed) {   /* a request that came on an open connection as the server stops */
+    json_object_set_new(run, "wait", json_string("stopping"));
+    serve_json(r, 200, run);
+    return;
+  }
+  json_decref(run);
   waiter *x = h2o_mem_alloc_shared(&r->req->pool, sizeof *x, waiter_dispose);
   memset(x, 0, sizeof *x);
   size_t n = strlen(id) + 1;
