@@ -154,8 +154,10 @@ typedef struct mend_options {
   const char *http_allow;     /* the hosts mend.http may call, comma-separated (a host name
                                  never holds a comma): "payments.internal,*.example.com", where
                                  "*.example.com" is any name under example.com. NULL: any host,
-                                 except in a sandbox, where NULL allows none. Copied by
-                                 mend_engine_new */
+                                 except in a sandbox, where NULL allows none. With a list (or
+                                 a sandbox) a loopback, unspecified or link-local address is
+                                 connected to only if the list names it or "localhost"
+                                 (docs/lua-api.md). Copied by mend_engine_new */
   double park_after;          /* seconds of the engine's clock a run waiting for an event, a
                                  due time or a retry stays in memory; then it is parked out of
                                  it until its event, due time or a cancel brings it back from
@@ -172,6 +174,10 @@ typedef struct mend_options {
                                  they run where the engine's thread may, as do the processes a
                                  step starts (mend.exec) and alert commands. Read by
                                  mend_engine_new */
+  int no_sandbox;             /* 1 with sandbox 0: a database marked sandboxed (a sandboxed
+                                 engine opened it, README: Limits and sandbox) runs its
+                                 workflows' code unsandboxed all the same, with a warning in
+                                 the log. 0: such a database makes the engine sandboxed */
 } mend_options;
 
 /* Fills *opts with defaults: in-memory database, full durability, real clock, random seed,

@@ -1,7 +1,7 @@
 -- mend copy (issue 20): a SQLite store with finished, failed, waiting and dead-lettered runs
 -- moved into a new PostgreSQL database, and read back there through mend status, history and
 -- dlq, as a person who moved their workers would. Needs the test cluster (MEND_TEST_PG:
--- tests/pg/cluster.sh run, as ctest's busted_specs_pg does); pending without it. The source
+-- tests/pg/cluster.sh run, as ctest's busted_specs_pg_* do); pending without it. The source
 -- is a SQLite file by construction, whatever backend the run is for.
 
 local json = require("mend").json

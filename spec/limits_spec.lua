@@ -1,6 +1,6 @@
 -- Limits that keep a host safe: concurrency caps (engine-wide and per breaker), and the
 -- per-attempt instruction budget. The embedding API's memory limit and sandbox are tested in
--- tests/test_embed.c (they apply to engines that own their Lua state).
+-- tests/test_embed_sandbox.c (they apply to engines that own their Lua state).
 local H = require "spec.helper"
 local mend = require "mend"
 

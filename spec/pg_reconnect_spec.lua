@@ -127,7 +127,7 @@ describe("a worker on PostgreSQL that loses its connection", function()
   end)
 
   -- A batch the server rolls back to end a deadlock (MEND_PG_DEADLOCK: SQLSTATE 40P01 before
-  -- the COMMIT of its 3rd batch; test_pg_store's test_deadlock makes a real one) is told as a
+  -- the COMMIT of its 3rd batch; test_pg_store_batches's test_deadlock makes a real one) is told as a
   -- batch not committed: the worker goes on, on the same connection, and never stops.
   it_pg("a batch rolled back for a deadlock: acts on nothing of it and goes on", function()
     local errors, dir, ids = through_failpoint("MEND_PG_DEADLOCK=3")

@@ -1,8 +1,9 @@
 -- The commands that load a workflow's code in an engine of their own (`mend dlq retry`,
 -- `mend cancel`, `mend upgrade`, `mend start`): the store keeps each version's script, and a run
--- that a sandboxed worker served is carried on by them from that script. Without --sandbox they
--- run its top level, and its steps, with io and os (the code is trusted there, README: Limits and
--- sandbox); with --sandbox as `mend worker --sandbox` does. Real `mend` processes.
+-- that a sandboxed worker served is carried on by them from that script, sandboxed as `mend
+-- worker --sandbox` does: with --sandbox, or on a database a sandboxed engine marked; only
+-- --no-sandbox runs its top level and steps with io and os (README: Limits and sandbox). Real
+-- `mend` processes.
 local H = require "spec.helper"
 local mend = require "mend"
 
@@ -54,9 +55,14 @@ describe("commands that load a stored workflow", function()
     assert.are.equal(4, rc, out)   -- over its budget again: back in the queue
     assert.is_false(exists(outside), out)
     assert.are.equal("needs_attention", status(db, id).status)
-    -- without --sandbox the stored script is trusted: its top level and its step reach io
-    rc, out = mend_cmd(("dlq retry %s --db %s"):format(id, H.quote(db)))
+    -- without --sandbox too: a sandboxed engine marked the database (spec/sandbox_mark_spec.lua)
+    rc, out = mend_cmd(("dlq retry %s --db %s --instruction-budget 100000"):format(id, H.quote(db)))
+    assert.are.equal(4, rc, out)
+    assert.is_false(exists(outside), out)
+    -- only --no-sandbox trusts the stored script: its top level and its step reach io
+    rc, out = mend_cmd(("dlq retry %s --db %s --no-sandbox"):format(id, H.quote(db)))
     assert.are.equal(0, rc, out)
+    assert.matches("--no-sandbox: the workflows' code runs unsandboxed", out, 1, true)
     assert.are.equal("top level\nstep\n", H.slurp(outside))
     assert.are.equal("escaped", status(db, id).steps[1].result)
   end)

@@ -302,7 +302,7 @@ static int status_of(mend_refusal why) {
     case MEND_REFUSED_STORE: return MEND_ESTORE;
     case MEND_REFUSED_NOMEM: return MEND_ENOMEM;
     case MEND_REFUSED_CLOCK: return MEND_ECLOCK;
-    case MEND_REFUSED_STATE: break;
+    case MEND_REFUSED_STATE: case MEND_REFUSED_SANDBOX: break;
   }
   return MEND_ESTATE;
 }
@@ -367,6 +367,7 @@ MEND_API int mend_engine_new(const mend_options *host_opts, mend_engine **out, c
   cfg.memory_limit = opts->memory_limit;
   cfg.instruction_budget = opts->instruction_budget;
   cfg.sandbox = opts->sandbox;
+  cfg.no_sandbox = opts->no_sandbox;
   cfg.open_module = mend_lua_open;
   cfg.writer_thread = opts->commit_thread;
   cfg.http_allow = opts->http_allow;
@@ -403,6 +404,10 @@ MEND_API int mend_engine_new(const mend_options *host_opts, mend_engine **out, c
   char msg[1024];
   mend_refusal why;
   *out = mend_engine_create(NULL, &cfg, msg, sizeof msg, &why);
+  if (!*out && why == MEND_REFUSED_SANDBOX) {   /* a database of untrusted workflows */
+    cfg.sandbox = 1;
+    *out = mend_engine_create(NULL, &cfg, msg, sizeof msg, &why);
+  }
   if (!*out) {
     free(h);
     if (err && errlen) snprintf(err, errlen, "%s", msg);

@@ -369,6 +369,37 @@ static int on_panic(lua_State *L) {
   return 0;
 }
 
+/* The database's sandbox mark (store.h: sandbox_mark) against the engine's sandbox: a sandboxed
+ * engine marks it, so that the code of the workflows it holds is never run unsandboxed by a
+ * command or a host that did not say so; an engine without sandbox on a marked database is
+ * refused (its maker makes it again sandboxed) unless told no_sandbox, then it warns. The mark
+ * is the host's to see and the workflow's code never reaches the store: sandboxed, it has no
+ * io, no mend.engine. 0, or -1 with err and why. */
+static int sandbox_mark(mend_engine *E, mend_refusal *why, char *err, int errlen) {
+  const char *path = E->cfg.db_path ? E->cfg.db_path : ":memory:";
+  if (strcmp(path, ":memory:") == 0) return 0;   /* nothing of it outlives this engine */
+  int marked = mend_store_sandbox_mark(E->store, 0);
+  if (marked >= 0 && E->cfg.sandbox && !marked) marked = mend_store_sandbox_mark(E->store, 1);
+  if (marked < 0) {
+    *why = MEND_REFUSED_STORE;
+    snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store));
+    return -1;
+  }
+  if (!marked || E->cfg.sandbox) return 0;
+  if (!E->cfg.no_sandbox) {
+    *why = MEND_REFUSED_SANDBOX;
+    snprintf(err, (size_t)errlen, "%s holds workflows a sandboxed engine ran (the database is "
+             "marked sandboxed): open it sandboxed, or say no_sandbox (--no-sandbox) to run "
+             "their code with the host's powers",
+             mend_store_is_postgres(path) ? "the PostgreSQL database" : path);
+    return -1;
+  }
+  mend_engine_log_line(E, "warn", NULL, NULL, 0, "sandbox",
+                       "the database is marked sandboxed (a sandboxed engine ran its "
+                       "workflows) and this engine runs their code unsandboxed (no_sandbox)");
+  return 0;
+}
+
 mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, char *err, int errlen,
                                 mend_refusal *why) {
   mend_refusal ignored;
@@ -489,6 +520,10 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
   if (mend_store_set_fence(E->store, E->owner, E->lease_seconds)) {
     *why = MEND_REFUSED_STORE;
     snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store));
+    mend_engine_destroy(E);
+    return NULL;
+  }
+  if (sandbox_mark(E, why, err, errlen)) {
     mend_engine_destroy(E);
     return NULL;
   }

@@ -53,6 +53,10 @@ typedef struct mend_engine_config {
   /* For an engine that makes its own Lua state (host == NULL) only: */
   size_t memory_limit;          /* bytes step code may hold in the VM; 0: no limit */
   int sandbox;                  /* workflow code in an environment of its own (sandbox.h) */
+  int no_sandbox;               /* without sandbox, on a database marked sandboxed (a sandboxed
+                                   engine opened it): its workflows' code runs unsandboxed, as
+                                   the host said, with a warning. Else such a database is
+                                   refused (MEND_REFUSED_SANDBOX) without sandbox */
   lua_CFunction open_module;    /* opens mend.core in a state the engine makes; NULL: none */
   const char *lua_path;         /* prepended to package.path (where `require "mend"` is) */
   const char *alert_command;    /* run with `sh -c` for each alert, the event as JSON on stdin */
@@ -71,7 +75,10 @@ typedef struct mend_engine_config {
  * with it is for people and is never matched. */
 typedef enum mend_refusal {
   MEND_REFUSED_STATE, MEND_REFUSED_NOT_FOUND, MEND_REFUSED_INVALID, MEND_REFUSED_STORE,
-  MEND_REFUSED_NOMEM, MEND_REFUSED_CLOCK
+  MEND_REFUSED_NOMEM, MEND_REFUSED_CLOCK,
+  MEND_REFUSED_SANDBOX   /* the engine's creation only: the database is marked sandboxed and
+                            the engine was asked for neither sandbox nor no_sandbox (the C API
+                            and mend.engine{} make it again sandboxed) */
 } mend_refusal;
 
 /* Creates an engine that runs its Lua on L's main state (workflow functions are values of that

@@ -227,7 +227,8 @@ int mend__lengine_new(lua_State *L) {
                                        "lease", "grace", "max_concurrency",
                                        "instruction_budget", "alert_command", "writer_thread",
                                        "buffered_print", "log_level", "http_allow", "park_after",
-                                       "sandbox", "memory_limit", "thread_cpus", NULL};
+                                       "sandbox", "no_sandbox", "memory_limit", "thread_cpus",
+                                       NULL};
   lua_pushnil(L);
   while (lua_next(L, 1)) {
     lua_pop(L, 1);
@@ -288,9 +289,13 @@ int mend__lengine_new(lua_State *L) {
    * makes, where workflow code is held to them; its `require "mend"` is the C API's. */
   lua_getfield(L, 1, "sandbox");
   cfg.sandbox = lua_toboolean(L, -1);
+  lua_getfield(L, 1, "no_sandbox");
+  cfg.no_sandbox = lua_toboolean(L, -1);
   lua_getfield(L, 1, "memory_limit");
   lua_Integer limit = luaL_optinteger(L, -1, 0);
-  lua_pop(L, 2);
+  lua_pop(L, 3);
+  if (cfg.sandbox && cfg.no_sandbox)
+    return luaL_error(L, "mend.engine: sandbox and no_sandbox: give one of them");
   if (limit < 0) return luaL_error(L, "mend.engine: memory_limit must be >= 0 bytes");
   cfg.memory_limit = (size_t)limit;
   int owned = cfg.sandbox || cfg.memory_limit > 0;
@@ -330,7 +335,16 @@ int mend__lengine_new(lua_State *L) {
     lua_pop(L, 1);
   }
   char err[1024];
-  b->E = mend_engine_create(owned ? NULL : L, &cfg, err, sizeof err, NULL);
+  mend_refusal why;
+  b->E = mend_engine_create(owned ? NULL : L, &cfg, err, sizeof err, &why);
+  if (!b->E && why == MEND_REFUSED_SANDBOX) {
+    /* The database holds untrusted workflows: sandboxed, unless the host said no_sandbox. */
+    cfg.sandbox = 1;
+    cfg.open_module = mend_lua_open;
+    cfg.lua_path = mend_lua_dir_default();
+    b->owned = owned = 1;
+    b->E = mend_engine_create(NULL, &cfg, err, sizeof err, NULL);
+  }
   if (!b->E) {
     lua_pushstring(L, err);   /* the message names the file already: no Lua position */
     return lua_error(L);
@@ -345,7 +359,7 @@ static int load_error(lua_State *L, const char *err) { lua_pushstring(L, err); r
 /* eng:load(path) -> name  [-0, +1, e] */
 static int engine_load(lua_State *L) {
   engine_box *b = check_engine(L);
-  const char *path = luaL_checkstring(L, 2);
+  const char *path = mend__check_text(L, 2, "the path");
   char err[1024];
   mend_workflow *wf = mend_engine_load_file(b->E, path, err, sizeof err);
   if (!wf) return load_error(L, err);
@@ -597,7 +611,7 @@ static int engine_in_flight(lua_State *L) {
 static int engine_resume(lua_State *L) {
   engine_box *b = check_engine(L);
   char err[600];
-  const char *id = luaL_checkstring(L, 2);
+  const char *id = mend__check_text(L, 2, "the run id");
   int rc = mend_engine_resume_run(b->E, id, err, sizeof err);
   if (rc < 0) return luaL_error(L, "resume: %s", err);
   if (rc == 0) {
@@ -614,7 +628,8 @@ static int engine_resume(lua_State *L) {
 static int engine_load_version(lua_State *L) {
   engine_box *b = check_engine(L);
   char err[1024];
-  mend_workflow *wf = mend_engine_load_version(b->E, luaL_checkstring(L, 2), luaL_checkstring(L, 3),
+  mend_workflow *wf = mend_engine_load_version(b->E, mend__check_text(L, 2, "the workflow's name"),
+                                               mend__check_text(L, 3, "the version"),
                                                err, sizeof err);
   if (!wf) return load_error(L, err);
   lua_pushstring(L, wf->name);

@@ -34,7 +34,7 @@ static int is_final_status(const char *st) {
  * (it is for clients such as `mend wait`, not for steps) while another process works.  [-0, +1|2, e] */
 static int engine_wait(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
-  const char *id = luaL_checkstring(L, 2);
+  const char *id = mend__check_text(L, 2, "the run id");
   double timeout = -1, poll = 0.05;
   static const char *const known[] = {"timeout", "poll", NULL};
   mend__opts_known(L, 3, "wait", known);
@@ -77,7 +77,7 @@ static int push_query(lua_State *L, mend_engine *E, json_t *v) {
  * the live worker that holds it, if one does.  [-0, +1, e] */
 static int engine_status(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
-  const char *id = luaL_checkstring(L, 2);
+  const char *id = mend__check_text(L, 2, "the run id");
   json_t *run = mend_store_run(mend_engine_store(E), id);
   if (!run && mend_store_not_found(mend_engine_store(E))) {
     lua_pushnil(L);
@@ -126,7 +126,7 @@ static long page_opt(lua_State *L, const char *key, long lo, long hi, long dflt,
  * No such run: nil, "no run <id>", as eng:status gives nil.  [-0, +1|2, e] */
 static int engine_history(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
-  const char *id = luaL_checkstring(L, 2);
+  const char *id = mend__check_text(L, 2, "the run id");
   mend_store *s = mend_engine_store(E);
   json_t *h;
   if (lua_isnoneornil(L, 3)) {
@@ -228,7 +228,7 @@ static const char *push_who(lua_State *L, int opts) {
 /* eng:cancel(id [, {who=}]) -> "cancelled" | "requested" | "recorded", why  [-0, +1|2, e] */
 static int engine_cancel(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
-  const char *id = luaL_checkstring(L, 2);
+  const char *id = mend__check_text(L, 2, "the run id");
   mend__opts_known(L, 3, "cancel", WHO);
   const char *who = push_who(L, 3);
   char err[600];
@@ -274,7 +274,7 @@ static int engine_signal(lua_State *L) {
  * result (any JSON value) is the step's result.  [-0, +1, e] */
 static int engine_complete(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
-  const char *token = luaL_checkstring(L, 2);
+  const char *token = mend__check_text(L, 2, "the token");
   char err[1024];
   char *result = NULL;
   if (!lua_isnoneornil(L, 3)) {
@@ -293,7 +293,7 @@ static int engine_complete(lua_State *L) {
  * token's step as if its execute had raised that error.  [-0, +1, e] */
 static int engine_fail(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
-  const char *token = luaL_checkstring(L, 2);
+  const char *token = mend__check_text(L, 2, "the token");
   luaL_checktype(L, 3, LUA_TTABLE);
   static const char *const known[] = {"kind", "message", NULL};
   mend__opts_known(L, 3, "fail", known);
@@ -309,8 +309,8 @@ static int engine_fail(lua_State *L) {
 /* eng:upgrade(id, version [, {who=}]) -> "upgraded" | "already"  [-0, +1, e] */
 static int engine_upgrade(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
-  const char *id = luaL_checkstring(L, 2);
-  const char *version = luaL_checkstring(L, 3);
+  const char *id = mend__check_text(L, 2, "the run id");
+  const char *version = mend__check_text(L, 3, "the version");
   mend__opts_known(L, 4, "upgrade", WHO);
   const char *who = push_who(L, 4);
   char err[1200];
@@ -323,7 +323,7 @@ static int engine_upgrade(lua_State *L) {
 /* eng:loaded_version(name) -> the version that serves new runs here, or nil  [-0, +1, e] */
 static int engine_loaded_version(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
-  mend_workflow *wf = mend_engine_workflow(E, luaL_checkstring(L, 2));
+  mend_workflow *wf = mend_engine_workflow(E, mend__check_text(L, 2, "the workflow's name"));
   lua_pushstring(L, wf ? wf->version : NULL);
   return 1;
 }
@@ -331,13 +331,13 @@ static int engine_loaded_version(lua_State *L) {
 /* eng:workflows([name]) -> the versions the store knows (mend_store_workflows)  [-0, +1, e] */
 static int engine_workflows(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
-  return push_query(L, E, mend_store_workflows(mend_engine_store(E), luaL_optstring(L, 2, NULL)));
+  return push_query(L, E, mend_store_workflows(mend_engine_store(E), lua_isnoneornil(L, 2) ? NULL : mend__check_text(L, 2, "the workflow's name")));
 }
 
 /* eng:dlq_retry(id [, {who=}])  [-0, +0, e] */
 static int engine_dlq_retry(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
-  const char *id = luaL_checkstring(L, 2);
+  const char *id = mend__check_text(L, 2, "the run id");
   mend__opts_known(L, 3, "dlq_retry", WHO);
   const char *who = push_who(L, 3);
   char err[600];
@@ -348,7 +348,7 @@ static int engine_dlq_retry(lua_State *L) {
 /* eng:resolve(id, {note = text [, who =]})  [-0, +0, e] */
 static int engine_resolve(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
-  const char *id = luaL_checkstring(L, 2);
+  const char *id = mend__check_text(L, 2, "the run id");
   static const char *const known[] = {"note", "who", NULL};
   mend__opts_known(L, 3, "resolve", known);
   const char *note = lua_istable(L, 3) ? mend__opt_string(L, 3, "note", NULL) : NULL;
@@ -361,7 +361,7 @@ static int engine_resolve(lua_State *L) {
 /* eng:breaker(key, "reset"|"open"|"close" [, {seconds=, who=}])  [-0, +0, e] */
 static int engine_breaker(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
-  const char *key = luaL_checkstring(L, 2);
+  const char *key = mend__check_text(L, 2, "the breaker's key");
   const char *op = luaL_checkstring(L, 3);
   double seconds = 0;
   static const char *const known[] = {"seconds", "who", NULL};

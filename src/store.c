@@ -73,6 +73,7 @@ const mend_store_methods mend__sqlite_methods = {
   .cancels_requested = mend__sqlite_cancels_requested,
   .audit = mend__sqlite_audit,
   .schema_version = mend__sqlite_schema_version,
+  .sandbox_mark = mend__sqlite_sandbox_mark,
   .prune = mend__sqlite_prune,
   .send_event = mend__sqlite_send_event,
   .record_event = mend__sqlite_record_event,

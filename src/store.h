@@ -235,6 +235,12 @@ typedef struct mend_store_methods {
   int (*cancels_requested)(mend_store *s, const char *owner);
   int (*audit)(mend_store *s, double at, const char *who, const char *op,                          const char *target, const char *detail);
   int (*schema_version)(mend_store *s);
+  /* The database's sandbox mark (meta.sandbox, schema 17 / PostgreSQL 7): it holds workflows
+   * a sandboxed engine ran, so their code is untrusted wherever it is loaded again. set 1:
+   * marks it (committed at once, on a connection of its own on PostgreSQL; never unmarked by
+   * mend). 1 marked, 0 not, -1 error (errmsg). Called as an engine opens, never on the step
+   * path. */
+  int (*sandbox_mark)(mend_store *s, int set);
   /* Removes the runs that ended (succeeded, compensated, failed, resolved) and were last updated
    * before `before`, only those of `status` if not NULL, with their steps, history and
    * dead-letter rows, in one transaction of its own (a batch this store has open is committed
@@ -634,6 +640,9 @@ static inline int mend_store_audit(mend_store *s, double at, const char *who, co
 }
 static inline int mend_store_schema_version(mend_store *s) {
   return MEND_STORE_M(s)->schema_version(s);
+}
+static inline int mend_store_sandbox_mark(mend_store *s, int set) {
+  return MEND_STORE_M(s)->sandbox_mark(s, set);
 }
 static inline json_t *mend_store_prune(mend_store *s, double before, const char *status, int dry_run) {
   return MEND_STORE_M(s)->prune(s, before, status, dry_run);

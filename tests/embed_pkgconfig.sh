@@ -1,7 +1,7 @@
 #!/bin/sh
 # A host built against the installed mend with pkg-config alone, as a user would:
 #   cc host.c $(pkg-config --cflags --libs mend)
-# then run: tests/test_embed.c (every driving mode, host functions, limits, sandbox), and the
+# then run: each tests/test_embed_*.c (every driving mode, host functions, limits, sandbox), and the
 # installed `mend` command, which must find its Lua files in the prefix.
 # Environment (set by ctest): MEND_PREFIX, MEND_SRC, MEND_HOSTS, MEND_HOST_FLAGS, CC.
 set -eu
@@ -24,14 +24,17 @@ test -f "$luadir/mend/init.lua"
 test "$(echo $cflags)" = "-I$(pkg-config --variable=includedir mend)"
 test -f "$(pkg-config --variable=includedir mend)/mend.h"
 
-# shellcheck disable=SC2086  # flags are word lists
-$CC -std=c11 -Wall -Wextra -Werror -D_DEFAULT_SOURCE $MEND_HOST_FLAGS \
-  -I"$MEND_SRC/tests" $cflags $(pkg-config --cflags libuv) \
-  "$MEND_SRC/tests/test_embed.c" -o "$out/test_embed" \
-  $libs $(pkg-config --libs libuv) -Wl,-rpath,"$libdir"
-# It links the installed shared library, not the build tree's.
-ldd "$out/test_embed" | grep -q "$libdir/libmend.so"
-"$out/test_embed"
+for source in "$MEND_SRC"/tests/test_embed_*.c; do
+  t=$(basename "$source" .c)
+  # shellcheck disable=SC2086  # flags are word lists
+  $CC -std=c11 -Wall -Wextra -Werror -D_DEFAULT_SOURCE $MEND_HOST_FLAGS \
+    -I"$MEND_SRC/tests" $cflags $(pkg-config --cflags libuv) \
+    "$source" -o "$out/$t" \
+    $libs $(pkg-config --libs libuv) -Wl,-rpath,"$libdir"
+  # It links the installed shared library, not the build tree's.
+  ldd "$out/$t" | grep -q "$libdir/libmend.so"
+  "$out/$t"
+done
 
 # The installed mend command runs a workflow with the Lua files of its prefix.
 MEND_LUA_DIR= "$MEND_PREFIX/bin/mend" run "$MEND_SRC/workflows/order.lua" --clock virtual \

@@ -1,6 +1,6 @@
 #!/bin/sh
 # tests/test_embed_cycles.c (20 create/run/destroy cycles), or another C test, under valgrind: no invalid access,
-# nothing lost. Exit 77 (skipped) without valgrind or in a sanitized build, where c_embed runs
+# nothing lost. Exit 77 (skipped) without valgrind or in a sanitized build, where the c_embed_* tests run
 # the same API under AddressSanitizer instead.
 #   embed_valgrind.sh PROGRAM SANITIZER (off, on, address or thread) [ARGUMENTS...]
 set -u

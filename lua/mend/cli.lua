@@ -84,6 +84,12 @@ local function parse(cmd_name, args, first)
   end
   if #positional < #cmd.args then usage_error(cmd_name, "missing %s", cmd.args[#positional + 1]) end
   local most = #cmd.args + #(cmd.optional or {})
+  for k, a in ipairs(positional) do
+    -- `mend status "$ID"` with ID unset: "no run " would name nothing
+    if a == "" then
+      usage_error(cmd_name, "%s is empty", cmd.args[k] or (cmd.optional or {})[k - #cmd.args] or "an argument")
+    end
+  end
   if #positional > most then
     usage_error(cmd_name, "unexpected argument %s", positional[most + 1])
   end

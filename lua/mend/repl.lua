@@ -175,7 +175,8 @@ Session.__index = Session
 
 local function new_session(opts)
   local self = setmetatable({ opts = opts, runs = {}, last_run = nil }, Session)
-  self.eng = mend.engine{ db = opts.db, clock = opts.clock, seed = opts.seed }
+  self.eng = mend.engine{ db = opts.db, clock = opts.clock, seed = opts.seed,
+                          no_sandbox = opts.no_sandbox }
   self.t0 = self.eng:now()
   -- Runs already in the database are not news: only what happens to them from now on is.
   for _, r in ipairs(self.eng:runs{}) do

@@ -363,6 +363,11 @@ static int send_event(mend_engine *E, const char *id, const char *run_key, const
                 "run key (at most %d, MEND_KEY_MAX) is too long", MEND_NAME_MAX, MEND_KEY_MAX);
     return MEND_EVENT_EINVAL;
   }
+  if (id && !*id) {
+    /* `mend signal "$ID" ev` with ID unset: "no run " would name nothing */
+    mend_errorf(err, errlen, "the run id is empty: give the run's id, or its key");
+    return MEND_EVENT_EINVAL;
+  }
   if (!id && run_key && !*run_key) {
     /* `--run-key "$ORDER"` with ORDER unset: the run was named, by a key that names none */
     mend_errorf(err, errlen, "the run key is empty: give the run's key, or its id");

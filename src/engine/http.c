@@ -125,8 +125,13 @@ static void sock_drop(struct mend_http *H, curl_socket_t fd) {
 }
 
 static curl_socket_t on_open_socket(void *ud, curlsocktype purpose, struct curl_sockaddr *a) {
-  (void)purpose;
-  struct mend_http *H = ud;
+  http_req *q = ud;
+  struct mend_http *H = q->H;
+  /* The address curl connects to, whatever the name answered before: refused here, the
+   * request fails (curl tries the name's next address, if any) and push_outcome says why. */
+  if (purpose == CURLSOCKTYPE_IPCXN && H->addr_check &&
+      mend__http_addr_refused(H, &a->addr, q->refused, sizeof q->refused))
+    return CURL_SOCKET_BAD;
   curl_socket_t fd = socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
   if (fd == CURL_SOCKET_BAD) return fd;
   sock_drop(H, fd);   /* none should be left for this number; if one is, it is not this socket's */
@@ -212,6 +217,7 @@ struct mend_http *mend__http_state(mend_engine *E) {
   curl_multi_setopt(H->multi, CURLMOPT_SOCKETDATA, H);
   curl_multi_setopt(H->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
   curl_multi_setopt(H->multi, CURLMOPT_TIMERDATA, H);
+  mend__http_addr_init(H);
   E->http = H;
   return H;
 }
@@ -235,7 +241,7 @@ static void set_fixed(struct mend_http *H, http_req *q) {
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
   curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
-  curl_easy_setopt(c, CURLOPT_OPENSOCKETDATA, H);
+  curl_easy_setopt(c, CURLOPT_OPENSOCKETDATA, q);
   curl_easy_setopt(c, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
   curl_easy_setopt(c, CURLOPT_CLOSESOCKETDATA, H);
 }
@@ -322,6 +328,7 @@ void mend__http_close(mend_engine *E) {
   free(H->byfd);
   uv_timer_stop(H->timer);
   uv_close((uv_handle_t *)H->timer, timer_closed);
+  free(H->named);
   free(H);
   E->http = NULL;
 }
@@ -449,6 +456,18 @@ static void push_outcome(mend_run *r, http_req *q, CURLcode rc) {
     snprintf(msg, sizeof msg, "mend.http %s %s: response larger than max_bytes (%zu bytes)",
              q->method, q->url, q->max_bytes);
     note(r, q, "too large");
+    lua_pushboolean(co, 0);
+    mend_lua_push_error(co, MEND_ERR_FATAL, msg, -1, 0);
+    return;
+  }
+  if (rc != CURLE_OK && q->refused[0]) {
+    char *host = NULL;
+    curl_url_get(q->target->uh, CURLUPART_HOST, &host, 0);
+    snprintf(msg, sizeof msg, "mend.http %s %s: host \"%.200s\" is at address %s, of the "
+             "engine's own machine or link (loopback, link-local or unspecified), which "
+             "http_allow does not name", q->method, q->url, host ? host : "?", q->refused);
+    curl_free(host);
+    note(r, q, "address refused");
     lua_pushboolean(co, 0);
     mend_lua_push_error(co, MEND_ERR_FATAL, msg, -1, 0);
     return;

@@ -135,9 +135,24 @@ static int opt_bool(lua_State *L, int base, int f, int def) {
 }
 
 /* pattern "*.example.com" matches any name under example.com; others match exactly. */
+/* An address written as a host ("[::1]", "10.0.0.1", and the forms a resolver reads as one:
+ * "127.1", "2130706433"): a DNS name's last label is never all digits. */
+static int host_is_address(const char *host, size_t hn) {
+  if (host[0] == '[') return 1;
+  const char *last = host + hn;
+  while (last > host && last[-1] != '.') last--;
+  if (last == host + hn) return 0;
+  for (const char *c = last; c < host + hn; c++)
+    if (*c < '0' || *c > '9') return 0;
+  return 1;
+}
+
+/* A wildcard names the hosts under a domain, never an address that ends as its text does
+ * ("*.0.0.1" is no domain of 127.0.0.1): an address is allowed only by its own entry. */
 static int host_allowed(const char *list, const char *host) {
   if (!list) return 0;
   size_t hn = strlen(host);
+  int address = host_is_address(host, hn);
   const char *p = list;
   while (*p) {
     while (*p == ' ' || *p == ',') p++;
@@ -147,7 +162,7 @@ static int host_allowed(const char *list, const char *host) {
     while (n && p[n - 1] == ' ') n--;
     if (n >= 2 && p[0] == '*' && p[1] == '.') {
       size_t sn = n - 1;   /* ".example.com" */
-      if (hn > sn && strncasecmp(host + hn - sn, p + 1, sn) == 0) return 1;
+      if (!address && hn > sn && strncasecmp(host + hn - sn, p + 1, sn) == 0) return 1;
     } else if (n && n == hn && strncasecmp(host, p, n) == 0) {
       return 1;
     }

@@ -75,6 +75,11 @@ struct mend_http {
    * transfers ended in one poll, the next ones started a turn later) made it close a third of
    * W9's connections and open them again. */
   int in_multi, max_in_multi;
+  /* The addresses a connection may reach (http_addr.c): checked when the engine has an
+   * allow-list or a sandbox; loopback allowed (the allow-list names localhost); the addresses
+   * the allow-list or an environment proxy names. */
+  int addr_check, allow_loopback, nnamed;
+  unsigned char (*named)[16];
 };
 
 typedef struct http_sock {
@@ -122,6 +127,7 @@ struct http_req {
   const char *url;            /* target's, without credentials: for messages and history */
   double started;             /* real seconds */
   char errbuf[CURL_ERROR_SIZE];
+  char refused[48];           /* an address http_addr.c refused a connection to ("": none) */
   struct http_req *prev, *next;
 };
 
@@ -131,6 +137,13 @@ int mend__http_grow(char **buf, size_t *cap, size_t need);
 struct mend_http *mend__http_state(mend_engine *E);   /* made at the first request */
 http_req *mend__http_req_new(struct mend_http *H);   /* NULL: out of memory */
 void mend__http_req_free(http_req *q);
+
+/* http_addr.c */
+void mend__http_addr_init(struct mend_http *H);   /* at the state's making */
+/* 1: a connection to sa must not be made (an address of the engine's own machine or link the
+ * allow-list does not name), shown put in `shown`; 0: it may. */
+int mend__http_addr_refused(const struct mend_http *H, const struct sockaddr *sa, char *shown,
+                            size_t cap);
 
 /* http_resp.c */
 /* Pushes the response table of an answer: status and body now, headers and json when first

@@ -24,11 +24,18 @@ static mend_run *in_memory(mend_engine *E, const char *id) {
   return NULL;
 }
 
-/* A repair acts on the run in memory: a parked one is brought back for it. */
+/* A repair acts on the run in memory: a parked one is brought back for it. One that cannot
+ * be read back while a batch waits for another PostgreSQL session's lock (parked again, for
+ * later) is the store's refusal (503, naming the lock), not a run to look for elsewhere; under
+ * SQLite's write lock the repair goes on to be made once the lock goes (take_later). */
 static mend_run *find_run(mend_engine *E, const char *id) {
   mend_run *r = in_memory(E, id);
-  if (!r && mend__unpark(E, id, "a repair or a cancel asks for it") > 0) r = in_memory(E, id);
-  return r;
+  if (r) return r;
+  int back = mend__unpark(E, id, "a repair or a cancel asks for it");
+  if (back > 0) return in_memory(E, id);
+  if (back < 0 && mend_store_locked(E->store) && !mend_store_has_write_lock(E->store))
+    E->refusal = MEND_REFUSED_STORE;
+  return NULL;
 }
 
 /* The time for a row of a run this engine does not hold: now, or its last row's if later
@@ -202,7 +209,10 @@ static int holder(mend_engine *E, const char *id, char *owner, int len, int view
   double left;
   int found = view ? mend_store_owner_view(E->store, id, owner, len, &left)
                    : mend_store_owner(E->store, id, owner, len, &left);
-  if (found < 0) return mend_errorf(owner, len, "%s", mend_store_errmsg(E->store));
+  if (found < 0) {
+    E->refusal = MEND_REFUSED_STORE;
+    return mend_errorf(owner, len, "%s", mend_store_errmsg(E->store));
+  }
   if (found == 0) owner[0] = 0;
   if (found && strcmp(owner, E->owner) == 0)   /* this engine */
     return in_memory(E, id) != NULL || mend__parked(E, id);
@@ -363,11 +373,25 @@ void mend__land_deferred_cancels(mend_engine *E) {
 
 mend_refusal mend_engine_refusal(const mend_engine *E) { return E->refusal; }
 
+/* While a batch waits for another PostgreSQL session's lock (mend_store_locked), a repair is
+ * refused before anything of it is recorded (503, naming the row and the session): recorded,
+ * it would wait behind that batch for as long as the lock lasts, its caller unanswered. (On
+ * SQLite a repair is recorded and made once the lock goes: take_later.) */
+static int batch_held(mend_engine *E, const char *what, char *err, int errlen) {
+  if (!mend_store_locked(E->store) || mend_store_has_write_lock(E->store)) return 0;
+  E->refusal = MEND_REFUSED_STORE;
+  mend_errorf(err, errlen, "%s; nothing of this %s was written: try again once it is gone",
+              mend_store_errmsg(E->store), what);
+  return 1;
+}
+
 static int cancel_run(mend_engine *E, const char *id, const char *who, int record, int take_now,
                       char *err, int errlen) {
   E->refusal = MEND_REFUSED_STATE;
+  if (batch_held(E, "cancel", err, errlen)) return -1;
   mend_run *r = find_run(E, id);
   if (r) return mend__cancel_now(r, who, err, errlen);
+  if (E->refusal == MEND_REFUSED_STORE) return mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
   char status[64], reason[64];
   if (stored_status(E, id, status, reason, sizeof status, err, errlen)) return -1;
   if (strcmp(status, "running") != 0)
@@ -505,6 +529,7 @@ static char *turned_back(mend_engine *E, const char *id, const char *step) {
 static int dlq_retry(mend_engine *E, const char *id, const char *who, int record, int take_now,
                      char *err, int errlen) {
   E->refusal = MEND_REFUSED_STATE;
+  if (batch_held(E, "retry", err, errlen)) return -1;
   char status[64], reason[64];
   if (find_run(E, id)) return mend_errorf(err, errlen, "run %s is in flight: it is not in the dead-letter queue", id);
   if (stored_status(E, id, status, reason, sizeof status, err, errlen)) return -1;
@@ -736,6 +761,7 @@ static int resolve(mend_engine *E, const char *id, const char *who, const char *
   E->refusal = MEND_REFUSED_INVALID;
   if (!note || !*note) return mend_errorf(err, errlen, "resolving a run needs a note saying what was done");
   E->refusal = MEND_REFUSED_STATE;
+  if (batch_held(E, "resolve", err, errlen)) return -1;
   if (stored_status(E, id, status, reason, sizeof status, err, errlen)) return -1;
   if (strcmp(status, "resolved") == 0)   /* resolved here, not committed yet: as once it is */
     return mend_errorf(err, errlen, "run %s is resolved: " RESOLVE_ONLY, id);

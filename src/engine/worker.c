@@ -251,6 +251,15 @@ int mend_engine_serve(mend_engine *E, double poll_seconds, int max_in_flight) {
       if (mend_store_release(E->store, r->id, E->owner)) { mend__store_failed(E); break; }
     if (!E->broken) mend__park_release(E);
     if (!E->broken && mend__commit_counted(E)) mend__store_failed(E);
+    /* A batch another PostgreSQL session's lock holds back is not waited for (the store gives
+     * it up as it closes): said, for what is done again after a restart. */
+    if (!E->broken && mend_store_locked(E->store) && !mend_store_has_write_lock(E->store)) {
+      char msg[1200];
+      snprintf(msg, sizeof msg, "stopping while a batch waits for a lock: its writes are not "
+               "written, and are done again from what was committed when its runs are taken "
+               "(%s)", mend_store_errmsg(E->store));
+      mend_engine_log_line(E, "warn", NULL, NULL, 0, "worker", msg);
+    }
   }
   mend__serve_close(E);
   return E->broken ? -1 : 0;

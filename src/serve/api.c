@@ -516,17 +516,21 @@ static void breaker_op(serve_req *r, const char *key, const char *op) {
     serve_error(r, 404, "not_found", "no breaker operation %s (open, close, reset)", op);
     return;
   }
-  /* seconds is open's: close and reset take no field, and a seconds sent to them is unknown
-   * there, not a bad value */
-  static const char *const fields[] = {"seconds", NULL}, *const none[] = {NULL};
+  /* seconds is open's: a seconds sent to close or reset is unknown there, not a bad value;
+   * null, as on every route, is a field not given (a typed client sends its optional ones) */
+  static const char *const fields[] = {"seconds", NULL};
   int open = strcmp(op, "open") == 0;
-  json_t *body = open ? serve_body(r, fields, "POST /api/v1/breakers/{key}/open")
-                      : serve_body(r, none, strcmp(op, "close") == 0
-                                                ? "POST /api/v1/breakers/{key}/close"
-                                                : "POST /api/v1/breakers/{key}/reset");
+  char what[48];
+  snprintf(what, sizeof what, "POST /api/v1/breakers/{key}/%s", op);
+  json_t *body = serve_body(r, fields, what);
   if (!body) return;
   json_t *sec = json_object_get(body, "seconds");
   double seconds = 0;
+  if (!open && sec && !json_is_null(sec)) {
+    serve_error(r, 400, "unknown_field", "unknown field \"seconds\": %s takes no field", what);
+    json_decref(body);
+    return;
+  }
   if (sec && !json_is_null(sec)) {
     if (!json_is_number(sec) || !(json_number_value(sec) > 0)) {
       serve_error(r, 400, "bad_field", "\"seconds\" must be a number > 0");

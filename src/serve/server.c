@@ -327,6 +327,13 @@ static int token_ok(const mend_server *srv, h2o_req_t *req) {
   return diff == 0;
 }
 
+/* The collections whose next segment is an id (a run's, a breaker's, a workflow's name): an
+ * empty segment after one of them is most likely a client's id variable left empty. */
+static int names_ids(const char *seg) {
+  return strcmp(seg, "runs") == 0 || strcmp(seg, "dlq") == 0 || strcmp(seg, "breakers") == 0 ||
+         strcmp(seg, "workflows") == 0;
+}
+
 static int on_req(h2o_handler_t *self, h2o_req_t *req) {
   mend_server *srv = ((serve_handler *)self)->srv;
   serve_req r = {.req = req, .srv = srv, .E = srv->E, .query = ""};
@@ -417,8 +424,8 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
      * empty in a client's path would otherwise take another route (the list, run "history",
      * a 405). Leading slashes are read leniently. */
     if (r.nseg > 0 && (p - from > 1 || p == end)) {
-      serve_error(&r, 404, "not_found", "no such endpoint: %.*s (a segment is empty: an id "
-                  "left empty?)", (int)plen, req->path.base);
+      serve_error(&r, 404, "not_found", "no such endpoint: %.*s (a segment is empty%s)",
+                  (int)plen, req->path.base, names_ids(r.seg[r.nseg - 1]) ? ": an id left empty?" : "");
       return 0;
     }
     if (p == end) break;

@@ -76,6 +76,8 @@
  *        other only on purpose (mend_store_upgrade_run_keys, `mend db upgrade`): the table is
  *        made again, and a mend before schema 16 still running on the file would fail every
  *        start after it. The statements below work on both.
+ *   meta.sandbox (schema 17): `on` once a sandboxed engine opened the file: its workflows'
+ *        code is untrusted, and engines open it sandboxed unless told not to (engine.c)
  * Nullable text fields are passed as NULL; a delay or due time of < 0 is stored as NULL.
  */
 #include "store_int.h"
@@ -549,6 +551,11 @@ const char *const mend__migrations[MEND_SCHEMA_VERSION] = {
    * this one on it adds only what their statements survive (12 -> 13 renamed a column). A new file is then made `partial` in the same
    * transaction (schema_check.c); an existing one only by mend_store_upgrade_run_keys. */
   "INSERT OR REPLACE INTO meta(key, value) VALUES('runs_key_layout', 'column');",
+  /* 16 -> 17: whether the database holds untrusted workflows (`on`: a sandboxed engine opened
+   * it), so that every engine and command opening it later runs their code sandboxed unless
+   * told not to (engine.c). `off` until then; only mend sets it on, and nothing of mend's
+   * sets it off. A row older mends do not read: they ran such code unsandboxed before. */
+  "INSERT OR IGNORE INTO meta(key, value) VALUES('sandbox', 'off');",
 };
 
 /* run_key's layout from `column` to `partial` (src/store/layout.c), in its caller's

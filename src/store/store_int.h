@@ -17,7 +17,7 @@
 #include "store/handoff.h"
 #include "store/sqlite.h"
 
-#define MEND_SCHEMA_VERSION 16   /* kept in PRAGMA user_version and in meta */
+#define MEND_SCHEMA_VERSION 17   /* kept in PRAGMA user_version and in meta */
 
 #define BUSY_TIMEOUT_MS 5000
 #define HISTORY_GROUP 8
@@ -344,6 +344,7 @@ json_t *mend__sqlite_cancel_requests(mend_store *s, const char *owner);
 int mend__sqlite_cancels_requested(mend_store *s, const char *owner);
 int mend__sqlite_audit(mend_store *s, double at, const char *who, const char *op, const char *target, const char *detail);
 int mend__sqlite_schema_version(mend_store *s);
+int mend__sqlite_sandbox_mark(mend_store *s, int set);
 json_t *mend__sqlite_prune(mend_store *s, double before, const char *status, int dry_run);
 int mend__sqlite_send_event(mend_store *s, const char *run_id, const char *name, const char *payload, const char *key, double sent);
 void mend__sqlite_read_flushes(mend_store *s, unsigned long *records, double *cpu, int *pending);

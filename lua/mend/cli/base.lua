@@ -187,6 +187,16 @@ function M.memory_flag(o)
   return n
 end
 
+-- --no-sandbox: true or nil. A database a sandboxed engine opened is marked so, and every
+-- engine opens it sandboxed unless told this (README: Limits and sandbox); said on stderr.
+function M.no_sandbox_flag(o)
+  if not o["no-sandbox"] then return nil end
+  if o.sandbox then usage_error(o._command, "--sandbox and --no-sandbox: give one of them") end
+  io.stderr:write("mend: --no-sandbox: the workflows' code runs unsandboxed, with io and os, "
+                  .. "even where a sandboxed engine ran it\n")
+  return true
+end
+
 -- Flags (the names after `needed`) that do nothing without flag `needed` are refused without
 -- it, never ignored: the user meant them to do something.
 function M.needs(o, needed, ...)
@@ -201,6 +211,7 @@ end
 -- carrying a run on, its steps: code a sandboxed worker ran must be loaded so here too.
 function M.sandboxed(o, conf)
   conf.sandbox = o.sandbox or nil
+  conf.no_sandbox = M.no_sandbox_flag(o)
   conf.memory_limit = M.memory_flag(o)
   conf.instruction_budget = M.budget_flag(o)
   return conf

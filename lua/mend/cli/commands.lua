@@ -18,18 +18,23 @@ local BUDGET_HELP =
   "                   it the attempt fails, not retried, and the worker goes on\n"
 -- The flags of a command that loads a workflow's code in an engine of its own: without
 -- --sandbox its top level (and, carrying a run on, its steps) runs with io and os.
-local SANDBOX_FLAGS = { sandbox = "switch", ["memory-limit"] = "value", ["instruction-budget"] = "value" }
+local SANDBOX_FLAGS = { sandbox = "switch", ["no-sandbox"] = "switch", ["memory-limit"] = "value",
+                        ["instruction-budget"] = "value" }
+local NO_SANDBOX_HELP =
+  "  --no-sandbox     on a database a sandboxed engine opened (marked sandboxed: every\n" ..
+  "                   command runs its code sandboxed), run the code unsandboxed, trusted\n"
 local function with_sandbox_flags(flags)
   for k, v in pairs(SANDBOX_FLAGS) do flags[k] = v end
   return flags
 end
-local SANDBOX_USAGE = "[--sandbox [--memory-limit N] [--instruction-budget N]]"
+local SANDBOX_USAGE = "[--sandbox [--memory-limit N] [--instruction-budget N] | --no-sandbox]"
 local SANDBOX_HELP =
   "  --sandbox        load the workflow's code sandboxed, as `mend worker --sandbox` runs it\n" ..
   "                   (README: Limits and sandbox): without it the code runs with io and\n" ..
   "                   os here, trusted\n" ..
   "  --memory-limit N bytes the workflow's code may hold (with --sandbox)\n" ..
-  "  --instruction-budget N  Lua instructions one attempt may run (default: no budget)\n"
+  "  --instruction-budget N  Lua instructions one attempt may run (default: no budget)\n" ..
+  NO_SANDBOX_HELP
 local ALERT_HELP =
   "  --alert-command CMD  run with sh -c for each alert (a run in the dead-letter queue),\n" ..
   "                   the alert as one line of JSON on its stdin; without it alerts are\n" ..
@@ -43,7 +48,7 @@ local commands = {
     flags = { input = "value", db = "value", key = "value", clock = "value", seed = "value",
               durability = "value", json = "switch", ["log-level"] = "value",
               ["alert-command"] = "value", ["instruction-budget"] = "value",
-              sandbox = "switch", ["memory-limit"] = "value" },
+              sandbox = "switch", ["no-sandbox"] = "switch", ["memory-limit"] = "value" },
     choices = { clock = { virtual = true, real = true },
                 durability = { full = true, process = true }, ["log-level"] = LOG_LEVELS },
     usage = "mend run FILE [--input JSON] [--db PATH] [--key K] [--clock virtual|real]\n" ..
@@ -66,7 +71,8 @@ local commands = {
            "  --sandbox        run the workflow's code in a Lua state of its own, sandboxed as\n" ..
            "                   mend_engine_new's (README: Limits and sandbox), its allocations\n" ..
            "                   and C work charged to --instruction-budget\n" ..
-           "  --memory-limit N bytes the workflow's code may hold (with --sandbox)\n\n" ..
+           "  --memory-limit N bytes the workflow's code may hold (with --sandbox)\n" ..
+           NO_SANDBOX_HELP .. "\n" ..
            "Exit codes: 0 succeeded, 3 compensated or failed (or, with --key, a run a person\n" ..
            "resolved), 4 needs attention (dead-letter queue), 1 mend failed (load, storage or\n" ..
            "input error), 2 usage error.\n",
@@ -102,7 +108,7 @@ local commands = {
               grace = "value", ["max-in-flight"] = "value", durability = "value",
               ["log-level"] = "value", ["alert-command"] = "value",
               ["instruction-budget"] = "value", ["park-after"] = "value", clock = "value",
-              sandbox = "switch", ["memory-limit"] = "value", listen = "value",
+              sandbox = "switch", ["no-sandbox"] = "switch", ["memory-limit"] = "value", listen = "value",
               ["token-file"] = "value", ["max-body"] = "value", cors = "value" },
     choices = { durability = { full = true, process = true }, ["log-level"] = LOG_LEVELS,
                 clock = { virtual = true, real = true } },
@@ -138,6 +144,7 @@ local commands = {
            "                   and C work charged to --instruction-budget; a run whose code\n" ..
            "                   meets a limit is a dead letter and the worker goes on\n" ..
            "  --memory-limit N bytes the workflows' code may hold (with --sandbox)\n" ..
+           NO_SANDBOX_HELP ..
            "  --listen HOST:PORT  also serve the HTTP API there; --token-file, --max-body and\n" ..
            "                   --cors as for mend serve (see mend serve --help), and only\n" ..
            "                   with --listen\n",
@@ -405,10 +412,10 @@ local commands = {
   },
   repl = {
     args = {},
-    flags = { db = "value", clock = "value", seed = "value" },
+    flags = { db = "value", clock = "value", seed = "value", ["no-sandbox"] = "switch" },
     choices = { clock = { virtual = true, real = true } },
     default_db = ":memory:",
-    usage = "mend repl [--db PATH] [--clock virtual|real] [--seed N]",
+    usage = "mend repl [--db PATH] [--clock virtual|real] [--seed N] [--no-sandbox]",
     help = "An interactive Lua shell around one engine: load workflows (use), start runs, move\n" ..
            "the virtual clock with advance(seconds), break simulated services (sim) and watch\n" ..
            "the retries, breakers and compensations; help() lists what is in scope. On a\n" ..
@@ -417,7 +424,8 @@ local commands = {
            "stdin, one chunk at a time, and prints the results.\n\n" ..
            "  --db PATH        the database (default :memory:)\n" ..
            "  --clock C        virtual (default: time moves only with advance and run) or real\n" ..
-           "  --seed N         seed of the backoff jitter generator (default random)\n",
+           "  --seed N         seed of the backoff jitter generator (default random)\n" ..
+           NO_SANDBOX_HELP,
     does = { "mend.cli.run", "repl" },
   },
 }

@@ -53,7 +53,7 @@ function M.run(o, file)
   local conf = { db = o.db, clock = o.clock, seed = o.seed, durability = o.durability,
                  log = "stderr", log_level = level, alert_command = o["alert-command"],
                  instruction_budget = base.budget_flag(o), memory_limit = base.memory_flag(o),
-                 sandbox = o.sandbox or nil }
+                 sandbox = o.sandbox or nil, no_sandbox = base.no_sandbox_flag(o) }
   return with_engine(conf, function(eng)
     local name = eng:load(file)
     local id, existed = eng:start(name, input, { key = o.key })
@@ -132,7 +132,8 @@ function M.wait(o, id)
 end
 
 function M.repl(o)
-  return require("mend.repl").main{ db = o.db, clock = o.clock or "virtual", seed = o.seed }
+  return require("mend.repl").main{ db = o.db, clock = o.clock or "virtual", seed = o.seed,
+                                    no_sandbox = base.no_sandbox_flag(o) }
 end
 
 return M

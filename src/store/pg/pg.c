@@ -87,6 +87,7 @@ int mend__pg_fail_to(char *err, int errlen, const char *server, PGconn *c, const
 }
 
 int mend__pg_fail(mend_pg *p, PGconn *c, const PGresult *r, const char *what) {
+  p->lock_met = mend__pg_lock_timed_out(r);
   return mend__pg_fail_to(p->err, sizeof p->err, p->server, c, r, what);
 }
 
@@ -162,7 +163,8 @@ static void name_server(char *server, int len, PGconn *c) {
 
 int mend__pg_server_clock(mend_pg *p, PGconn *c) {
   double before = mend_host_now();
-  PGresult *r = PQexec(c, "SELECT extract(epoch FROM clock_timestamp())::float8");
+  PGresult *r = PQexec(c, "SELECT extract(epoch FROM clock_timestamp())::float8,"
+                          " (SELECT setting FROM pg_settings WHERE name = 'deadlock_timeout')");
   double after = mend_host_now();
   if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
     mend__pg_fail(p, c, r, "read the server's clock");
@@ -170,6 +172,12 @@ int mend__pg_server_clock(mend_pg *p, PGconn *c) {
     return -1;
   }
   double server = strtod(PQgetvalue(r, 0, 0), NULL);
+  /* A batch's try waits for a lock longer than the server waits before it looks for a
+   * deadlock: in one, the server picks a victim and the other batch lands, rather than both
+   * meeting the bound and trying again, perhaps in step (pg_wait.c). */
+  long deadlock_ms = PQgetisnull(r, 0, 1) ? 0 : strtol(PQgetvalue(r, 0, 1), NULL, 10);
+  p->write_wait_ms = deadlock_ms + 1000 > PG_WRITE_WAIT_MS && deadlock_ms < 600000
+                     ? (int)deadlock_ms + 1000 : PG_WRITE_WAIT_MS;
   PQclear(r);
   double offset = server - (before + after) / 2;
   if (offset < CLOCK_SLACK && offset > -CLOCK_SLACK) offset = 0;
@@ -288,6 +296,41 @@ void mend__pg_watch(mend_pg *p) {
 void mend__pg_close(mend_store *s);
 extern const mend_store_methods mend__pg_methods;
 
+/* The schema read (made, upgraded) and the statements prepared, each try waiting
+ * PG_OPEN_TRY_MS for a table another session locked (LOCK TABLE in psql, another tool's
+ * migration), for PG_BUSY_MS in all: then the open fails naming the table and the session.
+ * mend's sessions set lock_timeout to none (pg_wait.c), so nothing else bounds these waits. */
+static int open_schema(mend_pg *p) {
+  double started = mend__pg_mono();
+  for (;;) {
+    p->lock_met = 0;
+    int rc = mend__pg_exec(p, p->conn, "SET lock_timeout = " PG_TEXT_OF(PG_OPEN_TRY_MS),
+                           "open") == 0 ? 0 : -1;
+    if (rc == 0 && mend__pg_schema(p) != 0) {
+      rc = -1;
+      if (p->lock_met) {
+        char holder[300];
+        mend__pg_table_holder(p->conn, holder, sizeof holder);
+        mend__pg_msg(p->err, sizeof p->err, "%s: read the schema: %s", p->server, holder);
+        rc = MEND_STORE_BUSY;
+      }
+    }
+    if (rc == 0 && mend__pg_exec(p, p->conn, "SET lock_timeout = 0", "open") != 0) rc = -1;
+    if (rc == 0) rc = mend__pg_prepare(p, p->conn, 1);
+    if (rc != MEND_STORE_BUSY) return rc;
+    double waited = mend__pg_mono() - started;
+    if (waited * 1000 >= PG_BUSY_MS) {
+      char cause[sizeof p->err];
+      snprintf(cause, sizeof cause, "%s", p->err);
+      mend__pg_msg(p->err, sizeof p->err, "%s (waited %.0f s: the store cannot be opened while"
+                   " it is held; try again once it is gone)", cause, waited);
+      return -1;
+    }
+    struct timespec ts = {0, 200000000L};
+    nanosleep(&ts, NULL);
+  }
+}
+
 mend_store *mend__pg_open(const char *uri, mend_durability d, char *err, int errlen) {
   mend_pg *p = calloc(1, sizeof *p);
   if (!p || !uri || !(p->conninfo = strdup(uri))) {
@@ -306,8 +349,7 @@ mend_store *mend__pg_open(const char *uri, mend_durability d, char *err, int err
     mend__pg_watch(p);
     mend__pg_note_writer_host(p, p->conn);
   }
-  if (!p->conn || mend__pg_server_clock(p, p->conn) != 0 || mend__pg_schema(p) != 0 ||
-      mend__pg_prepare(p, p->conn) != 0 ||
+  if (!p->conn || mend__pg_server_clock(p, p->conn) != 0 || open_schema(p) != 0 ||
       mend__pg_wake_init(p) != 0) {
     mend__pg_msg(err, errlen, "%s", p->err);
     mend__pg_close((mend_store *)(void *)p);
@@ -344,7 +386,10 @@ void mend__pg_close(mend_store *s) {
   if (p->conn && p->fence_registered && PQstatus(p->conn) == CONNECTION_OK) {
     const char *v[1] = {p->fence_owner};
     PGresult *r;
-    int ok = mend__pg_exec(p, p->conn, "BEGIN", "close") == 0;
+    /* bounded (pg_wait.c): a workers row another session holds leaves the lease to run out */
+    int ok = mend__pg_exec(p, p->conn, "BEGIN", "close") == 0 &&
+             mend__pg_exec(p, p->conn, "SET LOCAL lock_timeout = " PG_TEXT_OF(PG_CLOSE_WAIT_MS),
+                           "close") == 0;
     for (int i = 0; ok && i < 2; i++) {
       r = mend__pg_run(p, i == 0 ? P_FORGET_WORKER : P_RELEASE_OWNER, NULL, 1, v, "close");
       ok = r != NULL;
@@ -568,6 +613,7 @@ const mend_store_methods mend__pg_methods = {
   .cancels_requested = mend__pg_cancels_requested,
   .audit = mend__pg_audit,
   .schema_version = mend__pg_schema_version,
+  .sandbox_mark = mend__pg_sandbox_mark,
   .prune = pg_prune,
   .send_event = mend__pg_send_event,
   .next_event = mend__pg_next_event,

@@ -304,8 +304,8 @@ static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late,
    * on a loop's thread no longer than its busy wait (0.1 s), which answers requests between
    * tries. Statements run alone later in the transaction wait as it stands (no bound, or a
    * repair's after its look). */
-  int ms = p->on_writer || p->busy_ms <= 0 || p->busy_ms > PG_WRITE_WAIT_MS ? PG_WRITE_WAIT_MS
-                                                                            : p->busy_ms;
+  int full = p->write_wait_ms > 0 ? p->write_wait_ms : PG_WRITE_WAIT_MS;
+  int ms = p->on_writer || p->busy_ms <= 0 || p->busy_ms > full ? full : p->busy_ms;
   char bound[48];
   snprintf(bound, sizeof bound, "SET LOCAL lock_timeout = %d", ms);
   int bounded = 0;
@@ -462,7 +462,7 @@ done:
 static int reopen(mend_pg *p) {
   PGconn *c;
   if (mend__pg_connect(p, &c) != 0) return -1;
-  if (mend__pg_server_clock(p, c) != 0 || mend__pg_prepare(p, c) != 0) {
+  if (mend__pg_server_clock(p, c) != 0 || mend__pg_prepare(p, c, 0) != 0) {
     PQfinish(c);
     return -1;
   }
@@ -625,7 +625,8 @@ int mend__pg_writer_wait(mend_pg *p) { return p->w ? mend__handoff_wait(p->w) : 
 /* writer_wait for a call that tells its caller: a batch lost with its connection is told
  * once (conn_lost says which), and the next batch reconnects; any other failure stays. */
 static int writer_told(mend_pg *p) {
-  if (mend__pg_writer_wait(p) == 0) return 0;
+  int rc = mend__pg_writer_wait_bounded(p);
+  if (rc == 0 || rc == MEND_STORE_BUSY) return rc;
   if (p->conn_lost) {
     pthread_mutex_lock(&p->w->mu);
     p->w->failed = 0;
@@ -694,7 +695,8 @@ void mend__pg_stop_writer(mend_pg *p) {
 
 int mend__pg_commit(mend_store *s) {
   mend_pg *p = PG(s);
-  if (writer_told(p) != 0) return -1;
+  int told = writer_told(p);
+  if (told != 0) return told == MEND_STORE_BUSY ? told : -1;   /* BUSY: the batch is kept */
   if (p->batch_failed) {   /* the failure was told when it happened; the batch is gone */
     mend__pg_rollback(p);
     mend__pg_log_clear(p->cur);
@@ -714,7 +716,8 @@ int mend__pg_hand_off(mend_store *s) {
   mend_pg *p = PG(s);
   pg_writer *w = p->w;
   if (!w) return mend__pg_commit(s);
-  if (writer_told(p) != 0) return -1;
+  int told = writer_told(p);
+  if (told != 0) return told == MEND_STORE_BUSY ? told : -1;   /* BUSY: the batch is kept */
   if (p->batch_failed) return mend__pg_commit(s);
   pthread_mutex_lock(&w->mu);
   if (!p->cur->nrec && !p->in_batch) {

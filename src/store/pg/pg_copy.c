@@ -422,10 +422,26 @@ json_t *mend_store_copy(const char *from, const char *to, char *err, int errlen)
     return NULL;
   }
   sqlite3_finalize(q);
+  /* The sandbox mark goes with the workflows: a copy must not be a way to run untrusted code
+   * unsandboxed. Set on the target before its rows (a copy that fails leaves an empty store
+   * marked, which only sandboxes it). */
+  int marked = 0;
+  q = NULL;
+  if (sqlite3_prepare_v2(src, "SELECT value = 'on' FROM meta WHERE key = 'sandbox'", -1, &q,
+                         NULL) == SQLITE_OK && sqlite3_step(q) == SQLITE_ROW)
+    marked = sqlite3_column_int(q, 0);
+  sqlite3_finalize(q);
   /* The target's schema is the PostgreSQL store's to make or check. */
   mend_store *t = mend_store_open(to, MEND_DURABILITY_FULL, err, errlen);
   if (!t) {
     redact(err, el, to);
+    sqlite3_close(src);
+    return NULL;
+  }
+  if (marked && mend_store_sandbox_mark(t, 1) < 0) {
+    set_err(err, el, "copy: %s", mend_store_errmsg(t));
+    redact(err, el, to);
+    mend_store_close(t);
     sqlite3_close(src);
     return NULL;
   }

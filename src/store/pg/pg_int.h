@@ -25,7 +25,7 @@
 #include "pg_line.h"
 
 /* PostgreSQL's own schema versions (meta 'schema_version'), unrelated to SQLite's. */
-#define MEND_PG_SCHEMA_VERSION 6
+#define MEND_PG_SCHEMA_VERSION 7
 
 /* Statements prepared on every connection at open (pg_schema.c holds their text). The write
  * statements (P_INSERT_RUN .. P_SET_UNAVAILABLE) are the ones a batch records. */
@@ -145,10 +145,13 @@ typedef struct mend_pg {
                                   rows one statement each, new steps' rows as puts (pg_batch.c) */
   int tx_savepoints;           /* set in the open transaction (pg_batch.c) */
   long writes_alone;           /* recorded writes sent one statement each, since the open: what
-                                  test_pg_store reads to see that the arrays took a batch */
+                                  test_pg_store_batches reads to see that the arrays took a batch */
   long steps_inserted;         /* step rows sent by plain insert (P_INSERT_STEPS), likewise */
   int busy_ms;                 /* how long a repair's look waits for a row (set_busy_wait) */
   int tx_conflict;             /* the server rolled the open batch back (a deadlock): SQLSTATE 40 */
+  int write_wait_ms;           /* a writer's try's bound: PG_WRITE_WAIT_MS, or longer than the
+                                  server's deadlock_timeout (pg.c's server_clock) */
+  int lock_met;                /* the last failure (mend__pg_fail) met a lock_timeout: 55P03 */
   /* A try of a batch met another session's lock past its bound (pg_wait.c): SQLSTATE 55P03,
    * and the server's context of it (which row). */
   int on_writer;               /* the writer thread is flushing (its tries wait the full bound) */
@@ -177,9 +180,16 @@ typedef struct mend_pg {
 /* How long a repair's look waits for a run's row another session holds, unless told. */
 #define PG_BUSY_MS 5000
 /* How long one try of a batch on the writer thread waits for another session's lock before it
- * is rolled back and tried again (pg_wait.c); on the caller's thread, busy_ms if shorter. Longer than the server's deadlock_timeout (1 s by default): in a
- * deadlock the server picks the batch to roll back first, as before there was a bound. */
+ * is rolled back and tried again (pg_wait.c); on the caller's thread, busy_ms if shorter.
+ * Longer than the server's deadlock_timeout (1 s by default; write_wait_ms when the server's
+ * is longer): in a deadlock the server picks the batch to roll back first. */
 #define PG_WRITE_WAIT_MS 2000
+/* How long a closing store waits for another session's lock: the writer thread's batch for
+ * the try under way and no more, the lease given back this long (pg_wait.c). */
+#define PG_CLOSE_WAIT_MS 1000
+/* Opening the store (its schema read or made, its statements prepared) waits for a table
+ * another session locked this long a try, and tries for PG_BUSY_MS in all (pg.c). */
+#define PG_OPEN_TRY_MS 1000
 #define PG_TEXT_OF_(x) #x
 #define PG_TEXT_OF(x) PG_TEXT_OF_(x)
 
@@ -199,7 +209,12 @@ PGconn *mend__pg_view_aux(mend_pg *p);
  * holds it (until the store closes); and the caller's open batch flushed, likewise. */
 int mend__pg_flush_writer(mend_pg *p, pg_log *job);
 int mend__pg_flush_waiting(mend_pg *p, int begin);
+/* mend__handoff_wait, bounded while the writer's batch waits for a lock: MEND_STORE_BUSY. */
+int mend__pg_writer_wait_bounded(mend_pg *p);
 int mend__pg_locked(mend_store *s);
+/* "table T is locked by session N (app)": a granted lock on a table of the schema that a
+ * write conflicts with, held by another session, asked on c (idle). */
+void mend__pg_table_holder(PGconn *c, char *out, size_t n);
 
 /* pg.c */
 void mend__pg_msg(char *buf, int len, const char *fmt, ...);
@@ -336,14 +351,16 @@ void mend__pg_arrays_free(pg_batch_arrays *b);
 
 /* pg_schema.c */
 int mend__pg_schema(mend_pg *p);            /* creates, upgrades, checks: 0 or -1 */
-int mend__pg_prepare(mend_pg *p, PGconn *c);
-int mend__pg_prepare_to(PGconn *c, char *err, int errlen, const char *server);
+/* bounded: a table another session locked is waited for PG_OPEN_TRY_MS (MEND_STORE_BUSY). */
+int mend__pg_prepare(mend_pg *p, PGconn *c, int bounded);
+int mend__pg_prepare_to(PGconn *c, char *err, int errlen, const char *server, int bounded);
 
 /* The methods (store.h's table of them is filled in pg.c), by file. */
 /* pg.c */
 const char *mend__pg_errmsg(mend_store *s);
 int mend__pg_not_found(const mend_store *s);
 int mend__pg_schema_version(mend_store *s);
+int mend__pg_sandbox_mark(mend_store *s, int set);
 void mend__pg_close(mend_store *s);
 /* pg_batch.c */
 int mend__pg_start_writer(mend_store *s, void (*done)(void *ud), void *ud);

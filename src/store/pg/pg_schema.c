@@ -188,8 +188,11 @@ const char *const mend__pg_sql[P__COUNT] = {
     " FROM runs r LEFT JOIN workers w ON w.owner = r.owner WHERE r.id = $1::text",
   [P_HOLDERS] =
     "SELECT owner FROM workers WHERE lease_until >= clock_timestamp() ORDER BY owner",
+  /* A row another session holds is passed over (its owner's workers row is gone, so it is
+   * for any worker to take all the same): a close must not wait for that session. */
   [P_RELEASE_OWNER] =
-    "UPDATE runs SET owner = NULL WHERE owner = $1::text AND status IN " LIVE,
+    "UPDATE runs SET owner = NULL WHERE id IN (SELECT id FROM runs WHERE owner = $1::text"
+    " AND status IN " LIVE " FOR UPDATE SKIP LOCKED)",
   /* Deleted first, so that its row is locked: the worker, if it lives, is then late. */
   [P_FORGET_WORKER] = "DELETE FROM workers WHERE owner = $1::text",
   [P_HELD] = "SELECT id FROM runs WHERE owner = $1::text AND status IN " LIVE,
@@ -451,6 +454,8 @@ const char *const mend__pg_migrations[MEND_PG_SCHEMA_VERSION] = {
   MIGRATE_ERROR_KIND,
   /* 5 -> 6 */
   MIGRATE_ERROR_DETAIL,
+  /* 6 -> 7: the sandbox mark, as SQLite's 16 -> 17 (schema.c) */
+  "INSERT INTO meta(key, value) VALUES('sandbox', 'off') ON CONFLICT (key) DO NOTHING;",
 };
 
 /* The advisory lock that makes creating and upgrading the schema one worker's at a time
@@ -556,7 +561,14 @@ fail:
 
 /* Every statement in one round trip (a pipeline): a worker's start is one connection's
  * work, not forty-odd round trips of it. */
-int mend__pg_prepare_to(PGconn *c, char *err, int errlen, const char *server) {
+/* Preparing a write takes its table's lock for writing (ROW EXCLUSIVE, as parse analysis
+ * does): a table another session locked by hand (`LOCK TABLE history IN SHARE MODE`) holds
+ * the prepare back, and the session sets no lock_timeout of its own (mend__pg_session_sql).
+ * Bounded (the store's opening, which the opener tries again: pg.c) to PG_OPEN_TRY_MS:
+ * MEND_STORE_BUSY then, err naming the table and the session. Unbounded on the side
+ * connection, which opens aside from the loop (pg_aux.c) and fails no read for a lock. */
+int mend__pg_prepare_to(PGconn *c, char *err, int errlen, const char *server, int bounded) {
+  if (bounded) PQclear(PQexec(c, "SET lock_timeout = " PG_TEXT_OF(PG_OPEN_TRY_MS)));
   int ok = PQenterPipelineMode(c);
   for (int i = 0; ok && i < P__COUNT; i++) {
     char name[16];
@@ -568,7 +580,7 @@ int mend__pg_prepare_to(PGconn *c, char *err, int errlen, const char *server) {
     PQexitPipelineMode(c);
     return -1;
   }
-  int failed = 0;
+  int failed = 0, locked = 0;
   for (int i = 0; i < P__COUNT; i++) {
     PGresult *r = PQgetResult(c);
     if (!r) {
@@ -581,6 +593,7 @@ int mend__pg_prepare_to(PGconn *c, char *err, int errlen, const char *server) {
       snprintf(what, sizeof what, "prepare statement %d", i);
       mend__pg_fail_to(err, errlen, server, c, r, what);
       failed = 1;
+      locked = mend__pg_lock_timed_out(r);
     }
     PQclear(r);
     while ((r = PQgetResult(c))) PQclear(r);   /* the NULL that ends each one's results */
@@ -592,9 +605,17 @@ int mend__pg_prepare_to(PGconn *c, char *err, int errlen, const char *server) {
     if (st == PGRES_PIPELINE_SYNC) break;
   }
   PQexitPipelineMode(c);
+  if (bounded) PQclear(PQexec(c, "SET lock_timeout = 0"));
+  if (locked) {
+    PQclear(PQexec(c, "DEALLOCATE ALL"));   /* those prepared before it: all again next try */
+    char holder[300];
+    mend__pg_table_holder(c, holder, sizeof holder);
+    mend__pg_msg(err, errlen, "%s: prepare statements: %s", server, holder);
+    return MEND_STORE_BUSY;
+  }
   return failed ? -1 : 0;
 }
 
-int mend__pg_prepare(mend_pg *p, PGconn *c) {
-  return mend__pg_prepare_to(c, p->err, sizeof p->err, p->server);
+int mend__pg_prepare(mend_pg *p, PGconn *c, int bounded) {
+  return mend__pg_prepare_to(c, p->err, sizeof p->err, p->server, bounded);
 }

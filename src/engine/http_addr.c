@@ -1,0 +1,153 @@
+/*
+ * http_addr: which addresses the requests of an engine with an allow-list (or a sandbox) may
+ * connect to. The allow-list names hosts, but a name it allows (by a wildcard, or any name
+ * whose DNS the workflow's author controls) may resolve to an address of the engine's own
+ * machine or link: loopback, unspecified (0.0.0.0 and :: reach the local host), link-local
+ * (169.254.169.254 and fd00:ec2::254 are cloud metadata services), or an IPv4-mapped IPv6 form
+ * of these. Such an address is refused unless the allow-list names it as an address, or names
+ * `localhost` (which allows loopback). The check is made on the address curl is about to
+ * connect to (its open-socket callback, http.c), never by a resolve of its own: a name that
+ * answers one address to a check and another to the connect gains nothing.
+ * Private ranges (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7) are allowed: they are
+ * other machines, which is what an allow-list of internal names (payments.internal) is for;
+ * the host who names such a name chose to reach that network.
+ * An environment proxy (http_proxy, https_proxy, all_proxy and their upper-case forms) is the
+ * host's configuration: the addresses its name has when the engine's first request is made
+ * are allowed (a proxy on loopback included), and the target's name is what the allow-list
+ * checks; the proxy resolves it and connects, and what it may reach is its own policy.
+ * Must never: resolve the target itself; block the loop but for the one resolve of a proxy's
+ * name the host configured; refuse an address the allow-list names.
+ */
+#include "http_int.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* The 16 bytes of an address, an IPv4 one as its IPv4-mapped IPv6 form. 0: not IP. */
+static int addr16(const struct sockaddr *sa, unsigned char out[16]) {
+  if (sa->sa_family == AF_INET) {
+    const struct sockaddr_in *s4 = (const struct sockaddr_in *)sa;
+    memset(out, 0, 10);
+    out[10] = out[11] = 0xff;
+    memcpy(out + 12, &s4->sin_addr, 4);
+    return 1;
+  }
+  if (sa->sa_family == AF_INET6) {
+    memcpy(out, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+    return 1;
+  }
+  return 0;
+}
+
+static int is_v4(const unsigned char a[16]) {
+  static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  return memcmp(a, mapped, 12) == 0;
+}
+
+/* 1: loopback (or `localhost`'s), 2: unspecified, link-local or a metadata service; 0: other. */
+static int local_kind(const unsigned char a[16]) {
+  if (is_v4(a)) {
+    const unsigned char *v = a + 12;
+    if (v[0] == 127) return 1;
+    if (v[0] == 0) return 2;                        /* 0.0.0.0/8: "this host" */
+    if (v[0] == 169 && v[1] == 254) return 2;       /* link-local, 169.254.169.254 */
+    return 0;
+  }
+  static const unsigned char zero[15] = {0};
+  if (memcmp(a, zero, 15) == 0) return a[15] == 1 ? 1 : a[15] == 0 ? 2 : 0;   /* ::1, :: */
+  if (a[0] == 0xfe && (a[1] & 0xc0) == 0x80) return 2;                          /* fe80::/10 */
+  static const unsigned char ec2[16] = {0xfd, 0, 0x0e, 0xc2, 0, 0, 0, 0,
+                                        0, 0, 0, 0, 0, 0, 0x02, 0x54};   /* fd00:ec2::254 */
+  if (memcmp(a, ec2, 16) == 0) return 2;
+  return 0;
+}
+
+static int add_named(struct mend_http *H, const unsigned char a[16]) {
+  if (H->nnamed % 8 == 0) {
+    unsigned char(*n)[16] = realloc(H->named, (size_t)(H->nnamed + 8) * sizeof *n);
+    if (!n) return -1;
+    H->named = n;
+  }
+  memcpy(H->named[H->nnamed++], a, 16);
+  return 0;
+}
+
+/* An allow-list entry that is an address ("127.0.0.1", "::1", "[::1]"): named. */
+static void entry_address(struct mend_http *H, const char *p, size_t n) {
+  char buf[64];
+  if (n && p[0] == '[' && p[n - 1] == ']') p++, n -= 2;
+  if (n == 0 || n >= sizeof buf) return;
+  memcpy(buf, p, n);
+  buf[n] = '\0';
+  if (strcasecmp(buf, "localhost") == 0) { H->allow_loopback = 1; return; }
+  unsigned char a[16] = {0};
+  if (inet_pton(AF_INET, buf, a + 12) == 1) a[10] = a[11] = 0xff;
+  else if (inet_pton(AF_INET6, buf, a) != 1) return;
+  add_named(H, a);
+}
+
+/* The addresses of the proxy an environment variable names. */
+static void proxy_addresses(struct mend_http *H, const char *var) {
+  const char *v = getenv(var);
+  if (!v || !*v) return;
+  CURLU *u = curl_url();
+  char *host = NULL;
+  if (u && curl_url_set(u, CURLUPART_URL, v, CURLU_GUESS_SCHEME | CURLU_NON_SUPPORT_SCHEME) == CURLUE_OK &&
+      curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK && host) {
+    size_t n = strlen(host);
+    char *name = host;
+    if (n > 2 && host[0] == '[' && host[n - 1] == ']') name++, host[n - 1] = '\0';
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (getaddrinfo(name, NULL, &hints, &res) == 0) {
+      for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        unsigned char a[16];
+        if (addr16(ai->ai_addr, a)) add_named(H, a);
+      }
+      freeaddrinfo(res);
+    }
+  }
+  curl_free(host);
+  curl_url_cleanup(u);
+}
+
+void mend__http_addr_init(struct mend_http *H) {
+  const mend_engine *E = H->E;
+  H->addr_check = E->cfg.sandbox || E->cfg.http_allow;
+  if (!H->addr_check) return;
+  for (const char *p = E->cfg.http_allow ? E->cfg.http_allow : ""; *p;) {
+    while (*p == ' ' || *p == ',') p++;
+    const char *e = p;
+    while (*e && *e != ',') e++;
+    size_t n = (size_t)(e - p);
+    while (n && p[n - 1] == ' ') n--;
+    entry_address(H, p, n);
+    p = e;
+  }
+  static const char *const vars[] = {"http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY",
+                                     "all_proxy", "ALL_PROXY"};
+  for (size_t k = 0; k < sizeof vars / sizeof *vars; k++) proxy_addresses(H, vars[k]);
+}
+
+int mend__http_addr_refused(const struct mend_http *H, const struct sockaddr *sa, char *shown,
+                            size_t cap) {
+  unsigned char a[16];
+  if (!H->addr_check || !addr16(sa, a)) return 0;
+  int kind = local_kind(a);
+  if (kind == 0 || (kind == 1 && H->allow_loopback)) return 0;
+  for (int k = 0; k < H->nnamed; k++)
+    if (memcmp(H->named[k], a, 16) == 0) return 0;
+  if (is_v4(a) && sa->sa_family == AF_INET6) {
+    char v4[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, a + 12, v4, sizeof v4);
+    snprintf(shown, cap, "::ffff:%s", v4);
+  } else if (!inet_ntop(is_v4(a) ? AF_INET : AF_INET6, is_v4(a) ? (const void *)(a + 12)
+                                                                 : (const void *)a,
+                        shown, (socklen_t)cap)) {
+    snprintf(shown, cap, "?");
+  }
+  return 1;
+}

@@ -1,0 +1,25 @@
+/*
+ * mark: the SQLite store's sandbox mark (meta.sandbox, schema 17; store.h: sandbox_mark): read
+ * and set on the store's own connection, as an engine opens and before its writer thread
+ * starts, in the open batch's transaction if one is open (committed with it) or on its own.
+ * Must never: set the mark off; run on the step path.
+ */
+#include "store_int.h"
+
+int mend__sqlite_sandbox_mark(mend_store *s, int set) {
+  const char *sql = set ? "UPDATE meta SET value = 'on' WHERE key = 'sandbox'"
+                        : "SELECT value = 'on' FROM meta WHERE key = 'sandbox'";
+  sqlite3_stmt *q = NULL;
+  if (sqlite3_prepare_v2(s->db, sql, -1, &q, NULL) != SQLITE_OK) {
+    mend__sql_err(s, "read the sandbox mark");
+    return -1;
+  }
+  int rc = sqlite3_step(q);
+  int on = rc == SQLITE_ROW && sqlite3_column_int(q, 0);
+  sqlite3_finalize(q);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+    mend__sql_err(s, set ? "set the sandbox mark" : "read the sandbox mark");
+    return -1;
+  }
+  return set ? 1 : on;
+}
