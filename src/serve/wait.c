@@ -9,7 +9,8 @@
  * is learnt from the store, as eng:wait learns it, on the loop. One timer serves every waiter:
  * at each tick one look at the store (the run counts /metrics reads: one aggregate query,
  * whatever the number of waiters) says whether any run changed status since the last; only
- * then is each waited run read, once a tick however many wait on it. A client that went away
+ * then (and every SWEEP_MS, and at a waiter's deadline) is a waited run read, once a tick
+ * however many wait on it. A client that went away
  * is noticed by a look at its socket (h2o reads nothing while a request is in flight) and its
  * waiter let go. Must never: block the loop (no read but the store's ordinary views, no sleep),
  * read each waited run at every tick, keep a waiter past its request (h2o disposes of it with
