@@ -44,6 +44,8 @@ describe("the HTTP API's query parameters and bodies", function()
             '^unknown query parameter "limt": GET /api/v1/runs takes status, workflow, since, limit, cursor$')
     refused(base, history .. "?tial=5", "bad_query", 'unknown query parameter "tial"')
     refused(base, "/api/v1/runs/" .. r.id .. "?limit=5", "bad_query",
+            '^unknown query parameter "limit": GET /api/v1/runs/{id} takes wait$')
+    refused(base, "/api/v1/runs/" .. r.id .. "/events?limit=5", "bad_query",
             '^unknown query parameter "limit": this endpoint takes none$')
     refused(base, "/api/v1/dlq?x", "bad_query", 'unknown query parameter "x"')
     code = post(base, "/api/v1/runs?dry_run=1", { workflow = "hello", input = { to = "y" } })

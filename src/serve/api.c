@@ -30,6 +30,11 @@ static const char *const RUN_STATUSES[] = {"running", "compensating", "succeeded
  * a misspelt `limt` or a second `limit` would be answered as if not given. */
 static const char *const RUNS_QUERY[] = {"status", "workflow", "since", "limit", "cursor", NULL};
 static const char *const HISTORY_QUERY[] = {"after", "limit", "tail", NULL};
+static const char *const RUN_QUERY[] = {"wait", NULL};
+
+/* The longest long poll: under the idle timeouts of the proxies a client may be behind (60 s
+ * is nginx's proxy_read_timeout), so that a wait is answered rather than cut. */
+#define WAIT_MAX 60
 
 /* Whether the request is of the method the endpoint takes and its query only of the parameters
  * known (NULL: none); else 0 after replying 405 or 400. */
@@ -272,10 +277,44 @@ static void list_runs(serve_req *r) {
   serve_json(r, 200, json_pack("{s:o,s:o}", "runs", runs, "next_cursor", next));
 }
 
+/* wait=S: seconds, a decimal number from 0 to WAIT_MAX; *seconds -1 when not given. 0, or -1
+ * after replying 400. */
+static int query_wait(serve_req *r, double *seconds) {
+  const char *v;
+  *seconds = -1;
+  if (serve_query(r, "wait", &v)) return -1;
+  if (!v) return 0;
+  char *end;
+  double s = strtod(v, &end);
+  /* digits from the first byte: strtod would pass " 5", "+5", "0x5", "inf" */
+  if (!(isdigit((unsigned char)v[0]) || v[0] == '.') || strpbrk(v, "xXeE") || end == v || *end ||
+      !isfinite(s) || s < 0 || s > WAIT_MAX) {
+    serve_error(r, 400, "bad_query", "wait must be a number of seconds from 0 to %d, got \"%s\"",
+                WAIT_MAX, v);
+    return -1;
+  }
+  *seconds = s;
+  return 0;
+}
+
+/* The run; with wait=S, once it has ended (src/serve/wait.c) or S seconds passed. */
 static void get_run(serve_req *r, const char *id) {
+  double wait;
+  if (query_wait(r, &wait)) return;
   json_t *run = mend_store_run(mend_engine_store(r->E), id);
   if (!run) { store_failed(r); return; }
-  serve_json(r, 200, run);
+  if (wait < 0) { serve_json(r, 200, run); return; }
+  if (serve_run_ended(run)) {   /* said once the end is durable (src/serve/wait.c) */
+    json_object_set_new(run, "wait", json_string("ended"));
+    serve_json_durable(r, 200, run);
+    return;
+  }
+  if (wait == 0) {
+    json_object_set_new(run, "wait", json_string("timeout"));
+    serve_json(r, 200, run);
+    return;
+  }
+  serve_wait(r, id, run, wait);
 }
 
 /* A page of a run's history, never the whole of a long one: the rows after seq `after`, at most
@@ -517,7 +556,7 @@ static void breaker_op(serve_req *r, const char *key, const char *op) {
 static void index_page(serve_req *r) {
   serve_json(r, 200, json_pack("{s:s,s:[s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s]}", "api", "mend/v1",
                                "endpoints",
-                               "GET /api/v1/runs", "POST /api/v1/runs", "GET /api/v1/runs/{id}",
+                               "GET /api/v1/runs", "POST /api/v1/runs", "GET /api/v1/runs/{id}[?wait=S]",
                                "GET /api/v1/runs/{id}/history", "GET /api/v1/runs/{id}/events",
                                "POST /api/v1/runs/{id}/cancel", "POST /api/v1/runs/{id}/events",
                                "POST /api/v1/events", "GET /api/v1/dlq",
@@ -555,7 +594,7 @@ void serve_api(serve_req *r) {
       if (r->post) { if (want(r, 1)) start_run(r); }
       else if (want_query(r, 0, RUNS_QUERY, "GET /api/v1/runs")) list_runs(r);
     } else if (n == 2) {
-      if (want(r, 0)) get_run(r, s[1]);
+      if (want_query(r, 0, RUN_QUERY, "GET /api/v1/runs/{id}")) get_run(r, s[1]);
     } else if (n == 3 && strcmp(s[2], "history") == 0) {
       if (want_query(r, 0, HISTORY_QUERY, "GET /api/v1/runs/{id}/history")) get_history(r, s[1]);
     } else if (n == 3 && strcmp(s[2], "cancel") == 0) {

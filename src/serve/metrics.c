@@ -1,11 +1,12 @@
 /*
- * metrics: /metrics in Prometheus' text format. Two sources: what this process's engine did
+ * metrics: /metrics in Prometheus' text format. Three sources: what this process's engine did
  * since it started (counters, read through mend_engine_*_counters: runs started and ended,
  * attempts, failures by kind, retries, commit batches and their latency as a histogram), and
  * what the database holds now (gauges, read from the store's JSON views at each scrape: runs
  * by workflow and status, the dead-letter queue's size, each breaker's state, the age of the
- * oldest unfinished run). Must never keep counts of its own (the engine keeps them; several
- * processes share one database, whose state is read from it) nor write.
+ * oldest unfinished run), and the long polls this server holds open now (its waiters' list,
+ * counted where it is kept: wait.c). Must never keep counts of its own (the engine keeps
+ * them; several processes share one database, whose state is read from it) nor write.
  */
 #include "serve_int.h"
 
@@ -217,6 +218,9 @@ void serve_metrics(serve_req *r) {
     put_label(&b, json_string_value(json_object_get(row, "key")));
     put(&b, "\"} %d\n", v);
   }
+  put(&b, "# HELP mend_http_waiting_requests Requests held open by this server until their run"
+          " ends (GET /api/v1/runs/{id}?wait=S).\n# TYPE mend_http_waiting_requests gauge\n"
+          "mend_http_waiting_requests %d\n", serve_waits_count(serve_server_waits(r->srv)));
   put_counters(&b, r->E);
   if (b.oom) {
     serve_error(r, 500, "internal", "out of memory");

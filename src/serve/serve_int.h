@@ -111,6 +111,27 @@ int serve_linger_keep(h2o_socket_t *sock);
 void serve_linger(uv_loop_t *loop, int fd, serve_lingering **list);
 void serve_linger_stop(serve_lingering **list);
 
+/* wait.c: the long poll of GET /api/v1/runs/{id}?wait=S, one set of waiters a server.
+ * serve_wait: holds r until run id ends, seconds pass (at most a tick late) or the server
+ * stops, then answers it with the run and "wait": "ended", "timeout" or "stopping"; run is the
+ * run as the request read it, not ended (stolen). serve_waits_stop: answers every waiter
+ * now with the run as it is and lets the timer go (the server closing); no wait is taken
+ * after. serve_run_ended: whether a run (the store's view) has ended, as `mend wait` ends. */
+typedef struct serve_waits serve_waits;
+serve_waits *serve_waits_new(mend_server *srv, mend_engine *E);
+void serve_wait(serve_req *r, const char *id, json_t *run, double seconds);
+int serve_waits_count(const serve_waits *w);
+void serve_waits_stop(serve_waits *w);
+void serve_waits_free(serve_waits *w);
+int serve_run_ended(const json_t *run);
+
+/* server.c, for wait.c: the server's waiters (NULL: none could be made); the socket of a
+ * request's connection (-1: none); a request whose client went away given up: its connection
+ * shut, h2o then ends the request and closes the connection, freeing both. */
+serve_waits *serve_server_waits(mend_server *srv);
+int serve_req_fd(mend_server *srv, h2o_req_t *req);
+void serve_abandon(mend_server *srv, h2o_req_t *req);
+
 /* api.c: answers every request under /api/v1 (and /metrics). */
 void serve_api(serve_req *r);
 

@@ -67,6 +67,7 @@ struct mend_server {
   int nconns;
   serve_lingering *lingering;
   pending *pending;
+  serve_waits *waits;
   int started, closed;
 };
 
@@ -635,6 +636,7 @@ mend_server *mend_server_start(mend_engine *E, const mend_server_opts *o, int *r
   h2o_context_init(&srv->ctx, loop, &srv->config);
   srv->accept_ctx.ctx = &srv->ctx;
   srv->accept_ctx.hosts = srv->config.hosts;
+  srv->waits = serve_waits_new(srv, E);
   srv->started = 1;
   return srv;
 }
@@ -652,6 +654,33 @@ static void shut(conn *c) {
   c->shut = 1;
 }
 
+static conn *conn_of(mend_server *srv, h2o_req_t *req) {
+  h2o_socket_t *sock = req->conn->callbacks->get_socket ? req->conn->callbacks->get_socket(req->conn)
+                                                        : NULL;
+  for (conn *c = srv->conns; sock && c; c = c->next)
+    if (c->sock == sock) return c;
+  return NULL;
+}
+
+serve_waits *serve_server_waits(mend_server *srv) { return srv->waits; }
+
+int serve_req_fd(mend_server *srv, h2o_req_t *req) {
+  conn *c = conn_of(srv, req);
+  uv_os_fd_t fd;
+  if (!c || c->shut || uv_is_closing((uv_handle_t *)&c->tcp) || uv_fileno((uv_handle_t *)&c->tcp, &fd))
+    return -1;
+  return fd;
+}
+
+void serve_abandon(mend_server *srv, h2o_req_t *req) {
+  conn *c = conn_of(srv, req);
+  if (c) shut(c);
+  /* never read: h2o's write of it fails on the shut socket, and h2o ends the request */
+  static const char none[] = "{}\n";
+  serve_req r = {.req = req, .srv = srv, .E = srv->E};
+  send_text(&r, 503, "application/json", none, sizeof none - 1);
+}
+
 /* A connection closed under h2o leaves its timeouts armed, which h2o_context_dispose refuses
  * (it aborts): nothing is left to call them, so they are let go first. */
 static void unlink_all(h2o_timeout_t *t) {
@@ -665,6 +694,9 @@ void mend_server_close(mend_server *srv) {
   srv->closed = 1;
   uv_loop_t *loop = srv->ctx.loop;
   uv_close((uv_handle_t *)&srv->listener, NULL);
+  /* A long poll is answered with the run as it is now: its client learns the server stopped
+   * rather than seeing a closed connection, and its answer goes out in the moment below. */
+  serve_waits_stop(srv->waits);
   /* Replies being written get a moment to go out, clients a moment to close; then what is
    * left (idle keep-alive connections) is closed. Not h2o_context_request_shutdown: its
    * HTTP/2 side arms a timer that h2o_context_dispose then finds armed, and aborts. The timer
@@ -731,5 +763,6 @@ void mend_server_free(mend_server *srv) {
   free(srv->cors);
   free(srv->dashboard);
   free(srv->process);
+  serve_waits_free(srv->waits);
   free(srv);
 }

@@ -1,8 +1,8 @@
 #!/bin/sh
 # Builds what the hostile corpus and the cheap C unit tests need with AddressSanitizer and
-# UBSan, in a directory of its own, and runs them there (issue 16), and mend serve's stop under
-# LeakSanitizer (serve_close.sh): `make test` runs this as the ctest `c_sanitized`, so that a
-# plain build's CI also catches what only the sanitizers see.
+# UBSan, in a directory of its own, and runs them there (issue 16), and mend serve's stop and
+# long polls under LeakSanitizer (serve_close.sh, serve_wait.sh): `make test` runs this as the
+# ctest `c_sanitized`, so that a plain build's CI also catches what only the sanitizers see.
 #
 #   sh tests/sanitize/run.sh SOURCE_DIR BUILD_DIR [JOBS]
 #
@@ -45,5 +45,9 @@ fi
 # mend serve stopping under clients h2o holds: leak-checked, the one process here that is
 if ! sh "$src/tests/sanitize/serve_close.sh" "$dir/mend" "$src" >"$dir.serve_close.log" 2>&1; then
   cat "$dir.serve_close.log"; exit 1
+fi
+# its long polls: a waiter let go, timed out, answered and held at the stop, leak-checked too
+if ! sh "$src/tests/sanitize/serve_wait.sh" "$dir/mend" "$src" >"$dir.serve_wait.log" 2>&1; then
+  cat "$dir.serve_wait.log"; exit 1
 fi
 echo "sanitized: tests passed in $(($(date +%s) - built)) s"
