@@ -4,7 +4,7 @@
  * JSON) is refused with MEND_EINVAL and leaves the call open for a right one; a failure is a
  * failure whatever bytes its message holds; and an error mend.call (or mend.sleep) raises
  * itself names the workflow's line that called it, not mend's own code, and why it cannot
- * wait there. It never tests the driving modes or the limits (test_embed, test_hostile).
+ * wait there. It never tests the driving modes or the limits (test_embed_drive, test_hostile).
  */
 #include <malloc.h>
 #include <mend.h>

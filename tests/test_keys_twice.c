@@ -5,7 +5,7 @@
  * jansson kept the last of the two silently, and which one the host meant is not known. The
  * refused call changes nothing (no run started, no event sent, the token and the call still
  * open), and the right text given next is taken. It never tests JSON that is not JSON
- * (test_embed, test_host_answers).
+ * (test_embed_refusals, test_host_answers).
  */
 #include <mend.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /*
- * tick_host: what the tests of a host that embeds mend share (test_embed, test_tick_account,
+ * tick_host: what the tests of a host that embeds mend share (test_embed_*, test_tick_account,
  * test_tick_account_edges): writing a workflow file, a run's status read as a host reads it,
  * and the scheduling class of this process's threads by name. Must never: hold a test's
  * checks.
