@@ -56,6 +56,11 @@ void mend_server_close(mend_server *srv);
 void mend_server_free(mend_server *srv);
 
 /* A request as a handler sees it: authenticated, body within limits. */
+#define MAX_CONNECTIONS 256   /* past it a new connection is closed at once */
+/* long polls held at once (wait.c): a quarter of the connections stays for the requests that
+ * end the runs they wait on */
+#define MAX_WAITERS (MAX_CONNECTIONS * 3 / 4)
+
 typedef struct serve_req {
   h2o_req_t *req;
   mend_server *srv;

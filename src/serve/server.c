@@ -24,7 +24,6 @@
 
 #define DEFAULT_MAX_BODY (1u << 20)
 #define DEFAULT_MAX_HEADERS (16u << 10)
-#define MAX_CONNECTIONS 256   /* past it a new connection is closed at once */
 
 typedef struct conn {
   uv_tcp_t tcp;                /* first: h2o's close callback gets the handle */

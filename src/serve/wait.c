@@ -7,14 +7,16 @@
  * happened waits for its commit.
  * The run may be executed by this process or by a `mend worker` of the same database: the end
  * is learnt from the store, as eng:wait learns it, on the loop. One timer serves every waiter:
- * at each tick one look at the store (the run counts /metrics reads: one aggregate query,
- * whatever the number of waiters) says whether any run changed status since the last; only
- * then (and every SWEEP_MS, and at a waiter's deadline) is a waited run read, once a tick
- * however many wait on it. A client that went away
- * is noticed by a look at its socket (h2o reads nothing while a request is in flight) and its
- * waiter let go. Must never: block the loop (no read but the store's ordinary views, no sleep),
- * read each waited run at every tick, keep a waiter past its request (h2o disposes of it with
- * the request's pool), or leave its timer on the loop after the server closed.
+ * at each tick each waited run is read once by its id (a point read), however many requests
+ * wait on it; at most MAX_WAITERS wait at once, so a tick's reads are bounded and connections
+ * are left for the requests that end the runs (an event, a cancel). (An aggregate over the
+ * runs table as a change signal cost a full scan a tick: half a second with a million runs.)
+ * A client that went away is noticed by a look at its socket (h2o reads nothing while a
+ * request is in flight) and its waiter let go; a client that shut its sending side is taken
+ * as gone, as nginx takes it (499). Must never: block the loop (no read but the store's
+ * ordinary point reads, no sleep), read a waited run twice a tick, keep a waiter past its
+ * request (h2o disposes of it with the request's pool), or leave its timer on the loop after
+ * the server closed.
  */
 #include "serve_int.h"
 
@@ -23,8 +25,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#define TICK_MS 100           /* the look at the store while anyone waits */
-#define SWEEP_MS 5000         /* every waited run read, whatever the counts say */
+#define TICK_MS 200           /* the waited runs read while anyone waits */
 #define PROBE_MS 1000         /* the clients' sockets looked at */
 
 typedef struct waiter {
@@ -42,8 +43,7 @@ struct serve_waits {
   int timer_on, closed;
   waiter *list;
   int n;
-  json_t *counts;             /* the last look's run counts; NULL: none yet */
-  uint64_t next_sweep, next_probe;
+  uint64_t next_probe;
 };
 
 static int is_final(const char *st) {
@@ -99,23 +99,20 @@ static int client_gone(waiter *x) {
   return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
-/* The run id, read this tick: runs (an object by id) keeps each read for the waiters after
- * that wait on the same run. Borrowed from runs; NULL when the read failed (the store's
- * error is then current: answered at once). */
+/* The run id, read this tick: runs (an object by id; NULL: none could be made) keeps each
+ * read for the waiters after that wait on the same run. A reference of the caller's; NULL when
+ * the read failed (the store's error is then current: answered at once). */
 static json_t *read_once(serve_waits *w, json_t *runs, const char *id) {
-  json_t *run = json_object_get(runs, id);
-  if (run) return run;
+  json_t *run = runs ? json_object_get(runs, id) : NULL;
+  if (run) return json_incref(run);
   run = mend_store_run(mend_engine_store(w->E), id);
-  if (!run) return NULL;
-  json_object_set_new(runs, id, run);
+  if (run && runs) json_object_set(runs, id, run);   /* not kept (no memory): read again */
   return run;
 }
 
 static void stop_timer(serve_waits *w) {
   if (w->timer_on) uv_timer_stop(&w->timer);
   w->timer_on = 0;
-  json_decref(w->counts);
-  w->counts = NULL;
 }
 
 static void tick(uv_timer_t *t) {
@@ -131,25 +128,15 @@ static void tick(uv_timer_t *t) {
       serve_abandon(srv, x->req);   /* h2o ends the request; its pool's dispose finds x let go */
     }
   }
-  /* One look for every waiter. A failed one reads every waited run: their answers say why. */
-  json_t *counts = mend_store_run_counts(mend_engine_store(w->E));
-  int changed = !counts || !w->counts || !json_equal(counts, w->counts);
-  json_decref(w->counts);
-  w->counts = counts;
-  if (now >= w->next_sweep) {   /* counts that came back to the same (a run ended, another of
-                                   its workflow pruned between two looks) hide nothing long */
-    w->next_sweep = now + SWEEP_MS;
-    changed = 1;
-  }
   json_t *runs = json_object();
   for (waiter *x = w->list, *next; x; x = next) {
     next = x->next;
     int due = now >= x->deadline;
-    if (!changed && !due) continue;
-    json_t *run = runs ? read_once(w, runs, x->id) : NULL;
+    json_t *run = read_once(w, runs, x->id);
     if (!run) answer(x, NULL, NULL);
     else if (serve_run_ended(run)) answer(x, json_deep_copy(run), "ended");
     else if (due) answer(x, json_deep_copy(run), "timeout");
+    json_decref(run);
   }
   json_decref(runs);
   if (!w->list) stop_timer(w);
@@ -177,6 +164,11 @@ void serve_wait(serve_req *r, const char *id, json_t *run, double seconds) {
     serve_json(r, 200, run);
     return;
   }
+  if (w->n >= MAX_WAITERS) {   /* the rest of the connections are for the requests that end runs */
+    json_object_set_new(run, "wait", json_string("busy"));
+    serve_json(r, 200, run);
+    return;
+  }
   json_decref(run);
   waiter *x = h2o_mem_alloc_shared(&r->req->pool, sizeof *x, waiter_dispose);
   memset(x, 0, sizeof *x);
@@ -193,7 +185,6 @@ void serve_wait(serve_req *r, const char *id, json_t *run, double seconds) {
   w->n++;
   if (!w->timer_on) {
     w->timer_on = 1;
-    w->next_sweep = now + SWEEP_MS;
     w->next_probe = now + PROBE_MS;
     uv_timer_start(&w->timer, tick, TICK_MS, TICK_MS);
   }
@@ -207,8 +198,9 @@ void serve_waits_stop(serve_waits *w) {
   json_t *runs = json_object();
   while (w->list) {
     waiter *x = w->list;
-    json_t *run = runs ? read_once(w, runs, x->id) : NULL;
+    json_t *run = read_once(w, runs, x->id);
     answer(x, run ? json_deep_copy(run) : NULL, serve_run_ended(run) ? "ended" : "stopping");
+    json_decref(run);
   }
   json_decref(runs);
   stop_timer(w);
@@ -217,6 +209,5 @@ void serve_waits_stop(serve_waits *w) {
 
 void serve_waits_free(serve_waits *w) {
   if (!w) return;
-  json_decref(w->counts);
   free(w);
 }
