@@ -205,3 +205,53 @@ int getaddrinfo(const char *n, const char *s, const struct addrinfo *h, struct a
     assert.is_true(took < 3, ("the engine was held %d s resolving the proxy's name"):format(took))
   end)
 end)
+
+describe("mend.http's connections under http_allow, a name's next address", function()
+  after_each(H.cleanup)
+
+  -- api.localhost is 127.0.0.1 and ::1; the list names ::1 only. 127.0.0.1 is refused, ::1 is
+  -- reached, the request sent, and its answer times out: the request's error is that timeout
+  -- (retryable), not a refusal of the address it went past.
+  it("reports the error of the address it reached, not a refusal of one it went past", function()
+    local dir = H.tmp_dir()
+    local py = H.write_file(dir, "silent6.py", [[
+import os, socket, sys
+s = socket.socket(socket.AF_INET6)
+s.bind(("::1", 0))
+s.listen(8)
+open(sys.argv[2] + ".tmp", "w").write("%d %d" % (s.getsockname()[1], os.getpid()))
+os.rename(sys.argv[2] + ".tmp", sys.argv[2])
+held = []
+while True:
+    c, _ = s.accept()
+    held.append(c)
+    open(sys.argv[1], "a").write("accepted\n")
+]])
+    local log, portfile = dir .. "/accepted", dir .. "/port"
+    H.write_file(dir, "accepted", "")
+    os.execute("python3 " .. py .. " " .. log .. " " .. portfile .. " >/dev/null 2>&1 &")
+    local f
+    for _ = 1, 100 do
+      f = io.open(portfile)
+      if f then break end
+      os.execute("sleep 0.05")
+    end
+    if not f then pending("no ::1 here") return end
+    local port, pid = f:read("a"):match("^(%d+) (%d+)$")
+    f:close()
+    local eng = H.new_engine({ sandbox = true, memory_limit = 32 << 20,
+                               http_allow = { "*.localhost", "::1" } })
+    eng:load(H.write_file(dir, "caller.lua", CALLER))
+    local id = eng:start("caller", { url = "http://api.localhost:" .. port .. "/slow",
+                                     timeout = 0.5 })
+    eng:run()
+    local st = eng:status(id)
+    os.execute("kill " .. pid)
+    local accepted = io.open(log):read("a")
+    local e = tostring(st.steps[1].error)
+    assert.is_truthy(accepted:find("accepted", 1, true), "::1 was not reached: " .. e)
+    assert.is_falsy(e:find("is at address", 1, true),
+                    "a sent request's timeout reported as a refusal: " .. e)
+    assert.is_truthy(e:find("imed out", 1, true), e)
+  end)
+end)
