@@ -102,3 +102,35 @@ describe("the sandbox mark", function()
     assert.are.equal("on", mark_of(db))
   end)
 end)
+
+describe("the sandbox mark, set after an engine opened", function()
+  after_each(H.cleanup)
+
+  -- An engine opened before a sandboxed one marked the database (a worker, mend serve) takes
+  -- the sandboxed engine's runs and loads their scripts from the store: it refuses to run them
+  -- unsandboxed, and says why.
+  it("keeps an engine opened before the mark from running stored code unsandboxed", function()
+    local db = H.new_db()
+    local host = H.reopen(db, {})             -- opened first, no sandbox asked, no mark yet
+    local sb = H.reopen(db, { sandbox = true })
+    sb:load(H.write_file(H.tmp_dir(), "probe.lua", PROBE))
+    local id = sb:start("probe", {})
+    H.close(sb)
+    assert.are.equal("on", mark_of(db))
+    local ok, err = pcall(function()
+      host:resume(id)
+      host:run()
+    end)
+    local st = host:status(id)
+    H.close(host)
+    assert.are_not.same({ top = true, step = true }, st.steps[1].result)
+    local said = tostring(err) .. " " .. tostring(st.steps[1].error) .. " " .. tostring(st.error)
+    assert.is_false(ok and st.steps[1].result ~= nil, said)
+    assert.matches("marked sandboxed after this engine opened", said, 1, true)
+    -- opened again, it is sandboxed by the mark and runs the run
+    local eng = H.reopen(db, {})
+    eng:resume(id)
+    eng:run()
+    assert.are.same({ top = false, step = false }, eng:status(id).steps[1].result)
+  end)
+end)

@@ -1,7 +1,10 @@
 /*
  * mark: the SQLite store's sandbox mark (meta.sandbox, schema 17; store.h: sandbox_mark): read
  * and set on the store's own connection, as an engine opens and before its writer thread
- * starts, in the open batch's transaction if one is open (committed with it) or on its own.
+ * starts, in the open batch's transaction if one is open (committed with it) or on its own;
+ * read again as an engine loads a workflow's text from the store, just after a read that
+ * waited for the writer thread (version_script), which has nothing to do until the loop hands
+ * it a batch.
  * Must never: set the mark off; run on the step path.
  */
 #include "store_int.h"

@@ -3,8 +3,9 @@
  * read and set on a connection of its own that commits at once: the store's connections are
  * the writer's and its batches', which a statement of another kind must not enter; on the
  * server the writer's connection reached (pg_aux.c says why: a multi-host conninfo may list a
- * standby, lagging or read-only). Called as an engine opens. Must never: set the mark off; run
- * on the step path; leave the connection open.
+ * standby, lagging or read-only). Called as an engine opens and as one loads a workflow's text
+ * from the store, just after a read that waited for the writer (p->err is free). Must never:
+ * set the mark off; run on the step path; leave the connection open.
  */
 #include "pg_int.h"
 
