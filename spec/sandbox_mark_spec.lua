@@ -134,3 +134,39 @@ describe("the sandbox mark, set after an engine opened", function()
     assert.are.same({ top = false, step = false }, eng:status(id).steps[1].result)
   end)
 end)
+
+describe("an engine the sandbox mark made sandboxed", function()
+  after_each(H.cleanup)
+
+  it("says so as it opens, naming the database and how to open it trusted", function()
+    local db = H.new_db()
+    H.close(H.reopen(db, { sandbox = true }))
+    local lines = {}
+    local eng = H.reopen(db, { log = function(r) lines[#lines + 1] = r end })
+    H.close(eng)
+    local said
+    for _, r in ipairs(lines) do
+      if r.event == "sandbox" and r.level == "warn" then said = r.message end
+    end
+    assert.is_truthy(said, "no warn line")
+    assert.matches("is marked sandboxed", said, 1, true)
+    assert.matches("no_sandbox", said, 1, true)
+    assert.matches("mend db trust", said, 1, true)
+  end)
+
+  it("names the mark in mend.http's refusal of a host", function()
+    local db = H.new_db()
+    H.close(H.reopen(db, { sandbox = true }))
+    local eng = H.reopen(db, { clock = "virtual", log = false })
+    eng:load(H.write_file(H.tmp_dir(), "h.lua", [[
+local mend = require "mend"
+return { name = "h", steps = { { name = "s", retry = { max_attempts = 1 }, execute = function()
+  return { st = mend.http{ url = "http://payments.internal/x" }.status } end } } }
+]]))
+    local id = eng:start("h", {})
+    eng:run()
+    local e = eng:status(id).steps[1].error
+    assert.matches("not allowed (http_allow: none)", e, 1, true)
+    assert.matches("sandboxed because the database is marked sandboxed", e, 1, true)
+  end)
+end)
