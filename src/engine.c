@@ -369,6 +369,10 @@ static int on_panic(lua_State *L) {
   return 0;
 }
 
+int mend_engine_sandboxed(const mend_engine *E) {
+  return E->cfg.sandbox_by_mark ? 2 : E->cfg.sandbox ? 1 : 0;
+}
+
 void mend_engine_sandbox_by_mark_note(const mend_engine *E, char *buf, size_t len) {
   const char *path = E->cfg.db_path ? E->cfg.db_path : ":memory:";
   snprintf(buf, len, "%s is marked sandboxed (a sandboxed engine opened it): this engine runs "

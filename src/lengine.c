@@ -589,6 +589,24 @@ static int engine_now(lua_State *L) {
   return 1;
 }
 
+/* eng:sandboxed() -> nil | "asked" | "mark", note: whether the workflows' code runs sandboxed,
+ * and why (the host said sandbox, or the database's mark made it so: then what the engine
+ * logged of it as it opened, for a host without a log).  [-0, +2, -] */
+static int engine_sandboxed(lua_State *L) {
+  engine_box *b = check_engine(L);
+  int how = mend_engine_sandboxed(b->E);
+  if (!how) {
+    lua_pushnil(L);
+    return 1;
+  }
+  lua_pushstring(L, how == 2 ? "mark" : "asked");
+  if (how == 1) return 1;
+  char note[700];
+  mend_engine_sandbox_by_mark_note(b->E, note, sizeof note);
+  lua_pushstring(L, note);
+  return 2;
+}
+
 static int engine_parked(lua_State *L) {
   engine_box *b = check_engine(L);
   lua_pushinteger(L, mend_engine_parked(b->E));
@@ -710,6 +728,7 @@ void mend__lengine_open(lua_State *L) {
   static const luaL_Reg engine_methods[] = {
     {"load", engine_load}, {"register", engine_register}, {"start", engine_start},
     {"run", engine_run}, {"advance", engine_advance}, {"now", engine_now},
+    {"sandboxed", engine_sandboxed},
     {"in_flight", engine_in_flight}, {"parked", engine_parked},
     {"alert_commands_failed", engine_alert_commands_failed}, {"recover", engine_recover},
     {"serve", engine_serve}, {"stop", engine_stop}, {"resume", engine_resume},
