@@ -154,6 +154,18 @@ describe("an engine the sandbox mark made sandboxed", function()
     assert.matches("mend db trust", said, 1, true)
   end)
 
+  -- The line an engine logs as it is made reached a log function through mend_engine_lua of
+  -- an engine not made yet: a crash, the no_sandbox warn line's too.
+  it("gives the lines it logs as it opens to a log function", function()
+    local db = H.new_db()
+    H.close(H.reopen(db, { sandbox = true }))
+    local events = {}
+    local function log(r) events[#events + 1] = r.level .. " " .. r.event end
+    H.close(H.reopen(db, { no_sandbox = true, log = log }))
+    H.close(H.reopen(db, { log = log }))
+    assert.are.same({ "warn sandbox", "warn sandbox" }, events)
+  end)
+
   it("names the mark in mend.http's refusal of a host", function()
     local db = H.new_db()
     H.close(H.reopen(db, { sandbox = true }))
