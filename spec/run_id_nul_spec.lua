@@ -48,3 +48,38 @@ describe("an engine method given a text holding a NUL byte", function()
     assert.are.equal("running", eng:status(id).status)
   end)
 end)
+
+describe("mend's own functions given a text holding a NUL byte", function()
+  after_each(H.cleanup)
+
+  -- mend.copy("a.db\0x", ...) copied a.db; mend.call("f\0x") called f.
+  it("refuse a database path or a host function's name cut short", function()
+    local mend = require "mend"
+    local dir = H.tmp_dir()
+    local db = H.tmp_db()
+    H.close(H.reopen(db, {}))
+    for _, f in ipairs {
+      function() mend.copy(db .. "\0x", "postgres://nowhere.invalid/x") end,
+      function() mend.copy(db, "postgres://nowhere.invalid/x\0y") end,
+      function() mend.upgrade_db(db .. "\0x") end,
+      function() mend.trust_db(db .. "\0x") end,
+    } do
+      local ok, err = pcall(f)
+      assert.is_false(ok)
+      assert.matches("holds a NUL byte", tostring(err), 1, true)
+    end
+    local eng = H.new_engine({ clock = "virtual" })
+    eng:load(H.write_file(dir, "caller.lua", [[
+local mend = require "mend"
+return { name = "caller", steps = { { name = "s", execute = function()
+  local ok, err = pcall(mend.call, "f\0x")
+  return { ok = ok, err = tostring(err) }
+end } } }
+]]))
+    local id = eng:start("caller", {})
+    eng:run()
+    local res = eng:status(id).steps[1].result
+    assert.is_false(res.ok)
+    assert.matches("holds a NUL byte", res.err, 1, true)
+  end)
+end)

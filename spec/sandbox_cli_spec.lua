@@ -82,9 +82,10 @@ describe("commands that load a stored workflow", function()
     assert.are.equal("failed", st.status)
     assert.matches("cancelled by", st.error, 1, true)
     assert.is_false(exists(outside), out)
+    -- the database is marked: sandboxed without --sandbox, and held to --memory-limit
     rc, out = mend_cmd(("cancel %s --db %s --memory-limit 50000000"):format(id, H.quote(db)))
-    assert.are.equal(2, rc, out)
-    assert.matches("--memory-limit needs --sandbox", out, 1, true)
+    assert.are_not.equal(2, rc, out)
+    assert.is_falsy(out:find("needs --sandbox", 1, true), out)
   end)
 
   it("serve --sandbox loads its workflow files sandboxed", function()
@@ -98,5 +99,72 @@ describe("commands that load a stored workflow", function()
     H.wait_for("mend serve to listen", function() return H.read(log):find("serving", 1, true) end, 10)
     H.stop_worker(pid)
     assert.is_false(exists(outside), H.read(log))
+  end)
+end)
+
+-- A fleet run trusted, on a database a sandboxed command once marked: each command says the
+-- mark sandboxed it, takes --http-allow and --memory-limit without --sandbox, and `mend db
+-- trust` is the host's way back.
+describe("commands on a database the sandbox mark sandboxes", function()
+  after_each(H.cleanup)
+
+  local function marked()
+    local db = H.tmp_db()
+    H.close(H.reopen(db, { sandbox = true }))
+    return db
+  end
+
+  it("say on stderr that the mark sandboxed them, where the code meets the sandbox", function()
+    local db = marked()
+    local file = H.write_file(H.tmp_dir(), "cfg.lua", [[
+local f = io.open("/etc/hostname")
+return { name = "cfgwf", steps = { { name = "s", execute = function() return {} end } } }
+]])
+    local rc, out = mend_cmd(("run %s --db %s --clock virtual"):format(H.quote(file), H.quote(db)))
+    assert.are_not.equal(0, rc)
+    assert.matches("is marked sandboxed (a sandboxed engine opened it)", out, 1, true)
+    assert.matches("mend db trust", out, 1, true)
+  end)
+
+  it("take --http-allow, and --memory-limit without --sandbox", function()
+    local db = marked()
+    local file = H.write_file(H.tmp_dir(), "h.lua", [[
+local mend = require "mend"
+return { name = "h", steps = { { name = "s", retry = { max_attempts = 1 }, execute = function()
+  return { st = mend.http{ url = "http://payments.internal:9/x", timeout = 1 }.status } end } } }
+]])
+    local run = ("run %s --db %s --clock virtual --json"):format(H.quote(file), H.quote(db))
+    local _, out = mend_cmd(run)
+    local e = mend.json.decode(out:match("(%b{})%s*$")).steps[1].error
+    assert.matches("not allowed (http_allow: none); this engine is sandboxed because", e, 1, true)
+    _, out = mend_cmd(run .. " --http-allow 'other.test, payments.internal'"
+                      .. " --memory-limit 33554432")
+    e = mend.json.decode(out:match("(%b{})%s*$")).steps[1].error
+    assert.is_falsy(e:find("not allowed", 1, true), e)   -- sent (no such host here)
+    local rc
+    rc, out = mend_cmd(run .. " --http-allow 'a,,b'")
+    assert.are.equal(2, rc, out)
+  end)
+
+  it("are trusted again after mend db trust, which says what it did", function()
+    local db = marked()
+    local dir = H.tmp_dir()
+    local outside = dir .. "/outside"
+    local file = H.write_file(dir, "w.lua", ([[
+if io then local f = io.open(%q, "a") f:write("top level\n") f:close() end
+return { name = "w", steps = { { name = "s", execute = function() return {} end } } }
+]]):format(outside))
+    local rc, out = mend_cmd(("db trust --db %s"):format(H.quote(db)))
+    assert.are.equal(0, rc, out)
+    assert.matches("the sandbox mark is cleared", out, 1, true)
+    assert.matches("unsandboxed", out, 1, true)
+    rc, out = mend_cmd(("run %s --db %s --clock virtual"):format(H.quote(file), H.quote(db)))
+    assert.are.equal(0, rc, out)
+    assert.is_true(exists(outside), out)
+    rc, out = mend_cmd(("db trust --db %s"):format(H.quote(db)))
+    assert.are.equal(0, rc, out)
+    assert.matches("not marked sandboxed: nothing to do", out, 1, true)
+    rc, out = mend_cmd(("db trust --db %s"):format(H.quote(H.tmp_dir() .. "/none.db")))
+    assert.are.equal(1, rc, out)
   end)
 end)

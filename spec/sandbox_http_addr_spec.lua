@@ -2,8 +2,9 @@
 -- engine's own machine or link (loopback, unspecified, link-local, IPv4-mapped forms of these):
 -- refused at the address curl connects to, a fatal error naming the host and the address,
 -- unless the allow-list names that address or localhost. curl resolves "localhost" and any name
--- under it to loopback without DNS, so these specs need no DNS of their own. An environment proxy is the host's: its address is allowed, and the
--- target's name is what the allow-list checks (src/engine/http_addr.c).
+-- under it to loopback without DNS, so these specs need no DNS of their own. An environment
+-- proxy gets no allowance: its address is checked as any other, so one on loopback must be named
+-- by its address, and the target's name is what the allow-list checks (src/engine/http_addr.c).
 local mend = require "mend"
 local H = require "spec.helper"
 
@@ -40,6 +41,27 @@ local function call(url, allow, sandbox)
   local id = eng:start("caller", { url = url })
   eng:run()
   return eng:status(id)
+end
+
+-- Runs one sandboxed call to url with http_allow = allow in a process of its own under `env`
+-- (a shell prefix: proxy variables are read from the process's environment); returns
+-- "status error".
+local function call_in(env, url, allow)
+  local dir = H.tmp_dir()
+  local wf = H.write_file(dir, "caller.lua", CALLER)
+  local code = ([[
+    local mend = require "mend"
+    local eng = mend.engine { db = %q, sandbox = true, memory_limit = 32 << 20, http_allow = %s }
+    eng:load(%q)
+    local id = eng:start("caller", { url = %q })
+    eng:run()
+    local st = eng:status(id)
+    io.write(st.status, " ", tostring(st.steps[1].error))
+    eng:close()
+  ]]):format(dir .. "/p.db", mend.json.encode(allow):gsub("^%[", "{"):gsub("%]$", "}"), wf, url)
+  H.write_file(dir, "call.lua", code)
+  local _, out = H.shell(env .. " lua " .. dir .. "/call.lua 2>&1")
+  return out
 end
 
 local function refused(st, host, address)
@@ -104,32 +126,132 @@ describe("mend.http's connections under http_allow", function()
     assert.are.equal(3, #seen())
   end)
 
-  it("takes an environment proxy's address, and checks the target's name", function()
-    -- The proxy (the test server on 127.0.0.1, named by no allow-list) gets the whole URL as
-    -- its request's target; the target's name is only the proxy's to resolve.
+  it("checks an environment proxy's address as any other, and the target's name", function()
+    -- The proxy (the test server on 127.0.0.1) gets the whole URL as its request's target; the
+    -- target's name is only the proxy's to resolve. A proxy on loopback is named by address.
     local target = "http://api.example.test/a"
     script({ [target] = { { status = 200 } } })
-    local dir = H.tmp_dir()
-    local wf = H.write_file(dir, "caller.lua", CALLER)
-    local code = ([[
-      local mend = require "mend"
-      local eng = mend.engine { db = %q, sandbox = true, memory_limit = 32 << 20, http_allow = { %q } }
-      eng:load(%q)
-      local id = eng:start("caller", { url = %q })
-      eng:run()
-      local st = eng:status(id)
-      io.write(st.status, " ", tostring(st.steps[1].error))
-      eng:close()
-    ]]):format(dir .. "/p.db", "*.example.test", wf, target)
-    H.write_file(dir, "proxied.lua", code)
-    local env = "env -u no_proxy -u NO_PROXY http_proxy=http://127.0.0.1:" .. server.port .. " "
-    local _, out = H.shell(env .. "lua " .. dir .. "/proxied.lua")
+    local env = "env -u no_proxy -u NO_PROXY http_proxy=http://127.0.0.1:" .. server.port
+    local out = call_in(env, target, { "*.example.test" })
+    assert.is_truthy(out:find('host "api.example.test" is at address 127.0.0.1', 1, true), out)
+    assert.are.equal(0, #seen())
+    out = call_in(env, target, { "*.example.test", "127.0.0.1" })
     assert.are.equal("succeeded nil", out)
     assert.are.equal(1, #seen())
     -- a name outside the allow-list is refused before any connection, proxy or not
-    H.write_file(dir, "proxied.lua", (code:gsub("%*%.example%.test", "other.test")))
-    _, out = H.shell(env .. "lua " .. dir .. "/proxied.lua")
+    out = call_in(env, target, { "other.test", "127.0.0.1" })
     assert.is_truthy(out:find('host "api.example.test" is not allowed', 1, true), out)
     assert.are.equal(1, #seen())
+  end)
+
+  -- curl ignores upper-case HTTP_PROXY (httpoxy: a CGI host gets it from a request's Proxy
+  -- header) and goes straight to the target: nothing of HTTP_PROXY's is allowed.
+  it("allows no loopback port because of an HTTP_PROXY curl never uses", function()
+    script({ ["/a"] = { { status = 200 } } })
+    local env = "env -u http_proxy -u https_proxy -u all_proxy -u ALL_PROXY -u HTTPS_PROXY "
+                .. "-u no_proxy -u NO_PROXY HTTP_PROXY=http://127.0.0.1:9"
+    local out = call_in(env, "http://api.localhost:" .. server.port .. "/a", { "*.localhost" })
+    assert.are.equal(0, #seen(), "the loopback server was reached: " .. out)
+    assert.is_truthy(out:find('host "api.localhost" is at address', 1, true), out)
+  end)
+
+  -- A proxy on loopback allowed no port of loopback for the requests that do not go through it:
+  -- a target no_proxy exempts, an https URL when only http_proxy is set.
+  it("allows no loopback port because a proxy is on loopback, for a direct request", function()
+    script({ ["/a"] = { { status = 200 } } })
+    local env = "env -u https_proxy -u HTTPS_PROXY -u all_proxy -u ALL_PROXY -u HTTP_PROXY "
+                .. "http_proxy=http://127.0.0.1:9 no_proxy=localhost"
+    local out = call_in(env, "http://api.localhost:" .. server.port .. "/a", { "*.localhost" })
+    assert.are.equal(0, #seen(), "the loopback server was reached: " .. out)
+    assert.is_truthy(out:find('host "api.localhost" is at address', 1, true), out)
+    env = "env -u https_proxy -u HTTPS_PROXY -u all_proxy -u ALL_PROXY -u HTTP_PROXY "
+          .. "-u no_proxy -u NO_PROXY http_proxy=http://127.0.0.1:9"
+    out = call_in(env, "https://api.localhost:" .. server.port .. "/a", { "*.localhost" })
+    assert.is_truthy(out:find('host "api.localhost" is at address', 1, true), out)
+  end)
+end)
+
+describe("mend.http's connections under http_allow, the proxy's name", function()
+  after_each(H.cleanup)
+
+  -- Nothing of mend's resolves a proxy's name: a DNS that does not answer (a getaddrinfo that
+  -- waits 3 s for "slowproxy") would hold the loop at the first request, per proxy variable.
+  it("holds no loop resolving a proxy's name", function()
+    local dir = H.tmp_dir()
+    local shim = H.write_file(dir, "slowdns.c", [[
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <netdb.h>
+#include <string.h>
+#include <unistd.h>
+typedef int (*gai)(const char *, const char *, const struct addrinfo *, struct addrinfo **);
+int getaddrinfo(const char *n, const char *s, const struct addrinfo *h, struct addrinfo **r) {
+  static gai real;
+  if (!real) real = (gai)dlsym(RTLD_NEXT, "getaddrinfo");
+  if (n && strstr(n, "slowproxy")) { sleep(3); return EAI_AGAIN; }
+  return real(n, s, h, r);
+}
+]])
+    local so = dir .. "/slowdns.so"
+    local rc = H.shell(("cc -shared -fPIC -o %s %s -ldl"):format(so, shim))
+    if rc ~= 0 then pending("no C compiler") return end
+    local proxy = "http://slowproxy.corp:3128"
+    local env = ("env LD_PRELOAD=%s no_proxy='*' http_proxy=%s HTTP_PROXY=%s https_proxy=%s")
+                :format(so, proxy, proxy, proxy)
+    local t0 = os.time()
+    local out = call_in(env, "http://api.localhost:9/a", { "*.localhost" })
+    local took = os.time() - t0
+    assert.is_truthy(out:find('host "api.localhost" is at address', 1, true), out)
+    assert.is_true(took < 3, ("the engine was held %d s resolving the proxy's name"):format(took))
+  end)
+end)
+
+describe("mend.http's connections under http_allow, a name's next address", function()
+  after_each(H.cleanup)
+
+  -- api.localhost is 127.0.0.1 and ::1; the list names ::1 only. 127.0.0.1 is refused, ::1 is
+  -- reached, the request sent, and its answer times out: the request's error is that timeout
+  -- (retryable), not a refusal of the address it went past.
+  it("reports the error of the address it reached, not a refusal of one it went past", function()
+    local dir = H.tmp_dir()
+    local py = H.write_file(dir, "silent6.py", [[
+import os, socket, sys
+s = socket.socket(socket.AF_INET6)
+s.bind(("::1", 0))
+s.listen(8)
+open(sys.argv[2] + ".tmp", "w").write("%d %d" % (s.getsockname()[1], os.getpid()))
+os.rename(sys.argv[2] + ".tmp", sys.argv[2])
+held = []
+while True:
+    c, _ = s.accept()
+    held.append(c)
+    open(sys.argv[1], "a").write("accepted\n")
+]])
+    local log, portfile = dir .. "/accepted", dir .. "/port"
+    H.write_file(dir, "accepted", "")
+    os.execute("python3 " .. py .. " " .. log .. " " .. portfile .. " >/dev/null 2>&1 &")
+    local f
+    for _ = 1, 100 do
+      f = io.open(portfile)
+      if f then break end
+      os.execute("sleep 0.05")
+    end
+    if not f then pending("no ::1 here") return end
+    local port, pid = f:read("a"):match("^(%d+) (%d+)$")
+    f:close()
+    local eng = H.new_engine({ sandbox = true, memory_limit = 32 << 20,
+                               http_allow = { "*.localhost", "::1" } })
+    eng:load(H.write_file(dir, "caller.lua", CALLER))
+    local id = eng:start("caller", { url = "http://api.localhost:" .. port .. "/slow",
+                                     timeout = 0.5 })
+    eng:run()
+    local st = eng:status(id)
+    os.execute("kill " .. pid)
+    local accepted = io.open(log):read("a")
+    local e = tostring(st.steps[1].error)
+    assert.is_truthy(accepted:find("accepted", 1, true), "::1 was not reached: " .. e)
+    assert.is_falsy(e:find("is at address", 1, true),
+                    "a sent request's timeout reported as a refusal: " .. e)
+    assert.is_truthy(e:find("imed out", 1, true), e)
   end)
 end)

@@ -102,3 +102,100 @@ describe("the sandbox mark", function()
     assert.are.equal("on", mark_of(db))
   end)
 end)
+
+describe("the sandbox mark, set after an engine opened", function()
+  after_each(H.cleanup)
+
+  -- An engine opened before a sandboxed one marked the database (a worker, mend serve) takes
+  -- the sandboxed engine's runs and loads their scripts from the store: it refuses to run them
+  -- unsandboxed, and says why.
+  it("keeps an engine opened before the mark from running stored code unsandboxed", function()
+    local db = H.new_db()
+    local host = H.reopen(db, {})             -- opened first, no sandbox asked, no mark yet
+    local sb = H.reopen(db, { sandbox = true })
+    sb:load(H.write_file(H.tmp_dir(), "probe.lua", PROBE))
+    local id = sb:start("probe", {})
+    H.close(sb)
+    assert.are.equal("on", mark_of(db))
+    local ok, err = pcall(function()
+      host:resume(id)
+      host:run()
+    end)
+    local st = host:status(id)
+    H.close(host)
+    assert.are_not.same({ top = true, step = true }, st.steps[1].result)
+    local said = tostring(err) .. " " .. tostring(st.steps[1].error) .. " " .. tostring(st.error)
+    assert.is_false(ok and st.steps[1].result ~= nil, said)
+    assert.matches("marked sandboxed after this engine opened", said, 1, true)
+    -- opened again, it is sandboxed by the mark and runs the run
+    local eng = H.reopen(db, {})
+    eng:resume(id)
+    eng:run()
+    assert.are.same({ top = false, step = false }, eng:status(id).steps[1].result)
+  end)
+end)
+
+describe("an engine the sandbox mark made sandboxed", function()
+  after_each(H.cleanup)
+
+  it("says so as it opens, naming the database and how to open it trusted", function()
+    local db = H.new_db()
+    H.close(H.reopen(db, { sandbox = true }))
+    local lines = {}
+    local eng = H.reopen(db, { log = function(r) lines[#lines + 1] = r end })
+    H.close(eng)
+    local said
+    for _, r in ipairs(lines) do
+      if r.event == "sandbox" and r.level == "warn" then said = r.message end
+    end
+    assert.is_truthy(said, "no warn line")
+    assert.matches("is marked sandboxed", said, 1, true)
+    assert.matches("no_sandbox", said, 1, true)
+    assert.matches("mend db trust", said, 1, true)
+  end)
+
+  -- The line an engine logs as it is made reached a log function through mend_engine_lua of
+  -- an engine not made yet: a crash, the no_sandbox warn line's too.
+  it("gives the lines it logs as it opens to a log function", function()
+    local db = H.new_db()
+    H.close(H.reopen(db, { sandbox = true }))
+    local events = {}
+    local function log(r) events[#events + 1] = r.level .. " " .. r.event end
+    H.close(H.reopen(db, { no_sandbox = true, log = log }))
+    H.close(H.reopen(db, { log = log }))
+    assert.are.same({ "warn sandbox", "warn sandbox" }, events)
+  end)
+
+  it("names the mark in mend.http's refusal of a host", function()
+    local db = H.new_db()
+    H.close(H.reopen(db, { sandbox = true }))
+    local eng = H.reopen(db, { clock = "virtual", log = false })
+    eng:load(H.write_file(H.tmp_dir(), "h.lua", [[
+local mend = require "mend"
+return { name = "h", steps = { { name = "s", retry = { max_attempts = 1 }, execute = function()
+  return { st = mend.http{ url = "http://payments.internal/x" }.status } end } } }
+]]))
+    local id = eng:start("h", {})
+    eng:run()
+    local e = eng:status(id).steps[1].error
+    assert.matches("not allowed (http_allow: none)", e, 1, true)
+    assert.matches("sandboxed because the database is marked sandboxed", e, 1, true)
+  end)
+end)
+
+describe("mend.trust_db", function()
+  after_each(H.cleanup)
+
+  it("clears the mark: the host's engines run the code unsandboxed again", function()
+    local dir = H.tmp_dir()
+    local db = H.new_db()
+    assert.are.equal("unmarked", mend.trust_db(db))
+    H.close(H.reopen(db, { sandbox = true }))
+    assert.are.equal("cleared", mend.trust_db(db))
+    assert.are.equal("off", mark_of(db))
+    local eng = H.reopen(db, { clock = "virtual" })
+    assert.are.same({ top = true, step = true }, probe(eng, dir))
+    H.close(eng)
+    assert.has_error(function() mend.trust_db("a\0b") end)
+  end)
+end)

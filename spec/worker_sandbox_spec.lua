@@ -56,7 +56,7 @@ local function start(db, wf, name, input)
   local rc, out = sh(("%s start %s --db %s --workflows %s --input %s"):format(MEND, name, q(db),
                      q(wf), q(input or "{}")))
   assert.are.equal(0, rc, out)
-  return out:match("%S+")
+  return out:match("(%S+)%s*$")   -- after what stderr says (the mark sandboxed it)
 end
 
 local function listing(dir)

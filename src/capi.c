@@ -405,7 +405,7 @@ MEND_API int mend_engine_new(const mend_options *host_opts, mend_engine **out, c
   mend_refusal why;
   *out = mend_engine_create(NULL, &cfg, msg, sizeof msg, &why);
   if (!*out && why == MEND_REFUSED_SANDBOX) {   /* a database of untrusted workflows */
-    cfg.sandbox = 1;
+    cfg.sandbox = cfg.sandbox_by_mark = 1;
     *out = mend_engine_create(NULL, &cfg, msg, sizeof msg, &why);
   }
   if (!*out) {

@@ -369,6 +369,19 @@ static int on_panic(lua_State *L) {
   return 0;
 }
 
+int mend_engine_sandboxed(const mend_engine *E) {
+  return E->cfg.sandbox_by_mark ? 2 : E->cfg.sandbox ? 1 : 0;
+}
+
+void mend_engine_sandbox_by_mark_note(const mend_engine *E, char *buf, size_t len) {
+  const char *path = E->cfg.db_path ? E->cfg.db_path : ":memory:";
+  snprintf(buf, len, "%s is marked sandboxed (a sandboxed engine opened it): this engine runs "
+           "its workflows' code sandboxed (no io, os or mend.exec; mend.http only to "
+           "http_allow's hosts); to run it trusted, open it with no_sandbox (--no-sandbox), or "
+           "clear the mark (mend db trust)",
+           mend_store_is_postgres(path) ? "the PostgreSQL database" : path);
+}
+
 /* The database's sandbox mark (store.h: sandbox_mark) against the engine's sandbox: a sandboxed
  * engine marks it, so that the code of the workflows it holds is never run unsandboxed by a
  * command or a host that did not say so; an engine without sandbox on a marked database is
@@ -384,6 +397,11 @@ static int sandbox_mark(mend_engine *E, mend_refusal *why, char *err, int errlen
     *why = MEND_REFUSED_STORE;
     snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store));
     return -1;
+  }
+  if (marked && E->cfg.sandbox_by_mark) {
+    char msg[700];
+    mend_engine_sandbox_by_mark_note(E, msg, sizeof msg);
+    mend_engine_log_line(E, "warn", NULL, NULL, 0, "sandbox", msg);
   }
   if (!marked || E->cfg.sandbox) return 0;
   if (!E->cfg.no_sandbox) {

@@ -57,6 +57,9 @@ typedef struct mend_engine_config {
                                    engine opened it): its workflows' code runs unsandboxed, as
                                    the host said, with a warning. Else such a database is
                                    refused (MEND_REFUSED_SANDBOX) without sandbox */
+  int sandbox_by_mark;          /* sandbox set by the maker after MEND_REFUSED_SANDBOX, not by
+                                   the host: the engine says so (a warn line as it opens, and
+                                   mend.http's refusal of a host names the mark) */
   lua_CFunction open_module;    /* opens mend.core in a state the engine makes; NULL: none */
   const char *lua_path;         /* prepended to package.path (where `require "mend"` is) */
   const char *alert_command;    /* run with `sh -c` for each alert, the event as JSON on stdin */
@@ -69,6 +72,12 @@ typedef struct mend_engine_config {
   const char *thread_cpus;      /* the CPUs the store's threads run on, "0,2-3" (cpus.h); NULL:
                                    where the engine's thread may. Read by mend_engine_create */
 } mend_engine_config;
+
+/* What an engine made sandboxed by the database's mark (sandbox_by_mark) says of it, for a
+ * host without a log to show. */
+void mend_engine_sandbox_by_mark_note(const mend_engine *E, char *buf, size_t len);
+/* 0: not sandboxed; 1: sandboxed as its host asked; 2: sandboxed by the database's mark. */
+int mend_engine_sandboxed(const mend_engine *E);
 
 /* Why an operation refused or failed (a repair, a start, an advance, the engine's creation):
  * the C API maps each to one mend_status and the HTTP API to one code; the message that goes

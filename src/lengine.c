@@ -83,6 +83,7 @@ mend_engine *mend_lua_engine(lua_State *L, int idx) {
  * leaves its own jmp_buf as the engine's panic exit; the exit the engine's code runs under is
  * put back on return.  [-(nargs+1), +0|1] */
 static int with_exit_kept(engine_box *b, lua_State *L, int nargs) {
+  if (!b->E) return lua_pcall(L, nargs, 0, 0);   /* a line the engine logs as it is made */
   void *exit = mend_engine_set_panic_exit(b->E, NULL);
   mend_engine_set_panic_exit(b->E, exit);
   int rc = lua_pcall(L, nargs, 0, 0);
@@ -93,7 +94,7 @@ static int with_exit_kept(engine_box *b, lua_State *L, int nargs) {
 /* Where the callbacks of b run: the caller's state, which is the engine's unless the engine
  * has one of its own (its workflow code's, which must never see the caller's functions). */
 static lua_State *callback_state(engine_box *b) {
-  return b->owned ? b->L : mend_engine_lua(b->E);
+  return b->owned || !b->E ? b->L : mend_engine_lua(b->E);   /* !E: being made, on b->L's */
 }
 
 static void alert_to_lua(void *ud, json_t *ev) {
@@ -339,7 +340,7 @@ int mend__lengine_new(lua_State *L) {
   b->E = mend_engine_create(owned ? NULL : L, &cfg, err, sizeof err, &why);
   if (!b->E && why == MEND_REFUSED_SANDBOX) {
     /* The database holds untrusted workflows: sandboxed, unless the host said no_sandbox. */
-    cfg.sandbox = 1;
+    cfg.sandbox = cfg.sandbox_by_mark = 1;
     cfg.open_module = mend_lua_open;
     cfg.lua_path = mend_lua_dir_default();
     b->owned = owned = 1;
@@ -588,6 +589,24 @@ static int engine_now(lua_State *L) {
   return 1;
 }
 
+/* eng:sandboxed() -> nil | "asked" | "mark", note: whether the workflows' code runs sandboxed,
+ * and why (the host said sandbox, or the database's mark made it so: then what the engine
+ * logged of it as it opened, for a host without a log).  [-0, +2, -] */
+static int engine_sandboxed(lua_State *L) {
+  engine_box *b = check_engine(L);
+  int how = mend_engine_sandboxed(b->E);
+  if (!how) {
+    lua_pushnil(L);
+    return 1;
+  }
+  lua_pushstring(L, how == 2 ? "mark" : "asked");
+  if (how == 1) return 1;
+  char note[700];
+  mend_engine_sandbox_by_mark_note(b->E, note, sizeof note);
+  lua_pushstring(L, note);
+  return 2;
+}
+
 static int engine_parked(lua_State *L) {
   engine_box *b = check_engine(L);
   lua_pushinteger(L, mend_engine_parked(b->E));
@@ -709,6 +728,7 @@ void mend__lengine_open(lua_State *L) {
   static const luaL_Reg engine_methods[] = {
     {"load", engine_load}, {"register", engine_register}, {"start", engine_start},
     {"run", engine_run}, {"advance", engine_advance}, {"now", engine_now},
+    {"sandboxed", engine_sandboxed},
     {"in_flight", engine_in_flight}, {"parked", engine_parked},
     {"alert_commands_failed", engine_alert_commands_failed}, {"recover", engine_recover},
     {"serve", engine_serve}, {"stop", engine_stop}, {"resume", engine_resume},

@@ -140,7 +140,7 @@ static int l_http(lua_State *L) {
 /* mend.core._call(name, ...) -> true, value | false, error: a host function's answer, at once
  * or after the step yielded (lua/mend/init.lua raises the error).  [-n, +2, e] */
 static int l_call(lua_State *L) {
-  const char *name = luaL_checkstring(L, 1);
+  const char *name = mend__check_text(L, 1, "mend.call: the host function's name");
   char err[400];
   int rc = mend_engine_host_call(L, name, 2, err, sizeof err);
   if (rc < 0) {
@@ -184,8 +184,9 @@ static int l_listdir(lua_State *L) {
  * raises with the reason.  [-0, +1, e] */
 static int l_copy(lua_State *L) {
   char err[512] = "";
-  json_t *counts = mend_store_copy(luaL_checkstring(L, 1), luaL_checkstring(L, 2), err,
-                                   (int)sizeof err);
+  const char *from = mend__check_text(L, 1, "mend.copy: the database to copy");
+  const char *to = mend__check_text(L, 2, "mend.copy: the database to copy to");
+  json_t *counts = mend_store_copy(from, to, err, (int)sizeof err);
   if (!counts) {
     lua_pushstring(L, err);
     return lua_error(L);
@@ -199,7 +200,7 @@ static int l_copy(lua_State *L) {
  * upgrade: store.h, mend_store_upgrade_run_keys), or raises with the reason (a worker's lease
  * lasts, or the file could not be changed: it is as it was).  [-0, +1, e] */
 static int l_upgrade_db(lua_State *L) {
-  const char *path = luaL_checkstring(L, 1);
+  const char *path = mend__check_text(L, 1, "mend.upgrade_db: the database");
   int despite = 0;
   if (!lua_isnoneornil(L, 2)) {
     luaL_checktype(L, 2, LUA_TTABLE);
@@ -215,6 +216,31 @@ static int l_upgrade_db(lua_State *L) {
     return lua_error(L);
   }
   lua_pushstring(L, r == MEND_RUN_KEYS_UPGRADED ? "upgraded" : "current");
+  return 1;
+}
+
+/* mend.trust_db(path) -> "cleared" | "unmarked" (mend db trust): clears the database's sandbox
+ * mark (store.h: sandbox_mark), the host's decision that its workflows' code is trusted again:
+ * engines that open it after this run that code unsandboxed unless told sandbox. Engines open
+ * now keep what they are. Raises with the store's reason. Never in a sandbox (sandbox.c's
+ * allow-list).  [-0, +1, e] */
+static int l_trust_db(lua_State *L) {
+  const char *path = mend__check_text(L, 1, "mend.trust_db: the database");
+  char err[1024];
+  mend_store *s = mend_store_open(path, MEND_DURABILITY_FULL, err, (int)sizeof err);
+  if (!s) {
+    lua_pushstring(L, err);
+    return lua_error(L);
+  }
+  int was = mend_store_sandbox_mark(s, 0);
+  if (was == 1 && mend_store_sandbox_mark(s, -1) < 0) was = -1;
+  if (was < 0) snprintf(err, sizeof err, "%s", mend_store_errmsg(s));
+  mend_store_close(s);
+  if (was < 0) {
+    lua_pushstring(L, err);
+    return lua_error(L);
+  }
+  lua_pushstring(L, was ? "cleared" : "unmarked");
   return 1;
 }
 
@@ -239,6 +265,7 @@ int mend_lua_open(lua_State *L) {
     {"retryable", l_retryable}, {"fatal", l_fatal}, {"compensable", l_compensable},
     {"is_error", l_is_error}, {"sleep", l_sleep}, {"exec", l_exec}, {"http", l_http}, {"engine", mend__lengine_new},
     {"isatty", l_isatty}, {"listdir", l_listdir}, {"copy", l_copy}, {"upgrade_db", l_upgrade_db},
+    {"trust_db", l_trust_db},
     {"_call", l_call},
     {"_hear_stop", l_hear_stop}, {NULL, NULL}};
   mend_lerror_open(L);

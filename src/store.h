@@ -240,9 +240,9 @@ typedef struct mend_store_methods {
   int (*schema_version)(mend_store *s);
   /* The database's sandbox mark (meta.sandbox, schema 17 / PostgreSQL 7): it holds workflows
    * a sandboxed engine ran, so their code is untrusted wherever it is loaded again. set 1:
-   * marks it (committed at once, on a connection of its own on PostgreSQL; never unmarked by
-   * mend). 1 marked, 0 not, -1 error (errmsg). Called as an engine opens, never on the step
-   * path. */
+   * marks it (committed at once, on a connection of its own on PostgreSQL); set -1 clears it
+   * (only the host's `mend db trust`); 0 reads it. 1 marked, 0 not, -1 error (errmsg). Called
+   * as an engine opens or loads a workflow's text from the store, never on the step path. */
   int (*sandbox_mark)(mend_store *s, int set);
   /* Removes the runs that ended (succeeded, compensated, failed, resolved) and were last updated
    * before `before`, only those of `status` if not NULL, with their steps, history and

@@ -225,10 +225,10 @@ static void test_aux_keeps_writer_error(void) {
   drop_case();
 }
 
-/* With several hosts in the URI, the second connection (and the listening one) goes where the
- * writer's went: the first host, down when the writer connected (a standby lagging behind it,
- * in real life), never hears from it. 127.0.0.2 stands for that host: nothing listens there as the store
- * opens, a socket that counts and drops connections does after. */
+/* With several hosts in the URI, the second connection (the listening one, the mark's) goes
+ * where the writer's went: the first host, down when the writer connected (a standby lagging
+ * behind it, in real life), never hears from it. 127.0.0.2 stands for that host: nothing
+ * listens there as the store opens, a socket that counts and drops connections does after. */
 static atomic_int gate_accepts;
 static void *gate(void *arg) {
   int fd = *(int *)arg, c;
@@ -284,6 +284,10 @@ static void test_aux_on_writers_host(void) {
   int opened = 0;
   CHECK(mend__pg_wake_fd(s, &opened) >= 0);
   CHECK_EQ_INT(opened, 1);
+  CHECK_EQ_INT(atomic_load(&gate_accepts), 0);
+  /* the sandbox mark too: read on a standby, it may be stale; set there, it fails */
+  CHECK_EQ_INT(mend__pg_sandbox_mark(s, 1), 1);
+  CHECK_EQ_INT(mend__pg_sandbox_mark(s, 0), 1);
   CHECK_EQ_INT(atomic_load(&gate_accepts), 0);
   shutdown(fd, SHUT_RDWR);
   pthread_join(t, NULL);

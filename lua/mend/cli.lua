@@ -116,7 +116,9 @@ local function dispatch(args)
   if name == "dlq" and (args[2] == "retry" or args[2] == "resolve") then
     name, first = "dlq " .. args[2], 3
   end
-  if name == "db" and args[2] == "upgrade" then name, first = "db upgrade", 3 end
+  if name == "db" and (args[2] == "upgrade" or args[2] == "trust") then
+    name, first = "db " .. args[2], 3
+  end
   local cmd = commands[name]
   if not cmd then usage_error(nil, "unknown command %s", name) end
   local opts, positional = parse(name, args, first)

@@ -134,6 +134,7 @@ static curl_socket_t on_open_socket(void *ud, curlsocktype purpose, struct curl_
     return CURL_SOCKET_BAD;
   curl_socket_t fd = socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
   if (fd == CURL_SOCKET_BAD) return fd;
+  q->connected = 1;   /* an address tried: its outcome is the request's, not a refusal's */
   sock_drop(H, fd);   /* none should be left for this number; if one is, it is not this socket's */
   http_sock *s = sock_for(H, fd);
   if (s) s->connection = 1;   /* else made when curl first watches it, closed when it stops */
@@ -460,7 +461,7 @@ static void push_outcome(mend_run *r, http_req *q, CURLcode rc) {
     mend_lua_push_error(co, MEND_ERR_FATAL, msg, -1, 0);
     return;
   }
-  if (rc != CURLE_OK && q->refused[0]) {
+  if (rc != CURLE_OK && q->refused[0] && !q->connected) {
     char *host = NULL;
     curl_url_get(q->target->uh, CURLUPART_HOST, &host, 0);
     snprintf(msg, sizeof msg, "mend.http %s %s: host \"%.200s\" is at address %s, of the "

@@ -11,17 +11,18 @@
  * Private ranges (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7) are allowed: they are
  * other machines, which is what an allow-list of internal names (payments.internal) is for;
  * the host who names such a name chose to reach that network.
- * An environment proxy (http_proxy, https_proxy, all_proxy and their upper-case forms) is the
- * host's configuration: the addresses its name has when the engine's first request is made
- * are allowed (a proxy on loopback included), and the target's name is what the allow-list
- * checks; the proxy resolves it and connects, and what it may reach is its own policy.
- * Must never: resolve the target itself; block the loop but for the one resolve of a proxy's
- * name the host configured; refuse an address the allow-list names.
+ * An environment proxy (http_proxy, https_proxy, all_proxy; curl's rules) is the host's
+ * configuration and gets no allowance of its own: curl connects to the proxy's address, which
+ * the check sees as any other. A proxy on another machine is reached; one on this machine
+ * (loopback, link-local) must be named in http_allow by its address, which allows that
+ * address's every port. Allowing a proxy's address for the proxy alone would need to know
+ * which requests curl sends through it (no_proxy, the scheme, httpoxy's upper-case rule).
+ * Must never: resolve a name itself (the target's or a proxy's); refuse an address the
+ * allow-list names.
  */
 #include "http_int.h"
 
 #include <arpa/inet.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,30 +91,6 @@ static void entry_address(struct mend_http *H, const char *p, size_t n) {
   add_named(H, a);
 }
 
-/* The addresses of the proxy an environment variable names. */
-static void proxy_addresses(struct mend_http *H, const char *var) {
-  const char *v = getenv(var);
-  if (!v || !*v) return;
-  CURLU *u = curl_url();
-  char *host = NULL;
-  if (u && curl_url_set(u, CURLUPART_URL, v, CURLU_GUESS_SCHEME | CURLU_NON_SUPPORT_SCHEME) == CURLUE_OK &&
-      curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK && host) {
-    size_t n = strlen(host);
-    char *name = host;
-    if (n > 2 && host[0] == '[' && host[n - 1] == ']') name++, host[n - 1] = '\0';
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
-    if (getaddrinfo(name, NULL, &hints, &res) == 0) {
-      for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-        unsigned char a[16];
-        if (addr16(ai->ai_addr, a)) add_named(H, a);
-      }
-      freeaddrinfo(res);
-    }
-  }
-  curl_free(host);
-  curl_url_cleanup(u);
-}
-
 void mend__http_addr_init(struct mend_http *H) {
   const mend_engine *E = H->E;
   H->addr_check = E->cfg.sandbox || E->cfg.http_allow;
@@ -127,9 +104,6 @@ void mend__http_addr_init(struct mend_http *H) {
     entry_address(H, p, n);
     p = e;
   }
-  static const char *const vars[] = {"http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY",
-                                     "all_proxy", "ALL_PROXY"};
-  for (size_t k = 0; k < sizeof vars / sizeof *vars; k++) proxy_addresses(H, vars[k]);
 }
 
 int mend__http_addr_refused(const struct mend_http *H, const struct sockaddr *sa, char *shown,

@@ -228,8 +228,10 @@ static int check_url(mend_engine *E, http_req *q, const char *url, char *err, in
     goto out;
   }
   if ((E->cfg.sandbox || E->cfg.http_allow) && !host_allowed(E->cfg.http_allow, host)) {
-    snprintf(err, (size_t)errlen, "host \"%.200s\" is not allowed (http_allow: %.200s)", host,
-             E->cfg.http_allow ? E->cfg.http_allow : "none");
+    snprintf(err, (size_t)errlen, "host \"%.200s\" is not allowed (http_allow: %.200s)%s", host,
+             E->cfg.http_allow ? E->cfg.http_allow : "none",
+             E->cfg.sandbox_by_mark ? "; this engine is sandboxed because the database is marked "
+                                      "sandboxed (README: Limits and sandbox)" : "");
     goto out;
   }
   /* curl reads the user and password from u; messages and history show the URL without */

@@ -128,6 +128,7 @@ struct http_req {
   double started;             /* real seconds */
   char errbuf[CURL_ERROR_SIZE];
   char refused[48];           /* an address http_addr.c refused a connection to ("": none) */
+  int connected;              /* a socket was opened to an address not refused */
   struct http_req *prev, *next;
 };
 

@@ -114,6 +114,26 @@ static mend_workflow *load_text(mend_engine *E, const char *text, size_t len, co
   return wf;
 }
 
+/* Text from the store may be a sandboxed engine's, stored after this engine read the mark as
+ * it opened: the mark is read again before such text runs in an engine not sandboxed (a
+ * load, never on the step path; store.h: sandbox_mark). The files of the host's own workflows
+ * dir are the host's and are not asked about. 0, or -1 with err. */
+static int store_text_allowed(mend_engine *E, char *err, int errlen) {
+  const char *path = E->cfg.db_path ? E->cfg.db_path : ":memory:";
+  if (E->cfg.sandbox || E->cfg.no_sandbox || strcmp(path, ":memory:") == 0) return 0;
+  int marked = mend_store_sandbox_mark(E->store, 0);
+  if (marked < 0) {
+    mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
+    return -1;
+  }
+  if (!marked) return 0;
+  mend_errorf(err, errlen, "the database was marked sandboxed after this engine opened (a "
+              "sandboxed engine opened it): its workflows' code is not run unsandboxed here; "
+              "restart the engine (it opens sandboxed), or open it with no_sandbox "
+              "(--no-sandbox)");
+  return -1;
+}
+
 mend_workflow *mend_engine_load_version(mend_engine *E, const char *name, const char *version,
                                         char *err, int errlen) {
   for (mend_workflow *wf = E->workflows; wf; wf = wf->next)
@@ -122,6 +142,11 @@ mend_workflow *mend_engine_load_version(mend_engine *E, const char *name, const 
   char *text = mend_store_version_script(E->store, name, version, &source);
   if (!text) {
     mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
+    return NULL;
+  }
+  if (store_text_allowed(E, err, errlen)) {   /* after the read: the writer waited for */
+    free(text);
+    free(source);
     return NULL;
   }
   size_t len = strlen(text);

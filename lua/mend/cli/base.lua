@@ -40,9 +40,29 @@ local usage_error = M.usage_error
 ---------------------------------------------------------------------------------------------
 -- Engines
 
+-- A fresh engine for conf. --memory-limit holds the code of a sandbox: given without
+-- --sandbox, it is taken on a database whose mark sandboxes the engine, refused otherwise (the
+-- code would run trusted, in a state of its own, held to a limit it was not asked under).
+-- A command that loads workflow code (conf.loads_code) and logs nothing says on stderr that
+-- the database's mark sandboxed it (one that logs has the engine's warn line).
+function M.open_engine(conf)
+  local c = {}
+  for k, v in pairs(conf) do
+    if k ~= "loads_code" then c[k] = v end
+  end
+  local eng = mend.engine(c)
+  local how, note = eng:sandboxed()
+  if conf.memory_limit and not conf.sandbox and how ~= "mark" then
+    eng:close()
+    usage_error(nil, "--memory-limit needs --sandbox (or a database marked sandboxed)")
+  end
+  if note and conf.loads_code and not conf.log then M.say("mend: %s\n", note) end
+  return eng
+end
+
 -- Calls fn(eng) with a fresh engine and closes it, whatever fn does.
 function M.with_engine(conf, fn)
-  local eng = mend.engine(conf)
+  local eng = M.open_engine(conf)
   local res = table.pack(pcall(fn, eng))
   eng:close()
   if not res[1] then error(res[2], 0) end
@@ -175,7 +195,8 @@ function M.budget_flag(o)
   return n
 end
 
--- --memory-limit N: bytes, or nil; only with --sandbox.
+-- --memory-limit N: bytes, or nil. The workflow's code runs in a Lua state of the engine's own,
+-- held to N: sandboxed with --sandbox or on a database marked sandboxed, else unsandboxed.
 function M.memory_flag(o)
   if o["memory-limit"] == nil then return nil end
   local n = math.tointeger(tonumber(o["memory-limit"]))
@@ -183,8 +204,23 @@ function M.memory_flag(o)
     usage_error(o._command, "--memory-limit must be a whole number of bytes >= 1, got %s",
                 o["memory-limit"])
   end
-  M.needs(o, "sandbox", "memory-limit")
   return n
+end
+
+-- --http-allow host,*.example.com: the hosts mend.http may call (a list), or nil: any host,
+-- none in a sandbox (a database's mark included).
+function M.http_allow_flag(o)
+  if o["http-allow"] == nil then return nil end
+  local list = {}
+  for item in (o["http-allow"] .. ","):gmatch("([^,]*),") do
+    item = item:match("^%s*(.-)%s*$")
+    if item == "" then
+      usage_error(o._command, "--http-allow: an empty host in %q (hosts apart by commas)",
+                  o["http-allow"])
+    end
+    list[#list + 1] = item
+  end
+  return list
 end
 
 -- --no-sandbox: true or nil. A database a sandboxed engine opened is marked so, and every
@@ -206,7 +242,8 @@ function M.needs(o, needed, ...)
   end
 end
 
--- conf with the engine's limits the flags give: --sandbox, --memory-limit, --instruction-budget.
+-- conf with the engine's limits the flags give: --sandbox, --memory-limit, --instruction-budget,
+-- --http-allow.
 -- A command that loads a workflow's code (a stored version or a file) runs its top level and,
 -- carrying a run on, its steps: code a sandboxed worker ran must be loaded so here too.
 function M.sandboxed(o, conf)
@@ -214,6 +251,8 @@ function M.sandboxed(o, conf)
   conf.no_sandbox = M.no_sandbox_flag(o)
   conf.memory_limit = M.memory_flag(o)
   conf.instruction_budget = M.budget_flag(o)
+  conf.http_allow = M.http_allow_flag(o)
+  conf.loads_code = true
   return conf
 end
 

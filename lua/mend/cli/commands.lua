@@ -19,20 +19,25 @@ local BUDGET_HELP =
 -- The flags of a command that loads a workflow's code in an engine of its own: without
 -- --sandbox its top level (and, carrying a run on, its steps) runs with io and os.
 local SANDBOX_FLAGS = { sandbox = "switch", ["no-sandbox"] = "switch", ["memory-limit"] = "value",
-                        ["instruction-budget"] = "value" }
+                        ["instruction-budget"] = "value", ["http-allow"] = "value" }
 local NO_SANDBOX_HELP =
   "  --no-sandbox     on a database a sandboxed engine opened (marked sandboxed: every\n" ..
-  "                   command runs its code sandboxed), run the code unsandboxed, trusted\n"
+  "                   command runs its code sandboxed), run the code unsandboxed, trusted\n" ..
+  "                   (mend db trust clears the mark)\n" ..
+  "  --http-allow H   the hosts mend.http may call, apart by commas (*.example.com: the\n" ..
+  "                   names under example.com); a sandbox allows none without it\n"
 local function with_sandbox_flags(flags)
   for k, v in pairs(SANDBOX_FLAGS) do flags[k] = v end
   return flags
 end
-local SANDBOX_USAGE = "[--sandbox [--memory-limit N] [--instruction-budget N] | --no-sandbox]"
+local SANDBOX_USAGE = "[--sandbox | --no-sandbox] [--memory-limit N] [--instruction-budget N]\n" ..
+                      "                  [--http-allow H]"
 local SANDBOX_HELP =
   "  --sandbox        load the workflow's code sandboxed, as `mend worker --sandbox` runs it\n" ..
   "                   (README: Limits and sandbox): without it the code runs with io and\n" ..
   "                   os here, trusted\n" ..
-  "  --memory-limit N bytes the workflow's code may hold (with --sandbox)\n" ..
+  "  --memory-limit N bytes the workflow's code may hold (sandboxed with --sandbox or on a\n" ..
+  "                   database marked sandboxed)\n" ..
   "  --instruction-budget N  Lua instructions one attempt may run (default: no budget)\n" ..
   NO_SANDBOX_HELP
 local ALERT_HELP =
@@ -48,13 +53,15 @@ local commands = {
     flags = { input = "value", db = "value", key = "value", clock = "value", seed = "value",
               durability = "value", json = "switch", ["log-level"] = "value",
               ["alert-command"] = "value", ["instruction-budget"] = "value",
-              sandbox = "switch", ["no-sandbox"] = "switch", ["memory-limit"] = "value" },
+              sandbox = "switch", ["no-sandbox"] = "switch", ["memory-limit"] = "value",
+              ["http-allow"] = "value" },
     choices = { clock = { virtual = true, real = true },
                 durability = { full = true, process = true }, ["log-level"] = LOG_LEVELS },
     usage = "mend run FILE [--input JSON] [--db PATH] [--key K] [--clock virtual|real]\n" ..
             "                [--seed N] [--durability full|process] [--json]\n" ..
             "                [--log-level debug|info|warn|error] [--alert-command CMD]\n" ..
-            "                [--instruction-budget N] [--sandbox [--memory-limit N]]",
+            "                [--instruction-budget N] [--sandbox | --no-sandbox]\n" ..
+            "                [--memory-limit N] [--http-allow H]",
     help = "Runs one execution of the workflow in FILE to its end, then prints the outcome and\n" ..
            "a timeline of every transition (or, with --json, the run's status as JSON). The\n" ..
            "log goes to stderr: JSON lines, or, on a terminal, readable lines of what went\n" ..
@@ -71,7 +78,8 @@ local commands = {
            "  --sandbox        run the workflow's code in a Lua state of its own, sandboxed as\n" ..
            "                   mend_engine_new's (README: Limits and sandbox), its allocations\n" ..
            "                   and C work charged to --instruction-budget\n" ..
-           "  --memory-limit N bytes the workflow's code may hold (with --sandbox)\n" ..
+           "  --memory-limit N bytes the workflow's code may hold, in a state of its own\n" ..
+           "                   (sandboxed with --sandbox or on a database marked sandboxed)\n" ..
            NO_SANDBOX_HELP .. "\n" ..
            "Exit codes: 0 succeeded, 3 compensated or failed (or, with --key, a run a person\n" ..
            "resolved), 4 needs attention (dead-letter queue), 1 mend failed (load, storage or\n" ..
@@ -109,6 +117,7 @@ local commands = {
               ["log-level"] = "value", ["alert-command"] = "value",
               ["instruction-budget"] = "value", ["park-after"] = "value", clock = "value",
               sandbox = "switch", ["no-sandbox"] = "switch", ["memory-limit"] = "value", listen = "value",
+              ["http-allow"] = "value",
               ["token-file"] = "value", ["max-body"] = "value", cors = "value" },
     choices = { durability = { full = true, process = true }, ["log-level"] = LOG_LEVELS,
                 clock = { virtual = true, real = true } },
@@ -116,7 +125,8 @@ local commands = {
             "                   [--max-in-flight N] [--durability full|process]\n" ..
             "                   [--park-after S] [--clock virtual|real]\n" ..
             "                   [--log-level debug|info|warn|error] [--alert-command CMD]\n" ..
-            "                   [--instruction-budget N] [--sandbox [--memory-limit N]]\n" ..
+            "                   [--instruction-budget N] [--sandbox | --no-sandbox]\n" ..
+            "                   [--memory-limit N] [--http-allow H]\n" ..
             "                   [--listen HOST:PORT [--token-file F] [--max-body B] [--cors O]]",
     help = "Executes runs until stopped. On start it resumes every unfinished run that no live\n" ..
            "worker holds, from the database alone; then it takes new runs as `mend start`\n" ..
@@ -143,7 +153,8 @@ local commands = {
            "                   mend_engine_new's (README: Limits and sandbox), its allocations\n" ..
            "                   and C work charged to --instruction-budget; a run whose code\n" ..
            "                   meets a limit is a dead letter and the worker goes on\n" ..
-           "  --memory-limit N bytes the workflows' code may hold (with --sandbox)\n" ..
+           "  --memory-limit N bytes the workflows' code may hold, in a state of its own\n" ..
+           "                   (sandboxed with --sandbox or on a database marked sandboxed)\n" ..
            NO_SANDBOX_HELP ..
            "  --listen HOST:PORT  also serve the HTTP API there; --token-file, --max-body and\n" ..
            "                   --cors as for mend serve (see mend serve --help), and only\n" ..
@@ -326,8 +337,10 @@ local commands = {
     args = {},
     optional = { "COMMAND" },
     flags = {},
-    usage = "mend db upgrade [--db PATH] [--despite-leases]",
-    help = "Changes to the database file itself: 'mend db upgrade' (see its --help).\n",
+    usage = "mend db upgrade [--db PATH] [--despite-leases]\n" ..
+            "       mend db trust [--db PATH]",
+    help = "Changes to the database itself: 'mend db upgrade', 'mend db trust' (see their\n" ..
+           "--help).\n",
     does = { "mend.cli.store", "db" },
   },
   ["db upgrade"] = {
@@ -346,6 +359,18 @@ local commands = {
            "  --despite-leases upgrade while workers hold leases (every one of them must be\n" ..
            "                   a mend of schema 16 or later)\n",
     does = { "mend.cli.store", "db_upgrade" },
+  },
+  ["db trust"] = {
+    args = {},
+    flags = { db = "value" },
+    usage = "mend db trust [--db PATH]",
+    help = "Clears the database's sandbox mark (README: Limits and sandbox): the host's word\n" ..
+           "that the code of its workflows, those a sandboxed engine ran and stored included,\n" ..
+           "is trusted. Engines that open it after this run that code unsandboxed, with io,\n" ..
+           "os and mend.exec, unless told --sandbox; engines open now keep what they are\n" ..
+           "until restarted, and a sandboxed engine that opens it marks it again. Prints\n" ..
+           "what it did; nothing to do on a database not marked.\n\n" .. DB_HELP,
+    does = { "mend.cli.store", "db_trust" },
   },
   runs = {
     args = {},
@@ -454,6 +479,7 @@ Commands:
   prune         remove runs that ended long ago (--older-than 30d, --dry-run)
   copy          copy a SQLite store into a new PostgreSQL one (--from, --to)
   db upgrade    give an older SQLite file a new one's layout (stop older mends first)
+  db trust      clear the sandbox mark: the database's workflows are trusted again
   repl          an interactive shell: use a workflow, start, advance the clock, inspect
 
 Run 'mend <command> --help' for a command's options; 'mend --version' prints the version.

@@ -53,6 +53,7 @@ function M.run(o, file)
   local conf = { db = o.db, clock = o.clock, seed = o.seed, durability = o.durability,
                  log = "stderr", log_level = level, alert_command = o["alert-command"],
                  instruction_budget = base.budget_flag(o), memory_limit = base.memory_flag(o),
+                 http_allow = base.http_allow_flag(o),
                  sandbox = o.sandbox or nil, no_sandbox = base.no_sandbox_flag(o) }
   return with_engine(conf, function(eng)
     local name = eng:load(file)

@@ -27,6 +27,7 @@ function M.worker(o)
   local conf = { db = o.db, durability = o.durability, log = "stderr",
                  log_level = o["log-level"], alert_command = o["alert-command"],
                  instruction_budget = base.budget_flag(o), memory_limit = base.memory_flag(o),
+                 http_allow = base.http_allow_flag(o),
                  sandbox = o.sandbox or nil, no_sandbox = base.no_sandbox_flag(o),
                  lease = number_flag(o, "lease", 30), grace = number_flag(o, "grace", 10),
                  clock = o.clock, park_after = 1,

@@ -83,8 +83,26 @@ function M.db_upgrade(o)
   return EXIT_OK
 end
 
+-- mend db trust: the database's sandbox mark cleared, the host's decision that the code of its
+-- workflows (a sandboxed engine's among them) is trusted again; said on stderr what it means.
+function M.db_trust(o)
+  existing_db(o.db)
+  local how = mend.trust_db(o.db)
+  if how == "unmarked" then
+    out("%s: not marked sandboxed: nothing to do\n", o.db)
+    return EXIT_OK
+  end
+  out("%s: the sandbox mark is cleared\n", o.db)
+  io.stderr:write("mend: engines that open it from now on run its workflows' code unsandboxed, "
+                  .. "with io, os and mend.exec (workflow versions a sandboxed engine stored "
+                  .. "included) unless told --sandbox; engines open now keep what they are "
+                  .. "until restarted, and a sandboxed one opened again marks it again\n")
+  return EXIT_OK
+end
+
 function M.db(_, sub)
-  usage_error("db", sub and ("unknown db command %s"):format(sub) or "give a db command: upgrade")
+  usage_error("db", sub and ("unknown db command %s"):format(sub)
+                        or "give a db command: upgrade, trust")
 end
 
 return M

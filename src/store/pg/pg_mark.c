@@ -1,8 +1,12 @@
 /*
  * pg_mark: the PostgreSQL store's sandbox mark (meta.sandbox, schema 7; store.h: sandbox_mark),
  * read and set on a connection of its own that commits at once: the store's connections are
- * the writer's and its batches', which a statement of another kind must not enter. Called as an
- * engine opens. Must never: set the mark off; run on the step path; leave the connection open.
+ * the writer's and its batches', which a statement of another kind must not enter; on the
+ * server the writer's connection reached (pg_aux.c says why: a multi-host conninfo may list a
+ * standby, lagging or read-only). Called as an engine opens and as one loads a workflow's text
+ * from the store, just after a read that waited for the writer (p->err is free). Must never:
+ * set the mark off but for the host's `mend db trust` (set -1); run on the step path; leave
+ * the connection open.
  */
 #include "pg_int.h"
 
@@ -12,18 +16,24 @@ int mend__pg_sandbox_mark(mend_store *s, int set) {
   mend_pg *p = PG(s);
   char server[300];
   PGconn *c = NULL;
-  if (mend__pg_connect_at(p, NULL, p->err, sizeof p->err, server, sizeof server, &c) != 0)
+  pg_at at;
+  int known = mend__pg_writer_host(p, &at);
+  if (mend__pg_connect_at(p, known ? &at : NULL, p->err, sizeof p->err, server, sizeof server,
+                          &c) != 0)
     return -1;
-  const char *sql = set ? "UPDATE meta SET value = 'on' WHERE key = 'sandbox'"
-                        : "SELECT value FROM meta WHERE key = 'sandbox'";
+  const char *sql = set > 0 ? "UPDATE meta SET value = 'on' WHERE key = 'sandbox'"
+                    : set < 0 ? "UPDATE meta SET value = 'off' WHERE key = 'sandbox'"
+                              : "SELECT value FROM meta WHERE key = 'sandbox'";
   PGresult *r = PQexec(c, sql);
   int st = PQresultStatus(r), rc;
   if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
     mend__pg_fail_to(p->err, sizeof p->err, server, c, r,
-                     set ? "set the sandbox mark" : "read the sandbox mark");
+                     set > 0   ? "set the sandbox mark"
+                     : set < 0 ? "clear the sandbox mark"
+                               : "read the sandbox mark");
     rc = -1;
   } else if (set) {
-    rc = 1;
+    rc = set > 0;
   } else {
     rc = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), "on") == 0;
   }
