@@ -24,8 +24,8 @@
  *   steps(run_id TEXT, idx INTEGER, name TEXT, status TEXT, attempts INTEGER,
  *         comp_attempts INTEGER, idem_key TEXT (NULL: the default, run_id/name, and read
  *         as that), custom_key INTEGER (mend_key_kind: 0 the default key, 1 the step's own,
- *         2 its own with a result reused from another row, whose effect is that run's: no
- *         migration, as mends before it read 2 as 1), result TEXT (JSON),
+ *         2 its own with a result reused from another row, whose effect is that run's: since
+ *         schema 18, whose migration marks the reuses older mends wrote as 1), result TEXT (JSON),
  *         error TEXT, due REAL, last_delay REAL, updated REAL, slept INTEGER,
  *         PRIMARY KEY(run_id, idx))
  *         + index on idem_key for custom keys; a step has a row from its first transition
@@ -569,6 +569,15 @@ const char *const mend__migrations[MEND_SCHEMA_VERSION] = {
    * told not to (engine.c). `off` until then; only mend sets it on, and nothing of mend's
    * sets it off. A row older mends do not read: they ran such code unsandboxed before. */
   "INSERT OR IGNORE INTO meta(key, value) VALUES('sandbox', 'off');",
+  /* 17 -> 18: a reused step's row is custom_key 2; mends before wrote 1, as for an execution,
+   * and a mend reading it so would compensate the owner's effect (and offer it as a key's
+   * result). A row of a custom key that took a result without an attempt is a reuse: an
+   * executed step counts its attempt before it runs (a dead letter's retry gives a failed step
+   * fresh attempts, then runs it), and a step of a custom key has no other way to succeed.
+   * Its owner is not recorded (no `reused` history row): status says reused, from an unknown
+   * run. The bump itself makes those mends refuse the file (schema_check.c). */
+  "UPDATE steps SET custom_key = 2 WHERE custom_key = 1 AND attempts = 0"
+  " AND status IN ('succeeded', 'compensating', 'compensated', 'compensation_failed');",
 };
 
 /* run_key's layout from `column` to `partial` (src/store/layout.c), in its caller's

@@ -461,6 +461,9 @@ const char *const mend__pg_migrations[MEND_PG_SCHEMA_VERSION] = {
   MIGRATE_ERROR_DETAIL,
   /* 6 -> 7: the sandbox mark, as SQLite's 16 -> 17 (schema.c) */
   "INSERT INTO meta(key, value) VALUES('sandbox', 'off') ON CONFLICT (key) DO NOTHING;",
+  /* 7 -> 8: the reuses older mends wrote as executions (custom_key 1), as SQLite's 17 -> 18 */
+  "UPDATE steps SET custom_key = 2 WHERE custom_key = 1 AND attempts = 0"
+  " AND status IN ('succeeded', 'compensating', 'compensated', 'compensation_failed');",
 };
 
 /* The advisory lock that makes creating and upgrading the schema one worker's at a time
