@@ -175,12 +175,18 @@ const char *const mend__query_sql[Q__COUNT] = {
   [Q_FIND_RUN_KEY] = "SELECT id FROM runs WHERE run_key = ?1",
   [Q_LAST_SEQ] = "SELECT seq, at FROM history WHERE run_id = ?1 ORDER BY seq DESC LIMIT 1",
   /* custom_key = 1 lets SQLite use the partial index on idem_key, and takes only a row that
-   * executed (a reuse's is 2: its effect is another run's). A run going back is undoing its
-   * succeeded steps: their effect is on its way out, not to be reused. */
+   * executed (a reuse's is 2: its effect is another run's). Its effect stands unless its run
+   * or a run above it (a child is undone with its parent) is going back, or may be:
+   * `compensating`, or `needs_attention` (a person decides what comes next: a dlq retry of a
+   * compensation failure goes on with the way back). Every other status keeps what succeeded:
+   * running, succeeded, failed (nothing to undo), resolved (a person's), compensated (what it
+   * undid is no longer `succeeded`). README, Guarantees. */
   [Q_FIND_KEY_RESULT] =
     "SELECT result, run_id FROM steps s WHERE idem_key = ?1 AND custom_key = 1"
-    " AND status = 'succeeded' AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = s.run_id"
-    " AND r.status = 'compensating') ORDER BY updated DESC LIMIT 1",
+    " AND status = 'succeeded' AND NOT EXISTS (WITH RECURSIVE up(id) AS (SELECT s.run_id"
+    " UNION SELECT r.parent_run FROM runs r JOIN up ON r.id = up.id"
+    " WHERE r.parent_run IS NOT NULL) SELECT 1 FROM runs r JOIN up ON r.id = up.id"
+    " WHERE r.status IN ('compensating', 'needs_attention')) ORDER BY updated DESC LIMIT 1",
   [Q_GET_BREAKER] =
     "SELECT state, failures, successes, opened_at, open_until FROM breakers WHERE key = ?1",
   /* Takes unfinished runs nobody holds (no owner, or one whose lease ran out) for `owner`.
