@@ -234,4 +234,139 @@ describe("a reused step's result", function()
     assert.are.same({ why }, skips(eng2, b, "g/pay"))
     assert.are.same({ why }, skips(eng2, b, "m/1"))
   end)
+
+  -- A run stopped by a failed compensation (needs_attention) is still going back: a dlq retry
+  -- undoes the rest of its steps. Its key is not offered meanwhile.
+  it("is not taken from a run in needs_attention: the key executes again", function()
+    local eng = H.new_engine()
+    local log = { charges = 0, refunds = {} }
+    local broken = true
+    eng:register { name = "undo_fails", steps = {
+      { name = "charge", idempotency_key = function(ctx) return "charge-" .. ctx.input.order end,
+        execute = function() log.charges = log.charges + 1; return "c-" .. log.charges end,
+        compensate = function(ctx) log.refunds[#log.refunds + 1] = ctx.run_id end },
+      { name = "tidy", execute = function() return 1 end,
+        compensate = function() if broken then error(mend.fatal("tidy broken")) end end },
+      { name = "boom", execute = function() error(mend.fatal("no")) end } } }
+    eng:register(order_def(log))
+    local a = eng:start("undo_fails", { order = 12 })
+    eng:run()
+    assert.are.equal("needs_attention", eng:status(a).status)
+    assert.are.equal("succeeded", H.step(eng:status(a), "charge").status)
+    local b = eng:start("order", { order = 12 })
+    eng:advance(1)
+    assert.is_nil(H.step(eng:status(b), "charge").reused)
+    eng:signal(b, "ok", true)
+    eng:advance(1)
+    assert.are.equal("succeeded", eng:status(b).status)
+    broken = false
+    eng:dlq_retry(a, { who = "ops" })
+    eng:run()
+    assert.are.same({ a }, log.refunds)
+    assert.are.equal(2, log.charges)   -- b's own charge stands
+  end)
+
+  -- A child run is undone with its parent: while the parent goes back and has not reached it,
+  -- the child is still `succeeded`, and its key is not offered.
+  it("is not taken from a child whose parent is going back", function()
+    local eng = H.new_engine()
+    local log = { charges = 0, refunds = {} }
+    eng:register { name = "kid", steps = {
+      { name = "charge", idempotency_key = function(ctx) return "charge-" .. ctx.input.order end,
+        execute = function() log.charges = log.charges + 1; return "c-" .. log.charges end,
+        compensate = function(ctx) log.refunds[#log.refunds + 1] = ctx.run_id end } } }
+    eng:register { name = "parent", steps = {
+      { name = "k", child = "kid" },
+      { name = "tidy", execute = function() return 1 end,
+        compensate = function() mend.sleep(5) end },
+      { name = "boom", execute = function() error(mend.fatal("no")) end } } }
+    eng:register(order_def(log))
+    local p = eng:start("parent", { order = 13 })
+    eng:advance(1)
+    assert.are.equal("compensating", eng:status(p).status)   -- undoing tidy, 5 s
+    local b = eng:start("order", { order = 13 })
+    eng:advance(1)
+    assert.is_nil(H.step(eng:status(b), "charge").reused)
+    eng:signal(b, "ok", true)
+    eng:run()
+    assert.are.equal(1, #log.refunds)   -- the child's charge, undone with its parent
+    assert.are.equal("succeeded", eng:status(b).status)
+    assert.are.equal(2, log.charges)
+  end)
+
+  -- Passed by once, however often the worker restarts in the backward walk.
+  it("is passed by once in a map's way back begun again after a restart", function()
+    local eng, db = H.new_engine()
+    local log = { refunds = {} }
+    local function def(name, fail)
+      return { name = name, steps = {
+        { name = "m", max_concurrency = 1, map = function(ctx) return ctx.input.items end, step = {
+          idempotency_key = function(ctx) return "it-" .. ctx.input.items[tonumber(
+            ctx.step:match("/(%d+)$"))] end,
+          execute = function(_, item) return item end,
+          compensate = function(ctx, r)
+            mend.sleep(5)
+            log.refunds[#log.refunds + 1] = ctx.run_id .. ":" .. r
+          end } },
+        { name = "end", execute = function() if fail then error(mend.fatal("no")) end end } } }
+    end
+    eng:register(def("m_ok", false))
+    eng:register(def("m_fail", true))
+    local a = eng:start("m_ok", { items = { 2 } })
+    eng:run()
+    local b = eng:start("m_fail", { items = { 1, 2 } })   -- executes 1, then reuses 2
+    eng:advance(1)
+    eng:advance(1)
+    assert.are.equal("compensating", eng:status(b).status)
+    H.close(eng)
+    local eng2 = H.reopen(db)
+    eng2:register(def("m_ok", false))
+    eng2:register(def("m_fail", true))
+    eng2:recover()
+    eng2:run()
+    assert.are.equal("compensated", eng2:status(b).status)
+    assert.are.same({ b .. ":1" }, log.refunds)
+    assert.are.equal(a, H.step(eng2:status(b), "m/2").reused_from)
+    assert.are.equal(1, #skips(eng2, b, "m/2"))
+  end)
+
+  it("is passed by once in a group's way back begun again after a restart", function()
+    local eng, db = H.new_engine()
+    local log = { refunds = {} }
+    local function def(name, fail)
+      return { name = name, steps = {
+        -- one at a time: pay is reused after note executed, so passed by first on the way
+        -- back, before note's compensation (5 s) that the restart comes in
+        { name = "g", max_concurrency = 1, parallel = {
+          { name = "note", execute = function() return "n" end,
+            compensate = function(ctx)
+              mend.sleep(5)
+              log.refunds[#log.refunds + 1] = ctx.run_id .. " note"
+            end },
+          { name = "pay", idempotency_key = function(ctx) return "pay-" .. ctx.input.o end,
+            execute = function() return "p" end,
+            compensate = function(ctx)
+              log.refunds[#log.refunds + 1] = ctx.run_id .. " pay"
+            end } } },
+        { name = "end", execute = function() if fail then error(mend.fatal("no")) end end } } }
+    end
+    eng:register(def("g_ok", false))
+    eng:register(def("g_fail", true))
+    local a = eng:start("g_ok", { o = 1 })
+    eng:run()
+    local b = eng:start("g_fail", { o = 1 })
+    eng:advance(1)
+    eng:advance(1)
+    assert.are.equal("compensating", eng:status(b).status)
+    H.close(eng)
+    local eng2 = H.reopen(db)
+    eng2:register(def("g_ok", false))
+    eng2:register(def("g_fail", true))
+    eng2:recover()
+    eng2:run()
+    assert.are.equal("compensated", eng2:status(b).status)
+    assert.are.same({ b .. " note" }, log.refunds)
+    assert.are.equal(a, H.step(eng2:status(b), "g/pay").reused_from)
+    assert.are.equal(1, #skips(eng2, b, "g/pay"))
+  end)
 end)

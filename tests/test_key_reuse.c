@@ -1,9 +1,9 @@
 /*
  * test_key_reuse: the SQLite store's lookup of a custom idempotency key's result (SPEC section
  * 6) offers only a row that executed the key and whose effect is still there: never a reuse of
- * it (custom_key 2), a compensated row, or one of a run that is compensating; and names the
- * run whose result it is. The engine's side (a reusing run passes the step by on its way
- * back) is spec/reuse_spec.lua's.
+ * it (custom_key 2), a compensated row, or one of a run that is compensating or in
+ * needs_attention, or whose parent, up to its root, is; and names the run whose result it is.
+ * The engine's side (a reusing run passes the step by on its way back) is spec/reuse_spec.lua's.
  */
 #include "check.h"
 #include "store.h"
@@ -84,6 +84,36 @@ int main(void) {
   CHECK_EQ_INT(mend_store_put_step(s, &c), 0);
   CHECK_EQ_INT(mend_store_commit(s), 0);
   CHECK_STR(look(s, buf, sizeof buf), "c=\"c-2\"");
+
+  /* c stopped by a failed compensation (needs_attention): a dlq retry goes on undoing it */
+  CHECK_EQ_INT(mend_store_update_run(s, "c", "needs_attention", "undo failed", 1, 60,
+                                     "compensation_failed"), 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  CHECK_STR(look(s, buf, sizeof buf), "none");
+  CHECK_EQ_INT(mend_store_update_run(s, "c", "succeeded", NULL, 0, 70, NULL), 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  CHECK_STR(look(s, buf, sizeof buf), "c=\"c-2\"");
+
+  /* a grandchild's row (d under p under root): undone with any run above it going back */
+  put_run(s, "root", "running");
+  put_run(s, "p", "succeeded");
+  put_run(s, "d", "succeeded");
+  CHECK_EQ_INT(mend_store_set_parent(s, "p", "root", "k"), 0);
+  CHECK_EQ_INT(mend_store_set_parent(s, "d", "p", "k"), 0);
+  mend_step_rec d = keyed("d", "succeeded", MEND_KEY_OWN, "\"c-3\"", 80);
+  CHECK_EQ_INT(mend_store_put_step(s, &d), 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  CHECK_STR(look(s, buf, sizeof buf), "d=\"c-3\"");
+  CHECK_EQ_INT(mend_store_update_run(s, "root", "compensating", NULL, 0, 90, "fatal"), 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  CHECK_STR(look(s, buf, sizeof buf), "c=\"c-2\"");   /* the latest whose effect stands */
+  CHECK_EQ_INT(mend_store_update_run(s, "root", "needs_attention", "undo failed", 1, 95,
+                                     "compensation_failed"), 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  CHECK_STR(look(s, buf, sizeof buf), "c=\"c-2\"");
+  CHECK_EQ_INT(mend_store_update_run(s, "root", "succeeded", NULL, 0, 99, NULL), 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  CHECK_STR(look(s, buf, sizeof buf), "d=\"c-3\"");
 
   /* a reuse's row reads back as a reuse (the engine's rebuild tells it from its own key) */
   json_t *run = mend_store_run(s, "b");

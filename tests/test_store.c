@@ -328,11 +328,20 @@ static void test_round_trip(void) {
   CHECK_EQ_INT(mend_store_find_run_key(s, "order-99", id, sizeof id), 0);
   CHECK_EQ_INT(mend_store_find_run_key(s, "order-42", id, 2), -1);   /* does not fit */
 
+  /* r1 is in needs_attention after a compensation failed: a retry goes on undoing its step,
+   * so its key is not offered; once it ended succeeded, it is. */
   char *res = NULL, owner[64];
+  CHECK_EQ_INT(mend_store_find_key_result(s, "reserve-42", &res, owner, sizeof owner), 0);
+  CHECK_EQ_INT(mend_store_update_run(s, "r1", "succeeded", NULL, 0, 500, NULL), 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
   CHECK_EQ_INT(mend_store_find_key_result(s, "reserve-42", &res, owner, sizeof owner), 1);
   CHECK_STR(res, "{\"ok\":true,\"n\":3}");
+  CHECK_STR(owner, "r1");
   free(res);
   res = NULL;
+  CHECK_EQ_INT(mend_store_update_run(s, "r1", "needs_attention", "charge failed", 1, 500,
+                                     "compensation_failed"), 0);
+  CHECK_EQ_INT(mend_store_commit(s), 0);
   /* Only succeeded steps whose key is custom count. */
   mend_step_rec derived = step_rec("r2", 0, "refund", "succeeded");
   derived.idem_key = "derived-1";

@@ -97,7 +97,7 @@ typedef struct step_rt {
   unsigned row_unknown : 1;       /* without has_row, a row may be there all the same (a run
                                      rebuilt from its image: a step with none known) */
   unsigned when_done : 1;         /* its when(ctx) answered (recorded: never asked again) */
-  unsigned comp_skipped : 1;      /* its group's compensation passed it: no compensate */
+  unsigned comp_skipped : 1;      /* its way back passed it: no compensate, or reused */
   unsigned err_kind : 3;          /* the mend_error_kind of `error`, stored with it */
   unsigned err_severity : 2;      /* a compensable error's severity (1..3); 0 for the others */
   unsigned err_stopped : 1;       /* the engine stopped the code: a workflow_error */
@@ -517,7 +517,7 @@ int mend__ensure_key(mend_run *r, int i, mend_error_info *info);
 /* reuse.c: step i's custom key already succeeded elsewhere: 1 its result taken (the step
  * succeeded, reused), 0 none to take, -1 the store failed (asked again later). */
 int mend__reuse_key(mend_run *r, int i);
-int mend__skip_reused(mend_run *r, const char *name, const step_rt *st);
+int mend__skip_reused(mend_run *r, const char *name, step_rt *st);
 const char *mend__reused_from(const step_rt *st);   /* NULL: not reused, or not known */
 void mend__reuse_restore(mend_run *r, const mend_run_image *img);
 int mend__guarded_pcall(mend_engine *E, mend_limits *lim, int nargs, int nres);

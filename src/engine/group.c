@@ -471,10 +471,7 @@ int mend__group_backward(mend_run *r, int g) {
     }
     if (next < 0) break;
     step_rt *st = &r->steps[next];
-    if (mend__skip_reused(r, mend__step_name(r, next), st)) {
-      st->comp_skipped = 1;
-      continue;
-    }
+    if (mend__skip_reused(r, mend__step_name(r, next), st)) continue;
     if (!mend__compensable(&r->wf->steps[next])) {
       st->comp_skipped = 1;
       mend__history(r, mend__step_name(r, next), "skip_compensate", NULL, NULL, 0, NULL, -1,

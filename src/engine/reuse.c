@@ -60,9 +60,12 @@ int mend__reuse_key(mend_run *r, int i) {
 }
 
 /* On the way back: 1 when step st of r, by that name (a map's item: "<map>/<n>"), reused its
- * result, recorded as passed by; 0 when it is the run's own to undo. */
-int mend__skip_reused(mend_run *r, const char *name, const step_rt *st) {
+ * result, recorded as passed by once (a walk begun again after a restart passes it silently:
+ * comp_skipped, read back by mend__reuse_restore); 0 when it is the run's own to undo. */
+int mend__skip_reused(mend_run *r, const char *name, step_rt *st) {
   if (!st->reused) return 0;
+  if (st->comp_skipped) return 1;
+  st->comp_skipped = 1;
   const char *owner = mend__reused_from(st);
   char why[MEND_RUN_ID_LEN + 96];
   snprintf(why, sizeof why, "result reused from run %s: that run owns its effect",
@@ -72,27 +75,37 @@ int mend__skip_reused(mend_run *r, const char *name, const step_rt *st) {
   return 1;
 }
 
-/* A rebuilt run's reused steps: the run each result is from, from their `reused` rows. */
+/* The step of r a history row names: one of its steps, or an item of a map ("<map>/<n>"). */
+static step_rt *step_named(mend_run *r, const char *name) {
+  int i = mend_workflow_step_index(r->wf, name);
+  if (i >= 0) return &r->steps[i];
+  if (!r->wf->has_branching) return NULL;
+  const char *slash = strrchr(name, '/');
+  for (int m = 0; slash && m < r->wf->nsteps; m++) {
+    size_t len = strlen(r->wf->steps[m].name);
+    if ((size_t)(slash - name) != len || strncmp(name, r->wf->steps[m].name, len)) continue;
+    struct map_state *ms = mend__map_of(r, m);
+    int n = atoi(slash + 1);
+    if (ms && n >= 1 && n <= ms->n) return &ms->items[n - 1];
+  }
+  return NULL;
+}
+
+/* A rebuilt run's reused steps: the run each result is from, from their `reused` rows, and
+ * whether its way back passed them by already (their `skip_compensate` rows). */
 void mend__reuse_restore(mend_run *r, const mend_run_image *img) {
   for (int k = 0; k < img->nhistory; k++) {
     const mend_history_image *row = &img->history[k];
-    if (!row->step || !row->event || !row->detail || strcmp(row->event, "reused") != 0) continue;
-    step_rt *st = NULL;
-    int i = mend_workflow_step_index(r->wf, row->step);
-    if (i >= 0) {
-      st = &r->steps[i];
-    } else if (r->wf->has_branching) {   /* an item of a map: "<map>/<n>" */
-      const char *slash = strrchr(row->step, '/');
-      for (int m = 0; slash && !st && m < r->wf->nsteps; m++) {
-        size_t len = strlen(r->wf->steps[m].name);
-        if ((size_t)(slash - row->step) != len || strncmp(row->step, r->wf->steps[m].name, len))
-          continue;
-        struct map_state *ms = mend__map_of(r, m);
-        int n = atoi(slash + 1);
-        if (ms && n >= 1 && n <= ms->n) st = &ms->items[n - 1];
-      }
+    if (!row->step || !row->event) continue;
+    int skipped = strcmp(row->event, "skip_compensate") == 0;
+    if (!skipped && (!row->detail || strcmp(row->event, "reused") != 0)) continue;
+    step_rt *st = step_named(r, row->step);
+    if (!st || !st->reused) continue;
+    if (skipped) {
+      st->comp_skipped = 1;
+      continue;
     }
-    if (!st || !st->reused || st->reused_known) continue;
+    if (st->reused_known) continue;
     if (keep_owner(st, row->detail) != 0) {
       mend__breakdown(r->E, "out of memory rebuilding run %s", r->id);
       return;

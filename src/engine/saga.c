@@ -183,7 +183,7 @@ static void forward_step(mend_run *r, int i, int admitted) {
   if (st->status != MEND_STEP_PENDING && st->status != MEND_STEP_RUNNING) return;  /* waiting */
   if (E->draining) return;   /* parked: its lease is given back when the worker stops */
   if (st->status == MEND_STEP_PENDING) {
-    st->reused = 0;   /* set pending again by a person: its result is decided afresh */
+    st->reused = st->comp_skipped = 0;   /* set pending again by a person: decided afresh */
     mend_error_info info;
     int key = mend__ensure_key(r, i, &info);
     if (mend__land_kept_cancel(r)) return;

@@ -141,11 +141,14 @@ const char *const mend__pg_sql[P__COUNT] = {
   [P_KEEP_SCRIPT] =
     "UPDATE workflow_versions SET script = $2::text WHERE id = $1::bigint AND script IS NULL",
   [P_FIND_RUN_KEY] = "SELECT id FROM runs WHERE run_key = $1::text",
-  /* As Q_FIND_KEY_RESULT: an executing row (1), its effect still there. */
+  /* As Q_FIND_KEY_RESULT: an executing row (1), its effect standing (neither its run nor a
+   * run above it compensating or needs_attention). */
   [P_FIND_KEY_RESULT] =
     "SELECT result, run_id FROM steps s WHERE idem_key = $1::text AND custom_key = 1"
-    " AND status = 'succeeded' AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = s.run_id"
-    " AND r.status = 'compensating') ORDER BY updated DESC LIMIT 1",
+    " AND status = 'succeeded' AND NOT EXISTS (WITH RECURSIVE up(id) AS (SELECT s.run_id"
+    " UNION SELECT r.parent_run FROM runs r JOIN up ON r.id = up.id"
+    " WHERE r.parent_run IS NOT NULL) SELECT 1 FROM runs r JOIN up ON r.id = up.id"
+    " WHERE r.status IN ('compensating', 'needs_attention')) ORDER BY updated DESC LIMIT 1",
   [P_GET_BREAKER] =
     "SELECT state, failures, successes, opened_at, open_until FROM breakers WHERE key = $1::text",
   [P_LAST_SEQ] =
@@ -461,6 +464,9 @@ const char *const mend__pg_migrations[MEND_PG_SCHEMA_VERSION] = {
   MIGRATE_ERROR_DETAIL,
   /* 6 -> 7: the sandbox mark, as SQLite's 16 -> 17 (schema.c) */
   "INSERT INTO meta(key, value) VALUES('sandbox', 'off') ON CONFLICT (key) DO NOTHING;",
+  /* 7 -> 8: the reuses older mends wrote as executions (custom_key 1), as SQLite's 17 -> 18 */
+  "UPDATE steps SET custom_key = 2 WHERE custom_key = 1 AND attempts = 0"
+  " AND status IN ('succeeded', 'compensating', 'compensated', 'compensation_failed');",
 };
 
 /* The advisory lock that makes creating and upgrading the schema one worker's at a time

@@ -144,14 +144,17 @@ static const char SQL_RUN[] =
   " r.parent_step"
   " FROM runs r LEFT JOIN workflow_versions v ON v.id = r.workflow_version WHERE r.id = $1";
 
+/* As Q_STEPS (schema.c): the runs reused results are from, in one pass over the run's history
+ * (its primary key), made only when it has a reused step. */
 static const char SQL_STEPS[] =
   "SELECT idx, name, status, attempts, comp_attempts,"
   " coalesce(idem_key, run_id || '/' || name) AS idempotency_key,"
   " custom_key, result, error, error_kind, due, last_delay, updated, slept, awaits,"
   " CASE WHEN custom_key = 2 THEN 1 END AS reused,"
-  " CASE WHEN custom_key = 2 THEN (SELECT h.detail FROM history h WHERE"
-  " h.run_id = steps.run_id AND h.step = steps.name AND h.event = 'reused'"
-  " ORDER BY h.seq DESC LIMIT 1) END AS reused_from FROM steps"
+  " CASE WHEN custom_key = 2 THEN u.detail END AS reused_from FROM steps"
+  " LEFT JOIN (SELECT DISTINCT ON (step) step, detail FROM history WHERE run_id = $1"
+  " AND event = 'reused' AND EXISTS (SELECT 1 FROM steps s WHERE s.run_id = $1"
+  " AND s.custom_key = 2) ORDER BY step, seq DESC) u ON u.step = steps.name"
   " WHERE run_id = $1 ORDER BY idx";
 
 static const char SQL_IN_FLIGHT[] =
