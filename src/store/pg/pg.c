@@ -261,6 +261,18 @@ void mend__pg_note_writer_host(mend_pg *p, PGconn *c) {
   snprintf(p->writer_at.port, sizeof p->writer_at.port, "%s", port ? port : "");
   snprintf(p->writer_at.hostaddr, sizeof p->writer_at.hostaddr, "%s", addr);
   p->writer_at_known = host && *host;
+  if (p->cancel) PQfreeCancel(p->cancel);
+  p->cancel = PQgetCancel(c);
+  atomic_store(&p->conn_pid, PQbackendPID(c));
+  pthread_mutex_unlock(&p->at_mu);
+}
+
+/* Cancels what conn runs now (the writer thread's try, waiting for another session's lock):
+ * from any thread; a connection idle meanwhile ignores it. */
+void mend__pg_cancel_conn(mend_pg *p) {
+  char err[256];
+  pthread_mutex_lock(&p->at_mu);
+  if (p->cancel) PQcancel(p->cancel, err, sizeof err);
   pthread_mutex_unlock(&p->at_mu);
 }
 
@@ -426,6 +438,7 @@ void mend__pg_close(mend_store *s) {
   mend__pg_log_free(&p->tx_events);
   mend__pg_log_free(&p->carry);
   PQclear(p->look_res);
+  if (p->cancel) PQfreeCancel(p->cancel);
   pthread_mutex_destroy(&p->at_mu);
   pthread_mutex_destroy(&p->wait_mu);
   free(p);
