@@ -486,6 +486,9 @@ void mend__lock_wait(mend_engine *E);
 int mend__lock_waiting(const mend_engine *E);
 int mend__lock_stops_looks(mend_engine *E);
 void mend__watch_lock(mend_engine *E);
+/* 1 (refusal and err set) when a batch waits for another PostgreSQL session's lock: `what`
+ * (a start, a repair) is refused before anything of it is recorded. */
+int mend__batch_held(mend_engine *E, const char *what, char *err, int errlen);
 
 /* ---- saga.c: what outcomes mean: forward, backward, the ends of waits */
 void mend__after_success(mend_run *r, int i, int queue);

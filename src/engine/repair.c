@@ -373,22 +373,10 @@ void mend__land_deferred_cancels(mend_engine *E) {
 
 mend_refusal mend_engine_refusal(const mend_engine *E) { return E->refusal; }
 
-/* While a batch waits for another PostgreSQL session's lock (mend_store_locked), a repair is
- * refused before anything of it is recorded (503, naming the row and the session): recorded,
- * it would wait behind that batch for as long as the lock lasts, its caller unanswered. (On
- * SQLite a repair is recorded and made once the lock goes: take_later.) */
-static int batch_held(mend_engine *E, const char *what, char *err, int errlen) {
-  if (!mend_store_locked(E->store) || mend_store_has_write_lock(E->store)) return 0;
-  E->refusal = MEND_REFUSED_STORE;
-  mend_errorf(err, errlen, "%s; nothing of this %s was written: try again once it is gone",
-              mend_store_errmsg(E->store), what);
-  return 1;
-}
-
 static int cancel_run(mend_engine *E, const char *id, const char *who, int record, int take_now,
                       char *err, int errlen) {
   E->refusal = MEND_REFUSED_STATE;
-  if (batch_held(E, "cancel", err, errlen)) return -1;
+  if (mend__batch_held(E, "cancel", err, errlen)) return -1;
   mend_run *r = find_run(E, id);
   if (r) return mend__cancel_now(r, who, err, errlen);
   if (E->refusal == MEND_REFUSED_STORE) return mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
@@ -536,7 +524,7 @@ static char *turned_back(mend_engine *E, const char *id, const char *step) {
 static int dlq_retry(mend_engine *E, const char *id, const char *who, int record, int take_now,
                      char *err, int errlen) {
   E->refusal = MEND_REFUSED_STATE;
-  if (batch_held(E, "retry", err, errlen)) return -1;
+  if (mend__batch_held(E, "retry", err, errlen)) return -1;
   char status[64], reason[64];
   if (find_run(E, id)) return mend_errorf(err, errlen, "run %s is in flight: it is not in the dead-letter queue", id);
   if (stored_status(E, id, status, reason, sizeof status, err, errlen)) return -1;
@@ -768,7 +756,7 @@ static int resolve(mend_engine *E, const char *id, const char *who, const char *
   E->refusal = MEND_REFUSED_INVALID;
   if (!note || !*note) return mend_errorf(err, errlen, "resolving a run needs a note saying what was done");
   E->refusal = MEND_REFUSED_STATE;
-  if (batch_held(E, "resolve", err, errlen)) return -1;
+  if (mend__batch_held(E, "resolve", err, errlen)) return -1;
   if (stored_status(E, id, status, reason, sizeof status, err, errlen)) return -1;
   if (strcmp(status, "resolved") == 0)   /* resolved here, not committed yet: as once it is */
     return mend_errorf(err, errlen, "run %s is resolved: " RESOLVE_ONLY, id);
