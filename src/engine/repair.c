@@ -527,6 +527,7 @@ static int dlq_retry(mend_engine *E, const char *id, const char *who, int record
   if (mend__batch_held(E, "retry", err, errlen)) return -1;
   char status[64], reason[64];
   if (find_run(E, id)) return mend_errorf(err, errlen, "run %s is in flight: it is not in the dead-letter queue", id);
+  if (E->refusal == MEND_REFUSED_STORE) return mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
   if (stored_status(E, id, status, reason, sizeof status, err, errlen)) return -1;
   if (strcmp(status, "needs_attention") != 0)
     return mend_errorf(err, errlen, "run %s is %s: only a run in the dead-letter queue can be retried", id, status);
