@@ -703,7 +703,10 @@ void mend__pg_set_thread_cpus(mend_store *s, const mend_cpus *cpus) { PG(s)->cpu
 #define STOP_GRACE_SECONDS 0.3
 
 void mend__pg_stop_writer(mend_pg *p) {
-  if (mend__handoff_stop_soon(p->w, STOP_GRACE_SECONDS)) mend__pg_cancel_conn(p);
+  if (mend__handoff_stop_soon(p->w, STOP_GRACE_SECONDS)) {
+    atomic_store(&p->stop_cancelled, 1);
+    mend__pg_cancel_conn(p);
+  }
   mend__handoff_stop(p->w);
   p->w = NULL;
 }

@@ -164,6 +164,7 @@ typedef struct mend_pg {
   atomic_int waiting;
   atomic_int conn_pid;          /* conn's backend: what the writer's try waits for (pg_wait.c) */
   PGcancel *cancel;            /* conn's cancel key, under at_mu: a stop cancels a try */
+  atomic_int stop_cancelled;   /* the stop sent it (pg_batch.c) */
   pthread_mutex_t wait_mu;
   char wait_msg[700], wait_seen[700];
   int view_failed;             /* the last view read on aux and failed: view_err says why */

@@ -236,7 +236,7 @@ int mend__pg_flush_writer(mend_pg *p, pg_log *job) {
     mend__handoff_nap(w, &d);
     delay = delay * 2 > 1 ? 1 : delay * 2;
   }
-  if (rc != 0 && mend__handoff_stopping(w))   /* a try the stop cancelled (pg_batch.c) */
+  if (rc != 0 && atomic_load(&p->stop_cancelled))   /* a try the stop cancelled (pg_batch.c) */
     mend__pg_msg(p->err, sizeof p->err, "%s: closing: a batch under way was cancelled, not"
                  " written", p->server);
   p->on_writer = 0;
