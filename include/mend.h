@@ -260,7 +260,13 @@ MEND_API int mend_engine_adopt(mend_engine *engine);
  * run_key is "" (as an unset shell variable gives: a key, or NULL);
  * MEND_ESTATE: `run_key` names a run of another workflow (nothing started; the message names
  * that run and its workflow);
- * MEND_ESTORE: the database failed (the engine then stops, as mend_engine_run_all would). */
+ * MEND_ESTORE: the database failed, or a lock held it back. A lock is no failure of the engine
+ * (it goes on; the message names the lock): on PostgreSQL, while a batch waits for a row or a
+ * table another session holds, a start is refused before anything of it is recorded (try
+ * again once the lock is gone); on SQLite a start that waited out its busy wait for another
+ * process's write lock stays in the kept batch, committed once the lock goes, so a start
+ * retried without a run key may start a second run (give a start a host may retry a run key).
+ * Any other failure of the database stops the engine, as mend_engine_run_all would. */
 MEND_API int mend_engine_start(mend_engine *engine, const char *workflow, const char *input_json,
                                const char *run_key, char run_id_out[17], int *existed);
 /* Resumes the unfinished runs of the database that no live engine holds. *count (may be NULL)
@@ -387,7 +393,12 @@ MEND_API int mend_engine_resolve_dead_letter(mend_engine *engine, const char *ru
  * run takes it only once it is durable. A key sent before is then kept once when that
  * batch is written (MEND_OK either way, as always). On PostgreSQL the same holds for an event
  * with a key (one lost with its batch's connection is sent again with the next batch, and
- * kept once by its key); one without a key commits before this returns. */
+ * kept once by its key); one without a key commits before this returns.
+ * MEND_ESTORE: the database failed, or a lock held the commit back past the store's busy wait
+ * (another process's write lock on SQLite, another session's row or table lock on
+ * PostgreSQL). After a lock the engine goes on and keeps the batch, this event in it: it is
+ * committed once the lock goes, so a host that sends it again sends it twice unless it has a
+ * key (give an event a host may retry a key: the second send is then kept once). */
 MEND_API int mend_engine_signal(mend_engine *engine, const char *run_id, const char *name,
                                 const char *payload_json, const char *key);
 MEND_API int mend_engine_signal_by_key(mend_engine *engine, const char *run_key,

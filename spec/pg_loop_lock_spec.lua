@@ -130,6 +130,7 @@ describe("a batch of mend serve waiting for another PostgreSQL session's lock", 
       local t0 = H.wall()
       rc, out, err = H.mend_in(nil, db, args)
       local took = H.wall() - t0
+      print(("mend %s under LOCK TABLE: exit %s after %.1f s"):format(args:match("^%S+"), tostring(rc), took))
       assert.are_not.equal(124, rc, args .. ": it waited for the lock without end")
       assert.are.equal(1, rc, args .. ": " .. out .. err)
       assert.matches("table history is locked by session %d+ %(" .. name:gsub("%-", "%%-") .. "%)", err)

@@ -486,6 +486,9 @@ void mend__lock_wait(mend_engine *E);
 int mend__lock_waiting(const mend_engine *E);
 int mend__lock_stops_looks(mend_engine *E);
 void mend__watch_lock(mend_engine *E);
+/* 1 (refusal and err set) when a batch waits for another PostgreSQL session's lock: `what`
+ * (a start, a repair) is refused before anything of it is recorded. */
+int mend__batch_held(mend_engine *E, const char *what, char *err, int errlen);
 
 /* ---- saga.c: what outcomes mean: forward, backward, the ends of waits */
 void mend__after_success(mend_run *r, int i, int queue);
@@ -731,6 +734,12 @@ void mend__store_lost_let_go(mend_engine *E);
 void mend__breakers_recorded_drop(mend_engine *E, int all);
 /* The same of the runs resolved (repairs_recorded). */
 void mend__repairs_recorded_drop(mend_engine *E, int all);
+/* The run in memory, brought back if parked; NULL (refusal MEND_REFUSED_STORE when a batch
+ * waits for another PostgreSQL session's lock) if not held here. */
+mend_run *mend__repair_find_run(mend_engine *E, const char *id);
+/* An `operator` row of run id's history (r: the run, if held here): op by who, and a note. */
+void mend__operator_entry(mend_engine *E, mend_run *r, const char *id, const char *op,
+                          const char *who, const char *note);
 int mend__cancel_now(mend_run *r, const char *who, char *err, int errlen);
 /* Who asked for the cancel of run id that another process requested (repair.c). */
 void mend__cancel_requester(mend_engine *E, const char *id, char *who, int len);

@@ -1,15 +1,17 @@
 /*
  * lock: waiting out a write lock that another process holds on the database (someone in the
- * sqlite3 shell, a process stopped mid-write), or on PostgreSQL a row or table another
- * session holds that a batch writes (psql left inside a transaction; src/store/pg/pg_wait.c). Owns the retry of the kept batch on a timer with
- * backoff, and the warnings while it lasts. Must never: block the loop on the lock; let an
- * action run before the batch that announces it is durable.
+ * sqlite3 shell, a process stopped mid-write), or on PostgreSQL a row or table another session
+ * holds that a batch writes (psql left inside a transaction; src/store/pg/pg_wait.c). Owns the
+ * retry of the kept batch on a timer with backoff, the warnings while it lasts, and what is
+ * refused meanwhile. Must never: block the loop on the lock; let an action run before the
+ * batch that announces it is durable.
  */
 #include "engine_int.h"
 
 #include <stdio.h>
 
 #include "log.h"
+#include "util.h"
 
 /* Warnings while the lock lasts, this far apart (seconds). */
 #define LOCK_WARN_EVERY 3.0
@@ -114,5 +116,20 @@ int mend__lock_stops_looks(mend_engine *E) {
     return 0;
   }
   mend__lock_wait(E);
+  return 1;
+}
+
+/* ---------------------------------------------------------------- what is refused meanwhile */
+
+/* While a batch waits for another PostgreSQL session's lock (mend_store_locked), a repair or a
+ * start is refused before anything of it is recorded (503, naming the row and the session):
+ * recorded, it would wait behind that batch for as long as the lock lasts, its caller
+ * unanswered. (On SQLite a repair is recorded and made once the lock goes: take_later; a
+ * start waits up to its busy wait.) */
+int mend__batch_held(mend_engine *E, const char *what, char *err, int errlen) {
+  if (!E->store || !mend_store_locked(E->store) || mend_store_has_write_lock(E->store)) return 0;
+  E->refusal = MEND_REFUSED_STORE;
+  mend_errorf(err, errlen, "%s; nothing of this %s was written: try again once it is gone",
+              mend_store_errmsg(E->store), what);
   return 1;
 }

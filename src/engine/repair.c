@@ -1,9 +1,9 @@
 /*
  * repair: what people do to runs (SPEC section 8): cancel, retry a dead letter, resolve with a
- * note, move a run to another version, and the cancel requests a worker takes from the store
- * (a breaker's override is override.c's). Each is recorded in the run's history (or the audit table) with who did
- * it, and refused with a message when it makes no sense now. Must never: repair a run a live
- * worker holds behind its back.
+ * note, and the cancel requests a worker takes from the store (a breaker's override is
+ * override.c's; a move to another version, upgrade.c's). Each is recorded in the run's history
+ * (or the audit table) with who did it, and refused with a message when it makes no sense now.
+ * Must never: repair a run a live worker holds behind its back.
  */
 #include "engine_int.h"
 
@@ -28,7 +28,7 @@ static mend_run *in_memory(mend_engine *E, const char *id) {
  * be read back while a batch waits for another PostgreSQL session's lock (parked again, for
  * later) is the store's refusal (503, naming the lock), not a run to look for elsewhere; under
  * SQLite's write lock the repair goes on to be made once the lock goes (take_later). */
-static mend_run *find_run(mend_engine *E, const char *id) {
+mend_run *mend__repair_find_run(mend_engine *E, const char *id) {
   mend_run *r = in_memory(E, id);
   if (r) return r;
   int back = mend__unpark(E, id, "a repair or a cancel asks for it");
@@ -118,8 +118,8 @@ static int repair_done(mend_engine *E, int record, char *err, int errlen) {
 }
 
 /* r: the run, if this engine holds it (it numbers the row); else NULL and the id. */
-static void operator_entry(mend_engine *E, mend_run *r, const char *id, const char *op,
-                           const char *who, const char *note) {
+void mend__operator_entry(mend_engine *E, mend_run *r, const char *id, const char *op,
+                          const char *who, const char *note) {
   char detail[1200];
   snprintf(detail, sizeof detail, "%s by %s%s%s", op, who ? who : "?", note ? ": " : "", note ? note : "");
   mend_history_rec h = {id, NULL, r ? mend__history_time(r) : mend__entry_time(E, id), "operator", NULL, NULL,
@@ -277,7 +277,7 @@ int mend__cancel_now(mend_run *r, const char *who, char *err, int errlen) {
   mend__end_attempt(r);
   mend_timer_disarm(&E->timers, &r->wait);
   r->wait_kind = WAIT_NONE;
-  operator_entry(E, r, r->id, "cancel", who, NULL);
+  mend__operator_entry(E, r, r->id, "cancel", who, NULL);
   char msg[300];
   snprintf(msg, sizeof msg, "cancelled by %s", who ? who : "?");
   mend__group_stop(r, msg);   /* a group's branches in flight let go too */
@@ -373,23 +373,11 @@ void mend__land_deferred_cancels(mend_engine *E) {
 
 mend_refusal mend_engine_refusal(const mend_engine *E) { return E->refusal; }
 
-/* While a batch waits for another PostgreSQL session's lock (mend_store_locked), a repair is
- * refused before anything of it is recorded (503, naming the row and the session): recorded,
- * it would wait behind that batch for as long as the lock lasts, its caller unanswered. (On
- * SQLite a repair is recorded and made once the lock goes: take_later.) */
-static int batch_held(mend_engine *E, const char *what, char *err, int errlen) {
-  if (!mend_store_locked(E->store) || mend_store_has_write_lock(E->store)) return 0;
-  E->refusal = MEND_REFUSED_STORE;
-  mend_errorf(err, errlen, "%s; nothing of this %s was written: try again once it is gone",
-              mend_store_errmsg(E->store), what);
-  return 1;
-}
-
 static int cancel_run(mend_engine *E, const char *id, const char *who, int record, int take_now,
                       char *err, int errlen) {
   E->refusal = MEND_REFUSED_STATE;
-  if (batch_held(E, "cancel", err, errlen)) return -1;
-  mend_run *r = find_run(E, id);
+  if (mend__batch_held(E, "cancel", err, errlen)) return -1;
+  mend_run *r = mend__repair_find_run(E, id);
   if (r) return mend__cancel_now(r, who, err, errlen);
   if (E->refusal == MEND_REFUSED_STORE) return mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
   char status[64], reason[64];
@@ -414,7 +402,7 @@ static int cancel_run(mend_engine *E, const char *id, const char *who, int recor
      * workflow is not loaded): whoever takes it next cancels it (carry_on). */
     if (mend_store_request_cancel(E->store, id)) mend__store_failed(E);
     mend_store_repairing(E->store, 1);   /* a note in its history, not a transition */
-    operator_entry(E, NULL, id, "cancel requested", who, live ? NULL : why);
+    mend__operator_entry(E, NULL, id, "cancel requested", who, live ? NULL : why);
     mend_store_repairing(E->store, 0);
     if (repair_done(E, record, err, errlen)) return -1;
     if (!live) snprintf(err, (size_t)errlen, "%s", why);
@@ -434,7 +422,7 @@ int mend_engine_cancel_record(mend_engine *E, const char *id, const char *who, i
 
 int mend_engine_resume_run(mend_engine *E, const char *id, char *err, int errlen) {
   E->refusal = MEND_REFUSED_STATE;
-  if (find_run(E, id)) return 0;
+  if (mend__repair_find_run(E, id)) return 0;
   char status[64], reason[64];
   if (stored_status(E, id, status, reason, sizeof status, err, errlen)) return -1;
   if (strcmp(status, "running") != 0 && strcmp(status, "compensating") != 0)
@@ -536,9 +524,10 @@ static char *turned_back(mend_engine *E, const char *id, const char *step) {
 static int dlq_retry(mend_engine *E, const char *id, const char *who, int record, int take_now,
                      char *err, int errlen) {
   E->refusal = MEND_REFUSED_STATE;
-  if (batch_held(E, "retry", err, errlen)) return -1;
+  if (mend__batch_held(E, "retry", err, errlen)) return -1;
   char status[64], reason[64];
-  if (find_run(E, id)) return mend_errorf(err, errlen, "run %s is in flight: it is not in the dead-letter queue", id);
+  if (mend__repair_find_run(E, id)) return mend_errorf(err, errlen, "run %s is in flight: it is not in the dead-letter queue", id);
+  if (E->refusal == MEND_REFUSED_STORE) return mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
   if (stored_status(E, id, status, reason, sizeof status, err, errlen)) return -1;
   if (strcmp(status, "needs_attention") != 0)
     return mend_errorf(err, errlen, "run %s is %s: only a run in the dead-letter queue can be retried", id, status);
@@ -565,7 +554,7 @@ static int dlq_retry(mend_engine *E, const char *id, const char *who, int record
     mend__run_free(r);
     return mend_errorf(err, errlen, "run %s: no step is %s", id, comp ? "compensation_failed" : "failed");
   }
-  operator_entry(E, r, id, "dlq retry", who, back ? "its parent is going back: the run is undone "
+  mend__operator_entry(E, r, id, "dlq retry", who, back ? "its parent is going back: the run is undone "
                  "from its failed step, not run forward" : NULL);
   if (mend_store_dlq_remove(E->store, id)) mend__store_failed(E);
   if (comp) {
@@ -683,82 +672,11 @@ static int resolve_unavailable(mend_engine *E, const char *id, const char *who, 
                         NULL};
   mend_history_rec b = {id, NULL, now, "run", "needs_attention", "resolved", 0, NULL, -1, note, 0, NULL};
   if (mend_store_append_history(E->store, &a) || mend_store_append_history(E->store, &b)) mend__store_failed(E);
-  operator_entry(E, NULL, id, "dlq resolve", who, note);
+  mend__operator_entry(E, NULL, id, "dlq resolve", who, note);
   mend_store_repairing(E->store, 0);
   json_decref(row);
   if (record && !repair_lost(E)) note_resolved(E, id);
   return repair_done(E, record, err, errlen);
-}
-
-int mend_engine_upgrade_run(mend_engine *E, const char *id, const char *version, const char *who,
-                            char *err, int errlen) {
-  E->refusal = MEND_REFUSED_STATE;
-  if (find_run(E, id)) return mend_errorf(err, errlen, "run %s is in flight here", id);
-  json_t *row = mend_store_run(E->store, id);
-  if (!row) {
-    E->refusal = mend_store_not_found(E->store) ? MEND_REFUSED_NOT_FOUND : MEND_REFUSED_STORE;
-    return mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
-  }
-  int rc = -1;
-  const char *st = json_string_value(json_object_get(row, "status"));
-  const char *name = json_string_value(json_object_get(row, "workflow"));
-  const char *was = json_string_value(json_object_get(row, "version"));
-  json_t *steps = json_object_get(row, "steps");
-  char owner[128], lerr[600];
-  mend_workflow *wf = NULL;
-  int live = 0;
-  if (!st || (strcmp(st, "running") != 0 && strcmp(st, "compensating") != 0)) {
-    mend_errorf(err, errlen, "run %s is %s: only an unfinished run can be upgraded", id, st ? st : "?");
-  } else if (was && strcmp(was, version) == 0) {
-    rc = 1;   /* on that version already */
-  } else if ((live = mend_engine_holder(E, id, owner, sizeof owner)) != 0) {
-    if (live < 0) mend_errorf(err, errlen, "%s", owner);
-    else mend_errorf(err, errlen, "run %s is held by worker %s, which runs it with the version it has: "
-                     "stop that worker first (it gives its runs back on SIGTERM), then upgrade", id, owner);
-  } else if (!name || !(wf = mend_engine_load_version(E, name, version, lerr, sizeof lerr))) {
-    mend_errorf(err, errlen, "version %s of workflow %s cannot be loaded: %s", version,
-                name ? name : "?", lerr);
-  } else {
-    /* The steps the run has begun keep their rows, results and keys: the new version must
-     * have the same ones, in the same places. */
-    int begun = -1, n = (int)json_array_size(steps);
-    for (int i = 0; i < n; i++) {
-      /* a map's items come after the steps: their map's place is what must be kept */
-      if (json_integer_value(json_object_get(json_array_get(steps, (size_t)i), "idx")) >= MEND_MAP_ROWS) break;
-      const char *s_st = json_string_value(json_object_get(json_array_get(steps, (size_t)i), "status"));
-      if (s_st && strcmp(s_st, "pending") != 0) begun = i;
-    }
-    int bad = 0;
-    for (int i = 0; !bad && i <= begun; i++) {
-      const char *sn = json_string_value(json_object_get(json_array_get(steps, (size_t)i), "name"));
-      if (i >= wf->nsteps)
-        bad = mend_errorf(err, errlen, "refused: step #%d \"%s\" has begun in run %s, but version %s of %s "
-                          "has only %d step%s", i + 1, sn ? sn : "?", id, wf->version, name,
-                          wf->nsteps, wf->nsteps == 1 ? "" : "s");
-      else if (!sn || strcmp(sn, wf->steps[i].name) != 0)
-        bad = mend_errorf(err, errlen, "refused: step #%d is \"%s\" in run %s but \"%s\" in version %s of "
-                          "%s: a new version must keep the steps a run has begun, in their order",
-                          i + 1, sn ? sn : "?", id, wf->steps[i].name, wf->version, name);
-    }
-    if (!bad) {
-      long long vid;
-      mend_run_rec rec = {.workflow = wf->name, .version = wf->version, .source = wf->source,
-                          .step_names = wf->step_names, .script = wf->script,
-                          .created = mend_engine_now(E)};
-      char note[400];
-      snprintf(note, sizeof note, "version %s -> %s (%s)", was ? was : "?", wf->version,
-               wf->source ? wf->source : "?");
-      mend_store_repairing(E->store, 1);   /* nobody holds it: no lease to fence */
-      if (mend_store_version_number(E->store, &rec, &vid) ||
-          mend_store_move_run(E->store, id, vid, begun + 1))
-        mend__store_failed(E);
-      operator_entry(E, NULL, id, "upgrade", who, note);
-      mend_store_repairing(E->store, 0);
-      rc = mend__commit_now(E) ? mend_errorf(err, errlen, "%s", E->errmsg) : 0;
-    }
-  }
-  json_decref(row);
-  return rc;
 }
 
 static int resolve(mend_engine *E, const char *id, const char *who, const char *note,
@@ -768,7 +686,7 @@ static int resolve(mend_engine *E, const char *id, const char *who, const char *
   E->refusal = MEND_REFUSED_INVALID;
   if (!note || !*note) return mend_errorf(err, errlen, "resolving a run needs a note saying what was done");
   E->refusal = MEND_REFUSED_STATE;
-  if (batch_held(E, "resolve", err, errlen)) return -1;
+  if (mend__batch_held(E, "resolve", err, errlen)) return -1;
   if (stored_status(E, id, status, reason, sizeof status, err, errlen)) return -1;
   if (strcmp(status, "resolved") == 0)   /* resolved here, not committed yet: as once it is */
     return mend_errorf(err, errlen, "run %s is resolved: " RESOLVE_ONLY, id);
@@ -787,7 +705,7 @@ static int resolve(mend_engine *E, const char *id, const char *who, const char *
   json_decref(row);
   mend_history_rec h = {id, NULL, now, "run", "needs_attention", "resolved", 0, NULL, -1, note, 0, NULL};
   if (mend_store_append_history(E->store, &h)) mend__store_failed(E);
-  operator_entry(E, NULL, id, "dlq resolve", who, note);
+  mend__operator_entry(E, NULL, id, "dlq resolve", who, note);
   mend_store_repairing(E->store, 0);
   if (mend_store_dlq_remove(E->store, id)) mend__store_failed(E);
   if (!repair_lost(E)) {   /* a resolve not written is heard of by no parent */
@@ -841,7 +759,7 @@ void mend__take_cancel_requests(mend_engine *E) {
   size_t i;
   json_t *id;
   json_array_foreach(ids, i, id) {
-    mend_run *r = find_run(E, json_string_value(id));
+    mend_run *r = mend__repair_find_run(E, json_string_value(id));
     char err[300];
     /* A parked run brought back for it has honoured the request already as it came back
      * (recover.c, mend__carry_on): no second cancel, and no refusal of one to log. */

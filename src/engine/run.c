@@ -101,6 +101,7 @@ static int start_value(mend_engine *E, lua_State *L, const char *workflow, int i
    * MEND_EBROKEN before it gets here). */
   E->refusal = MEND_REFUSED_STORE;
   if (E->broken) { snprintf(err, (size_t)errlen, "%s", E->errmsg); return -1; }
+  if (mend__batch_held(E, "start", err, errlen)) return -1;
   if (strlen(workflow) > MEND_NAME_MAX) {
     E->refusal = MEND_REFUSED_INVALID;
     snprintf(err, (size_t)errlen, "a workflow name of %zu bytes, over the longest name of %d "

@@ -90,6 +90,32 @@ int mend__handoff_start(mend_handoff **out, const mend_handoff_ops *ops, void *s
   return 0;
 }
 
+int mend__handoff_stop_soon(mend_handoff *h, double seconds) {
+  if (!h) return 0;
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += (time_t)seconds;
+  until.tv_nsec += (long)((seconds - (double)(time_t)seconds) * 1e9);
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&h->mu);
+  h->stop = 1;
+  pthread_cond_broadcast(&h->cv);
+  while (h->busy && pthread_cond_timedwait(&h->cv, &h->mu, &until) == 0) {}
+  int busy = h->busy;
+  pthread_mutex_unlock(&h->mu);
+  return busy;
+}
+
+int mend__handoff_stopping(mend_handoff *h) {
+  pthread_mutex_lock(&h->mu);
+  int stop = h->stop;
+  pthread_mutex_unlock(&h->mu);
+  return stop;
+}
+
 void mend__handoff_stop(mend_handoff *h) {
   if (!h) return;
   pthread_mutex_lock(&h->mu);

@@ -45,6 +45,11 @@ struct mend_handoff {
  * ENOMEM or pthread_create's error code (nothing started). */
 int mend__handoff_start(mend_handoff **out, const mend_handoff_ops *ops, void *store,
                         const mend_cpus *cpus, void (*done)(void *ud), void *ud);
+/* Tells the thread to stop and waits at most `seconds` for its job to end: 1 if it still has
+ * one (the backend may then cut it short), else 0. mend__handoff_stop follows. */
+int mend__handoff_stop_soon(mend_handoff *h, double seconds);
+/* Whether the thread is told to stop (its job gives up what can wait). */
+int mend__handoff_stopping(mend_handoff *h);
 /* Lets the thread end its job, joins it and frees h. */
 void mend__handoff_stop(mend_handoff *h);
 /* With the lock held and the thread idle: job goes to it (its number, if any, set first). */

@@ -261,6 +261,18 @@ void mend__pg_note_writer_host(mend_pg *p, PGconn *c) {
   snprintf(p->writer_at.port, sizeof p->writer_at.port, "%s", port ? port : "");
   snprintf(p->writer_at.hostaddr, sizeof p->writer_at.hostaddr, "%s", addr);
   p->writer_at_known = host && *host;
+  if (p->cancel) PQfreeCancel(p->cancel);
+  p->cancel = PQgetCancel(c);
+  atomic_store(&p->conn_pid, PQbackendPID(c));
+  pthread_mutex_unlock(&p->at_mu);
+}
+
+/* Cancels what conn runs now (the writer thread's try, waiting for another session's lock):
+ * from any thread; a connection idle meanwhile ignores it. */
+void mend__pg_cancel_conn(mend_pg *p) {
+  char err[256];
+  pthread_mutex_lock(&p->at_mu);
+  if (p->cancel) PQcancel(p->cancel, err, sizeof err);
   pthread_mutex_unlock(&p->at_mu);
 }
 
@@ -296,9 +308,12 @@ void mend__pg_watch(mend_pg *p) {
 void mend__pg_close(mend_store *s);
 extern const mend_store_methods mend__pg_methods;
 
+#define OPEN_PAUSE_MS 200   /* between two tries of the open */
+
 /* The schema read (made, upgraded) and the statements prepared, each try waiting
  * PG_OPEN_TRY_MS for a table another session locked (LOCK TABLE in psql, another tool's
- * migration), for PG_BUSY_MS in all: then the open fails naming the table and the session.
+ * migration), for at most PG_BUSY_MS in all (no try begun that would end past it): then the
+ * open fails naming the table and the session.
  * mend's sessions set lock_timeout to none (pg_wait.c), so nothing else bounds these waits. */
 static int open_schema(mend_pg *p) {
   double started = mend__pg_mono();
@@ -319,14 +334,14 @@ static int open_schema(mend_pg *p) {
     if (rc == 0) rc = mend__pg_prepare(p, p->conn, 1);
     if (rc != MEND_STORE_BUSY) return rc;
     double waited = mend__pg_mono() - started;
-    if (waited * 1000 >= PG_BUSY_MS) {
+    if (waited * 1000 + OPEN_PAUSE_MS + PG_OPEN_TRY_MS > PG_BUSY_MS) {
       char cause[sizeof p->err];
       snprintf(cause, sizeof cause, "%s", p->err);
       mend__pg_msg(p->err, sizeof p->err, "%s (waited %.0f s: the store cannot be opened while"
                    " it is held; try again once it is gone)", cause, waited);
       return -1;
     }
-    struct timespec ts = {0, 200000000L};
+    struct timespec ts = {0, OPEN_PAUSE_MS * 1000000L};
     nanosleep(&ts, NULL);
   }
 }
@@ -426,6 +441,7 @@ void mend__pg_close(mend_store *s) {
   mend__pg_log_free(&p->tx_events);
   mend__pg_log_free(&p->carry);
   PQclear(p->look_res);
+  if (p->cancel) PQfreeCancel(p->cancel);
   pthread_mutex_destroy(&p->at_mu);
   pthread_mutex_destroy(&p->wait_mu);
   free(p);

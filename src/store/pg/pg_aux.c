@@ -43,7 +43,7 @@ static int connect_aux(mend_pg *p, PGconn **out) {
   PGconn *c;
   int rc = mend__pg_connect_at(p, known ? &at : NULL, p->aux_err, sizeof p->aux_err,
                                p->aux_server, sizeof p->aux_server, &c);
-  if (rc == 0 && mend__pg_prepare_to(c, p->aux_err, sizeof p->aux_err, p->aux_server, 0) != 0) {
+  if (rc == 0 && mend__pg_prepare_to(c, p->aux_err, sizeof p->aux_err, p->aux_server, 1) != 0) {
     PQfinish(c);
     rc = -1;
   }

@@ -459,12 +459,17 @@ done:
 #define RECONNECT_SECONDS 10.0
 #define RETRY_MAX_SECONDS 5.0
 
+/* The prepare bounded as the store's opening is (PG_OPEN_TRY_MS): a table another session
+ * locked by hand holds it back as long as the lock lasts, and this may be the loop's thread.
+ * MEND_STORE_BUSY then: the server is there, so no use trying again at once. */
 static int reopen(mend_pg *p) {
   PGconn *c;
   if (mend__pg_connect(p, &c) != 0) return -1;
-  if (mend__pg_server_clock(p, c) != 0 || mend__pg_prepare(p, c, 0) != 0) {
+  int rc = mend__pg_server_clock(p, c);
+  if (rc == 0) rc = mend__pg_prepare(p, c, 1);
+  if (rc != 0) {
     PQfinish(c);
-    return -1;
+    return rc == MEND_STORE_BUSY ? rc : -1;
   }
   PQfinish(p->conn);
   p->conn = c;
@@ -498,7 +503,10 @@ static int ensure_connected(mend_pg *p) {
   mend__pg_msg(first, sizeof first, "%s: connection lost: %s", p->server, cause);
   double give_up = mend__pg_mono() + RECONNECT_SECONDS, delay = 0.1;
   for (;;) {
-    if (reopen(p) == 0) return 0;
+    int rc = reopen(p);
+    if (rc == 0) return 0;
+    /* a lock held by hand, or a stop: tried again later (retry_at), not here */
+    if (rc == MEND_STORE_BUSY || (p->on_writer && mend__handoff_stopping(p->w))) break;
     if (mend__pg_mono() + delay > give_up) break;
     struct timespec ts = {(time_t)delay, (long)((delay - (double)(time_t)delay) * 1e9)};
     nanosleep(&ts, NULL);
@@ -688,7 +696,17 @@ int mend__pg_start_writer(mend_store *s, void (*done)(void *ud), void *ud) {
 
 void mend__pg_set_thread_cpus(mend_store *s, const mend_cpus *cpus) { PG(s)->cpus = *cpus; }
 
+/* A stop does not wait out a try of the writer's that waits for another session's lock (its
+ * bound is a second past the server's deadlock_timeout): past a short grace the try is
+ * cancelled, and its batch given up as a kill would (nothing of it was acted on; its runs are
+ * taken again from what was committed). */
+#define STOP_GRACE_SECONDS 0.3
+
 void mend__pg_stop_writer(mend_pg *p) {
+  if (mend__handoff_stop_soon(p->w, STOP_GRACE_SECONDS)) {
+    atomic_store(&p->stop_cancelled, 1);
+    mend__pg_cancel_conn(p);
+  }
   mend__handoff_stop(p->w);
   p->w = NULL;
 }

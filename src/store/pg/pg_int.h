@@ -162,6 +162,9 @@ typedef struct mend_pg {
    * message is written by whichever thread tried the batch, under wait_mu; wait_seen is the
    * loop's copy. */
   atomic_int waiting;
+  atomic_int conn_pid;          /* conn's backend: what the writer's try waits for (pg_wait.c) */
+  PGcancel *cancel;            /* conn's cancel key, under at_mu: a stop cancels a try */
+  atomic_int stop_cancelled;   /* the stop sent it (pg_batch.c) */
   pthread_mutex_t wait_mu;
   char wait_msg[700], wait_seen[700];
   int view_failed;             /* the last view read on aux and failed: view_err says why */
@@ -211,6 +214,7 @@ int mend__pg_flush_writer(mend_pg *p, pg_log *job);
 int mend__pg_flush_waiting(mend_pg *p, int begin);
 /* mend__handoff_wait, bounded while the writer's batch waits for a lock: MEND_STORE_BUSY. */
 int mend__pg_writer_wait_bounded(mend_pg *p);
+void mend__pg_cancel_conn(mend_pg *p);
 int mend__pg_locked(mend_store *s);
 /* "table T is locked by session N (app)": a granted lock on a table of the schema that a
  * write conflicts with, held by another session, asked on c (idle). */

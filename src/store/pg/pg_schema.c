@@ -576,8 +576,9 @@ fail:
  * does): a table another session locked by hand (`LOCK TABLE history IN SHARE MODE`) holds
  * the prepare back, and the session sets no lock_timeout of its own (mend__pg_session_sql).
  * Bounded (the store's opening, which the opener tries again: pg.c) to PG_OPEN_TRY_MS:
- * MEND_STORE_BUSY then, err naming the table and the session. Unbounded on the side
- * connection, which opens aside from the loop (pg_aux.c) and fails no read for a lock. */
+ * MEND_STORE_BUSY then, err naming the table and the session. Bounded also as a lost
+ * connection opens again (pg_batch.c) and as the side connection opens (pg_aux.c): either may
+ * be on the loop's thread, which must not wait as long as a lock lasts. */
 int mend__pg_prepare_to(PGconn *c, char *err, int errlen, const char *server, int bounded) {
   if (bounded) PQclear(PQexec(c, "SET lock_timeout = " PG_TEXT_OF(PG_OPEN_TRY_MS)));
   int ok = PQenterPipelineMode(c);

@@ -236,6 +236,9 @@ int mend__pg_flush_writer(mend_pg *p, pg_log *job) {
     mend__handoff_nap(w, &d);
     delay = delay * 2 > 1 ? 1 : delay * 2;
   }
+  if (rc != 0 && atomic_load(&p->stop_cancelled))   /* a try the stop cancelled (pg_batch.c) */
+    mend__pg_msg(p->err, sizeof p->err, "%s: closing: a batch under way was cancelled, not"
+                 " written", p->server);
   p->on_writer = 0;
   return rc;
 }
@@ -259,19 +262,52 @@ int mend__pg_flush_waiting(mend_pg *p, int begin) {
   return rc;
 }
 
+/* Whether the writer's session waits for another session's lock now (its try under way, not
+ * yet at its bound, so not yet marked): asked on aux, the loop's. If so the mark is set here,
+ * naming the holder, as the try's end would set it. */
+static int writer_blocked(mend_pg *p) {
+  int pid = atomic_load(&p->conn_pid);
+  if (pid <= 0 || mend__pg_aux(p) != 0) return 0;
+  char v0[16];
+  snprintf(v0, sizeof v0, "%d", pid);
+  const char *v[1] = {v0};
+  PGresult *r = PQexecParams(p->aux, "SELECT b.pid, b.application_name FROM pg_stat_activity b"
+                             " WHERE b.pid = ANY (pg_blocking_pids($1::int)) LIMIT 1", 1, NULL,
+                             v, NULL, NULL, 0);
+  int blocked = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
+  if (blocked) {
+    const char *app = PG_TEXT(r, 0, 1);
+    char msg[sizeof p->wait_msg];
+    snprintf(msg, sizeof msg, "%s: a batch's writes wait for a lock held by session %s%s%s%s",
+             p->aux_server, PQgetvalue(r, 0, 0), app && *app ? " (" : "", app && *app ? app : "",
+             app && *app ? ")" : "");
+    set_msg(p, msg);
+    atomic_store(&p->waiting, 1);
+  }
+  PQclear(r);
+  return blocked;
+}
+
 /* Waits for the writer thread to be done with the connection, as mend__handoff_wait does;
- * but while its batch waits for another session's lock (the mark), no longer than the
- * caller waits (caller_bound): MEND_STORE_BUSY then, the writer keeping conn and its batch
- * (errmsg names the lock). A loop that read on conn waited as long as the lock lasted. */
+ * but while its batch waits for another session's lock, no longer than the caller waits
+ * (caller_bound, from when this wait began): MEND_STORE_BUSY then, the writer keeping conn
+ * and its batch (errmsg names the lock). Whether it waits is known from the mark once a try
+ * met its bound, and before that (a try's bound is a second past the server's
+ * deadlock_timeout) by asking the server (writer_blocked). A writer slow for any other reason
+ * is waited for: its batch will end. */
 int mend__pg_writer_wait_bounded(mend_pg *p) {
   pg_writer *w = p->w;
   if (!w) return 0;
   double until = mend__pg_mono() + caller_bound(p);
   pthread_mutex_lock(&w->mu);
   while (w->busy || w->in_done) {
-    if (atomic_load(&p->waiting) && mend__pg_mono() >= until) {
+    if (mend__pg_mono() >= until) {
+      int busy = w->busy;
       pthread_mutex_unlock(&w->mu);
-      return MEND_STORE_BUSY;
+      if (atomic_load(&p->waiting) || (busy && writer_blocked(p))) return MEND_STORE_BUSY;
+      until = mend__pg_mono() + caller_bound(p);
+      pthread_mutex_lock(&w->mu);
+      continue;
     }
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
