@@ -392,7 +392,16 @@ static int sandbox_mark(mend_engine *E, mend_refusal *why, char *err, int errlen
   const char *path = E->cfg.db_path ? E->cfg.db_path : ":memory:";
   if (strcmp(path, ":memory:") == 0) return 0;   /* nothing of it outlives this engine */
   int marked = mend_store_sandbox_mark(E->store, 0);
-  if (marked >= 0 && E->cfg.sandbox && !marked) marked = mend_store_sandbox_mark(E->store, 1);
+  if (marked >= 0 && E->cfg.sandbox && !marked) {
+    marked = mend_store_sandbox_mark(E->store, 1);
+    /* for good: a trusted fleet learns it only as its engines open sandboxed */
+    if (marked > 0)
+      mend_engine_log_line(E, "warn", NULL, NULL, 0, "sandbox",
+                           "the database is marked sandboxed now (this engine is sandboxed): "
+                           "every engine that opens it from now on runs its workflows "
+                           "sandboxed unless told no_sandbox (--no-sandbox); mend db trust "
+                           "clears the mark");
+  }
   if (marked < 0) {
     *why = MEND_REFUSED_STORE;
     snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store));

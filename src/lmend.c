@@ -226,6 +226,10 @@ static int l_upgrade_db(lua_State *L) {
  * allow-list).  [-0, +1, e] */
 static int l_trust_db(lua_State *L) {
   const char *path = mend__check_text(L, 1, "mend.trust_db: the database");
+  struct stat sb;
+  /* opening would make an empty database at a mistyped path, and answer "unmarked" */
+  if (!mend_store_is_postgres(path) && (strcmp(path, ":memory:") == 0 || stat(path, &sb) != 0))
+    return luaL_error(L, "mend.trust_db: no database at %s", path);
   char err[1024];
   mend_store *s = mend_store_open(path, MEND_DURABILITY_FULL, err, (int)sizeof err);
   if (!s) {

@@ -129,8 +129,8 @@ static int store_text_allowed(mend_engine *E, char *err, int errlen) {
   if (!marked) return 0;
   mend_errorf(err, errlen, "the database was marked sandboxed after this engine opened (a "
               "sandboxed engine opened it): its workflows' code is not run unsandboxed here; "
-              "restart the engine (it opens sandboxed), or open it with no_sandbox "
-              "(--no-sandbox)");
+              "restart the engine (it opens sandboxed), open it with no_sandbox "
+              "(--no-sandbox), or clear the mark (mend db trust) if its code is trusted");
   return -1;
 }
 

@@ -8,7 +8,7 @@
 -- STORE is sqlite or pg; SHARD is 1..COUNT, `server` or `check`. `server` is the PostgreSQL
 -- specs that act on the test cluster's server or read the sessions of all of it, which other
 -- specs beside them would disturb or be read in: their text runs `tests/pg/cluster.sh restart`,
--- `down` or `kill9`, reads pg_stat_activity or sets the role's settings with ALTER ROLE (found
+-- `down` or `kill9`, reads pg_stat_activity or pg_stat_database or sets the role's settings with ALTER ROLE (found
 -- by that, so a new one is found too; ctest
 -- runs them with no other test of the cluster);
 -- WEIGHTS is tests/specs/weights.txt (a spec file's seconds on each store, measured; a file
@@ -37,7 +37,7 @@ local function needs_the_server_alone(path)
   f:close()
   -- ALTER ROLE: a setting of the role every shard's sessions log in as, while it lasts
   for _, word in ipairs { "cluster.sh restart", "cluster.sh down", "cluster.sh kill9", "pg_stat_activity",
-                          "ALTER ROLE" } do
+                          "pg_stat_database", "ALTER ROLE" } do
     if text:find(word, 1, true) then return true end
   end
   return false

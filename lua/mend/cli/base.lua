@@ -218,6 +218,11 @@ function M.http_allow_flag(o)
       usage_error(o._command, "--http-allow: an empty host in %q (hosts apart by commas)",
                   o["http-allow"])
     end
+    -- "*" reads as "any host" and would be the host named "*": no URL has it
+    if item == "*" or item:find("%s") then
+      usage_error(o._command, "--http-allow: %q is not a host (a name, an address, or *.domain; "
+                  .. "hosts apart by commas)", item)
+    end
     list[#list + 1] = item
   end
   return list

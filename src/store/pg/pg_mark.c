@@ -4,16 +4,32 @@
  * the writer's and its batches', which a statement of another kind must not enter; on the
  * server the writer's connection reached (pg_aux.c says why: a multi-host conninfo may list a
  * standby, lagging or read-only). Called as an engine opens and as one loads a workflow's text
- * from the store, just after a read that waited for the writer (p->err is free). Must never:
- * set the mark off but for the host's `mend db trust` (set -1); run on the step path; leave
- * the connection open.
+ * from the store, just after a read that waited for the writer (p->err is free). A read goes
+ * on the side connection of committed reads when it is there (pg_aux.c: the same server), so
+ * that loading many stored versions logs in no session each. Must never: set the mark off but
+ * for the host's `mend db trust` (set -1); run on the step path; leave a connection of its own
+ * open.
  */
 #include "pg_int.h"
 
 #include <string.h>
 
+/* The mark read on the side connection: 1 on, 0 off, -1 not read there (asked anew aside). */
+static int read_on_aux(mend_pg *p) {
+  if (mend__pg_aux(p) != 0) return -1;
+  PGresult *r = PQexec(p->aux, "SELECT value FROM meta WHERE key = 'sandbox'");
+  int rc = PQresultStatus(r) != PGRES_TUPLES_OK ? -1
+           : PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), "on") == 0;
+  PQclear(r);
+  return rc;
+}
+
 int mend__pg_sandbox_mark(mend_store *s, int set) {
   mend_pg *p = PG(s);
+  if (!set) {
+    int on = read_on_aux(p);
+    if (on >= 0) return on;
+  }
   char server[300];
   PGconn *c = NULL;
   pg_at at;
