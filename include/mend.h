@@ -155,7 +155,8 @@ typedef struct mend_options {
                                  never holds a comma): "payments.internal,*.example.com", where
                                  "*.example.com" is any name under example.com. NULL: any host,
                                  except in a sandbox, where NULL allows none. With a list (or
-                                 a sandbox) a loopback, unspecified or link-local address is
+                                 a sandbox) a loopback, unspecified or link-local address, or
+                                 one of this machine's interface addresses, is
                                  connected to only if the list names it or "localhost"
                                  (docs/lua-api.md). Copied by mend_engine_new */
   double park_after;          /* seconds of the engine's clock a run waiting for an event, a
