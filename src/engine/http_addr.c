@@ -7,18 +7,20 @@
  * of these. Such an address is refused unless the allow-list names it as an address, or names
  * `localhost` (which allows loopback). So is an address of one of this machine's own
  * interfaces (eth0's 10.0.0.5 or fd00::2): a listener of the host's bound to 0.0.0.0 or ::
- * answers there as on loopback; `localhost` allows these too. The check is made on the address curl is about to
- * connect to (its open-socket callback, http.c), never by a resolve of its own: a name that
- * answers one address to a check and another to the connect gains nothing.
- * Private ranges (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7) are allowed but for this
- * machine's own addresses: they are other machines, which is what an allow-list of internal names (payments.internal) is for;
- * the host who names such a name chose to reach that network.
+ * answers there as on loopback; `localhost` allows these too. The check is made on the
+ * address curl is about to connect to (its open-socket callback, http.c), never by a resolve
+ * of its own: a name that answers one address to a check and another to the connect gains
+ * nothing. Private ranges (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7) but this
+ * machine's own addresses are allowed: they are other machines, which is what an allow-list of
+ * internal names (payments.internal) is for; the host who names such a name chose to reach
+ * that network.
  * An environment proxy (http_proxy, https_proxy, all_proxy; curl's rules) is the host's
  * configuration and gets no allowance of its own: curl connects to the proxy's address, which
  * the check sees as any other. A proxy on another machine is reached; one on this machine
- * (loopback, link-local) must be named in http_allow by its address, which allows that
- * address's every port. Allowing a proxy's address for the proxy alone would need to know
- * which requests curl sends through it (no_proxy, the scheme, httpoxy's upper-case rule).
+ * (loopback, its interfaces' addresses, link-local) must be named in http_allow by its
+ * address, which allows that address's every port. Allowing a proxy's address for the proxy
+ * alone would need to know which requests curl sends through it (no_proxy, the scheme,
+ * httpoxy's upper-case rule).
  * This machine's addresses are read with getifaddrs (a netlink dump of every interface: tens of
  * microseconds and a socket), at the first request and again at a connection once the list is
  * older than OWN_ADDR_MS, never at each connection: interfaces change (a container's veth, a
