@@ -1,5 +1,6 @@
 -- mend.http under an allow-list, to a name the allow-list allows that leads to an address of the
--- engine's own machine or link (loopback, unspecified, link-local, IPv4-mapped forms of these):
+-- engine's own machine or link (loopback, this machine's interface addresses, unspecified,
+-- link-local, IPv4-mapped forms of these):
 -- refused at the address curl connects to, a fatal error naming the host and the address,
 -- unless the allow-list names that address or localhost. curl resolves "localhost" and any name
 -- under it to loopback without DNS, so these specs need no DNS of their own. An environment
