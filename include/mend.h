@@ -62,7 +62,7 @@ typedef enum mend_status {
   MEND_ENOMEM,      /* out of memory */
   MEND_ELOAD,       /* a workflow script failed to load or check */
   MEND_ESTORE,      /* the database failed (full, locked, not a mend database, ...) */
-  MEND_ENOTFOUND,   /* no such run or workflow */
+  MEND_ENOTFOUND,   /* no such run or workflow (mend_trust_db: no database) */
   MEND_ECLOCK,      /* the operation needs a virtual clock */
   MEND_ESTATE,      /* the operation makes no sense now (e.g. retrying a succeeded run) */
   MEND_EBROKEN,     /* the engine stopped for good after an internal failure (its message
@@ -155,7 +155,8 @@ typedef struct mend_options {
                                  never holds a comma): "payments.internal,*.example.com", where
                                  "*.example.com" is any name under example.com. NULL: any host,
                                  except in a sandbox, where NULL allows none. With a list (or
-                                 a sandbox) a loopback, unspecified or link-local address is
+                                 a sandbox) a loopback, unspecified or link-local address, or
+                                 one of this machine's interface addresses, is
                                  connected to only if the list names it or "localhost"
                                  (docs/lua-api.md). Copied by mend_engine_new */
   double park_after;          /* seconds of the engine's clock a run waiting for an event, a
@@ -210,6 +211,37 @@ MEND_API int mend_engine_new(const mend_options *opts, mend_engine **out, char *
 MEND_API int mend_engine_free(mend_engine *engine);
 /* The message of the engine's last failure ("" if none). Valid until the next call. */
 MEND_API const char *mend_engine_errmsg(mend_engine *engine);
+
+/* Whether an engine runs its workflows' code sandboxed (README: Limits and sandbox), and why. */
+typedef enum mend_sandboxing {
+  MEND_UNSANDBOXED = 0,        /* trusted code: options without sandbox, on a database not
+                                  marked sandboxed, or with no_sandbox */
+  MEND_SANDBOXED = 1,          /* mend_options.sandbox said so */
+  MEND_SANDBOXED_BY_MARK = 2   /* the database is marked sandboxed (a sandboxed engine opened
+                                  it) and the options said neither sandbox nor no_sandbox:
+                                  mend_engine_new made the engine sandboxed, and its log has a
+                                  warn line (event "sandbox") naming the database and the ways
+                                  out (no_sandbox, mend_trust_db) */
+} mend_sandboxing;
+/* A mend_sandboxing, fixed when the engine was made: clearing the mark (mend_trust_db) changes
+ * no engine open now. -1 for a NULL or freed engine, and from a thread it does not belong to
+ * (refused as the calls that return a status are: Threading, above), which a host that tests
+ * the answer for truth reads as sandboxed. */
+MEND_API int mend_engine_sandboxed(mend_engine *engine);
+
+/* Clears the sandbox mark of the database `db_path` (a SQLite file, or a postgresql:// URI), as
+ * `mend db trust` and mend.trust_db do: the host's decision that the code of its workflows,
+ * those a sandboxed engine stored among them, is trusted again. Engines made on it afterwards
+ * run that code unsandboxed unless told sandbox; engines open now keep what they are, and a
+ * sandboxed one opened again marks it again. It takes the database, not an engine: an engine's
+ * sandbox is fixed as it is made (one the mark made sandboxed stays so until it is made again),
+ * and an engine made to clear it would run the recovery of its runs first. Any thread, no
+ * engine needed. *was_marked (may be NULL): 1 the mark was there and is cleared, 0 the
+ * database was not marked (nothing done). MEND_OK; MEND_EINVAL: db_path NULL; MEND_ENOTFOUND:
+ * no database there (no such file, "", ":memory:"), and none is made; MEND_ESTORE: the database
+ * failed (its schema is newer than this mend's, it is not a mend database, a lock held it past
+ * the busy wait), the mark as it was. A message naming the cause goes into err (if not NULL). */
+MEND_API int mend_trust_db(const char *db_path, int *was_marked, char *err, size_t errlen);
 
 /* The longest name, in bytes, of a workflow, a step, an event, a breaker (a workflow file with
  * a longer one does not load; a call given one fails with MEND_EINVAL), and of a run key. */

@@ -1,7 +1,8 @@
 -- The sandbox mark at its edges: the command that marks a database says so, mend.trust_db on
 -- a path with no database, --http-allow entries that name no host, --memory-limit without
--- --sandbox, and on PostgreSQL the mark read again at each stored version's load without a
--- new session each (from the review of the mark's fixes; each failed before its fix).
+-- --sandbox (its usage error made a database where there was none), and on PostgreSQL the
+-- mark read again at each stored version's load without a new session each (from the review
+-- of the mark's fixes; each failed before its fix).
 local H = require "spec.helper"
 local mend = require "mend"
 
@@ -60,21 +61,30 @@ describe("the sandbox mark at its edges", function()
     end
   end)
 
-  -- --memory-limit without --sandbox is a usage error on a database not marked, as before
-  -- sbfix23, but it is now found after the engine opened the database: a new file is made
-  -- (schema and all) by a command that exits 2, and the usage line is mend's, not run's.
-  -- Not fixed: the check needs the mark, which is read once the engine opened the database.
-  pending("--memory-limit without --sandbox on no database makes none", function()
+  -- --memory-limit without --sandbox is a usage error on a database not marked: on a path with
+  -- no database (none can be marked) it is found before the engine opens, and makes none; on
+  -- one not marked, once the engine read the mark. Either way the usage line is the command's.
+  it("--memory-limit without --sandbox on no database makes none", function()
     if H.is_pg(H.new_db()) then return end
     local dir = H.tmp_dir()
     local file = H.write_file(dir, "probe.lua", PROBE)
-    local db = dir .. "/new.db"
+    for _, cmd in ipairs { "run " .. H.quote(file), "worker --workflows " .. H.quote(dir),
+                           "serve --workflows " .. H.quote(dir) } do
+      local db = dir .. "/new.db"
+      local rc, out = H.shell(("%s %s --db %s --memory-limit 1000000 2>&1")
+                                :format(H.MEND, cmd, H.quote(db)))
+      assert.are.equal(2, rc, out)
+      local made = io.open(db, "rb")
+      if made then made:close() end
+      assert.is_nil(made, "a usage error made " .. db)
+      assert.matches("usage: mend " .. cmd:match("^%a+"), out, 1, true)
+      assert.matches("--memory-limit needs --sandbox", out, 1, true)
+    end
+    local db = H.new_db()
+    H.close(H.reopen(db, {}))
     local rc, out = H.shell(("%s run %s --db %s --memory-limit 1000000 2>&1")
                               :format(H.MEND, H.quote(file), H.quote(db)))
     assert.are.equal(2, rc, out)
-    local made = io.open(db, "rb")
-    if made then made:close() end
-    assert.is_nil(made, "a usage error made " .. db)
     assert.matches("usage: mend run", out, 1, true)
   end)
 end)

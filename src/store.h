@@ -785,6 +785,16 @@ typedef enum {
 mend_run_keys_outcome mend_store_upgrade_run_keys(const char *path, int despite_leases, char *err,
                                                   int errlen);
 
+/* `mend db trust`, mend.trust_db, mend_trust_db: the sandbox mark of the database named `path`
+ * cleared (src/trust.c). */
+typedef enum {
+  MEND_TRUST_CLEARED,       /* it was marked; it is not now */
+  MEND_TRUST_UNMARKED,      /* it was not marked: nothing done */
+  MEND_TRUST_NO_DATABASE,   /* no file at the path (or ":memory:", or ""): none made (err) */
+  MEND_TRUST_FAILED         /* the database failed (err names it); the mark is as it was */
+} mend_trust_outcome;
+mend_trust_outcome mend_store_trust(const char *path, char *err, int errlen);
+
 static inline int mend_store_put_token(mend_store *s, const char *digest, const char *run_id, const char *step, int attempt, double made) {
   return MEND_STORE_M(s)->put_token(s, digest, run_id, step, attempt, made);
 }
