@@ -19,24 +19,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static double mono(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* A second session holding run id's row, its transaction open: its backend pid. */
-static PGconn *hold(const char *id, int *pid) {
-  PGconn *c = PQconnectdb(conninfo);
-  char q[160];
-  snprintf(q, sizeof q, "SELECT id FROM runs WHERE id = '%s' FOR UPDATE", id);
-  CHECK_EQ_INT(sql(c, "SET application_name = 'holder'"), 0);
-  CHECK_EQ_INT(sql(c, "BEGIN"), 0);
-  CHECK_EQ_INT(sql(c, q), 0);
-  *pid = PQbackendPID(c);
-  return c;
-}
-
 static void test_writer_waits(void) {
   new_case();
   char err[1024];
