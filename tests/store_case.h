@@ -1,8 +1,8 @@
 /*
  * store_case: what the C tests of the SQLite store share (test_store_*): a temporary directory
  * of the program's own for its database files (store_case_begin, removed by store_case_end),
- * a look at a file from outside the store (raw_open), and the run and step records the cases
- * write. Included after check.h. Must never: hold a case's own checks.
+ * the store opened on a file there (store_at), a look at a file from outside the store
+ * (raw_open), and the run and step records the cases write. Included after check.h. Must never: hold a case's own checks.
  */
 #ifndef MEND_STORE_CASE_H
 #define MEND_STORE_CASE_H
@@ -45,6 +45,14 @@ static inline sqlite3 *raw_open(const char *path) {
     exit(2);
   }
   return db;
+}
+
+/* The store on the file at path (durability d), or NULL having said why on stderr. */
+static inline mend_store *store_at(const char *path, mend_durability d) {
+  char err[512] = "";
+  mend_store *s = mend_store_open(path, d, err, sizeof err);
+  if (!s) fprintf(stderr, "open %s: %s\n", path, err);
+  return s;
 }
 
 static inline const char *str_field(const json_t *o, const char *k) {

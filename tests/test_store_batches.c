@@ -16,18 +16,17 @@
 #include <time.h>
 
 static void test_batch_visibility(void) {
-  char err[512] = "";
   const char *path = file_in_dir("batch.db");
-  mend_store *a = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  mend_store *a = store_at(path, MEND_DURABILITY_PROCESS);
   CHECK(a != NULL);
-  if (!a) { fprintf(stderr, "open: %s\n", err); return; }
+  if (!a) return;
   mend_run_rec r = run_rec("b1", "k1", "running", 1);
   CHECK_EQ_INT(mend_store_insert_run(a, &r), 0);
 
   /* A second connection opens while the first holds its batch, and does not see it. */
-  mend_store *b = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  mend_store *b = store_at(path, MEND_DURABILITY_PROCESS);
   CHECK(b != NULL);
-  if (!b) { fprintf(stderr, "open second: %s\n", err); mend_store_close(a); return; }
+  if (!b) { mend_store_close(a); return; }
   json_t *v = mend_store_run(b, "b1");
   CHECK(v == NULL);
   json_decref(v);
@@ -56,7 +55,7 @@ static void test_batch_visibility(void) {
   CHECK_EQ_INT(mend_store_commit(b), 0);
   mend_store_close(b);
 
-  a = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  a = store_at(path, MEND_DURABILITY_PROCESS);
   CHECK(a != NULL);
   if (!a) return;
   v = mend_store_runs(a, NULL, NULL, 0);
@@ -77,8 +76,7 @@ static void count_batch(void *ud) {
  * recovery once a run. */
 static void test_flushes_counted_once_asked(void) {
   const char *path = file_in_dir("flushes.db");
-  char err[512] = "";
-  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  mend_store *s = store_at(path, MEND_DURABILITY_PROCESS);
   CHECK(s != NULL);
   if (!s) return;
   CHECK_EQ_INT(mend_store_start_writer(s, NULL, NULL), 0);
@@ -104,12 +102,8 @@ static void test_flushes_counted_once_asked(void) {
 
 /* A store on a file of the test directory, with its writer thread (done(ud) after each job). */
 static mend_store *writer_store(const char *path, void (*done)(void *ud), void *ud) {
-  char err[512] = "";
-  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
-  if (!s) {
-    fprintf(stderr, "open %s: %s\n", path, err);
-    return NULL;
-  }
+  mend_store *s = store_at(path, MEND_DURABILITY_PROCESS);
+  if (!s) return NULL;
   if (mend_store_start_writer(s, done, ud) != 0) {
     fprintf(stderr, "writer thread: %s\n", mend_store_errmsg(s));
     mend_store_close(s);
@@ -173,8 +167,7 @@ static void test_looks_without_the_batch(void) {
  * durable once its number is, and reads in between see what was recorded. */
 static void test_writer_thread(void) {
   const char *path = file_in_dir("writer.db");
-  char err[512] = "";
-  mend_store *s = mend_store_open(path, MEND_DURABILITY_FULL, err, sizeof err);
+  mend_store *s = store_at(path, MEND_DURABILITY_FULL);
   CHECK(s != NULL);
   if (!s) return;
   CHECK_EQ_INT(mend_store_start_writer(s, count_batch, NULL), 0);
@@ -441,8 +434,7 @@ static void sleep_ms(long ms) {
  * itself. */
 static void test_locked(void) {
   const char *path = file_in_dir("locked.db");
-  char err[512] = "";
-  mend_store *s = mend_store_open(path, MEND_DURABILITY_FULL, err, sizeof err);
+  mend_store *s = store_at(path, MEND_DURABILITY_FULL);
   CHECK(s != NULL);
   if (!s) return;
   mend_store_set_busy_wait(s, 20);

@@ -105,10 +105,9 @@ static int catch_connection(sqlite3 *db, char **errmsg, const sqlite3_api_routin
 }
 
 static void test_disk_full(void) {
-  char err[512] = "";
   const char *path = file_in_dir("full.db");
   CHECK_EQ_INT(sqlite3_auto_extension((void (*)(void))catch_connection), SQLITE_OK);
-  mend_store *s = mend_store_open(path, MEND_DURABILITY_FULL, err, sizeof err);
+  mend_store *s = store_at(path, MEND_DURABILITY_FULL);
   sqlite3_cancel_auto_extension((void (*)(void))catch_connection);
   CHECK(s != NULL && caught != NULL);
   if (!s || !caught) return;
@@ -260,8 +259,7 @@ static void test_checkpoints(void) {
  * is lost on the way. */
 static void test_wal_hard_limit(void) {
   const char *path = file_in_dir("ckpt-hard.db");
-  char err[512] = "";
-  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  mend_store *s = store_at(path, MEND_DURABILITY_PROCESS);
   CHECK(s != NULL);
   if (!s) return;
   s->wal_hard_frames = 2048;        /* 8 MiB of 4 KiB pages: the default, 64 MiB, is slow here */
@@ -342,9 +340,7 @@ static void test_upgrade_from_1(void) {
     "PRAGMA user_version = 1;", NULL, NULL, NULL), SQLITE_OK);
   sqlite3_close(db);
 
-  char err[512] = "";
-  mend_store *s = mend_store_open(path, MEND_DURABILITY_FULL, err, sizeof err);
-  if (!s) fprintf(stderr, "upgrade: %s\n", err);
+  mend_store *s = store_at(path, MEND_DURABILITY_FULL);
   CHECK(s != NULL);
   if (!s) return;
   CHECK_EQ_INT(mend_store_schema_version(s), MEND_SCHEMA_VERSION);

@@ -42,9 +42,8 @@ static void stall(mend_store *s) { s->fence_until = (double)time(NULL) - 5; }
 
 /* Two stores on one file; a's worker "wa" holds run g1 (committed), its lease good till now + 30. */
 static int two_workers_one_run(const char *path, mend_store **a, mend_store **b) {
-  char err[512] = "";
-  *a = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
-  *b = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  *a = store_at(path, MEND_DURABILITY_PROCESS);
+  *b = store_at(path, MEND_DURABILITY_PROCESS);
   CHECK(*a && *b);
   if (!*a || !*b) return -1;
   mend_store_set_worker(*a, "wa");
@@ -63,9 +62,8 @@ static void test_fence(void) {
   char *late_saved = late_env ? strdup(late_env) : NULL;
   unsetenv("MEND_FENCE_LATE");
   const char *path = file_in_dir("fence.db");
-  char err[512] = "";
-  mend_store *a = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
-  mend_store *b = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  mend_store *a = store_at(path, MEND_DURABILITY_PROCESS);
+  mend_store *b = store_at(path, MEND_DURABILITY_PROCESS);
   CHECK(a && b);
   if (!a || !b) {
     restore_env("MEND_FENCE_LATE", late_saved);

@@ -54,9 +54,8 @@ static void test_schema(void) {
 /* Completion tokens (schemas 11 and 13), known by digest: one use an attempt, whichever of
  * its tokens is used first; a token of another attempt is its own. */
 static void test_tokens(void) {
-  char err[512] = "";
   const char *path = file_in_dir("tokens.db");
-  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  mend_store *s = store_at(path, MEND_DURABILITY_PROCESS);
   CHECK(s != NULL);
   if (!s) return;
   CHECK_EQ_INT(mend_store_put_token(s, "d1", "t1", "ask", 1, 5), 0);
@@ -86,11 +85,10 @@ static void test_tokens(void) {
 }
 
 static void test_round_trip(void) {
-  char err[512] = "";
   const char *path = file_in_dir("trip.db");
-  mend_store *s = mend_store_open(path, MEND_DURABILITY_FULL, err, sizeof err);
+  mend_store *s = store_at(path, MEND_DURABILITY_FULL);
   CHECK(s != NULL);
-  if (!s) { fprintf(stderr, "open: %s\n", err); return; }
+  if (!s) return;
 
   mend_run_rec r1 = run_rec("r1", "order-42", "running", 100);
   mend_run_rec r2 = run_rec("r2", NULL, "succeeded", 200);
@@ -393,7 +391,7 @@ static void test_round_trip(void) {
                                 "UPDATE steps SET result = '[1,' WHERE run_id = 'r1' AND idx = 0",
                             NULL, NULL, NULL), SQLITE_OK);
   sqlite3_close(db);
-  s = mend_store_open(path, MEND_DURABILITY_FULL, err, sizeof err);
+  s = store_at(path, MEND_DURABILITY_FULL);
   CHECK(s != NULL);
   if (!s) return;
   run = mend_store_run(s, "r1");
@@ -411,8 +409,7 @@ static void test_round_trip(void) {
  * are refused by name, not read as no steps. */
 static void test_pending_steps(void) {
   const char *path = file_in_dir("pending.db");
-  char err[512] = "";
-  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  mend_store *s = store_at(path, MEND_DURABILITY_PROCESS);
   CHECK(s != NULL);
   if (!s) return;
   mend_run_rec r = run_rec("p1", NULL, "running", 7);
@@ -474,8 +471,7 @@ static const char *step_status(mend_store *s, const char *run, int idx, long lon
 
 static void test_attempts_in_flight(void) {
   const char *path = file_in_dir("in_flight.db");
-  char err[512] = "";
-  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  mend_store *s = store_at(path, MEND_DURABILITY_PROCESS);
   CHECK(s != NULL);
   if (!s) return;
   mend_run_rec r = run_rec("f1", NULL, "running", 7);
@@ -556,8 +552,7 @@ static void test_attempts_in_flight(void) {
  * this mend does not know is an error that names it. */
 static void test_run_image(void) {
   const char *path = file_in_dir("image.db");
-  char err[512] = "";
-  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  mend_store *s = store_at(path, MEND_DURABILITY_PROCESS);
   CHECK(s != NULL);
   if (!s) return;
   image_checks(s);
@@ -578,8 +573,7 @@ static void test_run_image(void) {
  * after an earlier read found no run (a caller would answer "no run" for a run that exists). */
 static void test_failure_is_not_missing(void) {
   const char *path = file_in_dir("failed.db");
-  char err[512] = "";
-  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  mend_store *s = store_at(path, MEND_DURABILITY_PROCESS);
   CHECK(s != NULL);
   if (!s) return;
   mend_run_rec r = run_rec("known", NULL, "running", 1);
@@ -609,9 +603,8 @@ static void count_seen(void *ud, const char *id) {
 }
 
 static void test_inbox(void) {
-  char err[512] = "";
   const char *path = file_in_dir("inbox.db");
-  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  mend_store *s = store_at(path, MEND_DURABILITY_PROCESS);
   CHECK(s != NULL);
   if (!s) return;
   mend_run_rec r = run_rec("e1", NULL, "running", 100);

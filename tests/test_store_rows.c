@@ -20,8 +20,7 @@
  * rolls back is asked for again. */
 static void test_compact_rows(void) {
   const char *path = file_in_dir("compact.db");
-  char err[512] = "";
-  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  mend_store *s = store_at(path, MEND_DURABILITY_PROCESS);
   CHECK(s != NULL);
   if (!s) return;
   mend_store_set_worker(s, "host:1:abc");
@@ -113,8 +112,7 @@ static void test_compact_rows(void) {
  * across statements and batches. */
 static void test_history_group_binds(void) {
   const char *path = file_in_dir("group.db");
-  char err[512] = "";
-  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  mend_store *s = store_at(path, MEND_DURABILITY_PROCESS);
   CHECK(s != NULL);
   if (!s) return;
   mend_store_set_worker(s, "host:1:grp");
@@ -176,9 +174,8 @@ static void test_history_group_binds(void) {
  * whose number another process took meanwhile, gets the next free one. */
 static void test_history_numbers(void) {
   const char *path = file_in_dir("hist.db");
-  char err[512] = "";
-  mend_store *a = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
-  mend_store *b = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  mend_store *a = store_at(path, MEND_DURABILITY_PROCESS);
+  mend_store *b = store_at(path, MEND_DURABILITY_PROCESS);
   CHECK(a && b);
   if (!a || !b) return;
   /* a records its writes (and runs them in groups) as an engine's store does */
@@ -267,9 +264,8 @@ static void test_history_numbers(void) {
  * that rolls back is numbered again; another process finds the row there. */
 static void test_workflow_versions(void) {
   const char *path = file_in_dir("versions.db");
-  char err[512] = "";
-  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
-  mend_store *other = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  mend_store *s = store_at(path, MEND_DURABILITY_PROCESS);
+  mend_store *other = store_at(path, MEND_DURABILITY_PROCESS);
   CHECK(s && other);
   if (!s || !other) return;
   mend_run_rec r = run_rec("v1", NULL, "running", 1);
@@ -330,8 +326,7 @@ static void test_workflow_versions(void) {
  * that lacked it once a run of the version brings it, and read back for that version only. */
 static void test_version_scripts(void) {
   const char *path = file_in_dir("scripts.db");
-  char err[512] = "";
-  mend_store *s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  mend_store *s = store_at(path, MEND_DURABILITY_PROCESS);
   CHECK(s);
   if (!s) return;
   mend_run_rec r = run_rec("s1", NULL, "running", 1);
@@ -355,7 +350,7 @@ static void test_version_scripts(void) {
   mend_store_close(s);
 
   /* another process (a restart) brings the script of a version whose row lacks it */
-  s = mend_store_open(path, MEND_DURABILITY_PROCESS, err, sizeof err);
+  s = store_at(path, MEND_DURABILITY_PROCESS);
   CHECK(s);
   if (!s) return;
   bare.id = "s3";
