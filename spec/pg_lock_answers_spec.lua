@@ -10,17 +10,10 @@ local json = require("mend").json
 local it_pg = H.PG and it or pending
 
 describe("a PostgreSQL worker whose batch waits for another session's lock", function()
-  local real_mend
-  setup(function()
-    real_mend = H.MEND
-    H.MEND = "timeout 60 " .. H.MEND
-  end)
-  teardown(function() H.MEND = real_mend end)
-  after_each(function()
-    PGH.release()
-    S.stop_all()
-    H.cleanup()
-  end)
+  local bound, unbound = PGH.bound_mend(60)
+  setup(bound)
+  teardown(unbound)
+  after_each(PGH.clean_up)
 
   it_pg("answers a start and an event to another run within 10 s (503 or done)", function()
     local dir, db = S.workspace()

@@ -30,17 +30,10 @@ local function answered_meanwhile(base, id)
 end
 
 describe("a batch of mend serve waiting for another PostgreSQL session's lock", function()
-  local real_mend
-  setup(function()
-    real_mend = H.MEND
-    H.MEND = "timeout 60 " .. H.MEND
-  end)
-  teardown(function() H.MEND = real_mend end)
-  after_each(function()
-    PGH.release()
-    S.stop_all()
-    H.cleanup()
-  end)
+  local bound, unbound = PGH.bound_mend(60)
+  setup(bound)
+  teardown(unbound)
+  after_each(PGH.clean_up)
 
   it_pg("a cancel of a parked dead letter and of another run are answered, and the loop answers meanwhile", function()
     local dir, db = S.workspace()

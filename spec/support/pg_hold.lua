@@ -60,4 +60,21 @@ function M.release()
   end
 end
 
+-- For a describe's setup and teardown: while it runs, every `mend` its specs run (H.MEND) is
+-- bounded by `seconds`, so that one frozen on a held lock fails its spec, never hangs the suite.
+function M.bound_mend(seconds)
+  local real
+  return function()
+    real = H.MEND
+    H.MEND = ("timeout %d %s"):format(seconds, H.MEND)
+  end, function() H.MEND = real end
+end
+
+-- For after_each: the sessions held released, the servers started stopped, the files removed.
+function M.clean_up()
+  M.release()
+  S.stop_all()
+  H.cleanup()
+end
+
 return M
