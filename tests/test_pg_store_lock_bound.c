@@ -20,8 +20,7 @@
 
 static void test_loop_commit_during_first_try(void) {
   new_case();
-  char err[1024];
-  mend_store *s = mend__pg_open(conninfo, MEND_DURABILITY_FULL, err, sizeof err);
+  mend_store *s = open_store();
   CHECK(s != NULL);
   if (!s) return;
   printf("write_wait_ms read at connect: %d\n", ((mend_pg *)(void *)s)->write_wait_ms);

@@ -21,8 +21,7 @@
 
 static void test_writer_waits(void) {
   new_case();
-  char err[1024];
-  mend_store *s = mend__pg_open(conninfo, MEND_DURABILITY_FULL, err, sizeof err);
+  mend_store *s = open_store();
   CHECK(s != NULL);
   if (!s) return;
   mend_run_rec a = run_rec("run-a", NULL), b = run_rec("run-b", NULL);
@@ -76,8 +75,7 @@ static void test_writer_waits(void) {
 /* Without the writer thread: commit says BUSY and keeps the batch; a later commit lands it. */
 static void test_commit_kept(void) {
   new_case();
-  char err[1024];
-  mend_store *s = mend__pg_open(conninfo, MEND_DURABILITY_FULL, err, sizeof err);
+  mend_store *s = open_store();
   CHECK(s != NULL);
   if (!s) return;
   mend_run_rec a = run_rec("run-a", NULL);
