@@ -30,4 +30,13 @@ function M.start(eng, order)
   return id
 end
 
+-- The engine on db again, as after a restart: the order workflow registered on the same log,
+-- the runs in flight recovered.
+function M.restart(db, log)
+  local eng = H.reopen(db)
+  eng:register(M.order_def(log))
+  eng:recover()
+  return eng
+end
+
 return M
