@@ -9,24 +9,9 @@
 local mend = require "mend"
 local H = require "spec.helper"
 
-local server = {}
-
-local function write(path, text)
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-end
-
-local function script(tbl)
-  write(server.script_path, mend.json.encode(tbl))
-  write(server.log_path, "")
-end
-
-local function seen()
-  local out = {}
-  for line in io.lines(server.log_path) do out[#out + 1] = mend.json.decode(line) end
-  return out
-end
+-- tests/http_server.py, started once for the file; script(tbl) rewrites what it answers
+local server = require("spec.support.http_server").new()
+local script, seen = server.script, server.seen
 
 local CALLER = [==[
 local mend = require "mend"
@@ -72,22 +57,8 @@ local function refused(st, host, address)
 end
 
 describe("mend.http's connections under http_allow", function()
-  setup(function()
-    server.script_path, server.log_path = os.tmpname(), os.tmpname()
-    local p = assert(io.popen("python3 tests/http_server.py " .. server.script_path .. " "
-                              .. server.log_path .. " & echo", "r"))
-    local line = p:read("l")
-    while line == "" do line = p:read("l") end
-    local port, pid = tostring(line):match("^(%d+) (%d+)$")
-    assert(port, "the test server did not start: " .. tostring(line))
-    server.port, server.pid, server.pipe = tonumber(port), tonumber(pid), p
-  end)
-  teardown(function()
-    if server.pid then os.execute("kill " .. server.pid) end
-    if server.pipe then server.pipe:close() end
-    os.remove(server.script_path)
-    os.remove(server.log_path)
-  end)
+  setup(server.start)
+  teardown(server.stop)
   after_each(H.cleanup)
 
   it("refuses a wildcard's name that resolves to loopback, sandboxed or not", function()
