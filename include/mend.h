@@ -238,7 +238,8 @@ MEND_API int mend_engine_sandboxed(mend_engine *engine);
  * and an engine made to clear it would run the recovery of its runs first. Any thread, no
  * engine needed. *was_marked (may be NULL): 1 the mark was there and is cleared, 0 the
  * database was not marked (nothing done). MEND_OK; MEND_EINVAL: db_path NULL; MEND_ENOTFOUND:
- * no database there (no such file, "", ":memory:"), and none is made; MEND_ESTORE: the database
+ * no mend database there (no such file, "", ":memory:", an empty file or PostgreSQL database
+ * with no mend schema), and none is made; MEND_ESTORE: the database
  * failed (its schema is newer than this mend's, it is not a mend database, a lock held it past
  * the busy wait), the mark as it was. A message naming the cause goes into err (if not NULL). */
 MEND_API int mend_trust_db(const char *db_path, int *was_marked, char *err, size_t errlen);

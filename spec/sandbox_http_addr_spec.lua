@@ -291,7 +291,8 @@ int getaddrinfo(const char *n, const char *s, const struct addrinfo *h, struct a
 int getifaddrs(struct ifaddrs **out) {
   gia real = (gia)dlsym(RTLD_NEXT, "getifaddrs");
   reads++;
-  if (getenv("OWN_FAIL")) { errno = EMFILE; return -1; }
+  const char *first = getenv("OWN_FAIL_FIRST");   /* the first N reads fail */
+  if (getenv("OWN_FAIL") || (first && reads <= atoi(first))) { errno = EMFILE; return -1; }
   return real(out);
 }
 __attribute__((destructor)) static void said(void) {
@@ -355,6 +356,24 @@ __attribute__((destructor)) static void said(void) {
                                 1, true), out)
       assert.are.equal(before, accepted(), out)
       assert.are.equal("succeeded nil", call_in(env, url, { "*.own.test", "localhost" }))
+      -- a failed read names its own errno, not that of a read made after it (which succeeded)
+      -- before the refused request's answer was written: the engine's first read and the
+      -- first connection's fail, the next connections' succeed
+      env = quiet .. ("LD_PRELOAD=%s OWN_ADDR=%s OWN_FAIL_FIRST=2"):format(so, addrs[1])
+      local ten = ([[
+        local mend = require "mend"
+        local eng = mend.engine { db = %q, sandbox = true, http_allow = { "*.own.test" } }
+        eng:load(%q)
+        local ids = {}
+        for i = 1, 10 do ids[i] = eng:start("caller", { url = %q }) end
+        eng:run()
+        for _, id in ipairs(ids) do io.write(tostring(eng:status(id).steps[1].error), "\n") end
+        eng:close()
+      ]]):format(dir .. "/t.db", H.write_file(dir, "caller10.lua", CALLER), url)
+      H.write_file(dir, "ten.lua", ten)
+      local _, told = H.shell(env .. " lua " .. dir .. "/ten.lua 2>&1")
+      assert.is_truthy(told:find("(getifaddrs: Too many open files)", 1, true), told)
+      assert.is_falsy(told:find("getifaddrs: Success", 1, true), told)
       -- 30 connections (the listener closes each): getifaddrs is not read at each of them
       local reads = dir .. "/reads"
       env = quiet .. ("LD_PRELOAD=%s OWN_ADDR=%s OWN_READS=%s"):format(so, addrs[1], reads)

@@ -447,6 +447,10 @@ typedef struct mend_store_methods {
  * Returns NULL on failure with a message naming the file and the cause in `err` ("mend.db: file
  * is not a database", "mend.db: schema version 7 is newer than this mend (1)"). */
 mend_store *mend_store_open(const char *path, mend_durability durability, char *err, int errlen);
+/* As mend_store_open (durability full), for a database that must be mend's already: one with no
+ * mend schema (an empty file, an empty PostgreSQL database) is left as it is and not opened:
+ * NULL with *none = 1 (and err saying so). Upgrading an older schema is still done. */
+mend_store *mend_store_open_existing(const char *path, int *none, char *err, int errlen);
 /* 1 if `name` names a PostgreSQL database (postgres:// or postgresql://). */
 int mend_store_is_postgres(const char *name);
 

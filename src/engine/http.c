@@ -133,6 +133,7 @@ static curl_socket_t on_open_socket(void *ud, curlsocktype purpose, struct curl_
     int refused = mend__http_addr_refused(H, &a->addr, q->refused, sizeof q->refused);
     if (refused) {
       q->refused_unknown = refused == 2;
+      q->refused_errno = H->own_err;
       return CURL_SOCKET_BAD;
     }
   }
@@ -473,7 +474,7 @@ static void push_outcome(mend_run *r, http_req *q, CURLcode rc) {
       snprintf(msg, sizeof msg, "mend.http %s %s: host \"%.200s\" is at address %s, not "
                "connected to: this machine's own addresses could not be read (getifaddrs: %s) "
                "to tell whether it is one of them", q->method, q->url, host ? host : "?",
-               q->refused, strerror(q->H->own_err));
+               q->refused, strerror(q->refused_errno));
     else
       snprintf(msg, sizeof msg, "mend.http %s %s: host \"%.200s\" is at address %s, of the "
                "engine's own machine or link (loopback, one of its interfaces' addresses, "

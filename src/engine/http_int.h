@@ -134,6 +134,7 @@ struct http_req {
   char errbuf[CURL_ERROR_SIZE];
   char refused[48];           /* an address http_addr.c refused a connection to ("": none) */
   int refused_unknown;        /* ... because this machine's own addresses could not be read */
+  int refused_errno;          /* ... and why (getifaddrs' errno then, not at the answer) */
   int connected;              /* a socket was opened to an address not refused */
   struct http_req *prev, *next;
 };

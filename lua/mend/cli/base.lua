@@ -205,7 +205,8 @@ end
 -- (a "file:" URI's file is before its '?'). A PostgreSQL URI is not known so without a
 -- connection.
 local function no_database(path)
-  if path:match("^postgres") then return false end
+  -- PostgreSQL as storage.c tells it (a file named postgres_copy.db is a file)
+  if path:match("^postgres://") or path:match("^postgresql://") then return false end
   local file = path:match("^file:([^?#]*)") or path
   if file == ":memory:" or file == "" then return true end
   local f = io.open(file, "rb")
