@@ -7,7 +7,8 @@
  *
  * Errors: every function that can fail returns a mend_status (MEND_OK is 0); the engine keeps
  * a message naming the cause, read with mend_engine_errmsg(). A NULL engine, or a NULL where a
- * call needs a value (a run id, a path, an out pointer), is MEND_EINVAL.
+ * call needs a value (a run id, a path, an out pointer), is MEND_EINVAL (mend_engine_free(NULL)
+ * excepted: MEND_OK, as free(NULL)).
  *
  * Threading: an engine belongs to one thread at a time: the one that created it, until
  * another takes it over with mend_engine_adopt(). No function may be called on it from
@@ -186,8 +187,9 @@ typedef struct mend_options {
 #define mend_options_init(opts) mend_options_init_size((opts), sizeof(mend_options))
 MEND_API void mend_options_init_size(mend_options *opts, size_t size);
 
-/* Creates an engine with its own Lua state. On failure returns the status, sets *out to NULL,
- * and writes a message naming the cause into err (if not NULL). MEND_EINVAL: an option out of
+/* Creates an engine with its own Lua state; opts NULL gives the defaults mend_options_init
+ * sets. On failure returns the status, sets *out to NULL (out NULL: MEND_EINVAL), and writes
+ * a message naming the cause into err (if not NULL). MEND_EINVAL: an option out of
  * its range (a durability other than the two modes, a negative max_concurrency or
  * instruction_budget, an unknown log_level or writer_sched, a thread_cpus that names no CPU or
  * one this process may not use: absent, offline, outside its cpuset).
@@ -206,7 +208,8 @@ MEND_API int mend_engine_new(const mend_options *opts, mend_engine **out, char *
  * running the code that called them), with an error-level log line and mend_engine_errmsg
  * saying so: free it once the call that drives it (mend_engine_run_all, tick, ...) returns.
  * An engine freed already: MEND_EINVAL, nothing of it read; so is every call returning a status
- * on it, until a new engine is made at its address (do not keep the pointer). */
+ * on it, until a new engine is made at its address (do not keep the pointer). NULL: MEND_OK,
+ * nothing done, as free(NULL). */
 MEND_API int mend_engine_free(mend_engine *engine);
 /* The message of the engine's last failure ("" if none). Valid until the next call. */
 MEND_API const char *mend_engine_errmsg(mend_engine *engine);
