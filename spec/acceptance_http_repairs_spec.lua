@@ -30,3 +30,17 @@ describe("the HTTP API from Python: events and repairs", function()
     A.client(base, "metrics")
   end)
 end)
+
+describe("the HTTP API from Python: defects", function()
+  local base
+  setup(function() base = A.server("worker") end)
+  teardown(function() A.stop_all() H.cleanup() end)
+
+  -- docs/http-api.md, Security: "Every operation is recorded with who did it ... and the name
+  -- a client gives in X-Mend-Who in front". The header is checked on every request, but only
+  -- the repairs (cancel, dead-letter retry and resolve, breakers) record it: a start's and an
+  -- event's who is dropped, and no answer or history row shows it.
+  local name = "who_recorded_for_start_and_event"
+  ;(A.wanted(name) and it or pending)(name .. ": defect, a start and an event sent over HTTP " ..
+    "record no who (X-Mend-Who checked, then dropped)", function() A.client(base, "defects") end)
+end)

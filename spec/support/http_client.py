@@ -216,6 +216,10 @@ def start_refusals():
     expect(post("/api/v1/runs", raw=b'{"workflow":"acc_wait","input":18446744073709552000}'), 400,
            "bad_json")
     expect(post("/api/v1/runs", {"workflow": "acc_wait"}, ctype=None), 415, "unsupported_media_type")
+    for ct in ("application/json; charset=utf-8", "Application/JSON"):   # what clients send
+        expect(post("/api/v1/runs", {"workflow": "acc_wait"}, ctype=ct), 201)
+    expect(post("/api/v1/runs", {"workflow": "acc_wait"}, ctype="application/jsonx"), 415,
+           "unsupported_media_type")
     expect(post("/api/v1/runs", {"workflow": "acc_wait"}, ctype="text/plain"), 415,
            "unsupported_media_type")
 
@@ -337,8 +341,15 @@ def paths_and_methods():
     a = get("/metrics/")
     assert a.status == 404, a
     assert expect(get("//api/v1/runs?limit=1"), 200)["runs"] is not None
-    endpoints = get("/api/v1")
-    assert endpoints.status == 200, endpoints
+    endpoints = json.dumps(expect(get("/api/v1"), 200))
+    for e in ("GET /api/v1/runs", "POST /api/v1/runs", "GET /api/v1/runs/{id}",
+              "GET /api/v1/runs/{id}/history", "GET /api/v1/runs/{id}/events",
+              "POST /api/v1/runs/{id}/cancel", "POST /api/v1/runs/{id}/events",
+              "POST /api/v1/events", "GET /api/v1/dlq", "POST /api/v1/dlq/{id}/retry",
+              "POST /api/v1/dlq/{id}/resolve", "GET /api/v1/breakers",
+              "POST /api/v1/breakers/{key}/", "GET /api/v1/workflows",
+              "GET /api/v1/workflows/{name}", "GET /metrics"):
+        assert e in endpoints, "%s is not listed: %s" % (e, endpoints)
     a = request("DELETE", "/api/v1/runs")
     expect(a, 405, "method_not_allowed")
     assert "GET" in (a.header("allow") or "") and "POST" in a.header("allow"), a.headers
@@ -430,6 +441,20 @@ def history_last_full_page_has_no_link():
 
 
 @check("history")
+def history_default_page_is_1000():
+    rid = start("acc_many", {"n": 520})
+    assert wait_end(rid, 60)["status"] == "succeeded"
+    a = get("/api/v1/runs/%s/history" % rid)
+    first = expect(a, 200)
+    assert len(first) == 1000, len(first)
+    assert a.header("link") == '</api/v1/runs/%s/history?after=1000&limit=1000>; rel="next"' % rid, \
+        a.header("link")
+    rest = history(rid, "?after=1000")
+    assert 0 < len(rest) < 1000 and rest[0]["seq"] == 1001, len(rest)
+    assert history(rid, "?tail=3") == rest[-3:]
+
+
+@check("history")
 def history_refusals():
     rid = long_run()
     for q in ("limit=0", "limit=10001", "after=-1", "after=abc", "tail=0", "tail=10001",
@@ -483,6 +508,35 @@ def wait_answers():
     for bad in ("61", "abc", "-1", "", "1e1"):
         expect(get("/api/v1/runs/%s?wait=%s" % (rid, bad)), 400, "bad_query", ("wait",))
     expect(get("/api/v1/runs/%s?wat=1" % rid), 400, "bad_query", ("wat",))
+
+
+@check("wait")
+def wait_busy_past_192():
+    rid = start("acc_wait")
+    waiting_for_event(rid)
+    answers = []
+    lock = threading.Lock()
+
+    def waiter():
+        a = get("/api/v1/runs/%s?wait=30" % rid, timeout=60)
+        with lock:
+            answers.append(a)
+    threads = [threading.Thread(target=waiter) for _ in range(192)]
+    for t in threads:
+        t.start()
+    deadline = time.time() + 20
+    while not re.search(r"^mend_http_waiting_requests 192\s*$", get("/metrics").raw.decode(), re.M):
+        assert time.time() < deadline, "192 waits were never counted"
+        time.sleep(0.1)
+    t0 = time.time()
+    b = expect(get("/api/v1/runs/%s?wait=30" % rid), 200)
+    assert b["wait"] == "busy" and b["status"] == "running" and time.time() - t0 < 2, b
+    expect(post("/api/v1/runs/%s/events" % rid, {"name": "go"}), 202)
+    for t in threads:
+        t.join(60)
+    assert len(answers) == 192
+    assert all(a.status == 200 and a.body["wait"] == "ended" for a in answers), \
+        [a for a in answers if a.status != 200 or a.body["wait"] != "ended"][:3]
 
 
 # ---- events -------------------------------------------------------------------------------
@@ -860,6 +914,21 @@ def chunked_body_over_max_body():
 def query_on_post_refused():
     expect(post("/api/v1/runs?x=1", {"workflow": "acc_wait"}), 400, "bad_query", ("x",))
 
+
+
+# ---- defects: what the documents say and mend does not do ----------------------------------
+
+@check("defects", defect="a start and an event record no X-Mend-Who (only repairs do)")
+def who_recorded_for_start_and_event():
+    # "Every operation is recorded with who did it ... the name a client gives in X-Mend-Who"
+    rid = start("acc_wait", who="zed")
+    waiting_for_event(rid)
+    expect(post("/api/v1/runs/%s/events" % rid, {"name": "go", "data": 1}, who="yan"), 202)
+    wait_end(rid)
+    seen = json.dumps(expect(get("/api/v1/runs/" + rid), 200)) + json.dumps(history(rid)) + \
+        json.dumps(expect(get("/api/v1/runs/%s/events" % rid), 200))
+    assert "zed via http" in seen, "the start's who is nowhere: %s" % seen[:1500]
+    assert "yan via http" in seen, "the event's who is nowhere: %s" % seen[:1500]
 
 
 def main():
