@@ -102,8 +102,15 @@ static void charge(void *ud, mend_call *call, const char *args) {
   snprintf(out, sizeof out, "{\"charged\":%s}", args);
   CHECK_EQ_INT(mend_call_return(call, out), MEND_OK);
 }
+static int wrong_answers = -1;
 static void later(void *ud, mend_call *call, const char *args) {
   (void)ud; (void)args;
+  /* wrong answers are refused and leave the call open */
+  wrong_answers = 0;
+  wrong_answers += mend_call_fail(call, "bogus", "x", -1, 0) == MEND_EINVAL;
+  wrong_answers += mend_call_fail(call, "compensable", "x", -1, 4) == MEND_EINVAL;
+  wrong_answers += mend_call_fail(call, "compensable", "x", -1, -1) == MEND_EINVAL;
+  wrong_answers += mend_call_fail(call, NULL, "x", -1, 0) == MEND_EINVAL;
   later_call = call;   /* answered by the host's loop, a few ticks later */
 }
 static void undo(void *ud, mend_call *call, const char *args) {
@@ -320,6 +327,22 @@ static void misuses(mend_engine *e) {
   CHECK_EQ_INT(mend_engine_history_page_json(e, first, 100000, 10, 0, &json), MEND_OK);
   if (json) { CHECK_STR(json, "[]"); mend_free(json); json = NULL; }
 
+  /* names and keys past their documented longest: MEND_EINVAL */
+  char longname[MEND_KEY_MAX + 2];
+  memset(longname, 'n', sizeof longname - 1);
+  longname[sizeof longname - 1] = '\0';
+  longname[MEND_NAME_MAX + 1] = '\0';   /* MEND_NAME_MAX + 1 bytes */
+  CHECK_EQ_INT(mend_engine_start(e, longname, NULL, NULL, id, NULL), MEND_EINVAL);
+  CHECK_EQ_INT(mend_engine_signal(e, first, longname, NULL, NULL), MEND_EINVAL);
+  longname[MEND_NAME_MAX + 1] = 'n';
+  longname[MEND_KEY_MAX + 1] = '\0';    /* MEND_KEY_MAX + 1 bytes */
+  CHECK_EQ_INT(mend_engine_start(e, "acc_wait", NULL, longname, id, NULL), MEND_EINVAL);
+  CHECK_EQ_INT(mend_engine_signal_by_key(e, longname, "go", NULL, NULL), MEND_EINVAL);
+  longname[MEND_KEY_MAX] = '\0';        /* the longest run key is taken */
+  CHECK_EQ_INT(mend_engine_start(e, "acc_wait", NULL, longname, id, NULL), MEND_OK);
+  CHECK_EQ_INT(mend_engine_signal(e, first, NULL, NULL, NULL), MEND_EINVAL);
+  CHECK(mend_engine_in_flight_count(e) >= 0);
+
   /* the virtual clock */
   double t0 = mend_engine_time(e);
   CHECK_EQ_INT(mend_engine_advance_clock(e, -1), MEND_EINVAL);
@@ -400,6 +423,7 @@ static void ticks(mend_engine *e) {
   CHECK_EQ_INT(free_from_callback, MEND_ESTATE);
   CHECK_EQ_INT(drive_from_callback, MEND_ESTATE);
   CHECK_EQ_INT(charge_calls, 1);
+  CHECK_EQ_INT(wrong_answers, 4);
   mend_tick_stats st;
   memset(&st, 0xff, sizeof st);
   CHECK_EQ_INT(mend_engine_tick_stats(e, 0.01, &st), MEND_OK);
