@@ -334,6 +334,7 @@ static void misuses(mend_engine *e) {
   longname[MEND_NAME_MAX + 1] = '\0';   /* MEND_NAME_MAX + 1 bytes */
   CHECK_EQ_INT(mend_engine_start(e, longname, NULL, NULL, id, NULL), MEND_EINVAL);
   CHECK_EQ_INT(mend_engine_signal(e, first, longname, NULL, NULL), MEND_EINVAL);
+  CHECK_EQ_INT(mend_engine_override_breaker(e, longname, "open", 10, "me"), MEND_EINVAL);
   longname[MEND_NAME_MAX + 1] = 'n';
   longname[MEND_KEY_MAX + 1] = '\0';    /* MEND_KEY_MAX + 1 bytes */
   CHECK_EQ_INT(mend_engine_start(e, "acc_wait", NULL, longname, id, NULL), MEND_EINVAL);
