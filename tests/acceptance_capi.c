@@ -252,6 +252,19 @@ static void errors_and_options(void) {
   CHECK(mend_engine_errmsg(NULL) != NULL);
 }
 
+/* What another thread is answered: a host call's answer and a tick refused, the wake-up taken. */
+static int other_return = -1, other_tick = -1, other_errmsg = 0;
+static double other_next = 0;
+static void *answer_elsewhere(void *arg) {
+  mend_engine *e = arg;
+  other_return = mend_call_return(later_call, "\"from another thread\"");
+  other_tick = mend_engine_tick(e, 0.01);
+  other_errmsg = *mend_engine_errmsg(e) != '\0';
+  other_next = mend_engine_next_tick(e);
+  mend_engine_wakeup(e);
+  return NULL;
+}
+
 static void *start_elsewhere(void *arg) {
   static int rc;
   char id[17];
@@ -430,6 +443,14 @@ static void ticks(mend_engine *e) {
   CHECK_EQ_INT(mend_engine_tick_stats(e, 0.01, &st), MEND_OK);
   CHECK(st.seconds >= 0 && st.actions >= 0 && st.ready >= 0);
   CHECK(run_has(e, id, "\"status\":\"running\""));
+  pthread_t th;
+  pthread_create(&th, NULL, answer_elsewhere, e);
+  pthread_join(th, NULL);
+  CHECK_EQ_INT(other_return, MEND_ESTATE);   /* the call stays open: answered below */
+  CHECK_EQ_INT(other_tick, MEND_ESTATE);
+  CHECK(other_errmsg);
+  CHECK(other_next == -1);
+  mend_engine_tick(e, 0.01);
   CHECK_EQ_INT(mend_call_return(later_call, "\"late\""), MEND_OK);
   later_call = NULL;
   CHECK(tick_until(e, id, NULL, "\"sleeping\""));
