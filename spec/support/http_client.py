@@ -701,6 +701,11 @@ def breakers_override():
     expect(post("/api/v1/breakers/acc_pay/reset", {"seconds": 5}), 400, "unknown_field", ("seconds",))
     for bad in (-1, 0, "x"):
         expect(post("/api/v1/breakers/acc_pay/open", {"seconds": bad}), 400, "bad_field", ("seconds",))
+    # a map item's breaker, its key holding a slash, percent-encoded in the path
+    assert "items/item" in keys, keys
+    a = expect(post("/api/v1/breakers/items%2Fitem/open", {"seconds": 5}), 200)
+    assert a == {"key": "items/item", "op": "open", "state": "open"}, a
+    expect(post("/api/v1/breakers/items%2Fitem/reset"), 200)
     expect(post("/api/v1/breakers/no_such/open"), 404, "not_found")
     expect(post("/api/v1/breakers/acc_pay/frob"), 404, "not_found")
 
