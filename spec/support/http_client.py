@@ -539,6 +539,34 @@ def wait_busy_past_192():
         [a for a in answers if a.status != 200 or a.body["wait"] != "ended"][:3]
 
 
+def waiting_count():
+    m = re.search(r"^mend_http_waiting_requests (\d+)\s*$", get("/metrics").raw.decode(), re.M)
+    return int(m.group(1))
+
+
+@check("wait")
+def wait_let_go_when_the_client_leaves():
+    rid = start("acc_wait")
+    waiting_for_event(rid)
+    u = urllib.parse.urlsplit(BASE)
+    for how in ("close", "shut_wr"):
+        s = socket.create_connection((u.hostname, u.port), timeout=10)
+        s.sendall(("GET /api/v1/runs/%s?wait=60 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" % rid).encode())
+        deadline = time.time() + 5
+        while waiting_count() != 1:
+            assert time.time() < deadline, "the wait was never counted"
+            time.sleep(0.05)
+        if how == "close":
+            s.close()
+        else:
+            s.shutdown(socket.SHUT_WR)
+        gone = time.time()
+        while waiting_count() != 0:
+            assert time.time() - gone < 3, "a client gone (%s) was not let go" % how
+            time.sleep(0.05)
+        s.close()
+
+
 # ---- events -------------------------------------------------------------------------------
 
 @check("events")
@@ -588,6 +616,23 @@ def event_refusals():
     expect(post("/api/v1/runs/%s/events" % rid, {"name": "x"}, ctype=None), 415)
     assert expect(get("/api/v1/runs/%s/events" % rid), 200) == []
     expect(get("/api/v1/runs/0000000000000000/events"), 404, "not_found")
+
+
+@check("events")
+def names_and_keys_past_their_longest():
+    # a value a field refuses is 400 bad_field naming the field (Conventions); the longest
+    # name is 512 bytes, the longest run key or event key 1024 (README: Limits)
+    rid = start("acc_wait", key="k" * 1024)      # the longest key is taken
+    expect(post("/api/v1/runs", {"workflow": "acc_wait", "key": "k" * 1025}), 400, "bad_field",
+           ('"key"', "1024"))
+    expect(post("/api/v1/runs", {"workflow": "w" * 513}), 400, "bad_field", ('"workflow"', "512"))
+    expect(post("/api/v1/runs/%s/events" % rid, {"name": "e" * 513}), 400, "bad_field",
+           ('"name"', "512"))
+    expect(post("/api/v1/runs/%s/events" % rid, {"name": "e", "key": "k" * 1025}), 400,
+           "bad_field", ('"key"', "1024"))
+    expect(post("/api/v1/events", {"run_key": "r" * 1025, "name": "e"}), 400, "bad_field",
+           ('"run_key"', "1024"))
+    expect(post("/api/v1/runs/%s/events" % rid, {"name": "e" * 512}), 202)
 
 
 # ---- cancel, who ---------------------------------------------------------------------------
