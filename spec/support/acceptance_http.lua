@@ -62,7 +62,7 @@ end
 function A.client(base, group, extra)
   local args = {}
   for k, v in pairs(extra or {}) do args[#args + 1] = q(k .. "=" .. v) end
-  local p = assert(io.popen("python3 spec/support/http_client.py " .. q(base) .. " " .. q(group)
+  local p = assert(io.popen("python3 -B spec/support/http_client.py " .. q(base) .. " " .. q(group)
                             .. " " .. table.concat(args, " ") .. " 2>&1"))
   local out = p:read("a")
   local ok = p:close()
