@@ -47,3 +47,38 @@ describe("the HTTP API from Python: stopping, browsers", function()
     A.client(base, "cors", { origin = "http://app.example:8080" })
   end)
 end)
+
+describe("mend serve's flags as docs/http-api.md (Security) gives them", function()
+  after_each(function() A.stop_all() end)
+  teardown(function() H.cleanup() end)
+
+  local function serve(dir, flags)
+    local p = assert(io.popen(("%s serve --db %s --workflows %s %s 2>&1"):format(
+      H.quote(H.MEND), H.quote(dir .. "/flags.db"), H.quote(dir), flags)))
+    local out = p:read("a")
+    local _, _, code = p:close()
+    return code, out
+  end
+
+  it("refuses a non-loopback address without a token, a bad --cors or --listen: usage errors, exit 2", function()
+    local dir = A.workspace()
+    for _, case in ipairs {
+      { "--listen 0.0.0.0:0", "--listen" }, { "--listen '[::]:0'", "--listen" },
+      { "--listen nowhere", "--listen" }, { "--listen 127.0.0.1:0 --cors '*'", "--cors" },
+      { "--listen 127.0.0.1:0 --cors http://a.example/path", "--cors" },
+      { "--listen 127.0.0.1:0 --cors ''", "--cors" },
+    } do
+      local code, out = serve(dir, case[1])
+      assert.are.equal(2, code, case[1] .. ": " .. out)
+      assert.truthy(out:find(case[2], 1, true), case[1] .. ": " .. out)
+    end
+  end)
+
+  it("exits 1 naming an address the system will not give (a port in use)", function()
+    local base = A.server("serve")
+    local taken = base:match("(127%.0%.0%.1:%d+)")
+    local code, out = serve(A.workspace(), "--listen " .. taken)
+    assert.are.equal(1, code, out)
+    assert.truthy(out:find(taken, 1, true), out)
+  end)
+end)
