@@ -128,6 +128,21 @@ static void got_token(void *ud, mend_call *call, const char *args) {
   mend_call_return(call, NULL);
 }
 
+/* What the host heard: run_finished events and dead-letter alerts, the last of each kept. */
+static int finished_heard, dead_letters_heard;
+static char last_alert[1024];
+static void on_event(void *ud, const char *json) {
+  (void)ud;
+  if (strstr(json, "\"type\":\"run_finished\"")) finished_heard++;
+}
+static void on_alert(void *ud, const char *json) {
+  (void)ud;
+  if (strstr(json, "\"kind\":\"dead_letter\"")) {
+    dead_letters_heard++;
+    snprintf(last_alert, sizeof last_alert, "%s", json);
+  }
+}
+
 static mend_engine *open_engine(const char *db, int virtual_clock) {
   mend_options o;
   mend_options_init(&o);
@@ -136,6 +151,8 @@ static mend_engine *open_engine(const char *db, int virtual_clock) {
   o.has_seed = 1;
   o.seed = 7;
   o.log_level = "error";
+  o.on_event = on_event;
+  o.alert = on_alert;
   mend_engine *e = NULL;
   char err[256] = "";
   int rc = mend_engine_new(&o, &e, err, sizeof err);
@@ -388,10 +405,15 @@ static void run_all_and_dead_letters(const char *db) {
   mend_engine *e = open_engine(db, 1);
   char id[17], *json = NULL;
   undo_ok = 0;
+  finished_heard = dead_letters_heard = 0;
   CHECK_EQ_INT(mend_engine_start(e, "acc_dead", NULL, NULL, id, NULL), MEND_OK);
   CHECK_EQ_INT(mend_engine_run_all(e), MEND_OK);
   CHECK_EQ_INT(mend_engine_in_flight_count(e), 0);
   CHECK(status_is(e, id, "needs_attention"));
+  /* every end heard by the time none is in flight; the dead letter alerted, naming the run */
+  CHECK_EQ_INT(finished_heard, 1);
+  CHECK_EQ_INT(dead_letters_heard, 1);
+  CHECK(strstr(last_alert, id) && strstr(last_alert, "\"workflow\":\"acc_dead\""));
   CHECK_EQ_INT(mend_engine_dlq_json(e, &json), MEND_OK);
   CHECK(json && strstr(json, id) && strstr(json, "compensation_failed") && strstr(json, "reserve"));
   mend_free(json);
