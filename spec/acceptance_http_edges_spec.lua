@@ -9,7 +9,7 @@ describe("the HTTP API from Python: limits, tokens, serve", function()
   after_each(function() A.stop_all() end)
   teardown(function() H.cleanup() end)
 
-  it("refuses a body over --max-body (413, urllib included), headers over 16 KiB, a broken chunked body", function()
+  it("refuses a body over --max-body (413, urllib included), headers over 16 KiB, a broken chunked body; 256 connections at most, idle ones closed", function()
     local base = A.server("worker", "--max-body 4096")
     A.client(base, "limits", { max_body = 4096 })
   end)

@@ -411,6 +411,34 @@ def chunked_body_over_max_body():
 
 
 @check("limits")
+def connections_capped_and_idle_closed():
+    u = urllib.parse.urlsplit(acc_http.BASE)
+    held = [socket.create_connection((u.hostname, u.port), timeout=20) for _ in range(256)]
+    opened = time.time()
+    time.sleep(0.5)
+    s = socket.create_connection((u.hostname, u.port), timeout=5)
+    try:
+        s.sendall(b"GET /api/v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        got = s.recv(100)
+    except (ConnectionResetError, BrokenPipeError):
+        got = b""
+    s.close()
+    assert got == b"", "a connection past 256 was answered: %r" % got
+    for h in held[:10]:
+        h.close()
+    time.sleep(0.5)
+    expect(get("/api/v1/runs?limit=1"), 200)
+    # an idle keep-alive connection is closed after 10 s
+    try:
+        got = held[20].recv(10)
+    except ConnectionResetError:
+        got = b""
+    assert got == b"" and time.time() - opened < 14, (got, time.time() - opened)
+    for h in held[10:]:
+        h.close()
+
+
+@check("limits")
 def query_on_post_refused():
     expect(post("/api/v1/runs?x=1", {"workflow": "acc_wait"}), 400, "bad_query", ("x",))
 
