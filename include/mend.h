@@ -26,7 +26,8 @@
  * (a nested call does the work that is ready, and hears the events after theirs).
  *
  * Three ways to drive an engine:
- *  - it owns its loop, and mend_engine_run_all() blocks until no run is in flight;
+ *  - it owns its loop, and mend_engine_run_all() blocks until no run is in flight (on the
+ *    virtual clock, until the runs left wait only for the world);
  *  - it attaches to the host's libuv loop (mend_options.uv_loop), and the host's uv_run()
  *    drives it;
  *  - the host calls mend_engine_tick() from its frame loop: mend does the work that is ready
@@ -276,7 +277,10 @@ MEND_API int mend_engine_start(mend_engine *engine, const char *workflow, const 
  * receives how many. */
 MEND_API int mend_engine_recover(mend_engine *engine, int *count);
 
-/* Runs the engine's own loop until no run is in flight. MEND_ESTORE if the database failed. */
+/* Runs the engine's own loop until no run is in flight; on the virtual clock, also once the
+ * runs left wait only for the world (an event sent to them, say: nothing of the engine's own
+ * is due), as eng:run() returns: mend_engine_in_flight_count() says how many.
+ * MEND_ESTORE if the database failed. */
 MEND_API int mend_engine_run_all(mend_engine *engine);
 /* Does the work that is ready for about `budget` seconds at most and returns; never blocks.
  * Between pieces of work (an action of a run, a due timer) it looks at its clock, and stops

@@ -438,6 +438,15 @@ static void run_all_and_dead_letters(const char *db) {
   CHECK(status_is(e, id, "resolved"));
   CHECK(history_has(e, id, "refunded by hand, ticket 7"));
   CHECK_EQ_INT(mend_engine_resolve_dead_letter(e, id, "carol", "again"), MEND_ESTATE);
+  /* on the virtual clock run_all returns when the runs left wait for the world */
+  CHECK_EQ_INT(mend_engine_start(e, "acc_wait", NULL, NULL, id, NULL), MEND_OK);
+  CHECK_EQ_INT(mend_engine_run_all(e), MEND_OK);
+  CHECK_EQ_INT(mend_engine_in_flight_count(e), 1);
+  CHECK(mend_engine_next_tick(e) == -1);
+  CHECK_EQ_INT(mend_engine_signal(e, id, "go", "1", NULL), MEND_OK);
+  CHECK_EQ_INT(mend_engine_run_all(e), MEND_OK);
+  CHECK_EQ_INT(mend_engine_in_flight_count(e), 0);
+  CHECK(status_is(e, id, "succeeded"));
   CHECK_EQ_INT(mend_engine_free(e), MEND_OK);
   CHECK_EQ_INT(mend_engine_run_all(e), MEND_EINVAL);   /* freed: refused, nothing read */
 }
