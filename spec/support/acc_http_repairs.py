@@ -168,6 +168,19 @@ def dlq_resolve_empty_note():
     assert expect(get("/api/v1/runs/" + rid), 200)["status"] == "needs_attention"
 
 
+@check("dlq")
+def dlq_retry_of_attempts_exhausted_refused():
+    rid = start("acc_exhaust")
+    end = wait_end(rid)
+    assert end["status"] == "needs_attention" and end.get("reason") == "attempts_exhausted", end
+    mine = [d for d in expect(get("/api/v1/dlq"), 200) if d["run_id"] == rid]
+    assert mine and mine[0]["reason"] == "attempts_exhausted", mine
+    expect(post("/api/v1/dlq/%s/retry" % rid), 409, "conflict")
+    assert expect(get("/api/v1/runs/" + rid), 200)["status"] == "needs_attention"
+    a = expect(post("/api/v1/dlq/%s/resolve" % rid, {"note": "dropped"}), 200)
+    assert a["status"] == "resolved", a
+
+
 # ---- breakers --------------------------------------------------------------------------------
 
 @check("breakers")

@@ -37,6 +37,14 @@ return { name = "acc_dead", compensate_retry = { max_attempts = 1 }, steps = {
     end },
   { name = "charge", execute = function() error(mend.fatal("card declined")) end },
 } }]],
+  -- attempts run out: compensated, then a dead letter with nothing left to resume
+  acc_exhaust = [[
+local mend = require "mend"
+return { name = "acc_exhaust", steps = {
+  { name = "reserve", execute = function() return "r-1" end, compensate = function() end },
+  { name = "charge", retry = { max_attempts = 2, initial = 0.05, jitter = 0 },
+    execute = function() error(mend.retryable("gateway down")) end },
+} }]],
 }
 
 -- A folder holding the workflows (and acc_broken.lua, failing to load, with broken = true)
