@@ -7,7 +7,8 @@
  *
  * Errors: every function that can fail returns a mend_status (MEND_OK is 0); the engine keeps
  * a message naming the cause, read with mend_engine_errmsg(). A NULL engine, or a NULL where a
- * call needs a value (a run id, a path, an out pointer), is MEND_EINVAL.
+ * call needs a value (a run id, a path, an out pointer), is MEND_EINVAL (mend_engine_free(NULL)
+ * excepted: MEND_OK, as free(NULL)).
  *
  * Threading: an engine belongs to one thread at a time: the one that created it, until
  * another takes it over with mend_engine_adopt(). No function may be called on it from
@@ -25,7 +26,8 @@
  * (a nested call does the work that is ready, and hears the events after theirs).
  *
  * Three ways to drive an engine:
- *  - it owns its loop, and mend_engine_run_all() blocks until no run is in flight;
+ *  - it owns its loop, and mend_engine_run_all() blocks until no run is in flight (on the
+ *    virtual clock, until the runs left wait only for the world);
  *  - it attaches to the host's libuv loop (mend_options.uv_loop), and the host's uv_run()
  *    drives it;
  *  - the host calls mend_engine_tick() from its frame loop: mend does the work that is ready
@@ -187,8 +189,9 @@ typedef struct mend_options {
 #define mend_options_init(opts) mend_options_init_size((opts), sizeof(mend_options))
 MEND_API void mend_options_init_size(mend_options *opts, size_t size);
 
-/* Creates an engine with its own Lua state. On failure returns the status, sets *out to NULL,
- * and writes a message naming the cause into err (if not NULL). MEND_EINVAL: an option out of
+/* Creates an engine with its own Lua state; opts NULL gives the defaults mend_options_init
+ * sets. On failure returns the status, sets *out to NULL (out NULL: MEND_EINVAL), and writes
+ * a message naming the cause into err (if not NULL). MEND_EINVAL: an option out of
  * its range (a durability other than the two modes, a negative max_concurrency or
  * instruction_budget, an unknown log_level or writer_sched, a thread_cpus that names no CPU or
  * one this process may not use: absent, offline, outside its cpuset).
@@ -207,7 +210,8 @@ MEND_API int mend_engine_new(const mend_options *opts, mend_engine **out, char *
  * running the code that called them), with an error-level log line and mend_engine_errmsg
  * saying so: free it once the call that drives it (mend_engine_run_all, tick, ...) returns.
  * An engine freed already: MEND_EINVAL, nothing of it read; so is every call returning a status
- * on it, until a new engine is made at its address (do not keep the pointer). */
+ * on it, until a new engine is made at its address (do not keep the pointer). NULL: MEND_OK,
+ * nothing done, as free(NULL). */
 MEND_API int mend_engine_free(mend_engine *engine);
 /* The message of the engine's last failure ("" if none). Valid until the next call. */
 MEND_API const char *mend_engine_errmsg(mend_engine *engine);
@@ -306,7 +310,10 @@ MEND_API int mend_engine_start(mend_engine *engine, const char *workflow, const 
  * receives how many. */
 MEND_API int mend_engine_recover(mend_engine *engine, int *count);
 
-/* Runs the engine's own loop until no run is in flight. MEND_ESTORE if the database failed. */
+/* Runs the engine's own loop until no run is in flight; on the virtual clock, also once the
+ * runs left wait only for the world (an event sent to them, say: nothing of the engine's own
+ * is due), as eng:run() returns: mend_engine_in_flight_count() says how many.
+ * MEND_ESTORE if the database failed. */
 MEND_API int mend_engine_run_all(mend_engine *engine);
 /* Does the work that is ready for about `budget` seconds at most and returns; never blocks.
  * Between pieces of work (an action of a run, a due timer) it looks at its clock, and stops
