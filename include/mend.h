@@ -248,8 +248,10 @@ MEND_API int mend_engine_sandboxed(mend_engine *engine);
  * the busy wait), the mark as it was. A message naming the cause goes into err (if not NULL). */
 MEND_API int mend_trust_db(const char *db_path, int *was_marked, char *err, size_t errlen);
 
-/* The longest name, in bytes, of a workflow, a step, an event, a breaker (a workflow file with
- * a longer one does not load; a call given one fails with MEND_EINVAL), and of a run key. */
+/* The longest name, in bytes, of a workflow, a step, an event, a breaker a workflow names (a
+ * workflow file with a longer one does not load; a call given one fails with MEND_EINVAL), and
+ * of a run key. A breaker named by default after a step of a group or a map is
+ * "group/step", which may be longer: mend_engine_override_breaker takes any length. */
 #define MEND_NAME_MAX 512
 #define MEND_KEY_MAX 1024
 

@@ -364,7 +364,20 @@ static void misuses(mend_engine *e) {
   longname[MEND_NAME_MAX + 1] = '\0';   /* MEND_NAME_MAX + 1 bytes */
   CHECK_EQ_INT(mend_engine_start(e, longname, NULL, NULL, id, NULL), MEND_EINVAL);
   CHECK_EQ_INT(mend_engine_signal(e, first, longname, NULL, NULL), MEND_EINVAL);
-  CHECK_EQ_INT(mend_engine_override_breaker(e, longname, "open", 10, "me"), MEND_EINVAL);
+  /* a breaker's default name (a group's step: "group/step") may be longer: none of this name */
+  CHECK_EQ_INT(mend_engine_override_breaker(e, longname, "open", 10, "me"), MEND_ENOTFOUND);
+  {  /* and one that long, of a branch, is there to override */
+    char g[301], b[301], wf[900], key[700];
+    memset(g, 'g', 300); g[300] = '\0';
+    memset(b, 'b', 300); b[300] = '\0';
+    snprintf(wf, sizeof wf, "return { name = 'acc_long_branch', steps = {\n"
+             "  { name = '%s', parallel = { { name = '%s', execute = function() return 1 end } } },\n"
+             "} }\n", g, b);
+    CHECK_EQ_INT(mend_engine_load(e, write_wf("acc_long_branch", wf), NULL, 0), MEND_OK);
+    snprintf(key, sizeof key, "%s/%s", g, b);
+    CHECK_EQ_INT(mend_engine_override_breaker(e, key, "open", 60, "host"), MEND_OK);
+    CHECK_EQ_INT(mend_engine_override_breaker(e, key, "reset", 0, "host"), MEND_OK);
+  }
   longname[MEND_NAME_MAX + 1] = 'n';
   longname[MEND_KEY_MAX + 1] = '\0';    /* MEND_KEY_MAX + 1 bytes */
   CHECK_EQ_INT(mend_engine_start(e, "acc_wait", NULL, longname, id, NULL), MEND_EINVAL);
