@@ -118,7 +118,8 @@ static int signal_status(mend_engine *engine, const char *run_id, const char *ru
   mend_engine_note_error(engine, err);
   return rc == MEND_EVENT_ENOTFOUND ? MEND_ENOTFOUND
        : rc == MEND_EVENT_EENDED ? MEND_ESTATE
-       : rc == MEND_EVENT_EINVAL ? MEND_EINVAL : MEND_ESTORE;
+       : rc == MEND_EVENT_EINVAL ? MEND_EINVAL
+       : mend_engine_lock_held(engine) ? MEND_EBUSY : MEND_ESTORE;
 }
 
 MEND_API int mend_engine_signal(mend_engine *engine, const char *run_id, const char *name,
@@ -147,7 +148,8 @@ static int token_status(mend_engine *engine, const char *what, const char *token
        : rc == MEND_TOKEN_EUSED ? MEND_EUSED
        : rc == MEND_TOKEN_ESTALE ? MEND_ESTALE
        : rc == MEND_TOKEN_EENDED ? MEND_ESTATE
-       : rc == MEND_TOKEN_EINVAL ? MEND_EINVAL : MEND_ESTORE;
+       : rc == MEND_TOKEN_EINVAL ? MEND_EINVAL
+       : mend_engine_lock_held(engine) ? MEND_EBUSY : MEND_ESTORE;
 }
 
 MEND_API int mend_engine_complete(mend_engine *engine, const char *token, const char *result_json) {

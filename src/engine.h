@@ -85,9 +85,13 @@ int mend_engine_sandboxed(const mend_engine *E);
 typedef enum mend_refusal {
   MEND_REFUSED_STATE, MEND_REFUSED_NOT_FOUND, MEND_REFUSED_INVALID, MEND_REFUSED_STORE,
   MEND_REFUSED_NOMEM, MEND_REFUSED_CLOCK,
-  MEND_REFUSED_SANDBOX   /* the engine's creation only: the database is marked sandboxed and
+  MEND_REFUSED_SANDBOX,  /* the engine's creation only: the database is marked sandboxed and
                             the engine was asked for neither sandbox nor no_sandbox (the C API
                             and mend.engine{} make it again sandboxed) */
+  MEND_REFUSED_BUSY,     /* another process's or session's lock held it back before anything
+                            of it was recorded: the caller may send it again */
+  MEND_REFUSED_DEFERRED  /* a start recorded in the batch that waits for a lock: committed
+                            once the lock goes (the run's id given); sent again, a second run */
 } mend_refusal;
 
 /* Creates an engine that runs its Lua on L's main state (workflow functions are values of that
@@ -259,6 +263,9 @@ int mend_engine_cancel_run(mend_engine *E, const char *id, const char *who, char
 #define MEND_REPAIR_TAKE_LATER 3
 int mend_engine_cancel_record(mend_engine *E, const char *id, const char *who, int take_now,
                               char *err, int errlen);
+/* 1 while the engine's batch waits for another process's or session's lock (not broken):
+ * what failed for the store meanwhile failed for that lock. */
+int mend_engine_lock_held(const mend_engine *E);
 /* Why the last repair above, start or advance refused (see mend_refusal). */
 mend_refusal mend_engine_refusal(const mend_engine *E);
 /* Sends event `name` to a running run, by its id or (id NULL) by its run key, with a payload

@@ -67,6 +67,7 @@ static void refused(serve_req *r, const char *err) {
     case MEND_REFUSED_NOT_FOUND: serve_error(r, 404, "not_found", "%s", err); break;
     case MEND_REFUSED_INVALID: serve_error(r, 400, "bad_request", "%s", err); break;
     case MEND_REFUSED_STORE: serve_error(r, 503, "storage", "%s", err); break;
+    case MEND_REFUSED_BUSY: serve_error(r, 503, "busy", "%s", err); break;
     default: serve_error(r, 409, "conflict", "%s", err); break;
   }
 }
@@ -123,10 +124,12 @@ static int workflow_here(serve_req *r, const char *name) {
 }
 
 /* A start the engine refused: for its input (400), for a key that names another workflow's run
- * (409), or for the database: its own failure, or another process's lock (503). */
+ * (409), or for the database: its own failure (503 storage), or another session's lock that
+ * held it back before anything of it was recorded (503 busy: send it again). */
 static void start_refused(serve_req *r, const char *err) {
   mend_refusal why = mend_engine_refusal(r->E);
   if (why == MEND_REFUSED_STORE) serve_error(r, 503, "storage", "%s", err);
+  else if (why == MEND_REFUSED_BUSY) serve_error(r, 503, "busy", "%s", err);
   else if (why == MEND_REFUSED_STATE) serve_error(r, 409, "key_conflict", "%s", err);
   else serve_error(r, 400, "start_refused", "%s", err);
 }
@@ -471,7 +474,10 @@ static void send_event(serve_req *r, const char *id) {
     case MEND_EVENT_EINVAL: serve_error(r, 400, "bad_request", "%s", err); break;
     case MEND_EVENT_ENOTFOUND: serve_error(r, 404, "not_found", "%s", err); break;
     case MEND_EVENT_EENDED: serve_error(r, 409, "conflict", "%s", err); break;
-    default: serve_error(r, 503, "storage", "%s", err); break;
+    default:   /* held back by another session's lock, nothing of it recorded: send it again */
+      if (mend_engine_lock_held(r->E)) serve_error(r, 503, "busy", "%s", err);
+      else serve_error(r, 503, "storage", "%s", err);
+      break;
   }
   json_decref(body);
 }

@@ -1,0 +1,91 @@
+-- What eng:start and eng:signal raise when another's lock holds them back: a table whose
+-- `code` says whether to send the call again ("busy": nothing of it was recorded;
+-- "deferred": kept in the batch that waits for the lock and committed once it goes, `run`
+-- its id), never a message to match. The database is then asked whether a call sent again
+-- made a second run or event (include/mend.h: MEND_EBUSY, MEND_EDEFERRED).
+local H = require "spec.helper"
+local PGH = require "spec.support.pg_hold"
+
+local q = H.quote
+local it_pg = H.PG and it or pending
+
+local ONE = "return { name = 'one', steps = { { name = 'a', execute = function() return 1 end } } }\n"
+local WAIT = "return { name = 'wait', steps = { { name = 'w', wait_for = 'go', timeout = 3600 } } }\n"
+
+local function engine(dir, db)
+  H.write_file(dir, "one.lua", ONE)
+  H.write_file(dir, "wait.lua", WAIT)
+  local eng = H.new_engine { db = db }
+  eng:load(dir .. "/one.lua")
+  eng:load(dir .. "/wait.lua")
+  return eng
+end
+
+local function count(db, where)
+  return tonumber(H.sql(db, "SELECT count(*) FROM runs WHERE " .. where)[1])
+end
+
+describe("a call another's lock holds back", function()
+  after_each(function()
+    PGH.release()
+    H.cleanup()
+  end)
+
+  it("on SQLite: a start kept says deferred with its run, once; an event held back says busy #sqlite", function()
+    local dir, db = H.tmp_dir(), H.tmp_db()
+    local eng = engine(dir, db)
+    local waiting = eng:start("wait", {})
+    eng:start("one", {})   -- the version is known: a start under the lock records only its run
+    eng:advance(1)
+    local holder = assert(io.popen("sqlite3 " .. q(db) .. " >/dev/null", "w"))
+    holder:write(".bail on\nBEGIN IMMEDIATE;\nINSERT INTO meta VALUES('lock-codes', 'x');\n",
+                 ".system touch " .. q(dir .. "/took") .. "\n", ".system sleep 12\n",
+                 "ROLLBACK;\n.quit\n")
+    holder:flush()
+    H.wait_for("the holder to take the lock", function()
+      return io.open(dir .. "/took") ~= nil
+    end, 10)
+    local ok, err = pcall(eng.start, eng, "one", {})
+    assert.is_false(ok)
+    assert.are.equal("table", type(err))
+    assert.are.equal("deferred", err.code)
+    assert.are.equal(16, #err.run)
+    assert.matches("^start: .*locked", tostring(err))
+    local ok2, err2 = pcall(eng.signal, eng, waiting, "go", 1)
+    assert.is_false(ok2)
+    assert.are.equal("busy", err2.code)
+    assert.is_nil(err2.run)
+    holder:close()   -- the shell has rolled back
+    H.wait_for("the kept start to be committed", function()
+      eng:advance(0.01)
+      return count(db, "workflow = 'one'") == 2
+    end, 10)
+    eng:advance(1)
+    assert.are.equal(1, count(db, ("id = '%s' AND status = 'succeeded'"):format(err.run)))
+    assert.are.same({ "0" }, H.sql(db, "SELECT count(*) FROM inbox"))
+    assert.are.equal("sent", (eng:signal(waiting, "go", 1)))
+    assert.are.same({ "1" }, H.sql(db, "SELECT count(*) FROM inbox"))
+  end)
+
+  it_pg("on PostgreSQL: a start while a batch waits for another session's lock says busy; sent again, one run", function()
+    local dir, db = H.tmp_dir(), H.new_db()
+    local eng = engine(dir, db)
+    eng:start("one", {})
+    eng:advance(1)
+    PGH.hold(dir, db, "LOCK TABLE runs IN EXCLUSIVE MODE")
+    eng:start("wait", {})
+    eng:advance(0.5)   -- its batch waits for the lock
+    local ok, err = pcall(eng.start, eng, "one", {})
+    assert.is_false(ok)
+    assert.are.equal("table", type(err), tostring(err))
+    assert.are.equal("busy", err.code)
+    PGH.release()
+    H.wait_for("the batch to land", function()
+      eng:advance(0.01)
+      return count(db, "workflow = 'wait'") == 1
+    end, 10)
+    eng:start("one", {})
+    eng:advance(1)
+    assert.are.equal(2, count(db, "workflow = 'one'"))
+  end)
+end)
