@@ -272,7 +272,10 @@ const char *const mend__query_sql[Q__COUNT] = {
     " ORDER BY seq",
   /* An empty history is a run's only when the run is there. */
   [Q_RUN_EXISTS] = "SELECT 1 FROM runs WHERE id = ?1",
-  [Q_DLQ] = "SELECT run_id, reason, step, error, detail, at FROM dlq ORDER BY at, run_id",
+  /* A page: ?2 NULL from the first; a negative LIMIT is no limit in SQLite. */
+  [Q_DLQ] = "SELECT run_id, reason, step, error, detail, at FROM dlq WHERE ?2 IS NULL"
+            " OR coalesce(at, -1) > ?1 OR (coalesce(at, -1) = ?1 AND run_id > ?2)"
+            " ORDER BY coalesce(at, -1), run_id LIMIT ?3",
   [Q_BREAKERS] =
     "SELECT key, state, failures, successes, opened_at, open_until, updated FROM breakers"
     " ORDER BY key",
@@ -308,7 +311,8 @@ const char *const mend__query_sql[Q__COUNT] = {
     "UPDATE inbox SET consumed = ?3, step = ?4 WHERE run_id = ?1 AND seq = ?2 AND consumed IS NULL",
   [Q_LAST_EVENT] = "SELECT coalesce(max(seq), 0) FROM inbox",
   [Q_INBOX] =
-    "SELECT seq, name, payload, key, sent, consumed, step FROM inbox WHERE run_id = ?1 ORDER BY seq",
+    "SELECT seq, name, payload, key, sent, consumed, step FROM inbox WHERE run_id = ?1 AND seq > ?2"
+    " ORDER BY seq LIMIT ?3",
   /* Completion tokens and child runs (schema 11). */
   [Q_PUT_TOKEN] =
     "INSERT INTO tokens(digest, run_id, step, attempt, made) VALUES(?1, ?2, ?3, ?4, ?5)",
