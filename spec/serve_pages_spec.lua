@@ -94,3 +94,44 @@ describe("the HTTP API's dead letters and inbox, paged", function()
     assert.are.equal(404, (get(base, "/api/v1/runs/nosuchrun/events?limit=2")))
   end)
 end)
+
+describe("the dead-letter queue a page at a time, from Lua and the CLI", function()
+  after_each(S.cleanup)
+
+  local function seven(db)
+    local values = {}
+    for i = 1, 7 do
+      values[#values + 1] = ("('d%02d', 'compensation_failed', 's', 'e', NULL, %d)"):format(i, 100 + i)
+    end
+    H.sql(db, "INSERT INTO dlq(run_id, reason, step, error, detail, at) VALUES " .. table.concat(values, ", "))
+  end
+
+  it("eng:dlq{limit, after} pages it; bad options raise", function()
+    local dir, db = workspace()
+    local eng = H.reopen(db)
+    seven(db)
+    local seen, page = {}, eng:dlq{ limit = 3 }
+    while #page > 0 do
+      for _, d in ipairs(page) do seen[#seen + 1] = d.run_id end
+      page = eng:dlq{ after = page[#page], limit = 3 }
+    end
+    assert.are.same({ "d01", "d02", "d03", "d04", "d05", "d06", "d07" }, seen)
+    assert.are.equal(7, #eng:dlq())
+    assert.has_error(function() eng:dlq{ limit = 0 } end, "dlq: limit must be a whole number from 1 to 10000, got 0")
+    assert.has_error(function() eng:dlq{ after = "d03" } end, "dlq: after must be an entry of the page before")
+    assert.has_error(function() eng:dlq{ lmit = 3 } end)
+    H.close(eng)
+    local rc, out = H.shell(H.MEND .. " dlq --json --limit 2 --db " .. H.quote(db) .. " 2>&1")
+    assert.are.equal(0, rc, out)
+    assert.matches("the 2 oldest dead letters shown; more follow", out)
+    local list = json.decode(out:match("%[.*%]"))
+    assert.are.same({ "d01", "d02" }, { list[1].run_id, list[2].run_id })
+    rc, out = H.shell(H.MEND .. " dlq --limit 7 --db " .. H.quote(db) .. " 2>&1")
+    assert.are.equal(0, rc, out)
+    assert.is_nil(out:find("more follow"))
+    rc, out = H.shell(H.MEND .. " dlq --limit 0 --db " .. H.quote(db) .. " 2>&1")
+    assert.are.equal(2, rc, out)
+    assert.matches("%-%-limit must be a whole number from 1 to 10000", out)
+    assert.is_truthy(dir)
+  end)
+end)

@@ -83,6 +83,20 @@ MEND_API int mend_engine_dlq_json(mend_engine *engine, char **json_out) {
   return dump(engine, mend_store_dlq(mend_engine_store(engine)), 0, json_out);
 }
 
+MEND_API int mend_engine_dlq_page_json(mend_engine *engine, const char *after_run,
+                                       double after_at, long long limit, char **json_out) {
+  int rc = query_args(engine, __func__, NULL, 0, json_out);
+  if (rc != MEND_OK) return rc;
+  if (limit < 1 || limit > MEND_HISTORY_PAGE_MAX) {
+    char why[120];
+    snprintf(why, sizeof why, "limit is %lld: a page has 1 to %d entries", limit,
+             MEND_HISTORY_PAGE_MAX);
+    return mend__capi_invalid(engine, why);
+  }
+  return dump(engine, mend_store_dlq_page(mend_engine_store(engine), after_at, after_run,
+                                          (long)limit), 0, json_out);
+}
+
 MEND_API void mend_free(void *p) { free(p); }
 
 static int repair_status(mend_engine *engine, int rc, const char *err) {

@@ -222,13 +222,15 @@ local commands = {
   },
   dlq = {
     args = {},
-    flags = { db = "value", json = "switch" },
-    usage = "mend dlq [--db PATH] [--json]\n" ..
+    flags = { db = "value", json = "switch", limit = "value" },
+    usage = "mend dlq [--db PATH] [--json] [--limit N]\n" ..
             "       mend dlq retry RUN [--detach] [--who NAME] [--db PATH] [--sandbox ...]\n" ..
             "       mend dlq resolve RUN --note TEXT [--who NAME] [--db PATH]",
     help = "Lists the dead-letter queue: runs a machine could not settle, with the reason,\n" ..
            "the step, the age and the last error.\n\n" .. DB_HELP ..
-           "  --json           print the entries as a JSON array\n\n" ..
+           "  --json           print the entries as a JSON array\n" ..
+           "  --limit N        the N oldest entries only (1 to 10000; a line on stderr says\n" ..
+           "                   when more follow)\n\n" ..
            "'mend dlq retry RUN' and 'mend dlq resolve RUN' repair an entry: see their --help.\n",
     does = { "mend.cli.inspect", "dlq" },
   },
