@@ -98,8 +98,12 @@
   " owner, workflow_version) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)" \
   " " RUN_KEY_TARGET
 
+/* A key the run's inbox has is not inserted at all: an insert ignored for it would still draw
+ * the next seq (AUTOINCREMENT), a gap in the inbox's numbering. OR IGNORE stays the key's
+ * guard. */
 #define SEND_EVENT_SQL \
-  "INSERT OR IGNORE INTO inbox(run_id, name, payload, key, sent) VALUES(?1, ?2, ?3, ?4, ?5)"
+  "INSERT OR IGNORE INTO inbox(run_id, name, payload, key, sent) SELECT ?1, ?2, ?3, ?4, ?5" \
+  " WHERE ?4 IS NULL OR NOT EXISTS (SELECT 1 FROM inbox WHERE run_id = ?1 AND key = ?4)"
 
 const char *const mend__query_sql[Q__COUNT] = {
   [Q_BEGIN] = "BEGIN IMMEDIATE",
@@ -335,7 +339,9 @@ const char *const mend__query_sql[Q__COUNT] = {
    * so that the fence drops it with the child's other writes when the child is lost. */
   [Q_CHILD_END] =
     "INSERT OR IGNORE INTO inbox(run_id, name, payload, key, sent)"
-    " SELECT parent_run, ?2, ?3, ?4, ?5 FROM runs WHERE id = ?1 AND parent_run IS NOT NULL",
+    " SELECT parent_run, ?2, ?3, ?4, ?5 FROM runs WHERE id = ?1 AND parent_run IS NOT NULL"
+    " AND (?4 IS NULL OR NOT EXISTS (SELECT 1 FROM inbox i WHERE i.run_id = runs.parent_run"
+    " AND i.key = ?4))",
   /* A succeeded run is nobody's (Q_UPDATE_RUN): reopened, it is `owner`'s or any worker's. */
   [Q_REOPEN_RUN] =
     "UPDATE runs SET status = 'compensating', reason = ?2, owner = ?3, updated = ?4,"
