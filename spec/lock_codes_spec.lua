@@ -4,8 +4,10 @@
 -- its id), never a message to match. The database is then asked whether a call sent again
 -- made a second run or event (include/mend.h: MEND_EBUSY, MEND_EDEFERRED).
 local H = require "spec.helper"
+local PGH = require "spec.support.pg_hold"
 
 local q = H.quote
+local it_pg = H.PG and it or pending
 
 local ONE = "return { name = 'one', steps = { { name = 'a', execute = function() return 1 end } } }\n"
 local WAIT = "return { name = 'wait', steps = { { name = 'w', wait_for = 'go', timeout = 3600 } } }\n"
@@ -25,6 +27,7 @@ end
 
 describe("a call another's lock holds back", function()
   after_each(function()
+    PGH.release()
     H.cleanup()
   end)
 
@@ -64,9 +67,29 @@ describe("a call another's lock holds back", function()
     assert.are.same({ "1" }, H.sql(db, "SELECT count(*) FROM inbox"))
   end)
 
-  -- Not done: under LOCK TABLE runs the engine's own read of the started run waits for the
-  -- table (eng:advance answered "no run" after psql's 120 s); the PostgreSQL refusal before
-  -- anything is recorded is spec/pg_lock_answers_spec.lua's (503), now MEND_EBUSY / "busy".
-  pending("on PostgreSQL: a start while a batch waits for another session's lock says busy")
-
+  it_pg("on PostgreSQL: a start while a batch waits for another session's row lock says busy; sent again, one run", function()
+    local dir, db = H.tmp_dir(), H.new_db()
+    local eng = engine(dir, db)
+    eng:start("one", {})
+    local waiting = eng:start("wait", {})
+    eng:advance(1)
+    PGH.hold(dir, db, ("SELECT id FROM runs WHERE id = '%s' FOR UPDATE"):format(waiting))
+    assert.are.equal("sent", (eng:signal(waiting, "go", 1)))
+    eng:advance(1)   -- the run ends: its batch writes the row held, and waits
+    local ok, err = pcall(eng.start, eng, "one", {})
+    assert.is_false(ok)
+    assert.are.equal("table", type(err), tostring(err))
+    assert.are.equal("busy", err.code)
+    assert.is_nil(err.run)
+    assert.matches("nothing of this start was written", tostring(err))
+    PGH.release()
+    H.wait_for("the batch to land", function()
+      eng:advance(0.01)
+      return count(db, ("id = '%s' AND status = 'succeeded'"):format(waiting)) == 1
+    end, 10)
+    assert.are.equal(1, count(db, "workflow = 'one'"))
+    eng:start("one", {})
+    eng:advance(1)
+    assert.are.equal(2, count(db, "workflow = 'one'"))
+  end)
 end)
