@@ -39,7 +39,7 @@ describe("a call another's lock holds back", function()
     eng:advance(1)
     local holder = assert(io.popen("sqlite3 " .. q(db) .. " >/dev/null", "w"))
     holder:write(".bail on\nBEGIN IMMEDIATE;\nINSERT INTO meta VALUES('lock-codes', 'x');\n",
-                 ".system touch " .. q(dir .. "/took") .. "\n", ".system sleep 12\n",
+                 ".system touch " .. q(dir .. "/took") .. "\n", ".system sleep 20\n",
                  "ROLLBACK;\n.quit\n")
     holder:flush()
     H.wait_for("the holder to take the lock", function()
@@ -55,6 +55,10 @@ describe("a call another's lock holds back", function()
     assert.is_false(ok2)
     assert.are.equal("busy", err2.code)
     assert.is_nil(err2.run)
+    -- `mend start`, a process of its own, meets the lock too: nothing written, and it says so
+    local rc, out = H.shell(("%s start one --workflows %s --db %s 2>&1"):format(H.MEND, q(dir), q(db)))
+    assert.are.equal(1, rc, out)
+    assert.matches("locked by another process.*nothing of this start was written: start it again", out)
     holder:close()   -- the shell has rolled back
     H.wait_for("the kept start to be committed", function()
       eng:advance(0.01)

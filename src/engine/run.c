@@ -183,6 +183,10 @@ static int start_value(mend_engine *E, lua_State *L, const char *workflow, int i
     free(input_json);
     json_decref(input_doc);
     mend__store_failed(E);
+    size_t n = strlen(err);
+    if (mend_engine_lock_held(E) && (int)n < errlen)   /* MEND_REFUSED_BUSY: said so */
+      snprintf(err + n, (size_t)errlen - n, "; nothing of this start was written: start it "
+               "again once the lock goes");
     return -1;
   }
   if (ins == 1) {
