@@ -75,7 +75,9 @@ typedef enum mend_status {
   MEND_EBUSY,       /* nothing of it was recorded: send it again (once the lock goes) */
   MEND_EDEFERRED    /* it is accepted and kept in the batch that waits for the lock, and
                        committed once the lock goes: do not send it again (a start: its run's
-                       id is given; sent again, it would start a second run) */
+                       id is given; sent again, it would start a second run). Kept in this
+                       engine: one freed while the lock lasts gives the batch up, as a crash
+                       would (keep driving the engine until the lock goes) */
 } mend_status;
 
 /* A static description of a status code ("storage error"). */
