@@ -7,7 +7,8 @@
  *
  * Errors: every function that can fail returns a mend_status (MEND_OK is 0); the engine keeps
  * a message naming the cause, read with mend_engine_errmsg(). A NULL engine, or a NULL where a
- * call needs a value (a run id, a path, an out pointer), is MEND_EINVAL.
+ * call needs a value (a run id, a path, an out pointer), is MEND_EINVAL (mend_engine_free(NULL)
+ * excepted: MEND_OK, as free(NULL)).
  *
  * Threading: an engine belongs to one thread at a time: the one that created it, until
  * another takes it over with mend_engine_adopt(). No function may be called on it from
@@ -25,7 +26,8 @@
  * (a nested call does the work that is ready, and hears the events after theirs).
  *
  * Three ways to drive an engine:
- *  - it owns its loop, and mend_engine_run_all() blocks until no run is in flight;
+ *  - it owns its loop, and mend_engine_run_all() blocks until no run is in flight (on the
+ *    virtual clock, until the runs left wait only for the world);
  *  - it attaches to the host's libuv loop (mend_options.uv_loop), and the host's uv_run()
  *    drives it;
  *  - the host calls mend_engine_tick() from its frame loop: mend does the work that is ready
@@ -62,7 +64,7 @@ typedef enum mend_status {
   MEND_ENOMEM,      /* out of memory */
   MEND_ELOAD,       /* a workflow script failed to load or check */
   MEND_ESTORE,      /* the database failed (full, not a mend database, ...) */
-  MEND_ENOTFOUND,   /* no such run or workflow */
+  MEND_ENOTFOUND,   /* no such run or workflow (mend_trust_db: no database) */
   MEND_ECLOCK,      /* the operation needs a virtual clock */
   MEND_ESTATE,      /* the operation makes no sense now (e.g. retrying a succeeded run) */
   MEND_EBROKEN,     /* the engine stopped for good after an internal failure (its message
@@ -164,7 +166,8 @@ typedef struct mend_options {
                                  never holds a comma): "payments.internal,*.example.com", where
                                  "*.example.com" is any name under example.com. NULL: any host,
                                  except in a sandbox, where NULL allows none. With a list (or
-                                 a sandbox) a loopback, unspecified or link-local address is
+                                 a sandbox) a loopback, unspecified or link-local address, or
+                                 one of this machine's interface addresses, is
                                  connected to only if the list names it or "localhost"
                                  (docs/lua-api.md). Copied by mend_engine_new */
   double park_after;          /* seconds of the engine's clock a run waiting for an event, a
@@ -195,8 +198,9 @@ typedef struct mend_options {
 #define mend_options_init(opts) mend_options_init_size((opts), sizeof(mend_options))
 MEND_API void mend_options_init_size(mend_options *opts, size_t size);
 
-/* Creates an engine with its own Lua state. On failure returns the status, sets *out to NULL,
- * and writes a message naming the cause into err (if not NULL). MEND_EINVAL: an option out of
+/* Creates an engine with its own Lua state; opts NULL gives the defaults mend_options_init
+ * sets. On failure returns the status, sets *out to NULL (out NULL: MEND_EINVAL), and writes
+ * a message naming the cause into err (if not NULL). MEND_EINVAL: an option out of
  * its range (a durability other than the two modes, a negative max_concurrency or
  * instruction_budget, an unknown log_level or writer_sched, a thread_cpus that names no CPU or
  * one this process may not use: absent, offline, outside its cpuset).
@@ -215,10 +219,43 @@ MEND_API int mend_engine_new(const mend_options *opts, mend_engine **out, char *
  * running the code that called them), with an error-level log line and mend_engine_errmsg
  * saying so: free it once the call that drives it (mend_engine_run_all, tick, ...) returns.
  * An engine freed already: MEND_EINVAL, nothing of it read; so is every call returning a status
- * on it, until a new engine is made at its address (do not keep the pointer). */
+ * on it, until a new engine is made at its address (do not keep the pointer). NULL: MEND_OK,
+ * nothing done, as free(NULL). */
 MEND_API int mend_engine_free(mend_engine *engine);
 /* The message of the engine's last failure ("" if none). Valid until the next call. */
 MEND_API const char *mend_engine_errmsg(mend_engine *engine);
+
+/* Whether an engine runs its workflows' code sandboxed (README: Limits and sandbox), and why. */
+typedef enum mend_sandboxing {
+  MEND_UNSANDBOXED = 0,        /* trusted code: options without sandbox, on a database not
+                                  marked sandboxed, or with no_sandbox */
+  MEND_SANDBOXED = 1,          /* mend_options.sandbox said so */
+  MEND_SANDBOXED_BY_MARK = 2   /* the database is marked sandboxed (a sandboxed engine opened
+                                  it) and the options said neither sandbox nor no_sandbox:
+                                  mend_engine_new made the engine sandboxed, and its log has a
+                                  warn line (event "sandbox") naming the database and the ways
+                                  out (no_sandbox, mend_trust_db) */
+} mend_sandboxing;
+/* A mend_sandboxing, fixed when the engine was made: clearing the mark (mend_trust_db) changes
+ * no engine open now. -1 for a NULL or freed engine, and from a thread it does not belong to
+ * (refused as the calls that return a status are: Threading, above), which a host that tests
+ * the answer for truth reads as sandboxed. */
+MEND_API int mend_engine_sandboxed(mend_engine *engine);
+
+/* Clears the sandbox mark of the database `db_path` (a SQLite file, or a postgresql:// URI), as
+ * `mend db trust` and mend.trust_db do: the host's decision that the code of its workflows,
+ * those a sandboxed engine stored among them, is trusted again. Engines made on it afterwards
+ * run that code unsandboxed unless told sandbox; engines open now keep what they are, and a
+ * sandboxed one opened again marks it again. It takes the database, not an engine: an engine's
+ * sandbox is fixed as it is made (one the mark made sandboxed stays so until it is made again),
+ * and an engine made to clear it would run the recovery of its runs first. Any thread, no
+ * engine needed. *was_marked (may be NULL): 1 the mark was there and is cleared, 0 the
+ * database was not marked (nothing done). MEND_OK; MEND_EINVAL: db_path NULL; MEND_ENOTFOUND:
+ * no mend database there (no such file, "", ":memory:", an empty file or PostgreSQL database
+ * with no mend schema), and none is made; MEND_ESTORE: the database
+ * failed (its schema is newer than this mend's, it is not a mend database, a lock held it past
+ * the busy wait), the mark as it was. A message naming the cause goes into err (if not NULL). */
+MEND_API int mend_trust_db(const char *db_path, int *was_marked, char *err, size_t errlen);
 
 /* The longest name, in bytes, of a workflow, a step, an event, a breaker (a workflow file with
  * a longer one does not load; a call given one fails with MEND_EINVAL), and of a run key. */
@@ -285,7 +322,10 @@ MEND_API int mend_engine_start(mend_engine *engine, const char *workflow, const 
  * receives how many. */
 MEND_API int mend_engine_recover(mend_engine *engine, int *count);
 
-/* Runs the engine's own loop until no run is in flight. MEND_ESTORE if the database failed. */
+/* Runs the engine's own loop until no run is in flight; on the virtual clock, also once the
+ * runs left wait only for the world (an event sent to them, say: nothing of the engine's own
+ * is due), as eng:run() returns: mend_engine_in_flight_count() says how many.
+ * MEND_ESTORE if the database failed. */
 MEND_API int mend_engine_run_all(mend_engine *engine);
 /* Does the work that is ready for about `budget` seconds at most and returns; never blocks.
  * Between pieces of work (an action of a run, a due timer) it looks at its clock, and stops

@@ -9,47 +9,18 @@ local json = require("mend").json
 
 local it_pg = H.PG and it or pending
 
-local function log_of(dir)
-  return (H.read(dir .. "/serve.out") or "") .. (H.read(dir .. "/serve.err") or "")
-end
-
-local function batch_waits(dir, db)
-  local base, pid = S.start(dir, db, nil, "worker")
-  local code, body = S.post(base, "/api/v1/runs", { workflow = "wait", input = {} })
-  assert.are.equal(201, code)
-  local id = body.id
-  H.wait_for("the run to wait for its signal", function()
-    return log_of(dir):find('"message":"pending %-> waiting","run":"' .. id) ~= nil
-  end, 10)
-  PGH.hold(dir, db, ("SELECT id FROM runs WHERE id = '%s' FOR UPDATE"):format(id))
-  local rc, out, err = H.mend_in(nil, db, "signal " .. id .. " payment --data '{\"amount\":5}'")
-  assert.are.equal(0, rc, out .. err)
-  local ok = pcall(H.wait_for, "the log to name the lock", function()
-    return log_of(dir):find("run " .. id .. " is locked by session") ~= nil
-  end, 15)
-  assert(ok, "the batch did not wait: " .. log_of(dir))
-  return base, pid, id
-end
-
 describe("a PostgreSQL worker whose batch waits for another session's lock", function()
-  local real_mend
-  setup(function()
-    real_mend = H.MEND
-    H.MEND = "timeout 60 " .. H.MEND
-  end)
-  teardown(function() H.MEND = real_mend end)
-  after_each(function()
-    PGH.release()
-    S.stop_all()
-    H.cleanup()
-  end)
+  local bound, unbound = PGH.bound_mend(60)
+  setup(bound)
+  teardown(unbound)
+  after_each(PGH.clean_up)
 
   it_pg("answers a start and an event to another run within 10 s (503 or done)", function()
     local dir, db = S.workspace()
     local rc, out, err = H.mend_in(dir, db, "start wait --workflows .")
     assert.are.equal(0, rc, err)
     local other = out:match("(%S+)")
-    local base, _, id = batch_waits(dir, db)
+    local base, _, id = PGH.batch_waits(dir, db)
     local start = S.post_later(dir, base, "/api/v1/runs", { workflow = "wait", input = {} }, "start")
     local event = S.post_later(dir, base, "/api/v1/runs/" .. other .. "/events",
                                { name = "payment", data = { amount = 1 } }, "event")
@@ -106,9 +77,9 @@ describe("a PostgreSQL worker whose batch waits for another session's lock", fun
     end, 15)
     local took = H.wall() - t0
     print(("GET /api/v1: %d, GET /api/v1/runs: %d, SIGTERM ended it: %s after %.1f s"):format(root, health, tostring(ok), took))
-    assert.is_true(root == 200, "GET /api/v1 unanswered (" .. root .. ") after a lost connection under LOCK TABLE: " .. log_of(dir))
-    assert.is_true(health == 200 or health == 503, "GET /api/v1/runs unanswered (" .. health .. ") after a lost connection under LOCK TABLE: " .. log_of(dir))
-    assert(ok, "SIGTERM did not stop the worker in 15 s: " .. log_of(dir))
+    assert.is_true(root == 200, "GET /api/v1 unanswered (" .. root .. ") after a lost connection under LOCK TABLE: " .. S.log(dir))
+    assert.is_true(health == 200 or health == 503, "GET /api/v1/runs unanswered (" .. health .. ") after a lost connection under LOCK TABLE: " .. S.log(dir))
+    assert(ok, "SIGTERM did not stop the worker in 15 s: " .. S.log(dir))
     assert.is_true(took < 10, "the stop took " .. took)
   end)
 end)

@@ -48,17 +48,10 @@ local function gives_up(id, rc, out, err, took)
 end
 
 describe("a run's row locked by another PostgreSQL session", function()
-  local real_mend
-  setup(function()
-    real_mend = H.MEND
-    H.MEND = "timeout 40 " .. H.MEND
-  end)
-  teardown(function() H.MEND = real_mend end)
-  after_each(function()
-    release_all()
-    S.stop_all()
-    H.cleanup()
-  end)
+  local bound, unbound = PGH.bound_mend(40)
+  setup(bound)
+  teardown(unbound)
+  after_each(PGH.clean_up)
 
   it_pg("mend cancel gives up naming the run and the lock, and the run is as it was", function()
     local dir, db = S.workspace()

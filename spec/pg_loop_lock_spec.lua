@@ -21,30 +21,6 @@ local function get_timed(base, path)
   return tonumber(out) or 0, H.wall() - t0
 end
 
-local function log_of(dir)
-  return (H.read(dir .. "/serve.out") or "") .. (H.read(dir .. "/serve.err") or "")
-end
-
--- A worker whose batch waits for run `id`'s row, held by psql: the run waits for a signal,
--- the signal lands, and the worker's batch that advances the run meets the lock.
-local function batch_waits(dir, db, command)
-  local base, pid = S.start(dir, db, nil, command or "worker")
-  local code, body = S.post(base, "/api/v1/runs", { workflow = "wait", input = {} })
-  assert.are.equal(201, code)
-  local id = body.id
-  H.wait_for("the run to wait for its signal", function()
-    return log_of(dir):find('"message":"pending %-> waiting","run":"' .. id) ~= nil
-  end, 10)
-  PGH.hold(dir, db, ("SELECT id FROM runs WHERE id = '%s' FOR UPDATE"):format(id))
-  local rc, out, err = H.mend_in(nil, db, "signal " .. id .. " payment --data '{\"amount\":5}'")
-  assert.are.equal(0, rc, out .. err)
-  local ok = pcall(H.wait_for, "the log to name the lock", function()
-    return log_of(dir):find("run " .. id .. " is locked by session") ~= nil
-  end, 15)
-  assert(ok, "the batch did not wait: " .. log_of(dir))
-  return base, pid, id
-end
-
 local function answered_meanwhile(base, id)
   for _, path in ipairs({ "/api/v1", "/metrics", "/api/v1/runs", "/api/v1/dlq", "/api/v1/runs/" .. id }) do
     local code, took = get_timed(base, path)
@@ -54,17 +30,10 @@ local function answered_meanwhile(base, id)
 end
 
 describe("a batch of mend serve waiting for another PostgreSQL session's lock", function()
-  local real_mend
-  setup(function()
-    real_mend = H.MEND
-    H.MEND = "timeout 60 " .. H.MEND
-  end)
-  teardown(function() H.MEND = real_mend end)
-  after_each(function()
-    PGH.release()
-    S.stop_all()
-    H.cleanup()
-  end)
+  local bound, unbound = PGH.bound_mend(60)
+  setup(bound)
+  teardown(unbound)
+  after_each(PGH.clean_up)
 
   it_pg("a cancel of a parked dead letter and of another run are answered, and the loop answers meanwhile", function()
     local dir, db = S.workspace()
@@ -72,7 +41,7 @@ describe("a batch of mend serve waiting for another PostgreSQL session's lock", 
     local rc, out, err = H.mend_in(dir, db, "start wait --workflows .")
     assert.are.equal(0, rc, err)
     local other = out:match("(%S+)")
-    local base, _, id = batch_waits(dir, db, "worker")
+    local base, _, id = PGH.batch_waits(dir, db, "worker")
     local cancel_dead = S.post_later(dir, base, "/api/v1/runs/" .. dead .. "/cancel", {}, "cancel-dead")
     local cancel_other = S.post_later(dir, base, "/api/v1/runs/" .. other .. "/cancel", {}, "cancel-other")
     os.execute("sleep 0.5")
@@ -93,21 +62,21 @@ describe("a batch of mend serve waiting for another PostgreSQL session's lock", 
 
   it_pg("SIGTERM stops a worker in a few seconds, says what was not written, and a restart does it once", function()
     local dir, db = S.workspace()
-    local _, pid, id = batch_waits(dir, db, "worker")
+    local _, pid, id = PGH.batch_waits(dir, db, "worker")
     local t0 = H.wall()
     sh("kill -TERM " .. pid)
     local ok = pcall(H.wait_for, "the worker to end", function()
       return not os.execute("kill -0 " .. pid .. " 2>/dev/null")
     end, 15)
     local took = H.wall() - t0
-    assert(ok, "SIGTERM did not stop the worker: " .. log_of(dir))
+    assert(ok, "SIGTERM did not stop the worker: " .. S.log(dir))
     assert.is_true(took < 10, "the stop took " .. took)
-    assert.matches("not written", log_of(dir))
+    assert.matches("not written", S.log(dir))
     PGH.release()
     assert.are.equal("running", H.status_json(db, id).status)
     S.start(dir, db, nil, "worker")
     ok = pcall(H.wait_for, "the run", function() return H.status_json(db, id).status == "succeeded" end, 30)
-    assert(ok, "the run did not succeed after the restart: " .. log_of(dir))
+    assert(ok, "the run did not succeed after the restart: " .. S.log(dir))
     local rc, out = H.mend_in(nil, db, "history " .. id .. " --json")
     assert.are.equal(0, rc, out)
     local completed = 0

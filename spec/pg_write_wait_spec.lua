@@ -30,12 +30,9 @@ local function start_wait(dir, db)
 end
 
 describe("a row mend writes locked by another PostgreSQL session", function()
-  local real_mend
-  setup(function()
-    real_mend = H.MEND
-    H.MEND = "timeout 40 " .. H.MEND
-  end)
-  teardown(function() H.MEND = real_mend end)
+  local bound, unbound = PGH.bound_mend(40)
+  setup(bound)
+  teardown(unbound)
   after_each(function()
     release_all()
     if H.PG then H.sql(H.PG, "ALTER ROLE CURRENT_USER RESET statement_timeout") end

@@ -4,15 +4,7 @@
 -- Not tagged #sqlite: these run on PostgreSQL too (busted_specs_pg).
 local mend = require "mend"
 local H = require "spec.helper"
-
--- "charge" keyed by the order, then a wait for "ok" (10 s): a run not told ok turns back.
-local function order_def(log)
-  return { name = "order", steps = {
-    { name = "charge", idempotency_key = function(ctx) return "charge-" .. ctx.input.order end,
-      execute = function() log.charges = log.charges + 1; return "c-" .. log.charges end,
-      compensate = function(ctx) log.refunds[#log.refunds + 1] = ctx.run_id end },
-    { name = "ok", wait_for = "ok", timeout = 10 } } }
-end
+local R = require "spec.support.orders"   -- the order workflow: a keyed charge, a wait
 
 local function skips(eng, id, step)
   local out = {}
@@ -27,13 +19,9 @@ describe("a reused step's result", function()
 
   it("says in status and history which run it came from, and is passed by on the way back",
     function()
-    local eng = H.new_engine()
-    local log = { charges = 0, refunds = {} }
-    eng:register(order_def(log))
-    local a = eng:start("order", { order = 5 })
-    eng:advance(1)
-    local b = eng:start("order", { order = 5 })
-    eng:advance(1)
+    local eng, log = R.engine()
+    local a = R.start(eng, 5)
+    local b = R.start(eng, 5)
     local sa, sb = H.step(eng:status(a), "charge"), H.step(eng:status(b), "charge")
     assert.is_nil(sa.reused)
     assert.is_true(sb.reused)
@@ -52,13 +40,9 @@ describe("a reused step's result", function()
   end)
 
   it("is named by mend status: the run it came from", function()
-    local eng, db = H.new_engine()
-    local log = { charges = 0, refunds = {} }
-    eng:register(order_def(log))
-    local a = eng:start("order", { order = 6 })
-    eng:advance(1)
-    local b = eng:start("order", { order = 6 })
-    eng:advance(1)
+    local eng, log, db = R.engine()
+    local a = R.start(eng, 6)
+    local b = R.start(eng, 6)
     H.close(eng)
     local rc, out = H.mend_cmd(db, "status " .. b)
     assert.are.equal(0, rc)
@@ -82,9 +66,8 @@ describe("a reused step's result", function()
     eng:advance(1)   -- a turned back and undoes tidy: charge-8 is still succeeded in its row
     assert.are.equal("compensating", eng:status(a).status)
     assert.are.equal("succeeded", H.step(eng:status(a), "charge").status)
-    eng:register(order_def(log))
-    local b = eng:start("order", { order = 8 })
-    eng:advance(1)
+    eng:register(R.order_def(log))
+    local b = R.start(eng, 8)
     assert.are.equal(2, log.charges)
     assert.is_nil(H.step(eng:status(b), "charge").reused)
     eng:run()
@@ -95,24 +78,18 @@ describe("a reused step's result", function()
   end)
 
   it("is never taken from a reuse: the executing run's compensated row ends it", function()
-    local eng = H.new_engine()
-    local log = { charges = 0, refunds = {} }
-    eng:register(order_def(log))
-    local a = eng:start("order", { order = 3 })
-    eng:advance(1)
-    local b = eng:start("order", { order = 3 })
-    eng:advance(1)
+    local eng, log = R.engine()
+    local a = R.start(eng, 3)
+    local b = R.start(eng, 3)
     eng:signal(b, "ok", true)
     eng:advance(1)
     eng:advance(10)   -- a times out and refunds
     assert.are.same({ a }, log.refunds)
-    local c = eng:start("order", { order = 3 })
-    eng:advance(1)
+    local c = R.start(eng, 3)
     assert.are.equal(2, log.charges)
     assert.are.equal("c-2", H.step(eng:status(c), "charge").result)
     -- a fourth run reuses c's, the one execution whose effect is there
-    local d = eng:start("order", { order = 3 })
-    eng:advance(1)
+    local d = R.start(eng, 3)
     assert.are.equal(c, H.step(eng:status(d), "charge").reused_from)
   end)
 
@@ -171,20 +148,14 @@ describe("a reused step's result", function()
   end)
 
   it("is still another run's after a restart between the reuse and the way back", function()
-    local eng, db = H.new_engine()
-    local log = { charges = 0, refunds = {} }
-    eng:register(order_def(log))
-    local a = eng:start("order", { order = 11 })
-    eng:advance(1)
+    local eng, log, db = R.engine()
+    local a = R.start(eng, 11)
     eng:signal(a, "ok", true)
     eng:advance(1)
-    local b = eng:start("order", { order = 11 })
-    eng:advance(1)
+    local b = R.start(eng, 11)
     assert.are.equal(a, H.step(eng:status(b), "charge").reused_from)
     H.close(eng)
-    local eng2 = H.reopen(db)
-    eng2:register(order_def(log))
-    eng2:recover()
+    local eng2 = R.restart(db, log)
     eng2:run()   -- b times out and turns back
     assert.are.equal("compensated", eng2:status(b).status)
     assert.are.equal("succeeded", eng2:status(a).status)
@@ -192,8 +163,7 @@ describe("a reused step's result", function()
     assert.are.same({ "result reused from run " .. a .. ": that run owns its effect" },
       skips(eng2, b, "charge"))
     -- and a new run after the restart reuses a's still
-    local c = eng2:start("order", { order = 11 })
-    eng2:advance(1)
+    local c = R.start(eng2, 11)
     assert.are.equal(1, log.charges)
     assert.are.equal(a, H.step(eng2:status(c), "charge").reused_from)
   end)
@@ -248,13 +218,12 @@ describe("a reused step's result", function()
       { name = "tidy", execute = function() return 1 end,
         compensate = function() if broken then error(mend.fatal("tidy broken")) end end },
       { name = "boom", execute = function() error(mend.fatal("no")) end } } }
-    eng:register(order_def(log))
+    eng:register(R.order_def(log))
     local a = eng:start("undo_fails", { order = 12 })
     eng:run()
     assert.are.equal("needs_attention", eng:status(a).status)
     assert.are.equal("succeeded", H.step(eng:status(a), "charge").status)
-    local b = eng:start("order", { order = 12 })
-    eng:advance(1)
+    local b = R.start(eng, 12)
     assert.is_nil(H.step(eng:status(b), "charge").reused)
     eng:signal(b, "ok", true)
     eng:advance(1)
@@ -280,12 +249,11 @@ describe("a reused step's result", function()
       { name = "tidy", execute = function() return 1 end,
         compensate = function() mend.sleep(5) end },
       { name = "boom", execute = function() error(mend.fatal("no")) end } } }
-    eng:register(order_def(log))
+    eng:register(R.order_def(log))
     local p = eng:start("parent", { order = 13 })
     eng:advance(1)
     assert.are.equal("compensating", eng:status(p).status)   -- undoing tidy, 5 s
-    local b = eng:start("order", { order = 13 })
-    eng:advance(1)
+    local b = R.start(eng, 13)
     assert.is_nil(H.step(eng:status(b), "charge").reused)
     eng:signal(b, "ok", true)
     eng:run()

@@ -3,14 +3,7 @@
 -- compensate the owner's effect, and the lookup never offers them as a key's result.
 -- Not tagged #sqlite: these run on PostgreSQL too.
 local H = require "spec.helper"
-
-local function order_def(log)
-  return { name = "order", steps = {
-    { name = "charge", idempotency_key = function(ctx) return "charge-" .. ctx.input.order end,
-      execute = function() log.charges = log.charges + 1; return "c-" .. log.charges end,
-      compensate = function(ctx) log.refunds[#log.refunds + 1] = ctx.run_id end },
-    { name = "ok", wait_for = "ok", timeout = 10 } } }
-end
+local R = require "spec.support.orders"   -- the order workflow: a keyed charge, a wait
 
 -- What a mend before the bump left: reuses as custom_key 1, no `reused` history row, and its
 -- schema version (the one before this mend's).
@@ -31,20 +24,14 @@ describe("a reuse an older mend wrote", function()
   after_each(H.cleanup)
 
   it("is not compensated by its run after the upgrade, and status says reused", function()
-    local eng, db = H.new_engine()
-    local log = { charges = 0, refunds = {} }
-    eng:register(order_def(log))
-    local a = eng:start("order", { order = 3 })
-    eng:advance(1)
+    local eng, log, db = R.engine()
+    local a = R.start(eng, 3)
     eng:signal(a, "ok", true)
     eng:advance(1)
-    local b = eng:start("order", { order = 3 })
-    eng:advance(1)
+    local b = R.start(eng, 3)
     H.close(eng)
     as_older_mend(db)
-    local eng2 = H.reopen(db)
-    eng2:register(order_def(log))
-    eng2:recover()
+    local eng2 = R.restart(db, log)
     eng2:run()   -- b times out and turns back
     assert.are.equal("compensated", eng2:status(b).status)
     assert.are.equal("succeeded", eng2:status(a).status)
@@ -56,13 +43,9 @@ describe("a reuse an older mend wrote", function()
   end)
 
   it("is not offered once its owner undid the key", function()
-    local eng, db = H.new_engine()
-    local log = { charges = 0, refunds = {} }
-    eng:register(order_def(log))
-    local a = eng:start("order", { order = 9 })
-    eng:advance(1)
-    local b = eng:start("order", { order = 9 })
-    eng:advance(1)
+    local eng, log, db = R.engine()
+    local a = R.start(eng, 9)
+    local b = R.start(eng, 9)
     eng:signal(b, "ok", true)
     eng:advance(1)
     eng:advance(10)   -- a times out and refunds
@@ -70,9 +53,8 @@ describe("a reuse an older mend wrote", function()
     H.close(eng)
     as_older_mend(db)
     local eng2 = H.reopen(db)
-    eng2:register(order_def(log))
-    local c = eng2:start("order", { order = 9 })
-    eng2:advance(1)
+    eng2:register(R.order_def(log))
+    local c = R.start(eng2, 9)
     assert.are.equal(2, log.charges)   -- c charges again: b's row is a refunded charge's
     assert.is_nil(H.step(eng2:status(c), "charge").reused)
   end)

@@ -1,5 +1,6 @@
 -- mend.http under an allow-list, to a name the allow-list allows that leads to an address of the
--- engine's own machine or link (loopback, unspecified, link-local, IPv4-mapped forms of these):
+-- engine's own machine or link (loopback, this machine's interface addresses, unspecified,
+-- link-local, IPv4-mapped forms of these):
 -- refused at the address curl connects to, a fatal error naming the host and the address,
 -- unless the allow-list names that address or localhost. curl resolves "localhost" and any name
 -- under it to loopback without DNS, so these specs need no DNS of their own. An environment
@@ -8,24 +9,9 @@
 local mend = require "mend"
 local H = require "spec.helper"
 
-local server = {}
-
-local function write(path, text)
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-end
-
-local function script(tbl)
-  write(server.script_path, mend.json.encode(tbl))
-  write(server.log_path, "")
-end
-
-local function seen()
-  local out = {}
-  for line in io.lines(server.log_path) do out[#out + 1] = mend.json.decode(line) end
-  return out
-end
+-- tests/http_server.py, started once for the file; script(tbl) rewrites what it answers
+local server = require("spec.support.http_server").new()
+local script, seen = server.script, server.seen
 
 local CALLER = [==[
 local mend = require "mend"
@@ -71,22 +57,8 @@ local function refused(st, host, address)
 end
 
 describe("mend.http's connections under http_allow", function()
-  setup(function()
-    server.script_path, server.log_path = os.tmpname(), os.tmpname()
-    local p = assert(io.popen("python3 tests/http_server.py " .. server.script_path .. " "
-                              .. server.log_path .. " & echo", "r"))
-    local line = p:read("l")
-    while line == "" do line = p:read("l") end
-    local port, pid = tostring(line):match("^(%d+) (%d+)$")
-    assert(port, "the test server did not start: " .. tostring(line))
-    server.port, server.pid, server.pipe = tonumber(port), tonumber(pid), p
-  end)
-  teardown(function()
-    if server.pid then os.execute("kill " .. server.pid) end
-    if server.pipe then server.pipe:close() end
-    os.remove(server.script_path)
-    os.remove(server.log_path)
-  end)
+  setup(server.start)
+  teardown(server.stop)
   after_each(H.cleanup)
 
   it("refuses a wildcard's name that resolves to loopback, sandboxed or not", function()
@@ -253,5 +225,176 @@ while True:
     assert.is_falsy(e:find("is at address", 1, true),
                     "a sent request's timeout reported as a refusal: " .. e)
     assert.is_truthy(e:find("imed out", 1, true), e)
+  end)
+end)
+
+-- This machine's own interface addresses (eth0's 10.x or fd00::2, not loopback): a listener of
+-- the host's bound to :: or 0.0.0.0 answers on them as on loopback. An allowed name that
+-- resolves to one (a getaddrinfo shim here: no DNS of the test's own), or a proxy there, is
+-- refused as loopback is, unless the list names that address or localhost. getifaddrs is read
+-- once in a while, never at each connection: the shim counts its calls.
+describe("mend.http's connections under http_allow, this machine's own addresses", function()
+  after_each(H.cleanup)
+
+  -- The machine's addresses but loopback and IPv6 link-local (hostname -I), or nil.
+  local function own_addresses()
+    local p = io.popen("hostname -I 2>/dev/null")
+    local text = p and p:read("a") or ""
+    if p then p:close() end
+    local out = {}
+    for a in text:gmatch("%S+") do
+      if not a:find("^fe80") then out[#out + 1] = a end
+    end
+    return #out > 0 and out or nil
+  end
+
+  it("refuses an allowed name or a proxy at one of them, unless the list names it", function()
+    local addrs = own_addresses()
+    if not addrs then pending("this machine has no address but loopback") return end
+    local dir = H.tmp_dir()
+    -- a dual-stack listener on ::, as a host's own service may be; each connection logged
+    local py = H.write_file(dir, "own.py", [[
+import os, socket, sys, threading
+s = socket.socket(socket.AF_INET6)
+s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("::", 0))
+s.listen(64)
+open(sys.argv[2] + ".tmp", "w").write("%d %d" % (s.getsockname()[1], os.getpid()))
+os.rename(sys.argv[2] + ".tmp", sys.argv[2])
+def serve(c):
+    c.recv(65536)
+    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+    c.close()
+while True:
+    c, _ = s.accept()
+    open(sys.argv[1], "a").write("accepted\n")
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+]])
+    local shim = H.write_file(dir, "ownaddr.c", [[
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+typedef int (*gai)(const char *, const char *, const struct addrinfo *, struct addrinfo **);
+typedef int (*gia)(struct ifaddrs **);
+static int reads;
+int getaddrinfo(const char *n, const char *s, const struct addrinfo *h, struct addrinfo **r) {
+  gai real = (gai)dlsym(RTLD_NEXT, "getaddrinfo");
+  if (n && strstr(n, ".own.test")) n = getenv("OWN_ADDR");
+  return real(n, s, h, r);
+}
+int getifaddrs(struct ifaddrs **out) {
+  gia real = (gia)dlsym(RTLD_NEXT, "getifaddrs");
+  reads++;
+  const char *first = getenv("OWN_FAIL_FIRST");   /* the first N reads fail */
+  if (getenv("OWN_FAIL") || (first && reads <= atoi(first))) { errno = EMFILE; return -1; }
+  return real(out);
+}
+__attribute__((destructor)) static void said(void) {
+  const char *to = getenv("OWN_READS");
+  FILE *f = to ? fopen(to, "w") : NULL;
+  if (f) { fprintf(f, "%d", reads); fclose(f); }
+}
+]])
+    local so = dir .. "/ownaddr.so"
+    if H.shell(("cc -shared -fPIC -o %s %s -ldl"):format(so, shim)) ~= 0 then
+      pending("no C compiler")
+      return
+    end
+    local log, portfile = dir .. "/accepted", dir .. "/port"
+    H.write_file(dir, "accepted", "")
+    os.execute("python3 " .. py .. " " .. log .. " " .. portfile .. " >/dev/null 2>&1 &")
+    local f
+    for _ = 1, 100 do
+      f = io.open(portfile)
+      if f then break end
+      os.execute("sleep 0.05")
+    end
+    assert(f, "the listener did not start")
+    local port, pid = f:read("a"):match("^(%d+) (%d+)$")
+    f:close()
+    local function accepted()
+      local n = 0
+      for _ in io.lines(log) do n = n + 1 end
+      return n
+    end
+    local ok, err = pcall(function()
+      local quiet = "env -u http_proxy -u https_proxy -u all_proxy -u ALL_PROXY -u HTTPS_PROXY "
+                    .. "-u HTTP_PROXY -u no_proxy -u NO_PROXY "
+      for _, a in ipairs(addrs) do
+        local hostport = (a:find(":") and "[" .. a .. "]" or a) .. ":" .. port
+        local env = quiet .. ("LD_PRELOAD=%s OWN_ADDR=%s"):format(so, a)
+        local url = "http://api.own.test:" .. port .. "/a"
+        local before = accepted()
+        local out = call_in(env, url, { "*.own.test" })
+        assert.is_truthy(out:find(('host "api.own.test" is at address %s'):format(a), 1, true),
+                         a .. ": " .. out)
+        assert.are.equal(before, accepted(), a .. " was reached: " .. out)
+        assert.are.equal("succeeded nil", call_in(env, url, { "*.own.test", a }), a)
+        assert.are.equal("succeeded nil", call_in(env, url, { "*.own.test", "localhost" }), a)
+        assert.are.equal(before + 2, accepted())
+        -- a proxy at the address: the check sees the proxy's address, whatever the target
+        before = accepted()
+        out = call_in(quiet .. "http_proxy=http://" .. hostport, "http://api.example.test/a",
+                      { "*.example.test" })
+        assert.is_truthy(out:find(('host "api.example.test" is at address %s'):format(a), 1,
+                                  true), a .. ": " .. out)
+        assert.are.equal(before, accepted(), a .. " was reached through the proxy: " .. out)
+      end
+      -- the machine's addresses unknown (getifaddrs failed): not connected, retryable, but
+      -- where the list names localhost
+      local env = quiet .. ("LD_PRELOAD=%s OWN_ADDR=%s OWN_FAIL=1"):format(so, addrs[1])
+      local url = "http://api.own.test:" .. port .. "/a"
+      local before = accepted()
+      local out = call_in(env, url, { "*.own.test" })
+      assert.is_truthy(out:find("own addresses could not be read (getifaddrs: Too many open files)",
+                                1, true), out)
+      assert.are.equal(before, accepted(), out)
+      assert.are.equal("succeeded nil", call_in(env, url, { "*.own.test", "localhost" }))
+      -- a failed read names its own errno, not that of a read made after it (which succeeded)
+      -- before the refused request's answer was written: the engine's first read and the
+      -- first connection's fail, the next connections' succeed
+      env = quiet .. ("LD_PRELOAD=%s OWN_ADDR=%s OWN_FAIL_FIRST=2"):format(so, addrs[1])
+      local ten = ([[
+        local mend = require "mend"
+        local eng = mend.engine { db = %q, sandbox = true, http_allow = { "*.own.test" } }
+        eng:load(%q)
+        local ids = {}
+        for i = 1, 10 do ids[i] = eng:start("caller", { url = %q }) end
+        eng:run()
+        for _, id in ipairs(ids) do io.write(tostring(eng:status(id).steps[1].error), "\n") end
+        eng:close()
+      ]]):format(dir .. "/t.db", H.write_file(dir, "caller10.lua", CALLER), url)
+      H.write_file(dir, "ten.lua", ten)
+      local _, told = H.shell(env .. " lua " .. dir .. "/ten.lua 2>&1")
+      assert.is_truthy(told:find("(getifaddrs: Too many open files)", 1, true), told)
+      assert.is_falsy(told:find("getifaddrs: Success", 1, true), told)
+      -- 30 connections (the listener closes each): getifaddrs is not read at each of them
+      local reads = dir .. "/reads"
+      env = quiet .. ("LD_PRELOAD=%s OWN_ADDR=%s OWN_READS=%s"):format(so, addrs[1], reads)
+      local code = ([[
+        local mend = require "mend"
+        local eng = mend.engine { db = %q, sandbox = true, http_allow = { "*.own.test", %q } }
+        eng:load(%q)
+        local ids = {}
+        for i = 1, 30 do ids[i] = eng:start("caller", { url = %q }) end
+        eng:run()
+        for _, id in ipairs(ids) do assert(eng:status(id).status == "succeeded") end
+        eng:close()
+      ]]):format(dir .. "/r.db", addrs[1], H.write_file(dir, "caller.lua", CALLER),
+                 "http://api.own.test:" .. port .. "/a")
+      H.write_file(dir, "many.lua", code)
+      local rc, out = H.shell(env .. " lua " .. dir .. "/many.lua 2>&1")
+      assert.are.equal(0, rc, out)
+      local n = tonumber(io.open(reads):read("a"))
+      assert.is_true(n >= 1 and n <= 3, ("getifaddrs read %d times for 30 connections"):format(n))
+    end)
+    os.execute("kill " .. pid)
+    assert(ok, err)
   end)
 end)

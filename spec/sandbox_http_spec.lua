@@ -3,28 +3,11 @@
 -- = ...}) loading a workflow file whose one step calls mend.http(ctx.input), against the scripted
 -- server of tests/http_server.py on 127.0.0.1. What is refused is refused at the call, a fatal
 -- error naming it, and the server sees no request.
-local mend = require "mend"
 local H = require "spec.helper"
 
-local server = {}
-
-local function write(path, text)
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-end
-
-local function script(tbl)
-  write(server.script_path, mend.json.encode(tbl))
-  write(server.log_path, "")
-end
-
--- The requests the server saw.
-local function seen()
-  local out = {}
-  for line in io.lines(server.log_path) do out[#out + 1] = mend.json.decode(line) end
-  return out
-end
+-- tests/http_server.py, started once for the file; script(tbl) rewrites what it answers
+local server = require("spec.support.http_server").new()
+local script, seen = server.script, server.seen
 
 local CALLER = [==[
 local mend = require "mend"
@@ -56,23 +39,8 @@ local function failed_with(st, text)
 end
 
 describe("mend.http in a sandbox", function()
-  setup(function()
-    server.script_path, server.log_path = os.tmpname(), os.tmpname()
-    local p = assert(io.popen("python3 tests/http_server.py " .. server.script_path .. " "
-                              .. server.log_path .. " & echo", "r"))
-    local line = p:read("l")
-    while line == "" do line = p:read("l") end
-    local port, pid = tostring(line):match("^(%d+) (%d+)$")
-    assert(port, "the test server did not start: " .. tostring(line))
-    server.port, server.pid, server.pipe = tonumber(port), tonumber(pid), p
-    server.base = "http://127.0.0.1:" .. port
-  end)
-  teardown(function()
-    if server.pid then os.execute("kill " .. server.pid) end
-    if server.pipe then server.pipe:close() end
-    os.remove(server.script_path)
-    os.remove(server.log_path)
-  end)
+  setup(server.start)
+  teardown(server.stop)
   after_each(H.cleanup)
 
   it("refuses ca_file: curl would read a file of the host's on the loop's thread", function()

@@ -1,7 +1,8 @@
 -- The sandbox mark at its edges: the command that marks a database says so, mend.trust_db on
 -- a path with no database, --http-allow entries that name no host, --memory-limit without
--- --sandbox, and on PostgreSQL the mark read again at each stored version's load without a
--- new session each (from the review of the mark's fixes; each failed before its fix).
+-- --sandbox (its usage error made a database where there was none), and on PostgreSQL the
+-- mark read again at each stored version's load without a new session each (from the review
+-- of the mark's fixes; each failed before its fix).
 local H = require "spec.helper"
 local mend = require "mend"
 
@@ -47,6 +48,40 @@ describe("the sandbox mark at its edges", function()
     assert.is_false(ok, tostring(err))
   end)
 
+  -- An empty file (`touch mend.db`), or a PostgreSQL database with no mend schema, is no mend
+  -- database: trusting it made mend's whole schema there and answered "not marked".
+  it("mend.trust_db on a database with no mend schema raises and makes none", function()
+    local db = H.new_db()
+    if H.is_pg(db) then
+      local ok = pcall(mend.trust_db, db)
+      local tables = H.sql(db, "SELECT count(*) FROM information_schema.tables "
+                               .. "WHERE table_schema = current_schema()")
+      assert.are.equal("0", tables[1], "mend's tables made")
+      assert.is_false(ok)
+      return
+    end
+    local path = H.write_file(H.tmp_dir(), "empty.db", "")
+    local ok, err = pcall(mend.trust_db, path)
+    local f = assert(io.open(path, "rb"))
+    local size = #f:read("a")
+    f:close()
+    assert.are.equal(0, size, "mend.trust_db wrote a database of " .. size .. " bytes")
+    assert.is_false(ok)
+    assert.matches("no mend database", tostring(err), 1, true)
+  end)
+
+  -- A "file:" URI's path is read as SQLite reads it, escapes decoded: "file:a%20b.db" is the
+  -- file "a b.db", which is there.
+  it("mend.trust_db reads a file: URI's escapes as SQLite does", function()
+    local db = H.new_db()
+    if H.is_pg(db) then return end
+    local dir = H.tmp_dir()
+    local path = dir .. "/a b.db"
+    H.close(H.reopen(path, {}))
+    local ok, err = pcall(mend.trust_db, "file:" .. (dir .. "/a%20b.db"))
+    assert.is_true(ok, tostring(err))
+  end)
+
   -- `--http-allow '*'` reads as "any host" and is taken; it is the host named "*", which no
   -- URL has: every call is refused at run time. So is an entry holding a space.
   it("--http-allow refuses a wildcard alone and an entry with a space", function()
@@ -60,21 +95,37 @@ describe("the sandbox mark at its edges", function()
     end
   end)
 
-  -- --memory-limit without --sandbox is a usage error on a database not marked, as before
-  -- sbfix23, but it is now found after the engine opened the database: a new file is made
-  -- (schema and all) by a command that exits 2, and the usage line is mend's, not run's.
-  -- Not fixed: the check needs the mark, which is read once the engine opened the database.
-  pending("--memory-limit without --sandbox on no database makes none", function()
+  -- --memory-limit without --sandbox is a usage error on a database not marked: on a path with
+  -- no database (none can be marked) it is found before the engine opens, and makes none; on
+  -- one not marked, once the engine read the mark. Either way the usage line is the command's.
+  it("--memory-limit without --sandbox on no database makes none", function()
     if H.is_pg(H.new_db()) then return end
     local dir = H.tmp_dir()
     local file = H.write_file(dir, "probe.lua", PROBE)
-    local db = dir .. "/new.db"
-    local rc, out = H.shell(("%s run %s --db %s --memory-limit 1000000 2>&1")
+    for _, cmd in ipairs { "run " .. H.quote(file), "worker --workflows " .. H.quote(dir),
+                           "serve --workflows " .. H.quote(dir) } do
+      local db = dir .. "/new.db"
+      local rc, out = H.shell(("%s %s --db %s --memory-limit 1000000 2>&1")
+                                :format(H.MEND, cmd, H.quote(db)))
+      assert.are.equal(2, rc, out)
+      local made = io.open(db, "rb")
+      if made then made:close() end
+      assert.is_nil(made, "a usage error made " .. db)
+      assert.matches("usage: mend " .. cmd:match("^%a+"), out, 1, true)
+      assert.matches("--memory-limit needs --sandbox", out, 1, true)
+    end
+    -- a file whose name begins with "postgres" is a file (postgres:// and postgresql:// are not)
+    local rc, out = H.shell(("cd %s && %s run %s --db postgres_copy.db --memory-limit 1000000 2>&1")
+                              :format(H.quote(dir), H.MEND, H.quote(file)))
+    assert.are.equal(2, rc, out)
+    local made = io.open(dir .. "/postgres_copy.db", "rb")
+    if made then made:close() end
+    assert.is_nil(made, "a usage error made " .. dir .. "/postgres_copy.db")
+    local db = H.new_db()
+    H.close(H.reopen(db, {}))
+    rc, out = H.shell(("%s run %s --db %s --memory-limit 1000000 2>&1")
                               :format(H.MEND, H.quote(file), H.quote(db)))
     assert.are.equal(2, rc, out)
-    local made = io.open(db, "rb")
-    if made then made:close() end
-    assert.is_nil(made, "a usage error made " .. db)
     assert.matches("usage: mend run", out, 1, true)
   end)
 end)

@@ -3,8 +3,9 @@
  * repair (capi_ops.c, through capi_int.h). Owns the mapping from internal failures to
  * mend_status codes, the adapters from the engine's callbacks to the host's (and the count of
  * those the engine is inside, from which it is not freed), the refusal of what no call can use
- * (a NULL engine or argument, options out of range, an engine freed already), which thread an
- * engine belongs to (its hand-over by mend_engine_adopt, and the refusal of other threads'
+ * (a NULL engine or argument, options out of range, an engine freed already), the calls that
+ * need no engine (the version, a database's sandbox mark cleared), which thread an engine
+ * belongs to (its hand-over by mend_engine_adopt, and the refusal of other threads'
  * calls, told on both threads), and the hint a host gets when mend's own Lua files are not
  * where it looked. Nothing else. Must never: choose a status from a message's text (each of
  * the engine's codes, mend_refusal and the event and token codes, has one status); reach the
@@ -427,6 +428,28 @@ MEND_API int mend_engine_new(const mend_options *host_opts, mend_engine **out, c
   handles = h;
   pthread_mutex_unlock(&handles_lock);
   return MEND_OK;
+}
+
+MEND_API int mend_engine_sandboxed(mend_engine *engine) {
+  return mend__capi_check_engine(engine, __func__) == MEND_OK ? mend_engine_sandbox_kind(engine)
+                                                               : -1;
+}
+
+MEND_API int mend_trust_db(const char *db_path, int *was_marked, char *err, size_t errlen) {
+  if (was_marked) *was_marked = 0;
+  char msg[1024];
+  int rc;
+  if (!db_path) {
+    snprintf(msg, sizeof msg, "the database is NULL: give a file or a postgresql:// URI");
+    rc = MEND_EINVAL;
+  } else {
+    mend_trust_outcome r = mend_store_trust(db_path, msg, (int)sizeof msg);
+    if (was_marked) *was_marked = r == MEND_TRUST_CLEARED;
+    rc = r == MEND_TRUST_NO_DATABASE ? MEND_ENOTFOUND : r == MEND_TRUST_FAILED ? MEND_ESTORE
+                                                                                : MEND_OK;
+  }
+  if (err && errlen) snprintf(err, errlen, "%s", rc == MEND_OK ? "" : msg);
+  return rc;
 }
 
 /* From inside a callback of the engine's (a host function, the log, an alert, an event) the

@@ -10,6 +10,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "capi_int.h"
 #include "engine.h"
@@ -110,6 +111,10 @@ MEND_API int mend_engine_override_breaker(mend_engine *engine, const char *key, 
   char err[700];
   NEED_ENGINE(engine);
   if (!key || !op) return mend__capi_invalid(engine, "mend_engine_override_breaker: key and op may not be NULL");
+  /* mend.h: a breaker's name past MEND_NAME_MAX is a bad argument, never "no such breaker" */
+  if (strlen(key) > MEND_NAME_MAX)
+    return mend__capi_invalid(engine, "mend_engine_override_breaker: a breaker's key is at most "
+                              "MEND_NAME_MAX (512) bytes");
   if (mend_engine_breaker_set(engine, key, op, seconds, who, err, sizeof err) == 0) return MEND_OK;
   mend_engine_note_error(engine, err);
   return mend__capi_refusal_status(engine);

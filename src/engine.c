@@ -369,17 +369,22 @@ static int on_panic(lua_State *L) {
   return 0;
 }
 
-int mend_engine_sandboxed(const mend_engine *E) {
+int mend_engine_sandbox_kind(const mend_engine *E) {
   return E->cfg.sandbox_by_mark ? 2 : E->cfg.sandbox ? 1 : 0;
 }
 
-void mend_engine_sandbox_by_mark_note(const mend_engine *E, char *buf, size_t len) {
+/* The database as the engine's messages of the mark name it: its path, or "the PostgreSQL
+ * database" (a URI may hold a password). */
+static const char *db_named(const mend_engine *E) {
   const char *path = E->cfg.db_path ? E->cfg.db_path : ":memory:";
+  return mend_store_is_postgres(path) ? "the PostgreSQL database" : path;
+}
+
+void mend_engine_sandbox_by_mark_note(const mend_engine *E, char *buf, size_t len) {
   snprintf(buf, len, "%s is marked sandboxed (a sandboxed engine opened it): this engine runs "
            "its workflows' code sandboxed (no io, os or mend.exec; mend.http only to "
            "http_allow's hosts); to run it trusted, open it with no_sandbox (--no-sandbox), or "
-           "clear the mark (mend db trust)",
-           mend_store_is_postgres(path) ? "the PostgreSQL database" : path);
+           "clear the mark (mend db trust)", db_named(E));
 }
 
 /* The database's sandbox mark (store.h: sandbox_mark) against the engine's sandbox: a sandboxed
@@ -389,8 +394,8 @@ void mend_engine_sandbox_by_mark_note(const mend_engine *E, char *buf, size_t le
  * is the host's to see and the workflow's code never reaches the store: sandboxed, it has no
  * io, no mend.engine. 0, or -1 with err and why. */
 static int sandbox_mark(mend_engine *E, mend_refusal *why, char *err, int errlen) {
-  const char *path = E->cfg.db_path ? E->cfg.db_path : ":memory:";
-  if (strcmp(path, ":memory:") == 0) return 0;   /* nothing of it outlives this engine */
+  if (!E->cfg.db_path || strcmp(E->cfg.db_path, ":memory:") == 0)
+    return 0;   /* nothing of it outlives this engine */
   int marked = mend_store_sandbox_mark(E->store, 0);
   if (marked >= 0 && E->cfg.sandbox && !marked) {
     marked = mend_store_sandbox_mark(E->store, 1);
@@ -417,8 +422,7 @@ static int sandbox_mark(mend_engine *E, mend_refusal *why, char *err, int errlen
     *why = MEND_REFUSED_SANDBOX;
     snprintf(err, (size_t)errlen, "%s holds workflows a sandboxed engine ran (the database is "
              "marked sandboxed): open it sandboxed, or say no_sandbox (--no-sandbox) to run "
-             "their code with the host's powers",
-             mend_store_is_postgres(path) ? "the PostgreSQL database" : path);
+             "their code with the host's powers", db_named(E));
     return -1;
   }
   mend_engine_log_line(E, "warn", NULL, NULL, 0, "sandbox",

@@ -77,7 +77,7 @@ typedef struct mend_engine_config {
  * host without a log to show. */
 void mend_engine_sandbox_by_mark_note(const mend_engine *E, char *buf, size_t len);
 /* 0: not sandboxed; 1: sandboxed as its host asked; 2: sandboxed by the database's mark. */
-int mend_engine_sandboxed(const mend_engine *E);
+int mend_engine_sandbox_kind(const mend_engine *E);
 
 /* Why an operation refused or failed (a repair, a start, an advance, the engine's creation):
  * the C API maps each to one mend_status and the HTTP API to one code; the message that goes

@@ -624,7 +624,7 @@ static int engine_now(lua_State *L) {
  * logged of it as it opened, for a host without a log).  [-0, +2, -] */
 static int engine_sandboxed(lua_State *L) {
   engine_box *b = check_engine(L);
-  int how = mend_engine_sandboxed(b->E);
+  int how = mend_engine_sandbox_kind(b->E);
   if (!how) {
     lua_pushnil(L);
     return 1;

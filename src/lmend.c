@@ -226,25 +226,14 @@ static int l_upgrade_db(lua_State *L) {
  * allow-list).  [-0, +1, e] */
 static int l_trust_db(lua_State *L) {
   const char *path = mend__check_text(L, 1, "mend.trust_db: the database");
-  struct stat sb;
-  /* opening would make an empty database at a mistyped path, and answer "unmarked" */
-  if (!mend_store_is_postgres(path) && (strcmp(path, ":memory:") == 0 || stat(path, &sb) != 0))
-    return luaL_error(L, "mend.trust_db: no database at %s", path);
   char err[1024];
-  mend_store *s = mend_store_open(path, MEND_DURABILITY_FULL, err, (int)sizeof err);
-  if (!s) {
+  mend_trust_outcome r = mend_store_trust(path, err, (int)sizeof err);
+  if (r == MEND_TRUST_NO_DATABASE) return luaL_error(L, "mend.trust_db: %s", err);
+  if (r == MEND_TRUST_FAILED) {
     lua_pushstring(L, err);
     return lua_error(L);
   }
-  int was = mend_store_sandbox_mark(s, 0);
-  if (was == 1 && mend_store_sandbox_mark(s, -1) < 0) was = -1;
-  if (was < 0) snprintf(err, sizeof err, "%s", mend_store_errmsg(s));
-  mend_store_close(s);
-  if (was < 0) {
-    lua_pushstring(L, err);
-    return lua_error(L);
-  }
-  lua_pushstring(L, was ? "cleared" : "unmarked");
+  lua_pushstring(L, r == MEND_TRUST_CLEARED ? "cleared" : "unmarked");
   return 1;
 }
 

@@ -18,10 +18,11 @@ int mend_store_is_postgres(const char *name) {
   return name && (strncmp(name, "postgres://", 11) == 0 || strncmp(name, "postgresql://", 13) == 0);
 }
 
-mend_store *mend_store_open(const char *path, mend_durability durability, char *err, int errlen) {
+static mend_store *open_store(const char *path, mend_durability durability, int *none, char *err,
+                              int errlen) {
   if (mend_store_is_postgres(path)) {
 #ifdef MEND_WITH_PG
-    return mend__pg_open(path, durability, err, errlen);
+    return mend__pg_open_ex(path, durability, none, err, errlen);
 #else
     /* The name may carry a password (user:secret@host): only what follows the '@' is shown. */
     const char *rest = strstr(path, "://") + 3;
@@ -39,5 +40,16 @@ mend_store *mend_store_open(const char *path, mend_durability durability, char *
              "postgresql:// URI)");
     return NULL;
   }
-  return mend__sqlite_open(path, durability, err, errlen);
+  return mend__sqlite_open_ex(path, durability, none, err, errlen);
+}
+
+mend_store *mend_store_open(const char *path, mend_durability durability, char *err, int errlen) {
+  return open_store(path, durability, NULL, err, errlen);
+}
+
+mend_store *mend_store_open_existing(const char *path, int *none, char *err, int errlen) {
+  int no = 0;
+  mend_store *s = open_store(path, MEND_DURABILITY_FULL, &no, err, errlen);
+  if (none) *none = no;
+  return s;
 }

@@ -450,6 +450,10 @@ typedef struct mend_store_methods {
  * Returns NULL on failure with a message naming the file and the cause in `err` ("mend.db: file
  * is not a database", "mend.db: schema version 7 is newer than this mend (1)"). */
 mend_store *mend_store_open(const char *path, mend_durability durability, char *err, int errlen);
+/* As mend_store_open (durability full), for a database that must be mend's already: one with no
+ * mend schema (an empty file, an empty PostgreSQL database) is left as it is and not opened:
+ * NULL with *none = 1 (and err saying so). Upgrading an older schema is still done. */
+mend_store *mend_store_open_existing(const char *path, int *none, char *err, int errlen);
 /* 1 if `name` names a PostgreSQL database (postgres:// or postgresql://). */
 int mend_store_is_postgres(const char *name);
 
@@ -793,6 +797,16 @@ typedef enum {
  * after it, so it is refused while any worker's lease lasts, unless `despite_leases`. */
 mend_run_keys_outcome mend_store_upgrade_run_keys(const char *path, int despite_leases, char *err,
                                                   int errlen);
+
+/* `mend db trust`, mend.trust_db, mend_trust_db: the sandbox mark of the database named `path`
+ * cleared (src/trust.c). */
+typedef enum {
+  MEND_TRUST_CLEARED,       /* it was marked; it is not now */
+  MEND_TRUST_UNMARKED,      /* it was not marked: nothing done */
+  MEND_TRUST_NO_DATABASE,   /* no file at the path (or ":memory:", or ""): none made (err) */
+  MEND_TRUST_FAILED         /* the database failed (err names it); the mark is as it was */
+} mend_trust_outcome;
+mend_trust_outcome mend_store_trust(const char *path, char *err, int errlen);
 
 static inline int mend_store_put_token(mend_store *s, const char *digest, const char *run_id, const char *step, int attempt, double made) {
   return MEND_STORE_M(s)->put_token(s, digest, run_id, step, attempt, made);

@@ -2,9 +2,10 @@
  * embed_host: what the test_embed_* programs share, each a host written against include/mend.h
  * alone (so that tests/embed_*.sh can build them against the installed library too): a
  * directory of workflow files made for the program and removed after it, the workflows more
- * than one program runs, the engine's making, loading and starting checked, a run's JSON read,
- * and the host functions answered now (greet, undo) or later (remote, answer_due). Must never:
- * hold a test's own checks, or reach past mend.h.
+ * than one program runs, options for a file database and its files removed, the engine's
+ * making, loading and starting checked, a run's JSON read, and the host functions answered
+ * now (greet, undo) or later (remote, answer_due). Must never: hold a test's own checks, or
+ * reach past mend.h.
  */
 #ifndef MEND_EMBED_HOST_H
 #define MEND_EMBED_HOST_H
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "tick_host.h"
@@ -52,6 +54,27 @@ static inline void start(mend_engine *E, const char *wf, const char *input, char
   int rc = mend_engine_start(E, wf, input, NULL, id, NULL);
   if (rc != MEND_OK) fprintf(stderr, "start %s: %s\n", wf, mend_engine_errmsg(E));
   CHECK_EQ_INT(rc, MEND_OK);
+}
+
+/* Options for engines on a file database of the program's directory, `name` (a file an earlier
+ * run left removed), committed as `mode` asks; its path in db (len bytes), which o points to. */
+static inline void file_db_options(mend_options *o, char *db, size_t len, const char *name,
+                                   mend_durability_mode mode) {
+  snprintf(db, len, "%s/%s", dir, name);
+  unlink(db);
+  mend_options_init(o);
+  o->db_path = db;
+  o->durability = mode;
+}
+
+/* Removes a database file and its WAL and shared-memory files. */
+static inline void remove_db_files(const char *db) {
+  static const char *const files[] = {"", "-wal", "-shm"};
+  for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+    char path[200];
+    snprintf(path, sizeof path, "%s%s", db, files[i]);
+    unlink(path);
+  }
 }
 
 /* The run's JSON (a fresh copy each call; the caller frees it with mend_free). */

@@ -3,8 +3,8 @@
  * backend must pass, through the storage interface alone: a run with a map (its items' rows,
  * one in flight), a `when` row, a step not begun, a custom key, a child run, a cancel asked
  * for and an unavailable version, read typed and compared field by field with the view of the
- * same run for people (mend_store_run), which must not change. Included by test_store.c and
- * test_pg_store_images.c after check.h.
+ * same run for people (mend_store_run), which must not change. Included by test_store_records.c
+ * and test_pg_store_images.c after check.h.
  */
 #ifndef MEND_IMAGE_CHECK_H
 #define MEND_IMAGE_CHECK_H

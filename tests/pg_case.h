@@ -2,8 +2,9 @@
  * pg_case: what the C tests of the PostgreSQL store share (test_pg_store_*): the server named
  * by MEND_TEST_PG (a libpq URI or conninfo of a role that may create databases), a database of
  * its own for each case (new_case, dropped by drop_case), the store opened on it, SQL run and
- * counted on a connection of the test's own, and the run and history records the cases write.
- * Included after check.h. Must never: hold a case's own checks.
+ * counted on a connection of the test's own, a row held by another session, and the run and
+ * history records the cases write. Included after check.h. Must never: hold a case's own
+ * checks (those of its set-up only: a row held).
  */
 #ifndef MEND_PG_CASE_H
 #define MEND_PG_CASE_H
@@ -25,6 +26,13 @@ static int ncase;
 static inline void sleep_s(double s) {
   struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
   nanosleep(&ts, NULL);
+}
+
+/* Seconds on the monotonic clock, for a bound on how long a call took. */
+static inline double mono(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 /* Runs q on c: 0, or -1 saying why on stderr. */
@@ -109,6 +117,19 @@ static inline mend_history_rec hist(const char *run, long seq) {
   return (mend_history_rec){.run_id = run, .step = "a", .at = 2, .event = "step",
                             .from_status = "pending", .to_status = "running", .attempt = 1,
                             .delay = -1, .seq = seq};
+}
+
+/* A second session (application_name holder) holding run id's row (`SELECT ... FOR UPDATE`),
+ * its transaction left open for the case to end: the connection, its backend pid in *pid. */
+static inline PGconn *hold(const char *id, int *pid) {
+  PGconn *c = PQconnectdb(conninfo);
+  char q[160];
+  snprintf(q, sizeof q, "SELECT id FROM runs WHERE id = '%s' FOR UPDATE", id);
+  CHECK_EQ_INT(sql(c, "SET application_name = 'holder'"), 0);
+  CHECK_EQ_INT(sql(c, "BEGIN"), 0);
+  CHECK_EQ_INT(sql(c, q), 0);
+  *pid = PQbackendPID(c);
+  return c;
 }
 
 /* Ends every other session on the case's database, and waits until they are gone. */

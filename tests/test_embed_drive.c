@@ -211,12 +211,7 @@ static void it_runs_its_commit_thread_in_the_class_asked(void) {
   static const struct { mend_writer_sched sched; int ticked, run; } cases[] = {
     {MEND_WRITER_SCHED_TICKS, 1, -1}, {MEND_WRITER_SCHED_OTHER, 0, 0}, {MEND_WRITER_SCHED_BATCH, 1, 1}};
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
-    static const char *const files[] = {"", "-wal", "-shm"};
-    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
-      char path[200];
-      snprintf(path, sizeof path, "%s%s", db, files[i]);
-      unlink(path);
-    }
+    remove_db_files(db);
     mend_options o;
     mend_options_init(&o);
     o.db_path = db;
@@ -288,12 +283,7 @@ static void it_reads_options_by_their_size(void) {
   mend_options_init_size(&older.o, offsetof(mend_options, commit_thread));
   CHECK(older.bytes[offsetof(mend_options, commit_thread)] == 0xAB);
   CHECK(older.o.size == offsetof(mend_options, commit_thread));
-  static const char *const files[] = {"", "-wal", "-shm"};
-  for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
-    char path[200];
-    snprintf(path, sizeof path, "%s%s", db, files[i]);
-    unlink(path);
-  }
+  remove_db_files(db);
 }
 
 /* A recover's claim is committed before it returns: an engine that recovers and is driven only
@@ -326,12 +316,7 @@ static void it_holds_no_lock_after_recovering(void) {
   CHECK(strstr(json, "\"succeeded\"") != NULL);
   mend_free(json);
   mend_engine_free(E);
-  static const char *const files[] = {"", "-wal", "-shm"};
-  for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
-    char path[200];
-    snprintf(path, sizeof path, "%s%s", db, files[i]);
-    unlink(path);
-  }
+  remove_db_files(db);
 }
 
 /* log_level: a host that wants only failures gets only failures; a level that does not exist

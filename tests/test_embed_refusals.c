@@ -205,12 +205,7 @@ static void it_gives_each_failure_its_own_status(void) {
   /* the engine stopped on the store's failure: moving its clock on is refused for that */
   CHECK_EQ_INT(mend_engine_advance_clock(E, 1), MEND_ESTORE);
   mend_engine_free(E);
-  static const char *const files[] = {"", "-wal", "-shm"};
-  for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
-    char path[200];
-    snprintf(path, sizeof path, "%s%s", db, files[i]);
-    unlink(path);
-  }
+  remove_db_files(db);
 }
 
 /* What no call can use is refused with MEND_EINVAL and a message, never read: a NULL engine or

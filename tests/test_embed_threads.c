@@ -63,20 +63,43 @@ static void *answer_from_another_thread(void *arg) {
   return NULL;
 }
 
+/* An engine on the virtual clock (its log `log`, if any) whose run of basic (input `input`,
+ * its id in id) called greet, the call kept open in *kept for a thread to answer. */
+static mend_engine *engine_with_a_kept_call(mend_log_fn log, const char *input, mend_call **kept,
+                                            char id[17]) {
+  mend_options o;
+  mend_options_init(&o);
+  o.virtual_clock = 1;
+  o.log = log;
+  mend_engine *E = engine(&o);
+  CHECK_EQ_INT(mend_engine_register_function(E, "greet", keep_call, kept), MEND_OK);
+  load(E, "basic");
+  start(E, "basic", input, id);
+  CHECK_EQ_INT(mend_engine_advance_clock(E, 0), MEND_OK);
+  CHECK(*kept != NULL);
+  return E;
+}
+
+/* An engine on the virtual clock (its log `log`, if any) whose run of wait (its id in id)
+ * waits for its event. */
+static mend_engine *engine_with_a_waiting_run(mend_log_fn log, char id[17]) {
+  mend_options o;
+  mend_options_init(&o);
+  o.virtual_clock = 1;
+  o.log = log;
+  mend_engine *E = engine(&o);
+  load(E, "wait");
+  start(E, "wait", NULL, id);
+  CHECK_EQ_INT(mend_engine_advance_clock(E, 0), MEND_OK);   /* the run waits for its event */
+  return E;
+}
+
 static void it_refuses_calls_from_another_thread(void) {
   {
     /* an answer to a host call from another thread: refused, the call still open */
-    mend_options o;
-    mend_options_init(&o);
-    o.virtual_clock = 1;
-    mend_engine *E = engine(&o);
     mend_call *kept = NULL;
-    CHECK_EQ_INT(mend_engine_register_function(E, "greet", keep_call, &kept), MEND_OK);
-    load(E, "basic");
     char id[17];
-    start(E, "basic", "{\"who\":\"far\"}", id);
-    CHECK_EQ_INT(mend_engine_advance_clock(E, 0), MEND_OK);
-    CHECK(kept != NULL);
+    mend_engine *E = engine_with_a_kept_call(NULL, "{\"who\":\"far\"}", &kept, id);
     answer_from a = {.call = kept};
     pthread_t t;
     CHECK_EQ_INT(pthread_create(&t, NULL, answer_from_another_thread, &a), 0);
@@ -91,14 +114,8 @@ static void it_refuses_calls_from_another_thread(void) {
     mend_engine_free(E);
   }
 
-  mend_options o;
-  mend_options_init(&o);
-  o.virtual_clock = 1;
-  mend_engine *E = engine(&o);
-  load(E, "wait");
   char id[17];
-  start(E, "wait", NULL, id);
-  CHECK_EQ_INT(mend_engine_advance_clock(E, 0), MEND_OK);   /* the run waits for its event */
+  mend_engine *E = engine_with_a_waiting_run(NULL, id);
   from_another a = {.E = E, .id = id};
   pthread_t t;
   CHECK_EQ_INT(pthread_create(&t, NULL, call_from_another_thread, &a), 0);
@@ -218,18 +235,9 @@ static void *fail_and_return_from_afar(void *arg) {
 }
 
 static void it_says_on_both_threads_what_another_thread_was_refused(void) {
-  mend_options o;
-  mend_options_init(&o);
-  o.virtual_clock = 1;
-  o.log = keep_refusals;
-  mend_engine *E = engine(&o);
   mend_call *kept = NULL;
-  CHECK_EQ_INT(mend_engine_register_function(E, "greet", keep_call, &kept), MEND_OK);
-  load(E, "basic");
   char id[17];
-  start(E, "basic", "{\"who\":\"far\"}", id);
-  CHECK_EQ_INT(mend_engine_advance_clock(E, 0), MEND_OK);
-  CHECK(kept != NULL);
+  mend_engine *E = engine_with_a_kept_call(keep_refusals, "{\"who\":\"far\"}", &kept, id);
   refusals_logged = 0;
   answered_afar a = {.call = kept, .E = E};
   pthread_t t;
@@ -277,15 +285,8 @@ static void *get_from_afar(void *arg) {
 }
 
 static void it_refuses_the_getters_on_another_thread(void) {
-  mend_options o;
-  mend_options_init(&o);
-  o.virtual_clock = 1;
-  o.log = keep_refusals;
-  mend_engine *E = engine(&o);
-  load(E, "wait");
   char id[17];
-  start(E, "wait", NULL, id);
-  CHECK_EQ_INT(mend_engine_advance_clock(E, 0), MEND_OK);   /* the run waits for its event */
+  mend_engine *E = engine_with_a_waiting_run(keep_refusals, id);
   CHECK_EQ_INT(mend_engine_in_flight_count(E), 1);
   CHECK(mend_engine_time(E) > 0);
   refusals_logged = 0;
@@ -362,18 +363,9 @@ static void *adopt_only(void *arg) {
 }
 
 static void it_is_handed_to_another_thread_with_adopt(void) {
-  mend_options o;
-  mend_options_init(&o);
-  o.virtual_clock = 1;
-  o.log = keep_refusals;
-  mend_engine *E = engine(&o);
   mend_call *kept = NULL;
-  CHECK_EQ_INT(mend_engine_register_function(E, "greet", keep_call, &kept), MEND_OK);
-  load(E, "basic");
   char id[17];
-  start(E, "basic", "{\"who\":\"moved\"}", id);
-  CHECK_EQ_INT(mend_engine_advance_clock(E, 0), MEND_OK);
-  CHECK(kept != NULL);
+  mend_engine *E = engine_with_a_kept_call(keep_refusals, "{\"who\":\"moved\"}", &kept, id);
   CHECK_EQ_INT(mend_engine_adopt(E), MEND_OK);   /* its own thread: nothing changes */
   adopter a = {.E = E, .call = kept, .id = id};
   pthread_t t;

@@ -92,12 +92,8 @@ static const char twice_same_lua[] =
  * loaded with its host functions, one run of it started. */
 static mend_engine *slay_engine_of(const char *name, const char *wf, char id[17]) {
   char db[160];
-  snprintf(db, sizeof db, "%s/%s", dir, name);
-  unlink(db);
   mend_options o;
-  mend_options_init(&o);
-  o.db_path = db;
-  o.durability = MEND_SYNC_FULL;
+  file_db_options(&o, db, sizeof db, name, MEND_SYNC_FULL);
   mend_engine *E = engine(&o);
   mend_engine_register_function(E, "spawn_later", spawn_later, NULL);
   mend_engine_register_function(E, "resumed", resumed, NULL);
@@ -199,15 +195,11 @@ static void it_ticks_what_needs_no_store_while_its_writer_holds_a_batch(void) {
   return;   /* nothing holds the thread back */
 #endif
   char db[128], hold[160], id[5][17], st_text[32];
-  snprintf(db, sizeof db, "%s/behind.db", dir);
   snprintf(hold, sizeof hold, "%s/writer-held", dir);
-  unlink(db);
   unlink(hold);
   setenv("MEND_WRITER_HOLD", hold, 1);   /* before the thread starts: read at each batch */
   mend_options o;
-  mend_options_init(&o);
-  o.db_path = db;
-  o.durability = MEND_SYNC_FULL;
+  file_db_options(&o, db, sizeof db, "behind.db", MEND_SYNC_FULL);
   mend_engine *E = engine(&o);
   peek_engine = engine(&o);
   mend_engine_register_function(E, "ask_later", ask_later, NULL);
@@ -339,13 +331,9 @@ static void it_runs_what_waits_for_a_late_writer_while_every_frame_writes(void) 
   return;   /* nothing makes the thread late */
 #endif
   char db[128], id[17];
-  snprintf(db, sizeof db, "%s/starve.db", dir);
-  unlink(db);
   setenv("MEND_WRITER_DELAY_MS", "30", 1);   /* before the thread starts: read at each batch */
   mend_options o;
-  mend_options_init(&o);
-  o.db_path = db;
-  o.durability = MEND_SYNC_PROCESS;
+  file_db_options(&o, db, sizeof db, "starve.db", MEND_SYNC_PROCESS);
   mend_engine *E = engine(&o);
   mend_engine_register_function(E, "ask_later", ask_later, NULL);
   mend_engine_register_function(E, "noted", noted, NULL);
@@ -416,12 +404,8 @@ static void hits_run(mend_engine *E, int durable_first, int a, int b) {
  * flight has heard them all. */
 static void it_hears_each_end_in_the_tick_the_run_leaves_flight(void) {
   char db[128], id[17];
-  snprintf(db, sizeof db, "%s/ends.db", dir);
-  unlink(db);
   mend_options o;
-  mend_options_init(&o);
-  o.db_path = db;
-  o.durability = MEND_SYNC_PROCESS;
+  file_db_options(&o, db, sizeof db, "ends.db", MEND_SYNC_PROCESS);
   o.on_event = on_event;
   mend_engine *E = engine(&o);
   load(E, "plain");
@@ -446,12 +430,8 @@ static void it_hears_each_end_in_the_tick_the_run_leaves_flight(void) {
 
 static void it_takes_each_event_once_after_an_answer_in_a_tick(void) {
   char db[128];
-  snprintf(db, sizeof db, "%s/hits.db", dir);
-  unlink(db);
   mend_options o;
-  mend_options_init(&o);
-  o.db_path = db;
-  o.durability = MEND_SYNC_FULL;
+  file_db_options(&o, db, sizeof db, "hits.db", MEND_SYNC_FULL);
   mend_engine *E = engine(&o);
   mend_engine_register_function(E, "spawn_later", spawn_later, NULL);
   load(E, "hits");

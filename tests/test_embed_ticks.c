@@ -29,13 +29,9 @@
  * on mend's thread now; and a tick with no time for more leaves the rest ready and says so. */
 static void it_ticks_a_file_database_committing_on_its_own_thread(void) {
   char db[128];
-  snprintf(db, sizeof db, "%s/ticked.db", dir);
   for (int mode = 0; mode < 2; mode++) {
-    unlink(db);
     mend_options o;
-    mend_options_init(&o);
-    o.db_path = db;
-    o.durability = mode ? MEND_SYNC_PROCESS : MEND_SYNC_FULL;
+    file_db_options(&o, db, sizeof db, "ticked.db", mode ? MEND_SYNC_PROCESS : MEND_SYNC_FULL);
     mend_engine *E = engine(&o);
     peek_engine = engine(&o);
     mend_engine_register_function(E, "peek", peek, NULL);

@@ -19,28 +19,9 @@
 #include <time.h>
 #include <unistd.h>
 
-static double mono(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* A second session holding run id's row, its transaction open: its backend pid. */
-static PGconn *hold(const char *id, int *pid) {
-  PGconn *c = PQconnectdb(conninfo);
-  char q[160];
-  snprintf(q, sizeof q, "SELECT id FROM runs WHERE id = '%s' FOR UPDATE", id);
-  CHECK_EQ_INT(sql(c, "SET application_name = 'holder'"), 0);
-  CHECK_EQ_INT(sql(c, "BEGIN"), 0);
-  CHECK_EQ_INT(sql(c, q), 0);
-  *pid = PQbackendPID(c);
-  return c;
-}
-
 static void test_writer_waits(void) {
   new_case();
-  char err[1024];
-  mend_store *s = mend__pg_open(conninfo, MEND_DURABILITY_FULL, err, sizeof err);
+  mend_store *s = open_store();
   CHECK(s != NULL);
   if (!s) return;
   mend_run_rec a = run_rec("run-a", NULL), b = run_rec("run-b", NULL);
@@ -94,8 +75,7 @@ static void test_writer_waits(void) {
 /* Without the writer thread: commit says BUSY and keeps the batch; a later commit lands it. */
 static void test_commit_kept(void) {
   new_case();
-  char err[1024];
-  mend_store *s = mend__pg_open(conninfo, MEND_DURABILITY_FULL, err, sizeof err);
+  mend_store *s = open_store();
   CHECK(s != NULL);
   if (!s) return;
   mend_run_rec a = run_rec("run-a", NULL);

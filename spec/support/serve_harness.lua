@@ -83,6 +83,11 @@ function S.start(dir, db, args, command)
   return base, pid
 end
 
+-- What the server S.start started in dir printed so far, its standard output then its errors.
+function S.log(dir)
+  return (H.read(dir .. "/serve.out") or "") .. (H.read(dir .. "/serve.err") or "")
+end
+
 -- Another process holds db's write lock for `seconds`, in the background.
 function S.hold_write_lock(db, seconds)
   local hold = H.is_pg(db)

@@ -485,6 +485,20 @@ static int send_event(mend_engine *E, const char *id, const char *run_key, const
   if (!record) mend_store_set_busy_wait(E->store, 0);
   int sent = mend_store_send_event(E->store, id, name, text, key, mend_engine_now(E));
   if (!record) mend_store_set_busy_wait(E->store, LOOP_BUSY_MS);
+  if (sent < 0 && !record && mend_store_locked(E->store) && mend_store_can_record_event(E->store)) {
+    /* Another process's write lock outlasted the busy wait before anything was written: the
+     * event joins the batch the engine keeps, committed once the lock goes (mend.h), and the
+     * caller is told of the lock; a key sent again is kept once. */
+    char lock_msg[600];
+    snprintf(lock_msg, sizeof lock_msg, "%s", mend_store_errmsg(E->store));
+    int rc = send_in_batch(E, id, name, text, key, err, errlen);
+    free(text);
+    if (rc == NOT_RECORDED || rc == 0) {
+      mend_errorf(err, errlen, "%s", lock_msg);
+      return MEND_EVENT_ESTORE;
+    }
+    return rc;
+  }
   free(text);
   if (record && sent >= 0) {
     /* In the open batch: the caller answers once it is durable, and a run held here that

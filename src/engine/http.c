@@ -129,9 +129,14 @@ static curl_socket_t on_open_socket(void *ud, curlsocktype purpose, struct curl_
   struct mend_http *H = q->H;
   /* The address curl connects to, whatever the name answered before: refused here, the
    * request fails (curl tries the name's next address, if any) and push_outcome says why. */
-  if (purpose == CURLSOCKTYPE_IPCXN && H->addr_check &&
-      mend__http_addr_refused(H, &a->addr, q->refused, sizeof q->refused))
-    return CURL_SOCKET_BAD;
+  if (purpose == CURLSOCKTYPE_IPCXN && H->addr_check) {
+    int refused = mend__http_addr_refused(H, &a->addr, q->refused, sizeof q->refused);
+    if (refused) {
+      q->refused_unknown = refused == 2;
+      q->refused_errno = H->own_err;
+      return CURL_SOCKET_BAD;
+    }
+  }
   curl_socket_t fd = socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
   if (fd == CURL_SOCKET_BAD) return fd;
   q->connected = 1;   /* an address tried: its outcome is the request's, not a refusal's */
@@ -330,6 +335,7 @@ void mend__http_close(mend_engine *E) {
   uv_timer_stop(H->timer);
   uv_close((uv_handle_t *)H->timer, timer_closed);
   free(H->named);
+  free(H->own);
   free(H);
   E->http = NULL;
 }
@@ -464,13 +470,20 @@ static void push_outcome(mend_run *r, http_req *q, CURLcode rc) {
   if (rc != CURLE_OK && q->refused[0] && !q->connected) {
     char *host = NULL;
     curl_url_get(q->target->uh, CURLUPART_HOST, &host, 0);
-    snprintf(msg, sizeof msg, "mend.http %s %s: host \"%.200s\" is at address %s, of the "
-             "engine's own machine or link (loopback, link-local or unspecified), which "
-             "http_allow does not name", q->method, q->url, host ? host : "?", q->refused);
+    if (q->refused_unknown)
+      snprintf(msg, sizeof msg, "mend.http %s %s: host \"%.200s\" is at address %s, not "
+               "connected to: this machine's own addresses could not be read (getifaddrs: %s) "
+               "to tell whether it is one of them", q->method, q->url, host ? host : "?",
+               q->refused, strerror(q->refused_errno));
+    else
+      snprintf(msg, sizeof msg, "mend.http %s %s: host \"%.200s\" is at address %s, of the "
+               "engine's own machine or link (loopback, one of its interfaces' addresses, "
+               "link-local or unspecified), which http_allow does not name", q->method, q->url,
+               host ? host : "?", q->refused);
     curl_free(host);
     note(r, q, "address refused");
     lua_pushboolean(co, 0);
-    mend_lua_push_error(co, MEND_ERR_FATAL, msg, -1, 0);
+    mend_lua_push_error(co, q->refused_unknown ? MEND_ERR_RETRYABLE : MEND_ERR_FATAL, msg, -1, 0);
     return;
   }
   if (rc != CURLE_OK) {

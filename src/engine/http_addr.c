@@ -5,24 +5,36 @@
  * machine or link: loopback, unspecified (0.0.0.0 and :: reach the local host), link-local
  * (169.254.169.254 and fd00:ec2::254 are cloud metadata services), or an IPv4-mapped IPv6 form
  * of these. Such an address is refused unless the allow-list names it as an address, or names
- * `localhost` (which allows loopback). The check is made on the address curl is about to
- * connect to (its open-socket callback, http.c), never by a resolve of its own: a name that
- * answers one address to a check and another to the connect gains nothing.
- * Private ranges (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7) are allowed: they are
- * other machines, which is what an allow-list of internal names (payments.internal) is for;
- * the host who names such a name chose to reach that network.
+ * `localhost` (which allows loopback). So is an address of one of this machine's own
+ * interfaces (eth0's 10.0.0.5 or fd00::2): a listener of the host's bound to 0.0.0.0 or ::
+ * answers there as on loopback; `localhost` allows these too. The check is made on the
+ * address curl is about to connect to (its open-socket callback, http.c), never by a resolve
+ * of its own: a name that answers one address to a check and another to the connect gains
+ * nothing. Private ranges (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7) but this
+ * machine's own addresses are allowed: they are other machines, which is what an allow-list of
+ * internal names (payments.internal) is for; the host who names such a name chose to reach
+ * that network.
  * An environment proxy (http_proxy, https_proxy, all_proxy; curl's rules) is the host's
  * configuration and gets no allowance of its own: curl connects to the proxy's address, which
  * the check sees as any other. A proxy on another machine is reached; one on this machine
- * (loopback, link-local) must be named in http_allow by its address, which allows that
- * address's every port. Allowing a proxy's address for the proxy alone would need to know
- * which requests curl sends through it (no_proxy, the scheme, httpoxy's upper-case rule).
+ * (loopback, its interfaces' addresses, link-local) must be named in http_allow by its
+ * address, which allows that address's every port. Allowing a proxy's address for the proxy
+ * alone would need to know which requests curl sends through it (no_proxy, the scheme,
+ * httpoxy's upper-case rule).
+ * This machine's addresses are read with getifaddrs (a netlink dump of every interface: tens of
+ * microseconds and a socket), at the first request and again at a connection once the list is
+ * older than OWN_ADDR_MS, never at each connection: interfaces change (a container's veth, a
+ * VPN, DHCP), rarely; an address added since the last read is not refused until the next.
+ * A read that fails (no descriptor or memory left) leaves the machine's addresses unknown:
+ * a connection is then refused, retryable, and the next one reads them again.
  * Must never: resolve a name itself (the target's or a proxy's); refuse an address the
  * allow-list names.
  */
 #include "http_int.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,7 +61,8 @@ static int is_v4(const unsigned char a[16]) {
   return memcmp(a, mapped, 12) == 0;
 }
 
-/* 1: loopback (or `localhost`'s), 2: unspecified, link-local or a metadata service; 0: other. */
+/* 1: loopback (or `localhost`'s), 2: unspecified, link-local or a metadata service; 0: other
+ * (which may still be one of this machine's interface addresses: H->own). */
 static int local_kind(const unsigned char a[16]) {
   if (is_v4(a)) {
     const unsigned char *v = a + 12;
@@ -67,14 +80,47 @@ static int local_kind(const unsigned char a[16]) {
   return 0;
 }
 
-static int add_named(struct mend_http *H, const unsigned char a[16]) {
-  if (H->nnamed % 8 == 0) {
-    unsigned char(*n)[16] = realloc(H->named, (size_t)(H->nnamed + 8) * sizeof *n);
-    if (!n) return -1;
-    H->named = n;
+/* Appends a to the list *v of *n addresses (grown by 8). -1: out of memory. */
+static int add_addr(unsigned char (**v)[16], int *n, const unsigned char a[16]) {
+  if (*n % 8 == 0) {
+    unsigned char(*t)[16] = realloc(*v, (size_t)(*n + 8) * sizeof *t);
+    if (!t) return -1;
+    *v = t;
   }
-  memcpy(H->named[H->nnamed++], a, 16);
+  memcpy((*v)[(*n)++], a, 16);
   return 0;
+}
+
+static int in_list(unsigned char (*v)[16], int n, const unsigned char a[16]) {
+  for (int k = 0; k < n; k++)
+    if (memcmp(v[k], a, 16) == 0) return 1;
+  return 0;
+}
+
+#define OWN_ADDR_MS 5000
+
+/* This machine's interface addresses into H->own, when never read or older than OWN_ADDR_MS
+ * (or the last read failed). A failed read keeps no list: H->own_err says why. */
+static void read_own(struct mend_http *H) {
+  uint64_t now = uv_now(H->E->loop);
+  if (H->own_read && !H->own_err && now - H->own_read_at < OWN_ADDR_MS) return;
+  H->own_read = 1;
+  H->own_read_at = now;
+  H->nown = 0;
+  struct ifaddrs *list;
+  if (getifaddrs(&list) != 0) {
+    H->own_err = errno ? errno : EIO;
+    return;
+  }
+  H->own_err = 0;
+  unsigned char a[16];
+  for (struct ifaddrs *i = list; i; i = i->ifa_next)
+    if (i->ifa_addr && addr16(i->ifa_addr, a) && !in_list(H->own, H->nown, a) &&
+        add_addr(&H->own, &H->nown, a) != 0) {
+      H->own_err = ENOMEM;
+      break;
+    }
+  freeifaddrs(list);
 }
 
 /* An allow-list entry that is an address ("127.0.0.1", "::1", "[::1]"): named. */
@@ -88,32 +134,31 @@ static void entry_address(struct mend_http *H, const char *p, size_t n) {
   unsigned char a[16] = {0};
   if (inet_pton(AF_INET, buf, a + 12) == 1) a[10] = a[11] = 0xff;
   else if (inet_pton(AF_INET6, buf, a) != 1) return;
-  add_named(H, a);
+  add_addr(&H->named, &H->nnamed, a);
 }
 
 void mend__http_addr_init(struct mend_http *H) {
   const mend_engine *E = H->E;
   H->addr_check = E->cfg.sandbox || E->cfg.http_allow;
   if (!H->addr_check) return;
-  for (const char *p = E->cfg.http_allow ? E->cfg.http_allow : ""; *p;) {
-    while (*p == ' ' || *p == ',') p++;
-    const char *e = p;
-    while (*e && *e != ',') e++;
-    size_t n = (size_t)(e - p);
-    while (n && p[n - 1] == ' ') n--;
-    entry_address(H, p, n);
-    p = e;
-  }
+  const char *list = E->cfg.http_allow ? E->cfg.http_allow : "", *p;
+  size_t n;
+  while (mend__http_allow_next(&list, &p, &n)) entry_address(H, p, n);
+  read_own(H);
 }
 
-int mend__http_addr_refused(const struct mend_http *H, const struct sockaddr *sa, char *shown,
+int mend__http_addr_refused(struct mend_http *H, const struct sockaddr *sa, char *shown,
                             size_t cap) {
   unsigned char a[16];
   if (!H->addr_check || !addr16(sa, a)) return 0;
   int kind = local_kind(a);
-  if (kind == 0 || (kind == 1 && H->allow_loopback)) return 0;
-  for (int k = 0; k < H->nnamed; k++)
-    if (memcmp(H->named[k], a, 16) == 0) return 0;
+  if (kind == 0) {
+    read_own(H);
+    if (H->own_err) kind = 3;                                 /* may be this machine's */
+    else if (in_list(H->own, H->nown, a)) kind = 1;           /* this machine's, as loopback */
+  }
+  if (kind == 0 || (kind != 2 && H->allow_loopback)) return 0;
+  if (in_list(H->named, H->nnamed, a)) return 0;
   if (is_v4(a) && sa->sa_family == AF_INET6) {
     char v4[INET_ADDRSTRLEN];
     inet_ntop(AF_INET, a + 12, v4, sizeof v4);
@@ -123,5 +168,5 @@ int mend__http_addr_refused(const struct mend_http *H, const struct sockaddr *sa
                         shown, (socklen_t)cap)) {
     snprintf(shown, cap, "?");
   }
-  return 1;
+  return kind == 3 ? 2 : 1;
 }

@@ -153,20 +153,15 @@ static int host_allowed(const char *list, const char *host) {
   if (!list) return 0;
   size_t hn = strlen(host);
   int address = host_is_address(host, hn);
-  const char *p = list;
-  while (*p) {
-    while (*p == ' ' || *p == ',') p++;
-    const char *e = p;
-    while (*e && *e != ',') e++;
-    size_t n = (size_t)(e - p);
-    while (n && p[n - 1] == ' ') n--;
+  const char *p;
+  size_t n;
+  while (mend__http_allow_next(&list, &p, &n)) {
     if (n >= 2 && p[0] == '*' && p[1] == '.') {
       size_t sn = n - 1;   /* ".example.com" */
       if (!address && hn > sn && strncasecmp(host + hn - sn, p + 1, sn) == 0) return 1;
     } else if (n && n == hn && strncasecmp(host, p, n) == 0) {
       return 1;
     }
-    p = e;
   }
   return 0;
 }

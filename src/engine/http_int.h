@@ -80,6 +80,11 @@ struct mend_http {
    * the allow-list or an environment proxy names. */
   int addr_check, allow_loopback, nnamed;
   unsigned char (*named)[16];
+  /* This machine's interface addresses (getifaddrs), read again once they are older than a
+   * few seconds (http_addr.c); own_err: the errno of the last read that failed, 0 if none. */
+  unsigned char (*own)[16];
+  int nown, own_read, own_err;
+  uint64_t own_read_at;   /* uv_now of the loop, ms */
 };
 
 typedef struct http_sock {
@@ -128,6 +133,8 @@ struct http_req {
   double started;             /* real seconds */
   char errbuf[CURL_ERROR_SIZE];
   char refused[48];           /* an address http_addr.c refused a connection to ("": none) */
+  int refused_unknown;        /* ... because this machine's own addresses could not be read */
+  int refused_errno;          /* ... and why (getifaddrs' errno then, not at the answer) */
   int connected;              /* a socket was opened to an address not refused */
   struct http_req *prev, *next;
 };
@@ -139,11 +146,32 @@ struct mend_http *mend__http_state(mend_engine *E);   /* made at the first reque
 http_req *mend__http_req_new(struct mend_http *H);   /* NULL: out of memory */
 void mend__http_req_free(http_req *q);
 
+/* The next entry of an allow-list ("a.example, *.b.example": apart by commas, the spaces around
+ * each trimmed) from *p on, its text and length; 0 after the last. Every reader of http_allow
+ * reads its entries with this, so that they all read the same ones. */
+static inline int mend__http_allow_next(const char **p, const char **entry, size_t *len) {
+  const char *s = *p;
+  while (*s == ' ' || *s == ',') s++;
+  if (!*s) {
+    *p = s;
+    return 0;
+  }
+  const char *e = s;
+  while (*e && *e != ',') e++;
+  size_t n = (size_t)(e - s);
+  while (n && s[n - 1] == ' ') n--;
+  *entry = s;
+  *len = n;
+  *p = e;
+  return 1;
+}
+
 /* http_addr.c */
 void mend__http_addr_init(struct mend_http *H);   /* at the state's making */
-/* 1: a connection to sa must not be made (an address of the engine's own machine or link the
- * allow-list does not name), shown put in `shown`; 0: it may. */
-int mend__http_addr_refused(const struct mend_http *H, const struct sockaddr *sa, char *shown,
+/* Whether a connection to sa may be made: 0 it may; 1 it must not (an address of the engine's
+ * own machine or link the allow-list does not name); 2 it must not, this machine's own
+ * addresses being unknown (getifaddrs failed: H->own_err). The address is put in `shown`. */
+int mend__http_addr_refused(struct mend_http *H, const struct sockaddr *sa, char *shown,
                             size_t cap);
 
 /* http_resp.c */

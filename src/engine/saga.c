@@ -78,7 +78,8 @@ static int breaker_refuses(mend_run *r, int i) {
   st->probe_spell = def->slot->spell & 0xfffu;
   if (admitted) return 0;
   /* Spread the waiters so that they do not all probe at the same instant. */
-  double spread = 0.1 * mend_rng_uniform(&E->rng) * (def->slot->p.open_seconds > 1 ? 1 : def->slot->p.open_seconds);
+  double spread = 0.1 * mend_rng_uniform(&E->rng)
+                  * (def->slot->p.open_seconds > 1 ? 1 : def->slot->p.open_seconds);
   st->due = retry_at + spread;
   mend__step_to(r, i, MEND_STEP_BREAKER_OPEN, NULL, st->due - mend_engine_now(E), def->breaker_key);
   r->wait_kind = WAIT_BREAKER;
@@ -114,7 +115,8 @@ static int decide_when(mend_run *r, int i) {
   st->when_done = 1;
   if (w) {
     /* The answer is in the history: a restart does not ask again (group.c reads it back). */
-    mend__history(r, mend__step_name(r, i), "when", NULL, NULL, 0, NULL, -1, "when(ctx) returned true");
+    mend__history(r, mend__step_name(r, i), "when", NULL, NULL, 0, NULL, -1,
+                  "when(ctx) returned true");
     return 1;
   }
   give_back_admission(r, i);
@@ -137,7 +139,8 @@ void mend__forward(mend_run *r) {
     /* stopping: no new attempt, but one found running after a restart ends and is recorded,
      * a child run waited for is cancelled, its end waited for, and a token's outcome accepted
      * already is taken */
-    if (mend__group_stopping(r) && r->steps[b].status == MEND_STEP_WAITING && r->wf->steps[b].child) {
+    if (mend__group_stopping(r) && r->steps[b].status == MEND_STEP_WAITING
+        && r->wf->steps[b].child) {
       mend__stop_child(r, b);
       return;
     }
@@ -196,7 +199,8 @@ static void forward_step(mend_run *r, int i, int admitted) {
       if (r2 < 0) {
         give_back_admission(r, i);   /* asked for again when the step comes round */
         if (!E->broken) mend__store_failed(E);
-        if (!E->broken) mend__queue(r, ACT_ADVANCE);   /* a lock elsewhere: again after the commit */
+        /* a lock elsewhere: again after the commit */
+        if (!E->broken) mend__queue(r, ACT_ADVANCE);
         return;
       }
       if (r2 == 1) {
@@ -291,17 +295,20 @@ static void fail_step(mend_run *r, int i, const mend_error_info *info, int calle
   mend_workflow_counters *counts = &mend__root(r)->wf->counts;
   counts->failures[MEND_PHASE_EXECUTE][info->kind]++;
   char msg[600];
-  snprintf(msg, sizeof msg, "%s: %s", mend_error_kind_name(info->kind), info->message ? info->message : "");
+  snprintf(msg, sizeof msg, "%s: %s", mend_error_kind_name(info->kind),
+           info->message ? info->message : "");
   mend_utf8_fix(msg);   /* else its event, alert and log line are dropped (utf8.c) */
-  mend__emit(E, json_pack("{s:s, s:s, s:s, s:s, s:i, s:s, s:b}", "type", "step_failed", "run_id", r->id,
-                    "workflow", r->wf->name, "step", mend__step_name(r, i), "attempt", st->attempts,
-                    "error", msg, "will_retry", retryable && st->attempts < def->retry.max_attempts));
+  mend__emit(E, json_pack("{s:s, s:s, s:s, s:s, s:i, s:s, s:b}", "type", "step_failed",
+                          "run_id", r->id, "workflow", r->wf->name, "step", mend__step_name(r, i),
+                          "attempt", st->attempts, "error", msg,
+                          "will_retry", retryable && st->attempts < def->retry.max_attempts));
   int was_waiting = st->status == MEND_STEP_WAITING;
   if (def->wait_for || def->child || was_waiting)
     ;   /* nothing was called (or its call counted already): no breaker has anything to count */
   else if (!called)
     mend__breaker_outcome(r, i, MEND_OUTCOME_OTHER);   /* a probe it was admitted as, given back */
-  else if (def->slot->b.state == MEND_BREAKER_HALF_OPEN || retryable || info->kind != MEND_ERR_ERROR)
+  else if (def->slot->b.state == MEND_BREAKER_HALF_OPEN || retryable
+           || info->kind != MEND_ERR_ERROR)
     mend__breaker_outcome(r, i, retryable ? MEND_OUTCOME_RETRYABLE : MEND_OUTCOME_OTHER);
   else
     mend__breaker_outcome(r, i, MEND_OUTCOME_OTHER);
@@ -310,7 +317,8 @@ static void fail_step(mend_run *r, int i, const mend_error_info *info, int calle
   if (retryable && st->attempts < def->retry.max_attempts && !stopping) {
     double delay = info->retry_after >= 0
       ? mend_backoff_clamp_retry_after(&def->retry, info->retry_after)
-      : mend_backoff_delay(&def->retry, st->attempts, st->last_delay > 0 ? st->last_delay : 0, &E->rng);
+      : mend_backoff_delay(&def->retry, st->attempts, st->last_delay > 0 ? st->last_delay : 0,
+                           &E->rng);
     st->last_delay = delay;
     st->due = mend_engine_now(E) + delay;
     mend__step_err_to(r, i, MEND_STEP_RETRY_WAIT, info, msg, delay, NULL);
@@ -360,10 +368,12 @@ void mend__fail_run(mend_run *r, int i, const mend_error_info *info, const char 
   }
   /* A wait that timed out for good is an outcome the workflow planned for (its compensation),
    * not a dependency that kept failing: no dead letter. */
-  r->reason = retryable && (def->wait_for || (was_waiting && info->kind == MEND_ERR_TIMEOUT)) ? "timeout"
+  r->reason = retryable && (def->wait_for || (was_waiting && info->kind == MEND_ERR_TIMEOUT))
+                ? "timeout"
             : retryable ? "attempts_exhausted"
             : info->kind == MEND_ERR_FATAL ? "fatal"
-            : info->kind == MEND_ERR_COMPENSABLE ? (info->severity == 2 ? "severity_2" : "compensable")
+            : info->kind == MEND_ERR_COMPENSABLE
+                ? (info->severity == 2 ? "severity_2" : "compensable")
             : "error";
   st->compensate_self = info->kind == MEND_ERR_COMPENSABLE;
   int anything = st->compensate_self;
@@ -383,7 +393,8 @@ static void finish_failed(mend_run *r) {
   if (strcmp(r->reason, "attempts_exhausted") == 0) {
     mend__run_to(r, MEND_RUN_NEEDS_ATTENTION);
     mend__dead_letter(r, r->reason, r->fail_step, r->error,
-                r->status == MEND_RUN_NEEDS_ATTENTION ? "attempts exhausted; completed steps compensated" : NULL);
+                      r->status == MEND_RUN_NEEDS_ATTENTION
+                        ? "attempts exhausted; completed steps compensated" : NULL);
   } else if (r->status == MEND_RUN_COMPENSATING) {
     mend__run_to(r, MEND_RUN_COMPENSATED);
     if (strcmp(r->reason, "severity_2") == 0)
@@ -423,7 +434,8 @@ void mend__backward(mend_run *r) {
     if (!mend__needs_compensation(r, i)) continue;
     if (mend__skip_reused(r, mend__step_name(r, i), &r->steps[i])) continue;
     if (!mend__compensable(&r->wf->steps[i])) {
-      mend__history(r, mend__step_name(r, i), "skip_compensate", NULL, NULL, 0, NULL, -1, "step has no compensate");
+      mend__history(r, mend__step_name(r, i), "skip_compensate", NULL, NULL, 0, NULL, -1,
+                    "step has no compensate");
       mend_engine_log_line(r->E, "info", r->id, mend__step_name(r, i), 0, "skip_compensate",
                            "no compensate function: skipped");
       continue;
@@ -459,7 +471,8 @@ static void compensation_failed(mend_run *r, int i, const mend_error_info *info)
   step_rt *st = &r->steps[i];
   const mend_retry_policy *p = &r->wf->steps[i].compensate_retry;
   char msg[600];
-  snprintf(msg, sizeof msg, "%s: %s", mend_error_kind_name(info->kind), info->message ? info->message : "");
+  snprintf(msg, sizeof msg, "%s: %s", mend_error_kind_name(info->kind),
+           info->message ? info->message : "");
   mend_utf8_fix(msg);
   /* As on the way forward (SPEC section 3), only a transient failure is worth another try: a
    * fatal or unknown one would fail again, and a person must look at it now. */
@@ -489,12 +502,14 @@ static void compensation_failed(mend_run *r, int i, const mend_error_info *info)
     /* The attempt's requests belong to its own outcome's row, not to the next attempt's. */
     char *http = MEND_COLD(r, http_detail);
     if (http) r->cold->http_detail = NULL;
-    mend__history(r, mend__step_name(r, i), "compensate_failed", NULL, NULL, st->comp_attempts, msg, delay, http);
+    mend__history(r, mend__step_name(r, i), "compensate_failed", NULL, NULL, st->comp_attempts,
+                  msg, delay, http);
     if (http) {
       free(http);
       mend__run_cold_trim(r);
     }
-    mend_engine_log_line(E, "warn", r->id, mend__step_name(r, i), st->comp_attempts, "compensate_failed", msg);
+    mend_engine_log_line(E, "warn", r->id, mend__step_name(r, i), st->comp_attempts,
+                         "compensate_failed", msg);
     flag_attention(r, i, p, st->comp_attempts, msg);
     r->wait_kind = WAIT_COMP_RETRY;
     mend__arm(r, &r->wait, st->due);
@@ -507,7 +522,8 @@ static void compensation_failed(mend_run *r, int i, const mend_error_info *info)
   for (int j = i; j >= 0; j--) {
     if (j != i && !mend__needs_compensation(r, j)) continue;
     if (j != i && (!mend__compensable(&r->wf->steps[j]) || r->steps[j].reused)) continue;
-    int n = snprintf(left + used, sizeof left - used, "%s%s", used ? ", " : "", mend__step_name(r, j));
+    int n = snprintf(left + used, sizeof left - used, "%s%s", used ? ", " : "",
+                     mend__step_name(r, j));
     if (n < 0 || (size_t)n >= sizeof left - used) break;
     used += (size_t)n;
   }

@@ -92,6 +92,20 @@ static int body_string(serve_req *r, json_t *body, const char *name, int require
   return 0;
 }
 
+/* body_string for a name or a key, at most `max` bytes (MEND_NAME_MAX, MEND_KEY_MAX): a longer
+ * one is a value the field refuses, named as such, rather than the engine's refusal of the
+ * operation (which names no field). */
+static int body_name(serve_req *r, json_t *body, const char *name, int required, size_t max,
+                     const char **out) {
+  if (body_string(r, body, name, required, out)) return -1;
+  if (*out && strlen(*out) > max) {
+    serve_error(r, 400, "bad_field", "\"%s\" must be at most %zu bytes, got %zu", name, max,
+                strlen(*out));
+    return -1;
+  }
+  return 0;
+}
+
 /* ---------------------------------------------------------------- runs */
 
 /* The workflow `name` as this engine has it: loaded from --workflows, else the newest version
@@ -165,8 +179,8 @@ static void start_run(serve_req *r) {
   json_t *body = serve_body(r, fields, "POST /api/v1/runs");
   if (!body) return;
   const char *name, *key;
-  if (body_string(r, body, "workflow", 1, &name) || body_string(r, body, "key", 0, &key) ||
-      !workflow_here(r, name)) {
+  if (body_name(r, body, "workflow", 1, MEND_NAME_MAX, &name) ||
+      body_name(r, body, "key", 0, MEND_KEY_MAX, &key) || !workflow_here(r, name)) {
     json_decref(body);
     return;
   }
@@ -442,8 +456,9 @@ static void send_event(serve_req *r, const char *id) {
                     : serve_body(r, to_key, "POST /api/v1/events");
   if (!body) return;
   const char *name, *key, *run_key = NULL;
-  if (body_string(r, body, "name", 1, &name) || body_string(r, body, "key", 0, &key) ||
-      (!id && body_string(r, body, "run_key", 1, &run_key))) {
+  if (body_name(r, body, "name", 1, MEND_NAME_MAX, &name) ||
+      body_name(r, body, "key", 0, MEND_KEY_MAX, &key) ||
+      (!id && body_name(r, body, "run_key", 1, MEND_KEY_MAX, &run_key))) {
     json_decref(body);
     return;
   }

@@ -101,8 +101,8 @@ void serve_list_inbox(serve_req *r, const char *id) {
     /* Made from the run's id, which has a row: never a path the router read leniently. */
     char path[200], seq[32];
     snprintf(path, sizeof path, "/api/v1/runs/%s/events", id);
-    snprintf(seq, sizeof seq, "%lld",
-             (long long)json_integer_value(json_object_get(json_array_get(list, (size_t)limit - 1), "seq")));
+    json_t *last = json_array_get(list, (size_t)limit - 1);
+    snprintf(seq, sizeof seq, "%lld", (long long)json_integer_value(json_object_get(last, "seq")));
     link_next(r, path, seq, limit);
   }
   serve_json(r, 200, list);

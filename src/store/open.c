@@ -108,6 +108,11 @@ static int open_db(mend_store *s, mend_durability durability) {
   }
   int version;
   if (mend__schema_found(s, &version) != 0) return -1;
+  if (version == 0 && s->must_exist) {   /* before anything of it (its journal mode) changes */
+    mend__set_msg(s->err, sizeof s->err, "%s: no mend database there (no mend schema)", s->path);
+    s->no_schema = 1;
+    return -1;
+  }
   if (set_journal_wal(s) != 0) return -1;
   if (mend__exec_sql(s, durability == MEND_DURABILITY_FULL ? "PRAGMA synchronous = FULL"
                                                      : "PRAGMA synchronous = NORMAL",
@@ -198,7 +203,12 @@ void mend_store_quiet_memstatus(void) {
 }
 
 mend_store *mend__sqlite_open(const char *path, mend_durability durability, char *err,
-                            int errlen) {
+                              int errlen) {
+  return mend__sqlite_open_ex(path, durability, NULL, err, errlen);
+}
+
+mend_store *mend__sqlite_open_ex(const char *path, mend_durability durability, int *none,
+                                 char *err, int errlen) {
   mend_store *s = calloc(1, sizeof *s);
   if (s) s->m = &mend__sqlite_methods;
   if (!s || !path || !(s->path = strdup(path))) {
@@ -218,8 +228,11 @@ mend_store *mend__sqlite_open(const char *path, mend_durability durability, char
   s->cur = &s->logs[0];
   s->open_seq = 1;
   s->busy_ms = BUSY_TIMEOUT_MS;
+  s->must_exist = none != NULL;
+  if (none) *none = 0;
   if (open_db(s, durability) != 0) {
-    explain_open_failure(s);
+    if (none) *none = s->no_schema;
+    if (!s->no_schema) explain_open_failure(s);
     mend__set_msg(err, errlen, "%s", s->err);
     mend__sqlite_close(s);
     return NULL;

@@ -6,14 +6,14 @@
  *
  * Schema (version MEND_SCHEMA_VERSION, kept in PRAGMA user_version and in meta):
  *   meta(key TEXT PRIMARY KEY, value TEXT)
- *   runs(id TEXT PRIMARY KEY, workflow TEXT, version TEXT, source TEXT, run_key TEXT (unique:
- *        see runs_key_layout below), status TEXT, input TEXT (JSON), error TEXT, attention
- *        INTEGER, reason TEXT (why it failed for good), owner TEXT (the worker executing it), lease_until REAL (not
- *        written since schema 4: see workers), created REAL, updated REAL, step_names TEXT
- *        (JSON array: its steps, in order), workflow_version INTEGER (since schema 7, where
- *        version, source and step_names are; they are NULL in the run then), unavailable
- *        TEXT (since schema 9: why no engine could load its version; such runs are claimed
- *        only on purpose, now and then))
+ *   runs(id TEXT PRIMARY KEY, workflow TEXT, version TEXT, source TEXT, run_key TEXT (unique: see
+ *        runs_key_layout below), status TEXT, input TEXT (JSON), error TEXT, attention INTEGER,
+ *        reason TEXT (why it failed for good), owner TEXT (the worker executing it), lease_until
+ *        REAL (not written since schema 4: see workers), created REAL, updated REAL, step_names
+ *        TEXT (JSON array: its steps, in order), workflow_version INTEGER (since schema 7, where
+ *        version, source and step_names are; they are NULL in the run then), unavailable TEXT
+ *        (since schema 9: why no engine could load its version; such runs are claimed only on
+ *        purpose, now and then))
  *        + indexes on created for unfinished runs, and for those nobody holds (runs_free)
  *   workflow_versions(id INTEGER PRIMARY KEY, workflow TEXT, version TEXT, source TEXT,
  *        step_names TEXT, script TEXT (the file's text, since schema 8; NULL for workflows
@@ -290,7 +290,8 @@ const char *const mend__query_sql[Q__COUNT] = {
     " r.attention, r.reason, r.owner,"
     " (SELECT w.lease_until FROM workers w WHERE w.owner = r.owner) AS lease_until,"
     " r.created, r.updated, r.unavailable FROM runs r"
-    " LEFT JOIN workflow_versions v ON v.id = r.workflow_version WHERE (?1 IS NULL OR r.status = ?1) AND (?2 IS NULL OR r.workflow = ?2)"
+    " LEFT JOIN workflow_versions v ON v.id = r.workflow_version"
+    " WHERE (?1 IS NULL OR r.status = ?1) AND (?2 IS NULL OR r.workflow = ?2)"
     " AND (?4 IS NULL OR r.created >= ?4)"
     " AND (?5 = 0 OR r.attention = 1 OR r.status = 'needs_attention'"
     " OR r.unavailable IS NOT NULL) ORDER BY r.created DESC, r.rowid DESC LIMIT ?3",
@@ -315,14 +316,15 @@ const char *const mend__query_sql[Q__COUNT] = {
     "UPDATE inbox SET consumed = ?3, step = ?4 WHERE run_id = ?1 AND seq = ?2 AND consumed IS NULL",
   [Q_LAST_EVENT] = "SELECT coalesce(max(seq), 0) FROM inbox",
   [Q_INBOX] =
-    "SELECT seq, name, payload, key, sent, consumed, step FROM inbox WHERE run_id = ?1 AND seq > ?2"
-    " ORDER BY seq LIMIT ?3",
+    "SELECT seq, name, payload, key, sent, consumed, step FROM inbox"
+    " WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
   /* Completion tokens and child runs (schema 11). */
   [Q_PUT_TOKEN] =
     "INSERT INTO tokens(digest, run_id, step, attempt, made) VALUES(?1, ?2, ?3, ?4, ?5)",
   [Q_TOKEN_OF_ATTEMPT] =   /* tokens_attempt */
     "SELECT digest FROM tokens WHERE run_id = ?1 AND step = ?2 AND attempt = ?3 LIMIT 1",
-  [Q_TOKEN] = "SELECT digest, run_id, step, attempt, made, used, outcome FROM tokens WHERE digest = ?1",
+  [Q_TOKEN] =
+    "SELECT digest, run_id, step, attempt, made, used, outcome FROM tokens WHERE digest = ?1",
   /* Every token of the attempt is used by the first use of any (one answer an attempt). The
    * rows are chosen before any is changed (an IN list is made once): a NOT EXISTS of the
    * updated table would see the rows this statement changed already, and stop at the first. */
@@ -394,12 +396,12 @@ const char *const mend__query_sql[Q__COUNT] = {
     " GROUP BY v.workflow, v.version ORDER BY v.workflow, newest DESC",
 };
 
-/* migrations[v] takes a database from version v to v + 1; a new version appends one here and
- * bumps MEND_SCHEMA_VERSION. Each runs inside the transaction of mend__upgrade_schema (schema_check.c), at any open
- * of the file, while mends of the older version may still run on it: a migration only adds
- * what their prepared statements survive (a column, a table, an index, a meta row). A change
- * they would not survive (a constraint they name, a table made again) is a command run on
- * purpose once they are stopped (layout.c), and statements work with and without it. */
+/* migrations[v] takes a database from version v to v + 1; a new version appends one here and bumps
+ * MEND_SCHEMA_VERSION. Each runs inside the transaction of mend__upgrade_schema (schema_check.c),
+ * at any open of the file, while mends of the older version may still run on it: a migration only
+ * adds what their prepared statements survive (a column, a table, an index, a meta row). A change
+ * they would not survive (a constraint they name, a table made again) is a command run on purpose
+ * once they are stopped (layout.c), and statements work with and without it. */
 const char *const mend__migrations[MEND_SCHEMA_VERSION] = {
   "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);"
   "CREATE TABLE runs(id TEXT PRIMARY KEY, workflow TEXT NOT NULL, version TEXT, source TEXT,"
@@ -578,10 +580,11 @@ const char *const mend__migrations[MEND_SCHEMA_VERSION] = {
   " attempt, error, delay, detail,"
   " coalesce((SELECT name FROM worker_names w WHERE w.id = h.worker), h.worker) AS worker,"
   " error_kind FROM history h;",
-  /* 15 -> 16: only says which layout run_key's uniqueness has (`column`: every file before
-   * this one). A migration runs at any open, while older mends may run on the file: from
-   * this one on it adds only what their statements survive (12 -> 13 renamed a column). A new file is then made `partial` in the same
-   * transaction (schema_check.c); an existing one only by mend_store_upgrade_run_keys. */
+  /* 15 -> 16: only says which layout run_key's uniqueness has (`column`: every file before this
+   * one). A migration runs at any open, while older mends may run on the file: from this one on it
+   * adds only what their statements survive (12 -> 13 renamed a column). A new file is then made
+   * `partial` in the same transaction (schema_check.c); an existing one only by
+   * mend_store_upgrade_run_keys. */
   "INSERT OR REPLACE INTO meta(key, value) VALUES('runs_key_layout', 'column');",
   /* 16 -> 17: whether the database holds untrusted workflows (`on`: a sandboxed engine opened
    * it), so that every engine and command opening it later runs their code sandboxed unless

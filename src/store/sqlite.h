@@ -10,7 +10,11 @@
 
 /* Opens (creating if needed) the database file at `path` (":memory:" allowed): WAL, the
  * synchronous mode, a busy timeout, the schema created or checked, every statement prepared.
- * NULL on failure, with a message naming the file and the cause in `err`. */
+ * NULL on failure, with a message naming the file and the cause in `err`. With `none`
+ * non-NULL the database must hold mend's schema already: a file with none (empty, or made by
+ * SQLite and never written) is left as it is, NULL with *none = 1 (mend__sqlite_open_ex). */
 mend_store *mend__sqlite_open(const char *path, mend_durability durability, char *err, int errlen);
+mend_store *mend__sqlite_open_ex(const char *path, mend_durability durability, int *none,
+                                 char *err, int errlen);
 
 #endif

@@ -152,6 +152,8 @@ struct mend_store {
    * loop asks for a short one and waits out a longer lock on a timer instead. Set by the loop,
    * read by the writer thread's statements too. */
   atomic_int busy_ms;
+  int must_exist;            /* opened only if mend's schema is there (mend_store_open_existing) */
+  int no_schema;             /* ... and it was not */
   /* The last batch could not begin: another connection holds the write lock. Written on
    * whichever thread begins batches, read by the loop (mend_store_locked). */
   atomic_int locked;

@@ -12,22 +12,10 @@
 set -u
 mend=$1
 src=$2
-dir=$(mktemp -d /tmp/mend-serve-close-XXXXXX)
-trap 'rm -rf "$dir"' EXIT
-mkdir "$dir/wf"
-ASAN_OPTIONS="detect_leaks=1:abort_on_error=0" MEND_LUA_DIR="$src/lua" \
-  "$mend" serve --db "$dir/mend.db" --listen 127.0.0.1:0 --workflows "$dir/wf" \
-  >"$dir/out" 2>"$dir/err" &
-server=$!
-port=""
-for _ in $(seq 1 200); do
-  port=$(sed -n 's|^mend: serving http://127\.0\.0\.1:\([0-9]*\)/api/v1$|\1|p' "$dir/out")
-  [ -n "$port" ] && break
-  sleep 0.1
-done
-if [ -z "$port" ]; then
-  echo "serve_close: mend serve did not listen:"; cat "$dir/out" "$dir/err"; kill "$server"; exit 1
-fi
+name=serve_close
+. "$src/tests/sanitize/serve_lib.sh"
+serve_workspace
+serve_start serve
 # The client holds its three connections until it is killed, after the server stopped.
 python3 - "$port" >"$dir/client" 2>&1 <<'PY' &
 import socket, sys, time
@@ -45,12 +33,4 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 sleep 0.5   # the server reads what was sent
-kill -INT "$server"
-wait "$server"
-rc=$?
-kill "$client" 2>/dev/null
-wait "$client" 2>/dev/null
-if [ "$rc" -ne 0 ] || grep -q "LeakSanitizer" "$dir/err"; then
-  echo "serve_close: mend serve exited $rc:"; cat "$dir/client" "$dir/err"; exit 1
-fi
-echo "serve_close: no leak"
+serve_stop "$client"

@@ -12,28 +12,16 @@
 set -u
 mend=$1
 src=$2
-dir=$(mktemp -d /tmp/mend-serve-wait-XXXXXX)
-trap 'rm -rf "$dir"' EXIT
-mkdir "$dir/wf"
+name=serve_wait
+. "$src/tests/sanitize/serve_lib.sh"
+serve_workspace
 cat >"$dir/wf/wait.lua" <<'LUA'
 return { name = "wait", steps = {
   { name = "paid", wait_for = "payment", timeout = 3600 },
   { name = "ship", execute = function() return "shipped" end },
 } }
 LUA
-ASAN_OPTIONS="detect_leaks=1:abort_on_error=0" MEND_LUA_DIR="$src/lua" \
-  "$mend" worker --db "$dir/mend.db" --listen 127.0.0.1:0 --workflows "$dir/wf" --poll 0.05 \
-  >"$dir/out" 2>"$dir/err" &
-server=$!
-port=""
-for _ in $(seq 1 200); do
-  port=$(sed -n 's|^mend: serving http://127\.0\.0\.1:\([0-9]*\)/api/v1$|\1|p' "$dir/out")
-  [ -n "$port" ] && break
-  sleep 0.1
-done
-if [ -z "$port" ]; then
-  echo "serve_wait: mend worker --listen did not listen:"; cat "$dir/out" "$dir/err"; kill "$server"; exit 1
-fi
+serve_start worker --poll 0.05
 python3 - "$port" >"$dir/client" 2>&1 <<'PY' &
 import json, socket, sys, time, urllib.request
 port = int(sys.argv[1])
@@ -75,12 +63,4 @@ done
 if ! grep -q waiting "$dir/client"; then
   echo "serve_wait: the client failed:"; cat "$dir/client" "$dir/err"; kill "$server" "$client"; exit 1
 fi
-kill -INT "$server"
-wait "$server"
-rc=$?
-kill "$client" 2>/dev/null
-wait "$client" 2>/dev/null
-if [ "$rc" -ne 0 ] || grep -q "LeakSanitizer" "$dir/err"; then
-  echo "serve_wait: mend worker --listen exited $rc:"; cat "$dir/client" "$dir/err"; exit 1
-fi
-echo "serve_wait: no leak"
+serve_stop "$client"

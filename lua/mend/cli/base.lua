@@ -40,21 +40,27 @@ local usage_error = M.usage_error
 ---------------------------------------------------------------------------------------------
 -- Engines
 
+-- What the CLI puts in a conf for itself, not for mend.engine: whether the command loads
+-- workflow code, and the command's name for a usage error.
+local NOT_ENGINE = { loads_code = true, command = true }
+local MEMORY_USAGE = "--memory-limit needs --sandbox (or a database marked sandboxed)"
+
 -- A fresh engine for conf. --memory-limit holds the code of a sandbox: given without
 -- --sandbox, it is taken on a database whose mark sandboxes the engine, refused otherwise (the
--- code would run trusted, in a state of its own, held to a limit it was not asked under).
+-- code would run trusted, in a state of its own, held to a limit it was not asked under); on
+-- no database at all, by memory_flag before any is made.
 -- A command that loads workflow code (conf.loads_code) and logs nothing says on stderr that
 -- the database's mark sandboxed it (one that logs has the engine's warn line).
 function M.open_engine(conf)
   local c = {}
   for k, v in pairs(conf) do
-    if k ~= "loads_code" then c[k] = v end
+    if not NOT_ENGINE[k] then c[k] = v end
   end
   local eng = mend.engine(c)
   local how, note = eng:sandboxed()
   if conf.memory_limit and not conf.sandbox and how ~= "mark" then
     eng:close()
-    usage_error(nil, "--memory-limit needs --sandbox (or a database marked sandboxed)")
+    usage_error(conf.command, MEMORY_USAGE)
   end
   if note and conf.loads_code and not conf.log then M.say("mend: %s\n", note) end
   return eng
@@ -203,8 +209,22 @@ function M.budget_flag(o)
   return n
 end
 
+-- Whether no database is behind the name yet: ":memory:", or a SQLite file that is not there
+-- (a "file:" URI's file is before its '?'). A PostgreSQL URI is not known so without a
+-- connection.
+local function no_database(path)
+  -- PostgreSQL as storage.c tells it (a file named postgres_copy.db is a file)
+  if path:match("^postgres://") or path:match("^postgresql://") then return false end
+  local file = path:match("^file:([^?#]*)") or path
+  if file == ":memory:" or file == "" then return true end
+  local f = io.open(file, "rb")
+  if f then f:close() end
+  return f == nil
+end
+
 -- --memory-limit N: bytes, or nil. The workflow's code runs in a Lua state of the engine's own,
--- held to N: sandboxed with --sandbox or on a database marked sandboxed, else unsandboxed.
+-- held to N: sandboxed with --sandbox or on a database marked sandboxed, else refused
+-- (open_engine). No database at all is marked: refused here, before one is made.
 function M.memory_flag(o)
   if o["memory-limit"] == nil then return nil end
   local n = math.tointeger(tonumber(o["memory-limit"]))
@@ -212,6 +232,7 @@ function M.memory_flag(o)
     usage_error(o._command, "--memory-limit must be a whole number of bytes >= 1, got %s",
                 o["memory-limit"])
   end
+  if not o.sandbox and o.db and no_database(o.db) then usage_error(o._command, MEMORY_USAGE) end
   return n
 end
 
@@ -266,6 +287,7 @@ function M.sandboxed(o, conf)
   conf.instruction_budget = M.budget_flag(o)
   conf.http_allow = M.http_allow_flag(o)
   conf.loads_code = true
+  conf.command = o._command
   return conf
 end
 

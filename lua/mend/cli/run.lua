@@ -54,7 +54,8 @@ function M.run(o, file)
                  log = "stderr", log_level = level, alert_command = o["alert-command"],
                  instruction_budget = base.budget_flag(o), memory_limit = base.memory_flag(o),
                  http_allow = base.http_allow_flag(o),
-                 sandbox = o.sandbox or nil, no_sandbox = base.no_sandbox_flag(o) }
+                 sandbox = o.sandbox or nil, no_sandbox = base.no_sandbox_flag(o),
+                 command = o._command }
   return with_engine(conf, function(eng)
     local name = eng:load(file)
     local id, existed = eng:start(name, input, { key = o.key })

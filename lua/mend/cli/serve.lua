@@ -31,7 +31,8 @@ function M.worker(o)
                  sandbox = o.sandbox or nil, no_sandbox = base.no_sandbox_flag(o),
                  lease = number_flag(o, "lease", 30), grace = number_flag(o, "grace", 10),
                  clock = o.clock, park_after = 1,
-                 buffered_print = true }   -- a workflow's print never blocks the worker
+                 buffered_print = true,   -- a workflow's print never blocks the worker
+                 command = o._command }
   if o["park-after"] then   -- 0: never (to the engine, < 0; its 0 is the default)
     local n = tonumber(o["park-after"])
     if not n or not (n >= 0 and n < math.huge) then

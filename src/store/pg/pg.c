@@ -347,6 +347,10 @@ static int open_schema(mend_pg *p) {
 }
 
 mend_store *mend__pg_open(const char *uri, mend_durability d, char *err, int errlen) {
+  return mend__pg_open_ex(uri, d, NULL, err, errlen);
+}
+
+mend_store *mend__pg_open_ex(const char *uri, mend_durability d, int *none, char *err, int errlen) {
   mend_pg *p = calloc(1, sizeof *p);
   if (!p || !uri || !(p->conninfo = strdup(uri))) {
     mend__pg_msg(err, errlen, "%s: out of memory", "postgres");
@@ -357,6 +361,8 @@ mend_store *mend__pg_open(const char *uri, mend_durability d, char *err, int err
   p->cur = &p->logs[0];
   p->open_seq = 1;
   p->sync_commit = d == MEND_DURABILITY_FULL;
+  p->must_exist = none != NULL;
+  if (none) *none = 0;
   mend__pg_msg(p->server, sizeof p->server, "postgres");
   pthread_mutex_init(&p->at_mu, NULL);
   pthread_mutex_init(&p->wait_mu, NULL);
@@ -367,6 +373,7 @@ mend_store *mend__pg_open(const char *uri, mend_durability d, char *err, int err
   if (!p->conn || mend__pg_server_clock(p, p->conn) != 0 || open_schema(p) != 0 ||
       mend__pg_wake_init(p) != 0) {
     mend__pg_msg(err, errlen, "%s", p->err);
+    if (none) *none = p->no_schema;
     mend__pg_close((mend_store *)(void *)p);
     return NULL;
   }

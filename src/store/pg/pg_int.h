@@ -126,6 +126,8 @@ typedef struct mend_pg {
   unsigned long open_seq, durable_seq;
   void (*commit_hook)(const char *phase);
   int schema_version;
+  int must_exist;   /* opened only if mend's schema is there (mend_store_open_existing) */
+  int no_schema;    /* ... and it was not */
   int sync_commit;             /* 1: synchronous_commit stays on (MEND_DURABILITY_FULL) */
   char *worker;                /* names the history rows this store writes */
   /* fence (pg_lease.c) */

@@ -554,6 +554,11 @@ int mend__pg_schema(mend_pg *p) {
   int version;
   if (mend__pg_exec(p, p->conn, "BEGIN", "create schema") != 0) return -1;
   if (schema_state(p, &version) != 0) goto fail;
+  if (version == 0 && p->must_exist) {
+    mend__pg_msg(p->err, sizeof p->err, "%s: no mend database there (no mend schema)", p->server);
+    p->no_schema = 1;
+    goto fail;
+  }
   if (version < MEND_PG_SCHEMA_VERSION) {
     if (mend__pg_exec(p, p->conn, "SELECT pg_advisory_xact_lock(x'" SCHEMA_LOCK "'::int)",
                       "wait for another mend creating the schema") != 0 ||
