@@ -456,11 +456,13 @@ MEND_API int mend_engine_resolve_dead_letter(mend_engine *engine, const char *ru
  * batch is written (MEND_OK either way, as always). On PostgreSQL the same holds for an event
  * with a key (one lost with its batch's connection is sent again with the next batch, and
  * kept once by its key); one without a key commits before this returns.
- * MEND_EBUSY: a lock held the event back past the store's busy wait (another process's write
- * lock on SQLite, another session's row or table lock on PostgreSQL) and nothing of it was
- * recorded: the engine goes on, and the host sends it again once the lock goes (with a key,
- * a second send is kept once in any case). An event that joined a ticking engine's batch is
- * MEND_OK as above, committed once the lock goes. MEND_ESTORE: the database failed. */
+ * A lock held elsewhere past the store's busy wait (another process's write lock on SQLite,
+ * another session's row or table lock on PostgreSQL) is no failure of the engine, which goes
+ * on: MEND_EDEFERRED (SQLite): the event is kept in the batch that waits for the lock and
+ * sent once it goes: do not send it again (without a key it would be sent twice).
+ * MEND_EBUSY: nothing of it was recorded (PostgreSQL): send it again once the lock goes (with
+ * a key, a second send is kept once in any case). An event that joined a ticking engine's
+ * batch is MEND_OK as above, committed once the lock goes. MEND_ESTORE: the database failed. */
 MEND_API int mend_engine_signal(mend_engine *engine, const char *run_id, const char *name,
                                 const char *payload_json, const char *key);
 MEND_API int mend_engine_signal_by_key(mend_engine *engine, const char *run_key,

@@ -138,6 +138,7 @@ static int signal_status(mend_engine *engine, const char *run_id, const char *ru
   return rc == MEND_EVENT_ENOTFOUND ? MEND_ENOTFOUND
        : rc == MEND_EVENT_EENDED ? MEND_ESTATE
        : rc == MEND_EVENT_EINVAL ? MEND_EINVAL
+       : rc == MEND_EVENT_EDEFERRED ? MEND_EDEFERRED
        : mend_engine_lock_held(engine) ? MEND_EBUSY : MEND_ESTORE;
 }
 

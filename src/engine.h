@@ -275,7 +275,9 @@ mend_refusal mend_engine_refusal(const mend_engine *E);
  * held here and waiting for it goes on at once; one held by a worker elsewhere, at its next
  * poll; one nobody holds, when a worker takes it. */
 enum { MEND_EVENT_EINVAL = -1, MEND_EVENT_ENOTFOUND = -2, MEND_EVENT_EENDED = -3,
-       MEND_EVENT_ESTORE = -4 };
+       MEND_EVENT_ESTORE = -4,
+       MEND_EVENT_EDEFERRED = -5   /* another's lock held the commit back: the event is kept in
+                                      the batch, sent once the lock goes (MEND_EDEFERRED) */ };
 int mend_engine_send_event(mend_engine *E, const char *id, const char *run_key, const char *name,
                            const char *payload, const char *key, char run_id_out[MEND_RUN_ID_LEN],
                            char *err, int errlen);

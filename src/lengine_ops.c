@@ -289,6 +289,7 @@ static int engine_signal(lua_State *L) {
   char run_id[MEND_RUN_ID_LEN];
   int rc = mend_engine_send_event(E, id, run_key, name, payload, key, run_id, err, sizeof err);
   free(payload);
+  if (rc == MEND_EVENT_EDEFERRED) return mend__fail_lock(L, "deferred", run_id, "signal", err);
   if (rc == MEND_EVENT_ESTORE && mend_engine_lock_held(E))
     return mend__fail_lock(L, "busy", NULL, "signal", err);
   if (rc < 0) return luaL_error(L, "signal: %s", err);
