@@ -63,14 +63,23 @@ typedef enum mend_status {
   MEND_EINVAL,      /* a bad argument (bad JSON, unknown option value) */
   MEND_ENOMEM,      /* out of memory */
   MEND_ELOAD,       /* a workflow script failed to load or check */
-  MEND_ESTORE,      /* the database failed (full, locked, not a mend database, ...) */
+  MEND_ESTORE,      /* the database failed (full, not a mend database, ...) */
   MEND_ENOTFOUND,   /* no such run or workflow (mend_trust_db: no database) */
   MEND_ECLOCK,      /* the operation needs a virtual clock */
   MEND_ESTATE,      /* the operation makes no sense now (e.g. retrying a succeeded run) */
   MEND_EBROKEN,     /* the engine stopped for good after an internal failure (its message
                        says which); free it and make a new one */
   MEND_EUSED,       /* a completion token that was completed or failed already */
-  MEND_ESTALE       /* a completion token of an attempt that no longer waits for it */
+  MEND_ESTALE,      /* a completion token of an attempt that no longer waits for it */
+  /* Another process's write lock (SQLite) or another session's row or table lock
+   * (PostgreSQL) held the call back. The engine is not at fault and goes on. The two codes
+   * tell a host whether to send the call again: */
+  MEND_EBUSY,       /* nothing of it was recorded: send it again (once the lock goes) */
+  MEND_EDEFERRED    /* it is accepted and kept in the batch that waits for the lock, and
+                       committed once the lock goes: do not send it again (a start: its run's
+                       id is given; sent again, it would start a second run). Kept in this
+                       engine: one freed while the lock lasts gives the batch up, as a crash
+                       would (keep driving the engine until the lock goes) */
 } mend_status;
 
 /* A static description of a status code ("storage error"). */
@@ -299,13 +308,16 @@ MEND_API int mend_engine_adopt(mend_engine *engine);
  * run_key is "" (as an unset shell variable gives: a key, or NULL);
  * MEND_ESTATE: `run_key` names a run of another workflow (nothing started; the message names
  * that run and its workflow);
- * MEND_ESTORE: the database failed, or a lock held it back. A lock is no failure of the engine
- * (it goes on; the message names the lock): on PostgreSQL, while a batch waits for a row or a
- * table another session holds, a start is refused before anything of it is recorded (try
- * again once the lock is gone); on SQLite a start that waited out its busy wait for another
- * process's write lock stays in the kept batch, committed once the lock goes, so a start
- * retried without a run key may start a second run (give a start a host may retry a run key).
- * Any other failure of the database stops the engine, as mend_engine_run_all would. */
+ * A lock held elsewhere is no failure of the engine (it goes on; the message names the lock):
+ * MEND_EBUSY: nothing of the start was recorded (on PostgreSQL while a batch waits for a row
+ * or a table another session holds; on SQLite the first start of a workflow version, whose
+ * version is written first, or a keyed start behind a batch that waits already): start it
+ * again once the lock goes. MEND_EDEFERRED (SQLite): the start waited out its busy wait for
+ * another process's write lock and is kept in the batch that waits for it; run_id_out holds
+ * its run's id, committed once the lock goes, and the run goes on then: do not start it
+ * again (without a run key it would be a second run; with one, sent again once the lock went,
+ * it answers that run, *existed 1). A run key makes any start safe to send again.
+ * MEND_ESTORE: the database failed; that stops the engine, as mend_engine_run_all would. */
 MEND_API int mend_engine_start(mend_engine *engine, const char *workflow, const char *input_json,
                                const char *run_key, char run_id_out[17], int *existed);
 /* Resumes the unfinished runs of the database that no live engine holds. *count (may be NULL)
@@ -410,12 +422,22 @@ MEND_API int mend_engine_history_page_json(mend_engine *engine, const char *run_
                                            long long after, long long limit, long long tail,
                                            char **json_out);
 MEND_API int mend_engine_dlq_json(mend_engine *engine, char **json_out);
+/* A page of the dead-letter queue, in dlq's order (oldest first by `at`, an entry without one
+ * first, then by run id): at most `limit` entries (1 to MEND_HISTORY_PAGE_MAX, else
+ * MEND_EINVAL), those after the entry (after_run, after_at) given: the last of the page
+ * before, its `at` (-1 if it has none); after_run NULL: from the first. Fewer than `limit`
+ * entries: the queue ends there (for now). GET /api/v1/dlq pages it so. */
+MEND_API int mend_engine_dlq_page_json(mend_engine *engine, const char *after_run,
+                                       double after_at, long long limit, char **json_out);
 MEND_API void mend_free(void *p);
 
 /* Repairs (recorded in the run's history with `who`): see the README, "Operating mend".
  * MEND_ESTATE with a message when the operation makes no sense for the run; MEND_EINVAL when an
- * argument it needs is missing (a resolve's note NULL or ""); MEND_ESTORE when the database
- * ended the repair's transaction before its commit (nothing of it written: try again). */
+ * argument it needs is missing (a resolve's note NULL or ""); MEND_EBUSY when another
+ * process's or session's lock held it back (nothing of it written: try again once it goes);
+ * MEND_ESTORE when the database ended the repair's transaction before its commit (nothing of
+ * it written: try again). A repair of a run this engine holds is recorded in its batch:
+ * MEND_OK, made once that batch is committed. */
 MEND_API int mend_engine_cancel(mend_engine *engine, const char *run_id, const char *who);
 MEND_API int mend_engine_retry_dead_letter(mend_engine *engine, const char *run_id, const char *who);
 MEND_API int mend_engine_resolve_dead_letter(mend_engine *engine, const char *run_id,
@@ -436,11 +458,13 @@ MEND_API int mend_engine_resolve_dead_letter(mend_engine *engine, const char *ru
  * batch is written (MEND_OK either way, as always). On PostgreSQL the same holds for an event
  * with a key (one lost with its batch's connection is sent again with the next batch, and
  * kept once by its key); one without a key commits before this returns.
- * MEND_ESTORE: the database failed, or a lock held the commit back past the store's busy wait
- * (another process's write lock on SQLite, another session's row or table lock on
- * PostgreSQL). After a lock the engine goes on and keeps the batch, this event in it: it is
- * committed once the lock goes, so a host that sends it again sends it twice unless it has a
- * key (give an event a host may retry a key: the second send is then kept once). */
+ * A lock held elsewhere past the store's busy wait (another process's write lock on SQLite,
+ * another session's row or table lock on PostgreSQL) is no failure of the engine, which goes
+ * on: MEND_EDEFERRED (SQLite): the event is kept in the batch that waits for the lock and
+ * sent once it goes: do not send it again (without a key it would be sent twice).
+ * MEND_EBUSY: nothing of it was recorded (PostgreSQL): send it again once the lock goes (with
+ * a key, a second send is kept once in any case). An event that joined a ticking engine's
+ * batch is MEND_OK as above, committed once the lock goes. MEND_ESTORE: the database failed. */
 MEND_API int mend_engine_signal(mend_engine *engine, const char *run_id, const char *name,
                                 const char *payload_json, const char *key);
 MEND_API int mend_engine_signal_by_key(mend_engine *engine, const char *run_key,

@@ -327,3 +327,44 @@ return { name = "nl", steps = {
     assert.are.equal(st.steps[2].result, again.steps[2].result)
   end)
 end)
+
+describe("--who NAME", function()
+  after_each(H.cleanup)
+
+  local function operator_notes(db, id)
+    local notes = {}
+    for _, h in ipairs(json_of(db, "history " .. id)) do
+      if h.event == "operator" then notes[#notes + 1] = h.detail end
+    end
+    return notes
+  end
+
+  it("records who asked a resolve, a retry and a cancel in front of user@host; empty refused", function()
+    local db, dir, _, flag, id = setup()
+    for _, bad in ipairs { "", "a\tb", string.rep("x", 65) } do
+      local rc, out = mend_cmd(db, "dlq resolve " .. id .. " --note done --who " .. q(bad))
+      assert.are.equal(2, rc, out)
+      assert.matches("%-%-who NAME must be 1 to 64 printable ASCII characters", out)
+      rc, out = mend_cmd(db, "cancel " .. id .. " --who " .. q(bad))
+      assert.are.equal(2, rc, out)
+      rc, out = mend_cmd(db, "dlq retry " .. id .. " --who " .. q(bad))
+      assert.are.equal(2, rc, out)
+    end
+    assert.are.same({}, operator_notes(db, id))
+    os.remove(flag)
+    local rc, out = mend_cmd(db, "dlq retry " .. id .. " --detach --who alice")
+    assert.are.equal(0, rc, out)
+    assert.matches("^dlq retry by alice via .+@.+ %(mend cli%)$", operator_notes(db, id)[1])
+    -- a run of its own for the cancel and the resolve
+    H.write_file(dir, "slow.lua", [[
+return { name = "slow", steps = { { name = "w", wait_for = "go", timeout = 3600 } } }]])
+    rc, out = mend_cmd(db, "start slow --workflows " .. q(dir))
+    assert.are.equal(0, rc, out)
+    local run = out:match("(%S+)")
+    rc, out = mend_cmd(db, "cancel " .. run .. " --who 'bob smith'")
+    assert.are.equal(0, rc, out)
+    assert.matches("^cancel by bob smith via .+ %(mend cli%)", operator_notes(db, run)[1])
+    local _, shown = mend_cmd(db, "history " .. run)
+    assert.matches("bob smith via", shown)
+  end)
+end)

@@ -29,6 +29,10 @@ describe("a PostgreSQL worker whose batch waits for another session's lock", fun
       local code, body, took = (name == "start" and start or event)()
       said[#said + 1] = ("%s: code %s after %.1f s %s"):format(name, tostring(code), took, json.encode(body or {}))
       bad = bad or code == 0 or took >= 10
+      -- held back by the lock with nothing recorded: said so with a code, not a message
+      if code == 503 then
+        assert.are.equal("busy", body.error.code, name .. ": " .. json.encode(body))
+      end
     end
     -- an event answered 503 must not be sent all the same once the lock goes
     local event_code = event()

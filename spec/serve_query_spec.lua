@@ -45,8 +45,8 @@ describe("the HTTP API's query parameters and bodies", function()
     refused(base, history .. "?tial=5", "bad_query", 'unknown query parameter "tial"')
     refused(base, "/api/v1/runs/" .. r.id .. "?limit=5", "bad_query",
             '^unknown query parameter "limit": GET /api/v1/runs/{id} takes wait$')
-    refused(base, "/api/v1/runs/" .. r.id .. "/events?limit=5", "bad_query",
-            '^unknown query parameter "limit": this endpoint takes none$')
+    refused(base, "/api/v1/runs/" .. r.id .. "/events?tail=5", "bad_query",
+            '^unknown query parameter "tail": GET /api/v1/runs/{id}/events takes after, limit$')
     refused(base, "/api/v1/dlq?x", "bad_query", 'unknown query parameter "x"')
     code = post(base, "/api/v1/runs?dry_run=1", { workflow = "hello", input = { to = "y" } })
     assert.are.equal(400, code)
@@ -80,10 +80,16 @@ describe("the HTTP API's query parameters and bodies", function()
       refused(base, history .. "?" .. p .. "=", "bad_query", "^" .. p .. " ")
     end
     -- the list routes without a parameter take none: each refuses one, empty or not
-    for _, path in ipairs { "/api/v1/dlq", "/api/v1/breakers", "/api/v1/workflows",
-                            "/api/v1/workflows/hello", "/api/v1/runs/" .. r.id .. "/events" } do
+    for _, path in ipairs { "/api/v1/breakers", "/api/v1/workflows", "/api/v1/workflows/hello" } do
       refused(base, path .. "?workflow=", "bad_query", '^unknown query parameter "workflow"')
       refused(base, path .. "?limit=5", "bad_query", '^unknown query parameter "limit"')
+    end
+    -- the paged lists take after and limit, and nothing else
+    for _, path in ipairs { "/api/v1/dlq", "/api/v1/runs/" .. r.id .. "/events" } do
+      refused(base, path .. "?workflow=", "bad_query", '^unknown query parameter "workflow"')
+      for _, p in ipairs { "after", "limit" } do
+        refused(base, path .. "?" .. p .. "=", "bad_query", "^" .. p .. " ")
+      end
     end
     -- a filter given is a filter
     code, r = get(base, "/api/v1/runs?workflow=refund")

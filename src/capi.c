@@ -110,6 +110,8 @@ MEND_API const char *mend_strerror(int status) {
     case MEND_EBROKEN: return "the engine stopped after an internal failure";
     case MEND_EUSED: return "the token was used already";
     case MEND_ESTALE: return "the token is of an attempt that no longer waits for it";
+    case MEND_EBUSY: return "held back by a lock, nothing recorded: send it again";
+    case MEND_EDEFERRED: return "kept until a lock goes, then committed: do not send it again";
     default: return "unknown error";
   }
 }
@@ -303,6 +305,8 @@ static int status_of(mend_refusal why) {
     case MEND_REFUSED_STORE: return MEND_ESTORE;
     case MEND_REFUSED_NOMEM: return MEND_ENOMEM;
     case MEND_REFUSED_CLOCK: return MEND_ECLOCK;
+    case MEND_REFUSED_BUSY: return MEND_EBUSY;
+    case MEND_REFUSED_DEFERRED: return MEND_EDEFERRED;
     case MEND_REFUSED_STATE: case MEND_REFUSED_SANDBOX: break;
   }
   return MEND_ESTATE;

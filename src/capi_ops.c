@@ -83,6 +83,20 @@ MEND_API int mend_engine_dlq_json(mend_engine *engine, char **json_out) {
   return dump(engine, mend_store_dlq(mend_engine_store(engine)), 0, json_out);
 }
 
+MEND_API int mend_engine_dlq_page_json(mend_engine *engine, const char *after_run,
+                                       double after_at, long long limit, char **json_out) {
+  int rc = query_args(engine, __func__, NULL, 0, json_out);
+  if (rc != MEND_OK) return rc;
+  if (limit < 1 || limit > MEND_HISTORY_PAGE_MAX) {
+    char why[120];
+    snprintf(why, sizeof why, "limit is %lld: a page has 1 to %d entries", limit,
+             MEND_HISTORY_PAGE_MAX);
+    return mend__capi_invalid(engine, why);
+  }
+  return dump(engine, mend_store_dlq_page(mend_engine_store(engine), after_at, after_run,
+                                          (long)limit), 0, json_out);
+}
+
 MEND_API void mend_free(void *p) { free(p); }
 
 static int repair_status(mend_engine *engine, int rc, const char *err) {
@@ -118,7 +132,9 @@ static int signal_status(mend_engine *engine, const char *run_id, const char *ru
   mend_engine_note_error(engine, err);
   return rc == MEND_EVENT_ENOTFOUND ? MEND_ENOTFOUND
        : rc == MEND_EVENT_EENDED ? MEND_ESTATE
-       : rc == MEND_EVENT_EINVAL ? MEND_EINVAL : MEND_ESTORE;
+       : rc == MEND_EVENT_EINVAL ? MEND_EINVAL
+       : rc == MEND_EVENT_EDEFERRED ? MEND_EDEFERRED
+       : mend_engine_lock_held(engine) ? MEND_EBUSY : MEND_ESTORE;
 }
 
 MEND_API int mend_engine_signal(mend_engine *engine, const char *run_id, const char *name,
@@ -147,7 +163,8 @@ static int token_status(mend_engine *engine, const char *what, const char *token
        : rc == MEND_TOKEN_EUSED ? MEND_EUSED
        : rc == MEND_TOKEN_ESTALE ? MEND_ESTALE
        : rc == MEND_TOKEN_EENDED ? MEND_ESTATE
-       : rc == MEND_TOKEN_EINVAL ? MEND_EINVAL : MEND_ESTORE;
+       : rc == MEND_TOKEN_EINVAL ? MEND_EINVAL
+       : mend_engine_lock_held(engine) ? MEND_EBUSY : MEND_ESTORE;
 }
 
 MEND_API int mend_engine_complete(mend_engine *engine, const char *token, const char *result_json) {

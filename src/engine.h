@@ -85,9 +85,13 @@ int mend_engine_sandbox_kind(const mend_engine *E);
 typedef enum mend_refusal {
   MEND_REFUSED_STATE, MEND_REFUSED_NOT_FOUND, MEND_REFUSED_INVALID, MEND_REFUSED_STORE,
   MEND_REFUSED_NOMEM, MEND_REFUSED_CLOCK,
-  MEND_REFUSED_SANDBOX   /* the engine's creation only: the database is marked sandboxed and
+  MEND_REFUSED_SANDBOX,  /* the engine's creation only: the database is marked sandboxed and
                             the engine was asked for neither sandbox nor no_sandbox (the C API
                             and mend.engine{} make it again sandboxed) */
+  MEND_REFUSED_BUSY,     /* another process's or session's lock held it back before anything
+                            of it was recorded: the caller may send it again */
+  MEND_REFUSED_DEFERRED  /* a start recorded in the batch that waits for a lock: committed
+                            once the lock goes (the run's id given); sent again, a second run */
 } mend_refusal;
 
 /* Creates an engine that runs its Lua on L's main state (workflow functions are values of that
@@ -259,6 +263,9 @@ int mend_engine_cancel_run(mend_engine *E, const char *id, const char *who, char
 #define MEND_REPAIR_TAKE_LATER 3
 int mend_engine_cancel_record(mend_engine *E, const char *id, const char *who, int take_now,
                               char *err, int errlen);
+/* 1 while the engine's batch waits for another process's or session's lock (not broken):
+ * what failed for the store meanwhile failed for that lock. */
+int mend_engine_lock_held(const mend_engine *E);
 /* Why the last repair above, start or advance refused (see mend_refusal). */
 mend_refusal mend_engine_refusal(const mend_engine *E);
 /* Sends event `name` to a running run, by its id or (id NULL) by its run key, with a payload
@@ -268,7 +275,9 @@ mend_refusal mend_engine_refusal(const mend_engine *E);
  * held here and waiting for it goes on at once; one held by a worker elsewhere, at its next
  * poll; one nobody holds, when a worker takes it. */
 enum { MEND_EVENT_EINVAL = -1, MEND_EVENT_ENOTFOUND = -2, MEND_EVENT_EENDED = -3,
-       MEND_EVENT_ESTORE = -4 };
+       MEND_EVENT_ESTORE = -4,
+       MEND_EVENT_EDEFERRED = -5   /* another's lock held the commit back: the event is kept in
+                                      the batch, sent once the lock goes (MEND_EDEFERRED) */ };
 int mend_engine_send_event(mend_engine *E, const char *id, const char *run_key, const char *name,
                            const char *payload, const char *key, char run_id_out[MEND_RUN_ID_LEN],
                            char *err, int errlen);

@@ -54,6 +54,30 @@ int mend__fail(lua_State *L, const char *fmt, ...) {
   return lua_error(L);
 }
 
+static int lock_error_tostring(lua_State *L) {
+  lua_getfield(L, 1, "message");
+  return 1;
+}
+
+int mend__fail_lock(lua_State *L, const char *code, const char *run, const char *what,
+                    const char *err) {
+  lua_createtable(L, 0, 3);
+  lua_pushstring(L, code);
+  lua_setfield(L, -2, "code");
+  if (run) {
+    lua_pushstring(L, run);
+    lua_setfield(L, -2, "run");
+  }
+  lua_pushfstring(L, "%s: %s", what, err);
+  lua_setfield(L, -2, "message");
+  if (luaL_newmetatable(L, "mend.lock_error")) {
+    lua_pushcfunction(L, lock_error_tostring);
+    lua_setfield(L, -2, "__tostring");
+  }
+  lua_setmetatable(L, -2);
+  return lua_error(L);
+}
+
 static engine_box *check_engine(lua_State *L) {
   engine_box *b = luaL_checkudata(L, 1, ENGINE_MT);
   if (!b->E) luaL_error(L, "engine is closed");
@@ -405,7 +429,13 @@ static int engine_start(lua_State *L) {
   char id[MEND_RUN_ID_LEN], err[1024];
   int existed;
   int failed = mend_engine_start_value(b->E, L, name, 3, key, id, &existed, detached, err, sizeof err);
-  if (failed) return mend__fail(L, "start: %s", err);
+  if (failed) {
+    mend_refusal why = mend_engine_refusal(b->E);
+    if (why == MEND_REFUSED_BUSY || why == MEND_REFUSED_DEFERRED)
+      return mend__fail_lock(L, why == MEND_REFUSED_BUSY ? "busy" : "deferred",
+                             why == MEND_REFUSED_DEFERRED ? id : NULL, "start", err);
+    return mend__fail(L, "start: %s", err);
+  }
   lua_pushstring(L, id);
   lua_pushboolean(L, existed);
   return 2;

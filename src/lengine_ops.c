@@ -98,7 +98,8 @@ static int engine_status(lua_State *L) {
 
 /* opts[key], a whole number from lo to hi, as GET /runs/{id}/history takes it; dflt when absent.
  * *given says whether it was there. */
-static long page_opt(lua_State *L, const char *key, long lo, long hi, long dflt, int *given) {
+static long page_opt(lua_State *L, const char *method, const char *key, long lo, long hi,
+                     long dflt, int *given) {
   lua_getfield(L, 3, key);
   long v = dflt;
   *given = !lua_isnil(L, -1);
@@ -111,8 +112,9 @@ static long page_opt(lua_State *L, const char *key, long lo, long hi, long dflt,
                             ? lua_pushfstring(L, "the string \"%s\"", lua_tostring(L, -1))
                             : luaL_tolstring(L, -1, NULL);
       if (hi == LONG_MAX)
-        luaL_error(L, "history: %s must be a whole number >= %I, got %s", key, (lua_Integer)lo, got);
-      luaL_error(L, "history: %s must be a whole number from %I to %I, got %s", key,
+        luaL_error(L, "%s: %s must be a whole number >= %I, got %s", method, key, (lua_Integer)lo,
+                   got);
+      luaL_error(L, "%s: %s must be a whole number from %I to %I, got %s", method, key,
                  (lua_Integer)lo, (lua_Integer)hi, got);
     }
     v = (long)n;
@@ -136,9 +138,9 @@ static int engine_history(lua_State *L) {
     static const char *const known[] = {"after", "limit", "tail", NULL};
     mend__opts_known(L, 3, "history", known);
     int has_after, has_limit, has_tail;
-    long after = page_opt(L, "after", 0, LONG_MAX, 0, &has_after);
-    long limit = page_opt(L, "limit", 1, MEND_HISTORY_PAGE_MAX, MEND_HISTORY_PAGE, &has_limit);
-    long tail = page_opt(L, "tail", 1, MEND_HISTORY_PAGE_MAX, 0, &has_tail);
+    long after = page_opt(L, "history", "after", 0, LONG_MAX, 0, &has_after);
+    long limit = page_opt(L, "history", "limit", 1, MEND_HISTORY_PAGE_MAX, MEND_HISTORY_PAGE, &has_limit);
+    long tail = page_opt(L, "history", "tail", 1, MEND_HISTORY_PAGE_MAX, 0, &has_tail);
     if (has_tail && (has_after || has_limit))
       return luaL_error(L, "history: tail is the last rows: give it without %s",
                         has_after ? "after" : "limit");
@@ -152,9 +154,32 @@ static int engine_history(lua_State *L) {
   return push_query(L, E, h);
 }
 
+/* eng:dlq() -> every dead letter, oldest first; eng:dlq{limit =, after =} -> a page of them:
+ * at most limit (1 to MEND_HISTORY_PAGE_MAX), after the entry `after` (the last of the page
+ * before), as GET /api/v1/dlq pages them.  [-0, +1, e] */
 static int engine_dlq(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
-  return push_query(L, E, mend_store_dlq(mend_engine_store(E)));
+  if (lua_isnoneornil(L, 2)) return push_query(L, E, mend_store_dlq(mend_engine_store(E)));
+  luaL_checktype(L, 2, LUA_TTABLE);
+  static const char *const known[] = {"after", "limit", NULL};
+  mend__opts_known(L, 2, "dlq", known);
+  lua_settop(L, 2);
+  lua_pushnil(L);   /* page_opt reads the options at 3 */
+  lua_insert(L, 2);
+  int given;
+  long limit = page_opt(L, "dlq", "limit", 1, MEND_HISTORY_PAGE_MAX, MEND_HISTORY_PAGE, &given);
+  double at = 0;
+  const char *run = NULL;
+  lua_getfield(L, 3, "after");
+  if (!lua_isnil(L, -1)) {
+    if (lua_type(L, -1) != LUA_TTABLE) return luaL_error(L, "dlq: after must be an entry of the page before");
+    lua_getfield(L, -1, "run_id");
+    lua_getfield(L, -2, "at");
+    run = lua_tostring(L, -2);
+    at = lua_type(L, -1) == LUA_TNUMBER ? lua_tonumber(L, -1) : -1;
+    if (!run) return luaL_error(L, "dlq: after must be an entry of the page before (it has no run_id)");
+  }
+  return push_query(L, E, mend_store_dlq_page(mend_engine_store(E), at, run, limit));
 }
 
 static int engine_breakers(lua_State *L) {
@@ -264,6 +289,9 @@ static int engine_signal(lua_State *L) {
   char run_id[MEND_RUN_ID_LEN];
   int rc = mend_engine_send_event(E, id, run_key, name, payload, key, run_id, err, sizeof err);
   free(payload);
+  if (rc == MEND_EVENT_EDEFERRED) return mend__fail_lock(L, "deferred", run_id, "signal", err);
+  if (rc == MEND_EVENT_ESTORE && mend_engine_lock_held(E))
+    return mend__fail_lock(L, "busy", NULL, "signal", err);
   if (rc < 0) return luaL_error(L, "signal: %s", err);
   lua_pushstring(L, rc == 1 ? "duplicate" : "sent");
   lua_pushstring(L, run_id);

@@ -29,6 +29,12 @@ void mend__opts_known(lua_State *L, int idx, const char *method, const char *con
  * failure of the engine or its store (a full disk, a lock), which is not the caller's line and
  * which the mend command prints as its own error.  [-0, +0, v] */
 int mend__fail(lua_State *L, const char *fmt, ...);
+/* Raises, for a call another's lock held back, a table a caller tests without reading the
+ * message: {code = "busy" (nothing recorded: send it again) or "deferred" (kept, committed
+ * once the lock goes: do not send it again), run = the run's id or nil, message = `what: err`},
+ * whose tostring is the message. Other failures stay strings. */
+int mend__fail_lock(lua_State *L, const char *code, const char *run, const char *what,
+                    const char *err);
 
 /* ---- lengine_ops.c: the engine's methods for people (queries, wait, prune, repairs) */
 extern const luaL_Reg mend__lengine_ops[];

@@ -195,7 +195,9 @@ typedef struct mend_store_methods {
    * else the rows after seq `after`, at most `limit` (limit <= 0: all of them). A run's page
    * past its last row is []; no such run, NULL and not_found. */
   json_t *(*history_page)(mend_store *s, const char *id, long after, long limit, long tail);
-  json_t *(*dlq)(mend_store *s);                         /* array, oldest first */
+  /* The dead letters, oldest first (by `at`, a missing one first as -1, then run id): with
+   * after_id, those after (after_at, after_id) only; at most `limit` (<= 0: all of them). */
+  json_t *(*dlq)(mend_store *s, double after_at, const char *after_id, long limit);
   json_t *(*breakers)(mend_store *s);                    /* array by key */
   json_t *(*runs)(mend_store *s, const char *status, const char *workflow, int limit);
   /* Same, also filtered by creation time (since < 0: any) and by attention (flagged or in the
@@ -326,7 +328,8 @@ typedef struct mend_store_methods {
    * when the database is a file): calls fn for each, in seq order, at most `limit`; returns the
    * highest seq seen (`after` if none), or -1 on error. */
   long long (*events_after)(mend_store *s, long long after, int limit,                                   void (*fn)(void *ud, const char *run_id), void *ud);
-  json_t *(*inbox)(mend_store *s, const char *run_id);   /* array, in seq order */
+  /* A run's inbox in seq order: the events after seq `after`, at most `limit` (<= 0: all). */
+  json_t *(*inbox)(mend_store *s, const char *run_id, long long after, long limit);
 
   /* Leases: which worker executes a run (runs.owner), and until when its lease lasts (one row
    * per worker, real time). A worker claims unfinished runs that nobody holds or whose owner's
@@ -596,8 +599,10 @@ static inline json_t *mend_store_history_page(mend_store *s, const char *id, lon
                                               long limit, long tail) {
   return MEND_STORE_M(s)->history_page(s, id, after, limit, tail);
 }
-static inline json_t *mend_store_dlq(mend_store *s) {
-  return MEND_STORE_M(s)->dlq(s);
+static inline json_t *mend_store_dlq(mend_store *s) { return MEND_STORE_M(s)->dlq(s, 0, NULL, 0); }
+static inline json_t *mend_store_dlq_page(mend_store *s, double after_at, const char *after_id,
+                                          long limit) {
+  return MEND_STORE_M(s)->dlq(s, after_at, after_id, limit);
 }
 static inline json_t *mend_store_breakers(mend_store *s) {
   return MEND_STORE_M(s)->breakers(s);
@@ -714,7 +719,11 @@ static inline long long mend_store_events_after(mend_store *s, long long after, 
   return MEND_STORE_M(s)->events_after(s, after, limit, fn, ud);
 }
 static inline json_t *mend_store_inbox(mend_store *s, const char *run_id) {
-  return MEND_STORE_M(s)->inbox(s, run_id);
+  return MEND_STORE_M(s)->inbox(s, run_id, 0, 0);
+}
+static inline json_t *mend_store_inbox_page(mend_store *s, const char *run_id, long long after,
+                                            long limit) {
+  return MEND_STORE_M(s)->inbox(s, run_id, after, limit);
 }
 static inline void mend_store_set_worker(mend_store *s, const char *worker) {
   MEND_STORE_M(s)->set_worker(s, worker);

@@ -3,8 +3,8 @@
  * servers are. A repair's look at a run's status, as its batch is written, is held until that
  * batch commits: the other store's look waits for it (or fails for the lock, never passes), and
  * then finds what the first wrote. Another process's lock makes the look fail, not answer; an
- * engine's repair of a run nobody holds is then refused as the database's failure
- * (MEND_ESTORE, HTTP 503), not as the run's state (MEND_ESTATE, 409).
+ * engine's repair of a run nobody holds is then refused as held back by the lock
+ * (MEND_EBUSY, HTTP 503 "busy"), not as the run's state (MEND_ESTATE, 409).
  */
 #include <mend.h>
 
@@ -89,8 +89,8 @@ int main(void) {
   if (E) {
     CHECK_EQ_INT(sqlite3_exec(holder, "BEGIN IMMEDIATE; INSERT INTO meta VALUES('held', 'x')",
                               NULL, NULL, NULL), SQLITE_OK);
-    CHECK_EQ_INT(mend_engine_retry_dead_letter(E, "d2", "t"), MEND_ESTORE);
-    CHECK_EQ_INT(mend_engine_cancel(E, "r1", "t"), MEND_ESTORE);
+    CHECK_EQ_INT(mend_engine_retry_dead_letter(E, "d2", "t"), MEND_EBUSY);
+    CHECK_EQ_INT(mend_engine_cancel(E, "r1", "t"), MEND_EBUSY);
     CHECK_EQ_INT(sqlite3_exec(holder, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
     mend_engine_free(E);
   }

@@ -398,7 +398,7 @@ int main(int argc, char **argv) {
     snprintf(what, sizeof what, "history %s, unbounded page", ids[i]);
     same(what, mend_store_history_page(s, ids[i], 0, 0, 0), whole);
     snprintf(what, sizeof what, "inbox %s", ids[i]);
-    same(what, mend_store_inbox(s, ids[i]), mend__pg_view_inbox(c, ids[i], err, sizeof err));
+    same(what, mend_store_inbox(s, ids[i]), mend__pg_view_inbox(c, ids[i], 0, 0, err, sizeof err));
     snprintf(what, sizeof what, "children %s", ids[i]);
     same(what, mend_store_children(s, ids[i]), mend__pg_view_children(c, ids[i], err, sizeof err));
   }
@@ -421,7 +421,7 @@ int main(int argc, char **argv) {
   CHECK_STR(err, "no run nope");
   CHECK_EQ_INT(PQtransactionStatus(c), PQTRANS_IDLE);
 
-  same("dlq", mend_store_dlq(s), mend__pg_view_dlq(c, err, sizeof err));
+  same("dlq", mend_store_dlq(s), mend__pg_view_dlq(c, 0, NULL, 0, err, sizeof err));
   same("breakers", mend_store_breakers(s), mend__pg_view_breakers(c, err, sizeof err));
   same("audit", mend_store_audit_list(s), mend__pg_view_audit_list(c, err, sizeof err));
   same("workflows", mend_store_workflows(s, NULL), mend__pg_view_workflows(c, NULL, err, sizeof err));

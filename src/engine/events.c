@@ -494,8 +494,10 @@ static int send_event(mend_engine *E, const char *id, const char *run_key, const
     int rc = send_in_batch(E, id, name, text, key, err, errlen);
     free(text);
     if (rc == NOT_RECORDED || rc == 0) {
-      mend_errorf(err, errlen, "%s", lock_msg);
-      return MEND_EVENT_ESTORE;
+      mend_errorf(err, errlen, "%s%s", lock_msg,
+                  rc == 0 ? "; the event is kept and sent once the lock goes: do not send it again"
+                          : "; nothing of this event was written: send it again once the lock goes");
+      return rc == 0 ? MEND_EVENT_EDEFERRED : MEND_EVENT_ESTORE;
     }
     return rc;
   }

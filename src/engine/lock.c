@@ -128,7 +128,7 @@ int mend__lock_stops_looks(mend_engine *E) {
  * start waits up to its busy wait.) */
 int mend__batch_held(mend_engine *E, const char *what, char *err, int errlen) {
   if (!E->store || !mend_store_locked(E->store) || mend_store_has_write_lock(E->store)) return 0;
-  E->refusal = MEND_REFUSED_STORE;
+  E->refusal = MEND_REFUSED_BUSY;
   mend_errorf(err, errlen, "%s; nothing of this %s was written: try again once it is gone",
               mend_store_errmsg(E->store), what);
   return 1;

@@ -371,7 +371,16 @@ void mend__land_deferred_cancels(mend_engine *E) {
     if (MEND_COLD(r, cancel_by)) mend__land_deferred_cancel(r);
 }
 
-mend_refusal mend_engine_refusal(const mend_engine *E) { return E->refusal; }
+/* A store refusal while a batch waits for another's lock is that lock's: whatever met it
+ * (a begin, a look, a send) ran nothing of its own, so its caller may send it again. */
+mend_refusal mend_engine_refusal(const mend_engine *E) {
+  if (E->refusal == MEND_REFUSED_STORE && mend_engine_lock_held(E)) return MEND_REFUSED_BUSY;
+  return E->refusal;
+}
+
+int mend_engine_lock_held(const mend_engine *E) {
+  return !E->broken && E->store && mend_store_locked(E->store);
+}
 
 static int cancel_run(mend_engine *E, const char *id, const char *who, int record, int take_now,
                       char *err, int errlen) {

@@ -93,6 +93,17 @@ static int key_of_other(mend_engine *E, const char *workflow, const char *run_ke
   return rc;
 }
 
+/* A start kept in the batch that waits for a lock: -1, MEND_REFUSED_DEFERRED, its run's id in
+ * id_out, and err (the lock's message) told what that means for its caller. */
+static int start_kept(mend_engine *E, const char id[MEND_RUN_ID_LEN], char *err, int errlen) {
+  E->refusal = MEND_REFUSED_DEFERRED;
+  size_t n = strlen(err);
+  if ((int)n < errlen)
+    snprintf(err + n, (size_t)errlen - n, "; run %s is started, kept until the lock goes and "
+             "committed then: do not start it again", id);
+  return -1;
+}
+
 static int start_value(mend_engine *E, lua_State *L, const char *workflow, int input_idx,
                        const char *run_key, char id_out[MEND_RUN_ID_LEN], int *existed,
                        int detached, char *err, int errlen) {
@@ -156,11 +167,26 @@ static int start_value(mend_engine *E, lua_State *L, const char *workflow, int i
                       NULL, 0, now, now, detached ? NULL : E->owner, wf->step_names, wf->script,
                       record};
   int ins = mend_store_insert_run(E->store, &rec);
+  /* Another process's write lock met as the insert was run (SQLite): the insert is kept in
+   * the batch that waits for the lock and committed once it goes, so the run is made as any
+   * other, and its caller told that it is kept (MEND_REFUSED_DEFERRED): a start without a key
+   * sent again would be a second run. Anything else that met a lock recorded nothing of it. */
+  int kept = ins == MEND_STORE_BUSY && mend_store_has_write_lock(E->store) &&
+             mend_store_locked(E->store);
+  if (kept) {
+    snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store));
+    mend__store_failed(E);   /* the lock's wait, the batch kept */
+    ins = 0;
+  }
   if (ins < 0) {
     snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store));
     free(input_json);
     json_decref(input_doc);
     mend__store_failed(E);
+    size_t n = strlen(err);
+    if (mend_engine_lock_held(E) && (int)n < errlen)   /* MEND_REFUSED_BUSY: said so */
+      snprintf(err + n, (size_t)errlen - n, "; nothing of this start was written: start it "
+               "again once the lock goes");
     return -1;
   }
   if (ins == 1) {
@@ -195,11 +221,13 @@ static int start_value(mend_engine *E, lua_State *L, const char *workflow, int i
     return 0;
   }
   if (detached) {
-    /* Recorded for any worker to take; durable before the caller hears the id. */
-    if (mend__commit_now(E)) {
-      snprintf(err, (size_t)errlen, "%s", E->errmsg);
+    /* Recorded for any worker to take; durable before the caller hears the id. A SQLite
+     * commit that waited out its busy wait keeps the batch, this start in it. */
+    if (kept || mend__commit_now(E)) {
+      if (!kept) snprintf(err, (size_t)errlen, "%s", E->errmsg);
+      kept = kept || (mend_store_has_write_lock(E->store) && mend_engine_lock_held(E));
       mend__run_free(r);
-      return -1;
+      return kept ? start_kept(E, id_out, err, errlen) : -1;
     }
     mend__run_free(r);
     return 0;
@@ -208,7 +236,7 @@ static int start_value(mend_engine *E, lua_State *L, const char *workflow, int i
   /* Its first step's `running` joins the batch of its start: one commit less before the
    * first execute. */
   mend__queue_now(r, ACT_ADVANCE);
-  return 0;
+  return kept ? start_kept(E, id_out, err, errlen) : 0;
 }
 
 int mend_engine_start_outcome(mend_engine *E, const char *workflow, const char *run_key,

@@ -31,6 +31,7 @@ static const char *const RUN_STATUSES[] = {"running", "compensating", "succeeded
 static const char *const RUNS_QUERY[] = {"status", "workflow", "since", "limit", "cursor", NULL};
 static const char *const HISTORY_QUERY[] = {"after", "limit", "tail", NULL};
 static const char *const RUN_QUERY[] = {"wait", NULL};
+static const char *const PAGE_QUERY[] = {"after", "limit", NULL};
 
 /* The longest long poll: under the idle timeouts of the proxies a client may be behind (60 s
  * is nginx's proxy_read_timeout), so that a wait is answered rather than cut. */
@@ -67,6 +68,7 @@ static void refused(serve_req *r, const char *err) {
     case MEND_REFUSED_NOT_FOUND: serve_error(r, 404, "not_found", "%s", err); break;
     case MEND_REFUSED_INVALID: serve_error(r, 400, "bad_request", "%s", err); break;
     case MEND_REFUSED_STORE: serve_error(r, 503, "storage", "%s", err); break;
+    case MEND_REFUSED_BUSY: serve_error(r, 503, "busy", "%s", err); break;
     default: serve_error(r, 409, "conflict", "%s", err); break;
   }
 }
@@ -137,10 +139,12 @@ static int workflow_here(serve_req *r, const char *name) {
 }
 
 /* A start the engine refused: for its input (400), for a key that names another workflow's run
- * (409), or for the database: its own failure, or another process's lock (503). */
+ * (409), or for the database: its own failure (503 storage), or another session's lock that
+ * held it back before anything of it was recorded (503 busy: send it again). */
 static void start_refused(serve_req *r, const char *err) {
   mend_refusal why = mend_engine_refusal(r->E);
   if (why == MEND_REFUSED_STORE) serve_error(r, 503, "storage", "%s", err);
+  else if (why == MEND_REFUSED_BUSY) serve_error(r, 503, "busy", "%s", err);
   else if (why == MEND_REFUSED_STATE) serve_error(r, 409, "key_conflict", "%s", err);
   else serve_error(r, 400, "start_refused", "%s", err);
 }
@@ -207,7 +211,7 @@ static void start_run(serve_req *r) {
   json_decref(body);
 }
 
-static int parse_cursor(const char *c, double *created, char *id, size_t idlen) {
+int serve_parse_cursor(const char *c, double *created, char *id, size_t idlen) {
   char *end;
   *created = strtod(c, &end);
   if (end == c || *end != '~' || !isfinite(*created)) return -1;
@@ -219,7 +223,7 @@ static int parse_cursor(const char *c, double *created, char *id, size_t idlen) 
 
 /* A whole number of the query from lo to hi into *out (dflt if absent): 0, or -1 after replying
  * 400 naming the parameter. */
-static int query_count(serve_req *r, const char *name, long lo, long hi, long dflt, long *out) {
+int serve_query_count(serve_req *r, const char *name, long lo, long hi, long dflt, long *out) {
   const char *v;
   if (serve_query(r, name, &v)) return -1;
   *out = dflt;
@@ -241,7 +245,7 @@ static void list_runs(serve_req *r) {
   long limit;
   if (serve_query(r, "status", &status) || serve_query(r, "workflow", &workflow) ||
       serve_query(r, "since", &since_s) || serve_query(r, "cursor", &cursor) ||
-      query_count(r, "limit", 1, LIST_MAX, LIST_DEFAULT, &limit))
+      serve_query_count(r, "limit", 1, LIST_MAX, LIST_DEFAULT, &limit))
     return;
   if (status) {
     int ok = 0;
@@ -272,7 +276,7 @@ static void list_runs(serve_req *r) {
   }
   double after = 0;
   char after_id[128];
-  if (cursor && parse_cursor(cursor, &after, after_id, sizeof after_id)) {
+  if (cursor && serve_parse_cursor(cursor, &after, after_id, sizeof after_id)) {
     serve_error(r, 400, "bad_query", "cursor \"%s\" is not one this server gave (next_cursor)", cursor);
     return;
   }
@@ -336,9 +340,9 @@ static void get_run(serve_req *r, const char *id) {
  * read so that a Link rel="next" is given exactly when more rows follow the page. */
 static void get_history(serve_req *r, const char *id) {
   long after, limit, tail;
-  if (query_count(r, "after", 0, LONG_MAX, 0, &after) ||
-      query_count(r, "limit", 1, MEND_HISTORY_PAGE_MAX, MEND_HISTORY_PAGE, &limit) ||
-      query_count(r, "tail", 1, MEND_HISTORY_PAGE_MAX, 0, &tail))
+  if (serve_query_count(r, "after", 0, LONG_MAX, 0, &after) ||
+      serve_query_count(r, "limit", 1, MEND_HISTORY_PAGE_MAX, MEND_HISTORY_PAGE, &limit) ||
+      serve_query_count(r, "tail", 1, MEND_HISTORY_PAGE_MAX, 0, &tail))
     return;
   const char *a = NULL, *l = NULL;   /* both read without error above */
   if (tail && !serve_query(r, "after", &a) && !serve_query(r, "limit", &l) && (a || l)) {
@@ -486,7 +490,10 @@ static void send_event(serve_req *r, const char *id) {
     case MEND_EVENT_EINVAL: serve_error(r, 400, "bad_request", "%s", err); break;
     case MEND_EVENT_ENOTFOUND: serve_error(r, 404, "not_found", "%s", err); break;
     case MEND_EVENT_EENDED: serve_error(r, 409, "conflict", "%s", err); break;
-    default: serve_error(r, 503, "storage", "%s", err); break;
+    default:   /* held back by another session's lock, nothing of it recorded: send it again */
+      if (mend_engine_lock_held(r->E)) serve_error(r, 503, "busy", "%s", err);
+      else serve_error(r, 503, "storage", "%s", err);
+      break;
   }
   json_decref(body);
 }
@@ -615,33 +622,16 @@ void serve_api(serve_req *r) {
     } else if (n == 3 && strcmp(s[2], "cancel") == 0) {
       if (want(r, 1)) cancel_run(r, s[1]);
     } else if (n == 3 && strcmp(s[2], "events") == 0) {
-      if (!want(r, r->post)) return;
-      if (r->post) {
-        send_event(r, s[1]);
-      } else {
-        json_t *run = mend_store_run(st, s[1]);
-        if (!run) { store_failed(r); return; }
-        json_decref(run);
-        if (!(list = mend_store_inbox(st, s[1]))) { store_failed(r); return; }
-        /* The store keeps a payload as JSON text; a client gets it as JSON. */
-        size_t i;
-        json_t *ev;
-        json_array_foreach(list, i, ev) {
-          const char *text = json_string_value(json_object_get(ev, "payload"));
-          json_t *v = text ? json_loads(text, JSON_DECODE_ANY, NULL) : NULL;
-          if (v) json_object_set_new(ev, "payload", v);
-        }
-        serve_json(r, 200, list);
-      }
+      if (r->post) { if (want(r, 1)) send_event(r, s[1]); }
+      else if (want_query(r, 0, PAGE_QUERY, "GET /api/v1/runs/{id}/events")) serve_list_inbox(r, s[1]);
     } else {
       not_found(r);
     }
   } else if (strcmp(s[0], "events") == 0 && n == 1) {
     if (want(r, 1)) send_event(r, NULL);
   } else if (strcmp(s[0], "dlq") == 0 && (n == 1 || n == 3)) {
-    if (n == 1 && want(r, 0)) {
-      if (!(list = mend_store_dlq(st))) store_failed(r);
-      else serve_json(r, 200, list);
+    if (n == 1 && want_query(r, 0, PAGE_QUERY, "GET /api/v1/dlq")) {
+      serve_list_dlq(r);
     } else if (n == 3 && want(r, 1)) {
       dlq_op(r, s[1], s[2]);
     }

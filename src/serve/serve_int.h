@@ -86,6 +86,14 @@ void serve_when_durable(serve_req *r, void (*answer)(serve_req *r, void *ud), vo
 /* A query parameter, percent-decoded into the request's pool, in *out (NULL when absent): 0,
  * or -1 after replying 400 for a malformed one. */
 int serve_query(serve_req *r, const char *name, const char **out);
+/* A whole number of the query from lo to hi into *out (dflt if absent): 0, or -1 after replying
+ * 400 naming the parameter (api.c). */
+int serve_query_count(serve_req *r, const char *name, long lo, long hi, long dflt, long *out);
+/* A cursor "TIME~ID" a page gave: 0, or -1 when it is not one (api.c). */
+int serve_parse_cursor(const char *c, double *time, char *id, size_t idlen);
+/* GET /api/v1/dlq and GET /api/v1/runs/{id}/events, a page at a time (lists.c). */
+void serve_list_dlq(serve_req *r);
+void serve_list_inbox(serve_req *r, const char *id);
 /* 0 when every parameter of the query is one of known (NULL-terminated; NULL: none) and none is
  * given twice; else -1 after replying 400 naming it (what: the endpoint, for the message). */
 int serve_query_only(serve_req *r, const char *const *known, const char *what);

@@ -289,10 +289,13 @@ long long mend__sqlite_events_after(mend_store *s, long long after, int limit,
   return rc == SQLITE_DONE ? last : -1;
 }
 
-json_t *mend__sqlite_inbox(mend_store *s, const char *run_id) {
+json_t *mend__sqlite_inbox(mend_store *s, const char *run_id, long long after, long limit) {
   if (mend__view_point(s) != 0) return NULL;
   sqlite3_stmt *q = mend__view_stmt(s, Q_INBOX);
-  return mend__rows_array(s, q, mend__bind_text(q, 1, run_id), "read a run's inbox");
+  int rc = mend__bind_text(q, 1, run_id);
+  if (rc == SQLITE_OK) rc = sqlite3_bind_int64(q, 2, after);
+  if (rc == SQLITE_OK) rc = sqlite3_bind_int64(q, 3, limit > 0 ? limit : -1);
+  return mend__rows_array(s, q, rc, "read a run's inbox");
 }
 
 json_t *mend__sqlite_audit_list(mend_store *s) {

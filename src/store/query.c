@@ -623,9 +623,13 @@ json_t *mend__sqlite_history_page(mend_store *s, const char *id, long after, lon
   return of_a_run(s, id, mend__rows_array(s, q, rc, "read history"));
 }
 
-json_t *mend__sqlite_dlq(mend_store *s) {
+json_t *mend__sqlite_dlq(mend_store *s, double after_at, const char *after_id, long limit) {
   if (mend__view_point(s) != 0) return NULL;
-  return mend__rows_array(s, mend__view_stmt(s, Q_DLQ), SQLITE_OK, "read dlq");
+  sqlite3_stmt *q = mend__view_stmt(s, Q_DLQ);
+  int rc = sqlite3_bind_double(q, 1, after_at);
+  if (rc == SQLITE_OK) rc = mend__bind_text(q, 2, after_id);
+  if (rc == SQLITE_OK) rc = sqlite3_bind_int64(q, 3, limit > 0 ? limit : -1);
+  return mend__rows_array(s, q, rc, "read dlq");
 }
 
 json_t *mend__sqlite_breakers(mend_store *s) {

@@ -98,8 +98,12 @@
   " owner, workflow_version) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)" \
   " " RUN_KEY_TARGET
 
+/* A key the run's inbox has is not inserted at all: an insert ignored for it would still draw
+ * the next seq (AUTOINCREMENT), a gap in the inbox's numbering. OR IGNORE stays the key's
+ * guard. */
 #define SEND_EVENT_SQL \
-  "INSERT OR IGNORE INTO inbox(run_id, name, payload, key, sent) VALUES(?1, ?2, ?3, ?4, ?5)"
+  "INSERT OR IGNORE INTO inbox(run_id, name, payload, key, sent) SELECT ?1, ?2, ?3, ?4, ?5" \
+  " WHERE ?4 IS NULL OR NOT EXISTS (SELECT 1 FROM inbox WHERE run_id = ?1 AND key = ?4)"
 
 const char *const mend__query_sql[Q__COUNT] = {
   [Q_BEGIN] = "BEGIN IMMEDIATE",
@@ -272,7 +276,10 @@ const char *const mend__query_sql[Q__COUNT] = {
     " ORDER BY seq",
   /* An empty history is a run's only when the run is there. */
   [Q_RUN_EXISTS] = "SELECT 1 FROM runs WHERE id = ?1",
-  [Q_DLQ] = "SELECT run_id, reason, step, error, detail, at FROM dlq ORDER BY at, run_id",
+  /* A page: ?2 NULL from the first; a negative LIMIT is no limit in SQLite. */
+  [Q_DLQ] = "SELECT run_id, reason, step, error, detail, at FROM dlq WHERE ?2 IS NULL"
+            " OR coalesce(at, -1) > ?1 OR (coalesce(at, -1) = ?1 AND run_id > ?2)"
+            " ORDER BY coalesce(at, -1), run_id LIMIT ?3",
   [Q_BREAKERS] =
     "SELECT key, state, failures, successes, opened_at, open_until, updated FROM breakers"
     " ORDER BY key",
@@ -310,7 +317,7 @@ const char *const mend__query_sql[Q__COUNT] = {
   [Q_LAST_EVENT] = "SELECT coalesce(max(seq), 0) FROM inbox",
   [Q_INBOX] =
     "SELECT seq, name, payload, key, sent, consumed, step FROM inbox"
-    " WHERE run_id = ?1 ORDER BY seq",
+    " WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
   /* Completion tokens and child runs (schema 11). */
   [Q_PUT_TOKEN] =
     "INSERT INTO tokens(digest, run_id, step, attempt, made) VALUES(?1, ?2, ?3, ?4, ?5)",
@@ -334,7 +341,9 @@ const char *const mend__query_sql[Q__COUNT] = {
    * so that the fence drops it with the child's other writes when the child is lost. */
   [Q_CHILD_END] =
     "INSERT OR IGNORE INTO inbox(run_id, name, payload, key, sent)"
-    " SELECT parent_run, ?2, ?3, ?4, ?5 FROM runs WHERE id = ?1 AND parent_run IS NOT NULL",
+    " SELECT parent_run, ?2, ?3, ?4, ?5 FROM runs WHERE id = ?1 AND parent_run IS NOT NULL"
+    " AND (?4 IS NULL OR NOT EXISTS (SELECT 1 FROM inbox i WHERE i.run_id = runs.parent_run"
+    " AND i.key = ?4))",
   /* A succeeded run is nobody's (Q_UPDATE_RUN): reopened, it is `owner`'s or any worker's. */
   [Q_REOPEN_RUN] =
     "UPDATE runs SET status = 'compensating', reason = ?2, owner = ?3, updated = ?4,"

@@ -329,7 +329,7 @@ json_t *mend__sqlite_run(mend_store *s, const char *id);
 int mend__sqlite_run_image(mend_store *s, const char *id, mend_run_image *img);
 json_t *mend__sqlite_history(mend_store *s, const char *id);
 json_t *mend__sqlite_history_page(mend_store *s, const char *id, long after, long limit, long tail);
-json_t *mend__sqlite_dlq(mend_store *s);
+json_t *mend__sqlite_dlq(mend_store *s, double after_at, const char *after_id, long limit);
 json_t *mend__sqlite_breakers(mend_store *s);
 json_t *mend__sqlite_runs(mend_store *s, const char *status, const char *workflow, int limit);
 json_t *mend__sqlite_runs_where(mend_store *s, const char *status, const char *workflow, double since, int attention_only, int limit);
@@ -368,7 +368,7 @@ int mend__sqlite_consume_event(mend_store *s, const char *run_id, long long seq,
 long long mend__sqlite_last_event(mend_store *s);
 int mend__sqlite_event_sent(mend_store *s, long long seq, double *sent);
 long long mend__sqlite_events_after(mend_store *s, long long after, int limit, void (*fn)(void *ud, const char *run_id), void *ud);
-json_t *mend__sqlite_inbox(mend_store *s, const char *run_id);
+json_t *mend__sqlite_inbox(mend_store *s, const char *run_id, long long after, long limit);
 void mend__sqlite_set_worker(mend_store *s, const char *worker);
 json_t *mend__sqlite_claim(mend_store *s, const char *owner, double lease_seconds, int limit, int how);
 int mend__sqlite_claimable(mend_store *s, const char *owner, int thorough);

@@ -659,7 +659,10 @@ int mend__sqlite_insert_run(mend_store *s, const mend_run_rec *r) {
   }
   if (!r->run_key) return mend__rec_end(s);
   if (later) return mend__rec_end(s) < 0 ? -1 : 2;
-  if (flush_log(s, s->cur) != 0) return -1;
+  /* MEND_STORE_BUSY: another connection's lock kept the batch from beginning, the insert
+   * kept in it (committed once the lock goes) */
+  int flushed = flush_log(s, s->cur);
+  if (flushed != 0) return flushed == MEND_STORE_BUSY ? flushed : -1;
   return sqlite3_changes(s->db) == 0 ? 1 : 0;   /* 1: the run key was taken */
 }
 

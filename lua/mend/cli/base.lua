@@ -114,12 +114,20 @@ function M.each_page(eng, id, after, upto, each)
   if not last then fail("%s", err) end
 end
 
--- Who does an operation, for the history: the user and host of this process.
-function M.who()
+-- Who does an operation, for the history: the user and host of this process, with the name
+-- --who gives in front (`alice via user@host (mend cli)`), as X-Mend-Who is through the HTTP
+-- API, and held to the same rule: 1 to 64 printable ASCII characters (an empty one, as an
+-- unset shell variable gives, would record no one; a control character would forge a line).
+function M.who(o, cmd)
+  local named = o and o.who
+  if named ~= nil and (#named < 1 or #named > 64 or named:find("[^\32-\126]")) then
+    usage_error(cmd, "--who NAME must be 1 to 64 printable ASCII characters, got %q", named)
+  end
   local p = io.popen("id -un 2>/dev/null; hostname 2>/dev/null")
   local user, host = p and p:read("l"), p and p:read("l")
   if p then p:close() end
-  return ("%s@%s (mend cli)"):format(user or os.getenv("USER") or "unknown", host or "?")
+  local me = ("%s@%s (mend cli)"):format(user or os.getenv("USER") or "unknown", host or "?")
+  return named and ("%s via %s"):format(named, me) or me
 end
 
 ---------------------------------------------------------------------------------------------

@@ -9,6 +9,8 @@ local mend = require "mend"
 local M = {}
 
 local DB_HELP = "  --db PATH        the database (default mend.db)\n"
+local WHO_HELP = "  --who NAME       who asked, recorded in front of this user@host (1-64 printable\n" ..
+                 "                   ASCII characters), as X-Mend-Who is through the HTTP API\n"
 local LOG_LEVELS = { debug = true, info = true, warn = true, error = true }
 local LOG_LEVEL_HELP =
   "  --log-level L    the least level logged to stderr: debug, info (default: every\n" ..
@@ -220,46 +222,48 @@ local commands = {
   },
   dlq = {
     args = {},
-    flags = { db = "value", json = "switch" },
-    usage = "mend dlq [--db PATH] [--json]\n" ..
-            "       mend dlq retry RUN [--detach] [--db PATH] [--sandbox ...]\n" ..
-            "       mend dlq resolve RUN --note TEXT [--db PATH]",
+    flags = { db = "value", json = "switch", limit = "value" },
+    usage = "mend dlq [--db PATH] [--json] [--limit N]\n" ..
+            "       mend dlq retry RUN [--detach] [--who NAME] [--db PATH] [--sandbox ...]\n" ..
+            "       mend dlq resolve RUN --note TEXT [--who NAME] [--db PATH]",
     help = "Lists the dead-letter queue: runs a machine could not settle, with the reason,\n" ..
            "the step, the age and the last error.\n\n" .. DB_HELP ..
-           "  --json           print the entries as a JSON array\n\n" ..
+           "  --json           print the entries as a JSON array\n" ..
+           "  --limit N        the N oldest entries only (1 to 10000; a line on stderr says\n" ..
+           "                   when more follow)\n\n" ..
            "'mend dlq retry RUN' and 'mend dlq resolve RUN' repair an entry: see their --help.\n",
     does = { "mend.cli.inspect", "dlq" },
   },
   ["dlq retry"] = {
     args = { "RUN" },
-    flags = with_sandbox_flags { db = "value", detach = "switch" },
-    usage = "mend dlq retry RUN [--detach] [--db PATH] " .. SANDBOX_USAGE,
+    flags = with_sandbox_flags { db = "value", detach = "switch", who = "value" },
+    usage = "mend dlq retry RUN [--detach] [--who NAME] [--db PATH] " .. SANDBOX_USAGE,
     help = "Resumes a run of the dead-letter queue where it stopped, with fresh attempts: the\n" ..
            "compensation that failed, or the step that failed with severity 3. The run then\n" ..
            "executes here to its end (the workflow file it came from is loaded), or, with\n" ..
            "--detach, is left for a worker. Recorded in the run's history with who did it.\n" ..
            "Refused for a run that is not in the queue, and for one compensated after its\n" ..
            "attempts ran out (nothing is left to resume: start a new run).\n\n" .. DB_HELP ..
-           SANDBOX_HELP,
+           WHO_HELP .. SANDBOX_HELP,
     does = { "mend.cli.repair", "dlq_retry" },
   },
   ["dlq resolve"] = {
     args = { "RUN" },
-    flags = { db = "value", note = "value" },
-    usage = "mend dlq resolve RUN --note TEXT [--db PATH]",
+    flags = { db = "value", note = "value", who = "value" },
+    usage = "mend dlq resolve RUN --note TEXT [--who NAME] [--db PATH]",
     help = "Takes a run out of the dead-letter queue because a person settled it by hand; the\n" ..
            "run ends 'resolved' and the note is recorded in its history with who did it.\n\n" ..
-           DB_HELP .. "  --note TEXT      what was done (required)\n",
+           DB_HELP .. "  --note TEXT      what was done (required)\n" .. WHO_HELP,
     does = { "mend.cli.repair", "dlq_resolve" },
   },
   cancel = {
     args = { "RUN" },
-    flags = with_sandbox_flags { db = "value" },
-    usage = "mend cancel RUN [--db PATH] " .. SANDBOX_USAGE,
+    flags = with_sandbox_flags { db = "value", who = "value" },
+    usage = "mend cancel RUN [--who NAME] [--db PATH] " .. SANDBOX_USAGE,
     help = "Cancels a running run: the attempt in flight is abandoned and the steps done are\n" ..
            "compensated in reverse. If a live worker holds the run, it is asked to, and does\n" ..
            "within a second; otherwise the compensation runs here. Refused for a run that has\n" ..
-           "ended.\n\n" .. DB_HELP .. SANDBOX_HELP,
+           "ended.\n\n" .. DB_HELP .. WHO_HELP .. SANDBOX_HELP,
     does = { "mend.cli.repair", "cancel" },
   },
   signal = {

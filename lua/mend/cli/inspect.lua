@@ -27,15 +27,15 @@ function M.status(o, id)
 end
 
 -- A whole number of a page flag, written in digits and within the API's bounds (lo to hi).
-local function page_flag(o, name, lo, hi)
+local function page_flag(o, name, lo, hi, cmd)
   local v = o[name]
   if v == nil then return nil end
   local n = v:match("^%d+$") and math.tointeger(tonumber(v))
   if n and n >= lo and n <= hi then return n end
   if hi == math.maxinteger then
-    usage_error("history", "--%s must be a whole number >= %d (a seq), got %s", name, lo, v)
+    usage_error(cmd or "history", "--%s must be a whole number >= %d (a seq), got %s", name, lo, v)
   end
-  usage_error("history", "--%s must be a whole number from %d to %d, got %s", name, lo, hi, v)
+  usage_error(cmd or "history", "--%s must be a whole number from %d to %d, got %s", name, lo, hi, v)
 end
 
 -- The filter of --step S: its events, and its branches' for a group.
@@ -180,9 +180,14 @@ function M.workflows(o)
   end)
 end
 
+-- --limit N: the N oldest entries (a page of eng:dlq), and a line on stderr when more follow.
 function M.dlq(o)
+  local limit = page_flag(o, "limit", 1, mend.history_page_max, "dlq")
   return with_engine(existing_db(o.db), function(eng)
-    local entries = eng:dlq()
+    local entries = limit and eng:dlq{ limit = limit } or eng:dlq()
+    if limit and #entries == limit and #eng:dlq{ after = entries[limit], limit = 1 } > 0 then
+      base.say("mend: the %d oldest dead letters shown; more follow (--limit N shows more)\n", limit)
+    end
     if o.json then write_list(entries) else print_dlq(entries) end
     return EXIT_OK
   end)

@@ -74,8 +74,9 @@ local function with_run_engine(o, id, fn, optional)
 end
 
 function M.dlq_retry(o, id)
+  local by = who(o, "dlq retry")
   return with_run_engine(o, id, function(eng)
-    operate("dlq retry", eng.dlq_retry, eng, id, { who = who() })
+    operate("dlq retry", eng.dlq_retry, eng, id, { who = by })
     if o.detach then
       out("run %s is back in the queue; a worker will resume it\n", id)
       return EXIT_OK
@@ -92,8 +93,9 @@ function M.dlq_resolve(o, id)
   if not o.note or not o.note:find("%S") then
     usage_error("dlq resolve", "--note TEXT is required: say what was done")
   end
+  local by = who(o, "dlq resolve")
   return with_engine(existing_db(o.db), function(eng)
-    operate("dlq resolve", eng.resolve, eng, id, { note = o.note, who = who() })
+    operate("dlq resolve", eng.resolve, eng, id, { note = o.note, who = by })
     out("run %s resolved\n", id)
     return EXIT_OK
   end)
@@ -160,8 +162,9 @@ function M.upgrade(o, id)
 end
 
 function M.cancel(o, id)
+  local by = who(o, "cancel")
   return with_run_engine(o, id, function(eng)
-    local how, why = operate("cancel", eng.cancel, eng, id, { who = who() })
+    local how, why = operate("cancel", eng.cancel, eng, id, { who = by })
     if how == "requested" then
       local st = run_status(eng, id)
       out("run %s is held by a live worker (%s); it was asked to cancel (within a second)\n", id,

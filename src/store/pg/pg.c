@@ -538,9 +538,10 @@ static json_t *pg_history_page(mend_store *s, const char *id, long after, long l
   if (NO_SUCH_TEXT(p, id)) return no_run(p, id);
   VIEW(p, mend__pg_view_history_page(C_, id, after, limit, tail, E_, &p->not_found));
 }
-static json_t *pg_dlq(mend_store *s) {
+static json_t *pg_dlq(mend_store *s, double after_at, const char *after_id, long limit) {
   mend_pg *p = PG(s);
-  VIEW(p, mend__pg_view_dlq(C_, E_));
+  if (NO_SUCH_TEXT(p, after_id)) return json_array();
+  VIEW(p, mend__pg_view_dlq(C_, after_at, after_id, limit, E_));
 }
 static json_t *pg_breakers(mend_store *s) {
   mend_pg *p = PG(s);
@@ -568,10 +569,10 @@ static json_t *pg_workflows(mend_store *s, const char *workflow) {
   if (NO_SUCH_TEXT(p, workflow)) return json_array();
   VIEW(p, mend__pg_view_workflows(C_, workflow, E_));
 }
-static json_t *pg_inbox(mend_store *s, const char *run_id) {
+static json_t *pg_inbox(mend_store *s, const char *run_id, long long after, long limit) {
   mend_pg *p = PG(s);
   if (NO_SUCH_TEXT(p, run_id)) return json_array();
-  VIEW(p, mend__pg_view_inbox(C_, run_id, E_));
+  VIEW(p, mend__pg_view_inbox(C_, run_id, after, limit, E_));
 }
 /* A transaction of its own: what this store recorded before is committed first. */
 static json_t *pg_prune(mend_store *s, double before, const char *status, int dry_run) {

@@ -123,7 +123,8 @@ const char *const mend__pg_sql[P__COUNT] = {
     "WITH l AS MATERIALIZED (SELECT pg_advisory_xact_lock(x'4d454e49'::int))"
     " INSERT INTO inbox(run_id, name, payload, key, sent) SELECT r.parent_run, $2::text,"
     " $3::text, $4::text, $5::float8 FROM runs r, l WHERE r.id = $1::text"
-    " AND r.parent_run IS NOT NULL ON CONFLICT (run_id, key) DO NOTHING",
+    " AND r.parent_run IS NOT NULL AND ($4::text IS NULL OR NOT EXISTS (SELECT 1 FROM inbox i"
+    " WHERE i.run_id = r.parent_run AND i.key = $4::text)) ON CONFLICT (run_id, key) DO NOTHING",
   [P_SET_UNAVAILABLE] = "UPDATE runs SET unavailable = $2::text WHERE id = $1::text",
   /* The first statement of a fenced transaction (pg_lease.c): renews a lease that has not run
    * out, holding the worker's row until commit, or fails with SQLSTATE MENDL. */
@@ -225,16 +226,22 @@ const char *const mend__pg_sql[P__COUNT] = {
     " step_names = NULL, unavailable = NULL WHERE id = $1::text",
   [P_DROP_STEPS_FROM] = "DELETE FROM steps WHERE run_id = $1::text AND idx >= $2::bigint",
   /* Sent under an advisory lock held until commit (pg_ops.c), so that seqs commit in the order
-   * they are taken: a look for events after seq n never misses an earlier one committed late. */
+   * they are taken: a look for events after seq n never misses an earlier one committed late.
+   * A key the run's inbox has is not inserted at all: ON CONFLICT alone draws the seq first, a
+   * gap in the inbox's numbering; the lock is taken before this statement, whose look then
+   * sees every key committed. (P_RECORD_EVENT takes it inside the statement, after its
+   * snapshot: a key committed in between is still ON CONFLICT's, with its gap.) */
   [P_SEND_EVENT] =
-    "INSERT INTO inbox(run_id, name, payload, key, sent) VALUES($1::text, $2::text, $3::text,"
-    " $4::text, $5::float8) ON CONFLICT (run_id, key) DO NOTHING",
+    "INSERT INTO inbox(run_id, name, payload, key, sent) SELECT $1::text, $2::text, $3::text,"
+    " $4::text, $5::float8 WHERE $4::text IS NULL OR NOT EXISTS (SELECT 1 FROM inbox WHERE"
+    " run_id = $1::text AND key = $4::text) ON CONFLICT (run_id, key) DO NOTHING",
   /* The same, recorded in a batch: the lock taken by the statement itself (the row comes
    * from the lock's), so that it is taken before the row's seq. */
   [P_RECORD_EVENT] =
     "WITH l AS (SELECT pg_advisory_xact_lock(x'4d454e49'::int))"
     " INSERT INTO inbox(run_id, name, payload, key, sent) SELECT $1::text, $2::text, $3::text,"
-    " $4::text, $5::float8 FROM l ON CONFLICT (run_id, key) DO NOTHING",
+    " $4::text, $5::float8 FROM l WHERE $4::text IS NULL OR NOT EXISTS (SELECT 1 FROM inbox"
+    " WHERE run_id = $1::text AND key = $4::text) ON CONFLICT (run_id, key) DO NOTHING",
   [P_NEXT_EVENT] =
     "SELECT seq, payload, key FROM inbox WHERE run_id = $1::text AND name = $2::text"
     " AND consumed IS NULL ORDER BY seq LIMIT 1",

@@ -358,11 +358,19 @@ json_t *mend__pg_view_history_page(PGconn *c, const char *id, long after, long l
   return of_a_run(c, id, rows, err, errlen, not_found);
 }
 
-json_t *mend__pg_view_dlq(PGconn *c, char *err, size_t errlen) {
+/* SQLite's order: a missing `at` first, as -1; ties by run id, bytewise. */
+json_t *mend__pg_view_dlq(PGconn *c, double after_at, const char *after_id, long limit, char *err,
+                          size_t errlen) {
+  char at[40], lim[24];
+  snprintf(at, sizeof at, "%.17g", after_at);
+  snprintf(lim, sizeof lim, "%ld", limit);
+  const char *p[3] = {at, after_id, limit > 0 ? lim : NULL};
   return rows_array(c,
-                    "SELECT run_id, reason, step, error, detail, at FROM dlq"
-                    " ORDER BY at NULLS FIRST, run_id COLLATE \"C\"",
-                    0, NULL, "read dlq", err, errlen);
+                    "SELECT run_id, reason, step, error, detail, at FROM dlq WHERE $2::text IS NULL"
+                    " OR coalesce(at, -1) > $1::float8 OR (coalesce(at, -1) = $1::float8"
+                    " AND run_id COLLATE \"C\" > $2::text)"
+                    " ORDER BY coalesce(at, -1), run_id COLLATE \"C\" LIMIT $3::bigint",
+                    3, p, "read dlq", err, errlen);
 }
 
 json_t *mend__pg_view_breakers(PGconn *c, char *err, size_t errlen) {
@@ -429,12 +437,16 @@ json_t *mend__pg_view_audit_list(PGconn *c, char *err, size_t errlen) {
                     NULL, "read audit", err, errlen);
 }
 
-json_t *mend__pg_view_inbox(PGconn *c, const char *run_id, char *err, size_t errlen) {
-  const char *p[1] = {run_id};
+json_t *mend__pg_view_inbox(PGconn *c, const char *run_id, long long after, long limit,
+                            char *err, size_t errlen) {
+  char aft[24], lim[24];
+  snprintf(aft, sizeof aft, "%lld", after);
+  snprintf(lim, sizeof lim, "%ld", limit);
+  const char *p[3] = {run_id, aft, limit > 0 ? lim : NULL};
   return rows_array(c,
                     "SELECT seq, name, payload, key, sent, consumed, step FROM inbox"
-                    " WHERE run_id = $1 ORDER BY seq",
-                    1, p, "read a run's inbox", err, errlen);
+                    " WHERE run_id = $1 AND seq > $2::bigint ORDER BY seq LIMIT $3::bigint",
+                    3, p, "read a run's inbox", err, errlen);
 }
 
 /* A version is its text: the rows of one version loaded from several paths are one, its

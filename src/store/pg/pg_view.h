@@ -34,7 +34,8 @@ json_t *mend__pg_view_history(PGconn *c, const char *id, char *err, size_t errle
                               int *not_found);
 json_t *mend__pg_view_history_page(PGconn *c, const char *id, long after, long limit, long tail,
                                    char *err, size_t errlen, int *not_found);
-json_t *mend__pg_view_dlq(PGconn *c, char *err, size_t errlen);
+json_t *mend__pg_view_dlq(PGconn *c, double after_at, const char *after_id, long limit, char *err,
+                          size_t errlen);
 json_t *mend__pg_view_breakers(PGconn *c, char *err, size_t errlen);
 json_t *mend__pg_view_runs(PGconn *c, const char *status, const char *workflow, int limit,
                            char *err, size_t errlen);
@@ -43,7 +44,8 @@ json_t *mend__pg_view_runs_where(PGconn *c, const char *status, const char *work
                                  size_t errlen);
 json_t *mend__pg_view_audit_list(PGconn *c, char *err, size_t errlen);
 json_t *mend__pg_view_workflows(PGconn *c, const char *workflow, char *err, size_t errlen);
-json_t *mend__pg_view_inbox(PGconn *c, const char *run_id, char *err, size_t errlen);
+json_t *mend__pg_view_inbox(PGconn *c, const char *run_id, long long after, long limit,
+                            char *err, size_t errlen);
 /* A completion token's row {digest, run_id, step, attempt, made, used, outcome}; NULL with err
  * empty when there is none. */
 json_t *mend__pg_view_token(PGconn *c, const char *digest, char *err, size_t errlen);
