@@ -10,6 +10,12 @@ local q = H.quote
 local it_pg = H.PG and it or pending
 
 local ONE = "return { name = 'one', steps = { { name = 'a', execute = function() return 1 end } } }\n"
+local W2 = [[
+return { name = "w2", steps = {
+  { name = "a", wait_for = "go" },
+  { name = "b", wait_for = "go" },
+  { name = "c", execute = function(ctx) return { a = ctx.results.a, b = ctx.results.b } end },
+} }]]
 local WAIT = "return { name = 'wait', steps = { { name = 'w', wait_for = 'go', timeout = 3600 } } }\n"
 
 local function engine(dir, db)
@@ -95,5 +101,35 @@ describe("a call another's lock holds back", function()
     eng:start("one", {})
     eng:advance(1)
     assert.are.equal(2, count(db, "workflow = 'one'"))
+  end)
+
+  -- `mend signal`, a process of its own, told "deferred": its engine would commit the kept event
+  -- as it closes if the lock went in that instant, after the command said it failed; the
+  -- user's retry then sent it twice. (From the review of tester24; failed before.)
+  it("mend signal that exits 1 under the lock records nothing: a retry sends it once #sqlite", function()
+    local dir = H.tmp_dir()
+    H.write_file(dir, "w2.lua", W2)
+    local db = dir .. "/t.db"
+    local twice = {}
+    -- the lock goes at several moments around the end of the 5 s busy wait
+    for _, hold in ipairs({ 5.1, 5.15, 5.2, 5.3 }) do
+      local rc, id = H.shell(("%s start %s --db %s"):format(H.MEND, q(dir .. "/w2.lua"), q(db)))
+      assert.equal(0, rc, id)
+      id = id:match("%w+")
+      local script = ([[
+( printf 'BEGIN IMMEDIATE;\nCREATE TABLE IF NOT EXISTS zz(x);\n'; sleep %s; printf 'COMMIT;\n' ) | sqlite3 %s &
+sleep 0.05
+%s signal %s go --data '"first"' --db %s >/dev/null 2>&1; echo "first=$?"
+wait
+%s signal %s go --data '"first"' --db %s >/dev/null 2>&1; echo "retry=$?"
+]]):format(hold, q(db), H.MEND, id, q(db), H.MEND, id, q(db))
+      local _, out = H.shell(script)
+      local first = tonumber(out:match("first=(%d+)"))
+      local n = tonumber(H.sql(db, ("SELECT count(*) FROM inbox WHERE run_id = '%s'"):format(id))[1])
+      -- exit 0 then the retry: two sends the user meant (fine); exit 1 then the retry: one
+      if first ~= 0 and n ~= 1 then twice[#twice + 1] = ("lock held %.2f s: exit %d, %d events"):format(hold, first, n) end
+    end
+    assert(#twice == 0, "mend signal exited 1 (\"database is locked\") yet its event was recorded; "
+           .. "the retry sent it again:\n" .. table.concat(twice, "\n"))
   end)
 end)

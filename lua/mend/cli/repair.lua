@@ -203,8 +203,20 @@ function M.signal(o, first, second)
   end
   local data = base.json_flag(o, "data")
   return with_engine(existing_db(o.db), function(eng)
-    local how, run = operate("signal", eng.signal, eng, id, name, data,
-                             { key = o.key, run_key = o["run-key"] })
+    local opts = { key = o.key, run_key = o["run-key"] }
+    local sent, how, run = pcall(eng.signal, eng, id, name, data, opts)
+    local why = not sent and how
+    if not sent and type(why) == "table" and why.code == "deferred" then
+      -- Another process's lock outlasted the wait: the engine keeps the event in the batch that
+      -- waits for it, and would commit it as it closes if the lock went in that instant. A
+      -- command that answers "not sent" must not send it: it ends here, the engine and its
+      -- batch given up unclosed (nothing of the event is on disk; SQLite needs no close).
+      say("mend: %s: not sent, nothing recorded; send it again once the lock goes\n",
+          (tostring(why):gsub("^signal: ", "")))
+      io.stdout:flush()
+      os.exit(EXIT_FAILURE, false)
+    end
+    if not sent then fail("%s", (tostring(why):gsub("^signal: ", ""))) end
     if how == "duplicate" then
       out("run %s has event %s with key %s already: nothing sent\n", run, name, o.key)
     else
