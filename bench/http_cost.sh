@@ -7,6 +7,7 @@
 # of the loop thread and a request of raw's, by who makes them (bench/http_allocs.py).
 # Needs valgrind and nginx; builds http_raw, not the module (run
 # `make bench-build` first). MEND_COST_OWN=1: the same on an engine with a Lua state of its own.
+# MEND_COST_KEEP=DIR: the callgrind profiles copied into DIR, for callgrind_annotate.
 # MEND_COST_LUA_SYMBOLS=1: the mend half under bench/lua_host.c (Debian's static liblua5.4.a,
 # symbols kept) rather than the stripped lua5.4, so that Lua's own functions have their names
 # in the profiles; the totals differ from lua5.4's by a percent or two (another build of Lua).
@@ -95,3 +96,6 @@ echo "allocator calls a run, loop thread, by the caller's object:"
 python3 "$here/bench/http_allocs.py" "$dir/mend.1000-01" "$dir/mend.3000-01" 2000
 echo "allocator calls a request, raw libcurl:"
 python3 "$here/bench/http_allocs.py" "$dir/raw.1000" "$dir/raw.3000" 2000
+if [ -n "${MEND_COST_KEEP:-}" ]; then
+  mkdir -p "$MEND_COST_KEEP" && cp "$dir"/mend.* "$dir"/raw.* "$MEND_COST_KEEP"/
+fi
