@@ -130,6 +130,8 @@ struct mend_store {
   /* The names history rows write as codes (schema 7), read from labels at open. */
   struct label { char name[32]; int code; } labels[LABELS_MAX];
   int nlabels;
+  /* the labels by their first byte: the first's index + 1 (0: none), then each next's */
+  unsigned char label_first[256], label_next[LABELS_MAX];
   int code_step, code_running;   /* -1: not in labels */
   sqlite3_stmt *q[Q__COUNT];
   /* What each parameter of q[Q_HISTORY_GROUP] holds now, so that append_group binds only the
