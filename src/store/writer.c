@@ -81,18 +81,26 @@ void mend__rec_begin(mend_store *s, int q) {
   log->recs[log->nrec++] = (wrec){q, log->nval, 0, s->repairing};
 }
 
-static wval *rec_value(mend_store *s) {
+/* A value's place when the log's array is full (one value in thousands), or NULL. */
+static __attribute__((noinline)) wval *rec_value_grown(mend_store *s) {
   wlog *log = s->cur;
-  if (log->nval < log->capval && !log->oom) {   /* all but a few: rec_value was 5% of the loop */
-    log->recs[log->nrec - 1].n++;
-    return &log->vals[log->nval++];
-  }
   if (log->oom || grow((void **)&log->vals, &log->capval, log->nval + 1, sizeof *log->vals)) {
     log->oom = 1;
     return NULL;
   }
   log->recs[log->nrec - 1].n++;
   return &log->vals[log->nval++];
+}
+
+/* The next value's place in the record begun last, or NULL. Inlined: about ninety values a
+ * W9 run, where the call was a third of what placing one cost. */
+static inline wval *rec_value(mend_store *s) {
+  wlog *log = s->cur;
+  if (__builtin_expect(log->nval < log->capval && !log->oom, 1)) {
+    log->recs[log->nrec - 1].n++;
+    return &log->vals[log->nval++];
+  }
+  return rec_value_grown(s);
 }
 
 void mend__rec_text(mend_store *s, const char *t) {
