@@ -313,7 +313,8 @@ MEND_API int mend_engine_adopt(mend_engine *engine);
  * or a table another session holds; on SQLite the first start of a workflow version, whose
  * version is written first, or a keyed start behind a batch that waits already): start it
  * again once the lock goes. MEND_EDEFERRED (SQLite): the start waited out its busy wait for
- * another process's write lock and is kept in the batch that waits for it; run_id_out holds
+ * another process's write lock, or joined a batch already kept for one, and is kept in that
+ * batch; run_id_out holds
  * its run's id, committed once the lock goes, and the run goes on then: do not start it
  * again (without a run key it would be a second run; with one, sent again once the lock went,
  * it answers that run, *existed 1). A run key makes any start safe to send again.

@@ -177,6 +177,11 @@ static int start_value(mend_engine *E, lua_State *L, const char *workflow, int i
     snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store));
     mend__store_failed(E);   /* the lock's wait, the batch kept */
     ins = 0;
+  } else if (ins == 0 && mend_store_has_write_lock(E->store) && mend_engine_lock_held(E)) {
+    /* Joined a batch already kept for a lock: kept as that batch is, and said so (an engine
+     * freed while the lock lasts gives it up), not MEND_OK as if it would be written. */
+    snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store));
+    kept = 1;
   }
   if (ins < 0) {
     snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store));
