@@ -155,7 +155,11 @@ void mend__sqlite_look_start(mend_store *s, int batch) {
     pthread_mutex_destroy(&t->mu);
     free(t);
     s->look = NULL;
+    return;
   }
+  /* Named here too, not only by the thread as it first runs: a host (or a test) that looks at
+   * its threads right after the tick that started this one finds it by its name. */
+  pthread_setname_np(t->thread, "mend-look");
 }
 
 void mend__sqlite_look_stop(mend_store *s) {
