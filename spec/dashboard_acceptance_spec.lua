@@ -191,6 +191,25 @@ describe("the dashboard, as its docs say, in chromium", function()
     for i, r in ipairs(api.runs) do assert.are.equal(r.id, ids[i], "row " .. i) end   -- newest first, as the API
   end)
 
+  it("lists every dead letter, past the API's first page of 1000", function()
+    local dir, db = workspace()
+    local eng = H.new_engine({ db = db, clock = "virtual" })   -- the schema, made by mend
+    H.close(eng)
+    local values = {}
+    for i = 1, 1005 do
+      values[i] = ("('d%04d', 'compensation_failed', 's', 'e%d', NULL, %d)"):format(i, i, 1000 + i)
+    end
+    H.sql(db, "INSERT INTO dlq(run_id, reason, step, error, detail, at) VALUES " .. table.concat(values, ", "))
+    local base, session = B.serve_and_browse(dir, db)
+    session.go(base .. "/#/dlq")
+    local n = session.wait("the dead letters", "var n = document.querySelectorAll('tr[data-run]').length; return n > 0 && n;", 15)
+    os.execute("sleep 1")
+    n = session.js("return document.querySelectorAll('tr[data-run]').length")
+    assert.are.equal(1005, n)
+    -- the newest, oldest first: the last rows, which the first page leaves out
+    assert.is_true(session.js("return document.querySelector('tr[data-run=\"d1005\"]') !== null"))
+  end)
+
   it("says so when the server has stopped or answers 503", function()
     local dir, db = workspace()
     local eng = H.new_engine({ db = db, clock = "virtual" })
