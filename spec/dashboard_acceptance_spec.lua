@@ -210,6 +210,39 @@ describe("the dashboard, as its docs say, in chromium", function()
     assert.is_true(session.js("return document.querySelector('tr[data-run=\"d1005\"]') !== null"))
   end)
 
+  it("keeps the page a person went to when a refresh of the page they left answers late", function()
+    local dir, db = workspace()
+    local eng = H.new_engine({ db = db, clock = "real" })
+    eng:load(dir .. "/ok.lua")
+    local id = eng:start("ok", {}, { detached = true })   -- running: no worker takes it
+    H.close(eng)
+    local base, session = B.serve_and_browse(dir, db)
+    session.go(base .. "/#/run/" .. id)
+    session.wait("the run's page", "var b = document.querySelector('h2 .badge'); return b && b.textContent === 'running'", 15)
+    -- A slow answer for the run (3 s): the page's next refresh (every 2 s) is still waiting for
+    -- it when the person opens the dead letters.
+    session.js([[var real = window.fetch; window.fetch = function (url, opts) {
+      var p = real(url, opts);
+      if (String(url).indexOf('/runs/') < 0) return p;
+      return new Promise(function (ok) { setTimeout(function () { ok(p); }, 3000); }); };]])
+    os.execute("sleep 2.5")
+    session.js("location.hash = '#/dlq'")
+    session.wait("the dead letters' page", "var h = document.querySelector('#view h2'); return h && h.textContent === 'Dead letters';", 10)
+    os.execute("sleep 4")
+    assert.are.equal("Dead letters", session.js("return document.querySelector('#view h2').textContent"))
+  end)
+
+  it("says what is wrong with a run link it cannot read", function()
+    local dir, db = workspace()
+    local base, session = B.serve_and_browse(dir, db)
+    session.go(base .. "/#/run/nosuchrun")
+    local err = session.wait("the unknown run's error", "var e = document.querySelector('#view .err'); return e && e.textContent;", 15)
+    assert.matches("nosuchrun", err)
+    session.js("location.hash = '#/run/%E0%A4%A'")   -- a percent-encoding cut short
+    err = session.wait("the bad link's error", "var e = document.querySelector('#view .err'); return e && e.textContent;", 10)
+    assert.is_nil(err:find("nosuchrun", 1, true), "the page still shows the run before: " .. err)
+  end)
+
   it("says so when the server has stopped or answers 503", function()
     local dir, db = workspace()
     local eng = H.new_engine({ db = db, clock = "virtual" })
