@@ -16,6 +16,8 @@ local server = require("spec.support.http_server").new()
 
 local q, json = H.quote, mend.json
 local it_pg = H.PG and it or pending
+-- kill cycles (MEND_HTTP_KILL_CYCLES for a longer soak)
+local CYCLES = tonumber(os.getenv("MEND_HTTP_KILL_CYCLES") or "10")
 
 local WORKFLOW = [[
 local mend = require "mend"
@@ -103,11 +105,11 @@ describe("workers on PostgreSQL killed in the middle of HTTP steps", function()
     local live = {}
     for i = 1, 3 do live[i] = start_worker() end
 
-    -- Ten times: runs submitted, then the worker whose request the server holds is killed
+    -- CYCLES times: runs submitted, then the worker whose request the server holds is killed
     -- while it waits for the answer (a step's, or a compensation's every other time), and a
     -- new one takes its place.
     local killed, seen_lines = {}, 0
-    for c = 1, 10 do
+    for c = 1, CYCLES do
       local phase = c % 2 == 1 and "do" or "undo"
       submit(6)
       local victim
@@ -139,7 +141,7 @@ describe("workers on PostgreSQL killed in the middle of HTTP steps", function()
         if st == "running" or st == "compensating" then return false end
       end
       return true
-    end, 45)
+    end, 45 + CYCLES)
     local settled = H.wall() - t0
     local requests = server.seen()
     -- Nothing more is sent once every run has ended (the workers still poll).
