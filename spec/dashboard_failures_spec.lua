@@ -6,6 +6,7 @@
 -- page (its fetch wrapped), with seconds of margin around the 2 s refresh it races.
 local H = require "spec.helper"
 local B = require "spec.support.browser"
+local P = require "spec.support.pg_hold"
 
 local http_json = B.http_json
 
@@ -24,7 +25,8 @@ end
 local function run_of(base, id) return http_json("GET", base .. "/api/v1/runs/" .. id) end
 
 describe("the dashboard when the server is slow, gone or refuses, in chromium", function()
-  after_each(function() B.stop_all() H.cleanup() end)
+  after_each(function() P.release() B.stop_all() H.cleanup() end)
+  local it_pg = H.PG and it or pending
 
   it("keeps the page a person went to when a refresh of the page they left answers late", function()
     local dir, db = workspace()
@@ -120,5 +122,29 @@ describe("the dashboard when the server is slow, gone or refuses, in chromium", 
     session.js("location.hash = '#/run/" .. id .. "'")
     err = session.wait("the run's failure", "var e = document.querySelector('#view .panel.err'); return e && e.textContent;", 10)
     assert.is_true(#err > 0)
+  end)
+
+  it_pg("shows a Retry answered 503 while another session holds the run's row, and retries once it is gone", function()
+    local dir, db = workspace()
+    local eng = H.new_engine({ db = db, clock = "virtual" })
+    eng:load(dir .. "/dead.lua")
+    local id = eng:start("dead", {})
+    eng:run()
+    H.close(eng)
+    local base, session = B.serve_and_browse(dir, db)
+    local toast = "var t = document.querySelector('#toast'); return t.style.display === 'block' && [t.className, t.textContent];"
+    local button = "document.querySelector('tr[data-run=\"" .. id .. "\"] button.retry')"
+    session.go(base .. "/#/dlq")
+    session.wait("the dead letter", "return " .. button .. " !== null", 15)
+    P.hold(dir, db, ("SELECT id FROM runs WHERE id = '%s' FOR UPDATE"):format(id))
+    session.js(button .. ".click()")
+    local shown = session.wait("the refusal", toast, 15)
+    assert.are.equal("bad", shown[1])
+    assert.matches(id, shown[2])
+    assert.are.equal("needs_attention", run_of(base, id).status)
+    P.release()
+    session.js("document.querySelector('#toast').style.display = 'none';" .. button .. ".click()")
+    shown = session.wait("the retry", toast, 15)
+    assert.are.same({ "", "run " .. id .. " retried" }, shown)
   end)
 end)
