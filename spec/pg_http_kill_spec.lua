@@ -40,16 +40,16 @@ return { name = "kill_http", retry = { max_attempts = 50, initial = 0.05, max_de
 ]]
 local STEP_INDEX = { reserve = 1, charge = 2, ship = 3 }
 local JSON = { ["Content-Type"] = "application/json" }
--- "/charge", "/decline", "/release" and "/broken" hold each request 2 s: the window in which
+-- "/charge", "/decline", "/release" and "/broken" hold each request 3 s: the window in which
 -- its worker is killed.
 local SCRIPT = {
   ["/reserve"] = { { status = 200, body = "{}", headers = JSON, delay = 0.05 } },
-  ["/charge"] = { { status = 200, body = "{}", headers = JSON, delay = 2 } },
-  ["/decline"] = { { status = 402, body = "card declined", delay = 2 } },
+  ["/charge"] = { { status = 200, body = "{}", headers = JSON, delay = 3 } },
+  ["/decline"] = { { status = 402, body = "card declined", delay = 3 } },
   ["/ship"] = { { status = 503, body = "down" }, { status = 503, body = "down" },
                 { status = 200, body = "{}", headers = JSON, delay = 0.05 } },
-  ["/release"] = { { status = 200, body = "{}", headers = JSON, delay = 2 } },
-  ["/broken"] = { { status = 400, body = "no such reservation", delay = 2 } },
+  ["/release"] = { { status = 200, body = "{}", headers = JSON, delay = 3 } },
+  ["/broken"] = { { status = 400, body = "no such reservation", delay = 3 } },
 }
 -- A run's input by n: succeeds, is compensated (a declined card), or goes to the dead-letter
 -- queue (declined, and its release refused).
