@@ -210,4 +210,20 @@ describe("the dashboard, as its docs say, in chromium", function()
     -- the newest, oldest first: the last rows, which the first page leaves out
     assert.is_true(session.js("return document.querySelector('tr[data-run=\"d1005\"]') !== null"))
   end)
+
+  it("draws the lane of a step named __proto__ as any other", function()
+    local dir, db = workspace()
+    H.write_file(dir, "proto.lua", [[
+return { name = "proto", steps = { { name = "first", execute = function() return 1 end },
+  { name = "__proto__", wait_for = "go" } } }]])
+    local base, session = B.serve_and_browse(dir, db)
+    B.spawn(H.MEND .. " worker --db " .. q(db) .. " --workflows " .. q(dir) .. " --poll 0.05 2>>" .. q(dir .. "/worker.err"))
+    local id = start(base, "proto")
+    H.wait_for("the wait", function() return run_of(base, id).steps[2].status == "waiting" end, 20)
+    session.go(base .. "/#/run/" .. id)
+    local bars = session.wait("the timeline", [[
+      var bars = document.querySelectorAll('#timeline rect.bar');
+      return bars.length > 0 && Array.from(bars).map(function (b) { return b.dataset.step + '/' + b.getAttribute('class') + '/' + b.dataset.outcome; });]], 15)
+    assert.are.same({ "first/bar bar-running/succeeded", "__proto__/bar bar-waiting/open" }, bars)
+  end)
 end)
