@@ -1,0 +1,150 @@
+-- The dashboard when things go wrong, from docs/http-api.md ("The dashboard") alone: headless
+-- chromium (spec/support/browser.lua) on a real `mend serve`. A server that stopped, or a 503
+-- (from a proxy in front of it), must be said on the page; an answer that comes late (a slow
+-- server) must never draw over the page the person went to meanwhile, nor take the runs'
+-- second page away; a run link the page cannot read must be said so. Slowness is made in the
+-- page (its fetch wrapped), with seconds of margin around the 2 s refresh it races.
+local H = require "spec.helper"
+local B = require "spec.support.browser"
+local P = require "spec.support.pg_hold"
+
+local http_json = B.http_json
+
+local function workspace()
+  local dir = H.tmp_dir()
+  H.write_file(dir, "ok.lua", [[return { name = "ok", steps = { { name = "one", execute = function() return 1 end } } }]])
+  H.write_file(dir, "dead.lua", [[
+local mend = require "mend"
+return { name = "dead", compensate_retry = { max_attempts = 1 }, steps = {
+  { name = "refund", execute = function() return 1 end,
+    compensate = function() error(mend.retryable("refund service down")) end },
+  { name = "charge", execute = function() error(mend.fatal("card declined")) end } } }]])
+  return dir, H.new_db(dir, "dash.db")
+end
+
+local function run_of(base, id) return http_json("GET", base .. "/api/v1/runs/" .. id) end
+
+describe("the dashboard when the server is slow, gone or refuses, in chromium", function()
+  after_each(function() P.release() B.stop_all() H.cleanup() end)
+  local it_pg = H.PG and it or pending
+
+  it("keeps the page a person went to when a refresh of the page they left answers late", function()
+    local dir, db = workspace()
+    local eng = H.new_engine({ db = db, clock = "real" })
+    eng:load(dir .. "/ok.lua")
+    local id = eng:start("ok", {}, { detached = true })   -- running: no worker takes it
+    H.close(eng)
+    local base, session = B.serve_and_browse(dir, db)
+    session.go(base .. "/#/run/" .. id)
+    session.wait("the run's page", "var b = document.querySelector('h2 .badge'); return b && b.textContent === 'running'", 15)
+    -- A slow answer for the run (3 s): the page's next refresh (every 2 s) is still waiting for
+    -- it when the person opens the dead letters.
+    session.js([[var real = window.fetch; window.fetch = function (url, opts) {
+      var p = real(url, opts);
+      if (String(url).indexOf('/runs/') < 0) return p;
+      return new Promise(function (ok) { setTimeout(function () { ok(p); }, 3000); }); };]])
+    os.execute("sleep 2.5")
+    session.js("location.hash = '#/dlq'")
+    session.wait("the dead letters' page", "var h = document.querySelector('#view h2'); return h && h.textContent === 'Dead letters';", 10)
+    os.execute("sleep 4")
+    assert.are.equal("Dead letters", session.js("return document.querySelector('#view h2').textContent"))
+  end)
+
+  it("keeps the runs' second page when a refresh started before the click answers after it", function()
+    local dir, db = workspace()
+    local eng = H.new_engine({ db = db, clock = "real" })
+    eng:load(dir .. "/ok.lua")
+    for i = 1, 60 do eng:start("ok", { n = i }, { detached = true }) end
+    H.close(eng)
+    local base, session = B.serve_and_browse(dir, db)
+    session.go(base .. "/#/runs")
+    session.wait("the first page", "return document.querySelectorAll('#runs-body tr[data-run]').length === 50", 15)
+    -- The first page answers slowly (1.5 s) from now on: the live refresh (every 2 s) is
+    -- waiting for it when "more" is clicked, and its answer comes after the second page's.
+    session.js([[var real = window.fetch; window.__refreshes = 0; window.fetch = function (url, opts) {
+      var p = real(url, opts);
+      if (String(url).indexOf('/runs?') < 0 || String(url).indexOf('cursor=') >= 0) return p;
+      window.__refreshes++;
+      return new Promise(function (ok) { setTimeout(function () { ok(p); }, 1500); }); };]])
+    session.wait("a refresh under way", "return window.__refreshes > 0", 10)
+    os.execute("sleep 0.2")
+    session.js("document.querySelector('#more').click()")
+    session.wait("the second page", "return document.querySelectorAll('#runs-body tr[data-run]').length === 60", 10)
+    os.execute("sleep 2.5")
+    assert.are.equal(60, session.js("return document.querySelectorAll('#runs-body tr[data-run]').length"))
+  end)
+
+  it("says what is wrong with a run link it cannot read", function()
+    local dir, db = workspace()
+    local base, session = B.serve_and_browse(dir, db)
+    session.go(base .. "/#/run/nosuchrun")
+    local err = session.wait("the unknown run's error", "var e = document.querySelector('#view .err'); return e && e.textContent;", 15)
+    assert.matches("nosuchrun", err)
+    session.js("location.hash = '#/run/%E0%A4%A'")   -- a percent-encoding cut short
+    err = session.wait("the bad link's error", "var e = document.querySelector('#view .err'); return e && e.textContent;", 10)
+    assert.is_nil(err:find("nosuchrun", 1, true), "the page still shows the run before: " .. err)
+  end)
+
+  it("says so when the server has stopped or answers 503", function()
+    local dir, db = workspace()
+    local eng = H.new_engine({ db = db, clock = "virtual" })
+    eng:load(dir .. "/dead.lua")
+    local id = eng:start("dead", {})
+    eng:run()
+    H.close(eng)
+    local base, pid = B.serve(dir, db)
+    local session = B.browse(dir)
+    local toast = "var t = document.querySelector('#toast'); return t.style.display === 'block' && [t.className, t.textContent];"
+
+    -- A 503 as a proxy in front of mend would give it (no JSON): the click's answer is said.
+    session.go(base .. "/#/dlq")
+    session.wait("the dead letter", "return document.querySelector('tr[data-run=\"" .. id .. "\"] button.retry') !== null", 15)
+    session.js([[var real = window.fetch; window.fetch = function (url, opts) {
+      if (opts && opts.method === 'POST') return Promise.resolve(new Response('upstream down', { status: 503, statusText: 'Service Unavailable' }));
+      return real(url, opts); };
+      document.querySelector('button.retry').click();]])
+    local shown = session.wait("the 503", toast, 10)
+    assert.are.equal("bad", shown[1])
+    assert.matches("503", shown[2])
+    assert.are.equal("needs_attention", run_of(base, id).status)
+
+    -- The server stopped: the runs' live refresh says it cannot reach it, and a page opened
+    -- then says why it is empty.
+    session.go(base .. "/#/runs")
+    session.wait("the runs", "return document.querySelector('#runs-body tr[data-run]') !== null", 15)
+    B.stop(pid)
+    H.wait_for("the server gone", function() return http_json("GET", base .. "/api/v1/runs") == nil end, 10)
+    shown = session.wait("the refresh's failure", toast, 10)
+    assert.are.equal("bad", shown[1])
+    session.js("location.hash = '#/dlq'")
+    local err = session.wait("the dead letters' failure", "var e = document.querySelector('#view .err'); return e && e.textContent;", 10)
+    assert.is_true(#err > 0)
+    session.js("location.hash = '#/run/" .. id .. "'")
+    err = session.wait("the run's failure", "var e = document.querySelector('#view .panel.err'); return e && e.textContent;", 10)
+    assert.is_true(#err > 0)
+  end)
+
+  it_pg("shows a Retry answered 503 while another session holds the run's row, and retries once it is gone", function()
+    local dir, db = workspace()
+    local eng = H.new_engine({ db = db, clock = "virtual" })
+    eng:load(dir .. "/dead.lua")
+    local id = eng:start("dead", {})
+    eng:run()
+    H.close(eng)
+    local base, session = B.serve_and_browse(dir, db)
+    local toast = "var t = document.querySelector('#toast'); return t.style.display === 'block' && [t.className, t.textContent];"
+    local button = "document.querySelector('tr[data-run=\"" .. id .. "\"] button.retry')"
+    session.go(base .. "/#/dlq")
+    session.wait("the dead letter", "return " .. button .. " !== null", 15)
+    P.hold(dir, db, ("SELECT id FROM runs WHERE id = '%s' FOR UPDATE"):format(id))
+    session.js(button .. ".click()")
+    local shown = session.wait("the refusal", toast, 15)
+    assert.are.equal("bad", shown[1])
+    assert.matches(id, shown[2])
+    assert.are.equal("needs_attention", run_of(base, id).status)
+    P.release()
+    session.js("document.querySelector('#toast').style.display = 'none';" .. button .. ".click()")
+    shown = session.wait("the retry", toast, 15)
+    assert.are.same({ "", "run " .. id .. " retried" }, shown)
+  end)
+end)

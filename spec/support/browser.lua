@@ -1,0 +1,136 @@
+-- A headless chromium driven through chromedriver's WebDriver protocol (spoken with curl), and
+-- the `mend serve` it browses, for the specs of the dashboard that look at it as a user does.
+-- It owns the processes it starts (the server, the driver, the workers a spec asks for) and
+-- stops them in stop_all(), by their ids only. It must never decide what a spec asserts: it
+-- opens pages, runs scripts in them and answers what they return.
+--
+--   local B = require "spec.support.browser"
+--   local base, session = B.serve_and_browse(dir, db)
+--   session.go(base .. "/#/runs"); session.wait("rows", "return ...", 15)
+--   after_each: B.stop_all()
+local H = require "spec.helper"
+local mend = require "mend"
+
+local M = {}
+local q, sh, json = H.quote, H.shell, mend.json
+
+M.CHROMIUM, M.CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+
+-- A request with curl: the decoded JSON answer (nil when it is not JSON) and the raw text.
+function M.http_json(method, url, body, headers)
+  local out = os.tmpname()
+  local cmd = "curl -s -m 60 -o " .. q(out) .. " -X " .. method .. " -H 'Content-Type: application/json'"
+  for _, h in ipairs(headers or {}) do cmd = cmd .. " -H " .. q(h) end
+  if body then cmd = cmd .. " --data-binary " .. q(type(body) == "string" and body or json.encode(body)) end
+  local rc = sh(cmd .. " " .. q(url))
+  local text = H.read(out)
+  os.remove(out)
+  if rc ~= 0 then return nil, "curl exit " .. tostring(rc) end
+  local ok, v = pcall(json.decode, text)
+  return ok and v or nil, text
+end
+local http_json = M.http_json
+
+-- A WebDriver session on chromedriver at `port`.
+local function webdriver(port, profile)
+  local base = "http://127.0.0.1:" .. port
+  local caps = { capabilities = { alwaysMatch = { browserName = "chrome", ["goog:chromeOptions"] = {
+    binary = M.CHROMIUM,
+    args = { "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             "--disable-dev-shm-usage", "--user-data-dir=" .. profile, "--window-size=1400,1000" } } } } }
+  local created, raw = http_json("POST", base .. "/session", caps)
+  local sid = created and created.value and created.value.sessionId
+  assert(sid, "chromedriver made no session: " .. tostring(raw))
+  local s = { base = base .. "/session/" .. sid }
+  function s.call(method, path, body)
+    local v, text = http_json(method, s.base .. path, body)
+    assert(v, "webdriver " .. path .. ": " .. tostring(text))
+    assert(not (type(v.value) == "table" and v.value.error), "webdriver " .. path .. ": " .. tostring(text))
+    return v.value
+  end
+  function s.go(url) s.call("POST", "/url", { url = url }) end
+  -- (an empty Lua table would be encoded as an object: WebDriver wants a list)
+  function s.js(script) return s.call("POST", "/execute/sync", '{"script":' .. json.encode(script) .. ',"args":[]}') end
+  function s.close() http_json("DELETE", s.base) end
+  -- Polls a script until it returns a true value, for at most `seconds`.
+  function s.wait(what, script, seconds)
+    local v
+    H.wait_for(what, function() v = s.js(script); return v ~= nil and v ~= false and v ~= json.null end, seconds)
+    return v
+  end
+  return s
+end
+
+local procs, sessions = {}, {}
+
+-- Starts `cmd` in the background; its process id (kept, for stop_all).
+function M.spawn(cmd)
+  local p = assert(io.popen(cmd .. " & echo $!"))
+  local pid = p:read("l")
+  p:close()
+  procs[#procs + 1] = pid
+  return pid
+end
+
+-- `mend serve` on db (the workflows of dir, flags `extra`): its base URL and process id.
+function M.serve(dir, db, extra)
+  local out = dir .. "/serve-" .. (#procs + 1) .. ".out"
+  local pid = M.spawn(H.MEND .. " serve --db " .. q(db) .. " --workflows " .. q(dir) ..
+                      " --listen 127.0.0.1:0 " .. (extra or "") .. " >" .. q(out) .. " 2>>" .. q(dir .. "/serve.err"))
+  local base
+  H.wait_for("the server", function()
+    base = H.read(out):match("serving (http://[%d%.]+:%d+)/api/v1")
+    return base ~= nil
+  end, 10)
+  return base, pid
+end
+
+-- chromedriver on a port nobody answers on, and a WebDriver session on it.
+function M.browse(dir)
+  -- Two suites may run side by side (ctest -j2): a driver that found its port taken exits
+  -- while the other's answers, so the driver must still be ours once one answers.
+  local port
+  local function ready()
+    local st = http_json("GET", "http://127.0.0.1:" .. port .. "/status")
+    return st and st.value and st.value.ready
+  end
+  for _ = 1, 5 do
+    port = 20000 + math.random(0, 20000)
+    if not ready() then
+      local pid = M.spawn(M.CHROMEDRIVER .. " --port=" .. port .. " >" .. q(dir .. "/driver.log") .. " 2>&1")
+      local ok = pcall(H.wait_for, "chromedriver", ready, 10)
+      if ok and os.execute("kill -0 " .. pid .. " 2>/dev/null") then break end
+    end
+    port = nil
+  end
+  assert(port, "chromedriver did not start: " .. H.read(dir .. "/driver.log"))
+  local s = webdriver(port, dir .. "/profile")
+  sessions[#sessions + 1] = s
+  return s
+end
+
+function M.serve_and_browse(dir, db, extra)
+  local base = M.serve(dir, db, extra)
+  return base, M.browse(dir)
+end
+
+-- Stops one process this module started.
+function M.stop(pid)
+  os.execute("kill -TERM " .. pid .. " 2>/dev/null")
+  for i = 1, #procs do
+    if procs[i] == pid then table.remove(procs, i) break end
+  end
+end
+
+-- Ends every session and stops every process started here, newest first.
+function M.stop_all()
+  for i = #sessions, 1, -1 do pcall(sessions[i].close) sessions[i] = nil end
+  for i = #procs, 1, -1 do
+    os.execute("kill -TERM " .. procs[i] .. " 2>/dev/null")
+    procs[i] = nil
+  end
+  os.execute("sleep 0.3")
+end
+
+return M
