@@ -25,10 +25,10 @@
  * netlink RTM_GETROUTE for it (what `ip route get` asks) answers the route of type RTN_LOCAL
  * for every address this host delivers to itself: its interfaces' addresses, one taken a
  * moment ago, and those of a local route (AnyIP: `ip route add local 198.51.100.0/24 dev lo`),
- * which no list of interface addresses holds. On a socket kept open it costs 8-10 us a
- * connection (a fresh socket each time 15-26, getifaddrs 45-100 a read: bench/route_local.c on
- * this 2-core VM under load, bench/README.md), less than a connection's own handshake: no list
- * is kept, and there is no window in which an address is new.
+ * which no list of interface addresses holds. On a socket kept open it costs 8-17 us a new
+ * connection (a socket of its own each time 33-37, getifaddrs 73-119 a read: bench/route_local.c
+ * on this 2-core VM under load, bench/README.md), beside the connection's own handshake: no
+ * list is kept, and there is no window in which an address is new.
  * A query that fails (no descriptor or memory left) leaves the address unknown: the connection
  * is refused, retryable, saying why.
  * Must never: resolve a name itself (the target's or a proxy's); refuse an address the
