@@ -167,7 +167,7 @@ typedef struct mend_options {
                                  "*.example.com" is any name under example.com. NULL: any host,
                                  except in a sandbox, where NULL allows none. With a list (or
                                  a sandbox) a loopback, unspecified or link-local address, or
-                                 one of this machine's interface addresses, is
+                                 one the kernel delivers to this machine, is
                                  connected to only if the list names it or "localhost"
                                  (docs/lua-api.md). Copied by mend_engine_new */
   double park_after;          /* seconds of the engine's clock a run waiting for an event, a

@@ -50,6 +50,46 @@ local function call_in(env, url, allow)
   return out
 end
 
+-- A shim of getaddrinfo and socket (LD_PRELOAD), so that no DNS of the test's own is needed
+-- and the kernel's route query can fail: "api.own.test" is OWN_ADDR, "198-51-100-7.own.test"
+-- is 198.51.100.7; ROUTE_FAIL refuses every netlink socket (no descriptor left), and
+-- ROUTE_FAIL_FIRST=N the first N.
+local OWN_SHIM = [[
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <netdb.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+typedef int (*gai)(const char *, const char *, const struct addrinfo *, struct addrinfo **);
+typedef int (*sk)(int, int, int);
+static int opened;
+int getaddrinfo(const char *n, const char *s, const struct addrinfo *h, struct addrinfo **r) {
+  gai real = (gai)dlsym(RTLD_NEXT, "getaddrinfo");
+  char buf[64];
+  const char *end = n ? strstr(n, ".own.test") : NULL;
+  if (end && end - n == 3 && strncmp(n, "api", 3) == 0) {
+    n = getenv("OWN_ADDR");
+  } else if (end && (size_t)(end - n) < sizeof buf) {
+    size_t k = 0;
+    for (; n + k < end; k++) buf[k] = n[k] == '-' ? '.' : n[k];
+    buf[k] = 0;
+    n = buf;
+  }
+  return real(n, s, h, r);
+}
+int socket(int d, int t, int p) {
+  sk real = (sk)dlsym(RTLD_NEXT, "socket");
+  if (d == AF_NETLINK) {
+    const char *first = getenv("ROUTE_FAIL_FIRST");
+    opened++;
+    if (getenv("ROUTE_FAIL") || (first && opened <= atoi(first))) { errno = EMFILE; return -1; }
+  }
+  return real(d, t, p);
+}
+]]
+
 local function refused(st, host, address)
   assert.are.equal("failed", st.status)
   local e = st.steps[1].error
@@ -231,8 +271,8 @@ end)
 -- This machine's own interface addresses (eth0's 10.x or fd00::2, not loopback): a listener of
 -- the host's bound to :: or 0.0.0.0 answers on them as on loopback. An allowed name that
 -- resolves to one (a getaddrinfo shim here: no DNS of the test's own), or a proxy there, is
--- refused as loopback is, unless the list names that address or localhost. getifaddrs is read
--- once in a while, never at each connection: the shim counts its calls.
+-- refused as loopback is, unless the list names that address or localhost. The kernel is asked
+-- at each connection (a netlink route query): one that fails refuses the connection, retryable.
 describe("mend.http's connections under http_allow, this machine's own addresses", function()
   after_each(H.cleanup)
 
@@ -271,36 +311,7 @@ while True:
     open(sys.argv[1], "a").write("accepted\n")
     threading.Thread(target=serve, args=(c,), daemon=True).start()
 ]])
-    local shim = H.write_file(dir, "ownaddr.c", [[
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <errno.h>
-#include <ifaddrs.h>
-#include <netdb.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-typedef int (*gai)(const char *, const char *, const struct addrinfo *, struct addrinfo **);
-typedef int (*gia)(struct ifaddrs **);
-static int reads;
-int getaddrinfo(const char *n, const char *s, const struct addrinfo *h, struct addrinfo **r) {
-  gai real = (gai)dlsym(RTLD_NEXT, "getaddrinfo");
-  if (n && strstr(n, ".own.test")) n = getenv("OWN_ADDR");
-  return real(n, s, h, r);
-}
-int getifaddrs(struct ifaddrs **out) {
-  gia real = (gia)dlsym(RTLD_NEXT, "getifaddrs");
-  reads++;
-  const char *first = getenv("OWN_FAIL_FIRST");   /* the first N reads fail */
-  if (getenv("OWN_FAIL") || (first && reads <= atoi(first))) { errno = EMFILE; return -1; }
-  return real(out);
-}
-__attribute__((destructor)) static void said(void) {
-  const char *to = getenv("OWN_READS");
-  FILE *f = to ? fopen(to, "w") : NULL;
-  if (f) { fprintf(f, "%d", reads); fclose(f); }
-}
-]])
+    local shim = H.write_file(dir, "ownaddr.c", OWN_SHIM)
     local so = dir .. "/ownaddr.so"
     if H.shell(("cc -shared -fPIC -o %s %s -ldl"):format(so, shim)) ~= 0 then
       pending("no C compiler")
@@ -346,20 +357,21 @@ __attribute__((destructor)) static void said(void) {
                                   true), a .. ": " .. out)
         assert.are.equal(before, accepted(), a .. " was reached through the proxy: " .. out)
       end
-      -- the machine's addresses unknown (getifaddrs failed): not connected, retryable, but
-      -- where the list names localhost
-      local env = quiet .. ("LD_PRELOAD=%s OWN_ADDR=%s OWN_FAIL=1"):format(so, addrs[1])
+      -- the kernel not asked (no netlink socket: no descriptor left): not connected,
+      -- retryable, but where the list names localhost
+      local env = quiet .. ("LD_PRELOAD=%s OWN_ADDR=%s ROUTE_FAIL=1"):format(so, addrs[1])
       local url = "http://api.own.test:" .. port .. "/a"
       local before = accepted()
       local out = call_in(env, url, { "*.own.test" })
-      assert.is_truthy(out:find("own addresses could not be read (getifaddrs: Too many open files)",
-                                1, true), out)
+      assert.is_truthy(out:find("could not be asked whether it is one of this machine's own "
+                                .. "addresses (netlink route query: Too many open files)", 1, true), out)
+      assert.is_truthy(out:find("retryable", 1, true), out)
       assert.are.equal(before, accepted(), out)
       assert.are.equal("succeeded nil", call_in(env, url, { "*.own.test", "localhost" }))
-      -- a failed read names its own errno, not that of a read made after it (which succeeded)
-      -- before the refused request's answer was written: the engine's first read and the
-      -- first connection's fail, the next connections' succeed
-      env = quiet .. ("LD_PRELOAD=%s OWN_ADDR=%s OWN_FAIL_FIRST=2"):format(so, addrs[1])
+      -- a failed query names its own errno, not that of a query made after it (which
+      -- succeeded) before the refused request's answer was written: the first connection's
+      -- socket is refused, the next connections' queries are answered
+      env = quiet .. ("LD_PRELOAD=%s OWN_ADDR=%s ROUTE_FAIL_FIRST=1"):format(so, addrs[1])
       local ten = ([[
         local mend = require "mend"
         local eng = mend.engine { db = %q, sandbox = true, http_allow = { "*.own.test" } }
@@ -372,29 +384,105 @@ __attribute__((destructor)) static void said(void) {
       ]]):format(dir .. "/t.db", H.write_file(dir, "caller10.lua", CALLER), url)
       H.write_file(dir, "ten.lua", ten)
       local _, told = H.shell(env .. " lua " .. dir .. "/ten.lua 2>&1")
-      assert.is_truthy(told:find("(getifaddrs: Too many open files)", 1, true), told)
-      assert.is_falsy(told:find("getifaddrs: Success", 1, true), told)
-      -- 30 connections (the listener closes each): getifaddrs is not read at each of them
-      local reads = dir .. "/reads"
-      env = quiet .. ("LD_PRELOAD=%s OWN_ADDR=%s OWN_READS=%s"):format(so, addrs[1], reads)
-      local code = ([[
-        local mend = require "mend"
-        local eng = mend.engine { db = %q, sandbox = true, http_allow = { "*.own.test", %q } }
-        eng:load(%q)
-        local ids = {}
-        for i = 1, 30 do ids[i] = eng:start("caller", { url = %q }) end
-        eng:run()
-        for _, id in ipairs(ids) do assert(eng:status(id).status == "succeeded") end
-        eng:close()
-      ]]):format(dir .. "/r.db", addrs[1], H.write_file(dir, "caller.lua", CALLER),
-                 "http://api.own.test:" .. port .. "/a")
-      H.write_file(dir, "many.lua", code)
-      local rc, out = H.shell(env .. " lua " .. dir .. "/many.lua 2>&1")
-      assert.are.equal(0, rc, out)
-      local n = tonumber(io.open(reads):read("a"))
-      assert.is_true(n >= 1 and n <= 3, ("getifaddrs read %d times for 30 connections"):format(n))
+      assert.is_truthy(told:find("(netlink route query: Too many open files)", 1, true), told)
+      assert.is_falsy(told:find("route query: Success", 1, true), told)
     end)
     os.execute("kill " .. pid)
     assert(ok, err)
+  end)
+end)
+
+-- An address this machine delivers to itself by a local route only (AnyIP: `ip route add local
+-- 198.51.100.0/24 dev lo`) is on no interface, and one an interface takes after the engine's
+-- first request is new: both are the kernel's answer at the connection, refused at once. In a
+-- network namespace of the test's own (unshare -rn), with a listener on 0.0.0.0 there.
+describe("mend.http's connections under http_allow, the kernel's local addresses", function()
+  after_each(H.cleanup)
+
+  it("refuses an AnyIP address, and an address taken after the first request", function()
+    local rc0, why = H.shell("unshare -rn sh -c 'ip link set lo up && ip route add local "
+                             .. "198.51.100.0/24 dev lo' 2>&1")
+    if rc0 ~= 0 then pending("no network namespace of the test's own here (unshare -rn, ip "
+                             .. "route add local): " .. why) return end
+    local dir = H.tmp_dir()
+    local so = dir .. "/ownaddr.so"
+    if H.shell(("cc -shared -fPIC -o %s %s -ldl")
+                 :format(so, H.write_file(dir, "ownaddr.c", OWN_SHIM))) ~= 0 then
+      pending("no C compiler")
+      return
+    end
+    local listener = H.write_file(dir, "any.py", [[
+import os, socket, sys, threading
+s = socket.socket(socket.AF_INET)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 0))
+s.listen(64)
+open(sys.argv[2] + ".tmp", "w").write("%d" % s.getsockname()[1])
+os.rename(sys.argv[2] + ".tmp", sys.argv[2])
+def serve(c):
+    c.recv(65536)
+    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+    c.close()
+while True:
+    c, _ = s.accept()
+    open(sys.argv[1], "a").write("accepted\n")
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+]])
+    local calls = H.write_file(dir, "ns.lua", ([[
+      local mend = require "mend"
+      local port, n = arg[1], 0
+      local function engine(allow)
+        n = n + 1
+        local eng = mend.engine { db = %q .. n .. ".db", sandbox = true, http_allow = allow }
+        eng:load(%q)
+        return eng
+      end
+      local function call(eng, host)
+        local id = eng:start("caller", { url = "http://" .. host .. ".own.test:" .. port .. "/a" })
+        eng:run()
+        local st = eng:status(id)
+        return st.status .. " " .. tostring(st.steps[1].error)
+      end
+      local eng = engine { "*.own.test" }
+      io.write("anyip=", call(eng, "198-51-100-7"), "\n")
+      io.write("before=", call(eng, "203-0-113-9"), "\n")
+      assert(os.execute("ip addr add 203.0.113.9/32 dev lo"))
+      io.write("after=", call(eng, "203-0-113-9"), "\n")
+      eng:close()
+      for _, allow in ipairs { "localhost", "198.51.100.7" } do
+        eng = engine { "*.own.test", allow }
+        io.write(allow, "=", call(eng, "198-51-100-7"), "\n")
+        eng:close()
+      end
+    ]]):format(dir .. "/ns", H.write_file(dir, "caller.lua", CALLER)))
+    local log, portfile = dir .. "/accepted", dir .. "/port"
+    H.write_file(dir, "accepted", "")
+    local script = H.write_file(dir, "ns.sh", ([[
+ip link set lo up && ip route add local 198.51.100.0/24 dev lo || exit 90
+python3 %s %s %s >/dev/null 2>&1 &
+L=$!
+i=0
+while [ ! -f %s ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done
+env -u http_proxy -u https_proxy -u all_proxy -u ALL_PROXY -u HTTPS_PROXY -u HTTP_PROXY \
+  -u no_proxy -u NO_PROXY LD_PRELOAD=%s lua %s "$(cat %s)"
+rc=$?
+kill $L
+exit $rc
+]]):format(listener, log, portfile, portfile, so, calls, portfile))
+    local rc, out = H.shell("unshare -rn sh " .. script .. " 2>&1")
+    assert.are.equal(0, rc, out)
+    local said = {}
+    for k, v in out:gmatch("([%w.]+)=([^\n]*)") do said[k] = v end
+    assert.is_truthy((said.anyip or ""):find('host "198-51-100-7.own.test" is at address '
+                                             .. "198.51.100.7, of the engine's own", 1, true), out)
+    -- no route to it yet: the connection fails as any, no address is refused
+    assert.is_falsy((said.before or ""):find("is at address", 1, true), out)
+    assert.is_truthy((said.after or ""):find('host "203-0-113-9.own.test" is at address '
+                                             .. "203.0.113.9, of the engine's own", 1, true), out)
+    assert.are.equal("succeeded nil", said.localhost, out)
+    assert.are.equal("succeeded nil", said["198.51.100.7"], out)
+    local accepted = 0
+    for _ in io.lines(log) do accepted = accepted + 1 end
+    assert.are.equal(2, accepted, "connections made: " .. out)
   end)
 end)

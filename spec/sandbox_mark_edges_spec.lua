@@ -1,6 +1,7 @@
 -- The sandbox mark at its edges: the command that marks a database says so, mend.trust_db on
 -- a path with no database, --http-allow entries that name no host, --memory-limit without
--- --sandbox (its usage error made a database where there was none), and on PostgreSQL the
+-- --sandbox (its usage error made a database, or mend's schema in an empty PostgreSQL one,
+-- where there was none), and on PostgreSQL the
 -- mark read again at each stored version's load without a new session each (from the review
 -- of the mark's fixes; each failed before its fix).
 local H = require "spec.helper"
@@ -127,6 +128,35 @@ describe("the sandbox mark at its edges", function()
                               :format(H.MEND, H.quote(file), H.quote(db)))
     assert.are.equal(2, rc, out)
     assert.matches("usage: mend run", out, 1, true)
+  end)
+end)
+
+-- An empty PostgreSQL database is no database marked, as no file is: the usage error came once
+-- the engine had made mend's schema there.
+describe("--memory-limit without --sandbox on PostgreSQL", function()
+  after_each(H.cleanup)
+
+  it("makes no schema in an empty database", function()
+    local db = H.new_db()
+    if not H.is_pg(db) then return end
+    local dir = H.tmp_dir()
+    local file = H.write_file(dir, "probe.lua", PROBE)
+    local tables = "SELECT count(*) FROM information_schema.tables "
+                   .. "WHERE table_schema = current_schema()"
+    for _, cmd in ipairs { "run " .. H.quote(file), "worker --workflows " .. H.quote(dir),
+                           "serve --workflows " .. H.quote(dir) } do
+      local rc, out = H.shell(("%s %s --db %s --memory-limit 1000000 2>&1")
+                                :format(H.MEND, cmd, H.quote(db)))
+      assert.are.equal(2, rc, out)
+      assert.matches("usage: mend " .. cmd:match("^%a+"), out, 1, true)
+      assert.matches("--memory-limit needs --sandbox", out, 1, true)
+      assert.are.equal("0", H.sql(db, tables)[1], cmd .. ": mend's schema made")
+    end
+    -- marked, it is taken
+    H.close(H.reopen(db, { sandbox = true }))
+    local rc, out = H.shell(("%s run %s --db %s --clock virtual --memory-limit 33554432 2>&1")
+                              :format(H.MEND, H.quote(file), H.quote(db)))
+    assert.are.equal(0, rc, out)
   end)
 end)
 

@@ -237,6 +237,38 @@ static int l_trust_db(lua_State *L) {
   return 1;
 }
 
+/* mend.db_where(name) -> "file", path | "memory" | "postgres": where the database a name opens
+ * is, read as its backend reads it (storage.c: mend_store_where): a "file:" URI's file with
+ * its escapes decoded, "postgres_x.db" a file. For the CLI's checks before it opens a name.
+ * [-0, +2, e] */
+static int l_db_where(lua_State *L) {
+  const char *name = mend__check_text(L, 1, "mend.db_where: the database");
+  char file[4096];
+  mend_db_kind kind = mend_store_where(name, file, sizeof file);
+  if (kind == MEND_DB_FILE) {
+    lua_pushliteral(L, "file");
+    lua_pushstring(L, file);
+    return 2;
+  }
+  lua_pushstring(L, kind == MEND_DB_POSTGRES ? "postgres" : "memory");
+  return 1;
+}
+
+/* mend.db_mark(name) -> "marked" | "unmarked" | "none": the database's sandbox mark, looked at
+ * without making a database or mend's schema ("none": no mend database there); raises with the
+ * store's reason. Never in a sandbox (sandbox.c's allow-list). [-0, +1, e] */
+static int l_db_mark(lua_State *L) {
+  const char *name = mend__check_text(L, 1, "mend.db_mark: the database");
+  char err[1024] = "";
+  mend_mark_look r = mend_store_mark_look(name, err, (int)sizeof err);
+  if (r == MEND_MARK_FAILED) {
+    lua_pushstring(L, err);
+    return lua_error(L);
+  }
+  lua_pushstring(L, r == MEND_MARK_ON ? "marked" : r == MEND_MARK_OFF ? "unmarked" : "none");
+  return 1;
+}
+
 /* mend.core._hear_stop(on) -> "SIGINT" | "SIGTERM" | nil: a worker hears a stop while its
  * workflow files load (guard.h: mend_limits_hear_stop); nil: none heard yet.  [-0, +1, -] */
 static int l_hear_stop(lua_State *L) {
@@ -258,7 +290,7 @@ int mend_lua_open(lua_State *L) {
     {"retryable", l_retryable}, {"fatal", l_fatal}, {"compensable", l_compensable},
     {"is_error", l_is_error}, {"sleep", l_sleep}, {"exec", l_exec}, {"http", l_http}, {"engine", mend__lengine_new},
     {"isatty", l_isatty}, {"listdir", l_listdir}, {"copy", l_copy}, {"upgrade_db", l_upgrade_db},
-    {"trust_db", l_trust_db},
+    {"trust_db", l_trust_db}, {"db_where", l_db_where}, {"db_mark", l_db_mark},
     {"_call", l_call},
     {"_hear_stop", l_hear_stop}, {NULL, NULL}};
   mend_lerror_open(L);

@@ -1,7 +1,10 @@
 /*
  * storage: which backend a database name opens. It owns only that choice: a libpq connection
  * URI (postgres://, postgresql://) is PostgreSQL's, anything else is a SQLite file (or
- * ":memory:"). Every other operation goes through the backend's table of methods (store.h).
+ * ":memory:"), and the one reading of which file a SQLite name opens (mend_store_where), as
+ * SQLite reads it, for every check made before a database is opened (trust.c, the CLI's
+ * `mend.db_where`). Every other operation goes through the backend's table of methods
+ * (store.h).
  * It must never hold state of its own or know a backend's insides.
  */
 #include <stdio.h>
@@ -16,6 +19,49 @@
 /* 1 if `name` is a PostgreSQL connection URI (libpq's own two prefixes). */
 int mend_store_is_postgres(const char *name) {
   return name && (strncmp(name, "postgres://", 11) == 0 || strncmp(name, "postgresql://", 13) == 0);
+}
+
+/* Whether a "file:" URI's query (from its '?' on, to its '#') holds mode=memory. */
+static int uri_memory(const char *q) {
+  if (*q != '?') return 0;
+  for (q++; *q && *q != '#';) {
+    size_t n = strcspn(q, "&#");
+    if (n == 11 && strncmp(q, "mode=memory", 11) == 0) return 1;
+    q += n;
+    if (*q == '&') q++;
+  }
+  return 0;
+}
+
+mend_db_kind mend_store_where(const char *name, char *file, size_t cap) {
+  if (cap) file[0] = 0;
+  if (mend_store_is_postgres(name)) return MEND_DB_POSTGRES;
+  if (!name || !*name || strcmp(name, ":memory:") == 0) return MEND_DB_MEMORY;
+  if (strncmp(name, "file:", 5) != 0) {
+    snprintf(file, cap, "%s", name);
+    return MEND_DB_FILE;
+  }
+  /* "file://host/path": SQLite refuses any host but "localhost" or none at its open; the path
+   * is what follows it */
+  const char *p = name + 5;
+  if (p[0] == '/' && p[1] == '/') p += 2 + strcspn(p + 2, "/?#");
+  size_t n = 0;
+  for (; *p && *p != '?' && *p != '#' && n + 1 < cap; p++) {
+    unsigned hi, lo;
+    if (p[0] == '%' && sscanf(p + 1, "%1x%1x", &hi, &lo) == 2) {
+      file[n++] = (char)(hi << 4 | lo);
+      p += 2;
+    } else {
+      file[n++] = *p;
+    }
+  }
+  if (cap) file[n] = 0;
+  p += strcspn(p, "?#");
+  if (n == 0 || strcmp(file, ":memory:") == 0 || uri_memory(p)) {
+    if (cap) file[0] = 0;
+    return MEND_DB_MEMORY;
+  }
+  return MEND_DB_FILE;
 }
 
 static mend_store *open_store(const char *path, mend_durability durability, int *none, char *err,

@@ -456,6 +456,17 @@ mend_store *mend_store_open(const char *path, mend_durability durability, char *
 mend_store *mend_store_open_existing(const char *path, int *none, char *err, int errlen);
 /* 1 if `name` names a PostgreSQL database (postgres:// or postgresql://). */
 int mend_store_is_postgres(const char *name);
+/* Where a database name's database is, read as its backend reads it (storage.c): the one
+ * reader of it for every check made before anything opens the name. */
+typedef enum {
+  MEND_DB_FILE,       /* a SQLite file: its path is in file (a "file:" URI's, %HH decoded) */
+  MEND_DB_MEMORY,     /* nothing kept: ":memory:", a URI of ":memory:" or with mode=memory, an
+                       * empty name (SQLite's private temporary file) */
+  MEND_DB_POSTGRES    /* postgres:// or postgresql:// (a file named "postgres_x.db" is a file) */
+} mend_db_kind;
+/* The kind of `name`; file[cap] gets the file of MEND_DB_FILE ("" for the others). A path
+ * longer than cap is cut there. */
+mend_db_kind mend_store_where(const char *name, char *file, size_t cap);
 
 /* Turns SQLite's memory statistics off for the whole process, if SQLite has not started yet:
  * they take a global mutex around every allocation, 9% of the writer thread's work. The mend
@@ -807,6 +818,17 @@ typedef enum {
   MEND_TRUST_FAILED         /* the database failed (err names it); the mark is as it was */
 } mend_trust_outcome;
 mend_trust_outcome mend_store_trust(const char *path, char *err, int errlen);
+
+/* The sandbox mark of the database at `path`, looked at without making anything: no database
+ * (no file, ":memory:", an empty file or PostgreSQL database with no mend schema), marked, not
+ * marked, or failed (err says why). trust.c. */
+typedef enum {
+  MEND_MARK_NO_DATABASE,
+  MEND_MARK_ON,
+  MEND_MARK_OFF,
+  MEND_MARK_FAILED
+} mend_mark_look;
+mend_mark_look mend_store_mark_look(const char *path, char *err, int errlen);
 
 static inline int mend_store_put_token(mend_store *s, const char *digest, const char *run_id, const char *step, int attempt, double made) {
   return MEND_STORE_M(s)->put_token(s, digest, run_id, step, attempt, made);

@@ -133,7 +133,7 @@ static curl_socket_t on_open_socket(void *ud, curlsocktype purpose, struct curl_
     int refused = mend__http_addr_refused(H, &a->addr, q->refused, sizeof q->refused);
     if (refused) {
       q->refused_unknown = refused == 2;
-      q->refused_errno = H->own_err;
+      q->refused_errno = H->route_err;
       return CURL_SOCKET_BAD;
     }
   }
@@ -334,8 +334,7 @@ void mend__http_close(mend_engine *E) {
   free(H->byfd);
   uv_timer_stop(H->timer);
   uv_close((uv_handle_t *)H->timer, timer_closed);
-  free(H->named);
-  free(H->own);
+  mend__http_addr_free(H);
   free(H);
   E->http = NULL;
 }
@@ -472,8 +471,8 @@ static void push_outcome(mend_run *r, http_req *q, CURLcode rc) {
     curl_url_get(q->target->uh, CURLUPART_HOST, &host, 0);
     if (q->refused_unknown)
       snprintf(msg, sizeof msg, "mend.http %s %s: host \"%.200s\" is at address %s, not "
-               "connected to: this machine's own addresses could not be read (getifaddrs: %s) "
-               "to tell whether it is one of them", q->method, q->url, host ? host : "?",
+               "connected to: the kernel could not be asked whether it is one of this machine's "
+               "own addresses (netlink route query: %s)", q->method, q->url, host ? host : "?",
                q->refused, strerror(q->refused_errno));
     else
       snprintf(msg, sizeof msg, "mend.http %s %s: host \"%.200s\" is at address %s, of the "

@@ -5,9 +5,9 @@
  * machine or link: loopback, unspecified (0.0.0.0 and :: reach the local host), link-local
  * (169.254.169.254 and fd00:ec2::254 are cloud metadata services), or an IPv4-mapped IPv6 form
  * of these. Such an address is refused unless the allow-list names it as an address, or names
- * `localhost` (which allows loopback). So is an address of one of this machine's own
- * interfaces (eth0's 10.0.0.5 or fd00::2): a listener of the host's bound to 0.0.0.0 or ::
- * answers there as on loopback; `localhost` allows these too. The check is made on the
+ * `localhost` (which allows loopback). So is an address this machine delivers to itself (an
+ * interface's, eth0's 10.0.0.5 or fd00::2, or a local route's): a listener of the host's bound
+ * to 0.0.0.0 or :: answers there as on loopback; `localhost` allows these too. The check is made on the
  * address curl is about to connect to (its open-socket callback, http.c), never by a resolve
  * of its own: a name that answers one address to a check and another to the connect gains
  * nothing. Private ranges (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7) but this
@@ -21,12 +21,16 @@
  * address, which allows that address's every port. Allowing a proxy's address for the proxy
  * alone would need to know which requests curl sends through it (no_proxy, the scheme,
  * httpoxy's upper-case rule).
- * This machine's addresses are read with getifaddrs (a netlink dump of every interface: tens of
- * microseconds and a socket), at the first request and again at a connection once the list is
- * older than OWN_ADDR_MS, never at each connection: interfaces change (a container's veth, a
- * VPN, DHCP), rarely; an address added since the last read is not refused until the next.
- * A read that fails (no descriptor or memory left) leaves the machine's addresses unknown:
- * a connection is then refused, retryable, and the next one reads them again.
+ * Whether an address is this machine's own is the kernel's answer, asked at each connection: a
+ * netlink RTM_GETROUTE for it (what `ip route get` asks) answers the route of type RTN_LOCAL
+ * for every address this host delivers to itself: its interfaces' addresses, one taken a
+ * moment ago, and those of a local route (AnyIP: `ip route add local 198.51.100.0/24 dev lo`),
+ * which no list of interface addresses holds. On a socket kept open it costs 8-17 us a new
+ * connection (a socket of its own each time 33-37, getifaddrs 73-119 a read: bench/route_local.c
+ * on this 2-core VM under load, bench/README.md), beside the connection's own handshake: no
+ * list is kept, and there is no window in which an address is new.
+ * A query that fails (no descriptor or memory left) leaves the address unknown: the connection
+ * is refused, retryable, saying why.
  * Must never: resolve a name itself (the target's or a proxy's); refuse an address the
  * allow-list names.
  */
@@ -34,11 +38,14 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <ifaddrs.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 /* The 16 bytes of an address, an IPv4 one as its IPv4-mapped IPv6 form. 0: not IP. */
 static int addr16(const struct sockaddr *sa, unsigned char out[16]) {
@@ -62,7 +69,7 @@ static int is_v4(const unsigned char a[16]) {
 }
 
 /* 1: loopback (or `localhost`'s), 2: unspecified, link-local or a metadata service; 0: other
- * (which may still be one of this machine's interface addresses: H->own). */
+ * (which may still be one this machine delivers to itself: route_local). */
 static int local_kind(const unsigned char a[16]) {
   if (is_v4(a)) {
     const unsigned char *v = a + 12;
@@ -97,30 +104,82 @@ static int in_list(unsigned char (*v)[16], int n, const unsigned char a[16]) {
   return 0;
 }
 
-#define OWN_ADDR_MS 5000
+/* Whether the kernel delivers a to this host: 1 it does (its route is RTN_LOCAL), 0 it does
+ * not (another route, or none: the connect would fail), -errno the query failed. The socket is
+ * kept for the next query (H->route_fd; closed after a failure, opened again at the next). The
+ * reply is made as the request is sent (rtnetlink answers in the sender's call), so the read
+ * never waits: nothing there is a failure, never a wait on the loop. A reply left from a query
+ * that failed is read past by its sequence number. */
+static int route_local(struct mend_http *H, const unsigned char a[16]) {
+  int v4 = is_v4(a);
+  size_t alen = v4 ? 4 : 16;
+  struct {
+    struct nlmsghdr nh;
+    struct rtmsg rt;
+    unsigned char attr[RTA_SPACE(16)];
+  } req;
+  memset(&req, 0, sizeof req);
+  req.nh.nlmsg_len = (unsigned)(NLMSG_LENGTH(sizeof req.rt) + RTA_LENGTH(alen));
+  req.nh.nlmsg_type = RTM_GETROUTE;
+  req.nh.nlmsg_flags = NLM_F_REQUEST;
+  req.nh.nlmsg_seq = ++H->route_seq;
+  req.rt.rtm_family = v4 ? AF_INET : AF_INET6;
+  req.rt.rtm_dst_len = (unsigned char)(alen * 8);
+  struct rtattr *dst = (struct rtattr *)req.attr;
+  dst->rta_type = RTA_DST;
+  dst->rta_len = (unsigned short)RTA_LENGTH(alen);
+  memcpy(RTA_DATA(dst), v4 ? a + 12 : a, alen);
 
-/* This machine's interface addresses into H->own, when never read or older than OWN_ADDR_MS
- * (or the last read failed). A failed read keeps no list: H->own_err says why. */
-static void read_own(struct mend_http *H) {
-  uint64_t now = uv_now(H->E->loop);
-  if (H->own_read && !H->own_err && now - H->own_read_at < OWN_ADDR_MS) return;
-  H->own_read = 1;
-  H->own_read_at = now;
-  H->nown = 0;
-  struct ifaddrs *list;
-  if (getifaddrs(&list) != 0) {
-    H->own_err = errno ? errno : EIO;
-    return;
+  if (H->route_fd <= 0) {
+    int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+    if (fd < 0) return errno ? -errno : -EIO;
+    H->route_fd = fd + 1;
   }
-  H->own_err = 0;
-  unsigned char a[16];
-  for (struct ifaddrs *i = list; i; i = i->ifa_next)
-    if (i->ifa_addr && addr16(i->ifa_addr, a) && !in_list(H->own, H->nown, a) &&
-        add_addr(&H->own, &H->nown, a) != 0) {
-      H->own_err = ENOMEM;
-      break;
+  int fd = H->route_fd - 1;
+  struct sockaddr_nl kernel = {.nl_family = AF_NETLINK};
+  int out = -EPROTO;
+  if (sendto(fd, &req, req.nh.nlmsg_len, 0, (struct sockaddr *)&kernel, sizeof kernel) < 0) {
+    out = errno ? -errno : -EIO;
+    goto failed;
+  }
+  /* a route's reply is some hundred bytes; aligned for the headers read in place */
+  union { struct nlmsghdr nh; unsigned char b[8192]; } buf;
+  for (int reads = 0; reads < 8; reads++) {
+    struct sockaddr_nl from;
+    socklen_t fromlen = sizeof from;
+    ssize_t got = recvfrom(fd, buf.b, sizeof buf.b, MSG_DONTWAIT, (struct sockaddr *)&from,
+                           &fromlen);
+    if (got < 0) {
+      out = errno ? -errno : -EIO;
+      goto failed;
     }
-  freeifaddrs(list);
+    if (from.nl_pid != 0) continue;   /* not the kernel's */
+    int left = (int)got;
+    for (struct nlmsghdr *h = &buf.nh; NLMSG_OK(h, left); h = NLMSG_NEXT(h, left)) {
+      if (h->nlmsg_seq != req.nh.nlmsg_seq) continue;
+      if (h->nlmsg_type == NLMSG_ERROR &&
+          h->nlmsg_len >= NLMSG_LENGTH(sizeof(struct nlmsgerr))) {
+        int e = -((struct nlmsgerr *)NLMSG_DATA(h))->error;
+        /* no route, an unreachable or a prohibit one: nothing here answers there */
+        if (e == ENETUNREACH || e == EHOSTUNREACH || e == EACCES) return 0;
+        out = e > 0 ? -e : -EPROTO;
+        goto failed;
+      }
+      if (h->nlmsg_type == RTM_NEWROUTE && h->nlmsg_len >= NLMSG_LENGTH(sizeof(struct rtmsg)))
+        return ((struct rtmsg *)NLMSG_DATA(h))->rtm_type == RTN_LOCAL;
+    }
+  }
+failed:
+  close(fd);
+  H->route_fd = 0;
+  return out;
+}
+
+void mend__http_addr_free(struct mend_http *H) {
+  if (H->route_fd > 0) close(H->route_fd - 1);
+  H->route_fd = 0;
+  free(H->named);
+  H->named = NULL;
 }
 
 /* An allow-list entry that is an address ("127.0.0.1", "::1", "[::1]"): named. */
@@ -144,7 +203,6 @@ void mend__http_addr_init(struct mend_http *H) {
   const char *list = E->cfg.http_allow ? E->cfg.http_allow : "", *p;
   size_t n;
   while (mend__http_allow_next(&list, &p, &n)) entry_address(H, p, n);
-  read_own(H);
 }
 
 int mend__http_addr_refused(struct mend_http *H, const struct sockaddr *sa, char *shown,
@@ -152,10 +210,11 @@ int mend__http_addr_refused(struct mend_http *H, const struct sockaddr *sa, char
   unsigned char a[16];
   if (!H->addr_check || !addr16(sa, a)) return 0;
   int kind = local_kind(a);
+  H->route_err = 0;
   if (kind == 0) {
-    read_own(H);
-    if (H->own_err) kind = 3;                                 /* may be this machine's */
-    else if (in_list(H->own, H->nown, a)) kind = 1;           /* this machine's, as loopback */
+    int local = route_local(H, a);
+    if (local < 0) H->route_err = -local, kind = 3;           /* may be this machine's */
+    else if (local) kind = 1;                                 /* this machine's, as loopback */
   }
   if (kind == 0 || (kind != 2 && H->allow_loopback)) return 0;
   if (in_list(H->named, H->nnamed, a)) return 0;

@@ -80,11 +80,11 @@ struct mend_http {
    * the allow-list or an environment proxy names. */
   int addr_check, allow_loopback, nnamed;
   unsigned char (*named)[16];
-  /* This machine's interface addresses (getifaddrs), read again once they are older than a
-   * few seconds (http_addr.c); own_err: the errno of the last read that failed, 0 if none. */
-  unsigned char (*own)[16];
-  int nown, own_read, own_err;
-  uint64_t own_read_at;   /* uv_now of the loop, ms */
+  /* The errno of the kernel's route query that failed at the last check (http_addr.c), 0 if
+   * none: whether the address is this machine's own is then unknown. */
+  int route_err;
+  int route_fd;            /* the netlink socket of these queries, plus 1; 0: none open */
+  unsigned route_seq;      /* the last query's sequence number */
 };
 
 typedef struct http_sock {
@@ -133,8 +133,8 @@ struct http_req {
   double started;             /* real seconds */
   char errbuf[CURL_ERROR_SIZE];
   char refused[48];           /* an address http_addr.c refused a connection to ("": none) */
-  int refused_unknown;        /* ... because this machine's own addresses could not be read */
-  int refused_errno;          /* ... and why (getifaddrs' errno then, not at the answer) */
+  int refused_unknown;        /* ... because the kernel could not be asked whether it is local */
+  int refused_errno;          /* ... and why (the query's errno then, not at the answer) */
   int connected;              /* a socket was opened to an address not refused */
   struct http_req *prev, *next;
 };
@@ -168,9 +168,11 @@ static inline int mend__http_allow_next(const char **p, const char **entry, size
 
 /* http_addr.c */
 void mend__http_addr_init(struct mend_http *H);   /* at the state's making */
+void mend__http_addr_free(struct mend_http *H);   /* at its end */
 /* Whether a connection to sa may be made: 0 it may; 1 it must not (an address of the engine's
- * own machine or link the allow-list does not name); 2 it must not, this machine's own
- * addresses being unknown (getifaddrs failed: H->own_err). The address is put in `shown`. */
+ * own machine or link the allow-list does not name); 2 it must not, whether it is this
+ * machine's own being unknown (the kernel's route query failed: H->route_err). The address is
+ * put in `shown`. */
 int mend__http_addr_refused(struct mend_http *H, const struct sockaddr *sa, char *shown,
                             size_t cap);
 

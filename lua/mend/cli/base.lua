@@ -48,7 +48,7 @@ local MEMORY_USAGE = "--memory-limit needs --sandbox (or a database marked sandb
 -- A fresh engine for conf. --memory-limit holds the code of a sandbox: given without
 -- --sandbox, it is taken on a database whose mark sandboxes the engine, refused otherwise (the
 -- code would run trusted, in a state of its own, held to a limit it was not asked under); on
--- no database at all, by memory_flag before any is made.
+-- a database not marked, by memory_flag before the engine opens it.
 -- A command that loads workflow code (conf.loads_code) and logs nothing says on stderr that
 -- the database's mark sandboxed it (one that logs has the engine's warn line).
 function M.open_engine(conf)
@@ -75,10 +75,12 @@ function M.with_engine(conf, fn)
   return table.unpack(res, 2, res.n)
 end
 
--- The read-only commands must not create a database where there was none.
+-- The read-only commands must not create a database where there was none: a SQLite file (a
+-- "file:" URI's, read as SQLite reads it: mend.db_where) must be there.
 function M.existing_db(path)
-  if path ~= ":memory:" and not path:match("^file:") and not path:match("^postgres") then
-    local f = io.open(path, "rb")
+  local kind, file = mend.db_where(path)
+  if kind == "file" then
+    local f = io.open(file, "rb")
     if not f then fail("no database %s", path) end
     f:close()
   end
@@ -209,22 +211,11 @@ function M.budget_flag(o)
   return n
 end
 
--- Whether no database is behind the name yet: ":memory:", or a SQLite file that is not there
--- (a "file:" URI's file is before its '?'). A PostgreSQL URI is not known so without a
--- connection.
-local function no_database(path)
-  -- PostgreSQL as storage.c tells it (a file named postgres_copy.db is a file)
-  if path:match("^postgres://") or path:match("^postgresql://") then return false end
-  local file = path:match("^file:([^?#]*)") or path
-  if file == ":memory:" or file == "" then return true end
-  local f = io.open(file, "rb")
-  if f then f:close() end
-  return f == nil
-end
-
 -- --memory-limit N: bytes, or nil. The workflow's code runs in a Lua state of the engine's own,
--- held to N: sandboxed with --sandbox or on a database marked sandboxed, else refused
--- (open_engine). No database at all is marked: refused here, before one is made.
+-- held to N: sandboxed with --sandbox or on a database marked sandboxed, else refused. Without
+-- --sandbox the mark is looked at here, before the engine opens (mend.db_mark makes nothing): no
+-- database, or one with no mend schema (an empty PostgreSQL database), is not marked, and the
+-- engine would make one (open_engine refuses --no-sandbox on a marked one).
 function M.memory_flag(o)
   if o["memory-limit"] == nil then return nil end
   local n = math.tointeger(tonumber(o["memory-limit"]))
@@ -232,7 +223,9 @@ function M.memory_flag(o)
     usage_error(o._command, "--memory-limit must be a whole number of bytes >= 1, got %s",
                 o["memory-limit"])
   end
-  if not o.sandbox and o.db and no_database(o.db) then usage_error(o._command, MEMORY_USAGE) end
+  if not o.sandbox and o.db and mend.db_mark(o.db) ~= "marked" then
+    usage_error(o._command, MEMORY_USAGE)
+  end
   return n
 end
 

@@ -1,0 +1,62 @@
+-- Where a database name's database is (mend.db_where: storage.c, mend_store_where), the one
+-- reader of a name that mend.trust_db, the read-only commands' check that a database is there,
+-- and --memory-limit's look at the mark (mend.db_mark) all use: a "file:" URI's file as SQLite
+-- opens it (escapes decoded, its authority and query apart), a file whose name begins with
+-- "postgres" a file. The commands read it apart before: a "file:" URI was never checked, and
+-- "postgres_x.db" was taken for PostgreSQL, so a read-only command made either file.
+local H = require "spec.helper"
+local mend = require "mend"
+
+describe("where a database name's database is", function()
+  after_each(H.cleanup)
+
+  it("reads a name as its backend does", function()
+    for _, case in ipairs {
+      { "file:a%20b.db", "file", "a b.db" },
+      { "file:/d/a%20b.db?cache=shared#x", "file", "/d/a b.db" },
+      { "file:///d/x.db", "file", "/d/x.db" },
+      { "file://localhost/d/x.db", "file", "/d/x.db" },
+      { "postgres_x.db", "file", "postgres_x.db" },
+      { "postgresql://u@h/db", "postgres" },
+      { "postgres://h/db", "postgres" },
+      { ":memory:", "memory" },
+      { "file::memory:", "memory" },
+      { "file:x.db?cache=shared&mode=memory", "memory" },
+      { "", "memory" },
+    } do
+      assert.are.same({ case[2], case[3] }, { mend.db_where(case[1]) }, case[1])
+    end
+  end)
+
+  it("finds no database at a file: URI's file or a file named postgres_*, and makes none", function()
+    local dir = H.tmp_dir()
+    for _, case in ipairs { { "file:a%20b.db", dir .. "/a b.db" },
+                            { "postgres_x.db", dir .. "/postgres_x.db" } } do
+      local cmd = ("cd %s && %s status r1 --db %s 2>&1"):format(H.quote(dir), H.MEND,
+                                                               H.quote(case[1]))
+      local rc, out = H.shell(cmd)
+      assert.are.equal(1, rc, out)
+      assert.matches("no database " .. case[1], out, 1, true)
+      local made = io.open(case[2], "rb")
+      if made then made:close() end
+      assert.is_nil(made, "a read-only command made " .. case[2])
+      -- there, the command reads it
+      H.close(H.reopen(case[2], {}))
+      rc, out = H.shell(cmd)
+      assert.are.equal(1, rc, out)
+      assert.matches("no run r1", out, 1, true)
+    end
+  end)
+
+  it("tells mend.trust_db and mend.db_mark of no database at a file: URI's file", function()
+    local dir = H.tmp_dir()
+    local uri = "file:" .. dir .. "/a%20b.db"
+    assert.are.equal("none", mend.db_mark(uri))
+    assert.is_false((pcall(mend.trust_db, uri)))
+    assert.are.equal("none", mend.db_mark(":memory:"))
+    assert.is_nil(io.open(dir .. "/a b.db", "rb"))
+    H.close(H.reopen(dir .. "/a b.db", {}))
+    assert.are.equal("unmarked", mend.db_mark(uri))
+    assert.are.equal("unmarked", mend.trust_db(uri))
+  end)
+end)
