@@ -61,7 +61,8 @@ static inline int step_status_is(mend_engine *E, const char *id, const char *ste
   return is;
 }
 
-/* How many of this process's threads of that name are in scheduling class `policy`. */
+/* How many of this process's threads of that name are in scheduling class `policy` (-1: in
+ * any). */
 static inline int threads_in_class(const char *name, int policy) {
   DIR *d = opendir("/proc/self/task");
   int n = 0;
@@ -73,7 +74,7 @@ static inline int threads_in_class(const char *name, int policy) {
     if (!f) continue;
     if (fgets(comm, sizeof comm, f)) comm[strcspn(comm, "\n")] = 0;
     fclose(f);
-    n += strcmp(comm, name) == 0 && sched_getscheduler(atoi(e->d_name)) == policy;
+    n += strcmp(comm, name) == 0 && (policy < 0 || sched_getscheduler(atoi(e->d_name)) == policy);
   }
   if (d) closedir(d);
   return n;
