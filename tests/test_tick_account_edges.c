@@ -154,21 +154,16 @@ static void it_keeps_the_look_thread_in_the_class_the_host_chose(void) {
 /* This process's threads that bear no name of their own (the process's, as the main thread
  * does), the main thread left out. */
 static int nameless_threads(void) {
-  char self[64] = "";
-  FILE *f = fopen("/proc/self/comm", "r");
-  if (f && fgets(self, sizeof self, f)) self[strcspn(self, "\n")] = 0;
-  if (f) fclose(f);
+  char self[64], main_tid[32];
+  snprintf(main_tid, sizeof main_tid, "%d", (int)getpid());
+  thread_name(main_tid, self, sizeof self);
   int n = 0;
   DIR *d = opendir("/proc/self/task");
   for (struct dirent *e; d && (e = readdir(d));) {
     if (e->d_name[0] == '.' || atoi(e->d_name) == getpid()) continue;
-    char path[300], comm[64] = "";
-    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-    FILE *t = fopen(path, "r");
-    if (!t) continue;
-    if (fgets(comm, sizeof comm, t)) comm[strcspn(comm, "\n")] = 0;
-    fclose(t);
-    n += strcmp(comm, self) == 0;
+    char comm[64];
+    thread_name(e->d_name, comm, sizeof comm);
+    n += comm[0] && strcmp(comm, self) == 0;
   }
   if (d) closedir(d);
   return n;
