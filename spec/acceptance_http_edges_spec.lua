@@ -52,11 +52,17 @@ describe("mend serve's flags as docs/http-api.md (Security) gives them", functio
   after_each(function() A.stop_all() end)
   teardown(function() H.cleanup() end)
 
+  -- `mend serve` with flags it must refuse: its exit code and output. A flag taken by mistake
+  -- would leave a server listening for good: it is stopped after a bound far above a refusal's
+  -- time on a loaded machine, and the check fails naming the flags rather than hanging.
+  local BOUND = 60
   local function serve(dir, flags)
-    local p = assert(io.popen(("%s serve --db %s --workflows %s %s 2>&1"):format(
-      H.quote(H.MEND), H.quote(dir .. "/flags.db"), H.quote(dir), flags)))
+    local p = assert(io.popen(("timeout -k 5 %d %s serve --db %s --workflows %s %s 2>&1"):format(
+      BOUND, H.quote(H.MEND), H.quote(dir .. "/flags.db"), H.quote(dir), flags)))
     local out = p:read("a")
     local _, _, code = p:close()
+    assert(code ~= 124 and code ~= 137, ("mend serve %s was taken: it still ran after %d s\n%s")
+      :format(flags, BOUND, out))
     return code, out
   end
 

@@ -263,8 +263,31 @@ describe("a reused step's result", function()
   end)
 
   -- Passed by once, however often the worker restarts in the backward walk.
-  it("is passed by once in a map's way back begun again after a restart", function()
+  -- def(name, fail) is a workflow reusing a step of an earlier run: its `ok` form (given
+  -- ok_input) runs to its end, then its failing form (fail_input) is driven until its way back
+  -- has begun, and the engine is closed there and reopened (recovered and run to the end): the
+  -- two runs' ids and the reopened engine.
+  local function way_back_after_restart(def, ok_input, fail_input)
     local eng, db = H.new_engine()
+    eng:register(def("ok", false))
+    eng:register(def("fail", true))
+    local a = eng:start("ok", ok_input)
+    eng:run()
+    local b = eng:start("fail", fail_input)
+    eng:advance(1)
+    eng:advance(1)
+    assert.are.equal("compensating", eng:status(b).status)
+    H.close(eng)
+    local eng2 = H.reopen(db)
+    eng2:register(def("ok", false))
+    eng2:register(def("fail", true))
+    eng2:recover()
+    eng2:run()
+    assert.are.equal("compensated", eng2:status(b).status)
+    return a, b, eng2
+  end
+
+  it("is passed by once in a map's way back begun again after a restart", function()
     local log = { refunds = {} }
     local function def(name, fail)
       return { name = name, steps = {
@@ -278,28 +301,14 @@ describe("a reused step's result", function()
           end } },
         { name = "end", execute = function() if fail then error(mend.fatal("no")) end end } } }
     end
-    eng:register(def("m_ok", false))
-    eng:register(def("m_fail", true))
-    local a = eng:start("m_ok", { items = { 2 } })
-    eng:run()
-    local b = eng:start("m_fail", { items = { 1, 2 } })   -- executes 1, then reuses 2
-    eng:advance(1)
-    eng:advance(1)
-    assert.are.equal("compensating", eng:status(b).status)
-    H.close(eng)
-    local eng2 = H.reopen(db)
-    eng2:register(def("m_ok", false))
-    eng2:register(def("m_fail", true))
-    eng2:recover()
-    eng2:run()
-    assert.are.equal("compensated", eng2:status(b).status)
+    -- the failing run executes item 1, then reuses 2
+    local a, b, eng2 = way_back_after_restart(def, { items = { 2 } }, { items = { 1, 2 } })
     assert.are.same({ b .. ":1" }, log.refunds)
     assert.are.equal(a, H.step(eng2:status(b), "m/2").reused_from)
     assert.are.equal(1, #skips(eng2, b, "m/2"))
   end)
 
   it("is passed by once in a group's way back begun again after a restart", function()
-    local eng, db = H.new_engine()
     local log = { refunds = {} }
     local function def(name, fail)
       return { name = name, steps = {
@@ -318,21 +327,7 @@ describe("a reused step's result", function()
             end } } },
         { name = "end", execute = function() if fail then error(mend.fatal("no")) end end } } }
     end
-    eng:register(def("g_ok", false))
-    eng:register(def("g_fail", true))
-    local a = eng:start("g_ok", { o = 1 })
-    eng:run()
-    local b = eng:start("g_fail", { o = 1 })
-    eng:advance(1)
-    eng:advance(1)
-    assert.are.equal("compensating", eng:status(b).status)
-    H.close(eng)
-    local eng2 = H.reopen(db)
-    eng2:register(def("g_ok", false))
-    eng2:register(def("g_fail", true))
-    eng2:recover()
-    eng2:run()
-    assert.are.equal("compensated", eng2:status(b).status)
+    local a, b, eng2 = way_back_after_restart(def, { o = 1 }, { o = 1 })
     assert.are.same({ b .. " note" }, log.refunds)
     assert.are.equal(a, H.step(eng2:status(b), "g/pay").reused_from)
     assert.are.equal(1, #skips(eng2, b, "g/pay"))

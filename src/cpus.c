@@ -140,7 +140,7 @@ int mend_cpus_parse(const char *text, const char *option, mend_cpus *out, char *
   return 0;
 }
 
-int mend_thread_start(pthread_t *thread, const mend_cpus *cpus, void *(*fn)(void *), void *arg) {
+static int thread_create(pthread_t *thread, const mend_cpus *cpus, void *(*fn)(void *), void *arg) {
   if (cpus && cpus->any) {
     pthread_attr_t attr;
     cpu_set_t set;
@@ -156,4 +156,11 @@ int mend_thread_start(pthread_t *thread, const mend_cpus *cpus, void *(*fn)(void
     if (rc != EINVAL) return rc;
   }
   return pthread_create(thread, NULL, fn, arg);
+}
+
+int mend_thread_start(pthread_t *thread, const mend_cpus *cpus, const char *name,
+                      void *(*fn)(void *), void *arg) {
+  int rc = thread_create(thread, cpus, fn, arg);
+  if (rc == 0 && name) pthread_setname_np(*thread, name);   /* a name is a label: never fatal */
+  return rc;
 }

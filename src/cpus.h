@@ -26,7 +26,11 @@ typedef struct mend_cpus {
 int mend_cpus_parse(const char *text, const char *option, mend_cpus *out, char *err,
                     size_t errlen);
 /* pthread_create, on `cpus` when a list was given (the thread never runs elsewhere, even
- * before its first instruction); a list the kernel refuses now starts it without one. */
-int mend_thread_start(pthread_t *thread, const mend_cpus *cpus, void *(*fn)(void *), void *arg);
+ * before its first instruction); a list the kernel refuses now starts it without one. A name
+ * (at most 15 bytes; NULL: none) is given before this returns, so that top -H, perf and a host
+ * reading /proc/self/task/N/comm right after the start tell mend's threads from its own: the
+ * thread itself may not have run yet. */
+int mend_thread_start(pthread_t *thread, const mend_cpus *cpus, const char *name,
+                      void *(*fn)(void *), void *arg);
 
 #endif

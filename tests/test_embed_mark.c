@@ -49,16 +49,22 @@ static int reaches_io(mend_engine *E) {
   return top;
 }
 
+/* An engine made on db as on() makes it says `state` (mend_engine_sandboxed), and its code
+ * reaches io or not (`io`). */
+static void check_engine_on(const char *db, int sandbox, int no_sandbox, int state, int io) {
+  mend_engine *E = on(db, sandbox, no_sandbox);
+  CHECK_EQ_INT(mend_engine_sandboxed(E), state);
+  CHECK_EQ_INT(reaches_io(E), io);
+  mend_engine_free(E);
+}
+
 static void *sandboxed_elsewhere(void *E) { return (void *)(long)mend_engine_sandboxed(E); }
 
 static void it_says_whether_an_engine_is_sandboxed_and_why(void) {
   char db[128];
   snprintf(db, sizeof db, "%s/says.db", dir);
-  mend_engine *E = on(db, 0, 0);
-  CHECK_EQ_INT(mend_engine_sandboxed(E), MEND_UNSANDBOXED);
-  CHECK_EQ_INT(reaches_io(E), 1);
-  mend_engine_free(E);
-  E = on(db, 1, 0);   /* marks the database */
+  check_engine_on(db, 0, 0, MEND_UNSANDBOXED, 1);
+  mend_engine *E = on(db, 1, 0);   /* marks the database */
   CHECK_EQ_INT(mend_engine_sandboxed(E), MEND_SANDBOXED);
   /* another thread is refused, as every call that reads the engine: never "unsandboxed" */
   pthread_t t;
@@ -67,14 +73,8 @@ static void it_says_whether_an_engine_is_sandboxed_and_why(void) {
   pthread_join(t, &other);
   CHECK_EQ_INT((int)(long)other, -1);
   mend_engine_free(E);
-  E = on(db, 0, 0);
-  CHECK_EQ_INT(mend_engine_sandboxed(E), MEND_SANDBOXED_BY_MARK);
-  CHECK_EQ_INT(reaches_io(E), 0);
-  mend_engine_free(E);
-  E = on(db, 0, 1);
-  CHECK_EQ_INT(mend_engine_sandboxed(E), MEND_UNSANDBOXED);
-  CHECK_EQ_INT(reaches_io(E), 1);
-  mend_engine_free(E);
+  check_engine_on(db, 0, 0, MEND_SANDBOXED_BY_MARK, 0);
+  check_engine_on(db, 0, 1, MEND_UNSANDBOXED, 1);
   CHECK_EQ_INT(mend_engine_sandboxed(NULL), -1);
   /* an in-memory database is never marked */
   E = on(NULL, 1, 0);
@@ -103,10 +103,7 @@ static void it_clears_the_mark_for_the_engines_made_after(void) {
   CHECK_EQ_INT(mend_engine_sandboxed(open), MEND_SANDBOXED_BY_MARK);
   CHECK_EQ_INT(reaches_io(open), 0);
   mend_engine_free(open);
-  E = on(db, 0, 0);
-  CHECK_EQ_INT(mend_engine_sandboxed(E), MEND_UNSANDBOXED);
-  CHECK_EQ_INT(reaches_io(E), 1);
-  mend_engine_free(E);
+  check_engine_on(db, 0, 0, MEND_UNSANDBOXED, 1);
   CHECK_EQ_INT(mend_trust_db(db, NULL, NULL, 0), MEND_OK);   /* nothing to do: no out needed */
 }
 

@@ -145,6 +145,7 @@ static void pong_accept(uv_stream_t *server, int status) {
 /* The pong server listening on a free loopback port, and the step's input naming it. */
 static void pong_listen(uv_loop_t *loop, uv_tcp_t *server, char *input, size_t len) {
   uv_tcp_init(loop, server);
+  server->data = NULL;   /* libuv leaves it unset; pong_close_kept reads every handle's */
   struct sockaddr_in addr, bound;
   uv_ip4_addr("127.0.0.1", 0, &addr);
   CHECK_EQ_INT(uv_tcp_bind(server, (const struct sockaddr *)&addr, 0), 0);
@@ -154,6 +155,8 @@ static void pong_listen(uv_loop_t *loop, uv_tcp_t *server, char *input, size_t l
   snprintf(input, len, "{\"url\":\"http://127.0.0.1:%d/ping\"}", ntohs(bound.sin_port));
 }
 
+/* Closes the connections the server kept (their data is &pong_keep). It is given every handle
+ * on the loop: each one this test makes has its data set. */
 static void pong_close_kept(uv_handle_t *h, void *ud) {
   (void)ud;
   if (h->data == &pong_keep && !uv_is_closing(h)) uv_close(h, pong_closed);
@@ -184,6 +187,7 @@ static void it_keeps_no_host_loop_running_with_a_kept_connection(void) {
   start(E, "http_call", input, id);
   uv_timer_t dog;   /* unreferenced: it fires only if something else holds the loop */
   uv_timer_init(&loop, &dog);
+  dog.data = NULL;   /* read by pong_close_kept's walk */
   uv_timer_start(&dog, on_dog, 5000, 0);
   uv_unref((uv_handle_t *)&dog);
   dog_bit = 0;

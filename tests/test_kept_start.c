@@ -16,36 +16,22 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "raw_sqlite.h"
+#include "lock_case.h"
 
-static char dir[64], path[128], marker[160];
+static char marker[160];
 
 static mend_engine *engine(void) {
-  mend_options o;
-  mend_options_init(&o);
-  o.db_path = path;
-  o.virtual_clock = 1;
-  mend_engine *E = NULL;
-  char err[512] = "";
-  if (mend_engine_new(&o, &E, err, sizeof err) != MEND_OK) { fprintf(stderr, "%s\n", err); exit(2); }
-  char p[160];
-  snprintf(p, sizeof p, "%s/fx.lua", dir);
-  if (mend_engine_load(E, p, NULL, 0) != MEND_OK) { fprintf(stderr, "%s\n", mend_engine_errmsg(E)); exit(2); }
-  return E;
+  static const char *const files[] = {"fx.lua", NULL};
+  return lock_engine(files);
 }
 
 int main(void) {
-  snprintf(dir, sizeof dir, "/tmp/mend-kept-start-XXXXXX");
-  if (!mkdtemp(dir)) return 2;
-  snprintf(path, sizeof path, "%s/k.db", dir);
+  lock_case_begin("kept-start", "k.db");
   snprintf(marker, sizeof marker, "%s/ran", dir);
-  char p[160];
-  snprintf(p, sizeof p, "%s/fx.lua", dir);
-  FILE *f = fopen(p, "w");
-  fprintf(f, "return { name = 'fx', steps = { { name = 'a', execute = function(ctx, input) "
-             "if input.m then local f = io.open(input.m, 'a') f:write(ctx.run_id, '\\n') f:close() end "
-             "return 1 end } } }\n");
-  fclose(f);
+  write_file("fx.lua", "return { name = 'fx', steps = { { name = 'a', "
+                       "execute = function(ctx, input) if input.m then "
+                       "local f = io.open(input.m, 'a') f:write(ctx.run_id, '\\n') f:close() end "
+                       "return 1 end } } }\n");
   char id[17] = "";
   sqlite3 *holder = NULL, *look = NULL;
   /* Without a lock, a start answered MEND_OK and its engine freed at once: the run is there
@@ -65,7 +51,7 @@ int main(void) {
   E = engine();
   CHECK_EQ_INT(mend_engine_start(E, "fx", "{}", NULL, id, NULL), MEND_OK);
   CHECK_EQ_INT(mend_engine_advance_clock(E, 1), MEND_OK);
-  CHECK_EQ_INT(sqlite3_exec(holder, "BEGIN IMMEDIATE; INSERT INTO meta VALUES('held','x')", NULL, NULL, NULL), SQLITE_OK);
+  hold(holder);
   char input[300];
   snprintf(input, sizeof input, "{\"m\":\"%s\"}", marker);
   int rc = mend_engine_start(E, "fx", input, NULL, id, NULL);
@@ -86,7 +72,7 @@ int main(void) {
   CHECK_EQ_INT(rc2, MEND_EDEFERRED);
   /* The engine freed while the lock lasts (documented: the batch given up, as a crash). */
   mend_engine_free(E);
-  CHECK_EQ_INT(sqlite3_exec(holder, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
+  let_go(holder);
   char sql[200];
   snprintf(sql, sizeof sql, "SELECT count(*) FROM runs WHERE id = '%s'", id);
   int n = raw_int(look, sql);
@@ -98,5 +84,6 @@ int main(void) {
   }
   sqlite3_close(holder);
   sqlite3_close(look);
+  check_remove_dir(dir);
   return check_done("kept_start");
 }

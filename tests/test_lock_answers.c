@@ -17,52 +17,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "raw_sqlite.h"
-
-static char dir[64];
-static char path[128];
-
-static void write_file(const char *name, const char *text) {
-  char p[160];
-  snprintf(p, sizeof p, "%s/%s", dir, name);
-  FILE *f = fopen(p, "w");
-  if (!f) { perror(p); exit(2); }
-  fputs(text, f);
-  fclose(f);
-}
+#include "lock_case.h"
 
 static mend_engine *engine(void) {
-  mend_options o;
-  mend_options_init(&o);
-  o.db_path = path;
-  o.virtual_clock = 1;
-  mend_engine *E = NULL;
-  char err[512] = "";
-  if (mend_engine_new(&o, &E, err, sizeof err) != MEND_OK) {
-    fprintf(stderr, "mend_engine_new: %s\n", err);
-    exit(2);
-  }
-  const char *names[] = {"one.lua", "wait.lua"};
-  for (int i = 0; i < 2; i++) {
-    char p[160];
-    snprintf(p, sizeof p, "%s/%s", dir, names[i]);
-    if (mend_engine_load(E, p, NULL, 0) != MEND_OK) {
-      fprintf(stderr, "load %s: %s\n", p, mend_engine_errmsg(E));
-      exit(2);
-    }
-  }
-  return E;
+  static const char *const files[] = {"one.lua", "wait.lua", NULL};
+  return lock_engine(files);
 }
 
 static int count(sqlite3 *db, const char *sql) { return raw_int(db, sql); }
-
-static void hold(sqlite3 *holder) {
-  CHECK_EQ_INT(sqlite3_exec(holder, "BEGIN IMMEDIATE; INSERT INTO meta VALUES('held', 'x')", NULL,
-                            NULL, NULL), SQLITE_OK);
-}
-static void let_go(sqlite3 *holder) {
-  CHECK_EQ_INT(sqlite3_exec(holder, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
-}
 
 /* The engine's kept batch is committed at its lock timer's next try: the clock is virtual,
  * the timer real, so the test waits for it on the wall clock. */
@@ -74,9 +36,7 @@ static void settle(mend_engine *E) {
 }
 
 int main(void) {
-  snprintf(dir, sizeof dir, "/tmp/mend-test-lockans-XXXXXX");
-  if (!mkdtemp(dir)) { perror("mkdtemp"); return 2; }
-  snprintf(path, sizeof path, "%s/lock.db", dir);
+  lock_case_begin("lockans", "lock.db");
   write_file("one.lua", "return { name = 'one', steps = { { name = 'a', execute = function() "
                         "return 1 end } } }\n");
   write_file("wait.lua", "return { name = 'wait', steps = { { name = 'kill', wait_for = 'go', "

@@ -151,6 +151,61 @@ static void it_keeps_the_look_thread_in_the_class_the_host_chose(void) {
   mend_engine_free(E);
 }
 
+/* This process's threads that bear no name of their own (the process's, as the main thread
+ * does), the main thread left out. */
+static int nameless_threads(void) {
+  char self[64], main_tid[32];
+  snprintf(main_tid, sizeof main_tid, "%d", (int)getpid());
+  thread_name(main_tid, self, sizeof self);
+  int n = 0;
+  DIR *d = opendir("/proc/self/task");
+  for (struct dirent *e; d && (e = readdir(d));) {
+    if (e->d_name[0] == '.' || atoi(e->d_name) == getpid()) continue;
+    char comm[64];
+    thread_name(e->d_name, comm, sizeof comm);
+    n += comm[0] && strcmp(comm, self) == 0;
+  }
+  if (d) closedir(d);
+  return n;
+}
+
+/* mend's threads bear their names from their start, not only once they have first run: a host
+ * listing its threads right after the call that started one (the commit thread, the
+ * checkpoint thread, the inbox look) finds it by name. The process is held to one CPU
+ * meanwhile, so that a thread just made has seldom run when its name is read. */
+static void it_names_its_threads_as_it_starts_them(void) {
+  cpu_set_t was, one;
+  CHECK_EQ_INT(sched_getaffinity(0, sizeof was, &was), 0);
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &was)) { CPU_SET(c, &one); break; }
+  CHECK_EQ_INT(sched_setaffinity(0, sizeof one, &one), 0);
+  char db[96];
+  snprintf(db, sizeof db, "%s/names.db", dir);
+  ncalls = 0;
+  mend_engine *E = engine(db, MEND_WRITER_SCHED_TICKS);
+  int nameless = nameless_threads();
+  char id[17];
+  CHECK_EQ_INT(mend_engine_start(E, "q", "{\"n\":1}", NULL, id, NULL), MEND_OK);
+  nameless += nameless_threads();
+  mend_tick_stats st;
+  for (int i = 0; i < 2000 && ncalls < 1; i++) {
+    CHECK_EQ_INT(mend_engine_tick_stats(E, 0.002, &st), MEND_OK);
+    nameless += nameless_threads();
+    if (mend_engine_next_tick(E) != 0) usleep(1000);
+  }
+  CHECK_EQ_INT(ncalls, 1);
+  CHECK_EQ_INT(nameless, 0);
+  CHECK_EQ_INT(threads_in_class("mend-writer", -1), 1);
+  CHECK_EQ_INT(threads_in_class("mend-ckpt", -1), 1);
+  long d = 0, r = 0;
+  CHECK_EQ_INT(mend_call_return(calls[0], "{}"), MEND_OK);
+  CHECK_EQ_INT(mend_engine_cancel(E, id, "the test"), MEND_OK);
+  ticks(E, 20, &d, &r);
+  mend_engine_free(E);
+  CHECK_EQ_INT(sched_setaffinity(0, sizeof was, &was), 0);
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/mend-tick-edges-XXXXXX");
   if (!mkdtemp(dir)) return 2;
@@ -158,6 +213,7 @@ int main(void) {
   it_writes_no_byte_past_an_older_hosts_stats();
   it_counts_only_what_reached_a_waiting_run();
   it_keeps_the_look_thread_in_the_class_the_host_chose();
+  it_names_its_threads_as_it_starts_them();
   check_remove_dir(dir);
   return check_done("test_tick_account_edges");
 }

@@ -61,19 +61,27 @@ static inline int step_status_is(mend_engine *E, const char *id, const char *ste
   return is;
 }
 
-/* How many of this process's threads of that name are in scheduling class `policy`. */
+/* The name (comm) of this process's thread `tid` (an entry of /proc/self/task); "" if gone. */
+static inline void thread_name(const char *tid, char *comm, size_t len) {
+  char path[300];
+  snprintf(path, sizeof path, "/proc/self/task/%s/comm", tid);
+  comm[0] = 0;
+  FILE *f = fopen(path, "r");
+  if (!f) return;
+  if (fgets(comm, (int)len, f)) comm[strcspn(comm, "\n")] = 0;
+  fclose(f);
+}
+
+/* How many of this process's threads of that name are in scheduling class `policy` (-1: in
+ * any). */
 static inline int threads_in_class(const char *name, int policy) {
   DIR *d = opendir("/proc/self/task");
   int n = 0;
   for (struct dirent *e; d && (e = readdir(d));) {
     if (e->d_name[0] == '.') continue;
-    char path[300], comm[64] = "";
-    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-    FILE *f = fopen(path, "r");
-    if (!f) continue;
-    if (fgets(comm, sizeof comm, f)) comm[strcspn(comm, "\n")] = 0;
-    fclose(f);
-    n += strcmp(comm, name) == 0 && sched_getscheduler(atoi(e->d_name)) == policy;
+    char comm[64];
+    thread_name(e->d_name, comm, sizeof comm);
+    n += strcmp(comm, name) == 0 && (policy < 0 || sched_getscheduler(atoi(e->d_name)) == policy);
   }
   if (d) closedir(d);
   return n;

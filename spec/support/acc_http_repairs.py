@@ -426,10 +426,11 @@ def chunked_body_over_max_body():
 @check("limits")
 def connections_capped_and_idle_closed():
     u = urllib.parse.urlsplit(acc_http.BASE)
-    held = [socket.create_connection((u.hostname, u.port), timeout=20) for _ in range(256)]
+    held = [socket.create_connection((u.hostname, u.port), timeout=40) for _ in range(256)]
     opened = time.time()
-    time.sleep(0.5)
-    s = socket.create_connection((u.hostname, u.port), timeout=5)
+    # The server takes connections in the order they were made: the one past 256 is closed as
+    # it is taken, however long the server takes to get to it (a generous bound, a loaded machine).
+    s = socket.create_connection((u.hostname, u.port), timeout=30)
     try:
         s.sendall(b"GET /api/v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         got = s.recv(100)
@@ -439,14 +440,22 @@ def connections_capped_and_idle_closed():
     assert got == b"", "a connection past 256 was answered: %r" % got
     for h in held[:10]:
         h.close()
-    time.sleep(0.5)
-    expect(get("/api/v1/runs?limit=1"), 200)
-    # an idle keep-alive connection is closed after 10 s
+    # once the server has seen those closes, a new connection is answered
+    deadline = time.time() + 30
+    while True:
+        try:
+            a = get("/api/v1/runs?limit=1")
+            break
+        except (ConnectionError, http.client.RemoteDisconnected, socket.timeout):
+            assert time.time() < deadline, "no connection answered after 10 of 256 were closed"
+            time.sleep(0.05)
+    expect(a, 200)
+    # an idle keep-alive connection is closed after 10 s (the bound: a loaded machine's slack)
     try:
         got = held[20].recv(10)
     except ConnectionResetError:
         got = b""
-    assert got == b"" and time.time() - opened < 14, (got, time.time() - opened)
+    assert got == b"" and time.time() - opened < 35, (got, time.time() - opened)
     for h in held[10:]:
         h.close()
 

@@ -93,6 +93,14 @@ static int key_of_other(mend_engine *E, const char *workflow, const char *run_ke
   return rc;
 }
 
+/* Whether what a start just wrote is in a batch kept for another process's lock (SQLite's
+ * file lock; the batch committed once the lock goes): the start is then kept as the batch is,
+ * and its caller must not send it again. PostgreSQL's writers wait for rows, not for a lock a
+ * batch is kept for. */
+static int in_batch_kept_for_lock(const mend_engine *E) {
+  return mend_store_has_write_lock(E->store) && mend_engine_lock_held(E);
+}
+
 /* A start kept in the batch that waits for a lock: -1, MEND_REFUSED_DEFERRED, its run's id in
  * id_out, and err (the lock's message) told what that means for its caller. */
 static int start_kept(mend_engine *E, const char id[MEND_RUN_ID_LEN], char *err, int errlen) {
@@ -171,13 +179,12 @@ static int start_value(mend_engine *E, lua_State *L, const char *workflow, int i
    * the batch that waits for the lock and committed once it goes, so the run is made as any
    * other, and its caller told that it is kept (MEND_REFUSED_DEFERRED): a start without a key
    * sent again would be a second run. Anything else that met a lock recorded nothing of it. */
-  int kept = ins == MEND_STORE_BUSY && mend_store_has_write_lock(E->store) &&
-             mend_store_locked(E->store);
+  int kept = ins == MEND_STORE_BUSY && in_batch_kept_for_lock(E);
   if (kept) {
     snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store));
     mend__store_failed(E);   /* the lock's wait, the batch kept */
     ins = 0;
-  } else if (ins == 0 && mend_store_has_write_lock(E->store) && mend_engine_lock_held(E)) {
+  } else if (ins == 0 && in_batch_kept_for_lock(E)) {
     /* Joined a batch already kept for a lock: kept as that batch is, and said so (an engine
      * freed while the lock lasts gives it up), not MEND_OK as if it would be written. */
     snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store));
@@ -230,7 +237,7 @@ static int start_value(mend_engine *E, lua_State *L, const char *workflow, int i
      * commit that waited out its busy wait keeps the batch, this start in it. */
     if (kept || mend__commit_now(E)) {
       if (!kept) snprintf(err, (size_t)errlen, "%s", E->errmsg);
-      kept = kept || (mend_store_has_write_lock(E->store) && mend_engine_lock_held(E));
+      kept = kept || in_batch_kept_for_lock(E);
       mend__run_free(r);
       return kept ? start_kept(E, id_out, err, errlen) : -1;
     }

@@ -13,7 +13,6 @@
  */
 #include <errno.h>
 #include <stdlib.h>
-#include <sys/prctl.h>
 #include <time.h>
 
 #include "store_int.h"
@@ -77,7 +76,6 @@ static void run_passes(mend_store *s, struct ckpt *c) {
 static void *ckpt_main(void *arg) {
   mend_store *s = arg;
   struct ckpt *c = s->ckpt;
-  prctl(PR_SET_NAME, "mend-ckpt", 0, 0, 0);   /* told apart from the writer in top -H, perf */
   pthread_mutex_lock(&c->mu);
   while (!c->stop) {
     if (!c->wanted) {
@@ -111,7 +109,7 @@ static struct ckpt *start(mend_store *s) {
   pthread_cond_init(&c->cv, NULL);
   pthread_cond_init(&c->idle_cv, NULL);
   s->ckpt = c;
-  if (mend_thread_start(&c->thread, &s->cpus, ckpt_main, s) != 0) {
+  if (mend_thread_start(&c->thread, &s->cpus, "mend-ckpt", ckpt_main, s) != 0) {
     pthread_cond_destroy(&c->idle_cv);
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);

@@ -8,7 +8,6 @@
 
 #include <errno.h>
 #include <stdlib.h>
-#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -43,8 +42,6 @@ void mend__handoff_tell(mend_handoff *h) {
 
 static void *handoff_main(void *arg) {
   mend_handoff *h = arg;
-  /* Named, so that top -H, perf and /proc tell it from the host's threads. */
-  prctl(PR_SET_NAME, "mend-writer", 0, 0, 0);
   pthread_mutex_lock(&h->mu);
   for (;;) {
     while (!h->job && !h->stop) pthread_cond_wait(&h->cv, &h->mu);
@@ -79,7 +76,7 @@ int mend__handoff_start(mend_handoff **out, const mend_handoff_ops *ops, void *s
   h->ud = ud;
   pthread_mutex_init(&h->mu, NULL);
   pthread_cond_init(&h->cv, NULL);
-  int rc = mend_thread_start(&h->thread, cpus, handoff_main, h);
+  int rc = mend_thread_start(&h->thread, cpus, "mend-writer", handoff_main, h);
   if (rc != 0) {
     pthread_mutex_destroy(&h->mu);
     pthread_cond_destroy(&h->cv);

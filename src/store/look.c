@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 
 #include "store_int.h"
 
@@ -112,7 +111,6 @@ static int read_look(struct mend_look_thread *t, const char *path, const char *h
 static void *look_main(void *arg) {
   mend_store *s = arg;
   struct mend_look_thread *t = s->look;
-  prctl(PR_SET_NAME, "mend-look", 0, 0, 0);
   /* It serves ticking hosts only, and is woken as a tick ends (mend__looks_send): in
    * SCHED_OTHER, having slept most of the time, it took the CPU from the ticking thread at
    * once where they shared one (W11 unpinned: 69% of the game thread's preemptions,
@@ -150,16 +148,13 @@ void mend__sqlite_look_start(mend_store *s, int batch) {
   pthread_cond_init(&t->cv, NULL);
   t->batch = batch;
   s->look = t;
-  if (mend_thread_start(&t->thread, &s->cpus, look_main, s) != 0) {
+  if (mend_thread_start(&t->thread, &s->cpus, "mend-look", look_main, s) != 0) {
     pthread_cond_destroy(&t->cv);
     pthread_mutex_destroy(&t->mu);
     free(t);
     s->look = NULL;
     return;
   }
-  /* Named here too, not only by the thread as it first runs: a host (or a test) that looks at
-   * its threads right after the tick that started this one finds it by its name. */
-  pthread_setname_np(t->thread, "mend-look");
 }
 
 void mend__sqlite_look_stop(mend_store *s) {

@@ -95,10 +95,20 @@ function M.run_status(eng, id)
   return st
 end
 
--- Calls an engine operation; its refusal ("dlq retry: run ... is ...") becomes mend's error.
+-- The message of an engine operation's refusal without the operation's name in front
+-- ("dlq retry: run ... is ..." -> "run ... is ..."): the command's own name is in front of
+-- what it prints already.
+function M.refusal(prefix, err)
+  local text = tostring(err)
+  local head = prefix .. ": "
+  if text:sub(1, #head) == head then return text:sub(#head + 1) end
+  return text
+end
+
+-- Calls an engine operation; its refusal becomes mend's error.
 function M.operate(prefix, method, eng, ...)
   local res = table.pack(pcall(method, eng, ...))
-  if not res[1] then fail("%s", (tostring(res[2]):gsub("^" .. prefix .. ": ", ""))) end
+  if not res[1] then fail("%s", M.refusal(prefix, res[2])) end
   return table.unpack(res, 2, res.n)
 end
 

@@ -10,7 +10,7 @@ local render = require "mend.render"
 
 local out, say, fail, usage_error = base.out, base.say, base.fail, base.usage_error
 local with_engine, existing_db, run_status = base.with_engine, base.existing_db, base.run_status
-local operate, who = base.operate, base.who
+local operate, refusal, who = base.operate, base.refusal, base.who
 local EXIT_OK, EXIT_FAILURE, OUTCOME_EXIT = base.EXIT_OK, base.EXIT_FAILURE, base.OUTCOME_EXIT
 local present, write_list, print_outcome = render.present, render.write_list, render.print_outcome
 
@@ -143,10 +143,10 @@ function M.upgrade(o, id)
     local refused = 0
     for _, r in ipairs(runs) do
       local ok, how = pcall(eng.upgrade, eng, r.id, target, { who = who() })
-      if id and not ok then fail("%s", (tostring(how):gsub("^upgrade: ", ""))) end
+      if id and not ok then fail("%s", refusal("upgrade", how)) end
       if not ok then
         refused = refused + 1
-        say("mend: %s\n", (tostring(how):gsub("^upgrade: ", "")))
+        say("mend: %s\n", refusal("upgrade", how))
       elseif how == "already" then
         out("run %s is on version %s already%s\n", r.id, target, o.file and "" or
             " (the newest this database knows of; --file PATH moves it to a file's version)")
@@ -212,11 +212,11 @@ function M.signal(o, first, second)
       -- command that answers "not sent" must not send it: it ends here, the engine and its
       -- batch given up unclosed (nothing of the event is on disk; SQLite needs no close).
       say("mend: %s: not sent, nothing recorded; send it again once the lock goes\n",
-          (tostring(why):gsub("^signal: ", "")))
+          refusal("signal", why))
       io.stdout:flush()
       os.exit(EXIT_FAILURE, false)
     end
-    if not sent then fail("%s", (tostring(why):gsub("^signal: ", ""))) end
+    if not sent then fail("%s", refusal("signal", why)) end
     if how == "duplicate" then
       out("run %s has event %s with key %s already: nothing sent\n", run, name, o.key)
     else

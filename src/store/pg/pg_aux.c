@@ -111,7 +111,7 @@ void mend__pg_aux_open_soon(mend_pg *p) {
   atomic_store(&p->aux_opened, 0);
   p->aux_new = NULL;
   /* without a thread, the first use opens it where it is */
-  p->aux_opening = mend_thread_start(&p->aux_opener, &p->cpus, open_on_thread, p) == 0;
+  p->aux_opening = mend_thread_start(&p->aux_opener, &p->cpus, NULL, open_on_thread, p) == 0;
 }
 
 void mend__pg_aux_close(mend_pg *p) {
