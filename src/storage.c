@@ -21,16 +21,52 @@ int mend_store_is_postgres(const char *name) {
   return name && (strncmp(name, "postgres://", 11) == 0 || strncmp(name, "postgresql://", 13) == 0);
 }
 
-/* Whether a "file:" URI's query (from its '?' on, to its '#') holds mode=memory. */
+static int hex(int c) {
+  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+       : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* One part of a "file:" URI (its path, a query's key or value), decoded into out as SQLite's
+ * sqlite3ParseUri decodes it: %HH only when two hex digits follow; %00 ends the part, the rest
+ * of it up to the next of `stops` ignored. Stops at '#', at one of `stops` or at the end; *p is
+ * left on it. The length decoded (at most cap - 1 kept). */
+static size_t uri_part(const char **p, const char *stops, char *out, size_t cap) {
+  size_t n = 0;
+  const char *q = *p;
+  while (*q && *q != '#' && !strchr(stops, *q)) {
+    int c = (unsigned char)*q++;
+    if (c == '%' && hex(q[0]) >= 0 && hex(q[1]) >= 0) {
+      c = hex(q[0]) << 4 | hex(q[1]);
+      q += 2;
+      if (c == 0) {
+        while (*q && *q != '#' && !strchr(stops, *q)) q++;
+        break;
+      }
+    }
+    if (n + 1 < cap) out[n++] = (char)c;
+  }
+  if (cap) out[n < cap ? n : cap - 1] = 0;
+  *p = q;
+  return n;
+}
+
+/* Whether a "file:" URI's query (from its '?' on, to its '#') opens memory: its last mode=
+ * is "memory" (SQLite applies each mode= in turn), keys and values decoded. */
 static int uri_memory(const char *q) {
+  int memory = 0;
   if (*q != '?') return 0;
   for (q++; *q && *q != '#';) {
-    size_t n = strcspn(q, "&#");
-    if (n == 11 && strncmp(q, "mode=memory", 11) == 0) return 1;
-    q += n;
+    char key[8], val[8];
+    size_t nk = uri_part(&q, "=&", key, sizeof key), nv = 0;
+    val[0] = 0;
+    if (*q == '=') {
+      q++;
+      nv = uri_part(&q, "&", val, sizeof val);
+    }
+    if (nk == 4 && strcmp(key, "mode") == 0) memory = nv == 6 && strcmp(val, "memory") == 0;
     if (*q == '&') q++;
   }
-  return 0;
+  return memory;
 }
 
 mend_db_kind mend_store_where(const char *name, char *file, size_t cap) {
@@ -42,21 +78,12 @@ mend_db_kind mend_store_where(const char *name, char *file, size_t cap) {
     return MEND_DB_FILE;
   }
   /* "file://host/path": SQLite refuses any host but "localhost" or none at its open; the path
-   * is what follows it */
+   * is what follows it, the host ending only at a '/' */
   const char *p = name + 5;
-  if (p[0] == '/' && p[1] == '/') p += 2 + strcspn(p + 2, "/?#");
-  size_t n = 0;
-  for (; *p && *p != '?' && *p != '#' && n + 1 < cap; p++) {
-    unsigned hi, lo;
-    if (p[0] == '%' && sscanf(p + 1, "%1x%1x", &hi, &lo) == 2) {
-      file[n++] = (char)(hi << 4 | lo);
-      p += 2;
-    } else {
-      file[n++] = *p;
-    }
-  }
-  if (cap) file[n] = 0;
+  if (p[0] == '/' && p[1] == '/') p += 2 + strcspn(p + 2, "/");
+  size_t n = uri_part(&p, "?", file, cap);
   p += strcspn(p, "?#");
+  /* an empty path (or one cut by %00) is SQLite's private temporary database: no file */
   if (n == 0 || strcmp(file, ":memory:") == 0 || uri_memory(p)) {
     if (cap) file[0] = 0;
     return MEND_DB_MEMORY;

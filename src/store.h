@@ -465,7 +465,8 @@ typedef enum {
   MEND_DB_POSTGRES    /* postgres:// or postgresql:// (a file named "postgres_x.db" is a file) */
 } mend_db_kind;
 /* The kind of `name`; file[cap] gets the file of MEND_DB_FILE ("" for the others). A path
- * longer than cap is cut there. */
+ * longer than cap is cut there. A "file:" URI is read as SQLite reads it: %HH decoded where
+ * two hex digits follow, %00 ending its part, the last mode= the one applied. */
 mend_db_kind mend_store_where(const char *name, char *file, size_t cap);
 
 /* Turns SQLite's memory statistics off for the whole process, if SQLite has not started yet:

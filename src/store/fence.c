@@ -260,7 +260,8 @@ static const char *const claimable_sql[2] = {
 int mend__open_reader(mend_store *s) {
   if (!s->checkpointer) return -1;   /* in memory: no other connection sees it */
   if (s->reader) return 0;
-  if (sqlite3_open_v2(s->path, &s->reader, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL)
+  if (sqlite3_open_v2(s->path, &s->reader,
+                      SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI, NULL)
       != SQLITE_OK) {
     sqlite3_close_v2(s->reader);
     s->reader = NULL;

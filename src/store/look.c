@@ -60,8 +60,8 @@ static int fail(struct mend_look_thread *t, const char *path, const char *what) 
 /* One read transaction for the whole look: one snapshot, one begin of a WAL read. */
 static int read_look(struct mend_look_thread *t, const char *path, const char *hold) {
   if (!t->db) {
-    if (sqlite3_open_v2(path, &t->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) !=
-        SQLITE_OK) {
+    int flags = SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI;
+    if (sqlite3_open_v2(path, &t->db, flags, NULL) != SQLITE_OK) {
       fail(t, path, "open a connection to look at inboxes");
       sqlite3_close_v2(t->db);
       t->db = NULL;

@@ -94,7 +94,8 @@ static int open_db(mend_store *s, mend_durability durability) {
    * keeps its own. Its commits go to the WAL through walvfs, in a few writes instead of two a
    * page; the other connections only read the WAL, and use the default VFS. */
   int rc = sqlite3_open_v2(s->path, &s->db,
-                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX |
+                               SQLITE_OPEN_URI,
                            mend_walvfs());
   if (rc != SQLITE_OK) {
     mend__set_msg(s->err, sizeof s->err, "%s: cannot open: %s", s->path,
@@ -124,7 +125,8 @@ static int open_db(mend_store *s, mend_durability durability) {
    * loop for tens of milliseconds. A file database gets a connection of its own for them,
    * which a thread of the store's own drives (src/store/checkpoint.c). */
   if (strcmp(s->path, ":memory:") != 0 && s->path[0] &&
-      sqlite3_open_v2(s->path, &s->checkpointer, SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX,
+      sqlite3_open_v2(s->path, &s->checkpointer,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX | SQLITE_OPEN_URI,
                       NULL) == SQLITE_OK) {
     sqlite3_busy_timeout(s->checkpointer, BUSY_TIMEOUT_MS);
     if (mend__exec_sql(s, "PRAGMA wal_autocheckpoint = 0", "set wal_autocheckpoint") != 0 ||

@@ -76,13 +76,19 @@ function M.with_engine(conf, fn)
 end
 
 -- The read-only commands must not create a database where there was none: a SQLite file (a
--- "file:" URI's, read as SQLite reads it: mend.db_where) must be there.
+-- "file:" URI's, read as SQLite reads it: mend.db_where) must be there, and a PostgreSQL
+-- database must hold mend's schema.
 function M.existing_db(path)
   local kind, file = mend.db_where(path)
   if kind == "file" then
     local f = io.open(file, "rb")
     if not f then fail("no database %s", path) end
     f:close()
+  elseif kind == "postgres" then
+    -- A database with no mend schema would get one at the engine's open: asked first, without
+    -- making anything (the URI may hold a password, so it is not printed).
+    local ok, mark = pcall(mend.db_mark, path)
+    if ok and mark == "none" then fail("no mend database in the PostgreSQL database given") end
   end
   return { db = path }
 end

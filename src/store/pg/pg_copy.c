@@ -365,7 +365,7 @@ json_t *mend_store_copy(const char *from, const char *to, char *err, int errlen)
     return NULL;
   }
   sqlite3 *src = NULL;
-  if (sqlite3_open_v2(from, &src, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+  if (sqlite3_open_v2(from, &src, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL) != SQLITE_OK) {
     set_err(err, el, "%s: %s", from, src ? sqlite3_errmsg(src) : "cannot open");
     sqlite3_close(src);
     return NULL;
