@@ -293,7 +293,8 @@ static void *limited_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   mend_engine *E = ud;
   size_t old = ptr ? osize : 0;
   if (nsize == 0) {
-    if (old < SPARE_MIN_BYTES || !keep_spare(E, ptr, old)) free(ptr);
+    if (old <= MEND_BLOCKS_MAX) mend_blocks_alloc(&E->blocks, ptr, old, 0);
+    else if (old < SPARE_MIN_BYTES || !keep_spare(E, ptr, old)) free(ptr);
     E->mem_used -= old;
     return NULL;
   }
@@ -314,6 +315,14 @@ static void *limited_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
     if (E->alloc_limits && ptr && nsize >= SPARE_MIN_BYTES &&
         mend_limits_owe_pages(E->alloc_limits, (nsize - old) / MEND_PAGE_BYTES))
       return NULL;
+  }
+  /* A small block, or one made small, is the size classes' (blocks.c); so is a small block
+   * grown large, which the C library moves as before. */
+  if (nsize <= MEND_BLOCKS_MAX || (ptr && old <= MEND_BLOCKS_MAX)) {
+    void *q = mend_blocks_alloc(&E->blocks, ptr, old, nsize);
+    if (q) E->mem_used = E->mem_used - old + nsize;
+    if (q && nsize > old) E->mem_allocated += nsize - old;
+    return q;
   }
   void *p = !ptr && nsize >= SPARE_MIN_BYTES ? take_spare(E, nsize) : NULL;
   if (!p && !ptr && nsize >= SPARE_MIN_BYTES && E->limit_memory && E->alloc_limits) {
@@ -463,6 +472,7 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
   E->cfg.http_allow = cfg->http_allow ? mend_dupstr(cfg->http_allow) : NULL;
   if (!host) {
     E->mem_limit = cfg->memory_limit > 0 ? cfg->memory_limit : (size_t)-1;
+    mend_blocks_init(&E->blocks);
     host = E->owned_state = lua_newstate(limited_alloc, E);
     if (!host) { free(E); snprintf(err, (size_t)errlen, "out of memory"); return NULL; }
     luaL_openlibs(host);
@@ -651,6 +661,7 @@ void mend_engine_destroy(mend_engine *E) {
   mend_refs_free(&E->refs, E->L);
   luaL_unref(E->L, LUA_REGISTRYINDEX, E->thread_ref);
   if (E->owned_state) lua_close(E->owned_state);
+  mend_blocks_drop(&E->blocks);
   mend__drop_spare_blocks(E);
   mend__free_spare_attempts(E);
   free((char *)E->cfg.alert_command);

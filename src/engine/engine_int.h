@@ -14,6 +14,7 @@
 #include <uv.h>
 
 #include "backoff.h"
+#include "blocks.h"
 #include "breaker.h"
 #include "engine.h"
 #include "flatjson.h"
@@ -342,6 +343,7 @@ struct mend_engine {
    * freed them ends (limited_alloc in engine.c): the C library hands a block this large back
    * to the system, and a fresh one faults a page every 4 KiB. */
   struct spare_block { void *p; size_t size; } spare[4];
+  mend_blocks blocks;     /* the own state's small blocks, kept by size class (blocks.c) */
   int alert_commands;     /* alert commands still running */
   int alert_commands_failed;   /* alert commands that could not start or did not exit 0 */
   child *children;        /* child processes whose callbacks may still come */
