@@ -500,12 +500,7 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
   E->L = lua_newthread(main);
   E->thread_ref = luaL_ref(main, LUA_REGISTRYINDEX);
   mend_refs_init(&E->refs, E->L);
-  lua_getfield(E->L, LUA_REGISTRYINDEX, THREADS_KEY);
-  if (lua_isnil(E->L, -1)) {
-    lua_newtable(E->L);
-    lua_setfield(E->L, LUA_REGISTRYINDEX, THREADS_KEY);
-  }
-  lua_pop(E->L, 1);
+  mend_threads_open(E->L);
   /* Typed errors need their metatable even when the module was not required yet. */
   mend_lerror_open(E->L);
   if (cfg->loop) E->loop = cfg->loop;

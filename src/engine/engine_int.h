@@ -23,6 +23,7 @@
 #include "lerror.h"
 #include "parkset.h"
 #include "refs.h"
+#include "threads.h"
 #include "timers.h"
 #include "transition.h"
 
@@ -32,8 +33,6 @@
 #define mend_closethread(L, from) ((void)(from), lua_resetthread(L))
 #endif
 
-/* Coroutines of steps are found again from Lua through this registry table: thread -> run. */
-#define THREADS_KEY "mend.threads"
 /* How long one statement of the loop waits for another process's lock; longer locks are
  * waited out on a timer (lock_wait), so that the loop goes on. */
 #define LOOP_BUSY_MS 100
