@@ -3,8 +3,8 @@
  * allocates and frees about fifty blocks of under a kilobyte a run (W9: the ctx table and its
  * slots, the coroutine, its stack and call frames, the call's table, the response, strings),
  * and its collector frees them in bursts of thousands: the C library's per-thread cache holds
- * seven of a size, so most went through its bins (malloc, free and their consolidation, a
- * fifth of the loop thread's instructions). Must never: hand out a block smaller than its
+ * seven of a size, so most would go through its bins (malloc, free and their consolidation,
+ * a fifth of the loop thread's instructions). Must never: hand out a block smaller than its
  * class; keep a block past mend_blocks_drop.
  */
 #include "blocks.h"

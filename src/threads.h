@@ -2,10 +2,10 @@
  * threads: the coroutines of steps' attempts in a Lua state, each with the run it is an attempt
  * of, shared by every engine of the state (the registry's "mend.threads"). A coroutine listed
  * is kept alive (anchored in an array by a slot number) until it is taken out; which run it
- * belongs to is found in a hash of C pointers. Before, a Lua table keyed by the coroutine did
- * both: each attempt a new key and a dead one, and the table rehashed every twenty attempts or
- * so (W9: 0.9k instructions an attempt). Must never: be read or written but through these
- * functions; keep a coroutine past mend_threads_remove.
+ * belongs to is found in a hash of C pointers. Not a Lua table keyed by the coroutine: each
+ * attempt would add a key and leave a dead one, and Lua rehashes such a table every twenty
+ * attempts or so (W9: 0.6k instructions an attempt). Must never: be read or written but
+ * through these functions; keep a coroutine past mend_threads_remove.
  */
 #ifndef MEND_THREADS_H
 #define MEND_THREADS_H
