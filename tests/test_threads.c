@@ -47,7 +47,8 @@ int main(void) {
   lua_gc(L, LUA_GCCOLLECT);
   lua_gc(L, LUA_GCCOLLECT);
   int found_all = 1;
-  for (int i = 0; i < N; i++) found_all &= still_there(L, i + 1) && mend_threads_find(L, cos[i]) == &runs[i];
+  for (int i = 0; i < N; i++)
+    found_all &= still_there(L, i + 1) && mend_threads_find(L, cos[i]) == &runs[i];
   CHECK(found_all);
   srand(7);
   int wrong = 0;
