@@ -43,37 +43,56 @@ void mend_threads_open(lua_State *L) {
   lua_setfield(L, LUA_REGISTRYINDEX, THREADS_KEY);
 }
 
-static size_t probe_start(const tmap *m, const lua_State *co) {
+static size_t probe_start(size_t cap, const lua_State *co) {
   uint64_t h = (uint64_t)(uintptr_t)co * 0x9E3779B97F4A7C15ull;
-  return (size_t)(h >> 32) & (m->cap - 1);
+  return (size_t)(h >> 32) & (cap - 1);
 }
 
 static struct entry *find(const tmap *m, const lua_State *co) {
   if (!m || !m->cap) return NULL;
-  for (size_t i = probe_start(m, co);; i = (i + 1) & (m->cap - 1)) {
+  for (size_t i = probe_start(m->cap, co);; i = (i + 1) & (m->cap - 1)) {
     struct entry *e = &m->e[i];
     if (e->co == co) return e;
     if (!e->co) return NULL;
   }
 }
 
-/* The hash made again, large enough for one more entry: the map is at -1. [m] */
-static void regrow(lua_State *L, tmap *m) {
+/* The hash and the anchors made again for the entries listed and one more, their slots
+ * numbered anew from 1 and none given back: the map is at -1. Called when one more entry would
+ * fill the hash past three quarters, and when it would fill it below an eighth (a peak of
+ * waiting runs over), so that the list's bytes follow what is listed, as a Lua table's do when
+ * it rehashes. Everything is allocated before the map changes: if Lua raises, it is as it was.
+ * [m] */
+static void rebuild(lua_State *L, tmap *m) {
   size_t cap = 16;
   while (cap < (m->count + 1) * 2) cap *= 2;
+  int n = (int)m->count, capfree = 64;
+  while (capfree < n + 1) capfree *= 2;
   struct entry *e = lua_newuserdatauv(L, cap * sizeof *e, 0);
   memset(e, 0, cap * sizeof *e);
-  struct entry *old = m->e;
-  size_t oldcap = m->cap;
+  lua_createtable(L, n + 1, 0);   /* the array part holds the slot the add takes next */
+  int *f = lua_newuserdatauv(L, (size_t)capfree * sizeof *f, 0);
+  lua_getiuservalue(L, -4, 1);   /* [m, e, anchors, f, old anchors] */
+  int slot = 0;
+  for (size_t k = 0; k < m->cap; k++) {
+    if (!m->e[k].co) continue;
+    lua_rawgeti(L, -1, m->e[k].slot);
+    lua_rawseti(L, -4, ++slot);   /* within the array part made above: no allocation */
+    size_t i = probe_start(cap, m->e[k].co);
+    while (e[i].co) i = (i + 1) & (cap - 1);
+    e[i] = (struct entry){m->e[k].co, m->e[k].run, slot};
+  }
+  lua_pop(L, 1);
   m->e = e;
   m->cap = cap;
-  for (size_t k = 0; k < oldcap; k++) {
-    if (!old[k].co) continue;
-    size_t i = probe_start(m, old[k].co);
-    while (e[i].co) i = (i + 1) & (cap - 1);
-    e[i] = old[k];
-  }
-  lua_setiuservalue(L, -2, 2);   /* the old entries go with the collector */
+  m->free_slots = f;
+  m->capfree = capfree;
+  m->nfree = 0;
+  m->next_slot = slot + 1;
+  /* the old hash, anchors and slots go with the collector */
+  lua_setiuservalue(L, -4, 3);
+  lua_setiuservalue(L, -3, 1);
+  lua_setiuservalue(L, -2, 2);
 }
 
 /* Room for one more slot given back: the map is at -1. [m] */
@@ -95,7 +114,7 @@ static void take_out(tmap *m, size_t i) {
     for (;;) {
       j = (j + 1) & mask;
       if (!m->e[j].co) return;
-      size_t k = probe_start(m, m->e[j].co);
+      size_t k = probe_start(m->cap, m->e[j].co);
       /* it stays where it is if its start lies cyclically in (i, j] */
       if (i <= j ? (i < k && k <= j) : (i < k || k <= j)) continue;
       break;
@@ -108,7 +127,8 @@ static void take_out(tmap *m, size_t i) {
 void mend_threads_add(lua_State *L, lua_State *co, void *run) {
   lua_getfield(L, LUA_REGISTRYINDEX, THREADS_KEY);
   tmap *m = lua_touserdata(L, -1);
-  if ((m->count + 1) * 4 > m->cap * 3) regrow(L, m);
+  if ((m->count + 1) * 4 > m->cap * 3 || (m->cap > 16 && (m->count + 1) * 8 < m->cap))
+    rebuild(L, m);
   /* A slot given back is used again; a new one first makes room to be given back, so that
    * taking a coroutine out allocates nothing. */
   if (!m->nfree && m->capfree < m->next_slot) grow_free(L, m);
@@ -118,7 +138,7 @@ void mend_threads_add(lua_State *L, lua_State *co, void *run) {
   lua_rawseti(L, -2, slot);   /* may grow the anchors: nothing is listed until it is kept */
   lua_pop(L, 2);
   if (slot == m->next_slot) m->next_slot++;
-  size_t i = probe_start(m, co);
+  size_t i = probe_start(m->cap, co);
   while (m->e[i].co) i = (i + 1) & (m->cap - 1);
   m->e[i] = (struct entry){co, run, slot};
   m->count++;

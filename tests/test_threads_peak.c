@@ -27,13 +27,26 @@ int main(void) {
     mend_threads_add(L, cos[i], &runs[i]);
     lua_pop(L, 1);
   }
-  for (int i = 0; i < N; i++) mend_threads_remove(L, cos[i], &runs[i]);
+  /* every thousandth stays listed through the peak's end: still found, and still kept alive
+   * (only the list anchors them) when the list is made small again */
+  for (int i = 0; i < N; i++)
+    if (i % 1000) mend_threads_remove(L, cos[i], &runs[i]);
   for (int i = 0; i < 4 * N; i++) {   /* attempts one at a time afterwards */
     lua_State *co = lua_newthread(L);
     mend_threads_add(L, co, &runs[0]);
     mend_threads_remove(L, co, &runs[0]);
     lua_pop(L, 1);
   }
+  lua_gc(L, LUA_GCCOLLECT, 0);
+  int found = 0;
+  for (int i = 0; i < N; i += 1000) {
+    found += mend_threads_find(L, cos[i]) == &runs[i];
+    lua_pushthread(cos[i]);   /* a coroutine the collector freed would not survive this */
+    found -= !lua_isthread(cos[i], -1);
+    lua_pop(cos[i], 1);
+    mend_threads_remove(L, cos[i], &runs[i]);
+  }
+  CHECK_EQ_INT(found, N / 1000);
   lua_gc(L, LUA_GCCOLLECT, 0);
   int kept_kib = lua_gc(L, LUA_GCCOUNT, 0) - base;
   CHECK(kept_kib < 4096);   /* main's table: 3,072 KiB */
