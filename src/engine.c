@@ -474,7 +474,14 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
     E->mem_limit = cfg->memory_limit > 0 ? cfg->memory_limit : (size_t)-1;
     mend_blocks_init(&E->blocks);
     host = E->owned_state = lua_newstate(limited_alloc, E);
-    if (!host) { free(E); snprintf(err, (size_t)errlen, "out of memory"); return NULL; }
+    if (!host) {   /* the half-made state freed its blocks into the size classes on closing */
+      mend_blocks_drop(&E->blocks);
+      free((char *)E->cfg.alert_command);
+      free((char *)E->cfg.http_allow);
+      free(E);
+      snprintf(err, (size_t)errlen, "out of memory");
+      return NULL;
+    }
     luaL_openlibs(host);
     if (cfg->open_module) {   /* what `require "mend"` finds: the binding is the C API's */
       luaL_requiref(host, "mend.core", cfg->open_module, 0);
