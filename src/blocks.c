@@ -12,15 +12,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Under AddressSanitizer a kept block is poisoned, and a block handed out is poisoned past the
+ * bytes asked for: a use after free of a kept block, or a write past the size asked for, is
+ * reported as the C library's blocks' are. */
 #if defined(__SANITIZE_ADDRESS__)
-#define BLOCKS_OFF 1
+#define BLOCKS_ASAN 1
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
-#define BLOCKS_OFF 1
+#define BLOCKS_ASAN 1
 #endif
 #endif
-#ifndef BLOCKS_OFF
-#define BLOCKS_OFF 0
+#ifdef BLOCKS_ASAN
+#include <sanitizer/asan_interface.h>
+#define POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define POISON(p, n) ((void)(p), (void)(n))
+#define UNPOISON(p, n) ((void)(p), (void)(n))
 #endif
 
 /* The class of a block of n bytes (1 <= n <= MEND_BLOCKS_MAX), and that class's size. */
@@ -29,16 +37,24 @@ static inline size_t class_size(int c) { return (size_t)(c + 1) * MEND_BLOCKS_ST
 
 void mend_blocks_init(mend_blocks *b) {
   memset(b, 0, sizeof *b);
-  b->off = BLOCKS_OFF;
+}
+
+/* p, a block of class c's size, handed out for n bytes. */
+static void *hand_out(void *p, int c, size_t n) {
+  POISON(p, class_size(c));
+  UNPOISON(p, n);
+  return p;
 }
 
 /* ptr (a block of old bytes, old >= 1) freed: kept on its class's list while there is room. */
 static void give_back(mend_blocks *b, void *ptr, size_t old) {
-  if (old <= MEND_BLOCKS_MAX && !b->off) {
+  if (old <= MEND_BLOCKS_MAX) {
     int c = class_of(old);
     size_t size = class_size(c);
+    UNPOISON(ptr, size);
     if (b->kept + size <= MEND_BLOCKS_KEEP_BYTES) {
       *(void **)ptr = b->head[c];
+      POISON(ptr, size);
       b->head[c] = ptr;
       b->kept += size;
       return;
@@ -50,6 +66,7 @@ static void give_back(mend_blocks *b, void *ptr, size_t old) {
 static void *take(mend_blocks *b, int c) {
   void *p = b->head[c];
   if (p) {
+    UNPOISON(p, sizeof(void *));
     b->head[c] = *(void **)p;
     b->kept -= class_size(c);
   }
@@ -63,15 +80,26 @@ void *mend_blocks_alloc(mend_blocks *b, void *ptr, size_t osize, size_t nsize) {
     if (ptr) give_back(b, ptr, old);
     return NULL;
   }
-  if (nsize > MEND_BLOCKS_MAX) return realloc(ptr, nsize);
+  if (ptr && old <= MEND_BLOCKS_MAX) UNPOISON(ptr, class_size(class_of(old)));
+  if (nsize > MEND_BLOCKS_MAX) {
+    void *p = realloc(ptr, nsize);
+    if (!p && ptr && old <= MEND_BLOCKS_MAX) hand_out(ptr, class_of(old), old);
+    return p;
+  }
   int c = class_of(nsize);
   if (!ptr) {
     void *p = take(b, c);
-    return p ? p : malloc(class_size(c));
+    if (!p) p = malloc(class_size(c));
+    return p ? hand_out(p, c, nsize) : NULL;
   }
-  if (old <= MEND_BLOCKS_MAX && class_of(old) == c) return ptr;   /* the block holds it */
+  if (old <= MEND_BLOCKS_MAX && class_of(old) == c) return hand_out(ptr, c, nsize);   /* it fits */
   void *p = take(b, c);
-  if (!p) return realloc(ptr, class_size(c));   /* a block of its class's size, or larger */
+  if (!p) {   /* a block of its class's size, or larger */
+    p = realloc(ptr, class_size(c));
+    if (!p && old <= MEND_BLOCKS_MAX) hand_out(ptr, class_of(old), old);   /* kept as it was */
+    return p ? hand_out(p, c, nsize) : NULL;
+  }
+  hand_out(p, c, nsize);
   memcpy(p, ptr, old < nsize ? old : nsize);
   give_back(b, ptr, old);
   return p;
@@ -81,6 +109,7 @@ void mend_blocks_drop(mend_blocks *b) {
   for (int c = 0; c < MEND_BLOCKS_CLASSES; c++) {
     void *p = b->head[c];
     while (p) {
+      UNPOISON(p, class_size(c));
       void *next = *(void **)p;
       free(p);
       p = next;

@@ -21,7 +21,6 @@
 typedef struct mend_blocks {
   void *head[MEND_BLOCKS_CLASSES];   /* a free list a class, linked through each block's start */
   size_t kept;                       /* bytes on the lists, by class size */
-  int off;                           /* keep none: AddressSanitizer then sees a use after free */
 } mend_blocks;
 
 void  mend_blocks_init(mend_blocks *b);
