@@ -19,9 +19,9 @@ int main(void) {
   mend_blocks_alloc(&b, p, 40, 0);                /* kept */
   char *q = mend_blocks_alloc(&b, NULL, 0, 44);   /* the same block, given again */
   memset(q, 'b', 44);
-  q = mend_blocks_alloc(&b, q, 44, 30);           /* made smaller within its class */
-  memset(q, 'c', 30);
-  mend_blocks_alloc(&b, q, 30, 0);                /* kept again */
+  q = mend_blocks_alloc(&b, q, 44, 36);           /* made smaller within its class (33..48) */
+  memset(q, 'c', 36);
+  mend_blocks_alloc(&b, q, 36, 0);                /* kept again */
   fprintf(stderr, "blocks_poison: %s\n", q == p ? "reused; reading a kept block" : "not reused");
   volatile char *dangling = p;
   int c = dangling[8];   /* the use after free (past the list's link, what the step wrote) */
