@@ -128,8 +128,9 @@ static int safe_xpcall(lua_State *L) {
   return 2;
 }
 
-/* Is co the coroutine of a step's attempt (the list of them, threads.h)? Only the engine resumes or closes one: a step that kept another run's
- * (coroutine.running()) would otherwise end that attempt early or run it out of turn. */
+/* Is co the coroutine of a step's attempt (the list of them, threads.h)? Only the engine
+ * resumes or closes one: a step that kept another run's (coroutine.running()) would otherwise
+ * end that attempt early or run it out of turn. */
 static int attempt_thread(lua_State *L, lua_State *co) { return mend_threads_find(L, co) != NULL; }
 
 static int close_thread(lua_State *co, lua_State *from) {

@@ -25,7 +25,8 @@ static void *failing_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
 }
 
 lua_State *lua_newstate(lua_Alloc f, void *ud) {
-  lua_State *(*real)(lua_Alloc, void *) = (lua_State *(*)(lua_Alloc, void *))dlsym(RTLD_NEXT, "lua_newstate");
+  typedef lua_State *(*newstate_fn)(lua_Alloc, void *);
+  newstate_fn real = (newstate_fn)dlsym(RTLD_NEXT, "lua_newstate");
   real_alloc = f;
   calls = 0;
   return real(refuse_at ? failing_alloc : f, ud);
