@@ -293,7 +293,8 @@ static void *limited_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   mend_engine *E = ud;
   size_t old = ptr ? osize : 0;
   if (nsize == 0) {
-    if (old < SPARE_MIN_BYTES || !keep_spare(E, ptr, old)) free(ptr);
+    if (old <= MEND_BLOCKS_MAX) mend_blocks_alloc(&E->blocks, ptr, old, 0);
+    else if (old < SPARE_MIN_BYTES || !keep_spare(E, ptr, old)) free(ptr);
     E->mem_used -= old;
     return NULL;
   }
@@ -314,6 +315,14 @@ static void *limited_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
     if (E->alloc_limits && ptr && nsize >= SPARE_MIN_BYTES &&
         mend_limits_owe_pages(E->alloc_limits, (nsize - old) / MEND_PAGE_BYTES))
       return NULL;
+  }
+  /* A small block, or one made small, is the size classes' (blocks.c); so is a small block
+   * grown large, which the C library moves as before. */
+  if (nsize <= MEND_BLOCKS_MAX || (ptr && old <= MEND_BLOCKS_MAX)) {
+    void *q = mend_blocks_alloc(&E->blocks, ptr, old, nsize);
+    if (q) E->mem_used = E->mem_used - old + nsize;
+    if (q && nsize > old) E->mem_allocated += nsize - old;
+    return q;
   }
   void *p = !ptr && nsize >= SPARE_MIN_BYTES ? take_spare(E, nsize) : NULL;
   if (!p && !ptr && nsize >= SPARE_MIN_BYTES && E->limit_memory && E->alloc_limits) {
@@ -463,8 +472,16 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
   E->cfg.http_allow = cfg->http_allow ? mend_dupstr(cfg->http_allow) : NULL;
   if (!host) {
     E->mem_limit = cfg->memory_limit > 0 ? cfg->memory_limit : (size_t)-1;
+    mend_blocks_init(&E->blocks);
     host = E->owned_state = lua_newstate(limited_alloc, E);
-    if (!host) { free(E); snprintf(err, (size_t)errlen, "out of memory"); return NULL; }
+    if (!host) {   /* the half-made state freed its blocks into the size classes on closing */
+      mend_blocks_drop(&E->blocks);
+      free((char *)E->cfg.alert_command);
+      free((char *)E->cfg.http_allow);
+      free(E);
+      snprintf(err, (size_t)errlen, "out of memory");
+      return NULL;
+    }
     luaL_openlibs(host);
     if (cfg->open_module) {   /* what `require "mend"` finds: the binding is the C API's */
       luaL_requiref(host, "mend.core", cfg->open_module, 0);
@@ -490,12 +507,7 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
   E->L = lua_newthread(main);
   E->thread_ref = luaL_ref(main, LUA_REGISTRYINDEX);
   mend_refs_init(&E->refs, E->L);
-  lua_getfield(E->L, LUA_REGISTRYINDEX, THREADS_KEY);
-  if (lua_isnil(E->L, -1)) {
-    lua_newtable(E->L);
-    lua_setfield(E->L, LUA_REGISTRYINDEX, THREADS_KEY);
-  }
-  lua_pop(E->L, 1);
+  mend_threads_open(E->L);
   /* Typed errors need their metatable even when the module was not required yet. */
   mend_lerror_open(E->L);
   if (cfg->loop) E->loop = cfg->loop;
@@ -651,6 +663,7 @@ void mend_engine_destroy(mend_engine *E) {
   mend_refs_free(&E->refs, E->L);
   luaL_unref(E->L, LUA_REGISTRYINDEX, E->thread_ref);
   if (E->owned_state) lua_close(E->owned_state);
+  mend_blocks_drop(&E->blocks);
   mend__drop_spare_blocks(E);
   mend__free_spare_attempts(E);
   free((char *)E->cfg.alert_command);

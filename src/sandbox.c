@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "guard.h"
+#include "threads.h"
 #include "sandbox/sandbox_int.h"
 
 /* Modules a sandbox reads from disk are Lua source of a sensible size. */
@@ -127,20 +128,10 @@ static int safe_xpcall(lua_State *L) {
   return 2;
 }
 
-/* Is co the coroutine of a step's attempt (the engine's table of them, THREADS_KEY in
- * engine_int.h)? Only the engine resumes or closes one: a step that kept another run's
- * (coroutine.running()) would otherwise end that attempt early or run it out of turn. */
-static int attempt_thread(lua_State *L, lua_State *co) {
-  if (lua_getfield(L, LUA_REGISTRYINDEX, "mend.threads") != LUA_TTABLE) {
-    lua_pop(L, 1);
-    return 0;
-  }
-  lua_pushthread(co);
-  lua_xmove(co, L, 1);
-  int found = lua_rawget(L, -2) != LUA_TNIL;
-  lua_pop(L, 2);
-  return found;
-}
+/* Is co the coroutine of a step's attempt (the list of them, threads.h)? Only the engine
+ * resumes or closes one: a step that kept another run's (coroutine.running()) would otherwise
+ * end that attempt early or run it out of turn. */
+static int attempt_thread(lua_State *L, lua_State *co) { return mend_threads_find(L, co) != NULL; }
 
 static int close_thread(lua_State *co, lua_State *from) {
   int depth = mend_limits_run_on(co);   /* its __close handlers run on it */

@@ -327,28 +327,8 @@ const char *mend__describe(mend_engine *E, mend_run *r, lua_State *from, int idx
   return buf;
 }
 
-/* The attempt's coroutine leaves the table of them, which was all that kept it. */
-static void unlist_thread(lua_State *L, mend_run *r) {
-  lua_getfield(L, LUA_REGISTRYINDEX, THREADS_KEY);
-  if (lua_checkstack(r->co, 1)) {
-    lua_pushthread(r->co);
-    lua_xmove(r->co, L, 1);
-  } else {   /* no room on its stack for itself (out of memory): found by its run */
-    int found = 0;
-    lua_pushnil(L);
-    while (!found && lua_next(L, -2)) {
-      found = lua_touserdata(L, -1) == r;
-      lua_pop(L, 1);
-    }
-    if (!found) {
-      lua_pop(L, 1);
-      return;
-    }
-  }
-  lua_pushnil(L);
-  lua_rawset(L, -3);
-  lua_pop(L, 1);
-}
+/* The attempt's coroutine leaves the list of them, which was all that kept it. */
+static void unlist_thread(lua_State *L, mend_run *r) { mend_threads_remove(L, r->co, r); }
 
 /* An attempt's state kept for the next is poisoned under AddressSanitizer while it is kept:
  * memory taken again is not poisoned by ASan itself, and a use of the state after its attempt
@@ -586,11 +566,8 @@ void mend__start_attempt(mend_run *r, int compensating) {
   E->attempts++;
   mend__root(r)->wf->counts.attempts[compensating ? MEND_PHASE_COMPENSATE : MEND_PHASE_EXECUTE]++;
   mend__failpoint_lua(L, compensating ? "compensate" : "execute");
-  lua_getfield(L, LUA_REGISTRYINDEX, THREADS_KEY);
-  lua_pushvalue(L, -2);
-  lua_pushlightuserdata(L, r);
-  lua_rawset(L, -3);
-  lua_pop(L, 2);   /* the table of coroutines keeps this one */
+  mend_threads_add(L, co, r);
+  lua_pop(L, 1);   /* the list of coroutines keeps this one */
   lua_rawgeti(co, LUA_REGISTRYINDEX, compensating ? def->compensate_ref : def->execute_ref);
   mend__push_ctx_for(r, i, compensating);
   lua_xmove(L, co, 1);

@@ -63,31 +63,19 @@ void mend__push_ctx_for(mend_run *r, int i, int compensating) {
 void mend__push_ctx(mend_run *r, int i) { mend__push_ctx_for(r, i, 0); }
 
 mend_run *mend_engine_current_run(lua_State *L) {
-  lua_getfield(L, LUA_REGISTRYINDEX, THREADS_KEY);
-  if (!lua_istable(L, -1)) { lua_pop(L, 1); return NULL; }
-  lua_pushthread(L);
-  lua_rawget(L, -2);
-  mend_run *r = lua_touserdata(L, -1);
-  lua_pop(L, 2);
+  mend_run *r = mend_threads_find(L, L);
   return r && r->co == L ? r : NULL;
 }
 
-/* Whether some attempt's coroutine is suspended in a resume of another (status "normal"): L,
- * which is none of theirs, then runs in a coroutine a step made. */
-static int in_a_steps_coroutine(lua_State *L) {
-  int found = 0;
-  lua_getfield(L, LUA_REGISTRYINDEX, THREADS_KEY);
-  if (!lua_istable(L, -1)) { lua_pop(L, 1); return 0; }
-  lua_pushnil(L);
-  while (!found && lua_next(L, -2)) {
-    lua_State *co = lua_tothread(L, -2);
-    lua_Debug ar;
-    found = co && co != L && lua_status(co) == LUA_OK && lua_getstack(co, 0, &ar);
-    lua_pop(L, 1);
-  }
-  lua_pop(L, found ? 2 : 1);
-  return found;
+/* An attempt's coroutine, not L, suspended in a resume of another (status "normal"). */
+static int resuming_another(lua_State *co, void *L) {
+  lua_Debug ar;
+  return co != L && lua_status(co) == LUA_OK && lua_getstack(co, 0, &ar);
 }
+
+/* Whether some attempt's coroutine is suspended in a resume of another: L, which is none of
+ * theirs, then runs in a coroutine a step made. */
+static int in_a_steps_coroutine(lua_State *L) { return mend_threads_any(L, resuming_another, L); }
 
 /* The run whose attempt may wait here: L is its coroutine and can yield now. */
 mend_run *mend__waiting_run(lua_State *L, char *err, int errlen) {

@@ -14,6 +14,7 @@
 #include <uv.h>
 
 #include "backoff.h"
+#include "blocks.h"
 #include "breaker.h"
 #include "engine.h"
 #include "flatjson.h"
@@ -22,6 +23,7 @@
 #include "lerror.h"
 #include "parkset.h"
 #include "refs.h"
+#include "threads.h"
 #include "timers.h"
 #include "transition.h"
 
@@ -31,8 +33,6 @@
 #define mend_closethread(L, from) ((void)(from), lua_resetthread(L))
 #endif
 
-/* Coroutines of steps are found again from Lua through this registry table: thread -> run. */
-#define THREADS_KEY "mend.threads"
 /* How long one statement of the loop waits for another process's lock; longer locks are
  * waited out on a timer (lock_wait), so that the loop goes on. */
 #define LOOP_BUSY_MS 100
@@ -342,6 +342,7 @@ struct mend_engine {
    * freed them ends (limited_alloc in engine.c): the C library hands a block this large back
    * to the system, and a fresh one faults a page every 4 KiB. */
   struct spare_block { void *p; size_t size; } spare[4];
+  mend_blocks blocks;     /* the own state's small blocks, kept by size class (blocks.c) */
   int alert_commands;     /* alert commands still running */
   int alert_commands_failed;   /* alert commands that could not start or did not exit 0 */
   child *children;        /* child processes whose callbacks may still come */
