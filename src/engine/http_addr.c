@@ -22,7 +22,8 @@
  * alone would need to know which requests curl sends through it (no_proxy, the scheme,
  * httpoxy's upper-case rule).
  * Whether an address is this machine's own is the kernel's answer, asked at each connection: a
- * netlink RTM_GETROUTE for it (what `ip route get` asks) answers the route of type RTN_LOCAL
+ * netlink RTM_GETROUTE for it, TCP and its port (what `ip route get ADDR ipproto tcp dport N`
+ * asks, as the connect's own lookup does) answers the route of type RTN_LOCAL
  * for every address this host delivers to itself: its interfaces' addresses, one taken a
  * moment ago, and those of a local route (AnyIP: `ip route add local 198.51.100.0/24 dev lo`),
  * which no list of interface addresses holds. On a socket kept open it costs 8-17 us a new
@@ -41,6 +42,7 @@
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <netinet/in.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -110,25 +112,38 @@ static int in_list(unsigned char (*v)[16], int n, const unsigned char a[16]) {
  * reply is made as the request is sent (rtnetlink answers in the sender's call), so the read
  * never waits: nothing there is a failure, never a wait on the loop. A reply left from a query
  * that failed is read past by its sequence number. */
-static int route_local(struct mend_http *H, const unsigned char a[16]) {
+/* An attribute at *off in attr (a request's attributes), *off moved past it. */
+static void put_attr(unsigned char *attr, size_t *off, unsigned short type, const void *v,
+                     size_t n) {
+  struct rtattr at = {.rta_len = (unsigned short)RTA_LENGTH(n), .rta_type = type};
+  memcpy(attr + *off, &at, sizeof at);
+  memcpy(attr + *off + RTA_LENGTH(0), v, n);
+  *off += RTA_SPACE(n);
+}
+
+/* The query asks what the connect's own lookup asks: the destination, TCP, the port (policy
+ * rules may select on protocol and port, `ip rule ... ipproto tcp dport 80`), as the engine's
+ * user (the kernel's default for a query). */
+static int route_local(struct mend_http *H, const unsigned char a[16], uint16_t port_be) {
   int v4 = is_v4(a);
   size_t alen = v4 ? 4 : 16;
   struct {
     struct nlmsghdr nh;
     struct rtmsg rt;
-    unsigned char attr[RTA_SPACE(16)];
+    unsigned char attr[RTA_SPACE(16) + RTA_SPACE(1) + RTA_SPACE(2)];
   } req;
   memset(&req, 0, sizeof req);
-  req.nh.nlmsg_len = (unsigned)(NLMSG_LENGTH(sizeof req.rt) + RTA_LENGTH(alen));
   req.nh.nlmsg_type = RTM_GETROUTE;
   req.nh.nlmsg_flags = NLM_F_REQUEST;
   req.nh.nlmsg_seq = ++H->route_seq;
   req.rt.rtm_family = v4 ? AF_INET : AF_INET6;
   req.rt.rtm_dst_len = (unsigned char)(alen * 8);
-  struct rtattr *dst = (struct rtattr *)req.attr;
-  dst->rta_type = RTA_DST;
-  dst->rta_len = (unsigned short)RTA_LENGTH(alen);
-  memcpy(RTA_DATA(dst), v4 ? a + 12 : a, alen);
+  unsigned char tcp = IPPROTO_TCP;
+  size_t off = 0;
+  put_attr(req.attr, &off, RTA_DST, v4 ? a + 12 : a, alen);
+  put_attr(req.attr, &off, RTA_IP_PROTO, &tcp, 1);
+  put_attr(req.attr, &off, RTA_DPORT, &port_be, 2);
+  req.nh.nlmsg_len = (unsigned)(NLMSG_LENGTH(sizeof req.rt) + off);
 
   if (H->route_fd <= 0) {
     int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
@@ -162,8 +177,9 @@ static int route_local(struct mend_http *H, const unsigned char a[16]) {
         int e = -((struct nlmsgerr *)NLMSG_DATA(h))->error;
         /* no route, an unreachable or a prohibit one: nothing here answers there */
         if (e == ENETUNREACH || e == EHOSTUNREACH || e == EACCES) return 0;
-        out = e > 0 ? -e : -EPROTO;
-        goto failed;
+        /* any other answer (a blackhole route's EINVAL among them) leaves the address unknown,
+         * refused; the socket answered and is kept */
+        return e > 0 ? -e : -EPROTO;
       }
       if (h->nlmsg_type == RTM_NEWROUTE && h->nlmsg_len >= NLMSG_LENGTH(sizeof(struct rtmsg)))
         return ((struct rtmsg *)NLMSG_DATA(h))->rtm_type == RTN_LOCAL;
@@ -211,13 +227,17 @@ int mend__http_addr_refused(struct mend_http *H, const struct sockaddr *sa, char
   if (!H->addr_check || !addr16(sa, a)) return 0;
   int kind = local_kind(a);
   H->route_err = 0;
+  if (in_list(H->named, H->nnamed, a)) return 0;
+  /* `localhost` allows every address of this machine but link-local: nothing to ask */
+  if (kind == 0 && H->allow_loopback) return 0;
   if (kind == 0) {
-    int local = route_local(H, a);
+    uint16_t port = sa->sa_family == AF_INET ? ((const struct sockaddr_in *)sa)->sin_port
+                                             : ((const struct sockaddr_in6 *)sa)->sin6_port;
+    int local = route_local(H, a, port);
     if (local < 0) H->route_err = -local, kind = 3;           /* may be this machine's */
     else if (local) kind = 1;                                 /* this machine's, as loopback */
   }
   if (kind == 0 || (kind != 2 && H->allow_loopback)) return 0;
-  if (in_list(H->named, H->nnamed, a)) return 0;
   if (is_v4(a) && sa->sa_family == AF_INET6) {
     char v4[INET_ADDRSTRLEN];
     inet_ntop(AF_INET, a + 12, v4, sizeof v4);

@@ -1,10 +1,10 @@
--- Review of sandbox25: http_addr.c asks the kernel whether an address is this machine's with an
+-- http_addr.c asks the kernel whether an address is this machine's with an
 -- RTM_GETROUTE that carries the destination alone; the connect's own lookup carries the
 -- protocol (TCP) and the ports too. A policy rule that selects on them answers the two apart:
 -- here (a network namespace of the test's own, unshare -rn) the local table's rule is moved
 -- after one that makes every non-TCP lookup unreachable, as `ip route get` is. The query hears
 -- "unreachable" (taken for "not local"), the TCP connect reaches the host's listener on
--- 0.0.0.0 at the AnyIP address 198.51.100.7. Fails on sandbox25.
+-- 0.0.0.0 at the AnyIP address 198.51.100.7.
 local H = require "spec.helper"
 
 local CALLER = [==[
@@ -36,7 +36,7 @@ int getaddrinfo(const char *n, const char *s, const struct addrinfo *h, struct a
 }
 ]]
 
-describe("review sandbox25: the route query against the connect's own lookup", function()
+describe("the route query against the connect's own lookup", function()
   after_each(H.cleanup)
 
   it("refuses an address the connect reaches locally through a rule on the protocol", function()
