@@ -474,6 +474,9 @@ const char *const mend__pg_migrations[MEND_PG_SCHEMA_VERSION] = {
   /* 7 -> 8: the reuses older mends wrote as executions (custom_key 1), as SQLite's 17 -> 18 */
   "UPDATE steps SET custom_key = 2 WHERE custom_key = 1 AND attempts = 0"
   " AND status IN ('succeeded', 'compensating', 'compensated', 'compensation_failed');",
+  /* 8 -> 9: the dead-letter queue in its page order, as SQLite's 18 -> 19; run ids compared
+   * bytewise (COLLATE "C"), as the page compares them (pg_view.c). */
+  "CREATE INDEX dlq_page ON dlq ((coalesce(at, -1)), run_id COLLATE \"C\");",
 };
 
 /* The advisory lock that makes creating and upgrading the schema one worker's at a time
