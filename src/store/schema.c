@@ -63,6 +63,7 @@
  *        a step; as a token cannot be read back, an attempt that asked from a second ctx would
  *        get a second one, so (run_id, step, attempt) is indexed, not unique, and the first
  *        use ends them all. A completion's inbox row is keyed by the digest too
+ *   inbox.who TEXT (schema 20): who sent the event, as a repair's history row names who
  *   steps.error_kind TEXT (schema 14): the kind of the step's error by its name (retryable,
  *        fatal, compensable, timeout, error), written with it; NULL with no error
  *   steps.error_severity INTEGER, steps.error_stopped INTEGER (schema 15, both NOT NULL
@@ -103,7 +104,8 @@
  * the next seq (AUTOINCREMENT), a gap in the inbox's numbering. OR IGNORE stays the key's
  * guard. */
 #define SEND_EVENT_SQL \
-  "INSERT OR IGNORE INTO inbox(run_id, name, payload, key, sent) SELECT ?1, ?2, ?3, ?4, ?5" \
+  "INSERT OR IGNORE INTO inbox(run_id, name, payload, key, sent, who)" \
+  " SELECT ?1, ?2, ?3, ?4, ?5, ?6" \
   " WHERE ?4 IS NULL OR NOT EXISTS (SELECT 1 FROM inbox WHERE run_id = ?1 AND key = ?4)"
 
 const char *const mend__query_sql[Q__COUNT] = {
@@ -321,7 +323,7 @@ const char *const mend__query_sql[Q__COUNT] = {
     "UPDATE inbox SET consumed = ?3, step = ?4 WHERE run_id = ?1 AND seq = ?2 AND consumed IS NULL",
   [Q_LAST_EVENT] = "SELECT coalesce(max(seq), 0) FROM inbox",
   [Q_INBOX] =
-    "SELECT seq, name, payload, key, sent, consumed, step FROM inbox"
+    "SELECT seq, name, payload, key, sent, consumed, step, who FROM inbox"
     " WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
   /* Completion tokens and child runs (schema 11). */
   [Q_PUT_TOKEN] =
@@ -610,6 +612,10 @@ const char *const mend__migrations[MEND_SCHEMA_VERSION] = {
    * parked runs made each page of GET /api/v1/dlq a scan and a sort (bench/dlq_page.sh). Only
    * an index: older mends' statements survive it. */
   "CREATE INDEX dlq_page ON dlq(coalesce(at, -1), run_id);",
+  /* 19 -> 20: an event says who sent it (X-Mend-Who and the peer of an HTTP request, the
+   * user of `mend signal`), as a repair's history row does; NULL: not told (a child's end, a
+   * token's answer, the events before). A column older mends' inserts leave NULL. */
+  "ALTER TABLE inbox ADD COLUMN who TEXT;",
 };
 
 /* run_key's layout from `column` to `partial` (src/store/layout.c), in its caller's

@@ -447,7 +447,7 @@ json_t *mend__pg_view_inbox(PGconn *c, const char *run_id, long long after, long
   snprintf(lim, sizeof lim, "%ld", limit);
   const char *p[3] = {run_id, aft, limit > 0 ? lim : NULL};
   return rows_array(c,
-                    "SELECT seq, name, payload, key, sent, consumed, step FROM inbox"
+                    "SELECT seq, name, payload, key, sent, consumed, step, who FROM inbox"
                     " WHERE run_id = $1 AND seq > $2::bigint ORDER BY seq LIMIT $3::bigint",
                     3, p, "read a run's inbox", err, errlen);
 }
