@@ -19,7 +19,7 @@ describe("the HTTP API from Python: events and repairs", function()
   end)
 
   -- docs/http-api.md, Security: "Every operation is recorded with who did it": a start in its
-  -- run's history, an event with itself in the run's inbox.
+  -- run's history (a `started` row), an event with itself in the run's inbox.
   it("records who started a run (its history) and who sent an event (the inbox)", function()
     A.client(base, "who")
   end)

@@ -198,7 +198,10 @@ describe("a step with wait = \"token\"", function()
       H.sql(db, "ALTER TABLE steps RESET (fillfactor)")
     end
     H.sql(db, ("UPDATE meta SET value = '%s' WHERE key = 'schema_version'"):format(pg and 2 or 12))
-    if not pg then H.sql(db, "PRAGMA user_version = 12") end
+    if not pg then   -- and without schema 20's inbox.who, which the migration adds again
+      H.sql(db, "PRAGMA user_version = 12")
+      H.sql(db, "ALTER TABLE inbox DROP COLUMN who")
+    end
     assert.are.same({ "2" }, H.sql(db, "SELECT count(*) FROM tokens WHERE token LIKE 'mtk_%'"))
     assert.are.same({ "1" }, H.sql(db, "SELECT count(*) FROM inbox WHERE key LIKE 'mtk_%'"))
 

@@ -1,5 +1,5 @@
--- Who started a run and who sent an event are recorded, as a repair's who is: a start as an
--- `operator` row `start by WHO` of its run's history, an event with itself (inbox.who, SQLite
+-- Who started a run and who sent an event are recorded, as a repair's who is: a start as a
+-- `started` row "by WHO" of its run's history, an event with itself (inbox.who, SQLite
 -- schema 20, PostgreSQL 10), from the Lua API (opts.who), the shell (`mend start --who`,
 -- `mend signal --who`: user@host (mend cli)) and HTTP (spec/acceptance_http_repairs_spec.lua).
 -- Not tagged #sqlite: these run on PostgreSQL too.
@@ -19,12 +19,15 @@ local function register(eng)
   } }
 end
 
-local function operator_rows(eng, id)
-  local out = {}
+-- The details of the `started` rows of run id's history, and whether any `operator` row (a
+-- repair's) is there too.
+local function started_rows(eng, id)
+  local out, repairs = {}, false
   for _, h in ipairs(eng:history(id)) do
-    if h.event == "operator" then out[#out + 1] = h.detail end
+    if h.event == "started" then out[#out + 1] = h.detail end
+    repairs = repairs or h.event == "operator"
   end
-  return out
+  return out, repairs
 end
 
 -- name|who of each event of run id, in order ("" for none).
@@ -40,8 +43,8 @@ describe("who started a run and who sent an event", function()
     register(eng)
     local a = eng:start("waits", {}, { who = "ana" })
     local b = eng:start("waits", {})
-    assert.are.same({ "start by ana" }, operator_rows(eng, a))
-    assert.are.same({}, operator_rows(eng, b))
+    assert.are.same({ { "by ana" }, false }, { started_rows(eng, a) })
+    assert.are.same({}, (started_rows(eng, b)))
     assert.are.equal("sent", (eng:signal(a, "go", 1, { who = "bob" })))
     assert.are.equal("sent", (eng:signal(a, "note", 2)))
     eng:run()
@@ -64,12 +67,12 @@ describe("who started a run and who sent an event", function()
     assert.are.equal(0, rc, out)
     local me = "[^ ]+@[^ ]+ %(mend cli%)"
     local eng2 = H.reopen(db)
-    local ops = operator_rows(eng2, id)
-    assert.are.equal(1, #ops)
-    assert.is_truthy(ops[1]:match("^start by ann via " .. me .. "$"), ops[1])
-    local rows = inbox(db, id)
-    assert.is_truthy(rows[1]:match("^go|bob via " .. me .. "$"), rows[1])
-    assert.is_truthy(rows[2]:match("^note|" .. me .. "$"), rows[2])
+    local rows = started_rows(eng2, id)
+    assert.are.equal(1, #rows)
+    assert.is_truthy(rows[1]:match("^by ann via " .. me .. "$"), rows[1])
+    local events = inbox(db, id)
+    assert.is_truthy(events[1]:match("^go|bob via " .. me .. "$"), events[1])
+    assert.is_truthy(events[2]:match("^note|" .. me .. "$"), events[2])
     rc, out = H.shell(("%s signal %s note --who '' --db %s"):format(H.quote(H.MEND), id, H.quote(db)))
     assert.are.equal(2, rc, out)
   end)

@@ -137,7 +137,7 @@ mend_workflow *mend_engine_load_version(mend_engine *E, const char *name, const 
  * batch (mend_engine_when_durable) before it says the run exists. Why a start failed is
  * mend_engine_refusal's: NOT_FOUND (no such workflow), INVALID (its input), STORE. `who`
  * started it (NULL: not told, as a workflow's host or a parent run): a run it makes has a
- * `start by WHO` operator row next to its first, as a repair's is recorded. */
+ * `started` row "by WHO" after its first, in its history as a repair's who is. */
 #define MEND_START_RECORD 2
 /* *existed after a MEND_START_RECORD with a key that the store looks up as the batch is written
  * (SQLite: it waits for no lock): the run recorded under id_out is the key's only if the key

@@ -468,8 +468,8 @@ def who_recorded_for_start_and_event():
     expect(post("/api/v1/runs/%s/events" % rid, {"name": "go", "data": 1}, who="yan"), 202)
     wait_end(rid)
     me = r"via http 127\.0\.0\.1:\d+ \(mend (serve|worker)\)"
-    started = [h.get("detail") or "" for h in history(rid) if h.get("event") == "operator"]
-    assert any(re.fullmatch(r"start by zed " + me, d) for d in started), started
+    started = [h.get("detail") or "" for h in history(rid) if h.get("event") == "started"]
+    assert len(started) == 1 and re.fullmatch(r"by zed " + me, started[0]), started
     inbox = expect(get("/api/v1/runs/%s/events" % rid), 200)
     by_name = {e["name"]: e for e in inbox}
     assert re.fullmatch(r"yan " + me, by_name["go"].get("who") or ""), inbox

@@ -85,7 +85,9 @@ static int breaker_set(mend_engine *E, const char *key, const char *op, double s
   /* A slot of steps that only wait has no row: the breaker is the store's, if anyone's. */
   int held = s && s->listed;
   mend_breaker b;
-  int found = held ? 1 : record ? committed_breaker(E, key, &b) : mend_store_get_breaker(E->store, key, &b);
+  int found = held     ? 1
+              : record ? committed_breaker(E, key, &b)
+                       : mend_store_get_breaker(E->store, key, &b);
   if (found < 0) {
     E->refusal = MEND_REFUSED_STORE;
     return mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));

@@ -211,7 +211,11 @@ static int start_value(mend_engine *E, lua_State *L, const char *workflow, int i
   else wf->counts.runs_started++;   /* a key found free later is counted by start_outcome */
   mend_run *r = mend__run_new(E, wf, id);
   mend__history(r, NULL, "run", NULL, "running", 0, NULL, -1, run_key);
-  if (who) mend__operator_entry(E, r, r->id, "start", who, NULL);
+  if (who) {   /* a row of its own: an `operator` row is a repair, which readers look for */
+    char detail[400];
+    snprintf(detail, sizeof detail, "by %s", who);
+    mend__history(r, NULL, "started", NULL, NULL, 0, NULL, -1, detail);
+  }
   /* The run's input is the JSON form, as a restarted engine will see it: the document the
    * text was printed from, not the text parsed again (5k instructions a start). */
   if (input_doc ? mend_json_push_doc(E->L, input_doc, jerr, sizeof jerr)

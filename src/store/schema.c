@@ -611,7 +611,7 @@ const char *const mend__migrations[MEND_SCHEMA_VERSION] = {
    * run id), so that a page walks from its cursor instead of sorting the whole queue: 100k
    * parked runs made each page of GET /api/v1/dlq a scan and a sort (bench/dlq_page.sh). Only
    * an index: older mends' statements survive it. */
-  "CREATE INDEX dlq_page ON dlq(coalesce(at, -1), run_id);",
+  "CREATE INDEX IF NOT EXISTS dlq_page ON dlq(coalesce(at, -1), run_id);",
   /* 19 -> 20: an event says who sent it (X-Mend-Who and the peer of an HTTP request, the
    * user of `mend signal`), as a repair's history row does; NULL: not told (a child's end, a
    * token's answer, the events before). A column older mends' inserts leave NULL. */

@@ -199,7 +199,8 @@ local commands = {
     help = "Records a new run for a worker to execute and prints its id at once. WORKFLOW is a\n" ..
            "name looked up as DIR/NAME.lua, or a file (./NAME for one named as a workflow).\n" ..
            "With a run key that was used before,\n" ..
-           "prints that run's id and records nothing. The run's history records who started it.\n\n" ..
+           "prints that run's id and records nothing. The run's history records who started it\n" ..
+           "(a `started` row).\n\n" ..
            "  --input JSON     the run's input (default {}); @FILE reads it from FILE, @- from\n" ..
            "                   stdin\n" ..
            "  --key K          run key (idempotency of the start)\n" .. WHO_HELP .. DB_HELP ..

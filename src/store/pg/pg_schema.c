@@ -233,15 +233,17 @@ const char *const mend__pg_sql[P__COUNT] = {
    * snapshot: a key committed in between is still ON CONFLICT's, with its gap.) */
   [P_SEND_EVENT] =
     "INSERT INTO inbox(run_id, name, payload, key, sent, who) SELECT $1::text, $2::text,"
-    " $3::text, $4::text, $5::float8, $6::text WHERE $4::text IS NULL OR NOT EXISTS (SELECT 1 FROM inbox WHERE"
-    " run_id = $1::text AND key = $4::text) ON CONFLICT (run_id, key) DO NOTHING",
+    " $3::text, $4::text, $5::float8, $6::text WHERE $4::text IS NULL"
+    " OR NOT EXISTS (SELECT 1 FROM inbox WHERE run_id = $1::text AND key = $4::text)"
+    " ON CONFLICT (run_id, key) DO NOTHING",
   /* The same, recorded in a batch: the lock taken by the statement itself (the row comes
    * from the lock's), so that it is taken before the row's seq. */
   [P_RECORD_EVENT] =
     "WITH l AS (SELECT pg_advisory_xact_lock(x'4d454e49'::int))"
     " INSERT INTO inbox(run_id, name, payload, key, sent, who) SELECT $1::text, $2::text,"
-    " $3::text, $4::text, $5::float8, $6::text FROM l WHERE $4::text IS NULL OR NOT EXISTS (SELECT 1 FROM inbox"
-    " WHERE run_id = $1::text AND key = $4::text) ON CONFLICT (run_id, key) DO NOTHING",
+    " $3::text, $4::text, $5::float8, $6::text FROM l WHERE $4::text IS NULL"
+    " OR NOT EXISTS (SELECT 1 FROM inbox WHERE run_id = $1::text AND key = $4::text)"
+    " ON CONFLICT (run_id, key) DO NOTHING",
   [P_NEXT_EVENT] =
     "SELECT seq, payload, key FROM inbox WHERE run_id = $1::text AND name = $2::text"
     " AND consumed IS NULL ORDER BY seq LIMIT 1",
@@ -476,9 +478,9 @@ const char *const mend__pg_migrations[MEND_PG_SCHEMA_VERSION] = {
   " AND status IN ('succeeded', 'compensating', 'compensated', 'compensation_failed');",
   /* 8 -> 9: the dead-letter queue in its page order, as SQLite's 18 -> 19; run ids compared
    * bytewise (COLLATE "C"), as the page compares them (pg_view.c). */
-  "CREATE INDEX dlq_page ON dlq ((coalesce(at, -1)), run_id COLLATE \"C\");",
+  "CREATE INDEX IF NOT EXISTS dlq_page ON dlq ((coalesce(at, -1)), run_id COLLATE \"C\");",
   /* 9 -> 10: who sent an event, as SQLite's 19 -> 20 */
-  "ALTER TABLE inbox ADD COLUMN who TEXT;",
+  "ALTER TABLE inbox ADD COLUMN IF NOT EXISTS who TEXT;",
 };
 
 /* The advisory lock that makes creating and upgrading the schema one worker's at a time
