@@ -200,7 +200,7 @@ local commands = {
            "name looked up as DIR/NAME.lua, or a file (./NAME for one named as a workflow).\n" ..
            "With a run key that was used before,\n" ..
            "prints that run's id and records nothing. The run's history records who started it\n" ..
-           "(a `started` row).\n\n" ..
+           "(a 'started' row).\n\n" ..
            "  --input JSON     the run's input (default {}); @FILE reads it from FILE, @- from\n" ..
            "                   stdin\n" ..
            "  --key K          run key (idempotency of the start)\n" .. WHO_HELP .. DB_HELP ..
