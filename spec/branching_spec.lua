@@ -605,7 +605,10 @@ describe("the kind of a branch's failure across a restart", function()
     if not pg then H.sql(db, "DROP VIEW history_named") end   -- it names the column (made again)
     H.sql(db, "ALTER TABLE history DROP COLUMN error_kind")
     H.sql(db, ("UPDATE meta SET value = '%s' WHERE key = 'schema_version'"):format(pg and 4 or 13))
-    if not pg then H.sql(db, "PRAGMA user_version = 13") end
+    if not pg then   -- and without schema 20's inbox.who, which the migration adds again
+      H.sql(db, "PRAGMA user_version = 13")
+      H.sql(db, "ALTER TABLE inbox DROP COLUMN who")
+    end
     local st = carried_on(db, def, id)
     assert.are.equal("compensable", row(db, id, "g/a", "error_kind"))
     assert.are.equal("compensated", st.status)
@@ -634,7 +637,10 @@ describe("the kind of a branch's failure across a restart", function()
     if not pg then H.sql(db, "DROP VIEW history_named") end   -- it names the column (made again)
     H.sql(db, "ALTER TABLE history DROP COLUMN error_kind")
     H.sql(db, ("UPDATE meta SET value = '%s' WHERE key = 'schema_version'"):format(pg and 5 or 14))
-    if not pg then H.sql(db, "PRAGMA user_version = 14") end
+    if not pg then   -- and without schema 20's inbox.who, which the migration adds again
+      H.sql(db, "PRAGMA user_version = 14")
+      H.sql(db, "ALTER TABLE inbox DROP COLUMN who")
+    end
     H.reopen(db, opts)
     assert.are.same({ "2 0" }, { row(db, a, "g/a", "error_severity || ' ' || error_stopped") })
     assert.are.same({ "0 1" }, { row(db, b, "g/a", "error_severity || ' ' || error_stopped") })

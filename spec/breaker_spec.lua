@@ -375,4 +375,24 @@ describe("the breakers listed", function()
       assert.are.equal("failed", eng:status(other).status)
       assert.are.same({ "g/a", "h/x", "m/item", "shared" }, keys(eng))
     end)
+
+  it("are none for a step that only waits (an event, a sleep): it asks no breaker", function()
+    local eng = H.new_engine()
+    eng:register{ name = "waits", steps = {
+      { name = "approve", wait_for = "go", timeout = 60 },
+      { name = "pause", sleep = 5 },
+      { name = "charge", execute = function() return 1 end },
+      { name = "ship", breaker = "carrier", execute = function() return 2 end },
+    } }
+    assert.are.same({ "carrier", "charge" }, keys(eng))
+    local id = eng:start("waits", {})
+    eng:signal(id, "go", true)
+    eng:run()
+    assert.are.equal("succeeded", eng:status(id).status)
+    assert.are.same({ "carrier", "charge" }, keys(eng))
+    -- one that executes, under the key a waiting step's name had, is listed as ever
+    eng:register{ name = "later", steps = {
+      { name = "w", breaker = "approve", execute = function() return 3 end } } }
+    assert.are.same({ "approve", "carrier", "charge" }, keys(eng))
+  end)
 end)

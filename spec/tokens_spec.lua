@@ -198,13 +198,16 @@ describe("a step with wait = \"token\"", function()
       H.sql(db, "ALTER TABLE steps RESET (fillfactor)")
     end
     H.sql(db, ("UPDATE meta SET value = '%s' WHERE key = 'schema_version'"):format(pg and 2 or 12))
-    if not pg then H.sql(db, "PRAGMA user_version = 12") end
+    if not pg then   -- and without schema 20's inbox.who, which the migration adds again
+      H.sql(db, "PRAGMA user_version = 12")
+      H.sql(db, "ALTER TABLE inbox DROP COLUMN who")
+    end
     assert.are.same({ "2" }, H.sql(db, "SELECT count(*) FROM tokens WHERE token LIKE 'mtk_%'"))
     assert.are.same({ "1" }, H.sql(db, "SELECT count(*) FROM inbox WHERE key LIKE 'mtk_%'"))
 
     local eng2 = H.reopen(db)
     eng2:register(def)
-    assert.are.same({ pg and "8" or "18" },
+    assert.are.same({ pg and "10" or "20" },
                     H.sql(db, "SELECT value FROM meta WHERE key = 'schema_version'"))
     assert.are.same({ "0" }, H.sql(db, "SELECT count(*) FROM tokens WHERE digest LIKE 'mtk_%'"))
     assert.are.same({ "0" }, H.sql(db, "SELECT count(*) FROM inbox WHERE key LIKE 'mtk_%'"))

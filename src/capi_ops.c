@@ -126,8 +126,8 @@ static int signal_status(mend_engine *engine, const char *run_id, const char *ru
                          const char *name, const char *payload_json, const char *key) {
   char err[1200];
   if (!name) return mend__capi_invalid(engine, "an event needs a name: name is NULL");
-  int rc = mend_engine_send_event(engine, run_id, run_key, name, payload_json, key, NULL, err,
-                                  sizeof err);
+  int rc = mend_engine_send_event(engine, run_id, run_key, name, payload_json, key, NULL, NULL,
+                                  err, sizeof err);
   if (rc >= 0) return MEND_OK;
   mend_engine_note_error(engine, err);
   return rc == MEND_EVENT_ENOTFOUND ? MEND_ENOTFOUND

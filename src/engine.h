@@ -135,15 +135,17 @@ mend_workflow *mend_engine_load_version(mend_engine *E, const char *name, const 
  * `detached`: only record the run, committed at once, for any worker to take;
  * MEND_START_RECORD: the same, recorded in the open batch only: the caller waits for that
  * batch (mend_engine_when_durable) before it says the run exists. Why a start failed is
- * mend_engine_refusal's: NOT_FOUND (no such workflow), INVALID (its input), STORE. */
+ * mend_engine_refusal's: NOT_FOUND (no such workflow), INVALID (its input), STORE. `who`
+ * started it (NULL: not told, as a workflow's host or a parent run): a run it makes has a
+ * `started` row "by WHO" after its first, in its history as a repair's who is. */
 #define MEND_START_RECORD 2
 /* *existed after a MEND_START_RECORD with a key that the store looks up as the batch is written
  * (SQLite: it waits for no lock): the run recorded under id_out is the key's only if the key
  * was free then; mend_engine_start_outcome tells, once the batch is durable. */
 #define MEND_START_KEY_LATER (-1)
 int mend_engine_start_value(mend_engine *E, lua_State *L, const char *workflow, int input_idx,
-                            const char *run_key, char id_out[MEND_RUN_ID_LEN], int *existed,
-                            int detached, char *err, int errlen);
+                            const char *run_key, const char *who, char id_out[MEND_RUN_ID_LEN],
+                            int *existed, int detached, char *err, int errlen);
 /* Once the batch of a start that gave MEND_START_KEY_LATER is durable: the key's run in id_out,
  * and *existed when it is not `recorded` (another start, here or in another process, had the
  * key first). -1 with err: refusal STATE for a key of another workflow's run, STORE. */
@@ -269,7 +271,8 @@ int mend_engine_lock_held(const mend_engine *E);
 /* Why the last repair above, start or advance refused (see mend_refusal). */
 mend_refusal mend_engine_refusal(const mend_engine *E);
 /* Sends event `name` to a running run, by its id or (id NULL) by its run key, with a payload
- * (JSON text; NULL: null) and an optional key (the same key twice is one event). Durable when
+ * (JSON text; NULL: null) and an optional key (the same key twice is one event); `who` sent it
+ * (kept with the event; NULL: not told). Durable when
  * it returns: 0 sent, 1 the run has an event of this key already (nothing sent), or one of
  * MEND_EVENT_* with the reason in err. The run's id goes to run_id_out (may be NULL). A run
  * held here and waiting for it goes on at once; one held by a worker elsewhere, at its next
@@ -279,8 +282,8 @@ enum { MEND_EVENT_EINVAL = -1, MEND_EVENT_ENOTFOUND = -2, MEND_EVENT_EENDED = -3
        MEND_EVENT_EDEFERRED = -5   /* another's lock held the commit back: the event is kept in
                                       the batch, sent once the lock goes (MEND_EDEFERRED) */ };
 int mend_engine_send_event(mend_engine *E, const char *id, const char *run_key, const char *name,
-                           const char *payload, const char *key, char run_id_out[MEND_RUN_ID_LEN],
-                           char *err, int errlen);
+                           const char *payload, const char *key, const char *who,
+                           char run_id_out[MEND_RUN_ID_LEN], char *err, int errlen);
 /* Same, recorded in the open batch only: the caller waits for it (mend_engine_when_durable)
  * before it says the event was sent; a run held here takes it once it is durable. With a key
  * and `ticket` (may be NULL), a store that looks the key up as the batch is written (SQLite: it
@@ -289,7 +292,7 @@ int mend_engine_send_event(mend_engine *E, const char *id, const char *run_key, 
  * (mend_store_event_ticket_free) once it asked, or will not ask. */
 #define MEND_EVENT_LATER 2
 int mend_engine_record_event(mend_engine *E, const char *id, const char *run_key, const char *name,
-                             const char *payload, const char *key,
+                             const char *payload, const char *key, const char *who,
                              char run_id_out[MEND_RUN_ID_LEN], int *ticket, char *err,
                              int errlen);
 /* Completes (ok) or fails the token a step's attempt handed out (ctx:token()): result is

@@ -410,17 +410,18 @@ static int engine_register(lua_State *L) {
   return 1;
 }
 
-/* eng:start(name, input [, {key = k}]) -> run_id, existed  [-0, +2, e] */
+/* eng:start(name, input [, {key = k, detached = b, who = w}]) -> run_id, existed  [-0, +2, e] */
 static int engine_start(lua_State *L) {
   engine_box *b = check_engine(L);
   const char *name = mend__check_text(L, 2, "the workflow's name");
-  const char *key = NULL;
+  const char *key = NULL, *who = NULL;
   int detached = 0;
   if (!lua_isnoneornil(L, 4)) {
     luaL_checktype(L, 4, LUA_TTABLE);
-    static const char *const known[] = {"key", "detached", NULL};
+    static const char *const known[] = {"key", "detached", "who", NULL};
     mend__opts_known(L, 4, "start", known);
     key = mend__opt_string(L, 4, "key", NULL);
+    who = mend__opt_string(L, 4, "who", NULL);
     lua_getfield(L, 4, "detached");
     detached = lua_toboolean(L, -1);
     lua_pop(L, 1);
@@ -428,7 +429,8 @@ static int engine_start(lua_State *L) {
   lua_settop(L, 4);
   char id[MEND_RUN_ID_LEN], err[1024];
   int existed;
-  int failed = mend_engine_start_value(b->E, L, name, 3, key, id, &existed, detached, err, sizeof err);
+  int failed = mend_engine_start_value(b->E, L, name, 3, key, who, id, &existed, detached, err,
+                                       sizeof err);
   if (failed) {
     mend_refusal why = mend_engine_refusal(b->E);
     if (why == MEND_REFUSED_BUSY || why == MEND_REFUSED_DEFERRED)

@@ -265,19 +265,21 @@ static int engine_cancel(lua_State *L) {
   return 2;
 }
 
-/* eng:signal(id, name [, payload [, {key=, run_key=}]]) -> "sent" | "duplicate", run id: sends
- * an event to a running run, by its id or (id nil) by opts.run_key.  [-0, +2, e] */
+/* eng:signal(id, name [, payload [, {key=, run_key=, who=}]]) -> "sent" | "duplicate", run id:
+ * sends an event to a running run, by its id or (id nil) by opts.run_key; opts.who is kept
+ * with the event.  [-0, +2, e] */
 static int engine_signal(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
   const char *id = lua_isnoneornil(L, 2) ? NULL : mend__check_text(L, 2, "the run id");
   const char *name = mend__check_text(L, 3, "the event's name");
-  const char *key = NULL, *run_key = NULL;
+  const char *key = NULL, *run_key = NULL, *who = NULL;
   if (!lua_isnoneornil(L, 5)) {
     luaL_checktype(L, 5, LUA_TTABLE);
-    static const char *const known[] = {"key", "run_key", NULL};
+    static const char *const known[] = {"key", "run_key", "who", NULL};
     mend__opts_known(L, 5, "signal", known);
     key = mend__opt_string(L, 5, "key", NULL);
     run_key = mend__opt_string(L, 5, "run_key", NULL);
+    who = mend__opt_string(L, 5, "who", NULL);
   }
   if (!id && !run_key) return luaL_error(L, "signal: a run id, or opts.run_key, is required");
   char err[1024];
@@ -287,7 +289,8 @@ static int engine_signal(lua_State *L) {
     if (!payload) return luaL_error(L, "signal: %s", err);
   }
   char run_id[MEND_RUN_ID_LEN];
-  int rc = mend_engine_send_event(E, id, run_key, name, payload, key, run_id, err, sizeof err);
+  int rc = mend_engine_send_event(E, id, run_key, name, payload, key, who, run_id, err,
+                                  sizeof err);
   free(payload);
   if (rc == MEND_EVENT_EDEFERRED) return mend__fail_lock(L, "deferred", run_id, "signal", err);
   if (rc == MEND_EVENT_ESTORE && mend_engine_lock_held(E))

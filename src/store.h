@@ -257,8 +257,10 @@ typedef struct mend_store_methods {
 
   /* Events (schema 10). send: puts an event in a run's inbox at once, in the open batch (a
    * caller commits it); 0 sent, 1 the run's inbox has an event with this key already (nothing
-   * written), -1 error. payload: JSON text or NULL (null). */
-  int (*send_event)(mend_store *s, const char *run_id, const char *name,                               const char *payload, const char *key, double sent);
+   * written), -1 error. payload: JSON text or NULL (null). who: who sent it (NULL: not told),
+   * kept with the event (schema 20). */
+  int (*send_event)(mend_store *s, const char *run_id, const char *name, const char *payload,
+                    const char *key, double sent, const char *who);
   /* send, only recorded in the open batch like a transition (with a writer thread, no wait for
    * it): the event is durable once that batch is. A key the inbox has already is kept once when
    * the batch is written, and not known here. 0; 1 not recorded (the caller sends and commits,
@@ -268,12 +270,13 @@ typedef struct mend_store_methods {
    * holds: it records only events with a key, which keeps each once where a commit whose
    * answer was lost did happen. */
   int (*record_event)(mend_store *s, const char *run_id, const char *name,
-                      const char *payload, const char *key, double sent);
+                      const char *payload, const char *key, double sent, const char *who);
   /* An event with a key recorded in the open batch, the key looked up as the batch is written
    * (the insert does nothing for a key sent before): 0 and a ticket for event_outcome, 1 not
    * recorded (the caller sends it at once), -1 error. NULL: the backend has none. */
   int (*record_keyed_event)(mend_store *s, const char *run_id, const char *name,
-                            const char *payload, const char *key, double sent, int *ticket);
+                            const char *payload, const char *key, double sent, const char *who,
+                            int *ticket);
   /* Once its batch is durable: 0 the ticket's event was sent, 1 its key had been sent before
    * (nothing kept), -1 not known (its batch failed). */
   int (*event_outcome)(mend_store *s, int ticket);
@@ -672,14 +675,16 @@ static inline int mend_store_sandbox_mark(mend_store *s, int set) {
 static inline json_t *mend_store_prune(mend_store *s, double before, const char *status, int dry_run) {
   return MEND_STORE_M(s)->prune(s, before, status, dry_run);
 }
-static inline int mend_store_send_event(mend_store *s, const char *run_id, const char *name, const char *payload, const char *key, double sent) {
-  return MEND_STORE_M(s)->send_event(s, run_id, name, payload, key, sent);
+static inline int mend_store_send_event(mend_store *s, const char *run_id, const char *name,
+                                        const char *payload, const char *key, double sent,
+                                        const char *who) {
+  return MEND_STORE_M(s)->send_event(s, run_id, name, payload, key, sent, who);
 }
 static inline int mend_store_record_keyed_event(mend_store *s, const char *run_id, const char *name,
                                                 const char *payload, const char *key, double sent,
-                                                int *ticket) {
+                                                const char *who, int *ticket) {
   if (!MEND_STORE_M(s)->record_keyed_event) return 1;
-  return MEND_STORE_M(s)->record_keyed_event(s, run_id, name, payload, key, sent, ticket);
+  return MEND_STORE_M(s)->record_keyed_event(s, run_id, name, payload, key, sent, who, ticket);
 }
 static inline int mend_store_event_outcome(mend_store *s, int ticket) {
   return MEND_STORE_M(s)->event_outcome(s, ticket);
@@ -690,8 +695,10 @@ static inline void mend_store_event_ticket_free(mend_store *s, int ticket) {
 static inline int mend_store_can_record_event(mend_store *s) {
   return MEND_STORE_M(s)->record_event != NULL;
 }
-static inline int mend_store_record_event(mend_store *s, const char *run_id, const char *name, const char *payload, const char *key, double sent) {
-  return MEND_STORE_M(s)->record_event(s, run_id, name, payload, key, sent);
+static inline int mend_store_record_event(mend_store *s, const char *run_id, const char *name,
+                                          const char *payload, const char *key, double sent,
+                                          const char *who) {
+  return MEND_STORE_M(s)->record_event(s, run_id, name, payload, key, sent, who);
 }
 /* Whether next_committed_event reads without the open batch (and without waiting for the
  * writer thread), rather than answering 2 every time. */

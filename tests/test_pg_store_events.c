@@ -39,21 +39,21 @@ static void test_recorded_events(void) {
   mend_run_rec r = run_rec("r1", NULL);
   CHECK_EQ_INT(mend__pg_insert_run(s, &r), 0);
   CHECK_EQ_INT(mend__pg_commit(s), 0);
-  CHECK_EQ_INT(mend__pg_record_event(s, "r1", "slain", "{}", NULL, 1), 1);
-  CHECK_EQ_INT(mend__pg_record_event(s, "r1", "slain", "{}", "k\xff", 1), 1);
-  CHECK_EQ_INT(mend__pg_record_event(s, "r1", "sl\xc3", "{}", "k0", 1), 1);
-  CHECK_EQ_INT(mend__pg_record_event(s, "r1", "slain", "{\"n\":1}", "k1", 1), 0);
+  CHECK_EQ_INT(mend__pg_record_event(s, "r1", "slain", "{}", NULL, 1, NULL), 1);
+  CHECK_EQ_INT(mend__pg_record_event(s, "r1", "slain", "{}", "k\xff", 1, NULL), 1);
+  CHECK_EQ_INT(mend__pg_record_event(s, "r1", "sl\xc3", "{}", "k0", 1, NULL), 1);
+  CHECK_EQ_INT(mend__pg_record_event(s, "r1", "slain", "{\"n\":1}", "k1", 1, NULL), 0);
   CHECK_EQ_INT(count("SELECT count(*) FROM inbox"), 0);
   CHECK_EQ_INT(mend__pg_commit(s), 0);
   CHECK_EQ_INT(count("SELECT count(*) FROM inbox WHERE key = 'k1' AND payload = '{\"n\":1}'"), 1);
   /* lost in the loop's open transaction: k2 sent into it by a read, k3 recorded after */
-  CHECK_EQ_INT(mend__pg_record_event(s, "r1", "slain", NULL, "k2", 2), 0);
+  CHECK_EQ_INT(mend__pg_record_event(s, "r1", "slain", NULL, "k2", 2, NULL), 0);
   CHECK_EQ_INT(mend__pg_last_history(s, "r1", NULL), 0);
   terminate_others();
-  CHECK_EQ_INT(mend__pg_record_event(s, "r1", "slain", NULL, "k3", 3), 0);
+  CHECK_EQ_INT(mend__pg_record_event(s, "r1", "slain", NULL, "k3", 3, NULL), 0);
   CHECK(mend__pg_commit(s) != 0);   /* told: not known committed */
   CHECK_EQ_INT(count("SELECT count(*) FROM inbox"), 1);
-  CHECK_EQ_INT(mend__pg_record_event(s, "r1", "slain", NULL, "k1", 4), 0);   /* kept once */
+  CHECK_EQ_INT(mend__pg_record_event(s, "r1", "slain", NULL, "k1", 4, NULL), 0);   /* kept once */
   CHECK_EQ_INT(mend__pg_commit(s), 0);
   CHECK_EQ_INT(count("SELECT count(*) FROM inbox"), 3);
   CHECK_EQ_INT(count("SELECT count(*) FROM inbox a JOIN inbox b ON a.key = 'k2' AND"
@@ -61,15 +61,15 @@ static void test_recorded_events(void) {
   /* lost in the writer thread's batch */
   CHECK_EQ_INT(mend__pg_start_writer(s, NULL, NULL), 0);
   unsigned long durable = mend__pg_durable_seq(s);
-  CHECK_EQ_INT(mend__pg_record_event(s, "r1", "slain", NULL, "k4", 5), 0);
+  CHECK_EQ_INT(mend__pg_record_event(s, "r1", "slain", NULL, "k4", 5, NULL), 0);
   CHECK_EQ_INT(mend__pg_last_history(s, "r1", NULL), 0);   /* the batch's transaction is open */
   terminate_others();
-  CHECK_EQ_INT(mend__pg_record_event(s, "r1", "slain", NULL, "k5", 6), 0);
+  CHECK_EQ_INT(mend__pg_record_event(s, "r1", "slain", NULL, "k5", 6, NULL), 0);
   CHECK_EQ_INT(mend__pg_hand_off(s), 0);
   while (mend__pg_writer_busy(s)) sleep_s(0.01);
   CHECK_EQ_INT(mend__pg_durable_seq(s), durable);
   CHECK(mend__pg_commit(s) != 0);
-  CHECK_EQ_INT(mend__pg_record_event(s, "r1", "slain", NULL, "k6", 7), 0);
+  CHECK_EQ_INT(mend__pg_record_event(s, "r1", "slain", NULL, "k6", 7, NULL), 0);
   CHECK_EQ_INT(mend__pg_hand_off(s), 0);
   while (mend__pg_writer_busy(s)) sleep_s(0.01);
   CHECK(mend__pg_durable_seq(s) > durable);
@@ -87,9 +87,9 @@ static void test_events(void) {
   if (!s) return;
   mend_run_rec r = run_rec("r1", NULL);
   mend__pg_insert_run(s, &r);
-  CHECK_EQ_INT(mend__pg_send_event(s, "r1", "paid", "{\"n\":1}", "k1", 5), 0);
-  CHECK_EQ_INT(mend__pg_send_event(s, "r1", "paid", "{\"n\":2}", "k1", 6), 1);
-  CHECK_EQ_INT(mend__pg_send_event(s, "r1", "paid", NULL, NULL, 7), 0);
+  CHECK_EQ_INT(mend__pg_send_event(s, "r1", "paid", "{\"n\":1}", "k1", 5, NULL), 0);
+  CHECK_EQ_INT(mend__pg_send_event(s, "r1", "paid", "{\"n\":2}", "k1", 6, NULL), 1);
+  CHECK_EQ_INT(mend__pg_send_event(s, "r1", "paid", NULL, NULL, 7, NULL), 0);
   long long seq;
   char *payload, *key;
   CHECK_EQ_INT(mend__pg_next_event(s, "r1", "paid", &seq, &payload, &key), 1);
@@ -129,11 +129,11 @@ static void test_committed_events(void) {
   mend__pg_insert_run(s, &r);
   long long seq, seq2;
   char *payload, *key;
-  CHECK_EQ_INT(mend__pg_send_event(s, "r1", "paid", "{\"n\":1}", "k1", 5), 0);
+  CHECK_EQ_INT(mend__pg_send_event(s, "r1", "paid", "{\"n\":1}", "k1", 5, NULL), 0);
   CHECK_EQ_INT(mend__pg_next_committed_event(s, "r1", "paid", &seq, &payload, &key), 0);
   CHECK_EQ_INT(mend__pg_commit(s), 0);
-  CHECK_EQ_INT(mend__pg_send_event(s, "r1", "paid", "{\"n\":2}", "k2", 6), 0);
-  CHECK_EQ_INT(mend__pg_send_event(s, "r1", "shipped", "{\"n\":3}", "k3", 6), 0);
+  CHECK_EQ_INT(mend__pg_send_event(s, "r1", "paid", "{\"n\":2}", "k2", 6, NULL), 0);
+  CHECK_EQ_INT(mend__pg_send_event(s, "r1", "shipped", "{\"n\":3}", "k3", 6, NULL), 0);
   CHECK_EQ_INT(mend__pg_next_committed_event(s, "r1", "paid", &seq, &payload, &key), 1);
   CHECK_STR(payload, "{\"n\":1}");
   CHECK_STR(key, "k1");

@@ -48,7 +48,7 @@ static void test_committed_looks(void) {
   CHECK_EQ_INT(mend__pg_cancels_requested(s, "w1"), 1);
   CHECK_EQ_INT(mend__pg_cancels_requested(s, "w2"), 0);   /* held by w1, not w2 */
   CHECK_EQ_INT(mend__pg_last_event(s), 0);
-  CHECK_EQ_INT(mend__pg_send_event(s, "c1", "go", NULL, NULL, 3), 0);
+  CHECK_EQ_INT(mend__pg_send_event(s, "c1", "go", NULL, NULL, 3, NULL), 0);
   CHECK_EQ_INT(mend__pg_last_event(s), 0);
   CHECK_EQ_INT(mend__pg_commit(s), 0);
   CHECK(mend__pg_last_event(s) > 0);
@@ -85,10 +85,10 @@ static void test_look_ahead(void) {
   mend_run_rec r1 = run_rec("r1", NULL), r2 = run_rec("r2", NULL);
   mend__pg_insert_run(s, &r1);
   mend__pg_insert_run(s, &r2);
-  CHECK_EQ_INT(mend__pg_send_event(s, "r1", "paid", "{\"n\":1}", "k1", 5), 0);
-  CHECK_EQ_INT(mend__pg_send_event(s, "r1", "paid", "{\"n\":2}", "k2", 6), 0);
+  CHECK_EQ_INT(mend__pg_send_event(s, "r1", "paid", "{\"n\":1}", "k1", 5, NULL), 0);
+  CHECK_EQ_INT(mend__pg_send_event(s, "r1", "paid", "{\"n\":2}", "k2", 6, NULL), 0);
   CHECK_EQ_INT(mend__pg_commit(s), 0);
-  CHECK_EQ_INT(mend__pg_send_event(s, "r2", "paid", NULL, NULL, 7), 0);   /* not committed */
+  CHECK_EQ_INT(mend__pg_send_event(s, "r2", "paid", NULL, NULL, 7, NULL), 0);   /* not committed */
   const char *ids[3] = {"r1", "r2", "r1"}, *names[3] = {"paid", "paid", "shipped"};
   CHECK_EQ_INT(look(s, 3, ids, names), 0);
   CHECK_EQ_INT(mend__pg_look_ahead(s, 3, ids, names), -1);   /* one in flight */
@@ -170,7 +170,7 @@ static void test_aux_opened_aside(void) {
   if (!s) return;
   mend_run_rec r1 = run_rec("r1", NULL);
   mend__pg_insert_run(s, &r1);
-  CHECK_EQ_INT(mend__pg_send_event(s, "r1", "paid", NULL, "k1", 5), 0);
+  CHECK_EQ_INT(mend__pg_send_event(s, "r1", "paid", NULL, "k1", 5, NULL), 0);
   CHECK_EQ_INT(mend__pg_commit(s), 0);
   PGconn *locker = raw();
   sql(locker, "BEGIN");

@@ -137,8 +137,9 @@ static void fill(mend_store *s) {
   CHECK_EQ_INT(mend_store_put_step(s, &wc), 0);
   /* an attempt begun since its row: in flight, in history only */
   history(s, w.id, "charge", t0 + 13, "step", "retry_wait", "running", 2, NULL, -1, NULL);
-  CHECK_EQ_INT(mend_store_send_event(s, w.id, "approved", "{\"by\":\"ann\"}", "k1", t0 + 14), 0);
-  CHECK_EQ_INT(mend_store_send_event(s, w.id, "approved", NULL, NULL, t0 + 15), 0);
+  CHECK_EQ_INT(mend_store_send_event(s, w.id, "approved", "{\"by\":\"ann\"}", "k1", t0 + 14, NULL),
+               0);
+  CHECK_EQ_INT(mend_store_send_event(s, w.id, "approved", NULL, NULL, t0 + 15, NULL), 0);
 
   mend_run_rec d = run_rec("01aaaaaaaa000004", "ship", "s1", "needs_attention", t0 + 20);
   d.source = "wf/ship.lua";

@@ -155,7 +155,7 @@ static void test_looks_without_the_batch(void) {
   mend_store_read_flushes(s, &flushed, &cpu, &pending);
   CHECK_EQ_INT(pending, 0);
   /* an event this store sends is in no look until its batch is durable */
-  CHECK_EQ_INT(mend_store_send_event(s, "c1", "more", NULL, NULL, 3), 0);
+  CHECK_EQ_INT(mend_store_send_event(s, "c1", "more", NULL, NULL, 3, NULL), 0);
   CHECK_EQ_INT((int)mend_store_last_event(s), (int)last);
   CHECK_EQ_INT(mend_store_commit(s), 0);
   CHECK((int)mend_store_last_event(s) > (int)last);

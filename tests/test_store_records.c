@@ -611,10 +611,10 @@ static void test_inbox(void) {
   CHECK_EQ_INT(mend_store_insert_run(s, &r), 0);
   CHECK_EQ_INT(mend_store_commit(s), 0);
   CHECK_EQ_INT((int)mend_store_last_event(s), 0);
-  CHECK_EQ_INT(mend_store_send_event(s, "e1", "tick", "{\"n\":1}", "k1", 101), 0);
-  CHECK_EQ_INT(mend_store_send_event(s, "e1", "tick", "{\"n\":9}", "k1", 102), 1);
-  CHECK_EQ_INT(mend_store_send_event(s, "e1", "tick", NULL, NULL, 103), 0);
-  CHECK_EQ_INT(mend_store_send_event(s, "e1", "other", "2", NULL, 104), 0);
+  CHECK_EQ_INT(mend_store_send_event(s, "e1", "tick", "{\"n\":1}", "k1", 101, NULL), 0);
+  CHECK_EQ_INT(mend_store_send_event(s, "e1", "tick", "{\"n\":9}", "k1", 102, NULL), 1);
+  CHECK_EQ_INT(mend_store_send_event(s, "e1", "tick", NULL, NULL, 103, NULL), 0);
+  CHECK_EQ_INT(mend_store_send_event(s, "e1", "other", "2", NULL, 104, NULL), 0);
   /* not committed yet: the look of another connection does not see them */
   seen_count = 0;
   CHECK_EQ_INT((int)mend_store_events_after(s, 0, 100, count_seen, NULL), 0);

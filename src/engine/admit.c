@@ -43,21 +43,31 @@ void mend__admit_next(mend_run *r) {
 
 /* ---------------------------------------------------------------- breakers */
 
-struct mend_breaker_slot *mend__breaker_slot(mend_engine *E, const char *key,
-                                              const mend_breaker_policy *p) {
-  for (struct mend_breaker_slot *s = E->breakers; s; s = s->next)
-    if (strcmp(s->key, key) == 0) return s;
-  struct mend_breaker_slot *s = calloc(1, sizeof *s);
-  s->key = mend_dupstr(key);
-  s->p = *p;
-  int found = mend_store_get_breaker(E->store, key, &s->b);
+/* The store's row of slot s: its state as the store keeps it, or a closed breaker recorded
+ * now (known from then on, so that people can list it and override it). */
+static void list_slot(mend_engine *E, struct mend_breaker_slot *s) {
+  s->listed = 1;
+  int found = mend_store_get_breaker(E->store, s->key, &s->b);
   if (found <= 0) {
     mend_breaker_init(&s->b);
-    /* known from now on, so that people can list it and override it */
-    if (found == 0 && mend_store_put_breaker(E->store, key, &s->b, mend_engine_now(E))) mend__store_failed(E);
+    if (found == 0 && mend_store_put_breaker(E->store, s->key, &s->b, mend_engine_now(E)))
+      mend__store_failed(E);
   }
-  s->next = E->breakers;
-  E->breakers = s;
+}
+
+struct mend_breaker_slot *mend__breaker_slot(mend_engine *E, const char *key,
+                                              const mend_breaker_policy *p, int executes) {
+  struct mend_breaker_slot *s = E->breakers;
+  while (s && strcmp(s->key, key) != 0) s = s->next;
+  if (!s) {
+    s = calloc(1, sizeof *s);
+    s->key = mend_dupstr(key);
+    s->p = *p;
+    mend_breaker_init(&s->b);
+    s->next = E->breakers;
+    E->breakers = s;
+  }
+  if (executes && !s->listed) list_slot(E, s);
   return s;
 }
 

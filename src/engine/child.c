@@ -89,7 +89,8 @@ void mend__start_child(mend_run *r, int i) {
   child_key(r, i, key, sizeof key);
   int existed = 0;
   mend_run *head = E->runs;
-  int rc = mend_engine_start_value(E, L, def->child, -1, key, id, &existed, 0, err, sizeof err);
+  int rc = mend_engine_start_value(E, L, def->child, -1, key, NULL, id, &existed, 0, err,
+                                   sizeof err);
   lua_pop(L, 1);
   if (rc) {
     char msg[800];

@@ -78,6 +78,7 @@ struct mend_breaker_slot {
   /* Counts the breaker's changes of state: a probe belongs to the half-open spell it was
    * admitted in, and an attempt still out when that spell ended holds no slot of a later one. */
   unsigned spell;
+  int listed;             /* its row was looked up (and made if missing) in the store */
   struct mend_breaker_slot *next;
 };
 
@@ -542,8 +543,12 @@ void mend__breaker_changed(mend_run *r, int i, mend_breaker_state before);
 /* Whether step i's attempt holds a probe slot of its breaker's present half-open spell. */
 int mend__holds_probe(mend_run *r, int i);
 void mend__breaker_outcome(mend_run *r, int i, mend_breaker_outcome outcome);
+/* The slot of breaker `key`, made at a workflow's load. `executes`: a step of it executes (its
+ * attempts ask the breaker), so the store gets the breaker's row now, for people to list and
+ * override; a step that only waits (wait_for, a child, a sleep with nothing to execute) asks it
+ * nothing, and gets no row. */
 struct mend_breaker_slot *mend__breaker_slot(mend_engine *E, const char *key,
-                                             const mend_breaker_policy *p);
+                                             const mend_breaker_policy *p, int executes);
 mend_run *mend__fifo_pop(run_fifo *f);
 void mend__fifo_push(run_fifo *f, mend_run *r);
 void mend__admit_next(mend_run *r);

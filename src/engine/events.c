@@ -222,14 +222,14 @@ static void queue_sent(mend_engine *E, struct mend_sent_event *ev, const char *i
 #define NOT_RECORDED 1
 
 static int send_in_batch(mend_engine *E, const char *id, const char *name, const char *text,
-                         const char *key, char *err, int errlen) {
+                         const char *key, const char *who, char *err, int errlen) {
   size_t nlen = strlen(name) + 1;
   struct mend_sent_event *ev = malloc(sizeof *ev + nlen);
   if (!ev) {
     mend_errorf(err, errlen, "out of memory");
     return MEND_EVENT_ESTORE;
   }
-  int recorded = mend_store_record_event(E->store, id, name, text, key, mend_engine_now(E));
+  int recorded = mend_store_record_event(E->store, id, name, text, key, mend_engine_now(E), who);
   if (recorded == 1) {
     free(ev);
     return NOT_RECORDED;
@@ -250,8 +250,8 @@ static int send_in_batch(mend_engine *E, const char *id, const char *name, const
 }
 
 static int send_keyed_in_batch(mend_engine *E, const char *id, const char *name,
-                               const char *text, const char *key, int *ticket, char *err,
-                               int errlen) {
+                               const char *text, const char *key, const char *who, int *ticket,
+                               char *err, int errlen) {
   size_t nlen = strlen(name) + 1;
   struct mend_sent_event *ev = malloc(sizeof *ev + nlen);
   if (!ev) {
@@ -259,7 +259,7 @@ static int send_keyed_in_batch(mend_engine *E, const char *id, const char *name,
     return MEND_EVENT_ESTORE;
   }
   int recorded = mend_store_record_keyed_event(E->store, id, name, text, key, mend_engine_now(E),
-                                               ticket);
+                                               who, ticket);
   if (recorded) {
     free(ev);
     if (recorded == 1) return NOT_RECORDED;
@@ -324,25 +324,27 @@ void mend__forget_sent_events(mend_engine *E) {
 }
 
 static int send_event(mend_engine *E, const char *id, const char *run_key, const char *name,
-                      const char *payload, const char *key, char run_id_out[MEND_RUN_ID_LEN],
-                      int record, int *ticket, char *err, int errlen);
+                      const char *payload, const char *key, const char *who,
+                      char run_id_out[MEND_RUN_ID_LEN], int record, int *ticket, char *err,
+                      int errlen);
 
 int mend_engine_send_event(mend_engine *E, const char *id, const char *run_key, const char *name,
-                           const char *payload, const char *key, char run_id_out[MEND_RUN_ID_LEN],
-                           char *err, int errlen) {
-  return send_event(E, id, run_key, name, payload, key, run_id_out, 0, NULL, err, errlen);
+                           const char *payload, const char *key, const char *who,
+                           char run_id_out[MEND_RUN_ID_LEN], char *err, int errlen) {
+  return send_event(E, id, run_key, name, payload, key, who, run_id_out, 0, NULL, err, errlen);
 }
 
 int mend_engine_record_event(mend_engine *E, const char *id, const char *run_key, const char *name,
-                             const char *payload, const char *key,
+                             const char *payload, const char *key, const char *who,
                              char run_id_out[MEND_RUN_ID_LEN], int *ticket, char *err,
                              int errlen) {
-  return send_event(E, id, run_key, name, payload, key, run_id_out, 1, ticket, err, errlen);
+  return send_event(E, id, run_key, name, payload, key, who, run_id_out, 1, ticket, err, errlen);
 }
 
 static int send_event(mend_engine *E, const char *id, const char *run_key, const char *name,
-                      const char *payload, const char *key, char run_id_out[MEND_RUN_ID_LEN],
-                      int record, int *ticket, char *err, int errlen) {
+                      const char *payload, const char *key, const char *who,
+                      char run_id_out[MEND_RUN_ID_LEN], int record, int *ticket, char *err,
+                      int errlen) {
   char found_id[MEND_RUN_ID_LEN];
   if (E->broken) {
     mend_errorf(err, errlen, "%s", E->errmsg);
@@ -463,7 +465,7 @@ static int send_event(mend_engine *E, const char *id, const char *run_key, const
    * sent before is found by its insert as the batch is written, and told by its ticket once the
    * batch is durable (a store without such tickets, or with all of them taken, sends it now). */
   if (ticket && key) {
-    int rc = send_keyed_in_batch(E, id, name, text, key, ticket, err, errlen);
+    int rc = send_keyed_in_batch(E, id, name, text, key, who, ticket, err, errlen);
     if (rc != NOT_RECORDED) {
       free(text);
       return rc;
@@ -472,7 +474,7 @@ static int send_event(mend_engine *E, const char *id, const char *run_key, const
   /* An event without a key to a run held elsewhere joins the batch too, when its caller waits
    * for the batch: it waits for no lock then. */
   if (joins_batch(E, r) || (record && !r && !key && mend_store_can_record_event(E->store))) {
-    int rc = send_in_batch(E, id, name, text, key, err, errlen);
+    int rc = send_in_batch(E, id, name, text, key, who, err, errlen);
     if (rc != NOT_RECORDED) {
       free(text);
       return rc;
@@ -483,7 +485,7 @@ static int send_event(mend_engine *E, const char *id, const char *run_key, const
    * workers' commits on one file made `mend signal` fail at 0.1 s). A recorded one stays
    * with the loop's: its caller (mend serve) must not hold its thread that long. */
   if (!record) mend_store_set_busy_wait(E->store, 0);
-  int sent = mend_store_send_event(E->store, id, name, text, key, mend_engine_now(E));
+  int sent = mend_store_send_event(E->store, id, name, text, key, mend_engine_now(E), who);
   if (!record) mend_store_set_busy_wait(E->store, LOOP_BUSY_MS);
   if (sent < 0 && !record && mend_store_locked(E->store) && mend_store_can_record_event(E->store)) {
     /* Another process's write lock outlasted the busy wait before anything was written: the
@@ -491,7 +493,7 @@ static int send_event(mend_engine *E, const char *id, const char *run_key, const
      * caller is told of the lock; a key sent again is kept once. */
     char lock_msg[600];
     snprintf(lock_msg, sizeof lock_msg, "%s", mend_store_errmsg(E->store));
-    int rc = send_in_batch(E, id, name, text, key, err, errlen);
+    int rc = send_in_batch(E, id, name, text, key, who, err, errlen);
     free(text);
     if (rc == NOT_RECORDED || rc == 0) {
       mend_errorf(err, errlen, "%s%s", lock_msg,

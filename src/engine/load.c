@@ -23,11 +23,15 @@ static mend_workflow *adopt(mend_engine *E, mend_workflow *wf) {
   wf->store_free = mend__workflow_store_free(E, wf);
   for (int i = 0; i < wf->nsteps; i++) {
     /* A group or a map executes nothing (its branches and its item do): no breaker, and no
-     * row that `mend breakers` would list for it. */
-    if (wf->steps[i].breaker_key)
-      wf->steps[i].slot = mend__breaker_slot(E, wf->steps[i].breaker_key, &wf->steps[i].breaker);
-    mend_step_def *item = wf->steps[i].item_wf ? &wf->steps[i].item_wf->steps[0] : NULL;
-    if (item) item->slot = mend__breaker_slot(E, item->breaker_key, &item->breaker);
+     * row that `mend breakers` would list for it. A step that only waits has a slot (the
+     * engine's paths need one) and no row: nothing of it ever asks its breaker. */
+    mend_step_def *d = &wf->steps[i];
+    if (d->breaker_key)
+      d->slot = mend__breaker_slot(E, d->breaker_key, &d->breaker, d->execute_ref != LUA_NOREF);
+    mend_step_def *item = d->item_wf ? &d->item_wf->steps[0] : NULL;
+    if (item)
+      item->slot = mend__breaker_slot(E, item->breaker_key, &item->breaker,
+                                      item->execute_ref != LUA_NOREF);
   }
   /* A breaker new to the store was recorded (so that people can list and override it): it is
    * committed now, or an engine that only serves (mend serve) would hold the write

@@ -82,15 +82,19 @@ static int breaker_set(mend_engine *E, const char *key, const char *op, double s
   struct mend_breaker_slot *s = NULL;
   for (struct mend_breaker_slot *x = E->breakers; x; x = x->next)
     if (strcmp(x->key, key) == 0) s = x;
+  /* A slot of steps that only wait has no row: the breaker is the store's, if anyone's. */
+  int held = s && s->listed;
   mend_breaker b;
-  int found = s ? 1 : record ? committed_breaker(E, key, &b) : mend_store_get_breaker(E->store, key, &b);
+  int found = held     ? 1
+              : record ? committed_breaker(E, key, &b)
+                       : mend_store_get_breaker(E->store, key, &b);
   if (found < 0) {
     E->refusal = MEND_REFUSED_STORE;
     return mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
   }
   if (!found) E->refusal = MEND_REFUSED_NOT_FOUND;
   if (!found) return mend_errorf(err, errlen, "no breaker %s (a breaker exists once a step using it has run)", key);
-  if (s) b = s->b;
+  if (held) b = s->b;
   double now = mend_engine_now(E);
   mend_breaker_state before = b.state;
   if (strcmp(op, "reset") == 0 || strcmp(op, "close") == 0) {
@@ -106,6 +110,7 @@ static int breaker_set(mend_engine *E, const char *key, const char *op, double s
   if (s) {
     s->b = b;
     s->spell++;
+    s->listed = 1;   /* its row is written here */
   }
   if (mend_store_put_breaker(E->store, key, &b, now)) mend__store_failed(E);
   char detail[200];
@@ -115,7 +120,7 @@ static int breaker_set(mend_engine *E, const char *key, const char *op, double s
   if (state_out) *state_out = b.state;
   if (record) {   /* the caller waits for the batch */
     if (E->broken) return mend_errorf(err, errlen, "%s", E->errmsg);
-    if (!s) note_recorded(E, key, b.state);
+    if (!held) note_recorded(E, key, b.state);
     mend__kick(E);
     return 0;
   }

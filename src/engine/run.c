@@ -56,16 +56,17 @@ mend_run *mend__run_new(mend_engine *E, mend_workflow *wf, const char *id) {
 double mend__lease_until(const mend_engine *E) { return mend_real_now() + E->lease_seconds; }
 
 static int start_value(mend_engine *E, lua_State *L, const char *workflow, int input_idx,
-                       const char *run_key, char id_out[MEND_RUN_ID_LEN], int *existed,
-                       int detached, char *err, int errlen);
+                       const char *run_key, const char *who, char id_out[MEND_RUN_ID_LEN],
+                       int *existed, int detached, char *err, int errlen);
 
 /* A start is an answer to its caller: it waits for another process's lock up to the store's
  * default busy wait, then fails naming the lock (the loop's own writes wait on a timer). */
 int mend_engine_start_value(mend_engine *E, lua_State *L, const char *workflow, int input_idx,
-                            const char *run_key, char id_out[MEND_RUN_ID_LEN], int *existed,
-                            int detached, char *err, int errlen) {
+                            const char *run_key, const char *who, char id_out[MEND_RUN_ID_LEN],
+                            int *existed, int detached, char *err, int errlen) {
   if (E->store) mend_store_set_busy_wait(E->store, 0);
-  int rc = start_value(E, L, workflow, input_idx, run_key, id_out, existed, detached, err, errlen);
+  int rc = start_value(E, L, workflow, input_idx, run_key, who, id_out, existed, detached, err,
+                       errlen);
   if (E->store) mend_store_set_busy_wait(E->store, LOOP_BUSY_MS);
   return rc;
 }
@@ -113,8 +114,8 @@ static int start_kept(mend_engine *E, const char id[MEND_RUN_ID_LEN], char *err,
 }
 
 static int start_value(mend_engine *E, lua_State *L, const char *workflow, int input_idx,
-                       const char *run_key, char id_out[MEND_RUN_ID_LEN], int *existed,
-                       int detached, char *err, int errlen) {
+                       const char *run_key, const char *who, char id_out[MEND_RUN_ID_LEN],
+                       int *existed, int detached, char *err, int errlen) {
   *existed = 0;
   /* A broken engine is one whose store failed (an engine whose Lua panicked is the C API's
    * MEND_EBROKEN before it gets here). */
@@ -217,6 +218,11 @@ static int start_value(mend_engine *E, lua_State *L, const char *workflow, int i
   else wf->counts.runs_started++;   /* a key found free later is counted by start_outcome */
   mend_run *r = mend__run_new(E, wf, id);
   mend__history(r, NULL, "run", NULL, "running", 0, NULL, -1, run_key);
+  if (who) {   /* a row of its own: an `operator` row is a repair, which readers look for */
+    char detail[400];
+    snprintf(detail, sizeof detail, "by %s", who);
+    mend__history(r, NULL, "started", NULL, NULL, 0, NULL, -1, detail);
+  }
   /* The run's input is the JSON form, as a restarted engine will see it: the document the
    * text was printed from, not the text parsed again (5k instructions a start). */
   if (input_doc ? mend_json_push_doc(E->L, input_doc, jerr, sizeof jerr)
@@ -281,7 +287,8 @@ int mend_engine_start_json(mend_engine *E, const char *workflow, const char *inp
     E->refusal = MEND_REFUSED_INVALID;
     return -1;
   }
-  int rc = mend_engine_start_value(E, L, workflow, -1, run_key, id_out, existed, 0, err, errlen);
+  int rc = mend_engine_start_value(E, L, workflow, -1, run_key, NULL, id_out, existed, 0, err,
+                                   errlen);
   lua_pop(L, 1);
   return rc;
 }

@@ -358,7 +358,7 @@ int mend_engine_settle_token(mend_engine *E, const char *token, int ok, const ch
   /* An answer to its caller: another process's lock is waited for as a start waits for it. */
   mend_store_set_busy_wait(E->store, 0);
   int u = mend_store_use_token(E->store, digest, text, now);
-  if (u == 0 && mend_store_send_event(E->store, run_id, name, text, digest, now) < 0) u = -1;
+  if (u == 0 && mend_store_send_event(E->store, run_id, name, text, digest, now, NULL) < 0) u = -1;
   mend_store_set_busy_wait(E->store, LOOP_BUSY_MS);
   free(text);
   if (u < 0 || mend__commit_now(E)) {

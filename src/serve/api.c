@@ -193,7 +193,7 @@ static void start_run(serve_req *r) {
   /* Recorded for a worker to take (this process's, with --listen), in the open batch: the
    * answer waits for it, with the starts that came at the same time. One that existed may be
    * in that batch too (the same key twice at once). */
-  int rc = mend_engine_start_value(r->E, L, name, lua_gettop(L), key, id, &existed,
+  int rc = mend_engine_start_value(r->E, L, name, lua_gettop(L), key, r->who, id, &existed,
                                    MEND_START_RECORD, err, sizeof err);
   lua_pop(L, 1);
   if (rc) {
@@ -467,7 +467,8 @@ static void send_event(serve_req *r, const char *id) {
   char run_id[MEND_RUN_ID_LEN] = "", err[600] = "";
   /* In the open batch, answered once it is durable, as a start is. */
   int ticket = 0;
-  int rc = mend_engine_record_event(r->E, id, run_key, name, payload, key, run_id, &ticket, err,
+  int rc = mend_engine_record_event(r->E, id, run_key, name, payload, key, r->who, run_id,
+                                    &ticket, err,
                                     sizeof err);
   free(payload);
   switch (rc) {

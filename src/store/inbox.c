@@ -28,7 +28,7 @@
 int mend__open_reader(mend_store *s);
 
 int mend__sqlite_send_event(mend_store *s, const char *run_id, const char *name,
-                          const char *payload, const char *key, double sent) {
+                            const char *payload, const char *key, double sent, const char *who) {
   if (mend__sync_point(s) != 0 || mend__batch_begin(s) != 0) return -1;
   sqlite3_stmt *q = s->q[Q_SEND_EVENT];
   int rc = SQLITE_OK;
@@ -37,6 +37,7 @@ int mend__sqlite_send_event(mend_store *s, const char *run_id, const char *name,
   BIND(mend__bind_text(q, 3, payload));
   BIND(mend__bind_text(q, 4, key));
   BIND(sqlite3_bind_double(q, 5, sent));
+  BIND(mend__bind_text(q, 6, who));
   if (mend__run_write(s, q, rc, "send an event") != 0) return -1;
   return sqlite3_changes(s->db) == 0 ? 1 : 0;
 }
@@ -44,7 +45,7 @@ int mend__sqlite_send_event(mend_store *s, const char *run_id, const char *name,
 /* An event's record of query q (Q_SEND_EVENT, Q_SEND_EVENT_KEY), marked `repair` (wrec): an
  * event is no write of the run's holder, and whoever holds the run, the fence lets it pass. */
 static int rec_event(mend_store *s, int q, int repair, const char *run_id, const char *name,
-                     const char *payload, const char *key, double sent) {
+                     const char *payload, const char *key, double sent, const char *who) {
   int repairing = s->repairing;
   s->repairing = repair;
   mend__rec_begin(s, q);
@@ -53,13 +54,15 @@ static int rec_event(mend_store *s, int q, int repair, const char *run_id, const
   mend__rec_text(s, payload);
   mend__rec_text(s, key);
   mend__rec_real(s, sent);
+  mend__rec_text(s, who);
   s->repairing = repairing;
   return mend__rec_end(s);
 }
 
 int mend__sqlite_record_event(mend_store *s, const char *run_id, const char *name,
-                              const char *payload, const char *key, double sent) {
-  return rec_event(s, Q_SEND_EVENT, 1, run_id, name, payload, key, sent);
+                              const char *payload, const char *key, double sent,
+                              const char *who) {
+  return rec_event(s, Q_SEND_EVENT, 1, run_id, name, payload, key, sent, who);
 }
 
 /* ---- keyed events whose key is looked up as their batch is written ------------------------
@@ -82,7 +85,7 @@ void mend__event_outcome(mend_store *s, int ticket, int sent) {
 
 int mend__sqlite_record_keyed_event(mend_store *s, const char *run_id, const char *name,
                                     const char *payload, const char *key, double sent,
-                                    int *ticket) {
+                                    const char *who, int *ticket) {
   unsigned k = 0, v = 0;
   int found = 0;
   for (unsigned n = 0; n < EVENT_TICKETS && !found; n++) {
@@ -96,7 +99,8 @@ int mend__sqlite_record_keyed_event(mend_store *s, const char *run_id, const cha
   atomic_store(&s->event_outcome[k], gen << 2 | TICKET_WAITING);
   *ticket = (int)(gen * EVENT_TICKETS + k + 1);
   /* its record's ticket, and no write of the run's holder (fence) */
-  if (rec_event(s, Q_SEND_EVENT_KEY, *ticket, run_id, name, payload, key, sent) == 0) return 0;
+  if (rec_event(s, Q_SEND_EVENT_KEY, *ticket, run_id, name, payload, key, sent, who) == 0)
+    return 0;
   mend__sqlite_event_ticket_free(s, *ticket);
   return -1;
 }

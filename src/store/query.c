@@ -626,8 +626,9 @@ json_t *mend__sqlite_history_page(mend_store *s, const char *id, long after, lon
 json_t *mend__sqlite_dlq(mend_store *s, double after_at, const char *after_id, long limit) {
   if (mend__view_point(s) != 0) return NULL;
   sqlite3_stmt *q = mend__view_stmt(s, Q_DLQ);
-  int rc = sqlite3_bind_double(q, 1, after_at);
-  if (rc == SQLITE_OK) rc = mend__bind_text(q, 2, after_id);
+  /* The first page's cursor is before every row: no `at` is below -1 (none, or a time). */
+  int rc = sqlite3_bind_double(q, 1, after_id ? after_at : -HUGE_VAL);
+  if (rc == SQLITE_OK) rc = mend__bind_text(q, 2, after_id ? after_id : "");
   if (rc == SQLITE_OK) rc = sqlite3_bind_int64(q, 3, limit > 0 ? limit : -1);
   return mend__rows_array(s, q, rc, "read dlq");
 }

@@ -45,6 +45,7 @@
  *   breakers(key TEXT PRIMARY KEY, state TEXT, failures INTEGER, successes INTEGER,
  *            opened_at REAL, open_until REAL, updated REAL)
  *   dlq(run_id TEXT PRIMARY KEY, reason TEXT, step TEXT, error TEXT, detail TEXT, at REAL)
+ *        + dlq_page on (coalesce(at, -1), run_id) (schema 19): the order of its pages
  *   audit(seq INTEGER PRIMARY KEY, at REAL, who TEXT, op TEXT, target TEXT, detail TEXT):
  *        operations by people that concern no single run (breaker overrides)
  *   inbox(seq INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT, name TEXT, payload TEXT (JSON),
@@ -62,6 +63,7 @@
  *        a step; as a token cannot be read back, an attempt that asked from a second ctx would
  *        get a second one, so (run_id, step, attempt) is indexed, not unique, and the first
  *        use ends them all. A completion's inbox row is keyed by the digest too
+ *   inbox.who TEXT (schema 20): who sent the event, as a repair's history row names who
  *   steps.error_kind TEXT (schema 14): the kind of the step's error by its name (retryable,
  *        fatal, compensable, timeout, error), written with it; NULL with no error
  *   steps.error_severity INTEGER, steps.error_stopped INTEGER (schema 15, both NOT NULL
@@ -102,7 +104,8 @@
  * the next seq (AUTOINCREMENT), a gap in the inbox's numbering. OR IGNORE stays the key's
  * guard. */
 #define SEND_EVENT_SQL \
-  "INSERT OR IGNORE INTO inbox(run_id, name, payload, key, sent) SELECT ?1, ?2, ?3, ?4, ?5" \
+  "INSERT OR IGNORE INTO inbox(run_id, name, payload, key, sent, who)" \
+  " SELECT ?1, ?2, ?3, ?4, ?5, ?6" \
   " WHERE ?4 IS NULL OR NOT EXISTS (SELECT 1 FROM inbox WHERE run_id = ?1 AND key = ?4)"
 
 const char *const mend__query_sql[Q__COUNT] = {
@@ -276,9 +279,13 @@ const char *const mend__query_sql[Q__COUNT] = {
     " ORDER BY seq",
   /* An empty history is a run's only when the run is there. */
   [Q_RUN_EXISTS] = "SELECT 1 FROM runs WHERE id = ?1",
-  /* A page: ?2 NULL from the first; a negative LIMIT is no limit in SQLite. */
-  [Q_DLQ] = "SELECT run_id, reason, step, error, detail, at FROM dlq WHERE ?2 IS NULL"
-            " OR coalesce(at, -1) > ?1 OR (coalesce(at, -1) = ?1 AND run_id > ?2)"
+  /* A page: the rows after (?1, ?2), walked in dlq_page from there (the first page's is
+   * before every row: query.c); a negative LIMIT is no limit in SQLite. The expression is
+   * dlq_page's, as written there, or the planner would not know them for the same; the bound
+   * on it alone is what it seeks by (a row value's is only a filter of a walk from the
+   * start). */
+  [Q_DLQ] = "SELECT run_id, reason, step, error, detail, at FROM dlq"
+            " WHERE coalesce(at, -1) >= ?1 AND (coalesce(at, -1) > ?1 OR run_id > ?2)"
             " ORDER BY coalesce(at, -1), run_id LIMIT ?3",
   [Q_BREAKERS] =
     "SELECT key, state, failures, successes, opened_at, open_until, updated FROM breakers"
@@ -316,7 +323,7 @@ const char *const mend__query_sql[Q__COUNT] = {
     "UPDATE inbox SET consumed = ?3, step = ?4 WHERE run_id = ?1 AND seq = ?2 AND consumed IS NULL",
   [Q_LAST_EVENT] = "SELECT coalesce(max(seq), 0) FROM inbox",
   [Q_INBOX] =
-    "SELECT seq, name, payload, key, sent, consumed, step FROM inbox"
+    "SELECT seq, name, payload, key, sent, consumed, step, who FROM inbox"
     " WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
   /* Completion tokens and child runs (schema 11). */
   [Q_PUT_TOKEN] =
@@ -600,6 +607,15 @@ const char *const mend__migrations[MEND_SCHEMA_VERSION] = {
    * run. The bump itself makes those mends refuse the file (schema_check.c). */
   "UPDATE steps SET custom_key = 2 WHERE custom_key = 1 AND attempts = 0"
   " AND status IN ('succeeded', 'compensating', 'compensated', 'compensation_failed');",
+  /* 18 -> 19: the dead-letter queue in its page order (a missing `at` first, as -1; ties by
+   * run id), so that a page walks from its cursor instead of sorting the whole queue: 100k
+   * parked runs made each page of GET /api/v1/dlq a scan and a sort (bench/dlq_page.sh). Only
+   * an index: older mends' statements survive it. */
+  "CREATE INDEX IF NOT EXISTS dlq_page ON dlq(coalesce(at, -1), run_id);",
+  /* 19 -> 20: an event says who sent it (X-Mend-Who and the peer of an HTTP request, the
+   * user of `mend signal`), as a repair's history row does; NULL: not told (a child's end, a
+   * token's answer, the events before). A column older mends' inserts leave NULL. */
+  "ALTER TABLE inbox ADD COLUMN who TEXT;",
 };
 
 /* run_key's layout from `column` to `partial` (src/store/layout.c), in its caller's

@@ -17,7 +17,7 @@
 #include "store/handoff.h"
 #include "store/sqlite.h"
 
-#define MEND_SCHEMA_VERSION 18   /* kept in PRAGMA user_version and in meta */
+#define MEND_SCHEMA_VERSION 20   /* kept in PRAGMA user_version and in meta */
 
 #define BUSY_TIMEOUT_MS 5000
 #define HISTORY_GROUP 8
@@ -351,17 +351,20 @@ int mend__sqlite_audit(mend_store *s, double at, const char *who, const char *op
 int mend__sqlite_schema_version(mend_store *s);
 int mend__sqlite_sandbox_mark(mend_store *s, int set);
 json_t *mend__sqlite_prune(mend_store *s, double before, const char *status, int dry_run);
-int mend__sqlite_send_event(mend_store *s, const char *run_id, const char *name, const char *payload, const char *key, double sent);
+int mend__sqlite_send_event(mend_store *s, const char *run_id, const char *name,
+                            const char *payload, const char *key, double sent, const char *who);
 void mend__sqlite_read_flushes(mend_store *s, unsigned long *records, double *cpu, int *pending);
 int mend__sqlite_next_committed_event(mend_store *s, const char *run_id, const char *name, long long *seq, char **payload, char **key);
 void mend__sqlite_open_committed_reads(mend_store *s, int batch);
 int mend__sqlite_can_look_ahead(mend_store *s);
 int mend__sqlite_look_ahead(mend_store *s, int n, const char *const *run_ids, const char *const *names);
 int mend__sqlite_look_ahead_take(mend_store *s, int wait, void (*fn)(void *ud, const char *run_id, const char *name, long long seq, const char *payload, const char *key), void *ud);
-int mend__sqlite_record_event(mend_store *s, const char *run_id, const char *name, const char *payload, const char *key, double sent);
+int mend__sqlite_record_event(mend_store *s, const char *run_id, const char *name,
+                              const char *payload, const char *key, double sent,
+                              const char *who);
 int mend__sqlite_record_keyed_event(mend_store *s, const char *run_id, const char *name,
                                     const char *payload, const char *key, double sent,
-                                    int *ticket);
+                                    const char *who, int *ticket);
 int mend__sqlite_event_outcome(mend_store *s, int ticket);
 void mend__sqlite_event_ticket_free(mend_store *s, int ticket);
 void mend__event_outcome(mend_store *s, int ticket, int sent);

@@ -192,17 +192,18 @@ local commands = {
   start = {
     args = { "WORKFLOW" },
     flags = with_sandbox_flags { db = "value", input = "value", key = "value", workflows = "value",
-                                 durability = "value" },
+                                 durability = "value", who = "value" },
     choices = { durability = { full = true, process = true } },
-    usage = "mend start WORKFLOW [--input JSON] [--key K] [--db PATH] [--workflows DIR]\n" ..
+    usage = "mend start WORKFLOW [--input JSON] [--key K] [--who NAME] [--db PATH] [--workflows DIR]\n" ..
             "                  [--durability full|process] " .. SANDBOX_USAGE,
     help = "Records a new run for a worker to execute and prints its id at once. WORKFLOW is a\n" ..
            "name looked up as DIR/NAME.lua, or a file (./NAME for one named as a workflow).\n" ..
            "With a run key that was used before,\n" ..
-           "prints that run's id and records nothing.\n\n" ..
+           "prints that run's id and records nothing. The run's history records who started it\n" ..
+           "(a 'started' row).\n\n" ..
            "  --input JSON     the run's input (default {}); @FILE reads it from FILE, @- from\n" ..
            "                   stdin\n" ..
-           "  --key K          run key (idempotency of the start)\n" .. DB_HELP ..
+           "  --key K          run key (idempotency of the start)\n" .. WHO_HELP .. DB_HELP ..
            "  --workflows DIR  where to look WORKFLOW up by name (default workflows)\n" ..
            "  --durability D   full (default: the start survives power loss) or process\n" ..
            SANDBOX_HELP,
@@ -269,16 +270,18 @@ local commands = {
   signal = {
     args = { "RUN" },
     optional = { "NAME" },
-    flags = { db = "value", data = "value", key = "value", ["run-key"] = "value" },
-    usage = "mend signal RUN NAME [--data JSON] [--key K] [--db PATH]\n" ..
-            "       mend signal --run-key K NAME [--data JSON] [--key K] [--db PATH]",
+    flags = { db = "value", data = "value", key = "value", ["run-key"] = "value", who = "value" },
+    usage = "mend signal RUN NAME [--data JSON] [--key K] [--who NAME] [--db PATH]\n" ..
+            "       mend signal --run-key K NAME [--data JSON] [--key K] [--who NAME] [--db PATH]",
     help = "Sends event NAME to a running run: a step `wait_for = NAME` takes it, and the data\n" ..
            "is that step's result. The event is kept in the run's inbox until a step takes it,\n" ..
-           "each once, in the order sent; a worker holding the run takes it at its next poll.\n" ..
+           "each once, in the order sent, with who sent it; a worker holding the run takes it at\n" ..
+           "its next poll.\n" ..
            "Refused (exit 1) for a run that has ended or does not exist.\n\n" .. DB_HELP ..
            "  --data JSON      the event's payload (default null); @FILE reads it from FILE\n" ..
            "  --key K          idempotency: the same key sent to the run again is one event\n" ..
-           "  --run-key K      the run started with this run key (mend start --key), not RUN\n",
+           "  --run-key K      the run started with this run key (mend start --key), not RUN\n" ..
+           WHO_HELP,
     does = { "mend.cli.repair", "signal" },
   },
   complete = {

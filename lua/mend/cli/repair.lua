@@ -202,8 +202,9 @@ function M.signal(o, first, second)
     usage_error("signal", "missing NAME")
   end
   local data = base.json_flag(o, "data")
+  local by = who(o, "signal")
   return with_engine(existing_db(o.db), function(eng)
-    local opts = { key = o.key, run_key = o["run-key"] }
+    local opts = { key = o.key, run_key = o["run-key"], who = by }
     local sent, how, run = pcall(eng.signal, eng, id, name, data, opts)
     local why = not sent and how
     if not sent and type(why) == "table" and why.code == "deferred" then

@@ -100,10 +100,11 @@ end
 function M.start(o, workflow)
   local input = base.decode_input(o.input)
   check_key(o)
+  local by = base.who(o, "start")
   local file, path = files.workflow_file(o, workflow)
   return with_engine(base.sandboxed(o, { db = o.db, durability = o.durability }), function(eng)
     local name = file and eng:load(file) or files.load_named(eng, o, workflow, path)
-    local id, existed = eng:start(name, input, { key = o.key, detached = true })
+    local id, existed = eng:start(name, input, { key = o.key, detached = true, who = by })
     -- stdout holds the id alone, for scripts; a key that was used before is told on stderr (a
     -- key of another workflow's run is refused by eng:start, exit 1)
     if existed then

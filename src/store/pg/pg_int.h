@@ -25,7 +25,7 @@
 #include "pg_line.h"
 
 /* PostgreSQL's own schema versions (meta 'schema_version'), unrelated to SQLite's. */
-#define MEND_PG_SCHEMA_VERSION 8
+#define MEND_PG_SCHEMA_VERSION 10
 
 /* Statements prepared on every connection at open (pg_schema.c holds their text). The write
  * statements (P_INSERT_RUN .. P_SET_UNAVAILABLE) are the ones a batch records. */
@@ -425,11 +425,11 @@ int mend__pg_find_key_result(mend_store *s, const char *idem_key, char **result_
                              int run_len);
 int mend__pg_get_breaker(mend_store *s, const char *key, mend_breaker *b);
 int mend__pg_send_event(mend_store *s, const char *run_id, const char *name,
-                        const char *payload, const char *key, double sent);
+                        const char *payload, const char *key, double sent, const char *who);
 int mend__pg_next_event(mend_store *s, const char *run_id, const char *name, long long *seq,
                         char **payload, char **key);
 int mend__pg_record_event(mend_store *s, const char *run_id, const char *name,
-                          const char *payload, const char *key, double sent);
+                          const char *payload, const char *key, double sent, const char *who);
 int mend__pg_next_committed_event(mend_store *s, const char *run_id, const char *name,
                                   long long *seq, char **payload, char **key);
 void mend__pg_open_committed_reads(mend_store *s, int batch);

@@ -396,7 +396,7 @@ int mend__pg_get_breaker(mend_store *s, const char *key, mend_breaker *b) {
 #define INBOX_LOCK "SELECT pg_advisory_xact_lock(x'4d454e49'::int)"
 
 int mend__pg_send_event(mend_store *s, const char *run_id, const char *name,
-                        const char *payload, const char *key, double sent) {
+                        const char *payload, const char *key, double sent, const char *who) {
   mend_pg *p = PG(s);
   if (mend__pg_begin(p) != 0) return -1;
   PGresult *r = mend__pg_run(p, -1, INBOX_LOCK, 0, NULL, "send an event");
@@ -404,8 +404,8 @@ int mend__pg_send_event(mend_store *s, const char *run_id, const char *name,
   PQclear(r);
   char t[40];
   snprintf(t, sizeof t, "%.17g", sent);
-  const char *v[5] = {run_id, name, payload, key, t};
-  if (!(r = mend__pg_run(p, P_SEND_EVENT, NULL, 5, v, "send an event"))) return -1;
+  const char *v[6] = {run_id, name, payload, key, t, who};
+  if (!(r = mend__pg_run(p, P_SEND_EVENT, NULL, 6, v, "send an event"))) return -1;
   int dup_key = strcmp(PQcmdTuples(r), "0") == 0;
   PQclear(r);
   if (!dup_key) p->tx_wake = 1;   /* its run may be held elsewhere */
@@ -441,10 +441,10 @@ static int event_of(mend_pg *p, PGresult *r, long long *seq, char **payload, cha
  * text the server might refuse, which would fail the batch of every run with it: that one the
  * caller sends on its own. */
 int mend__pg_record_event(mend_store *s, const char *run_id, const char *name,
-                          const char *payload, const char *key, double sent) {
+                          const char *payload, const char *key, double sent, const char *who) {
   mend_pg *p = PG(s);
   if (!key || !mend__pg_utf8(run_id) || !mend__pg_utf8(name) || !mend__pg_utf8(key) ||
-      (payload && !mend__pg_utf8(payload)))
+      (payload && !mend__pg_utf8(payload)) || (who && !mend__pg_utf8(who)))
     return 1;
   int repairing = p->repairing;
   p->repairing = 1;   /* no write of the run's holder: whoever holds it, the fence lets it by */
@@ -454,6 +454,7 @@ int mend__pg_record_event(mend_store *s, const char *run_id, const char *name,
   mend__pg_rec_text(p, payload);
   mend__pg_rec_text(p, key);
   mend__pg_rec_real(p, sent);
+  mend__pg_rec_text(p, who);
   p->repairing = repairing;
   p->cur->wake = 1;   /* its run may be held elsewhere */
   return mend__pg_rec_end(p);

@@ -232,16 +232,18 @@ const char *const mend__pg_sql[P__COUNT] = {
    * sees every key committed. (P_RECORD_EVENT takes it inside the statement, after its
    * snapshot: a key committed in between is still ON CONFLICT's, with its gap.) */
   [P_SEND_EVENT] =
-    "INSERT INTO inbox(run_id, name, payload, key, sent) SELECT $1::text, $2::text, $3::text,"
-    " $4::text, $5::float8 WHERE $4::text IS NULL OR NOT EXISTS (SELECT 1 FROM inbox WHERE"
-    " run_id = $1::text AND key = $4::text) ON CONFLICT (run_id, key) DO NOTHING",
+    "INSERT INTO inbox(run_id, name, payload, key, sent, who) SELECT $1::text, $2::text,"
+    " $3::text, $4::text, $5::float8, $6::text WHERE $4::text IS NULL"
+    " OR NOT EXISTS (SELECT 1 FROM inbox WHERE run_id = $1::text AND key = $4::text)"
+    " ON CONFLICT (run_id, key) DO NOTHING",
   /* The same, recorded in a batch: the lock taken by the statement itself (the row comes
    * from the lock's), so that it is taken before the row's seq. */
   [P_RECORD_EVENT] =
     "WITH l AS (SELECT pg_advisory_xact_lock(x'4d454e49'::int))"
-    " INSERT INTO inbox(run_id, name, payload, key, sent) SELECT $1::text, $2::text, $3::text,"
-    " $4::text, $5::float8 FROM l WHERE $4::text IS NULL OR NOT EXISTS (SELECT 1 FROM inbox"
-    " WHERE run_id = $1::text AND key = $4::text) ON CONFLICT (run_id, key) DO NOTHING",
+    " INSERT INTO inbox(run_id, name, payload, key, sent, who) SELECT $1::text, $2::text,"
+    " $3::text, $4::text, $5::float8, $6::text FROM l WHERE $4::text IS NULL"
+    " OR NOT EXISTS (SELECT 1 FROM inbox WHERE run_id = $1::text AND key = $4::text)"
+    " ON CONFLICT (run_id, key) DO NOTHING",
   [P_NEXT_EVENT] =
     "SELECT seq, payload, key FROM inbox WHERE run_id = $1::text AND name = $2::text"
     " AND consumed IS NULL ORDER BY seq LIMIT 1",
@@ -474,6 +476,11 @@ const char *const mend__pg_migrations[MEND_PG_SCHEMA_VERSION] = {
   /* 7 -> 8: the reuses older mends wrote as executions (custom_key 1), as SQLite's 17 -> 18 */
   "UPDATE steps SET custom_key = 2 WHERE custom_key = 1 AND attempts = 0"
   " AND status IN ('succeeded', 'compensating', 'compensated', 'compensation_failed');",
+  /* 8 -> 9: the dead-letter queue in its page order, as SQLite's 18 -> 19; run ids compared
+   * bytewise (COLLATE "C"), as the page compares them (pg_view.c). */
+  "CREATE INDEX IF NOT EXISTS dlq_page ON dlq ((coalesce(at, -1)), run_id COLLATE \"C\");",
+  /* 9 -> 10: who sent an event, as SQLite's 19 -> 20 */
+  "ALTER TABLE inbox ADD COLUMN IF NOT EXISTS who TEXT;",
 };
 
 /* The advisory lock that makes creating and upgrading the schema one worker's at a time

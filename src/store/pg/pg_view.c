@@ -362,13 +362,16 @@ json_t *mend__pg_view_history_page(PGconn *c, const char *id, long after, long l
 json_t *mend__pg_view_dlq(PGconn *c, double after_at, const char *after_id, long limit, char *err,
                           size_t errlen) {
   char at[40], lim[24];
+  /* The first page's cursor is before every row: no `at` is below -1 (none, or a time). */
   snprintf(at, sizeof at, "%.17g", after_at);
   snprintf(lim, sizeof lim, "%ld", limit);
-  const char *p[3] = {at, after_id, limit > 0 ? lim : NULL};
+  const char *p[3] = {after_id ? at : "-Infinity", after_id ? after_id : "",
+                      limit > 0 ? lim : NULL};
+  /* Walked in dlq_page from the cursor (a row comparison an index's columns serve), never a
+   * sort of the whole queue. */
   return rows_array(c,
-                    "SELECT run_id, reason, step, error, detail, at FROM dlq WHERE $2::text IS NULL"
-                    " OR coalesce(at, -1) > $1::float8 OR (coalesce(at, -1) = $1::float8"
-                    " AND run_id COLLATE \"C\" > $2::text)"
+                    "SELECT run_id, reason, step, error, detail, at FROM dlq"
+                    " WHERE (coalesce(at, -1), run_id COLLATE \"C\") > ($1::float8, $2::text)"
                     " ORDER BY coalesce(at, -1), run_id COLLATE \"C\" LIMIT $3::bigint",
                     3, p, "read dlq", err, errlen);
 }
@@ -444,7 +447,7 @@ json_t *mend__pg_view_inbox(PGconn *c, const char *run_id, long long after, long
   snprintf(lim, sizeof lim, "%ld", limit);
   const char *p[3] = {run_id, aft, limit > 0 ? lim : NULL};
   return rows_array(c,
-                    "SELECT seq, name, payload, key, sent, consumed, step FROM inbox"
+                    "SELECT seq, name, payload, key, sent, consumed, step, who FROM inbox"
                     " WHERE run_id = $1 AND seq > $2::bigint ORDER BY seq LIMIT $3::bigint",
                     3, p, "read a run's inbox", err, errlen);
 }
