@@ -13,7 +13,7 @@ src=$1
 dir=$2
 jobs=${3:-2}
 cmake=${CMAKE:-cmake}
-tests="json backoff breaker transition idset numtext flatjson utf8 parkset timers panic cpus host_answers keys_twice closed_fds hold_status tick_account lock_answers"
+tests="json backoff breaker transition idset numtext flatjson utf8 parkset timers panic cpus host_answers keys_twice closed_fds hold_status tick_account lock_answers csp"
 # Every embedding program (tests/test_embed_*.c), found by the pattern as CMakeLists.txt finds it
 for f in "$src"/tests/test_embed_*.c; do tests="$tests $(basename "$f" .c | sed 's/^test_//')"; done
 
