@@ -3,10 +3,11 @@
 -- every state (succeeded, compensated, in the dead-letter queue, waiting for an event, waiting
 -- to retry). The lists and a run's page must show each as the API has it, the status filter
 -- and the runs' pages by the cursor must hold every run once, the dead letters must all be
--- listed (past the API's first page), one resolved from the page must end resolved, and text
--- of the user's (a run key, a step name, an error, a breaker key, a resolve note)
--- holding HTML must be shown as that text and never run. (When things go wrong:
--- spec/dashboard_failures_spec.lua.)
+-- listed (past the API's first page; newest first, 500 at a time), one resolved from the page
+-- must end resolved, and text of the user's (a run key, a step name, an error, a breaker key,
+-- a resolve note) holding HTML must be shown as that text and never run. (When things go
+-- wrong: spec/dashboard_failures_spec.lua; answers it must not trust:
+-- spec/dashboard_hostile_spec.lua.)
 local H = require "spec.helper"
 local mend = require "mend"
 local B = require "spec.support.browser"
@@ -203,27 +204,37 @@ describe("the dashboard, as its docs say, in chromium", function()
     H.sql(db, "INSERT INTO dlq(run_id, reason, step, error, detail, at) VALUES " .. table.concat(values, ", "))
     local base, session = B.serve_and_browse(dir, db)
     session.go(base .. "/#/dlq")
-    local n = session.wait("the dead letters", "var n = document.querySelectorAll('tr[data-run]').length; return n > 0 && n;", 15)
-    os.execute("sleep 1")
-    n = session.js("return document.querySelectorAll('tr[data-run]').length")
-    assert.are.equal(1005, n)
-    -- the newest, oldest first: the last rows, which the first page leaves out
-    assert.is_true(session.js("return document.querySelector('tr[data-run=\"d1005\"]') !== null"))
+    local count = session.wait("the dead letters", "var c = document.querySelector('#dlq-count'); return c && c.textContent;", 15)
+    assert.are.equal("1005", count)
+    -- the newest first (the API's last page, which its first leaves out), 500 at a time
+    assert.are.equal("d1005", session.js("return document.querySelector('tr[data-run]').dataset.run"))
+    for _ = 1, 2 do session.js("document.querySelector('#dlq-more').click()") end
+    local ids = session.js("return Array.from(document.querySelectorAll('tr[data-run]')).map(function (tr) { return tr.dataset.run; })")
+    assert.are.equal(1005, #ids)
+    for i, id in ipairs(ids) do assert.are.equal(("d%04d"):format(1006 - i), id) end
+    assert.are.equal("none", session.js("return document.querySelector('#dlq-more').style.display"))
   end)
 
-  it("draws the lane of a step named __proto__ as any other", function()
+  it("draws the lanes of steps named __proto__, constructor, toString as any other", function()
     local dir, db = workspace()
     H.write_file(dir, "proto.lua", [[
 return { name = "proto", steps = { { name = "first", execute = function() return 1 end },
+  { name = "constructor", execute = function() return 1 end },
+  { name = "toString", execute = function() return 1 end },
+  { name = "hasOwnProperty", execute = function() return 1 end },
   { name = "__proto__", wait_for = "go" } } }]])
     local base, session = B.serve_and_browse(dir, db)
     B.spawn(H.MEND .. " worker --db " .. q(db) .. " --workflows " .. q(dir) .. " --poll 0.05 2>>" .. q(dir .. "/worker.err"))
     local id = start(base, "proto")
-    H.wait_for("the wait", function() return run_of(base, id).steps[2].status == "waiting" end, 20)
+    H.wait_for("the wait", function() return run_of(base, id).steps[5].status == "waiting" end, 20)
     session.go(base .. "/#/run/" .. id)
     local bars = session.wait("the timeline", [[
       var bars = document.querySelectorAll('#timeline rect.bar');
       return bars.length > 0 && Array.from(bars).map(function (b) { return b.dataset.step + '/' + b.getAttribute('class') + '/' + b.dataset.outcome; });]], 15)
-    assert.are.same({ "first/bar bar-running/succeeded", "__proto__/bar bar-waiting/open" }, bars)
+    assert.are.same({ "first/bar bar-running/succeeded", "constructor/bar bar-running/succeeded",
+                      "toString/bar bar-running/succeeded", "hasOwnProperty/bar bar-running/succeeded",
+                      "__proto__/bar bar-waiting/open" }, bars)
+    assert.are.same({ "first", "constructor", "toString", "hasOwnProperty", "__proto__" },
+                    session.js("return Array.from(document.querySelectorAll('#timeline .lane-label')).map(function (l) { return l.textContent; })"))
   end)
 end)

@@ -4,15 +4,13 @@
 -- breaker wait, a failed compensation); a click on Retry in the dead-letter list must carry the
 -- run on to its end; Cancel, Resolve and a breaker's Open must do what they say, and a refusal
 -- (no token, a dead letter already settled) must be shown. Screenshots go to build/artifacts
--- (MEND_ARTIFACT_DIR).
+-- (MEND_ARTIFACT_DIR). The browser and the server: spec/support/browser.lua.
 local H = require "spec.helper"
 local mend = require "mend"
+local B = require "spec.support.browser"
 
 local MEND, q, sh = H.MEND, H.quote, H.shell
-local json = mend.json
-
-local CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
-local ARTIFACTS = os.getenv("MEND_ARTIFACT_DIR") or "build/artifacts"
+local json, http_json = mend.json, B.http_json
 
 -- Two attempts fail, the breaker opens, the third fails after its wait, the fourth is
 -- declined: reserve is compensated, and its compensation fails while the flag file exists.
@@ -38,113 +36,11 @@ return { name = "saga", retry = { max_attempts = 6, initial = 0.5, multiplier = 
   } }
 ]]
 
-local function http_json(method, url, body)
-  local out = os.tmpname()
-  local cmd = "curl -s -m 60 -o " .. q(out) .. " -X " .. method .. " -H 'Content-Type: application/json'"
-  if body then cmd = cmd .. " --data-binary " .. q(type(body) == "string" and body or json.encode(body)) end
-  local rc = sh(cmd .. " " .. q(url))
-  local text = H.read(out)
-  os.remove(out)
-  if rc ~= 0 then return nil, "curl exit " .. tostring(rc) end
-  local ok, v = pcall(json.decode, text)
-  return ok and v or nil, text
-end
-
--- A WebDriver session on chromedriver at `port`.
-local function webdriver(port, profile)
-  local base = "http://127.0.0.1:" .. port
-  local caps = { capabilities = { alwaysMatch = { browserName = "chrome", ["goog:chromeOptions"] = {
-    binary = CHROMIUM,
-    args = { "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             "--disable-dev-shm-usage", "--user-data-dir=" .. profile, "--window-size=1400,1000" } } } } }
-  local created, raw = http_json("POST", base .. "/session", caps)
-  local sid = created and created.value and created.value.sessionId
-  assert(sid, "chromedriver made no session: " .. tostring(raw))
-  local s = { base = base .. "/session/" .. sid }
-  function s.call(method, path, body)
-    local v, text = http_json(method, s.base .. path, body)
-    assert(v, "webdriver " .. path .. ": " .. tostring(text))
-    assert(not (type(v.value) == "table" and v.value.error), "webdriver " .. path .. ": " .. tostring(text))
-    return v.value
-  end
-  function s.go(url) s.call("POST", "/url", { url = url }) end
-  -- (an empty Lua table would be encoded as an object: WebDriver wants a list)
-  function s.js(script) return s.call("POST", "/execute/sync", '{"script":' .. json.encode(script) .. ',"args":[]}') end
-  function s.screenshot(name)
-    local png = s.call("GET", "/screenshot")
-    local b64 = os.tmpname()
-    local f = assert(io.open(b64, "wb"))
-    f:write(png)
-    f:close()
-    os.execute("mkdir -p " .. q(ARTIFACTS))
-    assert(os.execute("base64 -d " .. q(b64) .. " > " .. q(ARTIFACTS .. "/" .. name .. (H.PG and "-pg" or "") .. ".png")))
-    os.remove(b64)
-  end
-  function s.close() http_json("DELETE", s.base) end
-  -- Polls a script until it returns a true value, for at most `seconds`.
-  function s.wait(what, script, seconds)
-    local v
-    H.wait_for(what, function() v = s.js(script); return v ~= nil and v ~= false and v ~= json.null end, seconds)
-    return v
-  end
-  return s
-end
-
-local procs = {}
-local function spawn(cmd)
-  local p = assert(io.popen(cmd .. " & echo $!"))
-  local pid = p:read("l")
-  p:close()
-  procs[#procs + 1] = pid
-  return pid
-end
-
--- `mend serve` on db (the workflows of dir, flags `extra`), chromedriver, and a WebDriver
--- session: the server's base URL and the session.
-local function serve_and_browse(dir, db, extra)
-  spawn(MEND .. " serve --db " .. q(db) .. " --workflows " .. q(dir) .. " --listen 127.0.0.1:0 " ..
-        (extra or "") .. " >" .. q(dir .. "/serve.out") .. " 2>" .. q(dir .. "/serve.err"))
-  local base
-  H.wait_for("the server", function()
-    base = H.read(dir .. "/serve.out"):match("serving (http://[%d%.]+:%d+)/api/v1")
-    return base ~= nil
-  end, 10)
-  -- A port nobody answers on, and a driver that is still ours once it answers there: two
-  -- suites run this spec side by side (ctest -j2), and a driver that found its port taken
-  -- exits while the other's answers.
-  local port
-  local function ready()
-    local st = http_json("GET", "http://127.0.0.1:" .. port .. "/status")
-    return st and st.value and st.value.ready
-  end
-  for _ = 1, 5 do
-    port = 20000 + math.random(0, 20000)
-    if not ready() then
-      local pid = spawn(CHROMEDRIVER .. " --port=" .. port .. " >" .. q(dir .. "/driver.log") .. " 2>&1")
-      local ok = pcall(H.wait_for, "chromedriver", ready, 10)
-      if ok and os.execute("kill -0 " .. pid .. " 2>/dev/null") then break end
-    end
-    port = nil
-  end
-  assert(port, "chromedriver did not start: " .. H.read(dir .. "/driver.log"))
-  return base, webdriver(port, dir .. "/profile")
-end
-
 describe("the dashboard in chromium", function()
-  local session
-  after_each(function()
-    if session then pcall(session.close) session = nil end
-    for i = #procs, 1, -1 do
-      os.execute("kill -TERM " .. procs[i] .. " 2>/dev/null")
-      procs[i] = nil
-    end
-    os.execute("sleep 0.3")
-    H.cleanup()
-  end)
+  after_each(function() B.stop_all() H.cleanup() end)
 
   it("draws a run's timeline and carries a dead letter on when Retry is clicked", function()
-    assert(io.open(CHROMIUM) and io.open(CHROMEDRIVER),
+    assert(io.open(B.CHROMIUM) and io.open(B.CHROMEDRIVER),
            "chromium and chromium-driver are not installed (make deps installs them)")
     local dir = H.tmp_dir()
     local db = H.new_db(dir, "dash.db")
@@ -169,8 +65,7 @@ return { name = "loop", steps = {
     assert.are.equal(0, rc, out)
     local long_id = json.decode(out:match("(%b{})%s*$")).id
 
-    local base
-    base, session = serve_and_browse(dir, db)
+    local base, session = B.serve_and_browse(dir, db)
 
     -- What the history says the timeline must show.
     local history = http_json("GET", base .. "/api/v1/runs/" .. id .. "/history")
@@ -269,15 +164,14 @@ return { name = "dead", compensate_retry = { max_attempts = 1 }, steps = {
     end
     local token = "dashboard-token-0123456789"
     local token_file = H.write_file(dir, "token", token .. "\n")
-    local base
-    base, session = serve_and_browse(dir, db, "--token-file " .. q(token_file))
+    local base, session = B.serve_and_browse(dir, db, "--token-file " .. q(token_file))
     local out = os.tmpname()
     assert.are.equal(0, sh("curl -s -o " .. q(out) .. " -H 'Content-Type: application/json' -H " ..
                            q("Authorization: Bearer " .. token) .. " -d '{\"workflow\":\"hold\"}' " ..
                            q(base .. "/api/v1/runs")))
     local id = json.decode(H.read(out)).id
     os.remove(out)
-    spawn(MEND .. " worker --db " .. q(db) .. " --workflows " .. q(dir) .. " --poll 0.05 2>/dev/null")
+    B.spawn(MEND .. " worker --db " .. q(db) .. " --workflows " .. q(dir) .. " --poll 0.05 2>/dev/null")
     H.wait_for("the run's sleep", function()
       local run = http_json("GET", base .. "/api/v1/runs/" .. id)
       return run and run.steps[2].status == "sleeping"

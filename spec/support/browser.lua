@@ -15,6 +15,7 @@ local M = {}
 local q, sh, json = H.quote, H.shell, mend.json
 
 M.CHROMIUM, M.CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+M.ARTIFACTS = os.getenv("MEND_ARTIFACT_DIR") or "build/artifacts"
 
 -- A request with curl: the decoded JSON answer (nil when it is not JSON) and the raw text.
 function M.http_json(method, url, body, headers)
@@ -52,6 +53,17 @@ local function webdriver(port, profile)
   function s.go(url) s.call("POST", "/url", { url = url }) end
   -- (an empty Lua table would be encoded as an object: WebDriver wants a list)
   function s.js(script) return s.call("POST", "/execute/sync", '{"script":' .. json.encode(script) .. ',"args":[]}') end
+  -- A screenshot of the page, kept as M.ARTIFACTS/<name>.png (<name>-pg.png on PostgreSQL).
+  function s.screenshot(name)
+    local png = s.call("GET", "/screenshot")
+    local b64 = os.tmpname()
+    local f = assert(io.open(b64, "wb"))
+    f:write(png)
+    f:close()
+    os.execute("mkdir -p " .. q(M.ARTIFACTS))
+    assert(os.execute("base64 -d " .. q(b64) .. " > " .. q(M.ARTIFACTS .. "/" .. name .. (H.PG and "-pg" or "") .. ".png")))
+    os.remove(b64)
+  end
   function s.close() http_json("DELETE", s.base) end
   -- Polls a script until it returns a true value, for at most `seconds`.
   function s.wait(what, script, seconds)

@@ -55,6 +55,10 @@ const char *mend_server_address(const mend_server *srv);
 void mend_server_close(mend_server *srv);
 void mend_server_free(mend_server *srv);
 
+/* The dashboard page's Content-Security-Policy (csp.c): its own inline scripts allowed by their
+ * SHA-256, no other. Malloc'd; NULL when out of memory. */
+char *serve_dashboard_csp(const char *page);
+
 /* A request as a handler sees it: authenticated, body within limits. */
 #define MAX_CONNECTIONS 256   /* past it a new connection is closed at once */
 /* long polls held at once (wait.c): a quarter of the connections stays for the requests that

@@ -60,6 +60,7 @@ struct mend_server {
   size_t max_headers;
   char *cors;
   char *dashboard;
+  char *dashboard_csp;         /* its Content-Security-Policy (csp.c) */
   char *process;
   char address[INET6_ADDRSTRLEN + 16];
   conn *conns;
@@ -379,11 +380,9 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
                   " under /api/v1");
       return 0;
     }
-    /* One page, its script and style inline; it may talk to this server only. */
+    /* One page, its script and style inline: its own script runs, no other (csp.c). */
     h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("content-security-policy"), 0,
-                          NULL, H2O_STRLIT("default-src 'none'; script-src 'unsafe-inline'; "
-                          "style-src 'unsafe-inline'; connect-src 'self'; img-src data:; "
-                          "frame-ancestors 'none'"));
+                          NULL, srv->dashboard_csp, strlen(srv->dashboard_csp));
     send_text(&r, 200, "text/html; charset=utf-8", srv->dashboard, strlen(srv->dashboard));
     return 0;
   }
@@ -591,7 +590,19 @@ mend_server *mend_server_start(mend_engine *E, const mend_server_opts *o, int *r
     srv->token_len = strlen(o->token);
   }
   if (o->cors_origin) srv->cors = strdup(o->cors_origin);
-  if (o->dashboard) srv->dashboard = strdup(o->dashboard);
+  if (o->dashboard) {
+    srv->dashboard = strdup(o->dashboard);
+    srv->dashboard_csp = srv->dashboard ? serve_dashboard_csp(srv->dashboard) : NULL;
+    if (!srv->dashboard_csp) {
+      free(srv->dashboard);
+      free(srv->cors);
+      free(srv->token);
+      free(srv);
+      *refusal = MEND_SERVER_NO_MEMORY;
+      errorf(err, errlen, "out of memory");
+      return NULL;
+    }
+  }
   if (o->process) srv->process = strdup(o->process);
   uv_loop_t *loop = mend_engine_loop(E);
   uv_tcp_init(loop, &srv->listener);
@@ -761,6 +772,7 @@ void mend_server_free(mend_server *srv) {
   free(srv->token);
   free(srv->cors);
   free(srv->dashboard);
+  free(srv->dashboard_csp);
   free(srv->process);
   serve_waits_free(srv->waits);
   free(srv);
