@@ -240,8 +240,13 @@ static int engine_prune(lua_State *L) {
 static const char *const WHO[] = {"who", NULL};
 
 /* Who did an operation: opts.who, or the user and host of this process. [-0, +1, m] */
-static const char *push_who(lua_State *L, int opts) {
-  if (lua_istable(L, opts) && lua_getfield(L, opts, "who") == LUA_TSTRING) return lua_tostring(L, -1);
+static const char *push_who(lua_State *L, int opts, const char *method) {
+  if (lua_istable(L, opts) && lua_getfield(L, opts, "who") == LUA_TSTRING) {
+    size_t n;
+    const char *s = lua_tolstring(L, -1, &n);
+    if (strlen(s) != n) luaL_error(L, "%s: who holds a NUL byte", method);
+    return mend__check_who(L, s, method);
+  }
   if (lua_istable(L, opts)) lua_pop(L, 1);
   const char *user = getenv("USER");
   char host[64] = "?";
@@ -255,7 +260,7 @@ static int engine_cancel(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
   const char *id = mend__check_text(L, 2, "the run id");
   mend__opts_known(L, 3, "cancel", WHO);
-  const char *who = push_who(L, 3);
+  const char *who = push_who(L, 3, "cancel");
   char err[600];
   int rc = mend_engine_cancel_run(E, id, who, err, sizeof err);
   if (rc < 0) return luaL_error(L, "cancel: %s", err);
@@ -271,15 +276,16 @@ static int engine_cancel(lua_State *L) {
 static int engine_signal(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
   const char *id = lua_isnoneornil(L, 2) ? NULL : mend__check_text(L, 2, "the run id");
-  const char *name = mend__check_text(L, 3, "the event's name");
+  const char *name = mend__stored_text(L, mend__check_text(L, 3, "the event's name"), "signal",
+                                       "the event's name");
   const char *key = NULL, *run_key = NULL, *who = NULL;
   if (!lua_isnoneornil(L, 5)) {
     luaL_checktype(L, 5, LUA_TTABLE);
     static const char *const known[] = {"key", "run_key", "who", NULL};
     mend__opts_known(L, 5, "signal", known);
-    key = mend__opt_string(L, 5, "key", NULL);
+    key = mend__stored_text(L, mend__opt_string(L, 5, "key", NULL), "signal", "the event's key");
     run_key = mend__opt_string(L, 5, "run_key", NULL);
-    who = mend__opt_string(L, 5, "who", NULL);
+    who = mend__check_who(L, mend__opt_string(L, 5, "who", NULL), "signal");
   }
   if (!id && !run_key) return luaL_error(L, "signal: a run id, or opts.run_key, is required");
   char err[1024];
@@ -343,7 +349,7 @@ static int engine_upgrade(lua_State *L) {
   const char *id = mend__check_text(L, 2, "the run id");
   const char *version = mend__check_text(L, 3, "the version");
   mend__opts_known(L, 4, "upgrade", WHO);
-  const char *who = push_who(L, 4);
+  const char *who = push_who(L, 4, "upgrade");
   char err[1200];
   int rc = mend_engine_upgrade_run(E, id, version, who, err, sizeof err);
   if (rc < 0) return luaL_error(L, "upgrade: %s", err);
@@ -370,7 +376,7 @@ static int engine_dlq_retry(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
   const char *id = mend__check_text(L, 2, "the run id");
   mend__opts_known(L, 3, "dlq_retry", WHO);
-  const char *who = push_who(L, 3);
+  const char *who = push_who(L, 3, "dlq retry");
   char err[600];
   if (mend_engine_dlq_retry(E, id, who, err, sizeof err)) return luaL_error(L, "dlq retry: %s", err);
   return 0;
@@ -383,7 +389,8 @@ static int engine_resolve(lua_State *L) {
   static const char *const known[] = {"note", "who", NULL};
   mend__opts_known(L, 3, "resolve", known);
   const char *note = lua_istable(L, 3) ? mend__opt_string(L, 3, "note", NULL) : NULL;
-  const char *who = push_who(L, 3);
+  mend__stored_text(L, note, "dlq resolve", "the note");
+  const char *who = push_who(L, 3, "dlq resolve");
   char err[600];
   if (mend_engine_resolve(E, id, who, note, err, sizeof err)) return luaL_error(L, "dlq resolve: %s", err);
   return 0;
@@ -402,7 +409,7 @@ static int engine_breaker(lua_State *L) {
     seconds = luaL_optnumber(L, -1, 0);
     lua_pop(L, 1);
   }
-  const char *who = push_who(L, 4);
+  const char *who = push_who(L, 4, "breakers");
   char err[600];
   if (mend_engine_breaker_set(E, key, op, seconds, who, err, sizeof err))
     return luaL_error(L, "breakers %s: %s", op, err);

@@ -1,0 +1,90 @@
+-- Who did an operation, as the Lua API takes it (eng:start, eng:signal and the repairs' {who=}):
+-- unlike --who and X-Mend-Who, any Lua string could be given. What a store keeps must be UTF-8
+-- (PostgreSQL refuses a batch holding other bytes, and the engine with it), whole (the history's
+-- `by WHO` row) and printable (mend history prints it as it is). Not tagged #sqlite: it runs on
+-- PostgreSQL too, where a bad text broke the engine.
+local H = require "spec.helper"
+
+local function register(eng)
+  eng:register{ name = "waits", steps = { { name = "approve", wait_for = "go", timeout = 60 } } }
+end
+
+local function started(eng, id)
+  for _, h in ipairs(eng:history(id)) do
+    if h.event == "started" then return h.detail end
+  end
+end
+
+-- The engine still works: a start and an event after the refusal.
+local function still_works(eng)
+  local id = eng:start("waits", {}, { who = "carol" })
+  assert.are.equal("sent", (eng:signal(id, "go", 1, { who = "bob" })))
+  assert.are.equal("by carol", started(eng, id))
+end
+
+describe("who, through the Lua API", function()
+  after_each(H.cleanup)
+
+  it("is kept whole up to 256 bytes, a multi-byte character at its end", function()
+    local eng = H.new_engine()
+    register(eng)
+    local who = ("a"):rep(254) .. "é"
+    assert.are.equal(256, #who)
+    local id = eng:start("waits", {}, { who = who })
+    assert.are.equal("by " .. who, started(eng, id))
+    still_works(eng)
+  end)
+
+  it("is refused, naming the bound, past 256 bytes or empty", function()
+    local eng = H.new_engine()
+    register(eng)
+    local ok, err = pcall(eng.start, eng, "waits", {}, { who = ("w"):rep(257) })
+    assert.is_false(ok)
+    assert.matches("start: who must be 1 to 256 bytes, got 257", tostring(err), 1, true)
+    ok, err = pcall(eng.start, eng, "waits", {}, { who = "" })
+    assert.is_false(ok)
+    assert.matches("got 0", tostring(err), 1, true)
+    still_works(eng)
+  end)
+
+  it("that is not UTF-8 is refused on a signal, and the engine goes on", function()
+    local eng = H.new_engine()
+    register(eng)
+    local id = eng:start("waits", {})
+    local ok, err = pcall(eng.signal, eng, id, "go", 1, { who = "b\255b" })
+    assert.is_false(ok)
+    assert.matches("signal: who is not UTF-8 text", tostring(err), 1, true)
+    assert.are.equal("sent", (eng:signal(id, "go", 1, { who = "bob" })))
+    still_works(eng)
+  end)
+
+  it("with a control character is refused on a repair", function()
+    local eng = H.new_engine()
+    register(eng)
+    local id = eng:start("waits", {})
+    local ok, err = pcall(eng.cancel, eng, id, { who = "eve\n2026-01-01 run done" })
+    assert.is_false(ok)
+    assert.matches("cancel: who holds a control character", tostring(err), 1, true)
+    assert.are.equal("cancelled", (eng:cancel(id, { who = "alice" })))
+  end)
+end)
+
+describe("an event's key and name, through the Lua API", function()
+  after_each(H.cleanup)
+
+  it("that are not UTF-8 are refused, and the engine goes on", function()
+    local eng = H.new_engine()
+    register(eng)
+    local id = eng:start("waits", {})
+    local ok, err = pcall(eng.signal, eng, id, "go", 1, { key = "k\255" })
+    assert.is_false(ok)
+    assert.matches("signal: the event's key is not UTF-8 text", tostring(err), 1, true)
+    ok, err = pcall(eng.signal, eng, id, "g\192o", 1)
+    assert.is_false(ok)
+    assert.matches("signal: the event's name is not UTF-8 text", tostring(err), 1, true)
+    ok, err = pcall(eng.start, eng, "waits", {}, { key = "\255" })
+    assert.is_false(ok)
+    assert.matches("start: the run key is not UTF-8 text", tostring(err), 1, true)
+    still_works(eng)
+  end)
+end)
