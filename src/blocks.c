@@ -31,9 +31,10 @@
 #define UNPOISON(p, n) ((void)(p), (void)(n))
 #endif
 
-/* The class of a block of n bytes (1 <= n <= MEND_BLOCKS_MAX), and that class's size. */
-static inline int class_of(size_t n) { return (int)((n - 1) / MEND_BLOCKS_STEP); }
-static inline size_t class_size(int c) { return (size_t)(c + 1) * MEND_BLOCKS_STEP; }
+static inline int class_of(size_t n) { return mend_blocks_class_of(n); }
+static inline size_t class_size(int c) { return mend_blocks_class_size(c); }
+/* What a kept block of class c holds of the C library: its chunk, header and all. */
+static inline size_t class_chunk(int c) { return class_size(c) + MEND_BLOCKS_CHUNK_HEAD; }
 
 void mend_blocks_init(mend_blocks *b) {
   memset(b, 0, sizeof *b);
@@ -52,11 +53,11 @@ static void give_back(mend_blocks *b, void *ptr, size_t old) {
     int c = class_of(old);
     size_t size = class_size(c);
     UNPOISON(ptr, size);
-    if (b->kept + size <= MEND_BLOCKS_KEEP_BYTES) {
+    if (b->kept + class_chunk(c) <= MEND_BLOCKS_KEEP_BYTES) {
       *(void **)ptr = b->head[c];
       POISON(ptr, size);
       b->head[c] = ptr;
-      b->kept += size;
+      b->kept += class_chunk(c);
       return;
     }
   }
@@ -68,7 +69,7 @@ static void *take(mend_blocks *b, int c) {
   if (p) {
     UNPOISON(p, sizeof(void *));
     b->head[c] = *(void **)p;
-    b->kept -= class_size(c);
+    b->kept -= class_chunk(c);
   }
   return p;
 }

@@ -57,12 +57,14 @@ static struct entry *find(const tmap *m, const lua_State *co) {
   }
 }
 
+#define SHRINK_ABOVE 1024
+
 /* The hash and the anchors made again for the entries listed and one more, their slots
  * numbered anew from 1 and none given back: the map is at -1. Called when one more entry would
- * fill the hash past three quarters, and when it would fill it below an eighth (a peak of
- * waiting runs over), so that the list's bytes follow what is listed, as a Lua table's do when
- * it rehashes. Everything is allocated before the map changes: if Lua raises, it is as it was.
- * [m] */
+ * fill the hash past three quarters, and when it would fill one of over SHRINK_ABOVE entries
+ * below an eighth (a peak of waiting runs over), so that the list's bytes follow what is
+ * listed, as a Lua table's do when it rehashes. Everything is allocated before the map
+ * changes: if Lua raises, it is as it was.  [m] */
 static void rebuild(lua_State *L, tmap *m) {
   size_t cap = 16;
   while (cap < (m->count + 1) * 2) cap *= 2;
@@ -127,7 +129,9 @@ static void take_out(tmap *m, size_t i) {
 void mend_threads_add(lua_State *L, lua_State *co, void *run) {
   lua_getfield(L, LUA_REGISTRYINDEX, THREADS_KEY);
   tmap *m = lua_touserdata(L, -1);
-  if ((m->count + 1) * 4 > m->cap * 3 || (m->cap > 16 && (m->count + 1) * 8 < m->cap))
+  /* shrunk only past SHRINK_ABOVE entries: a few kilobytes are not worth a rebuild, and a
+   * dozen attempts let through at once (2 -> 13 -> 2 listed) would rebuild twice a batch */
+  if ((m->count + 1) * 4 > m->cap * 3 || (m->cap > SHRINK_ABOVE && (m->count + 1) * 8 < m->cap))
     rebuild(L, m);
   /* A slot given back is used again; a new one first makes room to be given back, so that
    * taking a coroutine out allocates nothing. */

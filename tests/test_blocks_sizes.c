@@ -1,5 +1,5 @@
 /*
- * test_blocks_sizes (review of perf22): every block src/blocks.c hands out holds its whole
+ * test_blocks_sizes: every block src/blocks.c hands out holds its whole
  * class, whichever way it was made (new, moved to another class, a large one made small, a
  * small one grown large and back), checked with the C library's own size of the block, so
  * that a plain build fails too: test_blocks sees a short block only under AddressSanitizer,
@@ -11,7 +11,7 @@
 #include <malloc.h>
 
 static int holds_class(void *p, size_t n) {
-  size_t cls = ((n - 1) / MEND_BLOCKS_STEP + 1) * MEND_BLOCKS_STEP;
+  size_t cls = mend_blocks_class_size(mend_blocks_class_of(n));
   return p && malloc_usable_size(p) >= cls;
 }
 
