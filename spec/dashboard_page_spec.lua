@@ -24,10 +24,12 @@ describe("the dashboard's page", function()
     }
     for name, text in pairs(pages) do
       local file = H.write_file(dir, name .. ".html", text)
-      local rc, out = in_mend(dir, ("print('page', require('mend.listen').dashboard_page(%q))"):format(file))
+      local rc, out = in_mend(dir,
+        ("print('page', require('mend.listen').dashboard_page(%q))"):format(file))
       assert.are.equal(0, rc, out)
       assert.matches("\npage\tnil\n", "\n" .. out)
-      assert.truthy(out:find("mend: warning: the dashboard's page " .. file .. " holds no whole <script>", 1, true), out)
+      local said = "mend: warning: the dashboard's page " .. file .. " holds no whole <script>"
+      assert.truthy(out:find(said, 1, true), out)
     end
   end)
 

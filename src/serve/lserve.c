@@ -2,14 +2,15 @@
  * lserve: the Lua face of the HTTP server, the module mend.serve that the mend program opens:
  * listen(engine, {address =, token =, max_body =, max_headers =, cors =, dashboard =,
  * process =}) -> server, or nil, message, code; check(opts) -> true, or nil, message, code
- * (the options as listen checks them, before an engine exists); scripts(page) -> how many whole
- * inline scripts a dashboard page holds as the browser finds them (0: the page cannot run); codes "address" (not
+ * (the options as listen checks them, before an engine exists); codes "address" (not
  * [HOST]:PORT of an IP address), "token" (beyond loopback without one), "cors" (not one
- * origin), "listen" (the system refused: a port in use, no permission), "memory". And
- * server:address(), server:run() (serves until SIGINT or SIGTERM, for `mend serve`; raises
- * naming the file when its database file is deleted or moved), server:close(). Must never outlive its engine's loop: a server holds its engine, and is
- * closed before the engine is (the CLI closes it; a collected one closes itself); never turn
- * the loop outside the guard the engine's methods run under (mend_lua_engine_guarded).
+ * origin), "listen" (the system refused: a port in use, no permission), "memory";
+ * scripts(page) -> how many whole inline scripts a dashboard page holds as the browser finds
+ * them (0: a page that cannot run). And server:address(), server:run() (serves until SIGINT
+ * or SIGTERM, for `mend serve`; raises naming the file when its database file is deleted or
+ * moved), server:close(). Must never outlive its engine's loop: a server holds its engine,
+ * and is closed before the engine is (the CLI closes it; a collected one closes itself); never
+ * turn the loop outside the guard the engine's methods run under (mend_lua_engine_guarded).
  */
 #include <lauxlib.h>
 #include <signal.h>
