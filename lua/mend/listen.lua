@@ -6,13 +6,25 @@
 local M = {}
 
 -- The dashboard's page, installed beside mend's Lua files (share/mend/ui, ui/ in the source
--- tree); nil when it is not there (the API is served without it).
-local function dashboard_page()
-  local cli_file = package.searchpath("mend.cli", package.path)
-  local f = cli_file and io.open((cli_file:gsub("[^/]*/[^/]*$", "")) .. "../ui/index.html", "rb")
+-- tree); nil when it is not there (the API is served without it). A page holding no whole
+-- script (cut short, or mangled) would be a blank dashboard the browser says nothing about:
+-- it is not served, and stderr says why, naming the file. file: the page's path (the installed
+-- one when nil).
+function M.dashboard_page(file)
+  if not file then
+    local cli_file = package.searchpath("mend.cli", package.path)
+    if not cli_file then return nil end
+    file = (cli_file:gsub("[^/]*/[^/]*$", "")) .. "../ui/index.html"
+  end
+  local f = io.open(file, "rb")
   if not f then return nil end
   local text = f:read("a")
   f:close()
+  if not text or require("mend.serve").scripts(text) == 0 then
+    io.stderr:write(("mend: warning: the dashboard's page %s holds no whole <script> element " ..
+                     "(cut short?): the dashboard is not served, the API is\n"):format(file))
+    return nil
+  end
   return text
 end
 
@@ -44,7 +56,7 @@ function M.options(o, cli)
     cli.usage_error(o._command, "--max-body must be a whole number of bytes > 0, got %s", o["max-body"])
   end
   local opts = { address = o.listen or "127.0.0.1:7070", token = token, max_body = max_body,
-                 cors = o.cors, dashboard = dashboard_page(), process = "mend " .. o._command }
+                 cors = o.cors, dashboard = M.dashboard_page(), process = "mend " .. o._command }
   local ok, err = require("mend.serve").check(opts)
   -- a malformed address, one beyond loopback without a token, a --cors not one origin: the
   -- flags' fault

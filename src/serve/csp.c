@@ -21,19 +21,104 @@
 /* " 'sha256-" 44 base64 characters "'" */
 #define SOURCE_LEN (2 + 7 + 44 + 1)
 
-/* The first "<script" opening a tag (followed by '>' or a space) at or after p, or NULL. */
-static const char *script_tag(const char *p) {
-  for (; (p = strchr(p, '<')) != NULL; p++)
-    if (strncasecmp(p, "<script", 7) == 0 && (p[7] == '>' || p[7] == ' ' || p[7] == '\t' ||
-                                             p[7] == '\n' || p[7] == '\r' || p[7] == '/'))
-      return p;
-  return NULL;
+/* The page is read as the browser's HTML tokenizer reads it, closely enough to find the same
+ * script elements: comments, <!...> and <?...> are skipped whole; a start or end tag runs to
+ * the first '>' outside a quoted attribute value; the text of a script or of another raw text
+ * element (style, title, ...) runs to its end tag, "</name" followed by white space, '/' or
+ * '>', whatever else it holds. The script data escapes ("<!--" inside a script) are not
+ * followed: the dashboard's script never opens one. */
+
+static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f'; }
+static int is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+
+/* p at "</": whether it is the end tag of name (n bytes). */
+static int end_tag_of(const char *p, const char *name, size_t n) {
+  return p[0] == '<' && p[1] == '/' && strncasecmp(p + 2, name, n) == 0 &&
+         (is_space(p[2 + n]) || p[2 + n] == '/' || p[2 + n] == '>');
 }
 
-static const char *script_end(const char *p) {
-  for (; (p = strchr(p, '<')) != NULL; p++)
-    if (strncasecmp(p, "</script", 8) == 0) return p;
-  return NULL;
+/* Past the '>' closing the tag whose name ends at p, skipping quoted attribute values; NULL
+ * when the page ends first (the browser drops a tag cut short). */
+static const char *tag_end(const char *p) {
+  for (;;) {
+    while (is_space(*p) || *p == '/') p++;
+    if (*p == '>') return p + 1;
+    if (!*p) return NULL;
+    /* an attribute's name: its first character may be '=' */
+    p++;
+    while (*p && !is_space(*p) && *p != '/' && *p != '>' && *p != '=') p++;
+    while (is_space(*p)) p++;
+    if (*p != '=') continue;
+    p++;
+    while (is_space(*p)) p++;
+    if (*p == '"' || *p == '\'') {
+      const char *q = strchr(p + 1, *p);
+      if (!q) return NULL;
+      p = q + 1;
+    } else {
+      while (*p && !is_space(*p) && *p != '>') p++;
+    }
+  }
+}
+
+/* Elements whose text is raw: no tag or comment in it is one. */
+static const char *const RAW[] = {"script", "style", "textarea", "title", "xmp", "iframe",
+                                  "noembed", "noframes", "noscript"};
+
+/* The next whole script element at or after *pos: its text at *text, *n bytes, and *pos past
+ * its end tag; 0 when there is none left. */
+static int next_script(const char **pos, const char **text, size_t *n) {
+  const char *p = *pos;
+  while ((p = strchr(p, '<')) != NULL) {
+    if (strncmp(p, "<!--", 4) == 0) {
+      /* "<!-->" and "<!--->" close at once, as the browser has it */
+      if (p[4] == '>') { p += 5; continue; }
+      if (p[4] == '-' && p[5] == '>') { p += 6; continue; }
+      const char *q = strstr(p + 4, "-->");
+      if (!q) return 0;
+      p = q + 3;
+    } else if (p[1] == '!' || p[1] == '?' || (p[1] == '/' && !is_alpha(p[2]) && p[2] != '>')) {
+      const char *q = strchr(p + 1, '>');   /* a bogus comment */
+      if (!q) return 0;
+      p = q + 1;
+    } else if (p[1] == '/' && is_alpha(p[2])) {
+      const char *q = p + 2;
+      while (*q && !is_space(*q) && *q != '/' && *q != '>') q++;
+      if (!(p = tag_end(q))) return 0;
+    } else if (is_alpha(p[1])) {
+      const char *name = p + 1, *q = name;
+      while (*q && !is_space(*q) && *q != '/' && *q != '>') q++;
+      size_t len = (size_t)(q - name);
+      if (!(p = tag_end(q))) return 0;
+      if (len == 9 && strncasecmp(name, "plaintext", 9) == 0) return 0;
+      for (size_t i = 0; i < sizeof RAW / sizeof RAW[0]; i++) {
+        if (strlen(RAW[i]) != len || strncasecmp(name, RAW[i], len) != 0) continue;
+        const char *body = p;
+        while ((p = strchr(p, '<')) != NULL && !end_tag_of(p, RAW[i], len)) p++;
+        if (!p) return 0;   /* an element cut short: the browser runs nothing of it */
+        if (i == 0) {
+          /* an end tag cut short by the page's end: the script never runs */
+          if (!(*pos = tag_end(p + 2 + len))) return 0;
+          *text = body;
+          *n = (size_t)(p - body);
+          return 1;
+        }
+        p += 2 + len;
+        break;
+      }
+    } else {
+      p++;
+    }
+  }
+  return 0;
+}
+
+size_t serve_dashboard_scripts(const char *page) {
+  size_t scripts = 0;
+  const char *text;
+  size_t n;
+  for (const char *p = page; next_script(&p, &text, &n);) scripts++;
+  return scripts;
 }
 
 /* " 'sha256-...'" of the n bytes at text, as the browser has them: its HTML parser makes
@@ -63,22 +148,19 @@ static int source_of(const char *text, size_t n, char *out) {
 }
 
 char *serve_dashboard_csp(const char *page) {
-  size_t scripts = 0;
-  for (const char *p = page; (p = script_tag(p)) != NULL; p++) scripts++;
+  size_t scripts = serve_dashboard_scripts(page);
   size_t cap = sizeof CSP_HEAD + sizeof CSP_TAIL + sizeof " 'none'" + scripts * SOURCE_LEN;
   char *csp = malloc(cap);
   if (!csp) return NULL;
   size_t n = (size_t)snprintf(csp, cap, "%s", CSP_HEAD);
-  for (const char *p = page; (p = script_tag(p)) != NULL; p++) {
-    const char *open = strchr(p, '>');
-    const char *close = open ? script_end(open + 1) : NULL;
-    if (!close) break;   /* a tag cut short: the browser runs nothing of it */
-    if (source_of(open + 1, (size_t)(close - open - 1), csp + n) != 0) {
+  const char *text;
+  size_t len;
+  for (const char *p = page; next_script(&p, &text, &len);) {
+    if (source_of(text, len, csp + n) != 0) {
       free(csp);
       return NULL;
     }
     n += strlen(csp + n);
-    p = close;
   }
   if (n == sizeof CSP_HEAD - 1) n += (size_t)snprintf(csp + n, cap - n, " 'none'");
   snprintf(csp + n, cap - n, "%s", CSP_TAIL);

@@ -4,11 +4,13 @@
  * process =}) -> server, or nil, message, code; check(opts) -> true, or nil, message, code
  * (the options as listen checks them, before an engine exists); codes "address" (not
  * [HOST]:PORT of an IP address), "token" (beyond loopback without one), "cors" (not one
- * origin), "listen" (the system refused: a port in use, no permission), "memory". And
- * server:address(), server:run() (serves until SIGINT or SIGTERM, for `mend serve`; raises
- * naming the file when its database file is deleted or moved), server:close(). Must never outlive its engine's loop: a server holds its engine, and is
- * closed before the engine is (the CLI closes it; a collected one closes itself); never turn
- * the loop outside the guard the engine's methods run under (mend_lua_engine_guarded).
+ * origin), "listen" (the system refused: a port in use, no permission), "memory";
+ * scripts(page) -> how many whole inline scripts a dashboard page holds as the browser finds
+ * them (0: a page that cannot run). And server:address(), server:run() (serves until SIGINT
+ * or SIGTERM, for `mend serve`; raises naming the file when its database file is deleted or
+ * moved), server:close(). Must never outlive its engine's loop: a server holds its engine,
+ * and is closed before the engine is (the CLI closes it; a collected one closes itself); never
+ * turn the loop outside the guard the engine's methods run under (mend_lua_engine_guarded).
  */
 #include <lauxlib.h>
 #include <signal.h>
@@ -95,6 +97,11 @@ static int l_check(lua_State *L) {
   int refusal = mend_server_check(&o, err, sizeof err);
   if (refusal) return refused(L, refusal, err);
   lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int l_scripts(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)serve_dashboard_scripts(luaL_checkstring(L, 1)));
   return 1;
 }
 
@@ -211,7 +218,8 @@ int mend_serve_lua_open(lua_State *L) {
     lua_setfield(L, -2, "__gc");
   }
   lua_pop(L, 1);
-  static const luaL_Reg funcs[] = {{"listen", l_listen}, {"check", l_check}, {NULL, NULL}};
+  static const luaL_Reg funcs[] = {{"listen", l_listen}, {"check", l_check},
+                                   {"scripts", l_scripts}, {NULL, NULL}};
   luaL_newlib(L, funcs);
   return 1;
 }

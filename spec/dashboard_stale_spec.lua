@@ -1,0 +1,63 @@
+-- The dashboard's refreshes and clicks against what a person does (comes back to a page before
+-- the other one drew, and clicks on what a stale view left) and what a network does (an answer
+-- that never comes). Headless chromium (spec/support/browser.lua) on a real `mend serve`;
+-- slowness is made in the page (its fetch wrapped).
+local H = require "spec.helper"
+local B = require "spec.support.browser"
+
+local function workspace()
+  local dir = H.tmp_dir()
+  H.write_file(dir, "dead.lua", [[
+local mend = require "mend"
+return { name = "dead", compensate_retry = { max_attempts = 1 }, steps = {
+  { name = "refund", execute = function() return 1 end,
+    compensate = function() error(mend.retryable("refund service down")) end },
+  { name = "charge", execute = function() error(mend.fatal("card declined")) end } } }]])
+  return dir, H.new_db(dir, "dash.db")
+end
+
+describe("the dashboard after a stale view or a lost answer, in chromium", function()
+  after_each(function() B.stop_all() H.cleanup() end)
+
+  it("goes to the run a person retried, after they came back to a queue that had not changed", function()
+    local dir, db = workspace()
+    local eng = H.new_engine({ db = db, clock = "virtual" })
+    eng:load(dir .. "/dead.lua")
+    local id = eng:start("dead", { n = 1 })
+    eng:run()
+    H.close(eng)
+    local base, session = B.serve_and_browse(dir, db)
+    session.go(base .. "/#/dlq")
+    session.wait("the dead letter", "return document.querySelector('tr[data-run=\"" .. id .. "\"] button.retry') !== null", 15)
+    -- The person opens the run and goes Back before its page came (the run's answers 2 s late).
+    session.js([[var real = window.fetch; window.__real = real; window.fetch = function (url, opts) {
+        var p = real(url, opts);
+        if (String(url).indexOf('/api/v1/runs/') < 0) return p;
+        return new Promise(function (ok) { setTimeout(function () { ok(p); }, 2000); }); };
+      location.hash = '#/run/]] .. id .. [[';
+      setTimeout(function () { history.back(); }, 300);]])
+    session.wait("back on the dead letters", "return location.hash === '#/dlq'", 10)
+    os.execute("sleep 3")   -- the run's late answers (drawn nowhere) and a refresh of the queue
+    session.js("window.fetch = window.__real")
+    assert.are.equal("Dead letters", session.js("return document.querySelector('#view h2').textContent"))
+    session.js("document.querySelector('tr[data-run=\"" .. id .. "\"] button.retry').click()")
+    session.wait("the retried run's page", "return location.hash === '#/run/" .. id .. "'", 10)
+  end)
+
+  it("asks again after an answer that never came", function()
+    local dir, db = workspace()
+    local base, session = B.serve_and_browse(dir, db)
+    session.go(base .. "/#/runs")
+    session.wait("the runs", "return document.querySelector('#runs-note').textContent !== ''", 15)
+    -- One list of runs is lost on the way (a connection dropped without a word); the ones after
+    -- it are answered.
+    session.js([[window.__asked = 0; window.__lost = false; var real = window.fetch;
+      window.fetch = function (url, opts) {
+        if (String(url).indexOf('/api/v1/runs?') < 0) return real(url, opts);
+        if (!window.__lost) { window.__lost = true; return new Promise(function () {}); }
+        window.__asked++; return real(url, opts); };]])
+    session.wait("the lost request", "return window.__lost", 10)
+    -- the live refresh is every 2 s: 20 s is ten of them
+    session.wait("a refresh after the lost one", "return window.__asked > 0", 20)
+  end)
+end)

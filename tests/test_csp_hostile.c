@@ -1,0 +1,55 @@
+/*
+ * test_csp_hostile: pages where src/serve/csp.c must find the inline script where the
+ * browser's HTML parser does. A page whose script is hashed wrong is a
+ * dashboard whose own script the browser refuses: a blank page, nothing said by the server.
+ * Expected hashes are Python's hashlib of the script's text as the HTML parser delimits it.
+ * serve_dashboard_scripts counts the same scripts (0: `mend serve` warns of a dead page).
+ * Must never: test anything but serve_dashboard_csp's script-src and that count.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "serve/serve_int.h"
+
+static void expect(const char *page, const char *want) {
+  char *csp = serve_dashboard_csp(page);
+  CHECK(csp != NULL);
+  if (!csp) return;
+  const char *p = strstr(csp, "script-src");
+  const char *end = p ? strchr(p, ';') : NULL;
+  char got[512] = "";
+  if (p && end && (size_t)(end - p) < sizeof got) memcpy(got, p, (size_t)(end - p));
+  if (strcmp(got, want) != 0) fprintf(stderr, "page %s\n  got  %s\n  want %s\n", page, got, want);
+  CHECK_STR(got, want);
+  free(csp);
+}
+
+int main(void) {
+  /* "<script>" named in an HTML comment before the page's script: no script element there */
+  expect("<!-- the <script> below draws it all -->\n<script>real</script>",
+         "script-src 'sha256-qjOZbWDokxG00akg2uA8bX+jrhlWxSZi4nOq1Gg+V38='");
+  /* "</scripts>" inside the script's text does not end it (not the script's end tag) */
+  expect("<script>var s = \"</scripts>\"; x</script>",
+         "script-src 'sha256-I5CTgxiAV9d3I3YxfVPzLzziERHsMgSnhaqg5sDsdKE='");
+  /* a '>' inside a quoted attribute value does not close the start tag */
+  expect("<script data-note=\"a>b\">real</script>",
+         "script-src 'sha256-qjOZbWDokxG00akg2uA8bX+jrhlWxSZi4nOq1Gg+V38='");
+  /* "<script>" in a style's text, in another tag's quoted attribute, in a title: none is one */
+  expect("<style>p::after { content: \"<script>\" }</style><p title='<script>'>"
+         "<title><script>no</title><script>real</script>",
+         "script-src 'sha256-qjOZbWDokxG00akg2uA8bX+jrhlWxSZi4nOq1Gg+V38='");
+  /* the end tag as "</script/>" and "</SCRIPT\n>"; a '>' in single quotes */
+  expect("<script type='a>b'>real</script/><script>d</SCRIPT\n>",
+         "script-src 'sha256-qjOZbWDokxG00akg2uA8bX+jrhlWxSZi4nOq1Gg+V38=' "
+         "'sha256-GKw+c0PwFokMUQ6T+TUmEWnZ4/VlQ2Qpgw+vCTT0+OQ='");
+  /* pages that run no script: a comment never closed, a quote never closed, an end tag cut
+   * short, a script after <plaintext> */
+  expect("<!-- <script>real</script>", "script-src 'none'");
+  expect("<script data-x=\"a>real</script>", "script-src 'none'");
+  expect("<script>real</script", "script-src 'none'");
+  expect("<plaintext><script>real</script>", "script-src 'none'");
+  CHECK(serve_dashboard_scripts("<!-- <script>real</script>") == 0);
+  CHECK(serve_dashboard_scripts("<script>a</script><!-- --><script>b</script>") == 2);
+  return check_done("csp_hostile");
+}
