@@ -392,26 +392,20 @@ while True:
   end)
 end)
 
--- An address this machine delivers to itself by a local route only (AnyIP: `ip route add local
--- 198.51.100.0/24 dev lo`) is on no interface, and one an interface takes after the engine's
--- first request is new: both are the kernel's answer at the connection, refused at once. In a
--- network namespace of the test's own (unshare -rn), with a listener on 0.0.0.0 there.
-describe("mend.http's connections under http_allow, the kernel's local addresses", function()
-  after_each(H.cleanup)
-
-  it("refuses an AnyIP address, and an address taken after the first request", function()
-    local rc0, why = H.shell("unshare -rn sh -c 'ip link set lo up && ip route add local "
-                             .. "198.51.100.0/24 dev lo' 2>&1")
-    if rc0 ~= 0 then pending("no network namespace of the test's own here (unshare -rn, ip "
-                             .. "route add local): " .. why) return end
-    local dir = H.tmp_dir()
-    local so = dir .. "/ownaddr.so"
-    if H.shell(("cc -shared -fPIC -o %s %s -ldl")
-                 :format(so, H.write_file(dir, "ownaddr.c", OWN_SHIM))) ~= 0 then
-      pending("no C compiler")
-      return
-    end
-    local listener = H.write_file(dir, "any.py", [[
+-- Runs `calls` (a Lua file; its argument is the listener's port) with the getaddrinfo shim in a
+-- network namespace of the test's own (unshare -rn) made by the shell commands `setup`, beside a
+-- listener on 0.0.0.0 there that logs each connection: the exit code, the output and the
+-- connections the listener accepted. nil and why when this machine or test cannot.
+local function in_netns(dir, setup, calls)
+  local rc0, why = H.shell("unshare -rn sh -c " .. H.quote(setup) .. " 2>&1")
+  if rc0 ~= 0 then return nil, "no network namespace of the test's own here (unshare -rn, "
+                               .. setup .. "): " .. why end
+  local so = dir .. "/ownaddr.so"
+  if H.shell(("cc -shared -fPIC -o %s %s -ldl")
+               :format(so, H.write_file(dir, "ownaddr.c", OWN_SHIM))) ~= 0 then
+    return nil, "no C compiler"
+  end
+  local listener = H.write_file(dir, "any.py", [[
 import os, socket, sys, threading
 s = socket.socket(socket.AF_INET)
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -428,6 +422,35 @@ while True:
     open(sys.argv[1], "a").write("accepted\n")
     threading.Thread(target=serve, args=(c,), daemon=True).start()
 ]])
+  local log, portfile = dir .. "/accepted", dir .. "/port"
+  H.write_file(dir, "accepted", "")
+  local script = H.write_file(dir, "ns.sh", ([[
+%s || exit 90
+python3 %s %s %s >/dev/null 2>&1 &
+L=$!
+i=0
+while [ ! -f %s ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done
+env -u http_proxy -u https_proxy -u all_proxy -u ALL_PROXY -u HTTPS_PROXY -u HTTP_PROXY \
+  -u no_proxy -u NO_PROXY LD_PRELOAD=%s lua %s "$(cat %s)"
+rc=$?
+kill $L
+exit $rc
+]]):format(setup, listener, log, portfile, portfile, so, calls, portfile))
+  local rc, out = H.shell("unshare -rn sh " .. script .. " 2>&1")
+  local accepted = 0
+  for _ in io.lines(log) do accepted = accepted + 1 end
+  return rc, out, accepted
+end
+
+-- An address this machine delivers to itself by a local route only (AnyIP: `ip route add local
+-- 198.51.100.0/24 dev lo`) is on no interface, and one an interface takes after the engine's
+-- first request is new: both are the kernel's answer at the connection, refused at once. In a
+-- network namespace of the test's own (unshare -rn), with a listener on 0.0.0.0 there.
+describe("mend.http's connections under http_allow, the kernel's local addresses", function()
+  after_each(H.cleanup)
+
+  it("refuses an AnyIP address, and an address taken after the first request", function()
+    local dir = H.tmp_dir()
     local calls = H.write_file(dir, "ns.lua", ([[
       local mend = require "mend"
       local port, n = arg[1], 0
@@ -455,21 +478,9 @@ while True:
         eng:close()
       end
     ]]):format(dir .. "/ns", H.write_file(dir, "caller.lua", CALLER)))
-    local log, portfile = dir .. "/accepted", dir .. "/port"
-    H.write_file(dir, "accepted", "")
-    local script = H.write_file(dir, "ns.sh", ([[
-ip link set lo up && ip route add local 198.51.100.0/24 dev lo || exit 90
-python3 %s %s %s >/dev/null 2>&1 &
-L=$!
-i=0
-while [ ! -f %s ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done
-env -u http_proxy -u https_proxy -u all_proxy -u ALL_PROXY -u HTTPS_PROXY -u HTTP_PROXY \
-  -u no_proxy -u NO_PROXY LD_PRELOAD=%s lua %s "$(cat %s)"
-rc=$?
-kill $L
-exit $rc
-]]):format(listener, log, portfile, portfile, so, calls, portfile))
-    local rc, out = H.shell("unshare -rn sh " .. script .. " 2>&1")
+    local rc, out, accepted = in_netns(dir, "ip link set lo up && ip route add local "
+                                       .. "198.51.100.0/24 dev lo", calls)
+    if not rc then pending(out) return end
     assert.are.equal(0, rc, out)
     local said = {}
     for k, v in out:gmatch("([%w.]+)=([^\n]*)") do said[k] = v end
@@ -481,8 +492,32 @@ exit $rc
                                              .. "203.0.113.9, of the engine's own", 1, true), out)
     assert.are.equal("succeeded nil", said.localhost, out)
     assert.are.equal("succeeded nil", said["198.51.100.7"], out)
-    local accepted = 0
-    for _ in io.lines(log) do accepted = accepted + 1 end
     assert.are.equal(2, accepted, "connections made: " .. out)
+  end)
+
+  -- The query asks what the connect's own lookup asks (TCP and the port): a policy rule that
+  -- selects on the protocol answers the two apart otherwise. Here the local table's rule is
+  -- moved after one that makes every lookup but TCP's unreachable: a query of the destination
+  -- alone heard "unreachable" (taken for not local) while the TCP connect reached the listener.
+  it("refuses an address the connect reaches locally through a rule on the protocol", function()
+    local dir = H.tmp_dir()
+    local calls = H.write_file(dir, "ns.lua", ([[
+      local mend = require "mend"
+      local eng = mend.engine { db = %q, sandbox = true, http_allow = { "*.own.test" } }
+      eng:load(%q)
+      local id = eng:start("caller", { url = "http://198-51-100-7.own.test:" .. arg[1] .. "/a" })
+      eng:run()
+      local st = eng:status(id)
+      io.write("said=", st.status, " ", tostring(st.steps[1].error), "\n")
+      eng:close()
+    ]]):format(dir .. "/ns.db", H.write_file(dir, "caller.lua", CALLER)))
+    local rc, out, accepted = in_netns(dir, "ip link set lo up && ip route add local "
+      .. "198.51.100.0/24 dev lo && ip rule add pref 100 lookup local && ip rule del pref 0 && "
+      .. "ip rule add pref 10 not ipproto tcp unreachable", calls)
+    if not rc then pending(out) return end
+    assert.are.equal(0, rc, out)
+    assert.are.equal(0, accepted, "the host's listener was reached: " .. out)
+    assert.is_truthy(out:find('host "198-51-100-7.own.test" is at address 198.51.100.7', 1, true),
+                     out)
   end)
 end)
