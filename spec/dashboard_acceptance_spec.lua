@@ -49,11 +49,7 @@ return { name = "evil", compensate_retry = { max_attempts = 1 }, steps = {
 
 local NO_XSS = "return window.__xss === undefined ? 'none' : String(window.__xss)"
 
-local function workspace()
-  local dir = H.tmp_dir()
-  for name, text in pairs(WORKFLOWS) do H.write_file(dir, name, text) end
-  return dir, H.new_db(dir, "dash.db")
-end
+local function workspace() return B.workspace(WORKFLOWS) end
 
 local function start(base, workflow, key)
   local run, raw = http_json("POST", base .. "/api/v1/runs", { workflow = workflow, input = {}, key = key })

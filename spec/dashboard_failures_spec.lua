@@ -10,17 +10,9 @@ local P = require "spec.support.pg_hold"
 
 local http_json = B.http_json
 
-local function workspace()
-  local dir = H.tmp_dir()
-  H.write_file(dir, "ok.lua", [[return { name = "ok", steps = { { name = "one", execute = function() return 1 end } } }]])
-  H.write_file(dir, "dead.lua", [[
-local mend = require "mend"
-return { name = "dead", compensate_retry = { max_attempts = 1 }, steps = {
-  { name = "refund", execute = function() return 1 end,
-    compensate = function() error(mend.retryable("refund service down")) end },
-  { name = "charge", execute = function() error(mend.fatal("card declined")) end } } }]])
-  return dir, H.new_db(dir, "dash.db")
-end
+local OK = [[return { name = "ok", steps = { { name = "one", execute = function() return 1 end } } }]]
+
+local function workspace() return B.workspace { ["ok.lua"] = OK, ["dead.lua"] = B.DEAD } end
 
 local function run_of(base, id) return http_json("GET", base .. "/api/v1/runs/" .. id) end
 

@@ -145,4 +145,21 @@ function M.stop_all()
   os.execute("sleep 0.3")
 end
 
+-- A workflow whose run ends in the dead-letter queue: its charge fails for good and its
+-- refund's compensation cannot be done.
+M.DEAD = [[
+local mend = require "mend"
+return { name = "dead", compensate_retry = { max_attempts = 1 }, steps = {
+  { name = "refund", execute = function() return 1 end,
+    compensate = function() error(mend.retryable("refund service down")) end },
+  { name = "charge", execute = function() error(mend.fatal("card declined")) end } } }]]
+
+-- A directory of its own with the workflow files given ({ ["dead.lua"] = text, ... }) and a
+-- database beside them: dir, db.
+function M.workspace(workflows)
+  local dir = H.tmp_dir()
+  for name, text in pairs(workflows) do H.write_file(dir, name, text) end
+  return dir, H.new_db(dir, "dash.db")
+end
+
 return M
