@@ -20,11 +20,11 @@ describe("an engine method's options", function()
   it("are refused when the method does not take them, naming the field", function()
     local eng = H.new_engine()
     eng:load(H.write_file(H.tmp_dir(), "w.lua", WF))
-    refuses("start: unknown option kye (it takes key, detached)", eng.start, eng, "w", nil,
+    refuses("start: unknown option kye (it takes key, detached, who)", eng.start, eng, "w", nil,
             { kye = "k-1" })
     assert.are.same({}, eng:runs())
     local id = eng:start("w", nil, { key = "k-1" })
-    refuses("signal: unknown option kye (it takes key, run_key)", eng.signal, eng, id, "go", 1,
+    refuses("signal: unknown option kye (it takes key, run_key, who)", eng.signal, eng, id, "go", 1,
             { kye = "e-1" })
     refuses("history: unknown option tial", eng.history, eng, id, { tial = 5 })
     refuses("runs: unknown option stauts", eng.runs, eng, { stauts = "running" })
