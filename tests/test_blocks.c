@@ -20,7 +20,7 @@ static void it_gives_a_freed_block_to_the_next_of_its_class(void) {
   memset(p, 'a', 40);
   CHECK(mend_blocks_alloc(&b, p, 40, 0) == NULL);
   CHECK_EQ_INT(b.kept, 48);
-  void *q = mend_blocks_alloc(&b, NULL, 0, 33);   /* 33..48: the same class */
+  void *q = mend_blocks_alloc(&b, NULL, 0, 33);   /* 25..40: the same class (a 48-byte chunk) */
   CHECK(q == p);
   CHECK_EQ_INT(b.kept, 0);
   void *r = mend_blocks_alloc(&b, NULL, 0, 49);   /* the next class: a block of its own */
@@ -30,7 +30,7 @@ static void it_gives_a_freed_block_to_the_next_of_its_class(void) {
   CHECK_EQ_INT(b.kept, 48 + 64);
   mend_blocks_drop(&b);
   CHECK_EQ_INT(b.kept, 0);
-  CHECK(b.head[2] == NULL && b.head[3] == NULL);
+  CHECK(b.head[1] == NULL && b.head[2] == NULL);
 }
 
 static void it_moves_a_block_keeping_its_bytes(void) {
@@ -38,8 +38,8 @@ static void it_moves_a_block_keeping_its_bytes(void) {
   mend_blocks_init(&b);
   unsigned char *p = mend_blocks_alloc(&b, NULL, 0, 20);
   for (int i = 0; i < 20; i++) p[i] = (unsigned char)i;
-  CHECK(mend_blocks_alloc(&b, p, 20, 32) == p);   /* 17..32: its class holds it */
-  unsigned char *q = mend_blocks_alloc(&b, p, 32, 700);   /* to another class */
+  CHECK(mend_blocks_alloc(&b, p, 20, 24) == p);   /* 1..24: its class holds it */
+  unsigned char *q = mend_blocks_alloc(&b, p, 24, 700);   /* to another class */
   CHECK(q != NULL);
   for (int i = 0; i < 20; i++) CHECK_EQ_INT(q[i], i);
   unsigned char *r = mend_blocks_alloc(&b, q, 700, 5000);   /* out of the classes */
