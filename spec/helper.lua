@@ -6,6 +6,34 @@
 
 local H = {}
 
+-- Each spec file's seconds on stderr ("spec time: FILE S s"), for tests/specs/weights.txt:
+-- tests/specs/run.sh sets MEND_SPEC_TIMES; once a process (this file is loaded twice).
+if os.getenv("MEND_SPEC_TIMES") and not package.loaded["spec.helper.times"] then
+  package.loaded["spec.helper.times"] = true
+  local busted, clock = require "busted", require("system").gettime
+  local began = {}
+  busted.subscribe({ "file", "start" }, function(file)
+    began[file] = clock()
+    return nil, true
+  end)
+  busted.subscribe({ "file", "end" }, function(file)
+    io.stderr:write(string.format("\nspec time: %s %.1f s\n", file.name, clock() - (began[file] or clock())))
+    return nil, true
+  end)
+  -- MEND_SPEC_TIMES=tests: also each test of a second or more, to find what makes a file long
+  if os.getenv("MEND_SPEC_TIMES") == "tests" then
+    busted.subscribe({ "test", "start" }, function(test)
+      began[test] = clock()
+      return nil, true
+    end)
+    busted.subscribe({ "test", "end" }, function(test)
+      local s = clock() - (began[test] or clock())
+      if s >= 1 then io.stderr:write(string.format("\ntest time: %.1f s %s\n", s, test.name)) end
+      return nil, true
+    end)
+  end
+end
+
 local open_engines, temp_files, temp_dirs = {}, {}, {}
 
 -- A fresh database path from os.tmpname(). SQLite takes the empty file os.tmpname() creates

@@ -4,11 +4,16 @@
 # long polls under LeakSanitizer (serve_close.sh, serve_wait.sh): `make test` runs this as the
 # ctest `c_sanitized`, so that a plain build's CI also catches what only the sanitizers see.
 #
-#   sh tests/sanitize/run.sh SOURCE_DIR BUILD_DIR [JOBS]
+#   sh tests/sanitize/run.sh [build|test] SOURCE_DIR BUILD_DIR [JOBS]
 #
+# `build` only builds, `test` only runs what a `build` made; neither: both. ctest runs the two
+# as c_sanitized_build (both cores: nothing beside it) and c_sanitized (one core, beside the
+# spec shards), so that the tests' single-threaded minutes do not hold the second core idle.
 # CMAKE (cmake) may be set. Exits 1 at the first test that fails (sanitizer reports end a test:
 # the build has -fno-sanitize-recover=all), printing its output.
 set -u
+phase=all
+case $1 in build|test) phase=$1; shift ;; esac
 src=$1
 dir=$2
 jobs=${3:-2}
@@ -23,17 +28,20 @@ done
 # does not start), c_panic_attempt_state (valgrind, which excludes a sanitizer) and the examples
 # (game_loop's frame times mean nothing 2-5 times slower).
 
-start=$(date +%s)
-"$cmake" -S "$src" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMEND_SANITIZE=ON \
-  -DMEND_WERROR=ON -DMEND_TESTS=ON >"$dir.configure.log" 2>&1 \
-  || { cat "$dir.configure.log"; exit 1; }
-targets="test_hostile test_unload acceptance_capi mend test_blocks_poison"
-for t in $tests; do targets="$targets test_$t"; done
-# shellcheck disable=SC2086
-"$cmake" --build "$dir" --target $targets -j "$jobs" >"$dir.build.log" 2>&1 \
-  || { tail -50 "$dir.build.log"; exit 1; }
+if [ "$phase" != test ]; then
+  start=$(date +%s)
+  "$cmake" -S "$src" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMEND_SANITIZE=ON \
+    -DMEND_WERROR=ON -DMEND_TESTS=ON >"$dir.configure.log" 2>&1 \
+    || { cat "$dir.configure.log"; exit 1; }
+  targets="test_hostile test_unload acceptance_capi mend test_blocks_poison"
+  for t in $tests; do targets="$targets test_$t"; done
+  # shellcheck disable=SC2086
+  "$cmake" --build "$dir" --target $targets -j "$jobs" >"$dir.build.log" 2>&1 \
+    || { tail -50 "$dir.build.log"; exit 1; }
+  echo "sanitized: built in $(($(date +%s) - start)) s"
+  [ "$phase" = build ] && exit 0
+fi
 built=$(date +%s)
-echo "sanitized: built in $((built - start)) s"
 
 # Lua's own allocations go through ASan's malloc too: its leak report would name the state
 # a test leaves to the end of the process on purpose; leaks are valgrind's (embed_valgrind).

@@ -23,6 +23,8 @@ if [ -z "$files" ]; then
 fi
 echo "specs ($store, shard $shard of $count):" $files
 tags=
+# each file's seconds printed (spec/helper.lua), read back into weights.txt from ctest's log
+export MEND_SPEC_TIMES=1
 [ "$store" = pg ] && tags=--exclude-tags=sqlite
 # shellcheck disable=SC2086  # a list of files and an option
 exec "${BUSTED:-busted}" --helper=spec/helper.lua $tags $files
