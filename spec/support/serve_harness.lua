@@ -88,14 +88,23 @@ function S.log(dir)
   return (H.read(dir .. "/serve.out") or "") .. (H.read(dir .. "/serve.err") or "")
 end
 
--- Another process holds db's write lock for `seconds`, in the background.
+-- Another process holds db's write lock for `seconds`, in the background; returns once it
+-- holds it (a loaded machine can take longer than any fixed pause to start the holder).
 function S.hold_write_lock(db, seconds)
+  local held = os.tmpname()
+  os.remove(held)
   local hold = H.is_pg(db)
-    and ("psql -X -q %s -c 'BEGIN; LOCK TABLE runs IN EXCLUSIVE MODE; SELECT pg_sleep(%d); COMMIT'")
-        :format(q(db), seconds)
+    and ("printf 'BEGIN;\\nLOCK TABLE runs IN EXCLUSIVE MODE;\\n\\\\! touch %s\\nSELECT pg_sleep(%d);\\nCOMMIT;\\n' | psql -X -q %s")
+        :format(held, seconds, q(db))
     or ("(echo 'BEGIN IMMEDIATE; INSERT INTO audit(at, who, op) VALUES (1, ''spec'', ''hold'');'; "
-        .. "sleep %d; echo 'COMMIT;') | sqlite3 %s"):format(seconds, q(db))
+        .. "echo '.shell touch %s'; sleep %d; echo 'COMMIT;') | sqlite3 %s"):format(held, seconds, q(db))
   sh("(" .. hold .. ") >/dev/null 2>&1 &")
+  H.wait_for("another process to hold the write lock", function()
+    local f = io.open(held)
+    if f then f:close() end
+    return f ~= nil
+  end, 30)
+  os.remove(held)
 end
 
 function S.stop_all()
