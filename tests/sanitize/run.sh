@@ -7,8 +7,8 @@
 #   sh tests/sanitize/run.sh [build|test] SOURCE_DIR BUILD_DIR [JOBS]
 #
 # `build` only builds, `test` only runs what a `build` made; neither: both. ctest runs the two
-# as c_sanitized_build (both cores: nothing beside it) and c_sanitized (one core, beside the
-# spec shards), so that the tests' single-threaded minutes do not hold the second core idle.
+# as c_sanitized_build and c_sanitized, each beside a spec shard (the tests run one at a time:
+# alone they would leave the second core idle for minutes).
 # CMAKE (cmake) may be set. Exits 1 at the first test that fails (sanitizer reports end a test:
 # the build has -fno-sanitize-recover=all), printing its output.
 set -u
