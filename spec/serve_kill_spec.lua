@@ -1,6 +1,8 @@
--- A serving worker (`mend worker --listen`) killed with SIGKILL at random moments while
--- clients start runs and send events over the HTTP API, restarted on the same address each
--- time, on SQLite and on PostgreSQL: what docs/http-api.md ("POST /api/v1/runs", "POST
+-- The process that takes starts over HTTP killed with SIGKILL while clients start runs and send
+-- events through the API, restarted on the same address each time, on SQLite and on
+-- PostgreSQL: in turn a `mend worker --listen` killed at a random moment and a `mend serve`
+-- killed right after one of its commits of the clients' writes, before it answers them
+-- (MEND_FAILPOINT after_commit), a plain worker beside them. What docs/http-api.md ("POST /api/v1/runs", "POST
 -- .../events": answered once committed, the same key gives the same run or one event) and
 -- README ("Workers": a worker restarted on the same host takes over the dead one's runs at
 -- once) promise a user. The clients (spec/support/kill_clients.py) start runs with a run key
@@ -20,8 +22,11 @@
 --   taken by the wait it was sent for, in the order sent;
 -- - while the server is down a client's connection is refused (at once, not left waiting);
 --   as soon as the restarted server says it serves, it answers: a run answered before the
---   kill reads, a new start is answered 201.
--- Kill cycles: MEND_SERVE_KILL_CYCLES (default 3), for a longer soak by hand.
+--   kill reads, a new start is answered 201;
+-- - a serve killed after its commit left writes committed and unanswered, which the clients
+--   found (the test met the window it is about).
+-- Kill cycles: MEND_SERVE_KILL_CYCLES (default 3), for a longer soak by hand; the kills'
+-- moments are random (MEND_SERVE_KILL_SEED, printed, repeats the choices, not the timing).
 local H = require "spec.helper"
 local S = require "spec.support.serve_harness"
 local mend = require "mend"
