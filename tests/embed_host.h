@@ -39,16 +39,7 @@ static inline void load(mend_engine *E, const char *name) {
   CHECK_STR(loaded, name);
 }
 
-static inline mend_engine *engine(const mend_options *opts) {
-  mend_engine *E = NULL;
-  char err[512] = "";
-  int rc = mend_engine_new(opts, &E, err, sizeof err);
-  if (rc != MEND_OK) {
-    fprintf(stderr, "mend_engine_new: %s: %s\n", mend_strerror(rc), err);
-    exit(2);
-  }
-  return E;
-}
+static inline mend_engine *engine(const mend_options *opts) { return tick_host_engine(opts); }
 
 static inline void start(mend_engine *E, const char *wf, const char *input, char id[17]) {
   int rc = mend_engine_start(E, wf, input, NULL, id, NULL);

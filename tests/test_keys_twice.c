@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "tick_host.h"
 
 static char dir[64];
 static char path[128];
@@ -63,12 +64,7 @@ static void it_refuses_a_key_given_twice_wherever_json_text_comes_in(void) {
   mend_options o;
   mend_options_init(&o);
   o.virtual_clock = 1;
-  mend_engine *E = NULL;
-  char err[512] = "";
-  if (mend_engine_new(&o, &E, err, sizeof err) != MEND_OK) {
-    fprintf(stderr, "mend_engine_new: %s\n", err);
-    exit(2);
-  }
+  mend_engine *E = tick_host_engine(&o);
   CHECK_EQ_INT(mend_engine_load(E, path, NULL, 0), MEND_OK);
   CHECK_EQ_INT(mend_engine_register_function(E, "answer", answer, E), MEND_OK);
   CHECK_EQ_INT(mend_engine_register_function(E, "hand_out", hand_out, NULL), MEND_OK);
