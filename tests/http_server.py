@@ -12,7 +12,8 @@ at once, then answer them all; "delay" is then the longest wait, after which eve
 answers at once, as does every later one until no request is left open), "gzip": true (the body
 sent gzip-compressed, with Content-Encoding), "close_after": seconds after answering (kept alive
 as far as the client knows) before the server closes the connection}; a path not in the script
-gets 404. Every request is
+gets 404. A client that resets its connection is said in one line on stderr; any other error
+of the server's is printed with its traceback. Every request is
 appended to LOG as one JSON line: {"method", "path", "idempotency_key", "accept_encoding",
 "authorization", "user_agent" (a list: every User-Agent line), "body",
 "client_port" (the same port twice: the client reused its connection), "in_flight" (requests
@@ -119,6 +120,16 @@ class Handler(BaseHTTPRequestHandler):
 class Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024   # the listen backlog: hundreds of clients connect at once
+
+    def handle_error(self, request, client_address):
+        # A client that resets its connection (a worker killed mid-request) ended the exchange:
+        # its business, said in one line. Anything else is this server's own error, shown whole.
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError,
+                                          ConnectionAbortedError)):
+            print("http_server: %s:%d reset its connection" % client_address[:2],
+                  file=sys.stderr, flush=True)
+            return
+        super().handle_error(request, client_address)
 
 
 def main():
