@@ -43,10 +43,11 @@ static void it_stops_hostile_scripts_and_stays_usable(void) {
   CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
   CHECK_STR(run_status(E, hog, st, sizeof st), "needs_attention");
   CHECK(run_has(E, hog, "memory limit", 0));
+  /* What stops the spin is the budget, which its error names; no clock is read: under valgrind
+   * on a loaded machine no bound that means anything holds. A spin never stopped would hold
+   * run_all for ever: ctest's TIMEOUT for c_embed_* ends the program then. */
   start(E, "spin", NULL, spin);
-  double t0 = now_s();
   CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
-  CHECK(now_s() - t0 < 10);
   CHECK_STR(run_status(E, spin, st, sizeof st), "needs_attention");
   CHECK(run_has(E, spin, "instruction budget", 0));
   CHECK(run_has(E, spin, "\"reason\":\"workflow_error\"", 0));
