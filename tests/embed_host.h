@@ -28,7 +28,9 @@ static inline double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static inline void write_workflow(const char *name, const char *text) { tick_host_write(dir, name, text); }
+static inline void write_workflow(const char *name, const char *text) {
+  tick_host_write(dir, name, text);
+}
 
 static inline void load(mend_engine *E, const char *name) {
   char path[128], loaded[64] = "";

@@ -30,7 +30,8 @@ static const char *const workflow =
 static int names_key(mend_engine *E, const char *key) {
   const char *msg = mend_engine_errmsg(E);
   if (msg && strstr(msg, key) && strstr(msg, "duplicate")) return 1;
-  fprintf(stderr, "expected the message to name %s as given twice: %s\n", key, msg ? msg : "(none)");
+  fprintf(stderr, "expected the message to name %s as given twice: %s\n", key,
+          msg ? msg : "(none)");
   return 0;
 }
 
@@ -78,7 +79,8 @@ static void it_refuses_a_key_given_twice_wherever_json_text_comes_in(void) {
   CHECK_EQ_INT(answer_refusals, 1);
   CHECK(has(E, id, "\"waiting\""));
 
-  CHECK_EQ_INT(mend_engine_signal(E, id, "go", "{\"by\":\"ann\",\"by\":\"bob\"}", NULL), MEND_EINVAL);
+  CHECK_EQ_INT(mend_engine_signal(E, id, "go", "{\"by\":\"ann\",\"by\":\"bob\"}", NULL),
+               MEND_EINVAL);
   CHECK(names_key(E, "\"by\""));
   CHECK_EQ_INT(mend_engine_signal_by_key(E, "k1", "go", "[{\"x\":1,\"x\":1}]", NULL), MEND_EINVAL);
   CHECK(names_key(E, "\"x\""));

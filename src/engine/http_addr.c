@@ -7,8 +7,8 @@
  * of these. Such an address is refused unless the allow-list names it as an address, or names
  * `localhost` (which allows loopback). So is an address this machine delivers to itself (an
  * interface's, eth0's 10.0.0.5 or fd00::2, or a local route's): a listener of the host's bound
- * to 0.0.0.0 or :: answers there as on loopback; `localhost` allows these too. The check is made on the
- * address curl is about to connect to (its open-socket callback, http.c), never by a resolve
+ * to 0.0.0.0 or :: answers there as on loopback; `localhost` allows these too. The check is made on
+ * the address curl is about to connect to (its open-socket callback, http.c), never by a resolve
  * of its own: a name that answers one address to a check and another to the connect gains
  * nothing. Private ranges (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7) but this
  * machine's own addresses are allowed: they are other machines, which is what an allow-list of
