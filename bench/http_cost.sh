@@ -1,10 +1,13 @@
 #!/bin/sh
-# bench/http_cost.sh [C]: W9's cost in instructions, which the machine's load does not move:
+# bench/http_cost.sh [C [N]]: W9's cost in instructions, which the machine's load does not move:
 # callgrind over 1,000 and 3,000 runs of bench/http_cost.lua against one nginx on loopback
 # (W9's configuration), and over as many requests of bench/http_raw.c; the difference over
 # the 2,000 extra is what one run (one request) costs, by thread, without start-up and the
 # first connections (each thread apart, named by what it runs); and the allocator calls a run
-# of the loop thread and a request of raw's, by who makes them (bench/http_allocs.py).
+# of the loop thread and a request of raw's, by who makes them (bench/http_allocs.py). Each
+# side is measured N times (default 3, each on a database of its own) and its figures given as
+# min/median/max: one measure's moves by some 2.6k instructions a run (libcurl's allocations
+# follow its connections), more than most cuts; the allocator calls are the first measure's.
 # Needs valgrind and nginx; builds http_raw, not the module (run
 # `make bench-build` first). MEND_COST_OWN=1: the same on an engine with a Lua state of its own.
 # MEND_COST_KEEP=DIR: the callgrind profiles copied into DIR, for callgrind_annotate.
@@ -15,6 +18,7 @@ set -e
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${BENCH_BUILD_DIR:-build-bench}
 c=${1:-64}
+reps=${2:-3}
 dir=$(mktemp -d -p "${BENCH_TMP:-/var/tmp}" mend-httpcost.XXXXXX)
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 cat > "$dir/nginx.conf" <<CONF
@@ -58,13 +62,21 @@ looks() { callgrind_annotate --inclusive=yes --threshold=100 "$1" 2>/dev/null | 
            if (n == "look_from_run" || n == "mend__events_start") {
              gsub(",", "", $1); v = $1 + 0; if (v > m[n]) m[n] = v } }
   END { print m["look_from_run"] + m["mend__events_start"] }'; }
-for n in 1000 3000; do
-  MEND_COST_URL="$url" MEND_COST_C="$c" \
-  LUA_PATH="$here/lua/?.lua;$here/lua/?/init.lua;;" LUA_CPATH="$here/$build/lib/?.so;;" \
-    valgrind -q --tool=callgrind --separate-threads=yes --callgrind-out-file="$dir/mend.$n" \
-    "$lua" "$here/bench/http_cost.lua" "$url" $n "$c" "$dir/w9.db"
-  valgrind -q --tool=callgrind --callgrind-out-file="$dir/raw.$n" "$dir/http_raw" "$url" $n "$c" >/dev/null
+r=1
+while [ $r -le "$reps" ]; do
+  for n in 1000 3000; do
+    MEND_COST_URL="$url" MEND_COST_C="$c" \
+    LUA_PATH="$here/lua/?.lua;$here/lua/?/init.lua;;" LUA_CPATH="$here/$build/lib/?.so;;" \
+      valgrind -q --tool=callgrind --separate-threads=yes --callgrind-out-file="$dir/mend.$r.$n" \
+      "$lua" "$here/bench/http_cost.lua" "$url" $n "$c" "$dir/w9.$r.db"
+    valgrind -q --tool=callgrind --callgrind-out-file="$dir/raw.$r.$n" "$dir/http_raw" "$url" $n \
+      "$c" >/dev/null
+  done
+  r=$((r + 1))
 done
+# min/median/max of the numbers given
+spread() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 }
+  END { printf "%d/%d/%d", v[1], v[int((NR + 1) / 2)], v[NR] }'; }
 # Threads by what they run: the loop (the first), the store's writer, any other (a resolver's,
 # a checkpoint's) by number; a thread started during the runs may get another number in each
 # run, so each is matched with its namesake.
@@ -73,14 +85,24 @@ label() {
   if grep -q "handoff_main" "$1"; then echo "writer thread"
   else echo "thread ${1##*-}"; fi
 }
-for f in "$dir"/mend.3000-*; do
+for f in "$dir"/mend.1.3000-*; do
   name=$(label "$f")
-  for g in "$dir"/mend.1000-*; do
-    [ "$(label "$g")" = "$name" ] || continue
-    a=$(total "$g"); b=$(total "$f")
-    sa=$(looks "$g"); sb=$(looks "$f")
-    echo "mend $name: $(( (b - a) / 2000 )) instructions per run ($(( (b - a - sb + sa) / 2000 )) without run()'s looks at the store)"
+  all= bare=
+  r=1
+  while [ $r -le "$reps" ]; do
+    for b in "$dir"/mend.$r.3000-*; do
+      [ "$(label "$b")" = "$name" ] || continue
+      for a in "$dir"/mend.$r.1000-*; do
+        [ "$(label "$a")" = "$name" ] || continue
+        ta=$(total "$a"); tb=$(total "$b")
+        all="$all $(( (tb - ta) / 2000 ))"
+        bare="$bare $(( (tb - ta - $(looks "$b") + $(looks "$a")) / 2000 ))"
+      done
+    done
+    r=$((r + 1))
   done
+  echo "mend $name: $(spread $all) instructions per run, min/median/max of $(echo $all | wc -w)" \
+       "($(spread $bare) without run()'s looks at the store)"
 done
 # Lua's collector, inclusive (named only under lua_host): its steps are charged to whichever
 # call allocates when its debt falls due, most often the ctx table's lua_createtable.
@@ -88,14 +110,25 @@ gc() { callgrind_annotate --inclusive=yes --threshold=100 "$1" 2>/dev/null | awk
   NF > 1 && $0 ~ /:luaC_step[ ]/ { gsub(",", "", $1); v = $1 + 0; if (v > m) m = v }
   END { print m + 0 }'; }
 if [ "$lua" != lua5.4 ]; then
-  echo "of the loop thread's: Lua's collector (luaC_step): $(( ($(gc "$dir/mend.3000-01") - $(gc "$dir/mend.1000-01")) / 2000 )) instructions per run"
+  all=
+  r=1
+  while [ $r -le "$reps" ]; do
+    all="$all $(( ($(gc "$dir/mend.$r.3000-01") - $(gc "$dir/mend.$r.1000-01")) / 2000 ))"
+    r=$((r + 1))
+  done
+  echo "of the loop thread's: Lua's collector (luaC_step): $(spread $all) instructions per run"
 fi
-a=$(total "$dir/raw.1000"); b=$(total "$dir/raw.3000")
-echo "raw libcurl: $(( (b - a) / 2000 )) instructions per request"
-echo "allocator calls a run, loop thread, by the caller's object:"
-python3 "$here/bench/http_allocs.py" "$dir/mend.1000-01" "$dir/mend.3000-01" 2000
-echo "allocator calls a request, raw libcurl:"
-python3 "$here/bench/http_allocs.py" "$dir/raw.1000" "$dir/raw.3000" 2000
+all=
+r=1
+while [ $r -le "$reps" ]; do
+  all="$all $(( ($(total "$dir/raw.$r.3000") - $(total "$dir/raw.$r.1000")) / 2000 ))"
+  r=$((r + 1))
+done
+echo "raw libcurl: $(spread $all) instructions per request, min/median/max of $reps"
+echo "allocator calls a run, loop thread, by the caller's object (the first measure):"
+python3 "$here/bench/http_allocs.py" "$dir/mend.1.1000-01" "$dir/mend.1.3000-01" 2000
+echo "allocator calls a request, raw libcurl (the first measure):"
+python3 "$here/bench/http_allocs.py" "$dir/raw.1.1000" "$dir/raw.1.3000" 2000
 if [ -n "${MEND_COST_KEEP:-}" ]; then
   mkdir -p "$MEND_COST_KEEP" && cp "$dir"/mend.* "$dir"/raw.* "$MEND_COST_KEEP"/
 fi

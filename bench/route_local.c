@@ -1,18 +1,17 @@
 /*
  * route_local: what telling a connection's address local costs, the kernel's way against the
- * list's. http_addr.c asks the kernel at each connection (a netlink RTM_GETROUTE for the
- * address: a send and a read on a socket kept open); it read getifaddrs (a dump of every interface's
- * addresses) once every 5 s before. This times both, N times each, on this machine's
- * interfaces, and prints microseconds per call. The query here is the same request as
- * http_addr.c's route_local, written again: that file lives inside the engine's HTTP state.
- *   cc -O2 -std=c11 -D_DEFAULT_SOURCE -o /tmp/route_local bench/route_local.c && /tmp/route_local
+ * list's. The engine asks the kernel at each connection (src/engine/route_query.c's
+ * mend__route_local, called here as http_addr.c calls it: a netlink RTM_GETROUTE for the
+ * address, TCP and port 80, a send and a read on a socket kept open); getifaddrs (a dump of
+ * every interface's addresses) is the list's way. This times both, N times each, on this
+ * machine's interfaces, and prints microseconds per call. Built against the engine's file:
+ *   cc -O2 -std=c11 -D_DEFAULT_SOURCE -Isrc/engine -o /tmp/route_local bench/route_local.c \
+ *     src/engine/route_query.c && /tmp/route_local
  * Must never: change a route or an address.
  */
 #include <arpa/inet.h>
-#include <errno.h>
 #include <ifaddrs.h>
 #include <linux/netlink.h>
-#include <linux/rtnetlink.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,43 +19,21 @@
 #include <time.h>
 #include <unistd.h>
 
-/* kept: a socket to use (-1: one opened and closed for the query) */
-static int route_local(int kept, int family, const void *addr) {
-  size_t alen = family == AF_INET ? 4 : 16;
-  struct {
-    struct nlmsghdr nh;
-    struct rtmsg rt;
-    unsigned char attr[RTA_SPACE(16)];
-  } req;
-  memset(&req, 0, sizeof req);
-  req.nh.nlmsg_len = (unsigned)(NLMSG_LENGTH(sizeof req.rt) + RTA_LENGTH(alen));
-  req.nh.nlmsg_type = RTM_GETROUTE;
-  req.nh.nlmsg_flags = NLM_F_REQUEST;
-  req.nh.nlmsg_seq = 1;
-  req.rt.rtm_family = (unsigned char)family;
-  req.rt.rtm_dst_len = (unsigned char)(alen * 8);
-  struct rtattr *dst = (struct rtattr *)req.attr;
-  dst->rta_type = RTA_DST;
-  dst->rta_len = (unsigned short)RTA_LENGTH(alen);
-  memcpy(RTA_DATA(dst), addr, alen);
-  int fd = kept >= 0 ? kept : socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
-  if (fd < 0) return -errno;
-  struct sockaddr_nl kernel = {.nl_family = AF_NETLINK};
-  if (sendto(fd, &req, req.nh.nlmsg_len, 0, (struct sockaddr *)&kernel, sizeof kernel) < 0) {
-    if (kept < 0) close(fd);
-    return -errno;
-  }
-  union { struct nlmsghdr nh; unsigned char b[8192]; } buf;
-  ssize_t got = recv(fd, buf.b, sizeof buf.b, MSG_DONTWAIT);
-  int out = got < 0 ? -errno : -EPROTO, left = got > 0 ? (int)got : 0;
-  for (struct nlmsghdr *h = &buf.nh; NLMSG_OK(h, left); h = NLMSG_NEXT(h, left)) {
-    if (h->nlmsg_type == NLMSG_ERROR) { out = 0; break; }
-    if (h->nlmsg_type == RTM_NEWROUTE) {
-      out = ((struct rtmsg *)NLMSG_DATA(h))->rtm_type == RTN_LOCAL;
-      break;
-    }
-  }
-  if (kept < 0) close(fd);
+#include "route_query.h"
+
+/* The 16 bytes mend__route_local takes: an IPv4 address as its IPv4-mapped IPv6 form. */
+static void mapped(const struct in_addr *v4, unsigned char a[16]) {
+  memset(a, 0, 10);
+  a[10] = a[11] = 0xff;
+  memcpy(a + 12, v4, 4);
+}
+
+/* kept: the socket to use, plus 1 (0: one opened and closed for the query) */
+static int route_local(int kept, const unsigned char a[16]) {
+  static unsigned seq;
+  int fd = kept;
+  int out = mend__route_local(&fd, &seq, a, htons(80));
+  if (!kept && fd) close(fd - 1);
   return out;
 }
 
@@ -68,35 +45,37 @@ static double now(void) {
 
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 100000;
-  struct in_addr own, other;
-  struct in6_addr own6;
-  inet_pton(AF_INET, "127.0.0.1", &own);
-  inet_pton(AF_INET, "192.0.2.77", &other);   /* TEST-NET-1: routed away (or unreachable) */
-  inet_pton(AF_INET6, "::1", &own6);
+  struct in_addr v4;
+  unsigned char own[16], other[16], own6[16];
+  inet_pton(AF_INET, "127.0.0.1", &v4);
   struct ifaddrs *first;
   if (getifaddrs(&first) == 0) {   /* an interface's own IPv4 address, if any but loopback */
     for (struct ifaddrs *i = first; i; i = i->ifa_next)
       if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
-          ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr != own.s_addr) {
-        own = ((struct sockaddr_in *)i->ifa_addr)->sin_addr;
+          ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr != v4.s_addr) {
+        v4 = ((struct sockaddr_in *)i->ifa_addr)->sin_addr;
         break;
       }
     freeifaddrs(first);
   }
-  int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
-  if (fd < 0 || route_local(fd, AF_INET, &own) != 1 || route_local(fd, AF_INET, &other) == 1 ||
-      route_local(fd, AF_INET6, &own6) != 1 || route_local(-1, AF_INET, &own) != 1) {
+  mapped(&v4, own);
+  inet_pton(AF_INET, "192.0.2.77", &v4);   /* TEST-NET-1: routed away (or unreachable) */
+  mapped(&v4, other);
+  inet_pton(AF_INET6, "::1", own6);
+  int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE) + 1;
+  if (fd <= 0 || route_local(fd, own) != 1 || route_local(fd, other) == 1 ||
+      route_local(fd, own6) != 1 || route_local(0, own) != 1) {
     fprintf(stderr, "route_local: the kernel's answers are not as expected\n");
     return 1;
   }
   double t0 = now();
-  for (int k = 0; k < n; k++) route_local(fd, AF_INET, &own);
+  for (int k = 0; k < n; k++) route_local(fd, own);
   double t1 = now();
-  for (int k = 0; k < n; k++) route_local(fd, AF_INET, &other);
+  for (int k = 0; k < n; k++) route_local(fd, other);
   double t2 = now();
-  for (int k = 0; k < n; k++) route_local(fd, AF_INET6, &own6);
+  for (int k = 0; k < n; k++) route_local(fd, own6);
   double t3 = now();
-  for (int k = 0; k < n; k++) route_local(-1, AF_INET, &own);
+  for (int k = 0; k < n; k++) route_local(0, own);
   double t4 = now();
   for (int k = 0; k < n; k++) {
     struct ifaddrs *l;
@@ -108,6 +87,6 @@ int main(int argc, char **argv) {
   printf("route query, kept socket, ::1:                  %.2f us\n", (t3 - t2) / n * 1e6);
   printf("route query, a socket of its own:               %.2f us\n", (t4 - t3) / n * 1e6);
   printf("getifaddrs:                                     %.2f us\n", (t5 - t4) / n * 1e6);
-  close(fd);
+  close(fd - 1);
   return 0;
 }

@@ -14,6 +14,21 @@ local OK = [[return { name = "ok", steps = { { name = "one", execute = function(
 
 local function workspace() return B.workspace { ["ok.lua"] = OK, ["dead.lua"] = B.DEAD } end
 
+-- A workspace whose database holds one dead letter (B.DEAD's run, parked): dir, db, the run.
+local function dead_letter()
+  local dir, db = workspace()
+  local eng = H.new_engine({ db = db, clock = "virtual" })
+  eng:load(dir .. "/dead.lua")
+  local id = eng:start("dead", {})
+  eng:run()
+  H.close(eng)
+  return dir, db, id
+end
+
+-- The toast's class and text once it is shown (session.wait's test).
+local toast = "var t = document.querySelector('#toast'); "
+              .. "return t.style.display === 'block' && [t.className, t.textContent];"
+
 local function run_of(base, id) return http_json("GET", base .. "/api/v1/runs/" .. id) end
 
 describe("the dashboard when the server is slow, gone or refuses, in chromium", function()
@@ -78,15 +93,9 @@ describe("the dashboard when the server is slow, gone or refuses, in chromium", 
   end)
 
   it("says so when the server has stopped or answers 503", function()
-    local dir, db = workspace()
-    local eng = H.new_engine({ db = db, clock = "virtual" })
-    eng:load(dir .. "/dead.lua")
-    local id = eng:start("dead", {})
-    eng:run()
-    H.close(eng)
+    local dir, db, id = dead_letter()
     local base, pid = B.serve(dir, db)
     local session = B.browse(dir)
-    local toast = "var t = document.querySelector('#toast'); return t.style.display === 'block' && [t.className, t.textContent];"
 
     -- A 503 as a proxy in front of mend would give it (no JSON): the click's answer is said.
     session.go(base .. "/#/dlq")
@@ -117,14 +126,8 @@ describe("the dashboard when the server is slow, gone or refuses, in chromium", 
   end)
 
   it_pg("shows a Retry answered 503 while another session holds the run's row, and retries once it is gone", function()
-    local dir, db = workspace()
-    local eng = H.new_engine({ db = db, clock = "virtual" })
-    eng:load(dir .. "/dead.lua")
-    local id = eng:start("dead", {})
-    eng:run()
-    H.close(eng)
+    local dir, db, id = dead_letter()
     local base, session = B.serve_and_browse(dir, db)
-    local toast = "var t = document.querySelector('#toast'); return t.style.display === 'block' && [t.className, t.textContent];"
     local button = "document.querySelector('tr[data-run=\"" .. id .. "\"] button.retry')"
     session.go(base .. "/#/dlq")
     session.wait("the dead letter", "return " .. button .. " !== null", 15)

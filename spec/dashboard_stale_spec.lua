@@ -10,11 +10,13 @@ local function workspace() return B.workspace { ["dead.lua"] = B.DEAD } end
 describe("the dashboard after a stale view or a lost answer, in chromium", function()
   after_each(function() B.stop_all() H.cleanup() end)
 
-  it("goes to the run a person retried, after they came back to a queue that had not changed", function()
+  it("goes to the run a person retried, after they came back to a queue that had not changed, "
+     .. "or when a refresh was given up while the retry waited", function()
     local dir, db = workspace()
     local eng = H.new_engine({ db = db, clock = "virtual" })
     eng:load(dir .. "/dead.lua")
     local id = eng:start("dead", { n = 1 })
+    local id2 = eng:start("dead", { n = 2 })
     eng:run()
     H.close(eng)
     local base, session = B.serve_and_browse(dir, db)
@@ -33,6 +35,26 @@ describe("the dashboard after a stale view or a lost answer, in chromium", funct
     assert.are.equal("Dead letters", session.js("return document.querySelector('#view h2').textContent"))
     session.js("document.querySelector('tr[data-run=\"" .. id .. "\"] button.retry').click()")
     session.wait("the retried run's page", "return location.hash === '#/run/" .. id .. "'", 10)
+
+    -- The page's own timers made short (its 10 s give-up 0.6 s, its 5 s refresh 0.3 s), every
+    -- list of the queue after the first lost, and the Retry's answer held until a refresh of the
+    -- queue was given up.
+    session.js([[var st = window.setTimeout, real = window.__real, lists = 0; window.__gaveUp = 0;
+      window.setTimeout = function (f, ms) {
+        if (ms === 10000) return st(function () { window.__gaveUp++; f(); }, 600);
+        return st(f, ms === 5000 ? 300 : ms); };
+      window.fetch = function (url, opts) {
+        if (opts && opts.method === 'POST') return new Promise(function (ok) {
+          (function held() { if (window.__gaveUp > 0) ok(real(url, opts)); else st(held, 50); })(); });
+        if (String(url).indexOf('/api/v1/dlq') >= 0 && lists++ > 0) return new Promise(function () {});
+        return real(url, opts); };
+      location.hash = '#/dlq';]])
+    local retry = "document.querySelector('tr[data-run=\"" .. id2 .. "\"] button.retry')"
+    session.wait("the second dead letter", "return " .. retry .. " !== null", 10)
+    session.js(retry .. ".click()")
+    local went = pcall(session.wait, "the run", "return location.hash === '#/run/" .. id2 .. "'", 5)
+    assert(went, "not on the retried run's page (given up, where, toast): " .. session.js(
+      "return [window.__gaveUp, location.hash, document.querySelector('#toast').textContent].join(' | ')"))
   end)
 
   it("asks again after an answer that never came", function()

@@ -7,9 +7,11 @@ local H = require "spec.helper"
 local server = {}
 
 -- Starts the server (tests/http_server.py) on `script` and `log`, over TLS with `tls`
--- ({cert, key}); returns its port, pid and the pipe it printed them on.
-local function spawn(script_path, log_path, tls)
-  local extra = tls and (" " .. tls.cert .. " " .. tls.key) or ""
+-- ({cert, key}), its stderr to the file `errors` if given; returns its port, pid and the pipe
+-- it printed them on.
+local function spawn(script_path, log_path, tls, errors)
+  local extra = (tls and (" " .. tls.cert .. " " .. tls.key) or "")
+                .. (errors and (" 2>" .. errors) or "")
   local p = assert(io.popen("python3 tests/http_server.py " .. script_path .. " " .. log_path
                             .. extra .. " & echo", "r"))
   local line = p:read("l")
@@ -936,5 +938,51 @@ describe("mend.http", function()
     assert.are.equal(1000, n)   -- one request a run: none retried
     -- the server had every one of them open at once (the loop never waited for one to answer)
     assert.are.equal(1000, most, "at most " .. most .. " requests were open at once")
+  end)
+end)
+
+-- The specs' server itself: a client that resets its connection (a worker killed mid-request,
+-- spec/pg_http_kill_spec.lua) ended the exchange, which is the client's business and said in
+-- a line; an error of the server's own is shown whole, traceback and all.
+describe("tests/http_server.py #sqlite", function()
+  after_each(H.cleanup)
+
+  it("says a client's reset in a line, and shows an error of its own whole", function()
+    local dir = H.tmp_dir()
+    local script = H.write_file(dir, "script.json", mend.json.encode({
+      ["/slow"] = { { status = 200, delay = 0.3 } }, ["/bad"] = { { status = "x" } } }))
+    local err = dir .. "/stderr"
+    local port, pid, pipe = spawn(script, dir .. "/log", nil, err)
+    local client = H.write_file(dir, "client.py", [[
+import socket, struct, sys, time
+def send(req, reset):
+    c = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+    c.sendall(req)
+    if reset:
+        time.sleep(0.1)
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    else:
+        c.recv(100)
+    c.close()
+send(b"GET /slow HTTP/1.1\r\nHost: x\r\n", True)        # reset inside the request
+send(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n", True)    # reset while the answer waits
+send(b"GET /bad HTTP/1.1\r\nHost: x\r\n\r\n", False)    # a status that is no number
+]])
+    local said = ""
+    local ok = pcall(function()
+      assert.are.equal(0, (H.shell("python3 " .. client .. " " .. port)))
+      H.wait_for("the server's three lines of stderr", function()
+        local f = io.open(err)
+        said = f and f:read("a") or ""
+        if f then f:close() end
+        local _, resets = said:gsub("reset its connection", "")
+        return resets >= 2 and said:find("TypeError", 1, true) ~= nil
+      end, 5)
+    end)
+    os.execute("kill " .. pid)
+    pipe:close()
+    assert(ok, "stderr: " .. said)
+    local _, tracebacks = said:gsub("Traceback", "")
+    assert.are.equal(1, tracebacks, said)
   end)
 end)

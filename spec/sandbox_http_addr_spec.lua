@@ -268,6 +268,31 @@ while True:
   end)
 end)
 
+-- A listener of the host's kind on `bind` ("::", dual-stack, or "0.0.0.0"), as Python's text: it
+-- answers each connection 200 and logs it (argv[1], a line a connection), and writes "port pid"
+-- to argv[2] once it listens.
+local function listener(bind)
+  local v6 = bind:find(":", 1, true) ~= nil
+  return ([[
+import os, socket, sys, threading
+s = socket.socket(socket.%s)
+%ss.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((%q, 0))
+s.listen(64)
+open(sys.argv[2] + ".tmp", "w").write("%%d %%d" %% (s.getsockname()[1], os.getpid()))
+os.rename(sys.argv[2] + ".tmp", sys.argv[2])
+def serve(c):
+    c.recv(65536)
+    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+    c.close()
+while True:
+    c, _ = s.accept()
+    open(sys.argv[1], "a").write("accepted\n")
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+]]):format(v6 and "AF_INET6" or "AF_INET",
+           v6 and "s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)\n" or "", bind)
+end
+
 -- This machine's own interface addresses (eth0's 10.x or fd00::2, not loopback): a listener of
 -- the host's bound to :: or 0.0.0.0 answers on them as on loopback. An allowed name that
 -- resolves to one (a getaddrinfo shim here: no DNS of the test's own), or a proxy there, is
@@ -293,24 +318,7 @@ describe("mend.http's connections under http_allow, this machine's own addresses
     if not addrs then pending("this machine has no address but loopback") return end
     local dir = H.tmp_dir()
     -- a dual-stack listener on ::, as a host's own service may be; each connection logged
-    local py = H.write_file(dir, "own.py", [[
-import os, socket, sys, threading
-s = socket.socket(socket.AF_INET6)
-s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("::", 0))
-s.listen(64)
-open(sys.argv[2] + ".tmp", "w").write("%d %d" % (s.getsockname()[1], os.getpid()))
-os.rename(sys.argv[2] + ".tmp", sys.argv[2])
-def serve(c):
-    c.recv(65536)
-    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-    c.close()
-while True:
-    c, _ = s.accept()
-    open(sys.argv[1], "a").write("accepted\n")
-    threading.Thread(target=serve, args=(c,), daemon=True).start()
-]])
+    local py = H.write_file(dir, "own.py", listener("::"))
     local shim = H.write_file(dir, "ownaddr.c", OWN_SHIM)
     local so = dir .. "/ownaddr.so"
     if H.shell(("cc -shared -fPIC -o %s %s -ldl"):format(so, shim)) ~= 0 then
@@ -405,23 +413,7 @@ local function in_netns(dir, setup, calls)
                :format(so, H.write_file(dir, "ownaddr.c", OWN_SHIM))) ~= 0 then
     return nil, "no C compiler"
   end
-  local listener = H.write_file(dir, "any.py", [[
-import os, socket, sys, threading
-s = socket.socket(socket.AF_INET)
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", 0))
-s.listen(64)
-open(sys.argv[2] + ".tmp", "w").write("%d" % s.getsockname()[1])
-os.rename(sys.argv[2] + ".tmp", sys.argv[2])
-def serve(c):
-    c.recv(65536)
-    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-    c.close()
-while True:
-    c, _ = s.accept()
-    open(sys.argv[1], "a").write("accepted\n")
-    threading.Thread(target=serve, args=(c,), daemon=True).start()
-]])
+  local any = H.write_file(dir, "any.py", listener("0.0.0.0"))
   local log, portfile = dir .. "/accepted", dir .. "/port"
   H.write_file(dir, "accepted", "")
   local script = H.write_file(dir, "ns.sh", ([[
@@ -430,12 +422,13 @@ python3 %s %s %s >/dev/null 2>&1 &
 L=$!
 i=0
 while [ ! -f %s ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done
+set -- $(cat %s)
 env -u http_proxy -u https_proxy -u all_proxy -u ALL_PROXY -u HTTPS_PROXY -u HTTP_PROXY \
-  -u no_proxy -u NO_PROXY LD_PRELOAD=%s lua %s "$(cat %s)"
+  -u no_proxy -u NO_PROXY LD_PRELOAD=%s lua %s "$1"
 rc=$?
 kill $L
 exit $rc
-]]):format(setup, listener, log, portfile, portfile, so, calls, portfile))
+]]):format(setup, any, log, portfile, portfile, portfile, so, calls))
   local rc, out = H.shell("unshare -rn sh " .. script .. " 2>&1")
   local accepted = 0
   for _ in io.lines(log) do accepted = accepted + 1 end

@@ -24,9 +24,11 @@ typedef enum mend_strategy {
 } mend_strategy;
 
 typedef enum mend_jitter_mode {
-  MEND_JITTER_PROPORTIONAL,    /* d * (1 + jitter * u), u uniform in [-1, 1): the article's +-jitter*delay */
+  /* d * (1 + jitter * u), u uniform in [-1, 1): the article's +-jitter*delay */
+  MEND_JITTER_PROPORTIONAL,
   MEND_JITTER_FULL,            /* uniform in [0, d) */
-  MEND_JITTER_DECORRELATED     /* uniform in [initial, 3 * previous delay), previous = initial at first */
+  /* uniform in [initial, 3 * previous delay), previous = initial at first */
+  MEND_JITTER_DECORRELATED
 } mend_jitter_mode;
 
 typedef struct mend_retry_policy {

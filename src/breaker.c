@@ -43,7 +43,8 @@ static void give_back_probe(mend_breaker *b) {
   if (b->probes > 0) b->probes--;
 }
 
-int mend_breaker_admit(mend_breaker *b, const mend_breaker_policy *p, double now, double *retry_at) {
+int mend_breaker_admit(mend_breaker *b, const mend_breaker_policy *p, double now,
+                       double *retry_at) {
   switch (b->state) {
   case MEND_BREAKER_CLOSED:
     return 1;

@@ -246,9 +246,10 @@ int mend__capi_check_engine(mend_engine *E, const char *what) {
   int here = E ? owned_here(E, what, &h, 0) : -1;
   int rc = here < 0 ? MEND_EINVAL : here ? MEND_ESTATE : MEND_OK;
   refused_engine = rc == MEND_OK ? NULL : E;
-  refused_why = !E ? "the engine is NULL"
-              : here < 0 ? "no such engine: it was freed (mend_engine_free), or not made by mend_engine_new"
-              : FOREIGN_WHY("called");
+  refused_why =
+      !E         ? "the engine is NULL"
+      : here < 0 ? "no such engine: it was freed (mend_engine_free), or not made by mend_engine_new"
+                 : FOREIGN_WHY("called");
   if (rc == MEND_OK && atomic_load_explicit(&h->refused, memory_order_relaxed)) tell_refusals(h);
   return rc;
 }
@@ -312,7 +313,9 @@ static int status_of(mend_refusal why) {
   return MEND_ESTATE;
 }
 
-int mend__capi_refusal_status(mend_engine *engine) { return status_of(mend_engine_refusal(engine)); }
+int mend__capi_refusal_status(mend_engine *engine) {
+  return status_of(mend_engine_refusal(engine));
+}
 
 MEND_API int mend_engine_new(const mend_options *host_opts, mend_engine **out, char *err,
                              size_t errlen) {
@@ -363,7 +366,8 @@ MEND_API int mend_engine_new(const mend_options *host_opts, mend_engine **out, c
   host_side *s = &h->side;
   mend_engine_config cfg = {0};
   cfg.db_path = opts->db_path ? opts->db_path : ":memory:";
-  cfg.durability = opts->durability == MEND_SYNC_PROCESS ? MEND_DURABILITY_PROCESS : MEND_DURABILITY_FULL;
+  cfg.durability =
+      opts->durability == MEND_SYNC_PROCESS ? MEND_DURABILITY_PROCESS : MEND_DURABILITY_FULL;
   cfg.virtual_clock = opts->virtual_clock;
   cfg.has_seed = opts->has_seed;
   cfg.seed = opts->seed;
@@ -381,7 +385,8 @@ MEND_API int mend_engine_new(const mend_options *host_opts, mend_engine **out, c
   cfg.thread_cpus = opts->thread_cpus;
   if (cfg.writer_sched < MEND_WRITER_SCHED_TICKS || cfg.writer_sched > MEND_WRITER_SCHED_BATCH) {
     if (err && errlen)
-      snprintf(err, errlen, "writer_sched must be MEND_WRITER_SCHED_TICKS, _OTHER or _BATCH, got %d",
+      snprintf(err, errlen,
+               "writer_sched must be MEND_WRITER_SCHED_TICKS, _OTHER or _BATCH, got %d",
                cfg.writer_sched);
     free(h);
     return MEND_EINVAL;
@@ -390,7 +395,8 @@ MEND_API int mend_engine_new(const mend_options *host_opts, mend_engine **out, c
   cfg.log_level = mend_log_level_of(opts->log_level ? opts->log_level : "info");
   if (!cfg.log_level) {
     if (err && errlen)
-      snprintf(err, errlen, "log_level must be \"debug\", \"info\", \"warn\" or \"error\", got \"%s\"",
+      snprintf(err, errlen,
+               "log_level must be \"debug\", \"info\", \"warn\" or \"error\", got \"%s\"",
                opts->log_level);
     free(h);
     *out = NULL;
@@ -462,9 +468,11 @@ MEND_API int mend_engine_free(mend_engine *engine) {
   handle *owner = handle_of(engine);
   if (mend_engine_in_code(engine) || owner->side.in_callback) {
     char msg[300];
-    snprintf(msg, sizeof msg, "mend_engine_free: called from %s while the engine runs it; the "
+    snprintf(msg, sizeof msg,
+             "mend_engine_free: called from %s while the engine runs it; the "
              "engine is not freed: free it after the call that drives it returns",
-             mend_engine_in_code(engine) ? mend_engine_code_running(engine) : "a callback of the engine's");
+             mend_engine_in_code(engine) ? mend_engine_code_running(engine)
+                                         : "a callback of the engine's");
     mend_engine_note_error(engine, msg);
     if (owner && !owner->side.refusing_free) {   /* the log callback may be what calls us */
       owner->side.refusing_free = 1;
@@ -497,7 +505,8 @@ MEND_API const char *mend_engine_errmsg(mend_engine *engine) {
   return mend_engine_error(engine);
 }
 
-MEND_API int mend_engine_load(mend_engine *engine, const char *path, char *name_out, size_t name_len) {
+MEND_API int mend_engine_load(mend_engine *engine, const char *path, char *name_out,
+                              size_t name_len) {
   char err[1024];
   NEED_ENGINE(engine);
   if (!path) return mend__capi_invalid(engine, "mend_engine_load: path is NULL");
@@ -535,7 +544,8 @@ static void host_adapter(void *ud, mend_host_call *call, json_t *args) {
 MEND_API int mend_engine_register_function(mend_engine *engine, const char *name, mend_host_fn fn,
                                            void *ud) {
   NEED_ENGINE(engine);
-  if (!name || !fn) return mend__capi_invalid(engine, "mend_engine_register_function: name and fn may not be NULL");
+  if (!name || !fn)
+    return mend__capi_invalid(engine, "mend_engine_register_function: name and fn may not be NULL");
   handle *h = handle_of(engine);   /* there: NEED_ENGINE found it, on its own thread */
   host_fn_box *box = malloc(sizeof *box);
   if (!box) return MEND_ENOMEM;
@@ -565,7 +575,8 @@ MEND_API int mend_call_return(mend_call *call, const char *result_json) {
   char err[300], why[400];
   if (mend_host_return((mend_host_call *)call, result_json, err, sizeof err) == 0) return MEND_OK;
   mend_engine *E = mend_host_call_engine((mend_host_call *)call);
-  snprintf(why, sizeof why, "mend_call_return: the result is not JSON: %s; the call stays open", err);
+  snprintf(why, sizeof why, "mend_call_return: the result is not JSON: %s; the call stays open",
+           err);
   if (E) mend_engine_note_error(E, why);
   return MEND_EINVAL;
 }
@@ -635,7 +646,8 @@ MEND_API int mend_engine_start(mend_engine *engine, const char *workflow, const 
     return MEND_ENOTFOUND;
   }
   if (mend_engine_panicked(engine)) return MEND_EBROKEN;
-  if (mend_engine_start_json(engine, workflow, input_json, run_key, run_id_out, &ex, err, sizeof err)) {
+  if (mend_engine_start_json(engine, workflow, input_json, run_key, run_id_out, &ex, err,
+                             sizeof err)) {
     mend_engine_note_error(engine, err);
     return mend__capi_refusal_status(engine);
   }

@@ -109,7 +109,8 @@ MEND_API int mend_engine_override_breaker(mend_engine *engine, const char *key, 
                                           double seconds, const char *who) {
   char err[700];
   NEED_ENGINE(engine);
-  if (!key || !op) return mend__capi_invalid(engine, "mend_engine_override_breaker: key and op may not be NULL");
+  if (!key || !op)
+    return mend__capi_invalid(engine, "mend_engine_override_breaker: key and op may not be NULL");
   if (mend_engine_breaker_set(engine, key, op, seconds, who, err, sizeof err) == 0) return MEND_OK;
   mend_engine_note_error(engine, err);
   return mend__capi_refusal_status(engine);
@@ -156,7 +157,8 @@ static int token_status(mend_engine *engine, const char *what, const char *token
   char err[1200];
   NEED_ENGINE_AS(engine, what);
   if (!token) return mend__capi_invalid(engine, "the token is NULL");
-  int rc = mend_engine_settle_token(engine, token, ok, result, kind, message, NULL, err, sizeof err);
+  int rc =
+      mend_engine_settle_token(engine, token, ok, result, kind, message, NULL, err, sizeof err);
   if (rc >= 0) return MEND_OK;
   mend_engine_note_error(engine, err);
   return rc == MEND_TOKEN_ENOTFOUND ? MEND_ENOTFOUND
@@ -176,10 +178,12 @@ MEND_API int mend_engine_fail(mend_engine *engine, const char *token, const char
   return token_status(engine, __func__, token, 0, NULL, kind, message);
 }
 
-MEND_API int mend_engine_retry_dead_letter(mend_engine *engine, const char *run_id, const char *who) {
+MEND_API int mend_engine_retry_dead_letter(mend_engine *engine, const char *run_id,
+                                           const char *who) {
   char err[700];
   NEED_ENGINE(engine);
-  if (!run_id) return mend__capi_invalid(engine, "mend_engine_retry_dead_letter: the run id is NULL");
+  if (!run_id)
+    return mend__capi_invalid(engine, "mend_engine_retry_dead_letter: the run id is NULL");
   return repair_status(engine, mend_engine_dlq_retry(engine, run_id, who, err, sizeof err), err);
 }
 
@@ -187,6 +191,8 @@ MEND_API int mend_engine_resolve_dead_letter(mend_engine *engine, const char *ru
                                              const char *who, const char *note) {
   char err[700];
   NEED_ENGINE(engine);
-  if (!run_id) return mend__capi_invalid(engine, "mend_engine_resolve_dead_letter: the run id is NULL");
-  return repair_status(engine, mend_engine_resolve(engine, run_id, who, note, err, sizeof err), err);
+  if (!run_id)
+    return mend__capi_invalid(engine, "mend_engine_resolve_dead_letter: the run id is NULL");
+  return repair_status(engine, mend_engine_resolve(engine, run_id, who, note, err, sizeof err),
+                       err);
 }

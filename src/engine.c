@@ -304,7 +304,8 @@ static void *limited_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
       if (E->alloc_limits) E->alloc_limits->refused_memory = 1;
       return NULL;
     }
-    if (E->alloc_limits && E->cfg.sandbox && mend_limits_refuse_table(E->alloc_limits, ptr, osize, nsize))
+    if (E->alloc_limits && E->cfg.sandbox &&
+        mend_limits_refuse_table(E->alloc_limits, ptr, osize, nsize))
       return NULL;
     /* What an allocation is for (a concatenation, string.rep, a table grown) is work no count
      * hook sees, one instruction for any size: its bytes are charged, and it fails once the
@@ -349,7 +350,9 @@ void *mend_engine_set_panic_exit(mend_engine *E, void *jmpbuf) {
 int mend_engine_panicked(const mend_engine *E) { return E->panicked; }
 int mend_engine_in_code(const mend_engine *E) { return E->in_code != NULL || E->loading_code > 0; }
 const char *mend_engine_code_running(const mend_engine *E) {
-  return E->in_code ? E->in_code_what : E->loading_code ? "a workflow file's code as it loads" : NULL;
+  return E->in_code        ? E->in_code_what
+         : E->loading_code ? "a workflow file's code as it loads"
+                           : NULL;
 }
 
 /* An error outside every protected call of an engine's own state: Lua would abort the process
@@ -359,8 +362,10 @@ static int on_panic(lua_State *L) {
   lua_getallocf(L, &ud);
   mend_engine *E = ud;
   const char *msg = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "(not a string)";
-  mend__breakdown(E, "mend: an error escaped every protected call of the engine's Lua state (a bug of "
-            "mend's, or memory running out): %s", msg);
+  mend__breakdown(E,
+                  "mend: an error escaped every protected call of the engine's Lua state (a bug of "
+                  "mend's, or memory running out): %s",
+                  msg);
   /* The calls the error jumps over leave no limits behind them for the allocator or the
    * watchdog to touch, and no code marked running (which would refuse mend_engine_free for
    * ever). */
@@ -440,8 +445,8 @@ static int sandbox_mark(mend_engine *E, mend_refusal *why, char *err, int errlen
   return 0;
 }
 
-mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, char *err, int errlen,
-                                mend_refusal *why) {
+mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, char *err,
+                                int errlen, mend_refusal *why) {
   mend_refusal ignored;
   if (!why) why = &ignored;
   /* before the loop, its wake-ups or the store open a descriptor that would take 0, 1 or 2 */
@@ -490,7 +495,8 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
     if (cfg->lua_path) {
       lua_getglobal(host, "package");
       lua_getfield(host, -1, "path");
-      lua_pushfstring(host, "%s/?.lua;%s/?/init.lua;%s", cfg->lua_path, cfg->lua_path, lua_tostring(host, -1));
+      lua_pushfstring(host, "%s/?.lua;%s/?/init.lua;%s", cfg->lua_path, cfg->lua_path,
+                      lua_tostring(host, -1));
       lua_setfield(host, -3, "path");
       lua_pop(host, 2);
     }
@@ -522,7 +528,8 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
   mend_timers_init(&E->timers, E->loop, cfg->virtual_clock);
   mend__park_init(E);
   uint64_t seed = cfg->seed;
-  if (!cfg->has_seed && getrandom(&seed, sizeof seed, 0) != sizeof seed) seed = (uint64_t)mend_real_now();
+  if (!cfg->has_seed && getrandom(&seed, sizeof seed, 0) != sizeof seed)
+    seed = (uint64_t)mend_real_now();
   mend_rng_seed(&E->rng, seed);
   E->alerts = json_array();
   mend__make_ctx_metatable(E);
@@ -537,7 +544,8 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
   uv_timer_init(E->loop, E->lease_timer);
   E->lease_timer->data = E;
   uint64_t renew_ms = (uint64_t)(E->lease_seconds * 1000.0 / 3.0);
-  uv_timer_start(E->lease_timer, mend__renew_leases, renew_ms ? renew_ms : 1, renew_ms ? renew_ms : 1);
+  uv_timer_start(E->lease_timer, mend__renew_leases, renew_ms ? renew_ms : 1,
+                 renew_ms ? renew_ms : 1);
   uv_unref((uv_handle_t *)E->lease_timer);   /* leases alone must not keep a host's loop alive */
   E->wakeup = malloc(sizeof *E->wakeup);
   uv_async_init(E->loop, E->wakeup, mend__on_wakeup);
@@ -548,7 +556,8 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
   E->events_handed = json_array();
   E->events_due = json_array();
   char serr[600];
-  E->store = mend_store_open(cfg->db_path ? cfg->db_path : ":memory:", cfg->durability, serr, sizeof serr);
+  E->store =
+      mend_store_open(cfg->db_path ? cfg->db_path : ":memory:", cfg->durability, serr, sizeof serr);
   if (!E->store) {
     *why = MEND_REFUSED_STORE;
     snprintf(err, (size_t)errlen, "%s", serr);
@@ -597,7 +606,8 @@ static void free_on_close(uv_handle_t *h) { free(h); }
 static void close_stray(uv_handle_t *h, void *arg) {
   (void)arg;
   if (uv_is_closing(h) || !h->data) return;
-  uv_close(h, *(int *)h->data == CHILD_ALERT ? mend__alert_handle_closed : mend__exec_handle_closed);
+  uv_close(h,
+           *(int *)h->data == CHILD_ALERT ? mend__alert_handle_closed : mend__exec_handle_closed);
 }
 
 void mend_engine_destroy(mend_engine *E) {

@@ -108,7 +108,8 @@ void mend_engine_note_error(mend_engine *E, const char *msg);
 /* Workflows. The engine owns a registered workflow; a second one of the same name replaces
  * the first for new runs. Return the workflow or NULL (err says why). */
 mend_workflow *mend_engine_load_file(mend_engine *E, const char *path, char *err, int errlen);
-mend_workflow *mend_engine_register(mend_engine *E, int idx, char *err, int errlen); /* table at idx of E's state */
+/* table at idx of E's state */
+mend_workflow *mend_engine_register(mend_engine *E, int idx, char *err, int errlen);
 mend_workflow *mend_engine_workflow(mend_engine *E, const char *name);
 /* Why the last load of a file named NAME.lua (in whichever directory) failed, as its error said
  * (the message mend_engine_load_file gave); NULL when no such file failed, or it loaded since.
@@ -191,8 +192,8 @@ double mend_engine_now(const mend_engine *E);
  * live engine holds and resumes each from what the store says; returns how many, or -1. */
 int mend_engine_recover_runs(mend_engine *E, int limit);
 /* 1 when an engine holds run id and is alive (this one, or another whose lease lasts and, on
- * this host, whose process is there), its name in owner; 0 when none does (owner: the last holder, or ""); -1
- * with the error in owner. */
+ * this host, whose process is there), its name in owner; 0 when none does (owner: the last holder,
+ * or ""); -1 with the error in owner. */
 int mend_engine_holder(mend_engine *E, const char *id, char *owner, int len);
 /* Carries on here an unfinished run that no live engine holds (as recovery would, a cancel
  * asked for meanwhile included). 0 resumed (or in flight here already); 1 a live engine holds

@@ -140,8 +140,8 @@ int mend_limits_stopped(lua_State *L, lua_State *co);
  * handled them (nobody, or a loop's uv_signal): the handler only notes the signal, and a call
  * under stoppable limits then trips at its next look, as at its deadline. At 0 the handlers
  * replaced are back, and a signal heard meanwhile goes on to one that is a function (raised
- * again, once), for the loop that listens to do what it does with it. Calls nest. Returns the signal heard since
- * the process began (0: none); a stop is not taken back. Main thread only. */
+ * again, once), for the loop that listens to do what it does with it. Calls nest. Returns the
+ * signal heard since the process began (0: none); a stop is not taken back. Main thread only. */
 int mend_limits_hear_stop(int on);
 /* The signal heard (mend_limits_hear_stop), 0 when none was. Async-signal-safe. */
 int mend_limits_stop_heard(void);

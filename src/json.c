@@ -80,7 +80,8 @@ static size_t path_text(const enc *e, char *buf, size_t cap) {
   for (int i = 0; more && i < e->nsegs; i++) {
     const path_seg *g = &e->segs[i];
     if (!g->key) more = path_add(buf, cap, &len, "[%lld]", (long long)g->index);
-    else if (is_identifier(g->key, g->len)) more = path_add(buf, cap, &len, ".%.*s", (int)g->len, g->key);
+    else if (is_identifier(g->key, g->len))
+      more = path_add(buf, cap, &len, ".%.*s", (int)g->len, g->key);
     else more = path_add(buf, cap, &len, "[\"%.*s\"]", (int)(g->len > 64 ? 64 : g->len), g->key);
   }
   return len;

@@ -221,7 +221,8 @@ void mend__opts_known(lua_State *L, int idx, const char *method, const char *con
   }
 }
 
-/* mend.engine{db=, clock=, seed=, durability=, log=, log_level=, alert=, ...} -> engine  [-1, +1, e] */
+/* mend.engine{db=, clock=, seed=, durability=, log=, log_level=, alert=, ...} -> engine  [-1, +1,
+ * e] */
 /* An element of a list option, at the top of the stack: 1, left there as text, or 0. */
 static int host_item(lua_State *L) {
   return lua_type(L, -1) == LUA_TSTRING && !strchr(lua_tostring(L, -1), ',');
@@ -294,10 +295,13 @@ int mend__lengine_new(lua_State *L) {
   cfg.db_path = mend__opt_string(L, 1, "db", ":memory:");
   const char *clock = mend__opt_string(L, 1, "clock", "real");
   if (strcmp(clock, "virtual") == 0) cfg.virtual_clock = 1;
-  else if (strcmp(clock, "real") != 0) return luaL_error(L, "mend.engine: clock must be \"real\" or \"virtual\", got \"%s\"", clock);
+  else if (strcmp(clock, "real") != 0)
+    return luaL_error(L, "mend.engine: clock must be \"real\" or \"virtual\", got \"%s\"", clock);
   const char *dur = mend__opt_string(L, 1, "durability", "full");
   if (strcmp(dur, "process") == 0) cfg.durability = MEND_DURABILITY_PROCESS;
-  else if (strcmp(dur, "full") != 0) return luaL_error(L, "mend.engine: durability must be \"full\" or \"process\", got \"%s\"", dur);
+  else if (strcmp(dur, "full") != 0)
+    return luaL_error(L, "mend.engine: durability must be \"full\" or \"process\", got \"%s\"",
+                      dur);
   lua_getfield(L, 1, "seed");
   if (!lua_isnil(L, -1)) {
     if (!lua_isinteger(L, -1)) return luaL_error(L, "mend.engine: seed must be an integer");
@@ -309,7 +313,9 @@ int mend__lengine_new(lua_State *L) {
   const char *level = mend__opt_string(L, 1, "log_level", "info");
   cfg.log_level = mend_log_level_of(level);
   if (!cfg.log_level)
-    return luaL_error(L, "mend.engine: log_level must be \"debug\", \"info\", \"warn\" or \"error\", got \"%s\"", level);
+    return luaL_error(
+        L, "mend.engine: log_level must be \"debug\", \"info\", \"warn\" or \"error\", got \"%s\"",
+        level);
   lua_getfield(L, 1, "writer_thread");
   cfg.writer_thread = lua_isnil(L, -1) || lua_toboolean(L, -1);
   lua_pop(L, 1);
@@ -407,7 +413,10 @@ int mend__lengine_new(lua_State *L) {
 
 /* A workflow that does not load is raised as the loader's message alone: it names the file and
  * line at fault, and the position of the Lua line that asked for the load would only hide it. */
-static int load_error(lua_State *L, const char *err) { lua_pushstring(L, err); return lua_error(L); }
+static int load_error(lua_State *L, const char *err) {
+  lua_pushstring(L, err);
+  return lua_error(L);
+}
 
 /* eng:load(path) -> name  [-0, +1, e] */
 static int engine_load(lua_State *L) {

@@ -31,7 +31,8 @@ static int is_final_status(const char *st) {
 }
 
 /* eng:wait(run_id [, {timeout = s, poll = s}]) -> status | nil, "timeout". Blocks this process
- * (it is for clients such as `mend wait`, not for steps) while another process works.  [-0, +1|2, e] */
+ * (it is for clients such as `mend wait`, not for steps) while another process works.  [-0, +1|2,
+ * e] */
 static int engine_wait(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
   const char *id = mend__check_text(L, 2, "the run id");
@@ -139,7 +140,8 @@ static int engine_history(lua_State *L) {
     mend__opts_known(L, 3, "history", known);
     int has_after, has_limit, has_tail;
     long after = page_opt(L, "history", "after", 0, LONG_MAX, 0, &has_after);
-    long limit = page_opt(L, "history", "limit", 1, MEND_HISTORY_PAGE_MAX, MEND_HISTORY_PAGE, &has_limit);
+    long limit =
+        page_opt(L, "history", "limit", 1, MEND_HISTORY_PAGE_MAX, MEND_HISTORY_PAGE, &has_limit);
     long tail = page_opt(L, "history", "tail", 1, MEND_HISTORY_PAGE_MAX, 0, &has_tail);
     if (has_tail && (has_after || has_limit))
       return luaL_error(L, "history: tail is the last rows: give it without %s",
@@ -172,12 +174,14 @@ static int engine_dlq(lua_State *L) {
   const char *run = NULL;
   lua_getfield(L, 3, "after");
   if (!lua_isnil(L, -1)) {
-    if (lua_type(L, -1) != LUA_TTABLE) return luaL_error(L, "dlq: after must be an entry of the page before");
+    if (lua_type(L, -1) != LUA_TTABLE)
+      return luaL_error(L, "dlq: after must be an entry of the page before");
     lua_getfield(L, -1, "run_id");
     lua_getfield(L, -2, "at");
     run = lua_tostring(L, -2);
     at = lua_type(L, -1) == LUA_TNUMBER ? lua_tonumber(L, -1) : -1;
-    if (!run) return luaL_error(L, "dlq: after must be an entry of the page before (it has no run_id)");
+    if (!run)
+      return luaL_error(L, "dlq: after must be an entry of the page before (it has no run_id)");
   }
   return push_query(L, E, mend_store_dlq_page(mend_engine_store(E), at, run, limit));
 }
@@ -368,7 +372,11 @@ static int engine_loaded_version(lua_State *L) {
 /* eng:workflows([name]) -> the versions the store knows (mend_store_workflows)  [-0, +1, e] */
 static int engine_workflows(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
-  return push_query(L, E, mend_store_workflows(mend_engine_store(E), lua_isnoneornil(L, 2) ? NULL : mend__check_text(L, 2, "the workflow's name")));
+  return push_query(
+      L, E,
+      mend_store_workflows(
+          mend_engine_store(E),
+          lua_isnoneornil(L, 2) ? NULL : mend__check_text(L, 2, "the workflow's name")));
 }
 
 /* eng:dlq_retry(id [, {who=}])  [-0, +0, e] */
@@ -378,7 +386,8 @@ static int engine_dlq_retry(lua_State *L) {
   mend__opts_known(L, 3, "dlq_retry", WHO);
   const char *who = push_who(L, 3, "dlq retry");
   char err[600];
-  if (mend_engine_dlq_retry(E, id, who, err, sizeof err)) return luaL_error(L, "dlq retry: %s", err);
+  if (mend_engine_dlq_retry(E, id, who, err, sizeof err))
+    return luaL_error(L, "dlq retry: %s", err);
   return 0;
 }
 
@@ -392,7 +401,8 @@ static int engine_resolve(lua_State *L) {
   mend__stored_text(L, note, "dlq resolve", "the note");
   const char *who = push_who(L, 3, "dlq resolve");
   char err[600];
-  if (mend_engine_resolve(E, id, who, note, err, sizeof err)) return luaL_error(L, "dlq resolve: %s", err);
+  if (mend_engine_resolve(E, id, who, note, err, sizeof err))
+    return luaL_error(L, "dlq resolve: %s", err);
   return 0;
 }
 

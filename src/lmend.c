@@ -1,8 +1,8 @@
 /*
  * lmend: the `mend.core` Lua module (see lmend.h): its table of functions, typed errors
  * ("mend.error" tables), the waits a step makes (mend.sleep, mend.exec, mend.http, mend.call),
- * and the CLI's few helpers (listdir, copy, isatty, a stop heard while files load). Engines as userdata are lengine.c's,
- * behind lmend_int.h.
+ * and the CLI's few helpers (listdir, copy, isatty, a stop heard while files load). Engines as
+ * userdata are lengine.c's, behind lmend_int.h.
  *
  * Must never: reach the engine's insides (engine.h only); yield but from a step's coroutine.
  */
@@ -286,13 +286,24 @@ static int l_isatty(lua_State *L) {
 }
 
 int mend_lua_open(lua_State *L) {
-  static const luaL_Reg funcs[] = {
-    {"retryable", l_retryable}, {"fatal", l_fatal}, {"compensable", l_compensable},
-    {"is_error", l_is_error}, {"sleep", l_sleep}, {"exec", l_exec}, {"http", l_http}, {"engine", mend__lengine_new},
-    {"isatty", l_isatty}, {"listdir", l_listdir}, {"copy", l_copy}, {"upgrade_db", l_upgrade_db},
-    {"trust_db", l_trust_db}, {"db_where", l_db_where}, {"db_mark", l_db_mark},
-    {"_call", l_call},
-    {"_hear_stop", l_hear_stop}, {NULL, NULL}};
+  static const luaL_Reg funcs[] = {{"retryable", l_retryable},
+                                   {"fatal", l_fatal},
+                                   {"compensable", l_compensable},
+                                   {"is_error", l_is_error},
+                                   {"sleep", l_sleep},
+                                   {"exec", l_exec},
+                                   {"http", l_http},
+                                   {"engine", mend__lengine_new},
+                                   {"isatty", l_isatty},
+                                   {"listdir", l_listdir},
+                                   {"copy", l_copy},
+                                   {"upgrade_db", l_upgrade_db},
+                                   {"trust_db", l_trust_db},
+                                   {"db_where", l_db_where},
+                                   {"db_mark", l_db_mark},
+                                   {"_call", l_call},
+                                   {"_hear_stop", l_hear_stop},
+                                   {NULL, NULL}};
   mend_lerror_open(L);
   mend__lengine_open(L);
   luaL_newlib(L, funcs);

@@ -179,7 +179,8 @@ static int l_read_history(lua_State *L) {
   init_editor();
   struct stat st;
   int found = stat(path, &st) == 0;
-  if (found ? S_ISREG(st.st_mode) && st.st_size == 0 : errno == ENOENT) return push_file_result(L, 0, path);
+  if (found ? S_ISREG(st.st_mode) && st.st_size == 0 : errno == ENOENT)
+    return push_file_result(L, 0, path);
   int rc = read_history(path);
   if (rc == EINVAL) {   /* libedit's word for a file without its header */
     lua_pushnil(L);

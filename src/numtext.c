@@ -80,7 +80,8 @@ size_t mend_numtext_real(char *out, double d) {
    * printf does in the default rounding mode; m * 10^16 < 2^107 */
   unsigned __int128 x = (unsigned __int128)m * pow10[17 - n];
   unsigned long long q = (unsigned long long)(x >> s);
-  unsigned __int128 r = x & (((unsigned __int128)1 << s) - 1), half = (unsigned __int128)1 << (s - 1);
+  unsigned __int128 r = x & (((unsigned __int128)1 << s) - 1),
+                    half = (unsigned __int128)1 << (s - 1);
   if (r > half || (r == half && (q & 1))) q++;
   /* a carry into an 18th digit: never for a double (the one below a power of ten is further
    * from it than half a unit of the 17th digit), kept so that a mistake costs time, not bytes */

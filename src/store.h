@@ -145,8 +145,7 @@ typedef struct mend_store_methods {
   /* The text kept for a version of a workflow (malloc'ed), and where it was loaded from in
    * *source (malloc'ed, or NULL) when source is not NULL; NULL when none is kept or on error
    * (errmsg says which). */
-  char *(*version_script)(mend_store *s, const char *workflow, const char *version,                                 char **source);
-
+  char *(*version_script)(mend_store *s, const char *workflow, const char *version, char **source);
 
   /* 0 inserted; 1 a run with this run key exists (nothing written); -1 error; 2 recorded with
    * r->at_commit, for a backend that looks the key up as the batch is written: inserted
@@ -158,7 +157,8 @@ typedef struct mend_store_methods {
    * the run; later ones only record. */
   int (*insert_run)(mend_store *s, const mend_run_rec *r);
   /* A status other than running or compensating also gives the run's lease back. */
-  int (*update_run)(mend_store *s, const char *id, const char *status, const char *error,                           int attention, double updated, const char *reason);
+  int (*update_run)(mend_store *s, const char *id, const char *status, const char *error,
+                    int attention, double updated, const char *reason);
   /* Insert or replace; st->new_row says which the engine knows it to be, and a backend may
    * insert plainly then, but must still replace a row there (the engine's knowledge is a hint,
    * never a reason to fail the batch). */
@@ -202,7 +202,8 @@ typedef struct mend_store_methods {
   json_t *(*runs)(mend_store *s, const char *status, const char *workflow, int limit);
   /* Same, also filtered by creation time (since < 0: any) and by attention (flagged or in the
    * dead-letter queue). */
-  json_t *(*runs_where)(mend_store *s, const char *status, const char *workflow,                               double since, int attention_only, int limit);
+  json_t *(*runs_where)(mend_store *s, const char *status, const char *workflow, double since,
+                        int attention_only, int limit);
   json_t *(*audit_list)(mend_store *s);                  /* array, in seq order */
 
   /* Operations of people (repairs). Each joins the current batch. */
@@ -238,7 +239,8 @@ typedef struct mend_store_methods {
    * as it is made, so what it cannot see is a run that became owner's in the open batch: found
    * by the first look after that batch. NULL: the caller reads cancel_requests. */
   int (*cancels_requested)(mend_store *s, const char *owner);
-  int (*audit)(mend_store *s, double at, const char *who, const char *op,                          const char *target, const char *detail);
+  int (*audit)(mend_store *s, double at, const char *who, const char *op, const char *target,
+               const char *detail);
   int (*schema_version)(mend_store *s);
   /* The database's sandbox mark (meta.sandbox, schema 17 / PostgreSQL 7): it holds workflows
    * a sandboxed engine ran, so their code is untrusted wherever it is loaded again. set 1:
@@ -286,7 +288,8 @@ typedef struct mend_store_methods {
   /* The oldest event of `name` the run has not consumed, seeing the open batch: 1 and its seq,
    * payload (malloc'ed JSON text, "null" for none) and key (malloc'ed or NULL); 0 none; -1
    * error. */
-  int (*next_event)(mend_store *s, const char *run_id, const char *name,                               long long *seq, char **payload, char **key);
+  int (*next_event)(mend_store *s, const char *run_id, const char *name, long long *seq,
+                    char **payload, char **key);
   /* next_event among committed rows only, through a connection of its own: no wait for the
    * writer thread, and the open batch's recorded writes are not run on the caller's thread to
    * be seen (a few ms in a tick). For a run whose own writes before its wait are durable, and
@@ -321,7 +324,8 @@ typedef struct mend_store_methods {
   int (*event_sent)(mend_store *s, long long seq, double *sent);
   /* Marks it consumed by `step`, recorded in the batch like a transition: the batch fails if
    * it was consumed already. */
-  int (*consume_event)(mend_store *s, const char *run_id, long long seq,                                  const char *step, double at);
+  int (*consume_event)(mend_store *s, const char *run_id, long long seq, const char *step,
+                       double at);
   /* The highest seq sent so far (0: none); -1 error. Of committed rows through a connection of
    * its own where there is one, as events_after reads (no wait for the writer thread, the open
    * batch's records not run on the caller's thread): an event the open batch sends is then
@@ -330,7 +334,8 @@ typedef struct mend_store_methods {
   /* Runs with events sent after seq `after` (committed ones, through a connection of its own
    * when the database is a file): calls fn for each, in seq order, at most `limit`; returns the
    * highest seq seen (`after` if none), or -1 on error. */
-  long long (*events_after)(mend_store *s, long long after, int limit,                                   void (*fn)(void *ud, const char *run_id), void *ud);
+  long long (*events_after)(mend_store *s, long long after, int limit,
+                            void (*fn)(void *ud, const char *run_id), void *ud);
   /* A run's inbox in seq order: the events after seq `after`, at most `limit` (<= 0: all). */
   json_t *(*inbox)(mend_store *s, const char *run_id, long long after, long limit);
 
@@ -344,9 +349,9 @@ typedef struct mend_store_methods {
    * whose owner's lease ran out (never the owner's own), oldest first or, with
    * MEND_CLAIM_NEWEST, newest first. MEND_CLAIM_FREE takes only runs nobody holds, without
    * walking the runs held by others; runs whose version could not be loaded (unavailable) are
-   * taken only with MEND_CLAIM_UNAVAILABLE. The owner's lease then lasts at least until lease_until.
-   * NULL on error. */
-  json_t *(*claim)(mend_store *s, const char *owner, double lease_seconds, int limit,                          int how);
+   * taken only with MEND_CLAIM_UNAVAILABLE. The owner's lease then lasts at least until
+   * lease_until. NULL on error. */
+  json_t *(*claim)(mend_store *s, const char *owner, double lease_seconds, int limit, int how);
   /* 0 if a claim now would surely find nothing; else MEND_CLAIMABLE_FREE if there are runs
    * nobody holds (MEND_CLAIM_FREE takes them) and MEND_CLAIMABLE_GONE if there may be runs of a
    * worker whose lease ran out (only a claim of every kind takes them). It reads committed rows
@@ -383,7 +388,7 @@ typedef struct mend_store_methods {
    * letter): the fence lets them through. */
   void (*repairing)(mend_store *s, int on);
   /* 1 and the owner ("" if none) and its lease_until (-1 if none); 0 no run; -1 error. */
-  int (*owner)(mend_store *s, const char *id, char *owner_out, int owner_len,                          double *lease_left);
+  int (*owner)(mend_store *s, const char *id, char *owner_out, int owner_len, double *lease_left);
   /* Same, as a view reads (last_history_view). NULL: owner's. */
   int (*owner_view)(mend_store *s, const char *id, char *owner_out, int owner_len,
                     double *lease_left);
@@ -392,8 +397,10 @@ typedef struct mend_store_methods {
    * once in the open batch (a caller commits it; an attempt may have more than one); 0, -1
    * error. of_attempt: a digest of that attempt's tokens if it has one: 1 and *digest
    * (malloc'ed), 0 none, -1 error. */
-  int (*put_token)(mend_store *s, const char *digest, const char *run_id, const char *step, int attempt, double made);
-  int (*token_of_attempt)(mend_store *s, const char *run_id, const char *step, int attempt, char **digest);
+  int (*put_token)(mend_store *s, const char *digest, const char *run_id, const char *step,
+                   int attempt, double made);
+  int (*token_of_attempt)(mend_store *s, const char *run_id, const char *step, int attempt,
+                          char **digest);
   /* The token's row {digest, run_id, step, attempt, made, used, outcome} or NULL: none (errmsg
    * empty) or an error (errmsg says). */
   json_t *(*token)(mend_store *s, const char *digest);
@@ -406,15 +413,18 @@ typedef struct mend_store_methods {
   json_t *(*children)(mend_store *s, const char *parent);
   /* Puts event `name` in the inbox of the parent of run `child` (none: nothing), recorded in the
    * batch like a transition of the child's (the fence drops it with them). */
-  int (*child_end)(mend_store *s, const char *child, const char *name, const char *payload, const char *key, double sent);
+  int (*child_end)(mend_store *s, const char *child, const char *name, const char *payload,
+                   const char *key, double sent);
   /* Reopens a child run that succeeded so that its own saga is reversed (its parent
    * compensates): status compensating with `reason`, held by `owner` (NULL: nobody), in the
    * open batch. 1 reopened, 0 it had not succeeded (nothing written), -1 error. */
-  int (*reopen_run)(mend_store *s, const char *id, const char *reason, const char *owner, double at);
+  int (*reopen_run)(mend_store *s, const char *id, const char *reason, const char *owner,
+                    double at);
   /* One page of runs, newest first by (created, id), with the filters of mend_store_runs_where
    * (status, workflow NULL: any; since < 0: any) and, after_id not NULL, only the runs after
    * the run (after_created, after_id) in that order: a cursor that inserts do not move. */
-  json_t *(*runs_page)(mend_store *s, const char *status, const char *workflow, double since, double after_created, const char *after_id, int limit);
+  json_t *(*runs_page)(mend_store *s, const char *status, const char *workflow, double since,
+                       double after_created, const char *after_id, int limit);
   /* Runs by workflow and status: [{workflow, status, runs, oldest}], oldest the creation time of
    * the oldest running or compensating one (left out when none). */
   json_t *(*run_counts)(mend_store *s);
@@ -564,13 +574,16 @@ static inline long mend_store_last_history_view(mend_store *s, const char *run_i
 static inline long mend_store_last_history(mend_store *s, const char *run_id, double *at) {
   return MEND_STORE_M(s)->last_history(s, run_id, at);
 }
-static inline char *mend_store_version_script(mend_store *s, const char *workflow, const char *version, char **source) {
+static inline char *mend_store_version_script(mend_store *s, const char *workflow,
+                                              const char *version, char **source) {
   return MEND_STORE_M(s)->version_script(s, workflow, version, source);
 }
 static inline int mend_store_insert_run(mend_store *s, const mend_run_rec *r) {
   return MEND_STORE_M(s)->insert_run(s, r);
 }
-static inline int mend_store_update_run(mend_store *s, const char *id, const char *status, const char *error, int attention, double updated, const char *reason) {
+static inline int mend_store_update_run(mend_store *s, const char *id, const char *status,
+                                        const char *error, int attention, double updated,
+                                        const char *reason) {
   return MEND_STORE_M(s)->update_run(s, id, status, error, attention, updated, reason);
 }
 static inline int mend_store_put_step(mend_store *s, const mend_step_rec *st) {
@@ -582,13 +595,15 @@ static inline int mend_store_update_step(mend_store *s, const mend_step_rec *st)
 static inline int mend_store_append_history(mend_store *s, const mend_history_rec *h) {
   return MEND_STORE_M(s)->append_history(s, h);
 }
-static inline int mend_store_put_breaker(mend_store *s, const char *key, const mend_breaker *b, double updated) {
+static inline int mend_store_put_breaker(mend_store *s, const char *key, const mend_breaker *b,
+                                         double updated) {
   return MEND_STORE_M(s)->put_breaker(s, key, b, updated);
 }
 static inline int mend_store_put_dlq(mend_store *s, const mend_dlq_rec *d) {
   return MEND_STORE_M(s)->put_dlq(s, d);
 }
-static inline int mend_store_find_run_key(mend_store *s, const char *run_key, char *id_out, int id_len) {
+static inline int mend_store_find_run_key(mend_store *s, const char *run_key, char *id_out,
+                                          int id_len) {
   return MEND_STORE_M(s)->find_run_key(s, run_key, id_out, id_len);
 }
 static inline int mend_store_find_run_key_committed(mend_store *s, const char *run_key,
@@ -622,10 +637,12 @@ static inline json_t *mend_store_dlq_page(mend_store *s, double after_at, const 
 static inline json_t *mend_store_breakers(mend_store *s) {
   return MEND_STORE_M(s)->breakers(s);
 }
-static inline json_t *mend_store_runs(mend_store *s, const char *status, const char *workflow, int limit) {
+static inline json_t *mend_store_runs(mend_store *s, const char *status, const char *workflow,
+                                      int limit) {
   return MEND_STORE_M(s)->runs(s, status, workflow, limit);
 }
-static inline json_t *mend_store_runs_where(mend_store *s, const char *status, const char *workflow, double since, int attention_only, int limit) {
+static inline json_t *mend_store_runs_where(mend_store *s, const char *status, const char *workflow,
+                                            double since, int attention_only, int limit) {
   return MEND_STORE_M(s)->runs_where(s, status, workflow, since, attention_only, limit);
 }
 static inline json_t *mend_store_audit_list(mend_store *s) {
@@ -640,13 +657,15 @@ static inline int mend_store_set_unavailable(mend_store *s, const char *id, cons
 static inline int mend_store_version_number(mend_store *s, const mend_run_rec *r, long long *id) {
   return MEND_STORE_M(s)->version_number(s, r, id);
 }
-static inline int mend_store_move_run(mend_store *s, const char *id, long long version_id, int keep_steps) {
+static inline int mend_store_move_run(mend_store *s, const char *id, long long version_id,
+                                      int keep_steps) {
   return MEND_STORE_M(s)->move_run(s, id, version_id, keep_steps);
 }
 static inline json_t *mend_store_workflows(mend_store *s, const char *workflow) {
   return MEND_STORE_M(s)->workflows(s, workflow);
 }
-static inline int mend_store_take(mend_store *s, const char *id, const char *owner, double lease_seconds) {
+static inline int mend_store_take(mend_store *s, const char *id, const char *owner,
+                                  double lease_seconds) {
   return MEND_STORE_M(s)->take(s, id, owner, lease_seconds);
 }
 static inline int mend_store_hold_status(mend_store *s, const char *id, const char *status,
@@ -663,7 +682,8 @@ static inline int mend_store_cancels_requested(mend_store *s, const char *owner)
   if (!MEND_STORE_M(s)->cancels_requested) return 1;
   return MEND_STORE_M(s)->cancels_requested(s, owner);
 }
-static inline int mend_store_audit(mend_store *s, double at, const char *who, const char *op, const char *target, const char *detail) {
+static inline int mend_store_audit(mend_store *s, double at, const char *who, const char *op,
+                                   const char *target, const char *detail) {
   return MEND_STORE_M(s)->audit(s, at, who, op, target, detail);
 }
 static inline int mend_store_schema_version(mend_store *s) {
@@ -672,7 +692,8 @@ static inline int mend_store_schema_version(mend_store *s) {
 static inline int mend_store_sandbox_mark(mend_store *s, int set) {
   return MEND_STORE_M(s)->sandbox_mark(s, set);
 }
-static inline json_t *mend_store_prune(mend_store *s, double before, const char *status, int dry_run) {
+static inline json_t *mend_store_prune(mend_store *s, double before, const char *status,
+                                       int dry_run) {
   return MEND_STORE_M(s)->prune(s, before, status, dry_run);
 }
 static inline int mend_store_send_event(mend_store *s, const char *run_id, const char *name,
@@ -712,29 +733,40 @@ static inline int mend_store_can_look_ahead(mend_store *s) {
   return MEND_STORE_M(s)->look_ahead != NULL &&
          (!MEND_STORE_M(s)->can_look_ahead || MEND_STORE_M(s)->can_look_ahead(s));
 }
-static inline int mend_store_look_ahead(mend_store *s, int n, const char *const *run_ids, const char *const *names) {
+static inline int mend_store_look_ahead(mend_store *s, int n, const char *const *run_ids,
+                                        const char *const *names) {
   return MEND_STORE_M(s)->look_ahead ? MEND_STORE_M(s)->look_ahead(s, n, run_ids, names) : -1;
 }
-static inline int mend_store_look_ahead_take(mend_store *s, int wait, void (*fn)(void *ud, const char *run_id, const char *name, long long seq, const char *payload, const char *key), void *ud) {
+static inline int mend_store_look_ahead_take(mend_store *s, int wait,
+                                             void (*fn)(void *ud, const char *run_id,
+                                                        const char *name, long long seq,
+                                                        const char *payload, const char *key),
+                                             void *ud) {
   return MEND_STORE_M(s)->look_ahead_take ? MEND_STORE_M(s)->look_ahead_take(s, wait, fn, ud) : -1;
 }
-static inline int mend_store_next_committed_event(mend_store *s, const char *run_id, const char *name, long long *seq, char **payload, char **key) {
+static inline int mend_store_next_committed_event(mend_store *s, const char *run_id,
+                                                  const char *name, long long *seq, char **payload,
+                                                  char **key) {
   if (!MEND_STORE_M(s)->next_committed_event) return 2;
   return MEND_STORE_M(s)->next_committed_event(s, run_id, name, seq, payload, key);
 }
-static inline int mend_store_next_event(mend_store *s, const char *run_id, const char *name, long long *seq, char **payload, char **key) {
+static inline int mend_store_next_event(mend_store *s, const char *run_id, const char *name,
+                                        long long *seq, char **payload, char **key) {
   return MEND_STORE_M(s)->next_event(s, run_id, name, seq, payload, key);
 }
 static inline int mend_store_event_sent(mend_store *s, long long seq, double *sent) {
   return MEND_STORE_M(s)->event_sent(s, seq, sent);
 }
-static inline int mend_store_consume_event(mend_store *s, const char *run_id, long long seq, const char *step, double at) {
+static inline int mend_store_consume_event(mend_store *s, const char *run_id, long long seq,
+                                           const char *step, double at) {
   return MEND_STORE_M(s)->consume_event(s, run_id, seq, step, at);
 }
 static inline long long mend_store_last_event(mend_store *s) {
   return MEND_STORE_M(s)->last_event(s);
 }
-static inline long long mend_store_events_after(mend_store *s, long long after, int limit, void (*fn)(void *ud, const char *run_id), void *ud) {
+static inline long long mend_store_events_after(mend_store *s, long long after, int limit,
+                                                void (*fn)(void *ud, const char *run_id),
+                                                void *ud) {
   return MEND_STORE_M(s)->events_after(s, after, limit, fn, ud);
 }
 static inline json_t *mend_store_inbox(mend_store *s, const char *run_id) {
@@ -747,7 +779,8 @@ static inline json_t *mend_store_inbox_page(mend_store *s, const char *run_id, l
 static inline void mend_store_set_worker(mend_store *s, const char *worker) {
   MEND_STORE_M(s)->set_worker(s, worker);
 }
-static inline json_t *mend_store_claim(mend_store *s, const char *owner, double lease_seconds, int limit, int how) {
+static inline json_t *mend_store_claim(mend_store *s, const char *owner, double lease_seconds,
+                                       int limit, int how) {
   return MEND_STORE_M(s)->claim(s, owner, lease_seconds, limit, how);
 }
 static inline int mend_store_claimable(mend_store *s, const char *owner, int thorough) {
@@ -768,7 +801,8 @@ static inline int mend_store_release_owner(mend_store *s, const char *owner) {
 static inline int mend_store_set_fence(mend_store *s, const char *owner, double lease_seconds) {
   return MEND_STORE_M(s)->set_fence(s, owner, lease_seconds);
 }
-static inline int mend_store_fence_news(mend_store *s, void (*lost)(void *ud, const char *id), void *ud) {
+static inline int mend_store_fence_news(mend_store *s, void (*lost)(void *ud, const char *id),
+                                        void *ud) {
   return MEND_STORE_M(s)->fence_news(s, lost, ud);
 }
 static inline json_t *mend_store_held(mend_store *s) {
@@ -783,7 +817,8 @@ static inline void mend_store_fence_verified(mend_store *s) {
 static inline void mend_store_repairing(mend_store *s, int on) {
   MEND_STORE_M(s)->repairing(s, on);
 }
-static inline int mend_store_owner(mend_store *s, const char *id, char *owner_out, int owner_len, double *lease_left) {
+static inline int mend_store_owner(mend_store *s, const char *id, char *owner_out, int owner_len,
+                                   double *lease_left) {
   return MEND_STORE_M(s)->owner(s, id, owner_out, owner_len, lease_left);
 }
 static inline int mend_store_owner_view(mend_store *s, const char *id, char *owner_out,
@@ -795,11 +830,12 @@ static inline int mend_store_owner_view(mend_store *s, const char *id, char *own
 
 /* new: pg-views */
 /* `mend copy`: every run, step, history row, breaker, dead letter, workflow version, inbox
- * event, completion token and audit row (and each run's parent) of the SQLite store at `from` into the empty PostgreSQL store `to`
- * (a libpq URI; its schema made or checked by the PostgreSQL store's open), in one
- * transaction committed only when every count matches. Refused while a worker's lease on
- * `from` lasts, and when `to` has rows. Nobody holds a run after. Returns the counts copied
- * ({"runs": n, ...}) or NULL with a message in err (naming no password). src/store/pg/pg_copy.c */
+ * event, completion token and audit row (and each run's parent) of the SQLite store at `from` into
+ * the empty PostgreSQL store `to` (a libpq URI; its schema made or checked by the PostgreSQL
+ * store's open), in one transaction committed only when every count matches. Refused while a
+ * worker's lease on `from` lasts, and when `to` has rows. Nobody holds a run after. Returns the
+ * counts copied ({"runs": n, ...}) or NULL with a message in err (naming no password).
+ * src/store/pg/pg_copy.c */
 json_t *mend_store_copy(const char *from, const char *to, char *err, int errlen);
 
 /* `mend db upgrade`: what became of a SQLite file's run keys (src/store/layout.c). */
@@ -838,32 +874,40 @@ typedef enum {
 } mend_mark_look;
 mend_mark_look mend_store_mark_look(const char *path, char *err, int errlen);
 
-static inline int mend_store_put_token(mend_store *s, const char *digest, const char *run_id, const char *step, int attempt, double made) {
+static inline int mend_store_put_token(mend_store *s, const char *digest, const char *run_id,
+                                       const char *step, int attempt, double made) {
   return MEND_STORE_M(s)->put_token(s, digest, run_id, step, attempt, made);
 }
-static inline int mend_store_token_of_attempt(mend_store *s, const char *run_id, const char *step, int attempt, char **digest) {
+static inline int mend_store_token_of_attempt(mend_store *s, const char *run_id, const char *step,
+                                              int attempt, char **digest) {
   return MEND_STORE_M(s)->token_of_attempt(s, run_id, step, attempt, digest);
 }
 static inline json_t *mend_store_token(mend_store *s, const char *digest) {
   return MEND_STORE_M(s)->token(s, digest);
 }
-static inline int mend_store_use_token(mend_store *s, const char *digest, const char *outcome, double at) {
+static inline int mend_store_use_token(mend_store *s, const char *digest, const char *outcome,
+                                       double at) {
   return MEND_STORE_M(s)->use_token(s, digest, outcome, at);
 }
-static inline int mend_store_set_parent(mend_store *s, const char *id, const char *parent, const char *parent_step) {
+static inline int mend_store_set_parent(mend_store *s, const char *id, const char *parent,
+                                        const char *parent_step) {
   return MEND_STORE_M(s)->set_parent(s, id, parent, parent_step);
 }
 static inline json_t *mend_store_children(mend_store *s, const char *parent) {
   return MEND_STORE_M(s)->children(s, parent);
 }
-static inline int mend_store_child_end(mend_store *s, const char *child, const char *name, const char *payload, const char *key, double sent) {
+static inline int mend_store_child_end(mend_store *s, const char *child, const char *name,
+                                       const char *payload, const char *key, double sent) {
   return MEND_STORE_M(s)->child_end(s, child, name, payload, key, sent);
 }
-static inline int mend_store_reopen_run(mend_store *s, const char *id, const char *reason, const char *owner, double at) {
+static inline int mend_store_reopen_run(mend_store *s, const char *id, const char *reason,
+                                        const char *owner, double at) {
   return MEND_STORE_M(s)->reopen_run(s, id, reason, owner, at);
 }
 
-static inline json_t *mend_store_runs_page(mend_store *s, const char *status, const char *workflow, double since, double after_created, const char *after_id, int limit) {
+static inline json_t *mend_store_runs_page(mend_store *s, const char *status, const char *workflow,
+                                           double since, double after_created, const char *after_id,
+                                           int limit) {
   return MEND_STORE_M(s)->runs_page(s, status, workflow, since, after_created, after_id, limit);
 }
 static inline json_t *mend_store_run_counts(mend_store *s) {

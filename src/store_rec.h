@@ -17,7 +17,8 @@ typedef struct mend_run_rec {
   const char *id, *workflow, *version, *source, *run_key, *status, *input, *error;
   int attention;
   double created, updated;
-  const char *owner;       /* NULL: any worker may take it; else held while the owner's lease lasts */
+  /* NULL: any worker may take it; else held while the owner's lease lasts */
+  const char *owner;
   const char *step_names;  /* JSON array of its steps' names: the rows not yet written */
   const char *script;      /* the version's text, kept with it (NULL: none, as registered) */
   /* The caller waits for the batch: the run key, and the number of a version not committed

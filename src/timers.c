@@ -131,7 +131,8 @@ static void arm_timerfd(mend_timers *ts, double due) {
   if (its.it_value.tv_nsec > 999999999) its.it_value.tv_nsec = 999999999;
   if (its.it_value.tv_sec <= 0) its.it_value = (struct timespec){0, 1};   /* 0 would disarm it */
   timerfd_settime(fd_of(ts->fd_poll), TFD_TIMER_ABSTIME, &its, NULL);
-  if (!uv_is_active((uv_handle_t *)ts->fd_poll)) uv_poll_start(ts->fd_poll, UV_READABLE, on_timerfd);
+  if (!uv_is_active((uv_handle_t *)ts->fd_poll))
+    uv_poll_start(ts->fd_poll, UV_READABLE, on_timerfd);
 }
 
 static void disarm_timerfd(mend_timers *ts) {
@@ -236,7 +237,8 @@ size_t mend_timers_fire_due(mend_timers *ts) {
   /* a ticking host's budget: the timers left are due still, and fire at the next pass */
   size_t fired = 0;
   double now = mend_real_now();
-  while (ts->count && ts->heap[0]->due <= now && (fired == 0 || mend_real_now() < ts->fire_deadline)) {
+  while (ts->count && ts->heap[0]->due <= now &&
+         (fired == 0 || mend_real_now() < ts->fire_deadline)) {
     mend_timer *t = ts->heap[0];
     mend_timer_disarm(ts, t);
     t->fn(t);

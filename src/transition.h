@@ -58,8 +58,10 @@ typedef enum mend_run_status {
 int mend_step_transition_ok(mend_step_status from, mend_step_status to);
 int mend_run_transition_ok(mend_run_status from, mend_run_status to);
 
-int mend_step_status_final(mend_step_status s);  /* succeeded, failed, skipped, compensated, compensation_failed */
-int mend_run_status_final(mend_run_status s);    /* succeeded, compensated, failed, needs_attention, resolved */
+/* succeeded, failed, skipped, compensated, compensation_failed */
+int mend_step_status_final(mend_step_status s);
+/* succeeded, compensated, failed, needs_attention, resolved */
+int mend_run_status_final(mend_run_status s);
 
 const char *mend_step_status_name(mend_step_status s);  /* "retry_wait" */
 int         mend_step_status_parse(const char *name, mend_step_status *out); /* 0 ok, -1 */

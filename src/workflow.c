@@ -60,7 +60,8 @@ static int opt_number(lua_State *L, int idx, const char *field, const char *what
   int r = 0;
   if (t == LUA_TNUMBER) { *out = lua_tonumber(L, -1); r = 1; }
   /* no rule of a number holds for NaN, and %g would print it as "-nan" */
-  if (r == 1 && isnan(*out)) r = mend_errorf(err, errlen, "%s.%s must be a number, got NaN", what, field);
+  if (r == 1 && isnan(*out))
+    r = mend_errorf(err, errlen, "%s.%s must be a number, got NaN", what, field);
   else if (t != LUA_TNIL && t != LUA_TNUMBER)
     r = mend_errorf(err, errlen, "%s.%s must be a number, got %s", what, field, lua_typename(L, t));
   lua_pop(L, 1);
@@ -119,12 +120,14 @@ int mend_parse_retry(lua_State *L, int idx, const char *what, mend_retry_policy 
   int r = opt_string(L, idx, "strategy", what, &name, err, errlen);
   if (r < 0) return -1;
   if (r == 1 && mend_strategy_parse(name, &p->strategy))
-    return mend_errorf(err, errlen, "%s.strategy must be exponential, linear or fixed, got \"%s\"", what, name);
+    return mend_errorf(err, errlen, "%s.strategy must be exponential, linear or fixed, got \"%s\"",
+                       what, name);
   r = opt_string(L, idx, "jitter_mode", what, &name, err, errlen);
   if (r < 0) return -1;
   if (r == 1 && mend_jitter_mode_parse(name, &p->jitter_mode))
-    return mend_errorf(err, errlen, "%s.jitter_mode must be proportional, full or decorrelated, got \"%s\"",
-                what, name);
+    return mend_errorf(err, errlen,
+                       "%s.jitter_mode must be proportional, full or decorrelated, got \"%s\"",
+                       what, name);
   char why[200];
   if (mend_retry_policy_check(p, why, sizeof why))
     return mend_errorf(err, errlen, "%s.%s", what, why);
@@ -143,11 +146,20 @@ static int parse_breaker_table(lua_State *L, int idx, const char *what, mend_bre
       opt_int(L, idx, "half_open_max", what, &p->half_open_max, err, errlen) < 0 ||
       opt_int(L, idx, "max_concurrency", what, &p->max_concurrency, err, errlen) < 0)
     return -1;
-  if (p->failure_threshold < 1) return mend_errorf(err, errlen, "%s.failure_threshold must be >= 1, got %d", what, p->failure_threshold);
-  if (!(p->open_seconds >= 0)) return mend_errorf(err, errlen, "%s.open_seconds must be >= 0, got %g", what, p->open_seconds);
-  if (p->success_threshold < 1) return mend_errorf(err, errlen, "%s.success_threshold must be >= 1, got %d", what, p->success_threshold);
-  if (p->half_open_max < 1) return mend_errorf(err, errlen, "%s.half_open_max must be >= 1, got %d", what, p->half_open_max);
-  if (p->max_concurrency < 0) return mend_errorf(err, errlen, "%s.max_concurrency must be >= 0, got %d", what, p->max_concurrency);
+  if (p->failure_threshold < 1)
+    return mend_errorf(err, errlen, "%s.failure_threshold must be >= 1, got %d", what,
+                       p->failure_threshold);
+  if (!(p->open_seconds >= 0))
+    return mend_errorf(err, errlen, "%s.open_seconds must be >= 0, got %g", what, p->open_seconds);
+  if (p->success_threshold < 1)
+    return mend_errorf(err, errlen, "%s.success_threshold must be >= 1, got %d", what,
+                       p->success_threshold);
+  if (p->half_open_max < 1)
+    return mend_errorf(err, errlen, "%s.half_open_max must be >= 1, got %d", what,
+                       p->half_open_max);
+  if (p->max_concurrency < 0)
+    return mend_errorf(err, errlen, "%s.max_concurrency must be >= 0, got %d", what,
+                       p->max_concurrency);
   return 0;
 }
 
@@ -159,7 +171,8 @@ static int opt_function_ref(lua_State *L, int idx, const char *field, const char
   if (t == LUA_TFUNCTION) { *ref = luaL_ref(L, LUA_REGISTRYINDEX); return 1; }
   lua_pop(L, 1);
   if (t != LUA_TNIL)
-    return mend_errorf(err, errlen, "%s.%s must be a function, got %s", what, field, lua_typename(L, t));
+    return mend_errorf(err, errlen, "%s.%s must be a function, got %s", what, field,
+                       lua_typename(L, t));
   return 0;
 }
 
@@ -195,7 +208,8 @@ static int parse_outside_waits(lua_State *L, int idx, mend_step_def *s, const ch
   if (wait && s->wait_for)
     return mend_errorf(err, errlen, "%swait and wait_for cannot go together", prefix);
   s->wait_token = wait != NULL;
-  if (child && !*child) return mend_errorf(err, errlen, "%schild must name a workflow, got \"\"", prefix);
+  if (child && !*child)
+    return mend_errorf(err, errlen, "%schild must name a workflow, got \"\"", prefix);
   if (child && (s->execute_ref != LUA_NOREF || s->wait_for || wait))
     return mend_errorf(err, errlen, "%schild cannot go with execute, wait_for or wait: the child"
                        " run's results are the step's result", prefix);
@@ -215,9 +229,9 @@ static int parse_outside_waits(lua_State *L, int idx, mend_step_def *s, const ch
 
 /* A step, or with `group` the name of its parallel group, a branch of it (named
  * "<group>/<name>"). */
-static int parse_step(lua_State *L, int idx, int n, const char *group, const mend_retry_policy *retry,
-                      const mend_retry_policy *comp, const mend_breaker_policy *breaker,
-                      mend_step_def *s, char *err, int errlen) {
+static int parse_step(lua_State *L, int idx, int n, const char *group,
+                      const mend_retry_policy *retry, const mend_retry_policy *comp,
+                      const mend_breaker_policy *breaker, mend_step_def *s, char *err, int errlen) {
   static const char *const fields[] = {"name", "execute", "compensate", "retry",
     "compensate_retry", "breaker", "timeout", "idempotency_key", "sleep", "description", "wait_for",
     "when", "wait", "child", "input", NULL};
@@ -229,18 +243,22 @@ static int parse_step(lua_State *L, int idx, int n, const char *group, const men
   if (group) snprintf(in, sizeof in, "step \"%s\": ", group);
   const char *kind = group ? "branch" : "step";
   if (!lua_istable(L, idx))
-    return mend_errorf(err, errlen, "%s%s #%d must be a table, got %s", in, kind, n, luaL_typename(L, idx));
+    return mend_errorf(err, errlen, "%s%s #%d must be a table, got %s", in, kind, n,
+                       luaL_typename(L, idx));
   const char *name = NULL;
   snprintf(what, sizeof what, "%s%s #%d", in, kind, n);
   if (opt_string(L, idx, "name", what, &name, err, errlen) < 0) return -1;
   if (n == 0) {   /* a map's step: its items are named by their index */
-    if (name) return mend_errorf(err, errlen, "%sstep.name: a map's step is named by each item's index", in);
+    if (name)
+      return mend_errorf(err, errlen, "%sstep.name: a map's step is named by each item's index",
+                         in);
     name = "item";
     kind = "step";
   }
   if (!name || !*name) return mend_errorf(err, errlen, "%s%s #%d: name is missing", in, kind, n);
   if (group && strchr(name, '/'))
-    return mend_errorf(err, errlen, "%sbranch \"%s\": a branch's name cannot hold a slash", in, name);
+    return mend_errorf(err, errlen, "%sbranch \"%s\": a branch's name cannot hold a slash", in,
+                       name);
   char prefix[400];
   if (n == 0) snprintf(prefix, sizeof prefix, "%s", in);
   else snprintf(prefix, sizeof prefix, "%s%s \"%s\": ", in, kind, name);
@@ -248,10 +266,12 @@ static int parse_step(lua_State *L, int idx, int n, const char *group, const men
   char sub[400];
   if (group && raw_field(L, idx, "parallel") != LUA_TNIL) {
     lua_pop(L, 1);
-    return mend_errorf(err, errlen, "%sa branch cannot be a parallel group itself (groups do not nest)", prefix);
+    return mend_errorf(err, errlen,
+                       "%sa branch cannot be a parallel group itself (groups do not nest)", prefix);
   }
   if (group) lua_pop(L, 1);
-  if (check_fields(L, idx, "step", fields, sub, sizeof sub)) return mend_errorf(err, errlen, "%s%s", prefix, sub);
+  if (check_fields(L, idx, "step", fields, sub, sizeof sub))
+    return mend_errorf(err, errlen, "%s%s", prefix, sub);
   if (group) {
     size_t gl = strlen(group), nl = strlen(name);
     s->name = malloc(gl + 1 + nl + 1);
@@ -275,12 +295,16 @@ static int parse_step(lua_State *L, int idx, int n, const char *group, const men
     return mend_errorf(err, errlen, "%s%s", prefix, sub);
   if (opt_number(L, idx, "sleep", "step", &s->sleep, sub, sizeof sub) < 0)
     return mend_errorf(err, errlen, "%s%s", prefix, sub);
-  if (!(s->sleep >= 0)) return mend_errorf(err, errlen, "%ssleep must be >= 0 seconds, got %g", prefix, s->sleep);
-  if (isinf(s->sleep)) return mend_errorf(err, errlen, "%ssleep must be a finite number of seconds, got %g", prefix, s->sleep);
+  if (!(s->sleep >= 0))
+    return mend_errorf(err, errlen, "%ssleep must be >= 0 seconds, got %g", prefix, s->sleep);
+  if (isinf(s->sleep))
+    return mend_errorf(err, errlen, "%ssleep must be a finite number of seconds, got %g", prefix,
+                       s->sleep);
   const char *wait_for = NULL;
   if (opt_string(L, idx, "wait_for", "step", &wait_for, sub, sizeof sub) < 0)
     return mend_errorf(err, errlen, "%s%s", prefix, sub);
-  if (wait_for && !*wait_for) return mend_errorf(err, errlen, "%swait_for must name an event, got \"\"", prefix);
+  if (wait_for && !*wait_for)
+    return mend_errorf(err, errlen, "%swait_for must name an event, got \"\"", prefix);
   /* A step that waits takes its result from the event: there is nothing of its own to run. */
   if (wait_for && s->execute_ref != LUA_NOREF)
     return mend_errorf(err, errlen, "%swait_for and execute cannot go together: a step either waits"
@@ -306,7 +330,8 @@ static int parse_step(lua_State *L, int idx, int n, const char *group, const men
       opt_function_ref(L, idx, "idempotency_key", "step", &s->key_ref, sub, sizeof sub) < 0 ||
       opt_number(L, idx, "timeout", "step", &s->timeout, sub, sizeof sub) < 0)
     return mend_errorf(err, errlen, "%s%s", prefix, sub);
-  if (!(s->timeout >= 0)) return mend_errorf(err, errlen, "%stimeout must be >= 0, got %g", prefix, s->timeout);
+  if (!(s->timeout >= 0))
+    return mend_errorf(err, errlen, "%stimeout must be >= 0, got %g", prefix, s->timeout);
   if (s->child && s->timeout > 0)
     return mend_errorf(err, errlen, "%schild and timeout cannot go together: a child run ends in"
                        " its own time (give its own steps timeouts)", prefix);
@@ -338,7 +363,8 @@ static int parse_step(lua_State *L, int idx, int n, const char *group, const men
     }
   } else if (t != LUA_TNIL) {
     lua_pop(L, 1);
-    return mend_errorf(err, errlen, "%sbreaker must be a key (string) or a table, got %s", prefix, lua_typename(L, t));
+    return mend_errorf(err, errlen, "%sbreaker must be a key (string) or a table, got %s", prefix,
+                       lua_typename(L, t));
   }
   s->breaker_key = mend_dupstr(key && *key ? key : name);
   lua_pop(L, 1);
@@ -370,10 +396,12 @@ static int parse_group(lua_State *L, int idx, int n, const mend_retry_policy *re
       return mend_errorf(err, errlen, "%s%s belongs in the group's branches: a parallel group"
                          " executes nothing itself", prefix, *f);
   }
-  if (check_fields(L, idx, "step", fields, sub, sizeof sub)) return mend_errorf(err, errlen, "%s%s", prefix, sub);
+  if (check_fields(L, idx, "step", fields, sub, sizeof sub))
+    return mend_errorf(err, errlen, "%s%s", prefix, sub);
   if (raw_field(L, idx, "parallel") != LUA_TTABLE) {
     lua_pop(L, 1);
-    return mend_errorf(err, errlen, "%sparallel must be a non-empty list of steps (its branches)", prefix);
+    return mend_errorf(err, errlen, "%sparallel must be a non-empty list of steps (its branches)",
+                       prefix);
   }
   int list = lua_absindex(L, -1);
   lua_Unsigned len = lua_rawlen(L, list);
@@ -383,29 +411,41 @@ static int parse_group(lua_State *L, int idx, int n, const mend_retry_policy *re
   while (listed && lua_next(L, list)) {
     lua_pop(L, 1);
     keys++;
-    listed = lua_isinteger(L, -1) && lua_tointeger(L, -1) >= 1 && (lua_Unsigned)lua_tointeger(L, -1) <= len;
+    listed = lua_isinteger(L, -1) && lua_tointeger(L, -1) >= 1 &&
+             (lua_Unsigned)lua_tointeger(L, -1) <= len;
     if (!listed) lua_pop(L, 1);
   }
   if (!listed || (lua_Unsigned)keys != len) {
     lua_pop(L, 1);
-    return mend_errorf(err, errlen, "%sparallel must be a non-empty list of steps (its branches)", prefix);
+    return mend_errorf(err, errlen, "%sparallel must be a non-empty list of steps (its branches)",
+                       prefix);
   }
   int max = (int)len;
   double d = 0;
   int r = opt_number(L, idx, "max_concurrency", "", &d, sub, sizeof sub);
   if (r < 0 || (r == 1 && (!(d >= 1 && d <= INT_MAX) || d != floor(d)))) {
     lua_pop(L, 1);
-    if (r < 0) return mend_errorf(err, errlen, "%smax_concurrency must be a positive integer, got %s",
-                                  prefix, strrchr(sub, ' ') + 1);
-    return mend_errorf(err, errlen, "%smax_concurrency must be a positive integer, got %g", prefix, d);
+    if (r < 0)
+      return mend_errorf(err, errlen, "%smax_concurrency must be a positive integer, got %s",
+                         prefix, strrchr(sub, ' ') + 1);
+    return mend_errorf(err, errlen, "%smax_concurrency must be a positive integer, got %g", prefix,
+                       d);
   }
   if (r == 1 && d < max) max = (int)d;
   int g = *at;
   mend_step_def *s = &wf->steps[g];
-  *s = (mend_step_def){.name_ref = LUA_NOREF, .execute_ref = LUA_NOREF, .compensate_ref = LUA_NOREF,
-                       .key_ref = LUA_NOREF, .when_ref = LUA_NOREF, .group = -1,
-                       .map_ref = LUA_NOREF, .retry = *retry, .compensate_retry = *comp, .breaker = *breaker,
-                       .nbranches = (int)len, .max_concurrency = max};
+  *s = (mend_step_def){.name_ref = LUA_NOREF,
+                       .execute_ref = LUA_NOREF,
+                       .compensate_ref = LUA_NOREF,
+                       .key_ref = LUA_NOREF,
+                       .when_ref = LUA_NOREF,
+                       .group = -1,
+                       .map_ref = LUA_NOREF,
+                       .retry = *retry,
+                       .compensate_retry = *comp,
+                       .breaker = *breaker,
+                       .nbranches = (int)len,
+                       .max_concurrency = max};
   s->name = mend_dupstr(name);
   wf->nsteps = ++*at;
   lua_pushstring(L, name);
@@ -445,7 +485,8 @@ static int parse_map(lua_State *L, int idx, int n, const mend_retry_policy *retr
   if (opt_string(L, idx, "name", what, &name, err, errlen) < 0) return -1;
   if (!name || !*name) return mend_errorf(err, errlen, "step #%d: name is missing", n);
   snprintf(prefix, sizeof prefix, "step \"%s\": ", name);
-  if (strchr(name, '/')) return mend_errorf(err, errlen, "%sa map's name cannot hold a slash", prefix);
+  if (strchr(name, '/'))
+    return mend_errorf(err, errlen, "%sa map's name cannot hold a slash", prefix);
   for (const char *const *f = elsewhere; *f; f++) {
     int t = raw_field(L, idx, *f);
     lua_pop(L, 1);
@@ -453,19 +494,24 @@ static int parse_map(lua_State *L, int idx, int n, const mend_retry_policy *retr
       return mend_errorf(err, errlen, "%s%s belongs in the map's step (step = {...}): a map"
                          " executes nothing itself", prefix, *f);
   }
-  if (check_fields(L, idx, "step", fields, sub, sizeof sub)) return mend_errorf(err, errlen, "%s%s", prefix, sub);
+  if (check_fields(L, idx, "step", fields, sub, sizeof sub))
+    return mend_errorf(err, errlen, "%s%s", prefix, sub);
   double d = 0;
   int max = 8;
   int r = opt_number(L, idx, "max_concurrency", "", &d, sub, sizeof sub);
   if (r < 0) return mend_errorf(err, errlen, "%smax_concurrency must be a positive integer, got %s",
                                 prefix, strrchr(sub, ' ') + 1);
   if (r == 1 && (!(d >= 1 && d <= INT_MAX) || d != floor(d)))
-    return mend_errorf(err, errlen, "%smax_concurrency must be a positive integer, got %g", prefix, d);
+    return mend_errorf(err, errlen, "%smax_concurrency must be a positive integer, got %g", prefix,
+                       d);
   if (r == 1) max = (int)d;
   int t = raw_field(L, idx, "step");
   lua_pop(L, 1);
-  if (t == LUA_TNIL) return mend_errorf(err, errlen, "%sstep is missing: a map needs the step each item runs", prefix);
-  if (t != LUA_TTABLE) return mend_errorf(err, errlen, "%sstep must be a table, got %s", prefix, lua_typename(L, t));
+  if (t == LUA_TNIL)
+    return mend_errorf(err, errlen, "%sstep is missing: a map needs the step each item runs",
+                       prefix);
+  if (t != LUA_TTABLE)
+    return mend_errorf(err, errlen, "%sstep must be a table, got %s", prefix, lua_typename(L, t));
   int g = *at;
   mend_step_def *s = &wf->steps[g];
   *s = (mend_step_def){.name_ref = LUA_NOREF, .execute_ref = LUA_NOREF, .compensate_ref = LUA_NOREF,
@@ -545,8 +591,9 @@ mend_workflow *mend_workflow_from_table(lua_State *L, int idx, const char *sourc
   char sub[480];
   idx = lua_absindex(L, idx);
   if (!lua_istable(L, idx)) {
-    mend_errorf(err, errlen, "%s: a workflow must be a table (return { name = ..., steps = {...} }), got %s",
-         source, luaL_typename(L, idx));
+    mend_errorf(err, errlen,
+                "%s: a workflow must be a table (return { name = ..., steps = {...} }), got %s",
+                source, luaL_typename(L, idx));
     return NULL;
   }
   if (check_fields(L, idx, "workflow", fields, sub, sizeof sub)) {
@@ -577,8 +624,10 @@ mend_workflow *mend_workflow_from_table(lua_State *L, int idx, const char *sourc
   }
   lua_pop(L, 1);
   int t = raw_field(L, idx, "breaker");
-  if (t != LUA_TNIL && (t != LUA_TTABLE || parse_breaker_table(L, -1, "breaker", &breaker, NULL, sub, sizeof sub))) {
-    if (t != LUA_TTABLE) snprintf(sub, sizeof sub, "breaker must be a table, got %s", lua_typename(L, t));
+  if (t != LUA_TNIL &&
+      (t != LUA_TTABLE || parse_breaker_table(L, -1, "breaker", &breaker, NULL, sub, sizeof sub))) {
+    if (t != LUA_TTABLE)
+      snprintf(sub, sizeof sub, "breaker must be a table, got %s", lua_typename(L, t));
     lua_pop(L, 1);
     mend_errorf(err, errlen, "%s: workflow \"%s\": %s", source, name, sub);
     return NULL;
@@ -586,13 +635,15 @@ mend_workflow *mend_workflow_from_table(lua_State *L, int idx, const char *sourc
   lua_pop(L, 1);
   if (raw_field(L, idx, "steps") != LUA_TTABLE || lua_rawlen(L, -1) < 1) {
     lua_pop(L, 1);
-    mend_errorf(err, errlen, "%s: workflow \"%s\": steps must be a non-empty list of steps", source, name);
+    mend_errorf(err, errlen, "%s: workflow \"%s\": steps must be a non-empty list of steps", source,
+                name);
     return NULL;
   }
   int steps = lua_absindex(L, -1);
   if (lua_rawlen(L, steps) > MEND_MAX_STEPS) {
-    mend_errorf(err, errlen, "%s: workflow \"%s\": %llu steps, over the most a workflow may have (%d)",
-                source, name, (unsigned long long)lua_rawlen(L, steps), MEND_MAX_STEPS);
+    mend_errorf(err, errlen,
+                "%s: workflow \"%s\": %llu steps, over the most a workflow may have (%d)", source,
+                name, (unsigned long long)lua_rawlen(L, steps), MEND_MAX_STEPS);
     lua_pop(L, 1);
     return NULL;
   }
@@ -631,9 +682,10 @@ mend_workflow *mend_workflow_from_table(lua_State *L, int idx, const char *sourc
       mapped = !grouped && raw_field(L, -2, "map") != LUA_TNIL;
       lua_pop(L, grouped ? 1 : 2);
     }
-    int r = grouped ? parse_group(L, -1, i + 1, &retry, &comp, &breaker, wf, &at, sub, sizeof sub)
-          : mapped ? parse_map(L, -1, i + 1, &retry, &comp, &breaker, wf, &at, sub, sizeof sub)
-          : parse_step(L, -1, i + 1, NULL, &retry, &comp, &breaker, &wf->steps[at], sub, sizeof sub);
+    int r = grouped  ? parse_group(L, -1, i + 1, &retry, &comp, &breaker, wf, &at, sub, sizeof sub)
+            : mapped ? parse_map(L, -1, i + 1, &retry, &comp, &breaker, wf, &at, sub, sizeof sub)
+                     : parse_step(L, -1, i + 1, NULL, &retry, &comp, &breaker, &wf->steps[at], sub,
+                                  sizeof sub);
     if (mapped) grouped = 1;   /* it counted itself in wf->nsteps */
     lua_pop(L, 1);
     if (!grouped) wf->nsteps = ++at;   /* so that free releases what this step took */
@@ -650,8 +702,8 @@ mend_workflow *mend_workflow_from_table(lua_State *L, int idx, const char *sourc
           mend_errorf(err, errlen, "%s: step \"%s\": two branches are named \"%s\"", source,
                       wf->steps[d->group].name, d->branch);
         else
-          mend_errorf(err, errlen, "%s: step \"%s\": name is used twice (steps #%d and #%d)", source,
-                      d->name, j + 1, k + 1);
+          mend_errorf(err, errlen, "%s: step \"%s\": name is used twice (steps #%d and #%d)",
+                      source, d->name, j + 1, k + 1);
         goto bad;
       }
     }

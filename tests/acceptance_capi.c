@@ -49,11 +49,12 @@ static const char *DEAD_WF =
   "} }\n";
 /* a token handed to the host; an attempt times out after 5 s and a second one is made */
 static const char *TOKEN_WF =
-  "local mend = require 'mend'\n"
-  "return { name = 'acc_token', steps = {\n"
-  "  { name = 'approve', wait = 'token', timeout = 5, retry = { max_attempts = 2, initial = 0.1 },\n"
-  "    execute = function(ctx) mend.call('got_token', ctx:token()) end },\n"
-  "} }\n";
+    "local mend = require 'mend'\n"
+    "return { name = 'acc_token', steps = {\n"
+    "  { name = 'approve', wait = 'token', timeout = 5, retry = { max_attempts = 2, initial = 0.1 "
+    "},\n"
+    "    execute = function(ctx) mend.call('got_token', ctx:token()) end },\n"
+    "} }\n";
 static const char *BROKEN_WF =
   "return { name = 'acc_broken', steps = {\n"
   "  { name = 'charge', retry = { initial = -1 }, execute = function() end },\n"
@@ -313,7 +314,8 @@ static void misuses(mend_engine *e) {
   CHECK_EQ_INT(mend_engine_start(e, NULL, NULL, NULL, id, NULL), MEND_EINVAL);
   CHECK_EQ_INT(mend_engine_start(e, "acc_wait", NULL, NULL, NULL, NULL), MEND_EINVAL);
   char first[17];
-  CHECK_EQ_INT(mend_engine_start(e, "acc_wait", "{\"n\":1}", "acc-key-1", first, &existed), MEND_OK);
+  CHECK_EQ_INT(mend_engine_start(e, "acc_wait", "{\"n\":1}", "acc-key-1", first, &existed),
+               MEND_OK);
   CHECK_EQ_INT(existed, 0);
   CHECK_EQ_INT(strlen(first), 16);
   CHECK_EQ_INT(mend_engine_start(e, "acc_wait", "{\"n\":2}", "acc-key-1", id, &existed), MEND_OK);
@@ -341,19 +343,24 @@ static void misuses(mend_engine *e) {
   CHECK_EQ_INT(mend_engine_signal(e, first, "go", NULL, ""), MEND_EINVAL);
   CHECK_EQ_INT(mend_engine_signal_by_key(e, "", "go", NULL, NULL), MEND_EINVAL);
   CHECK_EQ_INT(mend_engine_signal_by_key(e, "no-such-key", "go", NULL, NULL), MEND_ENOTFOUND);
-  CHECK_EQ_INT(mend_engine_complete(e, "mtk_00000000000000000000000000000000", NULL), MEND_ENOTFOUND);
+  CHECK_EQ_INT(mend_engine_complete(e, "mtk_00000000000000000000000000000000", NULL),
+               MEND_ENOTFOUND);
   CHECK_EQ_INT(mend_engine_fail(e, "mtk_00000000000000000000000000000000", "fatal", "x"),
                MEND_ENOTFOUND);
-  CHECK_EQ_INT(mend_engine_override_breaker(e, "no_such_breaker", "open", 10, "me"), MEND_ENOTFOUND);
+  CHECK_EQ_INT(mend_engine_override_breaker(e, "no_such_breaker", "open", 10, "me"),
+               MEND_ENOTFOUND);
   /* history pages: the bounds the HTTP API takes */
   CHECK_EQ_INT(mend_engine_history_page_json(e, first, -1, 10, 0, &json), MEND_EINVAL);
   CHECK_EQ_INT(mend_engine_history_page_json(e, first, 0, 0, 0, &json), MEND_EINVAL);
-  CHECK_EQ_INT(mend_engine_history_page_json(e, first, 0, MEND_HISTORY_PAGE_MAX + 1, 0, &json), MEND_EINVAL);
-  CHECK_EQ_INT(mend_engine_history_page_json(e, first, 0, 0, MEND_HISTORY_PAGE_MAX + 1, &json), MEND_EINVAL);
+  CHECK_EQ_INT(mend_engine_history_page_json(e, first, 0, MEND_HISTORY_PAGE_MAX + 1, 0, &json),
+               MEND_EINVAL);
+  CHECK_EQ_INT(mend_engine_history_page_json(e, first, 0, 0, MEND_HISTORY_PAGE_MAX + 1, &json),
+               MEND_EINVAL);
   CHECK_EQ_INT(mend_engine_history_page_json(e, first, 1, 0, 3, &json), MEND_EINVAL);
   CHECK_EQ_INT(mend_engine_history_page_json(e, first, 0, 5, 3, &json), MEND_EINVAL);
   CHECK_EQ_INT(mend_engine_history_page_json(e, first, 0, 0, -1, &json), MEND_EINVAL);
-  CHECK_EQ_INT(mend_engine_history_page_json(e, "0000000000000000", 0, 10, 0, &json), MEND_ENOTFOUND);
+  CHECK_EQ_INT(mend_engine_history_page_json(e, "0000000000000000", 0, 10, 0, &json),
+               MEND_ENOTFOUND);
   CHECK_EQ_INT(mend_engine_history_page_json(e, first, 100000, 10, 0, &json), MEND_OK);
   if (json) { CHECK_STR(json, "[]"); mend_free(json); json = NULL; }
 
@@ -370,9 +377,12 @@ static void misuses(mend_engine *e) {
     char g[301], b[301], wf[900], key[700];
     memset(g, 'g', 300); g[300] = '\0';
     memset(b, 'b', 300); b[300] = '\0';
-    snprintf(wf, sizeof wf, "return { name = 'acc_long_branch', steps = {\n"
-             "  { name = '%s', parallel = { { name = '%s', execute = function() return 1 end } } },\n"
-             "} }\n", g, b);
+    snprintf(
+        wf, sizeof wf,
+        "return { name = 'acc_long_branch', steps = {\n"
+        "  { name = '%s', parallel = { { name = '%s', execute = function() return 1 end } } },\n"
+        "} }\n",
+        g, b);
     CHECK_EQ_INT(mend_engine_load(e, write_wf("acc_long_branch", wf), NULL, 0), MEND_OK);
     snprintf(key, sizeof key, "%s/%s", g, b);
     CHECK_EQ_INT(mend_engine_override_breaker(e, key, "open", 60, "host"), MEND_OK);
@@ -447,7 +457,8 @@ static void run_all_and_dead_letters(const char *db) {
   CHECK_EQ_INT(mend_engine_start(e, "acc_dead", NULL, NULL, id, NULL), MEND_OK);
   CHECK_EQ_INT(mend_engine_run_all(e), MEND_OK);
   CHECK(status_is(e, id, "needs_attention"));
-  CHECK_EQ_INT(mend_engine_resolve_dead_letter(e, id, "carol", "refunded by hand, ticket 7"), MEND_OK);
+  CHECK_EQ_INT(mend_engine_resolve_dead_letter(e, id, "carol", "refunded by hand, ticket 7"),
+               MEND_OK);
   CHECK(status_is(e, id, "resolved"));
   CHECK(history_has(e, id, "refunded by hand, ticket 7"));
   CHECK_EQ_INT(mend_engine_resolve_dead_letter(e, id, "carol", "again"), MEND_ESTATE);
@@ -635,7 +646,8 @@ static void storage_failures(void) {
   char started[17] = "", again[17] = "";
   int existed = 0;
   lock = hold_lock(path);
-  CHECK_EQ_INT(mend_engine_start(e, "acc_wait", NULL, "acc-locked-2", started, NULL), MEND_EDEFERRED);
+  CHECK_EQ_INT(mend_engine_start(e, "acc_wait", NULL, "acc-locked-2", started, NULL),
+               MEND_EDEFERRED);
   release_lock(lock);
   tick_for(e, 3.0);   /* past the kept batch's longest back-off (1 s) */
   CHECK_EQ_INT(mend_engine_start(e, "acc_wait", NULL, "acc-locked-2", again, &existed), MEND_OK);

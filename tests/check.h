@@ -16,9 +16,14 @@
 
 static int check_passed, check_failed;
 
-#define CHECK(cond) do { \
-    if (cond) check_passed++; \
-    else { check_failed++; fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); } \
+#define CHECK(cond) \
+  do { \
+    if (cond) \
+      check_passed++; \
+    else { \
+      check_failed++; \
+      fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); \
+    } \
   } while (0)
 
 #define CHECK_EQ_INT(a, b) do { \

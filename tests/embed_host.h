@@ -28,7 +28,9 @@ static inline double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static inline void write_workflow(const char *name, const char *text) { tick_host_write(dir, name, text); }
+static inline void write_workflow(const char *name, const char *text) {
+  tick_host_write(dir, name, text);
+}
 
 static inline void load(mend_engine *E, const char *name) {
   char path[128], loaded[64] = "";
@@ -39,16 +41,7 @@ static inline void load(mend_engine *E, const char *name) {
   CHECK_STR(loaded, name);
 }
 
-static inline mend_engine *engine(const mend_options *opts) {
-  mend_engine *E = NULL;
-  char err[512] = "";
-  int rc = mend_engine_new(opts, &E, err, sizeof err);
-  if (rc != MEND_OK) {
-    fprintf(stderr, "mend_engine_new: %s: %s\n", mend_strerror(rc), err);
-    exit(2);
-  }
-  return E;
-}
+static inline mend_engine *engine(const mend_options *opts) { return tick_host_engine(opts); }
 
 static inline void start(mend_engine *E, const char *wf, const char *input, char id[17]) {
   int rc = mend_engine_start(E, wf, input, NULL, id, NULL);

@@ -12,7 +12,8 @@ pcdir=$(dirname "$(find "$MEND_PREFIX" -name mend.pc | head -n 1)")
 export PKG_CONFIG_PATH="$pcdir"
 
 echo "mend.pc: $pcdir/mend.pc, version $(pkg-config --modversion mend)"
-test "$(pkg-config --modversion mend)" = "$(sed -n 's/.*MEND_VERSION_STRING "\(.*\)"/\1/p' "$MEND_SRC/include/mend.h")"
+version=$(sed -n 's/.*MEND_VERSION_STRING "\(.*\)"/\1/p' "$MEND_SRC/include/mend.h")
+test "$(pkg-config --modversion mend)" = "$version"
 cflags=$(pkg-config --cflags mend)
 libs=$(pkg-config --libs mend)
 libdir=$(pkg-config --variable=libdir mend)

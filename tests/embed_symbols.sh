@@ -18,7 +18,8 @@ if [ -n "$others" ]; then
   echo "$others" >&2
   exit 1
 fi
-sed -n 's/^MEND_API [^(]*[ *]\(mend_[a-z_]*\)(.*/\1/p' "$MEND_SRC/include/mend.h" | sort > "$MEND_HOSTS.api"
+sed -n 's/^MEND_API [^(]*[ *]\(mend_[a-z_]*\)(.*/\1/p' "$MEND_SRC/include/mend.h" |
+  sort > "$MEND_HOSTS.api"
 missing=$(comm -23 "$MEND_HOSTS.api" "$MEND_HOSTS.symbols")
 if [ -n "$missing" ]; then
   echo "public functions not exported: $missing" >&2

@@ -1,22 +1,22 @@
 #!/usr/bin/env python3
 """http_server: a scripted HTTP/1.1 server on 127.0.0.1 for the specs of mend.http.
 
-Usage: http_server.py SCRIPT LOG [CERT KEY]: with CERT and KEY (PEM files) it speaks HTTPS.
-It listens on a free port and prints "PORT PID" on its first
-line of output. For each request it reads SCRIPT (a JSON object, re-read at every request so
-that a spec can change it) and answers with the entry of the request's path: a list of
-responses, the n-th request to the path getting the n-th one and every later request the last.
-A response is {"status", "headers": {...} (a list as a value: the header repeated), "body", "size": n (a body of n bytes of "x"),
-"delay": seconds before answering, "wait_for": n (hold the answer until n requests are being answered
-at once, then answer them all; "delay" is then the longest wait, after which every request held
-answers at once, as does every later one until no request is left open), "gzip": true (the body
-sent gzip-compressed, with Content-Encoding), "close_after": seconds after answering (kept alive
-as far as the client knows) before the server closes the connection}; a path not in the script
-gets 404. Every request is
-appended to LOG as one JSON line: {"method", "path", "idempotency_key", "accept_encoding",
-"authorization", "user_agent" (a list: every User-Agent line), "body",
-"client_port" (the same port twice: the client reused its connection), "in_flight" (requests
-being answered when it arrived, itself included: how many a client had open at once)}.
+Usage: http_server.py SCRIPT LOG [CERT KEY]: with CERT and KEY (PEM files) it speaks HTTPS. It
+listens on a free port and prints "PORT PID" on its first line of output. For each request it reads
+SCRIPT (a JSON object, re-read at every request so that a spec can change it) and answers with the
+entry of the request's path: a list of responses, the n-th request to the path getting the n-th one
+and every later request the last. A response is {"status", "headers": {...} (a list as a value: the
+header repeated), "body", "size": n (a body of n bytes of "x"), "delay": seconds before answering,
+"wait_for": n (hold the answer until n requests are being answered at once, then answer them all;
+"delay" is then the longest wait, after which every request held answers at once, as does every
+later one until no request is left open), "gzip": true (the body sent gzip-compressed, with
+Content-Encoding), "close_after": seconds after answering (kept alive as far as the client knows)
+before the server closes the connection}; a path not in the script gets 404. A client that resets
+its connection is said in one line on stderr; any other error of the server's is printed with its
+traceback. Every request is appended to LOG as one JSON line: {"method", "path", "idempotency_key",
+"accept_encoding", "authorization", "user_agent" (a list: every User-Agent line), "body",
+"client_port" (the same port twice: the client reused its connection), "in_flight" (requests being
+answered when it arrived, itself included: how many a client had open at once)}.
 It must never decide anything a spec asserts beyond what the script says.
 """
 import gzip
@@ -119,6 +119,16 @@ class Handler(BaseHTTPRequestHandler):
 class Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024   # the listen backlog: hundreds of clients connect at once
+
+    def handle_error(self, request, client_address):
+        # A client that resets its connection (a worker killed mid-request) ended the exchange:
+        # its business, said in one line. Anything else is this server's own error, shown whole.
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError,
+                                          ConnectionAbortedError)):
+            print("http_server: %s:%d reset its connection" % client_address[:2],
+                  file=sys.stderr, flush=True)
+            return
+        super().handle_error(request, client_address)
 
 
 def main():

@@ -63,7 +63,8 @@ static void image_check_view(mend_store *s, const char *id, const mend_run_image
     CHECK_EQ_INT(st->comp_attempts, json_integer_value(json_object_get(v, "comp_attempts")));
     CHECK_EQ_INT(st->custom_key, json_is_true(json_object_get(v, "custom_key")));
     if (st->custom_key)
-      CHECK(image_same_text(st->idem_key, json_string_value(json_object_get(v, "idempotency_key"))));
+      CHECK(
+          image_same_text(st->idem_key, json_string_value(json_object_get(v, "idempotency_key"))));
     CHECK(image_same_text(st->error, json_string_value(json_object_get(v, "error"))));
     CHECK(st->due == image_real(v, "due"));
     CHECK(st->last_delay == image_real(v, "last_delay"));
@@ -132,7 +133,8 @@ static void image_checks(mend_store *s) {
                     .step_names = "[\"first\"]"};
   CHECK_EQ_INT(mend_store_insert_run(s, &g), 0);
   image_step(s, "img2", 0, "first", "compensating", 1, "[1]", NULL, 40);
-  CHECK_EQ_INT(mend_store_update_run(s, "img2", "compensating", "declined", 1, 12, "compensable"), 0);
+  CHECK_EQ_INT(mend_store_update_run(s, "img2", "compensating", "declined", 1, 12, "compensable"),
+               0);
   CHECK_EQ_INT(mend_store_commit(s), 0);
 
   mend_run_image img;
@@ -208,7 +210,8 @@ static void image_checks(mend_store *s) {
   CHECK_EQ_INT(img.attention, 1);
   CHECK_STR(img.input, "not json");
   CHECK_EQ_INT(img.nsteps, 1);
-  if (img.nsteps == 1) CHECK(img.steps[0].status == MEND_STEP_COMPENSATING && img.steps[0].due == 40);
+  if (img.nsteps == 1)
+    CHECK(img.steps[0].status == MEND_STEP_COMPENSATING && img.steps[0].due == 40);
   mend_run_image_free(&img);
 
   /* in a batch: the image sees it */

@@ -17,7 +17,8 @@ HOLD = float(os.environ.get("HOLD", "1.4"))
 shutil.rmtree(D, ignore_errors=True)
 os.makedirs(D + "/wf")
 with open(D + "/wf/one.lua", "w") as f:
-    f.write('return { name = "one", steps = { { name = "a", execute = function() return 1 end } } }\n')
+    f.write('return { name = "one", steps = {\n'
+            '  { name = "a", execute = function() return 1 end } } }\n')
 DB = D + "/db"
 start = [M, "start", "one", "--db", DB, "--workflows", D + "/wf"]
 subprocess.run(start, check=True, stdout=subprocess.DEVNULL)
@@ -59,11 +60,15 @@ ends = sorted(r[0] for r in con.execute("select updated from runs where status =
 after = [t for t in ends if t >= lock_end]
 gaps = [b - a for a, b in zip([lock_end] + after, after)]
 print(f"starts: {N}, failed {failed}; runs succeeded {len(ends)}")
-print(f"lock held {lock_end - lock_begin:.2f} s; starts all exited {starts_done - lock_end:+.2f} s after its release")
+print(f"lock held {lock_end - lock_begin:.2f} s; "
+      f"starts all exited {starts_done - lock_end:+.2f} s after its release")
 if after:
-    print(f"first completion after the release: {after[0] - lock_end:+.2f} s; last: {after[-1] - lock_end:+.2f} s")
+    print(f"first completion after the release: {after[0] - lock_end:+.2f} s; "
+          f"last: {after[-1] - lock_end:+.2f} s")
     g = max(range(len(gaps)), key=lambda i: gaps[i])
-    print(f"longest gap between completions after the release: {gaps[g]:.2f} s (ending at {([lock_end]+after)[g+1] - lock_end:+.2f} s)")
+    ending = ([lock_end] + after)[g + 1] - lock_end
+    print(f"longest gap between completions after the release: {gaps[g]:.2f} s "
+          f"(ending at {ending:+.2f} s)")
 else:
     print("no run finished after the release")
 print(f"lock released at {lock_end:.3f}; log: {D}/worker.log")

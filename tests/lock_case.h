@@ -15,6 +15,7 @@
 #include <stdlib.h>
 
 #include "raw_sqlite.h"
+#include "tick_host.h"
 
 static char dir[64];
 static char path[128];
@@ -42,12 +43,7 @@ static inline mend_engine *lock_engine(const char *const *files) {
   mend_options_init(&o);
   o.db_path = path;
   o.virtual_clock = 1;
-  mend_engine *E = NULL;
-  char err[512] = "";
-  if (mend_engine_new(&o, &E, err, sizeof err) != MEND_OK) {
-    fprintf(stderr, "mend_engine_new: %s\n", err);
-    exit(2);
-  }
+  mend_engine *E = tick_host_engine(&o);
   for (int i = 0; files[i]; i++) {
     char p[160];
     snprintf(p, sizeof p, "%s/%s", dir, files[i]);

@@ -72,7 +72,8 @@ static inline void new_case(void) {
 
 static inline void drop_case(void) {
   char q[160];
-  snprintf(q, sizeof q, "DROP DATABASE IF EXISTS mend_test_%d_%d WITH (FORCE)", (int)getpid(), ncase);
+  snprintf(q, sizeof q, "DROP DATABASE IF EXISTS mend_test_%d_%d WITH (FORCE)", (int)getpid(),
+           ncase);
   sql(admin, q);
 }
 
@@ -88,7 +89,8 @@ static inline PGconn *raw(void) { return PQconnectdb(conninfo); }
 static inline long long count(const char *q) {
   PGconn *c = raw();
   PGresult *r = PQexec(c, q);
-  long long n = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) ? atoll(PQgetvalue(r, 0, 0)) : -1;
+  long long n =
+      PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) ? atoll(PQgetvalue(r, 0, 0)) : -1;
   PQclear(r);
   PQfinish(c);
   return n;

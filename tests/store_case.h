@@ -2,7 +2,8 @@
  * store_case: what the C tests of the SQLite store share (test_store_*): a temporary directory
  * of the program's own for its database files (store_case_begin, removed by store_case_end),
  * the store opened on a file there (store_at), a look at a file from outside the store
- * (raw_open), and the run and step records the cases write. Included after check.h. Must never: hold a case's own checks.
+ * (raw_open), and the run and step records the cases write. Included after check.h. Must never:
+ * hold a case's own checks.
  */
 #ifndef MEND_STORE_CASE_H
 #define MEND_STORE_CASE_H

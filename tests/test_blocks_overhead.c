@@ -53,7 +53,8 @@ static size_t held_for_tables(int classes, int n) {
   lua_pushinteger(L, n);
   lua_setglobal(L, "N");
   /* the array of N TValues is one large block, the same either way */
-  if (luaL_dostring(L, "T = {} for i = 1, N do T[i] = {} end")) fprintf(stderr, "%s\n", lua_tostring(L, -1));
+  if (luaL_dostring(L, "T = {} for i = 1, N do T[i] = {} end"))
+    fprintf(stderr, "%s\n", lua_tostring(L, -1));
   size_t held = in_use() - before;
   lua_close(L);
   mend_blocks_drop(&B);

@@ -52,7 +52,8 @@ static void cpus_of(const char *comm, char *out, size_t len) {
       if (!f) continue;
       if (fgets(name, sizeof name, f)) name[strcspn(name, "\n")] = 0;
       fclose(f);
-      if (strcmp(name, comm) == 0) snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
+      if (strcmp(name, comm) == 0)
+        snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
     }
     closedir(d);
     if (!path[0]) return;

@@ -125,7 +125,8 @@ int main(void) {
   if (!E) return check_done("test_crash_loop");
   char *pj = run_json(E, poison), *gj = run_json(E, good), *dlq = NULL;
   printf("poison: %s\ngood: %s\n", pj ? pj : "(none)", gj ? gj : "(none)");
-  CHECK(pj && strstr(pj, "\"status\":\"needs_attention\"") && strstr(pj, "\"reason\":\"crash_loop\""));
+  CHECK(pj && strstr(pj, "\"status\":\"needs_attention\"") &&
+        strstr(pj, "\"reason\":\"crash_loop\""));
   /* The step is failed, but its record says the last attempt's outcome is not known. */
   CHECK(pj && strstr(pj, "the outcome of its last attempt is unknown"));
   CHECK(gj && strstr(gj, "\"status\":\"succeeded\""));

@@ -47,7 +47,8 @@ int main(void) {
   CHECK_STR(page, "[]");
   mend_free(page);
   CHECK_EQ_INT(mend_engine_dlq_page_json(E, NULL, 0, 0, &page), MEND_EINVAL);
-  CHECK_EQ_INT(mend_engine_dlq_page_json(E, NULL, 0, MEND_HISTORY_PAGE_MAX + 1, &page), MEND_EINVAL);
+  CHECK_EQ_INT(mend_engine_dlq_page_json(E, NULL, 0, MEND_HISTORY_PAGE_MAX + 1, &page),
+               MEND_EINVAL);
   mend_free(whole);
   mend_engine_free(E);
   return embed_host_end("dlq_page");

@@ -52,7 +52,8 @@ static void it_runs_on_its_own_loop(void) {
   longer[sizeof longer - 1] = 0;
   longer[MEND_NAME_MAX + 1] = 0;
   CHECK_EQ_INT(mend_engine_start(E, longer, NULL, NULL, id[0], NULL), MEND_EINVAL);
-  CHECK(strstr(mend_engine_errmsg(E), "a workflow name of 513 bytes, over the longest name of 512") != NULL);
+  CHECK(strstr(mend_engine_errmsg(E),
+               "a workflow name of 513 bytes, over the longest name of 512") != NULL);
   longer[MEND_NAME_MAX + 1] = 'w';
   CHECK_EQ_INT(mend_engine_start(E, "basic", NULL, longer, id[0], NULL), MEND_EINVAL);
   CHECK(strstr(mend_engine_errmsg(E), "a run key of 1025 bytes") != NULL);
@@ -208,8 +209,10 @@ static int threads_of_an_engine(const mend_options *o) {
 static void it_runs_its_commit_thread_in_the_class_asked(void) {
   char db[160], err[256] = "";
   snprintf(db, sizeof db, "%s/wsched.db", dir);
-  static const struct { mend_writer_sched sched; int ticked, run; } cases[] = {
-    {MEND_WRITER_SCHED_TICKS, 1, -1}, {MEND_WRITER_SCHED_OTHER, 0, 0}, {MEND_WRITER_SCHED_BATCH, 1, 1}};
+  static const struct { mend_writer_sched sched; int ticked, run;
+  } cases[] = {{MEND_WRITER_SCHED_TICKS, 1, -1},
+               {MEND_WRITER_SCHED_OTHER, 0, 0},
+               {MEND_WRITER_SCHED_BATCH, 1, 1}};
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
     remove_db_files(db);
     mend_options o;
@@ -304,7 +307,8 @@ static void it_holds_no_lock_after_recovering(void) {
   int n = 0;
   CHECK_EQ_INT(mend_engine_recover(E, &n), MEND_OK);
   CHECK_EQ_INT(n, 1);
-  snprintf(cmd, sizeof cmd, "sqlite3 -cmd '.timeout 300' %s 'BEGIN IMMEDIATE; ROLLBACK;' 2>/dev/null", db);
+  snprintf(cmd, sizeof cmd,
+           "sqlite3 -cmd '.timeout 300' %s 'BEGIN IMMEDIATE; ROLLBACK;' 2>/dev/null", db);
   CHECK_EQ_INT(system(cmd), 0);
   /* and the run is this engine's, to signal and finish */
   CHECK_EQ_INT(mend_engine_signal(E, id, "boss_killed", "{\"gold\":3}", NULL), MEND_OK);

@@ -28,10 +28,11 @@
  * characters escaped as jansson escapes them, UTF-8 and '/' as they are, the time a number; a
  * byte that is not UTF-8 as '?' (jansson refused the event whole). */
 static const char odd_fail_lua[] =
-  "local mend = require 'mend'\n"
-  "return { name = 'odd_fail', steps = {\n"
-  "  { name = 'bad', retry = { max_attempts = 1 }, execute = function(ctx)\n"
-  "      error(mend.fatal('say \"hi\"\\\\ back\\n\\ttab \\1 caf\\195\\169 \\226\\130\\172 / \\255')) end } } }\n";
+    "local mend = require 'mend'\n"
+    "return { name = 'odd_fail', steps = {\n"
+    "  { name = 'bad', retry = { max_attempts = 1 }, execute = function(ctx)\n"
+    "      error(mend.fatal('say \"hi\"\\\\ back\\n\\ttab \\1 caf\\195\\169 \\226\\130\\172 / "
+    "\\255')) end } } }\n";
 
 static char *heard[8];
 static int nheard;
@@ -62,12 +63,16 @@ static void it_hears_events_as_exact_json_text(void) {
   nheard = 0;
   CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
   CHECK_EQ_INT(nheard, 2);
-  snprintf(want, sizeof want, "{\"type\":\"step_failed\",\"run_id\":\"%s\",\"workflow\":\"odd_fail\","
+  snprintf(want, sizeof want,
+           "{\"type\":\"step_failed\",\"run_id\":\"%s\",\"workflow\":\"odd_fail\","
            "\"step\":\"bad\",\"attempt\":1,\"error\":\"fatal: say \\\"hi\\\"\\\\ back\\n\\ttab "
-           "\\u0001 caf\xc3\xa9 \xe2\x82\xac / ?\",\"will_retry\":false,\"at\":", id);
+           "\\u0001 caf\xc3\xa9 \xe2\x82\xac / ?\",\"will_retry\":false,\"at\":",
+           id);
   CHECK(event_is(heard[0], want));
-  snprintf(want, sizeof want, "{\"type\":\"run_finished\",\"run_id\":\"%s\",\"workflow\":\"odd_fail\","
-           "\"status\":\"failed\",\"at\":", id);
+  snprintf(want, sizeof want,
+           "{\"type\":\"run_finished\",\"run_id\":\"%s\",\"workflow\":\"odd_fail\","
+           "\"status\":\"failed\",\"at\":",
+           id);
   CHECK(event_is(heard[1], want));
   for (int i = 0; i < nheard; i++) free(heard[i]);
   mend_engine_free(E);
@@ -101,7 +106,8 @@ static void it_sends_events_through_the_c_api(void) {
   int existed = 0;
   CHECK_EQ_INT(mend_engine_start(E, "wait", NULL, "quest-17", id2, &existed), MEND_OK);
   CHECK_EQ_INT(mend_engine_signal_by_key(E, "quest-17", "boss_killed", "{bad", NULL), MEND_EINVAL);
-  CHECK_EQ_INT(mend_engine_signal_by_key(E, "quest-17", "boss_killed", "{\"gold\":7}", NULL), MEND_OK);
+  CHECK_EQ_INT(mend_engine_signal_by_key(E, "quest-17", "boss_killed", "{\"gold\":7}", NULL),
+               MEND_OK);
   CHECK_EQ_INT(mend_engine_signal_by_key(E, "nokey", "boss_killed", NULL, NULL), MEND_ENOTFOUND);
   CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
   CHECK_STR(run_status(E, id2, st, sizeof st), "succeeded");

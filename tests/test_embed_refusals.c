@@ -129,12 +129,16 @@ static void free_from_log(void *ud, const char *level, double time, const char *
                           const char *step, int attempt, const char *event, const char *message) {
   (void)time; (void)run; (void)step; (void)attempt;
   mend_engine *E = *(mend_engine **)ud;
-  if (strcmp(level, "error") == 0 && strstr(message, "mend_engine_free: called from")) free_logged++;
+  if (strcmp(level, "error") == 0 && strstr(message, "mend_engine_free: called from"))
+    free_logged++;
   if (strcmp(event, "log") == 0 && strstr(message, "decide")) {
     free_status[1] = mend_engine_free(E);
     const char *msg = mend_engine_errmsg(E);
-    CHECK(strstr(msg, "called from a when function") || strstr(msg, "called from an idempotency_key "
-          "function") || strstr(msg, "called from a map's list function"));
+    CHECK(strstr(msg, "called from a when function") ||
+          strstr(msg,
+                 "called from an idempotency_key "
+                 "function") ||
+          strstr(msg, "called from a map's list function"));
   }
 }
 static void free_from_event(void *ud, const char *json) {

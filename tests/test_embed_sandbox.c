@@ -43,10 +43,11 @@ static void it_stops_hostile_scripts_and_stays_usable(void) {
   CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
   CHECK_STR(run_status(E, hog, st, sizeof st), "needs_attention");
   CHECK(run_has(E, hog, "memory limit", 0));
+  /* What stops the spin is the budget, which its error names; no clock is read: under valgrind
+   * on a loaded machine no bound that means anything holds. A spin never stopped would hold
+   * run_all for ever: ctest's TIMEOUT for c_embed_* ends the program then. */
   start(E, "spin", NULL, spin);
-  double t0 = now_s();
   CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
-  CHECK(now_s() - t0 < 10);
   CHECK_STR(run_status(E, spin, st, sizeof st), "needs_attention");
   CHECK(run_has(E, spin, "instruction budget", 0));
   CHECK(run_has(E, spin, "\"reason\":\"workflow_error\"", 0));
@@ -134,7 +135,10 @@ static void pong_accept(uv_stream_t *server, int status) {
   if (status < 0) return;
   pong_conn *c = calloc(1, sizeof *c);
   uv_tcp_init(server->loop, &c->tcp);
-  if (uv_accept(server, (uv_stream_t *)&c->tcp)) { uv_close((uv_handle_t *)&c->tcp, pong_closed); return; }
+  if (uv_accept(server, (uv_stream_t *)&c->tcp)) {
+    uv_close((uv_handle_t *)&c->tcp, pong_closed);
+    return;
+  }
   if (pong_keep) {
     c->tcp.data = &pong_keep;
     uv_unref((uv_handle_t *)&c->tcp);   /* only the engine's handles may hold the loop */
@@ -213,7 +217,8 @@ static void it_lets_a_sandbox_call_only_allowed_hosts(void) {
   uv_tcp_t server;
   char input[128];
   pong_listen(&loop, &server, input, sizeof input);
-  static const char *const allow[] = {"payments.internal,127.0.0.1", "payments.internal,*.example.com", NULL};
+  static const char *const allow[] = {"payments.internal,127.0.0.1",
+                                      "payments.internal,*.example.com", NULL};
   for (int k = 0; k < 3; k++) {
     mend_options o;
     mend_options_init(&o);

@@ -160,7 +160,8 @@ static void *engines_on_a_thread(void *arg) {
 static void it_makes_and_frees_engines_on_many_threads(void) {
   pthread_t t[4];
   int failures[4] = {0};
-  for (int i = 0; i < 4; i++) CHECK_EQ_INT(pthread_create(&t[i], NULL, engines_on_a_thread, &failures[i]), 0);
+  for (int i = 0; i < 4; i++)
+    CHECK_EQ_INT(pthread_create(&t[i], NULL, engines_on_a_thread, &failures[i]), 0);
   for (int i = 0; i < 4; i++) {
     pthread_join(t[i], NULL);
     CHECK_EQ_INT(failures[i], 0);
@@ -188,7 +189,8 @@ static void *call_while_freed(void *arg) {
 static void it_refuses_calls_from_other_threads_while_the_engine_is_freed(void) {
   pthread_t t[3];
   int wrong[3] = {0};
-  for (int i = 0; i < 3; i++) CHECK_EQ_INT(pthread_create(&t[i], NULL, call_while_freed, &wrong[i]), 0);
+  for (int i = 0; i < 3; i++)
+    CHECK_EQ_INT(pthread_create(&t[i], NULL, call_while_freed, &wrong[i]), 0);
   for (int i = 0; i < 200; i++) {
     mend_options o;
     mend_options_init(&o);

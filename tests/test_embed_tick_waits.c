@@ -5,10 +5,10 @@
  * in the tick its run leaves flight, and a wait (a first, a second, one of the same event
  * name) begins in a tick without reading the inbox and takes each event once.
  *
- * Built like every test_embed_* program: against the build tree's libmend (ctest c_embed_tick_waits,
- * under AddressSanitizer in c_sanitized), and against the installed library with pkg-config
- * and with find_package(mend) (tests/embed_*.sh). Its set-up is tests/embed_host.h's. Must
- * never: use more of mend than include/mend.h.
+ * Built like every test_embed_* program: against the build tree's libmend (ctest
+ * c_embed_tick_waits, under AddressSanitizer in c_sanitized), and against the installed library
+ * with pkg-config and with find_package(mend) (tests/embed_*.sh). Its set-up is
+ * tests/embed_host.h's. Must never: use more of mend than include/mend.h.
  */
 #define _GNU_SOURCE   /* SCHED_BATCH */
 #include <dirent.h>
@@ -53,7 +53,8 @@ static void resumed(void *ud, mend_call *call, const char *args) {
   mend_call_return(call, NULL);
 }
 
-static void tick_until(mend_engine *E, int (*done)(mend_engine *E, const char *id), const char *id) {
+static void tick_until(mend_engine *E, int (*done)(mend_engine *E, const char *id),
+                       const char *id) {
   double t0 = now_s();
   while (!done(E, id) && now_s() - t0 < 20) {
     CHECK_EQ_INT(mend_engine_tick(E, 0.002), MEND_OK);
@@ -61,9 +62,16 @@ static void tick_until(mend_engine *E, int (*done)(mend_engine *E, const char *i
   }
   CHECK(done(E, id));
 }
-static int spawn_asked(mend_engine *E, const char *id) { (void)E; (void)id; return spawn_call != NULL; }
+static int spawn_asked(mend_engine *E, const char *id) {
+  (void)E;
+  (void)id;
+  return spawn_call != NULL;
+}
 static int kill_waits(mend_engine *E, const char *id) { return run_has(E, id, "\"waiting\"", 0); }
-static int run_ended(mend_engine *E, const char *id) { (void)id; return mend_engine_in_flight_count(E) == 0; }
+static int run_ended(mend_engine *E, const char *id) {
+  (void)id;
+  return mend_engine_in_flight_count(E) == 0;
+}
 
 /* "slay" with a second wait right after the first. */
 static const char slay_twice_lua[] =
@@ -153,7 +161,8 @@ static const char keyed_lua[] =   /* its next step's key is looked up among resu
   "  { name = 'ask', execute = function(ctx) return mend.call('ask_later') end },\n"
   "  { name = 'next', idempotency_key = function(ctx) return 'k-' .. ctx.run_id end,\n"
   "    execute = function(ctx) return mend.call('saw', ctx.run_id, 'next') end } } }\n";
-static const char engine_named_lua[] =   /* an event of the engine's own name: read with the batch */
+/* an event of the engine's own name: read with the batch */
+static const char engine_named_lua[] =
   "local mend = require 'mend'\n"
   "return { name = 'engine_named', steps = {\n"
   "  { name = 'ask', execute = function(ctx) return mend.call('ask_later') end },\n"
@@ -217,7 +226,8 @@ static void it_ticks_what_needs_no_store_while_its_writer_holds_a_batch(void) {
   tick_until(E, hears, lonely);
   mend_tick_stats st;
   tick_until_settled(E);   /* every write so far durable */
-  int timed = now_s() - lonely_from < 1.2;   /* the timeout is not due yet (a slow machine: it was) */
+  /* the timeout is not due yet (a slow machine: it was) */
+  int timed = now_s() - lonely_from < 1.2;
 
   start(E, "behind", NULL, id[4]);   /* its first step waits for the batch held below */
   FILE *f = fopen(hold, "w");

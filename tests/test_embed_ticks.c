@@ -70,7 +70,8 @@ static void it_ticks_a_file_database_committing_on_its_own_thread(void) {
      * durable before that tick returns (peeks_durable above is what holds there). */
     if (mode == 0) CHECK(committing);
     char status[32];
-    for (int i = 0; i < RUNS; i++) CHECK_STR(run_status(peek_engine, id[i], status, sizeof status), "succeeded");
+    for (int i = 0; i < RUNS; i++)
+      CHECK_STR(run_status(peek_engine, id[i], status, sizeof status), "succeeded");
     mend_engine_free(peek_engine);
     mend_engine_free(E);
   }
@@ -137,7 +138,8 @@ static void it_collects_garbage_while_ticked(void) {
   CHECK_EQ_INT(mend_engine_in_flight_count(E), 0);
   CHECK_EQ_INT(st.ready, 0);
   CHECK(heap_kb_max > 1000);
-  if (heap_kb_max >= 160 * 1024) fprintf(stderr, "heap grew to %.0f KB while ticked\n", heap_kb_max);
+  if (heap_kb_max >= 160 * 1024)
+    fprintf(stderr, "heap grew to %.0f KB while ticked\n", heap_kb_max);
   CHECK(heap_kb_max < 160 * 1024);
   mend_engine_free(E);
 }
@@ -171,7 +173,8 @@ static void it_hears_a_batchs_events_over_its_ticks(void) {
   heard_n = heard_twice = 0;
   int most = 0;
   double t0 = now_s();
-  while ((mend_engine_in_flight_count(E) > 0 || mend_engine_next_tick(E) == 0) && now_s() - t0 < 20) {
+  while ((mend_engine_in_flight_count(E) > 0 || mend_engine_next_tick(E) == 0) &&
+         now_s() - t0 < 20) {
     int before = heard_n;
     CHECK_EQ_INT(mend_engine_tick(E, 0.001), MEND_OK);
     if (heard_n - before > most) most = heard_n - before;
@@ -181,7 +184,8 @@ static void it_hears_a_batchs_events_over_its_ticks(void) {
   if (most > 2) fprintf(stderr, "one tick heard %d events of 3 ms at a 1 ms budget\n", most);
   CHECK(most <= 2);   /* one at the turn's pick-up, one as a batch handed off settles at once */
   char status[32];
-  for (int i = 0; i < HEARD_RUNS; i++) CHECK_STR(run_status(E, id[i], status, sizeof status), "succeeded");
+  for (int i = 0; i < HEARD_RUNS; i++)
+    CHECK_STR(run_status(E, id[i], status, sizeof status), "succeeded");
   mend_engine_free(E);
 }
 

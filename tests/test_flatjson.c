@@ -28,7 +28,8 @@ static void same_as_jansson(json_t *v, mend_textbuf *b) {
   compared++;
   if ((!want) != (!got) || (want && strcmp(want, got) != 0)) {
     if (mismatches++ < 10)
-      fprintf(stderr, "  jansson %s\n  flatjson %s\n", want ? want : "(refused)", got ? got : "(refused)");
+      fprintf(stderr, "  jansson %s\n  flatjson %s\n", want ? want : "(refused)",
+              got ? got : "(refused)");
   }
   free(want);
 }
@@ -61,7 +62,8 @@ static json_t *breaker_changed(const char *key, const char *from, const char *to
 /* An alert as notify.c's mend__alert makes it. */
 static json_t *alert(const char *kind, const char *id, const char *wf, double at, const char *step,
                      const char *reason, const char *error) {
-  json_t *ev = json_pack("{s:s, s:s, s:s, s:f}", "kind", kind, "run_id", id, "workflow", wf, "at", at);
+  json_t *ev =
+      json_pack("{s:s, s:s, s:s, s:f}", "kind", kind, "run_id", id, "workflow", wf, "at", at);
   if (step) json_object_set_new(ev, "step", json_string(step));
   if (reason) json_object_set_new(ev, "reason", json_string(reason));
   if (error) json_object_set_new(ev, "error", json_string(error));
@@ -123,7 +125,8 @@ static void it_writes_every_kind_of_event_as_jansson(void) {
 static void it_writes_numbers_and_strings_as_jansson(void) {
   mend_textbuf b = {0};
   json_t *o = json_object();
-  long long ints[] = {0, 1, -1, 9, 10, 99, 100, INT_MAX, INT_MIN, LLONG_MAX, LLONG_MIN, LLONG_MIN + 1};
+  long long ints[] = {0,   1,       -1,      9,         10,        99,
+                      100, INT_MAX, INT_MIN, LLONG_MAX, LLONG_MIN, LLONG_MIN + 1};
   for (size_t i = 0; i < sizeof ints / sizeof *ints; i++) {
     json_object_set_new(o, "n", json_integer(ints[i]));
     same_as_jansson(o, &b);
@@ -188,7 +191,8 @@ static void it_refuses_what_is_not_flat(void) {
 
 /* Random strings of the bytes that matter among plain ones, random numbers, in random objects. */
 static void it_writes_random_objects_as_jansson(void) {
-  static const char alphabet[] = "ab\"\\/\n\t\x01\x1f\x7f\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\x80\xff";
+  static const char alphabet[] =
+      "ab\"\\/\n\t\x01\x1f\x7f\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\x80\xff";
   mend_textbuf b = {0};
   for (int i = 0; i < 20000; i++) {
     json_t *o = json_object();
@@ -199,8 +203,9 @@ static void it_writes_random_objects_as_jansson(void) {
       size_t len = check_next() % sizeof s;
       int plain = (int)(check_next() % 4);   /* mostly plain runs: the 8-byte path, and its ends */
       for (size_t j = 0; j < len; j++)
-        s[j] = check_next() % 8 < (uint64_t)plain * 2 + 1 ? (char)('A' + check_next() % 58)
-                                                     : alphabet[check_next() % (sizeof alphabet - 1)];
+        s[j] = check_next() % 8 < (uint64_t)plain * 2 + 1
+                   ? (char)('A' + check_next() % 58)
+                   : alphabet[check_next() % (sizeof alphabet - 1)];
       uint64_t bits = check_next();
       double d;
       memcpy(&d, &bits, sizeof d);
@@ -208,7 +213,9 @@ static void it_writes_random_objects_as_jansson(void) {
         case 0: json_object_set_new(o, key, json_stringn_nocheck(s, len)); break;
         case 1: json_object_set_new(o, key, json_integer((json_int_t)check_next())); break;
         case 2: if (isfinite(d)) json_object_set_new(o, key, json_real(d)); break;
-        case 3: json_object_set_new(o, key, json_real(1.7e9 + (double)(check_next() % 100000000) / 1e6)); break;
+        case 3:
+          json_object_set_new(o, key, json_real(1.7e9 + (double)(check_next() % 100000000) / 1e6));
+          break;
         default: json_object_set_new(o, key, json_boolean(check_next() & 1)); break;
       }
     }

@@ -33,7 +33,8 @@ static const char *const workflow =
     "  retry = { max_attempts = 2, initial = 0.01, multiplier = 1, max_delay = 0.01 },\n"
     "  steps = {\n"
     "    { name = 'a', execute = function(ctx, input)\n"
-    "        if not input.co then local answer = mend.call(input.fn, input.mode); return answer end\n"
+    "        if not input.co then local answer = mend.call(input.fn, input.mode); return answer "
+    "end\n"
     "        return coroutine.wrap(function() local a = mend.sleep(1); return a end)()\n"
     "      end },\n"
     "  } }\n";

@@ -1,7 +1,8 @@
 /*
- * test_hostile: a corpus of hostile and broken workflows (the .lua files of tests/hostile) run through the
- * C API as a server would run untrusted code: sandbox on, a 64 MiB memory limit, a budget of
- * 10M instructions, one engine for the whole corpus. Each file says on its first line what must
+ * test_hostile: a corpus of hostile and broken workflows (the .lua files of tests/hostile) run
+ * through the C API as a server would run untrusted code: sandbox on, a 64 MiB memory limit, a
+ * budget of 10M instructions, one engine for the whole corpus. Each file says on its first line
+ * what must
  * become of it:
  *
  *   -- expect: load <text>          mend_engine_load refuses it with a message holding <text>
@@ -44,12 +45,12 @@
  * write, a sleep) is not in it: the wall time's hang guard of 5 s holds that. The budget's
  * time is measured here, not assumed: a step of plain instructions at their dearest (a large
  * table read and written, out of the cache: calibrate_lua) that only the budget of 10M ends,
- * run three times before the corpus and again every 3 s of it, the median of its CPU times. So a case bounded by the budget (its
- * text names "instruction budget", or it says "-- holds: budget") must hold the loop at most,
- * for each of its runs, the budget's time (scaled to its engine's budget) plus 100 ms, loading
- * included; one stopped by its timeout at most that timeout (the first "timeout = " of the
- * file) plus 100 ms a run; one stopped by either ("exceeded its") the larger of the two plus
- * 100 ms. Every case must end within 5 s of wall time.
+ * run three times before the corpus and again every 3 s of it, the median of its CPU times. So a
+ * case bounded by the budget (its text names "instruction budget", or it says "-- holds: budget")
+ * must hold the loop at most, for each of its runs, the budget's time (scaled to its engine's
+ * budget) plus 100 ms, loading included; one stopped by its timeout at most that timeout (the first
+ * "timeout = " of the file) plus 100 ms a run; one stopped by either ("exceeded its") the larger of
+ * the two plus 100 ms. Every case must end within 5 s of wall time.
  *
  * and for every file: the host is alive (this process), nothing was written in the directory
  * the scripts are pointed at (ctx.input.outside), nor in the history of a run that is not
@@ -336,14 +337,15 @@ int main(int argc, char **argv) {
     double timeout;
     long budget, memory, faults, overrun_ms;
     snprintf(path, sizeof path, "%s/%s", corpus, names[i]);
-    if (read_expectation(path, kind, sizeof kind, want, sizeof want, &runs, &held, &timeout, &budget,
-                         &memory, &faults, &overrun_ms) || memory == 0 ||
-        (overrun_ms >= 0 && timeout <= 0)) {
+    if (read_expectation(path, kind, sizeof kind, want, sizeof want, &runs, &held, &timeout,
+                         &budget, &memory, &faults, &overrun_ms) ||
+        memory == 0 || (overrun_ms >= 0 && timeout <= 0)) {
       fprintf(stderr, "%s: no '-- expect: ' first line, or a bad line after it\n", names[i]);
       CHECK(0);
       continue;
     }
-    /* R: the engine the case runs in, E unless it asks for a budget or a memory limit of its own. */
+    /* R: the engine the case runs in, E unless it asks for a budget or a memory limit of its
+     * own. */
     mend_engine *R = E;
     if (budget >= 0 || memory > 0) {
       char own_db[160];

@@ -305,7 +305,8 @@ static void check_doc_as_text(const char *expr) {
 
 static void test_doc(void) {
   check_doc_as_text("{i = 1}");
-  check_doc_as_text("{a = 7.0, b = 0.1, c = 1e300, d = -0.0, e = 2^53, f = 1/3, g = 123456789012345678}");
+  check_doc_as_text(
+      "{a = 7.0, b = 0.1, c = 1e300, d = -0.0, e = 2^53, f = 1/3, g = 123456789012345678}");
   check_doc_as_text("{items = {1, 'two', {x = mend_null}, {}}, empty = {}, s = 'caf\\u{e9}'}");
   check_doc_as_text("{1, 2.5, mend_null, true, false}");
   check_doc_as_text("'text'");
@@ -452,13 +453,27 @@ static void test_quick(void) {
   check_table_writes_as_walk("{f = 1.5, g = 2}");
   check_table_writes_as_walk("{n = mend_null, t = {1}}");
   check_table_writes_as_walk("{1, 2, 3}");
-  check_table_writes_as_walk("(function() local t = {} for k = 1, 40 do t['k' .. k] = k end return t end)()");
-  check_table_writes_as_walk("(function() local t = {} for k = 1, 32 do t['k' .. k] = k end return t end)()");
+  check_table_writes_as_walk(
+      "(function() local t = {} for k = 1, 40 do t['k' .. k] = k end return t end)()");
+  check_table_writes_as_walk(
+      "(function() local t = {} for k = 1, 32 do t['k' .. k] = k end return t end)()");
   check_table_writes_as_walk("setmetatable({a = 1}, {__pairs = function() error('no') end})");
   static const char *const objects[] = {
-    "{\"a\":1}", "{\"b\":\"x}y\",\"a\":true}", "{\"a\":1,\"a\":2}", "{\"a\":{\"b\":1}}",
-    "{\"a\":[1,2]}", "{\"a\":1.0}", "{\"a\":null}", "{\"a\": 1}", "{ \"a\":1}", "{\"}\":-0}",
-    "{\"a\":\"\\u0041\"}", "{\"a\":01}", "{\"a\":1}}", "{\"a\":1 }", "{\"a\":1,\"b\":{\"c\":2,\"d\":3}}",
+      "{\"a\":1}",
+      "{\"b\":\"x}y\",\"a\":true}",
+      "{\"a\":1,\"a\":2}",
+      "{\"a\":{\"b\":1}}",
+      "{\"a\":[1,2]}",
+      "{\"a\":1.0}",
+      "{\"a\":null}",
+      "{\"a\": 1}",
+      "{ \"a\":1}",
+      "{\"}\":-0}",
+      "{\"a\":\"\\u0041\"}",
+      "{\"a\":01}",
+      "{\"a\":1}}",
+      "{\"a\":1 }",
+      "{\"a\":1,\"b\":{\"c\":2,\"d\":3}}",
   };
   for (size_t i = 0; i < sizeof objects / sizeof *objects; i++) {
     json_t *ok = json_loads(objects[i], 0, NULL);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "tick_host.h"
 
 static char dir[64];
 static char path[128];
@@ -29,7 +30,8 @@ static const char *const workflow =
 static int names_key(mend_engine *E, const char *key) {
   const char *msg = mend_engine_errmsg(E);
   if (msg && strstr(msg, key) && strstr(msg, "duplicate")) return 1;
-  fprintf(stderr, "expected the message to name %s as given twice: %s\n", key, msg ? msg : "(none)");
+  fprintf(stderr, "expected the message to name %s as given twice: %s\n", key,
+          msg ? msg : "(none)");
   return 0;
 }
 
@@ -63,12 +65,7 @@ static void it_refuses_a_key_given_twice_wherever_json_text_comes_in(void) {
   mend_options o;
   mend_options_init(&o);
   o.virtual_clock = 1;
-  mend_engine *E = NULL;
-  char err[512] = "";
-  if (mend_engine_new(&o, &E, err, sizeof err) != MEND_OK) {
-    fprintf(stderr, "mend_engine_new: %s\n", err);
-    exit(2);
-  }
+  mend_engine *E = tick_host_engine(&o);
   CHECK_EQ_INT(mend_engine_load(E, path, NULL, 0), MEND_OK);
   CHECK_EQ_INT(mend_engine_register_function(E, "answer", answer, E), MEND_OK);
   CHECK_EQ_INT(mend_engine_register_function(E, "hand_out", hand_out, NULL), MEND_OK);
@@ -82,7 +79,8 @@ static void it_refuses_a_key_given_twice_wherever_json_text_comes_in(void) {
   CHECK_EQ_INT(answer_refusals, 1);
   CHECK(has(E, id, "\"waiting\""));
 
-  CHECK_EQ_INT(mend_engine_signal(E, id, "go", "{\"by\":\"ann\",\"by\":\"bob\"}", NULL), MEND_EINVAL);
+  CHECK_EQ_INT(mend_engine_signal(E, id, "go", "{\"by\":\"ann\",\"by\":\"bob\"}", NULL),
+               MEND_EINVAL);
   CHECK(names_key(E, "\"by\""));
   CHECK_EQ_INT(mend_engine_signal_by_key(E, "k1", "go", "[{\"x\":1,\"x\":1}]", NULL), MEND_EINVAL);
   CHECK(names_key(E, "\"x\""));

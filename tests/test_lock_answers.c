@@ -70,7 +70,8 @@ int main(void) {
   CHECK_EQ_INT(mend_engine_advance_clock(E, 1), MEND_OK);
   CHECK_EQ_INT(count(look, "SELECT count(*) FROM runs WHERE workflow = 'one'"), 2);
   char sql[200];
-  snprintf(sql, sizeof sql, "SELECT count(*) FROM runs WHERE id = '%s' AND status = 'succeeded'", id);
+  snprintf(sql, sizeof sql, "SELECT count(*) FROM runs WHERE id = '%s' AND status = 'succeeded'",
+           id);
   CHECK_EQ_INT(count(look, sql), 1);
 
   /* A start with a key: kept too; sent again once the lock went, the key's run, one run. */

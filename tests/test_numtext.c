@@ -89,7 +89,8 @@ static void it_writes_random_doubles_as_printf(void) {
     same_as_printf(d);
   }
   for (int i = 0; i < 700000; i++) {   /* each binade of [1, 2^53), the fast path's range */
-    double d = ldexp(1.0 + (double)(check_next() >> 12) / 4503599627370496.0, (int)(check_next() % 53));
+    double d =
+        ldexp(1.0 + (double)(check_next() >> 12) / 4503599627370496.0, (int)(check_next() % 53));
     if (i % 3 == 0) d = 1.7e9 + (double)(check_next() % 100000000) / 1e6;   /* times of day */
     same_as_printf(i & 1 ? -d : d);
   }

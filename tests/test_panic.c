@@ -93,12 +93,13 @@ static void on_dog(uv_timer_t *t) {
 }
 
 static const char slow_lua[] =
-  "local mend = require 'mend'\n"
-  "return { name = 'slow', steps = {\n"
-  "  { name = 'a', retry = { max_attempts = 3, initial = 30, jitter = 0 }, execute = function(ctx)\n"
-  "      if ctx.attempt == 1 then error(mend.retryable('later')) end\n"
-  "      return 1\n"
-  "    end } } }\n";
+    "local mend = require 'mend'\n"
+    "return { name = 'slow', steps = {\n"
+    "  { name = 'a', retry = { max_attempts = 3, initial = 30, jitter = 0 }, execute = "
+    "function(ctx)\n"
+    "      if ctx.attempt == 1 then error(mend.retryable('later')) end\n"
+    "      return 1\n"
+    "    end } } }\n";
 
 /* On the host's loop, on a real clock: run_all, left by the panic, leaves no handle of its own
  * started there (its look at the store for what other processes send, every 500 ms), and the

@@ -69,9 +69,11 @@ static void test_batches(void) {
   CHECK_EQ_INT(mend__pg_commit(s), 0);
   CHECK_EQ_INT(count("SELECT count(*) FROM history WHERE run_id = 'r1' AND seq = 4 AND step IS NULL"
                      " AND error IS NULL AND detail = '{\"a\":\"b\\\\c, d\"} NULL \"'"), 1);
-  CHECK_EQ_INT(count("SELECT count(*) FROM history WHERE run_id = 'r1' AND seq = 5 AND step = 'a'"), 1);
+  CHECK_EQ_INT(count("SELECT count(*) FROM history WHERE run_id = 'r1' AND seq = 5 AND step = 'a'"),
+               1);
   /* a number among them taken meanwhile: each renumbered as it would be on its own, in order */
-  CHECK_EQ_INT(count("INSERT INTO history(run_id, seq, event) VALUES ('r1', 6, 'note') RETURNING seq"), 6);
+  CHECK_EQ_INT(
+      count("INSERT INTO history(run_id, seq, event) VALUES ('r1', 6, 'note') RETURNING seq"), 6);
   h.seq = 6;
   CHECK_EQ_INT(mend__pg_append_history(s, &h), 0);
   h.seq = 7;
@@ -155,7 +157,8 @@ static void test_batches(void) {
   CHECK_EQ_INT(count("SELECT count(*) FROM steps WHERE run_id = 'r2' AND idx = 0 AND status ="
                      " 'failed' AND error_kind = 'fatal'"), 1);
   CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'r4'"), 1);
-  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'r2' AND error = 'x' AND reason = 'why'"), 1);
+  CHECK_EQ_INT(
+      count("SELECT count(*) FROM runs WHERE id = 'r2' AND error = 'x' AND reason = 'why'"), 1);
 
   /* a write that changes nothing fails its whole batch, and nothing of it is written */
   CHECK_EQ_INT(mend__pg_update_run(s, "r1", "succeeded", NULL, 0, 5, NULL), 0);
@@ -201,7 +204,8 @@ static void test_new_steps_late(void) {
   CHECK_EQ_INT(PG(s)->steps_inserted - inserted, 1);   /* tried, then put */
   if (rc) fprintf(stderr, "late batch with a step taken for new: %s\n", mend__pg_errmsg(s));
   CHECK_EQ_INT(rc, 0);
-  CHECK_EQ_INT(count("SELECT count(*) FROM steps WHERE run_id = 'late1' AND status = 'succeeded'"), 1);
+  CHECK_EQ_INT(count("SELECT count(*) FROM steps WHERE run_id = 'late1' AND status = 'succeeded'"),
+               1);
   mend__pg_close(s);
   drop_case();
 }
@@ -356,9 +360,11 @@ static void test_one_value(void) {
   CHECK_EQ_INT(count("SELECT count(*) FROM history WHERE run_id IN ('o1', 'o2', 'o3') AND seq = 1"
                      " AND step = 'a' AND detail IS NULL"
                      " AND error = '{\"a\":\"b\\\\c, d\"} NULL \" \\\\ }{'"), 3);
-  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id IN ('o1', 'o2', 'o3') AND status = 'failed'"
-                     " AND attention = 1 AND updated = 9 AND reason IS NULL"
-                     " AND error = '{\"a\":\"b\\\\c, d\"} NULL \" \\\\ }{'"), 3);
+  CHECK_EQ_INT(
+      count("SELECT count(*) FROM runs WHERE id IN ('o1', 'o2', 'o3') AND status = 'failed'"
+            " AND attention = 1 AND updated = 9 AND reason IS NULL"
+            " AND error = '{\"a\":\"b\\\\c, d\"} NULL \" \\\\ }{'"),
+      3);
   mend__pg_close(s);
 }
 
@@ -376,7 +382,8 @@ static void test_run_arrays(void) {
   CHECK_EQ_INT(mend__pg_commit(s), 0);
   CHECK_EQ_INT(pg->writes_alone - alone, 0);
   CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE status = 'succeeded' AND owner IS NULL"), 3);
-  CHECK_EQ_INT(count("SELECT count(*) FROM steps WHERE status = 'succeeded' AND result = '{\"n\":1}'"), 3);
+  CHECK_EQ_INT(
+      count("SELECT count(*) FROM steps WHERE status = 'succeeded' AND result = '{\"n\":1}'"), 3);
   CHECK_EQ_INT(count("SELECT count(*) FROM history"), 6);
   engine_batch(s, 3, 2, 1);
   CHECK_EQ_INT(mend__pg_last_history(s, "e3", NULL), 2);   /* the transaction is open now */
@@ -390,7 +397,8 @@ static void test_run_arrays(void) {
    * alone, the writes before it kept (back to a savepoint, not the transaction's start) */
   engine_batch(s, 7, 1, 1);
   CHECK_EQ_INT(mend__pg_last_history(s, "e7", NULL), 2);
-  CHECK_EQ_INT(count("INSERT INTO history(run_id, seq, event) VALUES ('e0', 3, 'note') RETURNING seq"), 3);
+  CHECK_EQ_INT(
+      count("INSERT INTO history(run_id, seq, event) VALUES ('e0', 3, 'note') RETURNING seq"), 3);
   mend_history_rec h = hist("e0", 3);
   h.step = "late";
   CHECK_EQ_INT(mend__pg_append_history(s, &h), 0);
@@ -400,7 +408,8 @@ static void test_run_arrays(void) {
   alone = pg->writes_alone;
   CHECK_EQ_INT(count("SELECT seq FROM history WHERE run_id = 'e0' AND step = 'late'"), 4);
   CHECK_EQ_INT(count("SELECT count(*) FROM history WHERE run_id IN ('e7', 'e8')"), 4);
-  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id IN ('e7', 'e8') AND status = 'succeeded'"), 2);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id IN ('e7', 'e8') AND status = 'succeeded'"),
+               2);
 
   /* text kept as written: quotes, backslashes, commas, braces, the word NULL; NULL as NULL */
   const char *odd = "{\"a\":\"b\\\\c, d\"} NULL \" \\\\ }{";
@@ -421,8 +430,10 @@ static void test_run_arrays(void) {
                      " '{\"a\":\"b\\\\c, d\"} NULL \" \\\\ }{' AND status = 'pending'"), 1);
   CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'e0' AND error = '{\"a\":\"b\\\\c, d\"}"
                      " NULL \" \\\\ }{' AND reason = 'NULL' AND attention = 1"), 1);
-  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'e1' AND error IS NULL AND reason IS NULL"
-                     " AND status = 'failed'"), 1);
+  CHECK_EQ_INT(
+      count("SELECT count(*) FROM runs WHERE id = 'e1' AND error IS NULL AND reason IS NULL"
+            " AND status = 'failed'"),
+      1);
   /* numbers exactly as recorded (a double with no short decimal form, the largest, infinity;
    * a large attempt), an empty text kept empty, not NULL, and text beyond ASCII */
   mend_history_rec hx = hist("e2", 3);
@@ -445,7 +456,8 @@ static void test_run_arrays(void) {
                      " AND detail = U&'\\00E9\\2713 \\+01F418'"), 1);
   CHECK_EQ_INT(count("SELECT count(*) FROM history WHERE run_id = 'e2' AND seq = 4"
                      " AND delay = 'Infinity'"), 1);
-  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'e2' AND error = '' AND updated = -0.5"), 1);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'e2' AND error = '' AND updated = -0.5"),
+               1);
 
   /* a run inserted and updated in one batch: the update after the insert; a held run's owner
    * kept while it stays live, dropped when it ends */
@@ -475,7 +487,8 @@ static void test_run_arrays(void) {
   CHECK_EQ_INT(mend__pg_update_run(s, "e2", "running", NULL, 0, 9, NULL), 0);
   CHECK(mend__pg_commit(s) != 0);
   CHECK(strstr(mend__pg_errmsg(s), "no run gone") != NULL);
-  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE status = 'running' AND id IN ('h2', 'e2')"), 0);
+  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE status = 'running' AND id IN ('h2', 'e2')"),
+               0);
 #ifdef NDEBUG
   /* a write of a kind the arrays take, recorded with values not their columns: the batch
    * fails, naming it, rather than going alone unseen (a build with assertions stops there) */

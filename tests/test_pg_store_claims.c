@@ -128,7 +128,9 @@ static void test_fence(void) {
                      " AND owner = 'b'"), 1);
   CHECK_EQ_INT(count("SELECT count(*) FROM history WHERE run_id = 'r1'"), 0);
   CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'r2' AND status = 'succeeded'"), 1);
-  CHECK_EQ_INT(count("SELECT count(*) FROM runs WHERE id = 'r3' AND status = 'failed' AND error = 'boom'"), 1);
+  CHECK_EQ_INT(
+      count("SELECT count(*) FROM runs WHERE id = 'r3' AND status = 'failed' AND error = 'boom'"),
+      1);
   CHECK_EQ_INT(count("SELECT count(*) FROM history WHERE run_id IN ('r2', 'r3')"), 2);
   /* later writes to the lost run are dropped too */
   mend__pg_update_run(a, "r1", "failed", "later", 0, 10, NULL);

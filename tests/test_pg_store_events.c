@@ -313,8 +313,10 @@ static void test_tokens(void) {
   json_decref(run);
 
   /* its end goes to the parent's inbox, once a key; a run with no parent tells nobody */
-  CHECK_EQ_INT(mend__pg_child_end(s, "c1", "mend.child", "{\"status\":\"succeeded\"}", "c1/4", 9), 0);
-  CHECK_EQ_INT(mend__pg_child_end(s, "c1", "mend.child", "{\"status\":\"succeeded\"}", "c1/4", 9), 0);
+  CHECK_EQ_INT(mend__pg_child_end(s, "c1", "mend.child", "{\"status\":\"succeeded\"}", "c1/4", 9),
+               0);
+  CHECK_EQ_INT(mend__pg_child_end(s, "c1", "mend.child", "{\"status\":\"succeeded\"}", "c1/4", 9),
+               0);
   CHECK_EQ_INT(mend__pg_child_end(s, "p1", "mend.child", "{}", "p1/1", 9), 0);
   long long seq;
   char *payload = NULL, *key = NULL;

@@ -121,7 +121,8 @@ static void test_claimed_images(void) {
   CHECK(img.last_seq == 7 && img.last_at == 11);
   mend_run_image_free(&img);
   for (int i = 2; i < N; i++) {
-    CHECK_EQ_INT(mend_store_run_image(b, json_string_value(json_array_get(got, (size_t)i)), &img), 0);
+    CHECK_EQ_INT(mend_store_run_image(b, json_string_value(json_array_get(got, (size_t)i)), &img),
+                 0);
     image_check_view(b, json_string_value(json_array_get(got, (size_t)i)), &img);
     CHECK_EQ_INT(img.nsteps, 2);
     if (i == 2) CHECK(img.nhistory == 3 && img.last_seq == 3 && img.last_at == 9);

@@ -40,7 +40,8 @@ static void test_loop_commit_during_first_try(void) {
   double t0 = mono();
   int rc = mend__pg_commit(s);   /* the loop's commit, busy wait 0.1 s */
   double took = mono() - t0;
-  printf("loop's commit during the writer's first try: rc %d after %.2f s (busy wait 0.1 s)\n", rc, took);
+  printf("loop's commit during the writer's first try: rc %d after %.2f s (busy wait 0.1 s)\n", rc,
+         took);
   CHECK(took < 0.5);
   t0 = mono();
   mend__pg_close(s);   /* a stop during the next try */

@@ -249,7 +249,8 @@ static void *gate(void *arg) {
 static void test_aux_on_writers_host(void) {
   const char *host = PQhost(admin), *port = PQport(admin);
   if (!host || strcmp(host, "127.0.0.1") != 0) {
-    printf("test_pg_store_looks: test_aux_on_writers_host skipped: the server is not on 127.0.0.1\n");
+    printf(
+        "test_pg_store_looks: test_aux_on_writers_host skipped: the server is not on 127.0.0.1\n");
     return;
   }
   new_case();

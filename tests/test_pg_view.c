@@ -74,9 +74,14 @@ static char *slurp(const char *path) {
 
 static mend_run_rec run_rec(const char *id, const char *wf, const char *version,
                             const char *status, double created) {
-  mend_run_rec r = {.id = id, .workflow = wf, .version = version, .source = "wf/order.lua",
-                    .status = status, .input = "{\"order\":42,\"items\":[1,2.5],\"s\":\"a\\tb\\n\"}",
-                    .created = created, .updated = created + 0.25,
+  mend_run_rec r = {.id = id,
+                    .workflow = wf,
+                    .version = version,
+                    .source = "wf/order.lua",
+                    .status = status,
+                    .input = "{\"order\":42,\"items\":[1,2.5],\"s\":\"a\\tb\\n\"}",
+                    .created = created,
+                    .updated = created + 0.25,
                     .step_names = "[\"reserve\",\"charge\",\"ship\"]",
                     .script = "return { name = 'order' }\n"};
   return r;
@@ -387,7 +392,8 @@ int main(int argc, char **argv) {
          mend__pg_view_history(c, ids[i], err, sizeof err, &nf));
     CHECK_EQ_INT(nf, 0);
     /* its pages: after a seq and bounded, unbounded (the whole), and its tail */
-    static const long pages[][3] = {{1, 1, 0}, {0, 2, 0}, {2, 0, 0}, {0, 0, 0}, {0, 0, 2}, {9, 1, 0}};
+    static const long pages[][3] = {{1, 1, 0}, {0, 2, 0}, {2, 0, 0},
+                                    {0, 0, 0}, {0, 0, 2}, {9, 1, 0}};
     for (size_t k = 0; k < sizeof pages / sizeof *pages; k++) {
       snprintf(what, sizeof what, "history page %zu of %s", k, ids[i]);
       same(what, mend_store_history_page(s, ids[i], pages[k][0], pages[k][1], pages[k][2]),
@@ -425,10 +431,12 @@ int main(int argc, char **argv) {
   same("dlq", mend_store_dlq(s), mend__pg_view_dlq(c, 0, NULL, 0, err, sizeof err));
   same("breakers", mend_store_breakers(s), mend__pg_view_breakers(c, err, sizeof err));
   same("audit", mend_store_audit_list(s), mend__pg_view_audit_list(c, err, sizeof err));
-  same("workflows", mend_store_workflows(s, NULL), mend__pg_view_workflows(c, NULL, err, sizeof err));
+  same("workflows", mend_store_workflows(s, NULL),
+       mend__pg_view_workflows(c, NULL, err, sizeof err));
   same("workflows order", mend_store_workflows(s, "order"),
        mend__pg_view_workflows(c, "order", err, sizeof err));
-  same("runs", mend_store_runs(s, NULL, NULL, 0), mend__pg_view_runs(c, NULL, NULL, 0, err, sizeof err));
+  same("runs", mend_store_runs(s, NULL, NULL, 0),
+       mend__pg_view_runs(c, NULL, NULL, 0, err, sizeof err));
   same("runs running", mend_store_runs(s, "running", NULL, 0),
        mend__pg_view_runs(c, "running", NULL, 0, err, sizeof err));
   same("runs order 2", mend_store_runs(s, NULL, "order", 2),
@@ -475,7 +483,8 @@ int main(int argc, char **argv) {
   CHECK(strstr(err, "is still referenced from table \"mend_test_hold\"") != NULL);
   CHECK(strchr(err, '\n') == NULL);
   CHECK_EQ_INT(run_sql(c, "DROP TABLE mend_test_hold"), 0);
-  same("prune", mend_store_prune(s, 1e12, NULL, 0), mend__pg_view_prune(c, 1e12, NULL, 0, err, sizeof err));
+  same("prune", mend_store_prune(s, 1e12, NULL, 0),
+       mend__pg_view_prune(c, 1e12, NULL, 0, err, sizeof err));
   same("runs after prune", mend_store_runs(s, NULL, NULL, 0),
        mend__pg_view_runs(c, NULL, NULL, 0, err, sizeof err));
 

@@ -233,8 +233,8 @@ static void test_writer_thread(void) {
 static void count_job(void *ud) { __atomic_add_fetch((int *)ud, 1, __ATOMIC_SEQ_CST); }
 
 /* More writes in one batch than a log holds (70,000 rows; a log holds 65,536 records): parts
- * go to the writer thread while the rest is recorded, and the batch stays one transaction: nothing is seen or durable before the hand-off, and a failure anywhere in it
- * leaves none of it. */
+ * go to the writer thread while the rest is recorded, and the batch stays one transaction: nothing
+ * is seen or durable before the hand-off, and a failure anywhere in it leaves none of it. */
 static void writer_parts(const char *name, int fail) {
   const char *path = file_in_dir(name);
   int jobs = 0;

@@ -218,13 +218,15 @@ static void test_checkpoints(void) {
   if (frames <= 1000) fprintf(stderr, "checkpointed %d frames\n", frames);
   CHECK(frames > 1000);
   CHECK_EQ_INT(wal, frames);
-  CHECK_EQ_INT(mend__sqlite_checkpoint(s, NULL), frames);   /* the WAL is not reset while it is open */
+  /* the WAL is not reset while it is open */
+  CHECK_EQ_INT(mend__sqlite_checkpoint(s, NULL), frames);
   /* A passive checkpoint on the writing connection between batches lets the next write start
    * the WAL over, cut back to its limit. */
   char wal_path[4200];
   snprintf(wal_path, sizeof wal_path, "%s-wal", path);
   CHECK(file_size(wal_path) > 8 * 1024 * 1024);
-  CHECK_EQ_INT(sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL), SQLITE_OK);
+  CHECK_EQ_INT(sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL),
+               SQLITE_OK);
   mend_run_rec after = run_rec("after", NULL, "running", 1000);
   CHECK_EQ_INT(mend_store_insert_run(s, &after), 0);
   CHECK_EQ_INT(mend_store_commit(s), 0);
@@ -263,7 +265,8 @@ static void test_wal_hard_limit(void) {
   CHECK(s != NULL);
   if (!s) return;
   s->wal_hard_frames = 2048;        /* 8 MiB of 4 KiB pages: the default, 64 MiB, is slow here */
-  s->ckpt_pass_delay_ms = 200;      /* each of the thread's passes: longer than the whole stream's gaps */
+  /* each of the thread's passes: longer than the whole stream's gaps */
+  s->ckpt_pass_delay_ms = 200;
   CHECK_EQ_INT(mend_store_start_writer(s, NULL, NULL), 0);
   char *input = malloc(8192 + 3);
   if (!input) return;
@@ -305,39 +308,51 @@ static void test_wal_hard_limit(void) {
 static void test_upgrade_from_1(void) {
   const char *path = file_in_dir("v1.db");
   sqlite3 *db = raw_open(path);
-  CHECK_EQ_INT(sqlite3_exec(db,
-    "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);"
-    "CREATE TABLE runs(id TEXT PRIMARY KEY, workflow TEXT NOT NULL, version TEXT, source TEXT,"
-    " run_key TEXT UNIQUE, status TEXT NOT NULL, input TEXT, error TEXT,"
-    " attention INTEGER NOT NULL DEFAULT 0, reason TEXT, owner TEXT, lease_until REAL,"
-    " cancel_requested INTEGER NOT NULL DEFAULT 0, created REAL, updated REAL);"
-    "CREATE TABLE audit(seq INTEGER PRIMARY KEY, at REAL, who TEXT, op TEXT, target TEXT,"
-    " detail TEXT);"
-    "CREATE INDEX runs_status ON runs(status);"
-    "CREATE TABLE steps(run_id TEXT NOT NULL, idx INTEGER NOT NULL, name TEXT, status TEXT NOT NULL,"
-    " attempts INTEGER NOT NULL DEFAULT 0, comp_attempts INTEGER NOT NULL DEFAULT 0, idem_key TEXT,"
-    " custom_key INTEGER NOT NULL DEFAULT 0, result TEXT, error TEXT, due REAL, last_delay REAL,"
-    " updated REAL, slept INTEGER NOT NULL DEFAULT 0, PRIMARY KEY(run_id, idx));"
-    "CREATE INDEX steps_custom_key ON steps(idem_key) WHERE custom_key = 1;"
-    "CREATE TABLE history(seq INTEGER PRIMARY KEY, run_id TEXT NOT NULL, step TEXT, at REAL,"
-    " event TEXT NOT NULL, from_status TEXT, to_status TEXT, attempt INTEGER, error TEXT,"
-    " delay REAL, detail TEXT, worker TEXT);"
-    "CREATE INDEX history_run ON history(run_id);"
-    "CREATE TABLE breakers(key TEXT PRIMARY KEY, state TEXT NOT NULL, failures INTEGER,"
-    " successes INTEGER, opened_at REAL, open_until REAL, updated REAL);"
-    "CREATE TABLE dlq(run_id TEXT PRIMARY KEY, reason TEXT, step TEXT, error TEXT, detail TEXT,"
-    " at REAL);"
-    "INSERT INTO meta VALUES('schema_version', '1');"
-    "INSERT INTO runs(id, workflow, status, input, created, updated, owner, lease_until) VALUES"
-    " ('a', 'wf', 'running', '{\"n\":1}', 1, 1, 'old', 99), ('b', 'wf', 'succeeded', 'null', 2, 2,"
-    " NULL, NULL), ('c', 'wf', 'running', 'null', 3, 3, 'gone', NULL);"
-    "INSERT INTO steps(run_id, idx, name, status, attempts, idem_key, custom_key, result) VALUES"
-    " ('a', 0, 'one', 'running', 1, 'a/one', 0, NULL),"
-    " ('b', 0, 'one', 'succeeded', 1, 'k1', 1, '{\"x\":1}');"
-    "INSERT INTO history(seq, run_id, event, to_status, at) VALUES"
-    " (10, 'a', 'run', 'running', 1), (11, 'b', 'run', 'running', 2),"
-    " (12, 'a', 'step', 'running', 3), (13, 'b', 'run', 'succeeded', 4);"
-    "PRAGMA user_version = 1;", NULL, NULL, NULL), SQLITE_OK);
+  CHECK_EQ_INT(
+      sqlite3_exec(
+          db,
+          "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);"
+          "CREATE TABLE runs(id TEXT PRIMARY KEY, workflow TEXT NOT NULL, version TEXT, source "
+          "TEXT,"
+          " run_key TEXT UNIQUE, status TEXT NOT NULL, input TEXT, error TEXT,"
+          " attention INTEGER NOT NULL DEFAULT 0, reason TEXT, owner TEXT, lease_until REAL,"
+          " cancel_requested INTEGER NOT NULL DEFAULT 0, created REAL, updated REAL);"
+          "CREATE TABLE audit(seq INTEGER PRIMARY KEY, at REAL, who TEXT, op TEXT, target TEXT,"
+          " detail TEXT);"
+          "CREATE INDEX runs_status ON runs(status);"
+          "CREATE TABLE steps(run_id TEXT NOT NULL, idx INTEGER NOT NULL, name TEXT, status TEXT "
+          "NOT NULL,"
+          " attempts INTEGER NOT NULL DEFAULT 0, comp_attempts INTEGER NOT NULL DEFAULT 0, "
+          "idem_key TEXT,"
+          " custom_key INTEGER NOT NULL DEFAULT 0, result TEXT, error TEXT, due REAL, last_delay "
+          "REAL,"
+          " updated REAL, slept INTEGER NOT NULL DEFAULT 0, PRIMARY KEY(run_id, idx));"
+          "CREATE INDEX steps_custom_key ON steps(idem_key) WHERE custom_key = 1;"
+          "CREATE TABLE history(seq INTEGER PRIMARY KEY, run_id TEXT NOT NULL, step TEXT, at REAL,"
+          " event TEXT NOT NULL, from_status TEXT, to_status TEXT, attempt INTEGER, error TEXT,"
+          " delay REAL, detail TEXT, worker TEXT);"
+          "CREATE INDEX history_run ON history(run_id);"
+          "CREATE TABLE breakers(key TEXT PRIMARY KEY, state TEXT NOT NULL, failures INTEGER,"
+          " successes INTEGER, opened_at REAL, open_until REAL, updated REAL);"
+          "CREATE TABLE dlq(run_id TEXT PRIMARY KEY, reason TEXT, step TEXT, error TEXT, detail "
+          "TEXT,"
+          " at REAL);"
+          "INSERT INTO meta VALUES('schema_version', '1');"
+          "INSERT INTO runs(id, workflow, status, input, created, updated, owner, lease_until) "
+          "VALUES"
+          " ('a', 'wf', 'running', '{\"n\":1}', 1, 1, 'old', 99), ('b', 'wf', 'succeeded', 'null', "
+          "2, 2,"
+          " NULL, NULL), ('c', 'wf', 'running', 'null', 3, 3, 'gone', NULL);"
+          "INSERT INTO steps(run_id, idx, name, status, attempts, idem_key, custom_key, result) "
+          "VALUES"
+          " ('a', 0, 'one', 'running', 1, 'a/one', 0, NULL),"
+          " ('b', 0, 'one', 'succeeded', 1, 'k1', 1, '{\"x\":1}');"
+          "INSERT INTO history(seq, run_id, event, to_status, at) VALUES"
+          " (10, 'a', 'run', 'running', 1), (11, 'b', 'run', 'running', 2),"
+          " (12, 'a', 'step', 'running', 3), (13, 'b', 'run', 'succeeded', 4);"
+          "PRAGMA user_version = 1;",
+          NULL, NULL, NULL),
+      SQLITE_OK);
   sqlite3_close(db);
 
   mend_store *s = store_at(path, MEND_DURABILITY_FULL);
@@ -351,7 +366,8 @@ static void test_upgrade_from_1(void) {
   CHECK(strcmp(json_string_value(json_object_get(json_array_get(h, 1), "event")), "step") == 0);
   json_decref(h);
   /* history goes on after the old rows */
-  mend_history_rec more = {"a", "one", 5, "step", "running", "succeeded", 1, NULL, -1, NULL, 0, NULL};
+  mend_history_rec more = {"a", "one", 5,  "step", "running", "succeeded",
+                           1,   NULL,  -1, NULL,   0,         NULL};
   CHECK_EQ_INT(mend_store_append_history(s, &more), 0);
   CHECK_EQ_INT(mend_store_commit(s), 0);
   h = mend_store_history(s, "a");
@@ -378,7 +394,8 @@ static void test_upgrade_from_1(void) {
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE name = 'runs_cancel'"), 1);
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE name = 'history_run'"), 0);
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM history"), 5);
-  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'step_names'"), 1);
+  CHECK_EQ_INT(
+      raw_int(db, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'step_names'"), 1);
   /* the lease of run a became its owner's */
   CHECK_EQ_INT(raw_int(db, "SELECT lease_until FROM workers WHERE owner = 'old'"), 99);
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM runs WHERE lease_until IS NOT NULL"), 0);

@@ -57,11 +57,15 @@ int main(void) {
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM history h JOIN labels l"
                            " ON h.event = CAST(l.code AS TEXT) AND h.to_status = h.event"
                            " WHERE h.run_id = 'r1' AND h.seq = l.code + 1"), n);
-  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM history h JOIN labels l"
-                           " ON h.from_status = CAST(l.code AS TEXT)"
-                           " WHERE h.run_id = 'r1' AND h.seq + l.code = (SELECT count(*) FROM labels)"), n);
-  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM history_named h JOIN labels l"
-                           " ON h.event = l.name AND h.to_status = l.name WHERE h.run_id = 'r1'"), n);
+  CHECK_EQ_INT(raw_int(db,
+                       "SELECT count(*) FROM history h JOIN labels l"
+                       " ON h.from_status = CAST(l.code AS TEXT)"
+                       " WHERE h.run_id = 'r1' AND h.seq + l.code = (SELECT count(*) FROM labels)"),
+               n);
+  CHECK_EQ_INT(raw_int(db,
+                       "SELECT count(*) FROM history_named h JOIN labels l"
+                       " ON h.event = l.name AND h.to_status = l.name WHERE h.run_id = 'r1'"),
+               n);
   /* the others as they are */
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM history WHERE run_id = 'r2'"
                            " AND event = to_status AND event NOT GLOB '[0-9]*'"), nn);

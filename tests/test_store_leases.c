@@ -40,7 +40,8 @@ static void restore_env(const char *name, char *value) {
 /* The worker of `s` stalled: its leases ran out 5 s ago, as far as its fence knows. */
 static void stall(mend_store *s) { s->fence_until = (double)time(NULL) - 5; }
 
-/* Two stores on one file; a's worker "wa" holds run g1 (committed), its lease good till now + 30. */
+/* Two stores on one file; a's worker "wa" holds run g1 (committed), its lease good till
+ * now + 30. */
 static int two_workers_one_run(const char *path, mend_store **a, mend_store **b) {
   *a = store_at(path, MEND_DURABILITY_PROCESS);
   *b = store_at(path, MEND_DURABILITY_PROCESS);
@@ -97,12 +98,15 @@ static void test_fence(void) {
   json_decref(holders);
 
   /* a stalls past its lease; b takes the oldest of a's runs, and finishes the next one */
-  CHECK_EQ_INT(sqlite3_exec(db, "UPDATE workers SET lease_until = lease_until - 60 WHERE owner = 'wa'",
-                            NULL, NULL, NULL), SQLITE_OK);
+  CHECK_EQ_INT(
+      sqlite3_exec(db, "UPDATE workers SET lease_until = lease_until - 60 WHERE owner = 'wa'", NULL,
+                   NULL, NULL),
+      SQLITE_OK);
   CHECK_EQ_INT(mend_store_claimable(b, "wb", 0), MEND_CLAIMABLE_GONE);
   CHECK_EQ_INT(mend_store_claimable(b, "wb", 1), MEND_CLAIMABLE_FREE | MEND_CLAIMABLE_GONE);
   json_t *taken = mend_store_claim(b, "wb", 30, 1, 0);
-  CHECK(taken && json_array_size(taken) == 1 && strcmp(json_string_value(json_array_get(taken, 0)), "f1") == 0);
+  CHECK(taken && json_array_size(taken) == 1 &&
+        strcmp(json_string_value(json_array_get(taken, 0)), "f1") == 0);
   json_decref(taken);
   CHECK_EQ_INT(mend_store_commit(b), 0);
   /* it took what it asked for, not all there was: a's row stays, and says there is more */
@@ -115,7 +119,8 @@ static void test_fence(void) {
   /* a wakes up past its fence and writes to all three */
   stall(a);
   for (int i = 0; i < 3; i++) {
-    mend_history_rec h = {ids[i], "reserve", 6, "step", "running", "succeeded", 1, NULL, -1, NULL, 0, NULL};
+    mend_history_rec h = {ids[i], "reserve", 6,  "step", "running", "succeeded",
+                          1,      NULL,      -1, NULL,   0,         NULL};
     CHECK_EQ_INT(mend_store_append_history(a, &h), 0);
     mend_step_rec st = step_rec(ids[i], 0, "reserve", "succeeded");
     CHECK_EQ_INT(mend_store_update_step(a, &st), 0);
@@ -126,7 +131,8 @@ static void test_fence(void) {
   CHECK_EQ_INT(history_rows(db, "f3"), 1);
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM steps WHERE status = 'succeeded'"), 1);
   /* the lease a holds was renewed, and f3 is a's again for everyone */
-  CHECK_EQ_INT(raw_int(db, "SELECT lease_until > strftime('%s','now') FROM workers WHERE owner = 'wa'"), 1);
+  CHECK_EQ_INT(
+      raw_int(db, "SELECT lease_until > strftime('%s','now') FROM workers WHERE owner = 'wa'"), 1);
   none = mend_store_claim(b, "wb", 30, 10, 0);
   CHECK(none && json_array_size(none) == 0);
   json_decref(none);
@@ -134,15 +140,18 @@ static void test_fence(void) {
   CHECK_EQ_INT(mend_store_fence_news(a, note_lost_id, seen), 1);
   CHECK_STR(seen, "f1,f2");
   json_t *held = mend_store_held(a);
-  CHECK(held && json_array_size(held) == 1 && strcmp(json_string_value(json_array_get(held, 0)), "f3") == 0);
+  CHECK(held && json_array_size(held) == 1 &&
+        strcmp(json_string_value(json_array_get(held, 0)), "f3") == 0);
   json_decref(held);
   mend_store_fence_verified(a);
 
   /* on time again, writes to a lost run are still dropped; a repair by a person is not */
-  mend_history_rec late = {"f1", "reserve", 7, "step", "succeeded", "running", 2, NULL, -1, NULL, 0, NULL};
+  mend_history_rec late = {"f1", "reserve", 7,  "step", "succeeded", "running",
+                           2,    NULL,      -1, NULL,   0,           NULL};
   CHECK_EQ_INT(mend_store_append_history(a, &late), 0);
   mend_store_repairing(a, 1);
-  mend_history_rec note = {"f2", NULL, 7, "operator", NULL, NULL, 0, NULL, -1, "looked at", 0, NULL};
+  mend_history_rec note = {"f2", NULL, 7,  "operator",  NULL, NULL,
+                           0,    NULL, -1, "looked at", 0,    NULL};
   CHECK_EQ_INT(mend_store_append_history(a, &note), 0);
   mend_store_repairing(a, 0);
   CHECK_EQ_INT(mend_store_commit(a), 0);
@@ -164,7 +173,10 @@ static void test_fence(void) {
   stall(a);
   CHECK_EQ_INT(mend_store_renew(a, "wa", 30), 0);
   CHECK_EQ_INT(mend_store_commit(a), 0);
-  CHECK_EQ_INT(raw_int(db, "SELECT lease_until >= strftime('%s','now') + 20 FROM workers WHERE owner = 'wa'"), 1);
+  CHECK_EQ_INT(
+      raw_int(db,
+              "SELECT lease_until >= strftime('%s','now') + 20 FROM workers WHERE owner = 'wa'"),
+      1);
   CHECK_EQ_INT(mend_store_fence_news(a, note_lost_id, seen), 1);   /* that one began late */
   mend_store_fence_verified(a);
   struct timespec pause = {0, 20 * 1000 * 1000};   /* the 1 ms lease is over */
@@ -177,14 +189,18 @@ static void test_fence(void) {
    * the lease. */
   CHECK_EQ_INT(mend_store_renew(a, "wa", 1), 0);
   CHECK_EQ_INT(mend_store_commit(a), 0);
-  CHECK_EQ_INT(raw_int(db, "SELECT lease_until >= strftime('%s','now') + 20 FROM workers WHERE owner = 'wa'"), 1);
+  CHECK_EQ_INT(
+      raw_int(db,
+              "SELECT lease_until >= strftime('%s','now') + 20 FROM workers WHERE owner = 'wa'"),
+      1);
 
   /* a closes: its lease ends at once, and what it still held is b's to take: nobody's, so
    * that the quick look finds it */
   CHECK_EQ_INT(mend_store_claimable(b, "wb", 0), 0);
   mend_store_close(a);
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM workers WHERE owner = 'wa'"), 0);
-  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM runs WHERE owner IS NULL AND status = 'running'"), 2);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM runs WHERE owner IS NULL AND status = 'running'"),
+               2);
   CHECK_EQ_INT(mend_store_claimable(b, "wb", 0), MEND_CLAIMABLE_FREE);
   taken = mend_store_claim(b, "wb", 30, 10, 0);
   CHECK(taken && json_array_size(taken) == 2);   /* f1 and f3 */
@@ -213,7 +229,8 @@ static void test_released_run_is_fenced(void) {
   CHECK_EQ_INT(mend_store_update_run(a, "g1", "compensating", NULL, 0, 6, NULL), 0);
   mend_step_rec st = step_rec("g1", 0, "reserve", "failed");
   CHECK_EQ_INT(mend_store_put_step(a, &st), 0);
-  mend_history_rec h = {"g1", "reserve", 6, "step", "running", "failed", 1, NULL, -1, NULL, 9, NULL};
+  mend_history_rec h = {"g1", "reserve", 6,  "step", "running", "failed",
+                        1,    NULL,      -1, NULL,   9,         NULL};
   CHECK_EQ_INT(mend_store_append_history(a, &h), 0);
   CHECK_EQ_INT(mend_store_commit(a), 0);
   sqlite3 *db = raw_open(path);
@@ -259,13 +276,15 @@ static void test_claimable(void) {
   CHECK_EQ_INT(mend_store_commit(b), 0);
   CHECK_EQ_INT(mend_store_claimable(b, "wb", 0), MEND_CLAIMABLE_FREE | MEND_CLAIMABLE_GONE);
   json_t *taken = mend_store_claim(b, "wb", 30, 10, MEND_CLAIM_FREE);
-  CHECK(taken && json_array_size(taken) == 1 && strcmp(json_string_value(json_array_get(taken, 0)), "g0") == 0);
+  CHECK(taken && json_array_size(taken) == 1 &&
+        strcmp(json_string_value(json_array_get(taken, 0)), "g0") == 0);
   json_decref(taken);
   CHECK_EQ_INT(mend_store_commit(b), 0);
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM workers"), 3);
   CHECK_EQ_INT(mend_store_claimable(b, "wb", 0), MEND_CLAIMABLE_GONE);
   taken = mend_store_claim(b, "wb", 30, 10, 0);
-  CHECK(taken && json_array_size(taken) == 1 && strcmp(json_string_value(json_array_get(taken, 0)), "g1") == 0);
+  CHECK(taken && json_array_size(taken) == 1 &&
+        strcmp(json_string_value(json_array_get(taken, 0)), "g1") == 0);
   json_decref(taken);
   CHECK_EQ_INT(mend_store_commit(b), 0);
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM workers"), 1);   /* wb */
@@ -276,7 +295,8 @@ static void test_claimable(void) {
   mend_history_rec h = {"g1", NULL, 3, "step", NULL, "running", 1, NULL, -1, NULL, 0, NULL};
   CHECK_EQ_INT(mend_store_append_history(a, &h), 0);
   CHECK_EQ_INT(mend_store_commit(a), 0);
-  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM workers WHERE owner = 'wa' AND lease_until > 100"), 1);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM workers WHERE owner = 'wa' AND lease_until > 100"),
+               1);
   CHECK_EQ_INT(history_rows(db, "g1"), 0);   /* g1 is b's now */
 
   /* a run whose holder has no row (before schema 7, or a bug): only the thorough look sees it */

@@ -73,7 +73,8 @@ static void test_tokens(void) {
   json_decref(row);
   CHECK(mend_store_token(s, "nope") == NULL);
   CHECK_EQ_INT(mend_store_use_token(s, "d2", "{\"ok\":true}", 8), 0);
-  CHECK_EQ_INT(mend_store_use_token(s, "d1", "{\"ok\":false}", 9), 1);   /* the attempt's answer is in */
+  /* the attempt's answer is in */
+  CHECK_EQ_INT(mend_store_use_token(s, "d1", "{\"ok\":false}", 9), 1);
   CHECK_EQ_INT(mend_store_use_token(s, "d2", "{\"ok\":false}", 9), 1);
   CHECK_EQ_INT(mend_store_use_token(s, "d3", "{\"ok\":true}", 10), 0);   /* attempt 2's own */
   CHECK_EQ_INT(mend_store_commit(s), 0);
@@ -277,7 +278,9 @@ static void test_round_trip(void) {
   json_decref(runs);
 
   /* Updating a run and replacing a step. */
-  CHECK_EQ_INT(mend_store_update_run(s, "r1", "needs_attention", "charge failed", 1, 500, "compensation_failed"), 0);
+  CHECK_EQ_INT(mend_store_update_run(s, "r1", "needs_attention", "charge failed", 1, 500,
+                                     "compensation_failed"),
+               0);
   s1.status = "failed";
   s1.due = -1;
   s1.attempts = 3;
@@ -557,8 +560,10 @@ static void test_run_image(void) {
   if (!s) return;
   image_checks(s);
   sqlite3 *db = raw_open(path);
-  CHECK_EQ_INT(sqlite3_exec(db, "UPDATE steps SET status = 'bogus' WHERE run_id = 'img1' AND idx = 1",
-                            NULL, NULL, NULL), SQLITE_OK);
+  CHECK_EQ_INT(
+      sqlite3_exec(db, "UPDATE steps SET status = 'bogus' WHERE run_id = 'img1' AND idx = 1", NULL,
+                   NULL, NULL),
+      SQLITE_OK);
   sqlite3_close(db);
   mend_run_image img;
   CHECK_EQ_INT(mend_store_run_image(s, "img1", &img), -1);

@@ -41,16 +41,20 @@ static void test_compact_rows(void) {
   own.custom_key = 1;
   CHECK_EQ_INT(mend_store_put_step(s, &own), 0);
   for (long n = 1; n <= 10; n++) {   /* in a group of eight and one by one */
-    mend_history_rec h = {"c1", NULL, (double)n, "step", NULL, "running", 0, NULL, -1, NULL, n, NULL};
+    mend_history_rec h = {"c1", NULL, (double)n, "step", NULL, "running",
+                          0,    NULL, -1,        NULL,   n,    NULL};
     CHECK_EQ_INT(mend_store_append_history(s, &h), 0);
   }
   /* a name labels does not have goes as it is */
-  mend_history_rec odd = {"c1", NULL, 12, "custom", "running", "elsewhere", 0, NULL, -1, NULL, 12, NULL};
+  mend_history_rec odd = {"c1", NULL, 12, "custom", "running", "elsewhere",
+                          0,    NULL, -1, NULL,     12,        NULL};
   CHECK_EQ_INT(mend_store_append_history(s, &odd), 0);
   CHECK_EQ_INT(mend_store_commit(s), 0);
   /* a row from before schema 5, its worker by name */
-  CHECK(sqlite3_exec(db, "INSERT INTO history(run_id, seq, at, event, worker)"
-                         " VALUES('c1', 11, 11, 'note', 'old:2:def')", NULL, NULL, NULL) == SQLITE_OK);
+  CHECK(sqlite3_exec(db,
+                     "INSERT INTO history(run_id, seq, at, event, worker)"
+                     " VALUES('c1', 11, 11, 'note', 'old:2:def')",
+                     NULL, NULL, NULL) == SQLITE_OK);
   /* the number (2: the other worker took 1), kept as text by the column's type: one byte
    * instead of the name's ten */
   CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM history WHERE worker = '2'"), 11);
@@ -86,7 +90,8 @@ static void test_compact_rows(void) {
                SQLITE_OK);
   const char *names[MEND_STEP__COUNT + MEND_RUN__COUNT + 3];
   int n = 0;
-  for (int i = 0; i < MEND_STEP__COUNT; i++) names[n++] = mend_step_status_name((mend_step_status)i);
+  for (int i = 0; i < MEND_STEP__COUNT; i++)
+    names[n++] = mend_step_status_name((mend_step_status)i);
   for (int i = 0; i < MEND_RUN__COUNT; i++) names[n++] = mend_run_status_name((mend_run_status)i);
   for (int i = 0; i < 3; i++) names[n++] = mend_breaker_state_name((mend_breaker_state)i);
   for (int i = 0; i < n; i++) {
@@ -158,7 +163,8 @@ static void test_history_group_binds(void) {
     CHECK_STR((const char *)sqlite3_column_text(q, 4), names[(k + 2) % 5]);
     CHECK(k % 4 ? sqlite3_column_int(q, 5) == (int)n : sqlite3_column_type(q, 5) == SQLITE_NULL);
     CHECK(k % 5 ? error == NULL : error && strcmp(error, "boom") == 0);
-    CHECK(k % 6 ? sqlite3_column_type(q, 7) == SQLITE_NULL : sqlite3_column_double(q, 7) == (double)n / 2);
+    CHECK(k % 6 ? sqlite3_column_type(q, 7) == SQLITE_NULL
+                : sqlite3_column_double(q, 7) == (double)n / 2);
     CHECK(k % 7 ? det == NULL : det && strcmp(det, detail) == 0);
     CHECK(k % 5 ? kind == NULL : kind && strcmp(kind, "fatal") == 0);
     CHECK_STR((const char *)sqlite3_column_text(q, 10), "host:1:grp");
@@ -184,26 +190,30 @@ static void test_history_numbers(void) {
   mend_run_rec r = run_rec("h1", NULL, "running", 1);
   CHECK_EQ_INT(mend_store_insert_run(a, &r), 0);
   for (long n = 1; n <= 3; n++) {
-    mend_history_rec h = {"h1", NULL, (double)n, "step", NULL, "running", 0, NULL, -1, NULL, n, NULL};
+    mend_history_rec h = {"h1", NULL, (double)n, "step", NULL, "running",
+                          0,    NULL, -1,        NULL,   n,    NULL};
     CHECK_EQ_INT(mend_store_append_history(a, &h), 0);
   }
   CHECK_EQ_INT(mend_store_commit(a), 0);
   CHECK_EQ_INT(mend_store_last_history_seq(b, "h1"), 3);
   CHECK_EQ_INT(mend_store_last_history_seq(b, "nobody"), 0);
   /* another process adds a note (no number: the next free one, 4) */
-  mend_history_rec note = {"h1", NULL, 4, "operator", NULL, NULL, 0, NULL, -1, "cancel requested", 0, NULL};
+  mend_history_rec note = {"h1", NULL, 4,  "operator",         NULL, NULL,
+                           0,    NULL, -1, "cancel requested", 0,    NULL};
   CHECK_EQ_INT(mend_store_append_history(b, &note), 0);
   CHECK_EQ_INT(mend_store_commit(b), 0);
   /* the holder's count says 4 and 5: 4 is taken, so its rows become 5 and 6, in order */
   for (long n = 4; n <= 5; n++) {
-    mend_history_rec h = {"h1", NULL, (double)n + 1, "step", "running", "succeeded", 1, NULL, -1, NULL, n, NULL};
+    mend_history_rec h = {"h1", NULL, (double)n + 1, "step", "running", "succeeded", 1,
+                          NULL, -1,   NULL,          n,      NULL};
     CHECK_EQ_INT(mend_store_append_history(a, &h), 0);
   }
   CHECK_EQ_INT(mend_store_commit(a), 0);
   json_t *hist = mend_store_history(a, "h1");
   CHECK(hist && json_array_size(hist) == 6);
   for (size_t i = 0; hist && i < json_array_size(hist); i++)
-    CHECK_EQ_INT(json_integer_value(json_object_get(json_array_get(hist, i), "seq")), (long long)i + 1);
+    CHECK_EQ_INT(json_integer_value(json_object_get(json_array_get(hist, i), "seq")),
+                 (long long)i + 1);
   CHECK_STR(str_field(json_array_get(hist, 3), "event"), "operator");
   CHECK_STR(str_field(json_array_get(hist, 5), "to"), "succeeded");
   json_decref(hist);
@@ -213,7 +223,8 @@ static void test_history_numbers(void) {
   CHECK_EQ_INT(mend_store_append_history(b, &note2), 0);
   CHECK_EQ_INT(mend_store_commit(b), 0);
   for (long n = 7; n <= 18; n++) {
-    mend_history_rec h = {"h1", NULL, 100.0 + (double)n, "step", NULL, "running", 1, NULL, -1, NULL, n, NULL};
+    mend_history_rec h = {"h1", NULL, 100.0 + (double)n, "step", NULL, "running", 1, NULL, -1, NULL,
+                          n,    NULL};
     CHECK_EQ_INT(mend_store_append_history(a, &h), 0);
   }
   CHECK_EQ_INT(mend_store_commit(a), 0);
@@ -242,11 +253,13 @@ static void test_history_numbers(void) {
   hist = mend_store_history(a, "h2");
   CHECK(hist && json_array_size(hist) == 17);
   for (size_t i = 1; hist && i < json_array_size(hist); i++)
-    CHECK_EQ_INT(json_integer_value(json_object_get(json_array_get(hist, i), "attempt")), (long long)i);
+    CHECK_EQ_INT(json_integer_value(json_object_get(json_array_get(hist, i), "attempt")),
+                 (long long)i);
   json_decref(hist);
   /* Without a taken number, sixteen rows go in two statements, numbered as recorded. */
   for (long n = 20; n <= 35; n++) {
-    mend_history_rec h = {"h1", NULL, 100.0 + (double)n, "step", NULL, "running", 1, NULL, -1, NULL, n, NULL};
+    mend_history_rec h = {"h1", NULL, 100.0 + (double)n, "step", NULL, "running", 1, NULL, -1, NULL,
+                          n,    NULL};
     CHECK_EQ_INT(mend_store_append_history(a, &h), 0);
   }
   CHECK_EQ_INT(mend_store_commit(a), 0);

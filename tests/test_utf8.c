@@ -27,7 +27,8 @@ static void fixed_as(const char *in, const char *want, size_t replaced) {
 
 static void it_leaves_valid_text_alone(void) {
   fixed_as("plain ascii", "plain ascii", 0);
-  fixed_as("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", 0);
+  fixed_as("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80",
+           0);
   fixed_as("\xef\xbf\xbf \xf4\x8f\xbf\xbf", "\xef\xbf\xbf \xf4\x8f\xbf\xbf", 0);   /* the limits */
 }
 

@@ -1,8 +1,8 @@
 /*
  * tick_host: what the tests of a host that embeds mend share (test_embed_*, test_tick_account,
- * test_tick_account_edges): writing a workflow file, a run's status read as a host reads it,
- * and the scheduling class of this process's threads by name. Must never: hold a test's
- * checks.
+ * test_tick_account_edges, lock_case.h, test_keys_twice): an engine made or the test ended,
+ * writing a workflow file, a run's status read as a host reads it, and the scheduling class of
+ * this process's threads by name. Must never: hold a test's checks.
  */
 #ifndef MEND_TICK_HOST_H
 #define MEND_TICK_HOST_H
@@ -13,6 +13,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* An engine made with opts, or the test ends (2) saying why. */
+static inline mend_engine *tick_host_engine(const mend_options *opts) {
+  mend_engine *E = NULL;
+  char err[512] = "";
+  int rc = mend_engine_new(opts, &E, err, sizeof err);
+  if (rc != MEND_OK) {
+    fprintf(stderr, "mend_engine_new: %s: %s\n", mend_strerror(rc), err);
+    exit(2);
+  }
+  return E;
+}
 
 /* dir/name.lua holds text, or the test ends (2). */
 static inline void tick_host_write(const char *dir, const char *name, const char *text) {

@@ -75,13 +75,15 @@ struct mend_breaker_slot *mend__breaker_slot(mend_engine *E, const char *key,
 void mend__breaker_changed(mend_run *r, int i, mend_breaker_state before) {
   struct mend_breaker_slot *s = r->wf->steps[i].slot;
   s->spell++;
-  if (mend_store_put_breaker(r->E->store, s->key, &s->b, mend_engine_now(r->E))) mend__store_failed(r->E);
+  if (mend_store_put_breaker(r->E->store, s->key, &s->b, mend_engine_now(r->E)))
+    mend__store_failed(r->E);
   mend__history(r, mend__step_name(r, i), "breaker", mend_breaker_state_name(before),
           mend_breaker_state_name(s->b.state), r->steps[i].attempts, NULL, -1, s->key);
   char msg[300];
   snprintf(msg, sizeof msg, "breaker %s: %s -> %s", s->key, mend_breaker_state_name(before),
            mend_breaker_state_name(s->b.state));
-  mend_engine_log_line(r->E, "warn", r->id, mend__step_name(r, i), r->steps[i].attempts, "breaker", msg);
+  mend_engine_log_line(r->E, "warn", r->id, mend__step_name(r, i), r->steps[i].attempts, "breaker",
+                       msg);
   mend__emit(r->E, json_pack("{s:s, s:s, s:s, s:s, s:s}", "type", "breaker_changed", "key", s->key,
                        "from", mend_breaker_state_name(before), "to",
                        mend_breaker_state_name(s->b.state), "run_id", r->id));
@@ -90,7 +92,8 @@ void mend__breaker_changed(mend_run *r, int i, mend_breaker_state before) {
 int mend__holds_probe(mend_run *r, int i) {
   const step_rt *st = &r->steps[i];
   const struct mend_breaker_slot *s = r->wf->steps[i].slot;
-  return st->probe && s->b.state == MEND_BREAKER_HALF_OPEN && st->probe_spell == (s->spell & 0xfffu);
+  return st->probe && s->b.state == MEND_BREAKER_HALF_OPEN &&
+         st->probe_spell == (s->spell & 0xfffu);
 }
 
 void mend__breaker_outcome(mend_run *r, int i, mend_breaker_outcome outcome) {

@@ -124,9 +124,9 @@ int mend__ask_when(mend_run *r, int i, mend_error_info *info) {
   return yes;
 }
 
-/* Encoding what a step returns (or a map's list) is work the step asked for, held to its limits: each value
- * (made by jansson, then printed) and each byte of its strings and keys is charged, and the
- * document, built outside the state's allocator, must fit in what the memory limit leaves. */
+/* Encoding what a step returns (or a map's list) is work the step asked for, held to its limits:
+ * each value (made by jansson, then printed) and each byte of its strings and keys is charged, and
+ * the document, built outside the state's allocator, must fit in what the memory limit leaves. */
 #define ENCODE_VALUE_BYTES 64u   /* a jansson value, its slot in its parent, malloc's overhead */
 
 typedef struct result_meter {
@@ -549,7 +549,8 @@ void mend__start_attempt(mend_run *r, int compensating) {
   const mend_step_def *def = &r->wf->steps[i];
   /* An ended attempt's state is taken again rather than a new one made (an allocation and
    * its free an attempt: +0.25% of W1's instructions). */
-  mend_attempt *a = E->nspare_attempts ? E->spare_attempts[--E->nspare_attempts] : malloc(sizeof *a);
+  mend_attempt *a =
+      E->nspare_attempts ? E->spare_attempts[--E->nspare_attempts] : malloc(sizeof *a);
   if (!a) {
     mend__breakdown(E, "out of memory for an attempt of run %s", r->id);
     return;

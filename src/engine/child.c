@@ -102,14 +102,16 @@ void mend__start_child(mend_run *r, int i) {
   else if (find_run(E, id)) find_run(E, id)->is_child = 1;   /* started here before */
   if (mend_store_set_parent(E->store, id, r->id, def->name)) mend__store_failed(E);
   char detail[300];
-  snprintf(detail, sizeof detail, "child run %s (%s)%s", id, def->child, existed ? ", started before" : "");
+  snprintf(detail, sizeof detail, "child run %s (%s)%s", id, def->child,
+           existed ? ", started before" : "");
   mend__step_to(r, i, MEND_STEP_WAITING, NULL, -1, detail);
   r->wait_kind = WAIT_EVENT;
   mend__park_soon(r);   /* a child may take days: its parent waits out of memory meanwhile */
   if (existed) ended_before(E, id);
   if (mend__take_child(r, i)) return;
   /* a branch found running after a restart, its group failed for good meanwhile */
-  if (mend__group_stopping(r) && r->cur == i && st->status == MEND_STEP_WAITING) mend__stop_child(r, i);
+  if (mend__group_stopping(r) && r->cur == i && st->status == MEND_STEP_WAITING)
+    mend__stop_child(r, i);
 }
 
 /* Puts a child's end in its parent's inbox, in this batch, and wakes the parent when it is
@@ -225,7 +227,8 @@ int mend__take_child(mend_run *r, int i) {
     long long seq;
     char *payload, *key;
     int found = mend_store_next_event(E->store, r->id, name, &seq, &payload, &key);
-    if (found == 0 && def->group < 0)   /* one stored under the old name, for the one step waiting */
+    /* one stored under the old name, for the one step waiting */
+    if (found == 0 && def->group < 0)
       found = mend_store_next_event(E->store, r->id, CHILD_EVENT, &seq, &payload, &key);
     if (found < 0) mend__store_failed(E);
     if (found <= 0) return 0;

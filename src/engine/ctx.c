@@ -46,7 +46,8 @@ void mend__push_ctx_for(mend_run *r, int i, int compensating) {
   if (item_name) lua_pushstring(L, item_name);
   else lua_rawgeti(L, LUA_REGISTRYINDEX, def->name_ref);
   lua_setfield(L, -2, "step");
-  lua_pushinteger(L, compensating ? st->comp_attempts : st->attempts); lua_setfield(L, -2, "attempt");
+  lua_pushinteger(L, compensating ? st->comp_attempts : st->attempts);
+  lua_setfield(L, -2, "attempt");
   if (st->custom_key) lua_pushstring(L, st->idem_key);
   else push_default_key(L, r->id, item_name ? item_name : def->name);
   lua_setfield(L, -2, "idempotency_key");
@@ -182,6 +183,7 @@ void mend__make_ctx_metatable(mend_engine *E) {
   lua_setfield(L, -2, "compensating");   /* what ctx.compensating reads outside compensate */
   lua_setfield(L, -2, "__index");
   lua_pushliteral(L, "ctx");
-  lua_setfield(L, -2, "__metatable");   /* every run's ctx shares it: not workflow code's to change */
+  /* every run's ctx shares it: not workflow code's to change */
+  lua_setfield(L, -2, "__metatable");
   E->ctx_mt_ref = luaL_ref(L, LUA_REGISTRYINDEX);
 }

@@ -181,14 +181,16 @@ int mend_engine_tick_with(mend_engine *E, double budget, mend_engine_tick_info *
   E->tick_pickup_seconds += t_work - start;
   int turns = 0;
   do {
-    if (mend__turn_has_work(E)) mend__kick(E);   /* a write outside any run (a load) needs a turn too */
+    /* a write outside any run (a load) needs a turn too */
+    if (mend__turn_has_work(E)) mend__kick(E);
     E->timers.fire_deadline = E->turn_deadline - mend__tick_next_piece(E);
     uv_run(E->loop, UV_RUN_NOWAIT);   /* I/O, due timers, and one pump turn */
     E->timers.fire_deadline = 0;
     turns++;
   } while (!E->broken && mend__turn_has_work(E) &&   /* not while only the writer thread works */
            (!E->writer || tick_turn_again(E)) &&
-           !mend__writer_holds_batch(E) &&   /* the actions left would wait for it: the next tick's */
+           /* the actions left would wait for it: the next tick's */
+           !mend__writer_holds_batch(E) &&
            mend_real_now() + mend__tick_next_piece(E) < E->turn_deadline);
   double t_send = mend_real_now();
   if (!E->broken) mend__looks_send(E);   /* its round trip in the frame's gap */
@@ -227,7 +229,9 @@ int mend_engine_tick_with(mend_engine *E, double budget, mend_engine_tick_info *
   return E->broken ? -1 : turns;
 }
 
-int mend_engine_tick_for(mend_engine *E, double budget) { return mend_engine_tick_with(E, budget, NULL); }
+int mend_engine_tick_for(mend_engine *E, double budget) {
+  return mend_engine_tick_with(E, budget, NULL);
+}
 
 /* HTTP requests and child processes answer on the loop, at no time a timer knows: a host that
  * ticks is asked back soon while any is in flight. */
@@ -311,7 +315,8 @@ int mend_engine_run(mend_engine *E) {
 }
 
 static void drain(mend_engine *E) {
-  while (!E->broken && (E->ready_head || (mend__has_ready_work(E) && !mend__lock_waiting(E)))) mend__pump_turn(E);
+  while (!E->broken && (E->ready_head || (mend__has_ready_work(E) && !mend__lock_waiting(E))))
+    mend__pump_turn(E);
 }
 
 int mend_engine_advance(mend_engine *E, double seconds) {

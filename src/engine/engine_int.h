@@ -456,7 +456,8 @@ void mend__loop_once(mend_engine *E);
 void mend__dead_letter(mend_run *r, const char *reason, int step, const char *error,
                        const char *detail);
 void mend__history(mend_run *r, const char *step, const char *event, const char *from,
-                   const char *to, int attempt, const char *error, double delay, const char *detail);
+                   const char *to, int attempt, const char *error, double delay,
+                   const char *detail);
 double mend__history_time(mend_run *r);
 void mend__run_to(mend_run *r, mend_run_status to);
 const char *mend__step_name(mend_run *r, int i);
@@ -629,7 +630,9 @@ static inline mend_run *mend__root(mend_run *r) {
   return p ? p : r;
 }
 /* The step after step i going forward: past a group's branches. */
-static inline int mend__next_top(const mend_workflow *wf, int i) { return i + 1 + wf->steps[i].nbranches; }
+static inline int mend__next_top(const mend_workflow *wf, int i) {
+  return i + 1 + wf->steps[i].nbranches;
+}
 
 /* ---- events.c: steps that wait for events; the inbox */
 void mend__await_event(mend_run *r, int i);

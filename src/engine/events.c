@@ -3,9 +3,9 @@
  * 11). Owns sending an event to a run's inbox (by run id or run key), a step's wait (its
  * status, its due time for the timeout), taking the oldest event of that name from the inbox
  * as the step's result (or the one a look read ahead found: lookahead.c asks, this takes), and
- * a worker's look for events other processes sent to the runs it holds. Must never: consume an event in a batch other than the one that records the step's
- * success (both commit or neither); consume one twice, or out of the order sent; keep a
- * coroutine for a waiting run.
+ * a worker's look for events other processes sent to the runs it holds. Must never: consume an
+ * event in a batch other than the one that records the step's success (both commit or neither);
+ * consume one twice, or out of the order sent; keep a coroutine for a waiting run.
  */
 #include "engine_int.h"
 
@@ -91,8 +91,11 @@ static int take_event_as(mend_run *r, int i, int committed) {
    * as the step before takes its event (a look's answer picked up) looks there too. */
   if (own && mend__look_ahead(r, i)) return 0;
   own = own && r->took_seq <= mend_store_durable_seq(E->store);
-  int found = own ? mend_store_next_committed_event(E->store, r->id, def->wait_for, &seq, &payload, &key) : 2;
-  if (found == 2) found = mend_store_next_event(E->store, r->id, def->wait_for, &seq, &payload, &key);
+  int found =
+      own ? mend_store_next_committed_event(E->store, r->id, def->wait_for, &seq, &payload, &key)
+          : 2;
+  if (found == 2)
+    found = mend_store_next_event(E->store, r->id, def->wait_for, &seq, &payload, &key);
   if (found < 0) mend__store_failed(E);
   if (found <= 0) return 0;
   return mend__take_looked_event(r, i, seq, payload, key);
@@ -128,7 +131,8 @@ int mend__take_looked_event(mend_run *r, int i, long long seq, char *payload, ch
   if (mend_store_consume_event(E->store, r->id, seq, def->name, mend_engine_now(E)))
     mend__store_failed(E);
   r->took_seq = mend_store_open_seq(E->store);
-  json_t *what = json_pack("{s:s, s:s?, s:I}", "name", def->wait_for, "key", key, "seq", (json_int_t)seq);
+  json_t *what =
+      json_pack("{s:s, s:s?, s:I}", "name", def->wait_for, "key", key, "seq", (json_int_t)seq);
   /* json_dumps was a third of taking an event inside a tick; the same bytes from a kept buffer */
   const char *detail = what ? mend_flatjson(what, &E->event_detail) : NULL;
   char *own = what && !detail ? json_dumps(what, JSON_COMPACT) : NULL;
@@ -136,7 +140,8 @@ int mend__take_looked_event(mend_run *r, int i, long long seq, char *payload, ch
   mend__history(r, def->name, "event", NULL, NULL, st->attempts, NULL, -1, detail ? detail : own);
   free(own);
   char msg[300];
-  snprintf(msg, sizeof msg, "event %s%s%s consumed", def->wait_for, key ? " key " : "", key ? key : "");
+  snprintf(msg, sizeof msg, "event %s%s%s consumed", def->wait_for, key ? " key " : "",
+           key ? key : "");
   mend_engine_log_line(E, "info", r->id, def->name, st->attempts, "event", msg);
   free(key);
   st->due = -1;
@@ -145,7 +150,8 @@ int mend__take_looked_event(mend_run *r, int i, long long seq, char *payload, ch
   mend__set_str(&st->error, NULL);
   mend__step_to(r, i, MEND_STEP_SUCCEEDED, NULL, -1, NULL);
   mend__set_result(r, i);
-  mend__after_success(r, i, 0);   /* the next step's writes join this batch; its execute waits for it */
+  /* the next step's writes join this batch; its execute waits for it */
+  mend__after_success(r, i, 0);
   if (E->turn_deadline > 0) E->tick_delivered++;
   return 1;
 }
@@ -497,8 +503,9 @@ static int send_event(mend_engine *E, const char *id, const char *run_key, const
     free(text);
     if (rc == NOT_RECORDED || rc == 0) {
       mend_errorf(err, errlen, "%s%s", lock_msg,
-                  rc == 0 ? "; the event is kept and sent once the lock goes: do not send it again"
-                          : "; nothing of this event was written: send it again once the lock goes");
+                  rc == 0
+                      ? "; the event is kept and sent once the lock goes: do not send it again"
+                      : "; nothing of this event was written: send it again once the lock goes");
       return rc == 0 ? MEND_EVENT_EDEFERRED : MEND_EVENT_ESTORE;
     }
     return rc;

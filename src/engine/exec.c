@@ -129,7 +129,10 @@ int mend_engine_exec(lua_State *L, char *err, int errlen) {
   /* made before the child, which it must hold once started */
   if (!mend__run_cold(r)) { snprintf(err, (size_t)errlen, "out of memory"); return -1; }
   int n = (int)luaL_len(L, 1);
-  if (n < 1) { snprintf(err, (size_t)errlen, "needs a program: mend.exec{ \"prog\", \"arg\", ... }"); return -1; }
+  if (n < 1) {
+    snprintf(err, (size_t)errlen, "needs a program: mend.exec{ \"prog\", \"arg\", ... }");
+    return -1;
+  }
   char **args = calloc((size_t)n + 1, sizeof *args);
   for (int k = 0; k < n; k++) {
     lua_geti(L, 1, k + 1);

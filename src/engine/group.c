@@ -149,10 +149,12 @@ static void pump(mend_run *r) {
         taken |= G->lanes[k]->cur == b && !G->lanes[k]->cold->item;
       if (taken) continue;
       if (G->stopping && st->status != MEND_STEP_RUNNING &&
-          !(st->status == MEND_STEP_WAITING && (r->wf->steps[b].child || r->wf->steps[b].wait_token))) {
+          !(st->status == MEND_STEP_WAITING &&
+            (r->wf->steps[b].child || r->wf->steps[b].wait_token))) {
         if (st->status != MEND_STEP_PENDING) {
           r->steps[b].due = -1;
-          mend__step_to(r, b, MEND_STEP_PENDING, NULL, -1, "stopped: another branch failed for good");
+          mend__step_to(r, b, MEND_STEP_PENDING, NULL, -1,
+                        "stopped: another branch failed for good");
         }
         continue;
       }
@@ -193,8 +195,10 @@ void mend__group_forward(mend_run *r, int g) {
     /* retried from the dead-letter queue: its branches that failed get fresh attempts */
     mend__step_to(r, g, MEND_STEP_PENDING, NULL, -1, "retried");
     for (int b = g + 1; b <= g + def->nbranches; b++)
-      if (r->steps[b].status == MEND_STEP_FAILED) mend__step_to(r, b, MEND_STEP_PENDING, NULL, -1, "retried");
-    struct map_state *ms = mend__map_of(r, g);   /* a map keeps its list; its failed items go again */
+      if (r->steps[b].status == MEND_STEP_FAILED)
+        mend__step_to(r, b, MEND_STEP_PENDING, NULL, -1, "retried");
+    /* a map keeps its list; its failed items go again */
+    struct map_state *ms = mend__map_of(r, g);
     for (int k = 0; ms && k < ms->n; k++)
       if (ms->items[k].status == MEND_STEP_FAILED) {
         ms->items[k].status = MEND_STEP_PENDING;
@@ -207,13 +211,14 @@ void mend__group_forward(mend_run *r, int g) {
     if (is_map(r, g) && !mend__map_of(r, g) && mend__map_begin(r, g)) return;
     char detail[120];
     snprintf(detail, sizeof detail, "%d %s, at most %d at once",
-             is_map(r, g) ? mend__map_of(r, g)->n : def->nbranches, is_map(r, g) ? "items" : "branches",
-             def->max_concurrency);
+             is_map(r, g) ? mend__map_of(r, g)->n : def->nbranches,
+             is_map(r, g) ? "items" : "branches", def->max_concurrency);
     st->attempts++;
     mend__step_to(r, g, MEND_STEP_RUNNING, NULL, -1, detail);
   }
   if (is_map(r, g) && !mend__map_of(r, g)) {
-    mend__breakdown(r->E, "bug: run %s: map %s is running but its list is not known", r->id, def->name);
+    mend__breakdown(r->E, "bug: run %s: map %s is running but its list is not known", r->id,
+                    def->name);
     return;
   }
   if (G->g != g) {
@@ -238,8 +243,11 @@ void mend__group_settle(mend_run *r) {
     mend_error_info info = G->info;
     info.message = msg;
     char detail[300];
-    if (is_map(r, g)) snprintf(detail, sizeof detail, "item %d failed for good", G->fail_branch + 1);
-    else snprintf(detail, sizeof detail, "branch %s failed for good", r->wf->steps[G->fail_branch].branch);
+    if (is_map(r, g))
+      snprintf(detail, sizeof detail, "item %d failed for good", G->fail_branch + 1);
+    else
+      snprintf(detail, sizeof detail, "branch %s failed for good",
+               r->wf->steps[G->fail_branch].branch);
     mend__step_err_to(r, g, MEND_STEP_FAILED, &info, msg, -1, detail);
     mend__fail_run(r, is_map(r, g) ? g : G->fail_branch, &info, msg ? msg : "", 0);
     free(msg);
@@ -377,7 +385,8 @@ void mend__lane_failed(mend_run *l, int i, const mend_error_info *info, const ch
     for (int k = 0; k < G->nlanes; k++) {
       if (G->lanes[k]->cur < 0) continue;
       /* saga.c's forward of a stopping lane: stop_child, or the token's outcome or a stop */
-      if (child_waits(G->lanes[k]) || token_waits(G->lanes[k])) mend__queue(G->lanes[k], ACT_ADVANCE);
+      if (child_waits(G->lanes[k]) || token_waits(G->lanes[k]))
+        mend__queue(G->lanes[k], ACT_ADVANCE);
       else if (!in_flight(G->lanes[k])) stop_lane(G->lanes[k]);
     }
   }
@@ -436,8 +445,10 @@ void mend__group_stop(mend_run *r, const char *why) {
       mend__step_err_to(l, b, MEND_STEP_FAILED, &info, why, -1, NULL);
       l->steps[b].compensate_self = 1;
       note_done(r, b);
-    } else if (l->steps[b].status == MEND_STEP_RUNNING) mend__step_to(l, b, MEND_STEP_FAILED, why, -1, NULL);
-    else if (l->steps[b].status != MEND_STEP_PENDING) mend__step_to(l, b, MEND_STEP_PENDING, NULL, -1, why);
+    } else if (l->steps[b].status == MEND_STEP_RUNNING)
+      mend__step_to(l, b, MEND_STEP_FAILED, why, -1, NULL);
+    else if (l->steps[b].status != MEND_STEP_PENDING)
+      mend__step_to(l, b, MEND_STEP_PENDING, NULL, -1, why);
     l->cur = -1;
   }
   G->g = -1;
@@ -494,7 +505,8 @@ int mend__group_backward(mend_run *r, int g) {
     else mend__queue(r, ACT_COMPENSATE);
     return 1;
   }
-  if (gs->status == MEND_STEP_COMPENSATING) mend__step_to(r, g, MEND_STEP_COMPENSATED, NULL, -1, NULL);
+  if (gs->status == MEND_STEP_COMPENSATING)
+    mend__step_to(r, g, MEND_STEP_COMPENSATED, NULL, -1, NULL);
   r->cur = g;
   return 0;
 }
@@ -525,7 +537,8 @@ void mend__group_restore(mend_run *r, const mend_run_image *img) {
   for (int k = 0; k < img->nsteps; k++) {
     const mend_step_image *so = &img->steps[k];
     long long idx = so->idx;
-    struct map_state *ms = idx >= MEND_MAP_ROWS ? mend__map_of(r, (int)(idx / MEND_MAP_ROWS) - 1) : NULL;
+    struct map_state *ms =
+        idx >= MEND_MAP_ROWS ? mend__map_of(r, (int)(idx / MEND_MAP_ROWS) - 1) : NULL;
     int n = (int)(idx % MEND_MAP_ROWS);
     if (!ms || n >= ms->n) continue;
     step_rt *st = &ms->items[n];
@@ -558,7 +571,9 @@ void mend__group_restore(mend_run *r, const mend_run_image *img) {
     lua_newtable(L);
     for (int n = 0; n < ms->n; n++) {
       const step_rt *st = &ms->items[n];
-      if (!st->result || (st->status != MEND_STEP_SUCCEEDED && st->status != MEND_STEP_COMPENSATING)) continue;
+      if (!st->result ||
+          (st->status != MEND_STEP_SUCCEEDED && st->status != MEND_STEP_COMPENSATING))
+        continue;
       char err[200];
       if (mend_json_decode(L, st->result, strlen(st->result), err, sizeof err)) lua_pushnil(L);
       lua_rawseti(L, -2, n + 1);

@@ -128,8 +128,8 @@ int mend__resume_answered(mend_engine *E) {
 int mend_host_return(mend_host_call *call, const char *result_json, char *err, int errlen) {
   json_t *v = json_null();
   if (result_json) {
-    v = mend_json_load(result_json, strlen(result_json), JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES, err,
-                       errlen);
+    v = mend_json_load(result_json, strlen(result_json), JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES,
+                       err, errlen);
     if (!v) return -1;
   }
   answer(call, v, NULL);
@@ -237,7 +237,8 @@ void mend__forget_host_calls(mend_engine *E) {
     c->E = NULL;
     c->run = NULL;
   }
-  for (mend_host_call *c = E->answered_head, *next; c; c = next) {   /* answered: no one holds them */
+  /* answered: no one holds them */
+  for (mend_host_call *c = E->answered_head, *next; c; c = next) {
     next = c->next;
     json_decref(c->result);
     json_decref(c->error);

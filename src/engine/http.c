@@ -178,7 +178,8 @@ static int on_socket(CURL *easy, curl_socket_t fd, int what, void *ud, void *soc
   if (what & CURL_POLL_OUT) ev |= UV_WRITABLE;
   s->idle = 0;
   uv_ref((uv_handle_t *)&s->poll);
-  if (ev == s->events) return 0;   /* uv_poll_start takes the socket out of epoll and puts it back */
+  /* uv_poll_start takes the socket out of epoll and puts it back */
+  if (ev == s->events) return 0;
   uv_poll_start(&s->poll, ev, on_poll);
   s->events = ev;
   return 0;
@@ -495,7 +496,8 @@ static void push_outcome(mend_run *r, http_req *q, CURLcode rc) {
   }
   long status = 0;
   curl_easy_getinfo(q->easy, CURLINFO_RESPONSE_CODE, &status);
-  char *digits = digits_before(what + sizeof what - 1, (unsigned long long)(status < 0 ? 0 : status));
+  char *digits =
+      digits_before(what + sizeof what - 1, (unsigned long long)(status < 0 ? 0 : status));
   what[sizeof what - 1] = '\0';
   note(r, q, digits);
   int kind = -1;   /* -1: returned */

@@ -7,8 +7,8 @@
  * of these. Such an address is refused unless the allow-list names it as an address, or names
  * `localhost` (which allows loopback). So is an address this machine delivers to itself (an
  * interface's, eth0's 10.0.0.5 or fd00::2, or a local route's): a listener of the host's bound
- * to 0.0.0.0 or :: answers there as on loopback; `localhost` allows these too. The check is made on the
- * address curl is about to connect to (its open-socket callback, http.c), never by a resolve
+ * to 0.0.0.0 or :: answers there as on loopback; `localhost` allows these too. The check is made on
+ * the address curl is about to connect to (its open-socket callback, http.c), never by a resolve
  * of its own: a name that answers one address to a check and another to the connect gains
  * nothing. Private ranges (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7) but this
  * machine's own addresses are allowed: they are other machines, which is what an allow-list of
@@ -21,26 +21,23 @@
  * address, which allows that address's every port. Allowing a proxy's address for the proxy
  * alone would need to know which requests curl sends through it (no_proxy, the scheme,
  * httpoxy's upper-case rule).
- * Whether an address is this machine's own is the kernel's answer, asked at each connection: a
- * netlink RTM_GETROUTE for it, TCP and its port (what `ip route get ADDR ipproto tcp dport N`
- * asks, as the connect's own lookup does) answers the route of type RTN_LOCAL
- * for every address this host delivers to itself: its interfaces' addresses, one taken a
- * moment ago, and those of a local route (AnyIP: `ip route add local 198.51.100.0/24 dev lo`),
- * which no list of interface addresses holds. On a socket kept open it costs 8-17 us a new
- * connection (a socket of its own each time 33-37, getifaddrs 73-119 a read: bench/route_local.c
- * on this 2-core VM under load, bench/README.md), beside the connection's own handshake: no
- * list is kept, and there is no window in which an address is new.
+ * Whether an address is this machine's own is the kernel's answer, asked at each connection
+ * (route_query.c: a netlink RTM_GETROUTE for it, TCP and its port, answered RTN_LOCAL for every
+ * address this host delivers to itself, those of a local route too, AnyIP's
+ * `ip route add local 198.51.100.0/24 dev lo`, which no list of interface addresses holds).
+ * On a socket kept open it costs 8-17 us a new connection (a socket of its own each time
+ * 33-37, getifaddrs 73-119 a read: bench/route_local.c on this 2-core VM under load,
+ * bench/README.md), beside the connection's own handshake: no list is kept, and there is no
+ * window in which an address is new.
  * A query that fails (no descriptor or memory left) leaves the address unknown: the connection
  * is refused, retryable, saying why.
  * Must never: resolve a name itself (the target's or a proxy's); refuse an address the
  * allow-list names.
  */
 #include "http_int.h"
+#include "route_query.h"
 
 #include <arpa/inet.h>
-#include <errno.h>
-#include <linux/netlink.h>
-#include <linux/rtnetlink.h>
 #include <netinet/in.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -71,7 +68,7 @@ static int is_v4(const unsigned char a[16]) {
 }
 
 /* 1: loopback (or `localhost`'s), 2: unspecified, link-local or a metadata service; 0: other
- * (which may still be one this machine delivers to itself: route_local). */
+ * (which may still be one this machine delivers to itself: mend__route_local). */
 static int local_kind(const unsigned char a[16]) {
   if (is_v4(a)) {
     const unsigned char *v = a + 12;
@@ -104,91 +101,6 @@ static int in_list(unsigned char (*v)[16], int n, const unsigned char a[16]) {
   for (int k = 0; k < n; k++)
     if (memcmp(v[k], a, 16) == 0) return 1;
   return 0;
-}
-
-/* Whether the kernel delivers a to this host: 1 it does (its route is RTN_LOCAL), 0 it does
- * not (another route, or none: the connect would fail), -errno the query failed. The socket is
- * kept for the next query (H->route_fd; closed after a failure, opened again at the next). The
- * reply is made as the request is sent (rtnetlink answers in the sender's call), so the read
- * never waits: nothing there is a failure, never a wait on the loop. A reply left from a query
- * that failed is read past by its sequence number. */
-/* An attribute at *off in attr (a request's attributes), *off moved past it. */
-static void put_attr(unsigned char *attr, size_t *off, unsigned short type, const void *v,
-                     size_t n) {
-  struct rtattr at = {.rta_len = (unsigned short)RTA_LENGTH(n), .rta_type = type};
-  memcpy(attr + *off, &at, sizeof at);
-  memcpy(attr + *off + RTA_LENGTH(0), v, n);
-  *off += RTA_SPACE(n);
-}
-
-/* The query asks what the connect's own lookup asks: the destination, TCP, the port (policy
- * rules may select on protocol and port, `ip rule ... ipproto tcp dport 80`), as the engine's
- * user (the kernel's default for a query). */
-static int route_local(struct mend_http *H, const unsigned char a[16], uint16_t port_be) {
-  int v4 = is_v4(a);
-  size_t alen = v4 ? 4 : 16;
-  struct {
-    struct nlmsghdr nh;
-    struct rtmsg rt;
-    unsigned char attr[RTA_SPACE(16) + RTA_SPACE(1) + RTA_SPACE(2)];
-  } req;
-  memset(&req, 0, sizeof req);
-  req.nh.nlmsg_type = RTM_GETROUTE;
-  req.nh.nlmsg_flags = NLM_F_REQUEST;
-  req.nh.nlmsg_seq = ++H->route_seq;
-  req.rt.rtm_family = v4 ? AF_INET : AF_INET6;
-  req.rt.rtm_dst_len = (unsigned char)(alen * 8);
-  unsigned char tcp = IPPROTO_TCP;
-  size_t off = 0;
-  put_attr(req.attr, &off, RTA_DST, v4 ? a + 12 : a, alen);
-  put_attr(req.attr, &off, RTA_IP_PROTO, &tcp, 1);
-  put_attr(req.attr, &off, RTA_DPORT, &port_be, 2);
-  req.nh.nlmsg_len = (unsigned)(NLMSG_LENGTH(sizeof req.rt) + off);
-
-  if (H->route_fd <= 0) {
-    int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
-    if (fd < 0) return errno ? -errno : -EIO;
-    H->route_fd = fd + 1;
-  }
-  int fd = H->route_fd - 1;
-  struct sockaddr_nl kernel = {.nl_family = AF_NETLINK};
-  int out = -EPROTO;
-  if (sendto(fd, &req, req.nh.nlmsg_len, 0, (struct sockaddr *)&kernel, sizeof kernel) < 0) {
-    out = errno ? -errno : -EIO;
-    goto failed;
-  }
-  /* a route's reply is some hundred bytes; aligned for the headers read in place */
-  union { struct nlmsghdr nh; unsigned char b[8192]; } buf;
-  for (int reads = 0; reads < 8; reads++) {
-    struct sockaddr_nl from;
-    socklen_t fromlen = sizeof from;
-    ssize_t got = recvfrom(fd, buf.b, sizeof buf.b, MSG_DONTWAIT, (struct sockaddr *)&from,
-                           &fromlen);
-    if (got < 0) {
-      out = errno ? -errno : -EIO;
-      goto failed;
-    }
-    if (from.nl_pid != 0) continue;   /* not the kernel's */
-    int left = (int)got;
-    for (struct nlmsghdr *h = &buf.nh; NLMSG_OK(h, left); h = NLMSG_NEXT(h, left)) {
-      if (h->nlmsg_seq != req.nh.nlmsg_seq) continue;
-      if (h->nlmsg_type == NLMSG_ERROR &&
-          h->nlmsg_len >= NLMSG_LENGTH(sizeof(struct nlmsgerr))) {
-        int e = -((struct nlmsgerr *)NLMSG_DATA(h))->error;
-        /* no route, an unreachable or a prohibit one: nothing here answers there */
-        if (e == ENETUNREACH || e == EHOSTUNREACH || e == EACCES) return 0;
-        /* any other answer (a blackhole route's EINVAL among them) leaves the address unknown,
-         * refused; the socket answered and is kept */
-        return e > 0 ? -e : -EPROTO;
-      }
-      if (h->nlmsg_type == RTM_NEWROUTE && h->nlmsg_len >= NLMSG_LENGTH(sizeof(struct rtmsg)))
-        return ((struct rtmsg *)NLMSG_DATA(h))->rtm_type == RTN_LOCAL;
-    }
-  }
-failed:
-  close(fd);
-  H->route_fd = 0;
-  return out;
 }
 
 void mend__http_addr_free(struct mend_http *H) {
@@ -233,7 +145,7 @@ int mend__http_addr_refused(struct mend_http *H, const struct sockaddr *sa, char
   if (kind == 0) {
     uint16_t port = sa->sa_family == AF_INET ? ((const struct sockaddr_in *)sa)->sin_port
                                              : ((const struct sockaddr_in6 *)sa)->sin6_port;
-    int local = route_local(H, a, port);
+    int local = mend__route_local(&H->route_fd, &H->route_seq, a, port);
     if (local < 0) H->route_err = -local, kind = 3;           /* may be this machine's */
     else if (local) kind = 1;                                 /* this machine's, as loopback */
   }

@@ -371,9 +371,13 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
   }
   for (size_t k = 0; k <= mn; k++) q->method[k] = (char)toupper((unsigned char)method[k]);
   for (size_t k = 0; k < mn; k++)
-    if (!isalpha((unsigned char)q->method[k])) { snprintf(err, (size_t)errlen, "bad method \"%s\"", method); return -1; }
+    if (!isalpha((unsigned char)q->method[k])) {
+      snprintf(err, (size_t)errlen, "bad method \"%s\"", method);
+      return -1;
+    }
   lua_pop(L, 1);
-  if (!q->body) {   /* a reused handle's last request may have had a body: as a new handle has none */
+  /* a reused handle's last request may have had a body: as a new handle has none */
+  if (!q->body) {
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, NULL);
     curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)-1);
     curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
@@ -428,7 +432,10 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
       if (strcasecmp(name, "accept-encoding") == 0) {
         q->dirty = 1;
         curl_easy_setopt(q->easy, CURLOPT_ACCEPT_ENCODING, lua_tostring(L, -1));   /* copied */
-      } else if (add_header(q, name, lua_tostring(L, -1))) { snprintf(err, (size_t)errlen, "out of memory"); return -1; }
+      } else if (add_header(q, name, lua_tostring(L, -1))) {
+        snprintf(err, (size_t)errlen, "out of memory");
+        return -1;
+      }
       lua_pop(L, 1);
     }
   } else if (ht != LUA_TNIL) {

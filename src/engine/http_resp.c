@@ -178,7 +178,8 @@ static void settle(lua_State *L, int idx, resp_rec *rec) {
 static void make(lua_State *L, int idx, resp_rec *rec, int rec_idx, int which) {
   if (which) push_headers(L, rec);
   else push_json(L, rec, rec_idx);
-  lua_pushstring(L, which ? "headers" : "json");   /* raw: the key is absent, __newindex would run */
+  /* raw: the key is absent, __newindex would run */
+  lua_pushstring(L, which ? "headers" : "json");
   lua_pushvalue(L, -2);
   lua_rawset(L, idx);   /* may grow the table: a memory error here leaves the field to make */
   if (which) rec->headers_done = 1;

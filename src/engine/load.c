@@ -79,7 +79,8 @@ static mend_workflow *load_text(mend_engine *E, const char *text, size_t len, co
     E->loading_code--;
     if (status != LUA_OK && lim.tripped) {
       char why[200];
-      mend_errorf(err, errlen, "%s: %s while it loaded", path, mend_limits_message(&lim, why, sizeof why));
+      mend_errorf(err, errlen, "%s: %s while it loaded", path,
+                  mend_limits_message(&lim, why, sizeof why));
       lua_settop(L, top);
       return NULL;
     }

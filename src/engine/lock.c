@@ -22,8 +22,8 @@
  * process stopped mid-write). Nothing is lost: the batch stays recorded and nothing it
  * announces runs until it commits (the write-ahead rule), so the runs simply wait. Without a
  * writer thread the commit is tried again on a timer, 50 ms doubling to 1 s; the writer thread
- * retries its batch by itself (src/store/writer.c). Either way a warning is logged every few seconds,
- * and a line when the lock goes. Leases are not renewed meanwhile: a lock longer than the
+ * retries its batch by itself (src/store/writer.c). Either way a warning is logged every few
+ * seconds, and a line when the lock goes. Leases are not renewed meanwhile: a lock longer than the
  * lease is a stall like any other, and the fence sorts out what another worker took. */
 
 /* The timer is due on the loop's clock, cached as the turn that armed it began, while the

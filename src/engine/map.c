@@ -54,7 +54,8 @@ void mend__map_pump(mend_run *r, int busy) {
   int max = r->wf->steps[G->g].max_concurrency;
   for (int k = 0; !ms->resumed && k < ms->n && !r->E->broken; k++) {
     const step_rt *st = &ms->items[k];
-    if (mend__settled(st->status) || (st->status == MEND_STEP_PENDING && st->attempts == 0)) continue;
+    if (mend__settled(st->status) || (st->status == MEND_STEP_PENDING && st->attempts == 0))
+      continue;
     /* stopping since before a restart: only the items found running go again (group.c) */
     if (G->stopping && st->status != MEND_STEP_RUNNING) continue;
     mend_run *l = mend__idle_lane(r);
@@ -85,7 +86,8 @@ struct map_state *mend__map_add(mend_run *r, int m, const char *json) {
     ? realloc(G->maps, (size_t)(G->nmaps + 1) * sizeof *more) : NULL;
   if (!more) {
     json_decref(list);
-    mend__breakdown(E, "run %s: the list of map %s cannot be read back", r->id, r->wf->steps[m].name);
+    mend__breakdown(E, "run %s: the list of map %s cannot be read back", r->id,
+                    r->wf->steps[m].name);
     return NULL;
   }
   G->maps = more;
@@ -98,7 +100,8 @@ struct map_state *mend__map_add(mend_run *r, int m, const char *json) {
     free(ms->items);
     free(ms->done);
     json_decref(list);
-    mend__breakdown(E, "run %s: out of memory for the items of map %s", r->id, r->wf->steps[m].name);
+    mend__breakdown(E, "run %s: out of memory for the items of map %s", r->id,
+                    r->wf->steps[m].name);
     return NULL;
   }
   json_decref(list);
@@ -177,10 +180,12 @@ void mend__set_item_result(mend_run *l) {
 void mend__map_settle(mend_run *r, int m) {
   struct map_state *ms = mend__map_of(r, m);
   size_t len = 3;
-  for (int k = 0; k < ms->n; k++) len += strlen(ms->items[k].result ? ms->items[k].result : "null") + 1;
+  for (int k = 0; k < ms->n; k++)
+    len += strlen(ms->items[k].result ? ms->items[k].result : "null") + 1;
   char *text = malloc(len);
   if (!text) {
-    mend__breakdown(r->E, "out of memory for the result of map %s of run %s", r->wf->steps[m].name, r->id);
+    mend__breakdown(r->E, "out of memory for the result of map %s of run %s", r->wf->steps[m].name,
+                    r->id);
     return;
   }
   size_t at = 0;
@@ -243,7 +248,8 @@ int mend__map_backward(mend_run *r, int m) {
     struct ended *e = malloc((size_t)ms->n * sizeof *e + 1);
     if (!ms->order || !e) {
       free(e);
-      mend__breakdown(r->E, "out of memory compensating map %s of run %s", r->wf->steps[m].name, r->id);
+      mend__breakdown(r->E, "out of memory compensating map %s of run %s", r->wf->steps[m].name,
+                      r->id);
       return 1;
     }
     for (int k = 0; k < ms->n; k++) e[k] = (struct ended){ms->done[k], k};
@@ -279,7 +285,8 @@ int mend__map_backward(mend_run *r, int m) {
     }
     return 1;
   }
-  if (gs->status == MEND_STEP_COMPENSATING) mend__step_to(r, m, MEND_STEP_COMPENSATED, NULL, -1, NULL);
+  if (gs->status == MEND_STEP_COMPENSATING)
+    mend__step_to(r, m, MEND_STEP_COMPENSATED, NULL, -1, NULL);
   G->g = -1;
   r->cur = m;
   return 0;

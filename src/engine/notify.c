@@ -25,7 +25,8 @@ void mend__alert(mend_run *r, const char *kind, int step, const char *reason, co
   if (reason) json_object_set_new(ev, "reason", json_string(reason));
   if (error) json_object_set_new(ev, "error", json_string(error));
   char *text = json_dumps(ev, JSON_COMPACT);
-  mend__history(r, step >= 0 ? mend__step_name(r, step) : NULL, "alert", NULL, NULL, 0, error, -1, text);
+  mend__history(r, step >= 0 ? mend__step_name(r, step) : NULL, "alert", NULL, NULL, 0, error, -1,
+                text);
   free(text);
   json_array_append_new(E->alerts, ev);
 }
@@ -63,7 +64,8 @@ void mend__hear_events(mend_engine *E) {
   } else if (E->events_heard >= 64 && E->events_heard * 2 >= n) {
     /* ticks that always leave some must not keep every event they heard */
     json_t *rest = json_array();
-    for (size_t i = E->events_heard; i < n; i++) json_array_append(rest, json_array_get(E->events_due, i));
+    for (size_t i = E->events_heard; i < n; i++)
+      json_array_append(rest, json_array_get(E->events_due, i));
     json_decref(E->events_due);
     E->events_due = rest;
     E->events_heard = 0;
@@ -92,7 +94,8 @@ void mend__emit_finished(mend_engine *E, json_t *ev) {
     }
   }
   json_object_set_new(ev, "at", json_real(mend_engine_now(E)));
-  E->finished_at[E->finished_n++] = E->events_heard_n + json_array_size(E->events_due) - E->events_heard;
+  E->finished_at[E->finished_n++] =
+      E->events_heard_n + json_array_size(E->events_due) - E->events_heard;
   if (json_array_append_new(E->events_due, ev)) E->finished_n--;
 }
 
@@ -136,7 +139,8 @@ static void alert_exited(uv_process_t *p, int64_t status, int signal) {
 static void alert_written(uv_write_t *w, int status) {
   (void)status;
   alert_proc *a = w->data;
-  if (!uv_is_closing((uv_handle_t *)&a->in)) uv_close((uv_handle_t *)&a->in, mend__alert_handle_closed);
+  if (!uv_is_closing((uv_handle_t *)&a->in))
+    uv_close((uv_handle_t *)&a->in, mend__alert_handle_closed);
 }
 
 static char *text_for_command(json_t *ev) {

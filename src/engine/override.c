@@ -93,7 +93,9 @@ static int breaker_set(mend_engine *E, const char *key, const char *op, double s
     return mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
   }
   if (!found) E->refusal = MEND_REFUSED_NOT_FOUND;
-  if (!found) return mend_errorf(err, errlen, "no breaker %s (a breaker exists once a step using it has run)", key);
+  if (!found)
+    return mend_errorf(err, errlen, "no breaker %s (a breaker exists once a step using it has run)",
+                       key);
   if (held) b = s->b;
   double now = mend_engine_now(E);
   mend_breaker_state before = b.state;
@@ -114,7 +116,8 @@ static int breaker_set(mend_engine *E, const char *key, const char *op, double s
   }
   if (mend_store_put_breaker(E->store, key, &b, now)) mend__store_failed(E);
   char detail[200];
-  snprintf(detail, sizeof detail, "%s -> %s", mend_breaker_state_name(before), mend_breaker_state_name(b.state));
+  snprintf(detail, sizeof detail, "%s -> %s", mend_breaker_state_name(before),
+           mend_breaker_state_name(b.state));
   if (mend_store_audit(E->store, now, who, op, key, detail)) mend__store_failed(E);
   E->refusal = MEND_REFUSED_STORE;   /* what can fail from here is the database */
   if (state_out) *state_out = b.state;

@@ -66,7 +66,10 @@ static int nothing_in_flight(const mend_run *r) {
 }
 
 static void arm_engine_timer(mend_engine *E, mend_timer *t, double due) {
-  if (mend_timer_arm(&E->timers, t, due)) { mend__breakdown(E, "out of memory arming a timer"); return; }
+  if (mend_timer_arm(&E->timers, t, due)) {
+    mend__breakdown(E, "out of memory arming a timer");
+    return;
+  }
   if (E->timers.is_virtual) mend__kick(E);
   else if (t->slot == 1) mend_timers_sync(&E->timers);
 }
@@ -79,7 +82,8 @@ static void list_unlink(mend_engine *E, mend_run *r) {
   else E->park_tail = r->pprev;
   r->pprev = r->pnext = NULL;
   r->park_listed = 0;
-  if (!E->park_head) mend_timer_disarm(&E->timers, &E->park_sweep);   /* a virtual clock would go there */
+  /* a virtual clock would go there */
+  if (!E->park_head) mend_timer_disarm(&E->timers, &E->park_sweep);
 }
 
 static void list_append(mend_engine *E, mend_run *r, double now) {
@@ -156,7 +160,8 @@ static void on_sweep(mend_timer *t) {
     else if (nothing_in_flight(r)) park(r);
   }
   if ((r = E->park_head))
-    arm_engine_timer(E, &E->park_sweep, r->idle_since + E->park_after > now ? r->idle_since + E->park_after : now);
+    arm_engine_timer(E, &E->park_sweep,
+                     r->idle_since + E->park_after > now ? r->idle_since + E->park_after : now);
   if (n < PARK_BATCH && E->parked_since_give_back >= GIVE_BACK_AFTER && !E->broken) give_back(E);
 }
 

@@ -99,7 +99,10 @@ void mend__queue_now(mend_run *r, action a) {
 
 void mend__arm(mend_run *r, mend_timer *t, double due) {
   mend_engine *E = r->E;
-  if (mend_timer_arm(&E->timers, t, due)) { mend__breakdown(E, "out of memory arming a timer"); return; }
+  if (mend_timer_arm(&E->timers, t, due)) {
+    mend__breakdown(E, "out of memory arming a timer");
+    return;
+  }
   if (E->timers.is_virtual) mend__kick(E);
   else if (t->slot == 1) mend_timers_sync(&E->timers);   /* it is the earliest */
   if (t == &r->wait) mend__park_soon(r);   /* it waits for its timer: parked if it lasts */
@@ -172,7 +175,7 @@ int mend__writer_holds_batch(mend_engine *E) {
   return E->writer && mend_store_writer_busy(E->store) && !mend_store_writer_part(E->store);
 }
 
-/* ---------------------------------------------------------------- while the writer holds a batch */
+/* ------------------------------------------------------------ while the writer holds a batch */
 
 /* A read waits for the writer thread to be done with the connection (store.h), and the thread
  * may wait long for a core and an fsync: a ticking host's piece that would read waits for a

@@ -54,7 +54,9 @@ static mend_workflow *run_workflow(mend_engine *E, const char *name, const char 
   mend_workflow *wf = mend_engine_load_version(E, name, version, err, sizeof err);
   if (wf) return wf;
   /* Nothing of that name here and no script of it kept (a workflow registered in code): */
-  char *kept = mend_engine_workflow(E, name) ? NULL : mend_store_version_script(E->store, name, version, NULL);
+  char *kept = mend_engine_workflow(E, name)
+                   ? NULL
+                   : mend_store_version_script(E->store, name, version, NULL);
   if (!mend_engine_workflow(E, name) && !kept)
     mend_errorf(why, whylen, "workflow \"%s\" is not loaded here", name);
   else
@@ -103,8 +105,8 @@ static mend_run *rebuild_from(mend_engine *E, const char *id, const mend_run_ima
     const char *name = img->steps[i].name;
     /* a version is its text: only a run without one, or a damaged row, gets here */
     if (!name || strcmp(name, wf->steps[i].name) != 0)
-      snprintf(why, (size_t)whylen, "step #%d is \"%s\" in the run but \"%s\" in the workflow", i + 1,
-               name ? name : "?", wf->steps[i].name);
+      snprintf(why, (size_t)whylen, "step #%d is \"%s\" in the run but \"%s\" in the workflow",
+               i + 1, name ? name : "?", wf->steps[i].name);
   }
   if (why[0]) {
     /* A run that names no version (a database of an older mend) whose workflow has changed
@@ -147,7 +149,8 @@ static mend_run *rebuild_from(mend_engine *E, const char *id, const mend_run_ima
     st->row_unknown = !st->has_row;
     if (st->result && (st->status == MEND_STEP_SUCCEEDED || st->status == MEND_STEP_COMPENSATING))
       mend__set_result(r, i);
-    if (st->status == MEND_STEP_FAILED || st->status == MEND_STEP_COMPENSATION_FAILED) r->fail_step = i;
+    if (st->status == MEND_STEP_FAILED || st->status == MEND_STEP_COMPENSATION_FAILED)
+      r->fail_step = i;
   }
   /* when(ctx)'s answers, the order its branches ended in, its maps' lists and items */
   mend__group_restore(r, img);
@@ -184,9 +187,10 @@ void mend__find_current_step(mend_run *r) {
   } else {
     r->cur = wf->nsteps - 1;
     /* a group is undone through its branches: it has no compensate of its own */
-    while (r->cur >= 0 && (!mend__needs_compensation(r, r->cur) || r->steps[r->cur].reused ||
-                           (!mend__compensable(&wf->steps[r->cur]) && !wf->steps[r->cur].nbranches &&
-                            wf->steps[r->cur].map_ref == LUA_NOREF)))
+    while (r->cur >= 0 &&
+           (!mend__needs_compensation(r, r->cur) || r->steps[r->cur].reused ||
+            (!mend__compensable(&wf->steps[r->cur]) && !wf->steps[r->cur].nbranches &&
+             wf->steps[r->cur].map_ref == LUA_NOREF)))
       r->cur--;
   }
 }
@@ -459,7 +463,8 @@ int mend__claim_and_restore(mend_engine *E, int limit, int how) {
                                  E->serving ? (limit + 1) / 2 : limit,
                                  how | (E->serving ? MEND_CLAIM_NEWEST : 0));
   if (ids && E->serving && (int)json_array_size(ids) < limit) {
-    json_t *more = mend_store_claim(E->store, E->owner, E->lease_seconds, limit - (int)json_array_size(ids), how);
+    json_t *more = mend_store_claim(E->store, E->owner, E->lease_seconds,
+                                    limit - (int)json_array_size(ids), how);
     if (more) json_array_extend(ids, more);
     json_decref(more);
     if (!more) { json_decref(ids); ids = NULL; }
@@ -483,7 +488,9 @@ int mend__claim_and_restore(mend_engine *E, int limit, int how) {
     id_list claimed = {0};
     json_array_foreach(ids, i, id) mend__add_id(&claimed, json_string_value(id));
     if (claimed.oom) mend__breakdown(E, "out of memory keeping track of lost leases");
-    else mend__let_go(E, &claimed.set, "claimed again after a stall: the stored run replaces this copy");
+    else
+      mend__let_go(E, &claimed.set,
+                   "claimed again after a stall: the stored run replaces this copy");
     mend_idset_clear(&claimed.set);
   }
   /* A store failure since the claim (mend__store_lost) rolled it back: the rest are not ours. */

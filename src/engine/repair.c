@@ -121,9 +121,20 @@ static int repair_done(mend_engine *E, int record, char *err, int errlen) {
 void mend__operator_entry(mend_engine *E, mend_run *r, const char *id, const char *op,
                           const char *who, const char *note) {
   char detail[1200];
-  snprintf(detail, sizeof detail, "%s by %s%s%s", op, who ? who : "?", note ? ": " : "", note ? note : "");
-  mend_history_rec h = {id, NULL, r ? mend__history_time(r) : mend__entry_time(E, id), "operator", NULL, NULL,
-                        0, NULL, -1, detail, r ? ++r->history_seq : 0, NULL};
+  snprintf(detail, sizeof detail, "%s by %s%s%s", op, who ? who : "?", note ? ": " : "",
+           note ? note : "");
+  mend_history_rec h = {id,
+                        NULL,
+                        r ? mend__history_time(r) : mend__entry_time(E, id),
+                        "operator",
+                        NULL,
+                        NULL,
+                        0,
+                        NULL,
+                        -1,
+                        detail,
+                        r ? ++r->history_seq : 0,
+                        NULL};
   if (mend_store_append_history(E->store, &h)) mend__store_failed(E);
   mend_engine_log_line(E, "info", id, NULL, 0, "operator", detail);
 }
@@ -289,7 +300,8 @@ int mend__cancel_now(mend_run *r, const char *who, char *err, int errlen) {
     mend_error_info info = {MEND_ERR_COMPENSABLE, msg, -1, 1, 0};
     mend__step_err_to(r, i, MEND_STEP_FAILED, &info, msg, -1, NULL);
     st->compensate_self = 1;
-  } else if (st && st->status != MEND_STEP_PENDING) mend__step_to(r, i, MEND_STEP_PENDING, NULL, -1, NULL);
+  } else if (st && st->status != MEND_STEP_PENDING)
+    mend__step_to(r, i, MEND_STEP_PENDING, NULL, -1, NULL);
   mend__set_str(&r->error, msg);
   r->reason = "cancelled";
   r->fail_step = i;
@@ -388,11 +400,13 @@ static int cancel_run(mend_engine *E, const char *id, const char *who, int recor
   if (mend__batch_held(E, "cancel", err, errlen)) return -1;
   mend_run *r = mend__repair_find_run(E, id);
   if (r) return mend__cancel_now(r, who, err, errlen);
-  if (E->refusal == MEND_REFUSED_STORE) return mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
+  if (E->refusal == MEND_REFUSED_STORE)
+    return mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
   char status[64], reason[64];
   if (stored_status(E, id, status, reason, sizeof status, err, errlen)) return -1;
   if (strcmp(status, "running") != 0)
-    return mend_errorf(err, errlen, "run %s is %s: only a running run can be cancelled", id, status);
+    return mend_errorf(err, errlen, "run %s is %s: only a running run can be cancelled", id,
+                       status);
   char owner[128];
   int live = holder(E, id, owner, sizeof owner, record);
   if (live < 0) return mend_errorf(err, errlen, "%s", owner);
@@ -535,14 +549,21 @@ static int dlq_retry(mend_engine *E, const char *id, const char *who, int record
   E->refusal = MEND_REFUSED_STATE;
   if (mend__batch_held(E, "retry", err, errlen)) return -1;
   char status[64], reason[64];
-  if (mend__repair_find_run(E, id)) return mend_errorf(err, errlen, "run %s is in flight: it is not in the dead-letter queue", id);
-  if (E->refusal == MEND_REFUSED_STORE) return mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
+  if (mend__repair_find_run(E, id))
+    return mend_errorf(err, errlen, "run %s is in flight: it is not in the dead-letter queue", id);
+  if (E->refusal == MEND_REFUSED_STORE)
+    return mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
   if (stored_status(E, id, status, reason, sizeof status, err, errlen)) return -1;
   if (strcmp(status, "needs_attention") != 0)
-    return mend_errorf(err, errlen, "run %s is %s: only a run in the dead-letter queue can be retried", id, status);
+    return mend_errorf(err, errlen,
+                       "run %s is %s: only a run in the dead-letter queue can be retried", id,
+                       status);
   if (strcmp(reason, "attempts_exhausted") == 0)
-    return mend_errorf(err, errlen, "run %s was compensated after its attempts ran out: there is nothing left to "
-                  "resume; start a new run, or resolve this one with a note", id);
+    return mend_errorf(
+        err, errlen,
+        "run %s was compensated after its attempts ran out: there is nothing left to "
+        "resume; start a new run, or resolve this one with a note",
+        id);
   if (record && !take_now && mend_store_has_write_lock(E->store)) return take_later(E, err, errlen);
   if (hold_status(E, id, "needs_attention", "only a run in the dead-letter queue can be retried",
                   record, err, errlen))
@@ -561,10 +582,13 @@ static int dlq_retry(mend_engine *E, const char *id, const char *who, int record
   else i = r->fail_step;
   if (i < 0) {
     mend__run_free(r);
-    return mend_errorf(err, errlen, "run %s: no step is %s", id, comp ? "compensation_failed" : "failed");
+    return mend_errorf(err, errlen, "run %s: no step is %s", id,
+                       comp ? "compensation_failed" : "failed");
   }
-  mend__operator_entry(E, r, id, "dlq retry", who, back ? "its parent is going back: the run is undone "
-                 "from its failed step, not run forward" : NULL);
+  mend__operator_entry(E, r, id, "dlq retry", who,
+                       back ? "its parent is going back: the run is undone "
+                              "from its failed step, not run forward"
+                            : NULL);
   if (mend_store_dlq_remove(E->store, id)) mend__store_failed(E);
   if (comp) {
     r->steps[i].comp_attempts = 0;   /* fresh attempts */
@@ -574,7 +598,8 @@ static int dlq_retry(mend_engine *E, const char *id, const char *who, int record
      * undone for its own failure (a compensable error, a cancel of a parent waiting for its
      * child) holds its compensation's error now: its failure is in its history. */
     int f = r->fail_step;
-    int own = f >= 0 && f < r->wf->nsteps && r->steps[f].status == MEND_STEP_FAILED && r->steps[f].error;
+    int own =
+        f >= 0 && f < r->wf->nsteps && r->steps[f].status == MEND_STEP_FAILED && r->steps[f].error;
     if (own) {
       mend__set_str(&r->error, r->steps[f].error);
     } else {
@@ -622,7 +647,8 @@ int mend_engine_dlq_retry_record(mend_engine *E, const char *id, const char *who
   return dlq_retry(E, id, who, 1, take_now, err, errlen);
 }
 
-#define RESOLVE_ONLY "only a run in the dead-letter queue, or one that cannot progress (mend runs " \
+#define RESOLVE_ONLY \
+  "only a run in the dead-letter queue, or one that cannot progress (mend runs " \
   "--attention), can be resolved"
 
 /* A run that cannot progress (no engine can load its version) and that no live worker holds:
@@ -643,7 +669,8 @@ static int resolve_unavailable(mend_engine *E, const char *id, const char *who, 
   if (!st || mend_run_status_parse(st, &from) ||
       !mend_run_transition_ok(from, MEND_RUN_NEEDS_ATTENTION) || !why ||
       (live = holder(E, id, owner, sizeof owner, record)) != 0) {
-    if (live > 0) mend_errorf(err, errlen, "run %s is held by worker %s, which can carry it on", id, owner);
+    if (live > 0)
+      mend_errorf(err, errlen, "run %s is held by worker %s, which can carry it on", id, owner);
     else if (live < 0) mend_errorf(err, errlen, "%s", owner);
     else mend_errorf(err, errlen, "run %s is %s: " RESOLVE_ONLY, id, st ? st : "?");
     json_decref(row);
@@ -677,10 +704,12 @@ static int resolve_unavailable(mend_engine *E, const char *id, const char *who, 
   if (mend_store_update_run(E->store, id, "resolved", why, 0, now, "workflow_unavailable") ||
       mend_store_set_unavailable(E->store, id, NULL))
     mend__store_failed(E);
-  mend_history_rec a = {id, NULL, now, "run", st, "needs_attention", 0, why, -1, "workflow_unavailable", 0,
-                        NULL};
-  mend_history_rec b = {id, NULL, now, "run", "needs_attention", "resolved", 0, NULL, -1, note, 0, NULL};
-  if (mend_store_append_history(E->store, &a) || mend_store_append_history(E->store, &b)) mend__store_failed(E);
+  mend_history_rec a = {
+      id, NULL, now, "run", st, "needs_attention", 0, why, -1, "workflow_unavailable", 0, NULL};
+  mend_history_rec b = {id, NULL, now, "run", "needs_attention", "resolved", 0, NULL,
+                        -1, note, 0,   NULL};
+  if (mend_store_append_history(E->store, &a) || mend_store_append_history(E->store, &b))
+    mend__store_failed(E);
   mend__operator_entry(E, NULL, id, "dlq resolve", who, note);
   mend_store_repairing(E->store, 0);
   json_decref(row);
@@ -693,7 +722,8 @@ static int resolve(mend_engine *E, const char *id, const char *who, const char *
   char status[64], reason[64];
   /* a missing argument, whatever the run's state (mend.h: MEND_EINVAL) */
   E->refusal = MEND_REFUSED_INVALID;
-  if (!note || !*note) return mend_errorf(err, errlen, "resolving a run needs a note saying what was done");
+  if (!note || !*note)
+    return mend_errorf(err, errlen, "resolving a run needs a note saying what was done");
   E->refusal = MEND_REFUSED_STATE;
   if (mend__batch_held(E, "resolve", err, errlen)) return -1;
   if (stored_status(E, id, status, reason, sizeof status, err, errlen)) return -1;
@@ -710,9 +740,11 @@ static int resolve(mend_engine *E, const char *id, const char *who, const char *
   const char *error = row ? json_string_value(json_object_get(row, "error")) : NULL;
   int attention = row ? json_is_true(json_object_get(row, "attention")) : 0;
   mend_store_repairing(E->store, 1);   /* a dead letter is nobody's: no lease to fence */
-  if (mend_store_update_run(E->store, id, "resolved", error, attention, now, reason)) mend__store_failed(E);
+  if (mend_store_update_run(E->store, id, "resolved", error, attention, now, reason))
+    mend__store_failed(E);
   json_decref(row);
-  mend_history_rec h = {id, NULL, now, "run", "needs_attention", "resolved", 0, NULL, -1, note, 0, NULL};
+  mend_history_rec h = {id, NULL, now, "run", "needs_attention", "resolved", 0, NULL,
+                        -1, note, 0,   NULL};
   if (mend_store_append_history(E->store, &h)) mend__store_failed(E);
   mend__operator_entry(E, NULL, id, "dlq resolve", who, note);
   mend_store_repairing(E->store, 0);

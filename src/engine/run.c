@@ -22,7 +22,8 @@
 
 /* A run and its steps are one block: one allocation and one free a run rather than two, of the
  * few mend itself makes for a one-step run (W9). Where the steps begin in it: */
-#define STEPS_AT ((sizeof(mend_run) + _Alignof(step_rt) - 1) / _Alignof(step_rt) * _Alignof(step_rt))
+#define STEPS_AT \
+  ((sizeof(mend_run) + _Alignof(step_rt) - 1) / _Alignof(step_rt) * _Alignof(step_rt))
 
 mend_run *mend__run_new(mend_engine *E, mend_workflow *wf, const char *id) {
   mend_run *r = calloc(1, STEPS_AT + (size_t)wf->nsteps * sizeof(step_rt));
@@ -152,8 +153,9 @@ static int start_value(mend_engine *E, lua_State *L, const char *workflow, int i
    * batch is durable (mend_engine_start_outcome). What is committed is looked at first. */
   int record = detached == MEND_START_RECORD;
   if (run_key) {
-    int found = record ? mend_store_find_run_key_committed(E->store, run_key, id_out, MEND_RUN_ID_LEN)
-                       : mend_store_find_run_key(E->store, run_key, id_out, MEND_RUN_ID_LEN);
+    int found = record
+                    ? mend_store_find_run_key_committed(E->store, run_key, id_out, MEND_RUN_ID_LEN)
+                    : mend_store_find_run_key(E->store, run_key, id_out, MEND_RUN_ID_LEN);
     if (found < 0) { snprintf(err, (size_t)errlen, "%s", mend_store_errmsg(E->store)); return -1; }
     if (found) {
       if (key_of_other(E, wf->name, run_key, id_out, err, errlen)) return -1;

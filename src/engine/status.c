@@ -45,7 +45,8 @@ void mend__write_step(mend_run *r, int i) {
     .error_stopped = st->error ? (int)st->err_stopped : 0, .due = st->due,
     .last_delay = st->last_delay, .updated = mend_engine_now(r->E), .slept = st->slept,
     .awaits = mend__awaits(r, i), .new_row = new_row && !st->row_unknown};
-  if ((new_row ? mend_store_put_step : mend_store_update_step)(r->E->store, &rec)) mend__store_failed(r->E);
+  if ((new_row ? mend_store_put_step : mend_store_update_step)(r->E->store, &rec))
+    mend__store_failed(r->E);
   else st->has_row = 1;
 }
 
@@ -101,7 +102,8 @@ void mend__step_err_to(mend_run *r, int i, mend_step_status to, const mend_error
   step_rt *st = &r->steps[i];
   if (!mend_step_transition_ok(st->status, to)) {
     mend__breakdown(r->E, "bug: illegal step transition %s -> %s (run %s, step %s)",
-              mend_step_status_name(st->status), mend_step_status_name(to), r->id, mend__step_name(r, i));
+                    mend_step_status_name(st->status), mend_step_status_name(to), r->id,
+                    mend__step_name(r, i));
     return;
   }
   const char *from = mend_step_status_name(st->status);

@@ -92,7 +92,8 @@ int mend__ctx_token(lua_State *L) {
   if (r->status != MEND_RUN_RUNNING)
     return luaL_error(L, "ctx:token: a compensation has no token to wait for");
   if (!def->wait_token)
-    return luaL_error(L, "ctx:token: step \"%s\" does not wait for a token (declare wait = \"token\")",
+    return luaL_error(L,
+                      "ctx:token: step \"%s\" does not wait for a token (declare wait = \"token\")",
                       def->name);
   int attempt = r->steps[r->cur].attempts;
   if (lua_rawgetp(L, 1, &ctx_token_key) == LUA_TSTRING) return 1;
@@ -161,7 +162,8 @@ int mend__take_token(mend_run *r, int i) {
     long long seq;
     char *payload, *key;
     int found = mend_store_next_event(E->store, r->id, name, &seq, &payload, &key);
-    if (found == 0 && def->group < 0)   /* one stored under the old name, for the one step waiting */
+    /* one stored under the old name, for the one step waiting */
+    if (found == 0 && def->group < 0)
       found = mend_store_next_event(E->store, r->id, TOKEN_EVENT, &seq, &payload, &key);
     if (found < 0) mend__store_failed(E);
     if (found <= 0) return 0;
@@ -202,7 +204,8 @@ int mend__take_token(mend_run *r, int i) {
       const char *message = json_string_value(json_object_get(p, "message"));
       mend_error_info info = {MEND_ERR_FATAL, message ? message : "failed by its token", -1, 0, 0};
       if (kind && strcmp(kind, "retryable") == 0) info.kind = MEND_ERR_RETRYABLE;
-      else if (kind && strcmp(kind, "compensable") == 0) info.kind = MEND_ERR_COMPENSABLE, info.severity = 1;
+      else if (kind && strcmp(kind, "compensable") == 0)
+        info.kind = MEND_ERR_COMPENSABLE, info.severity = 1;
       mend__attempt_done(r, 0, &info, NULL);
     }
     json_decref(p);
@@ -273,7 +276,8 @@ int mend_engine_settle_token(mend_engine *E, const char *token, int ok, const ch
   }
   if (!ok && (!kind || (strcmp(kind, "retryable") != 0 && strcmp(kind, "fatal") != 0 &&
                         strcmp(kind, "compensable") != 0))) {
-    mend_errorf(err, errlen, "the kind of a failure must be retryable, fatal or compensable, got %s",
+    mend_errorf(err, errlen,
+                "the kind of a failure must be retryable, fatal or compensable, got %s",
                 kind ? kind : "none");
     return MEND_TOKEN_EINVAL;
   }
@@ -318,7 +322,8 @@ int mend_engine_settle_token(mend_engine *E, const char *token, int ok, const ch
   int now_attempts = 0;
   double due = -1;
   if (!rc)
-    rc = attempt_now(E, run_id, step, rs, sizeof rs, ss, sizeof ss, &now_attempts, &due, err, errlen);
+    rc = attempt_now(E, run_id, step, rs, sizeof rs, ss, sizeof ss, &now_attempts, &due, err,
+                     errlen);
   if (!rc && strcmp(rs, "running") != 0) {
     mend_errorf(err, errlen, "run %s is %s: its tokens are of no use any more", run_id, rs);
     rc = MEND_TOKEN_EENDED;
@@ -343,8 +348,8 @@ int mend_engine_settle_token(mend_engine *E, const char *token, int ok, const ch
   }
   json_t *p = ok ? json_pack("{s:s, s:i, s:b, s:o?}", "step", step, "attempt", attempt, "ok", 1,
                              "result", res)
-                 : json_pack("{s:s, s:i, s:b, s:s, s:s?}", "step", step, "attempt", attempt, "ok", 0,
-                             "kind", kind, "message", message);
+                 : json_pack("{s:s, s:i, s:b, s:s, s:s?}", "step", step, "attempt", attempt, "ok",
+                             0, "kind", kind, "message", message);
   if (!ok) json_decref(res);
   char *text = p ? json_dumps(p, JSON_COMPACT) : NULL;
   json_decref(p);

@@ -30,13 +30,17 @@ int mend_engine_upgrade_run(mend_engine *E, const char *id, const char *version,
   mend_workflow *wf = NULL;
   int live = 0;
   if (!st || (strcmp(st, "running") != 0 && strcmp(st, "compensating") != 0)) {
-    mend_errorf(err, errlen, "run %s is %s: only an unfinished run can be upgraded", id, st ? st : "?");
+    mend_errorf(err, errlen, "run %s is %s: only an unfinished run can be upgraded", id,
+                st ? st : "?");
   } else if (was && strcmp(was, version) == 0) {
     rc = 1;   /* on that version already */
   } else if ((live = mend_engine_holder(E, id, owner, sizeof owner)) != 0) {
     if (live < 0) mend_errorf(err, errlen, "%s", owner);
-    else mend_errorf(err, errlen, "run %s is held by worker %s, which runs it with the version it has: "
-                     "stop that worker first (it gives its runs back on SIGTERM), then upgrade", id, owner);
+    else
+      mend_errorf(err, errlen,
+                  "run %s is held by worker %s, which runs it with the version it has: "
+                  "stop that worker first (it gives its runs back on SIGTERM), then upgrade",
+                  id, owner);
   } else if (!name || !(wf = mend_engine_load_version(E, name, version, lerr, sizeof lerr))) {
     mend_errorf(err, errlen, "version %s of workflow %s cannot be loaded: %s", version,
                 name ? name : "?", lerr);
@@ -46,19 +50,25 @@ int mend_engine_upgrade_run(mend_engine *E, const char *id, const char *version,
     int begun = -1, n = (int)json_array_size(steps);
     for (int i = 0; i < n; i++) {
       /* a map's items come after the steps: their map's place is what must be kept */
-      if (json_integer_value(json_object_get(json_array_get(steps, (size_t)i), "idx")) >= MEND_MAP_ROWS) break;
-      const char *s_st = json_string_value(json_object_get(json_array_get(steps, (size_t)i), "status"));
+      if (json_integer_value(json_object_get(json_array_get(steps, (size_t)i), "idx")) >=
+          MEND_MAP_ROWS)
+        break;
+      const char *s_st =
+          json_string_value(json_object_get(json_array_get(steps, (size_t)i), "status"));
       if (s_st && strcmp(s_st, "pending") != 0) begun = i;
     }
     int bad = 0;
     for (int i = 0; !bad && i <= begun; i++) {
       const char *sn = json_string_value(json_object_get(json_array_get(steps, (size_t)i), "name"));
       if (i >= wf->nsteps)
-        bad = mend_errorf(err, errlen, "refused: step #%d \"%s\" has begun in run %s, but version %s of %s "
-                          "has only %d step%s", i + 1, sn ? sn : "?", id, wf->version, name,
-                          wf->nsteps, wf->nsteps == 1 ? "" : "s");
+        bad = mend_errorf(err, errlen,
+                          "refused: step #%d \"%s\" has begun in run %s, but version %s of %s "
+                          "has only %d step%s",
+                          i + 1, sn ? sn : "?", id, wf->version, name, wf->nsteps,
+                          wf->nsteps == 1 ? "" : "s");
       else if (!sn || strcmp(sn, wf->steps[i].name) != 0)
-        bad = mend_errorf(err, errlen, "refused: step #%d is \"%s\" in run %s but \"%s\" in version %s of "
+        bad = mend_errorf(err, errlen,
+                          "refused: step #%d is \"%s\" in run %s but \"%s\" in version %s of "
                           "%s: a new version must keep the steps a run has begun, in their order",
                           i + 1, sn ? sn : "?", id, wf->steps[i].name, wf->version, name);
     }

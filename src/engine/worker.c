@@ -91,8 +91,10 @@ void mend__check_fence(mend_engine *E) {
     if (!mine.oom) mend_store_fence_verified(E->store);   /* else the store keeps looking up */
   }
   if (lost.oom || mine.oom) mend__breakdown(E, "out of memory keeping track of lost leases");
-  if (lost.set.count) mend__let_go(E, &lost.set, "another worker took this run while this one stalled"
-                             " past its lease: let go here, nothing more written");
+  if (lost.set.count)
+    mend__let_go(E, &lost.set,
+                 "another worker took this run while this one stalled"
+                 " past its lease: let go here, nothing more written");
   mend_idset_clear(&lost.set);
 }
 
@@ -156,7 +158,8 @@ static void poll_for_runs(uv_timer_t *t) {
     /* Runs nobody holds are taken without walking the runs others hold, which is what a
      * claim of every kind costs: only a lease that ran out asks for that. */
     if (found)
-      mend__claim_and_restore(E, room, (found & MEND_CLAIMABLE_GONE ? 0 : MEND_CLAIM_FREE) | unavailable);
+      mend__claim_and_restore(E, room,
+                              (found & MEND_CLAIMABLE_GONE ? 0 : MEND_CLAIM_FREE) | unavailable);
   }
   /* The next poll is an interval after this one ends, not after it began: a poll that takes
    * longer than the interval must not run back to back and leave the loop no turn between. */
@@ -183,7 +186,8 @@ void mend__poll_soon(mend_engine *E) {
 static void on_signal(uv_signal_t *h, int signum) {
   mend_engine *E = h->data;
   mend_engine_log_line(E, "info", NULL, NULL, 0, "worker",
-                       signum == SIGINT ? "SIGINT: finishing attempts in flight" : "SIGTERM: finishing attempts in flight");
+                       signum == SIGINT ? "SIGINT: finishing attempts in flight"
+                                        : "SIGTERM: finishing attempts in flight");
   mend_engine_stop(E);
 }
 

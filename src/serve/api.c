@@ -75,7 +75,8 @@ static void refused(serve_req *r, const char *err) {
 
 /* A body field that must be a non-empty string: 0 and *out (NULL when absent and not
  * required), or -1 after replying 400 naming it. */
-static int body_string(serve_req *r, json_t *body, const char *name, int required, const char **out) {
+static int body_string(serve_req *r, json_t *body, const char *name, int required,
+                       const char **out) {
   json_t *v = json_object_get(body, name);
   *out = NULL;
   if (!v || json_is_null(v)) {
@@ -269,15 +270,16 @@ static void list_runs(serve_req *r) {
     /* as a count: digits from the first byte (strtod would pass " 5", "+5" and "0x5") */
     if (!(isdigit((unsigned char)since_s[0]) || since_s[0] == '.') || strpbrk(since_s, "xX") ||
         end == since_s || *end || !isfinite(since) || since < 0) {
-      serve_error(r, 400, "bad_query", "since must be a time in seconds since the epoch, got \"%s\"",
-                  since_s);
+      serve_error(r, 400, "bad_query",
+                  "since must be a time in seconds since the epoch, got \"%s\"", since_s);
       return;
     }
   }
   double after = 0;
   char after_id[128];
   if (cursor && serve_parse_cursor(cursor, &after, after_id, sizeof after_id)) {
-    serve_error(r, 400, "bad_query", "cursor \"%s\" is not one this server gave (next_cursor)", cursor);
+    serve_error(r, 400, "bad_query", "cursor \"%s\" is not one this server gave (next_cursor)",
+                cursor);
     return;
   }
   json_t *runs = mend_store_runs_page(mend_engine_store(r->E), status, workflow, since, after,
@@ -346,7 +348,8 @@ static void get_history(serve_req *r, const char *id) {
     return;
   const char *a = NULL, *l = NULL;   /* both read without error above */
   if (tail && !serve_query(r, "after", &a) && !serve_query(r, "limit", &l) && (a || l)) {
-    serve_error(r, 400, "bad_query", "tail is the last rows: give it without %s", a ? "after" : "limit");
+    serve_error(r, 400, "bad_query", "tail is the last rows: give it without %s",
+                a ? "after" : "limit");
     return;
   }
   mend_store *s = mend_engine_store(r->E);
@@ -354,7 +357,8 @@ static void get_history(serve_req *r, const char *id) {
   if (!h) { store_failed(r); return; }   /* no such run: 404 */
   if (!tail && json_array_size(h) > (size_t)limit) {
     json_array_remove(h, (size_t)limit);
-    long last = (long)json_integer_value(json_object_get(json_array_get(h, (size_t)limit - 1), "seq"));
+    long last =
+        (long)json_integer_value(json_object_get(json_array_get(h, (size_t)limit - 1), "seq"));
     /* Made from the run's id, not the request's path: a path the router read leniently
      * ("//api/...") would make a reference to another host. The id is a run's (it has rows). */
     size_t cap = strlen(id) + 120;
@@ -482,11 +486,13 @@ static void send_event(serve_req *r, const char *id) {
       break;
     }
     case 0:
-      serve_json_durable(r, 202, json_pack("{s:s,s:s,s:b}", "run", run_id, "event", name, "sent", 1));
+      serve_json_durable(r, 202,
+                         json_pack("{s:s,s:s,s:b}", "run", run_id, "event", name, "sent", 1));
       break;
     case 1:   /* the first may be in the open batch still */
-      serve_json_durable(r, 200, json_pack("{s:s,s:s,s:b,s:b}", "run", run_id, "event", name, "sent", 0,
-                                   "duplicate", 1));
+      serve_json_durable(
+          r, 200,
+          json_pack("{s:s,s:s,s:b,s:b}", "run", run_id, "event", name, "sent", 0, "duplicate", 1));
       break;
     case MEND_EVENT_EINVAL: serve_error(r, 400, "bad_request", "%s", err); break;
     case MEND_EVENT_ENOTFOUND: serve_error(r, 404, "not_found", "%s", err); break;
@@ -577,16 +583,15 @@ static void breaker_op(serve_req *r, const char *key, const char *op) {
 /* ---------------------------------------------------------------- routes */
 
 static void index_page(serve_req *r) {
-  serve_json(r, 200, json_pack("{s:s,s:[s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s]}", "api", "mend/v1",
-                               "endpoints",
-                               "GET /api/v1/runs", "POST /api/v1/runs", "GET /api/v1/runs/{id}[?wait=S]",
-                               "GET /api/v1/runs/{id}/history", "GET /api/v1/runs/{id}/events",
-                               "POST /api/v1/runs/{id}/cancel", "POST /api/v1/runs/{id}/events",
-                               "POST /api/v1/events", "GET /api/v1/dlq",
-                               "POST /api/v1/dlq/{id}/retry", "POST /api/v1/dlq/{id}/resolve",
-                               "GET /api/v1/breakers", "POST /api/v1/breakers/{key}/{open|close|reset}",
-                               "GET /api/v1/workflows", "GET /api/v1/workflows/{name}",
-                               "GET /metrics"));
+  serve_json(r, 200,
+             json_pack("{s:s,s:[s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s]}", "api", "mend/v1", "endpoints",
+                       "GET /api/v1/runs", "POST /api/v1/runs", "GET /api/v1/runs/{id}[?wait=S]",
+                       "GET /api/v1/runs/{id}/history", "GET /api/v1/runs/{id}/events",
+                       "POST /api/v1/runs/{id}/cancel", "POST /api/v1/runs/{id}/events",
+                       "POST /api/v1/events", "GET /api/v1/dlq", "POST /api/v1/dlq/{id}/retry",
+                       "POST /api/v1/dlq/{id}/resolve", "GET /api/v1/breakers",
+                       "POST /api/v1/breakers/{key}/{open|close|reset}", "GET /api/v1/workflows",
+                       "GET /api/v1/workflows/{name}", "GET /metrics"));
 }
 
 static void not_found(serve_req *r) {
@@ -623,8 +628,9 @@ void serve_api(serve_req *r) {
     } else if (n == 3 && strcmp(s[2], "cancel") == 0) {
       if (want(r, 1)) cancel_run(r, s[1]);
     } else if (n == 3 && strcmp(s[2], "events") == 0) {
-      if (r->post) { if (want(r, 1)) send_event(r, s[1]); }
-      else if (want_query(r, 0, PAGE_QUERY, "GET /api/v1/runs/{id}/events")) serve_list_inbox(r, s[1]);
+      if (r->post) { if (want(r, 1)) send_event(r, s[1]);
+      } else if (want_query(r, 0, PAGE_QUERY, "GET /api/v1/runs/{id}/events"))
+        serve_list_inbox(r, s[1]);
     } else {
       not_found(r);
     }

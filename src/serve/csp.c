@@ -25,8 +25,8 @@
  * script elements: comments, <!...> and <?...> are skipped whole; a start or end tag runs to
  * the first '>' outside a quoted attribute value; the text of a script or of another raw text
  * element (style, title, ...) runs to its end tag, "</name" followed by white space, '/' or
- * '>', whatever else it holds. The script data escapes ("<!--" inside a script) are not
- * followed: the dashboard's script never opens one. */
+ * '>', whatever else it holds; a script's text as the script data states find its end
+ * (script_end). */
 
 static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f'; }
 static int is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
@@ -59,6 +59,42 @@ static const char *tag_end(const char *p) {
       while (*p && !is_space(*p) && *p != '>') p++;
     }
   }
+}
+
+/* Where the script whose text starts at p ends: the '<' of its end tag, as the tokenizer's
+ * script data states find it. "<!--" enters the escaped states, where "</script" still ends the
+ * script but "<script" (then white space, '/' or '>') enters the double escaped ones, where
+ * "</script" only leaves to the escaped; "-->" (dashes, then '>') leaves either for plain
+ * script data. A delimiter that completes "<script" or "</script" inside the escapes is taken
+ * by it, never read as the '>' of a "-->". NULL: the page ends first. */
+static const char *script_end(const char *p) {
+  enum { DATA, ESCAPED, DOUBLE } st = DATA;
+  int dashes = 0;   /* '-' just read in an escape, up to 2: then '>' leaves it */
+  for (; *p; p++) {
+    if (st == DATA) {
+      if (*p != '<') continue;
+      if (end_tag_of(p, "script", 6)) return p;
+      if (strncmp(p, "<!--", 4) == 0) st = ESCAPED, dashes = 2, p += 3;
+      continue;
+    }
+    if (*p == '-') {
+      if (dashes < 2) dashes++;
+      continue;
+    }
+    if (*p == '>' && dashes == 2) {
+      st = DATA;
+      continue;
+    }
+    dashes = 0;
+    if (*p != '<') continue;
+    if (st == ESCAPED && end_tag_of(p, "script", 6)) return p;
+    if (st == ESCAPED && strncasecmp(p + 1, "script", 6) == 0 &&
+        (is_space(p[7]) || p[7] == '/' || p[7] == '>'))
+      st = DOUBLE, p += 7;
+    else if (st == DOUBLE && end_tag_of(p, "script", 6))
+      st = ESCAPED, p += 8;
+  }
+  return NULL;
 }
 
 /* Elements whose text is raw: no tag or comment in it is one. */
@@ -94,7 +130,9 @@ static int next_script(const char **pos, const char **text, size_t *n) {
       for (size_t i = 0; i < sizeof RAW / sizeof RAW[0]; i++) {
         if (strlen(RAW[i]) != len || strncasecmp(name, RAW[i], len) != 0) continue;
         const char *body = p;
-        while ((p = strchr(p, '<')) != NULL && !end_tag_of(p, RAW[i], len)) p++;
+        if (i == 0) p = script_end(p);
+        else
+          while ((p = strchr(p, '<')) != NULL && !end_tag_of(p, RAW[i], len)) p++;
         if (!p) return 0;   /* an element cut short: the browser runs nothing of it */
         if (i == 0) {
           /* an end tag cut short by the page's end: the script never runs */

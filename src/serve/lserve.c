@@ -174,8 +174,8 @@ static void close_signals(server_box *b) {
 
 /* server:run() -> "SIGINT" | "SIGTERM": the engine's loop turns (requests, and the runs an
  * operation hands this engine) until a signal comes, or raises naming the file when the
- * database file is deleted or moved, as a worker stops then. A panic of the engine's own state as it
- * turns breaks the engine and raises "the engine is broken: ...", as its methods do. */
+ * database file is deleted or moved, as a worker stops then. A panic of the engine's own state as
+ * it turns breaks the engine and raises "the engine is broken: ...", as its methods do. */
 static int server_run(lua_State *L) {
   server_box *b = check_server(L);
   if (mend_engine_in_code(b->E))   /* its loop is turning already, under that code */

@@ -195,11 +195,13 @@ void serve_metrics(serve_req *r) {
     for (int i = 0; status && STATUSES[i]; i++)
       if (strcmp(status, STATUSES[i]) == 0) by_status[i] += n;
     json_t *o = json_object_get(row, "oldest");
-    if (json_is_number(o) && (oldest < 0 || json_number_value(o) < oldest)) oldest = json_number_value(o);
+    if (json_is_number(o) && (oldest < 0 || json_number_value(o) < oldest))
+      oldest = json_number_value(o);
   }
   put(&b, "# HELP mend_runs_by_status Runs in the database by status.\n"
           "# TYPE mend_runs_by_status gauge\n");
-  for (int i = 0; STATUSES[i]; i++) put(&b, "mend_runs_by_status{status=\"%s\"} %ld\n", STATUSES[i], by_status[i]);
+  for (int i = 0; STATUSES[i]; i++)
+    put(&b, "mend_runs_by_status{status=\"%s\"} %ld\n", STATUSES[i], by_status[i]);
   /* One name for the queue's size: parked runs are, elsewhere in mend, runs moved out of
    * memory (README), which no gauge read from the database counts. */
   put(&b, "# HELP mend_dlq_size Runs in the dead-letter queue, waiting for a person.\n"

@@ -267,6 +267,7 @@ int serve_is_json_type(h2o_req_t *req) {
   h2o_iovec_t v = req->headers.entries[i].value;
   static const char want[] = "application/json";
   return v.len >= sizeof want - 1 && strncasecmp(v.base, want, sizeof want - 1) == 0 &&
-         (v.len == sizeof want - 1 || v.base[sizeof want - 1] == ';' || v.base[sizeof want - 1] == ' ');
+         (v.len == sizeof want - 1 || v.base[sizeof want - 1] == ';' ||
+          v.base[sizeof want - 1] == ' ');
 }
 

@@ -3,7 +3,8 @@
  * server, a request as the API handlers see it, and the replies they give. The server
  * (server.c) owns sockets, h2o, limits and tokens; request.c reads a request's parts (path,
  * query, body, who); linger.c the last stage of closing a connection whose body was refused;
- * the API (api.c) owns routes and what each does with the engine. Nothing here parses HTTP: h2o does. Must never: be included outside src/serve/.
+ * the API (api.c) owns routes and what each does with the engine. Nothing here parses HTTP: h2o
+ * does. Must never: be included outside src/serve/.
  */
 #ifndef MEND_SERVE_INT_H
 #define MEND_SERVE_INT_H

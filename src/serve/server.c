@@ -76,7 +76,8 @@ typedef struct serve_handler {
   mend_server *srv;
 } serve_handler;
 
-static int errorf(char *err, int errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int errorf(char *err, int errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static int errorf(char *err, int errlen, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -124,8 +125,8 @@ static void send_text(serve_req *r, int status, const char *type, const char *te
     add_header(req, H2O_TOKEN_VARY, "Origin");
     /* a browser hides other headers from another origin's script, and a history's next page
      * is named in Link */
-    h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("access-control-expose-headers"),
-                          0, NULL, H2O_STRLIT("Link"));
+    h2o_add_header_by_str(&req->pool, &req->res.headers,
+                          H2O_STRLIT("access-control-expose-headers"), 0, NULL, H2O_STRLIT("Link"));
   }
   h2o_send_inline(req, text, len);
 }
@@ -221,7 +222,8 @@ static void make_utf8(char *s) {
     unsigned cp = n > 0 ? *p & (0x3Fu >> n) : 0;
     for (int j = 1; n > 0 && k > n && j <= n; j++) cp = cp << 6 | (p[j] & 0x3Fu);
     int bad = n < 0 || k <= n || (n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) ||
-              (n == 2 && cp >= 0xD800 && cp <= 0xDFFF) || (n == 3 && (cp < 0x10000 || cp > 0x10FFFF));
+              (n == 2 && cp >= 0xD800 && cp <= 0xDFFF) ||
+              (n == 3 && (cp < 0x10000 || cp > 0x10FFFF));
     if (bad) {
       *p++ = '?';
       continue;
@@ -346,7 +348,8 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
     return 0;
   }
   h2o_iovec_t m = req->method;
-  int get = h2o_memis(m.base, m.len, H2O_STRLIT("GET")) || h2o_memis(m.base, m.len, H2O_STRLIT("HEAD"));
+  int get =
+      h2o_memis(m.base, m.len, H2O_STRLIT("GET")) || h2o_memis(m.base, m.len, H2O_STRLIT("HEAD"));
   r.post = h2o_memis(m.base, m.len, H2O_STRLIT("POST"));
   if (srv->cors && h2o_memis(m.base, m.len, H2O_STRLIT("OPTIONS"))) {
     add_header(req, H2O_TOKEN_ACCESS_CONTROL_ALLOW_ORIGIN, srv->cors);
@@ -407,7 +410,8 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
   /* A browser on another site can POST a form or text to loopback without asking first;
    * it cannot send application/json without a preflight, which gets no CORS answer. */
   if (r.post && !serve_is_json_type(req)) {
-    serve_error(&r, 415, "unsupported_media_type", "a POST must have Content-Type: application/json");
+    serve_error(&r, 415, "unsupported_media_type",
+                "a POST must have Content-Type: application/json");
     return 0;
   }
   if (req->query_at != SIZE_MAX) {
@@ -422,8 +426,8 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
      * empty in a client's path would otherwise take another route (the list, run "history",
      * a 405). Leading slashes are read leniently. */
     if (r.nseg > 0 && (p - from > 1 || p == end)) {
-      serve_error(&r, 404, "not_found", "no such endpoint: %.*s (a segment is empty%s)",
-                  (int)plen, req->path.base, names_ids(r.seg[r.nseg - 1]) ? ": an id left empty?" : "");
+      serve_error(&r, 404, "not_found", "no such endpoint: %.*s (a segment is empty%s)", (int)plen,
+                  req->path.base, names_ids(r.seg[r.nseg - 1]) ? ": an id left empty?" : "");
       return 0;
     }
     if (p == end) break;
@@ -496,7 +500,8 @@ static int parse_address(const char *a, struct sockaddr_storage *ss, int *loopba
   size_t hlen;
   if (a[0] == '[') {
     const char *close = strchr(a, ']');
-    if (!close || close[1] != ':') return errorf(err, errlen, "--listen %s: expected [ADDRESS]:PORT", a);
+    if (!close || close[1] != ':')
+      return errorf(err, errlen, "--listen %s: expected [ADDRESS]:PORT", a);
     hlen = (size_t)(close - a - 1);
     if (hlen >= sizeof host) return errorf(err, errlen, "--listen %s: address too long", a);
     memcpy(host, a + 1, hlen);
@@ -558,8 +563,10 @@ static int check_options(const mend_server_opts *o, struct sockaddr_storage *ss,
     while (n < 200 && (unsigned char)o->cors_origin[n] >= 0x20) n++;
     const char *rest = !o->cors_origin[n] ? "" : (unsigned char)o->cors_origin[n] < 0x20
                      ? " and a control character" : "...";
-    errorf(err, errlen, "--cors takes one origin, as a browser names a page's: scheme://host[:port] "
-           "(http://dash.example:8080), got \"%.*s\"%s", n, o->cors_origin, rest);
+    errorf(err, errlen,
+           "--cors takes one origin, as a browser names a page's: scheme://host[:port] "
+           "(http://dash.example:8080), got \"%.*s\"%s",
+           n, o->cors_origin, rest);
     return MEND_SERVER_BAD_CORS;
   }
   return 0;
@@ -635,8 +642,8 @@ mend_server *mend_server_start(mend_engine *E, const mend_server_opts *o, int *r
   srv->config.max_request_entity_size = o->max_body ? o->max_body : DEFAULT_MAX_BODY;
   srv->config.server_name = h2o_iovec_init(H2O_STRLIT("mend"));
   srv->config.http1.upgrade_to_http2 = 0;   /* HTTP/1.1 only: what the API is tested with */
-  h2o_hostconf_t *host_conf = h2o_config_register_host(&srv->config,
-                                                       h2o_iovec_init(H2O_STRLIT("default")), 65535);
+  h2o_hostconf_t *host_conf =
+      h2o_config_register_host(&srv->config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
   h2o_pathconf_t *path = h2o_config_register_path(host_conf, "/", 0);
   json_own_register(path, srv);
   json_own_register(&host_conf->fallback_path, srv);
@@ -665,8 +672,8 @@ static void shut(conn *c) {
 }
 
 static conn *conn_of(mend_server *srv, h2o_req_t *req) {
-  h2o_socket_t *sock = req->conn->callbacks->get_socket ? req->conn->callbacks->get_socket(req->conn)
-                                                        : NULL;
+  h2o_socket_t *sock =
+      req->conn->callbacks->get_socket ? req->conn->callbacks->get_socket(req->conn) : NULL;
   for (conn *c = srv->conns; sock && c; c = c->next)
     if (c->sock == sock) return c;
   return NULL;
@@ -677,7 +684,8 @@ serve_waits *serve_server_waits(mend_server *srv) { return srv->waits; }
 int serve_req_fd(mend_server *srv, h2o_req_t *req) {
   conn *c = conn_of(srv, req);
   uv_os_fd_t fd;
-  if (!c || c->shut || uv_is_closing((uv_handle_t *)&c->tcp) || uv_fileno((uv_handle_t *)&c->tcp, &fd))
+  if (!c || c->shut || uv_is_closing((uv_handle_t *)&c->tcp) ||
+      uv_fileno((uv_handle_t *)&c->tcp, &fd))
     return -1;
   return fd;
 }

@@ -19,7 +19,8 @@
  * rows are written with it). */
 static int name_worker(mend_store *s) {
   sqlite3_stmt *q = s->q[Q_NAME_WORKER];
-  if (mend__run_bound(s, q, sqlite3_bind_text(q, 1, s->worker, -1, SQLITE_STATIC), "name worker", 1))
+  if (mend__run_bound(s, q, sqlite3_bind_text(q, 1, s->worker, -1, SQLITE_STATIC), "name worker",
+                      1))
     return -1;
   q = s->q[Q_WORKER_ID];
   int rc = sqlite3_bind_text(q, 1, s->worker, -1, SQLITE_STATIC);

@@ -59,7 +59,8 @@ int mend__lease_at_least(mend_store *s, const char *owner, double until);
 int mend__fence_at_begin(mend_store *s) {
   if (!s->fence_owner) return 0;
   int late = mend__wall_now() >= s->fence_until || s->fence_always_late;
-  if (!late) return s->fence_registered ? 0 : mend__lease_at_least(s, s->fence_owner, s->fence_until);
+  if (!late)
+    return s->fence_registered ? 0 : mend__lease_at_least(s, s->fence_owner, s->fence_until);
   double until = mend__wall_now() + s->fence_lease;
   if (mend__lease_at_least(s, s->fence_owner, until) != 0) return -1;
   s->fence_until = until;
@@ -206,7 +207,8 @@ static json_t *strings_of(mend_store *s, sqlite3_stmt *q, int rc, const char *wh
   json_t *out = json_array();
   while (rc == SQLITE_OK || rc == SQLITE_ROW) {
     rc = sqlite3_step(q);
-    if (rc == SQLITE_ROW) json_array_append_new(out, json_string((const char *)sqlite3_column_text(q, 0)));
+    if (rc == SQLITE_ROW)
+      json_array_append_new(out, json_string((const char *)sqlite3_column_text(q, 0)));
   }
   if (rc != SQLITE_DONE) {
     mend__sql_err(s, what);
@@ -247,13 +249,14 @@ void mend__sqlite_set_worker(mend_store *s, const char *worker) {
  * (its row goes once a claim took its runs), as MEND_CLAIMABLE_* bits. Thorough: any unfinished
  * run nobody holds by a live lease, which walks every run held (see mend_store_claimable). */
 static const char *const claimable_sql[2] = {
-  "SELECT EXISTS (SELECT 1 FROM runs WHERE owner IS NULL AND status IN ('running',"
-  " 'compensating') AND unavailable IS NULL) + 2 * EXISTS (SELECT 1 FROM workers WHERE lease_until < ?2"
-  " AND owner IS NOT ?1)",
-  "SELECT 3 FROM runs WHERE status IN ('running', 'compensating') AND unavailable IS NULL"
-  " AND (owner IS NULL"
-  " OR (owner IS NOT ?1 AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.owner ="
-  " runs.owner AND w.lease_until >= ?2))) ORDER BY created DESC LIMIT 1",
+    "SELECT EXISTS (SELECT 1 FROM runs WHERE owner IS NULL AND status IN ('running',"
+    " 'compensating') AND unavailable IS NULL) + 2 * EXISTS (SELECT 1 FROM workers WHERE "
+    "lease_until < ?2"
+    " AND owner IS NOT ?1)",
+    "SELECT 3 FROM runs WHERE status IN ('running', 'compensating') AND unavailable IS NULL"
+    " AND (owner IS NULL"
+    " OR (owner IS NOT ?1 AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.owner ="
+    " runs.owner AND w.lease_until >= ?2))) ORDER BY created DESC LIMIT 1",
 };
 
 /* The read-only connection, opened at its first use: 0, or -1 (in memory, or it failed). */
@@ -294,7 +297,8 @@ int mend__sqlite_claimable(mend_store *s, const char *owner, int thorough) {
 json_t *mend__sqlite_claim(mend_store *s, const char *owner, double lease_seconds, int limit,
                          int how) {
   double now = mend__wall_now(), lease_until = now + lease_seconds;
-  if (mend__sync_point(s) != 0 || mend__batch_begin(s) != 0 || mend__lease_at_least(s, owner, lease_until) != 0)
+  if (mend__sync_point(s) != 0 || mend__batch_begin(s) != 0 ||
+      mend__lease_at_least(s, owner, lease_until) != 0)
     return NULL;
   int newest = how & MEND_CLAIM_NEWEST, free_only = how & MEND_CLAIM_FREE;
   int unavailable = (how & MEND_CLAIM_UNAVAILABLE) != 0;
@@ -382,8 +386,9 @@ static int owner_row(mend_store *s, sqlite3_stmt *q, const char *id, char *owner
   if (r != 1) return r;
   const char *o = (const char *)sqlite3_column_text(q, 0);
   mend__set_msg(owner_out, owner_len, "%s", o ? o : "");
-  *lease_left = sqlite3_column_type(q, 1) == SQLITE_NULL ? -1e300
-                                                         : sqlite3_column_double(q, 1) - mend__wall_now();
+  *lease_left = sqlite3_column_type(q, 1) == SQLITE_NULL
+                    ? -1e300
+                    : sqlite3_column_double(q, 1) - mend__wall_now();
   mend__finish(q);
   return 1;
 }
@@ -397,7 +402,8 @@ json_t *mend__sqlite_lease_holders(mend_store *s) {
 int mend__sqlite_release_owner(mend_store *s, const char *owner) {
   if (mend__sync_point(s) != 0 || mend__batch_begin(s) != 0) return -1;
   sqlite3_stmt *q = s->q[Q_RELEASE_OWNER];
-  if (mend__run_write(s, q, mend__bind_text(q, 1, owner), "release the runs of a dead worker") != 0) return -1;
+  if (mend__run_write(s, q, mend__bind_text(q, 1, owner), "release the runs of a dead worker") != 0)
+    return -1;
   q = s->q[Q_FORGET_WORKER];
   return mend__run_write(s, q, mend__bind_text(q, 1, owner), "forget a dead worker");
 }

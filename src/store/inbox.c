@@ -234,7 +234,8 @@ int mend__sqlite_event_sent(mend_store *s, long long seq, double *sent) {
   int row = rc == SQLITE_ROW;
   if (row) *sent = sqlite3_column_double(q, 0);
   else if (rc != SQLITE_DONE)
-    mend__set_msg(s->err, sizeof s->err, "%s: read a run's inbox: %s", s->path, sqlite3_errmsg(s->db));
+    mend__set_msg(s->err, sizeof s->err, "%s: read a run's inbox: %s", s->path,
+                  sqlite3_errmsg(s->db));
   sqlite3_finalize(q);
   return row ? 1 : rc == SQLITE_DONE ? 0 : -1;
 }

@@ -126,7 +126,8 @@ static void *look_main(void *arg) {
     while (!t->stop && !(t->asked && !t->answered)) pthread_cond_wait(&t->cv, &t->mu);
     if (t->stop) break;
     pthread_mutex_unlock(&t->mu);
-    int failed = read_look(t, s->path, s->inbox_hold) != 0;   /* the look is the thread's until answered */
+    /* the look is the thread's until answered */
+    int failed = read_look(t, s->path, s->inbox_hold) != 0;
     pthread_mutex_lock(&t->mu);
     t->failed = failed;
     t->answered = 1;

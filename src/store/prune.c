@@ -62,12 +62,18 @@ json_t *mend__sqlite_prune(mend_store *s, double before, const char *status, int
       prune_sql(s, "SELECT count(*) FROM dlq WHERE run_id IN (" PRUNE_RUNS ")", before, status,
                 res, "dlq");
   if (!failed && !dry_run)
-    failed = prune_sql(s, "DELETE FROM dlq WHERE run_id IN (" PRUNE_RUNS ")", before, status, NULL, NULL) ||
-             prune_sql(s, "DELETE FROM history WHERE run_id IN (" PRUNE_RUNS ")", before, status, NULL, NULL) ||
-             prune_sql(s, "DELETE FROM steps WHERE run_id IN (" PRUNE_RUNS ")", before, status, NULL, NULL) ||
-             prune_sql(s, "DELETE FROM inbox WHERE run_id IN (" PRUNE_RUNS ")", before, status, NULL, NULL) ||
-             prune_sql(s, "DELETE FROM tokens WHERE run_id IN (" PRUNE_RUNS ")", before, status, NULL, NULL) ||
-             prune_sql(s, "DELETE FROM runs WHERE id IN (" PRUNE_RUNS ")", before, status, NULL, NULL);
+    failed =
+        prune_sql(s, "DELETE FROM dlq WHERE run_id IN (" PRUNE_RUNS ")", before, status, NULL,
+                  NULL) ||
+        prune_sql(s, "DELETE FROM history WHERE run_id IN (" PRUNE_RUNS ")", before, status, NULL,
+                  NULL) ||
+        prune_sql(s, "DELETE FROM steps WHERE run_id IN (" PRUNE_RUNS ")", before, status, NULL,
+                  NULL) ||
+        prune_sql(s, "DELETE FROM inbox WHERE run_id IN (" PRUNE_RUNS ")", before, status, NULL,
+                  NULL) ||
+        prune_sql(s, "DELETE FROM tokens WHERE run_id IN (" PRUNE_RUNS ")", before, status, NULL,
+                  NULL) ||
+        prune_sql(s, "DELETE FROM runs WHERE id IN (" PRUNE_RUNS ")", before, status, NULL, NULL);
   if (!failed) failed = prune_sql(s, "COMMIT", 0, NULL, NULL, NULL);
   json_decref(runs);
   if (failed) {

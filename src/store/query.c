@@ -111,8 +111,9 @@ char *mend__sqlite_version_script(mend_store *s, const char *workflow, const cha
   BIND(mend__bind_text(q, 2, version));
   int r = mend__first_row(s, q, rc, "read a workflow version's script");
   if (r <= 0) {
-    if (r == 0) mend__set_msg(s->err, sizeof s->err, "%s: no script of workflow %s version %s is kept",
-                        s->path, workflow, version);
+    if (r == 0)
+      mend__set_msg(s->err, sizeof s->err, "%s: no script of workflow %s version %s is kept",
+                    s->path, workflow, version);
     return NULL;
   }
   int oom = 0;
@@ -150,8 +151,8 @@ static int key_row(mend_store *s, sqlite3_stmt *q, const char *run_key, char *id
   const char *id = (const char *)sqlite3_column_text(q, 0);
   int n = sqlite3_column_bytes(q, 0);
   if (!id || n >= id_len) {
-    mend__set_msg(s->err, sizeof s->err, "%s: find run key: run id does not fit in %d bytes", s->path,
-            id_len);
+    mend__set_msg(s->err, sizeof s->err, "%s: find run key: run id does not fit in %d bytes",
+                  s->path, id_len);
     mend__finish(q);
     return -1;
   }

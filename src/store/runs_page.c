@@ -25,7 +25,8 @@ json_t *mend__sqlite_runs_page(mend_store *s, const char *status, const char *wo
   sqlite3_stmt *q = NULL;
   sqlite3 *db = s->view_committed ? s->reader : s->db;
   if (sqlite3_prepare_v2(db, RUNS_PAGE_SQL, -1, &q, NULL) != SQLITE_OK) {
-    mend__set_msg(s->err, sizeof s->err, "%s: read a page of runs: %s", s->path, sqlite3_errmsg(db));
+    mend__set_msg(s->err, sizeof s->err, "%s: read a page of runs: %s", s->path,
+                  sqlite3_errmsg(db));
     sqlite3_finalize(q);
     return NULL;
   }

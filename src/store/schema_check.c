@@ -94,7 +94,8 @@ int mend__upgrade_schema(mend_store *s) {
     sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
     if (tries == 40) {
       mend__set_msg(s->err, sizeof s->err,
-                    "%s: not a mend database (it has tables of its own and no mend schema)", s->path);
+                    "%s: not a mend database (it has tables of its own and no mend schema)",
+                    s->path);
       return -1;
     }
     struct timespec ts = {0, 50 * 1000000};
@@ -166,7 +167,8 @@ int mend__schema_found(mend_store *s, int *version) {
       return -1;
     if (tables && *version == 0 && meta_version(s) == 0) {
       mend__set_msg(s->err, sizeof s->err,
-                    "%s: not a mend database (it has tables of its own and no mend schema)", s->path);
+                    "%s: not a mend database (it has tables of its own and no mend schema)",
+                    s->path);
       return -1;
     }
     if (check_version(s, *version) != 0) return -1;

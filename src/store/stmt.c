@@ -42,8 +42,9 @@ static const char *io_cause(sqlite3 *db) {
 static void db_err(mend_store *s, sqlite3 *db, const char *what) {
   int code = sqlite3_extended_errcode(db) & 0xff;
   if (code == SQLITE_BUSY || code == SQLITE_LOCKED)
-    mend__set_msg(s->err, sizeof s->err, "%s: %s: database is locked by another process (waited %.1f s)",
-            s->path, what, (db == s->db ? s->busy_ms : BUSY_TIMEOUT_MS) / 1000.0);
+    mend__set_msg(s->err, sizeof s->err,
+                  "%s: %s: database is locked by another process (waited %.1f s)", s->path, what,
+                  (db == s->db ? s->busy_ms : BUSY_TIMEOUT_MS) / 1000.0);
   else if (code == SQLITE_IOERR || code == SQLITE_CANTOPEN)
     mend__set_msg(s->err, sizeof s->err, "%s: %s: %s%s", s->path, what, sqlite3_errmsg(db),
                   io_cause(db));

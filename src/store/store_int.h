@@ -1,7 +1,7 @@
 /*
  * store_int: the insides of the SQLite store, shared by its files (src/store.c, its table of
- * methods, and src/store/) and by nothing else: the statement numbers, the write log, the writer thread,
- * struct mend_store, and the functions one store file calls in another (mend__*). Must
+ * methods, and src/store/) and by nothing else: the statement numbers, the write log, the writer
+ * thread, struct mend_store, and the functions one store file calls in another (mend__*). Must
  * never: be included outside the store's files (nor may sqlite3.h be, outside them).
  */
 #ifndef MEND_STORE_INT_H
@@ -28,23 +28,82 @@
 #define EVENT_TICKETS 256
 
 enum {
-  Q_BEGIN, Q_COMMIT, Q_ROLLBACK, Q_BEGIN_READ,
-  Q_INSERT_RUN, Q_INSERT_RUN_KEY, Q_INSERT_RUN_NEWV,
-  Q_UPDATE_RUN, Q_PUT_STEP, Q_UPDATE_STEP, Q_APPEND_HISTORY, Q_PUT_BREAKER, Q_PUT_DLQ,
-  Q_HISTORY_GROUP, Q_NAME_WORKER, Q_WORKER_ID, Q_PUT_VERSION, Q_VERSION_ID,
-  Q_FIND_RUN_KEY, Q_FIND_KEY_RESULT, Q_GET_BREAKER, Q_LAST_SEQ,
-  Q_CLAIM_OLDEST, Q_CLAIM_NEWEST, Q_CLAIM_FREE_OLDEST, Q_CLAIM_FREE_NEWEST,
-  Q_RENEW, Q_RELEASE, Q_OWNER, Q_HOLDERS, Q_RELEASE_OWNER, Q_HELD,
-  Q_FORGET_WORKER, Q_FORGET_GONE,
-  Q_DLQ_REMOVE, Q_REQUEST_CANCEL, Q_CANCEL_REQUESTS, Q_AUDIT, Q_AUDIT_LIST, Q_TAKE, Q_RUN_STATUS,
-  Q_VERSION_SCRIPT, Q_KEEP_SCRIPT, Q_KEEP_SCRIPT_NEWV,
-  Q_SET_UNAVAILABLE, Q_MOVE_RUN, Q_DROP_STEPS_FROM, Q_WORKFLOWS,
-  Q_RUN, Q_STEPS, Q_IN_FLIGHT, Q_HISTORY, Q_HISTORY_AFTER, Q_HISTORY_TAIL, Q_RUN_EXISTS, Q_DLQ, Q_BREAKERS, Q_RUNS,
-  Q_SEND_EVENT, Q_SEND_EVENT_KEY, Q_NEXT_EVENT, Q_CONSUME_EVENT, Q_LAST_EVENT, Q_INBOX,
+  Q_BEGIN,
+  Q_COMMIT,
+  Q_ROLLBACK,
+  Q_BEGIN_READ,
+  Q_INSERT_RUN,
+  Q_INSERT_RUN_KEY,
+  Q_INSERT_RUN_NEWV,
+  Q_UPDATE_RUN,
+  Q_PUT_STEP,
+  Q_UPDATE_STEP,
+  Q_APPEND_HISTORY,
+  Q_PUT_BREAKER,
+  Q_PUT_DLQ,
+  Q_HISTORY_GROUP,
+  Q_NAME_WORKER,
+  Q_WORKER_ID,
+  Q_PUT_VERSION,
+  Q_VERSION_ID,
+  Q_FIND_RUN_KEY,
+  Q_FIND_KEY_RESULT,
+  Q_GET_BREAKER,
+  Q_LAST_SEQ,
+  Q_CLAIM_OLDEST,
+  Q_CLAIM_NEWEST,
+  Q_CLAIM_FREE_OLDEST,
+  Q_CLAIM_FREE_NEWEST,
+  Q_RENEW,
+  Q_RELEASE,
+  Q_OWNER,
+  Q_HOLDERS,
+  Q_RELEASE_OWNER,
+  Q_HELD,
+  Q_FORGET_WORKER,
+  Q_FORGET_GONE,
+  Q_DLQ_REMOVE,
+  Q_REQUEST_CANCEL,
+  Q_CANCEL_REQUESTS,
+  Q_AUDIT,
+  Q_AUDIT_LIST,
+  Q_TAKE,
+  Q_RUN_STATUS,
+  Q_VERSION_SCRIPT,
+  Q_KEEP_SCRIPT,
+  Q_KEEP_SCRIPT_NEWV,
+  Q_SET_UNAVAILABLE,
+  Q_MOVE_RUN,
+  Q_DROP_STEPS_FROM,
+  Q_WORKFLOWS,
+  Q_RUN,
+  Q_STEPS,
+  Q_IN_FLIGHT,
+  Q_HISTORY,
+  Q_HISTORY_AFTER,
+  Q_HISTORY_TAIL,
+  Q_RUN_EXISTS,
+  Q_DLQ,
+  Q_BREAKERS,
+  Q_RUNS,
+  Q_SEND_EVENT,
+  Q_SEND_EVENT_KEY,
+  Q_NEXT_EVENT,
+  Q_CONSUME_EVENT,
+  Q_LAST_EVENT,
+  Q_INBOX,
   /* new: tokens */
-  Q_PUT_TOKEN, Q_TOKEN_OF_ATTEMPT, Q_TOKEN, Q_USE_TOKEN, Q_SET_PARENT, Q_CHILDREN, Q_REOPEN_RUN,
+  Q_PUT_TOKEN,
+  Q_TOKEN_OF_ATTEMPT,
+  Q_TOKEN,
+  Q_USE_TOKEN,
+  Q_SET_PARENT,
+  Q_CHILDREN,
+  Q_REOPEN_RUN,
   Q_CHILD_END,
-  Q_IMAGE_RUN, Q_IMAGE_STEPS, Q_IMAGE_HISTORY,
+  Q_IMAGE_RUN,
+  Q_IMAGE_STEPS,
+  Q_IMAGE_HISTORY,
   Q__COUNT
 };
 
@@ -138,7 +197,10 @@ struct mend_store {
    * ones that change (writer.c: group_slot). Only append_group binds that statement and
    * nothing clears its bindings; a statement is prepared with every parameter NULL, which is
    * what a zeroed slot says. */
-  struct group_slot { unsigned char kind; sqlite3_int64 val; } group_slots[HISTORY_GROUP * HISTORY_VALUES];
+  struct group_slot {
+    unsigned char kind;
+    sqlite3_int64 val;
+  } group_slots[HISTORY_GROUP * HISTORY_VALUES];
   char err[1024];
   int not_found;            /* the last read of a run found none */
   wlog logs[3];   /* recording, and up to two with the writer thread (a part, the rest) */
@@ -313,9 +375,11 @@ void mend__sqlite_set_commit_hook(mend_store *s, void (*hook)(const char *phase)
 long mend__sqlite_last_history_seq(mend_store *s, const char *run_id);
 long mend__sqlite_last_history(mend_store *s, const char *run_id, double *at);
 long mend__sqlite_last_history_view(mend_store *s, const char *run_id, double *at, int *committed);
-char *mend__sqlite_version_script(mend_store *s, const char *workflow, const char *version, char **source);
+char *mend__sqlite_version_script(mend_store *s, const char *workflow, const char *version,
+                                  char **source);
 int mend__sqlite_insert_run(mend_store *s, const mend_run_rec *r);
-int mend__sqlite_update_run(mend_store *s, const char *id, const char *status, const char *error, int attention, double updated, const char *reason);
+int mend__sqlite_update_run(mend_store *s, const char *id, const char *status, const char *error,
+                            int attention, double updated, const char *reason);
 int mend__sqlite_put_step(mend_store *s, const mend_step_rec *st);
 int mend__sqlite_update_step(mend_store *s, const mend_step_rec *st);
 int mend__sqlite_append_history(mend_store *s, const mend_history_rec *h);
@@ -334,7 +398,8 @@ json_t *mend__sqlite_history_page(mend_store *s, const char *id, long after, lon
 json_t *mend__sqlite_dlq(mend_store *s, double after_at, const char *after_id, long limit);
 json_t *mend__sqlite_breakers(mend_store *s);
 json_t *mend__sqlite_runs(mend_store *s, const char *status, const char *workflow, int limit);
-json_t *mend__sqlite_runs_where(mend_store *s, const char *status, const char *workflow, double since, int attention_only, int limit);
+json_t *mend__sqlite_runs_where(mend_store *s, const char *status, const char *workflow,
+                                double since, int attention_only, int limit);
 json_t *mend__sqlite_audit_list(mend_store *s);
 int mend__sqlite_dlq_remove(mend_store *s, const char *run_id);
 int mend__sqlite_set_unavailable(mend_store *s, const char *id, const char *why);
@@ -347,18 +412,24 @@ int mend__sqlite_hold_status(mend_store *s, const char *id, const char *status, 
 int mend__sqlite_request_cancel(mend_store *s, const char *run_id);
 json_t *mend__sqlite_cancel_requests(mend_store *s, const char *owner);
 int mend__sqlite_cancels_requested(mend_store *s, const char *owner);
-int mend__sqlite_audit(mend_store *s, double at, const char *who, const char *op, const char *target, const char *detail);
+int mend__sqlite_audit(mend_store *s, double at, const char *who, const char *op,
+                       const char *target, const char *detail);
 int mend__sqlite_schema_version(mend_store *s);
 int mend__sqlite_sandbox_mark(mend_store *s, int set);
 json_t *mend__sqlite_prune(mend_store *s, double before, const char *status, int dry_run);
 int mend__sqlite_send_event(mend_store *s, const char *run_id, const char *name,
                             const char *payload, const char *key, double sent, const char *who);
 void mend__sqlite_read_flushes(mend_store *s, unsigned long *records, double *cpu, int *pending);
-int mend__sqlite_next_committed_event(mend_store *s, const char *run_id, const char *name, long long *seq, char **payload, char **key);
+int mend__sqlite_next_committed_event(mend_store *s, const char *run_id, const char *name,
+                                      long long *seq, char **payload, char **key);
 void mend__sqlite_open_committed_reads(mend_store *s, int batch);
 int mend__sqlite_can_look_ahead(mend_store *s);
-int mend__sqlite_look_ahead(mend_store *s, int n, const char *const *run_ids, const char *const *names);
-int mend__sqlite_look_ahead_take(mend_store *s, int wait, void (*fn)(void *ud, const char *run_id, const char *name, long long seq, const char *payload, const char *key), void *ud);
+int mend__sqlite_look_ahead(mend_store *s, int n, const char *const *run_ids,
+                            const char *const *names);
+int mend__sqlite_look_ahead_take(mend_store *s, int wait,
+                                 void (*fn)(void *ud, const char *run_id, const char *name,
+                                            long long seq, const char *payload, const char *key),
+                                 void *ud);
 int mend__sqlite_record_event(mend_store *s, const char *run_id, const char *name,
                               const char *payload, const char *key, double sent,
                               const char *who);
@@ -368,14 +439,18 @@ int mend__sqlite_record_keyed_event(mend_store *s, const char *run_id, const cha
 int mend__sqlite_event_outcome(mend_store *s, int ticket);
 void mend__sqlite_event_ticket_free(mend_store *s, int ticket);
 void mend__event_outcome(mend_store *s, int ticket, int sent);
-int mend__sqlite_next_event(mend_store *s, const char *run_id, const char *name, long long *seq, char **payload, char **key);
-int mend__sqlite_consume_event(mend_store *s, const char *run_id, long long seq, const char *step, double at);
+int mend__sqlite_next_event(mend_store *s, const char *run_id, const char *name, long long *seq,
+                            char **payload, char **key);
+int mend__sqlite_consume_event(mend_store *s, const char *run_id, long long seq, const char *step,
+                               double at);
 long long mend__sqlite_last_event(mend_store *s);
 int mend__sqlite_event_sent(mend_store *s, long long seq, double *sent);
-long long mend__sqlite_events_after(mend_store *s, long long after, int limit, void (*fn)(void *ud, const char *run_id), void *ud);
+long long mend__sqlite_events_after(mend_store *s, long long after, int limit,
+                                    void (*fn)(void *ud, const char *run_id), void *ud);
 json_t *mend__sqlite_inbox(mend_store *s, const char *run_id, long long after, long limit);
 void mend__sqlite_set_worker(mend_store *s, const char *worker);
-json_t *mend__sqlite_claim(mend_store *s, const char *owner, double lease_seconds, int limit, int how);
+json_t *mend__sqlite_claim(mend_store *s, const char *owner, double lease_seconds, int limit,
+                           int how);
 int mend__sqlite_claimable(mend_store *s, const char *owner, int thorough);
 int mend__sqlite_renew(mend_store *s, const char *owner, double lease_seconds);
 int mend__sqlite_release(mend_store *s, const char *id, const char *owner);
@@ -387,24 +462,31 @@ json_t *mend__sqlite_held(mend_store *s);
 int mend__sqlite_add_lost(mend_store *s, const char *id);
 void mend__sqlite_fence_verified(mend_store *s);
 void mend__sqlite_repairing(mend_store *s, int on);
-int mend__sqlite_owner(mend_store *s, const char *id, char *owner_out, int owner_len, double *lease_left);
+int mend__sqlite_owner(mend_store *s, const char *id, char *owner_out, int owner_len,
+                       double *lease_left);
 int mend__sqlite_owner_view(mend_store *s, const char *id, char *owner_out, int owner_len,
                             double *lease_left);
 
 /* completion tokens and child runs (tokens.c) */
-int mend__sqlite_put_token(mend_store *s, const char *digest, const char *run_id, const char *step, int attempt, double made);
-int mend__sqlite_token_of_attempt(mend_store *s, const char *run_id, const char *step, int attempt, char **digest);
+int mend__sqlite_put_token(mend_store *s, const char *digest, const char *run_id, const char *step,
+                           int attempt, double made);
+int mend__sqlite_token_of_attempt(mend_store *s, const char *run_id, const char *step, int attempt,
+                                  char **digest);
 json_t *mend__sqlite_token(mend_store *s, const char *token);
 int mend__sqlite_use_token(mend_store *s, const char *digest, const char *outcome, double at);
 /* Registers mend_token_digest(text) on db, for the migration to schema 13: SQLITE_OK or not. */
 int mend__sqlite_digest_fn(sqlite3 *db);
-int mend__sqlite_set_parent(mend_store *s, const char *id, const char *parent, const char *parent_step);
+int mend__sqlite_set_parent(mend_store *s, const char *id, const char *parent,
+                            const char *parent_step);
 json_t *mend__sqlite_children(mend_store *s, const char *parent);
-int mend__sqlite_child_end(mend_store *s, const char *child, const char *name, const char *payload, const char *key, double sent);
-int mend__sqlite_reopen_run(mend_store *s, const char *id, const char *reason, const char *owner, double at);
+int mend__sqlite_child_end(mend_store *s, const char *child, const char *name, const char *payload,
+                           const char *key, double sent);
+int mend__sqlite_reopen_run(mend_store *s, const char *id, const char *reason, const char *owner,
+                            double at);
 
 /* pages and counts of runs for mend serve (runs_page.c, run_counts.c) */
-json_t *mend__sqlite_runs_page(mend_store *s, const char *status, const char *workflow, double since, double after_created, const char *after_id, int limit);
+json_t *mend__sqlite_runs_page(mend_store *s, const char *status, const char *workflow,
+                               double since, double after_created, const char *after_id, int limit);
 json_t *mend__sqlite_run_counts(mend_store *s);
 
 #endif

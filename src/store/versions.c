@@ -124,8 +124,11 @@ int mend__workflow_version(mend_store *s, const mend_run_rec *r, sqlite3_int64 *
   for (int k = 0; k < 4; k++) BIND(mend__bind_text(q, k + 1, values[k]));
   int found = mend__first_row(s, q, rc, "number a workflow version");
   if (found <= 0) {
-    if (found == 0) mend__set_msg(s->err, sizeof s->err, "%s: workflow version of %s not found after"
-                            " writing it", s->path, r->workflow);
+    if (found == 0)
+      mend__set_msg(s->err, sizeof s->err,
+                    "%s: workflow version of %s not found after"
+                    " writing it",
+                    s->path, r->workflow);
     s->batch_failed = 1;
     return -1;
   }

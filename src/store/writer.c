@@ -77,7 +77,10 @@ void mend__log_free(wlog *log) {
 /* Starts a record of statement q in the current log; its values follow in order. */
 void mend__rec_begin(mend_store *s, int q) {
   wlog *log = s->cur;
-  if (grow((void **)&log->recs, &log->caprec, log->nrec + 1, sizeof *log->recs)) { log->oom = 1; return; }
+  if (grow((void **)&log->recs, &log->caprec, log->nrec + 1, sizeof *log->recs)) {
+    log->oom = 1;
+    return;
+  }
   log->recs[log->nrec++] = (wrec){q, log->nval, 0, s->repairing};
 }
 
@@ -157,7 +160,8 @@ void mend__renewed(mend_store *s, const wlog *log, const wrec *r);
 static int bind_worker(const mend_store *s, sqlite3_stmt *q, int i) {
   if (s->worker_id)
     return sqlite3_bind_text(q, i, s->worker_digits, s->worker_ndigits, SQLITE_STATIC);
-  return s->worker ? sqlite3_bind_text(q, i, s->worker, -1, SQLITE_STATIC) : sqlite3_bind_null(q, i);
+  return s->worker ? sqlite3_bind_text(q, i, s->worker, -1, SQLITE_STATIC)
+                   : sqlite3_bind_null(q, i);
 }
 
 static const char *const code_digits[] = {
@@ -350,8 +354,10 @@ static int flush_log(mend_store *s, wlog *log) {
        * consumed already would be consumed twice. */
       const wval *id = &log->vals[r->first];
       mend__set_msg(s->err, sizeof s->err, "%s: %s: no %s %s", s->path, record_what[r->q],
-              r->q == Q_UPDATE_RUN ? "run" : r->q == Q_UPDATE_STEP ? "step of run" : "unconsumed event of run",
-              id->type == V_TEXT ? log->text + id->off : "(null)");
+                    r->q == Q_UPDATE_RUN    ? "run"
+                    : r->q == Q_UPDATE_STEP ? "step of run"
+                                            : "unconsumed event of run",
+                    id->type == V_TEXT ? log->text + id->off : "(null)");
       s->batch_failed = 1;
       ok = 0;
     }
@@ -486,8 +492,10 @@ int mend__sqlite_start_writer(mend_store *s, void (*done)(void *ud), void *ud) {
   /* In memory, the thread would gain nothing: no fsync to wait for, no second connection. */
   if (!s->checkpointer) return 1;
   int rc = mend__handoff_start(&s->w, &writer_ops, s, &s->cpus, done, ud);
-  if (rc == ENOMEM) mend__set_msg(s->err, sizeof s->err, "%s: writer thread: out of memory", s->path);
-  else if (rc != 0) mend__set_msg(s->err, sizeof s->err, "%s: writer thread: %s", s->path, strerror(rc));
+  if (rc == ENOMEM)
+    mend__set_msg(s->err, sizeof s->err, "%s: writer thread: out of memory", s->path);
+  else if (rc != 0)
+    mend__set_msg(s->err, sizeof s->err, "%s: writer thread: %s", s->path, strerror(rc));
   return rc ? -1 : 0;
 }
 
@@ -588,8 +596,8 @@ void mend__sqlite_trim(mend_store *s) {
    * would map its pages and fault them in anew, which tripled what such a start costs. */
   for (int k = 0; idle && k < 3; k++) {
     wlog *log = &s->logs[k];
-    size_t bytes = (size_t)log->caprec * sizeof *log->recs + (size_t)log->capval * sizeof *log->vals +
-                   (size_t)log->captext;
+    size_t bytes = (size_t)log->caprec * sizeof *log->recs +
+                   (size_t)log->capval * sizeof *log->vals + (size_t)log->captext;
     if (bytes > TRIM_KEEP_BYTES) mend__log_free(log);
   }
 }
@@ -615,7 +623,9 @@ int mend__sqlite_lock_try(mend_store *s) {
   atomic_store(&s->locked, 0);
   return 1;
 }
-void mend__sqlite_set_busy_wait(mend_store *s, int ms) { s->busy_ms = ms > 0 ? ms : BUSY_TIMEOUT_MS; }
+void mend__sqlite_set_busy_wait(mend_store *s, int ms) {
+  s->busy_ms = ms > 0 ? ms : BUSY_TIMEOUT_MS;
+}
 
 void mend__sqlite_set_thread_cpus(mend_store *s, const mend_cpus *cpus) { s->cpus = *cpus; }
 unsigned long mend__sqlite_open_seq(const mend_store *s) { return s->open_seq; }
@@ -710,7 +720,9 @@ static int rec_step(mend_store *s, int q, const mend_step_rec *st) {
   return mend__rec_end(s);
 }
 
-int mend__sqlite_put_step(mend_store *s, const mend_step_rec *st) { return rec_step(s, Q_PUT_STEP, st); }
+int mend__sqlite_put_step(mend_store *s, const mend_step_rec *st) {
+  return rec_step(s, Q_PUT_STEP, st);
+}
 
 int mend__sqlite_update_step(mend_store *s, const mend_step_rec *st) {
   return rec_step(s, Q_UPDATE_STEP, st);
@@ -743,8 +755,8 @@ int mend__sqlite_append_history(mend_store *s, const mend_history_rec *h) {
   return mend__rec_end(s);
 }
 
-
-int mend__sqlite_put_breaker(mend_store *s, const char *key, const mend_breaker *b, double updated) {
+int mend__sqlite_put_breaker(mend_store *s, const char *key, const mend_breaker *b,
+                             double updated) {
   mend__rec_begin(s, Q_PUT_BREAKER);
   mend__rec_text(s, key);
   mend__rec_text(s, mend_breaker_state_name(b->state));

@@ -10,9 +10,10 @@
  * swallow it). Only the pure parts of the standard library are opened, without what reaches
  * files or the process; the C functions of Lua whose time no hook bounds (pattern matching,
  * table.move, string.rep: a loop of 10 KB copies ran 20 s under ASan) are left out, since a
- * hang inside them is Lua's and the engine's sandbox bounds them, not the loader. `require` knows "mend" and "mend.sim" only, as stubs that answer any
- * use, so that the real workflows of workflows/ reach the checks. This harness must never
- * touch a file; built only with MEND_FUZZ (see tests/fuzz/README.md).
+ * hang inside them is Lua's and the engine's sandbox bounds them, not the loader. `require` knows
+ * "mend" and "mend.sim" only, as stubs that answer any use, so that the real workflows of
+ * workflows/ reach the checks. This harness must never touch a file; built only with MEND_FUZZ (see
+ * tests/fuzz/README.md).
  */
 #include "workflow.h"
 

@@ -20,7 +20,8 @@ if ! command -v "$cc" >/dev/null 2>&1; then
   exit 77
 fi
 mkdir -p "$dir" || exit 1
-printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n)\n{ (void)d; (void)n; return 0; }\n' \
+printf '%s\n' 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n)' \
+  '{ (void)d; (void)n; return 0; }' \
   >"$dir/probe.c"
 if ! "$cc" -fsanitize=fuzzer "$dir/probe.c" -o "$dir/probe" >"$dir/probe.log" 2>&1; then
   echo "fuzz: $cc cannot link libFuzzer (Debian: apt-get install libclang-rt-14-dev); skipped"
@@ -40,7 +41,9 @@ for t in json workflow; do
   mkdir -p "$dir/corpus/$t"
   cp "$src/tests/fuzz/corpus/$t/"* "$dir/corpus/$t/"
   if [ "$t" = workflow ]; then   # the workflows people copy are seeds as they are
-    for f in "$src"/workflows/*.lua "$src"/examples/*.lua; do cp "$f" "$dir/corpus/$t/seed-$(basename "$f")"; done
+    for f in "$src"/workflows/*.lua "$src"/examples/*.lua; do
+      cp "$f" "$dir/corpus/$t/seed-$(basename "$f")"
+    done
   fi
   # -timeout: an input that runs 30 s is a hang (the workflow target's limits end any input in
   # well under a second without the sanitizers, a few with them on a busy machine).

@@ -31,9 +31,13 @@ state=${2:-}
 
 bindir() {
   for v in 15 16 17 14 13; do
-    if [ -x "/usr/lib/postgresql/$v/bin/initdb" ]; then echo "/usr/lib/postgresql/$v/bin"; return 0; fi
+    if [ -x "/usr/lib/postgresql/$v/bin/initdb" ]; then
+      echo "/usr/lib/postgresql/$v/bin"
+      return 0
+    fi
   done
-  echo "cluster.sh: no PostgreSQL server found in /usr/lib/postgresql (Debian package postgresql)" >&2
+  echo "cluster.sh: no PostgreSQL server found in /usr/lib/postgresql" \
+       "(Debian package postgresql)" >&2
   return 1
 }
 

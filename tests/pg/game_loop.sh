@@ -19,9 +19,14 @@ case "$MEND_TEST_PG" in *\?*) sep='&' ;; *) sep='?' ;; esac
 out=$("$bin" "$quest" 400 "$MEND_TEST_PG${sep}options=-csearch_path%3D$schema" --no-strict "$@")
 printf '%s\n' "$out"
 frames=$(printf '%s\n' "$out" | sed -n 's/.* \([0-9]*\) frames in .*/\1/p')
-waited=$(printf '%s\n' "$out" | sed -n 's/.*ticks that waited (a voluntary switch): \([0-9]*\).*/\1/p')
-[ -n "$frames" ] && [ -n "$waited" ] || { echo "game_loop.sh: no tick figures in the output" >&2; exit 1; }
+waited=$(printf '%s\n' "$out" |
+         sed -n 's/.*ticks that waited (a voluntary switch): \([0-9]*\).*/\1/p')
+if [ -z "$frames" ] || [ -z "$waited" ]; then
+  echo "game_loop.sh: no tick figures in the output" >&2
+  exit 1
+fi
 if [ $((waited * 20)) -gt "$frames" ]; then
-  echo "game_loop.sh: $waited ticks of $frames waited (a voluntary switch): a tick waited on the server" >&2
+  echo "game_loop.sh: $waited ticks of $frames waited (a voluntary switch):" \
+       "a tick waited on the server" >&2
   exit 1
 fi

@@ -22,8 +22,8 @@ import socket, sys, time
 port = int(sys.argv[1])
 held = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
 held[1].sendall(b"GET /api/v1/ru")
-held[2].sendall(b"POST /api/v1/runs HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-                b"Content-Length: 1000\r\n\r\n" + b"x" * 500)
+held[2].sendall(b"POST /api/v1/runs HTTP/1.1\r\nHost: localhost\r\n"
+                b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n" + b"x" * 500)
 print("held", flush=True)
 time.sleep(60)
 PY

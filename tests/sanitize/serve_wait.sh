@@ -32,7 +32,8 @@ def post(path, body):
     return json.load(urllib.request.urlopen(req))
 def waiter(run, seconds):
     s = socket.create_connection(("127.0.0.1", port))
-    s.sendall(("GET /api/v1/runs/%s?wait=%s HTTP/1.1\r\nHost: localhost\r\n\r\n" % (run, seconds)).encode())
+    s.sendall(("GET /api/v1/runs/%s?wait=%s HTTP/1.1\r\nHost: localhost\r\n\r\n"
+               % (run, seconds)).encode())
     return s
 a, b, c = (post("/runs", {"workflow": "wait"})["id"] for _ in range(3))
 gone = waiter(a, 30)
@@ -61,6 +62,9 @@ for _ in $(seq 1 200); do
   sleep 0.1
 done
 if ! grep -q waiting "$dir/client"; then
-  echo "serve_wait: the client failed:"; cat "$dir/client" "$dir/err"; kill "$server" "$client"; exit 1
+  echo "serve_wait: the client failed:"
+  cat "$dir/client" "$dir/err"
+  kill "$server" "$client"
+  exit 1
 fi
 serve_stop "$client"

@@ -8,8 +8,8 @@
 -- STORE is sqlite or pg; SHARD is 1..COUNT, `server` or `check`. `server` is the PostgreSQL
 -- specs that act on the test cluster's server or read the sessions of all of it, which other
 -- specs beside them would disturb or be read in: their text runs `tests/pg/cluster.sh restart`,
--- `down` or `kill9`, reads pg_stat_activity or pg_stat_database or sets the role's settings with ALTER ROLE (found
--- by that, so a new one is found too; ctest
+-- `down` or `kill9`, reads pg_stat_activity or pg_stat_database or sets the role's settings
+-- with ALTER ROLE (found by that, so a new one is found too; ctest
 -- runs them with no other test of the cluster);
 -- WEIGHTS is tests/specs/weights.txt (a spec file's seconds on each store, measured; a file
 -- it does not name weighs DEFAULT); FILE... are every spec file (spec/*_spec.lua). The crash
@@ -30,14 +30,16 @@ end
 
 local function base(path) return path:match("([^/]+)$") end
 -- the two harnesses CMakeLists.txt names, exactly: another file whose name ends so is a spec
-local function crash(path) return base(path) == "crash_spec.lua" or base(path) == "pg_crash_spec.lua" end
+local function crash(path)
+  return base(path) == "crash_spec.lua" or base(path) == "pg_crash_spec.lua"
+end
 local function needs_the_server_alone(path)
   local f = assert(io.open(path, "r"))
   local text = f:read("a")
   f:close()
   -- ALTER ROLE: a setting of the role every shard's sessions log in as, while it lasts
-  for _, word in ipairs { "cluster.sh restart", "cluster.sh down", "cluster.sh kill9", "pg_stat_activity",
-                          "pg_stat_database", "ALTER ROLE" } do
+  for _, word in ipairs { "cluster.sh restart", "cluster.sh down", "cluster.sh kill9",
+                          "pg_stat_activity", "pg_stat_database", "ALTER ROLE" } do
     if text:find(word, 1, true) then return true end
   end
   return false

@@ -254,9 +254,9 @@ int mend__pg_look_ahead_take(mend_store *s, int wait,
     } else if (!wait && PQisBusy(p->aux)) {
       double out = mend__pg_mono() - p->look_sent_at;
       if (out < LOOK_STALE_S && aux_usable(p)) return 0;
-      mend__pg_msg(p->aux_err, sizeof p->aux_err, "%s: a look at the inboxes %s",
-                   p->aux_server, out < LOOK_STALE_S ? "sent before the writer moved to another server"
-                                                     : "unanswered for 10 s: its connection dropped");
+      mend__pg_msg(p->aux_err, sizeof p->aux_err, "%s: a look at the inboxes %s", p->aux_server,
+                   out < LOOK_STALE_S ? "sent before the writer moved to another server"
+                                      : "unanswered for 10 s: its connection dropped");
       drop_aux(p);   /* the look failed with it */
       p->look_state = LOOK_NONE;
       return -1;

@@ -412,11 +412,14 @@ static int flush_once(mend_pg *p, pg_log *log, int commit, int begin, int *late,
     goto done;
 #ifdef MEND_FAILPOINTS
   if (commit && !pp.failed && end_session_now() &&
-      pipe_send(&pp, K_WRITE, -1, "SELECT pg_terminate_backend(pg_backend_pid())", 0, NULL, NULL) != 0)
+      pipe_send(&pp, K_WRITE, -1, "SELECT pg_terminate_backend(pg_backend_pid())", 0, NULL, NULL) !=
+          0)
     goto done;
   if (commit && !pp.failed && deadlock_now() &&
-      pipe_send(&pp, K_WRITE, -1, "DO $$BEGIN RAISE EXCEPTION 'deadlock detected (MEND_PG_DEADLOCK)'"
-                " USING ERRCODE = '40P01'; END$$", 0, NULL, NULL) != 0)
+      pipe_send(&pp, K_WRITE, -1,
+                "DO $$BEGIN RAISE EXCEPTION 'deadlock detected (MEND_PG_DEADLOCK)'"
+                " USING ERRCODE = '40P01'; END$$",
+                0, NULL, NULL) != 0)
     goto done;
 #endif
   if (commit && !pp.failed) {
@@ -590,7 +593,8 @@ int mend__pg_flush(mend_pg *p, pg_log *log, int commit, int begin) {
   }
   if (rc == 0) mend__pg_lock_gone(p);
   if (rc == 0 && commit) mend__pg_log_clear(&p->tx_events);
-  else mend__pg_log_keep(&p->tx_events, log, P_RECORD_EVENT);   /* in the transaction, or gone with it */
+  /* in the transaction, or gone with it */
+  else mend__pg_log_keep(&p->tx_events, log, P_RECORD_EVENT);
   mend__pg_log_clear(log);
   if (rc != 0) {
     /* The connection gone (the server restarted, the session ended): whether a COMMIT sent

@@ -17,11 +17,11 @@
 #define MEND_COPY_SQLITE_SCHEMA 20
 
 /* Copies every run (with its parent's link), step, history row, breaker, dead letter,
- * workflow version, inbox event, completion token and audit row of `src` (a mend database at this mend's schema version, read in one read
- * transaction) into `dst` (a PostgreSQL mend store, not inside a transaction), in one
- * transaction that is committed only if `dst` held none of them before and holds as many
- * of each as `src` after. Owners are not copied: after the move nobody holds a run. Returns
- * {"runs": n, "steps": n, ...} or NULL with err set (and nothing written). */
+ * workflow version, inbox event, completion token and audit row of `src` (a mend database at this
+ * mend's schema version, read in one read transaction) into `dst` (a PostgreSQL mend store, not
+ * inside a transaction), in one transaction that is committed only if `dst` held none of them
+ * before and holds as many of each as `src` after. Owners are not copied: after the move nobody
+ * holds a run. Returns {"runs": n, "steps": n, ...} or NULL with err set (and nothing written). */
 json_t *mend__pg_copy_into(sqlite3 *src, PGconn *dst, char *err, size_t errlen);
 
 #endif

@@ -187,7 +187,8 @@ int mend__pg_lease_at_least(mend_pg *p, const char *owner, double lease_seconds)
   PGresult *r = mend__pg_run(p, P_RENEW, NULL, 2, v, "renew the lease");
   if (!r) return -1;
   PQclear(r);
-  if (p->fence_owner && strcmp(owner, p->fence_owner) == 0) mend__pg_renewed(p, sent, lease_seconds);
+  if (p->fence_owner && strcmp(owner, p->fence_owner) == 0)
+    mend__pg_renewed(p, sent, lease_seconds);
   return 0;
 }
 
@@ -347,7 +348,8 @@ int mend__pg_release(mend_store *s, const char *id, const char *owner) {
 int mend__pg_owner(mend_store *s, const char *id, char *owner_out, int owner_len,
                    double *lease_left) {
   mend_pg *p = PG(s);
-  if (!mend__pg_text_fits(p, id)) return 0;   /* no run's id (from a URL): sent, it fails the batch */
+  /* no run's id (from a URL): sent, it fails the batch */
+  if (!mend__pg_text_fits(p, id)) return 0;
   if (mend__pg_sync(p) != 0) return -1;
   const char *v[1] = {id};
   PGresult *r = mend__pg_run(p, P_OWNER, NULL, 1, v, "read lease");

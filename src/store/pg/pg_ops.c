@@ -538,7 +538,8 @@ long long mend__pg_events_after(mend_store *s, long long after, int limit,
     return after;   /* opened again at the next look */
   }
   if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-    mend__pg_fail_to(p->aux_err, sizeof p->aux_err, p->aux_server, p->aux, r, "look for new events");
+    mend__pg_fail_to(p->aux_err, sizeof p->aux_err, p->aux_server, p->aux, r,
+                     "look for new events");
     PQclear(r);
     return -1;
   }

@@ -60,7 +60,7 @@
   " RETURNING 1) SELECT mend_changed(count(*), '" what "' || $1::text) FROM u"
 
 const char *const mend__pg_sql[P__COUNT] = {
-  /* A run without a key (P_INSERT_RUN_KEY has one): a plain insert, not a speculative one. */
+/* A run without a key (P_INSERT_RUN_KEY has one): a plain insert, not a speculative one. */
 #define INSERT_RUN \
     "INSERT INTO runs(id, workflow, run_key, status, input, error, attention, created, updated," \
     " owner, workflow_version) VALUES($1::text, $2::text, $3::text, $4::text, $5::text, $6::text," \
@@ -80,8 +80,9 @@ const char *const mend__pg_sql[P__COUNT] = {
     " $17::bigint, $18::bigint)"
     STEP_PUT_SET,
   [P_UPDATE_STEP] =
-    "WITH u AS (UPDATE steps SET status = $3::text, attempts = $4::bigint, comp_attempts = $5::bigint,"
-    " idem_key = coalesce($6::text, idem_key), custom_key = $7::bigint, result = $8::text,"
+    "WITH u AS (UPDATE steps SET status = $3::text, attempts = $4::bigint,"
+    " comp_attempts = $5::bigint, idem_key = coalesce($6::text, idem_key),"
+    " custom_key = $7::bigint, result = $8::text,"
     " error = $9::text, due = $10::float8, last_delay = $11::float8, updated = $12::float8,"
     " slept = $13::bigint, awaits = $14::text, error_kind = $15::text,"
     " error_severity = $16::bigint, error_stopped = $17::bigint"
@@ -166,15 +167,17 @@ const char *const mend__pg_sql[P__COUNT] = {
    * a new worker, committed with its first claim, is missing: its runs would be taken from
    * under it. Never our own runs. */
 #define CLAIM(order) \
-    "WITH gone AS (SELECT owner FROM workers WHERE lease_until < clock_timestamp()" \
-    " AND owner <> $1::text FOR UPDATE SKIP LOCKED)," \
-    " c AS (SELECT id FROM runs WHERE status IN " LIVE " AND ($3::boolean OR unavailable IS NULL)" \
-    " AND (owner IS NULL OR owner IN (SELECT owner FROM gone) OR (owner <> $1::text AND NOT EXISTS" \
-    " (SELECT 1 FROM workers w WHERE w.owner = runs.owner)))" \
-    " AND fence = (SELECT f.fence FROM runs f WHERE f.id = runs.id)" \
-    " ORDER BY created " order " LIMIT $2::bigint FOR UPDATE SKIP LOCKED)," \
-    " u AS (UPDATE runs r SET owner = $1::text, fence = r.fence + 1 FROM c WHERE r.id = c.id" \
-    " RETURNING r.id, r.created) SELECT id FROM u ORDER BY created " order
+  "WITH gone AS (SELECT owner FROM workers WHERE lease_until < clock_timestamp()" \
+  " AND owner <> $1::text FOR UPDATE SKIP LOCKED)," \
+  " c AS (SELECT id FROM runs WHERE status IN " LIVE \
+  " AND ($3::boolean OR unavailable IS NULL)" \
+  " AND (owner IS NULL OR owner IN (SELECT owner FROM gone) OR (owner <> $1::text AND NOT EXISTS" \
+  " (SELECT 1 FROM workers w WHERE w.owner = runs.owner)))" \
+  " AND fence = (SELECT f.fence FROM runs f WHERE f.id = runs.id)" \
+  " ORDER BY created " order \
+  " LIMIT $2::bigint FOR UPDATE SKIP LOCKED)," \
+  " u AS (UPDATE runs r SET owner = $1::text, fence = r.fence + 1 FROM c WHERE r.id = c.id" \
+  " RETURNING r.id, r.created) SELECT id FROM u ORDER BY created " order
 #define CLAIM_FREE(order) \
     "WITH c AS (SELECT id FROM runs WHERE owner IS NULL AND status IN " LIVE \
     " AND ($3::boolean OR unavailable IS NULL) ORDER BY created " order \

@@ -216,7 +216,8 @@ static int show_in_flight(PGconn *c, const char *id, json_t *steps, char *err, s
     for (size_t i = 0; i < n; i++) {
       const char *step = json_string_value(json_object_get(json_array_get(steps, i), "name"));
       if (!step || strcmp(step, name) != 0) continue;
-      last[i].attempt_1 = PQgetvalue(r, k, 1)[0] == 't' ? 1 + strtoll(PQgetvalue(r, k, 2), NULL, 10) : 0;
+      last[i].attempt_1 =
+          PQgetvalue(r, k, 1)[0] == 't' ? 1 + strtoll(PQgetvalue(r, k, 2), NULL, 10) : 0;
       last[i].at = PQgetisnull(r, k, 3) ? 0 : strtod(PQgetvalue(r, k, 3), NULL);
       break;
     }
@@ -567,12 +568,18 @@ json_t *mend__pg_view_prune(PGconn *c, double before, const char *status, int dr
       prune_sql(c, "SELECT count(*) FROM dlq WHERE run_id IN (" PRUNE_RUNS ")", p, res, "dlq",
                 err, errlen);
   if (!failed && !dry_run)
-    failed = prune_sql(c, "DELETE FROM dlq WHERE run_id IN (" PRUNE_RUNS ")", p, NULL, NULL, err, errlen) ||
-             prune_sql(c, "DELETE FROM history WHERE run_id IN (" PRUNE_RUNS ")", p, NULL, NULL, err, errlen) ||
-             prune_sql(c, "DELETE FROM steps WHERE run_id IN (" PRUNE_RUNS ")", p, NULL, NULL, err, errlen) ||
-             prune_sql(c, "DELETE FROM inbox WHERE run_id IN (" PRUNE_RUNS ")", p, NULL, NULL, err, errlen) ||
-             prune_sql(c, "DELETE FROM tokens WHERE run_id IN (" PRUNE_RUNS ")", p, NULL, NULL, err, errlen) ||
-             prune_sql(c, "DELETE FROM runs WHERE id IN (" PRUNE_RUNS ")", p, NULL, NULL, err, errlen);
+    failed =
+        prune_sql(c, "DELETE FROM dlq WHERE run_id IN (" PRUNE_RUNS ")", p, NULL, NULL, err,
+                  errlen) ||
+        prune_sql(c, "DELETE FROM history WHERE run_id IN (" PRUNE_RUNS ")", p, NULL, NULL, err,
+                  errlen) ||
+        prune_sql(c, "DELETE FROM steps WHERE run_id IN (" PRUNE_RUNS ")", p, NULL, NULL, err,
+                  errlen) ||
+        prune_sql(c, "DELETE FROM inbox WHERE run_id IN (" PRUNE_RUNS ")", p, NULL, NULL, err,
+                  errlen) ||
+        prune_sql(c, "DELETE FROM tokens WHERE run_id IN (" PRUNE_RUNS ")", p, NULL, NULL, err,
+                  errlen) ||
+        prune_sql(c, "DELETE FROM runs WHERE id IN (" PRUNE_RUNS ")", p, NULL, NULL, err, errlen);
   if (!failed) failed = prune_sql(c, "COMMIT", NULL, NULL, NULL, err, errlen);
   json_decref(runs);
   if (failed) {

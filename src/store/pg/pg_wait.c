@@ -5,8 +5,8 @@
  * the reading of a try that met it, the mark that a batch waits (mend_store_locked) and its
  * message naming the row and the session that holds it. Must never: give up a batch for the
  * lock but as the store closes (the batch is kept and tried again until it lands: its writes
- * were acted on by no one yet, and the write-ahead rule holds them all); write p->err from the loop while the writer
- * thread may (the mark's message is a buffer of its own, under its own lock).
+ * were acted on by no one yet, and the write-ahead rule holds them all); write p->err from the loop
+ * while the writer thread may (the mark's message is a buffer of its own, under its own lock).
  *
  * The design. What a flush sends (a batch's recorded writes, its BEGIN's lease renewal) waits for
  * another session's lock at most PG_WRITE_WAIT_MS a try, or a second more than the server's
