@@ -140,6 +140,9 @@ static int start_value(mend_engine *E, lua_State *L, const char *workflow, int i
              "(MEND_KEY_MAX)", strlen(run_key), MEND_KEY_MAX);
     return -1;
   }
+  if (mend__text_refused(E, run_key, "the run key", err, errlen) ||
+      mend__who_refused(E, who, err, errlen))
+    return -1;
   mend_workflow *wf = mend_engine_workflow(E, workflow);
   if (!wf) {
     E->refusal = MEND_REFUSED_NOT_FOUND;
