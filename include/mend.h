@@ -326,6 +326,12 @@ MEND_API int mend_engine_adopt(mend_engine *engine);
  * MEND_ESTORE: the database failed; that stops the engine, as mend_engine_run_all would. */
 MEND_API int mend_engine_start(mend_engine *engine, const char *workflow, const char *input_json,
                                const char *run_key, char run_id_out[17], int *existed);
+/* mend_engine_start() that records who started the run (NULL: not told, as mend_engine_start):
+ * a `started` row "by WHO" in its history, as `mend start --who`, X-Mend-Who and eng:start's
+ * {who=} record it. MEND_EINVAL, nothing started, for a who outside the rule of MEND_WHO_MAX. */
+MEND_API int mend_engine_start_who(mend_engine *engine, const char *workflow,
+                                   const char *input_json, const char *run_key, const char *who,
+                                   char run_id_out[17], int *existed);
 /* Resumes the unfinished runs of the database that no live engine holds. *count (may be NULL)
  * receives how many. */
 MEND_API int mend_engine_recover(mend_engine *engine, int *count);
@@ -478,6 +484,14 @@ MEND_API int mend_engine_signal(mend_engine *engine, const char *run_id, const c
 MEND_API int mend_engine_signal_by_key(mend_engine *engine, const char *run_key,
                                        const char *name, const char *payload_json,
                                        const char *key);
+/* The two above, with who sent the event (NULL: not told): kept with it, as `mend signal --who`
+ * and X-Mend-Who keep theirs (GET /api/v1/runs/{id}/events shows it). MEND_EINVAL, nothing
+ * sent, for a who outside the rule of MEND_WHO_MAX. */
+MEND_API int mend_engine_signal_who(mend_engine *engine, const char *run_id, const char *name,
+                                    const char *payload_json, const char *key, const char *who);
+MEND_API int mend_engine_signal_by_key_who(mend_engine *engine, const char *run_key,
+                                           const char *name, const char *payload_json,
+                                           const char *key, const char *who);
 /* Completes the token a step's attempt handed out (ctx:token(); the step declares wait =
  * "token"): result_json (NULL: null) becomes the step's result. fail: the step fails as if
  * its execute had raised an error of `kind` ("retryable", "fatal" or "compensable") with

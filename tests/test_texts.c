@@ -5,7 +5,8 @@
  * who outside its rule (MEND_WHO_MAX), is MEND_EINVAL with a message naming which text, and
  * the engine goes on. On SQLite, and on PostgreSQL when MEND_TEST_PG names a server (a
  * database of its own, dropped after), where a batch holding such bytes was refused by the
- * server and the engine stopped with it.
+ * server and the engine stopped with it. Also the who that mend_engine_start_who and
+ * mend_engine_signal_who record.
  */
 #include <mend.h>
 
@@ -83,7 +84,19 @@ static void exercise(const char *store, const char *db_path) {
   /* starts */
   char id[17], other[17];
   CHECK(refused(E, mend_engine_start(E, "waits", NULL, "k\xff", id, NULL), "the run key is not UTF-8 text"));
-  CHECK_EQ_INT(mend_engine_start(E, "waits", NULL, "order-1", id, NULL), MEND_OK);
+  CHECK(refused(E, mend_engine_start_who(E, "waits", NULL, NULL, "b\xff" "b", id, NULL), "who is not UTF-8 text"));
+  CHECK(refused(E, mend_engine_start_who(E, "waits", NULL, NULL, "", id, NULL), "who must be 1 to 256 bytes, got 0"));
+  char who[300];
+  memset(who, 'w', 257);
+  who[257] = 0;
+  CHECK(refused(E, mend_engine_start_who(E, "waits", NULL, NULL, who, id, NULL), "who must be 1 to 256 bytes, got 257"));
+  CHECK(refused(E, mend_engine_start_who(E, "waits", NULL, NULL, "eve\n2026 run done", id, NULL),
+                "who holds a control character (byte 4)"));
+  memcpy(who + 254, "\xc3\xa9", 3);   /* 256 bytes, a two-byte character last */
+  CHECK_EQ_INT(mend_engine_start_who(E, "waits", NULL, "order-1", who, id, NULL), MEND_OK);
+  char by[sizeof who + 32];
+  snprintf(by, sizeof by, "\"detail\":\"by %s\"", who);
+  CHECK(run_has(E, id, by, 1));
   CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
 
   /* events */
@@ -91,6 +104,9 @@ static void exercise(const char *store, const char *db_path) {
   CHECK(refused(E, mend_engine_signal(E, id, "go", NULL, "k\xff"), "the event's key is not UTF-8 text"));
   CHECK(refused(E, mend_engine_signal(E, "r\xff", "go", NULL, NULL), "the run id is not UTF-8 text"));
   CHECK(refused(E, mend_engine_signal_by_key(E, "order\xff", "go", NULL, NULL), "the run key is not UTF-8 text"));
+  CHECK(refused(E, mend_engine_signal_who(E, id, "go", NULL, NULL, "\xed\xa0\x80"), "who is not UTF-8 text"));
+  CHECK(refused(E, mend_engine_signal_by_key_who(E, "order-1", "go", NULL, NULL, "a\x7f"),
+                "who holds a control character (byte 2)"));
 
   /* repairs, a breaker, a token's failure */
   char stuck[17];
@@ -103,7 +119,7 @@ static void exercise(const char *store, const char *db_path) {
   CHECK(refused(E, mend_engine_resolve_dead_letter(E, stuck, "\xc0\xaf", "paid"), "who is not UTF-8 text"));
   CHECK(refused(E, mend_engine_override_breaker(E, "psp\xff", "open", 0, "ops"), "the breaker's key is not UTF-8 text"));
   CHECK(refused(E, mend_engine_override_breaker(E, "psp", "open", 0, "o\xffps"), "who is not UTF-8 text"));
-  CHECK_EQ_INT(mend_engine_signal(E, id, "go", "1", "k1"), MEND_OK);
+  CHECK_EQ_INT(mend_engine_signal_who(E, id, "go", "1", "k1", "bob"), MEND_OK);
   CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
   CHECK(token[0] != 0);
   CHECK(refused(E, mend_engine_fail(E, token, "fatal", "card \xff declined"), "the failure's message is not UTF-8 text"));
@@ -120,11 +136,12 @@ static void exercise(const char *store, const char *db_path) {
   note[n] = 0;
   CHECK_EQ_INT(mend_engine_resolve_dead_letter(E, stuck, "ops", note), MEND_OK);
   CHECK(run_has(E, stuck, "\"resolved\"", 0));
-  CHECK_EQ_INT(mend_engine_start(E, "waits", NULL, NULL, other, NULL), MEND_OK);
+  CHECK_EQ_INT(mend_engine_start_who(E, "waits", NULL, NULL, "carol", other, NULL), MEND_OK);
   CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
-  CHECK_EQ_INT(mend_engine_signal_by_key(E, "order-1", "go", NULL, "k2"), MEND_ESTATE);
-  CHECK_EQ_INT(mend_engine_signal(E, other, "go", NULL, "k3"), MEND_OK);
+  CHECK_EQ_INT(mend_engine_signal_by_key_who(E, "order-1", "go", NULL, "k2", "bob"), MEND_ESTATE);
+  CHECK_EQ_INT(mend_engine_signal_who(E, other, "go", NULL, "k3", "bob"), MEND_OK);
   CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+  CHECK(run_has(E, other, "\"detail\":\"by carol\"", 1));
   CHECK_EQ_INT(mend_engine_free(E), MEND_OK);
   printf("%s: done\n", store);
 }
