@@ -83,13 +83,17 @@ static void exercise(const char *store, const char *db_path) {
 
   /* starts */
   char id[17], other[17];
-  CHECK(refused(E, mend_engine_start(E, "waits", NULL, "k\xff", id, NULL), "the run key is not UTF-8 text"));
-  CHECK(refused(E, mend_engine_start_who(E, "waits", NULL, NULL, "b\xff" "b", id, NULL), "who is not UTF-8 text"));
-  CHECK(refused(E, mend_engine_start_who(E, "waits", NULL, NULL, "", id, NULL), "who must be 1 to 256 bytes, got 0"));
+  CHECK(refused(E, mend_engine_start(E, "waits", NULL, "k\xff", id, NULL),
+                "the run key is not UTF-8 text"));
+  CHECK(refused(E, mend_engine_start_who(E, "waits", NULL, NULL, "b\xff" "b", id, NULL),
+                "who is not UTF-8 text"));
+  CHECK(refused(E, mend_engine_start_who(E, "waits", NULL, NULL, "", id, NULL),
+                "who must be 1 to 256 bytes, got 0"));
   char who[300];
   memset(who, 'w', 257);
   who[257] = 0;
-  CHECK(refused(E, mend_engine_start_who(E, "waits", NULL, NULL, who, id, NULL), "who must be 1 to 256 bytes, got 257"));
+  CHECK(refused(E, mend_engine_start_who(E, "waits", NULL, NULL, who, id, NULL),
+                "who must be 1 to 256 bytes, got 257"));
   CHECK(refused(E, mend_engine_start_who(E, "waits", NULL, NULL, "eve\n2026 run done", id, NULL),
                 "who holds a control character (byte 4)"));
   memcpy(who + 254, "\xc3\xa9", 3);   /* 256 bytes, a two-byte character last */
@@ -100,11 +104,16 @@ static void exercise(const char *store, const char *db_path) {
   CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
 
   /* events */
-  CHECK(refused(E, mend_engine_signal(E, id, "g\xc0o", NULL, NULL), "the event's name is not UTF-8 text"));
-  CHECK(refused(E, mend_engine_signal(E, id, "go", NULL, "k\xff"), "the event's key is not UTF-8 text"));
-  CHECK(refused(E, mend_engine_signal(E, "r\xff", "go", NULL, NULL), "the run id is not UTF-8 text"));
-  CHECK(refused(E, mend_engine_signal_by_key(E, "order\xff", "go", NULL, NULL), "the run key is not UTF-8 text"));
-  CHECK(refused(E, mend_engine_signal_who(E, id, "go", NULL, NULL, "\xed\xa0\x80"), "who is not UTF-8 text"));
+  CHECK(refused(E, mend_engine_signal(E, id, "g\xc0o", NULL, NULL),
+                "the event's name is not UTF-8 text"));
+  CHECK(refused(E, mend_engine_signal(E, id, "go", NULL, "k\xff"),
+                "the event's key is not UTF-8 text"));
+  CHECK(refused(E, mend_engine_signal(E, "r\xff", "go", NULL, NULL),
+                "the run id is not UTF-8 text"));
+  CHECK(refused(E, mend_engine_signal_by_key(E, "order\xff", "go", NULL, NULL),
+                "the run key is not UTF-8 text"));
+  CHECK(refused(E, mend_engine_signal_who(E, id, "go", NULL, NULL, "\xed\xa0\x80"),
+                "who is not UTF-8 text"));
   CHECK(refused(E, mend_engine_signal_by_key_who(E, "order-1", "go", NULL, NULL, "a\x7f"),
                 "who holds a control character (byte 2)"));
 
@@ -114,15 +123,21 @@ static void exercise(const char *store, const char *db_path) {
   CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
   CHECK(run_has(E, stuck, "\"needs_attention\"", 0));
   CHECK(refused(E, mend_engine_cancel(E, id, "\xff"), "who is not UTF-8 text"));
-  CHECK(refused(E, mend_engine_retry_dead_letter(E, stuck, "ops\t"), "who holds a control character"));
-  CHECK(refused(E, mend_engine_resolve_dead_letter(E, stuck, "ops", "paid \xe9"), "the note is not UTF-8 text"));
-  CHECK(refused(E, mend_engine_resolve_dead_letter(E, stuck, "\xc0\xaf", "paid"), "who is not UTF-8 text"));
-  CHECK(refused(E, mend_engine_override_breaker(E, "psp\xff", "open", 0, "ops"), "the breaker's key is not UTF-8 text"));
-  CHECK(refused(E, mend_engine_override_breaker(E, "psp", "open", 0, "o\xffps"), "who is not UTF-8 text"));
+  CHECK(refused(E, mend_engine_retry_dead_letter(E, stuck, "ops\t"),
+                "who holds a control character"));
+  CHECK(refused(E, mend_engine_resolve_dead_letter(E, stuck, "ops", "paid \xe9"),
+                "the note is not UTF-8 text"));
+  CHECK(refused(E, mend_engine_resolve_dead_letter(E, stuck, "\xc0\xaf", "paid"),
+                "who is not UTF-8 text"));
+  CHECK(refused(E, mend_engine_override_breaker(E, "psp\xff", "open", 0, "ops"),
+                "the breaker's key is not UTF-8 text"));
+  CHECK(refused(E, mend_engine_override_breaker(E, "psp", "open", 0, "o\xffps"),
+                "who is not UTF-8 text"));
   CHECK_EQ_INT(mend_engine_signal_who(E, id, "go", "1", "k1", "bob"), MEND_OK);
   CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
   CHECK(token[0] != 0);
-  CHECK(refused(E, mend_engine_fail(E, token, "fatal", "card \xff declined"), "the failure's message is not UTF-8 text"));
+  CHECK(refused(E, mend_engine_fail(E, token, "fatal", "card \xff declined"),
+                "the failure's message is not UTF-8 text"));
 
   /* the engine goes on: the same calls with good texts are taken */
   CHECK_EQ_INT(mend_engine_complete(E, token, "2"), MEND_OK);

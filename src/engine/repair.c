@@ -698,7 +698,8 @@ static int resolve(mend_engine *E, const char *id, const char *who, const char *
   /* a missing argument, whatever the run's state (mend.h: MEND_EINVAL) */
   E->refusal = MEND_REFUSED_INVALID;
   if (!note || !*note) return mend_errorf(err, errlen, "resolving a run needs a note saying what was done");
-  if (mend__text_refused(E, note, "the note", err, errlen) || mend__who_refused(E, who, err, errlen))
+  if (mend__text_refused(E, note, "the note", err, errlen) ||
+      mend__who_refused(E, who, err, errlen))
     return -1;
   E->refusal = MEND_REFUSED_STATE;
   if (mend__batch_held(E, "resolve", err, errlen)) return -1;
