@@ -263,6 +263,10 @@ MEND_API int mend_trust_db(const char *db_path, int *was_marked, char *err, size
  * "group/step", which may be longer: mend_engine_override_breaker takes any length. */
 #define MEND_NAME_MAX 512
 #define MEND_KEY_MAX 1024
+/* Who did something, as the history and audit rows keep it ("by WHO"): 1 to MEND_WHO_MAX bytes
+ * of UTF-8 with no control character (mend history and the timeline print it as it is). A
+ * call given another is MEND_EINVAL, its message naming the rule; NULL is "not told". */
+#define MEND_WHO_MAX 256
 
 /* Loads a workflow script (a Lua file returning a definition). On success copies the
  * workflow's name into name_out (if not NULL; MEND_NAME_MAX + 1 bytes hold any): a name_len
@@ -305,7 +309,8 @@ MEND_API int mend_engine_adopt(mend_engine *engine);
  * run_id_out must hold 17 bytes. The run executes as the engine is driven. MEND_ENOTFOUND: no
  * such workflow is loaded; MEND_EINVAL: input_json is not JSON (an object that gives a key twice,
  * at any depth, is not: which of the two was meant is not known; the message names the key), or
- * run_key is "" (as an unset shell variable gives: a key, or NULL);
+ * run_key is "" (as an unset shell variable gives: a key, or NULL) or is not UTF-8 (a store keeps
+ * only text: the message names which text);
  * MEND_ESTATE: `run_key` names a run of another workflow (nothing started; the message names
  * that run and its workflow);
  * A lock held elsewhere is no failure of the engine (it goes on; the message names the lock):
@@ -321,6 +326,12 @@ MEND_API int mend_engine_adopt(mend_engine *engine);
  * MEND_ESTORE: the database failed; that stops the engine, as mend_engine_run_all would. */
 MEND_API int mend_engine_start(mend_engine *engine, const char *workflow, const char *input_json,
                                const char *run_key, char run_id_out[17], int *existed);
+/* mend_engine_start() that records who started the run (NULL: not told, as mend_engine_start):
+ * a `started` row "by WHO" in its history, as `mend start --who`, X-Mend-Who and eng:start's
+ * {who=} record it. MEND_EINVAL, nothing started, for a who outside the rule of MEND_WHO_MAX. */
+MEND_API int mend_engine_start_who(mend_engine *engine, const char *workflow,
+                                   const char *input_json, const char *run_key, const char *who,
+                                   char run_id_out[17], int *existed);
 /* Resumes the unfinished runs of the database that no live engine holds. *count (may be NULL)
  * receives how many. */
 MEND_API int mend_engine_recover(mend_engine *engine, int *count);
@@ -434,7 +445,8 @@ MEND_API void mend_free(void *p);
 
 /* Repairs (recorded in the run's history with `who`): see the README, "Operating mend".
  * MEND_ESTATE with a message when the operation makes no sense for the run; MEND_EINVAL when an
- * argument it needs is missing (a resolve's note NULL or ""); MEND_EBUSY when another
+ * argument it needs is missing (a resolve's note NULL or ""), when a note is not UTF-8, or when
+ * who (NULL: recorded as "?") breaks the rule of MEND_WHO_MAX; MEND_EBUSY when another
  * process's or session's lock held it back (nothing of it written: try again once it goes);
  * MEND_ESTORE when the database ended the repair's transaction before its commit (nothing of
  * it written: try again). A repair of a run this engine holds is recorded in its batch:
@@ -448,7 +460,8 @@ MEND_API int mend_engine_resolve_dead_letter(mend_engine *engine, const char *ru
  * when this returns, whether the run waits for it yet or not. With a non-NULL `key`, sending
  * the same key to the same run again is one event (MEND_OK, nothing sent). MEND_ENOTFOUND: no
  * such run; MEND_ESTATE: the run has ended (or is compensating); MEND_EINVAL: bad JSON (a key
- * given twice in one object is bad, as in mend_engine_start), or a key or run key that is "".
+ * given twice in one object is bad, as in mend_engine_start), a key or run key that is "", or a
+ * name, key, run id or run key that is not UTF-8 (the message names which).
  * by_key: the run is the one started with that run key. Being durable on return, a signal
  * commits (in MEND_SYNC_FULL, an fsync) on the caller's thread, after the batch the commit
  * thread may be writing. Except in an engine that ticks (mend_engine_tick), to a run it holds
@@ -471,6 +484,14 @@ MEND_API int mend_engine_signal(mend_engine *engine, const char *run_id, const c
 MEND_API int mend_engine_signal_by_key(mend_engine *engine, const char *run_key,
                                        const char *name, const char *payload_json,
                                        const char *key);
+/* The two above, with who sent the event (NULL: not told): kept with it, as `mend signal --who`
+ * and X-Mend-Who keep theirs (GET /api/v1/runs/{id}/events shows it). MEND_EINVAL, nothing
+ * sent, for a who outside the rule of MEND_WHO_MAX. */
+MEND_API int mend_engine_signal_who(mend_engine *engine, const char *run_id, const char *name,
+                                    const char *payload_json, const char *key, const char *who);
+MEND_API int mend_engine_signal_by_key_who(mend_engine *engine, const char *run_key,
+                                           const char *name, const char *payload_json,
+                                           const char *key, const char *who);
 /* Completes the token a step's attempt handed out (ctx:token(); the step declares wait =
  * "token"): result_json (NULL: null) becomes the step's result. fail: the step fails as if
  * its execute had raised an error of `kind` ("retryable", "fatal" or "compensable") with
@@ -478,12 +499,15 @@ MEND_API int mend_engine_signal_by_key(mend_engine *engine, const char *run_key,
  * MEND_ENOTFOUND: no such token; MEND_EUSED: it was completed or failed already (a token is
  * single use); MEND_ESTALE: it is of an attempt that no longer waits (an earlier attempt, one
  * that timed out); MEND_ESTATE: its run has ended; MEND_EINVAL: bad JSON (a key given twice in
- * one object is, as in mend_engine_start) or kind. */
+ * one object is, as in mend_engine_start) or kind, or a message that is not UTF-8 (unlike
+ * mend_call_fail's, which is mended: a token's answer may come from anywhere, and its sender
+ * hears why it is refused). */
 MEND_API int mend_engine_complete(mend_engine *engine, const char *token, const char *result_json);
 MEND_API int mend_engine_fail(mend_engine *engine, const char *token, const char *kind,
                               const char *message);
 /* Overrides a circuit breaker by hand (recorded in the audit table with `who`): op is "reset",
- * "close" or "open" (for `seconds`, <= 0: its policy's). MEND_ENOTFOUND: no such breaker. */
+ * "close" or "open" (for `seconds`, <= 0: its policy's). MEND_ENOTFOUND: no such breaker;
+ * MEND_EINVAL: a key that is not UTF-8, or a who outside the rule of MEND_WHO_MAX. */
 MEND_API int mend_engine_override_breaker(mend_engine *engine, const char *key, const char *op,
                                           double seconds, const char *who);
 

@@ -141,6 +141,32 @@ describe("the HTTP API's query parameters and bodies", function()
     assert.are.same({ "0" }, H.sql(db, "SELECT count(*) FROM runs"))
   end)
 
+  -- What a client can send that is not UTF-8: a JSON body cannot hold it (jansson refuses a
+  -- lone surrogate's escape, as it refuses \u0000), a percent-escape in the path can. The
+  -- engine refuses such a text where it enters (a store keeps only UTF-8: PostgreSQL refused
+  -- the batch, and the engine stopped), 400 naming it, and the server goes on.
+  it("refuses a text that is not UTF-8, in the path or the body, naming it, and goes on", function()
+    local dir, db = workspace()
+    local base = start(dir, db)
+    local code, e = post(base, "/api/v1/runs/%FF/events", { name = "go" })
+    assert.are.equal(400, code, json.encode(e))
+    assert.are.equal("bad_request", e.error.code)
+    assert.matches("the run id is not UTF-8 text", e.error.message, 1, true)
+    code, e = post(base, "/api/v1/breakers/psp%C0/reset", {})
+    assert.are.equal(400, code, json.encode(e))
+    assert.matches("the breaker's key is not UTF-8 text", e.error.message, 1, true)
+    code, e = post(base, "/api/v1/events", '{"run_key": "k\\udcff", "name": "go"}')
+    assert.are.equal(400, code, json.encode(e))
+    assert.are.equal("bad_json", e.error.code)
+    code, e = post(base, "/api/v1/runs", '{"workflow": "hello", "key": "k\\u0000"}')
+    assert.are.equal(400, code, json.encode(e))
+    assert.are.equal("bad_json", e.error.code)
+    local r
+    code, r = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "x" } })
+    assert.are.equal(201, code, json.encode(r))
+    assert.are.equal(200, (get(base, "/api/v1/runs/" .. r.id)))
+  end)
+
   -- A misspelt field ("imput") was ignored: the run started with no input, the event went
   -- without its data, a breaker opened for its policy's time.
   it("refuses a body field the endpoint does not take, naming it and what it takes", function()

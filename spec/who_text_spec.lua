@@ -69,6 +69,25 @@ describe("who, through the Lua API", function()
   end)
 end)
 
+describe("who on a repair, read as every option is read", function()
+  after_each(H.cleanup)
+
+  -- A who that was not a string was dropped for the user and host of the process: the repair
+  -- was recorded as someone else's.
+  it("is refused when it is not a string, or holds a NUL byte", function()
+    local eng = H.new_engine()
+    register(eng)
+    local id = eng:start("waits", {})
+    local ok, err = pcall(eng.cancel, eng, id, { who = { "alice" } })
+    assert.is_false(ok)
+    assert.matches("string expected, got table", tostring(err), 1, true)
+    ok, err = pcall(eng.cancel, eng, id, { who = "ali\0ce" })
+    assert.is_false(ok)
+    assert.matches("who holds a NUL byte: it would be cut short there", tostring(err), 1, true)
+    assert.are.equal("cancelled", (eng:cancel(id, { who = "alice" })))
+  end)
+end)
+
 describe("an event's key and name, through the Lua API", function()
   after_each(H.cleanup)
 

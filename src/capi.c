@@ -633,26 +633,41 @@ MEND_API int mend_engine_adopt(mend_engine *engine) {
   return rc;
 }
 
-MEND_API int mend_engine_start(mend_engine *engine, const char *workflow, const char *input_json,
-                               const char *run_key, char run_id_out[17], int *existed) {
+/* A start of either call (what: its name). */
+static int start_as(mend_engine *engine, const char *what, const char *workflow,
+                    const char *input_json, const char *run_key, const char *who,
+                    char run_id_out[17], int *existed) {
   int ex = 0;
   char err[1024];
-  NEED_ENGINE(engine);
-  if (!workflow || !run_id_out)
-    return mend__capi_invalid(engine, "mend_engine_start: workflow and run_id_out may not be NULL");
+  NEED_ENGINE_AS(engine, what);
+  if (!workflow || !run_id_out) {
+    snprintf(err, sizeof err, "%s: workflow and run_id_out may not be NULL", what);
+    return mend__capi_invalid(engine, err);
+  }
   if (strlen(workflow) <= MEND_NAME_MAX && !mend_engine_workflow(engine, workflow)) {
     snprintf(err, sizeof err, "no workflow named \"%s\" is loaded", workflow);
     mend_engine_note_error(engine, err);
     return MEND_ENOTFOUND;
   }
   if (mend_engine_panicked(engine)) return MEND_EBROKEN;
-  if (mend_engine_start_json(engine, workflow, input_json, run_key, run_id_out, &ex, err,
+  if (mend_engine_start_json(engine, workflow, input_json, run_key, who, run_id_out, &ex, err,
                              sizeof err)) {
     mend_engine_note_error(engine, err);
     return mend__capi_refusal_status(engine);
   }
   if (existed) *existed = ex;
   return MEND_OK;
+}
+
+MEND_API int mend_engine_start(mend_engine *engine, const char *workflow, const char *input_json,
+                               const char *run_key, char run_id_out[17], int *existed) {
+  return start_as(engine, __func__, workflow, input_json, run_key, NULL, run_id_out, existed);
+}
+
+MEND_API int mend_engine_start_who(mend_engine *engine, const char *workflow,
+                                   const char *input_json, const char *run_key, const char *who,
+                                   char run_id_out[17], int *existed) {
+  return start_as(engine, __func__, workflow, input_json, run_key, who, run_id_out, existed);
 }
 
 MEND_API int mend_engine_recover(mend_engine *engine, int *count) {

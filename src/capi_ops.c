@@ -123,11 +123,19 @@ MEND_API int mend_engine_cancel(mend_engine *engine, const char *run_id, const c
   return repair_status(engine, mend_engine_cancel_run(engine, run_id, who, err, sizeof err), err);
 }
 
-static int signal_status(mend_engine *engine, const char *run_id, const char *run_key,
-                         const char *name, const char *payload_json, const char *key) {
+/* A signal of any of the four calls (what: its name), to the run named by its id or its key. */
+static int signal_as(mend_engine *engine, const char *what, int by_key, const char *run,
+                     const char *name, const char *payload_json, const char *key,
+                     const char *who) {
   char err[1200];
+  NEED_ENGINE_AS(engine, what);
+  if (!run) {
+    snprintf(err, sizeof err, "%s: the run %s is NULL", what, by_key ? "key" : "id");
+    return mend__capi_invalid(engine, err);
+  }
+  const char *run_id = by_key ? NULL : run, *run_key = by_key ? run : NULL;
   if (!name) return mend__capi_invalid(engine, "an event needs a name: name is NULL");
-  int rc = mend_engine_send_event(engine, run_id, run_key, name, payload_json, key, NULL, NULL,
+  int rc = mend_engine_send_event(engine, run_id, run_key, name, payload_json, key, who, NULL,
                                   err, sizeof err);
   if (rc >= 0) return MEND_OK;
   mend_engine_note_error(engine, err);
@@ -140,16 +148,23 @@ static int signal_status(mend_engine *engine, const char *run_id, const char *ru
 
 MEND_API int mend_engine_signal(mend_engine *engine, const char *run_id, const char *name,
                                 const char *payload_json, const char *key) {
-  NEED_ENGINE(engine);
-  if (!run_id) return mend__capi_invalid(engine, "mend_engine_signal: the run id is NULL");
-  return signal_status(engine, run_id, NULL, name, payload_json, key);
+  return signal_as(engine, __func__, 0, run_id, name, payload_json, key, NULL);
+}
+
+MEND_API int mend_engine_signal_who(mend_engine *engine, const char *run_id, const char *name,
+                                    const char *payload_json, const char *key, const char *who) {
+  return signal_as(engine, __func__, 0, run_id, name, payload_json, key, who);
 }
 
 MEND_API int mend_engine_signal_by_key(mend_engine *engine, const char *run_key, const char *name,
                                        const char *payload_json, const char *key) {
-  NEED_ENGINE(engine);
-  if (!run_key) return mend__capi_invalid(engine, "mend_engine_signal_by_key: the run key is NULL");
-  return signal_status(engine, NULL, run_key, name, payload_json, key);
+  return signal_as(engine, __func__, 1, run_key, name, payload_json, key, NULL);
+}
+
+MEND_API int mend_engine_signal_by_key_who(mend_engine *engine, const char *run_key,
+                                           const char *name, const char *payload_json,
+                                           const char *key, const char *who) {
+  return signal_as(engine, __func__, 1, run_key, name, payload_json, key, who);
 }
 
 static int token_status(mend_engine *engine, const char *what, const char *token, int ok,

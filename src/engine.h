@@ -172,8 +172,8 @@ void mend_engine_durable_cancel(mend_engine *E, mend_durable_wait *w);
 
 /* Same, with the input as JSON text. */
 int mend_engine_start_json(mend_engine *E, const char *workflow, const char *input_json,
-                           const char *run_key, char id_out[MEND_RUN_ID_LEN], int *existed,
-                           char *err, int errlen);
+                           const char *run_key, const char *who, char id_out[MEND_RUN_ID_LEN],
+                           int *existed, char *err, int errlen);
 
 /* Runs the loop until no run is in flight (a virtual clock jumps to each next timer). 0, or
  * -1 on a storage failure (mend_engine_error says which; nothing uncommitted was announced). */

@@ -33,7 +33,6 @@
 #include "luadir.h"
 #include "mend.h"
 #include "timers.h"
-#include "utf8.h"
 
 #define ENGINE_MT "mend.engine"
 
@@ -167,33 +166,6 @@ const char *mend__opt_string(lua_State *L, int idx, const char *field, const cha
 
 const char *mend__check_text(lua_State *L, int idx, const char *what) {
   return whole_text(L, idx, what);
-}
-
-/* Whether s is UTF-8 as the stores keep it (PostgreSQL refuses a batch holding any other
- * bytes, and the engine with it). */
-static int utf8_text(const char *s, size_t n) {
-  const unsigned char *u = (const unsigned char *)s;
-  for (size_t i = 0, k; i < n; i += k)
-    if (!(k = u[i] < 0x80 ? 1 : mend_utf8_len(u + i, n - i))) return 0;
-  return 1;
-}
-
-const char *mend__stored_text(lua_State *L, const char *s, const char *method, const char *what) {
-  if (s && !utf8_text(s, strlen(s)))
-    luaL_error(L, "%s: %s is not UTF-8 text", method, what);
-  return s;
-}
-
-const char *mend__check_who(lua_State *L, const char *s, const char *method) {
-  if (!s) return s;
-  size_t n = strlen(s);
-  if (n == 0 || n > MEND_WHO_MAX)
-    luaL_error(L, "%s: who must be 1 to %d bytes, got %d", method, MEND_WHO_MAX, (int)n);
-  mend__stored_text(L, s, method, "who");
-  for (size_t i = 0; i < n; i++)   /* printed as it is by mend history and the timeline */
-    if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
-      luaL_error(L, "%s: who holds a control character (byte %d)", method, (int)i + 1);
-  return s;
 }
 
 void mend__opts_known(lua_State *L, int idx, const char *method, const char *const *known) {
@@ -457,8 +429,8 @@ static int engine_start(lua_State *L) {
     luaL_checktype(L, 4, LUA_TTABLE);
     static const char *const known[] = {"key", "detached", "who", NULL};
     mend__opts_known(L, 4, "start", known);
-    key = mend__stored_text(L, mend__opt_string(L, 4, "key", NULL), "start", "the run key");
-    who = mend__check_who(L, mend__opt_string(L, 4, "who", NULL), "start");
+    key = mend__opt_string(L, 4, "key", NULL);   /* its text and who's: the engine's checks */
+    who = mend__opt_string(L, 4, "who", NULL);
     lua_getfield(L, 4, "detached");
     detached = lua_toboolean(L, -1);
     lua_pop(L, 1);

@@ -21,14 +21,6 @@ void mend__lengine_open(lua_State *L);
 const char *mend__opt_string(lua_State *L, int idx, const char *field, const char *def);
 /* Argument idx, a string without a NUL byte (raises naming `what` otherwise). */
 const char *mend__check_text(lua_State *L, int idx, const char *what);
-/* s (NULL passes) when it is UTF-8 text, which a store can keep; raises "METHOD: WHAT is not
- * UTF-8 text" otherwise.  [-0, +0, e] */
-const char *mend__stored_text(lua_State *L, const char *s, const char *method, const char *what);
-/* Who did an operation, as the Lua API takes it (NULL passes): 1 to MEND_WHO_MAX bytes of UTF-8
- * with no control character (history prints it as it is); raises naming the method otherwise.
- * [-0, +0, e] */
-#define MEND_WHO_MAX 256
-const char *mend__check_who(lua_State *L, const char *s, const char *method);
 /* Raises "METHOD: unknown option F (it takes A, B)" for a key of the table at idx (when it is
  * one) that is not in known (NULL-terminated): a misspelt option must not be read as absent
  * (a run key dropped is a second run).  [-0, +0, e] */

@@ -27,6 +27,13 @@ size_t mend_utf8_len(const unsigned char *s, size_t n) {
   return len;
 }
 
+int mend_utf8_valid(const char *s, size_t n) {
+  const unsigned char *u = (const unsigned char *)s;
+  for (size_t i = 0, k; i < n; i += k)
+    if (!(k = u[i] < 0x80 ? 1 : mend_utf8_len(u + i, n - i))) return 0;
+  return 1;
+}
+
 size_t mend_utf8_fix(char *s) {
   unsigned char *p = (unsigned char *)s;
   size_t n = strlen(s), fixed = 0;

@@ -12,6 +12,11 @@
  * (no overlong form, no surrogate, nothing past U+10FFFF); 0 when it refuses it. */
 size_t mend_utf8_len(const unsigned char *s, size_t n);
 
+/* 1 when the n bytes at s are UTF-8 as mend_utf8_len accepts each sequence (a NUL among them is
+ * ASCII: the caller decides on it), else 0: what the stores keep (PostgreSQL refuses a batch
+ * holding other bytes, and the engine stops with it). */
+int mend_utf8_valid(const char *s, size_t n);
+
 /* s made UTF-8 in place: each byte of a sequence jansson would refuse (a stray byte, an
  * overlong form, a sequence cut short, as snprintf cuts a long message) becomes '?'. Returns
  * how many bytes it replaced. */

@@ -190,6 +190,7 @@ local render = {
                   present(e.delay) and ("retry in " .. fmt_seconds(e.delay)) or "" })
   end,
   recovered = function(e) return "recovered by worker " .. (e.detail or "?") end,
+  started = function(e) return "started " .. (e.detail or "") end,   -- "by WHO"
   alert = function(e)
     local ok, a = pcall(json.decode, e.detail or "")
     if ok and type(a) == "table" and a.kind then
@@ -240,7 +241,8 @@ local function print_events(history, first, t0)
     if e.event == "run" and e.to == "compensating" then
       out("  ---- turning back: compensating the completed steps in reverse ----\n")
     end
-    local who = e.step or (e.event == "run" and "(run)" or "")
+    local run_level = e.event == "run" or e.event == "started"
+    local who = e.step or (run_level and "(run)" or "")
     out("  %-10s %s %s\n", fmt_reltime((e.at or t0) - t0), cell(who, 16), render_event(e))
   end
 end

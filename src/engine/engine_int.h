@@ -738,6 +738,14 @@ uint64_t mend__poll_jitter(uint64_t ms);
 void mend__store_lost(mend_engine *E);
 void mend__store_lost_let_go(mend_engine *E);
 
+/* ---- texts.c: what a caller gives that is stored */
+/* -1 with err "WHAT is not UTF-8 text" and refusal MEND_REFUSED_INVALID when s is not UTF-8;
+ * 0 when it is, or NULL. */
+int mend__text_refused(mend_engine *E, const char *s, const char *what, char *err, int errlen);
+/* -1 with err naming the rule and refusal MEND_REFUSED_INVALID unless who is NULL (not told) or
+ * 1 to MEND_WHO_MAX bytes of UTF-8 with no control character; 0 then. */
+int mend__who_refused(mend_engine *E, const char *who, char *err, int errlen);
+
 /* ---- repair.c: people's repairs */
 /* Forgets the overrides recorded of breakers not held once their batch is durable, or all. */
 void mend__breakers_recorded_drop(mend_engine *E, int all);

@@ -385,6 +385,13 @@ static int send_event(mend_engine *E, const char *id, const char *run_key, const
     mend_errorf(err, errlen, "an event needs a run: its id or its run key");
     return MEND_EVENT_EINVAL;
   }
+  /* Stored (name, key, who) or looked up (a run id or key: PostgreSQL refuses the query) */
+  if (mend__text_refused(E, name, "the event's name", err, errlen) ||
+      mend__text_refused(E, key, "the event's key", err, errlen) ||
+      mend__text_refused(E, id, "the run id", err, errlen) ||
+      mend__text_refused(E, run_key, "the run key", err, errlen) ||
+      mend__who_refused(E, who, err, errlen))
+    return MEND_EVENT_EINVAL;
   char *text = NULL;
   if (payload) {
     char jerr[200];

@@ -78,6 +78,9 @@ static int committed_breaker(mend_engine *E, const char *key, mend_breaker *b) {
 static int breaker_set(mend_engine *E, const char *key, const char *op, double seconds,
                        const char *who, mend_breaker_state *state_out, int record, char *err,
                        int errlen) {
+  if (mend__text_refused(E, key, "the breaker's key", err, errlen) ||
+      mend__who_refused(E, who, err, errlen))
+    return -1;
   E->refusal = MEND_REFUSED_INVALID;
   struct mend_breaker_slot *s = NULL;
   for (struct mend_breaker_slot *x = E->breakers; x; x = x->next)

@@ -14,6 +14,7 @@
 
 #include "json.h"
 #include "log.h"
+#include "utf8.h"
 #include "util.h"
 
 /* ---------------------------------------------------------------- repairs by people */
@@ -123,18 +124,9 @@ void mend__operator_entry(mend_engine *E, mend_run *r, const char *id, const cha
   char detail[1200];
   snprintf(detail, sizeof detail, "%s by %s%s%s", op, who ? who : "?", note ? ": " : "",
            note ? note : "");
-  mend_history_rec h = {id,
-                        NULL,
-                        r ? mend__history_time(r) : mend__entry_time(E, id),
-                        "operator",
-                        NULL,
-                        NULL,
-                        0,
-                        NULL,
-                        -1,
-                        detail,
-                        r ? ++r->history_seq : 0,
-                        NULL};
+  mend_utf8_fix(detail);   /* a long note is cut, maybe inside a character */
+  mend_history_rec h = {id, NULL, r ? mend__history_time(r) : mend__entry_time(E, id), "operator",
+                        NULL, NULL, 0, NULL, -1, detail, r ? ++r->history_seq : 0, NULL};
   if (mend_store_append_history(E->store, &h)) mend__store_failed(E);
   mend_engine_log_line(E, "info", id, NULL, 0, "operator", detail);
 }
@@ -396,6 +388,7 @@ int mend_engine_lock_held(const mend_engine *E) {
 
 static int cancel_run(mend_engine *E, const char *id, const char *who, int record, int take_now,
                       char *err, int errlen) {
+  if (mend__who_refused(E, who, err, errlen)) return -1;
   E->refusal = MEND_REFUSED_STATE;
   if (mend__batch_held(E, "cancel", err, errlen)) return -1;
   mend_run *r = mend__repair_find_run(E, id);
@@ -546,6 +539,7 @@ static char *turned_back(mend_engine *E, const char *id, const char *step) {
 
 static int dlq_retry(mend_engine *E, const char *id, const char *who, int record, int take_now,
                      char *err, int errlen) {
+  if (mend__who_refused(E, who, err, errlen)) return -1;
   E->refusal = MEND_REFUSED_STATE;
   if (mend__batch_held(E, "retry", err, errlen)) return -1;
   char status[64], reason[64];
@@ -724,6 +718,9 @@ static int resolve(mend_engine *E, const char *id, const char *who, const char *
   E->refusal = MEND_REFUSED_INVALID;
   if (!note || !*note)
     return mend_errorf(err, errlen, "resolving a run needs a note saying what was done");
+  if (mend__text_refused(E, note, "the note", err, errlen) ||
+      mend__who_refused(E, who, err, errlen))
+    return -1;
   E->refusal = MEND_REFUSED_STATE;
   if (mend__batch_held(E, "resolve", err, errlen)) return -1;
   if (stored_status(E, id, status, reason, sizeof status, err, errlen)) return -1;

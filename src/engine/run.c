@@ -141,6 +141,9 @@ static int start_value(mend_engine *E, lua_State *L, const char *workflow, int i
              "(MEND_KEY_MAX)", strlen(run_key), MEND_KEY_MAX);
     return -1;
   }
+  if (mend__text_refused(E, run_key, "the run key", err, errlen) ||
+      mend__who_refused(E, who, err, errlen))
+    return -1;
   mend_workflow *wf = mend_engine_workflow(E, workflow);
   if (!wf) {
     E->refusal = MEND_REFUSED_NOT_FOUND;
@@ -279,8 +282,8 @@ int mend_engine_start_outcome(mend_engine *E, const char *workflow, const char *
 }
 
 int mend_engine_start_json(mend_engine *E, const char *workflow, const char *input_json,
-                           const char *run_key, char id_out[MEND_RUN_ID_LEN], int *existed,
-                           char *err, int errlen) {
+                           const char *run_key, const char *who, char id_out[MEND_RUN_ID_LEN],
+                           int *existed, char *err, int errlen) {
   lua_State *L = E->L;
   char jerr[200];
   if (mend_json_decode_in(L, input_json ? input_json : "null", input_json ? strlen(input_json) : 4,
@@ -289,7 +292,7 @@ int mend_engine_start_json(mend_engine *E, const char *workflow, const char *inp
     E->refusal = MEND_REFUSED_INVALID;
     return -1;
   }
-  int rc = mend_engine_start_value(E, L, workflow, -1, run_key, NULL, id_out, existed, 0, err,
+  int rc = mend_engine_start_value(E, L, workflow, -1, run_key, who, id_out, existed, 0, err,
                                    errlen);
   lua_pop(L, 1);
   return rc;

@@ -281,6 +281,10 @@ int mend_engine_settle_token(mend_engine *E, const char *token, int ok, const ch
                 kind ? kind : "none");
     return MEND_TOKEN_EINVAL;
   }
+  /* A failure's message is kept in the step's error and history: as a raised one would be, but
+   * given by a caller, who hears why it is refused rather than finding it mended. */
+  if (!ok && mend__text_refused(E, message, "the failure's message", err, errlen))
+    return MEND_TOKEN_EINVAL;
   json_t *res = NULL;
   if (ok && result) {
     char jerr[200];

@@ -14,6 +14,7 @@
 
 int mend_engine_upgrade_run(mend_engine *E, const char *id, const char *version, const char *who,
                             char *err, int errlen) {
+  if (mend__who_refused(E, who, err, errlen)) return -1;
   E->refusal = MEND_REFUSED_STATE;
   if (mend__repair_find_run(E, id)) return mend_errorf(err, errlen, "run %s is in flight here", id);
   json_t *row = mend_store_run(E->store, id);
