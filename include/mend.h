@@ -15,8 +15,9 @@
  * another thread, except mend_engine_wakeup() and mend_engine_adopt(): one that returns a
  * status returns MEND_ESTATE there, the engine untouched, mend_engine_errmsg() on that thread
  * says why, and the engine's thread logs the refusal (an error line, event "engine") when its
- * loop next turns. Engines on different threads are independent. Callbacks (log, alert, event, host functions) run on the engine's thread,
- * from inside mend_engine_run_all(), mend_engine_tick() or the host's own uv_run(); from a
+ * loop next turns. Engines on different threads are independent. Callbacks (log, alert, event,
+ * host functions) run on the engine's thread, from inside mend_engine_run_all(),
+ * mend_engine_tick() or the host's own uv_run(); from a
  * callback a host may call mend_call_return() and mend_call_fail(), and read the engine's
  * queries; mend_engine_free() from any callback gets MEND_ESTATE, the engine left as it was;
  * a callback reached from a run's code (a host function called by a step; a log line of a
@@ -89,8 +90,10 @@ typedef struct mend_engine mend_engine;
 typedef struct mend_call mend_call;
 
 typedef enum mend_durability_mode {
-  MEND_SYNC_FULL = 0,   /* a committed transition survives power loss (SQLite synchronous=FULL) */
-  MEND_SYNC_PROCESS = 1 /* survives a crash of the process, may lose the last commits on power loss */
+  /* a committed transition survives power loss (SQLite synchronous=FULL) */
+  MEND_SYNC_FULL = 0,
+  /* survives a crash of the process, may lose the last commits on power loss */
+  MEND_SYNC_PROCESS = 1
 } mend_durability_mode;
 
 /* A log record: level is "debug" | "info" | "warn" | "error"; run and step may be NULL. */
@@ -109,13 +112,13 @@ typedef void (*mend_json_fn)(void *ud, const char *json);
 typedef void (*mend_host_fn)(void *ud, mend_call *call, const char *args_json);
 
 /* The class the kernel schedules mend's commit thread in (and the thread that reads a ticking
- * host's inbox looks, which follows it: SCHED_BATCH unless MEND_WRITER_SCHED_OTHER). With fewer cores than busy threads,
- * the kernel runs the thread woken to commit a batch at once on the core of the thread that
- * handed it over, in the middle of that thread's tick (W11 under load: up to a fifth of the
- * hand-offs). In SCHED_BATCH it keeps its full share of the CPU, so commits are not starved,
- * but it does not preempt the thread that woke it: it runs when that thread sleeps, another
- * core is free, or that thread's time slice ends. The thread takes a new class after its next
- * batch. */
+ * host's inbox looks, which follows it: SCHED_BATCH unless MEND_WRITER_SCHED_OTHER). With fewer
+ * cores than busy threads, the kernel runs the thread woken to commit a batch at once on the core
+ * of the thread that handed it over, in the middle of that thread's tick (W11 under load: up to a
+ * fifth of the hand-offs). In SCHED_BATCH it keeps its full share of the CPU, so commits are not
+ * starved, but it does not preempt the thread that woke it: it runs when that thread sleeps,
+ * another core is free, or that thread's time slice ends. The thread takes a new class after its
+ * next batch. */
 typedef enum mend_writer_sched {
   MEND_WRITER_SCHED_TICKS = 0,   /* SCHED_BATCH once the engine is ticked, as the host's other
                                     threads under mend_engine_run_all */
@@ -272,7 +275,8 @@ MEND_API int mend_trust_db(const char *db_path, int *was_marked, char *err, size
  * workflow's name into name_out (if not NULL; MEND_NAME_MAX + 1 bytes hold any): a name_len
  * too small for it is MEND_EINVAL, name_out "", the workflow loaded all the same.
  * MEND_ELOAD names the file, step and field. */
-MEND_API int mend_engine_load(mend_engine *engine, const char *path, char *name_out, size_t name_len);
+MEND_API int mend_engine_load(mend_engine *engine, const char *path, char *name_out,
+                              size_t name_len);
 
 /* Registers a host function under `name` for mend.call. Not from a callback. */
 MEND_API int mend_engine_register_function(mend_engine *engine, const char *name, mend_host_fn fn,
@@ -282,12 +286,13 @@ MEND_API int mend_engine_register_function(mend_engine *engine, const char *name
  * from a thread the call's engine does not belong to (the call stays open: answer it on the
  * engine's thread, after mend_engine_wakeup() if it sleeps). Frees the call. */
 MEND_API int mend_call_return(mend_call *call, const char *result_json);
-/* Answers a host call with a typed error: kind "retryable" (retry_after >= 0 is the
- * dependency's advice, clamped by the policy's max_retry_after; < 0 or NaN none), "fatal", or "compensable" (severity 1..3; 0 is 1). The
- * message may be any bytes. Frees the call: MEND_OK. MEND_EINVAL: call is NULL, or kind is none
- * of the three or a compensable severity is outside 0..3 (the call stays open: answer it
- * again; mend_engine_errmsg says which); MEND_ESTATE from a thread the call's engine does not
- * belong to (the call stays open, as with mend_call_return); MEND_ENOMEM (the call stays open). */
+/* Answers a host call with a typed error: kind "retryable" (retry_after >= 0 is the dependency's
+ * advice, clamped by the policy's max_retry_after; < 0 or NaN none), "fatal", or "compensable"
+ * (severity 1..3; 0 is 1). The message may be any bytes. Frees the call: MEND_OK. MEND_EINVAL: call
+ * is NULL, or kind is none of the three or a compensable severity is outside 0..3 (the call stays
+ * open: answer it again; mend_engine_errmsg says which); MEND_ESTATE from a thread the call's
+ * engine does not belong to (the call stays open, as with mend_call_return); MEND_ENOMEM (the call
+ * stays open). */
 MEND_API int mend_call_fail(mend_call *call, const char *kind, const char *message,
                             double retry_after, int severity);
 
@@ -452,7 +457,8 @@ MEND_API void mend_free(void *p);
  * it written: try again). A repair of a run this engine holds is recorded in its batch:
  * MEND_OK, made once that batch is committed. */
 MEND_API int mend_engine_cancel(mend_engine *engine, const char *run_id, const char *who);
-MEND_API int mend_engine_retry_dead_letter(mend_engine *engine, const char *run_id, const char *who);
+MEND_API int mend_engine_retry_dead_letter(mend_engine *engine, const char *run_id,
+                                           const char *who);
 MEND_API int mend_engine_resolve_dead_letter(mend_engine *engine, const char *run_id,
                                              const char *who, const char *note);
 /* Sends event `name` to a running run: a step `wait_for = name` takes the oldest one it has
