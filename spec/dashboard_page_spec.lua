@@ -33,12 +33,30 @@ describe("the dashboard's page", function()
     end
   end)
 
+  -- In <svg> or <math> the browser reads comments, CDATA and a script's text by other rules:
+  -- a policy made by the HTML rules could allow text that is no script there, or block one
+  it("is not served, and stderr says why, when it holds an <svg> or <math> element", function()
+    local dir = H.tmp_dir()
+    for name, text in pairs {
+      svg = "<svg><style><!--</style><script>x()</script>--></style></svg><script>go()</script>",
+      math = "<script>go()</script><MATH><mi>x</mi></MATH>",
+    } do
+      local file = H.write_file(dir, name .. ".html", text)
+      local rc, out = in_mend(dir,
+        ("print('page', require('mend.listen').dashboard_page(%q))"):format(file))
+      assert.are.equal(0, rc, out)
+      assert.matches("\npage\tnil\n", "\n" .. out)
+      local said = "mend: warning: the dashboard's page " .. file .. " holds an <svg> or <math> element"
+      assert.truthy(out:find(said, 1, true), out)
+    end
+  end)
+
   it("is served as installed, with nothing said", function()
     local dir = H.tmp_dir()
     local rc, out = in_mend(dir, "p = require('mend.listen').dashboard_page()\n" ..
                                  "print('page', type(p), require('mend.serve').scripts(p))")
     assert.are.equal(0, rc, out)
-    assert.matches("\npage\tstring\t1\n", "\n" .. out)
+    assert.matches("\npage\tstring\t1\tfalse\n", "\n" .. out)
     assert.is_nil(out:find("warning", 1, true), out)
   end)
 end)

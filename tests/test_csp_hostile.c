@@ -72,7 +72,7 @@ int main(void) {
          "script-src 'sha256-fQevyvWHSQ/T9gZasDCHyIrBe0iA9remy+HMy9BMYAY='");
   /* a double escape the page never leaves: the script never ends, nor runs */
   expect("<script><!--<script>\nwindow.r.push('E')\n</script>", "script-src 'none'");
-  CHECK(serve_dashboard_scripts("<!-- <script>real</script>") == 0);
-  CHECK(serve_dashboard_scripts("<script>a</script><!-- --><script>b</script>") == 2);
+  CHECK(serve_dashboard_scripts("<!-- <script>real</script>", NULL) == 0);
+  CHECK(serve_dashboard_scripts("<script>a</script><!-- --><script>b</script>", NULL) == 2);
   return check_done("csp_hostile");
 }

@@ -20,7 +20,15 @@ function M.dashboard_page(file)
   if not f then return nil end
   local text = f:read("a")
   f:close()
-  if not text or require("mend.serve").scripts(text) == 0 then
+  local scripts, foreign = 0, false
+  if text then scripts, foreign = require("mend.serve").scripts(text) end
+  if foreign then
+    io.stderr:write(("mend: warning: the dashboard's page %s holds an <svg> or <math> element, " ..
+                     "whose scripts its Content-Security-Policy cannot be made for (draw it " ..
+                     "from the page's script): the dashboard is not served, the API is\n")
+                    :format(file))
+    return nil
+  elseif scripts == 0 then
     io.stderr:write(("mend: warning: the dashboard's page %s holds no whole <script> element " ..
                      "(cut short?): the dashboard is not served, the API is\n"):format(file))
     return nil

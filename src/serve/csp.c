@@ -22,7 +22,7 @@
 #define SOURCE_LEN (2 + 7 + 44 + 1)
 
 /* The page is read as the browser's HTML tokenizer reads it, closely enough to find the same
- * script elements: comments, <!...> and <?...> are skipped whole; a start or end tag runs to
+ * script elements: comments (to "-->" or "--!>"), <!...> and <?...> are skipped whole; a start or end tag runs to
  * the first '>' outside a quoted attribute value; the text of a script or of another raw text
  * element (style, title, ...) runs to its end tag, "</name" followed by white space, '/' or
  * '>', whatever else it holds; a script's text as the script data states find its end
@@ -101,18 +101,27 @@ static const char *script_end(const char *p) {
 static const char *const RAW[] = {"script", "style", "textarea", "title", "xmp", "iframe",
                                   "noembed", "noframes", "noscript"};
 
+/* Past the end of the comment whose "<!--" is at p: "-->", or "--!>" (the tokenizer's comment
+ * end bang state); "<!-->" and "<!--->" close at once. NULL: the page ends first. */
+static const char *comment_end(const char *p) {
+  if (p[4] == '>') return p + 5;
+  if (p[4] == '-' && p[5] == '>') return p + 6;
+  for (const char *q = p + 4; (q = strstr(q, "--")) != NULL; q++) {
+    if (q[2] == '>') return q + 3;
+    if (q[2] == '!' && q[3] == '>') return q + 4;
+  }
+  return NULL;
+}
+
 /* The next whole script element at or after *pos: its text at *text, *n bytes, and *pos past
- * its end tag; 0 when there is none left. */
+ * its end tag; 0 when there is none left; -1 at an <svg> or <math> element, whose content
+ * (foreign: comments in a style, CDATA sections, a script's text without its comments) the
+ * browser reads by other rules than these: the page is not read further. */
 static int next_script(const char **pos, const char **text, size_t *n) {
   const char *p = *pos;
   while ((p = strchr(p, '<')) != NULL) {
     if (strncmp(p, "<!--", 4) == 0) {
-      /* "<!-->" and "<!--->" close at once, as the browser has it */
-      if (p[4] == '>') { p += 5; continue; }
-      if (p[4] == '-' && p[5] == '>') { p += 6; continue; }
-      const char *q = strstr(p + 4, "-->");
-      if (!q) return 0;
-      p = q + 3;
+      if (!(p = comment_end(p))) return 0;
     } else if (p[1] == '!' || p[1] == '?' || (p[1] == '/' && !is_alpha(p[2]) && p[2] != '>')) {
       const char *q = strchr(p + 1, '>');   /* a bogus comment */
       if (!q) return 0;
@@ -125,6 +134,9 @@ static int next_script(const char **pos, const char **text, size_t *n) {
       const char *name = p + 1, *q = name;
       while (*q && !is_space(*q) && *q != '/' && *q != '>') q++;
       size_t len = (size_t)(q - name);
+      if ((len == 3 && strncasecmp(name, "svg", 3) == 0) ||
+          (len == 4 && strncasecmp(name, "math", 4) == 0))
+        return -1;
       if (!(p = tag_end(q))) return 0;
       if (len == 9 && strncasecmp(name, "plaintext", 9) == 0) return 0;
       for (size_t i = 0; i < sizeof RAW / sizeof RAW[0]; i++) {
@@ -151,12 +163,14 @@ static int next_script(const char **pos, const char **text, size_t *n) {
   return 0;
 }
 
-size_t serve_dashboard_scripts(const char *page) {
+size_t serve_dashboard_scripts(const char *page, int *foreign) {
   size_t scripts = 0;
   const char *text;
   size_t n;
-  for (const char *p = page; next_script(&p, &text, &n);) scripts++;
-  return scripts;
+  int found;
+  for (const char *p = page; (found = next_script(&p, &text, &n)) == 1;) scripts++;
+  if (foreign) *foreign = found < 0;
+  return found < 0 ? 0 : scripts;
 }
 
 /* " 'sha256-...'" of the n bytes at text, as the browser has them: its HTML parser makes
@@ -186,14 +200,14 @@ static int source_of(const char *text, size_t n, char *out) {
 }
 
 char *serve_dashboard_csp(const char *page) {
-  size_t scripts = serve_dashboard_scripts(page);
+  size_t scripts = serve_dashboard_scripts(page, NULL);   /* foreign: 0, script-src 'none' */
   size_t cap = sizeof CSP_HEAD + sizeof CSP_TAIL + sizeof " 'none'" + scripts * SOURCE_LEN;
   char *csp = malloc(cap);
   if (!csp) return NULL;
   size_t n = (size_t)snprintf(csp, cap, "%s", CSP_HEAD);
   const char *text;
   size_t len;
-  for (const char *p = page; next_script(&p, &text, &len);) {
+  for (const char *p = page; scripts && next_script(&p, &text, &len) == 1;) {
     if (source_of(text, len, csp + n) != 0) {
       free(csp);
       return NULL;

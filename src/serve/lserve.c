@@ -100,9 +100,12 @@ static int l_check(lua_State *L) {
   return 1;
 }
 
+/* scripts(page) -> how many whole scripts, and whether it holds an <svg> or <math> element */
 static int l_scripts(lua_State *L) {
-  lua_pushinteger(L, (lua_Integer)serve_dashboard_scripts(luaL_checkstring(L, 1)));
-  return 1;
+  int foreign = 0;
+  lua_pushinteger(L, (lua_Integer)serve_dashboard_scripts(luaL_checkstring(L, 1), &foreign));
+  lua_pushboolean(L, foreign);
+  return 2;
 }
 
 static int l_listen(lua_State *L) {

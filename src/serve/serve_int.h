@@ -60,8 +60,10 @@ void mend_server_free(mend_server *srv);
  * SHA-256, no other. Malloc'd; NULL when out of memory. */
 char *serve_dashboard_csp(const char *page);
 /* How many whole inline scripts the page holds, found as the browser finds them: 0 is a page
- * that cannot run (its script cut short or missing). */
-size_t serve_dashboard_scripts(const char *page);
+ * that cannot run (its script cut short or missing), or one holding an <svg> or <math>
+ * element (*foreign set, may be NULL), whose content the browser reads by rules csp.c does
+ * not follow: its policy allows no script. */
+size_t serve_dashboard_scripts(const char *page, int *foreign);
 
 /* A request as a handler sees it: authenticated, body within limits. */
 #define MAX_CONNECTIONS 256   /* past it a new connection is closed at once */
