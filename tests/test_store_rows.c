@@ -112,7 +112,7 @@ static void test_compact_rows(void) {
 }
 
 /* History rows written eight to a statement, whose parameters are bound again only where
- * their value changes (writer.c: bind_group_row): each row reads back as written, whatever
+ * their value changes (writer.c: bind_kept): each row reads back as written, whatever
  * the same place in the group before it held (NULL, a label's code, other text, a number),
  * across statements and batches. */
 static void test_history_group_binds(void) {
