@@ -358,6 +358,28 @@ static void test_history_numbers(void) {
   }
   CHECK_STR(str_field(json_array_get(hist, 6), "detail"), "pause");
   json_decref(hist);
+  /* A number taken in the middle of a group: the rows before it are written by the group,
+   * the holder's 4..8 become 5..9, none twice, none lost. */
+  mend_run_rec r3 = run_rec("h3", NULL, "running", 1);
+  CHECK_EQ_INT(mend_store_insert_run(a, &r3), 0);
+  CHECK_EQ_INT(mend_store_commit(a), 0);
+  mend_history_rec mid = {"h3", NULL, 200, "operator", NULL, NULL, 0, NULL, -1, "mid", 4, NULL};
+  CHECK_EQ_INT(mend_store_append_history(b, &mid), 0);
+  CHECK_EQ_INT(mend_store_commit(b), 0);
+  for (long n = 1; n <= 8; n++) {
+    mend_history_rec h = {"h3", NULL, 300.0 + (double)n, "step", NULL, "running", 1, NULL, -1, NULL, n, NULL};
+    CHECK_EQ_INT(mend_store_append_history(a, &h), 0);
+  }
+  CHECK_EQ_INT(mend_store_commit(a), 0);
+  hist = mend_store_history(a, "h3");
+  CHECK(hist && json_array_size(hist) == 9);
+  for (size_t i = 0; hist && i < json_array_size(hist); i++) {
+    json_t *row = json_array_get(hist, i);
+    CHECK_EQ_INT(json_integer_value(json_object_get(row, "seq")), (long long)i + 1);
+    if (i == 3) CHECK_STR(str_field(row, "detail"), "mid");
+    else CHECK(json_real_value(json_object_get(row, "at")) == 300.0 + (double)(i < 3 ? i + 1 : i));
+  }
+  json_decref(hist);
   /* Rows of one time (a virtual clock, or one turn) whose numbers collide with the holder's
    * own earlier rows once another process took one: none lost, all in order. */
   mend_run_rec r2 = run_rec("h2", NULL, "running", 1);

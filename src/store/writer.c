@@ -282,8 +282,9 @@ static int append_each(mend_store *s, const wlog *log, const int *ks, int n) {
 }
 
 /* HISTORY_GROUP numbered rows in one statement. Should one of their numbers be taken (another
- * process wrote to the run's history), SQLite backs out the statement's rows, and they all go
- * one by one (append_one), so that a run's rows stay in the order recorded. */
+ * process wrote to the run's history), the statement stops there (OR FAIL), the rows before
+ * it written, and the rest go one by one (append_one), so that a run's rows stay in the order
+ * recorded: those written have their own numbers, lower than any the rest are given. */
 static int append_group(mend_store *s, const wlog *log, const int *ks) {
   sqlite3_stmt *q = s->q[Q_HISTORY_GROUP];
   int rc = SQLITE_OK;
@@ -291,14 +292,15 @@ static int append_group(mend_store *s, const wlog *log, const int *ks) {
     BIND(bind_kept(s, q, log, &log->recs[ks[g]], s->group_slots, g * HISTORY_VALUES));
   if (rc == SQLITE_OK) rc = sqlite3_step(q);
   int taken = rc != SQLITE_DONE && sqlite3_extended_errcode(s->db) == SQLITE_CONSTRAINT_PRIMARYKEY;
+  int written = taken ? sqlite3_changes(s->db) : 0;   /* the rows before the one taken */
   if (rc != SQLITE_DONE && !taken) mend__sql_err(s, record_what[Q_HISTORY_GROUP]);
   sqlite3_reset(q);
   if (rc == SQLITE_DONE) return 0;
-  if (!taken) {
+  if (!taken || written < 0 || written >= HISTORY_GROUP) {
     s->batch_failed = 1;
     return -1;
   }
-  return append_each(s, log, ks, HISTORY_GROUP);
+  return append_each(s, log, ks + written, HISTORY_GROUP - written);
 }
 
 /* A record that can go in a group: a history row of the usual shape with its number. */
