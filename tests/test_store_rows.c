@@ -112,7 +112,7 @@ static void test_compact_rows(void) {
 }
 
 /* History rows written eight to a statement, whose parameters are bound again only where
- * their value changes (writer.c: bind_group_row): each row reads back as written, whatever
+ * their value changes (writer.c: bind_kept): each row reads back as written, whatever
  * the same place in the group before it held (NULL, a label's code, other text, a number),
  * across statements and batches. */
 static void test_history_group_binds(void) {
@@ -176,6 +176,127 @@ static void test_history_group_binds(void) {
   mend_store_close(s);
 }
 
+/* A run's and a step's rows, whose statements' parameters are bound again only where their
+ * value changes (writer.c: bind_kept): each row reads back as written, whatever the row
+ * before it held in the same place (NULL, a number, other text), across batches; a number
+ * and a NULL, or two numbers, are never taken for each other. */
+static void test_row_binds(void) {
+  const char *path = file_in_dir("rowbinds.db");
+  mend_store *s = store_at(path, MEND_DURABILITY_PROCESS);
+  CHECK(s != NULL);
+  if (!s) return;
+  CHECK_EQ_INT(mend_store_start_writer(s, NULL, NULL), 0);
+  enum { RUNS = 24 };
+  char ids[RUNS][16], keys[RUNS][16], texts[RUNS][16];
+  for (int n = 0; n < RUNS; n++) {
+    snprintf(ids[n], sizeof ids[n], "rb%02d", n);
+    snprintf(keys[n], sizeof keys[n], "key%02d", n);
+    snprintf(texts[n], sizeof texts[n], "text %d", n);
+    int k = n * 5 + n / 4;   /* a pattern the next row does not repeat */
+    mend_run_rec r = run_rec(ids[n], k % 3 ? NULL : keys[n], "running", n);
+    r.error = k % 2 ? NULL : texts[n];
+    r.attention = k % 4 == 1;
+    r.owner = k % 5 ? NULL : "someone";
+    CHECK_EQ_INT(mend_store_insert_run(s, &r), 0);
+    mend_step_rec st = step_rec(ids[n], k % 2, "s", k % 3 ? "succeeded" : "failed");
+    st.attempts = k % 4;
+    st.comp_attempts = k % 3 ? 0 : 1;
+    st.idem_key = k % 5 ? NULL : keys[n];
+    st.custom_key = k % 5 ? 0 : 1;
+    st.result = k % 2 ? texts[n] : NULL;
+    st.error = k % 3 ? NULL : texts[n];
+    st.error_kind = "fatal";
+    st.error_severity = k % 3 ? 0 : 1 + k % 2;
+    st.due = k % 4 ? -1 : n;
+    st.slept = k % 2;
+    st.new_row = 1;
+    CHECK_EQ_INT(mend_store_put_step(s, &st), 0);
+    if (n == RUNS / 2) CHECK_EQ_INT(mend_store_commit(s), 0);   /* the rest in a second batch */
+  }
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  sqlite3 *db = raw_open(path);
+  sqlite3_stmt *q;
+  CHECK_EQ_INT(sqlite3_prepare_v2(db, "SELECT idx, status, attempts, comp_attempts, custom_key,"
+                                      " result, error, error_severity, due, slept, typeof(attempts)"
+                                      " FROM steps WHERE run_id = ?1", -1, &q, NULL), SQLITE_OK);
+  for (int n = 0; n < RUNS; n++) {   /* the steps' rows as put */
+    int k = n * 5 + n / 4;
+    sqlite3_bind_text(q, 1, ids[n], -1, SQLITE_STATIC);
+    CHECK_EQ_INT(sqlite3_step(q), SQLITE_ROW);
+    const char *result = (const char *)sqlite3_column_text(q, 5);
+    const char *error = (const char *)sqlite3_column_text(q, 6);
+    CHECK_EQ_INT(sqlite3_column_int(q, 0), k % 2);
+    CHECK_STR((const char *)sqlite3_column_text(q, 1), k % 3 ? "succeeded" : "failed");
+    CHECK_EQ_INT(sqlite3_column_int(q, 2), k % 4);
+    CHECK_STR((const char *)sqlite3_column_text(q, 10), "integer");
+    CHECK_EQ_INT(sqlite3_column_int(q, 3), k % 3 ? 0 : 1);
+    CHECK_EQ_INT(sqlite3_column_int(q, 4), k % 5 ? 0 : 1);
+    CHECK(k % 2 ? result && strcmp(result, texts[n]) == 0 : result == NULL);
+    CHECK(k % 3 ? error == NULL : error && strcmp(error, texts[n]) == 0);
+    CHECK_EQ_INT(sqlite3_column_int(q, 7), k % 3 ? 0 : 1 + k % 2);
+    CHECK(k % 4 ? sqlite3_column_type(q, 8) == SQLITE_NULL : sqlite3_column_double(q, 8) == n);
+    CHECK_EQ_INT(sqlite3_column_int(q, 9), k % 2);
+    sqlite3_reset(q);
+  }
+  sqlite3_finalize(q);
+  for (int n = 0; n < RUNS; n++) {   /* and each changed, in another pattern */
+    int k = n * 7 + n / 3;
+    CHECK_EQ_INT(mend_store_update_run(s, ids[n], k % 2 ? "succeeded" : "failed",
+                                       k % 3 ? NULL : texts[n], k % 4 == 2, 100 + n,
+                                       k % 5 ? NULL : "why"), 0);
+    int k0 = n * 5 + n / 4;
+    mend_step_rec st = step_rec(ids[n], k0 % 2, "s", "succeeded");
+    st.attempts = k % 3;
+    st.result = k % 2 ? NULL : texts[n];
+    st.last_delay = k % 4 ? -1 : 0.5 * n;
+    CHECK_EQ_INT(mend_store_update_step(s, &st), 0);
+  }
+  CHECK_EQ_INT(mend_store_commit(s), 0);
+  CHECK_EQ_INT(sqlite3_prepare_v2(db, "SELECT r.run_key, r.error, r.attention, r.owner, r.status,"
+                                      " r.reason, r.updated, s.idx, s.attempts, s.comp_attempts,"
+                                      " s.idem_key, s.custom_key, s.result, s.error_severity,"
+                                      " s.due, s.slept, s.last_delay, typeof(s.attempts)"
+                                      " FROM runs r JOIN steps s ON s.run_id = r.id"
+                                      " WHERE r.id = ?1", -1, &q, NULL), SQLITE_OK);
+  for (int n = 0; n < RUNS; n++) {
+    int k0 = n * 5 + n / 4, k = n * 7 + n / 3;
+    sqlite3_bind_text(q, 1, ids[n], -1, SQLITE_STATIC);
+    CHECK_EQ_INT(sqlite3_step(q), SQLITE_ROW);
+    const char *key = (const char *)sqlite3_column_text(q, 0);
+    const char *error = (const char *)sqlite3_column_text(q, 1);
+    const char *owner = (const char *)sqlite3_column_text(q, 3);
+    const char *reason = (const char *)sqlite3_column_text(q, 5);
+    const char *idem = (const char *)sqlite3_column_text(q, 10);
+    const char *result = (const char *)sqlite3_column_text(q, 12);
+    CHECK(k0 % 3 ? key == NULL : key && strcmp(key, keys[n]) == 0);
+    CHECK(k % 3 ? error == NULL : error && strcmp(error, texts[n]) == 0);
+    CHECK_EQ_INT(sqlite3_column_int(q, 2), k % 4 == 2);
+    /* a finished run gives its owner back */
+    CHECK(owner == NULL);
+    CHECK_STR((const char *)sqlite3_column_text(q, 4), k % 2 ? "succeeded" : "failed");
+    CHECK(k % 5 ? reason == NULL : reason && strcmp(reason, "why") == 0);
+    CHECK(sqlite3_column_double(q, 6) == 100 + n);
+    CHECK_EQ_INT(sqlite3_column_int(q, 7), k0 % 2);
+    CHECK_EQ_INT(sqlite3_column_int(q, 8), k % 3);
+    CHECK_STR((const char *)sqlite3_column_text(q, 17), "integer");
+    CHECK_EQ_INT(sqlite3_column_int(q, 9), 0);
+    CHECK(k0 % 5 ? idem == NULL : idem && strcmp(idem, keys[n]) == 0);
+    CHECK_EQ_INT(sqlite3_column_int(q, 11), 0);   /* the update's custom_key, 0 */
+    CHECK(k % 2 ? result == NULL : result && strcmp(result, texts[n]) == 0);
+    CHECK_EQ_INT(sqlite3_column_int(q, 13), 0);
+    CHECK(sqlite3_column_type(q, 14) == SQLITE_NULL);
+    CHECK_EQ_INT(sqlite3_column_int(q, 15), 0);
+    CHECK(k % 4 ? sqlite3_column_type(q, 16) == SQLITE_NULL
+                : sqlite3_column_double(q, 16) == 0.5 * n);
+    sqlite3_reset(q);
+  }
+  sqlite3_finalize(q);
+  CHECK_EQ_INT(raw_int(db, "SELECT count(*) FROM steps"), RUNS);
+  sqlite3_close(db);
+  mend_store_close(s);
+  remove_db(path);
+}
+
 /* History rows are numbered by the run's holder (no look-up); a row without a number, or
  * whose number another process took meanwhile, gets the next free one. */
 static void test_history_numbers(void) {
@@ -236,6 +357,28 @@ static void test_history_numbers(void) {
     if (i >= 7) CHECK(json_real_value(json_object_get(row, "at")) == 100.0 + (double)i);
   }
   CHECK_STR(str_field(json_array_get(hist, 6), "detail"), "pause");
+  json_decref(hist);
+  /* A number taken in the middle of a group: the rows before it are written by the group,
+   * the holder's 4..8 become 5..9, none twice, none lost. */
+  mend_run_rec r3 = run_rec("h3", NULL, "running", 1);
+  CHECK_EQ_INT(mend_store_insert_run(a, &r3), 0);
+  CHECK_EQ_INT(mend_store_commit(a), 0);
+  mend_history_rec mid = {"h3", NULL, 200, "operator", NULL, NULL, 0, NULL, -1, "mid", 4, NULL};
+  CHECK_EQ_INT(mend_store_append_history(b, &mid), 0);
+  CHECK_EQ_INT(mend_store_commit(b), 0);
+  for (long n = 1; n <= 8; n++) {
+    mend_history_rec h = {"h3", NULL, 300.0 + (double)n, "step", NULL, "running", 1, NULL, -1, NULL, n, NULL};
+    CHECK_EQ_INT(mend_store_append_history(a, &h), 0);
+  }
+  CHECK_EQ_INT(mend_store_commit(a), 0);
+  hist = mend_store_history(a, "h3");
+  CHECK(hist && json_array_size(hist) == 9);
+  for (size_t i = 0; hist && i < json_array_size(hist); i++) {
+    json_t *row = json_array_get(hist, i);
+    CHECK_EQ_INT(json_integer_value(json_object_get(row, "seq")), (long long)i + 1);
+    if (i == 3) CHECK_STR(str_field(row, "detail"), "mid");
+    else CHECK(json_real_value(json_object_get(row, "at")) == 300.0 + (double)(i < 3 ? i + 1 : i));
+  }
   json_decref(hist);
   /* Rows of one time (a virtual clock, or one turn) whose numbers collide with the holder's
    * own earlier rows once another process took one: none lost, all in order. */
@@ -384,6 +527,7 @@ int main(void) {
   store_case_begin("store-rows");
   test_compact_rows();
   test_history_group_binds();
+  test_row_binds();
   test_history_numbers();
   test_workflow_versions();
   test_version_scripts();

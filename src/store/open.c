@@ -76,7 +76,7 @@ static int set_journal_wal(mend_store *s) {
  * writes eight of them (W1). A row's values are bound as its record holds them (run_id, step,
  * at, event, from, to, attempt, error, delay, detail, worker, error_kind, seq). */
 static void history_group_sql(char *buf, size_t len) {
-  size_t n = (size_t)snprintf(buf, len, "INSERT INTO history(run_id, seq, step, at, event,"
+  size_t n = (size_t)snprintf(buf, len, "INSERT OR FAIL INTO history(run_id, seq, step, at, event,"
                               " from_status, to_status, attempt, error, delay, detail, worker,"
                               " error_kind) VALUES");
   for (int r = 0; r < HISTORY_GROUP && n < len; r++) {
@@ -85,7 +85,9 @@ static void history_group_sql(char *buf, size_t len) {
     for (int j = 2; j <= 12 && n < len; j++) n += (size_t)snprintf(buf + n, len - n, ",?%d", b + j);
     if (n < len) n += (size_t)snprintf(buf + n, len - n, ")");
   }
-  /* No ON CONFLICT: a number taken aborts the statement and backs out its rows (append_group). */
+  /* OR FAIL: a number taken stops the statement and keeps the rows before it (append_group).
+   * A statement that cannot abort needs no statement journal (a copy of each page it changes,
+   * taken before it changes it): 1.6k instructions of a W9 run. */
 }
 
 static int open_db(mend_store *s, mend_durability durability) {

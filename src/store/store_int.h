@@ -22,6 +22,8 @@
 #define BUSY_TIMEOUT_MS 5000
 #define HISTORY_GROUP 8
 #define HISTORY_VALUES 13   /* the values of a history record (mend_store_append_history) */
+#define ROW_STATEMENTS 6    /* the statements of runs' and steps' rows (writer.c: kept_slots) */
+#define ROW_VALUES 18       /* the most values one of them takes (a step's row) */
 #define LABELS_MAX 64       /* more names than that are written out, as before schema 7 */
 
 /* Keyed events that may wait for their batch at once (inbox.c); more are sent at once. */
@@ -201,6 +203,9 @@ struct mend_store {
     unsigned char kind;
     sqlite3_int64 val;
   } group_slots[HISTORY_GROUP * HISTORY_VALUES];
+  /* The same for each statement a run's rows are written by (writer.c: kept_slots): only
+   * flush_log binds them, and never clears their bindings. */
+  struct group_slot row_slots[ROW_STATEMENTS][ROW_VALUES];
   char err[1024];
   int not_found;            /* the last read of a run found none */
   wlog logs[3];   /* recording, and up to two with the writer thread (a part, the rest) */

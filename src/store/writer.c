@@ -197,22 +197,28 @@ static int bind_values(const mend_store *s, sqlite3_stmt *q, const wlog *log, co
   return rc;
 }
 
-/* A parameter of the history group, as far as binding it again can be skipped: NULL (zero: a
- * new statement's), a label's code, the worker by its number; any other value is bound each
- * time (its text lives in a log that is reused). Half of a history row's values are one of
- * these, most often what the same parameter held in the group before: a bind is about 150
- * instructions, and 52 of them a run were 12% of the writer thread in W9. */
-enum { SLOT_NULL, SLOT_CODE, SLOT_WORKER, SLOT_OTHER };
+/* A parameter, as far as binding it again can be skipped: NULL (zero: a new statement's), a
+ * label's code, the worker by its number, an integer; any other value is bound each time (its
+ * text lives in a log that is reused). Half of a history row's values are one of these, most
+ * often what the same parameter held in the group before, and so are most of a run's and a
+ * step's (their NULL error, key and times, their zero counts): a bind is about 150
+ * instructions, and a W9 run bound about ninety. */
+enum { SLOT_NULL, SLOT_CODE, SLOT_WORKER, SLOT_INT, SLOT_OTHER };
 
-static int bind_group_row(mend_store *s, sqlite3_stmt *q, const wlog *log, const wrec *r, int at) {
+/* Binds a record's values to q from parameter at + 1 on, skipping those that the same
+ * parameter holds already by `slots` (what each parameter of q holds now; q's bindings are
+ * never cleared, and nothing else binds it). */
+static int bind_kept(mend_store *s, sqlite3_stmt *q, const wlog *log, const wrec *r,
+                     struct group_slot *slots, int at) {
   int rc = SQLITE_OK;
   for (int j = 0; j < r->n && rc == SQLITE_OK; j++) {
     const wval *v = &log->vals[r->first + j];
-    struct group_slot *slot = &s->group_slots[at + j];
+    struct group_slot *slot = &slots[at + j];
     unsigned char kind = SLOT_OTHER;
     sqlite3_int64 val = 0;
     if (v->type == V_CODE) kind = SLOT_CODE, val = v->i;
     else if (v->type == V_WORKER && s->worker_id) kind = SLOT_WORKER, val = s->worker_id;
+    else if (v->type == V_INT) kind = SLOT_INT, val = v->i;
     else if (v->type == V_NULL) kind = SLOT_NULL;
     if (kind != SLOT_OTHER && slot->kind == kind && slot->val == val) continue;
     rc = bind_one(s, q, log, v, v->type, at + j + 1);
@@ -220,6 +226,20 @@ static int bind_group_row(mend_store *s, sqlite3_stmt *q, const wlog *log, const
     *slot = (struct group_slot){rc == SQLITE_OK ? kind : SLOT_OTHER, val};
   }
   return rc;
+}
+
+/* The slots of statement k if its parameters are bound by bind_kept (the statements of runs'
+ * and steps' rows, every parameter a value of the record), else NULL. */
+static struct group_slot *kept_slots(mend_store *s, int k) {
+  switch (k) {
+  case Q_INSERT_RUN: return s->row_slots[0];
+  case Q_INSERT_RUN_KEY: return s->row_slots[1];
+  case Q_INSERT_RUN_NEWV: return s->row_slots[2];
+  case Q_UPDATE_RUN: return s->row_slots[3];
+  case Q_PUT_STEP: return s->row_slots[4];
+  case Q_UPDATE_STEP: return s->row_slots[5];
+  default: return NULL;
+  }
 }
 
 /* Binds a record's values to q, and NULL to any parameter past them, so that no value of an
@@ -231,6 +251,18 @@ static int bind_record(const mend_store *s, sqlite3_stmt *q, const wlog *log, co
   for (int j = r->n; j < sqlite3_bind_parameter_count(q); j++) BIND(sqlite3_bind_null(q, j + 1));
   BIND(bind_values(s, q, log, r, 0, null_last));
   return rc;
+}
+
+/* Binds record r to statement k (k's bindings kept, r->n its parameters): only the values that
+ * changed. */
+static int bind_row(mend_store *s, int k, const wlog *log, const wrec *r) {
+  struct group_slot *slots = kept_slots(s, k);
+  sqlite3_stmt *q = s->q[k];
+  if (slots && r->n == sqlite3_bind_parameter_count(q) && r->n <= ROW_VALUES)
+    return bind_kept(s, q, log, r, slots, 0);
+  if (slots)   /* bound whole: what the slots say is no longer known */
+    for (int j = 0; j < ROW_VALUES; j++) slots[j].kind = SLOT_OTHER;
+  return bind_record(s, q, log, r, 0);
 }
 
 /* One history row. Its number taken (another process wrote to the run's history): the next
@@ -250,23 +282,25 @@ static int append_each(mend_store *s, const wlog *log, const int *ks, int n) {
 }
 
 /* HISTORY_GROUP numbered rows in one statement. Should one of their numbers be taken (another
- * process wrote to the run's history), SQLite backs out the statement's rows, and they all go
- * one by one (append_one), so that a run's rows stay in the order recorded. */
+ * process wrote to the run's history), the statement stops there (OR FAIL), the rows before
+ * it written, and the rest go one by one (append_one), so that a run's rows stay in the order
+ * recorded: those written have their own numbers, lower than any the rest are given. */
 static int append_group(mend_store *s, const wlog *log, const int *ks) {
   sqlite3_stmt *q = s->q[Q_HISTORY_GROUP];
   int rc = SQLITE_OK;
   for (int g = 0; g < HISTORY_GROUP; g++)
-    BIND(bind_group_row(s, q, log, &log->recs[ks[g]], g * HISTORY_VALUES));
+    BIND(bind_kept(s, q, log, &log->recs[ks[g]], s->group_slots, g * HISTORY_VALUES));
   if (rc == SQLITE_OK) rc = sqlite3_step(q);
   int taken = rc != SQLITE_DONE && sqlite3_extended_errcode(s->db) == SQLITE_CONSTRAINT_PRIMARYKEY;
+  int written = taken ? sqlite3_changes(s->db) : 0;   /* the rows before the one taken */
   if (rc != SQLITE_DONE && !taken) mend__sql_err(s, record_what[Q_HISTORY_GROUP]);
   sqlite3_reset(q);
   if (rc == SQLITE_DONE) return 0;
-  if (!taken) {
+  if (!taken || written < 0 || written >= HISTORY_GROUP) {
     s->batch_failed = 1;
     return -1;
   }
-  return append_each(s, log, ks, HISTORY_GROUP);
+  return append_each(s, log, ks + written, HISTORY_GROUP - written);
 }
 
 /* A record that can go in a group: a history row of the usual shape with its number. */
@@ -329,7 +363,7 @@ static int flush_log(mend_store *s, wlog *log) {
       if (ok && append_each(s, log, group, ng) != 0) ok = 0;
       ng = 0;
       if (ok && append_one(s, log, r) != 0) ok = 0;
-    } else if (mend__run_bound(s, q, bind_record(s, q, log, r, 0), record_what[r->q], 1) != 0) {
+    } else if (mend__run_bound(s, q, bind_row(s, r->q, log, r), record_what[r->q], 1) != 0) {
       ok = 0;
     } else if (r->q == Q_RENEW) {
       mend__renewed(s, log, r);
