@@ -21,7 +21,7 @@ for line in io.lines(log_path) do
   local file, s = line:match("^spec time: %S-([^/%s]+_spec%.lua) ([%d.]+) s")
   if file and store then
     timed[file] = timed[file] or {}
-    timed[file][store] = math.max(1, math.floor(tonumber(s) + 0.5))
+    timed[file][store] = math.floor(tonumber(s) + 0.5)
   end
 end
 
