@@ -267,8 +267,9 @@ MEND_API int mend_trust_db(const char *db_path, int *was_marked, char *err, size
 #define MEND_NAME_MAX 512
 #define MEND_KEY_MAX 1024
 /* Who did something, as the history and audit rows keep it ("by WHO"): 1 to MEND_WHO_MAX bytes
- * of UTF-8 with no control character (mend history and the timeline print it as it is). A
- * call given another is MEND_EINVAL, its message naming the rule; NULL is "not told". */
+ * of UTF-8 with no control character, C0, DEL or C1 (mend history and the timeline print it
+ * as it is). A call given another ("" too) is MEND_EINVAL, its message naming the rule; NULL
+ * is "not told". */
 #define MEND_WHO_MAX 256
 
 /* Loads a workflow script (a Lua file returning a definition). On success copies the

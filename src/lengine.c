@@ -157,9 +157,16 @@ static const char *whole_text(lua_State *L, int idx, const char *what) {
   return s;
 }
 
+/* A string only: a number would be made a string on the stack, freed once popped, while the
+ * caller goes on reading it; a string stays anchored in its table. */
 const char *mend__opt_string(lua_State *L, int idx, const char *field, const char *def) {
   lua_getfield(L, idx, field);
-  const char *s = lua_isnil(L, -1) ? def : whole_text(L, -1, field);
+  const char *s = def;
+  if (!lua_isnil(L, -1)) {
+    if (lua_type(L, -1) != LUA_TSTRING)
+      luaL_error(L, "%s must be a string, got %s", field, luaL_typename(L, -1));
+    s = whole_text(L, -1, field);
+  }
   lua_pop(L, 1);
   return s;
 }

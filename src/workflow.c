@@ -10,6 +10,7 @@
 #include "workflow.h"
 
 #include <mend.h>
+#include "utf8.h"
 #include "util.h"
 
 #include <errno.h>
@@ -91,6 +92,9 @@ static int opt_string(lua_State *L, int idx, const char *field, const char *what
   /* Read as C strings from here on: "a\0b" would be taken for "a", another step's name. */
   if (r == 1 && strlen(*out) != len)
     r = mend_errorf(err, errlen, "%s.%s holds a NUL byte", what, field);
+  /* stored (a workflow's, an event's, a breaker's name): PostgreSQL takes UTF-8 only */
+  else if (r == 1 && !mend_utf8_valid(*out, len))
+    r = mend_errorf(err, errlen, "%s.%s is not UTF-8 text", what, field);
   /* Every string field read here names something (a workflow, step, event, breaker, mode) that
    * callers look up and copy into buffers of MEND_NAME_MAX + 1 bytes. */
   else if (r == 1 && len > MEND_NAME_MAX)
@@ -355,8 +359,15 @@ static int parse_step(lua_State *L, int idx, int n, const char *group,
   lua_pop(L, 1);
   const char *key = name;
   int t = raw_field(L, idx, "breaker");
-  if (t == LUA_TSTRING) key = lua_tostring(L, -1);
-  else if (t == LUA_TTABLE) {
+  if (t == LUA_TSTRING) {
+    size_t len;
+    key = lua_tolstring(L, -1, &len);
+    if (strlen(key) != len || !mend_utf8_valid(key, len)) {
+      lua_pop(L, 1);
+      return mend_errorf(err, errlen, "%sbreaker %s", prefix, strlen(key) != len
+                         ? "holds a NUL byte" : "is not UTF-8 text");
+    }
+  } else if (t == LUA_TTABLE) {
     if (parse_breaker_table(L, -1, "breaker", &s->breaker, &key, sub, sizeof sub)) {
       lua_pop(L, 1);
       return mend_errorf(err, errlen, "%s%s", prefix, sub);

@@ -18,6 +18,7 @@
 #include "json.h"
 #include "lerror.h"
 #include "log.h"
+#include "utf8.h"
 #include "util.h"
 
 /* When a limit stopped a guarded call that ended with `status`: which, into buf (the sandbox's
@@ -104,6 +105,13 @@ int mend__ensure_key(mend_run *r, int i, mend_error_info *info) {
     lua_pop(L, 1);
     answer_refused(st, "idempotency_key: a key holding a NUL byte would be the key of its part "
                        "before it", info);
+    return -1;
+  }
+  /* stored with the step: PostgreSQL refuses a batch holding other bytes, and stops the engine
+   * (a key cut from an input with string.sub can end inside a character) */
+  if (!mend_utf8_valid(key, len)) {
+    lua_pop(L, 1);
+    answer_refused(st, "idempotency_key: the key is not UTF-8 text", info);
     return -1;
   }
   mend__set_str(&st->idem_key, key);

@@ -30,7 +30,10 @@ int mend__who_refused(mend_engine *E, const char *who, char *err, int errlen) {
   }
   if (mend__text_refused(E, who, "who", err, errlen)) return -1;
   for (size_t i = 0; i < n; i++) {
-    if ((unsigned char)who[i] < 0x20 || who[i] == 0x7f) {
+    const unsigned char *u = (const unsigned char *)who + i;
+    /* C0, DEL, and C1 (U+0080..U+009F, UTF-8 C2 80..C2 9F: CSI among them, which a terminal
+     * obeys as ESC [ ) */
+    if (u[0] < 0x20 || u[0] == 0x7f || (u[0] == 0xc2 && u[1] >= 0x80 && u[1] <= 0x9f)) {
       E->refusal = MEND_REFUSED_INVALID;
       return mend_errorf(err, errlen, "who holds a control character (byte %zu)", i + 1);
     }
