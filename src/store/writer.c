@@ -274,7 +274,8 @@ static int append_one(mend_store *s, const wlog *log, const wrec *r) {
   return mend__run_bound(s, q, bind_record(s, q, log, r, 1), record_what[r->q], 1);
 }
 
-/* Numbered history rows one by one, in order (a group not full, or one backed out). */
+/* Numbered history rows one by one, in order (a group not full, or the rest of one that a
+ * taken number stopped). */
 static int append_each(mend_store *s, const wlog *log, const int *ks, int n) {
   for (int g = 0; g < n; g++)
     if (append_one(s, log, &log->recs[ks[g]]) != 0) return -1;
