@@ -40,7 +40,8 @@ static const char wfname_lua[] =
     "return { name = 'wn' .. ('\\u{e9}'):sub(1, 1), steps = { { name = 'a',\n"
     "  execute = function(ctx) return 1 end } } }\n";
 static const char waitfor_lua[] =
-    "return { name = 'waitfor', steps = { { name = 'a', wait_for = 'g' .. ('\\u{e9}'):sub(1, 1) } } }\n";
+    "return { name = 'waitfor', steps = { { name = 'a',\n"
+    "  wait_for = 'g' .. ('\\u{e9}'):sub(1, 1) } } }\n";
 static const char breaker_lua[] =
     "return { name = 'bk', steps = { { name = 'a', breaker = 'b' .. ('\\u{e9}'):sub(1, 1),\n"
     "  execute = function(ctx) error('down') end } } }\n";
@@ -121,9 +122,11 @@ static void exercise(const char *store, const char *db_path, const char *which) 
   CASE("history_json", mend_engine_history_json(E, "r\xff", &json));
   CASE("history_page", mend_engine_history_page_json(E, "r\xff", 0, 10, 0, &json));
   CASE("dlq_page", mend_engine_dlq_page_json(E, "r\xff", 0, 10, &json));
-  CASE("breaker_key_valid_unknown", mend_engine_override_breaker(E, "nope\xc3\xa9", "open", 0, "ops"));
+  CASE("breaker_key_valid_unknown",
+       mend_engine_override_breaker(E, "nope\xc3\xa9", "open", 0, "ops"));
   CASE("start_workflow", mend_engine_start(E, "w\xff", NULL, NULL, (char[17]){0}, NULL));
-  CASE("start_nul_input", mend_engine_start(E, "waits", "{\"a\":\"\\u0000\"}", NULL, (char[17]){0}, NULL));
+  CASE("start_nul_input",
+       mend_engine_start(E, "waits", "{\"a\":\"\\u0000\"}", NULL, (char[17]){0}, NULL));
   CASE("signal_nul_payload", mend_engine_signal_by_key(E, "none", "go", "\"\\u0000\"", NULL));
   CASE("w_raise", mend_engine_start(E, "w_raise", NULL, NULL, (char[17]){0}, NULL));
   CASE("w_raise_tbl", mend_engine_start(E, "w_raise_tbl", NULL, NULL, (char[17]){0}, NULL));

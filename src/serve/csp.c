@@ -22,11 +22,11 @@
 #define SOURCE_LEN (2 + 7 + 44 + 1)
 
 /* The page is read as the browser's HTML tokenizer reads it, closely enough to find the same
- * script elements: comments (to "-->" or "--!>"), <!...> and <?...> are skipped whole; a start or end tag runs to
- * the first '>' outside a quoted attribute value; the text of a script or of another raw text
- * element (style, title, ...) runs to its end tag, "</name" followed by white space, '/' or
- * '>', whatever else it holds; a script's text as the script data states find its end
- * (script_end). */
+ * script elements: comments (to "-->" or "--!>"), <!...> and <?...> are skipped whole; a start or
+ * end tag runs to the first '>' outside a quoted attribute value; the text of a script or of
+ * another raw text element (style, title, ...) runs to its end tag, "</name" followed by white
+ * space, '/' or '>', whatever else it holds; a script's text as the script data states find
+ * its end (script_end); an <svg> or <math> element ends the reading (next_script). */
 
 static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f'; }
 static int is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
