@@ -99,6 +99,12 @@ describe("acceptance: flows #sqlite", function()
     eng:advance(100)
     local pruned = eng:prune { older_than = 50 }
     assert.are.same({ succeeded = 1 }, pruned.runs)
+    for _, status in ipairs { "needs_attention", "running", "\255" } do
+      local ok, err = pcall(eng.prune, eng, { older_than = 50, status = status })
+      assert.is_false(ok)
+      assert.matches("prune: status must be one a run ends in: succeeded, compensated, " ..
+                     "failed, resolved", tostring(err), 1, true)
+    end
     assert.are.equal("needs_attention", eng:status(d).status)
     local b, existed = eng:start("p", { o = 1 }, { key = "K" })
     eng:run()

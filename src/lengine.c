@@ -200,8 +200,8 @@ void mend__opts_known(lua_State *L, int idx, const char *method, const char *con
   }
 }
 
-/* mend.engine{db=, clock=, seed=, durability=, log=, log_level=, alert=, ...} -> engine  [-1, +1,
- * e] */
+/* mend.engine{db=, clock=, seed=, durability=, log=, log_level=, alert=, ...} -> engine
+ * [-1, +1, e] */
 /* An element of a list option, at the top of the stack: 1, left there as text, or 0. */
 static int host_item(lua_State *L) {
   return lua_type(L, -1) == LUA_TSTRING && !strchr(lua_tostring(L, -1), ',');

@@ -31,8 +31,8 @@ static int is_final_status(const char *st) {
 }
 
 /* eng:wait(run_id [, {timeout = s, poll = s}]) -> status | nil, "timeout". Blocks this process
- * (it is for clients such as `mend wait`, not for steps) while another process works.  [-0, +1|2,
- * e] */
+ * (it is for clients such as `mend wait`, not for steps) while another process works.
+ * [-0, +1|2, e] */
 static int engine_wait(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
   const char *id = mend__check_text(L, 2, "the run id");
@@ -229,6 +229,14 @@ static int engine_prune(lua_State *L) {
   lua_pop(L, 1);
   if (!ok || !(older >= 0)) return luaL_error(L, "prune: older_than must be seconds >= 0");
   const char *status = mend__opt_string(L, 2, "status", NULL);
+  /* the statuses a run ends in, as `mend prune --status` takes them (another, not UTF-8, was
+   * the database's own error on PostgreSQL) */
+  static const char *const ended[] = {"succeeded", "compensated", "failed", "resolved", NULL};
+  const char *const *e = ended;
+  while (status && *e && strcmp(status, *e) != 0) e++;
+  if (status && !*e)
+    return luaL_error(L, "prune: status must be one a run ends in: succeeded, compensated, "
+                         "failed, resolved");
   lua_getfield(L, 2, "dry_run");
   int dry = lua_toboolean(L, -1);
   lua_pop(L, 1);
