@@ -56,6 +56,22 @@ static inline mend_store *store_at(const char *path, mend_durability d) {
   return s;
 }
 
+/* Two stores on one file: *a records its writes and runs them in groups on its commit thread,
+ * as an engine's store does (a worker, "holder:1:a"); *b another process beside it. 0, or -1
+ * with neither open. */
+static inline int holder_and_other(const char *path, mend_store **a, mend_store **b) {
+  *a = store_at(path, MEND_DURABILITY_PROCESS);
+  *b = store_at(path, MEND_DURABILITY_PROCESS);
+  if (!*a || !*b) {
+    if (*a) mend_store_close(*a);
+    if (*b) mend_store_close(*b);
+    *a = *b = NULL;
+    return -1;
+  }
+  mend_store_set_worker(*a, "holder:1:a");
+  return mend_store_start_writer(*a, NULL, NULL) == 0 ? 0 : -1;
+}
+
 static inline const char *str_field(const json_t *o, const char *k) {
   return json_string_value(json_object_get(o, k));
 }

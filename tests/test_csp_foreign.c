@@ -6,23 +6,10 @@
  * it. The hashes are those chromium 156 computed for the scripts it ran (the review of
  * clean26). Must never: test anything but serve_dashboard_csp's script-src and that count.
  */
-#include <stdlib.h>
-#include <string.h>
-
-#include "check.h"
-#include "serve/serve_int.h"
+#include "csp_case.h"
 
 static void expect(const char *page, const char *want, size_t scripts, int foreign) {
-  char *csp = serve_dashboard_csp(page);
-  CHECK(csp != NULL);
-  if (!csp) return;
-  const char *p = strstr(csp, "script-src");
-  const char *end = p ? strchr(p, ';') : NULL;
-  char got[512] = "";
-  if (p && end && (size_t)(end - p) < sizeof got) memcpy(got, p, (size_t)(end - p));
-  if (strcmp(got, want) != 0) fprintf(stderr, "page %s\n  got  %s\n  want %s\n", page, got, want);
-  CHECK_STR(got, want);
-  free(csp);
+  expect_script_src(page, want);
   int f = -1;
   CHECK(serve_dashboard_scripts(page, &f) == scripts);
   CHECK(f == foreign);

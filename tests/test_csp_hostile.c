@@ -7,24 +7,9 @@
  * serve_dashboard_scripts counts the same scripts (0: `mend serve` warns of a dead page).
  * Must never: test anything but serve_dashboard_csp's script-src and that count.
  */
-#include <stdlib.h>
-#include <string.h>
+#include "csp_case.h"
 
-#include "check.h"
-#include "serve/serve_int.h"
-
-static void expect(const char *page, const char *want) {
-  char *csp = serve_dashboard_csp(page);
-  CHECK(csp != NULL);
-  if (!csp) return;
-  const char *p = strstr(csp, "script-src");
-  const char *end = p ? strchr(p, ';') : NULL;
-  char got[512] = "";
-  if (p && end && (size_t)(end - p) < sizeof got) memcpy(got, p, (size_t)(end - p));
-  if (strcmp(got, want) != 0) fprintf(stderr, "page %s\n  got  %s\n  want %s\n", page, got, want);
-  CHECK_STR(got, want);
-  free(csp);
-}
+static void expect(const char *page, const char *want) { expect_script_src(page, want); }
 
 int main(void) {
   /* "<script>" named in an HTML comment before the page's script: no script element there */

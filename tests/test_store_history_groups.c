@@ -103,12 +103,9 @@ static void test_full_disk_in_group(int with_writer) {
  * once, each run's rows numbered in the order recorded. */
 static void test_taken_in_mixed_group(void) {
   const char *path = file_in_dir("mixed.db");
-  mend_store *a = store_at(path, MEND_DURABILITY_PROCESS);
-  mend_store *b = store_at(path, MEND_DURABILITY_PROCESS);
-  CHECK(a && b);
+  mend_store *a, *b;
+  CHECK_EQ_INT(holder_and_other(path, &a, &b), 0);
   if (!a || !b) return;
-  mend_store_set_worker(a, "holder:1:a");
-  CHECK_EQ_INT(mend_store_start_writer(a, NULL, NULL), 0);
   mend_run_rec ra = run_rec("A", NULL, "running", 1), rb = run_rec("B", NULL, "running", 1);
   CHECK_EQ_INT(mend_store_insert_run(a, &ra), 0);
   CHECK_EQ_INT(mend_store_insert_run(a, &rb), 0);
@@ -189,12 +186,9 @@ static void test_not_null_in_group(void) {
  * recorded (its `at`), every number once. */
 static void test_taken_at_random(void) {
   const char *path = file_in_dir("random.db");
-  mend_store *a = store_at(path, MEND_DURABILITY_PROCESS);
-  mend_store *b = store_at(path, MEND_DURABILITY_PROCESS);
-  CHECK(a && b);
+  mend_store *a, *b;
+  CHECK_EQ_INT(holder_and_other(path, &a, &b), 0);
   if (!a || !b) return;
-  mend_store_set_worker(a, "holder:1:a");
-  CHECK_EQ_INT(mend_store_start_writer(a, NULL, NULL), 0);
   const char *runs[2] = {"R", "S"};
   for (int i = 0; i < 2; i++) {
     mend_run_rec r = run_rec(runs[i], NULL, "running", 1);

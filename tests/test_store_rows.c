@@ -301,13 +301,9 @@ static void test_row_binds(void) {
  * whose number another process took meanwhile, gets the next free one. */
 static void test_history_numbers(void) {
   const char *path = file_in_dir("hist.db");
-  mend_store *a = store_at(path, MEND_DURABILITY_PROCESS);
-  mend_store *b = store_at(path, MEND_DURABILITY_PROCESS);
-  CHECK(a && b);
+  mend_store *a, *b;
+  CHECK_EQ_INT(holder_and_other(path, &a, &b), 0);
   if (!a || !b) return;
-  /* a records its writes (and runs them in groups) as an engine's store does */
-  mend_store_set_worker(a, "holder:1:a");
-  CHECK_EQ_INT(mend_store_start_writer(a, NULL, NULL), 0);
   mend_run_rec r = run_rec("h1", NULL, "running", 1);
   CHECK_EQ_INT(mend_store_insert_run(a, &r), 0);
   for (long n = 1; n <= 3; n++) {
