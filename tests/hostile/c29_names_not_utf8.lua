@@ -1,3 +1,3 @@
--- expect: load its name is not valid UTF-8
+-- expect: load workflow.name is not UTF-8 text
 -- Names that JSON cannot hold are refused at load, not found broken in a run's row later.
 return { name = "c29\xff", steps = { { name = "s\xfe", execute = function() error("x\xff") end } } }
