@@ -12,7 +12,7 @@ if(MEND_FUZZ)
                       -fno-omit-frame-pointer)
   add_executable(fuzz_json tests/fuzz/fuzz_json.c src/json.c)
   add_executable(fuzz_workflow tests/fuzz/fuzz_workflow.c src/workflow.c src/backoff.c
-                               src/breaker.c)
+                               src/breaker.c src/utf8.c)
   foreach(f fuzz_json fuzz_workflow)
     target_include_directories(${f} PRIVATE src include)
     target_compile_options(${f} PRIVATE ${MEND_FUZZ_FLAGS})
