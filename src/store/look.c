@@ -23,7 +23,6 @@ struct mend_look_thread {
   pthread_mutex_t mu;
   pthread_cond_t cv;        /* the thread: asked or stop; the loop: answered */
   int stop, asked, answered, failed;
-  int batch;                /* SCHED_BATCH: set before the thread starts */
   int n;
   char **ids, **names;      /* the look in flight, the loop's copies */
   look_ans *ans;
@@ -111,16 +110,6 @@ static int read_look(struct mend_look_thread *t, const char *path, const char *h
 static void *look_main(void *arg) {
   mend_store *s = arg;
   struct mend_look_thread *t = s->look;
-  /* It serves ticking hosts only, and is woken as a tick ends (mend__looks_send): in
-   * SCHED_OTHER, having slept most of the time, it took the CPU from the ticking thread at
-   * once where they shared one (W11 unpinned: 69% of the game thread's preemptions,
-   * bench/README, tick21). In SCHED_BATCH a wake-up never preempts; it keeps its share of the
-   * CPU (wsched.c does the same for the commit thread). A host that keeps mend's threads in
-   * its own class (MEND_WRITER_SCHED_OTHER) keeps this one there too. */
-  if (t->batch) {
-    struct sched_param sp = {0};
-    sched_setscheduler(0, SCHED_BATCH, &sp);   /* refused: it stays as it was */
-  }
   pthread_mutex_lock(&t->mu);
   for (;;) {
     while (!t->stop && !(t->asked && !t->answered)) pthread_cond_wait(&t->cv, &t->mu);
@@ -147,7 +136,6 @@ void mend__sqlite_look_start(mend_store *s, int batch) {
   if (!t) return;   /* no thread: the engine reads on its own thread, as before */
   pthread_mutex_init(&t->mu, NULL);
   pthread_cond_init(&t->cv, NULL);
-  t->batch = batch;
   s->look = t;
   if (mend_thread_start(&t->thread, &s->cpus, "mend-look", look_main, s) != 0) {
     pthread_cond_destroy(&t->cv);
@@ -155,6 +143,18 @@ void mend__sqlite_look_start(mend_store *s, int batch) {
     free(t);
     s->look = NULL;
     return;
+  }
+  /* It serves ticking hosts only, and is woken as a tick ends (mend__looks_send): in
+   * SCHED_OTHER, having slept most of the time, it took the CPU from the ticking thread at
+   * once where they shared one (W11 unpinned: 69% of the game thread's preemptions,
+   * bench/README, tick21). In SCHED_BATCH a wake-up never preempts; it keeps its share of the
+   * CPU (wsched.c does the same for the commit thread). A host that keeps mend's threads in
+   * its own class (MEND_WRITER_SCHED_OTHER) keeps this one there too. Set here rather than by
+   * the thread itself, so that it holds from the first look on: a thread not yet scheduled on
+   * a busy machine would have served its first looks in the class it was born in. */
+  if (batch) {
+    struct sched_param sp = {0};
+    pthread_setschedparam(t->thread, SCHED_BATCH, &sp);   /* refused: it stays as it was */
   }
 }
 
