@@ -144,7 +144,7 @@ describe("versions: in-flight runs keep their code", function()
           takes[#takes + 1], events[#events + 1] = h.detail, h.event
         end
       end
-      assert.is_true(#takes >= 2, k)
+      assert.is_true(#takes >= 2, k .. ": " .. table.concat(events, ", "))
       assert.are.equal("claimed", events[1], k)
       assert.are.equal("recovered", events[#events], k)
       assert.truthy(takes[#takes]:find("version " .. st.version, 1, true), takes[#takes])
