@@ -50,7 +50,8 @@ end
 describe("a worker's take of a run", function()
   after_each(H.cleanup)
 
-  it("is `claimed` when no process held the run before, and nothing when its starter runs it", function()
+  it("is `claimed` when no process held the run before, and none when its starter runs it",
+     function()
     local dir = H.tmp_dir()
     local file = H.write_file(dir, "taken.lua", TAKEN)
     local client, db = H.new_engine()
@@ -74,7 +75,8 @@ describe("a worker's take of a run", function()
     assert.are.same({}, takes(w, own))
   end)
 
-  it("is `claimed`, then `recovered` by the next worker when the first is killed mid-step", function()
+  it("is `claimed`, then `recovered` by the next worker when the first is killed mid-step",
+     function()
     local dir = H.tmp_dir()
     local file = H.write_file(dir, "taken.lua", TAKEN)
     local client, db = H.new_engine()
@@ -104,7 +106,8 @@ describe("a worker's take of a run", function()
     assert.is_truthy(a and b and a < b, out)
   end)
 
-  it("reads a file of schema 20 as before, and records its claims there as codes #sqlite", function()
+  it("reads a file of schema 20 as before, and records its claims there as codes #sqlite",
+     function()
     local dir = H.tmp_dir()
     local file = H.write_file(dir, "taken.lua", TAKEN)
     local eng, db = H.new_engine()
@@ -123,20 +126,22 @@ describe("a worker's take of a run", function()
     H.sql(db, "DELETE FROM labels WHERE name = 'claimed'")
     H.sql(db, "UPDATE meta SET value = '20' WHERE key = 'schema_version'")
     H.sql(db, "PRAGMA user_version = 20")
-    local before = H.sql(db, ("SELECT seq || ' ' || event FROM history WHERE run_id = '%s' ORDER BY seq"):format(held))
+    local rows = "SELECT seq || ' ' || event FROM history WHERE run_id = '%s' AND seq <= %d"
+      .. " ORDER BY seq"
+    local before = H.sql(db, rows:format(held, 1e9))
     local w2 = take(db, file)
     assert.are.same({ "21" }, H.sql(db, "SELECT value FROM meta WHERE key = 'schema_version'"))
     assert.are.same({ "21" }, H.sql(db, "PRAGMA user_version"))
     assert.are.same({ "claimed" }, H.sql(db, "SELECT name FROM labels WHERE code = 31"))
     -- the rows before are as they were, and read so; taken again, it is recovered again
-    assert.are.same(before, H.sql(db, ("SELECT seq || ' ' || event FROM history WHERE run_id = '%s'"
-      .. " AND seq <= %d ORDER BY seq"):format(held, #before)))
+    assert.are.same(before, H.sql(db, rows:format(held, #before)))
     local t = takes(w2, held)
     assert.are.same({ "recovered", "recovered" }, { t[1] and t[1][1], t[2] and t[2][1] })
     assert.is_truthy(timeline(db, held):find("recovered by worker", 1, true))
     -- the new claim: a code, read as its name
     assert.are.same({ "claimed" }, { (takes(w2, free)[1] or {})[1] })
-    assert.are.same({ "1" }, H.sql(db, ("SELECT count(*) FROM history WHERE run_id = '%s' AND event = 31"):format(free)))
+    assert.are.same({ "1" }, H.sql(db, ("SELECT count(*) FROM history WHERE run_id = '%s'"
+      .. " AND event = 31"):format(free)))
     assert.is_truthy(timeline(db, free):find("claimed by worker", 1, true))
   end)
 end)

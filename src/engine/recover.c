@@ -311,14 +311,14 @@ static void flag_unavailable(mend_engine *E, const char *id, const char *wf, con
  * gets done. Each take leaves a row in the run's history (`claimed` the first, `recovered` the
  * next ones), and each attempt a `-> running` row, both committed before the step's code runs;
  * but so has every other run the dead worker had begun, and the store cannot tell the one
- * whose code crashed. A run taken
- * again that many times in a row with an attempt begun and no outcome between is a suspect:
- * its next attempt leaves a `suspect_ran` row committed before its code runs, and commits what
- * the code did right after (attempt.c), so that a run whose code did not crash the worker has
- * no such row, or an outcome after it, or a `suspect_waits` row when its code went on to wait
- * (for a host's answer: the crash was not in its code). At CRASH_LOOP_RUNS such rows with no
- * outcome since, the run is not run again. (Committing around every attempt of a run taken
- * again would hold up a worker that takes the runs of one stopped mid-transaction.) */
+ * whose code crashed. A run taken again that many times in a row with an attempt begun and no
+ * outcome between is a suspect: its next attempt leaves a `suspect_ran` row committed before
+ * its code runs, and commits what the code did right after (attempt.c), so that a run whose
+ * code did not crash the worker has no such row, or an outcome after it, or a `suspect_waits`
+ * row when its code went on to wait (for a host's answer: the crash was not in its code). At
+ * CRASH_LOOP_RUNS such rows with no outcome since, the run is not run again. (Committing
+ * around every attempt of a run taken again would hold up a worker that takes the runs of one
+ * stopped mid-transaction.) */
 #define CRASH_SUSPECT_TAKES 2
 #define CRASH_LOOP_RUNS 2
 
