@@ -44,6 +44,7 @@ describe("a waiting run on the virtual clock", function()
     assert.are.same({ gold = 50 }, H.step(st, "reward").result)
     assert.are.same({ "pending->waiting", "waiting->succeeded" }, H.transitions(eng, id, "kill"))
     assert.are.same({}, H.events(eng, id, { event = "recovered" }))
+    assert.are.same({}, H.events(eng, id, { event = "claimed" }))
     assert.is_true(#eng:history(id) > rows)
   end)
 
@@ -293,7 +294,7 @@ describe("mend worker with runs that wait", function()
       assert.are.equal(0, rc, out)
       local holder
       for _, h in ipairs(json.decode(out)) do
-        if h.event == "recovered" then holder = h.worker
+        if h.event == "claimed" or h.event == "recovered" then holder = h.worker
         elseif holder then assert.are.equal(holder, h.worker, id) end
       end
     end

@@ -268,9 +268,11 @@ local function two_apart(db, a_env, a_secs, b_env, b_secs, server_secs)
   -- both worked, and no run changed hands while both lived
   local by = {}
   for _, id in ipairs(ids) do
+    local claimed = H.events(client, id, { event = "claimed" })
     local recovered = H.events(client, id, { event = "recovered" })
-    assert.are.equal(1, #recovered, "run " .. id .. " taken " .. #recovered .. " times")
-    by[recovered[1].worker] = (by[recovered[1].worker] or 0) + 1
+    assert.are.equal(1, #claimed + #recovered, "run " .. id .. " taken " .. #claimed + #recovered .. " times")
+    assert.are.equal(1, #claimed, "run " .. id .. " not claimed first")
+    by[claimed[1].worker] = (by[claimed[1].worker] or 0) + 1
   end
   local holders = 0
   for _ in pairs(by) do holders = holders + 1 end

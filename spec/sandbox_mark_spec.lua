@@ -96,7 +96,7 @@ describe("the sandbox mark", function()
     end
     H.close(H.reopen(db, {}))
     assert.are.equal("off", mark_of(db))
-    assert.are.same({ pg and "10" or "20" }, H.sql(db, "SELECT value FROM meta WHERE key = 'schema_version'"))
+    assert.are.same({ pg and "10" or "21" }, H.sql(db, "SELECT value FROM meta WHERE key = 'schema_version'"))
     -- and a marked database stays marked through it
     H.close(H.reopen(db, { sandbox = true }))
     H.sql(db, ("UPDATE meta SET value = '%s' WHERE key = 'schema_version'"):format(pg and 6 or 16))

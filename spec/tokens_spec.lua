@@ -207,7 +207,7 @@ describe("a step with wait = \"token\"", function()
 
     local eng2 = H.reopen(db)
     eng2:register(def)
-    assert.are.same({ pg and "10" or "20" },
+    assert.are.same({ pg and "10" or "21" },
                     H.sql(db, "SELECT value FROM meta WHERE key = 'schema_version'"))
     assert.are.same({ "0" }, H.sql(db, "SELECT count(*) FROM tokens WHERE digest LIKE 'mtk_%'"))
     assert.are.same({ "0" }, H.sql(db, "SELECT count(*) FROM inbox WHERE key LIKE 'mtk_%'"))

@@ -137,12 +137,17 @@ describe("versions: in-flight runs keep their code", function()
       assert.are.same(expect_new[k][2], res, k)
       assert.are_not.equal(st.version, nst.version, k)
       -- the history says which version carried the old run on after the change
-      local recovered = {}
+      -- (claimed by the first worker, recovered by the second)
+      local takes, events = {}, {}
       for _, h in ipairs(json_of(db, "history " .. old[k])) do
-        if h.event == "recovered" then recovered[#recovered + 1] = h.detail end
+        if h.event == "claimed" or h.event == "recovered" then
+          takes[#takes + 1], events[#events + 1] = h.detail, h.event
+        end
       end
-      assert.is_true(#recovered >= 2, k)
-      assert.truthy(recovered[#recovered]:find("version " .. st.version, 1, true), recovered[#recovered])
+      assert.is_true(#takes >= 2, k .. ": " .. table.concat(events, ", "))
+      assert.are.equal("claimed", events[1], k)
+      assert.are.equal("recovered", events[#events], k)
+      assert.truthy(takes[#takes]:find("version " .. st.version, 1, true), takes[#takes])
     end
     -- no worker complained about step lists
     assert.is_nil(H.slurp(log):find("in the run but", 1, true))

@@ -93,7 +93,7 @@ describe("who started a run and who sent an event", function()
     if not pg then H.sql(db, "PRAGMA user_version = 19") end
     local eng2 = H.reopen(db)
     register(eng2)
-    assert.are.same({ pg and "10" or "20" }, H.sql(db, "SELECT value FROM meta WHERE key = 'schema_version'"))
+    assert.are.same({ pg and "10" or "21" }, H.sql(db, "SELECT value FROM meta WHERE key = 'schema_version'"))
     eng2:signal(a, "note", 2, { who = "cy" })
     assert.are.same({ "go|", "note|cy" }, inbox(db, a))
   end)

@@ -4,7 +4,9 @@
  * real child process on one SQLite file, as a supervisor would restart it: the first starts
  * a poison run and a good run, and each next one recovers what the dead one held. The poison
  * run must end in the dead-letter queue with reason crash_loop after a few crashes, the good
- * run must succeed, and a run started after it in the same engine too.
+ * run must succeed, and a run started after it in the same engine too. The same again with
+ * the runs only recorded (as `mend serve` starts them) and first taken by a worker: its
+ * `claimed` row counts as a take, as a `recovered` one does.
  */
 #include <mend.h>
 #include <signal.h>
@@ -16,6 +18,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "engine.h"   /* mend_engine_start_value: a start only recorded, for any worker */
 
 static const char workflow_lua[] =
   "local mend = require 'mend'\n"
@@ -55,7 +58,23 @@ static mend_engine *open_engine(const char *db, const char *wf) {
   return E;
 }
 
-/* One worker's life: exit 0 when it drove every run it holds to a stop. */
+/* A run of `calls` only recorded, for any worker to take; 0 or -1. */
+static int record_start(mend_engine *E, int poison, char id[17]) {
+  lua_State *L = mend_engine_lua(E);
+  lua_newtable(L);
+  lua_pushboolean(L, poison);
+  lua_setfield(L, -2, "poison");
+  int existed = 0;
+  char err[300];
+  int rc = mend_engine_start_value(E, L, "calls", lua_gettop(L), NULL, NULL, id, &existed, 1, err,
+                                   sizeof err);
+  lua_pop(L, 1);
+  if (rc) fprintf(stderr, "start: %s\n", err);
+  return rc;
+}
+
+/* One worker's life: exit 0 when it drove every run it holds to a stop. `first` 1: it starts
+ * the runs and runs them; 2: it only records them and exits, holding none. */
 static void worker(const char *db, const char *wf, int first, const char *ids_path) {
   struct rlimit none = {0, 0};
   setrlimit(RLIMIT_CORE, &none);
@@ -66,11 +85,17 @@ static void worker(const char *db, const char *wf, int first, const char *ids_pa
   if (!E) _exit(2);
   if (first) {
     char poison[17], good[17];
-    if (mend_engine_start(E, "calls", "{\"poison\":true}", NULL, poison, NULL) != MEND_OK ||
-        mend_engine_start(E, "calls", "{}", NULL, good, NULL) != MEND_OK)
+    if (first == 2 ? record_start(E, 1, poison) || record_start(E, 0, good)
+                   : mend_engine_start(E, "calls", "{\"poison\":true}", NULL, poison, NULL) !=
+                             MEND_OK ||
+                         mend_engine_start(E, "calls", "{}", NULL, good, NULL) != MEND_OK)
       _exit(2);
     FILE *f = fopen(ids_path, "w");
     if (!f || fprintf(f, "%s %s\n", poison, good) < 0 || fclose(f)) _exit(2);
+    if (first == 2) {
+      mend_engine_free(E);
+      _exit(0);
+    }
   } else if (mend_engine_recover(E, NULL) != MEND_OK) {
     _exit(2);
   }
@@ -84,25 +109,42 @@ static char *run_json(mend_engine *E, const char *id) {
   return mend_engine_run_json(E, id, &json) == MEND_OK ? json : NULL;
 }
 
-int main(void) {
-  setvbuf(stdout, NULL, _IOLBF, 0);
+/* How many times the event of each take appears in run id's history: `claimed`, `recovered`. */
+static void takes(mend_engine *E, const char *id, int *claimed, int *recovered) {
+  char *hist = NULL;
+  *claimed = *recovered = 0;
+  CHECK_EQ_INT(mend_engine_history_json(E, id, &hist), MEND_OK);
+  for (const char *p = hist; p && (p = strstr(p, "\"event\":\"")); p++) {
+    *claimed += strncmp(p + 9, "claimed\"", 8) == 0;
+    *recovered += strncmp(p + 9, "recovered\"", 10) == 0;
+  }
+  mend_free(hist);
+}
+
+/* The supervisor's restarts on a new file, the runs started by its first worker (`recorded`
+ * 0) or only recorded by it (1). Returns how many workers the poison run took down. */
+static int loop(int recorded) {
   char dir[] = "/tmp/mend-crashloop-XXXXXX";
-  if (!mkdtemp(dir)) return 2;
+  if (!mkdtemp(dir)) return -1;
   char db[128], wf[128], ids_path[128];
   snprintf(db, sizeof db, "%s/runs.db", dir);
   snprintf(wf, sizeof wf, "%s/calls.lua", dir);
   snprintf(ids_path, sizeof ids_path, "%s/ids", dir);
   FILE *f = fopen(wf, "w");
-  if (!f || fputs(workflow_lua, f) < 0 || fclose(f)) return 2;
+  if (!f || fputs(workflow_lua, f) < 0 || fclose(f)) return -1;
 
   /* A supervisor's restarts: each worker lives until it exits or crashes. */
   int crashes = 0, clean = 0;
-  for (int i = 0; i < 8 && !clean; i++) {
+  for (int i = 0; i < 8 + recorded && !clean; i++) {
     pid_t pid = fork();
-    if (pid < 0) return 2;
-    if (pid == 0) worker(db, wf, i == 0, ids_path);
+    if (pid < 0) return -1;
+    if (pid == 0) worker(db, wf, i == 0 ? 1 + recorded : 0, ids_path);
     int status = 0;
-    if (waitpid(pid, &status, 0) != pid) return 2;
+    if (waitpid(pid, &status, 0) != pid) return -1;
+    if (i == 0 && recorded) {   /* the recorder, which ran nothing */
+      CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+      continue;
+    }
     if (WIFSIGNALED(status)) {
       crashes++;
       printf("worker %d: killed by signal %d\n", i + 1, WTERMSIG(status));
@@ -122,7 +164,7 @@ int main(void) {
   if (f) fclose(f);
   mend_engine *E = open_engine(db, wf);
   CHECK(E != NULL);
-  if (!E) return check_done("test_crash_loop");
+  if (!E) return -1;
   char *pj = run_json(E, poison), *gj = run_json(E, good), *dlq = NULL;
   printf("poison: %s\ngood: %s\n", pj ? pj : "(none)", gj ? gj : "(none)");
   CHECK(pj && strstr(pj, "\"status\":\"needs_attention\"") &&
@@ -137,6 +179,15 @@ int main(void) {
   CHECK_EQ_INT(mend_engine_history_json(E, poison, &hist), MEND_OK);
   CHECK(hist && strstr(hist, "the outcome of its last attempt is unknown"));
   mend_free(hist);
+  /* A take of a run that no process had held is its `claimed` row; each one after, of a run
+   * whose worker died, a `recovered` row. */
+  int claimed, recovered_rows;
+  takes(E, poison, &claimed, &recovered_rows);
+  printf("poison: %d claimed, %d recovered\n", claimed, recovered_rows);
+  CHECK_EQ_INT(claimed, recorded);
+  CHECK_EQ_INT(recovered_rows, crashes);
+  takes(E, good, &claimed, &recovered_rows);
+  CHECK_EQ_INT(claimed, recorded);
   mend_free(pj);
   mend_free(gj);
   mend_free(dlq);
@@ -154,5 +205,15 @@ int main(void) {
   char cmd[200];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (!getenv("KEEP") && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+  return crashes;
+}
+
+int main(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  int held = loop(0), recorded = loop(1);
+  /* A first claim counts as a take (as when it was a `recovered` row): the run only recorded
+   * is put aside one crash sooner than the one its starter ran first, with no take before. */
+  printf("crashes: %d started by a worker, %d recorded and claimed\n", held, recorded);
+  CHECK(held > 0 && recorded == held - 1);
   return check_done("test_crash_loop");
 }

@@ -189,6 +189,8 @@ local render = {
     return join({ ("compensation attempt%s failed: %s"):format(n, fmt_error(e.error) or "?"),
                   present(e.delay) and ("retry in " .. fmt_seconds(e.delay)) or "" })
   end,
+  -- taken by a worker: `claimed` when no process held the run before, `recovered` when one did
+  claimed = function(e) return "claimed by worker " .. (e.detail or "?") end,
   recovered = function(e) return "recovered by worker " .. (e.detail or "?") end,
   started = function(e) return "started " .. (e.detail or "") end,   -- "by WHO"
   alert = function(e)

@@ -190,7 +190,7 @@ function M.audit(db, client, ids, dir, opts)
       if h.event == "step" and h.to == "running" then
         assert.is_falsy(done[h.step], "succeeded step " .. tostring(h.step) .. " ran again in " .. id)
       end
-      if h.event == "recovered" then holder = h.worker
+      if h.event == "claimed" or h.event == "recovered" then holder = h.worker
       elseif holder then
         assert.are.equal(holder, h.worker, "a second worker wrote to " .. id .. " without taking it over" .. story())
       end

@@ -193,6 +193,7 @@ struct mend_run {
   unsigned char lane;         /* a lane of a group (parent NULL once its run is gone) */
   unsigned char park_listed;  /* in E->park_head's list */
   unsigned char look_out;     /* its inbox looks sent ahead, not answered (lookahead.c) */
+  unsigned char never_held;   /* rebuilt before any process took or ran it (recover.c) */
   char id[MEND_RUN_ID_LEN];
 };
 

@@ -87,6 +87,25 @@ void mend__step_from_image(step_rt *st, const mend_step_image *si) {
   st->compensate_self = st->status == MEND_STEP_FAILED && st->err_kind == MEND_ERR_COMPENSABLE;
 }
 
+/* Has no process held the run yet? Its history then has only what its start wrote and what
+ * people and workers that did not take it wrote (a cancel asked for, an alert that its version
+ * cannot be loaded): no `claimed` or `recovered` row, no row of a step. A process that starts
+ * a run and holds it records its first step's row with the start (run.c). Any other row, of a
+ * kind this mend does not know too, says that someone held it: taking it again is a recovery. */
+static int never_held(const mend_run_image *img) {
+  for (int k = 0; k < img->nhistory; k++) {
+    const mend_history_image *row = &img->history[k];
+    const char *event = row->event;
+    if (row->step || !event) return 0;
+    if (strcmp(event, "run") == 0 ? !row->to || strcmp(row->to, "running") != 0
+                                  : strcmp(event, "started") != 0 &&
+                                        strcmp(event, "operator") != 0 &&
+                                        strcmp(event, "alert") != 0)
+      return 0;
+  }
+  return 1;
+}
+
 /* Rebuilds a run in memory from its image, without acting on it (see mend__rebuild). */
 static mend_run *rebuild_from(mend_engine *E, const char *id, const mend_run_image *img,
                               char *why, int whylen, int *unavailable) {
@@ -124,6 +143,7 @@ static mend_run *rebuild_from(mend_engine *E, const char *id, const mend_run_ima
   mend_timers_not_before(&E->timers, img->last_at);
   r->cancel_asked = img->cancel_requested;
   r->is_child = img->parent_run != NULL;
+  r->never_held = (unsigned char)never_held(img);
   r->status = img->status;
   r->attention = img->attention;
   r->error = mend_dupstr(img->error);
@@ -231,14 +251,18 @@ static void schedule_restored(mend_run *r) {
 
 int mend__cancel_now(mend_run *r, const char *who, char *err, int errlen);
 
-/* The history says who carries the run on, and with which version of its workflow. */
+/* The history says who carries the run on, and with which version of its workflow: `claimed`
+ * when no process held it before (a run started for any worker to take), `recovered` when one
+ * did (its holder died, its lease ran out, or it gave the run back). */
 void mend__recovered_entry(mend_run *r) {
   char detail[700];
   const mend_workflow *wf = r->wf;
   snprintf(detail, sizeof detail, "%s, version %s%s%s%s", r->E->owner,
            wf->version ? wf->version : "?", wf->source ? " (" : "", wf->source ? wf->source : "",
            wf->source ? ")" : "");
-  mend__history(r, NULL, "recovered", NULL, mend_run_status_name(r->status), 0, NULL, -1, detail);
+  mend__history(r, NULL, r->never_held ? "claimed" : "recovered", NULL,
+                mend_run_status_name(r->status), 0, NULL, -1, detail);
+  r->never_held = 0;
 }
 
 /* Sets a rebuilt run going, or cancels it when a cancel was asked for while nobody held it: the
@@ -284,16 +308,17 @@ static void flag_unavailable(mend_engine *E, const char *id, const char *wf, con
 
 /* A run whose step takes its process down (a host function that segfaults, a C module's
  * bug) is taken again by the next worker, which goes down too, and so on, while no other run
- * gets done. Each take leaves a `recovered` row in the run's history, and each attempt a
- * `-> running` row, both committed before the step's code runs; but so has every other run the
- * dead worker had begun, and the store cannot tell the one whose code crashed. A run taken
- * again that many times in a row with an attempt begun and no outcome between is a suspect:
- * its next attempt leaves a `suspect_ran` row committed before its code runs, and commits what
- * the code did right after (attempt.c), so that a run whose code did not crash the worker has
- * no such row, or an outcome after it, or a `suspect_waits` row when its code went on to wait
- * (for a host's answer: the crash was not in its code). At CRASH_LOOP_RUNS such rows with no
- * outcome since, the run is not run again. (Committing around every attempt of a run taken
- * again would hold up a worker that takes the runs of one stopped mid-transaction.) */
+ * gets done. Each take leaves a row in the run's history (`claimed` the first, `recovered` the
+ * next ones), and each attempt a `-> running` row, both committed before the step's code runs;
+ * but so has every other run the dead worker had begun, and the store cannot tell the one
+ * whose code crashed. A run taken again that many times in a row with an attempt begun and no
+ * outcome between is a suspect: its next attempt leaves a `suspect_ran` row committed before
+ * its code runs, and commits what the code did right after (attempt.c), so that a run whose
+ * code did not crash the worker has no such row, or an outcome after it, or a `suspect_waits`
+ * row when its code went on to wait (for a host's answer: the crash was not in its code). At
+ * CRASH_LOOP_RUNS such rows with no outcome since, the run is not run again. (Committing
+ * around every attempt of a run taken again would hold up a worker that takes the runs of one
+ * stopped mid-transaction.) */
 #define CRASH_SUSPECT_TAKES 2
 #define CRASH_LOOP_RUNS 2
 
@@ -310,7 +335,7 @@ static void since_outcome(mend_engine *E, const mend_run_image *img, int *ran, i
     const mend_history_image *row = &img->history[k];
     const char *event = row->event, *to = row->to;
     if (!event) continue;
-    if (strcmp(event, "recovered") == 0) {
+    if (strcmp(event, "recovered") == 0 || strcmp(event, "claimed") == 0) {
       double at = row->at;
       if (later - at > window) break;
       later = at;

@@ -57,7 +57,8 @@
  *        REAL, outcome TEXT (JSON)) (schema 11): completion tokens, one an attempt that asked
  *        for one (UNIQUE(run_id, step, attempt)); used once. runs.parent_run, runs.parent_step
  *        (schema 11): the run and step that started a child run (indexed where set)
- *   labels gain `skipped` and `when` (schema 12: steps skipped by their when(ctx))
+ *   labels gain `skipped` and `when` (schema 12: steps skipped by their when(ctx)), and
+ *        `claimed` (schema 21: a worker's first take of a run no process held before)
  *   tokens.token becomes tokens.digest (schema 13): the SHA-256 of the token in hex
  *        (src/digest.c), never the token, so that whoever reads the database cannot complete
  *        a step; as a token cannot be read back, an attempt that asked from a second ctx would
@@ -616,6 +617,9 @@ const char *const mend__migrations[MEND_SCHEMA_VERSION] = {
    * user of `mend signal`), as a repair's history row does; NULL: not told (a child's end, a
    * token's answer, the events before). A column older mends' inserts leave NULL. */
   "ALTER TABLE inbox ADD COLUMN who TEXT;",
+  /* 20 -> 21: a worker's first take of a run that no process held before is a `claimed` row,
+   * told apart from a `recovered` one (recover.c), as a code like every other event. */
+  "INSERT OR IGNORE INTO labels(code, name) VALUES (31, 'claimed');",
 };
 
 /* run_key's layout from `column` to `partial` (src/store/layout.c), in its caller's

@@ -17,7 +17,7 @@
 #include "store/handoff.h"
 #include "store/sqlite.h"
 
-#define MEND_SCHEMA_VERSION 20   /* kept in PRAGMA user_version and in meta */
+#define MEND_SCHEMA_VERSION 21   /* kept in PRAGMA user_version and in meta */
 
 #define BUSY_TIMEOUT_MS 5000
 #define HISTORY_GROUP 8

@@ -14,7 +14,7 @@
 
 /* The SQLite schema whose columns the copy reads; a source at another version is refused
  * (test_pg_view checks that it is the SQLite store's current one). */
-#define MEND_COPY_SQLITE_SCHEMA 20
+#define MEND_COPY_SQLITE_SCHEMA 21
 
 /* Copies every run (with its parent's link), step, history row, breaker, dead letter,
  * workflow version, inbox event, completion token and audit row of `src` (a mend database at this

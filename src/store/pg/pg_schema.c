@@ -391,7 +391,8 @@ const char *const mend__pg_sql[P__COUNT] = {
 
 /* migrations[v] takes a database from version v to v + 1, in the transaction of
  * mend__pg_schema. The tables are SQLite's logical schema (store.h, "Schema"), with the
- * names written out instead of labels and worker numbers, and the server's clock in workers. */
+ * names written out instead of labels and worker numbers, and the server's clock in workers:
+ * a new event name (SQLite's labels of schema 21) needs no migration here. */
 const char *const mend__pg_migrations[MEND_PG_SCHEMA_VERSION] = {
   "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);"
   "CREATE TABLE workflow_versions(id BIGSERIAL PRIMARY KEY, workflow TEXT NOT NULL,"
