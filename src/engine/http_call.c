@@ -77,45 +77,40 @@ static void read_fields(lua_State *L, int base) {
   }
 }
 
-/* Pushes the field f (read_fields put it after base); its type. */
-static int field(lua_State *L, int base, int f) {
-  lua_pushvalue(L, base + 1 + f);
-  return lua_type(L, -1);
-}
+/* The stack slot of field f (read_fields put it after base): read where it is, not pushed
+ * and popped at each use. */
+#define SLOT(base, f) ((base) + 1 + (f))
 
 static int read_codes(lua_State *L, int base, int f, codes *c, char *err, int errlen) {
   const char *field_s = field_name[f].s;
   c->n = 0;
-  int t = field(L, base, f);
-  if (t == LUA_TNIL) { lua_pop(L, 1); return 0; }
+  int t = lua_type(L, SLOT(base, f));
+  if (t == LUA_TNIL) return 0;
   if (t != LUA_TTABLE) {
     snprintf(err, (size_t)errlen, "%s must be a list of status codes", field_s);
-    lua_pop(L, 1);
     return -1;
   }
-  int n = (int)luaL_len(L, -1);
+  int n = (int)luaL_len(L, SLOT(base, f));
   for (int k = 1; k <= n; k++) {
-    lua_geti(L, -1, k);
+    lua_geti(L, SLOT(base, f), k);
     int ok;
     lua_Integer v = lua_tointegerx(L, -1, &ok);
     lua_pop(L, 1);
     if (!ok || v < 100 || v > 599 || c->n == HTTP_MAX_CODES) {
       snprintf(err, (size_t)errlen, "%s must be a list of at most %d status codes (100-599)",
                field_s, HTTP_MAX_CODES);
-      lua_pop(L, 1);
       return -1;
     }
     c->v[c->n++] = (long)v;
   }
-  lua_pop(L, 1);
   return 0;
 }
 
 static double opt_seconds(lua_State *L, int base, int f, double def, char *err, int errlen) {
-  int t = field(L, base, f);
+  int t = lua_type(L, SLOT(base, f));
   double v = def;
   if (t != LUA_TNIL) {
-    v = lua_tonumber(L, -1);
+    v = lua_tonumber(L, SLOT(base, f));
     if (t != LUA_TNUMBER || !(v > 0)) {
       snprintf(err, (size_t)errlen, "%s must be a number of seconds > 0", field_name[f].s);
       v = -1;
@@ -123,15 +118,11 @@ static double opt_seconds(lua_State *L, int base, int f, double def, char *err, 
       v = 1e6;   /* about 11 days: any longer is "no limit", and stays a long in ms */
     }
   }
-  lua_pop(L, 1);
   return v;
 }
 
 static int opt_bool(lua_State *L, int base, int f, int def) {
-  int t = field(L, base, f);
-  int v = t == LUA_TNIL ? def : lua_toboolean(L, -1);
-  lua_pop(L, 1);
-  return v;
+  return lua_isnil(L, SLOT(base, f)) ? def : lua_toboolean(L, SLOT(base, f));
 }
 
 /* pattern "*.example.com" matches any name under example.com; others match exactly. */
@@ -316,11 +307,11 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
   mend_engine *E = r->E;
   int base = lua_gettop(L);
   read_fields(L, base);
-  if (field(L, base, F_URL) != LUA_TSTRING) {
+  if (lua_type(L, SLOT(base, F_URL)) != LUA_TSTRING) {
     snprintf(err, (size_t)errlen, "needs a url: mend.http{ url = \"https://...\" }");
     return -1;
   }
-  const char *url = lua_tostring(L, -1);
+  const char *url = lua_tostring(L, SLOT(base, F_URL));
   if (check_url(E, q, url, err, errlen)) return -1;
   CURL *c = q->easy;
   /* A URL's user and password stay in the handle's state past its request: reset after. */
@@ -339,31 +330,30 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
     q->on_handle = q->target;
   }
   curl_easy_setopt(c, CURLOPT_CURLU, q->target->uh);
-  lua_pop(L, 1);
   /* the body: a string, or json = value encoded */
   int has_type = 0, has_key = 0, has_agent = 0;
   size_t body_len = 0;
-  int bt = field(L, base, F_BODY);
-  int jt = field(L, base, F_JSON);
+  int bt = lua_type(L, SLOT(base, F_BODY));
+  int jt = lua_type(L, SLOT(base, F_JSON));
   if (bt != LUA_TNIL && jt != LUA_TNIL) {
     snprintf(err, (size_t)errlen, "give body or json, not both");
     return -1;
   }
   if (bt != LUA_TNIL) {
     if (bt != LUA_TSTRING) { snprintf(err, (size_t)errlen, "body must be a string"); return -1; }
-    const char *b = lua_tolstring(L, -2, &body_len);
+    const char *b = lua_tolstring(L, SLOT(base, F_BODY), &body_len);
     q->body = malloc(body_len + 1);
     if (!q->body) { snprintf(err, (size_t)errlen, "out of memory"); return -1; }
     memcpy(q->body, b, body_len);
   } else if (jt != LUA_TNIL) {
     char jerr[300];
-    q->body = mend_json_encode(L, -1, "json", jerr, sizeof jerr);
+    q->body = mend_json_encode(L, SLOT(base, F_JSON), "json", jerr, sizeof jerr);
     if (!q->body) { snprintf(err, (size_t)errlen, "%s", jerr); return -1; }
     body_len = strlen(q->body);
   }
-  lua_pop(L, 2);
-  int mt = field(L, base, F_METHOD);
-  const char *method = mt == LUA_TSTRING ? lua_tostring(L, -1) : q->body ? "POST" : "GET";
+  int mt = lua_type(L, SLOT(base, F_METHOD));
+  const char *method =
+      mt == LUA_TSTRING ? lua_tostring(L, SLOT(base, F_METHOD)) : q->body ? "POST" : "GET";
   size_t mn = strlen(method);
   if (mn == 0 || mn >= sizeof q->method) {
     snprintf(err, (size_t)errlen, "bad method");
@@ -375,7 +365,6 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
       snprintf(err, (size_t)errlen, "bad method \"%s\"", method);
       return -1;
     }
-  lua_pop(L, 1);
   /* a reused handle's last request may have had a body: as a new handle has none */
   if (!q->body) {
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, NULL);
@@ -394,10 +383,10 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
     curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
   }
   /* headers */
-  int ht = field(L, base, F_HEADERS);
+  int ht = lua_type(L, SLOT(base, F_HEADERS));
   if (ht == LUA_TTABLE) {
     lua_pushnil(L);
-    while (lua_next(L, -2)) {
+    while (lua_next(L, SLOT(base, F_HEADERS))) {
       if (lua_type(L, -2) != LUA_TSTRING || !lua_isstring(L, -1)) {
         snprintf(err, (size_t)errlen, "headers must map names to strings");
         return -1;
@@ -442,7 +431,6 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
     snprintf(err, (size_t)errlen, "headers must be a table");
     return -1;
   }
-  lua_pop(L, 1);
   if ((jt != LUA_TNIL && !has_type && add_header(q, "Content-Type", "application/json")) ||
       (!has_agent && add_header(q, "User-Agent", HTTP_USER_AGENT))) {
     snprintf(err, (size_t)errlen, "out of memory");
@@ -505,8 +493,8 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
    * the workflow's code may hold, the default included. */
   q->max_bytes = HTTP_MAX_BYTES;
   if (E->cfg.memory_limit && E->cfg.memory_limit < q->max_bytes) q->max_bytes = E->cfg.memory_limit;
-  if (field(L, base, F_MAX_BYTES) != LUA_TNIL) {
-    lua_Integer v = lua_tointeger(L, -1);
+  if (!lua_isnil(L, SLOT(base, F_MAX_BYTES))) {
+    lua_Integer v = lua_tointeger(L, SLOT(base, F_MAX_BYTES));
     if (v <= 0) { snprintf(err, (size_t)errlen, "max_bytes must be an integer > 0"); return -1; }
     if (E->cfg.memory_limit && (lua_Unsigned)v > E->cfg.memory_limit) {
       snprintf(err, (size_t)errlen, "max_bytes of %lld is over the memory limit (%zu bytes)",
@@ -515,12 +503,11 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
     }
     q->max_bytes = (size_t)v;
   }
-  lua_pop(L, 1);
   if ((curl_off_t)q->max_bytes != q->on_max_bytes) {
     curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)q->max_bytes);
     q->on_max_bytes = (curl_off_t)q->max_bytes;
   }
-  int ca = field(L, base, F_CA_FILE);
+  int ca = lua_type(L, SLOT(base, F_CA_FILE));
   /* curl opens the file and reads it to its end on the loop's thread: a FIFO or /dev/stdin
    * held the engine until its writer closed it, and any other path of the host is read. */
   if (ca != LUA_TNIL && E->cfg.sandbox) {
@@ -530,9 +517,8 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
   }
   if (ca == LUA_TSTRING) {
     q->dirty = 1;
-    curl_easy_setopt(c, CURLOPT_CAINFO, lua_tostring(L, -1));   /* copied by curl */
+    curl_easy_setopt(c, CURLOPT_CAINFO, lua_tostring(L, SLOT(base, F_CA_FILE)));   /* copied */
   }
-  lua_pop(L, 1);
   if (read_codes(L, base, F_RETRY_ON, &q->retry_on, err, errlen) ||
       read_codes(L, base, F_FATAL_ON, &q->fatal_on, err, errlen) ||
       read_codes(L, base, F_ACCEPT, &q->accept, err, errlen)) return -1;
