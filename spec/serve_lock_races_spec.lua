@@ -186,7 +186,8 @@ describe("two servers and a worker under another process's write lock #sqlite", 
     local id = waiting_run(a, "w-cli")
     local release = hold_write_lock(db, 30)
     local out = dir .. "/signal.out"
-    sh(("(%s signal %s payment --key k1 --data 7 --db %s >%s 2>&1; echo rc=$? >>%s) >/dev/null 2>&1 &")
+    sh(("(%s signal %s payment --key k1 --data 7 --db %s >%s 2>&1; echo rc=$? >>%s)"
+        .. " >/dev/null 2>&1 &")
        :format(MEND, id, q(db), q(out), q(out)))
     local ans = post_later(dir, a, "/api/v1/runs/" .. id .. "/events", { name = "payment", key = "k1", data = 1 }, "ev")
     os.execute("sleep 0.5")   -- both wait for the lock

@@ -169,14 +169,15 @@ describe("mend serve", function()
     local base = start(dir, db)
     assert.are.equal(201, (post(base, "/api/v1/runs", { workflow = "hello", input = { to = "ann" } })))
     local release = hold_write_lock(db, 30)
-    local held = post_later(dir, base, "/api/v1/runs", { workflow = "hello", input = { to = "held" } },
-                            "held")
+    local held = post_later(dir, base, "/api/v1/runs",
+                            { workflow = "hello", input = { to = "held" } }, "held")
     os.execute("sleep 0.3")
     local released = release()
     local code, r, _, done = held()
     assert.are.equal(201, code)
     assert.is_true(done >= released, "answered before the lock went")
-    assert.is_true(done - released < 10, "answered " .. (done - released) .. " s after the lock went")
+    assert.is_true(done - released < 10,
+                   "answered " .. (done - released) .. " s after the lock went")
     assert.are.same({ "1" }, H.sql(db, "SELECT count(*) FROM runs WHERE id = '" .. r.id .. "'"))
     if H.is_pg(db) then return end
     -- a breaker override waits for the lock as a start does, the server answering the rest

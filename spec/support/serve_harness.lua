@@ -100,7 +100,8 @@ function S.hold_write_lock(db, seconds)
   local wait = ("i=0; while [ ! -e %s ] && [ $i -lt %d ]; do sleep 0.05; i=$((i+1)); done")
     :format(go, seconds * 20)
   local hold = H.is_pg(db)
-    and ("printf 'BEGIN;\\nLOCK TABLE runs IN EXCLUSIVE MODE;\\n\\\\! touch %s\\n\\\\! %s\\nCOMMIT;\\n' | psql -X -q %s")
+    and ("printf 'BEGIN;\\nLOCK TABLE runs IN EXCLUSIVE MODE;\\n"
+         .. "\\\\! touch %s\\n\\\\! %s\\nCOMMIT;\\n' | psql -X -q %s")
         :format(held, wait, q(db))
     or ("(echo 'BEGIN IMMEDIATE; INSERT INTO audit(at, who, op) VALUES (1, ''spec'', ''hold'');'; "
         .. "echo '.shell touch %s'; %s; echo 'COMMIT;') | sqlite3 %s"):format(held, wait, q(db))
