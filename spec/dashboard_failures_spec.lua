@@ -34,8 +34,11 @@ local function run_of(base, id) return http_json("GET", base .. "/api/v1/runs/" 
 describe("the dashboard when the server is slow, gone or refuses, in chromium", function()
   after_each(function() P.release() B.stop_all() H.cleanup() end)
   local it_pg = H.PG and it or pending
+  -- #sqlite: a late answer, a bad link, a 503 and a stopped server are the page's doing or the
+  -- server's, whatever store it reads; a refusal of PostgreSQL's own is it_pg's below.
 
-  it("keeps the page a person went to when a refresh of the page they left answers late", function()
+  it("keeps the page a person went to when a refresh of the page they left answers late #sqlite",
+     function()
     local dir, db = workspace()
     local eng = H.new_engine({ db = db, clock = "real" })
     eng:load(dir .. "/ok.lua")
@@ -81,7 +84,7 @@ describe("the dashboard when the server is slow, gone or refuses, in chromium", 
     assert.are.equal(60, session.js("return document.querySelectorAll('#runs-body tr[data-run]').length"))
   end)
 
-  it("says what is wrong with a run link it cannot read", function()
+  it("says what is wrong with a run link it cannot read #sqlite", function()
     local dir, db = workspace()
     local base, session = B.serve_and_browse(dir, db)
     session.go(base .. "/#/run/nosuchrun")
@@ -92,7 +95,7 @@ describe("the dashboard when the server is slow, gone or refuses, in chromium", 
     assert.is_nil(err:find("nosuchrun", 1, true), "the page still shows the run before: " .. err)
   end)
 
-  it("says so when the server has stopped or answers 503", function()
+  it("says so when the server has stopped or answers 503 #sqlite", function()
     local dir, db, id = dead_letter()
     local base, pid = B.serve(dir, db)
     local session = B.browse(dir)

@@ -14,7 +14,9 @@ local function workspace() return B.workspace { ["dead.lua"] = B.DEAD } end
 
 local function run_of(base, id) return http_json("GET", base .. "/api/v1/runs/" .. id) end
 
-describe("the dashboard's refreshes, in chromium", function()
+-- #sqlite: what is asserted is the page's own doing (its fetch wrapped), whatever store the
+-- server reads; the PostgreSQL store's answers to the page are in the other dashboard specs.
+describe("the dashboard's refreshes, in chromium #sqlite", function()
   after_each(function() B.stop_all() H.cleanup() end)
 
   it("keeps the page a person went to, and its refresh, when a click's answer comes after", function()

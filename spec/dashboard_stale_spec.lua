@@ -7,7 +7,9 @@ local B = require "spec.support.browser"
 
 local function workspace() return B.workspace { ["dead.lua"] = B.DEAD } end
 
-describe("the dashboard after a stale view or a lost answer, in chromium", function()
+-- #sqlite: what is asserted is the page's own doing (its fetch wrapped), whatever store the
+-- server reads; the PostgreSQL store's answers to the page are in the other dashboard specs.
+describe("the dashboard after a stale view or a lost answer, in chromium #sqlite", function()
   after_each(function() B.stop_all() H.cleanup() end)
 
   it("goes to the run a person retried, after they came back to a queue that had not changed, "

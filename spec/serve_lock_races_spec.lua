@@ -130,24 +130,23 @@ local function dead_letters(dir, db, n, keep_failing)
 end
 
 -- n dead letters repaired on two servers at once by `repair` (resolve_twice or
--- resolve_and_retry), after another process took the write lock for `lock` seconds when given:
--- without it each pair is checked before the next is sent; under it every pair is sent before
--- the first is checked (each waits for the lock).
+-- resolve_and_retry), under another process's write lock when `lock`: without it each pair is
+-- checked before the next is sent; under it every pair is sent, then the lock let go, then the
+-- first checked (each waited for the lock).
 local function repairs_at_once(n, keep_failing, repair, tag, lock)
   local dir, db = workspace()
   local ids = dead_letters(dir, db, n, keep_failing)
   local a = start(dir, db)
   local b = start(dir, db)
-  if lock then
-    hold_write_lock(db, lock)
-    os.execute("sleep 0.5")
-  end
+  local release = lock and hold_write_lock(db, 30)
   local checks = {}
   for i, id in ipairs(ids) do
     checks[i] = repair(dir, db, id, a, b, tag .. i)
     if not lock then checks[i]() end
   end
   if lock then
+    os.execute("sleep 0.5")   -- every pair read by its servers under the lock
+    release()
     for _, check in ipairs(checks) do check() end
   end
 end
@@ -174,23 +173,25 @@ describe("two servers and a worker under another process's write lock #sqlite", 
   end)
 
   it("two servers' resolves of one dead letter under the lock: one is resolved, the other refused", function()
-    repairs_at_once(3, true, resolve_twice, "lock", 4)
+    repairs_at_once(3, true, resolve_twice, "lock", true)
   end)
 
   it("a resolve on one server and a retry on another under the lock: one done, the other refused", function()
-    repairs_at_once(3, false, resolve_and_retry, "lock", 4)
+    repairs_at_once(3, false, resolve_and_retry, "lock", true)
   end)
 
   it("a keyed event from the server and `mend signal` under the lock: one event, one sent", function()
     local dir, db = workspace()
     local a = start(dir, db)
     local id = waiting_run(a, "w-cli")
-    hold_write_lock(db, 3)
-    os.execute("sleep 0.5")
+    local release = hold_write_lock(db, 30)
     local out = dir .. "/signal.out"
-    sh(("(%s signal %s payment --key k1 --data 7 --db %s >%s 2>&1; echo rc=$? >>%s) &")
+    sh(("(%s signal %s payment --key k1 --data 7 --db %s >%s 2>&1; echo rc=$? >>%s)"
+        .. " >/dev/null 2>&1 &")
        :format(MEND, id, q(db), q(out), q(out)))
     local ans = post_later(dir, a, "/api/v1/runs/" .. id .. "/events", { name = "payment", key = "k1", data = 1 }, "ev")
+    os.execute("sleep 0.5")   -- both wait for the lock
+    release()
     local c, body = ans()
     H.wait_for("mend signal", function() return H.read(out):match("rc=%d") ~= nil end, 15)
     local cli = H.read(out)
@@ -210,8 +211,7 @@ describe("two servers and a worker under another process's write lock #sqlite", 
     -- the batch fails as a full disk would make it: one of its inserts is refused
     H.sql(db, "CREATE TRIGGER boom BEFORE INSERT ON inbox WHEN NEW.key = 'boom' " ..
               "BEGIN SELECT RAISE(ABORT, 'refused'); END")
-    hold_write_lock(db, 3)
-    os.execute("sleep 0.5")
+    local release = hold_write_lock(db, 30)
     local answers = {
       post_later(dir, a, "/api/v1/runs/" .. id .. "/events", { name = "payment", key = "ok", data = 1 }, "ok"),
       post_later(dir, a, "/api/v1/dlq/" .. dead .. "/resolve", { note = "n" }, "resolve"),
@@ -220,6 +220,8 @@ describe("two servers and a worker under another process's write lock #sqlite", 
     os.execute("sleep 0.3")
     answers[#answers + 1] = post_later(dir, a, "/api/v1/runs/" .. id .. "/events",
                                        { name = "payment", key = "boom", data = 2 }, "boom")
+    os.execute("sleep 0.3")   -- all four in the batch that waits for the lock
+    release()
     for i, ans in ipairs(answers) do
       local c, body = ans()
       assert.are.equal(503, c, i .. ": " .. json.encode(body))
@@ -233,8 +235,7 @@ describe("two servers and a worker under another process's write lock #sqlite", 
     local dead = S.dead_letter(dir, db)
     local a, pid = start(dir, db)
     local id = waiting_run(a, "w-stop")
-    hold_write_lock(db, 8)
-    os.execute("sleep 0.5")
+    local release = hold_write_lock(db, 30)
     local ev = post_later(dir, a, "/api/v1/runs/" .. id .. "/events", { name = "payment", key = "k", data = 1 }, "ev")
     local res = post_later(dir, a, "/api/v1/dlq/" .. dead .. "/resolve", { note = "n" }, "res")
     os.execute("sleep 0.5")
@@ -242,7 +243,7 @@ describe("two servers and a worker under another process's write lock #sqlite", 
     local c1, b1 = ev()
     local c2, b2 = res()
     H.wait_for("the server to stop", function() return not os.execute("kill -0 " .. pid .. " 2>/dev/null") end, 15)
-    os.execute("sleep 8")
+    release()
     local kept = H.sql(db, "SELECT count(*) FROM inbox")[1]
     local st = H.sql(db, "SELECT status FROM runs WHERE id = '" .. dead .. "'")[1]
     assert.is_true(c1 ~= 202 or kept == "1")
@@ -257,8 +258,7 @@ describe("two servers and a worker under another process's write lock #sqlite", 
       return H.sql(db, "SELECT status FROM steps WHERE run_id = '" .. id .. "' AND name = 'paid'")[1] == "waiting"
     end, 10)
     os.execute("sleep 2.5")   -- parked after park_after (1 s)
-    hold_write_lock(db, 5)
-    os.execute("sleep 0.5")
+    local release = hold_write_lock(db, 30)
     -- a start waits for the lock: the writer thread retries its batch meanwhile
     local started = post_later(dir, base, "/api/v1/runs", { workflow = "hello", input = { to = "x" } }, "start")
     os.execute("sleep 0.3")
@@ -266,6 +266,7 @@ describe("two servers and a worker under another process's write lock #sqlite", 
     local cancel = post_later(dir, base, "/api/v1/runs/" .. id .. "/cancel", {}, "cancel")
     os.execute("sleep 0.2")
     local t = took(function() return get(base, "/api/v1") end)
+    release()
     local c, body, waited = cancel()
     assert.are.equal(201, (started()))
     assert.is_true(c == 202, json.encode(body))
@@ -277,10 +278,11 @@ describe("two servers and a worker under another process's write lock #sqlite", 
     local dir, db = workspace()
     local a = start(dir, db)
     local b = start(dir, db)
-    hold_write_lock(db, 3)
-    os.execute("sleep 0.5")
+    local release = hold_write_lock(db, 30)
     local ra = post_later(dir, a, "/api/v1/runs", { workflow = "refund", input = {}, key = "same" }, "ra")
     local rb = post_later(dir, b, "/api/v1/runs", { workflow = "refund", input = {}, key = "same" }, "rb")
+    os.execute("sleep 0.3")   -- both read by their servers under the lock
+    release()
     local ca, ba = ra()
     local cb, bb = rb()
     local codes = { ca, cb }
@@ -300,10 +302,11 @@ describe("two servers and a worker under another process's write lock #sqlite", 
     H.wait_for("the run to wait", function()
       return H.sql(db, "SELECT status FROM steps WHERE run_id = '" .. id .. "' AND name = 'paid'")[1] == "waiting"
     end, 10)
-    hold_write_lock(db, 3)
-    os.execute("sleep 0.5")
+    local release = hold_write_lock(db, 30)
     local e1 = post_later(dir, base, "/api/v1/runs/" .. id .. "/events", { name = "payment", key = "p", data = { amount = 5 } }, "e1")
     local e2 = post_later(dir, base, "/api/v1/runs/" .. id .. "/events", { name = "payment", key = "p", data = { amount = 6 } }, "e2")
+    os.execute("sleep 0.3")   -- both read under the lock
+    release()
     local c1, b1 = e1()
     local c2, b2 = e2()
     local codes = { c1, c2 }

@@ -88,23 +88,39 @@ function S.log(dir)
   return (H.read(dir .. "/serve.out") or "") .. (H.read(dir .. "/serve.err") or "")
 end
 
--- Another process holds db's write lock for `seconds`, in the background; returns once it
--- holds it (a loaded machine can take longer than any fixed pause to start the holder).
+-- Another process holds db's write lock, in the background; returns once it holds it (a loaded
+-- machine can take longer than any fixed pause to start the holder) and a function that lets
+-- it go: release() ends the transaction, waits until it has, and returns the instant it began
+-- letting go (an answer that waited for the lock ends after it). The holder lets go by itself
+-- after `seconds`, a bound for a test that fails before it calls release.
 function S.hold_write_lock(db, seconds)
-  local held = os.tmpname()
-  os.remove(held)
+  local held, go, gone = os.tmpname(), os.tmpname(), os.tmpname()
+  os.remove(held); os.remove(go); os.remove(gone)
+  -- the hold: until `go` exists or `seconds` pass (20 looks a second)
+  local wait = ("i=0; while [ ! -e %s ] && [ $i -lt %d ]; do sleep 0.05; i=$((i+1)); done")
+    :format(go, seconds * 20)
   local hold = H.is_pg(db)
-    and ("printf 'BEGIN;\\nLOCK TABLE runs IN EXCLUSIVE MODE;\\n\\\\! touch %s\\nSELECT pg_sleep(%d);\\nCOMMIT;\\n' | psql -X -q %s")
-        :format(held, seconds, q(db))
+    and ("printf 'BEGIN;\\nLOCK TABLE runs IN EXCLUSIVE MODE;\\n"
+         .. "\\\\! touch %s\\n\\\\! %s\\nCOMMIT;\\n' | psql -X -q %s")
+        :format(held, wait, q(db))
     or ("(echo 'BEGIN IMMEDIATE; INSERT INTO audit(at, who, op) VALUES (1, ''spec'', ''hold'');'; "
-        .. "echo '.shell touch %s'; sleep %d; echo 'COMMIT;') | sqlite3 %s"):format(held, seconds, q(db))
-  sh("(" .. hold .. ") >/dev/null 2>&1 &")
-  H.wait_for("another process to hold the write lock", function()
-    local f = io.open(held)
+        .. "echo '.shell touch %s'; %s; echo 'COMMIT;') | sqlite3 %s"):format(held, wait, q(db))
+  sh("((" .. hold .. "); touch " .. gone .. ") >/dev/null 2>&1 &")
+  local function exists(path)
+    local f = io.open(path)
     if f then f:close() end
     return f ~= nil
-  end, 30)
+  end
+  H.wait_for("another process to hold the write lock", function() return exists(held) end, 30)
   os.remove(held)
+  return function()
+    local at = H.wall()
+    assert(io.open(go, "w")):close()
+    H.wait_for("the other process to let the write lock go", function() return exists(gone) end,
+               seconds + 30)
+    os.remove(go); os.remove(gone)
+    return at
+  end
 end
 
 function S.stop_all()
@@ -165,14 +181,22 @@ end
 -- and gives its status, its decoded body, and the seconds it took.
 function S.post_later(dir, base, path, body, name)
   local out, code = dir .. "/" .. name .. ".out", dir .. "/" .. name .. ".code"
-  sh(("(s=$(date +%%s.%%N); curl -s -m 20 -o %s -w '%%{http_code}' -H 'Content-Type: application/json' " ..
-      "-d %s %s >%s.tmp; e=$(date +%%s.%%N); echo \" $s $e\" >>%s.tmp; mv %s.tmp %s) >/dev/null 2>&1 &")
-     :format(q(out), q(json.encode(body)), q(base .. path), q(code), q(code), q(code), q(code)))
+  local trace = dir .. "/" .. name .. ".trace"
+  sh(("(s=$(date +%%s.%%N); curl -s -m 20 --trace-ascii %s -o %s -w '%%{http_code}' " ..
+      "-H 'Content-Type: application/json' -d %s %s >%s.tmp; e=$(date +%%s.%%N); " ..
+      "echo \" $s $e\" >>%s.tmp; mv %s.tmp %s) >/dev/null 2>&1 &")
+     :format(q(trace), q(out), q(json.encode(body)), q(base .. path), q(code), q(code), q(code),
+             q(code)))
+  -- returned once the request is written to the server's socket: what the caller does next
+  -- (let a lock go) comes after it, however late a loaded machine starts curl
+  H.wait_for("the request " .. name .. " to be sent", function()
+    return H.read(trace):find("=> Send data", 1, true) ~= nil or H.read(code) ~= ""
+  end, 20)
   return function()
     H.wait_for("the answer to " .. name, function() return H.read(code) ~= "" end, 25)
     local c, t0, t1 = H.read(code):match("^(%d+) ([%d.]+) ([%d.]+)")
     local ok, decoded = pcall(json.decode, H.read(out))
-    return tonumber(c), ok and decoded or nil, tonumber(t1) - tonumber(t0)
+    return tonumber(c), ok and decoded or nil, tonumber(t1) - tonumber(t0), tonumber(t1)
   end
 end
 

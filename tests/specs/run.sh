@@ -6,7 +6,7 @@
 #
 # STORE sqlite or pg (pg: under tests/pg/cluster.sh run, which sets MEND_TEST_PG; the specs
 # tagged #sqlite are left out). SHARD 1..COUNT or server; `check` asserts that every spec file
-# is in one shard of each store. BUSTED (busted) and LUA (lua5.4) may be set.
+# is in one shard of STORE's COUNT. BUSTED (busted) and LUA (lua5.4) may be set.
 set -eu
 store=$1
 shard=$2

@@ -15,7 +15,8 @@
 -- it does not name weighs DEFAULT); FILE... are every spec file (spec/*_spec.lua). The crash
 -- harnesses (crash_spec.lua, pg_crash_spec.lua) have ctest entries of their own and are in
 -- no shard. Prints the shard's files, one a line. `check` prints nothing and exits 1 if a file
--- is in no shard or in two, for either store.
+-- is in no shard of STORE's COUNT or in two (each store has a count of its own: CMakeLists.txt
+-- checks both).
 local DEFAULT = 15
 local store, shard, count, weights_path = arg[1], arg[2], tonumber(arg[3]), arg[4]
 local files = table.move(arg, 5, #arg, 1, {})
@@ -72,22 +73,19 @@ local function deal(st)
 end
 
 if shard == "check" then
-  local ok = true
-  for _, st in ipairs { "sqlite", "pg" } do
-    local seen, shards = {}, deal(st)
-    local keys = { "server" }
-    for i = 1, count do keys[#keys + 1] = i end
-    for _, key in ipairs(keys) do
-      for _, path in ipairs(shards[key]) do
-        if seen[path] then ok = false; io.stderr:write(st, ": ", path, " is in two shards\n") end
-        seen[path] = true
-      end
+  local ok, seen, shards = true, {}, deal(store)
+  local keys = { "server" }
+  for i = 1, count do keys[#keys + 1] = i end
+  for _, key in ipairs(keys) do
+    for _, path in ipairs(shards[key]) do
+      if seen[path] then ok = false; io.stderr:write(store, ": ", path, " is in two shards\n") end
+      seen[path] = true
     end
-    for _, path in ipairs(files) do
-      if not crash(path) and not seen[path] then
-        ok = false
-        io.stderr:write(st, ": ", path, " is in no shard\n")
-      end
+  end
+  for _, path in ipairs(files) do
+    if not crash(path) and not seen[path] then
+      ok = false
+      io.stderr:write(store, ": ", path, " is in no shard\n")
     end
   end
   os.exit(ok and 0 or 1)
