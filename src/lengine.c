@@ -455,7 +455,10 @@ static int engine_start(lua_State *L) {
     if (why == MEND_REFUSED_BUSY || why == MEND_REFUSED_DEFERRED)
       return mend__fail_lock(L, why == MEND_REFUSED_BUSY ? "busy" : "deferred",
                              why == MEND_REFUSED_DEFERRED ? id : NULL, "start", err);
-    return mend__fail(L, "start: %s", err);
+    /* the engine's or its store's failure is not the caller's line; a refusal is */
+    if (why == MEND_REFUSED_STORE || why == MEND_REFUSED_NOMEM)
+      return mend__fail(L, "start: %s", err);
+    return luaL_error(L, "start: %s", err);
   }
   lua_pushstring(L, id);
   lua_pushboolean(L, existed);
