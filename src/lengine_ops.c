@@ -423,7 +423,7 @@ static int engine_breaker(lua_State *L) {
   const char *who = who_of(L, "breaker", 4);
   char err[600];
   if (mend_engine_breaker_set(E, key, op, seconds, who, err, sizeof err))
-    return luaL_error(L, "breakers %s: %s", op, err);
+    return luaL_error(L, "breaker: %s", err);
   return 0;
 }
 
