@@ -85,24 +85,35 @@ label() {
   if grep -q "handoff_main" "$1"; then echo "writer thread"
   else echo "thread ${1##*-}"; fi
 }
-for f in "$dir"/mend.1.3000-*; do
-  name=$(label "$f")
-  all= bare=
+# Every thread any measure saw, by name: one missing from a measure (of 1,000 runs or of 3,000)
+# has no difference there, and is said to be missing rather than counted as 0.
+names=$(for f in "$dir"/mend.*.*-*; do label "$f"; done | sort -u)
+echo "$names" | while IFS= read -r name; do
+  all= bare= missing=0
   r=1
   while [ $r -le "$reps" ]; do
-    for b in "$dir"/mend.$r.3000-*; do
-      [ "$(label "$b")" = "$name" ] || continue
-      for a in "$dir"/mend.$r.1000-*; do
-        [ "$(label "$a")" = "$name" ] || continue
-        ta=$(total "$a"); tb=$(total "$b")
-        all="$all $(( (tb - ta) / 2000 ))"
-        bare="$bare $(( (tb - ta - $(looks "$b") + $(looks "$a")) / 2000 ))"
-      done
-    done
+    a= b=
+    for f in "$dir"/mend.$r.1000-*; do [ "$(label "$f")" = "$name" ] && a=$f; done
+    for f in "$dir"/mend.$r.3000-*; do [ "$(label "$f")" = "$name" ] && b=$f; done
+    if [ -n "$a" ] && [ -n "$b" ]; then
+      ta=$(total "$a"); tb=$(total "$b")
+      all="$all $(( (tb - ta) / 2000 ))"
+      bare="$bare $(( (tb - ta - $(looks "$b") + $(looks "$a")) / 2000 ))"
+    else
+      missing=$((missing + 1))
+    fi
     r=$((r + 1))
   done
-  echo "mend $name: $(spread $all) instructions per run, min/median/max of $(echo $all | wc -w)" \
+  n=$(echo $all | wc -w)
+  if [ "$n" -eq 0 ]; then
+    echo "mend $name: not measured (missing from a side of each of the $reps measures)"
+    continue
+  fi
+  echo "mend $name: $(spread $all) instructions per run, min/median/max of $n" \
        "($(spread $bare) without run()'s looks at the store)"
+  if [ "$missing" -gt 0 ]; then
+    echo "  ($name was missing from a side of $missing of the $reps measures: not counted)"
+  fi
 done
 # Lua's collector, inclusive (named only under lua_host): its steps are charged to whichever
 # call allocates when its debt falls due, most often the ctx table's lua_createtable.

@@ -28,12 +28,15 @@ static void mapped(const struct in_addr *v4, unsigned char a[16]) {
   memcpy(a + 12, v4, 4);
 }
 
-/* kept: the socket to use, plus 1 (0: one opened and closed for the query) */
-static int route_local(int kept, const unsigned char a[16]) {
+/* kept: the socket kept between queries, plus 1, as the engine keeps it (the query closes it
+ * after a failure and sets it 0, and opens another at the next); NULL: one opened and closed
+ * for this query alone. */
+static int route_local(int *kept, const unsigned char a[16]) {
   static unsigned seq;
-  int fd = kept;
-  int out = mend__route_local(&fd, &seq, a, htons(80));
-  if (!kept && fd) close(fd - 1);
+  int own = 0;
+  int *fd = kept ? kept : &own;
+  int out = mend__route_local(fd, &seq, a, htons(80));
+  if (!kept && own) close(own - 1);
   return out;
 }
 
@@ -63,19 +66,19 @@ int main(int argc, char **argv) {
   mapped(&v4, other);
   inet_pton(AF_INET6, "::1", own6);
   int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE) + 1;
-  if (fd <= 0 || route_local(fd, own) != 1 || route_local(fd, other) == 1 ||
-      route_local(fd, own6) != 1 || route_local(0, own) != 1) {
+  if (fd <= 0 || route_local(&fd, own) != 1 || route_local(&fd, other) == 1 ||
+      route_local(&fd, own6) != 1 || route_local(NULL, own) != 1) {
     fprintf(stderr, "route_local: the kernel's answers are not as expected\n");
     return 1;
   }
   double t0 = now();
-  for (int k = 0; k < n; k++) route_local(fd, own);
+  for (int k = 0; k < n; k++) route_local(&fd, own);
   double t1 = now();
-  for (int k = 0; k < n; k++) route_local(fd, other);
+  for (int k = 0; k < n; k++) route_local(&fd, other);
   double t2 = now();
-  for (int k = 0; k < n; k++) route_local(fd, own6);
+  for (int k = 0; k < n; k++) route_local(&fd, own6);
   double t3 = now();
-  for (int k = 0; k < n; k++) route_local(0, own);
+  for (int k = 0; k < n; k++) route_local(NULL, own);
   double t4 = now();
   for (int k = 0; k < n; k++) {
     struct ifaddrs *l;
@@ -87,6 +90,6 @@ int main(int argc, char **argv) {
   printf("route query, kept socket, ::1:                  %.2f us\n", (t3 - t2) / n * 1e6);
   printf("route query, a socket of its own:               %.2f us\n", (t4 - t3) / n * 1e6);
   printf("getifaddrs:                                     %.2f us\n", (t5 - t4) / n * 1e6);
-  close(fd - 1);
+  if (fd > 0) close(fd - 1);
   return 0;
 }

@@ -289,11 +289,12 @@ MEND_API int mend_engine_register_function(mend_engine *engine, const char *name
 MEND_API int mend_call_return(mend_call *call, const char *result_json);
 /* Answers a host call with a typed error: kind "retryable" (retry_after >= 0 is the dependency's
  * advice, clamped by the policy's max_retry_after; < 0 or NaN none), "fatal", or "compensable"
- * (severity 1..3; 0 is 1). The message may be any bytes. Frees the call: MEND_OK. MEND_EINVAL: call
- * is NULL, or kind is none of the three or a compensable severity is outside 0..3 (the call stays
- * open: answer it again; mend_engine_errmsg says which); MEND_ESTATE from a thread the call's
- * engine does not belong to (the call stays open, as with mend_call_return); MEND_ENOMEM (the call
- * stays open). */
+ * (severity 1..3; 0 is 1). The message (NULL: none) is UTF-8 text: it is kept in the step's error
+ * and history, as mend_engine_fail's is. Frees the call: MEND_OK. MEND_EINVAL: call is NULL, or
+ * kind is none of the three, a compensable severity is outside 0..3 or the message is not UTF-8
+ * (the call stays open: answer it again; mend_engine_errmsg says which); MEND_ESTATE from a
+ * thread the call's engine does not belong to (the call stays open, as with mend_call_return);
+ * MEND_ENOMEM (the call stays open). */
 MEND_API int mend_call_fail(mend_call *call, const char *kind, const char *message,
                             double retry_after, int severity);
 
@@ -506,9 +507,8 @@ MEND_API int mend_engine_signal_by_key_who(mend_engine *engine, const char *run_
  * MEND_ENOTFOUND: no such token; MEND_EUSED: it was completed or failed already (a token is
  * single use); MEND_ESTALE: it is of an attempt that no longer waits (an earlier attempt, one
  * that timed out); MEND_ESTATE: its run has ended; MEND_EINVAL: bad JSON (a key given twice in
- * one object is, as in mend_engine_start) or kind, or a message that is not UTF-8 (unlike
- * mend_call_fail's, which is mended: a token's answer may come from anywhere, and its sender
- * hears why it is refused). */
+ * one object is, as in mend_engine_start) or kind, or a message that is not UTF-8 (as
+ * mend_call_fail's is). */
 MEND_API int mend_engine_complete(mend_engine *engine, const char *token, const char *result_json);
 MEND_API int mend_engine_fail(mend_engine *engine, const char *token, const char *kind,
                               const char *message);

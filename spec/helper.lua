@@ -436,6 +436,27 @@ function H.status_json(db, id)
   return require("mend").json.decode(out)
 end
 
+-- Whether process pid runs: a zombie (ended, not yet reaped by the shell that started it in
+-- the background) does not.
+function H.alive(pid)
+  local f = io.open("/proc/" .. pid .. "/stat")
+  if not f then return false end
+  local state = f:read("a"):match("^%d+ %b() (%a)")
+  f:close()
+  return state ~= nil and state ~= "Z" and state ~= "X"
+end
+
+-- After a test that started processes (their pids in `pids`): each still alive is killed with
+-- SIGKILL (it must not outlive the test, nor hold the database H.cleanup removes), the list is
+-- emptied for the next test, and H.cleanup() runs.
+function H.kill_and_cleanup(pids)
+  for i = #pids, 1, -1 do
+    os.execute("kill -9 " .. pids[i] .. " 2>/dev/null")
+    pids[i] = nil
+  end
+  H.cleanup()
+end
+
 -- SIGTERM to a worker, and its exit within 5 s (it gives its runs back first).
 function H.stop_worker(pid)
   os.execute("kill -TERM " .. pid)

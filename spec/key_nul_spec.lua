@@ -19,9 +19,9 @@ describe("a key holding a NUL byte", function()
     local id1 = eng:start("waiter", { a = 1 }, { key = "order-7", detached = true })
     local ok, err = pcall(eng.start, eng, "waiter", { a = 2 }, { key = "order-7\0evil", detached = true })
     assert.is_false(ok)
-    assert.matches("key holds a NUL byte: it would be cut short there", err, 1, true)
+    assert.matches("start: key holds a NUL byte: it would be cut short there", err, 1, true)
     assert.has_error(function() eng:start("waiter\0x", {}) end,
-                     "the workflow's name holds a NUL byte: it would be cut short there")
+                     "start: the workflow's name holds a NUL byte: it would be cut short there")
     assert.are.same({ "1" }, H.sql(db, "SELECT count(*) FROM runs"))
     assert.are.same({ a = 1 }, eng:status(id1).input)
   end)
@@ -39,7 +39,8 @@ describe("a key holding a NUL byte", function()
     } do
       local ok, err = pcall(call[1])
       assert.is_false(ok, call[2])
-      assert.matches(call[2] .. " holds a NUL byte: it would be cut short there", err, 1, true)
+      assert.matches("signal: " .. call[2] .. " holds a NUL byte: it would be cut short there",
+                     err, 1, true)
     end
   end)
 end)

@@ -273,7 +273,7 @@ describe("breaker overrides", function()
 
   it("open a breaker by hand (attempts wait), reset it (they go), and audit who did it", function()
     local calls = 0
-    local eng = H.new_engine()
+    local eng, db = H.new_engine()
     eng:register{ name = "b", steps = {
       { name = "call", breaker = "payments", execute = function() calls = calls + 1; return calls end } } }
     eng:start("b", {})
@@ -290,10 +290,15 @@ describe("breaker overrides", function()
     assert.are.same({ "open", "reset" }, { audit[1].op, audit[2].op })
     assert.are.same({ "ops", "ops" }, { audit[1].who, audit[2].who })
     assert.are.equal("payments", audit[1].target)
+    -- the Lua method's refusals name it; mend breakers says what it refused in its own words
     assert.has_error(function() eng:breaker("nope", "open") end,
-      "breakers open: no breaker nope (a breaker exists once a step using it has run)")
+      "breaker: no breaker nope (a breaker exists once a step using it has run)")
     assert.has_error(function() eng:breaker("payments", "flip") end,
-      "breakers flip: breaker operation must be reset, open or close, got flip")
+      "breaker: breaker operation must be reset, open or close, got flip")
+    local rc, out = H.mend_cmd(db, "breakers open nope")
+    assert.are.equal(1, rc, out)
+    assert.are.equal("mend: no breaker nope (a breaker exists once a step using it has run)\n",
+                     out)
   end)
 end)
 

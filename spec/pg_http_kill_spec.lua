@@ -59,23 +59,11 @@ local KINDS = {
   [2] = { charge = "/decline", release = "/broken", ends = "needs_attention" },
 }
 
-local function alive(pid)
-  local f = io.open("/proc/" .. pid .. "/stat")
-  if not f then return false end
-  local state = f:read("a"):match("^%d+ %b() (%a)")
-  f:close()
-  return state ~= nil and state ~= "Z" and state ~= "X"
-end
-
 describe("workers on PostgreSQL killed in the middle of HTTP steps", function()
   setup(server.start)
   teardown(server.stop)
   local workers = {}
-  after_each(function()
-    for _, pid in ipairs(workers) do os.execute("kill -9 " .. pid .. " 2>/dev/null") end
-    workers = {}
-    H.cleanup()
-  end)
+  after_each(function() H.kill_and_cleanup(workers) end)
 
   it_pg("end every run, send each step with one key on every attempt, and never after the run ended", function()
     server.script(SCRIPT)
@@ -120,7 +108,9 @@ describe("workers on PostgreSQL killed in the middle of HTTP steps", function()
           local b = json.decode(r.body)
           if b.phase == phase and r.path ~= "/reserve" and r.path ~= "/ship" then
             for w, pid in ipairs(live) do
-              if pid == b.pid and alive(pid) then victim = { slot = w, req = r, body = b, line = i } end
+              if pid == b.pid and H.alive(pid) then
+                victim = { slot = w, req = r, body = b, line = i }
+              end
             end
           end
         end
@@ -128,7 +118,7 @@ describe("workers on PostgreSQL killed in the middle of HTTP steps", function()
         return victim ~= nil
       end, 30)
       os.execute("kill -9 " .. live[victim.slot])
-      H.wait_for("the worker killed", function() return not alive(live[victim.slot]) end, 10)
+      H.wait_for("the worker killed", function() return not H.alive(live[victim.slot]) end, 10)
       killed[#killed + 1] = victim
       live[victim.slot] = start_worker()
     end

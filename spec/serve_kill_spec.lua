@@ -54,14 +54,6 @@ return { name = "kill_serve", retry = { max_attempts = 5, initial = 0.02, jitter
   } }
 ]]
 
-local function alive(pid)
-  local f = io.open("/proc/" .. pid .. "/stat")
-  if not f then return false end
-  local state = f:read("a"):match("^%d+ %b() (%a)")
-  f:close()
-  return state ~= nil and state ~= "Z" and state ~= "X"
-end
-
 -- curl's exit code and HTTP status for one GET (7: the connection was refused).
 local function probe(base, path)
   local rc, out = H.shell(("curl -s -m 5 -o /dev/null -w '%%{http_code}' %s"):format(q(base .. path)))
@@ -82,11 +74,7 @@ end
 
 describe("a serving worker killed while HTTP clients start runs and send events", function()
   local pids = {}
-  after_each(function()
-    for _, pid in ipairs(pids) do os.execute("kill -9 " .. pid .. " 2>/dev/null") end
-    pids = {}
-    H.cleanup()
-  end)
+  after_each(function() H.kill_and_cleanup(pids) end)
 
   it("answers what it committed, loses nothing it answered, and is refused while down", function()
     local seed = tonumber(os.getenv("MEND_SERVE_KILL_SEED") or "") or os.time()
@@ -112,7 +100,7 @@ describe("a serving worker killed while HTTP clients start runs and send events"
       local base
       H.wait_for("the worker to listen", function()
         base = H.read(out):match("serving (http://[%d%.]+:%d+)/api/v1")
-        return base ~= nil or not alive(pid)
+        return base ~= nil or not H.alive(pid)
       end, 15)
       return pid, base, err
     end
@@ -149,14 +137,14 @@ describe("a serving worker killed while HTTP clients start runs and send events"
     for c = 1, CYCLES do
       if kinds[c] == "serve" then
         local deadline = H.wall() + 5
-        while alive(pid) and H.wall() < deadline do os.execute("sleep 0.02") end
-        if not alive(pid) then self_killed = self_killed + 1 end
+        while H.alive(pid) and H.wall() < deadline do os.execute("sleep 0.02") end
+        if not H.alive(pid) then self_killed = self_killed + 1 end
       else
         os.execute(("sleep %.2f"):format(0.4 + math.random() * 0.6))
       end
       os.execute("kill -9 " .. pid .. " 2>/dev/null")
       local t_kill = H.wall()
-      H.wait_for("the server killed", function() return not alive(pid) end, 10)
+      H.wait_for("the server killed", function() return not H.alive(pid) end, 10)
       -- the last start answered before the kill
       local before
       for _, r in ipairs(lines(clog)) do
@@ -190,7 +178,7 @@ describe("a serving worker killed while HTTP clients start runs and send events"
 
     -- The clients finish: their runs' ticks, then exit.
     H.write_file(dir, "stop", "")
-    H.wait_for("the clients to finish", function() return not alive(clients) end, 60)
+    H.wait_for("the clients to finish", function() return not H.alive(clients) end, 60)
     assert.are.equal("", H.read(dir .. "/clients.err"))
     local log = lines(clog)
 

@@ -600,8 +600,15 @@ MEND_API int mend_call_fail(mend_call *call, const char *kind, const char *messa
                                      "or 3 (0: 1); the call stays open");
     return MEND_EINVAL;
   }
-  return mend_host_fail((mend_host_call *)call, kind, message, retry_after, severity) ? MEND_ENOMEM
-                                                                                    : MEND_OK;
+  char err[200], why[300];
+  int rc = mend_host_fail((mend_host_call *)call, kind, message, retry_after, severity, err,
+                          sizeof err);
+  if (rc == -2) {
+    snprintf(why, sizeof why, "mend_call_fail: %s; the call stays open", err);
+    if (E) mend_engine_note_error(E, why);
+    return MEND_EINVAL;
+  }
+  return rc ? MEND_ENOMEM : MEND_OK;
 }
 
 /* The host's hand-over of an engine between its threads: the old owner's calls have ended

@@ -240,9 +240,11 @@ int mend_host_return(mend_host_call *call, const char *result_json, char *err, i
 /* The engine a call is of; NULL once that engine was destroyed. */
 mend_engine *mend_host_call_engine(const mend_host_call *call);
 /* kind: "retryable" | "fatal" | "compensable"; retry_after < 0 none; severity for compensable.
- * 0, or -1 out of memory (the call stays open). */
+ * 0; -1 out of memory; -2 with err set, a message that is not UTF-8 (it would be kept, in the
+ * step's error and history, as a token's failure is: refused as that one is). The call stays
+ * open on a failure. */
 int mend_host_fail(mend_host_call *call, const char *kind, const char *message,
-                   double retry_after, int severity);
+                   double retry_after, int severity, char *err, int errlen);
 /* Called by the Lua binding of mend.call: starts a host call for the attempt on L; the caller
  * yields unless the host answered at once (returns 1 then, with the results pushed). */
 int mend_engine_host_call(lua_State *L, const char *name, int first_arg, char *err, int errlen);

@@ -148,31 +148,32 @@ static void log_to_lua(void *ud, const mend_log_record *rec) {
 }
 
 /* A Lua string may hold a NUL byte; C reads it only up to there: "order-7\0x" would be the run
- * key "order-7", another run's. Refused, naming what it was given for. */
-static const char *whole_text(lua_State *L, int idx, const char *what) {
+ * key "order-7", another run's. Refused, naming the method and what it was given for. */
+static const char *whole_text(lua_State *L, int idx, const char *method, const char *what) {
   size_t len;
   const char *s = luaL_checklstring(L, idx, &len);
   if (strlen(s) != len)
-    luaL_error(L, "%s holds a NUL byte: it would be cut short there", what);
+    luaL_error(L, "%s: %s holds a NUL byte: it would be cut short there", method, what);
   return s;
 }
 
 /* A string only: a number would be made a string on the stack, freed once popped, while the
  * caller goes on reading it; a string stays anchored in its table. */
-const char *mend__opt_string(lua_State *L, int idx, const char *field, const char *def) {
+const char *mend__opt_string(lua_State *L, int idx, const char *method, const char *field,
+                             const char *def) {
   lua_getfield(L, idx, field);
   const char *s = def;
   if (!lua_isnil(L, -1)) {
     if (lua_type(L, -1) != LUA_TSTRING)
-      luaL_error(L, "%s must be a string, got %s", field, luaL_typename(L, -1));
-    s = whole_text(L, -1, field);
+      luaL_error(L, "%s: %s must be a string, got %s", method, field, luaL_typename(L, -1));
+    s = whole_text(L, -1, method, field);
   }
   lua_pop(L, 1);
   return s;
 }
 
-const char *mend__check_text(lua_State *L, int idx, const char *what) {
-  return whole_text(L, idx, what);
+const char *mend__check_text(lua_State *L, int idx, const char *method, const char *what) {
+  return whole_text(L, idx, method, what);
 }
 
 void mend__opts_known(lua_State *L, int idx, const char *method, const char *const *known) {
@@ -271,12 +272,12 @@ int mend__lengine_new(lua_State *L) {
     if (!known) return luaL_error(L, "mend.engine: unknown option %s", luaL_tolstring(L, -1, NULL));
   }
   mend_engine_config cfg = {0};
-  cfg.db_path = mend__opt_string(L, 1, "db", ":memory:");
-  const char *clock = mend__opt_string(L, 1, "clock", "real");
+  cfg.db_path = mend__opt_string(L, 1, "mend.engine", "db", ":memory:");
+  const char *clock = mend__opt_string(L, 1, "mend.engine", "clock", "real");
   if (strcmp(clock, "virtual") == 0) cfg.virtual_clock = 1;
   else if (strcmp(clock, "real") != 0)
     return luaL_error(L, "mend.engine: clock must be \"real\" or \"virtual\", got \"%s\"", clock);
-  const char *dur = mend__opt_string(L, 1, "durability", "full");
+  const char *dur = mend__opt_string(L, 1, "mend.engine", "durability", "full");
   if (strcmp(dur, "process") == 0) cfg.durability = MEND_DURABILITY_PROCESS;
   else if (strcmp(dur, "full") != 0)
     return luaL_error(L, "mend.engine: durability must be \"full\" or \"process\", got \"%s\"",
@@ -288,8 +289,9 @@ int mend__lengine_new(lua_State *L) {
     cfg.seed = (uint64_t)lua_tointeger(L, -1);
   }
   lua_pop(L, 1);
-  cfg.alert_command = mend__opt_string(L, 1, "alert_command", NULL);   /* anchored in opts */
-  const char *level = mend__opt_string(L, 1, "log_level", "info");
+  /* anchored in opts */
+  cfg.alert_command = mend__opt_string(L, 1, "mend.engine", "alert_command", NULL);
+  const char *level = mend__opt_string(L, 1, "mend.engine", "log_level", "info");
   cfg.log_level = mend_log_level_of(level);
   if (!cfg.log_level)
     return luaL_error(
@@ -400,7 +402,7 @@ static int load_error(lua_State *L, const char *err) {
 /* eng:load(path) -> name  [-0, +1, e] */
 static int engine_load(lua_State *L) {
   engine_box *b = check_engine(L);
-  const char *path = mend__check_text(L, 2, "the path");
+  const char *path = mend__check_text(L, 2, "load", "the path");
   char err[1024];
   mend_workflow *wf = mend_engine_load_file(b->E, path, err, sizeof err);
   if (!wf) return load_error(L, err);
@@ -429,15 +431,16 @@ static int engine_register(lua_State *L) {
 /* eng:start(name, input [, {key = k, detached = b, who = w}]) -> run_id, existed  [-0, +2, e] */
 static int engine_start(lua_State *L) {
   engine_box *b = check_engine(L);
-  const char *name = mend__check_text(L, 2, "the workflow's name");
+  const char *name = mend__check_text(L, 2, "start", "the workflow's name");
   const char *key = NULL, *who = NULL;
   int detached = 0;
   if (!lua_isnoneornil(L, 4)) {
     luaL_checktype(L, 4, LUA_TTABLE);
     static const char *const known[] = {"key", "detached", "who", NULL};
     mend__opts_known(L, 4, "start", known);
-    key = mend__opt_string(L, 4, "key", NULL);   /* its text and who's: the engine's checks */
-    who = mend__opt_string(L, 4, "who", NULL);
+    /* its text and who's: the engine's checks */
+    key = mend__opt_string(L, 4, "start", "key", NULL);
+    who = mend__opt_string(L, 4, "start", "who", NULL);
     lua_getfield(L, 4, "detached");
     detached = lua_toboolean(L, -1);
     lua_pop(L, 1);
@@ -452,7 +455,10 @@ static int engine_start(lua_State *L) {
     if (why == MEND_REFUSED_BUSY || why == MEND_REFUSED_DEFERRED)
       return mend__fail_lock(L, why == MEND_REFUSED_BUSY ? "busy" : "deferred",
                              why == MEND_REFUSED_DEFERRED ? id : NULL, "start", err);
-    return mend__fail(L, "start: %s", err);
+    /* the engine's or its store's failure is not the caller's line; a refusal is */
+    if (why == MEND_REFUSED_STORE || why == MEND_REFUSED_NOMEM)
+      return mend__fail(L, "start: %s", err);
+    return luaL_error(L, "start: %s", err);
   }
   lua_pushstring(L, id);
   lua_pushboolean(L, existed);
@@ -678,7 +684,7 @@ static int engine_in_flight(lua_State *L) {
 static int engine_resume(lua_State *L) {
   engine_box *b = check_engine(L);
   char err[600];
-  const char *id = mend__check_text(L, 2, "the run id");
+  const char *id = mend__check_text(L, 2, "resume", "the run id");
   int rc = mend_engine_resume_run(b->E, id, err, sizeof err);
   if (rc < 0) return luaL_error(L, "resume: %s", err);
   if (rc == 0) {
@@ -695,9 +701,9 @@ static int engine_resume(lua_State *L) {
 static int engine_load_version(lua_State *L) {
   engine_box *b = check_engine(L);
   char err[1024];
-  mend_workflow *wf = mend_engine_load_version(b->E, mend__check_text(L, 2, "the workflow's name"),
-                                               mend__check_text(L, 3, "the version"),
-                                               err, sizeof err);
+  const char *name = mend__check_text(L, 2, "load_version", "the workflow's name");
+  const char *version = mend__check_text(L, 3, "load_version", "the version");
+  mend_workflow *wf = mend_engine_load_version(b->E, name, version, err, sizeof err);
   if (!wf) return load_error(L, err);
   lua_pushstring(L, wf->name);
   return 1;

@@ -35,7 +35,7 @@ static int is_final_status(const char *st) {
  * [-0, +1|2, e] */
 static int engine_wait(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
-  const char *id = mend__check_text(L, 2, "the run id");
+  const char *id = mend__check_text(L, 2, "wait", "the run id");
   double timeout = -1, poll = 0.05;
   static const char *const known[] = {"timeout", "poll", NULL};
   mend__opts_known(L, 3, "wait", known);
@@ -78,7 +78,7 @@ static int push_query(lua_State *L, mend_engine *E, json_t *v) {
  * the live worker that holds it, if one does.  [-0, +1, e] */
 static int engine_status(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
-  const char *id = mend__check_text(L, 2, "the run id");
+  const char *id = mend__check_text(L, 2, "status", "the run id");
   json_t *run = mend_store_run(mend_engine_store(E), id);
   if (!run && mend_store_not_found(mend_engine_store(E))) {
     lua_pushnil(L);
@@ -129,7 +129,7 @@ static long page_opt(lua_State *L, const char *method, const char *key, long lo,
  * No such run: nil, "no run <id>", as eng:status gives nil.  [-0, +1|2, e] */
 static int engine_history(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
-  const char *id = mend__check_text(L, 2, "the run id");
+  const char *id = mend__check_text(L, 2, "history", "the run id");
   mend_store *s = mend_engine_store(E);
   json_t *h;
   if (lua_isnoneornil(L, 3)) {
@@ -200,8 +200,8 @@ static int engine_runs(lua_State *L) {
   static const char *const known[] = {"status", "workflow", "since", "attention", "limit", NULL};
   mend__opts_known(L, 2, "runs", known);
   if (lua_istable(L, 2)) {
-    status = mend__opt_string(L, 2, "status", NULL);
-    workflow = mend__opt_string(L, 2, "workflow", NULL);
+    status = mend__opt_string(L, 2, "runs", "status", NULL);
+    workflow = mend__opt_string(L, 2, "runs", "workflow", NULL);
     lua_getfield(L, 2, "limit");
     limit = (int)luaL_optinteger(L, -1, 0);
     lua_getfield(L, 2, "since");
@@ -228,7 +228,7 @@ static int engine_prune(lua_State *L) {
   double older = lua_tonumberx(L, -1, &ok);
   lua_pop(L, 1);
   if (!ok || !(older >= 0)) return luaL_error(L, "prune: older_than must be seconds >= 0");
-  const char *status = mend__opt_string(L, 2, "status", NULL);
+  const char *status = mend__opt_string(L, 2, "prune", "status", NULL);
   /* the statuses a run ends in, as `mend prune --status` takes them (another, not UTF-8, was
    * the database's own error on PostgreSQL) */
   static const char *const ended[] = {"succeeded", "compensated", "failed", "resolved", NULL};
@@ -251,10 +251,10 @@ static int engine_prune(lua_State *L) {
 /* The options of a repair that takes only who did it. */
 static const char *const WHO[] = {"who", NULL};
 
-/* Who did an operation: opts.who (held by opts; the engine checks its text), or the user and
- * host of this process (pushed).  [-0, +0|1, e] */
-static const char *who_of(lua_State *L, int opts) {
-  const char *who = lua_istable(L, opts) ? mend__opt_string(L, opts, "who", NULL) : NULL;
+/* Who did an operation: opts.who (held by opts; the engine checks its text; a refusal names
+ * method), or the user and host of this process (pushed).  [-0, +0|1, e] */
+static const char *who_of(lua_State *L, const char *method, int opts) {
+  const char *who = lua_istable(L, opts) ? mend__opt_string(L, opts, method, "who", NULL) : NULL;
   if (who) return who;
   const char *user = getenv("USER");
   char host[64] = "?";
@@ -266,9 +266,9 @@ static const char *who_of(lua_State *L, int opts) {
 /* eng:cancel(id [, {who=}]) -> "cancelled" | "requested" | "recorded", why  [-0, +1|2, e] */
 static int engine_cancel(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
-  const char *id = mend__check_text(L, 2, "the run id");
+  const char *id = mend__check_text(L, 2, "cancel", "the run id");
   mend__opts_known(L, 3, "cancel", WHO);
-  const char *who = who_of(L, 3);
+  const char *who = who_of(L, "cancel", 3);
   char err[600];
   int rc = mend_engine_cancel_run(E, id, who, err, sizeof err);
   if (rc < 0) return luaL_error(L, "cancel: %s", err);
@@ -283,16 +283,16 @@ static int engine_cancel(lua_State *L) {
  * with the event.  [-0, +2, e] */
 static int engine_signal(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
-  const char *id = lua_isnoneornil(L, 2) ? NULL : mend__check_text(L, 2, "the run id");
-  const char *name = mend__check_text(L, 3, "the event's name");
+  const char *id = lua_isnoneornil(L, 2) ? NULL : mend__check_text(L, 2, "signal", "the run id");
+  const char *name = mend__check_text(L, 3, "signal", "the event's name");
   const char *key = NULL, *run_key = NULL, *who = NULL;
   if (!lua_isnoneornil(L, 5)) {
     luaL_checktype(L, 5, LUA_TTABLE);
     static const char *const known[] = {"key", "run_key", "who", NULL};
     mend__opts_known(L, 5, "signal", known);
-    key = mend__opt_string(L, 5, "key", NULL);   /* the texts: the engine's checks */
-    run_key = mend__opt_string(L, 5, "run_key", NULL);
-    who = mend__opt_string(L, 5, "who", NULL);
+    key = mend__opt_string(L, 5, "signal", "key", NULL);   /* the texts: the engine's checks */
+    run_key = mend__opt_string(L, 5, "signal", "run_key", NULL);
+    who = mend__opt_string(L, 5, "signal", "who", NULL);
   }
   if (!id && !run_key) return luaL_error(L, "signal: a run id, or opts.run_key, is required");
   char err[1024];
@@ -318,7 +318,7 @@ static int engine_signal(lua_State *L) {
  * result (any JSON value) is the step's result.  [-0, +1, e] */
 static int engine_complete(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
-  const char *token = mend__check_text(L, 2, "the token");
+  const char *token = mend__check_text(L, 2, "complete", "the token");
   char err[1024];
   char *result = NULL;
   if (!lua_isnoneornil(L, 3)) {
@@ -337,12 +337,12 @@ static int engine_complete(lua_State *L) {
  * token's step as if its execute had raised that error.  [-0, +1, e] */
 static int engine_fail(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
-  const char *token = mend__check_text(L, 2, "the token");
+  const char *token = mend__check_text(L, 2, "fail", "the token");
   luaL_checktype(L, 3, LUA_TTABLE);
   static const char *const known[] = {"kind", "message", NULL};
   mend__opts_known(L, 3, "fail", known);
-  const char *kind = mend__opt_string(L, 3, "kind", NULL);
-  const char *message = mend__opt_string(L, 3, "message", NULL);
+  const char *kind = mend__opt_string(L, 3, "fail", "kind", NULL);
+  const char *message = mend__opt_string(L, 3, "fail", "message", NULL);
   char err[1024], run_id[MEND_RUN_ID_LEN];
   int rc = mend_engine_settle_token(E, token, 0, NULL, kind, message, run_id, err, sizeof err);
   if (rc < 0) return luaL_error(L, "fail: %s", err);
@@ -353,10 +353,10 @@ static int engine_fail(lua_State *L) {
 /* eng:upgrade(id, version [, {who=}]) -> "upgraded" | "already"  [-0, +1, e] */
 static int engine_upgrade(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
-  const char *id = mend__check_text(L, 2, "the run id");
-  const char *version = mend__check_text(L, 3, "the version");
+  const char *id = mend__check_text(L, 2, "upgrade", "the run id");
+  const char *version = mend__check_text(L, 3, "upgrade", "the version");
   mend__opts_known(L, 4, "upgrade", WHO);
-  const char *who = who_of(L, 4);
+  const char *who = who_of(L, "upgrade", 4);
   char err[1200];
   int rc = mend_engine_upgrade_run(E, id, version, who, err, sizeof err);
   if (rc < 0) return luaL_error(L, "upgrade: %s", err);
@@ -367,7 +367,8 @@ static int engine_upgrade(lua_State *L) {
 /* eng:loaded_version(name) -> the version that serves new runs here, or nil  [-0, +1, e] */
 static int engine_loaded_version(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
-  mend_workflow *wf = mend_engine_workflow(E, mend__check_text(L, 2, "the workflow's name"));
+  const char *name = mend__check_text(L, 2, "loaded_version", "the workflow's name");
+  mend_workflow *wf = mend_engine_workflow(E, name);
   lua_pushstring(L, wf ? wf->version : NULL);
   return 1;
 }
@@ -375,19 +376,17 @@ static int engine_loaded_version(lua_State *L) {
 /* eng:workflows([name]) -> the versions the store knows (mend_store_workflows)  [-0, +1, e] */
 static int engine_workflows(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
-  return push_query(
-      L, E,
-      mend_store_workflows(
-          mend_engine_store(E),
-          lua_isnoneornil(L, 2) ? NULL : mend__check_text(L, 2, "the workflow's name")));
+  const char *name =
+      lua_isnoneornil(L, 2) ? NULL : mend__check_text(L, 2, "workflows", "the workflow's name");
+  return push_query(L, E, mend_store_workflows(mend_engine_store(E), name));
 }
 
 /* eng:dlq_retry(id [, {who=}])  [-0, +0, e] */
 static int engine_dlq_retry(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
-  const char *id = mend__check_text(L, 2, "the run id");
+  const char *id = mend__check_text(L, 2, "dlq_retry", "the run id");
   mend__opts_known(L, 3, "dlq_retry", WHO);
-  const char *who = who_of(L, 3);
+  const char *who = who_of(L, "dlq_retry", 3);
   char err[600];
   if (mend_engine_dlq_retry(E, id, who, err, sizeof err))
     return luaL_error(L, "dlq retry: %s", err);
@@ -397,11 +396,11 @@ static int engine_dlq_retry(lua_State *L) {
 /* eng:resolve(id, {note = text [, who =]})  [-0, +0, e] */
 static int engine_resolve(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
-  const char *id = mend__check_text(L, 2, "the run id");
+  const char *id = mend__check_text(L, 2, "resolve", "the run id");
   static const char *const known[] = {"note", "who", NULL};
   mend__opts_known(L, 3, "resolve", known);
-  const char *note = lua_istable(L, 3) ? mend__opt_string(L, 3, "note", NULL) : NULL;
-  const char *who = who_of(L, 3);
+  const char *note = lua_istable(L, 3) ? mend__opt_string(L, 3, "resolve", "note", NULL) : NULL;
+  const char *who = who_of(L, "resolve", 3);
   char err[600];
   if (mend_engine_resolve(E, id, who, note, err, sizeof err))
     return luaL_error(L, "dlq resolve: %s", err);
@@ -411,7 +410,7 @@ static int engine_resolve(lua_State *L) {
 /* eng:breaker(key, "reset"|"open"|"close" [, {seconds=, who=}])  [-0, +0, e] */
 static int engine_breaker(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
-  const char *key = mend__check_text(L, 2, "the breaker's key");
+  const char *key = mend__check_text(L, 2, "breaker", "the breaker's key");
   const char *op = luaL_checkstring(L, 3);
   double seconds = 0;
   static const char *const known[] = {"seconds", "who", NULL};
@@ -421,10 +420,10 @@ static int engine_breaker(lua_State *L) {
     seconds = luaL_optnumber(L, -1, 0);
     lua_pop(L, 1);
   }
-  const char *who = who_of(L, 4);
+  const char *who = who_of(L, "breaker", 4);
   char err[600];
   if (mend_engine_breaker_set(E, key, op, seconds, who, err, sizeof err))
-    return luaL_error(L, "breakers %s: %s", op, err);
+    return luaL_error(L, "breaker: %s", err);
   return 0;
 }
 

@@ -140,7 +140,7 @@ static int l_http(lua_State *L) {
 /* mend.core._call(name, ...) -> true, value | false, error: a host function's answer, at once
  * or after the step yielded (lua/mend/init.lua raises the error).  [-n, +2, e] */
 static int l_call(lua_State *L) {
-  const char *name = mend__check_text(L, 1, "mend.call: the host function's name");
+  const char *name = mend__check_text(L, 1, "mend.call", "the host function's name");
   char err[400];
   int rc = mend_engine_host_call(L, name, 2, err, sizeof err);
   if (rc < 0) {
@@ -184,8 +184,8 @@ static int l_listdir(lua_State *L) {
  * raises with the reason.  [-0, +1, e] */
 static int l_copy(lua_State *L) {
   char err[512] = "";
-  const char *from = mend__check_text(L, 1, "mend.copy: the database to copy");
-  const char *to = mend__check_text(L, 2, "mend.copy: the database to copy to");
+  const char *from = mend__check_text(L, 1, "mend.copy", "the database to copy");
+  const char *to = mend__check_text(L, 2, "mend.copy", "the database to copy to");
   json_t *counts = mend_store_copy(from, to, err, (int)sizeof err);
   if (!counts) {
     lua_pushstring(L, err);
@@ -200,7 +200,7 @@ static int l_copy(lua_State *L) {
  * upgrade: store.h, mend_store_upgrade_run_keys), or raises with the reason (a worker's lease
  * lasts, or the file could not be changed: it is as it was).  [-0, +1, e] */
 static int l_upgrade_db(lua_State *L) {
-  const char *path = mend__check_text(L, 1, "mend.upgrade_db: the database");
+  const char *path = mend__check_text(L, 1, "mend.upgrade_db", "the database");
   int despite = 0;
   if (!lua_isnoneornil(L, 2)) {
     luaL_checktype(L, 2, LUA_TTABLE);
@@ -225,7 +225,7 @@ static int l_upgrade_db(lua_State *L) {
  * now keep what they are. Raises with the store's reason. Never in a sandbox (sandbox.c's
  * allow-list).  [-0, +1, e] */
 static int l_trust_db(lua_State *L) {
-  const char *path = mend__check_text(L, 1, "mend.trust_db: the database");
+  const char *path = mend__check_text(L, 1, "mend.trust_db", "the database");
   char err[1024];
   mend_trust_outcome r = mend_store_trust(path, err, (int)sizeof err);
   if (r == MEND_TRUST_NO_DATABASE) return luaL_error(L, "mend.trust_db: %s", err);
@@ -242,7 +242,7 @@ static int l_trust_db(lua_State *L) {
  * its escapes decoded, "postgres_x.db" a file. For the CLI's checks before it opens a name.
  * [-0, +2, e] */
 static int l_db_where(lua_State *L) {
-  const char *name = mend__check_text(L, 1, "mend.db_where: the database");
+  const char *name = mend__check_text(L, 1, "mend.db_where", "the database");
   char file[4096];
   mend_db_kind kind = mend_store_where(name, file, sizeof file);
   if (kind == MEND_DB_FILE) {
@@ -258,7 +258,7 @@ static int l_db_where(lua_State *L) {
  * without making a database or mend's schema ("none": no mend database there); raises with the
  * store's reason. Never in a sandbox (sandbox.c's allow-list). [-0, +1, e] */
 static int l_db_mark(lua_State *L) {
-  const char *name = mend__check_text(L, 1, "mend.db_mark: the database");
+  const char *name = mend__check_text(L, 1, "mend.db_mark", "the database");
   char err[1024] = "";
   mend_mark_look r = mend_store_mark_look(name, err, (int)sizeof err);
   if (r == MEND_MARK_FAILED) {

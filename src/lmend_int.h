@@ -16,11 +16,13 @@
 int mend__lengine_new(lua_State *L);
 /* Registers the metatable of engines ("mend.engine").  [-0, +0, m] */
 void mend__lengine_open(lua_State *L);
-/* opts[field] as a string, def when nil; raises naming nothing else when not a string. The
- * string stays anchored in the table.  [-0, +0, e] */
-const char *mend__opt_string(lua_State *L, int idx, const char *field, const char *def);
-/* Argument idx, a string without a NUL byte (raises naming `what` otherwise). */
-const char *mend__check_text(lua_State *L, int idx, const char *what);
+/* opts[field] as a string without a NUL byte, def when nil; raises "METHOD: FIELD ..." when it
+ * is another value or holds one. The string stays anchored in the table.  [-0, +0, e] */
+const char *mend__opt_string(lua_State *L, int idx, const char *method, const char *field,
+                             const char *def);
+/* Argument idx, a string without a NUL byte; raises "METHOD: WHAT holds a NUL byte ..."
+ * otherwise.  [-0, +0, e] */
+const char *mend__check_text(lua_State *L, int idx, const char *method, const char *what);
 /* Raises "METHOD: unknown option F (it takes A, B)" for a key of the table at idx (when it is
  * one) that is not in known (NULL-terminated): a misspelt option must not be read as absent
  * (a run key dropped is a second run).  [-0, +0, e] */

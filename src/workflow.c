@@ -89,14 +89,14 @@ static int opt_string(lua_State *L, int idx, const char *field, const char *what
   if (t == LUA_TSTRING) { *out = lua_tolstring(L, -1, &len); r = 1; }   /* anchored in the table */
   else if (t != LUA_TNIL)
     r = mend_errorf(err, errlen, "%s.%s must be a string, got %s", what, field, lua_typename(L, t));
-  /* Read as C strings from here on: "a\0b" would be taken for "a", another step's name. */
+  /* Read as C strings from here on: "a\0b" would be taken for "a", another step's name. Stored
+   * (a workflow's, an event's, a breaker's name), where PostgreSQL takes UTF-8 only. Every
+   * string field read here names something (a workflow, step, event, breaker, mode) that
+   * callers look up and copy into buffers of MEND_NAME_MAX + 1 bytes. */
   if (r == 1 && strlen(*out) != len)
     r = mend_errorf(err, errlen, "%s.%s holds a NUL byte", what, field);
-  /* stored (a workflow's, an event's, a breaker's name): PostgreSQL takes UTF-8 only */
   else if (r == 1 && !mend_utf8_valid(*out, len))
     r = mend_errorf(err, errlen, "%s.%s is not UTF-8 text", what, field);
-  /* Every string field read here names something (a workflow, step, event, breaker, mode) that
-   * callers look up and copy into buffers of MEND_NAME_MAX + 1 bytes. */
   else if (r == 1 && len > MEND_NAME_MAX)
     r = mend_errorf(err, errlen, "%s.%s is %zu bytes long, over the longest name of %d bytes "
                     "(MEND_NAME_MAX)", what, field, len, MEND_NAME_MAX);

@@ -1,8 +1,8 @@
 /*
  * test_host_answers: what a step sees of a host function's answer, through include/mend.h
  * alone. An answer the host gets wrong (a kind misspelt, a severity out of its range, bad
- * JSON) is refused with MEND_EINVAL and leaves the call open for a right one; a failure is a
- * failure whatever bytes its message holds; and an error mend.call (or mend.sleep) raises
+ * JSON, a failure's message that is not UTF-8) is refused with MEND_EINVAL and leaves the call
+ * open for a right one; and an error mend.call (or mend.sleep) raises
  * itself names the workflow's line that called it, not mend's own code, and why it cannot
  * wait there. It never tests the driving modes or the limits (test_embed_drive, test_hostile).
  */
@@ -76,8 +76,13 @@ static int has(const char *json, const char *text) {
 static int refusals, first_attempts;
 static void host(void *ud, mend_call *call, const char *args) {
   (void)ud;
-  if (strstr(args, "\"bytes\"")) {           /* a message that is not UTF-8 (Latin-1, say) */
-    CHECK_EQ_INT(mend_call_fail(call, "fatal", "compte bloqu\xe9", -1, 0), MEND_OK);
+  if (strstr(args, "\"bytes\"")) {           /* a message not UTF-8 (Latin-1), then UTF-8 */
+    int rc = mend_call_fail(call, "fatal", "compte bloqu\xe9", -1, 0);
+    CHECK_EQ_INT(rc, MEND_EINVAL);
+    refusals += rc == MEND_EINVAL;
+    mend_engine *E = ud;
+    CHECK(strstr(mend_engine_errmsg(E), "the failure's message is not UTF-8 text") != NULL);
+    CHECK_EQ_INT(mend_call_fail(call, "fatal", "compte bloqu\xc3\xa9", -1, 0), MEND_OK);
   } else if (strstr(args, "\"kind\"")) {     /* a kind misspelt, then a retryable error */
     if (first_attempts++ == 0) {
       int rc = mend_call_fail(call, "retriable", "busy", 0, 0);
@@ -101,15 +106,17 @@ static void host(void *ud, mend_call *call, const char *args) {
   }
 }
 
-/* A failure whose message is not UTF-8 is a failure: it read as a success with nil, as the
- * error could not be made into the JSON the answer is kept in. */
-static void it_fails_a_step_whose_host_error_is_not_utf8(void) {
+/* A failure whose message is not UTF-8 is refused, as a token's is, and the call stays open for
+ * one that is (it was kept as it was, and mended on its way to the history). */
+static void it_refuses_a_host_error_that_is_not_utf8(void) {
   mend_engine *E = engine(1);
-  mend_engine_register_function(E, "host", host, NULL);
+  mend_engine_register_function(E, "host", host, E);
+  refusals = 0;
   char *json = run(E, "{\"fn\":\"host\",\"mode\":\"bytes\"}");
+  CHECK_EQ_INT(refusals, 1);
   CHECK(has(json, "\"status\":\"failed\""));
   CHECK(has(json, "\"error_kind\":\"fatal\""));
-  CHECK(has(json, "compte bloqu"));
+  CHECK(has(json, "compte bloqu\xc3\xa9"));
   mend_free(json);
   mend_engine_free(E);
 }
@@ -221,7 +228,7 @@ int main(void) {
     return 2;
   }
   write_workflow(workflow);
-  it_fails_a_step_whose_host_error_is_not_utf8();
+  it_refuses_a_host_error_that_is_not_utf8();
   it_refuses_a_host_error_of_no_known_kind();
   it_clamps_an_endless_retry_after();
   it_frees_an_answer_too_large_for_the_memory_limit();

@@ -139,11 +139,13 @@ int mend_host_return(mend_host_call *call, const char *result_json, char *err, i
 mend_engine *mend_host_call_engine(const mend_host_call *call) { return call->E; }
 
 int mend_host_fail(mend_host_call *call, const char *kind, const char *message,
-                   double retry_after, int severity) {
-  /* The message is kept unchecked: this object is never encoded, and a message that is not
-   * UTF-8 (a host's Latin-1 text) made json_pack fail, the NULL error then read as a success.
-   * An endless retry_after, which JSON cannot hold, is the longest there is: the policy's
-   * max_retry_after clamps it, as it does mend.retryable's. */
+                   double retry_after, int severity, char *err, int errlen) {
+  /* A call whose engine is gone is only freed: its message goes nowhere. */
+  if (call->E && mend__text_refused(call->E, message, "the failure's message", err, errlen))
+    return -2;
+  /* Not checked again (nocheck): it was above, or goes nowhere. An endless retry_after, which
+   * JSON cannot hold, is the longest there is: the policy's max_retry_after clamps it, as it
+   * does mend.retryable's. */
   if (retry_after > DBL_MAX) retry_after = DBL_MAX;
   json_t *e = json_object();
   if (!e || json_object_set_new(e, "kind", json_string(kind ? kind : "error")) ||

@@ -111,6 +111,14 @@ function M.refusal(prefix, err)
   return text
 end
 
+-- Calls an engine method whose refusal names the Lua line that called it, as the Lua API's
+-- do: raised again as the engine words it, without this file's line, which is no user's.
+function M.call(method, eng, ...)
+  local res = table.pack(pcall(method, eng, ...))
+  if not res[1] then error(res[2], 0) end
+  return table.unpack(res, 2, res.n)
+end
+
 -- Calls an engine operation; its refusal becomes mend's error.
 function M.operate(prefix, method, eng, ...)
   local res = table.pack(pcall(method, eng, ...))

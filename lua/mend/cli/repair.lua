@@ -35,7 +35,7 @@ function M.breakers(o, op, key)
   end
   if key == nil then usage_error("breakers", "missing KEY") end
   return with_engine(existing_db(o.db), function(eng)
-    operate("breakers " .. op, eng.breaker, eng, key, op,
+    operate("breaker", eng.breaker, eng, key, op,
             { seconds = o["for"] and base.number_flag(o, "for"), who = who() })
     out("breaker %s: %s\n", key, op == "open" and "opened" or op == "close" and "closed" or "reset")
     return EXIT_OK

@@ -58,7 +58,7 @@ function M.run(o, file)
                  command = o._command }
   return with_engine(conf, function(eng)
     local name = eng:load(file)
-    local id, existed = eng:start(name, input, { key = o.key })
+    local id, existed = base.call(eng.start, eng, name, input, { key = o.key })
     if existed then
       say("mend: run key %s names the existing run %s\n", o.key, id)
       -- Left unfinished: carried on here, or waited for while a live worker holds it (and
@@ -104,7 +104,8 @@ function M.start(o, workflow)
   local file, path = files.workflow_file(o, workflow)
   return with_engine(base.sandboxed(o, { db = o.db, durability = o.durability }), function(eng)
     local name = file and eng:load(file) or files.load_named(eng, o, workflow, path)
-    local id, existed = eng:start(name, input, { key = o.key, detached = true, who = by })
+    local id, existed = base.call(eng.start, eng, name, input,
+                                  { key = o.key, detached = true, who = by })
     -- stdout holds the id alone, for scripts; a key that was used before is told on stderr (a
     -- key of another workflow's run is refused by eng:start, exit 1)
     if existed then

@@ -592,8 +592,9 @@ int mend__pg_flush(mend_pg *p, pg_log *log, int commit, int begin) {
     return MEND_STORE_BUSY;
   }
   if (rc == 0) mend__pg_lock_gone(p);
+  /* The batch's events are kept until a commit lands: while they are in the open transaction,
+   * or gone with it */
   if (rc == 0 && commit) mend__pg_log_clear(&p->tx_events);
-  /* in the transaction, or gone with it */
   else mend__pg_log_keep(&p->tx_events, log, P_RECORD_EVENT);
   mend__pg_log_clear(log);
   if (rc != 0) {
