@@ -12,7 +12,8 @@ local n = tonumber(arg[1]) or 20
 local uri = arg[2] or os.getenv("MEND_TEST_PG")
 
 local function psql(sql)
-  local ok = os.execute("PGOPTIONS='-c client_min_messages=warning' psql -X -q -v ON_ERROR_STOP=1 '" .. uri .. "' -c '" .. sql .. "' >/dev/null")
+  local ok = os.execute("PGOPTIONS='-c client_min_messages=warning' psql -X -q"
+                        .. " -v ON_ERROR_STOP=1 '" .. uri .. "' -c '" .. sql .. "' >/dev/null")
   assert(ok, "psql failed: " .. sql)
 end
 
