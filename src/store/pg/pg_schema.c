@@ -486,8 +486,12 @@ const char *const mend__pg_migrations[MEND_PG_SCHEMA_VERSION] = {
   "ALTER TABLE inbox ADD COLUMN IF NOT EXISTS who TEXT;",
 };
 
-/* The advisory lock that makes creating and upgrading the schema one worker's at a time
- * ("mend" in ASCII). */
+/* The advisory lock that makes creating and upgrading a schema one worker's at a time ("mend"
+ * in ASCII), one a schema (two keys: the name's hash the second): mends creating schemas of
+ * their own in one database (a test each, a tenant each) do not wait for each other's DDL. A
+ * mend before this one took the first key alone, which this one does not meet: the two
+ * creating one schema at the same moment would meet on its tables' locks instead, and one
+ * open fail (nothing half made: the DDL is one transaction). */
 #define SCHEMA_LOCK "4d454e44"
 
 static PGresult *one(mend_pg *p, const char *sql, const char *what) {
@@ -611,7 +615,8 @@ int mend__pg_schema(mend_pg *p) {
     goto fail;
   }
   if (version < MEND_PG_SCHEMA_VERSION) {
-    if (mend__pg_exec(p, p->conn, "SELECT pg_advisory_xact_lock(x'" SCHEMA_LOCK "'::int)",
+    if (mend__pg_exec(p, p->conn, "SELECT pg_advisory_xact_lock(x'" SCHEMA_LOCK "'::int,"
+                      " hashtext(current_schema()))",
                       "wait for another mend creating the schema") != 0 ||
         schema_state(p, &version) != 0)
       goto fail;
