@@ -664,8 +664,8 @@ fail:
  * Bounded (the store's opening, which the opener tries again: pg.c) to PG_OPEN_TRY_MS:
  * MEND_STORE_BUSY then, err naming the table and the session. Bounded also as a lost
  * connection opens again (pg_batch.c) and as the side connection opens (pg_aux.c): either may
- * be on the loop's thread, which must not wait as long as a lock lasts. */
-/* The bound set and set back in the same pipeline: the prepare is one round trip. */
+ * be on the loop's thread, which must not wait as long as a lock lasts. The bound is set and
+ * set back in the same pipeline: the prepare is one round trip. */
 int mend__pg_prepare_to(PGconn *c, char *err, int errlen, const char *server, int bounded) {
   int ok = PQenterPipelineMode(c);
   if (ok && bounded)
