@@ -122,13 +122,27 @@ static void test_schema_race(void) {
   /* A current schema is only read: an open does not queue behind another holding the schema
    * lock (as every `mend start` would behind the others). */
   PGconn *holder = raw();
-  PQclear(PQexec(holder, "SELECT pg_advisory_lock(x'4d454e44'::int)"));
+  PQclear(PQexec(holder, "SELECT pg_advisory_lock(x'4d454e44'::int, hashtext(current_schema()))"));
   pthread_t u;
   pthread_create(&u, NULL, open_flagged, NULL);
   for (int i = 0; i < 500 && atomic_load(&opened) < 0; i++) sleep_s(0.01);
   CHECK_EQ_INT(atomic_load(&opened), 1);
-  PQclear(PQexec(holder, "SELECT pg_advisory_unlock(x'4d454e44'::int)"));
+  PQclear(PQexec(holder, "SELECT pg_advisory_unlock_all()"));
   pthread_join(u, NULL);
+  drop_case();
+  /* The schema made in a database where another mend makes its own (a test each, a tenant
+   * each) does not wait for it: the lock is the schema's, not the database's (the key an
+   * older mend took for any schema held here). */
+  new_case();
+  PQfinish(holder);
+  holder = raw();
+  PQclear(PQexec(holder, "SELECT pg_advisory_lock(x'4d454e44'::int)"));
+  atomic_store(&opened, -1);
+  pthread_create(&u, NULL, open_flagged, NULL);   /* waiting, it would fail after 5 s */
+  pthread_join(u, NULL);
+  CHECK_EQ_INT(atomic_load(&opened), 1);
+  CHECK_EQ_INT(count("SELECT value::int FROM meta WHERE key = 'schema_version'"),
+               MEND_PG_SCHEMA_VERSION);
   PQfinish(holder);
   drop_case();
 }

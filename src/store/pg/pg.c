@@ -161,14 +161,15 @@ static void name_server(char *server, int len, PGconn *c) {
  * make a clock in use jitter). */
 #define CLOCK_SLACK 0.5
 
-int mend__pg_server_clock(mend_pg *p, PGconn *c) {
-  double before = mend_host_now();
-  PGresult *r = PQexec(c, "SELECT extract(epoch FROM clock_timestamp())::float8,"
-                          " (SELECT setting FROM pg_settings WHERE name = 'deadlock_timeout')");
-  double after = mend_host_now();
+/* current_setting, not the pg_settings view, which builds every setting's row (ms a read) */
+#define CLOCK_SQL "SELECT extract(epoch FROM clock_timestamp())::float8," \
+                  " (extract(epoch FROM current_setting('deadlock_timeout')::interval)" \
+                  " * 1000)::bigint"
+
+/* CLOCK_SQL's answer r, sent at before and answered at after (mend_host_now). */
+static int take_clock(mend_pg *p, PGconn *c, PGresult *r, double before, double after) {
   if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
     mend__pg_fail(p, c, r, "read the server's clock");
-    PQclear(r);
     return -1;
   }
   double server = strtod(PQgetvalue(r, 0, 0), NULL);
@@ -178,7 +179,6 @@ int mend__pg_server_clock(mend_pg *p, PGconn *c) {
   long deadlock_ms = PQgetisnull(r, 0, 1) ? 0 : strtol(PQgetvalue(r, 0, 1), NULL, 10);
   p->write_wait_ms = deadlock_ms + 1000 > PG_WRITE_WAIT_MS && deadlock_ms < 600000
                      ? (int)deadlock_ms + 1000 : PG_WRITE_WAIT_MS;
-  PQclear(r);
   double offset = server - (before + after) / 2;
   if (offset < CLOCK_SLACK && offset > -CLOCK_SLACK) offset = 0;
   double now = mend_real_clock_offset_now();
@@ -186,17 +186,10 @@ int mend__pg_server_clock(mend_pg *p, PGconn *c) {
   return 0;
 }
 
-static int setup(PGconn *c, const char *sql, const char *what, char *err, int errlen,
-                 const char *server) {
-  PGresult *r = PQexec(c, sql);
-  int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-  if (!ok) mend__pg_fail_to(err, errlen, server, c, r, what);
-  PQclear(r);
-  return ok ? 0 : -1;
-}
-
-int mend__pg_connect_at(mend_pg *p, const pg_at *at, char *err, int errlen, char *server,
-                        int serverlen, PGconn **out) {
+/* clock: the connection that writes (mend__pg_connect), whose session's set-up also reads the
+ * server's clock (take_clock), in the same round trip. */
+static int connect_to(mend_pg *p, const pg_at *at, char *err, int errlen, char *server,
+                      int serverlen, PGconn **out, int clock) {
   /* Earlier keywords are defaults the URI overrides; the later ones override the URI. */
   const char *keys[] = {"connect_timeout", "fallback_application_name", "dbname", "host", "port",
                         "hostaddr", NULL};
@@ -230,12 +223,19 @@ int mend__pg_connect_at(mend_pg *p, const pg_at *at, char *err, int errlen, char
     PQfinish(c);
     return -1;
   }
-  const char *commit = p->sync_commit ? "SET synchronous_commit = on"
-                                      : "SET synchronous_commit = off";
-  if (setup(c, commit, "set synchronous_commit", err, errlen, server) != 0 ||
-      setup(c, "SET client_min_messages = warning", "set client_min_messages", err, errlen,
-            server) != 0 ||
-      setup(c, mend__pg_session_sql, "set the timeouts", err, errlen, server) != 0) {
+  /* One round trip: every command opens a connection, and each costs one. */
+  char session[600];
+  snprintf(session, sizeof session, "SET synchronous_commit = %s;"
+           " SET client_min_messages = warning; %s%s", p->sync_commit ? "on" : "off",
+           mend__pg_session_sql, clock ? "; " CLOCK_SQL : "");
+  double before = mend_host_now();
+  PGresult *r = PQexec(c, session);
+  double after = mend_host_now();
+  int ok = PQresultStatus(r) == (clock ? PGRES_TUPLES_OK : PGRES_COMMAND_OK);
+  if (!ok) mend__pg_fail_to(err, errlen, server, c, r, "set up the session");
+  else if (clock) ok = take_clock(p, c, r, before, after) == 0;
+  PQclear(r);
+  if (!ok) {
     PQfinish(c);
     return -1;
   }
@@ -243,8 +243,13 @@ int mend__pg_connect_at(mend_pg *p, const pg_at *at, char *err, int errlen, char
   return 0;
 }
 
+int mend__pg_connect_at(mend_pg *p, const pg_at *at, char *err, int errlen, char *server,
+                        int serverlen, PGconn **out) {
+  return connect_to(p, at, err, errlen, server, serverlen, out, 0);
+}
+
 int mend__pg_connect(mend_pg *p, PGconn **out) {
-  return mend__pg_connect_at(p, NULL, p->err, sizeof p->err, p->server, sizeof p->server, out);
+  return connect_to(p, NULL, p->err, sizeof p->err, p->server, sizeof p->server, out, 1);
 }
 
 /* Where conn reached, for the side connections to go to the same server: a connection string
@@ -319,9 +324,8 @@ static int open_schema(mend_pg *p) {
   double started = mend__pg_mono();
   for (;;) {
     p->lock_met = 0;
-    int rc = mend__pg_exec(p, p->conn, "SET lock_timeout = " PG_TEXT_OF(PG_OPEN_TRY_MS),
-                           "open") == 0 ? 0 : -1;
-    if (rc == 0 && mend__pg_schema(p) != 0) {
+    int rc = 0;
+    if (mend__pg_schema(p) != 0) {
       rc = -1;
       if (p->lock_met) {
         char holder[300];
@@ -330,8 +334,7 @@ static int open_schema(mend_pg *p) {
         rc = MEND_STORE_BUSY;
       }
     }
-    if (rc == 0 && mend__pg_exec(p, p->conn, "SET lock_timeout = 0", "open") != 0) rc = -1;
-    if (rc == 0) rc = mend__pg_prepare(p, p->conn, 1);
+    if (rc == 0) rc = mend__pg_prepare(p, p->conn, 1);   /* sets lock_timeout back to none */
     if (rc != MEND_STORE_BUSY) return rc;
     double waited = mend__pg_mono() - started;
     if (waited * 1000 + OPEN_PAUSE_MS + PG_OPEN_TRY_MS > PG_BUSY_MS) {
@@ -370,7 +373,7 @@ mend_store *mend__pg_open_ex(const char *uri, mend_durability d, int *none, char
     mend__pg_watch(p);
     mend__pg_note_writer_host(p, p->conn);
   }
-  if (!p->conn || mend__pg_server_clock(p, p->conn) != 0 || open_schema(p) != 0 ||
+  if (!p->conn || open_schema(p) != 0 ||
       mend__pg_wake_init(p) != 0) {
     mend__pg_msg(err, errlen, "%s", p->err);
     if (none) *none = p->no_schema;

@@ -467,9 +467,8 @@ done:
  * MEND_STORE_BUSY then: the server is there, so no use trying again at once. */
 static int reopen(mend_pg *p) {
   PGconn *c;
-  if (mend__pg_connect(p, &c) != 0) return -1;
-  int rc = mend__pg_server_clock(p, c);
-  if (rc == 0) rc = mend__pg_prepare(p, c, 1);
+  if (mend__pg_connect(p, &c) != 0) return -1;   /* the server's clock read with it */
+  int rc = mend__pg_prepare(p, c, 1);
   if (rc != 0) {
     PQfinish(c);
     return rc == MEND_STORE_BUSY ? rc : -1;

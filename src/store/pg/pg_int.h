@@ -128,6 +128,10 @@ typedef struct mend_pg {
   int schema_version;
   int must_exist;   /* opened only if mend's schema is there (mend_store_open_existing) */
   int no_schema;    /* ... and it was not */
+  char schema_name[64];  /* current_schema() as the schema was read: the wake-up channel's */
+  /* The sandbox mark as the schema was read at open (meta.sandbox): the engine's open asks for
+   * it next, and this answer is as fresh as a read then (pg_mark.c). mark_read: 1 until used. */
+  int mark_read, mark_on;
   int sync_commit;             /* 1: synchronous_commit stays on (MEND_DURABILITY_FULL) */
   char *worker;                /* names the history rows this store writes */
   /* fence (pg_lease.c) */
@@ -152,7 +156,7 @@ typedef struct mend_pg {
   int busy_ms;                 /* how long a repair's look waits for a row (set_busy_wait) */
   int tx_conflict;             /* the server rolled the open batch back (a deadlock): SQLSTATE 40 */
   int write_wait_ms;           /* a writer's try's bound: PG_WRITE_WAIT_MS, or longer than the
-                                  server's deadlock_timeout (pg.c's server_clock) */
+                                  server's deadlock_timeout (pg.c's take_clock) */
   int lock_met;                /* the last failure (mend__pg_fail) met a lock_timeout: 55P03 */
   /* A try of a batch met another session's lock past its bound (pg_wait.c): SQLSTATE 55P03,
    * and the server's context of it (which row). */
@@ -245,6 +249,8 @@ PGresult *mend__pg_run(mend_pg *p, int q, const char *sql, int n, const char *co
                        const char *what);
 /* A one-off statement outside any batch on a connection: 0 or -1 (err). */
 int mend__pg_exec(mend_pg *p, PGconn *c, const char *sql, const char *what);
+/* The connection that writes, to where the URI says (err, server): its session set up and the
+ * engine's clock set to the server's when this host's is far from it (timers.h). */
 int mend__pg_connect(mend_pg *p, PGconn **out);
 /* A connection to at (NULL: where the URI says), its failure told in err and the server it
  * reached named in server (not p's): 0, or -1. */
@@ -253,8 +259,6 @@ int mend__pg_connect_at(mend_pg *p, const pg_at *at, char *err, int errlen, char
 /* Where conn reached, kept for the side connections (any thread); and read: 1 if known. */
 void mend__pg_note_writer_host(mend_pg *p, PGconn *c);
 int mend__pg_writer_host(mend_pg *p, pg_at *at);
-/* The engine's clock set to the server's when this host's is far from it (timers.h). */
-int mend__pg_server_clock(mend_pg *p, PGconn *c);
 /* pg_aux.c */
 /* aux ready for a blocking read: opened if need be (at most once a backoff while it fails), a
  * look in flight taken off the wire first: 0, or -1. */

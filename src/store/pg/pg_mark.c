@@ -6,7 +6,9 @@
  * standby, lagging or read-only). Called as an engine opens and as one loads a workflow's text
  * from the store, just after a read that waited for the writer (p->err is free). A read goes
  * on the side connection of committed reads when it is there (pg_aux.c: the same server), so
- * that loading many stored versions logs in no session each. Must never: set the mark off but
+ * that loading many stored versions logs in no session each; the first read, the engine's as it
+ * opens, is the one made with the schema's read a moment before on the writer's connection
+ * (pg_schema.c), so that an open logs in one session, not two. Must never: set the mark off but
  * for the host's `mend db trust` (set -1); run on the step path; leave a connection of its own
  * open.
  */
@@ -26,6 +28,9 @@ static int read_on_aux(mend_pg *p) {
 
 int mend__pg_sandbox_mark(mend_store *s, int set) {
   mend_pg *p = PG(s);
+  int read_at_open = p->mark_read;
+  p->mark_read = 0;   /* once: a later read is of a mark another process may have set since */
+  if (!set && read_at_open) return p->mark_on;
   if (!set) {
     int on = read_on_aux(p);
     if (on >= 0) return on;

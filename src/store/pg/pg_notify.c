@@ -32,15 +32,8 @@ int mend__pg_wake_init(mend_pg *p) {
     mend__pg_msg(p->err, sizeof p->err, "%s: out of memory", p->server);
     return -1;
   }
-  PGresult *r = PQexec(p->conn, "SELECT current_schema()");
-  if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1 || PQgetisnull(r, 0, 0)) {
-    mend__pg_fail(p, p->conn, r, "name the wake-up channel");
-    PQclear(r);
-    free(w);
-    return -1;
-  }
-  snprintf(w->channel, sizeof w->channel, "mend_%s", PQgetvalue(r, 0, 0));
-  PQclear(r);
+  /* the name read with the schema at open (pg_schema.c): no round trip of its own */
+  snprintf(w->channel, sizeof w->channel, "mend_%.58s", p->schema_name);
   snprintf(w->tag, sizeof w->tag, "%ld.%p", (long)getpid(), (void *)p);
   p->wake = w;
   return 0;

@@ -487,8 +487,12 @@ const char *const mend__pg_migrations[MEND_PG_SCHEMA_VERSION] = {
   "ALTER TABLE inbox ADD COLUMN IF NOT EXISTS who TEXT;",
 };
 
-/* The advisory lock that makes creating and upgrading the schema one worker's at a time
- * ("mend" in ASCII). */
+/* The advisory lock that makes creating and upgrading a schema one worker's at a time ("mend"
+ * in ASCII), one a schema (two keys: the name's hash the second): mends creating schemas of
+ * their own in one database (a test each, a tenant each) do not wait for each other's DDL. A
+ * mend before this one took the first key alone, which this one does not meet: the two
+ * creating one schema at the same moment would meet on its tables' locks instead, and one
+ * open fail (nothing half made: the DDL is one transaction). */
 #define SCHEMA_LOCK "4d454e44"
 
 static PGresult *one(mend_pg *p, const char *sql, const char *what) {
@@ -516,6 +520,7 @@ static int schema_state(mend_pg *p, int *version) {
                  p->server);
     return -1;
   }
+  snprintf(p->schema_name, sizeof p->schema_name, "%s", PQgetvalue(r, 0, 0));
   int has_meta = strcmp(PQgetvalue(r, 0, 1), "t") == 0;
   long tables = atol(PQgetvalue(r, 0, 2));
   PQclear(r);
@@ -558,12 +563,52 @@ static int schema_state(mend_pg *p, int *version) {
   return 0;
 }
 
+/* The usual open's one round trip: lock_timeout bounded for the open (PG_OPEN_TRY_MS), and a
+ * schema that is current read in one statement (one snapshot: no transaction needed) with
+ * what the open wants of it besides, the schema's name (the wake-up channel's, pg_notify.c)
+ * and the sandbox mark (pg_mark.c). 1: current, all read; 0: anything else (no meta table, not
+ * mend's, older, newer), for the transaction after to read again, and say or do what it must
+ * (the SET went with the failed statement: it is sent again); -1: failed on a lock or a lost
+ * connection, as the transaction would have. */
+#define OPEN_BOUND "SET lock_timeout = " PG_TEXT_OF(PG_OPEN_TRY_MS)
+
+static int schema_current(mend_pg *p) {
+  PGresult *r = PQexec(p->conn, OPEN_BOUND "; SELECT current_schema(),"
+                       " (SELECT value FROM meta WHERE key = 'application'),"
+                       " (SELECT value FROM meta WHERE key = 'schema_version'),"
+                       " (SELECT value FROM meta WHERE key = 'sandbox')");
+  if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+    int fatal = mend__pg_lock_timed_out(r) || PQstatus(p->conn) != CONNECTION_OK;
+    if (fatal) mend__pg_fail(p, p->conn, r, "read schema");
+    PQclear(r);
+    return fatal ? -1 : 0;
+  }
+  char want[16];
+  snprintf(want, sizeof want, "%d", MEND_PG_SCHEMA_VERSION);
+  const char *app = PG_TEXT(r, 0, 1), *v = PG_TEXT(r, 0, 2), *mark = PG_TEXT(r, 0, 3);
+  int current = PQntuples(r) == 1 && !PQgetisnull(r, 0, 0) && app && strcmp(app, "mend") == 0 &&
+                v && strcmp(v, want) == 0;
+  if (current) {
+    snprintf(p->schema_name, sizeof p->schema_name, "%s", PQgetvalue(r, 0, 0));
+    p->mark_read = 1;
+    p->mark_on = mark && strcmp(mark, "on") == 0;
+    p->schema_version = MEND_PG_SCHEMA_VERSION;
+  }
+  PQclear(r);
+  return current;
+}
+
 /* A schema that is current is only read: every open (each `mend start`, each command) would
  * otherwise queue on the lock behind the others. Only creating or upgrading takes the lock, and
- * reads again under it (READ COMMITTED: what a migration that held it committed is seen). */
+ * reads again under it (READ COMMITTED: what a migration that held it committed is seen).
+ * Leaves lock_timeout at the open's bound: the prepare after sets it back (pg.c). */
 int mend__pg_schema(mend_pg *p) {
   int version;
-  if (mend__pg_exec(p, p->conn, "BEGIN", "create schema") != 0) return -1;
+  int current = schema_current(p);
+  if (current != 0) return current > 0 ? 0 : -1;
+  if (mend__pg_exec(p, p->conn, OPEN_BOUND, "open") != 0 ||
+      mend__pg_exec(p, p->conn, "BEGIN", "create schema") != 0)
+    return -1;
   if (schema_state(p, &version) != 0) goto fail;
   if (version == 0 && p->must_exist) {
     mend__pg_msg(p->err, sizeof p->err, "%s: no mend database there (no mend schema)", p->server);
@@ -571,19 +616,38 @@ int mend__pg_schema(mend_pg *p) {
     goto fail;
   }
   if (version < MEND_PG_SCHEMA_VERSION) {
-    if (mend__pg_exec(p, p->conn, "SELECT pg_advisory_xact_lock(x'" SCHEMA_LOCK "'::int)",
+    if (mend__pg_exec(p, p->conn, "SELECT pg_advisory_xact_lock(x'" SCHEMA_LOCK "'::int,"
+                      " hashtext(current_schema()))",
                       "wait for another mend creating the schema") != 0 ||
         schema_state(p, &version) != 0)
       goto fail;
   }
-  for (int v = version; v < MEND_PG_SCHEMA_VERSION; v++)
-    if (mend__pg_exec(p, p->conn, mend__pg_migrations[v], "create schema") != 0) goto fail;
   if (version < MEND_PG_SCHEMA_VERSION) {
-    char sql[300];
-    snprintf(sql, sizeof sql,
+    /* every migration due, the version, and the sandbox mark read back (pg_mark.c: the engine
+     * asks for it next) in one round trip: a fresh schema has ten migrations */
+    size_t len = 400;
+    for (int v = version; v < MEND_PG_SCHEMA_VERSION; v++)
+      len += strlen(mend__pg_migrations[v]) + 1;
+    char *sql = malloc(len);
+    if (!sql) {
+      mend__pg_msg(p->err, sizeof p->err, "%s: create schema: out of memory", p->server);
+      goto fail;
+    }
+    size_t at = 0;
+    for (int v = version; v < MEND_PG_SCHEMA_VERSION; v++)
+      at += (size_t)snprintf(sql + at, len - at, "%s;", mend__pg_migrations[v]);
+    snprintf(sql + at, len - at,
              "INSERT INTO meta(key, value) VALUES ('application', 'mend'), ('schema_version', '%d')"
-             " ON CONFLICT (key) DO UPDATE SET value = excluded.value", MEND_PG_SCHEMA_VERSION);
-    if (mend__pg_exec(p, p->conn, sql, "write schema version") != 0) goto fail;
+             " ON CONFLICT (key) DO UPDATE SET value = excluded.value;"
+             " SELECT value FROM meta WHERE key = 'sandbox'", MEND_PG_SCHEMA_VERSION);
+    PGresult *r = PQexec(p->conn, sql);
+    free(sql);
+    int ok = PQresultStatus(r) == PGRES_TUPLES_OK;
+    if (!ok) mend__pg_fail(p, p->conn, r, "create schema");
+    p->mark_read = ok;
+    p->mark_on = ok && PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), "on") == 0;
+    PQclear(r);
+    if (!ok) goto fail;
   }
   if (mend__pg_exec(p, p->conn, "COMMIT", "create schema") != 0) goto fail;
   p->schema_version = MEND_PG_SCHEMA_VERSION;
@@ -601,22 +665,27 @@ fail:
  * Bounded (the store's opening, which the opener tries again: pg.c) to PG_OPEN_TRY_MS:
  * MEND_STORE_BUSY then, err naming the table and the session. Bounded also as a lost
  * connection opens again (pg_batch.c) and as the side connection opens (pg_aux.c): either may
- * be on the loop's thread, which must not wait as long as a lock lasts. */
+ * be on the loop's thread, which must not wait as long as a lock lasts. The bound is set and
+ * set back in the same pipeline: the prepare is one round trip. */
 int mend__pg_prepare_to(PGconn *c, char *err, int errlen, const char *server, int bounded) {
-  if (bounded) PQclear(PQexec(c, "SET lock_timeout = " PG_TEXT_OF(PG_OPEN_TRY_MS)));
   int ok = PQenterPipelineMode(c);
+  if (ok && bounded)
+    ok = PQsendQueryParams(c, OPEN_BOUND, 0, NULL, NULL, NULL, NULL, 0);
   for (int i = 0; ok && i < P__COUNT; i++) {
     char name[16];
     snprintf(name, sizeof name, "m%d", i);
     ok = PQsendPrepare(c, name, mend__pg_sql[i], 0, NULL);
   }
+  if (ok && bounded)
+    ok = PQsendQueryParams(c, "SET lock_timeout = 0", 0, NULL, NULL, NULL, NULL, 0);
   if (!ok || !PQpipelineSync(c)) {
     mend__pg_fail_to(err, errlen, server, c, NULL, "prepare statements");
     PQexitPipelineMode(c);
     return -1;
   }
   int failed = 0, locked = 0;
-  for (int i = 0; i < P__COUNT; i++) {
+  /* results: the bound's SET, the statements (i from 0), the SET back */
+  for (int i = bounded ? -1 : 0; i < P__COUNT + (bounded ? 1 : 0); i++) {
     PGresult *r = PQgetResult(c);
     if (!r) {
       if (!failed) mend__pg_fail_to(err, errlen, server, c, NULL, "prepare statements");
@@ -625,7 +694,8 @@ int mend__pg_prepare_to(PGconn *c, char *err, int errlen, const char *server, in
     }
     if (PQresultStatus(r) != PGRES_COMMAND_OK && !failed) {
       char what[40];
-      snprintf(what, sizeof what, "prepare statement %d", i);
+      if (i < 0 || i == P__COUNT) snprintf(what, sizeof what, "set lock_timeout");
+      else snprintf(what, sizeof what, "prepare statement %d", i);
       mend__pg_fail_to(err, errlen, server, c, r, what);
       failed = 1;
       locked = mend__pg_lock_timed_out(r);
@@ -640,7 +710,8 @@ int mend__pg_prepare_to(PGconn *c, char *err, int errlen, const char *server, in
     if (st == PGRES_PIPELINE_SYNC) break;
   }
   PQexitPipelineMode(c);
-  if (bounded) PQclear(PQexec(c, "SET lock_timeout = 0"));
+  /* a failure undid the pipeline's SETs, the open's SET before them too */
+  if (bounded && failed) PQclear(PQexec(c, "SET lock_timeout = 0"));
   if (locked) {
     PQclear(PQexec(c, "DEALLOCATE ALL"));   /* those prepared before it: all again next try */
     char holder[300];
