@@ -106,6 +106,48 @@ describe("a worker's take of a run", function()
     assert.is_truthy(a and b and a < b, out)
   end)
 
+  -- A run its own engine started is held from its first row (runs.owner), before its first
+  -- step's row is written: given back then, or its process dead, another process held it.
+  it("is `recovered` when its starter gave it back before its first step", function()
+    local dir = H.tmp_dir()
+    local file = H.write_file(dir, "taken.lua", TAKEN)
+    local eng, db = H.new_engine()
+    eng:load(file)
+    local id = eng:start("taken", {})
+    H.close(eng)
+    local w = take(db, file)
+    local t = takes(w, id)
+    assert.are.same({ "recovered" }, { t[1] and t[1][1] })
+  end)
+
+  it("is `recovered` when its starter died holding it before its first step", function()
+    local dir = H.tmp_dir()
+    local file = H.write_file(dir, "taken.lua", TAKEN)
+    local db = H.new_db()
+    -- the start is made durable by the next one's commit; the process then dies, holding it
+    local script = H.write_file(dir, "starter.lua", ([[
+local mend = require "mend"
+local eng = mend.engine { db = %q, lease = 1 }
+eng:load(%q)
+local id = eng:start("taken", {})
+eng:start("taken", {}, { detached = true })
+io.write(id)
+os.exit(0, false)
+]]):format(db, file))
+    local p = assert(io.popen("lua5.4 " .. H.quote(script)))
+    local out = p:read("a")
+    p:close()
+    local id = out:match("^(%S+)")
+    assert.is_truthy(id, out)
+    local held = H.sql(db, ("SELECT count(*) FROM runs WHERE id = '%s' AND owner IS NOT NULL")
+      :format(id))
+    assert.are.same({ "1" }, held)   -- its starter's, which is gone
+    local w = H.reopen(db, { clock = "real" })
+    w:load(file)
+    H.wait_for("its run to be taken", function() w:recover(); return #takes(w, id) > 0 end, 20)
+    assert.are.same({ "recovered" }, { takes(w, id)[1][1] })
+  end)
+
   it("reads a file of schema 20 as before, and records its claims there as codes #sqlite",
      function()
     local dir = H.tmp_dir()
