@@ -107,8 +107,9 @@ describe("a worker's take of a run", function()
   end)
 
   -- A run its own engine started is held from its first row (runs.owner), before its first
-  -- step's row is written: given back then, or its process dead, another process held it.
-  it("is `recovered` when its starter gave it back before its first step", function()
+  -- step's row is written: given back then, or its process dead, nothing of it was begun, and
+  -- its first take is a claim, not a recovery.
+  it("is `claimed` when its starter gave it back before its first step", function()
     local dir = H.tmp_dir()
     local file = H.write_file(dir, "taken.lua", TAKEN)
     local eng, db = H.new_engine()
@@ -117,10 +118,10 @@ describe("a worker's take of a run", function()
     H.close(eng)
     local w = take(db, file)
     local t = takes(w, id)
-    assert.are.same({ "recovered" }, { t[1] and t[1][1] })
+    assert.are.same({ "claimed" }, { t[1] and t[1][1] })
   end)
 
-  it("is `recovered` when its starter died holding it before its first step", function()
+  it("is `claimed` when its starter died holding it before its first step", function()
     local dir = H.tmp_dir()
     local file = H.write_file(dir, "taken.lua", TAKEN)
     local db = H.new_db()
@@ -145,7 +146,7 @@ os.exit(0, false)
     local w = H.reopen(db, { clock = "real" })
     w:load(file)
     H.wait_for("its run to be taken", function() w:recover(); return #takes(w, id) > 0 end, 20)
-    assert.are.same({ "recovered" }, { takes(w, id)[1][1] })
+    assert.are.same({ "claimed" }, { takes(w, id)[1][1] })
   end)
 
   it("reads a file of schema 20 as before, and records its claims there as codes #sqlite",

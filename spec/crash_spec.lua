@@ -118,7 +118,8 @@ describe("a worker stopped past its lease", function()
     end
     -- A stop that lands inside a transaction holds SQLite's one write lock: the second worker
     -- can take nothing until the first goes on. Then let it go on a moment and stop it again.
-    local b, taken = nil, 0   -- runs taken a second time (recovered, after their claim): by the second worker
+    -- runs taken a second time (recovered, after their claim): by the second worker
+    local b, taken = nil, 0
     for _ = 1, 6 do
       sh("kill -STOP " .. a)
       sleep(0.8)   -- its 0.5 s leases run out

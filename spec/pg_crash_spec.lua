@@ -270,7 +270,8 @@ local function two_apart(db, a_env, a_secs, b_env, b_secs, server_secs)
   for _, id in ipairs(ids) do
     local claimed = H.events(client, id, { event = "claimed" })
     local recovered = H.events(client, id, { event = "recovered" })
-    assert.are.equal(1, #claimed + #recovered, "run " .. id .. " taken " .. #claimed + #recovered .. " times")
+    local taken = #claimed + #recovered
+    assert.are.equal(1, taken, "run " .. id .. " taken " .. taken .. " times")
     assert.are.equal(1, #claimed, "run " .. id .. " not claimed first")
     by[claimed[1].worker] = (by[claimed[1].worker] or 0) + 1
   end

@@ -87,11 +87,13 @@ void mend__step_from_image(step_rt *st, const mend_step_image *si) {
   st->compensate_self = st->status == MEND_STEP_FAILED && st->err_kind == MEND_ERR_COMPENSABLE;
 }
 
-/* Has no process held the run yet? Its history then has only what its start wrote and what
+/* Has no process begun the run yet? Its history then has only what its start wrote and what
  * people and workers that did not take it wrote (a cancel asked for, an alert that its version
- * cannot be loaded): no `claimed` or `recovered` row, no row of a step. A process that starts
- * a run and holds it records its first step's row with the start (run.c). Any other row, of a
- * kind this mend does not know too, says that someone held it: taking it again is a recovery. */
+ * cannot be loaded): no `claimed` or `recovered` row, no row of a step. A process that started
+ * a run and held it may have given it back, or died, before its first step's row was written
+ * (a held start commits with whatever commits next): nothing of the run was begun then, and
+ * its first take is a claim too. Any other row, of a kind this mend does not know too, says
+ * that someone began it: taking it again is a recovery. */
 static int never_held(const mend_run_image *img) {
   for (int k = 0; k < img->nhistory; k++) {
     const mend_history_image *row = &img->history[k];
