@@ -44,10 +44,14 @@ function M.new()
     write(server.log_path, "")
   end
 
-  -- The requests the server saw.
+  -- The requests the server saw. A line the server is still writing (no newline yet: a read
+  -- of a file can see part of a write) is left for the next call.
   function server.seen()
+    local f = assert(io.open(server.log_path, "rb"))
+    local text = f:read("a")
+    f:close()
     local out = {}
-    for line in io.lines(server.log_path) do out[#out + 1] = mend.json.decode(line) end
+    for line in text:gmatch("([^\n]*)\n") do out[#out + 1] = mend.json.decode(line) end
     return out
   end
 
