@@ -163,6 +163,18 @@ local function reset(s)
   s.origins = {}
 end
 
+-- The page of the current window left for about:blank (its timers and requests end with it),
+-- its origin noted for reset() to clear.
+local function quiet(s)
+  local a = batch(s, { { "POST", "/alert/dismiss", {} },
+                       { "POST", "/execute/sync", '{"script":"return location.origin","args":[]}' },
+                       { "POST", "/url", { url = "about:blank" } } })
+  local origin = a[2] and a[2].value
+  if type(origin) == "string" and origin:match("^https?://") then s.origins[origin] = true end
+  assert(a[3] and not (type(a[3].value) == "table" and a[3].value.error),
+         "browser quiet: about:blank")
+end
+
 local procs, sessions = {}, {}
 -- The file's browser: { session, pid (its driver's), dir (its profile and log), used (handed
 -- to a test since its last reset) }, or nil until a test browses.
@@ -271,13 +283,13 @@ function M.stop(pid)
   end
 end
 
--- Leaves the file's browser clean (a browser that cannot be is ended, for the next test to
--- start anew), ends the test's own sessions and stops every process it started, newest first.
+-- Quiets the file's browser (its page left for a blank one; a browser that cannot be is ended),
+-- ends the test's own sessions and stops every process it started, newest first. The browser
+-- is made clean when next handed out: a file's last test costs no reset.
 function M.stop_all()
-  -- First, so that no page of the test still asks its servers for anything as they stop.
-  if shared and shared.used then
-    if pcall(reset, shared.session) then shared.used = false else M.stop_browser() end
-  end
+  -- First, so that no page of the test still asks its servers for anything as they stop (or
+  -- asks the next test's server, on a port used again).
+  if shared and shared.used and not pcall(quiet, shared.session) then M.stop_browser() end
   for i = #sessions, 1, -1 do pcall(sessions[i].close) sessions[i] = nil end
   for i = #procs, 1, -1 do
     os.execute("kill -TERM " .. procs[i] .. " 2>/dev/null")
