@@ -71,6 +71,7 @@ return function(o)
              render_ms_min = ms(times[1]), render_ms_max = ms(times[#times]), repeats = #times }
   end)
   B.stop_all()
+  B.stop_browser()
   os.execute("rm -rf " .. H.quote(dir))
   if not ok then error(r, 0) end
   return r

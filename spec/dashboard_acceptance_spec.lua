@@ -61,6 +61,7 @@ local function run_of(base, id) return http_json("GET", base .. "/api/v1/runs/" 
 
 describe("the dashboard, as its docs say, in chromium", function()
   after_each(function() B.stop_all() H.cleanup() end)
+  teardown(function() B.stop_browser() end)
 
   it("shows runs in every state, their pages and timelines, and hostile text as text", function()
     local dir, db = workspace()

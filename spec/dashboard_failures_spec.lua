@@ -33,6 +33,7 @@ local function run_of(base, id) return http_json("GET", base .. "/api/v1/runs/" 
 
 describe("the dashboard when the server is slow, gone or refuses, in chromium", function()
   after_each(function() P.release() B.stop_all() H.cleanup() end)
+  teardown(function() B.stop_browser() end)
   local it_pg = H.PG and it or pending
   -- #sqlite: a late answer, a bad link, a 503 and a stopped server are the page's doing or the
   -- server's, whatever store it reads; a refusal of PostgreSQL's own is it_pg's below.

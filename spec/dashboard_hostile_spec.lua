@@ -39,6 +39,7 @@ local DRAWN_OR_SAID = [[
 
 describe("the dashboard against hostile answers, in chromium", function()
   after_each(function() B.stop_all() H.cleanup() end)
+  teardown(function() B.stop_browser() end)
 
   -- #sqlite: the page's own doing with what it is answered (a Link made in the page, text it
   -- is given), whatever store the server reads; the queue of 10,000 is read on both stores.

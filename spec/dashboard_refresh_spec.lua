@@ -18,6 +18,7 @@ local function run_of(base, id) return http_json("GET", base .. "/api/v1/runs/" 
 -- server reads; the PostgreSQL store's answers to the page are in the other dashboard specs.
 describe("the dashboard's refreshes, in chromium #sqlite", function()
   after_each(function() B.stop_all() H.cleanup() end)
+  teardown(function() B.stop_browser() end)
 
   it("keeps the page a person went to, and its refresh, when a click's answer comes after", function()
     local dir, db = workspace()

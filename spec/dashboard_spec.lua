@@ -38,6 +38,7 @@ return { name = "saga", retry = { max_attempts = 6, initial = 0.5, multiplier = 
 
 describe("the dashboard in chromium", function()
   after_each(function() B.stop_all() H.cleanup() end)
+  teardown(function() B.stop_browser() end)
 
   it("draws a run's timeline and carries a dead letter on when Retry is clicked", function()
     assert(io.open(B.CHROMIUM) and io.open(B.CHROMEDRIVER),
@@ -232,5 +233,44 @@ return { name = "dead", compensate_retry = { max_attempts = 1 }, steps = {
       if b.key == "agency" then state = b.state end
     end
     assert.are.equal("open", state)
+  end)
+
+  -- One browser serves the file's tests (spec/support/browser.lua): what a test leaves in it must
+  -- be gone for the next, on the same origin (the same port) as the one that left it.
+  describe("the browser a dashboard test is handed", function()
+    local port
+
+    it("may be left with storage, cookies, windows, a timer, a dialog and another size", function()
+      local dir, db = B.workspace { ["dead.lua"] = B.DEAD }
+      local base, session = B.serve_and_browse(dir, db)
+      port = base:match(":(%d+)$")
+      session.go(base .. "/#/runs")
+      session.call("POST", "/window/rect", { width = 700, height = 500 })
+      session.js([[
+        localStorage.setItem('left', 'x'); sessionStorage.setItem('left', 'x');
+        document.cookie = 'left=x; max-age=3600';
+        window.open(location.href);
+        setInterval(function () { localStorage.setItem('late', 'x'); }, 20);
+        setTimeout(function () { alert('left open'); }, 0);]])
+      H.wait_for("the dialog", function()
+        return B.http_json("GET", session.base .. "/alert/text").value == "left open"
+      end, 10)
+    end)
+
+    it("has none of what the test before left", function()
+      assert(port, "the test before did not run")
+      H.wait_for("the server before gone", function()
+        return B.http_json("GET", "http://127.0.0.1:" .. port .. "/api/v1/runs") == nil
+      end, 10)
+      local dir, db = B.workspace { ["dead.lua"] = B.DEAD }
+      local base, session = B.serve_and_browse(dir, db, "--listen 127.0.0.1:" .. port)
+      session.go(base .. "/#/runs")
+      os.execute("sleep 0.2")
+      local r = session.call("GET", "/window/rect")
+      assert.are.equal("0 0  1 1400x1000", table.concat({
+        session.js("return localStorage.length"), session.js("return sessionStorage.length"),
+        session.js("return document.cookie"), #session.call("GET", "/window/handles"),
+        r.width .. "x" .. r.height }, " "))
+    end)
   end)
 end)

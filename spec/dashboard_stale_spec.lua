@@ -11,6 +11,7 @@ local function workspace() return B.workspace { ["dead.lua"] = B.DEAD } end
 -- server reads; the PostgreSQL store's answers to the page are in the other dashboard specs.
 describe("the dashboard after a stale view or a lost answer, in chromium #sqlite", function()
   after_each(function() B.stop_all() H.cleanup() end)
+  teardown(function() B.stop_browser() end)
 
   it("goes to the run a person retried, after they came back to a queue that had not changed, "
      .. "or when a refresh was given up while the retry waited", function()

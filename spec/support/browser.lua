@@ -1,13 +1,18 @@
 -- A headless chromium driven through chromedriver's WebDriver protocol (spoken with curl), and
 -- the `mend serve` it browses, for the specs of the dashboard that look at it as a user does.
--- It owns the processes it starts (the server, the driver, the workers a spec asks for) and
--- stops them in stop_all(), by their ids only. It must never decide what a spec asserts: it
--- opens pages, runs scripts in them and answers what they return.
+-- One driver and one browser serve a whole spec file: started on a test's first browse(),
+-- handed clean to each test after (one new tab; cookies, storage and cache of every origin
+-- cleared; dialogs dismissed; the window's size restored), and ended by stop_browser() in the
+-- file's teardown (or at exit). A test that needs a browser of its own asks browse(dir,
+-- { fresh = true }). It owns the processes it starts (the server, the drivers, the workers a
+-- spec asks for) and stops them by their ids only: a test's in stop_all(), the file's browser
+-- in stop_browser(). It must never decide what a spec asserts: it opens pages, runs scripts in
+-- them and answers what they return.
 --
 --   local B = require "spec.support.browser"
 --   local base, session = B.serve_and_browse(dir, db)
 --   session.go(base .. "/#/runs"); session.wait("rows", "return ...", 15)
---   after_each: B.stop_all()
+--   after_each: B.stop_all()      teardown: B.stop_browser()
 local H = require "spec.helper"
 local mend = require "mend"
 
@@ -16,6 +21,7 @@ local q, sh, json = H.quote, H.shell, mend.json
 
 M.CHROMIUM, M.CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 M.ARTIFACTS = os.getenv("MEND_ARTIFACT_DIR") or "build/artifacts"
+M.WIDTH, M.HEIGHT = 1400, 1000
 
 -- A request with curl: the decoded JSON answer (nil when it is not JSON) and the raw text.
 function M.http_json(method, url, body, headers)
@@ -39,18 +45,24 @@ local function webdriver(port, profile)
     binary = M.CHROMIUM,
     args = { "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             "--disable-dev-shm-usage", "--user-data-dir=" .. profile, "--window-size=1400,1000" } } } } }
+             "--disable-dev-shm-usage", "--user-data-dir=" .. profile,
+             "--window-size=" .. M.WIDTH .. "," .. M.HEIGHT } } } } }
   local created, raw = http_json("POST", base .. "/session", caps)
   local sid = created and created.value and created.value.sessionId
   assert(sid, "chromedriver made no session: " .. tostring(raw))
-  local s = { base = base .. "/session/" .. sid }
+  -- origins: every origin a test went to, whose storage the next test must not find
+  local s = { base = base .. "/session/" .. sid, origins = {} }
   function s.call(method, path, body)
     local v, text = http_json(method, s.base .. path, body)
     assert(v, "webdriver " .. path .. ": " .. tostring(text))
     assert(not (type(v.value) == "table" and v.value.error), "webdriver " .. path .. ": " .. tostring(text))
     return v.value
   end
-  function s.go(url) s.call("POST", "/url", { url = url }) end
+  function s.go(url)
+    local origin = url:match("^(https?://[^/?#]+)")
+    if origin then s.origins[origin] = true end
+    s.call("POST", "/url", { url = url })
+  end
   -- (an empty Lua table would be encoded as an object: WebDriver wants a list)
   function s.js(script) return s.call("POST", "/execute/sync", '{"script":' .. json.encode(script) .. ',"args":[]}') end
   -- A screenshot of the page, kept as M.ARTIFACTS/<name>.png (<name>-pg.png on PostgreSQL).
@@ -74,7 +86,99 @@ local function webdriver(port, profile)
   return s
 end
 
+-- Several requests of a session in one curl, one after the other ({ method, path, body }...):
+-- each answer's decoded JSON, or false. One process for all: a process costs a tenth of a
+-- second on a loaded machine, a request to the driver a few milliseconds.
+local SEP = "\n--mend-batch--\n"
+local function batch(s, reqs)
+  local args = {}
+  for i, r in ipairs(reqs) do
+    local body = r[3] and (type(r[3]) == "string" and r[3] or json.encode(r[3]))
+    args[#args + 1] = (i > 1 and "--next " or "") .. "-s -m 60 -w " .. q(SEP) .. " -X " .. r[1]
+      .. " -H 'Content-Type: application/json'" .. (body and " --data-binary " .. q(body) or "")
+      .. " " .. q(s.base .. r[2])
+  end
+  local p = assert(io.popen("curl " .. table.concat(args, " ")))
+  local text = p:read("a")
+  p:close()
+  local answers, at = {}, 1
+  for _ = 1, #reqs do
+    local e = text:find(SEP, at, true)
+    local ok, v = pcall(json.decode, text:sub(at, (e or 0) - 1))
+    answers[#answers + 1] = ok and type(v) == "table" and v
+    at = e and e + #SEP or #text + 1
+  end
+  return answers
+end
+
+-- What a test could leave to the next, undone: a dialog open, windows and their pages (with
+-- their timers, globals and sessionStorage: a new tab has none), cookies, the HTTP cache, and
+-- the storage of every origin it went to. An error when the browser does not answer as asked.
+local function reset(s)
+  local function check(a, what)
+    assert(a and not (type(a.value) == "table" and a.value.error), "browser reset: " .. what)
+    return a.value
+  end
+  local function cdp(cmd, params)
+    return { "POST", "/goog/cdp/execute", { cmd = cmd, params = params or {} } }
+  end
+  local DISMISS = { "POST", "/alert/dismiss", {} }   -- (no dialog: an error, not looked at)
+  local a = batch(s, { DISMISS, { "GET", "/window/handles" },
+                       { "POST", "/window/new", { type = "tab" } } })
+  local old, fresh = check(a[2], "window handles"), check(a[3], "new tab").handle
+  local reqs, looked = {}, {}
+  for _, h in ipairs(old) do
+    reqs[#reqs + 1] = { "POST", "/window", { handle = h } }
+    reqs[#reqs + 1] = DISMISS
+    reqs[#reqs + 1] = { "POST", "/execute/sync", '{"script":"return location.origin","args":[]}' }
+    looked[#reqs] = true
+    reqs[#reqs + 1] = { "DELETE", "/window" }
+  end
+  reqs[#reqs + 1] = { "POST", "/window", { handle = fresh } }
+  reqs[#reqs + 1] = cdp("Network.clearBrowserCookies")
+  reqs[#reqs + 1] = cdp("Network.clearBrowserCache")
+  reqs[#reqs + 1] = { "POST", "/window/rect", { width = M.WIDTH, height = M.HEIGHT } }
+  local function clear(origin)
+    return cdp("Storage.clearDataForOrigin", { origin = origin, storageTypes = "all" })
+  end
+  local cleared = {}
+  for origin in pairs(s.origins) do
+    reqs[#reqs + 1] = clear(origin)
+    cleared[origin] = true
+  end
+  -- A page may have gone to an origin no go() named: its storage is cleared after.
+  local more = {}
+  for i, ans in ipairs(batch(s, reqs)) do
+    if looked[i] then
+      local origin = ans and ans.value
+      if type(origin) == "string" and origin:match("^https?://") and not cleared[origin] then
+        cleared[origin] = true
+        more[#more + 1] = clear(origin)
+      end
+    elseif reqs[i] ~= DISMISS then
+      check(ans, reqs[i][1] .. " " .. reqs[i][2])
+    end
+  end
+  for i, ans in ipairs(#more > 0 and batch(s, more) or {}) do check(ans, more[i][2]) end
+  s.origins = {}
+end
+
+-- The page of the current window left for about:blank (its timers and requests end with it),
+-- its origin noted for reset() to clear.
+local function quiet(s)
+  local a = batch(s, { { "POST", "/alert/dismiss", {} },
+                       { "POST", "/execute/sync", '{"script":"return location.origin","args":[]}' },
+                       { "POST", "/url", { url = "about:blank" } } })
+  local origin = a[2] and a[2].value
+  if type(origin) == "string" and origin:match("^https?://") then s.origins[origin] = true end
+  assert(a[3] and not (type(a[3].value) == "table" and a[3].value.error),
+         "browser quiet: about:blank")
+end
+
 local procs, sessions = {}, {}
+-- The file's browser: { session, pid (its driver's), dir (its profile and log), used (handed
+-- to a test since its last reset) }, or nil until a test browses.
+local shared
 
 -- Starts `cmd` in the background; its process id (kept, for stop_all).
 function M.spawn(cmd)
@@ -85,11 +189,14 @@ function M.spawn(cmd)
   return pid
 end
 
--- `mend serve` on db (the workflows of dir, flags `extra`): its base URL and process id.
+-- `mend serve` on db (the workflows of dir, flags `extra`; on a port of its choosing unless
+-- they say --listen): its base URL and process id.
 function M.serve(dir, db, extra)
+  extra = extra or ""
   local out = dir .. "/serve-" .. (#procs + 1) .. ".out"
-  local pid = M.spawn(H.MEND .. " serve --db " .. q(db) .. " --workflows " .. q(dir) ..
-                      " --listen 127.0.0.1:0 " .. (extra or "") .. " >" .. q(out) .. " 2>>" .. q(dir .. "/serve.err"))
+  local listen = extra:find("--listen", 1, true) and "" or " --listen 127.0.0.1:0"
+  local pid = M.spawn(H.MEND .. " serve --db " .. q(db) .. " --workflows " .. q(dir) .. listen ..
+                      " " .. extra .. " >" .. q(out) .. " 2>>" .. q(dir .. "/serve.err"))
   local base
   H.wait_for("the server", function()
     base = H.read(out):match("serving (http://[%d%.]+:%d+)/api/v1")
@@ -98,11 +205,12 @@ function M.serve(dir, db, extra)
   return base, pid
 end
 
--- chromedriver on a port nobody answers on, and a WebDriver session on it.
-function M.browse(dir)
+-- chromedriver on a port nobody answers on (its log and the browser's profile in dir), and a
+-- WebDriver session on it: the session and the driver's process id.
+local function start_browser(dir)
   -- Two suites may run side by side (ctest -j2): a driver that found its port taken exits
   -- while the other's answers, so the driver must still be ours once one answers.
-  local port
+  local port, pid
   local function ready()
     local st = http_json("GET", "http://127.0.0.1:" .. port .. "/status")
     return st and st.value and st.value.ready
@@ -110,16 +218,56 @@ function M.browse(dir)
   for _ = 1, 5 do
     port = 20000 + math.random(0, 20000)
     if not ready() then
-      local pid = M.spawn(M.CHROMEDRIVER .. " --port=" .. port .. " >" .. q(dir .. "/driver.log") .. " 2>&1")
+      local p = assert(io.popen(M.CHROMEDRIVER .. " --port=" .. port .. " >"
+                                .. q(dir .. "/driver.log") .. " 2>&1 & echo $!"))
+      pid = p:read("l")
+      p:close()
       local ok = pcall(H.wait_for, "chromedriver", ready, 10)
       if ok and os.execute("kill -0 " .. pid .. " 2>/dev/null") then break end
+      os.execute("kill -TERM " .. pid .. " 2>/dev/null")
     end
     port = nil
   end
   assert(port, "chromedriver did not start: " .. H.read(dir .. "/driver.log"))
-  local s = webdriver(port, dir .. "/profile")
-  sessions[#sessions + 1] = s
-  return s
+  local ok, s = pcall(webdriver, port, dir .. "/profile")
+  if not ok then
+    os.execute("kill -TERM " .. pid .. " 2>/dev/null")
+    error(s, 0)
+  end
+  return s, pid
+end
+
+-- Ends the file's browser (its session, then its driver) and removes its profile.
+function M.stop_browser()
+  if not shared then return end
+  local b = shared
+  shared = nil
+  pcall(b.session.close)
+  os.execute("kill -TERM " .. b.pid .. " 2>/dev/null")
+  os.execute("rm -rf " .. q(b.dir))
+end
+-- A process that ends without a teardown still ends the browser (busted closes its state).
+M.at_exit = setmetatable({}, { __gc = function() M.stop_browser() end })
+
+-- A WebDriver session with a clean page: the file's browser (started on first use), or with
+-- { fresh = true } one of the test's own (its profile and log in dir), ended by stop_all.
+function M.browse(dir, opts)
+  if opts and opts.fresh then
+    local s, pid = start_browser(dir)
+    procs[#procs + 1] = pid
+    sessions[#sessions + 1] = s
+    return s
+  end
+  if shared and shared.used and not pcall(reset, shared.session) then M.stop_browser() end
+  if not shared then
+    local p = assert(io.popen("mktemp -d"))
+    local bdir = p:read("l")
+    p:close()
+    local s, pid = start_browser(bdir)
+    shared = { session = s, pid = pid, dir = bdir }
+  end
+  shared.used = true
+  return shared.session
 end
 
 function M.serve_and_browse(dir, db, extra)
@@ -135,8 +283,13 @@ function M.stop(pid)
   end
 end
 
--- Ends every session and stops every process started here, newest first.
+-- Quiets the file's browser (its page left for a blank one; a browser that cannot be is ended),
+-- ends the test's own sessions and stops every process it started, newest first. The browser
+-- is made clean when next handed out: a file's last test costs no reset.
 function M.stop_all()
+  -- First, so that no page of the test still asks its servers for anything as they stop (or
+  -- asks the next test's server, on a port used again).
+  if shared and shared.used and not pcall(quiet, shared.session) then M.stop_browser() end
   for i = #sessions, 1, -1 do pcall(sessions[i].close) sessions[i] = nil end
   for i = #procs, 1, -1 do
     os.execute("kill -TERM " .. procs[i] .. " 2>/dev/null")
@@ -144,7 +297,6 @@ function M.stop_all()
   end
   os.execute("sleep 0.3")
 end
-
 -- A workflow whose run ends in the dead-letter queue: its charge fails for good and its
 -- refund's compensation cannot be done.
 M.DEAD = [[
