@@ -145,6 +145,18 @@ static void test_schema_race(void) {
                MEND_PG_SCHEMA_VERSION);
   PQfinish(holder);
   drop_case();
+  /* ... and does wait for another making this one: the lock's second key is this schema's */
+  new_case();
+  holder = raw();
+  PQclear(PQexec(holder, "SELECT pg_advisory_lock(x'4d454e44'::int, hashtext(current_schema()))"));
+  atomic_store(&opened, -1);
+  pthread_create(&u, NULL, open_flagged, NULL);
+  CHECK(lock_waiters("advisory") >= 1);
+  PQclear(PQexec(holder, "SELECT pg_advisory_unlock_all()"));
+  pthread_join(u, NULL);
+  CHECK_EQ_INT(atomic_load(&opened), 1);
+  PQfinish(holder);
+  drop_case();
 }
 
 /* The Cpus_allowed_list of the first of this process's threads named `comm`, or "". */
