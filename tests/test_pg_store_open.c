@@ -145,6 +145,18 @@ static void test_schema_race(void) {
                MEND_PG_SCHEMA_VERSION);
   PQfinish(holder);
   drop_case();
+  /* ... and does wait for another making this one: the lock's second key is this schema's */
+  new_case();
+  holder = raw();
+  PQclear(PQexec(holder, "SELECT pg_advisory_lock(x'4d454e44'::int, hashtext(current_schema()))"));
+  atomic_store(&opened, -1);
+  pthread_create(&u, NULL, open_flagged, NULL);
+  CHECK(lock_waiters("advisory") >= 1);
+  PQclear(PQexec(holder, "SELECT pg_advisory_unlock_all()"));
+  pthread_join(u, NULL);
+  CHECK_EQ_INT(atomic_load(&opened), 1);
+  PQfinish(holder);
+  drop_case();
 }
 
 /* The Cpus_allowed_list of the first of this process's threads named `comm`, or "". */
@@ -256,11 +268,44 @@ static void test_upgrade(void) {
   drop_case();
 }
 
+/* A schema's name of up to 63 bytes, cut to fit the wake-up channel ("mend_" and 58 of them)
+ * inside a character of two bytes: the channel stays UTF-8 text, or every batch that wakes
+ * others (a run started) fails on its NOTIFY, and the LISTEN is never made. */
+static void test_schema_name_cut(void) {
+  new_case();
+  char name[64], q[160], ci[2300];
+  memset(name, 'a', 57);
+  snprintf(name + 57, sizeof name - 57, "\xc3\xa9");   /* 59 bytes: the cut at 58 splits it */
+  snprintf(q, sizeof q, "CREATE SCHEMA \"%s\"", name);
+  PGconn *c = raw();
+  CHECK_EQ_INT(sql(c, q), 0);
+  PQfinish(c);
+  snprintf(ci, sizeof ci, "%s options='-csearch_path=%s'", conninfo, name);
+  char err[1024];
+  mend_store *s = mend__pg_open(ci, MEND_DURABILITY_FULL, err, sizeof err);
+  CHECK(s != NULL);
+  if (!s) {
+    fprintf(stderr, "open: %s\n", err);
+    drop_case();
+    return;
+  }
+  mend_run_rec r = run_rec("r1", NULL);
+  CHECK_EQ_INT(mend__pg_insert_run(s, &r), 0);
+  int rc = mend__pg_commit(s);
+  if (rc != 0) fprintf(stderr, "commit: %s\n", mend__pg_errmsg(s));
+  CHECK_EQ_INT(rc, 0);
+  int opened = 0;
+  CHECK(mend__pg_wake_fd(s, &opened) >= 0);
+  mend__pg_close(s);
+  drop_case();
+}
+
 int main(void) {
   if (!pg_case_begin("test_pg_store_open")) return 0;
   test_errors();
   test_schema_race();
   test_thread_cpus();
   test_upgrade();
+  test_schema_name_cut();
   return pg_case_end("test_pg_store_open");
 }

@@ -32,8 +32,11 @@ int mend__pg_wake_init(mend_pg *p) {
     mend__pg_msg(p->err, sizeof p->err, "%s: out of memory", p->server);
     return -1;
   }
-  /* the name read with the schema at open (pg_schema.c): no round trip of its own */
-  snprintf(w->channel, sizeof w->channel, "mend_%.58s", p->schema_name);
+  /* the name read with the schema at open (pg_schema.c): no round trip of its own; cut
+   * between characters, not inside one (pg_notify refuses text that is not UTF-8) */
+  size_t n = strnlen(p->schema_name, 58);
+  while (n > 0 && ((unsigned char)p->schema_name[n] & 0xC0) == 0x80) n--;
+  snprintf(w->channel, sizeof w->channel, "mend_%.*s", (int)n, p->schema_name);
   snprintf(w->tag, sizeof w->tag, "%ld.%p", (long)getpid(), (void *)p);
   p->wake = w;
   return 0;
