@@ -1,7 +1,8 @@
--- A worker's take of a run says whether another process held it before: `claimed` ("claimed
--- by worker W, version V") when none did (a run started for any worker to take: `mend serve`,
--- `mend start`, eng:start{detached = true}), `recovered` when one did (its worker died, its
--- lease ran out, it gave the run back). A SQLite file of schema 20 gets the new event's label
+-- A worker's take of a run says whether another process had begun it: `claimed` ("claimed
+-- by worker W, version V") when none had (a run started for any worker to take: `mend serve`,
+-- `mend start`, a detached eng:start; or one whose starter gave it back or died before its
+-- first step), `recovered` when one had (its worker died, its lease ran out, it gave the run
+-- back). A SQLite file of schema 20 gets the new event's label
 -- (schema 21) and reads its rows as before. Not tagged #sqlite but the upgrade: these run on
 -- PostgreSQL too.
 local H = require "spec.helper"
@@ -40,6 +41,15 @@ local function take(db, file)
   return w, n
 end
 
+-- A directory holding the workflow's file, and an engine on a new database that loaded it.
+local function loaded()
+  local dir = H.tmp_dir()
+  local file = H.write_file(dir, "taken.lua", TAKEN)
+  local eng, db = H.new_engine()
+  eng:load(file)
+  return dir, file, eng, db
+end
+
 -- `mend history id` as a person reads it.
 local function timeline(db, id)
   local rc, out = H.mend_cmd(db, "history " .. id)
@@ -52,10 +62,7 @@ describe("a worker's take of a run", function()
 
   it("is `claimed` when no process held the run before, and none when its starter runs it",
      function()
-    local dir = H.tmp_dir()
-    local file = H.write_file(dir, "taken.lua", TAKEN)
-    local client, db = H.new_engine()
-    client:load(file)
+    local _, file, client, db = loaded()
     local id = client:start("taken", {}, { detached = true })
     H.close(client)
     local w, n = take(db, file)
@@ -77,10 +84,7 @@ describe("a worker's take of a run", function()
 
   it("is `claimed`, then `recovered` by the next worker when the first is killed mid-step",
      function()
-    local dir = H.tmp_dir()
-    local file = H.write_file(dir, "taken.lua", TAKEN)
-    local client, db = H.new_engine()
-    client:load(file)
+    local dir, file, client, db = loaded()
     local id = client:start("taken", { hold = true }, { detached = true })
     local log = H.tmp_dir() .. "/worker.log"
     local pid = H.start_worker(db, dir, log, "--lease 0.5 --poll 0.01")
@@ -110,10 +114,7 @@ describe("a worker's take of a run", function()
   -- step's row is written: given back then, or its process dead, nothing of it was begun, and
   -- its first take is a claim, not a recovery.
   it("is `claimed` when its starter gave it back before its first step", function()
-    local dir = H.tmp_dir()
-    local file = H.write_file(dir, "taken.lua", TAKEN)
-    local eng, db = H.new_engine()
-    eng:load(file)
+    local _, file, eng, db = loaded()
     local id = eng:start("taken", {})
     H.close(eng)
     local w = take(db, file)
@@ -151,10 +152,7 @@ os.exit(0, false)
 
   it("reads a file of schema 20 as before, and records its claims there as codes #sqlite",
      function()
-    local dir = H.tmp_dir()
-    local file = H.write_file(dir, "taken.lua", TAKEN)
-    local eng, db = H.new_engine()
-    eng:load(file)
+    local _, file, eng, db = loaded()
     -- held by its starter, then taken again by the next engine: a `recovered` row
     local held = eng:start("taken", {})
     eng:run()

@@ -254,8 +254,8 @@ static void schedule_restored(mend_run *r) {
 int mend__cancel_now(mend_run *r, const char *who, char *err, int errlen);
 
 /* The history says who carries the run on, and with which version of its workflow: `claimed`
- * when no process held it before (a run started for any worker to take), `recovered` when one
- * did (its holder died, its lease ran out, or it gave the run back). */
+ * when no process had begun it (never_held), `recovered` when one had (its holder died, its
+ * lease ran out, or it gave the run back). */
 void mend__recovered_entry(mend_run *r) {
   char detail[700];
   const mend_workflow *wf = r->wf;
