@@ -102,7 +102,7 @@ function M.run_status(eng, id)
 end
 
 -- The message of an engine operation's refusal without the operation's name in front
--- ("dlq retry: run ... is ..." -> "run ... is ..."): the command's own name is in front of
+-- ("dlq_retry: run ... is ..." -> "run ... is ..."): the command's own name is in front of
 -- what it prints already.
 function M.refusal(prefix, err)
   local text = tostring(err)
