@@ -258,7 +258,7 @@ int mend__lengine_new(lua_State *L) {
                                        "instruction_budget", "alert_command", "writer_thread",
                                        "buffered_print", "log_level", "http_allow", "park_after",
                                        "sandbox", "no_sandbox", "memory_limit", "thread_cpus",
-                                       NULL};
+                                       "existing", NULL};
   lua_pushnil(L);
   while (lua_next(L, 1)) {
     lua_pop(L, 1);
@@ -295,6 +295,9 @@ int mend__lengine_new(lua_State *L) {
         level);
   lua_getfield(L, 1, "writer_thread");
   cfg.writer_thread = lua_isnil(L, -1) || lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  lua_getfield(L, 1, "existing");
+  cfg.db_existing = lua_toboolean(L, -1);
   lua_pop(L, 1);
   lua_getfield(L, 1, "buffered_print");
   cfg.buffered_print = lua_toboolean(L, -1);
