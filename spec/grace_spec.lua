@@ -11,16 +11,6 @@ return { name = "slow", steps = {
   { name = "long", execute = function() mend.sleep(6) return "done" end } } }
 ]]
 
--- Running: a worker that exited is a zombie until its parent (init, here) reaps it, which
--- may take a second or two.
-local function alive(pid)
-  local f = io.open(("/proc/%d/stat"):format(pid), "rb")
-  if not f then return false end
-  local stat = f:read("a")
-  f:close()
-  return stat:match("^%d+ %b() (%a)") ~= "Z"
-end
-
 describe("a worker stopped with SIGTERM", function()
   after_each(H.cleanup)
 
@@ -42,7 +32,7 @@ describe("a worker stopped with SIGTERM", function()
         return st.steps[1].status == "running" and st.held_by ~= nil
       end, 30)
       os.execute(("kill -TERM %d"):format(worker))
-      H.wait_for("the worker to exit", function() return not alive(worker) end, 15)
+      H.wait_for("the worker to exit", function() return not H.alive(worker) end, 15)
       -- The attempt (6 s of sleep) did not finish: the run is given back unfinished.
       local st = H.status_json(db, id)
       assert.are.equal("running", st.status)

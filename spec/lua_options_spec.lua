@@ -53,3 +53,24 @@ describe("an engine method's options", function()
     assert.are.equal("succeeded", eng:status(id).status)
   end)
 end)
+
+describe("mend.engine{existing = true}", function()
+  after_each(H.cleanup)
+
+  it("opens only a mend database, and makes none where there is none #sqlite", function()
+    local mend = require "mend"
+    local dir = H.tmp_dir()
+    local missing, empty = dir .. "/none.db", H.write_file(dir, "empty.db", "")
+    refuses("no database at " .. missing, mend.engine, { db = missing, existing = true })
+    assert.is_nil(io.open(missing))
+    refuses(empty .. ": no mend database there (no mend schema)", mend.engine,
+            { db = empty, existing = true })
+    assert.are.equal("", H.read(empty))
+    refuses("no database at :memory:", mend.engine, { existing = true })
+    local db = dir .. "/mend.db"
+    mend.engine{ db = db }:close()
+    local eng = mend.engine{ db = db, existing = true }
+    assert.are.same({}, eng:runs())
+    eng:close()
+  end)
+end)

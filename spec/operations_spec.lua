@@ -114,12 +114,13 @@ describe("mend dlq retry", function()
     local ok = eng:start("ok", {})
     local ex = eng:start("exhausted", {})
     eng:run()
+    -- the Lua method's refusals name it (mend dlq retry's own words: operate_cli_spec)
     assert.has_error(function() eng:dlq_retry(ok) end,
-      "dlq retry: run " .. ok .. " is succeeded: only a run in the dead-letter queue can be retried")
+      "dlq_retry: run " .. ok .. " is succeeded: only a run in the dead-letter queue can be retried")
     local ok2, err = pcall(eng.dlq_retry, eng, ex)
     assert.is_false(ok2)
     assert.matches("attempts ran out", err)
-    assert.has_error(function() eng:dlq_retry("nope") end, "dlq retry: no run nope")
+    assert.has_error(function() eng:dlq_retry("nope") end, "dlq_retry: no run nope")
   end)
 end)
 
@@ -127,7 +128,7 @@ describe("mend dlq resolve", function()
   after_each(H.cleanup)
 
   it("takes a run out of the queue with a note, recorded in its history", function()
-    local eng = H.new_engine()
+    local eng, db = H.new_engine()
     eng:register(broken_refund({ refund_broken = true }))
     local id = eng:start("refund", {})
     eng:run()
@@ -136,9 +137,13 @@ describe("mend dlq resolve", function()
     assert.are.equal("resolved", st.status)
     assert.are.equal(0, #eng:dlq())
     assert.are.same({ "dlq resolve by ana: refunded by hand in the PSP console" }, operator_entries(eng, id))
-    assert.has_error(function() eng:resolve(id, { note = "again" }) end,
-      "dlq resolve: run " .. id .. " is resolved: only a run in the dead-letter queue, or one that cannot"
-      .. " progress (mend runs --attention), can be resolved")
+    -- the Lua method's refusals name it; mend dlq resolve says what it refused in its own words
+    local why = "run " .. id .. " is resolved: only a run in the dead-letter queue, or one that"
+      .. " cannot progress (mend runs --attention), can be resolved"
+    assert.has_error(function() eng:resolve(id, { note = "again" }) end, "resolve: " .. why)
+    local rc, out = H.mend_cmd(db, "dlq resolve " .. id .. " --note again")
+    assert.are.equal(1, rc, out)
+    assert.are.equal("mend: " .. why .. "\n", out)
   end)
 
   it("needs a note", function()
@@ -147,7 +152,7 @@ describe("mend dlq resolve", function()
     local id = eng:start("refund", {})
     eng:run()
     assert.has_error(function() eng:resolve(id, {}) end,
-      "dlq resolve: resolving a run needs a note saying what was done")
+      "resolve: resolving a run needs a note saying what was done")
   end)
 end)
 

@@ -265,7 +265,7 @@ describe("a run's row locked by another PostgreSQL session", function()
     local rc, out = sh(("timeout 40 lua5.4 %s %s %s %s 2>&1"):format(q(script), q(db), q(dir), id))
     release_all()
     assert.are_not.equal(124, rc, out)
-    assert.matches("resolve\tfalse\tdlq resolve: the database ended this repair's transaction before it"
+    assert.matches("resolve\tfalse\tresolve: the database ended this repair's transaction before it"
                    .. " was committed %(.*a row of table dlq is locked by another session", out)
     assert.matches("start\ttrue", out)
     assert.matches("status\tsucceeded", out)

@@ -24,7 +24,8 @@ local function worker(db, dir, log, env)
   return pid
 end
 
-local function alive(pid) return H.shell("kill -0 " .. pid) == 0 end
+-- kill -0 would find a worker that died still there, as a zombie until init reaps it
+local alive = H.alive
 
 -- A step's effect in a workflow's text: "<run> <step>" appended to a file (%q: its path).
 local EFFECT = [[

@@ -319,7 +319,7 @@ describe("the REPL's helpers", function()
       "help(42)",
       "" }, "\n"))
     assert.are.equal(1, code)
-    assert.truthy(stdout:find("stdin:1: dlq retry: run %w+ is succeeded: only a run in the "
+    assert.truthy(stdout:find("stdin:1: dlq_retry: run %w+ is succeeded: only a run in the "
                               .. "dead%-letter queue can be retried\n"))
     local errs = lines(normalize(stderr))
     assert.are.same({

@@ -556,8 +556,10 @@ mend_engine *mend_engine_create(lua_State *host, const mend_engine_config *cfg, 
   E->events_handed = json_array();
   E->events_due = json_array();
   char serr[600];
-  E->store =
-      mend_store_open(cfg->db_path ? cfg->db_path : ":memory:", cfg->durability, serr, sizeof serr);
+  const char *db = cfg->db_path ? cfg->db_path : ":memory:";
+  E->store = cfg->db_existing
+                 ? mend_store_open_existing(db, cfg->durability, NULL, serr, sizeof serr)
+                 : mend_store_open(db, cfg->durability, serr, sizeof serr);
   if (!E->store) {
     *why = MEND_REFUSED_STORE;
     snprintf(err, (size_t)errlen, "%s", serr);

@@ -31,6 +31,9 @@ typedef void (*mend_engine_host_fn)(void *ud, mend_host_call *call, json_t *args
 
 typedef struct mend_engine_config {
   const char *db_path;          /* ":memory:" by default */
+  int db_existing;              /* db_path must be a mend database already: none there, or one
+                                   without mend's schema, is refused, nothing made
+                                   (mend_store_open_existing) */
   mend_durability durability;
   int virtual_clock;
   int has_seed;

@@ -149,7 +149,7 @@ static void log_to_lua(void *ud, const mend_log_record *rec) {
 
 /* A Lua string may hold a NUL byte; C reads it only up to there: "order-7\0x" would be the run
  * key "order-7", another run's. Refused, naming the method and what it was given for. */
-static const char *whole_text(lua_State *L, int idx, const char *method, const char *what) {
+const char *mend__check_text(lua_State *L, int idx, const char *method, const char *what) {
   size_t len;
   const char *s = luaL_checklstring(L, idx, &len);
   if (strlen(s) != len)
@@ -166,14 +166,10 @@ const char *mend__opt_string(lua_State *L, int idx, const char *method, const ch
   if (!lua_isnil(L, -1)) {
     if (lua_type(L, -1) != LUA_TSTRING)
       luaL_error(L, "%s: %s must be a string, got %s", method, field, luaL_typename(L, -1));
-    s = whole_text(L, -1, method, field);
+    s = mend__check_text(L, -1, method, field);
   }
   lua_pop(L, 1);
   return s;
-}
-
-const char *mend__check_text(lua_State *L, int idx, const char *method, const char *what) {
-  return whole_text(L, idx, method, what);
 }
 
 void mend__opts_known(lua_State *L, int idx, const char *method, const char *const *known) {
@@ -262,7 +258,7 @@ int mend__lengine_new(lua_State *L) {
                                        "instruction_budget", "alert_command", "writer_thread",
                                        "buffered_print", "log_level", "http_allow", "park_after",
                                        "sandbox", "no_sandbox", "memory_limit", "thread_cpus",
-                                       NULL};
+                                       "existing", NULL};
   lua_pushnil(L);
   while (lua_next(L, 1)) {
     lua_pop(L, 1);
@@ -299,6 +295,9 @@ int mend__lengine_new(lua_State *L) {
         level);
   lua_getfield(L, 1, "writer_thread");
   cfg.writer_thread = lua_isnil(L, -1) || lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  lua_getfield(L, 1, "existing");
+  cfg.db_existing = lua_toboolean(L, -1);
   lua_pop(L, 1);
   lua_getfield(L, 1, "buffered_print");
   cfg.buffered_print = lua_toboolean(L, -1);

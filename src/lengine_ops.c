@@ -389,7 +389,7 @@ static int engine_dlq_retry(lua_State *L) {
   const char *who = who_of(L, "dlq_retry", 3);
   char err[600];
   if (mend_engine_dlq_retry(E, id, who, err, sizeof err))
-    return luaL_error(L, "dlq retry: %s", err);
+    return luaL_error(L, "dlq_retry: %s", err);
   return 0;
 }
 
@@ -403,7 +403,7 @@ static int engine_resolve(lua_State *L) {
   const char *who = who_of(L, "resolve", 3);
   char err[600];
   if (mend_engine_resolve(E, id, who, note, err, sizeof err))
-    return luaL_error(L, "dlq resolve: %s", err);
+    return luaL_error(L, "resolve: %s", err);
   return 0;
 }
 

@@ -3,12 +3,14 @@
  * URI (postgres://, postgresql://) is PostgreSQL's, anything else is a SQLite file (or
  * ":memory:"), and the one reading of which file a SQLite name opens (mend_store_where), as
  * SQLite reads it, for every check made before a database is opened (trust.c, the CLI's
- * `mend.db_where`). Every other operation goes through the backend's table of methods
- * (store.h).
+ * `mend.db_where`), and the refusal of a name with no database behind it where one must be
+ * there already (opening would make an empty one). Every other operation goes through the
+ * backend's table of methods (store.h).
  * It must never hold state of its own or know a backend's insides.
  */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "store.h"
 #include "store/sqlite.h"
@@ -120,9 +122,19 @@ mend_store *mend_store_open(const char *path, mend_durability durability, char *
   return open_store(path, durability, NULL, err, errlen);
 }
 
-mend_store *mend_store_open_existing(const char *path, int *none, char *err, int errlen) {
+/* SQLite would make a missing file: refused before anything opens it. */
+mend_store *mend_store_open_existing(const char *path, mend_durability durability, int *none,
+                                     char *err, int errlen) {
+  char file[4096];
+  mend_db_kind kind = mend_store_where(path, file, sizeof file);
   int no = 0;
-  mend_store *s = open_store(path, MEND_DURABILITY_FULL, &no, err, errlen);
+  mend_store *s = NULL;
+  if (kind == MEND_DB_MEMORY || (kind == MEND_DB_FILE && access(file, F_OK) != 0)) {
+    snprintf(err, (size_t)errlen, "no database at %s", path ? path : "(NULL)");
+    no = 1;
+  } else {
+    s = open_store(path, durability, &no, err, errlen);
+  }
   if (none) *none = no;
   return s;
 }

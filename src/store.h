@@ -463,10 +463,12 @@ typedef struct mend_store_methods {
  * Returns NULL on failure with a message naming the file and the cause in `err` ("mend.db: file
  * is not a database", "mend.db: schema version 7 is newer than this mend (1)"). */
 mend_store *mend_store_open(const char *path, mend_durability durability, char *err, int errlen);
-/* As mend_store_open (durability full), for a database that must be mend's already: one with no
- * mend schema (an empty file, an empty PostgreSQL database) is left as it is and not opened:
- * NULL with *none = 1 (and err saying so). Upgrading an older schema is still done. */
-mend_store *mend_store_open_existing(const char *path, int *none, char *err, int errlen);
+/* As mend_store_open, for a database that must be mend's already: none there (":memory:", a
+ * missing file) or one with no mend schema (an empty file, an empty PostgreSQL database) is
+ * left as it is and not opened: NULL with *none = 1 (may be NULL; err saying so). Upgrading an
+ * older schema is still done. */
+mend_store *mend_store_open_existing(const char *path, mend_durability durability, int *none,
+                                     char *err, int errlen);
 /* 1 if `name` names a PostgreSQL database (postgres:// or postgresql://). */
 int mend_store_is_postgres(const char *name);
 /* Where a database name's database is, read as its backend reads it (storage.c): the one

@@ -159,6 +159,26 @@ static void test_schema_race(void) {
   drop_case();
 }
 
+/* An open that gives up waiting for the schema's creation lock names the session holding it:
+ * its pid, application and client address (a person looks for it in pg_stat_activity). */
+static void test_creation_lock_holder(void) {
+  new_case();
+  PGconn *holder = raw();
+  sql(holder, "SET application_name = 'schema-holder'");
+  sql(holder, "SELECT pg_advisory_lock(x'4d454e44'::int, hashtext(current_schema()))");
+  char err[1024], want[160];
+  mend_store *s = mend__pg_open(conninfo, MEND_DURABILITY_FULL, err, sizeof err);   /* ~4 s */
+  CHECK(s == NULL);
+  mend__pg_close(s);
+  snprintf(want, sizeof want, ": create schema public: its creation lock is held by session %d"
+           " (schema-holder), from ", PQbackendPID(holder));
+  CHECK(strstr(err, want) != NULL);
+  CHECK(strstr(err, "the store cannot be opened while it is held") != NULL);
+  if (!strstr(err, want)) fprintf(stderr, "  said: %s\n", err);
+  PQfinish(holder);
+  drop_case();
+}
+
 /* The Cpus_allowed_list of the first of this process's threads named `comm`, or "". */
 static void cpus_of(const char *comm, char *out, size_t len) {
   out[0] = 0;
@@ -304,6 +324,7 @@ int main(void) {
   if (!pg_case_begin("test_pg_store_open")) return 0;
   test_errors();
   test_schema_race();
+  test_creation_lock_holder();
   test_thread_cpus();
   test_upgrade();
   test_schema_name_cut();

@@ -17,15 +17,8 @@ function M.sh(cmd) return os.execute(cmd) end
 function M.sleep(s) M.sh(string.format("sleep %.3f", s)) end
 
 -- A killed worker whose parent shell is gone may linger as a zombie until something reaps
--- it, and kill -0 still finds zombies: read the state instead.
-function M.alive(pid)
-  local f = io.open("/proc/" .. pid .. "/stat")
-  if not f then return false end
-  local stat = f:read("a")
-  f:close()
-  local state = stat:match("^%d+ %b() (%a)")
-  return state ~= nil and state ~= "Z" and state ~= "X"
-end
+-- it, and kill -0 still finds zombies: H.alive reads the state instead.
+M.alive = H.alive
 
 -- Starts a worker in the background; returns its pid. `env` is put before the command
 -- (VAR=value words), `flags` after it.

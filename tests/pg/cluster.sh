@@ -4,8 +4,10 @@
 # pg_ctl run as the `postgres` user when run as root (PostgreSQL refuses to run as root),
 # fsync on (a durability test against a cluster that does not flush proves nothing), a free
 # port on 127.0.0.1, and a role `mend` that logs in over TCP with a password (scram-sha-256),
-# so that a wrong password can be tested. It must never touch a cluster it did not start: it
-# only acts on the one whose data directory its state directory names.
+# so that a wrong password can be tested; each login a line of the server's log (server.log beside
+# the data directory: log_connections), so that a spec can count a command's. It must
+# never touch a cluster it did not start: it only acts on the one whose data directory its
+# state directory names.
 #
 #   cluster.sh start STATE     start a cluster; STATE (a directory) keeps what the others need
 #   cluster.sh stop STATE      stop it and remove its data directory (nothing to stop: exit 0)
@@ -86,6 +88,7 @@ full_page_writes = on
 max_connections = 200
 shared_buffers = 64MB
 password_encryption = 'scram-sha-256'
+log_connections = on
 EOF
   # The postgres superuser only over the socket in the data's own directory; everyone else
   # over TCP with a password.

@@ -77,20 +77,16 @@ end
 
 -- The read-only commands must not create a database where there was none: a SQLite file (a
 -- "file:" URI's, read as SQLite reads it: mend.db_where) must be there, and a PostgreSQL
--- database must hold mend's schema.
+-- database must hold mend's schema: the engine opens it only if it does (existing), which
+-- it finds in its open's one login (a look before it was a second).
 function M.existing_db(path)
   local kind, file = mend.db_where(path)
   if kind == "file" then
     local f = io.open(file, "rb")
     if not f then fail("no database %s", path) end
     f:close()
-  elseif kind == "postgres" then
-    -- A database with no mend schema would get one at the engine's open: asked first, without
-    -- making anything (the URI may hold a password, so it is not printed).
-    local ok, mark = pcall(mend.db_mark, path)
-    if ok and mark == "none" then fail("no mend database in the PostgreSQL database given") end
   end
-  return { db = path }
+  return { db = path, existing = kind == "postgres" or nil }
 end
 
 -- The status of run id; an unknown run (nil from the engine) is a failure of the command, and
@@ -102,7 +98,7 @@ function M.run_status(eng, id)
 end
 
 -- The message of an engine operation's refusal without the operation's name in front
--- ("dlq retry: run ... is ..." -> "run ... is ..."): the command's own name is in front of
+-- ("dlq_retry: run ... is ..." -> "run ... is ..."): the command's own name is in front of
 -- what it prints already.
 function M.refusal(prefix, err)
   local text = tostring(err)

@@ -76,7 +76,7 @@ end
 function M.dlq_retry(o, id)
   local by = who(o, "dlq retry")
   return with_run_engine(o, id, function(eng)
-    operate("dlq retry", eng.dlq_retry, eng, id, { who = by })
+    operate("dlq_retry", eng.dlq_retry, eng, id, { who = by })
     if o.detach then
       out("run %s is back in the queue; a worker will resume it\n", id)
       return EXIT_OK
@@ -95,7 +95,7 @@ function M.dlq_resolve(o, id)
   end
   local by = who(o, "dlq resolve")
   return with_engine(existing_db(o.db), function(eng)
-    operate("dlq resolve", eng.resolve, eng, id, { note = o.note, who = by })
+    operate("resolve", eng.resolve, eng, id, { note = o.note, who = by })
     out("run %s resolved\n", id)
     return EXIT_OK
   end)

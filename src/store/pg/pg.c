@@ -317,15 +317,15 @@ extern const mend_store_methods mend__pg_methods;
 
 /* The schema read (made, upgraded) and the statements prepared, each try waiting
  * PG_OPEN_TRY_MS for a table another session locked (LOCK TABLE in psql, another tool's
- * migration), for at most PG_BUSY_MS in all (no try begun that would end past it): then the
- * open fails naming the table and the session.
+ * migration) or for the schema's creation lock, for at most PG_BUSY_MS in all (no try begun
+ * that would end past it): then the open fails naming the table or the lock, and the session.
  * mend's sessions set lock_timeout to none (pg_wait.c), so nothing else bounds these waits. */
 static int open_schema(mend_pg *p) {
   double started = mend__pg_mono();
   for (;;) {
     p->lock_met = 0;
-    int rc = 0;
-    if (mend__pg_schema(p) != 0) {
+    int rc = mend__pg_schema(p);
+    if (rc != 0 && rc != MEND_STORE_BUSY) {
       rc = -1;
       if (p->lock_met) {
         char holder[300];

@@ -360,7 +360,7 @@ const char **mend__pg_arrays_end(pg_arrays *a, const char **v);
 void mend__pg_arrays_free(pg_batch_arrays *b);
 
 /* pg_schema.c */
-int mend__pg_schema(mend_pg *p);            /* creates, upgrades, checks: 0 or -1 */
+int mend__pg_schema(mend_pg *p);   /* creates, upgrades, checks: 0, -1 or MEND_STORE_BUSY */
 /* bounded: a table another session locked is waited for PG_OPEN_TRY_MS (MEND_STORE_BUSY). */
 int mend__pg_prepare(mend_pg *p, PGconn *c, int bounded);
 int mend__pg_prepare_to(PGconn *c, char *err, int errlen, const char *server, int bounded);

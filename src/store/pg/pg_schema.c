@@ -495,6 +495,35 @@ const char *const mend__pg_migrations[MEND_PG_SCHEMA_VERSION] = {
  * open fail (nothing half made: the DDL is one transaction). */
 #define SCHEMA_LOCK "4d454e44"
 
+/* An open that gave up waiting for this schema's creation lock: MEND_STORE_BUSY, err naming
+ * the session that holds it (its pid; its application and client address where the server
+ * shows them to this role), so that a person can find the mend or the psql left holding it.
+ * Asked once the waiting transaction is rolled back: an aborted one answers nothing. */
+static int creation_lock_busy(mend_pg *p) {
+  PQclear(PQexec(p->conn, "ROLLBACK"));
+  PGresult *r = PQexec(p->conn,
+      "SELECT l.pid, a.application_name, host(a.client_addr), a.client_port FROM pg_locks l"
+      " LEFT JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory'"
+      " AND l.granted AND l.pid <> pg_backend_pid()"
+      " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+      " AND l.classid = x'" SCHEMA_LOCK "'::int::oid"
+      " AND l.objid = hashtext(current_schema())::oid AND l.objsubid = 2 LIMIT 1");
+  char holder[300] = "another session";
+  if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1) {
+    const char *app = PG_TEXT(r, 0, 1), *addr = PG_TEXT(r, 0, 2), *port = PG_TEXT(r, 0, 3);
+    char from[120] = "";
+    if (addr) snprintf(from, sizeof from, ", from %s%s%s", addr, port ? " port " : "",
+                       port ? port : "");
+    else if (port && strcmp(port, "-1") == 0) snprintf(from, sizeof from, ", from a local socket");
+    snprintf(holder, sizeof holder, "session %s%s%s%s%s", PQgetvalue(r, 0, 0),
+             app && *app ? " (" : "", app && *app ? app : "", app && *app ? ")" : "", from);
+  }
+  PQclear(r);
+  mend__pg_msg(p->err, sizeof p->err, "%s: create schema %s: its creation lock is held by %s",
+               p->server, p->schema_name, holder);
+  return MEND_STORE_BUSY;
+}
+
 static PGresult *one(mend_pg *p, const char *sql, const char *what) {
   PGresult *r = PQexec(p->conn, sql);
   if (PQresultStatus(r) != PGRES_TUPLES_OK && PQresultStatus(r) != PGRES_COMMAND_OK) {
@@ -601,7 +630,8 @@ static int schema_current(mend_pg *p) {
 /* A schema that is current is only read: every open (each `mend start`, each command) would
  * otherwise queue on the lock behind the others. Only creating or upgrading takes the lock, and
  * reads again under it (READ COMMITTED: what a migration that held it committed is seen).
- * Leaves lock_timeout at the open's bound: the prepare after sets it back (pg.c). */
+ * Leaves lock_timeout at the open's bound: the prepare after sets it back (pg.c). 0; -1;
+ * MEND_STORE_BUSY when the creation lock was not had within the bound (err names its holder). */
 int mend__pg_schema(mend_pg *p) {
   int version;
   int current = schema_current(p);
@@ -618,9 +648,11 @@ int mend__pg_schema(mend_pg *p) {
   if (version < MEND_PG_SCHEMA_VERSION) {
     if (mend__pg_exec(p, p->conn, "SELECT pg_advisory_xact_lock(x'" SCHEMA_LOCK "'::int,"
                       " hashtext(current_schema()))",
-                      "wait for another mend creating the schema") != 0 ||
-        schema_state(p, &version) != 0)
+                      "wait for another mend creating the schema") != 0) {
+      if (p->lock_met) return creation_lock_busy(p);
       goto fail;
+    }
+    if (schema_state(p, &version) != 0) goto fail;
   }
   if (version < MEND_PG_SCHEMA_VERSION) {
     /* every migration due, the version, and the sandbox mark read back (pg_mark.c: the engine
