@@ -200,7 +200,13 @@ local render = {
     end
     return "alert: " .. (e.detail or fmt_error(e.error) or "")
   end,
-  skip_compensate = function() return "no compensate function: nothing to undo" end,
+  -- passed by on the way back: no compensate, or a result reused from the run that owns it
+  skip_compensate = function(e)
+    if not present(e.detail) or e.detail == "step has no compensate" then
+      return "no compensate function: nothing to undo"
+    end
+    return "not compensated: " .. tostring(e.detail)
+  end,
   dead_letter = function(e)
     return join({ "dead letter: " .. (e.detail or ""), fmt_error(e.error) or "" })
   end,
