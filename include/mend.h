@@ -444,8 +444,9 @@ MEND_API int mend_engine_dlq_json(mend_engine *engine, char **json_out);
 /* A page of the dead-letter queue, in dlq's order (oldest first by `at`, an entry without one
  * first, then by run id): at most `limit` entries (1 to MEND_HISTORY_PAGE_MAX, else
  * MEND_EINVAL), those after the entry (after_run, after_at) given: the last of the page
- * before, its `at` (-1 if it has none); after_run NULL: from the first. Fewer than `limit`
- * entries: the queue ends there (for now). GET /api/v1/dlq pages it so. */
+ * before, its `at` (-1 if it has none; not finite: MEND_EINVAL); after_run NULL: from the
+ * first. Fewer than `limit` entries: the queue ends there (for now). GET /api/v1/dlq pages it
+ * so. */
 MEND_API int mend_engine_dlq_page_json(mend_engine *engine, const char *after_run,
                                        double after_at, long long limit, char **json_out);
 MEND_API void mend_free(void *p);
