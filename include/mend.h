@@ -444,8 +444,9 @@ MEND_API int mend_engine_dlq_json(mend_engine *engine, char **json_out);
 /* A page of the dead-letter queue, in dlq's order (oldest first by `at`, an entry without one
  * first, then by run id): at most `limit` entries (1 to MEND_HISTORY_PAGE_MAX, else
  * MEND_EINVAL), those after the entry (after_run, after_at) given: the last of the page
- * before, its `at` (-1 if it has none); after_run NULL: from the first. Fewer than `limit`
- * entries: the queue ends there (for now). GET /api/v1/dlq pages it so. */
+ * before, its `at` (-1 if it has none; not finite: MEND_EINVAL); after_run NULL: from the
+ * first. Fewer than `limit` entries: the queue ends there (for now). GET /api/v1/dlq pages it
+ * so. */
 MEND_API int mend_engine_dlq_page_json(mend_engine *engine, const char *after_run,
                                        double after_at, long long limit, char **json_out);
 MEND_API void mend_free(void *p);
@@ -514,7 +515,8 @@ MEND_API int mend_engine_fail(mend_engine *engine, const char *token, const char
                               const char *message);
 /* Overrides a circuit breaker by hand (recorded in the audit table with `who`): op is "reset",
  * "close" or "open" (for `seconds`, <= 0: its policy's). MEND_ENOTFOUND: no such breaker;
- * MEND_EINVAL: a key that is not UTF-8, or a who outside the rule of MEND_WHO_MAX. */
+ * MEND_EINVAL: a key that is not UTF-8, a who outside the rule of MEND_WHO_MAX, or "open" for
+ * `seconds` that are not finite (NaN, an infinity). */
 MEND_API int mend_engine_override_breaker(mend_engine *engine, const char *key, const char *op,
                                           double seconds, const char *who);
 

@@ -224,6 +224,30 @@ return { name = "latin", steps = {
                      "load and may: .-broken%.lua:%d+:", err)
     end)
 
+    -- Two files of DIR that declare one name (a copy kept as a backup) are one workflow too
+    -- many: which is meant is not guessed, and a worker serving DIR says which it serves.
+    it("mend start refuses a name two files declare, and a worker names them both", function()
+      local dir = H.tmp_dir()
+      local src = "return { name = 'invoice', steps = { { name = 'a', execute = function() " ..
+                  "return %d end } } }"
+      H.write_file(dir, "billing.lua", src:format(1))
+      H.write_file(dir, "billing_old.lua", src:format(2))
+      local code, id, err = mend("start", "invoice", "--db", db, "--workflows", dir)
+      assert.are.equal(1, code, err)
+      assert.are.equal("", id)
+      assert.are.equal("mend: workflow invoice is declared by two files of " .. dir .. ": " ..
+                       dir .. "/billing.lua and " .. dir .. "/billing_old.lua: keep one, or " ..
+                       "give the file to start\n", err)
+      local lines = {}
+      local eng = H.new_engine({ log = function(rec)
+        if rec.level == "warn" then lines[#lines + 1] = rec.message end
+      end })
+      require("mend.cli.files").workflow_loader(eng, dir)(true)
+      assert.are.same({ dir .. "/billing.lua and " .. dir .. "/billing_old.lua both declare " ..
+                        "workflow invoice: its new runs use " .. dir .. "/billing_old.lua, the " ..
+                        "last loaded (keep one file a workflow)" }, lines)
+    end)
+
     -- A --workflows that cannot be read (missing, a file) is named with why, as the worker's
     -- refusal names it; a WORKFLOW given as a path that is a folder is named as one, not
     -- looked up as DIR/<path>.lua.

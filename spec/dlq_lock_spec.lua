@@ -1,5 +1,5 @@
--- A person's repair from the command line (`mend dlq resolve`, `mend dlq retry`) while another
--- process holds the write lock for a moment (a worker's batch, someone in the sqlite3 shell):
+-- A person's repair from the command line (`mend dlq resolve`, `mend dlq retry`, `mend prune`)
+-- while another process holds the write lock for a moment (a worker's batch, the sqlite3 shell):
 -- it waits for the lock, up to the store's default busy wait (5 s), and is made; it does not
 -- fail after the loop's own short wait (0.1 s) naming the lock.
 local H = require "spec.helper"
@@ -30,6 +30,14 @@ describe("a repair from the command line under another process's lock of 1 s #sq
     assert.are.equal(0, rc, out)
     assert.is_true(took > 0.5, "took " .. took)
     assert.are.same({ "resolved" }, H.sql(db, "SELECT status FROM runs WHERE id = '" .. id .. "'"))
+  end)
+
+  it("mend prune waits for the lock and prunes", function()
+    local _, db, _, run = under_lock()
+    local rc, out, took = run("prune --older-than 1s")
+    assert.is_falsy(out:find("mend: [^\n]*database is locked"), out)
+    assert.are.equal(0, rc, out)
+    assert.is_true(took > 0.5, "took " .. took)
   end)
 
   it("mend dlq retry waits for the lock and retries the run", function()

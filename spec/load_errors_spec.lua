@@ -214,7 +214,7 @@ describe("a workflow file", function()
     local _, err = load_broken("huge.lua",
       wf_source { step_fields = "retry = { max_attempts = 1e300 }" })
     has(err, "huge.lua")
-    has(err, "retry.max_attempts must be an integer")
+    has(err, "retry.max_attempts must be an integer of at most 2147483647, got 1e+300")
   end)
 
   it("whose steps claim a billion entries (a __len) is refused, naming file and field", function()

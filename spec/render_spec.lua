@@ -24,7 +24,7 @@ return { name = "shop", retry = { max_attempts = 2, initial = 0.1, jitter = 0 },
 
 -- stdout of a shell command (its stderr, the log, dropped) and its exit code.
 local function stdout_of(cmd)
-  return H.shell("(" .. cmd .. ") 2>/dev/null")
+  return H.shell("(" .. cmd .. " 2>/dev/null)")   -- H.shell sends its stderr to stdout
 end
 
 local function cli(db, args)
@@ -116,6 +116,39 @@ describe("the CLI and the REPL", function()
                    cli(db, "dlq"))
     assert.matches("---- turning back: compensating the completed steps in reverse ----",
                    cli(db, "history " .. dead))
+  end)
+end)
+
+describe("text that workflow code wrote (names, errors, log lines)", function()
+  after_each(H.cleanup)
+
+  -- a sandboxed workflow's author is not the operator: what reaches the terminal is shown, not
+  -- obeyed, and a row of a table stays one line
+  it("is printed with its control characters shown, not sent to the terminal", function()
+    local dir = H.tmp_dir()
+    local db = H.new_db(dir, "ctl.db")
+    local wf = H.write_file(dir, "ctl.lua", [=[
+return { name = "ctl\nx", steps = {
+  { name = "a\27]0;owned\7", execute = function(ctx)
+      ctx:log("one\ntwo")
+      error("line1\nline2\27[2J\194\155")
+    end } } }
+]=])
+    local code, out = stdout_of(("%s run %s --db %s --clock virtual"):format(H.MEND, H.quote(wf),
+                                                                           H.quote(db)))
+    assert.are.equal(3, code, out)
+    local id = cli(db, "runs --json"):match('"id":"(%w+)"')
+    for _, text in ipairs({ out, cli(db, "runs"), cli(db, "status " .. id),
+                            cli(db, "history " .. id), cli(db, "dlq") }) do
+      assert.not_matches("[\0-\9\11-\31\127]", text)
+      assert.not_matches("\194[\128-\159]", text)
+      assert.not_matches("\nline2", text)
+      assert.not_matches("\nx", text)
+    end
+    local runs = cli(db, "runs")
+    assert.matches("ctl\\nx%s+failed%s+.*line1\\nline2\\x1b%[2J\\u{9b}\n", runs)
+    local history = cli(db, "history " .. id)
+    assert.matches("a\\x1b%]0;owned\\x07%s+log: one\\ntwo\n", history)
   end)
 end)
 

@@ -51,6 +51,19 @@ describe("a reused step's result", function()
     assert.not_matches("reused from", out_a)
   end)
 
+  it("is named by mend history where the way back passes it by", function()
+    local eng, _, db = R.engine()
+    local a = R.start(eng, 7)
+    local b = R.start(eng, 7)
+    eng:run()
+    H.close(eng)
+    local rc, out = H.mend_cmd(db, "history " .. b)
+    assert.are.equal(0, rc)
+    assert.matches("charge%s+not compensated: result reused from run " .. a
+                   .. ": that run owns its effect", out)
+    assert.not_matches("no compensate function", out)
+  end)
+
   it("is not taken from a run that is compensating: the key executes again", function()
     local eng = H.new_engine()
     local log = { charges = 0, refunds = {} }

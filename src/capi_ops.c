@@ -8,6 +8,7 @@
  */
 #include "mend.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -91,6 +92,12 @@ MEND_API int mend_engine_dlq_page_json(mend_engine *engine, const char *after_ru
     char why[120];
     snprintf(why, sizeof why, "limit is %lld: a page has 1 to %d entries", limit,
              MEND_HISTORY_PAGE_MAX);
+    return mend__capi_invalid(engine, why);
+  }
+  if (after_run && !isfinite(after_at)) {
+    char why[120];
+    snprintf(why, sizeof why, "after_at is %s: the `at` of the last entry of the page before, "
+             "-1 if it has none", isnan(after_at) ? "nan" : after_at > 0 ? "inf" : "-inf");
     return mend__capi_invalid(engine, why);
   }
   return dump(engine, mend_store_dlq_page(mend_engine_store(engine), after_at, after_run,

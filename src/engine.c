@@ -109,6 +109,13 @@ int mend__commit_now(mend_engine *E) {
 
 double mend_engine_now(const mend_engine *E) { return mend_timers_now(&E->timers); }
 mend_store *mend_engine_store(mend_engine *E) { return E->store; }
+
+json_t *mend_engine_prune(mend_engine *E, double before, const char *status, int dry_run) {
+  mend_store_set_busy_wait(E->store, 0);
+  json_t *v = mend_store_prune(E->store, before, status, dry_run);
+  mend_store_set_busy_wait(E->store, LOOP_BUSY_MS);
+  return v;
+}
 lua_State *mend_engine_lua(mend_engine *E) { return E->L; }
 uv_loop_t *mend_engine_loop(mend_engine *E) { return E->loop; }
 /* A run whose run_finished a ticking host has not heard yet is still in flight to it. */

@@ -372,6 +372,10 @@ int mend_engine_in_code(const mend_engine *E);
 const char *mend_engine_code_running(const mend_engine *E);
 
 mend_store *mend_engine_store(mend_engine *E);
+/* mend_store_prune as an answer to a person (eng:prune, mend prune): it waits for another
+ * process's write lock up to the store's default busy wait, as a start or a repair does, not
+ * the loop's short one. */
+json_t *mend_engine_prune(mend_engine *E, double before, const char *status, int dry_run);
 lua_State  *mend_engine_lua(mend_engine *E);
 uv_loop_t  *mend_engine_loop(mend_engine *E);
 

@@ -242,7 +242,7 @@ static int engine_prune(lua_State *L) {
   lua_pop(L, 1);
   mend_store *st = mend_engine_store(E);
   double before = mend_engine_now(E) - older;
-  json_t *v = mend_store_prune(st, before, status, dry);
+  json_t *v = mend_engine_prune(E, before, status, dry);
   if (!v) return mend__fail(L, "prune: %s", mend_store_errmsg(st));
   json_object_set_new(v, "before", json_real(before));
   return push_query(L, E, v);

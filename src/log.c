@@ -1,6 +1,6 @@
 /*
  * log: formats engine log records for a stream (see log.h). Never fails the caller: a record
- * that cannot be written is dropped.
+ * that cannot be written is dropped. Never sends a workflow's control characters to a terminal.
  */
 #include "log.h"
 
@@ -22,6 +22,22 @@ int mend_log_level_of(const char *name) {
 void mend_log_sink_init(mend_log_sink *s, FILE *out) {
   s->out = out;
   s->human = isatty(fileno(out));
+}
+
+/* Text a workflow wrote (a step's name, an error, a ctx:log line) as a terminal shows it
+ * rather than obeys it: C0 controls, DEL and C1 (U+0080..U+009F) spelled out, so that no escape
+ * sequence of a workflow's author reaches the terminal of the person reading; a message keeps
+ * its line breaks and tabs (a traceback's). */
+static void put_shown(FILE *out, const char *s, int keep_lines) {
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (keep_lines && (*p == '\n' || *p == '\t')) fputc(*p, out);
+    else if (*p == '\n') fputs("\\n", out);
+    else if (*p == '\t') fputs("\\t", out);
+    else if (*p == '\r') fputs("\\r", out);
+    else if (*p < 0x20 || *p == 0x7f) fprintf(out, "\\x%02x", *p);
+    else if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) fprintf(out, "\\u{%x}", *++p);
+    else fputc(*p, out);
+  }
 }
 
 void mend_log_to_sink(void *ud, const mend_log_record *rec) {
@@ -53,8 +69,13 @@ void mend_log_to_sink(void *ud, const mend_log_record *rec) {
   char when[16];
   strftime(when, sizeof when, "%H:%M:%S", &tm);
   int ms = (int)((rec->time - (double)t) * 1000.0);
-  fprintf(s->out, "%s.%03d %-5s %s%s%s", when, ms, rec->level, rec->run ? rec->run : "",
-          rec->step ? " " : "", rec->step ? rec->step : "");
+  fprintf(s->out, "%s.%03d %-5s %s", when, ms, rec->level, rec->run ? rec->run : "");
+  if (rec->step) {
+    fputc(' ', s->out);
+    put_shown(s->out, rec->step, 0);
+  }
   if (rec->attempt) fprintf(s->out, " #%d", rec->attempt);
-  fprintf(s->out, " %s: %s\n", rec->event, rec->message ? rec->message : "");
+  fprintf(s->out, " %s: ", rec->event);
+  put_shown(s->out, rec->message ? rec->message : "", 1);
+  fputc('\n', s->out);
 }

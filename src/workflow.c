@@ -74,7 +74,11 @@ static int opt_int(lua_State *L, int idx, const char *field, const char *what, i
   double d = 0;   /* set when r == 1; gcc 12 -O3 cannot see that */
   int r = opt_number(L, idx, field, what, &d, err, errlen);
   if (r == 1) {
-    if (!(d >= INT_MIN && d <= INT_MAX) || d != floor(d))
+    /* 1e12 is an integer to the person who wrote it: say which bound it passed */
+    if (d > INT_MAX || d < INT_MIN)
+      return mend_errorf(err, errlen, "%s.%s must be an integer %s %d, got %g", what, field,
+                         d > 0 ? "of at most" : "of at least", d > 0 ? INT_MAX : INT_MIN, d);
+    if (d != floor(d))
       return mend_errorf(err, errlen, "%s.%s must be an integer, got %g", what, field, d);
     *out = (int)d;
   }

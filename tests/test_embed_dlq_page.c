@@ -47,6 +47,10 @@ int main(void) {
   CHECK_STR(page, "[]");
   mend_free(page);
   CHECK_EQ_INT(mend_engine_dlq_page_json(E, NULL, 0, 0, &page), MEND_EINVAL);
+  /* an `at` no entry has: a pager given one would read no page it can go on from */
+  CHECK_EQ_INT(mend_engine_dlq_page_json(E, after_run, NAN, 1, &page), MEND_EINVAL);
+  CHECK(strstr(mend_engine_errmsg(E), "after_at is nan") != NULL);
+  CHECK_EQ_INT(mend_engine_dlq_page_json(E, after_run, INFINITY, 1, &page), MEND_EINVAL);
   CHECK_EQ_INT(mend_engine_dlq_page_json(E, NULL, 0, MEND_HISTORY_PAGE_MAX + 1, &page),
                MEND_EINVAL);
   mend_free(whole);

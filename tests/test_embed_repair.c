@@ -10,6 +10,7 @@
  */
 #define _GNU_SOURCE   /* SCHED_BATCH */
 #include <dirent.h>
+#include <math.h>
 #include <mend.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -82,6 +83,11 @@ static void it_repairs_through_the_c_api(void) {
   CHECK_EQ_INT(mend_engine_override_breaker(E, "psp", "open", 60, "ops"), MEND_OK);
   CHECK_EQ_INT(mend_engine_override_breaker(E, "nope", "open", 60, "ops"), MEND_ENOTFOUND);
   CHECK_EQ_INT(mend_engine_override_breaker(E, "psp", "flip", 0, "ops"), MEND_EINVAL);
+  /* open for ever, or for no time a host meant: refused, as the CLI and HTTP refuse them */
+  CHECK_EQ_INT(mend_engine_override_breaker(E, "psp", "open", INFINITY, "ops"), MEND_EINVAL);
+  CHECK(strstr(mend_engine_errmsg(E), "must be a finite number, got inf") != NULL);
+  CHECK_EQ_INT(mend_engine_override_breaker(E, "psp", "open", NAN, "ops"), MEND_EINVAL);
+  CHECK(strstr(mend_engine_errmsg(E), "got nan") != NULL);
   mend_engine_free(E);
 }
 

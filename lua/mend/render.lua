@@ -8,12 +8,31 @@ local mend = require "mend"
 local columns = require "mend.columns"
 local json = mend.json
 
-local function out(fmt, ...) io.stdout:write(fmt:format(...)) end
+-- Text of workflow code (names, errors, log lines) as a terminal shows it, not obeys it: its
+-- control characters (C0, DEL and C1, as an escape sequence or a line break starts with
+-- one) spelled out, so that a row stays one line and a workflow's author, who may not be the
+-- operator, cannot drive the operator's terminal.
+local SPELLED = { ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t" }
+local function visible(s)
+  if not s:find("[%c\127\194]") then return s end
+  s = s:gsub("[%c\127]", function(c) return SPELLED[c] or ("\\x%02x"):format(c:byte()) end)
+  return (s:gsub("\194([\128-\159])", function(c) return ("\\u{%x}"):format(c:byte()) end))
+end
+
+-- Every string it prints is visible()'s: what it prints are lines of text whose line breaks
+-- are fmt's.
+local function out(fmt, ...)
+  local args = table.pack(...)
+  for i = 1, args.n do
+    if type(args[i]) == "string" then args[i] = visible(args[i]) end
+  end
+  io.stdout:write(fmt:format(table.unpack(args, 1, args.n)))
+end
 
 local function present(v) return v ~= nil and v ~= json.null end
 
 -- s padded to n columns of a terminal (mend.columns: names may be any UTF-8).
-local function cell(s, n) return columns.pad(tostring(s), n) end
+local function cell(s, n) return columns.pad(visible(tostring(s)), n) end
 
 -- Times and delays that no clock reaches (a `sleep = 1e308` step) are printed as numbers.
 local FAR = 1e12
@@ -148,7 +167,7 @@ local function write_json(v)
   local acc = {}
   put_value(v, acc, "value")
   acc[#acc + 1] = "\n"
-  out("%s", table.concat(acc))
+  io.stdout:write(table.concat(acc))   -- JSON: its strings' control characters are escaped
 end
 
 -- A list as a JSON array (an empty Lua table would encode as an object).
@@ -200,7 +219,13 @@ local render = {
     end
     return "alert: " .. (e.detail or fmt_error(e.error) or "")
   end,
-  skip_compensate = function() return "no compensate function: nothing to undo" end,
+  -- passed by on the way back: no compensate, or a result reused from the run that owns it
+  skip_compensate = function(e)
+    if not present(e.detail) or e.detail == "step has no compensate" then
+      return "no compensate function: nothing to undo"
+    end
+    return "not compensated: " .. tostring(e.detail)
+  end,
   dead_letter = function(e)
     return join({ "dead letter: " .. (e.detail or ""), fmt_error(e.error) or "" })
   end,
@@ -398,6 +423,12 @@ end
 -- a `right` one is aligned to the right. cols: { { "RUN", 16 }, { "AGE", 5, right = true },
 -- { "ERROR" } }; rows: one string a column.
 local function print_table(cols, rows)
+  local shown = {}
+  for r, row in ipairs(rows) do
+    shown[r] = {}
+    for i = 1, #cols do shown[r][i] = visible(tostring(row[i])) end
+  end
+  rows = shown
   local widths = {}
   for i = 1, #cols - 1 do
     local w = math.max(cols[i][2] or 0, columns.width(cols[i][1]))
@@ -533,6 +564,7 @@ return {
   render_event = render_event,
   transition = transition,
   unfinished = unfinished,
+  visible = visible,
   write_json = write_json,
   write_list = write_list,
 }

@@ -6,6 +6,7 @@
  */
 #include "engine_int.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +83,11 @@ static int breaker_set(mend_engine *E, const char *key, const char *op, double s
       mend__who_refused(E, who, err, errlen))
     return -1;
   E->refusal = MEND_REFUSED_INVALID;
+  /* inf would open it for ever (no half-open, no probe) and NaN fall to the policy unseen:
+   * both are a host's mistake, refused as the CLI and the HTTP API refuse them */
+  if (strcmp(op, "open") == 0 && !isfinite(seconds))
+    return mend_errorf(err, errlen, "seconds to stay open must be a finite number, got %s",
+                       isnan(seconds) ? "nan" : seconds > 0 ? "inf" : "-inf");
   struct mend_breaker_slot *s = NULL;
   for (struct mend_breaker_slot *x = E->breakers; x; x = x->next)
     if (strcmp(x->key, key) == 0) s = x;

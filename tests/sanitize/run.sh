@@ -21,7 +21,7 @@ cmake=${CMAKE:-cmake}
 tests="json backoff breaker transition idset numtext flatjson utf8 parkset timers panic cpus
   host_answers keys_twice closed_fds hold_status tick_account tick_account_edges lock_answers
   kept_start run_keys key_reuse walvfs print_pipe adopt_race crash_loop blocks blocks_sizes
-  threads threads_peak csp csp_hostile csp_foreign texts texts_hostile"
+  threads threads_peak csp csp_hostile csp_foreign texts texts_hostile log"
 # Every embedding program (tests/test_embed_*.c) and every SQLite store program
 # (tests/test_store_*.c), found by the patterns as CMakeLists.txt finds them
 for f in "$src"/tests/test_embed_*.c "$src"/tests/test_store_*.c; do

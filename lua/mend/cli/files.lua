@@ -43,6 +43,22 @@ end
 -- (the worker stops).
 function M.workflow_loader(eng, dir)
   local seen, unreadable = {}, nil
+  local declared, name_of = {}, {}   -- workflow name -> the file that last declared it; inverse
+  -- A name another file declared already: the last loaded is the one new runs use, said so.
+  local function declare(file, name)
+    if name_of[file] and name_of[file] ~= name and declared[name_of[file]] == file then
+      declared[name_of[file]] = nil
+    end
+    name_of[file] = name
+    local other = declared[name]
+    declared[name] = file
+    if other and other ~= file and name_of[other] == name then
+      eng:log("warn", "workflow", ("%s and %s both declare workflow %s: its new runs use %s, the "
+                                   .. "last loaded (keep one file a workflow)"):format(
+                                   other < file and other or file, other < file and file or other,
+                                   name, file))
+    end
+  end
   local function load_new(first)
     local ok, files = pcall(M.workflow_files, dir)
     if not ok then
@@ -70,6 +86,7 @@ function M.workflow_loader(eng, dir)
         local stop = not loaded and core._hear_stop()
         if loaded then
           if not first then eng:log("info", "workflow", "loaded " .. file .. " (" .. err .. ")") end
+          declare(file, err)
         elseif stop then
           seen[file] = nil
           eng:log("info", "worker", stop .. ": stopped loading " .. file)
@@ -136,12 +153,18 @@ function M.load_named(eng, o, workflow, path)
     fail("no workflow file %s, and no %s: cannot read the workflows directory %s", workflow,
          path, why)
   end
-  local broken = {}
+  local broken, found = {}, nil
   for _, file in ipairs(files) do
     local loaded, name = pcall(eng.load, eng, file)
-    if loaded and name == workflow then return name end
+    -- two files of one name: which is meant is not guessed (a worker serves the last loaded)
+    if loaded and name == workflow and found then
+      fail("workflow %s is declared by two files of %s: %s and %s: keep one, or give the file "
+           .. "to start", workflow, dir, found, file)
+    end
+    if loaded and name == workflow then found = file end
     if not loaded then broken[#broken + 1] = tostring(name) end
   end
+  if found then return workflow end
   fail("no workflow file %s, and no %s, nor a file in %s that declares workflow %s%s", workflow,
        path, dir, workflow, #broken > 0 and ("; these failed to load and may: " ..
        table.concat(broken, "; ")) or "")

@@ -104,7 +104,7 @@ local function print_chart(eng, st, id)
   end
   print_outcome(st)
   for _, line in ipairs(require("mend.chart").lines(st, rows, eng:now(), nil, first, last)) do
-    out("%s\n", line)
+    out("%s\n", render.visible(line))
   end
 end
 
