@@ -739,6 +739,30 @@ describe("a child process that exits without reading its stdin", function()
   end)
 end)
 
+describe("mend run with an alert command that hangs", function()
+  after_each(H.cleanup)
+
+  -- It waits at most 5 s for the commands of its last alerts: a turn of its loop waited for
+  -- the next timer of any kind, so one such command held it for 10 s or for as long as it ran.
+  it("hands the alert over and exits after at most 5 s of waiting for the command", function()
+    local dir, db = H.tmp_dir(), H.new_db()
+    local file = H.write_file(dir, "dead.lua", [[
+      local mend = require "mend"
+      return { name = "dead", steps = { { name = "a", execute = function()
+        error(mend.compensable("stuck", { severity = 3 })) end } } }]])
+    local got = dir .. "/alert.json"
+    local cmd = ("cat > %s; exec sleep 20 > /dev/null 2>&1"):format(got)
+    local rc, out = H.shell(("s=$(date +%%s%%N); %s run %s --db %s --clock virtual --log-level error"
+      .. " --alert-command %s; echo \"rc=$? ms=$(( ($(date +%%s%%N) - s) / 1000000 ))\""):format(
+      H.MEND, H.quote(file), H.quote(db), H.quote(cmd)))
+    assert.are.equal(0, rc, out)
+    assert.truthy(out:find("rc=4", 1, true), out)
+    local ms = tonumber(out:match("ms=(%d+)"))
+    assert.is_true(ms >= 4500 and ms < 9000, out)
+    assert.truthy(H.slurp(got):find('"run_id"', 1, true))
+  end)
+end)
+
 describe("the mend command started with stdin, stdout or stderr closed", function()
   after_each(H.cleanup)
 

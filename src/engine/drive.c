@@ -272,6 +272,24 @@ void mend__loop_once(mend_engine *E) {
  * that waits for the world, or that someone cancels, does not wait for ever. */
 #define RUN_LOOK_MS 500
 
+static void alert_wait_over(uv_timer_t *t) { (void)t; }
+
+/* Alerts of the last runs must reach their command before a one-shot caller exits, for at
+ * most ALERT_WAIT_MS: a turn of the loop waits for its next event, and without a timer of its
+ * own a command that hangs would hold the caller until some other timer or the command ends. */
+#define ALERT_WAIT_MS 5000
+static void wait_for_alert_commands(mend_engine *E) {
+  if (E->broken || E->alert_commands <= 0) return;
+  uv_timer_t limit;
+  uv_timer_init(E->loop, &limit);
+  uv_update_time(E->loop);
+  uv_timer_start(&limit, alert_wait_over, ALERT_WAIT_MS, 0);
+  while (!E->broken && E->alert_commands > 0 && uv_is_active((uv_handle_t *)&limit))
+    uv_run(E->loop, UV_RUN_ONCE);
+  uv_close((uv_handle_t *)&limit, NULL);
+  uv_run(E->loop, UV_RUN_NOWAIT);   /* the close is done before the handle's memory goes */
+}
+
 static void look_from_run(uv_timer_t *t) {
   mend_engine *E = t->data;
   if (E->broken || E->draining || E->store_lost || mend__lock_stops_looks(E)) return;
@@ -307,10 +325,7 @@ int mend_engine_run(mend_engine *E) {
     mend__loop_once(E);
   }
   mend_engine_run_left(E);
-  /* Alerts of the last runs must reach their command before a one-shot caller exits. */
-  double until = mend_real_now() + 5;
-  while (!E->broken && E->alert_commands > 0 && mend_real_now() < until)
-    uv_run(E->loop, UV_RUN_ONCE);
+  wait_for_alert_commands(E);
   return E->broken ? -1 : 0;
 }
 
