@@ -279,7 +279,8 @@ MEND_API int mend_trust_db(const char *db_path, int *was_marked, char *err, size
 MEND_API int mend_engine_load(mend_engine *engine, const char *path, char *name_out,
                               size_t name_len);
 
-/* Registers a host function under `name` for mend.call. Not from a callback. */
+/* Registers a host function under `name` for mend.call. Not from a callback. MEND_EINVAL for
+ * a NULL or empty name or a NULL fn. */
 MEND_API int mend_engine_register_function(mend_engine *engine, const char *name, mend_host_fn fn,
                                            void *ud);
 /* Answers a host call with a JSON value (NULL: nil). MEND_EINVAL if the JSON is bad (a key given

@@ -546,6 +546,8 @@ MEND_API int mend_engine_register_function(mend_engine *engine, const char *name
   NEED_ENGINE(engine);
   if (!name || !fn)
     return mend__capi_invalid(engine, "mend_engine_register_function: name and fn may not be NULL");
+  if (!*name)   /* mend.call("") names no function: a host's bug, said where it is made */
+    return mend__capi_invalid(engine, "mend_engine_register_function: the name is empty");
   handle *h = handle_of(engine);   /* there: NEED_ENGINE found it, on its own thread */
   host_fn_box *box = malloc(sizeof *box);
   if (!box) return MEND_ENOMEM;

@@ -303,6 +303,8 @@ static void misuses(mend_engine *e) {
   CHECK_STR(name, "");
   CHECK_EQ_INT(mend_engine_start(e, "acc_wait", NULL, NULL, id, NULL), MEND_OK);
   CHECK_EQ_INT(mend_engine_register_function(e, "nothing", NULL, NULL), MEND_EINVAL);
+  CHECK_EQ_INT(mend_engine_register_function(e, "", charge, NULL), MEND_EINVAL);
+  CHECK(strstr(mend_engine_errmsg(e), "empty") != NULL);
 
   CHECK_EQ_INT(mend_engine_start(e, "no_such", NULL, NULL, id, NULL), MEND_ENOTFOUND);
   CHECK(*mend_engine_errmsg(e));
