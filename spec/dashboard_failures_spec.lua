@@ -3,14 +3,13 @@
 -- (from a proxy in front of it), must be said on the page; an answer that comes late (a slow
 -- server) must never draw over the page the person went to meanwhile, nor take the runs'
 -- second page away; a run link the page cannot read must be said so. Slowness is made in the
--- page: its fetch wrapped so that the answers the test names are held until it lets them go,
--- and it waits for each step's sign (a refresh asked for, the late answers read), never for
--- time.
+-- page: the answers the test names are held until it lets them go (B.hold_fetches), and it
+-- waits for each step's sign (a refresh asked for, the late answers read), never for time.
 local H = require "spec.helper"
 local B = require "spec.support.browser"
 local P = require "spec.support.pg_hold"
 
-local http_json = B.http_json
+local http_json, hold_fetches = B.http_json, B.hold_fetches
 
 local OK = [[return { name = "ok", steps = { { name = "one", execute = function() return 1 end } } }]]
 
@@ -32,27 +31,6 @@ local toast = "var t = document.querySelector('#toast'); "
               .. "return t.style.display === 'block' && [t.className, t.textContent];"
 
 local function run_of(base, id) return http_json("GET", base .. "/api/v1/runs/" .. id) end
-
--- From now on the page's requests whose URL the JS expression `match` (of `u`) is true for
--- are held: window.__held counts them, window.__release() lets them all go, and
--- window.__read counts the held answers the page has read and acted on (a timer after the
--- body's promise settles runs once the page's own promise chain on it is done).
-local function hold_fetches(match)
-  return [[var real = window.fetch; var held = []; window.__held = 0; window.__read = 0;
-    window.__release = function () { held.splice(0).forEach(function (go) { go(); }); };
-    window.fetch = function (url, opts) {
-      var u = String(url), p = real(url, opts);
-      if (!(]] .. match .. [[)) return p;
-      window.__held++;
-      return new Promise(function (ok) { held.push(function () { ok(p.then(function (r) {
-        var body = r.json.bind(r);
-        r.json = function () {
-          var b = body();
-          b.then(done, done);
-          return b; };
-        return r; })); }); }); };
-    function done() { setTimeout(function () { window.__read++; }, 0); }]]
-end
 
 describe("the dashboard when the server is slow, gone or refuses, in chromium", function()
   after_each(function() P.release() B.stop_all() H.cleanup() end)
