@@ -35,9 +35,10 @@ describe("the dashboard's refreshes, in chromium #sqlite", function()
     -- Retry on one, Resolve on the other, their answers held: the person has gone to the
     -- breakers meanwhile.
     session.js(hold_fetches("o && o.method === 'POST'"))
-    session.js([[window.__breakers = 0; var held = window.fetch; window.fetch = function (url, opts) {
-      if (String(url).indexOf('/api/v1/breakers') >= 0) window.__breakers++;
-      return held(url, opts); };
+    session.js([[window.__breakers = 0; var held = window.fetch;
+      window.fetch = function (url, opts) {
+        if (String(url).indexOf('/api/v1/breakers') >= 0) window.__breakers++;
+        return held(url, opts); };
       window.prompt = function () { return 'settled by hand'; };
       document.querySelector('tr[data-run="]] .. ids[1] .. [["] button.retry').click();
       document.querySelector('tr[data-run="]] .. ids[2] .. [["] button.resolve').click();
@@ -68,7 +69,8 @@ describe("the dashboard's refreshes, in chromium #sqlite", function()
     os.execute("sleep 1")
     assert.are.equal(1, session.js("return window.__held"))
     session.js("window.__release()")
-    session.wait("the next list asked for once the first was answered", "return window.__held === 2", 10)
+    session.wait("the next list asked for once the first was answered",
+                 "return window.__held === 2", 10)
     -- on another page, nothing over five refreshes' time
     session.js("location.hash = '#/breakers'; window.__release(); window.__held = 0")
     os.execute("sleep 1")

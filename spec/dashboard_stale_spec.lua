@@ -31,9 +31,11 @@ describe("the dashboard after a stale view or a lost answer, in chromium #sqlite
       .. [[location.hash = '#/run/]] .. id .. [[';
       setTimeout(function () { history.back(); }, 300);]])
     session.wait("back on the dead letters", "return location.hash === '#/dlq'", 10)
-    session.wait("the queue drawn again", "var h = document.querySelector('#view h2'); return h && h.textContent === 'Dead letters';", 10)
+    session.wait("the queue drawn again", "var h = document.querySelector('#view h2');"
+                 .. " return h && h.textContent === 'Dead letters';", 10)
     session.js("window.__release()")
-    session.wait("the run's late answers read", "return window.__held > 0 && window.__read === window.__held", 10)
+    session.wait("the run's late answers read",
+                 "return window.__held > 0 && window.__read === window.__held", 10)
     session.js("window.fetch = window.__real")
     assert.are.equal("Dead letters", session.js("return document.querySelector('#view h2').textContent"))
     session.js("document.querySelector('tr[data-run=\"" .. id .. "\"] button.retry').click()")
