@@ -3,12 +3,13 @@
 -- (from a proxy in front of it), must be said on the page; an answer that comes late (a slow
 -- server) must never draw over the page the person went to meanwhile, nor take the runs'
 -- second page away; a run link the page cannot read must be said so. Slowness is made in the
--- page (its fetch wrapped), with seconds of margin around the 2 s refresh it races.
+-- page: the answers the test names are held until it lets them go (B.hold_fetches), and it
+-- waits for each step's sign (a refresh asked for, the late answers read), never for time.
 local H = require "spec.helper"
 local B = require "spec.support.browser"
 local P = require "spec.support.pg_hold"
 
-local http_json = B.http_json
+local http_json, hold_fetches = B.http_json, B.hold_fetches
 
 local OK = [[return { name = "ok", steps = { { name = "one", execute = function() return 1 end } } }]]
 
@@ -48,16 +49,14 @@ describe("the dashboard when the server is slow, gone or refuses, in chromium", 
     local base, session = B.serve_and_browse(dir, db)
     session.go(base .. "/#/run/" .. id)
     session.wait("the run's page", "var b = document.querySelector('h2 .badge'); return b && b.textContent === 'running'", 15)
-    -- A slow answer for the run (3 s): the page's next refresh (every 2 s) is still waiting for
-    -- it when the person opens the dead letters.
-    session.js([[var real = window.fetch; window.fetch = function (url, opts) {
-      var p = real(url, opts);
-      if (String(url).indexOf('/runs/') < 0) return p;
-      return new Promise(function (ok) { setTimeout(function () { ok(p); }, 3000); }); };]])
-    os.execute("sleep 2.5")
+    -- The run's answers are held: the page's next refresh (every 2 s) is waiting for them when
+    -- the person opens the dead letters, and they come once that page is drawn.
+    session.js(hold_fetches("u.indexOf('/runs/') >= 0"))
+    session.wait("a refresh of the run under way", "return window.__held > 0", 10)
     session.js("location.hash = '#/dlq'")
     session.wait("the dead letters' page", "var h = document.querySelector('#view h2'); return h && h.textContent === 'Dead letters';", 10)
-    os.execute("sleep 4")
+    session.js("window.__release()")
+    session.wait("the late answers read", "return window.__read === window.__held", 10)
     assert.are.equal("Dead letters", session.js("return document.querySelector('#view h2').textContent"))
   end)
 
@@ -70,18 +69,14 @@ describe("the dashboard when the server is slow, gone or refuses, in chromium", 
     local base, session = B.serve_and_browse(dir, db)
     session.go(base .. "/#/runs")
     session.wait("the first page", "return document.querySelectorAll('#runs-body tr[data-run]').length === 50", 15)
-    -- The first page answers slowly (1.5 s) from now on: the live refresh (every 2 s) is
-    -- waiting for it when "more" is clicked, and its answer comes after the second page's.
-    session.js([[var real = window.fetch; window.__refreshes = 0; window.fetch = function (url, opts) {
-      var p = real(url, opts);
-      if (String(url).indexOf('/runs?') < 0 || String(url).indexOf('cursor=') >= 0) return p;
-      window.__refreshes++;
-      return new Promise(function (ok) { setTimeout(function () { ok(p); }, 1500); }); };]])
-    session.wait("a refresh under way", "return window.__refreshes > 0", 10)
-    os.execute("sleep 0.2")
+    -- The first page's answers are held from now on: the live refresh (every 2 s) is waiting
+    -- for one when "more" is clicked, and it comes after the second page's.
+    session.js(hold_fetches("u.indexOf('/runs?') >= 0 && u.indexOf('cursor=') < 0"))
+    session.wait("a refresh under way", "return window.__held > 0", 10)
     session.js("document.querySelector('#more').click()")
     session.wait("the second page", "return document.querySelectorAll('#runs-body tr[data-run]').length === 60", 10)
-    os.execute("sleep 2.5")
+    session.js("window.__release()")
+    session.wait("the late answer read", "return window.__read === window.__held", 10)
     assert.are.equal(60, session.js("return document.querySelectorAll('#runs-body tr[data-run]').length"))
   end)
 

@@ -1,7 +1,7 @@
 -- The dashboard's refreshes and clicks against what a person does (comes back to a page before
 -- the other one drew, and clicks on what a stale view left) and what a network does (an answer
 -- that never comes). Headless chromium (spec/support/browser.lua) on a real `mend serve`;
--- slowness is made in the page (its fetch wrapped).
+-- slowness is made in the page (its fetch wrapped, answers held: B.hold_fetches).
 local H = require "spec.helper"
 local B = require "spec.support.browser"
 
@@ -25,15 +25,17 @@ describe("the dashboard after a stale view or a lost answer, in chromium #sqlite
     local base, session = B.serve_and_browse(dir, db)
     session.go(base .. "/#/dlq")
     session.wait("the dead letter", "return document.querySelector('tr[data-run=\"" .. id .. "\"] button.retry') !== null", 15)
-    -- The person opens the run and goes Back before its page came (the run's answers 2 s late).
-    session.js([[var real = window.fetch; window.__real = real; window.fetch = function (url, opts) {
-        var p = real(url, opts);
-        if (String(url).indexOf('/api/v1/runs/') < 0) return p;
-        return new Promise(function (ok) { setTimeout(function () { ok(p); }, 2000); }); };
-      location.hash = '#/run/]] .. id .. [[';
+    -- The person opens the run and goes Back before its page came (the run's answers held
+    -- until the queue is drawn again, then read: drawn nowhere).
+    session.js("window.__real = window.fetch;" .. B.hold_fetches("u.indexOf('/api/v1/runs/') >= 0")
+      .. [[location.hash = '#/run/]] .. id .. [[';
       setTimeout(function () { history.back(); }, 300);]])
     session.wait("back on the dead letters", "return location.hash === '#/dlq'", 10)
-    os.execute("sleep 3")   -- the run's late answers (drawn nowhere) and a refresh of the queue
+    session.wait("the queue drawn again", "var h = document.querySelector('#view h2');"
+                 .. " return h && h.textContent === 'Dead letters';", 10)
+    session.js("window.__release()")
+    session.wait("the run's late answers read",
+                 "return window.__held > 0 && window.__read === window.__held", 10)
     session.js("window.fetch = window.__real")
     assert.are.equal("Dead letters", session.js("return document.querySelector('#view h2').textContent"))
     session.js("document.querySelector('tr[data-run=\"" .. id .. "\"] button.retry').click()")

@@ -38,8 +38,7 @@ return { name = "tokens", steps = {
     compensate = function(ctx) ctx:log("refunded") end },
   { name = "prepare", parallel = {
 ]] .. token_branch("approve", true) .. [[
-    { name = "cool", sleep = 6 },   -- wall time: long enough that a loaded machine completes
-                                    -- the token first
+    { name = "cool", sleep = 3600 },   -- asleep until a worker on the virtual clock takes it
   } },
   { name = "done", execute = function(ctx) return { approved = ctx.results.prepare.approve } end },
 } }
@@ -74,6 +73,16 @@ return { name = "order", steps = {
 local mend_cmd = H.mend_cmd
 
 local worker = H.spawn_worker
+
+-- A worker on the virtual clock (its stderr appended to LOG too): a durable sleep comes due
+-- at once there, so the tokens workflow's "cool" ends when the test wants, never before.
+local function virtual_worker(db, dir, log)
+  local p = io.popen(("sh -c 'exec %s worker --db %s --workflows %s --poll 0.05 --clock virtual"
+    .. " 2>>%s' >/dev/null & echo $!"):format(MEND, q(db), q(dir), q(log)))
+  local pid = p:read("l")
+  p:close()
+  return pid
+end
 
 local status_json = H.status_json
 
@@ -136,6 +145,12 @@ describe("a token branch of a parallel group", function()
     rc, out = mend_cmd(db, "complete " .. token_of(log, id, "prepare/approve") .. [[ --result '{"by":"alice"}']])
     assert.are.equal(0, rc, out)
     assert.matches("token completed: run " .. id, out)
+    -- the token's branch goes on at once, its sibling still asleep; a worker on the virtual
+    -- clock then has the sleep come due at once
+    wait_status(db, id, "prepare/approve", "succeeded")
+    assert.are.equal("sleeping", step(db, id, "prepare/cool").status)
+    H.stop_worker(pid)
+    pid = virtual_worker(db, dir, log)
     rc, out = mend_cmd(db, "wait " .. id .. " --timeout 20")
     H.stop_worker(pid)
     assert.are.equal(0, rc, out .. H.read(log))
@@ -163,7 +178,7 @@ describe("a token branch of a parallel group", function()
     local rc, out = mend_cmd(db, "complete " .. token_of(log, id, "prepare/approve") .. [[ --result '"ok"']])
     assert.are.equal(0, rc, out)
     assert.are.equal("waiting", step(db, id, "prepare/approve").status)
-    pid = worker(db, dir, log)
+    pid = virtual_worker(db, dir, log)
     rc, out = mend_cmd(db, "wait " .. id .. " --timeout 20")
     H.stop_worker(pid)
     assert.are.equal(0, rc, out .. H.read(log))

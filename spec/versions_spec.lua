@@ -183,7 +183,17 @@ describe("versions: in-flight runs keep their code", function()
     until_true("flagged", function() return #json_of(db, "runs --attention") == 1 end)
     os.execute("sleep 0.5")   -- ten polls
     local w3 = worker(db, wf, log, "--clock virtual")   -- another worker looks at it on its first poll
-    os.execute("sleep 0.5")
+    -- the flag's alert is logged and sent after its commit, the command's output comes later
+    -- still, and the second worker's look is a line of the log: waited for, however slow
+    local function lines_of(pattern)
+      local _, n = H.slurp(log):gsub(pattern, "")
+      return n
+    end
+    until_true("the alert sent", function() return H.slurp(dir .. "/alerts"):find("\n") ~= nil end)
+    until_true("the alert logged", function() return lines_of('"event":"alert"') >= 1 end)
+    until_true("the second worker's look", function()
+      return lines_of('"event":"recover","message":"workflow u version [^\n]*cannot be loaded') >= 2
+    end)
 
     local st = json_of(db, "status " .. id)
     assert.are.equal("running", st.status)
@@ -249,7 +259,7 @@ describe("versions: in-flight runs keep their code", function()
   end)
 
   it("resolves or cancels a run that cannot progress; refuses an upgrade under a live worker", function()
-    local NAP = 30
+    local NAP = 3600   -- asleep in b while the first worker holds it, however slow the looks
     write(wf .. "/r.lua", workflow("r", { { "a", "v1-a" }, { "b" }, { "c", "v1-c" } }, NAP))
     local id1 = ok_cmd(db, "start r --workflows " .. q(wf)):match("%S+")
     local id2 = ok_cmd(db, "start r --workflows " .. q(wf)):match("%S+")

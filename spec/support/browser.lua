@@ -306,6 +306,29 @@ return { name = "dead", compensate_retry = { max_attempts = 1 }, steps = {
     compensate = function() error(mend.retryable("refund service down")) end },
   { name = "charge", execute = function() error(mend.fatal("card declined")) end } } }]]
 
+-- A script for session.js that makes a page's answers late without a clock: from then on the
+-- page's requests for which the JS expression `match` (of `u`, the URL as a string, and `o`,
+-- fetch's options) is true are held until the test lets them go. window.__held counts them,
+-- window.__release() lets those held so far go, and window.__read counts the held answers the
+-- page has read and acted on (a timer set as a body's promise settles fires once the page's
+-- own promise chain on it has run: what it draws, it has drawn).
+function M.hold_fetches(match)
+  return [[(function () {
+    var real = window.fetch, st = window.setTimeout, held = [];
+    window.__held = 0; window.__read = 0;
+    window.__release = function () { held.splice(0).forEach(function (go) { go(); }); };
+    function read() { st(function () { window.__read++; }, 0); }
+    window.fetch = function (url, o) {
+      var u = String(url), p = real(url, o);
+      if (!(]] .. match .. [[)) return p;
+      window.__held++;
+      return new Promise(function (ok) { held.push(function () { ok(p.then(function (r) {
+        var body = r.json.bind(r);
+        r.json = function () { var b = body(); b.then(read, read); return b; };
+        return r; })); }); }); };
+  })();]]
+end
+
 -- A directory of its own with the workflow files given ({ ["dead.lua"] = text, ... }) and a
 -- database beside them: dir, db.
 function M.workspace(workflows)
