@@ -1,11 +1,12 @@
 /*
  * http: the requests of mend.http once set up. Owns the engine's libcurl multi handle driven by
  * the loop (a uv_poll per socket curl watches, the connections' sockets it opens and closes for
- * curl, one uv_timer for curl's timer), the idle easy handles, one request per waiting attempt
- * from its start to the step's resumption with (true, response) or (false, error), what a
- * status code means (retryable, fatal, returned) and the text each request leaves in its
- * attempt's history detail. The call itself (its table read, the URL and the allow-list, the
- * headers) is http_call.c's, the table a returned response becomes http_resp.c's.
+ * curl, one uv_timer for curl's timer), the idle easy handles, the environment's proxies (read
+ * once), one request per waiting attempt from its start to the step's resumption with (true,
+ * response) or (false, error), what a status code means (retryable, fatal, returned) and the
+ * text each request leaves in its attempt's history detail. The call itself (its table read,
+ * the URL and the allow-list, the headers) is http_call.c's, the table a returned response
+ * becomes http_resp.c's.
  * Must never: block the loop (no easy_perform, no blocking resolver wait on the loop's
  * thread beyond what libcurl's own threaded resolver does); resume an attempt that is no
  * longer the request's; let one request's options reach the next on a reused handle; keep a
