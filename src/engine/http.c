@@ -1,11 +1,12 @@
 /*
  * http: the requests of mend.http once set up. Owns the engine's libcurl multi handle driven by
  * the loop (a uv_poll per socket curl watches, the connections' sockets it opens and closes for
- * curl, one uv_timer for curl's timer), the idle easy handles, one request per waiting attempt
- * from its start to the step's resumption with (true, response) or (false, error), what a
- * status code means (retryable, fatal, returned) and the text each request leaves in its
- * attempt's history detail. The call itself (its table read, the URL and the allow-list, the
- * headers) is http_call.c's, the table a returned response becomes http_resp.c's.
+ * curl, one uv_timer for curl's timer), the idle easy handles, the environment's proxies (read
+ * once), one request per waiting attempt from its start to the step's resumption with (true,
+ * response) or (false, error), what a status code means (retryable, fatal, returned) and the
+ * text each request leaves in its attempt's history detail. The call itself (its table read,
+ * the URL and the allow-list, the headers) is http_call.c's, the table a returned response
+ * becomes http_resp.c's.
  * Must never: block the loop (no easy_perform, no blocking resolver wait on the loop's
  * thread beyond what libcurl's own threaded resolver does); resume an attempt that is no
  * longer the request's; let one request's options reach the next on a reused handle; keep a
@@ -203,6 +204,39 @@ static int on_curl_timer(CURLM *multi, long ms, void *ud) {
 
 static void global_init(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
 
+/* A variable as curl_getenv reads it: unset and empty alike are none. */
+static char *env_value(const char *name) {
+  const char *v = getenv(name);
+  return v && v[0] ? strdup(v) : NULL;
+}
+
+/* The proxies curl 7.88 takes from the environment when no option names them (url.c,
+ * create_conn_helper_init_proxy and detect_proxy): no_proxy or NO_PROXY; for http,
+ * http_proxy (never HTTP_PROXY, which a CGI's request could set), for https, https_proxy or
+ * HTTPS_PROXY; then all_proxy or ALL_PROXY. Given to each handle as CURLOPT_NOPROXY and
+ * CURLOPT_PROXY ("" where none), which curl then treats as it treats what it read. 0; -1: out
+ * of memory. */
+static int read_proxies(struct mend_http *H) {
+  H->no_proxy = env_value("no_proxy");
+  if (!H->no_proxy) H->no_proxy = env_value("NO_PROXY");
+  char *all = env_value("all_proxy");
+  if (!all) all = env_value("ALL_PROXY");
+  H->proxy_http = env_value("http_proxy");
+  H->proxy_https = env_value("https_proxy");
+  if (!H->proxy_https) H->proxy_https = env_value("HTTPS_PROXY");
+  if (!H->proxy_http && all) H->proxy_http = strdup(all);
+  if (!H->proxy_https && all) H->proxy_https = strdup(all);
+  int lost = all && (!H->proxy_http || !H->proxy_https);
+  free(all);
+  return lost ? -1 : 0;
+}
+
+static void free_proxies(struct mend_http *H) {
+  free(H->no_proxy);
+  free(H->proxy_http);
+  free(H->proxy_https);
+}
+
 struct mend_http *mend__http_state(mend_engine *E) {
   if (E->http) return E->http;
   static uv_once_t once = UV_ONCE_INIT;
@@ -212,9 +246,10 @@ struct mend_http *mend__http_state(mend_engine *E) {
   H->E = E;
   H->multi = curl_multi_init();
   H->timer = malloc(sizeof *H->timer);
-  if (!H->multi || !H->timer) {
+  if (!H->multi || !H->timer || read_proxies(H)) {
     if (H->multi) curl_multi_cleanup(H->multi);
     free(H->timer);
+    free_proxies(H);
     free(H);
     return NULL;
   }
@@ -251,6 +286,8 @@ static void set_fixed(struct mend_http *H, http_req *q) {
   curl_easy_setopt(c, CURLOPT_OPENSOCKETDATA, q);
   curl_easy_setopt(c, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
   curl_easy_setopt(c, CURLOPT_CLOSESOCKETDATA, H);
+  curl_easy_setopt(c, CURLOPT_NOPROXY, H->no_proxy ? H->no_proxy : "");
+  q->on_proxy = 0;
 }
 
 static void req_destroy(http_req *q) {
@@ -336,6 +373,7 @@ void mend__http_close(mend_engine *E) {
   uv_timer_stop(H->timer);
   uv_close((uv_handle_t *)H->timer, timer_closed);
   mend__http_addr_free(H);
+  free_proxies(H);
   free(H);
   E->http = NULL;
 }

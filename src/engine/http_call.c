@@ -38,13 +38,23 @@ static const struct { const char *s; size_t n; } field_name[F__COUNT] = {
 /* mend's User-Agent goes among a request's own headers (setup). CURLOPT_USERAGENT would be
  * printed twice by curl at each request, 80 instructions a byte through its formatter (4.4k a
  * request against 2k as a header); it is set only where it is also what a CONNECT sends: an
- * https URL when the environment names a proxy curl may take for it (it reads the same
- * variables), and then the request's own header still wins with the server, as before. */
+ * https URL when the environment names a proxy curl may take for it (read_proxies, http.c),
+ * and then the request's own header still wins with the server, as before. */
 #define HTTP_USER_AGENT "mend/" MEND_VERSION_STRING
-static int proxy_may_tunnel(const char *url) {
-  return strncmp(url, "https:", 6) == 0 &&
-         (getenv("https_proxy") || getenv("HTTPS_PROXY") || getenv("all_proxy") ||
-          getenv("ALL_PROXY"));
+static int proxy_may_tunnel(struct mend_http *H, const char *url) {
+  return strncmp(url, "https:", 6) == 0 && H->proxy_https;
+}
+
+/* The environment's proxy for the URL's scheme on the handle (http.c, read_proxies), set only
+ * when the handle holds another's: curl copies the text at each setopt. */
+static int set_proxy(http_req *q) {
+  char which = strncmp(q->url, "https:", 6) == 0 ? 's' : 'h';
+  if (q->on_proxy == which) return 0;
+  const char *p = which == 's' ? q->H->proxy_https : q->H->proxy_http;
+  q->on_proxy = 0;   /* a failed copy leaves the other scheme's proxy on the handle */
+  if (curl_easy_setopt(q->easy, CURLOPT_PROXY, p ? p : "") != CURLE_OK) return -1;
+  q->on_proxy = which;
+  return 0;
 }
 
 /* Puts the fields of the call's table (at 1) in F__COUNT stack slots after base, nil where
@@ -330,6 +340,10 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
     q->on_handle = q->target;
   }
   curl_easy_setopt(c, CURLOPT_CURLU, q->target->uh);
+  if (set_proxy(q)) {
+    snprintf(err, (size_t)errlen, "out of memory");
+    return -1;
+  }
   /* the body: a string, or json = value encoded */
   int has_type = 0, has_key = 0, has_agent = 0;
   size_t body_len = 0;
@@ -436,7 +450,7 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
     snprintf(err, (size_t)errlen, "out of memory");
     return -1;
   }
-  if (proxy_may_tunnel(q->url)) {
+  if (proxy_may_tunnel(q->H, q->url)) {
     q->dirty = 1;
     curl_easy_setopt(c, CURLOPT_USERAGENT, HTTP_USER_AGENT);
   }

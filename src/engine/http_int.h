@@ -85,6 +85,10 @@ struct mend_http {
   int route_err;
   int route_fd;            /* the netlink socket of these queries, plus 1; 0: none open */
   unsigned route_seq;      /* the last query's sequence number */
+  /* The environment's proxies as curl would read them at each request, read once at the
+   * state's making (http.c, read_proxies): curl's five getenv calls a request walked the
+   * environment each time (1.8k instructions of a W9 request). NULL: none ("" is none too). */
+  char *no_proxy, *proxy_http, *proxy_https;
 };
 
 typedef struct http_sock {
@@ -119,6 +123,9 @@ struct http_req {
    * same ones are not set again at each request. */
   long on_timeout_ms, on_connect_ms;
   curl_off_t on_max_bytes;
+  /* Whose proxy the handle holds (CURLOPT_PROXY): 0 none set since it was made or reset, 'h'
+   * an http URL's, 's' an https URL's. */
+  char on_proxy;
   struct mend_http *H;
   mend_run *run;              /* NULL once the attempt was abandoned */
   struct curl_slist *headers; /* nodes, or NULL */
