@@ -523,13 +523,15 @@ local function calls_in(env, urls, allow)
   local dir = H.tmp_dir()
   local wf = H.write_file(dir, "calls.lua", [==[
 local mend = require "mend"
-return { name = "calls", steps = { { name = "s", retry = { max_attempts = 1 }, execute = function(ctx)
+return { name = "calls", steps = { { name = "s", retry = { max_attempts = 1 },
+                                     execute = function(ctx)
   local out = {}
   for _, u in ipairs(ctx.input.urls) do
     local ok, e = pcall(mend.http, { url = u, timeout = 5 })
-    local m = ok and ("ok " .. tostring(e.status)) or tostring(type(e) == "table" and e.message or e)
-    out[#out + 1] = m:match("is at address (%S+),") or (m:find("Could not resolve host") and "direct")
-                    or m
+    local m = ok and ("ok " .. tostring(e.status))
+              or tostring(type(e) == "table" and e.message or e)
+    out[#out + 1] = m:match("is at address (%S+),")
+                    or (m:find("Could not resolve host") and "direct") or m
   end
   return { out = table.concat(out, " | ") }
 end } } }
@@ -567,7 +569,8 @@ describe("mend.http's connections under http_allow, which environment proxy", fu
     assert.are.equal("127.0.0.4 | 127.0.0.4 | 127.0.0.4", via("all_proxy=http://127.0.0.4:9"))
     -- an empty value is none: the upper-case form, then all_proxy, is taken
     assert.are.equal("127.0.0.4 | 127.0.0.3 | 127.0.0.4",
-                     via("https_proxy= HTTPS_PROXY=http://127.0.0.3:9 ALL_PROXY=http://127.0.0.4:9"))
+                     via("https_proxy= HTTPS_PROXY=http://127.0.0.3:9 "
+                         .. "ALL_PROXY=http://127.0.0.4:9"))
     -- HTTP_PROXY never (httpoxy): an http URL falls to all_proxy
     assert.are.equal("127.0.0.4 | 127.0.0.4 | 127.0.0.4",
                      via("HTTP_PROXY=http://127.0.0.2:9 all_proxy=http://127.0.0.4:9"))
@@ -604,8 +607,9 @@ char *strdup(const char *s) {
       pending("no C compiler")
       return
     end
-    local out = calls_in(CLEAR .. ("LD_PRELOAD=%s FAIL_DUP=http://127.0.0.2:9 "
-                                   .. "http_proxy=http://127.0.0.2:9"):format(so), { A, A, A }, allow)
+    local env = CLEAR .. ("LD_PRELOAD=%s FAIL_DUP=http://127.0.0.2:9 "
+                          .. "http_proxy=http://127.0.0.2:9"):format(so)
+    local out = calls_in(env, { A, A, A }, allow)
     local later = out:match("^[^|]*| (.*)$")
     assert.are.equal("127.0.0.2 | 127.0.0.2", later, out)
   end)
