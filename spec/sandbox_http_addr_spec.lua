@@ -514,3 +514,103 @@ describe("mend.http's connections under http_allow, the kernel's local addresses
                      out)
   end)
 end)
+
+-- Calls each of urls in turn from one step (one engine, its handles reused across schemes and
+-- hosts), sandboxed with http_allow = allow, in a process of its own under `env`; returns what
+-- each did, separated by " | ": the address a refusal names (the proxy curl went to), "direct"
+-- (the target's name resolved: no proxy taken), or the error.
+local function calls_in(env, urls, allow)
+  local dir = H.tmp_dir()
+  local wf = H.write_file(dir, "calls.lua", [==[
+local mend = require "mend"
+return { name = "calls", steps = { { name = "s", retry = { max_attempts = 1 },
+                                     execute = function(ctx)
+  local out = {}
+  for _, u in ipairs(ctx.input.urls) do
+    local ok, e = pcall(mend.http, { url = u, timeout = 5 })
+    local m = ok and ("ok " .. tostring(e.status))
+              or tostring(type(e) == "table" and e.message or e)
+    out[#out + 1] = m:match("is at address (%S+),")
+                    or (m:find("Could not resolve host") and "direct") or m
+  end
+  return { out = table.concat(out, " | ") }
+end } } }
+]==])
+  local code = ([[
+    local mend = require "mend"
+    local eng = mend.engine { db = %q, sandbox = true, http_allow = %s }
+    eng:load(%q)
+    local id = eng:start("calls", { urls = mend.json.decode(%q) })
+    eng:run()
+    local st = eng:status(id).steps[1]
+    io.write(st.result and st.result.out or tostring(st.error))
+    eng:close()
+  ]]):format(dir .. "/p.db", mend.json.encode(allow):gsub("^%[", "{"):gsub("%]$", "}"), wf,
+             mend.json.encode(urls))
+  H.write_file(dir, "calls_run.lua", code)
+  local _, out = H.shell(env .. " lua " .. dir .. "/calls_run.lua 2>&1")
+  return out
+end
+
+describe("mend.http's connections under http_allow, which environment proxy", function()
+  after_each(H.cleanup)
+  local CLEAR = "env -u http_proxy -u https_proxy -u all_proxy -u ALL_PROXY -u HTTPS_PROXY "
+                .. "-u HTTP_PROXY -u no_proxy -u NO_PROXY "
+  local allow = { "*.example.test", "*.localhost" }
+  local A, S = "http://a.example.test/", "https://a.example.test/"
+
+  -- Each proxy on a loopback address of its own that the list does not name: the refusal names
+  -- the proxy curl chose, and no connection is made. The calls go http, https, http on one
+  -- engine, so a handle moves between the schemes' proxies.
+  it("takes each scheme's proxy as curl does, on a handle reused across schemes", function()
+    local function via(vars) return calls_in(CLEAR .. vars, { A, S, A }, allow) end
+    assert.are.equal("127.0.0.2 | 127.0.0.3 | 127.0.0.2",
+                     via("http_proxy=http://127.0.0.2:9 https_proxy=http://127.0.0.3:9"))
+    assert.are.equal("127.0.0.4 | 127.0.0.4 | 127.0.0.4", via("all_proxy=http://127.0.0.4:9"))
+    -- an empty value is none: the upper-case form, then all_proxy, is taken
+    assert.are.equal("127.0.0.4 | 127.0.0.3 | 127.0.0.4",
+                     via("https_proxy= HTTPS_PROXY=http://127.0.0.3:9 "
+                         .. "ALL_PROXY=http://127.0.0.4:9"))
+    -- HTTP_PROXY never (httpoxy): an http URL falls to all_proxy
+    assert.are.equal("127.0.0.4 | 127.0.0.4 | 127.0.0.4",
+                     via("HTTP_PROXY=http://127.0.0.2:9 all_proxy=http://127.0.0.4:9"))
+    -- no_proxy empty is none: NO_PROXY is read
+    assert.are.equal("direct | 127.0.0.4 | 127.0.0.2",
+                     calls_in(CLEAR .. "http_proxy=http://127.0.0.2:9 all_proxy=http://127.0.0.4:9 "
+                              .. "no_proxy= NO_PROXY=a.example.test",
+                              { A, "https://b.example.test/", "http://b.example.test/" }, allow))
+  end)
+
+  -- The environment is read once, at the engine's first request: a copy of a proxy's text that
+  -- fails there (memory short for a moment) must fail that request, not leave every later one
+  -- of the engine going straight to the target, past the proxy the host set (curl alone, reading
+  -- at each request, lost the proxy for the one request only).
+  it("sends no later request past a proxy whose text could not be copied once", function()
+    local dir = H.tmp_dir()
+    local shim = H.write_file(dir, "nodup.c", [[
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+char *strdup(const char *s) {
+  static char *(*real)(const char *);
+  static int failed;
+  if (!real) real = (char *(*)(const char *))dlsym(RTLD_NEXT, "strdup");
+  const char *f = getenv("FAIL_DUP");
+  if (!failed && f && strcmp(s, f) == 0) { failed = 1; errno = ENOMEM; return NULL; }
+  return real(s);
+}
+]])
+    local so = dir .. "/nodup.so"
+    if H.shell(("cc -shared -fPIC -o %s %s -ldl"):format(so, shim)) ~= 0 then
+      pending("no C compiler")
+      return
+    end
+    local env = CLEAR .. ("LD_PRELOAD=%s FAIL_DUP=http://127.0.0.2:9 "
+                          .. "http_proxy=http://127.0.0.2:9"):format(so)
+    local out = calls_in(env, { A, A, A }, allow)
+    local later = out:match("^[^|]*| (.*)$")
+    assert.are.equal("127.0.0.2 | 127.0.0.2", later, out)
+  end)
+end)
