@@ -204,10 +204,14 @@ static int on_curl_timer(CURLM *multi, long ms, void *ud) {
 
 static void global_init(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
 
-/* A variable as curl_getenv reads it: unset and empty alike are none. */
-static char *env_value(const char *name) {
+/* A variable as curl_getenv reads it: unset and empty alike are none. A value that could not
+ * be copied sets *lost: read as none, it would send every later request past its proxy. */
+static char *env_value(const char *name, int *lost) {
   const char *v = getenv(name);
-  return v && v[0] ? strdup(v) : NULL;
+  if (!v || !v[0]) return NULL;
+  char *s = strdup(v);
+  if (!s) *lost = 1;
+  return s;
 }
 
 /* The proxies curl 7.88 takes from the environment when no option names them (url.c,
@@ -215,18 +219,19 @@ static char *env_value(const char *name) {
  * http_proxy (never HTTP_PROXY, which a CGI's request could set), for https, https_proxy or
  * HTTPS_PROXY; then all_proxy or ALL_PROXY. Given to each handle as CURLOPT_NOPROXY and
  * CURLOPT_PROXY ("" where none), which curl then treats as it treats what it read. 0; -1: out
- * of memory. */
+ * of memory (the engine's first call fails, and the next reads them again). */
 static int read_proxies(struct mend_http *H) {
-  H->no_proxy = env_value("no_proxy");
-  if (!H->no_proxy) H->no_proxy = env_value("NO_PROXY");
-  char *all = env_value("all_proxy");
-  if (!all) all = env_value("ALL_PROXY");
-  H->proxy_http = env_value("http_proxy");
-  H->proxy_https = env_value("https_proxy");
-  if (!H->proxy_https) H->proxy_https = env_value("HTTPS_PROXY");
+  int lost = 0;
+  H->no_proxy = env_value("no_proxy", &lost);
+  if (!H->no_proxy && !lost) H->no_proxy = env_value("NO_PROXY", &lost);
+  char *all = env_value("all_proxy", &lost);
+  if (!all && !lost) all = env_value("ALL_PROXY", &lost);
+  H->proxy_http = env_value("http_proxy", &lost);
+  H->proxy_https = env_value("https_proxy", &lost);
+  if (!H->proxy_https && !lost) H->proxy_https = env_value("HTTPS_PROXY", &lost);
   if (!H->proxy_http && all) H->proxy_http = strdup(all);
   if (!H->proxy_https && all) H->proxy_https = strdup(all);
-  int lost = all && (!H->proxy_http || !H->proxy_https);
+  lost = lost || (all && (!H->proxy_http || !H->proxy_https));
   free(all);
   return lost ? -1 : 0;
 }

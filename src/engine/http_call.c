@@ -47,14 +47,14 @@ static int proxy_may_tunnel(struct mend_http *H, const char *url) {
 
 /* The environment's proxy for the URL's scheme on the handle (http.c, read_proxies), set only
  * when the handle holds another's: curl copies the text at each setopt. */
-static int set_proxy(http_req *q) {
+static void set_proxy(http_req *q) {
   char which = strncmp(q->url, "https:", 6) == 0 ? 's' : 'h';
-  if (q->on_proxy == which) return 0;
+  if (q->on_proxy == which) return;
   const char *p = which == 's' ? q->H->proxy_https : q->H->proxy_http;
-  q->on_proxy = 0;   /* a failed copy leaves the other scheme's proxy on the handle */
-  if (curl_easy_setopt(q->easy, CURLOPT_PROXY, p ? p : "") != CURLE_OK) return -1;
-  q->on_proxy = which;
-  return 0;
+  /* curl frees the old value before it copies the new: a copy that fails leaves no proxy
+   * option, and curl then reads the environment itself, as mend read it. The next request on
+   * the handle sets it again. */
+  q->on_proxy = curl_easy_setopt(q->easy, CURLOPT_PROXY, p ? p : "") == CURLE_OK ? which : 0;
 }
 
 /* Puts the fields of the call's table (at 1) in F__COUNT stack slots after base, nil where
@@ -340,10 +340,7 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
     q->on_handle = q->target;
   }
   curl_easy_setopt(c, CURLOPT_CURLU, q->target->uh);
-  if (set_proxy(q)) {
-    snprintf(err, (size_t)errlen, "out of memory");
-    return -1;
-  }
+  set_proxy(q);
   /* the body: a string, or json = value encoded */
   int has_type = 0, has_key = 0, has_agent = 0;
   size_t body_len = 0;

@@ -77,7 +77,7 @@ struct mend_http {
   int in_multi, max_in_multi;
   /* The addresses a connection may reach (http_addr.c): checked when the engine has an
    * allow-list or a sandbox; loopback allowed (the allow-list names localhost); the addresses
-   * the allow-list or an environment proxy names. */
+   * the allow-list names (a proxy has no allowance of its own). */
   int addr_check, allow_loopback, nnamed;
   unsigned char (*named)[16];
   /* The errno of the kernel's route query that failed at the last check (http_addr.c), 0 if
@@ -86,8 +86,8 @@ struct mend_http {
   int route_fd;            /* the netlink socket of these queries, plus 1; 0: none open */
   unsigned route_seq;      /* the last query's sequence number */
   /* The environment's proxies as curl would read them at each request, read once at the
-   * state's making (http.c, read_proxies): curl's five getenv calls a request walked the
-   * environment each time (1.8k instructions of a W9 request). NULL: none ("" is none too). */
+   * state's making (http.c, read_proxies): curl's own five getenv calls a request each walk
+   * the whole environment. NULL: none (an empty variable is none). */
   char *no_proxy, *proxy_http, *proxy_https;
 };
 
