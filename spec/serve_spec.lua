@@ -722,6 +722,16 @@ print(answer.decode())
     assert.are.equal(0, rc2, put)
     assert.matches("^HTTP/1%.1 405 ", put)
     assert.matches("\nallow: GET, HEAD\r?\n", put:lower():gsub("get, head", "GET, HEAD"))
+    -- and so is each endpoint's: a client that follows Allow is not sent to another 405
+    for path, allow in pairs{ ["/api/v1/runs/x/cancel"] = "POST", ["/api/v1/runs/x"] = "GET, HEAD",
+                              ["/metrics"] = "GET, HEAD", ["/api/v1/events"] = "POST",
+                              ["/api/v1/runs"] = "GET, HEAD, POST",
+                              ["/api/v1/runs/x/events"] = "GET, HEAD, POST" } do
+      code, e, _, headers = http(base, "PUT", path)
+      assert.are.equal(405, code, path)
+      assert.matches("method PUT is not served here", e.error.message)
+      assert.are.equal(allow, headers:match("\n[Aa]llow: ([^\r\n]*)"), path)
+    end
     local many = {}
     for i = 1, 101 do many[i] = "X-Pad-" .. i .. ": y" end
     code = get(base, "/api/v1/runs", { headers = many })

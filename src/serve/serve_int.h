@@ -76,6 +76,7 @@ typedef struct serve_req {
   mend_server *srv;
   mend_engine *E;
   int post;                              /* a POST: it changes something */
+  int other;                             /* neither GET, HEAD nor POST: a 405 of its endpoint */
   int nseg;
   char *seg[SERVE_MAX_SEGMENTS];         /* the path's segments, percent-decoded */
   const char *query;                     /* after '?', or "" */
