@@ -563,7 +563,7 @@ return { name = "loop", steps = {
     local dir, db = workspace()
     local base = start(dir, db)
     local _, r = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "x" } })
-    local code, c = post(base, "/api/v1/runs/" .. r.id .. "/cancel", nil, { who = "alice" })
+    local code, c = post(base, "/api/v1/runs/" .. r.id .. "/cancel", nil, { who = "alice  " })
     assert.are.equal(202, code)
     assert.are.equal("cancelling", c.cancel)
     H.wait_for("the cancel", function() return status_of(base, r.id) == "failed" end, 10)
@@ -579,6 +579,14 @@ return { name = "loop", steps = {
     code, e = post(base, "/api/v1/runs/" .. r.id .. "/cancel", nil, { who = "bad\tname" })
     assert.are.equal(400, code)
     assert.matches("X%-Mend%-Who", e.error.message)
+    code, e = post(base, "/api/v1/runs/" .. r.id .. "/cancel", nil,
+                   { headers = { "X-Mend-Who;" } })                 -- curl's way to send it empty
+    assert.are.equal(400, code)
+    assert.are.equal("bad_header", e.error.code)
+    code, e = post(base, "/api/v1/runs/" .. r.id .. "/cancel", nil,
+                   { headers = { "X-Mend-Who: alice", "X-Mend-Who: mallory" } })
+    assert.are.equal(400, code)
+    assert.matches("X%-Mend%-Who is given twice", e.error.message)
   end)
 
   it("lists dead letters, retries one to its end here and resolves another with a note", function()

@@ -216,7 +216,15 @@ const char *serve_who(serve_req *r, const char *process, int with_token) {
   peer_name(r->req, peer, sizeof peer);
   ssize_t i = h2o_find_header_by_str(&r->req->headers, H2O_STRLIT("x-mend-who"), -1);
   if (i >= 0) {
+    /* Two names are no one's: which would the history keep? */
+    if (h2o_find_header_by_str(&r->req->headers, H2O_STRLIT("x-mend-who"), i) >= 0) {
+      serve_error(r, 400, "bad_header", "X-Mend-Who is given twice: give one name");
+      return NULL;
+    }
     h2o_iovec_t v = r->req->headers.entries[i].value;
+    /* White space around a field's value is not part of it (RFC 9110, 5.5); h2o drops only
+     * the leading. */
+    while (v.len > 0 && (v.base[v.len - 1] == ' ' || v.base[v.len - 1] == '\t')) v.len--;
     int ok = v.len > 0 && v.len <= WHO_MAX;
     for (size_t k = 0; ok && k < v.len; k++) ok = v.base[k] >= 0x20 && v.base[k] < 0x7f;
     if (!ok) {
