@@ -521,6 +521,21 @@ describe("mend.http", function()
     assert.are.equal("mine", reqs[3].idempotency_key)
   end)
 
+  it("sends a header the call gives empty, empty, rather than none", function()
+    script({ ["/empty"] = { { status = 200 } } })
+    for _, v in ipairs{ "", "  " } do
+      run_http(function()
+        return { url = server.base .. "/empty", headers = { Authorization = v, ["User-Agent"] = v } }
+      end)
+    end
+    local reqs = seen("/empty")
+    assert.are.equal(2, #reqs)
+    for _, r in ipairs(reqs) do
+      assert.are.equal("", r.authorization)
+      assert.are.same({ "" }, r.user_agent)   -- not curl's, nor mend's
+    end
+  end)
+
   it("sends each item of a map its own Idempotency-Key, ctx.idempotency_key", function()
     script({ ["/item"] = { { status = 200 } } })
     local eng = H.new_engine()
@@ -718,6 +733,11 @@ describe("mend.http", function()
       { { url = url, max_bytes = 0 }, "max_bytes must be an integer > 0" },
       { { url = url, body = "a", json = {} }, "give body or json, not both" },
       { { url = url, headers = "x" }, "headers must be a table" },
+      -- a length not the body's would leave bytes read as the next request on the connection
+      { { url = url, method = "POST", body = "abc", headers = { ["Content-Length"] = "1" } },
+        'header "Content-Length" is not the call\'s to set' },
+      { { url = url, headers = { ["transfer-encoding"] = "chunked" } },
+        'header "transfer-encoding" is not the call\'s to set' },
       { { body = "a" }, "needs a url" },
     }
     for _, c in ipairs(cases) do

@@ -262,6 +262,10 @@ out:
 
 /* "name: value" whole, however long (a bearer token can run to kilobytes). */
 static int add_header(http_req *q, const char *name, const char *value) {
+  /* curl reads "Name:" with nothing but blanks after the colon as "send no Name" (its own
+   * Host, Accept or User-Agent included); "Name;" is how it sends one empty. */
+  const char *blank = value + strspn(value, " \t");
+  if (!*blank) value = "";
   size_t n = strlen(name), v = strlen(value);
   if (mend__http_grow(&q->lines, &q->lines_cap, q->lines_len + n + v + 3)) return -1;
   if (q->nlines == q->line_cap) {
@@ -276,8 +280,12 @@ static int add_header(http_req *q, const char *name, const char *value) {
   }
   char *line = q->lines + q->lines_len;
   memcpy(line, name, n);
-  memcpy(line + n, ": ", 2);
-  memcpy(line + n + 2, value, v + 1);
+  if (v) {
+    memcpy(line + n, ": ", 2);
+    memcpy(line + n + 2, value, v + 1);
+  } else {
+    memcpy(line + n, ";", 2);
+  }
   q->line_at[q->nlines++] = q->lines_len;
   q->lines_len += n + v + 3;
   return 0;
@@ -410,6 +418,14 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
       if ((E->cfg.sandbox || E->cfg.http_allow) && strcasecmp(name, "host") == 0) {
         snprintf(err, (size_t)errlen, "header \"%.100s\" is not allowed with http_allow: the "
                  "host is the url's", name);
+        return -1;
+      }
+      /* The request's framing is curl's, from the body: a length of the call's own that is
+       * not the body's leaves bytes a kept-alive connection reads as the next request, which
+       * may be another run's, and that run then gets the answer to them. */
+      if (strcasecmp(name, "content-length") == 0 || strcasecmp(name, "transfer-encoding") == 0) {
+        snprintf(err, (size_t)errlen, "header \"%.100s\" is not the call's to set: the request is "
+                 "framed by its body", name);
         return -1;
       }
       if (strcasecmp(name, "content-type") == 0) has_type = 1;
