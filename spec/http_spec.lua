@@ -521,6 +521,20 @@ describe("mend.http", function()
     assert.are.equal("mine", reqs[3].idempotency_key)
   end)
 
+  it("labels a json body application/json, and a body of the call's own with no type", function()
+    script({ ["/ct"] = { { status = 200 } } })
+    for _, call in ipairs{ { body = "a=b&c" }, { json = { a = 1 } },
+                           { body = "x,y", headers = { ["Content-Type"] = "text/csv" } } } do
+      run_http(function()
+        call.url, call.method = server.base .. "/ct", "POST"
+        return call
+      end)
+    end
+    local types = {}
+    for i, r in ipairs(seen("/ct")) do types[i] = r.content_type end
+    assert.are.same({ mend.json.null, "application/json", "text/csv" }, types)
+  end)
+
   it("sends a header the call gives empty, empty, rather than none", function()
     script({ ["/empty"] = { { status = 200 } } })
     for _, v in ipairs{ "", "  " } do

@@ -261,11 +261,12 @@ out:
 }
 
 /* "name: value" whole, however long (a bearer token can run to kilobytes). */
+/* value NULL: send no header of that name, curl's own included. */
 static int add_header(http_req *q, const char *name, const char *value) {
   /* curl reads "Name:" with nothing but blanks after the colon as "send no Name" (its own
    * Host, Accept or User-Agent included); "Name;" is how it sends one empty. */
-  const char *blank = value + strspn(value, " \t");
-  if (!*blank) value = "";
+  int none = !value;
+  if (none || !value[strspn(value, " \t")]) value = "";
   size_t n = strlen(name), v = strlen(value);
   if (mend__http_grow(&q->lines, &q->lines_cap, q->lines_len + n + v + 3)) return -1;
   if (q->nlines == q->line_cap) {
@@ -284,7 +285,7 @@ static int add_header(http_req *q, const char *name, const char *value) {
     memcpy(line + n, ": ", 2);
     memcpy(line + n + 2, value, v + 1);
   } else {
-    memcpy(line + n, ";", 2);
+    memcpy(line + n, none ? ":" : ";", 2);
   }
   q->line_at[q->nlines++] = q->lines_len;
   q->lines_len += n + v + 3;
@@ -447,7 +448,10 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
     snprintf(err, (size_t)errlen, "headers must be a table");
     return -1;
   }
-  if ((jt != LUA_TNIL && !has_type && add_header(q, "Content-Type", "application/json")) ||
+  /* A body of the call's own is its bytes, of no type mend knows: curl would call it a form
+   * (application/x-www-form-urlencoded), which a service may parse as one. */
+  if ((!has_type && (jt != LUA_TNIL || q->body) &&
+       add_header(q, "Content-Type", jt != LUA_TNIL ? "application/json" : NULL)) ||
       (!has_agent && add_header(q, "User-Agent", HTTP_USER_AGENT))) {
     snprintf(err, (size_t)errlen, "out of memory");
     return -1;
