@@ -1107,6 +1107,27 @@ describe("mend worker --listen", function()
     assert.are.same({ amount = 12 }, run.steps[2].result)
   end)
 
+  it("shows a run's children, as mend status --json does, and a child its parent", function()
+    local dir, db = workspace()
+    H.write_file(dir, "parent.lua", [[
+      return { name = "parent", steps = { { name = "ship", child = "wait" } } }]])
+    local base = start(dir, db, "--listen 127.0.0.1:0", "worker")
+    local _, r = post(base, "/api/v1/runs", { workflow = "parent", input = {} })
+    local run
+    H.wait_for("the child", function()
+      _, run = get(base, "/api/v1/runs/" .. r.id)
+      return run.children ~= nil
+    end, 10)
+    assert.are.equal(1, #run.children)
+    local kid = run.children[1]
+    assert.are.same({ "ship", "wait", "running" }, { kid.step, kid.workflow, kid.status })
+    local _, child = get(base, "/api/v1/runs/" .. kid.run_id .. "?wait=0")
+    assert.are.same({ r.id, "ship", "timeout" }, { child.parent_run, child.parent_step, child.wait })
+    local rc, out = sh(MEND .. " status " .. r.id .. " --db " .. q(db) .. " --json")
+    assert.are.equal(0, rc, out)
+    assert.are.same(json.decode(out).children, run.children)
+  end)
+
   it("asks the worker holding a run to cancel it", function()
     local dir, db = workspace()
     local base = start(dir, db, "--listen 127.0.0.1:0", "worker")

@@ -329,11 +329,26 @@ static int query_wait(serve_req *r, double *seconds) {
 }
 
 /* The run; with wait=S, once it has ended (src/serve/wait.c) or S seconds passed. */
+int serve_run_links(mend_engine *E, json_t *run, const char *id) {
+  json_t *children = mend_engine_children(E, id);
+  if (!children) return -1;
+  if (json_array_size(children)) json_object_set_new(run, "children", children);
+  else json_decref(children);
+  return 0;
+}
+
 static void get_run(serve_req *r, const char *id) {
   double wait;
   if (query_wait(r, &wait)) return;
   json_t *run = mend_store_run(mend_engine_store(r->E), id);
   if (!run) { store_failed(r); return; }
+  if (wait < 0 || serve_run_ended(run) || wait == 0) {
+    if (serve_run_links(r->E, run, id)) {
+      json_decref(run);
+      serve_error(r, 503, "storage", "%s", mend_store_errmsg(mend_engine_store(r->E)));
+      return;
+    }
+  }
   if (wait < 0) { serve_json(r, 200, run); return; }
   if (serve_run_ended(run)) {   /* said once the end is durable (src/serve/wait.c) */
     json_object_set_new(run, "wait", json_string("ended"));
