@@ -747,6 +747,12 @@ print(answer.decode())
     code, e = get(base, "/api/v1/runs", { headers = { "X-Pad: " .. ("y"):rep(20000) } })
     assert.are.equal(431, code)
     assert.matches("header fields", e.error.message)
+    -- nested deeper than mend encodes from Lua: a step could take it but never return it
+    local deep = ("["):rep(101) .. ("]"):rep(101)
+    code, e = post(base, "/api/v1/runs", '{"workflow":"hello","input":' .. deep .. '}')
+    assert.are.equal(400, code)
+    assert.are.equal("bad_field", e.error.code)
+    assert.matches('"input" is nested deeper than 100 levels', e.error.message)
     code = post(base, "/api/v1/runs", json.encode{ workflow = "hello", input = { to = "small" } })
     assert.are.equal(201, code)                               -- within the limit
     assert.are.same({ "1" }, H.sql(db, "SELECT count(*) FROM runs"))

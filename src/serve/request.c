@@ -15,6 +15,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "json.h"
+
 #define WHO_MAX 64
 
 static int hexval(int c) {
@@ -164,6 +166,23 @@ static int body_fields_known(serve_req *r, json_t *body, const char *const *know
   return 0;
 }
 
+/* How deep v nests: 1 for a scalar or an empty container. */
+static int depth(json_t *v) {
+  int most = 0;
+  if (json_is_object(v)) {
+    const char *k;
+    json_t *x;
+    json_object_foreach(v, k, x) { int d = depth(x); if (d > most) most = d; }
+  } else if (json_is_array(v)) {
+    size_t i;
+    json_t *x;
+    json_array_foreach(v, i, x) { int d = depth(x); if (d > most) most = d; }
+  } else {
+    return 1;
+  }
+  return most + 1;
+}
+
 json_t *serve_body(serve_req *r, const char *const *known, const char *what) {
   h2o_iovec_t b = r->req->entity;
   if (!b.base || b.len == 0) return json_object();
@@ -188,6 +207,19 @@ json_t *serve_body(serve_req *r, const char *const *known, const char *what) {
   if (body_fields_known(r, v, known, what) < 0) {
     json_decref(v);
     return NULL;
+  }
+  /* A field nested deeper than mend encodes from Lua would reach a step (an event's payload,
+   * a run's input) that could neither return it nor encode it: refused here, as `mend signal
+   * --data` and eng:signal refuse it. */
+  const char *name;
+  json_t *x;
+  json_object_foreach(v, name, x) {
+    if (depth(x) > MEND_JSON_MAX_DEPTH) {
+      serve_error(r, 400, "bad_field", "\"%.64s\" is nested deeper than %d levels",
+                  name, MEND_JSON_MAX_DEPTH);
+      json_decref(v);
+      return NULL;
+    }
   }
   return v;
 }
