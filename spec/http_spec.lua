@@ -535,7 +535,7 @@ describe("mend.http", function()
     assert.are.same({ mend.json.null, "application/json", "text/csv" }, types)
   end)
 
-  it("sends a header the call gives empty, empty, rather than none", function()
+  it("sends a header the call gives empty, empty, and one it gives false, not at all", function()
     script({ ["/empty"] = { { status = 200 } } })
     for _, v in ipairs{ "", "  " } do
       run_http(function()
@@ -548,6 +548,16 @@ describe("mend.http", function()
       assert.are.equal("", r.authorization)
       assert.are.same({ "" }, r.user_agent)   -- not curl's, nor mend's
     end
+    -- and false sends none, curl's or mend's own included
+    local eng, id = run_http(function()
+      return { url = server.base .. "/empty", method = "POST", body = "x",
+               headers = { ["User-Agent"] = false, ["Idempotency-Key"] = false,
+                           ["Accept-Encoding"] = false } }
+    end)
+    assert.are.equal("succeeded", eng:status(id).status)
+    local r = seen("/empty")[3]
+    assert.are.same({}, r.user_agent)
+    assert.are.same({ mend.json.null, mend.json.null }, { r.idempotency_key, r.accept_encoding })
   end)
 
   it("sends each item of a map its own Idempotency-Key, ctx.idempotency_key", function()

@@ -396,13 +396,15 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
   if (ht == LUA_TTABLE) {
     lua_pushnil(L);
     while (lua_next(L, SLOT(base, F_HEADERS))) {
-      if (lua_type(L, -2) != LUA_TSTRING || !lua_isstring(L, -1)) {
-        snprintf(err, (size_t)errlen, "headers must map names to strings");
+      /* false: no such header, curl's own included (its Accept, its Expect on a large body) */
+      int none = lua_type(L, -1) == LUA_TBOOLEAN && !lua_toboolean(L, -1);
+      if (lua_type(L, -2) != LUA_TSTRING || !(none || lua_isstring(L, -1))) {
+        snprintf(err, (size_t)errlen, "headers must map names to strings (or false: none)");
         return -1;
       }
-      size_t nlen, vlen;
+      size_t nlen, vlen = 0;
       const char *name = lua_tolstring(L, -2, &nlen);
-      const char *value = lua_tolstring(L, -1, &vlen);
+      const char *value = none ? "" : lua_tolstring(L, -1, &vlen);
       /* Read as C strings from here: a NUL would end "Host\0x" as "Host", past the checks. */
       if (strlen(name) != nlen || strlen(value) != vlen) {
         snprintf(err, (size_t)errlen, "header \"%.100s\" has a NUL byte", name);
@@ -436,9 +438,11 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
        * answer ("" offers every encoding it has). Not by default: offering it cost a seventh
        * of a small request's instructions, for answers most services send plain. */
       if (strcasecmp(name, "accept-encoding") == 0) {
-        q->dirty = 1;
-        curl_easy_setopt(q->easy, CURLOPT_ACCEPT_ENCODING, lua_tostring(L, -1));   /* copied */
-      } else if (add_header(q, name, lua_tostring(L, -1))) {
+        if (!none) {   /* none is curl's default: nothing offered */
+          q->dirty = 1;
+          curl_easy_setopt(q->easy, CURLOPT_ACCEPT_ENCODING, value);   /* copied */
+        }
+      } else if (add_header(q, name, none ? NULL : value)) {
         snprintf(err, (size_t)errlen, "out of memory");
         return -1;
       }
