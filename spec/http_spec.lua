@@ -521,6 +521,45 @@ describe("mend.http", function()
     assert.are.equal("mine", reqs[3].idempotency_key)
   end)
 
+  it("labels a json body application/json, and a body of the call's own with no type", function()
+    script({ ["/ct"] = { { status = 200 } } })
+    for _, call in ipairs{ { body = "a=b&c" }, { json = { a = 1 } },
+                           { body = "x,y", headers = { ["Content-Type"] = "text/csv" } } } do
+      run_http(function()
+        call.url, call.method = server.base .. "/ct", "POST"
+        return call
+      end)
+    end
+    local types = {}
+    for i, r in ipairs(seen("/ct")) do types[i] = r.content_type end
+    assert.are.same({ mend.json.null, "application/json", "text/csv" }, types)
+  end)
+
+  it("sends a header the call gives empty, empty, and one it gives false, not at all", function()
+    script({ ["/empty"] = { { status = 200 } } })
+    for _, v in ipairs{ "", "  " } do
+      run_http(function()
+        return { url = server.base .. "/empty", headers = { Authorization = v, ["User-Agent"] = v } }
+      end)
+    end
+    local reqs = seen("/empty")
+    assert.are.equal(2, #reqs)
+    for _, r in ipairs(reqs) do
+      assert.are.equal("", r.authorization)
+      assert.are.same({ "" }, r.user_agent)   -- not curl's, nor mend's
+    end
+    -- and false sends none, curl's or mend's own included
+    local eng, id = run_http(function()
+      return { url = server.base .. "/empty", method = "POST", body = "x",
+               headers = { ["User-Agent"] = false, ["Idempotency-Key"] = false,
+                           ["Accept-Encoding"] = false } }
+    end)
+    assert.are.equal("succeeded", eng:status(id).status)
+    local r = seen("/empty")[3]
+    assert.are.same({}, r.user_agent)
+    assert.are.same({ mend.json.null, mend.json.null }, { r.idempotency_key, r.accept_encoding })
+  end)
+
   it("sends each item of a map its own Idempotency-Key, ctx.idempotency_key", function()
     script({ ["/item"] = { { status = 200 } } })
     local eng = H.new_engine()
@@ -718,6 +757,11 @@ describe("mend.http", function()
       { { url = url, max_bytes = 0 }, "max_bytes must be an integer > 0" },
       { { url = url, body = "a", json = {} }, "give body or json, not both" },
       { { url = url, headers = "x" }, "headers must be a table" },
+      -- a length not the body's would leave bytes read as the next request on the connection
+      { { url = url, method = "POST", body = "abc", headers = { ["Content-Length"] = "1" } },
+        'header "Content-Length" is not the call\'s to set' },
+      { { url = url, headers = { ["transfer-encoding"] = "chunked" } },
+        'header "transfer-encoding" is not the call\'s to set' },
       { { body = "a" }, "needs a url" },
     }
     for _, c in ipairs(cases) do

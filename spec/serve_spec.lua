@@ -565,7 +565,7 @@ return { name = "loop", steps = {
     local dir, db = workspace()
     local base = start(dir, db)
     local _, r = post(base, "/api/v1/runs", { workflow = "hello", input = { to = "x" } })
-    local code, c = post(base, "/api/v1/runs/" .. r.id .. "/cancel", nil, { who = "alice" })
+    local code, c = post(base, "/api/v1/runs/" .. r.id .. "/cancel", nil, { who = "alice  " })
     assert.are.equal(202, code)
     assert.are.equal("cancelling", c.cancel)
     H.wait_for("the cancel", function() return status_of(base, r.id) == "failed" end, 10)
@@ -581,6 +581,14 @@ return { name = "loop", steps = {
     code, e = post(base, "/api/v1/runs/" .. r.id .. "/cancel", nil, { who = "bad\tname" })
     assert.are.equal(400, code)
     assert.matches("X%-Mend%-Who", e.error.message)
+    code, e = post(base, "/api/v1/runs/" .. r.id .. "/cancel", nil,
+                   { headers = { "X-Mend-Who;" } })                 -- curl's way to send it empty
+    assert.are.equal(400, code)
+    assert.are.equal("bad_header", e.error.code)
+    code, e = post(base, "/api/v1/runs/" .. r.id .. "/cancel", nil,
+                   { headers = { "X-Mend-Who: alice", "X-Mend-Who: mallory" } })
+    assert.are.equal(400, code)
+    assert.matches("X%-Mend%-Who is given twice", e.error.message)
   end)
 
   it("lists dead letters, retries one to its end here and resolves another with a note", function()
@@ -724,6 +732,16 @@ print(answer.decode())
     assert.are.equal(0, rc2, put)
     assert.matches("^HTTP/1%.1 405 ", put)
     assert.matches("\nallow: GET, HEAD\r?\n", put:lower():gsub("get, head", "GET, HEAD"))
+    -- and so is each endpoint's: a client that follows Allow is not sent to another 405
+    for path, allow in pairs{ ["/api/v1/runs/x/cancel"] = "POST", ["/api/v1/runs/x"] = "GET, HEAD",
+                              ["/metrics"] = "GET, HEAD", ["/api/v1/events"] = "POST",
+                              ["/api/v1/runs"] = "GET, HEAD, POST",
+                              ["/api/v1/runs/x/events"] = "GET, HEAD, POST" } do
+      code, e, _, headers = http(base, "PUT", path)
+      assert.are.equal(405, code, path)
+      assert.matches("method PUT is not served here", e.error.message)
+      assert.are.equal(allow, headers:match("\n[Aa]llow: ([^\r\n]*)"), path)
+    end
     local many = {}
     for i = 1, 101 do many[i] = "X-Pad-" .. i .. ": y" end
     code = get(base, "/api/v1/runs", { headers = many })
@@ -731,6 +749,12 @@ print(answer.decode())
     code, e = get(base, "/api/v1/runs", { headers = { "X-Pad: " .. ("y"):rep(20000) } })
     assert.are.equal(431, code)
     assert.matches("header fields", e.error.message)
+    -- nested deeper than mend encodes from Lua: a step could take it but never return it
+    local deep = ("["):rep(101) .. ("]"):rep(101)
+    code, e = post(base, "/api/v1/runs", '{"workflow":"hello","input":' .. deep .. '}')
+    assert.are.equal(400, code)
+    assert.are.equal("bad_field", e.error.code)
+    assert.matches('"input" is nested deeper than 100 levels', e.error.message)
     code = post(base, "/api/v1/runs", json.encode{ workflow = "hello", input = { to = "small" } })
     assert.are.equal(201, code)                               -- within the limit
     assert.are.same({ "1" }, H.sql(db, "SELECT count(*) FROM runs"))
@@ -1089,6 +1113,27 @@ describe("mend worker --listen", function()
     local _, run = get(base, "/api/v1/runs/" .. r.id)
     assert.are.same({ amount = 12 }, run.steps[1].result)
     assert.are.same({ amount = 12 }, run.steps[2].result)
+  end)
+
+  it("shows a run's children, as mend status --json does, and a child its parent", function()
+    local dir, db = workspace()
+    H.write_file(dir, "parent.lua", [[
+      return { name = "parent", steps = { { name = "ship", child = "wait" } } }]])
+    local base = start(dir, db, "--listen 127.0.0.1:0", "worker")
+    local _, r = post(base, "/api/v1/runs", { workflow = "parent", input = {} })
+    local run
+    H.wait_for("the child", function()
+      _, run = get(base, "/api/v1/runs/" .. r.id)
+      return run.children ~= nil
+    end, 10)
+    assert.are.equal(1, #run.children)
+    local kid = run.children[1]
+    assert.are.same({ "ship", "wait", "running" }, { kid.step, kid.workflow, kid.status })
+    local _, child = get(base, "/api/v1/runs/" .. kid.run_id .. "?wait=0")
+    assert.are.same({ r.id, "ship", "timeout" }, { child.parent_run, child.parent_step, child.wait })
+    local rc, out = sh(MEND .. " status " .. r.id .. " --db " .. q(db) .. " --json")
+    assert.are.equal(0, rc, out)
+    assert.are.same(json.decode(out).children, run.children)
   end)
 
   it("asks the worker holding a run to cancel it", function()

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_DEPTH 100
+#define MAX_DEPTH MEND_JSON_MAX_DEPTH
 /* Values one encoding may produce: a table shared by two branches is encoded twice, so a
  * small Lua value can stand for an exponential document, built outside any memory limit. */
 #define MAX_VALUES (1L << 20)

@@ -34,6 +34,9 @@ char *mend_json_encode_doc(lua_State *L, int idx, const char *what, char *err, i
  * through them all again); nonzero stops it, and it fails with err saying the limits of the
  * call stopped it. */
 typedef int (*mend_json_meter)(void *ud, long values, size_t bytes);
+/* The deepest nesting of a value (an input, a payload, a result) mend encodes from Lua: a
+ * value from outside nested deeper could reach a step but never leave it. */
+#define MEND_JSON_MAX_DEPTH 100
 /* What encoding costs against one Lua instruction (some 6 ns): a value 100 (jansson allocates
  * it, then prints it: 0.9 us a value on a loaded machine), a byte of a string or a key 1. */
 #define MEND_JSON_VALUE_COST 100.0

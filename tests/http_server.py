@@ -14,9 +14,9 @@ Content-Encoding), "close_after": seconds after answering (kept alive as far as 
 before the server closes the connection}; a path not in the script gets 404. A client that resets
 its connection is said in one line on stderr; any other error of the server's is printed with its
 traceback. Every request is appended to LOG as one JSON line: {"method", "path", "idempotency_key",
-"accept_encoding", "authorization", "user_agent" (a list: every User-Agent line), "body",
-"client_port" (the same port twice: the client reused its connection), "in_flight" (requests being
-answered when it arrived, itself included: how many a client had open at once)}.
+"accept_encoding", "content_type", "authorization", "user_agent" (a list: every User-Agent line),
+"body", "client_port" (the same port twice: the client reused its connection), "in_flight"
+(requests being answered when it arrived, itself included: how many a client had open at once)}.
 It must never decide anything a spec asserts beyond what the script says.
 """
 import gzip
@@ -55,6 +55,7 @@ class Handler(BaseHTTPRequestHandler):
                 f.write(json.dumps({"method": self.command, "path": path,
                                     "idempotency_key": self.headers.get("Idempotency-Key"),
                                     "accept_encoding": self.headers.get("Accept-Encoding"),
+                                    "content_type": self.headers.get("Content-Type"),
                                     "authorization": self.headers.get("Authorization"),
                                     "user_agent": self.headers.get_all("User-Agent") or [],
                                     "body": body_in,

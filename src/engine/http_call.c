@@ -271,7 +271,12 @@ out:
 }
 
 /* "name: value" whole, however long (a bearer token can run to kilobytes). */
+/* value NULL: send no header of that name, curl's own included. */
 static int add_header(http_req *q, const char *name, const char *value) {
+  /* curl reads "Name:" with nothing but blanks after the colon as "send no Name" (its own
+   * Host, Accept or User-Agent included); "Name;" is how it sends one empty. */
+  int none = !value;
+  if (none || !value[strspn(value, " \t")]) value = "";
   size_t n = strlen(name), v = strlen(value);
   if (mend__http_grow(&q->lines, &q->lines_cap, q->lines_len + n + v + 3)) return -1;
   if (q->nlines == q->line_cap) {
@@ -286,8 +291,12 @@ static int add_header(http_req *q, const char *name, const char *value) {
   }
   char *line = q->lines + q->lines_len;
   memcpy(line, name, n);
-  memcpy(line + n, ": ", 2);
-  memcpy(line + n + 2, value, v + 1);
+  if (v) {
+    memcpy(line + n, ": ", 2);
+    memcpy(line + n + 2, value, v + 1);
+  } else {
+    memcpy(line + n, none ? ":" : ";", 2);
+  }
   q->line_at[q->nlines++] = q->lines_len;
   q->lines_len += n + v + 3;
   return 0;
@@ -398,13 +407,15 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
   if (ht == LUA_TTABLE) {
     lua_pushnil(L);
     while (lua_next(L, SLOT(base, F_HEADERS))) {
-      if (lua_type(L, -2) != LUA_TSTRING || !lua_isstring(L, -1)) {
-        snprintf(err, (size_t)errlen, "headers must map names to strings");
+      /* false: no such header, curl's own included (its Accept, its Expect on a large body) */
+      int none = lua_type(L, -1) == LUA_TBOOLEAN && !lua_toboolean(L, -1);
+      if (lua_type(L, -2) != LUA_TSTRING || !(none || lua_isstring(L, -1))) {
+        snprintf(err, (size_t)errlen, "headers must map names to strings (or false: none)");
         return -1;
       }
-      size_t nlen, vlen;
+      size_t nlen, vlen = 0;
       const char *name = lua_tolstring(L, -2, &nlen);
-      const char *value = lua_tolstring(L, -1, &vlen);
+      const char *value = none ? "" : lua_tolstring(L, -1, &vlen);
       /* Read as C strings from here: a NUL would end "Host\0x" as "Host", past the checks. */
       if (strlen(name) != nlen || strlen(value) != vlen) {
         snprintf(err, (size_t)errlen, "header \"%.100s\" has a NUL byte", name);
@@ -423,6 +434,14 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
                  "host is the url's", name);
         return -1;
       }
+      /* The request's framing is curl's, from the body: a length of the call's own that is
+       * not the body's leaves bytes a kept-alive connection reads as the next request, which
+       * may be another run's, and that run then gets the answer to them. */
+      if (strcasecmp(name, "content-length") == 0 || strcasecmp(name, "transfer-encoding") == 0) {
+        snprintf(err, (size_t)errlen, "header \"%.100s\" is not the call's to set: the request is "
+                 "framed by its body", name);
+        return -1;
+      }
       if (strcasecmp(name, "content-type") == 0) has_type = 1;
       if (strcasecmp(name, "idempotency-key") == 0) has_key = 1;
       if (strcasecmp(name, "user-agent") == 0) has_agent = 1;
@@ -430,9 +449,11 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
        * answer ("" offers every encoding it has). Not by default: offering it cost a seventh
        * of a small request's instructions, for answers most services send plain. */
       if (strcasecmp(name, "accept-encoding") == 0) {
-        q->dirty = 1;
-        curl_easy_setopt(q->easy, CURLOPT_ACCEPT_ENCODING, lua_tostring(L, -1));   /* copied */
-      } else if (add_header(q, name, lua_tostring(L, -1))) {
+        if (!none) {   /* none is curl's default: nothing offered */
+          q->dirty = 1;
+          curl_easy_setopt(q->easy, CURLOPT_ACCEPT_ENCODING, value);   /* copied */
+        }
+      } else if (add_header(q, name, none ? NULL : value)) {
         snprintf(err, (size_t)errlen, "out of memory");
         return -1;
       }
@@ -442,7 +463,10 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
     snprintf(err, (size_t)errlen, "headers must be a table");
     return -1;
   }
-  if ((jt != LUA_TNIL && !has_type && add_header(q, "Content-Type", "application/json")) ||
+  /* A body of the call's own is its bytes, of no type mend knows: curl would call it a form
+   * (application/x-www-form-urlencoded), which a service may parse as one. */
+  if ((!has_type && (jt != LUA_TNIL || q->body) &&
+       add_header(q, "Content-Type", jt != LUA_TNIL ? "application/json" : NULL)) ||
       (!has_agent && add_header(q, "User-Agent", HTTP_USER_AGENT))) {
     snprintf(err, (size_t)errlen, "out of memory");
     return -1;

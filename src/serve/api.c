@@ -24,7 +24,6 @@
 static const char *const RUN_STATUSES[] = {"running", "compensating", "succeeded", "compensated",
                                            "failed", "needs_attention", "resolved", NULL};
 
-/* 1 when the request's method is the one the endpoint takes; else 405 and 0. */
 /* The query parameters of the endpoints that take any; every other endpoint takes none. A
  * parameter an endpoint does not know, or one given twice, is refused (400), never ignored:
  * a misspelt `limt` or a second `limit` would be answered as if not given. */
@@ -37,18 +36,30 @@ static const char *const PAGE_QUERY[] = {"after", "limit", NULL};
  * is nginx's proxy_read_timeout), so that a wait is answered rather than cut. */
 #define WAIT_MAX 60
 
-/* Whether the request is of the method the endpoint takes and its query only of the parameters
- * known (NULL: none); else 0 after replying 405 or 400. */
+/* 0 after replying 405, with the endpoint's own methods in Allow. */
+static int refuse_method(serve_req *r, const char *allow, const char *takes) {
+  h2o_add_header(&r->req->pool, &r->req->res.headers, H2O_TOKEN_ALLOW, NULL, allow,
+                 strlen(allow));
+  h2o_iovec_t m = r->req->method;
+  serve_error(r, 405, "method_not_allowed", "method %.*s is not served here: this endpoint takes"
+              " %s", (int)m.len, m.base, takes);
+  return 0;
+}
+
+/* 1 when the request's method is the one the endpoint takes; else 405 and 0. */
 static int want_method(serve_req *r, int post) {
-  if (r->post != post) {
-    h2o_add_header(&r->req->pool, &r->req->res.headers, H2O_TOKEN_ALLOW, NULL,
-                   post ? "POST" : "GET, HEAD", post ? 4 : 9);
-    serve_error(r, 405, "method_not_allowed", "this endpoint takes %s", post ? "POST" : "GET");
-    return 0;
-  }
+  if (r->other || r->post != post)
+    return post ? refuse_method(r, "POST", "POST") : refuse_method(r, "GET, HEAD", "GET");
   return 1;
 }
 
+/* An endpoint that takes GET (a read) and POST (a write): 1 unless the method is another. */
+static int want_either(serve_req *r) {
+  return r->other ? refuse_method(r, "GET, HEAD, POST", "GET or POST") : 1;
+}
+
+/* Whether the request is of the method the endpoint takes and its query only of the parameters
+ * known (NULL: none); else 0 after replying 405 or 400. */
 static int want_query(serve_req *r, int post, const char *const *known, const char *what) {
   return want_method(r, post) && serve_query_only(r, known, what) == 0;
 }
@@ -318,11 +329,26 @@ static int query_wait(serve_req *r, double *seconds) {
 }
 
 /* The run; with wait=S, once it has ended (src/serve/wait.c) or S seconds passed. */
+int serve_run_links(mend_engine *E, json_t *run, const char *id) {
+  json_t *children = mend_engine_children(E, id);
+  if (!children) return -1;
+  if (json_array_size(children)) json_object_set_new(run, "children", children);
+  else json_decref(children);
+  return 0;
+}
+
 static void get_run(serve_req *r, const char *id) {
   double wait;
   if (query_wait(r, &wait)) return;
   json_t *run = mend_store_run(mend_engine_store(r->E), id);
   if (!run) { store_failed(r); return; }
+  if (wait < 0 || serve_run_ended(run) || wait == 0) {
+    if (serve_run_links(r->E, run, id)) {
+      json_decref(run);
+      serve_error(r, 503, "storage", "%s", mend_store_errmsg(mend_engine_store(r->E)));
+      return;
+    }
+  }
   if (wait < 0) { serve_json(r, 200, run); return; }
   if (serve_run_ended(run)) {   /* said once the end is durable (src/serve/wait.c) */
     json_object_set_new(run, "wait", json_string("ended"));
@@ -619,6 +645,7 @@ void serve_api(serve_req *r) {
     if (want(r, 0)) index_page(r);
   } else if (strcmp(s[0], "runs") == 0) {
     if (n == 1) {
+      if (!want_either(r)) return;
       if (r->post) { if (want(r, 1)) start_run(r); }
       else if (want_query(r, 0, RUNS_QUERY, "GET /api/v1/runs")) list_runs(r);
     } else if (n == 2) {
@@ -628,6 +655,7 @@ void serve_api(serve_req *r) {
     } else if (n == 3 && strcmp(s[2], "cancel") == 0) {
       if (want(r, 1)) cancel_run(r, s[1]);
     } else if (n == 3 && strcmp(s[2], "events") == 0) {
+      if (!want_either(r)) return;
       if (r->post) { if (want(r, 1)) send_event(r, s[1]);
       } else if (want_query(r, 0, PAGE_QUERY, "GET /api/v1/runs/{id}/events"))
         serve_list_inbox(r, s[1]);

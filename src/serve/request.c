@@ -15,6 +15,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "json.h"
+
 #define WHO_MAX 64
 
 static int hexval(int c) {
@@ -164,6 +166,23 @@ static int body_fields_known(serve_req *r, json_t *body, const char *const *know
   return 0;
 }
 
+/* How deep v nests: 1 for a scalar or an empty container. */
+static int depth(json_t *v) {
+  int most = 0;
+  if (json_is_object(v)) {
+    const char *k;
+    json_t *x;
+    json_object_foreach(v, k, x) { int d = depth(x); if (d > most) most = d; }
+  } else if (json_is_array(v)) {
+    size_t i;
+    json_t *x;
+    json_array_foreach(v, i, x) { int d = depth(x); if (d > most) most = d; }
+  } else {
+    return 1;
+  }
+  return most + 1;
+}
+
 json_t *serve_body(serve_req *r, const char *const *known, const char *what) {
   h2o_iovec_t b = r->req->entity;
   if (!b.base || b.len == 0) return json_object();
@@ -188,6 +207,19 @@ json_t *serve_body(serve_req *r, const char *const *known, const char *what) {
   if (body_fields_known(r, v, known, what) < 0) {
     json_decref(v);
     return NULL;
+  }
+  /* A field nested deeper than mend encodes from Lua would reach a step (an event's payload,
+   * a run's input) that could neither return it nor encode it: refused here, as `mend signal
+   * --data` and eng:signal refuse it. */
+  const char *name;
+  json_t *x;
+  json_object_foreach(v, name, x) {
+    if (depth(x) > MEND_JSON_MAX_DEPTH) {
+      serve_error(r, 400, "bad_field", "\"%.64s\" is nested deeper than %d levels",
+                  name, MEND_JSON_MAX_DEPTH);
+      json_decref(v);
+      return NULL;
+    }
   }
   return v;
 }
@@ -216,7 +248,15 @@ const char *serve_who(serve_req *r, const char *process, int with_token) {
   peer_name(r->req, peer, sizeof peer);
   ssize_t i = h2o_find_header_by_str(&r->req->headers, H2O_STRLIT("x-mend-who"), -1);
   if (i >= 0) {
+    /* Two names are no one's: which would the history keep? */
+    if (h2o_find_header_by_str(&r->req->headers, H2O_STRLIT("x-mend-who"), i) >= 0) {
+      serve_error(r, 400, "bad_header", "X-Mend-Who is given twice: give one name");
+      return NULL;
+    }
     h2o_iovec_t v = r->req->headers.entries[i].value;
+    /* White space around a field's value is not part of it (RFC 9110, 5.5); h2o drops only
+     * the leading. */
+    while (v.len > 0 && (v.base[v.len - 1] == ' ' || v.base[v.len - 1] == '\t')) v.len--;
     int ok = v.len > 0 && v.len <= WHO_MAX;
     for (size_t k = 0; ok && k < v.len; k++) ok = v.base[k] >= 0x20 && v.base[k] < 0x7f;
     if (!ok) {

@@ -76,6 +76,7 @@ typedef struct serve_req {
   mend_server *srv;
   mend_engine *E;
   int post;                              /* a POST: it changes something */
+  int other;                             /* neither GET, HEAD nor POST: a 405 of its endpoint */
   int nseg;
   char *seg[SERVE_MAX_SEGMENTS];         /* the path's segments, percent-decoded */
   const char *query;                     /* after '?', or "" */
@@ -133,6 +134,10 @@ typedef struct serve_lingering serve_lingering;
 int serve_linger_keep(h2o_socket_t *sock);
 void serve_linger(uv_loop_t *loop, int fd, serve_lingering **list);
 void serve_linger_stop(serve_lingering **list);
+
+/* api.c, for wait.c: adds to a run read from the store its `children` (when it has any), as
+ * `mend status --json` shows them; 0, or -1 when the store failed (its error current). */
+int serve_run_links(mend_engine *E, json_t *run, const char *id);
 
 /* wait.c: the long poll of GET /api/v1/runs/{id}?wait=S, one set of waiters a server.
  * serve_wait: holds r until run id ends, seconds pass (at most a tick late) or the server

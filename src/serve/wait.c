@@ -83,6 +83,11 @@ static void answer(waiter *x, json_t *run, const char *how) {
     else serve_error(&r, 503, "storage", "%s", mend_store_errmsg(s));
     return;
   }
+  if (serve_run_links(w->E, run, x->id)) {
+    json_decref(run);
+    serve_error(&r, 503, "storage", "%s", mend_store_errmsg(mend_engine_store(w->E)));
+    return;
+  }
   /* a read sees this process's open batch: the end may not be committed yet */
   int ended = strcmp(how, "ended") == 0;
   json_object_set_new(run, "wait", json_string(how));

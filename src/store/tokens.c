@@ -100,9 +100,11 @@ int mend__sqlite_set_parent(mend_store *s, const char *id, const char *parent,
   return mend__run_write(s, q, rc, "link a child run");
 }
 
+/* A view, as a run's (mend status, GET /api/v1/runs/{id}): while this store's writes wait for
+ * another process's lock, the committed rows, rather than a wait with them. */
 json_t *mend__sqlite_children(mend_store *s, const char *parent) {
-  if (mend__sync_point(s) != 0) return NULL;
-  sqlite3_stmt *q = s->q[Q_CHILDREN];
+  if (mend__view_point(s) != 0) return NULL;
+  sqlite3_stmt *q = mend__view_stmt(s, Q_CHILDREN);
   return mend__rows_array(s, q, mend__bind_text(q, 1, parent), "read child runs");
 }
 
