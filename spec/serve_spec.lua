@@ -345,12 +345,12 @@ describe("mend serve", function()
     assert.are.equal(404, code)
     assert.are.equal("unknown_workflow", e.error.code)
     assert.matches("no workflow nope", e.error.message)
-    -- an input the engine refuses is the request's fault, not the database's
+    -- an input nested past 100 levels is the request's fault, refused naming its field
     code, e = post(base, "/api/v1/runs", '{"workflow": "hello", "input": ' .. ("["):rep(150) ..
                    ("]"):rep(150) .. "}")
     assert.are.equal(400, code)
-    assert.are.equal("start_refused", e.error.code)
-    assert.matches("nesting deeper than 100", e.error.message)
+    assert.are.equal("bad_field", e.error.code)
+    assert.matches('"input" is nested deeper than 100 levels', e.error.message)
     code, e = post(base, "/api/v1/runs", "workflow=hello", { type = "application/x-www-form-urlencoded" })
     assert.are.equal(415, code)
     assert.matches("Content%-Type: application/json", e.error.message)
