@@ -521,6 +521,27 @@ describe("mend.http", function()
     assert.are.equal("mine", reqs[3].idempotency_key)
   end)
 
+  it("sends a GET with a body as a GET, and with no Content-Type of curl's", function()
+    script({ ["/getbody"] = { { status = 200 } } })
+    run_http(function()
+      return { url = server.base .. "/getbody", method = "GET", body = "q=1" }
+    end)
+    local r = seen("/getbody")[1]
+    assert.are.same({ "GET", mend.json.null }, { r.method, r.content_type })
+  end)
+
+  it("sends a big body with no Expect when the call gives Expect = false", function()
+    script({ ["/big"] = { { status = 200 } } })
+    for _, h in ipairs{ {}, { Expect = false } } do
+      run_http(function()
+        return { url = server.base .. "/big", method = "POST", body = ("x"):rep(2 * 1024 * 1024),
+                 headers = h }
+      end)
+    end
+    local reqs = seen("/big")
+    assert.are.same({ "100-continue", mend.json.null }, { reqs[1].expect, reqs[2].expect })
+  end)
+
   it("labels a json body application/json, and a body of the call's own with no type", function()
     script({ ["/ct"] = { { status = 200 } } })
     for _, call in ipairs{ { body = "a=b&c" }, { json = { a = 1 } },

@@ -82,4 +82,19 @@ describe("a PostgreSQL worker whose batch waits for another session's lock", fun
     assert(ok, "SIGTERM did not stop the worker in 15 s: " .. S.log(dir))
     assert.is_true(took < 10, "the stop took " .. took)
   end)
+
+  -- A run's children are read as the run is, a view: the committed rows, not a wait for the
+  -- batch's lock (a read that waited would be 503).
+  it_pg("answers GET /api/v1/runs/{id}, its children included, at once", function()
+    local dir, db = S.workspace()
+    local base, _, id = PGH.batch_waits(dir, db)
+    for _, path in ipairs{ "/api/v1/runs/" .. id, "/api/v1/runs/" .. id .. "?wait=0" } do
+      local _, out = H.shell(("curl -s -m 8 -o /dev/null -w '%%{http_code} %%{time_total}' %s")
+        :format(H.quote(base .. path)))
+      local code, t = out:match("(%d+) ([%d.]+)")
+      assert.are.equal("200", code, path .. ": " .. out)
+      assert.is_true(tonumber(t) < 3, path .. ": " .. out)
+    end
+    PGH.release()
+  end)
 end)

@@ -758,6 +758,11 @@ print(answer.decode())
     code = post(base, "/api/v1/runs", json.encode{ workflow = "hello", input = { to = "small" } })
     assert.are.equal(201, code)                               -- within the limit
     assert.are.same({ "1" }, H.sql(db, "SELECT count(*) FROM runs"))
+    -- 100 levels with a value at the bottom are what mend start --input and the Lua API take
+    local hundred = ("["):rep(100) .. "1" .. ("]"):rep(100)
+    assert.are.equal(hundred, json.encode(json.decode(hundred)))
+    code, e = post(base, "/api/v1/runs", '{"workflow":"hello","input":' .. hundred .. '}')
+    assert.are.equal(201, code, e and e.error and e.error.message)
   end)
 
   -- Many clients (Python's urllib and http.client, Java's HttpURLConnection) write the whole

@@ -56,6 +56,7 @@ class Handler(BaseHTTPRequestHandler):
                                     "idempotency_key": self.headers.get("Idempotency-Key"),
                                     "accept_encoding": self.headers.get("Accept-Encoding"),
                                     "content_type": self.headers.get("Content-Type"),
+                                    "expect": self.headers.get("Expect"),
                                     "authorization": self.headers.get("Authorization"),
                                     "user_agent": self.headers.get_all("User-Agent") or [],
                                     "body": body_in,

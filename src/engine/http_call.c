@@ -394,7 +394,8 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
   if (strcmp(q->method, "HEAD") == 0) {
     q->dirty = 1;
     curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
-  } else if (strcmp(q->method, "GET") != 0 && !(q->body && strcmp(q->method, "POST") == 0)) {
+  } else if ((strcmp(q->method, "GET") != 0 || q->body) &&
+             !(q->body && strcmp(q->method, "POST") == 0)) {
     q->dirty = 1;
     curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, q->method);   /* a body is POSTed by default */
   }

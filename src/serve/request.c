@@ -166,7 +166,7 @@ static int body_fields_known(serve_req *r, json_t *body, const char *const *know
   return 0;
 }
 
-/* How deep v nests: 1 for a scalar or an empty container. */
+/* How deep v nests, in containers as the Lua encoder counts tables: 0 for a scalar. */
 static int depth(json_t *v) {
   int most = 0;
   if (json_is_object(v)) {
@@ -178,7 +178,7 @@ static int depth(json_t *v) {
     json_t *x;
     json_array_foreach(v, i, x) { int d = depth(x); if (d > most) most = d; }
   } else {
-    return 1;
+    return 0;
   }
   return most + 1;
 }
