@@ -529,6 +529,14 @@ static json_t *pg_run(mend_store *s, const char *id) {
   if (NO_SUCH_TEXT(p, id)) return no_run(p, id);
   VIEW(p, mend__pg_view_run(C_, id, E_, &p->not_found));
 }
+/* A run's child runs (mend status, GET /api/v1/runs/{id}): while a batch waits for another
+ * session's lock, the committed rows on aux, as a run's. An id no run can have has none. */
+json_t *mend__pg_children(mend_store *s, const char *parent) {
+  mend_pg *p = PG(s);
+  p->not_found = 0;
+  if (NO_SUCH_TEXT(p, parent)) return json_array();
+  VIEW(p, mend__pg_view_children(C_, parent, E_));
+}
 static json_t *pg_history(mend_store *s, const char *id) {
   mend_pg *p = PG(s);
   p->not_found = 0;

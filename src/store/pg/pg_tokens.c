@@ -91,20 +91,6 @@ int mend__pg_set_parent(mend_store *s, const char *id, const char *parent,
   return 0;
 }
 
-/* A view, as a run's (mend status, GET /api/v1/runs/{id}): while a batch waits for another
- * session's lock, the committed rows on aux, rather than a wait with it. */
-json_t *mend__pg_children(mend_store *s, const char *parent) {
-  mend_pg *p = PG(s);
-  char err[sizeof p->err];
-  err[0] = 0;
-  if (!mend__pg_text_fits(p, parent)) return json_array();   /* no run's id: none */
-  PGconn *c = mend__pg_view_aux(p);
-  if (!c && mend__pg_sync(p) != 0) return NULL;
-  json_t *v = mend__pg_view_children(c ? c : p->conn, parent, err, sizeof err);
-  if (!v && !err[0]) snprintf(err, sizeof err, "read child runs: failed");
-  return viewed(p, v, err);
-}
-
 int mend__pg_child_end(mend_store *s, const char *child, const char *name, const char *payload,
                        const char *key, double sent) {
   mend_pg *p = PG(s);
