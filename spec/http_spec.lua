@@ -560,7 +560,8 @@ describe("mend.http", function()
     script({ ["/empty"] = { { status = 200 } } })
     for _, v in ipairs{ "", "  " } do
       run_http(function()
-        return { url = server.base .. "/empty", headers = { Authorization = v, ["User-Agent"] = v } }
+        return { url = server.base .. "/empty",
+                 headers = { Authorization = v, ["User-Agent"] = v } }
       end)
     end
     local reqs = seen("/empty")
@@ -783,6 +784,9 @@ describe("mend.http", function()
         'header "Content-Length" is not the call\'s to set' },
       { { url = url, headers = { ["transfer-encoding"] = "chunked" } },
         'header "transfer-encoding" is not the call\'s to set' },
+      -- one empty key on every run's calls would make them one call to a deduping service
+      { { url = url, method = "POST", headers = { ["Idempotency-Key"] = "" } },
+        'header "Idempotency-Key" is empty: give false to send none' },
       { { body = "a" }, "needs a url" },
     }
     for _, c in ipairs(cases) do

@@ -444,7 +444,16 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
         return -1;
       }
       if (strcasecmp(name, "content-type") == 0) has_type = 1;
-      if (strcasecmp(name, "idempotency-key") == 0) has_key = 1;
+      if (strcasecmp(name, "idempotency-key") == 0) {
+        /* One empty key on every run's calls would make them one call to a service that
+         * dedupes by it: none is false (or idempotency_header = false). */
+        if (!none && !vlen) {
+          snprintf(err, (size_t)errlen, "header \"%.100s\" is empty: give false to send none",
+                   name);
+          return -1;
+        }
+        has_key = 1;
+      }
       if (strcasecmp(name, "user-agent") == 0) has_agent = 1;
       /* Compression is asked for by the call, and then curl both offers it and decodes the
        * answer ("" offers every encoding it has). Not by default: offering it cost a seventh
