@@ -787,6 +787,7 @@ describe("mend.http", function()
       -- one empty key on every run's calls would make them one call to a deduping service
       { { url = url, method = "POST", headers = { ["Idempotency-Key"] = "" } },
         'header "Idempotency-Key" is empty: give false to send none' },
+      { { url = url, method = "HEAD", body = "a" }, "a HEAD request has no body" },
       { { body = "a" }, "needs a url" },
     }
     for _, c in ipairs(cases) do

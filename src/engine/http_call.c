@@ -392,6 +392,11 @@ static int setup(mend_run *r, http_req *q, lua_State *L, char *err, int errlen) 
     curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
   }
   if (strcmp(q->method, "HEAD") == 0) {
+    /* curl sends a HEAD without its body: a call that gave one would not know it was dropped */
+    if (q->body) {
+      snprintf(err, (size_t)errlen, "a HEAD request has no body");
+      return -1;
+    }
     q->dirty = 1;
     curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
   } else if ((strcmp(q->method, "GET") != 0 || q->body) &&
