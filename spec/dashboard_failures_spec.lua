@@ -109,18 +109,22 @@ describe("the dashboard when the server is slow, gone or refuses, in chromium", 
     assert.are.equal("needs_attention", run_of(base, id).status)
 
     -- The server stopped: the runs' live refresh says it cannot reach it, and a page opened
-    -- then says why it is empty.
+    -- then says why it is empty. The toast and the view are emptied before each step, so that
+    -- what is waited for is drawn by that step (the 503's toast is still up for 4 s, and the
+    -- last page's error panel would stand for the next one's).
     session.go(base .. "/#/runs")
     session.wait("the runs", "return document.querySelector('#runs-body tr[data-run]') !== null", 15)
+    session.js("document.querySelector('#toast').style.display = 'none'")
     B.stop(pid)
     H.wait_for("the server gone", function() return http_json("GET", base .. "/api/v1/runs") == nil end, 10)
     shown = session.wait("the refresh's failure", toast, 10)
     assert.are.equal("bad", shown[1])
-    session.js("location.hash = '#/dlq'")
-    local err = session.wait("the dead letters' failure", "var e = document.querySelector('#view .err'); return e && e.textContent;", 10)
+    local failed = "var e = document.querySelector('#view .panel.err'); return e && e.textContent;"
+    session.js("document.querySelector('#view').innerHTML = ''; location.hash = '#/dlq'")
+    local err = session.wait("the dead letters' failure", failed, 10)
     assert.is_true(#err > 0)
-    session.js("location.hash = '#/run/" .. id .. "'")
-    err = session.wait("the run's failure", "var e = document.querySelector('#view .panel.err'); return e && e.textContent;", 10)
+    session.js("document.querySelector('#view').innerHTML = ''; location.hash = '#/run/" .. id .. "'")
+    err = session.wait("the run's failure", failed, 10)
     assert.is_true(#err > 0)
   end)
 

@@ -77,11 +77,21 @@ local function webdriver(port, profile)
     os.remove(b64)
   end
   function s.close() http_json("DELETE", s.base) end
-  -- Polls a script until it returns a true value, for at most `seconds`.
+  -- Polls a script until it returns a true value, for at most `seconds`. A timeout says what
+  -- the page showed then (its address, its view, its toast): a failure seen once in CI is
+  -- then read, not guessed at.
   function s.wait(what, script, seconds)
     local v
-    H.wait_for(what, function() v = s.js(script); return v ~= nil and v ~= false and v ~= json.null end, seconds)
-    return v
+    local ok, err = pcall(H.wait_for, what, function()
+      v = s.js(script)
+      return v ~= nil and v ~= false and v ~= json.null
+    end, seconds)
+    if ok then return v end
+    local seen_ok, seen = pcall(s.js, [[
+      var v = document.querySelector('#view'), t = document.querySelector('#toast');
+      return location.href + '\n  view: ' + (v ? v.innerHTML.replace(/\s+/g, ' ').slice(0, 600) : '(none)')
+        + '\n  toast: ' + (t ? t.style.display + ' ' + t.className + ' ' + t.textContent : '(none)');]])
+    error(tostring(err) .. "; the page then: " .. (seen_ok and tostring(seen) or "(unreadable: " .. tostring(seen) .. ")"), 0)
   end
   return s
 end
