@@ -1,8 +1,9 @@
 -- A lock held by another process, through a real `mend worker` and a real `sqlite3` shell
--- holding the write lock (BEGIN IMMEDIATE) on the same file for 10 s while runs are in flight.
--- The worker waits it out: it stays alive, warns in its log, runs nothing that an uncommitted
--- transition announces (the write-ahead rule), and every run succeeds once the lock goes, with
--- its whole history.
+-- holding the write lock (BEGIN IMMEDIATE) on the same file while runs are in flight, until
+-- the worker's lease has run out and its runs' durable sleeps have ended under it. The worker
+-- waits it out: it stays alive, warns in its log, runs nothing that an uncommitted transition
+-- announces (the write-ahead rule), and every run succeeds once the lock goes, with its whole
+-- history.
 
 local H = require "spec.helper"
 
@@ -38,7 +39,7 @@ return {
 
 -- SQLite only (#sqlite): the subject is SQLite's file write lock, which PostgreSQL has no
 -- equivalent of (its row locks are the PostgreSQL store's own, tested with it).
-describe("a lock held by another process for 10 s #sqlite", function()
+describe("a lock held by another process past a lease #sqlite", function()
   local worker_pid
   after_each(function()
     if worker_pid then os.execute("kill -9 " .. worker_pid .. " 2>/dev/null") end
@@ -67,25 +68,34 @@ describe("a lock held by another process for 10 s #sqlite", function()
       return H.sql(db, "SELECT count(*) FROM history_named WHERE step = 'nap'"
                        .. " AND to_status = 'sleeping'")[1] == "5"
     end, 10)
-    -- another process takes the write lock for 10 s; it notes when it has it and when it
-    -- lets go
+    -- another process takes the write lock and holds it until the test says; it notes when it
+    -- has it and when it lets go
     local took, freed = dir .. "/took", dir .. "/freed"
     local holder = assert(io.popen("sqlite3 " .. q(db) .. " >/dev/null", "w"))
     holder:write(".bail on\nBEGIN IMMEDIATE;\nINSERT INTO meta VALUES('lock-test', 'x');\n",
-                 ".system date +%s.%N >" .. q(took) .. "\n",
-                 ".system sleep 10\n",
-                 ".system date +%s.%N >" .. q(freed) .. "\n",
-                 "ROLLBACK;\n.quit\n")
+                 ".system date +%s.%N >" .. q(took) .. "\n")
     holder:flush()
     H.wait_for("the holder to take the lock", function() return read_number(took) end, 10)
-    -- meanwhile the worker lives on and says why nothing moves
-    os.execute("sleep 5")
+    -- what the lock must outlast, as committed before it (read under it): the naps' ends and
+    -- the worker's lease
+    local naps_end = tonumber(H.sql(db, "SELECT max(due) FROM steps WHERE name = 'nap'")[1])
+    local lease_end = tonumber(H.sql(db, "SELECT max(lease_until) FROM workers WHERE owner IN"
+      .. " (SELECT owner FROM runs)")[1])
+    assert.is_truthy(naps_end and lease_end, "no nap's end or no lease of the worker's")
+    -- meanwhile the worker lives on and says why nothing moves, while every nap ends and its
+    -- lease runs out (it cannot renew it under the lock: the fence holds)
+    H.wait_for("the worker's warning", function()
+      return H.slurp(log):find('"level":"warn"[^\n]*database is locked by another process')
+    end, 15)
+    H.wait_for("the naps' ends and the lease's", function()
+      return H.wall() > math.max(naps_end, lease_end) + 0.2
+    end, 15)
     assert.are.equal(0, (run("kill -0 " .. worker_pid)), "the worker exited while locked")
-    assert.matches('"level":"warn"[^\n]*database is locked by another process', H.slurp(log))
     -- reads go on meanwhile: `mend status` answers at once
     local rc, out = run(string.format("%s status %s --db %s", MEND, ids[1], q(db)))
     assert.are.equal(0, rc, out)
     assert.matches("hops run " .. ids[1], out)
+    holder:write(".system date +%s.%N >" .. q(freed) .. "\n", "ROLLBACK;\n.quit\n")
     holder:close()   -- returns once the shell has rolled back
     local t_free = assert(read_number(freed))
     H.wait_for("every run to succeed", function() return H.succeeded(db) == 5 end, 15)
