@@ -301,11 +301,19 @@ function M.stop_all()
   -- asks the next test's server, on a port used again).
   if shared and shared.used and not pcall(quiet, shared.session) then M.stop_browser() end
   for i = #sessions, 1, -1 do pcall(sessions[i].close) sessions[i] = nil end
+  local stopping = {}
   for i = #procs, 1, -1 do
     os.execute("kill -TERM " .. procs[i] .. " 2>/dev/null")
+    stopping[#stopping + 1] = procs[i]
     procs[i] = nil
   end
-  os.execute("sleep 0.3")
+  -- Gone before the next test: its port free, its database no longer open when H.cleanup
+  -- removes the file. One that outlives 10 s of its grace is killed.
+  local sys, deadline = require("system"), H.wall() + 10
+  for _, pid in ipairs(stopping) do
+    while H.alive(pid) and H.wall() < deadline do sys.sleep(0.01) end
+    if H.alive(pid) then os.execute("kill -9 " .. pid .. " 2>/dev/null") end
+  end
 end
 -- A workflow whose run ends in the dead-letter queue: its charge fails for good and its
 -- refund's compensation cannot be done.
