@@ -200,4 +200,16 @@ function S.post_later(dir, base, path, body, name)
   end
 end
 
+-- Waits until the server at base holds at least n requests open for the commit of what they
+-- wrote (its /metrics says so): each was read and waits, as under another process's lock.
+-- answered (optional): true once the requests were answered instead (one refused at once).
+function S.commit_waiting(base, n, answered)
+  H.wait_for(n .. " request(s) waiting for their commit at " .. base, function()
+    if answered and answered() then return true end
+    local _, _, text = S.get(base, "/metrics")
+    local k = text and tonumber(text:match("\nmend_http_commit_waiting_requests (%d+)"))
+    return k and k >= n
+  end, 15)
+end
+
 return S

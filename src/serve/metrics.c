@@ -223,6 +223,10 @@ void serve_metrics(serve_req *r) {
   put(&b, "# HELP mend_http_waiting_requests Requests held open by this server until their run"
           " ends (GET /api/v1/runs/{id}?wait=S).\n# TYPE mend_http_waiting_requests gauge\n"
           "mend_http_waiting_requests %d\n", serve_waits_count(serve_server_waits(r->srv)));
+  put(&b, "# HELP mend_http_commit_waiting_requests Requests held open by this server until what"
+          " they wrote is committed (another process holding the database's lock keeps them).\n"
+          "# TYPE mend_http_commit_waiting_requests gauge\nmend_http_commit_waiting_requests %d\n",
+      serve_server_commit_waiting(r->srv));
   put_counters(&b, r->E);
   if (b.oom) {
     serve_error(r, 500, "internal", "out of memory");

@@ -157,6 +157,8 @@ int serve_run_ended(const json_t *run);
  * request's connection (-1: none); a request whose client went away given up: its connection
  * shut, h2o then ends the request and closes the connection, freeing both. */
 serve_waits *serve_server_waits(mend_server *srv);
+/* server.c, for metrics.c: the requests whose answer waits for the commit of what they wrote. */
+int serve_server_commit_waiting(const mend_server *srv);
 int serve_req_fd(mend_server *srv, h2o_req_t *req);
 void serve_abandon(mend_server *srv, h2o_req_t *req);
 

@@ -67,6 +67,7 @@ struct mend_server {
   int nconns;
   serve_lingering *lingering;
   pending *pending;
+  int npending;                /* requests on `pending` (mend_http_commit_waiting_requests) */
   serve_waits *waits;
   int started, closed;
 };
@@ -147,6 +148,7 @@ void serve_json(serve_req *r, int status, json_t *body) {
 
 static void pending_unlink(pending *p) {
   mend_server *srv = p->srv;
+  srv->npending--;
   if (p->prev) p->prev->next = p->next;
   else srv->pending = p->next;
   if (p->next) p->next->prev = p->prev;
@@ -207,6 +209,7 @@ static void when_durable(serve_req *r, pending *p) {
   p->next = r->srv->pending;
   if (p->next) p->next->prev = p;
   r->srv->pending = p;
+  r->srv->npending++;
   p->wait.done = pending_done;
   mend_engine_when_durable(r->E, &p->wait);
 }
@@ -677,6 +680,7 @@ static conn *conn_of(mend_server *srv, h2o_req_t *req) {
 }
 
 serve_waits *serve_server_waits(mend_server *srv) { return srv->waits; }
+int serve_server_commit_waiting(const mend_server *srv) { return srv->npending; }
 
 int serve_req_fd(mend_server *srv, h2o_req_t *req) {
   conn *c = conn_of(srv, req);
