@@ -8,7 +8,7 @@ local mend = require "mend"
 local S = require "spec.support.serve_harness"
 local workspace, start, stop_all = S.workspace, S.start, S.stop_all
 local hold_write_lock, post_later, status_of = S.hold_write_lock, S.post_later, S.status_of
-local get, post = S.get, S.post
+local get, post, read_by = S.get, S.post, S.read_by
 
 local MEND, q, sh = H.MEND, H.quote, H.shell
 local json = mend.json
@@ -53,7 +53,8 @@ describe("mend serve under another process's write lock #sqlite", function()
                               { name = "payment", key = "before", data = 4 }, "before")
     local by_key = post_later(dir, a, "/api/v1/events",
                               { run_key = "w-keyed", name = "note", key = "n1", data = 5 }, "by_key")
-    os.execute("sleep 0.3")
+    read_by(dir, a, { "a1", "a2", "by_key" })
+    read_by(dir, b, { "b1", "before" })
     -- meanwhile both servers answer the rest at once
     for _, base in ipairs { a, b } do
       answered_at_once(base, "/api/v1")
@@ -104,7 +105,8 @@ describe("mend serve under another process's write lock #sqlite", function()
       post_later(dir, b, "/api/v1/runs", { workflow = "refund", input = {} }, "refund_b"),
       post_later(dir, a, "/api/v1/runs", { workflow = "refund", input = {}, key = "r-a" }, "refund_a"),
     }
-    os.execute("sleep 0.3")
+    read_by(dir, b, { "hello", "refund_b" })
+    read_by(dir, a, { "refund_a" })
     for _, base in ipairs { a, b } do
       answered_at_once(base, "/api/v1")
       answered_at_once(base, "/api/v1/runs/" .. first.id)
@@ -140,11 +142,11 @@ describe("mend serve under another process's write lock #sqlite", function()
     local base = start(dir, db)
     local release = hold_write_lock(db, 30)
     local first = post_later(dir, base, "/api/v1/dlq/" .. id .. "/resolve", { note = "refunded by hand" }, "resolve")
-    os.execute("sleep 0.3")
+    read_by(dir, base, { "resolve" })
     answered_at_once(base, "/api/v1/dlq")
     answered_at_once(base, "/api/v1/runs/" .. id)
     local again = post_later(dir, base, "/api/v1/dlq/" .. id .. "/resolve", { note = "twice" }, "again")
-    os.execute("sleep 0.3")   -- read under the lock too, while the first waits for it
+    read_by(dir, base, { "resolve", "again" })   -- read under the lock too, while the first waits
     local released = release()
     local c, body, _, done = first()
     assert.are.equal(200, c, json.encode(body))
@@ -175,7 +177,7 @@ describe("mend serve under another process's write lock #sqlite", function()
     end, 10)
     local release = hold_write_lock(db, 30)
     local answer = post_later(dir, base, "/api/v1/runs/" .. id .. "/cancel", {}, "cancel")
-    os.execute("sleep 0.3")
+    read_by(dir, base, { "cancel" })
     answered_at_once(base, "/api/v1")
     answered_at_once(base, "/api/v1/runs/" .. id)
     local released = release()
@@ -195,7 +197,7 @@ describe("mend serve under another process's write lock #sqlite", function()
     local release = hold_write_lock(db, 30)
     local cancel = post_later(dir, base, "/api/v1/runs/" .. id .. "/cancel", {}, "cancel")
     local retry = post_later(dir, base, "/api/v1/dlq/" .. dead .. "/retry", {}, "retry")
-    os.execute("sleep 0.3")
+    read_by(dir, base, { "cancel", "retry" })
     answered_at_once(base, "/api/v1")
     answered_at_once(base, "/api/v1/runs/" .. id)
     answered_at_once(base, "/api/v1/dlq")
@@ -232,7 +234,7 @@ describe("mend serve under another process's write lock #sqlite", function()
     local release = hold_write_lock(db, 30)
     local answer = post_later(dir, base, "/api/v1/runs", { workflow = "hello", key = "cut-short",
                                                            input = { to = "x" } }, "cut")
-    os.execute("sleep 0.5")
+    read_by(dir, base, { "cut" })
     H.stop_worker(pid)
     local code = answer()
     assert.are.equal(0, code)   -- curl: the connection closed, no answer

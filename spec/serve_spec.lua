@@ -10,7 +10,7 @@ local json = mend.json
 local S = require "spec.support.serve_harness"
 local workspace, dead_letter, start, stop_all = S.workspace, S.dead_letter, S.start, S.stop_all
 local hold_write_lock, post_later, status_of = S.hold_write_lock, S.post_later, S.status_of
-local commit_waiting = S.commit_waiting
+local read_by = S.read_by
 local http, get, post, servers = S.http, S.get, S.post, S.servers
 
 local function operator_details(base, id)
@@ -172,7 +172,7 @@ describe("mend serve", function()
     local release = hold_write_lock(db, 30)
     local held = post_later(dir, base, "/api/v1/runs",
                             { workflow = "hello", input = { to = "held" } }, "held")
-    commit_waiting(base, 1)
+    read_by(dir, base, { "held" })
     local released = release()
     local code, r, _, done = held()
     assert.are.equal(201, code)
@@ -184,7 +184,7 @@ describe("mend serve", function()
     -- a breaker override waits for the lock as a start does, the server answering the rest
     release = hold_write_lock(db, 30)
     local answer = post_later(dir, base, "/api/v1/breakers/psp/open", {}, "breaker")
-    commit_waiting(base, 1)
+    read_by(dir, base, { "breaker" })
     local t0 = H.wall()
     assert.are.equal(200, (get(base, "/api/v1/breakers")))
     assert.is_true(H.wall() - t0 < 1, "answered after " .. (H.wall() - t0) .. " s")
@@ -201,9 +201,9 @@ describe("mend serve", function()
     H.sql(db, "INSERT INTO breakers(key, state, failures, successes, updated) VALUES ('ext', 'closed', 0, 0, 1)")
     release = hold_write_lock(db, 30)
     local opening = post_later(dir, base, "/api/v1/breakers/ext/open", {}, "opening")
-    commit_waiting(base, 1)
+    read_by(dir, base, { "opening" })
     local closing = post_later(dir, base, "/api/v1/breakers/ext/close", {}, "closing")
-    commit_waiting(base, 2)
+    read_by(dir, base, { "opening", "closing" })
     release()
     assert.are.equal(200, (opening()))
     assert.are.equal(200, (closing()))
@@ -222,7 +222,7 @@ describe("mend serve", function()
     assert.are.equal(201, code)
     local release = hold_write_lock(db, 30)
     local answer = post_later(dir, base, "/api/v1/runs", { workflow = "hello", input = { to = "k" }, key = "k-held" }, "keyed")
-    commit_waiting(base, 1)
+    read_by(dir, base, { "keyed" })
     -- while the start waits for the lock, reads are answered at once, from committed rows
     for _, path in ipairs { "/api/v1/runs", "/api/v1/runs/" .. first.id, "/api/v1/runs/" .. first.id .. "/history",
                             "/api/v1/dlq", "/api/v1/breakers", "/api/v1/workflows", "/metrics" } do
@@ -247,7 +247,7 @@ describe("mend serve", function()
     -- a key of another workflow's run is refused, under the lock too
     release = hold_write_lock(db, 30)
     local other = post_later(dir, base, "/api/v1/runs", { workflow = "wait", key = "k-held" }, "other")
-    commit_waiting(base, 1, function() return H.read(dir .. "/other.code") ~= "" end)
+    read_by(dir, base, { "other" })
     release()
     local oc, oe = other()
     assert.are.equal(409, oc)
@@ -267,8 +267,8 @@ describe("mend serve", function()
     for i, base in ipairs { a, b, a, b } do
       answers[i] = post_later(dir, base, "/api/v1/runs", { workflow = "hello", input = { n = i }, key = "k-both" }, "both" .. i)
     end
-    commit_waiting(a, 2)   -- all four are read by their servers under the lock
-    commit_waiting(b, 2)
+    read_by(dir, a, { "both1", "both3" })   -- all four are read by their servers under the lock
+    read_by(dir, b, { "both2", "both4" })
     release()
     local ids, created = {}, 0
     for i = 1, 4 do
@@ -310,7 +310,7 @@ describe("mend serve", function()
                               { name = "payment", data = { amount = 7 } }, "event")
     local by_key = post_later(dir, base, "/api/v1/events",
                               { run_key = "w-1", name = "note", data = 1 }, "event2")
-    commit_waiting(base, 2)
+    read_by(dir, base, { "event", "event2" })
     local t0 = H.wall()
     assert.are.equal(200, (get(base, "/api/v1/runs/" .. r.id .. "/events")))
     assert.is_true(H.wall() - t0 < 1)

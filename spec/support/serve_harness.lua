@@ -200,15 +200,19 @@ function S.post_later(dir, base, path, body, name)
   end
 end
 
--- Waits until the server at base holds at least n requests open for the commit of what they
--- wrote (its /metrics says so): each was read and waits, as under another process's lock.
--- answered (optional): true once the requests were answered instead (one refused at once).
-function S.commit_waiting(base, n, answered)
-  H.wait_for(n .. " request(s) waiting for their commit at " .. base, function()
-    if answered and answered() then return true end
+-- Waits until the server at base has read each request S.post_later sent it by these names
+-- (in dir): each is answered, or held open for the commit of what it wrote, as under another
+-- process's lock (its /metrics counts those). An answer read first is never counted twice.
+function S.read_by(dir, base, names)
+  H.wait_for(table.concat(names, ", ") .. " read by " .. base, function()
+    local answered = 0
+    for _, name in ipairs(names) do
+      if (H.read(dir .. "/" .. name .. ".code") or "") ~= "" then answered = answered + 1 end
+    end
+    if answered == #names then return true end
     local _, _, text = S.get(base, "/metrics")
     local k = text and tonumber(text:match("\nmend_http_commit_waiting_requests (%d+)"))
-    return k and k >= n
+    return k ~= nil and k + answered >= #names
   end, 15)
 end
 
