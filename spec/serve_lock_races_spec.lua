@@ -8,7 +8,7 @@ local mend = require "mend"
 local S = require "spec.support.serve_harness"
 local workspace, start, stop_all = S.workspace, S.start, S.stop_all
 local hold_write_lock, post_later, status_of = S.hold_write_lock, S.post_later, S.status_of
-local get, post = S.get, S.post
+local get, post, read_by = S.get, S.post, S.read_by
 
 local MEND, q, sh = H.MEND, H.quote, H.shell
 local json = mend.json
@@ -145,7 +145,11 @@ local function repairs_at_once(n, keep_failing, repair, tag, lock)
     if not lock then checks[i]() end
   end
   if lock then
-    os.execute("sleep 0.5")   -- every pair read by its servers under the lock
+    -- every pair read by its servers under the lock
+    local on_a, on_b = {}, {}
+    for i = 1, #ids do on_a[i], on_b[i] = tag .. i .. "a", tag .. i .. "b" end
+    read_by(dir, a, on_a)
+    read_by(dir, b, on_b)
     release()
     for _, check in ipairs(checks) do check() end
   end
@@ -217,10 +221,10 @@ describe("two servers and a worker under another process's write lock #sqlite", 
       post_later(dir, a, "/api/v1/dlq/" .. dead .. "/resolve", { note = "n" }, "resolve"),
       post_later(dir, a, "/api/v1/runs/" .. other .. "/cancel", {}, "cancel"),
     }
-    os.execute("sleep 0.3")
+    read_by(dir, a, { "ok", "resolve", "cancel" })
     answers[#answers + 1] = post_later(dir, a, "/api/v1/runs/" .. id .. "/events",
                                        { name = "payment", key = "boom", data = 2 }, "boom")
-    os.execute("sleep 0.3")   -- all four in the batch that waits for the lock
+    read_by(dir, a, { "ok", "resolve", "cancel", "boom" })   -- all four in the batch that waits
     release()
     for i, ans in ipairs(answers) do
       local c, body = ans()
@@ -238,7 +242,7 @@ describe("two servers and a worker under another process's write lock #sqlite", 
     local release = hold_write_lock(db, 30)
     local ev = post_later(dir, a, "/api/v1/runs/" .. id .. "/events", { name = "payment", key = "k", data = 1 }, "ev")
     local res = post_later(dir, a, "/api/v1/dlq/" .. dead .. "/resolve", { note = "n" }, "res")
-    os.execute("sleep 0.5")
+    read_by(dir, a, { "ev", "res" })
     os.execute("kill -TERM " .. pid)
     local c1, b1 = ev()
     local c2, b2 = res()
@@ -252,19 +256,22 @@ describe("two servers and a worker under another process's write lock #sqlite", 
 
   it("a worker --listen answers reads while a cancel of a run it holds parked waits for the lock", function()
     local dir, db = workspace()
-    local base = start(dir, db, "--listen 127.0.0.1:0 --poll 0.05", "worker")
+    local base = start(dir, db, "--listen 127.0.0.1:0 --poll 0.05 --log-level debug", "worker")
     local id = waiting_run(base, "w-parked")
-    H.wait_for("the run to wait", function()
-      return H.sql(db, "SELECT status FROM steps WHERE run_id = '" .. id .. "' AND name = 'paid'")[1] == "waiting"
-    end, 10)
-    os.execute("sleep 2.5")   -- parked after park_after (1 s)
+    -- parked after park_after (1 s): its log says so
+    H.wait_for("the run to be parked", function()
+      for line in S.log(dir):gmatch("[^\n]+") do
+        local parked = line:find('"message":"parked: ', 1, true)
+        if parked and line:find('"run":"' .. id .. '"', 1, true) then return true end
+      end
+    end, 15)
     local release = hold_write_lock(db, 30)
     -- a start waits for the lock: the writer thread retries its batch meanwhile
     local started = post_later(dir, base, "/api/v1/runs", { workflow = "hello", input = { to = "x" } }, "start")
-    os.execute("sleep 0.3")
+    read_by(dir, base, { "start" })
     local t0 = took(function() return get(base, "/api/v1") end)
     local cancel = post_later(dir, base, "/api/v1/runs/" .. id .. "/cancel", {}, "cancel")
-    os.execute("sleep 0.2")
+    read_by(dir, base, { "start", "cancel" })
     local t = took(function() return get(base, "/api/v1") end)
     release()
     local c, body, waited = cancel()
@@ -281,7 +288,8 @@ describe("two servers and a worker under another process's write lock #sqlite", 
     local release = hold_write_lock(db, 30)
     local ra = post_later(dir, a, "/api/v1/runs", { workflow = "refund", input = {}, key = "same" }, "ra")
     local rb = post_later(dir, b, "/api/v1/runs", { workflow = "refund", input = {}, key = "same" }, "rb")
-    os.execute("sleep 0.3")   -- both read by their servers under the lock
+    read_by(dir, a, { "ra" })   -- both read by their servers under the lock
+    read_by(dir, b, { "rb" })
     release()
     local ca, ba = ra()
     local cb, bb = rb()
@@ -305,7 +313,7 @@ describe("two servers and a worker under another process's write lock #sqlite", 
     local release = hold_write_lock(db, 30)
     local e1 = post_later(dir, base, "/api/v1/runs/" .. id .. "/events", { name = "payment", key = "p", data = { amount = 5 } }, "e1")
     local e2 = post_later(dir, base, "/api/v1/runs/" .. id .. "/events", { name = "payment", key = "p", data = { amount = 6 } }, "e2")
-    os.execute("sleep 0.3")   -- both read under the lock
+    read_by(dir, base, { "e1", "e2" })   -- both read under the lock
     release()
     local c1, b1 = e1()
     local c2, b2 = e2()
