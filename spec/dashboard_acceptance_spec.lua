@@ -176,8 +176,10 @@ describe("the dashboard, as its docs say, in chromium", function()
     session.js("document.querySelector('#more').click()")
     session.wait("the last page", "return document.querySelectorAll('#runs-body tr[data-run]').length === 120", 10)
     assert.is_false(session.js(count)[2])   -- no more button on the last page
-    -- The live refresh (every 2 s) does not take the pages away.
-    os.execute("sleep 2.5")
+    -- The live refresh (every 2 s) does not take the pages away: one is drawn after them.
+    local drawings = "return +(document.body.dataset.drawings || 0)"
+    local drawn = session.js(drawings)
+    session.wait("a refresh after the last page", drawings .. " > " .. drawn, 10)
     local ids = session.js("return Array.from(document.querySelectorAll('#runs-body tr[data-run]')).map(function (tr) { return tr.dataset.run; })")
     assert.are.equal(120, #ids)
     local seen = {}
