@@ -136,14 +136,14 @@ describe("a worker", function()
 
   -- A worker on a new database serving good.lua from a folder of its own, beside what `more`
   -- (given the folder) puts there first: the folder, the database and the worker's log.
-  local function good_worker(more)
+  local function good_worker(more, args)
     local dir = H.tmp_dir()
     local wf, db = dir .. "/wf", H.new_db(dir, "jobs.db")
     assert(require("lfs").mkdir(wf))
     H.write_file(wf, "good.lua", GOOD)
     if more then more(wf) end
     local log = dir .. "/worker.log"
-    pid = H.start_worker(db, wf, log)
+    pid = H.start_worker(db, wf, log, args)
     return dir, wf, db, log
   end
 
@@ -168,7 +168,7 @@ describe("a worker", function()
     pid = nil
   end)
   it("says once that its workflows directory went, serves what it loaded, and says when it is back", function()
-    local dir, wf, db, log = good_worker()
+    local dir, wf, db, log = good_worker(nil, "--log-level debug")
     -- the worker has loaded the directory once it ran a run of it (its log says nothing of a
     -- load; the log file and a fixed wait of 0.5 s did not tell it on a loaded machine, and
     -- the directory went before the worker's start read it)
@@ -177,7 +177,11 @@ describe("a worker", function()
     H.wait_for("the warning", function()
       return (H.read(log) or ""):find("cannot read the workflows directory " .. wf, 1, true)
     end, 10)
-    os.execute("sleep 4.5")   -- two more looks (every 2 s): said once, not at each
+    -- two more looks (every 2 s, each a debug line): said once, not at each
+    H.wait_for("two more looks", function()
+      local _, looks = H.read(log):gsub("looked again at " .. wf:gsub("%p", "%%%0") .. ": still", "")
+      return looks >= 2
+    end, 15)
     local n = 0
     for _ in H.read(log):gmatch("cannot read the workflows directory") do n = n + 1 end
     assert.are.equal(1, n, H.read(log))

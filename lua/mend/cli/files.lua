@@ -68,6 +68,8 @@ function M.workflow_loader(eng, dir)
       if unreadable ~= why then
         unreadable = why
         eng:log("warn", "workflow", why .. ": serving the workflows loaded before")
+      else
+        eng:log("debug", "workflow", "looked again at " .. dir .. ": still unreadable")
       end
       return
     end
