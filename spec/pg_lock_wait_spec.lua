@@ -200,12 +200,17 @@ describe("a run's row locked by another PostgreSQL session", function()
       local ok, e = pcall(eng.cancel, eng, arg[3])
       print("cancel", ok, e)
       io.stdout:flush()
-      os.execute("sleep 4")
-      print("turned", string.format("%.3f", require("system").gettime()))
+      -- the loop does not turn until psql has ended (the test says so), or for 20 s: psql held
+      -- by this host's idle transaction ends only after it
+      local clock = require("system").gettime
+      local bound = clock() + 20
+      while not io.open(arg[6]) and clock() < bound do os.execute("sleep 0.05") end
+      print("turned", string.format("%.3f", clock()))
       print("second", eng:start("hello", { to = "b" }))
     ]==])
-    sh(("timeout 60 lua5.4 %s %s %s %s %s %s >%s 2>&1 &"):format(q(script), q(db), q(dir), id, q(ownerf), q(go),
-      q(dir .. "/host.out")))
+    local psql_ended = dir .. "/psql-ended"
+    sh(("timeout 60 lua5.4 %s %s %s %s %s %s %s >%s 2>&1 &"):format(q(script), q(db), q(dir), id,
+      q(ownerf), q(go), q(psql_ended), q(dir .. "/host.out")))
     H.wait_for("the host's owner", function() return (H.read(ownerf) or "") ~= "" end, 20)
     local owner = H.read(ownerf)
     local name = "mend-hold-dl-" .. dir:match("([%w_]+)$")
@@ -219,11 +224,12 @@ describe("a run's row locked by another PostgreSQL session", function()
     local t0 = H.wall()
     sh(("PGAPPNAME=%s timeout 40 psql -X -q -A -t %s -f %s >/dev/null 2>&1"):format(q(name), q(db), q(sql)))
     local ended = H.wall()
+    assert(io.open(psql_ended, "w")):close()
     H.wait_for("the host to end", function() return (H.read(dir .. "/host.out") or ""):find("second") end, 30)
     local hout = H.read(dir .. "/host.out")
     assert.matches("cancel\tfalse\t[^\n]*deadlock", hout)
     -- psql ended before the host's loop turned again, which the host's idle transaction would
-    -- have held it to; its whole wait in seconds is the machine's (3.5 s under a load of 17)
+    -- have held it to
     local turned = tonumber(hout:match("turned\t(%S+)"))
     assert.is_true(ended < turned, ("psql was kept waiting by the host's idle transaction until"
       .. " its loop turned (%.1f s in all)"):format(ended - t0))
