@@ -58,10 +58,12 @@ describe("a PostgreSQL worker whose batch waits for another session's lock", fun
     assert.are.equal(200, (S.get(base, "/api/v1")))
     PGH.hold(dir, db, "LOCK TABLE history IN SHARE MODE")
     H.sql(db, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'mend'")
-    os.execute("sleep 2")
-    -- a write, so that the loop or the writer needs the connection again
+    -- a write, so that the loop or the writer needs the connection again: its reconnect meets
+    -- the table's lock (the worker's log says so)
     S.post_later(dir, base, "/api/v1/runs", { workflow = "wait", input = {} }, "start")
-    os.execute("sleep 2")
+    H.wait_for("the reconnect to meet the lock", function()
+      return S.log(dir):find("prepare statements: table history is locked", 1, true) ~= nil
+    end, 30)
     local _, out = H.shell(("curl -s -m 5 -o /dev/null -w '%%{http_code}' %s"):format(H.quote(base .. "/api/v1")))
     local root = tonumber(out) or 0
     _, out = H.shell(("curl -s -m 5 -o /dev/null -w '%%{http_code}' %s"):format(H.quote(base .. "/api/v1/runs")))
