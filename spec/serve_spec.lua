@@ -172,7 +172,9 @@ describe("mend serve", function()
     local release = hold_write_lock(db, 30)
     local held = post_later(dir, base, "/api/v1/runs",
                             { workflow = "hello", input = { to = "held" } }, "held")
-    read_by(dir, base, { "held" })
+    -- PostgreSQL's /metrics reads the table the lock holds (503): nothing there tells that the
+    -- request was read, which a pause lets happen
+    if H.is_pg(db) then os.execute("sleep 0.3") else read_by(dir, base, { "held" }) end
     local released = release()
     local code, r, _, done = held()
     assert.are.equal(201, code)
