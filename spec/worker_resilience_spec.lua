@@ -178,8 +178,9 @@ describe("a worker", function()
       return (H.read(log) or ""):find("cannot read the workflows directory " .. wf, 1, true)
     end, 10)
     -- two more looks (every 2 s, each a debug line): said once, not at each
+    local again = "looked again at " .. wf:gsub("%p", "%%%0") .. ": still unreadable"
     H.wait_for("two more looks", function()
-      local _, looks = H.read(log):gsub("looked again at " .. wf:gsub("%p", "%%%0") .. ": still", "")
+      local _, looks = H.read(log):gsub(again, "")
       return looks >= 2
     end, 15)
     local n = 0
