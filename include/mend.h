@@ -225,7 +225,8 @@ MEND_API int mend_engine_new(const mend_options *opts, mend_engine **out, char *
  * on it, until a new engine is made at its address (do not keep the pointer). NULL: MEND_OK,
  * nothing done, as free(NULL). */
 MEND_API int mend_engine_free(mend_engine *engine);
-/* The message of the engine's last failure ("" if none). Valid until the next call. */
+/* The message of the engine's last failure ("" if none). Valid until the next call. A NULL or
+ * freed engine: a message saying so (nothing of a freed engine is read). */
 MEND_API const char *mend_engine_errmsg(mend_engine *engine);
 
 /* Whether an engine runs its workflows' code sandboxed (README: Limits and sandbox), and why. */

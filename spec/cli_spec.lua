@@ -126,7 +126,7 @@ describe("the mend command", function()
 
     -- A message that is not UTF-8 (Latin-1 text, a binary body's start) cannot go into JSON as
     -- it is: its bytes become '?' once, where it is recorded, and the rest of it is kept.
-    it("keeps a step's error that is not UTF-8, in its log line, its status and its history", function()
+    it("keeps a step's error and log line that are not UTF-8, in the log, status and history", function()
       local dir = H.tmp_dir()
       local wf = dir .. "/latin.lua"
       H.write_file(dir, "latin.lua", [[
@@ -134,7 +134,10 @@ return { name = "latin", steps = {
   { name = "a", execute = function() return 1 end, compensate_retry = { max_attempts = 1 },
     compensate = function() error("r\xe9par\xe9", 0) end },
   { name = "b", retry = { max_attempts = 1 },
-    execute = function() error("caf\xe9 \xff, not caf\xc3\xa9", 0) end },
+    execute = function(ctx)
+      ctx:log("l\xe9 \xff, not l\xc3\xa9")
+      error("caf\xe9 \xff, not caf\xc3\xa9", 0)
+    end },
 } }
 ]])
       local code, out, err = mend("run", wf, "--clock", "virtual", "--db", db, "--json")
@@ -152,9 +155,27 @@ return { name = "latin", steps = {
         if text and text ~= errors[#errors] then errors[#errors + 1] = text end
       end
       assert.are.same({ "b: error: caf? ?, not caf\u{e9}", "a: error: r?par?" }, errors)
+      local logged = {}
+      for _, e in ipairs(json.decode(hist)) do
+        if e.event == "log" then logged[#logged + 1] = e.detail end
+      end
+      assert.are.same({ "l? ?, not l\u{e9}" }, logged)
+      assert.are.equal(1, #lines_matching(err, "l%? %?, not l\u{e9}"), err)
       -- the dead letter and its alert, as a person is told of it
       local _, dlq = mend("dlq", "--db", db, "--json")
       assert.are.equal("error: r?par?", json.decode(dlq)[1].error)
+    end)
+
+    it("reads a row that is not UTF-8, written by hand, with '?' for its bad bytes only #sqlite",
+       function()
+      local code, out, err = mend("run", "workflows/order.lua", "--clock", "virtual", "--db", db,
+                                  "--json")
+      assert.are.equal(0, code, err)
+      local id = json.decode(out).id
+      local sql = ("UPDATE runs SET error = CAST(X'6361C3A9FF' AS TEXT) WHERE id = '%s'"):format(id)
+      assert.are.equal(0, H.shell(("sqlite3 %s %s"):format(H.quote(db), H.quote(sql))))
+      local _, status = mend("status", id, "--db", db, "--json")
+      assert.are.equal("ca\u{e9}?", json.decode(status).error)
     end)
 
     it("compensates a declined card in reverse and exits 3", function()

@@ -48,6 +48,19 @@ describe("where a database name's database is", function()
     end
   end)
 
+  -- an empty file (touched, or left by a copy that failed) is no database either, as
+  -- mend.engine{existing = true} takes it: a command that reads writes no schema into it
+  it("finds no database in an empty file, and makes none there", function()
+    local dir = H.tmp_dir()
+    local empty = H.write_file(dir, "empty.db", "")
+    for _, args in ipairs { "status r1", "history r1", "runs", "dlq", "breakers" } do
+      local rc, out = H.shell(("%s %s --db %s"):format(H.MEND, args, H.quote(empty)))
+      assert.are.equal(1, rc, out)
+      assert.matches(": no mend database there", out, 1, true)
+      assert.are.equal(0, H.shell(("test ! -s %s"):format(H.quote(empty))), args)
+    end
+  end)
+
   it("tells mend.trust_db and mend.db_mark of no database at a file: URI's file", function()
     local dir = H.tmp_dir()
     local uri = "file:" .. dir .. "/a%20b.db"

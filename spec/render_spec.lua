@@ -152,6 +152,38 @@ return { name = "ctl\nx", steps = {
   end)
 end)
 
+describe("text that workflow code wrote, shown by the CLI and the REPL", function()
+  after_each(H.cleanup)
+
+  -- U+202E shows the rest of a row reversed on a terminal that lays text out both ways (one
+  -- name passes for another), U+2028 breaks a row in a pager; a file that raised as it loaded,
+  -- or a value the REPL prints, is workflow text too
+  it("spells out the marks a terminal lays out, in errors and in the REPL's values", function()
+    local dir = H.tmp_dir()
+    local db = H.new_db(dir, "marks.db")
+    local wf = H.write_file(dir, "marks.lua", [=[
+return { name = "marks", steps = {
+  { name = "a\u{202e}b", execute = function() error("x\u{2028}y\u{9b}z\u{2066}") end } } }
+]=])
+    local code, out = stdout_of(("%s run %s --db %s --clock virtual"):format(H.MEND, H.quote(wf),
+                                                                           H.quote(db)))
+    assert.are.equal(3, code, out)
+    assert.matches("a\\u{202e}b%s+running %-> failed%s+attempt 1%s+error: .*x\\u{2028}y\\u{9b}z\\u{2066}\n",
+                   out)
+    local id = cli(db, "runs --json"):match('"id":"(%w+)"')
+    local value = repl(db, ("eng:status(%q).error"):format(id))
+    assert.matches('"error: .*x\\u{2028}y\\u{9b}z\\u{2066}"', value)
+    assert.not_matches("\194[\128-\159]", value)
+    local bad = H.write_file(dir, "bad.lua", 'error("boom\\27[2J\\n\\226\\128\\174x")')
+    local _, err = H.shell(("(%s run %s --db %s 2>&1 >/dev/null)"):format(H.MEND, H.quote(bad),
+                                                                     H.quote(db)))
+    assert.matches("mend: .*bad%.lua:1: boom\\x1b%[2J\n\\u{202e}x\n", err)
+    local _, shown = H.shell(("(printf '%%s\\n' %s | %s repl --db %s)"):format(
+      H.quote(("use(%q)"):format(bad)), H.MEND, H.quote(db)))
+    assert.matches("error: .*boom\\x1b%[2J\n\\u{202e}x\n", shown)
+  end)
+end)
+
 describe("a database's name as mend shows it (mend wait, the REPL's banner)", function()
   local render = require "mend.render"
 

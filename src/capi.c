@@ -187,6 +187,9 @@ static handle *handle_of(mend_engine *E) {
 static _Thread_local mend_engine *refused_engine;
 static _Thread_local const char *refused_why;
 
+#define NO_SUCH_ENGINE \
+  "no such engine: it was freed (mend_engine_free), or not made by mend_engine_new"
+
 #define FOREIGN_WHY(start)                                                                     \
   start " from a thread the engine does not belong to, refused: the engine is untouched. Make " \
         "the call on the engine's thread (wake it with mend_engine_wakeup, the one call any "    \
@@ -248,7 +251,7 @@ int mend__capi_check_engine(mend_engine *E, const char *what) {
   refused_engine = rc == MEND_OK ? NULL : E;
   refused_why =
       !E         ? "the engine is NULL"
-      : here < 0 ? "no such engine: it was freed (mend_engine_free), or not made by mend_engine_new"
+      : here < 0 ? NO_SUCH_ENGINE
                  : FOREIGN_WHY("called");
   if (rc == MEND_OK && atomic_load_explicit(&h->refused, memory_order_relaxed)) tell_refusals(h);
   return rc;
@@ -502,6 +505,11 @@ MEND_API int mend_engine_free(mend_engine *engine) {
 
 MEND_API const char *mend_engine_errmsg(mend_engine *engine) {
   if (!engine || engine == refused_engine) return !engine ? "the engine is NULL" : refused_why;
+  /* A freed engine is not read, as no call reads it: its message went with it. */
+  pthread_mutex_lock(&handles_lock);
+  int alive = find_locked(engine) != NULL;
+  pthread_mutex_unlock(&handles_lock);
+  if (!alive) return NO_SUCH_ENGINE;
   return mend_engine_error(engine);
 }
 

@@ -24,19 +24,43 @@ void mend_log_sink_init(mend_log_sink *s, FILE *out) {
   s->human = isatty(fileno(out));
 }
 
+/* Whether a terminal would obey or lay out the code point c rather than show it: C1, the line
+ * and paragraph separators (a pager breaks the line there) and the bidirectional marks,
+ * embeddings, overrides and isolates (a terminal that lays text out both ways reorders it). */
+static int obeyed(unsigned long c) {
+  return (c >= 0x80 && c <= 0x9f) || c == 0x61c || c == 0x200e || c == 0x200f ||
+         (c >= 0x2028 && c <= 0x202e) || (c >= 0x2066 && c <= 0x2069);
+}
+
 /* Text a workflow wrote (a step's name, an error, a ctx:log line) as a terminal shows it
- * rather than obeys it: C0 controls, DEL and C1 (U+0080..U+009F) spelled out, so that no escape
- * sequence of a workflow's author reaches the terminal of the person reading; a message keeps
- * its line breaks and tabs (a traceback's). */
+ * rather than obeys it: C0 controls, DEL, bytes that are not UTF-8 (a raw C1 byte is an escape
+ * to a terminal that is not UTF-8's) and the code points obeyed() names spelled out, so that no
+ * escape sequence of a workflow's author reaches the terminal of the person reading; a message
+ * keeps its line breaks and tabs (a traceback's). */
 static void put_shown(FILE *out, const char *s, int keep_lines) {
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+  const unsigned char *p = (const unsigned char *)s, *end = p + strlen(s);
+  while (p < end) {
+    if (*p >= 0x80) {
+      size_t len = mend_utf8_len(p, (size_t)(end - p));
+      if (len == 0) {
+        fprintf(out, "\\x%02x", *p++);
+        continue;
+      }
+      unsigned long c = len == 2 ? (p[0] & 0x1fUL) << 6 | (p[1] & 0x3f)
+                      : len == 3 ? (p[0] & 0x0fUL) << 12 | (p[1] & 0x3fUL) << 6 | (p[2] & 0x3f)
+                      : 0x10000;   /* past every code point obeyed() names */
+      if (obeyed(c)) fprintf(out, "\\u{%lx}", c);
+      else fwrite(p, 1, len, out);
+      p += len;
+      continue;
+    }
     if (keep_lines && (*p == '\n' || *p == '\t')) fputc(*p, out);
     else if (*p == '\n') fputs("\\n", out);
     else if (*p == '\t') fputs("\\t", out);
     else if (*p == '\r') fputs("\\r", out);
     else if (*p < 0x20 || *p == 0x7f) fprintf(out, "\\x%02x", *p);
-    else if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) fprintf(out, "\\u{%x}", *++p);
     else fputc(*p, out);
+    p++;
   }
 }
 

@@ -291,7 +291,9 @@ static void it_refuses_what_no_call_can_use(void) {
   mend_free(json);
 
   CHECK_EQ_INT(mend_engine_free(E), MEND_OK);
-  /* freed already: nothing of it is read */
+  /* freed already: nothing of it is read, its message neither (a host that logs the message
+   * after each call read the freed engine's) */
+  CHECK(strstr(mend_engine_errmsg(E), "freed") != NULL);
   CHECK_EQ_INT(mend_engine_free(E), MEND_EINVAL);
   CHECK_EQ_INT(mend_engine_tick(E, 0.01), MEND_EINVAL);
   CHECK_EQ_INT(mend_engine_signal(E, id, "go", NULL, NULL), MEND_EINVAL);

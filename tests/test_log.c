@@ -35,7 +35,22 @@ static void it_spells_out_control_characters(void) {
   free(line);
 }
 
+/* A raw C1 byte is an escape sequence's start to a terminal that is not UTF-8's; U+202E would
+ * show the rest of a line reversed, U+2028 breaks it in a pager. Other characters stay. */
+static void it_spells_out_stray_bytes_and_the_marks_a_terminal_lays_out(void) {
+  mend_log_record rec = { .level = "info", .time = 1e9, .run = "r1", .step = "s\xe2\x80\xae" "b",
+                          .attempt = 1, .event = "log",
+                          .message = "x\x9b" "31m \xe2\x80\xa8 \xe2\x81\xa6 \xd8\x9c "
+                                     "\xe2\x80\x94 \xc3" };
+  char *line = human_line(&rec);
+  CHECK(line != NULL);
+  CHECK(strstr(line, "r1 s\\u{202e}b #1 log: ") != NULL);
+  CHECK(strstr(line, "x\\x9b31m \\u{2028} \\u{2066} \\u{61c} \xe2\x80\x94 \\xc3\n") != NULL);
+  free(line);
+}
+
 int main(void) {
   it_spells_out_control_characters();
+  it_spells_out_stray_bytes_and_the_marks_a_terminal_lays_out();
   return check_done("log");
 }

@@ -126,9 +126,12 @@ local function dispatch(args)
   return require(cmd.does[1])[cmd.does[2]](opts, table.unpack(positional))
 end
 
+-- A message may hold a workflow's text (a file that raised as it loaded, a name): shown, not
+-- obeyed, as mend.render shows it, its line breaks kept.
 local function report(e)
+  local shown = require("mend.render").visible
   if getmetatable(e) == CliError then
-    say("mend: %s\n", e.message)
+    say("mend: %s\n", shown(e.message, true))
     if e.code == EXIT_USAGE then
       local cmd = commands[e.command]
       say("usage: %s\n", cmd and cmd.usage or MAIN_USAGE)
@@ -137,7 +140,7 @@ local function report(e)
     return e.code
   end
   local msg = type(e) == "string" and e or tostring(e)
-  say("mend: %s\n", (msg:gsub("\n+$", "")))
+  say("mend: %s\n", shown((msg:gsub("\n+$", "")), true))
   return EXIT_FAILURE
 end
 

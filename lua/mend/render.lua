@@ -11,12 +11,25 @@ local json = mend.json
 -- Text of workflow code (names, errors, log lines) as a terminal shows it, not obeys it: its
 -- control characters (C0, DEL and C1, as an escape sequence or a line break starts with
 -- one) spelled out, so that a row stays one line and a workflow's author, who may not be the
--- operator, cannot drive the operator's terminal.
+-- operator, cannot drive the operator's terminal. So are the line and paragraph separators
+-- (U+2028, U+2029: an editor or a pager breaks the row there) and the bidirectional marks,
+-- embeddings, overrides and isolates (a terminal that lays text out both ways would show a
+-- row's cells reordered, one name passing for another). keep_lines keeps line breaks and tabs,
+-- for a message that may be a traceback.
 local SPELLED = { ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t" }
-local function visible(s)
-  if not s:find("[%c\127\194]") then return s end
-  s = s:gsub("[%c\127]", function(c) return SPELLED[c] or ("\\x%02x"):format(c:byte()) end)
-  return (s:gsub("\194([\128-\159])", function(c) return ("\\u{%x}"):format(c:byte()) end))
+local function spell(c) return SPELLED[c] or ("\\x%02x"):format(c:byte()) end
+local function spell_kept(c)
+  if c == "\n" or c == "\t" then return c end
+  return spell(c)
+end
+local function code_point(c) return ("\\u{%x}"):format(utf8.codepoint(c)) end
+local function visible(s, keep_lines)
+  if not s:find("[%c\127\194\216\226]") then return s end
+  s = s:gsub("[%c\127]", keep_lines and spell_kept or spell)
+  s = s:gsub("\194[\128-\159]", code_point)                -- C1
+  s = s:gsub("\216\156", code_point)                        -- U+061C
+  s = s:gsub("\226\128[\142\143\168-\174]", code_point)     -- U+200E-F, U+2028-E
+  return (s:gsub("\226\129[\166-\169]", code_point))        -- U+2066-9
 end
 
 -- Every string it prints is visible()'s: what it prints are lines of text whose line breaks

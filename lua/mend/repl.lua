@@ -42,10 +42,12 @@ end
 local ESCAPES = { ["\n"] = "\\n", ["\t"] = "\\t", ["\r"] = "\\r", ['"'] = '\\"',
                   ["\\"] = "\\\\" }
 
+-- A string as a Lua literal; C1 controls and the marks a terminal would obey or lay out
+-- (mend.render's visible) as \u{...} escapes, which read back as the same string.
 local function quote(s)
-  return '"' .. s:gsub('[%c"\\]', function(c)
+  return '"' .. show.visible((s:gsub('[%c"\\]', function(c)
     return ESCAPES[c] or ("\\%03d"):format(c:byte())
-  end) .. '"'
+  end))) .. '"'
 end
 
 local function scalar(v)
@@ -746,7 +748,7 @@ end
 
 local function report_error(msg)
   io.stdout:flush()
-  io.stderr:write("error: ", msg, "\n")
+  io.stderr:write("error: ", show.visible(msg, true), "\n")
   io.stderr:flush()
 end
 

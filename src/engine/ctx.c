@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "utf8.h"
 
 /* A step's default idempotency key, run_id/step. */
 static void push_default_key(lua_State *L, const char *run_id, const char *step) {
@@ -141,6 +142,15 @@ static int ctx_log(lua_State *L) {
   lua_getfield(L, 1, "attempt");
   const char *step = lua_tostring(L, -2);
   int attempt = (int)lua_tointeger(L, -1);
+  /* A line that is not UTF-8 is made so here, as a step's error is, before the log and the
+   * history see it: the store reads such a row back with every byte past ASCII as '?', the
+   * valid characters too, and PostgreSQL refuses it. */
+  char *fixed = NULL;
+  if (!mend_utf8_valid(msg, strlen(msg)) && (fixed = strdup(msg)) != NULL) {
+    mend_utf8_fix(fixed);
+    msg = fixed;
+    msg_len = strlen(fixed);
+  }
   /* The run written is the one whose step calls, never ctx.run_id: a step may set that, or
    * pass a table of its own as ctx, and would write in another run's history. */
   mend_run *r = mend_engine_current_run(L);
@@ -155,6 +165,7 @@ static int ctx_log(lua_State *L) {
     if (mend_store_append_history(E->store, &h)) mend__store_failed(E);
     free(masked);
   }
+  free(fixed);
   return 0;
 }
 

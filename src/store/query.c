@@ -25,6 +25,7 @@
 #include <sys/mman.h>
 
 #include "store/image.h"
+#include "utf8.h"
 #include "walvfs.h"
 
 /* ---- point reads ----------------------------------------------------------------------- */
@@ -228,13 +229,16 @@ static int is_bool_column(const char *name) {
 }
 
 /* Text that is not valid UTF-8 (written by hand with SQL, say) still comes back, with '?' for
- * the bytes jansson refuses, rather than being dropped or crashing a listing. */
+ * the bytes jansson refuses (the characters around them kept), rather than being dropped or
+ * crashing a listing. */
 static json_t *text_value(const char *t, size_t n) {
   json_t *v = json_stringn(t, n);
   if (v) return v;
   char *copy = malloc(n + 1);
   if (!copy) return NULL;
-  for (size_t i = 0; i < n; i++) copy[i] = (t[i] & 0x80) || t[i] == 0 ? '?' : t[i];
+  for (size_t i = 0; i < n; i++) copy[i] = t[i] == 0 ? '?' : t[i];
+  copy[n] = 0;
+  mend_utf8_fix(copy);
   v = json_stringn(copy, n);
   free(copy);
   return v;

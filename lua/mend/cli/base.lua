@@ -76,9 +76,9 @@ function M.with_engine(conf, fn)
 end
 
 -- The read-only commands must not create a database where there was none: a SQLite file (a
--- "file:" URI's, read as SQLite reads it: mend.db_where) must be there, and a PostgreSQL
--- database must hold mend's schema: the engine opens it only if it does (existing), which
--- it finds in its open's one login (a look before it was a second).
+-- "file:" URI's, read as SQLite reads it: mend.db_where) must be there, and it or a
+-- PostgreSQL database must hold mend's schema: the engine opens it only if it does (existing;
+-- an empty file was given mend's schema), which it finds in its open's one login.
 function M.existing_db(path)
   local kind, file = mend.db_where(path)
   if kind == "file" then
@@ -86,7 +86,7 @@ function M.existing_db(path)
     if not f then fail("no database %s", path) end
     f:close()
   end
-  return { db = path, existing = kind == "postgres" or nil }
+  return { db = path, existing = (kind == "postgres" or kind == "file") or nil }
 end
 
 -- The status of run id; an unknown run (nil from the engine) is a failure of the command, and
