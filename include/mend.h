@@ -176,7 +176,8 @@ typedef struct mend_options {
   double park_after;          /* seconds of the engine's clock a run waiting for an event, a
                                  due time or a retry stays in memory; then it is parked out of
                                  it until its event, due time or a cancel brings it back from
-                                 the database (README: Waiting for events). 0: never */
+                                 the database (README: Waiting for events). 0: never;
+                                 < 0 or NaN: MEND_EINVAL */
   mend_writer_sched writer_sched;  /* the scheduling class of the thread that commits
                                  (commit_thread, ticks): see mend_writer_sched */
   const char *thread_cpus;    /* the CPUs mend's own threads run on (the commit thread, the

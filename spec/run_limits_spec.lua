@@ -155,5 +155,16 @@ describe("mend run --sandbox", function()
     ok, err = pcall(mend.engine, { lease = math.huge })
     assert.is_false(ok)
     assert.matches("lease must be a finite number > 0 of seconds", err, 1, true)
+    -- a grace of NaN or infinity: a stopping worker waited for ever for its attempts
+    for _, g in ipairs { 0 / 0, math.huge, -1, 0 } do
+      ok, err = pcall(mend.engine, { grace = g })
+      assert.is_false(ok, tostring(g))
+      assert.matches("grace must be a finite number > 0 of seconds", err, 1, true)
+    end
+    -- park_after NaN had been read as never, unsaid (< 0 is never, as documented)
+    ok, err = pcall(mend.engine, { park_after = 0 / 0 })
+    assert.is_false(ok)
+    assert.matches("park_after must be a number of seconds, got nan", err, 1, true)
+    H.close(mend.engine { park_after = -1 })
   end)
 end)

@@ -316,6 +316,11 @@ int mend__lengine_new(lua_State *L) {
   lua_pop(L, 3);
   if (!(cfg.lease_seconds > 0 && cfg.lease_seconds < HUGE_VAL))
     return luaL_error(L, "mend.engine: lease must be a finite number > 0 of seconds");
+  /* NaN or infinity: a stopping worker would wait for ever for its attempts */
+  if (!(cfg.grace_seconds > 0 && cfg.grace_seconds < HUGE_VAL))
+    return luaL_error(L, "mend.engine: grace must be a finite number > 0 of seconds");
+  if (isnan(cfg.park_after))   /* (< 0 is never, as documented; NaN had been, unsaid) */
+    return luaL_error(L, "mend.engine: park_after must be a number of seconds, got nan");
   /* http_allow = {"a.example", "*.example.com"} and thread_cpus = "0,2-3", 1 or {0, 2, 3}: as
    * mend_options has them, on the stack until the engine has copied or read them (it checks
    * thread_cpus: an empty list is refused there). */

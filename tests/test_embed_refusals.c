@@ -11,6 +11,7 @@
  */
 #define _GNU_SOURCE   /* SCHED_BATCH */
 #include <dirent.h>
+#include <math.h>
 #include <mend.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -232,6 +233,14 @@ static void it_refuses_what_no_call_can_use(void) {
   o.instruction_budget = -5;
   CHECK_EQ_INT(mend_engine_new(&o, &E, err, sizeof err), MEND_EINVAL);
   CHECK(E == NULL && strstr(err, "instruction_budget") != NULL);
+  /* a park_after of NaN or < 0 had been read as never, unsaid (0 is never) */
+  mend_options_init(&o);
+  o.park_after = NAN;
+  CHECK_EQ_INT(mend_engine_new(&o, &E, err, sizeof err), MEND_EINVAL);
+  CHECK(E == NULL && strstr(err, "park_after must be a number >= 0") != NULL);
+  o.park_after = -1;
+  CHECK_EQ_INT(mend_engine_new(&o, &E, err, sizeof err), MEND_EINVAL);
+  CHECK(E == NULL && strstr(err, "got -1") != NULL);
   /* an empty name: SQLite's private temporary file had failed on WAL mode, naming no file */
   mend_options_init(&o);
   o.db_path = "";
