@@ -66,6 +66,12 @@ typedef struct mend_workflow {
 #define MEND_MAX_STEPS 10000
 #define MEND_MAX_SOURCE (16 << 20)
 
+/* Event names beginning "mend." are the engine's own: a token's outcome and a child's end come
+ * through the inbox under them. No sender outside the engine may use one, nor a wait_for. */
+static inline int mend_event_name_reserved(const char *name) {
+  return name[0] == 'm' && name[1] == 'e' && name[2] == 'n' && name[3] == 'd' && name[4] == '.';
+}
+
 /* The text of the workflow file at `path` (malloc'ed, *len bytes), or NULL and a message. The
  * engine runs it (under its limits, in its sandbox) and checks what it returns with
  * mend_workflow_from_table. */
