@@ -251,6 +251,7 @@ describe("a step with wait = \"token\"", function()
               'signal: the event name "' .. f[2]:gsub("%p", "%%%0")
               .. '" is mend\'s own %(a token\'s outcome, a child\'s end%)')
     end
+    assert.are.equal("sent", (eng:signal(id, "mend.tokens", 1)))   -- not one of them
     eng:advance(60)
     assert.are.equal("waiting", step(eng, id, "approve").status)
     assert.are.equal("waiting", step(eng, parent, "ship").status)

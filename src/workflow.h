@@ -8,6 +8,7 @@
 #define MEND_WORKFLOW_H
 
 #include <lua.h>
+#include <string.h>
 #include "backoff.h"
 #include "breaker.h"
 #include "counters.h"
@@ -66,10 +67,12 @@ typedef struct mend_workflow {
 #define MEND_MAX_STEPS 10000
 #define MEND_MAX_SOURCE (16 << 20)
 
-/* Event names beginning "mend." are the engine's own: a token's outcome and a child's end come
- * through the inbox under them. No sender outside the engine may use one, nor a wait_for. */
+/* The event names a token's outcome and a child's end come through the inbox under:
+ * "mend.token" and "mend.child", alone or followed by ":STEP". No sender outside the engine may
+ * use one, nor a wait_for: it would complete a step without its token, or before its child. */
 static inline int mend_event_name_reserved(const char *name) {
-  return name[0] == 'm' && name[1] == 'e' && name[2] == 'n' && name[3] == 'd' && name[4] == '.';
+  return (strncmp(name, "mend.token", 10) == 0 || strncmp(name, "mend.child", 10) == 0) &&
+         (name[10] == '\0' || name[10] == ':');
 }
 
 /* The text of the workflow file at `path` (malloc'ed, *len bytes), or NULL and a message. The

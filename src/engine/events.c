@@ -361,10 +361,11 @@ static int send_event(mend_engine *E, const char *id, const char *run_key, const
     return MEND_EVENT_EINVAL;
   }
   if (mend_event_name_reserved(name)) {
-    /* A token's outcome and a child's end come through the inbox under these names: one sent
-     * from outside would complete a step without its token, or end it before its child. */
+    /* Sent from outside, it would complete a step without its token, or end it before its
+     * child. */
     mend_errorf(err, errlen, "the event name \"%.100s\" is mend's own (a token's outcome, a "
-                "child's end): names beginning with \"mend.\" cannot be sent", name);
+                "child's end): mend.token and mend.child, alone or with \":STEP\", cannot be "
+                "sent", name);
     return MEND_EVENT_EINVAL;
   }
   if (key && !*key) {
