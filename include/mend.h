@@ -473,7 +473,9 @@ MEND_API int mend_engine_resolve_dead_letter(mend_engine *engine, const char *ru
  * the same key to the same run again is one event (MEND_OK, nothing sent). MEND_ENOTFOUND: no
  * such run; MEND_ESTATE: the run has ended (or is compensating); MEND_EINVAL: bad JSON (a key
  * given twice in one object is bad, as in mend_engine_start), a key or run key that is "", or a
- * name, key, run id or run key that is not UTF-8 (the message names which).
+ * name, key, run id or run key that is not UTF-8 (the message names which), a name of mend's
+ * own ("mend.token" or "mend.child", alone or followed by ":STEP": a token's outcome and a
+ * child's end come under them).
  * by_key: the run is the one started with that run key. Being durable on return, a signal
  * commits (in MEND_SYNC_FULL, an fsync) on the caller's thread, after the batch the commit
  * thread may be writing. Except in an engine that ticks (mend_engine_tick), to a run it holds

@@ -445,6 +445,36 @@ describe("a step with child", function()
     end)
   end
 
+  -- The worker that held both died with the parent's cancel asked of it; the next takes both
+  -- in one claim: the parent's cancel, as it is restored, takes the child over to cancel it,
+  -- and the claim's own restore of the child must not make it a second copy.
+  it("undoes a child once when its parent's cancel was asked while no worker held them",
+     function()
+    local eng, log, db = setup{ pickup = true }
+    local id = eng:start("order", { id = "o12" })
+    eng:advance(1)
+    local c = child_of(eng, id)
+    H.close(eng)
+    local eng2 = H.reopen(db)   -- without the workflows: it can only record the cancel
+    assert.are.equal("recorded", (eng2:cancel(id)))
+    H.close(eng2)
+    local eng3 = H.reopen(db)
+    eng3:register(shipping(log, { pickup = true }))
+    eng3:register(order(log))
+    eng3:recover()
+    eng3:run()
+    assert.are.equal("compensated", eng3:status(id).status)
+    assert.are.equal("compensated", eng3:status(c.run_id).status)
+    assert.are.same({ "pack o12", "unpack box-o12", "refund" }, log)
+    local runs = {}
+    for _, e in ipairs(eng3:history(c.run_id)) do
+      if e.event == "run" then runs[#runs + 1] = (e.from or "") .. "->" .. e.to end
+    end
+    assert.are.same({ "->running", "running->compensating", "compensating->compensated" }, runs)
+    assert.are.same({ "pending->running", "running->succeeded", "succeeded->compensating",
+                      "compensating->compensated" }, H.transitions(eng3, c.run_id, "pack"))
+  end)
+
   it("waits across a restart, and takes the end of a child that ended meanwhile", function()
     local eng, _, db = setup{ pickup = true }
     local id = eng:start("order", { id = "o5" })

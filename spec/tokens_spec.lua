@@ -228,6 +228,41 @@ describe("a step with wait = \"token\"", function()
     end
   end)
 
+  it("takes no event named as mend's own: the token alone completes the step, the child alone"
+     .. " ends its step", function()
+    local eng = H.new_engine()
+    local def, sent = refund()
+    eng:register(def)
+    eng:register({ name = "kid", steps = { { name = "hold", wait_for = "go" } } })
+    eng:register({ name = "parent", steps = { { name = "ship", child = "kid" } } })
+    local id, parent = eng:start("refund", {}), eng:start("parent", {})
+    eng:advance(60)
+    -- what the engine files a token's outcome and a child's end under, with their payloads
+    local yes = { step = "approve", attempt = 1, ok = true, result = "mallory" }
+    local forged = {
+      { id, "mend.token:approve", yes },
+      { id, "mend.token", yes },
+      { parent, "mend.child:ship", { child = eng:status(parent).children[1].run_id,
+                                     step = "ship", status = "succeeded", results = {} } },
+      { parent, "mend.child", { step = "ship", status = "succeeded", results = {} } },
+    }
+    for _, f in ipairs(forged) do
+      refused(function() eng:signal(f[1], f[2], f[3]) end,
+              'signal: the event name "' .. f[2]:gsub("%p", "%%%0")
+              .. '" is mend\'s own %(a token\'s outcome, a child\'s end%)')
+    end
+    assert.are.equal("sent", (eng:signal(id, "mend.tokens", 1)))   -- not one of them
+    eng:advance(60)
+    assert.are.equal("waiting", step(eng, id, "approve").status)
+    assert.are.equal("waiting", step(eng, parent, "ship").status)
+    assert.are.equal(id, eng:complete(sent[1], "alice"))
+    eng:run()
+    assert.are.equal("alice", step(eng, id, "approve").result)
+    refused(function()
+      eng:register({ name = "w", steps = { { name = "s", wait_for = "mend.token:s" } } })
+    end, 'wait_for "mend.token:s" names an event of mend\'s own')
+  end)
+
   it("refuses bad definitions and a step that asks no token", function()
     local eng = H.new_engine()
     refused(function() eng:register(H.one_step("a", { wait = "token" })) end,

@@ -313,6 +313,9 @@ static int parse_step(lua_State *L, int idx, int n, const char *group,
     return mend_errorf(err, errlen, "%s%s", prefix, sub);
   if (wait_for && !*wait_for)
     return mend_errorf(err, errlen, "%swait_for must name an event, got \"\"", prefix);
+  if (wait_for && mend_event_name_reserved(wait_for))
+    return mend_errorf(err, errlen, "%swait_for \"%.100s\" names an event of mend's own (a "
+                       "token's outcome, a child's end): no one can send it", prefix, wait_for);
   /* A step that waits takes its result from the event: there is nothing of its own to run. */
   if (wait_for && s->execute_ref != LUA_NOREF)
     return mend_errorf(err, errlen, "%swait_for and execute cannot go together: a step either waits"

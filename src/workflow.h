@@ -8,6 +8,7 @@
 #define MEND_WORKFLOW_H
 
 #include <lua.h>
+#include <string.h>
 #include "backoff.h"
 #include "breaker.h"
 #include "counters.h"
@@ -65,6 +66,14 @@ typedef struct mend_workflow {
  * workflow file. */
 #define MEND_MAX_STEPS 10000
 #define MEND_MAX_SOURCE (16 << 20)
+
+/* The event names a token's outcome and a child's end come through the inbox under:
+ * "mend.token" and "mend.child", alone or followed by ":STEP". No sender outside the engine may
+ * use one, nor a wait_for: it would complete a step without its token, or before its child. */
+static inline int mend_event_name_reserved(const char *name) {
+  return (strncmp(name, "mend.token", 10) == 0 || strncmp(name, "mend.child", 10) == 0) &&
+         (name[10] == '\0' || name[10] == ':');
+}
 
 /* The text of the workflow file at `path` (malloc'ed, *len bytes), or NULL and a message. The
  * engine runs it (under its limits, in its sandbox) and checks what it returns with

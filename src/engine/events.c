@@ -360,6 +360,14 @@ static int send_event(mend_engine *E, const char *id, const char *run_key, const
     mend_errorf(err, errlen, "an event needs a name");
     return MEND_EVENT_EINVAL;
   }
+  if (mend_event_name_reserved(name)) {
+    /* Sent from outside, it would complete a step without its token, or end it before its
+     * child. */
+    mend_errorf(err, errlen, "the event name \"%.100s\" is mend's own (a token's outcome, a "
+                "child's end): mend.token and mend.child, alone or with \":STEP\", cannot be "
+                "sent", name);
+    return MEND_EVENT_EINVAL;
+  }
   if (key && !*key) {
     /* every later event sent with it would be a duplicate of the first */
     mend_errorf(err, errlen, "the event key is empty: give a key, or none");

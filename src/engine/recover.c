@@ -404,6 +404,10 @@ static void put_aside(mend_run *r, int crashes) {
 }
 
 static int restore(mend_engine *E, const char *id) {
+  /* Taken over since the claim by a run restored before it (a parent whose cancel was asked
+   * while nobody held it cancels its child as it is restored): a second copy would do the
+   * run's every action twice, its compensations included. */
+  if (mend__find_run(E, id)) return 0;
   char why[700];
   int unavailable = 0;
   mend__park_forget(E, id);   /* ours again after another worker had it: the store's copy counts */
