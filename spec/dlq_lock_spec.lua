@@ -40,6 +40,18 @@ describe("a repair from the command line under another process's lock of 1 s #sq
     assert.is_true(took > 0.5, "took " .. took)
   end)
 
+  it("mend prune under a lock held past its wait names the file and the lock once", function()
+    local _, db = S.workspace()
+    H.close(H.new_engine({ db = db }))
+    local release = S.hold_write_lock(db, 20)
+    local rc, out = sh(MEND .. " prune --older-than 1s --db " .. q(db) .. " 2>&1")
+    release()
+    assert.are.equal(1, rc, out)
+    -- (the Lua method's "prune: " had been put before the store's own "FILE: prune: ")
+    assert.matches("^mend: [^\n]*: prune: database is locked by another process %(waited 5", out)
+    assert.are.equal(1, select(2, out:gsub("prune: ", "")), out)
+  end)
+
   it("mend dlq retry waits for the lock and retries the run", function()
     local _, db, id, run = under_lock()
     local rc, out = run("dlq retry %s")

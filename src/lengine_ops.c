@@ -243,7 +243,7 @@ static int engine_prune(lua_State *L) {
   mend_store *st = mend_engine_store(E);
   double before = mend_engine_now(E) - older;
   json_t *v = mend_engine_prune(E, before, status, dry);
-  if (!v) return mend__fail(L, "prune: %s", mend_store_errmsg(st));
+  if (!v) return mend__fail(L, "%s", mend_store_errmsg(st));   /* it names the prune */
   json_object_set_new(v, "before", json_real(before));
   return push_query(L, E, v);
 }
