@@ -341,6 +341,17 @@ describe("--who NAME", function()
     return notes
   end
 
+  it("refused, is shown on one line, a line break in it spelled once", function()
+    local dir = H.tmp_dir()
+    local rc, out = mend_cmd(dir .. "/none.db", "start x --who " .. q("x\ny\"z"))
+    assert.are.equal(2, rc, out)
+    assert.are.equal('mend: --who NAME must be 1 to 64 printable ASCII characters, got "x\\ny\\"z"',
+                     out:match("^[^\n]*"))
+    rc, out = mend_cmd(dir .. "/none.db", "start x --http-allow " .. q("a\nb,c"))
+    assert.are.equal(2, rc, out)
+    assert.matches('^mend: %-%-http%-allow: "a\\nb" is not a host', out)
+  end)
+
   it("records who asked a resolve, a retry and a cancel in front of user@host; empty refused", function()
     local db, dir, _, flag, id = setup()
     for _, bad in ipairs { "", "a\tb", string.rep("x", 65) } do

@@ -19,6 +19,12 @@ local function visible(s)
   return (s:gsub("\194([\128-\159])", function(c) return ("\\u{%x}"):format(c:byte()) end))
 end
 
+-- s in double quotes for a message, its quotes and backslashes escaped and the rest visible(),
+-- so that a line break is spelled once, as "\n" (%q writes a backslash and a real line break).
+local function quoted(s)
+  return '"' .. visible((s:gsub('[\\"]', "\\%0"))) .. '"'
+end
+
 -- Every string it prints is visible()'s: what it prints are lines of text whose line breaks
 -- are fmt's.
 local function out(fmt, ...)
@@ -563,6 +569,7 @@ return {
   print_timeline = print_timeline,
   render_event = render_event,
   transition = transition,
+  quoted = quoted,
   unfinished = unfinished,
   visible = visible,
   write_json = write_json,
