@@ -340,6 +340,10 @@ static int query_wait(serve_req *r, double *seconds) {
 
 /* The run; with wait=S, once it has ended (src/serve/wait.c) or S seconds passed. */
 int serve_run_links(mend_engine *E, json_t *run, const char *id) {
+  char owner[128];
+  int held = mend_engine_held_by(E, id, owner, sizeof owner);
+  if (held < 0) return -1;
+  if (held) json_object_set_new(run, "held_by", json_string(owner));
   json_t *children = mend_engine_children(E, id);
   if (!children) return -1;
   if (json_array_size(children)) json_object_set_new(run, "children", children);
