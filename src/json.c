@@ -729,6 +729,48 @@ json_t *mend_json_load(const char *text, size_t len, size_t flags, char *err, in
   return v;
 }
 
+int mend_json_depth(const json_t *v, int bound) {
+  if (!json_is_object(v) && !json_is_array(v)) return 0;
+  if (bound <= 0) return 1;
+  int most = 0;
+  if (json_is_object(v)) {
+    const char *k;
+    json_t *x;
+    json_object_foreach((json_t *)v, k, x) {
+      int d = mend_json_depth(x, bound - 1);
+      if (d > most) most = d;
+      if (most >= bound) break;
+    }
+  } else {
+    size_t i;
+    json_t *x;
+    json_array_foreach(v, i, x) {
+      int d = mend_json_depth(x, bound - 1);
+      if (d > most) most = d;
+      if (most >= bound) break;
+    }
+  }
+  return most + 1;
+}
+
+json_t *mend_json_load_in(const char *text, size_t len, size_t flags, const char *what,
+                          char *err, int errlen) {
+  char jerr[200];
+  json_t *v = mend_json_load(text, len, flags | JSON_REJECT_DUPLICATES, jerr, sizeof jerr);
+  if (!v) {
+    if (what) snprintf(err, (size_t)errlen, "%s is not JSON: %s", what, jerr);
+    else snprintf(err, (size_t)errlen, "%s", jerr);
+    return NULL;
+  }
+  if (mend_json_depth(v, MAX_DEPTH) > MAX_DEPTH) {
+    snprintf(err, (size_t)errlen, "%s is nested deeper than %d levels, the most mend encodes",
+             what ? what : "the value", MAX_DEPTH);
+    json_decref(v);
+    return NULL;
+  }
+  return v;
+}
+
 static int decode(lua_State *L, const char *text, size_t len, size_t flags, char *err,
                   int errlen) {
   /* the texts scalar_text writes, read back without jansson (null at the top is nil) */
