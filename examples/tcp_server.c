@@ -8,7 +8,10 @@
  *   tcp_server [--port N] [REQUEST_LUA]         serve on 127.0.0.1:N (default 7070) until ^C
  *   tcp_server --self-test N [REQUEST_LUA]      serve on a free port, connect a client on the
  *                                               same loop, send N lines, check the N answers
- *                                               (distinct run ids, all succeeded), within 20 s
+ *                                               (distinct run ids, all succeeded), within 20 s,
+ *                                               and a line holding a NUL answered "error ..."
+ * A line that cannot be a request (one holding a NUL byte) is answered "error ...\n" at once:
+ * the client gets one answer per line it sent.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <mend.h>
@@ -135,16 +138,18 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   conn *c = s->data;
   if (n < 0) { conn_close(c); return; }
   c->len += (size_t)n;
-  c->buf[c->len] = 0;
-  char *line = c->buf, *nl;
-  while ((nl = strchr(line, '\n'))) {
-    *nl = 0;
-    if (nl > line && nl[-1] == '\r') nl[-1] = 0;
-    if (*line) start_request(c, line);
+  char *line = c->buf, *end = c->buf + c->len, *nl;
+  while ((nl = memchr(line, '\n', (size_t)(end - line)))) {
+    size_t len = (size_t)(nl - line);
+    if (len && line[len - 1] == '\r') len--;
+    line[len] = 0;
+    /* read as a C string it would be cut short at the NUL, its run never answered */
+    if (memchr(line, 0, len)) send_line(c, "error a line holds a NUL byte\n");
+    else if (len) start_request(c, line);
     line = nl + 1;
   }
-  c->len = strlen(line);
-  memmove(c->buf, line, c->len + 1);
+  c->len = (size_t)(end - line);
+  memmove(c->buf, line, c->len);
   if (c->len == sizeof c->buf - 1) conn_close(c);   /* a line too long: drop the client */
 }
 
@@ -198,7 +203,7 @@ static struct {
   char *out;
   char in[1 << 16];
   size_t in_len;
-  int want, got, bad;
+  int want, got, bad, errors;
   char (*ids)[17];
 } client;
 
@@ -229,6 +234,11 @@ static void client_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   while ((nl = strchr(line, '\n'))) {
     *nl = 0;
     char id[32], status[32];
+    if (strcmp(line, "error a line holds a NUL byte") == 0) {
+      client.errors++;
+      line = nl + 1;
+      continue;
+    }
     if (sscanf(line, "%31s %31s", id, status) != 2 || strlen(id) != 16 ||
         strcmp(status, "succeeded") != 0) {
       fprintf(stderr, "tcp_server: bad answer \"%s\"\n", line);
@@ -246,7 +256,7 @@ static void client_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   }
   client.in_len = strlen(line);
   memmove(client.in, line, client.in_len + 1);
-  if (client.got >= client.want) finish();
+  if (client.got >= client.want && client.errors) finish();
 }
 
 static void client_wrote(uv_write_t *w, int status) {
@@ -262,10 +272,16 @@ static void client_connected(uv_connect_t *req, int status) {
     finish();
     return;
   }
-  size_t cap = (size_t)client.want * 32 + 1, len = 0;
+  static const char nul_line[] = "GET a\0b\n";   /* a NUL amid the requests */
+  size_t cap = (size_t)client.want * 32 + sizeof nul_line + 1, len = 0;
   client.out = malloc(cap);
-  for (int i = 0; i < client.want; i++)
+  for (int i = 0; i < client.want; i++) {
     len += (size_t)snprintf(client.out + len, cap - len, "GET item-%d\n", i);
+    if (i == 0) {
+      memcpy(client.out + len, nul_line, sizeof nul_line - 1);
+      len += sizeof nul_line - 1;
+    }
+  }
   uv_buf_t b = uv_buf_init(client.out, (unsigned)len);
   uv_write(&client.write, (uv_stream_t *)&client.tcp, &b, 1, client_wrote);
   uv_read_start((uv_stream_t *)&client.tcp, client_alloc, client_read);
@@ -273,7 +289,8 @@ static void client_connected(uv_connect_t *req, int status) {
 
 static void client_timeout(uv_timer_t *t) {
   (void)t;
-  fprintf(stderr, "tcp_server: timed out with %d of %d answers\n", client.got, client.want);
+  fprintf(stderr, "tcp_server: timed out with %d of %d answers, %d error lines\n", client.got,
+          client.want, client.errors);
   client.bad++;
   finish();
 }
@@ -343,9 +360,9 @@ int main(int argc, char **argv) {
   uv_timer_start(&client.deadline, client_timeout, 20000, 0);
   uv_run(&loop, UV_RUN_DEFAULT);   /* returns when the client and the server have closed */
 
-  int ok = !client.bad && client.got == client.want && !waiters;
-  printf("tcp_server: %d requests on 127.0.0.1:%d, %d answers, %d bad\n", client.want, port,
-         client.got, client.bad);
+  int ok = !client.bad && client.got == client.want && client.errors == 1 && !waiters;
+  printf("tcp_server: %d requests on 127.0.0.1:%d, %d answers, %d bad, %d error lines\n",
+         client.want, port, client.got, client.bad, client.errors);
   mend_engine_free(E);
   uv_run(&loop, UV_RUN_DEFAULT);
   free(client.out);

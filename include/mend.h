@@ -286,7 +286,8 @@ MEND_API int mend_engine_load(mend_engine *engine, const char *path, char *name_
 MEND_API int mend_engine_register_function(mend_engine *engine, const char *name, mend_host_fn fn,
                                            void *ud);
 /* Answers a host call with a JSON value (NULL: nil). MEND_EINVAL if the JSON is bad (a key given
- * twice in one object is, as in mend_engine_start; mend_engine_errmsg says which), MEND_ESTATE
+ * twice in one object or nesting past 100 levels is, as in mend_engine_start;
+ * mend_engine_errmsg says which), MEND_ESTATE
  * from a thread the call's engine does not belong to (the call stays open: answer it on the
  * engine's thread, after mend_engine_wakeup() if it sleeps). Frees the call. */
 MEND_API int mend_call_return(mend_call *call, const char *result_json);
@@ -318,7 +319,9 @@ MEND_API int mend_engine_adopt(mend_engine *engine);
  * used before, returns the existing run's id instead and sets *existed (may be NULL) to 1.
  * run_id_out must hold 17 bytes. The run executes as the engine is driven. MEND_ENOTFOUND: no
  * such workflow is loaded; MEND_EINVAL: input_json is not JSON (an object that gives a key twice,
- * at any depth, is not: which of the two was meant is not known; the message names the key), or
+ * at any depth, is not: which of the two was meant is not known; the message names the key),
+ * is nested deeper than 100 levels (arrays and objects in one another: the most mend encodes,
+ * as the HTTP API refuses; the message names the bound), or
  * run_key is "" (as an unset shell variable gives: a key, or NULL) or is not UTF-8 (a store keeps
  * only text: the message names which text);
  * MEND_ESTATE: `run_key` names a run of another workflow (nothing started; the message names
@@ -472,10 +475,10 @@ MEND_API int mend_engine_resolve_dead_letter(mend_engine *engine, const char *ru
  * when this returns, whether the run waits for it yet or not. With a non-NULL `key`, sending
  * the same key to the same run again is one event (MEND_OK, nothing sent). MEND_ENOTFOUND: no
  * such run; MEND_ESTATE: the run has ended (or is compensating); MEND_EINVAL: bad JSON (a key
- * given twice in one object is bad, as in mend_engine_start), a key or run key that is "", or a
- * name, key, run id or run key that is not UTF-8 (the message names which), a name of mend's
- * own ("mend.token" or "mend.child", alone or followed by ":STEP": a token's outcome and a
- * child's end come under them).
+ * given twice in one object or nesting past 100 levels is, as in mend_engine_start), a key or
+ * run key that is "", a name, key, run id or run key that is not UTF-8 (the message names
+ * which), or a name of mend's own ("mend.token" or "mend.child", alone or followed by
+ * ":STEP": a token's outcome and a child's end come under them).
  * by_key: the run is the one started with that run key. Being durable on return, a signal
  * commits (in MEND_SYNC_FULL, an fsync) on the caller's thread, after the batch the commit
  * thread may be writing. Except in an engine that ticks (mend_engine_tick), to a run it holds
@@ -513,7 +516,8 @@ MEND_API int mend_engine_signal_by_key_who(mend_engine *engine, const char *run_
  * MEND_ENOTFOUND: no such token; MEND_EUSED: it was completed or failed already (a token is
  * single use); MEND_ESTALE: it is of an attempt that no longer waits (an earlier attempt, one
  * that timed out); MEND_ESTATE: its run has ended; MEND_EINVAL: bad JSON (a key given twice in
- * one object is, as in mend_engine_start) or kind, or a message that is not UTF-8 (as
+ * one object or nesting past 100 levels is, as in mend_engine_start) or kind, or a message that
+ * is not UTF-8 (as
  * mend_call_fail's is). */
 MEND_API int mend_engine_complete(mend_engine *engine, const char *token, const char *result_json);
 MEND_API int mend_engine_fail(mend_engine *engine, const char *token, const char *kind,

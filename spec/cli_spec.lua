@@ -245,6 +245,24 @@ return { name = "latin", steps = {
                      "load and may: .-broken%.lua:%d+:", err)
     end)
 
+    -- Loading a file runs its top-level code: a start ran that of every file of DIR.
+    it("mend start loads only the files whose text names the workflow, else the others", function()
+      local dir = H.tmp_dir()
+      local mark = dir .. "/loaded"
+      H.write_file(dir, "billing.lua", "return { name = 'invoice', steps = { { name = 'a', " ..
+                                       "execute = function() return 1 end } } }")
+      H.write_file(dir, "other.lua", ("io.open(%q, 'a'):write('other\\n') return { name = " ..
+                                      "'w' .. 'x', steps = { { name = 'a', execute = " ..
+                                      "function() return 1 end } } }"):format(mark))
+      local code, _, err = mend("start", "invoice", "--db", db, "--workflows", dir,
+                                "--no-sandbox")
+      assert.are.equal(0, code, err)
+      assert.are.equal("", H.read(mark))
+      code, _, err = mend("start", "wx", "--db", db, "--workflows", dir, "--no-sandbox")
+      assert.are.equal(0, code, err)
+      assert.are.equal("other\n", H.read(mark))
+    end)
+
     -- Two files of DIR that declare one name (a copy kept as a backup) are one workflow too
     -- many: which is meant is not guessed, and a worker serving DIR says which it serves.
     it("mend start refuses a name two files declare, and a worker names them both", function()

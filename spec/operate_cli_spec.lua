@@ -330,6 +330,34 @@ return { name = "nl", steps = {
   end)
 end)
 
+describe("a run's values as mend prints them", function()
+  after_each(H.cleanup)
+
+  -- A decoded table's order is its process's hash order: two reads of one run differed.
+  it("have their objects' keys sorted, in status, status --json and history --json", function()
+    local dir = H.tmp_dir()
+    local db = H.new_db(dir, "sorted.db")
+    local wf = H.write_file(dir, "obj.lua", [[
+return { name = "obj", steps = { { name = "s", execute = function(ctx, input)
+  return { zeta = 1, alpha = { y = 1, b = 2 }, q = input } end } } }]])
+    local rc, out = mend_cmd(db, "run " .. q(wf) .. " --clock virtual --input "
+                             .. q('{"one":1,"two":2,"three":3,"four":4,"five":5}'))
+    assert.are.equal(0, rc, out)
+    local id = json_of(db, "runs")[1].id
+    local input = '{"five":5,"four":4,"one":1,"three":3,"two":2}'
+    local result = '{"alpha":{"b":2,"y":1},"q":' .. input .. ',"zeta":1}'
+    local _, shown = mend_cmd(db, "status " .. id)
+    assert.matches("input +" .. input:gsub("%p", "%%%0"), shown)
+    assert.matches("result " .. result:sub(1, 40):gsub("%p", "%%%0"), shown)
+    local _, st = mend_cmd(db, "status " .. id .. " --json")
+    assert.truthy(st:find('"input":' .. input, 1, true), st)
+    assert.truthy(st:find('"result":' .. result, 1, true), st)
+    assert.truthy(st:find('^{"attention":false,"created":'), st)
+    local _, hist = mend_cmd(db, "history " .. id .. " --json")
+    assert.truthy(hist:find('^%[{"at":'), hist)
+  end)
+end)
+
 describe("--who NAME", function()
   after_each(H.cleanup)
 
@@ -340,6 +368,17 @@ describe("--who NAME", function()
     end
     return notes
   end
+
+  it("refused, is shown on one line, a line break in it spelled once", function()
+    local dir = H.tmp_dir()
+    local rc, out = mend_cmd(dir .. "/none.db", "start x --who " .. q("x\ny\"z"))
+    assert.are.equal(2, rc, out)
+    assert.are.equal('mend: --who NAME must be 1 to 64 printable ASCII characters, got "x\\ny\\"z"',
+                     out:match("^[^\n]*"))
+    rc, out = mend_cmd(dir .. "/none.db", "start x --http-allow " .. q("a\nb,c"))
+    assert.are.equal(2, rc, out)
+    assert.matches('^mend: %-%-http%-allow: "a\\nb" is not a host', out)
+  end)
 
   it("records who asked a resolve, a retry and a cancel in front of user@host; empty refused", function()
     local db, dir, _, flag, id = setup()

@@ -1124,7 +1124,8 @@ describe("mend worker --listen", function()
     assert.are.same({ amount = 12 }, run.steps[2].result)
   end)
 
-  it("shows a run's children, as mend status --json does, and a child its parent", function()
+  it("shows a run's children and its holder, as mend status --json does, and a child its parent",
+     function()
     local dir, db = workspace()
     H.write_file(dir, "parent.lua", [[
       return { name = "parent", steps = { { name = "ship", child = "wait" } } }]])
@@ -1143,6 +1144,10 @@ describe("mend worker --listen", function()
     local rc, out = sh(MEND .. " status " .. r.id .. " --db " .. q(db) .. " --json")
     assert.are.equal(0, rc, out)
     assert.are.same(json.decode(out).children, run.children)
+    -- the worker holds both runs: held_by, as mend status --json reads it from another process
+    assert.matches(":", run.held_by)
+    assert.are.equal(json.decode(out).held_by, run.held_by)
+    assert.are.equal(run.held_by, child.held_by)
   end)
 
   it("asks the worker holding a run to cancel it", function()

@@ -198,6 +198,9 @@ int mend_engine_recover_runs(mend_engine *E, int limit);
  * this host, whose process is there), its name in owner; 0 when none does (owner: the last holder,
  * or ""); -1 with the error in owner. */
 int mend_engine_holder(mend_engine *E, const char *id, char *owner, int len);
+/* The same as a view reads it, for showing (mend status, GET /api/v1/runs/{id}): the committed
+ * lease while another process's lock keeps this engine's batch, never a wait for the writer. */
+int mend_engine_held_by(mend_engine *E, const char *id, char *owner, int len);
 /* Carries on here an unfinished run that no live engine holds (as recovery would, a cancel
  * asked for meanwhile included). 0 resumed (or in flight here already); 1 a live engine holds
  * it (err names it); -1 with err (an ended run, a workflow not loaded here). */

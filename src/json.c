@@ -536,8 +536,11 @@ char *mend_json_encode(lua_State *L, int idx, const char *what, char *err, int e
   return mend_json_encode_doc(L, idx, what, err, errlen, NULL);
 }
 
+/* sorted: an object's keys in byte order, for what people read (a table's order is its
+ * state's hash order, another in each process); never on the engine's paths, which keep the
+ * quick encoder. */
 static char *encode(lua_State *L, int idx, const char *what, char *err, int errlen,
-                    json_t **doc, mend_json_meter meter, void *ud) {
+                    json_t **doc, mend_json_meter meter, void *ud, int sorted) {
   if (doc) *doc = NULL;
   const char *scalar = scalar_text(L, idx);
   if (scalar) {
@@ -546,12 +549,13 @@ static char *encode(lua_State *L, int idx, const char *what, char *err, int errl
       snprintf(err, (size_t)errlen, "%s: out of memory", what ? what : "value");
     return text;
   }
-  char *quick = quick_text(L, idx, meter, ud);
+  char *quick = sorted ? NULL : quick_text(L, idx, meter, ud);
   if (quick) return quick;
   int precision;
   json_t *v = from_lua(L, idx, what, err, errlen, &precision, meter, ud);
   if (!v) return NULL;
-  char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER |
+  char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY |
+                                 (sorted ? JSON_SORT_KEYS : JSON_PRESERVE_ORDER) |
                                  JSON_REAL_PRECISION(precision));
   if (text && doc) *doc = v;
   else json_decref(v);
@@ -562,12 +566,12 @@ static char *encode(lua_State *L, int idx, const char *what, char *err, int errl
 
 char *mend_json_encode_doc(lua_State *L, int idx, const char *what, char *err, int errlen,
                            json_t **doc) {
-  return encode(L, idx, what, err, errlen, doc, NULL, NULL);
+  return encode(L, idx, what, err, errlen, doc, NULL, NULL, 0);
 }
 
 char *mend_json_encode_metered(lua_State *L, int idx, const char *what, char *err, int errlen,
                                mend_json_meter meter, void *ud) {
-  return encode(L, idx, what, err, errlen, NULL, meter, ud);
+  return encode(L, idx, what, err, errlen, NULL, meter, ud, 0);
 }
 
 /* ---- jansson -> Lua -------------------------------------------------------------------- */
@@ -729,6 +733,48 @@ json_t *mend_json_load(const char *text, size_t len, size_t flags, char *err, in
   return v;
 }
 
+int mend_json_depth(const json_t *v, int bound) {
+  if (!json_is_object(v) && !json_is_array(v)) return 0;
+  if (bound <= 0) return 1;
+  int most = 0;
+  if (json_is_object(v)) {
+    const char *k;
+    json_t *x;
+    json_object_foreach((json_t *)v, k, x) {
+      int d = mend_json_depth(x, bound - 1);
+      if (d > most) most = d;
+      if (most >= bound) break;
+    }
+  } else {
+    size_t i;
+    json_t *x;
+    json_array_foreach(v, i, x) {
+      int d = mend_json_depth(x, bound - 1);
+      if (d > most) most = d;
+      if (most >= bound) break;
+    }
+  }
+  return most + 1;
+}
+
+json_t *mend_json_load_in(const char *text, size_t len, size_t flags, const char *what,
+                          char *err, int errlen) {
+  char jerr[200];
+  json_t *v = mend_json_load(text, len, flags | JSON_REJECT_DUPLICATES, jerr, sizeof jerr);
+  if (!v) {
+    if (what) snprintf(err, (size_t)errlen, "%s is not JSON: %s", what, jerr);
+    else snprintf(err, (size_t)errlen, "%s", jerr);
+    return NULL;
+  }
+  if (mend_json_depth(v, MAX_DEPTH) > MAX_DEPTH) {
+    snprintf(err, (size_t)errlen, "%s is nested deeper than %d levels, the most mend encodes",
+             what ? what : "the value", MAX_DEPTH);
+    json_decref(v);
+    return NULL;
+  }
+  return v;
+}
+
 static int decode(lua_State *L, const char *text, size_t len, size_t flags, char *err,
                   int errlen) {
   /* the texts scalar_text writes, read back without jansson (null at the top is nil) */
@@ -759,11 +805,20 @@ int mend_json_decode_in(lua_State *L, const char *text, size_t len, char *err, i
 
 /* ---- the mend.json module -------------------------------------------------------------- */
 
-/* encode(v) -> string  [-0, +1, e] */
+/* encode(v [, {sort_keys = true}]) -> string  [-0, +1, e] */
 static int l_encode(lua_State *L) {
   char err[512];
   luaL_checkany(L, 1);
-  char *text = mend_json_encode(L, 1, "value", err, sizeof err);
+  int sorted = 0;
+  if (lua_type(L, 2) == LUA_TTABLE) {
+    lua_getfield(L, 2, "sort_keys");
+    if (!lua_isnil(L, -1) && !lua_isboolean(L, -1))
+      return luaL_error(L, "mend.json.encode: sort_keys is true or false, got %s",
+                        luaL_typename(L, -1));
+    sorted = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+  }
+  char *text = encode(L, 1, "value", err, sizeof err, NULL, NULL, NULL, sorted);
   if (!text) return luaL_error(L, "mend.json.encode: %s", err);
   lua_pushstring(L, text);
   free(text);

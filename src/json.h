@@ -55,6 +55,16 @@ int mend_json_push_doc(lua_State *L, const json_t *doc, char *err, int errlen);
  * a row must load as it was written. NULL with err set ("line 1 column 10: duplicate object
  * key near '\"a\"'") on failure. */
 json_t *mend_json_load(const char *text, size_t len, size_t flags, char *err, int errlen);
+/* The deepest nesting of v: 0 for a scalar, 1 for an array or object of scalars, counted as
+ * the encoder counts it; past `bound` it stops counting and gives bound + 1. */
+int mend_json_depth(const json_t *v, int bound);
+/* Text handed to mend from outside (a run's input, an event's payload, a token's or a host
+ * call's result, through the C API): mend_json_load with JSON_REJECT_DUPLICATES, refusing too a
+ * value nested deeper than MEND_JSON_MAX_DEPTH, which a step could neither return nor encode.
+ * NULL with err set, `what` ("the event's payload") in front, or jansson's message alone when
+ * what is NULL. */
+json_t *mend_json_load_in(const char *text, size_t len, size_t flags, const char *what,
+                          char *err, int errlen);
 /* Decodes text (a key given twice: the last) and pushes it; returns 0, or -1 with err set
  * ("line 1 column 5: ...") and nothing pushed. */
 int mend_json_decode(lua_State *L, const char *text, size_t len, char *err, int errlen);

@@ -85,8 +85,12 @@ static int engine_status(lua_State *L) {
     return 1;
   }
   char owner[128];
-  if (run && mend_engine_holder(E, id, owner, sizeof owner) == 1)
-    json_object_set_new(run, "held_by", json_string(owner));
+  int held = run ? mend_engine_held_by(E, id, owner, sizeof owner) : 0;
+  if (held == 1) json_object_set_new(run, "held_by", json_string(owner));
+  if (held < 0) {
+    json_decref(run);
+    run = NULL;
+  }
   json_t *children = run ? mend_engine_children(E, id) : NULL;
   if (run && !children) {
     json_decref(run);

@@ -4,8 +4,10 @@
  * refused with MEND_EINVAL and a message naming the key, as the HTTP API refuses such a body:
  * jansson kept the last of the two silently, and which one the host meant is not known. The
  * refused call changes nothing (no run started, no event sent, the token and the call still
- * open), and the right text given next is taken. It never tests JSON that is not JSON
- * (test_embed_refusals, test_host_answers).
+ * open), and the right text given next is taken. So is text nested deeper than mend encodes
+ * from Lua (MEND_JSON_MAX_DEPTH levels), as the HTTP API refuses such a field: a step given it
+ * could neither return it nor encode it, and `mend status` could not print it. It never tests
+ * JSON that is not JSON (test_embed_refusals, test_host_answers).
  */
 #include <mend.h>
 #include <stdio.h>
@@ -35,10 +37,32 @@ static int names_key(mend_engine *E, const char *key) {
   return 0;
 }
 
+/* levels arrays, one in another, in malloc'ed text: [[...]] */
+static char *nested(int levels) {
+  char *t = malloc((size_t)levels * 2 + 1);
+  for (int i = 0; i < levels; i++) t[i] = '[', t[levels * 2 - 1 - i] = ']';
+  t[levels * 2] = 0;
+  return t;
+}
+
+static int names_bound(mend_engine *E) {
+  const char *msg = mend_engine_errmsg(E);
+  if (msg && strstr(msg, "deeper than 100")) return 1;
+  fprintf(stderr, "expected the message to name the bound: %s\n", msg ? msg : "(none)");
+  return 0;
+}
+
+static int deep;   /* the answers and results given are nested past the bound first */
 static int answer_refusals;
 static void answer(void *ud, mend_call *call, const char *args) {
   mend_engine *E = ud;
   (void)args;
+  if (deep) {
+    char *t = nested(101);
+    CHECK_EQ_INT(mend_call_return(call, t), MEND_EINVAL);
+    answer_refusals += names_bound(E);
+    free(t);
+  }
   CHECK_EQ_INT(mend_call_return(call, "{\"paid\":false,\"paid\":true}"), MEND_EINVAL);
   answer_refusals += names_key(E, "\"paid\"");
   CHECK_EQ_INT(mend_call_return(call, "{\"paid\":true}"), MEND_OK);
@@ -99,11 +123,51 @@ static void it_refuses_a_key_given_twice_wherever_json_text_comes_in(void) {
   mend_engine_free(E);
 }
 
+static void it_refuses_nesting_deeper_than_mend_encodes_wherever_json_text_comes_in(void) {
+  mend_options o;
+  mend_options_init(&o);
+  o.virtual_clock = 1;
+  mend_engine *E = tick_host_engine(&o);
+  CHECK_EQ_INT(mend_engine_load(E, path, NULL, 0), MEND_OK);
+  CHECK_EQ_INT(mend_engine_register_function(E, "answer", answer, E), MEND_OK);
+  CHECK_EQ_INT(mend_engine_register_function(E, "hand_out", hand_out, NULL), MEND_OK);
+  deep = 1;
+  answer_refusals = 0;
+  handed[0] = 0;
+  char id[17];
+  char *over = nested(101), *at = nested(100);
+
+  CHECK_EQ_INT(mend_engine_start(E, "twice", over, "d1", id, NULL), MEND_EINVAL);
+  CHECK(names_bound(E));
+  CHECK_EQ_INT(mend_engine_start(E, "twice", at, "d1", id, NULL), MEND_OK);
+  CHECK_EQ_INT(mend_engine_advance_clock(E, 1), MEND_OK);
+  CHECK_EQ_INT(answer_refusals, 2);
+  CHECK(has(E, id, "\"waiting\""));
+
+  CHECK_EQ_INT(mend_engine_signal(E, id, "go", over, NULL), MEND_EINVAL);
+  CHECK(names_bound(E));
+  CHECK_EQ_INT(mend_engine_signal_by_key(E, "d1", "go", over, NULL), MEND_EINVAL);
+  CHECK(names_bound(E));
+  CHECK_EQ_INT(mend_engine_signal(E, id, "go", at, NULL), MEND_OK);
+  CHECK_EQ_INT(mend_engine_advance_clock(E, 1), MEND_OK);
+  CHECK(strncmp(handed, "mtk_", 4) == 0);
+
+  CHECK_EQ_INT(mend_engine_complete(E, handed, over), MEND_EINVAL);
+  CHECK(names_bound(E));
+  CHECK_EQ_INT(mend_engine_complete(E, handed, at), MEND_OK);
+  CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
+  CHECK(has(E, id, "\"status\":\"succeeded\""));
+  free(over);
+  free(at);
+  mend_engine_free(E);
+}
+
 int main(void) {
   check_make_dir(dir, sizeof dir, "keys-twice");
   snprintf(path, sizeof path, "%s/twice.lua", dir);
   check_write_file(path, workflow);
   it_refuses_a_key_given_twice_wherever_json_text_comes_in();
+  it_refuses_nesting_deeper_than_mend_encodes_wherever_json_text_comes_in();
   check_remove_dir(dir);
   return check_done("test_keys_twice");
 }

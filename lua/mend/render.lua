@@ -32,6 +32,12 @@ local function visible(s, keep_lines)
   return (s:gsub("\226\129[\166-\169]", code_point))        -- U+2066-9
 end
 
+-- s in double quotes for a message, its quotes and backslashes escaped and the rest visible(),
+-- so that a line break is spelled once, as "\n" (%q writes a backslash and a real line break).
+local function quoted(s)
+  return '"' .. visible((s:gsub('[\\"]', "\\%0"))) .. '"'
+end
+
 -- Every string it prints is visible()'s: what it prints are lines of text whose line breaks
 -- are fmt's.
 local function out(fmt, ...)
@@ -43,6 +49,11 @@ local function out(fmt, ...)
 end
 
 local function present(v) return v ~= nil and v ~= json.null end
+
+-- What it prints as JSON has its objects' keys sorted: a decoded table's order is its Lua
+-- state's hash order, another in each process, and two reads of one run would differ.
+local SORTED = { sort_keys = true }
+local function encode(v) return json.encode(v, SORTED) end
 
 -- s padded to n columns of a terminal (mend.columns: names may be any UTF-8).
 local function cell(s, n) return columns.pad(visible(tostring(s)), n) end
@@ -72,12 +83,12 @@ end
 
 local function fmt_error(e)
   if not present(e) then return nil end
-  if type(e) == "table" and not mend.is_error(e) then return json.encode(e) end
+  if type(e) == "table" and not mend.is_error(e) then return encode(e) end
   return tostring(e)
 end
 
 local function fmt_value(v, width)
-  local ok, text = pcall(json.encode, v)
+  local ok, text = pcall(encode, v)
   text = ok and text or tostring(v)
   if width and #text > width then text = text:sub(1, width - 3) .. "..." end
   return text
@@ -129,7 +140,7 @@ end
 
 -- json.encode(v), its error naming where v is in the whole document.
 local function encode_at(v, path)
-  local ok, text = pcall(json.encode, v)
+  local ok, text = pcall(json.encode, v, SORTED)
   if ok then return text end
   local prefix = "mend.json.encode: value"
   text = tostring(text)
@@ -162,15 +173,16 @@ local function put_value(v, acc, path)
     end
     acc[#acc + 1] = "]"
   else
-    local first = true
-    for k, x in pairs(v) do
-      acc[#acc + 1] = first and "{" or ","
-      acc[#acc + 1] = encode_at(tostring(k), path)
+    local keys = {}
+    for k in pairs(v) do keys[#keys + 1] = tostring(k) end
+    table.sort(keys)   -- as encode() sorts them
+    for i, key in ipairs(keys) do
+      acc[#acc + 1] = i == 1 and "{" or ","
+      acc[#acc + 1] = encode_at(key, path)
       acc[#acc + 1] = ":"
-      local key = tostring(k)   -- spelled as mend.json spells a path
-      put_value(x, acc, key:match("^[%a_][%w_]*$") and path .. "." .. key
-                        or ("%s[\"%s\"]"):format(path, key:sub(1, 64)))
-      first = false
+      -- spelled as mend.json spells a path
+      put_value(v[key], acc, key:match("^[%a_][%w_]*$") and path .. "." .. key
+                             or ("%s[\"%s\"]"):format(path, key:sub(1, 64)))
     end
     acc[#acc + 1] = "}"
   end
@@ -576,7 +588,9 @@ return {
   print_timeline = print_timeline,
   render_event = render_event,
   transition = transition,
+  quoted = quoted,
   unfinished = unfinished,
+  encode = encode,
   visible = visible,
   write_json = write_json,
   write_list = write_list,

@@ -402,10 +402,11 @@ static int send_event(mend_engine *E, const char *id, const char *run_key, const
     return MEND_EVENT_EINVAL;
   char *text = NULL;
   if (payload) {
-    char jerr[200];
-    json_t *v = mend_json_load(payload, strlen(payload), JSON_REJECT_DUPLICATES, jerr, sizeof jerr);
+    char jerr[300];
+    json_t *v = mend_json_load_in(payload, strlen(payload), 0, "the event's payload", jerr,
+                                  sizeof jerr);
     if (!v) {
-      mend_errorf(err, errlen, "the event's payload is not JSON: %s", jerr);
+      mend_errorf(err, errlen, "%s", jerr);
       return MEND_EVENT_EINVAL;
     }
     text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);

@@ -128,8 +128,8 @@ int mend__resume_answered(mend_engine *E) {
 int mend_host_return(mend_host_call *call, const char *result_json, char *err, int errlen) {
   json_t *v = json_null();
   if (result_json) {
-    v = mend_json_load(result_json, strlen(result_json), JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES,
-                       err, errlen);
+    v = mend_json_load_in(result_json, strlen(result_json), JSON_ALLOW_NUL, "the result", err,
+                          errlen);
     if (!v) return -1;
   }
   answer(call, v, NULL);

@@ -226,6 +226,10 @@ int mend_engine_holder(mend_engine *E, const char *id, char *owner, int len) {
   return holder(E, id, owner, len, 0);
 }
 
+int mend_engine_held_by(mend_engine *E, const char *id, char *owner, int len) {
+  return holder(E, id, owner, len, 1);
+}
+
 /* Brings a run that no live engine holds into this engine, holding its lease. */
 static mend_run *take_over(mend_engine *E, const char *id, char *err, int errlen) {
   char owner[128];

@@ -287,10 +287,10 @@ int mend_engine_settle_token(mend_engine *E, const char *token, int ok, const ch
     return MEND_TOKEN_EINVAL;
   json_t *res = NULL;
   if (ok && result) {
-    char jerr[200];
-    res = mend_json_load(result, strlen(result), JSON_REJECT_DUPLICATES, jerr, sizeof jerr);
+    char jerr[300];
+    res = mend_json_load_in(result, strlen(result), 0, "the result", jerr, sizeof jerr);
     if (!res) {
-      mend_errorf(err, errlen, "the result is not JSON: %s", jerr);
+      mend_errorf(err, errlen, "%s", jerr);
       return MEND_TOKEN_EINVAL;
     }
   }

@@ -252,6 +252,22 @@ int serve_query_count(serve_req *r, const char *name, long lo, long hi, long dfl
   return 0;
 }
 
+/* A number of seconds in a query, as every number there is written: digits, with a fraction
+ * after one '.' ("1700000000.25"); -1 for anything else (strtod would take " 5", "+5", "0x5",
+ * "1e3" and "inf"). */
+static double decimal(const char *v) {
+  size_t digits = strspn(v, "0123456789");
+  const char *rest = v + digits;
+  if (*rest == '.') {
+    size_t fraction = strspn(rest + 1, "0123456789");
+    digits += fraction;
+    rest += 1 + fraction;
+  }
+  if (!digits || *rest) return -1;
+  double d = strtod(v, NULL);
+  return isfinite(d) ? d : -1;
+}
+
 static void list_runs(serve_req *r) {
   const char *status, *workflow, *since_s, *cursor;
   long limit;
@@ -276,11 +292,8 @@ static void list_runs(serve_req *r) {
   }
   double since = -1;
   if (since_s) {
-    char *end;
-    since = strtod(since_s, &end);
-    /* as a count: digits from the first byte (strtod would pass " 5", "+5" and "0x5") */
-    if (!(isdigit((unsigned char)since_s[0]) || since_s[0] == '.') || strpbrk(since_s, "xX") ||
-        end == since_s || *end || !isfinite(since) || since < 0) {
+    since = decimal(since_s);
+    if (since < 0) {
       serve_error(r, 400, "bad_query",
                   "since must be a time in seconds since the epoch, got \"%s\"", since_s);
       return;
@@ -315,11 +328,8 @@ static int query_wait(serve_req *r, double *seconds) {
   *seconds = -1;
   if (serve_query(r, "wait", &v)) return -1;
   if (!v) return 0;
-  char *end;
-  double s = strtod(v, &end);
-  /* digits from the first byte: strtod would pass " 5", "+5", "0x5", "inf" */
-  if (!(isdigit((unsigned char)v[0]) || v[0] == '.') || strpbrk(v, "xXeE") || end == v || *end ||
-      !isfinite(s) || s < 0 || s > WAIT_MAX) {
+  double s = decimal(v);
+  if (s < 0 || s > WAIT_MAX) {
     serve_error(r, 400, "bad_query", "wait must be a number of seconds from 0 to %d, got \"%s\"",
                 WAIT_MAX, v);
     return -1;
@@ -330,6 +340,10 @@ static int query_wait(serve_req *r, double *seconds) {
 
 /* The run; with wait=S, once it has ended (src/serve/wait.c) or S seconds passed. */
 int serve_run_links(mend_engine *E, json_t *run, const char *id) {
+  char owner[128];
+  int held = mend_engine_held_by(E, id, owner, sizeof owner);
+  if (held < 0) return -1;
+  if (held) json_object_set_new(run, "held_by", json_string(owner));
   json_t *children = mend_engine_children(E, id);
   if (!children) return -1;
   if (json_array_size(children)) json_object_set_new(run, "children", children);

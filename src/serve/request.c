@@ -166,23 +166,6 @@ static int body_fields_known(serve_req *r, json_t *body, const char *const *know
   return 0;
 }
 
-/* How deep v nests, in containers as the Lua encoder counts tables: 0 for a scalar. */
-static int depth(json_t *v) {
-  int most = 0;
-  if (json_is_object(v)) {
-    const char *k;
-    json_t *x;
-    json_object_foreach(v, k, x) { int d = depth(x); if (d > most) most = d; }
-  } else if (json_is_array(v)) {
-    size_t i;
-    json_t *x;
-    json_array_foreach(v, i, x) { int d = depth(x); if (d > most) most = d; }
-  } else {
-    return 0;
-  }
-  return most + 1;
-}
-
 json_t *serve_body(serve_req *r, const char *const *known, const char *what) {
   h2o_iovec_t b = r->req->entity;
   if (!b.base || b.len == 0) return json_object();
@@ -214,7 +197,7 @@ json_t *serve_body(serve_req *r, const char *const *known, const char *what) {
   const char *name;
   json_t *x;
   json_object_foreach(v, name, x) {
-    if (depth(x) > MEND_JSON_MAX_DEPTH) {
+    if (mend_json_depth(x, MEND_JSON_MAX_DEPTH) > MEND_JSON_MAX_DEPTH) {
       serve_error(r, 400, "bad_field", "\"%.64s\" is nested deeper than %d levels",
                   name, MEND_JSON_MAX_DEPTH);
       json_decref(v);

@@ -135,8 +135,9 @@ int serve_linger_keep(h2o_socket_t *sock);
 void serve_linger(uv_loop_t *loop, int fd, serve_lingering **list);
 void serve_linger_stop(serve_lingering **list);
 
-/* api.c, for wait.c: adds to a run read from the store its `children` (when it has any), as
- * `mend status --json` shows them; 0, or -1 when the store failed (its error current). */
+/* api.c, for wait.c: adds to a run read from the store its `held_by` (the live worker holding
+ * it, if one does) and `children` (when it has any), as `mend status --json` shows them; 0, or
+ * -1 when the store failed (its error current). */
 int serve_run_links(mend_engine *E, json_t *run, const char *id);
 
 /* wait.c: the long poll of GET /api/v1/runs/{id}?wait=S, one set of waiters a server.

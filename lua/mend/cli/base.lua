@@ -6,6 +6,7 @@
 
 local mend = require "mend"
 local pages = require "mend.pages"
+local quoted = require("mend.render").quoted
 local json = mend.json
 
 local M = {}
@@ -143,7 +144,8 @@ end
 function M.who(o, cmd)
   local named = o and o.who
   if named ~= nil and (#named < 1 or #named > 64 or named:find("[^\32-\126]")) then
-    usage_error(cmd, "--who NAME must be 1 to 64 printable ASCII characters, got %q", named)
+    usage_error(cmd, "--who NAME must be 1 to 64 printable ASCII characters, got %s",
+                quoted(named))
   end
   local p = io.popen("id -un 2>/dev/null; hostname 2>/dev/null")
   local user, host = p and p:read("l"), p and p:read("l")
@@ -257,13 +259,13 @@ function M.http_allow_flag(o)
   for item in (o["http-allow"] .. ","):gmatch("([^,]*),") do
     item = item:match("^%s*(.-)%s*$")
     if item == "" then
-      usage_error(o._command, "--http-allow: an empty host in %q (hosts apart by commas)",
-                  o["http-allow"])
+      usage_error(o._command, "--http-allow: an empty host in %s (hosts apart by commas)",
+                  quoted(o["http-allow"]))
     end
     -- "*" reads as "any host" and would be the host named "*": no URL has it
     if item == "*" or item:find("%s") then
-      usage_error(o._command, "--http-allow: %q is not a host (a name, an address, or *.domain; "
-                  .. "hosts apart by commas)", item)
+      usage_error(o._command, "--http-allow: %s is not a host (a name, an address, or *.domain; "
+                  .. "hosts apart by commas)", quoted(item))
     end
     list[#list + 1] = item
   end

@@ -146,8 +146,27 @@ function M.workflow_file(o, workflow)
   return path
 end
 
+-- Loads each of files, as a worker would (its top-level code runs), into found[] (those that
+-- declare workflow) and broken[] (those that fail: their errors); two that declare it are
+-- refused (a worker serves the last loaded: which is meant is not guessed).
+local function load_each(eng, dir, workflow, files, found, broken)
+  for _, file in ipairs(files) do
+    local loaded, name = pcall(eng.load, eng, file)
+    if loaded and name == workflow and found[1] then
+      fail("workflow %s is declared by two files of %s: %s and %s: keep one, or give the file "
+           .. "to start", workflow, dir, found[1], file)
+    end
+    if loaded and name == workflow then found[1] = file end
+    if not loaded then broken[#broken + 1] = tostring(name) end
+  end
+end
+
 -- A workflow NAME of no file DIR/NAME.lua: the file that declares it under another file name,
--- as a worker serving DIR would find it (each file of DIR loaded; a file that fails is named).
+-- as a worker serving DIR would find it (a file that fails is named). Only the files whose text
+-- holds NAME are loaded first: loading runs a file's top-level code, and a directory of hundreds
+-- ran all of theirs for one start. The others are loaded only when none of those declares NAME
+-- (a name built from pieces, `"inv" .. "oice"`, is still found; a second file declaring NAME so
+-- is not seen).
 function M.load_named(eng, o, workflow, path)
   local dir = o.workflows or "workflows"
   local files, why = list_files(dir)
@@ -155,18 +174,18 @@ function M.load_named(eng, o, workflow, path)
     fail("no workflow file %s, and no %s: cannot read the workflows directory %s", workflow,
          path, why)
   end
-  local broken, found = {}, nil
+  local naming, others = {}, {}
   for _, file in ipairs(files) do
-    local loaded, name = pcall(eng.load, eng, file)
-    -- two files of one name: which is meant is not guessed (a worker serves the last loaded)
-    if loaded and name == workflow and found then
-      fail("workflow %s is declared by two files of %s: %s and %s: keep one, or give the file "
-           .. "to start", workflow, dir, found, file)
-    end
-    if loaded and name == workflow then found = file end
-    if not loaded then broken[#broken + 1] = tostring(name) end
+    local f = io.open(file, "rb")
+    local text = f and f:read("a")
+    if f then f:close() end
+    local list = (not text or text:find(workflow, 1, true)) and naming or others
+    list[#list + 1] = file
   end
-  if found then return workflow end
+  local found, broken = {}, {}
+  load_each(eng, dir, workflow, naming, found, broken)
+  if not found[1] then load_each(eng, dir, workflow, others, found, broken) end
+  if found[1] then return workflow end
   fail("no workflow file %s, and no %s, nor a file in %s that declares workflow %s%s", workflow,
        path, dir, workflow, #broken > 0 and ("; these failed to load and may: " ..
        table.concat(broken, "; ")) or "")

@@ -59,7 +59,7 @@ local function history_sink(o, t0)
   function sink.page(rows)
     if #rows == 0 then return end
     if not o.json then return print_events(rows, 1, t0) end
-    out("%s%s", first and "[" or ",", json.encode(rows):sub(2, -2))
+    out("%s%s", first and "[" or ",", render.encode(rows):sub(2, -2))
     first = false
   end
   function sink.close()

@@ -53,7 +53,7 @@ function M.prune(o)
     r.total = 0
     for _, n in pairs(r.runs) do r.total = r.total + n end
     r.dry_run, r.older_than = o["dry-run"] == true, older
-    if o.json then out("%s\n", json.encode(r)) else print_pruned(r) end
+    if o.json then out("%s\n", render.encode(r)) else print_pruned(r) end
     return EXIT_OK
   end)
 end
@@ -66,7 +66,7 @@ function M.copy(o)
   if not o.to then usage_error("copy", "--to is required (postgres://...)") end
   existing_db(o.from)
   local counts = mend.copy(o.from, o.to)
-  if o.json then out("%s\n", json.encode(counts)) return EXIT_OK end
+  if o.json then out("%s\n", render.encode(counts)) return EXIT_OK end
   local parts = {}
   for _, t in ipairs(COPY_ORDER) do parts[#parts + 1] = ("%s %d"):format(t, counts[t] or 0) end
   out("copied %s\n", table.concat(parts, ", "))

@@ -537,6 +537,28 @@ json_t *mend__pg_children(mend_store *s, const char *parent) {
   if (NO_SUCH_TEXT(p, parent)) return json_array();
   VIEW(p, mend__pg_view_children(C_, parent, E_));
 }
+/* A run's holder as a view reads it (mend status, GET /api/v1/runs/{id}): while a batch waits
+ * for another session's lock, the committed row on aux, not a wait for the writer. */
+static json_t *owner_rows(mend_pg *p, const char *id) {
+  VIEW(p, mend__pg_view_owner(C_, id, E_));
+}
+static int pg_owner_view(mend_store *s, const char *id, char *owner_out, int owner_len,
+                         double *lease_left) {
+  mend_pg *p = PG(s);
+  p->not_found = 0;
+  if (NO_SUCH_TEXT(p, id)) return 0;
+  json_t *rows = owner_rows(p, id);
+  if (!rows) return -1;
+  json_t *row = json_array_get(rows, 0);
+  if (row) {
+    const char *o = json_string_value(json_object_get(row, "owner"));
+    json_t *left = json_object_get(row, "lease_left");
+    mend__pg_msg(owner_out, owner_len, "%s", o ? o : "");
+    *lease_left = left ? json_number_value(left) : -1e9;
+  }
+  json_decref(rows);
+  return row != NULL;
+}
 static json_t *pg_history(mend_store *s, const char *id) {
   mend_pg *p = PG(s);
   p->not_found = 0;
@@ -676,6 +698,7 @@ const mend_store_methods mend__pg_methods = {
   .fence_verified = mend__pg_fence_verified,
   .repairing = mend__pg_repairing,
   .owner = mend__pg_owner,
+  .owner_view = pg_owner_view,
   .put_token = mend__pg_put_token,
   .token_of_attempt = mend__pg_token_of_attempt,
   .token = mend__pg_token,

@@ -436,6 +436,15 @@ json_t *mend__pg_view_children(PGconn *c, const char *parent, char *err, size_t 
                     1, p, "read child runs", err, errlen);
 }
 
+json_t *mend__pg_view_owner(PGconn *c, const char *id, char *err, size_t errlen) {
+  const char *p[1] = {id};
+  return rows_array(c,
+                    "SELECT r.owner, extract(epoch FROM w.lease_until - clock_timestamp())::float8"
+                    " AS lease_left FROM runs r LEFT JOIN workers w ON w.owner = r.owner"
+                    " WHERE r.id = $1",
+                    1, p, "read lease", err, errlen);
+}
+
 json_t *mend__pg_view_audit_list(PGconn *c, char *err, size_t errlen) {
   return rows_array(c, "SELECT seq, at, who, op, target, detail FROM audit ORDER BY seq", 0,
                     NULL, "read audit", err, errlen);

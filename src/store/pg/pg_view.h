@@ -51,6 +51,10 @@ json_t *mend__pg_view_inbox(PGconn *c, const char *run_id, long long after, long
 json_t *mend__pg_view_token(PGconn *c, const char *digest, char *err, size_t errlen);
 /* A parent's child runs [{run_id, step, workflow, status}], in the order started. */
 json_t *mend__pg_view_children(PGconn *c, const char *parent, char *err, size_t errlen);
+/* A run's holder: [] when no run has the id, else [{owner, lease_left}] (owner left out when
+ * nobody holds it, lease_left when the owner has no lease row), lease_left in seconds on the
+ * server's clock. */
+json_t *mend__pg_view_owner(PGconn *c, const char *id, char *err, size_t errlen);
 json_t *mend__pg_view_prune(PGconn *c, double before, const char *status, int dry_run,
                             char *err, size_t errlen);
 /* The kept text of a version (malloc'ed) and where it was loaded from in *source (malloc'ed
