@@ -37,6 +37,15 @@ describe("a workflow run", function()
     }
   end
 
+  it("refuses eng:run(file): it runs what was started and had ignored the file unsaid", function()
+    local eng = H.new_engine({ clock = "virtual" })
+    local ok, err = pcall(eng.run, eng, "order.lua")
+    assert.is_false(ok)
+    assert.matches("run: takes no argument, got string", err, 1, true)
+    eng:run(nil)
+    H.close(eng)
+  end)
+
   it("runs every step to success and passes each result to the later steps", function()
     local eng = H.new_engine()
     local seen = {}

@@ -482,6 +482,11 @@ static int run_protected(lua_State *L) {
  * it back. */
 static int engine_run(lua_State *L) {
   engine_box *b = check_driving(L, "run");
+  /* eng:run("order.lua") ran what was loaded and started, silently ignoring the file */
+  if (!lua_isnoneornil(L, 2))
+    return luaL_error(L, "run: takes no argument, got %s (it runs the runs started: load a "
+                      "workflow with eng:load(path), start one with eng:start(name, input))",
+                      luaL_typename(L, 2));
   int failed;
   if (b->owned) {
     failed = mend_engine_run(b->E) != 0;
