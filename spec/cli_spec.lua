@@ -490,6 +490,7 @@ return { name = "latin", steps = {
         { "--lease", "1e999", "--lease must be a finite number > 0, got 1e999" },
         { "--grace", "1e999", "--grace must be a finite number > 0, got 1e999" },
         { "--poll", "1e999", "--poll must be a finite number > 0, got 1e999" },
+        { "--lease", "0x10", "--lease must be a finite number > 0, got 0x10" },   -- (was 16 s)
         { "--park-after", "1e999", "--park-after must be a finite number >= 0, got 1e999" },
         { "--max-in-flight", "2.5", "--max-in-flight must be a whole number > 0, got 2.5" },
         { "--max-in-flight", "0", "--max-in-flight must be a whole number > 0, got 0" },

@@ -199,10 +199,15 @@ function M.check_readable(file)
   f:close()
 end
 
+-- A flag's text as a decimal number, or nil: Lua's tonumber also takes "0x10" (16 seconds).
+function M.decimal(v)
+  return type(v) == "string" and v:match("^[-+]?%d*%.?%d*[eE]?[-+]?%d*$") and tonumber(v) or nil
+end
+
 function M.number_flag(o, name, default)
   local v = o[name]
   if v == nil then return default end
-  local n = tonumber(v)
+  local n = M.decimal(v)
   -- 1e999 reads as infinity: no lease, poll or grace can last that long (PostgreSQL refuses
   -- such an interval only once the worker runs)
   if not n or not (n > 0 and n < math.huge) then
@@ -214,7 +219,7 @@ end
 -- A count (0 when not given): 2.5 is no count, and had been read as no limit.
 function M.whole_flag(o, name)
   if o[name] == nil then return 0 end
-  local n = math.tointeger(tonumber(o[name]))
+  local n = math.tointeger(M.decimal(o[name]))
   -- one message for every value that is no count: 0 is not "a finite number > 0" to fix
   if not n or n < 1 then
     usage_error(o._command, "--%s must be a whole number > 0, got %s", name, o[name])
@@ -225,7 +230,7 @@ end
 -- --instruction-budget N: a whole number of instructions, or nil.
 function M.budget_flag(o)
   if o["instruction-budget"] == nil then return nil end
-  local n = math.tointeger(tonumber(o["instruction-budget"]))
+  local n = math.tointeger(M.decimal(o["instruction-budget"]))
   if not n or n < 1 then
     usage_error(o._command, "--instruction-budget must be a whole number >= 1, got %s",
                 o["instruction-budget"])
@@ -240,7 +245,7 @@ end
 -- engine would make one (open_engine refuses --no-sandbox on a marked one).
 function M.memory_flag(o)
   if o["memory-limit"] == nil then return nil end
-  local n = math.tointeger(tonumber(o["memory-limit"]))
+  local n = math.tointeger(M.decimal(o["memory-limit"]))
   if not n or n < 1 then
     usage_error(o._command, "--memory-limit must be a whole number of bytes >= 1, got %s",
                 o["memory-limit"])

@@ -34,7 +34,7 @@ function M.worker(o)
                  buffered_print = true,   -- a workflow's print never blocks the worker
                  command = o._command }
   if o["park-after"] then   -- 0: never (to the engine, < 0; its 0 is the default)
-    local n = tonumber(o["park-after"])
+    local n = base.decimal(o["park-after"])
     if not n or not (n >= 0 and n < math.huge) then
       usage_error(o._command, "--park-after must be a finite number >= 0, got %s", o["park-after"])
     end
