@@ -336,6 +336,18 @@ describe("mend.http", function()
     assert.are.same({ 2, 4 }, H.retry_delays(eng, id, "work"))
   end)
 
+  it("takes a Retry-After of digits only: 1e3 and 0x10 are no delay-seconds, the backoff stands",
+     function()
+    script({ ["/odd"] = { { status = 503, headers = { ["Retry-After"] = "1e3" } },
+                          { status = 503, headers = { ["Retry-After"] = "0x10" } },
+                          { status = 503, headers = { ["Retry-After"] = " 2.5 " } },
+                          { status = 200 } } })
+    local eng, id = run_http(function() return { url = server.base .. "/odd" } end,
+      { max_attempts = 4, initial = 1, multiplier = 1, jitter = 0 })
+    assert.are.equal("succeeded", eng:status(id).status)
+    assert.are.same({ 1, 1, 2.5 }, H.retry_delays(eng, id, "work"))
+  end)
+
   it("returns a response raise = false keeps, with its headers, whatever its status", function()
     script({ ["/busy"] = { { status = 503, headers = { ["Retry-After"] = "5",
                                                       ["Content-Type"] = "application/json" },

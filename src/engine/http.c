@@ -409,10 +409,13 @@ static double retry_after(mend_engine *E, const char *v) {
   if (!v) return -1;
   while (*v == ' ') v++;
   if (isdigit((unsigned char)*v)) {
-    char *end;
-    double s = strtod(v, &end);
+    /* delay-seconds is digits (RFC 9110; a fraction after them taken): strtod also read
+     * "1e3" as 1000 and "0x10" as 16, which are no number of seconds there, but a bad value */
+    const char *end = v;
+    while (isdigit((unsigned char)*end)) end++;
+    if (*end == '.') do end++; while (isdigit((unsigned char)*end));
     while (*end == ' ' || *end == '\r') end++;
-    if (*end == 0) return s;
+    return *end == 0 ? strtod(v, NULL) : -1;   /* (no HTTP date begins with a digit) */
   }
   time_t t = curl_getdate(v, NULL);
   if (t < 0) return -1;
