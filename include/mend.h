@@ -524,7 +524,8 @@ MEND_API int mend_engine_fail(mend_engine *engine, const char *token, const char
                               const char *message);
 /* Overrides a circuit breaker by hand (recorded in the audit table with `who`): op is "reset",
  * "close" or "open" (for `seconds`, <= 0: its policy's). MEND_ENOTFOUND: no such breaker;
- * MEND_EINVAL: a key that is not UTF-8, a who outside the rule of MEND_WHO_MAX, or "open" for
+ * MEND_EINVAL: another op (whether the breaker exists or not), a key that is not UTF-8, a who
+ * outside the rule of MEND_WHO_MAX, or "open" for
  * `seconds` that are not finite (NaN, an infinity). */
 MEND_API int mend_engine_override_breaker(mend_engine *engine, const char *key, const char *op,
                                           double seconds, const char *who);

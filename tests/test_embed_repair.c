@@ -82,6 +82,8 @@ static void it_repairs_through_the_c_api(void) {
   CHECK_EQ_INT(mend_engine_retry_dead_letter(E, "nope", "ops"), MEND_ENOTFOUND);
   CHECK_EQ_INT(mend_engine_override_breaker(E, "psp", "open", 60, "ops"), MEND_OK);
   CHECK_EQ_INT(mend_engine_override_breaker(E, "nope", "open", 60, "ops"), MEND_ENOTFOUND);
+  /* the op is looked at first: a missing breaker had answered MEND_ENOTFOUND to a bad op */
+  CHECK_EQ_INT(mend_engine_override_breaker(E, "nope", "flip", 0, "ops"), MEND_EINVAL);
   CHECK_EQ_INT(mend_engine_override_breaker(E, "psp", "flip", 0, "ops"), MEND_EINVAL);
   /* open for ever, or for no time a host meant: refused, as the CLI and HTTP refuse them */
   CHECK_EQ_INT(mend_engine_override_breaker(E, "psp", "open", INFINITY, "ops"), MEND_EINVAL);
