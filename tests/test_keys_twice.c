@@ -85,7 +85,8 @@ static int has(mend_engine *E, const char *id, const char *text) {
   return found;
 }
 
-static void it_refuses_a_key_given_twice_wherever_json_text_comes_in(void) {
+/* A ticking host's engine on the virtual clock with the workflow and its two host functions. */
+static mend_engine *twice_engine(void) {
   mend_options o;
   mend_options_init(&o);
   o.virtual_clock = 1;
@@ -93,6 +94,11 @@ static void it_refuses_a_key_given_twice_wherever_json_text_comes_in(void) {
   CHECK_EQ_INT(mend_engine_load(E, path, NULL, 0), MEND_OK);
   CHECK_EQ_INT(mend_engine_register_function(E, "answer", answer, E), MEND_OK);
   CHECK_EQ_INT(mend_engine_register_function(E, "hand_out", hand_out, NULL), MEND_OK);
+  return E;
+}
+
+static void it_refuses_a_key_given_twice_wherever_json_text_comes_in(void) {
+  mend_engine *E = twice_engine();
   char id[17];
 
   CHECK_EQ_INT(mend_engine_start(E, "twice", "{\"order\":{\"sku\":1,\"sku\":2}}", "k1", id, NULL),
@@ -124,13 +130,7 @@ static void it_refuses_a_key_given_twice_wherever_json_text_comes_in(void) {
 }
 
 static void it_refuses_nesting_deeper_than_mend_encodes_wherever_json_text_comes_in(void) {
-  mend_options o;
-  mend_options_init(&o);
-  o.virtual_clock = 1;
-  mend_engine *E = tick_host_engine(&o);
-  CHECK_EQ_INT(mend_engine_load(E, path, NULL, 0), MEND_OK);
-  CHECK_EQ_INT(mend_engine_register_function(E, "answer", answer, E), MEND_OK);
-  CHECK_EQ_INT(mend_engine_register_function(E, "hand_out", hand_out, NULL), MEND_OK);
+  mend_engine *E = twice_engine();
   deep = 1;
   answer_refusals = 0;
   handed[0] = 0;
