@@ -287,6 +287,22 @@ return { name = "latin", steps = {
                         "last loaded (keep one file a workflow)" }, lines)
     end)
 
+    it("takes a workflow file and a symbolic link to it (one text) as one workflow", function()
+      local dir = H.tmp_dir()
+      H.write_file(dir, "billing.lua", "return { name = 'invoice', steps = { { name = 'a', " ..
+                                       "execute = function() return 1 end } } }")
+      assert(os.execute("ln -s billing.lua " .. H.quote(dir .. "/invoice_v1.lua")))
+      local code, id, err = mend("start", "invoice", "--db", db, "--workflows", dir)
+      assert.are.equal(0, code, err)
+      assert.matches("^%w+\n$", id)
+      local lines = {}
+      local eng = H.new_engine({ log = function(rec)
+        if rec.level == "warn" then lines[#lines + 1] = rec.message end
+      end })
+      require("mend.cli.files").workflow_loader(eng, dir)(true)
+      assert.are.same({}, lines)
+    end)
+
     -- A --workflows that cannot be read (missing, a file) is named with why, as the worker's
     -- refusal names it; a WORKFLOW given as a path that is a folder is named as one, not
     -- looked up as DIR/<path>.lua.

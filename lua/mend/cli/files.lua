@@ -52,7 +52,8 @@ function M.workflow_loader(eng, dir)
     name_of[file] = name
     local other = declared[name]
     declared[name] = file
-    if other and other ~= file and name_of[other] == name then
+    -- (one text under two names, a symbolic link or a copy, is one workflow whichever is used)
+    if other and other ~= file and name_of[other] == name and seen[other] ~= seen[file] then
       eng:log("warn", "workflow", ("%s and %s both declare workflow %s: its new runs use %s, the "
                                    .. "last loaded (keep one file a workflow)"):format(
                                    other < file and other or file, other < file and file or other,
@@ -150,13 +151,20 @@ end
 -- declare workflow) and broken[] (those that fail: their errors); two that declare it are
 -- refused (a worker serves the last loaded: which is meant is not guessed).
 local function load_each(eng, dir, workflow, files, found, broken)
+  local function text(file)
+    local f = io.open(file, "rb")
+    local t = f and f:read("a")
+    if f then f:close() end
+    return t
+  end
   for _, file in ipairs(files) do
     local loaded, name = pcall(eng.load, eng, file)
-    if loaded and name == workflow and found[1] then
+    -- (one text under two names, a symbolic link or a copy, is one workflow whichever is used)
+    if loaded and name == workflow and found[1] and text(found[1]) ~= text(file) then
       fail("workflow %s is declared by two files of %s: %s and %s: keep one, or give the file "
            .. "to start", workflow, dir, found[1], file)
     end
-    if loaded and name == workflow then found[1] = file end
+    if loaded and name == workflow then found[1] = found[1] or file end
     if not loaded then broken[#broken + 1] = tostring(name) end
   end
 end
