@@ -150,17 +150,12 @@ end
 -- Loads each of files, as a worker would (its top-level code runs), into found[] (those that
 -- declare workflow) and broken[] (those that fail: their errors); two that declare it are
 -- refused (a worker serves the last loaded: which is meant is not guessed).
-local function load_each(eng, dir, workflow, files, found, broken)
-  local function text(file)
-    local f = io.open(file, "rb")
-    local t = f and f:read("a")
-    if f then f:close() end
-    return t
-  end
+local function load_each(eng, dir, workflow, files, texts, found, broken)
   for _, file in ipairs(files) do
     local loaded, name = pcall(eng.load, eng, file)
     -- (one text under two names, a symbolic link or a copy, is one workflow whichever is used)
-    if loaded and name == workflow and found[1] and text(found[1]) ~= text(file) then
+    local same = texts[file] ~= nil and texts[found[1] or ""] == texts[file]
+    if loaded and name == workflow and found[1] and not same then
       fail("workflow %s is declared by two files of %s: %s and %s: keep one, or give the file "
            .. "to start", workflow, dir, found[1], file)
     end
@@ -182,17 +177,18 @@ function M.load_named(eng, o, workflow, path)
     fail("no workflow file %s, and no %s: cannot read the workflows directory %s", workflow,
          path, why)
   end
-  local naming, others = {}, {}
+  local naming, others, texts = {}, {}, {}
   for _, file in ipairs(files) do
     local f = io.open(file, "rb")
     local text = f and f:read("a")
     if f then f:close() end
+    texts[file] = text
     local list = (not text or text:find(workflow, 1, true)) and naming or others
     list[#list + 1] = file
   end
   local found, broken = {}, {}
-  load_each(eng, dir, workflow, naming, found, broken)
-  if not found[1] then load_each(eng, dir, workflow, others, found, broken) end
+  load_each(eng, dir, workflow, naming, texts, found, broken)
+  if not found[1] then load_each(eng, dir, workflow, others, texts, found, broken) end
   if found[1] then return workflow end
   fail("no workflow file %s, and no %s, nor a file in %s that declares workflow %s%s", workflow,
        path, dir, workflow, #broken > 0 and ("; these failed to load and may: " ..
