@@ -27,6 +27,14 @@ local function list_files(dir)
   return files
 end
 
+-- A file's text, or nil when it cannot be read.
+local function text_of(file)
+  local f = io.open(file, "rb")
+  local t = f and f:read("a")
+  if f then f:close() end
+  return t
+end
+
 function M.workflow_files(dir)
   local files, why = list_files(dir)
   if not files then
@@ -53,7 +61,8 @@ function M.workflow_loader(eng, dir)
     local other = declared[name]
     declared[name] = file
     -- (one text under two names, a symbolic link or a copy, is one workflow whichever is used)
-    if other and other ~= file and name_of[other] == name and seen[other] ~= seen[file] then
+    if other and other ~= file and name_of[other] == name
+       and text_of(other) ~= seen[file] then   -- its text now: a link's changes with the file
       eng:log("warn", "workflow", ("%s and %s both declare workflow %s: its new runs use %s, the "
                                    .. "last loaded (keep one file a workflow)"):format(
                                    other < file and other or file, other < file and file or other,
@@ -151,16 +160,10 @@ end
 -- declare workflow) and broken[] (those that fail: their errors); two that declare it are
 -- refused (a worker serves the last loaded: which is meant is not guessed).
 local function load_each(eng, dir, workflow, files, found, broken)
-  local function text(file)
-    local f = io.open(file, "rb")
-    local t = f and f:read("a")
-    if f then f:close() end
-    return t
-  end
   for _, file in ipairs(files) do
     local loaded, name = pcall(eng.load, eng, file)
     -- (one text under two names, a symbolic link or a copy, is one workflow whichever is used)
-    if loaded and name == workflow and found[1] and text(found[1]) ~= text(file) then
+    if loaded and name == workflow and found[1] and text_of(found[1]) ~= text_of(file) then
       fail("workflow %s is declared by two files of %s: %s and %s: keep one, or give the file "
            .. "to start", workflow, dir, found[1], file)
     end
