@@ -299,7 +299,12 @@ return { name = "latin", steps = {
       local eng = H.new_engine({ log = function(rec)
         if rec.level == "warn" then lines[#lines + 1] = rec.message end
       end })
-      require("mend.cli.files").workflow_loader(eng, dir)(true)
+      local load = require("mend.cli.files").workflow_loader(eng, dir)
+      load(true)
+      -- the file edited while the worker serves: the link's text is the new one too
+      H.write_file(dir, "billing.lua", "return { name = 'invoice', steps = { { name = 'a', " ..
+                                       "execute = function() return 2 end } } }")
+      load(false)
       assert.are.same({}, lines)
     end)
 

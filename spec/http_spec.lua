@@ -341,11 +341,12 @@ describe("mend.http", function()
     script({ ["/odd"] = { { status = 503, headers = { ["Retry-After"] = "1e3" } },
                           { status = 503, headers = { ["Retry-After"] = "0x10" } },
                           { status = 503, headers = { ["Retry-After"] = " 2.5 " } },
+                          { status = 503, headers = { ["Retry-After"] = "3\t" } },   -- OWS
                           { status = 200 } } })
     local eng, id = run_http(function() return { url = server.base .. "/odd" } end,
-      { max_attempts = 4, initial = 1, multiplier = 1, jitter = 0 })
+      { max_attempts = 5, initial = 1, multiplier = 1, jitter = 0 })
     assert.are.equal("succeeded", eng:status(id).status)
-    assert.are.same({ 1, 1, 2.5 }, H.retry_delays(eng, id, "work"))
+    assert.are.same({ 1, 1, 2.5, 3 }, H.retry_delays(eng, id, "work"))
   end)
 
   it("returns a response raise = false keeps, with its headers, whatever its status", function()

@@ -52,9 +52,11 @@ describe("mend runs, dlq and breakers", function()
     local keys = {}
     for _, b in ipairs(breakers) do keys[b.key] = b.state end
     assert.are.same({ reserve = "closed", psp = "closed", ship = "closed" }, keys)
-    rc, out = mend_cmd(db, "runs --limit zero")
-    assert.are.equal(2, rc)
-    assert.matches("%-%-limit must be a positive integer", out)
+    for _, limit in ipairs { "zero", "0x10" } do   -- (0x10 had been read as 16)
+      rc, out = mend_cmd(db, "runs --limit " .. limit)
+      assert.are.equal(2, rc, limit)
+      assert.matches("%-%-limit must be a positive integer", out)
+    end
   end)
 end)
 

@@ -300,6 +300,8 @@ describe("breaker overrides", function()
       "breaker: no breaker nope (a breaker exists once a step using it has run)")
     assert.has_error(function() eng:breaker("payments", "flip") end,
       "breaker: breaker operation must be reset, open or close, got flip")
+    assert.has_error(function() eng:breaker("nope", "flip") end,   -- (had been "no breaker nope")
+      "breaker: breaker operation must be reset, open or close, got flip")
     local rc, out = H.mend_cmd(db, "breakers open nope")
     assert.are.equal(1, rc, out)
     assert.are.equal("mend: no breaker nope (a breaker exists once a step using it has run)\n",

@@ -43,7 +43,7 @@ local function check_choices(cmd_name, cmd, opts)
     end
   end
   if opts.seed ~= nil then
-    local seed = math.tointeger(tonumber(opts.seed))
+    local seed = math.tointeger(base.decimal(opts.seed))
     if not seed then usage_error(cmd_name, "--seed must be an integer, got %s", opts.seed) end
     opts.seed = seed
   end

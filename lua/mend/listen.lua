@@ -59,7 +59,9 @@ end
 -- reported as the CLI reports its own.
 function M.options(o, cli)
   local token = M.token(o, cli)
-  local max_body = o["max-body"] and math.tointeger(tonumber(o["max-body"]))
+  -- decimal only, as the CLI's other numbers: tonumber took 0x10 as 16 bytes
+  local mb = o["max-body"]
+  local max_body = mb and mb:find("^[%d.eE+-]+$") and math.tointeger(tonumber(mb))
   if o["max-body"] and not (max_body and max_body > 0) then
     cli.usage_error(o._command, "--max-body must be a whole number of bytes > 0, got %s", o["max-body"])
   end

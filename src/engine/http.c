@@ -414,7 +414,7 @@ static double retry_after(mend_engine *E, const char *v) {
     const char *end = v;
     while (isdigit((unsigned char)*end)) end++;
     if (*end == '.') do end++; while (isdigit((unsigned char)*end));
-    while (*end == ' ' || *end == '\r') end++;
+    while (*end == ' ' || *end == '\t' || *end == '\r') end++;   /* OWS: a tab too */
     return *end == 0 ? strtod(v, NULL) : -1;   /* (no HTTP date begins with a digit) */
   }
   time_t t = curl_getdate(v, NULL);

@@ -88,6 +88,9 @@ static int breaker_set(mend_engine *E, const char *key, const char *op, double s
   if (strcmp(op, "open") == 0 && !isfinite(seconds))
     return mend_errorf(err, errlen, "seconds to stay open must be a finite number, got %s",
                        isnan(seconds) ? "nan" : seconds > 0 ? "inf" : "-inf");
+  /* before the breaker is looked for: a missing one answered "no breaker" to a bad op */
+  if (strcmp(op, "reset") && strcmp(op, "close") && strcmp(op, "open"))
+    return mend_errorf(err, errlen, "breaker operation must be reset, open or close, got %s", op);
   struct mend_breaker_slot *s = NULL;
   for (struct mend_breaker_slot *x = E->breakers; x; x = x->next)
     if (strcmp(x->key, key) == 0) s = x;

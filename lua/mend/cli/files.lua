@@ -27,6 +27,14 @@ local function list_files(dir)
   return files
 end
 
+-- A file's text, or nil when it cannot be read.
+local function text_of(file)
+  local f = io.open(file, "rb")
+  local t = f and f:read("a")
+  if f then f:close() end
+  return t
+end
+
 function M.workflow_files(dir)
   local files, why = list_files(dir)
   if not files then
@@ -53,7 +61,8 @@ function M.workflow_loader(eng, dir)
     local other = declared[name]
     declared[name] = file
     -- (one text under two names, a symbolic link or a copy, is one workflow whichever is used)
-    if other and other ~= file and name_of[other] == name and seen[other] ~= seen[file] then
+    if other and other ~= file and name_of[other] == name
+       and text_of(other) ~= seen[file] then   -- its text now: a link's changes with the file
       eng:log("warn", "workflow", ("%s and %s both declare workflow %s: its new runs use %s, the "
                                    .. "last loaded (keep one file a workflow)"):format(
                                    other < file and other or file, other < file and file or other,
@@ -179,9 +188,7 @@ function M.load_named(eng, o, workflow, path)
   end
   local naming, others, texts = {}, {}, {}
   for _, file in ipairs(files) do
-    local f = io.open(file, "rb")
-    local text = f and f:read("a")
-    if f then f:close() end
+    local text = text_of(file)
     texts[file] = text
     local list = (not text or text:find(workflow, 1, true)) and naming or others
     list[#list + 1] = file
