@@ -410,12 +410,13 @@ static double retry_after(mend_engine *E, const char *v) {
   while (*v == ' ') v++;
   if (isdigit((unsigned char)*v)) {
     /* delay-seconds is digits (RFC 9110; a fraction after them taken): strtod also read
-     * "1e3" as 1000 and "0x10" as 16, which are no number of seconds there, but a bad value */
+     * "1e3" as 1000 and "0x10" as 16, which are no number of seconds there. Anything else is
+     * left to curl's date reader, which takes a date without its weekday, not those. */
     const char *end = v;
     while (isdigit((unsigned char)*end)) end++;
     if (*end == '.') do end++; while (isdigit((unsigned char)*end));
     while (*end == ' ' || *end == '\t' || *end == '\r') end++;   /* OWS: a tab too */
-    return *end == 0 ? strtod(v, NULL) : -1;   /* (no HTTP date begins with a digit) */
+    if (*end == 0) return strtod(v, NULL);
   }
   time_t t = curl_getdate(v, NULL);
   if (t < 0) return -1;

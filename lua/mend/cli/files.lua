@@ -89,9 +89,7 @@ function M.workflow_loader(eng, dir)
     end
     for _, file in ipairs(files) do
       if core._hear_stop() then return end
-      local f = io.open(file, "rb")
-      local text = f and f:read("a")
-      if f then f:close() end
+      local text = text_of(file)
       if text and text ~= seen[file] then
         seen[file] = text
         local loaded, err = pcall(eng.load, eng, file)
