@@ -113,13 +113,11 @@ static int breaker_set(mend_engine *E, const char *key, const char *op, double s
   mend_breaker_state before = b.state;
   if (strcmp(op, "reset") == 0 || strcmp(op, "close") == 0) {
     mend_breaker_init(&b);
-  } else if (strcmp(op, "open") == 0) {
+  } else {   /* "open": the op was checked above */
     b.state = MEND_BREAKER_OPEN;
     b.failures = b.successes = b.probes = 0;
     b.opened_at = now;
     b.open_until = now + (seconds > 0 ? seconds : s ? s->p.open_seconds : 30);
-  } else {
-    return mend_errorf(err, errlen, "breaker operation must be reset, open or close, got %s", op);
   }
   if (s) {
     s->b = b;
