@@ -118,10 +118,6 @@ MEND_API int mend_engine_override_breaker(mend_engine *engine, const char *key, 
   NEED_ENGINE(engine);
   if (!key || !op)
     return mend__capi_invalid(engine, "mend_engine_override_breaker: key and op may not be NULL");
-  /* before the breaker is looked for: a missing one had answered MEND_ENOTFOUND to a bad op */
-  if (strcmp(op, "reset") && strcmp(op, "close") && strcmp(op, "open"))
-    return mend__capi_invalid(engine, "mend_engine_override_breaker: op must be \"reset\", "
-                              "\"close\" or \"open\"");
   if (mend_engine_breaker_set(engine, key, op, seconds, who, err, sizeof err) == 0) return MEND_OK;
   mend_engine_note_error(engine, err);
   return mend__capi_refusal_status(engine);
