@@ -263,6 +263,15 @@ return { name = "latin", steps = {
       assert.are.equal("other\n", H.read(mark))
     end)
 
+    -- A worker's workflow loader for dir: the warnings it logs (a list it fills) and the loader.
+    local function loader_warnings(dir)
+      local lines = {}
+      local eng = H.new_engine({ log = function(rec)
+        if rec.level == "warn" then lines[#lines + 1] = rec.message end
+      end })
+      return lines, require("mend.cli.files").workflow_loader(eng, dir)
+    end
+
     -- Two files of DIR that declare one name (a copy kept as a backup) are one workflow too
     -- many: which is meant is not guessed, and a worker serving DIR says which it serves.
     it("mend start refuses a name two files declare, and a worker names them both", function()
@@ -277,11 +286,8 @@ return { name = "latin", steps = {
       assert.are.equal("mend: workflow invoice is declared by two files of " .. dir .. ": " ..
                        dir .. "/billing.lua and " .. dir .. "/billing_old.lua: keep one, or " ..
                        "give the file to start\n", err)
-      local lines = {}
-      local eng = H.new_engine({ log = function(rec)
-        if rec.level == "warn" then lines[#lines + 1] = rec.message end
-      end })
-      require("mend.cli.files").workflow_loader(eng, dir)(true)
+      local lines, load = loader_warnings(dir)
+      load(true)
       assert.are.same({ dir .. "/billing.lua and " .. dir .. "/billing_old.lua both declare " ..
                         "workflow invoice: its new runs use " .. dir .. "/billing_old.lua, the " ..
                         "last loaded (keep one file a workflow)" }, lines)
@@ -295,11 +301,7 @@ return { name = "latin", steps = {
       local code, id, err = mend("start", "invoice", "--db", db, "--workflows", dir)
       assert.are.equal(0, code, err)
       assert.matches("^%w+\n$", id)
-      local lines = {}
-      local eng = H.new_engine({ log = function(rec)
-        if rec.level == "warn" then lines[#lines + 1] = rec.message end
-      end })
-      local load = require("mend.cli.files").workflow_loader(eng, dir)
+      local lines, load = loader_warnings(dir)
       load(true)
       -- the file edited while the worker serves: the link's text is the new one too
       H.write_file(dir, "billing.lua", "return { name = 'invoice', steps = { { name = 'a', " ..
