@@ -1,5 +1,6 @@
 -- Edges of what serve and `mend signal` are given: an empty run id, an empty segment in a path
--- with no id in it, a null optional field (from the review of the unknown_field change).
+-- with no id in it, a null optional field (from the review of the unknown_field change); and the
+-- connections a stopping server has: idle ones closed at once, a request in progress answered.
 local H = require "spec.helper"
 local mend = require "mend"
 
@@ -72,5 +73,39 @@ describe("serve and signal at their edges", function()
       local c, b = S.post(base, "/api/v1/breakers/psp/" .. op, '{"seconds":null}')
       assert.are.equal(200, c, op .. ": " .. json.encode(b))
     end
+  end)
+
+  -- A stopping server closes a connection between requests at once: a client that keeps its
+  -- connection (a browser) must not hold up the stop. One half-way through its request still
+  -- gets its answer.
+  it("closes an idle keep-alive connection at once when stopped, answers one in progress",
+     function()
+    local dir, db = S.workspace()
+    local base, pid = S.start(dir, db)
+    local port = base:match(":(%d+)$")
+    local rc, out = H.shell("python3 -c " .. H.quote([[
+import os, signal, socket
+get = b"GET /api/v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+idle = socket.create_connection(("127.0.0.1", ]] .. port .. [[), timeout=20)
+idle.sendall(get + b"\r\n")
+got = b""
+while not got.endswith(b"0\r\n\r\n"): got += idle.recv(65536)   # its whole chunked answer
+half = socket.create_connection(("127.0.0.1", ]] .. port .. [[), timeout=20)
+half.sendall(get)
+os.kill(]] .. pid .. [[, signal.SIGTERM)
+print("idle closed:", idle.recv(65536) == b"")
+half.sendall(b"\r\n")
+answer = b""
+while True:
+    more = half.recv(65536)
+    if not more: break
+    answer += more
+print("half answered:", answer.split(b"\r\n")[0].decode())
+]]))
+    assert.are.equal(0, rc, out)
+    assert.matches("idle closed: True\nhalf answered: HTTP/1.1 200 OK\n", out)
+    H.wait_for("the server to stop", function()
+      return not os.execute("kill -0 " .. pid .. " 2>/dev/null")
+    end, 10)
   end)
 end)

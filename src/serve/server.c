@@ -31,6 +31,8 @@ typedef struct conn {
   h2o_socket_t *sock;
   int linger_fd;               /* kept open past h2o's close of a refused body (linger.c); -1 */
   int shut;                    /* shut at close (shut()): h2o reads its end and closes it */
+  int requests;                /* handed to on_req and not yet disposed of by h2o */
+  size_t read_at_req;          /* the socket's bytes read when its last request was handed on */
   struct conn *prev, *next;
 } conn;
 
@@ -339,8 +341,11 @@ static int names_ids(const char *seg) {
          strcmp(seg, "workflows") == 0;
 }
 
+static void note_request(mend_server *srv, h2o_req_t *req);
+
 static int on_req(h2o_handler_t *self, h2o_req_t *req) {
   mend_server *srv = ((serve_handler *)self)->srv;
+  note_request(srv, req);
   serve_req r = {.req = req, .srv = srv, .E = srv->E, .query = ""};
   size_t head = 0;
   for (size_t i = 0; i < req->headers.size; i++)
@@ -679,6 +684,39 @@ static conn *conn_of(mend_server *srv, h2o_req_t *req) {
   return NULL;
 }
 
+/* A request in progress, counted on its connection until h2o disposes of it (its answer
+ * written, or its client gone): a stop closes the connections without one at once. */
+typedef struct in_progress {
+  mend_server *srv;
+  h2o_socket_t *sock;
+} in_progress;
+
+static void request_done(void *p) {
+  in_progress *ip = p;
+  for (conn *c = ip->srv->conns; c; c = c->next)
+    if (c->sock == ip->sock) {
+      c->requests--;
+      return;
+    }
+}
+
+static void note_request(mend_server *srv, h2o_req_t *req) {
+  conn *c = conn_of(srv, req);
+  if (!c) return;
+  in_progress *ip = h2o_mem_alloc_shared(&req->pool, sizeof *ip, request_done);
+  *ip = (in_progress){srv, c->sock};
+  c->requests++;
+  c->read_at_req = c->sock->bytes_read;
+}
+
+/* Between requests: none in progress, no answer being written, and nothing come in since the
+ * last one began (a client half-way through its next request is waited for as one in
+ * progress). A connection that never sent anything is idle too. */
+static int idle(const conn *c) {
+  return !c->requests && !h2o_socket_is_writing(c->sock) && !c->sock->input->size &&
+         c->sock->bytes_read == c->read_at_req;
+}
+
 serve_waits *serve_server_waits(mend_server *srv) { return srv->waits; }
 int serve_server_commit_waiting(const mend_server *srv) { return srv->npending; }
 
@@ -716,15 +754,20 @@ void mend_server_close(mend_server *srv) {
   /* A long poll is answered with the run as it is now: its client learns the server stopped
    * rather than seeing a closed connection, and its answer goes out in the moment below. */
   serve_waits_stop(srv->waits);
-  /* Replies being written get a moment to go out, clients a moment to close; then what is
-   * left (idle keep-alive connections) is closed. Not h2o_context_request_shutdown: its
-   * HTTP/2 side arms a timer that h2o_context_dispose then finds armed, and aborts. The timer
-   * here only keeps the loop from sleeping past the moment. */
+  /* A connection between requests (idle keep-alive, or one that sent nothing) is shut at once:
+   * h2o reads its end and closes it. One with a request in progress gets a moment for its
+   * answer to go out, and is shut as it goes idle, before a next request. Not
+   * h2o_context_request_shutdown: its HTTP/2 side arms a timer that h2o_context_dispose then
+   * finds armed, and aborts. The timer here only keeps the loop from sleeping past the moment. */
   uv_timer_t t;
   uv_timer_init(loop, &t);
   uv_timer_start(&t, tick, 50, 50);
   uint64_t until = uv_now(loop) + 300;
-  while (srv->conns && uv_now(loop) < until) uv_run(loop, UV_RUN_ONCE);
+  while (srv->conns && uv_now(loop) < until) {
+    for (conn *c = srv->conns; c; c = c->next)
+      if (idle(c)) shut(c);
+    uv_run(loop, UV_RUN_ONCE);
+  }
   /* A request still waiting for its batch is let go of, not answered: its client sees only a
    * closed connection (said in the log), and what it wrote is committed only if the batch
    * still is, as the engine closes. Its connection is shut first and h2o then given an answer
