@@ -210,6 +210,46 @@ describe("a step with wait_for", function()
     assert.matches("an event needs a name", err)
   end)
 
+  -- A run whose group has a branch failed for good stays `running` while its other branches
+  -- stop, then compensates: it waits for no event any more, as a compensating run does not, and
+  -- every sender is told so (the engine that holds it, another process, the HTTP API) rather
+  -- than told it was sent and leaving it in the inbox for ever.
+  it("is refused for a run whose group fails, by every sender, as for one compensating", function()
+    local mend = require "mend"
+    local def = { name = "gf", steps = {
+      { name = "g", parallel = {
+        { name = "a", execute = function(ctx) ctx:sleep(1); error(mend.fatal("sold out")) end },
+        { name = "b", execute = function(ctx) ctx:sleep(5); return "b" end },
+        { name = "c", wait_for = "go" },
+      } },
+      { name = "after", wait_for = "go" },
+    } }
+    local eng, db = H.new_engine()
+    eng:register(def)
+    local id = eng:start("gf", {})
+    assert.are.equal("sent", (eng:signal(id, "go", nil, { key = "k1" })))
+    eng:advance(2)                               -- a failed for good; b's attempt in flight
+    assert.are.equal("running", eng:status(id).status)
+    local ok, err = pcall(eng.signal, eng, id, "go")
+    assert.is_false(ok)
+    assert.matches("run " .. id .. " is failing %(a step failed for good: it compensates next%)",
+                   err)
+    -- a key sent before is that event again, as for a run that ended
+    assert.are.equal("duplicate", (eng:signal(id, "go", nil, { key = "k1" })))
+    local rc, out = H.shell(MEND .. " signal " .. id .. " go --db " .. q(db) .. " 2>&1")
+    assert.are.equal(1, rc, out)
+    assert.matches("is failing", out)
+    local S = require "spec.support.serve_harness"
+    local base = S.start(H.tmp_dir(), db)
+    local code, body = S.post(base, "/api/v1/runs/" .. id .. "/events", { name = "go" })
+    S.stop_all()
+    assert.are.equal(409, code, json.encode(body))
+    assert.matches("is failing", body.error.message)
+    eng:run()
+    assert.are.equal("compensated", eng:status(id).status)
+    assert.are.same({ "go k1 g/c" }, inbox(db, id))
+  end)
+
   it("refuses a definition that waits and executes, with a clear load error", function()
     local eng = H.new_engine()
     local ok, err = pcall(eng.register, eng, { name = "bad", steps = {

@@ -25,6 +25,26 @@ static mend_run *find_run(mend_engine *E, const char *id) { return mend__find_ru
 
 static int take_event_as(mend_run *r, int i, int committed);
 
+/* A running run that fails: a step of it failed for good and it compensates once what is in
+ * flight ends (a group's or map's other branches stop first). r: held here; else row, the
+ * store's view of it, whose steps (a group's branches, a map's items too) say so. */
+static int failing(mend_run *r, json_t *row) {
+  if (r) {
+    struct mend_group *G = MEND_COLD(r, group);
+    if (G && G->stopping) return 1;
+    for (int i = 0; i < r->wf->nsteps; i++)
+      if (r->steps[i].status == MEND_STEP_FAILED) return 1;
+    return 0;
+  }
+  size_t k;
+  json_t *st;
+  json_array_foreach(json_object_get(row, "steps"), k, st) {
+    const char *s = json_string_value(json_object_get(st, "status"));
+    if (s && strcmp(s, "failed") == 0) return 1;
+  }
+  return 0;
+}
+
 /* The run, or a lane of its group, that waits for event `name` (any event when NULL; a name of
  * mend's own, "mend.token:<step>" or "mend.child:<step>", for the steps that wait for a token
  * or a child, each of which looks for its own): it takes it from the inbox. committed: the
@@ -459,8 +479,11 @@ static int send_event(mend_engine *E, const char *id, const char *run_key, const
     status = json_string_value(json_object_get(row, "status"));
   }
   /* A run going back, or ended, waits for nothing any more: the event would never be taken.
-   * But a key it was sent with before is that event again (a client repeating a send whose
-   * answer it lost, after the run went on to its end): it was sent, as a running run's says. */
+   * Nor does a running one that fails: a branch (an item) of its group (map) failed for good,
+   * its other branches stop, and it compensates next. But a key it was sent with before is that
+   * event again (a client repeating a send whose answer it lost, after the run went on to its
+   * end): it was sent, as a running run's says. */
+  if (status && strcmp(status, "running") == 0 && failing(r, row)) status = "failing";
   if (status && strcmp(status, "running") != 0 && key) {
     int seen = key_in_inbox(E, id, key);
     if (seen != 0) {
@@ -474,9 +497,13 @@ static int send_event(mend_engine *E, const char *id, const char *run_key, const
   if (!status || strcmp(status, "running") != 0) {
     mend_run_status rs;
     int ended = status && mend_run_status_parse(status, &rs) == 0 && mend_run_status_final(rs);
-    mend_errorf(err, errlen, ended ? "run %s has ended (%s): events go only to running runs"
-                                   : "run %s is %s: events go only to running runs",
-                id, status ? status : "?");
+    if (strcmp(status ? status : "", "failing") == 0)
+      mend_errorf(err, errlen, "run %s is failing (a step failed for good: it compensates next): "
+                  "it waits for no event any more", id);
+    else
+      mend_errorf(err, errlen, ended ? "run %s has ended (%s): events go only to running runs"
+                                     : "run %s is %s: events go only to running runs",
+                  id, status ? status : "?");
     json_decref(row);
     free(text);
     return MEND_EVENT_EENDED;

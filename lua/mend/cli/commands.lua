@@ -277,7 +277,9 @@ local commands = {
            "is that step's result. The event is kept in the run's inbox until a step takes it,\n" ..
            "each once, in the order sent, with who sent it; a worker holding the run takes it at\n" ..
            "its next poll.\n" ..
-           "Refused (exit 1) for a run that has ended or does not exist.\n\n" .. DB_HELP ..
+           "Refused (exit 1) for a run that has ended or does not exist, and for one that\n" ..
+           "compensates or fails (a step failed for good): it waits for no event any more.\n\n" ..
+           DB_HELP ..
            "  --data JSON      the event's payload (default null); @FILE reads it from FILE\n" ..
            "  --key K          idempotency: the same key sent to the run again is one event\n" ..
            "  --run-key K      the run started with this run key (mend start --key), not RUN\n" ..
