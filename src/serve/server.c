@@ -713,8 +713,10 @@ static void note_request(mend_server *srv, h2o_req_t *req) {
  * last one began (a client half-way through its next request is waited for as one in
  * progress). A connection that never sent anything is idle too. */
 static int idle(const conn *c) {
-  return !c->requests && !h2o_socket_is_writing(c->sock) && !c->sock->input->size &&
-         c->sock->bytes_read == c->read_at_req;
+  /* one h2o is closing is going anyway (its input may be let go already) */
+  if (uv_is_closing((const uv_handle_t *)&c->tcp)) return 1;
+  return !c->requests && !h2o_socket_is_writing(c->sock) &&
+         !(c->sock->input && c->sock->input->size) && c->sock->bytes_read == c->read_at_req;
 }
 
 serve_waits *serve_server_waits(mend_server *srv) { return srv->waits; }
