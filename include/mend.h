@@ -474,7 +474,8 @@ MEND_API int mend_engine_resolve_dead_letter(mend_engine *engine, const char *ru
  * not taken, and its payload (JSON text; NULL: null) is the step's result. The event is durable
  * when this returns, whether the run waits for it yet or not. With a non-NULL `key`, sending
  * the same key to the same run again is one event (MEND_OK, nothing sent). MEND_ENOTFOUND: no
- * such run; MEND_ESTATE: the run has ended (or is compensating); MEND_EINVAL: bad JSON (a key
+ * such run; MEND_ESTATE: the run has ended, is compensating, or fails (a step of it failed for
+ * good: it compensates next), waiting for no event any more; MEND_EINVAL: bad JSON (a key
  * given twice in one object or nesting past 100 levels is, as in mend_engine_start), a key or
  * run key that is "", a name, key, run id or run key that is not UTF-8 (the message names
  * which), or a name of mend's own ("mend.token" or "mend.child", alone or followed by
