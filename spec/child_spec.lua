@@ -606,6 +606,30 @@ describe("a step with child", function()
     assert.matches('child nowhere could not start: no workflow named "nowhere" is loaded',
                    H.step(st, "work").error)
   end)
+
+  -- Workers on several machines serve different directories: the one that takes the parent
+  -- may lack the child's file. The database keeps the child's script (a run of it was made
+  -- from its file elsewhere): the child starts on that version, as a run whose file is not
+  -- here is carried on from its kept script, rather than failing its step and the parent.
+  it("starts a child whose file is not here on the newest version the database keeps", function()
+    local dir = H.tmp_dir()
+    local kid = H.write_file(dir, "kid.lua", [[return { name = "kid", steps = {
+      { name = "k", execute = function(_, input) return "kid " .. input.n end } } }]])
+    local parent = H.write_file(dir, "parent.lua", [[return { name = "parent", steps = {
+      { name = "ship", child = "kid", input = function() return { n = 7 } end } } }]])
+    local elsewhere, db = H.new_engine()
+    elsewhere:load(kid)
+    elsewhere:start("kid", { n = 1 })
+    elsewhere:run()
+    H.close(elsewhere)
+    local here = H.reopen(db)
+    here:load(parent)
+    local id = here:start("parent", {})
+    here:run()
+    local st = here:status(id)
+    assert.are.equal("succeeded", st.status, require("mend").json.encode(st))
+    assert.are.same({ k = "kid 7" }, H.step(st, "ship").result)
+  end)
 end)
 
 -- With real processes.

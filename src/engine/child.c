@@ -57,6 +57,29 @@ static void fail_now(mend_run *r, mend_error_kind kind, const char *msg) {
 
 /* Step i, pending, starts its child and waits for it. The child's input is input(ctx)'s
  * answer, or the parent's own input. */
+/* A child's workflow that no file here loads: the newest version the database keeps, as a run
+ * of a version whose file is not here is carried on from its kept script (a worker serving
+ * another directory than the one that started the parent). None kept (or it does not load):
+ * the start then fails, naming the workflow. Before the step's own Lua: it loads a file's
+ * top level on the engine's state. */
+static void load_kept_child(mend_engine *E, const char *name) {
+  if (mend_engine_workflow(E, name)) return;
+  json_t *versions = mend_store_workflows(E->store, name);
+  size_t k;
+  json_t *v;
+  json_array_foreach(versions, k, v) {
+    const char *wf = json_string_value(json_object_get(v, "workflow"));
+    const char *version = json_string_value(json_object_get(v, "version"));
+    if (!wf || strcmp(wf, name) != 0 || !version || !json_is_true(json_object_get(v, "kept")))
+      continue;
+    char err[400];
+    if (!mend_engine_load_version(E, name, version, err, sizeof err))
+      mend_engine_log_line(E, "warn", NULL, NULL, 0, "child", err);
+    break;   /* the newest kept one, or none */
+  }
+  json_decref(versions);
+}
+
 void mend__start_child(mend_run *r, int i) {
   mend_engine *E = r->E;
   lua_State *L = E->L;
@@ -65,6 +88,7 @@ void mend__start_child(mend_run *r, int i) {
   st->attempts++;
   st->due = -1;
   mend__step_to(r, i, MEND_STEP_RUNNING, NULL, -1, NULL);
+  load_kept_child(E, def->child);
   if (def->child_input_ref != LUA_NOREF) {
     lua_rawgeti(L, LUA_REGISTRYINDEX, def->child_input_ref);
     mend__push_ctx(r, i);
