@@ -428,7 +428,7 @@ local HELP = {
       .. "(the same key again is one event); with opts.run_key, id may be nil and the run is "
       .. "the one started with that key. On the virtual clock what it wakes is done and "
       .. "printed at once; a wait's timeout (timeout = 7 * 86400) passes with advance(). "
-      .. "Refused for a run that has ended.",
+      .. "Refused for a run that has ended, compensates, or fails (a step failed for good).",
     example = 'id = start("quest", { player = 17, quest = "rats" }); '
       .. 'signal(id, "boss_killed", { gold = 50 }, { key = "kill-1" })' },
   { name = "complete", usage = "complete(token, result)",
