@@ -129,6 +129,10 @@ static void send_text(serve_req *r, int status, const char *type, const char *te
     h2o_add_header_by_str(&req->pool, &req->res.headers,
                           H2O_STRLIT("access-control-expose-headers"), 0, NULL, H2O_STRLIT("Link"));
   }
+  /* h2o_send_inline leaves the length unset, and h2o frames a body of unknown length by
+   * closing the connection unless the status is 200 (chunked): a start's 201, an event's 202
+   * and every error would each cost the client its kept-alive connection. */
+  req->res.content_length = len;
   h2o_send_inline(req, text, len);
 }
 
