@@ -939,6 +939,31 @@ describe("mend.http", function()
     assert.is_true(cpu < 0.5, "the loop spun for " .. cpu .. " s of CPU")
   end)
 
+  -- A server that closes a kept connection just as the next request goes out on it (its idle
+  -- timeout, its requests-per-connection limit) resets it: libuv says POLLERR, and curl told
+  -- of the error alone failed the request ("select/poll returned error") where its own poll
+  -- would have read the reset and sent the request again on a new connection.
+  it("sends a request again on a new connection when the server resets the kept one", function()
+    script({ ["/first"] = { { status = 200, body = "one", close_after = 0.5 } },
+             ["/second"] = { { status = 200, body = "two" } } })
+    local eng = H.new_engine({ clock = "real" })
+    local got = {}
+    eng:register(H.one_step("reset", { retry = { max_attempts = 1 }, execute = function()
+      got[1] = mend.http{ url = server.base .. "/first" }.body
+      -- sent on the kept connection while the server waits to close it, unread: a reset
+      got[2] = mend.http{ url = server.base .. "/second" }.body
+      return true
+    end }))
+    local id = eng:start("reset", {})
+    eng:run()
+    local st = eng:status(id)
+    assert.are.equal("succeeded", st.status, tostring(st.error))
+    assert.are.same({ "one", "two" }, got)
+    local s = seen("/second")
+    assert.are.equal(1, #s)
+    assert.are_not.equal(seen("/first")[1].client_port, s[1].client_port)
+  end)
+
   it("fails a response over max_bytes with an error that says so", function()
     script({ ["/big"] = { { status = 200, size = 5000 } } })
     local eng, id = run_http(function() return { url = server.base .. "/big", max_bytes = 1000 } end)

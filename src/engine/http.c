@@ -86,7 +86,13 @@ static void on_poll(uv_poll_t *p, int status, int events) {
   }
   int flags = 0;
   if (status < 0) {   /* libuv stopped the handle (POLLERR): a later watch must start it */
+    /* with what the socket was watched for, as curl's own poll says it: told of the error
+     * alone, curl fails the transfer ("select/poll returned error") before it reads the
+     * socket's own error, and a kept connection the server reset as it was reused failed the
+     * request instead of sending it again on a new connection */
     flags = CURL_CSELECT_ERR;
+    if (s->events & UV_READABLE) flags |= CURL_CSELECT_IN;
+    if (s->events & UV_WRITABLE) flags |= CURL_CSELECT_OUT;
     s->events = 0;
   }
   if (events & UV_READABLE) flags |= CURL_CSELECT_IN;
