@@ -964,6 +964,24 @@ describe("mend.http", function()
     assert.are_not.equal(seen("/first")[1].client_port, s[1].client_port)
   end)
 
+  -- curl counts those sends again on the handle, and before curl 8.17 only curl_easy_reset
+  -- sets the count back: a handle the engine kept for the next request gave up on the sixth
+  -- of them in its life ("Connection died, tried 5 times"), however far apart they came.
+  it("sends a request again after a reset however many it sent again before", function()
+    script({ ["/each"] = { { status = 200, body = "ok", close_after = 0.2 } } })
+    local eng = H.new_engine({ clock = "real" })
+    local got = {}
+    eng:register(H.one_step("resets", { retry = { max_attempts = 1 }, execute = function()
+      for i = 1, 8 do got[i] = mend.http{ url = server.base .. "/each" }.body end
+      return true
+    end }))
+    local id = eng:start("resets", {})
+    eng:run()
+    local st = eng:status(id)
+    assert.are.equal("succeeded", st.status, tostring(st.error))
+    assert.are.equal(8, #got)
+  end)
+
   it("fails a response over max_bytes with an error that says so", function()
     script({ ["/big"] = { { status = 200, size = 5000 } } })
     local eng, id = run_http(function() return { url = server.base .. "/big", max_bytes = 1000 } end)

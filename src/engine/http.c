@@ -325,6 +325,13 @@ void mend__http_req_free(http_req *q) {
     mend__http_url_drop(q->target);
   }
   if (H->nidle < HTTP_IDLE_EASY) {
+    /* A request curl sent again on a new connection (a kept one reset under it) counts on
+     * the handle, and before curl 8.17 only a reset sets the count back: kept, the handle
+     * would give up on the sixth such send of its life. Such a request made a connection. */
+    long connects = 0;
+    if (!q->dirty && curl_easy_getinfo(q->easy, CURLINFO_NUM_CONNECTS, &connects) == CURLE_OK &&
+        connects > 0)
+      q->dirty = 1;
     if (q->dirty) {   /* nothing of this request's options reaches the next */
       curl_easy_reset(q->easy);
       mend__http_url_drop(q->on_handle);
