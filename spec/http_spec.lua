@@ -982,6 +982,19 @@ describe("mend.http", function()
     assert.are.equal(8, #got)
   end)
 
+  -- curl 7.88 refuses a header line over 100 KiB as out of memory, with no message of its
+  -- own: "Out of memory" sent a person looking at the worker's memory, not at the service.
+  it("fails a response header line over curl's limit with an error that says so", function()
+    script({ ["/bighead"] = { { status = 200, body = "ok",
+                                headers = { ["X-Big"] = string.rep("a", 200000) } } } })
+    local eng, id, box = run_http(function() return { url = server.base .. "/bighead" } end,
+                                  { max_attempts = 1 })
+    local err = eng:status(id).error
+    assert.is_nil(box.res)
+    assert.truthy(err:find("over curl's limit of 100 KiB", 1, true), err)
+    assert.truthy(err:find("fatal", 1, true), err)
+  end)
+
   it("fails a response over max_bytes with an error that says so", function()
     script({ ["/big"] = { { status = 200, size = 5000 } } })
     local eng, id = run_http(function() return { url = server.base .. "/big", max_bytes = 1000 } end)

@@ -547,8 +547,15 @@ static void push_outcome(mend_run *r, http_req *q, CURLcode rc) {
     return;
   }
   if (rc != CURLE_OK) {
-    snprintf(msg, sizeof msg, "mend.http %s %s: %s", q->method, q->url,
-             q->errbuf[0] ? q->errbuf : curl_easy_strerror(rc));   /* errbuf says more */
+    const char *why = q->errbuf[0] ? q->errbuf : curl_easy_strerror(rc);   /* errbuf says more */
+    long code = 0;
+    /* curl (7.88) refuses a response's header line over CURL_MAX_HTTP_HEADER as out of memory
+     * and says nothing more: after the status line, the service's header is the likelier */
+    if (rc == CURLE_OUT_OF_MEMORY && !q->errbuf[0] &&
+        curl_easy_getinfo(q->easy, CURLINFO_RESPONSE_CODE, &code) == CURLE_OK && code > 0)
+      why = "a header line of the response over curl's limit of 100 KiB (CURL_MAX_HTTP_HEADER), "
+            "or out of memory";
+    snprintf(msg, sizeof msg, "mend.http %s %s: %s", q->method, q->url, why);
     note(r, q, curl_easy_strerror(rc));
     lua_pushboolean(co, 0);
     mend_lua_push_error(co, transient(rc) ? MEND_ERR_RETRYABLE : MEND_ERR_FATAL, msg, -1, 0);
