@@ -118,4 +118,39 @@ print(json.dumps(seen))
     for _ in pairs(ports) do n = n + 1 end
     assert.are.equal(1, n, "the requests took more than one connection: " .. out)
   end)
+  -- h2o refuses a chunked body once it reaches its limit (>=), a Content-Length only past it
+  -- (>): a body of exactly --max-body bytes was taken with a length and refused chunked.
+  it("takes a body of exactly --max-body bytes chunked as with a length, and refuses one more",
+     function()
+    local dir, db = S.workspace()
+    local base = S.start(dir, db, "--listen 127.0.0.1:0 --max-body 100")
+    local script = H.write_file(dir, "limit.py", [=[
+import http.client, json, sys
+out = []
+for n in (100, 101):
+    base = json.dumps({"workflow": "hello", "input": {"to": ""}})
+    body = json.dumps({"workflow": "hello", "input": {"to": "x" * (n - len(base))}}).encode()
+    assert len(body) == n
+    for chunked in (False, True):
+        c = http.client.HTTPConnection(sys.argv[1], int(sys.argv[2]), timeout=10)
+        h = {"Content-Type": "application/json"}
+        if chunked:
+            h["Transfer-Encoding"] = "chunked"
+            c.request("POST", "/api/v1/runs", body=iter([body[:50], body[50:]]), headers=h,
+                      encode_chunked=True)
+        else:
+            c.request("POST", "/api/v1/runs", body=body, headers=h)
+        r = c.getresponse()
+        e = json.loads(r.read()).get("error") or {}
+        out.append([n, chunked, r.status] + ([e["message"]] if e else []))
+print(json.dumps(out))
+]=])
+    local host, port = base:match("http://([%d%.]+):(%d+)")
+    local rc, out = H.shell("python3 " .. H.quote(script) .. " " .. host .. " " .. port)
+    assert.are.equal(0, rc, out)
+    local got = json.decode(out:match("(%b[])%s*$"))
+    local over = "the request body is over the limit of 100 bytes"
+    assert.are.same({ { 100, false, 201 }, { 100, true, 201 }, { 101, false, 413, over },
+                      { 101, true, 413, over } }, got)
+  end)
 end)
