@@ -939,6 +939,62 @@ describe("mend.http", function()
     assert.is_true(cpu < 0.5, "the loop spun for " .. cpu .. " s of CPU")
   end)
 
+  -- A server that closes a kept connection just as the next request goes out on it (its idle
+  -- timeout, its requests-per-connection limit) resets it: libuv says POLLERR, and curl told
+  -- of the error alone failed the request ("select/poll returned error") where its own poll
+  -- would have read the reset and sent the request again on a new connection.
+  it("sends a request again on a new connection when the server resets the kept one", function()
+    script({ ["/first"] = { { status = 200, body = "one", close_after = 0.5 } },
+             ["/second"] = { { status = 200, body = "two" } } })
+    local eng = H.new_engine({ clock = "real" })
+    local got = {}
+    eng:register(H.one_step("reset", { retry = { max_attempts = 1 }, execute = function()
+      got[1] = mend.http{ url = server.base .. "/first" }.body
+      -- sent on the kept connection while the server waits to close it, unread: a reset
+      got[2] = mend.http{ url = server.base .. "/second" }.body
+      return true
+    end }))
+    local id = eng:start("reset", {})
+    eng:run()
+    local st = eng:status(id)
+    assert.are.equal("succeeded", st.status, tostring(st.error))
+    assert.are.same({ "one", "two" }, got)
+    local s = seen("/second")
+    assert.are.equal(1, #s)
+    assert.are_not.equal(seen("/first")[1].client_port, s[1].client_port)
+  end)
+
+  -- curl counts those sends again on the handle, and before curl 8.17 only curl_easy_reset
+  -- sets the count back: a handle the engine kept for the next request gave up on the sixth
+  -- of them in its life ("Connection died, tried 5 times"), however far apart they came.
+  it("sends a request again after a reset however many it sent again before", function()
+    script({ ["/each"] = { { status = 200, body = "ok", close_after = 0.2 } } })
+    local eng = H.new_engine({ clock = "real" })
+    local got = {}
+    eng:register(H.one_step("resets", { retry = { max_attempts = 1 }, execute = function()
+      for i = 1, 8 do got[i] = mend.http{ url = server.base .. "/each" }.body end
+      return true
+    end }))
+    local id = eng:start("resets", {})
+    eng:run()
+    local st = eng:status(id)
+    assert.are.equal("succeeded", st.status, tostring(st.error))
+    assert.are.equal(8, #got)
+  end)
+
+  -- curl 7.88 refuses a header line over 100 KiB as out of memory, with no message of its
+  -- own: "Out of memory" sent a person looking at the worker's memory, not at the service.
+  it("fails a response header line over curl's limit with an error that says so", function()
+    script({ ["/bighead"] = { { status = 200, body = "ok",
+                                headers = { ["X-Big"] = string.rep("a", 200000) } } } })
+    local eng, id, box = run_http(function() return { url = server.base .. "/bighead" } end,
+                                  { max_attempts = 1 })
+    local err = eng:status(id).error
+    assert.is_nil(box.res)
+    assert.truthy(err:find("over curl's limit of 100 KiB", 1, true), err)
+    assert.truthy(err:find("fatal", 1, true), err)
+  end)
+
   it("fails a response over max_bytes with an error that says so", function()
     script({ ["/big"] = { { status = 200, size = 5000 } } })
     local eng, id = run_http(function() return { url = server.base .. "/big", max_bytes = 1000 } end)

@@ -108,4 +108,85 @@ print("half answered:", answer.split(b"\r\n")[0].decode())
       return not os.execute("kill -0 " .. pid .. " 2>/dev/null")
     end, 10)
   end)
+
+  -- h2o sends a body of unknown length chunked only in a 200; any other answer (a start's
+  -- 201, an event's 202, every error) went out with no length, ended by closing the
+  -- connection: a client reconnected for each start and event, and a request it pipelined
+  -- behind one was dropped unanswered.
+  it("keeps the connection after an answer that is not 200 (201, 202, 400, 404, 405)", function()
+    local dir, db = S.workspace()
+    local base = S.start(dir, db)
+    local script = H.write_file(dir, "kept.py", [[
+import http.client, json, sys
+c = http.client.HTTPConnection(sys.argv[1], int(sys.argv[2]), timeout=10)
+J = {"Content-Type": "application/json"}
+seen = []
+def ask(method, path, body=None):
+    c.request(method, path, body=body, headers=J if body is not None else {})
+    r = c.getresponse()
+    data = r.read()
+    seen.append((r.status, r.getheader("Content-Length"), r.will_close,
+                 c.sock.getsockname()[1] if c.sock else None))
+    return data
+rid = json.loads(ask("POST", "/api/v1/runs", '{"workflow":"wait","input":{}}'))["id"]
+ask("POST", "/api/v1/runs/%s/events" % rid, '{"name":"payment","data":{"amount":5}}')
+ask("POST", "/api/v1/runs", "{")
+ask("GET", "/api/v1/runs/nosuchrun")
+ask("DELETE", "/api/v1/runs")
+ask("GET", "/api/v1/runs")
+print(json.dumps(seen))
+]])
+    local host, port = base:match("http://([%d%.]+):(%d+)")
+    local rc, out = H.shell("python3 " .. H.quote(script) .. " " .. host .. " " .. port)
+    assert.are.equal(0, rc, out)
+    local seen = json.decode(out:match("(%b[])%s*$"))
+    local statuses, ports = {}, {}
+    for i, s in ipairs(seen) do
+      statuses[i] = s[1]
+      assert.is_false(s[3], "answer " .. i .. " closed its connection: " .. out)
+      if s[1] ~= 200 then
+        assert.truthy(tonumber(s[2]), "answer " .. i .. " has no Content-Length: " .. out)
+      end
+      ports[s[4]] = true
+    end
+    assert.are.same({ 201, 202, 400, 404, 405, 200 }, statuses)
+    local n = 0
+    for _ in pairs(ports) do n = n + 1 end
+    assert.are.equal(1, n, "the requests took more than one connection: " .. out)
+  end)
+  -- h2o refuses a chunked body once it reaches its limit (>=), a Content-Length only past it
+  -- (>): a body of exactly --max-body bytes was taken with a length and refused chunked.
+  it("takes a body of exactly --max-body bytes chunked as with a length, and refuses one more",
+     function()
+    local dir, db = S.workspace()
+    local base = S.start(dir, db, "--listen 127.0.0.1:0 --max-body 100")
+    local script = H.write_file(dir, "limit.py", [=[
+import http.client, json, sys
+out = []
+for n in (100, 101):
+    base = json.dumps({"workflow": "hello", "input": {"to": ""}})
+    body = json.dumps({"workflow": "hello", "input": {"to": "x" * (n - len(base))}}).encode()
+    assert len(body) == n
+    for chunked in (False, True):
+        c = http.client.HTTPConnection(sys.argv[1], int(sys.argv[2]), timeout=10)
+        h = {"Content-Type": "application/json"}
+        if chunked:
+            h["Transfer-Encoding"] = "chunked"
+            c.request("POST", "/api/v1/runs", body=iter([body[:50], body[50:]]), headers=h,
+                      encode_chunked=True)
+        else:
+            c.request("POST", "/api/v1/runs", body=body, headers=h)
+        r = c.getresponse()
+        e = json.loads(r.read()).get("error") or {}
+        out.append([n, chunked, r.status] + ([e["message"]] if e else []))
+print(json.dumps(out))
+]=])
+    local host, port = base:match("http://([%d%.]+):(%d+)")
+    local rc, out = H.shell("python3 " .. H.quote(script) .. " " .. host .. " " .. port)
+    assert.are.equal(0, rc, out)
+    local got = json.decode(out:match("(%b[])%s*$"))
+    local over = "the request body is over the limit of 100 bytes"
+    assert.are.same({ { 100, false, 201 }, { 100, true, 201 }, { 101, false, 413, over },
+                      { 101, true, 413, over } }, got)
+  end)
 end)

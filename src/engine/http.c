@@ -86,7 +86,13 @@ static void on_poll(uv_poll_t *p, int status, int events) {
   }
   int flags = 0;
   if (status < 0) {   /* libuv stopped the handle (POLLERR): a later watch must start it */
+    /* with what the socket was watched for, as curl's own poll says it: told of the error
+     * alone, curl fails the transfer ("select/poll returned error") before it reads the
+     * socket's own error, and a kept connection the server reset as it was reused failed the
+     * request instead of sending it again on a new connection */
     flags = CURL_CSELECT_ERR;
+    if (s->events & UV_READABLE) flags |= CURL_CSELECT_IN;
+    if (s->events & UV_WRITABLE) flags |= CURL_CSELECT_OUT;
     s->events = 0;
   }
   if (events & UV_READABLE) flags |= CURL_CSELECT_IN;
@@ -319,6 +325,13 @@ void mend__http_req_free(http_req *q) {
     mend__http_url_drop(q->target);
   }
   if (H->nidle < HTTP_IDLE_EASY) {
+    /* A request curl sent again on a new connection (a kept one reset under it) counts on
+     * the handle, and before curl 8.17 only a reset sets the count back: kept, the handle
+     * would give up on the sixth such send of its life. Such a request made a connection. */
+    long connects = 0;
+    if (!q->dirty && curl_easy_getinfo(q->easy, CURLINFO_NUM_CONNECTS, &connects) == CURLE_OK &&
+        connects > 0)
+      q->dirty = 1;
     if (q->dirty) {   /* nothing of this request's options reaches the next */
       curl_easy_reset(q->easy);
       mend__http_url_drop(q->on_handle);
@@ -534,8 +547,15 @@ static void push_outcome(mend_run *r, http_req *q, CURLcode rc) {
     return;
   }
   if (rc != CURLE_OK) {
-    snprintf(msg, sizeof msg, "mend.http %s %s: %s", q->method, q->url,
-             q->errbuf[0] ? q->errbuf : curl_easy_strerror(rc));   /* errbuf says more */
+    const char *why = q->errbuf[0] ? q->errbuf : curl_easy_strerror(rc);   /* errbuf says more */
+    long code = 0;
+    /* curl (7.88) refuses a response's header line over CURL_MAX_HTTP_HEADER as out of memory
+     * and says nothing more: after the status line, the service's header is the likelier */
+    if (rc == CURLE_OUT_OF_MEMORY && !q->errbuf[0] &&
+        curl_easy_getinfo(q->easy, CURLINFO_RESPONSE_CODE, &code) == CURLE_OK && code > 0)
+      why = "a header line of the response over curl's limit of 100 KiB (CURL_MAX_HTTP_HEADER), "
+            "or out of memory";
+    snprintf(msg, sizeof msg, "mend.http %s %s: %s", q->method, q->url, why);
     note(r, q, curl_easy_strerror(rc));
     lua_pushboolean(co, 0);
     mend_lua_push_error(co, transient(rc) ? MEND_ERR_RETRYABLE : MEND_ERR_FATAL, msg, -1, 0);

@@ -60,6 +60,7 @@ struct mend_server {
   size_t token_len;
   int loopback;
   size_t max_headers;
+  size_t max_body;             /* bytes of a request body; one more is 413 */
   char *cors;
   char *dashboard;
   char *dashboard_csp;         /* its Content-Security-Policy (csp.c) */
@@ -131,6 +132,10 @@ static void send_text(serve_req *r, int status, const char *type, const char *te
     h2o_add_header_by_str(&req->pool, &req->res.headers,
                           H2O_STRLIT("access-control-expose-headers"), 0, NULL, H2O_STRLIT("Link"));
   }
+  /* h2o_send_inline leaves the length unset, and h2o frames a body of unknown length by
+   * closing the connection unless the status is 200 (chunked): a start's 201, an event's 202
+   * and every error would each cost the client its kept-alive connection. */
+  req->res.content_length = len;
   h2o_send_inline(req, text, len);
 }
 
@@ -314,7 +319,7 @@ static void json_own_setup(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t **s
 static void json_own_register(h2o_pathconf_t *path, mend_server *srv) {
   json_own_filter *f = (json_own_filter *)h2o_create_filter(path, sizeof *f);
   f->super.on_setup_ostream = json_own_setup;
-  f->max_body = srv->config.max_request_entity_size;
+  f->max_body = srv->max_body;
   f->srv = srv;
 }
 
@@ -353,6 +358,11 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
   if (head > srv->max_headers) {
     serve_error(&r, 431, "headers_too_large", "the request's header fields are %zu bytes, over the"
                 " limit of %zu", head, srv->max_headers);
+    return 0;
+  }
+  if (req->entity.base && req->entity.len > srv->max_body) {   /* read whole: kept alive */
+    serve_error(&r, 413, "body_too_large", "the request body is over the limit of %zu bytes",
+                srv->max_body);
     return 0;
   }
   h2o_iovec_t m = req->method;
@@ -644,7 +654,10 @@ mend_server *mend_server_start(mend_engine *E, const mend_server_opts *o, int *r
              ntohs(((struct sockaddr_in *)&bound)->sin_port));
   }
   h2o_config_init(&srv->config);
-  srv->config.max_request_entity_size = o->max_body ? o->max_body : DEFAULT_MAX_BODY;
+  srv->max_body = o->max_body ? o->max_body : DEFAULT_MAX_BODY;
+  /* h2o refuses a Content-Length past its limit but a chunked body that reaches it: one byte
+   * more for h2o, and on_req refuses a body past max_body (a length of max_body + 1) */
+  srv->config.max_request_entity_size = srv->max_body < SIZE_MAX ? srv->max_body + 1 : SIZE_MAX;
   srv->config.server_name = h2o_iovec_init(H2O_STRLIT("mend"));
   srv->config.http1.upgrade_to_http2 = 0;   /* HTTP/1.1 only: what the API is tested with */
   h2o_hostconf_t *host_conf =
