@@ -87,7 +87,9 @@ end
 -- workflows (a sandboxed engine's among them) is trusted again; said on stderr what it means.
 function M.db_trust(o)
   existing_db(o.db)
-  local how = mend.trust_db(o.db)
+  -- called by pcall, its refusal names no line of this file (it names the Lua line that calls)
+  local ok, how = pcall(mend.trust_db, o.db)
+  if not ok then base.fail("%s", base.refusal("mend.trust_db", how)) end
   if how == "unmarked" then
     out("%s: not marked sandboxed: nothing to do\n", o.db)
     return EXIT_OK
