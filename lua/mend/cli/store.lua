@@ -26,7 +26,12 @@ local function duration_flag(o, name)
   if not n then
     usage_error(o._command, "--%s must be a duration like 30d, 12h, 90m or 45s, got %s", name, v)
   end
-  return tonumber(n) * ({ s = 1, m = 60, h = 3600, d = 86400, w = 604800 })[unit]
+  local seconds = tonumber(n) * ({ s = 1, m = 60, h = 3600, d = 86400, w = 604800 })[unit]
+  -- a run of digits too long for a double reads as infinity: no time is that long ago
+  if seconds == math.huge then
+    usage_error(o._command, "--%s must be a finite duration, got %s", name, v)
+  end
+  return seconds
 end
 
 local function print_pruned(r)
