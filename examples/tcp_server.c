@@ -9,9 +9,10 @@
  *   tcp_server --self-test N [REQUEST_LUA]      serve on a free port, connect a client on the
  *                                               same loop, send N lines, check the N answers
  *                                               (distinct run ids, all succeeded), within 20 s,
- *                                               and a line holding a NUL answered "error ..."
- * A line that cannot be a request (one holding a NUL byte) is answered "error ...\n" at once:
- * the client gets one answer per line it sent.
+ *                                               and a line holding a NUL and an empty line
+ *                                               each answered "error ..."
+ * A line that cannot be a request (one holding a NUL byte, an empty one) is answered
+ * "error ...\n" at once: the client gets one answer per line it sent.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <mend.h>
@@ -145,7 +146,8 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
     line[len] = 0;
     /* read as a C string it would be cut short at the NUL, its run never answered */
     if (memchr(line, 0, len)) send_line(c, "error a line holds a NUL byte\n");
-    else if (len) start_request(c, line);
+    else if (!len) send_line(c, "error an empty line is no request\n");   /* it waited for one */
+    else start_request(c, line);
     line = nl + 1;
   }
   c->len = (size_t)(end - line);
@@ -234,7 +236,8 @@ static void client_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   while ((nl = strchr(line, '\n'))) {
     *nl = 0;
     char id[32], status[32];
-    if (strcmp(line, "error a line holds a NUL byte") == 0) {
+    if (strcmp(line, "error a line holds a NUL byte") == 0 ||
+        strcmp(line, "error an empty line is no request") == 0) {
       client.errors++;
       line = nl + 1;
       continue;
@@ -256,7 +259,7 @@ static void client_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   }
   client.in_len = strlen(line);
   memmove(client.in, line, client.in_len + 1);
-  if (client.got >= client.want && client.errors) finish();
+  if (client.got >= client.want && client.errors == 2) finish();
 }
 
 static void client_wrote(uv_write_t *w, int status) {
@@ -272,7 +275,7 @@ static void client_connected(uv_connect_t *req, int status) {
     finish();
     return;
   }
-  static const char nul_line[] = "GET a\0b\n";   /* a NUL amid the requests */
+  static const char nul_line[] = "GET a\0b\n\n";   /* a NUL, an empty line, amid the requests */
   size_t cap = (size_t)client.want * 32 + sizeof nul_line + 1, len = 0;
   client.out = malloc(cap);
   for (int i = 0; i < client.want; i++) {
@@ -360,7 +363,7 @@ int main(int argc, char **argv) {
   uv_timer_start(&client.deadline, client_timeout, 20000, 0);
   uv_run(&loop, UV_RUN_DEFAULT);   /* returns when the client and the server have closed */
 
-  int ok = !client.bad && client.got == client.want && client.errors == 1 && !waiters;
+  int ok = !client.bad && client.got == client.want && client.errors == 2 && !waiters;
   printf("tcp_server: %d requests on 127.0.0.1:%d, %d answers, %d bad, %d error lines\n",
          client.want, port, client.got, client.bad, client.errors);
   mend_engine_free(E);

@@ -118,6 +118,32 @@ describe("a step with child", function()
                     H.transitions(eng, id, "ship"))
   end)
 
+
+  -- The child ended, but its parent may still undo it: a prune that took it had the parent
+  -- mark its step compensated with nothing undone (the child's row was gone).
+  it("keeps a child that succeeded from a prune while its parent may still undo it", function()
+    local eng, log = H.new_engine(), {}
+    eng:register(shipping(log))
+    eng:register { name = "order", steps = {
+      { name = "ship", child = "shipping", input = function() return { order = "o9" } end },
+      { name = "go", wait_for = "go" },
+      { name = "confirm", execute = function() error(require("mend").fatal("refused")) end },
+    } }
+    local id = eng:start("order", {})
+    eng:run()
+    local c = child_of(eng, id)
+    assert.are.equal("succeeded", c.status)
+    eng:advance(100)
+    assert.are.same({}, eng:prune { older_than = 50 }.runs)
+    eng:signal(id, "go")
+    eng:run()
+    assert.are.equal("compensated", eng:status(id).status)
+    assert.are.equal("compensated", eng:status(c.run_id).status)
+    assert.are.same({ "pack o9", "void trk-o9", "unpack box-o9" }, log)
+    -- once the parent has ended, the child goes with it
+    eng:advance(100)
+    assert.are.same({ compensated = 2 }, eng:prune { older_than = 50 }.runs)
+  end)
   it("cancels a running child with its parent", function()
     local eng, log = setup{ pickup = true }
     local id = eng:start("order", { id = "o4" })

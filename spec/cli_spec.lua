@@ -293,6 +293,27 @@ return { name = "latin", steps = {
                         "last loaded (keep one file a workflow)" }, lines)
     end)
 
+    -- DIR/NAME.lua declaring another workflow while a file of DIR declares NAME: it started
+    -- the file's workflow, not the one of that name a worker serving DIR runs.
+    it("mend start NAME refuses when DIR/NAME.lua declares another and a file declares NAME",
+       function()
+      local dir = H.tmp_dir()
+      local src = "return { name = '%s', steps = { { name = 'a', execute = function() " ..
+                  "return 1 end } } }"
+      H.write_file(dir, "invoice.lua", src:format("billing"))
+      H.write_file(dir, "new.lua", src:format("invoice"))
+      local code, id, err = mend("start", "invoice", "--db", db, "--workflows", dir)
+      assert.are.equal(1, code, err)
+      assert.are.equal("", id)
+      assert.are.equal("mend: " .. dir .. "/invoice.lua declares workflow billing, and " .. dir ..
+                       "/new.lua declares workflow invoice: give the file to start\n", err)
+      os.remove(dir .. "/new.lua")
+      code, id, err = mend("start", "invoice", "--db", db, "--workflows", dir)
+      assert.are.equal(0, code, err)
+      local _, status = mend("status", id:gsub("%s+$", ""), "--db", db, "--json")
+      assert.are.equal("billing", json.decode(status).workflow)
+    end)
+
     it("takes a workflow file and a symbolic link to it (one text) as one workflow", function()
       local dir = H.tmp_dir()
       H.write_file(dir, "billing.lua", "return { name = 'invoice', steps = { { name = 'a', " ..

@@ -37,6 +37,26 @@ describe("mend db upgrade #sqlite", function()
     assert.truthy(out:find("partial index already", 1, true), out)
   end)
 
+  -- An empty file (a path mistyped, a file made by touch) was given mend's whole schema and
+  -- called current; db trust named mend's own Lua line in its refusal of it.
+  it("makes no schema in an empty file, as db trust makes none, and names no line of mend's",
+     function()
+    local dir = H.tmp_dir()
+    local empty = H.write_file(dir, "empty.db", "")
+    for _, cmd in ipairs { "db upgrade", "db trust" } do
+      local rc, out = H.mend_cmd(empty, cmd)
+      assert.are.equal(1, rc, out)
+      assert.are.equal("mend: " .. empty .. ": no mend database there (no mend schema)\n", out)
+      assert.are.equal("", H.read(empty), cmd)
+    end
+    -- a file: URI's file is the one SQLite opens, its %20 a space
+    H.write_file(dir, "ok.lua", OK)
+    assert.are.equal(0, (run(dir, dir .. "/a b.db")))
+    local rc, out = H.mend_cmd("file:" .. dir .. "/a%20b.db", "db upgrade")
+    assert.are.equal(0, rc, out)
+    assert.truthy(out:find("partial index already", 1, true), out)
+  end)
+
   it("is refused while a worker's lease lasts; then keeps every run and key, in order", function()
     local dir = H.tmp_dir()
     H.write_file(dir, "ok.lua", OK)

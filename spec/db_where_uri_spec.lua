@@ -78,6 +78,25 @@ describe("mend.db_where against SQLite #sqlite", function()
     if made then made:close() end
     assert.is_nil(made, "mend.trust_db made an empty 'ab% 41.db'")
   end)
+
+  -- an open that failed was explained by the name's text: "file:/tmp/x" is no folder, and a
+  -- URI of a folder read "its folder file:/tmp does not exist"
+  it("explains an open that failed by the file a file: URI names", function()
+    local dir = H.tmp_dir()
+    assert(os.execute("mkdir " .. H.quote(dir .. "/d.db")))
+    local wf = H.write_file(dir, "w.lua", "return { name = 'w', steps = { { name = 'a', " ..
+                                          "execute = function() return 1 end } } }")
+    local rc, out = H.shell(("%s run %s --db %s 2>&1"):format(H.MEND, H.quote(wf),
+                                                               H.quote("file:" .. dir .. "/d.db")))
+    assert.are.equal(1, rc, out)
+    assert.are.equal("mend: file:" .. dir .. "/d.db: cannot open: unable to open database file " ..
+                     "(it is a folder: a database is a file; give a path in it, as " .. dir ..
+                     "/d.db/mend.db)\n", out)
+    rc, out = H.shell(("%s run %s --db %s 2>&1"):format(H.MEND, H.quote(wf),
+                                                         H.quote("file:" .. dir .. "/no/x.db")))
+    assert.are.equal(1, rc, out)
+    assert.matches("(its folder " .. dir .. "/no does not exist)", out, 1, true)
+  end)
 end)
 
 -- The same promise on PostgreSQL: a read-only command makes no schema in an empty database

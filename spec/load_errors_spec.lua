@@ -124,6 +124,19 @@ describe("a workflow file", function()
     has(err, "name")
   end)
 
+  -- A hole in the list (or a step under a key) had the steps past it silently left out: the
+  -- run succeeded without ever running them.
+  it("whose steps are not a list is refused, naming the file and the field", function()
+    for i, steps in ipairs {
+      '[1] = { name = "a", execute = function() end }, [3] = { name = "c", execute = function() end }',
+      '{ name = "a", execute = function() end }, later = { name = "b", execute = function() end }',
+    } do
+      local text = ('return { name = "order", steps = { %s } }'):format(steps)
+      local path, err = load_broken("holes" .. i .. ".lua", text)
+      assert.are.equal(path .. ': workflow "order": steps must be a non-empty list of steps', err)
+    end
+  end)
+
   it("with two steps of the same name is refused, naming the file and the step", function()
     local _, err = load_broken("dup.lua", wf_source { steps = {
       '{ name = "charge", execute = function() end }',

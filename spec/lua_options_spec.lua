@@ -52,6 +52,20 @@ describe("an engine method's options", function()
     eng:run()
     assert.are.equal("succeeded", eng:status(id).status)
   end)
+
+  -- A limit of 0 or -5 had given every run, unsaid (mend runs --limit refuses them).
+  it("refuses a runs limit that is no count of runs", function()
+    local eng = H.new_engine()
+    eng:load(H.write_file(H.tmp_dir(), "w.lua", WF))
+    eng:start("w")
+    eng:start("w")
+    for _, n in ipairs { 0, -5, (1 << 31) + 1 } do
+      refuses("runs: limit must be a whole number from 1 to 2147483647, got " .. n, eng.runs,
+              eng, { limit = n })
+    end
+    assert.are.equal(1, #eng:runs { limit = 1 })
+    assert.are.equal(2, #eng:runs())
+  end)
 end)
 
 describe("mend.engine{existing = true}", function()

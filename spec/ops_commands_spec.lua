@@ -192,6 +192,8 @@ describe("mend prune", function()
       { "prune", "%-%-older%-than is required" },
       { "prune --older-than 30", "duration like 30d, 12h, 90m or 45s, got 30" },
       { "prune --older-than 3x", "got 3x" },
+      -- 400 digits read as infinity: "no runs ended before -" had been its answer
+      { "prune --older-than " .. ("9"):rep(400) .. "d", "a finite duration, got 99999" },
       { "prune --older-than 1d --status running",
         "succeeded, compensated, failed, resolved" },
       { "prune --older-than 1d --status needs_attention",

@@ -182,6 +182,21 @@ return { name = "marks", steps = {
       H.quote(("use(%q)"):format(bad)), H.MEND, H.quote(db)))
     assert.matches("error: .*boom\\x1b%[2J\n\\u{202e}x\n", shown)
   end)
+
+  -- A raw 0x9b is CSI on a terminal that is not UTF-8's: the log spelled it, mend's errors
+  -- and the REPL's sent it on.
+  it("spells out a byte that is not UTF-8 in mend's errors and the REPL's, as the log does",
+     function()
+    local dir = H.tmp_dir()
+    local db = H.new_db(dir, "bytes.db")
+    local bad = H.write_file(dir, "bad.lua", 'error("a\\155[2Jb\\194\\155c\\255\\195")')
+    local _, err = H.shell(("(%s run %s --db %s 2>&1 >/dev/null)"):format(H.MEND, H.quote(bad),
+                                                                     H.quote(db)))
+    assert.matches("mend: .*bad%.lua:1: a\\x9b%[2Jb\\u{9b}c\\xff\\xc3\n", err)
+    local _, shown = H.shell(("(printf '%%s\\n' %s | %s repl --db %s)"):format(
+      H.quote(("use(%q)"):format(bad)), H.MEND, H.quote(db)))
+    assert.matches("error: .*bad%.lua:1: a\\x9b%[2Jb\\u{9b}c\\xff\\xc3\n", shown)
+  end)
 end)
 
 describe("a database's name as mend shows it (mend wait, the REPL's banner)", function()

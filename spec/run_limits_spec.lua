@@ -166,5 +166,16 @@ describe("mend run --sandbox", function()
     assert.is_false(ok)
     assert.matches("park_after must be a number of seconds, got nan", err, 1, true)
     H.close(mend.engine { park_after = -1 })
+    -- a negative budget or cap had been read as none (mend_engine_new refuses them), and a cap
+    -- past an int's range as what was left of it (2^32 + 1: 1)
+    for opt, v in pairs { instruction_budget = -1, max_concurrency = -1 } do
+      ok, err = pcall(mend.engine, { [opt] = v })
+      assert.is_false(ok, opt)
+      assert.matches("mend.engine: " .. opt .. " must be a whole number >= 0", err, 1, true)
+    end
+    ok, err = pcall(mend.engine, { max_concurrency = (1 << 32) + 1 })
+    assert.is_false(ok)
+    assert.matches("max_concurrency must be a whole number >= 0 (0: no cap), got 4294967297",
+                   err, 1, true)
   end)
 end)

@@ -16,6 +16,7 @@
 #include "lmend_int.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <lauxlib.h>
 #include <setjmp.h>
@@ -302,11 +303,21 @@ int mend__lengine_new(lua_State *L) {
   lua_getfield(L, 1, "buffered_print");
   cfg.buffered_print = lua_toboolean(L, -1);
   lua_pop(L, 1);
+  /* as mend_engine_new reads them: a negative one is no "none" (it had been, unsaid), nor is a
+   * cap past an int's range what is left of it */
   lua_getfield(L, 1, "max_concurrency");
-  cfg.max_concurrency = (int)luaL_optinteger(L, -1, 0);
+  lua_Integer cap = luaL_optinteger(L, -1, 0);
   lua_getfield(L, 1, "instruction_budget");
-  cfg.instruction_budget = (long)luaL_optinteger(L, -1, 0);
+  lua_Integer budget = luaL_optinteger(L, -1, 0);
   lua_pop(L, 2);
+  if (cap < 0 || cap > INT_MAX)
+    return luaL_error(L, "mend.engine: max_concurrency must be a whole number >= 0 (0: no cap), "
+                      "got %I", cap);
+  if (budget < 0 || budget > LONG_MAX)
+    return luaL_error(L, "mend.engine: instruction_budget must be a whole number >= 0 (0: no "
+                      "budget), got %I", budget);
+  cfg.max_concurrency = (int)cap;
+  cfg.instruction_budget = (long)budget;
   lua_getfield(L, 1, "lease");
   cfg.lease_seconds = luaL_optnumber(L, -1, 30);
   lua_getfield(L, 1, "grace");

@@ -207,7 +207,11 @@ static int engine_runs(lua_State *L) {
     status = mend__opt_string(L, 2, "runs", "status", NULL);
     workflow = mend__opt_string(L, 2, "runs", "workflow", NULL);
     lua_getfield(L, 2, "limit");
-    limit = (int)luaL_optinteger(L, -1, 0);
+    lua_Integer n = luaL_optinteger(L, -1, 0);
+    /* 0 is none to the store, and a negative one too: given, it is no count of runs */
+    if (!lua_isnil(L, -1) && (n < 1 || n > INT_MAX))
+      return luaL_error(L, "runs: limit must be a whole number from 1 to %d, got %I", INT_MAX, n);
+    limit = (int)n;
     lua_getfield(L, 2, "since");
     since = luaL_optnumber(L, -1, -1);
     lua_getfield(L, 2, "attention");

@@ -55,6 +55,23 @@ static int raw_field(lua_State *L, int idx, const char *field) {
   return lua_rawget(L, idx);
 }
 
+/* Whether the table at `list` is a non-empty list and nothing else: its keys exactly 1 to its
+ * length. A step past a hole (`[1] = a, [3] = c`, whose length may be 1) or under a key would
+ * be silently left out. Raw: no metamethod runs. [-0, +0, -] */
+static int only_list(lua_State *L, int list) {
+  lua_Unsigned len = lua_rawlen(L, list), keys = 0;
+  int listed = len >= 1;
+  lua_pushnil(L);
+  while (listed && lua_next(L, list)) {
+    lua_pop(L, 1);
+    keys++;
+    listed = lua_isinteger(L, -1) && lua_tointeger(L, -1) >= 1 &&
+             (lua_Unsigned)lua_tointeger(L, -1) <= len;
+    if (!listed) lua_pop(L, 1);
+  }
+  return listed && keys == len;
+}
+
 static int opt_number(lua_State *L, int idx, const char *field, const char *what, double *out,
                       char *err, int errlen) {
   int t = raw_field(L, idx, field);
@@ -423,17 +440,7 @@ static int parse_group(lua_State *L, int idx, int n, const mend_retry_policy *re
   }
   int list = lua_absindex(L, -1);
   lua_Unsigned len = lua_rawlen(L, list);
-  /* A list and nothing else: a branch under a key would be silently left out. */
-  int keys = 0, listed = len >= 1;
-  lua_pushnil(L);
-  while (listed && lua_next(L, list)) {
-    lua_pop(L, 1);
-    keys++;
-    listed = lua_isinteger(L, -1) && lua_tointeger(L, -1) >= 1 &&
-             (lua_Unsigned)lua_tointeger(L, -1) <= len;
-    if (!listed) lua_pop(L, 1);
-  }
-  if (!listed || (lua_Unsigned)keys != len) {
+  if (!only_list(L, list)) {
     lua_pop(L, 1);
     return mend_errorf(err, errlen, "%sparallel must be a non-empty list of steps (its branches)",
                        prefix);
@@ -651,7 +658,7 @@ mend_workflow *mend_workflow_from_table(lua_State *L, int idx, const char *sourc
     return NULL;
   }
   lua_pop(L, 1);
-  if (raw_field(L, idx, "steps") != LUA_TTABLE || lua_rawlen(L, -1) < 1) {
+  if (raw_field(L, idx, "steps") != LUA_TTABLE || !only_list(L, lua_absindex(L, -1))) {
     lua_pop(L, 1);
     mend_errorf(err, errlen, "%s: workflow \"%s\": steps must be a non-empty list of steps", source,
                 name);

@@ -14,8 +14,9 @@ local json = mend.json
 -- operator, cannot drive the operator's terminal. So are the line and paragraph separators
 -- (U+2028, U+2029: an editor or a pager breaks the row there) and the bidirectional marks,
 -- embeddings, overrides and isolates (a terminal that lays text out both ways would show a
--- row's cells reordered, one name passing for another). keep_lines keeps line breaks and tabs,
--- for a message that may be a traceback.
+-- row's cells reordered, one name passing for another). So is a byte that is not UTF-8 (a raw
+-- 0x9b is CSI on a terminal that is not UTF-8's), as the log spells it. keep_lines keeps line
+-- breaks and tabs, for a message that may be a traceback.
 local SPELLED = { ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t" }
 local function spell(c) return SPELLED[c] or ("\\x%02x"):format(c:byte()) end
 local function spell_kept(c)
@@ -23,7 +24,22 @@ local function spell_kept(c)
   return spell(c)
 end
 local function code_point(c) return ("\\u{%x}"):format(utf8.codepoint(c)) end
+-- s with each byte that is no part of a UTF-8 character spelled out.
+local function spell_bytes(s)
+  local parts, i = {}, 1
+  while true do
+    local ok, bad = utf8.len(s, i)
+    if ok then break end
+    parts[#parts + 1] = s:sub(i, bad - 1)
+    parts[#parts + 1] = spell(s:sub(bad, bad))
+    i = bad + 1
+  end
+  parts[#parts + 1] = s:sub(i)
+  return table.concat(parts)
+end
 local function visible(s, keep_lines)
+  if not s:find("[%c\127\128-\255]") then return s end
+  if not utf8.len(s) then s = spell_bytes(s) end
   if not s:find("[%c\127\194\216\226]") then return s end
   s = s:gsub("[%c\127]", keep_lines and spell_kept or spell)
   s = s:gsub("\194[\128-\159]", code_point)                -- C1

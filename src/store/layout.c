@@ -177,16 +177,15 @@ mend_run_keys_outcome mend_store_upgrade_run_keys(const char *path, int despite_
                   "keys are a partial index from mend's first schema there, with nothing to do");
     return MEND_RUN_KEYS_FAILED;
   }
-  /* A path mistyped is no new database to make and call current. */
+  /* A path mistyped, or an empty file, is no new database to make and call current: the file
+   * SQLite opens (a "file:" URI's, %HH decoded) must be there, with mend's schema in it. */
   char file[4096];
-  const char *p = strncmp(path, "file:", 5) == 0 ? path + 5 : path;
-  mend__set_msg(file, (int)sizeof file, "%s", p);
-  if (p != path) file[strcspn(file, "?#")] = 0;
-  if (strcmp(path, ":memory:") != 0 && file[0] && access(file, F_OK) != 0) {
+  if (mend_store_where(path, file, sizeof file) == MEND_DB_FILE && access(file, F_OK) != 0) {
     mend__set_msg(err, errlen, "%s: no database there (%s)", path, strerror(errno));
     return MEND_RUN_KEYS_FAILED;
   }
-  mend_store *s = mend__sqlite_open(path, MEND_DURABILITY_FULL, err, errlen);
+  int none = 0;
+  mend_store *s = mend__sqlite_open_ex(path, MEND_DURABILITY_FULL, &none, err, errlen);
   if (!s) return MEND_RUN_KEYS_FAILED;
   mend_run_keys_outcome r = upgrade(s, despite_leases, err, errlen);
   mend_store_close(s);

@@ -164,33 +164,34 @@ static int open_db(mend_store *s, mend_durability durability) {
  * -shm file next to the database: name the likelier cause for a person (a folder that does not
  * exist, or a file or folder that is read-only). */
 static void explain_open_failure(mend_store *s) {
-  if (strcmp(s->path, ":memory:") == 0 || s->path[0] == 0) return;
-  char dir[4096];
-  mend__set_msg(dir, sizeof dir, "%s", s->path);
+  /* the file SQLite opened: a "file:" URI's path, not the name's text */
+  char file[4096], dir[4096];
+  if (mend_store_where(s->path, file, sizeof file) != MEND_DB_FILE || file[0] == 0) return;
+  mend__set_msg(dir, sizeof dir, "%s", file);
   char *slash = strrchr(dir, '/');
   if (slash) *(slash == dir ? slash + 1 : slash) = 0;
   else mend__set_msg(dir, sizeof dir, ".");
   size_t n = strlen(s->err);
   int room = (int)(sizeof s->err - n);
   struct stat st;
-  if (stat(s->path, &st) == 0 && S_ISDIR(st.st_mode)) {
-    size_t len = strlen(s->path);
-    while (len > 1 && s->path[len - 1] == '/') len--;
+  if (stat(file, &st) == 0 && S_ISDIR(st.st_mode)) {
+    size_t len = strlen(file);
+    while (len > 1 && file[len - 1] == '/') len--;
     mend__set_msg(s->err + n, room, " (it is a folder: a database is a file; give a path in it, "
-                  "as %.*s/mend.db)", (int)len, s->path);
+                  "as %.*s/mend.db)", (int)len, file);
     return;
   }
-  if (access(s->path, F_OK) == 0 && access(s->path, W_OK) != 0) {
+  if (access(file, F_OK) == 0 && access(file, W_OK) != 0) {
     int why = errno;
     char shm[4200];
-    mend__set_msg(shm, sizeof shm, "%s-shm", s->path);
+    mend__set_msg(shm, sizeof shm, "%s-shm", file);
     /* SQLite's own cause is then the -shm file's (ENOENT: it could not be made), which reads
      * as if the database were missing: say what is missing and why it is needed. */
     if (access(shm, F_OK) != 0)
       mend__set_msg(s->err, (int)sizeof s->err, "%s: cannot open: the file is read-only (%s), and "
                     "its %s-shm file, which a database in WAL mode needs even to be read, is not "
                     "there and cannot be made: open it where it can be written, or copy it",
-                    s->path, strerror(why), s->path);
+                    s->path, strerror(why), file);
     else
       mend__set_msg(s->err + n, room, " (the file is read-only: %s)", strerror(why));
   } else if (access(dir, W_OK) != 0) {

@@ -10,9 +10,15 @@
 
 /* The runs a prune takes: ended (succeeded, compensated, failed, resolved), last updated before
  * ?1, of status ?2 if given. Never running or compensating, and never needs_attention: a run in
- * the dead-letter queue waits for a person, who resolves it first. */
-#define PRUNE_RUNS "SELECT id FROM runs WHERE status IN ('succeeded', 'compensated', 'failed', " \
-                   "'resolved') AND updated < ?1 AND (?2 IS NULL OR status = ?2)"
+ * the dead-letter queue waits for a person, who resolves it first. Nor a child run while a run
+ * above it has not ended (or is a dead letter): that run may still compensate it, which reopens
+ * its row. */
+#define PRUNE_RUNS                                                                             \
+  "SELECT id FROM runs p WHERE status IN ('succeeded', 'compensated', 'failed', 'resolved')"   \
+  " AND updated < ?1 AND (?2 IS NULL OR status = ?2) AND (parent_run IS NULL OR NOT EXISTS ("  \
+  "WITH RECURSIVE up(id) AS (SELECT p.parent_run UNION SELECT r.parent_run FROM runs r"        \
+  " JOIN up ON r.id = up.id WHERE r.parent_run IS NOT NULL) SELECT 1 FROM runs r JOIN up"      \
+  " ON r.id = up.id WHERE r.status IN ('running', 'compensating', 'needs_attention')))"
 
 /* Prunes are rare: their statements are prepared when used, not at open. Runs sql with the
  * prune's two parameters; with `counts`, adds each row's (name, count) to it, or, for a one

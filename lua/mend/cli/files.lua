@@ -123,13 +123,14 @@ end
 -- ".lua") is a name first when DIR/NAME.lua is there: a script or a folder called as the
 -- workflow where the command runs (a service's code beside it) is no workflow file; `./NAME`
 -- names such a file. A folder opens as a file would, and is no workflow file either.
+-- The file, and true when it is DIR/NAME.lua found by the name; or nil and DIR/NAME.lua.
 function M.workflow_file(o, workflow)
   local dir = o.workflows or "workflows"
   if not workflow:find("/", 1, true) and not workflow:find("%.lua$") and #workflow <= 512 then
     local named = io.open(dir .. "/" .. workflow .. ".lua", "rb")
     if named then
       named:close()
-      return dir .. "/" .. workflow .. ".lua"
+      return dir .. "/" .. workflow .. ".lua", true
     end
   end
   local f = io.open(workflow, "rb")
@@ -151,7 +152,29 @@ function M.workflow_file(o, workflow)
   f = io.open(path, "rb")
   if not f then return nil, path end
   f:close()
-  return path
+  return path, true
+end
+
+-- DIR/NAME.lua, found by NAME, declares workflow `declared`: a file of DIR that declares NAME
+-- is the workflow a worker serving DIR runs under that name, so which is meant is not guessed.
+-- Only the files whose text holds NAME are looked at (loaded: their top level runs); file is
+-- loaded again after them, in case one declared `declared` too.
+function M.refuse_named_other(eng, o, workflow, file, declared)
+  local dir = o.workflows or "workflows"
+  local files = list_files(dir) or {}
+  local own, loaded = text_of(file), false
+  for _, other in ipairs(files) do
+    local text = other ~= file and text_of(other)
+    if text and text ~= own and text:find(workflow, 1, true) then
+      loaded = true
+      local ok, name = pcall(eng.load, eng, other)
+      if ok and name == workflow then
+        fail("%s declares workflow %s, and %s declares workflow %s: give the file to start",
+             file, declared, other, workflow)
+      end
+    end
+  end
+  if loaded then eng:load(file) end
 end
 
 -- Loads each of files, as a worker would (its top-level code runs), into found[] (those that

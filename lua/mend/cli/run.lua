@@ -101,9 +101,12 @@ function M.start(o, workflow)
   local input = base.decode_input(o.input)
   check_key(o)
   local by = base.who(o, "start")
-  local file, path = files.workflow_file(o, workflow)
+  local file, found = files.workflow_file(o, workflow)   -- found: by the name, or the path
   return with_engine(base.sandboxed(o, { db = o.db, durability = o.durability }), function(eng)
-    local name = file and eng:load(file) or files.load_named(eng, o, workflow, path)
+    local name = file and eng:load(file) or files.load_named(eng, o, workflow, found)
+    if file and found and name ~= workflow then
+      files.refuse_named_other(eng, o, workflow, file, name)
+    end
     local id, existed = base.call(eng.start, eng, name, input,
                                   { key = o.key, detached = true, who = by })
     -- stdout holds the id alone, for scripts; a key that was used before is told on stderr (a

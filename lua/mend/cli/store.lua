@@ -26,7 +26,12 @@ local function duration_flag(o, name)
   if not n then
     usage_error(o._command, "--%s must be a duration like 30d, 12h, 90m or 45s, got %s", name, v)
   end
-  return tonumber(n) * ({ s = 1, m = 60, h = 3600, d = 86400, w = 604800 })[unit]
+  local seconds = tonumber(n) * ({ s = 1, m = 60, h = 3600, d = 86400, w = 604800 })[unit]
+  -- a run of digits too long for a double reads as infinity: no time is that long ago
+  if seconds == math.huge then
+    usage_error(o._command, "--%s must be a finite duration, got %s", name, v)
+  end
+  return seconds
 end
 
 local function print_pruned(r)
@@ -87,7 +92,9 @@ end
 -- workflows (a sandboxed engine's among them) is trusted again; said on stderr what it means.
 function M.db_trust(o)
   existing_db(o.db)
-  local how = mend.trust_db(o.db)
+  -- called by pcall, its refusal names no line of this file (it names the Lua line that calls)
+  local ok, how = pcall(mend.trust_db, o.db)
+  if not ok then base.fail("%s", base.refusal("mend.trust_db", how)) end
   if how == "unmarked" then
     out("%s: not marked sandboxed: nothing to do\n", o.db)
     return EXIT_OK

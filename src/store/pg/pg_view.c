@@ -522,9 +522,14 @@ char *mend__pg_view_version_script(PGconn *c, const char *workflow, const char *
 /* ---- prune ----------------------------------------------------------------------------- */
 
 /* The runs a prune takes: ended, last updated before $1, of status $2 if given; never
- * running, compensating or needs_attention (a dead letter waits for a person). */
-#define PRUNE_RUNS "SELECT id FROM runs WHERE status IN ('succeeded', 'compensated', 'failed'," \
-                   " 'resolved') AND updated < $1::float8 AND ($2::text IS NULL OR status = $2)"
+ * running, compensating or needs_attention (a dead letter waits for a person), nor a child run
+ * while a run above it has not ended or is a dead letter (it may still compensate the child). */
+#define PRUNE_RUNS                                                                             \
+  "SELECT id FROM runs p WHERE status IN ('succeeded', 'compensated', 'failed', 'resolved')"   \
+  " AND updated < $1::float8 AND ($2::text IS NULL OR status = $2) AND (parent_run IS NULL"    \
+  " OR NOT EXISTS (WITH RECURSIVE up(id) AS (SELECT p.parent_run UNION SELECT r.parent_run"    \
+  " FROM runs r JOIN up ON r.id = up.id WHERE r.parent_run IS NOT NULL) SELECT 1 FROM runs r"  \
+  " JOIN up ON r.id = up.id WHERE r.status IN ('running', 'compensating', 'needs_attention')))"
 
 /* Runs sql with the prune's two parameters; adds each row's (name, count) to counts, or for a
  * one-column row sets counts[key]. */
