@@ -89,7 +89,17 @@ get = b"GET /api/v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n"
 idle = socket.create_connection(("127.0.0.1", ]] .. port .. [[), timeout=20)
 idle.sendall(get + b"\r\n")
 got = b""
-while not got.endswith(b"0\r\n\r\n"): got += idle.recv(65536)   # its whole chunked answer
+def whole(got):   # its whole answer, by its Content-Length or its last chunk
+    head, sep, body = got.partition(b"\r\n\r\n")
+    if not sep: return False
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            return len(body) >= int(line.split(b":")[1])
+    return body.endswith(b"0\r\n\r\n")
+while not whole(got):
+    more = idle.recv(65536)
+    assert more, "the connection closed before its answer: %r" % got
+    got += more
 half = socket.create_connection(("127.0.0.1", ]] .. port .. [[), timeout=20)
 half.sendall(get)
 os.kill(]] .. pid .. [[, signal.SIGTERM)
