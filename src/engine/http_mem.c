@@ -1,0 +1,264 @@
+/*
+ * http_mem: libcurl's memory, when mend is the first in the process to set libcurl up. Every
+ * block libcurl asks for is a C library block with a 16-byte header whose second word is a tag
+ * naming its size class; a block freed on a thread that drives an engine's requests is kept in
+ * that thread's list of its class (at most HTTP_MEM_KEEP_BYTES a thread) for libcurl's next
+ * request of that size. libcurl 7.88 allocates and frees some thirty blocks a transfer, among
+ * them its 16 KiB receive buffer, whose request makes the C library consolidate the fast bins a
+ * Lua state's frees fill: through the C library alone these were ~7k instructions of a W9 run's
+ * ~116k on the loop thread (bench/README.md, perf29 and mem30).
+ * Must never: hand out a block smaller than asked; give the C library a block of its own with
+ * the header's offset (a block libcurl made before these functions were installed carries no
+ * tag, and goes back to the C library as it came); keep more than HTTP_MEM_KEEP_BYTES in a
+ * thread, or anything past the thread's end; be installed when libcurl was set up before (the
+ * host's choice stands), when malloc is not the C library's (another allocator's block has no
+ * size word before it to tell it from a tagged one), under AddressSanitizer or valgrind (which
+ * are to see curl's blocks made and freed), or when the code holding these functions could be
+ * unloaded while libcurl stays.
+ */
+#define _GNU_SOURCE 1   /* dladdr, dl_iterate_phdr, RTLD_DEFAULT */
+#include "http_int.h"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define HTTP_MEM_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define HTTP_MEM_ASAN 1
+#endif
+#endif
+
+#define HEAD 16                     /* keeps the C library's 16-byte alignment */
+#define SMALL 1024                  /* classes of 16 bytes up to this, then of 1 KiB */
+#define LARGE (32u << 10)           /* larger blocks go to the C library and back */
+#define CLASSES (SMALL / 16 + LARGE / 1024)
+#define BIG 0xffffu                 /* the class of a block of over LARGE */
+#define HTTP_MEM_KEEP_BYTES (2u << 20)
+#define THREADS 8                   /* threads that keep blocks; others give them back */
+
+/* The tag's top 16 bits. The C library keeps a chunk's size in the word before a block it hands
+ * out: below 2^48 always, so its top 16 bits are zero and never this. */
+#define MAGIC ((uint64_t)0xb1e5 << 48)
+#define TAG_OF(p) (((const uint64_t *)(p))[-1])
+#define OURS(t) (((t) & ~(uint64_t)0xffffffffffff) == MAGIC)
+
+/* A kept block's header: the next kept block of its class (so that a leak checker finds every
+ * kept block from the thread's list), then the tag. */
+typedef struct head { struct head *next; uint64_t tag; } head;
+
+typedef struct cache {
+  head *first[CLASSES];
+  size_t bytes;                     /* kept, headers included */
+} cache;
+
+/* Who keeps blocks: a thread in one of these slots, claimed by mend__http_mem_adopt on a thread
+ * that makes an engine's requests and given up by the thread's end (the key's destructor). A
+ * slot's thread is written only by its owner: another thread never reads its own id there. */
+static struct slot { _Atomic unsigned long thread; cache k; } slots[THREADS];
+static atomic_int installed;
+static pthread_key_t at_exit;
+
+static unsigned class_of(size_t n) {
+  if (n <= SMALL) return n ? (unsigned)((n - 1) / 16) : 0;
+  return SMALL / 16 + (unsigned)((n - SMALL - 1) / 1024);
+}
+static size_t class_size(unsigned c) {
+  if (c < SMALL / 16) return ((size_t)c + 1) * 16;
+  return SMALL + ((size_t)(c - SMALL / 16) + 1) * 1024;
+}
+
+static cache *mine(void) {
+  unsigned long self = (unsigned long)pthread_self();
+  for (int i = 0; i < THREADS; i++)
+    if (atomic_load_explicit(&slots[i].thread, memory_order_relaxed) == self) return &slots[i].k;
+  return NULL;
+}
+
+/* A thread's end: what it kept goes back to the C library and its slot is free again. */
+static void release(void *ud) {
+  struct slot *s = ud;
+  for (unsigned c = 0; c < CLASSES; c++)
+    while (s->k.first[c]) {
+      head *h = s->k.first[c];
+      s->k.first[c] = h->next;
+      free(h);
+    }
+  s->k.bytes = 0;
+  atomic_store_explicit(&s->thread, 0, memory_order_release);
+}
+
+static void *tagged(head *h, unsigned c) {
+  if (!h) return NULL;
+  h->tag = MAGIC | c;
+  return h + 1;
+}
+
+static void *mem_malloc(size_t n) {
+  if (n > LARGE) {
+    if (n > SIZE_MAX - HEAD) return NULL;
+    return tagged(malloc(HEAD + n), BIG);
+  }
+  unsigned c = class_of(n);
+  cache *k = mine();
+  if (k && k->first[c]) {
+    head *h = k->first[c];
+    k->first[c] = h->next;
+    k->bytes -= HEAD + class_size(c);
+    return h + 1;
+  }
+  return tagged(malloc(HEAD + class_size(c)), c);
+}
+
+static void mem_free(void *p) {
+  if (!p) return;
+  uint64_t t = TAG_OF(p);
+  if (!OURS(t)) {   /* made by the C library before these functions were libcurl's */
+    free(p);
+    return;
+  }
+  head *h = (head *)p - 1;
+  unsigned c = (unsigned)(t & 0xffff);
+  cache *k;
+  if (c == BIG || !(k = mine()) || k->bytes + HEAD + class_size(c) > HTTP_MEM_KEEP_BYTES) {
+    free(h);
+    return;
+  }
+  h->next = k->first[c];
+  k->first[c] = h;
+  k->bytes += HEAD + class_size(c);
+}
+
+static void *mem_realloc(void *p, size_t n) {
+  if (!p) return mem_malloc(n);
+  if (!n) n = 1;   /* C's realloc to 0 may free or not; curl never asks for it */
+  uint64_t t = TAG_OF(p);
+  if (!OURS(t)) return realloc(p, n);
+  head *h = (head *)p - 1;
+  unsigned c = (unsigned)(t & 0xffff);
+  if (c == BIG) {
+    if (n > LARGE) {
+      if (n > SIZE_MAX - HEAD) return NULL;
+      head *g = realloc(h, HEAD + n);
+      return g ? g + 1 : NULL;
+    }
+    void *q = mem_malloc(n);   /* shrunk into a class: n is the smaller size */
+    if (!q) return NULL;
+    memcpy(q, p, n);
+    free(h);
+    return q;
+  }
+  size_t have = class_size(c);
+  if (n <= have) return p;
+  void *q = mem_malloc(n);
+  if (!q) return NULL;
+  memcpy(q, p, have);
+  mem_free(p);
+  return q;
+}
+
+static void *mem_calloc(size_t k, size_t n) {
+  if (n && k > SIZE_MAX / n) return NULL;
+  void *p = mem_malloc(k * n);
+  if (p) memset(p, 0, k * n);
+  return p;
+}
+
+static char *mem_strdup(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *p = mem_malloc(n);
+  if (p) memcpy(p, s, n);
+  return p;
+}
+
+/* valgrind's tools that keep the heap (memcheck, massif, helgrind...) move the C library's
+ * malloc to their own at its address, which dlsym cannot tell; each preloads an object named
+ * vgpreload_TOOL beside every tool's vgpreload_core (callgrind's only: the heap is glibc's). */
+static int names_vg_heap(struct dl_phdr_info *i, size_t size, void *ud) {
+  (void)size;
+  (void)ud;
+  const char *n = i->dlpi_name ? strstr(i->dlpi_name, "/vgpreload_") : NULL;
+  return n && strncmp(n, "/vgpreload_core", 15) != 0;
+}
+
+/* Whether the process's malloc, free, realloc and calloc are the C library's own (no allocator
+ * preloaded or linked into the program, no valgrind): only then is the word before a block not
+ * ours its chunk's size. */
+static int libc_allocates(void) {
+  if (dl_iterate_phdr(names_vg_heap, NULL)) return 0;
+  void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+  if (!libc) return 0;
+  static const char *const names[] = { "malloc", "free", "realloc", "calloc" };
+  int same = 1;
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    void *used = dlsym(RTLD_DEFAULT, names[i]), *its = dlsym(libc, names[i]);
+    if (!used || used != its) same = 0;
+  }
+  dlclose(libc);
+  return same;
+}
+
+/* Whether addr is in the program itself (the first object dl_iterate_phdr names), which is
+ * never unloaded. */
+struct in_main { uintptr_t addr; int first, found; };
+static int main_has(struct dl_phdr_info *i, size_t size, void *ud) {
+  (void)size;
+  struct in_main *m = ud;
+  if (!m->first) return 1;
+  m->first = 0;
+  for (int k = 0; k < i->dlpi_phnum; k++) {
+    const ElfW(Phdr) *ph = &i->dlpi_phdr[k];
+    uintptr_t lo = i->dlpi_addr + ph->p_vaddr;
+    if (ph->p_type == PT_LOAD && m->addr >= lo && m->addr < lo + ph->p_memsz) m->found = 1;
+  }
+  return 1;
+}
+
+/* These functions stay mapped as long as libcurl may call them: in the program itself, or in
+ * a shared object (the Lua module) marked never to be unloaded. 0: they may go. */
+static int pinned(void) {
+  Dl_info info;
+  if (!dladdr((void *)mem_malloc, &info) || !info.dli_fname) return 0;
+  struct in_main m = { (uintptr_t)mem_malloc, 1, 0 };
+  dl_iterate_phdr(main_has, &m);
+  if (m.found) return 1;
+  /* the handle is left open on purpose: with it the object is never unloaded */
+  return dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE) != NULL;
+}
+
+void mend__http_global_init(void) {
+#ifdef HTTP_MEM_ASAN
+  const int allowed = 0;
+#else
+  const char *want = getenv("MEND_CURL_MEMORY");   /* "libc": the C library's, as curl's own */
+  const int allowed = !want || strcmp(want, "libc") != 0;
+#endif
+  if (allowed && libc_allocates() && pinned() && pthread_key_create(&at_exit, release) == 0) {
+    curl_global_init_mem(CURL_GLOBAL_DEFAULT, mem_malloc, mem_free, mem_realloc, mem_strdup,
+                         mem_calloc);
+    /* a list libcurl makes now tells whether these functions are its (it was not set up) */
+    struct curl_slist *probe = curl_slist_append(NULL, "probe");
+    if (probe && OURS(TAG_OF(probe))) atomic_store(&installed, 1);
+    curl_slist_free_all(probe);
+    return;
+  }
+  curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+void mend__http_mem_adopt(void) {
+  if (!atomic_load(&installed) || mine()) return;
+  unsigned long self = (unsigned long)pthread_self();
+  for (int i = 0; i < THREADS; i++) {
+    unsigned long none = 0;
+    if (atomic_compare_exchange_strong(&slots[i].thread, &none, self)) {
+      if (pthread_setspecific(at_exit, &slots[i])) release(&slots[i]);
+      return;
+    }
+  }
+}
