@@ -8,7 +8,11 @@
  *           thread of its own: they must go back to the C library exactly;
  *   unload  the host uses libcurl after the Lua state that set it up was closed (Lua unloads
  *           the module then): mend's functions must still be mapped;
- *   inited  the host set libcurl up first: mend must leave libcurl's memory alone.
+ *   inited  the host set libcurl up first: mend must leave libcurl's memory alone;
+ *   cleanup the host calls curl_global_cleanup once too many (for the setup it thought its
+ *           first curl_easy_init made) while an engine lives, then uses libcurl again (which
+ *           sets libcurl up anew, on the C library's functions): the engine's requests and
+ *           close must still run.
  * Each case checks whether mend's functions are libcurl's (a block's tag, the word before it),
  * so that a case cannot pass without the path it is about.
  */
@@ -161,6 +165,57 @@ static int case_inited(const char *cpath, const char *path) {
   return 0;
 }
 
+static lua_State *state_at(const char *cpath, const char *path) {
+  lua_State *L = luaL_newstate();
+  luaL_openlibs(L);
+  lua_getglobal(L, "package");
+  lua_pushstring(L, cpath);
+  lua_setfield(L, -2, "cpath");
+  lua_pushstring(L, path);
+  lua_setfield(L, -2, "path");
+  lua_pop(L, 1);
+  return L;
+}
+
+static const char open_lua[] =
+  "local mend = require 'mend'\n"
+  "eng = mend.engine{ db = ':memory:', clock = 'virtual' }\n"
+  "eng:register{ name = 'w', steps = { { name = 's', execute = function()\n"
+  "  for _ = 1, 5 do pcall(mend.http, { url = 'http://127.0.0.1:1/x', timeout = 5 }) end\n"
+  "  end } } }\n"
+  "local id = eng:start('w', {})\n"
+  "eng:run()\n"
+  "assert(eng:status(id).status == 'succeeded')\n";
+
+static const char again_lua[] =
+  "local id = eng:start('w', {})\n"
+  "eng:run()\n"
+  "assert(eng:status(id).status == 'succeeded')\n"
+  "eng:close()\n";
+
+static int case_cleanup(const char *cpath, const char *path) {
+  lua_State *L = state_at(cpath, path);
+  if (luaL_dostring(L, open_lua) != LUA_OK) {
+    fprintf(stderr, "FAIL: %s\n", lua_tostring(L, -1));
+    return 1;
+  }
+  printf("libcurl's memory functions: %s\n", mend_allocates() == 1 ? "mend's" : "the C library's");
+  curl_global_cleanup();   /* the host's, for a setup it did not make */
+  CURL *c = curl_easy_init();   /* sets libcurl up anew */
+  if (!c) {
+    fprintf(stderr, "FAIL: curl_easy_init\n");
+    return 1;
+  }
+  curl_easy_cleanup(c);
+  if (luaL_dostring(L, again_lua) != LUA_OK) {
+    fprintf(stderr, "FAIL: %s\n", lua_tostring(L, -1));
+    return 1;
+  }
+  lua_close(L);
+  printf("ok: an engine outlived the host's extra curl_global_cleanup\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   printf("skipped: a sanitizer's allocator is not the C library's (mend leaves libcurl's)\n");
@@ -173,6 +228,7 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "before")) return case_before(argv[2], argv[3]);
   if (!strcmp(argv[1], "unload")) return case_unload(argv[2], argv[3]);
   if (!strcmp(argv[1], "inited")) return case_inited(argv[2], argv[3]);
+  if (!strcmp(argv[1], "cleanup")) return case_cleanup(argv[2], argv[3]);
   fprintf(stderr, "test_curl_memory: no case %s\n", argv[1]);
   return 2;
 }
