@@ -13,13 +13,14 @@
  *           first curl_easy_init made) while an engine lives, then uses libcurl again (which
  *           sets libcurl up anew, on the C library's functions): the engine's requests and
  *           close must still run.
- * Each case checks whether mend's functions are libcurl's (a block's tag, the word before it),
- * so that a case cannot pass without the path it is about.
+ * Each case checks whether mend's functions are libcurl's (mend_allocates), so that a case
+ * cannot pass without the path it is about.
  */
 #include <curl/curl.h>
 #include <lauxlib.h>
 #include <lua.h>
 #include <lualib.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -68,14 +69,27 @@ static int run_state(const char *cpath, const char *path) {
   return 0;
 }
 
-/* Whether libcurl's blocks now carry mend's tag (http_mem.c: 0xb1e5 in the top 16 bits of the
- * word before the block; the C library keeps a size below 2^48 there). */
+/* Whether libcurl's memory is mend's: a string libcurl copies and frees on this thread (one that
+ * ran an engine's requests) is then kept by mend and comes back as libcurl's next copy of that
+ * size, though the C library handed out a block of that size in between; on the C library's
+ * functions that block is the freed string itself (its per-thread cache is last in, first out),
+ * or when that cache is full neither is. */
 static int mend_allocates(void) {
-  struct curl_slist *l = curl_slist_append(NULL, "probe");
+  char text[201];
+  memset(text, 'a', sizeof text - 1);
+  text[sizeof text - 1] = 0;
+  struct curl_slist *l = curl_slist_append(NULL, text);
   if (!l) return -1;
-  int ours = (((const uint64_t *)(void *)l)[-1] >> 48) == 0xb1e5;
+  uintptr_t first = (uintptr_t)l->data;
+  size_t u = malloc_usable_size(l->data);
   curl_slist_free_all(l);
-  return ours;
+  void *between = malloc(u);
+  l = curl_slist_append(NULL, text);
+  if (!between || !l) return -1;
+  int kept = (uintptr_t)l->data == first && (uintptr_t)between != first;
+  curl_slist_free_all(l);
+  free(between);
+  return kept;
 }
 
 static void *edit_and_drop(void *ud) {
@@ -199,7 +213,10 @@ static int case_cleanup(const char *cpath, const char *path) {
     fprintf(stderr, "FAIL: %s\n", lua_tostring(L, -1));
     return 1;
   }
-  printf("libcurl's memory functions: %s\n", mend_allocates() == 1 ? "mend's" : "the C library's");
+  if (mend_allocates() != 1) {
+    fprintf(stderr, "FAIL: mend did not give libcurl its memory functions\n");
+    return 1;
+  }
   curl_global_cleanup();   /* the host's, for a setup it did not make */
   CURL *c = curl_easy_init();   /* sets libcurl up anew */
   if (!c) {

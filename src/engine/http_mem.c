@@ -1,26 +1,27 @@
 /*
  * http_mem: libcurl's memory, when mend is the first in the process to set libcurl up. Every
- * block libcurl asks for is a C library block with a 16-byte header whose second word is a tag
- * naming its size class; a block freed on a thread that drives an engine's requests is kept in
- * that thread's list of its class (at most HTTP_MEM_KEEP_BYTES a thread) for libcurl's next
- * request of that size. libcurl 7.88 allocates and frees some thirty blocks a transfer, among
- * them its 16 KiB receive buffer, whose request makes the C library consolidate the fast bins a
- * Lua state's frees fill: through the C library alone these were ~7k instructions of a W9 run's
- * ~116k on the loop thread (bench/README.md, perf29 and mem30).
- * Must never: hand out a block smaller than asked; give the C library a block of its own with
- * the header's offset (a block libcurl made before these functions were installed carries no
- * tag, and goes back to the C library as it came); keep more than HTTP_MEM_KEEP_BYTES in a
+ * block libcurl gets is a C library block as malloc made it, with no header: a block freed on a
+ * thread that drives an engine's requests is kept in that thread's list of the size class its
+ * usable size (malloc_usable_size) fills (at most HTTP_MEM_KEEP_BYTES a thread), for libcurl's
+ * next request of that size. libcurl 7.88 allocates and frees some thirty blocks a transfer,
+ * among them its 16 KiB receive buffer, whose request makes the C library consolidate the fast
+ * bins a Lua state's frees fill: through the C library alone these were ~5k instructions of a
+ * W9 run's ~116k on the loop thread (bench/README.md, mem30). Since each block is the C
+ * library's own, either side may free it: a block libcurl made before these functions were its
+ * comes back here, and one of these goes back to the C library's free when a host sets libcurl
+ * up anew on it (after one curl_global_cleanup too many).
+ * Must never: hand out a block smaller than asked; keep more than HTTP_MEM_KEEP_BYTES in a
  * thread, or anything past the thread's end; be installed when libcurl was set up before (the
- * host's choice stands), when malloc is not the C library's (another allocator's block has no
- * size word before it to tell it from a tagged one), under AddressSanitizer or valgrind (which
- * are to see curl's blocks made and freed), or when the code holding these functions could be
- * unloaded while libcurl stays.
+ * host's choice stands), when malloc is not the C library's (malloc_usable_size would not be
+ * its), under AddressSanitizer or valgrind's heap tools (which are to see curl's blocks made and
+ * freed), or when the code holding these functions could be unloaded while libcurl stays.
  */
 #define _GNU_SOURCE 1   /* dladdr, dl_iterate_phdr, RTLD_DEFAULT */
 #include "http_int.h"
 
 #include <dlfcn.h>
 #include <link.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -35,36 +36,25 @@
 #endif
 #endif
 
-#define HEAD 16                     /* keeps the C library's 16-byte alignment */
 #define SMALL 1024                  /* classes of 16 bytes up to this, then of 1 KiB */
 #define LARGE (32u << 10)           /* larger blocks go to the C library and back */
-#define CLASSES (SMALL / 16 + LARGE / 1024)
-#define BIG 0xffffu                 /* the class of a block of over LARGE */
+#define CLASSES (SMALL / 16 + (LARGE - SMALL) / 1024)
 #define HTTP_MEM_KEEP_BYTES (2u << 20)
 #define THREADS 8                   /* threads that keep blocks; others give them back */
 
-/* The tag's top 16 bits. The C library keeps a chunk's size in the word before a block it hands
- * out: below 2^48 always, so its top 16 bits are zero and never this. */
-#define MAGIC ((uint64_t)0xb1e5 << 48)
-#define TAG_OF(p) (((const uint64_t *)(p))[-1])
-#define OURS(t) (((t) & ~(uint64_t)0xffffffffffff) == MAGIC)
-
-/* A kept block's header: the next kept block of its class (so that a leak checker finds every
- * kept block from the thread's list), then the tag. */
-typedef struct head { struct head *next; uint64_t tag; } head;
-
 typedef struct cache {
-  head *first[CLASSES];
-  size_t bytes;                     /* kept, headers included */
+  void *first[CLASSES];             /* a kept block's first word links the next */
+  size_t bytes;
 } cache;
 
 /* Who keeps blocks: a thread in one of these slots, claimed by mend__http_mem_adopt on a thread
  * that makes an engine's requests and given up by the thread's end (the key's destructor). A
  * slot's thread is written only by its owner: another thread never reads its own id there. */
 static struct slot { _Atomic uintptr_t thread; cache k; } slots[THREADS];
-static atomic_int installed;
 static pthread_key_t at_exit;
+static int ours;                    /* these functions given to libcurl (set once, under uv_once) */
 
+/* The class a request of n bytes (1 <= n <= LARGE) takes: the smallest that holds it. */
 static unsigned class_of(size_t n) {
   if (n <= SMALL) return n ? (unsigned)((n - 1) / 16) : 0;
   return SMALL / 16 + (unsigned)((n - SMALL - 1) / 1024);
@@ -72,6 +62,12 @@ static unsigned class_of(size_t n) {
 static size_t class_size(unsigned c) {
   if (c < SMALL / 16) return ((size_t)c + 1) * 16;
   return SMALL + ((size_t)(c - SMALL / 16) + 1) * 1024;
+}
+/* The class a block of u usable bytes can serve: the largest it holds; CLASSES: none. */
+static unsigned class_held(size_t u) {
+  if (u < 16 || u > LARGE + 1023) return CLASSES;
+  if (u < SMALL + 1024) return (unsigned)(u < SMALL ? u / 16 : SMALL / 16) - 1;
+  return SMALL / 16 - 1 + (unsigned)((u - SMALL) / 1024);
 }
 
 /* A thread's id: its thread pointer where the compiler reads it in one instruction (what glibc's
@@ -97,85 +93,60 @@ static void release(void *ud) {
   struct slot *s = ud;
   for (unsigned c = 0; c < CLASSES; c++)
     while (s->k.first[c]) {
-      head *h = s->k.first[c];
-      s->k.first[c] = h->next;
-      free(h);
+      void *b = s->k.first[c];
+      s->k.first[c] = *(void **)b;
+      free(b);
     }
   s->k.bytes = 0;
   atomic_store_explicit(&s->thread, 0, memory_order_release);
 }
 
-static void *tagged(head *h, unsigned c) {
-  if (!h) return NULL;
-  h->tag = MAGIC | c;
-  return h + 1;
-}
-
 static void *mem_malloc(size_t n) {
-  if (n > LARGE) {
-    if (n > SIZE_MAX - HEAD) return NULL;
-    return tagged(malloc(HEAD + n), BIG);
-  }
+  if (n > LARGE) return malloc(n);
   unsigned c = class_of(n);
   cache *k = mine();
   if (k && k->first[c]) {
-    head *h = k->first[c];
-    k->first[c] = h->next;
-    k->bytes -= HEAD + class_size(c);
-    return h + 1;
+    void *b = k->first[c];
+    k->first[c] = *(void **)b;
+    k->bytes -= class_size(c);
+    return b;
   }
-  return tagged(malloc(HEAD + class_size(c)), c);
+  return malloc(class_size(c));
 }
 
 static void mem_free(void *p) {
   if (!p) return;
-  uint64_t t = TAG_OF(p);
-  if (!OURS(t)) {   /* made by the C library before these functions were libcurl's */
+  cache *k = mine();
+  unsigned c;
+  if (!k || (c = class_held(malloc_usable_size(p))) == CLASSES ||
+      k->bytes + class_size(c) > HTTP_MEM_KEEP_BYTES) {
     free(p);
     return;
   }
-  head *h = (head *)p - 1;
-  unsigned c = (unsigned)(t & 0xffff);
-  cache *k;
-  if (c == BIG || !(k = mine()) || k->bytes + HEAD + class_size(c) > HTTP_MEM_KEEP_BYTES) {
-    free(h);
-    return;
-  }
-  h->next = k->first[c];
-  k->first[c] = h;
-  k->bytes += HEAD + class_size(c);
+  *(void **)p = k->first[c];
+  k->first[c] = p;
+  k->bytes += class_size(c);
 }
 
+/* Within the block's room it stays (curl's buffers grow a little at a time), unless a large
+ * block would keep most of its room unused; a larger one moves into a class, or past LARGE to
+ * the C library's realloc (every block is one of its blocks). */
 static void *mem_realloc(void *p, size_t n) {
   if (!p) return mem_malloc(n);
   if (!n) n = 1;   /* C's realloc to 0 may free or not; curl never asks for it */
-  uint64_t t = TAG_OF(p);
-  if (!OURS(t)) return realloc(p, n);
-  head *h = (head *)p - 1;
-  unsigned c = (unsigned)(t & 0xffff);
-  if (c == BIG) {
-    if (n > LARGE) {
-      if (n > SIZE_MAX - HEAD) return NULL;
-      head *g = realloc(h, HEAD + n);
-      return g ? g + 1 : NULL;
-    }
-    void *q = mem_malloc(n);   /* shrunk into a class: n is the smaller size */
-    if (!q) return NULL;
-    memcpy(q, p, n);
-    free(h);
-    return q;
-  }
-  size_t have = class_size(c);
-  if (n <= have) return p;
+  size_t u = malloc_usable_size(p);
+  if (n <= u && (u <= LARGE || n > u / 2)) return p;
+  if (n > LARGE) return realloc(p, n);
   void *q = mem_malloc(n);
   if (!q) return NULL;
-  memcpy(q, p, have);
+  memcpy(q, p, n < u ? n : u);
   mem_free(p);
   return q;
 }
 
 static void *mem_calloc(size_t k, size_t n) {
   if (n && k > SIZE_MAX / n) return NULL;
+  if (k * n > LARGE) return calloc(k, n);
   void *p = mem_malloc(k * n);
   if (p) memset(p, 0, k * n);
   return p;
@@ -198,14 +169,15 @@ static int names_vg_heap(struct dl_phdr_info *i, size_t size, void *ud) {
   return n && strncmp(n, "/vgpreload_core", 15) != 0;
 }
 
-/* Whether the process's malloc, free, realloc and calloc are the C library's own (no allocator
- * preloaded or linked into the program, no valgrind): only then is the word before a block not
- * ours its chunk's size. */
+/* Whether the process's malloc, free, realloc, calloc and malloc_usable_size are the C library's
+ * own (no allocator preloaded or linked into the program, no valgrind): only then does a block
+ * either side made go back to the other's free, and tell its size. */
 static int libc_allocates(void) {
   if (dl_iterate_phdr(names_vg_heap, NULL)) return 0;
   void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
   if (!libc) return 0;
-  static const char *const names[] = { "malloc", "free", "realloc", "calloc" };
+  static const char *const names[] = { "malloc", "free", "realloc", "calloc",
+                                       "malloc_usable_size" };
   int same = 1;
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
     void *used = dlsym(RTLD_DEFAULT, names[i]), *its = dlsym(libc, names[i]);
@@ -253,17 +225,16 @@ void mend__http_global_init(void) {
   if (allowed && libc_allocates() && pinned() && pthread_key_create(&at_exit, release) == 0) {
     curl_global_init_mem(CURL_GLOBAL_DEFAULT, mem_malloc, mem_free, mem_realloc, mem_strdup,
                          mem_calloc);
-    /* a list libcurl makes now tells whether these functions are its (it was not set up) */
-    struct curl_slist *probe = curl_slist_append(NULL, "probe");
-    if (probe && OURS(TAG_OF(probe))) atomic_store(&installed, 1);
-    curl_slist_free_all(probe);
+    ours = 1;
     return;
   }
   curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
 void mend__http_mem_adopt(void) {
-  if (!atomic_load(&installed) || mine()) return;
+  /* a slot claimed while libcurl was set up before (curl_global_init_mem then does nothing) is
+   * never used, and given up at the thread's end */
+  if (!ours || mine()) return;
   uintptr_t self = self_id();
   for (int i = 0; i < THREADS; i++) {
     uintptr_t none = 0;
