@@ -25,6 +25,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -215,14 +216,39 @@ static int pinned(void) {
   return dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE) != NULL;
 }
 
+/* A child of fork has only the thread that forked: another thread's slot is a dead thread's,
+ * whose id a new thread may be given (glibc reuses the stacks), and whose lists the fork may
+ * have caught half changed. They are forgotten (the child's copies of their blocks stay). */
+static void forget_others(void) {
+  uintptr_t self = self_id();
+  for (int i = 0; i < THREADS; i++) {
+    uintptr_t t = atomic_load_explicit(&slots[i].thread, memory_order_relaxed);
+    if (t && t != self) {
+      memset(&slots[i].k, 0, sizeof slots[i].k);
+      atomic_store_explicit(&slots[i].thread, 0, memory_order_relaxed);
+    }
+  }
+}
+
+/* MEND_CURL_MEMORY: unset, empty or "mend": these functions where they may be; "libc": the C
+ * library's, as libcurl's own. Another value is named on stderr and read as "libc". */
+static int wanted(void) {
+  const char *v = getenv("MEND_CURL_MEMORY");
+  if (!v || !*v || strcmp(v, "mend") == 0) return 1;
+  if (strcmp(v, "libc") != 0)
+    fprintf(stderr, "mend: MEND_CURL_MEMORY=%.40s is neither mend nor libc: libcurl's memory "
+                    "is left the C library's\n", v);
+  return 0;
+}
+
 void mend__http_global_init(void) {
 #ifdef HTTP_MEM_ASAN
-  const int allowed = 0;
+  const int allowed = 0 && wanted();   /* AddressSanitizer is to see every block */
 #else
-  const char *want = getenv("MEND_CURL_MEMORY");   /* "libc": the C library's, as curl's own */
-  const int allowed = !want || strcmp(want, "libc") != 0;
+  const int allowed = wanted();
 #endif
-  if (allowed && libc_allocates() && pinned() && pthread_key_create(&at_exit, release) == 0) {
+  if (allowed && libc_allocates() && pinned() && pthread_key_create(&at_exit, release) == 0 &&
+      pthread_atfork(NULL, NULL, forget_others) == 0) {
     curl_global_init_mem(CURL_GLOBAL_DEFAULT, mem_malloc, mem_free, mem_realloc, mem_strdup,
                          mem_calloc);
     ours = 1;
