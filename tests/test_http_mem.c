@@ -75,6 +75,25 @@ static void *a_thread(void *ud) {
   return k ? (void *)1 : NULL;
 }
 
+/* The bound in memory, not in class sizes: a thread freeing the C library's blocks of 2040
+ * usable bytes (a host's header lines, say, through curl_slist_free_all) keeps at most
+ * HTTP_MEM_KEEP_BYTES of them, counted as the C library holds them. */
+static void *bound_in_memory(void *ud) {
+  (void)ud;
+  mend__http_mem_adopt();
+  cache *k = mine();
+  if (!k) return NULL;
+  for (int i = 0; i < 4096; i++) mem_free(malloc(2040));
+  size_t room = 0;
+  for (unsigned c = 0; c < CLASSES; c++)
+    for (void *b = k->first[c]; b; b = *(void **)b) room += malloc_usable_size(b);
+  if (room > HTTP_MEM_KEEP_BYTES)
+    fprintf(stderr, "kept %zu bytes of the C library's, counted %zu, bound %u\n", room,
+            k->bytes, HTTP_MEM_KEEP_BYTES);
+  CHECK(room <= HTTP_MEM_KEEP_BYTES);
+  return (void *)1;
+}
+
 static void foreign(void) {
   void *m;
   CHECK(posix_memalign(&m, 4096, 100) == 0);
@@ -126,6 +145,12 @@ int main(void) {
     CHECK(pthread_create(&t, NULL, a_thread, NULL) == 0 && pthread_join(t, &got) == 0 && got);
   }
   CHECK(held() == 0);
+  {
+    pthread_t t;
+    void *got = NULL;
+    CHECK(pthread_create(&t, NULL, bound_in_memory, NULL) == 0 && pthread_join(t, &got) == 0 &&
+          got);
+  }
   mend__http_mem_adopt();
   foreign();
   /* a slot of a thread the child of a fork lacks: in the child only this thread's remains */
