@@ -43,9 +43,13 @@
 #define HTTP_MEM_KEEP_BYTES (2u << 20)
 #define THREADS 8                   /* threads that keep blocks; others give them back */
 
+/* A kept block's first bytes (every block has room for 16): the next kept block of its class,
+ * then its own room as malloc_usable_size said it. */
+typedef struct kept { struct kept *next; size_t room; } kept;
+
 typedef struct cache {
-  void *first[CLASSES];             /* a kept block's first word links the next */
-  size_t bytes;
+  kept *first[CLASSES];
+  size_t bytes;                     /* the kept blocks' room */
 } cache;
 
 /* Who keeps blocks: a thread in one of these slots, claimed by mend__http_mem_adopt on a thread
@@ -94,8 +98,8 @@ static void release(void *ud) {
   struct slot *s = ud;
   for (unsigned c = 0; c < CLASSES; c++)
     while (s->k.first[c]) {
-      void *b = s->k.first[c];
-      s->k.first[c] = *(void **)b;
+      kept *b = s->k.first[c];
+      s->k.first[c] = b->next;
       free(b);
     }
   s->k.bytes = 0;
@@ -107,9 +111,9 @@ static void *mem_malloc(size_t n) {
   unsigned c = class_of(n);
   cache *k = mine();
   if (k && k->first[c]) {
-    void *b = k->first[c];
-    k->first[c] = *(void **)b;
-    k->bytes -= class_size(c);
+    kept *b = k->first[c];
+    k->first[c] = b->next;
+    k->bytes -= b->room;
     return b;
   }
   return malloc(class_size(c));
@@ -118,15 +122,18 @@ static void *mem_malloc(size_t n) {
 static void mem_free(void *p) {
   if (!p) return;
   cache *k = mine();
+  size_t u;
   unsigned c;
-  if (!k || (c = class_held(malloc_usable_size(p))) == CLASSES ||
-      k->bytes + class_size(c) > HTTP_MEM_KEEP_BYTES) {
+  if (!k || (c = class_held(u = malloc_usable_size(p))) == CLASSES ||
+      k->bytes + u > HTTP_MEM_KEEP_BYTES) {
     free(p);
     return;
   }
-  *(void **)p = k->first[c];
-  k->first[c] = p;
-  k->bytes += class_size(c);
+  kept *b = p;
+  b->next = k->first[c];
+  b->room = u;
+  k->first[c] = b;
+  k->bytes += u;
 }
 
 /* Within the block's room it stays (curl's buffers grow a little at a time), unless a large
