@@ -208,7 +208,7 @@ static int on_curl_timer(CURLM *multi, long ms, void *ud) {
   return 0;
 }
 
-static void global_init(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
+static void global_init(void) { mend__http_global_init(); }
 
 /* A variable as curl_getenv reads it: unset and empty alike are none. A value that could not
  * be copied sets *lost: read as none, it would send every later request past its proxy. */
@@ -252,6 +252,7 @@ struct mend_http *mend__http_state(mend_engine *E) {
   if (E->http) return E->http;
   static uv_once_t once = UV_ONCE_INIT;
   uv_once(&once, global_init);
+  mend__http_mem_adopt();
   struct mend_http *H = calloc(1, sizeof *H);
   if (!H) return NULL;
   H->E = E;

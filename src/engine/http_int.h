@@ -147,6 +147,11 @@ struct http_req {
 };
 
 
+/* http_mem.c: libcurl set up (once a process), with its memory in mend's size classes when
+ * nothing set it up before; a thread that makes requests keeps freed blocks for the next */
+void mend__http_global_init(void);
+void mend__http_mem_adopt(void);
+
 /* http.c */
 int mend__http_grow(char **buf, size_t *cap, size_t need);
 struct mend_http *mend__http_state(mend_engine *E);   /* made at the first request */
