@@ -4,7 +4,8 @@
  * headers) N times to one URL, at most C requests in flight on one libcurl multi handle with
  * kept-alive connections, and nothing else: no engine, no store, no Lua. Prints one JSON line,
  * with the CPU time the requests took (cpu_s: the client is one thread), which the machine's
- * load moves far less than its wall-clock time.
+ * load moves far less than its wall-clock time, and the connections it opened (connects: C
+ * when every connection was kept alive, N when the server closed each after its answer).
  * With BODY (a printf format with one %d, the request's number), it sends that body instead:
  * W12 starts runs through mend serve's API with it. A request fails unless answered 2xx.
  *
@@ -71,6 +72,7 @@ int main(int argc, char **argv) {
   struct slot *slots = calloc((size_t)c, sizeof *slots);
   if (!multi || !slots) return 1;
   int sent = 0, done = 0, failed = 0;
+  long connects = 0;
   double t0 = now(), cpu0 = cpu_now();
   for (int i = 0; i < c; i++) {
     slots[i].easy = curl_easy_init();
@@ -87,6 +89,9 @@ int main(int argc, char **argv) {
       long status = 0;
       curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&s);
       curl_easy_getinfo(m->easy_handle, CURLINFO_RESPONSE_CODE, &status);
+      long opened = 0;
+      curl_easy_getinfo(m->easy_handle, CURLINFO_NUM_CONNECTS, &opened);
+      connects += opened;
       if (m->data.result != CURLE_OK || status / 100 != 2) failed++;
       done++;
       curl_multi_remove_handle(multi, s->easy);
@@ -96,7 +101,7 @@ int main(int argc, char **argv) {
   }
   double secs = now() - t0, cpu = cpu_now() - cpu0;
   printf("{\"requests\":%d,\"concurrency\":%d,\"seconds\":%.3f,\"rps\":%.1f,\"cpu_s\":%.4f,"
-         "\"failed\":%d}\n", n, c, secs, n / secs, cpu, failed);
+         "\"connects\":%ld,\"failed\":%d}\n", n, c, secs, n / secs, cpu, connects, failed);
   for (int i = 0; i < c; i++) {
     curl_easy_cleanup(slots[i].easy);
     curl_slist_free_all(slots[i].headers);

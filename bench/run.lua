@@ -989,22 +989,33 @@ W.W12 = function(o)
   end
   local ok, r = pcall(function()
     assert(base, "W12: mend serve did not start: " .. (w12_read(out) or ""))
+    -- the server's CPU (user + system) in clock ticks of 10 ms, from /proc: per start, it is
+    -- what the load on a shared machine moves least
+    local function server_ticks()
+      local st = w12_read("/proc/" .. pid .. "/stat") or ""
+      local u, k = st:match("^%d+ %b() %S+" .. string.rep(" %S+", 10) .. " (%d+) (%d+)")
+      return (tonumber(u) or 0) + (tonumber(k) or 0)
+    end
     local function api(n, c)
+      local ticks = server_ticks()
       local q = io.popen(string.format("%s %s %d %d %s", sh_quote(exe), sh_quote(base .. "/api/v1/runs"),
         n, c, sh_quote('{"workflow":"w12","input":{"i":%d}}')))
       local line = q:read("a")
       q:close()
       local t = json.decode(line:match("(%b{})") or "{}")
       assert(t.rps and t.failed == 0, "W12: starts through the API failed: " .. line)
-      return t.rps
+      return t.rps, t.connects, (server_ticks() - ticks) * 10 / n, t.cpu_s * 1000 / n
     end
-    local c1 = api(o.n, 1)
-    local cn = api(o.n, HTTP_CONCURRENCY)
+    local c1, c1_connects, c1_server_ms, c1_client_ms = api(o.n, 1)
+    local cn, cn_connects, cn_server_ms, cn_client_ms = api(o.n, HTTP_CONCURRENCY)
     local recorded = tonumber(sql_rows(o.db, "SELECT count(*) FROM runs")[1][1])
     assert(recorded == 2 * o.n, "W12: " .. recorded .. " runs recorded, not " .. 2 * o.n)
     return result(o, {
       runs_per_s = round(cn, 1), api_runs_per_s = round(cn, 1), api_c1_runs_per_s = round(c1, 1),
       concurrency = HTTP_CONCURRENCY,
+      api_connects = cn_connects, api_c1_connects = c1_connects,
+      api_server_cpu_ms = round(cn_server_ms, 4), api_c1_server_cpu_ms = round(c1_server_ms, 4),
+      api_client_cpu_ms = round(cn_client_ms, 4), api_c1_client_cpu_ms = round(c1_client_ms, 4),
       start_detached_runs_per_s = round(o.n / detached_s, 1),
       start_runs_per_s = round(o.n / start_s, 1),
       api_of_detached = round(cn / (o.n / detached_s), 3), latency = "none" })

@@ -135,6 +135,7 @@ describe("a run's row locked by another PostgreSQL session", function()
     for _, answer in ipairs({ cancel, resolve }) do
       code, body = answer()
       assert.are.equal(503, code, json.encode(body))
+      assert.are.equal("busy", body.error.code, json.encode(body))   -- send it again
       assert.matches("is locked by another session", body.error.message)
     end
     release_all()

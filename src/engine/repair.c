@@ -185,7 +185,9 @@ static int hold_status(mend_engine *E, const char *id, const char *status, const
   if (!record && (rc > 0 || mend_store_batch_open(E->store))) mend__commit_now(E);
   else mend__kick(E);
   if (rc < 0) {
-    E->refusal = MEND_REFUSED_STORE;
+    /* The look gave up for another's lock and wrote nothing: the caller may send it again
+     * (503 busy), as under SQLite's write lock; on PostgreSQL no mark of the store says so. */
+    E->refusal = MEND_REFUSED_BUSY;
     return mend_errorf(err, errlen, "%s", mend_store_errmsg(E->store));
   }
   E->refusal = found[0] ? MEND_REFUSED_STATE : MEND_REFUSED_NOT_FOUND;

@@ -188,6 +188,13 @@ typedef struct mend_pg {
 #define PG(s) ((mend_pg *)(void *)(s))
 /* How long a repair's look waits for a run's row another session holds, unless told. */
 #define PG_BUSY_MS 5000
+/* The least a look on a loop (a busy wait shorter than this: mend serve's 0.1 s) waits for a
+ * run's row: another server's repair of the run holds it from its own look until its batch
+ * commits, which on a loaded machine takes longer than 0.1 s: a look that gave up sooner
+ * would answer 503 where the user relies on a 409 (docs/http-api.md). Below the server's
+ * default deadlock_timeout (1 s), so that the look gives up before the server looks for a
+ * deadlock it would be part of (pg_lease.c). */
+#define PG_LOOP_LOOK_MS 500
 /* How long one try of a batch on the writer thread waits for another session's lock before it
  * is rolled back and tried again (pg_wait.c); on the caller's thread, busy_ms if shorter.
  * Longer than the server's deadlock_timeout (1 s by default; write_wait_ms when the server's

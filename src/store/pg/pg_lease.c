@@ -393,10 +393,11 @@ static int look_exec(mend_pg *p, const char *sql) {
 
 /* The run's row locked in the open batch's transaction until it commits: another server's
  * repair of it waits for that, then reads what this one wrote. The lock is waited for only
- * busy_ms (lock_timeout set for this look alone, in a savepoint of its own): another session's
- * lock held longer (psql left open) rolls back to that savepoint only, and the batch, with the
- * writes before it, goes on to commit. After it the transaction keeps a bound of the same
- * length for the repair's own writes (pg_wait.c says what a batch that meets it does). */
+ * busy_ms, or PG_LOOP_LOOK_MS on a loop whose busy wait is shorter (lock_timeout set for this
+ * look alone, in a savepoint of its own): another session's lock held longer (psql left open)
+ * rolls back to that savepoint only, and the batch, with the writes before it, goes on to
+ * commit. After it the transaction keeps a bound of the same length for a command's repair's
+ * own writes (pg_wait.c says what a batch that meets it does). */
 int mend__pg_hold_status(mend_store *s, const char *id, const char *status, char *found, int len) {
   mend_pg *p = PG(s);
   found[0] = 0;
@@ -404,6 +405,7 @@ int mend__pg_hold_status(mend_store *s, const char *id, const char *status, char
   if (mend__pg_begin(p) != 0) return -1;
   char set[96];
   int ms = p->busy_ms > 0 ? p->busy_ms : PG_BUSY_MS;
+  if (ms < PG_LOOP_LOOK_MS) ms = PG_LOOP_LOOK_MS;
   snprintf(set, sizeof set, "SAVEPOINT mend_look; SET LOCAL lock_timeout = %d", ms);
   if (look_exec(p, set) != 0) return -1;
   p->tx_savepoints++;   /* a subtransaction of its own: counted with the flushes' (pg_batch.c) */
