@@ -52,7 +52,7 @@ static const char run_lua[] =
   "assert(said[1]:find('127.0.0.1'), said[1])\n"
   "assert(said[#said]:find('not http or https'), said[#said])\n";
 
-static int run_state(const char *cpath, const char *path) {
+static lua_State *state_at(const char *cpath, const char *path) {
   lua_State *L = luaL_newstate();
   luaL_openlibs(L);
   lua_getglobal(L, "package");
@@ -61,6 +61,11 @@ static int run_state(const char *cpath, const char *path) {
   lua_pushstring(L, path);
   lua_setfield(L, -2, "path");
   lua_pop(L, 1);
+  return L;
+}
+
+static int run_state(const char *cpath, const char *path) {
+  lua_State *L = state_at(cpath, path);
   if (luaL_dostring(L, run_lua) != LUA_OK) {
     fprintf(stderr, "FAIL: %s\n", lua_tostring(L, -1));
     return 1;
@@ -181,18 +186,6 @@ static int case_inited(const char *cpath, const char *path) {
   curl_global_cleanup();
   printf("ok: a libcurl the host set up kept the C library's allocator\n");
   return 0;
-}
-
-static lua_State *state_at(const char *cpath, const char *path) {
-  lua_State *L = luaL_newstate();
-  luaL_openlibs(L);
-  lua_getglobal(L, "package");
-  lua_pushstring(L, cpath);
-  lua_setfield(L, -2, "cpath");
-  lua_pushstring(L, path);
-  lua_setfield(L, -2, "path");
-  lua_pop(L, 1);
-  return L;
 }
 
 static const char open_lua[] =
