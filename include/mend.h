@@ -274,6 +274,13 @@ MEND_API int mend_trust_db(const char *db_path, int *was_marked, char *err, size
  * is "not told". */
 #define MEND_WHO_MAX 256
 
+/* How deep child runs nest: a run started by a step (`child = "name"`) is one deeper than its
+ * parent, a run started otherwise is at depth 0. A child step whose child would be deeper than
+ * MEND_CHILD_DEPTH_MAX fails with a fatal error naming the depth and the chain of workflows
+ * (its run compensates), so that a workflow that starts itself ends instead of filling the
+ * database with runs. */
+#define MEND_CHILD_DEPTH_MAX 32
+
 /* Loads a workflow script (a Lua file returning a definition). On success copies the
  * workflow's name into name_out (if not NULL; MEND_NAME_MAX + 1 bytes hold any): a name_len
  * too small for it is MEND_EINVAL, name_out "", the workflow loaded all the same.
