@@ -376,7 +376,8 @@ MEND_API int mend_engine_run_all(mend_engine *engine);
  * budget; mend_engine_signal() to a run in memory joins the next batch (see there). Not
  * bounded by the tick: mend_engine_start() with a run key, and a signal to a run named by
  * its key or kept out of memory (parked), commit before they return.
- * MEND_ESTORE if the database failed. */
+ * MEND_EINVAL for a budget that is NaN, negative or infinite (nothing done; 0 does the first
+ * piece); MEND_ESTORE if the database failed. */
 MEND_API int mend_engine_tick(mend_engine *engine, double budget);
 
 /* What a tick did and what it left undone, so that a host can give more time in a quiet frame
