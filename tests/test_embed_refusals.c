@@ -279,6 +279,15 @@ static void it_refuses_what_no_call_can_use(void) {
   CHECK_EQ_INT(mend_engine_complete(E, NULL, NULL), MEND_EINVAL);
   CHECK_EQ_INT(mend_engine_signal(E, id, NULL, NULL, NULL), MEND_EINVAL);
   CHECK(strstr(mend_engine_errmsg(E), "name is NULL") != NULL);
+  /* a payload past MEND_EVENT_DATA_MAX, from a host as from any sender */
+  char *big = malloc(MEND_EVENT_DATA_MAX + 2);
+  CHECK(big != NULL);
+  memset(big, ' ', MEND_EVENT_DATA_MAX + 1);
+  big[0] = '1';
+  big[MEND_EVENT_DATA_MAX + 1] = '\0';
+  CHECK_EQ_INT(mend_engine_signal(E, id, "go", big, NULL), MEND_EINVAL);
+  CHECK(strstr(mend_engine_errmsg(E), "over the limit of 1048576 (MEND_EVENT_DATA_MAX") != NULL);
+  free(big);
   CHECK_EQ_INT(mend_engine_register_function(E, "f", NULL, NULL), MEND_EINVAL);
   CHECK(strstr(mend_engine_errmsg(E), "register_function") != NULL);
   CHECK_EQ_INT(mend_engine_start(E, NULL, NULL, NULL, id, NULL), MEND_EINVAL);
