@@ -7,7 +7,8 @@
  * its own child's), taking that outcome as the step's,
  * compensating a child that succeeded when its parent compensates (the child run is reopened
  * and its own saga reversed: its history tells it), and cancelling a running child with its
- * parent. Must never: start two children for one step; take a child's outcome outside the
+ * parent; it bounds how deep children nest (MEND_CHILD_DEPTH_MAX). Must never: start two
+ * children for one step; start one past that depth; take a child's outcome outside the
  * batch that records the step's end; keep a coroutine for a waiting parent.
  */
 #include "engine_int.h"
