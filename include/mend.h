@@ -274,6 +274,19 @@ MEND_API int mend_trust_db(const char *db_path, int *was_marked, char *err, size
  * is "not told". */
 #define MEND_WHO_MAX 256
 
+/* How deep child runs nest: a run started by a step (`child = "name"`) is one deeper than its
+ * parent, a run started otherwise is at depth 0. A child step whose child would be deeper than
+ * MEND_CHILD_DEPTH_MAX fails with a fatal error naming the depth and the chain of workflows
+ * (its run compensates), so that a workflow that starts itself ends instead of filling the
+ * database with runs. */
+#define MEND_CHILD_DEPTH_MAX 32
+/* The most bytes of JSON text an event's payload may have, from any sender (the C and Lua
+ * APIs, `mend signal --data`, POST /api/v1/runs/{id}/events): 1 MiB, `mend serve`'s default
+ * --max-body. A larger one is MEND_EINVAL, nothing sent: an event is kept in the inbox and in
+ * the run's history, and a run carries it in memory; put a large document elsewhere and send
+ * its reference. */
+#define MEND_EVENT_DATA_MAX (1024 * 1024)
+
 /* Loads a workflow script (a Lua file returning a definition). On success copies the
  * workflow's name into name_out (if not NULL; MEND_NAME_MAX + 1 bytes hold any): a name_len
  * too small for it is MEND_EINVAL, name_out "", the workflow loaded all the same.
@@ -369,7 +382,8 @@ MEND_API int mend_engine_run_all(mend_engine *engine);
  * budget; mend_engine_signal() to a run in memory joins the next batch (see there). Not
  * bounded by the tick: mend_engine_start() with a run key, and a signal to a run named by
  * its key or kept out of memory (parked), commit before they return.
- * MEND_ESTORE if the database failed. */
+ * MEND_EINVAL for a budget that is NaN, negative or infinite (nothing done; 0 does the first
+ * piece); MEND_ESTORE if the database failed. */
 MEND_API int mend_engine_tick(mend_engine *engine, double budget);
 
 /* What a tick did and what it left undone, so that a host can give more time in a quiet frame
@@ -478,8 +492,9 @@ MEND_API int mend_engine_resolve_dead_letter(mend_engine *engine, const char *ru
  * good: it compensates next), waiting for no event any more; MEND_EINVAL: bad JSON (a key
  * given twice in one object or nesting past 100 levels is, as in mend_engine_start), a key or
  * run key that is "", a name, key, run id or run key that is not UTF-8 (the message names
- * which), or a name of mend's own ("mend.token" or "mend.child", alone or followed by
- * ":STEP": a token's outcome and a child's end come under them).
+ * which), a payload over MEND_EVENT_DATA_MAX bytes, or a name of mend's own ("mend.token"
+ * or "mend.child", alone or followed by ":STEP": a token's outcome and a child's end come
+ * under them).
  * by_key: the run is the one started with that run key. Being durable on return, a signal
  * commits (in MEND_SYNC_FULL, an fsync) on the caller's thread, after the batch the commit
  * thread may be writing. Except in an engine that ticks (mend_engine_tick), to a run it holds

@@ -61,6 +61,22 @@ describe("where a database name's database is", function()
     end
   end)
 
+  -- opening a named pipe blocks until a writer comes: the commands hung in their check
+  it("refuses a named pipe or a folder as a database, by name or a file: URI, at once", function()
+    local dir = H.tmp_dir()
+    assert.are.equal(0, H.shell(("mkfifo %s/pipe.db && mkdir %s/dir.db"):format(H.quote(dir),
+                                                                            H.quote(dir))))
+    for _, db in ipairs { dir .. "/pipe.db", "file:" .. dir .. "/pipe.db?mode=ro", "pipe.db",
+                          dir .. "/dir.db" } do
+      for _, args in ipairs { "status r1", "runs", "db trust" } do
+        local rc, out = H.shell(("cd %s && timeout 10 %s %s --db %s 2>&1"):format(H.quote(dir),
+                                H.MEND, args, H.quote(db)))
+        assert.are.equal(1, rc, args .. " " .. db .. ": " .. out)
+        assert.matches("mend: database " .. db .. " is not a regular file", out, 1, true)
+      end
+    end
+  end)
+
   it("tells mend.trust_db and mend.db_mark of no database at a file: URI's file", function()
     local dir = H.tmp_dir()
     local uri = "file:" .. dir .. "/a%20b.db"

@@ -210,6 +210,21 @@ describe("a step with wait_for", function()
     assert.matches("an event needs a name", err)
   end)
 
+  it("refuses a payload over 1 MiB of JSON (MEND_EVENT_DATA_MAX), naming the limit", function()
+    local eng, db = H.new_engine()
+    eng:register(quest())
+    local id = eng:start("quest", { quest = "rats" })
+    -- the text of { s = "..." } is 8 bytes more than the string
+    local ok, err = pcall(eng.signal, eng, id, "boss_killed", { s = ("x"):rep(1024 * 1024 - 7) })
+    assert.is_false(ok)
+    assert.matches("the event's payload is 1048577 bytes of JSON, over the limit of 1048576 "
+                   .. "(MEND_EVENT_DATA_MAX, 1 MiB)", err, 1, true)
+    assert.are.same({}, inbox(db, id))
+    assert.are.equal("sent", (eng:signal(id, "boss_killed", { s = ("x"):rep(1024 * 1024 - 8) })))
+    eng:run()
+    assert.are.equal(1024 * 1024 - 8, #step(eng, id, "kill").result.s)
+  end)
+
   -- A run whose group has a branch failed for good stays `running` while its other branches
   -- stop, then compensates: it waits for no event any more, as a compensating run does not, and
   -- every sender is told so (the engine that holds it, another process, the HTTP API) rather
@@ -320,6 +335,10 @@ describe("mend signal with a real worker", function()
     rc, out = mend_cmd(db, "signal " .. id .. " boss_killed --data '{bad'")
     assert.are.equal(1, rc)
     assert.matches("%-%-data is not JSON", out)
+    local big = H.write_file(dir, "big.json", '"' .. ("x"):rep(1024 * 1024) .. '"')
+    rc, out = mend_cmd(db, "signal " .. id .. " boss_killed --data @" .. q(big))
+    assert.are.equal(1, rc)
+    assert.matches("payload is 1048578 bytes of JSON, over the limit of 1048576", out, 1, true)
   end)
 
 

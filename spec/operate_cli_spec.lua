@@ -41,6 +41,12 @@ describe("mend runs, dlq and breakers", function()
     assert.are.equal(1, #json_of(db, "runs --since 1000000001"))   -- epoch seconds, in 2001
     assert.are.equal(0, #json_of(db, "runs --since 4000000000"))   -- a time not come yet
     assert.are.equal(1, #json_of(db, "runs --since 1h"))
+    assert.are.equal(1, #json_of(db, "runs --since 1.5h"))
+    for _, since in ipairs { "5.", ".5", "5.h" } do   -- as serve's since: digits both sides
+      local rc, out = mend_cmd(db, "runs --since " .. since)
+      assert.are.equal(2, rc, since)
+      assert.matches("--since must be like 90, 15m, 2h or 7d, got " .. since, out, 1, true)
+    end
     local dlq = json_of(db, "dlq")
     assert.are.equal("compensation_failed", dlq[1].reason)
     assert.are.equal("charge", dlq[1].step)

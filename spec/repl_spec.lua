@@ -212,6 +212,30 @@ dlq()
     for _, s in ipairs({ "", "-wal", "-shm", "-journal" }) do os.remove(db .. s) end
   end)
 
+  -- as `mend start NAME` refuses it: a file of workflows/ that declares NAME is what a worker
+  -- serving the folder runs under that name, not workflows/NAME.lua's other workflow
+  it("start(NAME) refuses when workflows/NAME.lua declares another and a file declares NAME",
+     function()
+    local dir = H.tmp_dir()
+    assert(require("lfs").mkdir(dir .. "/workflows"))
+    local src = "return { name = '%s', steps = { { name = 'a', execute = function() " ..
+                "return 1 end } } }"
+    H.write_file(dir .. "/workflows", "invoice.lua", src:format("billing"))
+    H.write_file(dir .. "/workflows", "new.lua", src:format("invoice"))
+    local errfile = os.tmpname()
+    local p = assert(io.popen(("cd %s && echo 'start(\"invoice\")' | %s repl 2>%s")
+      :format(quote(dir), quote(MEND), quote(errfile))))
+    local stdout = p:read("a")
+    p:close()
+    local stderr = slurp(errfile)
+    os.remove(errfile)
+    H.cleanup()
+    assert.are.equal("", stdout)
+    assert.are.equal("error: stdin:1: start: workflows/invoice.lua declares workflow billing, "
+                     .. "and workflows/new.lua declares workflow invoice: give the file to start\n",
+                     stderr)
+  end)
+
   it("lists its helpers with help(), and has usage and help as a command", function()
     local code, stdout = repl_run("help()\n")
     assert.are.equal(0, code)

@@ -40,10 +40,12 @@ describe("the HTTP API's query parameters and bodies", function()
     end
     refused(base, "/api/v1/runs?since=0x10", "bad_query", "^since must be a time")
     -- digits, a fraction after one '.', nothing else: no exponent, no inf
-    for _, v in ipairs { "1e3", "1E3", "inf", "1.2.3", ".", "5." .. "%20" } do
+    -- and digits on both sides of it: docs/http-api.md's rule
+    for _, v in ipairs { "1e3", "1E3", "inf", "1.2.3", ".", "5." .. "%20", ".5", "5." } do
       refused(base, "/api/v1/runs?since=" .. v, "bad_query", "^since must be a time")
     end
-    assert.are.equal(200, (get(base, "/api/v1/runs?since=5.")))
+    refused(base, "/api/v1/runs/" .. r.id .. "?wait=.5", "bad_query", "^wait must be a number")
+    assert.are.equal(200, (get(base, "/api/v1/runs?since=5.25")))
     refused(base, "/api/v1/runs/" .. r.id .. "?wait=1e1", "bad_query", "^wait must be a number")
     -- '+' is a space, as a form and URLSearchParams send it; "%2B" is a '+'
     refused(base, "/api/v1/runs?status=needs+attention", "bad_query", 'got "needs attention"$')

@@ -716,7 +716,7 @@ MEND_API int mend_engine_tick(mend_engine *engine, double budget) {
   PANIC_EXIT(engine);
   int rc = mend_engine_tick_for(engine, budget);
   PANIC_EXIT_END(engine);
-  return rc < 0 ? MEND_ESTORE : MEND_OK;
+  return rc == -2 ? MEND_EINVAL : rc < 0 ? MEND_ESTORE : MEND_OK;
 }
 
 MEND_API int mend_engine_tick_ex(mend_engine *engine, double budget, mend_tick_stats *stats,
@@ -727,6 +727,7 @@ MEND_API int mend_engine_tick_ex(mend_engine *engine, double budget, mend_tick_s
   PANIC_EXIT(engine);
   int rc = mend_engine_tick_with(engine, budget, &info);
   PANIC_EXIT_END(engine);
+  if (rc == -2) return MEND_EINVAL;   /* stats untouched */
   if (stats) {
     mend_tick_stats full = {info.seconds, info.actions, info.ready, info.timers_due,
                             info.committing, info.resumed, info.delivered, info.picked_up,

@@ -226,6 +226,7 @@ typedef struct mend_engine_tick_info {
   int lua_kb_begin, lua_kb_end;
   double pickup_seconds, work_seconds, gc_seconds, handoff_seconds;
 } mend_engine_tick_info;
+/* The turns done; -1 the engine broke; -2 a budget NaN, negative or infinite, refused. */
 int mend_engine_tick_with(mend_engine *E, double budget, mend_engine_tick_info *info);
 int mend_engine_tick_for(mend_engine *E, double budget);
 /* Seconds until the engine next has work: 0 now, -1 nothing scheduled. */

@@ -279,6 +279,15 @@ static void it_refuses_what_no_call_can_use(void) {
   CHECK_EQ_INT(mend_engine_complete(E, NULL, NULL), MEND_EINVAL);
   CHECK_EQ_INT(mend_engine_signal(E, id, NULL, NULL, NULL), MEND_EINVAL);
   CHECK(strstr(mend_engine_errmsg(E), "name is NULL") != NULL);
+  /* a payload past MEND_EVENT_DATA_MAX, from a host as from any sender */
+  char *big = malloc(MEND_EVENT_DATA_MAX + 2);
+  CHECK(big != NULL);
+  memset(big, ' ', MEND_EVENT_DATA_MAX + 1);
+  big[0] = '1';
+  big[MEND_EVENT_DATA_MAX + 1] = '\0';
+  CHECK_EQ_INT(mend_engine_signal(E, id, "go", big, NULL), MEND_EINVAL);
+  CHECK(strstr(mend_engine_errmsg(E), "over the limit of 1048576 (MEND_EVENT_DATA_MAX") != NULL);
+  free(big);
   CHECK_EQ_INT(mend_engine_register_function(E, "f", NULL, NULL), MEND_EINVAL);
   CHECK(strstr(mend_engine_errmsg(E), "register_function") != NULL);
   CHECK_EQ_INT(mend_engine_start(E, NULL, NULL, NULL, id, NULL), MEND_EINVAL);
@@ -293,6 +302,16 @@ static void it_refuses_what_no_call_can_use(void) {
   CHECK(mend_engine_time(E) == before);
   CHECK_EQ_INT(mend_engine_advance_clock(E, 2), MEND_OK);
   CHECK(mend_engine_time(E) == before + 2);
+  /* a tick's budget is a time too: NaN would make no deadline, a negative one a wrong one */
+  CHECK_EQ_INT(mend_engine_tick(E, 0.0 / 0.0), MEND_EINVAL);
+  CHECK(strstr(mend_engine_errmsg(E), "budget must be a finite number") != NULL);
+  CHECK_EQ_INT(mend_engine_tick(E, -1), MEND_EINVAL);
+  CHECK_EQ_INT(mend_engine_tick(E, 1.0 / 0.0), MEND_EINVAL);
+  mend_tick_stats ts = {0};
+  ts.actions = 7;
+  CHECK_EQ_INT(mend_engine_tick_stats(E, -0.5, &ts), MEND_EINVAL);
+  CHECK(ts.actions == 7);
+  CHECK_EQ_INT(mend_engine_tick(E, 0), MEND_OK);
   start(E, "plain", NULL, id);
   CHECK_EQ_INT(mend_engine_run_all(E), MEND_OK);
   CHECK_EQ_INT(mend_engine_history_json(E, id, &json), MEND_OK);

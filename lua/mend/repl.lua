@@ -19,6 +19,7 @@ local mend = require "mend"
 local show = require "mend.render"   -- how runs are shown, shared with the CLI
 local pages = require "mend.pages"   -- a run's history a page at a time, shared with the CLI
 local sim = require "mend.sim"
+local files = require "mend.cli.files"   -- how `mend start` finds a workflow by its name
 local json = mend.json
 
 local M = {}
@@ -360,8 +361,9 @@ local HELP = {
   { name = "start", usage = "start(name, input, opts)",
     line = "starts a run (opts.key: run key); returns its id",
     text = "Starts a run of a loaded workflow (a NAME.lua path, or workflows/NAME.lua for a "
-      .. "name not loaded yet, is loaded first) with the "
-      .. "input table (default {}) and returns its id; opts.key makes the start idempotent: "
+      .. "name not loaded yet, is loaded first; when that file declares another workflow "
+      .. "and a file of workflows/ declares NAME, the start is refused naming both, as "
+      .. "`mend start` does) with the input table (default {}) and returns its id; opts.key makes the start idempotent: "
       .. "the same key names the same run. On the virtual clock what is due at once is done "
       .. "and printed; advance() or run() does the rest.",
     example = 'id = start("playground", { amount = 30 }, { key = "order-1" })' },
@@ -548,7 +550,15 @@ function Session:helpers(env)
       local fh = io.open(file, "rb")
       if fh then   -- the file, never ./NAME (a folder named so); its workflow, by its own name
         fh:close()
-        name = eng:load(file)
+        local declared = eng:load(file)
+        if declared ~= name then
+          -- a file here that declares NAME is what a worker serves under it: as `mend start`
+          local ok, e = pcall(files.refuse_named_other, eng, {}, name, file, declared)
+          if not ok then
+            error("start: " .. (type(e) == "table" and e.message or tostring(e)), 0)
+          end
+        end
+        name = declared
       end
     end
     local id, existed = eng:start(name, input or {}, opts)

@@ -7,10 +7,13 @@
  * its own child's), taking that outcome as the step's,
  * compensating a child that succeeded when its parent compensates (the child run is reopened
  * and its own saga reversed: its history tells it), and cancelling a running child with its
- * parent. Must never: start two children for one step; take a child's outcome outside the
+ * parent; it bounds how deep children nest (MEND_CHILD_DEPTH_MAX). Must never: start two
+ * children for one step; start one past that depth; take a child's outcome outside the
  * batch that records the step's end; keep a coroutine for a waiting parent.
  */
 #include "engine_int.h"
+
+#include <mend.h>
 
 #include <jansson.h>
 #include <lauxlib.h>
@@ -80,6 +83,44 @@ static void load_kept_child(mend_engine *E, const char *name) {
   json_decref(versions);
 }
 
+/* Refuses a child that would nest deeper than MEND_CHILD_DEPTH_MAX: the chain of its parents
+ * is walked up in the store (a parent may be held by another worker). 1: refused, msg the
+ * fatal error naming the depth and the chain (root first); 0: it may start. */
+static int too_deep(mend_run *r, const char *child, char *msg, size_t len) {
+  mend_engine *E = r->E;
+  const char *names[MEND_CHILD_DEPTH_MAX + 1];
+  json_t *rows[MEND_CHILD_DEPTH_MAX + 1];
+  int n = 0;
+  char id[MEND_RUN_ID_LEN];
+  snprintf(id, sizeof id, "%s", mend__root(r)->id);
+  while (n <= MEND_CHILD_DEPTH_MAX) {
+    json_t *row = mend_store_run(E->store, id);
+    if (!row) break;   /* a store failure is the start's to meet */
+    rows[n] = row;
+    const char *wf = json_string_value(json_object_get(row, "workflow"));
+    names[n++] = wf ? wf : "?";
+    const char *up = json_string_value(json_object_get(row, "parent_run"));
+    if (!up) break;
+    snprintf(id, sizeof id, "%s", up);
+  }
+  int refused = n > MEND_CHILD_DEPTH_MAX;   /* the child would be at depth n */
+  if (refused) {
+    int w = snprintf(msg, len, "child %s refused: it would be at depth %d of child runs, past the "
+                     "bound of %d (chain: ", child, n, MEND_CHILD_DEPTH_MAX);
+    /* the chain root first; a long one keeps its two ends */
+    for (int k = n - 1; k >= 0 && w >= 0 && (size_t)w < len; k--) {
+      if (k < n - 3 && k > 2) {
+        if (k == n - 4) w += snprintf(msg + w, len - (size_t)w, "... -> ");
+        continue;
+      }
+      w += snprintf(msg + w, len - (size_t)w, "%s -> ", names[k]);
+    }
+    if (w >= 0 && (size_t)w < len) snprintf(msg + w, len - (size_t)w, "%s)", child);
+  }
+  for (int k = 0; k < n; k++) json_decref(rows[k]);
+  return refused;
+}
+
 void mend__start_child(mend_run *r, int i) {
   mend_engine *E = r->E;
   lua_State *L = E->L;
@@ -88,6 +129,11 @@ void mend__start_child(mend_run *r, int i) {
   st->attempts++;
   st->due = -1;
   mend__step_to(r, i, MEND_STEP_RUNNING, NULL, -1, NULL);
+  char deep[900];
+  if (too_deep(r, def->child, deep, sizeof deep)) {
+    fail_now(r, MEND_ERR_FATAL, deep);
+    return;
+  }
   load_kept_child(E, def->child);
   if (def->child_input_ref != LUA_NOREF) {
     lua_rawgeti(L, LUA_REGISTRYINDEX, def->child_input_ref);

@@ -162,6 +162,14 @@ static void tick_hand_off(mend_engine *E) {
  * always runs, or a budget smaller than one piece would never move. A piece that runs step
  * code runs it to its next wait: the instruction budget is what bounds that. */
 int mend_engine_tick_with(mend_engine *E, double budget, mend_engine_tick_info *info) {
+  /* NaN would make no deadline at all, and an infinite budget a tick that blocks while work
+   * keeps coming: neither is "about budget seconds". */
+  if (!(budget >= 0) || !isfinite(budget)) {
+    E->refusal = MEND_REFUSED_INVALID;
+    snprintf(E->errmsg, sizeof E->errmsg, "tick: budget must be a finite number of seconds >= 0, "
+             "got %g", budget);
+    return -2;
+  }
   double start = mend_real_now();
   E->turn_deadline = start + (budget > 0 ? budget : 0);
   E->tick_did = 0;

@@ -421,6 +421,13 @@ static int send_event(mend_engine *E, const char *id, const char *run_key, const
       mend__who_refused(E, who, err, errlen))
     return MEND_EVENT_EINVAL;
   char *text = NULL;
+  if (payload && strlen(payload) > MEND_EVENT_DATA_MAX) {
+    /* measured before it is parsed: a sender's 100 MB is not read, nor stored twice */
+    mend_errorf(err, errlen, "the event's payload is %zu bytes of JSON, over the limit of %d "
+                "(MEND_EVENT_DATA_MAX, 1 MiB): keep a large document elsewhere and send its "
+                "reference", strlen(payload), MEND_EVENT_DATA_MAX);
+    return MEND_EVENT_EINVAL;
+  }
   if (payload) {
     char jerr[300];
     json_t *v = mend_json_load_in(payload, strlen(payload), 0, "the event's payload", jerr,

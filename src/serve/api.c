@@ -253,14 +253,14 @@ int serve_query_count(serve_req *r, const char *name, long lo, long hi, long dfl
 }
 
 /* A number of seconds in a query, as every number there is written: digits, with a fraction
- * after one '.' ("1700000000.25"); -1 for anything else (strtod would take " 5", "+5", "0x5",
- * "1e3" and "inf"). */
+ * of digits after one '.' ("1700000000.25"); -1 for anything else (strtod would take " 5",
+ * "+5", "0x5", "1e3", "inf", ".5" and "5."). */
 static double decimal(const char *v) {
   size_t digits = strspn(v, "0123456789");
   const char *rest = v + digits;
   if (*rest == '.') {
     size_t fraction = strspn(rest + 1, "0123456789");
-    digits += fraction;
+    if (!fraction) return -1;
     rest += 1 + fraction;
   }
   if (!digits || *rest) return -1;

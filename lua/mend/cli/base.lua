@@ -83,6 +83,19 @@ end
 function M.existing_db(path)
   local kind, file = mend.db_where(path)
   if kind == "file" then
+    -- opening a named pipe blocks until a writer comes: what is no regular file is refused
+    -- before it is opened (a symbolic link to one is one)
+    local dir, name = file:match("^(.*)/([^/]+)$")
+    if not dir then dir, name = ".", file elseif dir == "" then dir = "/" end
+    local listed, names, regular = pcall(mend.listdir, dir)
+    if listed and not regular[name] then
+      for _, n in ipairs(names) do
+        if n == name then
+          fail("database %s is not a regular file (a named pipe, a folder or a device?): give "
+               .. "the database file", path)
+        end
+      end
+    end
     local f = io.open(file, "rb")
     if not f then fail("no database %s", path) end
     f:close()

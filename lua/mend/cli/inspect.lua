@@ -149,7 +149,9 @@ end
 -- --since takes seconds ago ("90", "15m", "2h", "7d") or a time since the epoch.
 local function parse_since(o)
   if o.since == nil then return nil end
-  local n, unit = o.since:match("^(%d+%.?%d*)([smhd]?)$")
+  -- as serve's since: digits, with a fraction of digits after one '.' ("5." and ".5" are not)
+  local n, unit = o.since:match("^(%d+)([smhd]?)$")
+  if not n then n, unit = o.since:match("^(%d+%.%d+)([smhd]?)$") end
   n = tonumber(n)
   if not n then usage_error(o._command, "--since must be like 90, 15m, 2h or 7d, got %s", o.since) end
   if unit == "" and n > 1e9 then return n end   -- already a time
