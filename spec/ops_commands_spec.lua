@@ -162,29 +162,6 @@ describe("mend prune", function()
     if not H.is_pg(db) then assert.are.same({ "ok" }, H.sql(db, "PRAGMA integrity_check")) end
   end)
 
-  -- On the virtual clock a run's history is the workflow's time (its day-long nap took a day),
-  -- but its row says when it was made and ended by the wall clock, as the prune (and `mend runs`,
-  -- the dashboard) that reads it goes by: a run ended a moment ago is there for --older-than 0s.
-  it("prunes right after a run the virtual clock ended a day ahead, its history kept a day long",
-     function()
-    local dir, db = setup()
-    H.write_file(dir, "nap.lua", [[return { name = "nap", steps = { { name = "nap", sleep = 86400 },
-      { name = "a", execute = function() return 1 end } } }]])
-    local before = os.time()
-    local id = run(dir, db, "nap", 0)
-    local rc, out = mend_cmd(db, "history " .. id .. " --json")
-    assert.are.equal(0, rc, out)
-    local h = mend.json.decode(out)
-    assert.is_true(h[#h].at - h[1].at >= 86400, out)
-    rc, out = mend_cmd(db, "status " .. id .. " --json")
-    assert.are.equal(0, rc, out)
-    local st = mend.json.decode(out)
-    assert.is_true(st.created >= before - 1 and st.updated <= os.time() + 1, out)
-    rc, out = mend_cmd(db, "prune --older-than 0s --json")
-    assert.are.equal(0, rc, out)
-    assert.are.same({ succeeded = 1 }, mend.json.decode(out).runs)
-  end)
-
   it("refuses what it cannot do, as usage errors (exit 2)", function()
     local _, db = setup()
     if not H.is_pg(db) then H.sql(db, "PRAGMA user_version") end   -- the file exists

@@ -223,9 +223,8 @@ static int engine_runs(lua_State *L) {
 }
 
 /* eng:prune{older_than = s, status =, dry_run =} -> {runs = {status = n}, steps =, history =,
- * dlq =, before =}: ended runs last updated before `before`, s seconds ago. A run's row carries
- * the wall clock's time (mend__row_time); a virtual clock moved past it counts too, so that a
- * simulation that advanced its clock has aged the runs it ended before.
+ * dlq =, before =}: ended runs last updated before `before`, s seconds ago on the engine's
+ * clock (see store.h).
  * [-0, +1, e] */
 static int engine_prune(lua_State *L) {
   mend_engine *E = mend_lua_engine(L, 1);
@@ -250,8 +249,7 @@ static int engine_prune(lua_State *L) {
   int dry = lua_toboolean(L, -1);
   lua_pop(L, 1);
   mend_store *st = mend_engine_store(E);
-  double now = mend_engine_now(E), wall = mend_real_now();
-  double before = (now > wall ? now : wall) - older;
+  double before = mend_engine_now(E) - older;
   json_t *v = mend_engine_prune(E, before, status, dry);
   if (!v) return mend__fail(L, "%s", mend_store_errmsg(st));   /* it names the prune */
   json_object_set_new(v, "before", json_real(before));

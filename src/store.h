@@ -18,10 +18,8 @@
  *   engine never acts on a run after it is reported lost. A person's repair (repairing) passes.
  * - Time. Leases are given as durations and kept on the backend's clock (SQLite: this host's
  *   wall clock; PostgreSQL: the server's now()), so that workers agree on who holds what
- *   whatever their clocks say. A run's created and updated are the wall clock's, on a virtual
- *   clock too (people read them); every other time in a record (at, due, sent, a step's
- *   updated) is the engine's clock. Both are stored as they are, never compared with the
- *   backend's.
+ *   whatever their clocks say. Every other time in a record (created, updated, at, due, sent)
+ *   is the engine's clock, stored as it is and never compared with the backend's.
  * - Views. Queries for people return jansson values (objects and arrays of plain fields) of the
  *   same shape on every backend, so that the Lua API, the CLI and the C API read one shape. The
  *   caller owns (decrefs) what is returned.

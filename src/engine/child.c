@@ -369,7 +369,7 @@ static void reopen_child(mend_run *r, int i, const char *id) {
    * run is the one reopened. One still going is being undone already. */
   mend_run *here = find_run(E, id);
   if (!here || mend_run_status_final(here->status)) {
-    int reopened = mend_store_reopen_run(E->store, id, UNDO_REASON, NULL, mend__row_time());
+    int reopened = mend_store_reopen_run(E->store, id, UNDO_REASON, NULL, mend_engine_now(E));
     if (reopened < 0) mend__store_failed(E);
     if (reopened == 1) {
       char detail[300];

@@ -478,9 +478,6 @@ void mend__write_step(mend_run *r, int i);
 void mend__drop_run(mend_run *r, int was_queued);
 void mend__give_back(mend_run *r, int was_queued, int was_running);
 double mend__lease_until(const mend_engine *E);
-/* The time a run's row says it was made or last changed: the wall clock's, on a virtual clock
- * too, since people and their tools (mend runs, the dashboard, mend prune) read it by theirs. */
-double mend__row_time(void);
 void mend__run_free(mend_run *r);
 /* r's cold fields, made (zeroed) when it has none; NULL when out of memory. */
 struct mend_run_cold *mend__run_cold(mend_run *r);

@@ -701,8 +701,7 @@ static int resolve_unavailable(mend_engine *E, const char *id, const char *who, 
   }
   double now = mend__entry_time(E, id);
   mend_store_repairing(E->store, 1);   /* nobody holds it: no lease to fence */
-  if (mend_store_update_run(E->store, id, "resolved", why, 0, mend__row_time(),
-                            "workflow_unavailable") ||
+  if (mend_store_update_run(E->store, id, "resolved", why, 0, now, "workflow_unavailable") ||
       mend_store_set_unavailable(E->store, id, NULL))
     mend__store_failed(E);
   mend_history_rec a = {
@@ -744,7 +743,7 @@ static int resolve(mend_engine *E, const char *id, const char *who, const char *
   const char *error = row ? json_string_value(json_object_get(row, "error")) : NULL;
   int attention = row ? json_is_true(json_object_get(row, "attention")) : 0;
   mend_store_repairing(E->store, 1);   /* a dead letter is nobody's: no lease to fence */
-  if (mend_store_update_run(E->store, id, "resolved", error, attention, mend__row_time(), reason))
+  if (mend_store_update_run(E->store, id, "resolved", error, attention, now, reason))
     mend__store_failed(E);
   json_decref(row);
   mend_history_rec h = {id, NULL, now, "run", "needs_attention", "resolved", 0, NULL,

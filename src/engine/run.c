@@ -56,8 +56,6 @@ mend_run *mend__run_new(mend_engine *E, mend_workflow *wf, const char *id) {
 
 double mend__lease_until(const mend_engine *E) { return mend_real_now() + E->lease_seconds; }
 
-double mend__row_time(void) { return mend_real_now(); }
-
 static int start_value(mend_engine *E, lua_State *L, const char *workflow, int input_idx,
                        const char *run_key, const char *who, char id_out[MEND_RUN_ID_LEN],
                        int *existed, int detached, char *err, int errlen);
@@ -178,7 +176,7 @@ static int start_value(mend_engine *E, lua_State *L, const char *workflow, int i
   }
   char id[MEND_RUN_ID_LEN];
   mend__new_run_id(E, id);
-  double now = mend__row_time();
+  double now = mend_engine_now(E);
   mend_run_rec rec = {id, wf->name, wf->version, wf->source, run_key, "running", input_json,
                       NULL, 0, now, now, detached ? NULL : E->owner, wf->step_names, wf->script,
                       record};

@@ -280,7 +280,7 @@ static void flag_attention(mend_run *r, int i, const mend_retry_policy *p, int f
   mend_engine *E = r->E;
   run->attention = 1;
   if (mend_store_update_run(E->store, run->id, mend_run_status_name(run->status), run->error, 1,
-                            mend__row_time(), run->reason))
+                            mend_engine_now(E), run->reason))
     mend__store_failed(E);
   mend__alert(run, "attention", i, "attention_after", msg);
 }

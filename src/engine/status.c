@@ -137,7 +137,7 @@ void mend__run_to(mend_run *r, mend_run_status to) {
   const char *from = mend_run_status_name(r->status);
   r->status = to;
   if (mend_store_update_run(r->E->store, r->id, mend_run_status_name(to), r->error, r->attention,
-                            mend__row_time(), r->reason))
+                            mend_engine_now(r->E), r->reason))
     mend__store_failed(r->E);
   mend__history(r, NULL, "run", from, mend_run_status_name(to), 0, NULL, -1, r->reason);
   log_transition(r, NULL, 0, from, mend_run_status_name(to), NULL);
