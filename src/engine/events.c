@@ -25,22 +25,22 @@ static mend_run *find_run(mend_engine *E, const char *id) { return mend__find_ru
 
 static int take_event_as(mend_run *r, int i, int committed);
 
-/* A running run that fails: a step of it failed for good and it compensates once what is in
- * flight ends (a group's or map's other branches stop first). r: held here; else row, the
- * store's view of it, whose steps (a group's branches, a map's items too) say so. */
+/* A running run that fails: a branch (an item) of its group (map) failed for good and it
+ * compensates once what is in flight ends (the other branches stop first). r: held here, whose
+ * group says so while it stops; else row, the store's view of it, whose branch or item rows
+ * (named GROUP/BRANCH) say so. A group's own row is not read: retried from the dead-letter
+ * queue, a group's branches run again while its row still says failed. */
 static int failing(mend_run *r, json_t *row) {
   if (r) {
     struct mend_group *G = MEND_COLD(r, group);
-    if (G && G->stopping) return 1;
-    for (int i = 0; i < r->wf->nsteps; i++)
-      if (r->steps[i].status == MEND_STEP_FAILED) return 1;
-    return 0;
+    return G && G->stopping;
   }
   size_t k;
   json_t *st;
   json_array_foreach(json_object_get(row, "steps"), k, st) {
     const char *s = json_string_value(json_object_get(st, "status"));
-    if (s && strcmp(s, "failed") == 0) return 1;
+    const char *name = json_string_value(json_object_get(st, "name"));
+    if (s && strcmp(s, "failed") == 0 && name && strchr(name, '/')) return 1;
   }
   return 0;
 }

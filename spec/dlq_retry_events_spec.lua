@@ -1,0 +1,59 @@
+-- A run retried from the dead-letter queue takes events again, and prune on a virtual clock
+-- measures runs by that clock: what a review of the failing-run refusal and of the runs' times
+-- on a virtual clock showed.
+local H = require "spec.helper"
+
+describe("a run retried from the dead-letter queue", function()
+  after_each(H.cleanup)
+
+  -- A group's branch failed with severity 3 (a dead letter, nothing compensated); a person
+  -- retries it and it succeeds: the run runs again and its other branch waits for an event.
+  -- The group's step still says `failed` in memory and in the store: it must not make the run
+  -- "failing" (every event refused, the run waiting for ever).
+  it("takes the event its group's branch waits for once the retried branch succeeds", function()
+    local mend = require "mend"
+    local down = true
+    local eng = H.new_engine()
+    eng:register { name = "grp", steps = {
+      { name = "g", parallel = {
+        { name = "a", execute = function()
+          if down then error(mend.compensable("x", { severity = 3 })) end
+          return 1
+        end },
+        { name = "b", wait_for = "go" } } },
+      { name = "after", execute = function() return 2 end } } }
+    local id = eng:start("grp", {})
+    eng:run()
+    assert.are.equal("needs_attention", eng:status(id).status)
+    down = false
+    eng:dlq_retry(id)
+    eng:run()
+    assert.are.equal("running", eng:status(id).status)
+    local ok, err = pcall(eng.signal, eng, id, "go")
+    assert.is_true(ok, err)
+    eng:run()
+    assert.are.equal("succeeded", eng:status(id).status)
+  end)
+end)
+
+describe("prune on a virtual clock", function()
+  after_each(H.cleanup)
+
+  -- A simulation of a month: run a ends on day 0, run b on day 28, prune on day 30 of runs
+  -- older than a week: b ended two days ago by the clock the runs were on, and stays.
+  it("keeps a run that ended two virtual days ago when it prunes runs older than a week",
+     function()
+    local eng = H.new_engine()
+    eng:register { name = "q", steps = { { name = "s", execute = function() return 1 end } } }
+    local a = eng:start("q", {})
+    eng:run()
+    eng:advance(28 * 86400)
+    local b = eng:start("q", {})
+    eng:run()
+    eng:advance(2 * 86400)
+    local r = eng:prune { older_than = 7 * 86400 }
+    assert.are.equal(1, r.runs.succeeded)
+    assert.is_nil(eng:status(a))
+    assert.are.equal("succeeded", eng:status(b).status)
+  end)
+end)
