@@ -78,6 +78,27 @@ describe("serve and signal at their edges", function()
   -- A stopping server closes a connection between requests at once: a client that keeps its
   -- connection (a browser) must not hold up the stop. One half-way through its request still
   -- gets its answer.
+  -- An event's 1 MiB counts its data as eng:signal counts it, whose numbers are written in the
+  -- fewest digits that give them back: serve wrote each fraction in 17 (0.1 as 19 bytes), and
+  -- 800,001 bytes of 0.1's were refused as 4,000,001.
+  it("counts an event's data as eng:signal does, 0.1 as 0.1", function()
+    local dir, db = S.workspace()
+    local base = S.start(dir, db)
+    local code, run = S.post(base, "/api/v1/runs", '{"workflow":"wait","input":{}}')
+    assert.are.equal(201, code)
+    local data = "[" .. ("0.1,"):rep(199999) .. "0.1]"
+    assert.are.equal(800001, #data)
+    local got, _, raw = S.post(base, "/api/v1/runs/" .. run.id .. "/events",
+                               '{"name":"payment","data":' .. data .. '}')
+    assert.are.equal(202, got, raw)
+    local eng = H.new_engine()
+    eng:register { name = "w", steps = { { name = "paid", wait_for = "payment" } } }
+    local id = eng:start("w", {})
+    local numbers = {}
+    for i = 1, 200000 do numbers[i] = 0.1 end
+    assert.are.equal("sent", (eng:signal(id, "payment", numbers)))
+  end)
+
   it("closes an idle keep-alive connection at once when stopped, answers one in progress",
      function()
     local dir, db = S.workspace()

@@ -757,6 +757,34 @@ int mend_json_depth(const json_t *v, int bound) {
   return most + 1;
 }
 
+/* The precision every real of v needs (see real_precision), from so_far up; 17 past `bound`
+ * levels, where the walk stops. */
+static int doc_precision(const json_t *v, int so_far, int bound) {
+  if (json_is_real(v)) return real_precision(json_real_value(v), so_far);
+  if (!json_is_object(v) && !json_is_array(v)) return so_far;
+  if (bound <= 0) return 17;
+  json_t *x;
+  if (json_is_object(v)) {
+    const char *k;
+    json_object_foreach((json_t *)v, k, x) {
+      so_far = doc_precision(x, so_far, bound - 1);
+      if (so_far == 17) break;
+    }
+  } else {
+    size_t i;
+    json_array_foreach(v, i, x) {
+      so_far = doc_precision(x, so_far, bound - 1);
+      if (so_far == 17) break;
+    }
+  }
+  return so_far;
+}
+
+char *mend_json_dumps(const json_t *v) {
+  return json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER |
+                           JSON_REAL_PRECISION(doc_precision(v, 15, MEND_JSON_MAX_DEPTH)));
+}
+
 json_t *mend_json_load_in(const char *text, size_t len, size_t flags, const char *what,
                           char *err, int errlen) {
   char jerr[200];

@@ -55,6 +55,10 @@ int mend_json_push_doc(lua_State *L, const json_t *doc, char *err, int errlen);
  * a row must load as it was written. NULL with err set ("line 1 column 10: duplicate object
  * key near '\"a\"'") on failure. */
 json_t *mend_json_load(const char *text, size_t len, size_t flags, char *err, int errlen);
+/* v as compact text, its keys in order, each real in the fewest digits from 15 up that give back
+ * every real of v, as the engine writes a Lua value (jansson alone writes 0.1 as
+ * 0.10000000000000001). NULL: out of memory. */
+char *mend_json_dumps(const json_t *v);
 /* The deepest nesting of v: 0 for a scalar, 1 for an array or object of scalars, counted as
  * the encoder counts it; past `bound` it stops counting and gives bound + 1. */
 int mend_json_depth(const json_t *v, int bound);
