@@ -633,7 +633,13 @@ static int dlq_retry(mend_engine *E, const char *id, const char *who, int record
     r->fail_step = -1;
     mend__run_to(r, MEND_RUN_RUNNING);
   }
-  r->cur = i;
+  /* A branch goes again within its group, failed with it: the group takes it up as retried
+   * (group_forward), starting the branches its failure stopped and settling once all end. From
+   * the branch itself the run would go on past the group with its other branches left undone. */
+  const mend_step_def *def = &r->wf->steps[i];
+  r->cur = !comp && def->group >= 0 && r->steps[def->group].status == MEND_STEP_FAILED
+               ? def->group
+               : i;
   mend__queue(r, ACT_ADVANCE);
   return E->broken ? mend_errorf(err, errlen, "%s", E->errmsg) : 0;
 }
