@@ -94,6 +94,45 @@ describe("a group's branch retried from the dead-letter queue", function()
   end)
 end)
 
+-- A map's item failed with severity 3: the retry set the map pending with its item still
+-- failed, and the map failed again at once, nothing run: the retry could never help.
+describe("a map's item retried from the dead-letter queue", function()
+  after_each(H.cleanup)
+
+  for _, other in ipairs { false, true } do
+    it("runs again, and the map's other items" .. (other and ", in another engine" or ""),
+       function()
+      local mend = require "mend"
+      local down, ran = true, {}
+      local def = { name = "m", steps = {
+        { name = "items", map = function() return { 1, 2, 3 } end, max_concurrency = 1,
+          step = { execute = function(_, item)
+            ran[#ran + 1] = item
+            if down and item == 2 then error(mend.compensable("x", { severity = 3 })) end
+            return item * 10
+          end } },
+        { name = "after", execute = function(ctx) return ctx.results.items end } } }
+      local eng, db = H.new_engine()
+      eng:register(def)
+      local id = eng:start("m", {})
+      eng:run()
+      assert.are.equal("needs_attention", eng:status(id).status)
+      down = false
+      if other then
+        H.close(eng)
+        eng = H.reopen(db)
+        eng:register(def)
+      end
+      eng:dlq_retry(id)
+      eng:run()
+      local st = eng:status(id)
+      assert.are.equal("succeeded", st.status)
+      assert.are.same({ 10, 20, 30 }, H.step(st, "after").result)
+      assert.are.same({ 1, 2, 2, 3 }, ran)
+    end)
+  end
+end)
+
 describe("prune on a virtual clock", function()
   after_each(H.cleanup)
 
