@@ -36,6 +36,103 @@ describe("a run retried from the dead-letter queue", function()
   end)
 end)
 
+-- A branch failed with severity 3 after its group's other branch had begun waiting: the failure
+-- stopped that branch (back to pending). The retry ran the failed branch as if it were a step
+-- of the run's own, then went past the group: the stopped branch never ran again, the group
+-- stayed failed with no result, its event was never taken, and the run "succeeded".
+describe("a group's branch retried from the dead-letter queue", function()
+  after_each(H.cleanup)
+
+  local function group_run(eng, db)
+    local mend = require "mend"
+    local down = true
+    local def = { name = "grp", steps = {
+      { name = "g", parallel = {
+        { name = "b", wait_for = "go" },
+        { name = "a", execute = function()
+          if down then error(mend.compensable("x", { severity = 3 })) end
+          return 1
+        end } } },
+      { name = "after", execute = function(ctx) return ctx.results.g end } } }
+    eng:register(def)
+    local id = eng:start("grp", {})
+    eng:run()
+    assert.are.equal("needs_attention", eng:status(id).status)
+    assert.are.equal("pending", H.step(eng:status(id), "g/b").status)
+    down = false
+    return id, def
+  end
+
+  local function carried_on(eng, id)
+    eng:dlq_retry(id)
+    eng:run()
+    local st = eng:status(id)
+    assert.are.equal("running", st.status)
+    assert.are.equal("waiting", H.step(st, "g/b").status)
+    assert.are.equal("running", H.step(st, "g").status)
+    assert.are.equal("pending", H.step(st, "after").status)
+    eng:signal(id, "go", { gold = 5 })
+    eng:run()
+    st = eng:status(id)
+    assert.are.equal("succeeded", st.status)
+    assert.are.equal("succeeded", H.step(st, "g").status)
+    assert.are.same({ a = 1, b = { gold = 5 } }, H.step(st, "after").result)
+  end
+
+  it("runs its group's stopped branch again and settles the group, in the same engine", function()
+    local eng = H.new_engine()
+    carried_on(eng, (group_run(eng)))
+  end)
+
+  it("does so in another engine that takes the run over (a server's retry)", function()
+    local eng, db = H.new_engine()
+    local id, def = group_run(eng)
+    H.close(eng)
+    local other = H.reopen(db)
+    other:register(def)
+    carried_on(other, id)
+  end)
+end)
+
+-- A map's item failed with severity 3: the retry set the map pending with its item still
+-- failed, and the map failed again at once, nothing run: the retry could never help.
+describe("a map's item retried from the dead-letter queue", function()
+  after_each(H.cleanup)
+
+  for _, other in ipairs { false, true } do
+    it("runs again, and the map's other items" .. (other and ", in another engine" or ""),
+       function()
+      local mend = require "mend"
+      local down, ran = true, {}
+      local def = { name = "m", steps = {
+        { name = "items", map = function() return { 1, 2, 3 } end, max_concurrency = 1,
+          step = { execute = function(_, item)
+            ran[#ran + 1] = item
+            if down and item == 2 then error(mend.compensable("x", { severity = 3 })) end
+            return item * 10
+          end } },
+        { name = "after", execute = function(ctx) return ctx.results.items end } } }
+      local eng, db = H.new_engine()
+      eng:register(def)
+      local id = eng:start("m", {})
+      eng:run()
+      assert.are.equal("needs_attention", eng:status(id).status)
+      down = false
+      if other then
+        H.close(eng)
+        eng = H.reopen(db)
+        eng:register(def)
+      end
+      eng:dlq_retry(id)
+      eng:run()
+      local st = eng:status(id)
+      assert.are.equal("succeeded", st.status)
+      assert.are.same({ 10, 20, 30 }, H.step(st, "after").result)
+      assert.are.same({ 1, 2, 2, 3 }, ran)
+    end)
+  end
+end)
+
 describe("prune on a virtual clock", function()
   after_each(H.cleanup)
 

@@ -129,6 +129,23 @@ describe("mend.http in a sandbox", function()
     assert.are.equal(1, #seen())
   end)
 
+  -- The docs name an IPv6 address in the list as "::1"; the URL's host is "[::1]", and an
+  -- entry without brackets allowed the address's connection but refused its URL. Port 1 of ::1
+  -- has no server: a request that is sent fails to connect (retryable), one refused at the
+  -- call is fatal.
+  it("allows an IPv6 address's URL by its entry with or without brackets", function()
+    for _, entry in ipairs { "::1", "[::1]", "[::1" } do
+      local st = call({ url = "http://[::1]:1/a" }, { entry })
+      local e = tostring(st.steps[1].error)
+      if entry == "[::1" then
+        failed_with(st, 'host "[::1]" is not allowed')
+      else
+        assert.is_falsy(e:find("is not allowed", 1, true), entry .. ": " .. e)
+        assert.is_truthy(e:find("onnect", 1, true), entry .. ": " .. e)
+      end
+    end
+  end)
+
   it("follows no redirect, to an allowed host or not", function()
     script({ ["/r"] = { { status = 302, headers = { Location = "http://evil.invalid/" } } },
              ["/s"] = { { status = 302, headers = { Location = "file:///etc/passwd" } } } })

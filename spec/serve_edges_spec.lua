@@ -185,6 +185,43 @@ print(json.dumps(seen))
     for _ in pairs(ports) do n = n + 1 end
     assert.are.equal(1, n, "the requests took more than one connection: " .. out)
   end)
+  -- /metrics went out with no length: chunked to an HTTP/1.1 client, and to an HTTP/1.0 one
+  -- that asked to keep its connection (ApacheBench -k) with neither length nor close, so the
+  -- client could not tell where the body ended and waited for the idle timeout.
+  it("sends /metrics with its Content-Length, to an HTTP/1.0 keep-alive client too", function()
+    local dir, db = S.workspace()
+    local base = S.start(dir, db)
+    local script = H.write_file(dir, "metrics10.py", [[
+import socket, sys
+c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)
+out = []
+for version in ("1.0", "1.1", "1.1"):
+    method = "HEAD" if len(out) == 2 else "GET"
+    c.sendall(("%s /metrics HTTP/%s\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n\r\n"
+               % (method, version)).encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += c.recv(65536)
+    head, body = data.split(b"\r\n\r\n", 1)
+    fields = dict(l.split(": ", 1) for l in head.decode().lower().split("\r\n")[1:])
+    length = fields.get("content-length")
+    if length is None:
+        out.append("no length: " + head.decode().split("\r\n")[0]); break
+    if method == "GET":
+        while len(body) < int(length):
+            body += c.recv(65536)
+        out.append("%s %d %s" % (version, len(body), body.decode().count("\nmend_dlq_size ")))
+    else:
+        out.append("HEAD " + length)
+print("; ".join(out))
+]])
+    local host, port = base:match("http://([%d%.]+):(%d+)")
+    local rc, out = H.shell("python3 " .. H.quote(script) .. " " .. host .. " " .. port)
+    assert.are.equal(0, rc, out)
+    local n10, n11, head = out:match("^1%.0 (%d+) 1; 1%.1 (%d+) 1; HEAD (%d+)%s*$")
+    assert.truthy(n10, out)
+    assert.is_true(tonumber(n10) > 1000 and tonumber(n11) > 1000 and tonumber(head) > 1000, out)
+  end)
   -- h2o refuses a chunked body once it reaches its limit (>=), a Content-Length only past it
   -- (>): a body of exactly --max-body bytes was taken with a length and refused chunked.
   it("takes a body of exactly --max-body bytes chunked as with a length, and refuses one more",

@@ -193,10 +193,10 @@ void mend__group_forward(mend_run *r, int g) {
   const mend_step_def *def = &r->wf->steps[g];
   if (st->status == MEND_STEP_FAILED) {
     /* retried from the dead-letter queue: its branches that failed get fresh attempts */
-    mend__step_to(r, g, MEND_STEP_PENDING, NULL, -1, "retried");
+    mend__step_to(r, g, MEND_STEP_PENDING, NULL, -1, "retried from the dead-letter queue");
     for (int b = g + 1; b <= g + def->nbranches; b++)
       if (r->steps[b].status == MEND_STEP_FAILED)
-        mend__step_to(r, b, MEND_STEP_PENDING, NULL, -1, "retried");
+        mend__step_to(r, b, MEND_STEP_PENDING, NULL, -1, "retried from the dead-letter queue");
     /* a map keeps its list; its failed items go again */
     struct map_state *ms = mend__map_of(r, g);
     for (int k = 0; ms && k < ms->n; k++)

@@ -556,10 +556,19 @@ static void push_outcome(mend_run *r, http_req *q, CURLcode rc) {
         curl_easy_getinfo(q->easy, CURLINFO_RESPONSE_CODE, &code) == CURLE_OK && code > 0)
       why = "a header line of the response over curl's limit of 100 KiB (CURL_MAX_HTTP_HEADER), "
             "or out of memory";
-    snprintf(msg, sizeof msg, "mend.http %s %s: %s", q->method, q->url, why);
+    /* and header fields over 300 KiB in all, each line short, as a receive error (7.88 as
+     * Debian patches it, 8.3 on): the service answers so every time, no connection broke */
+    static const char over[] = "Too large response headers";
+    int headers_over = strncmp(q->errbuf, over, sizeof over - 1) == 0;
+    if (headers_over)
+      snprintf(msg, sizeof msg, "mend.http %s %s: the response's header fields over curl's "
+               "limit of 300 KiB in all (%s)", q->method, q->url, q->errbuf);
+    else
+      snprintf(msg, sizeof msg, "mend.http %s %s: %s", q->method, q->url, why);
     note(r, q, curl_easy_strerror(rc));
     lua_pushboolean(co, 0);
-    mend_lua_push_error(co, transient(rc) ? MEND_ERR_RETRYABLE : MEND_ERR_FATAL, msg, -1, 0);
+    mend_lua_push_error(co, transient(rc) && !headers_over ? MEND_ERR_RETRYABLE : MEND_ERR_FATAL,
+                        msg, -1, 0);
     return;
   }
   long status = 0;

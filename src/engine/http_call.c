@@ -149,11 +149,16 @@ static int host_is_address(const char *host, size_t hn) {
 }
 
 /* A wildcard names the hosts under a domain, never an address that ends as its text does
- * ("*.0.0.1" is no domain of 127.0.0.1): an address is allowed only by its own entry. */
+ * ("*.0.0.1" is no domain of 127.0.0.1): an address is allowed only by its own entry. An IPv6
+ * address is named with or without the brackets its URL needs ("::1" or "[::1]"), as the
+ * address check (http_addr.c) reads either. */
 static int host_allowed(const char *list, const char *host) {
   if (!list) return 0;
   size_t hn = strlen(host);
   int address = host_is_address(host, hn);
+  const char *bare = host;   /* an IPv6 host without its brackets */
+  size_t bn = hn;
+  if (hn >= 2 && host[0] == '[' && host[hn - 1] == ']') bare++, bn -= 2;
   const char *p;
   size_t n;
   while (mend__http_allow_next(&list, &p, &n)) {
@@ -161,6 +166,8 @@ static int host_allowed(const char *list, const char *host) {
       size_t sn = n - 1;   /* ".example.com" */
       if (!address && hn > sn && strncasecmp(host + hn - sn, p + 1, sn) == 0) return 1;
     } else if (n && n == hn && strncasecmp(host, p, n) == 0) {
+      return 1;
+    } else if (bare != host && n && n == bn && strncasecmp(bare, p, n) == 0) {
       return 1;
     }
   }

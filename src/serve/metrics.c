@@ -235,6 +235,9 @@ void serve_metrics(serve_req *r) {
     r->req->res.reason = "OK";
     h2o_add_header(&r->req->pool, &r->req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
                    H2O_STRLIT("text/plain; version=0.0.4; charset=utf-8"));
+    /* unset, h2o sends it chunked, and to an HTTP/1.0 client that asked to keep the
+     * connection with neither a length nor a close: it waits for the idle timeout */
+    r->req->res.content_length = b.len;
     h2o_send_inline(r->req, b.p, b.len);
   }
 done:
