@@ -96,6 +96,82 @@ end)
 
 -- A map's item failed with severity 3: the retry set the map pending with its item still
 -- failed, and the map failed again at once, nothing run: the retry could never help.
+-- The group stopped its branch's child (cancelled: the branch failed with it) as another branch
+-- failed with severity 3. The retry ran the branch again, which found its old child by the
+-- child's key, ended already and its end heard: no end came, and the run waited for ever.
+describe("a group's child branch retried from the dead-letter queue", function()
+  after_each(H.cleanup)
+
+  local function kids(eng)
+    local out = {}
+    for _, r in ipairs(eng:runs{}) do
+      if r.workflow == "kid" then out[r.status] = (out[r.status] or 0) + 1 end
+    end
+    return out
+  end
+
+  local function check(eng, id)
+    local st = eng:status(id)
+    assert.are.equal("running", st.status)
+    assert.are.equal("waiting", H.step(st, "g/b").status)
+    assert.are.same({ failed = 1, running = 1 }, kids(eng))
+    local new
+    for _, c in ipairs(st.children) do
+      if eng:status(c.run_id).status == "running" then new = c.run_id end
+    end
+    eng:signal(new, "go", { n = 7 })
+    eng:run()
+    st = eng:status(id)
+    assert.are.equal("succeeded", st.status)
+    assert.are.same({ w = { n = 7 } }, H.step(st, "g/b").result)
+    assert.are.same({ failed = 1, succeeded = 1 }, kids(eng))
+  end
+
+  local function setup(eng)
+    local mend = require "mend"
+    local down = true
+    local defs = {
+      { name = "kid", steps = { { name = "w", wait_for = "go" } } },
+      { name = "grp", steps = { { name = "g", parallel = {
+        { name = "b", child = "kid" },
+        { name = "a", execute = function()
+          if down then error(mend.compensable("x", { severity = 3 })) end
+          return 1
+        end } } } } } }
+    for _, d in ipairs(defs) do eng:register(d) end
+    local id = eng:start("grp", {})
+    eng:run()
+    assert.are.equal("needs_attention", eng:status(id).status)
+    assert.are.same({ failed = 1 }, kids(eng))
+    down = false
+    return id, defs
+  end
+
+  it("starts a new child for it, which its end is heard of", function()
+    local eng = H.new_engine()
+    local id = setup(eng)
+    eng:dlq_retry(id)
+    eng:run()
+    check(eng, id)
+  end)
+
+  it("does so in another engine that takes the run over, and once only", function()
+    local eng, db = H.new_engine()
+    local id, defs = setup(eng)
+    H.close(eng)
+    local other = H.reopen(db)
+    for _, d in ipairs(defs) do other:register(d) end
+    other:dlq_retry(id)
+    other:run()
+    H.close(other)
+    other = H.reopen(db)   -- a restart finds the new child by its key: no third one
+    for _, d in ipairs(defs) do other:register(d) end
+    other:recover()
+    other:run()
+    check(other, id)
+  end)
+end)
+
 describe("a map's item retried from the dead-letter queue", function()
   after_each(H.cleanup)
 

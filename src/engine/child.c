@@ -38,17 +38,70 @@ static void child_event(const char *step, char *out, size_t len) {
   snprintf(out, len, "%s:%s", CHILD_EVENT, step);
 }
 
-static void child_key(mend_run *r, int i, char *out, size_t len) {
-  snprintf(out, len, "%s/%s", r->id, mend__step_name(r, i));
+/* A step starts a child again only after its last one ended without success (a branch its
+ * group stopped, run again from the dead-letter queue): each such child has a key of its own,
+ * "<parent id>/<step>/<n>" from the second on (no step's name holds a '/'), so that the new
+ * one is not taken for the old one, whose end the step had heard already. */
+#define CHILD_GENERATIONS_MAX 1000
+
+static void child_key(mend_run *r, int i, int gen, char *out, size_t len) {
+  if (gen <= 1) snprintf(out, len, "%s/%s", r->id, mend__step_name(r, i));
+  else snprintf(out, len, "%s/%s/%d", r->id, mend__step_name(r, i), gen);
 }
 
-/* The id of step i's child, if it has one: 1, 0 none, -1 error. */
+/* The id of step i's child, its latest if the step started more than one: 1, 0 none, -1
+ * error. */
 static int child_of(mend_run *r, int i, char id[MEND_RUN_ID_LEN]) {
-  char key[400];
-  child_key(r, i, key, sizeof key);
-  int f = mend_store_find_run_key(r->E->store, key, id, MEND_RUN_ID_LEN);
-  if (f < 0) mend__store_failed(r->E);
-  return f;
+  int found = 0;
+  for (int gen = 1; gen <= CHILD_GENERATIONS_MAX; gen++) {
+    char key[400], got[MEND_RUN_ID_LEN];
+    child_key(r, i, gen, key, sizeof key);
+    int f = mend_store_find_run_key(r->E->store, key, got, MEND_RUN_ID_LEN);
+    if (f < 0) {
+      mend__store_failed(r->E);
+      return -1;
+    }
+    if (f == 0) break;
+    memcpy(id, got, MEND_RUN_ID_LEN);
+    found = 1;
+  }
+  return found;
+}
+
+/* Whether run `id` is a child step i started before and that ended without success: the
+ * step, starting again, starts a new one. One in the dead-letter queue is no end (a person may
+ * retry it), one that succeeded is the step's outcome, and one started by hand with the key
+ * is no child of this step's. 1 yes, 0 no, -1 error. */
+static int ended_unwell(mend_run *r, int i, const char *id) {
+  json_t *row = mend_store_run(r->E->store, id);
+  if (!row) return -1;
+  const char *parent = json_string_value(json_object_get(row, "parent_run"));
+  const char *pstep = json_string_value(json_object_get(row, "parent_step"));
+  const char *status = json_string_value(json_object_get(row, "status"));
+  mend_run_status rs;
+  int yes = parent && pstep && status && strcmp(parent, r->id) == 0 &&
+            strcmp(pstep, r->wf->steps[i].name) == 0 && mend_run_status_parse(status, &rs) == 0 &&
+            mend_run_status_final(rs) && rs != MEND_RUN_NEEDS_ATTENTION &&
+            rs != MEND_RUN_SUCCEEDED;
+  json_decref(row);
+  return yes;
+}
+
+/* The key step i starts its child with: the first free one, or that of a child it started
+ * and may still hear the end of. 0, or -1 with the store failed. */
+static int start_key(mend_run *r, int i, char *key, size_t len) {
+  for (int gen = 1; gen <= CHILD_GENERATIONS_MAX; gen++) {
+    char id[MEND_RUN_ID_LEN];
+    child_key(r, i, gen, key, len);
+    int f = mend_store_find_run_key(r->E->store, key, id, MEND_RUN_ID_LEN);
+    int again = f == 1 ? ended_unwell(r, i, id) : 0;
+    if (f < 0 || again < 0) {
+      mend__store_failed(r->E);
+      return -1;
+    }
+    if (!again) return 0;
+  }
+  return 0;   /* the last key: its child's end is heard again, as before there were more */
 }
 
 static void ended_before(mend_engine *E, const char *id);
@@ -156,7 +209,10 @@ void mend__start_child(mend_run *r, int i) {
     mend_refs_push(&E->refs, L, r->input_ref);
   }
   char key[400], id[MEND_RUN_ID_LEN], err[600];
-  child_key(r, i, key, sizeof key);
+  if (start_key(r, i, key, sizeof key)) {
+    lua_pop(L, 1);
+    return;
+  }
   int existed = 0;
   mend_run *head = E->runs;
   int rc = mend_engine_start_value(E, L, def->child, -1, key, NULL, id, &existed, 0, err,
