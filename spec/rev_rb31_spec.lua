@@ -71,3 +71,48 @@ describe("rev-rb31: compensation after a retried branch or item", function()
     end)
   end
 end)
+
+-- `mend dlq retry` of a map's item killed right after one of its commits (MEND_FAILPOINT, a
+-- build with failpoints): the engine that recovers the run must carry the retry on. The map's
+-- `running` is committed a batch before its item's row says anything but `failed`.
+describe("rev-rb31: a map's item retried, the retry killed after a commit", function()
+  after_each(H.cleanup)
+
+  it("runs the item again in the engine that recovers the run", function()
+    local dir = H.tmp_dir()
+    local file = H.write_file(dir, "mapc.lua", ([[
+local mend = require "mend"
+local function log(s) local f = io.open(%q, "a"); f:write(s, "\n"); f:close() end
+return { name = "mapc", steps = {
+  { name = "items", map = function() return { 1, 2, 3 } end, max_concurrency = 1,
+    step = { execute = function(_, item)
+      log(tostring(item))
+      local down = io.open(%q)
+      if down then down:close() end
+      if down and item == 2 then error(mend.compensable("x", { severity = 3 })) end
+      return item * 10
+    end } } } }
+]]):format(dir .. "/ran", dir .. "/down"))
+    for n = 1, 3 do
+      local eng, db = H.new_engine()
+      eng:load(file)
+      H.write_file(dir, "down", "")
+      local id = eng:start("mapc", {})
+      eng:run()
+      assert.are.equal("needs_attention", eng:status(id).status)
+      H.close(eng)
+      os.remove(dir .. "/down")
+      os.remove(dir .. "/ran")
+      local rc, out = H.shell(("MEND_FAILPOINT=after_commit:%d %s dlq retry %s --db %s")
+        :format(n, H.MEND, id, H.quote(db)))
+      assert.are.equal(137, rc, out)
+      eng = H.reopen(db)
+      eng:load(file)
+      eng:recover()
+      eng:run()
+      local st = eng:status(id)
+      assert.are.equal("succeeded", st.status, "killed after commit " .. n .. ": " .. H.read(dir .. "/ran"))
+      H.close(eng)
+    end
+  end)
+end)
