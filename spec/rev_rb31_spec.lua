@@ -116,3 +116,52 @@ return { name = "mapc", steps = {
     end
   end)
 end)
+
+-- Branch a fails with severity 3; branch b, listed after it and in flight, fails after it
+-- (fatal). The group fails with a's failure: a dead letter. README: "the step that failed with
+-- severity 3, with fresh attempts"; group_forward: "its branches that failed get fresh
+-- attempts". Only the last failed branch by index (the fail_step a rebuilt run finds) gets
+-- them: a goes on from its attempt 1 and runs out of attempts one short.
+describe("rev-rb31: a group's severity-3 branch retried beside another failed branch", function()
+  after_each(H.cleanup)
+
+  for _, other in ipairs { false, true } do
+    it("gets fresh attempts" .. (other and ", reopened" or ""), function()
+      local mend = require "mend"
+      local calls, down = 0, true
+      local def = { name = "g2", steps = {
+        { name = "g", parallel = {
+          { name = "a", retry = { max_attempts = 3, initial = 0, jitter = 0 },
+            execute = function()
+              calls = calls + 1
+              if calls == 1 then error(mend.compensable("x", { severity = 3 })) end
+              if calls < 4 then error(mend.retryable("flaky")) end
+              return "a"
+            end },
+          { name = "b", execute = function()
+            if down then error(mend.fatal("first")) end
+            return "b"
+          end } } } } }
+      local eng, db = H.new_engine()
+      eng:register(def)
+      local id = eng:start("g2", {})
+      eng:run()
+      local st = eng:status(id)
+      assert.are.equal("needs_attention", st.status)
+      assert.are.equal("failed", H.step(st, "g/b").status)
+      assert.are.equal("g/a", H.dlq_entry(eng, id).step)
+      down = false
+      if other then
+        H.close(eng)
+        eng = H.reopen(db)
+        eng:register(def)
+      end
+      eng:dlq_retry(id)
+      eng:run()
+      st = eng:status(id)
+      assert.are.equal(4, calls)
+      assert.are.equal("succeeded", st.status, tostring(st.error))
+      assert.are.equal(3, H.step(st, "g/a").attempts)
+    end)
+  end
+end)
