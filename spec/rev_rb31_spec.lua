@@ -165,3 +165,42 @@ describe("rev-rb31: a group's severity-3 branch retried beside another failed br
     end)
   end
 end)
+
+-- Branch c waits for its child run when branch a fails with severity 3: the group's stop
+-- cancels the child (failed) and fails c. The retry sets c pending again; its start finds the
+-- child of its key (`<run>/g/c`) ended, and the end it puts in the inbox has the key of the one
+-- taken already: c waits for ever, the run `running`, in no queue, no alert.
+describe("rev-rb31: a group whose child branch was stopped, retried", function()
+  after_each(H.cleanup)
+
+  it("does not leave the run waiting for a child that ended", function()
+    local mend = require "mend"
+    local down = true
+    local eng = H.new_engine()
+    eng:register { name = "kid", steps = { { name = "w", wait_for = "ship" } } }
+    eng:register { name = "par", steps = {
+      { name = "g", parallel = {
+        { name = "c", child = "kid" },
+        { name = "a", execute = function()
+          mend.sleep(1)
+          if down then error(mend.compensable("x", { severity = 3 })) end
+          return "a"
+        end } } } } }
+    local id = eng:start("par", {})
+    eng:run()
+    assert.are.equal("needs_attention", eng:status(id).status)
+    assert.are.equal("failed", H.step(eng:status(id), "g/c").status)
+    down = false
+    eng:dlq_retry(id)
+    eng:run()
+    eng:advance(86400 * 30)
+    eng:run()
+    local st = eng:status(id)
+    local kid
+    for _, r in ipairs(eng:runs()) do if r.workflow == "kid" then kid = r end end
+    assert.are.equal("failed", kid.status)
+    assert.are_not.equal("waiting", H.step(st, "g/c").status,
+                         "run " .. st.status .. ", its branch waits for child " .. kid.id ..
+                         ", which ended " .. kid.status)
+  end)
+end)
