@@ -204,3 +204,30 @@ describe("rev-rb31: a group whose child branch was stopped, retried", function()
                          ", which ended " .. kid.status)
   end)
 end)
+
+-- While the retried group goes on, its step is `running`: the error of the failure the person
+-- retried is not its error any more (status, GET /api/v1/runs/{id}, the dashboard).
+describe("rev-rb31: a retried group going on", function()
+  after_each(H.cleanup)
+
+  it("shows no error of the failure retried", function()
+    local mend = require "mend"
+    local down = true
+    local eng = H.new_engine()
+    eng:register { name = "grp", steps = {
+      { name = "g", parallel = {
+        { name = "b", wait_for = "go" },
+        { name = "a", execute = function()
+          if down then error(mend.compensable("x", { severity = 3 })) end
+          return 1
+        end } } } } }
+    local id = eng:start("grp", {})
+    eng:run()
+    down = false
+    eng:dlq_retry(id)
+    eng:run()
+    local g = H.step(eng:status(id), "g")
+    assert.are.equal("running", g.status)
+    assert.is_nil(g.error)
+  end)
+end)
