@@ -203,6 +203,7 @@ void mend__group_forward(mend_run *r, int g) {
       if (ms->items[k].status == MEND_STEP_FAILED) {
         ms->items[k].status = MEND_STEP_PENDING;
         ms->items[k].attempts = 0;
+        ms->done[k] = 0;   /* its end this time orders its undoing */
       }
     if (ms) ms->next = ms->resumed = 0;
   }
@@ -560,8 +561,8 @@ void mend__group_restore(mend_run *r, const mend_run_image *img) {
       size_t len = strlen(name);
       if ((size_t)(slash - step) != len || strncmp(step, name, len) != 0) continue;
       int n = atoi(slash + 1);
-      if (n >= 1 && n <= ms->n && !ms->done[n - 1])
-        ms->done[n - 1] = (int)row->seq;
+      /* an item retried from the dead-letter queue ended again: its last end orders its undoing */
+      if (n >= 1 && n <= ms->n) ms->done[n - 1] = (int)row->seq;
     }
   }
   for (int j = 0; j < G->nmaps; j++) {
