@@ -200,8 +200,13 @@ for version in ("1.0", "1.1", "1.1"):
     c.sendall(("%s /metrics HTTP/%s\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n\r\n"
                % (method, version)).encode())
     data = b""
+    def more():
+        got = c.recv(65536)
+        if not got:
+            sys.exit("the server closed the connection")
+        return got
     while b"\r\n\r\n" not in data:
-        data += c.recv(65536)
+        data += more()
     head, body = data.split(b"\r\n\r\n", 1)
     fields = dict(l.split(": ", 1) for l in head.decode().lower().split("\r\n")[1:])
     length = fields.get("content-length")
@@ -209,7 +214,7 @@ for version in ("1.0", "1.1", "1.1"):
         out.append("no length: " + head.decode().split("\r\n")[0]); break
     if method == "GET":
         while len(body) < int(length):
-            body += c.recv(65536)
+            body += more()
         out.append("%s %d %s" % (version, len(body), body.decode().count("\nmend_dlq_size ")))
     else:
         out.append("HEAD " + length)

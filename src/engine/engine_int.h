@@ -598,6 +598,7 @@ void mend__lane_free(mend_run *lane);
 void mend__lane_stop(mend_run *lane);
 void mend__resume_lane(mend_run *l, int b);
 int mend__settled(mend_step_status s);
+void mend__step_fresh(step_rt *st);
 
 /* ---- map.c: maps, groups over a list, on group.c's lanes */
 /* A map begun: its list (in E->refs), its items' states, in the same order. */
@@ -619,6 +620,7 @@ int mend__map_backward(mend_run *r, int m);
 int mend__map_begin(mend_run *r, int m);
 struct map_state *mend__map_of(mend_run *r, int m);
 void mend__map_pump(mend_run *r, int busy);
+void mend__map_item_retry(mend_run *r, struct map_state *ms, int k);
 void mend__map_settle(mend_run *r, int m);
 void mend__push_item(mend_run *lane, lua_State *co);
 void mend__set_item_result(mend_run *lane);

@@ -192,19 +192,22 @@ void mend__group_forward(mend_run *r, int g) {
   step_rt *st = &r->steps[g];
   const mend_step_def *def = &r->wf->steps[g];
   if (st->status == MEND_STEP_FAILED) {
-    /* retried from the dead-letter queue: its branches that failed get fresh attempts */
+    /* Retried from the dead-letter queue: every branch that failed goes again with fresh
+     * attempts (the one the retry named is pending already), and a branch's old end no longer
+     * orders its undoing; the failure's error is no longer the group's. */
+    mend__set_str(&st->error, NULL);
     mend__step_to(r, g, MEND_STEP_PENDING, NULL, -1, "retried from the dead-letter queue");
-    for (int b = g + 1; b <= g + def->nbranches; b++)
-      if (r->steps[b].status == MEND_STEP_FAILED)
+    for (int b = g + 1; b <= g + def->nbranches; b++) {
+      if (r->steps[b].status == MEND_STEP_FAILED) {
+        mend__step_fresh(&r->steps[b]);
         mend__step_to(r, b, MEND_STEP_PENDING, NULL, -1, "retried from the dead-letter queue");
+      }
+      if (!mend__settled(r->steps[b].status)) G->done_seq[b] = 0;
+    }
     /* a map keeps its list; its failed items go again */
     struct map_state *ms = mend__map_of(r, g);
     for (int k = 0; ms && k < ms->n; k++)
-      if (ms->items[k].status == MEND_STEP_FAILED) {
-        ms->items[k].status = MEND_STEP_PENDING;
-        ms->items[k].attempts = 0;
-        ms->done[k] = 0;   /* its end this time orders its undoing */
-      }
+      if (ms->items[k].status == MEND_STEP_FAILED) mend__map_item_retry(r, ms, k);
     if (ms) ms->next = ms->resumed = 0;
   }
   if (st->status == MEND_STEP_PENDING) {
@@ -534,6 +537,10 @@ void mend__group_restore(mend_run *r, const mend_run_image *img) {
       if (!row->detail || !mend__map_add(r, i, row->detail)) break;
     }
   }
+  /* a branch going forward again since a retry from the dead-letter queue: its next end
+   * orders its undoing (one being undone keeps the end it is undone for) */
+  for (int i = 0; r->status == MEND_RUN_RUNNING && i < r->wf->nsteps; i++)
+    if (r->wf->steps[i].group >= 0 && !mend__settled(r->steps[i].status)) G->done_seq[i] = 0;
   /* the items' rows, past the steps' */
   for (int k = 0; k < img->nsteps; k++) {
     const mend_step_image *so = &img->steps[k];

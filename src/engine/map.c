@@ -41,6 +41,19 @@ static void setup_item(mend_run *l, struct map_state *ms, int k) {
   l->cur = 0;
 }
 
+/* Item k, failed for good, goes again from the dead-letter queue: pending with fresh attempts,
+ * its row written in the batch of the retry, so that a restart finds it pending, not failed
+ * (which would fail the map again with nothing run). The lane that writes it is let go. */
+void mend__map_item_retry(mend_run *r, struct map_state *ms, int k) {
+  mend_run *l = mend__idle_lane(r);
+  if (!l) return;
+  setup_item(l, ms, k);
+  mend__step_fresh(&ms->items[k]);
+  ms->done[k] = 0;   /* its end this time orders its undoing */
+  mend__step_to(l, 0, MEND_STEP_PENDING, NULL, -1, "retried from the dead-letter queue");
+  l->cur = -1;
+}
+
 static void start_item(mend_run *l, struct map_state *ms, int k) {
   setup_item(l, ms, k);
   mend__resume_lane(l, 0);

@@ -625,16 +625,11 @@ static int dlq_retry(mend_engine *E, const char *id, const char *who, int record
   } else {   /* severity 3: the failed step again, with fresh attempts */
     /* A branch or a map's item goes again within its group, failed with it: the group, left
      * failed, is taken up as retried (group_forward), its failed branches or items given fresh
-     * attempts, the branches the failure stopped started again, and it settles once all end.
-     * From the branch itself the run went on past the group with its other branches undone;
-     * from a map set pending, its failed item was found failed and the map failed again. */
+     * attempts, the branches the failure stopped started again, and it settles once all end. */
     const mend_step_def *def = &r->wf->steps[i];
     int g = def->group >= 0 ? def->group : def->map_ref != LUA_NOREF ? i : -1;
     if (g >= 0 && r->steps[g].status != MEND_STEP_FAILED) g = -1;
-    r->steps[i].attempts = 0;
-    r->steps[i].last_delay = -1;
-    r->steps[i].compensate_self = 0;
-    mend__set_str(&r->steps[i].error, NULL);
+    mend__step_fresh(&r->steps[i]);
     if (i != g)
       mend__step_to(r, i, MEND_STEP_PENDING, NULL, -1, "retried from the dead-letter queue");
     r->reason = NULL;

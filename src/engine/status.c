@@ -90,6 +90,14 @@ void mend__step_to(mend_run *r, int i, mend_step_status to, const char *error, d
   mend__step_err_to(r, i, to, NULL, error, delay, detail);
 }
 
+/* A step going again from the dead-letter queue: fresh attempts, no error of its failure. */
+void mend__step_fresh(step_rt *st) {
+  st->attempts = 0;
+  st->last_delay = st->due = -1;
+  st->compensate_self = 0;
+  mend__set_str(&st->error, NULL);
+}
+
 void mend__step_error_of(step_rt *st, const mend_error_info *info) {
   st->err_kind = info ? info->kind : MEND_ERR_ERROR;
   int severity = info && info->kind == MEND_ERR_COMPENSABLE ? info->severity : 0;

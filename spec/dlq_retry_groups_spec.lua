@@ -1,7 +1,8 @@
--- Review of rb31: a group's branch or a map's item retried from the dead-letter queue.
+-- A group's branch or a map's item retried from the dead-letter queue: the order it is undone in, a
+-- crash in the middle of the retry, fresh attempts for every failed branch, the error shown.
 local H = require "spec.helper"
 
-describe("rev-rb31: compensation after a retried branch or item", function()
+describe("compensation after a retried branch or item", function()
   after_each(H.cleanup)
 
   -- Item 1 fails with severity 3 while item 2's attempt is in flight (it succeeds after):
@@ -75,7 +76,7 @@ end)
 -- `mend dlq retry` of a map's item killed right after one of its commits (MEND_FAILPOINT, a
 -- build with failpoints): the engine that recovers the run must carry the retry on. The map's
 -- `running` is committed a batch before its item's row says anything but `failed`.
-describe("rev-rb31: a map's item retried, the retry killed after a commit", function()
+describe("a map's item retried, the retry killed after a commit", function()
   after_each(H.cleanup)
 
   it("runs the item again in the engine that recovers the run", function()
@@ -111,7 +112,8 @@ return { name = "mapc", steps = {
       eng:recover()
       eng:run()
       local st = eng:status(id)
-      assert.are.equal("succeeded", st.status, "killed after commit " .. n .. ": " .. H.read(dir .. "/ran"))
+      assert.are.equal("succeeded", st.status,
+                       "killed after commit " .. n .. ": " .. H.read(dir .. "/ran"))
       H.close(eng)
     end
   end)
@@ -122,7 +124,7 @@ end)
 -- severity 3, with fresh attempts"; group_forward: "its branches that failed get fresh
 -- attempts". Only the last failed branch by index (the fail_step a rebuilt run finds) gets
 -- them: a goes on from its attempt 1 and runs out of attempts one short.
-describe("rev-rb31: a group's severity-3 branch retried beside another failed branch", function()
+describe("a group's severity-3 branch retried beside another failed branch", function()
   after_each(H.cleanup)
 
   for _, other in ipairs { false, true } do
@@ -166,48 +168,9 @@ describe("rev-rb31: a group's severity-3 branch retried beside another failed br
   end
 end)
 
--- Branch c waits for its child run when branch a fails with severity 3: the group's stop
--- cancels the child (failed) and fails c. The retry sets c pending again; its start finds the
--- child of its key (`<run>/g/c`) ended, and the end it puts in the inbox has the key of the one
--- taken already: c waits for ever, the run `running`, in no queue, no alert.
-describe("rev-rb31: a group whose child branch was stopped, retried", function()
-  after_each(H.cleanup)
-
-  it("does not leave the run waiting for a child that ended", function()
-    local mend = require "mend"
-    local down = true
-    local eng = H.new_engine()
-    eng:register { name = "kid", steps = { { name = "w", wait_for = "ship" } } }
-    eng:register { name = "par", steps = {
-      { name = "g", parallel = {
-        { name = "c", child = "kid" },
-        { name = "a", execute = function()
-          mend.sleep(1)
-          if down then error(mend.compensable("x", { severity = 3 })) end
-          return "a"
-        end } } } } }
-    local id = eng:start("par", {})
-    eng:run()
-    assert.are.equal("needs_attention", eng:status(id).status)
-    assert.are.equal("failed", H.step(eng:status(id), "g/c").status)
-    down = false
-    eng:dlq_retry(id)
-    eng:run()
-    eng:advance(86400 * 30)
-    eng:run()
-    local st = eng:status(id)
-    local kid
-    for _, r in ipairs(eng:runs()) do if r.workflow == "kid" then kid = r end end
-    assert.are.equal("failed", kid.status)
-    assert.are_not.equal("waiting", H.step(st, "g/c").status,
-                         "run " .. st.status .. ", its branch waits for child " .. kid.id ..
-                         ", which ended " .. kid.status)
-  end)
-end)
-
 -- While the retried group goes on, its step is `running`: the error of the failure the person
 -- retried is not its error any more (status, GET /api/v1/runs/{id}, the dashboard).
-describe("rev-rb31: a retried group going on", function()
+describe("a retried group going on", function()
   after_each(H.cleanup)
 
   it("shows no error of the failure retried", function()
