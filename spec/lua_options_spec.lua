@@ -66,6 +66,21 @@ describe("an engine method's options", function()
     assert.are.equal(1, #eng:runs { limit = 1 })
     assert.are.equal(2, #eng:runs())
   end)
+
+  -- Counts an engine keeps in a C int: 2^32 + 1 had been a cap of 1 (a worker serving one run at
+  -- a time, unsaid) and a recover of one run; 2^32 none.
+  it("refuses a serve's cap and a recover's limit past an int's range", function()
+    local eng = H.new_engine()
+    for _, n in ipairs { -1, (1 << 32) + 1 } do
+      -- (the tick stops a serve that took it, so that the test fails rather than hangs)
+      refuses("serve: max_in_flight must be a whole number from 0 (no cap) to 2147483647, got "
+              .. n, eng.serve, eng,
+              { max_in_flight = n, every = 0.01, tick = function() eng:stop() end })
+      refuses("recover: limit must be a whole number from 0 (every run) to 2147483647, got " .. n,
+              eng.recover, eng, n)
+    end
+    assert.are.equal(0, eng:recover(0))
+  end)
 end)
 
 describe("mend.engine{existing = true}", function()

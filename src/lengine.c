@@ -527,8 +527,12 @@ static int engine_advance(lua_State *L) {
 /* eng:recover([limit]) -> n: resumes unfinished runs nobody holds.  [-0, +1, e] */
 static int engine_recover(lua_State *L) {
   engine_box *b = check_driving(L, "recover");
-  int limit = (int)luaL_optinteger(L, 2, 0);
-  int n = mend_engine_recover_runs(b->E, limit);
+  lua_Integer limit = luaL_optinteger(L, 2, 0);
+  /* an int's range: 2^32 + 1 had been a limit of 1, and 2^32 none */
+  if (limit < 0 || limit > INT_MAX)
+    return luaL_error(L, "recover: limit must be a whole number from 0 (every run) to %d, got %I",
+                      INT_MAX, limit);
+  int n = mend_engine_recover_runs(b->E, (int)limit);
   if (n < 0) return mend__fail(L, "%s", mend_engine_error(b->E));
   lua_pushinteger(L, n);
   return 1;
@@ -569,14 +573,15 @@ static void close_serve_tick(lua_State *L, engine_box *b) {
 static int engine_serve(lua_State *L) {
   engine_box *b = check_driving(L, "serve");
   double poll = 0.1, every = 1;
-  int max_in_flight = 0, tick = LUA_NOREF;
+  lua_Integer max_in_flight = 0;
+  int tick = LUA_NOREF;
   static const char *const known[] = {"poll", "max_in_flight", "every", "tick", NULL};
   mend__opts_known(L, 2, "serve", known);
   if (lua_istable(L, 2)) {
     lua_getfield(L, 2, "poll");
     poll = luaL_optnumber(L, -1, poll);
     lua_getfield(L, 2, "max_in_flight");
-    max_in_flight = (int)luaL_optinteger(L, -1, 0);
+    max_in_flight = luaL_optinteger(L, -1, 0);
     lua_getfield(L, 2, "every");
     every = luaL_optnumber(L, -1, every);
     lua_pop(L, 3);
@@ -584,6 +589,10 @@ static int engine_serve(lua_State *L) {
     else if (!lua_isnil(L, -1)) return luaL_error(L, "serve: tick must be a function");
     else lua_pop(L, 1);
   }
+  /* an int's range: 2^32 + 1 had been a cap of 1, a worker serving one run at a time */
+  if (max_in_flight < 0 || max_in_flight > INT_MAX)
+    return luaL_error(L, "serve: max_in_flight must be a whole number from 0 (no cap) to %d, "
+                      "got %I", INT_MAX, max_in_flight);
   if (!(poll > 0)) return luaL_error(L, "serve: poll must be > 0 seconds");
   if (!(every > 0)) return luaL_error(L, "serve: every must be > 0 seconds");
   serve_tick *st = NULL;
@@ -599,7 +608,7 @@ static int engine_serve(lua_State *L) {
     uv_unref((uv_handle_t *)&st->timer);
   }
   b->tick = st;
-  int rc = mend_engine_serve(b->E, poll, max_in_flight);
+  int rc = mend_engine_serve(b->E, poll, (int)max_in_flight);
   if (st) {
     close_serve_tick(L, b);
     uv_run(mend_engine_loop(b->E), UV_RUN_NOWAIT);
