@@ -67,6 +67,27 @@ describe("an engine method's options", function()
     assert.are.equal(2, #eng:runs())
   end)
 
+  -- A fraction, NaN or a word where mend.engine{} takes a count or seconds had raised "bad
+  -- argument #-1 to 'mend.core.engine' (number has no integer representation)", naming neither.
+  it("refuses an engine's count or seconds that is no number, naming the option", function()
+    local mend = require "mend"
+    for _, case in ipairs {
+      { "instruction_budget", 1.5, "a whole number >= 0 (0: no budget), got 1.5" },
+      { "max_concurrency", 0 / 0, "a whole number >= 0 (0: no cap), got " .. tostring(0 / 0) },
+      { "max_concurrency", math.huge, "a whole number >= 0 (0: no cap), got inf" },
+      { "memory_limit", "lots", ">= 0 bytes, a whole number (0: no limit), got lots" },
+      { "memory_limit", 2 ^ 64,
+        ">= 0 bytes, a whole number (0: no limit), got 1.844674407371e+19" },
+      { "lease", "abc", "a finite number > 0 of seconds, got abc" },
+      { "grace", true, "a finite number > 0 of seconds, got true" },
+      { "park_after", {}, "a number of seconds, got table: " },
+    } do
+      refuses("mend.engine: " .. case[1] .. " must be " .. case[3], mend.engine,
+              { [case[1]] = case[2] })
+    end
+    H.close(mend.engine { instruction_budget = 2.0, max_concurrency = "3", lease = "5" })
+  end)
+
   -- Counts an engine keeps in a C int: 2^32 + 1 had been a cap of 1 (a worker serving one run at
   -- a time, unsaid) and a recover of one run; 2^32 none.
   it("refuses a serve's cap and a recover's limit past an int's range", function()
