@@ -59,10 +59,18 @@ describe("an engine method's options", function()
     eng:load(H.write_file(H.tmp_dir(), "w.lua", WF))
     eng:start("w")
     eng:start("w")
-    for _, n in ipairs { 0, -5, (1 << 31) + 1 } do
+    -- (1.5 and a word had raised "bad argument #-1 to '?'", naming neither)
+    for _, n in ipairs { 0, -5, (1 << 31) + 1, 1.5, "some" } do
       refuses("runs: limit must be a whole number from 1 to 2147483647, got " .. n, eng.runs,
               eng, { limit = n })
     end
+    -- a since of NaN had been no filter, unsaid
+    for _, t in ipairs { 0 / 0, "today" } do
+      refuses("runs: since must be a time, seconds since the epoch, got " .. tostring(t), eng.runs,
+              eng, { since = t })
+    end
+    refuses("breaker: seconds must be a number, got soon", eng.breaker, eng, "hear", "open",
+            { seconds = "soon" })
     assert.are.equal(1, #eng:runs { limit = 1 })
     assert.are.equal(2, #eng:runs())
   end)
