@@ -426,7 +426,8 @@ MEND_API int mend_engine_tick_ex(mend_engine *engine, double budget, mend_tick_s
  * answer -1, 0 and 0 for a NULL or freed engine, and from another thread, refused as the
  * calls that return a status are (Threading, above). */
 MEND_API double mend_engine_next_tick(mend_engine *engine);
-/* Thread-safe: wakes the loop the engine runs on. */
+/* Thread-safe: wakes the loop the engine runs on. An engine freed already (its thread freed it
+ * while another had a host call's answer to hand over) is not woken, nothing of it read. */
 MEND_API void mend_engine_wakeup(mend_engine *engine);
 /* Runs in flight (held in memory by this engine). A run leaves this count in the turn that
  * delivers its run_finished event (once its end is durable): a host that stops ticking when

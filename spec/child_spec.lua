@@ -122,7 +122,8 @@ describe("a step with child", function()
   -- The child ended, but its parent may still undo it: a prune that took it had the parent
   -- mark its step compensated with nothing undone (the child's row was gone).
   it("keeps a child that succeeded from a prune while its parent may still undo it", function()
-    local eng, log = H.new_engine(), {}
+    local eng, db = H.new_engine()
+    local log = {}
     eng:register(shipping(log))
     eng:register { name = "order", steps = {
       { name = "ship", child = "shipping", input = function() return { order = "o9" } end },
@@ -134,7 +135,14 @@ describe("a step with child", function()
     local c = child_of(eng, id)
     assert.are.equal("succeeded", c.status)
     eng:advance(100)
-    assert.are.same({}, eng:prune { older_than = 50 }.runs)
+    local kept = eng:prune { older_than = 50 }
+    assert.are.same({}, kept.runs)
+    -- and says it kept it: "no runs ended ...: nothing to prune" was read as none having ended
+    assert.are.equal(1, kept.kept)
+    local rc, out = H.mend_cmd(db, "prune --older-than 0s --dry-run")
+    assert.are.equal(0, rc, out)
+    assert.matches("may be pruned yet\n  kept 1 ended child run: a run above it is unfinished or "
+                   .. "in the dead%-letter queue", out)
     eng:signal(id, "go")
     eng:run()
     assert.are.equal("compensated", eng:status(id).status)
@@ -142,7 +150,9 @@ describe("a step with child", function()
     assert.are.same({ "pack o9", "void trk-o9", "unpack box-o9" }, log)
     -- once the parent has ended, the child goes with it
     eng:advance(100)
-    assert.are.same({ compensated = 2 }, eng:prune { older_than = 50 }.runs)
+    local pruned = eng:prune { older_than = 50 }
+    assert.are.same({ compensated = 2 }, pruned.runs)
+    assert.are.equal(0, pruned.kept)
   end)
   it("cancels a running child with its parent", function()
     local eng, log = setup{ pickup = true }

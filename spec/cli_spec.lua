@@ -525,7 +525,7 @@ return { name = "latin", steps = {
     end)
 
     -- 1e999 reads as infinity; a worker given it had run (a lease of it failed only at its first
-    -- renewal on PostgreSQL), and --max-in-flight 2.5 had meant no limit
+    -- renewal on PostgreSQL), --max-in-flight 2.5 had meant no limit, and 4294967297 one run
     it("refuses a worker's times that are infinite and a count that is not whole", function()
       local empty = os.tmpname()
       os.remove(empty)
@@ -536,9 +536,15 @@ return { name = "latin", steps = {
         { "--poll", "1e999", "--poll must be a finite number > 0, got 1e999" },
         { "--lease", "0x10", "--lease must be a finite number > 0, got 0x10" },   -- (was 16 s)
         { "--park-after", "1e999", "--park-after must be a finite number >= 0, got 1e999" },
-        { "--max-in-flight", "2.5", "--max-in-flight must be a whole number > 0, got 2.5" },
-        { "--max-in-flight", "0", "--max-in-flight must be a whole number > 0, got 0" },
-        { "--max-in-flight", "1e999", "--max-in-flight must be a whole number > 0, got 1e999" },
+        { "--max-in-flight", "2.5", "--max-in-flight must be a whole number from 1 to " ..
+          "2147483647, got 2.5" },
+        { "--max-in-flight", "0", "--max-in-flight must be a whole number from 1 to 2147483647, " ..
+          "got 0" },
+        { "--max-in-flight", "1e999", "--max-in-flight must be a whole number from 1 to " ..
+          "2147483647, got 1e999" },
+        -- past an int: 2^32 + 1 had been a cap of 1, a worker serving one run at a time
+        { "--max-in-flight", "4294967297", "--max-in-flight must be a whole number from 1 to " ..
+          "2147483647, got 4294967297" },
       } do
         local code, _, err = mend("worker", "--db", db, "--workflows", empty, case[1], case[2])
         assert.are.equal(2, code, case[1])

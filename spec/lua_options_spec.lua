@@ -59,12 +59,56 @@ describe("an engine method's options", function()
     eng:load(H.write_file(H.tmp_dir(), "w.lua", WF))
     eng:start("w")
     eng:start("w")
-    for _, n in ipairs { 0, -5, (1 << 31) + 1 } do
+    -- (1.5 and a word had raised "bad argument #-1 to '?'", naming neither)
+    for _, n in ipairs { 0, -5, (1 << 31) + 1, 1.5, "some" } do
       refuses("runs: limit must be a whole number from 1 to 2147483647, got " .. n, eng.runs,
               eng, { limit = n })
     end
+    -- a since of NaN had been no filter, unsaid
+    for _, t in ipairs { 0 / 0, "today" } do
+      refuses("runs: since must be a time, seconds since the epoch, got " .. tostring(t), eng.runs,
+              eng, { since = t })
+    end
+    refuses("breaker: seconds must be a number, got soon", eng.breaker, eng, "hear", "open",
+            { seconds = "soon" })
     assert.are.equal(1, #eng:runs { limit = 1 })
     assert.are.equal(2, #eng:runs())
+  end)
+
+  -- A fraction, NaN or a word where mend.engine{} takes a count or seconds had raised "bad
+  -- argument #-1 to 'mend.core.engine' (number has no integer representation)", naming neither.
+  it("refuses an engine's count or seconds that is no number, naming the option", function()
+    local mend = require "mend"
+    for _, case in ipairs {
+      { "instruction_budget", 1.5, "a whole number >= 0 (0: no budget), got 1.5" },
+      { "max_concurrency", 0 / 0, "a whole number >= 0 (0: no cap), got " .. tostring(0 / 0) },
+      { "max_concurrency", math.huge, "a whole number >= 0 (0: no cap), got inf" },
+      { "memory_limit", "lots", ">= 0 bytes, a whole number (0: no limit), got lots" },
+      { "memory_limit", 2 ^ 64,
+        ">= 0 bytes, a whole number (0: no limit), got 1.844674407371e+19" },
+      { "lease", "abc", "a finite number > 0 of seconds, got abc" },
+      { "grace", true, "a finite number > 0 of seconds, got true" },
+      { "park_after", {}, "a number of seconds, got table: " },
+    } do
+      refuses("mend.engine: " .. case[1] .. " must be " .. case[3], mend.engine,
+              { [case[1]] = case[2] })
+    end
+    H.close(mend.engine { instruction_budget = 2.0, max_concurrency = "3", lease = "5" })
+  end)
+
+  -- Counts an engine keeps in a C int: 2^32 + 1 had been a cap of 1 (a worker serving one run at
+  -- a time, unsaid) and a recover of one run; 2^32 none.
+  it("refuses a serve's cap and a recover's limit past an int's range", function()
+    local eng = H.new_engine()
+    for _, n in ipairs { -1, (1 << 32) + 1 } do
+      -- (the tick stops a serve that took it, so that the test fails rather than hangs)
+      refuses("serve: max_in_flight must be a whole number from 0 (no cap) to 2147483647, got "
+              .. n, eng.serve, eng,
+              { max_in_flight = n, every = 0.01, tick = function() eng:stop() end })
+      refuses("recover: limit must be a whole number from 0 (every run) to 2147483647, got " .. n,
+              eng.recover, eng, n)
+    end
+    assert.are.equal(0, eng:recover(0))
   end)
 end)
 

@@ -58,10 +58,11 @@ describe("mend runs, dlq and breakers", function()
     local keys = {}
     for _, b in ipairs(breakers) do keys[b.key] = b.state end
     assert.are.same({ reserve = "closed", psp = "closed", ship = "closed" }, keys)
-    for _, limit in ipairs { "zero", "0x10" } do   -- (0x10 had been read as 16)
+    -- (0x10 had been read as 16; 2^31, past an int, was exit 1 naming a line of mend's Lua)
+    for _, limit in ipairs { "zero", "0x10", "0", "2147483648" } do
       rc, out = mend_cmd(db, "runs --limit " .. limit)
       assert.are.equal(2, rc, limit)
-      assert.matches("%-%-limit must be a positive integer", out)
+      assert.matches("%-%-limit must be a whole number from 1 to 2147483647, got " .. limit, out)
     end
   end)
 end)

@@ -1,8 +1,8 @@
 -- No run stuck without a sign: what `mend` says and does about runs that no live worker holds
--- (status, wait, cancel, run --key, dlq retry from elsewhere), history times that never go
--- back, waits too long for any clock, breaker waits as SPEC section 2 draws them, and breakers
--- whose open time is up. Real `mend` processes (workers, killed and stopped ones included)
--- against real database files.
+-- (status, wait, cancel, run --key and its child runs, dlq retry from elsewhere), history times
+-- that never go back, waits too long for any clock, breaker waits as SPEC section 2 draws them,
+-- and breakers whose open time is up. Real `mend` processes (workers, killed and stopped ones
+-- included) against real database files.
 local H = require "spec.helper"
 local mend = require "mend"
 local json = mend.json
@@ -268,6 +268,36 @@ describe("mend run FILE --key K again", function()
     assert.are.equal("succeeded", st.status)
     assert.are.equal(1, st.steps[1].attempts)        -- a was not run again
     assert_ordered(db, id)
+  end)
+
+  -- The killed `mend run` carried the child run as well: resumed alone, the parent waited for a
+  -- child nobody carried on, and `mend run` for ever.
+  it("resumes here too the child runs left unfinished with it", function()
+    local dir = H.tmp_dir()
+    H.write_file(dir, "nested.lua", [[
+return { name = "nested", steps = {
+  { name = "kid", when = function(ctx) return not ctx.input.child end, child = "nested",
+    input = function() return { child = true } end },
+  { name = "nap", when = function(ctx) return ctx.input.child end, sleep = 30 },
+} }]])
+    local db = H.new_db(dir, "jobs.db")
+    local runner = spawn(dir, db, "run nested.lua --key order-1")
+    local kid
+    for _ = 1, 500 do
+      local rc, out = mend_in(nil, db, "runs --json")
+      for _, r in ipairs(rc == 0 and json.decode(out) or {}) do
+        if r.key and r.key:match("/kid$") then kid = r.id end
+      end
+      if kid then break end
+      os.execute("sleep 0.02")
+    end
+    until_status(db, kid, step_is("nap", "sleeping"))
+    kill_dead(runner)
+    local rc, out = H.shell(("cd %s && timeout 20 %s run nested.lua --key order-1 --clock virtual"
+      .. " --db %s"):format(q(dir), MEND, q(db)))
+    assert.are.equal(0, rc, out)
+    assert.matches("its child run " .. kid .. " %(step kid%) was left unfinished too", out)
+    for _, r in ipairs(json_of(db, "runs")) do assert.are.equal("succeeded", r.status, r.id) end
   end)
 
   it("waits for the end of a run that a live worker holds, and says so", function()

@@ -745,8 +745,13 @@ MEND_API double mend_engine_next_tick(mend_engine *engine) {
   return mend__capi_check_engine(engine, __func__) == MEND_OK ? mend_engine_next_due(engine) : -1;
 }
 
+/* Under the lock: a worker thread with a host call's answer may wake an engine its thread has
+ * just freed (freeing takes it off the list first), and such a wake-up is no read of it. */
 MEND_API void mend_engine_wakeup(mend_engine *engine) {
-  if (engine) mend_engine_wake(engine);
+  if (!engine) return;
+  pthread_mutex_lock(&handles_lock);
+  if (find_locked(engine)) mend_engine_wake(engine);
+  pthread_mutex_unlock(&handles_lock);
 }
 
 MEND_API int mend_engine_in_flight_count(mend_engine *engine) {

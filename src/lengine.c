@@ -251,6 +251,32 @@ static const char *option_list(lua_State *L, const char *name, int (*item)(lua_S
   return lua_tostring(L, -1);
 }
 
+/* Option `name` of mend.engine{} (the table at 1) as a whole number from lo to hi, `def` when
+ * absent; anything else raises "mend.engine: NAME must be RULE, got VALUE" (luaL_optinteger's
+ * "bad argument #-1 to 'mend.core.engine'" named neither the option nor the value). */
+static lua_Integer whole_option(lua_State *L, const char *name, lua_Integer def, lua_Integer lo,
+                                lua_Integer hi, const char *rule) {
+  lua_getfield(L, 1, name);
+  int is = 1;
+  lua_Integer n = lua_isnil(L, -1) ? def : lua_tointegerx(L, -1, &is);
+  if (!is || n < lo || n > hi)
+    luaL_error(L, "mend.engine: %s must be %s, got %s", name, rule, luaL_tolstring(L, -1, NULL));
+  lua_pop(L, 1);
+  return n;
+}
+
+/* Option `name` as a number of seconds, `def` when absent; one that is no number raises as
+ * whole_option does (its range is checked by the caller, which says it). */
+static double seconds_option(lua_State *L, const char *name, double def, const char *rule) {
+  lua_getfield(L, 1, name);
+  int is = 1;
+  double n = lua_isnil(L, -1) ? def : lua_tonumberx(L, -1, &is);
+  if (!is)
+    luaL_error(L, "mend.engine: %s must be %s, got %s", name, rule, luaL_tolstring(L, -1, NULL));
+  lua_pop(L, 1);
+  return n;
+}
+
 int mend__lengine_new(lua_State *L) {
   if (lua_isnoneornil(L, 1)) { lua_settop(L, 0); lua_newtable(L); }
   luaL_checktype(L, 1, LUA_TTABLE);
@@ -305,26 +331,13 @@ int mend__lengine_new(lua_State *L) {
   lua_pop(L, 1);
   /* as mend_engine_new reads them: a negative one is no "none" (it had been, unsaid), nor is a
    * cap past an int's range what is left of it */
-  lua_getfield(L, 1, "max_concurrency");
-  lua_Integer cap = luaL_optinteger(L, -1, 0);
-  lua_getfield(L, 1, "instruction_budget");
-  lua_Integer budget = luaL_optinteger(L, -1, 0);
-  lua_pop(L, 2);
-  if (cap < 0 || cap > INT_MAX)
-    return luaL_error(L, "mend.engine: max_concurrency must be a whole number >= 0 (0: no cap), "
-                      "got %I", cap);
-  if (budget < 0 || budget > LONG_MAX)
-    return luaL_error(L, "mend.engine: instruction_budget must be a whole number >= 0 (0: no "
-                      "budget), got %I", budget);
-  cfg.max_concurrency = (int)cap;
-  cfg.instruction_budget = (long)budget;
-  lua_getfield(L, 1, "lease");
-  cfg.lease_seconds = luaL_optnumber(L, -1, 30);
-  lua_getfield(L, 1, "grace");
-  cfg.grace_seconds = luaL_optnumber(L, -1, 10);
-  lua_getfield(L, 1, "park_after");
-  cfg.park_after = luaL_optnumber(L, -1, 0);
-  lua_pop(L, 3);
+  cfg.max_concurrency = (int)whole_option(L, "max_concurrency", 0, 0, INT_MAX,
+                                          "a whole number >= 0 (0: no cap)");
+  cfg.instruction_budget = (long)whole_option(L, "instruction_budget", 0, 0, LONG_MAX,
+                                              "a whole number >= 0 (0: no budget)");
+  cfg.lease_seconds = seconds_option(L, "lease", 30, "a finite number > 0 of seconds");
+  cfg.grace_seconds = seconds_option(L, "grace", 10, "a finite number > 0 of seconds");
+  cfg.park_after = seconds_option(L, "park_after", 0, "a number of seconds");
   if (!(cfg.lease_seconds > 0 && cfg.lease_seconds < HUGE_VAL))
     return luaL_error(L, "mend.engine: lease must be a finite number > 0 of seconds");
   /* NaN or infinity: a stopping worker would wait for ever for its attempts */
@@ -346,13 +359,11 @@ int mend__lengine_new(lua_State *L) {
   cfg.sandbox = lua_toboolean(L, -1);
   lua_getfield(L, 1, "no_sandbox");
   cfg.no_sandbox = lua_toboolean(L, -1);
-  lua_getfield(L, 1, "memory_limit");
-  lua_Integer limit = luaL_optinteger(L, -1, 0);
-  lua_pop(L, 3);
+  lua_pop(L, 2);
+  cfg.memory_limit = (size_t)whole_option(L, "memory_limit", 0, 0, LUA_MAXINTEGER,
+                                          ">= 0 bytes, a whole number (0: no limit)");
   if (cfg.sandbox && cfg.no_sandbox)
     return luaL_error(L, "mend.engine: sandbox and no_sandbox: give one of them");
-  if (limit < 0) return luaL_error(L, "mend.engine: memory_limit must be >= 0 bytes");
-  cfg.memory_limit = (size_t)limit;
   int owned = cfg.sandbox || cfg.memory_limit > 0;
   if (owned) {
     cfg.open_module = mend_lua_open;
@@ -527,8 +538,12 @@ static int engine_advance(lua_State *L) {
 /* eng:recover([limit]) -> n: resumes unfinished runs nobody holds.  [-0, +1, e] */
 static int engine_recover(lua_State *L) {
   engine_box *b = check_driving(L, "recover");
-  int limit = (int)luaL_optinteger(L, 2, 0);
-  int n = mend_engine_recover_runs(b->E, limit);
+  lua_Integer limit = luaL_optinteger(L, 2, 0);
+  /* an int's range: 2^32 + 1 had been a limit of 1, and 2^32 none */
+  if (limit < 0 || limit > INT_MAX)
+    return luaL_error(L, "recover: limit must be a whole number from 0 (every run) to %d, got %I",
+                      INT_MAX, limit);
+  int n = mend_engine_recover_runs(b->E, (int)limit);
   if (n < 0) return mend__fail(L, "%s", mend_engine_error(b->E));
   lua_pushinteger(L, n);
   return 1;
@@ -569,14 +584,15 @@ static void close_serve_tick(lua_State *L, engine_box *b) {
 static int engine_serve(lua_State *L) {
   engine_box *b = check_driving(L, "serve");
   double poll = 0.1, every = 1;
-  int max_in_flight = 0, tick = LUA_NOREF;
+  lua_Integer max_in_flight = 0;
+  int tick = LUA_NOREF;
   static const char *const known[] = {"poll", "max_in_flight", "every", "tick", NULL};
   mend__opts_known(L, 2, "serve", known);
   if (lua_istable(L, 2)) {
     lua_getfield(L, 2, "poll");
     poll = luaL_optnumber(L, -1, poll);
     lua_getfield(L, 2, "max_in_flight");
-    max_in_flight = (int)luaL_optinteger(L, -1, 0);
+    max_in_flight = luaL_optinteger(L, -1, 0);
     lua_getfield(L, 2, "every");
     every = luaL_optnumber(L, -1, every);
     lua_pop(L, 3);
@@ -584,6 +600,10 @@ static int engine_serve(lua_State *L) {
     else if (!lua_isnil(L, -1)) return luaL_error(L, "serve: tick must be a function");
     else lua_pop(L, 1);
   }
+  /* an int's range: 2^32 + 1 had been a cap of 1, a worker serving one run at a time */
+  if (max_in_flight < 0 || max_in_flight > INT_MAX)
+    return luaL_error(L, "serve: max_in_flight must be a whole number from 0 (no cap) to %d, "
+                      "got %I", INT_MAX, max_in_flight);
   if (!(poll > 0)) return luaL_error(L, "serve: poll must be > 0 seconds");
   if (!(every > 0)) return luaL_error(L, "serve: every must be > 0 seconds");
   serve_tick *st = NULL;
@@ -599,7 +619,7 @@ static int engine_serve(lua_State *L) {
     uv_unref((uv_handle_t *)&st->timer);
   }
   b->tick = st;
-  int rc = mend_engine_serve(b->E, poll, max_in_flight);
+  int rc = mend_engine_serve(b->E, poll, (int)max_in_flight);
   if (st) {
     close_serve_tick(L, b);
     uv_run(mend_engine_loop(b->E), UV_RUN_NOWAIT);

@@ -12,6 +12,7 @@
 
 #include <lauxlib.h>
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -207,13 +208,21 @@ static int engine_runs(lua_State *L) {
     status = mend__opt_string(L, 2, "runs", "status", NULL);
     workflow = mend__opt_string(L, 2, "runs", "workflow", NULL);
     lua_getfield(L, 2, "limit");
-    lua_Integer n = luaL_optinteger(L, -1, 0);
-    /* 0 is none to the store, and a negative one too: given, it is no count of runs */
-    if (!lua_isnil(L, -1) && (n < 1 || n > INT_MAX))
-      return luaL_error(L, "runs: limit must be a whole number from 1 to %d, got %I", INT_MAX, n);
+    int is = 1;
+    lua_Integer n = lua_isnil(L, -1) ? 0 : lua_tointegerx(L, -1, &is);
+    /* 0 is none to the store, and a negative one too: given, it is no count of runs (nor is
+     * 1.5, which luaL_optinteger refused naming neither the option nor the value) */
+    if (!lua_isnil(L, -1) && (!is || n < 1 || n > INT_MAX))
+      return luaL_error(L, "runs: limit must be a whole number from 1 to %d, got %s", INT_MAX,
+                        luaL_tolstring(L, -1, NULL));
     limit = (int)n;
     lua_getfield(L, 2, "since");
-    since = luaL_optnumber(L, -1, -1);
+    is = 1;
+    since = lua_isnil(L, -1) ? -1 : lua_tonumberx(L, -1, &is);
+    /* NaN had been no filter, unsaid, as the store reads a since < 0 */
+    if (!is || isnan(since))
+      return luaL_error(L, "runs: since must be a time, seconds since the epoch, got %s",
+                        luaL_tolstring(L, -1, NULL));
     lua_getfield(L, 2, "attention");
     attention = lua_toboolean(L, -1);
     lua_pop(L, 3);
@@ -425,7 +434,11 @@ static int engine_breaker(lua_State *L) {
   mend__opts_known(L, 4, "breaker", known);
   if (lua_istable(L, 4)) {
     lua_getfield(L, 4, "seconds");
-    seconds = luaL_optnumber(L, -1, 0);
+    int is = 1;
+    seconds = lua_isnil(L, -1) ? 0 : lua_tonumberx(L, -1, &is);
+    if (!is)
+      return luaL_error(L, "breaker: seconds must be a number, got %s",
+                        luaL_tolstring(L, -1, NULL));
     lua_pop(L, 1);
   }
   const char *who = who_of(L, "breaker", 4);

@@ -1,8 +1,8 @@
 /*
  * test_embed_threads: an engine and threads, through mend.h alone: calls from a thread that
  * does not own the engine refused (also while it is freed, the getters too, and said on both
- * threads), engines made and freed on many threads, an engine handed over with adopt, and
- * one ticked by a pool of threads.
+ * threads), a wake-up of an engine freed meanwhile doing nothing, engines made and freed on
+ * many threads, an engine handed over with adopt, and one ticked by a pool of threads.
  *
  * Built like every test_embed_* program: against the build tree's libmend (ctest c_embed_threads,
  * under AddressSanitizer in c_sanitized), and against the installed library with pkg-config
@@ -204,6 +204,42 @@ static void it_refuses_calls_from_other_threads_while_the_engine_is_freed(void) 
     pthread_join(t[i], NULL);
     CHECK_EQ_INT(wrong[i], 0);
   }
+}
+
+/* A worker thread that has a host call's answer wakes the engine's thread (the one call any
+ * thread may make), while that thread may have freed the engine meanwhile: the wake-up of an
+ * engine gone does nothing. It read the freed engine (under ASan, in c_sanitized, a
+ * heap-use-after-free; in a plain build libuv aborted on the freed handle). */
+static _Atomic(mend_engine *) woken_engine;
+static atomic_int wakes_over;
+static void *wake_while_freed(void *arg) {
+  (void)arg;
+  while (!atomic_load(&wakes_over)) {
+    mend_engine *E = atomic_load(&woken_engine);
+    if (E) mend_engine_wakeup(E);
+  }
+  return NULL;
+}
+
+static void it_wakes_no_engine_once_it_is_freed(void) {
+  mend_options o;
+  mend_options_init(&o);
+  o.virtual_clock = 1;
+  mend_engine *E = engine(&o);
+  CHECK_EQ_INT(mend_engine_free(E), MEND_OK);
+  mend_engine_wakeup(E);   /* the worker's answer came after the free */
+  CHECK_EQ_INT(mend_engine_tick(E, 0.001), MEND_EINVAL);
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++)
+    CHECK_EQ_INT(pthread_create(&t[i], NULL, wake_while_freed, NULL), 0);
+  for (int i = 0; i < 100; i++) {
+    E = engine(&o);
+    atomic_store(&woken_engine, E);
+    CHECK_EQ_INT(mend_engine_tick(E, 0.001), MEND_OK);
+    CHECK_EQ_INT(mend_engine_free(E), MEND_OK);
+  }
+  atomic_store(&wakes_over, 1);
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
 }
 
 /* A refusal of another thread's call is heard on both threads: a status and mend_engine_errmsg
@@ -497,6 +533,7 @@ int main(void) {
   it_refuses_calls_from_another_thread();
   it_makes_and_frees_engines_on_many_threads();
   it_refuses_calls_from_other_threads_while_the_engine_is_freed();
+  it_wakes_no_engine_once_it_is_freed();
   it_says_on_both_threads_what_another_thread_was_refused();
   it_refuses_the_getters_on_another_thread();
   it_is_handed_to_another_thread_with_adopt();

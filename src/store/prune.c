@@ -20,6 +20,13 @@
   " JOIN up ON r.id = up.id WHERE r.parent_run IS NOT NULL) SELECT 1 FROM runs r JOIN up"      \
   " ON r.id = up.id WHERE r.status IN ('running', 'compensating', 'needs_attention')))"
 
+/* The ended runs of the prune's age and status it keeps: child runs under a run that has not
+ * ended (said, so that "nothing to prune" is not read as none of them having ended). */
+#define KEPT_RUNS                                                                              \
+  "SELECT count(*) FROM runs WHERE status IN ('succeeded', 'compensated', 'failed', 'resolved')" \
+  " AND updated < ?1 AND (?2 IS NULL OR status = ?2) AND parent_run IS NOT NULL"                \
+  " AND id NOT IN (" PRUNE_RUNS ")"
+
 /* Prunes are rare: their statements are prepared when used, not at open. Runs sql with the
  * prune's two parameters; with `counts`, adds each row's (name, count) to it, or, for a one
  * column row, sets counts[key]. */
@@ -66,7 +73,8 @@ json_t *mend__sqlite_prune(mend_store *s, double before, const char *status, int
       prune_sql(s, "SELECT count(*) FROM history WHERE run_id IN (" PRUNE_RUNS ")", before,
                 status, res, "history") ||
       prune_sql(s, "SELECT count(*) FROM dlq WHERE run_id IN (" PRUNE_RUNS ")", before, status,
-                res, "dlq");
+                res, "dlq") ||
+      prune_sql(s, KEPT_RUNS, before, status, res, "kept");
   if (!failed && !dry_run)
     failed =
         prune_sql(s, "DELETE FROM dlq WHERE run_id IN (" PRUNE_RUNS ")", before, status, NULL,

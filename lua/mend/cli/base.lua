@@ -230,12 +230,17 @@ function M.number_flag(o, name, default)
 end
 
 -- A count (0 when not given): 2.5 is no count, and had been read as no limit.
+-- The most a count flag takes: the engine keeps such counts in a C int, which 2^32 + 1 would
+-- have reached as 1 (a worker serving one run at a time, unsaid).
+M.COUNT_MAX = 2147483647
+
 function M.whole_flag(o, name)
   if o[name] == nil then return 0 end
   local n = math.tointeger(M.decimal(o[name]))
   -- one message for every value that is no count: 0 is not "a finite number > 0" to fix
-  if not n or n < 1 then
-    usage_error(o._command, "--%s must be a whole number > 0, got %s", name, o[name])
+  if not n or n < 1 or n > M.COUNT_MAX then
+    usage_error(o._command, "--%s must be a whole number from 1 to %d, got %s", name, M.COUNT_MAX,
+                o[name])
   end
   return n
 end

@@ -164,8 +164,7 @@ local RUN_STATUSES = { "running", "compensating", "succeeded", "compensated", "f
 
 function M.runs(o)
   base.check_status(o, RUN_STATUSES, "a run's status")
-  local limit = o.limit and math.tointeger(base.decimal(o.limit))
-  if o.limit and not (limit and limit > 0) then usage_error("runs", "--limit must be a positive integer") end
+  local limit = o.limit and base.whole_flag(o, "limit")
   return with_engine(existing_db(o.db), function(eng)
     local runs = eng:runs{ status = o.status, workflow = o.workflow, since = parse_since(o),
                            attention = o.attention, limit = limit or 50 }

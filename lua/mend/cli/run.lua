@@ -45,6 +45,20 @@ local function check_key(o)
   if o.key == "" then fail("the run key is empty: give a key, or none") end
 end
 
+-- The child runs of run id left unfinished with it, that no live worker holds (its `mend run`
+-- was killed as a child ran: the child was this process's too), carried on here, theirs too:
+-- the parent's step waits for their end, which nothing else would bring.
+local function resume_children(eng, id)
+  local st = run_status(eng, id)
+  for _, child in ipairs(st and st.children or {}) do
+    if unfinished(child) and eng:resume(child.run_id) == "resumed" then
+      say("mend: its child run %s (step %s) was left unfinished too; resuming it here\n",
+          child.run_id, child.step)
+      resume_children(eng, child.run_id)
+    end
+  end
+end
+
 function M.run(o, file)
   local input = base.decode_input(o.input)
   check_key(o)
@@ -68,6 +82,7 @@ function M.run(o, file)
         local how, worker = eng:resume(id)
         if how == "resumed" then
           say("mend: run %s was left unfinished and no live worker holds it; resuming it here\n", id)
+          resume_children(eng, id)
           break
         end
         if not told then say("mend: run %s is held by worker %s; waiting for its end\n", id, worker) end

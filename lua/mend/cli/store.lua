@@ -34,19 +34,32 @@ local function duration_flag(o, name)
   return seconds
 end
 
+-- Child runs that ended in time but are kept, a run above each being unfinished or a dead letter.
+local function print_kept(n)
+  if (n or 0) == 0 then return end
+  out("  kept %d ended child run%s: a run above %s is unfinished or in the dead-letter queue\n",
+      n, n == 1 and "" or "s", n == 1 and "it" or "each")
+end
+
 local function print_pruned(r)
   local parts = {}
   for _, s in ipairs(ENDED) do
     if (r.runs[s] or 0) > 0 then parts[#parts + 1] = ("%d %s"):format(r.runs[s], s) end
   end
   if r.total == 0 then
-    out("no runs ended before %s: nothing to prune\n", fmt_time(r.before))
+    if (r.kept or 0) == 0 then
+      out("no runs ended before %s: nothing to prune\n", fmt_time(r.before))
+    else
+      out("no run that ended before %s may be pruned yet\n", fmt_time(r.before))
+    end
+    print_kept(r.kept)
     return
   end
   out("%s %d run%s that ended before %s: %s\n", r.dry_run and "would prune" or "pruned",
       r.total, r.total == 1 and "" or "s", fmt_time(r.before), table.concat(parts, ", "))
   out("  with %d step rows, %d history rows and %d dead letters%s\n", r.steps, r.history, r.dlq,
       r.dry_run and " (dry run: nothing was removed)" or "")
+  print_kept(r.kept)
 end
 
 function M.prune(o)

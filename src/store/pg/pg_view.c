@@ -531,6 +531,13 @@ char *mend__pg_view_version_script(PGconn *c, const char *workflow, const char *
   " FROM runs r JOIN up ON r.id = up.id WHERE r.parent_run IS NOT NULL) SELECT 1 FROM runs r"  \
   " JOIN up ON r.id = up.id WHERE r.status IN ('running', 'compensating', 'needs_attention')))"
 
+/* The ended runs of the prune's age and status it keeps: child runs under a run that has not
+ * ended (said, so that "nothing to prune" is not read as none of them having ended). */
+#define KEPT_RUNS                                                                              \
+  "SELECT count(*) FROM runs WHERE status IN ('succeeded', 'compensated', 'failed', 'resolved')" \
+  " AND updated < $1::float8 AND ($2::text IS NULL OR status = $2) AND parent_run IS NOT NULL"  \
+  " AND id NOT IN (" PRUNE_RUNS ")"
+
 /* Runs sql with the prune's two parameters; adds each row's (name, count) to counts, or for a
  * one-column row sets counts[key]. */
 static int prune_sql(PGconn *c, const char *sql, const char *const *p, json_t *counts,
@@ -580,7 +587,8 @@ json_t *mend__pg_view_prune(PGconn *c, double before, const char *status, int dr
       prune_sql(c, "SELECT count(*) FROM history WHERE run_id IN (" PRUNE_RUNS ")", p, res,
                 "history", err, errlen) ||
       prune_sql(c, "SELECT count(*) FROM dlq WHERE run_id IN (" PRUNE_RUNS ")", p, res, "dlq",
-                err, errlen);
+                err, errlen) ||
+      prune_sql(c, KEPT_RUNS, p, res, "kept", err, errlen);
   if (!failed && !dry_run)
     failed =
         prune_sql(c, "DELETE FROM dlq WHERE run_id IN (" PRUNE_RUNS ")", p, NULL, NULL, err,
