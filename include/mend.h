@@ -205,9 +205,9 @@ MEND_API void mend_options_init_size(mend_options *opts, size_t size);
 /* Creates an engine with its own Lua state; opts NULL gives the defaults mend_options_init
  * sets. On failure returns the status, sets *out to NULL (out NULL: MEND_EINVAL), and writes
  * a message naming the cause into err (if not NULL). MEND_EINVAL: an option out of
- * its range (a durability other than the two modes, a negative max_concurrency or
- * instruction_budget, an unknown log_level or writer_sched, a thread_cpus that names no CPU or
- * one this process may not use: absent, offline, outside its cpuset).
+ * its range (an empty db_path, a durability other than the two modes, a negative
+ * max_concurrency or instruction_budget, an unknown log_level or writer_sched, a thread_cpus
+ * that names no CPU or one this process may not use: absent, offline, outside its cpuset).
  * Any of descriptors 0, 1 and 2 (stdin, stdout, stderr) that is closed is opened on /dev/null
  * first: libuv aborts the process when it closes a descriptor of its own numbered 0 to 2, which
  * the engine's loop would otherwise get. MEND_ESTATE, naming it, when one cannot be (no

@@ -359,6 +359,9 @@ MEND_API int mend_engine_new(const mend_options *host_opts, mend_engine **out, c
   else if (opts->instruction_budget < 0)
     snprintf(bad, sizeof bad, "instruction_budget must be >= 0 (0: no budget), got %ld",
              opts->instruction_budget);
+  else if (opts->db_path && !opts->db_path[0])
+    snprintf(bad, sizeof bad, "db_path: the database name is empty: give a file (or :memory:, "
+             "or a postgresql:// URI), or NULL");
   else if (!(opts->park_after >= 0))   /* NaN too: it had been read as never, unsaid */
     snprintf(bad, sizeof bad, "park_after must be a number >= 0 of seconds (0: never), got %g",
              opts->park_after);
