@@ -181,6 +181,11 @@ static void explain_open_failure(mend_store *s) {
                   "as %.*s/mend.db)", (int)len, file);
     return;
   }
+  if (stat(file, &st) == 0 && !S_ISREG(st.st_mode)) {
+    mend__set_msg(s->err + n, room, " (it is not a regular file: a named pipe or a device? a "
+                  "database is a file)");
+    return;
+  }
   if (access(file, F_OK) == 0 && access(file, W_OK) != 0) {
     int why = errno;
     char shm[4200];
