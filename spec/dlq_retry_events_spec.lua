@@ -230,3 +230,92 @@ describe("prune on a virtual clock", function()
     assert.are.equal("succeeded", eng:status(b).status)
   end)
 end)
+
+-- Review of rc31: a step's children are found by generation keys (<parent>/<step>, then
+-- <parent>/<step>/2, ...), which other runs may hold.
+describe("a child step's children found by their keys", function()
+  local mend = require "mend"
+  after_each(H.cleanup)
+
+  local function kids(eng)
+    local out = {}
+    for _, r in ipairs(eng:runs{}) do
+      if r.workflow == "kid" then out[#out + 1] = r end
+    end
+    return out
+  end
+
+  it("cancels the child the step waits for, not a run started by hand with key /2", function()
+    local eng = H.new_engine()
+    eng:register { name = "kid", steps = { { name = "w", wait_for = "go" } } }
+    eng:register { name = "par", steps = { { name = "c", child = "kid" } } }
+    local id = eng:start("par", {})
+    eng:run()
+    local real = eng:status(id).children[1].run_id
+    local other = eng:start("kid", {}, { key = id .. "/c/2" })
+    eng:run()
+    eng:cancel(id)
+    eng:run()
+    assert.are.equal("running", eng:status(other).status)
+    assert.are_not.equal("running", eng:status(real).status)
+  end)
+
+  -- A plain step's name may hold a slash: step "g/b/2" has the key the branch g/b's second
+  -- child takes.
+  it("does not give a retried branch's new child to a step named <group>/<branch>/2", function()
+    local eng = H.new_engine()
+    local down = true
+    eng:register { name = "kid", steps = { { name = "w", wait_for = "go" } } }
+    eng:register { name = "kid2", steps = { { name = "w", execute = function() return "own" end } } }
+    eng:register { name = "grp", steps = {
+      { name = "g", parallel = {
+        { name = "b", child = "kid" },
+        { name = "a", execute = function()
+          if down then error(mend.compensable("x", { severity = 3 })) end
+          return 1
+        end } } },
+      { name = "g/b/2", child = "kid2" } } }
+    local id = eng:start("grp", {})
+    eng:run()
+    assert.are.equal("needs_attention", eng:status(id).status)
+    down = false
+    eng:dlq_retry(id)
+    eng:run()
+    local new
+    for _, k in ipairs(kids(eng)) do if k.status == "running" then new = k.id end end
+    eng:signal(new, "go", { from = "branch" })
+    eng:run()
+    local st = eng:status(id)
+    assert.are.equal("succeeded", st.status)
+    assert.are.same({ w = { from = "branch" } }, H.step(st, "g/b").result)
+    assert.are.same({ w = "own" }, H.step(st, "g/b/2").result)
+  end)
+
+  -- The key is built in a buffer of 400 bytes: a long branch name makes every generation's key
+  -- the same truncated one, and the retried branch finds its old child again.
+  it("starts a new child for a retried branch whose name is long", function()
+    local eng = H.new_engine()
+    local down = true
+    local long = string.rep("b", 390)
+    eng:register { name = "kid", steps = { { name = "w", wait_for = "go" } } }
+    eng:register { name = "grp", steps = {
+      { name = "g", parallel = {
+        { name = long, child = "kid" },
+        { name = "a", execute = function()
+          if down then error(mend.compensable("x", { severity = 3 })) end
+          return 1
+        end } } } } }
+    local id = eng:start("grp", {})
+    eng:run()
+    assert.are.equal("needs_attention", eng:status(id).status)
+    down = false
+    eng:dlq_retry(id)
+    eng:run()
+    local new
+    for _, k in ipairs(kids(eng)) do if k.status == "running" then new = k.id end end
+    assert.is_not_nil(new)   -- a new child was started
+    eng:signal(new, "go", {})
+    eng:run()
+    assert.are.equal("succeeded", eng:status(id).status)
+  end)
+end)
