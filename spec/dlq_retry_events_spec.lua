@@ -291,6 +291,32 @@ describe("a child step's children found by their keys", function()
     assert.are.same({ w = "own" }, H.step(st, "g/b/2").result)
   end)
 
+  it("cancels the retried branch's new child with its parent, the old one left as it was", function()
+    local eng = H.new_engine()
+    local down = true
+    eng:register { name = "kid", steps = { { name = "w", wait_for = "go" } } }
+    eng:register { name = "grp", steps = { { name = "g", parallel = {
+      { name = "b", child = "kid" },
+      { name = "a", execute = function()
+        if down then error(mend.compensable("x", { severity = 3 })) end
+        return 1
+      end } } } } }
+    local id = eng:start("grp", {})
+    eng:run()
+    local old = kids(eng)[1].id
+    down = false
+    eng:dlq_retry(id)
+    eng:run()
+    local new
+    for _, k in ipairs(kids(eng)) do if k.status == "running" then new = k.id end end
+    assert.is_not_nil(new)
+    eng:cancel(id)
+    eng:run()
+    assert.are.equal("failed", eng:status(old).status)
+    assert.are_not.equal("running", eng:status(new).status)
+    assert.are_not.equal("running", eng:status(id).status)
+  end)
+
   -- The key is built in a buffer of 400 bytes: a long branch name makes every generation's key
   -- the same truncated one, and the retried branch finds its old child again.
   it("starts a new child for a retried branch whose name is long", function()
