@@ -94,8 +94,6 @@ describe("a group's branch retried from the dead-letter queue", function()
   end)
 end)
 
--- A map's item failed with severity 3: the retry set the map pending with its item still
--- failed, and the map failed again at once, nothing run: the retry could never help.
 -- The group stopped its branch's child (cancelled: the branch failed with it) as another branch
 -- failed with severity 3. The retry ran the branch again, which found its old child by the
 -- child's key, ended already and its end heard: no end came, and the run waited for ever.
@@ -172,6 +170,8 @@ describe("a group's child branch retried from the dead-letter queue", function()
   end)
 end)
 
+-- A map's item failed with severity 3: the retry set the map pending with its item still
+-- failed, and the map failed again at once, nothing run: the retry could never help.
 describe("a map's item retried from the dead-letter queue", function()
   after_each(H.cleanup)
 
