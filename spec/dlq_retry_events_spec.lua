@@ -260,6 +260,29 @@ describe("a child step's children found by their keys", function()
     assert.are_not.equal("running", eng:status(real).status)
   end)
 
+  it("undoes the child the step started, not a run started by hand with key /2", function()
+    local eng = H.new_engine()
+    local undone = {}
+    eng:register { name = "kid", steps = {
+      { name = "x", execute = function() return 1 end,
+        compensate = function(ctx) undone[#undone + 1] = ctx.run_id end },
+      { name = "w", wait_for = "go" } } }
+    eng:register { name = "par", steps = {
+      { name = "c", child = "kid" },
+      { name = "after", execute = function() error(mend.compensable("no")) end } } }
+    local id = eng:start("par", {})
+    eng:run()
+    local real = eng:status(id).children[1].run_id
+    local other = eng:start("kid", {}, { key = id .. "/c/2" })
+    eng:run()
+    eng:signal(other, "go", {})
+    eng:signal(real, "go", {})
+    eng:run()
+    assert.are.equal("compensated", eng:status(id).status)
+    assert.are.same({ real }, undone)
+    assert.are.equal("succeeded", eng:status(other).status)
+  end)
+
   -- A plain step's name may hold a slash: step "g/b/2" has the key the branch g/b's second
   -- child takes.
   it("does not give a retried branch's new child to a step named <group>/<branch>/2", function()
