@@ -289,7 +289,9 @@ describe("a child step's children found by their keys", function()
     local eng = H.new_engine()
     local down = true
     eng:register { name = "kid", steps = { { name = "w", wait_for = "go" } } }
-    eng:register { name = "kid2", steps = { { name = "w", execute = function() return "own" end } } }
+    eng:register { name = "kid2", steps = { { name = "w", execute = function()
+      return "own"
+    end } } }
     eng:register { name = "grp", steps = {
       { name = "g", parallel = {
         { name = "b", child = "kid" },
@@ -314,7 +316,7 @@ describe("a child step's children found by their keys", function()
     assert.are.same({ w = "own" }, H.step(st, "g/b/2").result)
   end)
 
-  it("cancels the retried branch's new child with its parent, the old one left as it was", function()
+  it("cancels the retried branch's new child with its parent, the old one as it was", function()
     local eng = H.new_engine()
     local down = true
     eng:register { name = "kid", steps = { { name = "w", wait_for = "go" } } }
