@@ -94,8 +94,6 @@ describe("a group's branch retried from the dead-letter queue", function()
   end)
 end)
 
--- A map's item failed with severity 3: the retry set the map pending with its item still
--- failed, and the map failed again at once, nothing run: the retry could never help.
 -- The group stopped its branch's child (cancelled: the branch failed with it) as another branch
 -- failed with severity 3. The retry ran the branch again, which found its old child by the
 -- child's key, ended already and its end heard: no end came, and the run waited for ever.
@@ -172,6 +170,8 @@ describe("a group's child branch retried from the dead-letter queue", function()
   end)
 end)
 
+-- A map's item failed with severity 3: the retry set the map pending with its item still
+-- failed, and the map failed again at once, nothing run: the retry could never help.
 describe("a map's item retried from the dead-letter queue", function()
   after_each(H.cleanup)
 
@@ -228,5 +228,145 @@ describe("prune on a virtual clock", function()
     assert.are.equal(1, r.runs.succeeded)
     assert.is_nil(eng:status(a))
     assert.are.equal("succeeded", eng:status(b).status)
+  end)
+end)
+
+-- Review of rc31: a step's children are found by generation keys (<parent>/<step>, then
+-- <parent>/<step>/2, ...), which other runs may hold.
+describe("a child step's children found by their keys", function()
+  local mend = require "mend"
+  after_each(H.cleanup)
+
+  local function kids(eng)
+    local out = {}
+    for _, r in ipairs(eng:runs{}) do
+      if r.workflow == "kid" then out[#out + 1] = r end
+    end
+    return out
+  end
+
+  it("cancels the child the step waits for, not a run started by hand with key /2", function()
+    local eng = H.new_engine()
+    eng:register { name = "kid", steps = { { name = "w", wait_for = "go" } } }
+    eng:register { name = "par", steps = { { name = "c", child = "kid" } } }
+    local id = eng:start("par", {})
+    eng:run()
+    local real = eng:status(id).children[1].run_id
+    local other = eng:start("kid", {}, { key = id .. "/c/2" })
+    eng:run()
+    eng:cancel(id)
+    eng:run()
+    assert.are.equal("running", eng:status(other).status)
+    assert.are_not.equal("running", eng:status(real).status)
+  end)
+
+  it("undoes the child the step started, not a run started by hand with key /2", function()
+    local eng = H.new_engine()
+    local undone = {}
+    eng:register { name = "kid", steps = {
+      { name = "x", execute = function() return 1 end,
+        compensate = function(ctx) undone[#undone + 1] = ctx.run_id end },
+      { name = "w", wait_for = "go" } } }
+    eng:register { name = "par", steps = {
+      { name = "c", child = "kid" },
+      { name = "after", execute = function() error(mend.compensable("no")) end } } }
+    local id = eng:start("par", {})
+    eng:run()
+    local real = eng:status(id).children[1].run_id
+    local other = eng:start("kid", {}, { key = id .. "/c/2" })
+    eng:run()
+    eng:signal(other, "go", {})
+    eng:signal(real, "go", {})
+    eng:run()
+    assert.are.equal("compensated", eng:status(id).status)
+    assert.are.same({ real }, undone)
+    assert.are.equal("succeeded", eng:status(other).status)
+  end)
+
+  -- A plain step's name may hold a slash: step "g/b/2" has the key the branch g/b's second
+  -- child takes.
+  it("does not give a retried branch's new child to a step named <group>/<branch>/2", function()
+    local eng = H.new_engine()
+    local down = true
+    eng:register { name = "kid", steps = { { name = "w", wait_for = "go" } } }
+    eng:register { name = "kid2", steps = { { name = "w", execute = function()
+      return "own"
+    end } } }
+    eng:register { name = "grp", steps = {
+      { name = "g", parallel = {
+        { name = "b", child = "kid" },
+        { name = "a", execute = function()
+          if down then error(mend.compensable("x", { severity = 3 })) end
+          return 1
+        end } } },
+      { name = "g/b/2", child = "kid2" } } }
+    local id = eng:start("grp", {})
+    eng:run()
+    assert.are.equal("needs_attention", eng:status(id).status)
+    down = false
+    eng:dlq_retry(id)
+    eng:run()
+    local new
+    for _, k in ipairs(kids(eng)) do if k.status == "running" then new = k.id end end
+    eng:signal(new, "go", { from = "branch" })
+    eng:run()
+    local st = eng:status(id)
+    assert.are.equal("succeeded", st.status)
+    assert.are.same({ w = { from = "branch" } }, H.step(st, "g/b").result)
+    assert.are.same({ w = "own" }, H.step(st, "g/b/2").result)
+  end)
+
+  it("cancels the retried branch's new child with its parent, the old one as it was", function()
+    local eng = H.new_engine()
+    local down = true
+    eng:register { name = "kid", steps = { { name = "w", wait_for = "go" } } }
+    eng:register { name = "grp", steps = { { name = "g", parallel = {
+      { name = "b", child = "kid" },
+      { name = "a", execute = function()
+        if down then error(mend.compensable("x", { severity = 3 })) end
+        return 1
+      end } } } } }
+    local id = eng:start("grp", {})
+    eng:run()
+    local old = kids(eng)[1].id
+    down = false
+    eng:dlq_retry(id)
+    eng:run()
+    local new
+    for _, k in ipairs(kids(eng)) do if k.status == "running" then new = k.id end end
+    assert.is_not_nil(new)
+    eng:cancel(id)
+    eng:run()
+    assert.are.equal("failed", eng:status(old).status)
+    assert.are_not.equal("running", eng:status(new).status)
+    assert.are_not.equal("running", eng:status(id).status)
+  end)
+
+  -- The key is built in a buffer of 400 bytes: a long branch name makes every generation's key
+  -- the same truncated one, and the retried branch finds its old child again.
+  it("starts a new child for a retried branch whose name is long", function()
+    local eng = H.new_engine()
+    local down = true
+    local long = string.rep("b", 390)
+    eng:register { name = "kid", steps = { { name = "w", wait_for = "go" } } }
+    eng:register { name = "grp", steps = {
+      { name = "g", parallel = {
+        { name = long, child = "kid" },
+        { name = "a", execute = function()
+          if down then error(mend.compensable("x", { severity = 3 })) end
+          return 1
+        end } } } } }
+    local id = eng:start("grp", {})
+    eng:run()
+    assert.are.equal("needs_attention", eng:status(id).status)
+    down = false
+    eng:dlq_retry(id)
+    eng:run()
+    local new
+    for _, k in ipairs(kids(eng)) do if k.status == "running" then new = k.id end end
+    assert.is_not_nil(new)   -- a new child was started
+    eng:signal(new, "go", {})
+    eng:run()
+    assert.are.equal("succeeded", eng:status(id).status)
   end)
 end)
