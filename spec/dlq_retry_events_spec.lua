@@ -153,7 +153,7 @@ describe("a group's child branch retried from the dead-letter queue", function()
     check(eng, id)
   end)
 
-  it("does so in another engine that takes the run over, and once only", function()
+  it("does so in another engine that takes the run over, carried on after a restart", function()
     local eng, db = H.new_engine()
     local id, defs = setup(eng)
     H.close(eng)
@@ -162,7 +162,7 @@ describe("a group's child branch retried from the dead-letter queue", function()
     other:dlq_retry(id)
     other:run()
     H.close(other)
-    other = H.reopen(db)   -- a restart finds the new child by its key: no third one
+    other = H.reopen(db)   -- the branch waits for its new child across a restart
     for _, d in ipairs(defs) do other:register(d) end
     other:recover()
     other:run()

@@ -1,14 +1,15 @@
 /*
  * child: steps that start a run of another workflow and wait for its end (`child = "name"`,
- * issue 18). Owns starting the child (idempotently: its run key is "<parent id>/<step>", and
- * the link to its parent is written in the batch that starts it), telling the parent of the
+ * issue 18). Owns starting the child (idempotently: its run key is "<parent id>/<step>", or
+ * "<parent id>/<step>/<n>" for the n-th after children that ended without success, and the
+ * link to its parent is written in the batch that starts it), telling the parent of the
  * child's end (an event named mend.child:<step> in the parent's inbox, so that a parent held
  * anywhere, or by nobody, learns of it as of any event, and each of a group's branches finds
  * its own child's), taking that outcome as the step's,
  * compensating a child that succeeded when its parent compensates (the child run is reopened
  * and its own saga reversed: its history tells it), and cancelling a running child with its
  * parent; it bounds how deep children nest (MEND_CHILD_DEPTH_MAX). Must never: start two
- * children for one step; start one past that depth; take a child's outcome outside the
+ * children for one start of a step; start one past that depth; take a child's outcome outside the
  * batch that records the step's end; keep a coroutine for a waiting parent.
  */
 #include "engine_int.h"
@@ -40,68 +41,86 @@ static void child_event(const char *step, char *out, size_t len) {
 
 /* A step starts a child again only after its last one ended without success (a branch its
  * group stopped, run again from the dead-letter queue): each such child has a key of its own,
- * "<parent id>/<step>/<n>" from the second on (no step's name holds a '/'), so that the new
- * one is not taken for the old one, whose end the step had heard already. */
+ * "<parent id>/<step>/<n>" from the second on, so that the new one is not taken for the old
+ * one, whose end the step had heard already. A run holding such a key counts as the step's
+ * child only if it is linked to the step (a run started by hand with it, or another step's
+ * whose name ends in "/<n>", is passed over); the first key's run is the step's either way
+ * (one started by hand with it is adopted). */
 #define CHILD_GENERATIONS_MAX 1000
 
-static void child_key(mend_run *r, int i, int gen, char *out, size_t len) {
-  if (gen <= 1) snprintf(out, len, "%s/%s", r->id, mend__step_name(r, i));
-  else snprintf(out, len, "%s/%s/%d", r->id, mend__step_name(r, i), gen);
+/* 0, or -1 if the key would be longer than a run key may be. */
+static int child_key(mend_run *r, int i, int gen, char out[MEND_KEY_MAX + 1]) {
+  int n = gen <= 1 ? snprintf(out, MEND_KEY_MAX + 1, "%s/%s", r->id, mend__step_name(r, i))
+                   : snprintf(out, MEND_KEY_MAX + 1, "%s/%s/%d", r->id, mend__step_name(r, i), gen);
+  return n < 0 || n > MEND_KEY_MAX ? -1 : 0;
 }
 
-/* The id of step i's child, its latest if the step started more than one: 1, 0 none, -1
- * error. */
-static int child_of(mend_run *r, int i, char id[MEND_RUN_ID_LEN]) {
-  int found = 0;
-  for (int gen = 1; gen <= CHILD_GENERATIONS_MAX; gen++) {
-    char key[400], got[MEND_RUN_ID_LEN];
-    child_key(r, i, gen, key, sizeof key);
-    int f = mend_store_find_run_key(r->E->store, key, got, MEND_RUN_ID_LEN);
-    if (f < 0) {
-      mend__store_failed(r->E);
-      return -1;
-    }
-    if (f == 0) break;
-    memcpy(id, got, MEND_RUN_ID_LEN);
-    found = 1;
-  }
-  return found;
-}
-
-/* Whether run `id` is a child step i started before and that ended without success: the
- * step, starting again, starts a new one. One in the dead-letter queue is no end (a person may
- * retry it), one that succeeded is the step's outcome, and one started by hand with the key
- * is no child of this step's. 1 yes, 0 no, -1 error. */
-static int ended_unwell(mend_run *r, int i, const char *id) {
+/* Run `id`'s link to its parent: 1 step i of r is its parent, 2 another step of r is, 0 none
+ * of r's (no link: a run started by hand), -1 error; *unwell: step i's child ended without
+ * success (not in the dead-letter queue, where a person may retry it; one that succeeded is
+ * the step's outcome). */
+static int linked(mend_run *r, int i, const char *id, int *unwell) {
   json_t *row = mend_store_run(r->E->store, id);
   if (!row) return -1;
   const char *parent = json_string_value(json_object_get(row, "parent_run"));
   const char *pstep = json_string_value(json_object_get(row, "parent_step"));
   const char *status = json_string_value(json_object_get(row, "status"));
   mend_run_status rs;
-  int yes = parent && pstep && status && strcmp(parent, r->id) == 0 &&
-            strcmp(pstep, r->wf->steps[i].name) == 0 && mend_run_status_parse(status, &rs) == 0 &&
+  int owner = !parent || strcmp(parent, r->id) != 0                  ? 0
+              : pstep && strcmp(pstep, r->wf->steps[i].name) == 0 ? 1
+                                                                    : 2;
+  *unwell = owner == 1 && status && mend_run_status_parse(status, &rs) == 0 &&
             mend_run_status_final(rs) && rs != MEND_RUN_NEEDS_ATTENTION &&
             rs != MEND_RUN_SUCCEEDED;
   json_decref(row);
-  return yes;
+  return owner;
 }
 
-/* The key step i starts its child with: the first free one, or that of a child it started
- * and may still hear the end of. 0, or -1 with the store failed. */
-static int start_key(mend_run *r, int i, char *key, size_t len) {
+/* The id of step i's child, its newest if the step started more than one: 1, 0 none, -1
+ * error (the store failed). */
+static int child_of(mend_run *r, int i, char id[MEND_RUN_ID_LEN]) {
+  int found = 0;
   for (int gen = 1; gen <= CHILD_GENERATIONS_MAX; gen++) {
-    char id[MEND_RUN_ID_LEN];
-    child_key(r, i, gen, key, len);
-    int f = mend_store_find_run_key(r->E->store, key, id, MEND_RUN_ID_LEN);
-    int again = f == 1 ? ended_unwell(r, i, id) : 0;
-    if (f < 0 || again < 0) {
+    char key[MEND_KEY_MAX + 1], got[MEND_RUN_ID_LEN];
+    if (child_key(r, i, gen, key)) break;
+    int f = mend_store_find_run_key(r->E->store, key, got, MEND_RUN_ID_LEN), unwell = 0;
+    int owner = f == 1 ? linked(r, i, got, &unwell) : 0;
+    if (f < 0 || owner < 0) {
       mend__store_failed(r->E);
       return -1;
     }
-    if (!again) return 0;
+    if (f == 0) break;
+    if (owner != 1) continue;
+    memcpy(id, got, MEND_RUN_ID_LEN);
+    found = 1;
   }
-  return 0;   /* the last key: its child's end is heard again, as before there were more */
+  return found;
+}
+
+/* The key step i starts its child with: the first one free, or that of a child the step
+ * started and may still hear the end of. 0; -1 with msg set (the store failed: msg empty). */
+static int start_key(mend_run *r, int i, char key[MEND_KEY_MAX + 1], char *msg, size_t len) {
+  msg[0] = 0;
+  for (int gen = 1; gen <= CHILD_GENERATIONS_MAX; gen++) {
+    char id[MEND_RUN_ID_LEN];
+    if (child_key(r, i, gen, key)) {
+      snprintf(msg, len, "the child's run key (the run's id, the step's name%s) would be longer "
+               "than a run key may be (%d bytes, MEND_KEY_MAX)", gen > 1 ? ", its number" : "",
+               MEND_KEY_MAX);
+      return -1;
+    }
+    int f = mend_store_find_run_key(r->E->store, key, id, MEND_RUN_ID_LEN), unwell = 0;
+    int owner = f == 1 ? linked(r, i, id, &unwell) : 0;
+    if (f < 0 || owner < 0) {
+      mend__store_failed(r->E);
+      return -1;
+    }
+    /* free; the first key's run started by hand, adopted; or the step's own, to wait for */
+    if (f == 0 || (gen == 1 && owner == 0) || (owner == 1 && !unwell)) return 0;
+  }
+  snprintf(msg, len, "the step started %d child runs, each ended without success: no more are "
+           "started (resolve the run, or cancel it)", CHILD_GENERATIONS_MAX);
+  return -1;
 }
 
 static void ended_before(mend_engine *E, const char *id);
@@ -208,9 +227,10 @@ void mend__start_child(mend_run *r, int i) {
   } else {
     mend_refs_push(&E->refs, L, r->input_ref);
   }
-  char key[400], id[MEND_RUN_ID_LEN], err[600];
-  if (start_key(r, i, key, sizeof key)) {
+  char key[MEND_KEY_MAX + 1], id[MEND_RUN_ID_LEN], err[600];
+  if (start_key(r, i, key, err, sizeof err)) {
     lua_pop(L, 1);
+    if (err[0]) fail_now(r, MEND_ERR_FATAL, err);
     return;
   }
   int existed = 0;
