@@ -99,6 +99,27 @@ describe("serve and signal at their edges", function()
     assert.are.equal("sent", (eng:signal(id, "payment", numbers)))
   end)
 
+  -- The body around an event's data counts against --max-body too: at a default of 1 MiB an
+  -- event of the documented largest data was refused 413.
+  it("takes an event of the largest data (1 MiB) on its defaults, and refuses one byte more",
+     function()
+    local dir, db = S.workspace()
+    local base = S.start(dir, db)
+    local code, run = S.post(base, "/api/v1/runs", '{"workflow":"wait","input":{}}')
+    assert.are.equal(201, code)
+    local function send(n, key)
+      local data = '"' .. ("x"):rep(n - 2) .. '"'
+      assert.are.equal(n, #data)
+      return S.post(base, "/api/v1/runs/" .. run.id .. "/events",
+                    '{"name": "payment", "key": "' .. key .. '", "data": ' .. data .. '}')
+    end
+    local got, _, raw = send(1024 * 1024, ("k"):rep(1000))
+    assert.are.equal(202, got, raw)
+    got, _, raw = send(1024 * 1024 + 1, "k2")
+    assert.are.equal(400, got, raw)
+    assert.matches("over the limit of 1048576", raw)
+  end)
+
   it("closes an idle keep-alive connection at once when stopped, answers one in progress",
      function()
     local dir, db = S.workspace()

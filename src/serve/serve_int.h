@@ -20,7 +20,7 @@
 typedef struct mend_server_opts {
   const char *address;     /* "127.0.0.1:7070", "[::1]:7070", "0.0.0.0:8080"; port 0: any */
   const char *token;       /* NULL: none; required for an address other than loopback */
-  size_t max_body;         /* bytes of a request body (413 past it); 0: 1 MiB */
+  size_t max_body;         /* bytes of a request body (413 past it); 0: 1 MiB + 64 KiB */
   size_t max_headers;      /* bytes of a request's header fields (431 past it); 0: 16 KiB */
   const char *cors_origin; /* NULL: no CORS headers at all */
   const char *dashboard;   /* the dashboard page (HTML), served at / without a token: it holds

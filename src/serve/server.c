@@ -22,7 +22,10 @@
 #include <strings.h>
 #include <sys/socket.h>
 
-#define DEFAULT_MAX_BODY (1u << 20)
+/* An event's data may be 1 MiB (MEND_EVENT_DATA_MAX) and the body around it ({"name", "key",
+ * "data"}, a client's spacing) must fit too: 64 KiB of room, far more than a name and key take,
+ * little enough that the limit still keeps a body much past the largest event out. */
+#define DEFAULT_MAX_BODY ((1u << 20) + (64u << 10))
 #define DEFAULT_MAX_HEADERS (16u << 10)
 
 typedef struct conn {

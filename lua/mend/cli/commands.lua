@@ -182,7 +182,8 @@ local commands = {
            "                   every request does. Operations are recorded with who sent them\n" ..
            "  --workflows DIR  workflow files to start runs of (default workflows, if there);\n" ..
            "                   else the newest version the database keeps\n" ..
-           "  --max-body BYTES the largest request body (default 1048576; larger: 413)\n" ..
+           "  --max-body BYTES the largest request body (default 1114112: an event's 1 MiB of\n" ..
+           "                   data and 64 KiB for the body around it; larger: 413)\n" ..
            "  --cors ORIGIN    answer browsers from ORIGIN (default: no CORS headers)\n" ..
            "  --durability D   full (default: survives power loss) or process, for what it\n" ..
            "                   writes (runs started, events, repairs)\n" .. LOG_LEVEL_HELP ..
