@@ -124,6 +124,11 @@ const char *serve_who(serve_req *r, const char *process, int with_token);
 int serve_host_is_loopback(h2o_req_t *req);
 int serve_is_json_type(h2o_req_t *req);
 
+/* framing.c: 1 and why (a message naming the headers and their values) when request req gives
+ * Content-Length twice with different values, or Content-Length and Transfer-Encoding: where
+ * its body ends is not one reading (RFC 9112, 6.3); 0 otherwise. */
+int serve_framing_refused(h2o_req_t *req, char *why, size_t len);
+
 /* linger.c: a connection h2o closes after refusing a body it did not read (413, 400) is closed in
  * two stages, so that the client, still writing, gets the answer rather than a reset.
  * serve_linger_keep: a second descriptor of sock's connection, open past h2o's close of sock
