@@ -406,6 +406,13 @@ return { name = "latin", steps = {
       assert.are.equal(1, code)
       assert.are.equal("", out)
       assert.truthy(err:find("^mend: invalid %-%-input JSON"), err)
+      -- an integer past 64 bits: jansson's "too big integer" named neither it nor the way out
+      code, out, err = mend("run", "workflows/order.lua", "--clock", "virtual", "--db", db,
+                            "--input", '{"id": 123456789012345678901234}')
+      assert.are.equal(1, code)
+      assert.matches('the integer 123456789012345678901234 is past 64 bits %(%-9223372036854775808 '
+                     .. 'to 9223372036854775807%): send it as a string, "123456789012345678901234"',
+                     err)
     end)
 
     -- One argument of a command line holds at most 128 KiB: a larger input comes from a file.
