@@ -245,6 +245,19 @@ return { name = "latin", steps = {
                      "load and may: .-broken%.lua:%d+:", err)
     end)
 
+    -- A file there that cannot be opened read as one not there ("no workflows/x.lua").
+    it("mend start names a loop of symbolic links where the workflow's file is", function()
+      local dir = H.tmp_dir()
+      assert(os.execute("ln -s y.lua " .. quote(dir .. "/x.lua") .. " && ln -s x.lua "
+                        .. quote(dir .. "/y.lua")))
+      local code, id, err = mend("start", "x", "--db", db, "--workflows", dir)
+      assert.are.equal(1, code, err)
+      assert.are.equal("", id)
+      assert.matches("mend: no workflow file x, and " .. dir .. "/x.lua: Too many levels of "
+                     .. "symbolic links (a loop of symbolic links, or a chain of them too long)",
+                     err, 1, true)
+    end)
+
     -- Loading a file runs its top-level code: a start ran that of every file of DIR.
     it("mend start loads only the files whose text names the workflow, else the others", function()
       local dir = H.tmp_dir()
