@@ -364,6 +364,10 @@ struct mend_engine {
   int fence_recheck;      /* a match of our runs against the store's was cut short by a lock */
   long long inbox_seen;   /* a serving engine has looked at the events sent up to this seq */
   int inbox_started;      /* inbox_seen was set: a look since then takes what came after it */
+  /* events.c: when (uv_hrtime, ns; 0 never) a send to a run held here last asked the store
+   * whether any cancel of this engine's runs was requested, and whether one was */
+  uint64_t cancels_asked_at;
+  int cancels_some;
   uv_timer_t *run_look;   /* run()'s look for what other processes send (drive.c); closed at free */
   struct mend_http *http; /* mend.http's libcurl multi handle, made at the first request */
   /* park.c: runs kept out of memory while they wait */
