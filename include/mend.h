@@ -489,8 +489,9 @@ MEND_API int mend_engine_resolve_dead_letter(mend_engine *engine, const char *ru
  * not taken, and its payload (JSON text; NULL: null) is the step's result. The event is durable
  * when this returns, whether the run waits for it yet or not. With a non-NULL `key`, sending
  * the same key to the same run again is one event (MEND_OK, nothing sent). MEND_ENOTFOUND: no
- * such run; MEND_ESTATE: the run has ended, is compensating, or fails (a step of it failed for
- * good: it compensates next), waiting for no event any more; MEND_EINVAL: bad JSON (a key
+ * such run; MEND_ESTATE: the run has ended, is compensating, fails (a step of it failed for
+ * good) or is being cancelled (its cancel asked for, not done yet): it compensates next,
+ * waiting for no event any more; MEND_EINVAL: bad JSON (a key
  * given twice in one object or nesting past 100 levels is, as in mend_engine_start), a key or
  * run key that is "", a name, key, run id or run key that is not UTF-8 (the message names
  * which), a payload over MEND_EVENT_DATA_MAX bytes, or a name of mend's own ("mend.token"
@@ -532,7 +533,8 @@ MEND_API int mend_engine_signal_by_key_who(mend_engine *engine, const char *run_
  * `message` (may be NULL), and its policy handles it. Durable when it returns MEND_OK.
  * MEND_ENOTFOUND: no such token; MEND_EUSED: it was completed or failed already (a token is
  * single use); MEND_ESTALE: it is of an attempt that no longer waits (an earlier attempt, one
- * that timed out); MEND_ESTATE: its run has ended; MEND_EINVAL: bad JSON (a key given twice in
+ * that timed out); MEND_ESTATE: its run has ended, fails or is being cancelled (as for
+ * mend_engine_signal); MEND_EINVAL: bad JSON (a key given twice in
  * one object or nesting past 100 levels is, as in mend_engine_start) or kind, or a message that
  * is not UTF-8 (as
  * mend_call_fail's is). */

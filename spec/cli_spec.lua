@@ -245,6 +245,19 @@ return { name = "latin", steps = {
                      "load and may: .-broken%.lua:%d+:", err)
     end)
 
+    -- A file there that cannot be opened read as one not there ("no workflows/x.lua").
+    it("mend start names a loop of symbolic links where the workflow's file is", function()
+      local dir = H.tmp_dir()
+      assert(os.execute("ln -s y.lua " .. quote(dir .. "/x.lua") .. " && ln -s x.lua "
+                        .. quote(dir .. "/y.lua")))
+      local code, id, err = mend("start", "x", "--db", db, "--workflows", dir)
+      assert.are.equal(1, code, err)
+      assert.are.equal("", id)
+      assert.matches("mend: no workflow file x, and " .. dir .. "/x.lua: Too many levels of "
+                     .. "symbolic links (a loop of symbolic links, or a chain of them too long)",
+                     err, 1, true)
+    end)
+
     -- Loading a file runs its top-level code: a start ran that of every file of DIR.
     it("mend start loads only the files whose text names the workflow, else the others", function()
       local dir = H.tmp_dir()
@@ -406,6 +419,13 @@ return { name = "latin", steps = {
       assert.are.equal(1, code)
       assert.are.equal("", out)
       assert.truthy(err:find("^mend: invalid %-%-input JSON"), err)
+      -- an integer past 64 bits: jansson's "too big integer" named neither it nor the way out
+      code, out, err = mend("run", "workflows/order.lua", "--clock", "virtual", "--db", db,
+                            "--input", '{"id": 123456789012345678901234}')
+      assert.are.equal(1, code)
+      assert.matches('the integer 123456789012345678901234 is past 64 bits %(%-9223372036854775808 '
+                     .. 'to 9223372036854775807%): send it as a string, "123456789012345678901234"',
+                     err)
     end)
 
     -- One argument of a command line holds at most 128 KiB: a larger input comes from a file.

@@ -265,6 +265,34 @@ describe("a step with wait_for", function()
     assert.are.same({ "go k1 g/c" }, inbox(db, id))
   end)
 
+  -- A cancel asked of the engine that holds the run is done at that engine's next look: until
+  -- then the run still says running, but it compensates next and waits for no event.
+  it("is refused for a run whose cancel was asked for and is not done yet, by every sender",
+     function()
+    local eng, db = H.new_engine({ lease = 60 })
+    eng:register{ name = "cw", steps = { { name = "w", wait_for = "go" } } }
+    local id = eng:start("cw", {})
+    eng:advance(1)
+    local other = H.reopen(db)
+    assert.are.equal("requested", other:cancel(id, { who = "ops" }))
+    for _, e in ipairs({ eng, other }) do   -- the engine holding it, one that does not
+      local ok, err = pcall(e.signal, e, id, "go")
+      assert.is_false(ok)
+      assert.matches("run " .. id .. " is being cancelled %(its cancel was asked for", err)
+    end
+    local rc, out = H.shell(MEND .. " signal " .. id .. " go --db " .. q(db) .. " 2>&1")
+    assert.are.equal(1, rc, out)
+    assert.matches("is being cancelled", out)
+    local S = require "spec.support.serve_harness"
+    local base = S.start(H.tmp_dir(), db)
+    local code, body = S.post(base, "/api/v1/runs/" .. id .. "/events", { name = "go" })
+    S.stop_all()
+    assert.are.equal(409, code, json.encode(body))
+    assert.matches("is being cancelled", body.error.message)
+    assert.is_true(other:status(id).cancel_requested)
+    assert.are.same({}, inbox(db, id))
+  end)
+
   it("refuses a definition that waits and executes, with a clear load error", function()
     local eng = H.new_engine()
     local ok, err = pcall(eng.register, eng, { name = "bad", steps = {

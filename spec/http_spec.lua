@@ -864,6 +864,27 @@ describe("mend.http", function()
     assert.matches("card declined", f.error)
   end)
 
+  -- curl reads past a 100, 102 or 103 to the final answer, but hands back a 101 as one, and
+  -- read the connection's new protocol as its body: a step got { status = 101 } (after the
+  -- peer closed, or its timeout).
+  it("fails a 101 Switching Protocols for good, naming it, and reads past other 1xx", function()
+    script({ ["/ws"] = { { status = 101, headers = { Upgrade = "websocket",
+                                                     Connection = "Upgrade" } } },
+             ["/hints"] = { { interim = { 100, 102, 103 }, status = 200, body = "final" } } })
+    for _, raise in ipairs({ true, false }) do
+      local eng, id = run_http(function() return { url = server.base .. "/ws", raise = raise,
+                                                   accept = { 101 } } end)
+      assert.are.equal("failed", eng:status(id).status)   -- fatal: not retried
+      assert.matches("mend.http GET " .. server.base .. "/ws: the answer is 101 Switching "
+                     .. "Protocols .*mend.http does not upgrade connections",
+                     H.step(eng:status(id), "work").error)
+    end
+    assert.are.equal(2, #seen("/ws"))
+    local eng, id, box = run_http(function() return { url = server.base .. "/hints" } end)
+    assert.are.equal("succeeded", eng:status(id).status)
+    assert.are.same({ 200, "final" }, { box.res.status, box.res.body })
+  end)
+
   it("maps per call: retry_on, fatal_on, accept and raise = false", function()
     script({ ["/c"] = { { status = 409 }, { status = 404 } }, ["/d"] = { { status = 500 } } })
     local eng, id, box = run_http(function() return { url = server.base .. "/c", retry_on = { 409 },

@@ -364,6 +364,9 @@ describe("mend serve", function()
       assert.are.equal(400, code, input)
       assert.are.equal("bad_json", e.error.code, input)
     end
+    code, e = post(base, "/api/v1/runs", '{"workflow": "hello", "input": 18446744073709552000}')
+    assert.matches("the integer 18446744073709552000 is past 64 bits .*: send it as a string",
+                   e.error.message)
     assert.are.same({ "0" }, H.sql(db, "SELECT count(*) FROM runs"))
     local run
     code, run = post(base, "/api/v1/runs", '{"workflow": "hello", "input": [1.8446744073709552e19, 9223372036854775807]}')

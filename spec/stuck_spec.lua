@@ -100,6 +100,20 @@ end
 describe("a run that no live worker holds", function()
   after_each(H.cleanup)
 
+  -- The hint is a command to paste: a path with a space, unquoted, was two words to the shell.
+  it("is told by wait with a command that quotes a database path as a shell needs #sqlite",
+     function()
+    local dir = H.tmp_dir() .. "/it's here"
+    assert(os.execute("mkdir " .. q(dir)))
+    H.write_file(dir, "w.lua", 'return { name = "w", steps = { { name = "s", wait_for = "go" } } }')
+    local db = dir .. "/my jobs.db"
+    local rc, out, err = H.mend_in(dir, db, "start w --workflows .")
+    assert.are.equal(0, rc, err)
+    rc, out, err = H.mend_in(nil, db, "wait " .. out:match("%S+") .. " --timeout 0.1")
+    assert.are.equal(5, rc, err)
+    assert.matches("(start one: mend worker --db " .. q(db) .. ")", err, 1, true)
+  end)
+
   it("is shown waiting for a worker, with its waiting step's due time; wait says why it waits", function()
     local dir, db = setup(30)
     local id = start(dir, db)

@@ -263,6 +263,39 @@ describe("a step with wait = \"token\"", function()
     end, 'wait_for "mend.token:s" names an event of mend\'s own')
   end)
 
+  -- Like an event, an outcome to a run that compensates next would lie in its inbox for ever.
+  it("refuses an outcome to a run that fails or whose cancel was asked for", function()
+    local mend = require "mend"
+    local sent = {}
+    local ask = { name = "c", wait = "token", timeout = 100,
+                  execute = function(ctx) sent[#sent + 1] = ctx:token(); return "asked" end }
+    local eng, db = H.new_engine({ lease = 60 })
+    eng:register{ name = "gt", steps = { { name = "g", parallel = {
+      { name = "a", execute = function(ctx) ctx:sleep(1); error(mend.fatal("sold out")) end },
+      { name = "b", execute = function(ctx) ctx:sleep(5); return "b" end },
+      ask,
+    } } } }
+    eng:register{ name = "t", steps = { ask } }
+    local id = eng:start("gt", {})
+    eng:advance(2)                               -- a failed for good; b's attempt in flight
+    assert.are.equal("running", eng:status(id).status)
+    refused(function() eng:complete(sent[1], "yes") end,
+            "run " .. id .. " is failing %(a step failed for good: it compensates next%): its"
+            .. " tokens are of no use any more")
+    local rc, out = H.shell(MEND .. " complete " .. sent[1] .. " --db " .. q(db) .. " 2>&1")
+    assert.are.equal(1, rc, out)
+    assert.matches("is failing", out)
+    local id2 = eng:start("t", {})
+    eng:advance(1)
+    local other = H.reopen(db)
+    assert.are.equal("requested", other:cancel(id2, { who = "ops" }))
+    for _, e in ipairs({ eng, other }) do   -- the engine holding it, one that does not
+      refused(function() e:fail(sent[2], { kind = "fatal" }) end,
+              "run " .. id2 .. " is being cancelled")
+    end
+    assert.are.same({}, H.sql(db, "SELECT name FROM inbox"))
+  end)
+
   it("refuses bad definitions and a step that asks no token", function()
     local eng = H.new_engine()
     refused(function() eng:register(H.one_step("a", { wait = "token" })) end,

@@ -8,6 +8,7 @@
 #include "json.h"
 #include "lweak.h"
 
+#include <ctype.h>
 #include <lauxlib.h>
 #include <math.h>
 #include <stdarg.h>
@@ -725,10 +726,29 @@ static int quick_object(lua_State *L, const char *text, size_t len) {
   return 1;
 }
 
+/* jansson's "too big integer" names neither the number nor the limit: the number is the
+ * digits (and sign) before where it stopped (or the one character past them it read), and its message says what fits and what to send. */
+int mend_json_too_big(const char *text, size_t len, const json_error_t *je, char *err,
+                      int errlen) {
+  if (strncmp(je->text, "too big ", 8) != 0 || je->position <= 0 || (size_t)je->position > len)
+    return 0;
+  size_t end = (size_t)je->position;
+  if (!isdigit((unsigned char)text[end - 1])) end--;   /* the character read past it */
+  size_t at = end;
+  while (at > 0 && (isdigit((unsigned char)text[at - 1]) || text[at - 1] == '-')) at--;
+  if (at == end) return 0;
+  int n = (int)(end - at), shown = n > 30 ? 30 : n;
+  snprintf(err, (size_t)errlen, "line %d column %d: the integer %.*s%s is past 64 bits "
+           "(-9223372036854775808 to 9223372036854775807): send it as a string, \"%.*s%s\"",
+           je->line, je->column, shown, text + at, n > shown ? "..." : "", shown, text + at,
+           n > shown ? "..." : "");
+  return 1;
+}
+
 json_t *mend_json_load(const char *text, size_t len, size_t flags, char *err, int errlen) {
   json_error_t je;
   json_t *v = json_loadb(text, len, JSON_DECODE_ANY | flags, &je);
-  if (!v && err && errlen > 0)
+  if (!v && err && errlen > 0 && !mend_json_too_big(text, len, &je, err, errlen))
     snprintf(err, (size_t)errlen, "line %d column %d: %s", je.line, je.column, je.text);
   return v;
 }
@@ -787,7 +807,7 @@ char *mend_json_dumps(const json_t *v) {
 
 json_t *mend_json_load_in(const char *text, size_t len, size_t flags, const char *what,
                           char *err, int errlen) {
-  char jerr[200];
+  char jerr[300];
   json_t *v = mend_json_load(text, len, flags | JSON_REJECT_DUPLICATES, jerr, sizeof jerr);
   if (!v) {
     if (what) snprintf(err, (size_t)errlen, "%s is not JSON: %s", what, jerr);

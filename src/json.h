@@ -55,6 +55,10 @@ int mend_json_push_doc(lua_State *L, const json_t *doc, char *err, int errlen);
  * a row must load as it was written. NULL with err set ("line 1 column 10: duplicate object
  * key near '\"a\"'") on failure. */
 json_t *mend_json_load(const char *text, size_t len, size_t flags, char *err, int errlen);
+/* 1 and err ("line L column C: the integer N is past 64 bits (...): send it as a string, "N"")
+ * when je, jansson's error of reading text, is an integer too big for it; 0 otherwise. */
+int mend_json_too_big(const char *text, size_t len, const json_error_t *je, char *err,
+                      int errlen);
 /* v as compact text, its keys in order, each real in the fewest digits from 15 up that give back
  * every real of v, as the engine writes a Lua value (jansson alone writes 0.1 as
  * 0.10000000000000001). NULL: out of memory. */

@@ -7,7 +7,7 @@ SCRIPT (a JSON object, re-read at every request so that a spec can change it) an
 entry of the request's path: a list of responses, the n-th request to the path getting the n-th one
 and every later request the last. A response is {"status", "headers": {...} (a list as a value: the
 header repeated), "body", "size": n (a body of n bytes of "x"), "delay": seconds before answering,
-"wait_for": n (hold the answer until n requests are being answered at once, then answer them all;
+"interim": [codes] (1xx answers sent before it, each with no header), "wait_for": n (hold the answer until n requests are being answered at once, then answer them all;
 "delay" is then the longest wait, after which every request held answers at once, as does every
 later one until no request is left open), "gzip": true (the body sent gzip-compressed, with
 Content-Encoding), "close_after": seconds after answering (kept alive as far as the client knows)
@@ -97,6 +97,8 @@ class Handler(BaseHTTPRequestHandler):
         data = body.encode()
         if r.get("gzip"):
             data = gzip.compress(data)
+        for code in r.get("interim") or []:   # 1xx answers sent before the final one
+            self.wfile.write(b"HTTP/1.1 %d Interim\r\n\r\n" % code)
         self.send_response(r.get("status", 200))
         for k, v in (r.get("headers") or {}).items():
             for one in (v if isinstance(v, list) else [v]):   # a list: the header repeated

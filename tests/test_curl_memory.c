@@ -14,9 +14,14 @@
  *           sets libcurl up anew, on the C library's functions): the engine's requests and
  *           close must still run.
  * Each case checks whether mend's functions are libcurl's (mend_allocates), so that a case
- * cannot pass without the path it is about.
+ * cannot pass without the path it is about. Where malloc is not the C library's (an allocator
+ * preloaded, as LD_PRELOAD=libjemalloc.so.2 does, or valgrind's heap), mend rightly leaves
+ * libcurl's memory to it and no case has its path: each skips (77), saying so.
  */
+#define _GNU_SOURCE 1   /* RTLD_DEFAULT */
 #include <curl/curl.h>
+#include <dlfcn.h>
+#include <link.h>
 #include <lauxlib.h>
 #include <lua.h>
 #include <lualib.h>
@@ -99,6 +104,29 @@ static int mend_allocates(void) {
   curl_slist_free_all(l);
   free(between);
   return kept;
+}
+
+/* Whether malloc and its kin are the C library's own, as src/engine/http_mem.c asks before it
+ * gives libcurl its functions: not under valgrind's heap tools (a vgpreload_TOOL object beside
+ * vgpreload_core), not with another allocator preloaded or linked in. */
+static int vg_heap(struct dl_phdr_info *i, size_t size, void *ud) {
+  (void)size;
+  (void)ud;
+  const char *n = i->dlpi_name ? strstr(i->dlpi_name, "/vgpreload_") : NULL;
+  return n && strncmp(n, "/vgpreload_core", 15) != 0;
+}
+
+static int libc_allocates(void) {
+  if (dl_iterate_phdr(vg_heap, NULL)) return 0;
+  void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+  if (!libc) return 0;
+  static const char *const names[] = { "malloc", "free", "realloc", "calloc",
+                                       "malloc_usable_size" };
+  int same = 1;
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    same &= dlsym(RTLD_DEFAULT, names[i]) == dlsym(libc, names[i]);
+  dlclose(libc);
+  return same;
 }
 
 static void *edit_and_drop(void *ud) {
@@ -235,6 +263,11 @@ int main(int argc, char **argv) {
   printf("skipped: a sanitizer's allocator is not the C library's (mend leaves libcurl's)\n");
   return 77;
 #endif
+  if (!libc_allocates()) {
+    printf("skipped: malloc is not the C library's here (an allocator preloaded or linked in, "
+           "or valgrind's heap): mend leaves libcurl's memory to it, as it must\n");
+    return 77;
+  }
   unsetenv("MEND_CURL_MEMORY");   /* the cases are about mend's functions, not the shell's */
   if (argc < 4) {
     fprintf(stderr, "usage: test_curl_memory before|unload|inited CPATH PATH\n");

@@ -585,9 +585,17 @@ local function db_shown(db)
   return (db:gsub("^(%a+://[^:/@]*):[^@/]*@", "%1@"):gsub("([?&])password=[^&]*&?", "%1"):gsub("[?&]$", ""))
 end
 
+-- s as one word of a POSIX shell's command line, for a command a hint asks the user to paste:
+-- as it is when no character of it is one a shell reads specially, else in single quotes.
+local function shell_word(s)
+  if s ~= "" and not s:find("[^%w@%%+=:,./_-]") then return s end
+  return "'" .. s:gsub("'", "'\\''") .. "'"
+end
+
 return {
   breakers_now = breakers_now,
   db_shown = db_shown,
+  shell_word = shell_word,
   due_lines = due_lines,
   fmt_seconds = fmt_seconds,
   fmt_time = fmt_time,

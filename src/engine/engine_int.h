@@ -364,6 +364,10 @@ struct mend_engine {
   int fence_recheck;      /* a match of our runs against the store's was cut short by a lock */
   long long inbox_seen;   /* a serving engine has looked at the events sent up to this seq */
   int inbox_started;      /* inbox_seen was set: a look since then takes what came after it */
+  /* events.c: when (uv_hrtime, ns; 0 never) a send to a run held here last asked the store
+   * whether any cancel of this engine's runs was requested, and whether one was */
+  uint64_t cancels_asked_at;
+  int cancels_some;
   uv_timer_t *run_look;   /* run()'s look for what other processes send (drive.c); closed at free */
   struct mend_http *http; /* mend.http's libcurl multi handle, made at the first request */
   /* park.c: runs kept out of memory while they wait */
@@ -770,6 +774,10 @@ void mend__land_deferred_cancels(mend_engine *E);
 double mend__entry_time(mend_engine *E, const char *id);
 void mend__reload_breakers(mend_engine *E);
 void mend__take_cancel_requests(mend_engine *E);
+/* events.c: why running run id takes no event and no token's outcome any more, though it still
+ * says running (it fails, or its cancel was asked for: it compensates next), as text for "run
+ * ID is ...": r if held here, else row, the store's view of it. NULL: it takes them. */
+const char *mend__run_deaf(mend_engine *E, const char *id, mend_run *r, json_t *row);
 void mend__unthrottle(mend_run *r);
 /* wsched.c: the writer thread's scheduling class (mend_writer_sched). */
 void mend__writer_sched_want(mend_engine *E, int ticked);

@@ -45,6 +45,38 @@ static int failing(mend_run *r, json_t *row) {
   return 0;
 }
 
+/* A running run whose cancel was asked for and is not done yet: it compensates as the holder
+ * takes the request. r held here: kept until its own code yields (a cancel it cascaded), or
+ * asked by another process since this engine's last look; else row says so. Whether any cancel
+ * of this engine's runs was asked is read of the committed rows at most every CANCELS_FRESH_NS
+ * (some 16k instructions on SQLite, a round trip on PostgreSQL: an eighth of a send's cost if
+ * asked at each), then which ones only when some were. A failed read is no request. */
+#define CANCELS_FRESH_NS 20000000u
+static int cancel_pending(mend_engine *E, const char *id, mend_run *r, json_t *row) {
+  if (!r) return json_is_true(json_object_get(row, "cancel_requested"));
+  if (MEND_COLD(r, cancel_by)) return 1;
+  uint64_t now = uv_hrtime();
+  if (!E->cancels_asked_at || now - E->cancels_asked_at > CANCELS_FRESH_NS) {
+    E->cancels_some = mend_store_cancels_requested(E->store, E->owner) != 0;
+    E->cancels_asked_at = now;
+  }
+  if (!E->cancels_some) return 0;
+  json_t *ids = mend_store_cancel_requests(E->store, E->owner);
+  size_t k;
+  json_t *v;
+  int found = 0;
+  json_array_foreach(ids, k, v) found |= strcmp(json_string_value(v), id) == 0;
+  json_decref(ids);
+  return found;
+}
+
+const char *mend__run_deaf(mend_engine *E, const char *id, mend_run *r, json_t *row) {
+  if (failing(r, row)) return "failing (a step failed for good: it compensates next)";
+  if (cancel_pending(E, id, r, row))
+    return "being cancelled (its cancel was asked for: it compensates next)";
+  return NULL;
+}
+
 /* The run, or a lane of its group, that waits for event `name` (any event when NULL; a name of
  * mend's own, "mend.token:<step>" or "mend.child:<step>", for the steps that wait for a token
  * or a child, each of which looks for its own): it takes it from the inbox. committed: the
@@ -486,11 +518,13 @@ static int send_event(mend_engine *E, const char *id, const char *run_key, const
     status = json_string_value(json_object_get(row, "status"));
   }
   /* A run going back, or ended, waits for nothing any more: the event would never be taken.
-   * Nor does a running one that fails: a branch (an item) of its group (map) failed for good,
-   * its other branches stop, and it compensates next. But a key it was sent with before is that
+   * Nor does a running one that fails (a branch or an item failed for good, the others stop)
+   * or whose cancel was asked for: it compensates next. But a key it was sent with before is that
    * event again (a client repeating a send whose answer it lost, after the run went on to its
    * end): it was sent, as a running run's says. */
-  if (status && strcmp(status, "running") == 0 && failing(r, row)) status = "failing";
+  const char *deaf = status && strcmp(status, "running") == 0 ? mend__run_deaf(E, id, r, row)
+                                                                : NULL;
+  if (deaf) status = "failing";
   if (status && strcmp(status, "running") != 0 && key) {
     int seen = key_in_inbox(E, id, key);
     if (seen != 0) {
@@ -504,9 +538,8 @@ static int send_event(mend_engine *E, const char *id, const char *run_key, const
   if (!status || strcmp(status, "running") != 0) {
     mend_run_status rs;
     int ended = status && mend_run_status_parse(status, &rs) == 0 && mend_run_status_final(rs);
-    if (strcmp(status ? status : "", "failing") == 0)
-      mend_errorf(err, errlen, "run %s is failing (a step failed for good: it compensates next): "
-                  "it waits for no event any more", id);
+    if (deaf)
+      mend_errorf(err, errlen, "run %s is %s: it waits for no event any more", id, deaf);
     else
       mend_errorf(err, errlen, ended ? "run %s has ended (%s): events go only to running runs"
                                      : "run %s is %s: events go only to running runs",

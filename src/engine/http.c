@@ -51,11 +51,21 @@ static size_t on_body(char *data, size_t size, size_t n, void *ud) {
 }
 
 /* Headers of the final response only: a redirect's or a 100's are dropped when the next
- * status line comes. */
+ * status line comes. A 101 is an answer curl hands back as final (any other 1xx it reads past)
+ * and then reads the connection's new protocol as its body, until the peer closes it: the
+ * transfer stops at its status line, and the connection is not used again. */
 static size_t on_header(char *data, size_t size, size_t n, void *ud) {
   http_req *q = ud;
   size_t k = size * n;
-  if (k >= 5 && strncmp(data, "HTTP/", 5) == 0) q->hlen = 0;
+  if (k >= 5 && strncmp(data, "HTTP/", 5) == 0) {
+    q->hlen = 0;
+    const char *sp = memchr(data, ' ', k);
+    if (sp && (size_t)(data + k - sp) > 4 && strncmp(sp + 1, "101", 3) == 0 &&
+        (sp[4] == ' ' || sp[4] == '\r' || sp[4] == '\n')) {
+      q->switched = 1;
+      return 0;
+    }
+  }
   if (q->hlen + k > q->max_bytes) { q->too_big = 1; return 0; }
   if (mend__http_grow(&q->hdr, &q->hcap, q->hlen + k + 1)) return 0;
   memcpy(q->hdr + q->hlen, data, k);
@@ -528,6 +538,15 @@ static void push_outcome(mend_run *r, http_req *q, CURLcode rc) {
     mend_lua_push_error(co, MEND_ERR_FATAL, msg, -1, 0);
     return;
   }
+  if (q->switched) {
+    snprintf(msg, sizeof msg, "mend.http %s %s: the answer is 101 Switching Protocols (the server "
+             "would go on in another protocol, a WebSocket's say): mend.http does not upgrade "
+             "connections, and the connection is closed", q->method, q->url);
+    note(r, q, "101");
+    lua_pushboolean(co, 0);
+    mend_lua_push_error(co, MEND_ERR_FATAL, msg, -1, 0);
+    return;
+  }
   if (rc != CURLE_OK && q->refused[0] && !q->connected) {
     char *host = NULL;
     curl_url_get(q->target->uh, CURLUPART_HOST, &host, 0);
@@ -578,6 +597,13 @@ static void push_outcome(mend_run *r, http_req *q, CURLcode rc) {
   what[sizeof what - 1] = '\0';
   note(r, q, digits);
   int kind = -1;   /* -1: returned */
+  if (status >= 100 && status < 200) {   /* an interim answer with no final one: none a step can act on */
+    snprintf(msg, sizeof msg, "mend.http %s %s: the answer is HTTP %ld, an interim one with no "
+             "final answer after it", q->method, q->url, status);
+    lua_pushboolean(co, 0);
+    mend_lua_push_error(co, MEND_ERR_FATAL, msg, -1, 0);
+    return;
+  }
   if (q->raise && !has_code(&q->accept, status)) {
     if (has_code(&q->retry_on, status)) kind = MEND_ERR_RETRYABLE;
     else if (has_code(&q->fatal_on, status)) kind = MEND_ERR_FATAL;

@@ -143,6 +143,7 @@ struct http_req {
   int refused_unknown;        /* ... because the kernel could not be asked whether it is local */
   int refused_errno;          /* ... and why (the query's errno then, not at the answer) */
   int connected;              /* a socket was opened to an address not refused */
+  int switched;               /* the answer was 101 Switching Protocols: the transfer stopped */
   struct http_req *prev, *next;
 };
 

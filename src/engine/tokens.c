@@ -221,6 +221,14 @@ int mend__token_due(mend_run *r, int i, char *msg, size_t len) {
 
 /* ---------------------------------------------------------------- completing */
 
+/* A running run that takes no outcome any more (it fails, or its cancel was asked for: it
+ * compensates next, and the outcome would lie in its inbox for ever) says why in its status. */
+static void deaf_status(mend_engine *E, const char *id, mend_run *r, json_t *row, char *status,
+                        size_t len) {
+  const char *deaf = strcmp(status, "running") == 0 ? mend__run_deaf(E, id, r, row) : NULL;
+  if (deaf) snprintf(status, len, "%s", deaf);
+}
+
 /* Where the attempt that made a token stands: from memory when the run is held here, else
  * from the store. 0 and status/attempts/due (-1: none), or an MEND_TOKEN_* code with err. */
 static int attempt_now(mend_engine *E, const char *run_id, const char *step, char *run_status,
@@ -230,6 +238,7 @@ static int attempt_now(mend_engine *E, const char *run_id, const char *step, cha
   mend_run *r = find_run(E, run_id);
   if (r) {
     snprintf(run_status, rslen, "%s", mend_run_status_name(r->status));
+    deaf_status(E, run_id, r, NULL, run_status, rslen);
     for (int i = 0; i < r->wf->nsteps; i++) {
       if (strcmp(r->wf->steps[i].name, step) != 0) continue;
       snprintf(step_status, sslen, "%s", mend_step_status_name(r->steps[i].status));
@@ -246,6 +255,7 @@ static int attempt_now(mend_engine *E, const char *run_id, const char *step, cha
     return mend_store_not_found(E->store) ? MEND_TOKEN_ENOTFOUND : MEND_TOKEN_ESTORE;
   }
   snprintf(run_status, rslen, "%s", json_string_value(json_object_get(row, "status")));
+  deaf_status(E, run_id, NULL, row, run_status, rslen);
   size_t k;
   json_t *s;
   int rc = MEND_TOKEN_ESTALE;
@@ -322,7 +332,7 @@ int mend_engine_settle_token(mend_engine *E, const char *token, int ok, const ch
                 " single use", run_id, step, attempt);
     rc = MEND_TOKEN_EUSED;
   }
-  char rs[32] = "", ss[32] = "";
+  char rs[100] = "", ss[32] = "";
   int now_attempts = 0;
   double due = -1;
   if (!rc)

@@ -177,6 +177,11 @@ json_t *serve_body(serve_req *r, const char *const *known, const char *what) {
                 je.text, je.line, je.column);
     return NULL;
   }
+  char big[300];
+  if (!v && mend_json_too_big(b.base, b.len, &je, big, sizeof big)) {
+    serve_error(r, 400, "bad_json", "the request body is not JSON: %s", big);
+    return NULL;
+  }
   if (!v) {
     serve_error(r, 400, "bad_json", "the request body is not JSON: %s (line %d, column %d)",
                 je.text, je.line, je.column);

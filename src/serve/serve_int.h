@@ -20,7 +20,7 @@
 typedef struct mend_server_opts {
   const char *address;     /* "127.0.0.1:7070", "[::1]:7070", "0.0.0.0:8080"; port 0: any */
   const char *token;       /* NULL: none; required for an address other than loopback */
-  size_t max_body;         /* bytes of a request body (413 past it); 0: 1 MiB */
+  size_t max_body;         /* bytes of a request body (413 past it); 0: 1 MiB + 64 KiB */
   size_t max_headers;      /* bytes of a request's header fields (431 past it); 0: 16 KiB */
   const char *cors_origin; /* NULL: no CORS headers at all */
   const char *dashboard;   /* the dashboard page (HTML), served at / without a token: it holds
@@ -123,6 +123,11 @@ char *serve_decode(h2o_mem_pool_t *pool, const char *s, size_t n, int plus);
 const char *serve_who(serve_req *r, const char *process, int with_token);
 int serve_host_is_loopback(h2o_req_t *req);
 int serve_is_json_type(h2o_req_t *req);
+
+/* framing.c: 1 and why (a message naming the headers and their values) when request req gives
+ * Content-Length twice with different values, or Content-Length and Transfer-Encoding: where
+ * its body ends is not one reading (RFC 9112, 6.3); 0 otherwise. */
+int serve_framing_refused(h2o_req_t *req, char *why, size_t len);
 
 /* linger.c: a connection h2o closes after refusing a body it did not read (413, 400) is closed in
  * two stages, so that the client, still writing, gets the answer rather than a reset.

@@ -5,10 +5,10 @@
  * answered on the loop's thread, so the engine is called as any caller on that thread calls it;
  * an answer that says something was written waits there for its batch to be durable.
  * Must never: answer that something was written before its batch is durable, touch a request
- * h2o has disposed of (a client gone before its answer), parse HTTP itself (h2o does), listen
- * beyond loopback without a token, answer a changing request without the token when one is
- * set, or leave a handle on the loop after close (the engine closes its loop after, and takes
- * any handle left for one of its own).
+ * h2o has disposed of (a client gone before its answer), parse HTTP itself (h2o does; the one
+ * framing check h2o lacks is framing.c's), listen beyond loopback without a token, answer a
+ * changing request without the token when one is set, or leave a handle on the loop after
+ * close (the engine closes its loop after, and takes any handle left for one of its own).
  */
 #include "serve_int.h"
 
@@ -22,7 +22,10 @@
 #include <strings.h>
 #include <sys/socket.h>
 
-#define DEFAULT_MAX_BODY (1u << 20)
+/* An event's data may be 1 MiB (MEND_EVENT_DATA_MAX) and the body around it ({"name", "key",
+ * "data"}, a client's spacing) must fit too: 64 KiB of room, far more than a name and key take,
+ * little enough that the limit still keeps a body much past the largest event out. */
+#define DEFAULT_MAX_BODY ((1u << 20) + (64u << 10))
 #define DEFAULT_MAX_HEADERS (16u << 10)
 
 typedef struct conn {
@@ -347,11 +350,22 @@ static int names_ids(const char *seg) {
 }
 
 static void note_request(mend_server *srv, h2o_req_t *req);
+static conn *conn_of(mend_server *srv, h2o_req_t *req);
 
 static int on_req(h2o_handler_t *self, h2o_req_t *req) {
   mend_server *srv = ((serve_handler *)self)->srv;
   note_request(srv, req);
   serve_req r = {.req = req, .srv = srv, .E = srv->E, .query = ""};
+  char why[300];
+  if (serve_framing_refused(req, why, sizeof why)) {
+    /* Where its body ends is not known: what follows is no request to read. The connection
+     * is closed after the answer, lingering for what the client still sends. */
+    req->http1_is_persistent = 0;
+    conn *c = conn_of(srv, req);
+    if (c && c->linger_fd < 0) c->linger_fd = serve_linger_keep(c->sock);
+    serve_error(&r, 400, "bad_request", "%s", why);
+    return 0;
+  }
   size_t head = 0;
   for (size_t i = 0; i < req->headers.size; i++)
     head += req->headers.entries[i].name->len + req->headers.entries[i].value.len + 4;

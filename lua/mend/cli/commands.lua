@@ -182,7 +182,8 @@ local commands = {
            "                   every request does. Operations are recorded with who sent them\n" ..
            "  --workflows DIR  workflow files to start runs of (default workflows, if there);\n" ..
            "                   else the newest version the database keeps\n" ..
-           "  --max-body BYTES the largest request body (default 1048576; larger: 413)\n" ..
+           "  --max-body BYTES the largest request body (default 1114112: an event's 1 MiB of\n" ..
+           "                   data and 64 KiB for the body around it; larger: 413)\n" ..
            "  --cors ORIGIN    answer browsers from ORIGIN (default: no CORS headers)\n" ..
            "  --durability D   full (default: survives power loss) or process, for what it\n" ..
            "                   writes (runs started, events, repairs)\n" .. LOG_LEVEL_HELP ..
@@ -278,7 +279,8 @@ local commands = {
            "each once, in the order sent, with who sent it; a worker holding the run takes it at\n" ..
            "its next poll.\n" ..
            "Refused (exit 1) for a run that has ended or does not exist, and for one that\n" ..
-           "compensates or fails (a step failed for good): it waits for no event any more.\n\n" ..
+           "compensates or fails (a step failed for good), or whose cancel was asked for and\n" ..
+           "is not done yet: it waits for no event any more.\n\n" ..
            DB_HELP ..
            "  --data JSON      the event's payload (default null); @FILE reads it from FILE\n" ..
            "  --key K          idempotency: the same key sent to the run again is one event\n" ..
@@ -293,8 +295,9 @@ local commands = {
     help = "Completes the token a step handed out (ctx:token() in a step with wait = \"token\"):\n" ..
            "the step succeeds with the result and its run goes on. A token is single use and\n" ..
            "belongs to the attempt that made it: a token used already, of an earlier attempt,\n" ..
-           "or of a run that ended is refused (exit 1). A worker holding the run takes it at its\n" ..
-           "next poll; with no worker running, the next one does.\n\n" .. DB_HELP ..
+           "or of a run that ended, fails or is being cancelled is refused (exit 1). A worker\n" ..
+           "holding the run takes it at its next poll; with no worker running, the next one\n" ..
+           "does.\n\n" .. DB_HELP ..
            "  --result JSON    the step's result (default null); @FILE reads it from FILE\n",
     does = { "mend.cli.repair", "complete" },
   },

@@ -149,7 +149,14 @@ function M.workflow_file(o, workflow)
          workflow:sub(1, 64) .. "...", #workflow)
   end
   local path = dir .. "/" .. workflow .. ".lua"
-  f = io.open(path, "rb")
+  local why, errno
+  f, why, errno = io.open(path, "rb")
+  -- There but not to be opened: that is what is wrong, not a missing file (ENOENT, or ENOTDIR:
+  -- DIR is no folder, which load_named names).
+  if not f and errno ~= 2 and errno ~= 20 then
+    fail("no workflow file %s, and %s%s", workflow, why,
+         errno == 40 and " (a loop of symbolic links, or a chain of them too long)" or "")
+  end
   if not f then return nil, path end
   f:close()
   return path, true

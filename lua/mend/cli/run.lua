@@ -141,7 +141,8 @@ function M.wait(o, id)
     if unfinished(st) and not present(st.held_by) then
       local due = due_lines(st, eng:now())
       say("mend: run %s is waiting for a worker: no live worker holds it (start one: mend worker"
-          .. " --db %s)%s\n", id, render.db_shown(o.db), #due > 0 and ("; " .. table.concat(due, "; ")) or "")
+          .. " --db %s)%s\n", id, render.shell_word(render.db_shown(o.db)),
+          #due > 0 and ("; " .. table.concat(due, "; ")) or "")
     end
     local st = eng:wait(id, { timeout = timeout })
     if not st then
