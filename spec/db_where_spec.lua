@@ -77,6 +77,20 @@ describe("where a database name's database is", function()
     end
   end)
 
+  -- the commands that make a database opened the pipe and said only "disk I/O error"
+  it("says a named pipe is no regular file to the commands that make a database", function()
+    local dir = H.tmp_dir()
+    assert.are.equal(0, H.shell(("mkfifo %s/pipe.db"):format(H.quote(dir))))
+    local wf = H.write_file(dir, "w.lua", 'return { name = "w", steps = { { name = "s", '
+                            .. 'execute = function() return 1 end } } }')
+    for _, args in ipairs { "run " .. H.quote(wf), "start w --workflows " .. H.quote(dir) } do
+      local rc, out = H.shell(("cd %s && timeout 10 %s %s --db pipe.db 2>&1"):format(
+                              H.quote(dir), H.MEND, args))
+      assert.are.equal(1, rc, args .. ": " .. out)
+      assert.matches("it is not a regular file", out, 1, true)
+    end
+  end)
+
   it("tells mend.trust_db and mend.db_mark of no database at a file: URI's file", function()
     local dir = H.tmp_dir()
     local uri = "file:" .. dir .. "/a%20b.db"
