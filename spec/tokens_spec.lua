@@ -296,6 +296,30 @@ describe("a step with wait = \"token\"", function()
     assert.are.same({}, H.sql(db, "SELECT name FROM inbox"))
   end)
 
+  -- A branch whose attempt is still in flight when its group fails is let finish: an outcome
+  -- its token got meanwhile is taken as it returns (saga.c, tokens.c), and a branch that
+  -- succeeded is compensated with the group. Refused, the party that did the work is told
+  -- "no use" and nothing undoes it.
+  it("takes the outcome of a token whose attempt is in flight as its group fails", function()
+    local mend = require "mend"
+    local sent, undone = {}, {}
+    local eng = H.new_engine({ lease = 60 })
+    eng:register{ name = "gi", steps = { { name = "g", parallel = {
+      { name = "a", execute = function(ctx) ctx:sleep(1); error(mend.fatal("sold out")) end },
+      { name = "c", wait = "token", timeout = 100,
+        execute = function(ctx) sent[#sent + 1] = ctx:token(); ctx:sleep(5); return "asked" end,
+        compensate = function() undone[#undone + 1] = "c" end },
+    } } } }
+    local id = eng:start("gi", {})
+    eng:advance(2)                               -- a failed for good; c's execute in flight
+    assert.are.equal("running", eng:status(id).status)
+    assert.are.equal(id, eng:complete(sent[1], "reserved"))
+    eng:advance(10)
+    eng:run()
+    assert.are.equal("compensated", eng:status(id).status)
+    assert.are.same({ "c" }, undone)
+  end)
+
   it("refuses bad definitions and a step that asks no token", function()
     local eng = H.new_engine()
     refused(function() eng:register(H.one_step("a", { wait = "token" })) end,
