@@ -777,7 +777,8 @@ void mend__take_cancel_requests(mend_engine *E);
 /* events.c: why running run id takes no event and no token's outcome any more, though it still
  * says running (it fails, or its cancel was asked for: it compensates next), as text for "run
  * ID is ...": r if held here, else row, the store's view of it. NULL: it takes them. */
-const char *mend__run_deaf(mend_engine *E, const char *id, mend_run *r, json_t *row);
+const char *mend__run_deaf(mend_engine *E, const char *id, mend_run *r, json_t *row,
+                           int failing_too);
 void mend__unthrottle(mend_run *r);
 /* wsched.c: the writer thread's scheduling class (mend_writer_sched). */
 void mend__writer_sched_want(mend_engine *E, int ticked);

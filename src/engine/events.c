@@ -70,8 +70,10 @@ static int cancel_pending(mend_engine *E, const char *id, mend_run *r, json_t *r
   return found;
 }
 
-const char *mend__run_deaf(mend_engine *E, const char *id, mend_run *r, json_t *row) {
-  if (failing(r, row)) return "failing (a step failed for good: it compensates next)";
+const char *mend__run_deaf(mend_engine *E, const char *id, mend_run *r, json_t *row,
+                           int failing_too) {
+  if (failing_too && failing(r, row))
+    return "failing (a step failed for good: it compensates next)";
   if (cancel_pending(E, id, r, row))
     return "being cancelled (its cancel was asked for: it compensates next)";
   return NULL;
@@ -522,7 +524,7 @@ static int send_event(mend_engine *E, const char *id, const char *run_key, const
    * or whose cancel was asked for: it compensates next. But a key it was sent with before is that
    * event again (a client repeating a send whose answer it lost, after the run went on to its
    * end): it was sent, as a running run's says. */
-  const char *deaf = status && strcmp(status, "running") == 0 ? mend__run_deaf(E, id, r, row)
+  const char *deaf = status && strcmp(status, "running") == 0 ? mend__run_deaf(E, id, r, row, 1)
                                                                 : NULL;
   if (deaf) status = "failing";
   if (status && strcmp(status, "running") != 0 && key) {

@@ -597,7 +597,8 @@ static void push_outcome(mend_run *r, http_req *q, CURLcode rc) {
   what[sizeof what - 1] = '\0';
   note(r, q, digits);
   int kind = -1;   /* -1: returned */
-  /* an interim answer with no final one: none a step can act on */
+  /* an interim answer with no final one (curl 7.88 reads past them or fails the transfer;
+   * should a later curl hand one back as the answer): none a step can act on */
   if (status >= 100 && status < 200) {
     snprintf(msg, sizeof msg, "mend.http %s %s: the answer is HTTP %ld, an interim one with no "
              "final answer after it", q->method, q->url, status);

@@ -222,30 +222,36 @@ int mend__token_due(mend_run *r, int i, char *msg, size_t len) {
 /* ---------------------------------------------------------------- completing */
 
 /* A running run that takes no outcome any more (it fails, or its cancel was asked for: it
- * compensates next, and the outcome would lie in its inbox for ever) says why in its status. */
+ * compensates next, and the outcome would lie in its inbox for ever) says why in its status.
+ * in_flight: the token's attempt is still running, in a group that fails: its outcome is
+ * taken as the attempt ends (the branch succeeds, and is compensated with the group), so only
+ * a cancel, which abandons the attempt, makes the run deaf to it. */
 static void deaf_status(mend_engine *E, const char *id, mend_run *r, json_t *row, char *status,
-                        size_t len) {
-  const char *deaf = strcmp(status, "running") == 0 ? mend__run_deaf(E, id, r, row) : NULL;
+                        size_t len, int in_flight) {
+  const char *deaf =
+      strcmp(status, "running") == 0 ? mend__run_deaf(E, id, r, row, !in_flight) : NULL;
   if (deaf) snprintf(status, len, "%s", deaf);
 }
 
 /* Where the attempt that made a token stands: from memory when the run is held here, else
  * from the store. 0 and status/attempts/due (-1: none), or an MEND_TOKEN_* code with err. */
-static int attempt_now(mend_engine *E, const char *run_id, const char *step, char *run_status,
-                       size_t rslen, char *step_status, size_t sslen, int *attempts, double *due,
-                       char *err, int errlen) {
+static int attempt_now(mend_engine *E, const char *run_id, const char *step, int attempt,
+                       char *run_status, size_t rslen, char *step_status, size_t sslen,
+                       int *attempts, double *due, char *err, int errlen) {
   *due = -1;
   mend_run *r = find_run(E, run_id);
   if (r) {
     snprintf(run_status, rslen, "%s", mend_run_status_name(r->status));
-    deaf_status(E, run_id, r, NULL, run_status, rslen);
     for (int i = 0; i < r->wf->nsteps; i++) {
       if (strcmp(r->wf->steps[i].name, step) != 0) continue;
       snprintf(step_status, sslen, "%s", mend_step_status_name(r->steps[i].status));
       *attempts = r->steps[i].attempts;
       *due = r->steps[i].due;
+      deaf_status(E, run_id, r, NULL, run_status, rslen,
+                  r->steps[i].status == MEND_STEP_RUNNING && *attempts == attempt);
       return 0;
     }
+    deaf_status(E, run_id, r, NULL, run_status, rslen, 0);
     mend_errorf(err, errlen, "run %s has no step %s", run_id, step);
     return MEND_TOKEN_ESTALE;
   }
@@ -255,20 +261,22 @@ static int attempt_now(mend_engine *E, const char *run_id, const char *step, cha
     return mend_store_not_found(E->store) ? MEND_TOKEN_ENOTFOUND : MEND_TOKEN_ESTORE;
   }
   snprintf(run_status, rslen, "%s", json_string_value(json_object_get(row, "status")));
-  deaf_status(E, run_id, NULL, row, run_status, rslen);
   size_t k;
   json_t *s;
-  int rc = MEND_TOKEN_ESTALE;
+  int rc = MEND_TOKEN_ESTALE, in_flight = 0;
   mend_errorf(err, errlen, "run %s has no step %s", run_id, step);
   json_array_foreach(json_object_get(row, "steps"), k, s) {
     const char *name = json_string_value(json_object_get(s, "name"));
     if (!name || strcmp(name, step) != 0) continue;
-    snprintf(step_status, sslen, "%s", json_string_value(json_object_get(s, "status")));
+    const char *st = json_string_value(json_object_get(s, "status"));
+    snprintf(step_status, sslen, "%s", st ? st : "");
     *attempts = (int)json_integer_value(json_object_get(s, "attempts"));
     json_t *d = json_object_get(s, "due");
     if (json_is_number(d)) *due = json_number_value(d);
+    in_flight = st && strcmp(st, "running") == 0 && *attempts == attempt;
     rc = 0;
   }
+  deaf_status(E, run_id, NULL, row, run_status, rslen, in_flight);
   json_decref(row);
   return rc;
 }
@@ -336,8 +344,8 @@ int mend_engine_settle_token(mend_engine *E, const char *token, int ok, const ch
   int now_attempts = 0;
   double due = -1;
   if (!rc)
-    rc = attempt_now(E, run_id, step, rs, sizeof rs, ss, sizeof ss, &now_attempts, &due, err,
-                     errlen);
+    rc = attempt_now(E, run_id, step, attempt, rs, sizeof rs, ss, sizeof ss, &now_attempts, &due,
+                     err, errlen);
   if (!rc && strcmp(rs, "running") != 0) {
     mend_errorf(err, errlen, "run %s is %s: its tokens are of no use any more", run_id, rs);
     rc = MEND_TOKEN_EENDED;

@@ -6,7 +6,8 @@
  * taken here as the start of the next request: request smuggling. The header block is read
  * where h2o parsed it, at the start of the connection's input, which h2o consumes only once
  * the answer is sent. Must never: parse more of a request than those two headers (h2o parses
- * it), change the input h2o reads, or refuse a request that names one length, however often.
+ * it), change the input h2o reads, or refuse a request that gives one length, written alike,
+ * however often.
  */
 #include "serve_int.h"
 
