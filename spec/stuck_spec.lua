@@ -142,7 +142,7 @@ describe("a run that no live worker holds", function()
     local password = H.is_pg(db) and db:match("^%a+://[^:/@]+:([^@]+)@")
     if password then   -- the server is named, never its password
       assert.is_nil(err:find(password, 1, true), err)
-      assert.matches("mend worker %-%-db %a+://[^:/@]+@", err)
+      assert.matches("mend worker %-%-db '?%a+://[^:/@]+@", err)   -- quoted: a URI's ? and &
     end
     assert.matches("b sleeping, due .- UTC %(in %d+ s%)", err)
     assert.matches("did not finish within 0.3s", err)
