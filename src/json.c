@@ -727,7 +727,7 @@ static int quick_object(lua_State *L, const char *text, size_t len) {
 }
 
 /* jansson's "too big integer" names neither the number nor the limit: the number is the
- * digits (and sign) before where it stopped (or the one character past them it read), and its message says what fits and what to send. */
+ * digits (and sign) before where it stopped (or the one character past them it read). */
 int mend_json_too_big(const char *text, size_t len, const json_error_t *je, char *err,
                       int errlen) {
   if (strncmp(je->text, "too big ", 8) != 0 || je->position <= 0 || (size_t)je->position > len)
